@@ -1,0 +1,121 @@
+//! Kubernetes object metadata, the parts aloft reads and writes.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::collections::BTreeMap;
+
+/// Unknown fields of an object, kept so that a read-modify-write loses nothing.
+pub type Extra = BTreeMap<String, Value>;
+
+/// `metadata` of every object. `resource_version` is a decimal string on the wire, as in
+/// Kubernetes; clients must treat it as opaque, the coordinator compares it as an integer.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectMeta {
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource_version: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub creation_timestamp: Option<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub owner_references: Vec<OwnerReference>,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// Points from a generated object to the object it belongs to (a rendered config to its pool).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OwnerReference {
+    pub api_version: String,
+    pub kind: String,
+    pub name: String,
+    #[serde(default)]
+    pub uid: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub controller: Option<bool>,
+}
+
+/// A reference by kind and name, as in a pool's `spec.configuration.source`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectReference {
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub api_version: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub name: String,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// A status condition in the Kubernetes shape (`type`, `status` "True"/"False"/"Unknown", ...).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Condition {
+    #[serde(rename = "type")]
+    pub type_: String,
+    pub status: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_transition_time: Option<String>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub reason: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+impl Condition {
+    pub fn is_true(&self) -> bool {
+        self.status == "True"
+    }
+}
+
+/// Find a condition by type.
+pub fn find_condition<'a>(conds: &'a [Condition], type_: &str) -> Option<&'a Condition> {
+    conds.iter().find(|c| c.type_ == type_)
+}
+
+/// Set a condition, keeping `lastTransitionTime` unless the status changes, as Kubernetes
+/// controllers do; returns true when anything changed so callers can skip no-op writes.
+pub fn set_condition(conds: &mut Vec<Condition>, new: Condition, now: &str) -> bool {
+    match conds.iter_mut().find(|c| c.type_ == new.type_) {
+        Some(c) => {
+            let changed = c.status != new.status || c.reason != new.reason || c.message != new.message;
+            if c.status != new.status {
+                c.last_transition_time = Some(now.to_string());
+            }
+            c.status = new.status;
+            c.reason = new.reason;
+            c.message = new.message;
+            changed
+        }
+        None => {
+            let mut new = new;
+            new.last_transition_time = Some(now.to_string());
+            conds.push(new);
+            true
+        }
+    }
+}
+
+/// `maxUnavailable`: an absolute count or a percentage string such as "10%".
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum IntOrString {
+    Int(i64),
+    String(String),
+}

@@ -1,0 +1,287 @@
+//! Label selectors: the structured `LabelSelector` of pool specs and the string form of the
+//! `labelSelector` query parameter (`a=b,c!=d,e in (x,y),f notin (z),g,!h`), both reduced to one
+//! list of requirements so that matching has a single implementation.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// `metav1.LabelSelector`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LabelSelector {
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub match_labels: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub match_expressions: Vec<LabelSelectorRequirement>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LabelSelectorRequirement {
+    pub key: String,
+    pub operator: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub values: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SelectorError {
+    #[error("invalid label selector {selector:?}: {message}")]
+    Parse { selector: String, message: String },
+    #[error("matchExpressions[{index}].operator: unsupported operator {operator:?} (want In, NotIn, Exists or DoesNotExist)")]
+    Operator { index: usize, operator: String },
+    #[error("matchExpressions[{index}].values: {message}")]
+    Values { index: usize, message: String },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Op {
+    In(Vec<String>),
+    NotIn(Vec<String>),
+    Exists,
+    DoesNotExist,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Requirement {
+    key: String,
+    op: Op,
+}
+
+impl Requirement {
+    fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        let v = labels.get(&self.key);
+        match &self.op {
+            Op::In(vals) => v.is_some_and(|v| vals.contains(v)),
+            Op::NotIn(vals) => v.is_none_or(|v| !vals.contains(v)),
+            Op::Exists => v.is_some(),
+            Op::DoesNotExist => v.is_none(),
+        }
+    }
+}
+
+/// A compiled selector. The empty selector matches everything.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Selector {
+    reqs: Vec<Requirement>,
+}
+
+impl Selector {
+    pub fn everything() -> Self {
+        Selector::default()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.reqs.is_empty()
+    }
+
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.reqs.iter().all(|r| r.matches(labels))
+    }
+
+    /// Parse the string form used by `?labelSelector=` and `kubectl -l`.
+    pub fn parse(s: &str) -> Result<Selector, SelectorError> {
+        let err = |m: &str| SelectorError::Parse { selector: s.to_string(), message: m.to_string() };
+        let mut reqs = Vec::new();
+        for term in split_terms(s) {
+            let term = term.trim();
+            if term.is_empty() {
+                continue;
+            }
+            let req = if let Some(key) = term.strip_prefix('!') {
+                Requirement { key: check_key(key.trim()).map_err(|m| err(&m))?, op: Op::DoesNotExist }
+            } else if let Some((k, v)) = term.split_once("!=") {
+                Requirement {
+                    key: check_key(k.trim()).map_err(|m| err(&m))?,
+                    op: Op::NotIn(vec![check_value(v.trim()).map_err(|m| err(&m))?]),
+                }
+            } else if let Some((k, v)) = term.split_once("==").or_else(|| term.split_once('=')) {
+                Requirement {
+                    key: check_key(k.trim()).map_err(|m| err(&m))?,
+                    op: Op::In(vec![check_value(v.trim()).map_err(|m| err(&m))?]),
+                }
+            } else if let Some((k, rest)) = split_set_op(term) {
+                let (negate, rest) = rest;
+                let inner = rest
+                    .trim()
+                    .strip_prefix('(')
+                    .and_then(|r| r.strip_suffix(')'))
+                    .ok_or_else(|| err("a set must be written as (v1,v2)"))?;
+                let mut vals = Vec::new();
+                for v in inner.split(',') {
+                    vals.push(check_value(v.trim()).map_err(|m| err(&m))?);
+                }
+                let key = check_key(k.trim()).map_err(|m| err(&m))?;
+                Requirement { key, op: if negate { Op::NotIn(vals) } else { Op::In(vals) } }
+            } else {
+                Requirement { key: check_key(term).map_err(|m| err(&m))?, op: Op::Exists }
+            };
+            reqs.push(req);
+        }
+        Ok(Selector { reqs })
+    }
+}
+
+/// Split on commas that are not inside parentheses.
+fn split_terms(s: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let (mut depth, mut start) = (0i32, 0usize);
+    for (i, c) in s.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            ',' if depth == 0 => {
+                out.push(&s[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    out.push(&s[start..]);
+    out
+}
+
+/// `key in (...)` / `key notin (...)`: returns (key, (negated, rest)).
+fn split_set_op(term: &str) -> Option<(&str, (bool, &str))> {
+    if let Some(i) = term.find(" notin ") {
+        return Some((&term[..i], (true, &term[i + 7..])));
+    }
+    if let Some(i) = term.find(" in ") {
+        return Some((&term[..i], (false, &term[i + 4..])));
+    }
+    None
+}
+
+fn check_key(k: &str) -> Result<String, String> {
+    if k.is_empty() {
+        return Err("empty label key".into());
+    }
+    let (prefix, name) = match k.rsplit_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, k),
+    };
+    if let Some(p) = prefix {
+        if p.is_empty() || p.len() > 253 || !p.split('.').all(is_dns_label) {
+            return Err(format!("label key prefix {p:?} must be a DNS subdomain"));
+        }
+    }
+    if name.is_empty() || name.len() > 63 || !is_label_name(name) {
+        return Err(format!("label key {k:?} is not a valid label name"));
+    }
+    Ok(k.to_string())
+}
+
+fn check_value(v: &str) -> Result<String, String> {
+    if v.len() > 63 || !(v.is_empty() || is_label_name(v)) {
+        return Err(format!("label value {v:?} is not valid"));
+    }
+    Ok(v.to_string())
+}
+
+fn is_label_name(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.first().is_some_and(u8::is_ascii_alphanumeric)
+        && b.last().is_some_and(u8::is_ascii_alphanumeric)
+        && b.iter().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
+}
+
+fn is_dns_label(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 63
+        && b[0].is_ascii_alphanumeric()
+        && b[b.len() - 1].is_ascii_alphanumeric()
+        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+}
+
+impl LabelSelector {
+    /// Compile; an unknown operator is an error naming the expression, never "matches nothing".
+    pub fn to_selector(&self) -> Result<Selector, SelectorError> {
+        let mut reqs: Vec<Requirement> = self
+            .match_labels
+            .iter()
+            .map(|(k, v)| Requirement { key: k.clone(), op: Op::In(vec![v.clone()]) })
+            .collect();
+        for (index, e) in self.match_expressions.iter().enumerate() {
+            let op = match e.operator.as_str() {
+                "In" | "NotIn" if e.values.is_empty() => {
+                    return Err(SelectorError::Values { index, message: format!("must be non-empty for {}", e.operator) })
+                }
+                "Exists" | "DoesNotExist" if !e.values.is_empty() => {
+                    return Err(SelectorError::Values { index, message: format!("must be empty for {}", e.operator) })
+                }
+                "In" => Op::In(e.values.clone()),
+                "NotIn" => Op::NotIn(e.values.clone()),
+                "Exists" => Op::Exists,
+                "DoesNotExist" => Op::DoesNotExist,
+                other => return Err(SelectorError::Operator { index, operator: other.to_string() }),
+            };
+            reqs.push(Requirement { key: e.key.clone(), op });
+        }
+        Ok(Selector { reqs })
+    }
+
+    /// An empty selector (`{}`): Kubernetes reads it as "everything", MCO refuses it for pools.
+    pub fn is_empty(&self) -> bool {
+        self.match_labels.is_empty() && self.match_expressions.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn string_selector_forms() {
+        let l = labels(&[("a", "1"), ("node-role.kubernetes.io/worker", ""), ("zone", "z1")]);
+        for (sel, want) in [
+            ("", true),
+            ("a=1", true),
+            ("a==1", true),
+            ("a!=1", false),
+            ("a=2", false),
+            ("node-role.kubernetes.io/worker", true),
+            ("!node-role.kubernetes.io/worker", false),
+            ("!missing", true),
+            ("zone in (z1,z2)", true),
+            ("zone notin (z1,z2)", false),
+            ("zone in (z3),a=1", false),
+            ("a=1, zone in (z1, z2)", true),
+            ("node-role.kubernetes.io/worker=", true),
+        ] {
+            assert_eq!(Selector::parse(sel).unwrap().matches(&l), want, "{sel}");
+        }
+    }
+
+    #[test]
+    fn bad_string_selectors_are_errors() {
+        for bad in ["a in z1", "=1", "a=b c", "Bad_/x=1", "a in (x y)"] {
+            assert!(Selector::parse(bad).is_err(), "{bad} should not parse");
+        }
+    }
+
+    #[test]
+    fn structured_selector() {
+        let s = LabelSelector {
+            match_labels: labels(&[("role", "worker")]),
+            match_expressions: vec![LabelSelectorRequirement {
+                key: "zone".into(),
+                operator: "NotIn".into(),
+                values: vec!["z9".into()],
+            }],
+        }
+        .to_selector()
+        .unwrap();
+        assert!(s.matches(&labels(&[("role", "worker")])));
+        assert!(!s.matches(&labels(&[("role", "worker"), ("zone", "z9")])));
+        assert!(!s.matches(&labels(&[("role", "master")])));
+        let bad = LabelSelector {
+            match_labels: BTreeMap::new(),
+            match_expressions: vec![LabelSelectorRequirement { key: "k".into(), operator: "Gt".into(), values: vec![] }],
+        };
+        assert!(matches!(bad.to_selector(), Err(SelectorError::Operator { index: 0, .. })));
+    }
+}

@@ -1,0 +1,94 @@
+//! aloft-coordinator: the API server and controllers of an aloft fleet.
+
+use aloft_coordinator::serve::{self, ServeOptions};
+use aloft_coordinator::server::Limits;
+use aloft_coordinator::{auth, store::SqliteStore};
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// The coordinator of an aloft fleet: a Kubernetes-style API (MachineConfig, MachineConfigPool,
+/// Node, ...) on an embedded SQLite store, and the controllers that render configs per pool.
+#[derive(Parser)]
+#[command(version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Serve the API and run the controllers.
+    ///
+    /// On first start the data directory gets a CA and a serving certificate (unless
+    /// --insecure-http), an admin token (admin.token, 0600) and a client config
+    /// (admin.kubeconfig) that both aloftctl and kubectl read:
+    ///
+    ///   aloftctl --kubeconfig DIR/admin.kubeconfig get mcp
+    ///   kubectl --kubeconfig DIR/admin.kubeconfig get mcp
+    Serve {
+        /// Where the store (aloft.db), the PKI and the tokens live.
+        #[arg(long, env = "ALOFT_DATA_DIR", default_value = "/var/lib/aloft-coordinator")]
+        data_dir: PathBuf,
+        /// Address to listen on; port 0 picks a free port (printed, and written to the client config).
+        #[arg(long, env = "ALOFT_LISTEN", default_value = "127.0.0.1:6443")]
+        listen: SocketAddr,
+        /// Serve plain HTTP (local use and tests only: tokens travel in clear text).
+        #[arg(long)]
+        insecure_http: bool,
+        /// Use the admin token in this file instead of generating one.
+        #[arg(long)]
+        admin_token_file: Option<PathBuf>,
+        /// Extra DNS names or IPs for the serving certificate (repeatable).
+        #[arg(long = "tls-san")]
+        tls_san: Vec<String>,
+        /// Largest request body in bytes.
+        #[arg(long, default_value_t = 3 * 1024 * 1024)]
+        max_body_bytes: usize,
+    },
+    /// Manage API tokens (works while the coordinator runs).
+    Token {
+        #[command(subcommand)]
+        cmd: TokenCmd,
+    },
+}
+
+#[derive(Subcommand)]
+enum TokenCmd {
+    /// Create (or replace) a named token and print it. Roles: admin, viewer (read-only).
+    Create {
+        #[arg(long, env = "ALOFT_DATA_DIR", default_value = "/var/lib/aloft-coordinator")]
+        data_dir: PathBuf,
+        /// A name for the token's holder; creating the same name again replaces its token.
+        #[arg(long)]
+        name: String,
+        #[arg(long, default_value = "viewer")]
+        role: String,
+    },
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("ALOFT_LOG").unwrap_or_else(|_| "info".into());
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    init_tracing();
+    match Cli::parse().cmd {
+        Cmd::Serve { data_dir, listen, insecure_http, admin_token_file, tls_san, max_body_bytes } => {
+            let limits = Limits { max_body: max_body_bytes, ..Limits::default() };
+            serve::run(ServeOptions { data_dir, listen, insecure_http, admin_token_file, tls_san, limits }).await
+        }
+        Cmd::Token { cmd: TokenCmd::Create { data_dir, name, role } } => {
+            let role: auth::Role = role.parse()?;
+            let db = serve::DataDir::new(&data_dir).db;
+            let store = SqliteStore::open(&db).with_context(|| format!("opening {}", db.display()))?;
+            let token = auth::generate_token();
+            store.put_token(auth::token_hash(&token), name, role.to_string()).await?;
+            println!("{token}");
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,137 @@
+//! `apply`: create what is missing, patch what exists, the way `kubectl apply` does (client-side,
+//! with the same `last-applied-configuration` annotation, so the two tools can take turns on one
+//! object), and report created / configured / unchanged.
+
+use anyhow::{anyhow, bail, Context, Result};
+use serde_json::{Map, Value};
+use std::path::Path;
+
+/// The annotation kubectl keeps the last applied document in.
+pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// Read every object from a file, a directory of .yaml/.yml/.json files, or `-` (stdin).
+/// Multi-document YAML and `kind: List` are expanded; empty documents skipped.
+pub fn read_objects(path: &str) -> Result<Vec<(String, Value)>> {
+    let mut out = Vec::new();
+    if path == "-" {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut s)?;
+        parse_documents("<stdin>", &s, &mut out)?;
+        return Ok(out);
+    }
+    let p = Path::new(path);
+    if p.is_dir() {
+        let mut entries: Vec<_> = std::fs::read_dir(p)?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|e| e.extension().and_then(|x| x.to_str()).is_some_and(|x| matches!(x, "yaml" | "yml" | "json")))
+            .collect();
+        entries.sort();
+        for e in entries {
+            let s = std::fs::read_to_string(&e).with_context(|| format!("reading {}", e.display()))?;
+            parse_documents(&e.display().to_string(), &s, &mut out)?;
+        }
+    } else {
+        let s = std::fs::read_to_string(p).with_context(|| format!("reading {path}"))?;
+        parse_documents(path, &s, &mut out)?;
+    }
+    Ok(out)
+}
+
+fn parse_documents(origin: &str, text: &str, out: &mut Vec<(String, Value)>) -> Result<()> {
+    for (i, doc) in yaml_serde::Deserializer::from_str(text).enumerate() {
+        let v: Value = serde::Deserialize::deserialize(doc).map_err(|e| anyhow!("{origin}: document {}: malformed YAML: {e}", i + 1))?;
+        match v {
+            Value::Null => continue,
+            Value::Object(ref m) if m.get("kind").and_then(Value::as_str) == Some("List") => {
+                for item in m.get("items").and_then(Value::as_array).into_iter().flatten() {
+                    out.push((origin.to_string(), item.clone()));
+                }
+            }
+            Value::Object(_) => out.push((origin.to_string(), v)),
+            other => bail!("{origin}: document {} is not an object: {other}", i + 1),
+        }
+    }
+    Ok(())
+}
+
+/// The merge patch that takes `current` to `desired`, deleting (null) what `last` had and
+/// `desired` no longer has. Fields nobody applied (set by controllers) are left alone.
+pub fn three_way_patch(last: Option<&Value>, desired: &Value) -> Value {
+    match (last, desired) {
+        (Some(Value::Object(l)), Value::Object(d)) => {
+            let mut p = Map::new();
+            for (k, dv) in d {
+                p.insert(k.clone(), three_way_patch(l.get(k), dv));
+            }
+            for k in l.keys() {
+                if !d.contains_key(k) {
+                    p.insert(k.clone(), Value::Null);
+                }
+            }
+            Value::Object(p)
+        }
+        (_, Value::Object(d)) => Value::Object(d.iter().map(|(k, v)| (k.clone(), three_way_patch(None, v))).collect()),
+        (_, d) => d.clone(),
+    }
+}
+
+/// Put the applied document (without the annotation itself) into its annotation.
+pub fn annotate_last_applied(obj: &mut Value) -> Result<()> {
+    let mut copy = obj.clone();
+    if let Some(a) = copy.pointer_mut("/metadata/annotations").and_then(Value::as_object_mut) {
+        a.remove(LAST_APPLIED);
+        if a.is_empty() {
+            if let Some(m) = copy.get_mut("metadata").and_then(Value::as_object_mut) {
+                m.remove("annotations");
+            }
+        }
+    }
+    let text = serde_json::to_string(&copy)?;
+    let meta = obj
+        .as_object_mut()
+        .ok_or_else(|| anyhow!("object is not a map"))?
+        .entry("metadata")
+        .or_insert_with(|| Value::Object(Map::new()));
+    let ann = meta
+        .as_object_mut()
+        .ok_or_else(|| anyhow!("metadata is not a map"))?
+        .entry("annotations")
+        .or_insert_with(|| Value::Object(Map::new()));
+    ann.as_object_mut().ok_or_else(|| anyhow!("metadata.annotations is not a map"))?.insert(LAST_APPLIED.into(), text.into());
+    Ok(())
+}
+
+/// The last applied document stored on a live object.
+pub fn last_applied(live: &Value) -> Option<Value> {
+    let s = live.pointer("/metadata/annotations")?.get(LAST_APPLIED)?.as_str()?;
+    serde_json::from_str(s).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn three_way() {
+        let last = json!({"spec": {"a": 1, "b": 2, "sel": {"x": "1"}}});
+        let desired = json!({"spec": {"a": 5, "sel": {"y": "2"}}});
+        let p = three_way_patch(Some(&last), &desired);
+        assert_eq!(p, json!({"spec": {"a": 5, "b": null, "sel": {"y": "2", "x": null}}}));
+        let mut live = json!({"spec": {"a": 1, "b": 2, "sel": {"x": "1"}, "configuration": {"name": "r"}}});
+        json_patch::merge(&mut live, &p);
+        assert_eq!(live, json!({"spec": {"a": 5, "sel": {"y": "2"}, "configuration": {"name": "r"}}}));
+    }
+
+    #[test]
+    fn documents() {
+        let mut out = Vec::new();
+        parse_documents("f", "---\napiVersion: v1\nkind: Node\nmetadata: {name: a}\n---\n---\nkind: List\nitems:\n- {kind: Node, metadata: {name: b}}\n", &mut out).unwrap();
+        assert_eq!(out.len(), 2);
+        assert!(parse_documents("f", "a: [", &mut Vec::new()).unwrap_err().to_string().contains("malformed YAML"));
+        assert!(parse_documents("f", "- 1\n", &mut Vec::new()).is_err());
+        let mut o = json!({"metadata": {"name": "a"}});
+        annotate_last_applied(&mut o).unwrap();
+        assert_eq!(last_applied(&o), Some(json!({"metadata": {"name": "a"}})));
+    }
+}

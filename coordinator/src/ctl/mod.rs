@@ -1,0 +1,419 @@
+//! aloftctl: the command-line client. Reads the client config that `aloft-coordinator serve`
+//! writes (a kubeconfig), or --server/--token/--certificate-authority, or ALOFT_* variables.
+
+pub mod apply;
+pub mod print;
+
+use crate::client::{resource_path, Client, ClientConfig};
+use crate::resources::{self, ResourceType};
+use anyhow::{anyhow, bail, Context, Result};
+use clap::{Parser, Subcommand};
+use print::Output;
+use serde_json::Value;
+use std::path::PathBuf;
+
+const TABLE_ACCEPT: &str = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json";
+
+/// Talk to an aloft coordinator: pools, machine configs, nodes.
+///
+/// Resource types take kubectl's names: machineconfigpools (mcp), machineconfigs (mc), nodes (no),
+/// events (ev), also as TYPE/NAME.
+///
+/// Examples:
+///   aloftctl apply -f worker-pool.yaml
+///   aloftctl get mcp
+///   aloftctl get mc -l machineconfiguration.openshift.io/role=worker -o wide
+///   aloftctl get mcp worker -o yaml
+///   aloftctl patch mcp worker --type merge -p '{"spec":{"paused":true}}'
+///   aloftctl describe mcp/worker
+///   aloftctl delete mc 99-worker-ssh
+#[derive(Parser)]
+#[command(name = "aloftctl", version, verbatim_doc_comment)]
+pub struct Cli {
+    /// Client config (kubeconfig format). Default: $ALOFT_KUBECONFIG, ~/.config/aloft/kubeconfig,
+    /// then /var/lib/aloft-coordinator/admin.kubeconfig.
+    #[arg(long, global = true, env = "ALOFT_KUBECONFIG")]
+    kubeconfig: Option<PathBuf>,
+    /// Coordinator URL, overriding the client config.
+    #[arg(long, global = true, env = "ALOFT_SERVER")]
+    server: Option<String>,
+    /// Bearer token, overriding the client config.
+    #[arg(long, global = true, env = "ALOFT_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// CA certificate file, overriding the client config.
+    #[arg(long, global = true, env = "ALOFT_CA")]
+    certificate_authority: Option<PathBuf>,
+    /// Namespace, for namespaced kinds (events).
+    #[arg(short = 'n', long, global = true, default_value = "default")]
+    namespace: String,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// List objects or show one (tables by default; -o yaml|json|wide|name).
+    Get {
+        /// TYPE, TYPE/NAME, or TYPE NAME...
+        #[arg(required = true)]
+        args: Vec<String>,
+        #[arg(short = 'o', long, value_enum)]
+        output: Option<Output>,
+        /// Label selector, e.g. `machineconfiguration.openshift.io/role=worker`.
+        #[arg(short = 'l', long)]
+        selector: Option<String>,
+        /// After listing, watch for changes and print them.
+        #[arg(short = 'w', long)]
+        watch: bool,
+    },
+    /// Show an object in detail: metadata, spec, conditions.
+    Describe {
+        #[arg(required = true)]
+        args: Vec<String>,
+    },
+    /// Create or update objects from files (YAML/JSON, multi-document, directories, - for stdin).
+    Apply {
+        #[arg(short = 'f', long = "filename", required = true)]
+        files: Vec<String>,
+        /// Validate on the server without storing.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Delete objects by TYPE NAME... or from files.
+    Delete {
+        args: Vec<String>,
+        #[arg(short = 'f', long = "filename")]
+        files: Vec<String>,
+        /// Succeed when the object is already gone.
+        #[arg(long)]
+        ignore_not_found: bool,
+    },
+    /// Change fields of one object with a merge patch or a JSON patch.
+    Patch {
+        #[arg(required = true)]
+        args: Vec<String>,
+        /// merge (RFC 7386) or json (RFC 6902).
+        #[arg(long = "type", default_value = "merge")]
+        patch_type: String,
+        #[arg(short = 'p', long)]
+        patch: String,
+        /// Patch the status subresource.
+        #[arg(long)]
+        subresource: Option<String>,
+    },
+    /// List the resource types the coordinator serves.
+    ApiResources,
+}
+
+fn default_kubeconfig() -> Option<PathBuf> {
+    let home = std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config/aloft/kubeconfig"));
+    let system = PathBuf::from("/var/lib/aloft-coordinator/admin.kubeconfig");
+    home.filter(|p| p.exists()).or_else(|| system.exists().then_some(system))
+}
+
+fn client_config(cli: &Cli) -> Result<ClientConfig> {
+    let mut cfg = match cli.kubeconfig.clone().or_else(default_kubeconfig) {
+        Some(p) => ClientConfig::from_kubeconfig(&p)?,
+        None => ClientConfig::default(),
+    };
+    if let Some(s) = &cli.server {
+        cfg.server = s.clone();
+    }
+    if let Some(t) = &cli.token {
+        cfg.token = Some(t.clone());
+    }
+    if let Some(ca) = &cli.certificate_authority {
+        cfg.ca_pem = Some(std::fs::read(ca).with_context(|| format!("reading CA {}", ca.display()))?);
+    }
+    if cfg.server.is_empty() {
+        bail!("no coordinator to talk to: pass --kubeconfig DIR/admin.kubeconfig (written by `aloft-coordinator serve`), or --server and --token");
+    }
+    Ok(cfg)
+}
+
+fn resolve(name: &str) -> Result<&'static ResourceType> {
+    resources::by_name(name).ok_or_else(|| {
+        anyhow!("the server doesn't have a resource type {name:?} (try `aloftctl api-resources`)")
+    })
+}
+
+/// `TYPE NAME...` or `TYPE/NAME ...` into (type, names).
+fn targets(args: &[String]) -> Result<Vec<(&'static ResourceType, Option<String>)>> {
+    if args.iter().all(|a| a.contains('/')) {
+        return args
+            .iter()
+            .map(|a| {
+                let (t, n) = a.split_once('/').unwrap_or((a, ""));
+                Ok((resolve(t)?, Some(n.to_string())))
+            })
+            .collect();
+    }
+    let rt = resolve(&args[0])?;
+    if args.len() == 1 {
+        return Ok(vec![(rt, None)]);
+    }
+    Ok(args[1..].iter().map(|n| (rt, Some(n.clone()))).collect())
+}
+
+fn with_query(path: String, q: &[(&str, String)]) -> String {
+    if q.is_empty() {
+        return path;
+    }
+    let enc = |s: &str| percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC).to_string();
+    let qs: Vec<String> = q.iter().map(|(k, v)| format!("{k}={}", enc(v))).collect();
+    format!("{path}?{}", qs.join("&"))
+}
+
+/// Run aloftctl with the process arguments.
+pub async fn main() -> Result<()> {
+    crate::client::install_crypto();
+    let cli = Cli::parse();
+    let client = Client::new(&client_config(&cli)?)?;
+    let ns = cli.namespace.clone();
+    match cli.cmd {
+        Cmd::Get { args, output, selector, watch } => get(&client, &ns, &args, output, selector, watch).await,
+        Cmd::Describe { args } => describe(&client, &ns, &args).await,
+        Cmd::Apply { files, dry_run } => apply_files(&client, &ns, &files, dry_run).await,
+        Cmd::Delete { args, files, ignore_not_found } => delete(&client, &ns, &args, &files, ignore_not_found).await,
+        Cmd::Patch { args, patch_type, patch, subresource } => patch_cmd(&client, &ns, &args, &patch_type, &patch, subresource).await,
+        Cmd::ApiResources => {
+            println!("{:<20} {:<12} {:<42} {:<11} KIND", "NAME", "SHORTNAMES", "APIVERSION", "NAMESPACED");
+            for r in resources::ALL {
+                println!("{:<20} {:<12} {:<42} {:<11} {}", r.plural, r.short_names.join(","), r.api_version(), r.namespaced, r.kind);
+            }
+            Ok(())
+        }
+    }
+}
+
+async fn get(client: &Client, ns: &str, args: &[String], output: Option<Output>, selector: Option<String>, watch: bool) -> Result<()> {
+    let mut q = Vec::new();
+    if let Some(s) = &selector {
+        q.push(("labelSelector", s.clone()));
+    }
+    let mut first = true;
+    for (rt, name) in targets(args)? {
+        let path = with_query(resource_path(rt, Some(ns), name.as_deref()), &q);
+        match output {
+            None | Some(Output::Wide) => {
+                let t = client.call(reqwest::Method::GET, &path, None, Some(TABLE_ACCEPT)).await?.into_result()?;
+                let text = print::table_text(&t, output == Some(Output::Wide), first);
+                if t.get("rows").and_then(Value::as_array).is_some_and(Vec::is_empty) && name.is_none() {
+                    eprintln!("No resources found.");
+                } else {
+                    print!("{text}");
+                }
+                first = false;
+                if watch {
+                    let rv = t.pointer("/metadata/resourceVersion").and_then(Value::as_str).unwrap_or("0").to_string();
+                    follow(client, rt, ns, name.as_deref(), &q, &rv, output == Some(Output::Wide)).await?;
+                }
+            }
+            Some(fmt) => {
+                let v = client.get(&path).await?.into_result()?;
+                let v = if name.is_none() && fmt != Output::Name {
+                    serde_json::json!({"apiVersion": "v1", "kind": "List", "items": v.get("items").cloned().unwrap_or_default()})
+                } else {
+                    v
+                };
+                match fmt {
+                    Output::Yaml => print!("{}", print::yaml(&v)),
+                    Output::Json => print!("{}", print::json(&v)),
+                    Output::Name => {
+                        let items = match v.get("items").and_then(Value::as_array) {
+                            Some(items) => items.clone(),
+                            None => vec![v],
+                        };
+                        for i in items {
+                            println!("{}/{}", rt.qualified(), i.pointer("/metadata/name").and_then(Value::as_str).unwrap_or(""));
+                        }
+                    }
+                    Output::Wide => {}
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Print rows as watch events arrive, reconnecting from the last version when the server ends
+/// the watch.
+async fn follow(client: &Client, rt: &ResourceType, ns: &str, name: Option<&str>, q: &[(&str, String)], rv: &str, wide: bool) -> Result<()> {
+    use futures::StreamExt;
+    let mut rv = rv.to_string();
+    loop {
+        let mut query = q.to_vec();
+        query.push(("watch", "true".into()));
+        query.push(("resourceVersion", rv.clone()));
+        if let Some(n) = name {
+            query.push(("fieldSelector", format!("metadata.name={n}")));
+        }
+        let path = with_query(resource_path(rt, Some(ns), None), &query);
+        let resp = client.watch(&path, Some(TABLE_ACCEPT)).await?;
+        let mut stream = resp.bytes_stream();
+        let mut buf = Vec::new();
+        while let Some(chunk) = stream.next().await {
+            buf.extend_from_slice(&chunk?);
+            while let Some(pos) = buf.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = buf.drain(..=pos).collect();
+                let ev: Value = serde_json::from_slice(&line).context("malformed watch event")?;
+                if ev.get("type").and_then(Value::as_str) == Some("ERROR") {
+                    bail!("watch failed: {}", ev.pointer("/object/message").and_then(Value::as_str).unwrap_or("unknown error"));
+                }
+                let obj = ev.get("object").cloned().unwrap_or_default();
+                if let Some(r) = obj.pointer("/metadata/resourceVersion").and_then(Value::as_str) {
+                    rv = r.to_string();
+                }
+                print!("{}", print::table_text(&obj, wide, false));
+            }
+        }
+    }
+}
+
+async fn describe(client: &Client, ns: &str, args: &[String]) -> Result<()> {
+    for (rt, name) in targets(args)? {
+        let name = name.ok_or_else(|| anyhow!("describe needs a name: aloftctl describe {} NAME", rt.singular))?;
+        let obj = client.get(&resource_path(rt, Some(ns), Some(&name))).await?.into_result()?;
+        println!("Name:         {name}");
+        println!("Kind:         {}", rt.kind);
+        let meta = obj.get("metadata").cloned().unwrap_or_default();
+        for (title, key) in [("Labels:", "labels"), ("Annotations:", "annotations")] {
+            let map = meta.get(key).and_then(Value::as_object).cloned().unwrap_or_default();
+            if map.is_empty() {
+                println!("{title:<13} <none>");
+            }
+            for (i, (k, v)) in map.iter().enumerate() {
+                let v = v.as_str().unwrap_or("");
+                let v = if v.len() > 100 { format!("{}...", &v[..v.floor_char_boundary(100)]) } else { v.to_string() };
+                println!("{:<13} {k}={v}", if i == 0 { title } else { "" });
+            }
+        }
+        println!("Created:      {}", meta.get("creationTimestamp").and_then(Value::as_str).unwrap_or(""));
+        if let Some(spec) = obj.get("spec") {
+            println!("Spec:");
+            for line in print::yaml(spec).lines() {
+                println!("  {line}");
+            }
+        }
+        let conds = obj.pointer("/status/conditions").and_then(Value::as_array).cloned().unwrap_or_default();
+        if let Some(status) = obj.get("status").and_then(Value::as_object) {
+            println!("Status:");
+            for (k, v) in status.iter().filter(|(k, _)| *k != "conditions") {
+                println!("  {k}: {}", if v.is_string() { v.as_str().unwrap_or("").to_string() } else { v.to_string() });
+            }
+        }
+        if !conds.is_empty() {
+            println!("Conditions:\n  {:<16} {:<7} {:<22} MESSAGE", "TYPE", "STATUS", "LAST TRANSITION");
+            for c in conds {
+                let s = |k: &str| c.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+                println!("  {:<16} {:<7} {:<22} {}", s("type"), s("status"), s("lastTransitionTime"), s("message"));
+            }
+        }
+        println!();
+    }
+    Ok(())
+}
+
+async fn apply_files(client: &Client, ns: &str, files: &[String], dry_run: bool) -> Result<()> {
+    let mut objects = Vec::new();
+    for f in files {
+        objects.extend(apply::read_objects(f)?);
+    }
+    // Check every document before changing anything.
+    let mut plan = Vec::new();
+    for (origin, obj) in objects {
+        let av = obj.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+        let kind = obj.get("kind").and_then(Value::as_str).unwrap_or("");
+        let rt = resources::by_kind(av, kind).ok_or_else(|| {
+            anyhow!("{origin}: no resource for apiVersion {av:?} kind {kind:?} (see `aloftctl api-resources`)")
+        })?;
+        let name = obj.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string();
+        if name.is_empty() {
+            bail!("{origin}: {kind} has no metadata.name");
+        }
+        plan.push((rt, name, obj));
+    }
+    let dry = if dry_run { "?dryRun=All" } else { "" };
+    let suffix = if dry_run { " (server dry run)" } else { "" };
+    for (rt, name, mut obj) in plan {
+        let obj_ns = obj.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or(ns).to_string();
+        apply::annotate_last_applied(&mut obj)?;
+        let path = resource_path(rt, Some(&obj_ns), Some(&name));
+        let live = client.get(&path).await?;
+        let what = format!("{}/{}", rt.qualified(), name);
+        if live.code == 404 {
+            client.post(&format!("{}{dry}", resource_path(rt, Some(&obj_ns), None)), &obj).await?.into_result()?;
+            println!("{what} created{suffix}");
+            continue;
+        }
+        let live = live.into_result()?;
+        let last = apply::last_applied(&live);
+        let patch = apply::three_way_patch(last.as_ref(), &obj);
+        let after = client.patch(&format!("{path}{dry}"), "application/merge-patch+json", &patch).await?.into_result()?;
+        let changed = after.pointer("/metadata/resourceVersion") != live.pointer("/metadata/resourceVersion");
+        println!("{what} {}{suffix}", if changed { "configured" } else { "unchanged" });
+    }
+    Ok(())
+}
+
+async fn delete(client: &Client, ns: &str, args: &[String], files: &[String], ignore_not_found: bool) -> Result<()> {
+    let mut items: Vec<(&'static ResourceType, String, String)> = Vec::new();
+    for f in files {
+        for (origin, obj) in apply::read_objects(f)? {
+            let av = obj.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+            let kind = obj.get("kind").and_then(Value::as_str).unwrap_or("");
+            let rt = resources::by_kind(av, kind).ok_or_else(|| anyhow!("{origin}: no resource for {av} {kind}"))?;
+            let name = obj.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string();
+            let n = obj.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or(ns).to_string();
+            items.push((rt, name, n));
+        }
+    }
+    if !args.is_empty() {
+        for (rt, name) in targets(args)? {
+            let name = name.ok_or_else(|| anyhow!("delete needs names: aloftctl delete {} NAME", rt.singular))?;
+            items.push((rt, name, ns.to_string()));
+        }
+    }
+    if items.is_empty() {
+        bail!("nothing to delete: give TYPE NAME... or -f FILE");
+    }
+    let mut failed = false;
+    for (rt, name, n) in items {
+        let r = client.delete(&resource_path(rt, Some(&n), Some(&name))).await?;
+        if r.ok() {
+            println!("{} {name:?} deleted", rt.qualified());
+        } else if r.code == 404 && ignore_not_found {
+            continue;
+        } else {
+            eprintln!("{}", r.into_result().err().map(|e| e.to_string()).unwrap_or_default());
+            failed = true;
+        }
+    }
+    if failed {
+        bail!("some objects were not deleted");
+    }
+    Ok(())
+}
+
+async fn patch_cmd(client: &Client, ns: &str, args: &[String], patch_type: &str, patch: &str, sub: Option<String>) -> Result<()> {
+    let ctype = match patch_type {
+        "merge" => "application/merge-patch+json",
+        "json" => "application/json-patch+json",
+        "strategic" => bail!("--type strategic is not supported by aloft: use merge or json"),
+        other => bail!("--type {other:?}: want merge or json"),
+    };
+    let body: Value = serde_json::from_str(patch).map_err(|e| anyhow!("--patch is not JSON: {e}"))?;
+    for (rt, name) in targets(args)? {
+        let name = name.ok_or_else(|| anyhow!("patch needs a name: aloftctl patch {} NAME -p ...", rt.singular))?;
+        let mut path = resource_path(rt, Some(ns), Some(&name));
+        if let Some(s) = &sub {
+            path.push('/');
+            path.push_str(s);
+        }
+        let before = client.get(&path).await?.into_result()?;
+        let after = client.patch(&path, ctype, &body).await?.into_result()?;
+        let changed = after.pointer("/metadata/resourceVersion") != before.pointer("/metadata/resourceVersion");
+        println!("{}/{name} {}", rt.qualified(), if changed { "patched" } else { "patched (no change)" });
+    }
+    Ok(())
+}

@@ -1,0 +1,15 @@
+//! aloft-coordinator: the API server on the embedded store, and the controllers that run on it.
+//!
+//! Start reading at [`server`] (the Kubernetes-style API), [`store`] (the narrow storage
+//! interface and its SQLite implementation) and [`controllers`] (reconcile loops fed by watches).
+
+pub mod auth;
+pub mod client;
+pub mod controllers;
+pub mod ctl;
+pub mod fsutil;
+pub mod resources;
+pub mod serve;
+pub mod server;
+pub mod store;
+pub mod tls;

@@ -1,0 +1,146 @@
+//! The kinds the coordinator serves, and how each is addressed. One table drives discovery,
+//! routing, kubectl's short names and the store's resource keys, so adding a kind is one entry.
+
+/// One served resource.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResourceType {
+    /// Empty for the core group.
+    pub group: &'static str,
+    pub version: &'static str,
+    pub kind: &'static str,
+    pub plural: &'static str,
+    pub singular: &'static str,
+    pub short_names: &'static [&'static str],
+    pub namespaced: bool,
+    /// Has a `/status` subresource: writes to the main resource ignore `status`, writes to
+    /// `/status` change only `status` (Kubernetes' rule, so controllers and users don't clobber
+    /// each other).
+    pub status_subresource: bool,
+    pub categories: &'static [&'static str],
+}
+
+impl ResourceType {
+    /// `apiVersion` as written in objects.
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.to_string()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+
+    /// The store's resource key: `<group>/<plural>`.
+    pub fn store_key(&self) -> String {
+        format!("{}/{}", self.group, self.plural)
+    }
+
+    /// The singular name kubectl and aloftctl print: `machineconfigpool.machineconfiguration.openshift.io`.
+    pub fn qualified(&self) -> String {
+        if self.group.is_empty() {
+            self.plural.to_string()
+        } else {
+            format!("{}.{}", self.plural, self.group)
+        }
+    }
+}
+
+pub const NODE: ResourceType = ResourceType {
+    group: "",
+    version: "v1",
+    kind: "Node",
+    plural: "nodes",
+    singular: "node",
+    short_names: &["no"],
+    namespaced: false,
+    status_subresource: true,
+    categories: &[],
+};
+
+pub const EVENT: ResourceType = ResourceType {
+    group: "",
+    version: "v1",
+    kind: "Event",
+    plural: "events",
+    singular: "event",
+    short_names: &["ev"],
+    namespaced: true,
+    status_subresource: false,
+    categories: &[],
+};
+
+pub const MACHINE_CONFIG: ResourceType = ResourceType {
+    group: aloft_api::MCO_GROUP,
+    version: "v1",
+    kind: "MachineConfig",
+    plural: "machineconfigs",
+    singular: "machineconfig",
+    short_names: &["mc"],
+    namespaced: false,
+    status_subresource: false,
+    categories: &[],
+};
+
+pub const MACHINE_CONFIG_POOL: ResourceType = ResourceType {
+    group: aloft_api::MCO_GROUP,
+    version: "v1",
+    kind: "MachineConfigPool",
+    plural: "machineconfigpools",
+    singular: "machineconfigpool",
+    short_names: &["mcp"],
+    namespaced: false,
+    status_subresource: true,
+    categories: &[],
+};
+
+/// Every served resource.
+pub const ALL: &[ResourceType] = &[NODE, EVENT, MACHINE_CONFIG, MACHINE_CONFIG_POOL];
+
+/// Find by group, version and plural (the URL form).
+pub fn by_path(group: &str, version: &str, plural: &str) -> Option<&'static ResourceType> {
+    ALL.iter().find(|r| r.group == group && r.version == version && r.plural == plural)
+}
+
+/// Find by `apiVersion` and `kind` (the object form).
+pub fn by_kind(api_version: &str, kind: &str) -> Option<&'static ResourceType> {
+    ALL.iter().find(|r| r.api_version() == api_version && r.kind == kind)
+}
+
+/// Find by any name a user may type: plural, singular, short name, kind, or `plural.group`.
+pub fn by_name(name: &str) -> Option<&'static ResourceType> {
+    let lower = name.to_ascii_lowercase();
+    ALL.iter().find(|r| {
+        r.plural == lower
+            || r.singular == lower
+            || r.short_names.contains(&lower.as_str())
+            || r.kind.eq_ignore_ascii_case(&lower)
+            || r.qualified() == lower
+            || format!("{}.{}", r.singular, r.group) == lower
+    })
+}
+
+/// The API groups (non-core) in a stable order, for discovery.
+pub fn groups() -> Vec<&'static str> {
+    let mut g: Vec<&str> = ALL.iter().map(|r| r.group).filter(|g| !g.is_empty()).collect();
+    g.dedup();
+    g.sort();
+    g.dedup();
+    g
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_name_a_user_types_resolves() {
+        for n in ["mcp", "machineconfigpool", "machineconfigpools", "MachineConfigPool", "machineconfigpools.machineconfiguration.openshift.io"] {
+            assert_eq!(by_name(n).map(|r| r.kind), Some("MachineConfigPool"), "{n}");
+        }
+        assert_eq!(by_name("mc").map(|r| r.kind), Some("MachineConfig"));
+        assert_eq!(by_name("no").map(|r| r.kind), Some("Node"));
+        assert!(by_name("pods").is_none());
+        assert_eq!(by_kind("machineconfiguration.openshift.io/v1", "MachineConfig"), Some(&MACHINE_CONFIG));
+        assert!(by_kind("machineconfiguration.openshift.io/v2", "MachineConfig").is_none());
+        assert_eq!(groups(), vec!["machineconfiguration.openshift.io"]);
+    }
+}

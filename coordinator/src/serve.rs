@@ -1,0 +1,114 @@
+//! `aloft-coordinator serve`: open the data directory, make sure the PKI, the admin token and the
+//! client config exist, start the controllers, and serve the API.
+
+use crate::client::{install_crypto, ClientConfig};
+use crate::server::{self, Ctx, Limits};
+use crate::store::SqliteStore;
+use crate::{auth, controllers, fsutil, tls};
+use anyhow::{bail, Context, Result};
+use std::net::SocketAddr;
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Options of `serve`.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    pub data_dir: PathBuf,
+    pub listen: SocketAddr,
+    pub insecure_http: bool,
+    /// Use this admin token instead of generating one.
+    pub admin_token_file: Option<PathBuf>,
+    /// Extra names for the serving certificate.
+    pub tls_san: Vec<String>,
+    pub limits: Limits,
+}
+
+/// Files `serve` keeps in the data directory.
+pub struct DataDir {
+    pub db: PathBuf,
+    pub admin_token: PathBuf,
+    pub kubeconfig: PathBuf,
+}
+
+impl DataDir {
+    pub fn new(dir: &std::path::Path) -> Self {
+        DataDir { db: dir.join("aloft.db"), admin_token: dir.join("admin.token"), kubeconfig: dir.join("admin.kubeconfig") }
+    }
+}
+
+/// Read a token file: one line, not empty.
+pub fn read_token_file(path: &std::path::Path) -> Result<String> {
+    let t = std::fs::read_to_string(path).with_context(|| format!("reading token file {}", path.display()))?;
+    let t = t.trim().to_string();
+    if t.is_empty() || t.contains(char::is_whitespace) {
+        bail!("token file {} must hold one token on one line", path.display());
+    }
+    Ok(t)
+}
+
+/// Open the store and make sure an admin token exists; returns the store and the token.
+pub async fn prepare(opts: &ServeOptions) -> Result<(SqliteStore, String)> {
+    std::fs::create_dir_all(&opts.data_dir).with_context(|| format!("creating data dir {}", opts.data_dir.display()))?;
+    std::fs::set_permissions(&opts.data_dir, std::fs::Permissions::from_mode(0o700))?;
+    let files = DataDir::new(&opts.data_dir);
+    let store = SqliteStore::open(&files.db).with_context(|| format!("opening store {}", files.db.display()))?;
+    let token = match &opts.admin_token_file {
+        Some(f) => read_token_file(f)?,
+        None if files.admin_token.exists() => read_token_file(&files.admin_token)?,
+        None => {
+            let t = auth::generate_token();
+            fsutil::write_private(&files.admin_token, t.as_bytes())?;
+            t
+        }
+    };
+    store.put_token(auth::token_hash(&token), "admin".into(), "admin".into()).await?;
+    Ok((store, token))
+}
+
+/// Run until the process is stopped.
+pub async fn run(opts: ServeOptions) -> Result<()> {
+    install_crypto();
+    let (store, token) = prepare(&opts).await?;
+    let files = DataDir::new(&opts.data_dir);
+    let listener = std::net::TcpListener::bind(opts.listen).with_context(|| format!("binding {}", opts.listen))?;
+    listener.set_nonblocking(true)?;
+    let addr = listener.local_addr()?;
+    let host = match addr.ip() {
+        ip if ip.is_unspecified() => "127.0.0.1".to_string(),
+        std::net::IpAddr::V6(ip) => format!("[{ip}]"),
+        ip => ip.to_string(),
+    };
+    let pki = tls::Pki::in_dir(&opts.data_dir);
+    let scheme = if opts.insecure_http { "http" } else { "https" };
+    let mut client = ClientConfig { server: format!("{scheme}://{host}:{}", addr.port()), ca_pem: None, token: Some(token) };
+    if !opts.insecure_http {
+        let mut names = vec!["localhost".to_string(), "127.0.0.1".to_string(), "::1".to_string()];
+        if !addr.ip().is_unspecified() {
+            names.push(addr.ip().to_string());
+        }
+        names.extend(opts.tls_san.iter().cloned());
+        names.dedup();
+        tls::ensure(&pki, &names)?;
+        client.ca_pem = Some(std::fs::read(&pki.ca_cert)?);
+    }
+    fsutil::write_private(&files.kubeconfig, client.to_kubeconfig().as_bytes())?;
+
+    let tokens = Arc::new(store.clone());
+    let store: Arc<dyn crate::store::Store> = Arc::new(store);
+    let ctx = Arc::new(Ctx { store: store.clone(), tokens, limits: opts.limits.clone() });
+    controllers::spawn_all(store.clone());
+    let app = server::router(ctx).into_make_service();
+    tracing::info!(%addr, scheme, data_dir = %opts.data_dir.display(), "aloft-coordinator serving");
+    println!("aloft-coordinator listening on {}", client.server);
+    println!("client config: {} (aloftctl --kubeconfig FILE, or kubectl --kubeconfig FILE)", files.kubeconfig.display());
+    if opts.insecure_http {
+        axum_server::from_tcp(listener)?.serve(app).await?;
+    } else {
+        let cfg = axum_server::tls_rustls::RustlsConfig::from_pem_file(&pki.cert, &pki.key)
+            .await
+            .context("loading the serving certificate")?;
+        axum_server::from_tcp_rustls(listener, cfg)?.serve(app).await?;
+    }
+    Ok(())
+}

@@ -1,0 +1,89 @@
+//! Discovery documents (`/api`, `/apis`, `/apis/<group>/<version>`, `/version`), in the legacy
+//! (non-aggregated) form. kubectl asks for aggregated discovery first and falls back to these when
+//! the answer is plain JSON, which every kubectl since 1.26 does.
+
+use crate::resources::{self, ResourceType};
+use serde_json::{json, Value};
+
+const VERBS: &[&str] = &["create", "delete", "get", "list", "patch", "update", "watch"];
+
+pub fn core_versions() -> Value {
+    json!({"kind": "APIVersions", "apiVersion": "v1", "versions": ["v1"], "serverAddressByClientCIDRs": []})
+}
+
+fn group_entry(group: &str) -> Value {
+    let gv = format!("{group}/v1");
+    json!({
+        "name": group,
+        "versions": [{"groupVersion": gv, "version": "v1"}],
+        "preferredVersion": {"groupVersion": gv, "version": "v1"},
+    })
+}
+
+pub fn group_list() -> Value {
+    let groups: Vec<Value> = resources::groups().into_iter().map(group_entry).collect();
+    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
+}
+
+/// `/apis/<group>`; None when the group is not served.
+pub fn group(group: &str) -> Option<Value> {
+    if !resources::groups().contains(&group) {
+        return None;
+    }
+    let mut g = group_entry(group);
+    g["kind"] = "APIGroup".into();
+    g["apiVersion"] = "v1".into();
+    Some(g)
+}
+
+fn entries(r: &ResourceType) -> Vec<Value> {
+    let mut out = vec![json!({
+        "name": r.plural,
+        "singularName": r.singular,
+        "namespaced": r.namespaced,
+        "kind": r.kind,
+        "verbs": VERBS,
+        "shortNames": r.short_names,
+        "categories": r.categories,
+    })];
+    if r.status_subresource {
+        out.push(json!({
+            "name": format!("{}/status", r.plural),
+            "singularName": "",
+            "namespaced": r.namespaced,
+            "kind": r.kind,
+            "verbs": ["get", "patch", "update"],
+        }));
+    }
+    out
+}
+
+/// `/api/v1` or `/apis/<group>/<version>`; None when nothing is served there.
+pub fn resource_list(group: &str, version: &str) -> Option<Value> {
+    let list: Vec<Value> = resources::ALL
+        .iter()
+        .filter(|r| r.group == group && r.version == version)
+        .flat_map(entries)
+        .collect();
+    if list.is_empty() {
+        return None;
+    }
+    let gv = if group.is_empty() { version.to_string() } else { format!("{group}/{version}") };
+    Some(json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": list}))
+}
+
+/// `/version`: the Kubernetes minor version whose API conventions the coordinator follows, so
+/// kubectl's version-skew check stays quiet.
+pub fn version() -> Value {
+    json!({
+        "major": "1",
+        "minor": "32",
+        "gitVersion": format!("v1.32.0+aloft-{}", env!("CARGO_PKG_VERSION")),
+        "gitCommit": "",
+        "gitTreeState": "clean",
+        "buildDate": "",
+        "goVersion": "",
+        "compiler": "rustc",
+        "platform": format!("{}/{}", std::env::consts::OS, std::env::consts::ARCH),
+    })
+}

@@ -1,0 +1,94 @@
+//! API errors as Kubernetes `Status` bodies with the matching HTTP code, so kubectl and client-go
+//! recognise them (NotFound, Conflict, Invalid with field causes, Gone, ...).
+
+use crate::store::StoreError;
+use aloft_api::{Status, StatusCause, StatusDetails};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: Status,
+}
+
+impl ApiError {
+    fn new(code: u16, reason: &str, message: impl Into<String>) -> Self {
+        ApiError { status: Status::failure(code, reason, message) }
+    }
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(400, "BadRequest", message)
+    }
+    pub fn unauthorized() -> Self {
+        Self::new(401, "Unauthorized", "Unauthorized: a valid bearer token is required (Authorization: Bearer <token>)")
+    }
+    pub fn forbidden(user: &str, verb: &str, resource: &str, name: Option<&str>) -> Self {
+        let what = match name {
+            Some(n) => format!("{resource} {n:?}"),
+            None => resource.to_string(),
+        };
+        Self::new(403, "Forbidden", format!("{what} is forbidden: User {user:?} cannot {verb} this resource"))
+    }
+    pub fn not_found_path() -> Self {
+        Self::new(404, "NotFound", "the server could not find the requested resource")
+    }
+    pub fn not_found(resource: &str, name: &str) -> Self {
+        let mut e = Self::new(404, "NotFound", format!("{resource} {name:?} not found"));
+        e.status.details = Some(StatusDetails { name: name.into(), kind: resource.into(), ..Default::default() });
+        e
+    }
+    pub fn already_exists(resource: &str, name: &str) -> Self {
+        let mut e = Self::new(409, "AlreadyExists", format!("{resource} {name:?} already exists"));
+        e.status.details = Some(StatusDetails { name: name.into(), kind: resource.into(), ..Default::default() });
+        e
+    }
+    pub fn conflict(resource: &str, name: &str, detail: &str) -> Self {
+        Self::new(409, "Conflict", format!("Operation cannot be fulfilled on {resource} {name:?}: {detail}"))
+    }
+    pub fn gone(message: impl Into<String>) -> Self {
+        Self::new(410, "Expired", message)
+    }
+    pub fn too_large(limit: usize) -> Self {
+        Self::new(413, "RequestEntityTooLarge", format!("Request entity too large: limit is {limit} bytes"))
+    }
+    pub fn unsupported_media(message: impl Into<String>) -> Self {
+        Self::new(415, "UnsupportedMediaType", message)
+    }
+    pub fn method_not_allowed(message: impl Into<String>) -> Self {
+        Self::new(405, "MethodNotAllowed", message)
+    }
+    /// 422 with one cause per field error.
+    pub fn invalid(kind: &str, name: &str, causes: Vec<StatusCause>) -> Self {
+        let summary = causes
+            .iter()
+            .map(|c| if c.field.is_empty() { c.message.clone() } else { format!("{}: {}", c.field, c.message) })
+            .collect::<Vec<_>>()
+            .join(", ");
+        let mut e = Self::new(422, "Invalid", format!("{kind} {name:?} is invalid: {summary}"));
+        e.status.details = Some(StatusDetails { name: name.into(), kind: kind.into(), causes, ..Default::default() });
+        e
+    }
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(500, "InternalError", message)
+    }
+    pub fn from_store(e: StoreError, resource: &str, name: &str) -> Self {
+        match e {
+            StoreError::NotFound(_) => Self::not_found(resource, name),
+            StoreError::AlreadyExists(_) => Self::already_exists(resource, name),
+            StoreError::Conflict { .. } => Self::conflict(resource, name, &e.to_string()),
+            StoreError::Gone { .. } => Self::gone(e.to_string()),
+            StoreError::Backend(m) => Self::internal(m),
+        }
+    }
+}
+
+/// One field error for [`ApiError::invalid`].
+pub fn cause(field: &str, reason: &str, message: impl Into<String>) -> StatusCause {
+    StatusCause { field: field.into(), reason: reason.into(), message: message.into() }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let code = StatusCode::from_u16(self.status.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        (code, axum::Json(self.status)).into_response()
+    }
+}

@@ -1,0 +1,325 @@
+//! The resource endpoints: get, list, watch, create, update, patch, delete, for every kind in
+//! [`crate::resources`], with the status subresource, dry-run and preconditions.
+
+use super::error::ApiError;
+use super::objects::{self, PatchType};
+use super::request::{self, FieldSelector, ResourcePath};
+use super::{table, validate, watch, Ctx};
+use crate::auth::{self, Identity, Verb};
+use crate::store::{revision_of, Key, StoreError};
+use aloft_api::Selector;
+use axum::http::{HeaderMap, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::{json, Value};
+use std::collections::HashMap;
+
+/// How many times a PATCH or an unconditional PUT retries after losing a compare-and-swap race.
+const CAS_RETRIES: usize = 8;
+
+pub struct Call<'a> {
+    pub ctx: &'a Ctx,
+    pub who: &'a Identity,
+    pub method: Method,
+    pub path: ResourcePath,
+    pub params: HashMap<String, String>,
+    pub headers: HeaderMap,
+    pub body: axum::body::Bytes,
+}
+
+impl Call<'_> {
+    fn key(&self, name: &str) -> Key {
+        Key::new(&self.path.rt.store_key(), &self.path.store_namespace(), name)
+    }
+    fn qualified(&self) -> String {
+        self.path.rt.qualified()
+    }
+    fn dry_run(&self) -> bool {
+        self.params.get("dryRun").is_some_and(|v| v == "All")
+    }
+    fn wants_table(&self) -> bool {
+        self.headers.get("accept").and_then(|v| v.to_str().ok()).is_some_and(table::wants_table)
+    }
+    fn is_status(&self) -> bool {
+        self.path.subresource.as_deref() == Some("status")
+    }
+    fn authorize(&self, verb: Verb) -> Result<(), ApiError> {
+        let req = auth::Request {
+            verb,
+            resource: &self.path.rt.store_key(),
+            name: self.path.name.as_deref(),
+            subresource: self.path.subresource.as_deref(),
+        };
+        if auth::allowed(self.who, &req) {
+            Ok(())
+        } else {
+            Err(ApiError::forbidden(&self.who.name, verb.as_str(), &self.qualified(), self.path.name.as_deref()))
+        }
+    }
+    fn store_err(&self, e: StoreError, name: &str) -> ApiError {
+        ApiError::from_store(e, &self.qualified(), name)
+    }
+    fn invalid(&self, name: &str, causes: Vec<aloft_api::StatusCause>) -> ApiError {
+        ApiError::invalid(self.path.rt.kind, name, causes)
+    }
+    fn validate(&self, obj: &Value) -> Result<(), ApiError> {
+        let causes = validate::object_causes(self.path.rt, obj);
+        if causes.is_empty() {
+            Ok(())
+        } else {
+            Err(self.invalid(objects::name_of(obj), causes))
+        }
+    }
+    fn check_namespace(&self, obj: &mut Value) -> Result<(), ApiError> {
+        if !self.path.rt.namespaced {
+            if let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+                m.remove("namespace");
+            }
+            return Ok(());
+        }
+        let url_ns = self.path.namespace.as_deref().unwrap_or("");
+        if url_ns.is_empty() {
+            return Err(ApiError::bad_request(format!("{} is namespaced: use /namespaces/<ns>/{}", self.path.rt.kind, self.path.rt.plural)));
+        }
+        let body_ns = obj.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("");
+        if !body_ns.is_empty() && body_ns != url_ns {
+            return Err(ApiError::bad_request(format!(
+                "the namespace of the provided object ({body_ns}) does not match the namespace sent on the request ({url_ns})"
+            )));
+        }
+        Ok(())
+    }
+}
+
+pub async fn dispatch(call: Call<'_>) -> Result<Response, ApiError> {
+    let has_name = call.path.name.is_some();
+    let watching = call.params.get("watch").is_some_and(|v| v == "true" || v == "1");
+    match (&call.method, has_name) {
+        (&Method::GET, _) if watching => watch_handler(call).await,
+        (&Method::GET, true) => get(call).await,
+        (&Method::GET, false) => list(call).await,
+        (&Method::POST, false) => create(call).await,
+        (&Method::PUT, true) => update(call).await,
+        (&Method::PATCH, true) => patch(call).await,
+        (&Method::DELETE, true) => delete(call).await,
+        (m, _) => Err(ApiError::method_not_allowed(format!("{m} is not supported on this path"))),
+    }
+}
+
+fn respond(code: StatusCode, v: Value) -> Response {
+    (code, Json(v)).into_response()
+}
+
+fn render_one(call: &Call<'_>, obj: Value) -> Value {
+    if call.wants_table() {
+        table::table(call.path.rt, &[&obj], revision_of(&obj), true)
+    } else {
+        obj
+    }
+}
+
+async fn get(call: Call<'_>) -> Result<Response, ApiError> {
+    call.authorize(Verb::Get)?;
+    let name = call.path.name.clone().unwrap_or_default();
+    let obj = call.ctx.store.get(&call.key(&name)).await.map_err(|e| call.store_err(e, &name))?;
+    let obj = obj.ok_or_else(|| ApiError::not_found(&call.qualified(), &name))?;
+    Ok(respond(StatusCode::OK, render_one(&call, obj)))
+}
+
+/// Selectors of a list or watch request.
+pub struct Filters {
+    pub labels: Selector,
+    pub fields: FieldSelector,
+}
+
+impl Filters {
+    pub fn from_params(params: &HashMap<String, String>) -> Result<Self, ApiError> {
+        let labels = match params.get("labelSelector") {
+            Some(s) => Selector::parse(s).map_err(|e| ApiError::bad_request(e.to_string()))?,
+            None => Selector::everything(),
+        };
+        let fields = match params.get("fieldSelector") {
+            Some(s) => FieldSelector::parse(s)?,
+            None => FieldSelector::default(),
+        };
+        Ok(Filters { labels, fields })
+    }
+
+    pub fn matches(&self, obj: &Value) -> bool {
+        if !self.fields.matches(obj) {
+            return false;
+        }
+        if self.labels.is_empty() {
+            return true;
+        }
+        let labels = obj
+            .pointer("/metadata/labels")
+            .and_then(Value::as_object)
+            .map(|m| m.iter().map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_string())).collect())
+            .unwrap_or_default();
+        self.labels.matches(&labels)
+    }
+}
+
+async fn list(call: Call<'_>) -> Result<Response, ApiError> {
+    call.authorize(Verb::List)?;
+    let filters = Filters::from_params(&call.params)?;
+    let ns = call.path.namespace.clone();
+    let listing = call
+        .ctx
+        .store
+        .list(&call.path.rt.store_key(), ns.as_deref())
+        .await
+        .map_err(|e| call.store_err(e, ""))?;
+    let items: Vec<Value> = listing.items.into_iter().filter(|o| filters.matches(o)).collect();
+    if call.wants_table() {
+        let refs: Vec<&Value> = items.iter().collect();
+        return Ok(respond(StatusCode::OK, table::table(call.path.rt, &refs, Some(listing.revision), true)));
+    }
+    Ok(respond(
+        StatusCode::OK,
+        json!({
+            "apiVersion": call.path.rt.api_version(),
+            "kind": format!("{}List", call.path.rt.kind),
+            "metadata": {"resourceVersion": listing.revision.to_string()},
+            "items": items,
+        }),
+    ))
+}
+
+async fn watch_handler(call: Call<'_>) -> Result<Response, ApiError> {
+    call.authorize(Verb::Watch)?;
+    let filters = Filters::from_params(&call.params)?;
+    watch::serve(call.ctx, call.path.clone(), &call.params, filters, call.wants_table()).await
+}
+
+async fn create(call: Call<'_>) -> Result<Response, ApiError> {
+    call.authorize(Verb::Create)?;
+    let mut obj = request::decode_object(&call.headers, &call.body)?;
+    request::check_type(call.path.rt, &obj)?;
+    call.check_namespace(&mut obj)?;
+    let mut name = objects::name_of(&obj).to_string();
+    if name.is_empty() {
+        if let Some(prefix) = obj.pointer("/metadata/generateName").and_then(Value::as_str) {
+            name = objects::generate_name(prefix);
+            obj["metadata"]["name"] = name.clone().into();
+        }
+    }
+    let causes = validate::name_causes(&name);
+    if !causes.is_empty() {
+        return Err(call.invalid(&name, causes));
+    }
+    call.validate(&obj)?;
+    objects::prepare_create(&mut obj, &call.path.store_namespace());
+    if call.dry_run() {
+        return Ok(respond(StatusCode::CREATED, obj));
+    }
+    let created = call.ctx.store.create(&call.key(&name), obj).await.map_err(|e| call.store_err(e, &name))?;
+    Ok(respond(StatusCode::CREATED, created))
+}
+
+fn precondition(obj: &Value) -> Result<Option<u64>, ApiError> {
+    match obj.pointer("/metadata/resourceVersion") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) if s.is_empty() => Ok(None),
+        Some(Value::String(s)) => s
+            .parse()
+            .map(Some)
+            .map_err(|_| ApiError::bad_request(format!("metadata.resourceVersion {s:?} is not a resourceVersion this server issued"))),
+        Some(other) => Err(ApiError::bad_request(format!("metadata.resourceVersion must be a string, got {other}"))),
+    }
+}
+
+/// Read-modify-write with compare-and-swap, retried while `retry` allows it.
+async fn read_modify_write(
+    call: &Call<'_>,
+    name: &str,
+    retry: bool,
+    mut modify: impl FnMut(&Value) -> Result<Value, ApiError>,
+) -> Result<Value, ApiError> {
+    let key = call.key(name);
+    for _ in 0..CAS_RETRIES {
+        let stored = call.ctx.store.get(&key).await.map_err(|e| call.store_err(e, name))?;
+        let stored = stored.ok_or_else(|| ApiError::not_found(&call.qualified(), name))?;
+        let stored_rev = revision_of(&stored).unwrap_or(0);
+        let incoming = modify(&stored)?;
+        if let Some(want) = precondition(&incoming)? {
+            if want != stored_rev {
+                return Err(call.store_err(StoreError::Conflict { have: want, stored: stored_rev }, name));
+            }
+        }
+        let next = objects::prepare_update(call.path.rt, call.is_status(), &stored, incoming);
+        call.validate(&next)?;
+        if next == stored {
+            // A no-op write is not a write: no new resourceVersion, no watch event.
+            return Ok(stored);
+        }
+        if call.dry_run() {
+            return Ok(next);
+        }
+        match call.ctx.store.update(&key, next, Some(stored_rev)).await {
+            Ok(v) => return Ok(v),
+            Err(StoreError::Conflict { .. }) if retry => continue,
+            Err(e) => return Err(call.store_err(e, name)),
+        }
+    }
+    Err(ApiError::conflict(&call.qualified(), name, "too many concurrent writers; try again"))
+}
+
+async fn update(call: Call<'_>) -> Result<Response, ApiError> {
+    call.authorize(Verb::Update)?;
+    let name = call.path.name.clone().unwrap_or_default();
+    let mut obj = request::decode_object(&call.headers, &call.body)?;
+    request::check_type(call.path.rt, &obj)?;
+    call.check_namespace(&mut obj)?;
+    let body_name = objects::name_of(&obj);
+    if !body_name.is_empty() && body_name != name {
+        return Err(ApiError::bad_request(format!("the name of the object ({body_name}) does not match the name on the URL ({name})")));
+    }
+    // Without a resourceVersion the PUT is unconditional (as Kubernetes allows for most kinds).
+    let unconditional = precondition(&obj)?.is_none();
+    let out = read_modify_write(&call, &name, unconditional, |_| Ok(obj.clone())).await?;
+    Ok(respond(StatusCode::OK, out))
+}
+
+async fn patch(call: Call<'_>) -> Result<Response, ApiError> {
+    call.authorize(Verb::Patch)?;
+    let name = call.path.name.clone().unwrap_or_default();
+    let ctype = call.headers.get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("");
+    let kind = PatchType::from_content_type(ctype)?;
+    let body = call.body.clone();
+    let out = read_modify_write(&call, &name, true, |stored| objects::apply_patch(kind, stored, &body)).await?;
+    Ok(respond(StatusCode::OK, out))
+}
+
+async fn delete(call: Call<'_>) -> Result<Response, ApiError> {
+    call.authorize(Verb::Delete)?;
+    let name = call.path.name.clone().unwrap_or_default();
+    let mut expected = None;
+    let mut uid = None;
+    if !call.body.is_empty() {
+        let opts: Value = serde_json::from_slice(&call.body).map_err(|e| ApiError::bad_request(format!("malformed DeleteOptions: {e}")))?;
+        if let Some(rv) = opts.pointer("/preconditions/resourceVersion").and_then(Value::as_str) {
+            expected = Some(rv.parse::<u64>().map_err(|_| ApiError::bad_request(format!("preconditions.resourceVersion {rv:?} is invalid")))?);
+        }
+        uid = opts.pointer("/preconditions/uid").and_then(Value::as_str).map(str::to_string);
+        if opts.get("dryRun").and_then(Value::as_array).is_some_and(|a| a.iter().any(|v| v == "All")) {
+            let stored = call.ctx.store.get(&call.key(&name)).await.map_err(|e| call.store_err(e, &name))?;
+            return stored.map(|o| respond(StatusCode::OK, o)).ok_or_else(|| ApiError::not_found(&call.qualified(), &name));
+        }
+    }
+    if call.dry_run() {
+        let stored = call.ctx.store.get(&call.key(&name)).await.map_err(|e| call.store_err(e, &name))?;
+        return stored.map(|o| respond(StatusCode::OK, o)).ok_or_else(|| ApiError::not_found(&call.qualified(), &name));
+    }
+    if let Some(uid) = uid {
+        let stored = call.ctx.store.get(&call.key(&name)).await.map_err(|e| call.store_err(e, &name))?;
+        let stored = stored.ok_or_else(|| ApiError::not_found(&call.qualified(), &name))?;
+        if stored.pointer("/metadata/uid").and_then(Value::as_str) != Some(uid.as_str()) {
+            return Err(ApiError::conflict(&call.qualified(), &name, &format!("Precondition failed: UID in precondition: {uid}")));
+        }
+        expected = expected.or(revision_of(&stored));
+    }
+    let deleted = call.ctx.store.delete(&call.key(&name), expected).await.map_err(|e| call.store_err(e, &name))?;
+    Ok(respond(StatusCode::OK, deleted))
+}

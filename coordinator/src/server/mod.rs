@@ -1,0 +1,174 @@
+//! The HTTP API: Kubernetes' REST conventions over the store, so OpenShift YAML applies unchanged
+//! and kubectl works as a client.
+
+pub mod discovery;
+pub mod error;
+pub mod handlers;
+pub mod objects;
+pub mod openapi;
+pub mod request;
+pub mod table;
+pub mod validate;
+pub mod watch;
+
+use crate::auth::{self, Identity};
+use crate::store::{SqliteStore, Store, StoreError};
+use async_trait::async_trait;
+use axum::body::Body;
+use axum::extract::{Query, Request, State};
+use axum::http::{HeaderMap, Method, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{any, get};
+use axum::{Extension, Json, Router};
+use error::ApiError;
+use request::Target;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Request limits.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Largest request body; Kubernetes' API server uses 3 MiB.
+    pub max_body: usize,
+    /// A watch without `timeoutSeconds` ends after this; clients reconnect from their last version.
+    pub watch_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { max_body: 3 * 1024 * 1024, watch_timeout: Duration::from_secs(1800) }
+    }
+}
+
+/// Turns a bearer token into an identity.
+#[async_trait]
+pub trait TokenLookup: Send + Sync + 'static {
+    async fn lookup(&self, token: &str) -> Result<Option<Identity>, StoreError>;
+}
+
+#[async_trait]
+impl TokenLookup for SqliteStore {
+    async fn lookup(&self, token: &str) -> Result<Option<Identity>, StoreError> {
+        Ok(self.find_token(auth::token_hash(token)).await?.and_then(|(name, role)| {
+            // A row with a role this build does not know grants nothing.
+            role.parse().ok().map(|role| Identity { name, role })
+        }))
+    }
+}
+
+/// Everything a request handler needs.
+pub struct Ctx {
+    pub store: Arc<dyn Store>,
+    pub tokens: Arc<dyn TokenLookup>,
+    pub limits: Limits,
+}
+
+pub type SharedCtx = Arc<Ctx>;
+
+async fn authenticate(State(ctx): State<SharedCtx>, mut req: Request, next: Next) -> Response {
+    let token = req
+        .headers()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
+        .filter(|t| !t.is_empty());
+    let Some(token) = token else { return ApiError::unauthorized().into_response() };
+    match ctx.tokens.lookup(token).await {
+        Ok(Some(who)) => {
+            req.extensions_mut().insert(who);
+            next.run(req).await
+        }
+        Ok(None) => ApiError::unauthorized().into_response(),
+        Err(e) => ApiError::internal(e.to_string()).into_response(),
+    }
+}
+
+async fn read_body(body: Body, headers: &HeaderMap, limit: usize) -> Result<axum::body::Bytes, ApiError> {
+    let declared = headers.get("content-length").and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return Err(ApiError::too_large(limit));
+    }
+    axum::body::to_bytes(body, limit).await.map_err(|_| ApiError::too_large(limit))
+}
+
+fn json_ok(v: serde_json::Value) -> Response {
+    (StatusCode::OK, Json(v)).into_response()
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn api_entry(
+    core: bool,
+    ctx: SharedCtx,
+    who: Identity,
+    method: Method,
+    rest: &str,
+    params: HashMap<String, String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let target = request::parse(core, rest)?;
+    let discovery = |v: Option<serde_json::Value>| v.map(json_ok).ok_or_else(ApiError::not_found_path);
+    match target {
+        Target::CoreVersions => Ok(json_ok(discovery::core_versions())),
+        Target::Groups => Ok(json_ok(discovery::group_list())),
+        Target::Group(g) => discovery(discovery::group(&g)),
+        Target::ResourceList { group, version } => discovery(discovery::resource_list(&group, &version)),
+        Target::Resource(path) => {
+            let body = read_body(body, &headers, ctx.limits.max_body).await?;
+            let call = handlers::Call { ctx: &ctx, who: &who, method, path, params, headers, body };
+            handlers::dispatch(call).await
+        }
+    }
+}
+
+fn into_response(r: Result<Response, ApiError>) -> Response {
+    r.unwrap_or_else(IntoResponse::into_response)
+}
+
+/// The API router. Health endpoints are open; everything else needs a token.
+pub fn router(ctx: SharedCtx) -> Router {
+    let api = Router::new()
+        .route("/version", get(|| async { json_ok(discovery::version()) }))
+        .route("/openapi/v3", get(|| async { json_ok(openapi::index()) }))
+        .route(
+            "/openapi/v3/{*path}",
+            get(|axum::extract::Path(p): axum::extract::Path<String>| async move {
+                openapi::document(&p).map(json_ok).unwrap_or_else(|| ApiError::not_found_path().into_response())
+            }),
+        )
+        .route(
+            "/api",
+            any(|State(c): State<SharedCtx>, Extension(w): Extension<Identity>, m: Method, Query(q), h: HeaderMap, b: Body| async move {
+                into_response(api_entry(true, c, w, m, "", q, h, b).await)
+            }),
+        )
+        .route(
+            "/api/{*rest}",
+            any(|State(c): State<SharedCtx>, Extension(w): Extension<Identity>, m: Method, axum::extract::Path(rest): axum::extract::Path<String>, Query(q), h: HeaderMap, b: Body| async move {
+                into_response(api_entry(true, c, w, m, &rest, q, h, b).await)
+            }),
+        )
+        .route(
+            "/apis",
+            any(|State(c): State<SharedCtx>, Extension(w): Extension<Identity>, m: Method, Query(q), h: HeaderMap, b: Body| async move {
+                into_response(api_entry(false, c, w, m, "", q, h, b).await)
+            }),
+        )
+        .route(
+            "/apis/{*rest}",
+            any(|State(c): State<SharedCtx>, Extension(w): Extension<Identity>, m: Method, axum::extract::Path(rest): axum::extract::Path<String>, Query(q), h: HeaderMap, b: Body| async move {
+                into_response(api_entry(false, c, w, m, &rest, q, h, b).await)
+            }),
+        )
+        .fallback(|| async { ApiError::not_found_path().into_response() })
+        .route_layer(middleware::from_fn_with_state(ctx.clone(), authenticate))
+        .with_state(ctx);
+    Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(|| async { "ok" }))
+        .route("/livez", get(|| async { "ok" }))
+        .merge(api)
+}

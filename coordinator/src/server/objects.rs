@@ -1,0 +1,211 @@
+//! What the API server itself writes into objects: identity and timestamps on create, the
+//! Kubernetes rules for what an update may change (status subresource, immutable fields,
+//! generation), and patches.
+
+use super::error::ApiError;
+use crate::resources::ResourceType;
+use serde_json::{Map, Value};
+
+pub fn now() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+fn meta_mut(obj: &mut Value) -> &mut Map<String, Value> {
+    if !obj.get("metadata").is_some_and(Value::is_object) {
+        obj["metadata"] = Value::Object(Map::new());
+    }
+    match obj.get_mut("metadata").and_then(Value::as_object_mut) {
+        Some(m) => m,
+        None => unreachable!("metadata was just made an object"),
+    }
+}
+
+pub fn name_of(obj: &Value) -> &str {
+    obj.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("")
+}
+
+/// Fill the server-owned metadata of a new object.
+pub fn prepare_create(obj: &mut Value, namespace: &str) {
+    let meta = meta_mut(obj);
+    if !namespace.is_empty() {
+        meta.insert("namespace".into(), namespace.into());
+    }
+    meta.insert("uid".into(), uuid::Uuid::new_v4().to_string().into());
+    meta.insert("creationTimestamp".into(), now().into());
+    meta.insert("generation".into(), 1.into());
+    meta.remove("resourceVersion");
+    meta.remove("deletionTimestamp");
+    meta.remove("selfLink");
+}
+
+/// A name from `generateName` (five random lowercase characters, as Kubernetes does).
+pub fn generate_name(prefix: &str) -> String {
+    use rand::Rng;
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let mut rng = rand::rng();
+    let suffix: String = (0..5).map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char).collect();
+    format!("{prefix}{suffix}")
+}
+
+/// Everything but metadata and status: a change here bumps `metadata.generation`.
+fn spec_part(obj: &Value) -> Value {
+    let mut o = obj.clone();
+    if let Some(m) = o.as_object_mut() {
+        m.remove("metadata");
+        m.remove("status");
+    }
+    o
+}
+
+/// Combine what the client sent with what is stored, by the rules of the endpoint it was sent to.
+pub fn prepare_update(rt: &ResourceType, status_endpoint: bool, stored: &Value, incoming: Value) -> Value {
+    let mut out = if status_endpoint {
+        // Only status changes through /status.
+        let mut o = stored.clone();
+        match incoming.get("status") {
+            Some(s) => o["status"] = s.clone(),
+            None => {
+                if let Some(m) = o.as_object_mut() {
+                    m.remove("status");
+                }
+            }
+        }
+        o
+    } else {
+        let mut o = incoming;
+        if rt.status_subresource {
+            // Status is the controllers' and agents': writes to the object keep the stored status.
+            match stored.get("status") {
+                Some(s) => o["status"] = s.clone(),
+                None => {
+                    if let Some(m) = o.as_object_mut() {
+                        m.remove("status");
+                    }
+                }
+            }
+        }
+        o
+    };
+    let generation = stored.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(1);
+    let bumped = if spec_part(&out) != spec_part(stored) { generation + 1 } else { generation };
+    let stored_meta = stored.get("metadata").cloned().unwrap_or(Value::Null);
+    let meta = meta_mut(&mut out);
+    for k in ["name", "namespace", "uid", "creationTimestamp", "resourceVersion"] {
+        match stored_meta.get(k) {
+            Some(v) => meta.insert(k.into(), v.clone()),
+            None => meta.remove(k),
+        };
+    }
+    meta.insert("generation".into(), bumped.into());
+    out
+}
+
+/// How a PATCH body is to be read, from its content type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PatchType {
+    /// RFC 7386 JSON merge patch.
+    Merge,
+    /// RFC 6902 JSON patch.
+    Json,
+    /// Kubernetes' strategic merge patch, which kubectl sends for core kinds. Applied as a merge
+    /// patch with `$patch`/`$retainKeys` directives refused: lists are replaced, not merged by key.
+    Strategic,
+}
+
+impl PatchType {
+    pub fn from_content_type(ct: &str) -> Result<Self, ApiError> {
+        let base = ct.split(';').next().unwrap_or("").trim();
+        match base {
+            "application/merge-patch+json" => Ok(PatchType::Merge),
+            "application/json-patch+json" => Ok(PatchType::Json),
+            "application/strategic-merge-patch+json" => Ok(PatchType::Strategic),
+            "application/apply-patch+yaml" => Err(ApiError::unsupported_media(
+                "server-side apply is not supported: use client-side `kubectl apply` (the default) or `aloftctl apply`",
+            )),
+            other => Err(ApiError::unsupported_media(format!(
+                "unsupported patch type {other:?}: use application/merge-patch+json, application/json-patch+json or application/strategic-merge-patch+json"
+            ))),
+        }
+    }
+}
+
+fn has_directive(v: &Value) -> bool {
+    match v {
+        Value::Object(m) => m.keys().any(|k| k.starts_with('$')) || m.values().any(has_directive),
+        Value::Array(a) => a.iter().any(has_directive),
+        _ => false,
+    }
+}
+
+/// Apply a patch to a stored object.
+pub fn apply_patch(kind: PatchType, target: &Value, body: &[u8]) -> Result<Value, ApiError> {
+    let patch: Value = serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("malformed patch: {e}")))?;
+    let mut out = target.clone();
+    match kind {
+        PatchType::Merge | PatchType::Strategic => {
+            if !patch.is_object() {
+                return Err(ApiError::bad_request("a merge patch must be a JSON object"));
+            }
+            if kind == PatchType::Strategic && has_directive(&patch) {
+                return Err(ApiError::unsupported_media(
+                    "strategic merge patch directives ($patch, $retainKeys, ...) are not supported; send a JSON merge patch",
+                ));
+            }
+            json_patch::merge(&mut out, &patch);
+        }
+        PatchType::Json => {
+            let p: json_patch::Patch =
+                serde_json::from_value(patch).map_err(|e| ApiError::bad_request(format!("malformed JSON patch: {e}")))?;
+            json_patch::patch(&mut out, &p).map_err(|e| ApiError::invalid("", name_of(target), vec![super::error::cause("", "FieldValueInvalid", format!("JSON patch failed: {e}"))]))?;
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resources::{MACHINE_CONFIG, MACHINE_CONFIG_POOL};
+    use serde_json::json;
+
+    fn stored() -> Value {
+        json!({"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfigPool",
+               "metadata": {"name": "worker", "uid": "u1", "creationTimestamp": "t0", "generation": 3, "resourceVersion": "7"},
+               "spec": {"paused": false}, "status": {"machineCount": 2}})
+    }
+
+    #[test]
+    fn status_rules() {
+        let mut incoming = stored();
+        incoming["spec"]["paused"] = true.into();
+        incoming["status"]["machineCount"] = 9.into();
+        incoming["metadata"]["uid"] = "forged".into();
+        let main = prepare_update(&MACHINE_CONFIG_POOL, false, &stored(), incoming.clone());
+        assert_eq!(main["spec"]["paused"], true);
+        assert_eq!(main["status"]["machineCount"], 2, "status ignored on the main resource");
+        assert_eq!(main["metadata"]["uid"], "u1", "uid immutable");
+        assert_eq!(main["metadata"]["generation"], 4, "spec change bumps generation");
+        let status = prepare_update(&MACHINE_CONFIG_POOL, true, &stored(), incoming);
+        assert_eq!(status["spec"]["paused"], false, "spec ignored on /status");
+        assert_eq!(status["status"]["machineCount"], 9);
+        assert_eq!(status["metadata"]["generation"], 3);
+        // Kinds without a status subresource keep what the client sent.
+        let mc = prepare_update(&MACHINE_CONFIG, false, &json!({"metadata": {"name": "a"}}), json!({"metadata": {"name": "a"}, "status": {"x": 1}}));
+        assert_eq!(mc["status"]["x"], 1);
+    }
+
+    #[test]
+    fn patches() {
+        let s = stored();
+        let m = apply_patch(PatchType::Merge, &s, br#"{"spec":{"paused":true,"maxUnavailable":2}}"#).unwrap();
+        assert_eq!(m["spec"], json!({"paused": true, "maxUnavailable": 2}));
+        let j = apply_patch(PatchType::Json, &s, br#"[{"op":"replace","path":"/spec/paused","value":true}]"#).unwrap();
+        assert_eq!(j["spec"]["paused"], true);
+        let e = apply_patch(PatchType::Json, &s, br#"[{"op":"test","path":"/spec/paused","value":true}]"#).unwrap_err();
+        assert_eq!(e.status.code, 422);
+        assert_eq!(apply_patch(PatchType::Merge, &s, b"[1]").unwrap_err().status.code, 400);
+        assert_eq!(apply_patch(PatchType::Merge, &s, b"{oops").unwrap_err().status.code, 400);
+        assert_eq!(apply_patch(PatchType::Strategic, &s, br#"{"spec":{"$patch":"replace"}}"#).unwrap_err().status.code, 415);
+        assert_eq!(PatchType::from_content_type("application/apply-patch+yaml").unwrap_err().status.code, 415);
+    }
+}

@@ -1,0 +1,190 @@
+//! Turning an HTTP request into what it addresses (a discovery document or a resource), and its
+//! body into an object.
+
+use super::error::ApiError;
+use crate::resources::{self, ResourceType};
+use axum::http::HeaderMap;
+use serde_json::Value;
+
+/// What a path under `/api` or `/apis` names.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Target {
+    CoreVersions,
+    Groups,
+    Group(String),
+    ResourceList { group: String, version: String },
+    Resource(ResourcePath),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResourcePath {
+    pub rt: &'static ResourceType,
+    /// Some for a namespaced path (`.../namespaces/<ns>/...`).
+    pub namespace: Option<String>,
+    pub name: Option<String>,
+    pub subresource: Option<String>,
+}
+
+impl ResourcePath {
+    /// The namespace the object lives in: empty for cluster-scoped kinds.
+    pub fn store_namespace(&self) -> String {
+        if self.rt.namespaced {
+            self.namespace.clone().unwrap_or_default()
+        } else {
+            String::new()
+        }
+    }
+}
+
+/// Parse the part of the path after `/api` (`core = true`) or `/apis`.
+pub fn parse(core: bool, rest: &str) -> Result<Target, ApiError> {
+    let segs: Vec<String> = rest
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .map(|s| percent_encoding::percent_decode_str(s).decode_utf8_lossy().into_owned())
+        .collect();
+    let (group, version, tail) = if core {
+        match segs.as_slice() {
+            [] => return Ok(Target::CoreVersions),
+            [v, tail @ ..] => (String::new(), v.clone(), tail),
+        }
+    } else {
+        match segs.as_slice() {
+            [] => return Ok(Target::Groups),
+            [g] => return Ok(Target::Group(g.clone())),
+            [g, v, tail @ ..] => (g.clone(), v.clone(), tail),
+        }
+    };
+    let (namespace, tail) = match tail {
+        [ns_kw, ns, rest @ ..] if ns_kw == "namespaces" && !rest.is_empty() => (Some(ns.clone()), rest),
+        _ => (None, tail),
+    };
+    let (plural, name, sub) = match tail {
+        [] => return Ok(Target::ResourceList { group, version }),
+        [p] => (p, None, None),
+        [p, n] => (p, Some(n.clone()), None),
+        [p, n, s] => (p, Some(n.clone()), Some(s.clone())),
+        _ => return Err(ApiError::not_found_path()),
+    };
+    let rt = resources::by_path(&group, &version, plural).ok_or_else(ApiError::not_found_path)?;
+    if namespace.is_some() && !rt.namespaced {
+        return Err(ApiError::not_found_path());
+    }
+    match sub.as_deref() {
+        None => {}
+        Some("status") if rt.status_subresource => {}
+        Some(_) => return Err(ApiError::not_found_path()),
+    }
+    Ok(Target::Resource(ResourcePath { rt, namespace, name, subresource: sub }))
+}
+
+/// Decode a request body: JSON, or YAML when the content type says so (a single document).
+pub fn decode_object(headers: &HeaderMap, body: &[u8]) -> Result<Value, ApiError> {
+    let ctype = headers.get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("application/json");
+    let v: Value = if ctype.contains("yaml") {
+        let text = std::str::from_utf8(body).map_err(|_| ApiError::bad_request("request body is not UTF-8"))?;
+        yaml_serde::from_str(text).map_err(|e| ApiError::bad_request(format!("malformed YAML in request body: {e}")))?
+    } else if ctype.contains("json") || ctype.is_empty() {
+        serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("malformed JSON in request body: {e}")))?
+    } else {
+        return Err(ApiError::unsupported_media(format!("unsupported content type {ctype:?}: send application/json or application/yaml")));
+    };
+    if !v.is_object() {
+        return Err(ApiError::bad_request("request body must be a JSON object"));
+    }
+    Ok(v)
+}
+
+/// The object's apiVersion and kind must be those of the endpoint it was sent to.
+pub fn check_type(rt: &ResourceType, obj: &Value) -> Result<(), ApiError> {
+    let av = obj.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+    let kind = obj.get("kind").and_then(Value::as_str).unwrap_or("");
+    if av.is_empty() || kind.is_empty() {
+        return Err(ApiError::bad_request("Object 'apiVersion' and 'kind' are required"));
+    }
+    if av != rt.api_version() {
+        return Err(ApiError::bad_request(format!(
+            "the API version in the data ({av}) does not match the expected API version ({})",
+            rt.api_version()
+        )));
+    }
+    if kind != rt.kind {
+        return Err(ApiError::bad_request(format!("the kind in the data ({kind}) does not match the expected kind ({})", rt.kind)));
+    }
+    Ok(())
+}
+
+/// Field selectors kubectl sends (`metadata.name=x` for `get NAME -w`, `metadata.namespace`).
+#[derive(Debug, Default, Clone)]
+pub struct FieldSelector {
+    terms: Vec<(String, bool, String)>,
+}
+
+impl FieldSelector {
+    pub fn parse(s: &str) -> Result<Self, ApiError> {
+        let mut terms = Vec::new();
+        for t in s.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+            let (field, neg, value) = if let Some((f, v)) = t.split_once("!=") {
+                (f, true, v)
+            } else if let Some((f, v)) = t.split_once("==").or_else(|| t.split_once('=')) {
+                (f, false, v)
+            } else {
+                return Err(ApiError::bad_request(format!("invalid field selector {t:?}: want field=value or field!=value")));
+            };
+            let field = field.trim();
+            if field != "metadata.name" && field != "metadata.namespace" {
+                return Err(ApiError::bad_request(format!(
+                    "field label not supported: {field} (supported: metadata.name, metadata.namespace)"
+                )));
+            }
+            terms.push((field.to_string(), neg, value.trim().to_string()));
+        }
+        Ok(FieldSelector { terms })
+    }
+
+    /// The single name it pins, if any: lets a watch filter in the store.
+    pub fn name(&self) -> Option<&str> {
+        self.terms.iter().find(|(f, neg, _)| f == "metadata.name" && !neg).map(|(_, _, v)| v.as_str())
+    }
+
+    pub fn matches(&self, obj: &Value) -> bool {
+        self.terms.iter().all(|(field, neg, value)| {
+            let ptr = if field == "metadata.name" { "/metadata/name" } else { "/metadata/namespace" };
+            let actual = obj.pointer(ptr).and_then(Value::as_str).unwrap_or("");
+            (actual == value) != *neg
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths() {
+        assert_eq!(parse(true, "").unwrap(), Target::CoreVersions);
+        assert_eq!(parse(false, "/").unwrap(), Target::Groups);
+        assert!(matches!(parse(false, "/machineconfiguration.openshift.io/v1").unwrap(), Target::ResourceList { .. }));
+        let Target::Resource(p) = parse(false, "/machineconfiguration.openshift.io/v1/machineconfigpools/worker/status").unwrap() else {
+            panic!("not a resource")
+        };
+        assert_eq!((p.rt.kind, p.name.as_deref(), p.subresource.as_deref()), ("MachineConfigPool", Some("worker"), Some("status")));
+        let Target::Resource(p) = parse(true, "/v1/namespaces/default/events").unwrap() else { panic!("not a resource") };
+        assert_eq!((p.rt.kind, p.namespace.as_deref()), ("Event", Some("default")));
+        // Unknown resources, subresources and namespaced paths of cluster kinds are 404s.
+        for bad in ["/v1/pods", "/v1/nodes/a/proxy", "/v1/namespaces/x/nodes", "/v1/nodes/a/status/x"] {
+            assert_eq!(parse(true, bad).unwrap_err().status.code, 404, "{bad}");
+        }
+        assert_eq!(parse(false, "/machineconfiguration.openshift.io/v1/machineconfigs/mc/status").unwrap_err().status.code, 404);
+    }
+
+    #[test]
+    fn field_selectors() {
+        let f = FieldSelector::parse("metadata.name=worker").unwrap();
+        assert_eq!(f.name(), Some("worker"));
+        assert!(f.matches(&serde_json::json!({"metadata": {"name": "worker"}})));
+        assert!(!f.matches(&serde_json::json!({"metadata": {"name": "master"}})));
+        assert!(FieldSelector::parse("spec.unschedulable=true").is_err());
+        assert!(FieldSelector::parse("metadata.name").is_err());
+    }
+}

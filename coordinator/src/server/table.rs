@@ -1,0 +1,212 @@
+//! Server-side printing: `meta.k8s.io/v1` Table responses, asked for by kubectl (and aloftctl)
+//! with `Accept: application/json;as=Table;v=v1;g=meta.k8s.io`. Columns follow OpenShift's printer
+//! columns, so `kubectl get mcp` here looks like `oc get mcp` there.
+
+use crate::resources::{self, ResourceType};
+use aloft_api::annotations as ann;
+use serde_json::{json, Value};
+
+struct Col {
+    name: &'static str,
+    kind: &'static str,
+    /// 0: always shown; 1: only with `-o wide`.
+    priority: u8,
+    description: &'static str,
+}
+
+const fn col(name: &'static str, kind: &'static str, priority: u8, description: &'static str) -> Col {
+    Col { name, kind, priority, description }
+}
+
+fn columns(r: &ResourceType) -> Vec<Col> {
+    let name = col("Name", "string", 0, "Name of the object");
+    let age = col("Age", "date", 0, "Time since creation");
+    match r.kind {
+        "MachineConfigPool" => vec![
+            name,
+            col("Config", "string", 0, "The rendered config the pool is on (status.configuration.name)"),
+            col("Updated", "string", 0, "When all the machines in the pool are updated to the correct machine config."),
+            col("Updating", "string", 0, "When at least one of machine is not either not updated or is in the process of updating to the desired machine config."),
+            col("Degraded", "string", 0, "When progress is blocked on updating one or more nodes or the pool configuration is failing."),
+            col("MachineCount", "integer", 0, "Total number of machines in the machine config pool"),
+            col("ReadyMachineCount", "integer", 0, "Total number of ready machines targeted by the pool"),
+            col("UpdatedMachineCount", "integer", 0, "Total number of machines targeted by the pool that have the CurrentMachineConfig as their config"),
+            col("DegradedMachineCount", "integer", 0, "Total number of machines marked degraded (or unreconcilable)"),
+            age,
+        ],
+        "MachineConfig" => vec![
+            name,
+            col("GeneratedByController", "string", 0, "Version of the controller that generated the machineconfig. This will be empty if the machineconfig is not managed by a controller."),
+            col("IgnitionVersion", "string", 0, "Version of the Ignitions Config defined in the machineconfig."),
+            age,
+            col("OSImageURL", "string", 1, "The OS image this config pins"),
+        ],
+        "Node" => vec![
+            name,
+            col("Status", "string", 0, "Ready condition and scheduling"),
+            col("Roles", "string", 0, "node-role.kubernetes.io/ labels"),
+            col("Config", "string", 0, "currentConfig annotation"),
+            col("State", "string", 0, "The agent's state annotation"),
+            age,
+            col("Desired", "string", 1, "desiredConfig annotation"),
+            col("Reason", "string", 1, "Why the node is in its state"),
+        ],
+        "Event" => vec![
+            col("Last Seen", "string", 0, "When the event was last seen"),
+            col("Type", "string", 0, "Normal or Warning"),
+            col("Reason", "string", 0, "Short reason"),
+            col("Object", "string", 0, "The object the event is about"),
+            col("Message", "string", 0, "What happened"),
+        ],
+        _ => vec![name, age],
+    }
+}
+
+fn s<'a>(v: &'a Value, ptr: &str) -> &'a str {
+    v.pointer(ptr).and_then(Value::as_str).unwrap_or("")
+}
+
+fn condition(v: &Value, type_: &str) -> String {
+    v.pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .and_then(|cs| cs.iter().find(|c| c.get("type").and_then(Value::as_str) == Some(type_)))
+        .and_then(|c| c.get("status"))
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string()
+}
+
+/// `5m`, `3h`, `2d` as kubectl prints ages.
+pub fn age(created: &str, now: chrono::DateTime<chrono::Utc>) -> String {
+    let Ok(t) = chrono::DateTime::parse_from_rfc3339(created) else { return "<unknown>".into() };
+    let secs = (now - t.with_timezone(&chrono::Utc)).num_seconds().max(0);
+    match secs {
+        0..120 => format!("{secs}s"),
+        120..7200 => format!("{}m", secs / 60),
+        7200..172800 => format!("{}h", secs / 3600),
+        _ => format!("{}d", secs / 86400),
+    }
+}
+
+fn cells(r: &ResourceType, o: &Value, now: chrono::DateTime<chrono::Utc>) -> Vec<Value> {
+    let name = json!(s(o, "/metadata/name"));
+    let age = json!(age(s(o, "/metadata/creationTimestamp"), now));
+    let int = |p: &str| json!(o.pointer(p).and_then(Value::as_i64).unwrap_or(0));
+    let annotation = |k: &str| json!(o.pointer("/metadata/annotations").and_then(|a| a.get(k)).and_then(Value::as_str).unwrap_or(""));
+    match r.kind {
+        "MachineConfigPool" => vec![
+            name,
+            json!(s(o, "/status/configuration/name")),
+            json!(condition(o, "Updated")),
+            json!(condition(o, "Updating")),
+            json!(condition(o, "Degraded")),
+            int("/status/machineCount"),
+            int("/status/readyMachineCount"),
+            int("/status/updatedMachineCount"),
+            int("/status/degradedMachineCount"),
+            age,
+        ],
+        "MachineConfig" => vec![
+            name,
+            annotation(ann::GENERATED_BY),
+            json!(s(o, "/spec/config/ignition/version")),
+            age,
+            json!(s(o, "/spec/osImageURL")),
+        ],
+        "Node" => {
+            let mut status = match condition(o, "Ready").as_str() {
+                "True" => "Ready".to_string(),
+                _ => "NotReady".to_string(),
+            };
+            if o.pointer("/spec/unschedulable").and_then(Value::as_bool) == Some(true) {
+                status.push_str(",SchedulingDisabled");
+            }
+            let roles: Vec<&str> = o
+                .pointer("/metadata/labels")
+                .and_then(Value::as_object)
+                .map(|l| l.keys().filter_map(|k| k.strip_prefix("node-role.kubernetes.io/")).collect())
+                .unwrap_or_default();
+            let roles = if roles.is_empty() { "<none>".to_string() } else { roles.join(",") };
+            vec![
+                name,
+                json!(status),
+                json!(roles),
+                annotation(ann::CURRENT_CONFIG),
+                annotation(ann::STATE),
+                age,
+                annotation(ann::DESIRED_CONFIG),
+                annotation(ann::REASON),
+            ]
+        }
+        "Event" => {
+            let last = [s(o, "/lastTimestamp"), s(o, "/eventTime"), s(o, "/metadata/creationTimestamp")]
+                .into_iter()
+                .find(|t| !t.is_empty())
+                .unwrap_or("");
+            vec![
+                json!(self::age(last, now)),
+                json!(s(o, "/type")),
+                json!(s(o, "/reason")),
+                json!(format!("{}/{}", s(o, "/involvedObject/kind").to_ascii_lowercase(), s(o, "/involvedObject/name"))),
+                json!(s(o, "/message")),
+            ]
+        }
+        _ => vec![name, age],
+    }
+}
+
+/// The Table for `items`. `with_headers` is false for watch events after the first, as the API
+/// server does, so `kubectl get -w` prints the header once.
+pub fn table(r: &ResourceType, items: &[&Value], revision: Option<u64>, with_headers: bool) -> Value {
+    let now = chrono::Utc::now();
+    let defs: Vec<Value> = if with_headers {
+        columns(r)
+            .iter()
+            .map(|c| {
+                json!({
+                    "name": c.name,
+                    "type": c.kind,
+                    "format": if c.name == "Name" { "name" } else { "" },
+                    "description": c.description,
+                    "priority": c.priority,
+                })
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let rows: Vec<Value> = items
+        .iter()
+        .map(|o| {
+            json!({
+                "cells": cells(r, o, now),
+                "object": {
+                    "kind": "PartialObjectMetadata",
+                    "apiVersion": "meta.k8s.io/v1",
+                    "metadata": o.get("metadata").cloned().unwrap_or(Value::Null),
+                },
+            })
+        })
+        .collect();
+    let mut meta = serde_json::Map::new();
+    if let Some(rev) = revision {
+        meta.insert("resourceVersion".into(), rev.to_string().into());
+    }
+    json!({
+        "kind": "Table",
+        "apiVersion": "meta.k8s.io/v1",
+        "metadata": meta,
+        "columnDefinitions": defs,
+        "rows": rows,
+    })
+}
+
+/// True when the client asked for a Table.
+pub fn wants_table(accept: &str) -> bool {
+    accept.split(',').any(|part| part.contains("as=Table"))
+}
+
+/// Resolve a kind for table printing; used by aloftctl when it prints a server Table.
+pub fn resource_for_kind(kind: &str) -> Option<&'static ResourceType> {
+    resources::ALL.iter().find(|r| r.kind == kind)
+}

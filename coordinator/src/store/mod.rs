@@ -1,0 +1,162 @@
+//! The store: every object the coordinator knows, behind one narrow interface.
+//!
+//! Objects are JSON documents addressed by (resource, namespace, name), where `resource` is
+//! `<group>/<plural>` (`/nodes` for the core group). Every write gets the next value of one global
+//! revision counter, which is also the object's `metadata.resourceVersion`; a watch is a replay of
+//! the write log from a revision, then live writes. That is etcd's model, so an etcd-backed
+//! implementation can sit behind the same trait without touching the API server or controllers.
+
+pub mod sqlite;
+
+use async_trait::async_trait;
+use futures::stream::BoxStream;
+use serde_json::Value;
+use std::sync::Arc;
+
+pub use sqlite::SqliteStore;
+
+/// Where an object lives.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Key {
+    /// `<group>/<plural>`, e.g. `machineconfiguration.openshift.io/machineconfigpools`.
+    pub resource: String,
+    /// Empty for cluster-scoped objects.
+    pub namespace: String,
+    pub name: String,
+}
+
+impl Key {
+    pub fn new(resource: &str, namespace: &str, name: &str) -> Self {
+        Key { resource: resource.to_string(), namespace: namespace.to_string(), name: name.to_string() }
+    }
+    pub fn cluster(resource: &str, name: &str) -> Self {
+        Key::new(resource, "", name)
+    }
+}
+
+/// What happened to an object at a revision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventType {
+    Added,
+    Modified,
+    Deleted,
+}
+
+impl EventType {
+    /// The Kubernetes watch event type name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::Added => "ADDED",
+            EventType::Modified => "MODIFIED",
+            EventType::Deleted => "DELETED",
+        }
+    }
+    fn from_code(c: i64) -> Self {
+        match c {
+            0 => EventType::Added,
+            1 => EventType::Modified,
+            _ => EventType::Deleted,
+        }
+    }
+    fn code(self) -> i64 {
+        match self {
+            EventType::Added => 0,
+            EventType::Modified => 1,
+            EventType::Deleted => 2,
+        }
+    }
+}
+
+/// One entry of the write log. For a deletion `object` is the last state, with the deletion's
+/// revision as its resourceVersion (as Kubernetes reports it).
+#[derive(Debug, Clone)]
+pub struct Event {
+    pub revision: u64,
+    pub key: Key,
+    pub kind: EventType,
+    pub object: Arc<Value>,
+}
+
+/// A list at one consistent revision.
+#[derive(Debug, Clone)]
+pub struct Listing {
+    pub items: Vec<Value>,
+    pub revision: u64,
+}
+
+/// Which events a watch wants.
+#[derive(Debug, Clone, Default)]
+pub struct WatchFilter {
+    /// None: every resource.
+    pub resource: Option<String>,
+    /// None: every namespace.
+    pub namespace: Option<String>,
+    /// None: every name.
+    pub name: Option<String>,
+}
+
+impl WatchFilter {
+    pub fn resource(resource: &str) -> Self {
+        WatchFilter { resource: Some(resource.to_string()), ..Default::default() }
+    }
+    pub fn matches(&self, k: &Key) -> bool {
+        self.resource.as_ref().is_none_or(|r| *r == k.resource)
+            && self.namespace.as_ref().is_none_or(|n| *n == k.namespace)
+            && self.name.as_ref().is_none_or(|n| *n == k.name)
+    }
+}
+
+/// A watch: events strictly after the revision it started from, in revision order. It ends with an
+/// error item when it can no longer guarantee that no event is missed (the client re-lists).
+pub type WatchStream = BoxStream<'static, Result<Event, StoreError>>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("{0} not found")]
+    NotFound(String),
+    #[error("{0} already exists")]
+    AlreadyExists(String),
+    #[error("the object has been modified; please apply your changes to the latest version and try again (have resourceVersion {have}, stored {stored})")]
+    Conflict { have: u64, stored: u64 },
+    #[error("too old resource version: {requested} (oldest available {oldest})")]
+    Gone { requested: u64, oldest: u64 },
+    #[error("store: {0}")]
+    Backend(String),
+}
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> Self {
+        StoreError::Backend(e.to_string())
+    }
+}
+
+/// The narrow interface every backend implements. Implementations set
+/// `metadata.resourceVersion` on what they store and return it, and nothing else of the object;
+/// defaulting and validation are the API server's.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    async fn get(&self, key: &Key) -> Result<Option<Value>, StoreError>;
+    /// Everything of a resource (in `namespace` when given), sorted by namespace and name.
+    async fn list(&self, resource: &str, namespace: Option<&str>) -> Result<Listing, StoreError>;
+    /// Fails with AlreadyExists when the key is taken.
+    async fn create(&self, key: &Key, object: Value) -> Result<Value, StoreError>;
+    /// Compare-and-swap: with `expected`, fails with Conflict unless the stored revision is it.
+    async fn update(&self, key: &Key, object: Value, expected: Option<u64>) -> Result<Value, StoreError>;
+    /// Returns the deleted object; `expected` as for update.
+    async fn delete(&self, key: &Key, expected: Option<u64>) -> Result<Value, StoreError>;
+    /// Events with revision > `from`. Gone when `from` is older than the retained log.
+    async fn watch(&self, filter: WatchFilter, from: u64) -> Result<WatchStream, StoreError>;
+    /// The newest revision.
+    async fn revision(&self) -> Result<u64, StoreError>;
+}
+
+/// Read `metadata.resourceVersion` as the integer the store wrote.
+pub fn revision_of(obj: &Value) -> Option<u64> {
+    obj.pointer("/metadata/resourceVersion").and_then(Value::as_str).and_then(|s| s.parse().ok())
+}
+
+pub(crate) fn set_revision(obj: &mut Value, rev: u64) {
+    if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.insert("resourceVersion".into(), Value::String(rev.to_string()));
+    }
+}

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Install what building and testing aloft needs on Debian 12, as root. Idempotent and quick when
+# everything is already there. The Rust toolchain (stable 1.95) is expected on the machine.
+set -euo pipefail
+
+need=()
+for pkg in build-essential pkg-config ca-certificates; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
+done
+# kubectl is a test client. Machine images may already carry one (the `kubectl` package); Debian's
+# kubernetes-client conflicts with it, so install that only when there is none.
+if ! command -v kubectl >/dev/null 2>&1; then
+  need+=(kubernetes-client)
+fi
+if ((${#need[@]})); then
+  echo "installing: ${need[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+if ! command -v cargo >/dev/null 2>&1; then
+  echo "cargo not found: aloft needs a Rust toolchain (stable 1.95) on PATH" >&2
+  exit 1
+fi
