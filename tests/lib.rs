@@ -1,1 +1,581 @@
-//! Helpers for integration tests.
+//! Shared helpers for aloft's cross-crate integration tests: a real `aloft-coordinator` process on
+//! a temp data dir ([`Coordinator`]), polling with a deadline ([`eventually`]), reading watch
+//! streams ([`WatchStream`]), the shared MCO test data ([`testdata`], [`yaml_docs`],
+//! [`process_template`]) and leaf-by-leaf comparison of objects ([`missing_leaves`]).
+//!
+//! The harness runs the coordinator binary from the target directory the test executable lives
+//! in. Before the first start in a test process it runs `cargo build -p aloft-coordinator --bins`
+//! so that `cargo test -p aloft-tests` never tests a stale binary (set `ALOFT_TEST_NO_BUILD=1` to
+//! skip that when the binaries are known to be fresh, as `scripts/test.sh` builds them first).
+
+use anyhow::{anyhow, bail, Context, Result};
+use serde::Deserialize;
+use serde_json::{Map, Value};
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+pub use aloft_coordinator::client::{install_crypto, resource_path, Client, ClientConfig, Reply};
+pub use aloft_coordinator::resources::{self, ResourceType, EVENT, MACHINE_CONFIG, MACHINE_CONFIG_POOL, NODE};
+
+/// The Accept header kubectl sends for server-side printing.
+pub const TABLE_ACCEPT: &str = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json";
+
+/// How long a coordinator may take to print its URL and answer /healthz.
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The workspace root (the parent of this crate's directory).
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ has a parent").to_path_buf()
+}
+
+/// `shared/testdata`, beside the workspace root.
+pub fn testdata() -> PathBuf {
+    workspace_root().join("../shared/testdata")
+}
+
+/// The target profile directory (`target/debug`) the running test executable was built into.
+fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    // target/debug/deps/<test>-<hash>
+    let deps = exe.parent().expect("test exe has a parent");
+    let dir = if deps.file_name().is_some_and(|n| n == "deps") { deps.parent().expect("deps has a parent") } else { deps };
+    dir.to_path_buf()
+}
+
+/// Path of a binary of the workspace (`aloft-coordinator`, `aloftctl`), built fresh once per test
+/// process unless `ALOFT_TEST_NO_BUILD` is set.
+pub fn bin(name: &str) -> PathBuf {
+    static BUILT: OnceLock<std::result::Result<(), String>> = OnceLock::new();
+    let dir = profile_dir();
+    let built = BUILT.get_or_init(|| {
+        if std::env::var_os("ALOFT_TEST_NO_BUILD").is_some() {
+            return Ok(());
+        }
+        let mut cmd = Command::new(env!("CARGO"));
+        cmd.args(["build", "-p", "aloft-coordinator", "--bins"]).current_dir(workspace_root());
+        if dir.file_name().is_some_and(|n| n == "release") {
+            cmd.arg("--release");
+        }
+        let out = cmd.output().map_err(|e| format!("running cargo build: {e}"))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!("cargo build -p aloft-coordinator --bins failed:\n{}", String::from_utf8_lossy(&out.stderr)))
+        }
+    });
+    if let Err(e) = built {
+        panic!("{e}");
+    }
+    let path = dir.join(name);
+    assert!(
+        path.exists(),
+        "{} does not exist: build it with `cargo build -p aloft-coordinator --bins` (or unset ALOFT_TEST_NO_BUILD)",
+        path.display()
+    );
+    path
+}
+
+/// Options for starting a coordinator.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Serve plain HTTP instead of HTTPS.
+    pub insecure_http: bool,
+    /// Extra arguments for `serve` (e.g. `--max-body-bytes 1024`).
+    pub args: Vec<String>,
+}
+
+/// A running `aloft-coordinator serve` on its own temp data dir, on a free loopback port.
+/// Killed (SIGKILL) when dropped.
+pub struct Coordinator {
+    root: tempfile::TempDir,
+    opts: Options,
+    child: Option<Child>,
+    url: String,
+    starts: usize,
+}
+
+impl Coordinator {
+    /// Start with HTTPS and default options.
+    pub fn start() -> Self {
+        Self::start_with(Options::default())
+    }
+
+    pub fn start_with(opts: Options) -> Self {
+        install_crypto();
+        let root = tempfile::Builder::new().prefix("aloft-test-").tempdir().expect("tempdir");
+        let mut c = Coordinator { root, opts, child: None, url: String::new(), starts: 0 };
+        c.spawn();
+        c
+    }
+
+    /// The data directory (`--data-dir`).
+    pub fn data_dir(&self) -> PathBuf {
+        self.root.path().join("data")
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.root.path().join(format!("coordinator-{}.log", self.starts))
+    }
+
+    fn spawn(&mut self) {
+        self.starts += 1;
+        let log = File::create(self.log_path()).expect("create log file");
+        let mut cmd = Command::new(bin("aloft-coordinator"));
+        cmd.arg("serve").arg("--data-dir").arg(self.data_dir()).args(["--listen", "127.0.0.1:0"]);
+        if self.opts.insecure_http {
+            cmd.arg("--insecure-http");
+        }
+        cmd.args(&self.opts.args)
+            .env("ALOFT_LOG", std::env::var("ALOFT_LOG").unwrap_or_else(|_| "info".into()))
+            .env("NO_COLOR", "1")
+            .env_remove("ALOFT_DATA_DIR")
+            .env_remove("ALOFT_LISTEN")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(log));
+        let mut child = cmd.spawn().expect("spawn aloft-coordinator");
+        let stdout = child.stdout.take().expect("child stdout");
+        // Read stdout on a thread, so a coordinator that never prints cannot hang the test.
+        let (tx, rx) = std::sync::mpsc::channel::<String>();
+        std::thread::spawn(move || {
+            let mut lines = BufReader::new(stdout).lines();
+            for line in lines.by_ref() {
+                let Ok(line) = line else { break };
+                if let Some(u) = line.strip_prefix("aloft-coordinator listening on ") {
+                    let _ = tx.send(u.trim().to_string());
+                }
+            }
+        });
+        self.child = Some(child);
+        let url = match rx.recv_timeout(START_TIMEOUT) {
+            Ok(u) => u,
+            Err(_) => {
+                let status = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten());
+                panic!("aloft-coordinator did not print its URL (exit status {status:?}); log:\n{}", self.log_tail());
+            }
+        };
+        self.url = url;
+        self.wait_healthy();
+    }
+
+    fn wait_healthy(&mut self) {
+        let url = format!("{}/healthz", self.url);
+        let ca = if self.opts.insecure_http { None } else { Some(self.ca_pem()) };
+        // reqwest::blocking must not run on a tokio worker thread: use a thread of our own.
+        let result = std::thread::spawn(move || -> std::result::Result<(), String> {
+            let mut b = reqwest::blocking::Client::builder().timeout(Duration::from_secs(5));
+            if let Some(ca) = ca {
+                b = b.tls_certs_only([reqwest::Certificate::from_pem(&ca).map_err(|e| e.to_string())?]);
+            }
+            let http = b.build().map_err(|e| e.to_string())?;
+            let deadline = Instant::now() + START_TIMEOUT;
+            let mut last = String::new();
+            while Instant::now() < deadline {
+                match http.get(&url).send() {
+                    Ok(r) if r.status().is_success() => return Ok(()),
+                    Ok(r) => last = format!("HTTP {}", r.status()),
+                    Err(e) => last = format!("{e:#}"),
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(format!("GET {url} never succeeded: {last}"))
+        })
+        .join()
+        .expect("healthz thread");
+        if let Err(e) = result {
+            panic!("{e}; log:\n{}", self.log_tail());
+        }
+    }
+
+    /// `https://127.0.0.1:PORT` (changes on restart: the port is picked anew).
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("coordinator running").id()
+    }
+
+    pub fn kubeconfig_path(&self) -> PathBuf {
+        self.data_dir().join("admin.kubeconfig")
+    }
+
+    pub fn ca_path(&self) -> PathBuf {
+        self.data_dir().join("ca.crt")
+    }
+
+    pub fn ca_pem(&self) -> Vec<u8> {
+        std::fs::read(self.ca_path()).expect("read ca.crt")
+    }
+
+    /// The admin token `serve` generated (DIR/admin.token).
+    pub fn admin_token(&self) -> String {
+        std::fs::read_to_string(self.data_dir().join("admin.token")).expect("read admin.token").trim().to_string()
+    }
+
+    /// The admin client, from the kubeconfig `serve` wrote (so it pins the generated CA).
+    pub fn client(&self) -> Client {
+        let cfg = ClientConfig::from_kubeconfig(&self.kubeconfig_path()).expect("read admin.kubeconfig");
+        assert_eq!(cfg.server, self.url, "admin.kubeconfig names the server the coordinator printed");
+        Client::new(&cfg).expect("admin client")
+    }
+
+    /// A client with another token (or none), pinning the CA.
+    pub fn client_with_token(&self, token: Option<&str>) -> Client {
+        let ca_pem = if self.opts.insecure_http { None } else { Some(self.ca_pem()) };
+        Client::new(&ClientConfig { server: self.url.clone(), ca_pem, token: token.map(str::to_string) }).expect("client")
+    }
+
+    /// `aloft-coordinator token create --role ROLE` on this data dir; returns the token.
+    pub fn create_token(&self, name: &str, role: &str) -> String {
+        let out = Command::new(bin("aloft-coordinator"))
+            .args(["token", "create", "--name", name, "--role", role, "--data-dir"])
+            .arg(self.data_dir())
+            .env("ALOFT_LOG", "warn")
+            .output()
+            .expect("run token create");
+        assert!(out.status.success(), "token create failed: {}", String::from_utf8_lossy(&out.stderr));
+        let token = String::from_utf8(out.stdout).expect("utf8 token").trim().to_string();
+        assert!(!token.is_empty() && !token.contains(char::is_whitespace), "token create printed {token:?}");
+        token
+    }
+
+    /// SIGKILL the process (by its own PID) and reap it.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // std's Child::kill sends SIGKILL to this child's PID on Unix.
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Whether the process is still running.
+    pub fn is_running(&mut self) -> bool {
+        self.child.as_mut().is_some_and(|c| c.try_wait().ok().flatten().is_none())
+    }
+
+    /// Kill (if running) and start again on the same data dir.
+    pub fn restart(&mut self) {
+        self.kill9();
+        self.spawn();
+    }
+
+    /// The last 60 lines of the current run's stderr log.
+    pub fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(self.log_path()).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(60)..].join("\n")
+    }
+}
+
+impl Drop for Coordinator {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("--- coordinator log (tail) ---\n{}\n---", self.log_tail());
+        }
+        self.kill9();
+    }
+}
+
+/// Poll `f` until it returns `Ok(Some(v))`, or fail after `timeout` with the last error.
+pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<Option<T>>>,
+{
+    let deadline = Instant::now() + timeout;
+    let mut last = String::from("condition not met");
+    loop {
+        match f().await {
+            Ok(Some(v)) => return v,
+            Ok(None) => {}
+            Err(e) => last = format!("{e:#}"),
+        }
+        if Instant::now() >= deadline {
+            panic!("timed out after {timeout:?} waiting for {what}: {last}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Path of one object (cluster-scoped kinds) or of the collection when `name` is None.
+pub fn path_of(rt: &ResourceType, name: Option<&str>) -> String {
+    resource_path(rt.path_ref(), None, name)
+}
+
+/// GET an object; panics unless the answer is 200.
+pub async fn get_ok(c: &Client, rt: &ResourceType, name: &str) -> Value {
+    let r = c.get(&path_of(rt, Some(name))).await.expect("GET");
+    assert_eq!(r.code, 200, "GET {} {name}: {}", rt.plural, r.body);
+    r.body
+}
+
+/// Names of the items of a list answer.
+pub fn item_names(list: &Value) -> Vec<String> {
+    list["items"]
+        .as_array()
+        .map(|a| a.iter().map(|o| o["metadata"]["name"].as_str().unwrap_or("").to_string()).collect())
+        .unwrap_or_default()
+}
+
+/// Names of every stored object of a kind.
+pub async fn list_names(c: &Client, rt: &ResourceType) -> Vec<String> {
+    let r = c.get(&path_of(rt, None)).await.expect("LIST");
+    assert_eq!(r.code, 200, "LIST {}: {}", rt.plural, r.body);
+    item_names(&r.body)
+}
+
+/// `metadata.resourceVersion` as a number.
+pub fn rv(obj: &Value) -> u64 {
+    obj["metadata"]["resourceVersion"]
+        .as_str()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("object without a numeric resourceVersion: {obj}"))
+}
+
+/// A minimal valid MachineConfig.
+pub fn machine_config(name: &str, role: &str) -> Value {
+    serde_json::json!({
+        "apiVersion": "machineconfiguration.openshift.io/v1",
+        "kind": "MachineConfig",
+        "metadata": {"name": name, "labels": {"machineconfiguration.openshift.io/role": role}},
+        "spec": {"config": {"ignition": {"version": "3.4.0"}}},
+    })
+}
+
+/// A minimal valid MachineConfigPool selecting configs and nodes of `role`.
+pub fn machine_config_pool(name: &str, role: &str) -> Value {
+    serde_json::json!({
+        "apiVersion": "machineconfiguration.openshift.io/v1",
+        "kind": "MachineConfigPool",
+        "metadata": {"name": name},
+        "spec": {
+            "machineConfigSelector": {"matchLabels": {"machineconfiguration.openshift.io/role": role}},
+            "nodeSelector": {"matchLabels": {format!("node-role.kubernetes.io/{role}"): ""}},
+        },
+    })
+}
+
+/// A newline-delimited watch stream of `{"type", "object"}` events.
+pub struct WatchStream {
+    resp: reqwest::Response,
+    buf: Vec<u8>,
+}
+
+impl WatchStream {
+    /// Open `path` (a collection path; `?watch=true` and the query are added by the caller).
+    pub async fn open(c: &Client, path_and_query: &str) -> Result<Self> {
+        let resp = c.watch(path_and_query, None).await?;
+        Ok(WatchStream { resp, buf: Vec::new() })
+    }
+
+    /// The next event, or None when the server ended the stream. Errors after `timeout`.
+    pub async fn next(&mut self, timeout: Duration) -> Result<Option<Value>> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            if let Some(pos) = self.buf.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = self.buf.drain(..=pos).collect();
+                let line = &line[..line.len() - 1];
+                if line.iter().all(u8::is_ascii_whitespace) {
+                    continue;
+                }
+                return serde_json::from_slice(line).map(Some).with_context(|| format!("watch line {:?}", String::from_utf8_lossy(line)));
+            }
+            let chunk = tokio::time::timeout_at(deadline, self.resp.chunk())
+                .await
+                .map_err(|_| anyhow!("no watch event within {timeout:?}"))?
+                .context("reading the watch stream")?;
+            match chunk {
+                Some(c) => self.buf.extend_from_slice(&c),
+                None if self.buf.is_empty() => return Ok(None),
+                None => bail!("watch stream ended mid-line: {:?}", String::from_utf8_lossy(&self.buf)),
+            }
+        }
+    }
+
+    /// The next `n` events.
+    pub async fn take(&mut self, n: usize, timeout: Duration) -> Result<Vec<Value>> {
+        let mut out = Vec::with_capacity(n);
+        while out.len() < n {
+            match self.next(timeout).await? {
+                Some(ev) => out.push(ev),
+                None => bail!("watch ended after {} of {n} events", out.len()),
+            }
+        }
+        Ok(out)
+    }
+
+    /// True if no event arrives within `quiet` (the stream stays open and silent).
+    pub async fn is_quiet(&mut self, quiet: Duration) -> Result<bool> {
+        match self.next(quiet).await {
+            Ok(Some(_)) => Ok(false),
+            Ok(None) => bail!("watch stream ended"),
+            Err(e) if e.to_string().starts_with("no watch event") => Ok(true),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// Every YAML document of a file, as JSON values (empty documents skipped).
+pub fn yaml_docs(path: &Path) -> Result<Vec<Value>> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    yaml_docs_str(&text).with_context(|| format!("parsing {}", path.display()))
+}
+
+pub fn yaml_docs_str(text: &str) -> Result<Vec<Value>> {
+    let mut out = Vec::new();
+    for doc in yaml_serde::Deserializer::from_str(text) {
+        let v = Value::deserialize(doc)?;
+        if !v.is_null() {
+            out.push(v);
+        }
+    }
+    Ok(out)
+}
+
+/// Process an OpenShift `Template` the way `oc process` does: each `${PARAM}` inside a string is
+/// replaced by the parameter's value; a string that is exactly `${{PARAM}}` is replaced by the
+/// value parsed as YAML/JSON (a non-string value). Keys are substituted too. Values come from
+/// `params`, then from the template's defaults; a parameter with neither is an error.
+pub fn process_template(template: &Value, params: &[(&str, &str)]) -> Result<Vec<Value>> {
+    let mut values: Vec<(String, String)> = Vec::new();
+    for p in template["parameters"].as_array().map(Vec::as_slice).unwrap_or_default() {
+        let name = p["name"].as_str().unwrap_or("").to_string();
+        let given = params.iter().find(|(k, _)| *k == name).map(|(_, v)| v.to_string());
+        let default = p["value"].as_str().map(str::to_string);
+        match given.or(default) {
+            Some(v) => values.push((name, v)),
+            None => bail!("template {}: parameter {name} has no value", template["metadata"]["name"]),
+        }
+    }
+    fn subst_str(s: &str, values: &[(String, String)]) -> Result<Value> {
+        for (k, v) in values {
+            if s == format!("${{{{{k}}}}}") {
+                let parsed: Value = yaml_serde::from_str(v).with_context(|| format!("parameter {k}={v:?} is not YAML"))?;
+                return Ok(parsed);
+            }
+        }
+        let mut out = s.to_string();
+        for (k, v) in values {
+            out = out.replace(&format!("${{{k}}}"), v);
+        }
+        if out.contains("${") {
+            bail!("unsubstituted parameter in {out:?}");
+        }
+        Ok(Value::String(out))
+    }
+    fn walk(v: &Value, values: &[(String, String)]) -> Result<Value> {
+        Ok(match v {
+            Value::String(s) => subst_str(s, values)?,
+            Value::Array(a) => Value::Array(a.iter().map(|x| walk(x, values)).collect::<Result<_>>()?),
+            Value::Object(m) => {
+                let mut out = Map::new();
+                for (k, x) in m {
+                    let k = match subst_str(k, values)? {
+                        Value::String(s) => s,
+                        other => other.to_string(),
+                    };
+                    out.insert(k, walk(x, values)?);
+                }
+                Value::Object(out)
+            }
+            other => other.clone(),
+        })
+    }
+    let objects = template["objects"].as_array().ok_or_else(|| anyhow!("template without objects"))?;
+    objects.iter().map(|o| walk(o, &values)).collect()
+}
+
+/// Every leaf (scalar, null, empty object or empty array) of `want` that is missing from `got`
+/// or differs there, as `path: want != got` lines. Paths in `skip` (JSON pointers, prefixes) are
+/// not compared.
+pub fn missing_leaves(want: &Value, got: &Value, skip: &[&str]) -> Vec<String> {
+    fn go(path: &str, want: &Value, got: Option<&Value>, skip: &[&str], out: &mut Vec<String>) {
+        if skip.iter().any(|s| path == *s || path.starts_with(&format!("{s}/"))) {
+            return;
+        }
+        match want {
+            Value::Object(m) if !m.is_empty() => {
+                for (k, v) in m {
+                    let key = k.replace('~', "~0").replace('/', "~1");
+                    go(&format!("{path}/{key}"), v, got.and_then(|g| g.get(k)), skip, out);
+                }
+            }
+            Value::Array(a) if !a.is_empty() => {
+                let got_len = got.and_then(Value::as_array).map(Vec::len);
+                if got_len != Some(a.len()) {
+                    out.push(format!("{path}: array of {} != {:?}", a.len(), got.map(|g| g.to_string())));
+                    return;
+                }
+                for (i, v) in a.iter().enumerate() {
+                    go(&format!("{path}/{i}"), v, got.and_then(|g| g.get(i)), skip, out);
+                }
+            }
+            leaf => {
+                if got != Some(leaf) {
+                    out.push(format!("{path}: {leaf} != {}", got.map(|g| g.to_string()).unwrap_or_else(|| "<missing>".into())));
+                }
+            }
+        }
+    }
+    let mut out = Vec::new();
+    go("", want, Some(got), skip, &mut out);
+    out
+}
+
+/// The `status.details.causes[].field` values of an error answer.
+pub fn cause_fields(body: &Value) -> Vec<String> {
+    body.pointer("/details/causes")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().map(|c| c["field"].as_str().unwrap_or("").to_string()).collect())
+        .unwrap_or_default()
+}
+
+/// A condition of an object's status by type.
+pub fn condition<'a>(obj: &'a Value, type_: &str) -> Option<&'a Value> {
+    obj.pointer("/status/conditions")?.as_array()?.iter().find(|c| c["type"] == type_)
+}
+
+/// Assert an error answer: the code, a Status body with that code and reason, and a message.
+#[track_caller]
+pub fn assert_status(r: &Reply, code: u16, reason: &str, what: &str) {
+    assert_eq!(r.code, code, "{what}: want HTTP {code}, got {}: {}", r.code, r.body);
+    assert_eq!(r.body["kind"], "Status", "{what}: the body is a Status: {}", r.body);
+    assert_eq!(r.body["code"], code, "{what}: Status.code: {}", r.body);
+    assert_eq!(r.body["status"], "Failure", "{what}: Status.status: {}", r.body);
+    assert_eq!(r.body["reason"], reason, "{what}: Status.reason: {}", r.body);
+    let msg = r.body["message"].as_str().unwrap_or("");
+    assert!(msg.len() >= 10, "{what}: a clear message is expected, got {msg:?}");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn leaves() {
+        let want = json!({"a": {"b": 1, "c": [1, {"d": null}]}, "e": {}, "f": "x"});
+        let same = json!({"a": {"b": 1, "c": [1, {"d": null}], "extra": 2}, "e": {}, "f": "x", "g": 1});
+        assert!(missing_leaves(&want, &same, &[]).is_empty());
+        let lost = json!({"a": {"b": 2, "c": [1, {}]}, "f": "x"});
+        let m = missing_leaves(&want, &lost, &[]);
+        assert_eq!(m.len(), 3, "{m:?}");
+        assert!(missing_leaves(&want, &lost, &["/a", "/e"]).is_empty());
+    }
+
+    #[test]
+    fn templates() {
+        let t = json!({
+            "objects": [{"metadata": {"name": "${NAME}", "labels": {"x/${NAME}": ""}}, "spec": {"k": "${{ARGS}}", "s": "a-${POOL}-b"}}],
+            "parameters": [{"name": "NAME"}, {"name": "POOL", "value": "worker"}, {"name": "ARGS", "value": "[\"a\"]"}],
+        });
+        let out = process_template(&t, &[("NAME", "n1")]).unwrap();
+        assert_eq!(out[0], json!({"metadata": {"name": "n1", "labels": {"x/n1": ""}}, "spec": {"k": ["a"], "s": "a-worker-b"}}));
+        assert!(process_template(&t, &[]).is_err(), "NAME has no default");
+    }
+}

@@ -5,9 +5,12 @@
 //! and writing it back never drops a field this crate does not know about. This crate does no I/O.
 
 pub mod annotations;
+pub mod ignition;
 pub mod meta;
 pub mod machineconfig;
 pub mod node;
+pub mod reconcile;
+pub mod render;
 pub mod selector;
 pub mod status;
 

@@ -2,7 +2,10 @@
 //! a name and a role. Roles:
 //! - `admin`: everything;
 //! - `viewer`: get, list and watch everything (dashboards, auditors, CI);
-//! - `node:<name>`: reserved for enrolled node agents (see the agent's enrollment).
+//! - `bootstrap`: may only enroll nodes (`POST /aloft/v1/enroll`), which mints `node:` tokens;
+//! - `node:<name>`: an enrolled agent: read its own Node and the rendered MachineConfigs its Node
+//!   names (desiredConfig, currentConfig), write its own Node's status and annotations. Nothing
+//!   else, so one compromised node cannot read another's config or fake another's state.
 
 use rand::RngCore;
 use sha2::{Digest, Sha256};
@@ -47,11 +50,12 @@ pub struct Identity {
 pub enum Role {
     Admin,
     Viewer,
+    Bootstrap,
     Node(String),
 }
 
 #[derive(Debug, thiserror::Error)]
-#[error("unknown role {0:?}: want admin, viewer or node:<name>")]
+#[error("unknown role {0:?}: want admin, viewer, bootstrap or node:<name>")]
 pub struct RoleError(String);
 
 impl std::str::FromStr for Role {
@@ -60,6 +64,7 @@ impl std::str::FromStr for Role {
         match s {
             "admin" => Ok(Role::Admin),
             "viewer" => Ok(Role::Viewer),
+            "bootstrap" => Ok(Role::Bootstrap),
             _ => match s.strip_prefix("node:") {
                 Some(n) if !n.is_empty() => Ok(Role::Node(n.to_string())),
                 _ => Err(RoleError(s.to_string())),
@@ -73,6 +78,7 @@ impl std::fmt::Display for Role {
         match self {
             Role::Admin => f.write_str("admin"),
             Role::Viewer => f.write_str("viewer"),
+            Role::Bootstrap => f.write_str("bootstrap"),
             Role::Node(n) => write!(f, "node:{n}"),
         }
     }
@@ -98,21 +104,128 @@ pub struct Request<'a> {
     pub resource: &'a str,
     pub name: Option<&'a str>,
     pub subresource: Option<&'a str>,
+    /// For list and watch: the single name a `metadata.name=` field selector pins.
+    pub field_name: Option<&'a str>,
 }
 
-/// Decide. Node roles get nothing here yet: the agent's enrollment issue defines their rights
-/// (own Node, own rendered configs) next to the code that needs them.
-pub fn allowed(who: &Identity, req: &Request<'_>) -> bool {
+/// The answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    Allow,
+    Deny,
+    /// Allowed if the write changes nothing but `metadata.annotations` and `status` (a node
+    /// writing its own Node).
+    AllowStatusAndAnnotations,
+}
+
+/// Facts some decisions need from the store: the caller's own Node, for node roles.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Facts<'a> {
+    pub own_node: Option<&'a serde_json::Value>,
+}
+
+const NODES: &str = "/nodes";
+
+/// The rendered configs a node may read: those its own Node names.
+fn node_config_names(node: Option<&serde_json::Value>) -> Vec<&str> {
+    let ann = node.and_then(|n| n.pointer("/metadata/annotations"));
+    [aloft_api::annotations::DESIRED_CONFIG, aloft_api::annotations::CURRENT_CONFIG]
+        .iter()
+        .filter_map(|k| ann.and_then(|a| a.get(*k)).and_then(serde_json::Value::as_str))
+        .filter(|n| !n.is_empty())
+        .collect()
+}
+
+/// Decide. `facts` is only read for node roles reading MachineConfigs.
+pub fn decide(who: &Identity, req: &Request<'_>, facts: Facts<'_>) -> Decision {
+    let allow = |b: bool| if b { Decision::Allow } else { Decision::Deny };
     match &who.role {
-        Role::Admin => true,
-        Role::Viewer => req.verb.is_read(),
-        Role::Node(_) => false,
+        Role::Admin => Decision::Allow,
+        Role::Viewer => allow(req.verb.is_read()),
+        Role::Bootstrap => Decision::Deny,
+        Role::Node(own) => {
+            let own = own.as_str();
+            match (req.resource, req.verb) {
+                (NODES, Verb::Get) => allow(req.name == Some(own)),
+                (NODES, Verb::List | Verb::Watch) => allow(req.field_name == Some(own)),
+                (NODES, Verb::Update | Verb::Patch) if req.name == Some(own) => {
+                    if req.subresource == Some("status") {
+                        Decision::Allow
+                    } else {
+                        Decision::AllowStatusAndAnnotations
+                    }
+                }
+                (r, Verb::Get) if r == crate::resources::MACHINE_CONFIG.store_key() => {
+                    allow(req.name.is_some_and(|n| node_config_names(facts.own_node).contains(&n)))
+                }
+                _ => Decision::Deny,
+            }
+        }
     }
+}
+
+/// Whether `who` needs its own Node looked up to decide `req`.
+pub fn needs_own_node(who: &Identity, req: &Request<'_>) -> bool {
+    matches!(who.role, Role::Node(_)) && req.resource != NODES && req.verb == Verb::Get
+}
+
+/// For [`Decision::AllowStatusAndAnnotations`]: true when `next` differs from `stored` only in
+/// annotations, status and the server-maintained metadata.
+pub fn only_status_and_annotations(stored: &serde_json::Value, next: &serde_json::Value) -> bool {
+    let strip = |v: &serde_json::Value| {
+        let mut v = v.clone();
+        if let Some(m) = v.as_object_mut() {
+            m.remove("status");
+        }
+        if let Some(m) = v.get_mut("metadata").and_then(serde_json::Value::as_object_mut) {
+            for k in ["annotations", "resourceVersion", "generation", "managedFields"] {
+                m.remove(k);
+            }
+        }
+        v
+    };
+    strip(stored) == strip(next)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn nodes_see_only_their_own() {
+        let a = Identity { name: "node:a".into(), role: Role::Node("a".into()) };
+        let node = |name| Request { verb: Verb::Get, resource: "/nodes", name: Some(name), subresource: None, field_name: None };
+        let none = Facts::default();
+        assert_eq!(decide(&a, &node("a"), none), Decision::Allow);
+        assert_eq!(decide(&a, &node("b"), none), Decision::Deny);
+        let watch_own = Request { verb: Verb::Watch, name: None, field_name: Some("a"), ..node("a") };
+        assert_eq!(decide(&a, &watch_own, none), Decision::Allow);
+        assert_eq!(decide(&a, &Request { field_name: None, ..watch_own }, none), Decision::Deny);
+        assert_eq!(decide(&a, &Request { verb: Verb::Patch, ..node("a") }, none), Decision::AllowStatusAndAnnotations);
+        assert_eq!(decide(&a, &Request { verb: Verb::Patch, subresource: Some("status"), ..node("a") }, none), Decision::Allow);
+        assert_eq!(decide(&a, &Request { verb: Verb::Patch, ..node("b") }, none), Decision::Deny);
+        assert_eq!(decide(&a, &Request { verb: Verb::Delete, ..node("a") }, none), Decision::Deny);
+        let own = serde_json::json!({"metadata": {"annotations": {
+            "machineconfiguration.openshift.io/desiredConfig": "rendered-worker-2",
+            "machineconfiguration.openshift.io/currentConfig": "rendered-worker-1"}}});
+        let facts = Facts { own_node: Some(&own) };
+        let mc = |name| Request { verb: Verb::Get, resource: "machineconfiguration.openshift.io/machineconfigs", name: Some(name), subresource: None, field_name: None };
+        assert!(needs_own_node(&a, &mc("x")));
+        assert_eq!(decide(&a, &mc("rendered-worker-2"), facts), Decision::Allow);
+        assert_eq!(decide(&a, &mc("rendered-worker-1"), facts), Decision::Allow);
+        assert_eq!(decide(&a, &mc("rendered-infra-9"), facts), Decision::Deny);
+        assert_eq!(decide(&a, &Request { verb: Verb::List, name: None, ..mc("x") }, facts), Decision::Deny);
+        let stored = serde_json::json!({"metadata": {"name": "a", "labels": {"x": "1"}, "resourceVersion": "3"}, "spec": {}});
+        let mut next = stored.clone();
+        next["metadata"]["annotations"] = serde_json::json!({"k": "v"});
+        next["status"] = serde_json::json!({"conditions": []});
+        assert!(only_status_and_annotations(&stored, &next));
+        next["metadata"]["labels"]["x"] = "2".into();
+        assert!(!only_status_and_annotations(&stored, &next));
+        next["metadata"]["labels"]["x"] = "1".into();
+        next["spec"]["unschedulable"] = true.into();
+        assert!(!only_status_and_annotations(&stored, &next));
+    }
 
     #[test]
     fn roles_parse_and_decide() {
@@ -121,10 +234,13 @@ mod tests {
         assert!("node:".parse::<Role>().is_err());
         assert!("root".parse::<Role>().is_err());
         let viewer = Identity { name: "v".into(), role: Role::Viewer };
-        let get = Request { verb: Verb::Get, resource: "/nodes", name: Some("a"), subresource: None };
+        let get = Request { verb: Verb::Get, resource: "/nodes", name: Some("a"), subresource: None, field_name: None };
         let del = Request { verb: Verb::Delete, ..get };
-        assert!(allowed(&viewer, &get));
-        assert!(!allowed(&viewer, &del));
+        let none = Facts::default();
+        assert_eq!(decide(&viewer, &get, none), Decision::Allow);
+        assert_eq!(decide(&viewer, &del, none), Decision::Deny);
+        let boot = Identity { name: "b".into(), role: Role::Bootstrap };
+        assert_eq!(decide(&boot, &get, none), Decision::Deny);
         let t = generate_token();
         assert!(t.starts_with("aloft_") && t.len() == 70);
         assert_ne!(token_hash(&t), t);

@@ -4,7 +4,7 @@
 //! interface and its SQLite implementation) and [`controllers`] (reconcile loops fed by watches).
 
 pub mod auth;
-pub mod client;
+pub mod bench;
 pub mod controllers;
 pub mod ctl;
 pub mod fsutil;
@@ -13,3 +13,6 @@ pub mod serve;
 pub mod server;
 pub mod store;
 pub mod tls;
+
+/// The API client, re-exported: aloftctl and the tests use it through this crate.
+pub use aloft_client as client;

@@ -34,7 +34,21 @@ impl ResourceType {
         format!("{}/{}", self.group, self.plural)
     }
 
-    /// The singular name kubectl and aloftctl print: `machineconfigpool.machineconfiguration.openshift.io`.
+    /// How clients address it in URLs.
+    pub fn path_ref(&self) -> aloft_client::ResourceRef<'static> {
+        aloft_client::ResourceRef { group: self.group, version: self.version, plural: self.plural, namespaced: self.namespaced }
+    }
+
+    /// `kind.group` in the singular, as kubectl prints objects: `machineconfigpool.machineconfiguration.openshift.io`.
+    pub fn singular_qualified(&self) -> String {
+        if self.group.is_empty() {
+            self.singular.to_string()
+        } else {
+            format!("{}.{}", self.singular, self.group)
+        }
+    }
+
+    /// `plural.group`, as the API server names a resource in errors: `machineconfigpools.machineconfiguration.openshift.io`.
     pub fn qualified(&self) -> String {
         if self.group.is_empty() {
             self.plural.to_string()

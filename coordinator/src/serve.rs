@@ -1,7 +1,7 @@
 //! `aloft-coordinator serve`: open the data directory, make sure the PKI, the admin token and the
 //! client config exist, start the controllers, and serve the API.
 
-use crate::client::{install_crypto, ClientConfig};
+use aloft_client::{install_crypto, ClientConfig};
 use crate::server::{self, Ctx, Limits};
 use crate::store::SqliteStore;
 use crate::{auth, controllers, fsutil, tls};
@@ -22,6 +22,8 @@ pub struct ServeOptions {
     /// Extra names for the serving certificate.
     pub tls_san: Vec<String>,
     pub limits: Limits,
+    /// Revisions of history kept for watches (older resourceVersions get 410 Gone).
+    pub watch_history: u64,
 }
 
 /// Files `serve` keeps in the data directory.
@@ -52,7 +54,7 @@ pub async fn prepare(opts: &ServeOptions) -> Result<(SqliteStore, String)> {
     std::fs::create_dir_all(&opts.data_dir).with_context(|| format!("creating data dir {}", opts.data_dir.display()))?;
     std::fs::set_permissions(&opts.data_dir, std::fs::Permissions::from_mode(0o700))?;
     let files = DataDir::new(&opts.data_dir);
-    let store = SqliteStore::open(&files.db).with_context(|| format!("opening store {}", files.db.display()))?;
+    let store = SqliteStore::open_with_retain(&files.db, opts.watch_history).with_context(|| format!("opening store {}", files.db.display()))?;
     let token = match &opts.admin_token_file {
         Some(f) => read_token_file(f)?,
         None if files.admin_token.exists() => read_token_file(&files.admin_token)?,
@@ -95,8 +97,9 @@ pub async fn run(opts: ServeOptions) -> Result<()> {
     fsutil::write_private(&files.kubeconfig, client.to_kubeconfig().as_bytes())?;
 
     let tokens = Arc::new(store.clone());
+    let token_store = store.clone();
     let store: Arc<dyn crate::store::Store> = Arc::new(store);
-    let ctx = Arc::new(Ctx { store: store.clone(), tokens, limits: opts.limits.clone() });
+    let ctx = Arc::new(Ctx { store: store.clone(), tokens, token_store, limits: opts.limits.clone() });
     controllers::spawn_all(store.clone());
     let app = server::router(ctx).into_make_service();
     tracing::info!(%addr, scheme, data_dir = %opts.data_dir.display(), "aloft-coordinator serving");

@@ -46,6 +46,15 @@ enum Cmd {
         /// Largest request body in bytes.
         #[arg(long, default_value_t = 3 * 1024 * 1024)]
         max_body_bytes: usize,
+        /// Revisions of history kept for watches; a client resuming from an older
+        /// resourceVersion gets 410 Gone and re-lists.
+        #[arg(long, default_value_t = aloft_coordinator::store::sqlite::DEFAULT_RETAIN)]
+        watch_history: u64,
+    },
+    /// Benchmarks (not tests): each prints figures with a baseline measured in the same run.
+    Bench {
+        #[command(subcommand)]
+        cmd: BenchCmd,
     },
     /// Manage API tokens (works while the coordinator runs).
     Token {
@@ -55,8 +64,27 @@ enum Cmd {
 }
 
 #[derive(Subcommand)]
+enum BenchCmd {
+    /// Load a coordinator (temp data dir, HTTPS on loopback) with nodes and MachineConfigs, then
+    /// measure get / list / watch-delivery latency and the render time of the pool.
+    Api {
+        #[arg(long, default_value_t = 10_000)]
+        nodes: usize,
+        #[arg(long, default_value_t = 100)]
+        configs: usize,
+        /// Requests per latency figure.
+        #[arg(long, default_value_t = 2000)]
+        samples: usize,
+        /// Concurrent clients while loading.
+        #[arg(long, default_value_t = 16)]
+        concurrency: usize,
+    },
+}
+
+#[derive(Subcommand)]
 enum TokenCmd {
-    /// Create (or replace) a named token and print it. Roles: admin, viewer (read-only).
+    /// Create (or replace) a named token and print it. Roles: admin, viewer (read-only),
+    /// bootstrap (may only enroll nodes: give it to new hosts).
     Create {
         #[arg(long, env = "ALOFT_DATA_DIR", default_value = "/var/lib/aloft-coordinator")]
         data_dir: PathBuf,
@@ -77,9 +105,12 @@ fn init_tracing() {
 async fn main() -> Result<()> {
     init_tracing();
     match Cli::parse().cmd {
-        Cmd::Serve { data_dir, listen, insecure_http, admin_token_file, tls_san, max_body_bytes } => {
+        Cmd::Serve { data_dir, listen, insecure_http, admin_token_file, tls_san, max_body_bytes, watch_history } => {
             let limits = Limits { max_body: max_body_bytes, ..Limits::default() };
-            serve::run(ServeOptions { data_dir, listen, insecure_http, admin_token_file, tls_san, limits }).await
+            serve::run(ServeOptions { data_dir, listen, insecure_http, admin_token_file, tls_san, limits, watch_history }).await
+        }
+        Cmd::Bench { cmd: BenchCmd::Api { nodes, configs, samples, concurrency } } => {
+            aloft_coordinator::bench::run(aloft_coordinator::bench::ApiBench { nodes, configs, samples, concurrency }).await
         }
         Cmd::Token { cmd: TokenCmd::Create { data_dir, name, role } } => {
             let role: auth::Role = role.parse()?;

@@ -1,13 +1,81 @@
-//! Controllers: reconcile loops fed by store watches, one module each. Each loop lists what it
-//! needs, reconciles everything once, then reconciles again after every relevant batch of events;
-//! a broken watch restarts the loop from a fresh list, so a missed event can only delay work.
+//! Controllers: reconcile loops fed by store watches, one module each. Each loop reconciles
+//! everything once, then again after every debounced batch of events on the resources it
+//! watches; a broken watch restarts the loop from a fresh pass, so a missed event can only delay
+//! work, never lose it.
 
+pub mod drain;
+pub mod node;
+pub mod pools;
 pub mod render;
 
-use crate::store::Store;
+use crate::store::{Store, StoreError, WatchFilter};
+use futures::StreamExt;
+use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
+
+/// Events arriving within this window are reconciled together.
+const DEBOUNCE: Duration = Duration::from_millis(50);
+/// Reconcile even without events this often, so time-based conditions are noticed.
+const RESYNC: Duration = Duration::from_secs(30);
 
 /// Start every controller on the tokio runtime.
 pub fn spawn_all(store: Arc<dyn Store>) -> Vec<tokio::task::JoinHandle<()>> {
-    vec![tokio::spawn(render::run(store))]
+    vec![
+        tokio::spawn(render::run(store.clone())),
+        tokio::spawn(node::run(store.clone())),
+        tokio::spawn(drain::run(store)),
+    ]
+}
+
+/// Run `reconcile` over `store` forever: once at start, then after each batch of events on
+/// `resources`, and at least every [`RESYNC`].
+pub async fn run_loop<F, Fut>(name: &'static str, store: Arc<dyn Store>, resources: &[String], reconcile: F)
+where
+    F: Fn(Arc<dyn Store>) -> Fut,
+    Fut: Future<Output = Result<(), StoreError>>,
+{
+    loop {
+        if let Err(e) = watch_and_reconcile(&store, resources, &reconcile).await {
+            tracing::warn!(controller = name, error = %e, "controller restarting");
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+async fn watch_and_reconcile<F, Fut>(store: &Arc<dyn Store>, resources: &[String], reconcile: &F) -> Result<(), StoreError>
+where
+    F: Fn(Arc<dyn Store>) -> Fut,
+    Fut: Future<Output = Result<(), StoreError>>,
+{
+    let from = store.revision().await?;
+    let mut watches = Vec::new();
+    for r in resources {
+        watches.push(store.watch(WatchFilter::resource(r), from).await?);
+    }
+    let mut events = futures::stream::select_all(watches);
+    reconcile(store.clone()).await?;
+    loop {
+        tokio::select! {
+            ev = events.next() => match ev {
+                None => return Ok(()),
+                Some(Err(e)) => return Err(e),
+                Some(Ok(_)) => {}
+            },
+            _ = tokio::time::sleep(RESYNC) => {}
+        }
+        let deadline = tokio::time::sleep(DEBOUNCE);
+        tokio::pin!(deadline);
+        loop {
+            tokio::select! {
+                _ = &mut deadline => break,
+                ev = events.next() => match ev {
+                    None => return Ok(()),
+                    Some(Err(e)) => return Err(e),
+                    Some(Ok(_)) => {}
+                },
+            }
+        }
+        reconcile(store.clone()).await?;
+    }
 }

@@ -5,54 +5,16 @@
 
 use crate::resources::{MACHINE_CONFIG, MACHINE_CONFIG_POOL};
 use crate::server::objects;
-use crate::store::{revision_of, Key, Store, StoreError, WatchFilter};
+use crate::store::{revision_of, Key, Store, StoreError};
 use aloft_api::machineconfig::conditions as cond;
 use aloft_api::meta::set_condition;
 use aloft_api::{Condition, MachineConfig, MachineConfigPool, MachineConfigPoolStatus, PoolConfiguration};
-use futures::StreamExt;
 use serde_json::Value;
 use std::sync::Arc;
-use std::time::Duration;
-
-/// Events arriving within this window are reconciled together.
-const DEBOUNCE: Duration = Duration::from_millis(50);
 
 pub async fn run(store: Arc<dyn Store>) {
-    loop {
-        if let Err(e) = run_once(&store).await {
-            tracing::warn!(error = %e, "render controller restarting");
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
-}
-
-async fn run_once(store: &Arc<dyn Store>) -> Result<(), StoreError> {
-    let from = store.revision().await?;
-    let mcs = store.watch(WatchFilter::resource(&MACHINE_CONFIG.store_key()), from).await?;
-    let pools = store.watch(WatchFilter::resource(&MACHINE_CONFIG_POOL.store_key()), from).await?;
-    let mut events = futures::stream::select(mcs, pools);
-    reconcile_all(store).await?;
-    loop {
-        match events.next().await {
-            None => return Ok(()),
-            Some(Err(e)) => return Err(e),
-            Some(Ok(_)) => {}
-        }
-        // Take whatever else arrives shortly, then reconcile once.
-        let deadline = tokio::time::sleep(DEBOUNCE);
-        tokio::pin!(deadline);
-        loop {
-            tokio::select! {
-                _ = &mut deadline => break,
-                ev = events.next() => match ev {
-                    None => return Ok(()),
-                    Some(Err(e)) => return Err(e),
-                    Some(Ok(_)) => {}
-                },
-            }
-        }
-        reconcile_all(store).await?;
-    }
+    let watched = [MACHINE_CONFIG.store_key(), MACHINE_CONFIG_POOL.store_key()];
+    super::run_loop("render", store, &watched, |s| async move { reconcile_all(&s).await }).await
 }
 
 /// Render every pool against the current MachineConfigs.
@@ -121,7 +83,7 @@ async fn reconcile_pool(store: &Arc<dyn Store>, mcs: &[MachineConfig], raw: Valu
         .as_ref()
         .and_then(|c| mcs.iter().find(|m| m.metadata.name == c.name));
     let mut status = pool.status.clone().unwrap_or_default();
-    let _ = current; let outcome: Result<Shim, String> = Err("shim".to_string());
+    let outcome = aloft_api::render::render(&pool, mcs, current);
     match outcome {
         Ok(rendered) => {
             let name = rendered.machine_config.metadata.name.clone();
@@ -167,5 +129,3 @@ async fn reconcile_pool(store: &Arc<dyn Store>, mcs: &[MachineConfig], raw: Valu
         Err(e) => Err(e),
     }
 }
-
-struct Shim { machine_config: MachineConfig, sources: Vec<aloft_api::ObjectReference> }

@@ -193,7 +193,7 @@ async fn get(client: &Client, ns: &str, args: &[String], output: Option<Output>,
     }
     let mut first = true;
     for (rt, name) in targets(args)? {
-        let path = with_query(resource_path(rt, Some(ns), name.as_deref()), &q);
+        let path = with_query(resource_path(rt.path_ref(), Some(ns), name.as_deref()), &q);
         match output {
             None | Some(Output::Wide) => {
                 let t = client.call(reqwest::Method::GET, &path, None, Some(TABLE_ACCEPT)).await?.into_result()?;
@@ -225,7 +225,7 @@ async fn get(client: &Client, ns: &str, args: &[String], output: Option<Output>,
                             None => vec![v],
                         };
                         for i in items {
-                            println!("{}/{}", rt.qualified(), i.pointer("/metadata/name").and_then(Value::as_str).unwrap_or(""));
+                            println!("{}/{}", rt.singular_qualified(), i.pointer("/metadata/name").and_then(Value::as_str).unwrap_or(""));
                         }
                     }
                     Output::Wide => {}
@@ -248,7 +248,7 @@ async fn follow(client: &Client, rt: &ResourceType, ns: &str, name: Option<&str>
         if let Some(n) = name {
             query.push(("fieldSelector", format!("metadata.name={n}")));
         }
-        let path = with_query(resource_path(rt, Some(ns), None), &query);
+        let path = with_query(resource_path(rt.path_ref(), Some(ns), None), &query);
         let resp = client.watch(&path, Some(TABLE_ACCEPT)).await?;
         let mut stream = resp.bytes_stream();
         let mut buf = Vec::new();
@@ -273,7 +273,7 @@ async fn follow(client: &Client, rt: &ResourceType, ns: &str, name: Option<&str>
 async fn describe(client: &Client, ns: &str, args: &[String]) -> Result<()> {
     for (rt, name) in targets(args)? {
         let name = name.ok_or_else(|| anyhow!("describe needs a name: aloftctl describe {} NAME", rt.singular))?;
-        let obj = client.get(&resource_path(rt, Some(ns), Some(&name))).await?.into_result()?;
+        let obj = client.get(&resource_path(rt.path_ref(), Some(ns), Some(&name))).await?.into_result()?;
         println!("Name:         {name}");
         println!("Kind:         {}", rt.kind);
         let meta = obj.get("metadata").cloned().unwrap_or_default();
@@ -338,20 +338,26 @@ async fn apply_files(client: &Client, ns: &str, files: &[String], dry_run: bool)
     for (rt, name, mut obj) in plan {
         let obj_ns = obj.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or(ns).to_string();
         apply::annotate_last_applied(&mut obj)?;
-        let path = resource_path(rt, Some(&obj_ns), Some(&name));
+        let path = resource_path(rt.path_ref(), Some(&obj_ns), Some(&name));
         let live = client.get(&path).await?;
-        let what = format!("{}/{}", rt.qualified(), name);
+        let what = format!("{}/{}", rt.singular_qualified(), name);
         if live.code == 404 {
-            client.post(&format!("{}{dry}", resource_path(rt, Some(&obj_ns), None)), &obj).await?.into_result()?;
+            client.post(&format!("{}{dry}", resource_path(rt.path_ref(), Some(&obj_ns), None)), &obj).await?.into_result()?;
             println!("{what} created{suffix}");
             continue;
         }
         let live = live.into_result()?;
         let last = apply::last_applied(&live);
         let patch = apply::three_way_patch(last.as_ref(), &obj);
-        let after = client.patch(&format!("{path}{dry}"), "application/merge-patch+json", &patch).await?.into_result()?;
-        let changed = after.pointer("/metadata/resourceVersion") != live.pointer("/metadata/resourceVersion");
-        println!("{what} {}{suffix}", if changed { "configured" } else { "unchanged" });
+        // As kubectl: a patch that changes nothing on the live object is not sent.
+        let mut patched = live.clone();
+        json_patch::merge(&mut patched, &patch);
+        if patched == live {
+            println!("{what} unchanged{suffix}");
+            continue;
+        }
+        client.patch(&format!("{path}{dry}"), "application/merge-patch+json", &patch).await?.into_result()?;
+        println!("{what} configured{suffix}");
     }
     Ok(())
 }
@@ -379,9 +385,9 @@ async fn delete(client: &Client, ns: &str, args: &[String], files: &[String], ig
     }
     let mut failed = false;
     for (rt, name, n) in items {
-        let r = client.delete(&resource_path(rt, Some(&n), Some(&name))).await?;
+        let r = client.delete(&resource_path(rt.path_ref(), Some(&n), Some(&name))).await?;
         if r.ok() {
-            println!("{} {name:?} deleted", rt.qualified());
+            println!("{} {name:?} deleted", rt.singular_qualified());
         } else if r.code == 404 && ignore_not_found {
             continue;
         } else {
@@ -405,7 +411,7 @@ async fn patch_cmd(client: &Client, ns: &str, args: &[String], patch_type: &str,
     let body: Value = serde_json::from_str(patch).map_err(|e| anyhow!("--patch is not JSON: {e}"))?;
     for (rt, name) in targets(args)? {
         let name = name.ok_or_else(|| anyhow!("patch needs a name: aloftctl patch {} NAME -p ...", rt.singular))?;
-        let mut path = resource_path(rt, Some(ns), Some(&name));
+        let mut path = resource_path(rt.path_ref(), Some(ns), Some(&name));
         if let Some(s) = &sub {
             path.push('/');
             path.push_str(s);
@@ -413,7 +419,7 @@ async fn patch_cmd(client: &Client, ns: &str, args: &[String], patch_type: &str,
         let before = client.get(&path).await?.into_result()?;
         let after = client.patch(&path, ctype, &body).await?.into_result()?;
         let changed = after.pointer("/metadata/resourceVersion") != before.pointer("/metadata/resourceVersion");
-        println!("{}/{name} {}", rt.qualified(), if changed { "patched" } else { "patched (no change)" });
+        println!("{}/{name} {}", rt.singular_qualified(), if changed { "patched" } else { "patched (no change)" });
     }
     Ok(())
 }

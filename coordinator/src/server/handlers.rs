@@ -5,7 +5,7 @@ use super::error::ApiError;
 use super::objects::{self, PatchType};
 use super::request::{self, FieldSelector, ResourcePath};
 use super::{table, validate, watch, Ctx};
-use crate::auth::{self, Identity, Verb};
+use crate::auth::{self, Decision, Identity, Verb};
 use crate::store::{revision_of, Key, StoreError};
 use aloft_api::Selector;
 use axum::http::{HeaderMap, Method, StatusCode};
@@ -43,18 +43,34 @@ impl Call<'_> {
     fn is_status(&self) -> bool {
         self.path.subresource.as_deref() == Some("status")
     }
-    fn authorize(&self, verb: Verb) -> Result<(), ApiError> {
+    /// Decide, looking up the caller's own Node when the decision depends on it.
+    async fn authorize(&self, verb: Verb) -> Result<Decision, ApiError> {
+        let field_name = match verb {
+            Verb::List | Verb::Watch => self.params.get("fieldSelector").and_then(|f| FieldSelector::parse(f).ok()),
+            _ => None,
+        };
+        let resource = self.path.rt.store_key();
         let req = auth::Request {
             verb,
-            resource: &self.path.rt.store_key(),
+            resource: &resource,
             name: self.path.name.as_deref(),
             subresource: self.path.subresource.as_deref(),
+            field_name: field_name.as_ref().and_then(FieldSelector::name),
         };
-        if auth::allowed(self.who, &req) {
-            Ok(())
-        } else {
-            Err(ApiError::forbidden(&self.who.name, verb.as_str(), &self.qualified(), self.path.name.as_deref()))
+        let own_node = match (&self.who.role, auth::needs_own_node(self.who, &req)) {
+            (auth::Role::Node(n), true) => {
+                let key = Key::cluster(&crate::resources::NODE.store_key(), n);
+                self.ctx.store.get(&key).await.map_err(|e| self.store_err(e, n))?
+            }
+            _ => None,
+        };
+        match auth::decide(self.who, &req, auth::Facts { own_node: own_node.as_ref() }) {
+            Decision::Deny => Err(self.forbidden(verb)),
+            d => Ok(d),
         }
+    }
+    fn forbidden(&self, verb: Verb) -> ApiError {
+        ApiError::forbidden(&self.who.name, verb.as_str(), &self.qualified(), self.path.name.as_deref())
     }
     fn store_err(&self, e: StoreError, name: &str) -> ApiError {
         ApiError::from_store(e, &self.qualified(), name)
@@ -119,7 +135,7 @@ fn render_one(call: &Call<'_>, obj: Value) -> Value {
 }
 
 async fn get(call: Call<'_>) -> Result<Response, ApiError> {
-    call.authorize(Verb::Get)?;
+    call.authorize(Verb::Get).await?;
     let name = call.path.name.clone().unwrap_or_default();
     let obj = call.ctx.store.get(&call.key(&name)).await.map_err(|e| call.store_err(e, &name))?;
     let obj = obj.ok_or_else(|| ApiError::not_found(&call.qualified(), &name))?;
@@ -162,7 +178,7 @@ impl Filters {
 }
 
 async fn list(call: Call<'_>) -> Result<Response, ApiError> {
-    call.authorize(Verb::List)?;
+    call.authorize(Verb::List).await?;
     let filters = Filters::from_params(&call.params)?;
     let ns = call.path.namespace.clone();
     let listing = call
@@ -188,13 +204,13 @@ async fn list(call: Call<'_>) -> Result<Response, ApiError> {
 }
 
 async fn watch_handler(call: Call<'_>) -> Result<Response, ApiError> {
-    call.authorize(Verb::Watch)?;
+    call.authorize(Verb::Watch).await?;
     let filters = Filters::from_params(&call.params)?;
     watch::serve(call.ctx, call.path.clone(), &call.params, filters, call.wants_table()).await
 }
 
 async fn create(call: Call<'_>) -> Result<Response, ApiError> {
-    call.authorize(Verb::Create)?;
+    call.authorize(Verb::Create).await?;
     let mut obj = request::decode_object(&call.headers, &call.body)?;
     request::check_type(call.path.rt, &obj)?;
     call.check_namespace(&mut obj)?;
@@ -235,6 +251,7 @@ async fn read_modify_write(
     call: &Call<'_>,
     name: &str,
     retry: bool,
+    decision: Decision,
     mut modify: impl FnMut(&Value) -> Result<Value, ApiError>,
 ) -> Result<Value, ApiError> {
     let key = call.key(name);
@@ -250,6 +267,11 @@ async fn read_modify_write(
         }
         let next = objects::prepare_update(call.path.rt, call.is_status(), &stored, incoming);
         call.validate(&next)?;
+        if decision == Decision::AllowStatusAndAnnotations && !auth::only_status_and_annotations(&stored, &next) {
+            let mut e = call.forbidden(Verb::Update);
+            e.status.message.push_str(": a node may change only its own status and annotations");
+            return Err(e);
+        }
         if next == stored {
             // A no-op write is not a write: no new resourceVersion, no watch event.
             return Ok(stored);
@@ -267,7 +289,7 @@ async fn read_modify_write(
 }
 
 async fn update(call: Call<'_>) -> Result<Response, ApiError> {
-    call.authorize(Verb::Update)?;
+    let decision = call.authorize(Verb::Update).await?;
     let name = call.path.name.clone().unwrap_or_default();
     let mut obj = request::decode_object(&call.headers, &call.body)?;
     request::check_type(call.path.rt, &obj)?;
@@ -278,22 +300,22 @@ async fn update(call: Call<'_>) -> Result<Response, ApiError> {
     }
     // Without a resourceVersion the PUT is unconditional (as Kubernetes allows for most kinds).
     let unconditional = precondition(&obj)?.is_none();
-    let out = read_modify_write(&call, &name, unconditional, |_| Ok(obj.clone())).await?;
+    let out = read_modify_write(&call, &name, unconditional, decision, |_| Ok(obj.clone())).await?;
     Ok(respond(StatusCode::OK, out))
 }
 
 async fn patch(call: Call<'_>) -> Result<Response, ApiError> {
-    call.authorize(Verb::Patch)?;
+    let decision = call.authorize(Verb::Patch).await?;
     let name = call.path.name.clone().unwrap_or_default();
     let ctype = call.headers.get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("");
     let kind = PatchType::from_content_type(ctype)?;
     let body = call.body.clone();
-    let out = read_modify_write(&call, &name, true, |stored| objects::apply_patch(kind, stored, &body)).await?;
+    let out = read_modify_write(&call, &name, true, decision, |stored| objects::apply_patch(kind, stored, &body)).await?;
     Ok(respond(StatusCode::OK, out))
 }
 
 async fn delete(call: Call<'_>) -> Result<Response, ApiError> {
-    call.authorize(Verb::Delete)?;
+    call.authorize(Verb::Delete).await?;
     let name = call.path.name.clone().unwrap_or_default();
     let mut expected = None;
     let mut uid = None;

@@ -2,6 +2,7 @@
 //! and kubectl works as a client.
 
 pub mod discovery;
+pub mod enroll;
 pub mod error;
 pub mod handlers;
 pub mod objects;
@@ -62,6 +63,8 @@ impl TokenLookup for SqliteStore {
 pub struct Ctx {
     pub store: Arc<dyn Store>,
     pub tokens: Arc<dyn TokenLookup>,
+    /// Where enrollment stores the node credentials it mints.
+    pub token_store: SqliteStore,
     pub limits: Limits,
 }
 
@@ -132,6 +135,17 @@ fn into_response(r: Result<Response, ApiError>) -> Response {
 pub fn router(ctx: SharedCtx) -> Router {
     let api = Router::new()
         .route("/version", get(|| async { json_ok(discovery::version()) }))
+        .route(
+            "/aloft/v1/enroll",
+            axum::routing::post(|State(c): State<SharedCtx>, Extension(w): Extension<Identity>, h: HeaderMap, b: Body| async move {
+                let body = match read_body(b, &h, c.limits.max_body).await {
+                    Ok(b) => b,
+                    Err(e) => return e.into_response(),
+                };
+                let tokens = c.token_store.clone();
+                into_response(enroll::enroll(c, tokens, w, &body).await)
+            }),
+        )
         .route("/openapi/v3", get(|| async { json_ok(openapi::index()) }))
         .route(
             "/openapi/v3/{*path}",

@@ -74,7 +74,14 @@ pub fn object_causes(r: &ResourceType, obj: &Value) -> Vec<StatusCause> {
     match r.kind {
         "MachineConfig" => {
             if let Some(mc) = typed::<MachineConfig>(obj, &mut out) {
-let _ = mc;
+if let Err(e) = aloft_api::ignition::parse_config(&mc.spec.config) {
+                    out.push(cause(&e.field(), "FieldValueInvalid", e.to_string()));
+                }
+                if let Err(errs) = aloft_api::reconcile::validate_for_day2(&mc.spec) {
+                    for e in errs {
+                        out.push(cause(&e.field, "FieldValueInvalid", e.message));
+                    }
+                }
             }
         }
         "MachineConfigPool" => {

@@ -1,5 +1,6 @@
-//! Talking to a coordinator: the client config (a kubeconfig, so kubectl reads the same file) and
-//! a small HTTP client used by aloftctl and the tests.
+//! aloft-client: talking to a coordinator. The client config is a kubeconfig (so kubectl reads
+//! the same file), and the HTTP client speaks the coordinator's Kubernetes-style API. Used by
+//! aloftctl, the node agent and the tests.
 
 use anyhow::{anyhow, bail, Context, Result};
 use base64::Engine;
@@ -189,8 +190,18 @@ impl Client {
     }
 }
 
+/// How a kind is addressed in URLs.
+#[derive(Debug, Clone, Copy)]
+pub struct ResourceRef<'a> {
+    /// Empty for the core group.
+    pub group: &'a str,
+    pub version: &'a str,
+    pub plural: &'a str,
+    pub namespaced: bool,
+}
+
 /// The URL path of a resource collection, or of one object when `name` is given.
-pub fn resource_path(rt: &crate::resources::ResourceType, namespace: Option<&str>, name: Option<&str>) -> String {
+pub fn resource_path(rt: ResourceRef<'_>, namespace: Option<&str>, name: Option<&str>) -> String {
     let mut p = if rt.group.is_empty() { format!("/api/{}", rt.version) } else { format!("/apis/{}/{}", rt.group, rt.version) };
     if rt.namespaced {
         p.push_str(&format!("/namespaces/{}", namespace.unwrap_or("default")));

@@ -1,0 +1,640 @@
+//! Applying a rendered config to the host (files, units, SSH keys, password hash), crash-safely.
+//!
+//! `apply` validates (refusing with nothing written), plans every step and the matching rollback
+//! steps, stores the plan and all bytes it needs in the [`Journal`], then runs the forward steps.
+//! On failure it runs the rollback steps and reports the reason (the node goes Degraded on its
+//! old config). After a crash, `recover` runs whatever list the journal's phase names, from the
+//! start: every step is idempotent, so the node ends fully on the new config, or fully on the
+//! old one with a reason, never in between.
+
+use crate::files::{self, Kind, Managed, Want};
+use crate::fsroot::{self, Entry, FsError, HostFs};
+use crate::host::{Root, ServiceError, ServiceManager};
+use crate::journal::{Content, Journal, JournalError, Phase, Record, ServiceOp, Step, RECORD_VERSION};
+use crate::ssh;
+use crate::units;
+use crate::validate::{self, Desired, Refusal, Validated};
+use aloft_api::MachineConfigSpec;
+use sha2::{Digest, Sha256};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+/// Failpoint names (the `fail` crate, feature `failpoints`): one at every step boundary, so the
+/// crash tests can kill the agent at each of them. Stable: tests and runbooks refer to them.
+pub mod points {
+    pub const JOURNAL_AFTER_BLOB: &str = "journal-after-blob";
+    pub const JOURNAL_BEFORE_PREPARE: &str = "journal-before-prepare";
+    pub const JOURNAL_AFTER_PREPARE: &str = "journal-after-prepare";
+    pub const JOURNAL_BEFORE_COMMIT: &str = "journal-before-commit";
+    pub const JOURNAL_AFTER_COMMIT: &str = "journal-after-commit";
+    pub const JOURNAL_BEFORE_ROLLBACK: &str = "journal-before-rollback";
+    pub const JOURNAL_AFTER_ROLLBACK: &str = "journal-after-rollback";
+    pub const JOURNAL_BEFORE_ROLLED_BACK: &str = "journal-before-rolled-back";
+    pub const JOURNAL_AFTER_ROLLED_BACK: &str = "journal-after-rolled-back";
+    pub const FS_AFTER_TEMP: &str = "fs-after-temp";
+    pub const FS_AFTER_RENAME: &str = "fs-after-rename";
+    pub const BACKUP_BEFORE: &str = "backup-before";
+    pub const BACKUP_AFTER: &str = "backup-after";
+    pub const FILE_BEFORE_WRITE: &str = "file-before-write";
+    pub const FILE_AFTER_WRITE: &str = "file-after-write";
+    pub const UNIT_BEFORE_WRITE: &str = "unit-before-write";
+    pub const UNIT_AFTER_WRITE: &str = "unit-after-write";
+    pub const DROPIN_BEFORE_WRITE: &str = "dropin-before-write";
+    pub const DROPIN_AFTER_WRITE: &str = "dropin-after-write";
+    pub const SSH_BEFORE_WRITE: &str = "ssh-before-write";
+    pub const SSH_AFTER_WRITE: &str = "ssh-after-write";
+    pub const SHADOW_BEFORE_WRITE: &str = "shadow-before-write";
+    pub const SHADOW_AFTER_WRITE: &str = "shadow-after-write";
+    pub const REMOVE_BEFORE: &str = "remove-before";
+    pub const REMOVE_AFTER: &str = "remove-after";
+    pub const RESTORE_BEFORE: &str = "restore-before";
+    pub const RESTORE_AFTER: &str = "restore-after";
+    pub const RMDIR_BEFORE: &str = "rmdir-before";
+    pub const RMDIR_AFTER: &str = "rmdir-after";
+    pub const DAEMON_RELOAD_BEFORE: &str = "daemon-reload-before";
+    pub const DAEMON_RELOAD_AFTER: &str = "daemon-reload-after";
+    pub const ENABLE_BEFORE: &str = "enable-before";
+    pub const ENABLE_AFTER: &str = "enable-after";
+    pub const DISABLE_BEFORE: &str = "disable-before";
+    pub const DISABLE_AFTER: &str = "disable-after";
+    pub const PRESET_BEFORE: &str = "preset-before";
+    pub const PRESET_AFTER: &str = "preset-after";
+}
+
+/// Every failpoint, for the crash tests to walk.
+pub const FAILPOINTS: &[&str] = &[
+    points::JOURNAL_AFTER_BLOB,
+    points::JOURNAL_BEFORE_PREPARE,
+    points::JOURNAL_AFTER_PREPARE,
+    points::JOURNAL_BEFORE_COMMIT,
+    points::JOURNAL_AFTER_COMMIT,
+    points::JOURNAL_BEFORE_ROLLBACK,
+    points::JOURNAL_AFTER_ROLLBACK,
+    points::JOURNAL_BEFORE_ROLLED_BACK,
+    points::JOURNAL_AFTER_ROLLED_BACK,
+    points::FS_AFTER_TEMP,
+    points::FS_AFTER_RENAME,
+    points::BACKUP_BEFORE,
+    points::BACKUP_AFTER,
+    points::FILE_BEFORE_WRITE,
+    points::FILE_AFTER_WRITE,
+    points::UNIT_BEFORE_WRITE,
+    points::UNIT_AFTER_WRITE,
+    points::DROPIN_BEFORE_WRITE,
+    points::DROPIN_AFTER_WRITE,
+    points::SSH_BEFORE_WRITE,
+    points::SSH_AFTER_WRITE,
+    points::SHADOW_BEFORE_WRITE,
+    points::SHADOW_AFTER_WRITE,
+    points::REMOVE_BEFORE,
+    points::REMOVE_AFTER,
+    points::RESTORE_BEFORE,
+    points::RESTORE_AFTER,
+    points::RMDIR_BEFORE,
+    points::RMDIR_AFTER,
+    points::DAEMON_RELOAD_BEFORE,
+    points::DAEMON_RELOAD_AFTER,
+    points::ENABLE_BEFORE,
+    points::ENABLE_AFTER,
+    points::DISABLE_BEFORE,
+    points::DISABLE_AFTER,
+    points::PRESET_BEFORE,
+    points::PRESET_AFTER,
+];
+
+/// What an apply changed: the disruption policy picks None/Reload/Restart/DaemonReload/Reboot
+/// from it (files by path, units by name, SSH keys -> None).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ApplyReport {
+    pub files_added: Vec<String>,
+    pub files_changed: Vec<String>,
+    pub files_removed: Vec<String>,
+    /// Units added, removed, or with different contents, drop-ins, enablement or mask.
+    pub units_changed: Vec<String>,
+    pub ssh_changed: bool,
+    /// SSH keys or password hash of core changed (MCO's `passwd` diff).
+    pub passwd_changed: bool,
+    /// Unit files changed, so systemd was reloaded.
+    pub daemon_reload: bool,
+    /// Things the operator should know that did not stop the apply.
+    pub warnings: Vec<String>,
+}
+
+impl ApplyReport {
+    /// Every changed file path (added, changed, removed), sorted.
+    pub fn changed_paths(&self) -> Vec<String> {
+        let mut all: Vec<String> =
+            self.files_added.iter().chain(&self.files_changed).chain(&self.files_removed).cloned().collect();
+        all.sort();
+        all
+    }
+}
+
+/// Why an apply did not complete.
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    /// Validation refused the config; nothing on the node changed.
+    #[error("refused: {0}")]
+    Refused(Refusal),
+    /// A journal from an earlier apply is not finished: call [`recover`] first.
+    #[error("an earlier apply is unfinished (journal phase {phase}); recover first")]
+    Unfinished { phase: String },
+    /// Failed while reading the host to plan; nothing on the node changed.
+    #[error("failed to prepare the apply (nothing changed): {0}")]
+    Prepare(#[source] StepError),
+    /// A step failed; the node is back on the old config. Degraded with this reason.
+    #[error("{reason} (rolled back to the previous config)")]
+    RolledBack { reason: String },
+    /// A step failed and so did the rollback; the journal keeps the rollback for [`recover`].
+    #[error("{reason}; rolling back failed too: {rollback}")]
+    RollbackFailed { reason: String, rollback: String },
+    #[error(transparent)]
+    Journal(#[from] JournalError),
+}
+
+/// A failed step.
+#[derive(Debug, thiserror::Error)]
+pub enum StepError {
+    #[error(transparent)]
+    Fs(#[from] FsError),
+    #[error(transparent)]
+    Service(#[from] ServiceError),
+    #[error(transparent)]
+    Journal(#[from] JournalError),
+}
+
+/// What [`recover`] found and did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Recovery {
+    /// No apply was in progress (any crash happened before the journal was written, so the
+    /// node is untouched on its old config).
+    Nothing,
+    /// The node is fully on the journal's new config.
+    Applied { new: Box<MachineConfigSpec>, report: ApplyReport },
+    /// The node is fully back on the journal's old config; it is Degraded with `reason`.
+    RolledBack { old: Box<MachineConfigSpec>, reason: String },
+}
+
+/// Applies `new` over `old` (the config the node is on). See the module doc.
+pub async fn apply(
+    root: &Root,
+    journal: &Journal,
+    old: &MachineConfigSpec,
+    new: &MachineConfigSpec,
+    services: &dyn ServiceManager,
+) -> Result<ApplyReport, ApplyError> {
+    if let Some(r) = journal.load()? {
+        if !r.phase.is_terminal() {
+            return Err(ApplyError::Unfinished { phase: format!("{:?}", r.phase) });
+        }
+    }
+    let fs = HostFs::open(root).map_err(|e| ApplyError::Prepare(e.into()))?;
+    let v = validate::validate(&fs, old, new).map_err(ApplyError::Refused)?;
+    journal.gc(&BTreeSet::new())?;
+    let (forward, rollback, report) = plan(&fs, journal, &v).map_err(ApplyError::Prepare)?;
+    journal.sync_blobs()?;
+    let mut record = Record {
+        version: RECORD_VERSION,
+        id: spec_id(new),
+        phase: Phase::Forward,
+        old: old.clone(),
+        new: new.clone(),
+        forward,
+        rollback,
+        report,
+    };
+    fail::fail_point!(points::JOURNAL_BEFORE_PREPARE);
+    journal.save(&record)?;
+    fail::fail_point!(points::JOURNAL_AFTER_PREPARE);
+    tracing::info!(id = %record.id, steps = record.forward.len(), "applying config");
+    run_forward(&fs, journal, services, &mut record).await
+}
+
+/// Finishes whatever apply the journal holds after a restart: re-runs the forward steps (or
+/// the rollback steps) from the start. Terminal records are reported again, unchanged.
+pub async fn recover(root: &Root, journal: &Journal, services: &dyn ServiceManager) -> Result<Recovery, ApplyError> {
+    let Some(mut record) = journal.load()? else {
+        journal.gc(&BTreeSet::new())?;
+        return Ok(Recovery::Nothing);
+    };
+    let fs = HostFs::open(root).map_err(|e| ApplyError::Prepare(e.into()))?;
+    match record.phase.clone() {
+        Phase::Committed => {
+            journal.gc(&BTreeSet::new())?;
+            Ok(Recovery::Applied { new: Box::new(record.new), report: record.report })
+        }
+        Phase::RolledBack { reason } => {
+            journal.gc(&BTreeSet::new())?;
+            Ok(Recovery::RolledBack { old: Box::new(record.old), reason })
+        }
+        Phase::Forward => {
+            tracing::warn!(id = %record.id, "resuming an interrupted apply (roll forward)");
+            match run_forward(&fs, journal, services, &mut record).await {
+                Ok(report) => Ok(Recovery::Applied { new: Box::new(record.new), report }),
+                Err(ApplyError::RolledBack { reason }) => Ok(Recovery::RolledBack { old: Box::new(record.old), reason }),
+                Err(e) => Err(e),
+            }
+        }
+        Phase::RollingBack { reason } => {
+            tracing::warn!(id = %record.id, %reason, "resuming an interrupted rollback");
+            rollback(&fs, journal, services, &mut record, reason.clone()).await?;
+            Ok(Recovery::RolledBack { old: Box::new(record.old), reason })
+        }
+    }
+}
+
+fn spec_id(spec: &MachineConfigSpec) -> String {
+    let bytes = serde_json::to_vec(spec).unwrap_or_default();
+    hex::encode(&Sha256::digest(&bytes)[..8])
+}
+
+async fn run_forward(
+    fs: &HostFs,
+    journal: &Journal,
+    services: &dyn ServiceManager,
+    record: &mut Record,
+) -> Result<ApplyReport, ApplyError> {
+    match run(fs, journal, services, &record.forward).await {
+        Ok(()) => {
+            fail::fail_point!(points::JOURNAL_BEFORE_COMMIT);
+            record.phase = Phase::Committed;
+            journal.save(record)?;
+            fail::fail_point!(points::JOURNAL_AFTER_COMMIT);
+            journal.gc(&BTreeSet::new())?;
+            tracing::info!(id = %record.id, "config applied");
+            Ok(record.report.clone())
+        }
+        Err(e) => {
+            let reason = format!("failed to apply config: {e}");
+            tracing::error!(id = %record.id, %reason, "rolling back");
+            rollback(fs, journal, services, record, reason.clone()).await?;
+            Err(ApplyError::RolledBack { reason })
+        }
+    }
+}
+
+async fn rollback(
+    fs: &HostFs,
+    journal: &Journal,
+    services: &dyn ServiceManager,
+    record: &mut Record,
+    reason: String,
+) -> Result<(), ApplyError> {
+    fail::fail_point!(points::JOURNAL_BEFORE_ROLLBACK);
+    record.phase = Phase::RollingBack { reason: reason.clone() };
+    journal.save(record)?;
+    fail::fail_point!(points::JOURNAL_AFTER_ROLLBACK);
+    if let Err(e) = run(fs, journal, services, &record.rollback).await {
+        tracing::error!(id = %record.id, error = %e, "rollback failed; recovery will retry it");
+        return Err(ApplyError::RollbackFailed { reason, rollback: e.to_string() });
+    }
+    fail::fail_point!(points::JOURNAL_BEFORE_ROLLED_BACK);
+    record.phase = Phase::RolledBack { reason };
+    journal.save(record)?;
+    fail::fail_point!(points::JOURNAL_AFTER_ROLLED_BACK);
+    journal.gc(&BTreeSet::new())?;
+    tracing::warn!(id = %record.id, "rolled back to the previous config");
+    Ok(())
+}
+
+async fn run(fs: &HostFs, journal: &Journal, services: &dyn ServiceManager, steps: &[Step]) -> Result<(), StepError> {
+    for step in steps {
+        run_step(fs, journal, services, step).await?;
+    }
+    Ok(())
+}
+
+fn write_points(kind: Kind) -> (&'static str, &'static str) {
+    match kind {
+        Kind::File => (points::FILE_BEFORE_WRITE, points::FILE_AFTER_WRITE),
+        Kind::Unit => (points::UNIT_BEFORE_WRITE, points::UNIT_AFTER_WRITE),
+        Kind::Dropin => (points::DROPIN_BEFORE_WRITE, points::DROPIN_AFTER_WRITE),
+        Kind::Ssh => (points::SSH_BEFORE_WRITE, points::SSH_AFTER_WRITE),
+        Kind::Shadow => (points::SHADOW_BEFORE_WRITE, points::SHADOW_AFTER_WRITE),
+    }
+}
+
+fn service_points(op: ServiceOp) -> (&'static str, &'static str) {
+    match op {
+        ServiceOp::Enable => (points::ENABLE_BEFORE, points::ENABLE_AFTER),
+        ServiceOp::Disable => (points::DISABLE_BEFORE, points::DISABLE_AFTER),
+        ServiceOp::Preset => (points::PRESET_BEFORE, points::PRESET_AFTER),
+    }
+}
+
+/// Makes `path` hold `content`; idempotent.
+fn put(fs: &HostFs, journal: &Journal, path: &str, content: &Content) -> Result<(), StepError> {
+    let rel = fsroot::rel(path);
+    match content {
+        Content::File { blob, mode, uid, gid } => {
+            let mut r = journal.open_blob(blob)?;
+            files::write_file(fs, &rel, &mut r, *mode, *uid, *gid)?;
+        }
+        Content::Symlink { target } => {
+            fs.ensure_parent(&rel)?;
+            fs.symlink_atomic(&rel, Path::new(target))?;
+        }
+        Content::Dir { mode, uid, gid } => {
+            fs.ensure_parent(&rel)?;
+            fs.mkdir(&rel, *mode, *uid, *gid)?;
+        }
+        Content::Absent => match fs.entry(&rel)? {
+            Entry::Dir { .. } => {
+                fs.remove_dir_if_empty(&rel)?;
+            }
+            Entry::Absent => {}
+            _ => {
+                fs.remove(&rel)?;
+            }
+        },
+    }
+    Ok(())
+}
+
+async fn run_step(fs: &HostFs, journal: &Journal, services: &dyn ServiceManager, step: &Step) -> Result<(), StepError> {
+    tracing::debug!(?step, "step");
+    match step {
+        Step::Backup { path, action } => {
+            fail::fail_point!(points::BACKUP_BEFORE);
+            files::backup(fs, path, *action)?;
+            fail::fail_point!(points::BACKUP_AFTER);
+        }
+        Step::Write { path, kind, content } => {
+            let (before, after) = write_points(*kind);
+            fail::fail_point!(before);
+            put(fs, journal, path, content)?;
+            fail::fail_point!(after);
+        }
+        Step::Remove { path, action } => {
+            fail::fail_point!(points::REMOVE_BEFORE);
+            files::remove(fs, path, *action)?;
+            fail::fail_point!(points::REMOVE_AFTER);
+        }
+        Step::Restore { path, content } => {
+            fail::fail_point!(points::RESTORE_BEFORE);
+            put(fs, journal, path, content)?;
+            fail::fail_point!(points::RESTORE_AFTER);
+        }
+        Step::RemoveDir { path } => {
+            fail::fail_point!(points::RMDIR_BEFORE);
+            fs.remove_dir_if_empty(&fsroot::rel(path))?;
+            fail::fail_point!(points::RMDIR_AFTER);
+        }
+        Step::CleanTemp { path } => {
+            fs.remove(&fsroot::temp_name(&fsroot::rel(path)))?;
+        }
+        Step::DaemonReload => {
+            fail::fail_point!(points::DAEMON_RELOAD_BEFORE);
+            services.daemon_reload().await?;
+            fail::fail_point!(points::DAEMON_RELOAD_AFTER);
+        }
+        Step::Service { op, units, only_present } => {
+            let mut names = Vec::new();
+            for u in units {
+                let present = !*only_present || fs.entry(&fsroot::rel(&units::unit_path(u)))? != Entry::Absent;
+                if present {
+                    names.push(u.clone());
+                }
+            }
+            if names.is_empty() {
+                return Ok(());
+            }
+            let (before, after) = service_points(*op);
+            fail::fail_point!(before);
+            match op {
+                ServiceOp::Enable => services.enable_units(&names).await?,
+                ServiceOp::Disable => services.disable_units(&names).await?,
+                ServiceOp::Preset => services.preset_units(&names).await?,
+            }
+            fail::fail_point!(after);
+        }
+    }
+    Ok(())
+}
+
+/// Builds the forward and rollback step lists (storing their bytes as journal blobs) and the
+/// report. Reads the host only.
+struct Planner<'a> {
+    fs: &'a HostFs,
+    journal: &'a Journal,
+    forward: Vec<Step>,
+    /// Every path a forward step may create, change or delete, in first-touch order.
+    touched: Vec<String>,
+    created_dirs: BTreeSet<String>,
+}
+
+impl Planner<'_> {
+    fn touch(&mut self, path: &str) -> Result<(), StepError> {
+        if self.touched.iter().any(|p| p == path) {
+            return Ok(());
+        }
+        self.touched.push(path.to_string());
+        for d in self.fs.missing_ancestors(&fsroot::rel(path))? {
+            self.created_dirs.insert(format!("/{}", d.display()));
+        }
+        Ok(())
+    }
+
+    fn blob(&mut self, bytes: &[u8]) -> Result<String, StepError> {
+        Ok(self.journal.put_blob(&mut &bytes[..])?)
+    }
+
+    fn content(&mut self, want: &Want) -> Result<Content, StepError> {
+        Ok(match want {
+            Want::File { contents, mode, uid, gid } => {
+                Content::File { blob: self.blob(contents)?, mode: *mode, uid: *uid, gid: *gid }
+            }
+            Want::Symlink { target } => Content::Symlink { target: target.clone() },
+            Want::Absent => Content::Absent,
+        })
+    }
+
+    /// The pre-apply state of `path`, its bytes stored as a blob.
+    fn pre_image(&mut self, path: &str) -> Result<Content, StepError> {
+        let rel = fsroot::rel(path);
+        Ok(match self.fs.entry(&rel)? {
+            Entry::Absent => Content::Absent,
+            Entry::File { mode, uid, gid, .. } => {
+                let mut f = self.fs.open_read(&rel)?;
+                Content::File { blob: self.journal.put_blob(&mut f)?, mode, uid, gid }
+            }
+            Entry::Symlink { target } => Content::Symlink { target: target.to_string_lossy().into_owned() },
+            Entry::Dir { mode, uid, gid } => Content::Dir { mode, uid, gid },
+            Entry::Other { .. } => {
+                return Err(StepError::Fs(FsError::new(
+                    "snapshot",
+                    rel,
+                    std::io::Error::new(std::io::ErrorKind::InvalidInput, "a special file is in the way"),
+                )))
+            }
+        })
+    }
+}
+
+fn service_steps(out: &mut Vec<Step>, op: ServiceOp, units: Vec<String>, only_present: bool) {
+    if !units.is_empty() {
+        out.push(Step::Service { op, units, only_present });
+    }
+}
+
+/// Units of `d` that have a file of their own in /etc/systemd/system (contents or mask).
+fn has_unit_file(d: &Desired, name: &str) -> bool {
+    d.units.iter().any(|u| u.name == name && (u.mask || u.contents.is_some()))
+}
+
+/// Splits units into (with a managed unit file in `d`, without).
+fn split_by_file(d: &Desired, names: Vec<String>) -> (Vec<String>, Vec<String>) {
+    names.into_iter().partition(|n| has_unit_file(d, n))
+}
+
+fn plan(fs: &HostFs, journal: &Journal, v: &Validated) -> Result<(Vec<Step>, Vec<Step>, ApplyReport), StepError> {
+    let (old, new) = (&v.old, &v.new);
+    let mut report = report(old, new);
+    let mut p = Planner { fs, journal, forward: Vec::new(), touched: Vec::new(), created_dirs: BTreeSet::new() };
+
+    // Removed units go back to their preset while their files still exist.
+    let (with_file, without) = split_by_file(old, units::removed_units(old, new));
+    service_steps(&mut p.forward, ServiceOp::Preset, with_file, true);
+    service_steps(&mut p.forward, ServiceOp::Preset, without, false);
+
+    let new_managed = files::managed(new, &v.owners);
+    let old_managed = files::managed(old, &v.owners);
+    let old_paths: BTreeSet<&str> = old_managed.iter().map(|m| m.path.as_str()).collect();
+    let new_paths: BTreeSet<&str> = new_managed.iter().map(|m| m.path.as_str()).collect();
+
+    for m in new_managed.iter().filter(|m| !old_paths.contains(m.path.as_str())) {
+        if let Some(action) = files::decide_backup(fs, &m.path)? {
+            let (orig, noorig) = files::backup_paths(&m.path);
+            p.touch(match action {
+                files::BackupAction::Orig => &orig,
+                files::BackupAction::NoOrig => &noorig,
+            })?;
+            p.forward.push(Step::Backup { path: m.path.clone(), action });
+        }
+    }
+    for Managed { path, kind, want } in &new_managed {
+        p.touch(path)?;
+        let content = p.content(want)?;
+        p.forward.push(Step::Write { path: path.clone(), kind: *kind, content });
+    }
+    for m in old_managed.iter().filter(|m| !new_paths.contains(m.path.as_str())) {
+        let action = files::decide_remove(fs, &m.path)?;
+        let (orig, noorig) = files::backup_paths(&m.path);
+        for path in [&m.path, &orig, &noorig] {
+            p.touch(path)?;
+        }
+        p.forward.push(Step::Remove { path: m.path.clone(), action });
+    }
+    plan_ssh(&mut p, v, &mut report)?;
+
+    for path in p.touched.clone() {
+        p.forward.push(Step::CleanTemp { path });
+    }
+    let unit_files = |m: &[Managed]| -> BTreeMap<String, Want> {
+        m.iter().filter(|m| units::is_unit_path(&m.path)).map(|m| (m.path.clone(), m.want.clone())).collect()
+    };
+    report.daemon_reload = unit_files(&old_managed) != unit_files(&new_managed);
+    if report.daemon_reload {
+        p.forward.push(Step::DaemonReload);
+    }
+    let en = units::enablement(new);
+    service_steps(&mut p.forward, ServiceOp::Disable, en.disable, false);
+    service_steps(&mut p.forward, ServiceOp::Enable, en.enable, false);
+    service_steps(&mut p.forward, ServiceOp::Preset, en.preset, false);
+
+    // Rollback: units only the new config has go back to their preset while their files exist;
+    // every touched path gets its pre-apply state; created directories go; the old config's
+    // enablement is applied again.
+    let mut rollback = Vec::new();
+    let old_names: BTreeSet<&str> = old.units.iter().map(|u| u.name.as_str()).collect();
+    let added: Vec<String> = new.units.iter().filter(|u| !old_names.contains(u.name.as_str())).map(|u| u.name.clone()).collect();
+    let (with_file, without) = split_by_file(new, added);
+    service_steps(&mut rollback, ServiceOp::Preset, with_file, true);
+    service_steps(&mut rollback, ServiceOp::Preset, without, false);
+    for path in p.touched.clone().iter().rev() {
+        let content = p.pre_image(path)?;
+        rollback.push(Step::Restore { path: path.clone(), content });
+    }
+    for path in &p.touched {
+        rollback.push(Step::CleanTemp { path: path.clone() });
+    }
+    let mut dirs: Vec<&String> = p.created_dirs.iter().collect();
+    dirs.sort_by_key(|d| std::cmp::Reverse(d.matches('/').count()));
+    rollback.extend(dirs.into_iter().map(|d| Step::RemoveDir { path: d.clone() }));
+    if report.daemon_reload {
+        rollback.push(Step::DaemonReload);
+    }
+    let en = units::enablement(old);
+    service_steps(&mut rollback, ServiceOp::Disable, en.disable, false);
+    service_steps(&mut rollback, ServiceOp::Enable, en.enable, false);
+    service_steps(&mut rollback, ServiceOp::Preset, en.preset, false);
+    Ok((p.forward, rollback, report))
+}
+
+/// core's SSH keys and password hash.
+fn plan_ssh(p: &mut Planner, v: &Validated, report: &mut ApplyReport) -> Result<(), StepError> {
+    let (old, new) = (&v.old.core, &v.new.core);
+    if !new.ssh_keys.is_empty() {
+        let (uid, gid) = ssh::core_ids(&v.owners, &mut report.warnings);
+        let dir = Content::Dir { mode: ssh::DIR_MODE, uid, gid };
+        if p.fs.entry(&fsroot::rel(ssh::HOME))? == Entry::Absent {
+            p.touch(ssh::HOME)?;
+            p.forward.push(Step::Write { path: ssh::HOME.into(), kind: Kind::Ssh, content: dir.clone() });
+        }
+        for d in ssh::SSH_DIRS {
+            p.touch(d)?;
+            p.forward.push(Step::Write { path: d.into(), kind: Kind::Ssh, content: dir.clone() });
+        }
+        p.touch(ssh::KEYS_FILE)?;
+        let blob = p.blob(&ssh::keys_file(&new.ssh_keys))?;
+        let content = Content::File { blob, mode: ssh::KEYS_MODE, uid, gid };
+        p.forward.push(Step::Write { path: ssh::KEYS_FILE.into(), kind: Kind::Ssh, content });
+    } else if !old.ssh_keys.is_empty() {
+        p.touch(ssh::KEYS_FILE)?;
+        p.forward.push(Step::Write { path: ssh::KEYS_FILE.into(), kind: Kind::Ssh, content: Content::Absent });
+    }
+    if old.password_hash != new.password_hash {
+        let rel = fsroot::rel(ssh::SHADOW);
+        let edited = match p.fs.entry(&rel)? {
+            Entry::File { mode, uid, gid, .. } => {
+                let current = String::from_utf8_lossy(&p.fs.read_limited(&rel, 16 << 20)?).into_owned();
+                ssh::shadow_with_hash(&current, new.password_hash.as_deref()).map(|s| (s, mode, uid, gid))
+            }
+            _ => None,
+        };
+        match edited {
+            Some((s, mode, uid, gid)) => {
+                p.touch(ssh::SHADOW)?;
+                let blob = p.blob(s.as_bytes())?;
+                p.forward.push(Step::Write {
+                    path: ssh::SHADOW.into(),
+                    kind: Kind::Shadow,
+                    content: Content::File { blob, mode, uid, gid },
+                });
+            }
+            None => report.warnings.push(format!("user core is not in {}: password hash not set", ssh::SHADOW)),
+        }
+    }
+    Ok(())
+}
+
+/// The report of old -> new, from the configs alone.
+fn report(old: &Desired, new: &Desired) -> ApplyReport {
+    let mut r = ApplyReport::default();
+    for f in &new.files {
+        match old.files.iter().find(|o| o.path == f.path) {
+            None => r.files_added.push(f.path.clone()),
+            Some(o) if (&o.contents, o.mode, &o.user, &o.group) != (&f.contents, f.mode, &f.user, &f.group) => {
+                r.files_changed.push(f.path.clone())
+            }
+            Some(_) => {}
+        }
+    }
+    r.files_removed =
+        old.files.iter().filter(|o| !new.files.iter().any(|f| f.path == o.path)).map(|o| o.path.clone()).collect();
+    r.units_changed = units::changed_units(old, new);
+    r.ssh_changed = ssh::keys_changed(&old.core, &new.core);
+    r.passwd_changed = r.ssh_changed || old.core.password_hash != new.core.password_hash;
+    r
+}

@@ -1,0 +1,108 @@
+//! What differs between two rendered configs, computed before anything is applied: the
+//! disruption policy needs it to decide whether the node must be drained and rebooted, and that
+//! decision comes before the first byte is written.
+
+use aloft_api::MachineConfigSpec;
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// The differences the node disruption policy looks at.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ChangeSet {
+    /// Paths added, changed or removed.
+    pub files: BTreeSet<String>,
+    /// Units (or their drop-ins, enablement, mask) added, changed or removed.
+    pub units: BTreeSet<String>,
+    pub ssh_keys: bool,
+    pub os_image: bool,
+    pub kernel_arguments: bool,
+    pub fips: bool,
+    pub kernel_type: bool,
+    pub extensions: bool,
+}
+
+impl ChangeSet {
+    pub fn is_empty(&self) -> bool {
+        *self == ChangeSet::default()
+    }
+}
+
+fn by_key<'a>(cfg: &'a Value, list: &str, key: &str) -> BTreeMap<String, &'a Value> {
+    let ptr = format!("/{}", list.replace('.', "/"));
+    cfg.pointer(&ptr)
+        .and_then(Value::as_array)
+        .map(|items| items.iter().filter_map(|i| Some((i.get(key)?.as_str()?.to_string(), i))).collect())
+        .unwrap_or_default()
+}
+
+fn diff_keys(a: &BTreeMap<String, &Value>, b: &BTreeMap<String, &Value>) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for (k, v) in a {
+        if b.get(k) != Some(v) {
+            out.insert(k.clone());
+        }
+    }
+    for k in b.keys() {
+        if !a.contains_key(k) {
+            out.insert(k.clone());
+        }
+    }
+    out
+}
+
+fn core_keys(cfg: &Value) -> Option<&Value> {
+    cfg.pointer("/passwd/users")?
+        .as_array()?
+        .iter()
+        .find(|u| u.get("name").and_then(Value::as_str) == Some("core"))?
+        .get("sshAuthorizedKeys")
+}
+
+/// Compare two configs whose `config` is Ignition 3.x JSON (already converted).
+pub fn between(old: &MachineConfigSpec, new: &MachineConfigSpec) -> ChangeSet {
+    let (oc, nc) = (&old.config, &new.config);
+    ChangeSet {
+        files: diff_keys(&by_key(oc, "storage.files", "path"), &by_key(nc, "storage.files", "path")),
+        units: diff_keys(&by_key(oc, "systemd.units", "name"), &by_key(nc, "systemd.units", "name")),
+        ssh_keys: core_keys(oc) != core_keys(nc),
+        os_image: old.os_image_url != new.os_image_url,
+        kernel_arguments: old.kernel_arguments != new.kernel_arguments,
+        fips: old.fips.unwrap_or(false) != new.fips.unwrap_or(false),
+        kernel_type: old.kernel_type != new.kernel_type,
+        extensions: old.extensions != new.extensions,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn spec(v: Value) -> MachineConfigSpec {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn finds_what_changed() {
+        let old = spec(json!({"config": {"ignition": {"version": "3.4.0"},
+            "storage": {"files": [{"path": "/etc/a", "mode": 420}, {"path": "/etc/b", "mode": 420}]},
+            "systemd": {"units": [{"name": "x.service", "enabled": true}]},
+            "passwd": {"users": [{"name": "core", "sshAuthorizedKeys": ["k1"]}]}},
+            "kernelArguments": ["a=1"]}));
+        let new = spec(json!({"config": {"ignition": {"version": "3.4.0"},
+            "storage": {"files": [{"path": "/etc/a", "mode": 384}, {"path": "/etc/c", "mode": 420}]},
+            "systemd": {"units": [{"name": "x.service", "enabled": true}, {"name": "y.service"}]},
+            "passwd": {"users": [{"name": "core", "sshAuthorizedKeys": ["k1"]}]}},
+            "kernelArguments": ["a=1"]}));
+        let c = between(&old, &new);
+        assert_eq!(c.files.iter().map(String::as_str).collect::<Vec<_>>(), vec!["/etc/a", "/etc/b", "/etc/c"]);
+        assert_eq!(c.units.iter().map(String::as_str).collect::<Vec<_>>(), vec!["y.service"]);
+        assert!(!c.ssh_keys && !c.kernel_arguments && !c.os_image);
+        assert!(between(&new, &new).is_empty());
+        let mut keys = new.clone();
+        keys.config["passwd"]["users"][0]["sshAuthorizedKeys"] = json!(["k2"]);
+        keys.kernel_arguments.push("b=2".into());
+        let c = between(&new, &keys);
+        assert!(c.ssh_keys && c.kernel_arguments && c.files.is_empty());
+    }
+}

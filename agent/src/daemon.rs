@@ -1,0 +1,401 @@
+//! The daemon: enroll, recover, verify the disk, then follow the Node. Every decision is made by
+//! [`decide`] from the persisted phase, the Node's annotations and the on-disk current config; the
+//! effects of each step are in [`Agent`]'s methods, each persisting the next phase first.
+
+use crate::changes;
+use crate::coordinator::{NodeApi, NodeView};
+use crate::enroll;
+use crate::host::{Root, ServiceManager};
+use crate::state::{self, Phase};
+use aloft_api::annotations as ann;
+use aloft_api::MachineConfig;
+use aloft_client::{Client, ClientConfig};
+use anyhow::{Context, Result};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How the daemon was started.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub coordinator: String,
+    pub ca_pem: Option<Vec<u8>>,
+    pub bootstrap_token: Option<String>,
+    pub node_name: String,
+    pub labels: BTreeMap<String, String>,
+    pub root: PathBuf,
+    pub bus_address: Option<String>,
+    pub metrics_listen: Option<String>,
+    pub drain_timeout: Duration,
+}
+
+/// What to do next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// Nothing to do: wait for the Node to change.
+    Wait,
+    /// Tell the coordinator we are Done on `current` (annotations lag behind the disk).
+    ReportDone,
+    /// Move to `target`.
+    Update { target: String },
+    /// The reboot into `target` happened: verify, uncordon, report Done.
+    FinishAfterReboot { target: String },
+    /// Asked for a reboot that has not happened (a crash in between): ask again.
+    Reboot { target: String },
+}
+
+/// The state machine's transition function. `current` is the on-disk current config's name
+/// ("" before the first apply), `boot_id` the boot we run in.
+pub fn decide(phase: &Phase, node: &NodeView, current: &str, boot_id: &str) -> Step {
+    let desired = node.annotation(ann::DESIRED_CONFIG);
+    if let Phase::Rebooting { target, boot_id: asked_in } = phase {
+        if target == current {
+            return if asked_in != boot_id { Step::FinishAfterReboot { target: target.clone() } } else { Step::Reboot { target: target.clone() } };
+        }
+    }
+    if desired.is_empty() || desired == current {
+        // Done with whatever was asked; make the annotations say so.
+        let reported = node.annotation(ann::STATE) == "Done" && node.annotation(ann::CURRENT_CONFIG) == current && node.annotation(ann::REASON).is_empty();
+        return match phase {
+            Phase::Idle if reported => Step::Wait,
+            Phase::Degraded { .. } if desired.is_empty() => Step::Wait,
+            _ if matches!(phase, Phase::Degraded { target, .. } if target == current) => Step::Wait,
+            _ => Step::ReportDone,
+        };
+    }
+    match phase {
+        // An unreconcilable target stays refused until the coordinator asks for another.
+        Phase::Unreconcilable { target, .. } if target == desired => Step::Wait,
+        _ => Step::Update { target: desired.to_string() },
+    }
+}
+
+fn current_config_path(root: &Root) -> PathBuf {
+    root.state_dir().join("currentconfig.json")
+}
+
+/// The on-disk current config: the source of truth for what this node runs (as MCO's
+/// /etc/machine-config-daemon/currentconfig), winning over the Node's annotation.
+pub fn load_current(root: &Root) -> Result<Option<MachineConfig>> {
+    match std::fs::read_to_string(current_config_path(root)) {
+        Ok(s) => Ok(Some(serde_json::from_str(&s).context("currentconfig.json is corrupt")?)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn save_current(root: &Root, mc: &MachineConfig) -> Result<()> {
+    let dir = root.state_dir();
+    std::fs::create_dir_all(&dir)?;
+    let tmp = dir.join(".currentconfig.json.tmp");
+    std::fs::write(&tmp, serde_json::to_vec(mc)?)?;
+    std::fs::File::open(&tmp)?.sync_all()?;
+    std::fs::rename(&tmp, current_config_path(root))?;
+    std::fs::File::open(&dir)?.sync_all()?;
+    Ok(())
+}
+
+/// Local status for `aloft-agent status`: written on every phase change.
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LocalStatus {
+    pub node: String,
+    pub phase: String,
+    pub state: String,
+    pub current_config: String,
+    pub desired_config: String,
+    pub reason: String,
+    pub progress: String,
+    pub updated_at: String,
+}
+
+fn status_path(root: &Path) -> PathBuf {
+    root.join("var/lib/aloft/status.json")
+}
+
+/// `aloft-agent status [--json]`.
+pub async fn print_status(root: &Path, json: bool) -> Result<()> {
+    let path = status_path(root);
+    let text = std::fs::read_to_string(&path).with_context(|| format!("no agent status at {} (is aloft-agent running on this root?)", path.display()))?;
+    let st: LocalStatus = serde_json::from_str(&text).context("status.json is corrupt")?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&st)?);
+    } else {
+        println!("Node:     {}", st.node);
+        println!("State:    {} ({})", st.state, st.phase);
+        println!("Current:  {}", if st.current_config.is_empty() { "<none>" } else { &st.current_config });
+        println!("Desired:  {}", if st.desired_config.is_empty() { "<none>" } else { &st.desired_config });
+        if !st.progress.is_empty() {
+            println!("Progress: {}", st.progress);
+        }
+        if !st.reason.is_empty() {
+            println!("Reason:   {}", st.reason);
+        }
+        println!("Updated:  {}", st.updated_at);
+    }
+    Ok(())
+}
+
+/// The running agent.
+pub struct Agent {
+    pub root: Root,
+    pub api: NodeApi,
+    pub services: Arc<dyn ServiceManager>,
+    pub drain_timeout: Duration,
+    phase: Phase,
+    current: Option<MachineConfig>,
+    desired: String,
+}
+
+impl Agent {
+    pub fn new(root: Root, api: NodeApi, services: Arc<dyn ServiceManager>, drain_timeout: Duration) -> Result<Self> {
+        let phase = state::load(&root)?;
+        let current = load_current(&root)?;
+        Ok(Agent { root, api, services, drain_timeout, phase, current, desired: String::new() })
+    }
+
+    pub fn phase(&self) -> &Phase {
+        &self.phase
+    }
+
+    fn current_name(&self) -> String {
+        self.current.as_ref().map(|m| m.metadata.name.clone()).unwrap_or_default()
+    }
+
+    /// Persist the phase, then tell everyone who looks (status file, logs).
+    fn enter(&mut self, phase: Phase, progress: &str) -> Result<()> {
+        state::save(&self.root, &phase)?;
+        if phase != self.phase {
+            tracing::info!(from = self.phase.name(), to = phase.name(), target = phase.target().unwrap_or(""), "phase");
+        }
+        self.phase = phase;
+        self.write_status(progress)
+    }
+
+    fn write_status(&self, progress: &str) -> Result<()> {
+        let st = LocalStatus {
+            node: self.api.name().to_string(),
+            phase: self.phase.name().into(),
+            state: self.phase.mco_state().into(),
+            current_config: self.current_name(),
+            desired_config: self.desired.clone(),
+            reason: self.phase.reason().into(),
+            progress: progress.into(),
+            updated_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        };
+        let path = status_path(self.root.path());
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)?;
+        }
+        let tmp = path.with_extension("json.tmp");
+        std::fs::write(&tmp, serde_json::to_vec_pretty(&st)?)?;
+        std::fs::rename(&tmp, &path)?;
+        Ok(())
+    }
+
+    /// Leave the update of `target` as Degraded (retried) or Unreconcilable (not retried).
+    async fn fail(&mut self, target: &str, reason: String, unreconcilable: bool) -> Result<()> {
+        tracing::warn!(target, %reason, unreconcilable, "update failed");
+        let phase = if unreconcilable {
+            Phase::Unreconcilable { target: target.into(), reason: reason.clone() }
+        } else {
+            Phase::Degraded { target: target.into(), reason: reason.clone() }
+        };
+        self.enter(phase, "")?;
+        let current = self.current_name();
+        self.api.report(self.phase.mco_state(), &reason, Some(&current)).await?;
+        Ok(())
+    }
+
+    async fn report_done(&mut self) -> Result<()> {
+        let current = self.current_name();
+        self.enter(Phase::Idle, "")?;
+        self.api.report("Done", "", Some(&current)).await?;
+        Ok(())
+    }
+
+    /// One step of the loop; returns the step taken.
+    pub async fn step(&mut self, node: &NodeView) -> Result<Step> {
+        self.desired = node.annotation(ann::DESIRED_CONFIG).to_string();
+        let step = decide(&self.phase, node, &self.current_name(), &state::boot_id(&self.root));
+        match &step {
+            Step::Wait => {}
+            Step::ReportDone => self.report_done().await?,
+            Step::Update { target } => self.update(target).await?,
+            Step::FinishAfterReboot { target } => self.finish(target, true).await?,
+            Step::Reboot { target } => self.reboot(target).await?,
+        }
+        Ok(step)
+    }
+
+    async fn update(&mut self, target: &str) -> Result<()> {
+        self.enter(Phase::Preparing { target: target.into() }, "fetching the rendered config")?;
+        let current = self.current_name();
+        self.api.report("Working", "", Some(&current)).await?;
+        let new = match self.api.machine_config(target).await {
+            Ok(mc) => mc,
+            Err(e) => return self.fail(target, format!("{e:#}"), false).await,
+        };
+        let old = self.current.clone().unwrap_or_default();
+        let (old_spec, new_spec) = match (crate::engine::normalize(&old.spec), crate::engine::normalize(&new.spec)) {
+            (Ok(o), Ok(n)) => (o, n),
+            (Err(e), _) | (_, Err(e)) => return self.fail(target, e.to_string(), false).await,
+        };
+        if let Err(refusal) = crate::engine::validate(&self.root, &old_spec, &new_spec) {
+            return self.fail(target, refusal.message, refusal.unreconcilable).await;
+        }
+        let changes = changes::between(&old_spec, &new_spec);
+        let plan = crate::engine::plan(&self.root, &changes);
+        tracing::info!(target, reboot = plan.reboot, drain = plan.drain, reason = %plan.reason, "update planned");
+        if plan.drain {
+            let request = format!("drain-{target}");
+            self.enter(Phase::Draining { target: target.into(), request: request.clone() }, "waiting for the coordinator to drain this node")?;
+            if let Err(e) = self.api.drain_handshake(&request, self.drain_timeout).await {
+                return self.fail(target, format!("{e:#}"), false).await;
+            }
+        }
+        self.enter(Phase::Applying { target: target.into() }, "writing files and units")?;
+        if let Err(e) = crate::engine::apply(&self.root, &old_spec, &new_spec, self.services.as_ref()).await {
+            return self.fail(target, format!("{e:#}"), false).await;
+        }
+        let mut applied = new.clone();
+        applied.spec = new_spec;
+        save_current(&self.root, &applied)?;
+        self.current = Some(applied);
+        if plan.reboot {
+            return self.reboot(target).await;
+        }
+        self.enter(Phase::Acting { target: target.into() }, "running the rebootless actions")?;
+        if let Err(e) = crate::engine::act(&plan, self.services.as_ref()).await {
+            return self.fail(target, format!("{e:#}"), false).await;
+        }
+        self.finish(target, plan.drain).await
+    }
+
+    async fn reboot(&mut self, target: &str) -> Result<()> {
+        let boot_id = state::boot_id(&self.root);
+        self.enter(Phase::Rebooting { target: target.into(), boot_id }, "rebooting")?;
+        let current = self.current_name();
+        self.api.report("Working", "", Some(&current)).await.ok();
+        if let Err(e) = self.services.reboot(&format!("aloft: applying {target}")).await {
+            return self.fail(target, format!("reboot failed: {e}"), false).await;
+        }
+        Ok(())
+    }
+
+    /// After the change took effect: verify the disk, uncordon if drained, report Done.
+    async fn finish(&mut self, target: &str, drained: bool) -> Result<()> {
+        if let Some(cur) = &self.current {
+            if let Err(drift) = crate::engine::verify(&self.root, cur) {
+                return self.fail(target, drift, false).await;
+            }
+        }
+        if drained {
+            let request = format!("uncordon-{target}");
+            self.enter(Phase::Uncordoning { target: target.into(), request: request.clone() }, "waiting for the coordinator to uncordon this node")?;
+            if let Err(e) = self.api.drain_handshake(&request, Duration::from_secs(600)).await {
+                return self.fail(target, format!("{e:#}"), false).await;
+            }
+        }
+        self.report_done().await
+    }
+
+    /// At start: finish or undo an interrupted apply, then check the disk against the current
+    /// config (drift is Degraded, as MCO reports it).
+    pub async fn startup(&mut self) -> Result<()> {
+        crate::engine::recover(&self.root, self.services.as_ref()).await?;
+        self.current = load_current(&self.root)?;
+        if let (Phase::Idle, Some(cur)) = (&self.phase, &self.current) {
+            if let Err(drift) = crate::engine::verify(&self.root, cur) {
+                let name = cur.metadata.name.clone();
+                self.fail(&name, drift, false).await?;
+            }
+        }
+        self.write_status("")?;
+        Ok(())
+    }
+
+    /// Follow the Node forever.
+    pub async fn run_loop(&mut self) -> Result<()> {
+        let mut backoff = Duration::from_secs(5);
+        loop {
+            let node = match self.api.get().await {
+                Ok(n) => n,
+                Err(e) => {
+                    tracing::warn!(error = %format!("{e:#}"), "cannot read own Node; retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(60));
+                    continue;
+                }
+            };
+            let step = match self.step(&node).await {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::warn!(error = %format!("{e:#}"), "step failed; retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(60));
+                    continue;
+                }
+            };
+            match (&step, &self.phase) {
+                // Degraded: retry with backoff (MCO: 5 s base, 60 s cap), or sooner if the Node changes.
+                (_, Phase::Degraded { .. }) => {
+                    let _ = self.api.wait_change(&node.revision, backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(60));
+                }
+                (Step::Wait, _) | (Step::Reboot { .. }, _) => {
+                    backoff = Duration::from_secs(5);
+                    let _ = self.api.wait_change(&node.revision, Duration::from_secs(300)).await;
+                }
+                _ => backoff = Duration::from_secs(5),
+            }
+        }
+    }
+}
+
+/// Start everything and run until stopped.
+pub async fn run(opts: Options) -> Result<()> {
+    let root = Root::new(&opts.root);
+    let cred = enroll::ensure(&root, &opts.coordinator, opts.ca_pem.clone(), opts.bootstrap_token.as_deref(), &opts.node_name, &opts.labels).await?;
+    let client = Client::new(&ClientConfig { server: cred.server.clone(), ca_pem: opts.ca_pem.clone(), token: Some(cred.token.clone()) })?;
+    let api = NodeApi::new(client, &cred.node_name);
+    let services = crate::engine::connect_services(opts.bus_address.as_deref()).await?;
+    let mut agent = Agent::new(root, api, services, opts.drain_timeout)?;
+    agent.startup().await?;
+    agent.api.set_ready(true, "aloft-agent is running").await?;
+    tracing::info!(node = %opts.node_name, "aloft-agent ready");
+    agent.run_loop().await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn node(desired: &str, current: &str, state: &str) -> NodeView {
+        NodeView {
+            node: serde_json::from_value(json!({"metadata": {"name": "n", "annotations": {
+                ann::DESIRED_CONFIG: desired, ann::CURRENT_CONFIG: current, ann::STATE: state, ann::REASON: ""}}}))
+            .unwrap(),
+            revision: "1".into(),
+        }
+    }
+
+    #[test]
+    fn transitions() {
+        let idle = Phase::Idle;
+        assert_eq!(decide(&idle, &node("", "", "Done"), "", "b1"), Step::Wait);
+        assert_eq!(decide(&idle, &node("", "", ""), "", "b1"), Step::ReportDone, "fresh node reports Done");
+        assert_eq!(decide(&idle, &node("r2", "r1", "Done"), "r1", "b1"), Step::Update { target: "r2".into() });
+        assert_eq!(decide(&idle, &node("r2", "r1", "Done"), "r2", "b1"), Step::ReportDone, "disk wins over annotation");
+        let refused = Phase::Unreconcilable { target: "r2".into(), reason: "fips".into() };
+        assert_eq!(decide(&refused, &node("r2", "r1", "Unreconcilable"), "r1", "b1"), Step::Wait);
+        assert_eq!(decide(&refused, &node("r3", "r1", "Unreconcilable"), "r1", "b1"), Step::Update { target: "r3".into() });
+        let degraded = Phase::Degraded { target: "r2".into(), reason: "x".into() };
+        assert_eq!(decide(&degraded, &node("r2", "r1", "Degraded"), "r1", "b1"), Step::Update { target: "r2".into() }, "retried");
+        let rebooting = Phase::Rebooting { target: "r2".into(), boot_id: "b1".into() };
+        assert_eq!(decide(&rebooting, &node("r2", "r1", "Working"), "r2", "b1"), Step::Reboot { target: "r2".into() });
+        assert_eq!(decide(&rebooting, &node("r2", "r1", "Working"), "r2", "b2"), Step::FinishAfterReboot { target: "r2".into() });
+    }
+}

@@ -1,0 +1,97 @@
+//! Enrollment: the first start trades the fleet's bootstrap token for this node's own credential,
+//! kept in `<root>/var/lib/aloft/credential.json` (0600). Later starts reuse it, so the bootstrap
+//! token can be removed from the host after the first boot.
+
+use crate::host::Root;
+use aloft_client::{install_crypto, Client, ClientConfig};
+use anyhow::{anyhow, bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+/// What the node keeps after enrolling.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Credential {
+    pub server: String,
+    pub node_name: String,
+    pub token: String,
+}
+
+pub fn credential_path(root: &Root) -> PathBuf {
+    root.state_dir().join("credential.json")
+}
+
+fn write_private(path: &Path, data: &[u8]) -> Result<()> {
+    let dir = path.parent().ok_or_else(|| anyhow!("{} has no parent", path.display()))?;
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let tmp = dir.join(".credential.tmp");
+    let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
+    f.write_all(data)?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)?;
+    std::fs::File::open(dir)?.sync_all()?;
+    Ok(())
+}
+
+/// Parse `k=v,k2=v2` (values may be empty: `node-role.kubernetes.io/worker=`).
+pub fn parse_labels(s: &str) -> Result<BTreeMap<String, String>> {
+    let mut out = BTreeMap::new();
+    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (k, v) = part.split_once('=').unwrap_or((part, ""));
+        if k.is_empty() {
+            bail!("--labels: {part:?} has an empty key (want key=value)");
+        }
+        out.insert(k.to_string(), v.to_string());
+    }
+    Ok(out)
+}
+
+/// Load the credential, or enroll with the bootstrap token and store it.
+pub async fn ensure(
+    root: &Root,
+    server: &str,
+    ca_pem: Option<Vec<u8>>,
+    bootstrap_token: Option<&str>,
+    node_name: &str,
+    labels: &BTreeMap<String, String>,
+) -> Result<Credential> {
+    install_crypto();
+    let path = credential_path(root);
+    if let Ok(text) = std::fs::read_to_string(&path) {
+        let cred: Credential = serde_json::from_str(&text).with_context(|| format!("{} is corrupt; delete it to enroll again", path.display()))?;
+        if cred.node_name == node_name && cred.server == server {
+            return Ok(cred);
+        }
+        tracing::warn!(path = %path.display(), "stored credential is for another node name or coordinator; enrolling again");
+    }
+    let token = bootstrap_token.ok_or_else(|| anyhow!("this node has no credential yet and no bootstrap token was given (--bootstrap-token-file)"))?;
+    let client = Client::new(&ClientConfig { server: server.to_string(), ca_pem, token: Some(token.to_string()) })?;
+    let body = serde_json::json!({"nodeName": node_name, "labels": labels});
+    let reply = client.post("/aloft/v1/enroll", &body).await.context("enrolling with the coordinator")?;
+    if reply.code == 401 {
+        bail!("the coordinator refused the bootstrap token (401 Unauthorized): check --bootstrap-token-file");
+    }
+    let v = reply.into_result().context("enrollment refused")?;
+    let token = v.get("token").and_then(|t| t.as_str()).ok_or_else(|| anyhow!("enrollment answer has no token: {v}"))?;
+    let cred = Credential { server: server.to_string(), node_name: node_name.to_string(), token: token.to_string() };
+    write_private(&path, serde_json::to_string_pretty(&cred)?.as_bytes())?;
+    tracing::info!(node = node_name, "enrolled with the coordinator");
+    Ok(cred)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels() {
+        let l = parse_labels("node-role.kubernetes.io/worker=,zone=a").unwrap();
+        assert_eq!(l.get("node-role.kubernetes.io/worker").map(String::as_str), Some(""));
+        assert_eq!(l.get("zone").map(String::as_str), Some("a"));
+        assert!(parse_labels("=x").is_err());
+        assert!(parse_labels("").unwrap().is_empty());
+    }
+}

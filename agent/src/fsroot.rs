@@ -1,0 +1,388 @@
+//! Every filesystem operation of the apply engine, beneath the host root and nowhere else.
+//!
+//! Paths are resolved with cap-std's openat-style lookup from a directory handle on the root, so a
+//! symlink on the host (absolute, or relative with enough `..`) can never make the agent read or
+//! write outside the root: cap-std refuses such lookups instead of following them. The final
+//! component of a path is never followed: writes replace it with `rename`, reads use `O_NOFOLLOW`.
+//! Writes are atomic and durable (temp file in the same directory, fsync, rename, fsync of the
+//! directory), so a crash leaves either the old or the new bytes at every path.
+
+use crate::host::Root;
+use cap_std::ambient_authority;
+use cap_std::fs::{Dir, DirBuilder, DirBuilderExt, MetadataExt, OpenOptions, OpenOptionsExt};
+use nix::unistd::{Gid, Uid};
+use std::io::{self, Read, Write};
+use std::path::{Component, Path, PathBuf};
+
+/// An I/O error with the operation and the root-relative path it happened on.
+#[derive(Debug, thiserror::Error)]
+#[error("{op} /{}: {source}", path.display())]
+pub struct FsError {
+    pub op: &'static str,
+    pub path: PathBuf,
+    #[source]
+    pub source: io::Error,
+}
+
+impl FsError {
+    pub fn new(op: &'static str, path: impl Into<PathBuf>, source: io::Error) -> Self {
+        FsError { op, path: path.into(), source }
+    }
+
+    /// Whether cap-std refused the lookup because it would have left the root.
+    pub fn is_escape(&self) -> bool {
+        is_escape(&self.source)
+    }
+}
+
+/// cap-std reports an escape attempt as PermissionDenied with this text; as root nothing else in
+/// a lookup returns PermissionDenied, but match the text to be sure.
+pub fn is_escape(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::PermissionDenied && e.to_string().contains("outside of the filesystem")
+}
+
+/// What is at a path (the final component not followed).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Entry {
+    Absent,
+    File { mode: u32, uid: u32, gid: u32, len: u64 },
+    Symlink { target: PathBuf },
+    Dir { mode: u32, uid: u32, gid: u32 },
+    /// A device, socket or fifo: never touched by the agent.
+    Other { mode: u32 },
+}
+
+/// The host filesystem beneath a root directory.
+#[derive(Debug)]
+pub struct HostFs {
+    dir: Dir,
+    root: PathBuf,
+}
+
+/// Converts an absolute config path (`/etc/foo`) to the root-relative path used here (`etc/foo`).
+/// Validation has made sure the path is absolute and clean before anything calls this.
+pub fn rel(abs: &str) -> PathBuf {
+    PathBuf::from(abs.trim_start_matches('/'))
+}
+
+/// The deterministic temp name used when writing `rel`: a crash leaves at most this one file
+/// behind, and the journal knows its name so recovery can remove it.
+pub fn temp_name(rel: &Path) -> PathBuf {
+    let name = rel.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let tmp = format!(".{name}.aloft-tmp");
+    match rel.parent() {
+        Some(p) => p.join(tmp),
+        None => PathBuf::from(tmp),
+    }
+}
+
+fn split(rel: &Path) -> io::Result<(&Path, &std::ffi::OsStr)> {
+    let name = rel
+        .file_name()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "path has no file name"))?;
+    Ok((rel.parent().unwrap_or(Path::new("")), name))
+}
+
+fn dot(p: &Path) -> &Path {
+    if p.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        p
+    }
+}
+
+impl HostFs {
+    /// Opens the root directory; every later lookup is relative to this handle.
+    pub fn open(root: &Root) -> Result<Self, FsError> {
+        let dir = Dir::open_ambient_dir(root.path(), ambient_authority())
+            .map_err(|e| FsError::new("open root", root.path(), e))?;
+        Ok(HostFs { dir, root: root.path().to_path_buf() })
+    }
+
+    /// The root on the ambient filesystem, for messages only.
+    pub fn root_path(&self) -> &Path {
+        &self.root
+    }
+
+    fn parent_dir(&self, rel: &Path) -> io::Result<(Dir, std::ffi::OsString)> {
+        let (parent, name) = split(rel)?;
+        Ok((self.dir.open_dir(dot(parent))?, name.to_os_string()))
+    }
+
+    /// What is at `rel`, without following its final component. Ancestors are resolved safely:
+    /// an ancestor symlink leading out of the root is an error ([`FsError::is_escape`]).
+    pub fn entry(&self, rel: &Path) -> Result<Entry, FsError> {
+        match self.dir.symlink_metadata(rel) {
+            Ok(m) => {
+                let ft = m.file_type();
+                Ok(if ft.is_symlink() {
+                    Entry::Symlink { target: self.read_link(rel)? }
+                } else if ft.is_file() {
+                    Entry::File { mode: m.mode() & 0o7777, uid: m.uid(), gid: m.gid(), len: m.len() }
+                } else if ft.is_dir() {
+                    Entry::Dir { mode: m.mode() & 0o7777, uid: m.uid(), gid: m.gid() }
+                } else {
+                    Entry::Other { mode: m.mode() }
+                })
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Entry::Absent),
+            Err(e) => Err(FsError::new("stat", rel, e)),
+        }
+    }
+
+    /// The raw mode (type and permission bits) of `rel`, final component not followed.
+    pub fn raw_mode(&self, rel: &Path) -> Result<Option<u32>, FsError> {
+        match self.dir.symlink_metadata(rel) {
+            Ok(m) => Ok(Some(m.mode())),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(FsError::new("stat", rel, e)),
+        }
+    }
+
+    /// The ancestors of `rel` that do not exist yet, outermost first. Fails when an ancestor
+    /// exists but is not a directory, or when resolving one would leave the root.
+    pub fn missing_ancestors(&self, rel: &Path) -> Result<Vec<PathBuf>, FsError> {
+        let mut missing = Vec::new();
+        let mut prefix = PathBuf::new();
+        let comps: Vec<Component> = rel.components().collect();
+        for c in comps.iter().take(comps.len().saturating_sub(1)) {
+            prefix.push(c);
+            if !missing.is_empty() {
+                missing.push(prefix.clone());
+                continue;
+            }
+            // Follows symlinks (within the root only): an ancestor may be a symlink to a dir.
+            match self.dir.metadata(&prefix) {
+                Ok(m) if m.is_dir() => {}
+                Ok(_) => {
+                    return Err(FsError::new(
+                        "resolve",
+                        &prefix,
+                        io::Error::new(io::ErrorKind::NotADirectory, "exists and is not a directory"),
+                    ))
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    // A dangling symlink is "not found" too; creating the dir would fail later.
+                    if let Ok(Entry::Symlink { target }) = self.entry(&prefix) {
+                        return Err(FsError::new(
+                            "resolve",
+                            &prefix,
+                            io::Error::new(
+                                io::ErrorKind::NotFound,
+                                format!("is a dangling symlink to {}", target.display()),
+                            ),
+                        ));
+                    }
+                    missing.push(prefix.clone());
+                }
+                Err(e) => return Err(FsError::new("resolve", &prefix, e)),
+            }
+        }
+        Ok(missing)
+    }
+
+    /// Creates the missing ancestors of `rel` with `mode` (0755 for config files, as MCO),
+    /// owned by root, each made durable in its parent.
+    pub fn ensure_parent(&self, rel: &Path) -> Result<(), FsError> {
+        for dir in self.missing_ancestors(rel)? {
+            self.create_dir(&dir, 0o755, 0, 0)?;
+        }
+        Ok(())
+    }
+
+    fn create_dir(&self, rel: &Path, mode: u32, uid: u32, gid: u32) -> Result<(), FsError> {
+        let mut b = DirBuilder::new();
+        b.mode(mode);
+        match self.dir.create_dir_with(rel, &b) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(FsError::new("mkdir", rel, e)),
+        }
+        self.set_dir_meta(rel, mode, uid, gid)?;
+        self.sync_parent(rel)
+    }
+
+    /// Makes `rel` a directory with exactly this mode and owner (creating it if missing; its own
+    /// ancestors must exist).
+    pub fn mkdir(&self, rel: &Path, mode: u32, uid: u32, gid: u32) -> Result<(), FsError> {
+        self.create_dir(rel, mode, uid, gid)
+    }
+
+    /// chmod + chown of a directory (through an fd opened for reading, not O_PATH).
+    pub fn set_dir_meta(&self, rel: &Path, mode: u32, uid: u32, gid: u32) -> Result<(), FsError> {
+        let f = self
+            .dir
+            .open_with(rel, OpenOptions::new().read(true).custom_flags(nix::libc::O_DIRECTORY | nix::libc::O_NOFOLLOW))
+            .map_err(|e| FsError::new("open dir", rel, e))?;
+        nix::unistd::fchown(&f, Some(Uid::from_raw(uid)), Some(Gid::from_raw(gid)))
+            .map_err(|e| FsError::new("chown", rel, e.into()))?;
+        nix::sys::stat::fchmod(&f, nix::sys::stat::Mode::from_bits_truncate(mode))
+            .map_err(|e| FsError::new("chmod", rel, e.into()))?;
+        f.sync_all().map_err(|e| FsError::new("fsync", rel, e))
+    }
+
+    /// fsync the directory containing `rel`, so a rename/create/unlink in it is durable.
+    pub fn sync_parent(&self, rel: &Path) -> Result<(), FsError> {
+        let parent = dot(rel.parent().unwrap_or(Path::new("")));
+        self.sync_dir(parent)
+    }
+
+    fn sync_dir(&self, rel: &Path) -> Result<(), FsError> {
+        let f = self
+            .dir
+            .open_with(rel, OpenOptions::new().read(true).custom_flags(nix::libc::O_DIRECTORY))
+            .map_err(|e| FsError::new("open dir", rel, e))?;
+        f.sync_all().map_err(|e| FsError::new("fsync dir", rel, e))
+    }
+
+    /// Writes `rel` atomically: the deterministic temp name in the same directory, contents,
+    /// owner, mode, fsync, rename over the target, fsync of the directory. Parents must exist.
+    pub fn write_atomic(&self, rel: &Path, src: &mut dyn Read, mode: u32, uid: u32, gid: u32) -> Result<(), FsError> {
+        let (parent, name) = self.parent_dir(rel).map_err(|e| FsError::new("open parent", rel, e))?;
+        let tmp_rel = temp_name(rel);
+        let tmp = tmp_rel.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+        match parent.remove_file(&tmp) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(FsError::new("remove stale temp", &tmp_rel, e)),
+        }
+        let mut f = parent
+            .open_with(&tmp, OpenOptions::new().write(true).create_new(true).mode(0o600))
+            .map_err(|e| FsError::new("create", &tmp_rel, e))?;
+        io::copy(src, &mut f).map_err(|e| FsError::new("write", &tmp_rel, e))?;
+        f.flush().map_err(|e| FsError::new("write", &tmp_rel, e))?;
+        nix::unistd::fchown(&f, Some(Uid::from_raw(uid)), Some(Gid::from_raw(gid)))
+            .map_err(|e| FsError::new("chown", &tmp_rel, e.into()))?;
+        // After chown: chown clears set-id bits (never wanted here anyway).
+        nix::sys::stat::fchmod(&f, nix::sys::stat::Mode::from_bits_truncate(mode))
+            .map_err(|e| FsError::new("chmod", &tmp_rel, e.into()))?;
+        f.sync_all().map_err(|e| FsError::new("fsync", &tmp_rel, e))?;
+        drop(f);
+        fail::fail_point!(crate::apply::points::FS_AFTER_TEMP);
+        parent.rename(&tmp, &parent, &name).map_err(|e| FsError::new("rename", rel, e))?;
+        fail::fail_point!(crate::apply::points::FS_AFTER_RENAME);
+        self.sync_parent(rel)
+    }
+
+    /// Points `rel` at `target` atomically (a temp symlink renamed over it). The target is
+    /// stored as given and never resolved here (it may be `/dev/null`).
+    pub fn symlink_atomic(&self, rel: &Path, target: &Path) -> Result<(), FsError> {
+        let (parent, name) = self.parent_dir(rel).map_err(|e| FsError::new("open parent", rel, e))?;
+        let tmp_rel = temp_name(rel);
+        let tmp = tmp_rel.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+        match parent.remove_file(&tmp) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(FsError::new("remove stale temp", &tmp_rel, e)),
+        }
+        parent.symlink_contents(target, &tmp).map_err(|e| FsError::new("symlink", &tmp_rel, e))?;
+        fail::fail_point!(crate::apply::points::FS_AFTER_TEMP);
+        parent.rename(&tmp, &parent, &name).map_err(|e| FsError::new("rename", rel, e))?;
+        fail::fail_point!(crate::apply::points::FS_AFTER_RENAME);
+        self.sync_parent(rel)
+    }
+
+    /// Removes a file or symlink; `Ok(false)` when nothing was there. Durable.
+    pub fn remove(&self, rel: &Path) -> Result<bool, FsError> {
+        match self.dir.remove_file(rel) {
+            Ok(()) => {
+                self.sync_parent(rel)?;
+                Ok(true)
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(FsError::new("remove", rel, e)),
+        }
+    }
+
+    /// Removes the directory `rel` if it is empty; anything else is left alone.
+    pub fn remove_dir_if_empty(&self, rel: &Path) -> Result<bool, FsError> {
+        match self.dir.remove_dir(rel) {
+            Ok(()) => {
+                self.sync_parent(rel)?;
+                Ok(true)
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(e) if e.kind() == io::ErrorKind::DirectoryNotEmpty => Ok(false),
+            Err(e) if e.kind() == io::ErrorKind::NotADirectory => Ok(false),
+            Err(e) => Err(FsError::new("rmdir", rel, e)),
+        }
+    }
+
+    /// Renames `from` to `to` (both beneath the root) and makes both directories durable.
+    /// Fails with `CrossesDevices` when they are on different filesystems.
+    pub fn rename(&self, from: &Path, to: &Path) -> Result<(), FsError> {
+        self.dir.rename(from, &self.dir, to).map_err(|e| FsError::new("rename", from, e))?;
+        self.sync_parent(to)?;
+        self.sync_parent(from)
+    }
+
+    /// Opens a regular file for reading; refuses to follow a symlink at the final component.
+    pub fn open_read(&self, rel: &Path) -> Result<cap_std::fs::File, FsError> {
+        self.dir
+            .open_with(rel, OpenOptions::new().read(true).custom_flags(nix::libc::O_NOFOLLOW))
+            .map_err(|e| FsError::new("open", rel, e))
+    }
+
+    /// Reads at most `limit` bytes of a regular file (an error when it is longer).
+    pub fn read_limited(&self, rel: &Path, limit: u64) -> Result<Vec<u8>, FsError> {
+        let f = self.open_read(rel)?;
+        let mut buf = Vec::new();
+        f.take(limit + 1).read_to_end(&mut buf).map_err(|e| FsError::new("read", rel, e))?;
+        if buf.len() as u64 > limit {
+            return Err(FsError::new(
+                "read",
+                rel,
+                io::Error::new(io::ErrorKind::FileTooLarge, format!("longer than {limit} bytes")),
+            ));
+        }
+        Ok(buf)
+    }
+
+    /// Reads a symlink's target as stored (absolute targets included: nothing is resolved).
+    pub fn read_link(&self, rel: &Path) -> Result<PathBuf, FsError> {
+        self.dir.read_link_contents(rel).map_err(|e| FsError::new("readlink", rel, e))
+    }
+
+    /// Names in the directory `rel` (empty when it does not exist).
+    pub fn list_dir(&self, rel: &Path) -> Result<Vec<std::ffi::OsString>, FsError> {
+        let rd = match self.dir.read_dir(dot(rel)) {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(FsError::new("readdir", rel, e)),
+        };
+        let mut names = Vec::new();
+        for ent in rd {
+            names.push(ent.map_err(|e| FsError::new("readdir", rel, e))?.file_name());
+        }
+        names.sort();
+        Ok(names)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refuses_symlinks_that_leave_the_root_and_writes_atomically() {
+        let outside = tempfile::tempdir().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("etc")).unwrap();
+        std::os::unix::fs::symlink(outside.path(), dir.path().join("etc/evil")).unwrap();
+        std::os::unix::fs::symlink("../../..", dir.path().join("etc/up")).unwrap();
+        let fs = HostFs::open(&Root::new(dir.path())).unwrap();
+        let err = fs.missing_ancestors(Path::new("etc/evil/x/y")).unwrap_err();
+        assert!(err.is_escape(), "{err}");
+        let err = fs.missing_ancestors(Path::new("etc/up/x")).unwrap_err();
+        assert!(err.is_escape(), "{err}");
+        assert_eq!(fs.missing_ancestors(Path::new("etc/a/b/c")).unwrap(), vec![PathBuf::from("etc/a"), "etc/a/b".into()]);
+        fs.ensure_parent(Path::new("etc/a/b/c")).unwrap();
+        fs.write_atomic(Path::new("etc/a/b/c"), &mut &b"hi"[..], 0o640, 0, 0).unwrap();
+        assert_eq!(fs.entry(Path::new("etc/a/b/c")).unwrap(), Entry::File { mode: 0o640, uid: 0, gid: 0, len: 2 });
+        assert_eq!(fs.entry(Path::new("etc/a")).unwrap(), Entry::Dir { mode: 0o755, uid: 0, gid: 0 });
+        fs.symlink_atomic(Path::new("etc/a/b/c"), Path::new("/dev/null")).unwrap();
+        assert_eq!(fs.entry(Path::new("etc/a/b/c")).unwrap(), Entry::Symlink { target: "/dev/null".into() });
+        assert!(fs.open_read(Path::new("etc/evil")).is_err());
+        assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
+    }
+}

@@ -1,0 +1,53 @@
+//! The seams between the agent and the host, each real in production and real-but-sandboxed in
+//! tests: files under a root directory ([`Root`]), and the service manager ([`ServiceManager`]:
+//! systemd and logind over D-Bus; tests serve a test implementation of both on a private bus).
+
+use async_trait::async_trait;
+use std::path::{Path, PathBuf};
+
+/// The host's filesystem root: `/` in production, a temp dir in tests. Every path the agent
+/// touches is resolved beneath it, never by string concatenation alone.
+#[derive(Debug, Clone)]
+pub struct Root {
+    path: PathBuf,
+}
+
+impl Root {
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        Root { path: path.into() }
+    }
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+    /// The agent's own state directory: `<root>/var/lib/aloft`.
+    pub fn state_dir(&self) -> PathBuf {
+        self.path.join("var/lib/aloft")
+    }
+}
+
+/// Errors of the service manager seam.
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    #[error("{operation} failed: {message}")]
+    Call { operation: String, message: String },
+}
+
+/// What the agent asks of systemd and logind. Each method is one D-Bus call (or a batch of one
+/// kind) so the journal can record it and replay it after a crash; all are idempotent.
+#[async_trait]
+pub trait ServiceManager: Send + Sync {
+    /// `systemctl daemon-reload`.
+    async fn daemon_reload(&self) -> Result<(), ServiceError>;
+    async fn enable_units(&self, units: &[String]) -> Result<(), ServiceError>;
+    async fn disable_units(&self, units: &[String]) -> Result<(), ServiceError>;
+    async fn mask_units(&self, units: &[String]) -> Result<(), ServiceError>;
+    async fn unmask_units(&self, units: &[String]) -> Result<(), ServiceError>;
+    /// `systemctl preset`: for units whose `enabled` is unset, as MCO does.
+    async fn preset_units(&self, units: &[String]) -> Result<(), ServiceError>;
+    async fn reload_unit(&self, unit: &str) -> Result<(), ServiceError>;
+    async fn restart_unit(&self, unit: &str) -> Result<(), ServiceError>;
+    async fn start_unit(&self, unit: &str) -> Result<(), ServiceError>;
+    async fn stop_unit(&self, unit: &str) -> Result<(), ServiceError>;
+    /// Reboot through logind (`org.freedesktop.login1.Manager.Reboot`).
+    async fn reboot(&self, reason: &str) -> Result<(), ServiceError>;
+}

@@ -1,0 +1,317 @@
+//! The apply transaction journal: the single source of an apply's progress.
+//!
+//! Before the first change to the host, the agent writes (atomically, fsynced) one record with
+//! both configs, the complete list of forward steps, the complete list of rollback steps, and a
+//! blob store holding every byte those steps need: the new contents and the pre-apply state of
+//! every path the apply may touch. Every step is idempotent, so after a crash at any point
+//! recovery simply runs the list of the recorded phase again from the start: forward (roll
+//! forward to the new config) or rollback (back to the old one, with a reason). Nothing about
+//! progress lives in memory or in closures.
+//!
+//! Layout: `<root>/var/lib/aloft/journal/record.json` and `.../journal/blobs/<sha256>`.
+
+use crate::apply::ApplyReport;
+use crate::files::{BackupAction, Kind, RemoveAction};
+use crate::host::Root;
+use aloft_api::MachineConfigSpec;
+use sha2::{Digest, Sha256};
+use std::collections::BTreeSet;
+use std::fs;
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+
+/// Journal failures: the journal is the only record of progress, so these stop the apply.
+#[derive(Debug, thiserror::Error)]
+pub enum JournalError {
+    #[error("journal {path}: {source}")]
+    Io { path: PathBuf, source: io::Error },
+    #[error("journal record {path} is corrupt: {source}")]
+    Corrupt { path: PathBuf, source: serde_json::Error },
+    #[error("journal record {path} has version {found}, this agent understands {RECORD_VERSION}")]
+    Version { path: PathBuf, found: u32 },
+}
+
+fn io_err(path: &Path) -> impl FnOnce(io::Error) -> JournalError + '_ {
+    move |source| JournalError::Io { path: path.to_path_buf(), source }
+}
+
+/// Version of the record format.
+pub const RECORD_VERSION: u32 = 1;
+
+/// Bytes at a path: the target of a write, or the pre-apply state a rollback restores.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "type", rename_all = "camelCase")]
+pub enum Content {
+    Absent,
+    /// A regular file whose bytes are the blob `blob` (sha256, hex).
+    File { blob: String, mode: u32, uid: u32, gid: u32 },
+    Symlink { target: String },
+    Dir { mode: u32, uid: u32, gid: u32 },
+}
+
+/// A batch call to the service manager.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ServiceOp {
+    Enable,
+    Disable,
+    Preset,
+}
+
+/// One idempotent step of an apply or of its rollback. Paths are absolute config paths,
+/// resolved beneath the root when run.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "step", rename_all = "camelCase")]
+pub enum Step {
+    /// MCO's backup before the first write of `path`; skipped when a backup exists.
+    Backup { path: String, action: BackupAction },
+    /// Make `path` hold `content` (parents created 0755).
+    Write { path: String, kind: Kind, content: Content },
+    /// `path` left the config: restore the original or delete.
+    Remove { path: String, action: RemoveAction },
+    /// Rollback: put back the pre-apply state of `path`.
+    Restore { path: String, content: Content },
+    /// Rollback: remove a directory the apply created, if it is empty.
+    RemoveDir { path: String },
+    /// Remove the temp file a crashed write may have left for `path`.
+    CleanTemp { path: String },
+    /// enable/disable/preset `units` in one call; with `only_present`, only those whose file
+    /// exists in /etc/systemd/system when the step runs (a re-run after the file was deleted).
+    Service { op: ServiceOp, units: Vec<String>, only_present: bool },
+    DaemonReload,
+}
+
+/// Where an apply is.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "phase", rename_all = "camelCase")]
+pub enum Phase {
+    /// Going to the new config; recovery re-runs `forward`.
+    Forward,
+    /// The new config is fully applied.
+    Committed,
+    /// Going back to the old config because of `reason`; recovery re-runs `rollback`.
+    RollingBack { reason: String },
+    /// Back on the old config; the node is Degraded with `reason`.
+    RolledBack { reason: String },
+}
+
+impl Phase {
+    /// Terminal phases need no recovery.
+    pub fn is_terminal(&self) -> bool {
+        matches!(self, Phase::Committed | Phase::RolledBack { .. })
+    }
+}
+
+/// The journal record of one apply.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Record {
+    pub version: u32,
+    /// sha256 of the new spec (hex, 16 chars): which apply this is.
+    pub id: String,
+    pub phase: Phase,
+    pub old: MachineConfigSpec,
+    pub new: MachineConfigSpec,
+    pub forward: Vec<Step>,
+    pub rollback: Vec<Step>,
+    /// What the apply changes, for the disruption policy (also after a recovery).
+    pub report: ApplyReport,
+}
+
+impl Record {
+    /// Blobs the record refers to.
+    pub fn blobs(&self) -> BTreeSet<String> {
+        let mut out = BTreeSet::new();
+        for s in self.forward.iter().chain(&self.rollback) {
+            if let Step::Write { content: Content::File { blob, .. }, .. }
+            | Step::Restore { content: Content::File { blob, .. }, .. } = s
+            {
+                out.insert(blob.clone());
+            }
+        }
+        out
+    }
+}
+
+/// The journal directory of a root.
+#[derive(Debug, Clone)]
+pub struct Journal {
+    dir: PathBuf,
+}
+
+const RECORD: &str = "record.json";
+const BLOBS: &str = "blobs";
+
+impl Journal {
+    /// `<root>/var/lib/aloft/journal`.
+    pub fn new(root: &Root) -> Self {
+        Journal { dir: root.state_dir().join("journal") }
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn record_path(&self) -> PathBuf {
+        self.dir.join(RECORD)
+    }
+
+    fn blob_dir(&self) -> PathBuf {
+        self.dir.join(BLOBS)
+    }
+
+    /// The current record, if any.
+    pub fn load(&self) -> Result<Option<Record>, JournalError> {
+        let path = self.record_path();
+        let bytes = match fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io_err(&path)(e)),
+        };
+        let v: serde_json::Value =
+            serde_json::from_slice(&bytes).map_err(|source| JournalError::Corrupt { path: path.clone(), source })?;
+        let found = v.get("version").and_then(|v| v.as_u64()).unwrap_or(0) as u32;
+        if found != RECORD_VERSION {
+            return Err(JournalError::Version { path, found });
+        }
+        serde_json::from_value(v).map(Some).map_err(|source| JournalError::Corrupt { path, source })
+    }
+
+    /// Writes the record atomically and durably (temp, fsync, rename, fsync of the directory).
+    pub fn save(&self, record: &Record) -> Result<(), JournalError> {
+        let path = self.record_path();
+        fs::create_dir_all(&self.dir).map_err(io_err(&self.dir))?;
+        let tmp = self.dir.join(".record.json.tmp");
+        let bytes = serde_json::to_vec(record).map_err(|e| io_err(&path)(io::Error::other(e)))?;
+        let mut f = fs::File::create(&tmp).map_err(io_err(&tmp))?;
+        f.write_all(&bytes).map_err(io_err(&tmp))?;
+        f.sync_all().map_err(io_err(&tmp))?;
+        drop(f);
+        fs::rename(&tmp, &path).map_err(io_err(&path))?;
+        sync_dir(&self.dir)
+    }
+
+    /// Stores `data` as a blob (named by its sha256; idempotent) and returns its name. The blob
+    /// is fsynced; [`Journal::sync_blobs`] makes the names durable before a record uses them.
+    pub fn put_blob(&self, data: &mut dyn Read) -> Result<String, JournalError> {
+        let dir = self.blob_dir();
+        fs::create_dir_all(&dir).map_err(io_err(&dir))?;
+        let tmp = dir.join(".incoming");
+        let mut f = fs::File::create(&tmp).map_err(io_err(&tmp))?;
+        let mut hasher = Sha256::new();
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            let n = data.read(&mut buf).map_err(io_err(&tmp))?;
+            if n == 0 {
+                break;
+            }
+            hasher.update(&buf[..n]);
+            f.write_all(&buf[..n]).map_err(io_err(&tmp))?;
+        }
+        f.sync_all().map_err(io_err(&tmp))?;
+        drop(f);
+        let name = hex::encode(hasher.finalize());
+        fs::rename(&tmp, dir.join(&name)).map_err(io_err(&dir))?;
+        fail::fail_point!(crate::apply::points::JOURNAL_AFTER_BLOB);
+        Ok(name)
+    }
+
+    /// Makes the blob directory's entries durable.
+    pub fn sync_blobs(&self) -> Result<(), JournalError> {
+        let dir = self.blob_dir();
+        fs::create_dir_all(&dir).map_err(io_err(&dir))?;
+        sync_dir(&dir)?;
+        sync_dir(&self.dir)
+    }
+
+    /// Opens a blob for reading; the reader fails at its end when the bytes do not hash to the
+    /// blob's name, so a damaged blob is never renamed into place.
+    pub fn open_blob(&self, name: &str) -> Result<impl Read, JournalError> {
+        let path = self.blob_dir().join(name);
+        let f = fs::File::open(&path).map_err(io_err(&path))?;
+        Ok(VerifyingReader { inner: f, hasher: Sha256::new(), want: name.to_string() })
+    }
+
+    /// Removes blobs no record refers to (left by a crash before a record was written, or by a
+    /// finished apply).
+    pub fn gc(&self, keep: &BTreeSet<String>) -> Result<(), JournalError> {
+        let dir = self.blob_dir();
+        let entries = match fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(io_err(&dir)(e)),
+        };
+        for ent in entries {
+            let ent = ent.map_err(io_err(&dir))?;
+            let name = ent.file_name().to_string_lossy().into_owned();
+            if !keep.contains(&name) {
+                fs::remove_file(ent.path()).map_err(io_err(&ent.path()))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Forgets the last apply: the caller has recorded its outcome elsewhere.
+    pub fn clear(&self) -> Result<(), JournalError> {
+        let path = self.record_path();
+        match fs::remove_file(&path) {
+            Ok(()) => sync_dir(&self.dir)?,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io_err(&path)(e)),
+        }
+        self.gc(&BTreeSet::new())
+    }
+}
+
+fn sync_dir(dir: &Path) -> Result<(), JournalError> {
+    fs::File::open(dir).and_then(|d| d.sync_all()).map_err(io_err(dir))
+}
+
+struct VerifyingReader {
+    inner: fs::File,
+    hasher: Sha256,
+    want: String,
+}
+
+impl Read for VerifyingReader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        if n == 0 {
+            let got = hex::encode(self.hasher.clone().finalize());
+            if got != self.want {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("journal blob {} is damaged (sha256 {got})", self.want),
+                ));
+            }
+        }
+        self.hasher.update(&buf[..n]);
+        Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blobs_verify_and_gc() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = Journal::new(&Root::new(dir.path()));
+        assert!(j.load().unwrap().is_none());
+        let a = j.put_blob(&mut &b"alpha"[..]).unwrap();
+        let b = j.put_blob(&mut &b"beta"[..]).unwrap();
+        j.sync_blobs().unwrap();
+        let mut s = String::new();
+        j.open_blob(&a).unwrap().read_to_string(&mut s).unwrap();
+        assert_eq!(s, "alpha");
+        fs::write(j.dir().join("blobs").join(&b), b"tampered").unwrap();
+        assert!(j.open_blob(&b).unwrap().read_to_string(&mut String::new()).is_err());
+        j.gc(&[a.clone()].into_iter().collect()).unwrap();
+        assert!(j.open_blob(&b).is_err());
+        assert!(j.open_blob(&a).is_ok());
+        fs::create_dir_all(j.dir()).unwrap();
+        fs::write(j.dir().join("record.json"), br#"{"version": 7}"#).unwrap();
+        assert!(matches!(j.load(), Err(JournalError::Version { found: 7, .. })));
+    }
+}

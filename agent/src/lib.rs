@@ -1,0 +1,26 @@
+//! aloft-agent: the node daemon. It watches its own Node on the coordinator, and when the desired
+//! rendered config differs from the current one it validates, drains, applies (files, units, SSH
+//! keys), takes the rebootless action or reboots, and reports with MCO's annotations.
+//!
+//! Module map (one concern each): `host` (the seams to the host), the apply engine (validation,
+//! files, units, journal, on-disk verification), the systemd/logind D-Bus client and the node
+//! disruption policy, and the daemon (enrollment, state machine, coordinator protocol).
+
+pub mod changes;
+pub mod coordinator;
+pub mod daemon;
+pub mod engine;
+pub mod enroll;
+pub mod host;
+pub mod state;
+
+// The apply engine (validation, files, units, SSH, journal, on-disk verification).
+pub mod apply;
+pub mod dataurl;
+pub mod files;
+pub mod fsroot;
+pub mod journal;
+pub mod ondisk;
+pub mod ssh;
+pub mod units;
+pub mod validate;

@@ -1,0 +1,128 @@
+//! aloft-agent: the node daemon (run) and its local status command.
+
+use aloft_agent::daemon::{self, Options};
+use aloft_agent::enroll;
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// The aloft node agent: applies the rendered MachineConfig the coordinator assigns to this node
+/// (files, systemd units, SSH keys), takes the rebootless action or reboots, and reports with
+/// MCO's annotations (state Done / Working / Degraded / Unreconcilable).
+///
+/// First start enrolls with a bootstrap token and keeps the node's own credential in
+/// <root>/var/lib/aloft/credential.json (0600); later starts need no bootstrap token.
+#[derive(Parser)]
+#[command(version, verbatim_doc_comment, args_conflicts_with_subcommands = true)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Option<Cmd>,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+#[derive(clap::Args, Clone)]
+struct RunArgs {
+    /// Coordinator URL, e.g. https://coordinator.example:6443.
+    #[arg(long, env = "ALOFT_COORDINATOR")]
+    coordinator: Option<String>,
+    /// CA certificate of the coordinator (its data dir's ca.crt). Without it, only http:// works.
+    #[arg(long, env = "ALOFT_CA")]
+    ca: Option<PathBuf>,
+    /// File holding the fleet's bootstrap token (needed only until the node has enrolled).
+    #[arg(long, env = "ALOFT_BOOTSTRAP_TOKEN_FILE")]
+    bootstrap_token_file: Option<PathBuf>,
+    /// Node name; default: the host name.
+    #[arg(long, env = "ALOFT_NODE_NAME")]
+    node_name: Option<String>,
+    /// Labels to enroll with, e.g. node-role.kubernetes.io/worker=,topology.kubernetes.io/zone=a
+    #[arg(long, env = "ALOFT_LABELS", default_value = "node-role.kubernetes.io/worker=")]
+    labels: String,
+    /// The host's root directory: / on a node; a sandbox directory in tests.
+    #[arg(long, env = "ALOFT_ROOT", default_value = "/")]
+    root: PathBuf,
+    /// D-Bus address of systemd and logind; default: the system bus.
+    #[arg(long, env = "ALOFT_BUS_ADDRESS")]
+    bus_address: Option<String>,
+    /// Serve Prometheus metrics here (empty to disable).
+    #[arg(long, env = "ALOFT_METRICS_LISTEN", default_value = "127.0.0.1:9101")]
+    metrics_listen: String,
+    /// How long to wait for the coordinator to drain this node before reporting Degraded.
+    #[arg(long, env = "ALOFT_DRAIN_TIMEOUT_SECONDS", default_value_t = 3600)]
+    drain_timeout_seconds: u64,
+    /// Environment-style config file (KEY=value lines for the ALOFT_* options above).
+    #[arg(long)]
+    config: Option<PathBuf>,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Show this node's agent state: phase, current and desired config, last error, progress.
+    Status {
+        /// Machine-readable JSON.
+        #[arg(long)]
+        json: bool,
+        #[arg(long, env = "ALOFT_ROOT", default_value = "/")]
+        root: PathBuf,
+    },
+}
+
+/// Read KEY=value lines into the environment (only keys not already set), so the systemd unit
+/// can point at /etc/aloft/agent.env and flags still win.
+fn load_env_file(path: &std::path::Path) -> Result<()> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let (k, v) = line.split_once('=').with_context(|| format!("{}:{}: want KEY=value", path.display(), n + 1))?;
+        if std::env::var_os(k.trim()).is_none() {
+            // SAFETY: single-threaded at this point (before the runtime starts).
+            unsafe { std::env::set_var(k.trim(), v.trim().trim_matches('"')) };
+        }
+    }
+    Ok(())
+}
+
+fn main() -> Result<()> {
+    // A config file feeds the environment before clap reads it.
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--config") {
+        if let Some(p) = args.get(i + 1) {
+            if std::path::Path::new(p).exists() {
+                load_env_file(std::path::Path::new(p))?;
+            }
+        }
+    }
+    let cli = Cli::parse();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    match cli.cmd {
+        Some(Cmd::Status { json, root }) => rt.block_on(daemon::print_status(&root, json)),
+        None => {
+            let a = cli.run;
+            let coordinator = a.coordinator.context("--coordinator URL is required (or ALOFT_COORDINATOR)")?;
+            let node_name = match a.node_name {
+                Some(n) => n,
+                None => nix::unistd::gethostname()?.to_string_lossy().to_lowercase(),
+            };
+            let opts = Options {
+                coordinator,
+                ca_pem: a.ca.as_ref().map(|p| std::fs::read(p).with_context(|| format!("reading CA {}", p.display()))).transpose()?,
+                bootstrap_token: a
+                    .bootstrap_token_file
+                    .as_ref()
+                    .map(|p| std::fs::read_to_string(p).map(|s| s.trim().to_string()).with_context(|| format!("reading {}", p.display())))
+                    .transpose()?,
+                node_name,
+                labels: enroll::parse_labels(&a.labels)?,
+                root: a.root,
+                bus_address: a.bus_address,
+                metrics_listen: Some(a.metrics_listen).filter(|s| !s.is_empty()),
+                drain_timeout: Duration::from_secs(a.drain_timeout_seconds),
+            };
+            rt.block_on(daemon::run(opts))
+        }
+    }
+}

@@ -1,0 +1,140 @@
+//! The agent's life as one explicit state machine. Each phase maps to MCO's node `state`
+//! annotation (Done / Working / Degraded / Unreconcilable), and the phase is persisted before
+//! every step that has effects, so a restart (crash, or the reboot the agent asked for) resumes
+//! where it was: the apply journal says how far files and units got; this says what came next.
+
+use crate::host::Root;
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+use std::io::Write;
+use std::path::PathBuf;
+
+/// Where the agent is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "phase", rename_all = "camelCase")]
+pub enum Phase {
+    /// Done on the current config; watching the Node and the disk.
+    Idle,
+    /// Fetching and validating `target`.
+    Preparing { target: String },
+    /// Asked the coordinator to drain (`request`), waiting for `lastAppliedDrain`.
+    Draining { target: String, request: String },
+    /// Writing files and units (the apply journal holds the details).
+    Applying { target: String },
+    /// Running the rebootless actions of the disruption policy.
+    Acting { target: String },
+    /// Asked logind to reboot, from the boot with `boot_id`.
+    Rebooting { target: String, boot_id: String },
+    /// Asked the coordinator to uncordon (`request`), waiting for the answer.
+    Uncordoning { target: String, request: String },
+    /// Failed on `target`; retried with backoff.
+    Degraded { target: String, reason: String },
+    /// `target` cannot be applied to this node; waits for a different desired config.
+    Unreconcilable { target: String, reason: String },
+}
+
+impl Phase {
+    /// MCO's state annotation value.
+    pub fn mco_state(&self) -> &'static str {
+        match self {
+            Phase::Idle => "Done",
+            Phase::Degraded { .. } => "Degraded",
+            Phase::Unreconcilable { .. } => "Unreconcilable",
+            _ => "Working",
+        }
+    }
+
+    pub fn target(&self) -> Option<&str> {
+        match self {
+            Phase::Idle => None,
+            Phase::Preparing { target }
+            | Phase::Draining { target, .. }
+            | Phase::Applying { target }
+            | Phase::Acting { target }
+            | Phase::Rebooting { target, .. }
+            | Phase::Uncordoning { target, .. }
+            | Phase::Degraded { target, .. }
+            | Phase::Unreconcilable { target, .. } => Some(target),
+        }
+    }
+
+    pub fn reason(&self) -> &str {
+        match self {
+            Phase::Degraded { reason, .. } | Phase::Unreconcilable { reason, .. } => reason,
+            _ => "",
+        }
+    }
+
+    /// A short word for status output and metrics.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Phase::Idle => "idle",
+            Phase::Preparing { .. } => "preparing",
+            Phase::Draining { .. } => "draining",
+            Phase::Applying { .. } => "applying",
+            Phase::Acting { .. } => "acting",
+            Phase::Rebooting { .. } => "rebooting",
+            Phase::Uncordoning { .. } => "uncordoning",
+            Phase::Degraded { .. } => "degraded",
+            Phase::Unreconcilable { .. } => "unreconcilable",
+        }
+    }
+}
+
+fn phase_path(root: &Root) -> PathBuf {
+    root.state_dir().join("phase.json")
+}
+
+/// The persisted phase; Idle when none was saved.
+pub fn load(root: &Root) -> Result<Phase> {
+    match std::fs::read_to_string(phase_path(root)) {
+        Ok(s) => serde_json::from_str(&s).with_context(|| format!("{} is corrupt", phase_path(root).display())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Phase::Idle),
+        Err(e) => Err(e).with_context(|| format!("reading {}", phase_path(root).display())),
+    }
+}
+
+/// Persist atomically (temp, fsync, rename, fsync dir) before acting on the phase.
+pub fn save(root: &Root, phase: &Phase) -> Result<()> {
+    let path = phase_path(root);
+    let dir = root.state_dir();
+    std::fs::create_dir_all(&dir)?;
+    let tmp = dir.join(".phase.json.tmp");
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(serde_json::to_string_pretty(phase)?.as_bytes())?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, &path)?;
+    std::fs::File::open(&dir)?.sync_all()?;
+    Ok(())
+}
+
+/// The boot this process runs in: changes across a reboot. Read beneath the root so sandboxed
+/// hosts in tests have their own.
+pub fn boot_id(root: &Root) -> String {
+    let own = root.path().join("proc/sys/kernel/random/boot_id");
+    std::fs::read_to_string(&own)
+        .or_else(|_| std::fs::read_to_string("/proc/sys/kernel/random/boot_id"))
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn phases_persist_and_map_to_mco_states() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = Root::new(dir.path());
+        assert_eq!(load(&root).unwrap(), Phase::Idle);
+        let p = Phase::Rebooting { target: "rendered-worker-2".into(), boot_id: "b1".into() };
+        save(&root, &p).unwrap();
+        assert_eq!(load(&root).unwrap(), p);
+        assert_eq!(p.mco_state(), "Working");
+        assert_eq!(Phase::Idle.mco_state(), "Done");
+        let u = Phase::Unreconcilable { target: "t".into(), reason: "fips".into() };
+        assert_eq!((u.mco_state(), u.reason(), u.target()), ("Unreconcilable", "fips", Some("t")));
+        std::fs::write(root.state_dir().join("phase.json"), "{nope").unwrap();
+        assert!(load(&root).is_err());
+    }
+}

@@ -1,0 +1,233 @@
+//! `aloft-coordinator bench api`: load a coordinator with a fleet's worth of objects over HTTPS on
+//! loopback, then measure what clients feel: get, list and watch-event delivery latency, and the
+//! render time of a large pool. Each figure is printed with a baseline measured in the same run
+//! (an unauthenticated /healthz round trip for HTTP figures; a plain JSON parse of the same
+//! configs for render), so a slow machine shows up as slow baselines, not as a regression.
+
+use crate::client::{resource_path, Client, ClientConfig};
+use crate::resources::{MACHINE_CONFIG, MACHINE_CONFIG_POOL, NODE};
+use crate::serve::{self, ServeOptions};
+use crate::server::Limits;
+use anyhow::{Context, Result};
+use aloft_api::{MachineConfig, MachineConfigPool};
+use futures::StreamExt;
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+
+/// Options of `bench api`.
+#[derive(Debug, Clone)]
+pub struct ApiBench {
+    pub nodes: usize,
+    pub configs: usize,
+    pub samples: usize,
+    pub concurrency: usize,
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+struct Stats {
+    p50: Duration,
+    p99: Duration,
+}
+
+fn stats(mut v: Vec<Duration>) -> Stats {
+    v.sort();
+    Stats { p50: percentile(&v, 0.5), p99: percentile(&v, 0.99) }
+}
+
+fn node(i: usize) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {
+            "name": format!("node-{i:05}"),
+            "labels": {"node-role.kubernetes.io/worker": "", "topology.kubernetes.io/zone": format!("zone-{}", i % 3)},
+            "annotations": {
+                "machineconfiguration.openshift.io/currentConfig": "rendered-worker-0",
+                "machineconfiguration.openshift.io/desiredConfig": "rendered-worker-0",
+                "machineconfiguration.openshift.io/state": "Done",
+            },
+        },
+        "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+    })
+}
+
+/// A worker MachineConfig with a few files and a unit, like the ones a real cluster carries.
+pub fn machine_config(i: usize) -> Value {
+    let files: Vec<Value> = (0..3)
+        .map(|f| json!({"path": format!("/etc/aloft-bench/{i}/{f}.conf"), "mode": 420, "overwrite": true,
+                        "contents": {"source": format!("data:,config%20{i}%20{f}")}}))
+        .collect();
+    json!({
+        "apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfig",
+        "metadata": {"name": format!("50-bench-{i:03}"), "labels": {"machineconfiguration.openshift.io/role": "worker"}},
+        "spec": {
+            "config": {"ignition": {"version": "3.4.0"}, "storage": {"files": files},
+                       "systemd": {"units": [{"name": format!("bench-{i}.service"), "enabled": true,
+                                              "contents": "[Service]\nExecStart=/bin/true\n[Install]\nWantedBy=multi-user.target\n"}]}},
+            "kernelArguments": [format!("bench.arg{i}=1")],
+        },
+    })
+}
+
+fn worker_pool() -> Value {
+    json!({
+        "apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfigPool",
+        "metadata": {"name": "worker"},
+        "spec": {"machineConfigSelector": {"matchLabels": {"machineconfiguration.openshift.io/role": "worker"}},
+                 "nodeSelector": {"matchLabels": {"node-role.kubernetes.io/worker": ""}}},
+    })
+}
+
+async fn timed<F, Fut>(n: usize, mut f: F) -> Result<Vec<Duration>>
+where
+    F: FnMut(usize) -> Fut,
+    Fut: std::future::Future<Output = Result<()>>,
+{
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n {
+        let t = Instant::now();
+        f(i).await?;
+        out.push(t.elapsed());
+    }
+    Ok(out)
+}
+
+/// Run the benchmark and print its report.
+pub async fn run(opts: ApiBench) -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let port = listener.local_addr()?.port();
+    drop(listener);
+    let serve_opts = ServeOptions {
+        data_dir: dir.path().to_path_buf(),
+        listen: format!("127.0.0.1:{port}").parse()?,
+        insecure_http: false,
+        admin_token_file: None,
+        tls_san: vec![],
+        limits: Limits::default(),
+        watch_history: crate::store::sqlite::DEFAULT_RETAIN,
+    };
+    let server = tokio::spawn(serve::run(serve_opts));
+    let kubeconfig = serve::DataDir::new(dir.path()).kubeconfig;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let cfg = loop {
+        if let Ok(c) = ClientConfig::from_kubeconfig(&kubeconfig) {
+            let client = Client::new(&c)?;
+            if client.get("/healthz").await.is_ok_and(|r| r.ok()) {
+                break c;
+            }
+        }
+        anyhow::ensure!(Instant::now() < deadline, "coordinator did not start");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let client = Client::new(&cfg)?;
+    println!("aloft-coordinator bench api: {} nodes, {} MachineConfigs, {} samples, HTTPS on loopback", opts.nodes, opts.configs, opts.samples);
+
+    // Load.
+    let t = Instant::now();
+    let nodes_path = resource_path(NODE.path_ref(), None, None);
+    futures::stream::iter(0..opts.nodes)
+        .map(|i| {
+            let (c, p) = (client.clone(), nodes_path.clone());
+            async move { c.post(&p, &node(i)).await?.into_result().map(|_| ()) }
+        })
+        .buffer_unordered(opts.concurrency)
+        .collect::<Vec<Result<()>>>()
+        .await
+        .into_iter()
+        .collect::<Result<Vec<()>>>()?;
+    let load = t.elapsed();
+    println!("load: {} nodes in {:.1} s ({:.0} creates/s, {} concurrent clients, each write fsynced)", opts.nodes, load.as_secs_f64(), opts.nodes as f64 / load.as_secs_f64(), opts.concurrency);
+    let mc_path = resource_path(MACHINE_CONFIG.path_ref(), None, None);
+    for i in 0..opts.configs {
+        client.post(&mc_path, &machine_config(i)).await?.into_result()?;
+    }
+    client.post(&resource_path(MACHINE_CONFIG_POOL.path_ref(), None, None), &worker_pool()).await?.into_result()?;
+
+    // Baseline: the cheapest authenticated-free round trip on the same connection pool.
+    let base = stats(timed(opts.samples, |_| { let c = client.clone(); async move { c.get("/healthz").await.map(|_| ()) } }).await?);
+    let get = stats(
+        timed(opts.samples, |i| {
+            let c = client.clone();
+            let p = resource_path(NODE.path_ref(), None, Some(&format!("node-{:05}", (i * 7919) % opts.nodes.max(1))));
+            async move { c.get(&p).await?.into_result().map(|_| ()) }
+        })
+        .await?,
+    );
+    let list_samples = (opts.samples / 50).max(5);
+    let list = stats(timed(list_samples, |_| { let (c, p) = (client.clone(), nodes_path.clone()); async move { c.get(&p).await?.into_result().map(|_| ()) } }).await?);
+    let list_sel = stats(
+        timed(list_samples, |_| {
+            let c = client.clone();
+            let p = format!("{nodes_path}?labelSelector=topology.kubernetes.io%2Fzone%3Dzone-1");
+            async move { c.get(&p).await?.into_result().map(|_| ()) }
+        })
+        .await?,
+    );
+
+    // Watch delivery: time from sending an update to the watcher seeing its event.
+    let watch_samples = opts.samples.min(500);
+    let rev = client.get(&format!("{nodes_path}?fieldSelector=metadata.name%3Dnode-00000")).await?.into_result()?;
+    let rv = rev.pointer("/metadata/resourceVersion").and_then(Value::as_str).unwrap_or("0").to_string();
+    let resp = client.watch(&format!("{nodes_path}?watch=true&resourceVersion={rv}"), None).await?;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Instant>();
+    tokio::spawn(async move {
+        let mut s = resp.bytes_stream();
+        let mut buf = Vec::new();
+        while let Some(Ok(chunk)) = s.next().await {
+            buf.extend_from_slice(&chunk);
+            while let Some(pos) = buf.iter().position(|b| *b == b'\n') {
+                buf.drain(..=pos);
+                if tx.send(Instant::now()).is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    let mut delivery = Vec::with_capacity(watch_samples);
+    for i in 0..watch_samples {
+        let p = resource_path(NODE.path_ref(), None, Some(&format!("node-{:05}", i % opts.nodes.max(1))));
+        let patch = json!({"metadata": {"annotations": {"aloft.dev/bench": i.to_string()}}});
+        let sent = Instant::now();
+        client.patch(&p, "application/merge-patch+json", &patch).await?.into_result()?;
+        let seen = tokio::time::timeout(Duration::from_secs(10), rx.recv()).await.context("watch event never arrived")?.context("watch ended")?;
+        delivery.push(seen.duration_since(sent));
+    }
+    let delivery = stats(delivery);
+
+    // Render: the real merge of every config the pool selects.
+    let mcs: Vec<MachineConfig> = (0..opts.configs).map(|i| serde_json::from_value(machine_config(i))).collect::<Result<_, _>>()?;
+    let pool: MachineConfigPool = serde_json::from_value(worker_pool())?;
+    let raw: Vec<String> = (0..opts.configs).map(|i| machine_config(i).to_string()).collect();
+    let render_base = stats(timed(20, |_| { let r = &raw; async move { for s in r { let _: Value = serde_json::from_str(s)?; } Ok(()) } }).await?);
+    let render = stats(timed(20, |_| { let (p, m) = (&pool, &mcs); async move { aloft_api::render::render(p, m, None).map(|_| ()).map_err(anyhow::Error::from) } }).await?);
+
+    println!();
+    println!("{:<34} {:>10} {:>10} {:>16}", "operation", "p50 ms", "p99 ms", "p50 vs baseline");
+    let row = |name: &str, s: &Stats, b: &Stats| {
+        println!("{:<34} {:>10.3} {:>10.3} {:>15.1}x", name, ms(s.p50), ms(s.p99), s.p50.as_secs_f64() / b.p50.as_secs_f64().max(1e-9));
+    };
+    row("baseline: GET /healthz", &base, &base);
+    row("GET one node", &get, &base);
+    row(&format!("LIST {} nodes", opts.nodes), &list, &base);
+    row("LIST nodes, labelSelector (1/3)", &list_sel, &base);
+    row("watch event delivery (PATCH->event)", &delivery, &base);
+    row("baseline: parse configs as JSON", &render_base, &render_base);
+    row(&format!("render pool of {} configs", opts.configs), &render, &render_base);
+    println!();
+    println!("targets: render < 20 ms -> {}; p99 get < 5 ms -> {}",
+        if render.p50 < Duration::from_millis(20) { "met" } else { "MISSED" },
+        if get.p99 < Duration::from_millis(5) { "met" } else { "MISSED" });
+    server.abort();
+    Ok(())
+}

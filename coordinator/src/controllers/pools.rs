@@ -1,0 +1,214 @@
+//! Pool membership and node facts, as MCO's node controller reads them. Pure functions, shared by
+//! the node controller and the pool status computation.
+
+use aloft_api::annotations as ann;
+use aloft_api::{IntOrString, MachineConfigPool, Node};
+use std::collections::BTreeMap;
+
+/// What a node's annotations and conditions say about it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeFacts {
+    pub current: String,
+    pub desired: String,
+    pub state: String,
+    pub reason: String,
+    /// Ready condition True and not cordoned.
+    pub ready: bool,
+}
+
+impl NodeFacts {
+    pub fn of(n: &Node) -> Self {
+        let a = |k| n.annotation(k).unwrap_or("").to_string();
+        NodeFacts {
+            current: a(ann::CURRENT_CONFIG),
+            desired: a(ann::DESIRED_CONFIG),
+            state: a(ann::STATE),
+            reason: a(ann::REASON),
+            ready: n.is_ready() && !n.spec.unschedulable,
+        }
+    }
+    /// Degraded or Unreconcilable: failing, not updating.
+    pub fn degraded(&self) -> bool {
+        self.state == "Degraded" || self.state == "Unreconcilable"
+    }
+    /// Finished its last update: Done, on the config it was asked for.
+    pub fn done(&self) -> bool {
+        self.state == "Done" && self.current == self.desired
+    }
+    /// MCO: not ready, or busy updating (neither done nor failing).
+    pub fn unavailable(&self) -> bool {
+        !self.ready || (!self.done() && !self.degraded())
+    }
+    /// On `target` and finished there.
+    pub fn updated_to(&self, target: &str) -> bool {
+        self.done() && self.current == target
+    }
+}
+
+/// `maxUnavailable` for a pool of `total` nodes: an int, or a percent rounded down; 0 means 1;
+/// default 1 (MCO).
+pub fn max_unavailable(v: Option<&IntOrString>, total: usize) -> usize {
+    let n = match v {
+        None => 1,
+        Some(IntOrString::Int(i)) => (*i).max(0) as usize,
+        Some(IntOrString::String(s)) => match s.strip_suffix('%').and_then(|p| p.trim().parse::<usize>().ok()) {
+            Some(p) => total * p.min(100) / 100,
+            None => 1,
+        },
+    };
+    n.max(1)
+}
+
+fn is_master(p: &MachineConfigPool) -> bool {
+    p.metadata.name == "master"
+}
+fn is_worker(p: &MachineConfigPool) -> bool {
+    p.metadata.name == "worker"
+}
+
+/// Which pool each node belongs to. A node matched by master belongs to master; else by exactly
+/// one custom pool, to it; else by worker, to worker. A node matched by two custom pools belongs
+/// to none, and is reported in the second map (pool name -> message) on every pool involved.
+pub fn membership(pools: &[MachineConfigPool], nodes: &[Node]) -> (BTreeMap<String, Vec<usize>>, BTreeMap<String, String>) {
+    let mut members: BTreeMap<String, Vec<usize>> = pools.iter().map(|p| (p.metadata.name.clone(), Vec::new())).collect();
+    let mut errors = BTreeMap::new();
+    let selectors: Vec<_> = pools
+        .iter()
+        .map(|p| p.spec.node_selector.as_ref().filter(|s| !s.is_empty()).and_then(|s| s.to_selector().ok()))
+        .collect();
+    for (i, n) in nodes.iter().enumerate() {
+        let matching: Vec<&MachineConfigPool> = pools
+            .iter()
+            .zip(&selectors)
+            .filter(|(_, s)| s.as_ref().is_some_and(|s| s.matches(&n.metadata.labels)))
+            .map(|(p, _)| p)
+            .collect();
+        let chosen = if let Some(m) = matching.iter().find(|p| is_master(p)) {
+            Some(*m)
+        } else {
+            let custom: Vec<&&MachineConfigPool> = matching.iter().filter(|p| !is_master(p) && !is_worker(p)).collect();
+            match custom.len() {
+                0 => matching.iter().find(|p| is_worker(p)).copied(),
+                1 => Some(*custom[0]),
+                _ => {
+                    let names: Vec<&str> = custom.iter().map(|p| p.metadata.name.as_str()).collect();
+                    for p in &custom {
+                        errors.insert(
+                            p.metadata.name.clone(),
+                            format!("node {} belongs to {} custom pools ({}); it must belong to at most one", n.metadata.name, names.len(), names.join(", ")),
+                        );
+                    }
+                    None
+                }
+            }
+        };
+        if let Some(p) = chosen {
+            members.entry(p.metadata.name.clone()).or_default().push(i);
+        }
+    }
+    (members, errors)
+}
+
+/// MCO's candidate order: by zone label ascending (unzoned last), oldest first within a zone,
+/// then by name for a stable order.
+pub fn sort_candidates(nodes: &[Node], idx: &mut [usize]) {
+    let zone = |n: &Node| n.metadata.labels.get("topology.kubernetes.io/zone").cloned();
+    idx.sort_by(|&a, &b| {
+        let (na, nb) = (&nodes[a], &nodes[b]);
+        let (za, zb) = (zone(na), zone(nb));
+        let zone_order = match (&za, &zb) {
+            (Some(x), Some(y)) => x.cmp(y),
+            (Some(_), None) => std::cmp::Ordering::Less,
+            (None, Some(_)) => std::cmp::Ordering::Greater,
+            (None, None) => std::cmp::Ordering::Equal,
+        };
+        zone_order
+            .then_with(|| na.metadata.creation_timestamp.cmp(&nb.metadata.creation_timestamp))
+            .then_with(|| na.metadata.name.cmp(&nb.metadata.name))
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pool(name: &str, sel: serde_json::Value) -> MachineConfigPool {
+        serde_json::from_value(json!({"metadata": {"name": name}, "spec": {"nodeSelector": sel}})).unwrap()
+    }
+    fn node(name: &str, labels: serde_json::Value, zone: Option<&str>, created: &str) -> Node {
+        let mut n: Node = serde_json::from_value(json!({"metadata": {"name": name, "labels": labels, "creationTimestamp": created}})).unwrap();
+        if let Some(z) = zone {
+            n.metadata.labels.insert("topology.kubernetes.io/zone".into(), z.into());
+        }
+        n
+    }
+
+    #[test]
+    fn max_unavailable_rules() {
+        assert_eq!(max_unavailable(None, 10), 1);
+        assert_eq!(max_unavailable(Some(&IntOrString::Int(0)), 10), 1);
+        assert_eq!(max_unavailable(Some(&IntOrString::Int(3)), 10), 3);
+        assert_eq!(max_unavailable(Some(&IntOrString::String("25%".into())), 10), 2, "rounded down");
+        assert_eq!(max_unavailable(Some(&IntOrString::String("5%".into())), 10), 1, "0 means 1");
+        assert_eq!(max_unavailable(Some(&IntOrString::String("100%".into())), 7), 7);
+    }
+
+    #[test]
+    fn membership_precedence() {
+        let pools = vec![
+            pool("worker", json!({"matchLabels": {"node-role.kubernetes.io/worker": ""}})),
+            pool("master", json!({"matchLabels": {"node-role.kubernetes.io/master": ""}})),
+            pool("infra", json!({"matchLabels": {"node-role.kubernetes.io/infra": ""}})),
+            pool("gpu", json!({"matchLabels": {"node-role.kubernetes.io/gpu": ""}})),
+        ];
+        let w = "node-role.kubernetes.io/worker";
+        let nodes = vec![
+            node("w", json!({w: ""}), None, "t"),
+            node("wi", json!({w: "", "node-role.kubernetes.io/infra": ""}), None, "t"),
+            node("wm", json!({w: "", "node-role.kubernetes.io/master": "", "node-role.kubernetes.io/infra": ""}), None, "t"),
+            node("two", json!({w: "", "node-role.kubernetes.io/infra": "", "node-role.kubernetes.io/gpu": ""}), None, "t"),
+            node("none", json!({}), None, "t"),
+        ];
+        let (m, errors) = membership(&pools, &nodes);
+        assert_eq!(m["worker"], vec![0], "custom beats worker");
+        assert_eq!(m["infra"], vec![1]);
+        assert_eq!(m["master"], vec![2], "master beats custom");
+        assert!(m["gpu"].is_empty());
+        assert!(errors["infra"].contains("two") && errors["gpu"].contains("2 custom pools"));
+    }
+
+    #[test]
+    fn candidates_by_zone_then_age() {
+        let nodes = vec![
+            node("a", json!({}), None, "2026-01-01T00:00:00Z"),
+            node("b", json!({}), Some("z2"), "2026-01-01T00:00:00Z"),
+            node("c", json!({}), Some("z1"), "2026-03-01T00:00:00Z"),
+            node("d", json!({}), Some("z1"), "2026-02-01T00:00:00Z"),
+        ];
+        let mut idx = vec![0, 1, 2, 3];
+        sort_candidates(&nodes, &mut idx);
+        let names: Vec<&str> = idx.iter().map(|&i| nodes[i].metadata.name.as_str()).collect();
+        assert_eq!(names, vec!["d", "c", "b", "a"]);
+    }
+
+    #[test]
+    fn node_facts() {
+        let mut n = node("a", json!({}), None, "t");
+        n.status.conditions.push(aloft_api::Condition { type_: "Ready".into(), status: "True".into(), ..Default::default() });
+        let set = |n: &mut Node, k: &str, v: &str| {
+            n.metadata.annotations.insert(k.into(), v.into());
+        };
+        set(&mut n, ann::STATE, "Done");
+        assert!(!NodeFacts::of(&n).unavailable(), "fresh node, Done, no configs: available");
+        set(&mut n, ann::DESIRED_CONFIG, "r2");
+        assert!(NodeFacts::of(&n).unavailable(), "asked to update: unavailable");
+        set(&mut n, ann::CURRENT_CONFIG, "r2");
+        assert!(NodeFacts::of(&n).updated_to("r2"));
+        set(&mut n, ann::STATE, "Degraded");
+        let f = NodeFacts::of(&n);
+        assert!(f.degraded() && !f.unavailable());
+        n.spec.unschedulable = true;
+        assert!(NodeFacts::of(&n).unavailable(), "cordoned: unavailable");
+    }
+}

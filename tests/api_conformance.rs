@@ -1,0 +1,679 @@
+//! The coordinator's API against Kubernetes' conventions, over HTTPS with the generated CA pinned:
+//! discovery, CRUD, selectors, patches, the status subresource, optimistic concurrency, field
+//! errors, authentication and authorization, watches (resume, initial list, 410 Gone) and
+//! server-side Table printing.
+
+use aloft_tests::*;
+use serde_json::{json, Value};
+use std::time::Duration;
+
+const MCO: &str = "/apis/machineconfiguration.openshift.io/v1";
+const T: Duration = Duration::from_secs(10);
+
+fn resource<'a>(list: &'a Value, name: &str) -> &'a Value {
+    list["resources"]
+        .as_array()
+        .and_then(|a| a.iter().find(|r| r["name"] == name))
+        .unwrap_or_else(|| panic!("discovery has no resource {name}: {list}"))
+}
+
+fn verbs(r: &Value) -> Vec<&str> {
+    let mut v: Vec<&str> = r["verbs"].as_array().expect("verbs").iter().filter_map(Value::as_str).collect();
+    v.sort();
+    v
+}
+
+#[tokio::test]
+async fn discovery_and_tls_pinning() {
+    let c = Coordinator::start();
+    assert!(c.url().starts_with("https://127.0.0.1:"), "HTTPS by default: {}", c.url());
+    let admin = c.client();
+
+    let api = admin.get("/api").await.unwrap();
+    assert_eq!(api.code, 200, "{}", api.body);
+    assert_eq!(api.body["kind"], "APIVersions");
+    assert_eq!(api.body["versions"], json!(["v1"]));
+
+    let apis = admin.get("/apis").await.unwrap();
+    assert_eq!(apis.body["kind"], "APIGroupList", "{}", apis.body);
+    let group = apis.body["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["name"] == "machineconfiguration.openshift.io")
+        .unwrap_or_else(|| panic!("no MCO group in /apis: {}", apis.body))
+        .clone();
+    assert_eq!(group["preferredVersion"]["groupVersion"], "machineconfiguration.openshift.io/v1");
+
+    let g = admin.get("/apis/machineconfiguration.openshift.io").await.unwrap();
+    assert_eq!((g.code, g.body["kind"].clone()), (200, json!("APIGroup")), "{}", g.body);
+
+    let mco = admin.get(MCO).await.unwrap();
+    assert_eq!(mco.code, 200, "{}", mco.body);
+    assert_eq!(mco.body["kind"], "APIResourceList");
+    assert_eq!(mco.body["groupVersion"], "machineconfiguration.openshift.io/v1");
+    let all = ["create", "delete", "get", "list", "patch", "update", "watch"];
+    for (name, kind, short) in [("machineconfigs", "MachineConfig", "mc"), ("machineconfigpools", "MachineConfigPool", "mcp")] {
+        let r = resource(&mco.body, name);
+        assert_eq!(r["kind"], kind);
+        assert_eq!(r["namespaced"], false, "{name} is cluster-scoped");
+        assert!(r["shortNames"].as_array().unwrap().contains(&json!(short)), "{name} short name {short}: {r}");
+        let v = verbs(r);
+        for verb in all {
+            assert!(v.contains(&verb), "{name} verbs {v:?} lack {verb}");
+        }
+    }
+    let st = resource(&mco.body, "machineconfigpools/status");
+    assert_eq!(verbs(st), vec!["get", "patch", "update"]);
+    assert!(
+        !mco.body["resources"].as_array().unwrap().iter().any(|r| r["name"] == "machineconfigs/status"),
+        "MachineConfig has no status subresource"
+    );
+
+    let core = admin.get("/api/v1").await.unwrap();
+    assert_eq!(core.body["groupVersion"], "v1", "{}", core.body);
+    assert_eq!(resource(&core.body, "nodes")["namespaced"], false);
+    assert_eq!(resource(&core.body, "events")["namespaced"], true);
+    assert!(resource(&core.body, "nodes/status")["verbs"].as_array().unwrap().contains(&json!("update")));
+
+    let version = admin.get("/version").await.unwrap();
+    assert_eq!(version.code, 200);
+    assert_eq!(version.body["major"], "1", "{}", version.body);
+
+    // Unknown groups and versions are 404s in discovery too.
+    assert_eq!(admin.get("/apis/foo.example.com").await.unwrap().code, 404);
+    assert_eq!(admin.get("/apis/machineconfiguration.openshift.io/v2").await.unwrap().code, 404);
+
+    // The kubeconfig pins the generated CA, and the serving certificate is not trusted otherwise.
+    let kc = std::fs::read_to_string(c.kubeconfig_path()).unwrap();
+    let kc: Value = yaml_serde::from_str(&kc).unwrap();
+    use base64::Engine;
+    let ca_data = kc["clusters"][0]["cluster"]["certificate-authority-data"].as_str().expect("CA data in kubeconfig");
+    let ca_data = base64::engine::general_purpose::STANDARD.decode(ca_data).unwrap();
+    assert_eq!(ca_data, c.ca_pem(), "kubeconfig CA is ca.crt");
+    let unpinned = reqwest::Client::builder().build().unwrap();
+    let err = unpinned.get(format!("{}/healthz", c.url())).send().await;
+    assert!(err.is_err(), "a client without the coordinator's CA must refuse the certificate");
+    let stranger = Coordinator::start();
+    let wrong_pin = stranger.client_with_token(Some(&c.admin_token()));
+    // `stranger`'s CA does not validate `c`'s certificate.
+    let wrong = Client::new(&ClientConfig { server: c.url().to_string(), ca_pem: Some(stranger.ca_pem()), token: Some(c.admin_token()) }).unwrap();
+    assert!(wrong.get("/api").await.is_err(), "pinning another CA must fail the TLS handshake");
+    // And c's admin token is not valid on another coordinator.
+    assert_eq!(wrong_pin.get("/api").await.unwrap().code, 401);
+}
+
+#[tokio::test]
+async fn create_get_list_update_delete_with_selectors() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let coll = path_of(&MACHINE_CONFIG, None);
+
+    let mut created = Vec::new();
+    for (name, role, tier) in [("10-a", "worker", "gold"), ("10-b", "worker", "silver"), ("10-c", "infra", "gold"), ("10-d", "infra", "")] {
+        let mut mc = machine_config(name, role);
+        if !tier.is_empty() {
+            mc["metadata"]["labels"]["tier"] = tier.into();
+        }
+        let r = admin.post(&coll, &mc).await.unwrap();
+        assert_eq!(r.code, 201, "create {name}: {}", r.body);
+        assert_eq!(r.body["metadata"]["name"], name);
+        assert_eq!(r.body["metadata"]["generation"], 1);
+        assert!(r.body["metadata"]["uid"].as_str().is_some_and(|u| u.len() >= 32), "uid set: {}", r.body);
+        assert!(r.body["metadata"]["creationTimestamp"].as_str().is_some_and(|t| t.ends_with('Z')), "{}", r.body);
+        created.push(rv(&r.body));
+    }
+    assert!(created.windows(2).all(|w| w[0] < w[1]), "resourceVersions increase: {created:?}");
+
+    // A second create of the same name: 409 AlreadyExists.
+    let dup = admin.post(&coll, &machine_config("10-a", "worker")).await.unwrap();
+    assert_status(&dup, 409, "AlreadyExists", "duplicate create");
+
+    let got = get_ok(&admin, &MACHINE_CONFIG, "10-b").await;
+    assert_eq!(got["metadata"]["labels"]["tier"], "silver");
+    assert_eq!(got["spec"]["config"]["ignition"]["version"], "3.4.0");
+    assert_eq!(rv(&got), created[1]);
+
+    let list = admin.get(&coll).await.unwrap();
+    assert_eq!(list.code, 200);
+    assert_eq!(list.body["kind"], "MachineConfigList");
+    assert_eq!(list.body["apiVersion"], "machineconfiguration.openshift.io/v1");
+    assert_eq!(item_names(&list.body), vec!["10-a", "10-b", "10-c", "10-d"]);
+    let list_rv: u64 = list.body["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap();
+    assert!(list_rv >= created[3], "list resourceVersion {list_rv} covers the last write {}", created[3]);
+
+    let select = |q: &'static str| {
+        let admin = admin.clone();
+        let coll = coll.clone();
+        async move {
+            let r = admin.get(&format!("{coll}?{q}")).await.unwrap();
+            assert_eq!(r.code, 200, "{q}: {}", r.body);
+            item_names(&r.body)
+        }
+    };
+    assert_eq!(select("labelSelector=tier%3Dgold").await, vec!["10-a", "10-c"]);
+    assert_eq!(select("labelSelector=tier%21%3Dgold").await, vec!["10-b", "10-d"], "!= also matches objects without the label");
+    assert_eq!(select("labelSelector=tier").await, vec!["10-a", "10-b", "10-c"], "exists");
+    assert_eq!(select("labelSelector=%21tier").await, vec!["10-d"], "does not exist");
+    assert_eq!(select("labelSelector=tier%20in%20(silver,bronze)").await, vec!["10-b"]);
+    assert_eq!(select("labelSelector=tier%20notin%20(gold)").await, vec!["10-b", "10-d"]);
+    assert_eq!(
+        select("labelSelector=machineconfiguration.openshift.io%2Frole%3Dinfra,tier%3Dgold").await,
+        vec!["10-c"],
+        "comma is AND"
+    );
+    assert_eq!(select("fieldSelector=metadata.name%3D10-d").await, vec!["10-d"]);
+    assert_eq!(select("fieldSelector=metadata.name%21%3D10-d").await, vec!["10-a", "10-b", "10-c"]);
+    let bad = admin.get(&format!("{coll}?labelSelector=tier%20in%20gold")).await.unwrap();
+    assert_eq!(bad.code, 400, "malformed selector: {}", bad.body);
+    let bad = admin.get(&format!("{coll}?fieldSelector=spec.osImageURL%3Dx")).await.unwrap();
+    assert_eq!(bad.code, 400, "unsupported field selector: {}", bad.body);
+
+    // Update: spec changes bump generation and resourceVersion; server-set metadata is kept.
+    let mut upd = got.clone();
+    upd["spec"]["kernelArguments"] = json!(["nosmt"]);
+    upd["metadata"]["uid"] = "forged".into();
+    let r = admin.put(&path_of(&MACHINE_CONFIG, Some("10-b")), &upd).await.unwrap();
+    assert_eq!(r.code, 200, "{}", r.body);
+    assert_eq!(r.body["spec"]["kernelArguments"], json!(["nosmt"]));
+    assert_eq!(r.body["metadata"]["generation"], 2);
+    assert_eq!(r.body["metadata"]["uid"], got["metadata"]["uid"], "uid is immutable");
+    assert_eq!(r.body["metadata"]["creationTimestamp"], got["metadata"]["creationTimestamp"]);
+    let after = rv(&r.body);
+    assert!(after > list_rv);
+    // A label-only change keeps generation.
+    let mut lbl = r.body.clone();
+    lbl["metadata"]["labels"]["tier"] = "bronze".into();
+    let r2 = admin.put(&path_of(&MACHINE_CONFIG, Some("10-b")), &lbl).await.unwrap();
+    assert_eq!((r2.code, r2.body["metadata"]["generation"].clone()), (200, json!(2)), "{}", r2.body);
+    // An identical PUT is not a write: same resourceVersion.
+    let r3 = admin.put(&path_of(&MACHINE_CONFIG, Some("10-b")), &r2.body).await.unwrap();
+    assert_eq!(r3.code, 200);
+    assert_eq!(rv(&r3.body), rv(&r2.body), "a no-op update does not create a revision");
+    // PUT to a missing object is 404 (no upsert), and the name in the body must match the URL.
+    let r = admin.put(&path_of(&MACHINE_CONFIG, Some("nope")), &machine_config("nope", "worker")).await.unwrap();
+    assert_status(&r, 404, "NotFound", "PUT to a missing object");
+    let r = admin.put(&path_of(&MACHINE_CONFIG, Some("10-a")), &machine_config("10-c", "worker")).await.unwrap();
+    assert_eq!(r.code, 400, "name mismatch: {}", r.body);
+
+    // Delete: returns the object, then it is gone.
+    let r = admin.delete(&path_of(&MACHINE_CONFIG, Some("10-a"))).await.unwrap();
+    assert_eq!(r.code, 200, "{}", r.body);
+    assert_eq!(r.body["metadata"]["name"], "10-a");
+    assert_status(&admin.get(&path_of(&MACHINE_CONFIG, Some("10-a"))).await.unwrap(), 404, "NotFound", "GET after delete");
+    assert_status(&admin.delete(&path_of(&MACHINE_CONFIG, Some("10-a"))).await.unwrap(), 404, "NotFound", "second delete");
+    assert_eq!(list_names(&admin, &MACHINE_CONFIG).await, vec!["10-b", "10-c", "10-d"]);
+
+    // Delete with a stale precondition: 409, and the object stays.
+    let stale = json!({"kind": "DeleteOptions", "apiVersion": "v1", "preconditions": {"resourceVersion": created[2].to_string()}});
+    let cur = get_ok(&admin, &MACHINE_CONFIG, "10-c").await;
+    let mut lbl = cur.clone();
+    lbl["metadata"]["labels"]["x"] = "y".into();
+    assert_eq!(admin.put(&path_of(&MACHINE_CONFIG, Some("10-c")), &lbl).await.unwrap().code, 200);
+    let r = admin
+        .call(reqwest::Method::DELETE, &path_of(&MACHINE_CONFIG, Some("10-c")), Some(("application/json", serde_json::to_vec(&stale).unwrap())), None)
+        .await
+        .unwrap();
+    assert_status(&r, 409, "Conflict", "delete with a stale precondition");
+    get_ok(&admin, &MACHINE_CONFIG, "10-c").await;
+
+    // dryRun=All validates and answers, and stores nothing.
+    let r = admin.post(&format!("{coll}?dryRun=All"), &machine_config("dry", "worker")).await.unwrap();
+    assert_eq!(r.code, 201, "{}", r.body);
+    assert_eq!(admin.get(&path_of(&MACHINE_CONFIG, Some("dry"))).await.unwrap().code, 404, "dry run stored nothing");
+}
+
+#[tokio::test]
+async fn merge_json_and_strategic_patches() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let mut pool = machine_config_pool("patchme", "patchme");
+    pool["spec"]["maxUnavailable"] = 1.into();
+    pool["metadata"]["labels"] = json!({"a": "1", "b": "2"});
+    let r = admin.post(&path_of(&MACHINE_CONFIG_POOL, None), &pool).await.unwrap();
+    assert_eq!(r.code, 201, "{}", r.body);
+    let p = path_of(&MACHINE_CONFIG_POOL, Some("patchme"));
+
+    // Merge patch: set, replace, and delete with null.
+    let r = admin
+        .patch(&p, "application/merge-patch+json", &json!({"metadata": {"labels": {"a": null, "c": "3"}}, "spec": {"paused": true, "maxUnavailable": "50%"}}))
+        .await
+        .unwrap();
+    assert_eq!(r.code, 200, "{}", r.body);
+    assert_eq!(r.body["spec"]["paused"], true);
+    assert_eq!(r.body["spec"]["maxUnavailable"], "50%");
+    assert_eq!(r.body["metadata"]["labels"], json!({"b": "2", "c": "3"}));
+    assert_eq!(r.body["spec"]["nodeSelector"]["matchLabels"]["node-role.kubernetes.io/patchme"], "", "untouched fields stay");
+    let got = get_ok(&admin, &MACHINE_CONFIG_POOL, "patchme").await;
+    assert_eq!(got["spec"]["paused"], true, "the patch was stored");
+
+    // JSON patch: test + replace + add + remove, atomically.
+    let ops = json!([
+        {"op": "test", "path": "/spec/paused", "value": true},
+        {"op": "replace", "path": "/spec/paused", "value": false},
+        {"op": "add", "path": "/metadata/labels/d", "value": "4"},
+        {"op": "remove", "path": "/metadata/labels/b"},
+    ]);
+    let r = admin.patch(&p, "application/json-patch+json", &ops).await.unwrap();
+    assert_eq!(r.code, 200, "{}", r.body);
+    assert_eq!(r.body["spec"]["paused"], false);
+    assert_eq!(r.body["metadata"]["labels"], json!({"c": "3", "d": "4"}));
+    let before = rv(&r.body);
+    // A failing test op changes nothing.
+    let ops = json!([
+        {"op": "replace", "path": "/spec/paused", "value": true},
+        {"op": "test", "path": "/metadata/labels/c", "value": "nope"},
+    ]);
+    let r = admin.patch(&p, "application/json-patch+json", &ops).await.unwrap();
+    assert!(r.code == 422 || r.code == 409, "failed JSON patch test op: {} {}", r.code, r.body);
+    let got = get_ok(&admin, &MACHINE_CONFIG_POOL, "patchme").await;
+    assert_eq!(got["spec"]["paused"], false, "a failed JSON patch is not half-applied");
+    // (The render controller may write status meanwhile; the spec is what matters here.)
+    assert!(rv(&got) >= before);
+
+    // Strategic merge patch (what kubectl sends by default for `kubectl patch`).
+    let r = admin.patch(&p, "application/strategic-merge-patch+json", &json!({"spec": {"paused": true}})).await.unwrap();
+    assert_eq!(r.code, 200, "{}", r.body);
+    assert_eq!(r.body["spec"]["paused"], true);
+
+    // A patch that makes the object invalid is refused with the field, and not stored.
+    let r = admin.patch(&p, "application/merge-patch+json", &json!({"spec": {"maxUnavailable": "lots"}})).await.unwrap();
+    assert_status(&r, 422, "Invalid", "patch to an invalid maxUnavailable");
+    assert!(cause_fields(&r.body).iter().any(|f| f == "spec.maxUnavailable"), "{}", r.body);
+    assert_eq!(get_ok(&admin, &MACHINE_CONFIG_POOL, "patchme").await["spec"]["maxUnavailable"], "50%");
+
+    // Unknown patch types and server-side apply are 415.
+    let r = admin.patch(&p, "application/apply-patch+yaml", &json!({})).await.unwrap();
+    assert_eq!(r.code, 415, "{}", r.body);
+    let r = admin.patch(&p, "text/plain", &json!({})).await.unwrap();
+    assert_eq!(r.code, 415, "{}", r.body);
+    // Patching a missing object is 404.
+    let r = admin.patch(&path_of(&MACHINE_CONFIG_POOL, Some("nope")), "application/merge-patch+json", &json!({})).await.unwrap();
+    assert_status(&r, 404, "NotFound", "patch of a missing object");
+}
+
+#[tokio::test]
+async fn status_subresource_rules() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    // A Node in no pool: no controller writes to it.
+    let node = json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": "n1", "labels": {"kubernetes.io/hostname": "n1"}},
+        "spec": {"providerID": "aloft://n1"},
+        "status": {"nodeInfo": {"osImage": "from-create"}},
+    });
+    let r = admin.post(&path_of(&NODE, None), &node).await.unwrap();
+    assert_eq!(r.code, 201, "{}", r.body);
+    let np = path_of(&NODE, Some("n1"));
+    let sp = format!("{np}/status");
+
+    // Writes to the main resource ignore status.
+    let mut upd = r.body.clone();
+    upd["spec"]["unschedulable"] = true.into();
+    upd["status"] = json!({"nodeInfo": {"osImage": "from-main-put"}});
+    let r = admin.put(&np, &upd).await.unwrap();
+    assert_eq!(r.code, 200, "{}", r.body);
+    assert_eq!(r.body["spec"]["unschedulable"], true);
+    assert_ne!(r.body["status"]["nodeInfo"]["osImage"], "from-main-put", "main PUT must not change status: {}", r.body);
+    let r = admin.patch(&np, "application/merge-patch+json", &json!({"status": {"nodeInfo": {"osImage": "from-main-patch"}}})).await.unwrap();
+    assert_eq!(r.code, 200, "{}", r.body);
+    assert_ne!(r.body["status"]["nodeInfo"]["osImage"], "from-main-patch", "main PATCH must not change status");
+    let stored = get_ok(&admin, &NODE, "n1").await;
+    assert_ne!(stored["status"]["nodeInfo"]["osImage"], "from-main-put");
+    assert_ne!(stored["status"]["nodeInfo"]["osImage"], "from-main-patch");
+    let gen = stored["metadata"]["generation"].clone();
+
+    // Writes to /status change only status (and do not bump generation).
+    let mut st = stored.clone();
+    st["status"] = json!({"nodeInfo": {"osImage": "from-status-put"}});
+    st["spec"]["unschedulable"] = false.into();
+    st["metadata"]["labels"]["sneaky"] = "yes".into();
+    let r = admin.put(&sp, &st).await.unwrap();
+    assert_eq!(r.code, 200, "{}", r.body);
+    assert_eq!(r.body["status"]["nodeInfo"]["osImage"], "from-status-put");
+    assert_eq!(r.body["spec"]["unschedulable"], true, "/status must not change spec");
+    assert!(r.body["metadata"]["labels"].get("sneaky").is_none(), "/status must not change labels");
+    assert_eq!(r.body["metadata"]["generation"], gen, "status writes do not bump generation");
+    let r = admin.patch(&sp, "application/merge-patch+json", &json!({"spec": {"unschedulable": false}, "status": {"nodeInfo": {"osImage": "from-status-patch"}}})).await.unwrap();
+    assert_eq!(r.code, 200, "{}", r.body);
+    let stored = get_ok(&admin, &NODE, "n1").await;
+    assert_eq!(stored["status"]["nodeInfo"]["osImage"], "from-status-patch");
+    assert_eq!(stored["spec"]["unschedulable"], true);
+    let r = admin.get(&sp).await.unwrap();
+    assert_eq!(r.code, 200, "GET /status: {}", r.body);
+    assert_eq!(r.body["status"]["nodeInfo"]["osImage"], "from-status-patch");
+
+    // Pools have /status too: a user's PUT of the pool cannot fake machine counts.
+    let r = admin.post(&path_of(&MACHINE_CONFIG_POOL, None), &machine_config_pool("p1", "p1")).await.unwrap();
+    assert_eq!(r.code, 201, "{}", r.body);
+    let mut p = get_ok(&admin, &MACHINE_CONFIG_POOL, "p1").await;
+    p["status"]["machineCount"] = 42.into();
+    p["spec"]["paused"] = true.into();
+    p["metadata"].as_object_mut().unwrap().remove("resourceVersion");
+    let r = admin.put(&path_of(&MACHINE_CONFIG_POOL, Some("p1")), &p).await.unwrap();
+    assert_eq!(r.code, 200, "{}", r.body);
+    assert_ne!(r.body["status"]["machineCount"], 42, "{}", r.body);
+    assert_eq!(get_ok(&admin, &MACHINE_CONFIG_POOL, "p1").await["spec"]["paused"], true);
+    // MachineConfig has no /status.
+    let r = admin.post(&path_of(&MACHINE_CONFIG, None), &machine_config("mc1", "p1")).await.unwrap();
+    assert_eq!(r.code, 201);
+    assert_eq!(admin.get(&format!("{}/status", path_of(&MACHINE_CONFIG, Some("mc1")))).await.unwrap().code, 404);
+}
+
+#[tokio::test]
+async fn stale_resource_version_is_409() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let r = admin.post(&path_of(&MACHINE_CONFIG, None), &machine_config("cas", "worker")).await.unwrap();
+    assert_eq!(r.code, 201);
+    let v1 = r.body.clone();
+    let p = path_of(&MACHINE_CONFIG, Some("cas"));
+
+    let mut a = v1.clone();
+    a["spec"]["kernelArguments"] = json!(["a=1"]);
+    let ra = admin.put(&p, &a).await.unwrap();
+    assert_eq!(ra.code, 200, "{}", ra.body);
+    assert!(rv(&ra.body) > rv(&v1));
+
+    // A second writer still holding v1 loses.
+    let mut b = v1.clone();
+    b["spec"]["kernelArguments"] = json!(["b=2"]);
+    let rb = admin.put(&p, &b).await.unwrap();
+    assert_status(&rb, 409, "Conflict", "PUT with a stale resourceVersion");
+    assert!(rb.body["message"].as_str().unwrap().contains("cas"), "the message names the object: {}", rb.body);
+    let stored = get_ok(&admin, &MACHINE_CONFIG, "cas").await;
+    assert_eq!(stored["spec"]["kernelArguments"], json!(["a=1"]), "the loser changed nothing");
+    assert_eq!(rv(&stored), rv(&ra.body));
+
+    // A merge patch carrying a stale resourceVersion is a precondition too.
+    let r = admin
+        .patch(&p, "application/merge-patch+json", &json!({"metadata": {"resourceVersion": rv(&v1).to_string()}, "spec": {"kernelArguments": ["c=3"]}}))
+        .await
+        .unwrap();
+    assert_status(&r, 409, "Conflict", "patch with a stale resourceVersion");
+    // A resourceVersion the server never issued is a 400 or 409, never a write.
+    let mut junk = stored.clone();
+    junk["metadata"]["resourceVersion"] = "not-a-number".into();
+    junk["spec"]["kernelArguments"] = json!(["d=4"]);
+    let r = admin.put(&p, &junk).await.unwrap();
+    assert!(r.code == 400 || r.code == 409, "{} {}", r.code, r.body);
+    // Retrying with the current version succeeds.
+    let mut ok = stored.clone();
+    ok["spec"]["kernelArguments"] = json!(["b=2"]);
+    let r = admin.put(&p, &ok).await.unwrap();
+    assert_eq!(r.code, 200, "{}", r.body);
+    assert_eq!(get_ok(&admin, &MACHINE_CONFIG, "cas").await["spec"]["kernelArguments"], json!(["b=2"]));
+}
+
+#[tokio::test]
+async fn invalid_objects_are_422_with_field_paths() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let mcp_coll = path_of(&MACHINE_CONFIG_POOL, None);
+    let mc_coll = path_of(&MACHINE_CONFIG, None);
+
+    let mut p = machine_config_pool("bad-mu", "x");
+    p["spec"]["maxUnavailable"] = "ten".into();
+    let r = admin.post(&mcp_coll, &p).await.unwrap();
+    assert_status(&r, 422, "Invalid", "maxUnavailable \"ten\"");
+    assert_eq!(cause_fields(&r.body), vec!["spec.maxUnavailable"], "{}", r.body);
+    assert_eq!(r.body["details"]["name"], "bad-mu");
+    assert_eq!(r.body["details"]["kind"], "MachineConfigPool");
+
+    let mut p = machine_config_pool("bad-sel", "x");
+    p["spec"]["machineConfigSelector"] = json!({"matchExpressions": [{"key": "role", "operator": "Near", "values": ["a"]}]});
+    let r = admin.post(&mcp_coll, &p).await.unwrap();
+    assert_status(&r, 422, "Invalid", "selector operator Near");
+    assert!(cause_fields(&r.body).iter().any(|f| f == "spec.machineConfigSelector"), "{}", r.body);
+
+    let r = admin.post(&mcp_coll, &machine_config_pool("Bad_Name", "x")).await.unwrap();
+    assert_status(&r, 422, "Invalid", "name Bad_Name");
+    assert_eq!(cause_fields(&r.body), vec!["metadata.name"], "{}", r.body);
+
+    let mut mc = machine_config("bad-ign", "worker");
+    mc["spec"]["config"]["ignition"]["version"] = "9.9.9".into();
+    let r = admin.post(&mc_coll, &mc).await.unwrap();
+    assert_status(&r, 422, "Invalid", "ignition version 9.9.9");
+    assert!(
+        cause_fields(&r.body).iter().any(|f| f.starts_with("spec.config.ignition.version")),
+        "the cause names spec.config.ignition.version: {}",
+        r.body
+    );
+
+    assert!(list_names(&admin, &MACHINE_CONFIG_POOL).await.is_empty(), "nothing invalid was stored");
+    assert!(list_names(&admin, &MACHINE_CONFIG).await.is_empty(), "nothing invalid was stored");
+}
+
+#[tokio::test]
+async fn authentication_and_viewer_authorization() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let r = admin.post(&path_of(&MACHINE_CONFIG, None), &machine_config("keep", "worker")).await.unwrap();
+    assert_eq!(r.code, 201);
+    let keep_rv = rv(&r.body);
+
+    // Health is open; the API is not.
+    let anon = c.client_with_token(None);
+    let h = reqwest::Client::builder()
+        .tls_certs_only([reqwest::Certificate::from_pem(&c.ca_pem()).unwrap()])
+        .build()
+        .unwrap()
+        .get(format!("{}/healthz", c.url()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(h.status(), 200);
+    for path in ["/api", "/apis", MCO, &path_of(&MACHINE_CONFIG, None), &path_of(&MACHINE_CONFIG, Some("keep"))] {
+        assert_status(&anon.get(path).await.unwrap(), 401, "Unauthorized", &format!("GET {path} without a token"));
+    }
+    let bad = c.client_with_token(Some("aloft_0000000000000000000000000000000000000000000000000000000000000000"));
+    assert_status(&bad.get(&path_of(&MACHINE_CONFIG, None)).await.unwrap(), 401, "Unauthorized", "unknown token");
+    let r = anon.post(&path_of(&MACHINE_CONFIG, None), &machine_config("anon", "worker")).await.unwrap();
+    assert_status(&r, 401, "Unauthorized", "anonymous create");
+
+    // A viewer reads everything and writes nothing.
+    let token = c.create_token("auditor", "viewer");
+    let viewer = c.client_with_token(Some(&token));
+    assert_eq!(viewer.get(&path_of(&MACHINE_CONFIG, None)).await.unwrap().code, 200);
+    assert_eq!(viewer.get(&path_of(&MACHINE_CONFIG, Some("keep"))).await.unwrap().code, 200);
+    let mut w = WatchStream::open(&viewer, &format!("{}?watch=true&resourceVersion=0", path_of(&MACHINE_CONFIG, None))).await.unwrap();
+    let ev = w.next(T).await.unwrap().expect("an initial event");
+    assert_eq!(ev["object"]["metadata"]["name"], "keep");
+
+    let p = path_of(&MACHINE_CONFIG, Some("keep"));
+    let r = viewer.post(&path_of(&MACHINE_CONFIG, None), &machine_config("viewer-made", "worker")).await.unwrap();
+    assert_status(&r, 403, "Forbidden", "viewer create");
+    assert!(r.body["message"].as_str().unwrap().contains("auditor"), "the 403 names the user: {}", r.body);
+    let mut upd = get_ok(&admin, &MACHINE_CONFIG, "keep").await;
+    upd["spec"]["kernelArguments"] = json!(["x=1"]);
+    assert_status(&viewer.put(&p, &upd).await.unwrap(), 403, "Forbidden", "viewer update");
+    let r = viewer.patch(&p, "application/merge-patch+json", &json!({"spec": {"kernelArguments": ["y"]}})).await.unwrap();
+    assert_status(&r, 403, "Forbidden", "viewer patch");
+    assert_status(&viewer.delete(&p).await.unwrap(), 403, "Forbidden", "viewer delete");
+
+    let stored = get_ok(&admin, &MACHINE_CONFIG, "keep").await;
+    assert_eq!(rv(&stored), keep_rv, "no refused request changed the object");
+    assert_eq!(list_names(&admin, &MACHINE_CONFIG).await, vec!["keep"]);
+
+    // Re-creating the viewer's token revokes the old one.
+    let token2 = c.create_token("auditor", "viewer");
+    assert_ne!(token, token2);
+    assert_status(&viewer.get(&path_of(&MACHINE_CONFIG, None)).await.unwrap(), 401, "Unauthorized", "replaced token");
+    assert_eq!(c.client_with_token(Some(&token2)).get(&path_of(&MACHINE_CONFIG, None)).await.unwrap().code, 200);
+}
+
+/// Create `n` MachineConfigs labelled `batch=<batch>`; returns (name, resourceVersion) in order.
+async fn create_batch(admin: &Client, batch: &str, n: usize) -> Vec<(String, u64)> {
+    let mut out = Vec::new();
+    for i in 0..n {
+        let name = format!("{batch}-{i:02}");
+        let mut mc = machine_config(&name, "worker");
+        mc["metadata"]["labels"]["batch"] = batch.into();
+        let r = admin.post(&path_of(&MACHINE_CONFIG, None), &mc).await.unwrap();
+        assert_eq!(r.code, 201, "{}", r.body);
+        out.push((name, rv(&r.body)));
+    }
+    out
+}
+
+#[tokio::test]
+async fn watch_from_resource_version_replays_exactly_later_events() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let coll = path_of(&MACHINE_CONFIG, None);
+    let made = create_batch(&admin, "w", 20).await;
+    let (_, from) = made[9].clone();
+
+    let mut w = WatchStream::open(&admin, &format!("{coll}?watch=true&resourceVersion={from}&labelSelector=batch%3Dw")).await.unwrap();
+    let events = w.take(10, T).await.unwrap();
+    let got: Vec<(String, String, u64)> = events
+        .iter()
+        .map(|e| (e["type"].as_str().unwrap().to_string(), e["object"]["metadata"]["name"].as_str().unwrap().to_string(), rv(&e["object"])))
+        .collect();
+    let want: Vec<(String, String, u64)> = made[10..].iter().map(|(n, r)| ("ADDED".to_string(), n.clone(), *r)).collect();
+    assert_eq!(got, want, "exactly the events after resourceVersion {from}, in order");
+    assert!(w.is_quiet(Duration::from_millis(500)).await.unwrap(), "no further (duplicate or earlier) events");
+
+    // Live events follow: MODIFIED and DELETED, with their own revisions.
+    let mut m = get_ok(&admin, &MACHINE_CONFIG, "w-03").await;
+    m["spec"]["kernelArguments"] = json!(["live=1"]);
+    let upd = admin.put(&path_of(&MACHINE_CONFIG, Some("w-03")), &m).await.unwrap();
+    assert_eq!(upd.code, 200);
+    let del = admin.delete(&path_of(&MACHINE_CONFIG, Some("w-04"))).await.unwrap();
+    assert_eq!(del.code, 200);
+    // An object outside the selector produces no event.
+    admin.post(&coll, &machine_config("unlabelled", "worker")).await.unwrap();
+    let ev = w.take(2, T).await.unwrap();
+    assert_eq!((ev[0]["type"].as_str(), ev[0]["object"]["metadata"]["name"].as_str()), (Some("MODIFIED"), Some("w-03")));
+    assert_eq!(rv(&ev[0]["object"]), rv(&upd.body));
+    assert_eq!(ev[0]["object"]["spec"]["kernelArguments"], json!(["live=1"]));
+    assert_eq!((ev[1]["type"].as_str(), ev[1]["object"]["metadata"]["name"].as_str()), (Some("DELETED"), Some("w-04")));
+    assert!(rv(&ev[1]["object"]) > rv(&ev[0]["object"]));
+    assert!(w.is_quiet(Duration::from_millis(300)).await.unwrap(), "no event for an object outside the selector");
+
+    // Resuming from the revision of the update replays only the delete (and the unlabelled create,
+    // when unfiltered).
+    let mut w2 = WatchStream::open(&admin, &format!("{coll}?watch=true&resourceVersion={}", rv(&upd.body))).await.unwrap();
+    let ev = w2.take(2, T).await.unwrap();
+    assert_eq!(ev[0]["type"], "DELETED");
+    assert_eq!(ev[1]["object"]["metadata"]["name"], "unlabelled");
+
+    // A field selector pins one object.
+    let mut w3 = WatchStream::open(&admin, &format!("{coll}?watch=true&resourceVersion={}&fieldSelector=metadata.name%3Dw-05", made[0].1)).await.unwrap();
+    let ev = w3.next(T).await.unwrap().unwrap();
+    assert_eq!(ev["object"]["metadata"]["name"], "w-05");
+    assert!(w3.is_quiet(Duration::from_millis(300)).await.unwrap());
+
+    // A resourceVersion that is not a number is refused.
+    let r = admin.get(&format!("{coll}?watch=true&resourceVersion=abc")).await.unwrap();
+    assert_eq!(r.code, 400, "{}", r.body);
+}
+
+#[tokio::test]
+async fn watch_from_zero_starts_with_added_for_every_object() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let coll = path_of(&MACHINE_CONFIG, None);
+    let made = create_batch(&admin, "z", 5).await;
+    assert_eq!(made.len(), 5);
+    for q in ["watch=true&resourceVersion=0", "watch=true"] {
+        let existing = list_names(&admin, &MACHINE_CONFIG).await;
+        let mut w = WatchStream::open(&admin, &format!("{coll}?{q}")).await.unwrap();
+        let ev = w.take(existing.len(), T).await.unwrap();
+        let mut names: Vec<String> = ev.iter().map(|e| e["object"]["metadata"]["name"].as_str().unwrap().to_string()).collect();
+        names.sort();
+        assert_eq!(names, existing, "{q}: one initial event per object");
+        assert!(ev.iter().all(|e| e["type"] == "ADDED"), "{q}: initial events are ADDED: {ev:?}");
+        assert!(w.is_quiet(Duration::from_millis(300)).await.unwrap(), "{q}: nothing else until a write");
+        let r = admin.post(&coll, &machine_config(&format!("after-{}", q.len()), "worker")).await.unwrap();
+        let ev = w.next(T).await.unwrap().unwrap();
+        assert_eq!(ev["type"], "ADDED");
+        assert_eq!(rv(&ev["object"]), rv(&r.body), "{q}: the live event follows the initial list");
+    }
+    // timeoutSeconds ends the stream cleanly.
+    let mut w = WatchStream::open(&admin, &format!("{coll}?watch=true&resourceVersion=0&timeoutSeconds=1")).await.unwrap();
+    let mut n = 0;
+    let ended = loop {
+        match w.next(Duration::from_secs(10)).await.unwrap() {
+            Some(_) => n += 1,
+            None => break true,
+        }
+    };
+    assert!(ended && n == 7, "timeoutSeconds=1 ends the watch after the 7 initial events (got {n})");
+}
+
+#[tokio::test]
+async fn watch_from_compacted_revision_is_410_gone() {
+    let c = Coordinator::start_with(Options { args: vec!["--watch-history".into(), "10".into()], ..Default::default() });
+    let admin = c.client();
+    let coll = path_of(&MACHINE_CONFIG, None);
+    let first = admin.post(&coll, &machine_config("gone-0", "worker")).await.unwrap();
+    assert_eq!(first.code, 201, "{}", first.body);
+    let early = rv(&first.body);
+    // The store compacts its log every 1000 revisions: write past revision 1000.
+    let mut handles = Vec::new();
+    for t in 0..4 {
+        let admin = admin.clone();
+        handles.push(tokio::spawn(async move {
+            let p = path_of(&MACHINE_CONFIG, Some(&format!("gone-t{t}")));
+            let r = admin.post(&path_of(&MACHINE_CONFIG, None), &machine_config(&format!("gone-t{t}"), "worker")).await.unwrap();
+            assert_eq!(r.code, 201);
+            for i in 0..260 {
+                let r = admin.patch(&p, "application/merge-patch+json", &json!({"metadata": {"labels": {"i": i.to_string()}}})).await.unwrap();
+                assert_eq!(r.code, 200, "{}", r.body);
+            }
+        }));
+    }
+    for h in handles {
+        h.await.unwrap();
+    }
+    let list = admin.get(&coll).await.unwrap();
+    let head: u64 = list.body["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap();
+    assert!(head > 1000, "wrote past revision 1000 (at {head})");
+
+    let r = admin.get(&format!("{coll}?watch=true&resourceVersion={early}")).await.unwrap();
+    assert_status(&r, 410, "Expired", "watch from a compacted revision");
+    // A recent revision still works, and a re-list (rv=0) always does.
+    let mut w = WatchStream::open(&admin, &format!("{coll}?watch=true&resourceVersion={}", head - 1)).await.unwrap();
+    assert!(w.next(T).await.unwrap().is_some(), "the newest event replays");
+    let mut w = WatchStream::open(&admin, &format!("{coll}?watch=true&resourceVersion=0")).await.unwrap();
+    assert_eq!(w.take(5, T).await.unwrap().len(), 5);
+}
+
+#[tokio::test]
+async fn table_output_has_mco_columns() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let r = admin.post(&path_of(&MACHINE_CONFIG_POOL, None), &machine_config_pool("worker", "worker")).await.unwrap();
+    assert_eq!(r.code, 201, "{}", r.body);
+    let r = admin.post(&path_of(&MACHINE_CONFIG, None), &machine_config("00-worker", "worker")).await.unwrap();
+    assert_eq!(r.code, 201, "{}", r.body);
+
+    let t = admin.call(reqwest::Method::GET, &path_of(&MACHINE_CONFIG_POOL, None), None, Some(TABLE_ACCEPT)).await.unwrap();
+    assert_eq!(t.code, 200, "{}", t.body);
+    assert_eq!((t.body["kind"].as_str(), t.body["apiVersion"].as_str()), (Some("Table"), Some("meta.k8s.io/v1")), "{}", t.body);
+    let cols: Vec<&str> = t.body["columnDefinitions"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
+    assert_eq!(
+        cols,
+        vec!["Name", "Config", "Updated", "Updating", "Degraded", "MachineCount", "ReadyMachineCount", "UpdatedMachineCount", "DegradedMachineCount", "Age"],
+        "oc get mcp columns"
+    );
+    let rows = t.body["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0]["cells"].as_array().unwrap().len(), cols.len());
+    assert_eq!(rows[0]["cells"][0], "worker");
+    assert_eq!(rows[0]["object"]["metadata"]["name"], "worker", "rows carry object metadata for kubectl");
+
+    let t = admin.call(reqwest::Method::GET, &path_of(&MACHINE_CONFIG, Some("00-worker")), None, Some(TABLE_ACCEPT)).await.unwrap();
+    assert_eq!(t.code, 200, "{}", t.body);
+    let cols: Vec<&str> = t.body["columnDefinitions"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
+    assert_eq!(&cols[..4], ["Name", "GeneratedByController", "IgnitionVersion", "Age"], "oc get mc columns");
+    let cells = &t.body["rows"][0]["cells"];
+    assert_eq!(cells[0], "00-worker");
+    assert_eq!(cells[2], "3.4.0");
+
+    // Without the Table Accept header the same GET is the object.
+    let o = admin.get(&path_of(&MACHINE_CONFIG, Some("00-worker"))).await.unwrap();
+    assert_eq!(o.body["kind"], "MachineConfig");
+}

@@ -1,0 +1,283 @@
+//! Bad input gets the right 4xx with a message that says what is wrong, and nothing is stored:
+//! malformed bodies, wrong apiVersion/kind, invalid Ignition, oversized bodies, bad names and
+//! unknown resources. After each refusal the store's revision has not moved.
+
+use aloft_tests::*;
+use serde_json::{json, Value};
+
+/// The store's newest revision, as a list reports it.
+async fn head(c: &Client) -> u64 {
+    let r = c.get(&path_of(&MACHINE_CONFIG, None)).await.unwrap();
+    assert_eq!(r.code, 200, "{}", r.body);
+    r.body["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap()
+}
+
+async fn send(c: &Client, method: reqwest::Method, path: &str, ctype: &str, body: &[u8]) -> Reply {
+    c.call(method, path, Some((ctype, body.to_vec())), None).await.unwrap()
+}
+
+fn message(r: &Reply) -> String {
+    r.body["message"].as_str().unwrap_or("").to_string()
+}
+
+#[tokio::test]
+async fn malformed_and_mistyped_bodies_are_400() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let mc_coll = path_of(&MACHINE_CONFIG, None);
+    let before = head(&admin).await;
+    let post = reqwest::Method::POST;
+
+    let r = send(&admin, post.clone(), &mc_coll, "application/json", b"{\"apiVersion\": \"machineconfiguration.openshift.io/v1\", \"kind\": ").await;
+    assert_status(&r, 400, "BadRequest", "truncated JSON");
+    assert!(message(&r).to_lowercase().contains("json"), "the message says the JSON is malformed: {}", r.body);
+
+    let yaml = "apiVersion: machineconfiguration.openshift.io/v1\nkind: MachineConfig\nmetadata:\n  name: y\n   labels: [\n";
+    let r = send(&admin, post.clone(), &mc_coll, "application/yaml", yaml.as_bytes()).await;
+    assert_status(&r, 400, "BadRequest", "malformed YAML");
+    assert!(message(&r).to_lowercase().contains("yaml"), "the message says the YAML is malformed: {}", r.body);
+
+    let r = send(&admin, post.clone(), &mc_coll, "application/json", b"[1, 2, 3]").await;
+    assert_status(&r, 400, "BadRequest", "a JSON array");
+    let r = send(&admin, post.clone(), &mc_coll, "application/json", b"").await;
+    assert_status(&r, 400, "BadRequest", "an empty body");
+    let r = send(&admin, post.clone(), &mc_coll, "application/json", &[0xff, 0xfe, 0x00]).await;
+    assert_status(&r, 400, "BadRequest", "binary garbage");
+    let r = send(&admin, post.clone(), &mc_coll, "text/plain", b"name=x").await;
+    assert_eq!(r.code, 415, "an unsupported content type: {}", r.body);
+
+    // Wrong apiVersion or kind for the endpoint.
+    let mut v2 = machine_config("v2", "worker");
+    v2["apiVersion"] = "machineconfiguration.openshift.io/v2".into();
+    let r = admin.post(&mc_coll, &v2).await.unwrap();
+    assert_status(&r, 400, "BadRequest", "apiVersion v2");
+    assert!(message(&r).contains("machineconfiguration.openshift.io/v2"), "the message names the wrong apiVersion: {}", r.body);
+    let mut wrong_kind = machine_config("wk", "worker");
+    wrong_kind["kind"] = "MachineConfigPool".into();
+    let r = admin.post(&mc_coll, &wrong_kind).await.unwrap();
+    assert_status(&r, 400, "BadRequest", "a MachineConfigPool posted to machineconfigs");
+    assert!(message(&r).contains("MachineConfigPool"), "{}", r.body);
+    let mut no_kind = machine_config("nk", "worker");
+    no_kind.as_object_mut().unwrap().remove("kind");
+    assert_status(&admin.post(&mc_coll, &no_kind).await.unwrap(), 400, "BadRequest", "no kind");
+    let mut no_av = machine_config("nav", "worker");
+    no_av.as_object_mut().unwrap().remove("apiVersion");
+    assert_status(&admin.post(&mc_coll, &no_av).await.unwrap(), 400, "BadRequest", "no apiVersion");
+    let mut core_av = machine_config("cav", "worker");
+    core_av["apiVersion"] = "v1".into();
+    assert_status(&admin.post(&mc_coll, &core_av).await.unwrap(), 400, "BadRequest", "core apiVersion");
+
+    // The same rules on update, and the stored object is untouched.
+    let r = admin.post(&mc_coll, &machine_config("target", "worker")).await.unwrap();
+    assert_eq!(r.code, 201);
+    let target = r.body;
+    let before = before.max(rv(&target));
+    let p = path_of(&MACHINE_CONFIG, Some("target"));
+    let r = send(&admin, reqwest::Method::PUT, &p, "application/json", b"{not json").await;
+    assert_status(&r, 400, "BadRequest", "malformed PUT");
+    let mut t2 = target.clone();
+    t2["kind"] = "Node".into();
+    assert_status(&admin.put(&p, &t2).await.unwrap(), 400, "BadRequest", "PUT with the wrong kind");
+    let r = send(&admin, reqwest::Method::PATCH, &p, "application/merge-patch+json", b"{oops").await;
+    assert_status(&r, 400, "BadRequest", "malformed merge patch");
+    let r = send(&admin, reqwest::Method::PATCH, &p, "application/json-patch+json", b"{\"op\": \"add\"}").await;
+    assert_status(&r, 400, "BadRequest", "a JSON patch that is not a list of operations");
+
+    assert_eq!(head(&admin).await, before, "no refused request wrote anything");
+    assert_eq!(list_names(&admin, &MACHINE_CONFIG).await, vec!["target"]);
+    assert_eq!(get_ok(&admin, &MACHINE_CONFIG, "target").await, target);
+}
+
+/// A MachineConfig whose Ignition config is `config`.
+fn mc_with_config(name: &str, config: Value) -> Value {
+    let mut mc = machine_config(name, "worker");
+    mc["spec"]["config"] = config;
+    mc
+}
+
+#[tokio::test]
+async fn invalid_ignition_is_422_naming_the_field() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let coll = path_of(&MACHINE_CONFIG, None);
+    let before = head(&admin).await;
+
+    let cases: Vec<(&str, Value, &str)> = vec![
+        ("version-999", json!({"ignition": {"version": "9.9.9"}}), "spec.config.ignition.version"),
+        ("version-missing", json!({"storage": {"files": []}}), "spec.config.ignition.version"),
+        ("version-number", json!({"ignition": {"version": 3.2}}), "spec.config.ignition.version"),
+        (
+            "mode-setuid-sticky",
+            json!({"ignition": {"version": "3.4.0"}, "storage": {"files": [{"path": "/etc/x", "mode": 0o4777, "contents": {"source": "data:,x"}}]}}),
+            "spec.config.storage.files",
+        ),
+        (
+            "files-not-a-list",
+            json!({"ignition": {"version": "3.4.0"}, "storage": {"files": "/etc/x"}}),
+            "spec.config.storage.files",
+        ),
+        (
+            "mode-a-string",
+            json!({"ignition": {"version": "3.4.0"}, "storage": {"files": [{"path": "/etc/x", "mode": "0644"}]}}),
+            "spec.config.storage.files",
+        ),
+        (
+            "relative-path",
+            json!({"ignition": {"version": "3.4.0"}, "storage": {"files": [{"path": "etc/x", "contents": {"source": "data:,x"}}]}}),
+            "spec.config.storage.files",
+        ),
+        (
+            "unit-enabled-string",
+            json!({"ignition": {"version": "3.4.0"}, "systemd": {"units": [{"name": "a.service", "enabled": "yes"}]}}),
+            "spec.config.systemd.units",
+        ),
+        ("config-a-string", json!("not an ignition config"), "spec.config"),
+    ];
+    for (name, config, field) in cases {
+        let r = admin.post(&coll, &mc_with_config(name, config.clone())).await.unwrap();
+        assert_status(&r, 422, "Invalid", &format!("{name}: {config}"));
+        let fields = cause_fields(&r.body);
+        assert!(fields.iter().any(|f| f.starts_with(field)), "{name}: a cause names {field}, got {fields:?}: {}", r.body);
+        assert_eq!(r.body["details"]["name"], name, "{name}: details.name");
+    }
+    // Wrong types outside the Ignition config.
+    let mut mc = machine_config("kargs-string", "worker");
+    mc["spec"]["kernelArguments"] = "nosmt".into();
+    let r = admin.post(&coll, &mc).await.unwrap();
+    assert_status(&r, 422, "Invalid", "kernelArguments as a string");
+    assert!(message(&r).contains("kernelArguments") || cause_fields(&r.body).iter().any(|f| f.contains("kernelArguments")), "{}", r.body);
+    let mut mc = machine_config("labels-list", "worker");
+    mc["metadata"]["labels"] = json!(["a"]);
+    let r = admin.post(&coll, &mc).await.unwrap();
+    assert!(r.code == 400 || r.code == 422, "labels as a list: {} {}", r.code, r.body);
+
+    assert_eq!(head(&admin).await, before, "nothing was stored");
+    assert!(list_names(&admin, &MACHINE_CONFIG).await.is_empty());
+
+    // An update to an invalid config is refused and leaves the stored object as it was.
+    let ok = admin.post(&coll, &machine_config("valid", "worker")).await.unwrap();
+    assert_eq!(ok.code, 201, "{}", ok.body);
+    let mut bad = ok.body.clone();
+    bad["spec"]["config"]["ignition"]["version"] = "9.9.9".into();
+    let r = admin.put(&path_of(&MACHINE_CONFIG, Some("valid")), &bad).await.unwrap();
+    assert_status(&r, 422, "Invalid", "PUT with Ignition 9.9.9");
+    let r = admin
+        .patch(&path_of(&MACHINE_CONFIG, Some("valid")), "application/merge-patch+json", &json!({"spec": {"config": {"ignition": {"version": "9.9.9"}}}}))
+        .await
+        .unwrap();
+    assert_status(&r, 422, "Invalid", "PATCH to Ignition 9.9.9");
+    assert_eq!(get_ok(&admin, &MACHINE_CONFIG, "valid").await, ok.body, "the stored object is unchanged");
+}
+
+#[tokio::test]
+async fn bodies_over_the_limit_are_413() {
+    let small = Coordinator::start_with(Options { args: vec!["--max-body-bytes".into(), "4096".into()], ..Default::default() });
+    let admin = small.client();
+    let before = head(&admin).await;
+    let mut mc = machine_config("big", "worker");
+    mc["metadata"]["annotations"] = json!({"filler": "x".repeat(5000)});
+    let r = admin.post(&path_of(&MACHINE_CONFIG, None), &mc).await.unwrap();
+    assert_status(&r, 413, "RequestEntityTooLarge", "5 kB body with --max-body-bytes 4096");
+    assert!(message(&r).contains("4096"), "the message names the limit: {}", r.body);
+    // Just under the limit is fine.
+    let mut fits = machine_config("fits", "worker");
+    fits["metadata"]["annotations"] = json!({"filler": "x".repeat(3000)});
+    assert_eq!(admin.post(&path_of(&MACHINE_CONFIG, None), &fits).await.unwrap().code, 201);
+    // The limit holds for updates and patches, and for bodies sent without a length (chunked).
+    let p = path_of(&MACHINE_CONFIG, Some("fits"));
+    let stored = get_ok(&admin, &MACHINE_CONFIG, "fits").await;
+    let mut upd = stored.clone();
+    upd["metadata"]["annotations"]["filler"] = "y".repeat(5000).into();
+    assert_status(&admin.put(&p, &upd).await.unwrap(), 413, "RequestEntityTooLarge", "oversized PUT");
+    let r = admin.patch(&p, "application/merge-patch+json", &json!({"metadata": {"annotations": {"filler": "z".repeat(5000)}}})).await.unwrap();
+    assert_status(&r, 413, "RequestEntityTooLarge", "oversized PATCH");
+    let http = reqwest::Client::builder().tls_certs_only([reqwest::Certificate::from_pem(&small.ca_pem()).unwrap()]).build().unwrap();
+    let chunks: Vec<Result<Vec<u8>, std::io::Error>> = vec![Ok(b"{\"apiVersion\":\"machineconfiguration.openshift.io/v1\",\"kind\":\"MachineConfig\",\"metadata\":{\"name\":\"chunked\",\"annotations\":{\"a\":\"".to_vec()), Ok(vec![b'q'; 6000]), Ok(b"\"}}}".to_vec())];
+    let resp = http
+        .post(format!("{}{}", small.url(), path_of(&MACHINE_CONFIG, None)))
+        .bearer_auth(small.admin_token())
+        .header("content-type", "application/json")
+        .body(reqwest::Body::wrap_stream(futures::stream::iter(chunks)))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 413, "a chunked body over the limit");
+    assert_eq!(get_ok(&admin, &MACHINE_CONFIG, "fits").await, stored);
+    assert_eq!(head(&admin).await, before + 1, "only the fitting create was stored");
+
+    // The default limit is Kubernetes' 3 MiB.
+    let dflt = Coordinator::start();
+    let admin = dflt.client();
+    let before = head(&admin).await;
+    let mut huge = machine_config("huge", "worker");
+    huge["metadata"]["annotations"] = json!({"filler": "x".repeat(3 * 1024 * 1024 + 1)});
+    let r = admin.post(&path_of(&MACHINE_CONFIG, None), &huge).await.unwrap();
+    assert_status(&r, 413, "RequestEntityTooLarge", "a body over 3 MiB");
+    let mut large = machine_config("large", "worker");
+    large["metadata"]["annotations"] = json!({"filler": "x".repeat(1024 * 1024)});
+    assert_eq!(admin.post(&path_of(&MACHINE_CONFIG, None), &large).await.unwrap().code, 201, "1 MiB is within the limit");
+    assert_eq!(list_names(&admin, &MACHINE_CONFIG).await, vec!["large"]);
+    assert_eq!(head(&admin).await, before + 1);
+}
+
+#[tokio::test]
+async fn names_that_are_not_dns_subdomains_are_422() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let before = head(&admin).await;
+    let long = "a".repeat(254);
+    for name in ["Bad_Name", "../x", "a/b", "UPPER", "-lead", "trail-", "a..b", "with space", long.as_str()] {
+        for (rt, obj) in [(&MACHINE_CONFIG, machine_config(name, "worker")), (&MACHINE_CONFIG_POOL, machine_config_pool(name, "worker"))] {
+            let r = admin.post(&path_of(rt, None), &obj).await.unwrap();
+            assert_status(&r, 422, "Invalid", &format!("{} named {name:?}", rt.kind));
+            assert_eq!(cause_fields(&r.body), vec!["metadata.name"], "{name:?}: {}", r.body);
+        }
+    }
+    let mut unnamed = machine_config("", "worker");
+    unnamed["metadata"].as_object_mut().unwrap().remove("name");
+    let r = admin.post(&path_of(&MACHINE_CONFIG, None), &unnamed).await.unwrap();
+    assert_status(&r, 422, "Invalid", "no name");
+    assert_eq!(cause_fields(&r.body), vec!["metadata.name"]);
+    // 253 characters is the longest valid name.
+    let max = "a".repeat(253);
+    assert_eq!(admin.post(&path_of(&MACHINE_CONFIG, None), &machine_config(&max, "worker")).await.unwrap().code, 201);
+    assert_eq!(head(&admin).await, before + 1, "only the valid name was stored");
+    assert_eq!(list_names(&admin, &MACHINE_CONFIG).await, vec![max]);
+    assert!(list_names(&admin, &MACHINE_CONFIG_POOL).await.is_empty());
+}
+
+#[tokio::test]
+async fn unknown_resources_are_404() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let before = head(&admin).await;
+    let get = reqwest::Method::GET;
+    let post = reqwest::Method::POST;
+    let body = serde_json::to_vec(&json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}})).unwrap();
+    for (m, path) in [
+        (get.clone(), "/api/v1/pods"),
+        (post.clone(), "/api/v1/pods"),
+        (get.clone(), "/api/v1/namespaces/default/pods"),
+        (get.clone(), "/api/v2/nodes"),
+        (get.clone(), "/apis/foo/v1/bars"),
+        (post.clone(), "/apis/foo/v1/bars"),
+        (get.clone(), "/apis/machineconfiguration.openshift.io/v2/machineconfigs"),
+        (get.clone(), "/apis/machineconfiguration.openshift.io/v1/machineconfigs/x/status"),
+        (get.clone(), "/apis/machineconfiguration.openshift.io/v1/machineconfigpools/x/scale"),
+        (get.clone(), "/apis/machineconfiguration.openshift.io/v1/namespaces/default/machineconfigs"),
+        (get.clone(), "/nonsense"),
+    ] {
+        let r = send(&admin, m.clone(), path, "application/json", if m == post { &body } else { b"" }).await;
+        assert_status(&r, 404, "NotFound", &format!("{m} {path}"));
+    }
+    // A missing object of a known kind is 404 naming it.
+    let r = admin.get(&path_of(&MACHINE_CONFIG, Some("absent"))).await.unwrap();
+    assert_status(&r, 404, "NotFound", "missing object");
+    assert!(message(&r).contains("absent"), "{}", r.body);
+    // Methods a path does not support are 405.
+    let r = send(&admin, reqwest::Method::DELETE, &path_of(&MACHINE_CONFIG, None), "application/json", b"").await;
+    assert_eq!(r.code, 405, "DELETE on a collection: {}", r.body);
+    let r = send(&admin, reqwest::Method::POST, &path_of(&MACHINE_CONFIG, Some("x")), "application/json", b"{}").await;
+    assert_eq!(r.code, 405, "POST to an object: {}", r.body);
+    assert_eq!(head(&admin).await, before, "nothing was stored");
+}

@@ -1,0 +1,333 @@
+//! The real `kubectl` as a client of the coordinator: apply (twice), get with server-side
+//! printing, -o yaml, patch, get -w, delete, nodes, errors. kubectl must be on PATH; without it
+//! the tests pass with a note unless ALOFT_REQUIRE_KUBECTL is set (scripts/test.sh sets it).
+
+use aloft_tests::*;
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// kubectl, or None (skip) when it is absent and not required.
+fn kubectl_path() -> Option<PathBuf> {
+    let found = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths).map(|d| d.join("kubectl")).find(|p| p.is_file())
+    });
+    match found {
+        Some(p) => Some(p),
+        None if std::env::var_os("ALOFT_REQUIRE_KUBECTL").is_some() => {
+            panic!("kubectl is not on PATH, and ALOFT_REQUIRE_KUBECTL is set: install kubectl (scripts/install-deps.sh)")
+        }
+        None => {
+            eprintln!("SKIPPED: kubectl is not on PATH (set ALOFT_REQUIRE_KUBECTL=1 to make this a failure)");
+            None
+        }
+    }
+}
+
+/// How kubectl is pointed at the coordinator.
+enum Auth {
+    /// `--server URL --token T --certificate-authority DIR/ca.crt`
+    Flags { token: String },
+    /// `--kubeconfig DIR/admin.kubeconfig`
+    Kubeconfig,
+}
+
+struct Kubectl {
+    exe: PathBuf,
+    /// HOME for kubectl: an empty one, so no user config or discovery cache leaks in.
+    home: tempfile::TempDir,
+    args: Vec<String>,
+}
+
+impl Kubectl {
+    fn new(exe: PathBuf, c: &Coordinator, auth: Auth) -> Self {
+        let args = match auth {
+            Auth::Flags { token } => vec![
+                format!("--server={}", c.url()),
+                format!("--token={token}"),
+                format!("--certificate-authority={}", c.ca_path().display()),
+            ],
+            Auth::Kubeconfig => vec![format!("--kubeconfig={}", c.kubeconfig_path().display())],
+        };
+        Kubectl { exe, home: tempfile::tempdir().unwrap(), args }
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(&self.exe);
+        cmd.args(&self.args)
+            .arg("--request-timeout=30s")
+            .args(args)
+            .env("HOME", self.home.path())
+            .env_remove("KUBECONFIG")
+            .stdin(Stdio::null());
+        cmd
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.command(args).output().expect("run kubectl")
+    }
+
+    /// Run; must succeed; returns stdout.
+    #[track_caller]
+    fn ok(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(
+            out.status.success(),
+            "kubectl {} failed ({}):\nstdout: {}\nstderr: {}\n(re-run with -v=8 to see the requests)",
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// Run; must fail; returns stderr.
+    #[track_caller]
+    fn fails(&self, args: &[&str]) -> String {
+        let out = self.run(args);
+        assert!(!out.status.success(), "kubectl {} should fail; stdout: {}", args.join(" "), String::from_utf8_lossy(&out.stdout));
+        String::from_utf8(out.stderr).unwrap()
+    }
+}
+
+fn mco_file(rel: &str) -> String {
+    testdata().join("mco").join(rel).display().to_string()
+}
+
+/// Columns of the header line of a kubectl table.
+fn header(out: &str) -> Vec<&str> {
+    out.lines().next().unwrap_or("").split_whitespace().collect()
+}
+
+/// The row whose first column is `name`.
+fn row<'a>(out: &'a str, name: &str) -> Option<Vec<&'a str>> {
+    out.lines().skip(1).map(|l| l.split_whitespace().collect::<Vec<_>>()).find(|cols| cols.first() == Some(&name))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_apply_get_patch_watch_delete() {
+    let Some(exe) = kubectl_path() else { return };
+    let c = Coordinator::start();
+    let admin = c.client();
+    let k = Kubectl::new(exe, &c, Auth::Flags { token: c.admin_token() });
+
+    let pool = mco_file("bootstrap/worker.machineconfigpool.yaml");
+    let ssh = mco_file("bootstrap/99_openshift-machineconfig_worker.yaml");
+    let server_pool = mco_file("server/machine-pools/test-pool.yaml");
+    let server_mc = mco_file("server/machine-configs/test-config.yaml");
+    let out = k.ok(&["apply", "-f", &pool]);
+    assert!(out.contains("machineconfigpool.machineconfiguration.openshift.io/worker created"), "{out}");
+    let out = k.ok(&["apply", "-f", &ssh]);
+    assert!(out.contains("machineconfig.machineconfiguration.openshift.io/99-worker-ssh created"), "{out}");
+    let out = k.ok(&["apply", "-f", &server_mc, "-f", &server_pool]);
+    assert!(out.contains("machineconfig.machineconfiguration.openshift.io/test-config created"), "{out}");
+    assert!(out.contains("machineconfigpool.machineconfiguration.openshift.io/test-pool created"), "{out}");
+    let stored = get_ok(&admin, &MACHINE_CONFIG, "99-worker-ssh").await;
+    assert_eq!(stored["spec"]["config"]["passwd"]["users"][0]["sshAuthorizedKeys"][0], "ssh-rsa SSH-AUTHORIZED-KEY");
+    assert!(
+        stored["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"].is_string(),
+        "client-side apply keeps its annotation"
+    );
+    let ssh_rv = rv(&stored);
+
+    // Applying the same files again changes nothing.
+    let out = k.ok(&["apply", "-f", &pool, "-f", &ssh, "-f", &server_mc]);
+    for name in ["worker", "99-worker-ssh", "test-config"] {
+        assert!(
+            out.lines().any(|l| l.contains(&format!("/{name} ")) && (l.ends_with("unchanged") || l.ends_with("configured"))),
+            "second apply of {name}: {out}"
+        );
+    }
+    assert!(out.contains("99-worker-ssh unchanged"), "an identical re-apply is `unchanged`: {out}");
+    assert_eq!(rv(&get_ok(&admin, &MACHINE_CONFIG, "99-worker-ssh").await), ssh_rv, "an unchanged apply wrote nothing");
+
+    // Server-side printing with MCO's columns.
+    let out = k.ok(&["get", "machineconfigpools"]);
+    assert_eq!(
+        header(&out),
+        vec!["NAME", "CONFIG", "UPDATED", "UPDATING", "DEGRADED", "MACHINECOUNT", "READYMACHINECOUNT", "UPDATEDMACHINECOUNT", "DEGRADEDMACHINECOUNT", "AGE"],
+        "{out}"
+    );
+    assert!(row(&out, "worker").is_some() && row(&out, "test-pool").is_some(), "{out}");
+    let out = k.ok(&["get", "mc"]);
+    assert_eq!(&header(&out)[..4], ["NAME", "GENERATEDBYCONTROLLER", "IGNITIONVERSION", "AGE"], "{out}");
+    let r = row(&out, "99-worker-ssh").unwrap_or_else(|| panic!("no 99-worker-ssh row: {out}"));
+    assert_eq!(r[1], "3.2.0", "{out}");
+    let out = k.ok(&["get", "mcp", "worker", "-o", "yaml"]);
+    let y: Value = yaml_serde::from_str(&out).unwrap();
+    assert_eq!((y["kind"].as_str(), y["metadata"]["name"].as_str()), (Some("MachineConfigPool"), Some("worker")), "{out}");
+    assert_eq!(y["spec"]["machineConfigSelector"]["matchLabels"]["machineconfiguration.openshift.io/role"], "worker");
+    assert_eq!(y["metadata"]["labels"]["machineconfiguration.openshift.io/mco-built-in"], "");
+    let out = k.ok(&["get", "machineconfigpool.machineconfiguration.openshift.io/worker", "-o", "jsonpath={.metadata.name}"]);
+    assert_eq!(out, "worker");
+
+    // Patches: merge, JSON, and kubectl's default (strategic).
+    let out = k.ok(&["patch", "mcp", "worker", "--type", "merge", "-p", r#"{"spec":{"paused":true}}"#]);
+    assert!(out.contains("worker patched"), "{out}");
+    assert_eq!(get_ok(&admin, &MACHINE_CONFIG_POOL, "worker").await["spec"]["paused"], true, "kubectl patch --type merge");
+    k.ok(&["patch", "mcp", "worker", "--type", "json", "-p", r#"[{"op":"replace","path":"/spec/paused","value":false}]"#]);
+    assert_eq!(get_ok(&admin, &MACHINE_CONFIG_POOL, "worker").await["spec"]["paused"], false, "kubectl patch --type json");
+    k.ok(&["patch", "mcp", "worker", "-p", r#"{"spec":{"maxUnavailable":2}}"#]);
+    assert_eq!(get_ok(&admin, &MACHINE_CONFIG_POOL, "worker").await["spec"]["maxUnavailable"], 2, "kubectl patch (strategic)");
+    k.ok(&["label", "mc", "99-worker-ssh", "tier=gold"]);
+    k.ok(&["annotate", "mcp", "worker", "note=hello"]);
+    assert_eq!(get_ok(&admin, &MACHINE_CONFIG, "99-worker-ssh").await["metadata"]["labels"]["tier"], "gold");
+    assert_eq!(k.ok(&["get", "mc", "-l", "tier=gold", "-o", "name"]).trim(), "machineconfig.machineconfiguration.openshift.io/99-worker-ssh");
+
+    // get -w: the initial table, then a line per change.
+    let mut watch = k.command(&["get", "mcp", "-w"]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn kubectl get -w");
+    let (tx, rx) = mpsc::channel::<String>();
+    let stdout = watch.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let wait_line = |pred: &dyn Fn(&str) -> bool, what: &str, seen: &mut Vec<String>| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(l) => {
+                    let hit = pred(&l);
+                    seen.push(l);
+                    if hit {
+                        return;
+                    }
+                }
+                Err(_) => panic!("kubectl get -w: no line for {what} within 20s; saw {seen:#?}"),
+            }
+        }
+    };
+    let mut seen = Vec::new();
+    wait_line(&|l| l.starts_with("NAME "), "the header", &mut seen);
+    wait_line(&|l| l.starts_with("worker "), "the worker row", &mut seen);
+    let mut infra = machine_config_pool("infra", "infra");
+    infra["metadata"]["labels"] = json!({"x": "y"});
+    let r = admin.post(&path_of(&MACHINE_CONFIG_POOL, None), &infra).await.unwrap();
+    assert_eq!(r.code, 201, "{}", r.body);
+    wait_line(&|l| l.starts_with("infra "), "the new infra pool", &mut seen);
+    let _ = watch.kill();
+    let _ = watch.wait();
+
+    // Delete.
+    let out = k.ok(&["delete", "mc", "test-config"]);
+    assert!(out.contains("\"test-config\" deleted"), "{out}");
+    assert_eq!(admin.get(&path_of(&MACHINE_CONFIG, Some("test-config"))).await.unwrap().code, 404);
+    let err = k.fails(&["delete", "mc", "test-config"]);
+    assert!(err.contains("NotFound") || err.contains("not found"), "{err}");
+    let err = k.fails(&["get", "mc", "no-such-config"]);
+    assert!(err.contains("not found"), "{err}");
+
+    // Nodes: empty, then one with the node columns.
+    let out = k.run(&["get", "nodes"]);
+    assert!(out.status.success(), "kubectl get nodes: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("No resources found"), "{}", String::from_utf8_lossy(&out.stderr));
+    let node = json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": "node-a", "labels": {"node-role.kubernetes.io/infra": ""}},
+        "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+    });
+    assert_eq!(admin.post(&path_of(&NODE, None), &node).await.unwrap().code, 201);
+    let out = k.ok(&["get", "nodes"]);
+    let r = row(&out, "node-a").unwrap_or_else(|| panic!("{out}"));
+    assert_eq!(&r[1..3], ["Ready", "infra"], "{out}");
+    assert_eq!(k.ok(&["get", "no", "node-a", "-o", "jsonpath={.metadata.name}"]), "node-a");
+
+    // Refusals come back as kubectl errors naming the field, and nothing is stored.
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(
+        &bad,
+        "apiVersion: machineconfiguration.openshift.io/v1\nkind: MachineConfigPool\nmetadata:\n  name: bad-pool\nspec:\n  maxUnavailable: lots\n",
+    )
+    .unwrap();
+    let err = k.fails(&["apply", "-f", bad.to_str().unwrap()]);
+    assert!(err.contains("spec.maxUnavailable"), "the error names the field: {err}");
+    assert_eq!(admin.get(&path_of(&MACHINE_CONFIG_POOL, Some("bad-pool"))).await.unwrap().code, 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_with_the_generated_kubeconfig() {
+    let Some(exe) = kubectl_path() else { return };
+    let c = Coordinator::start();
+    let admin = c.client();
+    let k = Kubectl::new(exe.clone(), &c, Auth::Kubeconfig);
+
+    let out = k.ok(&["apply", "-f", &mco_file("bootstrap/master.machineconfigpool.yaml"), "-f", &mco_file("bootstrap/99_openshift-machineconfig_master.yaml")]);
+    assert!(out.contains("machineconfigpool.machineconfiguration.openshift.io/master created"), "{out}");
+    assert!(out.contains("machineconfig.machineconfiguration.openshift.io/99-master-ssh created"), "{out}");
+    let out = k.ok(&["get", "mcp", "master", "-o", "json"]);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["metadata"]["name"], "master");
+
+    // Discovery as kubectl sees it: MCO kinds with their short names.
+    let out = k.ok(&["api-resources", "--api-group=machineconfiguration.openshift.io"]);
+    let mc = row(&out, "machineconfigs").unwrap_or_else(|| panic!("{out}"));
+    assert!(mc.contains(&"mc") && mc.contains(&"MachineConfig"), "{out}");
+    let mcp = row(&out, "machineconfigpools").unwrap_or_else(|| panic!("{out}"));
+    assert!(mcp.contains(&"mcp") && mcp.contains(&"false"), "cluster-scoped: {out}");
+    let out = k.ok(&["version", "-o", "json"]);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["serverVersion"]["major"], "1", "{out}");
+
+    // A viewer token reads and is refused writes, as kubectl reports Forbidden.
+    let token = c.create_token("kubectl-viewer", "viewer");
+    let viewer = Kubectl::new(exe.clone(), &c, Auth::Flags { token });
+    assert!(row(&viewer.ok(&["get", "mcp"]), "master").is_some());
+    let err = viewer.fails(&["delete", "mc", "99-master-ssh"]);
+    assert!(err.contains("Forbidden") || err.contains("forbidden"), "{err}");
+    let err = viewer.fails(&["patch", "mcp", "master", "--type", "merge", "-p", r#"{"spec":{"paused":true}}"#]);
+    assert!(err.contains("orbidden"), "{err}");
+    assert_ne!(get_ok(&admin, &MACHINE_CONFIG_POOL, "master").await["spec"]["paused"], true);
+    get_ok(&admin, &MACHINE_CONFIG, "99-master-ssh").await;
+    // A bad token is Unauthorized, and a wrong CA fails verification.
+    let anon = Kubectl::new(exe.clone(), &c, Auth::Flags { token: "aloft_nope".into() });
+    let err = anon.fails(&["get", "mcp"]);
+    assert!(err.contains("Unauthorized") || err.contains("must be logged in"), "{err}");
+    let other = Coordinator::start();
+    let mut wrong_ca = Kubectl::new(exe, &c, Auth::Flags { token: c.admin_token() });
+    wrong_ca.args[2] = format!("--certificate-authority={}", other.ca_path().display());
+    let err = wrong_ca.fails(&["get", "mcp"]);
+    assert!(err.contains("certificate"), "{err}");
+    assert!(Path::new(&c.kubeconfig_path()).exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_describe_shows_the_objects_events() {
+    let Some(exe) = kubectl_path() else { return };
+    let c = Coordinator::start();
+    let admin = c.client();
+    let k = Kubectl::new(exe, &c, Auth::Kubeconfig);
+    k.ok(&["apply", "-f", &mco_file("bootstrap/worker.machineconfigpool.yaml")]);
+    let pool = get_ok(&admin, &MACHINE_CONFIG_POOL, "worker").await;
+    // Events about cluster-scoped objects live in `default`, as in Kubernetes.
+    let now = "2026-01-01T00:00:00Z";
+    let event = json!({
+        "apiVersion": "v1", "kind": "Event",
+        "metadata": {"name": "worker.aloft-test", "namespace": "default"},
+        "involvedObject": {"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfigPool", "name": "worker", "uid": pool["metadata"]["uid"]},
+        "reason": "AloftTestReason", "message": "an event the test wrote", "type": "Warning",
+        "firstTimestamp": now, "lastTimestamp": now, "count": 1, "source": {"component": "aloft-tests"},
+    });
+    let r = admin.post(&resource_path(EVENT.path_ref(), Some("default"), None), &event).await.unwrap();
+    assert_eq!(r.code, 201, "{}", r.body);
+    let out = k.ok(&["get", "events", "-n", "default"]);
+    assert!(out.contains("AloftTestReason"), "kubectl get events: {out}");
+    // `kubectl describe` lists the object's events with
+    // GET /api/v1/events?fieldSelector=involvedObject.name=worker,involvedObject.namespace=,
+    //     involvedObject.kind=MachineConfigPool,involvedObject.uid=<uid>
+    let out = k.ok(&["describe", "mcp", "worker"]);
+    assert!(out.contains("Name:") && out.contains("worker"), "{out}");
+    assert!(
+        out.contains("AloftTestReason") && out.contains("an event the test wrote"),
+        "kubectl describe shows the pool's events (needs fieldSelector involvedObject.* on /api/v1/events):\n{out}"
+    );
+}
