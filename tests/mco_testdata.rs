@@ -282,3 +282,68 @@ async fn worker_pool_renders_openshift_configs() {
     let degraded = condition(&pool3, "RenderDegraded");
     assert!(degraded.is_none_or(|c| c["status"] == "False"), "a pool that renders is not RenderDegraded: {degraded:?}");
 }
+
+/// Wait until the pool's RenderDegraded condition has `status`; returns the pool.
+async fn wait_render_degraded(admin: &Client, pool: &str, status: &str) -> Value {
+    eventually(RENDER_TIMEOUT, &format!("pool {pool} RenderDegraded={status}"), || {
+        let admin = admin.clone();
+        let pool = pool.to_string();
+        let status = status.to_string();
+        async move {
+            let p = get_ok(&admin, &MACHINE_CONFIG_POOL, &pool).await;
+            match condition(&p, "RenderDegraded") {
+                Some(c) if c["status"] == status.as_str() => Ok(Some(p)),
+                other => anyhow::bail!("RenderDegraded is {other:?}"),
+            }
+        }
+    })
+    .await
+}
+
+#[tokio::test]
+async fn unrenderable_changes_degrade_the_pool_naming_the_config() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let boot = mco().join("bootstrap");
+    create_yaml_file(&admin, &boot.join("worker.machineconfigpool.yaml")).await;
+    create_yaml_file(&admin, &boot.join("99_openshift-machineconfig_worker.yaml")).await;
+    let first = wait_rendered(&admin, "worker", None).await;
+    let first_name = first["spec"]["configuration"]["name"].as_str().unwrap().to_string();
+    wait_render_degraded(&admin, "worker", "False").await;
+
+    // Adding disks after the pool rendered is a change a running node cannot take (MCO:
+    // "ignition disks section contains changes"). The config is valid, so admission takes it...
+    let r = create_from_template(
+        &admin,
+        "extra-disks.yaml",
+        &[("NAME", "50-worker-disks"), ("POOL", "worker"), ("DEVICE1", "/dev/vdb"), ("DEVICE2", "/dev/vdc")],
+    )
+    .await;
+    assert_eq!(r.code, 201, "{}", r.body);
+    // ...and the pool refuses to render it, says why, and stays on its config.
+    let p = wait_render_degraded(&admin, "worker", "True").await;
+    let msg = condition(&p, "RenderDegraded").unwrap()["message"].as_str().unwrap_or("").to_string();
+    assert!(msg.contains("50-worker-disks"), "the message names the offending config: {msg:?}");
+    assert!(msg.contains("disks"), "the message names the field: {msg:?}");
+    assert_eq!(p["spec"]["configuration"]["name"], first_name.as_str(), "a degraded pool keeps its configuration");
+    assert_eq!(condition(&p, "Degraded").map(|c| c["status"].clone()), Some(json!("True")), "Degraded summarises RenderDegraded");
+    let t = admin.call(reqwest::Method::GET, &path_of(&MACHINE_CONFIG_POOL, Some("worker")), None, Some(TABLE_ACCEPT)).await.unwrap();
+    assert_eq!(t.body["rows"][0]["cells"][4], "True", "the DEGRADED column shows it: {}", t.body["rows"]);
+    // Removing the config heals the pool, on the same rendered config.
+    assert_eq!(admin.delete(&path_of(&MACHINE_CONFIG, Some("50-worker-disks"))).await.unwrap().code, 200);
+    let p = wait_render_degraded(&admin, "worker", "False").await;
+    assert_eq!(p["spec"]["configuration"]["name"], first_name.as_str());
+
+    // Two configs asking for different kernel types cannot be merged.
+    let r = create_from_template(&admin, "set-realtime-kernel.yaml", &[("NAME", "60-worker-realtime"), ("POOL", "worker")]).await;
+    assert_eq!(r.code, 201, "{}", r.body);
+    let r = create_from_template(&admin, "set-64k-pages-kernel.yaml", &[("NAME", "61-worker-64k"), ("POOL", "worker")]).await;
+    assert_eq!(r.code, 201, "{}", r.body);
+    let p = wait_render_degraded(&admin, "worker", "True").await;
+    let msg = condition(&p, "RenderDegraded").unwrap()["message"].as_str().unwrap_or("").to_string();
+    assert!(msg.contains("60-worker-realtime") && msg.contains("61-worker-64k"), "the message names both configs: {msg:?}");
+    let name = p["spec"]["configuration"]["name"].as_str().unwrap();
+    assert!(name.starts_with("rendered-worker-"), "{name}");
+    let rendered = get_ok(&admin, &MACHINE_CONFIG, name).await;
+    assert_ne!(rendered["spec"]["kernelType"], "64k-pages", "the conflicting config was not rendered");
+}

@@ -14,6 +14,7 @@ use crate::journal::{Content, Journal, JournalError, Phase, Record, ServiceOp, S
 use crate::ssh;
 use crate::units;
 use crate::validate::{self, Desired, Refusal, Validated};
+use aloft_api::reconcile::ConfigDiff;
 use aloft_api::MachineConfigSpec;
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, BTreeSet};
@@ -191,7 +192,9 @@ pub async fn apply(
     }
     let fs = HostFs::open(root).map_err(|e| ApplyError::Prepare(e.into()))?;
     let v = validate::validate(&fs, old, new).map_err(ApplyError::Refused)?;
-    journal.gc(&BTreeSet::new())?;
+    // The finished record of the previous apply goes first, so that a crash before this apply's
+    // record exists reads as "nothing in progress", never as that old outcome.
+    journal.clear()?;
     let (forward, rollback, report) = plan(&fs, journal, &v).map_err(ApplyError::Prepare)?;
     journal.sync_blobs()?;
     let mut record = Record {
@@ -209,6 +212,14 @@ pub async fn apply(
     fail::fail_point!(points::JOURNAL_AFTER_PREPARE);
     tracing::info!(id = %record.id, steps = record.forward.len(), "applying config");
     run_forward(&fs, journal, services, &mut record).await
+}
+
+/// Validates old -> new against the host without changing anything: call it before draining,
+/// so an unreconcilable or hostile config is refused while the node still runs its workloads.
+/// Returns MCO's diff booleans for the disruption policy.
+pub fn check(root: &Root, old: &MachineConfigSpec, new: &MachineConfigSpec) -> Result<ConfigDiff, Refusal> {
+    let fs = HostFs::open(root).map_err(|e| Refusal::degraded("spec", format!("cannot open the host root: {e}")))?;
+    Ok(validate::validate(&fs, old, new)?.diff)
 }
 
 /// Finishes whatever apply the journal holds after a restart: re-runs the forward steps (or

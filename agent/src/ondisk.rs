@@ -125,6 +125,24 @@ fn enablement_links(fs: &HostFs, unit: &str) -> Result<Vec<String>, Drift> {
     Ok(out)
 }
 
+/// Whether a unit cannot be enabled at all ("static" in systemd's words): its file (from the
+/// config, /etc or /usr/lib) has no `WantedBy=`/`RequiredBy=`/`UpheldBy=`, so `enable` links
+/// nothing and there is no enablement to verify.
+fn is_static(fs: &HostFs, unit: &str, contents: Option<&str>) -> bool {
+    let text = contents.map(str::to_string).or_else(|| {
+        [UNIT_DIR, "/usr/lib/systemd/system", "/lib/systemd/system"].iter().find_map(|d| {
+            let rel = fsroot::rel(&format!("{d}/{unit}"));
+            fs.read_limited(&rel, 1 << 20).ok().map(|b| String::from_utf8_lossy(&b).into_owned())
+        })
+    });
+    match text {
+        Some(t) => !t.lines().map(str::trim).any(|l| {
+            l.starts_with("WantedBy=") || l.starts_with("RequiredBy=") || l.starts_with("UpheldBy=")
+        }),
+        None => false,
+    }
+}
+
 /// Checks the host beneath `root` against `spec`; the first drift found, in MCO's order
 /// (files, then units).
 pub fn verify(root: &Root, spec: &MachineConfigSpec) -> Result<(), Drift> {
@@ -164,7 +182,7 @@ pub fn verify(root: &Root, spec: &MachineConfigSpec) -> Result<(), Drift> {
             check_file(&fs, &path, c.as_bytes(), DEFAULT_FILE_MODE)?;
         }
         match u.enabled {
-            Some(true) if enablement_links(&fs, &u.name)?.is_empty() => {
+            Some(true) if !is_static(&fs, &u.name, u.contents.as_deref()) && enablement_links(&fs, &u.name)?.is_empty() => {
                 return Err(Drift::new(
                     &path,
                     format!("unit {:?} is not enabled: no symlink to it in {UNIT_DIR}/*.wants", u.name),

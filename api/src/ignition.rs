@@ -40,18 +40,40 @@ pub fn parse_config(raw: &Value) -> Result<Value, IgnitionError> {
         Value::Null => return Ok(empty()),
         Value::Object(m) if m.is_empty() => return Ok(empty()),
         Value::Object(m) => m,
-        other => return Err(IgnitionError::new("spec.config", format!("must be an Ignition config object, got {}", kind(other)))),
+        other => {
+            return Err(IgnitionError::new(
+                "spec.config",
+                format!("must be an Ignition config object, got {}", kind(other)),
+            ))
+        }
     };
     let version = match obj.get("ignition").and_then(|i| i.get("version")) {
         Some(Value::String(s)) => s.clone(),
-        Some(other) => return Err(IgnitionError::new(VERSION_FIELD, format!("must be a string such as \"3.4.0\", got {other}"))),
-        None => return Err(IgnitionError::new(VERSION_FIELD, format!("missing: an Ignition config needs a version (accepted: {ACCEPTED})"))),
+        Some(other) => {
+            return Err(IgnitionError::new(VERSION_FIELD, format!("must be a string such as \"3.4.0\", got {other}")))
+        }
+        None => {
+            return Err(IgnitionError::new(
+                VERSION_FIELD,
+                format!("missing: an Ignition config needs a version (accepted: {ACCEPTED})"),
+            ))
+        }
     };
     let v3 = match version.as_str() {
         "2.2.0" => convert_v2(obj)?,
         "3.0.0" | "3.1.0" | "3.2.0" | "3.3.0" | "3.4.0" | "3.5.0" => Value::Object(obj.clone()),
-        "" => return Err(IgnitionError::new(VERSION_FIELD, format!("empty: an Ignition config needs a version (accepted: {ACCEPTED})"))),
-        v => return Err(IgnitionError::new(VERSION_FIELD, format!("unsupported Ignition version {v:?} (accepted: {ACCEPTED})"))),
+        "" => {
+            return Err(IgnitionError::new(
+                VERSION_FIELD,
+                format!("empty: an Ignition config needs a version (accepted: {ACCEPTED})"),
+            ))
+        }
+        v => {
+            return Err(IgnitionError::new(
+                VERSION_FIELD,
+                format!("unsupported Ignition version {v:?} (accepted: {ACCEPTED})"),
+            ))
+        }
     };
     // Check the document against the schema of the version it was written for, then as 3.5.
     check_schema(&v3)?;
@@ -129,13 +151,19 @@ fn convert_v2(src: &Map<String, Value>) -> Result<Value, IgnitionError> {
     }
     out.insert("ignition".into(), Value::Object(ign));
     if non_empty(take(src, "networkd").and_then(|n| n.get("units"))) {
-        return Err(IgnitionError::new(f("networkd"), "networkd units have no Ignition 3 equivalent: write the .network files under storage.files"));
+        return Err(IgnitionError::new(
+            f("networkd"),
+            "networkd units have no Ignition 3 equivalent: write the .network files under storage.files",
+        ));
     }
     if let Some(Value::Object(st)) = take(src, "storage") {
         let mut s = Map::new();
         for k in ["disks", "raid", "filesystems"] {
             if non_empty(take(st, k)) {
-                return Err(IgnitionError::new(f(&format!("storage.{k}")), format!("converting Ignition 2.2 storage.{k} is not supported: rewrite the config as Ignition 3")));
+                return Err(IgnitionError::new(
+                    f(&format!("storage.{k}")),
+                    format!("converting Ignition 2.2 storage.{k} is not supported: rewrite the config as Ignition 3"),
+                ));
             }
         }
         for (list, key) in [("files", "path"), ("directories", "path"), ("links", "path")] {
@@ -149,7 +177,10 @@ fn convert_v2(src: &Map<String, Value>) -> Result<Value, IgnitionError> {
                 match m.get("filesystem").and_then(Value::as_str) {
                     None | Some("root") => {}
                     Some(fs) => {
-                        return Err(IgnitionError::new(format!("{field}.filesystem"), format!("only the root filesystem can be converted from Ignition 2.2, got {fs:?}")))
+                        return Err(IgnitionError::new(
+                            format!("{field}.filesystem"),
+                            format!("only the root filesystem can be converted from Ignition 2.2, got {fs:?}"),
+                        ))
                     }
                 }
                 if m.get("append").and_then(Value::as_bool) == Some(true) {
@@ -219,7 +250,10 @@ fn convert_v2(src: &Map<String, Value>) -> Result<Value, IgnitionError> {
                 let field = f(&format!("passwd.users[{i}]"));
                 let Value::Object(m) = u else { return Err(IgnitionError::new(field, "must be an object")) };
                 if m.contains_key("create") {
-                    return Err(IgnitionError::new(format!("{field}.create"), "the 2.x `create` block has no Ignition 3 form: set the user's fields directly"));
+                    return Err(IgnitionError::new(
+                        format!("{field}.create"),
+                        "the 2.x `create` block has no Ignition 3 form: set the user's fields directly",
+                    ));
                 }
                 conv.push(Value::Object(m.clone()));
             }
@@ -266,7 +300,8 @@ mod tests {
 
     #[test]
     fn the_ignition_fixtures_parse() {
-        let plain: Value = serde_json::from_slice(&std::fs::read(testdata("ignition-fixtures/ign_config.json")).unwrap()).unwrap();
+        let plain: Value =
+            serde_json::from_slice(&std::fs::read(testdata("ignition-fixtures/ign_config.json")).unwrap()).unwrap();
         assert!(parse_config(&plain).is_ok());
         let gz = std::fs::read(testdata("ignition-fixtures/compressed_ign_config.json.gz")).unwrap();
         let mut text = String::new();
@@ -291,7 +326,8 @@ mod tests {
         assert_eq!(units[0]["dropins"][0]["name"], "10-dockeropts.conf");
         assert_eq!(units[0]["enabled"], true);
         // 2.x's `enable` becomes `enabled`.
-        let old = json!({"ignition": {"version": "2.2.0"}, "systemd": {"units": [{"name": "a.service", "enable": true}]}});
+        let old =
+            json!({"ignition": {"version": "2.2.0"}, "systemd": {"units": [{"name": "a.service", "enable": true}]}});
         assert_eq!(parse_config(&old).unwrap()["systemd"]["units"][0]["enabled"], true);
     }
 
@@ -304,12 +340,36 @@ mod tests {
             (json!({"ignition": {"version": 3}}), VERSION_FIELD, "must be a string"),
             (json!({"ignition": {"version": "3.6.0-experimental"}}), VERSION_FIELD, "unsupported"),
             (json!("text"), "spec.config", "must be an Ignition config object"),
-            (json!({"ignition": {"version": "3.4.0"}, "storage": {"files": "nope"}}), "spec.config", "invalid Ignition config"),
-            (json!({"ignition": {"version": "3.4.0"}, "storage": {"files": [{"path": "/a", "mode": "0644"}]}}), "spec.config", "invalid Ignition config"),
-            (json!({"ignition": {"version": "2.2.0"}, "storage": {"files": [{"path": "/a", "filesystem": "var"}]}}), "spec.config.storage.files[0].filesystem", "only the root filesystem"),
-            (json!({"ignition": {"version": "2.2.0"}, "storage": {"files": [{"path": "/a", "append": true}]}}), "spec.config.storage.files[0].append", "appending"),
-            (json!({"ignition": {"version": "2.2.0"}, "networkd": {"units": [{"name": "a.network"}]}}), "spec.config.networkd", "networkd"),
-            (json!({"ignition": {"version": "2.2.0"}, "storage": {"filesystems": [{"name": "x"}]}}), "spec.config.storage.filesystems", "not supported"),
+            (
+                json!({"ignition": {"version": "3.4.0"}, "storage": {"files": "nope"}}),
+                "spec.config",
+                "invalid Ignition config",
+            ),
+            (
+                json!({"ignition": {"version": "3.4.0"}, "storage": {"files": [{"path": "/a", "mode": "0644"}]}}),
+                "spec.config",
+                "invalid Ignition config",
+            ),
+            (
+                json!({"ignition": {"version": "2.2.0"}, "storage": {"files": [{"path": "/a", "filesystem": "var"}]}}),
+                "spec.config.storage.files[0].filesystem",
+                "only the root filesystem",
+            ),
+            (
+                json!({"ignition": {"version": "2.2.0"}, "storage": {"files": [{"path": "/a", "append": true}]}}),
+                "spec.config.storage.files[0].append",
+                "appending",
+            ),
+            (
+                json!({"ignition": {"version": "2.2.0"}, "networkd": {"units": [{"name": "a.network"}]}}),
+                "spec.config.networkd",
+                "networkd",
+            ),
+            (
+                json!({"ignition": {"version": "2.2.0"}, "storage": {"filesystems": [{"name": "x"}]}}),
+                "spec.config.storage.filesystems",
+                "not supported",
+            ),
         ];
         for (cfg, field, msg) in cases {
             let e = parse_config(&cfg).unwrap_err();

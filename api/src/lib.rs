@@ -6,19 +6,19 @@
 
 pub mod annotations;
 pub mod ignition;
-pub mod meta;
 pub mod machineconfig;
+pub mod meta;
 pub mod node;
 pub mod reconcile;
 pub mod render;
 pub mod selector;
 pub mod status;
 
-pub use meta::{Condition, IntOrString, ObjectMeta, ObjectReference, OwnerReference};
 pub use machineconfig::{
-    MachineConfig, MachineConfigPool, MachineConfigPoolSpec, MachineConfigPoolStatus,
-    MachineConfigSpec, PoolConfiguration,
+    MachineConfig, MachineConfigPool, MachineConfigPoolSpec, MachineConfigPoolStatus, MachineConfigSpec,
+    PoolConfiguration,
 };
+pub use meta::{Condition, IntOrString, ObjectMeta, ObjectReference, OwnerReference};
 pub use node::{Node, NodeSpec, NodeStatus};
 pub use selector::{LabelSelector, LabelSelectorRequirement, Selector, SelectorError};
 pub use status::{Status, StatusCause, StatusDetails};

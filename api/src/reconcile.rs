@@ -83,26 +83,42 @@ pub fn reconcilable(old: &MachineConfigSpec, new: &MachineConfigSpec) -> Result<
         }
     }
     if !same(at(o, "/kernelArguments"), at(n, "/kernelArguments")) {
-        return Err(unrec("spec.config.kernelArguments", "ignition kernelArguments section contains changes: use spec.kernelArguments"));
+        return Err(unrec(
+            "spec.config.kernelArguments",
+            "ignition kernelArguments section contains changes: use spec.kernelArguments",
+        ));
     }
     for key in ["disks", "filesystems", "raid", "luks", "directories"] {
         if !same(at(o, &format!("/storage/{key}")), at(n, &format!("/storage/{key}"))) {
-            return Err(unrec(format!("spec.config.storage.{key}"), format!("ignition {key} section contains changes")));
+            return Err(unrec(
+                format!("spec.config.storage.{key}"),
+                format!("ignition {key} section contains changes"),
+            ));
         }
     }
-    let old_links: Vec<&Value> = at(o, "/storage/links").and_then(Value::as_array).map(|l| l.iter().collect()).unwrap_or_default();
+    let old_links: Vec<&Value> =
+        at(o, "/storage/links").and_then(Value::as_array).map(|l| l.iter().collect()).unwrap_or_default();
     if let Some(links) = at(n, "/storage/links").and_then(Value::as_array) {
         if let Some(i) = links.iter().position(|l| !old_links.contains(&l)) {
-            return Err(unrec(format!("spec.config.storage.links[{i}]"), "ignition links section contains changes: adding links is not supported"));
+            return Err(unrec(
+                format!("spec.config.storage.links[{i}]"),
+                "ignition links section contains changes: adding links is not supported",
+            ));
         }
     }
     if let Some(files) = at(n, "/storage/files").and_then(Value::as_array) {
         for (i, f) in files.iter().enumerate() {
             if f.get("path").and_then(Value::as_str) == Some(FORCE_FILE) {
-                return Err(unrec(format!("spec.config.storage.files[{i}].path"), format!("ignition file {FORCE_FILE} includes the MCO force file")));
+                return Err(unrec(
+                    format!("spec.config.storage.files[{i}].path"),
+                    format!("ignition file {FORCE_FILE} includes the MCO force file"),
+                ));
             }
             if f.get("append").is_some_and(|a| !is_empty(Some(a))) {
-                return Err(unrec(format!("spec.config.storage.files[{i}].append"), "ignition file contains append: appending to files is not supported"));
+                return Err(unrec(
+                    format!("spec.config.storage.files[{i}].append"),
+                    "ignition file contains append: appending to files is not supported",
+                ));
             }
         }
     }
@@ -110,7 +126,10 @@ pub fn reconcilable(old: &MachineConfigSpec, new: &MachineConfigSpec) -> Result<
         return Err(unrec("spec.fips", "detected change to FIPS flag; refusing to modify FIPS on a running cluster"));
     }
     if !KERNEL_TYPES.contains(&new.kernel_type.as_str()) {
-        return Err(unrec("spec.kernelType", format!("unknown kernelType {:?} (want default, realtime or 64k-pages)", new.kernel_type)));
+        return Err(unrec(
+            "spec.kernelType",
+            format!("unknown kernelType {:?} (want default, realtime or 64k-pages)", new.kernel_type),
+        ));
     }
     let norm_kt = |k: &str| if k.is_empty() { "default".to_string() } else { k.to_string() };
     Ok(ConfigDiff {
@@ -118,7 +137,8 @@ pub fn reconcilable(old: &MachineConfigSpec, new: &MachineConfigSpec) -> Result<
         kargs: old.kernel_arguments != new.kernel_arguments,
         fips: false,
         passwd: !same(at(o, "/passwd/users"), at(n, "/passwd/users")),
-        files: !same(at(o, "/storage/files"), at(n, "/storage/files")) || !same(at(o, "/storage/links"), at(n, "/storage/links")),
+        files: !same(at(o, "/storage/files"), at(n, "/storage/files"))
+            || !same(at(o, "/storage/links"), at(n, "/storage/links")),
         units: !same(at(o, "/systemd/units"), at(n, "/systemd/units")),
         kernel_type: norm_kt(&old.kernel_type) != norm_kt(&new.kernel_type),
         extensions: old.extensions != new.extensions,
@@ -142,14 +162,19 @@ pub fn validate_for_day2(spec: &MachineConfigSpec) -> Result<(), Vec<FieldError>
                 if !(0..=0o777).contains(&mode) {
                     errs.push(FieldError {
                         field: format!("spec.config.storage.files[{i}].mode"),
-                        message: format!("mode {mode:#o} is not allowed: setuid, setgid and sticky bits (above 0777) are refused"),
+                        message: format!(
+                            "mode {mode:#o} is not allowed: setuid, setgid and sticky bits (above 0777) are refused"
+                        ),
                     });
                 }
             }
         }
     }
     if !KERNEL_TYPES.contains(&spec.kernel_type.as_str()) {
-        errs.push(FieldError { field: "spec.kernelType".into(), message: format!("unknown kernelType {:?} (want default, realtime or 64k-pages)", spec.kernel_type) });
+        errs.push(FieldError {
+            field: "spec.kernelType".into(),
+            message: format!("unknown kernelType {:?} (want default, realtime or 64k-pages)", spec.kernel_type),
+        });
     }
     if errs.is_empty() {
         Ok(())
@@ -202,17 +227,44 @@ mod tests {
             f(&mut v);
             reconcilable(&old, &spec(v)).unwrap_err()
         };
-        assert_eq!(change(&|v| v["storage"]["disks"] = json!([{"device": "/dev/vdb"}])).field, "spec.config.storage.disks");
-        assert_eq!(change(&|v| v["storage"]["filesystems"] = json!([{"path": "/var"}])).field, "spec.config.storage.filesystems");
+        assert_eq!(
+            change(&|v| v["storage"]["disks"] = json!([{"device": "/dev/vdb"}])).field,
+            "spec.config.storage.disks"
+        );
+        assert_eq!(
+            change(&|v| v["storage"]["filesystems"] = json!([{"path": "/var"}])).field,
+            "spec.config.storage.filesystems"
+        );
         assert_eq!(change(&|v| v["storage"]["raid"] = json!([{"name": "md"}])).field, "spec.config.storage.raid");
-        assert_eq!(change(&|v| v["storage"]["directories"] = json!([{"path": "/d"}])).field, "spec.config.storage.directories");
-        assert_eq!(change(&|v| v["storage"]["links"] = json!([{"path": "/l", "target": "/a"}])).field, "spec.config.storage.links[0]");
+        assert_eq!(
+            change(&|v| v["storage"]["directories"] = json!([{"path": "/d"}])).field,
+            "spec.config.storage.directories"
+        );
+        assert_eq!(
+            change(&|v| v["storage"]["links"] = json!([{"path": "/l", "target": "/a"}])).field,
+            "spec.config.storage.links[0]"
+        );
         assert_eq!(change(&|v| v["passwd"]["groups"] = json!([{"name": "g"}])).field, "spec.config.passwd.groups");
-        assert_eq!(change(&|v| v["passwd"]["users"] = json!([{"name": "alice"}])).field, "spec.config.passwd.users[0].name");
-        assert_eq!(change(&|v| v["passwd"]["users"][0]["shell"] = "/bin/zsh".into()).field, "spec.config.passwd.users[0]");
-        assert_eq!(change(&|v| v["kernelArguments"] = json!({"shouldExist": ["a"]})).field, "spec.config.kernelArguments");
-        assert_eq!(change(&|v| v["storage"]["files"][0]["path"] = FORCE_FILE.into()).field, "spec.config.storage.files[0].path");
-        assert_eq!(change(&|v| v["storage"]["files"][0]["append"] = json!([{"source": "data:,x"}])).field, "spec.config.storage.files[0].append");
+        assert_eq!(
+            change(&|v| v["passwd"]["users"] = json!([{"name": "alice"}])).field,
+            "spec.config.passwd.users[0].name"
+        );
+        assert_eq!(
+            change(&|v| v["passwd"]["users"][0]["shell"] = "/bin/zsh".into()).field,
+            "spec.config.passwd.users[0]"
+        );
+        assert_eq!(
+            change(&|v| v["kernelArguments"] = json!({"shouldExist": ["a"]})).field,
+            "spec.config.kernelArguments"
+        );
+        assert_eq!(
+            change(&|v| v["storage"]["files"][0]["path"] = FORCE_FILE.into()).field,
+            "spec.config.storage.files[0].path"
+        );
+        assert_eq!(
+            change(&|v| v["storage"]["files"][0]["append"] = json!([{"source": "data:,x"}])).field,
+            "spec.config.storage.files[0].append"
+        );
         let mut fips = old.clone();
         fips.fips = Some(true);
         let e = reconcilable(&old, &fips).unwrap_err();
@@ -225,7 +277,9 @@ mod tests {
 
     #[test]
     fn day2_checks() {
-        let mut s = spec(json!({"ignition": {"version": "3.4.0"}, "storage": {"files": [{"path": "/a", "mode": 420}, {"path": "/b", "mode": 0o4755}]}}));
+        let mut s = spec(
+            json!({"ignition": {"version": "3.4.0"}, "storage": {"files": [{"path": "/a", "mode": 420}, {"path": "/b", "mode": 0o4755}]}}),
+        );
         let errs = validate_for_day2(&s).unwrap_err();
         assert_eq!(errs.len(), 1);
         assert_eq!(errs[0].field, "spec.config.storage.files[1].mode");

@@ -51,10 +51,13 @@ fn is_generated(mc: &MachineConfig) -> bool {
 pub fn select_and_order(pool: &MachineConfigPool, all: &[MachineConfig]) -> Result<Vec<MachineConfig>, RenderError> {
     let name = pool.metadata.name.clone();
     let sel = match &pool.spec.machine_config_selector {
-        Some(s) if !s.is_empty() => s.to_selector().map_err(|e| RenderError::BadSelector { pool: name.clone(), message: e.to_string() })?,
+        Some(s) if !s.is_empty() => {
+            s.to_selector().map_err(|e| RenderError::BadSelector { pool: name.clone(), message: e.to_string() })?
+        }
         _ => return Err(RenderError::EmptySelector { pool: name }),
     };
-    let mut picked: Vec<MachineConfig> = all.iter().filter(|m| !is_generated(m) && sel.matches(&m.metadata.labels)).cloned().collect();
+    let mut picked: Vec<MachineConfig> =
+        all.iter().filter(|m| !is_generated(m) && sel.matches(&m.metadata.labels)).cloned().collect();
     let is_worker = |m: &MachineConfig| m.metadata.labels.get(ROLE_WORKER.0).map(String::as_str) == Some(ROLE_WORKER.1);
     picked.sort_by(|a, b| is_worker(b).cmp(&is_worker(a)).then_with(|| a.metadata.name.cmp(&b.metadata.name)));
     Ok(picked)
@@ -131,20 +134,32 @@ pub fn merge(configs: &[MachineConfig]) -> Result<MachineConfigSpec, RenderError
     let mut kt: Option<(String, String)> = None;
     for mc in configs {
         let name = &mc.metadata.name;
-        let cfg = ignition::parse_config(&mc.spec.config)
-            .map_err(|e| RenderError::Invalid { config: name.clone(), field: e.field(), message: e.message().to_string() })?;
+        let cfg = ignition::parse_config(&mc.spec.config).map_err(|e| RenderError::Invalid {
+            config: name.clone(),
+            field: e.field(),
+            message: e.message().to_string(),
+        })?;
         merge_value(&mut merged, &cfg, "");
         if mc.spec.fips == Some(true) {
             out.fips = Some(true);
         }
         let t = kernel_type(&mc.spec.kernel_type);
         if !reconcile::KERNEL_TYPES.contains(&t) {
-            return Err(RenderError::Invalid { config: name.clone(), field: "spec.kernelType".into(), message: format!("unknown kernelType {t:?}") });
+            return Err(RenderError::Invalid {
+                config: name.clone(),
+                field: "spec.kernelType".into(),
+                message: format!("unknown kernelType {t:?}"),
+            });
         }
         if t != "default" {
             match &kt {
                 Some((other, other_t)) if other_t != t => {
-                    return Err(RenderError::KernelTypeConflict { first: other.clone(), first_type: other_t.clone(), second: name.clone(), second_type: t.to_string() })
+                    return Err(RenderError::KernelTypeConflict {
+                        first: other.clone(),
+                        first_type: other_t.clone(),
+                        second: name.clone(),
+                        second_type: t.to_string(),
+                    })
                 }
                 _ => kt = Some((name.clone(), t.to_string())),
             }
@@ -196,14 +211,21 @@ fn culprit(configs: &[MachineConfig], field: &str) -> String {
         }
         let Some(rest) = field.strip_prefix("spec.config.") else { return false };
         let ptr: String = rest.split('.').map(|p| p.split('[').next().unwrap_or(p)).collect::<Vec<_>>().join("/");
-        mc.spec.config.pointer(&format!("/{ptr}")).is_some_and(|v| !v.is_null() && v != &Value::Array(vec![]) && v != &Value::Object(Map::new()))
+        mc.spec
+            .config
+            .pointer(&format!("/{ptr}"))
+            .is_some_and(|v| !v.is_null() && v != &Value::Array(vec![]) && v != &Value::Object(Map::new()))
     };
     configs.iter().rev().find(|m| sets(m)).or(configs.last()).map(|m| m.metadata.name.clone()).unwrap_or_default()
 }
 
 /// Render `pool` from `all` MachineConfigs. `current` is the pool's current rendered config: the
 /// new one must be reachable from it on a running node.
-pub fn render(pool: &MachineConfigPool, all: &[MachineConfig], current: Option<&MachineConfig>) -> Result<Rendered, RenderError> {
+pub fn render(
+    pool: &MachineConfigPool,
+    all: &[MachineConfig],
+    current: Option<&MachineConfig>,
+) -> Result<Rendered, RenderError> {
     let pool_name = pool.metadata.name.clone();
     let configs = select_and_order(pool, all)?;
     if configs.is_empty() {
@@ -216,7 +238,11 @@ pub fn render(pool: &MachineConfigPool, all: &[MachineConfig], current: Option<&
             ..cur.spec.clone()
         };
         if let Err(e) = reconcile::reconcilable(&cur_spec, &spec) {
-            return Err(RenderError::Unreconcilable { config: culprit(&configs, &e.field), field: e.field, message: e.message });
+            return Err(RenderError::Unreconcilable {
+                config: culprit(&configs, &e.field),
+                field: e.field,
+                message: e.message,
+            });
         }
     }
     let name = rendered_name(&pool_name, &spec);
@@ -225,7 +251,8 @@ pub fn render(pool: &MachineConfigPool, all: &[MachineConfig], current: Option<&
         kind: "MachineConfig".into(),
         metadata: ObjectMeta {
             name,
-            annotations: [(annotations::GENERATED_BY.to_string(), format!("aloft-{}", env!("CARGO_PKG_VERSION")))].into(),
+            annotations: [(annotations::GENERATED_BY.to_string(), format!("aloft-{}", env!("CARGO_PKG_VERSION")))]
+                .into(),
             owner_references: vec![OwnerReference {
                 api_version: crate::MCO_API_VERSION.into(),
                 kind: "MachineConfigPool".into(),
@@ -244,7 +271,12 @@ pub fn render(pool: &MachineConfigPool, all: &[MachineConfig], current: Option<&
     }
     let sources = configs
         .iter()
-        .map(|m| ObjectReference { api_version: crate::MCO_API_VERSION.into(), kind: "MachineConfig".into(), name: m.metadata.name.clone(), extra: Default::default() })
+        .map(|m| ObjectReference {
+            api_version: crate::MCO_API_VERSION.into(),
+            kind: "MachineConfig".into(),
+            name: m.metadata.name.clone(),
+            extra: Default::default(),
+        })
         .collect();
     Ok(Rendered { machine_config, sources })
 }
@@ -255,7 +287,10 @@ mod tests {
     use serde_json::json;
 
     fn mc(name: &str, role: &str, spec: Value) -> MachineConfig {
-        serde_json::from_value(json!({"metadata": {"name": name, "labels": {annotations::ROLE_LABEL: role}}, "spec": spec})).unwrap()
+        serde_json::from_value(
+            json!({"metadata": {"name": name, "labels": {annotations::ROLE_LABEL: role}}, "spec": spec}),
+        )
+        .unwrap()
     }
     fn ign(extra: Value) -> Value {
         let mut v = json!({"ignition": {"version": "3.4.0"}});
@@ -287,7 +322,8 @@ mod tests {
             mc("01-worker", "worker", json!({})),
             mc("rendered-infra-abc", "infra", json!({})),
         ];
-        let names: Vec<String> = select_and_order(&pool("infra"), &all).unwrap().into_iter().map(|m| m.metadata.name).collect();
+        let names: Vec<String> =
+            select_and_order(&pool("infra"), &all).unwrap().into_iter().map(|m| m.metadata.name).collect();
         assert_eq!(names, vec!["01-worker", "50-worker", "10-infra", "99-infra"]);
         let mut empty = pool("x");
         empty.spec.machine_config_selector = Some(Default::default());
@@ -296,14 +332,22 @@ mod tests {
 
     #[test]
     fn files_units_and_dropins_merge_by_key() {
-        let a = mc("00-a", "worker", json!({"config": ign(json!({
+        let a = mc(
+            "00-a",
+            "worker",
+            json!({"config": ign(json!({
             "storage": {"files": [file("/etc/x", "one"), file("/etc/keep", "k")]},
             "systemd": {"units": [{"name": "a.service", "enabled": true, "dropins": [{"name": "10.conf", "contents": "A"}, {"name": "20.conf", "contents": "B"}]}]},
-            "passwd": {"users": [{"name": "core", "sshAuthorizedKeys": ["key-a"]}]}}))}));
-        let b = mc("01-b", "worker", json!({"config": ign(json!({
+            "passwd": {"users": [{"name": "core", "sshAuthorizedKeys": ["key-a"]}]}}))}),
+        );
+        let b = mc(
+            "01-b",
+            "worker",
+            json!({"config": ign(json!({
             "storage": {"files": [file("/etc/x", "two")]},
             "systemd": {"units": [{"name": "a.service", "dropins": [{"name": "20.conf", "contents": "B2"}]}, {"name": "b.service", "mask": true}]},
-            "passwd": {"users": [{"name": "core", "sshAuthorizedKeys": ["key-b"]}]}}))}));
+            "passwd": {"users": [{"name": "core", "sshAuthorizedKeys": ["key-b"]}]}}))}),
+        );
         let s = merge(&[a, b]).unwrap();
         let files = s.config["storage"]["files"].as_array().unwrap();
         assert_eq!(files.len(), 2);
@@ -311,23 +355,39 @@ mod tests {
         let units = s.config["systemd"]["units"].as_array().unwrap();
         assert_eq!(units.len(), 2);
         assert_eq!(units[0]["enabled"], true, "fields the later config does not set are kept");
-        assert_eq!(units[0]["dropins"], json!([{"name": "10.conf", "contents": "A"}, {"name": "20.conf", "contents": "B2"}]));
+        assert_eq!(
+            units[0]["dropins"],
+            json!([{"name": "10.conf", "contents": "A"}, {"name": "20.conf", "contents": "B2"}])
+        );
         assert_eq!(s.config["passwd"]["users"][0]["sshAuthorizedKeys"], json!(["key-a", "key-b"]));
         assert_eq!(s.config["ignition"]["version"], "3.5.0");
     }
 
     #[test]
     fn compression_is_not_inherited() {
-        let gz = mc("00-gz", "worker", json!({"config": ign(json!({"storage": {"files": [{"path": "/etc/x", "contents": {"source": "data:;base64,H4sI", "compression": "gzip"}}]}}))}));
-        let plain = mc("01-plain", "worker", json!({"config": ign(json!({"storage": {"files": [file("/etc/x", "plain")]}}))}));
+        let gz = mc(
+            "00-gz",
+            "worker",
+            json!({"config": ign(json!({"storage": {"files": [{"path": "/etc/x", "contents": {"source": "data:;base64,H4sI", "compression": "gzip"}}]}}))}),
+        );
+        let plain =
+            mc("01-plain", "worker", json!({"config": ign(json!({"storage": {"files": [file("/etc/x", "plain")]}}))}));
         let s = merge(&[gz, plain]).unwrap();
         assert!(s.config["storage"]["files"][0]["contents"].get("compression").is_none());
     }
 
     #[test]
     fn scalar_rules() {
-        let a = mc("00-a", "worker", json!({"kernelArguments": ["a=1"], "extensions": ["usbguard"], "osImageURL": "img-a", "fips": false}));
-        let b = mc("01-b", "worker", json!({"kernelArguments": ["b=2", "a=1"], "osImageURL": "", "fips": true, "kernelType": "realtime"}));
+        let a = mc(
+            "00-a",
+            "worker",
+            json!({"kernelArguments": ["a=1"], "extensions": ["usbguard"], "osImageURL": "img-a", "fips": false}),
+        );
+        let b = mc(
+            "01-b",
+            "worker",
+            json!({"kernelArguments": ["b=2", "a=1"], "osImageURL": "", "fips": true, "kernelType": "realtime"}),
+        );
         let c = mc("02-c", "worker", json!({"extensions": ["kerberos"], "osImageURL": "img-c"}));
         let s = merge(&[a.clone(), b.clone(), c]).unwrap();
         assert_eq!(s.kernel_arguments, vec!["a=1", "b=2", "a=1"], "concatenated in order");
@@ -347,14 +407,19 @@ mod tests {
     fn name_is_a_hash_of_content_not_of_key_order() {
         let a = mc("00-a", "worker", json!({"config": ign(json!({"storage": {"files": [file("/etc/x", "1")]}}))}));
         let s1 = merge(std::slice::from_ref(&a)).unwrap();
-        let reordered: Value = serde_json::from_str(&canonical_json(&serde_json::to_value(&s1).unwrap()).chars().collect::<String>()).unwrap();
+        let reordered: Value =
+            serde_json::from_str(&canonical_json(&serde_json::to_value(&s1).unwrap()).chars().collect::<String>())
+                .unwrap();
         let s2: MachineConfigSpec = serde_json::from_value(reordered).unwrap();
         assert_eq!(rendered_name("worker", &s1), rendered_name("worker", &s2));
         let n = rendered_name("worker", &s1);
         assert!(n.starts_with("rendered-worker-") && n.len() == "rendered-worker-".len() + 32, "{n}");
         let other = mc("00-a", "worker", json!({"config": ign(json!({"storage": {"files": [file("/etc/x", "2")]}}))}));
         assert_ne!(rendered_name("worker", &merge(&[other]).unwrap()), n);
-        assert_eq!(canonical_json(&json!({"b": 1, "a": {"d": 2, "c": [3, {"f": 1, "e": 0}]}})), r#"{"a":{"c":[3,{"e":0,"f":1}],"d":2},"b":1}"#);
+        assert_eq!(
+            canonical_json(&json!({"b": 1, "a": {"d": 2, "c": [3, {"f": 1, "e": 0}]}})),
+            r#"{"a":{"c":[3,{"e":0,"f":1}],"d":2},"b":1}"#
+        );
     }
 
     #[test]
@@ -366,17 +431,28 @@ mod tests {
         assert_eq!(r.sources.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), vec!["00-a", "01-b"]);
         assert_eq!(r.machine_config.metadata.owner_references[0].uid, "pool-uid");
         // Unreconcilable against the current rendered config: the culprit is named.
-        let disks = mc("02-disks", "worker", json!({"config": ign(json!({"storage": {"disks": [{"device": "/dev/vdb", "wipeTable": true}]}}))}));
+        let disks = mc(
+            "02-disks",
+            "worker",
+            json!({"config": ign(json!({"storage": {"disks": [{"device": "/dev/vdb", "wipeTable": true}]}}))}),
+        );
         let e = render(&p, &[a.clone(), b.clone(), disks], Some(&r.machine_config)).unwrap_err();
-        assert!(matches!(&e, RenderError::Unreconcilable { config, field, .. } if config == "02-disks" && field == "spec.config.storage.disks"), "{e}");
+        assert!(
+            matches!(&e, RenderError::Unreconcilable { config, field, .. } if config == "02-disks" && field == "spec.config.storage.disks"),
+            "{e}"
+        );
         let fips = mc("03-fips", "worker", json!({"fips": true}));
         let e = render(&p, &[a.clone(), fips], Some(&r.machine_config)).unwrap_err();
         assert!(e.to_string().contains("MachineConfig 03-fips"), "{e}");
         // Too large.
         let big = "x".repeat(MAX_RENDERED_BYTES);
-        let huge = mc("04-huge", "worker", json!({"config": ign(json!({"storage": {"files": [file("/etc/big", &big)]}}))}));
+        let huge =
+            mc("04-huge", "worker", json!({"config": ign(json!({"storage": {"files": [file("/etc/big", &big)]}}))}));
         assert!(matches!(render(&p, &[huge], None), Err(RenderError::TooLarge { .. })));
-        assert!(matches!(render(&pool("nothing"), &[mc("x", "other", json!({}))], None), Err(RenderError::NothingSelected { .. })));
+        assert!(matches!(
+            render(&pool("nothing"), &[mc("x", "other", json!({}))], None),
+            Err(RenderError::NothingSelected { .. })
+        ));
     }
 
     #[test]
@@ -384,13 +460,17 @@ mod tests {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/testdata/mco/bootstrap");
         let read = |f: &str| -> Value { yaml_serde::from_str(&std::fs::read_to_string(dir.join(f)).unwrap()).unwrap() };
         let p: MachineConfigPool = serde_json::from_value(read("worker.machineconfigpool.yaml")).unwrap();
-        let mcs: Vec<MachineConfig> = ["99_openshift-machineconfig_worker.yaml", "99_openshift-machineconfig_master.yaml"]
-            .iter()
-            .map(|f| serde_json::from_value(read(f)).unwrap())
-            .collect();
+        let mcs: Vec<MachineConfig> =
+            ["99_openshift-machineconfig_worker.yaml", "99_openshift-machineconfig_master.yaml"]
+                .iter()
+                .map(|f| serde_json::from_value(read(f)).unwrap())
+                .collect();
         let r = render(&p, &mcs, None).unwrap();
         assert_eq!(r.sources.len(), 1, "only the worker config");
-        assert_eq!(r.machine_config.spec.config["passwd"]["users"][0]["sshAuthorizedKeys"][0], "ssh-rsa SSH-AUTHORIZED-KEY");
+        assert_eq!(
+            r.machine_config.spec.config["passwd"]["users"][0]["sshAuthorizedKeys"][0],
+            "ssh-rsa SSH-AUTHORIZED-KEY"
+        );
         assert_eq!(render(&p, &mcs, None).unwrap().machine_config.metadata.name, r.machine_config.metadata.name);
     }
 }

@@ -204,7 +204,10 @@ impl LabelSelector {
         for (index, e) in self.match_expressions.iter().enumerate() {
             let op = match e.operator.as_str() {
                 "In" | "NotIn" if e.values.is_empty() => {
-                    return Err(SelectorError::Values { index, message: format!("must be non-empty for {}", e.operator) })
+                    return Err(SelectorError::Values {
+                        index,
+                        message: format!("must be non-empty for {}", e.operator),
+                    })
                 }
                 "Exists" | "DoesNotExist" if !e.values.is_empty() => {
                     return Err(SelectorError::Values { index, message: format!("must be empty for {}", e.operator) })
@@ -280,7 +283,11 @@ mod tests {
         assert!(!s.matches(&labels(&[("role", "master")])));
         let bad = LabelSelector {
             match_labels: BTreeMap::new(),
-            match_expressions: vec![LabelSelectorRequirement { key: "k".into(), operator: "Gt".into(), values: vec![] }],
+            match_expressions: vec![LabelSelectorRequirement {
+                key: "k".into(),
+                operator: "Gt".into(),
+                values: vec![],
+            }],
         };
         assert!(matches!(bad.to_selector(), Err(SelectorError::Operator { index: 0, .. })));
     }

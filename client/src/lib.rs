@@ -42,8 +42,10 @@ impl ClientConfig {
     /// Read the current context of a kubeconfig (the one `serve` writes, or any kubectl uses with
     /// a token and a CA).
     pub fn from_kubeconfig(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).with_context(|| format!("reading client config {}", path.display()))?;
-        let doc: Value = yaml_serde::from_str(&text).with_context(|| format!("{} is not a kubeconfig", path.display()))?;
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading client config {}", path.display()))?;
+        let doc: Value =
+            yaml_serde::from_str(&text).with_context(|| format!("{} is not a kubeconfig", path.display()))?;
         let current = doc.get("current-context").and_then(Value::as_str).unwrap_or("");
         let find = |list: &str, name: &str| -> Option<Value> {
             doc.get(list)?.as_array()?.iter().find(|e| e.get("name").and_then(Value::as_str) == Some(name)).cloned()
@@ -53,13 +55,19 @@ impl ClientConfig {
             .ok_or_else(|| anyhow!("{}: no context to use (current-context {current:?})", path.display()))?;
         let cluster_name = ctx.pointer("/context/cluster").and_then(Value::as_str).unwrap_or("");
         let user_name = ctx.pointer("/context/user").and_then(Value::as_str).unwrap_or("");
-        let cluster = find("clusters", cluster_name).ok_or_else(|| anyhow!("{}: cluster {cluster_name:?} not found", path.display()))?;
+        let cluster = find("clusters", cluster_name)
+            .ok_or_else(|| anyhow!("{}: cluster {cluster_name:?} not found", path.display()))?;
         let server = cluster.pointer("/cluster/server").and_then(Value::as_str).unwrap_or("").to_string();
         if server.is_empty() {
             bail!("{}: cluster {cluster_name:?} has no server", path.display());
         }
-        let ca_pem = if let Some(data) = cluster.pointer("/cluster/certificate-authority-data").and_then(Value::as_str) {
-            Some(base64::engine::general_purpose::STANDARD.decode(data.trim()).context("certificate-authority-data is not base64")?)
+        let ca_pem = if let Some(data) = cluster.pointer("/cluster/certificate-authority-data").and_then(Value::as_str)
+        {
+            Some(
+                base64::engine::general_purpose::STANDARD
+                    .decode(data.trim())
+                    .context("certificate-authority-data is not base64")?,
+            )
         } else if let Some(file) = cluster.pointer("/cluster/certificate-authority").and_then(Value::as_str) {
             Some(std::fs::read(file).with_context(|| format!("reading CA {file}"))?)
         } else {
@@ -67,9 +75,14 @@ impl ClientConfig {
         };
         let user = find("users", user_name);
         let token = match user.as_ref() {
-            Some(u) => match (u.pointer("/user/token").and_then(Value::as_str), u.pointer("/user/tokenFile").and_then(Value::as_str)) {
+            Some(u) => match (
+                u.pointer("/user/token").and_then(Value::as_str),
+                u.pointer("/user/tokenFile").and_then(Value::as_str),
+            ) {
                 (Some(t), _) => Some(t.to_string()),
-                (None, Some(f)) => Some(std::fs::read_to_string(f).with_context(|| format!("reading token file {f}"))?.trim().to_string()),
+                (None, Some(f)) => Some(
+                    std::fs::read_to_string(f).with_context(|| format!("reading token file {f}"))?.trim().to_string(),
+                ),
                 _ => None,
             },
             None => None,
@@ -96,7 +109,10 @@ impl Reply {
         } else {
             let msg = self.body.get("message").and_then(Value::as_str).unwrap_or("").to_string();
             let msg = if msg.is_empty() { self.body.to_string() } else { msg };
-            bail!("Error from server ({}): {msg}", self.body.get("reason").and_then(Value::as_str).unwrap_or(&self.code.to_string()))
+            bail!(
+                "Error from server ({}): {msg}",
+                self.body.get("reason").and_then(Value::as_str).unwrap_or(&self.code.to_string())
+            )
         }
     }
 }
@@ -138,7 +154,13 @@ impl Client {
     }
 
     /// Send a request; `body` with its content type.
-    pub async fn call(&self, method: reqwest::Method, path: &str, body: Option<(&str, Vec<u8>)>, accept: Option<&str>) -> Result<Reply> {
+    pub async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<(&str, Vec<u8>)>,
+        accept: Option<&str>,
+    ) -> Result<Reply> {
         let mut r = self.req(method.clone(), path);
         if let Some((ctype, data)) = body {
             r = r.header("content-type", ctype).body(data);
@@ -149,7 +171,8 @@ impl Client {
         let resp = r.send().await.with_context(|| format!("{method} {}{path}", self.base))?;
         let code = resp.status().as_u16();
         let bytes = resp.bytes().await.context("reading the response")?;
-        let body = serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
+        let body = serde_json::from_slice(&bytes)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
         Ok(Reply { code, body })
     }
 
@@ -202,7 +225,8 @@ pub struct ResourceRef<'a> {
 
 /// The URL path of a resource collection, or of one object when `name` is given.
 pub fn resource_path(rt: ResourceRef<'_>, namespace: Option<&str>, name: Option<&str>) -> String {
-    let mut p = if rt.group.is_empty() { format!("/api/{}", rt.version) } else { format!("/apis/{}/{}", rt.group, rt.version) };
+    let mut p =
+        if rt.group.is_empty() { format!("/api/{}", rt.version) } else { format!("/apis/{}/{}", rt.group, rt.version) };
     if rt.namespaced {
         p.push_str(&format!("/namespaces/{}", namespace.unwrap_or("default")));
     }

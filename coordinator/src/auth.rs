@@ -194,7 +194,13 @@ mod tests {
     #[test]
     fn nodes_see_only_their_own() {
         let a = Identity { name: "node:a".into(), role: Role::Node("a".into()) };
-        let node = |name| Request { verb: Verb::Get, resource: "/nodes", name: Some(name), subresource: None, field_name: None };
+        let node = |name| Request {
+            verb: Verb::Get,
+            resource: "/nodes",
+            name: Some(name),
+            subresource: None,
+            field_name: None,
+        };
         let none = Facts::default();
         assert_eq!(decide(&a, &node("a"), none), Decision::Allow);
         assert_eq!(decide(&a, &node("b"), none), Decision::Deny);
@@ -202,20 +208,30 @@ mod tests {
         assert_eq!(decide(&a, &watch_own, none), Decision::Allow);
         assert_eq!(decide(&a, &Request { field_name: None, ..watch_own }, none), Decision::Deny);
         assert_eq!(decide(&a, &Request { verb: Verb::Patch, ..node("a") }, none), Decision::AllowStatusAndAnnotations);
-        assert_eq!(decide(&a, &Request { verb: Verb::Patch, subresource: Some("status"), ..node("a") }, none), Decision::Allow);
+        assert_eq!(
+            decide(&a, &Request { verb: Verb::Patch, subresource: Some("status"), ..node("a") }, none),
+            Decision::Allow
+        );
         assert_eq!(decide(&a, &Request { verb: Verb::Patch, ..node("b") }, none), Decision::Deny);
         assert_eq!(decide(&a, &Request { verb: Verb::Delete, ..node("a") }, none), Decision::Deny);
         let own = serde_json::json!({"metadata": {"annotations": {
             "machineconfiguration.openshift.io/desiredConfig": "rendered-worker-2",
             "machineconfiguration.openshift.io/currentConfig": "rendered-worker-1"}}});
         let facts = Facts { own_node: Some(&own) };
-        let mc = |name| Request { verb: Verb::Get, resource: "machineconfiguration.openshift.io/machineconfigs", name: Some(name), subresource: None, field_name: None };
+        let mc = |name| Request {
+            verb: Verb::Get,
+            resource: "machineconfiguration.openshift.io/machineconfigs",
+            name: Some(name),
+            subresource: None,
+            field_name: None,
+        };
         assert!(needs_own_node(&a, &mc("x")));
         assert_eq!(decide(&a, &mc("rendered-worker-2"), facts), Decision::Allow);
         assert_eq!(decide(&a, &mc("rendered-worker-1"), facts), Decision::Allow);
         assert_eq!(decide(&a, &mc("rendered-infra-9"), facts), Decision::Deny);
         assert_eq!(decide(&a, &Request { verb: Verb::List, name: None, ..mc("x") }, facts), Decision::Deny);
-        let stored = serde_json::json!({"metadata": {"name": "a", "labels": {"x": "1"}, "resourceVersion": "3"}, "spec": {}});
+        let stored =
+            serde_json::json!({"metadata": {"name": "a", "labels": {"x": "1"}, "resourceVersion": "3"}, "spec": {}});
         let mut next = stored.clone();
         next["metadata"]["annotations"] = serde_json::json!({"k": "v"});
         next["status"] = serde_json::json!({"conditions": []});

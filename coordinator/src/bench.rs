@@ -8,8 +8,8 @@ use crate::client::{resource_path, Client, ClientConfig};
 use crate::resources::{MACHINE_CONFIG, MACHINE_CONFIG_POOL, NODE};
 use crate::serve::{self, ServeOptions};
 use crate::server::Limits;
-use anyhow::{Context, Result};
 use aloft_api::{MachineConfig, MachineConfigPool};
+use anyhow::{Context, Result};
 use futures::StreamExt;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
@@ -64,8 +64,10 @@ fn node(i: usize) -> Value {
 /// A worker MachineConfig with a few files and a unit, like the ones a real cluster carries.
 pub fn machine_config(i: usize) -> Value {
     let files: Vec<Value> = (0..3)
-        .map(|f| json!({"path": format!("/etc/aloft-bench/{i}/{f}.conf"), "mode": 420, "overwrite": true,
-                        "contents": {"source": format!("data:,config%20{i}%20{f}")}}))
+        .map(|f| {
+            json!({"path": format!("/etc/aloft-bench/{i}/{f}.conf"), "mode": 420, "overwrite": true,
+                        "contents": {"source": format!("data:,config%20{i}%20{f}")}})
+        })
         .collect();
     json!({
         "apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfig",
@@ -131,7 +133,10 @@ pub async fn run(opts: ApiBench) -> Result<()> {
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     let client = Client::new(&cfg)?;
-    println!("aloft-coordinator bench api: {} nodes, {} MachineConfigs, {} samples, HTTPS on loopback", opts.nodes, opts.configs, opts.samples);
+    println!(
+        "aloft-coordinator bench api: {} nodes, {} MachineConfigs, {} samples, HTTPS on loopback",
+        opts.nodes, opts.configs, opts.samples
+    );
 
     // Load.
     let t = Instant::now();
@@ -147,7 +152,13 @@ pub async fn run(opts: ApiBench) -> Result<()> {
         .into_iter()
         .collect::<Result<Vec<()>>>()?;
     let load = t.elapsed();
-    println!("load: {} nodes in {:.1} s ({:.0} creates/s, {} concurrent clients, each write fsynced)", opts.nodes, load.as_secs_f64(), opts.nodes as f64 / load.as_secs_f64(), opts.concurrency);
+    println!(
+        "load: {} nodes in {:.1} s ({:.0} creates/s, {} concurrent clients, each write fsynced)",
+        opts.nodes,
+        load.as_secs_f64(),
+        opts.nodes as f64 / load.as_secs_f64(),
+        opts.concurrency
+    );
     let mc_path = resource_path(MACHINE_CONFIG.path_ref(), None, None);
     for i in 0..opts.configs {
         client.post(&mc_path, &machine_config(i)).await?.into_result()?;
@@ -155,7 +166,13 @@ pub async fn run(opts: ApiBench) -> Result<()> {
     client.post(&resource_path(MACHINE_CONFIG_POOL.path_ref(), None, None), &worker_pool()).await?.into_result()?;
 
     // Baseline: the cheapest authenticated-free round trip on the same connection pool.
-    let base = stats(timed(opts.samples, |_| { let c = client.clone(); async move { c.get("/healthz").await.map(|_| ()) } }).await?);
+    let base = stats(
+        timed(opts.samples, |_| {
+            let c = client.clone();
+            async move { c.get("/healthz").await.map(|_| ()) }
+        })
+        .await?,
+    );
     let get = stats(
         timed(opts.samples, |i| {
             let c = client.clone();
@@ -165,7 +182,13 @@ pub async fn run(opts: ApiBench) -> Result<()> {
         .await?,
     );
     let list_samples = (opts.samples / 50).max(5);
-    let list = stats(timed(list_samples, |_| { let (c, p) = (client.clone(), nodes_path.clone()); async move { c.get(&p).await?.into_result().map(|_| ()) } }).await?);
+    let list = stats(
+        timed(list_samples, |_| {
+            let (c, p) = (client.clone(), nodes_path.clone());
+            async move { c.get(&p).await?.into_result().map(|_| ()) }
+        })
+        .await?,
+    );
     let list_sel = stats(
         timed(list_samples, |_| {
             let c = client.clone();
@@ -200,22 +223,49 @@ pub async fn run(opts: ApiBench) -> Result<()> {
         let patch = json!({"metadata": {"annotations": {"aloft.dev/bench": i.to_string()}}});
         let sent = Instant::now();
         client.patch(&p, "application/merge-patch+json", &patch).await?.into_result()?;
-        let seen = tokio::time::timeout(Duration::from_secs(10), rx.recv()).await.context("watch event never arrived")?.context("watch ended")?;
+        let seen = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+            .await
+            .context("watch event never arrived")?
+            .context("watch ended")?;
         delivery.push(seen.duration_since(sent));
     }
     let delivery = stats(delivery);
 
     // Render: the real merge of every config the pool selects.
-    let mcs: Vec<MachineConfig> = (0..opts.configs).map(|i| serde_json::from_value(machine_config(i))).collect::<Result<_, _>>()?;
+    let mcs: Vec<MachineConfig> =
+        (0..opts.configs).map(|i| serde_json::from_value(machine_config(i))).collect::<Result<_, _>>()?;
     let pool: MachineConfigPool = serde_json::from_value(worker_pool())?;
     let raw: Vec<String> = (0..opts.configs).map(|i| machine_config(i).to_string()).collect();
-    let render_base = stats(timed(20, |_| { let r = &raw; async move { for s in r { let _: Value = serde_json::from_str(s)?; } Ok(()) } }).await?);
-    let render = stats(timed(20, |_| { let (p, m) = (&pool, &mcs); async move { aloft_api::render::render(p, m, None).map(|_| ()).map_err(anyhow::Error::from) } }).await?);
+    let render_base = stats(
+        timed(20, |_| {
+            let r = &raw;
+            async move {
+                for s in r {
+                    let _: Value = serde_json::from_str(s)?;
+                }
+                Ok(())
+            }
+        })
+        .await?,
+    );
+    let render = stats(
+        timed(20, |_| {
+            let (p, m) = (&pool, &mcs);
+            async move { aloft_api::render::render(p, m, None).map(|_| ()).map_err(anyhow::Error::from) }
+        })
+        .await?,
+    );
 
     println!();
     println!("{:<34} {:>10} {:>10} {:>16}", "operation", "p50 ms", "p99 ms", "p50 vs baseline");
     let row = |name: &str, s: &Stats, b: &Stats| {
-        println!("{:<34} {:>10.3} {:>10.3} {:>15.1}x", name, ms(s.p50), ms(s.p99), s.p50.as_secs_f64() / b.p50.as_secs_f64().max(1e-9));
+        println!(
+            "{:<34} {:>10.3} {:>10.3} {:>15.1}x",
+            name,
+            ms(s.p50),
+            ms(s.p99),
+            s.p50.as_secs_f64() / b.p50.as_secs_f64().max(1e-9)
+        );
     };
     row("baseline: GET /healthz", &base, &base);
     row("GET one node", &get, &base);
@@ -225,9 +275,11 @@ pub async fn run(opts: ApiBench) -> Result<()> {
     row("baseline: parse configs as JSON", &render_base, &render_base);
     row(&format!("render pool of {} configs", opts.configs), &render, &render_base);
     println!();
-    println!("targets: render < 20 ms -> {}; p99 get < 5 ms -> {}",
+    println!(
+        "targets: render < 20 ms -> {}; p99 get < 5 ms -> {}",
         if render.p50 < Duration::from_millis(20) { "met" } else { "MISSED" },
-        if get.p99 < Duration::from_millis(5) { "met" } else { "MISSED" });
+        if get.p99 < Duration::from_millis(5) { "met" } else { "MISSED" }
+    );
     server.abort();
     Ok(())
 }

@@ -36,7 +36,12 @@ impl ResourceType {
 
     /// How clients address it in URLs.
     pub fn path_ref(&self) -> aloft_client::ResourceRef<'static> {
-        aloft_client::ResourceRef { group: self.group, version: self.version, plural: self.plural, namespaced: self.namespaced }
+        aloft_client::ResourceRef {
+            group: self.group,
+            version: self.version,
+            plural: self.plural,
+            namespaced: self.namespaced,
+        }
     }
 
     /// `kind.group` in the singular, as kubectl prints objects: `machineconfigpool.machineconfiguration.openshift.io`.
@@ -147,7 +152,13 @@ mod tests {
 
     #[test]
     fn every_name_a_user_types_resolves() {
-        for n in ["mcp", "machineconfigpool", "machineconfigpools", "MachineConfigPool", "machineconfigpools.machineconfiguration.openshift.io"] {
+        for n in [
+            "mcp",
+            "machineconfigpool",
+            "machineconfigpools",
+            "MachineConfigPool",
+            "machineconfigpools.machineconfiguration.openshift.io",
+        ] {
             assert_eq!(by_name(n).map(|r| r.kind), Some("MachineConfigPool"), "{n}");
         }
         assert_eq!(by_name("mc").map(|r| r.kind), Some("MachineConfig"));

@@ -1,10 +1,10 @@
 //! `aloft-coordinator serve`: open the data directory, make sure the PKI, the admin token and the
 //! client config exist, start the controllers, and serve the API.
 
-use aloft_client::{install_crypto, ClientConfig};
 use crate::server::{self, Ctx, Limits};
 use crate::store::SqliteStore;
 use crate::{auth, controllers, fsutil, tls};
+use aloft_client::{install_crypto, ClientConfig};
 use anyhow::{bail, Context, Result};
 use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt;
@@ -35,7 +35,11 @@ pub struct DataDir {
 
 impl DataDir {
     pub fn new(dir: &std::path::Path) -> Self {
-        DataDir { db: dir.join("aloft.db"), admin_token: dir.join("admin.token"), kubeconfig: dir.join("admin.kubeconfig") }
+        DataDir {
+            db: dir.join("aloft.db"),
+            admin_token: dir.join("admin.token"),
+            kubeconfig: dir.join("admin.kubeconfig"),
+        }
     }
 }
 
@@ -51,10 +55,12 @@ pub fn read_token_file(path: &std::path::Path) -> Result<String> {
 
 /// Open the store and make sure an admin token exists; returns the store and the token.
 pub async fn prepare(opts: &ServeOptions) -> Result<(SqliteStore, String)> {
-    std::fs::create_dir_all(&opts.data_dir).with_context(|| format!("creating data dir {}", opts.data_dir.display()))?;
+    std::fs::create_dir_all(&opts.data_dir)
+        .with_context(|| format!("creating data dir {}", opts.data_dir.display()))?;
     std::fs::set_permissions(&opts.data_dir, std::fs::Permissions::from_mode(0o700))?;
     let files = DataDir::new(&opts.data_dir);
-    let store = SqliteStore::open_with_retain(&files.db, opts.watch_history).with_context(|| format!("opening store {}", files.db.display()))?;
+    let store = SqliteStore::open_with_retain(&files.db, opts.watch_history)
+        .with_context(|| format!("opening store {}", files.db.display()))?;
     let token = match &opts.admin_token_file {
         Some(f) => read_token_file(f)?,
         None if files.admin_token.exists() => read_token_file(&files.admin_token)?,
@@ -83,7 +89,8 @@ pub async fn run(opts: ServeOptions) -> Result<()> {
     };
     let pki = tls::Pki::in_dir(&opts.data_dir);
     let scheme = if opts.insecure_http { "http" } else { "https" };
-    let mut client = ClientConfig { server: format!("{scheme}://{host}:{}", addr.port()), ca_pem: None, token: Some(token) };
+    let mut client =
+        ClientConfig { server: format!("{scheme}://{host}:{}", addr.port()), ca_pem: None, token: Some(token) };
     if !opts.insecure_http {
         let mut names = vec!["localhost".to_string(), "127.0.0.1".to_string(), "::1".to_string()];
         if !addr.ip().is_unspecified() {
@@ -104,7 +111,10 @@ pub async fn run(opts: ServeOptions) -> Result<()> {
     let app = server::router(ctx).into_make_service();
     tracing::info!(%addr, scheme, data_dir = %opts.data_dir.display(), "aloft-coordinator serving");
     println!("aloft-coordinator listening on {}", client.server);
-    println!("client config: {} (aloftctl --kubeconfig FILE, or kubectl --kubeconfig FILE)", files.kubeconfig.display());
+    println!(
+        "client config: {} (aloftctl --kubeconfig FILE, or kubectl --kubeconfig FILE)",
+        files.kubeconfig.display()
+    );
     if opts.insecure_http {
         axum_server::from_tcp(listener)?.serve(app).await?;
     } else {

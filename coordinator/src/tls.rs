@@ -33,7 +33,8 @@ pub fn ensure(pki: &Pki, names: &[String]) -> Result<bool> {
         let mut params = CertificateParams::new(Vec::<String>::new()).context("CA parameters")?;
         params.distinguished_name.push(DnType::CommonName, "aloft coordinator CA");
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+        params.key_usages =
+            vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
         params.not_after = rcgen::date_time_ymd(2036, 1, 1);
         let cert = params.self_signed(&key).context("self-signing the CA")?;
         crate::fsutil::write_private(&pki.ca_key, key.serialize_pem().as_bytes())?;
@@ -46,7 +47,8 @@ pub fn ensure(pki: &Pki, names: &[String]) -> Result<bool> {
     if pki.cert.exists() && pki.key.exists() && current == wanted {
         return Ok(false);
     }
-    let ca_key_pem = std::fs::read_to_string(&pki.ca_key).with_context(|| format!("reading {}", pki.ca_key.display()))?;
+    let ca_key_pem =
+        std::fs::read_to_string(&pki.ca_key).with_context(|| format!("reading {}", pki.ca_key.display()))?;
     let ca_key = KeyPair::from_pem(&ca_key_pem).context("parsing the CA key")?;
     let ca_pem = std::fs::read_to_string(&pki.ca_cert).with_context(|| format!("reading {}", pki.ca_cert.display()))?;
     let issuer = Issuer::from_ca_cert_pem(&ca_pem, ca_key).context("loading the CA certificate")?;

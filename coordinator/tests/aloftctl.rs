@@ -50,7 +50,12 @@ async fn apply_get_patch_describe_delete() {
     let rendered = eventually(30, "the pool to render", || {
         let a = admin.clone();
         async move {
-            let p = a.get("/apis/machineconfiguration.openshift.io/v1/machineconfigpools/worker").await.ok()?.into_result().ok()?;
+            let p = a
+                .get("/apis/machineconfiguration.openshift.io/v1/machineconfigpools/worker")
+                .await
+                .ok()?
+                .into_result()
+                .ok()?;
             p.pointer("/spec/configuration/name").and_then(|v| v.as_str()).map(str::to_string)
         }
     })
@@ -58,7 +63,17 @@ async fn apply_get_patch_describe_delete() {
     assert!(rendered.starts_with("rendered-worker-"), "{rendered}");
     let table = ok(&c, &["get", "mcp"]);
     let header = table.lines().next().unwrap();
-    for col in ["NAME", "CONFIG", "UPDATED", "UPDATING", "DEGRADED", "MACHINECOUNT", "READYMACHINECOUNT", "UPDATEDMACHINECOUNT", "DEGRADEDMACHINECOUNT"] {
+    for col in [
+        "NAME",
+        "CONFIG",
+        "UPDATED",
+        "UPDATING",
+        "DEGRADED",
+        "MACHINECOUNT",
+        "READYMACHINECOUNT",
+        "UPDATEDMACHINECOUNT",
+        "DEGRADEDMACHINECOUNT",
+    ] {
         assert!(header.split_whitespace().any(|h| h == col), "column {col} missing in {header}");
     }
     let mcs = ok(&c, &["get", "mc", "-o", "name"]);
@@ -69,7 +84,8 @@ async fn apply_get_patch_describe_delete() {
     let yaml = ok(&c, &["get", "mcp/worker", "-o", "yaml"]);
     let v: serde_json::Value = yaml_serde::from_str(&yaml).unwrap();
     assert_eq!(v["spec"]["maxUnavailable"], 1);
-    let json: serde_json::Value = serde_json::from_str(&ok(&c, &["get", "mc", "50-worker-chrony", "-o", "json"])).unwrap();
+    let json: serde_json::Value =
+        serde_json::from_str(&ok(&c, &["get", "mc", "50-worker-chrony", "-o", "json"])).unwrap();
     assert_eq!(json["spec"]["kernelArguments"][0], "audit=1");
     let wide = ok(&c, &["get", "mc", "-o", "wide"]);
     assert!(wide.lines().next().unwrap().contains("OSIMAGEURL"), "{wide}");
@@ -79,10 +95,24 @@ async fn apply_get_patch_describe_delete() {
     assert!(out.contains("patched"), "{out}");
     let json: serde_json::Value = serde_json::from_str(&ok(&c, &["get", "mcp", "worker", "-o", "json"])).unwrap();
     assert_eq!(json["spec"]["paused"], true);
-    let out = ok(&c, &["patch", "mcp", "worker", "--type", "json", "-p", r#"[{"op":"replace","path":"/spec/paused","value":false}]"#]);
+    let out = ok(
+        &c,
+        &[
+            "patch",
+            "mcp",
+            "worker",
+            "--type",
+            "json",
+            "-p",
+            r#"[{"op":"replace","path":"/spec/paused","value":false}]"#,
+        ],
+    );
     assert!(out.contains("patched"), "{out}");
     let desc = ok(&c, &["describe", "mcp", "worker"]);
-    assert!(desc.contains("Name:         worker") && desc.contains("Conditions:") && desc.contains("RenderDegraded"), "{desc}");
+    assert!(
+        desc.contains("Name:         worker") && desc.contains("Conditions:") && desc.contains("RenderDegraded"),
+        "{desc}"
+    );
 
     // Delete, and a second delete is a clear NotFound.
     let out = ok(&c, &["delete", "mc", "50-worker-chrony"]);

@@ -10,7 +10,11 @@ const NODES: &str = "/api/v1/nodes";
 const MCS: &str = "/apis/machineconfiguration.openshift.io/v1/machineconfigs";
 
 async fn enroll(c: &Coordinator, bootstrap: &str, name: &str) -> (u16, Value) {
-    let r = c.client_with(bootstrap).post("/aloft/v1/enroll", &json!({"nodeName": name, "labels": {"node-role.kubernetes.io/worker": ""}})).await.unwrap();
+    let r = c
+        .client_with(bootstrap)
+        .post("/aloft/v1/enroll", &json!({"nodeName": name, "labels": {"node-role.kubernetes.io/worker": ""}}))
+        .await
+        .unwrap();
     (r.code, r.body)
 }
 
@@ -55,27 +59,55 @@ async fn nodes_are_confined_to_their_own_objects() {
     assert_eq!(node_a.get(NODES).await.unwrap().code, 403, "listing all nodes");
     assert_eq!(node_a.get(&format!("{NODES}?fieldSelector=metadata.name%3Dnode-a")).await.unwrap().code, 200);
     let annotate = json!({"metadata": {"annotations": {"machineconfiguration.openshift.io/state": "Done"}}});
-    assert_eq!(node_a.patch(&format!("{NODES}/node-a"), "application/merge-patch+json", &annotate).await.unwrap().code, 200);
-    assert_eq!(node_a.patch(&format!("{NODES}/node-b"), "application/merge-patch+json", &annotate).await.unwrap().code, 403);
+    assert_eq!(
+        node_a.patch(&format!("{NODES}/node-a"), "application/merge-patch+json", &annotate).await.unwrap().code,
+        200
+    );
+    assert_eq!(
+        node_a.patch(&format!("{NODES}/node-b"), "application/merge-patch+json", &annotate).await.unwrap().code,
+        403
+    );
     let status = json!({"status": {"conditions": [{"type": "Ready", "status": "True"}]}});
-    assert_eq!(node_a.patch(&format!("{NODES}/node-a/status"), "application/merge-patch+json", &status).await.unwrap().code, 200);
-    assert_eq!(node_a.patch(&format!("{NODES}/node-b/status"), "application/merge-patch+json", &status).await.unwrap().code, 403);
+    assert_eq!(
+        node_a.patch(&format!("{NODES}/node-a/status"), "application/merge-patch+json", &status).await.unwrap().code,
+        200
+    );
+    assert_eq!(
+        node_a.patch(&format!("{NODES}/node-b/status"), "application/merge-patch+json", &status).await.unwrap().code,
+        403
+    );
     // Changing its own labels or spec (e.g. uncordoning itself) is not a node's right.
     let relabel = json!({"metadata": {"labels": {"node-role.kubernetes.io/master": ""}}});
     let r = node_a.patch(&format!("{NODES}/node-a"), "application/merge-patch+json", &relabel).await.unwrap();
     assert_eq!(r.code, 403, "{}", r.body);
     let uncordon = json!({"spec": {"unschedulable": false}});
-    assert_eq!(node_a.patch(&format!("{NODES}/node-a"), "application/merge-patch+json", &uncordon).await.unwrap().code, 403);
-    assert!(admin.get(&format!("{NODES}/node-a")).await.unwrap().body["metadata"]["labels"].get("node-role.kubernetes.io/master").is_none());
+    assert_eq!(
+        node_a.patch(&format!("{NODES}/node-a"), "application/merge-patch+json", &uncordon).await.unwrap().code,
+        403
+    );
+    assert!(admin.get(&format!("{NODES}/node-a")).await.unwrap().body["metadata"]["labels"]
+        .get("node-role.kubernetes.io/master")
+        .is_none());
     assert_eq!(node_a.delete(&format!("{NODES}/node-a")).await.unwrap().code, 403);
 
     // Rendered configs: only those its own Node names.
     for name in ["rendered-worker-1", "rendered-worker-2", "rendered-infra-1"] {
         admin.post(MCS, &mc(name)).await.unwrap().into_result().unwrap();
     }
-    let desire = |cfg: &str| json!({"metadata": {"annotations": {"machineconfiguration.openshift.io/desiredConfig": cfg}}});
-    admin.patch(&format!("{NODES}/node-a"), "application/merge-patch+json", &desire("rendered-worker-2")).await.unwrap().into_result().unwrap();
-    admin.patch(&format!("{NODES}/node-b"), "application/merge-patch+json", &desire("rendered-infra-1")).await.unwrap().into_result().unwrap();
+    let desire =
+        |cfg: &str| json!({"metadata": {"annotations": {"machineconfiguration.openshift.io/desiredConfig": cfg}}});
+    admin
+        .patch(&format!("{NODES}/node-a"), "application/merge-patch+json", &desire("rendered-worker-2"))
+        .await
+        .unwrap()
+        .into_result()
+        .unwrap();
+    admin
+        .patch(&format!("{NODES}/node-b"), "application/merge-patch+json", &desire("rendered-infra-1"))
+        .await
+        .unwrap()
+        .into_result()
+        .unwrap();
     assert_eq!(node_a.get(&format!("{MCS}/rendered-worker-2")).await.unwrap().code, 200);
     assert_eq!(node_a.get(&format!("{MCS}/rendered-infra-1")).await.unwrap().code, 403, "node B's config");
     assert_eq!(node_a.get(&format!("{MCS}/rendered-worker-1")).await.unwrap().code, 403, "a config it was not given");

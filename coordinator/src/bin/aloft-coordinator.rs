@@ -107,10 +107,20 @@ async fn main() -> Result<()> {
     match Cli::parse().cmd {
         Cmd::Serve { data_dir, listen, insecure_http, admin_token_file, tls_san, max_body_bytes, watch_history } => {
             let limits = Limits { max_body: max_body_bytes, ..Limits::default() };
-            serve::run(ServeOptions { data_dir, listen, insecure_http, admin_token_file, tls_san, limits, watch_history }).await
+            serve::run(ServeOptions {
+                data_dir,
+                listen,
+                insecure_http,
+                admin_token_file,
+                tls_san,
+                limits,
+                watch_history,
+            })
+            .await
         }
         Cmd::Bench { cmd: BenchCmd::Api { nodes, configs, samples, concurrency } } => {
-            aloft_coordinator::bench::run(aloft_coordinator::bench::ApiBench { nodes, configs, samples, concurrency }).await
+            aloft_coordinator::bench::run(aloft_coordinator::bench::ApiBench { nodes, configs, samples, concurrency })
+                .await
         }
         Cmd::Token { cmd: TokenCmd::Create { data_dir, name, role } } => {
             let role: auth::Role = role.parse()?;

@@ -43,7 +43,11 @@ where
     }
 }
 
-async fn watch_and_reconcile<F, Fut>(store: &Arc<dyn Store>, resources: &[String], reconcile: &F) -> Result<(), StoreError>
+async fn watch_and_reconcile<F, Fut>(
+    store: &Arc<dyn Store>,
+    resources: &[String],
+    reconcile: &F,
+) -> Result<(), StoreError>
 where
     F: Fn(Arc<dyn Store>) -> Fut,
     Fut: Future<Output = Result<(), StoreError>>,

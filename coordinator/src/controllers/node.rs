@@ -16,7 +16,10 @@ use std::sync::Arc;
 
 /// Watch nodes and pools; reconcile after every batch of events.
 pub async fn run(store: Arc<dyn Store>) {
-    super::run_loop("node", store, &[NODE.store_key(), MACHINE_CONFIG_POOL.store_key()], |s| async move { reconcile_all(&s).await }).await
+    super::run_loop("node", store, &[NODE.store_key(), MACHINE_CONFIG_POOL.store_key()], |s| async move {
+        reconcile_all(&s).await
+    })
+    .await
 }
 
 struct Loaded<T> {
@@ -33,7 +36,9 @@ async fn load<T: serde::de::DeserializeOwned>(store: &Arc<dyn Store>, resource: 
                 typed.push(t);
                 raw.push(v);
             }
-            Err(e) => tracing::warn!(resource, name = objects::name_of(&v), error = %e, "skipping an object that does not parse"),
+            Err(e) => {
+                tracing::warn!(resource, name = objects::name_of(&v), error = %e, "skipping an object that does not parse")
+            }
         }
     }
     Ok(Loaded { typed, raw })
@@ -99,11 +104,22 @@ async fn set_desired(store: &Arc<dyn Store>, raw: &Value, target: &str) -> Resul
 }
 
 fn condition(type_: &str, on: bool, reason: &str, message: String) -> Condition {
-    Condition { type_: type_.into(), status: if on { "True" } else { "False" }.into(), reason: reason.into(), message, ..Default::default() }
+    Condition {
+        type_: type_.into(),
+        status: if on { "True" } else { "False" }.into(),
+        reason: reason.into(),
+        message,
+        ..Default::default()
+    }
 }
 
 /// MCO's calculateStatus.
-fn compute_status(pool: &MachineConfigPool, members: &[(&Node, &NodeFacts)], target: &str, membership_error: Option<&String>) -> MachineConfigPoolStatus {
+fn compute_status(
+    pool: &MachineConfigPool,
+    members: &[(&Node, &NodeFacts)],
+    target: &str,
+    membership_error: Option<&String>,
+) -> MachineConfigPoolStatus {
     let mut st = pool.status.clone().unwrap_or_default();
     let total = members.len();
     let updated = members.iter().filter(|(_, f)| f.updated_to(target)).count();
@@ -121,7 +137,16 @@ fn compute_status(pool: &MachineConfigPool, members: &[(&Node, &NodeFacts)], tar
     if all_updated {
         st.configuration = pool.spec.configuration.clone();
     }
-    set_condition(&mut st.conditions, condition(cond::UPDATED, all_updated, "", if all_updated { format!("All nodes are updated with {target}") } else { String::new() }), &now);
+    set_condition(
+        &mut st.conditions,
+        condition(
+            cond::UPDATED,
+            all_updated,
+            "",
+            if all_updated { format!("All nodes are updated with {target}") } else { String::new() },
+        ),
+        &now,
+    );
     let updating = if all_updated {
         condition(cond::UPDATING, false, "", String::new())
     } else if pool.spec.paused {
@@ -137,15 +162,26 @@ fn compute_status(pool: &MachineConfigPool, members: &[(&Node, &NodeFacts)], tar
     } else if degraded.is_empty() {
         condition(cond::NODE_DEGRADED, false, "", String::new())
     } else {
-        let msgs: Vec<String> = degraded.iter().map(|(n, f)| format!("Node {} is reporting: {:?}", n.metadata.name, f.reason)).collect();
-        condition(cond::NODE_DEGRADED, true, &format!("{} nodes are reporting degraded status on sync", degraded.len()), msgs.join(", "))
+        let msgs: Vec<String> =
+            degraded.iter().map(|(n, f)| format!("Node {} is reporting: {:?}", n.metadata.name, f.reason)).collect();
+        condition(
+            cond::NODE_DEGRADED,
+            true,
+            &format!("{} nodes are reporting degraded status on sync", degraded.len()),
+            msgs.join(", "),
+        )
     };
     let nd = node_degraded.is_true();
     set_condition(&mut st.conditions, node_degraded, &now);
     let render = find_condition(&st.conditions, cond::RENDER_DEGRADED).filter(|c| c.is_true()).cloned();
     let degraded_cond = match (&render, nd) {
         (Some(r), _) => condition(cond::DEGRADED, true, "RenderFailed", r.message.clone()),
-        (None, true) => condition(cond::DEGRADED, true, "NodeDegraded", find_condition(&st.conditions, cond::NODE_DEGRADED).map(|c| c.message.clone()).unwrap_or_default()),
+        (None, true) => condition(
+            cond::DEGRADED,
+            true,
+            "NodeDegraded",
+            find_condition(&st.conditions, cond::NODE_DEGRADED).map(|c| c.message.clone()).unwrap_or_default(),
+        ),
         (None, false) => condition(cond::DEGRADED, false, "", String::new()),
     };
     set_condition(&mut st.conditions, degraded_cond, &now);
@@ -185,14 +221,22 @@ mod tests {
 
     #[test]
     fn picks_within_max_unavailable() {
-        let nodes = vec![node("a", "r1", "r1", "Done", true), node("b", "r1", "r1", "Done", true), node("c", "r1", "r1", "Done", true)];
+        let nodes = vec![
+            node("a", "r1", "r1", "Done", true),
+            node("b", "r1", "r1", "Done", true),
+            node("c", "r1", "r1", "Done", true),
+        ];
         let idx = vec![0, 1, 2];
         let facts: Vec<NodeFacts> = nodes.iter().map(NodeFacts::of).collect();
         assert_eq!(choose(&pool(json!(1), false), &nodes, &idx, &facts, "r2").len(), 1);
         assert_eq!(choose(&pool(json!(2), false), &nodes, &idx, &facts, "r2").len(), 2);
         assert_eq!(choose(&pool(json!("50%"), false), &nodes, &idx, &facts, "r2").len(), 1);
         // One already updating: capacity used up at maxUnavailable 1.
-        let nodes = vec![node("a", "r1", "r2", "Working", true), node("b", "r1", "r1", "Done", true), node("c", "r1", "r1", "Done", false)];
+        let nodes = vec![
+            node("a", "r1", "r2", "Working", true),
+            node("b", "r1", "r1", "Done", true),
+            node("c", "r1", "r1", "Done", false),
+        ];
         let facts: Vec<NodeFacts> = nodes.iter().map(NodeFacts::of).collect();
         assert!(choose(&pool(json!(1), false), &nodes, &idx, &facts, "r2").is_empty());
         // Not-ready nodes count against the budget and are never candidates.
@@ -206,11 +250,24 @@ mod tests {
     #[test]
     fn status_like_mco() {
         let p = pool(json!(1), false);
-        let nodes = vec![node("a", "r2", "r2", "Done", true), node("b", "r1", "r2", "Degraded", true), node("c", "r1", "r1", "Done", true)];
+        let nodes = [
+            node("a", "r2", "r2", "Done", true),
+            node("b", "r1", "r2", "Degraded", true),
+            node("c", "r1", "r1", "Done", true),
+        ];
         let facts: Vec<NodeFacts> = nodes.iter().map(NodeFacts::of).collect();
         let members: Vec<(&Node, &NodeFacts)> = nodes.iter().zip(&facts).collect();
         let st = compute_status(&p, &members, "r2", None);
-        assert_eq!((st.machine_count, st.updated_machine_count, st.ready_machine_count, st.degraded_machine_count, st.unavailable_machine_count), (3, 1, 1, 1, 0));
+        assert_eq!(
+            (
+                st.machine_count,
+                st.updated_machine_count,
+                st.ready_machine_count,
+                st.degraded_machine_count,
+                st.unavailable_machine_count
+            ),
+            (3, 1, 1, 1, 0)
+        );
         let c = |t| find_condition(&st.conditions, t).unwrap().clone();
         assert!(!c(cond::UPDATED).is_true() && c(cond::UPDATING).is_true());
         assert_eq!(c(cond::NODE_DEGRADED).reason, "1 nodes are reporting degraded status on sync");

@@ -69,8 +69,12 @@ fn is_worker(p: &MachineConfigPool) -> bool {
 /// Which pool each node belongs to. A node matched by master belongs to master; else by exactly
 /// one custom pool, to it; else by worker, to worker. A node matched by two custom pools belongs
 /// to none, and is reported in the second map (pool name -> message) on every pool involved.
-pub fn membership(pools: &[MachineConfigPool], nodes: &[Node]) -> (BTreeMap<String, Vec<usize>>, BTreeMap<String, String>) {
-    let mut members: BTreeMap<String, Vec<usize>> = pools.iter().map(|p| (p.metadata.name.clone(), Vec::new())).collect();
+pub fn membership(
+    pools: &[MachineConfigPool],
+    nodes: &[Node],
+) -> (BTreeMap<String, Vec<usize>>, BTreeMap<String, String>) {
+    let mut members: BTreeMap<String, Vec<usize>> =
+        pools.iter().map(|p| (p.metadata.name.clone(), Vec::new())).collect();
     let mut errors = BTreeMap::new();
     let selectors: Vec<_> = pools
         .iter()
@@ -95,7 +99,12 @@ pub fn membership(pools: &[MachineConfigPool], nodes: &[Node]) -> (BTreeMap<Stri
                     for p in &custom {
                         errors.insert(
                             p.metadata.name.clone(),
-                            format!("node {} belongs to {} custom pools ({}); it must belong to at most one", n.metadata.name, names.len(), names.join(", ")),
+                            format!(
+                                "node {} belongs to {} custom pools ({}); it must belong to at most one",
+                                n.metadata.name,
+                                names.len(),
+                                names.join(", ")
+                            ),
                         );
                     }
                     None
@@ -137,7 +146,9 @@ mod tests {
         serde_json::from_value(json!({"metadata": {"name": name}, "spec": {"nodeSelector": sel}})).unwrap()
     }
     fn node(name: &str, labels: serde_json::Value, zone: Option<&str>, created: &str) -> Node {
-        let mut n: Node = serde_json::from_value(json!({"metadata": {"name": name, "labels": labels, "creationTimestamp": created}})).unwrap();
+        let mut n: Node =
+            serde_json::from_value(json!({"metadata": {"name": name, "labels": labels, "creationTimestamp": created}}))
+                .unwrap();
         if let Some(z) = zone {
             n.metadata.labels.insert("topology.kubernetes.io/zone".into(), z.into());
         }
@@ -166,8 +177,18 @@ mod tests {
         let nodes = vec![
             node("w", json!({w: ""}), None, "t"),
             node("wi", json!({w: "", "node-role.kubernetes.io/infra": ""}), None, "t"),
-            node("wm", json!({w: "", "node-role.kubernetes.io/master": "", "node-role.kubernetes.io/infra": ""}), None, "t"),
-            node("two", json!({w: "", "node-role.kubernetes.io/infra": "", "node-role.kubernetes.io/gpu": ""}), None, "t"),
+            node(
+                "wm",
+                json!({w: "", "node-role.kubernetes.io/master": "", "node-role.kubernetes.io/infra": ""}),
+                None,
+                "t",
+            ),
+            node(
+                "two",
+                json!({w: "", "node-role.kubernetes.io/infra": "", "node-role.kubernetes.io/gpu": ""}),
+                None,
+                "t",
+            ),
             node("none", json!({}), None, "t"),
         ];
         let (m, errors) = membership(&pools, &nodes);
@@ -195,7 +216,11 @@ mod tests {
     #[test]
     fn node_facts() {
         let mut n = node("a", json!({}), None, "t");
-        n.status.conditions.push(aloft_api::Condition { type_: "Ready".into(), status: "True".into(), ..Default::default() });
+        n.status.conditions.push(aloft_api::Condition {
+            type_: "Ready".into(),
+            status: "True".into(),
+            ..Default::default()
+        });
         let set = |n: &mut Node, k: &str, v: &str| {
             n.metadata.annotations.insert(k.into(), v.into());
         };

@@ -44,11 +44,18 @@ fn degraded_status(status: &mut MachineConfigPoolStatus, message: Option<String>
     };
     let mut changed = set_condition(
         &mut status.conditions,
-        Condition { type_: cond::RENDER_DEGRADED.into(), status: s.into(), reason: reason.into(), message: msg.clone(), ..Default::default() },
+        Condition {
+            type_: cond::RENDER_DEGRADED.into(),
+            status: s.into(),
+            reason: reason.into(),
+            message: msg.clone(),
+            ..Default::default()
+        },
         &now,
     );
     // Degraded summarises RenderDegraded here; the node controller adds NodeDegraded to it.
-    let node_degraded = aloft_api::meta::find_condition(&status.conditions, cond::NODE_DEGRADED).is_some_and(|c| c.is_true());
+    let node_degraded =
+        aloft_api::meta::find_condition(&status.conditions, cond::NODE_DEGRADED).is_some_and(|c| c.is_true());
     let degraded = message.is_some() || node_degraded;
     changed |= set_condition(
         &mut status.conditions,
@@ -77,11 +84,7 @@ async fn reconcile_pool(store: &Arc<dyn Store>, mcs: &[MachineConfig], raw: Valu
             return Ok(());
         }
     };
-    let current = pool
-        .spec
-        .configuration
-        .as_ref()
-        .and_then(|c| mcs.iter().find(|m| m.metadata.name == c.name));
+    let current = pool.spec.configuration.as_ref().and_then(|c| mcs.iter().find(|m| m.metadata.name == c.name));
     let mut status = pool.status.clone().unwrap_or_default();
     let outcome = aloft_api::render::render(&pool, mcs, current);
     match outcome {
@@ -97,7 +100,8 @@ async fn reconcile_pool(store: &Arc<dyn Store>, mcs: &[MachineConfig], raw: Valu
                 }
             }
             let want = PoolConfiguration { name, source: rendered.sources, extra: Default::default() };
-            let spec_changed = pool.spec.configuration.as_ref().map(|c| (&c.name, &c.source)) != Some((&want.name, &want.source));
+            let spec_changed =
+                pool.spec.configuration.as_ref().map(|c| (&c.name, &c.source)) != Some((&want.name, &want.source));
             if spec_changed {
                 let extra = pool.spec.configuration.take().map(|c| c.extra).unwrap_or_default();
                 pool.spec.configuration = Some(PoolConfiguration { extra, ..want });

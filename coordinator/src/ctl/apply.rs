@@ -39,7 +39,8 @@ pub fn read_objects(path: &str) -> Result<Vec<(String, Value)>> {
 
 fn parse_documents(origin: &str, text: &str, out: &mut Vec<(String, Value)>) -> Result<()> {
     for (i, doc) in yaml_serde::Deserializer::from_str(text).enumerate() {
-        let v: Value = serde::Deserialize::deserialize(doc).map_err(|e| anyhow!("{origin}: document {}: malformed YAML: {e}", i + 1))?;
+        let v: Value = serde::Deserialize::deserialize(doc)
+            .map_err(|e| anyhow!("{origin}: document {}: malformed YAML: {e}", i + 1))?;
         match v {
             Value::Null => continue,
             Value::Object(ref m) if m.get("kind").and_then(Value::as_str) == Some("List") => {
@@ -97,7 +98,9 @@ pub fn annotate_last_applied(obj: &mut Value) -> Result<()> {
         .ok_or_else(|| anyhow!("metadata is not a map"))?
         .entry("annotations")
         .or_insert_with(|| Value::Object(Map::new()));
-    ann.as_object_mut().ok_or_else(|| anyhow!("metadata.annotations is not a map"))?.insert(LAST_APPLIED.into(), text.into());
+    ann.as_object_mut()
+        .ok_or_else(|| anyhow!("metadata.annotations is not a map"))?
+        .insert(LAST_APPLIED.into(), text.into());
     Ok(())
 }
 

@@ -132,9 +132,8 @@ fn client_config(cli: &Cli) -> Result<ClientConfig> {
 }
 
 fn resolve(name: &str) -> Result<&'static ResourceType> {
-    resources::by_name(name).ok_or_else(|| {
-        anyhow!("the server doesn't have a resource type {name:?} (try `aloftctl api-resources`)")
-    })
+    resources::by_name(name)
+        .ok_or_else(|| anyhow!("the server doesn't have a resource type {name:?} (try `aloftctl api-resources`)"))
 }
 
 /// `TYPE NAME...` or `TYPE/NAME ...` into (type, names).
@@ -175,18 +174,34 @@ pub async fn main() -> Result<()> {
         Cmd::Describe { args } => describe(&client, &ns, &args).await,
         Cmd::Apply { files, dry_run } => apply_files(&client, &ns, &files, dry_run).await,
         Cmd::Delete { args, files, ignore_not_found } => delete(&client, &ns, &args, &files, ignore_not_found).await,
-        Cmd::Patch { args, patch_type, patch, subresource } => patch_cmd(&client, &ns, &args, &patch_type, &patch, subresource).await,
+        Cmd::Patch { args, patch_type, patch, subresource } => {
+            patch_cmd(&client, &ns, &args, &patch_type, &patch, subresource).await
+        }
         Cmd::ApiResources => {
             println!("{:<20} {:<12} {:<42} {:<11} KIND", "NAME", "SHORTNAMES", "APIVERSION", "NAMESPACED");
             for r in resources::ALL {
-                println!("{:<20} {:<12} {:<42} {:<11} {}", r.plural, r.short_names.join(","), r.api_version(), r.namespaced, r.kind);
+                println!(
+                    "{:<20} {:<12} {:<42} {:<11} {}",
+                    r.plural,
+                    r.short_names.join(","),
+                    r.api_version(),
+                    r.namespaced,
+                    r.kind
+                );
             }
             Ok(())
         }
     }
 }
 
-async fn get(client: &Client, ns: &str, args: &[String], output: Option<Output>, selector: Option<String>, watch: bool) -> Result<()> {
+async fn get(
+    client: &Client,
+    ns: &str,
+    args: &[String],
+    output: Option<Output>,
+    selector: Option<String>,
+    watch: bool,
+) -> Result<()> {
     let mut q = Vec::new();
     if let Some(s) = &selector {
         q.push(("labelSelector", s.clone()));
@@ -225,7 +240,11 @@ async fn get(client: &Client, ns: &str, args: &[String], output: Option<Output>,
                             None => vec![v],
                         };
                         for i in items {
-                            println!("{}/{}", rt.singular_qualified(), i.pointer("/metadata/name").and_then(Value::as_str).unwrap_or(""));
+                            println!(
+                                "{}/{}",
+                                rt.singular_qualified(),
+                                i.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("")
+                            );
                         }
                     }
                     Output::Wide => {}
@@ -238,7 +257,15 @@ async fn get(client: &Client, ns: &str, args: &[String], output: Option<Output>,
 
 /// Print rows as watch events arrive, reconnecting from the last version when the server ends
 /// the watch.
-async fn follow(client: &Client, rt: &ResourceType, ns: &str, name: Option<&str>, q: &[(&str, String)], rv: &str, wide: bool) -> Result<()> {
+async fn follow(
+    client: &Client,
+    rt: &ResourceType,
+    ns: &str,
+    name: Option<&str>,
+    q: &[(&str, String)],
+    rv: &str,
+    wide: bool,
+) -> Result<()> {
     use futures::StreamExt;
     let mut rv = rv.to_string();
     loop {
@@ -258,7 +285,10 @@ async fn follow(client: &Client, rt: &ResourceType, ns: &str, name: Option<&str>
                 let line: Vec<u8> = buf.drain(..=pos).collect();
                 let ev: Value = serde_json::from_slice(&line).context("malformed watch event")?;
                 if ev.get("type").and_then(Value::as_str) == Some("ERROR") {
-                    bail!("watch failed: {}", ev.pointer("/object/message").and_then(Value::as_str).unwrap_or("unknown error"));
+                    bail!(
+                        "watch failed: {}",
+                        ev.pointer("/object/message").and_then(Value::as_str).unwrap_or("unknown error")
+                    );
                 }
                 let obj = ev.get("object").cloned().unwrap_or_default();
                 if let Some(r) = obj.pointer("/metadata/resourceVersion").and_then(Value::as_str) {
@@ -342,7 +372,10 @@ async fn apply_files(client: &Client, ns: &str, files: &[String], dry_run: bool)
         let live = client.get(&path).await?;
         let what = format!("{}/{}", rt.singular_qualified(), name);
         if live.code == 404 {
-            client.post(&format!("{}{dry}", resource_path(rt.path_ref(), Some(&obj_ns), None)), &obj).await?.into_result()?;
+            client
+                .post(&format!("{}{dry}", resource_path(rt.path_ref(), Some(&obj_ns), None)), &obj)
+                .await?
+                .into_result()?;
             println!("{what} created{suffix}");
             continue;
         }
@@ -401,7 +434,14 @@ async fn delete(client: &Client, ns: &str, args: &[String], files: &[String], ig
     Ok(())
 }
 
-async fn patch_cmd(client: &Client, ns: &str, args: &[String], patch_type: &str, patch: &str, sub: Option<String>) -> Result<()> {
+async fn patch_cmd(
+    client: &Client,
+    ns: &str,
+    args: &[String],
+    patch_type: &str,
+    patch: &str,
+    sub: Option<String>,
+) -> Result<()> {
     let ctype = match patch_type {
         "merge" => "application/merge-patch+json",
         "json" => "application/json-patch+json",

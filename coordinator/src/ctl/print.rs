@@ -23,7 +23,12 @@ pub fn table_text(t: &Value, wide: bool, headers: bool) -> String {
         .collect();
     let mut rows: Vec<Vec<String>> = Vec::new();
     if headers {
-        rows.push(shown.iter().map(|&i| defs[i].get("name").and_then(Value::as_str).unwrap_or("").to_ascii_uppercase()).collect());
+        rows.push(
+            shown
+                .iter()
+                .map(|&i| defs[i].get("name").and_then(Value::as_str).unwrap_or("").to_ascii_uppercase())
+                .collect(),
+        );
     }
     for r in t.get("rows").and_then(Value::as_array).into_iter().flatten() {
         let cells = r.get("cells").and_then(Value::as_array).cloned().unwrap_or_default();

@@ -60,11 +60,8 @@ fn entries(r: &ResourceType) -> Vec<Value> {
 
 /// `/api/v1` or `/apis/<group>/<version>`; None when nothing is served there.
 pub fn resource_list(group: &str, version: &str) -> Option<Value> {
-    let list: Vec<Value> = resources::ALL
-        .iter()
-        .filter(|r| r.group == group && r.version == version)
-        .flat_map(entries)
-        .collect();
+    let list: Vec<Value> =
+        resources::ALL.iter().filter(|r| r.group == group && r.version == version).flat_map(entries).collect();
     if list.is_empty() {
         return None;
     }

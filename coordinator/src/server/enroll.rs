@@ -50,8 +50,8 @@ pub async fn enroll(ctx: SharedCtx, tokens: SqliteStore, who: Identity, body: &[
     if !matches!(who.role, Role::Bootstrap | Role::Admin) {
         return Err(ApiError::forbidden(&who.name, "create", "enrollments", None));
     }
-    let req: EnrollRequest =
-        serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("malformed enrollment request: {e}")))?;
+    let req: EnrollRequest = serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("malformed enrollment request: {e}")))?;
     let mut causes = validate::name_causes(&req.node_name);
     for c in &mut causes {
         c.field = "nodeName".into();
@@ -61,13 +61,15 @@ pub async fn enroll(ctx: SharedCtx, tokens: SqliteStore, who: Identity, body: &[
         return Err(ApiError::invalid("Enrollment", &req.node_name, causes));
     }
     let key = Key::cluster(&NODE.store_key(), &req.node_name);
-    let labels: serde_json::Map<String, Value> = req.labels.iter().map(|(k, v)| (k.clone(), v.clone().into())).collect();
+    let labels: serde_json::Map<String, Value> =
+        req.labels.iter().map(|(k, v)| (k.clone(), v.clone().into())).collect();
     // Create the Node, or merge the labels into the existing one (compare-and-swap, retried).
     let mut done = false;
     for _ in 0..8 {
         match ctx.store.get(&key).await.map_err(|e| ApiError::from_store(e, "nodes", &req.node_name))? {
             None => {
-                let mut obj = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": req.node_name, "labels": labels}});
+                let mut obj =
+                    json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": req.node_name, "labels": labels}});
                 objects::prepare_create(&mut obj, "");
                 match ctx.store.create(&key, obj).await {
                     Ok(_) => {

@@ -6,14 +6,15 @@ use aloft_api::{Status, StatusCause, StatusDetails};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
+/// An error response. Boxed: errors travel through many `Result`s on the request path.
 #[derive(Debug)]
 pub struct ApiError {
-    pub status: Status,
+    pub status: Box<Status>,
 }
 
 impl ApiError {
     fn new(code: u16, reason: &str, message: impl Into<String>) -> Self {
-        ApiError { status: Status::failure(code, reason, message) }
+        ApiError { status: Box::new(Status::failure(code, reason, message)) }
     }
     pub fn bad_request(message: impl Into<String>) -> Self {
         Self::new(400, "BadRequest", message)
@@ -89,6 +90,6 @@ pub fn cause(field: &str, reason: &str, message: impl Into<String>) -> StatusCau
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let code = StatusCode::from_u16(self.status.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        (code, axum::Json(self.status)).into_response()
+        (code, axum::Json(*self.status)).into_response()
     }
 }

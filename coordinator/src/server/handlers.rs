@@ -95,7 +95,10 @@ impl Call<'_> {
         }
         let url_ns = self.path.namespace.as_deref().unwrap_or("");
         if url_ns.is_empty() {
-            return Err(ApiError::bad_request(format!("{} is namespaced: use /namespaces/<ns>/{}", self.path.rt.kind, self.path.rt.plural)));
+            return Err(ApiError::bad_request(format!(
+                "{} is namespaced: use /namespaces/<ns>/{}",
+                self.path.rt.kind, self.path.rt.plural
+            )));
         }
         let body_ns = obj.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("");
         if !body_ns.is_empty() && body_ns != url_ns {
@@ -181,12 +184,8 @@ async fn list(call: Call<'_>) -> Result<Response, ApiError> {
     call.authorize(Verb::List).await?;
     let filters = Filters::from_params(&call.params)?;
     let ns = call.path.namespace.clone();
-    let listing = call
-        .ctx
-        .store
-        .list(&call.path.rt.store_key(), ns.as_deref())
-        .await
-        .map_err(|e| call.store_err(e, ""))?;
+    let listing =
+        call.ctx.store.list(&call.path.rt.store_key(), ns.as_deref()).await.map_err(|e| call.store_err(e, ""))?;
     let items: Vec<Value> = listing.items.into_iter().filter(|o| filters.matches(o)).collect();
     if call.wants_table() {
         let refs: Vec<&Value> = items.iter().collect();
@@ -238,10 +237,9 @@ fn precondition(obj: &Value) -> Result<Option<u64>, ApiError> {
     match obj.pointer("/metadata/resourceVersion") {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) if s.is_empty() => Ok(None),
-        Some(Value::String(s)) => s
-            .parse()
-            .map(Some)
-            .map_err(|_| ApiError::bad_request(format!("metadata.resourceVersion {s:?} is not a resourceVersion this server issued"))),
+        Some(Value::String(s)) => s.parse().map(Some).map_err(|_| {
+            ApiError::bad_request(format!("metadata.resourceVersion {s:?} is not a resourceVersion this server issued"))
+        }),
         Some(other) => Err(ApiError::bad_request(format!("metadata.resourceVersion must be a string, got {other}"))),
     }
 }
@@ -296,7 +294,9 @@ async fn update(call: Call<'_>) -> Result<Response, ApiError> {
     call.check_namespace(&mut obj)?;
     let body_name = objects::name_of(&obj);
     if !body_name.is_empty() && body_name != name {
-        return Err(ApiError::bad_request(format!("the name of the object ({body_name}) does not match the name on the URL ({name})")));
+        return Err(ApiError::bad_request(format!(
+            "the name of the object ({body_name}) does not match the name on the URL ({name})"
+        )));
     }
     // Without a resourceVersion the PUT is unconditional (as Kubernetes allows for most kinds).
     let unconditional = precondition(&obj)?.is_none();
@@ -310,7 +310,8 @@ async fn patch(call: Call<'_>) -> Result<Response, ApiError> {
     let ctype = call.headers.get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("");
     let kind = PatchType::from_content_type(ctype)?;
     let body = call.body.clone();
-    let out = read_modify_write(&call, &name, true, decision, |stored| objects::apply_patch(kind, stored, &body)).await?;
+    let out =
+        read_modify_write(&call, &name, true, decision, |stored| objects::apply_patch(kind, stored, &body)).await?;
     Ok(respond(StatusCode::OK, out))
 }
 
@@ -320,14 +321,20 @@ async fn delete(call: Call<'_>) -> Result<Response, ApiError> {
     let mut expected = None;
     let mut uid = None;
     if !call.body.is_empty() {
-        let opts: Value = serde_json::from_slice(&call.body).map_err(|e| ApiError::bad_request(format!("malformed DeleteOptions: {e}")))?;
+        let opts: Value = serde_json::from_slice(&call.body)
+            .map_err(|e| ApiError::bad_request(format!("malformed DeleteOptions: {e}")))?;
         if let Some(rv) = opts.pointer("/preconditions/resourceVersion").and_then(Value::as_str) {
-            expected = Some(rv.parse::<u64>().map_err(|_| ApiError::bad_request(format!("preconditions.resourceVersion {rv:?} is invalid")))?);
+            expected = Some(
+                rv.parse::<u64>()
+                    .map_err(|_| ApiError::bad_request(format!("preconditions.resourceVersion {rv:?} is invalid")))?,
+            );
         }
         uid = opts.pointer("/preconditions/uid").and_then(Value::as_str).map(str::to_string);
         if opts.get("dryRun").and_then(Value::as_array).is_some_and(|a| a.iter().any(|v| v == "All")) {
             let stored = call.ctx.store.get(&call.key(&name)).await.map_err(|e| call.store_err(e, &name))?;
-            return stored.map(|o| respond(StatusCode::OK, o)).ok_or_else(|| ApiError::not_found(&call.qualified(), &name));
+            return stored
+                .map(|o| respond(StatusCode::OK, o))
+                .ok_or_else(|| ApiError::not_found(&call.qualified(), &name));
         }
     }
     if call.dry_run() {
@@ -338,7 +345,11 @@ async fn delete(call: Call<'_>) -> Result<Response, ApiError> {
         let stored = call.ctx.store.get(&call.key(&name)).await.map_err(|e| call.store_err(e, &name))?;
         let stored = stored.ok_or_else(|| ApiError::not_found(&call.qualified(), &name))?;
         if stored.pointer("/metadata/uid").and_then(Value::as_str) != Some(uid.as_str()) {
-            return Err(ApiError::conflict(&call.qualified(), &name, &format!("Precondition failed: UID in precondition: {uid}")));
+            return Err(ApiError::conflict(
+                &call.qualified(),
+                &name,
+                &format!("Precondition failed: UID in precondition: {uid}"),
+            ));
         }
         expected = expected.or(revision_of(&stored));
     }

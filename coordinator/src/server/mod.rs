@@ -137,14 +137,16 @@ pub fn router(ctx: SharedCtx) -> Router {
         .route("/version", get(|| async { json_ok(discovery::version()) }))
         .route(
             "/aloft/v1/enroll",
-            axum::routing::post(|State(c): State<SharedCtx>, Extension(w): Extension<Identity>, h: HeaderMap, b: Body| async move {
-                let body = match read_body(b, &h, c.limits.max_body).await {
-                    Ok(b) => b,
-                    Err(e) => return e.into_response(),
-                };
-                let tokens = c.token_store.clone();
-                into_response(enroll::enroll(c, tokens, w, &body).await)
-            }),
+            axum::routing::post(
+                |State(c): State<SharedCtx>, Extension(w): Extension<Identity>, h: HeaderMap, b: Body| async move {
+                    let body = match read_body(b, &h, c.limits.max_body).await {
+                        Ok(b) => b,
+                        Err(e) => return e.into_response(),
+                    };
+                    let tokens = c.token_store.clone();
+                    into_response(enroll::enroll(c, tokens, w, &body).await)
+                },
+            ),
         )
         .route("/openapi/v3", get(|| async { json_ok(openapi::index()) }))
         .route(
@@ -155,27 +157,49 @@ pub fn router(ctx: SharedCtx) -> Router {
         )
         .route(
             "/api",
-            any(|State(c): State<SharedCtx>, Extension(w): Extension<Identity>, m: Method, Query(q), h: HeaderMap, b: Body| async move {
-                into_response(api_entry(true, c, w, m, "", q, h, b).await)
-            }),
+            any(
+                |State(c): State<SharedCtx>,
+                 Extension(w): Extension<Identity>,
+                 m: Method,
+                 Query(q),
+                 h: HeaderMap,
+                 b: Body| async move { into_response(api_entry(true, c, w, m, "", q, h, b).await) },
+            ),
         )
         .route(
             "/api/{*rest}",
-            any(|State(c): State<SharedCtx>, Extension(w): Extension<Identity>, m: Method, axum::extract::Path(rest): axum::extract::Path<String>, Query(q), h: HeaderMap, b: Body| async move {
-                into_response(api_entry(true, c, w, m, &rest, q, h, b).await)
-            }),
+            any(
+                |State(c): State<SharedCtx>,
+                 Extension(w): Extension<Identity>,
+                 m: Method,
+                 axum::extract::Path(rest): axum::extract::Path<String>,
+                 Query(q),
+                 h: HeaderMap,
+                 b: Body| async move { into_response(api_entry(true, c, w, m, &rest, q, h, b).await) },
+            ),
         )
         .route(
             "/apis",
-            any(|State(c): State<SharedCtx>, Extension(w): Extension<Identity>, m: Method, Query(q), h: HeaderMap, b: Body| async move {
-                into_response(api_entry(false, c, w, m, "", q, h, b).await)
-            }),
+            any(
+                |State(c): State<SharedCtx>,
+                 Extension(w): Extension<Identity>,
+                 m: Method,
+                 Query(q),
+                 h: HeaderMap,
+                 b: Body| async move { into_response(api_entry(false, c, w, m, "", q, h, b).await) },
+            ),
         )
         .route(
             "/apis/{*rest}",
-            any(|State(c): State<SharedCtx>, Extension(w): Extension<Identity>, m: Method, axum::extract::Path(rest): axum::extract::Path<String>, Query(q), h: HeaderMap, b: Body| async move {
-                into_response(api_entry(false, c, w, m, &rest, q, h, b).await)
-            }),
+            any(
+                |State(c): State<SharedCtx>,
+                 Extension(w): Extension<Identity>,
+                 m: Method,
+                 axum::extract::Path(rest): axum::extract::Path<String>,
+                 Query(q),
+                 h: HeaderMap,
+                 b: Body| async move { into_response(api_entry(false, c, w, m, &rest, q, h, b).await) },
+            ),
         )
         .fallback(|| async { ApiError::not_found_path().into_response() })
         .route_layer(middleware::from_fn_with_state(ctx.clone(), authenticate))

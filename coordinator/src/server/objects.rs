@@ -139,7 +139,8 @@ fn has_directive(v: &Value) -> bool {
 
 /// Apply a patch to a stored object.
 pub fn apply_patch(kind: PatchType, target: &Value, body: &[u8]) -> Result<Value, ApiError> {
-    let patch: Value = serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("malformed patch: {e}")))?;
+    let patch: Value =
+        serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("malformed patch: {e}")))?;
     let mut out = target.clone();
     match kind {
         PatchType::Merge | PatchType::Strategic => {
@@ -154,9 +155,15 @@ pub fn apply_patch(kind: PatchType, target: &Value, body: &[u8]) -> Result<Value
             json_patch::merge(&mut out, &patch);
         }
         PatchType::Json => {
-            let p: json_patch::Patch =
-                serde_json::from_value(patch).map_err(|e| ApiError::bad_request(format!("malformed JSON patch: {e}")))?;
-            json_patch::patch(&mut out, &p).map_err(|e| ApiError::invalid("", name_of(target), vec![super::error::cause("", "FieldValueInvalid", format!("JSON patch failed: {e}"))]))?;
+            let p: json_patch::Patch = serde_json::from_value(patch)
+                .map_err(|e| ApiError::bad_request(format!("malformed JSON patch: {e}")))?;
+            json_patch::patch(&mut out, &p).map_err(|e| {
+                ApiError::invalid(
+                    "",
+                    name_of(target),
+                    vec![super::error::cause("", "FieldValueInvalid", format!("JSON patch failed: {e}"))],
+                )
+            })?;
         }
     }
     Ok(out)
@@ -190,7 +197,12 @@ mod tests {
         assert_eq!(status["status"]["machineCount"], 9);
         assert_eq!(status["metadata"]["generation"], 3);
         // Kinds without a status subresource keep what the client sent.
-        let mc = prepare_update(&MACHINE_CONFIG, false, &json!({"metadata": {"name": "a"}}), json!({"metadata": {"name": "a"}, "status": {"x": 1}}));
+        let mc = prepare_update(
+            &MACHINE_CONFIG,
+            false,
+            &json!({"metadata": {"name": "a"}}),
+            json!({"metadata": {"name": "a"}, "status": {"x": 1}}),
+        );
         assert_eq!(mc["status"]["x"], 1);
     }
 
@@ -205,7 +217,10 @@ mod tests {
         assert_eq!(e.status.code, 422);
         assert_eq!(apply_patch(PatchType::Merge, &s, b"[1]").unwrap_err().status.code, 400);
         assert_eq!(apply_patch(PatchType::Merge, &s, b"{oops").unwrap_err().status.code, 400);
-        assert_eq!(apply_patch(PatchType::Strategic, &s, br#"{"spec":{"$patch":"replace"}}"#).unwrap_err().status.code, 415);
+        assert_eq!(
+            apply_patch(PatchType::Strategic, &s, br#"{"spec":{"$patch":"replace"}}"#).unwrap_err().status.code,
+            415
+        );
         assert_eq!(PatchType::from_content_type("application/apply-patch+yaml").unwrap_err().status.code, 415);
     }
 }

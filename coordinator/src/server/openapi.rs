@@ -18,14 +18,19 @@ fn gv_path(group: &str, version: &str) -> String {
 
 /// A schema name in Kubernetes' reverse-domain style.
 fn schema_name(r: &ResourceType) -> String {
-    let group = if r.group.is_empty() { "io.k8s.api.core".to_string() } else { r.group.split('.').rev().collect::<Vec<_>>().join(".") };
+    let group = if r.group.is_empty() {
+        "io.k8s.api.core".to_string()
+    } else {
+        r.group.split('.').rev().collect::<Vec<_>>().join(".")
+    };
     format!("{group}.{}.{}", r.version, r.kind)
 }
 
 fn gv_doc(group: &str, version: &str) -> Option<Value> {
     let mut schemas = Map::new();
     let mut paths = Map::new();
-    let served: Vec<&ResourceType> = resources::ALL.iter().filter(|r| r.group == group && r.version == version).collect();
+    let served: Vec<&ResourceType> =
+        resources::ALL.iter().filter(|r| r.group == group && r.version == version).collect();
     if served.is_empty() {
         return None;
     }
@@ -81,7 +86,8 @@ fn group_versions() -> Vec<(&'static str, &'static str)> {
 pub fn index() -> Value {
     let mut paths = Map::new();
     for (g, v) in group_versions() {
-        let hash = gv_doc(g, v).map(|d| hex::encode(&Sha256::digest(d.to_string().as_bytes())[..8])).unwrap_or_default();
+        let hash =
+            gv_doc(g, v).map(|d| hex::encode(&Sha256::digest(d.to_string().as_bytes())[..8])).unwrap_or_default();
         let p = gv_path(g, v);
         paths.insert(p.clone(), json!({"serverRelativeURL": format!("/openapi/v3/{p}?hash={hash}")}));
     }

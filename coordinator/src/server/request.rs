@@ -85,9 +85,12 @@ pub fn decode_object(headers: &HeaderMap, body: &[u8]) -> Result<Value, ApiError
         let text = std::str::from_utf8(body).map_err(|_| ApiError::bad_request("request body is not UTF-8"))?;
         yaml_serde::from_str(text).map_err(|e| ApiError::bad_request(format!("malformed YAML in request body: {e}")))?
     } else if ctype.contains("json") || ctype.is_empty() {
-        serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("malformed JSON in request body: {e}")))?
+        serde_json::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("malformed JSON in request body: {e}")))?
     } else {
-        return Err(ApiError::unsupported_media(format!("unsupported content type {ctype:?}: send application/json or application/yaml")));
+        return Err(ApiError::unsupported_media(format!(
+            "unsupported content type {ctype:?}: send application/json or application/yaml"
+        )));
     };
     if !v.is_object() {
         return Err(ApiError::bad_request("request body must be a JSON object"));
@@ -109,7 +112,10 @@ pub fn check_type(rt: &ResourceType, obj: &Value) -> Result<(), ApiError> {
         )));
     }
     if kind != rt.kind {
-        return Err(ApiError::bad_request(format!("the kind in the data ({kind}) does not match the expected kind ({})", rt.kind)));
+        return Err(ApiError::bad_request(format!(
+            "the kind in the data ({kind}) does not match the expected kind ({})",
+            rt.kind
+        )));
     }
     Ok(())
 }
@@ -129,7 +135,9 @@ impl FieldSelector {
             } else if let Some((f, v)) = t.split_once("==").or_else(|| t.split_once('=')) {
                 (f, false, v)
             } else {
-                return Err(ApiError::bad_request(format!("invalid field selector {t:?}: want field=value or field!=value")));
+                return Err(ApiError::bad_request(format!(
+                    "invalid field selector {t:?}: want field=value or field!=value"
+                )));
             };
             let field = field.trim();
             if field != "metadata.name" && field != "metadata.namespace" {
@@ -165,17 +173,27 @@ mod tests {
         assert_eq!(parse(true, "").unwrap(), Target::CoreVersions);
         assert_eq!(parse(false, "/").unwrap(), Target::Groups);
         assert!(matches!(parse(false, "/machineconfiguration.openshift.io/v1").unwrap(), Target::ResourceList { .. }));
-        let Target::Resource(p) = parse(false, "/machineconfiguration.openshift.io/v1/machineconfigpools/worker/status").unwrap() else {
+        let Target::Resource(p) =
+            parse(false, "/machineconfiguration.openshift.io/v1/machineconfigpools/worker/status").unwrap()
+        else {
             panic!("not a resource")
         };
-        assert_eq!((p.rt.kind, p.name.as_deref(), p.subresource.as_deref()), ("MachineConfigPool", Some("worker"), Some("status")));
-        let Target::Resource(p) = parse(true, "/v1/namespaces/default/events").unwrap() else { panic!("not a resource") };
+        assert_eq!(
+            (p.rt.kind, p.name.as_deref(), p.subresource.as_deref()),
+            ("MachineConfigPool", Some("worker"), Some("status"))
+        );
+        let Target::Resource(p) = parse(true, "/v1/namespaces/default/events").unwrap() else {
+            panic!("not a resource")
+        };
         assert_eq!((p.rt.kind, p.namespace.as_deref()), ("Event", Some("default")));
         // Unknown resources, subresources and namespaced paths of cluster kinds are 404s.
         for bad in ["/v1/pods", "/v1/nodes/a/proxy", "/v1/namespaces/x/nodes", "/v1/nodes/a/status/x"] {
             assert_eq!(parse(true, bad).unwrap_err().status.code, 404, "{bad}");
         }
-        assert_eq!(parse(false, "/machineconfiguration.openshift.io/v1/machineconfigs/mc/status").unwrap_err().status.code, 404);
+        assert_eq!(
+            parse(false, "/machineconfiguration.openshift.io/v1/machineconfigs/mc/status").unwrap_err().status.code,
+            404
+        );
     }
 
     #[test]

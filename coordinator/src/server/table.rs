@@ -92,7 +92,9 @@ fn cells(r: &ResourceType, o: &Value, now: chrono::DateTime<chrono::Utc>) -> Vec
     let name = json!(s(o, "/metadata/name"));
     let age = json!(age(s(o, "/metadata/creationTimestamp"), now));
     let int = |p: &str| json!(o.pointer(p).and_then(Value::as_i64).unwrap_or(0));
-    let annotation = |k: &str| json!(o.pointer("/metadata/annotations").and_then(|a| a.get(k)).and_then(Value::as_str).unwrap_or(""));
+    let annotation = |k: &str| {
+        json!(o.pointer("/metadata/annotations").and_then(|a| a.get(k)).and_then(Value::as_str).unwrap_or(""))
+    };
     match r.kind {
         "MachineConfigPool" => vec![
             name,
@@ -147,7 +149,11 @@ fn cells(r: &ResourceType, o: &Value, now: chrono::DateTime<chrono::Utc>) -> Vec
                 json!(self::age(last, now)),
                 json!(s(o, "/type")),
                 json!(s(o, "/reason")),
-                json!(format!("{}/{}", s(o, "/involvedObject/kind").to_ascii_lowercase(), s(o, "/involvedObject/name"))),
+                json!(format!(
+                    "{}/{}",
+                    s(o, "/involvedObject/kind").to_ascii_lowercase(),
+                    s(o, "/involvedObject/name")
+                )),
                 json!(s(o, "/message")),
             ]
         }

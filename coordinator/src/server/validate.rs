@@ -61,7 +61,11 @@ fn max_unavailable_causes(mu: &Option<IntOrString>, out: &mut Vec<StatusCause>) 
         Some(IntOrString::String(s)) => {
             let ok = s.strip_suffix('%').and_then(|p| p.parse::<u32>().ok()).is_some_and(|p| p <= 100);
             if !ok {
-                out.push(cause(field, "FieldValueInvalid", format!("{s:?} must be an integer or a percentage such as \"10%\"")));
+                out.push(cause(
+                    field,
+                    "FieldValueInvalid",
+                    format!("{s:?} must be an integer or a percentage such as \"10%\""),
+                ));
             }
         }
         _ => {}
@@ -74,7 +78,7 @@ pub fn object_causes(r: &ResourceType, obj: &Value) -> Vec<StatusCause> {
     match r.kind {
         "MachineConfig" => {
             if let Some(mc) = typed::<MachineConfig>(obj, &mut out) {
-if let Err(e) = aloft_api::ignition::parse_config(&mc.spec.config) {
+                if let Err(e) = aloft_api::ignition::parse_config(&mc.spec.config) {
                     out.push(cause(&e.field(), "FieldValueInvalid", e.to_string()));
                 }
                 if let Err(errs) = aloft_api::reconcile::validate_for_day2(&mc.spec) {

@@ -32,7 +32,9 @@ pub async fn serve(
     let resource = rt.store_key();
     let rv = params.get("resourceVersion").map(String::as_str).unwrap_or("");
     let timeout = match params.get("timeoutSeconds") {
-        Some(s) => Duration::from_secs(s.parse().map_err(|_| ApiError::bad_request(format!("timeoutSeconds {s:?} is not a number")))?),
+        Some(s) => Duration::from_secs(
+            s.parse().map_err(|_| ApiError::bad_request(format!("timeoutSeconds {s:?} is not a number")))?,
+        ),
         None => ctx.limits.watch_timeout,
     };
     let (initial, from) = if rv.is_empty() || rv == "0" {
@@ -43,7 +45,9 @@ pub async fn serve(
             .map_err(|e| ApiError::from_store(e, &rt.qualified(), ""))?;
         (listing.items, listing.revision)
     } else {
-        let from = rv.parse::<u64>().map_err(|_| ApiError::bad_request(format!("resourceVersion {rv:?} is not a resourceVersion this server issued")))?;
+        let from = rv.parse::<u64>().map_err(|_| {
+            ApiError::bad_request(format!("resourceVersion {rv:?} is not a resourceVersion this server issued"))
+        })?;
         (Vec::new(), from)
     };
     let filter = WatchFilter {

@@ -232,9 +232,8 @@ fn read_log(conn: &Connection, filter: &WatchFilter, after: u64) -> Result<(Vec<
            AND (?4 IS NULL OR name = ?4)
          ORDER BY revision LIMIT ?5",
     )?;
-    let rows = stmt.query_map(
-        params![after as i64, filter.resource, filter.namespace, filter.name, REPLAY_PAGE],
-        |r| {
+    let rows =
+        stmt.query_map(params![after as i64, filter.resource, filter.namespace, filter.name, REPLAY_PAGE], |r| {
             Ok((
                 r.get::<_, i64>(0)?,
                 r.get::<_, String>(1)?,
@@ -243,8 +242,7 @@ fn read_log(conn: &Connection, filter: &WatchFilter, after: u64) -> Result<(Vec<
                 r.get::<_, i64>(4)?,
                 r.get::<_, String>(5)?,
             ))
-        },
-    )?;
+        })?;
     let mut out = Vec::new();
     for row in rows {
         let (rev, resource, namespace, name, kind, data) = row?;
@@ -396,14 +394,8 @@ impl Store for SqliteStore {
         if from < compacted {
             return Err(StoreError::Gone { requested: from, oldest: compacted + 1 });
         }
-        let state = WatchState {
-            store: self.clone(),
-            filter,
-            last: from,
-            rx,
-            phase: Phase::Replay,
-            buf: VecDeque::new(),
-        };
+        let state =
+            WatchState { store: self.clone(), filter, last: from, rx, phase: Phase::Replay, buf: VecDeque::new() };
         Ok(Box::pin(futures::stream::unfold(state, WatchState::next)))
     }
 

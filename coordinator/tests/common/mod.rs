@@ -53,7 +53,8 @@ impl Coordinator {
     }
 
     pub fn client_with(&self, token: &str) -> Client {
-        Client::new(&ClientConfig { server: self.url.clone(), ca_pem: Some(self.ca()), token: Some(token.to_string()) }).expect("client")
+        Client::new(&ClientConfig { server: self.url.clone(), ca_pem: Some(self.ca()), token: Some(token.to_string()) })
+            .expect("client")
     }
 
     /// `aloft-coordinator token create` against this data dir.

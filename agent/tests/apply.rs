@@ -1,0 +1,347 @@
+//! The apply engine end to end on temp roots: files with owners, modes and MCO backups; units,
+//! drop-ins, masks and batched enablement; SSH keys and the password hash; removal restoring
+//! originals; rollback on failure; on-disk verification with MCO's messages; MCO fixtures.
+
+mod support;
+
+use aloft_agent::apply::{self, ApplyError, Recovery};
+use aloft_agent::journal::{Journal, Phase};
+use aloft_agent::ondisk;
+use aloft_agent::validate::RefusalKind;
+use aloft_api::MachineConfigSpec;
+use serde_json::json;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+use support::*;
+
+const AGENT_STATE: &str = "var/lib/aloft";
+
+fn read(root: &Path, rel: &str) -> String {
+    std::fs::read_to_string(root.join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
+}
+
+fn meta(root: &Path, rel: &str) -> (u32, u32, u32) {
+    let m = std::fs::symlink_metadata(root.join(rel)).unwrap();
+    (m.mode() & 0o7777, m.uid(), m.gid())
+}
+
+fn exists(root: &Path, rel: &str) -> bool {
+    std::fs::symlink_metadata(root.join(rel)).is_ok()
+}
+
+/// A node on `old_config()`.
+fn node_on_old() -> (tempfile::TempDir, aloft_agent::host::Root, Journal) {
+    let (dir, root) = node();
+    let journal = Journal::new(&root);
+    let svc = RecordingServices::on(dir.path());
+    block_on(apply::apply(&root, &journal, &MachineConfigSpec::default(), &old_config(), &svc)).unwrap();
+    (dir, root, journal)
+}
+
+#[test]
+fn applies_files_units_and_ssh_like_mco() {
+    let (dir, root, journal) = node_on_old();
+    let r = dir.path();
+    // The first apply backed up the OS's chrony.conf and stamped the paths that were new.
+    assert_eq!(read(r, "etc/machine-config-daemon/orig/etc/chrony.conf.mcdorig"), "pool 2.rhel.pool.ntp.org iburst\n");
+    assert!(exists(r, "etc/machine-config-daemon/noorig/etc/aloft-test/gone.conf.mcdnoorig"));
+    assert_eq!(meta(r, "etc/aloft-test/gone.conf"), (0o600, 0, 0));
+
+    let svc = RecordingServices::on(r);
+    let report = block_on(apply::apply(&root, &journal, &old_config(), &new_config(), &svc)).unwrap();
+
+    // Files: contents, modes, owners (by name from the root's /etc/passwd, by id), parents 0755.
+    assert_eq!(read(r, "etc/aloft-test/change.conf"), "after\n");
+    assert_eq!(meta(r, "etc/aloft-test/change.conf"), (0o600, CORE_UID, CORE_UID));
+    assert_eq!(read(r, "etc/aloft-test/new/deep/added.conf"), "added\n");
+    assert_eq!(meta(r, "etc/aloft-test/new/deep/added.conf"), (0o644, 0, 0));
+    assert_eq!(meta(r, "etc/aloft-test/new"), (0o755, 0, 0));
+    assert_eq!(read(r, "etc/aloft-test/gz.conf"), "compressed\n");
+    assert_eq!(meta(r, "etc/aloft-test/gz.conf"), (0o640, CORE_UID, 10));
+    assert_eq!(read(r, "etc/hosts"), "127.0.0.1 localhost node1\n");
+    // Backups: the OS's /etc/hosts saved, new paths stamped; paths leaving the config restored
+    // (chrony.conf) or deleted (gone.conf, its stamp too).
+    assert_eq!(read(r, "etc/machine-config-daemon/orig/etc/hosts.mcdorig"), "127.0.0.1 localhost\n");
+    assert!(exists(r, "etc/machine-config-daemon/noorig/etc/aloft-test/new/deep/added.conf.mcdnoorig"));
+    assert_eq!(read(r, "etc/chrony.conf"), "pool 2.rhel.pool.ntp.org iburst\n");
+    assert!(!exists(r, "etc/machine-config-daemon/orig/etc/chrony.conf.mcdorig"));
+    assert!(!exists(r, "etc/aloft-test/gone.conf"));
+    assert!(!exists(r, "etc/machine-config-daemon/noorig/etc/aloft-test/gone.conf.mcdnoorig"));
+
+    // Units: contents, drop-ins (changed, added, emptied -> removed with its original saved),
+    // masks, removed units deleted; enablement links made by the service manager.
+    let sd = "etc/systemd/system";
+    assert!(read(r, &format!("{sd}/common.service")).contains("/bin/new"));
+    assert_eq!(read(r, &format!("{sd}/common.service.d/10-a.conf")), "[Service]\nEnvironment=A=2\n");
+    assert_eq!(read(r, &format!("{sd}/common.service.d/30-c.conf")), "[Service]\nEnvironment=C=1\n");
+    assert!(!exists(r, &format!("{sd}/common.service.d/20-b.conf")));
+    assert!(!exists(r, &format!("{sd}/common.service.d/40-empty.conf")));
+    assert_eq!(
+        read(r, "etc/machine-config-daemon/orig/etc/systemd/system/common.service.d/40-empty.conf.mcdorig"),
+        "[Service]\nNice=5\n"
+    );
+    assert_eq!(std::fs::read_link(r.join(format!("{sd}/masked-later.service"))).unwrap(), Path::new("/dev/null"));
+    assert!(!exists(r, &format!("{sd}/old-only.service")));
+    assert!(exists(r, &format!("{sd}/multi-user.target.wants/new.service")));
+    assert!(exists(r, &format!("{sd}/multi-user.target.wants/common.service")));
+    assert!(!exists(r, &format!("{sd}/multi-user.target.wants/old-only.service")));
+
+    // Service manager: the removed unit preset while its file existed, one reload, one batch per kind.
+    let calls = svc.calls();
+    let ops: Vec<&str> = calls.iter().map(|c| c.op).collect();
+    assert_eq!(ops, ["preset", "daemon-reload", "enable", "preset"], "{calls:?}");
+    assert_eq!(calls[0].units, ["old-only.service"]);
+    assert_eq!(calls[2].units, ["common.service", "new.service", "os-unit.service"]);
+    assert_eq!(calls[3].units, ["preset-me.service"]);
+
+    // SSH keys (dir 0700, file 0600, owner core through the /home -> var/home symlink), password.
+    let keys = "home/core/.ssh/authorized_keys.d/ignition";
+    assert_eq!(read(r, keys), "ssh-ed25519 AAAAold old@example\nssh-rsa AAAAnew new@example\n");
+    assert_eq!(meta(r, "var/home/core/.ssh/authorized_keys.d/ignition"), (0o600, CORE_UID, CORE_UID));
+    assert_eq!(meta(r, "var/home/core/.ssh"), (0o700, CORE_UID, CORE_UID));
+    assert_eq!(meta(r, "var/home/core/.ssh/authorized_keys.d"), (0o700, CORE_UID, CORE_UID));
+    assert_eq!(read(r, "etc/shadow"), "root:!locked::0:99999:7:::\ncore:$6$salt$hash:19000:0:99999:7:::\n");
+    assert_eq!(meta(r, "etc/shadow").0, 0);
+
+    // The report the disruption policy reads.
+    assert_eq!(report.files_added, ["/etc/aloft-test/new/deep/added.conf", "/etc/hosts", "/etc/aloft-test/gz.conf"]);
+    assert_eq!(report.files_changed, ["/etc/aloft-test/change.conf"]);
+    assert_eq!(report.files_removed, ["/etc/aloft-test/gone.conf", "/etc/chrony.conf"]);
+    assert_eq!(
+        report.units_changed,
+        ["common.service", "masked-later.service", "new.service", "old-only.service", "os-unit.service", "preset-me.service"]
+    );
+    assert!(report.ssh_changed && report.passwd_changed && report.daemon_reload);
+    assert!(report.warnings.is_empty(), "{:?}", report.warnings);
+
+    // The journal says committed; the disk matches the new config and not the old one.
+    assert_eq!(journal.load().unwrap().unwrap().phase, Phase::Committed);
+    ondisk::verify(&root, &new_config()).unwrap();
+    let drift = ondisk::verify(&root, &old_config()).unwrap_err();
+    assert_eq!(
+        drift.message,
+        "mode mismatch for file: \"/etc/aloft-test/change.conf\"; expected: -rw-r--r--/420/0644; received: -rw-------/384/0600"
+    );
+}
+
+#[test]
+fn applying_the_old_config_again_restores_originals_and_deletes_noorig_files() {
+    let (dir, root, journal) = node_on_old();
+    let r = dir.path();
+    let on_old = snapshot(r, &[AGENT_STATE]);
+    let svc = RecordingServices::on(r);
+    block_on(apply::apply(&root, &journal, &old_config(), &new_config(), &svc)).unwrap();
+    assert_ne!(snapshot(r, &[AGENT_STATE]), on_old);
+    block_on(apply::apply(&root, &journal, &new_config(), &old_config(), &svc)).unwrap();
+    // Everything is back; only directories created for the new files stay (MCO never removes
+    // directories), so compare without empty ones.
+    let back = snapshot(r, &[AGENT_STATE]);
+    assert_eq!(without_empty_dirs(back.clone()), without_empty_dirs(on_old.clone()), "{}", diff(&on_old, &back));
+    assert_eq!(read(r, "etc/hosts"), "127.0.0.1 localhost\n");
+    assert!(!exists(r, "etc/aloft-test/new/deep/added.conf"));
+    assert!(!exists(r, "etc/machine-config-daemon/noorig/etc/aloft-test/new/deep/added.conf.mcdnoorig"));
+    assert!(!exists(r, "etc/machine-config-daemon/orig/etc/hosts.mcdorig"));
+    assert_eq!(read(r, "etc/systemd/system/common.service.d/40-empty.conf"), "[Service]\nNice=5\n");
+    ondisk::verify(&root, &old_config()).unwrap();
+
+    // And down to nothing: every file goes back to what the OS had.
+    block_on(apply::apply(&root, &journal, &old_config(), &MachineConfigSpec::default(), &svc)).unwrap();
+    let (fresh, _) = node();
+    let bare = without_empty_dirs(snapshot(r, &[AGENT_STATE, "var/home/core/.ssh"]));
+    let orig = without_empty_dirs(snapshot(fresh.path(), &[AGENT_STATE]));
+    assert_eq!(bare, orig, "{}", diff(&orig, &bare));
+}
+
+#[test]
+fn reapplying_the_same_config_changes_nothing() {
+    let (dir, root, journal) = node_on_old();
+    let svc = RecordingServices::on(dir.path());
+    block_on(apply::apply(&root, &journal, &old_config(), &new_config(), &svc)).unwrap();
+    let before = snapshot(dir.path(), &[AGENT_STATE]);
+    let report = block_on(apply::apply(&root, &journal, &new_config(), &new_config(), &svc)).unwrap();
+    assert_eq!(snapshot(dir.path(), &[AGENT_STATE]), before);
+    assert!(report.changed_paths().is_empty() && report.units_changed.is_empty() && !report.passwd_changed);
+    assert!(!report.daemon_reload);
+}
+
+#[test]
+fn a_failing_step_rolls_back_to_exactly_the_old_config() {
+    let (dir, root, journal) = node_on_old();
+    let before = snapshot(dir.path(), &[AGENT_STATE]);
+    let svc = RecordingServices::on(dir.path()).failing_enable_of("new.service");
+    let err = block_on(apply::apply(&root, &journal, &old_config(), &new_config(), &svc)).unwrap_err();
+    let ApplyError::RolledBack { reason } = &err else { panic!("{err}") };
+    assert!(reason.contains("new.service: injected failure"), "{reason}");
+    let after = snapshot(dir.path(), &[AGENT_STATE]);
+    assert_eq!(after, before, "{}", diff(&before, &after));
+    assert!(matches!(journal.load().unwrap().unwrap().phase, Phase::RolledBack { .. }));
+    ondisk::verify(&root, &old_config()).unwrap();
+    // Recovery reports the same outcome and changes nothing.
+    match block_on(apply::recover(&root, &journal, &svc)).unwrap() {
+        Recovery::RolledBack { reason: r, .. } => assert_eq!(&r, reason),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(snapshot(dir.path(), &[AGENT_STATE]), before);
+}
+
+#[test]
+fn an_unfinished_journal_blocks_a_new_apply_until_recovered() {
+    let (dir, root, journal) = node_on_old();
+    // A record left in the forward phase (its blobs are gone with the commit, so keep only the
+    // steps that need none).
+    let mut rec = journal.load().unwrap().unwrap();
+    rec.phase = Phase::Forward;
+    rec.forward.retain(|s| matches!(s, aloft_agent::journal::Step::Service { .. } | aloft_agent::journal::Step::DaemonReload));
+    journal.save(&rec).unwrap();
+    let svc = RecordingServices::on(dir.path());
+    let err = block_on(apply::apply(&root, &journal, &old_config(), &new_config(), &svc)).unwrap_err();
+    assert!(matches!(err, ApplyError::Unfinished { .. }), "{err}");
+    assert!(matches!(block_on(apply::recover(&root, &journal, &svc)).unwrap(), Recovery::Applied { .. }));
+    block_on(apply::apply(&root, &journal, &old_config(), &new_config(), &svc)).unwrap();
+    journal.clear().unwrap();
+    assert_eq!(block_on(apply::recover(&root, &journal, &svc)).unwrap(), Recovery::Nothing);
+}
+
+#[test]
+fn ondisk_verification_reports_drift_like_mco() {
+    let (dir, root, journal) = node_on_old();
+    let r = dir.path();
+    let svc = RecordingServices::on(r);
+    block_on(apply::apply(&root, &journal, &old_config(), &new_config(), &svc)).unwrap();
+    ondisk::verify(&root, &new_config()).unwrap();
+
+    let f = r.join("etc/hosts");
+    std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let drift = ondisk::verify(&root, &new_config()).unwrap_err();
+    assert_eq!(
+        drift.message,
+        "mode mismatch for file: \"/etc/hosts\"; expected: -rw-r--r--/420/0644; received: -rwxr-xr-x/493/0755"
+    );
+    assert_eq!(
+        drift.reason("rendered-worker-1"),
+        "unexpected on-disk state validating against rendered-worker-1: mode mismatch for file: \"/etc/hosts\"; expected: -rw-r--r--/420/0644; received: -rwxr-xr-x/493/0755"
+    );
+    std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::fs::write(&f, "drifted\n").unwrap();
+    assert_eq!(ondisk::verify(&root, &new_config()).unwrap_err().message, "content mismatch for file \"/etc/hosts\"");
+    std::fs::remove_file(&f).unwrap();
+    std::fs::create_dir(&f).unwrap();
+    std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o755)).unwrap();
+    assert_eq!(
+        ondisk::verify(&root, &new_config()).unwrap_err().message,
+        "mode mismatch for file: \"/etc/hosts\"; expected: -rw-r--r--/420/0644; received: drwxr-xr-x/2147484141/020000000755"
+    );
+    std::fs::remove_dir(&f).unwrap();
+    std::fs::write(&f, "127.0.0.1 localhost node1\n").unwrap();
+    std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644)).unwrap();
+    ondisk::verify(&root, &new_config()).unwrap();
+
+    let sd = r.join("etc/systemd/system");
+    std::fs::write(sd.join("common.service.d/30-c.conf"), "x").unwrap();
+    assert_eq!(
+        ondisk::verify(&root, &new_config()).unwrap_err().message,
+        "content mismatch for file \"/etc/systemd/system/common.service.d/30-c.conf\""
+    );
+    std::fs::write(sd.join("common.service.d/30-c.conf"), "[Service]\nEnvironment=C=1\n").unwrap();
+    std::fs::remove_file(sd.join("masked-later.service")).unwrap();
+    std::fs::write(sd.join("masked-later.service"), "").unwrap();
+    let m = ondisk::verify(&root, &new_config()).unwrap_err().message;
+    assert!(m.starts_with("state validation: invalid unit masked setting. path: \"/etc/systemd/system/masked-later.service\"; expected: /dev/null; received:"), "{m}");
+    std::fs::remove_file(sd.join("masked-later.service")).unwrap();
+    std::os::unix::fs::symlink("/dev/null", sd.join("masked-later.service")).unwrap();
+    std::fs::remove_file(sd.join("multi-user.target.wants/new.service")).unwrap();
+    assert_eq!(
+        ondisk::verify(&root, &new_config()).unwrap_err().message,
+        "unit \"new.service\" is not enabled: no symlink to it in /etc/systemd/system/*.wants"
+    );
+    // enabled: false must have no link.
+    let mut disabled = new_config();
+    disabled.config["systemd"]["units"][0]["enabled"] = json!(false);
+    assert_eq!(
+        ondisk::verify(&root, &disabled).unwrap_err().message,
+        "unit \"common.service\" is enabled (/etc/systemd/system/multi-user.target.wants/common.service) but the config disables it"
+    );
+}
+
+#[test]
+fn core_missing_from_passwd_gives_root_owned_keys_and_a_warning() {
+    let (dir, root) = node();
+    std::fs::write(dir.path().join("etc/passwd"), "root:x:0:0:root:/root:/bin/bash\n").unwrap();
+    let journal = Journal::new(&root);
+    let cfg = spec(json!({"passwd": {"users": [{"name": "core", "sshAuthorizedKeys": ["ssh-rsa K"]}]}}));
+    let report = block_on(apply::apply(&root, &journal, &MachineConfigSpec::default(), &cfg, &RecordingServices::new())).unwrap();
+    assert_eq!(meta(dir.path(), "var/home/core/.ssh/authorized_keys.d/ignition"), (0o600, 0, 0));
+    assert_eq!(report.warnings.len(), 1);
+    assert!(report.warnings[0].contains("user core is not in /etc/passwd"), "{:?}", report.warnings);
+}
+
+#[test]
+fn removing_all_keys_removes_the_keys_file() {
+    let (dir, root, journal) = node_on_old();
+    let svc = RecordingServices::on(dir.path());
+    let mut no_keys = old_config();
+    no_keys.config["passwd"]["users"][0]["sshAuthorizedKeys"] = json!([]);
+    let report = block_on(apply::apply(&root, &journal, &old_config(), &no_keys, &svc)).unwrap();
+    assert!(report.ssh_changed);
+    assert!(!exists(dir.path(), "var/home/core/.ssh/authorized_keys.d/ignition"));
+}
+
+#[test]
+fn check_refuses_before_a_drain_and_reports_the_diff() {
+    let (dir, root, _journal) = node_on_old();
+    let before = snapshot(dir.path(), &[]);
+    let mut fips = new_config();
+    fips.fips = Some(true);
+    let r = apply::check(&root, &old_config(), &fips).unwrap_err();
+    assert_eq!((r.kind, r.field.as_str()), (RefusalKind::Unreconcilable, "spec.fips"));
+    let mut kargs = new_config();
+    kargs.kernel_arguments = vec!["nosmt".into()];
+    let d = apply::check(&root, &old_config(), &kargs).unwrap();
+    assert!(d.kargs && d.files && d.units && d.passwd && !d.os_update);
+    assert_eq!(snapshot(dir.path(), &[]), before);
+}
+
+#[test]
+fn mco_fixture_worker_ssh_key() {
+    let Some(text) = mco_fixture("bootstrap/99_openshift-machineconfig_worker.yaml") else { return };
+    let mc = machine_config(&text);
+    assert_eq!(mc.metadata.name, "99-worker-ssh");
+    let (dir, root) = node();
+    let journal = Journal::new(&root);
+    let report =
+        block_on(apply::apply(&root, &journal, &MachineConfigSpec::default(), &mc.spec, &RecordingServices::new())).unwrap();
+    assert!(report.ssh_changed);
+    assert_eq!(read(dir.path(), "home/core/.ssh/authorized_keys.d/ignition"), "ssh-rsa SSH-AUTHORIZED-KEY\n");
+    assert_eq!(meta(dir.path(), "var/home/core/.ssh/authorized_keys.d/ignition"), (0o600, CORE_UID, CORE_UID));
+    ondisk::verify(&root, &mc.spec).unwrap();
+}
+
+#[test]
+fn mco_fixture_spec_2_2_units_and_dropins() {
+    let Some(text) = mco_fixture("server/machine-configs/test-config.yaml") else { return };
+    let mc = machine_config(&text);
+    let (dir, root) = node();
+    // docker.service comes with the OS; the config only enables it and adds a drop-in.
+    let docker = dir.path().join("usr/lib/systemd/system/docker.service");
+    std::fs::write(docker, "[Service]\nExecStart=/usr/bin/dockerd\n[Install]\nWantedBy=multi-user.target\n").unwrap();
+    let journal = Journal::new(&root);
+    let svc = RecordingServices::on(dir.path());
+    let report = block_on(apply::apply(&root, &journal, &MachineConfigSpec::default(), &mc.spec, &svc)).unwrap();
+    let r = dir.path();
+    assert_eq!(read(r, "etc/coreos/update.conf"), "GROUP=stable\nSERVER=http://localhost:32003/v1/update\n");
+    assert_eq!(
+        read(r, "etc/systemd/system/docker.service.d/10-dockeropts.conf"),
+        "[Service]\nEnvironment=\"DOCKER_OPTS=--log-opt max-size=50m --log-opt max-file=3\n"
+    );
+    assert!(!exists(r, "etc/systemd/system/docker.service"), "docker.service has no contents: not written");
+    assert!(read(r, "etc/systemd/system/kubelet.service").starts_with("[Unit]\nDescription=Kubernetes Kubelet\n"));
+    assert_eq!(std::fs::read_link(r.join("etc/systemd/system/locksmith.service")).unwrap(), Path::new("/dev/null"));
+    assert!(exists(r, "etc/systemd/system/multi-user.target.wants/kubelet.service"));
+    assert_eq!(
+        report.units_changed,
+        ["docker.service", "etcd-member-tls.service", "etcd-member.service", "kubelet-workaround.service", "kubelet.service", "locksmith.service"]
+    );
+    let enable = svc.calls().into_iter().find(|c| c.op == "enable").unwrap();
+    assert_eq!(enable.units, ["docker.service", "etcd-member-tls.service", "etcd-member.service", "kubelet.service"]);
+    ondisk::verify(&root, &mc.spec).unwrap();
+}
