@@ -218,11 +218,13 @@ pub async fn run(opts: ApiBench) -> Result<()> {
         }
     });
     let mut delivery = Vec::with_capacity(watch_samples);
+    let mut writes = Vec::with_capacity(watch_samples);
     for i in 0..watch_samples {
         let p = resource_path(NODE.path_ref(), None, Some(&format!("node-{:05}", i % opts.nodes.max(1))));
         let patch = json!({"metadata": {"annotations": {"aloft.dev/bench": i.to_string()}}});
         let sent = Instant::now();
         client.patch(&p, "application/merge-patch+json", &patch).await?.into_result()?;
+        writes.push(sent.elapsed());
         let seen = tokio::time::timeout(Duration::from_secs(10), rx.recv())
             .await
             .context("watch event never arrived")?
@@ -230,6 +232,7 @@ pub async fn run(opts: ApiBench) -> Result<()> {
         delivery.push(seen.duration_since(sent));
     }
     let delivery = stats(delivery);
+    let writes = stats(writes);
 
     // Render: the real merge of every config the pool selects.
     let mcs: Vec<MachineConfig> =
@@ -271,6 +274,7 @@ pub async fn run(opts: ApiBench) -> Result<()> {
     row("GET one node", &get, &base);
     row(&format!("LIST {} nodes", opts.nodes), &list, &base);
     row("LIST nodes, labelSelector (1/3)", &list_sel, &base);
+    row("PATCH one node (fsynced write)", &writes, &base);
     row("watch event delivery (PATCH->event)", &delivery, &base);
     row("baseline: parse configs as JSON", &render_base, &render_base);
     row(&format!("render pool of {} configs", opts.configs), &render, &render_base);

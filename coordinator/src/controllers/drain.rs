@@ -10,8 +10,29 @@ use aloft_api::annotations as ann;
 use serde_json::Value;
 use std::sync::Arc;
 
+/// Answers each Node event by itself (no full list per event), with a full pass at start and after
+/// a broken watch.
 pub async fn run(store: Arc<dyn Store>) {
-    super::run_loop("drain", store, &[NODE.store_key()], |s| async move { reconcile_all(&s).await }).await
+    loop {
+        if let Err(e) = follow(&store).await {
+            tracing::warn!(controller = "drain", error = %e, "controller restarting");
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    }
+}
+
+async fn follow(store: &Arc<dyn Store>) -> Result<(), StoreError> {
+    use futures::StreamExt;
+    let from = store.revision().await?;
+    let mut events = store.watch(crate::store::WatchFilter::resource(&NODE.store_key()), from).await?;
+    reconcile_all(store).await?;
+    while let Some(ev) = events.next().await {
+        let ev = ev?;
+        if ev.kind != crate::store::EventType::Deleted {
+            answer(store, &ev.object).await?;
+        }
+    }
+    Ok(())
 }
 
 /// What to write for a node, if anything: (unschedulable, lastAppliedDrain).
@@ -33,20 +54,27 @@ pub fn decide(node: &Value) -> Option<(bool, String)> {
 
 pub async fn reconcile_all(store: &Arc<dyn Store>) -> Result<(), StoreError> {
     for node in store.list(&NODE.store_key(), None).await?.items {
-        let Some((cordon, applied)) = decide(&node) else { continue };
-        let mut next = node.clone();
-        if cordon {
-            next["spec"]["unschedulable"] = true.into();
-        } else if let Some(spec) = next.get_mut("spec").and_then(Value::as_object_mut) {
-            spec.remove("unschedulable");
-        }
-        next["metadata"]["annotations"][ann::LAST_APPLIED_DRAIN] = applied.clone().into();
-        let name = objects::name_of(&node).to_string();
-        match store.update(&Key::cluster(&NODE.store_key(), &name), next, revision_of(&node)).await {
-            Ok(_) => tracing::info!(node = %name, %applied, "drain request acknowledged"),
-            Err(StoreError::Conflict { .. }) | Err(StoreError::NotFound(_)) => {}
-            Err(e) => return Err(e),
-        }
+        answer(store, &node).await?;
+    }
+    Ok(())
+}
+
+/// Cordon or uncordon one node and acknowledge its request, if it has one pending.
+async fn answer(store: &Arc<dyn Store>, node: &Value) -> Result<(), StoreError> {
+    let Some((cordon, applied)) = decide(node) else { return Ok(()) };
+    let mut next = node.clone();
+    if cordon {
+        next["spec"]["unschedulable"] = true.into();
+    } else if let Some(spec) = next.get_mut("spec").and_then(Value::as_object_mut) {
+        spec.remove("unschedulable");
+    }
+    next["metadata"]["annotations"][ann::LAST_APPLIED_DRAIN] = applied.clone().into();
+    let name = objects::name_of(node).to_string();
+    match store.update(&Key::cluster(&NODE.store_key(), &name), next, revision_of(node)).await {
+        Ok(_) => tracing::info!(node = %name, %applied, "drain request acknowledged"),
+        // A newer version of the node is on its way through the watch.
+        Err(StoreError::Conflict { .. }) | Err(StoreError::NotFound(_)) => {}
+        Err(e) => return Err(e),
     }
     Ok(())
 }

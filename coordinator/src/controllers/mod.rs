@@ -15,9 +15,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// Events arriving within this window are reconciled together.
-const DEBOUNCE: Duration = Duration::from_millis(50);
+pub(crate) const DEBOUNCE: Duration = Duration::from_millis(50);
 /// Reconcile even without events this often, so time-based conditions are noticed.
-const RESYNC: Duration = Duration::from_secs(30);
+pub(crate) const RESYNC: Duration = Duration::from_secs(30);
 
 /// Start every controller on the tokio runtime.
 pub fn spawn_all(store: Arc<dyn Store>) -> Vec<tokio::task::JoinHandle<()>> {

@@ -6,7 +6,8 @@
 use super::pools::{self, NodeFacts};
 use crate::resources::{MACHINE_CONFIG_POOL, NODE};
 use crate::server::objects;
-use crate::store::{revision_of, Key, Store, StoreError};
+use crate::store::{revision_of, Key, Store, StoreError, WatchFilter};
+use std::collections::BTreeMap;
 use aloft_api::annotations as ann;
 use aloft_api::machineconfig::conditions as cond;
 use aloft_api::meta::{find_condition, set_condition};
@@ -14,55 +15,129 @@ use aloft_api::{Condition, MachineConfigPool, MachineConfigPoolStatus, Node};
 use serde_json::Value;
 use std::sync::Arc;
 
-/// Watch nodes and pools; reconcile after every batch of events.
+/// Watch nodes and pools; reconcile after every batch of events, from an in-memory cache that
+/// each event updates (an informer): a batch costs the nodes that changed, not a re-read and
+/// re-parse of the whole fleet.
 pub async fn run(store: Arc<dyn Store>) {
-    super::run_loop("node", store, &[NODE.store_key(), MACHINE_CONFIG_POOL.store_key()], |s| async move {
-        reconcile_all(&s).await
-    })
-    .await
+    loop {
+        if let Err(e) = follow(&store).await {
+            tracing::warn!(controller = "node", error = %e, "controller restarting");
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    }
 }
 
-struct Loaded<T> {
-    typed: Vec<T>,
-    raw: Vec<Value>,
+/// Objects of one resource by name, kept both raw (to write back exactly) and typed.
+struct Cache<T> {
+    items: BTreeMap<String, (Value, T)>,
 }
 
-async fn load<T: serde::de::DeserializeOwned>(store: &Arc<dyn Store>, resource: &str) -> Result<Loaded<T>, StoreError> {
-    let mut typed = Vec::new();
-    let mut raw = Vec::new();
-    for v in store.list(resource, None).await?.items {
+impl<T: serde::de::DeserializeOwned> Cache<T> {
+    async fn load(store: &Arc<dyn Store>, resource: &str) -> Result<Self, StoreError> {
+        let mut c = Cache { items: BTreeMap::new() };
+        for v in store.list(resource, None).await?.items {
+            c.put(v);
+        }
+        Ok(c)
+    }
+
+    fn put(&mut self, v: Value) {
+        let name = objects::name_of(&v).to_string();
         match serde_json::from_value::<T>(v.clone()) {
             Ok(t) => {
-                typed.push(t);
-                raw.push(v);
+                self.items.insert(name, (v, t));
             }
             Err(e) => {
-                tracing::warn!(resource, name = objects::name_of(&v), error = %e, "skipping an object that does not parse")
+                tracing::warn!(%name, error = %e, "ignoring an object that does not parse");
+                self.items.remove(&name);
             }
         }
     }
-    Ok(Loaded { typed, raw })
+
+    fn apply(&mut self, ev: &crate::store::Event) {
+        match ev.kind {
+            crate::store::EventType::Deleted => {
+                self.items.remove(&ev.key.name);
+            }
+            _ => {
+                // Replayed events can be older than what the initial list returned.
+                let cached = self.items.get(&ev.key.name).and_then(|(v, _)| revision_of(v));
+                if cached.is_none_or(|c| c < ev.revision) {
+                    self.put((*ev.object).clone());
+                }
+            }
+        }
+    }
 }
 
-/// One pass over every pool.
-pub async fn reconcile_all(store: &Arc<dyn Store>) -> Result<(), StoreError> {
-    let pools: Loaded<MachineConfigPool> = load(store, &MACHINE_CONFIG_POOL.store_key()).await?;
-    let nodes: Loaded<Node> = load(store, &NODE.store_key()).await?;
-    let (members, errors) = pools::membership(&pools.typed, &nodes.typed);
-    for (pool, raw_pool) in pools.typed.iter().zip(&pools.raw) {
+async fn follow(store: &Arc<dyn Store>) -> Result<(), StoreError> {
+    use futures::StreamExt;
+    let from = store.revision().await?;
+    let node_key = NODE.store_key();
+    let watches = vec![
+        store.watch(WatchFilter::resource(&node_key), from).await?,
+        store.watch(WatchFilter::resource(&MACHINE_CONFIG_POOL.store_key()), from).await?,
+    ];
+    let mut events = futures::stream::select_all(watches);
+    let mut nodes: Cache<Node> = Cache::load(store, &node_key).await?;
+    let mut pools: Cache<MachineConfigPool> = Cache::load(store, &MACHINE_CONFIG_POOL.store_key()).await?;
+    // The lists may be newer than `from`; replayed events then only re-put the same objects.
+    reconcile(store, &nodes, &pools).await?;
+    loop {
+        let first = tokio::select! {
+            ev = events.next() => ev,
+            _ = tokio::time::sleep(super::RESYNC) => None,
+        };
+        let mut batch: Vec<crate::store::Event> = Vec::new();
+        match first {
+            Some(Err(e)) => return Err(e),
+            Some(Ok(ev)) => batch.push(ev),
+            None => {}
+        }
+        let deadline = tokio::time::sleep(super::DEBOUNCE);
+        tokio::pin!(deadline);
+        loop {
+            tokio::select! {
+                _ = &mut deadline => break,
+                ev = events.next() => match ev {
+                    None => return Ok(()),
+                    Some(Err(e)) => return Err(e),
+                    Some(Ok(ev)) => batch.push(ev),
+                },
+            }
+        }
+        for ev in &batch {
+            if ev.key.resource == node_key {
+                nodes.apply(ev);
+            } else {
+                pools.apply(ev);
+            }
+        }
+        reconcile(store, &nodes, &pools).await?;
+    }
+}
+
+/// One pass over every pool, from the cache. Writes go to the store; their events update the
+/// cache on the next batch.
+async fn reconcile(store: &Arc<dyn Store>, nodes: &Cache<Node>, pools: &Cache<MachineConfigPool>) -> Result<(), StoreError> {
+    let node_list: Vec<&(Value, Node)> = nodes.items.values().collect();
+    let typed_nodes: Vec<Node> = node_list.iter().map(|(_, n)| n.clone()).collect();
+    let typed_pools: Vec<MachineConfigPool> = pools.items.values().map(|(_, p)| p.clone()).collect();
+    let (members, errors) = pools::membership(&typed_pools, &typed_nodes);
+    for (raw_pool, pool) in pools.items.values() {
         let idx = members.get(&pool.metadata.name).cloned().unwrap_or_default();
         let target = pool.spec.configuration.as_ref().map(|c| c.name.clone()).unwrap_or_default();
-        let mut facts: Vec<NodeFacts> = idx.iter().map(|&i| NodeFacts::of(&nodes.typed[i])).collect();
+        let mut facts: Vec<NodeFacts> = idx.iter().map(|&i| NodeFacts::of(&typed_nodes[i])).collect();
         if !pool.spec.paused && !target.is_empty() {
-            for i in choose(pool, &nodes.typed, &idx, &facts, &target) {
-                let node = &nodes.typed[idx[i]];
-                if set_desired(store, &nodes.raw[idx[i]], &target).await? {
+            for i in choose(pool, &typed_nodes, &idx, &facts, &target) {
+                let node = &typed_nodes[idx[i]];
+                if set_desired(store, &node_list[idx[i]].0, &target).await? {
                     tracing::info!(pool = %pool.metadata.name, node = %node.metadata.name, config = %target, "node picked for update");
                     facts[i].desired = target.clone();
                 }
             }
         }
-        let members: Vec<(&Node, &NodeFacts)> = idx.iter().map(|&i| &nodes.typed[i]).zip(&facts).collect();
+        let members: Vec<(&Node, &NodeFacts)> = idx.iter().map(|&i| &typed_nodes[i]).zip(&facts).collect();
         let status = compute_status(pool, &members, &target, errors.get(&pool.metadata.name));
         write_status(store, raw_pool, status).await?;
     }
