@@ -115,13 +115,16 @@ pub async fn run(opts: ServeOptions) -> Result<()> {
         "client config: {} (aloftctl --kubeconfig FILE, or kubectl --kubeconfig FILE)",
         files.kubeconfig.display()
     );
+    // TCP_NODELAY: small responses must not wait for the client's delayed ACK (40 ms each).
+    let nodelay = axum_server::accept::NoDelayAcceptor::new();
     if opts.insecure_http {
-        axum_server::from_tcp(listener)?.serve(app).await?;
+        axum_server::from_tcp(listener)?.acceptor(nodelay).serve(app).await?;
     } else {
         let cfg = axum_server::tls_rustls::RustlsConfig::from_pem_file(&pki.cert, &pki.key)
             .await
             .context("loading the serving certificate")?;
-        axum_server::from_tcp_rustls(listener, cfg)?.serve(app).await?;
+        let tls = axum_server::tls_rustls::RustlsAcceptor::new(cfg).acceptor(nodelay);
+        axum_server::from_tcp(listener)?.acceptor(tls).serve(app).await?;
     }
     Ok(())
 }

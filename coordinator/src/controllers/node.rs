@@ -7,12 +7,12 @@ use super::pools::{self, NodeFacts};
 use crate::resources::{MACHINE_CONFIG_POOL, NODE};
 use crate::server::objects;
 use crate::store::{revision_of, Key, Store, StoreError, WatchFilter};
-use std::collections::BTreeMap;
 use aloft_api::annotations as ann;
 use aloft_api::machineconfig::conditions as cond;
 use aloft_api::meta::{find_condition, set_condition};
 use aloft_api::{Condition, MachineConfigPool, MachineConfigPoolStatus, Node};
 use serde_json::Value;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// Watch nodes and pools; reconcile after every batch of events, from an in-memory cache that
@@ -119,7 +119,11 @@ async fn follow(store: &Arc<dyn Store>) -> Result<(), StoreError> {
 
 /// One pass over every pool, from the cache. Writes go to the store; their events update the
 /// cache on the next batch.
-async fn reconcile(store: &Arc<dyn Store>, nodes: &Cache<Node>, pools: &Cache<MachineConfigPool>) -> Result<(), StoreError> {
+async fn reconcile(
+    store: &Arc<dyn Store>,
+    nodes: &Cache<Node>,
+    pools: &Cache<MachineConfigPool>,
+) -> Result<(), StoreError> {
     let node_list: Vec<&(Value, Node)> = nodes.items.values().collect();
     let typed_nodes: Vec<Node> = node_list.iter().map(|(_, n)| n.clone()).collect();
     let typed_pools: Vec<MachineConfigPool> = pools.items.values().map(|(_, p)| p.clone()).collect();
