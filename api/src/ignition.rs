@@ -1,16 +1,38 @@
-//! Ignition configs as MachineConfigs carry them: validated with CoreOS's own spec structs
-//! (ignition-config) and normalised to spec 3.5.0, so everything after admission (merging,
-//! diffing, applying) deals with one version. Spec 3.0–3.5 are accepted as written (later 3.x
-//! versions only add fields), 2.2 is converted the way MCO converts it, anything else is refused
-//! with the field and the versions that are accepted.
+//! Ignition configs as MachineConfigs carry them, normalised to spec 3.5.0 so that everything
+//! after admission (merging, diffing, applying) deals with one version and one schema.
+//!
+//! The schema is CoreOS's own (the `ignition-config` crate's generated structs), so a config is
+//! checked exactly against the spec of the version it declares: 3.0–3.4 are decoded with their own
+//! structs and then lifted to 3.5 (later 3.x versions only add fields), and 2.x is converted the way
+//! MCO converts it (root filesystem only, files overwritten, `enable` read as `enabled`). Anything
+//! else is refused with the field at fault and the versions that are accepted, so the API server
+//! can answer 422 with a cause a user can act on.
 
-use serde_json::{json, Map, Value};
+use ignition_config::{v3_0, v3_1, v3_2, v3_3, v3_4, v3_5};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::{Map, Value};
+use std::collections::HashMap;
 
-/// The spec version every config is normalised to.
+/// The Ignition config type aloft works with: spec 3.5, CoreOS's schema.
+pub type Config = v3_5::Config;
+
+/// The spec version every config is normalised to: the newest stable one, a superset of all the
+/// others, so nothing a user wrote is lost by normalising.
 pub const TARGET_VERSION: &str = "3.5.0";
-const ACCEPTED: &str = "2.2.0, 3.0.0, 3.1.0, 3.2.0, 3.3.0, 3.4.0, 3.5.0";
 
-/// A config that cannot be used, with the field at fault.
+/// Every `ignition.version` a MachineConfig may declare. MCO accepts 2.2 and 3.0–3.5; the other
+/// 2.x versions are strict subsets of 2.2, so they convert the same way.
+pub const ACCEPTED_VERSIONS: &[&str] =
+    &["2.0.0", "2.1.0", "2.2.0", "2.3.0", "3.0.0", "3.1.0", "3.2.0", "3.3.0", "3.4.0", "3.5.0"];
+
+/// Where the version lives, as the API server reports it.
+pub const VERSION_FIELD: &str = "spec.config.ignition.version";
+
+const ROOT: &str = "spec.config";
+
+/// A config that cannot be used. `field()` is a dotted path from the MachineConfig root so the API
+/// server can return it as a 422 cause, and the agent as the field of its refusal.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
 pub struct IgnitionError {
@@ -22,69 +44,96 @@ impl IgnitionError {
     fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
         IgnitionError { field: field.into(), message: message.into() }
     }
-    /// Dotted path from the MachineConfig root, e.g. `spec.config.ignition.version`.
+
+    /// Dotted path from the MachineConfig root, e.g. `spec.config.storage.files[3].path`.
     pub fn field(&self) -> String {
         self.field.clone()
     }
+
+    /// The reason alone, without the field, for callers that report the field separately.
     pub fn message(&self) -> &str {
         &self.message
     }
 }
 
-const VERSION_FIELD: &str = "spec.config.ignition.version";
+/// A parsed config and the fields the schema did not know. Ignition (and so MCO) ignores unknown
+/// fields with a warning rather than failing; keeping them lets the API server pass the warning on
+/// (a typo such as `contens` would otherwise vanish silently).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Parsed {
+    pub config: Config,
+    /// `<field>: unknown field, ignored`, one per unknown key.
+    pub warnings: Vec<String>,
+}
 
-/// Validate `raw` (a MachineConfig's `spec.config`) and return it as a 3.5.0 document. Fields are
-/// kept as written (only the version changes for 3.x); null or `{}` means an empty config.
+/// Validate `raw` (a MachineConfig's `spec.config`) and return it as typed 3.5. Null or `{}` is an
+/// empty config: MCO allows MachineConfigs that only set kernel arguments, extensions and the like.
+pub fn parse_typed(raw: &Value) -> Result<Config, IgnitionError> {
+    parse_with_warnings(raw).map(|p| p.config)
+}
+
+/// Validate `raw` and return it as 3.5.0 JSON ([`to_value`] of [`parse_typed`]): the form stored
+/// in rendered configs and compared by the agent. Kept as JSON because `MachineConfigSpec.config`
+/// is JSON, so callers can put the result straight back into a spec.
 pub fn parse_config(raw: &Value) -> Result<Value, IgnitionError> {
+    parse_typed(raw).map(|c| to_value(&c))
+}
+
+/// [`parse_typed`], also returning the unknown fields that were dropped.
+pub fn parse_with_warnings(raw: &Value) -> Result<Parsed, IgnitionError> {
     let obj = match raw {
-        Value::Null => return Ok(empty()),
-        Value::Object(m) if m.is_empty() => return Ok(empty()),
+        Value::Null => return Ok(Parsed { config: Config::default(), warnings: Vec::new() }),
+        Value::Object(m) if m.is_empty() => return Ok(Parsed { config: Config::default(), warnings: Vec::new() }),
         Value::Object(m) => m,
         other => {
-            return Err(IgnitionError::new(
-                "spec.config",
-                format!("must be an Ignition config object, got {}", kind(other)),
-            ))
+            return Err(IgnitionError::new(ROOT, format!("must be an Ignition config object, got {}", kind(other))));
         }
     };
-    let version = match obj.get("ignition").and_then(|i| i.get("version")) {
-        Some(Value::String(s)) => s.clone(),
-        Some(other) => {
-            return Err(IgnitionError::new(VERSION_FIELD, format!("must be a string such as \"3.4.0\", got {other}")))
-        }
-        None => {
-            return Err(IgnitionError::new(
-                VERSION_FIELD,
-                format!("missing: an Ignition config needs a version (accepted: {ACCEPTED})"),
-            ))
-        }
-    };
-    let v3 = match version.as_str() {
-        "2.2.0" => convert_v2(obj)?,
-        "3.0.0" | "3.1.0" | "3.2.0" | "3.3.0" | "3.4.0" | "3.5.0" => Value::Object(obj.clone()),
+    let version = version_of(obj)?;
+    let mut warnings = Vec::new();
+    let config = match version {
+        "3.0.0" => upgrade(decode::<v3_0::Config>(raw, &mut warnings)?)?,
+        "3.1.0" => upgrade(decode::<v3_1::Config>(raw, &mut warnings)?)?,
+        "3.2.0" => upgrade(decode::<v3_2::Config>(raw, &mut warnings)?)?,
+        "3.3.0" => upgrade(decode::<v3_3::Config>(raw, &mut warnings)?)?,
+        "3.4.0" => upgrade(decode::<v3_4::Config>(raw, &mut warnings)?)?,
+        "3.5.0" => decode::<Config>(raw, &mut warnings)?,
+        "2.0.0" | "2.1.0" | "2.2.0" | "2.3.0" => decode::<Config>(&convert_v2(obj)?, &mut warnings)?,
         "" => {
             return Err(IgnitionError::new(
                 VERSION_FIELD,
-                format!("empty: an Ignition config needs a version (accepted: {ACCEPTED})"),
-            ))
+                format!("Ignition version is empty: set one of {}", ACCEPTED_VERSIONS.join(", ")),
+            ));
         }
         v => {
             return Err(IgnitionError::new(
                 VERSION_FIELD,
-                format!("unsupported Ignition version {v:?} (accepted: {ACCEPTED})"),
-            ))
+                format!("unsupported Ignition version {v:?}: accepted versions are {}", ACCEPTED_VERSIONS.join(", ")),
+            ));
         }
     };
-    // Check the document against the schema of the version it was written for, then as 3.5.
-    check_schema(&v3)?;
-    let mut out = v3;
-    out["ignition"]["version"] = TARGET_VERSION.into();
-    check_schema(&out)?;
-    Ok(out)
+    validate(&config)?;
+    Ok(Parsed { config, warnings })
 }
 
-fn empty() -> Value {
-    json!({"ignition": {"version": TARGET_VERSION}})
+/// The 3.5.0 JSON of `cfg`, without the `null`s the generated structs write for unset fields, so
+/// that "unset" has one spelling (absent) and equal configs serialise equally.
+pub fn to_value(cfg: &Config) -> Value {
+    // Serialising these plain structs (string keys, no custom serialisers) cannot fail.
+    let mut v = serde_json::to_value(cfg).unwrap_or(Value::Null);
+    strip_nulls(&mut v);
+    v
+}
+
+fn strip_nulls(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            m.retain(|_, x| !x.is_null());
+            m.values_mut().for_each(strip_nulls);
+        }
+        Value::Array(a) => a.iter_mut().for_each(strip_nulls),
+        _ => {}
+    }
 }
 
 fn kind(v: &Value) -> &'static str {
@@ -98,19 +147,185 @@ fn kind(v: &Value) -> &'static str {
     }
 }
 
-fn check_schema(v: &Value) -> Result<(), IgnitionError> {
-    let bytes = serde_json::to_vec(v).map_err(|e| IgnitionError::new("spec.config", e.to_string()))?;
-    match ignition_config::Config::parse_slice(&bytes) {
-        Ok(_) => Ok(()),
-        Err(ignition_config::Error::Serialization(e)) => {
-            Err(IgnitionError::new("spec.config", format!("invalid Ignition config: {e}")))
+fn version_of(obj: &Map<String, Value>) -> Result<&str, IgnitionError> {
+    let accepted = ACCEPTED_VERSIONS.join(", ");
+    let ign = match obj.get("ignition") {
+        None | Some(Value::Null) => {
+            return Err(IgnitionError::new(
+                VERSION_FIELD,
+                format!("Ignition version is missing: a non-empty config needs ignition.version, one of {accepted}"),
+            ));
         }
-        Err(e) => Err(IgnitionError::new(VERSION_FIELD, format!("{e} (accepted: {ACCEPTED})"))),
+        Some(Value::Object(i)) => i,
+        Some(other) => {
+            return Err(IgnitionError::new(
+                "spec.config.ignition",
+                format!("must be an object holding the version, got {}", kind(other)),
+            ));
+        }
+    };
+    match ign.get("version") {
+        Some(Value::String(s)) => Ok(s.as_str()),
+        None | Some(Value::Null) => {
+            Err(IgnitionError::new(VERSION_FIELD, format!("Ignition version is missing: set one of {accepted}")))
+        }
+        Some(other) => Err(IgnitionError::new(
+            VERSION_FIELD,
+            format!("Ignition version must be a string such as \"3.5.0\", got {other} (accepted: {accepted})"),
+        )),
     }
 }
 
-fn take<'a>(m: &'a Map<String, Value>, k: &str) -> Option<&'a Value> {
-    m.get(k).filter(|v| !v.is_null())
+/// `spec.config` + a path relative to the config.
+fn field_path(rel: &str) -> String {
+    if rel.is_empty() || rel == "." {
+        ROOT.to_string()
+    } else {
+        format!("{ROOT}.{rel}")
+    }
+}
+
+fn ignored_path(p: &serde_ignored::Path) -> String {
+    use serde_ignored::Path as P;
+    match p {
+        P::Root => String::new(),
+        P::Seq { parent, index } => format!("{}[{index}]", ignored_path(parent)),
+        P::Map { parent, key } => match ignored_path(parent) {
+            parent if parent.is_empty() => key.clone(),
+            parent => format!("{parent}.{key}"),
+        },
+        P::Some { parent } | P::NewtypeStruct { parent } | P::NewtypeVariant { parent } => ignored_path(parent),
+    }
+}
+
+/// Decode with the schema of one spec version, naming the failing field and collecting unknown ones.
+fn decode<T: DeserializeOwned>(v: &Value, warnings: &mut Vec<String>) -> Result<T, IgnitionError> {
+    let mut on_unknown =
+        |p: serde_ignored::Path| warnings.push(format!("{}: unknown field, ignored", field_path(&ignored_path(&p))));
+    let de = serde_ignored::Deserializer::new(v, &mut on_unknown);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        IgnitionError::new(field_path(&e.path().to_string()), format!("invalid Ignition config: {}", e.inner()))
+    })
+}
+
+/// Lift an older 3.x config to 3.5. Every 3.x spec is a superset of the one before, so the JSON of
+/// an older config is a valid 3.5 config once its version says so.
+fn upgrade<T: Serialize>(old: T) -> Result<Config, IgnitionError> {
+    let mut v = serde_json::to_value(old).map_err(|e| IgnitionError::new(ROOT, e.to_string()))?;
+    strip_nulls(&mut v);
+    if let Some(Value::Object(ign)) = v.get_mut("ignition") {
+        ign.insert("version".into(), TARGET_VERSION.into());
+    }
+    decode(&v, &mut Vec::new())
+}
+
+/// Ignition's own validation, the parts a schema cannot express and that would make Ignition (and
+/// so a first boot from this config) fail: clean absolute paths, one entry per path across files,
+/// directories and links, one unit/drop-in/user/group per name, known compression, valid modes.
+fn validate(cfg: &Config) -> Result<(), IgnitionError> {
+    if let Some(st) = &cfg.storage {
+        let mut seen: HashMap<&str, String> = HashMap::new();
+        let files = st.files.iter().flatten().enumerate().map(|(i, f)| ("files", i, &f.path, f.mode));
+        let dirs = st.directories.iter().flatten().enumerate().map(|(i, d)| ("directories", i, &d.path, d.mode));
+        let links = st.links.iter().flatten().enumerate().map(|(i, l)| ("links", i, &l.path, None));
+        for (list, i, path, mode) in files.chain(dirs).chain(links) {
+            let field = format!("{ROOT}.storage.{list}[{i}]");
+            if !path.starts_with('/') {
+                return Err(IgnitionError::new(format!("{field}.path"), format!("path {path:?} is not absolute")));
+            }
+            if path.contains('\0') {
+                return Err(IgnitionError::new(format!("{field}.path"), format!("path {path:?} contains a NUL byte")));
+            }
+            if !is_clean_absolute(path) {
+                return Err(IgnitionError::new(
+                    format!("{field}.path"),
+                    format!("path {path:?} is not clean: no empty, \".\" or \"..\" parts and no trailing /"),
+                ));
+            }
+            if let Some(first) = seen.insert(path.as_str(), field.clone()) {
+                return Err(IgnitionError::new(
+                    format!("{field}.path"),
+                    format!("duplicate path {path:?}: already defined by {first}"),
+                ));
+            }
+            if let Some(m) = mode {
+                if !(0..=0o7777).contains(&m) {
+                    return Err(IgnitionError::new(
+                        format!("{field}.mode"),
+                        format!("mode {m} is not a file mode (0 to 0o7777; write it in decimal, e.g. 420 for 0644)"),
+                    ));
+                }
+            }
+        }
+        for (i, f) in st.files.iter().flatten().enumerate() {
+            let resources = f.contents.iter().map(|c| ("contents".to_string(), c));
+            let appends = f.append.iter().flatten().enumerate().map(|(j, c)| (format!("append[{j}]"), c));
+            for (at, r) in resources.chain(appends) {
+                if let Some(c) = r.compression.as_deref() {
+                    if !c.is_empty() && c != "gzip" {
+                        return Err(IgnitionError::new(
+                            format!("{ROOT}.storage.files[{i}].{at}.compression"),
+                            format!("unsupported compression {c:?}: use \"gzip\" or leave it unset"),
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    if let Some(units) = cfg.systemd.as_ref().and_then(|s| s.units.as_ref()) {
+        let mut seen: HashMap<&str, usize> = HashMap::new();
+        for (i, u) in units.iter().enumerate() {
+            let field = format!("{ROOT}.systemd.units[{i}]");
+            if u.name.is_empty() {
+                return Err(IgnitionError::new(format!("{field}.name"), "a unit needs a name"));
+            }
+            if let Some(first) = seen.insert(u.name.as_str(), i) {
+                return Err(IgnitionError::new(
+                    format!("{field}.name"),
+                    format!("duplicate unit {:?}: already defined by {ROOT}.systemd.units[{first}]", u.name),
+                ));
+            }
+            let mut dropins: HashMap<&str, usize> = HashMap::new();
+            for (j, d) in u.dropins.iter().flatten().enumerate() {
+                if d.name.is_empty() {
+                    return Err(IgnitionError::new(format!("{field}.dropins[{j}].name"), "a drop-in needs a name"));
+                }
+                if let Some(first) = dropins.insert(d.name.as_str(), j) {
+                    return Err(IgnitionError::new(
+                        format!("{field}.dropins[{j}].name"),
+                        format!("duplicate drop-in {:?}: already defined by {field}.dropins[{first}]", d.name),
+                    ));
+                }
+            }
+        }
+    }
+    if let Some(passwd) = &cfg.passwd {
+        let users = passwd.users.iter().flatten().enumerate().map(|(i, u)| ("users", i, &u.name));
+        let groups = passwd.groups.iter().flatten().enumerate().map(|(i, g)| ("groups", i, &g.name));
+        let mut seen: HashMap<(&str, &str), usize> = HashMap::new();
+        for (list, i, name) in users.chain(groups) {
+            let field = format!("{ROOT}.passwd.{list}[{i}].name");
+            if name.is_empty() {
+                return Err(IgnitionError::new(field, "a name is required"));
+            }
+            if let Some(first) = seen.insert((list, name.as_str()), i) {
+                return Err(IgnitionError::new(
+                    field,
+                    format!("duplicate {name:?}: already defined by {ROOT}.passwd.{list}[{first}]"),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Absolute and already in `path.Clean` form, as Ignition requires.
+fn is_clean_absolute(p: &str) -> bool {
+    match p.strip_prefix('/') {
+        None => false,
+        Some("") => true,
+        Some(rest) => rest.split('/').all(|part| !part.is_empty() && part != "." && part != ".."),
+    }
 }
 
 fn non_empty(v: Option<&Value>) -> bool {
@@ -122,149 +337,193 @@ fn non_empty(v: Option<&Value>) -> bool {
     }
 }
 
-/// Ignition 2.2 -> 3.x, for what a day-2 MachineConfig can carry (files, links, directories on
-/// the root filesystem, units, users' SSH keys and password hashes). Anything that has no
-/// faithful 3.x form is an error naming it.
+/// Ignition 2.x -> 3.5 JSON, for what a MachineConfig can carry (files, links and directories on
+/// the root filesystem, units, users and groups). What has no faithful 3.x form is an error naming
+/// the field; fields the converter does not know are passed on so the schema reports them.
 fn convert_v2(src: &Map<String, Value>) -> Result<Value, IgnitionError> {
-    let f = |p: &str| format!("spec.config.{p}");
+    let f = |p: &str| format!("{ROOT}.{p}");
     let mut out = Map::new();
-    let mut ign = Map::new();
-    ign.insert("version".into(), "3.0.0".into());
-    if let Some(Value::Object(i)) = take(src, "ignition") {
-        if let Some(Value::Object(cfg)) = take(i, "config") {
-            let mut c = Map::new();
-            if let Some(a) = take(cfg, "append") {
-                c.insert("merge".into(), a.clone());
-            }
-            if let Some(r) = take(cfg, "replace") {
-                c.insert("replace".into(), r.clone());
-            }
-            if !c.is_empty() {
-                ign.insert("config".into(), Value::Object(c));
-            }
-        }
-        for k in ["security", "timeouts"] {
-            if let Some(v) = take(i, k) {
-                ign.insert(k.into(), v.clone());
-            }
-        }
-    }
-    out.insert("ignition".into(), Value::Object(ign));
-    if non_empty(take(src, "networkd").and_then(|n| n.get("units"))) {
-        return Err(IgnitionError::new(
-            f("networkd"),
-            "networkd units have no Ignition 3 equivalent: write the .network files under storage.files",
-        ));
-    }
-    if let Some(Value::Object(st)) = take(src, "storage") {
-        let mut s = Map::new();
-        for k in ["disks", "raid", "filesystems"] {
-            if non_empty(take(st, k)) {
-                return Err(IgnitionError::new(
-                    f(&format!("storage.{k}")),
-                    format!("converting Ignition 2.2 storage.{k} is not supported: rewrite the config as Ignition 3"),
-                ));
-            }
-        }
-        for (list, key) in [("files", "path"), ("directories", "path"), ("links", "path")] {
-            let Some(Value::Array(items)) = take(st, list) else { continue };
-            let mut conv = Vec::new();
-            for (i, item) in items.iter().enumerate() {
-                let field = f(&format!("storage.{list}[{i}]"));
-                let Value::Object(m) = item else {
-                    return Err(IgnitionError::new(field, "must be an object"));
-                };
-                match m.get("filesystem").and_then(Value::as_str) {
-                    None | Some("root") => {}
-                    Some(fs) => {
-                        return Err(IgnitionError::new(
-                            format!("{field}.filesystem"),
-                            format!("only the root filesystem can be converted from Ignition 2.2, got {fs:?}"),
-                        ))
-                    }
-                }
-                if m.get("append").and_then(Value::as_bool) == Some(true) {
-                    return Err(IgnitionError::new(format!("{field}.append"), "appending to files is not supported"));
-                }
-                if !m.get(key).is_some_and(Value::is_string) {
-                    return Err(IgnitionError::new(format!("{field}.{key}"), "required"));
-                }
-                let mut c = Map::new();
-                for (k, v) in m {
-                    match k.as_str() {
-                        "filesystem" | "append" => {}
-                        "contents" => {
-                            let mut contents = v.as_object().cloned().unwrap_or_default();
-                            if contents.get("verification").is_some_and(|v| v.as_object().is_some_and(Map::is_empty)) {
-                                contents.remove("verification");
+    for (key, value) in src {
+        match key.as_str() {
+            "ignition" => {
+                let mut ign = Map::new();
+                if let Value::Object(i) = value {
+                    for (k, v) in i {
+                        match k.as_str() {
+                            "version" => {}
+                            // 2.x `append` became 3.x `merge`.
+                            "config" => {
+                                let mut c = Map::new();
+                                if let Value::Object(cfg) = v {
+                                    for (ck, cv) in cfg {
+                                        let name = if ck == "append" { "merge" } else { ck.as_str() };
+                                        c.insert(name.to_string(), cv.clone());
+                                    }
+                                }
+                                ign.insert("config".into(), Value::Object(c));
                             }
-                            c.insert(k.clone(), Value::Object(contents));
-                        }
-                        _ => {
-                            c.insert(k.clone(), v.clone());
+                            _ => {
+                                ign.insert(k.clone(), v.clone());
+                            }
                         }
                     }
                 }
-                if list == "files" {
-                    // 2.x replaced files unconditionally; MCO writes day-2 files the same way.
-                    c.insert("overwrite".into(), true.into());
-                }
-                conv.push(Value::Object(c));
+                ign.insert("version".into(), TARGET_VERSION.into());
+                out.insert("ignition".into(), Value::Object(ign));
             }
-            s.insert(list.into(), Value::Array(conv));
-        }
-        if !s.is_empty() {
-            out.insert("storage".into(), Value::Object(s));
-        }
-    }
-    if let Some(Value::Object(sd)) = take(src, "systemd") {
-        let mut units = Vec::new();
-        for (i, u) in sd.get("units").and_then(Value::as_array).into_iter().flatten().enumerate() {
-            let field = f(&format!("systemd.units[{i}]"));
-            let Value::Object(m) = u else { return Err(IgnitionError::new(field, "must be an object")) };
-            let mut c = Map::new();
-            for (k, v) in m {
-                match k.as_str() {
-                    // `enable` is 2.x's deprecated spelling of `enabled`.
-                    "enable" => {
-                        if !m.contains_key("enabled") {
-                            c.insert("enabled".into(), v.clone());
-                        }
-                    }
-                    _ => {
-                        c.insert(k.clone(), v.clone());
-                    }
-                }
-            }
-            units.push(Value::Object(c));
-        }
-        if !units.is_empty() {
-            out.insert("systemd".into(), json!({"units": units}));
-        }
-    }
-    if let Some(Value::Object(pw)) = take(src, "passwd") {
-        let mut p = Map::new();
-        if let Some(Value::Array(users)) = take(pw, "users") {
-            let mut conv = Vec::new();
-            for (i, u) in users.iter().enumerate() {
-                let field = f(&format!("passwd.users[{i}]"));
-                let Value::Object(m) = u else { return Err(IgnitionError::new(field, "must be an object")) };
-                if m.contains_key("create") {
+            // Ignition 3 dropped networkd; an empty section (as generators write) is harmless.
+            "networkd" => {
+                if let Some((k, _)) = value.as_object().into_iter().flatten().find(|(_, v)| non_empty(Some(v))) {
                     return Err(IgnitionError::new(
-                        format!("{field}.create"),
-                        "the 2.x `create` block has no Ignition 3 form: set the user's fields directly",
+                        f(&format!("networkd.{k}")),
+                        "networkd has no Ignition 3 form: write the .network files under storage.files instead",
                     ));
                 }
-                conv.push(Value::Object(m.clone()));
+                if !value.is_object() && !value.is_null() {
+                    return Err(IgnitionError::new(f("networkd"), "networkd has no Ignition 3 form"));
+                }
             }
-            p.insert("users".into(), Value::Array(conv));
+            "storage" => {
+                if let Value::Object(st) = value {
+                    out.insert("storage".into(), convert_v2_storage(st)?);
+                } else {
+                    out.insert(key.clone(), value.clone());
+                }
+            }
+            "systemd" => {
+                if let Value::Object(sd) = value {
+                    out.insert("systemd".into(), convert_v2_systemd(sd)?);
+                } else {
+                    out.insert(key.clone(), value.clone());
+                }
+            }
+            "passwd" => {
+                if let Some(Value::Array(users)) = value.get("users") {
+                    for (i, u) in users.iter().enumerate() {
+                        if u.get("create").is_some() {
+                            return Err(IgnitionError::new(
+                                f(&format!("passwd.users[{i}].create")),
+                                "the 2.x `create` block has no Ignition 3 form: set the user's fields directly",
+                            ));
+                        }
+                    }
+                }
+                out.insert(key.clone(), value.clone());
+            }
+            _ => {
+                out.insert(key.clone(), value.clone());
+            }
         }
-        if let Some(g) = take(pw, "groups") {
-            p.insert("groups".into(), g.clone());
+    }
+    Ok(Value::Object(out))
+}
+
+fn convert_v2_storage(st: &Map<String, Value>) -> Result<Value, IgnitionError> {
+    let mut s = Map::new();
+    for (key, value) in st {
+        match key.as_str() {
+            "disks" | "raid" | "filesystems" => {
+                if non_empty(Some(value)) {
+                    return Err(IgnitionError::new(
+                        format!("{ROOT}.storage.{key}"),
+                        format!(
+                            "converting Ignition 2.x storage.{key} is not supported: write the config as Ignition 3"
+                        ),
+                    ));
+                }
+            }
+            "files" | "directories" | "links" => {
+                let Value::Array(items) = value else {
+                    s.insert(key.clone(), value.clone());
+                    continue;
+                };
+                let mut conv = Vec::with_capacity(items.len());
+                for (i, item) in items.iter().enumerate() {
+                    conv.push(convert_v2_node(key, i, item)?);
+                }
+                s.insert(key.clone(), Value::Array(conv));
+            }
+            _ => {
+                s.insert(key.clone(), value.clone());
+            }
         }
-        if !p.is_empty() {
-            out.insert("passwd".into(), Value::Object(p));
+    }
+    Ok(Value::Object(s))
+}
+
+fn convert_v2_node(list: &str, i: usize, item: &Value) -> Result<Value, IgnitionError> {
+    let field = format!("{ROOT}.storage.{list}[{i}]");
+    let Value::Object(m) = item else { return Ok(item.clone()) };
+    match m.get("filesystem") {
+        None | Some(Value::Null) => {}
+        Some(Value::String(fs)) if fs == "root" => {}
+        Some(other) => {
+            return Err(IgnitionError::new(
+                format!("{field}.filesystem"),
+                format!("only the \"root\" filesystem can be converted from Ignition 2.x, got {other}"),
+            ));
         }
+    }
+    let mut c = Map::new();
+    for (k, v) in m {
+        match k.as_str() {
+            "filesystem" => {}
+            "append" => match v {
+                Value::Bool(false) | Value::Null => {}
+                _ => {
+                    return Err(IgnitionError::new(
+                        format!("{field}.append"),
+                        "appending to files is not supported: write the whole file",
+                    ));
+                }
+            },
+            "contents" => {
+                let mut contents = v.clone();
+                if let Value::Object(cm) = &mut contents {
+                    let empty = match cm.get("verification") {
+                        Some(Value::Object(vm)) => vm.get("hash").is_none_or(Value::is_null),
+                        Some(Value::Null) => true,
+                        _ => false,
+                    };
+                    if empty {
+                        cm.remove("verification");
+                    }
+                }
+                c.insert(k.clone(), contents);
+            }
+            _ => {
+                c.insert(k.clone(), v.clone());
+            }
+        }
+    }
+    // 2.x replaced existing files unless told otherwise (3.x defaults to refusing); MCO keeps the
+    // 2.x meaning, and a day-2 file must replace what the OS shipped.
+    if list == "files" && c.get("overwrite").is_none_or(Value::is_null) {
+        c.insert("overwrite".into(), true.into());
+    }
+    Ok(Value::Object(c))
+}
+
+fn convert_v2_systemd(sd: &Map<String, Value>) -> Result<Value, IgnitionError> {
+    let mut out = sd.clone();
+    if let Some(Value::Array(units)) = sd.get("units") {
+        let conv: Vec<Value> = units
+            .iter()
+            .map(|u| match u {
+                Value::Object(m) => {
+                    let mut c = m.clone();
+                    // `enable` is 2.x's deprecated spelling of `enabled`; `enabled` wins when both are set.
+                    if let Some(e) = c.remove("enable") {
+                        if c.get("enabled").is_none_or(Value::is_null) && !e.is_null() {
+                            c.insert("enabled".into(), e);
+                        }
+                    }
+                    Value::Object(c)
+                }
+                other => other.clone(),
+            })
+            .collect();
+        out.insert("units".into(), Value::Array(conv));
     }
     Ok(Value::Object(out))
 }
@@ -272,109 +531,532 @@ fn convert_v2(src: &Map<String, Value>) -> Result<Value, IgnitionError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::path::Path;
+    use crate::testutil::{template, template_objects, testdata, yaml};
+    use serde_json::json;
 
-    fn testdata(rel: &str) -> std::path::PathBuf {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/testdata/mco").join(rel)
-    }
-
-    fn mc_config(rel: &str) -> Value {
-        let text = std::fs::read_to_string(testdata(rel)).unwrap();
-        let v: Value = yaml_serde::from_str(&text).unwrap();
-        v["spec"]["config"].clone()
-    }
-
-    #[test]
-    fn accepts_3x_and_normalises_the_version() {
-        let cfg = mc_config("bootstrap/99_openshift-machineconfig_worker.yaml");
-        assert_eq!(cfg["ignition"]["version"], "3.2.0");
-        let out = parse_config(&cfg).unwrap();
-        assert_eq!(out["ignition"]["version"], TARGET_VERSION);
-        assert_eq!(out["passwd"]["users"][0]["sshAuthorizedKeys"][0], "ssh-rsa SSH-AUTHORIZED-KEY");
-        for v in ["3.0.0", "3.1.0", "3.3.0", "3.4.0", "3.5.0"] {
-            assert!(parse_config(&json!({"ignition": {"version": v}})).is_ok(), "{v}");
+    fn no_nulls(v: &Value) -> bool {
+        match v {
+            Value::Null => false,
+            Value::Array(a) => a.iter().all(no_nulls),
+            Value::Object(m) => m.values().all(no_nulls),
+            _ => true,
         }
-        assert_eq!(parse_config(&Value::Null).unwrap(), empty());
-        assert_eq!(parse_config(&json!({})).unwrap(), empty());
+    }
+
+    fn err(cfg: Value) -> IgnitionError {
+        parse_config(&cfg).unwrap_err()
     }
 
     #[test]
-    fn the_ignition_fixtures_parse() {
+    fn every_3x_version_is_accepted_and_lifted_to_3_5() {
+        for v in ["3.0.0", "3.1.0", "3.2.0", "3.3.0", "3.4.0", "3.5.0"] {
+            let cfg = json!({"ignition": {"version": v},
+                "storage": {"files": [{"path": "/etc/x", "mode": 420, "contents": {"source": "data:,x"}}]},
+                "systemd": {"units": [{"name": "a.service", "enabled": true}]}});
+            let out = parse_config(&cfg).unwrap_or_else(|e| panic!("{v}: {e}"));
+            assert_eq!(out["ignition"]["version"], TARGET_VERSION, "{v}");
+            assert_eq!(
+                out["storage"]["files"][0],
+                json!({"path": "/etc/x", "mode": 420, "contents": {"source": "data:,x"}})
+            );
+            assert_eq!(out["systemd"]["units"][0], json!({"name": "a.service", "enabled": true}));
+        }
+    }
+
+    #[test]
+    fn fields_newer_than_the_declared_version_are_dropped_with_a_warning() {
+        // kernelArguments arrived in 3.3: a 3.2 config cannot carry it, a 3.3 one can.
+        let cfg = json!({"ignition": {"version": "3.2.0"}, "kernelArguments": {"shouldExist": ["a"]}});
+        let p = parse_with_warnings(&cfg).unwrap();
+        assert!(p.config.kernel_arguments.is_none());
+        assert_eq!(p.warnings, vec!["spec.config.kernelArguments: unknown field, ignored"]);
+        let cfg = json!({"ignition": {"version": "3.3.0"}, "kernelArguments": {"shouldExist": ["a"]}});
+        let p = parse_with_warnings(&cfg).unwrap();
+        assert_eq!(to_value(&p.config)["kernelArguments"]["shouldExist"], json!(["a"]));
+        assert!(p.warnings.is_empty());
+    }
+
+    #[test]
+    fn null_and_empty_mean_an_empty_3_5_config() {
+        assert_eq!(parse_typed(&Value::Null).unwrap(), Config::default());
+        assert_eq!(parse_config(&Value::Null).unwrap(), json!({"ignition": {"version": "3.5.0"}}));
+        assert_eq!(parse_config(&json!({})).unwrap(), json!({"ignition": {"version": "3.5.0"}}));
+    }
+
+    #[test]
+    fn bootstrap_fixtures_3_2() {
+        for (file, name) in [
+            ("bootstrap/99_openshift-machineconfig_worker.yaml", "99-worker-ssh"),
+            ("bootstrap/99_openshift-machineconfig_master.yaml", "99-master-ssh"),
+        ] {
+            let mc = yaml(file);
+            assert_eq!(mc["metadata"]["name"], name);
+            assert_eq!(mc["spec"]["config"]["ignition"]["version"], "3.2.0");
+            let p = parse_with_warnings(&mc["spec"]["config"]).unwrap();
+            assert!(p.warnings.is_empty(), "{:?}", p.warnings);
+            let users = p.config.passwd.as_ref().unwrap().users.as_ref().unwrap();
+            assert_eq!(users[0].name, "core");
+            assert_eq!(users[0].ssh_authorized_keys.as_deref().unwrap(), ["ssh-rsa SSH-AUTHORIZED-KEY"]);
+            let out = to_value(&p.config);
+            assert_eq!(out["ignition"]["version"], "3.5.0");
+            assert!(no_nulls(&out), "{out}");
+        }
+    }
+
+    #[test]
+    fn ignition_fixtures_plain_gzip_and_base64_gzip_parse_the_same() {
+        use std::io::Read;
         let plain: Value =
             serde_json::from_slice(&std::fs::read(testdata("ignition-fixtures/ign_config.json")).unwrap()).unwrap();
-        assert!(parse_config(&plain).is_ok());
-        let gz = std::fs::read(testdata("ignition-fixtures/compressed_ign_config.json.gz")).unwrap();
-        let mut text = String::new();
-        std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(&gz[..]), &mut text).unwrap();
-        let v: Value = serde_json::from_str(&text).unwrap();
-        assert_eq!(parse_config(&v).unwrap()["ignition"]["version"], TARGET_VERSION);
+        let gunzip = |bytes: &[u8]| {
+            let mut s = String::new();
+            flate2::read::GzDecoder::new(bytes).read_to_string(&mut s).unwrap();
+            serde_json::from_str::<Value>(&s).unwrap()
+        };
+        let gz = gunzip(&std::fs::read(testdata("ignition-fixtures/compressed_ign_config.json.gz")).unwrap());
+        let b64 =
+            std::fs::read_to_string(testdata("ignition-fixtures/compressed_and_encoded_ign_config.json.gz")).unwrap();
+        let b64 = gunzip(&base64_decode(b64.trim()));
+        let want = parse_config(&plain).unwrap();
+        assert_eq!(want["storage"]["files"][0]["path"], "/etc/hello-worker");
+        assert_eq!(want["storage"]["files"][0]["user"], json!({"name": "root"}));
+        assert_eq!(want["storage"]["files"][0]["contents"]["source"], "data:,hello%20world%0A");
+        assert_eq!(parse_config(&gz).unwrap(), want);
+        assert_eq!(parse_config(&b64).unwrap(), want);
+    }
+
+    /// Standard base64, enough for the fixture (the crate is not a dependency of aloft-api).
+    fn base64_decode(s: &str) -> Vec<u8> {
+        let table = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        let mut out = Vec::new();
+        let (mut acc, mut bits) = (0u32, 0);
+        for c in s.bytes().filter(|c| *c != b'=' && !c.is_ascii_whitespace()) {
+            let v = table.iter().position(|t| *t == c).unwrap() as u32;
+            acc = (acc << 6) | v;
+            bits += 6;
+            if bits >= 8 {
+                bits -= 8;
+                out.push((acc >> bits) as u8);
+                acc &= (1 << bits) - 1;
+            }
+        }
+        out
     }
 
     #[test]
-    fn converts_2_2_like_mco() {
-        let cfg = mc_config("server/machine-configs/test-config.yaml");
-        let out = parse_config(&cfg).unwrap();
-        assert_eq!(out["ignition"]["version"], TARGET_VERSION);
+    fn spec_2_2_fixture_converts_like_mco() {
+        let mc = yaml("server/machine-configs/test-config.yaml");
+        let out = parse_config(&mc["spec"]["config"]).unwrap();
+        assert_eq!(out["ignition"], json!({"version": "3.5.0"}));
         let file = &out["storage"]["files"][0];
-        assert_eq!(file["path"], "/etc/coreos/update.conf");
-        assert!(file.get("filesystem").is_none());
-        assert!(file["contents"].get("verification").is_none(), "empty verification dropped");
-        assert_eq!(file["overwrite"], true);
-        assert_eq!(file["mode"], 420);
+        assert_eq!(
+            file,
+            &json!({"path": "/etc/coreos/update.conf", "mode": 420, "overwrite": true,
+                "contents": {"source": "data:,GROUP%3Dstable%0ASERVER%3Dhttp%3A%2F%2Flocalhost%3A32003%2Fv1%2Fupdate%0A"}})
+        );
         let units = out["systemd"]["units"].as_array().unwrap();
-        assert_eq!(units[0]["name"], "docker.service");
-        assert_eq!(units[0]["dropins"][0]["name"], "10-dockeropts.conf");
+        let names: Vec<&str> = units.iter().map(|u| u["name"].as_str().unwrap()).collect();
+        assert_eq!(names[0], "docker.service");
+        assert_eq!(units.len(), mc["spec"]["config"]["systemd"]["units"].as_array().unwrap().len());
         assert_eq!(units[0]["enabled"], true);
-        // 2.x's `enable` becomes `enabled`.
-        let old =
-            json!({"ignition": {"version": "2.2.0"}, "systemd": {"units": [{"name": "a.service", "enable": true}]}});
-        assert_eq!(parse_config(&old).unwrap()["systemd"]["units"][0]["enabled"], true);
+        assert_eq!(units[0]["dropins"][0]["name"], "10-dockeropts.conf");
+        assert!(units[0]["dropins"][0]["contents"].as_str().unwrap().starts_with("[Service]\nEnvironment="));
+        let masked: Vec<&str> =
+            units.iter().filter(|u| u["mask"] == true).map(|u| u["name"].as_str().unwrap()).collect();
+        assert_eq!(masked, vec!["locksmith.service"]);
+        assert!(no_nulls(&out));
+        // The result is a fixed point: parsing the normalised config again changes nothing.
+        assert_eq!(parse_config(&out).unwrap(), out);
     }
 
     #[test]
-    fn refusals_name_the_field() {
+    fn v2_units_enable_is_read_as_enabled() {
+        let cfg = json!({"ignition": {"version": "2.2.0"}, "systemd": {"units": [
+            {"name": "a.service", "enable": true},
+            {"name": "b.service", "enable": true, "enabled": false},
+            {"name": "c.service", "mask": true}]}});
+        let out = parse_config(&cfg).unwrap();
+        let u = &out["systemd"]["units"];
+        assert_eq!(u[0], json!({"name": "a.service", "enabled": true}));
+        assert_eq!(u[1], json!({"name": "b.service", "enabled": false}), "enabled wins over the deprecated alias");
+        assert_eq!(u[2], json!({"name": "c.service", "mask": true}));
+    }
+
+    #[test]
+    fn v2_files_links_users_and_config_append() {
+        let cfg = json!({"ignition": {"version": "2.2.0", "config": {"append": [{"source": "data:,{}"}]}},
+            "storage": {
+                "files": [
+                    {"filesystem": "root", "path": "/etc/a", "mode": 384, "user": {"id": 0}, "group": {"name": "wheel"},
+                     "contents": {"source": "data:,a", "verification": {"hash": "sha512-00"}}},
+                    {"filesystem": "root", "path": "/etc/b", "overwrite": false, "append": false, "contents": {"source": "data:,b"}}],
+                "links": [{"filesystem": "root", "path": "/etc/l", "target": "/etc/a"}],
+                "directories": [{"filesystem": "root", "path": "/etc/d", "mode": 493}]},
+            "passwd": {"users": [{"name": "core", "sshAuthorizedKeys": ["k1", "k2"], "passwordHash": "$6$x"}]},
+            "networkd": {}});
+        let out = parse_config(&cfg).unwrap();
+        assert_eq!(out["ignition"]["config"]["merge"], json!([{"source": "data:,{}"}]));
+        let files = &out["storage"]["files"];
+        assert_eq!(
+            files[0],
+            json!({"path": "/etc/a", "mode": 384, "overwrite": true, "user": {"id": 0}, "group": {"name": "wheel"},
+                   "contents": {"source": "data:,a", "verification": {"hash": "sha512-00"}}})
+        );
+        assert_eq!(files[1]["overwrite"], false, "an explicit overwrite is kept");
+        assert!(files[1].get("append").is_none());
+        assert_eq!(out["storage"]["links"][0], json!({"path": "/etc/l", "target": "/etc/a"}));
+        assert_eq!(out["storage"]["directories"][0], json!({"path": "/etc/d", "mode": 493}));
+        assert_eq!(
+            out["passwd"]["users"][0],
+            json!({"name": "core", "sshAuthorizedKeys": ["k1", "k2"], "passwordHash": "$6$x"})
+        );
+        assert!(out.get("networkd").is_none());
+        for v in ["2.0.0", "2.1.0", "2.3.0"] {
+            let mut c = cfg.clone();
+            c["ignition"]["version"] = v.into();
+            assert_eq!(parse_config(&c).unwrap(), out, "{v}");
+        }
+    }
+
+    #[test]
+    fn v2_constructs_without_a_3x_form_are_refused_by_field() {
+        let v2 = |rest: Value| {
+            let mut c = json!({"ignition": {"version": "2.2.0"}});
+            c.as_object_mut().unwrap().extend(rest.as_object().unwrap().clone());
+            c
+        };
         let cases = [
-            (json!({"ignition": {"version": "9.9.9"}}), VERSION_FIELD, "unsupported Ignition version"),
-            (json!({"ignition": {"version": ""}}), VERSION_FIELD, "empty"),
-            (json!({"ignition": {}}), VERSION_FIELD, "missing"),
-            (json!({"ignition": {"version": 3}}), VERSION_FIELD, "must be a string"),
-            (json!({"ignition": {"version": "3.6.0-experimental"}}), VERSION_FIELD, "unsupported"),
-            (json!("text"), "spec.config", "must be an Ignition config object"),
             (
-                json!({"ignition": {"version": "3.4.0"}, "storage": {"files": "nope"}}),
-                "spec.config",
-                "invalid Ignition config",
+                json!({"storage": {"files": [{"path": "/a"}, {"path": "/b", "filesystem": "var"}]}}),
+                "spec.config.storage.files[1].filesystem",
+                "root",
             ),
             (
-                json!({"ignition": {"version": "3.4.0"}, "storage": {"files": [{"path": "/a", "mode": "0644"}]}}),
-                "spec.config",
-                "invalid Ignition config",
+                json!({"storage": {"links": [{"path": "/a", "target": "/b", "filesystem": "oem"}]}}),
+                "spec.config.storage.links[0].filesystem",
+                "root",
             ),
             (
-                json!({"ignition": {"version": "2.2.0"}, "storage": {"files": [{"path": "/a", "filesystem": "var"}]}}),
-                "spec.config.storage.files[0].filesystem",
-                "only the root filesystem",
-            ),
-            (
-                json!({"ignition": {"version": "2.2.0"}, "storage": {"files": [{"path": "/a", "append": true}]}}),
+                json!({"storage": {"files": [{"path": "/a", "append": true}]}}),
                 "spec.config.storage.files[0].append",
                 "appending",
             ),
+            (json!({"networkd": {"units": [{"name": "a.network"}]}}), "spec.config.networkd.units", "networkd"),
+            (json!({"networkd": {"units": [], "other": {"x": 1}}}), "spec.config.networkd.other", "networkd"),
+            (json!({"networkd": "yes"}), "spec.config.networkd", "networkd"),
+            (json!({"storage": {"disks": [{"device": "/dev/vdb"}]}}), "spec.config.storage.disks", "not supported"),
+            (json!({"storage": {"raid": [{"name": "md0"}]}}), "spec.config.storage.raid", "not supported"),
             (
-                json!({"ignition": {"version": "2.2.0"}, "networkd": {"units": [{"name": "a.network"}]}}),
-                "spec.config.networkd",
-                "networkd",
-            ),
-            (
-                json!({"ignition": {"version": "2.2.0"}, "storage": {"filesystems": [{"name": "x"}]}}),
+                json!({"storage": {"filesystems": [{"name": "var"}]}}),
                 "spec.config.storage.filesystems",
                 "not supported",
             ),
+            (
+                json!({"passwd": {"users": [{"name": "core", "create": {}}]}}),
+                "spec.config.passwd.users[0].create",
+                "create",
+            ),
         ];
         for (cfg, field, msg) in cases {
-            let e = parse_config(&cfg).unwrap_err();
+            let e = err(v2(cfg.clone()));
             assert_eq!(e.field(), field, "{cfg}");
-            assert!(e.to_string().contains(msg), "{cfg}: {e}");
+            assert!(e.message().contains(msg), "{cfg}: {e}");
         }
+    }
+
+    #[test]
+    fn unknown_versions_name_the_field_and_the_accepted_versions() {
+        for bad in ["4.0.0", "3.9.0", "abc", "3.6.0-experimental", "1.0.0", "3.2", "2.4.0"] {
+            let e = err(json!({"ignition": {"version": bad}}));
+            assert_eq!(e.field(), VERSION_FIELD, "{bad}");
+            let want = format!("unsupported Ignition version {bad:?}: accepted versions are ");
+            assert!(e.message().starts_with(&want), "{bad}: {e}");
+            assert!(e.message().contains("2.2.0") && e.message().contains("3.5.0"), "{e}");
+        }
+        let e = err(json!({"ignition": {"version": ""}}));
+        assert_eq!((e.field().as_str(), e.message().contains("empty")), (VERSION_FIELD, true), "{e}");
+        for missing in [json!({"ignition": {}}), json!({"storage": {}}), json!({"ignition": {"version": null}})] {
+            let e = err(missing.clone());
+            assert_eq!(e.field(), VERSION_FIELD);
+            assert!(e.message().contains("missing"), "{missing}: {e}");
+        }
+        let e = err(json!({"ignition": {"version": 3}}));
+        assert_eq!(e.field(), VERSION_FIELD);
+        assert!(e.message().contains("must be a string"), "{e}");
+        let e = err(json!({"ignition": "3.2.0"}));
+        assert_eq!(e.field(), "spec.config.ignition");
+        let e = err(json!(["not", "a", "config"]));
+        assert_eq!(e.field(), "spec.config");
+        assert!(e.message().contains("got a list"), "{e}");
+    }
+
+    #[test]
+    fn wrong_types_report_the_path_and_serde_message() {
+        let cases = [
+            (
+                json!({"storage": {"files": "nope"}}),
+                "spec.config.storage.files",
+                "invalid type: string \"nope\", expected a sequence",
+            ),
+            (
+                json!({"storage": {"files": [{"path": "/a"}, {"path": "/b", "mode": "0644"}]}}),
+                "spec.config.storage.files[1].mode",
+                "invalid type: string \"0644\"",
+            ),
+            (
+                json!({"storage": {"files": [{"path": "/a"}, {"mode": 420}]}}),
+                "spec.config.storage.files[1]",
+                "missing field `path`",
+            ),
+            (
+                json!({"systemd": {"units": [{"name": "a.service", "enabled": "yes"}]}}),
+                "spec.config.systemd.units[0].enabled",
+                "expected a boolean",
+            ),
+            (
+                json!({"passwd": {"users": [{"name": "core", "sshAuthorizedKeys": "ssh-rsa k"}]}}),
+                "spec.config.passwd.users[0].sshAuthorizedKeys",
+                "invalid type",
+            ),
+        ];
+        for version in ["3.2.0", "3.5.0"] {
+            for (rest, field, msg) in &cases {
+                let mut cfg = rest.clone();
+                cfg["ignition"] = json!({"version": version});
+                let e = err(cfg);
+                assert_eq!(e.field(), *field, "{version} {rest}");
+                assert!(e.message().contains(msg), "{version} {rest}: {e}");
+            }
+        }
+        // 2.x converted configs report the field of the original document.
+        let e = err(
+            json!({"ignition": {"version": "2.2.0"}, "storage": {"files": [{"path": "/a", "filesystem": "root", "mode": "0644"}]}}),
+        );
+        assert_eq!(e.field(), "spec.config.storage.files[0].mode");
+    }
+
+    #[test]
+    fn ignition_validation_rules() {
+        let cfg = |rest: Value| {
+            let mut c = rest;
+            c["ignition"] = json!({"version": "3.4.0"});
+            c
+        };
+        let cases = [
+            (json!({"storage": {"files": [{"path": "etc/a"}]}}), "spec.config.storage.files[0].path", "not absolute"),
+            (json!({"storage": {"files": [{"path": "/etc/../a"}]}}), "spec.config.storage.files[0].path", "not clean"),
+            (json!({"storage": {"files": [{"path": "/etc//a"}]}}), "spec.config.storage.files[0].path", "not clean"),
+            (json!({"storage": {"files": [{"path": "/etc/a\u{0}/../b"}]}}), "spec.config.storage.files[0].path", "NUL"),
+            (
+                json!({"storage": {"links": [{"path": "/etc/./l", "target": "/a"}]}}),
+                "spec.config.storage.links[0].path",
+                "not clean",
+            ),
+            (
+                json!({"storage": {"directories": [{"path": "/etc/d/"}]}}),
+                "spec.config.storage.directories[0].path",
+                "clean",
+            ),
+            (
+                json!({"storage": {"files": [{"path": "/a"}, {"path": "/a"}]}}),
+                "spec.config.storage.files[1].path",
+                "already defined by spec.config.storage.files[0]",
+            ),
+            (
+                json!({"storage": {"files": [{"path": "/a"}], "links": [{"path": "/a", "target": "/b"}]}}),
+                "spec.config.storage.links[0].path",
+                "duplicate path",
+            ),
+            (
+                json!({"storage": {"files": [{"path": "/a", "mode": 4096}]}}),
+                "spec.config.storage.files[0].mode",
+                "not a file mode",
+            ),
+            (
+                json!({"storage": {"files": [{"path": "/a", "mode": -1}]}}),
+                "spec.config.storage.files[0].mode",
+                "not a file mode",
+            ),
+            (
+                json!({"storage": {"files": [{"path": "/a", "contents": {"source": "data:,x", "compression": "xz"}}]}}),
+                "spec.config.storage.files[0].contents.compression",
+                "xz",
+            ),
+            (
+                json!({"systemd": {"units": [{"name": "a.service"}, {"name": "a.service"}]}}),
+                "spec.config.systemd.units[1].name",
+                "duplicate unit",
+            ),
+            (
+                json!({"systemd": {"units": [{"name": "a.service", "dropins": [{"name": "x.conf"}, {"name": "x.conf"}]}]}}),
+                "spec.config.systemd.units[0].dropins[1].name",
+                "duplicate drop-in",
+            ),
+            (
+                json!({"passwd": {"users": [{"name": "core"}, {"name": "core"}]}}),
+                "spec.config.passwd.users[1].name",
+                "duplicate",
+            ),
+            (json!({"systemd": {"units": [{"name": ""}]}}), "spec.config.systemd.units[0].name", "name"),
+        ];
+        for (rest, field, msg) in cases {
+            let e = err(cfg(rest.clone()));
+            assert_eq!(e.field(), field, "{rest}");
+            assert!(e.message().contains(msg), "{rest}: {e}");
+        }
+        // The same names in different lists are fine, and so are gzip and mode 0o7777.
+        let ok = cfg(
+            json!({"storage": {"files": [{"path": "/a", "mode": 4095, "contents": {"source": "data:;base64,H4sI", "compression": "gzip"}}]},
+            "passwd": {"users": [{"name": "core"}], "groups": [{"name": "core"}]}}),
+        );
+        assert!(parse_config(&ok).is_ok());
+    }
+
+    #[test]
+    fn unknown_fields_are_warnings_not_errors() {
+        let p = parse_with_warnings(&json!({"ignition": {"version": "3.5.0"},
+            "storage": {"files": [{"path": "/a", "contens": {"source": "data:,x"}}]}, "networkd": {}}))
+        .unwrap();
+        assert_eq!(
+            p.warnings,
+            vec![
+                "spec.config.storage.files[0].contens: unknown field, ignored",
+                "spec.config.networkd: unknown field, ignored"
+            ]
+        );
+        assert_eq!(to_value(&p.config)["storage"]["files"][0], json!({"path": "/a"}));
+    }
+
+    #[test]
+    fn e2e_template_ignition_version_empty_is_refused() {
+        let mc = template(
+            "e2e-templates/change-worker-ign-version.yaml",
+            &[("NAME", "change-ign"), ("POOL", "worker"), ("IGNITION_VERSION", "")],
+        );
+        assert_eq!(mc["metadata"]["labels"]["machineconfiguration.openshift.io/role"], "worker");
+        let e = err(mc["spec"]["config"].clone());
+        assert_eq!(e.field(), VERSION_FIELD);
+        assert!(e.message().contains("empty"), "{e}");
+        let mc = template(
+            "e2e-templates/change-worker-ign-version.yaml",
+            &[("NAME", "change-ign"), ("POOL", "worker"), ("IGNITION_VERSION", "3.1.0")],
+        );
+        assert_eq!(parse_config(&mc["spec"]["config"]).unwrap(), json!({"ignition": {"version": "3.5.0"}}));
+    }
+
+    #[test]
+    fn e2e_generic_template_with_files_units_and_users() {
+        let files = r#"[{"path": "/etc/test-file", "mode": 420, "contents": {"source": "data:,hello"}}]"#;
+        let units = r#"[{"name": "test.service", "enabled": true, "contents": "[Unit]\nDescription=t\n"}]"#;
+        let users = r#"[{"name": "core", "sshAuthorizedKeys": ["ssh-ed25519 AAAA"]}]"#;
+        let mc = template(
+            "e2e-templates/generic-machine-config-template.yml",
+            &[("NAME", "generic"), ("POOL", "worker"), ("FILES", files), ("UNITS", units), ("PWDUSERS", users)],
+        );
+        assert_eq!(mc["spec"]["config"]["ignition"]["version"], "3.5.0", "the template's default version");
+        let out = parse_config(&mc["spec"]["config"]).unwrap();
+        assert_eq!(out["storage"]["files"][0]["path"], "/etc/test-file");
+        assert_eq!(out["systemd"]["units"][0]["enabled"], true);
+        assert_eq!(out["passwd"]["users"][0]["sshAuthorizedKeys"][0], "ssh-ed25519 AAAA");
+        // The template's empty defaults are a valid, empty config.
+        let empty = template("e2e-templates/generic-machine-config-template.yml", &[("NAME", "g"), ("POOL", "worker")]);
+        assert!(parse_config(&empty["spec"]["config"]).is_ok());
+        // A relative path in the FILES parameter is caught with its index.
+        let bad = template(
+            "e2e-templates/generic-machine-config-template.yml",
+            &[("NAME", "g"), ("POOL", "worker"), ("FILES", r#"[{"path": "/ok"}, {"path": "rel"}]"#)],
+        );
+        assert_eq!(err(bad["spec"]["config"].clone()).field(), "spec.config.storage.files[1].path");
+    }
+
+    #[test]
+    fn e2e_templates_disks_and_ignition_kargs_parse() {
+        let mc = template(
+            "e2e-templates/extra-disks.yaml",
+            &[("NAME", "d"), ("POOL", "worker"), ("DEVICE1", "/dev/vdb"), ("DEVICE2", "/dev/vdc")],
+        );
+        let out = parse_config(&mc["spec"]["config"]).unwrap();
+        assert_eq!(out["storage"]["disks"][1]["device"], "/dev/vdc");
+        assert_eq!(out["storage"]["raid"][0]["level"], "stripe");
+        assert_eq!(out["storage"]["filesystems"][0]["path"], "/var/lib/data");
+        let mc = template("e2e-templates/add-ignition-kernel-arguments.yaml", &[("NAME", "k"), ("POOL", "worker")]);
+        let out = parse_config(&mc["spec"]["config"]).unwrap();
+        assert_eq!(out["kernelArguments"], json!({"shouldExist": ["enforcing=0"]}));
+        // bz1866117 writes `networkd: {}` into a 3.2 config: a warning, not an error.
+        let mc = template("e2e-templates/bz1866117-add-dummy-files.yaml", &[("NAME", "b"), ("POOL", "worker")]);
+        let p = parse_with_warnings(&mc["spec"]["config"]).unwrap();
+        assert!(p.warnings.iter().any(|w| w.starts_with("spec.config.networkd")), "{:?}", p.warnings);
+        assert!(p.config.storage.unwrap().files.unwrap().len() > 1);
+    }
+
+    /// Every MachineConfig in MCO's e2e templates is valid here too (parameters filled in as an
+    /// e2e run would), so nothing OpenShift users write is refused by aloft's stricter checks.
+    #[test]
+    fn every_mco_e2e_machine_config_is_accepted() {
+        let params = [
+            ("POOL", "worker"),
+            ("DEVICE1", "/dev/vdb"),
+            ("DEVICE2", "/dev/vdc"),
+            ("FILE_PATH", "/etc/aloft-test-file"),
+            ("FILE_CONTENT", "hello"),
+            ("CONFIGURATION", "aGVsbG8K"),
+            ("FIPS", "false"),
+            ("IGNITION_VERSION", "3.2.0"),
+            ("OSIMAGESTREAM", "rhel-9"),
+            ("NAME", "tpl"),
+        ];
+        /// `mode: 0644` is octal in the YAML 1.1 that `oc process` reads.
+        fn octal_modes(v: &mut Value) {
+            match v {
+                Value::Object(m) => {
+                    for (k, x) in m.iter_mut() {
+                        match x.as_str() {
+                            Some(s) if k == "mode" && s.starts_with('0') => {
+                                *x = i64::from_str_radix(s, 8).unwrap().into()
+                            }
+                            _ => octal_modes(x),
+                        }
+                    }
+                }
+                Value::Array(a) => a.iter_mut().for_each(octal_modes),
+                _ => {}
+            }
+        }
+        let mut dirs = vec![testdata("e2e-templates"), testdata("e2e-templates/machineconfigs")];
+        let mut checked = 0;
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(&dir).unwrap() {
+                let path = entry.unwrap().path();
+                let name = path.file_name().unwrap().to_string_lossy().to_string();
+                if !(name.ends_with(".yaml") || name.ends_with(".yml")) {
+                    continue;
+                }
+                let rel = path.strip_prefix(testdata("")).unwrap().to_string_lossy().to_string();
+                let Ok(doc) = yaml_serde::from_str::<Value>(&std::fs::read_to_string(&path).unwrap()) else { continue };
+                let has_mc = doc["objects"].as_array().is_some_and(|o| o.iter().any(|x| x["kind"] == "MachineConfig"));
+                if doc["kind"] != "Template" || !has_mc {
+                    continue;
+                }
+                for mut obj in template_objects(&rel, &params).into_iter().filter(|o| o["kind"] == "MachineConfig") {
+                    octal_modes(&mut obj);
+                    let mc: crate::MachineConfig = serde_json::from_value(obj).unwrap_or_else(|e| panic!("{rel}: {e}"));
+                    let out = parse_config(&mc.spec.config).unwrap_or_else(|e| panic!("{rel}: {}: {e}", e.field()));
+                    assert_eq!(out["ignition"]["version"], "3.5.0");
+                    crate::reconcile::validate_for_day2(&mc.spec).unwrap_or_else(|e| panic!("{rel}: {e:?}"));
+                    checked += 1;
+                }
+            }
+        }
+        assert!(checked >= 24, "checked {checked} MachineConfigs");
+    }
+
+    #[test]
+    fn to_value_has_no_nulls_and_round_trips() {
+        let cfg = json!({"ignition": {"version": "3.5.0", "timeouts": {}},
+            "storage": {"files": [{"path": "/a", "contents": {"source": null, "compression": null}, "mode": null}]}});
+        let out = parse_config(&cfg).unwrap();
+        assert!(no_nulls(&out), "{out}");
+        assert_eq!(out["storage"]["files"][0], json!({"path": "/a", "contents": {}}));
+        assert_eq!(parse_typed(&out).unwrap(), parse_typed(&cfg).unwrap());
     }
 }

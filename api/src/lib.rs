@@ -13,6 +13,8 @@ pub mod reconcile;
 pub mod render;
 pub mod selector;
 pub mod status;
+#[cfg(test)]
+mod testutil;
 
 pub use machineconfig::{
     MachineConfig, MachineConfigPool, MachineConfigPoolSpec, MachineConfigPoolStatus, MachineConfigSpec,

@@ -1,7 +1,9 @@
-//! Rendering a pool, by MCO's rules: select the MachineConfigs the pool's
-//! `machineConfigSelector` picks, order them (role=worker first, then by name), merge them, check
-//! the result against the pool's current rendered config, and name it by a hash of its content.
-//! A pure function of its inputs, so every coordinator renders the same name for the same pool.
+//! Rendering a pool by MCO's rules: select the MachineConfigs the pool's `machineConfigSelector`
+//! picks, order them (role=worker first, then by name), merge them, check the result against the
+//! pool's current rendered config, and name it by a hash of its content.
+//!
+//! A pure function of its inputs, so any coordinator (or a restarted one) renders the same name for
+//! the same pool, and rendering twice never creates a second config.
 
 use crate::annotations;
 use crate::ignition;
@@ -11,43 +13,79 @@ use crate::reconcile;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
-/// MCO's limit on a rendered config (it must fit an etcd object with room to spare).
+/// MCO's limit on a rendered config: it must fit in one etcd object with room to spare, and nodes
+/// download it whole on every update.
 pub const MAX_RENDERED_BYTES: usize = 1_572_864;
 
+/// Names of generated (rendered) configs start with this; they never feed a render.
+pub const RENDERED_PREFIX: &str = "rendered-";
+
+/// Why a pool could not be rendered. The text is what the pool's RenderDegraded condition shows,
+/// so it names the MachineConfig to fix whenever there is one.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RenderError {
-    #[error("pool {pool} has an empty machineConfigSelector: it would select every MachineConfig")]
+    #[error("pool {pool} has an empty machineConfigSelector: it would select every MachineConfig; set matchLabels such as machineconfiguration.openshift.io/role: {pool}")]
     EmptySelector { pool: String },
-    #[error("pool {pool}: spec.machineConfigSelector: {message}")]
+    #[error("pool {pool}: invalid spec.machineConfigSelector: {message}")]
     BadSelector { pool: String, message: String },
-    #[error("no MachineConfigs found matching the selector of pool {pool}")]
+    #[error("no MachineConfigs found matching the machineConfigSelector of pool {pool}")]
     NothingSelected { pool: String },
     #[error("MachineConfig {config}: {field}: {message}")]
     Invalid { config: String, field: String, message: String },
-    #[error("MachineConfigs {first} and {second} ask for different kernel types ({first_type} and {second_type})")]
+    #[error("MachineConfig {second} sets kernelType {second_type} but MachineConfig {first} sets {first_type}: a pool can use only one of realtime and 64k-pages")]
     KernelTypeConflict { first: String, first_type: String, second: String, second_type: String },
-    #[error("rendered config for pool {pool} is {size} bytes, over the {limit}-byte limit")]
+    #[error("the merged config is invalid: {field}: {message}")]
+    Merged { field: String, message: String },
+    #[error("rendered config for pool {pool} is {size} bytes, over the limit of {limit} bytes: move large contents out of MachineConfigs")]
     TooLarge { pool: String, size: usize, limit: usize },
-    #[error("MachineConfig {config} makes a change a running node cannot take: {field}: {message}")]
-    Unreconcilable { config: String, field: String, message: String },
+    #[error("{}", unreconcilable_text(.config.as_deref(), .field, .message))]
+    Unreconcilable { config: Option<String>, field: String, message: String },
 }
 
-/// A rendered config and the MachineConfigs it came from, in merge order.
+fn unreconcilable_text(config: Option<&str>, field: &str, message: &str) -> String {
+    match config {
+        Some(c) => format!("MachineConfig {c} makes a change running nodes cannot take: {field}: {message}"),
+        None => format!(
+            "the new config makes a change running nodes cannot take (it comes from a MachineConfig that was removed or is no longer selected): {field}: {message}"
+        ),
+    }
+}
+
+impl RenderError {
+    /// The MachineConfig at fault, when there is one, so callers can point at it (events, status).
+    pub fn machine_config(&self) -> Option<&str> {
+        match self {
+            RenderError::Invalid { config, .. } => Some(config),
+            RenderError::KernelTypeConflict { second, .. } => Some(second),
+            RenderError::Unreconcilable { config, .. } => config.as_deref(),
+            _ => None,
+        }
+    }
+}
+
+/// A rendered config and the MachineConfigs it came from, in merge order (the pool's
+/// `spec.configuration.source`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Rendered {
     pub machine_config: MachineConfig,
     pub sources: Vec<ObjectReference>,
 }
 
-const ROLE_WORKER: (&str, &str) = (annotations::ROLE_LABEL, "worker");
-
-/// Generated configs (rendered ones) never feed a render.
-fn is_generated(mc: &MachineConfig) -> bool {
-    mc.metadata.name.starts_with("rendered-")
+/// Rendered configs are outputs, never inputs: one named `rendered-…` or owned by a pool.
+/// (Configs generated by other controllers, e.g. from a KubeletConfig, are inputs as in MCO.)
+pub fn is_generated(mc: &MachineConfig) -> bool {
+    mc.metadata.name.starts_with(RENDERED_PREFIX)
         || mc.metadata.owner_references.iter().any(|o| o.kind == "MachineConfigPool")
 }
 
-/// The configs `pool` selects, in MCO's merge order.
+fn is_worker(mc: &MachineConfig) -> bool {
+    mc.metadata.labels.get(annotations::ROLE_LABEL).map(String::as_str) == Some("worker")
+}
+
+/// The configs `pool` selects, in MCO's merge order: role=worker configs first, by name, then the
+/// rest by name. A custom pool (selecting worker and its own role) thus layers its own configs
+/// over the worker ones. An empty selector is refused, as MCO does: it would select everything,
+/// master configs included.
 pub fn select_and_order(pool: &MachineConfigPool, all: &[MachineConfig]) -> Result<Vec<MachineConfig>, RenderError> {
     let name = pool.metadata.name.clone();
     let sel = match &pool.spec.machine_config_selector {
@@ -58,35 +96,41 @@ pub fn select_and_order(pool: &MachineConfigPool, all: &[MachineConfig]) -> Resu
     };
     let mut picked: Vec<MachineConfig> =
         all.iter().filter(|m| !is_generated(m) && sel.matches(&m.metadata.labels)).cloned().collect();
-    let is_worker = |m: &MachineConfig| m.metadata.labels.get(ROLE_WORKER.0).map(String::as_str) == Some(ROLE_WORKER.1);
     picked.sort_by(|a, b| is_worker(b).cmp(&is_worker(a)).then_with(|| a.metadata.name.cmp(&b.metadata.name)));
     Ok(picked)
 }
 
-/// The key that identifies an entry of an Ignition list, for the lists Ignition merges by key.
-fn list_key(list: &str) -> Option<&'static str> {
+/// The key that identifies an entry of an Ignition list of objects, for the lists Ignition merges
+/// entry by entry. Lists not named here (and lists of strings) are appended.
+fn list_key(list: &str) -> &'static [&'static str] {
     match list {
-        "files" | "directories" | "links" | "filesystems" => Some("path"),
-        "units" | "dropins" | "users" | "groups" | "raid" | "luks" => Some("name"),
-        "disks" => Some("device"),
-        "partitions" => Some("label"),
-        _ => None,
+        "files" | "directories" | "links" => &["path"],
+        "units" | "dropins" | "users" | "groups" | "raid" | "luks" | "httpHeaders" => &["name"],
+        "disks" | "filesystems" => &["device"],
+        "partitions" => &["number", "label"],
+        "merge" | "certificateAuthorities" => &["source"],
+        "tang" => &["url"],
+        _ => &[],
     }
 }
 
-/// Ignition's merge: objects field by field (later wins), keyed lists entry by entry, other lists
-/// appended without duplicates (SSH keys from several configs add up). A later file entry that
-/// brings `contents` replaces the earlier contents whole, so it does not inherit a stale
-/// `compression` (MCO resets it for the same reason).
-fn merge_value(base: &mut Value, over: &Value, field: &str) {
+/// The identity of a list entry: the first key field it sets (partitions use number, else label).
+fn entry_id<'a>(item: &'a Value, keys: &[&str]) -> Option<(usize, &'a Value)> {
+    keys.iter()
+        .enumerate()
+        .find_map(|(i, k)| item.get(*k).filter(|v| !v.is_null() && *v != &Value::from(0)).map(|v| (i, v)))
+}
+
+/// Ignition's merge, for everything outside files/directories/links: objects field by field (the
+/// later config's fields win, fields it leaves unset are kept), keyed lists entry by entry, other
+/// lists appended without repeating an entry. The last rule is why SSH keys add up: MCO merges
+/// with Ignition's merge, so each MachineConfig can contribute keys for user core (the
+/// installer's 99-<role>-ssh and any added later) and a key listed twice is written once.
+fn merge_value(base: &mut Value, over: &Value, list: &str) {
     match (base, over) {
         (Value::Object(b), Value::Object(o)) => {
             for (k, ov) in o {
                 if ov.is_null() {
-                    continue;
-                }
-                if k == "contents" && field == "files" {
-                    b.insert(k.clone(), ov.clone());
                     continue;
                 }
                 match b.get_mut(k) {
@@ -97,41 +141,100 @@ fn merge_value(base: &mut Value, over: &Value, field: &str) {
                 }
             }
         }
-        (Value::Array(b), Value::Array(o)) => match list_key(field) {
-            Some(key) => {
-                for item in o {
-                    let id = item.get(key).cloned();
-                    match b.iter_mut().find(|x| id.is_some() && x.get(key) == id.as_ref()) {
-                        Some(existing) => merge_value(existing, item, field),
-                        None => b.push(item.clone()),
-                    }
+        (Value::Array(b), Value::Array(o)) => {
+            let keys = list_key(list);
+            for item in o {
+                let id = entry_id(item, keys);
+                let pos = match id {
+                    Some(id) if item.is_object() => b.iter().position(|x| entry_id(x, keys) == Some(id)),
+                    _ => None,
+                };
+                match pos {
+                    Some(i) => merge_value(&mut b[i], item, list),
+                    None if id.is_none() && b.contains(item) => {}
+                    None => b.push(item.clone()),
                 }
             }
-            None => {
-                for item in o {
-                    if !b.contains(item) {
-                        b.push(item.clone());
-                    }
-                }
-            }
-        },
+        }
         (b, o) => *b = o.clone(),
     }
 }
 
-fn kernel_type(t: &str) -> &str {
-    if t.is_empty() {
-        "default"
-    } else {
-        t
+const NODE_LISTS: [&str; 3] = ["files", "directories", "links"];
+
+/// `storage`: files, directories and links are keyed by path across all three lists (Ignition:
+/// a later link can replace an earlier file), and a later entry replaces the earlier one whole.
+/// Whole replacement is what keeps a stale `contents.compression: gzip` (or a stale
+/// `verification.hash`) of an earlier file from applying to the later file's contents, the bug
+/// MCO fixes by resetting compression; it also means a later entry does not inherit the earlier
+/// one's mode or owner, so every MachineConfig's file is exactly as written.
+fn merge_storage(base: &mut Value, over: &Value) {
+    let (Value::Object(b), Value::Object(o)) = (&mut *base, over) else {
+        *base = over.clone();
+        return;
+    };
+    for (k, ov) in o {
+        if !NODE_LISTS.contains(&k.as_str()) {
+            match b.get_mut(k) {
+                Some(bv) => merge_value(bv, ov, k),
+                None => {
+                    b.insert(k.clone(), ov.clone());
+                }
+            }
+            continue;
+        }
+        for item in ov.as_array().into_iter().flatten() {
+            let path = item.get("path").cloned();
+            for other in NODE_LISTS.iter().filter(|l| **l != k.as_str()) {
+                if let Some(Value::Array(list)) = b.get_mut(*other) {
+                    list.retain(|x| x.get("path") != path.as_ref());
+                }
+            }
+            let list = b.entry(k.clone()).or_insert_with(|| Value::Array(Vec::new()));
+            if let Value::Array(list) = list {
+                match list.iter_mut().find(|x| x.get("path") == path.as_ref()) {
+                    Some(existing) => *existing = item.clone(),
+                    None => list.push(item.clone()),
+                }
+            }
+        }
     }
 }
 
-/// Merge `configs` (already in order) into one spec.
+fn merge_config(acc: &mut Map<String, Value>, cfg: &Value) {
+    let Value::Object(cfg) = cfg else { return };
+    for (k, v) in cfg {
+        let slot = acc.entry(k.clone()).or_insert_with(|| Value::Object(Map::new()));
+        if k == "storage" {
+            merge_storage(slot, v);
+        } else {
+            merge_value(slot, v, k);
+        }
+    }
+}
+
+fn kernel_type_of(mc: &MachineConfig) -> Result<&'static str, RenderError> {
+    match mc.spec.kernel_type.as_str() {
+        "" | "default" => Ok("default"),
+        "realtime" => Ok("realtime"),
+        "64k-pages" => Ok("64k-pages"),
+        other => Err(RenderError::Invalid {
+            config: mc.metadata.name.clone(),
+            field: "spec.kernelType".into(),
+            message: format!("unknown kernelType {other:?}: use default, realtime or 64k-pages"),
+        }),
+    }
+}
+
+/// Merge `configs` (already in merge order) into one spec with a 3.5.0 Ignition config:
+/// Ignition merged in order (see [`merge_value`] and [`merge_storage`]); `fips` true if any config
+/// sets it; `kernelType` realtime or 64k-pages if any config asks for it (both is an error), else
+/// default; `kernelArguments` and `extensions` concatenated in order (duplicates kept: a repeated
+/// karg is meaningful to the kernel); `osImageURL` the last non-empty one.
 pub fn merge(configs: &[MachineConfig]) -> Result<MachineConfigSpec, RenderError> {
-    let mut merged = Value::Object(Map::new());
+    let mut acc = Map::new();
     let mut out = MachineConfigSpec::default();
-    let mut kt: Option<(String, String)> = None;
+    let mut special: Option<(String, &'static str)> = None;
     for mc in configs {
         let name = &mc.metadata.name;
         let cfg = ignition::parse_config(&mc.spec.config).map_err(|e| RenderError::Invalid {
@@ -139,29 +242,23 @@ pub fn merge(configs: &[MachineConfig]) -> Result<MachineConfigSpec, RenderError
             field: e.field(),
             message: e.message().to_string(),
         })?;
-        merge_value(&mut merged, &cfg, "");
+        merge_config(&mut acc, &cfg);
         if mc.spec.fips == Some(true) {
             out.fips = Some(true);
         }
-        let t = kernel_type(&mc.spec.kernel_type);
-        if !reconcile::KERNEL_TYPES.contains(&t) {
-            return Err(RenderError::Invalid {
-                config: name.clone(),
-                field: "spec.kernelType".into(),
-                message: format!("unknown kernelType {t:?}"),
-            });
-        }
+        let t = kernel_type_of(mc)?;
         if t != "default" {
-            match &kt {
-                Some((other, other_t)) if other_t != t => {
+            match &special {
+                Some((first, first_type)) if *first_type != t => {
                     return Err(RenderError::KernelTypeConflict {
-                        first: other.clone(),
-                        first_type: other_t.clone(),
+                        first: first.clone(),
+                        first_type: first_type.to_string(),
                         second: name.clone(),
                         second_type: t.to_string(),
-                    })
+                    });
                 }
-                _ => kt = Some((name.clone(), t.to_string())),
+                Some(_) => {}
+                None => special = Some((name.clone(), t)),
             }
         }
         out.kernel_arguments.extend(mc.spec.kernel_arguments.iter().cloned());
@@ -170,20 +267,29 @@ pub fn merge(configs: &[MachineConfig]) -> Result<MachineConfigSpec, RenderError
             out.os_image_url = mc.spec.os_image_url.clone();
         }
     }
-    merged["ignition"] = serde_json::json!({"version": ignition::TARGET_VERSION});
-    out.config = merged;
-    out.kernel_type = kt.map(|(_, t)| t).unwrap_or_default();
+    // Every parsed config has an `ignition` object; the merged one says 3.5.0 whatever the inputs said.
+    let mut ign = match acc.shift_remove("ignition") {
+        Some(Value::Object(m)) => m,
+        _ => Map::new(),
+    };
+    ign.insert("version".into(), ignition::TARGET_VERSION.into());
+    acc.insert("ignition".into(), Value::Object(ign));
+    // Through the schema once more: the output is then exactly what parse_config gives for it.
+    out.config = ignition::parse_config(&Value::Object(acc))
+        .map_err(|e| RenderError::Merged { field: e.field(), message: e.message().to_string() })?;
+    out.kernel_type = special.map_or("default", |(_, t)| t).to_string();
     Ok(out)
 }
 
-/// JSON with object keys sorted at every level: a stable byte form for hashing.
+/// JSON with object keys sorted at every level (arrays keep their order): one byte form per
+/// value, whatever order the keys were written or merged in, for hashing.
 pub fn canonical_json(v: &Value) -> String {
     fn sorted(v: &Value) -> Value {
         match v {
             Value::Object(m) => {
-                let mut keys: Vec<&String> = m.keys().collect();
-                keys.sort();
-                Value::Object(keys.into_iter().map(|k| (k.clone(), sorted(&m[k]))).collect())
+                let mut entries: Vec<(&String, &Value)> = m.iter().collect();
+                entries.sort_by(|a, b| a.0.cmp(b.0));
+                Value::Object(entries.into_iter().map(|(k, x)| (k.clone(), sorted(x))).collect())
             }
             Value::Array(a) => Value::Array(a.iter().map(sorted).collect()),
             other => other.clone(),
@@ -192,35 +298,64 @@ pub fn canonical_json(v: &Value) -> String {
     sorted(v).to_string()
 }
 
-/// `rendered-<pool>-<32 hex>`: the first 16 bytes of SHA-256 over the canonical spec.
+/// `rendered-<pool>-<32 hex>`: the first 16 bytes of SHA-256 over the canonical JSON of the spec.
+/// Content-addressed, so an unchanged pool renders the same name and nodes are not updated.
 pub fn rendered_name(pool: &str, spec: &MachineConfigSpec) -> String {
+    // A spec (strings, lists and JSON) always serialises.
     let v = serde_json::to_value(spec).unwrap_or(Value::Null);
     let digest = Sha256::digest(canonical_json(&v).as_bytes());
-    format!("rendered-{pool}-{}", hex::encode(&digest[..16]))
+    format!("{RENDERED_PREFIX}{pool}-{}", hex::encode(&digest[..16]))
 }
 
-/// Which selected config brought the field an unreconcilable error names (the last one that
-/// sets it), so the pool's condition can point at the config to fix.
-fn culprit(configs: &[MachineConfig], field: &str) -> String {
-    let sets = |mc: &MachineConfig| -> bool {
-        if field == "spec.fips" {
-            return mc.spec.fips.is_some();
-        }
-        if field == "spec.kernelType" {
-            return !mc.spec.kernel_type.is_empty();
-        }
-        let Some(rest) = field.strip_prefix("spec.config.") else { return false };
-        let ptr: String = rest.split('.').map(|p| p.split('[').next().unwrap_or(p)).collect::<Vec<_>>().join("/");
-        mc.spec
-            .config
-            .pointer(&format!("/{ptr}"))
-            .is_some_and(|v| !v.is_null() && v != &Value::Array(vec![]) && v != &Value::Object(Map::new()))
-    };
-    configs.iter().rev().find(|m| sets(m)).or(configs.last()).map(|m| m.metadata.name.clone()).unwrap_or_default()
+/// The part of an error's field path that locates a section in any config, e.g.
+/// `spec.config.storage.links[2]` -> `spec.config.storage.links`: indices of the merged config do
+/// not index a source config.
+fn section(field: &str) -> &str {
+    field.split('[').next().unwrap_or(field)
 }
 
-/// Render `pool` from `all` MachineConfigs. `current` is the pool's current rendered config: the
-/// new one must be reachable from it on a running node.
+/// Does `mc` set anything in the section `field` names?
+fn touches(mc: &MachineConfig, field: &str) -> bool {
+    let field = section(field);
+    match field {
+        "spec.fips" => return mc.spec.fips.is_some(),
+        "spec.kernelType" => return !mc.spec.kernel_type.is_empty(),
+        _ => {}
+    }
+    let Some(rest) = field.strip_prefix("spec.config.") else { return false };
+    let cfg = ignition::parse_config(&mc.spec.config).unwrap_or_else(|_| mc.spec.config.clone());
+    let pointer = format!("/{}", rest.replace('.', "/"));
+    match cfg.pointer(&pointer) {
+        None | Some(Value::Null) => false,
+        Some(Value::Array(a)) => !a.is_empty(),
+        Some(Value::Object(o)) => !o.is_empty(),
+        Some(_) => true,
+    }
+}
+
+/// The selected config that brought an unreconcilable change: among the configs that touch the
+/// offending section, the one whose removal makes this error go away (or change). Several configs
+/// can touch a section (two configs with links, one of them new), so touching alone is not enough.
+/// None when no selected config touches it: the change is a removal.
+fn culprit(configs: &[MachineConfig], current: &MachineConfigSpec, err: &reconcile::Unreconcilable) -> Option<String> {
+    let candidates: Vec<&MachineConfig> = configs.iter().filter(|m| touches(m, &err.field)).collect();
+    for cand in candidates.iter().rev() {
+        let rest: Vec<MachineConfig> =
+            configs.iter().filter(|m| m.metadata.name != cand.metadata.name).cloned().collect();
+        let Ok(spec) = merge(&rest) else { continue };
+        match reconcile::reconcilable(current, &spec) {
+            Ok(_) => return Some(cand.metadata.name.clone()),
+            Err(e) if e != *err => return Some(cand.metadata.name.clone()),
+            Err(_) => {}
+        }
+    }
+    candidates.last().map(|m| m.metadata.name.clone())
+}
+
+/// Render `pool` from `all` MachineConfigs. `current` is the pool's current rendered config: the new
+/// one must be reachable from it on running nodes (MCO's reconcilable rules), else the error names
+/// the MachineConfig that introduced the change, and nothing is rendered, so nodes are never sent a
+/// config they would refuse.
 pub fn render(
     pool: &MachineConfigPool,
     all: &[MachineConfig],
@@ -232,20 +367,21 @@ pub fn render(
         return Err(RenderError::NothingSelected { pool: pool_name });
     }
     let spec = merge(&configs)?;
+    let size = serde_json::to_vec(&spec).map(|v| v.len()).unwrap_or(usize::MAX);
+    if size > MAX_RENDERED_BYTES {
+        return Err(RenderError::TooLarge { pool: pool_name, size, limit: MAX_RENDERED_BYTES });
+    }
     if let Some(cur) = current {
-        let cur_spec = MachineConfigSpec {
-            config: ignition::parse_config(&cur.spec.config).unwrap_or(Value::Null),
-            ..cur.spec.clone()
-        };
-        if let Err(e) = reconcile::reconcilable(&cur_spec, &spec) {
+        if let Err(e) = reconcile::reconcilable(&cur.spec, &spec) {
             return Err(RenderError::Unreconcilable {
-                config: culprit(&configs, &e.field),
-                field: e.field,
+                config: culprit(&configs, &cur.spec, &e),
+                field: section(&e.field).to_string(),
                 message: e.message,
             });
         }
     }
     let name = rendered_name(&pool_name, &spec);
+    let or = |s: &str, default: &str| if s.is_empty() { default.to_string() } else { s.to_string() };
     let machine_config = MachineConfig {
         api_version: crate::MCO_API_VERSION.into(),
         kind: "MachineConfig".into(),
@@ -254,9 +390,9 @@ pub fn render(
             annotations: [(annotations::GENERATED_BY.to_string(), format!("aloft-{}", env!("CARGO_PKG_VERSION")))]
                 .into(),
             owner_references: vec![OwnerReference {
-                api_version: crate::MCO_API_VERSION.into(),
-                kind: "MachineConfigPool".into(),
-                name: pool_name.clone(),
+                api_version: or(&pool.api_version, crate::MCO_API_VERSION),
+                kind: or(&pool.kind, "MachineConfigPool"),
+                name: pool_name,
                 uid: pool.metadata.uid.clone().unwrap_or_default(),
                 controller: Some(true),
             }],
@@ -265,10 +401,6 @@ pub fn render(
         spec,
         extra: Default::default(),
     };
-    let size = serde_json::to_vec(&machine_config).map(|v| v.len()).unwrap_or(0);
-    if size > MAX_RENDERED_BYTES {
-        return Err(RenderError::TooLarge { pool: pool_name, size, limit: MAX_RENDERED_BYTES });
-    }
     let sources = configs
         .iter()
         .map(|m| ObjectReference {
@@ -284,193 +416,507 @@ pub fn render(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testutil::{template, yaml};
     use serde_json::json;
 
     fn mc(name: &str, role: &str, spec: Value) -> MachineConfig {
-        serde_json::from_value(
-            json!({"metadata": {"name": name, "labels": {annotations::ROLE_LABEL: role}}, "spec": spec}),
-        )
+        serde_json::from_value(json!({"apiVersion": crate::MCO_API_VERSION, "kind": "MachineConfig",
+            "metadata": {"name": name, "labels": {annotations::ROLE_LABEL: role}}, "spec": spec}))
         .unwrap()
     }
-    fn ign(extra: Value) -> Value {
-        let mut v = json!({"ignition": {"version": "3.4.0"}});
-        json_merge(&mut v, &extra);
+    /// A 3.4 config with `rest` as its other sections.
+    fn ign(rest: Value) -> Value {
+        let mut v = rest;
+        v["ignition"] = json!({"version": "3.4.0"});
         v
     }
-    fn json_merge(a: &mut Value, b: &Value) {
-        if let (Value::Object(a), Value::Object(b)) = (a, b) {
-            for (k, v) in b {
-                a.insert(k.clone(), v.clone());
-            }
-        }
+    fn with_config(name: &str, rest: Value) -> MachineConfig {
+        mc(name, "worker", json!({"config": ign(rest)}))
     }
-    fn pool(role: &str) -> MachineConfigPool {
-        serde_json::from_value(json!({"metadata": {"name": role, "uid": "pool-uid"},
-            "spec": {"machineConfigSelector": {"matchExpressions": [{"key": annotations::ROLE_LABEL, "operator": "In", "values": ["worker", role]}]}}}))
+    fn pool(name: &str, roles: &[&str]) -> MachineConfigPool {
+        serde_json::from_value(json!({"apiVersion": crate::MCO_API_VERSION, "kind": "MachineConfigPool",
+            "metadata": {"name": name, "uid": "uid-1234"},
+            "spec": {"machineConfigSelector": {"matchExpressions": [{"key": annotations::ROLE_LABEL, "operator": "In", "values": roles}]}}}))
         .unwrap()
     }
     fn file(path: &str, data: &str) -> Value {
-        json!({"path": path, "mode": 420, "contents": {"source": format!("data:,{data}")}})
+        json!({"path": path, "contents": {"source": format!("data:,{data}")}})
+    }
+    fn names(v: &[MachineConfig]) -> Vec<&str> {
+        v.iter().map(|m| m.metadata.name.as_str()).collect()
     }
 
     #[test]
-    fn order_is_worker_first_then_by_name() {
+    fn worker_configs_first_then_the_rest_by_name() {
         let all = vec![
             mc("99-infra", "infra", json!({})),
             mc("50-worker", "worker", json!({})),
             mc("10-infra", "infra", json!({})),
+            mc("00-master", "master", json!({})),
             mc("01-worker", "worker", json!({})),
-            mc("rendered-infra-abc", "infra", json!({})),
+            mc("rendered-infra-0123", "infra", json!({})),
         ];
-        let names: Vec<String> =
-            select_and_order(&pool("infra"), &all).unwrap().into_iter().map(|m| m.metadata.name).collect();
-        assert_eq!(names, vec!["01-worker", "50-worker", "10-infra", "99-infra"]);
-        let mut empty = pool("x");
-        empty.spec.machine_config_selector = Some(Default::default());
-        assert!(matches!(select_and_order(&empty, &all), Err(RenderError::EmptySelector { .. })));
+        let picked = select_and_order(&pool("infra", &["worker", "infra"]), &all).unwrap();
+        assert_eq!(names(&picked), vec!["01-worker", "50-worker", "10-infra", "99-infra"]);
+        let picked = select_and_order(&pool("worker", &["worker"]), &all).unwrap();
+        assert_eq!(names(&picked), vec!["01-worker", "50-worker"]);
     }
 
     #[test]
-    fn files_units_and_dropins_merge_by_key() {
-        let a = mc(
+    fn pool_owned_configs_are_skipped_other_owned_ones_are_not() {
+        let mut owned = mc("custom-name", "worker", json!({}));
+        owned.metadata.owner_references =
+            vec![OwnerReference { kind: "MachineConfigPool".into(), name: "worker".into(), ..Default::default() }];
+        let mut kubelet = mc("97-worker-generated-kubelet", "worker", json!({}));
+        kubelet.metadata.owner_references =
+            vec![OwnerReference { kind: "KubeletConfig".into(), name: "k".into(), ..Default::default() }];
+        assert!(is_generated(&owned) && !is_generated(&kubelet));
+        let picked = select_and_order(&pool("worker", &["worker"]), &[owned, kubelet]).unwrap();
+        assert_eq!(names(&picked), vec!["97-worker-generated-kubelet"]);
+    }
+
+    #[test]
+    fn empty_or_bad_selector_is_refused() {
+        let all = vec![mc("a", "worker", json!({}))];
+        let mut p = pool("custom", &["worker"]);
+        p.spec.machine_config_selector = None;
+        let e = select_and_order(&p, &all).unwrap_err();
+        assert_eq!(e, RenderError::EmptySelector { pool: "custom".into() });
+        assert!(e.to_string().starts_with("pool custom has an empty machineConfigSelector"), "{e}");
+        p.spec.machine_config_selector = Some(Default::default());
+        assert!(matches!(render(&p, &all, None), Err(RenderError::EmptySelector { .. })));
+        let mut bad = pool("custom", &["worker"]);
+        bad.spec.machine_config_selector.as_mut().unwrap().match_expressions[0].operator = "Gt".into();
+        let e = select_and_order(&bad, &all).unwrap_err();
+        assert!(matches!(&e, RenderError::BadSelector { pool, .. } if pool == "custom"), "{e}");
+        assert!(e.to_string().contains("Gt"), "{e}");
+    }
+
+    #[test]
+    fn files_are_keyed_by_path_and_a_later_entry_replaces_the_earlier_whole() {
+        let a = with_config(
             "00-a",
-            "worker",
-            json!({"config": ign(json!({
-            "storage": {"files": [file("/etc/x", "one"), file("/etc/keep", "k")]},
-            "systemd": {"units": [{"name": "a.service", "enabled": true, "dropins": [{"name": "10.conf", "contents": "A"}, {"name": "20.conf", "contents": "B"}]}]},
-            "passwd": {"users": [{"name": "core", "sshAuthorizedKeys": ["key-a"]}]}}))}),
+            json!({"storage": {"files": [
+                {"path": "/etc/x", "mode": 384, "user": {"name": "core"}, "contents": {"source": "data:,one"}},
+                file("/etc/keep", "k")]}}),
         );
-        let b = mc(
-            "01-b",
-            "worker",
-            json!({"config": ign(json!({
-            "storage": {"files": [file("/etc/x", "two")]},
-            "systemd": {"units": [{"name": "a.service", "dropins": [{"name": "20.conf", "contents": "B2"}]}, {"name": "b.service", "mask": true}]},
-            "passwd": {"users": [{"name": "core", "sshAuthorizedKeys": ["key-b"]}]}}))}),
-        );
+        let b = with_config("01-b", json!({"storage": {"files": [file("/etc/x", "two"), file("/etc/new", "n")]}}));
         let s = merge(&[a, b]).unwrap();
-        let files = s.config["storage"]["files"].as_array().unwrap();
-        assert_eq!(files.len(), 2);
-        assert_eq!(files[0]["contents"]["source"], "data:,two", "later config wins for a path");
-        let units = s.config["systemd"]["units"].as_array().unwrap();
-        assert_eq!(units.len(), 2);
-        assert_eq!(units[0]["enabled"], true, "fields the later config does not set are kept");
         assert_eq!(
-            units[0]["dropins"],
-            json!([{"name": "10.conf", "contents": "A"}, {"name": "20.conf", "contents": "B2"}])
+            s.config["storage"]["files"],
+            json!([
+                {"path": "/etc/x", "contents": {"source": "data:,two"}},
+                {"path": "/etc/keep", "contents": {"source": "data:,k"}},
+                {"path": "/etc/new", "contents": {"source": "data:,n"}}
+            ]),
+            "later wins whole (no inherited mode/user), position kept, new paths appended"
         );
-        assert_eq!(s.config["passwd"]["users"][0]["sshAuthorizedKeys"], json!(["key-a", "key-b"]));
-        assert_eq!(s.config["ignition"]["version"], "3.5.0");
     }
 
     #[test]
-    fn compression_is_not_inherited() {
-        let gz = mc(
-            "00-gz",
-            "worker",
-            json!({"config": ign(json!({"storage": {"files": [{"path": "/etc/x", "contents": {"source": "data:;base64,H4sI", "compression": "gzip"}}]}}))}),
-        );
-        let plain =
-            mc("01-plain", "worker", json!({"config": ign(json!({"storage": {"files": [file("/etc/x", "plain")]}}))}));
-        let s = merge(&[gz, plain]).unwrap();
-        assert!(s.config["storage"]["files"][0]["contents"].get("compression").is_none());
-    }
-
-    #[test]
-    fn scalar_rules() {
-        let a = mc(
+    fn files_directories_and_links_replace_each_other_by_path() {
+        let a = with_config(
             "00-a",
-            "worker",
-            json!({"kernelArguments": ["a=1"], "extensions": ["usbguard"], "osImageURL": "img-a", "fips": false}),
+            json!({"storage": {"files": [file("/etc/x", "1")], "directories": [{"path": "/etc/d", "mode": 493}]}}),
         );
-        let b = mc(
+        let b = with_config(
             "01-b",
-            "worker",
-            json!({"kernelArguments": ["b=2", "a=1"], "osImageURL": "", "fips": true, "kernelType": "realtime"}),
+            json!({"storage": {"links": [{"path": "/etc/x", "target": "/etc/y"}], "files": [file("/etc/d", "now a file")]}}),
         );
-        let c = mc("02-c", "worker", json!({"extensions": ["kerberos"], "osImageURL": "img-c"}));
-        let s = merge(&[a.clone(), b.clone(), c]).unwrap();
-        assert_eq!(s.kernel_arguments, vec!["a=1", "b=2", "a=1"], "concatenated in order");
-        assert_eq!(s.extensions, vec!["usbguard", "kerberos"]);
-        assert_eq!(s.os_image_url, "img-c", "last non-empty wins");
-        assert_eq!(s.fips, Some(true), "any true");
-        assert_eq!(s.kernel_type, "realtime");
-        assert_eq!(merge(&[a.clone(), b.clone()]).unwrap().os_image_url, "img-a");
-        let pages = mc("03-d", "worker", json!({"kernelType": "64k-pages"}));
-        assert!(matches!(merge(&[b, pages]), Err(RenderError::KernelTypeConflict { .. })));
-        let bad = mc("04-e", "worker", json!({"kernelType": "turbo"}));
-        let e = merge(&[a, bad]).unwrap_err();
-        assert!(e.to_string().contains("MachineConfig 04-e"), "{e}");
+        let st = merge(&[a, b]).unwrap().config["storage"].clone();
+        assert_eq!(st["links"], json!([{"path": "/etc/x", "target": "/etc/y"}]));
+        assert_eq!(st["files"], json!([file("/etc/d", "now a file")]));
+        assert_eq!(st["directories"], json!([]));
     }
 
     #[test]
-    fn name_is_a_hash_of_content_not_of_key_order() {
-        let a = mc("00-a", "worker", json!({"config": ign(json!({"storage": {"files": [file("/etc/x", "1")]}}))}));
-        let s1 = merge(std::slice::from_ref(&a)).unwrap();
-        let reordered: Value =
-            serde_json::from_str(&canonical_json(&serde_json::to_value(&s1).unwrap()).chars().collect::<String>())
-                .unwrap();
-        let s2: MachineConfigSpec = serde_json::from_value(reordered).unwrap();
-        assert_eq!(rendered_name("worker", &s1), rendered_name("worker", &s2));
-        let n = rendered_name("worker", &s1);
-        assert!(n.starts_with("rendered-worker-") && n.len() == "rendered-worker-".len() + 32, "{n}");
-        let other = mc("00-a", "worker", json!({"config": ign(json!({"storage": {"files": [file("/etc/x", "2")]}}))}));
-        assert_ne!(rendered_name("worker", &merge(&[other]).unwrap()), n);
+    fn a_stale_gzip_flag_is_not_inherited() {
+        let gz = with_config(
+            "00-gz",
+            json!({"storage": {"files": [{"path": "/etc/x", "contents": {"source": "data:;base64,H4sIAAAAAAAA/w==", "compression": "gzip", "verification": {"hash": "sha512-aa"}}}]}}),
+        );
+        let plain = with_config("01-plain", json!({"storage": {"files": [file("/etc/x", "plain")]}}));
+        let s = merge(&[gz.clone(), plain.clone()]).unwrap();
+        assert_eq!(s.config["storage"]["files"][0]["contents"], json!({"source": "data:,plain"}));
+        // The other way round the gzip entry is taken as written.
+        let s = merge(&[plain, gz]).unwrap();
+        assert_eq!(s.config["storage"]["files"][0]["contents"]["compression"], "gzip");
+    }
+
+    #[test]
+    fn units_merge_by_name_with_dropins_by_name() {
+        let a = with_config(
+            "00-a",
+            json!({"systemd": {"units": [
+                {"name": "a.service", "enabled": true, "contents": "[Unit]\nA=1\n",
+                 "dropins": [{"name": "10.conf", "contents": "A"}, {"name": "20.conf", "contents": "B"}]},
+                {"name": "z.service", "mask": true}]}}),
+        );
+        let b = with_config(
+            "01-b",
+            json!({"systemd": {"units": [
+                {"name": "a.service", "contents": "[Unit]\nA=2\n", "dropins": [{"name": "20.conf", "contents": "B2"}, {"name": "30.conf", "contents": "C"}]},
+                {"name": "b.service", "enabled": false}]}}),
+        );
+        let units = merge(&[a, b]).unwrap().config["systemd"]["units"].clone();
         assert_eq!(
-            canonical_json(&json!({"b": 1, "a": {"d": 2, "c": [3, {"f": 1, "e": 0}]}})),
-            r#"{"a":{"c":[3,{"e":0,"f":1}],"d":2},"b":1}"#
+            units,
+            json!([
+                {"name": "a.service", "enabled": true, "contents": "[Unit]\nA=2\n", "dropins": [
+                    {"name": "10.conf", "contents": "A"}, {"name": "20.conf", "contents": "B2"}, {"name": "30.conf", "contents": "C"}]},
+                {"name": "z.service", "mask": true},
+                {"name": "b.service", "enabled": false}
+            ])
         );
     }
 
     #[test]
-    fn render_names_sources_and_refuses() {
-        let p = pool("worker");
-        let a = mc("00-a", "worker", json!({"config": ign(json!({"storage": {"files": [file("/etc/x", "1")]}}))}));
-        let b = mc("01-b", "worker", json!({"kernelArguments": ["nosmt"]}));
-        let r = render(&p, &[b.clone(), a.clone()], None).unwrap();
-        assert_eq!(r.sources.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), vec!["00-a", "01-b"]);
-        assert_eq!(r.machine_config.metadata.owner_references[0].uid, "pool-uid");
-        // Unreconcilable against the current rendered config: the culprit is named.
-        let disks = mc(
-            "02-disks",
-            "worker",
-            json!({"config": ign(json!({"storage": {"disks": [{"device": "/dev/vdb", "wipeTable": true}]}}))}),
+    fn users_merge_by_name_and_ssh_keys_add_up() {
+        let a = with_config(
+            "00-a",
+            json!({"passwd": {"users": [{"name": "core", "sshAuthorizedKeys": ["key-a", "key-shared"], "passwordHash": "$6$old"}]}}),
         );
-        let e = render(&p, &[a.clone(), b.clone(), disks], Some(&r.machine_config)).unwrap_err();
+        let b = with_config(
+            "01-b",
+            json!({"passwd": {"users": [{"name": "core", "sshAuthorizedKeys": ["key-shared", "key-b"], "passwordHash": "$6$new"}]}}),
+        );
+        let users = merge(&[a, b]).unwrap().config["passwd"]["users"].clone();
+        assert_eq!(
+            users,
+            json!([{"name": "core", "sshAuthorizedKeys": ["key-a", "key-shared", "key-b"], "passwordHash": "$6$new"}])
+        );
+    }
+
+    #[test]
+    fn fips_is_true_if_any_config_sets_it() {
+        let f = |name: &str, fips: Value| mc(name, "worker", json!({"fips": fips}));
+        assert_eq!(merge(&[f("a", json!(false)), f("b", json!(true)), f("c", json!(false))]).unwrap().fips, Some(true));
+        assert_eq!(merge(&[f("a", json!(false)), f("b", json!(null))]).unwrap().fips, None);
+        assert_eq!(merge(&[]).unwrap().fips, None);
+    }
+
+    #[test]
+    fn kernel_type_rules() {
+        let kt = |name: &str, t: &str| mc(name, "worker", json!({"kernelType": t}));
+        assert_eq!(merge(&[kt("a", ""), kt("b", "default")]).unwrap().kernel_type, "default");
+        assert_eq!(merge(&[kt("a", "realtime"), kt("b", "default")]).unwrap().kernel_type, "realtime", "realtime wins");
+        assert_eq!(merge(&[kt("a", "default"), kt("b", "64k-pages"), kt("c", "")]).unwrap().kernel_type, "64k-pages");
+        assert_eq!(merge(&[kt("a", "realtime"), kt("b", "realtime")]).unwrap().kernel_type, "realtime");
+        let e = merge(&[kt("a", "realtime"), kt("b", "default"), kt("c", "64k-pages")]).unwrap_err();
+        assert_eq!(
+            e,
+            RenderError::KernelTypeConflict {
+                first: "a".into(),
+                first_type: "realtime".into(),
+                second: "c".into(),
+                second_type: "64k-pages".into()
+            }
+        );
+        assert!(e.to_string().contains("MachineConfig c") && e.to_string().contains("MachineConfig a"), "{e}");
+        let e = merge(&[kt("a", "realtime"), kt("rt-typo", "real-time")]).unwrap_err();
+        assert_eq!(e.machine_config(), Some("rt-typo"));
         assert!(
-            matches!(&e, RenderError::Unreconcilable { config, field, .. } if config == "02-disks" && field == "spec.config.storage.disks"),
+            e.to_string().starts_with("MachineConfig rt-typo: spec.kernelType: unknown kernelType \"real-time\""),
             "{e}"
         );
-        let fips = mc("03-fips", "worker", json!({"fips": true}));
-        let e = render(&p, &[a.clone(), fips], Some(&r.machine_config)).unwrap_err();
-        assert!(e.to_string().contains("MachineConfig 03-fips"), "{e}");
-        // Too large.
-        let big = "x".repeat(MAX_RENDERED_BYTES);
-        let huge =
-            mc("04-huge", "worker", json!({"config": ign(json!({"storage": {"files": [file("/etc/big", &big)]}}))}));
-        assert!(matches!(render(&p, &[huge], None), Err(RenderError::TooLarge { .. })));
-        assert!(matches!(
-            render(&pool("nothing"), &[mc("x", "other", json!({}))], None),
-            Err(RenderError::NothingSelected { .. })
-        ));
     }
 
     #[test]
-    fn renders_the_mco_bootstrap_configs() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/testdata/mco/bootstrap");
-        let read = |f: &str| -> Value { yaml_serde::from_str(&std::fs::read_to_string(dir.join(f)).unwrap()).unwrap() };
-        let p: MachineConfigPool = serde_json::from_value(read("worker.machineconfigpool.yaml")).unwrap();
-        let mcs: Vec<MachineConfig> =
-            ["99_openshift-machineconfig_worker.yaml", "99_openshift-machineconfig_master.yaml"]
+    fn kargs_and_extensions_concatenate_and_os_image_is_the_last_non_empty() {
+        let a = mc(
+            "00-a",
+            "worker",
+            json!({"kernelArguments": ["a=1", "nosmt"], "extensions": ["usbguard"], "osImageURL": "img-a"}),
+        );
+        let b = mc("01-b", "worker", json!({"kernelArguments": ["b=2", "a=1"], "osImageURL": ""}));
+        let c = mc("02-c", "worker", json!({"extensions": ["kerberos", "usbguard"], "osImageURL": "img-c"}));
+        let d = mc("03-d", "worker", json!({}));
+        let s = merge(&[a.clone(), b.clone(), c, d.clone()]).unwrap();
+        assert_eq!(s.kernel_arguments, vec!["a=1", "nosmt", "b=2", "a=1"]);
+        assert_eq!(s.extensions, vec!["usbguard", "kerberos", "usbguard"]);
+        assert_eq!(s.os_image_url, "img-c");
+        assert_eq!(
+            merge(&[a, b, d]).unwrap().os_image_url,
+            "img-a",
+            "an empty osImageURL does not clear an earlier one"
+        );
+    }
+
+    #[test]
+    fn e2e_duplicated_kernel_argument_template_keeps_duplicates() {
+        let t = template(
+            "e2e-templates/change-worker-duplicated-kernel-argument.yaml",
+            &[("NAME", "dup"), ("POOL", "worker")],
+        );
+        let m: MachineConfig = serde_json::from_value(t).unwrap();
+        let base = mc("00-base", "worker", json!({"kernelArguments": ["z=4"]}));
+        assert_eq!(merge(&[base, m]).unwrap().kernel_arguments, vec!["z=4", "y=0", "z=4", "y=1", "z=4"]);
+    }
+
+    #[test]
+    fn invalid_ignition_names_the_machine_config() {
+        let good = with_config("00-good", json!({"storage": {"files": [file("/etc/a", "a")]}}));
+        let bad = mc("50-bad", "worker", json!({"config": {"ignition": {"version": "4.0.0"}}}));
+        let e = merge(&[good.clone(), bad]).unwrap_err();
+        assert_eq!(e.machine_config(), Some("50-bad"));
+        assert!(e.to_string().starts_with("MachineConfig 50-bad: spec.config.ignition.version: "), "{e}");
+        let typo = with_config("60-typo", json!({"storage": {"files": [{"path": "/etc/b", "mode": "0644"}]}}));
+        let e = merge(&[good, typo]).unwrap_err();
+        assert!(
+            matches!(&e, RenderError::Invalid { config, field, .. } if config == "60-typo" && field == "spec.config.storage.files[0].mode"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn v2_and_v3_configs_merge_into_one_3_5_config() {
+        let v2 = mc("00-v2", "worker", yaml("server/machine-configs/test-config.yaml")["spec"].clone());
+        let v3 = with_config(
+            "01-v3",
+            json!({"storage": {"files": [file("/etc/coreos/update.conf", "replaced")]},
+            "systemd": {"units": [{"name": "docker.service", "enabled": false}]}}),
+        );
+        let s = merge(&[v2, v3]).unwrap();
+        assert_eq!(s.config["ignition"]["version"], "3.5.0");
+        assert_eq!(s.config["storage"]["files"], json!([file("/etc/coreos/update.conf", "replaced")]));
+        let docker = &s.config["systemd"]["units"][0];
+        assert_eq!((docker["name"].as_str(), docker["enabled"].as_bool()), (Some("docker.service"), Some(false)));
+        assert_eq!(docker["dropins"][0]["name"], "10-dockeropts.conf", "the 2.2 drop-in survives the later unit");
+        assert_eq!(s.kernel_arguments, vec!["foo=bar", "nosmt"]);
+        assert!(s.os_image_url.starts_with("registry.example.com/oscontainer@sha256:"));
+    }
+
+    #[test]
+    fn canonical_json_sorts_keys_at_every_level() {
+        assert_eq!(
+            canonical_json(&json!({"b": 1, "a": {"d": [3, {"f": 1, "e": 0}], "c": null}})),
+            r#"{"a":{"c":null,"d":[3,{"e":0,"f":1}]},"b":1}"#
+        );
+        assert_eq!(canonical_json(&json!([2, 1])), "[2,1]", "arrays keep their order");
+    }
+
+    #[test]
+    fn rendered_name_depends_on_content_not_on_key_order() {
+        let s1: MachineConfigSpec = serde_json::from_str(
+            r#"{"config": {"ignition": {"version": "3.5.0"}, "storage": {"files": [{"path": "/a", "mode": 420}]}}, "kernelArguments": ["x"], "osImageURL": "img"}"#,
+        )
+        .unwrap();
+        let s2: MachineConfigSpec = serde_json::from_str(
+            r#"{"osImageURL": "img", "kernelArguments": ["x"], "config": {"storage": {"files": [{"mode": 420, "path": "/a"}]}, "ignition": {"version": "3.5.0"}}}"#,
+        )
+        .unwrap();
+        assert_ne!(
+            serde_json::to_string(&s1.config).unwrap(),
+            serde_json::to_string(&s2.config).unwrap(),
+            "key order differs"
+        );
+        let n = rendered_name("worker", &s1);
+        assert_eq!(rendered_name("worker", &s2), n);
+        let hash = n.strip_prefix("rendered-worker-").unwrap();
+        assert!(hash.len() == 32 && hash.chars().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()), "{n}");
+        assert_eq!(rendered_name("infra", &s1), format!("rendered-infra-{hash}"));
+        let mut s3 = s1.clone();
+        s3.kernel_arguments.push("y".into());
+        assert_ne!(rendered_name("worker", &s3), n);
+        let mut s4 = s1.clone();
+        s4.config["storage"]["files"][0]["mode"] = 384.into();
+        assert_ne!(rendered_name("worker", &s4), n);
+    }
+
+    #[test]
+    fn render_builds_the_rendered_object() {
+        let p = pool("worker", &["worker"]);
+        let a = with_config("00-a", json!({"storage": {"files": [file("/etc/x", "1")]}}));
+        let b = mc("01-b", "worker", json!({"kernelArguments": ["nosmt"]}));
+        let other = mc("00-master", "master", json!({"kernelArguments": ["master-only"]}));
+        let r = render(&p, &[b.clone(), other, a.clone()], None).unwrap();
+        let m = &r.machine_config;
+        assert_eq!(
+            (m.api_version.as_str(), m.kind.as_str()),
+            ("machineconfiguration.openshift.io/v1", "MachineConfig")
+        );
+        assert_eq!(m.metadata.name, rendered_name("worker", &m.spec));
+        assert_eq!(
+            m.metadata.owner_references,
+            vec![OwnerReference {
+                api_version: "machineconfiguration.openshift.io/v1".into(),
+                kind: "MachineConfigPool".into(),
+                name: "worker".into(),
+                uid: "uid-1234".into(),
+                controller: Some(true),
+            }]
+        );
+        assert_eq!(m.metadata.annotations[annotations::GENERATED_BY], format!("aloft-{}", env!("CARGO_PKG_VERSION")));
+        assert!(is_generated(m), "a rendered config is never an input");
+        assert_eq!(
+            r.sources,
+            ["00-a", "01-b"]
                 .iter()
-                .map(|f| serde_json::from_value(read(f)).unwrap())
+                .map(|n| ObjectReference {
+                    api_version: "machineconfiguration.openshift.io/v1".into(),
+                    kind: "MachineConfig".into(),
+                    name: n.to_string(),
+                    extra: Default::default()
+                })
+                .collect::<Vec<_>>()
+        );
+        assert_eq!(m.spec.kernel_arguments, vec!["nosmt"]);
+        assert_eq!(m.spec.config["storage"]["files"][0]["path"], "/etc/x");
+        // The order of the inputs does not matter, and feeding the rendered config back changes nothing.
+        let again = render(&p, &[a, m.clone(), b], None).unwrap();
+        assert_eq!(again.machine_config.metadata.name, m.metadata.name);
+    }
+
+    #[test]
+    fn nothing_selected_is_an_error() {
+        let e = render(&pool("gpu", &["gpu"]), &[mc("x", "worker", json!({}))], None).unwrap_err();
+        assert_eq!(e, RenderError::NothingSelected { pool: "gpu".into() });
+    }
+
+    #[test]
+    fn too_large_names_the_pool_and_size() {
+        let p = pool("worker", &["worker"]);
+        let half = "x".repeat(MAX_RENDERED_BYTES / 2);
+        let a = with_config("00-a", json!({"storage": {"files": [file("/etc/a", &half)]}}));
+        assert!(render(&p, std::slice::from_ref(&a), None).is_ok(), "half the limit fits");
+        let b = with_config("01-b", json!({"storage": {"files": [file("/etc/b", &half)]}}));
+        let e = render(&p, &[a, b], None).unwrap_err();
+        let RenderError::TooLarge { pool, size, limit } = &e else { panic!("{e}") };
+        assert_eq!((pool.as_str(), *limit), ("worker", MAX_RENDERED_BYTES));
+        assert!(*size > MAX_RENDERED_BYTES && *size < MAX_RENDERED_BYTES + 1000, "{size}");
+        assert!(e.to_string().contains(&format!("pool worker is {size} bytes")), "{e}");
+    }
+
+    #[test]
+    fn reconcilable_changes_render_against_the_current_config() {
+        let p = pool("worker", &["worker"]);
+        let a = with_config("00-a", json!({"storage": {"files": [file("/etc/x", "1")]}}));
+        let cur = render(&p, std::slice::from_ref(&a), None).unwrap().machine_config;
+        let a2 = with_config("00-a", json!({"storage": {"files": [file("/etc/x", "2")]}}));
+        let k = mc(
+            "10-kargs",
+            "worker",
+            json!({"kernelArguments": ["nosmt"], "kernelType": "realtime", "extensions": ["usbguard"]}),
+        );
+        let next = render(&p, &[a2, k], Some(&cur)).unwrap();
+        assert_ne!(next.machine_config.metadata.name, cur.metadata.name);
+    }
+
+    #[test]
+    fn unreconcilable_changes_name_the_config_that_brought_them() {
+        let p = pool("worker", &["worker"]);
+        let base = with_config(
+            "00-base",
+            json!({"storage": {"files": [file("/etc/x", "1")], "links": [{"path": "/etc/l1", "target": "/etc/x"}]},
+                   "passwd": {"users": [{"name": "core", "sshAuthorizedKeys": ["k"]}]}}),
+        );
+        let cur = render(&p, std::slice::from_ref(&base), None).unwrap().machine_config;
+        let check = |extra: MachineConfig, want_field: &str| {
+            let e = render(&p, &[base.clone(), extra.clone()], Some(&cur)).unwrap_err();
+            let RenderError::Unreconcilable { config, field, .. } = &e else { panic!("{e}") };
+            assert_eq!((config.as_deref(), field.as_str()), (Some(extra.metadata.name.as_str()), want_field), "{e}");
+            assert!(e.to_string().starts_with(&format!("MachineConfig {} makes a change", extra.metadata.name)), "{e}");
+        };
+        let t = template(
+            "e2e-templates/extra-disks.yaml",
+            &[("NAME", "50-disks"), ("POOL", "worker"), ("DEVICE1", "/dev/vdb"), ("DEVICE2", "/dev/vdc")],
+        );
+        check(serde_json::from_value(t).unwrap(), "spec.config.storage.disks");
+        let t =
+            template("e2e-templates/change-fips.yaml", &[("NAME", "50-fips"), ("POOL", "worker"), ("FIPS", "true")]);
+        check(serde_json::from_value(t).unwrap(), "spec.fips");
+        let t = template(
+            "e2e-templates/add-ignition-kernel-arguments.yaml",
+            &[("NAME", "50-ign-kargs"), ("POOL", "worker")],
+        );
+        check(serde_json::from_value(t).unwrap(), "spec.config.kernelArguments");
+        check(
+            with_config("50-dirs", json!({"storage": {"directories": [{"path": "/var/d"}]}})),
+            "spec.config.storage.directories",
+        );
+        check(with_config("50-alice", json!({"passwd": {"users": [{"name": "alice"}]}})), "spec.config.passwd.users");
+        check(with_config("50-groups", json!({"passwd": {"groups": [{"name": "g"}]}})), "spec.config.passwd.groups");
+        check(
+            with_config("50-force", json!({"storage": {"files": [file("/run/machine-config-daemon-force", "")]}})),
+            "spec.config.storage.files",
+        );
+        // Two configs touch links; only the second adds one.
+        let more_links =
+            with_config("60-link", json!({"storage": {"links": [{"path": "/etc/l2", "target": "/etc/x"}]}}));
+        let same_link =
+            with_config("55-same-link", json!({"storage": {"links": [{"path": "/etc/l1", "target": "/etc/x"}]}}));
+        let e = render(&p, &[base.clone(), same_link.clone(), more_links], Some(&cur)).unwrap_err();
+        assert_eq!(e.machine_config(), Some("60-link"), "{e}");
+        assert!(e.to_string().contains("/etc/l2"), "{e}");
+        // Two configs add links: the error is about the first new link, and names its config.
+        let link_a = with_config("70-a", json!({"storage": {"links": [{"path": "/etc/la", "target": "/etc/x"}]}}));
+        let link_b = with_config("71-b", json!({"storage": {"links": [{"path": "/etc/lb", "target": "/etc/x"}]}}));
+        let e = render(&p, &[base.clone(), link_a, link_b], Some(&cur)).unwrap_err();
+        assert_eq!(e.machine_config(), Some("70-a"), "{e}");
+        assert!(e.to_string().contains("/etc/la"), "{e}");
+        // Removing a link is fine.
+        let no_links = with_config(
+            "00-base",
+            json!({"storage": {"files": [file("/etc/x", "1")]}, "passwd": {"users": [{"name": "core", "sshAuthorizedKeys": ["k"]}]}}),
+        );
+        assert!(render(&p, &[no_links], Some(&cur)).is_ok());
+    }
+
+    #[test]
+    fn an_unreconcilable_removal_has_no_config_to_blame() {
+        let p = pool("worker", &["worker"]);
+        let dirs = with_config("00-dirs", json!({"storage": {"directories": [{"path": "/var/d"}]}}));
+        let other = mc("01-kargs", "worker", json!({"kernelArguments": ["a"]}));
+        let cur = render(&p, &[dirs, other.clone()], None).unwrap().machine_config;
+        let e = render(&p, &[other], Some(&cur)).unwrap_err();
+        let RenderError::Unreconcilable { config, field, message } = &e else { panic!("{e}") };
+        assert_eq!((config, field.as_str()), (&None, "spec.config.storage.directories"));
+        assert!(message.contains("directories"), "{message}");
+        assert_eq!(e.machine_config(), None);
+        assert!(e.to_string().contains("no longer selected"), "{e}");
+    }
+
+    #[test]
+    fn mco_bootstrap_worker_pool_renders_only_worker_configs() {
+        let p: MachineConfigPool = serde_json::from_value(yaml("bootstrap/worker.machineconfigpool.yaml")).unwrap();
+        let mcs: Vec<MachineConfig> =
+            ["bootstrap/99_openshift-machineconfig_worker.yaml", "bootstrap/99_openshift-machineconfig_master.yaml"]
+                .iter()
+                .map(|f| serde_json::from_value(yaml(f)).unwrap())
                 .collect();
         let r = render(&p, &mcs, None).unwrap();
-        assert_eq!(r.sources.len(), 1, "only the worker config");
+        assert_eq!(r.sources.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), vec!["99-worker-ssh"]);
         assert_eq!(
-            r.machine_config.spec.config["passwd"]["users"][0]["sshAuthorizedKeys"][0],
-            "ssh-rsa SSH-AUTHORIZED-KEY"
+            r.machine_config.spec.config["passwd"]["users"][0]["sshAuthorizedKeys"],
+            json!(["ssh-rsa SSH-AUTHORIZED-KEY"])
         );
-        assert_eq!(render(&p, &mcs, None).unwrap().machine_config.metadata.name, r.machine_config.metadata.name);
+        assert_eq!(r.machine_config.spec.kernel_type, "default");
+        let mp: MachineConfigPool = serde_json::from_value(yaml("bootstrap/master.machineconfigpool.yaml")).unwrap();
+        let r = render(&mp, &mcs, None).unwrap();
+        assert_eq!(r.sources.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), vec!["99-master-ssh"]);
+    }
+
+    #[test]
+    fn e2e_custom_pool_layers_its_configs_over_worker_ones() {
+        let p: MachineConfigPool =
+            serde_json::from_value(template("e2e-templates/custom-machine-config-pool.yaml", &[("NAME", "infra")]))
+                .unwrap();
+        assert_eq!(p.metadata.name, "infra");
+        let worker_ssh: MachineConfig =
+            serde_json::from_value(yaml("bootstrap/99_openshift-machineconfig_worker.yaml")).unwrap();
+        let infra_file: MachineConfig =
+            serde_json::from_value(template("e2e-templates/machineconfigs/infra-testfile-mc.yaml", &[])).unwrap();
+        let worker_file =
+            with_config("99-z-worker-file", json!({"storage": {"files": [file("/home/core/test", "from worker")]}}));
+        let r = render(&p, &[infra_file, worker_ssh, worker_file], None).unwrap();
+        assert_eq!(
+            r.sources.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(),
+            vec!["99-worker-ssh", "99-z-worker-file", "90-infra-testfile"],
+            "worker configs first even when their names sort later"
+        );
+        let cfg = &r.machine_config.spec.config;
+        assert_eq!(cfg["storage"]["files"][0]["contents"]["source"], "data:,hello%20world%0A", "the infra file wins");
+        assert_eq!(cfg["passwd"]["users"][0]["sshAuthorizedKeys"][0], "ssh-rsa SSH-AUTHORIZED-KEY");
+        assert!(r.machine_config.metadata.name.starts_with("rendered-infra-"));
     }
 }
