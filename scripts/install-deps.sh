@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Install what building and testing aloft needs on Debian 12, as root. Idempotent and quick when
+# Install what building and testing aloft needs on Debian 12, as root (dbus-daemon: the agent's
+# tests run a private bus). Idempotent and quick when
 # everything is already there. The Rust toolchain (stable 1.95) is expected on the machine.
 set -euo pipefail
 
 need=()
-for pkg in build-essential pkg-config ca-certificates; do
+for pkg in build-essential pkg-config ca-certificates dbus-daemon; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 # kubectl is a test client. Machine images may already carry one (the `kubectl` package); Debian's
