@@ -53,7 +53,9 @@ async fn discovery_and_tls_pinning() {
     assert_eq!(mco.body["kind"], "APIResourceList");
     assert_eq!(mco.body["groupVersion"], "machineconfiguration.openshift.io/v1");
     let all = ["create", "delete", "get", "list", "patch", "update", "watch"];
-    for (name, kind, short) in [("machineconfigs", "MachineConfig", "mc"), ("machineconfigpools", "MachineConfigPool", "mcp")] {
+    for (name, kind, short) in
+        [("machineconfigs", "MachineConfig", "mc"), ("machineconfigpools", "MachineConfigPool", "mcp")]
+    {
         let r = resource(&mco.body, name);
         assert_eq!(r["kind"], kind);
         assert_eq!(r["namespaced"], false, "{name} is cluster-scoped");
@@ -97,7 +99,12 @@ async fn discovery_and_tls_pinning() {
     let stranger = Coordinator::start();
     let wrong_pin = stranger.client_with_token(Some(&c.admin_token()));
     // `stranger`'s CA does not validate `c`'s certificate.
-    let wrong = Client::new(&ClientConfig { server: c.url().to_string(), ca_pem: Some(stranger.ca_pem()), token: Some(c.admin_token()) }).unwrap();
+    let wrong = Client::new(&ClientConfig {
+        server: c.url().to_string(),
+        ca_pem: Some(stranger.ca_pem()),
+        token: Some(c.admin_token()),
+    })
+    .unwrap();
     assert!(wrong.get("/api").await.is_err(), "pinning another CA must fail the TLS handshake");
     // And c's admin token is not valid on another coordinator.
     assert_eq!(wrong_pin.get("/api").await.unwrap().code, 401);
@@ -110,7 +117,9 @@ async fn create_get_list_update_delete_with_selectors() {
     let coll = path_of(&MACHINE_CONFIG, None);
 
     let mut created = Vec::new();
-    for (name, role, tier) in [("10-a", "worker", "gold"), ("10-b", "worker", "silver"), ("10-c", "infra", "gold"), ("10-d", "infra", "")] {
+    for (name, role, tier) in
+        [("10-a", "worker", "gold"), ("10-b", "worker", "silver"), ("10-c", "infra", "gold"), ("10-d", "infra", "")]
+    {
         let mut mc = machine_config(name, role);
         if !tier.is_empty() {
             mc["metadata"]["labels"]["tier"] = tier.into();
@@ -152,7 +161,11 @@ async fn create_get_list_update_delete_with_selectors() {
         }
     };
     assert_eq!(select("labelSelector=tier%3Dgold").await, vec!["10-a", "10-c"]);
-    assert_eq!(select("labelSelector=tier%21%3Dgold").await, vec!["10-b", "10-d"], "!= also matches objects without the label");
+    assert_eq!(
+        select("labelSelector=tier%21%3Dgold").await,
+        vec!["10-b", "10-d"],
+        "!= also matches objects without the label"
+    );
     assert_eq!(select("labelSelector=tier").await, vec!["10-a", "10-b", "10-c"], "exists");
     assert_eq!(select("labelSelector=%21tier").await, vec!["10-d"], "does not exist");
     assert_eq!(select("labelSelector=tier%20in%20(silver,bronze)").await, vec!["10-b"]);
@@ -200,8 +213,18 @@ async fn create_get_list_update_delete_with_selectors() {
     let r = admin.delete(&path_of(&MACHINE_CONFIG, Some("10-a"))).await.unwrap();
     assert_eq!(r.code, 200, "{}", r.body);
     assert_eq!(r.body["metadata"]["name"], "10-a");
-    assert_status(&admin.get(&path_of(&MACHINE_CONFIG, Some("10-a"))).await.unwrap(), 404, "NotFound", "GET after delete");
-    assert_status(&admin.delete(&path_of(&MACHINE_CONFIG, Some("10-a"))).await.unwrap(), 404, "NotFound", "second delete");
+    assert_status(
+        &admin.get(&path_of(&MACHINE_CONFIG, Some("10-a"))).await.unwrap(),
+        404,
+        "NotFound",
+        "GET after delete",
+    );
+    assert_status(
+        &admin.delete(&path_of(&MACHINE_CONFIG, Some("10-a"))).await.unwrap(),
+        404,
+        "NotFound",
+        "second delete",
+    );
     assert_eq!(list_names(&admin, &MACHINE_CONFIG).await, vec!["10-b", "10-c", "10-d"]);
 
     // Delete with a stale precondition: 409, and the object stays.
@@ -211,7 +234,12 @@ async fn create_get_list_update_delete_with_selectors() {
     lbl["metadata"]["labels"]["x"] = "y".into();
     assert_eq!(admin.put(&path_of(&MACHINE_CONFIG, Some("10-c")), &lbl).await.unwrap().code, 200);
     let r = admin
-        .call(reqwest::Method::DELETE, &path_of(&MACHINE_CONFIG, Some("10-c")), Some(("application/json", serde_json::to_vec(&stale).unwrap())), None)
+        .call(
+            reqwest::Method::DELETE,
+            &path_of(&MACHINE_CONFIG, Some("10-c")),
+            Some(("application/json", serde_json::to_vec(&stale).unwrap())),
+            None,
+        )
         .await
         .unwrap();
     assert_status(&r, 409, "Conflict", "delete with a stale precondition");
@@ -236,14 +264,21 @@ async fn merge_json_and_strategic_patches() {
 
     // Merge patch: set, replace, and delete with null.
     let r = admin
-        .patch(&p, "application/merge-patch+json", &json!({"metadata": {"labels": {"a": null, "c": "3"}}, "spec": {"paused": true, "maxUnavailable": "50%"}}))
+        .patch(
+            &p,
+            "application/merge-patch+json",
+            &json!({"metadata": {"labels": {"a": null, "c": "3"}}, "spec": {"paused": true, "maxUnavailable": "50%"}}),
+        )
         .await
         .unwrap();
     assert_eq!(r.code, 200, "{}", r.body);
     assert_eq!(r.body["spec"]["paused"], true);
     assert_eq!(r.body["spec"]["maxUnavailable"], "50%");
     assert_eq!(r.body["metadata"]["labels"], json!({"b": "2", "c": "3"}));
-    assert_eq!(r.body["spec"]["nodeSelector"]["matchLabels"]["node-role.kubernetes.io/patchme"], "", "untouched fields stay");
+    assert_eq!(
+        r.body["spec"]["nodeSelector"]["matchLabels"]["node-role.kubernetes.io/patchme"], "",
+        "untouched fields stay"
+    );
     let got = get_ok(&admin, &MACHINE_CONFIG_POOL, "patchme").await;
     assert_eq!(got["spec"]["paused"], true, "the patch was stored");
 
@@ -272,12 +307,14 @@ async fn merge_json_and_strategic_patches() {
     assert!(rv(&got) >= before);
 
     // Strategic merge patch (what kubectl sends by default for `kubectl patch`).
-    let r = admin.patch(&p, "application/strategic-merge-patch+json", &json!({"spec": {"paused": true}})).await.unwrap();
+    let r =
+        admin.patch(&p, "application/strategic-merge-patch+json", &json!({"spec": {"paused": true}})).await.unwrap();
     assert_eq!(r.code, 200, "{}", r.body);
     assert_eq!(r.body["spec"]["paused"], true);
 
     // A patch that makes the object invalid is refused with the field, and not stored.
-    let r = admin.patch(&p, "application/merge-patch+json", &json!({"spec": {"maxUnavailable": "lots"}})).await.unwrap();
+    let r =
+        admin.patch(&p, "application/merge-patch+json", &json!({"spec": {"maxUnavailable": "lots"}})).await.unwrap();
     assert_status(&r, 422, "Invalid", "patch to an invalid maxUnavailable");
     assert!(cause_fields(&r.body).iter().any(|f| f == "spec.maxUnavailable"), "{}", r.body);
     assert_eq!(get_ok(&admin, &MACHINE_CONFIG_POOL, "patchme").await["spec"]["maxUnavailable"], "50%");
@@ -288,7 +325,10 @@ async fn merge_json_and_strategic_patches() {
     let r = admin.patch(&p, "text/plain", &json!({})).await.unwrap();
     assert_eq!(r.code, 415, "{}", r.body);
     // Patching a missing object is 404.
-    let r = admin.patch(&path_of(&MACHINE_CONFIG_POOL, Some("nope")), "application/merge-patch+json", &json!({})).await.unwrap();
+    let r = admin
+        .patch(&path_of(&MACHINE_CONFIG_POOL, Some("nope")), "application/merge-patch+json", &json!({}))
+        .await
+        .unwrap();
     assert_status(&r, 404, "NotFound", "patch of a missing object");
 }
 
@@ -316,7 +356,10 @@ async fn status_subresource_rules() {
     assert_eq!(r.code, 200, "{}", r.body);
     assert_eq!(r.body["spec"]["unschedulable"], true);
     assert_ne!(r.body["status"]["nodeInfo"]["osImage"], "from-main-put", "main PUT must not change status: {}", r.body);
-    let r = admin.patch(&np, "application/merge-patch+json", &json!({"status": {"nodeInfo": {"osImage": "from-main-patch"}}})).await.unwrap();
+    let r = admin
+        .patch(&np, "application/merge-patch+json", &json!({"status": {"nodeInfo": {"osImage": "from-main-patch"}}}))
+        .await
+        .unwrap();
     assert_eq!(r.code, 200, "{}", r.body);
     assert_ne!(r.body["status"]["nodeInfo"]["osImage"], "from-main-patch", "main PATCH must not change status");
     let stored = get_ok(&admin, &NODE, "n1").await;
@@ -335,7 +378,14 @@ async fn status_subresource_rules() {
     assert_eq!(r.body["spec"]["unschedulable"], true, "/status must not change spec");
     assert!(r.body["metadata"]["labels"].get("sneaky").is_none(), "/status must not change labels");
     assert_eq!(r.body["metadata"]["generation"], gen, "status writes do not bump generation");
-    let r = admin.patch(&sp, "application/merge-patch+json", &json!({"spec": {"unschedulable": false}, "status": {"nodeInfo": {"osImage": "from-status-patch"}}})).await.unwrap();
+    let r = admin
+        .patch(
+            &sp,
+            "application/merge-patch+json",
+            &json!({"spec": {"unschedulable": false}, "status": {"nodeInfo": {"osImage": "from-status-patch"}}}),
+        )
+        .await
+        .unwrap();
     assert_eq!(r.code, 200, "{}", r.body);
     let stored = get_ok(&admin, &NODE, "n1").await;
     assert_eq!(stored["status"]["nodeInfo"]["osImage"], "from-status-patch");
@@ -388,7 +438,11 @@ async fn stale_resource_version_is_409() {
 
     // A merge patch carrying a stale resourceVersion is a precondition too.
     let r = admin
-        .patch(&p, "application/merge-patch+json", &json!({"metadata": {"resourceVersion": rv(&v1).to_string()}, "spec": {"kernelArguments": ["c=3"]}}))
+        .patch(
+            &p,
+            "application/merge-patch+json",
+            &json!({"metadata": {"resourceVersion": rv(&v1).to_string()}, "spec": {"kernelArguments": ["c=3"]}}),
+        )
         .await
         .unwrap();
     assert_status(&r, 409, "Conflict", "patch with a stale resourceVersion");
@@ -422,7 +476,8 @@ async fn invalid_objects_are_422_with_field_paths() {
     assert_eq!(r.body["details"]["kind"], "MachineConfigPool");
 
     let mut p = machine_config_pool("bad-sel", "x");
-    p["spec"]["machineConfigSelector"] = json!({"matchExpressions": [{"key": "role", "operator": "Near", "values": ["a"]}]});
+    p["spec"]["machineConfigSelector"] =
+        json!({"matchExpressions": [{"key": "role", "operator": "Near", "values": ["a"]}]});
     let r = admin.post(&mcp_coll, &p).await.unwrap();
     assert_status(&r, 422, "Invalid", "selector operator Near");
     assert!(cause_fields(&r.body).iter().any(|f| f == "spec.machineConfigSelector"), "{}", r.body);
@@ -477,7 +532,9 @@ async fn authentication_and_viewer_authorization() {
     let viewer = c.client_with_token(Some(&token));
     assert_eq!(viewer.get(&path_of(&MACHINE_CONFIG, None)).await.unwrap().code, 200);
     assert_eq!(viewer.get(&path_of(&MACHINE_CONFIG, Some("keep"))).await.unwrap().code, 200);
-    let mut w = WatchStream::open(&viewer, &format!("{}?watch=true&resourceVersion=0", path_of(&MACHINE_CONFIG, None))).await.unwrap();
+    let mut w = WatchStream::open(&viewer, &format!("{}?watch=true&resourceVersion=0", path_of(&MACHINE_CONFIG, None)))
+        .await
+        .unwrap();
     let ev = w.next(T).await.unwrap().expect("an initial event");
     assert_eq!(ev["object"]["metadata"]["name"], "keep");
 
@@ -488,7 +545,8 @@ async fn authentication_and_viewer_authorization() {
     let mut upd = get_ok(&admin, &MACHINE_CONFIG, "keep").await;
     upd["spec"]["kernelArguments"] = json!(["x=1"]);
     assert_status(&viewer.put(&p, &upd).await.unwrap(), 403, "Forbidden", "viewer update");
-    let r = viewer.patch(&p, "application/merge-patch+json", &json!({"spec": {"kernelArguments": ["y"]}})).await.unwrap();
+    let r =
+        viewer.patch(&p, "application/merge-patch+json", &json!({"spec": {"kernelArguments": ["y"]}})).await.unwrap();
     assert_status(&r, 403, "Forbidden", "viewer patch");
     assert_status(&viewer.delete(&p).await.unwrap(), 403, "Forbidden", "viewer delete");
 
@@ -525,13 +583,22 @@ async fn watch_from_resource_version_replays_exactly_later_events() {
     let made = create_batch(&admin, "w", 20).await;
     let (_, from) = made[9].clone();
 
-    let mut w = WatchStream::open(&admin, &format!("{coll}?watch=true&resourceVersion={from}&labelSelector=batch%3Dw")).await.unwrap();
+    let mut w = WatchStream::open(&admin, &format!("{coll}?watch=true&resourceVersion={from}&labelSelector=batch%3Dw"))
+        .await
+        .unwrap();
     let events = w.take(10, T).await.unwrap();
     let got: Vec<(String, String, u64)> = events
         .iter()
-        .map(|e| (e["type"].as_str().unwrap().to_string(), e["object"]["metadata"]["name"].as_str().unwrap().to_string(), rv(&e["object"])))
+        .map(|e| {
+            (
+                e["type"].as_str().unwrap().to_string(),
+                e["object"]["metadata"]["name"].as_str().unwrap().to_string(),
+                rv(&e["object"]),
+            )
+        })
         .collect();
-    let want: Vec<(String, String, u64)> = made[10..].iter().map(|(n, r)| ("ADDED".to_string(), n.clone(), *r)).collect();
+    let want: Vec<(String, String, u64)> =
+        made[10..].iter().map(|(n, r)| ("ADDED".to_string(), n.clone(), *r)).collect();
     assert_eq!(got, want, "exactly the events after resourceVersion {from}, in order");
     assert!(w.is_quiet(Duration::from_millis(500)).await.unwrap(), "no further (duplicate or earlier) events");
 
@@ -545,7 +612,10 @@ async fn watch_from_resource_version_replays_exactly_later_events() {
     // An object outside the selector produces no event.
     admin.post(&coll, &machine_config("unlabelled", "worker")).await.unwrap();
     let ev = w.take(2, T).await.unwrap();
-    assert_eq!((ev[0]["type"].as_str(), ev[0]["object"]["metadata"]["name"].as_str()), (Some("MODIFIED"), Some("w-03")));
+    assert_eq!(
+        (ev[0]["type"].as_str(), ev[0]["object"]["metadata"]["name"].as_str()),
+        (Some("MODIFIED"), Some("w-03"))
+    );
     assert_eq!(rv(&ev[0]["object"]), rv(&upd.body));
     assert_eq!(ev[0]["object"]["spec"]["kernelArguments"], json!(["live=1"]));
     assert_eq!((ev[1]["type"].as_str(), ev[1]["object"]["metadata"]["name"].as_str()), (Some("DELETED"), Some("w-04")));
@@ -554,13 +624,19 @@ async fn watch_from_resource_version_replays_exactly_later_events() {
 
     // Resuming from the revision of the update replays only the delete (and the unlabelled create,
     // when unfiltered).
-    let mut w2 = WatchStream::open(&admin, &format!("{coll}?watch=true&resourceVersion={}", rv(&upd.body))).await.unwrap();
+    let mut w2 =
+        WatchStream::open(&admin, &format!("{coll}?watch=true&resourceVersion={}", rv(&upd.body))).await.unwrap();
     let ev = w2.take(2, T).await.unwrap();
     assert_eq!(ev[0]["type"], "DELETED");
     assert_eq!(ev[1]["object"]["metadata"]["name"], "unlabelled");
 
     // A field selector pins one object.
-    let mut w3 = WatchStream::open(&admin, &format!("{coll}?watch=true&resourceVersion={}&fieldSelector=metadata.name%3Dw-05", made[0].1)).await.unwrap();
+    let mut w3 = WatchStream::open(
+        &admin,
+        &format!("{coll}?watch=true&resourceVersion={}&fieldSelector=metadata.name%3Dw-05", made[0].1),
+    )
+    .await
+    .unwrap();
     let ev = w3.next(T).await.unwrap().unwrap();
     assert_eq!(ev["object"]["metadata"]["name"], "w-05");
     assert!(w3.is_quiet(Duration::from_millis(300)).await.unwrap());
@@ -581,7 +657,8 @@ async fn watch_from_zero_starts_with_added_for_every_object() {
         let existing = list_names(&admin, &MACHINE_CONFIG).await;
         let mut w = WatchStream::open(&admin, &format!("{coll}?{q}")).await.unwrap();
         let ev = w.take(existing.len(), T).await.unwrap();
-        let mut names: Vec<String> = ev.iter().map(|e| e["object"]["metadata"]["name"].as_str().unwrap().to_string()).collect();
+        let mut names: Vec<String> =
+            ev.iter().map(|e| e["object"]["metadata"]["name"].as_str().unwrap().to_string()).collect();
         names.sort();
         assert_eq!(names, existing, "{q}: one initial event per object");
         assert!(ev.iter().all(|e| e["type"] == "ADDED"), "{q}: initial events are ADDED: {ev:?}");
@@ -592,7 +669,8 @@ async fn watch_from_zero_starts_with_added_for_every_object() {
         assert_eq!(rv(&ev["object"]), rv(&r.body), "{q}: the live event follows the initial list");
     }
     // timeoutSeconds ends the stream cleanly.
-    let mut w = WatchStream::open(&admin, &format!("{coll}?watch=true&resourceVersion=0&timeoutSeconds=1")).await.unwrap();
+    let mut w =
+        WatchStream::open(&admin, &format!("{coll}?watch=true&resourceVersion=0&timeoutSeconds=1")).await.unwrap();
     let mut n = 0;
     let ended = loop {
         match w.next(Duration::from_secs(10)).await.unwrap() {
@@ -605,7 +683,8 @@ async fn watch_from_zero_starts_with_added_for_every_object() {
 
 #[tokio::test]
 async fn watch_from_compacted_revision_is_410_gone() {
-    let c = Coordinator::start_with(Options { args: vec!["--watch-history".into(), "10".into()], ..Default::default() });
+    let c =
+        Coordinator::start_with(Options { args: vec!["--watch-history".into(), "10".into()], ..Default::default() });
     let admin = c.client();
     let coll = path_of(&MACHINE_CONFIG, None);
     let first = admin.post(&coll, &machine_config("gone-0", "worker")).await.unwrap();
@@ -617,10 +696,16 @@ async fn watch_from_compacted_revision_is_410_gone() {
         let admin = admin.clone();
         handles.push(tokio::spawn(async move {
             let p = path_of(&MACHINE_CONFIG, Some(&format!("gone-t{t}")));
-            let r = admin.post(&path_of(&MACHINE_CONFIG, None), &machine_config(&format!("gone-t{t}"), "worker")).await.unwrap();
+            let r = admin
+                .post(&path_of(&MACHINE_CONFIG, None), &machine_config(&format!("gone-t{t}"), "worker"))
+                .await
+                .unwrap();
             assert_eq!(r.code, 201);
             for i in 0..260 {
-                let r = admin.patch(&p, "application/merge-patch+json", &json!({"metadata": {"labels": {"i": i.to_string()}}})).await.unwrap();
+                let r = admin
+                    .patch(&p, "application/merge-patch+json", &json!({"metadata": {"labels": {"i": i.to_string()}}}))
+                    .await
+                    .unwrap();
                 assert_eq!(r.code, 200, "{}", r.body);
             }
         }));
@@ -650,13 +735,31 @@ async fn table_output_has_mco_columns() {
     let r = admin.post(&path_of(&MACHINE_CONFIG, None), &machine_config("00-worker", "worker")).await.unwrap();
     assert_eq!(r.code, 201, "{}", r.body);
 
-    let t = admin.call(reqwest::Method::GET, &path_of(&MACHINE_CONFIG_POOL, None), None, Some(TABLE_ACCEPT)).await.unwrap();
+    let t =
+        admin.call(reqwest::Method::GET, &path_of(&MACHINE_CONFIG_POOL, None), None, Some(TABLE_ACCEPT)).await.unwrap();
     assert_eq!(t.code, 200, "{}", t.body);
-    assert_eq!((t.body["kind"].as_str(), t.body["apiVersion"].as_str()), (Some("Table"), Some("meta.k8s.io/v1")), "{}", t.body);
-    let cols: Vec<&str> = t.body["columnDefinitions"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
+    assert_eq!(
+        (t.body["kind"].as_str(), t.body["apiVersion"].as_str()),
+        (Some("Table"), Some("meta.k8s.io/v1")),
+        "{}",
+        t.body
+    );
+    let cols: Vec<&str> =
+        t.body["columnDefinitions"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
     assert_eq!(
         cols,
-        vec!["Name", "Config", "Updated", "Updating", "Degraded", "MachineCount", "ReadyMachineCount", "UpdatedMachineCount", "DegradedMachineCount", "Age"],
+        vec![
+            "Name",
+            "Config",
+            "Updated",
+            "Updating",
+            "Degraded",
+            "MachineCount",
+            "ReadyMachineCount",
+            "UpdatedMachineCount",
+            "DegradedMachineCount",
+            "Age"
+        ],
         "oc get mcp columns"
     );
     let rows = t.body["rows"].as_array().unwrap();
@@ -665,9 +768,13 @@ async fn table_output_has_mco_columns() {
     assert_eq!(rows[0]["cells"][0], "worker");
     assert_eq!(rows[0]["object"]["metadata"]["name"], "worker", "rows carry object metadata for kubectl");
 
-    let t = admin.call(reqwest::Method::GET, &path_of(&MACHINE_CONFIG, Some("00-worker")), None, Some(TABLE_ACCEPT)).await.unwrap();
+    let t = admin
+        .call(reqwest::Method::GET, &path_of(&MACHINE_CONFIG, Some("00-worker")), None, Some(TABLE_ACCEPT))
+        .await
+        .unwrap();
     assert_eq!(t.code, 200, "{}", t.body);
-    let cols: Vec<&str> = t.body["columnDefinitions"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
+    let cols: Vec<&str> =
+        t.body["columnDefinitions"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
     assert_eq!(&cols[..4], ["Name", "GeneratedByController", "IgnitionVersion", "Age"], "oc get mc columns");
     let cells = &t.body["rows"][0]["cells"];
     assert_eq!(cells[0], "00-worker");
@@ -676,4 +783,56 @@ async fn table_output_has_mco_columns() {
     // Without the Table Accept header the same GET is the object.
     let o = admin.get(&path_of(&MACHINE_CONFIG, Some("00-worker"))).await.unwrap();
     assert_eq!(o.body["kind"], "MachineConfig");
+}
+
+#[tokio::test]
+async fn namespaced_events() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let ev = |ns: &str, name: &str| {
+        json!({
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": name, "namespace": ns},
+            "involvedObject": {"kind": "MachineConfigPool", "name": "worker"},
+            "reason": "Test", "message": "hello", "type": "Normal",
+        })
+    };
+    let path = |ns: &str, name: Option<&str>| resource_path(EVENT.path_ref(), Some(ns), name);
+    for (ns, name) in [("default", "e1"), ("default", "e2"), ("openshift-machine-config-operator", "e3")] {
+        let r = admin.post(&path(ns, None), &ev(ns, name)).await.unwrap();
+        assert_eq!(r.code, 201, "{}", r.body);
+        assert_eq!(r.body["metadata"]["namespace"], ns);
+    }
+    // A body without a namespace takes the URL's.
+    let mut bare = ev("", "e4");
+    bare["metadata"].as_object_mut().unwrap().remove("namespace");
+    let r = admin.post(&path("default", None), &bare).await.unwrap();
+    assert_eq!((r.code, r.body["metadata"]["namespace"].as_str()), (201, Some("default")), "{}", r.body);
+    // A body naming another namespace than the URL is refused.
+    let r = admin.post(&path("default", None), &ev("other", "e5")).await.unwrap();
+    assert_status(&r, 400, "BadRequest", "namespace mismatch");
+
+    let list = |p: String| {
+        let admin = admin.clone();
+        async move {
+            let r = admin.get(&p).await.unwrap();
+            assert_eq!(r.code, 200, "{p}: {}", r.body);
+            let mut n = item_names(&r.body);
+            n.sort();
+            n
+        }
+    };
+    assert_eq!(list(path("default", None)).await, vec!["e1", "e2", "e4"]);
+    assert_eq!(list("/api/v1/events".into()).await, vec!["e1", "e2", "e3", "e4"], "all namespaces");
+    assert_eq!(
+        list("/api/v1/events?fieldSelector=metadata.namespace%3Dopenshift-machine-config-operator".into()).await,
+        vec!["e3"]
+    );
+    assert_eq!(admin.get(&path("default", Some("e3"))).await.unwrap().code, 404, "e3 is in another namespace");
+    assert_eq!(admin.get(&path("openshift-machine-config-operator", Some("e3"))).await.unwrap().code, 200);
+    // A namespaced kind needs its namespace on create.
+    let r = admin.post("/api/v1/events", &ev("default", "e6")).await.unwrap();
+    assert_eq!(r.code, 400, "POST /api/v1/events without a namespace: {}", r.body);
+    assert_eq!(admin.delete(&path("default", Some("e1"))).await.unwrap().code, 200);
+    assert_eq!(list(path("default", None)).await, vec!["e2", "e4"]);
 }

@@ -28,11 +28,19 @@ async fn malformed_and_mistyped_bodies_are_400() {
     let before = head(&admin).await;
     let post = reqwest::Method::POST;
 
-    let r = send(&admin, post.clone(), &mc_coll, "application/json", b"{\"apiVersion\": \"machineconfiguration.openshift.io/v1\", \"kind\": ").await;
+    let r = send(
+        &admin,
+        post.clone(),
+        &mc_coll,
+        "application/json",
+        b"{\"apiVersion\": \"machineconfiguration.openshift.io/v1\", \"kind\": ",
+    )
+    .await;
     assert_status(&r, 400, "BadRequest", "truncated JSON");
     assert!(message(&r).to_lowercase().contains("json"), "the message says the JSON is malformed: {}", r.body);
 
-    let yaml = "apiVersion: machineconfiguration.openshift.io/v1\nkind: MachineConfig\nmetadata:\n  name: y\n   labels: [\n";
+    let yaml =
+        "apiVersion: machineconfiguration.openshift.io/v1\nkind: MachineConfig\nmetadata:\n  name: y\n   labels: [\n";
     let r = send(&admin, post.clone(), &mc_coll, "application/yaml", yaml.as_bytes()).await;
     assert_status(&r, 400, "BadRequest", "malformed YAML");
     assert!(message(&r).to_lowercase().contains("yaml"), "the message says the YAML is malformed: {}", r.body);
@@ -51,7 +59,11 @@ async fn malformed_and_mistyped_bodies_are_400() {
     v2["apiVersion"] = "machineconfiguration.openshift.io/v2".into();
     let r = admin.post(&mc_coll, &v2).await.unwrap();
     assert_status(&r, 400, "BadRequest", "apiVersion v2");
-    assert!(message(&r).contains("machineconfiguration.openshift.io/v2"), "the message names the wrong apiVersion: {}", r.body);
+    assert!(
+        message(&r).contains("machineconfiguration.openshift.io/v2"),
+        "the message names the wrong apiVersion: {}",
+        r.body
+    );
     let mut wrong_kind = machine_config("wk", "worker");
     wrong_kind["kind"] = "MachineConfigPool".into();
     let r = admin.post(&mc_coll, &wrong_kind).await.unwrap();
@@ -148,13 +160,21 @@ async fn invalid_ignition_is_422_naming_the_field() {
             problems.push(format!("{name}: want a cause naming {field}, got {fields:?}: {}", message(&r)));
         }
     }
-    assert!(problems.is_empty(), "invalid Ignition must be 422 with a cause naming the field:\n{}", problems.join("\n"));
+    assert!(
+        problems.is_empty(),
+        "invalid Ignition must be 422 with a cause naming the field:\n{}",
+        problems.join("\n")
+    );
     // Wrong types outside the Ignition config.
     let mut mc = machine_config("kargs-string", "worker");
     mc["spec"]["kernelArguments"] = "nosmt".into();
     let r = admin.post(&coll, &mc).await.unwrap();
     assert_status(&r, 422, "Invalid", "kernelArguments as a string");
-    assert!(message(&r).contains("kernelArguments") || cause_fields(&r.body).iter().any(|f| f.contains("kernelArguments")), "{}", r.body);
+    assert!(
+        message(&r).contains("kernelArguments") || cause_fields(&r.body).iter().any(|f| f.contains("kernelArguments")),
+        "{}",
+        r.body
+    );
     let mut mc = machine_config("labels-list", "worker");
     mc["metadata"]["labels"] = json!(["a"]);
     let r = admin.post(&coll, &mc).await.unwrap();
@@ -171,7 +191,11 @@ async fn invalid_ignition_is_422_naming_the_field() {
     let r = admin.put(&path_of(&MACHINE_CONFIG, Some("valid")), &bad).await.unwrap();
     assert_status(&r, 422, "Invalid", "PUT with Ignition 9.9.9");
     let r = admin
-        .patch(&path_of(&MACHINE_CONFIG, Some("valid")), "application/merge-patch+json", &json!({"spec": {"config": {"ignition": {"version": "9.9.9"}}}}))
+        .patch(
+            &path_of(&MACHINE_CONFIG, Some("valid")),
+            "application/merge-patch+json",
+            &json!({"spec": {"config": {"ignition": {"version": "9.9.9"}}}}),
+        )
         .await
         .unwrap();
     assert_status(&r, 422, "Invalid", "PATCH to Ignition 9.9.9");
@@ -180,7 +204,8 @@ async fn invalid_ignition_is_422_naming_the_field() {
 
 #[tokio::test]
 async fn bodies_over_the_limit_are_413() {
-    let small = Coordinator::start_with(Options { args: vec!["--max-body-bytes".into(), "4096".into()], ..Default::default() });
+    let small =
+        Coordinator::start_with(Options { args: vec!["--max-body-bytes".into(), "4096".into()], ..Default::default() });
     let admin = small.client();
     let before = head(&admin).await;
     let mut mc = machine_config("big", "worker");
@@ -198,9 +223,15 @@ async fn bodies_over_the_limit_are_413() {
     let mut upd = stored.clone();
     upd["metadata"]["annotations"]["filler"] = "y".repeat(5000).into();
     assert_status(&admin.put(&p, &upd).await.unwrap(), 413, "RequestEntityTooLarge", "oversized PUT");
-    let r = admin.patch(&p, "application/merge-patch+json", &json!({"metadata": {"annotations": {"filler": "z".repeat(5000)}}})).await.unwrap();
+    let r = admin
+        .patch(&p, "application/merge-patch+json", &json!({"metadata": {"annotations": {"filler": "z".repeat(5000)}}}))
+        .await
+        .unwrap();
     assert_status(&r, 413, "RequestEntityTooLarge", "oversized PATCH");
-    let http = reqwest::Client::builder().tls_certs_only([reqwest::Certificate::from_pem(&small.ca_pem()).unwrap()]).build().unwrap();
+    let http = reqwest::Client::builder()
+        .tls_certs_only([reqwest::Certificate::from_pem(&small.ca_pem()).unwrap()])
+        .build()
+        .unwrap();
     let chunks: Vec<Result<Vec<u8>, std::io::Error>> = vec![Ok(b"{\"apiVersion\":\"machineconfiguration.openshift.io/v1\",\"kind\":\"MachineConfig\",\"metadata\":{\"name\":\"chunked\",\"annotations\":{\"a\":\"".to_vec()), Ok(vec![b'q'; 6000]), Ok(b"\"}}}".to_vec())];
     let resp = http
         .post(format!("{}{}", small.url(), path_of(&MACHINE_CONFIG, None)))
@@ -224,7 +255,11 @@ async fn bodies_over_the_limit_are_413() {
     assert_status(&r, 413, "RequestEntityTooLarge", "a body over 3 MiB");
     let mut large = machine_config("large", "worker");
     large["metadata"]["annotations"] = json!({"filler": "x".repeat(1024 * 1024)});
-    assert_eq!(admin.post(&path_of(&MACHINE_CONFIG, None), &large).await.unwrap().code, 201, "1 MiB is within the limit");
+    assert_eq!(
+        admin.post(&path_of(&MACHINE_CONFIG, None), &large).await.unwrap().code,
+        201,
+        "1 MiB is within the limit"
+    );
     assert_eq!(list_names(&admin, &MACHINE_CONFIG).await, vec!["large"]);
     assert_eq!(head(&admin).await, before + 1);
 }
@@ -236,7 +271,10 @@ async fn names_that_are_not_dns_subdomains_are_422() {
     let before = head(&admin).await;
     let long = "a".repeat(254);
     for name in ["Bad_Name", "../x", "a/b", "UPPER", "-lead", "trail-", "a..b", "with space", long.as_str()] {
-        for (rt, obj) in [(&MACHINE_CONFIG, machine_config(name, "worker")), (&MACHINE_CONFIG_POOL, machine_config_pool(name, "worker"))] {
+        for (rt, obj) in [
+            (&MACHINE_CONFIG, machine_config(name, "worker")),
+            (&MACHINE_CONFIG_POOL, machine_config_pool(name, "worker")),
+        ] {
             let r = admin.post(&path_of(rt, None), &obj).await.unwrap();
             assert_status(&r, 422, "Invalid", &format!("{} named {name:?}", rt.kind));
             assert_eq!(cause_fields(&r.body), vec!["metadata.name"], "{name:?}: {}", r.body);

@@ -78,7 +78,8 @@ async fn acknowledged_writes_survive_sigkill() {
     let kill_at = rand::rng().random_range(total / 8..total * 3 / 4);
     eprintln!("killing the coordinator after {kill_at} of {total} acknowledged writes");
 
-    let handles: Vec<_> = (0..TASKS).map(|t| tokio::spawn(writer(admin.clone(), t, acks.clone(), count.clone()))).collect();
+    let handles: Vec<_> =
+        (0..TASKS).map(|t| tokio::spawn(writer(admin.clone(), t, acks.clone(), count.clone()))).collect();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     while count.load(Ordering::SeqCst) < kill_at {
         assert!(tokio::time::Instant::now() < deadline, "the burst stalled at {} writes", count.load(Ordering::SeqCst));
@@ -127,14 +128,20 @@ async fn acknowledged_writes_survive_sigkill() {
     let r = admin.post(&path_of(&MACHINE_CONFIG, None), &machine_config("after-crash", "worker")).await.unwrap();
     assert_eq!(r.code, 201, "{}", r.body);
     let new_rv = rv(&r.body);
-    assert!(new_rv > max_acked && new_rv > max_seen, "post-crash write rv {new_rv} > every earlier rv ({max_acked}, {max_seen})");
+    assert!(
+        new_rv > max_acked && new_rv > max_seen,
+        "post-crash write rv {new_rv} > every earlier rv ({max_acked}, {max_seen})"
+    );
 
     // A watch from a pre-crash revision replays every acknowledged later write, in order.
     let mut sorted = acks.clone();
     sorted.sort_by_key(|a| a.rv);
     let from = sorted[sorted.len() / 3].rv;
     let expected: Vec<&Ack> = sorted.iter().filter(|a| a.rv > from).collect();
-    let mut w = WatchStream::open(&admin, &format!("{}?watch=true&resourceVersion={from}", path_of(&MACHINE_CONFIG, None))).await.unwrap();
+    let mut w =
+        WatchStream::open(&admin, &format!("{}?watch=true&resourceVersion={from}", path_of(&MACHINE_CONFIG, None)))
+            .await
+            .unwrap();
     let mut seen: BTreeMap<u64, (String, String)> = BTreeMap::new();
     let mut prev = from;
     loop {
@@ -149,7 +156,8 @@ async fn acknowledged_writes_survive_sigkill() {
         }
     }
     for a in expected {
-        let (ty, name) = seen.get(&a.rv).unwrap_or_else(|| panic!("acknowledged write {a:?} is missing from the replay"));
+        let (ty, name) =
+            seen.get(&a.rv).unwrap_or_else(|| panic!("acknowledged write {a:?} is missing from the replay"));
         assert_eq!(name, &a.name, "replayed event at rv {} names the acknowledged object", a.rv);
         assert_eq!(ty, if a.created { "ADDED" } else { "MODIFIED" }, "{a:?}");
     }

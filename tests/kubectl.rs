@@ -12,18 +12,29 @@ use std::time::{Duration, Instant};
 
 /// kubectl, or None (skip) when it is absent and not required.
 fn kubectl_path() -> Option<PathBuf> {
-    let found = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths).map(|d| d.join("kubectl")).find(|p| p.is_file())
-    });
+    let found = std::env::var_os("PATH")
+        .and_then(|paths| std::env::split_paths(&paths).map(|d| d.join("kubectl")).find(|p| p.is_file()));
     match found {
         Some(p) => Some(p),
         None if std::env::var_os("ALOFT_REQUIRE_KUBECTL").is_some() => {
-            panic!("kubectl is not on PATH, and ALOFT_REQUIRE_KUBECTL is set: install kubectl (scripts/install-deps.sh)")
+            panic!(
+                "kubectl is not on PATH, and ALOFT_REQUIRE_KUBECTL is set: install kubectl (scripts/install-deps.sh)"
+            )
         }
         None => {
             eprintln!("SKIPPED: kubectl is not on PATH (set ALOFT_REQUIRE_KUBECTL=1 to make this a failure)");
             None
         }
+    }
+}
+
+/// A child process killed (SIGKILL) and reaped when dropped, also when the test fails.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
     }
 }
 
@@ -89,7 +100,12 @@ impl Kubectl {
     #[track_caller]
     fn fails(&self, args: &[&str]) -> String {
         let out = self.run(args);
-        assert!(!out.status.success(), "kubectl {} should fail; stdout: {}", args.join(" "), String::from_utf8_lossy(&out.stdout));
+        assert!(
+            !out.status.success(),
+            "kubectl {} should fail; stdout: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stdout)
+        );
         String::from_utf8(out.stderr).unwrap()
     }
 }
@@ -138,7 +154,8 @@ async fn kubectl_apply_get_patch_watch_delete() {
     let out = k.ok(&["apply", "-f", &pool, "-f", &ssh, "-f", &server_mc]);
     for name in ["worker", "99-worker-ssh", "test-config"] {
         assert!(
-            out.lines().any(|l| l.contains(&format!("/{name} ")) && (l.ends_with("unchanged") || l.ends_with("configured"))),
+            out.lines()
+                .any(|l| l.contains(&format!("/{name} ")) && (l.ends_with("unchanged") || l.ends_with("configured"))),
             "second apply of {name}: {out}"
         );
     }
@@ -149,7 +166,18 @@ async fn kubectl_apply_get_patch_watch_delete() {
     let out = k.ok(&["get", "machineconfigpools"]);
     assert_eq!(
         header(&out),
-        vec!["NAME", "CONFIG", "UPDATED", "UPDATING", "DEGRADED", "MACHINECOUNT", "READYMACHINECOUNT", "UPDATEDMACHINECOUNT", "DEGRADEDMACHINECOUNT", "AGE"],
+        vec![
+            "NAME",
+            "CONFIG",
+            "UPDATED",
+            "UPDATING",
+            "DEGRADED",
+            "MACHINECOUNT",
+            "READYMACHINECOUNT",
+            "UPDATEDMACHINECOUNT",
+            "DEGRADEDMACHINECOUNT",
+            "AGE"
+        ],
         "{out}"
     );
     assert!(row(&out, "worker").is_some() && row(&out, "test-pool").is_some(), "{out}");
@@ -159,29 +187,63 @@ async fn kubectl_apply_get_patch_watch_delete() {
     assert_eq!(r[1], "3.2.0", "{out}");
     let out = k.ok(&["get", "mcp", "worker", "-o", "yaml"]);
     let y: Value = yaml_serde::from_str(&out).unwrap();
-    assert_eq!((y["kind"].as_str(), y["metadata"]["name"].as_str()), (Some("MachineConfigPool"), Some("worker")), "{out}");
+    assert_eq!(
+        (y["kind"].as_str(), y["metadata"]["name"].as_str()),
+        (Some("MachineConfigPool"), Some("worker")),
+        "{out}"
+    );
     assert_eq!(y["spec"]["machineConfigSelector"]["matchLabels"]["machineconfiguration.openshift.io/role"], "worker");
     assert_eq!(y["metadata"]["labels"]["machineconfiguration.openshift.io/mco-built-in"], "");
-    let out = k.ok(&["get", "machineconfigpool.machineconfiguration.openshift.io/worker", "-o", "jsonpath={.metadata.name}"]);
+    let out =
+        k.ok(&["get", "machineconfigpool.machineconfiguration.openshift.io/worker", "-o", "jsonpath={.metadata.name}"]);
     assert_eq!(out, "worker");
 
     // Patches: merge, JSON, and kubectl's default (strategic).
     let out = k.ok(&["patch", "mcp", "worker", "--type", "merge", "-p", r#"{"spec":{"paused":true}}"#]);
     assert!(out.contains("worker patched"), "{out}");
-    assert_eq!(get_ok(&admin, &MACHINE_CONFIG_POOL, "worker").await["spec"]["paused"], true, "kubectl patch --type merge");
-    k.ok(&["patch", "mcp", "worker", "--type", "json", "-p", r#"[{"op":"replace","path":"/spec/paused","value":false}]"#]);
-    assert_eq!(get_ok(&admin, &MACHINE_CONFIG_POOL, "worker").await["spec"]["paused"], false, "kubectl patch --type json");
+    assert_eq!(
+        get_ok(&admin, &MACHINE_CONFIG_POOL, "worker").await["spec"]["paused"],
+        true,
+        "kubectl patch --type merge"
+    );
+    k.ok(&[
+        "patch",
+        "mcp",
+        "worker",
+        "--type",
+        "json",
+        "-p",
+        r#"[{"op":"replace","path":"/spec/paused","value":false}]"#,
+    ]);
+    assert_eq!(
+        get_ok(&admin, &MACHINE_CONFIG_POOL, "worker").await["spec"]["paused"],
+        false,
+        "kubectl patch --type json"
+    );
     k.ok(&["patch", "mcp", "worker", "-p", r#"{"spec":{"maxUnavailable":2}}"#]);
-    assert_eq!(get_ok(&admin, &MACHINE_CONFIG_POOL, "worker").await["spec"]["maxUnavailable"], 2, "kubectl patch (strategic)");
+    assert_eq!(
+        get_ok(&admin, &MACHINE_CONFIG_POOL, "worker").await["spec"]["maxUnavailable"],
+        2,
+        "kubectl patch (strategic)"
+    );
     k.ok(&["label", "mc", "99-worker-ssh", "tier=gold"]);
     k.ok(&["annotate", "mcp", "worker", "note=hello"]);
     assert_eq!(get_ok(&admin, &MACHINE_CONFIG, "99-worker-ssh").await["metadata"]["labels"]["tier"], "gold");
-    assert_eq!(k.ok(&["get", "mc", "-l", "tier=gold", "-o", "name"]).trim(), "machineconfig.machineconfiguration.openshift.io/99-worker-ssh");
+    assert_eq!(
+        k.ok(&["get", "mc", "-l", "tier=gold", "-o", "name"]).trim(),
+        "machineconfig.machineconfiguration.openshift.io/99-worker-ssh"
+    );
 
     // get -w: the initial table, then a line per change.
-    let mut watch = k.command(&["get", "mcp", "-w"]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("spawn kubectl get -w");
+    let mut watch = KillOnDrop(
+        k.command(&["get", "mcp", "-w"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn kubectl get -w"),
+    );
     let (tx, rx) = mpsc::channel::<String>();
-    let stdout = watch.stdout.take().unwrap();
+    let stdout = watch.0.stdout.take().unwrap();
     std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines() {
             let Ok(line) = line else { break };
@@ -214,8 +276,8 @@ async fn kubectl_apply_get_patch_watch_delete() {
     let r = admin.post(&path_of(&MACHINE_CONFIG_POOL, None), &infra).await.unwrap();
     assert_eq!(r.code, 201, "{}", r.body);
     wait_line(&|l| l.starts_with("infra "), "the new infra pool", &mut seen);
-    let _ = watch.kill();
-    let _ = watch.wait();
+    assert!(watch.0.try_wait().unwrap().is_none(), "kubectl get -w keeps watching");
+    drop(watch);
 
     // Delete.
     let out = k.ok(&["delete", "mc", "test-config"]);
@@ -229,7 +291,11 @@ async fn kubectl_apply_get_patch_watch_delete() {
     // Nodes: empty, then one with the node columns.
     let out = k.run(&["get", "nodes"]);
     assert!(out.status.success(), "kubectl get nodes: {}", String::from_utf8_lossy(&out.stderr));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("No resources found"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("No resources found"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let node = json!({
         "apiVersion": "v1", "kind": "Node",
         "metadata": {"name": "node-a", "labels": {"node-role.kubernetes.io/infra": ""}},
@@ -261,7 +327,13 @@ async fn kubectl_with_the_generated_kubeconfig() {
     let admin = c.client();
     let k = Kubectl::new(exe.clone(), &c, Auth::Kubeconfig);
 
-    let out = k.ok(&["apply", "-f", &mco_file("bootstrap/master.machineconfigpool.yaml"), "-f", &mco_file("bootstrap/99_openshift-machineconfig_master.yaml")]);
+    let out = k.ok(&[
+        "apply",
+        "-f",
+        &mco_file("bootstrap/master.machineconfigpool.yaml"),
+        "-f",
+        &mco_file("bootstrap/99_openshift-machineconfig_master.yaml"),
+    ]);
     assert!(out.contains("machineconfigpool.machineconfiguration.openshift.io/master created"), "{out}");
     assert!(out.contains("machineconfig.machineconfiguration.openshift.io/99-master-ssh created"), "{out}");
     let out = k.ok(&["get", "mcp", "master", "-o", "json"]);

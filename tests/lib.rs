@@ -4,9 +4,10 @@
 //! [`process_template`]) and leaf-by-leaf comparison of objects ([`missing_leaves`]).
 //!
 //! The harness runs the coordinator binary from the target directory the test executable lives
-//! in. Before the first start in a test process it runs `cargo build -p aloft-coordinator --bins`
-//! so that `cargo test -p aloft-tests` never tests a stale binary (set `ALOFT_TEST_NO_BUILD=1` to
-//! skip that when the binaries are known to be fresh, as `scripts/test.sh` builds them first).
+//! in. Before the first start in a test process it runs `cargo build --workspace --bins` (falling
+//! back to `-p aloft-coordinator` when another crate does not build), so that
+//! `cargo test -p aloft-tests` never tests a stale binary. Set `ALOFT_TEST_NO_BUILD=1` to skip
+//! that when the binaries are known to be fresh.
 
 use anyhow::{anyhow, bail, Context, Result};
 use serde::Deserialize;
@@ -42,7 +43,8 @@ fn profile_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("current_exe");
     // target/debug/deps/<test>-<hash>
     let deps = exe.parent().expect("test exe has a parent");
-    let dir = if deps.file_name().is_some_and(|n| n == "deps") { deps.parent().expect("deps has a parent") } else { deps };
+    let dir =
+        if deps.file_name().is_some_and(|n| n == "deps") { deps.parent().expect("deps has a parent") } else { deps };
     dir.to_path_buf()
 }
 
@@ -55,17 +57,32 @@ pub fn bin(name: &str) -> PathBuf {
         if std::env::var_os("ALOFT_TEST_NO_BUILD").is_some() {
             return Ok(());
         }
-        let mut cmd = Command::new(env!("CARGO"));
-        cmd.args(["build", "-p", "aloft-coordinator", "--bins"]).current_dir(workspace_root());
-        if dir.file_name().is_some_and(|n| n == "release") {
-            cmd.arg("--release");
-        }
-        let out = cmd.output().map_err(|e| format!("running cargo build: {e}"))?;
-        if out.status.success() {
-            Ok(())
-        } else {
-            Err(format!("cargo build -p aloft-coordinator --bins failed:\n{}", String::from_utf8_lossy(&out.stderr)))
-        }
+        // `--workspace --bins` is what scripts/test.sh builds before the tests, so there this is a
+        // no-op: a `-p aloft-coordinator` build resolves dependency features differently and
+        // would rebuild and relink. If another crate of the workspace does not build, fall back
+        // to building only what these tests run.
+        let build = |selection: &[&str]| -> std::result::Result<(), String> {
+            let mut cmd = Command::new(env!("CARGO"));
+            cmd.arg("build").args(selection).arg("--bins").current_dir(workspace_root());
+            // Build into the target dir this test was built in (it may be a --target-dir).
+            if let Some(target) = dir.parent() {
+                cmd.arg("--target-dir").arg(target);
+            }
+            if dir.file_name().is_some_and(|n| n == "release") {
+                cmd.arg("--release");
+            }
+            let out = cmd.output().map_err(|e| format!("running cargo build: {e}"))?;
+            if out.status.success() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "cargo build {} --bins failed:\n{}",
+                    selection.join(" "),
+                    String::from_utf8_lossy(&out.stderr)
+                ))
+            }
+        };
+        build(&["--workspace"]).or_else(|_| build(&["-p", "aloft-coordinator"]))
     });
     if let Err(e) = built {
         panic!("{e}");
@@ -227,7 +244,8 @@ impl Coordinator {
     /// A client with another token (or none), pinning the CA.
     pub fn client_with_token(&self, token: Option<&str>) -> Client {
         let ca_pem = if self.opts.insecure_http { None } else { Some(self.ca_pem()) };
-        Client::new(&ClientConfig { server: self.url.clone(), ca_pem, token: token.map(str::to_string) }).expect("client")
+        Client::new(&ClientConfig { server: self.url.clone(), ca_pem, token: token.map(str::to_string) })
+            .expect("client")
     }
 
     /// `aloft-coordinator token create --role ROLE` on this data dir; returns the token.
@@ -383,7 +401,9 @@ impl WatchStream {
                 if line.iter().all(u8::is_ascii_whitespace) {
                     continue;
                 }
-                return serde_json::from_slice(line).map(Some).with_context(|| format!("watch line {:?}", String::from_utf8_lossy(line)));
+                return serde_json::from_slice(line)
+                    .map(Some)
+                    .with_context(|| format!("watch line {:?}", String::from_utf8_lossy(line)));
             }
             let chunk = tokio::time::timeout_at(deadline, self.resp.chunk())
                 .await
@@ -455,7 +475,8 @@ pub fn process_template(template: &Value, params: &[(&str, &str)]) -> Result<Vec
     fn subst_str(s: &str, values: &[(String, String)]) -> Result<Value> {
         for (k, v) in values {
             if s == format!("${{{{{k}}}}}") {
-                let parsed: Value = yaml_serde::from_str(v).with_context(|| format!("parameter {k}={v:?} is not YAML"))?;
+                let parsed: Value =
+                    yaml_serde::from_str(v).with_context(|| format!("parameter {k}={v:?} is not YAML"))?;
                 return Ok(parsed);
             }
         }
@@ -517,7 +538,10 @@ pub fn missing_leaves(want: &Value, got: &Value, skip: &[&str]) -> Vec<String> {
             }
             leaf => {
                 if got != Some(leaf) {
-                    out.push(format!("{path}: {leaf} != {}", got.map(|g| g.to_string()).unwrap_or_else(|| "<missing>".into())));
+                    out.push(format!(
+                        "{path}: {leaf} != {}",
+                        got.map(|g| g.to_string()).unwrap_or_else(|| "<missing>".into())
+                    ));
                 }
             }
         }
@@ -575,7 +599,10 @@ mod tests {
             "parameters": [{"name": "NAME"}, {"name": "POOL", "value": "worker"}, {"name": "ARGS", "value": "[\"a\"]"}],
         });
         let out = process_template(&t, &[("NAME", "n1")]).unwrap();
-        assert_eq!(out[0], json!({"metadata": {"name": "n1", "labels": {"x/n1": ""}}, "spec": {"k": ["a"], "s": "a-worker-b"}}));
+        assert_eq!(
+            out[0],
+            json!({"metadata": {"name": "n1", "labels": {"x/n1": ""}}, "spec": {"k": ["a"], "s": "a-worker-b"}})
+        );
         assert!(process_template(&t, &[]).is_err(), "NAME has no default");
     }
 }

@@ -15,7 +15,8 @@ fn mco() -> PathBuf {
 }
 
 fn is_mco_kind(doc: &Value) -> bool {
-    doc["apiVersion"] == "machineconfiguration.openshift.io/v1" && (doc["kind"] == "MachineConfig" || doc["kind"] == "MachineConfigPool")
+    doc["apiVersion"] == "machineconfiguration.openshift.io/v1"
+        && (doc["kind"] == "MachineConfig" || doc["kind"] == "MachineConfigPool")
 }
 
 fn rt_of(doc: &Value) -> &'static ResourceType {
@@ -47,7 +48,8 @@ fn yaml_files(dir: &Path) -> Vec<PathBuf> {
 fn params_for(file: &Path) -> Vec<(String, String)> {
     use base64::Engine;
     let stem = file.file_stem().unwrap().to_string_lossy().to_lowercase().replace(['_', '.'], "-");
-    let journald = std::fs::read(mco().join("e2e-templates/journald.conf")).expect("journald.conf beside the templates");
+    let journald =
+        std::fs::read(mco().join("e2e-templates/journald.conf")).expect("journald.conf beside the templates");
     vec![
         ("NAME".into(), format!("tpl-{stem}")),
         ("POOL".into(), "worker".into()),
@@ -127,7 +129,8 @@ fn all_documents() -> Vec<Doc> {
 }
 
 /// Metadata the server sets, not compared.
-const SERVER_SET: &[&str] = &["/metadata/resourceVersion", "/metadata/uid", "/metadata/creationTimestamp", "/metadata/generation"];
+const SERVER_SET: &[&str] =
+    &["/metadata/resourceVersion", "/metadata/uid", "/metadata/creationTimestamp", "/metadata/generation"];
 
 #[tokio::test]
 async fn every_mco_document_round_trips() {
@@ -146,7 +149,16 @@ async fn every_mco_document_round_trips() {
         let name = d.obj["metadata"]["name"].as_str().unwrap().to_string();
         let what = format!("{} {name} from {}", rt.kind, d.origin);
         let reply = match &d.yaml {
-            Some(y) => admin.call(reqwest::Method::POST, &path_of(rt, None), Some(("application/yaml", y.clone().into_bytes())), None).await,
+            Some(y) => {
+                admin
+                    .call(
+                        reqwest::Method::POST,
+                        &path_of(rt, None),
+                        Some(("application/yaml", y.clone().into_bytes())),
+                        None,
+                    )
+                    .await
+            }
             None => admin.post(&path_of(rt, None), &d.obj).await,
         }
         .unwrap();
@@ -184,9 +196,20 @@ async fn yaml_octal_file_modes_read_as_kubectl_reads_them() {
     let c = Coordinator::start();
     let admin = c.client();
     let yaml = "apiVersion: machineconfiguration.openshift.io/v1\nkind: MachineConfig\nmetadata:\n  name: octal\nspec:\n  config:\n    ignition:\n      version: 3.2.0\n    storage:\n      files:\n        - path: /etc/test\n          mode: 0644\n          contents:\n            source: data:,x\n";
-    let r = admin.call(reqwest::Method::POST, &path_of(&MACHINE_CONFIG, None), Some(("application/yaml", yaml.as_bytes().to_vec())), None).await.unwrap();
+    let r = admin
+        .call(
+            reqwest::Method::POST,
+            &path_of(&MACHINE_CONFIG, None),
+            Some(("application/yaml", yaml.as_bytes().to_vec())),
+            None,
+        )
+        .await
+        .unwrap();
     assert_eq!(r.code, 201, "{}", r.body);
-    assert_eq!(r.body["spec"]["config"]["storage"]["files"][0]["mode"], 420, "mode: 0644 is octal 420, as kubectl reads it");
+    assert_eq!(
+        r.body["spec"]["config"]["storage"]["files"][0]["mode"], 420,
+        "mode: 0644 is octal 420, as kubectl reads it"
+    );
 }
 
 async fn create_yaml_file(admin: &Client, file: &Path) -> Value {
@@ -218,7 +241,11 @@ async fn wait_rendered(admin: &Client, pool: &str, previous: Option<&str>) -> Va
             if name.starts_with(&prefix) && Some(name) != previous.as_deref() {
                 return Ok(Some(p));
             }
-            anyhow::bail!("spec.configuration {}, status.conditions {}", p["spec"]["configuration"], p["status"]["conditions"])
+            anyhow::bail!(
+                "spec.configuration {}, status.conditions {}",
+                p["spec"]["configuration"],
+                p["status"]["conditions"]
+            )
         }
     })
     .await
@@ -246,7 +273,10 @@ async fn worker_pool_renders_openshift_configs() {
     let pool = wait_rendered(&admin, "worker", None).await;
     let rendered_name = pool["spec"]["configuration"]["name"].as_str().unwrap().to_string();
     let hash = rendered_name.trim_start_matches("rendered-worker-");
-    assert!(hash.len() == 32 && hash.chars().all(|c| c.is_ascii_hexdigit()), "rendered-worker-<32 hex>: {rendered_name}");
+    assert!(
+        hash.len() == 32 && hash.chars().all(|c| c.is_ascii_hexdigit()),
+        "rendered-worker-<32 hex>: {rendered_name}"
+    );
     assert_eq!(sources(&pool), vec!["99-worker-ssh"], "the worker pool renders exactly the worker configs");
     let rendered = get_ok(&admin, &MACHINE_CONFIG, &rendered_name).await;
     let users = rendered["spec"]["config"]["passwd"]["users"].as_array().expect("rendered passwd.users");
@@ -266,12 +296,21 @@ async fn worker_pool_renders_openshift_configs() {
     assert_ne!(master["spec"]["configuration"]["name"], pool["spec"]["configuration"]["name"]);
 
     // A day-2 config re-renders the pool; the new config has both.
-    let r = create_from_template(&admin, "change-worker-kernel-selinux.yaml", &[("NAME", "50-worker-selinux"), ("POOL", "worker")]).await;
+    let r = create_from_template(
+        &admin,
+        "change-worker-kernel-selinux.yaml",
+        &[("NAME", "50-worker-selinux"), ("POOL", "worker")],
+    )
+    .await;
     assert_eq!(r.code, 201, "{}", r.body);
     let pool2 = wait_rendered(&admin, "worker", Some(&rendered_name)).await;
     assert_eq!(sources(&pool2), vec!["50-worker-selinux", "99-worker-ssh"]);
     let rendered2 = get_ok(&admin, &MACHINE_CONFIG, pool2["spec"]["configuration"]["name"].as_str().unwrap()).await;
-    assert!(rendered2["spec"]["kernelArguments"].as_array().is_some_and(|a| a.contains(&json!("enforcing=0"))), "{}", rendered2["spec"]);
+    assert!(
+        rendered2["spec"]["kernelArguments"].as_array().is_some_and(|a| a.contains(&json!("enforcing=0"))),
+        "{}",
+        rendered2["spec"]
+    );
     assert!(rendered2.to_string().contains("ssh-rsa SSH-AUTHORIZED-KEY"));
     // The old rendered config stays (nodes may still be on it).
     get_ok(&admin, &MACHINE_CONFIG, &rendered_name).await;
@@ -326,8 +365,15 @@ async fn unrenderable_changes_degrade_the_pool_naming_the_config() {
     assert!(msg.contains("50-worker-disks"), "the message names the offending config: {msg:?}");
     assert!(msg.contains("disks"), "the message names the field: {msg:?}");
     assert_eq!(p["spec"]["configuration"]["name"], first_name.as_str(), "a degraded pool keeps its configuration");
-    assert_eq!(condition(&p, "Degraded").map(|c| c["status"].clone()), Some(json!("True")), "Degraded summarises RenderDegraded");
-    let t = admin.call(reqwest::Method::GET, &path_of(&MACHINE_CONFIG_POOL, Some("worker")), None, Some(TABLE_ACCEPT)).await.unwrap();
+    assert_eq!(
+        condition(&p, "Degraded").map(|c| c["status"].clone()),
+        Some(json!("True")),
+        "Degraded summarises RenderDegraded"
+    );
+    let t = admin
+        .call(reqwest::Method::GET, &path_of(&MACHINE_CONFIG_POOL, Some("worker")), None, Some(TABLE_ACCEPT))
+        .await
+        .unwrap();
     assert_eq!(t.body["rows"][0]["cells"][4], "True", "the DEGRADED column shows it: {}", t.body["rows"]);
     // Removing the config heals the pool, on the same rendered config.
     assert_eq!(admin.delete(&path_of(&MACHINE_CONFIG, Some("50-worker-disks"))).await.unwrap().code, 200);
@@ -335,13 +381,19 @@ async fn unrenderable_changes_degrade_the_pool_naming_the_config() {
     assert_eq!(p["spec"]["configuration"]["name"], first_name.as_str());
 
     // Two configs asking for different kernel types cannot be merged.
-    let r = create_from_template(&admin, "set-realtime-kernel.yaml", &[("NAME", "60-worker-realtime"), ("POOL", "worker")]).await;
+    let r =
+        create_from_template(&admin, "set-realtime-kernel.yaml", &[("NAME", "60-worker-realtime"), ("POOL", "worker")])
+            .await;
     assert_eq!(r.code, 201, "{}", r.body);
-    let r = create_from_template(&admin, "set-64k-pages-kernel.yaml", &[("NAME", "61-worker-64k"), ("POOL", "worker")]).await;
+    let r = create_from_template(&admin, "set-64k-pages-kernel.yaml", &[("NAME", "61-worker-64k"), ("POOL", "worker")])
+        .await;
     assert_eq!(r.code, 201, "{}", r.body);
     let p = wait_render_degraded(&admin, "worker", "True").await;
     let msg = condition(&p, "RenderDegraded").unwrap()["message"].as_str().unwrap_or("").to_string();
-    assert!(msg.contains("60-worker-realtime") && msg.contains("61-worker-64k"), "the message names both configs: {msg:?}");
+    assert!(
+        msg.contains("60-worker-realtime") && msg.contains("61-worker-64k"),
+        "the message names both configs: {msg:?}"
+    );
     let name = p["spec"]["configuration"]["name"].as_str().unwrap();
     assert!(name.starts_with("rendered-worker-"), "{name}");
     let rendered = get_ok(&admin, &MACHINE_CONFIG, name).await;

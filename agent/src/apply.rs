@@ -214,12 +214,22 @@ pub async fn apply(
     run_forward(&fs, journal, services, &mut record).await
 }
 
+/// What [`check`] found: MCO's diff booleans and the report the apply will produce.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Checked {
+    pub diff: ConfigDiff,
+    pub report: ApplyReport,
+}
+
 /// Validates old -> new against the host without changing anything: call it before draining,
-/// so an unreconcilable or hostile config is refused while the node still runs its workloads.
-/// Returns MCO's diff booleans for the disruption policy.
-pub fn check(root: &Root, old: &MachineConfigSpec, new: &MachineConfigSpec) -> Result<ConfigDiff, Refusal> {
+/// so an unreconcilable or hostile config is refused while the node still runs its workloads,
+/// and so the disruption policy can be chosen from the report before the first byte is written.
+pub fn check(root: &Root, old: &MachineConfigSpec, new: &MachineConfigSpec) -> Result<Checked, Refusal> {
     let fs = HostFs::open(root).map_err(|e| Refusal::degraded("spec", format!("cannot open the host root: {e}")))?;
-    Ok(validate::validate(&fs, old, new)?.diff)
+    let v = validate::validate(&fs, old, new)?;
+    let mut report = report(&v.old, &v.new);
+    report.daemon_reload = unit_files_differ(&v);
+    Ok(Checked { diff: v.diff, report })
 }
 
 /// Finishes whatever apply the journal holds after a restart: re-runs the forward steps (or
@@ -243,7 +253,9 @@ pub async fn recover(root: &Root, journal: &Journal, services: &dyn ServiceManag
             tracing::warn!(id = %record.id, "resuming an interrupted apply (roll forward)");
             match run_forward(&fs, journal, services, &mut record).await {
                 Ok(report) => Ok(Recovery::Applied { new: Box::new(record.new), report }),
-                Err(ApplyError::RolledBack { reason }) => Ok(Recovery::RolledBack { old: Box::new(record.old), reason }),
+                Err(ApplyError::RolledBack { reason }) => {
+                    Ok(Recovery::RolledBack { old: Box::new(record.old), reason })
+                }
                 Err(e) => Err(e),
             }
         }
@@ -542,10 +554,7 @@ fn plan(fs: &HostFs, journal: &Journal, v: &Validated) -> Result<(Vec<Step>, Vec
     for path in p.touched.clone() {
         p.forward.push(Step::CleanTemp { path });
     }
-    let unit_files = |m: &[Managed]| -> BTreeMap<String, Want> {
-        m.iter().filter(|m| units::is_unit_path(&m.path)).map(|m| (m.path.clone(), m.want.clone())).collect()
-    };
-    report.daemon_reload = unit_files(&old_managed) != unit_files(&new_managed);
+    report.daemon_reload = unit_files_differ(v);
     if report.daemon_reload {
         p.forward.push(Step::DaemonReload);
     }
@@ -559,7 +568,8 @@ fn plan(fs: &HostFs, journal: &Journal, v: &Validated) -> Result<(Vec<Step>, Vec
     // enablement is applied again.
     let mut rollback = Vec::new();
     let old_names: BTreeSet<&str> = old.units.iter().map(|u| u.name.as_str()).collect();
-    let added: Vec<String> = new.units.iter().filter(|u| !old_names.contains(u.name.as_str())).map(|u| u.name.clone()).collect();
+    let added: Vec<String> =
+        new.units.iter().filter(|u| !old_names.contains(u.name.as_str())).map(|u| u.name.clone()).collect();
     let (with_file, without) = split_by_file(new, added);
     service_steps(&mut rollback, ServiceOp::Preset, with_file, true);
     service_steps(&mut rollback, ServiceOp::Preset, without, false);
@@ -581,6 +591,18 @@ fn plan(fs: &HostFs, journal: &Journal, v: &Validated) -> Result<(Vec<Step>, Vec
     service_steps(&mut rollback, ServiceOp::Enable, en.enable, false);
     service_steps(&mut rollback, ServiceOp::Preset, en.preset, false);
     Ok((p.forward, rollback, report))
+}
+
+/// Whether unit files, drop-ins or masks differ (so systemd must reload).
+fn unit_files_differ(v: &Validated) -> bool {
+    let unit_files = |d: &Desired| -> BTreeMap<String, Want> {
+        files::managed(d, &v.owners)
+            .into_iter()
+            .filter(|m| units::is_unit_path(&m.path))
+            .map(|m| (m.path, m.want))
+            .collect()
+    };
+    unit_files(&v.old) != unit_files(&v.new)
 }
 
 /// core's SSH keys and password hash.

@@ -58,6 +58,15 @@ fn core_keys(cfg: &Value) -> Option<&Value> {
         .get("sshAuthorizedKeys")
 }
 
+/// Unset and "default" are the same kernel.
+fn kernel_type(t: &str) -> &str {
+    if t.is_empty() {
+        "default"
+    } else {
+        t
+    }
+}
+
 /// Compare two configs whose `config` is Ignition 3.x JSON (already converted).
 pub fn between(old: &MachineConfigSpec, new: &MachineConfigSpec) -> ChangeSet {
     let (oc, nc) = (&old.config, &new.config);
@@ -68,7 +77,7 @@ pub fn between(old: &MachineConfigSpec, new: &MachineConfigSpec) -> ChangeSet {
         os_image: old.os_image_url != new.os_image_url,
         kernel_arguments: old.kernel_arguments != new.kernel_arguments,
         fips: old.fips.unwrap_or(false) != new.fips.unwrap_or(false),
-        kernel_type: old.kernel_type != new.kernel_type,
+        kernel_type: kernel_type(&old.kernel_type) != kernel_type(&new.kernel_type),
         extensions: old.extensions != new.extensions,
     }
 }
@@ -99,6 +108,9 @@ mod tests {
         assert_eq!(c.units.iter().map(String::as_str).collect::<Vec<_>>(), vec!["y.service"]);
         assert!(!c.ssh_keys && !c.kernel_arguments && !c.os_image);
         assert!(between(&new, &new).is_empty());
+        let mut default_kernel = new.clone();
+        default_kernel.kernel_type = "default".into();
+        assert!(between(&new, &default_kernel).is_empty(), "unset and default are the same kernel");
         let mut keys = new.clone();
         keys.config["passwd"]["users"][0]["sshAuthorizedKeys"] = json!(["k2"]);
         keys.kernel_arguments.push("b=2".into());

@@ -15,6 +15,9 @@ const NODES: ResourceRef<'static> = ResourceRef { group: "", version: "v1", plur
 const MACHINE_CONFIGS: ResourceRef<'static> =
     ResourceRef { group: aloft_api::MCO_GROUP, version: "v1", plural: "machineconfigs", namespaced: false };
 
+const MACHINE_CONFIGURATIONS: ResourceRef<'static> =
+    ResourceRef { group: "operator.openshift.io", version: "v1", plural: "machineconfigurations", namespaced: false };
+
 /// MCO's `reason` annotation is cut at this length.
 pub const MAX_REASON: usize = 2000;
 
@@ -101,6 +104,19 @@ impl NodeApi {
         }
         let v = reply.into_result().with_context(|| format!("fetching rendered config {name:?}"))?;
         serde_json::from_value(v).with_context(|| format!("rendered config {name:?} is malformed"))
+    }
+
+    /// The cluster's node disruption policy (`MachineConfiguration/cluster`, as in OpenShift)
+    /// over MCO's defaults; the defaults alone when the coordinator has none.
+    pub async fn disruption_policy(&self) -> Result<crate::disruption::Policy> {
+        let reply = self.client.get(&resource_path(MACHINE_CONFIGURATIONS, None, Some("cluster"))).await?;
+        if reply.code == 404 {
+            return Ok(crate::disruption::Policy::mco_defaults());
+        }
+        let v = reply.into_result().context("reading MachineConfiguration/cluster")?;
+        let user = crate::disruption::NodeDisruptionPolicy::from_machine_configuration(&v)
+            .context("MachineConfiguration/cluster spec.nodeDisruptionPolicy is invalid")?;
+        Ok(crate::disruption::Policy::from_user(&user))
     }
 
     /// Wait until the Node changes after `revision` (or `timeout` passes); returns the newest view.

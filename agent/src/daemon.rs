@@ -6,6 +6,8 @@ use crate::changes;
 use crate::coordinator::{NodeApi, NodeView};
 use crate::enroll;
 use crate::host::{Root, ServiceManager};
+use crate::dbus_status::{AgentStatus, StatusService};
+use crate::metrics::Metrics;
 use crate::state::{self, Phase};
 use aloft_api::annotations as ann;
 use aloft_api::MachineConfig;
@@ -96,36 +98,30 @@ fn save_current(root: &Root, mc: &MachineConfig) -> Result<()> {
     Ok(())
 }
 
-/// Local status for `aloft-agent status`: written on every phase change.
-#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct LocalStatus {
-    pub node: String,
-    pub phase: String,
-    pub state: String,
-    pub current_config: String,
-    pub desired_config: String,
-    pub reason: String,
-    pub progress: String,
-    pub updated_at: String,
-}
-
 fn status_path(root: &Path) -> PathBuf {
     root.join("var/lib/aloft/status.json")
 }
 
-/// `aloft-agent status [--json]`.
-pub async fn print_status(root: &Path, json: bool) -> Result<()> {
-    let path = status_path(root);
-    let text = std::fs::read_to_string(&path).with_context(|| format!("no agent status at {} (is aloft-agent running on this root?)", path.display()))?;
-    let st: LocalStatus = serde_json::from_str(&text).context("status.json is corrupt")?;
+/// `aloft-agent status [--json]`: from the agent's D-Bus object when it is reachable (on the
+/// system bus, or `bus_address`), else from the status file it writes beside its journal.
+pub async fn print_status(root: &Path, json: bool, bus_address: Option<&str>) -> Result<()> {
+    let st = match crate::dbus_status::fetch(bus_address).await {
+        Ok(st) => st,
+        Err(bus_err) => {
+            let path = status_path(root);
+            let text = std::fs::read_to_string(&path).with_context(|| {
+                format!("agent status not on D-Bus ({bus_err}) nor at {} (is aloft-agent running on this root?)", path.display())
+            })?;
+            serde_json::from_str::<AgentStatus>(&text).context("status.json is corrupt")?
+        }
+    };
     if json {
         println!("{}", serde_json::to_string_pretty(&st)?);
     } else {
-        println!("Node:     {}", st.node);
-        println!("State:    {} ({})", st.state, st.phase);
-        println!("Current:  {}", if st.current_config.is_empty() { "<none>" } else { &st.current_config });
-        println!("Desired:  {}", if st.desired_config.is_empty() { "<none>" } else { &st.desired_config });
+        let or_none = |s: &str| if s.is_empty() { "<none>".to_string() } else { s.to_string() };
+        println!("State:    {}", st.state);
+        println!("Current:  {}", or_none(&st.current_config));
+        println!("Desired:  {}", or_none(&st.desired_config));
         if !st.progress.is_empty() {
             println!("Progress: {}", st.progress);
         }
@@ -146,13 +142,19 @@ pub struct Agent {
     phase: Phase,
     current: Option<MachineConfig>,
     desired: String,
+    /// Feeds the D-Bus status object, when one is served.
+    pub status_tx: Option<tokio::sync::watch::Sender<AgentStatus>>,
+    pub metrics: Option<Arc<Metrics>>,
+    /// This process already asked logind to reboot: do not ask again on every Node change. A new
+    /// process in the same boot (a crash before the reboot) asks again.
+    reboot_asked: bool,
 }
 
 impl Agent {
     pub fn new(root: Root, api: NodeApi, services: Arc<dyn ServiceManager>, drain_timeout: Duration) -> Result<Self> {
         let phase = state::load(&root)?;
         let current = load_current(&root)?;
-        Ok(Agent { root, api, services, drain_timeout, phase, current, desired: String::new() })
+        Ok(Agent { root, api, services, drain_timeout, phase, current, desired: String::new(), status_tx: None, metrics: None, reboot_asked: false })
     }
 
     pub fn phase(&self) -> &Phase {
@@ -173,17 +175,17 @@ impl Agent {
         self.write_status(progress)
     }
 
+    /// Publish the status: the local file, D-Bus, sd_notify STATUS= and the state metric.
     fn write_status(&self, progress: &str) -> Result<()> {
-        let st = LocalStatus {
-            node: self.api.name().to_string(),
-            phase: self.phase.name().into(),
+        let mut st = AgentStatus {
             state: self.phase.mco_state().into(),
             current_config: self.current_name(),
             desired_config: self.desired.clone(),
             reason: self.phase.reason().into(),
-            progress: progress.into(),
-            updated_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            progress: if progress.is_empty() { self.phase.name().into() } else { format!("{}: {progress}", self.phase.name()) },
+            ..Default::default()
         };
+        st.touch();
         let path = status_path(self.root.path());
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)?;
@@ -191,6 +193,13 @@ impl Agent {
         let tmp = path.with_extension("json.tmp");
         std::fs::write(&tmp, serde_json::to_vec_pretty(&st)?)?;
         std::fs::rename(&tmp, &path)?;
+        crate::notify::status(&format!("{} {}", st.state, st.progress));
+        if let Some(m) = &self.metrics {
+            m.set_state(self.phase.name());
+        }
+        if let Some(tx) = &self.status_tx {
+            tx.send_replace(st);
+        }
         Ok(())
     }
 
@@ -224,7 +233,8 @@ impl Agent {
             Step::ReportDone => self.report_done().await?,
             Step::Update { target } => self.update(target).await?,
             Step::FinishAfterReboot { target } => self.finish(target, true).await?,
-            Step::Reboot { target } => self.reboot(target).await?,
+            Step::Reboot { target } if !self.reboot_asked => self.reboot(target).await?,
+            Step::Reboot { .. } => {}
         }
         Ok(step)
     }
@@ -246,8 +256,12 @@ impl Agent {
             return self.fail(target, refusal.message, refusal.unreconcilable).await;
         }
         let changes = changes::between(&old_spec, &new_spec);
-        let plan = crate::engine::plan(&self.root, &changes);
-        tracing::info!(target, reboot = plan.reboot, drain = plan.drain, reason = %plan.reason, "update planned");
+        let policy = match self.api.disruption_policy().await {
+            Ok(p) => p,
+            Err(e) => return self.fail(target, format!("{e:#}"), false).await,
+        };
+        let plan = crate::engine::plan(&changes, &policy);
+        tracing::info!(target, reboot = plan.reboot, drain = plan.drain, reason = %plan.reason(), "update planned");
         if plan.drain {
             let request = format!("drain-{target}");
             self.enter(Phase::Draining { target: target.into(), request: request.clone() }, "waiting for the coordinator to drain this node")?;
@@ -281,6 +295,10 @@ impl Agent {
         if let Err(e) = self.services.reboot(&format!("aloft: applying {target}")).await {
             return self.fail(target, format!("reboot failed: {e}"), false).await;
         }
+        self.reboot_asked = true;
+        if let Some(m) = &self.metrics {
+            m.inc_reboots();
+        }
         Ok(())
     }
 
@@ -304,8 +322,27 @@ impl Agent {
     /// At start: finish or undo an interrupted apply, then check the disk against the current
     /// config (drift is Degraded, as MCO reports it).
     pub async fn startup(&mut self) -> Result<()> {
-        crate::engine::recover(&self.root, self.services.as_ref()).await?;
+        let recovered = crate::engine::recover(&self.root, self.services.as_ref()).await?;
         self.current = load_current(&self.root)?;
+        // A crash between the journal's commit and saving the current config: the journal says
+        // which config the node is on now.
+        if let (crate::apply::Recovery::Applied { new, .. }, Phase::Applying { target }) = (&recovered, &self.phase) {
+            if self.current_name() != *target {
+                let mut mc = self.current.clone().unwrap_or_default();
+                mc.metadata.name = target.clone();
+                mc.spec = (**new).clone();
+                save_current(&self.root, &mc)?;
+                self.current = Some(mc);
+            }
+            // Apply finished; the reboot or rebootless action is decided again from here.
+            let target = target.clone();
+            let boot_id = state::boot_id(&self.root);
+            self.enter(Phase::Rebooting { target, boot_id }, "the interrupted apply finished; rebooting to be safe")?;
+        }
+        if let (crate::apply::Recovery::RolledBack { reason, .. }, Phase::Applying { target }) = (&recovered, &self.phase) {
+            let (target, reason) = (target.clone(), reason.clone());
+            self.fail(&target, reason, false).await?;
+        }
         if let (Phase::Idle, Some(cur)) = (&self.phase, &self.current) {
             if let Err(drift) = crate::engine::verify(&self.root, cur) {
                 let name = cur.metadata.name.clone();
@@ -362,8 +399,28 @@ pub async fn run(opts: Options) -> Result<()> {
     let api = NodeApi::new(client, &cred.node_name);
     let services = crate::engine::connect_services(opts.bus_address.as_deref()).await?;
     let mut agent = Agent::new(root, api, services, opts.drain_timeout)?;
+    if let Some(addr) = &opts.metrics_listen {
+        let metrics = Arc::new(Metrics::new());
+        crate::metrics::serve(addr, metrics.clone()).await?;
+        agent.metrics = Some(metrics);
+    }
+    // The D-Bus status object: optional, since a sandboxed agent may share a bus with others.
+    let served = match opts.bus_address.as_deref() {
+        Some(a) => StatusService::serve_at_address(a, AgentStatus::default()).await,
+        None => StatusService::serve_system(AgentStatus::default()).await,
+    };
+    match served {
+        Ok(svc) => {
+            let (tx, rx) = tokio::sync::watch::channel(AgentStatus::default());
+            svc.follow(rx);
+            agent.status_tx = Some(tx);
+        }
+        Err(e) => tracing::warn!(error = %e, "not serving org.aloft.Agent1 on D-Bus; `aloft-agent status` reads the status file"),
+    }
     agent.startup().await?;
     agent.api.set_ready(true, "aloft-agent is running").await?;
+    crate::notify::ready("aloft-agent ready");
+    crate::notify::spawn_watchdog();
     tracing::info!(node = %opts.node_name, "aloft-agent ready");
     agent.run_loop().await
 }

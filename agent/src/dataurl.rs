@@ -11,6 +11,9 @@ use std::io::Read;
 
 /// Largest decoded file the agent writes: 10 MiB.
 pub const MAX_FILE_SIZE: u64 = 10 * 1024 * 1024;
+/// Largest total of decoded file contents in one config: a config of many small gzip bombs
+/// each just under [`MAX_FILE_SIZE`] must not exhaust memory either.
+pub const MAX_TOTAL_SIZE: u64 = 64 * 1024 * 1024;
 
 /// Why contents could not be decoded. Each names the sub-field it is about, relative to the
 /// `contents` object, so the caller can build a full field path.

@@ -30,8 +30,15 @@ pub fn backup_paths(path: &str) -> (String, String) {
 /// What a config wants at a path.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Want {
-    File { contents: Vec<u8>, mode: u32, uid: u32, gid: u32 },
-    Symlink { target: String },
+    File {
+        contents: Vec<u8>,
+        mode: u32,
+        uid: u32,
+        gid: u32,
+    },
+    Symlink {
+        target: String,
+    },
     /// Nothing (a drop-in with empty contents).
     Absent,
 }

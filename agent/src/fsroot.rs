@@ -25,6 +25,7 @@ pub struct FsError {
 }
 
 impl FsError {
+    /// `op` failed on the root-relative `path`.
     pub fn new(op: &'static str, path: impl Into<PathBuf>, source: io::Error) -> Self {
         FsError { op, path: path.into(), source }
     }
@@ -45,11 +46,24 @@ pub fn is_escape(e: &io::Error) -> bool {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Entry {
     Absent,
-    File { mode: u32, uid: u32, gid: u32, len: u64 },
-    Symlink { target: PathBuf },
-    Dir { mode: u32, uid: u32, gid: u32 },
+    File {
+        mode: u32,
+        uid: u32,
+        gid: u32,
+        len: u64,
+    },
+    Symlink {
+        target: PathBuf,
+    },
+    Dir {
+        mode: u32,
+        uid: u32,
+        gid: u32,
+    },
     /// A device, socket or fifo: never touched by the agent.
-    Other { mode: u32 },
+    Other {
+        mode: u32,
+    },
 }
 
 /// The host filesystem beneath a root directory.
@@ -77,9 +91,7 @@ pub fn temp_name(rel: &Path) -> PathBuf {
 }
 
 fn split(rel: &Path) -> io::Result<(&Path, &std::ffi::OsStr)> {
-    let name = rel
-        .file_name()
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "path has no file name"))?;
+    let name = rel.file_name().ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "path has no file name"))?;
     Ok((rel.parent().unwrap_or(Path::new("")), name))
 }
 
@@ -338,6 +350,22 @@ impl HostFs {
         Ok(buf)
     }
 
+    /// Reads at most `limit` bytes of a file, following symlinks (within the root only): for
+    /// files the agent reads but never writes, such as /etc/passwd.
+    pub fn read_following(&self, rel: &Path, limit: u64) -> Result<Vec<u8>, FsError> {
+        let f = self.dir.open(rel).map_err(|e| FsError::new("open", rel, e))?;
+        let mut buf = Vec::new();
+        f.take(limit + 1).read_to_end(&mut buf).map_err(|e| FsError::new("read", rel, e))?;
+        if buf.len() as u64 > limit {
+            return Err(FsError::new(
+                "read",
+                rel,
+                io::Error::new(io::ErrorKind::FileTooLarge, format!("longer than {limit} bytes")),
+            ));
+        }
+        Ok(buf)
+    }
+
     /// Reads a symlink's target as stored (absolute targets included: nothing is resolved).
     pub fn read_link(&self, rel: &Path) -> Result<PathBuf, FsError> {
         self.dir.read_link_contents(rel).map_err(|e| FsError::new("readlink", rel, e))
@@ -375,7 +403,10 @@ mod tests {
         assert!(err.is_escape(), "{err}");
         let err = fs.missing_ancestors(Path::new("etc/up/x")).unwrap_err();
         assert!(err.is_escape(), "{err}");
-        assert_eq!(fs.missing_ancestors(Path::new("etc/a/b/c")).unwrap(), vec![PathBuf::from("etc/a"), "etc/a/b".into()]);
+        assert_eq!(
+            fs.missing_ancestors(Path::new("etc/a/b/c")).unwrap(),
+            vec![PathBuf::from("etc/a"), "etc/a/b".into()]
+        );
         fs.ensure_parent(Path::new("etc/a/b/c")).unwrap();
         fs.write_atomic(Path::new("etc/a/b/c"), &mut &b"hi"[..], 0o640, 0, 0).unwrap();
         assert_eq!(fs.entry(Path::new("etc/a/b/c")).unwrap(), Entry::File { mode: 0o640, uid: 0, gid: 0, len: 2 });

@@ -18,6 +18,7 @@ use sha2::{Digest, Sha256};
 use std::collections::BTreeSet;
 use std::fs;
 use std::io::{self, Read, Write};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 /// Journal failures: the journal is the only record of progress, so these stop the apply.
@@ -44,9 +45,20 @@ pub const RECORD_VERSION: u32 = 1;
 pub enum Content {
     Absent,
     /// A regular file whose bytes are the blob `blob` (sha256, hex).
-    File { blob: String, mode: u32, uid: u32, gid: u32 },
-    Symlink { target: String },
-    Dir { mode: u32, uid: u32, gid: u32 },
+    File {
+        blob: String,
+        mode: u32,
+        uid: u32,
+        gid: u32,
+    },
+    Symlink {
+        target: String,
+    },
+    Dir {
+        mode: u32,
+        uid: u32,
+        gid: u32,
+    },
 }
 
 /// A batch call to the service manager.
@@ -64,20 +76,41 @@ pub enum ServiceOp {
 #[serde(tag = "step", rename_all = "camelCase")]
 pub enum Step {
     /// MCO's backup before the first write of `path`; skipped when a backup exists.
-    Backup { path: String, action: BackupAction },
+    Backup {
+        path: String,
+        action: BackupAction,
+    },
     /// Make `path` hold `content` (parents created 0755).
-    Write { path: String, kind: Kind, content: Content },
+    Write {
+        path: String,
+        kind: Kind,
+        content: Content,
+    },
     /// `path` left the config: restore the original or delete.
-    Remove { path: String, action: RemoveAction },
+    Remove {
+        path: String,
+        action: RemoveAction,
+    },
     /// Rollback: put back the pre-apply state of `path`.
-    Restore { path: String, content: Content },
+    Restore {
+        path: String,
+        content: Content,
+    },
     /// Rollback: remove a directory the apply created, if it is empty.
-    RemoveDir { path: String },
+    RemoveDir {
+        path: String,
+    },
     /// Remove the temp file a crashed write may have left for `path`.
-    CleanTemp { path: String },
+    CleanTemp {
+        path: String,
+    },
     /// enable/disable/preset `units` in one call; with `only_present`, only those whose file
     /// exists in /etc/systemd/system when the step runs (a re-run after the file was deleted).
-    Service { op: ServiceOp, units: Vec<String>, only_present: bool },
+    Service {
+        op: ServiceOp,
+        units: Vec<String>,
+        only_present: bool,
+    },
     DaemonReload,
 }
 
@@ -148,6 +181,7 @@ impl Journal {
         Journal { dir: root.state_dir().join("journal") }
     }
 
+    /// The journal directory (for status output and tests).
     pub fn dir(&self) -> &Path {
         &self.dir
     }
@@ -177,13 +211,25 @@ impl Journal {
         serde_json::from_value(v).map(Some).map_err(|source| JournalError::Corrupt { path, source })
     }
 
+    /// Creates a private directory (0700): the journal holds pre-apply copies of files such as
+    /// /etc/shadow, which must stay as private as the originals.
+    fn private_dir(dir: &Path) -> Result<(), JournalError> {
+        fs::create_dir_all(dir).map_err(io_err(dir))?;
+        fs::set_permissions(dir, fs::Permissions::from_mode(0o700)).map_err(io_err(dir))
+    }
+
+    /// A new private (0600) file, truncated.
+    fn private_file(path: &Path) -> Result<fs::File, JournalError> {
+        fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path).map_err(io_err(path))
+    }
+
     /// Writes the record atomically and durably (temp, fsync, rename, fsync of the directory).
     pub fn save(&self, record: &Record) -> Result<(), JournalError> {
         let path = self.record_path();
-        fs::create_dir_all(&self.dir).map_err(io_err(&self.dir))?;
+        Self::private_dir(&self.dir)?;
         let tmp = self.dir.join(".record.json.tmp");
         let bytes = serde_json::to_vec(record).map_err(|e| io_err(&path)(io::Error::other(e)))?;
-        let mut f = fs::File::create(&tmp).map_err(io_err(&tmp))?;
+        let mut f = Self::private_file(&tmp)?;
         f.write_all(&bytes).map_err(io_err(&tmp))?;
         f.sync_all().map_err(io_err(&tmp))?;
         drop(f);
@@ -195,9 +241,10 @@ impl Journal {
     /// is fsynced; [`Journal::sync_blobs`] makes the names durable before a record uses them.
     pub fn put_blob(&self, data: &mut dyn Read) -> Result<String, JournalError> {
         let dir = self.blob_dir();
-        fs::create_dir_all(&dir).map_err(io_err(&dir))?;
+        Self::private_dir(&self.dir)?;
+        Self::private_dir(&dir)?;
         let tmp = dir.join(".incoming");
-        let mut f = fs::File::create(&tmp).map_err(io_err(&tmp))?;
+        let mut f = Self::private_file(&tmp)?;
         let mut hasher = Sha256::new();
         let mut buf = vec![0u8; 64 * 1024];
         loop {
@@ -305,6 +352,9 @@ mod tests {
         let mut s = String::new();
         j.open_blob(&a).unwrap().read_to_string(&mut s).unwrap();
         assert_eq!(s, "alpha");
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!(fs::metadata(j.dir().join("blobs").join(&a)).unwrap().mode() & 0o777, 0o600);
+        assert_eq!(fs::metadata(j.dir()).unwrap().mode() & 0o777, 0o700);
         fs::write(j.dir().join("blobs").join(&b), b"tampered").unwrap();
         assert!(j.open_blob(&b).unwrap().read_to_string(&mut String::new()).is_err());
         j.gc(&[a.clone()].into_iter().collect()).unwrap();

@@ -24,3 +24,14 @@ pub mod ondisk;
 pub mod ssh;
 pub mod units;
 pub mod validate;
+
+// systemd/logind over D-Bus, the node disruption policy, and the agent's own surfaces
+// (D-Bus status, sd_notify, logging, metrics).
+pub mod dbus_status;
+pub mod disruption;
+pub mod logging;
+pub mod metrics;
+pub mod notify;
+pub mod systemd;
+#[cfg(feature = "test-support")]
+pub mod testing;

@@ -65,6 +65,9 @@ enum Cmd {
         json: bool,
         #[arg(long, env = "ALOFT_ROOT", default_value = "/")]
         root: PathBuf,
+        /// D-Bus address where the agent serves org.aloft.Agent1 (default: the system bus).
+        #[arg(long, env = "ALOFT_BUS_ADDRESS")]
+        bus_address: Option<String>,
     },
 }
 
@@ -97,9 +100,14 @@ fn main() -> Result<()> {
         }
     }
     let cli = Cli::parse();
+    if cli.cmd.is_none() {
+        if let Err(e) = aloft_agent::logging::init() {
+            eprintln!("aloft-agent: logging: {e}");
+        }
+    }
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     match cli.cmd {
-        Some(Cmd::Status { json, root }) => rt.block_on(daemon::print_status(&root, json)),
+        Some(Cmd::Status { json, root, bus_address }) => rt.block_on(daemon::print_status(&root, json, bus_address.as_deref())),
         None => {
             let a = cli.run;
             let coordinator = a.coordinator.context("--coordinator URL is required (or ALOFT_COORDINATOR)")?;

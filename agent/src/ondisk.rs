@@ -87,7 +87,10 @@ fn check_file(fs: &HostFs, path: &str, contents: &[u8], mode: u32) -> Result<(),
     let st = match fs.raw_mode(&rel) {
         Ok(Some(m)) => m,
         Ok(None) => {
-            return Err(Drift::new(path, format!("could not stat file {path:?}: lstat {path}: no such file or directory")))
+            return Err(Drift::new(
+                path,
+                format!("could not stat file {path:?}: lstat {path}: no such file or directory"),
+            ))
         }
         Err(e) => return Err(Drift::new(path, format!("could not stat file {path:?}: {e}"))),
     };
@@ -95,7 +98,11 @@ fn check_file(fs: &HostFs, path: &str, contents: &[u8], mode: u32) -> Result<(),
     if got != want {
         return Err(Drift::new(
             path,
-            format!("mode mismatch for file: {path:?}; expected: {}; received: {}", fmt_go_mode(want), fmt_go_mode(got)),
+            format!(
+                "mode mismatch for file: {path:?}; expected: {}; received: {}",
+                fmt_go_mode(want),
+                fmt_go_mode(got)
+            ),
         ));
     }
     let on_disk = fs
@@ -136,9 +143,10 @@ fn is_static(fs: &HostFs, unit: &str, contents: Option<&str>) -> bool {
         })
     });
     match text {
-        Some(t) => !t.lines().map(str::trim).any(|l| {
-            l.starts_with("WantedBy=") || l.starts_with("RequiredBy=") || l.starts_with("UpheldBy=")
-        }),
+        Some(t) => !t
+            .lines()
+            .map(str::trim)
+            .any(|l| l.starts_with("WantedBy=") || l.starts_with("RequiredBy=") || l.starts_with("UpheldBy=")),
         None => false,
     }
 }
@@ -158,7 +166,10 @@ pub fn verify(root: &Root, spec: &MachineConfigSpec) -> Result<(), Drift> {
                 Some(c) => check_file(&fs, &path, c.as_bytes(), DEFAULT_FILE_MODE)?,
                 None => {
                     if fs.raw_mode(&fsroot::rel(&path)).ok().flatten().is_some() {
-                        return Err(Drift::new(&path, format!("drop-in {path:?} has empty contents in the config but exists")));
+                        return Err(Drift::new(
+                            &path,
+                            format!("drop-in {path:?} has empty contents in the config but exists"),
+                        ));
                     }
                 }
             }
@@ -182,7 +193,9 @@ pub fn verify(root: &Root, spec: &MachineConfigSpec) -> Result<(), Drift> {
             check_file(&fs, &path, c.as_bytes(), DEFAULT_FILE_MODE)?;
         }
         match u.enabled {
-            Some(true) if !is_static(&fs, &u.name, u.contents.as_deref()) && enablement_links(&fs, &u.name)?.is_empty() => {
+            Some(true)
+                if !is_static(&fs, &u.name, u.contents.as_deref()) && enablement_links(&fs, &u.name)?.is_empty() =>
+            {
                 return Err(Drift::new(
                     &path,
                     format!("unit {:?} is not enabled: no symlink to it in {UNIT_DIR}/*.wants", u.name),
@@ -190,7 +203,10 @@ pub fn verify(root: &Root, spec: &MachineConfigSpec) -> Result<(), Drift> {
             }
             Some(false) => {
                 if let Some(l) = enablement_links(&fs, &u.name)?.first() {
-                    return Err(Drift::new(&path, format!("unit {:?} is enabled ({l}) but the config disables it", u.name)));
+                    return Err(Drift::new(
+                        &path,
+                        format!("unit {:?} is enabled ({l}) but the config disables it", u.name),
+                    ));
                 }
             }
             _ => {}

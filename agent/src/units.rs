@@ -11,9 +11,8 @@ use std::collections::BTreeSet;
 pub const UNIT_DIR: &str = "/etc/systemd/system";
 
 /// The suffixes systemd knows (systemd.unit(5)); Ignition refuses any other extension.
-const UNIT_TYPES: &[&str] = &[
-    "service", "socket", "device", "mount", "automount", "swap", "target", "path", "timer", "slice", "scope",
-];
+const UNIT_TYPES: &[&str] =
+    &["service", "socket", "device", "mount", "automount", "swap", "target", "path", "timer", "slice", "scope"];
 
 /// systemd's own limit on unit names (UNIT_NAME_MAX - 1).
 const MAX_UNIT_NAME: usize = 255;

@@ -18,7 +18,7 @@ use aloft_api::MachineConfigSpec;
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// Which annotation state a refusal leads to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -45,9 +45,12 @@ impl fmt::Display for Refusal {
 }
 
 impl Refusal {
+    /// Invalid or unsafe input at `field`.
     pub fn degraded(field: impl Into<String>, message: impl Into<String>) -> Self {
         Refusal { kind: RefusalKind::Degraded, field: field.into(), message: message.into() }
     }
+
+    /// A change MCO's rules forbid on a running node, at `field`.
     pub fn unreconcilable(field: impl Into<String>, message: impl Into<String>) -> Self {
         Refusal { kind: RefusalKind::Unreconcilable, field: field.into(), message: message.into() }
     }
@@ -74,6 +77,16 @@ pub enum OwnerRef {
     Default,
     Id(u32),
     Name(String),
+}
+
+impl fmt::Display for OwnerRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OwnerRef::Default => f.write_str("root"),
+            OwnerRef::Id(id) => write!(f, "{id}"),
+            OwnerRef::Name(n) => write!(f, "{n:?}"),
+        }
+    }
 }
 
 /// One `storage.files[]` entry, decoded.
@@ -167,15 +180,45 @@ pub fn parse(spec: &MachineConfigSpec) -> Result<Desired, Refusal> {
         Value::Object(m) => m,
         _ => return Err(Refusal::degraded(CONFIG, "the config must be an Ignition JSON object")),
     };
+    if let Some(ign) = obj(cfg, "ignition", CONFIG)? {
+        if let Some(c) = obj(ign, "config", "spec.config.ignition")? {
+            for key in ["merge", "replace"] {
+                if c.get(key)
+                    .is_some_and(|v| !v.is_null() && v != &Value::Array(vec![]) && v != &Value::Object(Map::new()))
+                {
+                    return Err(Refusal::degraded(
+                        format!("spec.config.ignition.config.{key}"),
+                        "configs referenced for merge/replace would have to be fetched; a running node never fetches",
+                    ));
+                }
+            }
+        }
+    }
     let mut d = Desired::default();
     if let Some(storage) = obj(cfg, "storage", CONFIG)? {
+        let mut total = 0u64;
         for (i, f) in arr(storage, "files", "spec.config.storage")?.iter().enumerate() {
-            d.files.push(parse_file(f, &format!("spec.config.storage.files[{i}]"))?);
+            let file = parse_file(f, &format!("spec.config.storage.files[{i}]"))?;
+            total += file.contents.len() as u64;
+            if total > dataurl::MAX_TOTAL_SIZE {
+                return Err(Refusal::degraded(
+                    format!("{}.contents.source", file.field),
+                    format!("the decoded contents of all files exceed {} bytes", dataurl::MAX_TOTAL_SIZE),
+                ));
+            }
+            d.files.push(file);
         }
     }
     if let Some(systemd) = obj(cfg, "systemd", CONFIG)? {
         for (i, u) in arr(systemd, "units", "spec.config.systemd")?.iter().enumerate() {
-            d.units.push(parse_unit(u, &format!("spec.config.systemd.units[{i}]"))?);
+            let unit = parse_unit(u, &format!("spec.config.systemd.units[{i}]"))?;
+            if let Some(first) = d.units.iter().find(|o| o.name == unit.name) {
+                return Err(Refusal::degraded(
+                    format!("{}.name", unit.field),
+                    format!("duplicate unit {:?} (also {})", unit.name, first.field),
+                ));
+            }
+            d.units.push(unit);
         }
     }
     if let Some(passwd) = obj(cfg, "passwd", CONFIG)? {
@@ -246,6 +289,9 @@ pub fn check_path(path: &str) -> Result<(), String> {
     }
     if parts.iter().any(|p| p.len() > MAX_NAME) {
         return Err(format!("a component of {path:?} is longer than {MAX_NAME} bytes"));
+    }
+    if parts.last().is_some_and(|n| n.ends_with(".aloft-tmp")) {
+        return Err(format!("path {path:?} ends in .aloft-tmp, the agent's temp file suffix"));
     }
     if let Some(r) = RESERVED_PREFIXES.iter().find(|r| path == **r || path.starts_with(&format!("{r}/"))) {
         return Err(format!("path {path:?} is in {r}, which the agent reserves"));
@@ -395,9 +441,11 @@ fn parse_user(v: &Value, field: &str) -> Result<CoreUser, Refusal> {
     Ok(user)
 }
 
-/// Every path a config writes or removes, with the field that asks for it.
+/// Every path a config writes or removes (files, unit files, drop-ins, core's keys file and
+/// /etc/shadow), with the field that asks for it.
 pub fn written_paths(d: &Desired) -> Vec<(String, String)> {
-    let mut out: Vec<(String, String)> = d.files.iter().map(|f| (f.path.clone(), format!("{}.path", f.field))).collect();
+    let mut out: Vec<(String, String)> =
+        d.files.iter().map(|f| (f.path.clone(), format!("{}.path", f.field))).collect();
     for u in &d.units {
         if u.mask || u.contents.is_some() {
             out.push((units::unit_path(&u.name), format!("{}.name", u.field)));
@@ -406,9 +454,12 @@ pub fn written_paths(d: &Desired) -> Vec<(String, String)> {
             out.push((units::dropin_path(&u.name, &dr.name), format!("{}.name", dr.field)));
         }
     }
+    let f = d.core_field.clone().unwrap_or_default();
     if !d.core.ssh_keys.is_empty() {
-        let f = d.core_field.clone().unwrap_or_default();
         out.push((crate::ssh::KEYS_FILE.to_string(), format!("{f}.sshAuthorizedKeys")));
+    }
+    if d.core.password_hash.is_some() {
+        out.push((crate::ssh::SHADOW.to_string(), format!("{f}.passwordHash")));
     }
     out
 }
@@ -450,10 +501,10 @@ impl Owners {
     /// Reads /etc/passwd and /etc/group beneath the root (missing files: no names).
     pub fn load(fs: &HostFs) -> Result<Self, fsroot::FsError> {
         let read = |p: &str| -> Result<String, fsroot::FsError> {
-            let rel = PathBuf::from(p);
-            match fs.entry(&rel)? {
-                Entry::File { .. } => Ok(String::from_utf8_lossy(&fs.read_limited(&rel, 16 << 20)?).into_owned()),
-                _ => Ok(String::new()),
+            match fs.read_following(Path::new(p), 16 << 20) {
+                Ok(b) => Ok(String::from_utf8_lossy(&b).into_owned()),
+                Err(e) if e.source.kind() == std::io::ErrorKind::NotFound => Ok(String::new()),
+                Err(e) => Err(e),
             }
         };
         let mut o = Owners::default();
@@ -529,15 +580,17 @@ pub fn check_host(fs: &HostFs, d: &Desired) -> Result<Owners, Refusal> {
     let owners = Owners::load(fs).map_err(|e| Refusal::degraded("spec.config.storage.files", e.to_string()))?;
     for f in &d.files {
         if owners.uid(&f.user).is_none() {
-            return Err(Refusal::degraded(format!("{}.user.name", f.field), format!("no user {:?} in /etc/passwd", f.user)));
+            return Err(Refusal::degraded(
+                format!("{}.user.name", f.field),
+                format!("no user {} in /etc/passwd", f.user),
+            ));
         }
         if owners.gid(&f.group).is_none() {
-            return Err(Refusal::degraded(format!("{}.group.name", f.field), format!("no group {:?} in /etc/group", f.group)));
+            return Err(Refusal::degraded(
+                format!("{}.group.name", f.field),
+                format!("no group {} in /etc/group", f.group),
+            ));
         }
-    }
-    if d.core.password_hash.is_some() {
-        let f = format!("{}.passwordHash", d.core_field.clone().unwrap_or_default());
-        check_host_path(fs, crate::ssh::SHADOW, &f)?;
     }
     Ok(owners)
 }

@@ -109,7 +109,14 @@ fn applies_files_units_and_ssh_like_mco() {
     assert_eq!(report.files_removed, ["/etc/aloft-test/gone.conf", "/etc/chrony.conf"]);
     assert_eq!(
         report.units_changed,
-        ["common.service", "masked-later.service", "new.service", "old-only.service", "os-unit.service", "preset-me.service"]
+        [
+            "common.service",
+            "masked-later.service",
+            "new.service",
+            "old-only.service",
+            "os-unit.service",
+            "preset-me.service"
+        ]
     );
     assert!(report.ssh_changed && report.passwd_changed && report.daemon_reload);
     assert!(report.warnings.is_empty(), "{:?}", report.warnings);
@@ -191,7 +198,8 @@ fn an_unfinished_journal_blocks_a_new_apply_until_recovered() {
     // steps that need none).
     let mut rec = journal.load().unwrap().unwrap();
     rec.phase = Phase::Forward;
-    rec.forward.retain(|s| matches!(s, aloft_agent::journal::Step::Service { .. } | aloft_agent::journal::Step::DaemonReload));
+    rec.forward
+        .retain(|s| matches!(s, aloft_agent::journal::Step::Service { .. } | aloft_agent::journal::Step::DaemonReload));
     journal.save(&rec).unwrap();
     let svc = RecordingServices::on(dir.path());
     let err = block_on(apply::apply(&root, &journal, &old_config(), &new_config(), &svc)).unwrap_err();
@@ -269,7 +277,9 @@ fn core_missing_from_passwd_gives_root_owned_keys_and_a_warning() {
     std::fs::write(dir.path().join("etc/passwd"), "root:x:0:0:root:/root:/bin/bash\n").unwrap();
     let journal = Journal::new(&root);
     let cfg = spec(json!({"passwd": {"users": [{"name": "core", "sshAuthorizedKeys": ["ssh-rsa K"]}]}}));
-    let report = block_on(apply::apply(&root, &journal, &MachineConfigSpec::default(), &cfg, &RecordingServices::new())).unwrap();
+    let report =
+        block_on(apply::apply(&root, &journal, &MachineConfigSpec::default(), &cfg, &RecordingServices::new()))
+            .unwrap();
     assert_eq!(meta(dir.path(), "var/home/core/.ssh/authorized_keys.d/ignition"), (0o600, 0, 0));
     assert_eq!(report.warnings.len(), 1);
     assert!(report.warnings[0].contains("user core is not in /etc/passwd"), "{:?}", report.warnings);
@@ -296,9 +306,14 @@ fn check_refuses_before_a_drain_and_reports_the_diff() {
     assert_eq!((r.kind, r.field.as_str()), (RefusalKind::Unreconcilable, "spec.fips"));
     let mut kargs = new_config();
     kargs.kernel_arguments = vec!["nosmt".into()];
-    let d = apply::check(&root, &old_config(), &kargs).unwrap();
+    let checked = apply::check(&root, &old_config(), &kargs).unwrap();
+    let d = &checked.diff;
     assert!(d.kargs && d.files && d.units && d.passwd && !d.os_update);
-    assert_eq!(snapshot(dir.path(), &[]), before);
+    assert_eq!(snapshot(dir.path(), &[]), before, "check() wrote something");
+    // The same report the apply gives, before anything is written.
+    let svc = RecordingServices::on(dir.path());
+    let report = block_on(apply::apply(&root, &Journal::new(&root), &old_config(), &new_config(), &svc)).unwrap();
+    assert_eq!(checked.report, report);
 }
 
 #[test]
@@ -309,7 +324,8 @@ fn mco_fixture_worker_ssh_key() {
     let (dir, root) = node();
     let journal = Journal::new(&root);
     let report =
-        block_on(apply::apply(&root, &journal, &MachineConfigSpec::default(), &mc.spec, &RecordingServices::new())).unwrap();
+        block_on(apply::apply(&root, &journal, &MachineConfigSpec::default(), &mc.spec, &RecordingServices::new()))
+            .unwrap();
     assert!(report.ssh_changed);
     assert_eq!(read(dir.path(), "home/core/.ssh/authorized_keys.d/ignition"), "ssh-rsa SSH-AUTHORIZED-KEY\n");
     assert_eq!(meta(dir.path(), "var/home/core/.ssh/authorized_keys.d/ignition"), (0o600, CORE_UID, CORE_UID));
@@ -339,7 +355,14 @@ fn mco_fixture_spec_2_2_units_and_dropins() {
     assert!(exists(r, "etc/systemd/system/multi-user.target.wants/kubelet.service"));
     assert_eq!(
         report.units_changed,
-        ["docker.service", "etcd-member-tls.service", "etcd-member.service", "kubelet-workaround.service", "kubelet.service", "locksmith.service"]
+        [
+            "docker.service",
+            "etcd-member-tls.service",
+            "etcd-member.service",
+            "kubelet-workaround.service",
+            "kubelet.service",
+            "locksmith.service"
+        ]
     );
     let enable = svc.calls().into_iter().find(|c| c.op == "enable").unwrap();
     assert_eq!(enable.units, ["docker.service", "etcd-member-tls.service", "etcd-member.service", "kubelet.service"]);

@@ -87,7 +87,8 @@ fn crash_child() {
 
 /// Runs a child; true when it was killed at its failpoint, false when it ran to the end.
 fn run_child(c: &Child) -> bool {
-    let arg = json!({"root": c.root, "mode": c.mode, "point": c.point, "nth": c.nth, "failing": c.failing, "out": c.out});
+    let arg =
+        json!({"root": c.root, "mode": c.mode, "point": c.point, "nth": c.nth, "failing": c.failing, "out": c.out});
     let out = Command::new(std::env::current_exe().unwrap())
         .args(["--exact", "crash_child", "--nocapture", "--test-threads", "1"])
         .env(CHILD_ENV, arg.to_string())
@@ -115,6 +116,29 @@ fn node_on_old() -> (tempfile::TempDir, Root) {
     let svc = RecordingServices::on(dir.path());
     block_on(apply::apply(&root, &Journal::new(&root), &MachineConfigSpec::default(), &old_config(), &svc)).unwrap();
     (dir, root)
+}
+
+/// A copy of `template` (a node on the old config): `cp -a` keeps modes, owners and symlinks,
+/// and is much cheaper than applying the old config again with all its fsyncs.
+fn copy_of(template: &Path) -> (tempfile::TempDir, Root) {
+    let dir = tempfile::tempdir().unwrap();
+    let st = Command::new("cp").arg("-a").arg(format!("{}/.", template.display())).arg(dir.path()).status().unwrap();
+    assert!(st.success());
+    let root = Root::new(dir.path());
+    (dir, root)
+}
+
+/// Runs `cases` on a few threads: each crash run waits on fsync far more than it computes.
+fn parallel<T: Send>(cases: Vec<T>, f: impl Fn(T) + Sync) {
+    let queue = Mutex::new(cases);
+    std::thread::scope(|s| {
+        for _ in 0..6 {
+            s.spawn(|| loop {
+                let Some(case) = queue.lock().unwrap().pop() else { break };
+                f(case);
+            });
+        }
+    });
 }
 
 fn tree(root: &Path) -> BTreeMap<String, String> {
@@ -186,53 +210,58 @@ fn recover_and_check(
 #[test]
 fn kill_at_every_failpoint_then_recover() {
     let (old, new) = expected();
+    let (template, _) = node_on_old();
     let mut reached = BTreeSet::new();
-    let mut runs = 0;
+    let mut cases = Vec::new();
     for failing in [false, true] {
-        let counts = counts(failing);
-        for (point, n) in &counts {
+        for (point, n) in counts(failing) {
             reached.insert(point.clone());
-            for nth in 1..=*n {
-                let (dir, root) = node_on_old();
-                let c = Child {
-                    root: dir.path().display().to_string(),
-                    mode: "apply",
-                    point: point.clone(),
-                    nth,
-                    failing,
-                    out: String::new(),
-                };
-                let what = format!("{} at {point}#{nth}", if failing { "failing apply" } else { "apply" });
-                assert!(run_child(&c), "{what}: the failpoint was not reached");
-                recover_and_check(dir.path(), &root, failing, &old, &new, &what);
-                runs += 1;
-            }
+            cases.extend((1..=n).map(|nth| (failing, point.clone(), nth)));
         }
     }
     let missing: Vec<&&str> = FAILPOINTS.iter().filter(|p| !reached.contains(**p)).collect();
     assert!(missing.is_empty(), "failpoints never reached: {missing:?}");
+    let runs = cases.len();
+    parallel(cases, |(failing, point, nth)| {
+        let (dir, root) = copy_of(template.path());
+        let c = Child {
+            root: dir.path().display().to_string(),
+            mode: "apply",
+            point: point.clone(),
+            nth,
+            failing,
+            out: String::new(),
+        };
+        let what = format!("{} at {point}#{nth}", if failing { "failing apply" } else { "apply" });
+        assert!(run_child(&c), "{what}: the failpoint was not reached");
+        recover_and_check(dir.path(), &root, failing, &old, &new, &what);
+    });
     eprintln!("{runs} crash runs over {} failpoints", FAILPOINTS.len());
 }
 
 #[test]
 fn kill_again_during_recovery_then_recover() {
     let (old, new) = expected();
+    let (template, _) = node_on_old();
+    let mut cases = Vec::new();
     for failing in [false, true] {
-        for point in counts(failing).keys() {
-            let (dir, root) = node_on_old();
-            let mut c = Child {
-                root: dir.path().display().to_string(),
-                mode: "apply",
-                point: point.clone(),
-                nth: 1,
-                failing,
-                out: String::new(),
-            };
-            assert!(run_child(&c));
-            c.mode = "recover";
-            let twice = run_child(&c);
-            let what = format!("{} at {point}#1, recovery killed: {twice}", if failing { "failing apply" } else { "apply" });
-            recover_and_check(dir.path(), &root, failing, &old, &new, &what);
-        }
+        cases.extend(counts(failing).into_keys().map(|point| (failing, point)));
     }
+    parallel(cases, |(failing, point)| {
+        let (dir, root) = copy_of(template.path());
+        let mut c = Child {
+            root: dir.path().display().to_string(),
+            mode: "apply",
+            point: point.clone(),
+            nth: 1,
+            failing,
+            out: String::new(),
+        };
+        assert!(run_child(&c));
+        c.mode = "recover";
+        let twice = run_child(&c);
+        let what =
+            format!("{} at {point}#1, recovery killed: {twice}", if failing { "failing apply" } else { "apply" });
+        recover_and_check(dir.path(), &root, failing, &old, &new, &what);
+    });
 }

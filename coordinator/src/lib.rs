@@ -13,6 +13,7 @@ pub mod serve;
 pub mod server;
 pub mod store;
 pub mod tls;
+pub mod yaml;
 
 /// The API client, re-exported: aloftctl and the tests use it through this crate.
 pub use aloft_client as client;

@@ -111,8 +111,21 @@ pub const MACHINE_CONFIG_POOL: ResourceType = ResourceType {
     categories: &[],
 };
 
+/// OpenShift's cluster-wide MCO settings (`cluster`): node disruption policies live here.
+pub const MACHINE_CONFIGURATION: ResourceType = ResourceType {
+    group: "operator.openshift.io",
+    version: "v1",
+    kind: "MachineConfiguration",
+    plural: "machineconfigurations",
+    singular: "machineconfiguration",
+    short_names: &[],
+    namespaced: false,
+    status_subresource: true,
+    categories: &[],
+};
+
 /// Every served resource.
-pub const ALL: &[ResourceType] = &[NODE, EVENT, MACHINE_CONFIG, MACHINE_CONFIG_POOL];
+pub const ALL: &[ResourceType] = &[NODE, EVENT, MACHINE_CONFIG, MACHINE_CONFIG_POOL, MACHINE_CONFIGURATION];
 
 /// Find by group, version and plural (the URL form).
 pub fn by_path(group: &str, version: &str, plural: &str) -> Option<&'static ResourceType> {
@@ -166,6 +179,6 @@ mod tests {
         assert!(by_name("pods").is_none());
         assert_eq!(by_kind("machineconfiguration.openshift.io/v1", "MachineConfig"), Some(&MACHINE_CONFIG));
         assert!(by_kind("machineconfiguration.openshift.io/v2", "MachineConfig").is_none());
-        assert_eq!(groups(), vec!["machineconfiguration.openshift.io"]);
+        assert_eq!(groups(), vec!["machineconfiguration.openshift.io", "operator.openshift.io"]);
     }
 }

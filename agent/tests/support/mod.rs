@@ -114,7 +114,10 @@ impl ServiceManager for RecordingServices {
         self.record("enable", units);
         if let Some(bad) = &self.fail_enable_of {
             if units.contains(bad) {
-                return Err(ServiceError::Call { operation: "EnableUnitFiles".into(), message: format!("{bad}: injected failure") });
+                return Err(ServiceError::Call {
+                    operation: "EnableUnitFiles".into(),
+                    message: format!("{bad}: injected failure"),
+                });
             }
         }
         units.iter().for_each(|u| self.link(u));
@@ -177,13 +180,23 @@ fn write(root: &Path, rel: &str, data: &str, mode: u32) {
 /// A host root that looks like a fresh RHCOS node: users root and core, /etc/shadow, core's
 /// home, an OS-shipped /etc/hosts and chrony.conf, an admin drop-in, a unit directory.
 pub fn seed_node(root: &Path) {
-    write(root, "etc/passwd", "root:x:0:0:root:/root:/bin/bash\ncore:x:1000:1000:CoreOS Admin:/var/home/core:/bin/bash\n", 0o644);
+    write(
+        root,
+        "etc/passwd",
+        "root:x:0:0:root:/root:/bin/bash\ncore:x:1000:1000:CoreOS Admin:/var/home/core:/bin/bash\n",
+        0o644,
+    );
     write(root, "etc/group", "root:x:0:\nwheel:x:10:core\ncore:x:1000:\n", 0o644);
     write(root, "etc/shadow", "root:!locked::0:99999:7:::\ncore:*:19000:0:99999:7:::\n", 0o000);
     write(root, "etc/hosts", "127.0.0.1 localhost\n", 0o644);
     write(root, "etc/chrony.conf", "pool 2.rhel.pool.ntp.org iburst\n", 0o644);
     write(root, "etc/systemd/system/common.service.d/40-empty.conf", "[Service]\nNice=5\n", 0o644);
-    write(root, "usr/lib/systemd/system/os-unit.service", "[Service]\nExecStart=/bin/true\n[Install]\nWantedBy=multi-user.target\n", 0o644);
+    write(
+        root,
+        "usr/lib/systemd/system/os-unit.service",
+        "[Service]\nExecStart=/bin/true\n[Install]\nWantedBy=multi-user.target\n",
+        0o644,
+    );
     std::fs::create_dir_all(root.join("var/home/core")).unwrap();
     std::os::unix::fs::chown(root.join("var/home/core"), Some(CORE_UID), Some(CORE_UID)).unwrap();
     std::fs::set_permissions(root.join("var/home/core"), std::fs::Permissions::from_mode(0o700)).unwrap();
@@ -289,7 +302,8 @@ pub fn spec(config: Value) -> MachineConfigSpec {
     MachineConfigSpec { config: c, ..Default::default() }
 }
 
-pub const UNIT_NEW: &str = "[Unit]\nDescription=new\n[Service]\nExecStart=/bin/true\n[Install]\nWantedBy=multi-user.target\n";
+pub const UNIT_NEW: &str =
+    "[Unit]\nDescription=new\n[Service]\nExecStart=/bin/true\n[Install]\nWantedBy=multi-user.target\n";
 
 /// The config the node is on before the tests' update: files, units with drop-ins, a key.
 pub fn old_config() -> MachineConfigSpec {
@@ -466,7 +480,8 @@ fn block(lines: &[String], i: &mut usize, n: usize, header: &str) -> Value {
     while body.last().is_some_and(|l| l.trim().is_empty()) {
         body.pop();
     }
-    let text: Vec<String> = body.iter().map(|l| if l.len() >= bi { l[bi..].to_string() } else { String::new() }).collect();
+    let text: Vec<String> =
+        body.iter().map(|l| if l.len() >= bi { l[bi..].to_string() } else { String::new() }).collect();
     let mut s = if header.starts_with('>') { text.join(" ") } else { text.join("\n") };
     if !header.contains('-') {
         s.push('\n');

@@ -39,8 +39,9 @@ pub fn read_objects(path: &str) -> Result<Vec<(String, Value)>> {
 
 fn parse_documents(origin: &str, text: &str, out: &mut Vec<(String, Value)>) -> Result<()> {
     for (i, doc) in yaml_serde::Deserializer::from_str(text).enumerate() {
-        let v: Value = serde::Deserialize::deserialize(doc)
+        let mut v: Value = serde::Deserialize::deserialize(doc)
             .map_err(|e| anyhow!("{origin}: document {}: malformed YAML: {e}", i + 1))?;
+        crate::yaml::octal_modes(&mut v);
         match v {
             Value::Null => continue,
             Value::Object(ref m) if m.get("kind").and_then(Value::as_str) == Some("List") => {

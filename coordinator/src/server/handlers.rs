@@ -6,6 +6,7 @@ use super::objects::{self, PatchType};
 use super::request::{self, FieldSelector, ResourcePath};
 use super::{table, validate, watch, Ctx};
 use crate::auth::{self, Decision, Identity, Verb};
+use crate::resources::ResourceType;
 use crate::store::{revision_of, Key, StoreError};
 use aloft_api::Selector;
 use axum::http::{HeaderMap, Method, StatusCode};
@@ -46,7 +47,7 @@ impl Call<'_> {
     /// Decide, looking up the caller's own Node when the decision depends on it.
     async fn authorize(&self, verb: Verb) -> Result<Decision, ApiError> {
         let field_name = match verb {
-            Verb::List | Verb::Watch => self.params.get("fieldSelector").and_then(|f| FieldSelector::parse(f).ok()),
+            Verb::List | Verb::Watch => self.params.get("fieldSelector").and_then(|f| FieldSelector::parse(self.path.rt, f).ok()),
             _ => None,
         };
         let resource = self.path.rt.store_key();
@@ -152,13 +153,13 @@ pub struct Filters {
 }
 
 impl Filters {
-    pub fn from_params(params: &HashMap<String, String>) -> Result<Self, ApiError> {
+    pub fn from_params(rt: &ResourceType, params: &HashMap<String, String>) -> Result<Self, ApiError> {
         let labels = match params.get("labelSelector") {
             Some(s) => Selector::parse(s).map_err(|e| ApiError::bad_request(e.to_string()))?,
             None => Selector::everything(),
         };
         let fields = match params.get("fieldSelector") {
-            Some(s) => FieldSelector::parse(s)?,
+            Some(s) => FieldSelector::parse(rt, s)?,
             None => FieldSelector::default(),
         };
         Ok(Filters { labels, fields })
@@ -182,7 +183,7 @@ impl Filters {
 
 async fn list(call: Call<'_>) -> Result<Response, ApiError> {
     call.authorize(Verb::List).await?;
-    let filters = Filters::from_params(&call.params)?;
+    let filters = Filters::from_params(call.path.rt, &call.params)?;
     let ns = call.path.namespace.clone();
     let listing =
         call.ctx.store.list(&call.path.rt.store_key(), ns.as_deref()).await.map_err(|e| call.store_err(e, ""))?;
@@ -204,7 +205,7 @@ async fn list(call: Call<'_>) -> Result<Response, ApiError> {
 
 async fn watch_handler(call: Call<'_>) -> Result<Response, ApiError> {
     call.authorize(Verb::Watch).await?;
-    let filters = Filters::from_params(&call.params)?;
+    let filters = Filters::from_params(call.path.rt, &call.params)?;
     watch::serve(call.ctx, call.path.clone(), &call.params, filters, call.wants_table()).await
 }
 

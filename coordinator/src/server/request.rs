@@ -83,7 +83,7 @@ pub fn decode_object(headers: &HeaderMap, body: &[u8]) -> Result<Value, ApiError
     let ctype = headers.get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("application/json");
     let v: Value = if ctype.contains("yaml") {
         let text = std::str::from_utf8(body).map_err(|_| ApiError::bad_request("request body is not UTF-8"))?;
-        yaml_serde::from_str(text).map_err(|e| ApiError::bad_request(format!("malformed YAML in request body: {e}")))?
+        crate::yaml::from_str(text).map_err(|e| ApiError::bad_request(format!("malformed YAML in request body: {e}")))?
     } else if ctype.contains("json") || ctype.is_empty() {
         serde_json::from_slice(body)
             .map_err(|e| ApiError::bad_request(format!("malformed JSON in request body: {e}")))?
@@ -120,14 +120,36 @@ pub fn check_type(rt: &ResourceType, obj: &Value) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// Field selectors kubectl sends (`metadata.name=x` for `get NAME -w`, `metadata.namespace`).
+/// Field selectors kubectl sends: `metadata.name=x` for `get NAME -w`, `metadata.namespace`, and
+/// for events `involvedObject.*`, `reason`, `type` (what `kubectl describe` asks for).
 #[derive(Debug, Default, Clone)]
 pub struct FieldSelector {
     terms: Vec<(String, bool, String)>,
 }
 
+/// The fields a kind can be selected by, beyond `metadata.name` and `metadata.namespace`.
+fn extra_fields(rt: &ResourceType) -> &'static [&'static str] {
+    match rt.kind {
+        "Event" => &[
+            "involvedObject.kind",
+            "involvedObject.namespace",
+            "involvedObject.name",
+            "involvedObject.uid",
+            "involvedObject.apiVersion",
+            "involvedObject.resourceVersion",
+            "involvedObject.fieldPath",
+            "reason",
+            "reportingComponent",
+            "source",
+            "type",
+        ],
+        "Node" => &["spec.unschedulable"],
+        _ => &[],
+    }
+}
+
 impl FieldSelector {
-    pub fn parse(s: &str) -> Result<Self, ApiError> {
+    pub fn parse(rt: &ResourceType, s: &str) -> Result<Self, ApiError> {
         let mut terms = Vec::new();
         for t in s.split(',').map(str::trim).filter(|t| !t.is_empty()) {
             let (field, neg, value) = if let Some((f, v)) = t.split_once("!=") {
@@ -140,9 +162,14 @@ impl FieldSelector {
                 )));
             };
             let field = field.trim();
-            if field != "metadata.name" && field != "metadata.namespace" {
+            let extra = extra_fields(rt);
+            if field != "metadata.name" && field != "metadata.namespace" && !extra.contains(&field) {
+                let mut supported = vec!["metadata.name", "metadata.namespace"];
+                supported.extend_from_slice(extra);
                 return Err(ApiError::bad_request(format!(
-                    "field label not supported: {field} (supported: metadata.name, metadata.namespace)"
+                    "field label not supported: {field} (supported for {}: {})",
+                    rt.plural,
+                    supported.join(", ")
                 )));
             }
             terms.push((field.to_string(), neg, value.trim().to_string()));
@@ -157,9 +184,15 @@ impl FieldSelector {
 
     pub fn matches(&self, obj: &Value) -> bool {
         self.terms.iter().all(|(field, neg, value)| {
-            let ptr = if field == "metadata.name" { "/metadata/name" } else { "/metadata/namespace" };
-            let actual = obj.pointer(ptr).and_then(Value::as_str).unwrap_or("");
-            (actual == value) != *neg
+            let actual = match obj.pointer(&format!("/{}", field.replace('.', "/"))) {
+                Some(Value::String(s)) => s.clone(),
+                Some(Value::Bool(b)) => b.to_string(),
+                Some(Value::Number(n)) => n.to_string(),
+                // An unset boolean reads as false, as the API server's field sets do.
+                None | Some(Value::Null) if field == "spec.unschedulable" => "false".into(),
+                _ => String::new(),
+            };
+            (actual == *value) != *neg
         })
     }
 }
@@ -198,11 +231,24 @@ mod tests {
 
     #[test]
     fn field_selectors() {
-        let f = FieldSelector::parse("metadata.name=worker").unwrap();
+        let pools = &crate::resources::MACHINE_CONFIG_POOL;
+        let f = FieldSelector::parse(pools, "metadata.name=worker").unwrap();
         assert_eq!(f.name(), Some("worker"));
         assert!(f.matches(&serde_json::json!({"metadata": {"name": "worker"}})));
         assert!(!f.matches(&serde_json::json!({"metadata": {"name": "master"}})));
-        assert!(FieldSelector::parse("spec.unschedulable=true").is_err());
-        assert!(FieldSelector::parse("metadata.name").is_err());
+        assert!(FieldSelector::parse(pools, "spec.unschedulable=true").is_err());
+        assert!(FieldSelector::parse(pools, "metadata.name").is_err());
+        // What `kubectl describe` sends for a cluster-scoped object's events.
+        let ev = FieldSelector::parse(
+            &crate::resources::EVENT,
+            "involvedObject.name=worker,involvedObject.namespace=,involvedObject.kind=MachineConfigPool",
+        )
+        .unwrap();
+        let event = serde_json::json!({"involvedObject": {"kind": "MachineConfigPool", "name": "worker"}});
+        assert!(ev.matches(&event));
+        assert!(!ev.matches(&serde_json::json!({"involvedObject": {"kind": "Node", "name": "worker"}})));
+        let cordoned = FieldSelector::parse(&crate::resources::NODE, "spec.unschedulable=false").unwrap();
+        assert!(cordoned.matches(&serde_json::json!({"spec": {}})));
+        assert!(!cordoned.matches(&serde_json::json!({"spec": {"unschedulable": true}})));
     }
 }

@@ -36,11 +36,14 @@ pub fn name_causes(name: &str) -> Vec<StatusCause> {
     out
 }
 
+/// Read the object as its type; a wrong type anywhere is a cause at that field's path.
 fn typed<T: serde::de::DeserializeOwned>(obj: &Value, out: &mut Vec<StatusCause>) -> Option<T> {
-    match serde_json::from_value::<T>(obj.clone()) {
+    match serde_path_to_error::deserialize::<_, T>(obj) {
         Ok(t) => Some(t),
         Err(e) => {
-            out.push(cause("", "FieldValueInvalid", format!("malformed object: {e}")));
+            let field = e.path().to_string();
+            let field = if field == "." { String::new() } else { field };
+            out.push(cause(&field, "FieldValueInvalid", e.into_inner().to_string()));
             None
         }
     }
@@ -106,6 +109,16 @@ pub fn object_causes(r: &ResourceType, obj: &Value) -> Vec<StatusCause> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn type_errors_name_the_field() {
+        let mc = serde_json::json!({"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfig",
+            "metadata": {"name": "x"}, "spec": {"kernelArguments": "nosmt"}});
+        let causes = object_causes(&crate::resources::MACHINE_CONFIG, &mc);
+        assert_eq!(causes.len(), 1);
+        assert_eq!(causes[0].field, "spec.kernelArguments");
+        assert!(causes[0].message.contains("expected a sequence"), "{}", causes[0].message);
+    }
 
     #[test]
     fn names() {

@@ -1,0 +1,82 @@
+//! The daemon's view of the apply engine, the disruption policy and the service manager: one
+//! small surface so the state machine in [`crate::daemon`] reads as a sequence of steps.
+
+use crate::apply::{self, Recovery};
+use crate::disruption::{self, Changes, Plan, Policy};
+use crate::host::{Root, ServiceManager};
+use crate::journal::Journal;
+use crate::ondisk;
+use crate::validate::RefusalKind;
+use aloft_api::{MachineConfig, MachineConfigSpec};
+use anyhow::{Context, Result};
+use std::sync::Arc;
+
+/// Why a config is not applied; nothing on the node changed.
+#[derive(Debug, Clone)]
+pub struct Refused {
+    pub message: String,
+    /// Unreconcilable (never retried for this config) rather than Degraded (retried).
+    pub unreconcilable: bool,
+}
+
+/// The spec with its Ignition config normalised to 3.5 (2.2 converted), as the engine and the
+/// change set compare it.
+pub fn normalize(spec: &MachineConfigSpec) -> Result<MachineConfigSpec, aloft_api::ignition::IgnitionError> {
+    Ok(MachineConfigSpec { config: aloft_api::ignition::parse_config(&spec.config)?, ..spec.clone() })
+}
+
+/// Everything checked before the node is drained: reconcilability, hostile input, host paths.
+pub fn validate(root: &Root, old: &MachineConfigSpec, new: &MachineConfigSpec) -> Result<(), Refused> {
+    apply::check(root, old, new).map(|_| ()).map_err(|r| Refused {
+        message: format!("{}: {}", r.field, r.message),
+        unreconcilable: r.kind == RefusalKind::Unreconcilable,
+    })
+}
+
+/// What the node must do for `changes` under `policy`.
+pub fn plan(changes: &crate::changes::ChangeSet, policy: &Policy) -> Plan {
+    disruption::plan(&Changes::from(changes), policy)
+}
+
+/// Write files, units and SSH keys through the journal.
+pub async fn apply(root: &Root, old: &MachineConfigSpec, new: &MachineConfigSpec, services: &dyn ServiceManager) -> Result<()> {
+    let journal = Journal::new(root);
+    let report = apply::apply(root, &journal, old, new, services).await?;
+    for w in &report.warnings {
+        tracing::warn!(warning = %w, "apply");
+    }
+    tracing::info!(files = report.changed_paths().len(), units = report.units_changed.len(), "applied");
+    Ok(())
+}
+
+/// Run the rebootless actions of `plan`.
+pub async fn act(plan: &Plan, services: &dyn ServiceManager) -> Result<()> {
+    disruption::execute(plan, services).await.context("running the node disruption actions")
+}
+
+/// MCO's on-disk validation of `mc`, as its Degraded reason.
+pub fn verify(root: &Root, mc: &MachineConfig) -> Result<(), String> {
+    ondisk::verify(root, &mc.spec).map_err(|d| d.reason(&mc.metadata.name))
+}
+
+/// Finish or roll back an apply a crash interrupted.
+pub async fn recover(root: &Root, services: &dyn ServiceManager) -> Result<Recovery> {
+    let journal = Journal::new(root);
+    let r = apply::recover(root, &journal, services).await?;
+    match &r {
+        Recovery::Nothing => {}
+        Recovery::Applied { .. } => tracing::info!("recovered an interrupted apply: the node is on the new config"),
+        Recovery::RolledBack { reason, .. } => tracing::warn!(%reason, "recovered an interrupted apply by rolling back"),
+    }
+    Ok(r)
+}
+
+/// systemd and logind: on the system bus, or on `address` (tests, sandboxed hosts).
+pub async fn connect_services(address: Option<&str>) -> Result<Arc<dyn ServiceManager>> {
+    let s = match address {
+        Some(a) => crate::systemd::SystemdDbus::connect(a).await,
+        None => crate::systemd::SystemdDbus::system().await,
+    }
+    .context("connecting to systemd over D-Bus")?;
+    Ok(Arc::new(s))
+}

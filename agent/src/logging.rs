@@ -1,0 +1,77 @@
+//! Logging: to the journal when there is one, else to stderr.
+//!
+//! On a node the agent logs to journald directly (structured fields stay fields: `unit=`,
+//! `target=`, searchable with `journalctl -u aloft-agent UNIT=crio.service`). In a container or
+//! a test there is no journal socket; tracing-journald's `layer()` then errors and the agent
+//! falls back to plain stderr rather than losing its logs. The filter comes from `ALOFT_LOG`
+//! (tracing's env-filter syntax, e.g. `info,aloft_agent::systemd=debug`), default `info`.
+
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::EnvFilter;
+
+/// The environment variable holding the log filter.
+pub const LOG_ENV: &str = "ALOFT_LOG";
+/// The filter when `ALOFT_LOG` is unset.
+pub const DEFAULT_FILTER: &str = "info";
+
+/// Where logs went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogTarget {
+    Journald,
+    Stderr,
+}
+
+/// Why logging could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum LoggingError {
+    #[error("invalid {LOG_ENV} filter {spec:?}: {message}")]
+    Filter { spec: String, message: String },
+    #[error("a global tracing subscriber is already set: {0}")]
+    AlreadySet(String),
+}
+
+/// Parse a filter spec (the value of `ALOFT_LOG`); an empty spec means [`DEFAULT_FILTER`].
+pub fn filter(spec: &str) -> Result<EnvFilter, LoggingError> {
+    let spec = if spec.trim().is_empty() { DEFAULT_FILTER } else { spec };
+    EnvFilter::try_new(spec).map_err(|e| LoggingError::Filter { spec: spec.to_string(), message: e.to_string() })
+}
+
+/// Install the global subscriber: journald if its socket answers, else stderr. Call once, early.
+pub fn init() -> Result<LogTarget, LoggingError> {
+    let spec = std::env::var(LOG_ENV).unwrap_or_default();
+    let filter = filter(&spec)?;
+    let already = |e: tracing_subscriber::util::TryInitError| LoggingError::AlreadySet(e.to_string());
+    match tracing_journald::layer() {
+        Ok(journald) => {
+            tracing_subscriber::registry()
+                .with(filter)
+                .with(journald.with_syslog_identifier("aloft-agent".to_string()))
+                .try_init()
+                .map_err(already)?;
+            Ok(LogTarget::Journald)
+        }
+        Err(e) => {
+            tracing_subscriber::registry()
+                .with(filter)
+                .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
+                .try_init()
+                .map_err(already)?;
+            tracing::debug!(error = %e, "no journald socket; logging to stderr");
+            Ok(LogTarget::Stderr)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn filters() {
+        assert_eq!(filter("").unwrap().to_string(), "info");
+        assert!(filter("info,aloft_agent::systemd=debug").is_ok());
+        let err = filter("aloft_agent=loud").unwrap_err().to_string();
+        assert!(err.contains("ALOFT_LOG") && err.contains("loud"), "{err}");
+    }
+}

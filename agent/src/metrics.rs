@@ -1,0 +1,225 @@
+//! Prometheus metrics, served on a loopback HTTP endpoint (`/metrics`, default
+//! 127.0.0.1:9101).
+//!
+//! From the first day, as Zincati does: a fleet operator needs to see, without logging into
+//! nodes, which agents are stuck Working, how long applies take, and how often nodes reboot or
+//! drift. Loopback only: a node exporter or agent on the node scrapes it; nothing about the node
+//! is exposed on the network by default.
+//!
+//! Series: `aloft_agent_state{state}` (1 for the current MCO state, 0 for the others),
+//! `aloft_agent_apply_total{result}`, `aloft_agent_apply_duration_seconds` (histogram),
+//! `aloft_agent_reboots_total`, `aloft_agent_drift_detected` (0/1).
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::{Registry, Unit};
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Where metrics are served unless configured otherwise.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:9101";
+/// The states exported from the start, so a dashboard sees every series at 0 before it is used.
+pub const STATES: &[&str] = &["Done", "Working", "Degraded", "Unreconcilable"];
+/// OpenMetrics text, which Prometheus scrapes natively.
+const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabels {
+    state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabels {
+    result: String,
+}
+
+/// Errors of the metrics endpoint.
+#[derive(Debug, thiserror::Error)]
+pub enum MetricsError {
+    #[error("cannot listen for metrics on {addr}: {source}")]
+    Bind {
+        addr: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("encoding metrics: {0}")]
+    Encode(#[from] std::fmt::Error),
+}
+
+/// The agent's metrics. Cheap to share (`Arc<Metrics>`); every update is lock-free except the
+/// state switch.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    state: Family<StateLabels, Gauge>,
+    seen_states: Mutex<BTreeSet<String>>,
+    apply_total: Family<ResultLabels, Counter>,
+    apply_duration: Histogram,
+    reboots: Counter,
+    drift: Gauge,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::default();
+        let state = Family::<StateLabels, Gauge>::default();
+        registry.register("aloft_agent_state", "The agent's MCO state (1 = current)", state.clone());
+        let apply_total = Family::<ResultLabels, Counter>::default();
+        registry.register("aloft_agent_apply", "Config applies by result", apply_total.clone());
+        // 0.1 s .. ~55 min: a rebootless file change up to a slow OS update.
+        let apply_duration = Histogram::new(exponential_buckets(0.1, 2.0, 16));
+        registry.register_with_unit(
+            "aloft_agent_apply_duration",
+            "Time to apply a config (validate to done or failure)",
+            Unit::Seconds,
+            apply_duration.clone(),
+        );
+        let reboots = Counter::default();
+        registry.register("aloft_agent_reboots", "Reboots the agent asked for", reboots.clone());
+        let drift = Gauge::default();
+        registry.register(
+            "aloft_agent_drift_detected",
+            "1 while the disk differs from the current config",
+            drift.clone(),
+        );
+        for s in STATES {
+            state.get_or_create(&StateLabels { state: s.to_string() }).set(0);
+        }
+        let seen_states = Mutex::new(STATES.iter().map(|s| s.to_string()).collect());
+        Metrics { registry, state, seen_states, apply_total, apply_duration, reboots, drift }
+    }
+
+    /// The current state: its series becomes 1, every other one 0.
+    pub fn set_state(&self, current: &str) {
+        let mut seen = self.seen_states.lock().unwrap_or_else(|p| p.into_inner());
+        seen.insert(current.to_string());
+        for s in seen.iter() {
+            self.state.get_or_create(&StateLabels { state: s.clone() }).set(i64::from(s == current));
+        }
+    }
+
+    /// One apply finished with `result` (e.g. `success`, `failure`, `unreconcilable`).
+    pub fn observe_apply(&self, result: &str, took: Duration) {
+        self.apply_total.get_or_create(&ResultLabels { result: result.to_string() }).inc();
+        self.apply_duration.observe(took.as_secs_f64());
+    }
+
+    /// The agent asked for a reboot.
+    pub fn inc_reboots(&self) {
+        self.reboots.inc();
+    }
+
+    /// Whether the last on-disk check found drift.
+    pub fn set_drift(&self, drifted: bool) {
+        self.drift.set(i64::from(drifted));
+    }
+
+    /// The exposition text.
+    pub fn encode(&self) -> Result<String, MetricsError> {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
+        Ok(out)
+    }
+
+    /// The `/metrics` router.
+    pub fn router(self: Arc<Self>) -> Router {
+        Router::new().route("/metrics", get(scrape)).with_state(self)
+    }
+}
+
+async fn scrape(State(metrics): State<Arc<Metrics>>) -> Response {
+    match metrics.encode() {
+        Ok(body) => ([(header::CONTENT_TYPE, CONTENT_TYPE)], body).into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    }
+}
+
+/// Listen on `addr` (e.g. [`DEFAULT_LISTEN`], or port 0 for tests) and serve `/metrics` from a
+/// task. Returns the bound address and the task; binding errors are returned, serving errors
+/// are logged.
+pub async fn serve(
+    addr: &str,
+    metrics: Arc<Metrics>,
+) -> Result<(SocketAddr, tokio::task::JoinHandle<()>), MetricsError> {
+    let bind_err = |source| MetricsError::Bind { addr: addr.to_string(), source };
+    let listener = tokio::net::TcpListener::bind(addr).await.map_err(bind_err)?;
+    let local = listener.local_addr().map_err(bind_err)?;
+    tracing::info!(addr = %local, "serving metrics on /metrics");
+    let task = tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, metrics.router()).await {
+            tracing::warn!(error = %e, "metrics endpoint stopped");
+        }
+    });
+    Ok((local, task))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    async fn http_get(addr: SocketAddr, path: &str) -> String {
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        s.write_all(format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.unwrap();
+        out
+    }
+
+    #[tokio::test]
+    async fn scraped_over_http_on_loopback() {
+        let m = Arc::new(Metrics::new());
+        m.set_state("Working");
+        m.set_state("Done");
+        m.observe_apply("success", Duration::from_millis(1500));
+        m.observe_apply("failure", Duration::from_secs(3));
+        m.inc_reboots();
+        m.set_drift(true);
+        let (addr, task) = serve("127.0.0.1:0", m.clone()).await.unwrap();
+        assert!(addr.ip().is_loopback());
+        let resp = http_get(addr, "/metrics").await;
+        let (head, body) = resp.split_once("\r\n\r\n").unwrap();
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        assert!(head.to_lowercase().contains("content-type: application/openmetrics-text"), "{head}");
+        for line in [
+            "aloft_agent_state{state=\"Done\"} 1",
+            "aloft_agent_state{state=\"Working\"} 0",
+            "aloft_agent_state{state=\"Degraded\"} 0",
+            "aloft_agent_apply_total{result=\"success\"} 1",
+            "aloft_agent_apply_total{result=\"failure\"} 1",
+            "aloft_agent_apply_duration_seconds_count 2",
+            "aloft_agent_apply_duration_seconds_sum 4.5",
+            "aloft_agent_reboots_total 1",
+            "aloft_agent_drift_detected 1",
+            "# EOF",
+        ] {
+            assert!(body.lines().any(|l| l == line), "missing {line:?} in\n{body}");
+        }
+        assert!(http_get(addr, "/other").await.starts_with("HTTP/1.1 404"));
+        task.abort();
+    }
+
+    #[tokio::test]
+    async fn bind_errors_name_the_address() {
+        let err = serve("256.0.0.1:1", Arc::new(Metrics::new())).await.unwrap_err().to_string();
+        assert!(err.contains("256.0.0.1:1"), "{err}");
+    }
+}

@@ -1,0 +1,255 @@
+//! A fleet on sandboxed hosts: a real coordinator and three real `aloft-agent` processes, each on
+//! its own root directory with its own private dbus-daemon serving the test systemd/logind (the
+//! one boundary that cannot run here; the bus, the agent binary, HTTPS and the store are real).
+//! MachineConfigs go to the worker pool; every node must reach Done with the right bytes, modes
+//! and unit calls, and a rebootless change must not reboot anything.
+
+use aloft_agent::testing::{FakeSystemd, TestBus};
+use aloft_api::annotations as ann;
+use aloft_coordinator::resources::{MACHINE_CONFIG, MACHINE_CONFIG_POOL, NODE};
+use aloft_tests::{bin, eventually, path_of, testdata, Coordinator};
+use serde_json::{json, Value};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+struct Host {
+    name: String,
+    root: tempfile::TempDir,
+    _bus: TestBus,
+    fake: FakeSystemd,
+    agent: Option<Child>,
+    bus_address: String,
+}
+
+impl Host {
+    async fn new(name: &str) -> Host {
+        let root = tempfile::tempdir().unwrap();
+        let r = root.path();
+        for d in ["etc/systemd/system", "home/core", "var/lib", "proc/sys/kernel/random"] {
+            std::fs::create_dir_all(r.join(d)).unwrap();
+        }
+        std::fs::write(r.join("etc/passwd"), "root:x:0:0:root:/root:/bin/bash\ncore:x:1000:1000:core:/home/core:/bin/bash\n").unwrap();
+        std::fs::write(r.join("etc/group"), "root:x:0:\ncore:x:1000:\n").unwrap();
+        std::fs::write(r.join("proc/sys/kernel/random/boot_id"), format!("boot-1-{name}\n")).unwrap();
+        let bus = TestBus::start().unwrap();
+        let fake = FakeSystemd::serve(&bus, r).await.unwrap();
+        let bus_address = bus.address().to_string();
+        Host { name: name.into(), root, _bus: bus, fake, agent: None, bus_address }
+    }
+
+    fn start_agent(&mut self, c: &Coordinator, bootstrap: &Path) {
+        let log = std::fs::File::create(self.root.path().join("agent.log")).unwrap();
+        let child = Command::new(bin("aloft-agent"))
+            .args(["--coordinator", c.url(), "--node-name", &self.name, "--metrics-listen", ""])
+            .arg("--ca")
+            .arg(c.ca_path())
+            .arg("--bootstrap-token-file")
+            .arg(bootstrap)
+            .arg("--root")
+            .arg(self.root.path())
+            .args(["--bus-address", &self.bus_address, "--drain-timeout-seconds", "60"])
+            .env("ALOFT_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn aloft-agent");
+        self.agent = Some(child);
+    }
+
+    fn stop_agent(&mut self) {
+        if let Some(mut c) = self.agent.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    fn path(&self, p: &str) -> PathBuf {
+        self.root.path().join(p.trim_start_matches('/'))
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.root.path().join("agent.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        self.stop_agent();
+        if std::thread::panicking() {
+            eprintln!("--- agent {} log (tail) ---", self.name);
+            let log = self.log();
+            let lines: Vec<&str> = log.lines().collect();
+            for l in &lines[lines.len().saturating_sub(30)..] {
+                eprintln!("{l}");
+            }
+            eprintln!("--- {} systemd calls: {:?}", self.name, self.fake.call_strings());
+        }
+    }
+}
+
+fn yaml(path: &Path) -> Value {
+    yaml_serde::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// Wait until every host's Node is Done on the worker pool's current target; returns it.
+async fn converge(c: &Coordinator, hosts: &[Host], previous: Option<&str>, what: &str) -> String {
+    let previous = previous.map(str::to_string);
+    let client = c.client();
+    eventually(Duration::from_secs(90), what, || {
+        let client = client.clone();
+        let names: Vec<String> = hosts.iter().map(|h| h.name.clone()).collect();
+        let previous = previous.clone();
+        async move {
+            let pool = client.get(&path_of(&MACHINE_CONFIG_POOL, Some("worker"))).await?.into_result()?;
+            let Some(target) = pool.pointer("/spec/configuration/name").and_then(Value::as_str) else { return Ok(None) };
+            if previous.as_deref() == Some(target) {
+                return Ok(None);
+            }
+            for n in &names {
+                let node = client.get(&path_of(&NODE, Some(n))).await?.into_result()?;
+                let a = |k: &str| node.pointer("/metadata/annotations").and_then(|x| x.get(k)).and_then(Value::as_str).unwrap_or("").to_string();
+                if a(ann::STATE) == "Degraded" || a(ann::STATE) == "Unreconcilable" {
+                    anyhow::bail!("node {n} is {}: {}", a(ann::STATE), a(ann::REASON));
+                }
+                if a(ann::STATE) != "Done" || a(ann::CURRENT_CONFIG) != target {
+                    return Ok(None);
+                }
+            }
+            Ok(Some(target.to_string()))
+        }
+    })
+    .await
+}
+
+fn mode(p: &Path) -> u32 {
+    std::fs::metadata(p).unwrap().permissions().mode() & 0o7777
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_agents_apply_machine_configs_from_the_pool() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let bootstrap = c.create_token("fleet", "bootstrap");
+    let token_file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(token_file.path(), &bootstrap).unwrap();
+
+    let mut hosts = Vec::new();
+    for i in 0..3 {
+        let mut h = Host::new(&format!("worker-{i}")).await;
+        h.start_agent(&c, token_file.path());
+        hosts.push(h);
+    }
+    // Enrolled, Ready, and reporting Done with no config yet.
+    eventually(Duration::from_secs(60), "three nodes to enroll", || {
+        let admin = admin.clone();
+        async move {
+            let list = admin.get(&path_of(&NODE, None)).await?.into_result()?;
+            let ready = list["items"]
+                .as_array()
+                .map(|items| items.iter().filter(|n| n.pointer("/metadata/annotations").and_then(|a| a.get(ann::STATE)) == Some(&json!("Done"))).count())
+                .unwrap_or(0);
+            Ok((ready == 3).then_some(()))
+        }
+    })
+    .await;
+
+    // OpenShift's worker pool, with room to update all three at once, and its SSH config.
+    let mut pool = yaml(&testdata().join("mco/bootstrap/worker.machineconfigpool.yaml"));
+    pool["spec"]["maxUnavailable"] = json!(3);
+    admin.post(&path_of(&MACHINE_CONFIG_POOL, None), &pool).await.unwrap().into_result().unwrap();
+    let ssh = yaml(&testdata().join("mco/bootstrap/99_openshift-machineconfig_worker.yaml"));
+    admin.post(&path_of(&MACHINE_CONFIG, None), &ssh).await.unwrap().into_result().unwrap();
+    let first = converge(&c, &hosts, None, "every node Done on the SSH config").await;
+    for h in &hosts {
+        let keys = h.path("/home/core/.ssh/authorized_keys.d/ignition");
+        assert_eq!(std::fs::read_to_string(&keys).unwrap().trim(), "ssh-rsa SSH-AUTHORIZED-KEY", "{}", h.log());
+        assert_eq!(mode(&keys), 0o600);
+        assert!(h.fake.reboots().is_empty(), "SSH keys are rebootless (policy None): {:?}", h.fake.call_strings());
+    }
+
+    // A rebootless change by policy: /etc/containers/policy.json reloads crio, nothing reboots.
+    for h in &hosts {
+        h.fake.clear_calls();
+    }
+    let policy = json!({
+        "apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfig",
+        "metadata": {"name": "50-worker-policy", "labels": {ann::ROLE_LABEL: "worker"}},
+        "spec": {"config": {"ignition": {"version": "3.4.0"}, "storage": {"files": [
+            {"path": "/etc/containers/policy.json", "mode": 384, "overwrite": true,
+             "contents": {"source": "data:,%7B%22default%22%3A%5B%7B%22type%22%3A%22insecureAcceptAnything%22%7D%5D%7D"}}]}}},
+    });
+    admin.post(&path_of(&MACHINE_CONFIG, None), &policy).await.unwrap().into_result().unwrap();
+    let second = converge(&c, &hosts, Some(&first), "every node Done on the policy.json config").await;
+    assert_ne!(first, second);
+    for h in &hosts {
+        let f = h.path("/etc/containers/policy.json");
+        assert_eq!(std::fs::read_to_string(&f).unwrap(), r#"{"default":[{"type":"insecureAcceptAnything"}]}"#);
+        assert_eq!(mode(&f), 0o600);
+        let calls = h.fake.call_strings();
+        assert!(calls.iter().any(|c| c.starts_with("ReloadUnit(crio.service")), "{}: {calls:?}", h.name);
+        assert!(h.fake.reboots().is_empty(), "{}: a rebootless change rebooted: {calls:?}", h.name);
+    }
+
+    // A unit with no policy needs a reboot: one node at a time (maxUnavailable 1), each asks
+    // logind to reboot; the test plays the reboot (new boot id, agent restarted).
+    admin
+        .patch(&path_of(&MACHINE_CONFIG_POOL, Some("worker")), "application/merge-patch+json", &json!({"spec": {"maxUnavailable": 1}}))
+        .await
+        .unwrap()
+        .into_result()
+        .unwrap();
+    let unit = json!({
+        "apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfig",
+        "metadata": {"name": "60-worker-hello", "labels": {ann::ROLE_LABEL: "worker"}},
+        "spec": {"config": {"ignition": {"version": "3.4.0"}, "systemd": {"units": [
+            {"name": "hello.service", "enabled": true,
+             "contents": "[Unit]\nDescription=hello\n[Service]\nExecStart=/bin/true\n[Install]\nWantedBy=multi-user.target\n"}]}}},
+    });
+    admin.post(&path_of(&MACHINE_CONFIG, None), &unit).await.unwrap().into_result().unwrap();
+    let mut rebooted = 0;
+    let mut max_cordoned = 0;
+    for round in 0..400 {
+        let mut cordoned = 0;
+        for n in admin.get(&path_of(&NODE, None)).await.unwrap().into_result().unwrap()["items"].as_array().unwrap() {
+            if n.pointer("/spec/unschedulable") == Some(&json!(true)) {
+                cordoned += 1;
+            }
+        }
+        max_cordoned = max_cordoned.max(cordoned);
+        for h in hosts.iter_mut() {
+            let asked = h.fake.reboots().len();
+            assert!(asked <= 1, "{} asked for {asked} reboots in one boot", h.name);
+            if asked == 1 {
+                // Play the reboot: the host comes back with a new boot id and a fresh agent.
+                h.stop_agent();
+                h.fake.clear_calls();
+                std::fs::write(h.path("/proc/sys/kernel/random/boot_id"), format!("boot-2-{}-{round}\n", h.name)).unwrap();
+                h.start_agent(&c, token_file.path());
+                rebooted += 1;
+            }
+        }
+        if rebooted == 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert_eq!(rebooted, 3, "each node reboots once for the new unit");
+    assert!(max_cordoned <= 1, "never more than maxUnavailable=1 node cordoned at once (saw {max_cordoned})");
+    let third = converge(&c, &hosts, Some(&second), "every node Done on the unit config after its reboot").await;
+    assert_ne!(third, second);
+    for h in &hosts {
+        assert!(h.path("/etc/systemd/system/hello.service").exists(), "{}", h.log());
+        assert!(h.path("/etc/systemd/system/multi-user.target.wants/hello.service").is_symlink(), "enabled through systemd: {}", h.log());
+        let node = admin.get(&path_of(&NODE, Some(&h.name))).await.unwrap().into_result().unwrap();
+        assert_ne!(node.pointer("/spec/unschedulable"), Some(&json!(true)), "uncordoned after Done");
+    }
+
+    // `aloft-agent status --json` reports the same.
+    let out = Command::new(bin("aloft-agent")).args(["status", "--json", "--bus-address", &hosts[0].bus_address]).arg("--root").arg(hosts[0].root.path()).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let st: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(st["state"], "Done");
+    assert_eq!(st["currentConfig"], third.as_str());
+}
