@@ -30,7 +30,11 @@ impl Host {
         for d in ["etc/systemd/system", "home/core", "var/lib", "proc/sys/kernel/random"] {
             std::fs::create_dir_all(r.join(d)).unwrap();
         }
-        std::fs::write(r.join("etc/passwd"), "root:x:0:0:root:/root:/bin/bash\ncore:x:1000:1000:core:/home/core:/bin/bash\n").unwrap();
+        std::fs::write(
+            r.join("etc/passwd"),
+            "root:x:0:0:root:/root:/bin/bash\ncore:x:1000:1000:core:/home/core:/bin/bash\n",
+        )
+        .unwrap();
         std::fs::write(r.join("etc/group"), "root:x:0:\ncore:x:1000:\n").unwrap();
         std::fs::write(r.join("proc/sys/kernel/random/boot_id"), format!("boot-1-{name}\n")).unwrap();
         let bus = TestBus::start().unwrap();
@@ -103,13 +107,21 @@ async fn converge(c: &Coordinator, hosts: &[Host], previous: Option<&str>, what:
         let previous = previous.clone();
         async move {
             let pool = client.get(&path_of(&MACHINE_CONFIG_POOL, Some("worker"))).await?.into_result()?;
-            let Some(target) = pool.pointer("/spec/configuration/name").and_then(Value::as_str) else { return Ok(None) };
+            let Some(target) = pool.pointer("/spec/configuration/name").and_then(Value::as_str) else {
+                return Ok(None);
+            };
             if previous.as_deref() == Some(target) {
                 return Ok(None);
             }
             for n in &names {
                 let node = client.get(&path_of(&NODE, Some(n))).await?.into_result()?;
-                let a = |k: &str| node.pointer("/metadata/annotations").and_then(|x| x.get(k)).and_then(Value::as_str).unwrap_or("").to_string();
+                let a = |k: &str| {
+                    node.pointer("/metadata/annotations")
+                        .and_then(|x| x.get(k))
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_string()
+                };
                 if a(ann::STATE) == "Degraded" || a(ann::STATE) == "Unreconcilable" {
                     anyhow::bail!("node {n} is {}: {}", a(ann::STATE), a(ann::REASON));
                 }
@@ -148,7 +160,14 @@ async fn three_agents_apply_machine_configs_from_the_pool() {
             let list = admin.get(&path_of(&NODE, None)).await?.into_result()?;
             let ready = list["items"]
                 .as_array()
-                .map(|items| items.iter().filter(|n| n.pointer("/metadata/annotations").and_then(|a| a.get(ann::STATE)) == Some(&json!("Done"))).count())
+                .map(|items| {
+                    items
+                        .iter()
+                        .filter(|n| {
+                            n.pointer("/metadata/annotations").and_then(|a| a.get(ann::STATE)) == Some(&json!("Done"))
+                        })
+                        .count()
+                })
                 .unwrap_or(0);
             Ok((ready == 3).then_some(()))
         }
@@ -195,7 +214,11 @@ async fn three_agents_apply_machine_configs_from_the_pool() {
     // A unit with no policy needs a reboot: one node at a time (maxUnavailable 1), each asks
     // logind to reboot; the test plays the reboot (new boot id, agent restarted).
     admin
-        .patch(&path_of(&MACHINE_CONFIG_POOL, Some("worker")), "application/merge-patch+json", &json!({"spec": {"maxUnavailable": 1}}))
+        .patch(
+            &path_of(&MACHINE_CONFIG_POOL, Some("worker")),
+            "application/merge-patch+json",
+            &json!({"spec": {"maxUnavailable": 1}}),
+        )
         .await
         .unwrap()
         .into_result()
@@ -225,7 +248,8 @@ async fn three_agents_apply_machine_configs_from_the_pool() {
                 // Play the reboot: the host comes back with a new boot id and a fresh agent.
                 h.stop_agent();
                 h.fake.clear_calls();
-                std::fs::write(h.path("/proc/sys/kernel/random/boot_id"), format!("boot-2-{}-{round}\n", h.name)).unwrap();
+                std::fs::write(h.path("/proc/sys/kernel/random/boot_id"), format!("boot-2-{}-{round}\n", h.name))
+                    .unwrap();
                 h.start_agent(&c, token_file.path());
                 rebooted += 1;
             }
@@ -241,13 +265,22 @@ async fn three_agents_apply_machine_configs_from_the_pool() {
     assert_ne!(third, second);
     for h in &hosts {
         assert!(h.path("/etc/systemd/system/hello.service").exists(), "{}", h.log());
-        assert!(h.path("/etc/systemd/system/multi-user.target.wants/hello.service").is_symlink(), "enabled through systemd: {}", h.log());
+        assert!(
+            h.path("/etc/systemd/system/multi-user.target.wants/hello.service").is_symlink(),
+            "enabled through systemd: {}",
+            h.log()
+        );
         let node = admin.get(&path_of(&NODE, Some(&h.name))).await.unwrap().into_result().unwrap();
         assert_ne!(node.pointer("/spec/unschedulable"), Some(&json!(true)), "uncordoned after Done");
     }
 
     // `aloft-agent status --json` reports the same.
-    let out = Command::new(bin("aloft-agent")).args(["status", "--json", "--bus-address", &hosts[0].bus_address]).arg("--root").arg(hosts[0].root.path()).output().unwrap();
+    let out = Command::new(bin("aloft-agent"))
+        .args(["status", "--json", "--bus-address", &hosts[0].bus_address])
+        .arg("--root")
+        .arg(hosts[0].root.path())
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let st: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(st["state"], "Done");

@@ -92,7 +92,10 @@ impl NodeApi {
         let cond = json!({"type": "Ready", "status": if ready { "True" } else { "False" }, "reason": "AloftAgentReady",
                           "message": message, "lastHeartbeatTime": now, "lastTransitionTime": now});
         let path = format!("{}/status", resource_path(NODES, None, Some(&self.name)));
-        self.client.patch(&path, "application/merge-patch+json", &json!({"status": {"conditions": [cond]}})).await?.into_result()?;
+        self.client
+            .patch(&path, "application/merge-patch+json", &json!({"status": {"conditions": [cond]}}))
+            .await?
+            .into_result()?;
         Ok(())
     }
 
@@ -169,7 +172,11 @@ impl NodeApi {
             }
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
             if left.is_zero() {
-                bail!("failed to drain node: {} after {}: the coordinator did not acknowledge {request}", self.name, humanize(timeout));
+                bail!(
+                    "failed to drain node: {} after {}: the coordinator did not acknowledge {request}",
+                    self.name,
+                    humanize(timeout)
+                );
             }
             node = match self.wait_change(&node.revision, left.min(Duration::from_secs(60))).await? {
                 Some(n) => n,
@@ -187,10 +194,10 @@ impl NodeApi {
 /// `1 hour`, `90 seconds`, as MCO words drain timeouts.
 pub fn humanize(d: Duration) -> String {
     let s = d.as_secs();
-    if s >= 3600 && s % 3600 == 0 {
+    if s >= 3600 && s.is_multiple_of(3600) {
         let h = s / 3600;
         format!("{h} hour{}", if h == 1 { "" } else { "s" })
-    } else if s >= 60 && s % 60 == 0 {
+    } else if s >= 60 && s.is_multiple_of(60) {
         format!("{} minutes", s / 60)
     } else {
         format!("{s} seconds")

@@ -4,9 +4,9 @@
 
 use crate::changes;
 use crate::coordinator::{NodeApi, NodeView};
+use crate::dbus_status::{AgentStatus, StatusService};
 use crate::enroll;
 use crate::host::{Root, ServiceManager};
-use crate::dbus_status::{AgentStatus, StatusService};
 use crate::metrics::Metrics;
 use crate::state::{self, Phase};
 use aloft_api::annotations as ann;
@@ -53,12 +53,18 @@ pub fn decide(phase: &Phase, node: &NodeView, current: &str, boot_id: &str) -> S
     let desired = node.annotation(ann::DESIRED_CONFIG);
     if let Phase::Rebooting { target, boot_id: asked_in } = phase {
         if target == current {
-            return if asked_in != boot_id { Step::FinishAfterReboot { target: target.clone() } } else { Step::Reboot { target: target.clone() } };
+            return if asked_in != boot_id {
+                Step::FinishAfterReboot { target: target.clone() }
+            } else {
+                Step::Reboot { target: target.clone() }
+            };
         }
     }
     if desired.is_empty() || desired == current {
         // Done with whatever was asked; make the annotations say so.
-        let reported = node.annotation(ann::STATE) == "Done" && node.annotation(ann::CURRENT_CONFIG) == current && node.annotation(ann::REASON).is_empty();
+        let reported = node.annotation(ann::STATE) == "Done"
+            && node.annotation(ann::CURRENT_CONFIG) == current
+            && node.annotation(ann::REASON).is_empty();
         return match phase {
             Phase::Idle if reported => Step::Wait,
             Phase::Degraded { .. } if desired.is_empty() => Step::Wait,
@@ -110,7 +116,10 @@ pub async fn print_status(root: &Path, json: bool, bus_address: Option<&str>) ->
         Err(bus_err) => {
             let path = status_path(root);
             let text = std::fs::read_to_string(&path).with_context(|| {
-                format!("agent status not on D-Bus ({bus_err}) nor at {} (is aloft-agent running on this root?)", path.display())
+                format!(
+                    "agent status not on D-Bus ({bus_err}) nor at {} (is aloft-agent running on this root?)",
+                    path.display()
+                )
             })?;
             serde_json::from_str::<AgentStatus>(&text).context("status.json is corrupt")?
         }
@@ -154,7 +163,18 @@ impl Agent {
     pub fn new(root: Root, api: NodeApi, services: Arc<dyn ServiceManager>, drain_timeout: Duration) -> Result<Self> {
         let phase = state::load(&root)?;
         let current = load_current(&root)?;
-        Ok(Agent { root, api, services, drain_timeout, phase, current, desired: String::new(), status_tx: None, metrics: None, reboot_asked: false })
+        Ok(Agent {
+            root,
+            api,
+            services,
+            drain_timeout,
+            phase,
+            current,
+            desired: String::new(),
+            status_tx: None,
+            metrics: None,
+            reboot_asked: false,
+        })
     }
 
     pub fn phase(&self) -> &Phase {
@@ -182,7 +202,11 @@ impl Agent {
             current_config: self.current_name(),
             desired_config: self.desired.clone(),
             reason: self.phase.reason().into(),
-            progress: if progress.is_empty() { self.phase.name().into() } else { format!("{}: {progress}", self.phase.name()) },
+            progress: if progress.is_empty() {
+                self.phase.name().into()
+            } else {
+                format!("{}: {progress}", self.phase.name())
+            },
             ..Default::default()
         };
         st.touch();
@@ -264,7 +288,10 @@ impl Agent {
         tracing::info!(target, reboot = plan.reboot, drain = plan.drain, reason = %plan.reason(), "update planned");
         if plan.drain {
             let request = format!("drain-{target}");
-            self.enter(Phase::Draining { target: target.into(), request: request.clone() }, "waiting for the coordinator to drain this node")?;
+            self.enter(
+                Phase::Draining { target: target.into(), request: request.clone() },
+                "waiting for the coordinator to drain this node",
+            )?;
             if let Err(e) = self.api.drain_handshake(&request, self.drain_timeout).await {
                 return self.fail(target, format!("{e:#}"), false).await;
             }
@@ -311,7 +338,10 @@ impl Agent {
         }
         if drained {
             let request = format!("uncordon-{target}");
-            self.enter(Phase::Uncordoning { target: target.into(), request: request.clone() }, "waiting for the coordinator to uncordon this node")?;
+            self.enter(
+                Phase::Uncordoning { target: target.into(), request: request.clone() },
+                "waiting for the coordinator to uncordon this node",
+            )?;
             if let Err(e) = self.api.drain_handshake(&request, Duration::from_secs(600)).await {
                 return self.fail(target, format!("{e:#}"), false).await;
             }
@@ -339,7 +369,9 @@ impl Agent {
             let boot_id = state::boot_id(&self.root);
             self.enter(Phase::Rebooting { target, boot_id }, "the interrupted apply finished; rebooting to be safe")?;
         }
-        if let (crate::apply::Recovery::RolledBack { reason, .. }, Phase::Applying { target }) = (&recovered, &self.phase) {
+        if let (crate::apply::Recovery::RolledBack { reason, .. }, Phase::Applying { target }) =
+            (&recovered, &self.phase)
+        {
             let (target, reason) = (target.clone(), reason.clone());
             self.fail(&target, reason, false).await?;
         }
@@ -394,8 +426,20 @@ impl Agent {
 /// Start everything and run until stopped.
 pub async fn run(opts: Options) -> Result<()> {
     let root = Root::new(&opts.root);
-    let cred = enroll::ensure(&root, &opts.coordinator, opts.ca_pem.clone(), opts.bootstrap_token.as_deref(), &opts.node_name, &opts.labels).await?;
-    let client = Client::new(&ClientConfig { server: cred.server.clone(), ca_pem: opts.ca_pem.clone(), token: Some(cred.token.clone()) })?;
+    let cred = enroll::ensure(
+        &root,
+        &opts.coordinator,
+        opts.ca_pem.clone(),
+        opts.bootstrap_token.as_deref(),
+        &opts.node_name,
+        &opts.labels,
+    )
+    .await?;
+    let client = Client::new(&ClientConfig {
+        server: cred.server.clone(),
+        ca_pem: opts.ca_pem.clone(),
+        token: Some(cred.token.clone()),
+    })?;
     let api = NodeApi::new(client, &cred.node_name);
     let services = crate::engine::connect_services(opts.bus_address.as_deref()).await?;
     let mut agent = Agent::new(root, api, services, opts.drain_timeout)?;
@@ -415,7 +459,9 @@ pub async fn run(opts: Options) -> Result<()> {
             svc.follow(rx);
             agent.status_tx = Some(tx);
         }
-        Err(e) => tracing::warn!(error = %e, "not serving org.aloft.Agent1 on D-Bus; `aloft-agent status` reads the status file"),
+        Err(e) => {
+            tracing::warn!(error = %e, "not serving org.aloft.Agent1 on D-Bus; `aloft-agent status` reads the status file")
+        }
     }
     agent.startup().await?;
     agent.api.set_ready(true, "aloft-agent is running").await?;
@@ -448,11 +494,21 @@ mod tests {
         assert_eq!(decide(&idle, &node("r2", "r1", "Done"), "r2", "b1"), Step::ReportDone, "disk wins over annotation");
         let refused = Phase::Unreconcilable { target: "r2".into(), reason: "fips".into() };
         assert_eq!(decide(&refused, &node("r2", "r1", "Unreconcilable"), "r1", "b1"), Step::Wait);
-        assert_eq!(decide(&refused, &node("r3", "r1", "Unreconcilable"), "r1", "b1"), Step::Update { target: "r3".into() });
+        assert_eq!(
+            decide(&refused, &node("r3", "r1", "Unreconcilable"), "r1", "b1"),
+            Step::Update { target: "r3".into() }
+        );
         let degraded = Phase::Degraded { target: "r2".into(), reason: "x".into() };
-        assert_eq!(decide(&degraded, &node("r2", "r1", "Degraded"), "r1", "b1"), Step::Update { target: "r2".into() }, "retried");
+        assert_eq!(
+            decide(&degraded, &node("r2", "r1", "Degraded"), "r1", "b1"),
+            Step::Update { target: "r2".into() },
+            "retried"
+        );
         let rebooting = Phase::Rebooting { target: "r2".into(), boot_id: "b1".into() };
         assert_eq!(decide(&rebooting, &node("r2", "r1", "Working"), "r2", "b1"), Step::Reboot { target: "r2".into() });
-        assert_eq!(decide(&rebooting, &node("r2", "r1", "Working"), "r2", "b2"), Step::FinishAfterReboot { target: "r2".into() });
+        assert_eq!(
+            decide(&rebooting, &node("r2", "r1", "Working"), "r2", "b2"),
+            Step::FinishAfterReboot { target: "r2".into() }
+        );
     }
 }

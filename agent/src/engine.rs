@@ -39,7 +39,12 @@ pub fn plan(changes: &crate::changes::ChangeSet, policy: &Policy) -> Plan {
 }
 
 /// Write files, units and SSH keys through the journal.
-pub async fn apply(root: &Root, old: &MachineConfigSpec, new: &MachineConfigSpec, services: &dyn ServiceManager) -> Result<()> {
+pub async fn apply(
+    root: &Root,
+    old: &MachineConfigSpec,
+    new: &MachineConfigSpec,
+    services: &dyn ServiceManager,
+) -> Result<()> {
     let journal = Journal::new(root);
     let report = apply::apply(root, &journal, old, new, services).await?;
     for w in &report.warnings {
@@ -66,7 +71,9 @@ pub async fn recover(root: &Root, services: &dyn ServiceManager) -> Result<Recov
     match &r {
         Recovery::Nothing => {}
         Recovery::Applied { .. } => tracing::info!("recovered an interrupted apply: the node is on the new config"),
-        Recovery::RolledBack { reason, .. } => tracing::warn!(%reason, "recovered an interrupted apply by rolling back"),
+        Recovery::RolledBack { reason, .. } => {
+            tracing::warn!(%reason, "recovered an interrupted apply by rolling back")
+        }
     }
     Ok(r)
 }

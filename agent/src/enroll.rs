@@ -61,13 +61,16 @@ pub async fn ensure(
     install_crypto();
     let path = credential_path(root);
     if let Ok(text) = std::fs::read_to_string(&path) {
-        let cred: Credential = serde_json::from_str(&text).with_context(|| format!("{} is corrupt; delete it to enroll again", path.display()))?;
+        let cred: Credential = serde_json::from_str(&text)
+            .with_context(|| format!("{} is corrupt; delete it to enroll again", path.display()))?;
         if cred.node_name == node_name && cred.server == server {
             return Ok(cred);
         }
         tracing::warn!(path = %path.display(), "stored credential is for another node name or coordinator; enrolling again");
     }
-    let token = bootstrap_token.ok_or_else(|| anyhow!("this node has no credential yet and no bootstrap token was given (--bootstrap-token-file)"))?;
+    let token = bootstrap_token.ok_or_else(|| {
+        anyhow!("this node has no credential yet and no bootstrap token was given (--bootstrap-token-file)")
+    })?;
     let client = Client::new(&ClientConfig { server: server.to_string(), ca_pem, token: Some(token.to_string()) })?;
     let body = serde_json::json!({"nodeName": node_name, "labels": labels});
     let reply = client.post("/aloft/v1/enroll", &body).await.context("enrolling with the coordinator")?;
@@ -75,7 +78,8 @@ pub async fn ensure(
         bail!("the coordinator refused the bootstrap token (401 Unauthorized): check --bootstrap-token-file");
     }
     let v = reply.into_result().context("enrollment refused")?;
-    let token = v.get("token").and_then(|t| t.as_str()).ok_or_else(|| anyhow!("enrollment answer has no token: {v}"))?;
+    let token =
+        v.get("token").and_then(|t| t.as_str()).ok_or_else(|| anyhow!("enrollment answer has no token: {v}"))?;
     let cred = Credential { server: server.to_string(), node_name: node_name.to_string(), token: token.to_string() };
     write_private(&path, serde_json::to_string_pretty(&cred)?.as_bytes())?;
     tracing::info!(node = node_name, "enrolled with the coordinator");

@@ -107,7 +107,9 @@ fn main() -> Result<()> {
     }
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     match cli.cmd {
-        Some(Cmd::Status { json, root, bus_address }) => rt.block_on(daemon::print_status(&root, json, bus_address.as_deref())),
+        Some(Cmd::Status { json, root, bus_address }) => {
+            rt.block_on(daemon::print_status(&root, json, bus_address.as_deref()))
+        }
         None => {
             let a = cli.run;
             let coordinator = a.coordinator.context("--coordinator URL is required (or ALOFT_COORDINATOR)")?;
@@ -117,11 +119,19 @@ fn main() -> Result<()> {
             };
             let opts = Options {
                 coordinator,
-                ca_pem: a.ca.as_ref().map(|p| std::fs::read(p).with_context(|| format!("reading CA {}", p.display()))).transpose()?,
+                ca_pem: a
+                    .ca
+                    .as_ref()
+                    .map(|p| std::fs::read(p).with_context(|| format!("reading CA {}", p.display())))
+                    .transpose()?,
                 bootstrap_token: a
                     .bootstrap_token_file
                     .as_ref()
-                    .map(|p| std::fs::read_to_string(p).map(|s| s.trim().to_string()).with_context(|| format!("reading {}", p.display())))
+                    .map(|p| {
+                        std::fs::read_to_string(p)
+                            .map(|s| s.trim().to_string())
+                            .with_context(|| format!("reading {}", p.display()))
+                    })
                     .transpose()?,
                 node_name,
                 labels: enroll::parse_labels(&a.labels)?,

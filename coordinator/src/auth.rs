@@ -156,7 +156,9 @@ pub fn decide(who: &Identity, req: &Request<'_>, facts: Facts<'_>) -> Decision {
                     }
                 }
                 // The cluster's node disruption policy, which every agent applies.
-                (r, Verb::Get) if r == crate::resources::MACHINE_CONFIGURATION.store_key() => allow(req.name == Some("cluster")),
+                (r, Verb::Get) if r == crate::resources::MACHINE_CONFIGURATION.store_key() => {
+                    allow(req.name == Some("cluster"))
+                }
                 (r, Verb::Get) if r == crate::resources::MACHINE_CONFIG.store_key() => {
                     allow(req.name.is_some_and(|n| node_config_names(facts.own_node).contains(&n)))
                 }
@@ -168,7 +170,9 @@ pub fn decide(who: &Identity, req: &Request<'_>, facts: Facts<'_>) -> Decision {
 
 /// Whether `who` needs its own Node looked up to decide `req`.
 pub fn needs_own_node(who: &Identity, req: &Request<'_>) -> bool {
-    matches!(who.role, Role::Node(_)) && req.resource == crate::resources::MACHINE_CONFIG.store_key() && req.verb == Verb::Get
+    matches!(who.role, Role::Node(_))
+        && req.resource == crate::resources::MACHINE_CONFIG.store_key()
+        && req.verb == Verb::Get
 }
 
 /// For [`Decision::AllowStatusAndAnnotations`]: true when `next` differs from `stored` only in

@@ -47,7 +47,9 @@ impl Call<'_> {
     /// Decide, looking up the caller's own Node when the decision depends on it.
     async fn authorize(&self, verb: Verb) -> Result<Decision, ApiError> {
         let field_name = match verb {
-            Verb::List | Verb::Watch => self.params.get("fieldSelector").and_then(|f| FieldSelector::parse(self.path.rt, f).ok()),
+            Verb::List | Verb::Watch => {
+                self.params.get("fieldSelector").and_then(|f| FieldSelector::parse(self.path.rt, f).ok())
+            }
             _ => None,
         };
         let resource = self.path.rt.store_key();

@@ -83,7 +83,8 @@ pub fn decode_object(headers: &HeaderMap, body: &[u8]) -> Result<Value, ApiError
     let ctype = headers.get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("application/json");
     let v: Value = if ctype.contains("yaml") {
         let text = std::str::from_utf8(body).map_err(|_| ApiError::bad_request("request body is not UTF-8"))?;
-        crate::yaml::from_str(text).map_err(|e| ApiError::bad_request(format!("malformed YAML in request body: {e}")))?
+        crate::yaml::from_str(text)
+            .map_err(|e| ApiError::bad_request(format!("malformed YAML in request body: {e}")))?
     } else if ctype.contains("json") || ctype.is_empty() {
         serde_json::from_slice(body)
             .map_err(|e| ApiError::bad_request(format!("malformed JSON in request body: {e}")))?
