@@ -384,6 +384,8 @@ async fn run_step(fs: &HostFs, journal: &Journal, services: &dyn ServiceManager,
             fail::fail_point!(points::BACKUP_AFTER);
         }
         Step::Write { path, kind, content } => {
+            // Only read when failpoints are compiled in.
+            #[cfg_attr(not(feature = "failpoints"), allow(unused_variables))]
             let (before, after) = write_points(*kind);
             fail::fail_point!(before);
             put(fs, journal, path, content)?;
@@ -423,6 +425,8 @@ async fn run_step(fs: &HostFs, journal: &Journal, services: &dyn ServiceManager,
             if names.is_empty() {
                 return Ok(());
             }
+            // Only read when failpoints are compiled in.
+            #[cfg_attr(not(feature = "failpoints"), allow(unused_variables))]
             let (before, after) = service_points(*op);
             fail::fail_point!(before);
             match op {
