@@ -61,6 +61,22 @@ async fn apply_get_patch_describe_delete() {
     })
     .await;
     assert!(rendered.starts_with("rendered-worker-"), "{rendered}");
+    // With no nodes yet the pool is trivially updated on its rendered config.
+    let out = ok(&c, &["rollout", "status", "mcp/worker", "--timeout", "30"]);
+    assert!(out.contains(&format!("pool worker is updated: 0/0 nodes on {rendered}")), "{out}");
+    // An unreconcilable config degrades the pool: rollout status fails and says why.
+    let dir = tempfile::tempdir().unwrap();
+    let disks = dir.path().join("disks.yaml");
+    std::fs::write(&disks, "apiVersion: machineconfiguration.openshift.io/v1\nkind: MachineConfig\nmetadata:\n  name: 70-worker-disks\n  labels: {machineconfiguration.openshift.io/role: worker}\nspec:\n  config:\n    ignition: {version: 3.4.0}\n    storage: {disks: [{device: /dev/vdb, wipeTable: true}]}\n").unwrap();
+    ok(&c, &["apply", "-f", &disks.display().to_string()]);
+    let err = eventually(30, "the pool to degrade", || {
+        let out = ctl(&c, &["rollout", "status", "mcp/worker", "--timeout", "1"]);
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        async move { err.contains("is degraded").then_some(err) }
+    })
+    .await;
+    assert!(err.contains("70-worker-disks"), "the degraded message names the config: {err}");
+    ok(&c, &["delete", "mc", "70-worker-disks"]);
     let table = ok(&c, &["get", "mcp"]);
     let header = table.lines().next().unwrap();
     for col in [

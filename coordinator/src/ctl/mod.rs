@@ -103,6 +103,27 @@ enum Cmd {
     },
     /// List the resource types the coordinator serves.
     ApiResources,
+    /// Follow a pool's rollout until every node runs its target config (exit 0), or the pool is
+    /// degraded (exit 1), or the timeout passes (exit 1).
+    Rollout {
+        #[command(subcommand)]
+        cmd: RolloutCmd,
+    },
+}
+
+#[derive(Subcommand)]
+enum RolloutCmd {
+    /// e.g. `aloftctl rollout status mcp/worker`
+    Status {
+        /// mcp/NAME (or machineconfigpool/NAME)
+        target: String,
+        /// Give up after this many seconds.
+        #[arg(long, default_value_t = 3600)]
+        timeout: u64,
+        /// Wait for a target other than this rendered config (e.g. the one before a change).
+        #[arg(long)]
+        not_config: Option<String>,
+    },
 }
 
 fn default_kubeconfig() -> Option<PathBuf> {
@@ -176,6 +197,9 @@ pub async fn main() -> Result<()> {
         Cmd::Delete { args, files, ignore_not_found } => delete(&client, &ns, &args, &files, ignore_not_found).await,
         Cmd::Patch { args, patch_type, patch, subresource } => {
             patch_cmd(&client, &ns, &args, &patch_type, &patch, subresource).await
+        }
+        Cmd::Rollout { cmd: RolloutCmd::Status { target, timeout, not_config } } => {
+            rollout_status(&client, &target, timeout, not_config.as_deref()).await
         }
         Cmd::ApiResources => {
             println!("{:<20} {:<12} {:<42} {:<11} KIND", "NAME", "SHORTNAMES", "APIVERSION", "NAMESPACED");
@@ -462,4 +486,70 @@ async fn patch_cmd(
         println!("{}/{name} {}", rt.singular_qualified(), if changed { "patched" } else { "patched (no change)" });
     }
     Ok(())
+}
+
+fn condition_of<'a>(pool: &'a Value, type_: &str) -> Option<&'a Value> {
+    pool.pointer("/status/conditions")?
+        .as_array()?
+        .iter()
+        .find(|c| c.get("type").and_then(Value::as_str) == Some(type_))
+}
+
+async fn rollout_status(client: &Client, target: &str, timeout: u64, not_config: Option<&str>) -> Result<()> {
+    use std::io::Write;
+    let (kind, name) = target.split_once('/').ok_or_else(|| anyhow!("want mcp/NAME, got {target:?}"))?;
+    let rt = resolve(kind)?;
+    if rt.kind != "MachineConfigPool" {
+        bail!("rollout status follows MachineConfigPools (mcp/NAME), not {}", rt.plural);
+    }
+    let path = resource_path(rt.path_ref(), None, Some(name));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(timeout);
+    let interactive = std::io::IsTerminal::is_terminal(&std::io::stdout());
+    let mut last = String::new();
+    loop {
+        let pool = client.get(&path).await?.into_result()?;
+        let s = |p: &str| pool.pointer(p).and_then(Value::as_str).unwrap_or("").to_string();
+        let n = |p: &str| pool.pointer(p).and_then(Value::as_i64).unwrap_or(0);
+        let want = s("/spec/configuration/name");
+        let have = s("/status/configuration/name");
+        let (total, updated, degraded) =
+            (n("/status/machineCount"), n("/status/updatedMachineCount"), n("/status/degradedMachineCount"));
+        if let Some(c) =
+            condition_of(&pool, "Degraded").filter(|c| c.get("status").and_then(Value::as_str) == Some("True"))
+        {
+            println!();
+            bail!("pool {name} is degraded: {}", c.get("message").and_then(Value::as_str).unwrap_or(""));
+        }
+        let width = 30usize;
+        let filled = if total > 0 { (updated as usize * width) / total as usize } else { width };
+        let line = format!(
+            "pool {name}: [{}{}] {updated}/{total} updated, {degraded} degraded, target {}",
+            "#".repeat(filled),
+            "-".repeat(width - filled),
+            if want.is_empty() { "<rendering>" } else { &want }
+        );
+        if line != last {
+            if interactive {
+                print!("\r{line}");
+            } else {
+                println!("{line}");
+            }
+            std::io::stdout().flush()?;
+            last = line;
+        }
+        let is_updated =
+            condition_of(&pool, "Updated").and_then(|c| c.get("status")).and_then(Value::as_str) == Some("True");
+        if is_updated && !want.is_empty() && want == have && not_config != Some(want.as_str()) {
+            if interactive {
+                println!();
+            }
+            println!("pool {name} is updated: {updated}/{total} nodes on {want}");
+            return Ok(());
+        }
+        if std::time::Instant::now() > deadline {
+            println!();
+            bail!("timed out after {timeout} s: pool {name} is not updated");
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    }
 }
