@@ -211,6 +211,35 @@ async fn three_agents_apply_machine_configs_from_the_pool() {
         assert!(h.fake.reboots().is_empty(), "{}: a rebootless change rebooted: {calls:?}", h.name);
     }
 
+    // Drift: a managed file edited by hand makes the node Degraded with MCO's message; putting
+    // the bytes back makes it Done again.
+    let edited = hosts[0].path("/etc/containers/policy.json");
+    let original = std::fs::read(&edited).unwrap();
+    std::fs::write(&edited, b"{}").unwrap();
+    let name0 = hosts[0].name.clone();
+    let reason = eventually(Duration::from_secs(30), "worker-0 to report the drift", || {
+        let admin = admin.clone();
+        let name0 = name0.clone();
+        async move {
+            let n = admin.get(&path_of(&NODE, Some(&name0))).await?.into_result()?;
+            let a = |k: &str| {
+                n.pointer("/metadata/annotations")
+                    .and_then(|x| x.get(k))
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string()
+            };
+            Ok((a(ann::STATE) == "Degraded").then(|| a(ann::REASON)))
+        }
+    })
+    .await;
+    assert_eq!(
+        reason,
+        format!("unexpected on-disk state validating against {second}: content mismatch for file \"/etc/containers/policy.json\"")
+    );
+    std::fs::write(&edited, &original).unwrap();
+    converge(&c, &hosts, None, "worker-0 Done again after the repair").await;
+
     // A unit with no policy needs a reboot: one node at a time (maxUnavailable 1), each asks
     // logind to reboot; the test plays the reboot (new boot id, agent restarted).
     admin

@@ -385,6 +385,62 @@ impl Agent {
         Ok(())
     }
 
+    /// Wait for the Node to change; meanwhile, re-validate the disk whenever a watched directory
+    /// changes (and every 10 minutes): drift makes the node Degraded, a repair makes it Done.
+    async fn idle(&mut self, node: &NodeView) {
+        let Some(cur) = self.current.clone() else {
+            let _ = self.api.wait_change(&node.revision, Duration::from_secs(300)).await;
+            return;
+        };
+        let mut watch = crate::drift::watch(&self.root, &cur);
+        let api = self.api.clone();
+        let revision = node.revision.clone();
+        let changed = async move { api.wait_change(&revision, Duration::from_secs(300)).await };
+        tokio::pin!(changed);
+        loop {
+            let drift_event = async {
+                match watch.as_mut() {
+                    Some(w) => w.events.recv().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = &mut changed => return,
+                _ = drift_event => {}
+                _ = tokio::time::sleep(Duration::from_secs(600)) => {}
+            }
+            // Let a burst of writes settle before judging.
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            if let Err(e) = self.check_drift(&cur).await {
+                tracing::warn!(error = %format!("{e:#}"), "drift check failed");
+            }
+            if matches!(self.phase, Phase::Idle | Phase::Degraded { .. }) {
+                continue;
+            }
+            return;
+        }
+    }
+
+    async fn check_drift(&mut self, cur: &MachineConfig) -> Result<()> {
+        let name = cur.metadata.name.clone();
+        let drifted = crate::engine::verify(&self.root, cur);
+        if let Some(m) = &self.metrics {
+            m.set_drift(drifted.is_err());
+        }
+        match (drifted, &self.phase) {
+            (Err(reason), Phase::Idle) => {
+                tracing::warn!(%reason, "on-disk drift");
+                self.fail(&name, reason, false).await?;
+            }
+            (Ok(()), Phase::Degraded { target, .. }) if *target == name => {
+                tracing::info!("on-disk state matches the current config again");
+                self.report_done().await?;
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
     /// Follow the Node forever.
     pub async fn run_loop(&mut self) -> Result<()> {
         let mut backoff = Duration::from_secs(5);
@@ -407,7 +463,10 @@ impl Agent {
                     continue;
                 }
             };
+            let drifted = matches!(&self.phase, Phase::Degraded { target, .. } if *target == self.current_name());
             match (&step, &self.phase) {
+                // Degraded by drift on the current config: watch the disk for the repair.
+                (Step::Wait, Phase::Degraded { .. }) if drifted => self.idle(&node).await,
                 // Degraded: retry with backoff (MCO: 5 s base, 60 s cap), or sooner if the Node changes.
                 (_, Phase::Degraded { .. }) => {
                     let _ = self.api.wait_change(&node.revision, backoff).await;
@@ -415,7 +474,7 @@ impl Agent {
                 }
                 (Step::Wait, _) | (Step::Reboot { .. }, _) => {
                     backoff = Duration::from_secs(5);
-                    let _ = self.api.wait_change(&node.revision, Duration::from_secs(300)).await;
+                    self.idle(&node).await;
                 }
                 _ => backoff = Duration::from_secs(5),
             }

@@ -9,6 +9,7 @@
 pub mod changes;
 pub mod coordinator;
 pub mod daemon;
+pub mod drift;
 pub mod engine;
 pub mod enroll;
 pub mod host;
