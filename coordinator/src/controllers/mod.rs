@@ -8,7 +8,7 @@ pub mod node;
 pub mod pools;
 pub mod render;
 
-use crate::store::{Store, StoreError, WatchFilter};
+use crate::store::{Event, Store, StoreError, WatchFilter};
 use futures::StreamExt;
 use std::future::Future;
 use std::sync::Arc;
@@ -59,27 +59,35 @@ where
     }
     let mut events = futures::stream::select_all(watches);
     reconcile(store.clone()).await?;
+    while next_batch(&mut events).await?.is_some() {
+        reconcile(store.clone()).await?;
+    }
+    Ok(())
+}
+
+/// The next batch of events: the first one (or none, after [`RESYNC`]), then whatever else
+/// arrives within [`DEBOUNCE`]. `Ok(None)` when the watch ended.
+pub(crate) async fn next_batch<S>(events: &mut S) -> Result<Option<Vec<Event>>, StoreError>
+where
+    S: futures::Stream<Item = Result<Event, StoreError>> + Unpin,
+{
+    let mut batch = Vec::new();
+    tokio::select! {
+        ev = events.next() => match ev {
+            None => return Ok(None),
+            Some(ev) => batch.push(ev?),
+        },
+        _ = tokio::time::sleep(RESYNC) => {}
+    }
+    let deadline = tokio::time::sleep(DEBOUNCE);
+    tokio::pin!(deadline);
     loop {
         tokio::select! {
+            _ = &mut deadline => return Ok(Some(batch)),
             ev = events.next() => match ev {
-                None => return Ok(()),
-                Some(Err(e)) => return Err(e),
-                Some(Ok(_)) => {}
+                None => return Ok(None),
+                Some(ev) => batch.push(ev?),
             },
-            _ = tokio::time::sleep(RESYNC) => {}
         }
-        let deadline = tokio::time::sleep(DEBOUNCE);
-        tokio::pin!(deadline);
-        loop {
-            tokio::select! {
-                _ = &mut deadline => break,
-                ev = events.next() => match ev {
-                    None => return Ok(()),
-                    Some(Err(e)) => return Err(e),
-                    Some(Ok(_)) => {}
-                },
-            }
-        }
-        reconcile(store.clone()).await?;
     }
 }

@@ -71,7 +71,6 @@ impl<T: serde::de::DeserializeOwned> Cache<T> {
 }
 
 async fn follow(store: &Arc<dyn Store>) -> Result<(), StoreError> {
-    use futures::StreamExt;
     let from = store.revision().await?;
     let node_key = NODE.store_key();
     let watches = vec![
@@ -83,29 +82,7 @@ async fn follow(store: &Arc<dyn Store>) -> Result<(), StoreError> {
     let mut pools: Cache<MachineConfigPool> = Cache::load(store, &MACHINE_CONFIG_POOL.store_key()).await?;
     // The lists may be newer than `from`; replayed events then only re-put the same objects.
     reconcile(store, &nodes, &pools).await?;
-    loop {
-        let first = tokio::select! {
-            ev = events.next() => ev,
-            _ = tokio::time::sleep(super::RESYNC) => None,
-        };
-        let mut batch: Vec<crate::store::Event> = Vec::new();
-        match first {
-            Some(Err(e)) => return Err(e),
-            Some(Ok(ev)) => batch.push(ev),
-            None => {}
-        }
-        let deadline = tokio::time::sleep(super::DEBOUNCE);
-        tokio::pin!(deadline);
-        loop {
-            tokio::select! {
-                _ = &mut deadline => break,
-                ev = events.next() => match ev {
-                    None => return Ok(()),
-                    Some(Err(e)) => return Err(e),
-                    Some(Ok(ev)) => batch.push(ev),
-                },
-            }
-        }
+    while let Some(batch) = super::next_batch(&mut events).await? {
         for ev in &batch {
             if ev.key.resource == node_key {
                 nodes.apply(ev);
@@ -115,6 +92,7 @@ async fn follow(store: &Arc<dyn Store>) -> Result<(), StoreError> {
         }
         reconcile(store, &nodes, &pools).await?;
     }
+    Ok(())
 }
 
 /// One pass over every pool, from the cache. Writes go to the store; their events update the
