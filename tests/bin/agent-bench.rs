@@ -114,9 +114,10 @@ async fn main() {
         .arg(token.path())
         .arg("--root")
         .arg(root.path())
-        .env("ALOFT_LOG", "warn")
+        .env("ALOFT_LOG", std::env::var("ALOFT_LOG").unwrap_or_else(|_| "warn".into()))
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        // ALOFT_LOG=info puts the agent's phase timestamps here, to see where the time goes.
+        .stderr(std::fs::File::create(std::env::temp_dir().join("agent-bench.log")).unwrap())
         .spawn()
         .unwrap();
     let done_on = |want: Option<String>| {
