@@ -238,7 +238,7 @@ impl Journal {
     }
 
     /// Stores `data` as a blob (named by its sha256; idempotent) and returns its name. The blob
-    /// is fsynced; [`Journal::sync_blobs`] makes the names durable before a record uses them.
+    /// is not fsynced by itself: [`Journal::sync_blobs`] flushes the data and the names before a record uses them.
     pub fn put_blob(&self, data: &mut dyn Read) -> Result<String, JournalError> {
         let dir = self.blob_dir();
         Self::private_dir(&self.dir)?;
@@ -255,7 +255,8 @@ impl Journal {
             hasher.update(&buf[..n]);
             f.write_all(&buf[..n]).map_err(io_err(&tmp))?;
         }
-        f.sync_all().map_err(io_err(&tmp))?;
+        // Not fsynced one by one: blobs only matter once a record names them, and
+        // [`Journal::sync_blobs`] flushes them all (one syncfs) before any record does.
         drop(f);
         let name = hex::encode(hasher.finalize());
         fs::rename(&tmp, dir.join(&name)).map_err(io_err(&dir))?;
@@ -267,6 +268,10 @@ impl Journal {
     pub fn sync_blobs(&self) -> Result<(), JournalError> {
         let dir = self.blob_dir();
         fs::create_dir_all(&dir).map_err(io_err(&dir))?;
+        // One flush of the filesystem for every blob written since the last one (their data and
+        // their renames), instead of an fsync per blob.
+        let d = fs::File::open(&dir).map_err(io_err(&dir))?;
+        nix::unistd::syncfs(&d).map_err(|e| io_err(&dir)(std::io::Error::from(e)))?;
         sync_dir(&dir)?;
         sync_dir(&self.dir)
     }
