@@ -8,7 +8,6 @@ use aloft_client::{resource_path, Client, ResourceRef};
 use anyhow::{anyhow, bail, Context, Result};
 use futures::StreamExt;
 use serde_json::{json, Value};
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 const NODES: ResourceRef<'static> = ResourceRef { group: "", version: "v1", plural: "nodes", namespaced: false };
@@ -183,11 +182,6 @@ impl NodeApi {
                 None => self.get().await?,
             };
         }
-    }
-
-    /// Labels of the Node, for status output.
-    pub fn labels(node: &NodeView) -> BTreeMap<String, String> {
-        node.node.metadata.labels.clone()
     }
 }
 

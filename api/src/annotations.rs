@@ -1,8 +1,6 @@
 //! Annotation and label names shared by the coordinator and the agent. They are MCO's names, so
 //! tooling written for OpenShift (dashboards, `oc describe node`, runbooks) reads aloft nodes too.
 
-const PREFIX: &str = "machineconfiguration.openshift.io/";
-
 /// The rendered config the node runs now (written by the agent).
 pub const CURRENT_CONFIG: &str = "machineconfiguration.openshift.io/currentConfig";
 /// The rendered config the node should run (written by the coordinator's node controller).
@@ -19,8 +17,3 @@ pub const LAST_APPLIED_DRAIN: &str = "machineconfiguration.openshift.io/lastAppl
 pub const ROLE_LABEL: &str = "machineconfiguration.openshift.io/role";
 /// Annotation on rendered configs naming the coordinator that generated them.
 pub const GENERATED_BY: &str = "machineconfiguration.openshift.io/generated-by-controller-version";
-
-/// True when `key` is one of MCO's annotation names, used to keep them out of user patches.
-pub fn is_mco_annotation(key: &str) -> bool {
-    key.starts_with(PREFIX)
-}

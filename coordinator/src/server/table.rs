@@ -2,7 +2,7 @@
 //! with `Accept: application/json;as=Table;v=v1;g=meta.k8s.io`. Columns follow OpenShift's printer
 //! columns, so `kubectl get mcp` here looks like `oc get mcp` there.
 
-use crate::resources::{self, ResourceType};
+use crate::resources::ResourceType;
 use aloft_api::annotations as ann;
 use serde_json::{json, Value};
 
@@ -210,9 +210,4 @@ pub fn table(r: &ResourceType, items: &[&Value], revision: Option<u64>, with_hea
 /// True when the client asked for a Table.
 pub fn wants_table(accept: &str) -> bool {
     accept.split(',').any(|part| part.contains("as=Table"))
-}
-
-/// Resolve a kind for table printing; used by aloftctl when it prints a server Table.
-pub fn resource_for_kind(kind: &str) -> Option<&'static ResourceType> {
-    resources::ALL.iter().find(|r| r.kind == kind)
 }

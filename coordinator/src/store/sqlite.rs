@@ -13,7 +13,7 @@ use async_trait::async_trait;
 use rusqlite::{params, Connection, OptionalExtension};
 use serde_json::Value;
 use std::collections::VecDeque;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::broadcast;
@@ -24,7 +24,6 @@ const READERS: usize = 4;
 const REPLAY_PAGE: i64 = 1000;
 
 struct Inner {
-    path: PathBuf,
     writer: Mutex<Connection>,
     readers: Vec<Mutex<Connection>>,
     next_reader: AtomicUsize,
@@ -91,7 +90,6 @@ impl SqliteStore {
         let (tx, _) = broadcast::channel(4096);
         Ok(SqliteStore {
             inner: Arc::new(Inner {
-                path: path.to_path_buf(),
                 writer: Mutex::new(writer),
                 readers,
                 next_reader: AtomicUsize::new(0),
@@ -99,10 +97,6 @@ impl SqliteStore {
                 retain: retain.max(1),
             }),
         })
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.inner.path
     }
 
     /// Run `f` on a reader connection on the blocking pool.
