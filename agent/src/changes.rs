@@ -2,30 +2,10 @@
 //! disruption policy needs it to decide whether the node must be drained and rebooted, and that
 //! decision comes before the first byte is written.
 
+use crate::disruption::Changes;
 use aloft_api::MachineConfigSpec;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
-
-/// The differences the node disruption policy looks at.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ChangeSet {
-    /// Paths added, changed or removed.
-    pub files: BTreeSet<String>,
-    /// Units (or their drop-ins, enablement, mask) added, changed or removed.
-    pub units: BTreeSet<String>,
-    pub ssh_keys: bool,
-    pub os_image: bool,
-    pub kernel_arguments: bool,
-    pub fips: bool,
-    pub kernel_type: bool,
-    pub extensions: bool,
-}
-
-impl ChangeSet {
-    pub fn is_empty(&self) -> bool {
-        *self == ChangeSet::default()
-    }
-}
 
 fn by_key<'a>(cfg: &'a Value, list: &str, key: &str) -> BTreeMap<String, &'a Value> {
     let ptr = format!("/{}", list.replace('.', "/"));
@@ -67,18 +47,25 @@ fn kernel_type(t: &str) -> &str {
     }
 }
 
-/// Compare two configs whose `config` is Ignition 3.x JSON (already converted).
-pub fn between(old: &MachineConfigSpec, new: &MachineConfigSpec) -> ChangeSet {
+/// Compare two configs whose `config` is Ignition 3.x JSON (already converted), in the terms the
+/// node disruption policy decides on. Paths and unit names come out sorted.
+pub fn between(old: &MachineConfigSpec, new: &MachineConfigSpec) -> Changes {
     let (oc, nc) = (&old.config, &new.config);
-    ChangeSet {
-        files: diff_keys(&by_key(oc, "storage.files", "path"), &by_key(nc, "storage.files", "path")),
-        units: diff_keys(&by_key(oc, "systemd.units", "name"), &by_key(nc, "systemd.units", "name")),
+    Changes {
+        files: diff_keys(&by_key(oc, "storage.files", "path"), &by_key(nc, "storage.files", "path"))
+            .into_iter()
+            .collect(),
+        units: diff_keys(&by_key(oc, "systemd.units", "name"), &by_key(nc, "systemd.units", "name"))
+            .into_iter()
+            .collect(),
         ssh_keys: core_keys(oc) != core_keys(nc),
-        os_image: old.os_image_url != new.os_image_url,
+        os_update: old.os_image_url != new.os_image_url,
         kernel_arguments: old.kernel_arguments != new.kernel_arguments,
         fips: old.fips.unwrap_or(false) != new.fips.unwrap_or(false),
         kernel_type: kernel_type(&old.kernel_type) != kernel_type(&new.kernel_type),
         extensions: old.extensions != new.extensions,
+        // MCO's "safe registries.conf change" analysis is not done: unknown means drain.
+        registries_safe: false,
     }
 }
 
@@ -106,11 +93,11 @@ mod tests {
         let c = between(&old, &new);
         assert_eq!(c.files.iter().map(String::as_str).collect::<Vec<_>>(), vec!["/etc/a", "/etc/b", "/etc/c"]);
         assert_eq!(c.units.iter().map(String::as_str).collect::<Vec<_>>(), vec!["y.service"]);
-        assert!(!c.ssh_keys && !c.kernel_arguments && !c.os_image);
-        assert!(between(&new, &new).is_empty());
+        assert!(!c.ssh_keys && !c.kernel_arguments && !c.os_update);
+        assert_eq!(between(&new, &new), Changes::default());
         let mut default_kernel = new.clone();
         default_kernel.kernel_type = "default".into();
-        assert!(between(&new, &default_kernel).is_empty(), "unset and default are the same kernel");
+        assert_eq!(between(&new, &default_kernel), Changes::default(), "unset and default are the same kernel");
         let mut keys = new.clone();
         keys.config["passwd"]["users"][0]["sshAuthorizedKeys"] = json!(["k2"]);
         keys.kernel_arguments.push("b=2".into());

@@ -284,7 +284,7 @@ impl Agent {
             Ok(p) => p,
             Err(e) => return self.fail(target, format!("{e:#}"), false).await,
         };
-        let plan = crate::engine::plan(&changes, &policy);
+        let plan = crate::disruption::plan(&changes, &policy);
         tracing::info!(target, reboot = plan.reboot, drain = plan.drain, reason = %plan.reason(), "update planned");
         if plan.drain {
             let request = format!("drain-{target}");

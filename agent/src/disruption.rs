@@ -386,22 +386,6 @@ pub struct Changes {
     pub registries_safe: bool,
 }
 
-impl From<&crate::changes::ChangeSet> for Changes {
-    fn from(c: &crate::changes::ChangeSet) -> Self {
-        Changes {
-            files: c.files.iter().cloned().collect(),
-            units: c.units.iter().cloned().collect(),
-            os_update: c.os_image,
-            kernel_arguments: c.kernel_arguments,
-            fips: c.fips,
-            kernel_type: c.kernel_type,
-            extensions: c.extensions,
-            ssh_keys: c.ssh_keys,
-            registries_safe: false,
-        }
-    }
-}
-
 /// Why an action is in the plan: which change and which policy entry asked for it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Cause {

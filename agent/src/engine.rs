@@ -2,7 +2,7 @@
 //! small surface so the state machine in [`crate::daemon`] reads as a sequence of steps.
 
 use crate::apply::{self, Recovery};
-use crate::disruption::{self, Changes, Plan, Policy};
+use crate::disruption::{self, Plan};
 use crate::host::{Root, ServiceManager};
 use crate::journal::Journal;
 use crate::ondisk;
@@ -31,11 +31,6 @@ pub fn validate(root: &Root, old: &MachineConfigSpec, new: &MachineConfigSpec) -
         message: format!("{}: {}", r.field, r.message),
         unreconcilable: r.kind == RefusalKind::Unreconcilable,
     })
-}
-
-/// What the node must do for `changes` under `policy`.
-pub fn plan(changes: &crate::changes::ChangeSet, policy: &Policy) -> Plan {
-    disruption::plan(&Changes::from(changes), policy)
 }
 
 /// Write files, units and SSH keys through the journal.

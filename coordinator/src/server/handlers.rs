@@ -75,6 +75,11 @@ impl Call<'_> {
     fn forbidden(&self, verb: Verb) -> ApiError {
         ApiError::forbidden(&self.who.name, verb.as_str(), &self.qualified(), self.path.name.as_deref())
     }
+    /// The stored object, or 404.
+    async fn stored(&self, name: &str) -> Result<Value, ApiError> {
+        let obj = self.ctx.store.get(&self.key(name)).await.map_err(|e| self.store_err(e, name))?;
+        obj.ok_or_else(|| ApiError::not_found(&self.qualified(), name))
+    }
     fn store_err(&self, e: StoreError, name: &str) -> ApiError {
         ApiError::from_store(e, &self.qualified(), name)
     }
@@ -143,8 +148,7 @@ fn render_one(call: &Call<'_>, obj: Value) -> Value {
 async fn get(call: Call<'_>) -> Result<Response, ApiError> {
     call.authorize(Verb::Get).await?;
     let name = call.path.name.clone().unwrap_or_default();
-    let obj = call.ctx.store.get(&call.key(&name)).await.map_err(|e| call.store_err(e, &name))?;
-    let obj = obj.ok_or_else(|| ApiError::not_found(&call.qualified(), &name))?;
+    let obj = call.stored(&name).await?;
     Ok(respond(StatusCode::OK, render_one(&call, obj)))
 }
 
@@ -257,8 +261,7 @@ async fn read_modify_write(
 ) -> Result<Value, ApiError> {
     let key = call.key(name);
     for _ in 0..CAS_RETRIES {
-        let stored = call.ctx.store.get(&key).await.map_err(|e| call.store_err(e, name))?;
-        let stored = stored.ok_or_else(|| ApiError::not_found(&call.qualified(), name))?;
+        let stored = call.stored(name).await?;
         let stored_rev = revision_of(&stored).unwrap_or(0);
         let incoming = modify(&stored)?;
         if let Some(want) = precondition(&incoming)? {
@@ -323,6 +326,8 @@ async fn delete(call: Call<'_>) -> Result<Response, ApiError> {
     let name = call.path.name.clone().unwrap_or_default();
     let mut expected = None;
     let mut uid = None;
+    // dryRun comes as a query parameter, or inside DeleteOptions (what client-go sends).
+    let mut dry_run = call.dry_run();
     if !call.body.is_empty() {
         let opts: Value = serde_json::from_slice(&call.body)
             .map_err(|e| ApiError::bad_request(format!("malformed DeleteOptions: {e}")))?;
@@ -333,28 +338,23 @@ async fn delete(call: Call<'_>) -> Result<Response, ApiError> {
             );
         }
         uid = opts.pointer("/preconditions/uid").and_then(Value::as_str).map(str::to_string);
-        if opts.get("dryRun").and_then(Value::as_array).is_some_and(|a| a.iter().any(|v| v == "All")) {
-            let stored = call.ctx.store.get(&call.key(&name)).await.map_err(|e| call.store_err(e, &name))?;
-            return stored
-                .map(|o| respond(StatusCode::OK, o))
-                .ok_or_else(|| ApiError::not_found(&call.qualified(), &name));
-        }
+        dry_run |= opts.get("dryRun").and_then(Value::as_array).is_some_and(|a| a.iter().any(|v| v == "All"));
     }
-    if call.dry_run() {
-        let stored = call.ctx.store.get(&call.key(&name)).await.map_err(|e| call.store_err(e, &name))?;
-        return stored.map(|o| respond(StatusCode::OK, o)).ok_or_else(|| ApiError::not_found(&call.qualified(), &name));
-    }
-    if let Some(uid) = uid {
-        let stored = call.ctx.store.get(&call.key(&name)).await.map_err(|e| call.store_err(e, &name))?;
-        let stored = stored.ok_or_else(|| ApiError::not_found(&call.qualified(), &name))?;
-        if stored.pointer("/metadata/uid").and_then(Value::as_str) != Some(uid.as_str()) {
-            return Err(ApiError::conflict(
-                &call.qualified(),
-                &name,
-                &format!("Precondition failed: UID in precondition: {uid}"),
-            ));
+    if dry_run || uid.is_some() {
+        let stored = call.stored(&name).await?;
+        if let Some(uid) = uid {
+            if stored.pointer("/metadata/uid").and_then(Value::as_str) != Some(uid.as_str()) {
+                return Err(ApiError::conflict(
+                    &call.qualified(),
+                    &name,
+                    &format!("Precondition failed: UID in precondition: {uid}"),
+                ));
+            }
+            expected = expected.or(revision_of(&stored));
         }
-        expected = expected.or(revision_of(&stored));
+        if dry_run {
+            return Ok(respond(StatusCode::OK, stored));
+        }
     }
     let deleted = call.ctx.store.delete(&call.key(&name), expected).await.map_err(|e| call.store_err(e, &name))?;
     Ok(respond(StatusCode::OK, deleted))

@@ -127,6 +127,34 @@ async fn api_entry(
     }
 }
 
+/// Everything under `/api` (the core group); `rest` is absent for `/api` itself.
+async fn core_api(
+    State(c): State<SharedCtx>,
+    Extension(w): Extension<Identity>,
+    m: Method,
+    rest: Option<axum::extract::Path<String>>,
+    Query(q): Query<HashMap<String, String>>,
+    h: HeaderMap,
+    b: Body,
+) -> Response {
+    let rest = rest.map(|p| p.0).unwrap_or_default();
+    into_response(api_entry(true, c, w, m, &rest, q, h, b).await)
+}
+
+/// Everything under `/apis` (named groups).
+async fn group_api(
+    State(c): State<SharedCtx>,
+    Extension(w): Extension<Identity>,
+    m: Method,
+    rest: Option<axum::extract::Path<String>>,
+    Query(q): Query<HashMap<String, String>>,
+    h: HeaderMap,
+    b: Body,
+) -> Response {
+    let rest = rest.map(|p| p.0).unwrap_or_default();
+    into_response(api_entry(false, c, w, m, &rest, q, h, b).await)
+}
+
 fn into_response(r: Result<Response, ApiError>) -> Response {
     r.unwrap_or_else(IntoResponse::into_response)
 }
@@ -155,52 +183,10 @@ pub fn router(ctx: SharedCtx) -> Router {
                 openapi::document(&p).map(json_ok).unwrap_or_else(|| ApiError::not_found_path().into_response())
             }),
         )
-        .route(
-            "/api",
-            any(
-                |State(c): State<SharedCtx>,
-                 Extension(w): Extension<Identity>,
-                 m: Method,
-                 Query(q),
-                 h: HeaderMap,
-                 b: Body| async move { into_response(api_entry(true, c, w, m, "", q, h, b).await) },
-            ),
-        )
-        .route(
-            "/api/{*rest}",
-            any(
-                |State(c): State<SharedCtx>,
-                 Extension(w): Extension<Identity>,
-                 m: Method,
-                 axum::extract::Path(rest): axum::extract::Path<String>,
-                 Query(q),
-                 h: HeaderMap,
-                 b: Body| async move { into_response(api_entry(true, c, w, m, &rest, q, h, b).await) },
-            ),
-        )
-        .route(
-            "/apis",
-            any(
-                |State(c): State<SharedCtx>,
-                 Extension(w): Extension<Identity>,
-                 m: Method,
-                 Query(q),
-                 h: HeaderMap,
-                 b: Body| async move { into_response(api_entry(false, c, w, m, "", q, h, b).await) },
-            ),
-        )
-        .route(
-            "/apis/{*rest}",
-            any(
-                |State(c): State<SharedCtx>,
-                 Extension(w): Extension<Identity>,
-                 m: Method,
-                 axum::extract::Path(rest): axum::extract::Path<String>,
-                 Query(q),
-                 h: HeaderMap,
-                 b: Body| async move { into_response(api_entry(false, c, w, m, &rest, q, h, b).await) },
-            ),
-        )
+        .route("/api", any(core_api))
+        .route("/api/{*rest}", any(core_api))
+        .route("/apis", any(group_api))
+        .route("/apis/{*rest}", any(group_api))
         .fallback(|| async { ApiError::not_found_path().into_response() })
         .route_layer(middleware::from_fn_with_state(ctx.clone(), authenticate))
         .with_state(ctx);

@@ -1,9 +1,7 @@
 //! Node enrollment and what a node credential may do: its own Node and the rendered configs it
 //! is told to apply, nothing else.
 
-mod common;
-
-use common::Coordinator;
+use aloft_tests::Coordinator;
 use serde_json::{json, Value};
 
 const NODES: &str = "/api/v1/nodes";
@@ -11,7 +9,7 @@ const MCS: &str = "/apis/machineconfiguration.openshift.io/v1/machineconfigs";
 
 async fn enroll(c: &Coordinator, bootstrap: &str, name: &str) -> (u16, Value) {
     let r = c
-        .client_with(bootstrap)
+        .client_with_token(Some(bootstrap))
         .post("/aloft/v1/enroll", &json!({"nodeName": name, "labels": {"node-role.kubernetes.io/worker": ""}}))
         .await
         .unwrap();
@@ -26,8 +24,8 @@ fn mc(name: &str) -> Value {
 #[tokio::test]
 async fn nodes_are_confined_to_their_own_objects() {
     let c = Coordinator::start();
-    let admin = c.admin();
-    let bootstrap = c.token("fleet", "bootstrap");
+    let admin = c.client();
+    let bootstrap = c.create_token("fleet", "bootstrap");
 
     // A wrong bootstrap token is 401, and creates nothing.
     let (code, _) = enroll(&c, "aloft_wrong", "intruder").await;
@@ -44,14 +42,14 @@ async fn nodes_are_confined_to_their_own_objects() {
     let a_tok = a["token"].as_str().unwrap().to_string();
     let b_tok = b["token"].as_str().unwrap().to_string();
     assert_ne!(a_tok, b_tok);
-    let node_a = c.client_with(&a_tok);
+    let node_a = c.client_with_token(Some(&a_tok));
 
     // The Node exists with the labels it enrolled with.
     let n = admin.get(&format!("{NODES}/node-a")).await.unwrap().into_result().unwrap();
     assert_eq!(n["metadata"]["labels"]["node-role.kubernetes.io/worker"], "");
 
     // The bootstrap token itself reads nothing.
-    assert_eq!(c.client_with(&bootstrap).get(NODES).await.unwrap().code, 403);
+    assert_eq!(c.client_with_token(Some(&bootstrap)).get(NODES).await.unwrap().code, 403);
 
     // Own Node: read, watch by name, annotate, status. Others': nothing.
     assert_eq!(node_a.get(&format!("{NODES}/node-a")).await.unwrap().code, 200);
@@ -117,6 +115,6 @@ async fn nodes_are_confined_to_their_own_objects() {
     // Enrolling again replaces the credential: the old token stops working.
     let (_, a2) = enroll(&c, &bootstrap, "node-a").await;
     assert_eq!(node_a.get(&format!("{NODES}/node-a")).await.unwrap().code, 401);
-    let again = c.client_with(a2["token"].as_str().unwrap());
+    let again = c.client_with_token(a2["token"].as_str());
     assert_eq!(again.get(&format!("{NODES}/node-a")).await.unwrap().code, 200);
 }

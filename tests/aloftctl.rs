@@ -1,16 +1,15 @@
 //! aloftctl against a real coordinator: apply / get / describe / patch / delete, output formats,
 //! errors that say what to do, and nothing changed by refused input.
 
-mod common;
-
-use common::{eventually, Coordinator};
+use aloft_tests::{bin, eventually, Coordinator};
 use std::path::Path;
 use std::process::{Command, Output};
+use std::time::Duration;
 
 fn ctl(c: &Coordinator, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_aloftctl"))
+    Command::new(bin("aloftctl"))
         .arg("--kubeconfig")
-        .arg(c.kubeconfig())
+        .arg(c.kubeconfig_path())
         .args(args)
         .env_remove("ALOFT_KUBECONFIG")
         .output()
@@ -46,17 +45,13 @@ async fn apply_get_patch_describe_delete() {
     assert!(out.contains("worker unchanged"), "{out}");
 
     // The pool renders; the table shows MCO's columns.
-    let admin = c.admin();
-    let rendered = eventually(30, "the pool to render", || {
+    let admin = c.client();
+    let rendered = eventually(Duration::from_secs(30), "the pool to render", || {
         let a = admin.clone();
         async move {
-            let p = a
-                .get("/apis/machineconfiguration.openshift.io/v1/machineconfigpools/worker")
-                .await
-                .ok()?
-                .into_result()
-                .ok()?;
-            p.pointer("/spec/configuration/name").and_then(|v| v.as_str()).map(str::to_string)
+            let p =
+                a.get("/apis/machineconfiguration.openshift.io/v1/machineconfigpools/worker").await?.into_result()?;
+            Ok(p.pointer("/spec/configuration/name").and_then(|v| v.as_str()).map(str::to_string))
         }
     })
     .await;
@@ -69,10 +64,10 @@ async fn apply_get_patch_describe_delete() {
     let disks = dir.path().join("disks.yaml");
     std::fs::write(&disks, "apiVersion: machineconfiguration.openshift.io/v1\nkind: MachineConfig\nmetadata:\n  name: 70-worker-disks\n  labels: {machineconfiguration.openshift.io/role: worker}\nspec:\n  config:\n    ignition: {version: 3.4.0}\n    storage: {disks: [{device: /dev/vdb, wipeTable: true}]}\n").unwrap();
     ok(&c, &["apply", "-f", &disks.display().to_string()]);
-    let err = eventually(30, "the pool to degrade", || {
+    let err = eventually(Duration::from_secs(30), "the pool to degrade", || {
         let out = ctl(&c, &["rollout", "status", "mcp/worker", "--timeout", "1"]);
         let err = String::from_utf8_lossy(&out.stderr).to_string();
-        async move { err.contains("is degraded").then_some(err) }
+        async move { Ok(err.contains("is degraded").then_some(err)) }
     })
     .await;
     assert!(err.contains("70-worker-disks"), "the degraded message names the config: {err}");
@@ -168,10 +163,10 @@ async fn refused_input_changes_nothing() {
     assert!(fails(&c, &["get", "mc", "bad"]).contains("NotFound"));
     assert!(fails(&c, &["get", "pods"]).contains("doesn't have a resource type \"pods\""));
     // A read-only token cannot write.
-    let viewer = c.token("auditor", "viewer");
-    let out = Command::new(env!("CARGO_BIN_EXE_aloftctl"))
-        .args(["--server", &c.url, "--token", &viewer, "--certificate-authority"])
-        .arg(c.data_dir().join("ca.crt"))
+    let viewer = c.create_token("auditor", "viewer");
+    let out = Command::new(bin("aloftctl"))
+        .args(["--server", c.url(), "--token", &viewer, "--certificate-authority"])
+        .arg(c.ca_path())
         .args(["apply", "-f", &example("worker-pool.yaml")])
         .env_remove("ALOFT_KUBECONFIG")
         .output()
