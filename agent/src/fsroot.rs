@@ -337,33 +337,13 @@ impl HostFs {
 
     /// Reads at most `limit` bytes of a regular file (an error when it is longer).
     pub fn read_limited(&self, rel: &Path, limit: u64) -> Result<Vec<u8>, FsError> {
-        let f = self.open_read(rel)?;
-        let mut buf = Vec::new();
-        f.take(limit + 1).read_to_end(&mut buf).map_err(|e| FsError::new("read", rel, e))?;
-        if buf.len() as u64 > limit {
-            return Err(FsError::new(
-                "read",
-                rel,
-                io::Error::new(io::ErrorKind::FileTooLarge, format!("longer than {limit} bytes")),
-            ));
-        }
-        Ok(buf)
+        read_bounded(self.open_read(rel)?, rel, limit)
     }
 
     /// Reads at most `limit` bytes of a file, following symlinks (within the root only): for
     /// files the agent reads but never writes, such as /etc/passwd.
     pub fn read_following(&self, rel: &Path, limit: u64) -> Result<Vec<u8>, FsError> {
-        let f = self.dir.open(rel).map_err(|e| FsError::new("open", rel, e))?;
-        let mut buf = Vec::new();
-        f.take(limit + 1).read_to_end(&mut buf).map_err(|e| FsError::new("read", rel, e))?;
-        if buf.len() as u64 > limit {
-            return Err(FsError::new(
-                "read",
-                rel,
-                io::Error::new(io::ErrorKind::FileTooLarge, format!("longer than {limit} bytes")),
-            ));
-        }
-        Ok(buf)
+        read_bounded(self.dir.open(rel).map_err(|e| FsError::new("open", rel, e))?, rel, limit)
     }
 
     /// Reads a symlink's target as stored (absolute targets included: nothing is resolved).
@@ -385,6 +365,20 @@ impl HostFs {
         names.sort();
         Ok(names)
     }
+}
+
+/// At most `limit` bytes of `f` (an error when it is longer).
+fn read_bounded(f: cap_std::fs::File, rel: &Path, limit: u64) -> Result<Vec<u8>, FsError> {
+    let mut buf = Vec::new();
+    f.take(limit + 1).read_to_end(&mut buf).map_err(|e| FsError::new("read", rel, e))?;
+    if buf.len() as u64 > limit {
+        return Err(FsError::new(
+            "read",
+            rel,
+            io::Error::new(io::ErrorKind::FileTooLarge, format!("longer than {limit} bytes")),
+        ));
+    }
+    Ok(buf)
 }
 
 #[cfg(test)]

@@ -127,8 +127,9 @@ async fn api_entry(
     }
 }
 
-/// Everything under `/api` (the core group); `rest` is absent for `/api` itself.
-async fn core_api(
+/// Everything under `/api` (`CORE`: the core group) or `/apis` (named groups); `rest` is absent
+/// for the root itself.
+async fn api_root<const CORE: bool>(
     State(c): State<SharedCtx>,
     Extension(w): Extension<Identity>,
     m: Method,
@@ -138,21 +139,7 @@ async fn core_api(
     b: Body,
 ) -> Response {
     let rest = rest.map(|p| p.0).unwrap_or_default();
-    into_response(api_entry(true, c, w, m, &rest, q, h, b).await)
-}
-
-/// Everything under `/apis` (named groups).
-async fn group_api(
-    State(c): State<SharedCtx>,
-    Extension(w): Extension<Identity>,
-    m: Method,
-    rest: Option<axum::extract::Path<String>>,
-    Query(q): Query<HashMap<String, String>>,
-    h: HeaderMap,
-    b: Body,
-) -> Response {
-    let rest = rest.map(|p| p.0).unwrap_or_default();
-    into_response(api_entry(false, c, w, m, &rest, q, h, b).await)
+    into_response(api_entry(CORE, c, w, m, &rest, q, h, b).await)
 }
 
 fn into_response(r: Result<Response, ApiError>) -> Response {
@@ -183,10 +170,10 @@ pub fn router(ctx: SharedCtx) -> Router {
                 openapi::document(&p).map(json_ok).unwrap_or_else(|| ApiError::not_found_path().into_response())
             }),
         )
-        .route("/api", any(core_api))
-        .route("/api/{*rest}", any(core_api))
-        .route("/apis", any(group_api))
-        .route("/apis/{*rest}", any(group_api))
+        .route("/api", any(api_root::<true>))
+        .route("/api/{*rest}", any(api_root::<true>))
+        .route("/apis", any(api_root::<false>))
+        .route("/apis/{*rest}", any(api_root::<false>))
         .fallback(|| async { ApiError::not_found_path().into_response() })
         .route_layer(middleware::from_fn_with_state(ctx.clone(), authenticate))
         .with_state(ctx);
