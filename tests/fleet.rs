@@ -21,6 +21,8 @@ struct Host {
     fake: FakeSystemd,
     agent: Option<Child>,
     bus_address: String,
+    /// More agent flags (timeouts).
+    extra_args: Vec<String>,
 }
 
 impl Host {
@@ -40,7 +42,7 @@ impl Host {
         let bus = TestBus::start().unwrap();
         let fake = FakeSystemd::serve(&bus, r).await.unwrap();
         let bus_address = bus.address().to_string();
-        Host { name: name.into(), root, _bus: bus, fake, agent: None, bus_address }
+        Host { name: name.into(), root, _bus: bus, fake, agent: None, bus_address, extra_args: Vec::new() }
     }
 
     fn start_agent(&mut self, c: &Coordinator, bootstrap: &Path) {
@@ -54,7 +56,8 @@ impl Host {
             .arg("--root")
             .arg(self.root.path())
             .args(["--bus-address", &self.bus_address, "--drain-timeout-seconds", "60"])
-            .env("ALOFT_LOG", "info")
+            .args(&self.extra_args)
+            .env("ALOFT_LOG", std::env::var("FLEET_AGENT_LOG").unwrap_or_else(|_| "info".into()))
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -315,4 +318,84 @@ async fn three_agents_apply_machine_configs_from_the_pool() {
     let st: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(st["state"], "Done");
     assert_eq!(st["currentConfig"], third.as_str());
+}
+
+fn node_annotation(node: &Value, key: &str) -> String {
+    node.pointer("/metadata/annotations").and_then(|a| a.get(key)).and_then(Value::as_str).unwrap_or("").to_string()
+}
+
+/// A drained update stops the units wanted by aloft-workloads.target after the drain and before
+/// the files change, and starts the target again after; a workload that does not stop in time
+/// leaves the node Degraded with a reason naming it, and the files untouched.
+#[tokio::test]
+async fn workloads_stop_around_a_drained_update() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let token_file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(token_file.path(), c.create_token("fleet", "bootstrap")).unwrap();
+    let mut h = Host::new("worker-w").await;
+    // Two workloads hang off the target, as `systemctl enable` of a WantedBy=aloft-workloads.target unit leaves them.
+    let wants = h.path("/etc/systemd/system/aloft-workloads.target.wants");
+    std::fs::create_dir_all(&wants).unwrap();
+    for u in ["app.service", "db.service"] {
+        std::os::unix::fs::symlink(format!("/usr/lib/systemd/system/{u}"), wants.join(u)).unwrap();
+    }
+    h.extra_args = vec!["--workload-stop-timeout-seconds".into(), "3".into()];
+    h.start_agent(&c, token_file.path());
+    // Files under /etc/app drain the node and need nothing else (no reboot).
+    admin
+        .post(
+            "/apis/operator.openshift.io/v1/machineconfigurations",
+            &json!({
+            "apiVersion": "operator.openshift.io/v1", "kind": "MachineConfiguration", "metadata": {"name": "cluster"},
+            "spec": {"nodeDisruptionPolicy": {"files": [{"path": "/etc/app", "actions": [{"type": "Drain"}]}]}}}),
+        )
+        .await
+        .unwrap()
+        .into_result()
+        .unwrap();
+    let pool = yaml(&testdata().join("mco/bootstrap/worker.machineconfigpool.yaml"));
+    admin.post(&path_of(&MACHINE_CONFIG_POOL, None), &pool).await.unwrap().into_result().unwrap();
+    let mc = |name: &str, data: &str| {
+        json!({"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfig",
+            "metadata": {"name": name, "labels": {ann::ROLE_LABEL: "worker"}},
+            "spec": {"config": {"ignition": {"version": "3.4.0"}, "storage": {"files": [
+                {"path": "/etc/app/app.conf", "mode": 420, "contents": {"source": format!("data:,{data}")}}]}}}})
+    };
+    admin.post(&path_of(&MACHINE_CONFIG, None), &mc("50-worker-app", "one")).await.unwrap().into_result().unwrap();
+    let hosts = [h];
+    let first = converge(&c, &hosts, None, "the node Done on the first app config").await;
+    let h = &hosts[0];
+    assert_eq!(std::fs::read_to_string(h.path("/etc/app/app.conf")).unwrap(), "one");
+    let calls = h.fake.call_strings();
+    let pos = |prefix: &str| calls.iter().position(|c| c.starts_with(prefix));
+    let (stop_app, stop_db, start) =
+        (pos("StopUnit(app.service"), pos("StopUnit(db.service"), pos("StartUnit(aloft-workloads.target"));
+    assert!(stop_app.is_some() && stop_db.is_some(), "both workloads stopped: {calls:?}");
+    assert!(start > stop_app && start > stop_db, "the target started again after the stops: {calls:?}");
+    assert!(h.fake.reboots().is_empty(), "{calls:?}");
+
+    // A workload that hangs on stop: the update gives up after the timeout, names it, and the
+    // file keeps its old bytes.
+    h.fake.clear_calls();
+    h.fake.hang_jobs_of("db.service");
+    admin
+        .put(&path_of(&MACHINE_CONFIG, Some("50-worker-app")), &mc("50-worker-app", "two"))
+        .await
+        .unwrap()
+        .into_result()
+        .unwrap();
+    let reason = eventually(Duration::from_secs(120), "the node Degraded by a hung workload", || {
+        let admin = admin.clone();
+        let first = first.clone();
+        async move {
+            let node = admin.get(&path_of(&NODE, Some("worker-w"))).await?.into_result()?;
+            let desired = node_annotation(&node, ann::DESIRED_CONFIG);
+            Ok((desired != first && node_annotation(&node, ann::STATE) == "Degraded")
+                .then(|| node_annotation(&node, ann::REASON)))
+        }
+    })
+    .await;
+    assert_eq!(reason, "workloads did not stop within 3 seconds (still stopping: db.service)");
+    assert_eq!(std::fs::read_to_string(h.path("/etc/app/app.conf")).unwrap(), "one");
 }

@@ -30,6 +30,7 @@ pub struct Options {
     pub bus_address: Option<String>,
     pub metrics_listen: Option<String>,
     pub drain_timeout: Duration,
+    pub workload_stop_timeout: Duration,
 }
 
 /// What to do next.
@@ -148,6 +149,8 @@ pub struct Agent {
     pub api: NodeApi,
     pub services: Arc<dyn ServiceManager>,
     pub drain_timeout: Duration,
+    /// Bound on stopping the units of aloft-workloads.target before a drained update.
+    pub workload_stop_timeout: Duration,
     phase: Phase,
     current: Option<MachineConfig>,
     desired: String,
@@ -168,6 +171,7 @@ impl Agent {
             api,
             services,
             drain_timeout,
+            workload_stop_timeout: Duration::from_secs(300),
             phase,
             current,
             desired: String::new(),
@@ -295,6 +299,10 @@ impl Agent {
             if let Err(e) = self.api.drain_handshake(&request, self.drain_timeout).await {
                 return self.fail(target, format!("{e:#}"), false).await;
             }
+            self.write_status("stopping the workloads of aloft-workloads.target")?;
+            if let Err(e) = crate::workloads::stop(self.services.as_ref(), self.workload_stop_timeout).await {
+                return self.fail(target, e.to_string(), false).await;
+            }
         }
         self.enter(Phase::Applying { target: target.into() }, "writing files and units")?;
         if let Err(e) = crate::engine::apply(&self.root, &old_spec, &new_spec, self.services.as_ref()).await {
@@ -337,6 +345,10 @@ impl Agent {
             }
         }
         if drained {
+            // After a reboot the target has started them already; starting it again is a no-op.
+            if let Err(e) = crate::workloads::start(self.services.as_ref()).await {
+                return self.fail(target, e.to_string(), false).await;
+            }
             let request = format!("uncordon-{target}");
             self.enter(
                 Phase::Uncordoning { target: target.into(), request: request.clone() },
@@ -502,6 +514,7 @@ pub async fn run(opts: Options) -> Result<()> {
     let api = NodeApi::new(client, &cred.node_name);
     let services = crate::engine::connect_services(opts.bus_address.as_deref()).await?;
     let mut agent = Agent::new(root, api, services, opts.drain_timeout)?;
+    agent.workload_stop_timeout = opts.workload_stop_timeout;
     if let Some(addr) = &opts.metrics_listen {
         let metrics = Arc::new(Metrics::new());
         crate::metrics::serve(addr, metrics.clone()).await?;

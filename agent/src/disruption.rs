@@ -800,6 +800,9 @@ mod tests {
         async fn stop_unit(&self, _: &str) -> Result<(), ServiceError> {
             unreachable!()
         }
+        async fn wants(&self, _: &str) -> Result<Vec<String>, ServiceError> {
+            unreachable!()
+        }
         async fn reboot(&self, _: &str) -> Result<(), ServiceError> {
             unreachable!("execute never reboots")
         }

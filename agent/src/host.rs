@@ -48,6 +48,8 @@ pub trait ServiceManager: Send + Sync {
     async fn restart_unit(&self, unit: &str) -> Result<(), ServiceError>;
     async fn start_unit(&self, unit: &str) -> Result<(), ServiceError>;
     async fn stop_unit(&self, unit: &str) -> Result<(), ServiceError>;
+    /// The units `unit` wants (systemd's `Wants` property).
+    async fn wants(&self, unit: &str) -> Result<Vec<String>, ServiceError>;
     /// Reboot through logind (`org.freedesktop.login1.Manager.Reboot`).
     async fn reboot(&self, reason: &str) -> Result<(), ServiceError>;
 }

@@ -256,7 +256,7 @@ impl Journal {
             f.write_all(&buf[..n]).map_err(io_err(&tmp))?;
         }
         // Not fsynced one by one: blobs only matter once a record names them, and
-        // [`Journal::sync_blobs`] flushes them all (one syncfs) before any record does.
+        // [`Journal::sync_blobs`] flushes them all together before any record does.
         drop(f);
         let name = hex::encode(hasher.finalize());
         fs::rename(&tmp, dir.join(&name)).map_err(io_err(&dir))?;
@@ -268,10 +268,14 @@ impl Journal {
     pub fn sync_blobs(&self) -> Result<(), JournalError> {
         let dir = self.blob_dir();
         fs::create_dir_all(&dir).map_err(io_err(&dir))?;
-        // One flush of the filesystem for every blob written since the last one (their data and
-        // their renames), instead of an fsync per blob.
-        let d = fs::File::open(&dir).map_err(io_err(&dir))?;
-        nix::unistd::syncfs(&d).map_err(|e| io_err(&dir)(std::io::Error::from(e)))?;
+        // Every blob in the directory belongs to the apply being prepared (the previous apply's
+        // were collected): fsync them concurrently, then their names.
+        let mut paths = Vec::new();
+        for ent in fs::read_dir(&dir).map_err(io_err(&dir))? {
+            paths.push(ent.map_err(io_err(&dir))?.path());
+        }
+        let files = paths.iter().map(|p| fs::File::open(p).map_err(io_err(p))).collect::<Result<Vec<_>, _>>()?;
+        crate::durable::fsync_all(&files).map_err(|(i, e)| io_err(&paths[i])(e))?;
         sync_dir(&dir)?;
         sync_dir(&self.dir)
     }

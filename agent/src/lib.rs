@@ -18,6 +18,7 @@ pub mod state;
 // The apply engine (validation, files, units, SSH, journal, on-disk verification).
 pub mod apply;
 pub mod dataurl;
+pub mod durable;
 pub mod files;
 pub mod fsroot;
 pub mod journal;
@@ -36,3 +37,4 @@ pub mod notify;
 pub mod systemd;
 #[cfg(feature = "test-support")]
 pub mod testing;
+pub mod workloads;

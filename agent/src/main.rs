@@ -51,6 +51,10 @@ struct RunArgs {
     /// How long to wait for the coordinator to drain this node before reporting Degraded.
     #[arg(long, env = "ALOFT_DRAIN_TIMEOUT_SECONDS", default_value_t = 3600)]
     drain_timeout_seconds: u64,
+    /// How long the units wanted by aloft-workloads.target may take to stop before a drained
+    /// update gives up (Degraded; retried).
+    #[arg(long, env = "ALOFT_WORKLOAD_STOP_TIMEOUT_SECONDS", default_value_t = 300)]
+    workload_stop_timeout_seconds: u64,
     /// Environment-style config file (KEY=value lines for the ALOFT_* options above).
     #[arg(long)]
     config: Option<PathBuf>,
@@ -139,6 +143,7 @@ fn main() -> Result<()> {
                 bus_address: a.bus_address,
                 metrics_listen: Some(a.metrics_listen).filter(|s| !s.is_empty()),
                 drain_timeout: Duration::from_secs(a.drain_timeout_seconds),
+                workload_stop_timeout: Duration::from_secs(a.workload_stop_timeout_seconds),
             };
             rt.block_on(daemon::run(opts))
         }

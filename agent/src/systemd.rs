@@ -94,6 +94,9 @@ pub trait SystemdUnit {
     /// `loaded`, `not-found`, `masked`, ...
     #[zbus(property)]
     fn load_state(&self) -> zbus::Result<String>;
+    /// Units this one wants (its `Wants=` and `.wants/` links).
+    #[zbus(property)]
+    fn wants(&self) -> zbus::Result<Vec<String>>;
 }
 
 /// `org.freedesktop.login1.Manager`: only the reboot.
@@ -300,6 +303,22 @@ impl SystemdDbus {
         proxy.active_state().await.map_err(err("Get"))
     }
 
+    /// The units `unit` wants, read fresh: the workloads of `aloft-workloads.target`.
+    pub async fn wants(&self, unit: &str) -> Result<Vec<String>, SystemdError> {
+        let err = |method: &'static str| {
+            let target = unit.to_string();
+            move |source| SystemdError::Call { method, target, source }
+        };
+        let path = self.systemd.load_unit(unit).await.map_err(err("LoadUnit"))?;
+        let proxy = SystemdUnitProxy::builder(&self.conn)
+            .path(path)
+            .cache_properties(CacheProperties::No)
+            .build()
+            .await
+            .map_err(err("Get"))?;
+        proxy.wants().await.map_err(err("Get"))
+    }
+
     /// Queue a unit job and wait for it to finish. The JobRemoved stream is opened *before* the
     /// job is queued, so a job that finishes before its reply arrives is not missed.
     pub async fn run_job(&self, kind: JobKind, unit: &str) -> Result<(), SystemdError> {
@@ -442,6 +461,10 @@ impl ServiceManager for SystemdDbus {
 
     async fn stop_unit(&self, unit: &str) -> Result<(), ServiceError> {
         Ok(self.run_job(JobKind::Stop, unit).await?)
+    }
+
+    async fn wants(&self, unit: &str) -> Result<Vec<String>, ServiceError> {
+        Ok(SystemdDbus::wants(self, unit).await?)
     }
 
     async fn reboot(&self, reason: &str) -> Result<(), ServiceError> {

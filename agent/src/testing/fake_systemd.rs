@@ -336,6 +336,11 @@ impl SystemdUnit {
     }
 
     #[zbus(property)]
+    fn wants(&self) -> Vec<String> {
+        self.shared.files.wants(&self.name)
+    }
+
+    #[zbus(property)]
     fn load_state(&self) -> String {
         let files = &self.shared.files;
         if files.is_masked(&self.name) {

@@ -50,6 +50,20 @@ impl UnitFiles {
         self.root.join(abs.trim_start_matches('/'))
     }
 
+    /// The units in `<unit>.wants/` directories on the search path (what systemd's `Wants`
+    /// property lists for links; `Wants=` lines in the unit file are not read), sorted.
+    pub(crate) fn wants(&self, unit: &str) -> Vec<String> {
+        let mut out: Vec<String> = SEARCH
+            .iter()
+            .filter_map(|dir| std::fs::read_dir(self.root.join(dir).join(format!("{unit}.wants"))).ok())
+            .flatten()
+            .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+            .collect();
+        out.sort();
+        out.dedup();
+        out
+    }
+
     /// Whether `/etc/systemd/system/<unit>` is a link to /dev/null.
     pub(crate) fn is_masked(&self, unit: &str) -> bool {
         std::fs::read_link(self.etc().join(unit)).is_ok_and(|t| t == Path::new("/dev/null"))

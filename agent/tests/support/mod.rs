@@ -157,6 +157,9 @@ impl ServiceManager for RecordingServices {
         self.record("stop", &[unit.to_string()]);
         Ok(())
     }
+    async fn wants(&self, _: &str) -> Result<Vec<String>, ServiceError> {
+        Ok(Vec::new())
+    }
     async fn reboot(&self, reason: &str) -> Result<(), ServiceError> {
         self.record("reboot", &[reason.to_string()]);
         Ok(())
