@@ -1,0 +1,263 @@
+//! rollout-bench: the fleet simulator. How close does a pool rollout come to the ideal
+//! ceil(N / maxUnavailable) × per-node time, and does it ever exceed its budget?
+//!
+//! A real coordinator (the release binary, HTTPS, SQLite) and N simulated nodes in this process.
+//! Each simulated node enrolls with a bootstrap token and then speaks the agent's own protocol
+//! code ([`aloft_agent::coordinator::NodeApi`]): watch its Node, report Working, fetch the rendered
+//! config, the drain handshake, then a simulated host (sleep for the per-node time: apply +
+//! reboot, with an optional failure rate), the uncordon handshake, report Done. The host is the
+//! one simulated part; the protocol, the controllers and the store are the real ones.
+//!
+//! Prints the wall time from the new MachineConfig to the last node Done, the ideal time, their
+//! ratio (rollout efficiency), the highest number of nodes updating at once (sampled by the nodes
+//! themselves, so it over-counts what the coordinator counts, never under), and the
+//! coordinator's CPU time and peak RSS.
+//!
+//! Usage: cargo run --release -p aloft-tests --bin rollout-bench -- \
+//!          --nodes 1000 --max-unavailable 10% --per-node-ms 500 [--failure-rate 0.0]
+
+use aloft_agent::coordinator::NodeApi;
+use aloft_api::annotations as ann;
+use aloft_coordinator::resources::{MACHINE_CONFIG, MACHINE_CONFIG_POOL};
+use aloft_tests::{path_of, Client, ClientConfig, Coordinator};
+use anyhow::{bail, Context, Result};
+use serde_json::{json, Value};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+struct Args {
+    nodes: usize,
+    max_unavailable: String,
+    per_node: Duration,
+    failure_rate: f64,
+}
+
+fn parse_args() -> Result<Args> {
+    let mut a = Args { nodes: 1000, max_unavailable: "10%".into(), per_node: Duration::from_millis(500), failure_rate: 0.0 };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
+        match flag.as_str() {
+            "--nodes" => a.nodes = value()?.parse().context("--nodes")?,
+            "--max-unavailable" => a.max_unavailable = value()?,
+            "--per-node-ms" => a.per_node = Duration::from_millis(value()?.parse().context("--per-node-ms")?),
+            "--failure-rate" => a.failure_rate = value()?.parse().context("--failure-rate")?,
+            "-h" | "--help" => {
+                println!("rollout-bench --nodes N --max-unavailable INT|PCT% --per-node-ms MS [--failure-rate 0..1]");
+                std::process::exit(0);
+            }
+            other => bail!("unknown flag {other} (see --help)"),
+        }
+    }
+    if a.nodes == 0 {
+        bail!("--nodes must be at least 1");
+    }
+    Ok(a)
+}
+
+/// maxUnavailable as MCO resolves it: an int, or a percent of the pool rounded down, at least 1.
+fn budget(max_unavailable: &str, nodes: usize) -> Result<usize> {
+    let k = match max_unavailable.strip_suffix('%') {
+        Some(p) => p.parse::<usize>().context("--max-unavailable percent")? * nodes / 100,
+        None => max_unavailable.parse::<usize>().context("--max-unavailable")?,
+    };
+    Ok(k.max(1))
+}
+
+fn max_unavailable_json(s: &str) -> Value {
+    s.parse::<u64>().map(Value::from).unwrap_or_else(|_| Value::from(s))
+}
+
+fn proc_stat(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let hwm_kb = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0);
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or("").split_whitespace().collect();
+    let ticks = fields.get(11).and_then(|u| u.parse::<u64>().ok()).unwrap_or(0)
+        + fields.get(12).and_then(|s| s.parse::<u64>().ok()).unwrap_or(0);
+    (hwm_kb, ticks)
+}
+
+/// What the simulated nodes share: how many are updating now, the most ever, how many are done.
+#[derive(Default)]
+struct Fleet {
+    updating: AtomicUsize,
+    max_updating: AtomicUsize,
+    done: AtomicUsize,
+    failures: AtomicUsize,
+}
+
+/// One simulated node: the agent's protocol with a host that sleeps.
+async fn node(api: NodeApi, fleet: Arc<Fleet>, per_node: Duration, failure_rate: f64, seed: u64) -> Result<()> {
+    api.set_ready(true, "simulated host").await?;
+    let mut view = api.report("Done", "", None).await?;
+    let mut rng = seed;
+    loop {
+        let desired = view.annotation(ann::DESIRED_CONFIG).to_string();
+        let current = view.annotation(ann::CURRENT_CONFIG).to_string();
+        if !desired.is_empty() && desired != current {
+            let now = fleet.updating.fetch_add(1, Ordering::SeqCst) + 1;
+            fleet.max_updating.fetch_max(now, Ordering::SeqCst);
+            api.report("Working", "", Some(&current)).await?;
+            api.machine_config(&desired).await?;
+            api.drain_handshake(&format!("drain-{desired}"), Duration::from_secs(3600)).await?;
+            tokio::time::sleep(per_node).await;
+            // xorshift: a repeatable failure pattern per node.
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            let failed = (rng % 10_000) as f64 / 10_000.0 < failure_rate;
+            if failed {
+                fleet.failures.fetch_add(1, Ordering::SeqCst);
+                fleet.updating.fetch_sub(1, Ordering::SeqCst);
+                api.report("Degraded", "simulated apply failure", Some(&current)).await?;
+                return Ok(());
+            }
+            api.drain_handshake(&format!("uncordon-{desired}"), Duration::from_secs(3600)).await?;
+            fleet.updating.fetch_sub(1, Ordering::SeqCst);
+            view = api.report("Done", "", Some(&desired)).await?;
+            fleet.done.fetch_add(1, Ordering::SeqCst);
+            continue;
+        }
+        view = match api.wait_change(&view.revision, Duration::from_secs(300)).await? {
+            Some(v) => v,
+            None => api.get().await?,
+        };
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let args = parse_args()?;
+    let k = budget(&args.max_unavailable, args.nodes)?;
+    let c = Coordinator::start();
+    let admin = c.client();
+    let pool = json!({"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfigPool",
+        "metadata": {"name": "worker"},
+        "spec": {"machineConfigSelector": {"matchLabels": {ann::ROLE_LABEL: "worker"}},
+                 "nodeSelector": {"matchLabels": {"node-role.kubernetes.io/worker": ""}},
+                 "maxUnavailable": max_unavailable_json(&args.max_unavailable)}});
+    admin.post(&path_of(&MACHINE_CONFIG_POOL, None), &pool).await?.into_result()?;
+
+    // Enroll the fleet (a few at a time: enrollment is a durable write each).
+    let bootstrap = c.create_token("bench", "bootstrap");
+    let boot = c.client_with_token(Some(&bootstrap));
+    let t = Instant::now();
+    let mut apis = Vec::with_capacity(args.nodes);
+    for chunk in (0..args.nodes).collect::<Vec<_>>().chunks(64) {
+        let enrolled = futures::future::try_join_all(chunk.iter().map(|i| {
+            let boot = boot.clone();
+            async move {
+                let name = format!("sim-{i:05}");
+                let body = json!({"nodeName": name, "labels": {"node-role.kubernetes.io/worker": "",
+                    "topology.kubernetes.io/zone": format!("zone-{}", i % 3)}});
+                let r = boot.post("/aloft/v1/enroll", &body).await?.into_result()?;
+                let token = r["token"].as_str().context("enrollment without a token")?.to_string();
+                anyhow::Ok((name, token))
+            }
+        }))
+        .await?;
+        for (name, token) in enrolled {
+            let client = Client::new(&ClientConfig {
+                server: c.url().to_string(),
+                ca_pem: Some(c.ca_pem()),
+                token: Some(token),
+            })?;
+            apis.push(NodeApi::new(client, &name));
+        }
+    }
+    eprintln!("rollout-bench: enrolled {} nodes in {:.1} s", args.nodes, t.elapsed().as_secs_f64());
+
+    let fleet = Arc::new(Fleet::default());
+    let mut tasks = tokio::task::JoinSet::new();
+    for (i, api) in apis.into_iter().enumerate() {
+        let fleet = fleet.clone();
+        let seed = 0x9E37_79B9_7F4A_7C15u64 ^ (i as u64 + 1).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        tasks.spawn(node(api, fleet, args.per_node, args.failure_rate, seed));
+    }
+    // Let every simulated node report in before the rollout starts.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    let (_, cpu0) = proc_stat(c.pid());
+    let start = Instant::now();
+    let mc = json!({"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfig",
+        "metadata": {"name": "50-worker-bench", "labels": {ann::ROLE_LABEL: "worker"}},
+        "spec": {"config": {"ignition": {"version": "3.4.0"}, "storage": {"files": [
+            {"path": "/etc/bench.conf", "mode": 420, "contents": {"source": "data:,rollout"}}]}}}});
+    admin.post(&path_of(&MACHINE_CONFIG, None), &mc).await?.into_result()?;
+    let expected = args.nodes;
+    let mut last_print = Instant::now();
+    loop {
+        let done = fleet.done.load(Ordering::SeqCst);
+        let failed = fleet.failures.load(Ordering::SeqCst);
+        if done + failed >= expected {
+            break;
+        }
+        if let Some(res) = tasks.try_join_next() {
+            res??;
+            bail!("a simulated node stopped early");
+        }
+        if last_print.elapsed() > Duration::from_secs(2) {
+            eprintln!(
+                "rollout-bench: {:.1} s: {done}/{} done, {} updating, {failed} failed",
+                start.elapsed().as_secs_f64(),
+                args.nodes,
+                fleet.updating.load(Ordering::SeqCst)
+            );
+            last_print = Instant::now();
+        }
+        if failed > 0 && fleet.updating.load(Ordering::SeqCst) == 0 && start.elapsed() > args.per_node * 4 {
+            // A failure rate stops the rollout (the node controller does not pick past a
+            // Degraded node's slot forever); report what was reached.
+            tokio::time::sleep(args.per_node * 2).await;
+            if fleet.updating.load(Ordering::SeqCst) == 0 {
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let wall = start.elapsed();
+    let (hwm_kb, cpu1) = proc_stat(c.pid());
+    let ticks = match nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK) {
+        Ok(Some(t)) if t > 0 => t as f64,
+        _ => 100.0,
+    };
+    let batches = args.nodes.div_ceil(k);
+    let ideal = args.per_node * batches as u32;
+    let max_seen = fleet.max_updating.load(Ordering::SeqCst);
+    println!(
+        "rollout-bench: {} nodes, maxUnavailable {} (= {k}), {} ms per node",
+        args.nodes,
+        args.max_unavailable,
+        args.per_node.as_millis()
+    );
+    println!(
+        "  wall {:.2} s, ideal ceil({}/{k}) x {} ms = {:.2} s, ratio {:.3}",
+        wall.as_secs_f64(),
+        args.nodes,
+        args.per_node.as_millis(),
+        ideal.as_secs_f64(),
+        wall.as_secs_f64() / ideal.as_secs_f64()
+    );
+    println!(
+        "  max updating at once (seen by the nodes): {max_seen} (budget {k}){}",
+        if max_seen > k { "  BUDGET EXCEEDED" } else { "" }
+    );
+    println!(
+        "  done {}, failed {}; coordinator CPU {:.2} s during the rollout, peak RSS {:.1} MiB",
+        fleet.done.load(Ordering::SeqCst),
+        fleet.failures.load(Ordering::SeqCst),
+        (cpu1 - cpu0) as f64 / ticks,
+        hwm_kb as f64 / 1024.0
+    );
+    tasks.abort_all();
+    if max_seen > k {
+        bail!("the rollout exceeded its budget: {max_seen} > {k}");
+    }
+    Ok(())
+}
