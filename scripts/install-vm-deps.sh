@@ -7,8 +7,9 @@ set -euo pipefail
 # mmdebstrap: the rootfs; ostree: commits, summary, directory sysroot; libostree-dev: the agent's
 # OS backend links libostree; e2fsprogs: mkfs.ext4 -d and debugfs (no mounts); gpg: signing;
 # qemu-system-x86: boot under TCG; socat: host end of the virtio-serial command channel;
-# jq: manifest.json in scripts; python3-minimal is NOT needed.
-pkgs=(mmdebstrap ostree libostree-dev e2fsprogs gpg gpg-agent qemu-system-x86 socat jq
+# jq, bc: scripts; openssl: a test CA in smoke-boot; python3: smoke-boot --update serves the repo
+# over HTTP (host only, the image has no python); binutils: strip the agent's debuginfo.
+pkgs=(mmdebstrap ostree libostree-dev e2fsprogs gpg gpg-agent qemu-system-x86 socat jq bc openssl python3 binutils
       ca-certificates coreutils util-linux)
 need=()
 for pkg in "${pkgs[@]}"; do
