@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Install what building OS images (images/build) and booting them (images/smoke-boot, vm-tests/)
+# needs on Debian 12, as root. Idempotent: installs only what is missing, quick when all is there.
+# (scripts/install-deps.sh covers building and testing the Rust code.)
+set -euo pipefail
+
+# mmdebstrap: the rootfs; ostree: commits, summary, directory sysroot; libostree-dev: the agent's
+# OS backend links libostree; e2fsprogs: mkfs.ext4 -d and debugfs (no mounts); gpg: signing;
+# qemu-system-x86: boot under TCG; socat: host end of the virtio-serial command channel;
+# jq, bc: scripts; openssl: a test CA in smoke-boot; python3: smoke-boot --update serves the repo
+# over HTTP (host only, the image has no python); binutils: strip the agent's debuginfo.
+pkgs=(mmdebstrap ostree libostree-dev e2fsprogs gpg gpg-agent qemu-system-x86 socat jq bc openssl python3 binutils
+      ca-certificates coreutils util-linux)
+need=()
+for pkg in "${pkgs[@]}"; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
+done
+if ((${#need[@]})); then
+  echo "installing: ${need[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get -o DPkg::Lock::Timeout=600 update -qq
+  apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+for cmd in mmdebstrap ostree mkfs.ext4 debugfs gpg qemu-system-x86_64 socat jq; do
+  command -v "$cmd" >/dev/null 2>&1 || { echo "install-vm-deps: $cmd still missing after install" >&2; exit 1; }
+done
