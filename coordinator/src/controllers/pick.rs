@@ -86,13 +86,13 @@ pub struct PoolPlan {
     pub picks: Vec<usize>,
     /// Why candidates that were not picked wait (None: no candidate left waiting).
     pub wait: Option<Wait>,
-    /// Budgets that kept candidates back: (budget message, nodes held by it).
+    /// Budgets that kept candidates back: (the first violation, the nodes it held).
     pub blocked: Vec<(Blocked, Vec<usize>)>,
     /// The `aloft.dev/prestageConfig` value each member should have (None: the annotation goes).
     pub prestage: Vec<(usize, Option<String>)>,
     /// `status.rollout` to store (None: no target yet, leave it as it is).
     pub rollout: Option<RolloutStatus>,
-    /// Nodes whose pool membership is in error: pool name -> message.
+    /// Why some node could not be placed in this pool (it matches two custom pools).
     pub membership_error: Option<String>,
 }
 
