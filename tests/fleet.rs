@@ -4,97 +4,15 @@
 //! MachineConfigs go to the worker pool; every node must reach Done with the right bytes, modes
 //! and unit calls, and a rebootless change must not reboot anything.
 
-use aloft_agent::testing::{FakeSystemd, TestBus};
 use aloft_api::annotations as ann;
 use aloft_coordinator::resources::{MACHINE_CONFIG, MACHINE_CONFIG_POOL, NODE};
+use aloft_tests::sandbox::Host;
 use aloft_tests::{bin, eventually, path_of, testdata, Coordinator};
 use serde_json::{json, Value};
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::time::Duration;
-
-struct Host {
-    name: String,
-    root: tempfile::TempDir,
-    _bus: TestBus,
-    fake: FakeSystemd,
-    agent: Option<Child>,
-    bus_address: String,
-    /// More agent flags (timeouts).
-    extra_args: Vec<String>,
-}
-
-impl Host {
-    async fn new(name: &str) -> Host {
-        let root = tempfile::tempdir().unwrap();
-        let r = root.path();
-        for d in ["etc/systemd/system", "home/core", "var/lib", "proc/sys/kernel/random"] {
-            std::fs::create_dir_all(r.join(d)).unwrap();
-        }
-        std::fs::write(
-            r.join("etc/passwd"),
-            "root:x:0:0:root:/root:/bin/bash\ncore:x:1000:1000:core:/home/core:/bin/bash\n",
-        )
-        .unwrap();
-        std::fs::write(r.join("etc/group"), "root:x:0:\ncore:x:1000:\n").unwrap();
-        std::fs::write(r.join("proc/sys/kernel/random/boot_id"), format!("boot-1-{name}\n")).unwrap();
-        let bus = TestBus::start().unwrap();
-        let fake = FakeSystemd::serve(&bus, r).await.unwrap();
-        let bus_address = bus.address().to_string();
-        Host { name: name.into(), root, _bus: bus, fake, agent: None, bus_address, extra_args: Vec::new() }
-    }
-
-    fn start_agent(&mut self, c: &Coordinator, bootstrap: &Path) {
-        let log = std::fs::File::create(self.root.path().join("agent.log")).unwrap();
-        let child = Command::new(bin("aloft-agent"))
-            .args(["--coordinator", c.url(), "--node-name", &self.name, "--metrics-listen", ""])
-            .arg("--ca")
-            .arg(c.ca_path())
-            .arg("--bootstrap-token-file")
-            .arg(bootstrap)
-            .arg("--root")
-            .arg(self.root.path())
-            .args(["--bus-address", &self.bus_address, "--drain-timeout-seconds", "60"])
-            .args(&self.extra_args)
-            .env("ALOFT_LOG", std::env::var("FLEET_AGENT_LOG").unwrap_or_else(|_| "info".into()))
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("spawn aloft-agent");
-        self.agent = Some(child);
-    }
-
-    fn stop_agent(&mut self) {
-        if let Some(mut c) = self.agent.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-
-    fn path(&self, p: &str) -> PathBuf {
-        self.root.path().join(p.trim_start_matches('/'))
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.root.path().join("agent.log")).unwrap_or_default()
-    }
-}
-
-impl Drop for Host {
-    fn drop(&mut self) {
-        self.stop_agent();
-        if std::thread::panicking() {
-            eprintln!("--- agent {} log (tail) ---", self.name);
-            let log = self.log();
-            let lines: Vec<&str> = log.lines().collect();
-            for l in &lines[lines.len().saturating_sub(30)..] {
-                eprintln!("{l}");
-            }
-            eprintln!("--- {} systemd calls: {:?}", self.name, self.fake.call_strings());
-        }
-    }
-}
 
 fn yaml(path: &Path) -> Value {
     yaml_serde::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()

@@ -19,6 +19,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+pub mod sandbox;
+
 pub use aloft_coordinator::client::{install_crypto, resource_path, Client, ClientConfig, Reply};
 pub use aloft_coordinator::resources::{self, ResourceType, EVENT, MACHINE_CONFIG, MACHINE_CONFIG_POOL, NODE};
 
@@ -103,6 +105,9 @@ pub struct Options {
     pub insecure_http: bool,
     /// Extra arguments for `serve` (e.g. `--max-body-bytes 1024`).
     pub args: Vec<String>,
+    /// Keep the same loopback port across restarts (agents keep their URL), instead of a new
+    /// free port per start.
+    pub fixed_port: bool,
 }
 
 /// A running `aloft-coordinator serve` on its own temp data dir, on a free loopback port.
@@ -113,6 +118,8 @@ pub struct Coordinator {
     child: Option<Child>,
     url: String,
     starts: usize,
+    /// The port of the first start, reused by later ones when `fixed_port` is set.
+    port: Option<u16>,
 }
 
 impl Coordinator {
@@ -124,7 +131,7 @@ impl Coordinator {
     pub fn start_with(opts: Options) -> Self {
         install_crypto();
         let root = tempfile::Builder::new().prefix("aloft-test-").tempdir().expect("tempdir");
-        let mut c = Coordinator { root, opts, child: None, url: String::new(), starts: 0 };
+        let mut c = Coordinator { root, opts, child: None, url: String::new(), starts: 0, port: None };
         c.spawn();
         c
     }
@@ -142,7 +149,11 @@ impl Coordinator {
         self.starts += 1;
         let log = File::create(self.log_path()).expect("create log file");
         let mut cmd = Command::new(bin("aloft-coordinator"));
-        cmd.arg("serve").arg("--data-dir").arg(self.data_dir()).args(["--listen", "127.0.0.1:0"]);
+        let listen = match self.port.filter(|_| self.opts.fixed_port) {
+            Some(p) => format!("127.0.0.1:{p}"),
+            None => "127.0.0.1:0".to_string(),
+        };
+        cmd.arg("serve").arg("--data-dir").arg(self.data_dir()).args(["--listen", &listen]);
         if self.opts.insecure_http {
             cmd.arg("--insecure-http");
         }
@@ -175,6 +186,7 @@ impl Coordinator {
                 panic!("aloft-coordinator did not print its URL (exit status {status:?}); log:\n{}", self.log_tail());
             }
         };
+        self.port = url.rsplit(':').next().and_then(|p| p.trim_end_matches('/').parse().ok());
         self.url = url;
         self.wait_healthy();
     }

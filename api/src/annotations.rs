@@ -17,3 +17,23 @@ pub const LAST_APPLIED_DRAIN: &str = "machineconfiguration.openshift.io/lastAppl
 pub const ROLE_LABEL: &str = "machineconfiguration.openshift.io/role";
 /// Annotation on rendered configs naming the coordinator that generated them.
 pub const GENERATED_BY: &str = "machineconfiguration.openshift.io/generated-by-controller-version";
+
+/// aloft's own node annotations (the `aloft.dev/` prefix marks what OpenShift does not have).
+///
+/// Set by the node controller on nodes of a pool that are not yet on the pool's target and not
+/// picked: the rendered config to fetch in the background, so that a node's unavailable window
+/// is drain + apply + reboot only. Removed when the node gets `desiredConfig`.
+pub const PRESTAGE_CONFIG: &str = "aloft.dev/prestageConfig";
+/// The agent's answer to [`PRESTAGE_CONFIG`]: the rendered config whose OS image it has fetched.
+pub const PRESTAGED_CONFIG: &str = "aloft.dev/prestagedConfig";
+/// Written by the drain controller when it first sees a drain request it has not finished:
+/// `<desiredDrain value>@<RFC 3339 time>`. The drain timeout counts from here, across restarts.
+pub const DRAIN_STARTED: &str = "aloft.dev/drainStarted";
+/// Written by the drain controller when a drain has not finished within the pool's drain timeout:
+/// why. The node counts as degraded (pool NodeDegraded, `get nodes` shows it) until the drain
+/// finishes; the controller keeps retrying.
+pub const DRAIN_FAILURE: &str = "aloft.dev/drainFailure";
+/// On a MachineConfigPool: set by `aloftctl rollout resume` (any new value, a timestamp) to
+/// close a tripped circuit breaker. The controller remembers the last value it honoured in
+/// `status.rollout.resumeToken`, so each new value resumes exactly once.
+pub const RESUME_ROLLOUT: &str = "aloft.dev/resumeRollout";

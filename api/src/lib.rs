@@ -5,6 +5,7 @@
 //! and writing it back never drops a field this crate does not know about. This crate does no I/O.
 
 pub mod annotations;
+pub mod budget;
 pub mod ignition;
 pub mod machineconfig;
 pub mod meta;
@@ -16,9 +17,10 @@ pub mod status;
 #[cfg(test)]
 mod testutil;
 
+pub use budget::{NodeDisruptionBudget, NodeDisruptionBudgetSpec};
 pub use machineconfig::{
-    MachineConfig, MachineConfigPool, MachineConfigPoolSpec, MachineConfigPoolStatus, MachineConfigSpec,
-    PoolConfiguration,
+    DrainHook, DrainSettings, MachineConfig, MachineConfigPool, MachineConfigPoolSpec, MachineConfigPoolStatus,
+    MachineConfigSpec, PoolConfiguration, RolloutPhase, RolloutPolicy, RolloutStatus,
 };
 pub use meta::{Condition, IntOrString, ObjectMeta, ObjectReference, OwnerReference};
 pub use node::{Node, NodeSpec, NodeStatus};

@@ -75,8 +75,70 @@ pub struct MachineConfigPoolSpec {
     pub max_unavailable: Option<IntOrString>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub configuration: Option<PoolConfiguration>,
+    /// aloft extension: canary batch, soak time and circuit breaker for each new config.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<RolloutPolicy>,
+    /// aloft extension: drain timeout and drain hooks for the pool's nodes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drain: Option<DrainSettings>,
     #[serde(flatten)]
     pub extra: Extra,
+}
+
+/// `spec.rollout` (aloft extension; OpenShift's fields stay as they are). For each new rendered
+/// config: first `canary` nodes only, then wait `soak_seconds` after they are all updated, then
+/// batches of `maxUnavailable`. More than `max_failures` nodes failing on the config trips the
+/// circuit breaker: the pool stops picking nodes for that config (condition `CircuitBroken`)
+/// until the config changes or the user resumes it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutPolicy {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub canary: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub soak_seconds: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_failures: Option<i64>,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// `spec.drain` (aloft extension).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DrainSettings {
+    /// How long a drain may take before the node is reported degraded (default 3600, MCO's hour).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_seconds: Option<i64>,
+    /// Called in order before a node is acknowledged drained, and after it is uncordoned.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hooks: Vec<DrainHook>,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// One drain webhook: `POST url` with a JSON body naming the node, the phase and the config; any
+/// 2xx within `timeout_seconds` (default 30) is success.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DrainHook {
+    #[serde(default)]
+    pub url: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_seconds: Option<i64>,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// Default drain timeout: MCO's hour.
+pub const DEFAULT_DRAIN_TIMEOUT_SECONDS: i64 = 3600;
+/// Default timeout of one drain hook call.
+pub const DEFAULT_HOOK_TIMEOUT_SECONDS: i64 = 30;
+
+impl MachineConfigPoolSpec {
+    pub fn drain_timeout_seconds(&self) -> i64 {
+        self.drain.as_ref().and_then(|d| d.timeout_seconds).unwrap_or(DEFAULT_DRAIN_TIMEOUT_SECONDS)
+    }
 }
 
 /// The rendered config a pool targets, and the MachineConfigs it was rendered from.
@@ -110,6 +172,50 @@ pub struct MachineConfigPoolStatus {
     pub degraded_machine_count: i64,
     #[serde(default, skip_serializing_if = "Vec::is_empty", deserialize_with = "null_as_empty")]
     pub conditions: Vec<Condition>,
+    /// aloft extension, controller-owned: where the rollout policy stands for the pool's target,
+    /// so that a restarted coordinator continues (soak timing, circuit breaker) rather than
+    /// starting over.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<RolloutStatus>,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// The phase of a pool's rollout of one rendered config.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RolloutPhase {
+    /// Only the first `canary` nodes may be picked.
+    #[default]
+    Canary,
+    /// The canaries are updated; nothing is picked until the soak time has passed.
+    Soaking,
+    /// maxUnavailable batches.
+    Batches,
+    /// The circuit breaker tripped: nothing is picked for this config.
+    CircuitBroken,
+}
+
+/// `status.rollout`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutStatus {
+    /// The rendered config this record is about; a new target starts a new record.
+    #[serde(default)]
+    pub config: String,
+    #[serde(default)]
+    pub phase: RolloutPhase,
+    /// When the canaries were all updated (RFC 3339); the soak counts from here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub soak_start_time: Option<String>,
+    /// Nodes that failed (Degraded/Unreconcilable, or drain timed out) on `config`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failed_nodes: Vec<String>,
+    /// Failures the user resumed past; they no longer count towards the breaker.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub forgiven_nodes: Vec<String>,
+    /// The last `aloft.dev/resumeRollout` value honoured.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub resume_token: String,
     #[serde(flatten)]
     pub extra: Extra,
 }
@@ -129,4 +235,10 @@ pub mod conditions {
     pub const DEGRADED: &str = "Degraded";
     pub const NODE_DEGRADED: &str = "NodeDegraded";
     pub const RENDER_DEGRADED: &str = "RenderDegraded";
+    /// aloft: the canary nodes are updated and the pool waits out `spec.rollout.soakSeconds`.
+    pub const CANARY_SOAKING: &str = "CanarySoaking";
+    /// aloft: more than `spec.rollout.maxFailures` nodes failed on the target; nothing is picked.
+    pub const CIRCUIT_BROKEN: &str = "CircuitBroken";
+    /// aloft: a node's drain has not finished within `spec.drain.timeoutSeconds`.
+    pub const NODE_DRAIN_TIMEOUT: &str = "NodeDrainTimeout";
 }

@@ -124,8 +124,23 @@ pub const MACHINE_CONFIGURATION: ResourceType = ResourceType {
     categories: &[],
 };
 
+/// aloft's NodeDisruptionBudget: how many nodes of a labelled set may be unavailable at once,
+/// across pools (optionally per group of label values).
+pub const NODE_DISRUPTION_BUDGET: ResourceType = ResourceType {
+    group: aloft_api::ALOFT_GROUP,
+    version: "v1",
+    kind: "NodeDisruptionBudget",
+    plural: "nodedisruptionbudgets",
+    singular: "nodedisruptionbudget",
+    short_names: &["ndb"],
+    namespaced: false,
+    status_subresource: false,
+    categories: &[],
+};
+
 /// Every served resource.
-pub const ALL: &[ResourceType] = &[NODE, EVENT, MACHINE_CONFIG, MACHINE_CONFIG_POOL, MACHINE_CONFIGURATION];
+pub const ALL: &[ResourceType] =
+    &[NODE, EVENT, MACHINE_CONFIG, MACHINE_CONFIG_POOL, MACHINE_CONFIGURATION, NODE_DISRUPTION_BUDGET];
 
 /// Find by group, version and plural (the URL form).
 pub fn by_path(group: &str, version: &str, plural: &str) -> Option<&'static ResourceType> {
@@ -179,6 +194,8 @@ mod tests {
         assert!(by_name("pods").is_none());
         assert_eq!(by_kind("machineconfiguration.openshift.io/v1", "MachineConfig"), Some(&MACHINE_CONFIG));
         assert!(by_kind("machineconfiguration.openshift.io/v2", "MachineConfig").is_none());
-        assert_eq!(groups(), vec!["machineconfiguration.openshift.io", "operator.openshift.io"]);
+        assert_eq!(by_name("ndb").map(|r| r.kind), Some("NodeDisruptionBudget"));
+        assert_eq!(by_kind("aloft.dev/v1", "NodeDisruptionBudget"), Some(&NODE_DISRUPTION_BUDGET));
+        assert_eq!(groups(), vec!["aloft.dev", "machineconfiguration.openshift.io", "operator.openshift.io"]);
     }
 }

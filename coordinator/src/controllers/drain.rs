@@ -1,42 +1,52 @@
-//! The drain controller, first cut: answers an agent's `desiredDrain` request by cordoning
-//! (`drain-<config>`) or uncordoning (`uncordon-<config>`) the Node and writing the same value to
-//! `lastAppliedDrain`. Disruption budgets, drain hooks and timeouts belong to the rollout work;
-//! this is the acknowledgement the agent's handshake needs.
+//! The drain controller: answers an agent's `desiredDrain` request.
+//!
+//! `drain-<config>`: check the NodeDisruptionBudgets selecting the node (a blocked drain waits,
+//! with an Event naming the budget), cordon (`spec.unschedulable`), call the pool's drain hooks
+//! in order, then acknowledge with `lastAppliedDrain`. `uncordon-<config>` (the agent asks once
+//! it is Done): call the hooks with phase `uncordon`, uncordon and acknowledge.
+//!
+//! Everything it needs to continue after a restart is on the Node: when the drain started
+//! (`aloft.dev/drainStarted`, for the timeout), whether it is cordoned, whether it timed out
+//! (`aloft.dev/drainFailure`). A drain not acknowledged within the pool's `spec.drain.timeoutSeconds`
+//! (default 1 h) is marked with `aloft.dev/drainFailure` (the node counts as degraded and the
+//! pool raises NodeDrainTimeout) and keeps being retried, as MCO's controller does.
 
-use crate::resources::NODE;
+use super::budget::Ledger;
+use super::cache::Cache;
+use super::events::{reasons, EventType, Involved, Recorder};
+use super::hooks::{HookRequest, Hooks, Phase};
+use super::pools::{self, NodeFacts};
+use crate::resources::{MACHINE_CONFIG_POOL, NODE, NODE_DISRUPTION_BUDGET};
 use crate::server::objects;
-use crate::store::{revision_of, Key, Store, StoreError};
+use crate::store::{revision_of, Key, Store, StoreError, WatchFilter};
 use aloft_api::annotations as ann;
+use aloft_api::{DrainHook, MachineConfigPool, Node, NodeDisruptionBudget};
+use chrono::{DateTime, Utc};
 use serde_json::Value;
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-/// Answers each Node event by itself (no full list per event), with a full pass at start and after
-/// a broken watch.
-pub async fn run(store: Arc<dyn Store>) {
-    loop {
-        if let Err(e) = follow(&store).await {
-            tracing::warn!(controller = "drain", error = %e, "controller restarting");
+/// How often pending drains (blocked by a budget, or with a failing hook) are retried.
+const RETRY: Duration = Duration::from_secs(2);
+
+/// What an agent asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request {
+    Drain(String),
+    Uncordon(String),
+}
+
+impl Request {
+    fn value(&self) -> &str {
+        match self {
+            Request::Drain(v) | Request::Uncordon(v) => v,
         }
-        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
     }
 }
 
-async fn follow(store: &Arc<dyn Store>) -> Result<(), StoreError> {
-    use futures::StreamExt;
-    let from = store.revision().await?;
-    let mut events = store.watch(crate::store::WatchFilter::resource(&NODE.store_key()), from).await?;
-    reconcile_all(store).await?;
-    while let Some(ev) = events.next().await {
-        let ev = ev?;
-        if ev.kind != crate::store::EventType::Deleted {
-            answer(store, &ev.object).await?;
-        }
-    }
-    Ok(())
-}
-
-/// What to write for a node, if anything: (unschedulable, lastAppliedDrain).
-pub fn decide(node: &Value) -> Option<(bool, String)> {
+/// The request a node has pending (desiredDrain set and not yet equal to lastAppliedDrain).
+pub fn pending(node: &Value) -> Option<Request> {
     let ann = node.pointer("/metadata/annotations")?;
     let want = ann.get(ann::DESIRED_DRAIN)?.as_str()?;
     let done = ann.get(ann::LAST_APPLIED_DRAIN).and_then(Value::as_str).unwrap_or("");
@@ -44,39 +54,356 @@ pub fn decide(node: &Value) -> Option<(bool, String)> {
         return None;
     }
     if want.starts_with("drain-") {
-        Some((true, want.to_string()))
+        Some(Request::Drain(want.to_string()))
     } else if want.starts_with("uncordon-") {
-        Some((false, want.to_string()))
+        Some(Request::Uncordon(want.to_string()))
     } else {
         None
     }
 }
 
-pub async fn reconcile_all(store: &Arc<dyn Store>) -> Result<(), StoreError> {
-    for node in store.list(&NODE.store_key(), None).await?.items {
-        answer(store, &node).await?;
+/// When the drain for `request` started, from `aloft.dev/drainStarted` (`<request>@<time>`).
+fn started_at(node: &Node, request: &str) -> Option<DateTime<Utc>> {
+    let v = node.annotation(ann::DRAIN_STARTED)?;
+    let (r, t) = v.rsplit_once('@')?;
+    (r == request).then(|| DateTime::parse_from_rfc3339(t).ok().map(|t| t.with_timezone(&Utc))).flatten()
+}
+
+/// `1 hour`, `90 seconds`: MCO's wording of drain timeouts.
+fn humanize(seconds: i64) -> String {
+    if seconds >= 3600 && seconds % 3600 == 0 {
+        let h = seconds / 3600;
+        format!("{h} hour{}", if h == 1 { "" } else { "s" })
+    } else if seconds >= 60 && seconds % 60 == 0 {
+        format!("{} minutes", seconds / 60)
+    } else {
+        format!("{seconds} seconds")
+    }
+}
+
+#[derive(Clone)]
+struct Ctx {
+    events: Recorder,
+    hooks: Hooks,
+    /// Nodes with a drain or uncordon task running.
+    inflight: Arc<Mutex<HashSet<String>>>,
+    /// The last reason a node's drain did not finish (for the timeout message).
+    last_error: Arc<Mutex<HashMap<String, String>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+pub async fn run(store: Arc<dyn Store>) {
+    let hooks = match Hooks::new() {
+        Ok(h) => h,
+        Err(e) => {
+            tracing::error!(controller = "drain", error = %e, "cannot build the HTTP client for drain hooks");
+            return;
+        }
+    };
+    let ctx = Ctx {
+        events: Recorder::new("aloft-drain-controller"),
+        hooks,
+        inflight: Arc::default(),
+        last_error: Arc::default(),
+    };
+    loop {
+        if let Err(e) = follow(&store, &ctx).await {
+            tracing::warn!(controller = "drain", error = %e, "controller restarting");
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+struct State {
+    nodes: Cache<Node>,
+    pools: Cache<MachineConfigPool>,
+    budgets: Cache<NodeDisruptionBudget>,
+}
+
+async fn follow(store: &Arc<dyn Store>, ctx: &Ctx) -> Result<(), StoreError> {
+    let from = store.revision().await?;
+    let keys = [NODE.store_key(), MACHINE_CONFIG_POOL.store_key(), NODE_DISRUPTION_BUDGET.store_key()];
+    let mut watches = Vec::new();
+    for k in &keys {
+        watches.push(store.watch(WatchFilter::resource(k), from).await?);
+    }
+    let mut stream = futures::stream::select_all(watches);
+    let mut st = State {
+        nodes: Cache::load(store, &keys[0]).await?,
+        pools: Cache::load(store, &keys[1]).await?,
+        budgets: Cache::load(store, &keys[2]).await?,
+    };
+    let mut busy = pass(store, ctx, &mut st).await?;
+    while let Some(batch) = super::next_batch_within(&mut stream, if busy { RETRY } else { super::RESYNC }).await? {
+        for ev in &batch {
+            if ev.key.resource == keys[0] {
+                st.nodes.apply(ev);
+            } else if ev.key.resource == keys[1] {
+                st.pools.apply(ev);
+            } else {
+                st.budgets.apply(ev);
+            }
+        }
+        busy = pass(store, ctx, &mut st).await?;
     }
     Ok(())
 }
 
-/// Cordon or uncordon one node and acknowledge its request, if it has one pending.
-async fn answer(store: &Arc<dyn Store>, node: &Value) -> Result<(), StoreError> {
-    let Some((cordon, applied)) = decide(node) else { return Ok(()) };
-    let mut next = node.clone();
-    if cordon {
-        next["spec"]["unschedulable"] = true.into();
-    } else if let Some(spec) = next.get_mut("spec").and_then(Value::as_object_mut) {
-        spec.remove("unschedulable");
+/// One pass over the cache: start a task for every pending request that may go ahead. Returns
+/// whether any request is still pending (then the controller retries soon).
+async fn pass(store: &Arc<dyn Store>, ctx: &Ctx, st: &mut State) -> Result<bool, StoreError> {
+    let now = Utc::now();
+    // Most passes on a big fleet have nothing pending: find that out before building anything.
+    let requests: Vec<(usize, Request)> =
+        st.nodes.raw.iter().enumerate().filter_map(|(i, v)| pending(v).map(|r| (i, r))).collect();
+    if requests.is_empty() {
+        return Ok(false);
     }
-    next["metadata"]["annotations"][ann::LAST_APPLIED_DRAIN] = applied.clone().into();
-    let name = objects::name_of(node).to_string();
-    match store.update(&Key::cluster(&NODE.store_key(), &name), next, revision_of(node)).await {
-        Ok(_) => tracing::info!(node = %name, %applied, "drain request acknowledged"),
-        // A newer version of the node is on its way through the watch.
-        Err(StoreError::Conflict { .. }) | Err(StoreError::NotFound(_)) => {}
-        Err(e) => return Err(e),
+    let facts: Vec<NodeFacts> = st.nodes.typed.iter().map(NodeFacts::of).collect();
+    let unavailable: Vec<bool> = facts.iter().map(NodeFacts::disrupted).collect();
+    let labels: Vec<&BTreeMap<String, String>> = st.nodes.typed.iter().map(|n| &n.metadata.labels).collect();
+    let mut ledger = Ledger::new(&st.budgets.typed, &labels, &unavailable);
+    let (members, _) = pools::membership(&st.pools.typed, &st.nodes.typed);
+    let mut pool_of: HashMap<usize, usize> = HashMap::new();
+    for (p, pool) in st.pools.typed.iter().enumerate() {
+        for &i in members.get(&pool.metadata.name).map(Vec::as_slice).unwrap_or_default() {
+            pool_of.insert(i, p);
+        }
     }
-    Ok(())
+    for (i, req) in requests {
+        let node = st.nodes.typed[i].clone();
+        let node = &node;
+        let name = node.metadata.name.clone();
+        if lock(&ctx.inflight).contains(&name) {
+            continue;
+        }
+        let pool = pool_of.get(&i).map(|&p| &st.pools.typed[p]);
+        let pool_name = pool.map(|p| p.metadata.name.clone()).unwrap_or_default();
+        let hooks: Vec<DrainHook> =
+            pool.and_then(|p| p.spec.drain.as_ref()).map(|d| d.hooks.clone()).unwrap_or_default();
+        let job = Job {
+            store: store.clone(),
+            ctx: ctx.clone(),
+            node: name.clone(),
+            pool: pool_name,
+            hooks,
+            request: req.clone(),
+        };
+        if let Request::Drain(r) = &req {
+            let timeout = pool
+                .map(|p| p.spec.drain_timeout_seconds())
+                .unwrap_or(aloft_api::machineconfig::DEFAULT_DRAIN_TIMEOUT_SECONDS);
+            let started = match started_at(node, r) {
+                Some(t) => t,
+                None => {
+                    let v = format!("{r}@{}", now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
+                    if let Some(stored) = annotate(store, &st.nodes.raw[i], &[(ann::DRAIN_STARTED, Some(&v))]).await? {
+                        st.nodes.put(stored);
+                    }
+                    now
+                }
+            };
+            if (now - started).num_seconds() >= timeout && node.annotation(ann::DRAIN_FAILURE).is_none() {
+                let why =
+                    lock(&ctx.last_error).get(&name).cloned().unwrap_or_else(|| "the drain has not finished".into());
+                let msg = format!("failed to drain node: {name} after {}: {why}", humanize(timeout));
+                // `put` replaces in place: index `i` is still this node.
+                if let Some(stored) = annotate(store, &st.nodes.raw[i], &[(ann::DRAIN_FAILURE, Some(&msg))]).await? {
+                    st.nodes.put(stored);
+                }
+                tracing::warn!(node = %name, %msg, "drain timed out; still retrying");
+                ctx.events
+                    .emit(store, &Involved::node(&name), EventType::Warning, reasons::DRAIN_TIMEOUT, &msg)
+                    .await?;
+            }
+            if !node.spec.unschedulable {
+                if let Err(b) = ledger.check(i) {
+                    let msg = format!("{r} waits: {b}");
+                    lock(&ctx.last_error).insert(name.clone(), b.to_string());
+                    ctx.events
+                        .emit(store, &Involved::node(&name), EventType::Normal, reasons::BUDGET_BLOCKED, &msg)
+                        .await?;
+                    continue;
+                }
+                ledger.take(i);
+            }
+            ctx.events.forget(&Involved::node(&name), reasons::BUDGET_BLOCKED);
+        }
+        lock(&ctx.inflight).insert(name);
+        tokio::spawn(job.run());
+    }
+    Ok(true)
+}
+
+/// One drain or uncordon, from cordon to acknowledgement.
+struct Job {
+    store: Arc<dyn Store>,
+    ctx: Ctx,
+    node: String,
+    pool: String,
+    hooks: Vec<DrainHook>,
+    request: Request,
+}
+
+impl Job {
+    async fn run(self) {
+        let result = match &self.request {
+            Request::Drain(r) => self.drain(r).await,
+            Request::Uncordon(r) => self.uncordon(r).await,
+        };
+        if let Err(e) = result {
+            tracing::warn!(node = %self.node, request = %self.request.value(), error = %e, "drain step failed; retrying");
+        }
+        lock(&self.ctx.inflight).remove(&self.node);
+    }
+
+    fn hook_request<'a>(&'a self, phase: Phase, request: &'a str) -> HookRequest<'a> {
+        HookRequest { node: &self.node, pool: &self.pool, phase, request }
+    }
+
+    async fn drain(&self, r: &str) -> Result<(), StoreError> {
+        let cordoned = update_node(&self.store, &self.node, |n| {
+            if pending(n).as_ref().map(Request::value) != Some(r) {
+                return false;
+            }
+            n["spec"]["unschedulable"] = true.into();
+            true
+        })
+        .await?;
+        if !cordoned {
+            return Ok(());
+        }
+        if let Err(e) = self.ctx.hooks.call_all(&self.hooks, &self.hook_request(Phase::Drain, r)).await {
+            let msg = e.to_string();
+            lock(&self.ctx.last_error).insert(self.node.clone(), msg.clone());
+            self.ctx
+                .events
+                .emit(&self.store, &Involved::node(&self.node), EventType::Warning, reasons::DRAIN_HOOK_FAILED, &msg)
+                .await?;
+            return Ok(());
+        }
+        let acked = update_node(&self.store, &self.node, |n| {
+            if pending(n).as_ref().map(Request::value) != Some(r) {
+                return false;
+            }
+            // Re-cordon in the same write, in case someone uncordoned meanwhile.
+            n["spec"]["unschedulable"] = true.into();
+            set_annotations(
+                n,
+                &[(ann::LAST_APPLIED_DRAIN, Some(r)), (ann::DRAIN_STARTED, None), (ann::DRAIN_FAILURE, None)],
+            );
+            true
+        })
+        .await?;
+        if acked {
+            lock(&self.ctx.last_error).remove(&self.node);
+            self.ctx.events.forget(&Involved::node(&self.node), reasons::DRAIN_HOOK_FAILED);
+            self.ctx.events.forget(&Involved::node(&self.node), reasons::DRAIN_TIMEOUT);
+            let msg = format!("cordoned and drained for {r} ({} hook(s) called)", self.hooks.len());
+            self.ctx
+                .events
+                .emit(&self.store, &Involved::node(&self.node), EventType::Normal, reasons::DRAINED, &msg)
+                .await?;
+            tracing::info!(node = %self.node, request = %r, "drain acknowledged");
+        }
+        Ok(())
+    }
+
+    async fn uncordon(&self, r: &str) -> Result<(), StoreError> {
+        // Best effort: a node that finished its update goes back into service even when a hook
+        // fails; the failure is an Event.
+        if let Err(e) = self.ctx.hooks.call_all(&self.hooks, &self.hook_request(Phase::Uncordon, r)).await {
+            self.ctx
+                .events
+                .emit(
+                    &self.store,
+                    &Involved::node(&self.node),
+                    EventType::Warning,
+                    reasons::DRAIN_HOOK_FAILED,
+                    &e.to_string(),
+                )
+                .await?;
+        }
+        let acked = update_node(&self.store, &self.node, |n| {
+            if pending(n).as_ref().map(Request::value) != Some(r) {
+                return false;
+            }
+            if let Some(spec) = n.get_mut("spec").and_then(Value::as_object_mut) {
+                spec.remove("unschedulable");
+            }
+            set_annotations(
+                n,
+                &[(ann::LAST_APPLIED_DRAIN, Some(r)), (ann::DRAIN_STARTED, None), (ann::DRAIN_FAILURE, None)],
+            );
+            true
+        })
+        .await?;
+        if acked {
+            tracing::info!(node = %self.node, request = %r, "uncordon acknowledged");
+        }
+        Ok(())
+    }
+}
+
+fn set_annotations(node: &mut Value, changes: &[(&str, Option<&str>)]) {
+    if !node["metadata"]["annotations"].is_object() {
+        node["metadata"]["annotations"] = Value::Object(Default::default());
+    }
+    if let Some(a) = node["metadata"]["annotations"].as_object_mut() {
+        for (k, v) in changes {
+            match v {
+                Some(v) => {
+                    a.insert(k.to_string(), (*v).into());
+                }
+                None => {
+                    a.remove(*k);
+                }
+            }
+        }
+    }
+}
+
+/// Write annotations on the cached version (compare-and-swap); None when the node changed first.
+async fn annotate(
+    store: &Arc<dyn Store>,
+    raw: &Value,
+    changes: &[(&str, Option<&str>)],
+) -> Result<Option<Value>, StoreError> {
+    let mut next = raw.clone();
+    set_annotations(&mut next, changes);
+    let key = Key::cluster(&NODE.store_key(), objects::name_of(raw));
+    match store.update(&key, next, revision_of(raw)).await {
+        Ok(v) => Ok(Some(v)),
+        Err(StoreError::Conflict { .. }) | Err(StoreError::NotFound(_)) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Read the node fresh, let `change` edit it (false: nothing to do), write it with
+/// compare-and-swap, and retry on a lost race. True when written.
+async fn update_node(
+    store: &Arc<dyn Store>,
+    name: &str,
+    change: impl Fn(&mut Value) -> bool,
+) -> Result<bool, StoreError> {
+    let key = Key::cluster(&NODE.store_key(), name);
+    for _ in 0..10 {
+        let Some(mut node) = store.get(&key).await? else { return Ok(false) };
+        let rev = revision_of(&node);
+        if !change(&mut node) {
+            return Ok(false);
+        }
+        match store.update(&key, node, rev).await {
+            Ok(_) => return Ok(true),
+            Err(StoreError::Conflict { .. }) => continue,
+            Err(StoreError::NotFound(_)) => return Ok(false),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(false)
 }
 
 #[cfg(test)]
@@ -85,12 +412,25 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn decisions() {
+    fn requests() {
         let n = |want: &str, done: &str| json!({"metadata": {"annotations": {ann::DESIRED_DRAIN: want, ann::LAST_APPLIED_DRAIN: done}}});
-        assert_eq!(decide(&n("drain-r2", "")), Some((true, "drain-r2".into())));
-        assert_eq!(decide(&n("uncordon-r2", "drain-r2")), Some((false, "uncordon-r2".into())));
-        assert_eq!(decide(&n("drain-r2", "drain-r2")), None);
-        assert_eq!(decide(&n("bogus", "")), None);
-        assert_eq!(decide(&json!({"metadata": {}})), None);
+        assert_eq!(pending(&n("drain-r2", "")), Some(Request::Drain("drain-r2".into())));
+        assert_eq!(pending(&n("uncordon-r2", "drain-r2")), Some(Request::Uncordon("uncordon-r2".into())));
+        assert_eq!(pending(&n("drain-r2", "drain-r2")), None);
+        assert_eq!(pending(&n("bogus", "")), None);
+        assert_eq!(pending(&json!({"metadata": {}})), None);
+    }
+
+    #[test]
+    fn drain_start_and_wording() {
+        let node: Node = serde_json::from_value(
+            json!({"metadata": {"name": "a", "annotations": {ann::DRAIN_STARTED: "drain-r2@2026-01-01T00:00:00Z"}}}),
+        )
+        .unwrap();
+        assert_eq!(started_at(&node, "drain-r2").map(|t| t.to_rfc3339()), Some("2026-01-01T00:00:00+00:00".into()));
+        assert_eq!(started_at(&node, "drain-r3"), None, "a start for another request does not count");
+        assert_eq!(humanize(3600), "1 hour");
+        assert_eq!(humanize(120), "2 minutes");
+        assert_eq!(humanize(5), "5 seconds");
     }
 }

@@ -3,10 +3,16 @@
 //! watches; a broken watch restarts the loop from a fresh pass, so a missed event can only delay
 //! work, never lose it.
 
+pub mod budget;
+pub mod cache;
 pub mod drain;
+pub mod events;
+pub mod hooks;
 pub mod node;
+pub mod pick;
 pub mod pools;
 pub mod render;
+pub mod rollout_policy;
 
 use crate::store::{Event, Store, StoreError, WatchFilter};
 use futures::StreamExt;
@@ -71,13 +77,22 @@ pub(crate) async fn next_batch<S>(events: &mut S) -> Result<Option<Vec<Event>>, 
 where
     S: futures::Stream<Item = Result<Event, StoreError>> + Unpin,
 {
+    next_batch_within(events, RESYNC).await
+}
+
+/// [`next_batch`], waiting at most `idle` for the first event (a controller with a deadline of
+/// its own, such as the end of a soak, wakes up for it).
+pub(crate) async fn next_batch_within<S>(events: &mut S, idle: Duration) -> Result<Option<Vec<Event>>, StoreError>
+where
+    S: futures::Stream<Item = Result<Event, StoreError>> + Unpin,
+{
     let mut batch = Vec::new();
     tokio::select! {
         ev = events.next() => match ev {
             None => return Ok(None),
             Some(ev) => batch.push(ev?),
         },
-        _ = tokio::time::sleep(RESYNC) => {}
+        _ = tokio::time::sleep(idle) => {}
     }
     let deadline = tokio::time::sleep(DEBOUNCE);
     tokio::pin!(deadline);

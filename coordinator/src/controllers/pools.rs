@@ -14,6 +14,10 @@ pub struct NodeFacts {
     pub reason: String,
     /// Ready condition True and not cordoned.
     pub ready: bool,
+    /// The drain controller's note that this node's drain is past its timeout (empty: none).
+    pub drain_failure: String,
+    /// The rendered config the node is asked to pre-stage (empty: none).
+    pub prestage: String,
 }
 
 impl NodeFacts {
@@ -25,11 +29,32 @@ impl NodeFacts {
             state: a(ann::STATE),
             reason: a(ann::REASON),
             ready: n.is_ready() && !n.spec.unschedulable,
+            drain_failure: a(ann::DRAIN_FAILURE),
+            prestage: a(ann::PRESTAGE_CONFIG),
         }
     }
-    /// Degraded or Unreconcilable: failing, not updating.
+    /// Degraded or Unreconcilable (failing, not updating), or stuck in a drain past its timeout.
     pub fn degraded(&self) -> bool {
-        self.state == "Degraded" || self.state == "Unreconcilable"
+        self.state == "Degraded" || self.state == "Unreconcilable" || !self.drain_failure.is_empty()
+    }
+    /// Why the node is degraded: the agent's reason, or the drain controller's.
+    pub fn degraded_reason(&self) -> &str {
+        if self.reason.is_empty() {
+            &self.drain_failure
+        } else {
+            &self.reason
+        }
+    }
+    /// The rollout's reading of "unavailable", used for every pick and budget decision: not
+    /// Ready or cordoned, asked to move to a config it has not finished (including nodes that
+    /// failed half-way: a half-applied node is not serving), Working, or stuck in a drain.
+    /// Stricter than MCO's status count ([`NodeFacts::unavailable`]), which lets failing nodes
+    /// out; MCO then subtracts those on the target separately, we count them wherever they are.
+    pub fn disrupted(&self) -> bool {
+        !self.ready
+            || (!self.desired.is_empty() && self.desired != self.current)
+            || self.state == "Working"
+            || !self.drain_failure.is_empty()
     }
     /// Finished its last update: Done, on the config it was asked for.
     pub fn done(&self) -> bool {
@@ -121,19 +146,12 @@ pub fn membership(
 /// MCO's candidate order: by zone label ascending (unzoned last), oldest first within a zone,
 /// then by name for a stable order.
 pub fn sort_candidates(nodes: &[Node], idx: &mut [usize]) {
-    let zone = |n: &Node| n.metadata.labels.get("topology.kubernetes.io/zone").cloned();
-    idx.sort_by(|&a, &b| {
-        let (na, nb) = (&nodes[a], &nodes[b]);
-        let (za, zb) = (zone(na), zone(nb));
-        let zone_order = match (&za, &zb) {
-            (Some(x), Some(y)) => x.cmp(y),
-            (Some(_), None) => std::cmp::Ordering::Less,
-            (None, Some(_)) => std::cmp::Ordering::Greater,
-            (None, None) => std::cmp::Ordering::Equal,
-        };
-        zone_order
-            .then_with(|| na.metadata.creation_timestamp.cmp(&nb.metadata.creation_timestamp))
-            .then_with(|| na.metadata.name.cmp(&nb.metadata.name))
+    // Keys computed once per node, not per comparison: this sort runs over whole pools of
+    // thousands of nodes on every pass.
+    idx.sort_by_cached_key(|&i| {
+        let n = &nodes[i];
+        let zone = n.metadata.labels.get("topology.kubernetes.io/zone").map(String::as_str);
+        (zone.is_none(), zone, n.metadata.creation_timestamp.as_deref(), n.metadata.name.as_str())
     });
 }
 

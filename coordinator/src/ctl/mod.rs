@@ -17,7 +17,7 @@ const TABLE_ACCEPT: &str = "application/json;as=Table;v=v1;g=meta.k8s.io,applica
 /// Talk to an aloft coordinator: pools, machine configs, nodes.
 ///
 /// Resource types take kubectl's names: machineconfigpools (mcp), machineconfigs (mc), nodes (no),
-/// events (ev), also as TYPE/NAME.
+/// events (ev), nodedisruptionbudgets (ndb), also as TYPE/NAME.
 ///
 /// Examples:
 ///   aloftctl apply -f worker-pool.yaml
@@ -26,6 +26,8 @@ const TABLE_ACCEPT: &str = "application/json;as=Table;v=v1;g=meta.k8s.io,applica
 ///   aloftctl get mcp worker -o yaml
 ///   aloftctl patch mcp worker --type merge -p '{"spec":{"paused":true}}'
 ///   aloftctl describe mcp/worker
+///   aloftctl rollout status mcp/worker
+///   aloftctl rollout resume mcp/worker
 ///   aloftctl delete mc 99-worker-ssh
 #[derive(Parser)]
 #[command(name = "aloftctl", version, verbatim_doc_comment)]
@@ -103,8 +105,7 @@ enum Cmd {
     },
     /// List the resource types the coordinator serves.
     ApiResources,
-    /// Follow a pool's rollout until every node runs its target config (exit 0), or the pool is
-    /// degraded (exit 1), or the timeout passes (exit 1).
+    /// Follow a pool's rollout (`status`), or resume one its circuit breaker stopped (`resume`).
     Rollout {
         #[command(subcommand)]
         cmd: RolloutCmd,
@@ -123,6 +124,12 @@ enum RolloutCmd {
         /// Wait for a target other than this rendered config (e.g. the one before a change).
         #[arg(long)]
         not_config: Option<String>,
+    },
+    /// Close a pool's circuit breaker: the nodes that failed so far are forgiven and the
+    /// rollout of the same config continues. e.g. `aloftctl rollout resume mcp/worker`
+    Resume {
+        /// mcp/NAME (or machineconfigpool/NAME)
+        target: String,
     },
 }
 
@@ -201,6 +208,7 @@ pub async fn main() -> Result<()> {
         Cmd::Rollout { cmd: RolloutCmd::Status { target, timeout, not_config } } => {
             rollout_status(&client, &target, timeout, not_config.as_deref()).await
         }
+        Cmd::Rollout { cmd: RolloutCmd::Resume { target } } => rollout_resume(&client, &target).await,
         Cmd::ApiResources => {
             println!("{:<20} {:<12} {:<42} {:<11} KIND", "NAME", "SHORTNAMES", "APIVERSION", "NAMESPACED");
             for r in resources::ALL {
@@ -495,14 +503,37 @@ fn condition_of<'a>(pool: &'a Value, type_: &str) -> Option<&'a Value> {
         .find(|c| c.get("type").and_then(Value::as_str) == Some(type_))
 }
 
-async fn rollout_status(client: &Client, target: &str, timeout: u64, not_config: Option<&str>) -> Result<()> {
-    use std::io::Write;
+/// `mcp/NAME` into the pool's path and name.
+fn pool_target(target: &str, verb: &str) -> Result<(String, String)> {
     let (kind, name) = target.split_once('/').ok_or_else(|| anyhow!("want mcp/NAME, got {target:?}"))?;
     let rt = resolve(kind)?;
     if rt.kind != "MachineConfigPool" {
-        bail!("rollout status follows MachineConfigPools (mcp/NAME), not {}", rt.plural);
+        bail!("rollout {verb} works on MachineConfigPools (mcp/NAME), not {}", rt.plural);
     }
-    let path = resource_path(rt.path_ref(), None, Some(name));
+    Ok((resource_path(rt.path_ref(), None, Some(name)), name.to_string()))
+}
+
+async fn rollout_resume(client: &Client, target: &str) -> Result<()> {
+    let (path, name) = pool_target(target, "resume")?;
+    let pool = client.get(&path).await?.into_result()?;
+    let broken = condition_of(&pool, aloft_api::machineconfig::conditions::CIRCUIT_BROKEN)
+        .is_some_and(|c| c.get("status").and_then(Value::as_str) == Some("True"));
+    // Any new value resumes once; a timestamp is new every time.
+    let token = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Nanos, true);
+    let patch = serde_json::json!({"metadata": {"annotations": {aloft_api::annotations::RESUME_ROLLOUT: token}}});
+    client.patch(&path, "application/merge-patch+json", &patch).await?.into_result()?;
+    if broken {
+        println!("machineconfigpool/{name} resumed: the circuit breaker is closed, the nodes that failed so far are forgiven");
+    } else {
+        println!("machineconfigpool/{name} resumed (its circuit breaker was not open)");
+    }
+    Ok(())
+}
+
+async fn rollout_status(client: &Client, target: &str, timeout: u64, not_config: Option<&str>) -> Result<()> {
+    use std::io::Write;
+    let (path, name) = pool_target(target, "status")?;
+    let name = name.as_str();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(timeout);
     let interactive = std::io::IsTerminal::is_terminal(&std::io::stdout());
     let mut last = String::new();
@@ -520,10 +551,21 @@ async fn rollout_status(client: &Client, target: &str, timeout: u64, not_config:
             println!();
             bail!("pool {name} is degraded: {}", c.get("message").and_then(Value::as_str).unwrap_or(""));
         }
+        if let Some(c) = condition_of(&pool, aloft_api::machineconfig::conditions::CIRCUIT_BROKEN)
+            .filter(|c| c.get("status").and_then(Value::as_str) == Some("True"))
+        {
+            println!();
+            bail!("pool {name}: {}", c.get("message").and_then(Value::as_str).unwrap_or("circuit breaker open"));
+        }
+        let phase = match pool.pointer("/status/rollout/phase").and_then(Value::as_str) {
+            Some("Canary") => ", canary",
+            Some("Soaking") => ", soaking",
+            _ => "",
+        };
         let width = 30usize;
         let filled = if total > 0 { (updated as usize * width) / total as usize } else { width };
         let line = format!(
-            "pool {name}: [{}{}] {updated}/{total} updated, {degraded} degraded, target {}",
+            "pool {name}: [{}{}] {updated}/{total} updated, {degraded} degraded{phase}, target {}",
             "#".repeat(filled),
             "-".repeat(width - filled),
             if want.is_empty() { "<rendering>" } else { &want }

@@ -46,10 +46,18 @@ fn columns(r: &ResourceType) -> Vec<Col> {
             col("Status", "string", 0, "Ready condition and scheduling"),
             col("Roles", "string", 0, "node-role.kubernetes.io/ labels"),
             col("Config", "string", 0, "currentConfig annotation"),
-            col("State", "string", 0, "The agent's state annotation"),
+            col("State", "string", 0, "The agent's state annotation (Degraded while a drain is past its timeout)"),
+            col("Reason", "string", 0, "Why the node is in its state"),
             age,
             col("Desired", "string", 1, "desiredConfig annotation"),
-            col("Reason", "string", 1, "Why the node is in its state"),
+        ],
+        "NodeDisruptionBudget" => vec![
+            name,
+            col("MinAvailable", "string", 0, "Nodes of each group that must stay available"),
+            col("MaxUnavailable", "string", 0, "Nodes of each group that may be unavailable at once"),
+            col("GroupBy", "string", 0, "Label keys that split the selected nodes into groups"),
+            age,
+            col("Selector", "string", 1, "Which nodes the budget covers"),
         ],
         "Event" => vec![
             col("Last Seen", "string", 0, "When the event was last seen"),
@@ -129,15 +137,46 @@ fn cells(r: &ResourceType, o: &Value, now: chrono::DateTime<chrono::Utc>) -> Vec
                 .map(|l| l.keys().filter_map(|k| k.strip_prefix("node-role.kubernetes.io/")).collect())
                 .unwrap_or_default();
             let roles = if roles.is_empty() { "<none>".to_string() } else { roles.join(",") };
+            let a = |k: &str| {
+                o.pointer("/metadata/annotations").and_then(|a| a.get(k)).and_then(Value::as_str).unwrap_or("")
+            };
+            let drain_failure = a(ann::DRAIN_FAILURE);
+            let (state, reason) =
+                if drain_failure.is_empty() { (a(ann::STATE), a(ann::REASON)) } else { ("Degraded", drain_failure) };
             vec![
                 name,
                 json!(status),
                 json!(roles),
                 annotation(ann::CURRENT_CONFIG),
-                annotation(ann::STATE),
+                json!(state),
+                json!(reason),
                 age,
                 annotation(ann::DESIRED_CONFIG),
-                annotation(ann::REASON),
+            ]
+        }
+        "NodeDisruptionBudget" => {
+            let int_or_string = |p: &str| match o.pointer(p) {
+                Some(Value::String(s)) => json!(s),
+                Some(Value::Number(n)) => json!(n.to_string()),
+                _ => json!("N/A"),
+            };
+            let group_by: Vec<&str> = o
+                .pointer("/spec/groupBy")
+                .and_then(Value::as_array)
+                .map(|a| a.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            let selector = o
+                .pointer("/spec/selector")
+                .and_then(|s| serde_json::from_value::<aloft_api::LabelSelector>(s.clone()).ok())
+                .map(|s| selector_text(&s))
+                .unwrap_or_default();
+            vec![
+                name,
+                int_or_string("/spec/minAvailable"),
+                int_or_string("/spec/maxUnavailable"),
+                json!(if group_by.is_empty() { "<none>".to_string() } else { group_by.join(",") }),
+                age,
+                json!(selector),
             ]
         }
         "Event" => {
@@ -158,6 +197,23 @@ fn cells(r: &ResourceType, o: &Value, now: chrono::DateTime<chrono::Utc>) -> Vec
             ]
         }
         _ => vec![name, age],
+    }
+}
+
+/// A structured selector in the `labelSelector` string form (`<all>` when empty).
+fn selector_text(s: &aloft_api::LabelSelector) -> String {
+    let mut parts: Vec<String> = s.match_labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    for e in &s.match_expressions {
+        parts.push(match e.operator.as_str() {
+            "Exists" => e.key.clone(),
+            "DoesNotExist" => format!("!{}", e.key),
+            op => format!("{} {} ({})", e.key, op.to_ascii_lowercase(), e.values.join(",")),
+        });
+    }
+    if parts.is_empty() {
+        "<all>".into()
+    } else {
+        parts.join(",")
     }
 }
 

@@ -3,7 +3,7 @@
 
 use super::error::cause;
 use crate::resources::ResourceType;
-use aloft_api::{IntOrString, MachineConfig, MachineConfigPool, Node, StatusCause};
+use aloft_api::{IntOrString, MachineConfig, MachineConfigPool, Node, NodeDisruptionBudget, StatusCause};
 use serde_json::Value;
 
 /// DNS-1123 subdomain: what Kubernetes requires of most object names.
@@ -58,7 +58,11 @@ fn selector_causes(sel: &Option<aloft_api::LabelSelector>, field: &str, out: &mu
 }
 
 fn max_unavailable_causes(mu: &Option<IntOrString>, out: &mut Vec<StatusCause>) {
-    let field = "spec.maxUnavailable";
+    int_or_percent_causes(mu, "spec.maxUnavailable", out)
+}
+
+/// An int >= 0 or a percentage `0%`..`100%`.
+fn int_or_percent_causes(mu: &Option<IntOrString>, field: &str, out: &mut Vec<StatusCause>) {
     match mu {
         Some(IntOrString::Int(n)) if *n < 0 => out.push(cause(field, "FieldValueInvalid", format!("{n} must be >= 0"))),
         Some(IntOrString::String(s)) => {
@@ -72,6 +76,67 @@ fn max_unavailable_causes(mu: &Option<IntOrString>, out: &mut Vec<StatusCause>) 
             }
         }
         _ => {}
+    }
+}
+
+/// A count that must be >= `min` when set.
+fn count_causes(v: Option<i64>, field: &str, min: i64, out: &mut Vec<StatusCause>) {
+    if let Some(n) = v.filter(|n| *n < min) {
+        out.push(cause(field, "FieldValueInvalid", format!("{n} must be >= {min}")));
+    }
+}
+
+/// `spec.rollout` and `spec.drain`, aloft's extensions of the pool.
+fn pool_extension_causes(p: &MachineConfigPool, out: &mut Vec<StatusCause>) {
+    if let Some(r) = &p.spec.rollout {
+        count_causes(r.canary, "spec.rollout.canary", 0, out);
+        count_causes(r.soak_seconds, "spec.rollout.soakSeconds", 0, out);
+        count_causes(r.max_failures, "spec.rollout.maxFailures", 0, out);
+    }
+    if let Some(d) = &p.spec.drain {
+        count_causes(d.timeout_seconds, "spec.drain.timeoutSeconds", 1, out);
+        for (i, h) in d.hooks.iter().enumerate() {
+            let field = format!("spec.drain.hooks[{i}].url");
+            match reqwest::Url::parse(&h.url) {
+                Ok(u) if matches!(u.scheme(), "http" | "https") && u.host_str().is_some() => {}
+                Ok(u) => out.push(cause(
+                    &field,
+                    "FieldValueInvalid",
+                    format!("{:?}: scheme {:?} is not supported (want http or https)", h.url, u.scheme()),
+                )),
+                Err(e) => out.push(cause(&field, "FieldValueInvalid", format!("{:?}: {e}", h.url))),
+            }
+            count_causes(h.timeout_seconds, &format!("spec.drain.hooks[{i}].timeoutSeconds"), 1, out);
+        }
+    }
+}
+
+/// NodeDisruptionBudget: a valid selector, exactly one of minAvailable / maxUnavailable, valid
+/// label keys to group by.
+fn budget_causes(b: &NodeDisruptionBudget, out: &mut Vec<StatusCause>) {
+    if let Err(e) = b.spec.selector.to_selector() {
+        out.push(cause("spec.selector", "FieldValueInvalid", e.to_string()));
+    }
+    match (&b.spec.min_available, &b.spec.max_unavailable) {
+        (Some(_), Some(_)) => out.push(cause(
+            "spec",
+            "FieldValueInvalid",
+            "minAvailable and maxUnavailable are mutually exclusive: set one of them",
+        )),
+        (None, None) => {
+            out.push(cause("spec", "FieldValueRequired", "one of minAvailable or maxUnavailable is required"))
+        }
+        _ => {}
+    }
+    int_or_percent_causes(&b.spec.min_available, "spec.minAvailable", out);
+    int_or_percent_causes(&b.spec.max_unavailable, "spec.maxUnavailable", out);
+    for (i, k) in b.spec.group_by.iter().enumerate() {
+        let ok = !k.is_empty()
+            && k.len() <= 316
+            && k.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/'));
+        if !ok {
+            out.push(cause(&format!("spec.groupBy[{i}]"), "FieldValueInvalid", format!("{k:?} is not a label key")));
+        }
     }
 }
 
@@ -96,6 +161,12 @@ pub fn object_causes(r: &ResourceType, obj: &Value) -> Vec<StatusCause> {
                 selector_causes(&p.spec.machine_config_selector, "spec.machineConfigSelector", &mut out);
                 selector_causes(&p.spec.node_selector, "spec.nodeSelector", &mut out);
                 max_unavailable_causes(&p.spec.max_unavailable, &mut out);
+                pool_extension_causes(&p, &mut out);
+            }
+        }
+        "NodeDisruptionBudget" => {
+            if let Some(b) = typed::<NodeDisruptionBudget>(obj, &mut out) {
+                budget_causes(&b, &mut out);
             }
         }
         "Node" => {
@@ -118,6 +189,56 @@ mod tests {
         assert_eq!(causes.len(), 1);
         assert_eq!(causes[0].field, "spec.kernelArguments");
         assert!(causes[0].message.contains("expected a sequence"), "{}", causes[0].message);
+    }
+
+    #[test]
+    fn budgets_and_pool_extensions() {
+        let ndb = |spec: serde_json::Value| {
+            let obj = serde_json::json!({"apiVersion": "aloft.dev/v1", "kind": "NodeDisruptionBudget",
+                "metadata": {"name": "b"}, "spec": spec});
+            let mut fields: Vec<String> =
+                object_causes(&crate::resources::NODE_DISRUPTION_BUDGET, &obj).into_iter().map(|c| c.field).collect();
+            fields.sort();
+            fields
+        };
+        assert!(ndb(
+            serde_json::json!({"selector": {"matchLabels": {"app": "db"}}, "minAvailable": "50%", "groupBy": ["zone"]})
+        )
+        .is_empty());
+        assert_eq!(ndb(serde_json::json!({"minAvailable": 1, "maxUnavailable": 1})), vec!["spec"]);
+        assert_eq!(ndb(serde_json::json!({})), vec!["spec"]);
+        assert_eq!(ndb(serde_json::json!({"maxUnavailable": "150%"})), vec!["spec.maxUnavailable"]);
+        assert_eq!(ndb(serde_json::json!({"minAvailable": -1})), vec!["spec.minAvailable"]);
+        assert_eq!(
+            ndb(
+                serde_json::json!({"maxUnavailable": 1, "selector": {"matchExpressions": [{"key": "a", "operator": "Near"}]}})
+            ),
+            vec!["spec.selector"]
+        );
+        assert_eq!(ndb(serde_json::json!({"maxUnavailable": 1, "groupBy": ["a b"]})), vec!["spec.groupBy[0]"]);
+        let pool = |spec: serde_json::Value| {
+            let obj = serde_json::json!({"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfigPool",
+                "metadata": {"name": "worker"}, "spec": spec});
+            let mut fields: Vec<String> =
+                object_causes(&crate::resources::MACHINE_CONFIG_POOL, &obj).into_iter().map(|c| c.field).collect();
+            fields.sort();
+            fields
+        };
+        assert!(pool(serde_json::json!({"rollout": {"canary": 1, "soakSeconds": 600, "maxFailures": 0},
+            "drain": {"timeoutSeconds": 3600, "hooks": [{"url": "http://127.0.0.1:9/lb", "timeoutSeconds": 5}]}}))
+        .is_empty());
+        assert_eq!(
+            pool(
+                serde_json::json!({"rollout": {"canary": -1}, "drain": {"timeoutSeconds": 0, "hooks": [{"url": "ftp://x/"}, {"url": "http://x/", "timeoutSeconds": 0}]}})
+            ),
+            vec![
+                "spec.drain.hooks[0].url",
+                "spec.drain.hooks[1].timeoutSeconds",
+                "spec.drain.timeoutSeconds",
+                "spec.rollout.canary"
+            ]
+        );
+        assert_eq!(pool(serde_json::json!({"rollout": {"canary": "two"}})), vec!["spec.rollout.canary"]);
     }
 
     #[test]

@@ -1,0 +1,235 @@
+//! The node controller's decision, as one pure function over a snapshot of the stored objects
+//! (nodes, pools, budgets) and the clock: which nodes move to their pool's target now, which
+//! wait and why, which are asked to pre-stage, and the rollout record to store. No I/O and no
+//! memory between calls, so a restarted coordinator decides exactly what the old one would have,
+//! and a property test can drive it over a simulated fleet (`tests` below).
+//!
+//! The invariant it keeps: a node is picked only if, counting it, no more nodes of its pool are
+//! unavailable than `maxUnavailable` allows (nodes unavailable for any other reason count), and
+//! no NodeDisruptionBudget selecting it has more unavailable nodes in its group than it allows.
+
+use super::budget::{Blocked, Ledger};
+use super::pools::{self, NodeFacts};
+use super::rollout_policy::{self, Gate, HoldReason};
+use aloft_api::annotations as ann;
+use aloft_api::{MachineConfigPool, Node, NodeDisruptionBudget, RolloutStatus};
+use chrono::{DateTime, Utc};
+use std::collections::BTreeMap;
+
+/// The stored objects a decision reads.
+#[derive(Debug, Clone, Copy)]
+pub struct Snapshot<'a> {
+    pub nodes: &'a [Node],
+    pub pools: &'a [MachineConfigPool],
+    pub budgets: &'a [NodeDisruptionBudget],
+}
+
+/// Why a pool's remaining candidates were not picked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Wait {
+    Paused,
+    /// `maxUnavailable` is used up; the unavailable nodes, by name.
+    MaxUnavailable {
+        max: usize,
+        unavailable: Vec<String>,
+    },
+    Policy(HoldReason),
+}
+
+impl std::fmt::Display for Wait {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Wait::Paused => f.write_str("the pool is paused"),
+            Wait::MaxUnavailable { max, unavailable } => write!(
+                f,
+                "maxUnavailable is {max} and {} node{} unavailable ({})",
+                unavailable.len(),
+                if unavailable.len() == 1 { " is" } else { "s are" },
+                names_text(unavailable)
+            ),
+            Wait::Policy(HoldReason::Canary { canaries }) => {
+                write!(f, "waiting for the {canaries} canary node(s) to finish updating")
+            }
+            Wait::Policy(HoldReason::Soaking { until }) => write!(
+                f,
+                "canary nodes are updated; soaking until {}",
+                until.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+            ),
+            Wait::Policy(HoldReason::CircuitBroken { failed, max_failures }) => write!(
+                f,
+                "circuit breaker open: {} node(s) failed on this config ({}), more than maxFailures {max_failures}",
+                failed.len(),
+                names_text(failed)
+            ),
+        }
+    }
+}
+
+/// Up to five names, then a count: messages stay short on big fleets.
+pub fn names_text(names: &[String]) -> String {
+    if names.len() <= 5 {
+        names.join(", ")
+    } else {
+        format!("{}, and {} more", names[..5].join(", "), names.len() - 5)
+    }
+}
+
+/// The decision for one pool.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PoolPlan {
+    /// Index into the snapshot's pools.
+    pub pool: usize,
+    pub target: String,
+    /// Indexes into the snapshot's nodes, in node order.
+    pub members: Vec<usize>,
+    /// Nodes to move to `target` now, in pick order.
+    pub picks: Vec<usize>,
+    /// Why candidates that were not picked wait (None: no candidate left waiting).
+    pub wait: Option<Wait>,
+    /// Budgets that kept candidates back: (the first violation, the nodes it held).
+    pub blocked: Vec<(Blocked, Vec<usize>)>,
+    /// The `aloft.dev/prestageConfig` value each member should have (None: the annotation goes).
+    pub prestage: Vec<(usize, Option<String>)>,
+    /// `status.rollout` to store (None: no target yet, leave it as it is).
+    pub rollout: Option<RolloutStatus>,
+    /// Why some node could not be placed in this pool (it matches two custom pools).
+    pub membership_error: Option<String>,
+}
+
+/// Decide for every pool of the snapshot. Pools are decided in name order and share one budget
+/// ledger, so a budget spanning pools counts the picks of the pools decided before.
+pub fn plan(s: Snapshot<'_>, now: DateTime<Utc>) -> Vec<PoolPlan> {
+    let facts: Vec<NodeFacts> = s.nodes.iter().map(NodeFacts::of).collect();
+    let unavailable: Vec<bool> = facts.iter().map(NodeFacts::disrupted).collect();
+    let labels: Vec<&BTreeMap<String, String>> = s.nodes.iter().map(|n| &n.metadata.labels).collect();
+    let mut ledger = Ledger::new(s.budgets, &labels, &unavailable);
+    let (members, errors) = pools::membership(s.pools, s.nodes);
+    let mut order: Vec<usize> = (0..s.pools.len()).collect();
+    order.sort_by(|&a, &b| s.pools[a].metadata.name.cmp(&s.pools[b].metadata.name));
+    let mut out = Vec::with_capacity(order.len());
+    for p in order {
+        let pool = &s.pools[p];
+        let idx = members.get(&pool.metadata.name).cloned().unwrap_or_default();
+        let mut pp = plan_pool(s, p, idx, &facts, &unavailable, &mut ledger, now);
+        pp.membership_error = errors.get(&pool.metadata.name).cloned();
+        out.push(pp);
+    }
+    out.sort_by_key(|pp| pp.pool);
+    out
+}
+
+fn plan_pool(
+    s: Snapshot<'_>,
+    p: usize,
+    members: Vec<usize>,
+    facts: &[NodeFacts],
+    unavailable: &[bool],
+    ledger: &mut Ledger,
+    now: DateTime<Utc>,
+) -> PoolPlan {
+    let pool = &s.pools[p];
+    let target = pool.spec.configuration.as_ref().map(|c| c.name.clone()).unwrap_or_default();
+    let mut pp = PoolPlan {
+        pool: p,
+        target: target.clone(),
+        members,
+        picks: Vec::new(),
+        wait: None,
+        blocked: Vec::new(),
+        prestage: Vec::new(),
+        rollout: None,
+        membership_error: None,
+    };
+    if target.is_empty() {
+        return pp;
+    }
+    let names: Vec<&str> = pp.members.iter().map(|&i| s.nodes[i].metadata.name.as_str()).collect();
+    let member_facts: Vec<&NodeFacts> = pp.members.iter().map(|&i| &facts[i]).collect();
+    let eval = rollout_policy::evaluate(
+        pool.spec.rollout.as_ref(),
+        pool.status.as_ref().and_then(|st| st.rollout.as_ref()),
+        pool.metadata.annotations.get(ann::RESUME_ROLLOUT).map(String::as_str),
+        &target,
+        &names,
+        &member_facts,
+        now,
+    );
+    pp.rollout = Some(eval.status);
+    let broken = matches!(eval.gate, Gate::Hold(HoldReason::CircuitBroken { .. }));
+    let mut candidates: Vec<usize> =
+        pp.members.iter().copied().filter(|&i| facts[i].desired != target && facts[i].ready).collect();
+    let waiting_any = pp.members.iter().any(|&i| facts[i].desired != target);
+    let limit = match (&eval.gate, pool.spec.paused) {
+        (_, true) => {
+            pp.wait = waiting_any.then_some(Wait::Paused);
+            0
+        }
+        (Gate::Hold(h), false) => {
+            pp.wait = waiting_any.then(|| Wait::Policy(h.clone()));
+            0
+        }
+        (Gate::Pick { limit }, false) => limit.unwrap_or(usize::MAX),
+    };
+    if limit > 0 && !candidates.is_empty() {
+        let max = pools::max_unavailable(pool.spec.max_unavailable.as_ref(), pp.members.len());
+        // MCO also holds back capacity for nodes failing on the target even when they serve.
+        let busy: Vec<usize> = pp
+            .members
+            .iter()
+            .copied()
+            .filter(|&i| unavailable[i] || (facts[i].degraded() && facts[i].desired == target))
+            .collect();
+        let room = max.saturating_sub(busy.len());
+        let capacity = room.min(limit);
+        pools::sort_candidates(s.nodes, &mut candidates);
+        let mut blocked: BTreeMap<String, (Blocked, Vec<usize>)> = BTreeMap::new();
+        let mut unpicked = 0;
+        for &c in &candidates {
+            if pp.picks.len() >= capacity {
+                unpicked += 1;
+                continue;
+            }
+            match ledger.check(c) {
+                Ok(()) => {
+                    ledger.take(c);
+                    pp.picks.push(c);
+                }
+                Err(b) => blocked.entry(b.budget.clone()).or_insert_with(|| (b, Vec::new())).1.push(c),
+            }
+        }
+        pp.blocked = blocked.into_values().collect();
+        if unpicked > 0 {
+            pp.wait = Some(if room <= limit {
+                let mut names: Vec<String> = busy.iter().map(|&i| s.nodes[i].metadata.name.clone()).collect();
+                names.extend(pp.picks.iter().map(|&i| s.nodes[i].metadata.name.clone()));
+                Wait::MaxUnavailable { max, unavailable: names }
+            } else {
+                let canaries = pool.spec.rollout.as_ref().and_then(|r| r.canary).unwrap_or(0).max(0) as usize;
+                Wait::Policy(HoldReason::Canary { canaries })
+            });
+        }
+    } else if limit > 0 && waiting_any {
+        // Candidates exist only once nodes are Ready again.
+        let max = pools::max_unavailable(pool.spec.max_unavailable.as_ref(), pp.members.len());
+        let busy: Vec<String> =
+            pp.members.iter().filter(|&&i| unavailable[i]).map(|&i| s.nodes[i].metadata.name.clone()).collect();
+        if pp.members.iter().any(|&i| facts[i].desired != target && !facts[i].ready) {
+            pp.wait = Some(Wait::MaxUnavailable { max, unavailable: busy });
+        }
+    }
+    // Pre-stage the target on every member that waits for its turn; never for a paused pool or
+    // a config whose rollout the breaker stopped.
+    let prestage_ok = !pool.spec.paused && !broken;
+    let picked: std::collections::HashSet<usize> = pp.picks.iter().copied().collect();
+    for &i in &pp.members {
+        let want = (prestage_ok && facts[i].desired != target && !picked.contains(&i)).then(|| target.clone());
+        let have = (!facts[i].prestage.is_empty()).then(|| facts[i].prestage.clone());
+        if want != have {
+            pp.prestage.push((i, want));
+        }
+    }
+    pp
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,453 @@
+//! Unit tests of the pick decision, and the property test of the rollout invariant over a
+//! simulated fleet: random agent behaviour (normal, hanging, failing, flapping), Ready flips,
+//! new configs mid-rollout, drains gated by the same budget ledger, and coordinator "restarts"
+//! (the decision sees only the stored objects; a status write may be lost, as when the
+//! coordinator is killed between writing picks and writing the pool status).
+
+use super::*;
+use crate::controllers::budget::Ledger;
+use aloft_api::{IntOrString, RolloutPhase};
+use proptest::prelude::*;
+use serde_json::json;
+
+fn node(name: &str, labels: serde_json::Value, current: &str, desired: &str, state: &str, ready: bool) -> Node {
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": labels, "creationTimestamp": "2026-01-01T00:00:00Z", "annotations": {
+            ann::CURRENT_CONFIG: current, ann::DESIRED_CONFIG: desired, ann::STATE: state}},
+        "status": {"conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}]},
+    }))
+    .unwrap()
+}
+
+fn pool(name: &str, max: serde_json::Value, target: &str, extra_spec: serde_json::Value) -> MachineConfigPool {
+    let mut spec = json!({
+        "nodeSelector": {"matchLabels": {format!("node-role.kubernetes.io/{name}"): ""}},
+        "maxUnavailable": max,
+        "configuration": {"name": target},
+    });
+    if let (Some(s), Some(e)) = (spec.as_object_mut(), extra_spec.as_object()) {
+        s.extend(e.clone());
+    }
+    serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec})).unwrap()
+}
+
+fn worker() -> serde_json::Value {
+    json!({"node-role.kubernetes.io/worker": ""})
+}
+
+fn now() -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339("2026-01-01T00:00:00Z").unwrap().with_timezone(&Utc)
+}
+
+fn picked_names(nodes: &[Node], pp: &PoolPlan) -> Vec<String> {
+    pp.picks.iter().map(|&i| nodes[i].metadata.name.clone()).collect()
+}
+
+#[test]
+fn picks_within_max_unavailable_counting_other_unavailable_nodes() {
+    let nodes = vec![
+        node("a", worker(), "r1", "r1", "Done", true),
+        node("b", worker(), "r1", "r1", "Done", true),
+        node("c", worker(), "r1", "r1", "Done", true),
+    ];
+    let plan1 = |max: serde_json::Value, nodes: &[Node]| {
+        let pools = [pool("worker", max, "r2", json!({}))];
+        plan(Snapshot { nodes, pools: &pools, budgets: &[] }, now()).remove(0)
+    };
+    assert_eq!(plan1(json!(1), &nodes).picks.len(), 1);
+    assert_eq!(plan1(json!(2), &nodes).picks.len(), 2);
+    assert_eq!(plan1(json!("50%"), &nodes).picks.len(), 1);
+    let busy = vec![
+        node("a", worker(), "r1", "r2", "Working", true),
+        node("b", worker(), "r1", "r1", "Done", true),
+        node("c", worker(), "r1", "r1", "Done", false),
+    ];
+    let p = plan1(json!(1), &busy);
+    assert!(p.picks.is_empty());
+    assert_eq!(p.wait, Some(Wait::MaxUnavailable { max: 1, unavailable: vec!["a".into(), "c".into()] }));
+    assert_eq!(
+        picked_names(&busy, &plan1(json!(3), &busy)),
+        vec!["b"],
+        "not-ready nodes count and are never candidates"
+    );
+    let failing =
+        vec![node("a", worker(), "r1", "r2", "Degraded", true), node("b", worker(), "r1", "r1", "Done", true)];
+    assert!(plan1(json!(1), &failing).picks.is_empty(), "a node failing on the target holds its slot");
+    let paused = [pool("worker", json!(3), "r2", json!({"paused": true}))];
+    let p = plan(Snapshot { nodes: &nodes, pools: &paused, budgets: &[] }, now()).remove(0);
+    assert!(p.picks.is_empty());
+    assert_eq!(p.wait, Some(Wait::Paused));
+}
+
+#[test]
+fn budgets_hold_nodes_across_pools_and_name_themselves() {
+    let infra = json!({"node-role.kubernetes.io/infra": "", "app": "db"});
+    let w = json!({"node-role.kubernetes.io/worker": "", "app": "db"});
+    let nodes = vec![
+        node("i1", infra.clone(), "r1", "r1", "Done", true),
+        node("w1", w.clone(), "r1", "r1", "Done", true),
+        node("w2", w, "r1", "r1", "Done", true),
+    ];
+    let pools = [pool("infra", json!(1), "i2", json!({})), pool("worker", json!(2), "w2", json!({}))];
+    let budgets: Vec<NodeDisruptionBudget> = vec![serde_json::from_value(
+        json!({"metadata": {"name": "db"}, "spec": {"selector": {"matchLabels": {"app": "db"}}, "maxUnavailable": 1}}),
+    )
+    .unwrap()];
+    let plans = plan(Snapshot { nodes: &nodes, pools: &pools, budgets: &budgets }, now());
+    assert_eq!(picked_names(&nodes, &plans[0]), vec!["i1"], "infra decides first (name order)");
+    assert!(plans[1].picks.is_empty(), "the budget spans both pools");
+    assert_eq!(plans[1].blocked.len(), 1);
+    assert_eq!(plans[1].blocked[0].0.budget, "db");
+    assert_eq!(plans[1].blocked[0].1, vec![1, 2]);
+}
+
+#[test]
+fn prestage_every_waiting_node_and_none_of_the_picked() {
+    let nodes: Vec<Node> = (0..3).map(|i| node(&format!("n{i}"), worker(), "r1", "r1", "Done", true)).collect();
+    let pools = [pool("worker", json!(1), "r2", json!({}))];
+    let p = plan(Snapshot { nodes: &nodes, pools: &pools, budgets: &[] }, now()).remove(0);
+    assert_eq!(p.picks, vec![0]);
+    assert_eq!(p.prestage, vec![(1, Some("r2".to_string())), (2, Some("r2".to_string()))]);
+    let mut on = nodes.clone();
+    on[1].metadata.annotations.insert(ann::PRESTAGE_CONFIG.into(), "r2".into());
+    on[1].metadata.annotations.insert(ann::DESIRED_CONFIG.into(), "r2".into());
+    let p = plan(Snapshot { nodes: &on, pools: &pools, budgets: &[] }, now()).remove(0);
+    assert!(p.prestage.contains(&(1, None)), "the annotation goes once the node has desiredConfig");
+}
+
+#[test]
+fn canary_gates_the_first_batch() {
+    let nodes: Vec<Node> = (0..4).map(|i| node(&format!("n{i}"), worker(), "r1", "r1", "Done", true)).collect();
+    let pools = [pool("worker", json!(3), "r2", json!({"rollout": {"canary": 1, "soakSeconds": 60}}))];
+    let p = plan(Snapshot { nodes: &nodes, pools: &pools, budgets: &[] }, now()).remove(0);
+    assert_eq!(p.picks.len(), 1, "one canary although maxUnavailable is 3");
+    assert_eq!(p.rollout.as_ref().unwrap().phase, RolloutPhase::Canary);
+}
+
+// ---- the property test ----
+
+/// How a simulated agent behaves when asked to update.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Agent {
+    Normal,
+    /// Never finishes (stuck Working).
+    Hangs,
+    /// Goes Degraded; may recover later (a flapping node).
+    Fails,
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    /// Controller pass; `lose_status`: the pool status write is lost (killed before it).
+    Reconcile { lose_status: bool },
+    /// One step of the agent on node `n`.
+    AgentStep(usize),
+    /// Node `n`'s Ready condition flips.
+    FlipReady(usize),
+    /// Pool `p` gets a new rendered config.
+    NewConfig(usize),
+    /// The clock moves on.
+    Tick(u8),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => any::<bool>().prop_map(|b| Op::Reconcile { lose_status: b }),
+        6 => (0usize..16).prop_map(Op::AgentStep),
+        1 => (0usize..16).prop_map(Op::FlipReady),
+        1 => (0usize..2).prop_map(Op::NewConfig),
+        1 => (1u8..30).prop_map(Op::Tick),
+    ]
+}
+
+fn agent() -> impl Strategy<Value = Agent> {
+    prop_oneof![6 => Just(Agent::Normal), 1 => Just(Agent::Hangs), 2 => Just(Agent::Fails)]
+}
+
+fn int_or_percent() -> impl Strategy<Value = serde_json::Value> {
+    prop_oneof![(0i64..4).prop_map(|n| json!(n)), (0u32..=100).prop_map(|p| json!(format!("{p}%")))]
+}
+
+fn budget_spec() -> impl Strategy<Value = serde_json::Value> {
+    (prop::bool::ANY, int_or_percent(), prop::bool::ANY, 0usize..3).prop_map(|(min, v, group, app)| {
+        let mut spec = json!({"selector": {"matchLabels": {"app": format!("a{app}")}}});
+        spec[if min { "minAvailable" } else { "maxUnavailable" }] = v;
+        if group {
+            spec["groupBy"] = json!(["zone"]);
+        }
+        spec
+    })
+}
+
+#[derive(Debug, Clone)]
+struct Fleet {
+    agents: Vec<Agent>,
+    pools: Vec<serde_json::Value>,
+    budgets: Vec<serde_json::Value>,
+    ops: Vec<Op>,
+}
+
+fn fleet() -> impl Strategy<Value = Fleet> {
+    (
+        prop::collection::vec(agent(), 1..16),
+        prop::collection::vec(
+            (int_or_percent(), 0i64..3, 0i64..40, prop::option::of(0i64..3)).prop_map(|(max, canary, soak, k)| {
+                let mut rollout = json!({"canary": canary, "soakSeconds": soak});
+                if let Some(k) = k {
+                    rollout["maxFailures"] = json!(k);
+                }
+                json!({"maxUnavailable": max, "rollout": rollout})
+            }),
+            2,
+        ),
+        prop::collection::vec(budget_spec(), 0..3),
+        prop::collection::vec(op(), 1..300),
+    )
+        .prop_map(|(agents, pools, budgets, ops)| Fleet { agents, pools, budgets, ops })
+}
+
+struct Sim {
+    nodes: Vec<Node>,
+    agents: Vec<Agent>,
+    pools: Vec<MachineConfigPool>,
+    budgets: Vec<NodeDisruptionBudget>,
+    now: DateTime<Utc>,
+    configs: u32,
+}
+
+fn set_ann(n: &mut Node, k: &str, v: Option<&str>) {
+    match v {
+        Some(v) => {
+            n.metadata.annotations.insert(k.into(), v.into());
+        }
+        None => {
+            n.metadata.annotations.remove(k);
+        }
+    }
+}
+
+fn set_ready(n: &mut Node, ready: bool) {
+    n.status.conditions = vec![aloft_api::Condition {
+        type_: "Ready".into(),
+        status: if ready { "True" } else { "False" }.into(),
+        ..Default::default()
+    }];
+}
+
+impl Sim {
+    fn new(f: &Fleet) -> Sim {
+        let nodes = f
+            .agents
+            .iter()
+            .enumerate()
+            .map(|(i, _)| {
+                let role = if i % 3 == 2 { "infra" } else { "worker" };
+                let labels = json!({format!("node-role.kubernetes.io/{role}"): "", "app": format!("a{}", i % 3),
+                    "zone": format!("z{}", i % 2)});
+                node(&format!("n{i:02}"), labels, "r0", "r0", "Done", true)
+            })
+            .collect();
+        let pools = ["infra", "worker"]
+            .iter()
+            .zip(&f.pools)
+            .map(|(name, spec)| pool(name, spec["maxUnavailable"].clone(), "r0", json!({"rollout": spec["rollout"]})))
+            .collect();
+        let budgets = f
+            .budgets
+            .iter()
+            .enumerate()
+            .map(|(i, spec)| {
+                serde_json::from_value(json!({"metadata": {"name": format!("b{i}")}, "spec": spec})).unwrap()
+            })
+            .collect();
+        Sim { nodes, agents: f.agents.clone(), pools, budgets, now: now(), configs: 0 }
+    }
+
+    fn snapshot(&self) -> Snapshot<'_> {
+        Snapshot { nodes: &self.nodes, pools: &self.pools, budgets: &self.budgets }
+    }
+
+    fn facts(&self) -> Vec<NodeFacts> {
+        self.nodes.iter().map(NodeFacts::of).collect()
+    }
+
+    /// The agent on node `i` takes one step, as aloft-agent would: Working, drain handshake
+    /// (gated by the drain controller's budget check), apply, Done and uncordon.
+    fn agent_step(&mut self, i: usize) {
+        let f = NodeFacts::of(&self.nodes[i]);
+        if f.desired.is_empty() || (f.desired == f.current && f.state != "Degraded") {
+            return;
+        }
+        match (self.agents[i], f.state.as_str()) {
+            (_, "Done") => set_ann(&mut self.nodes[i], ann::STATE, Some("Working")),
+            (Agent::Hangs, _) => {}
+            (Agent::Fails, "Working") => set_ann(&mut self.nodes[i], ann::STATE, Some("Degraded")),
+            (Agent::Fails, _) => {
+                // A flapping node: recovers and finishes this time.
+                self.agents[i] = Agent::Normal;
+                set_ann(&mut self.nodes[i], ann::STATE, Some("Working"));
+            }
+            (Agent::Normal, _) => {
+                if !self.nodes[i].spec.unschedulable {
+                    // The drain controller: cordon only within the budgets.
+                    let facts = self.facts();
+                    let unavailable: Vec<bool> = facts.iter().map(NodeFacts::disrupted).collect();
+                    let labels: Vec<&BTreeMap<String, String>> =
+                        self.nodes.iter().map(|n| &n.metadata.labels).collect();
+                    if Ledger::new(&self.budgets, &labels, &unavailable).check(i).is_ok() {
+                        self.nodes[i].spec.unschedulable = true;
+                    }
+                    return;
+                }
+                let desired = f.desired.clone();
+                set_ann(&mut self.nodes[i], ann::CURRENT_CONFIG, Some(&desired));
+                set_ann(&mut self.nodes[i], ann::STATE, Some("Done"));
+                self.nodes[i].spec.unschedulable = false;
+            }
+        }
+    }
+
+    fn new_config(&mut self, p: usize) {
+        self.configs += 1;
+        let name = format!("r{}", self.configs);
+        if let Some(c) = self.pools[p].spec.configuration.as_mut() {
+            c.name = name;
+        }
+    }
+
+    /// A controller pass over the stored state; returns the picks per pool.
+    fn reconcile(&mut self, lose_status: bool) -> Vec<PoolPlan> {
+        let plans = plan(self.snapshot(), self.now);
+        for pp in &plans {
+            for &i in &pp.picks {
+                set_ann(&mut self.nodes[i], ann::DESIRED_CONFIG, Some(&pp.target));
+                set_ann(&mut self.nodes[i], ann::PRESTAGE_CONFIG, None);
+            }
+            for (i, want) in &pp.prestage {
+                if !pp.picks.contains(i) {
+                    set_ann(&mut self.nodes[*i], ann::PRESTAGE_CONFIG, want.as_deref());
+                }
+            }
+            if !lose_status {
+                let st = self.pools[pp.pool].status.get_or_insert_with(Default::default);
+                st.rollout = pp.rollout.clone();
+            }
+        }
+        plans
+    }
+
+    /// The invariant, checked after every operation.
+    fn check(&self, plans: Option<&[PoolPlan]>) -> Result<(), TestCaseError> {
+        let facts = self.facts();
+        let (members, _) = pools::membership(&self.pools, &self.nodes);
+        for p in &self.pools {
+            let idx = members.get(&p.metadata.name).cloned().unwrap_or_default();
+            let max = pools::max_unavailable(p.spec.max_unavailable.as_ref(), idx.len());
+            // Disruption the rollout caused (asked to move and not finished) never exceeds it.
+            let by_rollout = idx.iter().filter(|&&i| facts[i].desired != facts[i].current).count();
+            prop_assert!(
+                by_rollout <= max,
+                "pool {}: {by_rollout} nodes updating > maxUnavailable {max}",
+                p.metadata.name
+            );
+            // When the controller picked, every unavailable node counted, picks included.
+            if let Some(pp) =
+                plans.and_then(|ps| ps.iter().find(|pp| self.pools[pp.pool].metadata.name == p.metadata.name))
+            {
+                if !pp.picks.is_empty() {
+                    let unavailable = idx.iter().filter(|&&i| facts[i].disrupted()).count();
+                    prop_assert!(
+                        unavailable <= max,
+                        "pool {}: picked {:?} with {unavailable} unavailable > maxUnavailable {max}",
+                        p.metadata.name,
+                        pp.picks
+                    );
+                    if let Some(r) = &pp.rollout {
+                        prop_assert!(r.phase != RolloutPhase::CircuitBroken, "picked while the breaker is open");
+                        prop_assert!(r.phase != RolloutPhase::Soaking, "picked while soaking");
+                    }
+                }
+            }
+        }
+        // Budgets: the rollout's own disruption (updating or cordoned) stays within every group,
+        // and a group a pick went into is within its budget counting everything.
+        let labels: Vec<&BTreeMap<String, String>> = self.nodes.iter().map(|n| &n.metadata.labels).collect();
+        let by_rollout: Vec<bool> =
+            self.nodes.iter().zip(&facts).map(|(n, f)| f.desired != f.current || n.spec.unschedulable).collect();
+        let ledger = Ledger::new(&self.budgets, &labels, &by_rollout);
+        for (name, g) in ledger.groups() {
+            prop_assert!(
+                g.unavailable <= g.allowed,
+                "budget {name} group {:?}: {} > {}",
+                g.key,
+                g.unavailable,
+                g.allowed
+            );
+        }
+        if let Some(plans) = plans {
+            let unavailable: Vec<bool> = facts.iter().map(NodeFacts::disrupted).collect();
+            let all = Ledger::new(&self.budgets, &labels, &unavailable);
+            for b in &self.budgets {
+                let sel = b.spec.selector.to_selector().unwrap();
+                for pp in plans {
+                    for &i in &pp.picks {
+                        if sel.matches(&self.nodes[i].metadata.labels) {
+                            prop_assert!(
+                                all.check(i).is_ok(),
+                                "picked {} beyond budget {}",
+                                self.nodes[i].metadata.name,
+                                b.metadata.name
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn no_pool_or_budget_is_ever_exceeded(f in fleet()) {
+        let mut sim = Sim::new(&f);
+        for op in &f.ops {
+            let plans = match op {
+                Op::Reconcile { lose_status } => Some(sim.reconcile(*lose_status)),
+                Op::AgentStep(n) => {
+                    let n = n % sim.nodes.len();
+                    sim.agent_step(n);
+                    None
+                }
+                Op::FlipReady(n) => {
+                    let n = n % sim.nodes.len();
+                    let ready = sim.nodes[n].is_ready();
+                    set_ready(&mut sim.nodes[n], !ready);
+                    None
+                }
+                Op::NewConfig(p) => {
+                    sim.new_config(*p);
+                    None
+                }
+                Op::Tick(s) => {
+                    sim.now += chrono::Duration::seconds(i64::from(*s));
+                    None
+                }
+            };
+            // Check the picks' moment before anything else moves.
+            sim.check(plans.as_deref())?;
+        }
+    }
+}
+
+#[test]
+fn a_restart_decides_the_same() {
+    // The decision has no memory: the same stored objects give the same plan.
+    let nodes: Vec<Node> = (0..6).map(|i| node(&format!("n{i}"), worker(), "r1", "r1", "Done", true)).collect();
+    let pools = [pool("worker", json!(IntOrString::Int(2)), "r2", json!({"rollout": {"canary": 1}}))];
+    let a = plan(Snapshot { nodes: &nodes, pools: &pools, budgets: &[] }, now());
+    let b = plan(Snapshot { nodes: &nodes, pools: &pools, budgets: &[] }, now());
+    assert_eq!(a, b);
+}

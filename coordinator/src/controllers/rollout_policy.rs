@@ -1,0 +1,259 @@
+//! The pool's rollout policy (`spec.rollout`: canary batch, soak time, circuit breaker) as a
+//! state machine over the stored `status.rollout` record. Pure: the same stored pool, nodes and
+//! clock give the same answer, so a restarted coordinator continues where the last one stopped
+//! (the soak counts from `soakStartTime`, a tripped breaker stays tripped).
+//!
+//! Why a controller-owned record and not `spec.paused`: the spec belongs to the user. A breaker
+//! that rewrote it could not tell its own pause from the user's, and a `kubectl apply` of the
+//! user's manifest would silently undo it. The record names the config it is about, so a new
+//! rendered config starts afresh; `aloft.dev/resumeRollout` (any new value) closes the breaker.
+
+use super::pools::NodeFacts;
+use aloft_api::{RolloutPhase, RolloutPolicy, RolloutStatus};
+use chrono::{DateTime, Utc};
+
+/// What the policy allows the node controller to do for the pool now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Gate {
+    /// Pick nodes, at most `limit` more (None: as many as maxUnavailable allows).
+    Pick { limit: Option<usize> },
+    /// Pick nothing, because of this.
+    Hold(HoldReason),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HoldReason {
+    /// The canary nodes are picked and have not all finished.
+    Canary {
+        canaries: usize,
+    },
+    Soaking {
+        until: DateTime<Utc>,
+    },
+    CircuitBroken {
+        failed: Vec<String>,
+        max_failures: usize,
+    },
+}
+
+/// The policy's answer and the record to store.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Evaluation {
+    pub gate: Gate,
+    pub status: RolloutStatus,
+}
+
+fn parse_time(s: &str) -> Option<DateTime<Utc>> {
+    DateTime::parse_from_rfc3339(s).ok().map(|t| t.with_timezone(&Utc))
+}
+
+fn rfc3339(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+/// Evaluate the policy for `target` over the pool's members. `names[i]` and `facts[i]` describe
+/// member `i`; `resume` is the pool's `aloft.dev/resumeRollout` annotation.
+pub fn evaluate(
+    policy: Option<&RolloutPolicy>,
+    previous: Option<&RolloutStatus>,
+    resume: Option<&str>,
+    target: &str,
+    names: &[&str],
+    facts: &[&NodeFacts],
+    now: DateTime<Utc>,
+) -> Evaluation {
+    let canary = policy.and_then(|p| p.canary).unwrap_or(0).max(0) as usize;
+    let soak = policy.and_then(|p| p.soak_seconds).unwrap_or(0).max(0);
+    let max_failures = policy.and_then(|p| p.max_failures).filter(|k| *k >= 0).map(|k| k as usize);
+    let mut st = match previous {
+        Some(p) if p.config == target => p.clone(),
+        _ => RolloutStatus {
+            config: target.to_string(),
+            phase: if canary > 0 { RolloutPhase::Canary } else { RolloutPhase::Batches },
+            // Keep the last honoured resume value: it must not resume the next config's breaker.
+            resume_token: previous.map(|p| p.resume_token.clone()).unwrap_or_default(),
+            ..Default::default()
+        },
+    };
+    // Failures on this config are remembered even if the node recovers: a flapping node must not
+    // reset the breaker.
+    for (name, f) in names.iter().zip(facts) {
+        if f.desired == target && f.degraded() && !st.failed_nodes.iter().any(|n| n == name) {
+            st.failed_nodes.push(name.to_string());
+        }
+    }
+    st.failed_nodes.sort();
+    if let Some(token) = resume.filter(|t| !t.is_empty() && *t != st.resume_token) {
+        st.resume_token = token.to_string();
+        let mut forgiven = st.forgiven_nodes.clone();
+        forgiven.extend(st.failed_nodes.iter().cloned());
+        forgiven.sort();
+        forgiven.dedup();
+        st.forgiven_nodes = forgiven;
+        if st.phase == RolloutPhase::CircuitBroken {
+            st.phase = if st.soak_start_time.is_some() {
+                RolloutPhase::Soaking
+            } else if canary > 0 {
+                RolloutPhase::Canary
+            } else {
+                RolloutPhase::Batches
+            };
+        }
+    }
+    if let Some(k) = max_failures {
+        let counted: Vec<String> = st.failed_nodes.iter().filter(|n| !st.forgiven_nodes.contains(n)).cloned().collect();
+        if counted.len() > k {
+            st.phase = RolloutPhase::CircuitBroken;
+        }
+        if st.phase == RolloutPhase::CircuitBroken {
+            return Evaluation {
+                gate: Gate::Hold(HoldReason::CircuitBroken { failed: counted, max_failures: k }),
+                status: st,
+            };
+        }
+    }
+    if st.phase == RolloutPhase::CircuitBroken {
+        // The breaker was turned off (maxFailures removed) while tripped: carry on.
+        st.phase = if st.soak_start_time.is_some() { RolloutPhase::Soaking } else { RolloutPhase::Batches };
+    }
+    if st.phase == RolloutPhase::Canary {
+        let wanted = canary.min(names.len());
+        let updated = facts.iter().filter(|f| f.updated_to(target)).count();
+        if updated < wanted {
+            let picked = facts.iter().filter(|f| f.desired == target).count();
+            let limit = wanted.saturating_sub(picked);
+            let gate = if limit == 0 {
+                Gate::Hold(HoldReason::Canary { canaries: wanted })
+            } else {
+                Gate::Pick { limit: Some(limit) }
+            };
+            return Evaluation { gate, status: st };
+        }
+        let nothing_left = facts.iter().all(|f| f.desired == target);
+        if soak > 0 && !nothing_left {
+            st.phase = RolloutPhase::Soaking;
+            st.soak_start_time = Some(rfc3339(now));
+        } else {
+            st.phase = RolloutPhase::Batches;
+        }
+    }
+    if st.phase == RolloutPhase::Soaking {
+        // An unreadable start time soaks from now: waiting longer is the safe side.
+        let start = st.soak_start_time.as_deref().and_then(parse_time).unwrap_or(now);
+        if st.soak_start_time.as_deref().and_then(parse_time).is_none() {
+            st.soak_start_time = Some(rfc3339(now));
+        }
+        let until = start + chrono::Duration::seconds(soak);
+        if now < until {
+            return Evaluation { gate: Gate::Hold(HoldReason::Soaking { until }), status: st };
+        }
+        st.phase = RolloutPhase::Batches;
+    }
+    Evaluation { gate: Gate::Pick { limit: None }, status: st }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn facts(desired: &str, current: &str, state: &str) -> NodeFacts {
+        NodeFacts {
+            current: current.into(),
+            desired: desired.into(),
+            state: state.into(),
+            reason: String::new(),
+            ready: true,
+            drain_failure: String::new(),
+            prestage: String::new(),
+        }
+    }
+
+    fn policy(canary: i64, soak: i64, max_failures: Option<i64>) -> RolloutPolicy {
+        RolloutPolicy { canary: Some(canary), soak_seconds: Some(soak), max_failures, ..Default::default() }
+    }
+
+    fn t(s: &str) -> DateTime<Utc> {
+        parse_time(s).unwrap()
+    }
+
+    #[test]
+    fn canary_then_soak_then_batches() {
+        let names = ["a", "b", "c"];
+        let p = policy(1, 600, None);
+        let old: Vec<NodeFacts> = (0..3).map(|_| facts("r1", "r1", "Done")).collect();
+        let refs: Vec<&NodeFacts> = old.iter().collect();
+        let e = evaluate(Some(&p), None, None, "r2", &names, &refs, t("2026-01-01T00:00:00Z"));
+        assert_eq!(e.gate, Gate::Pick { limit: Some(1) });
+        assert_eq!(e.status.phase, RolloutPhase::Canary);
+
+        let mut f = old.clone();
+        f[0] = facts("r2", "r1", "Working");
+        let refs: Vec<&NodeFacts> = f.iter().collect();
+        let e = evaluate(Some(&p), Some(&e.status), None, "r2", &names, &refs, t("2026-01-01T00:01:00Z"));
+        assert_eq!(e.gate, Gate::Hold(HoldReason::Canary { canaries: 1 }));
+
+        f[0] = facts("r2", "r2", "Done");
+        let refs: Vec<&NodeFacts> = f.iter().collect();
+        let e = evaluate(Some(&p), Some(&e.status), None, "r2", &names, &refs, t("2026-01-01T00:02:00Z"));
+        assert_eq!(e.gate, Gate::Hold(HoldReason::Soaking { until: t("2026-01-01T00:12:00Z") }));
+        assert_eq!(e.status.soak_start_time.as_deref(), Some("2026-01-01T00:02:00Z"));
+
+        // A restart re-evaluates from the stored record: same deadline.
+        let e = evaluate(Some(&p), Some(&e.status), None, "r2", &names, &refs, t("2026-01-01T00:11:59Z"));
+        assert!(matches!(e.gate, Gate::Hold(HoldReason::Soaking { .. })));
+        let e = evaluate(Some(&p), Some(&e.status), None, "r2", &names, &refs, t("2026-01-01T00:12:00Z"));
+        assert_eq!(e.gate, Gate::Pick { limit: None });
+        assert_eq!(e.status.phase, RolloutPhase::Batches);
+
+        // A new config starts over.
+        let e = evaluate(Some(&p), Some(&e.status), None, "r3", &names, &refs, t("2026-01-01T00:13:00Z"));
+        assert_eq!(e.status.phase, RolloutPhase::Canary);
+        assert_eq!(e.status.config, "r3");
+    }
+
+    #[test]
+    fn circuit_breaker_trips_sticks_and_resumes() {
+        let names = ["a", "b", "c", "d"];
+        let p = policy(0, 0, Some(1));
+        let mut f: Vec<NodeFacts> = (0..4).map(|_| facts("r1", "r1", "Done")).collect();
+        f[0] = facts("r2", "r1", "Degraded");
+        let refs: Vec<&NodeFacts> = f.iter().collect();
+        let now = t("2026-01-01T00:00:00Z");
+        let e = evaluate(Some(&p), None, None, "r2", &names, &refs, now);
+        assert_eq!(e.gate, Gate::Pick { limit: None }, "one failure is not more than maxFailures=1");
+        f[1] = facts("r2", "r1", "Unreconcilable");
+        let refs: Vec<&NodeFacts> = f.iter().collect();
+        let e = evaluate(Some(&p), Some(&e.status), None, "r2", &names, &refs, now);
+        assert_eq!(
+            e.gate,
+            Gate::Hold(HoldReason::CircuitBroken { failed: vec!["a".into(), "b".into()], max_failures: 1 })
+        );
+        // The nodes recover; the breaker stays open.
+        f[0] = facts("r2", "r2", "Done");
+        f[1] = facts("r2", "r2", "Done");
+        let refs: Vec<&NodeFacts> = f.iter().collect();
+        let e = evaluate(Some(&p), Some(&e.status), None, "r2", &names, &refs, now);
+        assert!(matches!(e.gate, Gate::Hold(HoldReason::CircuitBroken { .. })));
+        // Resumed once per new token.
+        let e = evaluate(Some(&p), Some(&e.status), Some("t1"), "r2", &names, &refs, now);
+        assert_eq!(e.gate, Gate::Pick { limit: None });
+        assert_eq!(e.status.forgiven_nodes, vec!["a".to_string(), "b".to_string()]);
+        f[2] = facts("r2", "r1", "Degraded");
+        f[3] = facts("r2", "r1", "Degraded");
+        let refs: Vec<&NodeFacts> = f.iter().collect();
+        let e = evaluate(Some(&p), Some(&e.status), Some("t1"), "r2", &names, &refs, now);
+        assert!(matches!(e.gate, Gate::Hold(HoldReason::CircuitBroken { ref failed, .. }) if failed == &["c", "d"]));
+        // A new config closes it.
+        let e = evaluate(Some(&p), Some(&e.status), Some("t1"), "r3", &names, &refs, now);
+        assert_eq!(e.gate, Gate::Pick { limit: None });
+    }
+
+    #[test]
+    fn no_policy_means_batches() {
+        let f = [facts("r1", "r1", "Done")];
+        let refs: Vec<&NodeFacts> = f.iter().collect();
+        let e = evaluate(None, None, None, "r2", &["a"], &refs, t("2026-01-01T00:00:00Z"));
+        assert_eq!(e.gate, Gate::Pick { limit: None });
+        assert_eq!(e.status.phase, RolloutPhase::Batches);
+    }
+}

@@ -1,0 +1,96 @@
+//! A sandboxed host for fleet tests: a root directory with the files an agent expects, its own
+//! private dbus-daemon serving the test systemd/logind (the one boundary that cannot run here),
+//! and a real `aloft-agent` process on it.
+
+use crate::{bin, Coordinator};
+use aloft_agent::testing::{FakeSystemd, TestBus};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+/// One host. Dropping it kills its agent (and prints the agent's log tail if the test failed).
+pub struct Host {
+    pub name: String,
+    pub root: tempfile::TempDir,
+    _bus: TestBus,
+    pub fake: FakeSystemd,
+    agent: Option<Child>,
+    pub bus_address: String,
+    /// More agent flags (timeouts), appended to the defaults.
+    pub extra_args: Vec<String>,
+}
+
+impl Host {
+    /// A root with /etc/passwd, /etc/group, a boot id, and a private bus serving the test
+    /// systemd/logind.
+    pub async fn new(name: &str) -> Host {
+        let root = tempfile::tempdir().unwrap();
+        let r = root.path();
+        for d in ["etc/systemd/system", "home/core", "var/lib", "proc/sys/kernel/random"] {
+            std::fs::create_dir_all(r.join(d)).unwrap();
+        }
+        std::fs::write(
+            r.join("etc/passwd"),
+            "root:x:0:0:root:/root:/bin/bash\ncore:x:1000:1000:core:/home/core:/bin/bash\n",
+        )
+        .unwrap();
+        std::fs::write(r.join("etc/group"), "root:x:0:\ncore:x:1000:\n").unwrap();
+        std::fs::write(r.join("proc/sys/kernel/random/boot_id"), format!("boot-1-{name}\n")).unwrap();
+        let bus = TestBus::start().unwrap();
+        let fake = FakeSystemd::serve(&bus, r).await.unwrap();
+        let bus_address = bus.address().to_string();
+        Host { name: name.into(), root, _bus: bus, fake, agent: None, bus_address, extra_args: Vec::new() }
+    }
+
+    /// Start `aloft-agent` on this host against `c`, enrolling with the bootstrap token file.
+    pub fn start_agent(&mut self, c: &Coordinator, bootstrap: &Path) {
+        let log = std::fs::File::create(self.root.path().join("agent.log")).unwrap();
+        let child = Command::new(bin("aloft-agent"))
+            .args(["--coordinator", c.url(), "--node-name", &self.name, "--metrics-listen", ""])
+            .arg("--ca")
+            .arg(c.ca_path())
+            .arg("--bootstrap-token-file")
+            .arg(bootstrap)
+            .arg("--root")
+            .arg(self.root.path())
+            .args(["--bus-address", &self.bus_address, "--drain-timeout-seconds", "60"])
+            .args(&self.extra_args)
+            .env("ALOFT_LOG", std::env::var("ALOFT_TEST_AGENT_LOG").unwrap_or_else(|_| "info".into()))
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn aloft-agent");
+        self.agent = Some(child);
+    }
+
+    /// SIGKILL the agent.
+    pub fn stop_agent(&mut self) {
+        if let Some(mut c) = self.agent.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// A path inside the host's root.
+    pub fn path(&self, p: &str) -> PathBuf {
+        self.root.path().join(p.trim_start_matches('/'))
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.root.path().join("agent.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        self.stop_agent();
+        if std::thread::panicking() {
+            eprintln!("--- agent {} log (tail) ---", self.name);
+            let log = self.log();
+            let lines: Vec<&str> = log.lines().collect();
+            for l in &lines[lines.len().saturating_sub(30)..] {
+                eprintln!("{l}");
+            }
+            eprintln!("--- {} systemd calls: {:?}", self.name, self.fake.call_strings());
+        }
+    }
+}
