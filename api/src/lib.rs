@@ -9,6 +9,7 @@ pub mod ignition;
 pub mod machineconfig;
 pub mod meta;
 pub mod node;
+pub mod osimage;
 pub mod reconcile;
 pub mod render;
 pub mod selector;
