@@ -462,6 +462,16 @@ impl Agent {
             return;
         };
         let mut watch = crate::drift::watch(&self.root, &cur);
+        // Degraded by drift: a repair made before this watch was armed (while the Node was being
+        // re-read) sent no event to it; look once now that it is.
+        if matches!(&self.phase, Phase::Degraded { target, .. } if *target == cur.metadata.name) {
+            if let Err(e) = self.check_drift(&cur).await {
+                tracing::warn!(error = %format!("{e:#}"), "drift check failed");
+            }
+            if !matches!(self.phase, Phase::Degraded { .. }) {
+                return;
+            }
+        }
         let api = self.api.clone();
         let revision = node.revision.clone();
         let changed = async move { api.wait_change(&revision, Duration::from_secs(300)).await };
