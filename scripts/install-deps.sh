@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Install what building and testing aloft needs on Debian 12, as root (dbus-daemon: the agent's
-# tests run a private bus). Idempotent and quick when
+# tests run a private bus; libostree-dev/ostree/gpg: the agent's OS backend links libostree
+# 2022.7 and its tests build, sign and deploy real commits). Idempotent and quick when
 # everything is already there. The Rust toolchain (stable 1.95) is expected on the machine.
 set -euo pipefail
 
 need=()
-for pkg in build-essential pkg-config ca-certificates dbus-daemon; do
+for pkg in build-essential pkg-config ca-certificates dbus-daemon libostree-dev ostree gpg; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 # kubectl is a test client. Machine images may already carry one (the `kubectl` package); Debian's
@@ -17,7 +18,8 @@ if ((${#need[@]})); then
   echo "installing: ${need[*]}" >&2
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
-  apt-get install -y -qq "${need[@]}" >/dev/null
+  # Another apt (an image build) may hold the lock: wait for it rather than fail.
+  apt-get -o DPkg::Lock::Timeout=600 install -y -qq "${need[@]}" >/dev/null
 fi
 if ! command -v cargo >/dev/null 2>&1; then
   echo "cargo not found: aloft needs a Rust toolchain (stable 1.95) on PATH" >&2

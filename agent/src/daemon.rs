@@ -18,6 +18,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+mod osflow;
+pub use osflow::{OsAgent, OsOptions};
+
 /// How the daemon was started.
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -31,6 +34,8 @@ pub struct Options {
     pub metrics_listen: Option<String>,
     pub drain_timeout: Duration,
     pub workload_stop_timeout: Duration,
+    /// The OS backend (an ostree sysroot); `None`: files and units only, the booted OS is kept.
+    pub os: Option<OsOptions>,
 }
 
 /// What to do next.
@@ -46,12 +51,37 @@ pub enum Step {
     FinishAfterReboot { target: String },
     /// Asked for a reboot that has not happened (a crash in between): ask again.
     Reboot { target: String },
+    /// Booted after an OS update to `target`: verify the booted commit and kernel arguments, run
+    /// the health checks, then finish (or roll back).
+    VerifyOs { target: String },
+    /// Booted back into the previous OS after failed health checks: report Degraded.
+    FinishRollback { target: String },
 }
 
 /// The state machine's transition function. `current` is the on-disk current config's name
 /// ("" before the first apply), `boot_id` the boot we run in.
 pub fn decide(phase: &Phase, node: &NodeView, current: &str, boot_id: &str) -> Step {
     let desired = node.annotation(ann::DESIRED_CONFIG);
+    // An OS update finishes (verified, health-checked, or rolled back) before anything else,
+    // even if the coordinator has changed its mind meanwhile.
+    match phase {
+        Phase::RebootingStaged { target, boot_id: asked_in, .. } if target == current => {
+            return if asked_in != boot_id {
+                Step::VerifyOs { target: target.clone() }
+            } else {
+                Step::Reboot { target: target.clone() }
+            };
+        }
+        Phase::Verifying { target, .. } if target == current => return Step::VerifyOs { target: target.clone() },
+        Phase::RollingBack { target, boot_id: asked_in, .. } if target == current => {
+            return if asked_in != boot_id {
+                Step::FinishRollback { target: target.clone() }
+            } else {
+                Step::Reboot { target: target.clone() }
+            };
+        }
+        _ => {}
+    }
     if let Phase::Rebooting { target, boot_id: asked_in } = phase {
         if target == current {
             return if asked_in != boot_id {
@@ -160,6 +190,10 @@ pub struct Agent {
     /// This process already asked logind to reboot: do not ask again on every Node change. A new
     /// process in the same boot (a crash before the reboot) asks again.
     reboot_asked: bool,
+    /// The OS backend and health checks, when this node has an ostree sysroot.
+    pub os: Option<OsAgent>,
+    /// The config a background pre-stage download was started for (not started twice).
+    prestage_started: Option<String>,
 }
 
 impl Agent {
@@ -178,6 +212,8 @@ impl Agent {
             status_tx: None,
             metrics: None,
             reboot_asked: false,
+            os: None,
+            prestage_started: None,
         })
     }
 
@@ -211,6 +247,7 @@ impl Agent {
             } else {
                 format!("{}: {progress}", self.phase.name())
             },
+            os: self.os_status_json(),
             ..Default::default()
         };
         st.touch();
@@ -255,14 +292,21 @@ impl Agent {
     /// One step of the loop; returns the step taken.
     pub async fn step(&mut self, node: &NodeView) -> Result<Step> {
         self.desired = node.annotation(ann::DESIRED_CONFIG).to_string();
+        self.maybe_prestage(node);
         let step = decide(&self.phase, node, &self.current_name(), &state::boot_id(&self.root));
         match &step {
             Step::Wait => {}
             Step::ReportDone => self.report_done().await?,
             Step::Update { target } => self.update(target).await?,
             Step::FinishAfterReboot { target } => self.finish(target, true).await?,
-            Step::Reboot { target } if !self.reboot_asked => self.reboot(target).await?,
+            Step::Reboot { target } if !self.reboot_asked => match self.phase {
+                Phase::Rebooting { .. } => self.reboot(target).await?,
+                // The OS phases keep what they know; only the request is repeated.
+                _ => self.ask_reboot(target).await?,
+            },
             Step::Reboot { .. } => {}
+            Step::VerifyOs { target } => self.verify_os_boot(target).await?,
+            Step::FinishRollback { target } => self.finish_rollback(target).await?,
         }
         Ok(step)
     }
@@ -283,7 +327,17 @@ impl Agent {
         if let Err(refusal) = crate::engine::validate(&self.root, &old_spec, &new_spec) {
             return self.fail(target, refusal.message, refusal.unreconcilable).await;
         }
-        let changes = changes::between(&old_spec, &new_spec);
+        let mut changes = changes::between(&old_spec, &new_spec);
+        let os_work = match self.os_prepare(target, &old_spec, &new_spec).await {
+            Ok(w) => w,
+            Err(refusal) => return self.fail(target, refusal.message, refusal.unreconcilable).await,
+        };
+        if os_work.is_none() && self.os.is_some() {
+            // The booted OS already is what the config asks for (commit and kernel arguments):
+            // an osImageURL or kernel-argument change alone needs no reboot.
+            changes.os_update = false;
+            changes.kernel_arguments = false;
+        }
         let policy = match self.api.disruption_policy().await {
             Ok(p) => p,
             Err(e) => return self.fail(target, format!("{e:#}"), false).await,
@@ -308,10 +362,20 @@ impl Agent {
         if let Err(e) = crate::engine::apply(&self.root, &old_spec, &new_spec, self.services.as_ref()).await {
             return self.fail(target, format!("{e:#}"), false).await;
         }
+        let staged = match os_work {
+            Some(req) => match self.os_stage(target, req).await {
+                Ok(checksum) => Some(checksum),
+                Err(e) => return self.fail(target, e, false).await,
+            },
+            None => None,
+        };
         let mut applied = new.clone();
         applied.spec = new_spec;
         save_current(&self.root, &applied)?;
         self.current = Some(applied);
+        if let Some(checksum) = staged {
+            return self.reboot_staged(target, checksum).await;
+        }
         if plan.reboot {
             return self.reboot(target).await;
         }
@@ -327,6 +391,11 @@ impl Agent {
         self.enter(Phase::Rebooting { target: target.into(), boot_id }, "rebooting")?;
         let current = self.current_name();
         self.api.report("Working", "", Some(&current)).await.ok();
+        self.ask_reboot(target).await
+    }
+
+    /// Ask logind to reboot (the phase says why); a failure is Degraded.
+    async fn ask_reboot(&mut self, target: &str) -> Result<()> {
         if let Err(e) = self.services.reboot(&format!("aloft: applying {target}")).await {
             return self.fail(target, format!("reboot failed: {e}"), false).await;
         }
@@ -340,7 +409,7 @@ impl Agent {
     /// After the change took effect: verify the disk, uncordon if drained, report Done.
     async fn finish(&mut self, target: &str, drained: bool) -> Result<()> {
         if let Some(cur) = &self.current {
-            if let Err(drift) = crate::engine::verify(&self.root, cur) {
+            if let Err(drift) = self.verify_current(cur) {
                 return self.fail(target, drift, false).await;
             }
         }
@@ -388,7 +457,7 @@ impl Agent {
             self.fail(&target, reason, false).await?;
         }
         if let (Phase::Idle, Some(cur)) = (&self.phase, &self.current) {
-            if let Err(drift) = crate::engine::verify(&self.root, cur) {
+            if let Err(drift) = self.verify_current(cur) {
                 let name = cur.metadata.name.clone();
                 self.fail(&name, drift, false).await?;
             }
@@ -405,6 +474,16 @@ impl Agent {
             return;
         };
         let mut watch = crate::drift::watch(&self.root, &cur);
+        // Degraded by drift: a repair made before this watch was armed (while the Node was being
+        // re-read) sent no event to it; look once now that it is.
+        if matches!(&self.phase, Phase::Degraded { target, .. } if *target == cur.metadata.name) {
+            if let Err(e) = self.check_drift(&cur).await {
+                tracing::warn!(error = %format!("{e:#}"), "drift check failed");
+            }
+            if !matches!(self.phase, Phase::Degraded { .. }) {
+                return;
+            }
+        }
         let api = self.api.clone();
         let revision = node.revision.clone();
         let changed = async move { api.wait_change(&revision, Duration::from_secs(300)).await };
@@ -435,7 +514,7 @@ impl Agent {
 
     async fn check_drift(&mut self, cur: &MachineConfig) -> Result<()> {
         let name = cur.metadata.name.clone();
-        let drifted = crate::engine::verify(&self.root, cur);
+        let drifted = self.verify_current(cur);
         if let Some(m) = &self.metrics {
             m.set_drift(drifted.is_err());
         }
@@ -446,6 +525,13 @@ impl Agent {
             }
             (Ok(()), Phase::Degraded { target, .. }) if *target == name => {
                 tracing::info!("on-disk state matches the current config again");
+                // Degraded after the apply but before the uncordon (the handshake failed, e.g.
+                // the coordinator restarted): finish that part first, or the node stays cordoned.
+                let node = self.api.get().await?;
+                if node.annotation(ann::DESIRED_DRAIN).starts_with("drain-") {
+                    crate::workloads::start(self.services.as_ref()).await?;
+                    self.api.drain_handshake(&format!("uncordon-{name}"), Duration::from_secs(600)).await?;
+                }
                 self.report_done().await?;
             }
             _ => {}
@@ -515,6 +601,10 @@ pub async fn run(opts: Options) -> Result<()> {
     let services = crate::engine::connect_services(opts.bus_address.as_deref()).await?;
     let mut agent = Agent::new(root, api, services, opts.drain_timeout)?;
     agent.workload_stop_timeout = opts.workload_stop_timeout;
+    if let Some(os) = &opts.os {
+        agent.os = Some(OsAgent::new(&agent.root, os));
+        tracing::info!(sysroot = %os.sysroot.display(), remote = %os.remote, keyring = %os.keyring.display(), "managing the OS through libostree");
+    }
     if let Some(addr) = &opts.metrics_listen {
         let metrics = Arc::new(Metrics::new());
         crate::metrics::serve(addr, metrics.clone()).await?;
@@ -581,6 +671,36 @@ mod tests {
         assert_eq!(
             decide(&rebooting, &node("r2", "r1", "Working"), "r2", "b2"),
             Step::FinishAfterReboot { target: "r2".into() }
+        );
+    }
+
+    #[test]
+    fn os_update_transitions() {
+        let staged = Phase::RebootingStaged { target: "r2".into(), boot_id: "b1".into(), checksum: "c".into() };
+        let working = node("r2", "r1", "Working");
+        assert_eq!(decide(&staged, &working, "r2", "b1"), Step::Reboot { target: "r2".into() }, "same boot: ask again");
+        assert_eq!(decide(&staged, &working, "r2", "b2"), Step::VerifyOs { target: "r2".into() }, "new boot: verify");
+        assert_eq!(
+            decide(&staged, &node("r3", "r1", "Working"), "r2", "b2"),
+            Step::VerifyOs { target: "r2".into() },
+            "a new desired config waits until the OS update is verified"
+        );
+        let verifying = Phase::Verifying { target: "r2".into(), checksum: "c".into() };
+        assert_eq!(decide(&verifying, &working, "r2", "b2"), Step::VerifyOs { target: "r2".into() }, "crash: again");
+        let back =
+            Phase::RollingBack { target: "r2".into(), boot_id: "b2".into(), checksum: "c".into(), reason: "x".into() };
+        assert_eq!(decide(&back, &working, "r2", "b2"), Step::Reboot { target: "r2".into() });
+        assert_eq!(decide(&back, &working, "r2", "b3"), Step::FinishRollback { target: "r2".into() });
+        let degraded = Phase::Degraded { target: "r2".into(), reason: "health check failed".into() };
+        assert_eq!(
+            decide(&degraded, &node("r2", "r2", "Degraded"), "r2", "b3"),
+            Step::Wait,
+            "after the rollback the same desired config is not retried"
+        );
+        assert_eq!(
+            decide(&degraded, &node("r3", "r2", "Degraded"), "r2", "b3"),
+            Step::Update { target: "r3".into() },
+            "a new desired config is"
         );
     }
 }

@@ -52,4 +52,9 @@ pub trait ServiceManager: Send + Sync {
     async fn wants(&self, unit: &str) -> Result<Vec<String>, ServiceError>;
     /// Reboot through logind (`org.freedesktop.login1.Manager.Reboot`).
     async fn reboot(&self, reason: &str) -> Result<(), ServiceError>;
+    /// `systemctl is-active`: `active`, `failed`, ... (health checks of required units). Not
+    /// every implementation can tell; the default says so.
+    async fn active_state(&self, unit: &str) -> Result<String, ServiceError> {
+        Err(ServiceError::Call { operation: format!("is-active {unit}"), message: "not supported".into() })
+    }
 }

@@ -13,6 +13,8 @@ pub mod drift;
 pub mod engine;
 pub mod enroll;
 pub mod host;
+// The OS seam (libostree): pull, stage, verify, health checks, rollback.
+pub mod os;
 pub mod state;
 
 // The apply engine (validation, files, units, SSH, journal, on-disk verification).

@@ -55,9 +55,61 @@ struct RunArgs {
     /// update gives up (Degraded; retried).
     #[arg(long, env = "ALOFT_WORKLOAD_STOP_TIMEOUT_SECONDS", default_value_t = 300)]
     workload_stop_timeout_seconds: u64,
+    /// The ostree sysroot whose OS the agent manages: `auto` (the root, when it holds
+    /// ostree/repo and ostree/deploy: `/` on a booted node), a path, or `none` (files and units
+    /// only; osImageURL must then stay empty).
+    #[arg(long, env = "ALOFT_OSTREE_SYSROOT", default_value = "auto")]
+    ostree_sysroot: String,
+    /// The ostree stateroot (osname) deployments go to.
+    #[arg(long, env = "ALOFT_OSTREE_OSNAME", default_value = "aloft")]
+    ostree_osname: String,
+    /// The ostree remote the agent points at the osImageURL's repository (gpg-verify=true).
+    #[arg(long, env = "ALOFT_OSTREE_REMOTE", default_value = "aloft")]
+    ostree_remote: String,
+    /// GPG keyring whose keys may sign OS commits; default <root>/usr/share/ostree/trusted.gpg.d/aloft.gpg.
+    #[arg(long, env = "ALOFT_OSTREE_KEYRING")]
+    ostree_keyring: Option<PathBuf>,
+    /// Units that must be active after an OS-update boot (comma-separated), besides the
+    /// executables in /usr/lib/aloft/health.d and /etc/aloft/health.d.
+    #[arg(long, env = "ALOFT_HEALTH_REQUIRED_UNITS", default_value = "")]
+    health_required_units: String,
+    /// How long each health check may take.
+    #[arg(long, env = "ALOFT_HEALTH_TIMEOUT_SECONDS", default_value_t = 300)]
+    health_timeout_seconds: u64,
     /// Environment-style config file (KEY=value lines for the ALOFT_* options above).
     #[arg(long)]
     config: Option<PathBuf>,
+}
+
+/// The OS options from the flags: `None` when the agent does not manage the OS.
+fn os_options(a: &RunArgs) -> Result<Option<daemon::OsOptions>> {
+    let sysroot = match a.ostree_sysroot.as_str() {
+        "none" => return Ok(None),
+        "auto" if aloft_agent::os::ostree::is_sysroot(&a.root) => a.root.clone(),
+        "auto" => return Ok(None),
+        path => {
+            let p = PathBuf::from(path);
+            anyhow::ensure!(
+                aloft_agent::os::ostree::is_sysroot(&p),
+                "--ostree-sysroot {path}: not an ostree sysroot (no ostree/repo and ostree/deploy)"
+            );
+            p
+        }
+    };
+    Ok(Some(daemon::OsOptions {
+        sysroot,
+        osname: a.ostree_osname.clone(),
+        remote: a.ostree_remote.clone(),
+        keyring: a.ostree_keyring.clone().unwrap_or_else(|| a.root.join(aloft_agent::os::ostree::DEFAULT_KEYRING)),
+        required_units: a
+            .health_required_units
+            .split(',')
+            .map(str::trim)
+            .filter(|u| !u.is_empty())
+            .map(String::from)
+            .collect(),
+        health_timeout: Duration::from_secs(a.health_timeout_seconds.max(1)),
+    }))
 }
 
 #[derive(Subcommand)]
@@ -116,6 +168,7 @@ fn main() -> Result<()> {
         }
         None => {
             let a = cli.run;
+            let os = os_options(&a)?;
             let coordinator = a.coordinator.context("--coordinator URL is required (or ALOFT_COORDINATOR)")?;
             let node_name = match a.node_name {
                 Some(n) => n,
@@ -144,6 +197,7 @@ fn main() -> Result<()> {
                 metrics_listen: Some(a.metrics_listen).filter(|s| !s.is_empty()),
                 drain_timeout: Duration::from_secs(a.drain_timeout_seconds),
                 workload_stop_timeout: Duration::from_secs(a.workload_stop_timeout_seconds),
+                os,
             };
             rt.block_on(daemon::run(opts))
         }

@@ -23,8 +23,20 @@ pub enum Phase {
     Applying { target: String },
     /// Running the rebootless actions of the disruption policy.
     Acting { target: String },
+    /// Pulling (unless pre-staged) and staging the OS deployment of `target`; files and units
+    /// are written, the current config is not saved yet (a crash here redoes the update).
+    Staging { target: String },
     /// Asked logind to reboot, from the boot with `boot_id`.
     Rebooting { target: String, boot_id: String },
+    /// Asked logind to reboot into the staged OS deployment of commit `checksum`, from the boot
+    /// with `boot_id`; the next boot verifies it and runs the health checks.
+    RebootingStaged { target: String, boot_id: String, checksum: String },
+    /// Booted after an OS update: checking the booted commit and kernel arguments, then the
+    /// health checks.
+    Verifying { target: String, checksum: String },
+    /// Health checks failed on commit `checksum`: the previous deployment is the default and
+    /// logind was asked (from `boot_id`) to reboot into it; then Degraded with `reason`.
+    RollingBack { target: String, boot_id: String, checksum: String, reason: String },
     /// Asked the coordinator to uncordon (`request`), waiting for the answer.
     Uncordoning { target: String, request: String },
     /// Failed on `target`; retried with backoff.
@@ -38,7 +50,7 @@ impl Phase {
     pub fn mco_state(&self) -> &'static str {
         match self {
             Phase::Idle => "Done",
-            Phase::Degraded { .. } => "Degraded",
+            Phase::Degraded { .. } | Phase::RollingBack { .. } => "Degraded",
             Phase::Unreconcilable { .. } => "Unreconcilable",
             _ => "Working",
         }
@@ -51,7 +63,11 @@ impl Phase {
             | Phase::Draining { target, .. }
             | Phase::Applying { target }
             | Phase::Acting { target }
+            | Phase::Staging { target }
             | Phase::Rebooting { target, .. }
+            | Phase::RebootingStaged { target, .. }
+            | Phase::Verifying { target, .. }
+            | Phase::RollingBack { target, .. }
             | Phase::Uncordoning { target, .. }
             | Phase::Degraded { target, .. }
             | Phase::Unreconcilable { target, .. } => Some(target),
@@ -60,7 +76,9 @@ impl Phase {
 
     pub fn reason(&self) -> &str {
         match self {
-            Phase::Degraded { reason, .. } | Phase::Unreconcilable { reason, .. } => reason,
+            Phase::Degraded { reason, .. }
+            | Phase::Unreconcilable { reason, .. }
+            | Phase::RollingBack { reason, .. } => reason,
             _ => "",
         }
     }
@@ -73,7 +91,11 @@ impl Phase {
             Phase::Draining { .. } => "draining",
             Phase::Applying { .. } => "applying",
             Phase::Acting { .. } => "acting",
+            Phase::Staging { .. } => "staging",
             Phase::Rebooting { .. } => "rebooting",
+            Phase::RebootingStaged { .. } => "rebooting-staged",
+            Phase::Verifying { .. } => "verifying",
+            Phase::RollingBack { .. } => "rolling-back",
             Phase::Uncordoning { .. } => "uncordoning",
             Phase::Degraded { .. } => "degraded",
             Phase::Unreconcilable { .. } => "unreconcilable",
@@ -134,6 +156,15 @@ mod tests {
         assert_eq!(Phase::Idle.mco_state(), "Done");
         let u = Phase::Unreconcilable { target: "t".into(), reason: "fips".into() };
         assert_eq!((u.mco_state(), u.reason(), u.target()), ("Unreconcilable", "fips", Some("t")));
+        let r = Phase::RollingBack {
+            target: "t".into(),
+            boot_id: "b".into(),
+            checksum: "c".into(),
+            reason: "health check x failed".into(),
+        };
+        save(&root, &r).unwrap();
+        assert_eq!(load(&root).unwrap(), r, "OS phases persist too");
+        assert_eq!((r.mco_state(), r.reason()), ("Degraded", "health check x failed"));
         std::fs::write(root.state_dir().join("phase.json"), "{nope").unwrap();
         assert!(load(&root).is_err());
     }

@@ -476,6 +476,10 @@ impl ServiceManager for SystemdDbus {
         })?;
         Ok(())
     }
+
+    async fn active_state(&self, unit: &str) -> Result<String, ServiceError> {
+        Ok(SystemdDbus::active_state(self, unit).await?)
+    }
 }
 
 #[cfg(test)]

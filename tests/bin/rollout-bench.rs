@@ -34,7 +34,8 @@ struct Args {
 }
 
 fn parse_args() -> Result<Args> {
-    let mut a = Args { nodes: 1000, max_unavailable: "10%".into(), per_node: Duration::from_millis(500), failure_rate: 0.0 };
+    let mut a =
+        Args { nodes: 1000, max_unavailable: "10%".into(), per_node: Duration::from_millis(500), failure_rate: 0.0 };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
         let mut value = || it.next().with_context(|| format!("{flag} needs a value"));

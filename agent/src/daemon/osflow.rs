@@ -1,0 +1,288 @@
+//! The OS steps of the daemon's update: check and download the OS commit before the node is
+//! drained, stage it after files and units are written, reboot into it, then verify it and run
+//! the health checks — rolling back to the previous deployment when they fail.
+//!
+//! Kept apart from `daemon.rs` so the file-and-unit flow reads as before; every method here is
+//! a step of the same state machine (it persists its phase through [`Agent::enter`]).
+
+use super::Agent;
+use crate::engine::Refused;
+use crate::host::Root;
+use crate::os::denylist::{self, Denylist};
+use crate::os::health::HealthChecks;
+use crate::os::ostree::{OstreeBackend, OstreeConfig};
+use crate::os::{kargs, prestage, OsError, OsHandle, StageRequest};
+use crate::state::{self, Phase};
+use aloft_api::osimage;
+use aloft_api::{MachineConfig, MachineConfigSpec};
+use anyhow::Result;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How the agent manages the OS (command-line flags `--ostree-*`, `--health-*`).
+#[derive(Debug, Clone)]
+pub struct OsOptions {
+    /// The ostree sysroot: `/` on a booted node; a directory in tests.
+    pub sysroot: PathBuf,
+    /// The stateroot deployments go to.
+    pub osname: String,
+    /// The ostree remote the agent points at the osImageURL's repository.
+    pub remote: String,
+    /// The GPG keyring (absolute) whose keys may sign OS commits.
+    pub keyring: PathBuf,
+    /// Units that must be active after an OS-update boot.
+    pub required_units: Vec<String>,
+    /// Per health check.
+    pub health_timeout: Duration,
+}
+
+/// The OS backend and the health checks, as the daemon uses them.
+#[derive(Clone)]
+pub struct OsAgent {
+    pub handle: OsHandle,
+    pub health: HealthChecks,
+}
+
+impl OsAgent {
+    /// The libostree backend for `opts`.
+    pub fn new(root: &Root, opts: &OsOptions) -> Self {
+        let cfg = OstreeConfig {
+            sysroot: opts.sysroot.clone(),
+            osname: opts.osname.clone(),
+            remote: opts.remote.clone(),
+            keyring: opts.keyring.clone(),
+            cmdline_path: PathBuf::from("/proc/cmdline"),
+        };
+        OsAgent {
+            handle: OsHandle::new(Arc::new(OstreeBackend::new(cfg))),
+            health: HealthChecks {
+                root: root.clone(),
+                required_units: opts.required_units.clone(),
+                timeout: opts.health_timeout,
+            },
+        }
+    }
+}
+
+fn refused(message: impl Into<String>, unreconcilable: bool) -> Refused {
+    Refused { message: message.into(), unreconcilable }
+}
+
+impl Agent {
+    /// The deployments for the status (`null` without an OS backend, or if libostree fails).
+    pub(super) fn os_status_json(&self) -> serde_json::Value {
+        let Some(os) = &self.os else { return serde_json::Value::Null };
+        match os.handle.status_now() {
+            Ok(st) => serde_json::to_value(st).unwrap_or_default(),
+            Err(e) => serde_json::json!({ "error": e.to_string() }),
+        }
+    }
+
+    /// Start the background download the coordinator asked for with `aloft.dev/prestageConfig`,
+    /// once per config.
+    pub(super) fn maybe_prestage(&mut self, node: &crate::coordinator::NodeView) {
+        let Some(os) = &self.os else { return };
+        let name = node.annotation(prestage::PRESTAGE_CONFIG);
+        if name.is_empty()
+            || node.annotation(prestage::PRESTAGED_CONFIG) == name
+            || self.prestage_started.as_deref() == Some(name)
+        {
+            return;
+        }
+        self.prestage_started = Some(name.to_string());
+        tracing::info!(config = name, "pre-staging the OS commit of a config in the background");
+        tokio::spawn(prestage::run(self.api.clone(), os.handle.clone(), self.root.clone(), name.to_string()));
+    }
+
+    /// Before anything is written or drained: refuse an osImageURL this node cannot apply, refuse
+    /// a commit that failed here before, download (and verify) the commit. Returns what to stage,
+    /// or `None` when the booted OS already is what `new` asks for.
+    pub(super) async fn os_prepare(
+        &mut self,
+        target: &str,
+        old: &MachineConfigSpec,
+        new: &MachineConfigSpec,
+    ) -> Result<Option<StageRequest>, Refused> {
+        let image = osimage::parse(&new.os_image_url).map_err(|e| refused(e.to_string(), true))?;
+        let os_changed = old.os_image_url != new.os_image_url;
+        let kargs_changed = old.kernel_arguments != new.kernel_arguments;
+        if !os_changed && !kargs_changed {
+            return Ok(None);
+        }
+        let Some(os) = self.os.clone() else {
+            if image.is_some() && os_changed {
+                return Err(refused(
+                    "osImageURL: this node has no ostree sysroot, so aloft-agent cannot deploy an OS commit \
+                     (start it with --ostree-sysroot, or leave osImageURL empty)",
+                    true,
+                ));
+            }
+            if kargs_changed {
+                tracing::warn!("kernelArguments changed but this node has no ostree sysroot: only rebooting");
+            }
+            return Ok(None);
+        };
+        let denied = denylist::refresh(&self.root, target).map_err(|e| refused(e.to_string(), false))?;
+        if let Some(img) = &image {
+            if let Some(entry) = denied.find(&img.checksum) {
+                return Err(refused(
+                    format!(
+                        "OS commit {} failed on this node ({}); not retried until the desired config changes",
+                        img.checksum, entry.reason
+                    ),
+                    false,
+                ));
+            }
+        }
+        let status = os.handle.run(|b| b.status()).await.map_err(|e| refused(e.to_string(), false))?;
+        let Some(booted_or_default) = status.booted.clone().or_else(|| status.deployments.first().cloned()) else {
+            return Err(refused("the ostree sysroot has no deployment to update from", false));
+        };
+        // Nothing to do when the running OS is already the commit with the right arguments.
+        let want_kargs =
+            kargs::compute(&booted_or_default.kernel_arguments, &old.kernel_arguments, &new.kernel_arguments);
+        let same_commit = image.as_ref().is_none_or(|i| i.checksum == booted_or_default.checksum);
+        if status.booted.is_some() && same_commit && want_kargs == booted_or_default.kernel_arguments {
+            tracing::info!(target, "the booted OS already matches osImageURL and kernelArguments");
+            return Ok(None);
+        }
+        if let Some(img) = image.clone().filter(|_| os_changed) {
+            self.enter(Phase::Preparing { target: target.into() }, &format!("downloading OS commit {}", img.checksum))
+                .map_err(|e| refused(format!("{e:#}"), false))?;
+            let started = std::time::Instant::now();
+            let report = os.handle.run(move |b| b.pull(&img)).await.map_err(|e| {
+                let untrusted = matches!(e, OsError::Untrusted { .. });
+                refused(e.to_string(), untrusted)
+            })?;
+            tracing::info!(
+                target,
+                already_present = report.already_present,
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                "OS commit ready"
+            );
+        }
+        Ok(Some(StageRequest {
+            // A kernel-argument change alone redeploys the running commit.
+            image: image.filter(|_| os_changed),
+            old_kargs: old.kernel_arguments.clone(),
+            new_kargs: new.kernel_arguments.clone(),
+        }))
+    }
+
+    /// Stage the deployment; returns its checksum.
+    pub(super) async fn os_stage(&mut self, target: &str, req: StageRequest) -> Result<String, String> {
+        let Some(os) = self.os.clone() else { return Err("no OS backend".into()) };
+        self.enter(Phase::Staging { target: target.into() }, "staging the OS deployment")
+            .map_err(|e| format!("{e:#}"))?;
+        let info = os.handle.run(move |b| b.stage(&req)).await.map_err(|e| e.to_string())?;
+        Ok(info.checksum)
+    }
+
+    /// Reboot into the staged deployment; the next boot verifies it.
+    pub(super) async fn reboot_staged(&mut self, target: &str, checksum: String) -> Result<()> {
+        let boot_id = state::boot_id(&self.root);
+        self.enter(
+            Phase::RebootingStaged { target: target.into(), boot_id, checksum },
+            "rebooting into the new OS deployment",
+        )?;
+        let current = self.current_name();
+        self.api.report("Working", "", Some(&current)).await.ok();
+        self.ask_reboot(target).await
+    }
+
+    /// After the OS-update boot: the booted commit and kernel arguments must be the config's
+    /// (MCO's checks and messages), then the health checks must pass; a failing health check
+    /// rolls back.
+    pub(super) async fn verify_os_boot(&mut self, target: &str) -> Result<()> {
+        let (Some(os), Some(cur)) = (self.os.clone(), self.current.clone()) else {
+            return self.finish(target, true).await;
+        };
+        let checksum = match &self.phase {
+            Phase::RebootingStaged { checksum, .. } | Phase::Verifying { checksum, .. } => checksum.clone(),
+            _ => String::new(),
+        };
+        self.enter(
+            Phase::Verifying { target: target.into(), checksum: checksum.clone() },
+            "verifying the booted OS and running health checks",
+        )?;
+        if let Err(reason) = self.verify_os(&os, &cur) {
+            return self.fail(target, reason, false).await;
+        }
+        match os.health.run(self.services.as_ref()).await {
+            Ok(_) => self.finish(target, true).await,
+            Err(failure) => self.roll_back(&os, target, &checksum, failure.to_string()).await,
+        }
+    }
+
+    async fn roll_back(&mut self, os: &super::OsAgent, target: &str, checksum: &str, failure: String) -> Result<()> {
+        tracing::warn!(target, checksum, %failure, "health checks failed: rolling back");
+        let mut list = Denylist::load(&self.root).unwrap_or_default();
+        list.deny(target, checksum, &failure);
+        if let Err(e) = list.save(&self.root) {
+            tracing::warn!(error = %e, "cannot persist the OS commit denylist");
+        }
+        let previous = match os.handle.run(|b| b.rollback()).await {
+            Ok(d) => d,
+            Err(e) => return self.fail(target, format!("{failure}; rolling back failed: {e}"), false).await,
+        };
+        let reason = format!("{failure}; rolled back from OS commit {checksum} to {}", previous.checksum);
+        let boot_id = state::boot_id(&self.root);
+        self.enter(
+            Phase::RollingBack { target: target.into(), boot_id, checksum: checksum.into(), reason: reason.clone() },
+            "rebooting into the previous OS deployment",
+        )?;
+        let current = self.current_name();
+        self.api.report("Degraded", &reason, Some(&current)).await.ok();
+        self.ask_reboot(target).await
+    }
+
+    /// Booted back into the previous OS: Degraded with the health check's reason, until the
+    /// desired config changes (the denylist keeps the commit from being retried).
+    pub(super) async fn finish_rollback(&mut self, target: &str) -> Result<()> {
+        let reason = self.phase.reason().to_string();
+        self.fail(target, reason, false).await
+    }
+
+    /// MCO's OS checks for `cur` on the running boot.
+    fn verify_os(&self, os: &super::OsAgent, cur: &MachineConfig) -> Result<(), String> {
+        let Ok(Some(image)) = osimage::parse(&cur.spec.os_image_url) else {
+            return self.verify_kargs(os, cur);
+        };
+        if let Some(entry) = Denylist::load(&self.root).ok().and_then(|l| l.find(&image.checksum).cloned()) {
+            return Err(format!(
+                "OS commit {} failed on this node ({}); not retried until the desired config changes",
+                image.checksum, entry.reason
+            ));
+        }
+        let status = os.handle.status_now().map_err(|e| e.to_string())?;
+        match status.booted {
+            Some(b) => kargs::verify_booted(&cur.spec.os_image_url, &image.checksum, Some(&b.checksum))?,
+            // A directory sysroot (tests) boots nothing: there is nothing to compare.
+            None => return Ok(()),
+        }
+        self.verify_kargs(os, cur)
+    }
+
+    fn verify_kargs(&self, os: &super::OsAgent, cur: &MachineConfig) -> Result<(), String> {
+        if cur.spec.kernel_arguments.is_empty() {
+            return Ok(());
+        }
+        let booted = os.handle.status_now().map(|s| s.booted.is_some()).unwrap_or(false);
+        if !booted {
+            return Ok(());
+        }
+        let cmdline = os.handle.cmdline_now().map_err(|e| e.to_string())?;
+        kargs::verify(&cmdline, &cur.spec.kernel_arguments)
+    }
+
+    /// MCO's on-disk validation: files and units, then (with an OS backend) the booted commit and
+    /// kernel arguments.
+    pub(super) fn verify_current(&self, cur: &MachineConfig) -> Result<(), String> {
+        crate::engine::verify(&self.root, cur)?;
+        match &self.os {
+            Some(os) => self.verify_os(os, cur),
+            None => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,370 @@
+//! The OS backend on libostree (the `ostree` crate, libostree 2022.7 as in Debian 12).
+//!
+//! - **Remote**: one remote (default `aloft`) whose `url` follows the `osImageURL` of the config
+//!   being applied, with `gpg-verify=true` and `gpgkeypath` pointing at the trusted keyring the OS
+//!   ships (`/usr/share/ostree/trusted.gpg.d/aloft.gpg` by default). Rewritten only when it
+//!   differs, so the OS's own `/etc/ostree/remotes.d/aloft.conf` is left alone when it agrees.
+//! - **Pull**: exactly the pinned checksum (`override-commit-ids`), GPG verification required in
+//!   the pull options too, then the signature verified again against the remote's keys before
+//!   anything is deployed: a commit that was already in the repository (from another source)
+//!   gets the same check as a downloaded one.
+//! - **Stage**: on a booted host `stage_tree` (the /etc merge and bootloader switch happen at
+//!   shutdown in `ostree-finalize-staged.service`); on a directory sysroot (tests, image builds)
+//!   `deploy_tree` + `simple_write_deployment`, which writes the new default at once. Kernel
+//!   arguments come from the merge deployment's boot entry by MCO's rule ([`super::kargs`]).
+//! - **Rollback**: reorder the deployments so the previous one boots next, as
+//!   `ostree admin rollback`/`bootc rollback` do.
+//!
+//! libostree objects are not `Send`: every method opens and loads the sysroot on the calling
+//! (blocking) thread; a load is a few milliseconds.
+
+use super::{kargs, DeploymentInfo, OsBackend, OsError, OsStatus, PullReport, StageRequest};
+use aloft_api::osimage::OstreeImage;
+use ostree::gio;
+use ostree::glib;
+use std::path::{Path, PathBuf};
+
+/// The stateroot aloft's OS images deploy into.
+pub const DEFAULT_OSNAME: &str = "aloft";
+/// The remote the agent configures.
+pub const DEFAULT_REMOTE: &str = "aloft";
+/// The keyring the OS ships for its commits' signatures.
+pub const DEFAULT_KEYRING: &str = "usr/share/ostree/trusted.gpg.d/aloft.gpg";
+
+/// Where and how.
+#[derive(Debug, Clone)]
+pub struct OstreeConfig {
+    /// The sysroot: `/` on a booted node (libostree finds `/sysroot` itself), a directory in tests.
+    pub sysroot: PathBuf,
+    pub osname: String,
+    pub remote: String,
+    /// Absolute path of the GPG keyring whose keys may sign OS commits.
+    pub keyring: PathBuf,
+    /// The running boot's command line: `/proc/cmdline` on a node.
+    pub cmdline_path: PathBuf,
+}
+
+impl OstreeConfig {
+    /// Defaults for a host whose root is `root`.
+    pub fn for_root(root: &Path, sysroot: PathBuf) -> Self {
+        OstreeConfig {
+            sysroot,
+            osname: DEFAULT_OSNAME.into(),
+            remote: DEFAULT_REMOTE.into(),
+            keyring: root.join(DEFAULT_KEYRING),
+            cmdline_path: PathBuf::from("/proc/cmdline"),
+        }
+    }
+}
+
+/// The libostree backend.
+#[derive(Debug, Clone)]
+pub struct OstreeBackend {
+    cfg: OstreeConfig,
+}
+
+/// Whether `dir` holds an ostree sysroot (`ostree/repo` and `ostree/deploy`).
+pub fn is_sysroot(dir: &Path) -> bool {
+    dir.join("ostree/repo/config").is_file() && dir.join("ostree/deploy").is_dir()
+}
+
+fn no_cancel() -> Option<&'static gio::Cancellable> {
+    None
+}
+
+/// Holds the sysroot lock (as `ostree admin` commands take it) for a write.
+struct Locked<'a>(&'a ostree::Sysroot);
+impl Drop for Locked<'_> {
+    fn drop(&mut self) {
+        self.0.unlock();
+    }
+}
+
+impl OstreeBackend {
+    pub fn new(cfg: OstreeConfig) -> Self {
+        OstreeBackend { cfg }
+    }
+
+    pub fn config(&self) -> &OstreeConfig {
+        &self.cfg
+    }
+
+    fn open(&self) -> Result<ostree::Sysroot, OsError> {
+        let sysroot = ostree::Sysroot::new(Some(&gio::File::for_path(&self.cfg.sysroot)));
+        sysroot
+            .load(no_cancel())
+            .map_err(|e| OsError::ostree(format!("loading the ostree sysroot {}", self.cfg.sysroot.display()), e))?;
+        Ok(sysroot)
+    }
+
+    fn lock<'a>(&self, sysroot: &'a ostree::Sysroot) -> Result<Locked<'a>, OsError> {
+        sysroot.lock().map_err(|e| OsError::ostree("locking the ostree sysroot", e))?;
+        Ok(Locked(sysroot))
+    }
+
+    fn info(&self, sysroot: &ostree::Sysroot, d: &ostree::Deployment) -> DeploymentInfo {
+        let booted = sysroot.booted_deployment().is_some_and(|b| b.equal(d));
+        DeploymentInfo {
+            stateroot: d.osname().to_string(),
+            checksum: d.csum().to_string(),
+            deploy_serial: d.deployserial(),
+            index: d.index(),
+            origin: d.origin().and_then(|o| o.string("origin", "refspec").ok()).map(|s| s.to_string()),
+            kernel_arguments: entry_kargs(d),
+            booted,
+            staged: d.is_staged(),
+            pinned: d.is_pinned(),
+        }
+    }
+
+    /// Make the remote say what `image` needs; leave it alone when it already does.
+    fn ensure_remote(&self, repo: &ostree::Repo, image: &OstreeImage) -> Result<(), OsError> {
+        let url = image.repo_url();
+        let keyring = self.cfg.keyring.to_string_lossy().to_string();
+        if !self.cfg.keyring.is_file() {
+            return Err(OsError::Invalid(format!(
+                "the trusted keyring {keyring} does not exist: OS commits cannot be verified, so none is pulled"
+            )));
+        }
+        let name = self.cfg.remote.as_str();
+        let exists = repo.remote_list().iter().any(|r| r.as_str() == name);
+        if exists {
+            let same_url = repo.remote_get_url(name).map(|u| u.as_str() == url).unwrap_or(false);
+            let verify = repo.remote_get_gpg_verify(name).unwrap_or(false);
+            let keys = repo.remote_list_option(name, "gpgkeypath").map(|v| v.iter().any(|k| k.as_str() == keyring));
+            if same_url && verify && keys.unwrap_or(false) {
+                return Ok(());
+            }
+        }
+        let opts = glib::VariantDict::new(None);
+        opts.insert("gpg-verify", true);
+        opts.insert("gpg-verify-summary", false);
+        opts.insert("gpgkeypath", keyring.as_str());
+        let change = if exists { ostree::RepoRemoteChange::Replace } else { ostree::RepoRemoteChange::Add };
+        repo.remote_change(None::<&gio::File>, change, name, Some(&url), Some(&opts.end()), no_cancel())
+            .map_err(|e| OsError::ostree(format!("configuring ostree remote {name} for {url}"), e))?;
+        tracing::info!(remote = name, %url, keyring = %keyring, "ostree remote configured");
+        Ok(())
+    }
+
+    /// The commit is complete in `repo` (not a partial pull).
+    fn complete(repo: &ostree::Repo, checksum: &str) -> bool {
+        match repo.load_commit(checksum) {
+            Ok((_, state)) => !state.contains(ostree::RepoCommitState::PARTIAL),
+            Err(_) => false,
+        }
+    }
+
+    /// The commit has at least one valid signature from the remote's trusted keys.
+    fn verify(&self, repo: &ostree::Repo, image: &OstreeImage) -> Result<(), OsError> {
+        let untrusted =
+            |reason: String| OsError::Untrusted { checksum: image.checksum.clone(), url: image.repo_url(), reason };
+        let result = repo
+            .verify_commit_for_remote(&image.checksum, &self.cfg.remote, no_cancel())
+            .map_err(|e| untrusted(explain_gpg(&e.to_string(), &self.cfg.keyring)))?;
+        if result.count_valid() == 0 {
+            return Err(untrusted(format!(
+                "none of its {} signature(s) is valid and from a key in {}",
+                result.count_all(),
+                self.cfg.keyring.display()
+            )));
+        }
+        Ok(())
+    }
+
+    fn deployments(&self, sysroot: &ostree::Sysroot) -> Vec<ostree::Deployment> {
+        sysroot.deployments().into_iter().filter(|d| d.osname().as_str() == self.cfg.osname).collect()
+    }
+}
+
+/// The kernel arguments of a deployment's boot entry, without libostree's own `ostree=` (it
+/// names the deployment and libostree rewrites it for every new one).
+fn entry_kargs(d: &ostree::Deployment) -> Vec<String> {
+    d.bootconfig()
+        .and_then(|b| b.get("options"))
+        .map(|o| kargs::split(o.as_str()))
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|a| !a.starts_with("ostree="))
+        .collect()
+}
+
+/// libostree's GPG errors, said plainly (the original text follows).
+fn explain_gpg(message: &str, keyring: &Path) -> String {
+    let why = if message.contains("no signatures found") {
+        "the commit is not signed".to_string()
+    } else if message.contains("none are in trusted keyring") || message.contains("public key not found") {
+        format!("it is not signed by a key in the trusted keyring {}", keyring.display())
+    } else {
+        "its signature does not verify".to_string()
+    };
+    format!("{why} ({message})")
+}
+
+impl OsBackend for OstreeBackend {
+    fn status(&self) -> Result<OsStatus, OsError> {
+        let sysroot = self.open()?;
+        let all: Vec<DeploymentInfo> = sysroot.deployments().iter().map(|d| self.info(&sysroot, d)).collect();
+        let booted = all.iter().find(|d| d.booted).cloned();
+        let staged = all.iter().find(|d| d.staged).cloned();
+        // The rollback is the first one that is neither booted nor staged, and (on a directory
+        // sysroot, where nothing is booted) not the default either.
+        let rollback = all
+            .iter()
+            .find(|d| !d.booted && !d.staged && (booted.is_some() || d.index != 0))
+            .filter(|d| d.stateroot == self.cfg.osname)
+            .cloned();
+        // The first deployment that is not staged boots next when nothing is staged.
+        let rollback_queued = booted.is_some() && all.iter().find(|d| !d.staged).is_some_and(|d| !d.booted);
+        Ok(OsStatus { booted, staged, rollback, rollback_queued, deployments: all })
+    }
+
+    fn has_verified_commit(&self, image: &OstreeImage) -> Result<bool, OsError> {
+        let sysroot = self.open()?;
+        let repo = sysroot.repo();
+        if !Self::complete(&repo, &image.checksum) {
+            return Ok(false);
+        }
+        self.ensure_remote(&repo, image)?;
+        Ok(self.verify(&repo, image).is_ok())
+    }
+
+    fn pull(&self, image: &OstreeImage) -> Result<PullReport, OsError> {
+        let sysroot = self.open()?;
+        let repo = sysroot.repo();
+        self.ensure_remote(&repo, image)?;
+        let already_present = Self::complete(&repo, &image.checksum);
+        if !already_present {
+            let started = std::time::Instant::now();
+            let opts = glib::VariantDict::new(None);
+            opts.insert("refs", vec![image.ref_name.as_str()]);
+            opts.insert("override-commit-ids", vec![image.checksum.as_str()]);
+            opts.insert("gpg-verify", true);
+            repo.pull_with_options(&self.cfg.remote, &opts.end(), None, no_cancel()).map_err(|e| {
+                let message = e.to_string();
+                if message.contains("GPG") || message.contains("signature") {
+                    OsError::Untrusted {
+                        checksum: image.checksum.clone(),
+                        url: image.repo_url(),
+                        reason: explain_gpg(&message, &self.cfg.keyring),
+                    }
+                } else {
+                    OsError::Pull { checksum: image.checksum.clone(), url: image.repo_url(), message }
+                }
+            })?;
+            tracing::info!(checksum = %image.checksum, url = %image.repo_url(), elapsed_ms = started.elapsed().as_millis() as u64, "pulled OS commit");
+        }
+        self.verify(&repo, image)?;
+        Ok(PullReport { already_present })
+    }
+
+    fn stage(&self, req: &StageRequest) -> Result<DeploymentInfo, OsError> {
+        let sysroot = self.open()?;
+        let _lock = self.lock(&sysroot)?;
+        // Reload under the lock: another writer may have changed the deployments.
+        sysroot.load(no_cancel()).map_err(|e| OsError::ostree("reloading the ostree sysroot", e))?;
+        let repo = sysroot.repo();
+        let osname = self.cfg.osname.as_str();
+        let merge = sysroot.merge_deployment(Some(osname));
+        let (checksum, origin) = match &req.image {
+            Some(image) => {
+                // Never deploy what was not verified, whoever put it in the repository.
+                if !Self::complete(&repo, &image.checksum) {
+                    return Err(OsError::Invalid(format!(
+                        "OS commit {} is not in the repository: pull it first",
+                        image.checksum
+                    )));
+                }
+                self.ensure_remote(&repo, image)?;
+                self.verify(&repo, image)?;
+                let origin = sysroot.origin_new_from_refspec(&format!("{}:{}", self.cfg.remote, image.ref_name));
+                // `ostree admin upgrade` must not move a pinned deployment to the ref's tip.
+                origin.set_string("origin", "override-commit", &image.checksum);
+                (image.checksum.clone(), origin)
+            }
+            None => {
+                let m = merge.as_ref().ok_or_else(|| {
+                    OsError::Invalid(format!("no deployment of stateroot {osname} to change the kernel arguments of"))
+                })?;
+                let origin =
+                    m.origin().ok_or_else(|| OsError::Invalid(format!("deployment {} has no origin", m.csum())))?;
+                (m.csum().to_string(), origin)
+            }
+        };
+        let current = merge.as_ref().map(entry_kargs).unwrap_or_default();
+        let new_kargs = kargs::compute(&current, &req.old_kargs, &req.new_kargs);
+        let argv: Vec<&str> = new_kargs.iter().map(String::as_str).collect();
+        let opts = ostree::SysrootDeployTreeOpts { override_kernel_argv: Some(&argv), ..Default::default() };
+        let deployment = if sysroot.is_booted() {
+            sysroot
+                .stage_tree_with_options(Some(osname), &checksum, Some(&origin), merge.as_ref(), &opts, no_cancel())
+                .map_err(|e| OsError::ostree(format!("staging OS commit {checksum}"), e))?
+        } else {
+            let d = sysroot
+                .deploy_tree_with_options(
+                    Some(osname),
+                    &checksum,
+                    Some(&origin),
+                    merge.as_ref(),
+                    Some(&opts),
+                    no_cancel(),
+                )
+                .map_err(|e| OsError::ostree(format!("deploying OS commit {checksum}"), e))?;
+            sysroot
+                .simple_write_deployment(
+                    Some(osname),
+                    &d,
+                    merge.as_ref(),
+                    ostree::SysrootSimpleWriteDeploymentFlags::NONE,
+                    no_cancel(),
+                )
+                .map_err(|e| OsError::ostree(format!("writing the deployment of OS commit {checksum}"), e))?;
+            d
+        };
+        sysroot.load(no_cancel()).map_err(|e| OsError::ostree("reloading the ostree sysroot", e))?;
+        let info = sysroot
+            .deployments()
+            .into_iter()
+            .find(|d| d.csum() == deployment.csum() && d.deployserial() == deployment.deployserial())
+            .map(|d| self.info(&sysroot, &d))
+            .unwrap_or_else(|| self.info(&sysroot, &deployment));
+        tracing::info!(checksum = %info.checksum, staged = info.staged, kargs = %new_kargs.join(" "), "OS deployment written");
+        Ok(info)
+    }
+
+    fn rollback(&self) -> Result<DeploymentInfo, OsError> {
+        let sysroot = self.open()?;
+        let _lock = self.lock(&sysroot)?;
+        sysroot.load(no_cancel()).map_err(|e| OsError::ostree("reloading the ostree sysroot", e))?;
+        let booted = sysroot.booted_deployment();
+        // A staged deployment is dropped: rolling back means not moving forward either.
+        let all: Vec<ostree::Deployment> = sysroot.deployments().into_iter().filter(|d| !d.is_staged()).collect();
+        let ours = self.deployments(&sysroot);
+        let target = match &booted {
+            Some(b) => ours.iter().find(|d| !d.is_staged() && !d.equal(b)),
+            None => ours.iter().filter(|d| !d.is_staged()).nth(1),
+        }
+        .cloned()
+        .ok_or_else(|| {
+            OsError::Invalid(format!("no previous deployment of stateroot {} to roll back to", self.cfg.osname))
+        })?;
+        let mut order = vec![target.clone()];
+        order.extend(all.into_iter().filter(|d| !d.equal(&target)));
+        sysroot
+            .write_deployments(&order, no_cancel())
+            .map_err(|e| OsError::ostree(format!("making deployment {} the default", target.csum()), e))?;
+        sysroot.load(no_cancel()).map_err(|e| OsError::ostree("reloading the ostree sysroot", e))?;
+        let first = sysroot
+            .deployments()
+            .into_iter()
+            .next()
+            .ok_or_else(|| OsError::Invalid("no deployments after the rollback".into()))?;
+        tracing::warn!(checksum = %first.csum(), "rolled back: the previous deployment boots next");
+        Ok(self.info(&sysroot, &first))
+    }
+
+    fn booted_cmdline(&self) -> Result<String, OsError> {
+        std::fs::read_to_string(&self.cfg.cmdline_path)
+            .map_err(|e| OsError::ostree(format!("reading {}", self.cfg.cmdline_path.display()), e))
+    }
+}

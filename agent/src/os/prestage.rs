@@ -1,0 +1,52 @@
+//! Pre-staging: download the OS commit of a config before it is this node's turn to update, so the
+//! update itself (node drained, capacity reduced) does not wait for the download.
+//!
+//! Protocol (agreed with the coordinator): the coordinator sets `aloft.dev/prestageConfig:
+//! <rendered config>` on a node waiting for its turn; the agent reads that config, pulls its
+//! `osImageURL` commit (verified, not deployed) in the background, then sets
+//! `aloft.dev/prestagedConfig: <name>` on its Node — or `aloft.dev/prestageError: <message>`.
+//! A config without an OS commit, or whose commit is already here, is reported prestaged at once.
+
+use super::denylist::Denylist;
+use super::OsHandle;
+use crate::coordinator::NodeApi;
+use crate::host::Root;
+use aloft_api::osimage;
+
+/// The coordinator's request (a rendered config to download ahead of time) and the agent's answer.
+pub use aloft_api::annotations::{PRESTAGED_CONFIG, PRESTAGE_CONFIG};
+/// Set by the agent when the download failed, with the reason.
+pub const PRESTAGE_ERROR: &str = "aloft.dev/prestageError";
+
+/// Download `name`'s OS commit; returns whether anything was downloaded. Errors are the message
+/// for `prestageError`.
+pub async fn download(api: &NodeApi, os: &OsHandle, root: &Root, name: &str) -> Result<bool, String> {
+    let mc = api.machine_config(name).await.map_err(|e| format!("{e:#}"))?;
+    let Some(image) = osimage::parse(&mc.spec.os_image_url).map_err(|e| e.to_string())? else {
+        return Ok(false);
+    };
+    if let Some(entry) = Denylist::load(root).map_err(|e| e.to_string())?.find(&image.checksum) {
+        return Err(format!("OS commit {} failed on this node before: {}", image.checksum, entry.reason));
+    }
+    let report = os.run(move |b| b.pull(&image)).await.map_err(|e| e.to_string())?;
+    Ok(!report.already_present)
+}
+
+/// Download and report on the Node. Runs as a background task; never fails the daemon.
+pub async fn run(api: NodeApi, os: OsHandle, root: Root, name: String) {
+    let started = std::time::Instant::now();
+    let result = download(&api, &os, &root, &name).await;
+    let annotated = match &result {
+        Ok(downloaded) => {
+            tracing::info!(config = %name, downloaded, elapsed_ms = started.elapsed().as_millis() as u64, "pre-staged");
+            api.annotate(&[(PRESTAGED_CONFIG, Some(&name)), (PRESTAGE_ERROR, None)]).await
+        }
+        Err(e) => {
+            tracing::warn!(config = %name, error = %e, "pre-stage failed");
+            api.annotate(&[(PRESTAGE_ERROR, Some(e))]).await
+        }
+    };
+    if let Err(e) = annotated {
+        tracing::warn!(error = %format!("{e:#}"), "cannot report the pre-stage result on the Node");
+    }
+}
