@@ -184,8 +184,22 @@ fn plan_pool(
         pools::sort_candidates(s.nodes, &mut candidates);
         let mut blocked: BTreeMap<String, (Blocked, Vec<usize>)> = BTreeMap::new();
         let mut unpicked = 0;
+        // A node stuck Degraded/Unreconcilable on an older config is unavailable already and
+        // counted as such: moving it to the new target (the usual way out of a bad config)
+        // takes no slot and changes no budget count. Only while the pool is within its budget
+        // counting it: a pool already over (nodes down for other reasons) disrupts nothing more.
+        let within = busy.len() <= max;
+        let stuck = |i: usize| {
+            let f = &facts[i];
+            within && unavailable[i] && f.desired != f.current && (f.state == "Degraded" || f.state == "Unreconcilable")
+        };
+        let mut taken = 0;
         for &c in &candidates {
-            if pp.picks.len() >= capacity {
+            if stuck(c) {
+                pp.picks.push(c);
+                continue;
+            }
+            if taken >= capacity {
                 unpicked += 1;
                 continue;
             }
@@ -193,6 +207,7 @@ fn plan_pool(
                 Ok(()) => {
                     ledger.take(c);
                     pp.picks.push(c);
+                    taken += 1;
                 }
                 Err(b) => blocked.entry(b.budget.clone()).or_insert_with(|| (b, Vec::new())).1.push(c),
             }
@@ -201,7 +216,7 @@ fn plan_pool(
         if unpicked > 0 {
             pp.wait = Some(if room <= limit {
                 let mut names: Vec<String> = busy.iter().map(|&i| s.nodes[i].metadata.name.clone()).collect();
-                names.extend(pp.picks.iter().map(|&i| s.nodes[i].metadata.name.clone()));
+                names.extend(pp.picks.iter().filter(|i| !busy.contains(i)).map(|&i| s.nodes[i].metadata.name.clone()));
                 Wait::MaxUnavailable { max, unavailable: names }
             } else {
                 let canaries = pool.spec.rollout.as_ref().and_then(|r| r.canary).unwrap_or(0).max(0) as usize;

@@ -44,6 +44,22 @@ fn picked_names(nodes: &[Node], pp: &PoolPlan) -> Vec<String> {
 }
 
 #[test]
+fn a_node_stuck_on_an_old_config_moves_to_the_new_target_without_taking_a_slot() {
+    // "a" is Unreconcilable on the bad r2 (so unavailable, using the only slot); the pool moved
+    // on to r3. Moving "a" to r3 adds no disruption; "b" still waits for room.
+    let nodes =
+        vec![node("a", worker(), "r1", "r2", "Unreconcilable", true), node("b", worker(), "r1", "r1", "Done", true)];
+    let pools = [pool("worker", json!(1), "r3", json!({}))];
+    let p = plan(Snapshot { nodes: &nodes, pools: &pools, budgets: &[] }, now()).remove(0);
+    assert_eq!(picked_names(&nodes, &p), vec!["a"]);
+    assert_eq!(p.wait, Some(Wait::MaxUnavailable { max: 1, unavailable: vec!["a".into()] }));
+    // A node Working on an old config is not stuck: it keeps its slot and is not re-targeted.
+    let nodes = vec![node("a", worker(), "r1", "r2", "Working", true), node("b", worker(), "r1", "r1", "Done", true)];
+    let p = plan(Snapshot { nodes: &nodes, pools: &pools, budgets: &[] }, now()).remove(0);
+    assert!(p.picks.is_empty());
+}
+
+#[test]
 fn picks_within_max_unavailable_counting_other_unavailable_nodes() {
     let nodes = vec![
         node("a", worker(), "r1", "r1", "Done", true),
