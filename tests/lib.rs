@@ -618,3 +618,35 @@ mod tests {
         assert!(process_template(&t, &[]).is_err(), "NAME has no default");
     }
 }
+
+/// A process's memory and CPU use, read from /proc, for the benchmarks.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ProcUsage {
+    /// Resident set now (VmRSS), KiB.
+    pub rss_kb: u64,
+    /// Peak resident set (VmHWM), KiB.
+    pub peak_rss_kb: u64,
+    /// User + system CPU time, seconds.
+    pub cpu_s: f64,
+}
+
+/// [`ProcUsage`] of `pid` (zeros for what cannot be read).
+pub fn proc_usage(pid: u32) -> ProcUsage {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let kb = |key: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0)
+    };
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or("").split_whitespace().collect();
+    let ticks = fields.get(11).and_then(|u| u.parse::<u64>().ok()).unwrap_or(0)
+        + fields.get(12).and_then(|s| s.parse::<u64>().ok()).unwrap_or(0);
+    let per_s = match nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK) {
+        Ok(Some(t)) if t > 0 => t as f64,
+        _ => 100.0,
+    };
+    ProcUsage { rss_kb: kb("VmRSS:"), peak_rss_kb: kb("VmHWM:"), cpu_s: ticks as f64 / per_s }
+}

@@ -286,37 +286,34 @@ impl SystemdDbus {
         })
     }
 
-    /// `systemctl is-active`: `active`, `inactive`, `failed`, ... read fresh (never cached), for
-    /// health checks after a restart.
-    pub async fn active_state(&self, unit: &str) -> Result<String, SystemdError> {
+    /// A proxy on `unit`'s object whose property reads always go to systemd (never cached).
+    async fn unit(&self, unit: &str) -> Result<SystemdUnitProxy<'static>, SystemdError> {
         let err = |method: &'static str| {
             let target = unit.to_string();
             move |source| SystemdError::Call { method, target, source }
         };
         let path = self.systemd.load_unit(unit).await.map_err(err("LoadUnit"))?;
-        let proxy = SystemdUnitProxy::builder(&self.conn)
+        SystemdUnitProxy::builder(&self.conn)
             .path(path)
             .cache_properties(CacheProperties::No)
             .build()
             .await
-            .map_err(err("Get"))?;
-        proxy.active_state().await.map_err(err("Get"))
+            .map_err(err("Get"))
+    }
+
+    fn get_err(unit: &str) -> impl FnOnce(zbus::Error) -> SystemdError + '_ {
+        move |source| SystemdError::Call { method: "Get", target: unit.to_string(), source }
+    }
+
+    /// `systemctl is-active`: `active`, `inactive`, `failed`, ... read fresh, for health checks
+    /// after a restart.
+    pub async fn active_state(&self, unit: &str) -> Result<String, SystemdError> {
+        self.unit(unit).await?.active_state().await.map_err(Self::get_err(unit))
     }
 
     /// The units `unit` wants, read fresh: the workloads of `aloft-workloads.target`.
     pub async fn wants(&self, unit: &str) -> Result<Vec<String>, SystemdError> {
-        let err = |method: &'static str| {
-            let target = unit.to_string();
-            move |source| SystemdError::Call { method, target, source }
-        };
-        let path = self.systemd.load_unit(unit).await.map_err(err("LoadUnit"))?;
-        let proxy = SystemdUnitProxy::builder(&self.conn)
-            .path(path)
-            .cache_properties(CacheProperties::No)
-            .build()
-            .await
-            .map_err(err("Get"))?;
-        proxy.wants().await.map_err(err("Get"))
+        self.unit(unit).await?.wants().await.map_err(Self::get_err(unit))
     }
 
     /// Queue a unit job and wait for it to finish. The JobRemoved stream is opened *before* the

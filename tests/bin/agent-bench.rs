@@ -11,24 +11,10 @@
 use aloft_agent::testing::{FakeSystemd, TestBus};
 use aloft_api::annotations as ann;
 use aloft_coordinator::resources::{MACHINE_CONFIG, MACHINE_CONFIG_POOL, NODE};
-use aloft_tests::{bin, path_of, Coordinator};
+use aloft_tests::{bin, path_of, proc_usage, Coordinator};
 use serde_json::{json, Value};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-fn proc_stat(pid: u32) -> (u64, u64) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let rss_kb = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0);
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or("").split_whitespace().collect();
-    let ticks = fields.get(11).and_then(|u| u.parse::<u64>().ok()).unwrap_or(0)
-        + fields.get(12).and_then(|s| s.parse::<u64>().ok()).unwrap_or(0);
-    (rss_kb, ticks)
-}
 
 fn config(round: usize) -> Value {
     let files: Vec<Value> = (0..100)
@@ -149,16 +135,16 @@ async fn main() {
     let mut current = done_on(None).await;
     // Idle.
     let pid = agent.id();
-    let (rss0, t0) = proc_stat(pid);
+    let u0 = proc_usage(pid);
     let start = Instant::now();
-    let mut peak = rss0;
+    let mut peak = u0.rss_kb;
     while start.elapsed() < Duration::from_secs(idle_secs) {
         tokio::time::sleep(Duration::from_millis(500)).await;
-        peak = peak.max(proc_stat(pid).0);
+        peak = peak.max(proc_usage(pid).rss_kb);
     }
-    let (rss1, t1) = proc_stat(pid);
-    let ticks = nix_ticks();
-    let cpu_s = (t1 - t0) as f64 / ticks;
+    let u1 = proc_usage(pid);
+    let rss1 = u1.rss_kb;
+    let cpu_s = u1.cpu_s - u0.cpu_s;
     println!(
         "agent-bench: idle for {idle_secs} s: RSS {:.1} MiB (peak {:.1} MiB), CPU {:.3} s ({:.3}% of one core)",
         rss1 as f64 / 1024.0,
@@ -214,11 +200,4 @@ async fn main() {
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
-}
-
-fn nix_ticks() -> f64 {
-    match nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK) {
-        Ok(Some(t)) if t > 0 => t as f64,
-        _ => 100.0,
-    }
 }

@@ -19,7 +19,7 @@
 use aloft_agent::coordinator::NodeApi;
 use aloft_api::annotations as ann;
 use aloft_coordinator::resources::{MACHINE_CONFIG, MACHINE_CONFIG_POOL};
-use aloft_tests::{path_of, Client, ClientConfig, Coordinator};
+use aloft_tests::{path_of, proc_usage, Client, ClientConfig, Coordinator};
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -68,20 +68,6 @@ fn budget(max_unavailable: &str, nodes: usize) -> Result<usize> {
 
 fn max_unavailable_json(s: &str) -> Value {
     s.parse::<u64>().map(Value::from).unwrap_or_else(|_| Value::from(s))
-}
-
-fn proc_stat(pid: u32) -> (u64, u64) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let hwm_kb = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0);
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or("").split_whitespace().collect();
-    let ticks = fields.get(11).and_then(|u| u.parse::<u64>().ok()).unwrap_or(0)
-        + fields.get(12).and_then(|s| s.parse::<u64>().ok()).unwrap_or(0);
-    (hwm_kb, ticks)
 }
 
 /// What the simulated nodes share: how many are updating now, the most ever, how many are done.
@@ -184,7 +170,7 @@ async fn main() -> Result<()> {
     // Let every simulated node report in before the rollout starts.
     tokio::time::sleep(Duration::from_secs(2)).await;
 
-    let (_, cpu0) = proc_stat(c.pid());
+    let cpu0 = proc_usage(c.pid()).cpu_s;
     let start = Instant::now();
     let mc = json!({"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfig",
         "metadata": {"name": "50-worker-bench", "labels": {ann::ROLE_LABEL: "worker"}},
@@ -223,11 +209,7 @@ async fn main() -> Result<()> {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let wall = start.elapsed();
-    let (hwm_kb, cpu1) = proc_stat(c.pid());
-    let ticks = match nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK) {
-        Ok(Some(t)) if t > 0 => t as f64,
-        _ => 100.0,
-    };
+    let usage = proc_usage(c.pid());
     let batches = args.nodes.div_ceil(k);
     let ideal = args.per_node * batches as u32;
     let max_seen = fleet.max_updating.load(Ordering::SeqCst);
@@ -253,8 +235,8 @@ async fn main() -> Result<()> {
         "  done {}, failed {}; coordinator CPU {:.2} s during the rollout, peak RSS {:.1} MiB",
         fleet.done.load(Ordering::SeqCst),
         fleet.failures.load(Ordering::SeqCst),
-        (cpu1 - cpu0) as f64 / ticks,
-        hwm_kb as f64 / 1024.0
+        usage.cpu_s - cpu0,
+        usage.peak_rss_kb as f64 / 1024.0
     );
     tasks.abort_all();
     if max_seen > k {
