@@ -186,8 +186,9 @@ fn plan_pool(
         let mut unpicked = 0;
         // A node stuck Degraded/Unreconcilable on an older config is unavailable already and
         // counted as such: moving it to the new target (the usual way out of a bad config)
-        // takes no slot and changes no budget count. Only while the pool is within its budget
-        // counting it: a pool already over (nodes down for other reasons) disrupts nothing more.
+        // takes no slot and changes no budget count. Only while the pool and every disruption
+        // budget selecting it are within their limits counting it: a pool or budget group already
+        // over (nodes down for other reasons) disrupts nothing more.
         let within = busy.len() <= max;
         let stuck = |i: usize| {
             let f = &facts[i];
@@ -195,7 +196,7 @@ fn plan_pool(
         };
         let mut taken = 0;
         for &c in &candidates {
-            if stuck(c) {
+            if stuck(c) && ledger.check(c).is_ok() {
                 pp.picks.push(c);
                 continue;
             }
