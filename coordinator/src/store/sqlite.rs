@@ -33,8 +33,11 @@ struct Inner {
     hub: Arc<Hub>,
     retain: u64,
     /// Token hash -> (identity, role, when looked up), for [`TOKEN_TTL`]; see [`SqliteStore::find_token`].
-    tokens: Mutex<HashMap<String, (String, String, Instant)>>,
+    tokens: Mutex<TokenCache>,
 }
+
+/// Token hash -> (identity, role, when looked up).
+type TokenCache = HashMap<String, (String, String, Instant)>;
 
 /// How long a successful token lookup is reused without asking SQLite again. Every API request
 /// is authenticated, and a fleet's agents make thousands per second during a rollout; a token
@@ -177,7 +180,7 @@ impl SqliteStore {
     /// Look a token hash up: (name, role).
     /// Unknown tokens are always looked up again, so a new token works at once.
     pub async fn find_token(&self, hash: String) -> Result<Option<(String, String)>, StoreError> {
-        let cache = |f: &mut dyn FnMut(&mut HashMap<String, (String, String, Instant)>)| {
+        let cache = |f: &mut dyn FnMut(&mut TokenCache)| {
             self.inner
                 .tokens
                 .lock()
