@@ -162,25 +162,20 @@ async fn pass(store: &Arc<dyn Store>, ctx: &Ctx, st: &mut State) -> Result<bool,
     if requests.is_empty() {
         return Ok(false);
     }
-    let facts: Vec<NodeFacts> = st.nodes.typed.iter().map(NodeFacts::of).collect();
-    let unavailable: Vec<bool> = facts.iter().map(NodeFacts::disrupted).collect();
+    let unavailable: Vec<bool> = st.nodes.derived.iter().map(NodeFacts::disrupted).collect();
     let labels: Vec<&BTreeMap<String, String>> = st.nodes.typed.iter().map(|n| &n.metadata.labels).collect();
     let mut ledger = Ledger::new(&st.budgets.typed, &labels, &unavailable);
-    let (members, _) = pools::membership(&st.pools.typed, &st.nodes.typed);
-    let mut pool_of: HashMap<usize, usize> = HashMap::new();
-    for (p, pool) in st.pools.typed.iter().enumerate() {
-        for &i in members.get(&pool.metadata.name).map(Vec::as_slice).unwrap_or_default() {
-            pool_of.insert(i, p);
-        }
-    }
     for (i, req) in requests {
+        if lock(&ctx.inflight).contains(&st.nodes.typed[i].metadata.name) {
+            continue;
+        }
         let node = st.nodes.typed[i].clone();
         let node = &node;
         let name = node.metadata.name.clone();
-        if lock(&ctx.inflight).contains(&name) {
-            continue;
-        }
-        let pool = pool_of.get(&i).map(|&p| &st.pools.typed[p]);
+        // The pool of this node only (MCO's membership rules, one node at a time): a pass must
+        // not cost the whole fleet.
+        let (members, _) = pools::membership(&st.pools.typed, std::slice::from_ref(node));
+        let pool = st.pools.typed.iter().find(|p| members.get(&p.metadata.name).is_some_and(|m| !m.is_empty()));
         let pool_name = pool.map(|p| p.metadata.name.clone()).unwrap_or_default();
         let hooks: Vec<DrainHook> =
             pool.and_then(|p| p.spec.drain.as_ref()).map(|d| d.hooks.clone()).unwrap_or_default();

@@ -82,8 +82,11 @@ async fn follow(store: &Arc<dyn Store>, events: &Recorder) -> Result<(), StoreEr
 /// events (until a soak ends, at most [`super::RESYNC`]).
 async fn reconcile(store: &Arc<dyn Store>, st: &mut State, events: &Recorder) -> Result<Duration, StoreError> {
     let now = chrono::Utc::now();
-    let plans =
-        pick::plan(Snapshot { nodes: &st.nodes.typed, pools: &st.pools.typed, budgets: &st.budgets.typed }, now);
+    let plans = pick::plan_with_facts(
+        Snapshot { nodes: &st.nodes.typed, pools: &st.pools.typed, budgets: &st.budgets.typed },
+        &st.nodes.derived,
+        now,
+    );
     let mut wake = super::RESYNC;
     // The picks of every pool at once: concurrent writes share one commit of the store.
     let picks: Vec<(usize, usize)> =
@@ -109,16 +112,15 @@ async fn reconcile(store: &Arc<dyn Store>, st: &mut State, events: &Recorder) ->
     .await?;
     for pp in &plans {
         let pool_name = st.pools.typed[pp.pool].metadata.name.clone();
-        record_waits(store, events, &pool_name, pp, &st.nodes.typed).await?;
+        record_waits(store, events, &pool_name, pp, &st.nodes.typed, &st.nodes.derived).await?;
         if let Some(Wait::Policy(HoldReason::Soaking { until })) = &pp.wait {
             let left = (*until - now).to_std().unwrap_or_default() + Duration::from_millis(100);
             wake = wake.min(left);
         }
     }
     for pp in &plans {
-        let members: Vec<usize> = pp.members.clone();
-        let facts: Vec<NodeFacts> = members.iter().map(|&i| NodeFacts::of(&st.nodes.typed[i])).collect();
-        let pairs: Vec<(&Node, &NodeFacts)> = members.iter().map(|&i| &st.nodes.typed[i]).zip(&facts).collect();
+        let pairs: Vec<(&Node, &NodeFacts)> =
+            pp.members.iter().map(|&i| (&st.nodes.typed[i], &st.nodes.derived[i])).collect();
         let pool = &st.pools.typed[pp.pool];
         let status = compute_status(pool, &pairs, &pp.target, pp.membership_error.as_ref(), Some(pp));
         if let Some(v) = write_status(store, &st.pools.raw[pp.pool], status).await? {
@@ -132,7 +134,7 @@ async fn reconcile(store: &Arc<dyn Store>, st: &mut State, events: &Recorder) ->
                 break;
             }
             // Picked nodes lost the annotation with their pick.
-            let facts = NodeFacts::of(&st.nodes.typed[*i]);
+            let facts = &st.nodes.derived[*i];
             let have = (!facts.prestage.is_empty()).then_some(facts.prestage.as_str());
             if have == want.as_deref() || (want.is_some() && facts.desired == pp.target) {
                 continue;
@@ -159,6 +161,7 @@ async fn record_waits(
     pool_name: &str,
     pp: &PoolPlan,
     nodes: &[Node],
+    facts: &[NodeFacts],
 ) -> Result<(), StoreError> {
     let about = Involved::pool(pool_name);
     let (reason, type_) = match &pp.wait {
@@ -172,7 +175,7 @@ async fn record_waits(
         }
     }
     if let Some(w) = &pp.wait {
-        let waiting = pp.members.iter().filter(|&&i| NodeFacts::of(&nodes[i]).desired != pp.target).count();
+        let waiting = pp.members.iter().filter(|&&i| facts[i].desired != pp.target).count();
         let msg = format!("{waiting} node(s) wait for {}: {w}", pp.target);
         events.emit(store, &about, type_, reason, &msg).await?;
     }
