@@ -14,11 +14,10 @@ use super::{set_revision, Event, EventType, Key, Listing, Store, StoreError, Wat
 use async_trait::async_trait;
 use rusqlite::{params, Connection, OptionalExtension};
 use serde_json::Value;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
 /// Revisions of history kept for watches by default.
 pub const DEFAULT_RETAIN: u64 = 200_000;
@@ -32,19 +31,7 @@ struct Inner {
     next_reader: AtomicUsize,
     hub: Arc<Hub>,
     retain: u64,
-    /// Token hash -> (identity, role, when looked up), for [`TOKEN_TTL`]; see [`SqliteStore::find_token`].
-    tokens: Mutex<TokenCache>,
 }
-
-/// Token hash -> (identity, role, when looked up).
-type TokenCache = HashMap<String, (String, String, Instant)>;
-
-/// How long a successful token lookup is reused without asking SQLite again. Every API request
-/// is authenticated, and a fleet's agents make thousands per second during a rollout; a token
-/// replaced through this process is forgotten at once, one replaced by another process (the
-/// `token` subcommand on the same file) stops working within this time. Kubernetes caches
-/// webhook token reviews for two minutes by default.
-pub const TOKEN_TTL: Duration = Duration::from_secs(10);
 
 /// SQLite-backed [`Store`]. Cheap to clone.
 #[derive(Clone)]
@@ -118,7 +105,6 @@ impl SqliteStore {
                 next_reader: AtomicUsize::new(0),
                 hub,
                 retain: retain.max(1),
-                tokens: Mutex::new(HashMap::new()),
             }),
         })
     }
@@ -164,8 +150,6 @@ impl SqliteStore {
 
     /// Store an API token's hash with its identity and role; see [`crate::auth`].
     pub async fn put_token(&self, hash: String, name: String, role: String) -> Result<(), StoreError> {
-        // The name may have had another token: forget every cached lookup.
-        self.inner.tokens.lock().map_err(|_| StoreError::Backend("token cache poisoned".into()))?.clear();
         self.submit(Box::new(move |conn| {
             let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
             conn.execute(
@@ -180,39 +164,15 @@ impl SqliteStore {
     }
 
     /// Look a token hash up: (name, role).
-    /// Unknown tokens are always looked up again, so a new token works at once.
+    /// Not cached: a token replaced by another process (the `token` subcommand on the same
+    /// file) must stop working at once, and the lookup is one indexed row.
     pub async fn find_token(&self, hash: String) -> Result<Option<(String, String)>, StoreError> {
-        let cache = |f: &mut dyn FnMut(&mut TokenCache)| {
-            self.inner
-                .tokens
-                .lock()
-                .map(|mut m| f(&mut m))
-                .map_err(|_| StoreError::Backend("token cache poisoned".into()))
-        };
-        let mut hit = None;
-        cache(&mut |m| {
-            hit = m.get(&hash).filter(|(_, _, at)| at.elapsed() < TOKEN_TTL).map(|(n, r, _)| (n.clone(), r.clone()))
-        })?;
-        if hit.is_some() {
-            return Ok(hit);
-        }
-        let key = hash.clone();
-        let found: Option<(String, String)> = self
-            .read(move |c| {
-                Ok(c.prepare_cached("SELECT name, role FROM tokens WHERE hash = ?1")?
-                    .query_row([key], |r| Ok((r.get(0)?, r.get(1)?)))
-                    .optional()?)
-            })
-            .await?;
-        if let Some((n, r)) = &found {
-            cache(&mut |m| {
-                if m.len() >= 100_000 {
-                    m.clear();
-                }
-                m.insert(hash.clone(), (n.clone(), r.clone(), Instant::now()));
-            })?;
-        }
-        Ok(found)
+        self.read(move |c| {
+            Ok(c.prepare_cached("SELECT name, role FROM tokens WHERE hash = ?1")?
+                .query_row([hash], |r| Ok((r.get(0)?, r.get(1)?)))
+                .optional()?)
+        })
+        .await
     }
 }
 
