@@ -266,7 +266,11 @@ impl HelperProcess {
                 bail!("aloft-os-helper exited ({status}) before listening:\n{}", self.log_text());
             }
             if started.elapsed() > timeout {
-                bail!("aloft-os-helper did not listen on {} within {timeout:?}:\n{}", self.socket.display(), self.log_text());
+                bail!(
+                    "aloft-os-helper did not listen on {} within {timeout:?}:\n{}",
+                    self.socket.display(),
+                    self.log_text()
+                );
             }
             std::thread::sleep(Duration::from_millis(20));
         }

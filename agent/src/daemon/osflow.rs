@@ -8,9 +8,9 @@
 use super::Agent;
 use crate::engine::Refused;
 use crate::host::Root;
+use crate::os::client::HelperClient;
 use crate::os::denylist::{self, Denylist};
 use crate::os::health::HealthChecks;
-use crate::os::client::HelperClient;
 use crate::os::{kargs, prestage, OsError, OsHandle, OsStatus, StageRequest};
 use crate::state::{self, Phase};
 use aloft_api::osimage;

@@ -189,8 +189,8 @@ fn check_kargs(field: &str, args: &[String]) -> Result<(), OsError> {
 /// Parse one request line. Errors are [`OsError::Invalid`] replies, never a dropped connection:
 /// a client gets told what was wrong.
 pub fn parse_request(line: &str) -> Result<Request, OsError> {
-    let msg: serde_json::Value = serde_json::from_str(line)
-        .map_err(|e| OsError::Invalid(format!("malformed request to the OS helper: {e}")))?;
+    let msg: serde_json::Value =
+        serde_json::from_str(line).map_err(|e| OsError::Invalid(format!("malformed request to the OS helper: {e}")))?;
     let v = msg.get("v").and_then(serde_json::Value::as_u64);
     if v != Some(u64::from(PROTOCOL_VERSION)) {
         return Err(OsError::Invalid(format!(
@@ -219,9 +219,8 @@ mod tests {
 
     #[test]
     fn requests_round_trip() {
-        let image = osimage::parse(&format!("ostree+http://10.0.2.100:8080/repo#aloft/stable/x86_64@{SUM}"))
-            .unwrap()
-            .unwrap();
+        let image =
+            osimage::parse(&format!("ostree+http://10.0.2.100:8080/repo#aloft/stable/x86_64@{SUM}")).unwrap().unwrap();
         let calls = [
             Call::Status,
             Call::HasVerifiedCommit(image.clone()),
@@ -280,8 +279,7 @@ mod tests {
             let msg = refused(Request::Pull { image: url.clone() });
             assert!(msg.starts_with("refused by the OS helper"), "{url:?}: {msg}");
         }
-        for args in [vec!["a=1\nlinux /evil".to_string()], vec!["x".repeat(MAX_KARG_LEN + 1)], vec!["a=\"x".into()]]
-        {
+        for args in [vec!["a=1\nlinux /evil".to_string()], vec!["x".repeat(MAX_KARG_LEN + 1)], vec!["a=\"x".into()]] {
             let msg = refused(Request::Stage { image: None, old_kargs: vec![], new_kargs: args });
             assert!(msg.contains("newKargs"), "{msg}");
         }
