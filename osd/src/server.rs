@@ -21,7 +21,7 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// How long a client may take to send its request line.
+/// How long a client may take to send its request line, or to read its reply.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Why the server stopped other than by idling out.
@@ -150,7 +150,12 @@ impl Server {
             write_reply(&mut stream, &Reply::error(OsError::Invalid(why)));
             return;
         }
-        if let Err(e) = stream.set_read_timeout(Some(REQUEST_TIMEOUT)) {
+        // Bounded both ways: a client that never sends its request, or never reads its reply,
+        // must not hold a thread (and the idle exit) forever.
+        let bounded = stream
+            .set_read_timeout(Some(REQUEST_TIMEOUT))
+            .and_then(|()| stream.set_write_timeout(Some(REQUEST_TIMEOUT)));
+        if let Err(e) = bounded {
             tracing::warn!(error = %e, "cannot set a timeout on a connection; dropped it");
             return;
         }
