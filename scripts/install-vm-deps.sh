@@ -4,8 +4,8 @@
 # (scripts/install-deps.sh covers building and testing the Rust code.)
 set -euo pipefail
 
-# mmdebstrap: the rootfs; ostree: commits, summary, directory sysroot; libostree-dev: the agent's
-# OS backend links libostree; e2fsprogs: mkfs.ext4 -d and debugfs (no mounts); gpg: signing;
+# mmdebstrap: the rootfs; ostree: commits, summary, directory sysroot; libostree-dev: the OS
+# helper (osd/) links libostree; e2fsprogs: mkfs.ext4 -d and debugfs (no mounts); gpg: signing;
 # qemu-system-x86: boot under TCG; socat: host end of the virtio-serial command channel;
 # jq, bc: scripts; openssl: a test CA in smoke-boot; python3: smoke-boot --update serves the repo
 # over HTTP (host only, the image has no python); binutils: strip the agent's debuginfo.
