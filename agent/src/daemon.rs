@@ -320,8 +320,15 @@ impl Agent {
     async fn update(&mut self, target: &str) -> Result<()> {
         self.enter(Phase::Preparing { target: target.into() }, "fetching the rendered config")?;
         let current = self.current_name();
-        self.api.report("Working", "", Some(&current)).await?;
-        let new = match self.api.machine_config(target).await {
+        // Three independent round trips at once: the Working report (a durable write on the
+        // coordinator), the rendered config and the disruption policy.
+        let (working, fetched, policy) = tokio::join!(
+            self.api.report("Working", "", Some(&current)),
+            self.api.machine_config(target),
+            self.api.disruption_policy()
+        );
+        working?;
+        let new = match fetched {
             Ok(mc) => mc,
             Err(e) => return self.fail(target, format!("{e:#}"), false).await,
         };
@@ -344,7 +351,7 @@ impl Agent {
             changes.os_update = false;
             changes.kernel_arguments = false;
         }
-        let policy = match self.api.disruption_policy().await {
+        let policy = match policy {
             Ok(p) => p,
             Err(e) => return self.fail(target, format!("{e:#}"), false).await,
         };
