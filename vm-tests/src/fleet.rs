@@ -10,6 +10,7 @@ use aloft_tests::{path_of, Client, Coordinator, Options, NODE};
 use anyhow::{anyhow, Context, Result};
 use serde_json::Value;
 use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 /// The coordinator's port as the guests see it.
@@ -41,6 +42,14 @@ pub struct Fleet {
     pub vms: Vec<Vm>,
     pub started: Instant,
     _sockets: tempfile::TempDir,
+    _one_at_a_time: tokio::sync::OwnedMutexGuard<()>,
+}
+
+/// Scenarios of one test process run one at a time even without `--test-threads=1` (say, under
+/// `cargo test --workspace`): three TCG VMs already want more than two cores.
+fn one_at_a_time() -> Arc<tokio::sync::Mutex<()>> {
+    static LOCK: OnceLock<Arc<tokio::sync::Mutex<()>>> = OnceLock::new();
+    LOCK.get_or_init(Arc::default).clone()
 }
 
 impl Fleet {
@@ -52,6 +61,14 @@ impl Fleet {
         if !env::prerequisites(test)? {
             return Ok(None);
         }
+        let lock = one_at_a_time();
+        let guard = match lock.clone().try_lock_owned() {
+            Ok(g) => g,
+            Err(_) => {
+                tracing::info!(test, "waiting for the VM test running in this process to finish");
+                lock.lock_owned().await
+            }
+        };
         let started = Instant::now();
         let images = images::ensure().await?;
         let dir = env::test_dir(test);
@@ -106,6 +123,7 @@ impl Fleet {
             vms,
             started,
             _sockets: sockets,
+            _one_at_a_time: guard,
         }))
     }
 

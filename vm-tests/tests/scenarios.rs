@@ -18,6 +18,8 @@ const ROLLOUT_REBOOTLESS: Duration = Duration::from_secs(600);
 const OS_ROLLOUT_PER_NODE: Duration = Duration::from_secs(1200);
 /// The unit the rebootless scenario restarts through the node disruption policy.
 const UNIT: &str = "aloft-vmtest.service";
+const UNIT_FILE: &str = "[Unit]\nDescription=aloft vm-tests unit (restarted by the disruption policy)\n\
+    [Service]\nExecStart=/bin/sleep infinity\n[Install]\nWantedBy=multi-user.target\n";
 const KARG: &str = "aloft.vmtest=os-v2";
 
 /// Boot the fleet, enroll the nodes, and render a first (rebootless) config so every node is
@@ -44,17 +46,13 @@ async fn enrolled_and_done(
     )
     .await?;
     worker_pool(fleet, max_unavailable, pool_extra).await?;
-    let unit = format!(
-        "[Unit]\nDescription=aloft vm-tests unit (restarted by the disruption policy)\n\
-         [Service]\nExecStart=/bin/sleep infinity\n[Install]\nWantedBy=multi-user.target\n"
-    );
     machine_config(
         fleet,
         "50-worker-vmtest",
         json!({"config": {
             "storage": {"files": [file("/etc/aloft-vmtest/none.conf", "none 1\n"),
                                   file("/etc/aloft-vmtest/restart.conf", "restart 1\n")]},
-            "systemd": {"units": [{"name": UNIT, "enabled": true, "contents": unit}]}}}),
+            "systemd": {"units": [{"name": UNIT, "enabled": true, "contents": UNIT_FILE}]}}}),
     )
     .await?;
     let first = wait_converged(fleet, "", ROLLOUT_REBOOTLESS).await.context("the first config")?;
@@ -105,8 +103,7 @@ async fn rebootless(fleet: &Fleet) -> Result<()> {
     let config = |none: &str, restart: &str| {
         json!({"config": {
             "storage": {"files": [file("/etc/aloft-vmtest/none.conf", none), file("/etc/aloft-vmtest/restart.conf", restart)]},
-            "systemd": {"units": [{"name": UNIT, "enabled": true, "contents":
-                "[Unit]\nDescription=aloft vm-tests unit (restarted by the disruption policy)\n[Service]\nExecStart=/bin/sleep infinity\n[Install]\nWantedBy=multi-user.target\n"}]}}})
+            "systemd": {"units": [{"name": UNIT, "enabled": true, "contents": UNIT_FILE}]}}})
     };
     machine_config(fleet, "50-worker-vmtest", config("none 2\n", "restart 1\n")).await?;
     let second = wait_converged(fleet, &first, ROLLOUT_REBOOTLESS).await.context("the None-policy change")?;
