@@ -125,6 +125,13 @@ pub async fn wait_converged(fleet: &Fleet, previous: &str, timeout: Duration) ->
     let mut last = String::new();
     let mut logged = String::new();
     loop {
+        for vm in &fleet.vms {
+            match vm.status().phase {
+                crate::Phase::Failed(msg) => bail!("{} failed while waiting for the rollout: {msg}", vm.name),
+                crate::Phase::Off { power_cut: false } => bail!("{} powered off during the rollout", vm.name),
+                _ => {}
+            }
+        }
         let target = pool_target(fleet, "worker").await?;
         if !target.is_empty() && target != previous {
             let nodes = fleet.nodes().await?;
