@@ -84,6 +84,10 @@ pub fn accel() -> String {
 pub fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("ALOFT_VM_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ =
-        tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .with_ansi(false)
+        .try_init();
 }

@@ -299,19 +299,47 @@ impl Vm {
         self.control.send(Control::PowerOn).await.map_err(|_| anyhow!("{}: supervisor gone", self.name))
     }
 
-    /// The agent's journal over all boots (`journalctl -u aloft-agent -u aloft-os-helper`), saved as
-    /// `agent-journal.log` in the VM's directory. Needs the VM up.
+    /// The agent's journal over all boots (`journalctl -u aloft-agent -u aloft-os-helper`), with
+    /// the structured fields the agent logs (tracing-journald puts them in journal fields, which
+    /// the usual one-line formats leave out), saved as `agent-journal.log` in the VM's directory.
+    /// Needs the VM up.
     pub async fn save_journal(&self) -> Result<PathBuf> {
         let out = self
-            .exec_timeout(
-                "journalctl -u aloft-agent -u aloft-os-helper --no-pager -o short-monotonic",
-                Duration::from_secs(120),
-            )
+            .exec_timeout("journalctl -u aloft-agent -u aloft-os-helper --no-pager -o json", Duration::from_secs(120))
             .await?;
+        let text: Vec<String> = out.out.lines().map(format_journal_line).collect();
         let path = self.dir.join("agent-journal.log");
-        std::fs::write(&path, out.out)?;
+        std::fs::write(&path, text.join("\n") + "\n")?;
         Ok(path)
     }
+}
+
+/// One `journalctl -o json` record as `[boot-prefix monotonic] identifier: MESSAGE KEY=value...`
+/// (fields of the record's own, not journald's bookkeeping). Lines that are not JSON stay as
+/// they are.
+pub fn format_journal_line(line: &str) -> String {
+    let Ok(serde_json::Value::Object(m)) = serde_json::from_str::<serde_json::Value>(line) else {
+        return line.to_string();
+    };
+    let s = |k: &str| m.get(k).and_then(|v| v.as_str()).unwrap_or("").to_string();
+    let mono = s("__MONOTONIC_TIMESTAMP").parse::<f64>().map(|us| us / 1e6).unwrap_or(0.0);
+    let boot: String = s("_BOOT_ID").chars().take(8).collect();
+    let ident = if s("SYSLOG_IDENTIFIER").is_empty() { s("_COMM") } else { s("SYSLOG_IDENTIFIER") };
+    let skip = |k: &str| {
+        k.starts_with('_')
+            || k.starts_with("SYSLOG_")
+            || k.starts_with("CODE_")
+            || matches!(k, "MESSAGE" | "PRIORITY" | "TARGET" | "INVOCATION_ID" | "MESSAGE_ID" | "TID")
+    };
+    let mut fields: Vec<String> = m
+        .iter()
+        .filter(|(k, _)| !skip(k))
+        .map(|(k, v)| {
+            format!("{}={}", k.to_lowercase(), v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string()))
+        })
+        .collect();
+    fields.sort();
+    format!("[{boot} {mono:>10.3}] {ident}: {} {}", s("MESSAGE"), fields.join(" "))
 }
 
 impl Drop for Vm {
@@ -579,6 +607,16 @@ pub use images::HOST_ADDR;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn journal_record() {
+        let line = r#"{"__MONOTONIC_TIMESTAMP":"161999810","_BOOT_ID":"0669d8c9c4f1","SYSLOG_IDENTIFIER":"aloft-agent","MESSAGE":"update failed","ERROR":"mkdir /etc/x: Read-only file system","PRIORITY":"3","_PID":"291","CODE_LINE":"7"}"#;
+        assert_eq!(
+            format_journal_line(line),
+            "[0669d8c9    162.000] aloft-agent: update failed error=mkdir /etc/x: Read-only file system"
+        );
+        assert_eq!(format_journal_line("-- No entries --"), "-- No entries --");
+    }
 
     #[test]
     fn ready_line() {
