@@ -369,3 +369,38 @@ async fn power_cut(fleet: &Fleet) -> Result<()> {
     ensure!(cmdline.split_whitespace().any(|a| a == KARG), "{KARG} not on /proc/cmdline: {cmdline}");
     Ok(())
 }
+
+// ---------------------------------------------------------------- e: a change that reboots
+
+/// A file no disruption policy covers: the node is drained and rebooted through logind; the
+/// harness boots the same (v1) entry again and the agent reports Done after the reboot. This is
+/// the reboot path of scenarios b-d without an OS change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn e_file_without_policy_reboots_once() -> Result<()> {
+    let Some(fleet) = Fleet::start("e_reboot", FleetOptions { vms: 1, ..Default::default() }).await? else {
+        return Ok(());
+    };
+    let result = reboot_for_file(&fleet).await;
+    fleet.finish(result).await
+}
+
+async fn reboot_for_file(fleet: &Fleet) -> Result<()> {
+    let (boot_ids, first) = enrolled_and_done(fleet, 1, json!({})).await?;
+    let vm = &fleet.vms[0];
+    machine_config(
+        fleet,
+        "70-worker-reboot",
+        json!({"config": {"storage": {"files": [file("/etc/aloft-reboot.conf", "after reboot\n")]}}}),
+    )
+    .await?;
+    wait_converged(fleet, &first, OS_ROLLOUT_PER_NODE).await.context("the rebooting change")?;
+    ensure!(vm.reboots() == 1, "{} rebooted {} times, not once: {:?}", vm.name, vm.reboots(), vm.boots());
+    let (boot, boot_id, release) = vm.wait_ready(2, Duration::from_secs(5)).await?;
+    ensure!(boot == 2 && boot_id != boot_ids[0], "a new boot: boot {boot}, boot id {boot_id}");
+    ensure!(release == "1", "the same OS after the reboot, got release {release}");
+    let now = vm.sh("cat /proc/sys/kernel/random/boot_id; cat /etc/aloft-reboot.conf").await?;
+    ensure!(now == format!("{boot_id}\nafter reboot\n"), "in the guest: {now:?}");
+    let node = fleet.nodes().await?.into_iter().next().context("the node")?;
+    ensure!(!cluster::is_cordoned(&node), "the node is uncordoned after the reboot");
+    Ok(())
+}
