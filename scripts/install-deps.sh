@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install what building and testing aloft needs on Debian 12, as root (dbus-daemon: the agent's
-# tests run a private bus; libostree-dev/ostree/gpg: the agent's OS backend links libostree
+# tests run a private bus; libostree-dev/ostree/gpg: the OS helper (osd/) links libostree
 # 2022.7 and its tests build, sign and deploy real commits). Idempotent and quick when
 # everything is already there. The Rust toolchain (stable 1.95) is expected on the machine.
 set -euo pipefail

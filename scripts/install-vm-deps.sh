@@ -4,9 +4,10 @@
 # (scripts/install-deps.sh covers building and testing the Rust code.)
 set -euo pipefail
 
-# mmdebstrap: the rootfs; ostree: commits, summary, directory sysroot; libostree-dev: the agent's
-# OS backend links libostree; e2fsprogs: mkfs.ext4 -d and debugfs (no mounts); gpg: signing;
-# qemu-system-x86: boot under TCG; qemu-utils: qemu-img (per-VM qcow2 overlays, reading a VM's disk); socat: host end of the virtio-serial command channel;
+# mmdebstrap: the rootfs; ostree: commits, summary, directory sysroot; libostree-dev: the OS
+# helper (osd/) links libostree; e2fsprogs: mkfs.ext4 -d and debugfs (no mounts); gpg: signing;
+# qemu-system-x86: boot under TCG; qemu-utils: qemu-img (per-VM qcow2 overlays, reading a VM's
+# disk); socat: host end of the virtio-serial command channel;
 # jq, bc: scripts; openssl: a test CA in smoke-boot; python3: smoke-boot --update serves the repo
 # over HTTP (host only, the image has no python); binutils: strip the agent's debuginfo.
 pkgs=(mmdebstrap ostree libostree-dev e2fsprogs gpg gpg-agent qemu-system-x86 qemu-utils socat jq bc openssl python3 binutils

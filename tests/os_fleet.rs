@@ -6,105 +6,58 @@
 //! Walks the whole OS flow: a container osImageURL is refused (Unreconcilable); an ostree one is
 //! pulled, staged with the config's kernel arguments and rebooted into; a failing health check
 //! after the next boot rolls back to the previous deployment, reports Degraded with the check's
-//! output, and is not retried. (The pre-stage round trip needs the coordinator to let a node read
-//! the config named by `aloft.dev/prestageConfig`, which comes with the rollout work; the
-//! download itself is tested in agent/tests/os_ostree.rs.)
+//! output, and is not retried. The agent never touches libostree: a real `aloft-os-helper` serves
+//! the host's sysroot on a socket under its root, as systemd's socket activation would on a
+//! node; a second test shows a node whose helper is not running. (The download itself, the
+//! helper's refusals and its socket are tested in osd/tests/.)
 
-use aloft_agent::os::testkit::{self, GpgKey, ServerRepo, StaticServer, REF};
-use aloft_agent::testing::{FakeSystemd, TestBus};
 use aloft_api::annotations as ann;
 use aloft_coordinator::resources::{MACHINE_CONFIG, MACHINE_CONFIG_POOL, NODE};
+use aloft_osd::testkit::{self, GpgKey, ServerRepo, StaticServer, REF};
+use aloft_tests::sandbox::Host;
 use aloft_tests::{bin, eventually, path_of, testdata, Coordinator};
 use serde_json::{json, Value};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
-struct Host {
-    name: String,
-    root: tempfile::TempDir,
-    _bus: TestBus,
-    fake: FakeSystemd,
-    agent: Option<Child>,
-    bus_address: String,
-    keyring: PathBuf,
+/// A sandboxed host whose OS is an ostree directory sysroot under its root, managed through
+/// the OS helper; the test plays its reboots.
+struct OsHost {
+    host: Host,
     boots: u32,
+    bootstrap: PathBuf,
 }
 
-impl Host {
+impl OsHost {
+    async fn new(name: &str, bootstrap: &Path) -> OsHost {
+        let mut host = Host::new(name).await;
+        host.extra_args = ["--health-timeout-seconds", "30"].iter().map(|s| s.to_string()).collect();
+        std::fs::write(host.path("proc/sys/kernel/random/boot_id"), "boot-0\n").unwrap();
+        OsHost { host, boots: 0, bootstrap: bootstrap.to_path_buf() }
+    }
+
     fn sysroot(&self) -> PathBuf {
-        self.root.path().join("sysroot")
+        self.host.path("sysroot")
     }
 
-    fn start_agent(&mut self, c: &Coordinator, bootstrap: &Path) {
-        let log =
-            std::fs::OpenOptions::new().create(true).append(true).open(self.root.path().join("agent.log")).unwrap();
-        let child = Command::new(bin("aloft-agent"))
-            .args(["--coordinator", c.url(), "--node-name", &self.name, "--metrics-listen", ""])
-            .arg("--ca")
-            .arg(c.ca_path())
-            .arg("--bootstrap-token-file")
-            .arg(bootstrap)
-            .arg("--root")
-            .arg(self.root.path())
-            .args(["--bus-address", &self.bus_address, "--drain-timeout-seconds", "60"])
-            .arg("--ostree-sysroot")
-            .arg(self.sysroot())
-            .arg("--ostree-keyring")
-            .arg(&self.keyring)
-            .args(["--health-timeout-seconds", "30"])
-            .env("ALOFT_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("spawn aloft-agent");
-        self.agent = Some(child);
-    }
-
-    fn stop_agent(&mut self) {
-        if let Some(mut c) = self.agent.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-
-    /// Wait for the agent to ask logind for a reboot, then play it.
-    async fn reboot_when_asked(&mut self, c: &Coordinator, bootstrap: &Path, what: &str) {
+    /// Wait for the agent to ask logind for a reboot, then play it: new boot id, agent restarted
+    /// (the helper is a system service: it keeps running, or systemd starts it on demand).
+    async fn reboot_when_asked(&mut self, c: &Coordinator, what: &str) {
         for _ in 0..1200 {
-            if !self.fake.reboots().is_empty() {
-                self.stop_agent();
-                self.fake.clear_calls();
+            if !self.host.fake.reboots().is_empty() {
+                self.host.stop_agent();
+                self.host.fake.clear_calls();
                 self.boots += 1;
-                std::fs::write(
-                    self.root.path().join("proc/sys/kernel/random/boot_id"),
-                    format!("boot-{}\n", self.boots),
-                )
-                .unwrap();
-                self.start_agent(c, bootstrap);
+                std::fs::write(self.host.path("proc/sys/kernel/random/boot_id"), format!("boot-{}\n", self.boots))
+                    .unwrap();
+                self.host.start_agent(c, &self.bootstrap);
                 return;
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        panic!("no reboot asked: {what}\n{}", self.log());
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(self.root.path().join("agent.log")).unwrap_or_default()
-    }
-}
-
-impl Drop for Host {
-    fn drop(&mut self) {
-        self.stop_agent();
-        if std::thread::panicking() {
-            let log = self.log();
-            let lines: Vec<&str> = log.lines().collect();
-            eprintln!("--- agent log (tail) ---");
-            for l in &lines[lines.len().saturating_sub(40)..] {
-                eprintln!("{l}");
-            }
-        }
+        panic!("no reboot asked: {what}\n{}", self.host.log());
     }
 }
 
@@ -166,34 +119,12 @@ async fn os_update_health_check_and_rollback() {
     let http = StaticServer::start(&work.path().join("srv")).unwrap();
     let url = |sum: &str| format!("ostree+{}#{REF}@{sum}", http.url("repo"));
 
-    let root = tempfile::tempdir().unwrap();
-    let r = root.path();
-    for d in ["etc/systemd/system", "home/core", "var/lib", "proc/sys/kernel/random"] {
-        std::fs::create_dir_all(r.join(d)).unwrap();
-    }
-    std::fs::write(
-        r.join("etc/passwd"),
-        "root:x:0:0:root:/root:/bin/bash\ncore:x:1000:1000:core:/home/core:/bin/bash\n",
-    )
-    .unwrap();
-    std::fs::write(r.join("etc/group"), "root:x:0:\ncore:x:1000:\n").unwrap();
-    std::fs::write(r.join("proc/sys/kernel/random/boot_id"), "boot-0\n").unwrap();
-    testkit::init_sysroot(&r.join("sysroot"), &server, &v1, &["root=/dev/vda", "console=ttyS0"]).unwrap();
-    let bus = TestBus::start().unwrap();
-    let fake = FakeSystemd::serve(&bus, r).await.unwrap();
-    let bus_address = bus.address().to_string();
-    let mut host = Host {
-        name: "worker-os".into(),
-        root,
-        _bus: bus,
-        fake,
-        agent: None,
-        bus_address,
-        keyring: key.keyring.clone(),
-        boots: 0,
-    };
-    let name = host.name.clone();
-    host.start_agent(&c, token_file.path());
+    let mut host = OsHost::new("worker-os", token_file.path()).await;
+    testkit::init_sysroot(&host.sysroot(), &server, &v1, &["root=/dev/vda", "console=ttyS0"]).unwrap();
+    let sysroot = host.sysroot();
+    host.host.start_os_helper(&sysroot, &key.keyring);
+    let name = host.host.name.clone();
+    host.host.start_agent(&c, token_file.path());
 
     let mut pool = yaml(&testdata().join("mco/bootstrap/worker.machineconfigpool.yaml"));
     pool["spec"]["maxUnavailable"] = json!(1);
@@ -216,14 +147,14 @@ async fn os_update_health_check_and_rollback() {
     mc["spec"]["osImageURL"] = json!(url(&v2));
     mc["spec"]["kernelArguments"] = json!(["mitigations=off"]);
     admin.put(&path, &mc).await.unwrap().into_result().unwrap();
-    host.reboot_when_asked(&c, token_file.path(), "the OS update").await;
+    host.reboot_when_asked(&c, "the OS update").await;
     assert_eq!(testkit::deployment_order(&host.sysroot()).unwrap(), vec![v2.clone(), v1.clone()]);
     let (second, _) = wait_state(&c, &name, "Done", true, "Done on the OS update after its reboot").await;
     assert_ne!(second, first);
     let out = Command::new(bin("aloft-agent"))
-        .args(["status", "--json", "--bus-address", &host.bus_address])
+        .args(["status", "--json", "--bus-address", &host.host.bus_address])
         .arg("--root")
-        .arg(host.root.path())
+        .arg(host.host.root.path())
         .output()
         .unwrap();
     let st: Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -236,7 +167,7 @@ async fn os_update_health_check_and_rollback() {
 
     // 3. A health check that fails on the new OS: after the update's reboot the agent makes the
     // previous deployment the default, reboots into it, reports Degraded, and does not retry.
-    let checks = host.root.path().join("etc/aloft/health.d");
+    let checks = host.host.path("etc/aloft/health.d");
     std::fs::create_dir_all(&checks).unwrap();
     let script = checks.join("50-app");
     std::fs::write(&script, "#!/bin/sh\necho app does not answer on :8080\nexit 1\n").unwrap();
@@ -245,15 +176,82 @@ async fn os_update_health_check_and_rollback() {
     let mut mc = admin.get(&path).await.unwrap().into_result().unwrap();
     mc["spec"]["osImageURL"] = json!(url(&v3));
     admin.put(&path, &mc).await.unwrap().into_result().unwrap();
-    host.reboot_when_asked(&c, token_file.path(), "the v3 update").await;
+    host.reboot_when_asked(&c, "the v3 update").await;
     assert_eq!(testkit::deployment_order(&host.sysroot()).unwrap(), vec![v3.clone(), v2.clone()]);
-    host.reboot_when_asked(&c, token_file.path(), "the rollback").await;
+    host.reboot_when_asked(&c, "the rollback").await;
     assert_eq!(testkit::deployment_order(&host.sysroot()).unwrap(), vec![v2.clone(), v3.clone()], "rolled back");
     let (_, reason) = wait_state(&c, &name, "Degraded", false, "Degraded after the rollback").await;
     assert!(reason.contains("app does not answer on :8080"), "{reason}");
     assert!(reason.contains(&format!("rolled back from OS commit {v3} to {v2}")), "{reason}");
     tokio::time::sleep(Duration::from_secs(5)).await;
-    assert!(host.fake.reboots().is_empty(), "the failed commit is not retried");
-    let denylist = std::fs::read_to_string(host.root.path().join("var/lib/aloft/os-denylist.json")).unwrap();
+    assert!(host.host.fake.reboots().is_empty(), "the failed commit is not retried");
+    let denylist = std::fs::read_to_string(host.host.path("var/lib/aloft/os-denylist.json")).unwrap();
     assert!(denylist.contains(&v3), "{denylist}");
+}
+
+/// A node whose OS helper is not running: the OS update is refused before anything is drained or
+/// written — Degraded, with a reason naming the helper's socket — and `aloft-agent status` says
+/// why the deployments are missing instead of failing. Once the helper runs, the same config
+/// goes through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn os_helper_not_running_is_degraded_and_changes_nothing() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let token_file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(token_file.path(), c.create_token("fleet", "bootstrap")).unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let key = GpgKey::generate(work.path(), "os").unwrap();
+    let server = ServerRepo::create(&work.path().join("srv/repo")).unwrap();
+    let commit = |v: &str| {
+        let t = work.path().join(format!("tree-{v}"));
+        testkit::write_tree(&t, v, 5).unwrap();
+        server.commit(&t, REF, v, Some(&key)).unwrap()
+    };
+    let (v1, v2) = (commit("1"), commit("2"));
+    let http = StaticServer::start(&work.path().join("srv")).unwrap();
+
+    let mut host = OsHost::new("worker-nohelper", token_file.path()).await;
+    let sysroot = host.sysroot();
+    testkit::init_sysroot(&sysroot, &server, &v1, &["root=/dev/vda"]).unwrap();
+    let socket = host.host.path("run/aloft/os-helper.sock");
+    host.host.use_os_helper_socket(&socket);
+    let name = host.host.name.clone();
+    host.host.start_agent(&c, token_file.path());
+    let mut pool = yaml(&testdata().join("mco/bootstrap/worker.machineconfigpool.yaml"));
+    pool["spec"]["maxUnavailable"] = json!(1);
+    admin.post(&path_of(&MACHINE_CONFIG_POOL, None), &pool).await.unwrap().into_result().unwrap();
+    let ssh = yaml(&testdata().join("mco/bootstrap/99_openshift-machineconfig_worker.yaml"));
+    admin.post(&path_of(&MACHINE_CONFIG, None), &ssh).await.unwrap().into_result().unwrap();
+    let (first, _) = wait_state(&c, &name, "Done", true, "Done on the SSH config").await;
+
+    let not_running = format!("OS helper at {} is not running", socket.display());
+    let out = Command::new(bin("aloft-agent"))
+        .args(["status", "--json", "--bus-address", &host.host.bus_address])
+        .arg("--root")
+        .arg(host.host.root.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let st: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(st["os"]["error"].as_str().unwrap_or_default().starts_with(&not_running), "{st}");
+
+    let mut mc = os_mc("50-os", &format!("ostree+{}#{REF}@{v2}", http.url("repo")), &["mitigations=off"]);
+    mc["spec"]["config"]["storage"] = json!({"files": [{"path": "/etc/aloft-os-test", "mode": 420,
+        "contents": {"source": "data:,written%20with%20the%20OS%20update"}}]});
+    admin.post(&path_of(&MACHINE_CONFIG, None), &mc).await.unwrap().into_result().unwrap();
+    let (current, reason) = wait_state(&c, &name, "Degraded", false, "Degraded without the OS helper").await;
+    assert!(reason.starts_with(&not_running), "{reason}");
+    assert_eq!(current, first, "still on the old config");
+    assert!(!host.host.path("etc/aloft-os-test").exists(), "no file written");
+    assert_eq!(testkit::deployment_order(&sysroot).unwrap(), vec![v1.clone()], "nothing deployed");
+    assert!(host.host.fake.reboots().is_empty(), "no reboot");
+    let node = c.client().get(&path_of(&NODE, Some(&name))).await.unwrap().into_result().unwrap();
+    assert_ne!(node.pointer("/spec/unschedulable"), Some(&json!(true)), "not cordoned: {node}");
+
+    // The helper comes up (systemd would start it on the next connection): the retry goes through.
+    host.host.start_os_helper(&sysroot, &key.keyring);
+    host.reboot_when_asked(&c, "the OS update once the helper runs").await;
+    assert_eq!(testkit::deployment_order(&sysroot).unwrap(), vec![v2.clone(), v1.clone()]);
+    wait_state(&c, &name, "Done", true, "Done after the helper came up").await;
+    assert!(host.host.path("etc/aloft-os-test").exists());
 }

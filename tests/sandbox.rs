@@ -1,9 +1,12 @@
 //! A sandboxed host for fleet tests: a root directory with the files an agent expects, its own
 //! private dbus-daemon serving the test systemd/logind (the one boundary that cannot run here),
-//! and a real `aloft-agent` process on it.
+//! and a real `aloft-agent` process on it. A host whose OS is an ostree sysroot also runs a real
+//! `aloft-os-helper` on a socket under its root ([`Host::start_os_helper`]), as systemd would
+//! start it on a node.
 
 use crate::{bin, Coordinator};
 use aloft_agent::testing::{FakeSystemd, TestBus};
+use aloft_osd::testkit::HelperProcess;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 
@@ -17,6 +20,11 @@ pub struct Host {
     pub bus_address: String,
     /// More agent flags (timeouts), appended to the defaults.
     pub extra_args: Vec<String>,
+    /// The OS helper serving this host's sysroot, when it has one.
+    pub os_helper: Option<HelperProcess>,
+    /// The agent's `--os-helper` (the helper's socket), once [`Host::start_os_helper`] or
+    /// [`Host::use_os_helper_socket`] set it.
+    os_helper_socket: Option<PathBuf>,
 }
 
 impl Host {
@@ -38,13 +46,51 @@ impl Host {
         let bus = TestBus::start().unwrap();
         let fake = FakeSystemd::serve(&bus, r).await.unwrap();
         let bus_address = bus.address().to_string();
-        Host { name: name.into(), root, _bus: bus, fake, agent: None, bus_address, extra_args: Vec::new() }
+        Host {
+            name: name.into(),
+            root,
+            _bus: bus,
+            fake,
+            agent: None,
+            bus_address,
+            extra_args: Vec::new(),
+            os_helper: None,
+            os_helper_socket: None,
+        }
+    }
+
+    /// Start `aloft-os-helper` on `sysroot`, trusting `keyring`, listening at
+    /// `<root>/run/aloft/os-helper.sock`; agents started afterwards use it (`--os-helper`).
+    pub fn start_os_helper(&mut self, sysroot: &Path, keyring: &Path) {
+        let helper = HelperProcess::start(&bin("aloft-os-helper"), &self.path("run/aloft"), sysroot, keyring)
+            .expect("start aloft-os-helper");
+        self.os_helper_socket = Some(helper.socket.clone());
+        self.os_helper = Some(helper);
+    }
+
+    /// Point the agent at a helper socket without starting a helper (a node whose helper is not
+    /// running).
+    pub fn use_os_helper_socket(&mut self, socket: &Path) {
+        self.os_helper_socket = Some(socket.to_path_buf());
+    }
+
+    /// Kill the OS helper (the agent keeps its `--os-helper`).
+    pub fn stop_os_helper(&mut self) {
+        if let Some(mut h) = self.os_helper.take() {
+            h.kill();
+        }
     }
 
     /// Start `aloft-agent` on this host against `c`, enrolling with the bootstrap token file.
     pub fn start_agent(&mut self, c: &Coordinator, bootstrap: &Path) {
-        let log = std::fs::File::create(self.root.path().join("agent.log")).unwrap();
-        let child = Command::new(bin("aloft-agent"))
+        // Appended: a restarted agent (a simulated reboot) keeps the earlier log.
+        let log =
+            std::fs::OpenOptions::new().create(true).append(true).open(self.root.path().join("agent.log")).unwrap();
+        let mut cmd = Command::new(bin("aloft-agent"));
+        if let Some(socket) = &self.os_helper_socket {
+            cmd.arg("--os-helper").arg(socket);
+        }
+        let child = cmd
             .args(["--coordinator", c.url(), "--node-name", &self.name, "--metrics-listen", ""])
             .arg("--ca")
             .arg(c.ca_path())
@@ -91,6 +137,15 @@ impl Drop for Host {
                 eprintln!("{l}");
             }
             eprintln!("--- {} systemd calls: {:?}", self.name, self.fake.call_strings());
+            if let Some(h) = &self.os_helper {
+                let log = h.log_text();
+                let lines: Vec<&str> = log.lines().collect();
+                eprintln!("--- {} os helper log (tail) ---", self.name);
+                for l in &lines[lines.len().saturating_sub(20)..] {
+                    eprintln!("{l}");
+                }
+            }
         }
+        self.stop_os_helper();
     }
 }

@@ -194,6 +194,10 @@ pub struct Agent {
     pub os: Option<OsAgent>,
     /// The config a background pre-stage download was started for (not started twice).
     prestage_started: Option<String>,
+    /// The deployments as last read from the OS helper, for the status (see `os_status_json`).
+    os_status: serde_json::Value,
+    /// The running boot's commit and command line, once read.
+    booted_os: osflow::BootedOs,
 }
 
 impl Agent {
@@ -214,6 +218,8 @@ impl Agent {
             reboot_asked: false,
             os: None,
             prestage_started: None,
+            os_status: serde_json::Value::Null,
+            booted_os: osflow::BootedOs::default(),
         })
     }
 
@@ -408,8 +414,8 @@ impl Agent {
 
     /// After the change took effect: verify the disk, uncordon if drained, report Done.
     async fn finish(&mut self, target: &str, drained: bool) -> Result<()> {
-        if let Some(cur) = &self.current {
-            if let Err(drift) = self.verify_current(cur) {
+        if let Some(cur) = self.current.clone() {
+            if let Err(drift) = self.verify_current(&cur).await {
                 return self.fail(target, drift, false).await;
             }
         }
@@ -456,8 +462,9 @@ impl Agent {
             let (target, reason) = (target.clone(), reason.clone());
             self.fail(&target, reason, false).await?;
         }
-        if let (Phase::Idle, Some(cur)) = (&self.phase, &self.current) {
-            if let Err(drift) = self.verify_current(cur) {
+        self.refresh_os_status().await;
+        if let (Phase::Idle, Some(cur)) = (&self.phase, self.current.clone()) {
+            if let Err(drift) = self.verify_current(&cur).await {
                 let name = cur.metadata.name.clone();
                 self.fail(&name, drift, false).await?;
             }
@@ -514,7 +521,7 @@ impl Agent {
 
     async fn check_drift(&mut self, cur: &MachineConfig) -> Result<()> {
         let name = cur.metadata.name.clone();
-        let drifted = self.verify_current(cur);
+        let drifted = self.verify_current(cur).await;
         if let Some(m) = &self.metrics {
             m.set_drift(drifted.is_err());
         }
@@ -610,7 +617,7 @@ pub async fn run(opts: Options) -> Result<()> {
     agent.workload_stop_timeout = opts.workload_stop_timeout;
     if let Some(os) = &opts.os {
         agent.os = Some(OsAgent::new(&agent.root, os));
-        tracing::info!(sysroot = %os.sysroot.display(), remote = %os.remote, keyring = %os.keyring.display(), "managing the OS through libostree");
+        tracing::info!(helper = %os.helper_socket.display(), "managing the OS through aloft-os-helper");
     }
     if let Some(addr) = &opts.metrics_listen {
         let metrics = Arc::new(Metrics::new());

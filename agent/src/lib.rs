@@ -13,7 +13,7 @@ pub mod drift;
 pub mod engine;
 pub mod enroll;
 pub mod host;
-// The OS seam (libostree): pull, stage, verify, health checks, rollback.
+// The OS seam (through the OS helper): pull, stage, verify, health checks, rollback.
 pub mod os;
 pub mod state;
 

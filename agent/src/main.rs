@@ -55,20 +55,12 @@ struct RunArgs {
     /// update gives up (Degraded; retried).
     #[arg(long, env = "ALOFT_WORKLOAD_STOP_TIMEOUT_SECONDS", default_value_t = 300)]
     workload_stop_timeout_seconds: u64,
-    /// The ostree sysroot whose OS the agent manages: `auto` (the root, when it holds
-    /// ostree/repo and ostree/deploy: `/` on a booted node), a path, or `none` (files and units
-    /// only; osImageURL must then stay empty).
-    #[arg(long, env = "ALOFT_OSTREE_SYSROOT", default_value = "auto")]
-    ostree_sysroot: String,
-    /// The ostree stateroot (osname) deployments go to.
-    #[arg(long, env = "ALOFT_OSTREE_OSNAME", default_value = "aloft")]
-    ostree_osname: String,
-    /// The ostree remote the agent points at the osImageURL's repository (gpg-verify=true).
-    #[arg(long, env = "ALOFT_OSTREE_REMOTE", default_value = "aloft")]
-    ostree_remote: String,
-    /// GPG keyring whose keys may sign OS commits; default <root>/usr/share/ostree/trusted.gpg.d/aloft.gpg.
-    #[arg(long, env = "ALOFT_OSTREE_KEYRING")]
-    ostree_keyring: Option<PathBuf>,
+    /// The OS helper that pulls, stages and rolls back ostree deployments for the agent
+    /// (aloft-os-helper, socket-activated by aloft-os-helper.socket): `auto` (its socket
+    /// <root>/run/aloft/os-helper.sock when <root>/run/ostree-booted exists: a booted ostree host),
+    /// a socket path, or `none` (files and units only; osImageURL must then stay empty).
+    #[arg(long, env = "ALOFT_OS_HELPER", default_value = "auto")]
+    os_helper: String,
     /// Units that must be active after an OS-update boot (comma-separated), besides the
     /// executables in /usr/lib/aloft/health.d and /etc/aloft/health.d.
     #[arg(long, env = "ALOFT_HEALTH_REQUIRED_UNITS", default_value = "")]
@@ -83,24 +75,17 @@ struct RunArgs {
 
 /// The OS options from the flags: `None` when the agent does not manage the OS.
 fn os_options(a: &RunArgs) -> Result<Option<daemon::OsOptions>> {
-    let sysroot = match a.ostree_sysroot.as_str() {
+    let helper_socket = match a.os_helper.as_str() {
         "none" => return Ok(None),
-        "auto" if aloft_agent::os::ostree::is_sysroot(&a.root) => a.root.clone(),
-        "auto" => return Ok(None),
-        path => {
-            let p = PathBuf::from(path);
-            anyhow::ensure!(
-                aloft_agent::os::ostree::is_sysroot(&p),
-                "--ostree-sysroot {path}: not an ostree sysroot (no ostree/repo and ostree/deploy)"
-            );
-            p
-        }
+        "auto" => match aloft_agent::os::client::auto_socket(&a.root) {
+            Some(s) => s,
+            None => return Ok(None),
+        },
+        "" => anyhow::bail!("--os-helper: want auto, none or the helper's socket path"),
+        path => PathBuf::from(path),
     };
     Ok(Some(daemon::OsOptions {
-        sysroot,
-        osname: a.ostree_osname.clone(),
-        remote: a.ostree_remote.clone(),
-        keyring: a.ostree_keyring.clone().unwrap_or_else(|| a.root.join(aloft_agent::os::ostree::DEFAULT_KEYRING)),
+        helper_socket,
         required_units: a
             .health_required_units
             .split(',')

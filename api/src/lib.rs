@@ -10,6 +10,7 @@ pub mod ignition;
 pub mod machineconfig;
 pub mod meta;
 pub mod node;
+pub mod os;
 pub mod osimage;
 pub mod reconcile;
 pub mod render;

@@ -73,6 +73,8 @@ fn max_unavailable_json(s: &str) -> Value {
 /// What the simulated nodes share: how many are updating now, the most ever, how many are done.
 #[derive(Default)]
 struct Fleet {
+    /// The nodes between Working and Done, and the step each is in (for a stall report).
+    steps: std::sync::Mutex<std::collections::BTreeMap<String, &'static str>>,
     updating: AtomicUsize,
     max_updating: AtomicUsize,
     done: AtomicUsize,
@@ -80,7 +82,22 @@ struct Fleet {
 }
 
 /// One simulated node: the agent's protocol with a host that sleeps.
-async fn node(api: NodeApi, fleet: Arc<Fleet>, per_node: Duration, failure_rate: f64, seed: u64) -> Result<()> {
+fn step(fleet: &Fleet, name: &str, what: Option<&'static str>) {
+    let mut m = fleet.steps.lock().unwrap_or_else(|e| e.into_inner());
+    match what {
+        Some(w) => m.insert(name.to_string(), w),
+        None => m.remove(name),
+    };
+}
+
+async fn node(
+    name: String,
+    api: NodeApi,
+    fleet: Arc<Fleet>,
+    per_node: Duration,
+    failure_rate: f64,
+    seed: u64,
+) -> Result<()> {
     api.set_ready(true, "simulated host").await?;
     let mut view = api.report("Done", "", None).await?;
     let mut rng = seed;
@@ -90,9 +107,13 @@ async fn node(api: NodeApi, fleet: Arc<Fleet>, per_node: Duration, failure_rate:
         if !desired.is_empty() && desired != current {
             let now = fleet.updating.fetch_add(1, Ordering::SeqCst) + 1;
             fleet.max_updating.fetch_max(now, Ordering::SeqCst);
+            step(&fleet, &name, Some("report Working"));
             api.report("Working", "", Some(&current)).await?;
+            step(&fleet, &name, Some("fetch config"));
             api.machine_config(&desired).await?;
+            step(&fleet, &name, Some("drain handshake"));
             api.drain_handshake(&format!("drain-{desired}"), Duration::from_secs(3600)).await?;
+            step(&fleet, &name, Some("simulated apply"));
             tokio::time::sleep(per_node).await;
             // xorshift: a repeatable failure pattern per node.
             rng ^= rng << 13;
@@ -101,13 +122,17 @@ async fn node(api: NodeApi, fleet: Arc<Fleet>, per_node: Duration, failure_rate:
             let failed = (rng % 10_000) as f64 / 10_000.0 < failure_rate;
             if failed {
                 fleet.failures.fetch_add(1, Ordering::SeqCst);
+                step(&fleet, &name, None);
                 fleet.updating.fetch_sub(1, Ordering::SeqCst);
                 api.report("Degraded", "simulated apply failure", Some(&current)).await?;
                 return Ok(());
             }
+            step(&fleet, &name, Some("uncordon handshake"));
             api.drain_handshake(&format!("uncordon-{desired}"), Duration::from_secs(3600)).await?;
+            step(&fleet, &name, Some("report Done"));
             fleet.updating.fetch_sub(1, Ordering::SeqCst);
             view = api.report("Done", "", Some(&desired)).await?;
+            step(&fleet, &name, None);
             fleet.done.fetch_add(1, Ordering::SeqCst);
             continue;
         }
@@ -155,17 +180,17 @@ async fn main() -> Result<()> {
                 ca_pem: Some(c.ca_pem()),
                 token: Some(token),
             })?;
-            apis.push(NodeApi::new(client, &name));
+            apis.push((name.clone(), NodeApi::new(client, &name)));
         }
     }
     eprintln!("rollout-bench: enrolled {} nodes in {:.1} s", args.nodes, t.elapsed().as_secs_f64());
 
     let fleet = Arc::new(Fleet::default());
     let mut tasks = tokio::task::JoinSet::new();
-    for (i, api) in apis.into_iter().enumerate() {
+    for (i, (name, api)) in apis.into_iter().enumerate() {
         let fleet = fleet.clone();
         let seed = 0x9E37_79B9_7F4A_7C15u64 ^ (i as u64 + 1).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        tasks.spawn(node(api, fleet, args.per_node, args.failure_rate, seed));
+        tasks.spawn(node(name, api, fleet, args.per_node, args.failure_rate, seed));
     }
     // Let every simulated node report in before the rollout starts.
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -179,8 +204,26 @@ async fn main() -> Result<()> {
     admin.post(&path_of(&MACHINE_CONFIG, None), &mc).await?.into_result()?;
     let expected = args.nodes;
     let mut last_print = Instant::now();
+    let (mut last_done, mut last_progress, mut reported) = (0, Instant::now(), false);
     loop {
         let done = fleet.done.load(Ordering::SeqCst);
+        if done != last_done {
+            (last_done, last_progress, reported) = (done, Instant::now(), false);
+        }
+        if !reported && last_progress.elapsed() > Duration::from_secs(5) {
+            // A stall: say where the unfinished nodes are, and what the coordinator has on them.
+            reported = true;
+            let steps: Vec<(String, &str)> =
+                fleet.steps.lock().unwrap_or_else(|e| e.into_inner()).iter().map(|(n, s)| (n.clone(), *s)).collect();
+            eprintln!("rollout-bench: no progress for 5 s; {} node(s) mid-update:", steps.len());
+            for (name, st) in steps.iter().take(5) {
+                let node = admin.get(&format!("/api/v1/nodes/{name}")).await?.into_result()?;
+                eprintln!(
+                    "  {name}: {st}; unschedulable={} annotations={}",
+                    node["spec"]["unschedulable"], node["metadata"]["annotations"]
+                );
+            }
+        }
         let failed = fleet.failures.load(Ordering::SeqCst);
         if done + failed >= expected {
             break;

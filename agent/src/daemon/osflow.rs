@@ -8,10 +8,10 @@
 use super::Agent;
 use crate::engine::Refused;
 use crate::host::Root;
+use crate::os::client::HelperClient;
 use crate::os::denylist::{self, Denylist};
 use crate::os::health::HealthChecks;
-use crate::os::ostree::{OstreeBackend, OstreeConfig};
-use crate::os::{kargs, prestage, OsError, OsHandle, StageRequest};
+use crate::os::{kargs, prestage, OsError, OsHandle, OsStatus, StageRequest};
 use crate::state::{self, Phase};
 use aloft_api::osimage;
 use aloft_api::{MachineConfig, MachineConfigSpec};
@@ -20,17 +20,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// How the agent manages the OS (command-line flags `--ostree-*`, `--health-*`).
+/// How the agent manages the OS (command-line flags `--os-helper`, `--health-*`).
 #[derive(Debug, Clone)]
 pub struct OsOptions {
-    /// The ostree sysroot: `/` on a booted node; a directory in tests.
-    pub sysroot: PathBuf,
-    /// The stateroot deployments go to.
-    pub osname: String,
-    /// The ostree remote the agent points at the osImageURL's repository.
-    pub remote: String,
-    /// The GPG keyring (absolute) whose keys may sign OS commits.
-    pub keyring: PathBuf,
+    /// The OS helper's socket: `/run/aloft/os-helper.sock` on a node; a temp path in tests.
+    /// Where the sysroot is, which remote and which trusted keyring are the helper's options.
+    pub helper_socket: PathBuf,
     /// Units that must be active after an OS-update boot.
     pub required_units: Vec<String>,
     /// Per health check.
@@ -45,17 +40,10 @@ pub struct OsAgent {
 }
 
 impl OsAgent {
-    /// The libostree backend for `opts`.
+    /// The OS helper's client for `opts`.
     pub fn new(root: &Root, opts: &OsOptions) -> Self {
-        let cfg = OstreeConfig {
-            sysroot: opts.sysroot.clone(),
-            osname: opts.osname.clone(),
-            remote: opts.remote.clone(),
-            keyring: opts.keyring.clone(),
-            cmdline_path: PathBuf::from("/proc/cmdline"),
-        };
         OsAgent {
-            handle: OsHandle::new(Arc::new(OstreeBackend::new(cfg))),
+            handle: OsHandle::new(Arc::new(HelperClient::new(&opts.helper_socket))),
             health: HealthChecks {
                 root: root.clone(),
                 required_units: opts.required_units.clone(),
@@ -65,17 +53,44 @@ impl OsAgent {
     }
 }
 
+/// What the running boot is, once read from the helper (it cannot change until the next boot).
+#[derive(Debug, Clone, Default)]
+pub(super) struct BootedOs {
+    /// `Some(None)`: read, and nothing is booted (a directory sysroot).
+    checksum: Option<Option<String>>,
+    cmdline: Option<String>,
+}
+
 fn refused(message: impl Into<String>, unreconcilable: bool) -> Refused {
     Refused { message: message.into(), unreconcilable }
 }
 
 impl Agent {
-    /// The deployments for the status (`null` without an OS backend, or if libostree fails).
+    /// The deployments for the status, as last read from the helper (`null` without an OS
+    /// backend; `{"error": ...}` when the helper could not be asked). Cached rather than asked
+    /// on every status write, so that publishing a phase never blocks on the helper and an idle
+    /// agent does not wake a socket-activated helper.
     pub(super) fn os_status_json(&self) -> serde_json::Value {
-        let Some(os) = &self.os else { return serde_json::Value::Null };
-        match os.handle.status_now() {
+        self.os_status.clone()
+    }
+
+    /// Ask the helper for the deployments and keep the answer for the status.
+    pub(super) async fn read_os_status(&mut self, os: &super::OsAgent) -> Result<OsStatus, OsError> {
+        let result = os.handle.run_read(|b| b.status()).await;
+        self.os_status = match &result {
             Ok(st) => serde_json::to_value(st).unwrap_or_default(),
             Err(e) => serde_json::json!({ "error": e.to_string() }),
+        };
+        result
+    }
+
+    /// Refresh the cached deployments (at start-up and after an OS change); errors end up in
+    /// the status, not in the caller.
+    pub(super) async fn refresh_os_status(&mut self) {
+        if let Some(os) = self.os.clone() {
+            if let Err(e) = self.read_os_status(&os).await {
+                tracing::warn!(error = %e, "cannot read the OS deployments");
+            }
         }
     }
 
@@ -114,7 +129,7 @@ impl Agent {
             if image.is_some() && os_changed {
                 return Err(refused(
                     "osImageURL: this node has no ostree sysroot, so aloft-agent cannot deploy an OS commit \
-                     (start it with --ostree-sysroot, or leave osImageURL empty)",
+                     (start it with --os-helper pointing at aloft-os-helper's socket, or leave osImageURL empty)",
                     true,
                 ));
             }
@@ -135,7 +150,7 @@ impl Agent {
                 ));
             }
         }
-        let status = os.handle.run(|b| b.status()).await.map_err(|e| refused(e.to_string(), false))?;
+        let status = self.read_os_status(&os).await.map_err(|e| refused(e.to_string(), false))?;
         let Some(booted_or_default) = status.booted.clone().or_else(|| status.deployments.first().cloned()) else {
             return Err(refused("the ostree sysroot has no deployment to update from", false));
         };
@@ -175,8 +190,9 @@ impl Agent {
         let Some(os) = self.os.clone() else { return Err("no OS backend".into()) };
         self.enter(Phase::Staging { target: target.into() }, "staging the OS deployment")
             .map_err(|e| format!("{e:#}"))?;
-        let info = os.handle.run(move |b| b.stage(&req)).await.map_err(|e| e.to_string())?;
-        Ok(info.checksum)
+        let staged = os.handle.run(move |b| b.stage(&req)).await.map_err(|e| e.to_string());
+        self.refresh_os_status().await;
+        Ok(staged?.checksum)
     }
 
     /// Reboot into the staged deployment; the next boot verifies it.
@@ -206,7 +222,7 @@ impl Agent {
             Phase::Verifying { target: target.into(), checksum: checksum.clone() },
             "verifying the booted OS and running health checks",
         )?;
-        if let Err(reason) = self.verify_os(&os, &cur) {
+        if let Err(reason) = self.verify_os(&os, &cur).await {
             return self.fail(target, reason, false).await;
         }
         match os.health.run(self.services.as_ref()).await {
@@ -222,7 +238,9 @@ impl Agent {
         if let Err(e) = list.save(&self.root) {
             tracing::warn!(error = %e, "cannot persist the OS commit denylist");
         }
-        let previous = match os.handle.run(|b| b.rollback()).await {
+        let rolled_back = os.handle.run(|b| b.rollback()).await;
+        self.refresh_os_status().await;
+        let previous = match rolled_back {
             Ok(d) => d,
             Err(e) => return self.fail(target, format!("{failure}; rolling back failed: {e}"), false).await,
         };
@@ -245,9 +263,9 @@ impl Agent {
     }
 
     /// MCO's OS checks for `cur` on the running boot.
-    fn verify_os(&self, os: &super::OsAgent, cur: &MachineConfig) -> Result<(), String> {
+    async fn verify_os(&mut self, os: &super::OsAgent, cur: &MachineConfig) -> Result<(), String> {
         let Ok(Some(image)) = osimage::parse(&cur.spec.os_image_url) else {
-            return self.verify_kargs(os, cur);
+            return self.verify_kargs(os, cur).await;
         };
         if let Some(entry) = Denylist::load(&self.root).ok().and_then(|l| l.find(&image.checksum).cloned()) {
             return Err(format!(
@@ -255,33 +273,52 @@ impl Agent {
                 image.checksum, entry.reason
             ));
         }
-        let status = os.handle.status_now().map_err(|e| e.to_string())?;
-        match status.booted {
-            Some(b) => kargs::verify_booted(&cur.spec.os_image_url, &image.checksum, Some(&b.checksum))?,
+        match self.booted_checksum(os).await? {
+            Some(b) => kargs::verify_booted(&cur.spec.os_image_url, &image.checksum, Some(&b))?,
             // A directory sysroot (tests) boots nothing: there is nothing to compare.
             None => return Ok(()),
         }
-        self.verify_kargs(os, cur)
+        self.verify_kargs(os, cur).await
     }
 
-    fn verify_kargs(&self, os: &super::OsAgent, cur: &MachineConfig) -> Result<(), String> {
+    async fn verify_kargs(&mut self, os: &super::OsAgent, cur: &MachineConfig) -> Result<(), String> {
         if cur.spec.kernel_arguments.is_empty() {
             return Ok(());
         }
-        let booted = os.handle.status_now().map(|s| s.booted.is_some()).unwrap_or(false);
+        let booted = self.booted_checksum(os).await.map(|b| b.is_some()).unwrap_or(false);
         if !booted {
             return Ok(());
         }
-        let cmdline = os.handle.cmdline_now().map_err(|e| e.to_string())?;
+        let cmdline = match &self.booted_os.cmdline {
+            Some(c) => c.clone(),
+            None => {
+                let c = os.handle.run_read(|b| b.booted_cmdline()).await.map_err(|e| e.to_string())?;
+                self.booted_os.cmdline = Some(c.clone());
+                c
+            }
+        };
         kargs::verify(&cmdline, &cur.spec.kernel_arguments)
+    }
+
+    /// The booted deployment's commit (`None` on a sysroot that boots nothing). Asked once per
+    /// process: it cannot change before the next boot, which restarts the agent, so drift checks
+    /// on an idle node do not wake the helper.
+    async fn booted_checksum(&mut self, os: &super::OsAgent) -> Result<Option<String>, String> {
+        if let Some(b) = &self.booted_os.checksum {
+            return Ok(b.clone());
+        }
+        let st = self.read_os_status(os).await.map_err(|e| e.to_string())?;
+        let b = st.booted.map(|d| d.checksum);
+        self.booted_os.checksum = Some(b.clone());
+        Ok(b)
     }
 
     /// MCO's on-disk validation: files and units, then (with an OS backend) the booted commit and
     /// kernel arguments.
-    pub(super) fn verify_current(&self, cur: &MachineConfig) -> Result<(), String> {
+    pub(super) async fn verify_current(&mut self, cur: &MachineConfig) -> Result<(), String> {
         crate::engine::verify(&self.root, cur)?;
-        match &self.os {
-            Some(os) => self.verify_os(os, cur),
+        match self.os.clone() {
+            Some(os) => self.verify_os(&os, cur).await,
             None => Ok(()),
         }
     }

@@ -137,7 +137,7 @@ async fn follow(store: &Arc<dyn Store>, ctx: &Ctx) -> Result<(), StoreError> {
         budgets: Cache::load(store, &keys[2]).await?,
     };
     let mut busy = pass(store, ctx, &mut st).await?;
-    while let Some(batch) = super::next_batch_within(&mut stream, if busy { RETRY } else { super::RESYNC }).await? {
+    while let Some(batch) = super::next_batch_ready(&mut stream, if busy { RETRY } else { super::RESYNC }).await? {
         for ev in &batch {
             if ev.key.resource == keys[0] {
                 st.nodes.apply(ev);
@@ -162,25 +162,20 @@ async fn pass(store: &Arc<dyn Store>, ctx: &Ctx, st: &mut State) -> Result<bool,
     if requests.is_empty() {
         return Ok(false);
     }
-    let facts: Vec<NodeFacts> = st.nodes.typed.iter().map(NodeFacts::of).collect();
-    let unavailable: Vec<bool> = facts.iter().map(NodeFacts::disrupted).collect();
+    let unavailable: Vec<bool> = st.nodes.derived.iter().map(NodeFacts::disrupted).collect();
     let labels: Vec<&BTreeMap<String, String>> = st.nodes.typed.iter().map(|n| &n.metadata.labels).collect();
     let mut ledger = Ledger::new(&st.budgets.typed, &labels, &unavailable);
-    let (members, _) = pools::membership(&st.pools.typed, &st.nodes.typed);
-    let mut pool_of: HashMap<usize, usize> = HashMap::new();
-    for (p, pool) in st.pools.typed.iter().enumerate() {
-        for &i in members.get(&pool.metadata.name).map(Vec::as_slice).unwrap_or_default() {
-            pool_of.insert(i, p);
-        }
-    }
     for (i, req) in requests {
+        if lock(&ctx.inflight).contains(&st.nodes.typed[i].metadata.name) {
+            continue;
+        }
         let node = st.nodes.typed[i].clone();
         let node = &node;
         let name = node.metadata.name.clone();
-        if lock(&ctx.inflight).contains(&name) {
-            continue;
-        }
-        let pool = pool_of.get(&i).map(|&p| &st.pools.typed[p]);
+        // The pool of this node only (MCO's membership rules, one node at a time): a pass must
+        // not cost the whole fleet.
+        let (members, _) = pools::membership(&st.pools.typed, std::slice::from_ref(node));
+        let pool = st.pools.typed.iter().find(|p| members.get(&p.metadata.name).is_some_and(|m| !m.is_empty()));
         let pool_name = pool.map(|p| p.metadata.name.clone()).unwrap_or_default();
         let hooks: Vec<DrainHook> =
             pool.and_then(|p| p.spec.drain.as_ref()).map(|d| d.hooks.clone()).unwrap_or_default();
@@ -191,21 +186,15 @@ async fn pass(store: &Arc<dyn Store>, ctx: &Ctx, st: &mut State) -> Result<bool,
             pool: pool_name,
             hooks,
             request: req.clone(),
+            start: start_mark(req.value(), now),
         };
         if let Request::Drain(r) = &req {
             let timeout = pool
                 .map(|p| p.spec.drain_timeout_seconds())
                 .unwrap_or(aloft_api::machineconfig::DEFAULT_DRAIN_TIMEOUT_SECONDS);
-            let started = match started_at(node, r) {
-                Some(t) => t,
-                None => {
-                    let v = format!("{r}@{}", now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
-                    if let Some(stored) = annotate(store, &st.nodes.raw[i], &[(ann::DRAIN_STARTED, Some(&v))]).await? {
-                        st.nodes.put(stored);
-                    }
-                    now
-                }
-            };
+            // The start is recorded by the job's cordon (or below, when a budget holds the
+            // drain back), not by a write of its own here: a pass must not wait for commits.
+            let started = started_at(node, r).unwrap_or(now);
             if (now - started).num_seconds() >= timeout && node.annotation(ann::DRAIN_FAILURE).is_none() {
                 let why =
                     lock(&ctx.last_error).get(&name).cloned().unwrap_or_else(|| "the drain has not finished".into());
@@ -221,6 +210,14 @@ async fn pass(store: &Arc<dyn Store>, ctx: &Ctx, st: &mut State) -> Result<bool,
             }
             if !node.spec.unschedulable {
                 if let Err(b) = ledger.check(i) {
+                    if started_at(node, r).is_none() {
+                        let v = start_mark(r, now);
+                        if let Some(stored) =
+                            annotate(store, &st.nodes.raw[i], &[(ann::DRAIN_STARTED, Some(&v))]).await?
+                        {
+                            st.nodes.put(stored);
+                        }
+                    }
                     let msg = format!("{r} waits: {b}");
                     lock(&ctx.last_error).insert(name.clone(), b.to_string());
                     ctx.events
@@ -246,6 +243,8 @@ struct Job {
     pool: String,
     hooks: Vec<DrainHook>,
     request: Request,
+    /// `aloft.dev/drainStarted` for this request, written with the cordon unless already there.
+    start: String,
 }
 
 impl Job {
@@ -265,39 +264,12 @@ impl Job {
     }
 
     async fn drain(&self, r: &str) -> Result<(), StoreError> {
-        let cordoned = update_node(&self.store, &self.node, |n| {
-            if pending(n).as_ref().map(Request::value) != Some(r) {
-                return false;
-            }
-            n["spec"]["unschedulable"] = true.into();
-            true
-        })
-        .await?;
-        if !cordoned {
-            return Ok(());
-        }
-        if let Err(e) = self.ctx.hooks.call_all(&self.hooks, &self.hook_request(Phase::Drain, r)).await {
-            let msg = e.to_string();
-            lock(&self.ctx.last_error).insert(self.node.clone(), msg.clone());
-            self.ctx
-                .events
-                .emit(&self.store, &Involved::node(&self.node), EventType::Warning, reasons::DRAIN_HOOK_FAILED, &msg)
-                .await?;
-            return Ok(());
-        }
-        let acked = update_node(&self.store, &self.node, |n| {
-            if pending(n).as_ref().map(Request::value) != Some(r) {
-                return false;
-            }
-            // Re-cordon in the same write, in case someone uncordoned meanwhile.
-            n["spec"]["unschedulable"] = true.into();
-            set_annotations(
-                n,
-                &[(ann::LAST_APPLIED_DRAIN, Some(r)), (ann::DRAIN_STARTED, None), (ann::DRAIN_FAILURE, None)],
-            );
-            true
-        })
-        .await?;
+        // Without hooks there is nothing between the cordon and the acknowledgement: one write.
+        let acked = if self.hooks.is_empty() {
+            update_node(&self.store, &self.node, |n| acknowledge_drain(n, r)).await?
+        } else {
+            self.drain_with_hooks(r).await?
+        };
         if acked {
             lock(&self.ctx.last_error).remove(&self.node);
             self.ctx.events.forget(&Involved::node(&self.node), reasons::DRAIN_HOOK_FAILED);
@@ -310,6 +282,36 @@ impl Job {
             tracing::info!(node = %self.node, request = %r, "drain acknowledged");
         }
         Ok(())
+    }
+
+    /// Cordon (recording when the drain started), call the hooks, acknowledge. True when
+    /// acknowledged.
+    async fn drain_with_hooks(&self, r: &str) -> Result<bool, StoreError> {
+        let cordoned = update_node(&self.store, &self.node, |n| {
+            if pending(n).as_ref().map(Request::value) != Some(r) {
+                return false;
+            }
+            n["spec"]["unschedulable"] = true.into();
+            let node: Option<Node> = serde_json::from_value(n.clone()).ok();
+            if node.as_ref().and_then(|node| started_at(node, r)).is_none() {
+                set_annotations(n, &[(ann::DRAIN_STARTED, Some(&self.start))]);
+            }
+            true
+        })
+        .await?;
+        if !cordoned {
+            return Ok(false);
+        }
+        if let Err(e) = self.ctx.hooks.call_all(&self.hooks, &self.hook_request(Phase::Drain, r)).await {
+            let msg = e.to_string();
+            lock(&self.ctx.last_error).insert(self.node.clone(), msg.clone());
+            self.ctx
+                .events
+                .emit(&self.store, &Involved::node(&self.node), EventType::Warning, reasons::DRAIN_HOOK_FAILED, &msg)
+                .await?;
+            return Ok(false);
+        }
+        update_node(&self.store, &self.node, |n| acknowledge_drain(n, r)).await
     }
 
     async fn uncordon(&self, r: &str) -> Result<(), StoreError> {
@@ -346,6 +348,22 @@ impl Job {
         }
         Ok(())
     }
+}
+
+/// `<request>@<time>`, the value of `aloft.dev/drainStarted`.
+fn start_mark(request: &str, now: DateTime<Utc>) -> String {
+    format!("{request}@{}", now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+}
+
+/// Cordon and acknowledge `r` in one edit (re-cordoning, in case someone uncordoned meanwhile);
+/// false when `r` is no longer the node's pending request.
+fn acknowledge_drain(n: &mut Value, r: &str) -> bool {
+    if pending(n).as_ref().map(Request::value) != Some(r) {
+        return false;
+    }
+    n["spec"]["unschedulable"] = true.into();
+    set_annotations(n, &[(ann::LAST_APPLIED_DRAIN, Some(r)), (ann::DRAIN_STARTED, None), (ann::DRAIN_FAILURE, None)]);
+    true
 }
 
 fn set_annotations(node: &mut Value, changes: &[(&str, Option<&str>)]) {

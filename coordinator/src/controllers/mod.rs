@@ -86,6 +86,44 @@ pub(crate) async fn next_batch_within<S>(events: &mut S, idle: Duration) -> Resu
 where
     S: futures::Stream<Item = Result<Event, StoreError>> + Unpin,
 {
+    next_batch_debounced(events, idle, DEBOUNCE).await
+}
+
+/// The next batch without waiting for more: the first event (or none, after `idle`), then every
+/// event already queued. For controllers on a rollout's critical path (a freed slot must be
+/// refilled at once): the store publishes all writes of one group commit together, and while a
+/// pass runs the next events queue up, so batches grow with the load by themselves.
+pub(crate) async fn next_batch_ready<S>(events: &mut S, idle: Duration) -> Result<Option<Vec<Event>>, StoreError>
+where
+    S: futures::Stream<Item = Result<Event, StoreError>> + Unpin,
+{
+    let mut batch = Vec::new();
+    tokio::select! {
+        ev = events.next() => match ev {
+            None => return Ok(None),
+            Some(ev) => batch.push(ev?),
+        },
+        _ = tokio::time::sleep(idle) => return Ok(Some(batch)),
+    }
+    // Let the writers of the same moment publish, then take what is queued.
+    tokio::task::yield_now().await;
+    while let Some(ev) = futures::FutureExt::now_or_never(events.next()) {
+        match ev {
+            None => return Ok(None),
+            Some(ev) => batch.push(ev?),
+        }
+    }
+    Ok(Some(batch))
+}
+
+async fn next_batch_debounced<S>(
+    events: &mut S,
+    idle: Duration,
+    debounce: Duration,
+) -> Result<Option<Vec<Event>>, StoreError>
+where
+    S: futures::Stream<Item = Result<Event, StoreError>> + Unpin,
+{
     let mut batch = Vec::new();
     tokio::select! {
         ev = events.next() => match ev {
@@ -94,7 +132,7 @@ where
         },
         _ = tokio::time::sleep(idle) => {}
     }
-    let deadline = tokio::time::sleep(DEBOUNCE);
+    let deadline = tokio::time::sleep(debounce);
     tokio::pin!(deadline);
     loop {
         tokio::select! {

@@ -62,7 +62,7 @@ async fn follow(store: &Arc<dyn Store>, events: &Recorder) -> Result<(), StoreEr
     };
     // The lists may be newer than `from`; replayed events then only re-put the same objects.
     let mut wake = reconcile(store, &mut st, events).await?;
-    while let Some(batch) = super::next_batch_within(&mut stream, wake).await? {
+    while let Some(batch) = super::next_batch_ready(&mut stream, wake).await? {
         for ev in &batch {
             if ev.key.resource == keys[0] {
                 st.nodes.apply(ev);
@@ -82,58 +82,74 @@ async fn follow(store: &Arc<dyn Store>, events: &Recorder) -> Result<(), StoreEr
 /// events (until a soak ends, at most [`super::RESYNC`]).
 async fn reconcile(store: &Arc<dyn Store>, st: &mut State, events: &Recorder) -> Result<Duration, StoreError> {
     let now = chrono::Utc::now();
-    let plans =
-        pick::plan(Snapshot { nodes: &st.nodes.typed, pools: &st.pools.typed, budgets: &st.budgets.typed }, now);
+    let plans = pick::plan_with_facts(
+        Snapshot { nodes: &st.nodes.typed, pools: &st.pools.typed, budgets: &st.budgets.typed },
+        &st.nodes.derived,
+        now,
+    );
     let mut wake = super::RESYNC;
-    let mut prestage_budget = PRESTAGE_WRITES_PER_PASS;
+    // The picks of every pool at once: concurrent writes share one commit of the store.
+    let picks: Vec<(usize, usize)> =
+        plans.iter().enumerate().flat_map(|(k, pp)| pp.picks.iter().map(move |&i| (k, i))).collect();
+    let written = futures::future::try_join_all(picks.iter().map(|&(k, i)| {
+        let changes = [(ann::DESIRED_CONFIG, Some(plans[k].target.as_str())), (ann::PRESTAGE_CONFIG, None)];
+        let raw = &st.nodes.raw[i];
+        async move { annotate(store, raw, &changes).await }
+    }))
+    .await?;
+    let mut notes = Vec::new();
+    for (&(k, i), v) in picks.iter().zip(written) {
+        let Some(v) = v else { continue };
+        let pool_name = &st.pools.typed[plans[k].pool].metadata.name;
+        let node_name = st.nodes.typed[i].metadata.name.clone();
+        tracing::info!(pool = %pool_name, node = %node_name, config = %plans[k].target, "node picked for update");
+        notes.push((node_name, format!("picked by pool {pool_name} to update to {}", plans[k].target)));
+        st.nodes.put(v);
+    }
+    futures::future::try_join_all(notes.iter().map(|(node_name, msg)| async move {
+        events.emit(store, &Involved::node(node_name), EventType::Normal, reasons::NODE_PICKED, msg).await
+    }))
+    .await?;
     for pp in &plans {
         let pool_name = st.pools.typed[pp.pool].metadata.name.clone();
-        let mut picked = Vec::new();
-        for &i in &pp.picks {
-            let node_name = st.nodes.typed[i].metadata.name.clone();
-            let changes = [(ann::DESIRED_CONFIG, Some(pp.target.as_str())), (ann::PRESTAGE_CONFIG, None)];
-            if let Some(v) = annotate(store, &st.nodes.raw[i], &changes).await? {
-                tracing::info!(pool = %pool_name, node = %node_name, config = %pp.target, "node picked for update");
-                picked.push((node_name, v));
-            }
-        }
-        for (node_name, v) in picked {
-            st.nodes.put(v);
-            let msg = format!("picked by pool {pool_name} to update to {}", pp.target);
-            events.emit(store, &Involved::node(&node_name), EventType::Normal, reasons::NODE_PICKED, &msg).await?;
-        }
-        record_waits(store, events, &pool_name, pp, &st.nodes.typed).await?;
+        record_waits(store, events, &pool_name, pp, &st.nodes.typed, &st.nodes.derived).await?;
         if let Some(Wait::Policy(HoldReason::Soaking { until })) = &pp.wait {
             let left = (*until - now).to_std().unwrap_or_default() + Duration::from_millis(100);
             wake = wake.min(left);
         }
     }
     for pp in &plans {
-        let members: Vec<usize> = pp.members.clone();
-        let facts: Vec<NodeFacts> = members.iter().map(|&i| NodeFacts::of(&st.nodes.typed[i])).collect();
-        let pairs: Vec<(&Node, &NodeFacts)> = members.iter().map(|&i| &st.nodes.typed[i]).zip(&facts).collect();
+        let pairs: Vec<(&Node, &NodeFacts)> =
+            pp.members.iter().map(|&i| (&st.nodes.typed[i], &st.nodes.derived[i])).collect();
         let pool = &st.pools.typed[pp.pool];
         let status = compute_status(pool, &pairs, &pp.target, pp.membership_error.as_ref(), Some(pp));
         if let Some(v) = write_status(store, &st.pools.raw[pp.pool], status).await? {
             st.pools.put(v);
         }
     }
+    let mut prestage = Vec::new();
     for pp in &plans {
         for (i, want) in &pp.prestage {
-            if prestage_budget == 0 {
+            if prestage.len() >= PRESTAGE_WRITES_PER_PASS {
                 break;
             }
             // Picked nodes lost the annotation with their pick.
-            let facts = NodeFacts::of(&st.nodes.typed[*i]);
+            let facts = &st.nodes.derived[*i];
             let have = (!facts.prestage.is_empty()).then_some(facts.prestage.as_str());
             if have == want.as_deref() || (want.is_some() && facts.desired == pp.target) {
                 continue;
             }
-            prestage_budget -= 1;
-            if let Some(v) = annotate(store, &st.nodes.raw[*i], &[(ann::PRESTAGE_CONFIG, want.as_deref())]).await? {
-                st.nodes.put(v);
-            }
+            prestage.push((*i, want.clone()));
         }
+    }
+    let raw = &st.nodes.raw;
+    let written =
+        futures::future::try_join_all(prestage.iter().map(|(i, want)| async move {
+            annotate(store, &raw[*i], &[(ann::PRESTAGE_CONFIG, want.as_deref())]).await
+        }))
+        .await?;
+    for v in written.into_iter().flatten() {
+        st.nodes.put(v);
     }
     Ok(wake)
 }
@@ -145,6 +161,7 @@ async fn record_waits(
     pool_name: &str,
     pp: &PoolPlan,
     nodes: &[Node],
+    facts: &[NodeFacts],
 ) -> Result<(), StoreError> {
     let about = Involved::pool(pool_name);
     let (reason, type_) = match &pp.wait {
@@ -158,7 +175,7 @@ async fn record_waits(
         }
     }
     if let Some(w) = &pp.wait {
-        let waiting = pp.members.iter().filter(|&&i| NodeFacts::of(&nodes[i]).desired != pp.target).count();
+        let waiting = pp.members.iter().filter(|&&i| facts[i].desired != pp.target).count();
         let msg = format!("{waiting} node(s) wait for {}: {w}", pp.target);
         events.emit(store, &about, type_, reason, &msg).await?;
     }

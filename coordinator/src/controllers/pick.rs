@@ -100,6 +100,12 @@ pub struct PoolPlan {
 /// ledger, so a budget spanning pools counts the picks of the pools decided before.
 pub fn plan(s: Snapshot<'_>, now: DateTime<Utc>) -> Vec<PoolPlan> {
     let facts: Vec<NodeFacts> = s.nodes.iter().map(NodeFacts::of).collect();
+    plan_with_facts(s, &facts, now)
+}
+
+/// [`plan`] with `facts[i]` = `NodeFacts::of(&s.nodes[i])` already worked out (the controller
+/// keeps them in its cache).
+pub fn plan_with_facts(s: Snapshot<'_>, facts: &[NodeFacts], now: DateTime<Utc>) -> Vec<PoolPlan> {
     let unavailable: Vec<bool> = facts.iter().map(NodeFacts::disrupted).collect();
     let labels: Vec<&BTreeMap<String, String>> = s.nodes.iter().map(|n| &n.metadata.labels).collect();
     let mut ledger = Ledger::new(s.budgets, &labels, &unavailable);
@@ -110,7 +116,7 @@ pub fn plan(s: Snapshot<'_>, now: DateTime<Utc>) -> Vec<PoolPlan> {
     for p in order {
         let pool = &s.pools[p];
         let idx = members.get(&pool.metadata.name).cloned().unwrap_or_default();
-        let mut pp = plan_pool(s, p, idx, &facts, &unavailable, &mut ledger, now);
+        let mut pp = plan_pool(s, p, idx, facts, &unavailable, &mut ledger, now);
         pp.membership_error = errors.get(&pool.metadata.name).cloned();
         out.push(pp);
     }

@@ -6,6 +6,7 @@
 //! the write log from a revision, then live writes. That is etcd's model, so an etcd-backed
 //! implementation can sit behind the same trait without touching the API server or controllers.
 
+mod hub;
 pub mod sqlite;
 
 use async_trait::async_trait;

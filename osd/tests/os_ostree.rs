@@ -1,14 +1,15 @@
-//! The OS backend on real libostree: small bootable commits built here, signed with a throwaway
-//! GPG key, served over HTTP on loopback, pulled and deployed into a temp directory sysroot.
+//! The OS backend on real libostree, asked the way the agent asks it: the agent's socket client
+//! talking to a real `aloft-os-helper` process serving a temp directory sysroot. Small bootable
+//! commits are built here, signed with a throwaway GPG key and served over HTTP on loopback.
 //! Nothing is mocked: these are the calls a node makes, on a sysroot that is not booted.
 
 use aloft_agent::host::Root;
+use aloft_agent::os::client::HelperClient;
 use aloft_agent::os::denylist::Denylist;
 use aloft_agent::os::health::HealthChecks;
-use aloft_agent::os::ostree::{OstreeBackend, OstreeConfig};
-use aloft_agent::os::testkit::{self, GpgKey, ServerRepo, StaticServer, REF};
 use aloft_agent::os::{OsBackend, OsError, StageRequest};
 use aloft_api::osimage::{self, OstreeImage};
+use aloft_osd::testkit::{self, GpgKey, HelperProcess, ServerRepo, StaticServer, REF};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -24,7 +25,14 @@ struct Fixture {
     http: StaticServer,
     base: String,
     sysroot: PathBuf,
-    backend: OstreeBackend,
+    /// Kept alive for the test (killed when dropped).
+    _helper: HelperProcess,
+    backend: HelperClient,
+}
+
+/// The helper binary of this package.
+fn helper_bin() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_aloft-os-helper"))
 }
 
 impl Fixture {
@@ -36,14 +44,18 @@ impl Fixture {
         let http = StaticServer::start(&dir.path().join("srv")).unwrap();
         let sysroot = dir.path().join("sysroot");
         testkit::init_sysroot(&sysroot, &server, &base, &BOOT_KARGS).unwrap();
-        let backend = OstreeBackend::new(OstreeConfig {
-            sysroot: sysroot.clone(),
-            osname: "aloft".into(),
-            remote: "aloft".into(),
-            keyring: key.keyring.clone(),
-            cmdline_path: dir.path().join("cmdline"),
-        });
-        Fixture { dir, key, server, http, base, sysroot, backend }
+        std::fs::write(dir.path().join("cmdline"), "root=/dev/vda console=ttyS0 nosmt audit=1\n").unwrap();
+        let cmdline = dir.path().join("cmdline");
+        let helper = HelperProcess::start_with(
+            helper_bin(),
+            &dir.path().join("run"),
+            &sysroot,
+            &key.keyring,
+            &["--cmdline", cmdline.to_str().unwrap()],
+        )
+        .unwrap();
+        let backend = helper.client();
+        Fixture { dir, key, server, http, base, sysroot, _helper: helper, backend }
     }
 
     fn commit(&self, version: &str, key: Option<&GpgKey>) -> String {
@@ -228,9 +240,11 @@ fn prestage_pulls_without_deploying() {
 fn missing_keyring_refuses_pulls() {
     let fx = Fixture::new();
     let v2 = fx.commit("2", Some(&fx.key));
-    let mut cfg = fx.backend.config().clone();
-    cfg.keyring = fx.dir.path().join("nope.gpg");
-    let e = OstreeBackend::new(cfg).pull(&fx.image(&v2)).unwrap_err();
+    let other =
+        HelperProcess::start(helper_bin(), &fx.dir.path().join("run2"), &fx.sysroot, &fx.dir.path().join("nope.gpg"))
+            .unwrap();
+    let e = other.client().pull(&fx.image(&v2)).unwrap_err();
+    assert!(matches!(e, OsError::Invalid(_)), "{e:?}");
     assert!(e.to_string().contains("does not exist"), "{e}");
 }
 

@@ -1,9 +1,11 @@
 //! os-bench: time to pull and stage an OS commit with a small change over HTTP on loopback,
-//! aloft-agent's libostree backend against `ostree pull` + `ostree admin deploy` doing the same
-//! (same server, same commits, same kind of sysroot) in the same run.
+//! as aloft-agent does it — its socket client asking a real `aloft-os-helper` process, so the IPC
+//! is counted — against `ostree pull` + `ostree admin deploy` doing the same (same server, same
+//! commits, same kind of sysroot) in the same run.
 //!
 //! ```text
-//! cargo run --release -p aloft-agent --features test-support --bin os-bench -- [--files N] [--rounds R]
+//! cargo build --release -p aloft-osd --features test-support --bins
+//! target/release/os-bench [--files N] [--rounds R]      # finds aloft-os-helper beside itself
 //! ```
 //!
 //! Each round commits a new signed version (one file changed, one added) on top of a base of N
@@ -12,9 +14,8 @@
 //! commit pulled ahead (pre-staged) and times only the update. Prints each round, the medians and
 //! the ratio (target: aloft / baseline <= 1.2).
 
-use aloft_agent::os::ostree::{OstreeBackend, OstreeConfig};
-use aloft_agent::os::testkit::{self, GpgKey, ServerRepo, StaticServer, REF};
 use aloft_agent::os::{OsBackend, StageRequest};
+use aloft_osd::testkit::{self, GpgKey, HelperProcess, ServerRepo, StaticServer, REF};
 use anyhow::{bail, Context, Result};
 use std::path::Path;
 use std::process::Command;
@@ -89,15 +90,16 @@ fn main() -> Result<()> {
         "aloft",
         &url,
     ]))?;
-    let backend = OstreeBackend::new(OstreeConfig {
-        sysroot: ours.clone(),
-        osname: "aloft".into(),
-        remote: "aloft".into(),
-        keyring: key.keyring.clone(),
-        cmdline_path: "/proc/cmdline".into(),
-    });
-    let prestaged = OstreeBackend::new(OstreeConfig { sysroot: pre.clone(), ..backend.config().clone() });
-    println!("os-bench: {files} files in the base commit, {rounds} rounds, server {url}");
+    let helper_bin = std::env::current_exe()?.with_file_name("aloft-os-helper");
+    anyhow::ensure!(
+        helper_bin.exists(),
+        "{} not found: build it with `cargo build --release -p aloft-osd --features test-support --bins`",
+        helper_bin.display()
+    );
+    let helper = HelperProcess::start(&helper_bin, &d.join("helper-aloft"), &ours, &key.keyring)?;
+    let helper_pre = HelperProcess::start(&helper_bin, &d.join("helper-prestaged"), &pre, &key.keyring)?;
+    let (backend, prestaged) = (helper.client(), helper_pre.client());
+    println!("os-bench: {files} files in the base commit, {rounds} rounds, server {url}, through aloft-os-helper");
     println!("{:>5} {:>12} {:>14} {:>7} {:>16}", "round", "aloft ms", "ostree CLI ms", "ratio", "prestaged ms");
     let (mut a, mut b, mut c) = (Vec::new(), Vec::new(), Vec::new());
     for r in 1..=rounds {

@@ -1,15 +1,17 @@
 //! Real ostree fixtures for tests and the OS benchmark (feature `test-support`): a throwaway GPG
 //! key, an archive repository with small bootable commits built on the fly, a static HTTP server
-//! on loopback serving it, and a directory sysroot with a first deployment.
+//! on loopback serving it, a directory sysroot with a first deployment, and the OS helper
+//! process serving that sysroot on a socket in a temp directory ([`HelperProcess`]).
 //!
 //! Fixtures use the `ostree` and `gpg` command-line tools (what an image build uses); the code
-//! under test uses libostree through [`super::ostree::OstreeBackend`].
+//! under test uses libostree through [`super::ostree::OstreeBackend`], inside `aloft-os-helper`.
 
 use anyhow::{bail, Context, Result};
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 /// The kernel version of the fake kernel in test commits.
 pub const KVER: &str = "6.1.0-aloft-test";
@@ -210,4 +212,101 @@ pub fn deployment_order(sysroot: &Path) -> Result<Vec<String>> {
     let s = ostree::Sysroot::new(Some(&ostree::gio::File::for_path(sysroot)));
     s.load(None::<&ostree::gio::Cancellable>)?;
     Ok(s.deployments().iter().map(|d| d.csum().to_string()).collect())
+}
+
+/// `aloft-os-helper --listen DIR/os-helper.sock` serving a sysroot, as the tests and the
+/// benchmark run it (a node gets it from systemd instead). Killed when dropped.
+pub struct HelperProcess {
+    child: Option<Child>,
+    /// Where it listens.
+    pub socket: PathBuf,
+    /// Its stderr (the helper's log).
+    pub log: PathBuf,
+}
+
+impl HelperProcess {
+    /// Start the helper binary `bin` on `sysroot`, trusting `keyring`, listening in `dir`; returns
+    /// once it accepts connections.
+    pub fn start(bin: &Path, dir: &Path, sysroot: &Path, keyring: &Path) -> Result<HelperProcess> {
+        Self::start_with(bin, dir, sysroot, keyring, &[])
+    }
+
+    /// [`Self::start`] with more flags.
+    pub fn start_with(bin: &Path, dir: &Path, sysroot: &Path, keyring: &Path, extra: &[&str]) -> Result<HelperProcess> {
+        std::fs::create_dir_all(dir)?;
+        let socket = dir.join("os-helper.sock");
+        let log = dir.join("os-helper.log");
+        let stderr = std::fs::OpenOptions::new().create(true).append(true).open(&log)?;
+        let child = Command::new(bin)
+            .arg("--sysroot")
+            .arg(sysroot)
+            .arg("--keyring")
+            .arg(keyring)
+            .arg("--listen")
+            .arg(&socket)
+            .args(extra)
+            .env("ALOFT_LOG", std::env::var("ALOFT_TEST_HELPER_LOG").unwrap_or_else(|_| "info".into()))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .spawn()
+            .with_context(|| format!("starting {}", bin.display()))?;
+        let mut helper = HelperProcess { child: Some(child), socket, log };
+        helper.wait_ready(Duration::from_secs(20))?;
+        Ok(helper)
+    }
+
+    fn wait_ready(&mut self, timeout: Duration) -> Result<()> {
+        let started = Instant::now();
+        loop {
+            if std::os::unix::net::UnixStream::connect(&self.socket).is_ok() {
+                return Ok(());
+            }
+            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+                bail!("aloft-os-helper exited ({status}) before listening:\n{}", self.log_text());
+            }
+            if started.elapsed() > timeout {
+                bail!(
+                    "aloft-os-helper did not listen on {} within {timeout:?}:\n{}",
+                    self.socket.display(),
+                    self.log_text()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The agent's client of this helper.
+    pub fn client(&self) -> aloft_agent::os::client::HelperClient {
+        aloft_agent::os::client::HelperClient::new(&self.socket)
+    }
+
+    /// The helper's process id.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Whether the process is still running.
+    pub fn is_running(&mut self) -> bool {
+        self.child.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(None)))
+    }
+
+    /// SIGKILL the helper and reap it.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// What the helper logged so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for HelperProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
 }

@@ -11,14 +11,16 @@
 //! - **Stage**: on a booted host `stage_tree` (the /etc merge and bootloader switch happen at
 //!   shutdown in `ostree-finalize-staged.service`); on a directory sysroot (tests, image builds)
 //!   `deploy_tree` + `simple_write_deployment`, which writes the new default at once. Kernel
-//!   arguments come from the merge deployment's boot entry by MCO's rule ([`super::kargs`]).
+//!   arguments come from the merge deployment's boot entry by MCO's rule ([`aloft_api::os::kargs`]).
 //! - **Rollback**: reorder the deployments so the previous one boots next, as
 //!   `ostree admin rollback`/`bootc rollback` do.
 //!
 //! libostree objects are not `Send`: every method opens and loads the sysroot on the calling
-//! (blocking) thread; a load is a few milliseconds.
+//! thread (the helper runs each request on its own thread); a load is a few milliseconds.
+//!
+//! This runs inside `aloft-os-helper` (root, the host's mount namespace), never in the agent.
 
-use super::{kargs, DeploymentInfo, OsBackend, OsError, OsStatus, PullReport, StageRequest};
+use aloft_api::os::{kargs, DeploymentInfo, OsBackend, OsError, OsStatus, PullReport, StageRequest};
 use aloft_api::osimage::OstreeImage;
 use ostree::gio;
 use ostree::glib;
@@ -57,7 +59,7 @@ impl OstreeConfig {
     }
 }
 
-/// The libostree backend.
+/// The libostree backend: what the helper serves on its socket.
 #[derive(Debug, Clone)]
 pub struct OstreeBackend {
     cfg: OstreeConfig,

@@ -1,0 +1,214 @@
+//! The agent's [`OsBackend`]: a client of the privileged OS helper (`aloft-os-helper`, crate
+//! `aloft-osd`) on its Unix socket, `/run/aloft/os-helper.sock` on a node.
+//!
+//! Why a separate process: libostree drags 62 shared libraries into whatever links it (11 MiB of
+//! resident pages in an otherwise 14 MiB daemon), and an ostree deploy on a booted host needs
+//! what the hardened agent unit forbids (the host's mount namespace, /sysroot and /boot
+//! writable, CAP_SYS_ADMIN). So the agent asks, and the helper — socket-activated, idle-exiting
+//! — does; the split is rpm-ostreed's (MCD) and bootc's.
+//!
+//! One request per connection ([`aloft_api::os::wire`]), each with its own timeout: short for
+//! reads, long for a pull. Transport failures are [`OsError::Helper`] naming the socket, so a
+//! Degraded reason tells the admin which unit to look at; the helper's own errors arrive with
+//! their variant intact.
+
+use super::{DeploymentInfo, OsBackend, OsError, OsStatus, PullReport, StageRequest};
+use aloft_api::os::wire::{self, Call, Reply, Request, RequestMsg, PROTOCOL_VERSION};
+use aloft_api::osimage::OstreeImage;
+use serde::de::DeserializeOwned;
+use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The longest reply read (a status of a few deployments is a few KiB).
+const MAX_REPLY_LEN: u64 = 16 * 1024 * 1024;
+
+/// How long the helper may take per operation, including its start by socket activation. A
+/// pull downloads an OS (hundreds of MiB on a slow link); a stage checks out and writes a
+/// deployment; reads are quick.
+pub fn timeout_for(call: &Call) -> Duration {
+    Duration::from_secs(match call {
+        Call::Status | Call::BootedCmdline => 30,
+        Call::HasVerifiedCommit(_) => 120,
+        Call::Pull(_) => 3600,
+        Call::Stage(_) => 1800,
+        Call::Rollback => 600,
+    })
+}
+
+/// Talks to the OS helper at `socket`.
+#[derive(Debug, Clone)]
+pub struct HelperClient {
+    socket: PathBuf,
+}
+
+impl HelperClient {
+    /// A client of the helper listening at `socket` (nothing is connected until a call).
+    pub fn new(socket: impl Into<PathBuf>) -> Self {
+        HelperClient { socket: socket.into() }
+    }
+
+    /// The socket this client connects to.
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    fn err(&self, message: String) -> OsError {
+        OsError::Helper { socket: self.socket.display().to_string(), message }
+    }
+
+    /// Send `call`, wait for its reply (at most [`timeout_for`]), decode the result.
+    pub fn call<T: DeserializeOwned>(&self, call: &Call) -> Result<T, OsError> {
+        self.call_with_timeout(call, timeout_for(call))
+    }
+
+    /// [`Self::call`] with an explicit timeout.
+    pub fn call_with_timeout<T: DeserializeOwned>(&self, call: &Call, timeout: Duration) -> Result<T, OsError> {
+        let op = call.name();
+        let mut stream = UnixStream::connect(&self.socket).map_err(|e| {
+            self.err(match e.kind() {
+                ErrorKind::NotFound | ErrorKind::ConnectionRefused => format!(
+                    "is not running: {e} (start aloft-os-helper.socket, or run aloft-agent with --os-helper none \
+                     on a host without an ostree sysroot)"
+                ),
+                ErrorKind::PermissionDenied => format!("refused the connection: {e} (aloft-agent must run as root)"),
+                _ => format!("cannot be reached: {e}"),
+            })
+        })?;
+        let set = |s: &UnixStream| -> std::io::Result<()> {
+            s.set_read_timeout(Some(timeout))?;
+            s.set_write_timeout(Some(timeout))
+        };
+        set(&stream).map_err(|e| self.err(format!("cannot be reached: {e}")))?;
+        let mut line = serde_json::to_string(&RequestMsg { v: PROTOCOL_VERSION, request: Request::from_call(call) })
+            .map_err(|e| self.err(format!("cannot be sent the {op} request: {e}")))?;
+        line.push('\n');
+        stream.write_all(line.as_bytes()).map_err(|e| self.err(format!("closed the connection before {op}: {e}")))?;
+        let mut reply = String::new();
+        let read = BufReader::new((&stream).take(MAX_REPLY_LEN)).read_line(&mut reply);
+        match read {
+            Ok(0) => {
+                return Err(self.err(format!(
+                    "closed the connection without answering {op} (did it crash or refuse this client? see \
+                     journalctl -u aloft-os-helper)"
+                )))
+            }
+            Ok(_) => {}
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                return Err(self.err(format!("did not answer {op} within {} s", timeout.as_secs())))
+            }
+            Err(e) => return Err(self.err(format!("failed while answering {op}: {e}"))),
+        }
+        let reply: Reply =
+            serde_json::from_str(&reply).map_err(|e| self.err(format!("sent a malformed reply to {op}: {e}")))?;
+        if reply.v != PROTOCOL_VERSION {
+            return Err(self.err(format!(
+                "speaks protocol version {}, this aloft-agent {PROTOCOL_VERSION}: install matching versions",
+                reply.v
+            )));
+        }
+        match (reply.ok, reply.error) {
+            (_, Some(e)) => Err(e),
+            (Some(v), None) => {
+                serde_json::from_value(v).map_err(|e| self.err(format!("sent a malformed reply to {op}: {e}")))
+            }
+            (None, None) => Err(self.err(format!("sent an empty reply to {op}"))),
+        }
+    }
+}
+
+impl OsBackend for HelperClient {
+    fn status(&self) -> Result<OsStatus, OsError> {
+        self.call(&Call::Status)
+    }
+
+    fn has_verified_commit(&self, image: &OstreeImage) -> Result<bool, OsError> {
+        self.call(&Call::HasVerifiedCommit(image.clone()))
+    }
+
+    fn pull(&self, image: &OstreeImage) -> Result<PullReport, OsError> {
+        self.call(&Call::Pull(image.clone()))
+    }
+
+    fn stage(&self, req: &StageRequest) -> Result<DeploymentInfo, OsError> {
+        self.call(&Call::Stage(req.clone()))
+    }
+
+    fn rollback(&self) -> Result<DeploymentInfo, OsError> {
+        self.call(&Call::Rollback)
+    }
+
+    fn booted_cmdline(&self) -> Result<String, OsError> {
+        self.call(&Call::BootedCmdline)
+    }
+}
+
+/// Where `--os-helper auto` looks: the default socket when the root is a booted ostree system
+/// (libostree's marker `/run/ostree-booted` exists under it), else no OS management.
+pub fn auto_socket(root: &Path) -> Option<PathBuf> {
+    root.join("run/ostree-booted").exists().then(|| root.join(wire::DEFAULT_SOCKET.trim_start_matches('/')))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::net::UnixListener;
+
+    #[test]
+    fn a_missing_helper_is_named_by_its_socket() {
+        let dir = tempfile::tempdir().unwrap();
+        let sock = dir.path().join("os-helper.sock");
+        let e = HelperClient::new(&sock).status().unwrap_err();
+        assert!(matches!(e, OsError::Helper { .. }), "{e:?}");
+        let msg = e.to_string();
+        assert!(msg.starts_with(&format!("OS helper at {} is not running: ", sock.display())), "{msg}");
+    }
+
+    /// A peer that accepts and answers with the wrong version, garbage, or nothing.
+    fn serve_once(reply: &'static str) -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let sock = dir.path().join("s");
+        let listener = UnixListener::bind(&sock).unwrap();
+        std::thread::spawn(move || {
+            if let Ok((mut s, _)) = listener.accept() {
+                let mut line = String::new();
+                let _ = BufReader::new(&s).read_line(&mut line);
+                let _ = s.write_all(reply.as_bytes());
+            }
+        });
+        (dir, sock)
+    }
+
+    #[test]
+    fn bad_replies_are_helper_errors() {
+        let (_d, s) = serve_once("{\"v\":2,\"ok\":true}\n");
+        assert!(HelperClient::new(&s).status().unwrap_err().to_string().contains("protocol version 2"));
+        let (_d, s) = serve_once("garbage\n");
+        assert!(HelperClient::new(&s).status().unwrap_err().to_string().contains("malformed reply to status"));
+        let (_d, s) = serve_once("");
+        assert!(HelperClient::new(&s).status().unwrap_err().to_string().contains("without answering status"));
+        let (_d, s) = serve_once("{\"v\":1,\"error\":{\"kind\":\"invalid\",\"detail\":\"no previous deployment\"}}\n");
+        assert_eq!(HelperClient::new(&s).rollback().unwrap_err(), OsError::Invalid("no previous deployment".into()));
+    }
+
+    #[test]
+    fn a_silent_helper_times_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let sock = dir.path().join("s");
+        let _listener = UnixListener::bind(&sock).unwrap();
+        let e = HelperClient::new(&sock)
+            .call_with_timeout::<OsStatus>(&Call::Status, Duration::from_millis(200))
+            .unwrap_err();
+        assert!(e.to_string().contains("did not answer status within"), "{e}");
+    }
+
+    #[test]
+    fn auto_needs_a_booted_ostree_root() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(auto_socket(dir.path()), None);
+        std::fs::create_dir_all(dir.path().join("run")).unwrap();
+        std::fs::write(dir.path().join("run/ostree-booted"), "").unwrap();
+        assert_eq!(auto_socket(dir.path()), Some(dir.path().join("run/aloft/os-helper.sock")));
+    }
+}

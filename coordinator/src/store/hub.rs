@@ -1,0 +1,230 @@
+//! Fan-out of committed writes to live watches, indexed by what each watch wants.
+//!
+//! Why not one broadcast channel: every agent watches its own Node, so with one shared channel
+//! each write woke every watcher of the fleet to throw the event away (a 1,000-node rollout spent
+//! most of the coordinator's CPU there). Here a write reaches only the watches whose filter can
+//! match it: the watches of that one object by name, the watches of its resource, and the
+//! watches of everything.
+//!
+//! Each subscription has its own bounded queue. A watcher that falls that far behind is dropped
+//! from the hub and told so ([`Subscription::lagged`]); it goes back to the store's log from the
+//! last revision it saw and subscribes again, so it misses nothing and never holds up a writer.
+
+use super::{Event, WatchFilter};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use tokio::sync::mpsc;
+
+/// Events a subscription may have queued before it is dropped as lagging.
+pub(crate) const QUEUE: usize = 4096;
+
+struct Sub {
+    filter: WatchFilter,
+    tx: mpsc::Sender<Event>,
+    lagged: Arc<AtomicBool>,
+}
+
+/// Where a subscription is indexed.
+#[derive(Clone, PartialEq, Eq, Hash)]
+enum Slot {
+    Name(String, String),
+    Resource(String),
+    All,
+}
+
+impl Slot {
+    fn of(f: &WatchFilter) -> Slot {
+        match (&f.resource, &f.name) {
+            (Some(r), Some(n)) => Slot::Name(r.clone(), n.clone()),
+            (Some(r), None) => Slot::Resource(r.clone()),
+            (None, _) => Slot::All,
+        }
+    }
+}
+
+#[derive(Default)]
+struct Index {
+    /// The newest revision published.
+    head: u64,
+    next_id: u64,
+    subs: HashMap<u64, Sub>,
+    slots: HashMap<Slot, Vec<u64>>,
+}
+
+impl Index {
+    fn remove(&mut self, id: u64) {
+        if let Some(sub) = self.subs.remove(&id) {
+            let slot = Slot::of(&sub.filter);
+            if let Some(ids) = self.slots.get_mut(&slot) {
+                ids.retain(|&x| x != id);
+                if ids.is_empty() {
+                    self.slots.remove(&slot);
+                }
+            }
+        }
+    }
+}
+
+/// The live-watch index of one store.
+#[derive(Default)]
+pub(crate) struct Hub {
+    index: Mutex<Index>,
+}
+
+impl Hub {
+    /// A hub for a store whose newest committed revision is `head`.
+    pub(crate) fn new(head: u64) -> Self {
+        Hub { index: Mutex::new(Index { head, ..Index::default() }) }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Index> {
+        self.index.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Register a watch; events published from now on that match `filter` are queued for it.
+    pub(crate) fn subscribe(self: &Arc<Self>, filter: WatchFilter) -> Subscription {
+        let (tx, rx) = mpsc::channel(QUEUE);
+        let lagged = Arc::new(AtomicBool::new(false));
+        let mut ix = self.lock();
+        ix.next_id += 1;
+        let id = ix.next_id;
+        ix.slots.entry(Slot::of(&filter)).or_default().push(id);
+        ix.subs.insert(id, Sub { filter, tx, lagged: lagged.clone() });
+        Subscription { id, rx, lagged, hub: self.clone(), head: ix.head }
+    }
+
+    /// Queue a committed write for every watch that wants it. Called in revision order.
+    pub(crate) fn publish(&self, ev: &Event) {
+        let mut ix = self.lock();
+        ix.head = ix.head.max(ev.revision);
+        let slots = [
+            Slot::Name(ev.key.resource.clone(), ev.key.name.clone()),
+            Slot::Resource(ev.key.resource.clone()),
+            Slot::All,
+        ];
+        let mut drop_ids = Vec::new();
+        for slot in &slots {
+            let Some(ids) = ix.slots.get(slot) else { continue };
+            for id in ids {
+                let Some(sub) = ix.subs.get(id) else { continue };
+                if !sub.filter.matches(&ev.key) {
+                    continue;
+                }
+                match sub.tx.try_send(ev.clone()) {
+                    Ok(()) => {}
+                    Err(mpsc::error::TrySendError::Full(_)) => {
+                        sub.lagged.store(true, Ordering::SeqCst);
+                        drop_ids.push(*id);
+                    }
+                    Err(mpsc::error::TrySendError::Closed(_)) => drop_ids.push(*id),
+                }
+            }
+        }
+        for id in drop_ids {
+            ix.remove(id);
+        }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.lock().subs.len()
+    }
+}
+
+/// One watch's queue. Dropping it unregisters the watch.
+pub(crate) struct Subscription {
+    id: u64,
+    rx: mpsc::Receiver<Event>,
+    lagged: Arc<AtomicBool>,
+    hub: Arc<Hub>,
+    /// Every event after this revision is queued for this subscription (unless it lags).
+    head: u64,
+}
+
+impl Subscription {
+    /// The newest revision published before this subscription: a watch that has seen it needs
+    /// nothing from the store's log.
+    pub(crate) fn head(&self) -> u64 {
+        self.head
+    }
+
+    /// The next queued event; `None` once the queue is closed and drained: the watch lagged
+    /// (see [`Self::lagged`]) or the store is gone.
+    pub(crate) async fn recv(&mut self) -> Option<Event> {
+        self.rx.recv().await
+    }
+
+    /// The hub dropped this subscription because its queue was full: events after the last
+    /// received one are in the store's log only.
+    pub(crate) fn lagged(&self) -> bool {
+        self.lagged.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        self.hub.lock().remove(self.id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{EventType, Key};
+    use serde_json::json;
+
+    fn ev(rev: u64, resource: &str, name: &str) -> Event {
+        Event {
+            revision: rev,
+            key: Key::cluster(resource, name),
+            kind: EventType::Modified,
+            object: Arc::new(json!({"metadata": {"name": name}})),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_write_reaches_only_the_watches_that_want_it() {
+        let hub = Arc::new(Hub::default());
+        let mut a = hub.subscribe(WatchFilter { name: Some("a".into()), ..WatchFilter::resource("/nodes") });
+        let mut b = hub.subscribe(WatchFilter { name: Some("b".into()), ..WatchFilter::resource("/nodes") });
+        let mut nodes = hub.subscribe(WatchFilter::resource("/nodes"));
+        let mut all = hub.subscribe(WatchFilter::default());
+        hub.publish(&ev(1, "/nodes", "a"));
+        hub.publish(&ev(2, "/pools", "a"));
+        assert_eq!(a.recv().await.map(|e| e.revision), Some(1));
+        assert!(a.rx.try_recv().is_err(), "a pool named like the node is not the node");
+        assert!(b.rx.try_recv().is_err());
+        assert_eq!(nodes.recv().await.map(|e| e.revision), Some(1));
+        assert!(nodes.rx.try_recv().is_err());
+        assert_eq!(all.recv().await.map(|e| e.revision), Some(1));
+        assert_eq!(all.recv().await.map(|e| e.revision), Some(2));
+    }
+
+    #[tokio::test]
+    async fn a_full_queue_drops_the_watch_and_says_it_lagged() {
+        let hub = Arc::new(Hub::default());
+        let mut s = hub.subscribe(WatchFilter::default());
+        for rev in 1..=(QUEUE as u64 + 10) {
+            hub.publish(&ev(rev, "/nodes", "a"));
+        }
+        assert_eq!(hub.len(), 0);
+        let mut got = 0;
+        while let Some(e) = s.recv().await {
+            got += 1;
+            assert_eq!(e.revision, got);
+        }
+        assert_eq!(got, QUEUE as u64);
+        assert!(s.lagged());
+    }
+
+    #[tokio::test]
+    async fn dropping_a_subscription_unregisters_it() {
+        let hub = Arc::new(Hub::default());
+        let s = hub.subscribe(WatchFilter { name: Some("a".into()), ..WatchFilter::resource("/nodes") });
+        assert_eq!(hub.len(), 1);
+        drop(s);
+        assert_eq!(hub.len(), 0);
+        hub.publish(&ev(1, "/nodes", "a"));
+    }
+}

@@ -1,0 +1,122 @@
+//! aloft-os-helper: serves libostree operations (status, pull, stage, rollback) to aloft-agent
+//! on a Unix socket. See the crate documentation for why it is a process of its own.
+
+use aloft_osd::ostree::{self, OstreeBackend, OstreeConfig};
+use aloft_osd::server::Server;
+use anyhow::{bail, Context, Result};
+use clap::Parser;
+use std::os::fd::FromRawFd;
+use std::os::unix::net::UnixListener;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The aloft OS helper: owns the ostree sysroot and pulls, verifies, stages and rolls back OS
+/// deployments for aloft-agent, which asks over a Unix socket (root only).
+///
+/// On a node systemd starts it on the first connection to /run/aloft/os-helper.sock
+/// (aloft-os-helper.socket) and it exits after --idle-exit-seconds without requests.
+/// With --listen it binds the socket itself (tests, debugging) and does not exit when idle.
+#[derive(Parser)]
+#[command(version, verbatim_doc_comment)]
+struct Cli {
+    /// The ostree sysroot: / on a booted node (libostree finds /sysroot), a directory in tests.
+    #[arg(long, default_value = "/")]
+    sysroot: PathBuf,
+    /// The stateroot (osname) deployments go to.
+    #[arg(long, default_value = ostree::DEFAULT_OSNAME)]
+    osname: String,
+    /// The ostree remote pointed at each osImageURL's repository (gpg-verify=true).
+    #[arg(long, default_value = ostree::DEFAULT_REMOTE)]
+    remote: String,
+    /// GPG keyring whose keys may sign OS commits.
+    #[arg(long, default_value = "/usr/share/ostree/trusted.gpg.d/aloft.gpg")]
+    keyring: PathBuf,
+    /// The running boot's kernel command line.
+    #[arg(long, default_value = "/proc/cmdline")]
+    cmdline: PathBuf,
+    /// Bind and listen on this socket (mode 0600) instead of taking systemd's (LISTEN_FDS).
+    #[arg(long)]
+    listen: Option<PathBuf>,
+    /// Exit after this many seconds without a connection (0: never). Default: 60 under socket
+    /// activation, never with --listen (nobody would start it again).
+    #[arg(long)]
+    idle_exit_seconds: Option<u64>,
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("ALOFT_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
+    // Under systemd stderr goes to the journal, which has its own timestamps.
+    if std::env::var_os("JOURNAL_STREAM").is_some() {
+        builder.without_time().init();
+    } else {
+        builder.init();
+    }
+}
+
+/// Bind `path` with mode 0600 from the start (umask), replacing a stale socket file.
+fn bind(path: &std::path::Path) -> Result<UnixListener> {
+    use std::os::unix::fs::FileTypeExt;
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        if !meta.file_type().is_socket() {
+            bail!("--listen {}: exists and is not a socket", path.display());
+        }
+        std::fs::remove_file(path).with_context(|| format!("removing the stale socket {}", path.display()))?;
+    }
+    let old = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o177));
+    let bound = UnixListener::bind(path);
+    nix::sys::stat::umask(old);
+    bound.with_context(|| format!("binding {}", path.display()))
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    // Before any thread exists: take systemd's socket and keep LISTEN_* from gpg's children.
+    // SAFETY: single-threaded here (clap does not spawn threads; logging is not set up yet).
+    let activated: Vec<i32> = unsafe { sd_notify::listen_fds_and_unset_env() }
+        .context("reading the sockets passed by systemd (LISTEN_FDS)")?
+        .collect();
+    init_logging();
+    let (listener, idle_default) = match (&cli.listen, activated.first()) {
+        (Some(path), _) => (bind(path)?, None),
+        (None, Some(&fd)) => {
+            if activated.len() > 1 {
+                tracing::warn!(count = activated.len(), "systemd passed several sockets; serving the first");
+            }
+            // SAFETY: systemd passed this descriptor to this process (LISTEN_PID matched), it is
+            // open, and nothing else in the process owns it.
+            (unsafe { UnixListener::from_raw_fd(fd) }, Some(60))
+        }
+        (None, None) => bail!(
+            "no socket to serve: start aloft-os-helper through aloft-os-helper.socket (systemd socket \
+             activation) or pass --listen PATH"
+        ),
+    };
+    let idle = cli.idle_exit_seconds.or(idle_default).filter(|s| *s > 0).map(Duration::from_secs);
+    if !ostree::is_sysroot(&cli.sysroot) {
+        tracing::warn!(sysroot = %cli.sysroot.display(), "not an ostree sysroot (no ostree/repo and ostree/deploy): every OS call will fail");
+    }
+    let backend = OstreeBackend::new(OstreeConfig {
+        sysroot: cli.sysroot.clone(),
+        osname: cli.osname,
+        remote: cli.remote,
+        keyring: cli.keyring.clone(),
+        cmdline_path: cli.cmdline,
+    });
+    tracing::info!(
+        sysroot = %cli.sysroot.display(),
+        keyring = %cli.keyring.display(),
+        socket = %cli.listen.as_ref().map_or("systemd".to_string(), |p| p.display().to_string()),
+        idle_exit_seconds = idle.map_or(0, |d| d.as_secs()),
+        "aloft-os-helper serving"
+    );
+    Server::new(Arc::new(backend)).serve(&listener, idle)?;
+    tracing::info!("idle: exiting (systemd starts the helper again on the next connection)");
+    Ok(())
+}

@@ -1,0 +1,271 @@
+//! The helper's socket server: accept, check who is asking, read one request line, run it,
+//! write one reply line, close ([`aloft_api::os::wire`]).
+//!
+//! - **Who may ask**: only root, or the helper's own uid (tests run both as one user), checked
+//!   with `SO_PEERCRED` on every connection — the socket's 0600 mode is the first fence, this the
+//!   second, since the helper deploys operating systems for whoever gets through.
+//! - **Concurrency**: a thread per connection; calls that write the repository or the sysroot
+//!   run one at a time (a pre-stage pull and an update's stage must not interleave), reads run
+//!   beside them so a status query never waits behind a long download.
+//! - **Bad input** gets an `invalid` reply naming what was wrong, and the helper keeps serving.
+//! - **Idle exit**: with `idle_exit`, the loop returns once no connection has been open for that
+//!   long; under socket activation systemd keeps the listening socket and starts the helper
+//!   again on the next connection (connections arriving meanwhile wait in the backlog).
+
+use aloft_api::os::wire::{self, Call, Reply};
+use aloft_api::os::{OsBackend, OsError};
+use nix::poll::{PollFd, PollFlags, PollTimeout};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::fd::AsFd;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How long a client may take to send its request line, or to read its reply.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Why the server stopped other than by idling out.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("waiting for connections on the OS helper's socket: {0}")]
+    Poll(#[source] nix::Error),
+    #[error("accepting a connection on the OS helper's socket: {0}")]
+    Accept(#[source] std::io::Error),
+}
+
+/// Whether a peer with `peer_uid` may use a helper running as `own_uid`: root always, and the
+/// helper's own user (a helper run unprivileged for tests serves its own test process).
+pub fn authorize(peer_uid: u32, own_uid: u32) -> Result<(), String> {
+    if peer_uid == 0 || peer_uid == own_uid {
+        Ok(())
+    } else {
+        Err(format!(
+            "permission denied: the OS helper serves only root (uid 0){}; peer uid {peer_uid} refused",
+            if own_uid == 0 { String::new() } else { format!(" and its own uid {own_uid}") }
+        ))
+    }
+}
+
+/// The peer's (uid, pid) from `SO_PEERCRED`.
+pub fn peer_credentials(stream: &UnixStream) -> std::io::Result<(u32, i32)> {
+    let cred = nix::sys::socket::getsockopt(stream, nix::sys::socket::sockopt::PeerCredentials)
+        .map_err(std::io::Error::from)?;
+    Ok((cred.uid(), cred.pid()))
+}
+
+/// Connections in flight and when the last one ended, for the idle exit.
+struct Activity {
+    open: usize,
+    last: Instant,
+}
+
+/// Serves one backend.
+pub struct Server {
+    backend: Arc<dyn OsBackend>,
+    writes: Mutex<()>,
+    own_uid: u32,
+    activity: Mutex<Activity>,
+}
+
+/// Decrements the open count when a connection's thread ends, however it ends.
+struct Open<'a>(&'a Server);
+impl Drop for Open<'_> {
+    fn drop(&mut self) {
+        let mut a = self.0.activity.lock().unwrap_or_else(|p| p.into_inner());
+        a.open = a.open.saturating_sub(1);
+        a.last = Instant::now();
+    }
+}
+
+impl Server {
+    /// A server for `backend`, accepting root and the current effective uid.
+    pub fn new(backend: Arc<dyn OsBackend>) -> Arc<Server> {
+        Arc::new(Server {
+            backend,
+            writes: Mutex::new(()),
+            own_uid: nix::unistd::geteuid().as_raw(),
+            activity: Mutex::new(Activity { open: 0, last: Instant::now() }),
+        })
+    }
+
+    /// Accept connections until `idle_exit` passes without any (never, with `None`).
+    pub fn serve(self: &Arc<Self>, listener: &UnixListener, idle_exit: Option<Duration>) -> Result<(), ServeError> {
+        loop {
+            let wait = {
+                let a = self.activity.lock().unwrap_or_else(|p| p.into_inner());
+                match idle_exit {
+                    Some(idle) if a.open == 0 => {
+                        let left = idle.saturating_sub(a.last.elapsed());
+                        if left.is_zero() {
+                            return Ok(());
+                        }
+                        left.min(Duration::from_secs(5))
+                    }
+                    _ => Duration::from_secs(5),
+                }
+            };
+            let mut fds = [PollFd::new(listener.as_fd(), PollFlags::POLLIN)];
+            let ms = PollTimeout::try_from(wait.as_millis().max(1) as u64).unwrap_or(PollTimeout::MAX);
+            match nix::poll::poll(&mut fds, ms) {
+                Ok(0) => continue,
+                Ok(_) => {}
+                Err(nix::Error::EINTR) => continue,
+                Err(e) => return Err(ServeError::Poll(e)),
+            }
+            let stream = match listener.accept() {
+                Ok((s, _)) => s,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(ServeError::Accept(e)),
+            };
+            {
+                let mut a = self.activity.lock().unwrap_or_else(|p| p.into_inner());
+                a.open += 1;
+                a.last = Instant::now();
+            }
+            let me = self.clone();
+            let spawned = std::thread::Builder::new().name("os-helper-conn".into()).spawn(move || {
+                let _open = Open(&me);
+                me.connection(stream);
+            });
+            if let Err(e) = spawned {
+                // The closure (and its Open guard) never ran: undo the count ourselves.
+                let mut a = self.activity.lock().unwrap_or_else(|p| p.into_inner());
+                a.open = a.open.saturating_sub(1);
+                tracing::error!(error = %e, "cannot start a thread for a connection; dropped it");
+            }
+        }
+    }
+
+    /// One connection: credentials, one request, one reply.
+    fn connection(&self, mut stream: UnixStream) {
+        let (uid, pid) = match peer_credentials(&stream) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the peer's credentials; connection refused");
+                return;
+            }
+        };
+        if let Err(why) = authorize(uid, self.own_uid) {
+            tracing::warn!(peer_uid = uid, peer_pid = pid, "{why}");
+            write_reply(&mut stream, &Reply::error(OsError::Invalid(why)));
+            return;
+        }
+        // Bounded both ways: a client that never sends its request, or never reads its reply,
+        // must not hold a thread (and the idle exit) forever.
+        let bounded = stream
+            .set_read_timeout(Some(REQUEST_TIMEOUT))
+            .and_then(|()| stream.set_write_timeout(Some(REQUEST_TIMEOUT)));
+        if let Err(e) = bounded {
+            tracing::warn!(error = %e, "cannot set a timeout on a connection; dropped it");
+            return;
+        }
+        let mut line = String::new();
+        let limit = wire::MAX_REQUEST_LEN as u64 + 1;
+        match BufReader::new((&stream).take(limit)).read_line(&mut line) {
+            // A probe (connect and close): nothing to answer.
+            Ok(0) => return,
+            Ok(_) => {}
+            Err(e) => {
+                let e = OsError::Invalid(format!("malformed request to the OS helper: {e}"));
+                tracing::warn!(peer_pid = pid, error = %e, "request refused");
+                write_reply(&mut stream, &Reply::error(e));
+                return;
+            }
+        }
+        let reply = if line.len() > wire::MAX_REQUEST_LEN {
+            Reply::error(OsError::Invalid(format!(
+                "malformed request to the OS helper: longer than {} bytes",
+                wire::MAX_REQUEST_LEN
+            )))
+        } else {
+            self.handle_line(line.trim_end(), pid)
+        };
+        write_reply(&mut stream, &reply);
+    }
+
+    /// Parse, validate and run one request line; always a reply.
+    pub fn handle_line(&self, line: &str, peer_pid: i32) -> Reply {
+        let call = match wire::parse_request(line).and_then(|r| r.into_call()) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(peer_pid, error = %e, "request refused");
+                return Reply::error(e);
+            }
+        };
+        let op = call.name();
+        let started = Instant::now();
+        let result = self.run(call);
+        let elapsed_ms = started.elapsed().as_millis() as u64;
+        match result {
+            Ok(v) => {
+                tracing::info!(op, peer_pid, elapsed_ms, "done");
+                Reply::ok(v)
+            }
+            Err(e) => {
+                tracing::warn!(op, peer_pid, elapsed_ms, error = %e, "failed");
+                Reply::error(e)
+            }
+        }
+    }
+
+    fn run(&self, call: Call) -> Result<serde_json::Value, OsError> {
+        let _serial = call.writes().then(|| self.writes.lock().unwrap_or_else(|p| p.into_inner()));
+        let b = self.backend.as_ref();
+        let json = |v: Result<serde_json::Value, serde_json::Error>| {
+            v.map_err(|e| OsError::Invalid(format!("encoding the OS helper's reply: {e}")))
+        };
+        match call {
+            Call::Status => json(serde_json::to_value(b.status()?)),
+            Call::HasVerifiedCommit(image) => json(serde_json::to_value(b.has_verified_commit(&image)?)),
+            Call::Pull(image) => json(serde_json::to_value(b.pull(&image)?)),
+            Call::Stage(req) => json(serde_json::to_value(b.stage(&req)?)),
+            Call::Rollback => json(serde_json::to_value(b.rollback()?)),
+            Call::BootedCmdline => json(serde_json::to_value(b.booted_cmdline()?)),
+        }
+    }
+}
+
+fn write_reply(stream: &mut UnixStream, reply: &Reply) {
+    let mut text = match serde_json::to_string(reply) {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot encode a reply");
+            return;
+        }
+    };
+    text.push('\n');
+    if let Err(e) = stream.write_all(text.as_bytes()) {
+        tracing::warn!(error = %e, "the client went away before its reply");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_root_and_the_helpers_own_user_may_ask() {
+        assert!(authorize(0, 0).is_ok());
+        assert!(authorize(0, 1000).is_ok(), "root may ask an unprivileged test helper");
+        assert!(authorize(1000, 1000).is_ok());
+        let e = authorize(65534, 0).unwrap_err();
+        assert!(e.contains("peer uid 65534 refused") && e.contains("only root"), "{e}");
+        assert!(authorize(65534, 1000).unwrap_err().contains("its own uid 1000"));
+    }
+
+    /// The credential check on a real socket pair: the peer is this process.
+    #[test]
+    fn peer_credentials_come_from_the_kernel() {
+        let (a, _b) = UnixStream::pair().unwrap();
+        let (uid, pid) = peer_credentials(&a).unwrap();
+        assert_eq!(uid, nix::unistd::geteuid().as_raw());
+        assert_eq!(pid as u32, std::process::id());
+        assert!(authorize(uid, nix::unistd::geteuid().as_raw()).is_ok());
+        // The same peer, judged by a helper running as someone else (not root, not us).
+        if uid != 0 {
+            assert!(authorize(uid, uid + 1).is_err());
+        } else {
+            assert!(authorize(uid, 4242).is_ok(), "root is always served");
+        }
+    }
+}

@@ -1,0 +1,224 @@
+//! The OS helper as a process and a socket: who may talk to it, what it does with bad or hostile
+//! requests (refuses them by name and keeps serving), socket activation and the idle exit.
+//! Real `aloft-os-helper` processes on real directory sysroots; requests are written by hand
+//! here where the agent's client would refuse to send them.
+
+use aloft_agent::os::{OsBackend, OsError};
+use aloft_osd::testkit::{self, GpgKey, HelperProcess, ServerRepo, REF};
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn helper_bin() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_aloft-os-helper"))
+}
+
+struct Fx {
+    dir: tempfile::TempDir,
+    sysroot: PathBuf,
+    keyring: PathBuf,
+    base: String,
+}
+
+fn fixture() -> Fx {
+    let dir = tempfile::tempdir().unwrap();
+    let key = GpgKey::generate(dir.path(), "k").unwrap();
+    let server = ServerRepo::create(&dir.path().join("srv/repo")).unwrap();
+    let tree = dir.path().join("tree");
+    testkit::write_tree(&tree, "1", 3).unwrap();
+    let base = server.commit(&tree, REF, "v1", Some(&key)).unwrap();
+    let sysroot = dir.path().join("sysroot");
+    testkit::init_sysroot(&sysroot, &server, &base, &["root=/dev/vda"]).unwrap();
+    Fx { keyring: key.keyring.clone(), dir, sysroot, base }
+}
+
+/// Send `line` raw and read the one reply line.
+fn raw(socket: &Path, line: &str) -> serde_json::Value {
+    let mut s = UnixStream::connect(socket).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    s.write_all(line.as_bytes()).unwrap();
+    s.write_all(b"\n").unwrap();
+    let mut reply = String::new();
+    BufReader::new(&s).read_line(&mut reply).unwrap();
+    serde_json::from_str(&reply).unwrap_or_else(|e| panic!("reply {reply:?}: {e}"))
+}
+
+fn deploy_dirs(sysroot: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(sysroot.join("ostree/deploy/aloft/deploy"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .collect();
+    v.sort();
+    v
+}
+
+/// Garbage, a foreign protocol version, an unknown operation, an oversized line: each gets an
+/// `invalid` reply naming the problem, and the helper answers the next request as usual.
+#[test]
+fn malformed_requests_are_refused_and_the_helper_keeps_serving() {
+    let fx = fixture();
+    let mut helper = HelperProcess::start(helper_bin(), &fx.dir.path().join("run"), &fx.sysroot, &fx.keyring).unwrap();
+    let cases = [
+        ("not json at all".to_string(), "malformed request"),
+        (r#"{"v":99,"op":"status"}"#.to_string(), "version 99"),
+        (r#"{"v":1,"op":"format"}"#.to_string(), "malformed request"),
+        (r#"{"v":1,"op":"stage","image":null}"#.to_string(), "malformed request"),
+        (format!(r#"{{"v":1,"op":"pull","image":"{}"}}"#, "x".repeat(70_000)), "longer than"),
+    ];
+    for (line, want) in cases {
+        let reply = raw(&helper.socket, &line);
+        assert_eq!(reply["v"], 1, "{reply}");
+        assert_eq!(reply["error"]["kind"], "invalid", "{reply}");
+        let msg = reply["error"]["detail"].as_str().unwrap();
+        assert!(msg.contains(want), "{line:.60}: want {want:?} in {msg}");
+    }
+    // A connection that closes without a request is not an error either.
+    drop(UnixStream::connect(&helper.socket).unwrap());
+    assert!(helper.is_running(), "the helper survived:\n{}", helper.log_text());
+    let st = helper.client().status().unwrap();
+    assert_eq!(st.deployments.len(), 1);
+    assert_eq!(st.deployments[0].checksum, fx.base);
+}
+
+/// Defense in depth: a request the agent would never send (its own parser refuses these
+/// osImageURLs and kernel arguments) is refused by the helper too, and nothing changes: no
+/// remote written, no deployment.
+#[test]
+fn hostile_requests_are_refused_by_the_helper_and_change_nothing() {
+    let fx = fixture();
+    let helper = HelperProcess::start(helper_bin(), &fx.dir.path().join("run"), &fx.sysroot, &fx.keyring).unwrap();
+    let repo_config = std::fs::read_to_string(fx.sysroot.join("ostree/repo/config")).unwrap();
+    let dirs = deploy_dirs(&fx.sysroot);
+    let sum = &fx.base;
+    let hostile = [
+        format!(r#"{{"v":1,"op":"pull","image":"ostree+file:///etc/shadow#{REF}@{sum}"}}"#),
+        format!(r#"{{"v":1,"op":"pull","image":"ostree+http://evil/../../sysroot#{REF}@{sum}"}}"#),
+        format!(r#"{{"v":1,"op":"pull","image":"ostree+http://h/repo#{REF}@{sum}\nurl=http://evil/"}}"#),
+        format!(r#"{{"v":1,"op":"hasVerifiedCommit","image":"ostree+http://h/repo?x=1#{REF}@{sum}"}}"#),
+        format!(r#"{{"v":1,"op":"stage","image":"quay.io/evil@sha256:{sum}","oldKargs":[],"newKargs":[]}}"#),
+        r#"{"v":1,"op":"stage","oldKargs":[],"newKargs":["quiet\ninit=/bin/sh"]}"#.to_string(),
+        r#"{"v":1,"op":"stage","oldKargs":[],"newKargs":["a=\"unterminated"]}"#.to_string(),
+    ];
+    for line in hostile {
+        let reply = raw(&helper.socket, &line);
+        assert_eq!(reply["error"]["kind"], "invalid", "{line}: {reply}");
+        let msg = reply["error"]["detail"].as_str().unwrap();
+        assert!(msg.starts_with("refused by the OS helper"), "{line}: {msg}");
+    }
+    assert_eq!(std::fs::read_to_string(fx.sysroot.join("ostree/repo/config")).unwrap(), repo_config, "no remote");
+    assert_eq!(deploy_dirs(&fx.sysroot), dirs, "nothing deployed");
+    assert_eq!(testkit::deployment_order(&fx.sysroot).unwrap(), vec![fx.base.clone()]);
+}
+
+/// Run as uid 65534 by `peers_with_another_uid_are_refused`: connect, ask for the status, print
+/// the reply. Without the environment variable (a normal test run) it does nothing.
+#[test]
+fn as_nobody_client() {
+    let Some(socket) = std::env::var_os("ALOFT_OSD_TEST_NOBODY_SOCKET") else { return };
+    let reply = match UnixStream::connect(&socket) {
+        Ok(mut s) => {
+            s.write_all(b"{\"v\":1,\"op\":\"status\"}\n").unwrap();
+            let mut reply = String::new();
+            BufReader::new(&s).read_line(&mut reply).unwrap();
+            reply
+        }
+        Err(e) => format!("connect failed: {e}"),
+    };
+    println!("NOBODY-REPLY {}", reply.trim());
+}
+
+/// SO_PEERCRED: a client running as another user (nobody) gets a refusal naming its uid, even
+/// when the socket's file mode would let it connect; root (this test) is served. Needs root to
+/// switch users; the credential decision itself is unit-tested in `server.rs` on a socket pair.
+#[test]
+fn peers_with_another_uid_are_refused() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: needs root to run a client as another user");
+        return;
+    }
+    let fx = fixture();
+    let run = fx.dir.path().join("run");
+    let helper = HelperProcess::start(helper_bin(), &run, &fx.sysroot, &fx.keyring).unwrap();
+    // Open the file-system fences so that only the credential check stands in the way.
+    for p in [fx.dir.path(), run.as_path()] {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    std::fs::set_permissions(&helper.socket, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "as_nobody_client", "--nocapture", "--test-threads=1"])
+        .env("ALOFT_OSD_TEST_NOBODY_SOCKET", &helper.socket)
+        .uid(65534)
+        .gid(65534)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let reply = stdout
+        .lines()
+        .find_map(|l| l.split_once("NOBODY-REPLY ").map(|(_, r)| r))
+        .unwrap_or_else(|| panic!("no reply from the child: {stdout}\n{}", String::from_utf8_lossy(&out.stderr)));
+    assert!(!reply.starts_with("connect failed"), "the socket mode was opened: {reply}");
+    let reply: serde_json::Value = serde_json::from_str(reply).unwrap();
+    let msg = reply["error"]["detail"].as_str().unwrap_or_default();
+    assert!(msg.contains("permission denied") && msg.contains("peer uid 65534 refused"), "{reply}");
+    assert!(reply.get("ok").is_none(), "{reply}");
+    assert!(helper.log_text().contains("peer uid 65534 refused"), "{}", helper.log_text());
+    // Root is served.
+    assert_eq!(helper.client().status().unwrap().deployments.len(), 1);
+}
+
+/// systemd's socket activation, with systemd's own test launcher: the helper takes the socket
+/// from LISTEN_FDS, serves, and exits once idle (systemd would start it again on the next
+/// connection).
+#[test]
+fn socket_activated_and_exits_when_idle() {
+    let Ok(launcher) = which("systemd-socket-activate") else {
+        eprintln!("skipped: systemd-socket-activate is not installed");
+        return;
+    };
+    let fx = fixture();
+    let socket = fx.dir.path().join("activated.sock");
+    let mut child = Command::new(launcher)
+        .arg("-l")
+        .arg(&socket)
+        .arg(helper_bin())
+        .arg("--sysroot")
+        .arg(&fx.sysroot)
+        .arg("--keyring")
+        .arg(&fx.keyring)
+        .args(["--idle-exit-seconds", "2"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while !socket.exists() {
+        assert!(started.elapsed() < Duration::from_secs(20), "no socket");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let client = aloft_agent::os::client::HelperClient::new(&socket);
+    assert_eq!(client.status().unwrap().deployments[0].checksum, fx.base);
+    let e = client.rollback().unwrap_err();
+    assert!(matches!(e, OsError::Invalid(_)) && e.to_string().contains("no previous deployment"), "{e:?}");
+    let exited = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "the helper did not exit when idle");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let mut log = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut log).unwrap();
+    assert!(exited.success(), "{exited}: {log}");
+    assert!(log.contains("socket=systemd") && log.contains("idle: exiting"), "{log}");
+}
+
+fn which(name: &str) -> Result<PathBuf, ()> {
+    std::env::var_os("PATH")
+        .and_then(|p| std::env::split_paths(&p).map(|d| d.join(name)).find(|p| p.is_file()))
+        .ok_or(())
+}
