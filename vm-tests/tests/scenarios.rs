@@ -352,10 +352,19 @@ async fn power_cut(fleet: &Fleet) -> Result<()> {
         match vm.exec_timeout("test -e /run/ostree/staged-deployment && echo staged", Duration::from_secs(30)).await {
             Ok(o) if o.out.trim() == "staged" => break "v2 staged, before the reboot",
             Ok(_) => tokio::time::sleep(Duration::from_millis(500)).await,
-            Err(_) if vm.status().boot > 1 || !matches!(vm.status().phase, aloft_vm_tests::Phase::Ready { .. }) => {
-                break "during the reboot into v2"
+            Err(e) => {
+                // The channel closes as the guest goes down for its reboot, a moment before
+                // QEMU exits: give the supervisor time to see it.
+                let down = vm
+                    .wait_for("down for the reboot", Duration::from_secs(30), |s| {
+                        s.boot > 1 || !matches!(s.phase, aloft_vm_tests::Phase::Ready { .. })
+                    })
+                    .await;
+                if down.is_err() {
+                    return Err(e);
+                }
+                break "during the reboot into v2";
             }
-            Err(e) => return Err(e),
         }
     };
     tracing::info!(moment, "power cut");
