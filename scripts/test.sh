@@ -11,7 +11,7 @@ export ALOFT_REQUIRE_KUBECTL=1
 cargo build --workspace --bins
 cargo test --workspace --exclude aloft-vm-tests 2>&1
 # VM tests: a missing QEMU/mmdebstrap is a failure here, not a skip. The images are built (or
-# taken from /var/cache/aloft-images) by the first scenario. All four scenarios take longer than
+# taken from /var/cache/aloft-images) by the first scenario. All five scenarios take longer than
 # CI allows next to the rest; ALOFT_VM_TESTS='' runs them all.
 export ALOFT_REQUIRE_VM=1
 cargo test -p aloft-vm-tests --lib 2>&1
