@@ -6,10 +6,11 @@ set -euo pipefail
 
 # mmdebstrap: the rootfs; ostree: commits, summary, directory sysroot; libostree-dev: the OS
 # helper (osd/) links libostree; e2fsprogs: mkfs.ext4 -d and debugfs (no mounts); gpg: signing;
-# qemu-system-x86: boot under TCG; socat: host end of the virtio-serial command channel;
+# qemu-system-x86: boot under TCG; qemu-utils: qemu-img (per-VM qcow2 overlays, reading a VM's
+# disk); socat: host end of the virtio-serial command channel;
 # jq, bc: scripts; openssl: a test CA in smoke-boot; python3: smoke-boot --update serves the repo
 # over HTTP (host only, the image has no python); binutils: strip the agent's debuginfo.
-pkgs=(mmdebstrap ostree libostree-dev e2fsprogs gpg gpg-agent qemu-system-x86 socat jq bc openssl python3 binutils
+pkgs=(mmdebstrap ostree libostree-dev e2fsprogs gpg gpg-agent qemu-system-x86 qemu-utils socat jq bc openssl python3 binutils
       ca-certificates coreutils util-linux)
 need=()
 for pkg in "${pkgs[@]}"; do
@@ -21,6 +22,6 @@ if ((${#need[@]})); then
   apt-get -o DPkg::Lock::Timeout=600 update -qq
   apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
-for cmd in mmdebstrap ostree mkfs.ext4 debugfs gpg qemu-system-x86_64 socat jq; do
+for cmd in mmdebstrap ostree mkfs.ext4 debugfs gpg qemu-system-x86_64 qemu-img socat jq; do
   command -v "$cmd" >/dev/null 2>&1 || { echo "install-vm-deps: $cmd still missing after install" >&2; exit 1; }
 done

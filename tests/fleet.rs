@@ -316,4 +316,12 @@ async fn workloads_stop_around_a_drained_update() {
     .await;
     assert_eq!(reason, "workloads did not stop within 3 seconds (still stopping: db.service)");
     assert_eq!(std::fs::read_to_string(h.path("/etc/app/app.conf")).unwrap(), "one");
+    // A Degraded node retries with backoff (5 s, 10 s, ...), not every time its own report
+    // changes the Node: within 25 s at most a few attempts (each one also waits 3 s for the stop).
+    let tries = || h.log().matches("update planned").count();
+    let before = tries();
+    tokio::time::sleep(Duration::from_secs(25)).await;
+    let during = tries() - before;
+    assert!(during <= 3, "{during} update attempts in 25 s while Degraded: no backoff");
+    assert_eq!(std::fs::read_to_string(h.path("/etc/app/app.conf")).unwrap(), "one");
 }

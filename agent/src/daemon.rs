@@ -581,7 +581,14 @@ impl Agent {
                 (Step::Wait, Phase::Degraded { .. }) if drifted => self.idle(&node).await,
                 // Degraded: retry with backoff (MCO: 5 s base, 60 s cap), or sooner if the Node changes.
                 (_, Phase::Degraded { .. }) => {
-                    let _ = self.api.wait_change(&node.revision, backoff).await;
+                    // Wait for changes after our own writes of this step (state, reason, drain
+                    // request): waiting from the revision read before it woke at once on them,
+                    // and a Degraded node retried in a tight loop (seen on VMs: ~2 tries a second).
+                    let since = match self.api.get().await {
+                        Ok(n) => n.revision,
+                        Err(_) => node.revision.clone(),
+                    };
+                    let _ = self.api.wait_change(&since, backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(60));
                 }
                 (Step::Wait, _) | (Step::Reboot { .. }, _) => {

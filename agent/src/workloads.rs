@@ -59,8 +59,83 @@ pub async fn stop(services: &dyn ServiceManager, timeout: Duration) -> Result<Ve
     }
 }
 
-/// Starts the workloads again (the target starts what it wants).
+/// Starts the workloads again (the target starts what it wants). A node whose target wants
+/// nothing (or that has no such target: systemd reports no wants for an unknown unit) has
+/// nothing to start; starting an unknown target would fail with NoSuchUnit and leave the node
+/// Degraded after every drained update (seen on the VMs, whose image has no workloads).
 pub async fn start(services: &dyn ServiceManager) -> Result<(), WorkloadError> {
+    if services.wants(TARGET).await.map_err(WorkloadError::Start)?.is_empty() {
+        return Ok(());
+    }
     tracing::info!("starting workloads");
     services.start_unit(TARGET).await.map_err(WorkloadError::Start)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use async_trait::async_trait;
+
+    /// A systemd whose `aloft-workloads.target` wants `wants`; records starts.
+    struct Systemd {
+        wants: Vec<String>,
+        started: std::sync::Mutex<Vec<String>>,
+    }
+
+    #[async_trait]
+    impl ServiceManager for Systemd {
+        async fn daemon_reload(&self) -> Result<(), ServiceError> {
+            unreachable!()
+        }
+        async fn enable_units(&self, _: &[String]) -> Result<(), ServiceError> {
+            unreachable!()
+        }
+        async fn disable_units(&self, _: &[String]) -> Result<(), ServiceError> {
+            unreachable!()
+        }
+        async fn mask_units(&self, _: &[String]) -> Result<(), ServiceError> {
+            unreachable!()
+        }
+        async fn unmask_units(&self, _: &[String]) -> Result<(), ServiceError> {
+            unreachable!()
+        }
+        async fn preset_units(&self, _: &[String]) -> Result<(), ServiceError> {
+            unreachable!()
+        }
+        async fn reload_unit(&self, _: &str) -> Result<(), ServiceError> {
+            unreachable!()
+        }
+        async fn restart_unit(&self, _: &str) -> Result<(), ServiceError> {
+            unreachable!()
+        }
+        async fn start_unit(&self, unit: &str) -> Result<(), ServiceError> {
+            if self.wants.is_empty() {
+                return Err(ServiceError::Call {
+                    operation: format!("StartUnit({unit})"),
+                    message: format!("org.freedesktop.systemd1.NoSuchUnit: Unit {unit} not found."),
+                });
+            }
+            self.started.lock().unwrap().push(unit.to_string());
+            Ok(())
+        }
+        async fn stop_unit(&self, _: &str) -> Result<(), ServiceError> {
+            unreachable!()
+        }
+        async fn wants(&self, _: &str) -> Result<Vec<String>, ServiceError> {
+            Ok(self.wants.clone())
+        }
+        async fn reboot(&self, _: &str) -> Result<(), ServiceError> {
+            unreachable!()
+        }
+    }
+
+    #[tokio::test]
+    async fn a_node_without_workloads_starts_nothing() {
+        let none = Systemd { wants: vec![], started: Default::default() };
+        start(&none).await.expect("no target: nothing to start, no error");
+        assert!(none.started.lock().unwrap().is_empty());
+        let some = Systemd { wants: vec!["db.service".into()], started: Default::default() };
+        start(&some).await.unwrap();
+        assert_eq!(*some.started.lock().unwrap(), vec![TARGET.to_string()]);
+    }
 }

@@ -99,6 +99,11 @@ pub struct RolloutPolicy {
     pub soak_seconds: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_failures: Option<i64>,
+    /// Pre-stage the config's OS on nodes waiting for their turn (`aloft.dev/prestageConfig`);
+    /// default true. `false` makes each node download its OS only once picked (the unavailable
+    /// window then includes the download: the vm-tests compare both).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prestage: Option<bool>,
     #[serde(flatten)]
     pub extra: Extra,
 }

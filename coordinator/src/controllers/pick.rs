@@ -239,9 +239,11 @@ fn plan_pool(
             pp.wait = Some(Wait::MaxUnavailable { max, unavailable: busy });
         }
     }
-    // Pre-stage the target on every member that waits for its turn; never for a paused pool or
-    // a config whose rollout the breaker stopped.
-    let prestage_ok = !pool.spec.paused && !broken;
+    // Pre-stage the target on every member that waits for its turn; never for a paused pool, a
+    // config whose rollout the breaker stopped, or a pool that turned it off
+    // (`spec.rollout.prestage: false`, which also withdraws annotations already set).
+    let prestage_on = pool.spec.rollout.as_ref().and_then(|r| r.prestage).unwrap_or(true);
+    let prestage_ok = prestage_on && !pool.spec.paused && !broken;
     let picked: std::collections::HashSet<usize> = pp.picks.iter().copied().collect();
     for &i in &pp.members {
         let want = (prestage_ok && facts[i].desired != target && !picked.contains(&i)).then(|| target.clone());

@@ -99,13 +99,7 @@ impl SqliteStore {
             .spawn(move || writer_thread(writer, rx, writer_hub))
             .map_err(|e| StoreError::Backend(format!("starting the store's writer thread: {e}")))?;
         Ok(SqliteStore {
-            inner: Arc::new(Inner {
-                jobs,
-                readers,
-                next_reader: AtomicUsize::new(0),
-                hub,
-                retain: retain.max(1),
-            }),
+            inner: Arc::new(Inner { jobs, readers, next_reader: AtomicUsize::new(0), hub, retain: retain.max(1) }),
         })
     }
 

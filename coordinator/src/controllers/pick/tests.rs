@@ -132,6 +132,19 @@ fn prestage_every_waiting_node_and_none_of_the_picked() {
 }
 
 #[test]
+fn prestage_off_in_the_pool_spec_sets_none_and_withdraws_those_set() {
+    let mut nodes: Vec<Node> = (0..3).map(|i| node(&format!("n{i}"), worker(), "r1", "r1", "Done", true)).collect();
+    nodes[2].metadata.annotations.insert(ann::PRESTAGE_CONFIG.into(), "r2".into());
+    let pools = [pool("worker", json!(1), "r2", json!({"rollout": {"prestage": false}}))];
+    let p = plan(Snapshot { nodes: &nodes, pools: &pools, budgets: &[] }, now()).remove(0);
+    assert_eq!(p.picks, vec![0], "the rollout itself is unchanged");
+    assert_eq!(p.prestage, vec![(2, None)], "nothing new is pre-staged and the old request goes");
+    let on = [pool("worker", json!(1), "r2", json!({"rollout": {"prestage": true}}))];
+    let p = plan(Snapshot { nodes: &nodes, pools: &on, budgets: &[] }, now()).remove(0);
+    assert_eq!(p.prestage, vec![(1, Some("r2".to_string()))], "true is the default behaviour");
+}
+
+#[test]
 fn canary_gates_the_first_batch() {
     let nodes: Vec<Node> = (0..4).map(|i| node(&format!("n{i}"), worker(), "r1", "r1", "Done", true)).collect();
     let pools = [pool("worker", json!(3), "r2", json!({"rollout": {"canary": 1, "soakSeconds": 60}}))];

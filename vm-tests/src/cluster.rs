@@ -1,0 +1,285 @@
+//! What the scenarios do through the coordinator's API: pools, MachineConfigs, waiting for a
+//! rollout, and sampling the Nodes once a second to check the budget and time each node's
+//! unavailable window.
+
+use crate::Fleet;
+use aloft_api::annotations as ann;
+use aloft_tests::{path_of, MACHINE_CONFIG, MACHINE_CONFIG_POOL};
+use anyhow::{anyhow, bail, Result};
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// An annotation of an object ("" when absent).
+pub fn annotation<'a>(obj: &'a Value, key: &str) -> &'a str {
+    obj.pointer("/metadata/annotations").and_then(|a| a.get(key)).and_then(Value::as_str).unwrap_or("")
+}
+
+pub fn name(obj: &Value) -> &str {
+    obj.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("")
+}
+
+/// Ready condition True.
+pub fn is_ready(node: &Value) -> bool {
+    node.pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .is_some_and(|c| c.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
+}
+
+pub fn is_cordoned(node: &Value) -> bool {
+    node.pointer("/spec/unschedulable").and_then(Value::as_bool).unwrap_or(false)
+}
+
+/// Unavailable as a user of the node would see it: cordoned, not Ready, asked to move to a
+/// config it has not finished, or Working.
+pub fn is_unavailable(node: &Value) -> bool {
+    let desired = annotation(node, ann::DESIRED_CONFIG);
+    is_cordoned(node)
+        || !is_ready(node)
+        || (!desired.is_empty() && desired != annotation(node, ann::CURRENT_CONFIG))
+        || annotation(node, ann::STATE) == "Working"
+}
+
+/// Create or replace an object (POST, or PUT over the stored one on 409).
+pub async fn apply(fleet: &Fleet, collection: &str, obj: &Value) -> Result<Value> {
+    let r = fleet.admin.post(collection, obj).await?;
+    if r.code != 409 {
+        return r.into_result();
+    }
+    let path = format!("{collection}/{}", name(obj));
+    let current = fleet.admin.get(&path).await?.into_result()?;
+    let mut obj = obj.clone();
+    obj["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"].clone();
+    fleet.admin.put(&path, &obj).await?.into_result()
+}
+
+/// The worker pool (selects role=worker configs and nodes), with `maxUnavailable` and more spec.
+pub async fn worker_pool(fleet: &Fleet, max_unavailable: i64, extra_spec: Value) -> Result<()> {
+    let mut pool = aloft_tests::machine_config_pool("worker", "worker");
+    pool["spec"]["maxUnavailable"] = json!(max_unavailable);
+    if let Some(extra) = extra_spec.as_object() {
+        for (k, v) in extra {
+            pool["spec"][k] = v.clone();
+        }
+    }
+    apply(fleet, &path_of(&MACHINE_CONFIG_POOL, None), &pool).await?;
+    Ok(())
+}
+
+/// A worker MachineConfig with `spec` (the `config` gets Ignition 3.4.0 if it has no version).
+pub async fn machine_config(fleet: &Fleet, mc_name: &str, mut spec: Value) -> Result<()> {
+    if spec.pointer("/config/ignition/version").is_none() {
+        spec["config"]["ignition"]["version"] = json!("3.4.0");
+    }
+    let mc = json!({
+        "apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfig",
+        "metadata": {"name": mc_name, "labels": {ann::ROLE_LABEL: "worker"}},
+        "spec": spec,
+    });
+    apply(fleet, &path_of(&MACHINE_CONFIG, None), &mc).await?;
+    Ok(())
+}
+
+/// An Ignition file entry with `data:` contents (mode 0644).
+pub fn file(path: &str, contents: &str) -> Value {
+    let encoded: String = contents
+        .bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b".-_~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect();
+    json!({"path": path, "mode": 420, "overwrite": true, "contents": {"source": format!("data:,{encoded}")}})
+}
+
+/// The pool's current target (`spec.configuration.name`; "" before the first render).
+pub async fn pool_target(fleet: &Fleet, pool: &str) -> Result<String> {
+    let p = fleet.admin.get(&path_of(&MACHINE_CONFIG_POOL, Some(pool))).await?.into_result()?;
+    Ok(p.pointer("/spec/configuration/name").and_then(Value::as_str).unwrap_or("").to_string())
+}
+
+/// Wait until `n` Nodes exist (every VM enrolled).
+pub async fn wait_enrolled(fleet: &Fleet, n: usize, timeout: Duration) -> Result<Vec<String>> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let nodes = fleet.nodes().await?;
+        if nodes.len() >= n {
+            return Ok(nodes.iter().map(|n| name(n).to_string()).collect());
+        }
+        if Instant::now() >= deadline {
+            bail!("only {} of {n} nodes enrolled within {timeout:?}", nodes.len());
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+}
+
+/// Wait for the worker pool to render a target other than `previous` and for every node to be
+/// Done on it; returns the target. Fails early when a node goes Degraded or Unreconcilable on
+/// it (naming the reason).
+pub async fn wait_converged(fleet: &Fleet, previous: &str, timeout: Duration) -> Result<String> {
+    let deadline = Instant::now() + timeout;
+    let mut last = String::new();
+    let mut logged = String::new();
+    loop {
+        for vm in &fleet.vms {
+            match vm.status().phase {
+                crate::Phase::Failed(msg) => bail!("{} failed while waiting for the rollout: {msg}", vm.name),
+                crate::Phase::Off { power_cut: false } => bail!("{} powered off during the rollout", vm.name),
+                _ => {}
+            }
+        }
+        let target = pool_target(fleet, "worker").await?;
+        if !target.is_empty() && target != previous {
+            let nodes = fleet.nodes().await?;
+            let mut done = 0;
+            let mut summary = Vec::new();
+            for n in &nodes {
+                let (state, current, desired) =
+                    (annotation(n, ann::STATE), annotation(n, ann::CURRENT_CONFIG), annotation(n, ann::DESIRED_CONFIG));
+                if (state == "Degraded" || state == "Unreconcilable") && desired == target {
+                    bail!("node {} is {state} on {target}: {}", name(n), annotation(n, ann::REASON));
+                }
+                if state == "Done" && current == target {
+                    done += 1;
+                }
+                summary.push(format!(
+                    "{}={state}{}{}",
+                    name(n),
+                    if current == target { "@target" } else { "" },
+                    if is_cordoned(n) { ",cordoned" } else { "" }
+                ));
+            }
+            last = format!("target {target}: {}", summary.join(" "));
+            if last != logged {
+                tracing::info!("rollout: {last}");
+                logged = last.clone();
+            }
+            if done == nodes.len() && !nodes.is_empty() {
+                return Ok(target);
+            }
+        }
+        if Instant::now() >= deadline {
+            bail!("the pool did not converge within {timeout:?}; last: {last}");
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+}
+
+/// One look at the Nodes.
+#[derive(Debug, Clone)]
+pub struct Sample {
+    pub at: Instant,
+    /// node name -> (cordoned, unavailable, annotations of interest)
+    pub nodes: BTreeMap<String, NodeSample>,
+}
+
+#[derive(Debug, Clone)]
+pub struct NodeSample {
+    pub cordoned: bool,
+    pub unavailable: bool,
+    pub state: String,
+    pub prestage: String,
+    pub prestaged: String,
+}
+
+/// Samples the Nodes through the API once a second until stopped.
+pub struct Sampler {
+    samples: Arc<Mutex<Vec<Sample>>>,
+    errors: Arc<Mutex<u64>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Sampler {
+    pub fn start(fleet: &Fleet) -> Sampler {
+        let samples: Arc<Mutex<Vec<Sample>>> = Arc::default();
+        let errors: Arc<Mutex<u64>> = Arc::default();
+        let (s, e) = (samples.clone(), errors.clone());
+        let admin = fleet.admin.clone();
+        let task = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            loop {
+                tick.tick().await;
+                let at = Instant::now();
+                let list = match admin.get(&path_of(&aloft_tests::NODE, None)).await.and_then(|r| r.into_result()) {
+                    Ok(l) => l,
+                    Err(_) => {
+                        *e.lock().expect("errors") += 1;
+                        continue;
+                    }
+                };
+                let nodes = list["items"]
+                    .as_array()
+                    .map(|items| {
+                        items
+                            .iter()
+                            .map(|n| {
+                                (
+                                    name(n).to_string(),
+                                    NodeSample {
+                                        cordoned: is_cordoned(n),
+                                        unavailable: is_unavailable(n),
+                                        state: annotation(n, ann::STATE).to_string(),
+                                        prestage: annotation(n, ann::PRESTAGE_CONFIG).to_string(),
+                                        prestaged: annotation(n, ann::PRESTAGED_CONFIG).to_string(),
+                                    },
+                                )
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                s.lock().expect("samples").push(Sample { at, nodes });
+            }
+        });
+        Sampler { samples, errors, task }
+    }
+
+    /// Stop sampling; the samples taken.
+    pub fn stop(self) -> (Vec<Sample>, u64) {
+        self.task.abort();
+        let samples = self.samples.lock().expect("samples").clone();
+        let errors = *self.errors.lock().expect("errors");
+        (samples, errors)
+    }
+}
+
+/// The most nodes cordoned at once and the most unavailable at once, over all samples.
+pub fn max_concurrent(samples: &[Sample]) -> (usize, usize) {
+    samples.iter().fold((0, 0), |(c, u), s| {
+        let cordoned = s.nodes.values().filter(|n| n.cordoned).count();
+        let unavailable = s.nodes.values().filter(|n| n.unavailable).count();
+        (c.max(cordoned), u.max(unavailable))
+    })
+}
+
+/// Per node, how long it was cordoned (first sample cordoned to the first sample after that
+/// not cordoned) and how long unavailable (same, by [`is_unavailable`]). Nodes never seen in
+/// that state are missing.
+pub fn windows(samples: &[Sample]) -> BTreeMap<String, (Option<Duration>, Option<Duration>)> {
+    let mut out: BTreeMap<String, (Option<Duration>, Option<Duration>)> = BTreeMap::new();
+    let names: Vec<String> = samples.iter().flat_map(|s| s.nodes.keys().cloned()).collect();
+    for n in names {
+        let span = |pick: &dyn Fn(&NodeSample) -> bool| -> Option<Duration> {
+            let start = samples.iter().position(|s| s.nodes.get(&n).is_some_and(pick))?;
+            let end = samples[start..].iter().position(|s| s.nodes.get(&n).is_some_and(|x| !pick(x)))?;
+            Some(samples[start + end].at - samples[start].at)
+        };
+        out.insert(n.clone(), (span(&|x| x.cordoned), span(&|x| x.unavailable)));
+    }
+    out
+}
+
+/// A unit's `InvocationID` and `ActiveEnterTimestampMonotonic` in the guest.
+pub async fn unit_invocation(vm: &crate::Vm, unit: &str) -> Result<(String, String)> {
+    let out = vm
+        .sh(&format!("systemctl show -p InvocationID -p ActiveEnterTimestampMonotonic -p ActiveState {unit}"))
+        .await?;
+    let get = |k: &str| out.lines().find_map(|l| l.strip_prefix(&format!("{k}="))).map(str::to_string);
+    if get("ActiveState").as_deref() != Some("active") {
+        return Err(anyhow!("{}: {unit} is not active: {out}", vm.name));
+    }
+    Ok((get("InvocationID").unwrap_or_default(), get("ActiveEnterTimestampMonotonic").unwrap_or_default()))
+}

@@ -1,0 +1,195 @@
+//! A test's world: a coordinator on the host, the repo server, and N VMs enrolled through the
+//! first-boot bootstrap (fw_cfg config naming the coordinator at `https://10.0.2.100:6443`, its
+//! CA and a bootstrap token).
+
+use crate::env;
+use crate::images::{self, Images, HOST_ADDR};
+use crate::repo_server::RepoServer;
+use crate::vm::{Vm, VmOptions};
+use aloft_tests::{path_of, Client, Coordinator, Options, NODE};
+use anyhow::{anyhow, Context, Result};
+use serde_json::Value;
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+/// The coordinator's port as the guests see it.
+pub const COORDINATOR_GUEST_PORT: u16 = 6443;
+
+#[derive(Debug, Clone)]
+pub struct FleetOptions {
+    /// How many VMs (named `vm-0`, `vm-1`, ...).
+    pub vms: usize,
+    /// See [`VmOptions::durable_disk`].
+    pub durable_disk: bool,
+    pub cpus: u32,
+}
+
+impl Default for FleetOptions {
+    fn default() -> Self {
+        FleetOptions { vms: 1, durable_disk: false, cpus: 2 }
+    }
+}
+
+pub struct Fleet {
+    pub test: String,
+    /// `target/vm-tests/<test>`: one directory per VM, kept when the test fails.
+    pub dir: PathBuf,
+    pub images: &'static Images,
+    pub coordinator: Coordinator,
+    pub admin: Client,
+    pub repo: RepoServer,
+    pub vms: Vec<Vm>,
+    pub started: Instant,
+    _sockets: tempfile::TempDir,
+    _one_at_a_time: tokio::sync::OwnedMutexGuard<()>,
+}
+
+/// Scenarios of one test process run one at a time even without `--test-threads=1` (say, under
+/// `cargo test --workspace`): three TCG VMs already want more than two cores.
+fn one_at_a_time() -> Arc<tokio::sync::Mutex<()>> {
+    static LOCK: OnceLock<Arc<tokio::sync::Mutex<()>>> = OnceLock::new();
+    LOCK.get_or_init(Arc::default).clone()
+}
+
+impl Fleet {
+    /// Build (or reuse) the images, start the coordinator and the repo server, and boot the VMs.
+    /// `Ok(None)`: the test is skipped (tools missing, `ALOFT_REQUIRE_VM` not set; a loud message
+    /// was printed). Returns once the VMs are started, not booted: see [`Fleet::wait_ready`].
+    pub async fn start(test: &str, opts: FleetOptions) -> Result<Option<Fleet>> {
+        env::init_logging();
+        if !env::prerequisites(test)? {
+            return Ok(None);
+        }
+        let lock = one_at_a_time();
+        let guard = match lock.clone().try_lock_owned() {
+            Ok(g) => g,
+            Err(_) => {
+                tracing::info!(test, "waiting for the VM test running in this process to finish");
+                lock.lock_owned().await
+            }
+        };
+        let started = Instant::now();
+        let images = images::ensure().await?;
+        let dir = env::test_dir(test);
+        let coordinator = tokio::task::spawn_blocking(|| {
+            Coordinator::start_with(Options { args: vec!["--tls-san".into(), HOST_ADDR.into()], ..Options::default() })
+        })
+        .await
+        .context("starting the coordinator")?;
+        let admin = coordinator.client();
+        let port: u16 = coordinator
+            .url()
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.trim_end_matches('/').parse().ok())
+            .ok_or_else(|| anyhow!("no port in the coordinator's URL {}", coordinator.url()))?;
+        let token = coordinator.create_token("vm-fleet", "bootstrap");
+        let ca = String::from_utf8(coordinator.ca_pem())?;
+        let repo = RepoServer::start(&images.repo()).await?;
+        let sockets = tempfile::Builder::new().prefix("aloft-vm-").tempdir()?;
+        let mut vms = Vec::new();
+        for i in 0..opts.vms {
+            let name = format!("vm-{i}");
+            let bootstrap = format!(
+                "ALOFT_COORDINATOR=https://{HOST_ADDR}:{COORDINATOR_GUEST_PORT}\nALOFT_BOOTSTRAP_TOKEN={token}\n\
+                 ALOFT_NODE_NAME={name}\n{ca}"
+            );
+            let forwards =
+                vec![(format!("{HOST_ADDR}:{COORDINATOR_GUEST_PORT}"), port), (format!("{HOST_ADDR}:80"), repo.port)];
+            let mut vm_opts = VmOptions::new(&name, bootstrap, forwards);
+            vm_opts.durable_disk = opts.durable_disk;
+            vm_opts.cpus = opts.cpus;
+            let vm_dir = dir.join(&name);
+            if vm_dir.exists() {
+                // keep nothing of an earlier run but what kill_stale_qemu needs
+                for entry in std::fs::read_dir(&vm_dir)?.flatten() {
+                    if entry.file_name() != "qemu.pid" {
+                        let p = entry.path();
+                        let _ = if p.is_dir() { std::fs::remove_dir_all(&p) } else { std::fs::remove_file(&p) };
+                    }
+                }
+            }
+            vms.push(Vm::start(images, vm_opts, &vm_dir, &sockets.path().join(&name)).await?);
+        }
+        tracing::info!(test, vms = opts.vms, dir = %dir.display(), coordinator = %coordinator.url(), "fleet started");
+        Ok(Some(Fleet {
+            test: test.to_string(),
+            dir,
+            images,
+            coordinator,
+            admin,
+            repo,
+            vms,
+            started,
+            _sockets: sockets,
+            _one_at_a_time: guard,
+        }))
+    }
+
+    /// Wait for every VM's first boot; returns each one's boot id.
+    pub async fn wait_ready(&self, timeout: Duration) -> Result<Vec<String>> {
+        let waits = self.vms.iter().map(|vm| vm.wait_ready(1, timeout));
+        let ready = futures::future::try_join_all(waits).await?;
+        Ok(ready.into_iter().map(|(_, boot_id, _)| boot_id).collect())
+    }
+
+    pub fn vm(&self, name: &str) -> Result<&Vm> {
+        self.vms.iter().find(|v| v.name == name).ok_or_else(|| anyhow!("no VM {name}"))
+    }
+
+    /// Every Node object.
+    pub async fn nodes(&self) -> Result<Vec<Value>> {
+        let list = self.admin.get(&path_of(&NODE, None)).await?.into_result()?;
+        Ok(list["items"].as_array().cloned().unwrap_or_default())
+    }
+
+    /// End the test: on failure keep everything under [`Fleet::dir`], save each running VM's
+    /// agent journal there and print the paths; on success delete the overlays (the logs stay
+    /// until the next run). Returns `result` (with the paths added to a failure).
+    pub async fn finish(self, result: Result<()>) -> Result<()> {
+        let elapsed = self.started.elapsed();
+        match result {
+            Ok(()) => {
+                for vm in &self.vms {
+                    let _ = std::fs::remove_file(vm.dir.join("overlay.qcow2"));
+                }
+                tracing::info!(test = %self.test, secs = elapsed.as_secs_f64(), "PASSED");
+                Ok(())
+            }
+            Err(e) => {
+                let mut kept = Vec::new();
+                for vm in &self.vms {
+                    match vm.save_journal().await {
+                        Ok(p) => kept.push(format!("  {} agent journal: {}", vm.name, p.display())),
+                        Err(err) => kept.push(format!("  {} agent journal: not saved ({err:#})", vm.name)),
+                    }
+                    for b in vm.boots() {
+                        kept.push(format!(
+                            "  {} boot {}: {} (entry {}; ready after {:?}; release {:?}; ended {:?})",
+                            vm.name,
+                            b.boot,
+                            vm.dir.join(format!("serial-{}.log", b.boot)).display(),
+                            b.entry,
+                            b.ready_after,
+                            b.release,
+                            b.end
+                        ));
+                    }
+                }
+                let coordinator_log = self.dir.join("coordinator.log");
+                let _ = std::fs::write(&coordinator_log, self.coordinator.log_tail());
+                kept.push(format!("  coordinator log (tail): {}", coordinator_log.display()));
+                let msg = format!(
+                    "VM test {} FAILED after {:.0} s; logs kept under {}:\n{}",
+                    self.test,
+                    elapsed.as_secs_f64(),
+                    self.dir.display(),
+                    kept.join("\n")
+                );
+                eprintln!("\n{msg}\n");
+                Err(e.context(msg))
+            }
+        }
+    }
+}

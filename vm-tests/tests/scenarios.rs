@@ -1,0 +1,419 @@
+//! The whole system on real VMs: the coordinator on the host, nodes booted from images/ under
+//! QEMU, each running the real aloft-agent of the image.
+//!
+//!     cargo test -p aloft-vm-tests -- --test-threads=1
+//!
+//! Each scenario starts its own coordinator and VMs; run them one at a time (each VM is a TCG
+//! process that wants a core). README.md lists how long each takes.
+
+use aloft_api::annotations as ann;
+use aloft_vm_tests::cluster::{self, file, machine_config, wait_converged, worker_pool, Sampler};
+use aloft_vm_tests::{Fleet, FleetOptions, Vm};
+use anyhow::{ensure, Context, Result};
+use serde_json::json;
+use std::time::{Duration, Instant};
+
+const BOOT: Duration = Duration::from_secs(900);
+const ROLLOUT_REBOOTLESS: Duration = Duration::from_secs(600);
+const OS_ROLLOUT_PER_NODE: Duration = Duration::from_secs(1200);
+/// The unit the rebootless scenario restarts through the node disruption policy.
+const UNIT: &str = "aloft-vmtest.service";
+const UNIT_FILE: &str = "[Unit]\nDescription=aloft vm-tests unit (restarted by the disruption policy)\n\
+    [Service]\nExecStart=/bin/sleep infinity\n[Install]\nWantedBy=multi-user.target\n";
+const KARG: &str = "aloft.vmtest=os-v2";
+
+/// Boot the fleet, enroll the nodes, and render a first (rebootless) config so every node is
+/// Done on something before the scenario's change; returns (boot ids, that config).
+async fn enrolled_and_done(
+    fleet: &Fleet,
+    max_unavailable: i64,
+    pool_extra: serde_json::Value,
+) -> Result<(Vec<String>, String)> {
+    let boot_ids = fleet.wait_ready(BOOT).await?;
+    cluster::wait_enrolled(fleet, fleet.vms.len(), Duration::from_secs(300)).await?;
+    // Files under /etc/aloft-vmtest need nothing (no reboot, no restart).
+    cluster::apply(
+        fleet,
+        "/apis/operator.openshift.io/v1/machineconfigurations",
+        &json!({"apiVersion": "operator.openshift.io/v1", "kind": "MachineConfiguration",
+                "metadata": {"name": "cluster"},
+                "spec": {"nodeDisruptionPolicy": {
+                    "files": [{"path": "/etc/aloft-vmtest/none.conf", "actions": [{"type": "None"}]},
+                              {"path": "/etc/aloft-vmtest/restart.conf",
+                               "actions": [{"type": "Restart", "restart": {"serviceName": UNIT}}]}],
+                    "units": [{"name": UNIT, "actions": [{"type": "DaemonReload"},
+                                                          {"type": "Restart", "restart": {"serviceName": UNIT}}]}]}}}),
+    )
+    .await?;
+    worker_pool(fleet, max_unavailable, pool_extra).await?;
+    machine_config(
+        fleet,
+        "50-worker-vmtest",
+        json!({"config": {
+            "storage": {"files": [file("/etc/aloft-vmtest/none.conf", "none 1\n"),
+                                  file("/etc/aloft-vmtest/restart.conf", "restart 1\n")]},
+            "systemd": {"units": [{"name": UNIT, "enabled": true, "contents": UNIT_FILE}]}}}),
+    )
+    .await?;
+    let first = wait_converged(fleet, "", ROLLOUT_REBOOTLESS).await.context("the first config")?;
+    Ok((boot_ids, first))
+}
+
+/// Every VM still on its first boot, with the boot id it came up with.
+async fn no_reboot(fleet: &Fleet, boot_ids: &[String]) -> Result<()> {
+    for (vm, boot_id) in fleet.vms.iter().zip(boot_ids) {
+        ensure!(vm.reboots() == 0 && vm.status().boot == 1, "{} rebooted: {:?}", vm.name, vm.boots());
+        let now = vm.sh("cat /proc/sys/kernel/random/boot_id").await?;
+        ensure!(now.trim() == boot_id, "{}: boot id {} is not the first boot's {boot_id}", vm.name, now.trim());
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------- a: rebootless
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_rebootless_change_reaches_every_node() -> Result<()> {
+    let Some(fleet) = Fleet::start("a_rebootless", FleetOptions { vms: 3, ..Default::default() }).await? else {
+        return Ok(());
+    };
+    let result = rebootless(&fleet).await;
+    fleet.finish(result).await
+}
+
+async fn rebootless(fleet: &Fleet) -> Result<()> {
+    let (boot_ids, first) = enrolled_and_done(fleet, 1, json!({})).await?;
+    let pool = fleet
+        .admin
+        .get(&aloft_tests::path_of(&aloft_tests::MACHINE_CONFIG_POOL, Some("worker")))
+        .await?
+        .into_result()?;
+    ensure!(
+        pool.pointer("/status/machineCount") == Some(&json!(3)),
+        "the pool counts the three VMs: {}",
+        pool["status"]
+    );
+    let mut before = Vec::new();
+    for vm in &fleet.vms {
+        let files = vm.sh("cat /etc/aloft-vmtest/none.conf /etc/aloft-vmtest/restart.conf").await?;
+        ensure!(files == "none 1\nrestart 1\n", "{}: files of the first config: {files:?}", vm.name);
+        before.push(cluster::unit_invocation(vm, UNIT).await?);
+    }
+
+    // A file whose policy is None: written, nothing restarted.
+    let config = |none: &str, restart: &str| {
+        json!({"config": {
+            "storage": {"files": [file("/etc/aloft-vmtest/none.conf", none), file("/etc/aloft-vmtest/restart.conf", restart)]},
+            "systemd": {"units": [{"name": UNIT, "enabled": true, "contents": UNIT_FILE}]}}})
+    };
+    machine_config(fleet, "50-worker-vmtest", config("none 2\n", "restart 1\n")).await?;
+    let second = wait_converged(fleet, &first, ROLLOUT_REBOOTLESS).await.context("the None-policy change")?;
+    for (vm, b) in fleet.vms.iter().zip(&before) {
+        let files = vm.sh("cat /etc/aloft-vmtest/none.conf").await?;
+        ensure!(files == "none 2\n", "{}: none.conf {files:?}", vm.name);
+        let now = cluster::unit_invocation(vm, UNIT).await?;
+        ensure!(&now == b, "{}: {UNIT} was restarted by a None-policy change: {b:?} -> {now:?}", vm.name);
+    }
+
+    // A file whose policy restarts the unit.
+    machine_config(fleet, "50-worker-vmtest", config("none 2\n", "restart 2\n")).await?;
+    wait_converged(fleet, &second, ROLLOUT_REBOOTLESS).await.context("the Restart-policy change")?;
+    for (vm, b) in fleet.vms.iter().zip(&before) {
+        let files = vm.sh("cat /etc/aloft-vmtest/restart.conf").await?;
+        ensure!(files == "restart 2\n", "{}: restart.conf {files:?}", vm.name);
+        let now = cluster::unit_invocation(vm, UNIT).await?;
+        ensure!(now.0 != b.0 && now.1 != b.1, "{}: {UNIT} was not restarted: {b:?} -> {now:?}", vm.name);
+    }
+    no_reboot(fleet, &boot_ids).await?;
+    for n in fleet.nodes().await? {
+        ensure!(!cluster::is_cordoned(&n), "{} left cordoned", cluster::name(&n));
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------- b: OS update v1 -> v2
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn b_os_update_one_node_at_a_time() -> Result<()> {
+    os_update_scenario("b_os_update", true).await
+}
+
+/// The same rollout with pre-staging turned off (`spec.rollout.prestage: false`): only for the
+/// unavailable-window comparison in BENCHMARKS.md.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "benchmark: run with --ignored to compare with b_os_update_one_node_at_a_time"]
+async fn b_os_update_without_prestage() -> Result<()> {
+    os_update_scenario("b_os_update_no_prestage", false).await
+}
+
+async fn os_update_scenario(test: &str, prestage: bool) -> Result<()> {
+    let Some(fleet) = Fleet::start(test, FleetOptions { vms: 3, ..Default::default() }).await? else {
+        return Ok(());
+    };
+    let result = os_update(&fleet, prestage).await;
+    fleet.finish(result).await
+}
+
+async fn os_update(fleet: &Fleet, prestage: bool) -> Result<()> {
+    let (_, first) = enrolled_and_done(fleet, 1, json!({"rollout": {"prestage": prestage}})).await?;
+    let v2 = fleet.images.commit("v2")?.to_string();
+    let sampler = Sampler::start(fleet);
+    let started = Instant::now();
+    machine_config(
+        fleet,
+        "60-worker-os",
+        json!({"osImageURL": fleet.images.os_image_url("v2")?, "kernelArguments": [KARG]}),
+    )
+    .await?;
+    let converged = wait_converged(fleet, &first, OS_ROLLOUT_PER_NODE * 3).await.context("the OS rollout");
+    let (samples, errors) = sampler.stop();
+    let target = converged?;
+    let rollout = started.elapsed();
+
+    // Never two nodes down at once (maxUnavailable 1), and the sampling saw every node go down.
+    let (max_cordoned, max_unavailable) = cluster::max_concurrent(&samples);
+    tracing::info!(samples = samples.len(), errors, max_cordoned, max_unavailable, "budget over the rollout");
+    ensure!(samples.len() > 60, "too few samples of the Nodes ({}, {errors} failed)", samples.len());
+    ensure!(max_cordoned <= 1, "{max_cordoned} nodes were cordoned at once");
+    ensure!(max_unavailable <= 1, "{max_unavailable} nodes were unavailable at once");
+    let windows = cluster::windows(&samples);
+    let mut report = Vec::new();
+    for vm in &fleet.vms {
+        let (cordoned, unavailable) = windows.get(&vm.name).cloned().unwrap_or((None, None));
+        ensure!(cordoned.is_some(), "{} was never seen cordoned: it cannot have been drained for its reboot", vm.name);
+        report.push(format!(
+            "{}: cordoned {:.0} s, unavailable {:.0} s",
+            vm.name,
+            cordoned.map_or(0.0, |d| d.as_secs_f64()),
+            unavailable.map_or(0.0, |d| d.as_secs_f64())
+        ));
+    }
+    let prestaged: Vec<&String> = fleet
+        .vms
+        .iter()
+        .map(|vm| &vm.name)
+        .filter(|n| samples.iter().any(|s| s.nodes.get(*n).is_some_and(|x| x.prestaged == target)))
+        .collect();
+    let asked: Vec<&String> = fleet
+        .vms
+        .iter()
+        .map(|vm| &vm.name)
+        .filter(|n| samples.iter().any(|s| s.nodes.get(*n).is_some_and(|x| x.prestage == target)))
+        .collect();
+    if prestage {
+        ensure!(prestaged.len() >= 2, "the nodes waiting for their turn pre-staged {target}: only {prestaged:?}");
+    } else {
+        ensure!(asked.is_empty(), "pre-staging is off in the pool, yet {asked:?} were asked to pre-stage");
+    }
+    tracing::info!(
+        "BENCH os rollout v1->v2, 3 VMs, maxUnavailable 1, prestage {prestage}: {:.0} s; {}; pre-staged: {prestaged:?}",
+        rollout.as_secs_f64(),
+        report.join("; ")
+    );
+    std::fs::write(
+        fleet.dir.join("windows.txt"),
+        format!("prestage {prestage}\nrollout {:.0} s\n{}\n", rollout.as_secs_f64(), report.join("\n")),
+    )?;
+
+    for vm in &fleet.vms {
+        ensure!(vm.reboots() == 1, "{} rebooted {} times, not once: {:?}", vm.name, vm.reboots(), vm.boots());
+        let (_, _, release) = vm.wait_ready(2, Duration::from_secs(5)).await?;
+        ensure!(release == "2", "{}: ALOFT-READY says release {release}", vm.name);
+        os_is(vm, "2", &v2).await?;
+        let cmdline = vm.sh("cat /proc/cmdline").await?;
+        ensure!(cmdline.split_whitespace().any(|a| a == KARG), "{}: {KARG} not on /proc/cmdline: {cmdline}", vm.name);
+    }
+    Ok(())
+}
+
+/// The guest booted `checksum` (ostree admin status) and runs release `release`.
+async fn os_is(vm: &Vm, release: &str, checksum: &str) -> Result<()> {
+    let out = vm
+        .sh("cat /usr/lib/aloft/release; test -e /usr/share/aloft/v2-marker && echo v2-marker; ostree admin status")
+        .await?;
+    ensure!(out.lines().next() == Some(release), "{}: /usr/lib/aloft/release is not {release}:\n{out}", vm.name);
+    ensure!(
+        out.lines().any(|l| l.starts_with("* ") && l.contains(checksum)),
+        "{}: the booted deployment is not {checksum}:\n{out}",
+        vm.name
+    );
+    if release == "2" {
+        ensure!(out.lines().any(|l| l == "v2-marker"), "{}: /usr/share/aloft/v2-marker missing", vm.name);
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------- c: a bad OS rolls back
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn c_bad_os_rolls_back_and_stops_the_rollout() -> Result<()> {
+    let Some(fleet) = Fleet::start("c_bad_os", FleetOptions { vms: 2, ..Default::default() }).await? else {
+        return Ok(());
+    };
+    let result = bad_os(&fleet).await;
+    fleet.finish(result).await
+}
+
+async fn bad_os(fleet: &Fleet) -> Result<()> {
+    // Both nodes on v2 first (in parallel: maxUnavailable 2).
+    let (_, first) = enrolled_and_done(fleet, 2, json!({})).await?;
+    let (v2, v3) = (fleet.images.commit("v2")?.to_string(), fleet.images.commit("v3")?.to_string());
+    machine_config(fleet, "60-worker-os", json!({"osImageURL": fleet.images.os_image_url("v2")?})).await?;
+    let on_v2 = wait_converged(fleet, &first, OS_ROLLOUT_PER_NODE * 2).await.context("v1 -> v2")?;
+    for vm in &fleet.vms {
+        os_is(vm, "2", &v2).await?;
+    }
+    let boots_before: Vec<usize> = fleet.vms.iter().map(|vm| vm.boots().len()).collect();
+
+    // v3 fails its health check: one node at a time.
+    worker_pool(fleet, 1, json!({})).await?;
+    machine_config(fleet, "60-worker-os", json!({"osImageURL": fleet.images.os_image_url("v3")?})).await?;
+    let deadline = Instant::now() + OS_ROLLOUT_PER_NODE;
+    let (bad, reason) = loop {
+        let nodes = fleet.nodes().await?;
+        if let Some(n) = nodes.iter().find(|n| cluster::annotation(n, ann::STATE) == "Degraded") {
+            break (cluster::name(n).to_string(), cluster::annotation(n, ann::REASON).to_string());
+        }
+        ensure!(Instant::now() < deadline, "no node went Degraded on v3 within {OS_ROLLOUT_PER_NODE:?}");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    };
+    tracing::info!(node = %bad, %reason, "Degraded on v3");
+    ensure!(
+        reason.contains("intentional failure in v3"),
+        "{bad}: the Degraded reason carries the health check's output: {reason:?}"
+    );
+    let vm = fleet.vm(&bad)?;
+    let i = fleet.vms.iter().position(|v| v.name == bad).expect("the VM of the node");
+    // v3 booted once, failed, and the node went back to v2 by itself: two more boots.
+    let (boot, _, release) = vm.wait_ready(boots_before[i] as u32 + 2, Duration::from_secs(900)).await?;
+    ensure!(release == "2", "{bad}: back on release 2 after the rollback, got {release} (boot {boot})");
+    os_is(vm, "2", &v2).await?;
+    // v3 keeps v2's release file: that v3 was booted and checked is the agent's own account
+    // (it ran the health check on the booted v3 and rolled back from it).
+    ensure!(
+        reason.contains(&format!("rolled back from OS commit {v3} to {v2}")),
+        "{bad}: the reason names the rollback from v3 to v2: {reason:?}"
+    );
+    let denylist = vm.sh("cat /var/lib/aloft/os-denylist.json").await?;
+    ensure!(denylist.contains(&v3), "{bad}: v3 is not on the node's OS denylist: {denylist}");
+
+    // The rollout stops: the other node is not asked to take v3 (watched for three minutes).
+    let watch_until = Instant::now() + Duration::from_secs(180);
+    while Instant::now() < watch_until {
+        for n in fleet.nodes().await? {
+            if cluster::name(&n) != bad {
+                ensure!(
+                    cluster::annotation(&n, ann::DESIRED_CONFIG) == on_v2,
+                    "{} was moved on while {bad} is Degraded on v3: desired {}",
+                    cluster::name(&n),
+                    cluster::annotation(&n, ann::DESIRED_CONFIG)
+                );
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    }
+    for (j, other) in fleet.vms.iter().enumerate() {
+        if j != i {
+            ensure!(other.boots().len() == boots_before[j], "{} booted again: {:?}", other.name, other.boots());
+            os_is(other, "2", &v2).await?;
+        }
+    }
+    let node = fleet.nodes().await?.into_iter().find(|n| cluster::name(n) == bad).expect("node");
+    ensure!(cluster::annotation(&node, ann::STATE) == "Degraded", "{bad} still reports Degraded");
+    Ok(())
+}
+
+// ---------------------------------------------------------------- d: power cut mid-update
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn d_power_cut_during_os_update() -> Result<()> {
+    let opts = FleetOptions { vms: 1, durable_disk: true, ..Default::default() };
+    let Some(fleet) = Fleet::start("d_power_cut", opts).await? else {
+        return Ok(());
+    };
+    let result = power_cut(&fleet).await;
+    fleet.finish(result).await
+}
+
+async fn power_cut(fleet: &Fleet) -> Result<()> {
+    let (_, first) = enrolled_and_done(fleet, 1, json!({})).await?;
+    let v2 = fleet.images.commit("v2")?.to_string();
+    let vm = &fleet.vms[0];
+    machine_config(
+        fleet,
+        "60-worker-os",
+        json!({"osImageURL": fleet.images.os_image_url("v2")?, "kernelArguments": [KARG]}),
+    )
+    .await?;
+    // Cut the power once the agent has staged v2 (or, if the guest is already going down for its
+    // reboot when we look, right then).
+    let deadline = Instant::now() + OS_ROLLOUT_PER_NODE;
+    let moment = loop {
+        ensure!(Instant::now() < deadline, "the agent never staged v2");
+        match vm.exec_timeout("test -e /run/ostree/staged-deployment && echo staged", Duration::from_secs(30)).await {
+            Ok(o) if o.out.trim() == "staged" => break "v2 staged, before the reboot",
+            Ok(_) => tokio::time::sleep(Duration::from_millis(500)).await,
+            Err(e) => {
+                // The channel closes as the guest goes down for its reboot, a moment before
+                // QEMU exits: give the supervisor time to see it.
+                let down = vm
+                    .wait_for("down for the reboot", Duration::from_secs(30), |s| {
+                        s.boot > 1 || !matches!(s.phase, aloft_vm_tests::Phase::Ready { .. })
+                    })
+                    .await;
+                if down.is_err() {
+                    return Err(e);
+                }
+                break "during the reboot into v2";
+            }
+        }
+    };
+    tracing::info!(moment, "power cut");
+    vm.power_cut().await?;
+    let cut_at_boot = vm.status().boot;
+    vm.power_on().await?;
+    let (boot, _, release) = vm.wait_ready(cut_at_boot + 1, BOOT).await.context("booting after the power cut")?;
+    ensure!(release == "1" || release == "2", "after the power cut the VM booted release {release}");
+    tracing::info!(boot, %release, moment, "booted after the power cut");
+    let target = wait_converged(fleet, &first, OS_ROLLOUT_PER_NODE).await.context("converging after the power cut")?;
+    let (_, _, release) = vm.wait_ready(boot, Duration::from_secs(5)).await?;
+    ensure!(release == "2", "converged on {target} but running release {release}");
+    os_is(vm, "2", &v2).await?;
+    let cmdline = vm.sh("cat /proc/cmdline").await?;
+    ensure!(cmdline.split_whitespace().any(|a| a == KARG), "{KARG} not on /proc/cmdline: {cmdline}");
+    Ok(())
+}
+
+// ---------------------------------------------------------------- e: a change that reboots
+
+/// A file no disruption policy covers: the node is drained and rebooted through logind; the
+/// harness boots the same (v1) entry again and the agent reports Done after the reboot. This is
+/// the reboot path of scenarios b-d without an OS change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn e_file_without_policy_reboots_once() -> Result<()> {
+    let Some(fleet) = Fleet::start("e_reboot", FleetOptions { vms: 1, ..Default::default() }).await? else {
+        return Ok(());
+    };
+    let result = reboot_for_file(&fleet).await;
+    fleet.finish(result).await
+}
+
+async fn reboot_for_file(fleet: &Fleet) -> Result<()> {
+    let (boot_ids, first) = enrolled_and_done(fleet, 1, json!({})).await?;
+    let vm = &fleet.vms[0];
+    machine_config(
+        fleet,
+        "70-worker-reboot",
+        json!({"config": {"storage": {"files": [file("/etc/aloft-reboot.conf", "after reboot\n")]}}}),
+    )
+    .await?;
+    wait_converged(fleet, &first, OS_ROLLOUT_PER_NODE).await.context("the rebooting change")?;
+    ensure!(vm.reboots() == 1, "{} rebooted {} times, not once: {:?}", vm.name, vm.reboots(), vm.boots());
+    let (boot, boot_id, release) = vm.wait_ready(2, Duration::from_secs(5)).await?;
+    ensure!(boot == 2 && boot_id != boot_ids[0], "a new boot: boot {boot}, boot id {boot_id}");
+    ensure!(release == "1", "the same OS after the reboot, got release {release}");
+    let now = vm.sh("cat /proc/sys/kernel/random/boot_id; cat /etc/aloft-reboot.conf").await?;
+    ensure!(now == format!("{boot_id}\nafter reboot\n"), "in the guest: {now:?}");
+    let node = fleet.nodes().await?.into_iter().next().context("the node")?;
+    ensure!(!cluster::is_cordoned(&node), "the node is uncordoned after the reboot");
+    Ok(())
+}
