@@ -64,8 +64,12 @@ pub fn pending(node: &Value) -> Option<Request> {
 
 /// When the drain for `request` started, from `aloft.dev/drainStarted` (`<request>@<time>`).
 fn started_at(node: &Node, request: &str) -> Option<DateTime<Utc>> {
-    let v = node.annotation(ann::DRAIN_STARTED)?;
-    let (r, t) = v.rsplit_once('@')?;
+    parse_start_mark(node.annotation(ann::DRAIN_STARTED)?, request)
+}
+
+/// The time in a `<request>@<time>` mark, when it is for `request`.
+fn parse_start_mark(mark: &str, request: &str) -> Option<DateTime<Utc>> {
+    let (r, t) = mark.rsplit_once('@')?;
     (r == request).then(|| DateTime::parse_from_rfc3339(t).ok().map(|t| t.with_timezone(&Utc))).flatten()
 }
 
@@ -292,8 +296,8 @@ impl Job {
                 return false;
             }
             n["spec"]["unschedulable"] = true.into();
-            let node: Option<Node> = serde_json::from_value(n.clone()).ok();
-            if node.as_ref().and_then(|node| started_at(node, r)).is_none() {
+            let mark = n["metadata"]["annotations"].get(ann::DRAIN_STARTED).and_then(Value::as_str);
+            if mark.and_then(|m| parse_start_mark(m, r)).is_none() {
                 set_annotations(n, &[(ann::DRAIN_STARTED, Some(&self.start))]);
             }
             true

@@ -97,13 +97,9 @@ pub(crate) async fn next_batch_ready<S>(events: &mut S, idle: Duration) -> Resul
 where
     S: futures::Stream<Item = Result<Event, StoreError>> + Unpin,
 {
-    let mut batch = Vec::new();
-    tokio::select! {
-        ev = events.next() => match ev {
-            None => return Ok(None),
-            Some(ev) => batch.push(ev?),
-        },
-        _ = tokio::time::sleep(idle) => return Ok(Some(batch)),
+    let Some(mut batch) = first_event(events, idle).await? else { return Ok(None) };
+    if batch.is_empty() {
+        return Ok(Some(batch));
     }
     // Let the writers of the same moment publish, then take what is queued.
     tokio::task::yield_now().await;
@@ -116,6 +112,20 @@ where
     Ok(Some(batch))
 }
 
+/// The first event, or an empty batch after `idle`; `None` when the watch ended.
+async fn first_event<S>(events: &mut S, idle: Duration) -> Result<Option<Vec<Event>>, StoreError>
+where
+    S: futures::Stream<Item = Result<Event, StoreError>> + Unpin,
+{
+    tokio::select! {
+        ev = events.next() => match ev {
+            None => Ok(None),
+            Some(ev) => Ok(Some(vec![ev?])),
+        },
+        _ = tokio::time::sleep(idle) => Ok(Some(Vec::new())),
+    }
+}
+
 async fn next_batch_debounced<S>(
     events: &mut S,
     idle: Duration,
@@ -124,14 +134,7 @@ async fn next_batch_debounced<S>(
 where
     S: futures::Stream<Item = Result<Event, StoreError>> + Unpin,
 {
-    let mut batch = Vec::new();
-    tokio::select! {
-        ev = events.next() => match ev {
-            None => return Ok(None),
-            Some(ev) => batch.push(ev?),
-        },
-        _ = tokio::time::sleep(idle) => {}
-    }
+    let Some(mut batch) = first_event(events, idle).await? else { return Ok(None) };
     let deadline = tokio::time::sleep(debounce);
     tokio::pin!(deadline);
     loop {
