@@ -71,8 +71,10 @@ fn max_unavailable_json(s: &str) -> Value {
 }
 
 /// What the simulated nodes share: how many are updating now, the most ever, how many are done.
-#[derive(Default)]
 struct Fleet {
+    /// ROLLOUT_BENCH_TRACE=1: print each node's step durations when it is Done.
+    trace: bool,
+    t0: Instant,
     /// The nodes between Working and Done, and the step each is in (for a stall report).
     steps: std::sync::Mutex<std::collections::BTreeMap<String, &'static str>>,
     updating: AtomicUsize,
@@ -105,16 +107,23 @@ async fn node(
         let desired = view.annotation(ann::DESIRED_CONFIG).to_string();
         let current = view.annotation(ann::CURRENT_CONFIG).to_string();
         if !desired.is_empty() && desired != current {
+            let seen = Instant::now();
+            let mut marks: Vec<(&str, Instant)> = Vec::new();
             let now = fleet.updating.fetch_add(1, Ordering::SeqCst) + 1;
             fleet.max_updating.fetch_max(now, Ordering::SeqCst);
-            step(&fleet, &name, Some("report Working"));
-            api.report("Working", "", Some(&current)).await?;
-            step(&fleet, &name, Some("fetch config"));
-            api.machine_config(&desired).await?;
+            step(&fleet, &name, Some("report Working, fetch config"));
+            // As the agent does: the Working report and the config fetch at once.
+            let (working, config) =
+                tokio::join!(api.report("Working", "", Some(&current)), api.machine_config(&desired));
+            working?;
+            config?;
+            marks.push(("working+fetch", Instant::now()));
             step(&fleet, &name, Some("drain handshake"));
             api.drain_handshake(&format!("drain-{desired}"), Duration::from_secs(3600)).await?;
+            marks.push(("drain", Instant::now()));
             step(&fleet, &name, Some("simulated apply"));
             tokio::time::sleep(per_node).await;
+            marks.push(("apply", Instant::now()));
             // xorshift: a repeatable failure pattern per node.
             rng ^= rng << 13;
             rng ^= rng >> 7;
@@ -129,9 +138,27 @@ async fn node(
             }
             step(&fleet, &name, Some("uncordon handshake"));
             api.drain_handshake(&format!("uncordon-{desired}"), Duration::from_secs(3600)).await?;
+            marks.push(("uncordon", Instant::now()));
             step(&fleet, &name, Some("report Done"));
             fleet.updating.fetch_sub(1, Ordering::SeqCst);
             view = api.report("Done", "", Some(&desired)).await?;
+            marks.push(("done", Instant::now()));
+            if fleet.trace {
+                let mut last = seen;
+                let steps: Vec<String> = marks
+                    .iter()
+                    .map(|(what, t)| {
+                        let d = t.duration_since(last);
+                        last = *t;
+                        format!("{what} {:.1}", d.as_secs_f64() * 1000.0)
+                    })
+                    .collect();
+                eprintln!(
+                    "trace {name}: seen at {:.1} ms; {} (ms)",
+                    seen.duration_since(fleet.t0).as_secs_f64() * 1000.0,
+                    steps.join(", ")
+                );
+            }
             step(&fleet, &name, None);
             fleet.done.fetch_add(1, Ordering::SeqCst);
             continue;
@@ -185,7 +212,15 @@ async fn main() -> Result<()> {
     }
     eprintln!("rollout-bench: enrolled {} nodes in {:.1} s", args.nodes, t.elapsed().as_secs_f64());
 
-    let fleet = Arc::new(Fleet::default());
+    let fleet = Arc::new(Fleet {
+        trace: std::env::var_os("ROLLOUT_BENCH_TRACE").is_some(),
+        t0: Instant::now(),
+        steps: Default::default(),
+        updating: AtomicUsize::new(0),
+        max_updating: AtomicUsize::new(0),
+        done: AtomicUsize::new(0),
+        failures: AtomicUsize::new(0),
+    });
     let mut tasks = tokio::task::JoinSet::new();
     for (i, (name, api)) in apis.into_iter().enumerate() {
         let fleet = fleet.clone();
@@ -195,7 +230,14 @@ async fn main() -> Result<()> {
     // Let every simulated node report in before the rollout starts.
     tokio::time::sleep(Duration::from_secs(2)).await;
 
+    let revision = |admin: Client| async move {
+        let l = admin.get("/api/v1/nodes?limit=1").await?.into_result()?;
+        let r = l.pointer("/metadata/resourceVersion").and_then(Value::as_str).unwrap_or("0").parse::<u64>();
+        anyhow::Ok(r.unwrap_or(0))
+    };
+    let rev0 = revision(admin.clone()).await?;
     let cpu0 = proc_usage(c.pid()).cpu_s;
+    let sim_cpu0 = proc_usage(std::process::id()).cpu_s;
     let start = Instant::now();
     let mc = json!({"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfig",
         "metadata": {"name": "50-worker-bench", "labels": {ann::ROLE_LABEL: "worker"}},
@@ -253,6 +295,8 @@ async fn main() -> Result<()> {
     }
     let wall = start.elapsed();
     let usage = proc_usage(c.pid());
+    let sim_cpu = proc_usage(std::process::id()).cpu_s - sim_cpu0;
+    let writes = revision(admin.clone()).await? - rev0;
     let batches = args.nodes.div_ceil(k);
     let ideal = args.per_node * batches as u32;
     let max_seen = fleet.max_updating.load(Ordering::SeqCst);
@@ -280,6 +324,11 @@ async fn main() -> Result<()> {
         fleet.failures.load(Ordering::SeqCst),
         usage.cpu_s - cpu0,
         usage.peak_rss_kb as f64 / 1024.0
+    );
+    println!("  store writes during the rollout: {writes} ({:.1} per node)", writes as f64 / args.nodes as f64);
+    println!(
+        "  simulated fleet's CPU {sim_cpu:.2} s (its {} TLS clients share the machine with the coordinator)",
+        args.nodes
     );
     tasks.abort_all();
     if max_seen > k {

@@ -161,8 +161,14 @@ async fn follow(store: &Arc<dyn Store>, ctx: &Ctx) -> Result<(), StoreError> {
 async fn pass(store: &Arc<dyn Store>, ctx: &Ctx, st: &mut State) -> Result<bool, StoreError> {
     let now = Utc::now();
     // Most passes on a big fleet have nothing pending: find that out before building anything.
-    let requests: Vec<(usize, Request)> =
-        st.nodes.raw.iter().enumerate().filter_map(|(i, v)| pending(v).map(|r| (i, r))).collect();
+    let requests: Vec<(usize, Request)> = st
+        .nodes
+        .derived
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| f.drain_pending)
+        .filter_map(|(i, _)| pending(&st.nodes.raw[i]).map(|r| (i, r)))
+        .collect();
     if requests.is_empty() {
         return Ok(false);
     }

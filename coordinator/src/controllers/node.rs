@@ -24,8 +24,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 /// At most this many pre-stage annotation writes per pass, so that on a big fleet a new target's
-/// pre-staging never delays the next picks by more than a moment; the writes' own events bring
-/// the controller back for the rest.
+/// pre-staging never delays the next picks by more than a moment; the pass then asks for another
+/// at once for the rest.
 const PRESTAGE_WRITES_PER_PASS: usize = 200;
 
 /// Watch nodes, pools and budgets; reconcile after every batch of events, from an in-memory
@@ -61,18 +61,27 @@ async fn follow(store: &Arc<dyn Store>, events: &Recorder) -> Result<(), StoreEr
         budgets: Cache::load(store, &keys[2]).await?,
     };
     // The lists may be newer than `from`; replayed events then only re-put the same objects.
-    let mut wake = reconcile(store, &mut st, events).await?;
-    while let Some(batch) = super::next_batch_ready(&mut stream, wake).await? {
+    let mut due = tokio::time::Instant::now() + reconcile(store, &mut st, events).await?;
+    loop {
+        let idle = due.saturating_duration_since(tokio::time::Instant::now());
+        let Some(batch) = super::next_batch_ready(&mut stream, idle).await? else { break };
+        // An empty batch is a timer (a soak ending, the resync): always a pass.
+        let mut changed = batch.is_empty();
         for ev in &batch {
-            if ev.key.resource == keys[0] {
-                st.nodes.apply(ev);
+            changed |= if ev.key.resource == keys[0] {
+                st.nodes.apply(ev)
             } else if ev.key.resource == keys[1] {
-                st.pools.apply(ev);
+                st.pools.apply(ev)
             } else {
-                st.budgets.apply(ev);
-            }
+                st.budgets.apply(ev)
+            };
         }
-        wake = reconcile(store, &mut st, events).await?;
+        // Events that change nothing a decision reads (the controller's own writes, already
+        // in the cache; a node's drain handshake) cost no pass: on a big fleet most events are
+        // such, and every pass reads the whole fleet.
+        if changed {
+            due = tokio::time::Instant::now() + reconcile(store, &mut st, events).await?;
+        }
     }
     Ok(())
 }
@@ -131,6 +140,8 @@ async fn reconcile(store: &Arc<dyn Store>, st: &mut State, events: &Recorder) ->
     for pp in &plans {
         for (i, want) in &pp.prestage {
             if prestage.len() >= PRESTAGE_WRITES_PER_PASS {
+                // The rest in the next pass, at once (our own writes' events start none).
+                wake = Duration::ZERO;
                 break;
             }
             // Picked nodes lost the annotation with their pick.

@@ -18,6 +18,9 @@ pub struct NodeFacts {
     pub drain_failure: String,
     /// The rendered config the node is asked to pre-stage (empty: none).
     pub prestage: String,
+    /// The agent asked for a drain or an uncordon not yet acknowledged (what the drain
+    /// controller looks for on every pass, kept here so a pass does not re-read every node).
+    pub drain_pending: bool,
 }
 
 impl NodeFacts {
@@ -31,7 +34,16 @@ impl NodeFacts {
             ready: n.is_ready() && !n.spec.unschedulable,
             drain_failure: a(ann::DRAIN_FAILURE),
             prestage: a(ann::PRESTAGE_CONFIG),
+            drain_pending: {
+                let want = n.annotation(ann::DESIRED_DRAIN).unwrap_or("");
+                (want.starts_with("drain-") || want.starts_with("uncordon-"))
+                    && n.annotation(ann::LAST_APPLIED_DRAIN) != Some(want)
+            },
         }
+    }
+    /// Equal in everything the node controller decides on (all but the drain handshake).
+    pub fn same_for_rollout(&self, other: &NodeFacts) -> bool {
+        NodeFacts { drain_pending: other.drain_pending, ..self.clone() } == *other
     }
     /// Degraded or Unreconcilable (failing, not updating), or stuck in a drain past its timeout.
     pub fn degraded(&self) -> bool {

@@ -165,6 +165,7 @@ mod tests {
             ready: true,
             drain_failure: String::new(),
             prestage: String::new(),
+            drain_pending: false,
         }
     }
 
