@@ -34,8 +34,9 @@ pub struct NodeApi {
     latest: Arc<OnceCell<watch::Receiver<Option<Arc<NodeView>>>>>,
 }
 
-/// How long the coordinator keeps the follower's watch open before the follower reopens it.
-const FOLLOW_SECONDS: u64 = 1800;
+/// How long the coordinator keeps the follower's watch open before the follower reopens it (and
+/// so authenticates again: a revoked node credential stops getting updates within this).
+const FOLLOW_SECONDS: u64 = 300;
 
 /// A Node and the revision it was read at.
 #[derive(Debug, Clone)]

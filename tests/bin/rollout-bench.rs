@@ -100,8 +100,7 @@ async fn node(
     failure_rate: f64,
     seed: u64,
 ) -> Result<()> {
-    api.set_ready(true, "simulated host").await?;
-    let mut view = api.report("Done", "", None).await?;
+    let mut view = api.get().await?;
     let mut rng = seed;
     loop {
         let desired = view.annotation(ann::DESIRED_CONFIG).to_string();
@@ -201,14 +200,22 @@ async fn main() -> Result<()> {
             }
         }))
         .await?;
-        for (name, token) in enrolled {
-            let client = Client::new(&ClientConfig {
-                server: c.url().to_string(),
-                ca_pem: Some(c.ca_pem()),
-                token: Some(token),
-            })?;
-            apis.push((name.clone(), NodeApi::new(client, &name)));
-        }
+        // Each node connects, says it is Ready and Done, a chunk at a time: agents of a fleet
+        // start over minutes, not in one instant (10,000 TLS handshakes at once overrun the
+        // listen queue of any server).
+        let (url, ca) = (c.url().to_string(), c.ca_pem());
+        let started = futures::future::try_join_all(enrolled.into_iter().map(|(name, token)| {
+            let config = ClientConfig { server: url.clone(), ca_pem: Some(ca.clone()), token: Some(token) };
+            async move {
+                let client = Client::new(&config)?;
+                let api = NodeApi::new(client, &name);
+                api.set_ready(true, "simulated host").await?;
+                api.report("Done", "", None).await?;
+                anyhow::Ok((name, api))
+            }
+        }))
+        .await?;
+        apis.extend(started);
     }
     eprintln!("rollout-bench: enrolled {} nodes in {:.1} s", args.nodes, t.elapsed().as_secs_f64());
 

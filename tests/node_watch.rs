@@ -1,0 +1,90 @@
+//! The agent's view of its own Node: one long-lived watch (`NodeApi::wait_change`), against a
+//! real coordinator. It must deliver every change promptly, never hand back a view older than
+//! the one asked about, time out with `None` when nothing changes, and carry on across a
+//! coordinator restart.
+
+use aloft_agent::coordinator::NodeApi;
+use aloft_tests::{Client, ClientConfig, Coordinator, Options};
+use serde_json::json;
+use std::time::{Duration, Instant};
+
+async fn enroll(c: &Coordinator, name: &str) -> NodeApi {
+    let boot = c.client_with_token(Some(&c.create_token("watch-test", "bootstrap")));
+    let r = boot
+        .post("/aloft/v1/enroll", &json!({"nodeName": name, "labels": {"node-role.kubernetes.io/worker": ""}}))
+        .await
+        .unwrap()
+        .into_result()
+        .unwrap();
+    let token = r["token"].as_str().unwrap().to_string();
+    let client =
+        Client::new(&ClientConfig { server: c.url().to_string(), ca_pem: Some(c.ca_pem()), token: Some(token) })
+            .unwrap();
+    NodeApi::new(client, name)
+}
+
+async fn set_label_annotation(admin: &Client, name: &str, value: &str) -> u64 {
+    let r = admin
+        .patch(
+            &format!("/api/v1/nodes/{name}"),
+            "application/merge-patch+json",
+            &json!({"metadata": {"annotations": {"test/value": value}}}),
+        )
+        .await
+        .unwrap()
+        .into_result()
+        .unwrap();
+    aloft_tests::rv(&r)
+}
+
+#[tokio::test]
+async fn the_follower_delivers_changes_in_order_times_out_and_survives_a_restart() {
+    let mut c = Coordinator::start_with(Options { fixed_port: true, ..Default::default() });
+    let admin = c.client();
+    let api = enroll(&c, "watch-0").await;
+    let v0 = api.get().await.unwrap();
+
+    // Nothing changes: None after the timeout, not an error and not the same view again.
+    let t = Instant::now();
+    assert!(api.wait_change(&v0.revision, Duration::from_millis(300)).await.unwrap().is_none());
+    assert!(t.elapsed() >= Duration::from_millis(300));
+
+    // A change arrives, with the new contents.
+    let r1 = set_label_annotation(&admin, "watch-0", "one").await;
+    let v1 = api.wait_change(&v0.revision, Duration::from_secs(10)).await.unwrap().expect("the change");
+    assert!(v1.revision.parse::<u64>().unwrap() >= r1);
+    assert_eq!(v1.annotation("test/value"), "one");
+
+    // Several changes while nobody waits: a wait from an old revision gets the newest view
+    // at once, never one older than it asked about.
+    set_label_annotation(&admin, "watch-0", "two").await;
+    let r3 = set_label_annotation(&admin, "watch-0", "three").await;
+    let newest = aloft_tests::eventually(Duration::from_secs(10), "the newest view", || {
+        let api = api.clone();
+        let rev = v1.revision.clone();
+        async move {
+            let v = api.wait_change(&rev, Duration::from_secs(1)).await?;
+            anyhow::Ok(v.filter(|v| v.annotation("test/value") == "three"))
+        }
+    })
+    .await;
+    assert_eq!(newest.revision.parse::<u64>().unwrap(), r3);
+    // Asking from the newest: nothing newer yet.
+    assert!(api.wait_change(&newest.revision, Duration::from_millis(200)).await.unwrap().is_none());
+
+    // The coordinator restarts: the follower reconnects by itself and the next change arrives.
+    c.kill9();
+    c.restart();
+    // (A new admin client: the old one's pooled connection died with the coordinator.)
+    let r4 = set_label_annotation(&c.client(), "watch-0", "four").await;
+    let v4 = aloft_tests::eventually(Duration::from_secs(30), "the change after a restart", || {
+        let api = api.clone();
+        let rev = newest.revision.clone();
+        async move {
+            let v = api.wait_change(&rev, Duration::from_secs(2)).await?;
+            anyhow::Ok(v.filter(|v| v.annotation("test/value") == "four"))
+        }
+    })
+    .await;
+    assert_eq!(v4.revision.parse::<u64>().unwrap(), r4);
+}
