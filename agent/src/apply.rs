@@ -512,6 +512,8 @@ struct Planner<'a> {
     /// Every path a forward step may create, change or delete, in first-touch order.
     touched: Vec<String>,
     created_dirs: BTreeSet<String>,
+    /// Ancestors resolved so far: planning only reads the host.
+    seen: fsroot::Ancestors,
     /// Bytes of contents that may still go inline in the record ([`INLINE_BUDGET`]).
     inline_left: usize,
     /// Whether any blob was stored (they need [`Journal::sync_blobs`] before the record).
@@ -533,7 +535,7 @@ impl Planner<'_> {
             return Ok(());
         }
         self.touched.push(path.to_string());
-        for d in self.fs.missing_ancestors(&fsroot::rel(path))? {
+        for d in self.fs.missing_ancestors_cached(&fsroot::rel(path), &mut self.seen)? {
             self.created_dirs.insert(format!("/{}", d.display()));
         }
         Ok(())
@@ -626,6 +628,7 @@ fn plan(fs: &HostFs, journal: &Journal, v: &Validated) -> Result<Planned, StepEr
         forward: Vec::new(),
         touched: Vec::new(),
         created_dirs: BTreeSet::new(),
+        seen: fsroot::Ancestors::default(),
         inline_left: INLINE_BUDGET,
         blobs: false,
     };

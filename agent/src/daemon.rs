@@ -130,9 +130,18 @@ fn save_current(root: &Root, mc: &MachineConfig) -> Result<()> {
     let tmp = dir.join(".currentconfig.json.tmp");
     std::fs::write(&tmp, serde_json::to_vec(mc)?)?;
     std::fs::File::open(&tmp)?.sync_all()?;
+    crate::reclaim::hold_path(&current_config_path(root));
     std::fs::rename(&tmp, current_config_path(root))?;
     std::fs::File::open(&dir)?.sync_all()?;
     Ok(())
+}
+
+/// Lets the kernel free the files the last update replaced ([`crate::reclaim`]), on a thread
+/// of its own: on a loaded disk this takes a while, and nothing waits for it.
+fn release_replaced() {
+    if crate::reclaim::held() > 0 {
+        tokio::task::spawn_blocking(crate::reclaim::release);
+    }
 }
 
 fn status_path(root: &Path) -> PathBuf {
@@ -263,6 +272,7 @@ impl Agent {
         }
         let tmp = path.with_extension("json.tmp");
         std::fs::write(&tmp, serde_json::to_vec_pretty(&st)?)?;
+        crate::reclaim::hold_path(&path);
         std::fs::rename(&tmp, &path)?;
         crate::notify::status(&format!("{} {}", st.state, st.progress));
         if let Some(m) = &self.metrics {
@@ -285,6 +295,7 @@ impl Agent {
         self.enter(phase, "")?;
         let current = self.current_name();
         self.api.report(self.phase.mco_state(), &reason, Some(&current)).await?;
+        release_replaced();
         Ok(())
     }
 
@@ -292,6 +303,12 @@ impl Agent {
         let current = self.current_name();
         self.enter(Phase::Idle, "")?;
         self.api.report("Done", "", Some(&current)).await?;
+        // Reported: the finished apply's journal record has served (it only bridges a crash
+        // between the journal's commit and the current config's save), and so have the files
+        // it replaced. Both go now, after the report, instead of at the start of the next
+        // update, where they would delay it.
+        crate::engine::forget_finished_apply(&self.root)?;
+        release_replaced();
         Ok(())
     }
 
@@ -370,6 +387,12 @@ impl Agent {
             if let Err(e) = crate::workloads::stop(self.services.as_ref(), self.workload_stop_timeout).await {
                 return self.fail(target, e.to_string(), false).await;
             }
+        }
+        // A finished record of an earlier apply must not be mistaken for this apply's outcome
+        // by a restart in the Applying phase (see `startup`): gone, durably, before that phase.
+        // Normally `report_done` removed it already and this only looks.
+        if let Err(e) = crate::engine::forget_finished_apply(&self.root) {
+            return self.fail(target, format!("{e:#}"), false).await;
         }
         self.enter(Phase::Applying { target: target.into() }, "writing files and units")?;
         if let Err(e) = crate::engine::apply(&self.root, &old_spec, &new_spec, self.services.as_ref()).await {

@@ -59,6 +59,13 @@ pub fn verify(root: &Root, mc: &MachineConfig) -> Result<(), String> {
     ondisk::verify(root, &mc.spec).map_err(|d| d.reason(&mc.metadata.name))
 }
 
+/// Removes the journal record of a finished apply (committed or rolled back), durably; a
+/// record of an unfinished apply stays for [`recover`].
+pub fn forget_finished_apply(root: &Root) -> Result<()> {
+    Journal::new(root).clear_finished().context("clearing the journal of the last apply")?;
+    Ok(())
+}
+
 /// Finish or roll back an apply a crash interrupted.
 pub async fn recover(root: &Root, services: &dyn ServiceManager) -> Result<Recovery> {
     let journal = Journal::new(root);

@@ -292,6 +292,7 @@ impl Journal {
         f.write_all(&bytes).map_err(io_err(&tmp))?;
         f.sync_all().map_err(io_err(&tmp))?;
         drop(f);
+        crate::reclaim::hold_path(&path);
         fs::rename(&tmp, &path).map_err(io_err(&path))?;
         sync_dir(&self.dir)
     }
@@ -366,9 +367,22 @@ impl Journal {
         Ok(())
     }
 
+    /// [`Journal::clear`] when the record is of a finished apply; an unfinished one (and its
+    /// blobs) stays for recovery. Returns whether a record was removed.
+    pub fn clear_finished(&self) -> Result<bool, JournalError> {
+        match self.phase()? {
+            Some(p) if p.is_terminal() => {
+                self.clear()?;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
     /// Forgets the last apply: the caller has recorded its outcome elsewhere.
     pub fn clear(&self) -> Result<(), JournalError> {
         let path = self.record_path();
+        crate::reclaim::hold_path(&path);
         match fs::remove_file(&path) {
             Ok(()) => sync_dir(&self.dir)?,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
@@ -491,6 +505,22 @@ mod tests {
         // Damaged base64 is a corrupt record, not a silently different file.
         fs::write(j.dir().join("record.json"), text.replacen("\"data\":\"", "\"data\":\"!", 1)).unwrap();
         assert!(matches!(j.load(), Err(JournalError::Corrupt { .. })));
+    }
+
+    #[test]
+    fn only_finished_records_are_cleared_before_an_apply() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = Journal::new(&Root::new(dir.path()));
+        assert!(!j.clear_finished().unwrap(), "no record");
+        let mut rec = record(Vec::new());
+        j.save(&rec).unwrap();
+        assert!(!j.clear_finished().unwrap());
+        assert_eq!(j.load().unwrap(), Some(rec.clone()), "an unfinished apply stays for recovery");
+        rec.phase = Phase::Committed;
+        j.save(&rec).unwrap();
+        assert!(j.clear_finished().unwrap());
+        assert_eq!(j.load().unwrap(), None);
+        crate::reclaim::release();
     }
 
     #[test]

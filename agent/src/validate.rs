@@ -549,9 +549,9 @@ impl Owners {
 /// Checks that a path can be written beneath the root: every existing ancestor resolves (through
 /// symlinks, with cap-std) to a directory inside the root, and the path itself is not a
 /// directory or a special file.
-fn check_host_path(fs: &HostFs, path: &str, field: &str) -> Result<(), Refusal> {
+fn check_host_path(fs: &HostFs, seen: &mut fsroot::Ancestors, path: &str, field: &str) -> Result<(), Refusal> {
     let rel = fsroot::rel(path);
-    fs.missing_ancestors(&rel).map_err(|e| {
+    fs.missing_ancestors_cached(&rel, seen).map_err(|e| {
         if e.is_escape() {
             Refusal::degraded(
                 field,
@@ -571,11 +571,12 @@ fn check_host_path(fs: &HostFs, path: &str, field: &str) -> Result<(), Refusal> 
 /// Host-side checks of a parsed config: every written path (and its MCO backup locations) is
 /// safe to write, every owner name exists. Reads only.
 pub fn check_host(fs: &HostFs, d: &Desired) -> Result<Owners, Refusal> {
+    let mut seen = fsroot::Ancestors::default();
     for (path, field) in written_paths(d) {
-        check_host_path(fs, &path, &field)?;
+        check_host_path(fs, &mut seen, &path, &field)?;
         let (orig, noorig) = crate::files::backup_paths(&path);
-        check_host_path(fs, &orig, &field)?;
-        check_host_path(fs, &noorig, &field)?;
+        check_host_path(fs, &mut seen, &orig, &field)?;
+        check_host_path(fs, &mut seen, &noorig, &field)?;
     }
     let owners = Owners::load(fs).map_err(|e| Refusal::degraded("spec.config.storage.files", e.to_string()))?;
     for f in &d.files {
