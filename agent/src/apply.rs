@@ -187,17 +187,47 @@ pub async fn apply(
     new: &MachineConfigSpec,
     services: &dyn ServiceManager,
 ) -> Result<ApplyReport, ApplyError> {
-    if let Some(phase) = journal.phase()? {
-        if !phase.is_terminal() {
-            return Err(ApplyError::Unfinished { phase: format!("{phase:?}") });
-        }
-    }
+    ensure_finished(journal)?;
     let fs = HostFs::open(root).map_err(|e| ApplyError::Prepare(e.into()))?;
     let v = validate::validate(&fs, old, new).map_err(ApplyError::Refused)?;
+    apply_validated(&fs, journal, old, new, &v, services).await
+}
+
+/// [`apply`] of what [`check`] validated a moment ago, without validating again: for a caller
+/// that checked and then went straight on (no drain, nothing waited for), so the host had no
+/// time to change in between, any more than it has between validation and the first write.
+/// Writes stay confined to the root whatever happened meanwhile (cap-std resolves every path).
+pub async fn apply_checked(
+    root: &Root,
+    journal: &Journal,
+    checked: &Checked,
+    services: &dyn ServiceManager,
+) -> Result<ApplyReport, ApplyError> {
+    ensure_finished(journal)?;
+    let fs = HostFs::open(root).map_err(|e| ApplyError::Prepare(e.into()))?;
+    apply_validated(&fs, journal, &checked.old, &checked.new, &checked.validated, services).await
+}
+
+/// Refuses to start over an unfinished apply.
+fn ensure_finished(journal: &Journal) -> Result<(), ApplyError> {
+    match journal.phase()? {
+        Some(phase) if !phase.is_terminal() => Err(ApplyError::Unfinished { phase: format!("{phase:?}") }),
+        _ => Ok(()),
+    }
+}
+
+async fn apply_validated(
+    fs: &HostFs,
+    journal: &Journal,
+    old: &MachineConfigSpec,
+    new: &MachineConfigSpec,
+    v: &Validated,
+    services: &dyn ServiceManager,
+) -> Result<ApplyReport, ApplyError> {
     // The finished record of the previous apply goes first, so that a crash before this apply's
     // record exists reads as "nothing in progress", never as that old outcome.
     journal.clear()?;
-    let planned = plan(&fs, journal, &v).map_err(ApplyError::Prepare)?;
+    let planned = plan(fs, journal, v).map_err(ApplyError::Prepare)?;
     let (forward, rollback, report) = (planned.forward, planned.rollback, planned.report);
     // Inline contents are made durable by the record's own fsync; blobs (large files only)
     // before the record names them.
@@ -218,14 +248,18 @@ pub async fn apply(
     journal.save(&record)?;
     fail::fail_point!(points::JOURNAL_AFTER_PREPARE);
     tracing::info!(id = %record.id, steps = record.forward.len(), "applying config");
-    run_forward(&fs, journal, services, &mut record).await
+    run_forward(fs, journal, services, &mut record).await
 }
 
-/// What [`check`] found: MCO's diff booleans and the report the apply will produce.
+/// What [`check`] found: MCO's diff booleans and the report the apply will produce, and what
+/// [`apply_checked`] needs to go on without validating again.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Checked {
     pub diff: ConfigDiff,
     pub report: ApplyReport,
+    old: MachineConfigSpec,
+    new: MachineConfigSpec,
+    validated: Validated,
 }
 
 /// Validates old -> new against the host without changing anything: call it before draining,
@@ -236,7 +270,7 @@ pub fn check(root: &Root, old: &MachineConfigSpec, new: &MachineConfigSpec) -> R
     let v = validate::validate(&fs, old, new)?;
     let mut report = report(&v.old, &v.new);
     report.daemon_reload = unit_files_differ(&v);
-    Ok(Checked { diff: v.diff, report })
+    Ok(Checked { diff: v.diff.clone(), report, old: old.clone(), new: new.clone(), validated: v })
 }
 
 /// Finishes whatever apply the journal holds after a restart: re-runs the forward steps (or

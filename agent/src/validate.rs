@@ -151,7 +151,7 @@ pub struct Desired {
 
 /// Both configs, parsed and checked against the host, and what the reconcilability check
 /// found to differ.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Validated {
     pub old: Desired,
     pub new: Desired,
@@ -175,7 +175,12 @@ pub fn normalise(spec: &MachineConfigSpec) -> Result<MachineConfigSpec, Refusal>
 /// Parses and checks one config without looking at the host: pure, so recovery and on-disk
 /// verification decode exactly what validation accepted.
 pub fn parse(spec: &MachineConfigSpec) -> Result<Desired, Refusal> {
-    let spec = normalise(spec)?;
+    parse_normalised(&normalise(spec)?)
+}
+
+/// [`parse`] of a spec [`normalise`] returned: decoding an Ignition config is most of the cost
+/// of validation, so [`validate`] does it once per config.
+fn parse_normalised(spec: &MachineConfigSpec) -> Result<Desired, Refusal> {
     let cfg = match &spec.config {
         Value::Object(m) => m,
         _ => return Err(Refusal::degraded(CONFIG, "the config must be an Ignition JSON object")),
@@ -613,9 +618,11 @@ pub fn check_reconcilable(old: &MachineConfigSpec, new: &MachineConfigSpec) -> R
 /// reconcilability, the config itself, then the host paths and owners it needs.
 pub fn validate(fs: &HostFs, old: &MachineConfigSpec, new: &MachineConfigSpec) -> Result<Validated, Refusal> {
     let current = |r: Refusal| Refusal { message: format!("the current config is invalid: {}", r.message), ..r };
-    let old_d = parse(old).map_err(current)?;
-    let diff = check_reconcilable(&normalise(old).map_err(current)?, &normalise(new)?)?;
-    let new_d = parse(new)?;
+    let old = normalise(old).map_err(current)?;
+    let old_d = parse_normalised(&old).map_err(current)?;
+    let new = normalise(new)?;
+    let diff = check_reconcilable(&old, &new)?;
+    let new_d = parse_normalised(&new)?;
     let owners = check_host(fs, &new_d)?;
     Ok(Validated { old: old_d, new: new_d, owners, diff })
 }

@@ -241,6 +241,31 @@ fn small_contents_are_inline_large_ones_blobs_and_both_roll_back() {
     assert_eq!(std::fs::read_dir(&blobs).map(|d| d.count()).unwrap_or(0), 0);
 }
 
+/// What `check` validated before a drain can be applied without validating again, with the
+/// same result as `apply`; an unfinished journal still blocks it.
+#[test]
+fn applying_what_check_validated_matches_apply() {
+    let (dir_a, root_a, journal_a) = node_on_old();
+    let (dir_b, root_b, journal_b) = node_on_old();
+    let report_a =
+        block_on(apply::apply(&root_a, &journal_a, &old_config(), &new_config(), &RecordingServices::on(dir_a.path())))
+            .unwrap();
+    let checked = apply::check(&root_b, &old_config(), &new_config()).unwrap();
+    let report_b =
+        block_on(apply::apply_checked(&root_b, &journal_b, &checked, &RecordingServices::on(dir_b.path()))).unwrap();
+    assert_eq!(report_a, report_b);
+    assert_eq!(checked.report.changed_paths(), report_b.changed_paths());
+    let (a, b) = (snapshot(dir_a.path(), &[AGENT_STATE]), snapshot(dir_b.path(), &[AGENT_STATE]));
+    assert_eq!(a, b, "{}", diff(&a, &b));
+    let mut rec = journal_b.load().unwrap().unwrap();
+    rec.phase = Phase::Forward;
+    rec.forward.clear();
+    journal_b.save(&rec).unwrap();
+    let err = block_on(apply::apply_checked(&root_b, &journal_b, &checked, &RecordingServices::on(dir_b.path())))
+        .unwrap_err();
+    assert!(matches!(err, ApplyError::Unfinished { .. }), "{err}");
+}
+
 #[test]
 fn an_unfinished_journal_blocks_a_new_apply_until_recovered() {
     let (dir, root, journal) = node_on_old();
