@@ -309,6 +309,7 @@ impl Agent {
         // update, where they would delay it.
         crate::engine::forget_finished_apply(&self.root)?;
         release_replaced();
+        crate::reclaim::trim_heap();
         Ok(())
     }
 
