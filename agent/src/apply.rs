@@ -10,7 +10,9 @@
 use crate::files::{self, Kind, Managed, Want};
 use crate::fsroot::{self, Entry, FsError, HostFs};
 use crate::host::{Root, ServiceError, ServiceManager};
-use crate::journal::{Content, Journal, JournalError, Phase, Record, ServiceOp, Step, RECORD_VERSION};
+use crate::journal::{
+    Content, Journal, JournalError, Phase, Record, ServiceOp, Step, INLINE_BUDGET, INLINE_MAX, RECORD_VERSION,
+};
 use crate::ssh;
 use crate::units;
 use crate::validate::{self, Desired, Refusal, Validated};
@@ -185,18 +187,53 @@ pub async fn apply(
     new: &MachineConfigSpec,
     services: &dyn ServiceManager,
 ) -> Result<ApplyReport, ApplyError> {
-    if let Some(r) = journal.load()? {
-        if !r.phase.is_terminal() {
-            return Err(ApplyError::Unfinished { phase: format!("{:?}", r.phase) });
-        }
-    }
+    ensure_finished(journal)?;
     let fs = HostFs::open(root).map_err(|e| ApplyError::Prepare(e.into()))?;
     let v = validate::validate(&fs, old, new).map_err(ApplyError::Refused)?;
+    apply_validated(&fs, journal, old, new, &v, services).await
+}
+
+/// [`apply`] of what [`check`] validated a moment ago, without validating again: for a caller
+/// that checked and then went straight on (no drain, nothing waited for), so the host had no
+/// time to change in between, any more than it has between validation and the first write.
+/// Writes stay confined to the root whatever happened meanwhile (cap-std resolves every path).
+pub async fn apply_checked(
+    root: &Root,
+    journal: &Journal,
+    checked: &Checked,
+    services: &dyn ServiceManager,
+) -> Result<ApplyReport, ApplyError> {
+    ensure_finished(journal)?;
+    let fs = HostFs::open(root).map_err(|e| ApplyError::Prepare(e.into()))?;
+    apply_validated(&fs, journal, &checked.old, &checked.new, &checked.validated, services).await
+}
+
+/// Refuses to start over an unfinished apply.
+fn ensure_finished(journal: &Journal) -> Result<(), ApplyError> {
+    match journal.phase()? {
+        Some(phase) if !phase.is_terminal() => Err(ApplyError::Unfinished { phase: format!("{phase:?}") }),
+        _ => Ok(()),
+    }
+}
+
+async fn apply_validated(
+    fs: &HostFs,
+    journal: &Journal,
+    old: &MachineConfigSpec,
+    new: &MachineConfigSpec,
+    v: &Validated,
+    services: &dyn ServiceManager,
+) -> Result<ApplyReport, ApplyError> {
     // The finished record of the previous apply goes first, so that a crash before this apply's
     // record exists reads as "nothing in progress", never as that old outcome.
     journal.clear()?;
-    let (forward, rollback, report) = plan(&fs, journal, &v).map_err(ApplyError::Prepare)?;
-    journal.sync_blobs()?;
+    let planned = plan(fs, journal, v).map_err(ApplyError::Prepare)?;
+    let (forward, rollback, report) = (planned.forward, planned.rollback, planned.report);
+    // Inline contents are made durable by the record's own fsync; blobs (large files only)
+    // before the record names them.
+    if planned.blobs {
+        journal.sync_blobs()?;
+    }
     let mut record = Record {
         version: RECORD_VERSION,
         id: spec_id(new),
@@ -211,14 +248,18 @@ pub async fn apply(
     journal.save(&record)?;
     fail::fail_point!(points::JOURNAL_AFTER_PREPARE);
     tracing::info!(id = %record.id, steps = record.forward.len(), "applying config");
-    run_forward(&fs, journal, services, &mut record).await
+    run_forward(fs, journal, services, &mut record).await
 }
 
-/// What [`check`] found: MCO's diff booleans and the report the apply will produce.
+/// What [`check`] found: MCO's diff booleans and the report the apply will produce, and what
+/// [`apply_checked`] needs to go on without validating again.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Checked {
     pub diff: ConfigDiff,
     pub report: ApplyReport,
+    old: MachineConfigSpec,
+    new: MachineConfigSpec,
+    validated: Validated,
 }
 
 /// Validates old -> new against the host without changing anything: call it before draining,
@@ -229,7 +270,7 @@ pub fn check(root: &Root, old: &MachineConfigSpec, new: &MachineConfigSpec) -> R
     let v = validate::validate(&fs, old, new)?;
     let mut report = report(&v.old, &v.new);
     report.daemon_reload = unit_files_differ(&v);
-    Ok(Checked { diff: v.diff, report })
+    Ok(Checked { diff: v.diff.clone(), report, old: old.clone(), new: new.clone(), validated: v })
 }
 
 /// Finishes whatever apply the journal holds after a restart: re-runs the forward steps (or
@@ -339,8 +380,10 @@ async fn run(fs: &HostFs, journal: &Journal, services: &dyn ServiceManager, step
 /// A step that puts a regular file's bytes at a path: (path, failpoints, content).
 fn file_write(step: &Step) -> Option<(&str, (&'static str, &'static str), &Content)> {
     match step {
-        Step::Write { path, kind, content: c @ Content::File { .. } } => Some((path, write_points(*kind), c)),
-        Step::Restore { path, content: c @ Content::File { .. } } => {
+        Step::Write { path, kind, content: c @ (Content::File { .. } | Content::Inline { .. }) } => {
+            Some((path, write_points(*kind), c))
+        }
+        Step::Restore { path, content: c @ (Content::File { .. } | Content::Inline { .. }) } => {
             Some((path, (points::RESTORE_BEFORE, points::RESTORE_AFTER), c))
         }
         _ => None,
@@ -356,12 +399,18 @@ fn write_batch(fs: &HostFs, journal: &Journal, steps: &[Step]) -> Result<(), Ste
     let rels: Vec<std::path::PathBuf> = writes.iter().map(|(path, _, _)| fsroot::rel(path)).collect();
     let mut temps = Vec::with_capacity(writes.len());
     for ((path, (_before, _after), content), rel) in writes.iter().zip(&rels) {
-        let Content::File { blob, mode, uid, gid } = content else { continue };
         tracing::debug!(%path, "write (batched)");
         fail::fail_point!(_before);
         fs.ensure_parent(rel)?;
-        let mut r = journal.open_blob(blob)?;
-        temps.push(fs.write_temp(rel, &mut r, *mode, *uid, *gid)?);
+        let temp = match content {
+            Content::File { blob, mode, uid, gid } => {
+                fs.write_temp(rel, &mut journal.open_blob(blob)?, *mode, *uid, *gid)?
+            }
+            Content::Inline { data, mode, uid, gid } => fs.write_temp(rel, &mut &data[..], *mode, *uid, *gid)?,
+            // file_write only lets regular files through.
+            _ => continue,
+        };
+        temps.push(temp);
     }
     crate::durable::fsync_all(&temps).map_err(|(i, e)| FsError::new("fsync", fsroot::temp_name(&rels[i]), e))?;
     drop(temps);
@@ -398,6 +447,9 @@ fn put(fs: &HostFs, journal: &Journal, path: &str, content: &Content) -> Result<
         Content::File { blob, mode, uid, gid } => {
             let mut r = journal.open_blob(blob)?;
             files::write_file(fs, &rel, &mut r, *mode, *uid, *gid)?;
+        }
+        Content::Inline { data, mode, uid, gid } => {
+            files::write_file(fs, &rel, &mut &data[..], *mode, *uid, *gid)?;
         }
         Content::Symlink { target } => {
             fs.ensure_parent(&rel)?;
@@ -485,8 +537,8 @@ async fn run_step(fs: &HostFs, journal: &Journal, services: &dyn ServiceManager,
     Ok(())
 }
 
-/// Builds the forward and rollback step lists (storing their bytes as journal blobs) and the
-/// report. Reads the host only.
+/// Builds the forward and rollback step lists (their bytes inline, or as journal blobs when
+/// large) and the report. Reads the host, and writes nothing but blobs.
 struct Planner<'a> {
     fs: &'a HostFs,
     journal: &'a Journal,
@@ -494,6 +546,21 @@ struct Planner<'a> {
     /// Every path a forward step may create, change or delete, in first-touch order.
     touched: Vec<String>,
     created_dirs: BTreeSet<String>,
+    /// Ancestors resolved so far: planning only reads the host.
+    seen: fsroot::Ancestors,
+    /// Bytes of contents that may still go inline in the record ([`INLINE_BUDGET`]).
+    inline_left: usize,
+    /// Whether any blob was stored (they need [`Journal::sync_blobs`] before the record).
+    blobs: bool,
+}
+
+/// What [`plan`] produced.
+struct Planned {
+    forward: Vec<Step>,
+    rollback: Vec<Step>,
+    report: ApplyReport,
+    /// Some contents went to blobs.
+    blobs: bool,
 }
 
 impl Planner<'_> {
@@ -502,34 +569,60 @@ impl Planner<'_> {
             return Ok(());
         }
         self.touched.push(path.to_string());
-        for d in self.fs.missing_ancestors(&fsroot::rel(path))? {
+        for d in self.fs.missing_ancestors_cached(&fsroot::rel(path), &mut self.seen)? {
             self.created_dirs.insert(format!("/{}", d.display()));
         }
         Ok(())
     }
 
-    fn blob(&mut self, bytes: &[u8]) -> Result<String, StepError> {
-        Ok(self.journal.put_blob(&mut &bytes[..])?)
+    /// Whether `len` bytes may go inline, taking them from the budget if so.
+    fn take_inline(&mut self, len: usize) -> bool {
+        if len > INLINE_MAX || len > self.inline_left {
+            return false;
+        }
+        self.inline_left -= len;
+        true
+    }
+
+    /// A regular file's contents: inline when small, else a blob.
+    fn file(&mut self, bytes: &[u8], mode: u32, uid: u32, gid: u32) -> Result<Content, StepError> {
+        if self.take_inline(bytes.len()) {
+            return Ok(Content::Inline { data: bytes.to_vec(), mode, uid, gid });
+        }
+        self.blobs = true;
+        Ok(Content::File { blob: self.journal.put_blob(&mut &bytes[..])?, mode, uid, gid })
     }
 
     fn content(&mut self, want: &Want) -> Result<Content, StepError> {
         Ok(match want {
-            Want::File { contents, mode, uid, gid } => {
-                Content::File { blob: self.blob(contents)?, mode: *mode, uid: *uid, gid: *gid }
-            }
+            Want::File { contents, mode, uid, gid } => self.file(contents, *mode, *uid, *gid)?,
             Want::Symlink { target } => Content::Symlink { target: target.clone() },
             Want::Absent => Content::Absent,
         })
     }
 
-    /// The pre-apply state of `path`, its bytes stored as a blob.
+    /// The pre-apply state of `path`: a small file's bytes inline, a large one's as a blob
+    /// (streamed, never held whole in memory).
     fn pre_image(&mut self, path: &str) -> Result<Content, StepError> {
         let rel = fsroot::rel(path);
         Ok(match self.fs.entry(&rel)? {
             Entry::Absent => Content::Absent,
             Entry::File { mode, uid, gid, .. } => {
+                use std::io::Read;
                 let mut f = self.fs.open_read(&rel)?;
-                Content::File { blob: self.journal.put_blob(&mut f)?, mode, uid, gid }
+                // Read at most one byte past the inline limit: the length that counts is what
+                // is read now, not what the stat above said.
+                let mut head = Vec::new();
+                (&mut f)
+                    .take(INLINE_MAX as u64 + 1)
+                    .read_to_end(&mut head)
+                    .map_err(|e| StepError::Fs(FsError::new("read", &rel, e)))?;
+                if self.take_inline(head.len()) {
+                    Content::Inline { data: head, mode, uid, gid }
+                } else {
+                    self.blobs = true;
+                    Content::File { blob: self.journal.put_blob(&mut head.as_slice().chain(f))?, mode, uid, gid }
+                }
             }
             Entry::Symlink { target } => Content::Symlink { target: target.to_string_lossy().into_owned() },
             Entry::Dir { mode, uid, gid } => Content::Dir { mode, uid, gid },
@@ -560,10 +653,19 @@ fn split_by_file(d: &Desired, names: Vec<String>) -> (Vec<String>, Vec<String>) 
     names.into_iter().partition(|n| has_unit_file(d, n))
 }
 
-fn plan(fs: &HostFs, journal: &Journal, v: &Validated) -> Result<(Vec<Step>, Vec<Step>, ApplyReport), StepError> {
+fn plan(fs: &HostFs, journal: &Journal, v: &Validated) -> Result<Planned, StepError> {
     let (old, new) = (&v.old, &v.new);
     let mut report = report(old, new);
-    let mut p = Planner { fs, journal, forward: Vec::new(), touched: Vec::new(), created_dirs: BTreeSet::new() };
+    let mut p = Planner {
+        fs,
+        journal,
+        forward: Vec::new(),
+        touched: Vec::new(),
+        created_dirs: BTreeSet::new(),
+        seen: fsroot::Ancestors::default(),
+        inline_left: INLINE_BUDGET,
+        blobs: false,
+    };
 
     // Removed units go back to their preset while their files still exist.
     let (with_file, without) = split_by_file(old, units::removed_units(old, new));
@@ -639,7 +741,7 @@ fn plan(fs: &HostFs, journal: &Journal, v: &Validated) -> Result<(Vec<Step>, Vec
     service_steps(&mut rollback, ServiceOp::Disable, en.disable, false);
     service_steps(&mut rollback, ServiceOp::Enable, en.enable, false);
     service_steps(&mut rollback, ServiceOp::Preset, en.preset, false);
-    Ok((p.forward, rollback, report))
+    Ok(Planned { forward: p.forward, rollback, report, blobs: p.blobs })
 }
 
 /// Whether unit files, drop-ins or masks differ (so systemd must reload).
@@ -669,8 +771,7 @@ fn plan_ssh(p: &mut Planner, v: &Validated, report: &mut ApplyReport) -> Result<
             p.forward.push(Step::Write { path: d.into(), kind: Kind::Ssh, content: dir.clone() });
         }
         p.touch(ssh::KEYS_FILE)?;
-        let blob = p.blob(&ssh::keys_file(&new.ssh_keys))?;
-        let content = Content::File { blob, mode: ssh::KEYS_MODE, uid, gid };
+        let content = p.file(&ssh::keys_file(&new.ssh_keys), ssh::KEYS_MODE, uid, gid)?;
         p.forward.push(Step::Write { path: ssh::KEYS_FILE.into(), kind: Kind::Ssh, content });
     } else if !old.ssh_keys.is_empty() {
         p.touch(ssh::KEYS_FILE)?;
@@ -688,12 +789,8 @@ fn plan_ssh(p: &mut Planner, v: &Validated, report: &mut ApplyReport) -> Result<
         match edited {
             Some((s, mode, uid, gid)) => {
                 p.touch(ssh::SHADOW)?;
-                let blob = p.blob(s.as_bytes())?;
-                p.forward.push(Step::Write {
-                    path: ssh::SHADOW.into(),
-                    kind: Kind::Shadow,
-                    content: Content::File { blob, mode, uid, gid },
-                });
+                let content = p.file(s.as_bytes(), mode, uid, gid)?;
+                p.forward.push(Step::Write { path: ssh::SHADOW.into(), kind: Kind::Shadow, content });
             }
             None => report.warnings.push(format!("user core is not in {}: password hash not set", ssh::SHADOW)),
         }

@@ -130,9 +130,18 @@ fn save_current(root: &Root, mc: &MachineConfig) -> Result<()> {
     let tmp = dir.join(".currentconfig.json.tmp");
     std::fs::write(&tmp, serde_json::to_vec(mc)?)?;
     std::fs::File::open(&tmp)?.sync_all()?;
+    crate::reclaim::hold_path(&current_config_path(root));
     std::fs::rename(&tmp, current_config_path(root))?;
     std::fs::File::open(&dir)?.sync_all()?;
     Ok(())
+}
+
+/// Lets the kernel free the files the last update replaced ([`crate::reclaim`]), on a thread
+/// of its own: on a loaded disk this takes a while, and nothing waits for it.
+fn release_replaced() {
+    if crate::reclaim::held() > 0 {
+        tokio::task::spawn_blocking(crate::reclaim::release);
+    }
 }
 
 fn status_path(root: &Path) -> PathBuf {
@@ -263,6 +272,7 @@ impl Agent {
         }
         let tmp = path.with_extension("json.tmp");
         std::fs::write(&tmp, serde_json::to_vec_pretty(&st)?)?;
+        crate::reclaim::hold_path(&path);
         std::fs::rename(&tmp, &path)?;
         crate::notify::status(&format!("{} {}", st.state, st.progress));
         if let Some(m) = &self.metrics {
@@ -285,6 +295,7 @@ impl Agent {
         self.enter(phase, "")?;
         let current = self.current_name();
         self.api.report(self.phase.mco_state(), &reason, Some(&current)).await?;
+        release_replaced();
         Ok(())
     }
 
@@ -292,6 +303,13 @@ impl Agent {
         let current = self.current_name();
         self.enter(Phase::Idle, "")?;
         self.api.report("Done", "", Some(&current)).await?;
+        // Reported: the finished apply's journal record has served (it only bridges a crash
+        // between the journal's commit and the current config's save), and so have the files
+        // it replaced. Both go now, after the report, instead of at the start of the next
+        // update, where they would delay it.
+        crate::engine::forget_finished_apply(&self.root)?;
+        release_replaced();
+        crate::reclaim::trim_heap();
         Ok(())
     }
 
@@ -337,9 +355,10 @@ impl Agent {
             (Ok(o), Ok(n)) => (o, n),
             (Err(e), _) | (_, Err(e)) => return self.fail(target, e.to_string(), false).await,
         };
-        if let Err(refusal) = crate::engine::validate(&self.root, &old_spec, &new_spec) {
-            return self.fail(target, refusal.message, refusal.unreconcilable).await;
-        }
+        let checked = match crate::engine::validate(&self.root, &old_spec, &new_spec) {
+            Ok(c) => c,
+            Err(refusal) => return self.fail(target, refusal.message, refusal.unreconcilable).await,
+        };
         let mut changes = changes::between(&old_spec, &new_spec);
         let os_work = match self.os_prepare(target, &old_spec, &new_spec).await {
             Ok(w) => w,
@@ -371,8 +390,22 @@ impl Agent {
                 return self.fail(target, e.to_string(), false).await;
             }
         }
+        // A finished record of an earlier apply must not be mistaken for this apply's outcome
+        // by a restart in the Applying phase (see `startup`): gone, durably, before that phase.
+        // Normally `report_done` removed it already and this only looks.
+        if let Err(e) = crate::engine::forget_finished_apply(&self.root) {
+            return self.fail(target, format!("{e:#}"), false).await;
+        }
         self.enter(Phase::Applying { target: target.into() }, "writing files and units")?;
-        if let Err(e) = crate::engine::apply(&self.root, &old_spec, &new_spec, self.services.as_ref()).await {
+        // After a drain or an OS download (minutes) the host is validated again; straight after
+        // the check it had no time to change, and each validation (Ignition decoding of both
+        // configs, host lookups) was about a sixth of the agent's CPU in an update.
+        let applied = if plan.drain || os_work.is_some() {
+            crate::engine::apply(&self.root, &old_spec, &new_spec, self.services.as_ref()).await
+        } else {
+            crate::engine::apply_checked(&self.root, &checked, self.services.as_ref()).await
+        };
+        if let Err(e) = applied {
             return self.fail(target, format!("{e:#}"), false).await;
         }
         let staged = match os_work {

@@ -26,8 +26,9 @@ pub fn normalize(spec: &MachineConfigSpec) -> Result<MachineConfigSpec, aloft_ap
 }
 
 /// Everything checked before the node is drained: reconcilability, hostile input, host paths.
-pub fn validate(root: &Root, old: &MachineConfigSpec, new: &MachineConfigSpec) -> Result<(), Refused> {
-    apply::check(root, old, new).map(|_| ()).map_err(|r| Refused {
+/// The result lets [`apply_checked`] skip validating again when nothing was waited for.
+pub fn validate(root: &Root, old: &MachineConfigSpec, new: &MachineConfigSpec) -> Result<apply::Checked, Refused> {
+    apply::check(root, old, new).map_err(|r| Refused {
         message: format!("{}: {}", r.field, r.message),
         unreconcilable: r.kind == RefusalKind::Unreconcilable,
     })
@@ -42,11 +43,24 @@ pub async fn apply(
 ) -> Result<()> {
     let journal = Journal::new(root);
     let report = apply::apply(root, &journal, old, new, services).await?;
+    log_report(&report);
+    Ok(())
+}
+
+/// [`apply`] of what [`validate`] returned, without validating again: only when the host had no
+/// time to change since (no drain in between).
+pub async fn apply_checked(root: &Root, checked: &apply::Checked, services: &dyn ServiceManager) -> Result<()> {
+    let journal = Journal::new(root);
+    let report = apply::apply_checked(root, &journal, checked, services).await?;
+    log_report(&report);
+    Ok(())
+}
+
+fn log_report(report: &apply::ApplyReport) {
     for w in &report.warnings {
         tracing::warn!(warning = %w, "apply");
     }
     tracing::info!(files = report.changed_paths().len(), units = report.units_changed.len(), "applied");
-    Ok(())
 }
 
 /// Run the rebootless actions of `plan`.
@@ -57,6 +71,13 @@ pub async fn act(plan: &Plan, services: &dyn ServiceManager) -> Result<()> {
 /// MCO's on-disk validation of `mc`, as its Degraded reason.
 pub fn verify(root: &Root, mc: &MachineConfig) -> Result<(), String> {
     ondisk::verify(root, &mc.spec).map_err(|d| d.reason(&mc.metadata.name))
+}
+
+/// Removes the journal record of a finished apply (committed or rolled back), durably; a
+/// record of an unfinished apply stays for [`recover`].
+pub fn forget_finished_apply(root: &Root) -> Result<()> {
+    Journal::new(root).clear_finished().context("clearing the journal of the last apply")?;
+    Ok(())
 }
 
 /// Finish or roll back an apply a crash interrupted.

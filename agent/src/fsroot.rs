@@ -66,6 +66,11 @@ pub enum Entry {
     },
 }
 
+/// Ancestors already resolved by [`HostFs::missing_ancestors_cached`]: true for a directory,
+/// false for a missing one.
+#[derive(Debug, Default)]
+pub struct Ancestors(std::collections::HashMap<PathBuf, bool>);
+
 /// The host filesystem beneath a root directory.
 #[derive(Debug)]
 pub struct HostFs {
@@ -154,6 +159,15 @@ impl HostFs {
     /// The ancestors of `rel` that do not exist yet, outermost first. Fails when an ancestor
     /// exists but is not a directory, or when resolving one would leave the root.
     pub fn missing_ancestors(&self, rel: &Path) -> Result<Vec<PathBuf>, FsError> {
+        self.missing_ancestors_cached(rel, &mut Ancestors::default())
+    }
+
+    /// [`HostFs::missing_ancestors`] for many paths in one read-only pass (validation, planning):
+    /// `seen` remembers every ancestor already resolved, so paths that share their directories
+    /// (a config's files live in a few) cost one lookup each instead of one per ancestor, each
+    /// of which cap-std resolves component by component. Errors are not remembered. Nothing may
+    /// create or remove directories beneath the root while `seen` is in use.
+    pub fn missing_ancestors_cached(&self, rel: &Path, seen: &mut Ancestors) -> Result<Vec<PathBuf>, FsError> {
         let mut missing = Vec::new();
         let mut prefix = PathBuf::new();
         let comps: Vec<Component> = rel.components().collect();
@@ -163,9 +177,19 @@ impl HostFs {
                 missing.push(prefix.clone());
                 continue;
             }
+            match seen.0.get(&prefix) {
+                Some(true) => continue,
+                Some(false) => {
+                    missing.push(prefix.clone());
+                    continue;
+                }
+                None => {}
+            }
             // Follows symlinks (within the root only): an ancestor may be a symlink to a dir.
             match self.dir.metadata(&prefix) {
-                Ok(m) if m.is_dir() => {}
+                Ok(m) if m.is_dir() => {
+                    seen.0.insert(prefix.clone(), true);
+                }
                 Ok(_) => {
                     return Err(FsError::new(
                         "resolve",
@@ -185,6 +209,7 @@ impl HostFs {
                             ),
                         ));
                     }
+                    seen.0.insert(prefix.clone(), false);
                     missing.push(prefix.clone());
                 }
                 Err(e) => return Err(FsError::new("resolve", &prefix, e)),
@@ -298,9 +323,22 @@ impl HostFs {
     pub fn commit_temp(&self, rel: &Path) -> Result<(), FsError> {
         let (parent, name) = self.parent_dir(rel).map_err(|e| FsError::new("open parent", rel, e))?;
         let tmp = temp_name(rel).file_name().map(|n| n.to_os_string()).unwrap_or_default();
+        Self::hold_replaced(&parent, &name);
         parent.rename(&tmp, &parent, &name).map_err(|e| FsError::new("rename", rel, e))?;
         fail::fail_point!(crate::apply::points::FS_AFTER_RENAME);
         Ok(())
+    }
+
+    /// Keeps the regular file `name` of `parent` open across the rename that replaces it, so
+    /// that the kernel frees it later, off the update's critical path (see [`crate::reclaim`]).
+    fn hold_replaced(parent: &Dir, name: &std::ffi::OsStr) {
+        let opened = parent
+            .open_with(name, OpenOptions::new().read(true).custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK));
+        if let Ok(f) = opened {
+            if f.metadata().is_ok_and(|m| m.is_file()) {
+                crate::reclaim::hold(std::os::fd::OwnedFd::from(f.into_std()));
+            }
+        }
     }
 
     /// fsyncs the directories holding `rels`, each once.

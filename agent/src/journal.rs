@@ -1,9 +1,11 @@
 //! The apply transaction journal: the single source of an apply's progress.
 //!
 //! Before the first change to the host, the agent writes (atomically, fsynced) one record with
-//! both configs, the complete list of forward steps, the complete list of rollback steps, and a
-//! blob store holding every byte those steps need: the new contents and the pre-apply state of
-//! every path the apply may touch. Every step is idempotent, so after a crash at any point
+//! both configs, the complete list of forward steps, the complete list of rollback steps, and
+//! every byte those steps need: the new contents and the pre-apply state of every path the apply
+//! may touch. Small contents (almost all of a config: up to [`INLINE_MAX`] each, [`INLINE_BUDGET`]
+//! in all) sit in the record itself, so making them durable costs the record's one fsync; larger
+//! ones go to a blob store beside it, fsynced together before the record names them. Every step is idempotent, so after a crash at any point
 //! recovery simply runs the list of the recorded phase again from the start: forward (roll
 //! forward to the new config) or rollback (back to the old one, with a reason). Nothing about
 //! progress lives in memory or in closures.
@@ -28,7 +30,9 @@ pub enum JournalError {
     Io { path: PathBuf, source: io::Error },
     #[error("journal record {path} is corrupt: {source}")]
     Corrupt { path: PathBuf, source: serde_json::Error },
-    #[error("journal record {path} has version {found}, this agent understands {RECORD_VERSION}")]
+    #[error(
+        "journal record {path} has version {found}, this agent understands {OLDEST_RECORD_VERSION} to {RECORD_VERSION}"
+    )]
     Version { path: PathBuf, found: u32 },
 }
 
@@ -36,8 +40,24 @@ fn io_err(path: &Path) -> impl FnOnce(io::Error) -> JournalError + '_ {
     move |source| JournalError::Io { path: path.to_path_buf(), source }
 }
 
-/// Version of the record format.
-pub const RECORD_VERSION: u32 = 1;
+/// Version of the record format this agent writes. Version 2 added [`Content::Inline`].
+pub const RECORD_VERSION: u32 = 2;
+
+/// The oldest record version this agent still reads. Version 1 records are version 2 records
+/// without inline contents, so an agent upgraded in the middle of an apply (rare, but a crash
+/// loop can make it happen) still finishes or rolls back the apply the old agent started. An
+/// older agent reading a version 2 record stops with [`JournalError::Version`] instead of
+/// misreading it.
+pub const OLDEST_RECORD_VERSION: u32 = 1;
+
+/// Contents up to this size are kept in the record ([`Content::Inline`]); larger ones are blobs.
+/// Config files are small, so one fsync of the record replaces one per file; a large file (a
+/// CA bundle, a binary) is still streamed to a blob instead of bloating every save of the record.
+pub const INLINE_MAX: usize = 64 * 1024;
+
+/// At most this many bytes of contents inline in one record, forward and rollback together:
+/// the record is rewritten at every phase change, so past this the rest go to blobs.
+pub const INLINE_BUDGET: usize = 1024 * 1024;
 
 /// Bytes at a path: the target of a write, or the pre-apply state a rollback restores.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -47,6 +67,15 @@ pub enum Content {
     /// A regular file whose bytes are the blob `blob` (sha256, hex).
     File {
         blob: String,
+        mode: u32,
+        uid: u32,
+        gid: u32,
+    },
+    /// A regular file whose bytes are kept in the record (base64 in the JSON): durable with the
+    /// record, no blob of its own. Since record version 2.
+    Inline {
+        #[serde(with = "b64")]
+        data: Vec<u8>,
         mode: u32,
         uid: u32,
         gid: u32,
@@ -197,18 +226,48 @@ impl Journal {
     /// The current record, if any.
     pub fn load(&self) -> Result<Option<Record>, JournalError> {
         let path = self.record_path();
-        let bytes = match fs::read(&path) {
-            Ok(b) => b,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(io_err(&path)(e)),
-        };
-        let v: serde_json::Value =
-            serde_json::from_slice(&bytes).map_err(|source| JournalError::Corrupt { path: path.clone(), source })?;
-        let found = v.get("version").and_then(|v| v.as_u64()).unwrap_or(0) as u32;
-        if found != RECORD_VERSION {
-            return Err(JournalError::Version { path, found });
+        let Some(bytes) = self.read_record()? else { return Ok(None) };
+        self.check_version(&path, &bytes)?;
+        serde_json::from_slice(&bytes).map(Some).map_err(|source| JournalError::Corrupt { path, source })
+    }
+
+    /// The current record's phase only, if there is a record: what an apply checks before it
+    /// starts, without decoding the previous apply's configs and steps.
+    pub fn phase(&self) -> Result<Option<Phase>, JournalError> {
+        #[derive(serde::Deserialize)]
+        struct PhaseOnly {
+            phase: Phase,
         }
-        serde_json::from_value(v).map(Some).map_err(|source| JournalError::Corrupt { path, source })
+        let path = self.record_path();
+        let Some(bytes) = self.read_record()? else { return Ok(None) };
+        self.check_version(&path, &bytes)?;
+        serde_json::from_slice::<PhaseOnly>(&bytes)
+            .map(|p| Some(p.phase))
+            .map_err(|source| JournalError::Corrupt { path, source })
+    }
+
+    fn read_record(&self) -> Result<Option<Vec<u8>>, JournalError> {
+        let path = self.record_path();
+        match fs::read(&path) {
+            Ok(b) => Ok(Some(b)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(io_err(&path)(e)),
+        }
+    }
+
+    /// Refuses a record of a version this agent does not understand before decoding it.
+    fn check_version(&self, path: &Path, bytes: &[u8]) -> Result<(), JournalError> {
+        #[derive(serde::Deserialize)]
+        struct VersionOnly {
+            #[serde(default)]
+            version: u32,
+        }
+        let v: VersionOnly = serde_json::from_slice(bytes)
+            .map_err(|source| JournalError::Corrupt { path: path.to_path_buf(), source })?;
+        if !(OLDEST_RECORD_VERSION..=RECORD_VERSION).contains(&v.version) {
+            return Err(JournalError::Version { path: path.to_path_buf(), found: v.version });
+        }
+        Ok(())
     }
 
     /// Creates a private directory (0700): the journal holds pre-apply copies of files such as
@@ -233,6 +292,7 @@ impl Journal {
         f.write_all(&bytes).map_err(io_err(&tmp))?;
         f.sync_all().map_err(io_err(&tmp))?;
         drop(f);
+        crate::reclaim::hold_path(&path);
         fs::rename(&tmp, &path).map_err(io_err(&path))?;
         sync_dir(&self.dir)
     }
@@ -307,15 +367,43 @@ impl Journal {
         Ok(())
     }
 
+    /// [`Journal::clear`] when the record is of a finished apply; an unfinished one (and its
+    /// blobs) stays for recovery. Returns whether a record was removed.
+    pub fn clear_finished(&self) -> Result<bool, JournalError> {
+        match self.phase()? {
+            Some(p) if p.is_terminal() => {
+                self.clear()?;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
     /// Forgets the last apply: the caller has recorded its outcome elsewhere.
     pub fn clear(&self) -> Result<(), JournalError> {
         let path = self.record_path();
+        crate::reclaim::hold_path(&path);
         match fs::remove_file(&path) {
             Ok(()) => sync_dir(&self.dir)?,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(io_err(&path)(e)),
         }
         self.gc(&BTreeSet::new())
+    }
+}
+
+/// Serde for inline contents: base64 (standard alphabet, padded) in a JSON string.
+mod b64 {
+    use base64::Engine;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(data: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&base64::engine::general_purpose::STANDARD.encode(data))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        let text = String::deserialize(d)?;
+        base64::engine::general_purpose::STANDARD.decode(text.as_bytes()).map_err(serde::de::Error::custom)
     }
 }
 
@@ -372,5 +460,89 @@ mod tests {
         fs::create_dir_all(j.dir()).unwrap();
         fs::write(j.dir().join("record.json"), br#"{"version": 7}"#).unwrap();
         assert!(matches!(j.load(), Err(JournalError::Version { found: 7, .. })));
+    }
+
+    fn record(forward: Vec<Step>) -> Record {
+        Record {
+            version: RECORD_VERSION,
+            id: "0123456789abcdef".into(),
+            phase: Phase::Forward,
+            old: MachineConfigSpec::default(),
+            new: MachineConfigSpec::default(),
+            forward,
+            rollback: vec![Step::Restore { path: "/etc/a".into(), content: Content::Absent }],
+            report: ApplyReport::default(),
+        }
+    }
+
+    #[test]
+    fn inline_contents_round_trip_through_the_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = Journal::new(&Root::new(dir.path()));
+        // Every byte value, and an empty file.
+        let data: Vec<u8> = (0..=255u8).cycle().take(1000).collect();
+        let rec = record(vec![
+            Step::Write {
+                path: "/etc/a".into(),
+                kind: Kind::File,
+                content: Content::Inline { data: data.clone(), mode: 0o640, uid: 1000, gid: 10 },
+            },
+            Step::Write {
+                path: "/etc/b".into(),
+                kind: Kind::File,
+                content: Content::Inline { data: Vec::new(), mode: 0o644, uid: 0, gid: 0 },
+            },
+        ]);
+        j.save(&rec).unwrap();
+        assert_eq!(j.load().unwrap().unwrap(), rec);
+        assert_eq!(j.phase().unwrap(), Some(Phase::Forward));
+        assert!(rec.blobs().is_empty(), "inline contents name no blob");
+        let text = fs::read_to_string(j.dir().join("record.json")).unwrap();
+        use base64::Engine;
+        assert!(text.contains(&base64::engine::general_purpose::STANDARD.encode(&data)), "base64 in the JSON");
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!(fs::metadata(j.dir().join("record.json")).unwrap().mode() & 0o777, 0o600, "as private as blobs");
+        // Damaged base64 is a corrupt record, not a silently different file.
+        fs::write(j.dir().join("record.json"), text.replacen("\"data\":\"", "\"data\":\"!", 1)).unwrap();
+        assert!(matches!(j.load(), Err(JournalError::Corrupt { .. })));
+    }
+
+    #[test]
+    fn only_finished_records_are_cleared_before_an_apply() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = Journal::new(&Root::new(dir.path()));
+        assert!(!j.clear_finished().unwrap(), "no record");
+        let mut rec = record(Vec::new());
+        j.save(&rec).unwrap();
+        assert!(!j.clear_finished().unwrap());
+        assert_eq!(j.load().unwrap(), Some(rec.clone()), "an unfinished apply stays for recovery");
+        rec.phase = Phase::Committed;
+        j.save(&rec).unwrap();
+        assert!(j.clear_finished().unwrap());
+        assert_eq!(j.load().unwrap(), None);
+        crate::reclaim::release();
+    }
+
+    #[test]
+    fn version_1_records_still_load_and_newer_ones_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = Journal::new(&Root::new(dir.path()));
+        // A record as the previous agent wrote it: version 1, every content a blob.
+        let blob = j.put_blob(&mut &b"old agent"[..]).unwrap();
+        j.sync_blobs().unwrap();
+        let mut rec = record(vec![Step::Write {
+            path: "/etc/a".into(),
+            kind: Kind::File,
+            content: Content::File { blob: blob.clone(), mode: 0o644, uid: 0, gid: 0 },
+        }]);
+        rec.version = 1;
+        j.save(&rec).unwrap();
+        assert_eq!(j.load().unwrap().unwrap(), rec);
+        assert_eq!(rec.blobs(), [blob].into_iter().collect());
+        fs::write(j.dir().join("record.json"), br#"{"version": 3, "phase": {"phase": "forward"}}"#).unwrap();
+        assert!(matches!(j.load(), Err(JournalError::Version { found: 3, .. })));
+        assert!(matches!(j.phase(), Err(JournalError::Version { found: 3, .. })));
+        fs::write(j.dir().join("record.json"), br#"{"phase": {"phase": "forward"}}"#).unwrap();
+        assert!(matches!(j.load(), Err(JournalError::Version { found: 0, .. })), "no version: not ours");
     }
 }

@@ -25,6 +25,7 @@ pub mod files;
 pub mod fsroot;
 pub mod journal;
 pub mod ondisk;
+pub mod reclaim;
 pub mod ssh;
 pub mod units;
 pub mod validate;

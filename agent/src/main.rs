@@ -131,6 +131,7 @@ fn load_env_file(path: &std::path::Path) -> Result<()> {
 }
 
 fn main() -> Result<()> {
+    aloft_agent::reclaim::limit_heap_arenas();
     // A config file feeds the environment before clap reads it.
     let args: Vec<String> = std::env::args().collect();
     if let Some(i) = args.iter().position(|a| a == "--config") {

@@ -125,6 +125,7 @@ pub fn save(root: &Root, phase: &Phase) -> Result<()> {
     let mut f = std::fs::File::create(&tmp)?;
     f.write_all(serde_json::to_string_pretty(phase)?.as_bytes())?;
     f.sync_all()?;
+    crate::reclaim::hold_path(&path);
     std::fs::rename(&tmp, &path)?;
     std::fs::File::open(&dir)?.sync_all()?;
     Ok(())

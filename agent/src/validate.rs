@@ -151,7 +151,7 @@ pub struct Desired {
 
 /// Both configs, parsed and checked against the host, and what the reconcilability check
 /// found to differ.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Validated {
     pub old: Desired,
     pub new: Desired,
@@ -175,7 +175,12 @@ pub fn normalise(spec: &MachineConfigSpec) -> Result<MachineConfigSpec, Refusal>
 /// Parses and checks one config without looking at the host: pure, so recovery and on-disk
 /// verification decode exactly what validation accepted.
 pub fn parse(spec: &MachineConfigSpec) -> Result<Desired, Refusal> {
-    let spec = normalise(spec)?;
+    parse_normalised(&normalise(spec)?)
+}
+
+/// [`parse`] of a spec [`normalise`] returned: decoding an Ignition config is most of the cost
+/// of validation, so [`validate`] does it once per config.
+fn parse_normalised(spec: &MachineConfigSpec) -> Result<Desired, Refusal> {
     let cfg = match &spec.config {
         Value::Object(m) => m,
         _ => return Err(Refusal::degraded(CONFIG, "the config must be an Ignition JSON object")),
@@ -549,9 +554,9 @@ impl Owners {
 /// Checks that a path can be written beneath the root: every existing ancestor resolves (through
 /// symlinks, with cap-std) to a directory inside the root, and the path itself is not a
 /// directory or a special file.
-fn check_host_path(fs: &HostFs, path: &str, field: &str) -> Result<(), Refusal> {
+fn check_host_path(fs: &HostFs, seen: &mut fsroot::Ancestors, path: &str, field: &str) -> Result<(), Refusal> {
     let rel = fsroot::rel(path);
-    fs.missing_ancestors(&rel).map_err(|e| {
+    fs.missing_ancestors_cached(&rel, seen).map_err(|e| {
         if e.is_escape() {
             Refusal::degraded(
                 field,
@@ -571,11 +576,12 @@ fn check_host_path(fs: &HostFs, path: &str, field: &str) -> Result<(), Refusal> 
 /// Host-side checks of a parsed config: every written path (and its MCO backup locations) is
 /// safe to write, every owner name exists. Reads only.
 pub fn check_host(fs: &HostFs, d: &Desired) -> Result<Owners, Refusal> {
+    let mut seen = fsroot::Ancestors::default();
     for (path, field) in written_paths(d) {
-        check_host_path(fs, &path, &field)?;
+        check_host_path(fs, &mut seen, &path, &field)?;
         let (orig, noorig) = crate::files::backup_paths(&path);
-        check_host_path(fs, &orig, &field)?;
-        check_host_path(fs, &noorig, &field)?;
+        check_host_path(fs, &mut seen, &orig, &field)?;
+        check_host_path(fs, &mut seen, &noorig, &field)?;
     }
     let owners = Owners::load(fs).map_err(|e| Refusal::degraded("spec.config.storage.files", e.to_string()))?;
     for f in &d.files {
@@ -612,9 +618,11 @@ pub fn check_reconcilable(old: &MachineConfigSpec, new: &MachineConfigSpec) -> R
 /// reconcilability, the config itself, then the host paths and owners it needs.
 pub fn validate(fs: &HostFs, old: &MachineConfigSpec, new: &MachineConfigSpec) -> Result<Validated, Refusal> {
     let current = |r: Refusal| Refusal { message: format!("the current config is invalid: {}", r.message), ..r };
-    let old_d = parse(old).map_err(current)?;
-    let diff = check_reconcilable(&normalise(old).map_err(current)?, &normalise(new)?)?;
-    let new_d = parse(new)?;
+    let old = normalise(old).map_err(current)?;
+    let old_d = parse_normalised(&old).map_err(current)?;
+    let new = normalise(new)?;
+    let diff = check_reconcilable(&old, &new)?;
+    let new_d = parse_normalised(&new)?;
     let owners = check_host(fs, &new_d)?;
     Ok(Validated { old: old_d, new: new_d, owners, diff })
 }

@@ -191,6 +191,81 @@ fn a_failing_step_rolls_back_to_exactly_the_old_config() {
     assert_eq!(snapshot(dir.path(), &[AGENT_STATE]), before);
 }
 
+/// Small contents and pre-images ride inline in the journal record; a file above the inline
+/// limit goes through blobs. A rollback puts both back exactly, including a managed file edited
+/// by hand since the last apply: its pre-image is what was on disk, not what the old config said.
+#[test]
+fn small_contents_are_inline_large_ones_blobs_and_both_roll_back() {
+    use aloft_agent::journal::{Content, Step, INLINE_MAX};
+    let (dir, root, journal) = node_on_old();
+    let r = dir.path();
+    std::fs::write(r.join("etc/aloft-test/change.conf"), "edited by hand\n").unwrap();
+    std::fs::write(r.join("etc/aloft-test/big.bin"), vec![b'o'; INLINE_MAX + 1]).unwrap();
+    let before = snapshot(r, &[AGENT_STATE]);
+    let mut new = new_config();
+    let big = json!({"path": "/etc/aloft-test/big.bin", "mode": 420,
+                     "contents": {"source": gzip_url(&vec![b'n'; INLINE_MAX + 1]), "compression": "gzip"}});
+    new.config.pointer_mut("/storage/files").and_then(|f| f.as_array_mut()).unwrap().push(big);
+    let svc = RecordingServices::on(r).failing_enable_of("new.service");
+    let err = block_on(apply::apply(&root, &journal, &old_config(), &new, &svc)).unwrap_err();
+    assert!(matches!(err, ApplyError::RolledBack { .. }), "{err}");
+    let after = snapshot(r, &[AGENT_STATE]);
+    assert_eq!(after, before, "{}", diff(&before, &after));
+
+    let rec = journal.load().unwrap().unwrap();
+    let content = |steps: &[Step], want: &str| -> Content {
+        steps
+            .iter()
+            .find_map(|s| match s {
+                Step::Write { path, content, .. } | Step::Restore { path, content } if path == want => {
+                    Some(content.clone())
+                }
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("no step for {want}"))
+    };
+    match content(&rec.forward, "/etc/aloft-test/change.conf") {
+        Content::Inline { data, mode, uid, .. } => {
+            assert_eq!((&data[..], mode, uid), (&b"after\n"[..], 0o600, CORE_UID))
+        }
+        other => panic!("{other:?}"),
+    }
+    match content(&rec.rollback, "/etc/aloft-test/change.conf") {
+        Content::Inline { data, mode, .. } => assert_eq!((&data[..], mode), (&b"edited by hand\n"[..], 0o644)),
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(content(&rec.forward, "/etc/aloft-test/big.bin"), Content::File { .. }));
+    assert!(matches!(content(&rec.rollback, "/etc/aloft-test/big.bin"), Content::File { .. }));
+    // The finished apply's blobs are collected.
+    let blobs = journal.dir().join("blobs");
+    assert_eq!(std::fs::read_dir(&blobs).map(|d| d.count()).unwrap_or(0), 0);
+}
+
+/// What `check` validated before a drain can be applied without validating again, with the
+/// same result as `apply`; an unfinished journal still blocks it.
+#[test]
+fn applying_what_check_validated_matches_apply() {
+    let (dir_a, root_a, journal_a) = node_on_old();
+    let (dir_b, root_b, journal_b) = node_on_old();
+    let report_a =
+        block_on(apply::apply(&root_a, &journal_a, &old_config(), &new_config(), &RecordingServices::on(dir_a.path())))
+            .unwrap();
+    let checked = apply::check(&root_b, &old_config(), &new_config()).unwrap();
+    let report_b =
+        block_on(apply::apply_checked(&root_b, &journal_b, &checked, &RecordingServices::on(dir_b.path()))).unwrap();
+    assert_eq!(report_a, report_b);
+    assert_eq!(checked.report.changed_paths(), report_b.changed_paths());
+    let (a, b) = (snapshot(dir_a.path(), &[AGENT_STATE]), snapshot(dir_b.path(), &[AGENT_STATE]));
+    assert_eq!(a, b, "{}", diff(&a, &b));
+    let mut rec = journal_b.load().unwrap().unwrap();
+    rec.phase = Phase::Forward;
+    rec.forward.clear();
+    journal_b.save(&rec).unwrap();
+    let err = block_on(apply::apply_checked(&root_b, &journal_b, &checked, &RecordingServices::on(dir_b.path())))
+        .unwrap_err();
+    assert!(matches!(err, ApplyError::Unfinished { .. }), "{err}");
+}
+
 #[test]
 fn an_unfinished_journal_blocks_a_new_apply_until_recovered() {
     let (dir, root, journal) = node_on_old();

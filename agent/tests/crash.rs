@@ -25,6 +25,26 @@ use std::sync::{Arc, Mutex};
 use support::*;
 
 const CHILD_ENV: &str = "ALOFT_CRASH_CHILD";
+
+/// The tests' old config plus one file too large for the journal to keep inline: the update
+/// changes it, so its new bytes and its pre-image both go through blobs, and every crash point
+/// of that path (journal-after-blob among them) is walked along with the inline one.
+fn crash_old() -> MachineConfigSpec {
+    with_big_file(old_config(), b'o')
+}
+
+/// The tests' new config plus the large file, changed.
+fn crash_new() -> MachineConfigSpec {
+    with_big_file(new_config(), b'n')
+}
+
+fn with_big_file(mut spec: MachineConfigSpec, fill: u8) -> MachineConfigSpec {
+    let big = vec![fill; aloft_agent::journal::INLINE_MAX + 1];
+    let files = spec.config.pointer_mut("/storage/files").and_then(Value::as_array_mut).unwrap();
+    files.push(json!({"path": "/etc/aloft-test/big.bin", "mode": 420,
+                      "contents": {"source": gzip_url(&big), "compression": "gzip"}}));
+    spec
+}
 const AGENT_STATE: &str = "var/lib/aloft";
 
 /// What a child does: count failpoint hits, or die at the `nth` hit of `point` during `apply`
@@ -77,7 +97,7 @@ fn crash_child() {
     if mode == "recover" {
         let _ = block_on(apply::recover(&root, &journal, &svc));
     } else {
-        let _ = block_on(apply::apply(&root, &journal, &old_config(), &new_config(), &svc));
+        let _ = block_on(apply::apply(&root, &journal, &crash_old(), &crash_new(), &svc));
     }
     if mode == "count" {
         let counts = COUNTS.lock().unwrap().clone();
@@ -114,7 +134,7 @@ fn run_child(c: &Child) -> bool {
 fn node_on_old() -> (tempfile::TempDir, Root) {
     let (dir, root) = node();
     let svc = RecordingServices::on(dir.path());
-    block_on(apply::apply(&root, &Journal::new(&root), &MachineConfigSpec::default(), &old_config(), &svc)).unwrap();
+    block_on(apply::apply(&root, &Journal::new(&root), &MachineConfigSpec::default(), &crash_old(), &svc)).unwrap();
     (dir, root)
 }
 
@@ -150,7 +170,7 @@ fn expected() -> (BTreeMap<String, String>, BTreeMap<String, String>) {
     let (dir, root) = node_on_old();
     let old = tree(dir.path());
     let svc = RecordingServices::on(dir.path());
-    block_on(apply::apply(&root, &Journal::new(&root), &old_config(), &new_config(), &svc)).unwrap();
+    block_on(apply::apply(&root, &Journal::new(&root), &crash_old(), &crash_new(), &svc)).unwrap();
     (old, tree(dir.path()))
 }
 
@@ -184,23 +204,23 @@ fn recover_and_check(
     let got = tree(dir);
     match outcome {
         Recovery::Applied { new: spec, .. } => {
-            assert_eq!(*spec, new_config(), "{what}: recovered some other apply");
+            assert_eq!(*spec, crash_new(), "{what}: recovered some other apply");
             assert!(!failing, "{what}: the failing apply cannot have been applied");
             assert_eq!(&got, new, "{what}: not exactly the new config:\n{}", diff(new, &got));
-            ondisk::verify(root, &new_config()).unwrap_or_else(|d| panic!("{what}: {d}"));
+            ondisk::verify(root, &crash_new()).unwrap_or_else(|d| panic!("{what}: {d}"));
         }
         Recovery::RolledBack { reason, old: spec } => {
-            assert_eq!(*spec, old_config(), "{what}: rolled back some other apply");
+            assert_eq!(*spec, crash_old(), "{what}: rolled back some other apply");
             assert!(failing, "{what}: rolled back without a failure: {reason}");
             assert!(reason.contains("new.service: injected failure"), "{what}: {reason}");
             assert_eq!(&got, old, "{what}: not exactly the old config:\n{}", diff(old, &got));
-            ondisk::verify(root, &old_config()).unwrap_or_else(|d| panic!("{what}: {d}"));
+            ondisk::verify(root, &crash_old()).unwrap_or_else(|d| panic!("{what}: {d}"));
         }
         Recovery::Nothing => {
             // Killed before the journal was written: nothing on the host changed, and the agent
             // simply applies again.
             assert_eq!(&got, old, "{what}: changed without a journal:\n{}", diff(old, &got));
-            let again = block_on(apply::apply(root, &journal, &old_config(), &new_config(), &svc));
+            let again = block_on(apply::apply(root, &journal, &crash_old(), &crash_new(), &svc));
             assert_eq!(again.is_ok(), !failing, "{what}: retry: {again:?}");
             assert_eq!(&tree(dir), if failing { old } else { new }, "{what}: retry");
         }
