@@ -58,6 +58,21 @@ pub enum Step {
     FinishRollback { target: String },
 }
 
+/// The phase to resume in after a restart found the agent in `phase`, when it is not `phase`
+/// itself. Acting (running the rebootless actions: the files are written and the current config
+/// saved) cannot be resumed: which actions ran is unknown, and the diff that chose them is gone
+/// with the old config. Rebooting applies all of it, as for an apply that recovery finished;
+/// without this the restarted agent reported Done with the actions (a service restart, a
+/// reload) never run.
+pub fn resume_after_restart(phase: &Phase, current: &str, boot_id: &str) -> Option<Phase> {
+    match phase {
+        Phase::Acting { target } if target == current => {
+            Some(Phase::Rebooting { target: target.clone(), boot_id: boot_id.to_string() })
+        }
+        _ => None,
+    }
+}
+
 /// The state machine's transition function. `current` is the on-disk current config's name
 /// ("" before the first apply), `boot_id` the boot we run in.
 pub fn decide(phase: &Phase, node: &NodeView, current: &str, boot_id: &str) -> Step {
@@ -496,6 +511,10 @@ impl Agent {
             let boot_id = state::boot_id(&self.root);
             self.enter(Phase::Rebooting { target, boot_id }, "the interrupted apply finished; rebooting to be safe")?;
         }
+        if let Some(resumed) = resume_after_restart(&self.phase, &self.current_name(), &state::boot_id(&self.root)) {
+            tracing::warn!(phase = ?self.phase, "restarted while running the rebootless actions; rebooting to be safe");
+            self.enter(resumed, "interrupted while running the rebootless actions; rebooting to be safe")?;
+        }
         if let (crate::apply::Recovery::RolledBack { reason, .. }, Phase::Applying { target }) =
             (&recovered, &self.phase)
         {
@@ -726,6 +745,25 @@ mod tests {
             decide(&rebooting, &node("r2", "r1", "Working"), "r2", "b2"),
             Step::FinishAfterReboot { target: "r2".into() }
         );
+    }
+
+    #[test]
+    fn a_restart_while_acting_reboots_instead_of_reporting_done() {
+        let acting = Phase::Acting { target: "r2".into() };
+        let resumed = resume_after_restart(&acting, "r2", "b1");
+        assert_eq!(resumed, Some(Phase::Rebooting { target: "r2".into(), boot_id: "b1".into() }));
+        // From there the machine reboots in this boot, and finishes (uncordon, Done) after it.
+        let working = node("r2", "r1", "Working");
+        assert_eq!(decide(resumed.as_ref().unwrap(), &working, "r2", "b1"), Step::Reboot { target: "r2".into() });
+        assert_eq!(
+            decide(resumed.as_ref().unwrap(), &working, "r2", "b2"),
+            Step::FinishAfterReboot { target: "r2".into() }
+        );
+        // Without it, the restarted agent would have reported Done with the actions never run.
+        assert_eq!(decide(&acting, &working, "r2", "b1"), Step::ReportDone);
+        for other in [Phase::Idle, Phase::Applying { target: "r2".into() }, Phase::Acting { target: "r3".into() }] {
+            assert_eq!(resume_after_restart(&other, "r2", "b1"), None, "{other:?}");
+        }
     }
 
     #[test]
