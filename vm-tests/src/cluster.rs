@@ -264,8 +264,13 @@ pub fn windows(samples: &[Sample]) -> BTreeMap<String, (Option<Duration>, Option
     for n in names {
         let span = |pick: &dyn Fn(&NodeSample) -> bool| -> Option<Duration> {
             let start = samples.iter().position(|s| s.nodes.get(&n).is_some_and(pick))?;
-            let end = samples[start..].iter().position(|s| s.nodes.get(&n).is_some_and(|x| !pick(x)))?;
-            Some(samples[start + end].at - samples[start].at)
+            // A window still open at the last sample (the sampler stops as soon as the rollout
+            // converges, which can be within a second of the last node's uncordon) runs to it.
+            let end = samples[start..]
+                .iter()
+                .position(|s| s.nodes.get(&n).is_some_and(|x| !pick(x)))
+                .map_or(samples.len() - 1, |e| start + e);
+            Some(samples[end].at - samples[start].at)
         };
         out.insert(n.clone(), (span(&|x| x.cordoned), span(&|x| x.unavailable)));
     }
@@ -282,4 +287,32 @@ pub async fn unit_invocation(vm: &crate::Vm, unit: &str) -> Result<(String, Stri
         return Err(anyhow!("{}: {unit} is not active: {out}", vm.name));
     }
     Ok((get("InvocationID").unwrap_or_default(), get("ActiveEnterTimestampMonotonic").unwrap_or_default()))
+}
+
+#[cfg(test)]
+mod window_tests {
+    use super::*;
+
+    fn sample(at: Instant, cordoned: bool) -> Sample {
+        let node = NodeSample {
+            cordoned,
+            unavailable: cordoned,
+            state: String::new(),
+            prestage: String::new(),
+            prestaged: String::new(),
+        };
+        Sample { at, nodes: BTreeMap::from([("vm-0".to_string(), node)]) }
+    }
+
+    #[test]
+    fn a_window_still_open_at_the_last_sample_counts() {
+        let t = Instant::now();
+        let s = |secs: u64, c: bool| sample(t + Duration::from_secs(secs), c);
+        let closed = windows(&[s(0, false), s(1, true), s(3, true), s(4, false)]);
+        assert_eq!(closed["vm-0"], (Some(Duration::from_secs(3)), Some(Duration::from_secs(3))));
+        let open = windows(&[s(0, false), s(1, true), s(3, true)]);
+        assert_eq!(open["vm-0"], (Some(Duration::from_secs(2)), Some(Duration::from_secs(2))));
+        let never = windows(&[s(0, false), s(1, false)]);
+        assert_eq!(never["vm-0"], (None, None));
+    }
 }
