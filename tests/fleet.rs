@@ -46,7 +46,12 @@ async fn converge(c: &Coordinator, hosts: &[Host], previous: Option<&str>, what:
                 if a(ann::STATE) == "Degraded" || a(ann::STATE) == "Unreconcilable" {
                     anyhow::bail!("node {n} is {}: {}", a(ann::STATE), a(ann::REASON));
                 }
-                if a(ann::STATE) != "Done" || a(ann::CURRENT_CONFIG) != target {
+                // Converged: Done on the target and uncordoned (the coordinator uncordons after
+                // the Done report).
+                if a(ann::STATE) != "Done"
+                    || a(ann::CURRENT_CONFIG) != target
+                    || node.pointer("/spec/unschedulable") == Some(&json!(true))
+                {
                     return Ok(None);
                 }
             }

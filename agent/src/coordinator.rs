@@ -159,7 +159,42 @@ impl NodeApi {
     /// Ask the drain controller for `request` (`drain-<cfg>` / `uncordon-<cfg>`) and wait until it
     /// answers with the same value in `lastAppliedDrain`.
     pub async fn drain_handshake(&self, request: &str, timeout: Duration) -> Result<()> {
-        let mut node = self.annotate(&[(ann::DESIRED_DRAIN, Some(request))]).await?;
+        let node = self.annotate(&[(ann::DESIRED_DRAIN, Some(request))]).await?;
+        self.await_drain(node, request, timeout).await
+    }
+
+    /// Report Working (on `current`) and ask for the drain `request` in one write, then wait for
+    /// the answer: the update's first write is also its drain request, so the node's turn costs
+    /// the coordinator one commit less on the rollout's critical path.
+    pub async fn working_and_drain(&self, current: &str, request: &str, timeout: Duration) -> Result<()> {
+        let node = self
+            .annotate(&[
+                (ann::STATE, Some("Working")),
+                (ann::REASON, Some("")),
+                (ann::CURRENT_CONFIG, Some(current)),
+                (ann::DESIRED_DRAIN, Some(request)),
+            ])
+            .await?;
+        self.await_drain(node, request, timeout).await
+    }
+
+    /// Report Done on `current`, and when the node is drained for it, ask for the uncordon in the
+    /// same write (`uncordon-<current>`). The coordinator uncordons after Done, as aloft's rollout
+    /// contract says; the node counts as unavailable until it has, so nothing waits on the agent
+    /// for it, and a restart cannot leave a Done node cordoned with nobody asking.
+    pub async fn report_done(&self, current: &str, uncordon: bool) -> Result<NodeView> {
+        let request = format!("uncordon-{current}");
+        let mut values =
+            vec![(ann::STATE, Some("Done")), (ann::REASON, Some("")), (ann::CURRENT_CONFIG, Some(current))];
+        if uncordon {
+            values.push((ann::DESIRED_DRAIN, Some(request.as_str())));
+        }
+        self.annotate(&values).await
+    }
+
+    /// Wait until the coordinator answers `request` in `lastAppliedDrain`; `node` is the view the
+    /// request was written in.
+    async fn await_drain(&self, mut node: NodeView, request: &str, timeout: Duration) -> Result<()> {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
             if node.annotation(ann::LAST_APPLIED_DRAIN) == request {

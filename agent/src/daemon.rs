@@ -314,10 +314,12 @@ impl Agent {
         Ok(())
     }
 
-    async fn report_done(&mut self) -> Result<()> {
+    /// Report Done; `uncordon`: the node was drained for this update, and the same write asks
+    /// the coordinator to uncordon it.
+    async fn report_done(&mut self, uncordon: bool) -> Result<()> {
         let current = self.current_name();
         self.enter(Phase::Idle, "")?;
-        self.api.report("Done", "", Some(&current)).await?;
+        self.api.report_done(&current, uncordon).await?;
         // Reported: the finished apply's journal record has served (it only bridges a crash
         // between the journal's commit and the current config's save), and so have the files
         // it replaced. Both go now, after the report, instead of at the start of the next
@@ -335,7 +337,15 @@ impl Agent {
         let step = decide(&self.phase, node, &self.current_name(), &state::boot_id(&self.root));
         match &step {
             Step::Wait => {}
-            Step::ReportDone => self.report_done().await?,
+            Step::ReportDone => {
+                // Drained and never uncordoned (e.g. the coordinator went back to this config
+                // mid-update): the workloads come back and the uncordon request goes with Done.
+                let drained = node.annotation(ann::DESIRED_DRAIN).starts_with("drain-");
+                if drained {
+                    crate::workloads::start(self.services.as_ref()).await?;
+                }
+                self.report_done(drained).await?
+            }
             Step::Update { target } => self.update(target).await?,
             Step::FinishAfterReboot { target } => self.finish(target, true).await?,
             Step::Reboot { target } if !self.reboot_asked => match self.phase {
@@ -353,14 +363,9 @@ impl Agent {
     async fn update(&mut self, target: &str) -> Result<()> {
         self.enter(Phase::Preparing { target: target.into() }, "fetching the rendered config")?;
         let current = self.current_name();
-        // Three independent round trips at once: the Working report (a durable write on the
-        // coordinator), the rendered config and the disruption policy.
-        let (working, fetched, policy) = tokio::join!(
-            self.api.report("Working", "", Some(&current)),
-            self.api.machine_config(target),
-            self.api.disruption_policy()
-        );
-        working?;
+        // Two reads at once; the Working report waits for the plan, so that it can carry the
+        // drain request (one write on the coordinator instead of two).
+        let (fetched, policy) = tokio::join!(self.api.machine_config(target), self.api.disruption_policy());
         let new = match fetched {
             Ok(mc) => mc,
             Err(e) => return self.fail(target, format!("{e:#}"), false).await,
@@ -397,7 +402,7 @@ impl Agent {
                 Phase::Draining { target: target.into(), request: request.clone() },
                 "waiting for the coordinator to drain this node",
             )?;
-            if let Err(e) = self.api.drain_handshake(&request, self.drain_timeout).await {
+            if let Err(e) = self.api.working_and_drain(&current, &request, self.drain_timeout).await {
                 return self.fail(target, format!("{e:#}"), false).await;
             }
             self.write_status("stopping the workloads of aloft-workloads.target")?;
@@ -410,6 +415,9 @@ impl Agent {
         // Normally `report_done` removed it already and this only looks.
         if let Err(e) = crate::engine::forget_finished_apply(&self.root) {
             return self.fail(target, format!("{e:#}"), false).await;
+        }
+        if !plan.drain {
+            self.api.report("Working", "", Some(&current)).await?;
         }
         self.enter(Phase::Applying { target: target.into() }, "writing files and units")?;
         // After a drain or an OS download (minutes) the host is validated again; straight after
@@ -467,7 +475,8 @@ impl Agent {
         Ok(())
     }
 
-    /// After the change took effect: verify the disk, uncordon if drained, report Done.
+    /// After the change took effect: verify the disk, start the workloads again if drained,
+    /// report Done (with the uncordon request when drained: the coordinator uncordons after Done).
     async fn finish(&mut self, target: &str, drained: bool) -> Result<()> {
         if let Some(cur) = self.current.clone() {
             if let Err(drift) = self.verify_current(&cur).await {
@@ -479,16 +488,8 @@ impl Agent {
             if let Err(e) = crate::workloads::start(self.services.as_ref()).await {
                 return self.fail(target, e.to_string(), false).await;
             }
-            let request = format!("uncordon-{target}");
-            self.enter(
-                Phase::Uncordoning { target: target.into(), request: request.clone() },
-                "waiting for the coordinator to uncordon this node",
-            )?;
-            if let Err(e) = self.api.drain_handshake(&request, Duration::from_secs(600)).await {
-                return self.fail(target, format!("{e:#}"), false).await;
-            }
         }
-        self.report_done().await
+        self.report_done(drained).await
     }
 
     /// At start: finish or undo an interrupted apply, then check the disk against the current
@@ -591,14 +592,14 @@ impl Agent {
             }
             (Ok(()), Phase::Degraded { target, .. }) if *target == name => {
                 tracing::info!("on-disk state matches the current config again");
-                // Degraded after the apply but before the uncordon (the handshake failed, e.g.
-                // the coordinator restarted): finish that part first, or the node stays cordoned.
+                // Degraded after the drain (e.g. drift found before Done): the workloads come back
+                // and the uncordon request goes with Done, or the node stays cordoned.
                 let node = self.api.get().await?;
-                if node.annotation(ann::DESIRED_DRAIN).starts_with("drain-") {
+                let drained = node.annotation(ann::DESIRED_DRAIN).starts_with("drain-");
+                if drained {
                     crate::workloads::start(self.services.as_ref()).await?;
-                    self.api.drain_handshake(&format!("uncordon-{name}"), Duration::from_secs(600)).await?;
                 }
-                self.report_done().await?;
+                self.report_done(drained).await?;
             }
             _ => {}
         }

@@ -37,7 +37,9 @@ pub enum Phase {
     /// Health checks failed on commit `checksum`: the previous deployment is the default and
     /// logind was asked (from `boot_id`) to reboot into it; then Degraded with `reason`.
     RollingBack { target: String, boot_id: String, checksum: String, reason: String },
-    /// Asked the coordinator to uncordon (`request`), waiting for the answer.
+    /// Asked the coordinator to uncordon (`request`), waiting for the answer. No longer entered
+    /// (the uncordon request now goes with the Done report); kept so that a phase saved by an
+    /// older agent still loads, and then finishes as Done with the uncordon request.
     Uncordoning { target: String, request: String },
     /// Failed on `target`; retried with backoff.
     Degraded { target: String, reason: String },

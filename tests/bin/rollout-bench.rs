@@ -3,15 +3,17 @@
 //!
 //! A real coordinator (the release binary, HTTPS, SQLite) and N simulated nodes in this process.
 //! Each simulated node enrolls with a bootstrap token and then speaks the agent's own protocol
-//! code ([`aloft_agent::coordinator::NodeApi`]): watch its Node, report Working, fetch the rendered
-//! config, the drain handshake, then a simulated host (sleep for the per-node time: apply +
-//! reboot, with an optional failure rate), the uncordon handshake, report Done. The host is the
-//! one simulated part; the protocol, the controllers and the store are the real ones.
+//! code ([`aloft_agent::coordinator::NodeApi`]): watch its Node, fetch the rendered config,
+//! report Working with the drain request and wait for the drain, then a simulated host (sleep
+//! for the per-node time: apply + reboot, with an optional failure rate), then report Done with
+//! the uncordon request. The host is the one simulated part; the protocol, the controllers and
+//! the store are the real ones.
 //!
 //! Prints the wall time from the new MachineConfig to the last node Done, the ideal time, their
 //! ratio (rollout efficiency), the highest number of nodes updating at once (sampled by the nodes
-//! themselves, so it over-counts what the coordinator counts, never under), and the
-//! coordinator's CPU time and peak RSS.
+//! themselves: a node counts itself from seeing its pick to writing Done, inside the window in
+//! which the coordinator counts it unavailable, so a count above the budget is a real violation),
+//! and the coordinator's CPU time and peak RSS.
 //!
 //! Usage: cargo run --release -p aloft-tests --bin rollout-bench -- \
 //!          --nodes 1000 --max-unavailable 10% --per-node-ms 500 [--failure-rate 0.0]
@@ -110,16 +112,13 @@ async fn node(
             let mut marks: Vec<(&str, Instant)> = Vec::new();
             let now = fleet.updating.fetch_add(1, Ordering::SeqCst) + 1;
             fleet.max_updating.fetch_max(now, Ordering::SeqCst);
-            step(&fleet, &name, Some("report Working, fetch config"));
-            // As the agent does: the Working report and the config fetch at once.
-            let (working, config) =
-                tokio::join!(api.report("Working", "", Some(&current)), api.machine_config(&desired));
-            working?;
-            config?;
-            marks.push(("working+fetch", Instant::now()));
-            step(&fleet, &name, Some("drain handshake"));
-            api.drain_handshake(&format!("drain-{desired}"), Duration::from_secs(3600)).await?;
-            marks.push(("drain", Instant::now()));
+            step(&fleet, &name, Some("fetch config"));
+            api.machine_config(&desired).await?;
+            marks.push(("fetch", Instant::now()));
+            // As the agent does: the Working report is the drain request.
+            step(&fleet, &name, Some("report Working, drain handshake"));
+            api.working_and_drain(&current, &format!("drain-{desired}"), Duration::from_secs(3600)).await?;
+            marks.push(("working+drain", Instant::now()));
             step(&fleet, &name, Some("simulated apply"));
             tokio::time::sleep(per_node).await;
             marks.push(("apply", Instant::now()));
@@ -135,12 +134,10 @@ async fn node(
                 api.report("Degraded", "simulated apply failure", Some(&current)).await?;
                 return Ok(());
             }
-            step(&fleet, &name, Some("uncordon handshake"));
-            api.drain_handshake(&format!("uncordon-{desired}"), Duration::from_secs(3600)).await?;
-            marks.push(("uncordon", Instant::now()));
-            step(&fleet, &name, Some("report Done"));
+            // As the agent does: Done carries the uncordon request; the coordinator uncordons.
+            step(&fleet, &name, Some("report Done, ask for the uncordon"));
             fleet.updating.fetch_sub(1, Ordering::SeqCst);
-            view = api.report("Done", "", Some(&desired)).await?;
+            view = api.report_done(&desired, true).await?;
             marks.push(("done", Instant::now()));
             if fleet.trace {
                 let mut last = seen;
@@ -300,6 +297,27 @@ async fn main() -> Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+    let last_done = start.elapsed();
+    // The rollout is over when the pool says so (Updated: every node on the target, uncordoned
+    // and available), not at the last Done report: the coordinator uncordons after Done.
+    if fleet.failures.load(Ordering::SeqCst) == 0 {
+        let pool_path = path_of(&MACHINE_CONFIG_POOL, Some("worker"));
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let p = admin.get(&pool_path).await?.into_result()?;
+            let updated = p
+                .pointer("/status/conditions")
+                .and_then(Value::as_array)
+                .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Updated" && c["status"] == "True"));
+            if updated {
+                break;
+            }
+            if Instant::now() > deadline {
+                bail!("every node reported Done but the pool is not Updated after 60 s: {}", p["status"]);
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
     let wall = start.elapsed();
     let usage = proc_usage(c.pid());
     let sim_cpu = proc_usage(std::process::id()).cpu_s - sim_cpu0;
@@ -320,6 +338,11 @@ async fn main() -> Result<()> {
         args.per_node.as_millis(),
         ideal.as_secs_f64(),
         wall.as_secs_f64() / ideal.as_secs_f64()
+    );
+    println!(
+        "  (the last node reported Done at {:.2} s; the pool was Updated at {:.2} s)",
+        last_done.as_secs_f64(),
+        wall.as_secs_f64()
     );
     println!(
         "  max updating at once (seen by the nodes): {max_seen} (budget {k}){}",

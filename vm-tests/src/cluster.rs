@@ -143,7 +143,8 @@ pub async fn wait_converged(fleet: &Fleet, previous: &str, timeout: Duration) ->
                 if (state == "Degraded" || state == "Unreconcilable") && desired == target {
                     bail!("node {} is {state} on {target}: {}", name(n), annotation(n, ann::REASON));
                 }
-                if state == "Done" && current == target {
+                // Done on the target and uncordoned (the coordinator uncordons after Done).
+                if state == "Done" && current == target && !is_cordoned(n) {
                     done += 1;
                 }
                 summary.push(format!(

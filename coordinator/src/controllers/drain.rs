@@ -193,6 +193,7 @@ async fn pass(store: &Arc<dyn Store>, ctx: &Ctx, st: &mut State) -> Result<bool,
             store: store.clone(),
             ctx: ctx.clone(),
             node: name.clone(),
+            cached: st.nodes.raw[i].clone(),
             pool: pool_name,
             hooks,
             request: req.clone(),
@@ -250,6 +251,9 @@ struct Job {
     store: Arc<dyn Store>,
     ctx: Ctx,
     node: String,
+    /// The node as this pass saw it: the first compare-and-swap tries it, which is almost always
+    /// the newest version (the pass runs on the event of the request), before reading the store.
+    cached: Arc<Value>,
     pool: String,
     hooks: Vec<DrainHook>,
     request: Request,
@@ -276,7 +280,7 @@ impl Job {
     async fn drain(&self, r: &str) -> Result<(), StoreError> {
         // Without hooks there is nothing between the cordon and the acknowledgement: one write.
         let acked = if self.hooks.is_empty() {
-            update_node(&self.store, &self.node, |n| acknowledge_drain(n, r)).await?
+            update_node(&self.store, &self.node, Some(&self.cached), |n| acknowledge_drain(n, r)).await?
         } else {
             self.drain_with_hooks(r).await?
         };
@@ -297,7 +301,7 @@ impl Job {
     /// Cordon (recording when the drain started), call the hooks, acknowledge. True when
     /// acknowledged.
     async fn drain_with_hooks(&self, r: &str) -> Result<bool, StoreError> {
-        let cordoned = update_node(&self.store, &self.node, |n| {
+        let cordoned = update_node(&self.store, &self.node, Some(&self.cached), |n| {
             if pending(n).as_ref().map(Request::value) != Some(r) {
                 return false;
             }
@@ -321,7 +325,8 @@ impl Job {
                 .await?;
             return Ok(false);
         }
-        update_node(&self.store, &self.node, |n| acknowledge_drain(n, r)).await
+        // The cordon above made the cached version stale.
+        update_node(&self.store, &self.node, None, |n| acknowledge_drain(n, r)).await
     }
 
     async fn uncordon(&self, r: &str) -> Result<(), StoreError> {
@@ -339,7 +344,7 @@ impl Job {
                 )
                 .await?;
         }
-        let acked = update_node(&self.store, &self.node, |n| {
+        let acked = update_node(&self.store, &self.node, Some(&self.cached), |n| {
             if pending(n).as_ref().map(Request::value) != Some(r) {
                 return false;
             }
@@ -410,16 +415,23 @@ async fn annotate(
     }
 }
 
-/// Read the node fresh, let `change` edit it (false: nothing to do), write it with
-/// compare-and-swap, and retry on a lost race. True when written.
+/// Let `change` edit the node (false: nothing to do) and write it with compare-and-swap: first
+/// from `cached` when given, then read fresh from the store after each lost race. True when
+/// written.
 async fn update_node(
     store: &Arc<dyn Store>,
     name: &str,
+    cached: Option<&Value>,
     change: impl Fn(&mut Value) -> bool,
 ) -> Result<bool, StoreError> {
     let key = Key::cluster(&NODE.store_key(), name);
+    let mut first = cached.cloned();
     for _ in 0..10 {
-        let Some(mut node) = store.get(&key).await? else { return Ok(false) };
+        let current = match first.take() {
+            Some(v) => Some(v),
+            None => store.get(&key).await?,
+        };
+        let Some(mut node) = current else { return Ok(false) };
         let rev = revision_of(&node);
         if !change(&mut node) {
             return Ok(false);
