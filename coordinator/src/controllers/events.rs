@@ -107,16 +107,6 @@ async fn write_event(
     let name = format!("{}.{}", about.name, &hex::encode(digest)[..16]);
     let key = Key::new(&EVENT.store_key(), NAMESPACE, &name);
     let now = objects::now();
-    if let Some(mut existing) = store.get(&key).await? {
-        let count = existing.get("count").and_then(Value::as_i64).unwrap_or(1) + 1;
-        existing["count"] = count.into();
-        existing["lastTimestamp"] = now.into();
-        let rev = revision_of(&existing);
-        return match store.update(&key, existing, rev).await {
-            Ok(_) | Err(StoreError::Conflict { .. }) | Err(StoreError::NotFound(_)) => Ok(()),
-            Err(e) => Err(e),
-        };
-    }
     let mut ev = json!({
         "apiVersion": "v1",
         "kind": "Event",
@@ -132,11 +122,23 @@ async fn write_event(
         "count": 1,
     });
     objects::prepare_create(&mut ev, NAMESPACE);
+    // Create first: an event is almost always new (a read first cost every event a lookup).
     match store.create(&key, ev).await {
-        Ok(_) | Err(StoreError::AlreadyExists(_)) => {
+        Ok(_) => {
             tracing::info!(object = %about.name, kind = about.kind, %reason, %message, "event");
-            Ok(())
+            return Ok(());
         }
+        Err(StoreError::AlreadyExists(_)) => {}
+        Err(e) => return Err(e),
+    }
+    // The same decision again (e.g. after a restart emptied the recorder): count it.
+    let Some(mut existing) = store.get(&key).await? else { return Ok(()) };
+    let count = existing.get("count").and_then(Value::as_i64).unwrap_or(1) + 1;
+    existing["count"] = count.into();
+    existing["lastTimestamp"] = now.into();
+    let rev = revision_of(&existing);
+    match store.update(&key, existing, rev).await {
+        Ok(_) | Err(StoreError::Conflict { .. }) | Err(StoreError::NotFound(_)) => Ok(()),
         Err(e) => Err(e),
     }
 }

@@ -115,27 +115,21 @@ async fn reconcile(store: &Arc<dyn Store>, st: &mut State, events: &Recorder) ->
         notes.push((node_name, format!("picked by pool {pool_name} to update to {}", plans[k].target)));
         st.nodes.put(v);
     }
-    futures::future::try_join_all(notes.iter().map(|(node_name, msg)| async move {
-        events.emit(store, &Involved::node(node_name), EventType::Normal, reasons::NODE_PICKED, msg).await
-    }))
-    .await?;
     for pp in &plans {
-        let pool_name = st.pools.typed[pp.pool].metadata.name.clone();
-        record_waits(store, events, &pool_name, pp, &st.nodes.typed, &st.nodes.derived).await?;
         if let Some(Wait::Policy(HoldReason::Soaking { until })) = &pp.wait {
             let left = (*until - now).to_std().unwrap_or_default() + Duration::from_millis(100);
             wake = wake.min(left);
         }
     }
-    for pp in &plans {
-        let pairs: Vec<(&Node, &NodeFacts)> =
-            pp.members.iter().map(|&i| (&st.nodes.typed[i], &st.nodes.derived[i])).collect();
-        let pool = &st.pools.typed[pp.pool];
-        let status = compute_status(pool, &pairs, &pp.target, pp.membership_error.as_ref(), Some(pp));
-        if let Some(v) = write_status(store, &st.pools.raw[pp.pool], status).await? {
-            st.pools.put(v);
-        }
-    }
+    let statuses: Vec<(usize, MachineConfigPoolStatus)> = plans
+        .iter()
+        .map(|pp| {
+            let pairs: Vec<(&Node, &NodeFacts)> =
+                pp.members.iter().map(|&i| (&st.nodes.typed[i], &st.nodes.derived[i])).collect();
+            let pool = &st.pools.typed[pp.pool];
+            (pp.pool, compute_status(pool, &pairs, &pp.target, pp.membership_error.as_ref(), Some(pp)))
+        })
+        .collect();
     let mut prestage = Vec::new();
     for pp in &plans {
         for (i, want) in &pp.prestage {
@@ -153,13 +147,33 @@ async fn reconcile(store: &Arc<dyn Store>, st: &mut State, events: &Recorder) ->
             prestage.push((*i, want.clone()));
         }
     }
+    // Everything after the picks at once, so that it shares one commit: a pass that waited for
+    // events, then statuses, then pre-staging took three commits before it could see the next
+    // node free up.
     let raw = &st.nodes.raw;
-    let written =
+    let (nodes, pools) = (&st.nodes, &st.pools);
+    let picked_events = futures::future::try_join_all(notes.iter().map(|(node_name, msg)| async move {
+        events.emit(store, &Involved::node(node_name), EventType::Normal, reasons::NODE_PICKED, msg).await
+    }));
+    let waits = futures::future::try_join_all(plans.iter().map(|pp| async move {
+        let pool_name = &pools.typed[pp.pool].metadata.name;
+        record_waits(store, events, pool_name, pp, &nodes.typed).await
+    }));
+    let status_writes = futures::future::try_join_all(
+        statuses.into_iter().map(|(p, status)| async move { write_status(store, &pools.raw[p], status).await }),
+    );
+    let prestage_writes =
         futures::future::try_join_all(prestage.iter().map(|(i, want)| async move {
             annotate(store, &raw[*i], &[(ann::PRESTAGE_CONFIG, want.as_deref())]).await
-        }))
-        .await?;
-    for v in written.into_iter().flatten() {
+        }));
+    let (picked_events, waits, stored_pools, prestaged) =
+        tokio::join!(picked_events, waits, status_writes, prestage_writes);
+    picked_events?;
+    waits?;
+    for v in stored_pools?.into_iter().flatten() {
+        st.pools.put(v);
+    }
+    for v in prestaged?.into_iter().flatten() {
         st.nodes.put(v);
     }
     Ok(wake)
@@ -172,7 +186,6 @@ async fn record_waits(
     pool_name: &str,
     pp: &PoolPlan,
     nodes: &[Node],
-    facts: &[NodeFacts],
 ) -> Result<(), StoreError> {
     let about = Involved::pool(pool_name);
     let (reason, type_) = match &pp.wait {
@@ -186,8 +199,15 @@ async fn record_waits(
         }
     }
     if let Some(w) = &pp.wait {
-        let waiting = pp.members.iter().filter(|&&i| facts[i].desired != pp.target).count();
-        let msg = format!("{waiting} node(s) wait for {}: {w}", pp.target);
+        // One event per reason and target, not one per pass: the message leaves out what
+        // changes with every pick (how many wait, which nodes hold the slots); the pool's
+        // status counts them.
+        let msg = match w {
+            Wait::MaxUnavailable { max, .. } => {
+                format!("nodes wait for {}: maxUnavailable is {max} and every slot is taken", pp.target)
+            }
+            w => format!("nodes wait for {}: {w}", pp.target),
+        };
         events.emit(store, &about, type_, reason, &msg).await?;
     }
     if pp.blocked.is_empty() {
