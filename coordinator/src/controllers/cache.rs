@@ -5,6 +5,7 @@
 
 use crate::server::objects;
 use crate::store::{revision_of, Store, StoreError};
+use serde::Deserialize;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -12,8 +13,14 @@ use std::sync::Arc;
 /// What a controller reads of every object on every pass, worked out once when the object
 /// changes instead (a pass over a 1,000-node fleet otherwise spends its time re-reading the
 /// same annotations).
-pub(crate) trait Derive: Sized {
+pub(crate) trait Derive: Sized + serde::de::DeserializeOwned {
     type Derived;
+    /// The typed object from a stored one. By default all of it; a type whose full form is
+    /// costly (every level of `Node` keeps unknown fields, which makes serde buffer each field
+    /// twice) reads only what the controllers use.
+    fn parse(v: &Value) -> Result<Self, serde_json::Error> {
+        Self::deserialize(v)
+    }
     fn derive(&self) -> Self::Derived;
     /// Whether a rollout decision reads the same from the new version as from the old one, so
     /// an event that changed only other fields needs no new pass (a node's drain handshake
@@ -21,10 +28,66 @@ pub(crate) trait Derive: Sized {
     fn same_for_decisions(_old: (&Self, &Self::Derived), _new: (&Self, &Self::Derived)) -> bool {
         false
     }
+    /// Whether pool membership and candidate order read the same from both versions (see
+    /// [`super::pick::Layout`]). Conservative by default.
+    fn same_layout(_old: &Self, _new: &Self) -> bool {
+        false
+    }
+}
+
+/// A string map (labels, annotations); absent or null is empty.
+fn string_map(v: Option<&Value>) -> Result<std::collections::BTreeMap<String, String>, serde_json::Error> {
+    match v {
+        None | Some(Value::Null) => Ok(Default::default()),
+        Some(v) => std::collections::BTreeMap::<String, String>::deserialize(v),
+    }
+}
+
+fn field<'a>(m: Option<&'a Value>, k: &str) -> Option<&'a Value> {
+    m.and_then(|m| m.get(k))
+}
+
+fn opt_string(v: Option<&Value>) -> Result<Option<String>, serde_json::Error> {
+    match v {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => String::deserialize(v).map(Some),
+    }
 }
 
 impl Derive for aloft_api::Node {
     type Derived = super::pools::NodeFacts;
+    /// What the node and drain controllers read: name, creation time, labels, annotations,
+    /// `spec.unschedulable` and the conditions' type, status, reason, message. A full
+    /// deserialization (with every level's unknown fields) of every Node event, in both
+    /// controllers, was a tenth of the coordinator's CPU in a rollout.
+    fn parse(v: &Value) -> Result<Self, serde_json::Error> {
+        use serde::de::Error;
+        let meta = v.get("metadata");
+        let mut n = aloft_api::Node::default();
+        n.metadata.name = opt_string(field(meta, "name"))?.unwrap_or_default();
+        n.metadata.creation_timestamp = opt_string(field(meta, "creationTimestamp"))?;
+        n.metadata.resource_version = opt_string(field(meta, "resourceVersion"))?;
+        n.metadata.labels = string_map(field(meta, "labels"))?;
+        n.metadata.annotations = string_map(field(meta, "annotations"))?;
+        n.spec.unschedulable = match field(v.get("spec"), "unschedulable") {
+            None | Some(Value::Null) => false,
+            Some(u) => bool::deserialize(u)?,
+        };
+        if let Some(conds) = field(v.get("status"), "conditions").filter(|c| !c.is_null()) {
+            let conds = conds.as_array().ok_or_else(|| serde_json::Error::custom("status.conditions: not a list"))?;
+            for c in conds {
+                n.status.conditions.push(aloft_api::Condition {
+                    type_: opt_string(c.get("type"))?.unwrap_or_default(),
+                    status: opt_string(c.get("status"))?.unwrap_or_default(),
+                    last_transition_time: opt_string(c.get("lastTransitionTime"))?,
+                    reason: opt_string(c.get("reason"))?.unwrap_or_default(),
+                    message: opt_string(c.get("message"))?.unwrap_or_default(),
+                    ..Default::default()
+                });
+            }
+        }
+        Ok(n)
+    }
     fn derive(&self) -> Self::Derived {
         super::pools::NodeFacts::of(self)
     }
@@ -33,11 +96,22 @@ impl Derive for aloft_api::Node {
     fn same_for_decisions(old: (&Self, &Self::Derived), new: (&Self, &Self::Derived)) -> bool {
         old.0.metadata.labels == new.0.metadata.labels && old.1.same_for_rollout(new.1)
     }
+    /// Membership reads labels; candidate order labels, creation time and name.
+    fn same_layout(old: &Self, new: &Self) -> bool {
+        old.metadata.labels == new.metadata.labels
+            && old.metadata.creation_timestamp == new.metadata.creation_timestamp
+            && old.metadata.name == new.metadata.name
+    }
 }
 
 impl Derive for aloft_api::MachineConfigPool {
     type Derived = ();
     fn derive(&self) {}
+    /// Membership reads the name (master and worker rank apart) and the node selector; a pool's
+    /// status writes (every pass) change neither.
+    fn same_layout(old: &Self, new: &Self) -> bool {
+        old.metadata.name == new.metadata.name && old.spec.node_selector == new.spec.node_selector
+    }
 }
 
 impl Derive for aloft_api::NodeDisruptionBudget {
@@ -54,11 +128,16 @@ pub(crate) struct Cache<T: Derive> {
     pub(crate) raw: Vec<Arc<Value>>,
     pub(crate) typed: Vec<T>,
     pub(crate) derived: Vec<T::Derived>,
+    /// Bumped whenever an object is added or removed, or changes in what
+    /// [`Derive::same_layout`] compares: a [`super::pick::Layout`] built at one value holds
+    /// until it moves (indexes included: they shift only on add and remove).
+    pub(crate) layout_version: u64,
 }
 
-impl<T: serde::de::DeserializeOwned + Derive> Cache<T> {
+impl<T: Derive> Cache<T> {
     pub(crate) async fn load(store: &Arc<dyn Store>, resource: &str) -> Result<Self, StoreError> {
-        let mut c = Cache { index: HashMap::new(), raw: Vec::new(), typed: Vec::new(), derived: Vec::new() };
+        let mut c =
+            Cache { index: HashMap::new(), raw: Vec::new(), typed: Vec::new(), derived: Vec::new(), layout_version: 0 };
         for v in store.list(resource, None).await?.items {
             c.put(v);
         }
@@ -73,18 +152,22 @@ impl<T: serde::de::DeserializeOwned + Derive> Cache<T> {
     /// ([`Derive::same_for_decisions`]).
     fn replace(&mut self, v: Arc<Value>) -> bool {
         let name = objects::name_of(&v).to_string();
-        match T::deserialize(&*v) {
+        match T::parse(&v) {
             Ok(t) => {
                 let d = t.derive();
                 match self.index.get(&name) {
                     Some(&i) => {
                         let same = T::same_for_decisions((&self.typed[i], &self.derived[i]), (&t, &d));
+                        if !T::same_layout(&self.typed[i], &t) {
+                            self.layout_version += 1;
+                        }
                         self.raw[i] = v;
                         self.typed[i] = t;
                         self.derived[i] = d;
                         !same
                     }
                     None => {
+                        self.layout_version += 1;
                         self.index.insert(name, self.raw.len());
                         self.raw.push(v);
                         self.typed.push(t);
@@ -103,6 +186,7 @@ impl<T: serde::de::DeserializeOwned + Derive> Cache<T> {
 
     fn remove(&mut self, name: &str) {
         let Some(i) = self.index.remove(name) else { return };
+        self.layout_version += 1;
         self.raw.swap_remove(i);
         self.typed.swap_remove(i);
         self.derived.swap_remove(i);
@@ -128,5 +212,76 @@ impl<T: serde::de::DeserializeOwned + Derive> Cache<T> {
                 cached.is_none_or(|c| c < ev.revision) && self.replace(ev.object.clone())
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{Event, EventType, Key};
+    use aloft_api::{MachineConfigPool, Node};
+    use serde_json::json;
+
+    fn event(resource: &str, revision: u64, object: Value) -> Event {
+        let name = objects::name_of(&object).to_string();
+        let mut object = object;
+        object["metadata"]["resourceVersion"] = revision.to_string().into();
+        Event { revision, key: Key::cluster(resource, &name), kind: EventType::Modified, object: Arc::new(object) }
+    }
+
+    fn empty<T: Derive>() -> Cache<T> {
+        Cache { index: HashMap::new(), raw: Vec::new(), typed: Vec::new(), derived: Vec::new(), layout_version: 0 }
+    }
+
+    #[test]
+    fn a_lean_node_reads_what_the_full_one_does() {
+        let v = json!({"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": "a", "creationTimestamp": "2026-01-01T00:00:00Z", "resourceVersion": "7",
+                "labels": {"topology.kubernetes.io/zone": "z1"}, "annotations": {"machineconfiguration.openshift.io/state": "Done"},
+                "uid": "u"},
+            "spec": {"unschedulable": true, "podCIDR": "10.0.0.0/24"},
+            "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "r", "message": "m",
+                "lastTransitionTime": "2026-01-01T00:00:00Z", "lastHeartbeatTime": "2026-01-01T00:00:00Z"}],
+                "nodeInfo": {"osImage": "x"}}});
+        let lean = <Node as Derive>::parse(&v).unwrap();
+        let full = Node::deserialize(&v).unwrap();
+        assert_eq!(lean.metadata.name, full.metadata.name);
+        assert_eq!(lean.metadata.creation_timestamp, full.metadata.creation_timestamp);
+        assert_eq!(lean.metadata.labels, full.metadata.labels);
+        assert_eq!(lean.metadata.annotations, full.metadata.annotations);
+        assert_eq!(lean.spec.unschedulable, full.spec.unschedulable);
+        assert!(lean.is_ready() && full.is_ready());
+        assert_eq!(lean.derive(), full.derive(), "the controllers' facts are the same");
+        let bad = json!({"metadata": {"name": "b", "labels": {"x": 1}}});
+        assert!(<Node as Derive>::parse(&bad).is_err(), "a non-string label is refused, as by the full form");
+        assert!(<Node as Derive>::parse(&json!({"metadata": {"name": "c"}, "status": {"conditions": 3}})).is_err());
+    }
+
+    #[test]
+    fn the_layout_version_moves_with_labels_and_selectors_only() {
+        let mut nodes: Cache<Node> = empty();
+        let node = |rev, zone: &str, state: &str| {
+            event("/nodes", rev, json!({"metadata": {"name": "a", "labels": {"topology.kubernetes.io/zone": zone},
+                "annotations": {"machineconfiguration.openshift.io/state": state}}}))
+        };
+        assert!(nodes.apply(&node(1, "z1", "Done")));
+        let added = nodes.layout_version;
+        assert!(added > 0, "an added node moves it");
+        assert!(nodes.apply(&node(2, "z1", "Working")), "a state change is a decision change");
+        assert_eq!(nodes.layout_version, added, "but not a layout change");
+        nodes.apply(&node(3, "z2", "Working"));
+        assert!(nodes.layout_version > added, "a zone label change reorders candidates");
+
+        let mut pools: Cache<MachineConfigPool> = empty();
+        let pool = |rev, role: &str, count: i64| {
+            event("/pools", rev, json!({"metadata": {"name": "worker"},
+                "spec": {"nodeSelector": {"matchLabels": {role: ""}}}, "status": {"machineCount": count}}))
+        };
+        pools.apply(&pool(1, "worker", 1));
+        let v = pools.layout_version;
+        pools.apply(&pool(2, "worker", 2));
+        assert_eq!(pools.layout_version, v, "a status write keeps the layout");
+        pools.apply(&pool(3, "infra", 2));
+        assert!(pools.layout_version > v, "a new node selector changes membership");
     }
 }

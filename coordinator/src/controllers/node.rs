@@ -45,6 +45,8 @@ struct State {
     nodes: Cache<Node>,
     pools: Cache<MachineConfigPool>,
     budgets: Cache<NodeDisruptionBudget>,
+    /// The layout and the (nodes, pools) layout versions it was built at.
+    layout: Option<((u64, u64), pick::Layout)>,
 }
 
 async fn follow(store: &Arc<dyn Store>, events: &Recorder) -> Result<(), StoreError> {
@@ -59,6 +61,7 @@ async fn follow(store: &Arc<dyn Store>, events: &Recorder) -> Result<(), StoreEr
         nodes: Cache::load(store, &keys[0]).await?,
         pools: Cache::load(store, &keys[1]).await?,
         budgets: Cache::load(store, &keys[2]).await?,
+        layout: None,
     };
     // The lists may be newer than `from`; replayed events then only re-put the same objects.
     let mut due = tokio::time::Instant::now() + reconcile(store, &mut st, events).await?;
@@ -91,9 +94,15 @@ async fn follow(store: &Arc<dyn Store>, events: &Recorder) -> Result<(), StoreEr
 /// events (until a soak ends, at most [`super::RESYNC`]).
 async fn reconcile(store: &Arc<dyn Store>, st: &mut State, events: &Recorder) -> Result<Duration, StoreError> {
     let now = chrono::Utc::now();
-    let plans = pick::plan_with_facts(
+    let version = (st.nodes.layout_version, st.pools.layout_version);
+    if st.layout.as_ref().is_none_or(|(v, _)| *v != version) {
+        st.layout = Some((version, pick::Layout::of(&st.pools.typed, &st.nodes.typed)));
+    }
+    let empty = pick::Layout::default();
+    let plans = pick::plan_with_layout(
         Snapshot { nodes: &st.nodes.typed, pools: &st.pools.typed, budgets: &st.budgets.typed },
         &st.nodes.derived,
+        st.layout.as_ref().map_or(&empty, |(_, l)| l),
         now,
     );
     let mut wake = super::RESYNC;

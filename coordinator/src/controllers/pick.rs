@@ -106,28 +106,64 @@ pub fn plan(s: Snapshot<'_>, now: DateTime<Utc>) -> Vec<PoolPlan> {
 /// [`plan`] with `facts[i]` = `NodeFacts::of(&s.nodes[i])` already worked out (the controller
 /// keeps them in its cache).
 pub fn plan_with_facts(s: Snapshot<'_>, facts: &[NodeFacts], now: DateTime<Utc>) -> Vec<PoolPlan> {
+    plan_with_layout(s, facts, &Layout::of(s.pools, s.nodes), now)
+}
+
+/// Which nodes belong to which pool, and in which order a pool's candidates are picked: what a
+/// decision reads of node labels, names, creation times and pool selectors only. Those change
+/// rarely, and working this out (a selector match per node and pool, a sort of every pool) was
+/// most of a pass on a big fleet; the controller keeps it until one of them changes.
+#[derive(Debug, Clone, Default)]
+pub struct Layout {
+    /// Pool name -> member indexes, in node order.
+    members: BTreeMap<String, Vec<usize>>,
+    /// Pool name -> member indexes, in MCO's candidate order.
+    ordered: BTreeMap<String, Vec<usize>>,
+    /// Pool name -> why a node could not be placed in it.
+    errors: BTreeMap<String, String>,
+}
+
+impl Layout {
+    pub fn of(pools: &[MachineConfigPool], nodes: &[Node]) -> Self {
+        let (members, errors) = pools::membership(pools, nodes);
+        let ordered = members
+            .iter()
+            .map(|(name, idx)| {
+                let mut idx = idx.clone();
+                pools::sort_candidates(nodes, &mut idx);
+                (name.clone(), idx)
+            })
+            .collect();
+        Layout { members, ordered, errors }
+    }
+}
+
+/// [`plan_with_facts`] with the [`Layout`] of the snapshot already worked out.
+pub fn plan_with_layout(s: Snapshot<'_>, facts: &[NodeFacts], layout: &Layout, now: DateTime<Utc>) -> Vec<PoolPlan> {
     let unavailable: Vec<bool> = facts.iter().map(NodeFacts::disrupted).collect();
     let labels: Vec<&BTreeMap<String, String>> = s.nodes.iter().map(|n| &n.metadata.labels).collect();
     let mut ledger = Ledger::new(s.budgets, &labels, &unavailable);
-    let (members, errors) = pools::membership(s.pools, s.nodes);
     let mut order: Vec<usize> = (0..s.pools.len()).collect();
     order.sort_by(|&a, &b| s.pools[a].metadata.name.cmp(&s.pools[b].metadata.name));
     let mut out = Vec::with_capacity(order.len());
     for p in order {
-        let pool = &s.pools[p];
-        let idx = members.get(&pool.metadata.name).cloned().unwrap_or_default();
-        let mut pp = plan_pool(s, p, idx, facts, &unavailable, &mut ledger, now);
-        pp.membership_error = errors.get(&pool.metadata.name).cloned();
+        let name = &s.pools[p].metadata.name;
+        let idx = layout.members.get(name).cloned().unwrap_or_default();
+        let ordered = layout.ordered.get(name).map(Vec::as_slice).unwrap_or_default();
+        let mut pp = plan_pool(s, p, idx, ordered, facts, &unavailable, &mut ledger, now);
+        pp.membership_error = layout.errors.get(name).cloned();
         out.push(pp);
     }
     out.sort_by_key(|pp| pp.pool);
     out
 }
 
+#[allow(clippy::too_many_arguments)]
 fn plan_pool(
     s: Snapshot<'_>,
     p: usize,
     members: Vec<usize>,
+    ordered: &[usize],
     facts: &[NodeFacts],
     unavailable: &[bool],
     ledger: &mut Ledger,
@@ -162,8 +198,9 @@ fn plan_pool(
     );
     pp.rollout = Some(eval.status);
     let broken = matches!(eval.gate, Gate::Hold(HoldReason::CircuitBroken { .. }));
-    let mut candidates: Vec<usize> =
-        pp.members.iter().copied().filter(|&i| facts[i].desired != target && facts[i].ready).collect();
+    // In candidate order already (the layout's).
+    let candidates: Vec<usize> =
+        ordered.iter().copied().filter(|&i| facts[i].desired != target && facts[i].ready).collect();
     let waiting_any = pp.members.iter().any(|&i| facts[i].desired != target);
     let limit = match (&eval.gate, pool.spec.paused) {
         (_, true) => {
@@ -187,7 +224,6 @@ fn plan_pool(
             .collect();
         let room = max.saturating_sub(busy.len());
         let capacity = room.min(limit);
-        pools::sort_candidates(s.nodes, &mut candidates);
         let mut blocked: BTreeMap<String, (Blocked, Vec<usize>)> = BTreeMap::new();
         let mut unpicked = 0;
         // A node stuck Degraded/Unreconcilable on an older config is unavailable already and
