@@ -631,3 +631,58 @@ async fn invariant_holds_with_real_agents_through_coordinator_sigkills() {
         assert_eq!(annotation(&node, ann::CURRENT_CONFIG), target);
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiting_nodes_pre_stage_only_a_target_that_changes_their_os() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let names = ["p0", "p1"];
+    for n in names {
+        fake_node(&admin, n, json!({"node-role.kubernetes.io/worker": ""}), true).await;
+    }
+    create(&admin, &MACHINE_CONFIG_POOL, &worker_pool(false, json!({"maxUnavailable": 1}))).await;
+    create(&admin, &MACHINE_CONFIG, &machine_config("50-worker-a", "worker")).await;
+    let t1 = new_target(&admin, "").await;
+    // Both nodes end up on t1, one at a time.
+    for _ in 0..2 {
+        let n = eventually(WAIT, "a node picked for t1", || async {
+            for n in names {
+                let v = node(&admin, n).await;
+                if annotation(&v, ann::DESIRED_CONFIG) == t1 && annotation(&v, ann::CURRENT_CONFIG) != t1 {
+                    return Ok(Some(n));
+                }
+            }
+            Ok(None)
+        })
+        .await;
+        finish(&admin, n, &t1).await;
+    }
+
+    // A config-only change: the node that waits has no OS to fetch, so no pre-stage request.
+    let mut b = machine_config("50-worker-b", "worker");
+    b["spec"]["kernelArguments"] = json!(["nosmt"]);
+    create(&admin, &MACHINE_CONFIG, &b).await;
+    let t2 = new_target(&admin, &t1).await;
+    event_with(&admin, "MachineConfigPool", "worker", "NodeWaiting", &t2).await;
+    let waiting = eventually(WAIT, "one node picked for t2, one waiting", || async {
+        let p = picked(&admin, &names, &t2).await;
+        Ok((p.len() == 1).then(|| names.iter().find(|n| **n != p[0]).map(|n| n.to_string())).flatten())
+    })
+    .await;
+    // The pass that wrote the pick and the wait event would have written a pre-stage request
+    // in the same breath; give it time to land if it was going to.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let w = node(&admin, &waiting).await;
+    assert_eq!(annotation(&w, ann::PRESTAGE_CONFIG), "", "same OS: nothing to pre-stage ({w})");
+
+    // A new OS image: the waiting node (its slot still taken by the node updating to t2) is
+    // asked to pre-stage it.
+    let mut os = machine_config("50-worker-os", "worker");
+    os["spec"]["osImageURL"] = json!(format!("ostree+http://127.0.0.1:1/repo#aloft/os/x86_64@{}", "a".repeat(64)));
+    create(&admin, &MACHINE_CONFIG, &os).await;
+    let t3 = new_target(&admin, &t2).await;
+    eventually(WAIT, "the waiting node asked to pre-stage the new OS", || async {
+        Ok((annotation(&node(&admin, &waiting).await, ann::PRESTAGE_CONFIG) == t3).then_some(()))
+    })
+    .await;
+}

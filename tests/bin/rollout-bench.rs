@@ -178,6 +178,27 @@ async fn main() -> Result<()> {
                  "nodeSelector": {"matchLabels": {"node-role.kubernetes.io/worker": ""}},
                  "maxUnavailable": max_unavailable_json(&args.max_unavailable)}});
     admin.post(&path_of(&MACHINE_CONFIG_POOL, None), &pool).await?.into_result()?;
+    // The fleet runs a rendered config already (as installed nodes do); the rollout measured is
+    // the next one.
+    let base = json!({"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfig",
+        "metadata": {"name": "50-worker-base", "labels": {ann::ROLE_LABEL: "worker"}},
+        "spec": {"config": {"ignition": {"version": "3.4.0"}, "storage": {"files": [
+            {"path": "/etc/bench-base.conf", "mode": 420, "contents": {"source": "data:,base"}}]}}}});
+    admin.post(&path_of(&MACHINE_CONFIG, None), &base).await?.into_result()?;
+    let pool_path = path_of(&MACHINE_CONFIG_POOL, Some("worker"));
+    let installed = {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let p = admin.get(&pool_path).await?.into_result()?;
+            if let Some(name) = p.pointer("/spec/configuration/name").and_then(Value::as_str) {
+                break name.to_string();
+            }
+            if Instant::now() > deadline {
+                bail!("the pool did not render its first config within 30 s");
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
 
     // Enroll the fleet (a few at a time: enrollment is a durable write each).
     let bootstrap = c.create_token("bench", "bootstrap");
@@ -201,13 +222,22 @@ async fn main() -> Result<()> {
         // start over minutes, not in one instant (10,000 TLS handshakes at once overrun the
         // listen queue of any server).
         let (url, ca) = (c.url().to_string(), c.ca_pem());
+        let installed = &installed;
         let started = futures::future::try_join_all(enrolled.into_iter().map(|(name, token)| {
             let config = ClientConfig { server: url.clone(), ca_pem: Some(ca.clone()), token: Some(token) };
             async move {
                 let client = Client::new(&config)?;
                 let api = NodeApi::new(client, &name);
                 api.set_ready(true, "simulated host").await?;
-                api.report("Done", "", None).await?;
+                // Installed from the pool's rendered config: the agent's first report says so
+                // (current and desired), as MCO's daemon does on first boot.
+                api.annotate(&[
+                    (ann::STATE, Some("Done")),
+                    (ann::REASON, Some("")),
+                    (ann::CURRENT_CONFIG, Some(installed)),
+                    (ann::DESIRED_CONFIG, Some(installed)),
+                ])
+                .await?;
                 anyhow::Ok((name, api))
             }
         }))
@@ -301,7 +331,6 @@ async fn main() -> Result<()> {
     // The rollout is over when the pool says so (Updated: every node on the target, uncordoned
     // and available), not at the last Done report: the coordinator uncordons after Done.
     if fleet.failures.load(Ordering::SeqCst) == 0 {
-        let pool_path = path_of(&MACHINE_CONFIG_POOL, Some("worker"));
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let p = admin.get(&pool_path).await?.into_result()?;

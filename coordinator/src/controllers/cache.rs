@@ -261,8 +261,12 @@ mod tests {
     fn the_layout_version_moves_with_labels_and_selectors_only() {
         let mut nodes: Cache<Node> = empty();
         let node = |rev, zone: &str, state: &str| {
-            event("/nodes", rev, json!({"metadata": {"name": "a", "labels": {"topology.kubernetes.io/zone": zone},
-                "annotations": {"machineconfiguration.openshift.io/state": state}}}))
+            event(
+                "/nodes",
+                rev,
+                json!({"metadata": {"name": "a", "labels": {"topology.kubernetes.io/zone": zone},
+                "annotations": {"machineconfiguration.openshift.io/state": state}}}),
+            )
         };
         assert!(nodes.apply(&node(1, "z1", "Done")));
         let added = nodes.layout_version;
@@ -274,8 +278,12 @@ mod tests {
 
         let mut pools: Cache<MachineConfigPool> = empty();
         let pool = |rev, role: &str, count: i64| {
-            event("/pools", rev, json!({"metadata": {"name": "worker"},
-                "spec": {"nodeSelector": {"matchLabels": {role: ""}}}, "status": {"machineCount": count}}))
+            event(
+                "/pools",
+                rev,
+                json!({"metadata": {"name": "worker"},
+                "spec": {"nodeSelector": {"matchLabels": {role: ""}}}, "status": {"machineCount": count}}),
+            )
         };
         pools.apply(&pool(1, "worker", 1));
         let v = pools.layout_version;

@@ -10,7 +10,7 @@ use super::events::{reasons, EventType, Involved, Recorder};
 use super::pick::{self, names_text, PoolPlan, Snapshot, Wait};
 use super::pools::NodeFacts;
 use super::rollout_policy::HoldReason;
-use crate::resources::{MACHINE_CONFIG_POOL, NODE, NODE_DISRUPTION_BUDGET};
+use crate::resources::{MACHINE_CONFIG, MACHINE_CONFIG_POOL, NODE, NODE_DISRUPTION_BUDGET};
 use crate::server::objects;
 use crate::store::{revision_of, Key, Store, StoreError, WatchFilter};
 use aloft_api::annotations as ann;
@@ -47,6 +47,9 @@ struct State {
     budgets: Cache<NodeDisruptionBudget>,
     /// The layout and the (nodes, pools) layout versions it was built at.
     layout: Option<((u64, u64), pick::Layout)>,
+    /// Rendered config name -> its osImageURL. Rendered configs are named by their content, so
+    /// an entry never goes stale.
+    os_images: std::collections::HashMap<String, String>,
 }
 
 async fn follow(store: &Arc<dyn Store>, events: &Recorder) -> Result<(), StoreError> {
@@ -62,6 +65,7 @@ async fn follow(store: &Arc<dyn Store>, events: &Recorder) -> Result<(), StoreEr
         pools: Cache::load(store, &keys[1]).await?,
         budgets: Cache::load(store, &keys[2]).await?,
         layout: None,
+        os_images: Default::default(),
     };
     // The lists may be newer than `from`; replayed events then only re-put the same objects.
     let mut due = tokio::time::Instant::now() + reconcile(store, &mut st, events).await?;
@@ -139,6 +143,33 @@ async fn reconcile(store: &Arc<dyn Store>, st: &mut State, events: &Recorder) ->
             (pp.pool, compute_status(pool, &pairs, &pp.target, pp.membership_error.as_ref(), Some(pp)))
         })
         .collect();
+    // Pre-staging fetches an OS image: a target on the OS a node runs already has nothing to
+    // pre-stage (a config-only rollout would otherwise cost a write, a watch event, a config
+    // fetch and a report per waiting node).
+    for pp in &plans {
+        let mut names: Vec<&str> = pp
+            .prestage
+            .iter()
+            .filter(|(_, want)| want.is_some())
+            .map(|(i, _)| st.nodes.derived[*i].current.as_str())
+            .collect();
+        names.push(pp.target.as_str());
+        names.sort_unstable();
+        names.dedup();
+        for name in names {
+            if !name.is_empty() && !st.os_images.contains_key(name) {
+                let key = Key::cluster(&MACHINE_CONFIG.store_key(), name);
+                if let Some(mc) = store.get(&key).await? {
+                    let url = mc.pointer("/spec/osImageURL").and_then(Value::as_str).unwrap_or("");
+                    st.os_images.insert(name.to_string(), url.to_string());
+                }
+            }
+        }
+    }
+    let same_os = |current: &str, target: &str| match (st.os_images.get(current), st.os_images.get(target)) {
+        (Some(a), Some(b)) => a == b,
+        _ => false,
+    };
     let mut prestage = Vec::new();
     for pp in &plans {
         for (i, want) in &pp.prestage {
@@ -149,6 +180,7 @@ async fn reconcile(store: &Arc<dyn Store>, st: &mut State, events: &Recorder) ->
             }
             // Picked nodes lost the annotation with their pick.
             let facts = &st.nodes.derived[*i];
+            let want = if want.is_some() && same_os(&facts.current, &pp.target) { &None } else { want };
             let have = (!facts.prestage.is_empty()).then_some(facts.prestage.as_str());
             if have == want.as_deref() || (want.is_some() && facts.desired == pp.target) {
                 continue;
