@@ -47,9 +47,10 @@ struct State {
     budgets: Cache<NodeDisruptionBudget>,
     /// The layout and the (nodes, pools) layout versions it was built at.
     layout: Option<((u64, u64), pick::Layout)>,
-    /// Rendered config name -> its osImageURL. Rendered configs are named by their content, so
-    /// an entry never goes stale.
-    os_images: std::collections::HashMap<String, String>,
+    /// Rendered config name -> its osImageURL (None: not in the store, e.g. collected; such a
+    /// node is asked to pre-stage, the safe side). Rendered configs are named by their content,
+    /// so an entry never goes stale.
+    os_images: std::collections::HashMap<String, Option<String>>,
 }
 
 async fn follow(store: &Arc<dyn Store>, events: &Recorder) -> Result<(), StoreError> {
@@ -159,15 +160,16 @@ async fn reconcile(store: &Arc<dyn Store>, st: &mut State, events: &Recorder) ->
         for name in names {
             if !name.is_empty() && !st.os_images.contains_key(name) {
                 let key = Key::cluster(&MACHINE_CONFIG.store_key(), name);
-                if let Some(mc) = store.get(&key).await? {
-                    let url = mc.pointer("/spec/osImageURL").and_then(Value::as_str).unwrap_or("");
-                    st.os_images.insert(name.to_string(), url.to_string());
-                }
+                let url = store
+                    .get(&key)
+                    .await?
+                    .map(|mc| mc.pointer("/spec/osImageURL").and_then(Value::as_str).unwrap_or("").to_string());
+                st.os_images.insert(name.to_string(), url);
             }
         }
     }
     let same_os = |current: &str, target: &str| match (st.os_images.get(current), st.os_images.get(target)) {
-        (Some(a), Some(b)) => a == b,
+        (Some(Some(a)), Some(Some(b))) => a == b,
         _ => false,
     };
     let mut prestage = Vec::new();

@@ -302,7 +302,7 @@ fn write_one(
     )?
     .execute(params![rev as i64, key.resource, key.namespace, key.name, kind.code(), data])?;
     *head = rev;
-    if rev % 1000 == 0 && rev > retain {
+    if rev.is_multiple_of(1000) && rev > retain {
         let floor = rev - retain;
         conn.execute("DELETE FROM log WHERE revision <= ?1", [floor as i64])?;
         conn.execute("UPDATE meta SET value = ?1 WHERE key = 'compacted'", [floor as i64])?;
