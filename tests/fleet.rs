@@ -330,3 +330,48 @@ async fn workloads_stop_around_a_drained_update() {
     assert!(during <= 3, "{during} update attempts in 25 s while Degraded: no backoff");
     assert_eq!(std::fs::read_to_string(h.path("/etc/app/app.conf")).unwrap(), "one");
 }
+
+/// An agent that stopped after its drained update was applied but before it asked to be
+/// uncordoned (here: the phase an older agent saved before that request) finishes with Done and
+/// the uncordon request in one report, and the coordinator uncordons: the node does not stay
+/// cordoned with nobody asking.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_agent_never_leaves_a_done_node_cordoned() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let token_file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(token_file.path(), c.create_token("fleet", "bootstrap")).unwrap();
+    let mut h = Host::new("worker-u").await;
+    h.start_agent(&c, token_file.path());
+    // The file drains the node and needs nothing else (no reboot).
+    let policy = json!({"apiVersion": "operator.openshift.io/v1", "kind": "MachineConfiguration",
+        "metadata": {"name": "cluster"},
+        "spec": {"nodeDisruptionPolicy": {"files": [{"path": "/etc/u.conf", "actions": [{"type": "Drain"}]}]}}});
+    admin.post("/apis/operator.openshift.io/v1/machineconfigurations", &policy).await.unwrap().into_result().unwrap();
+    let pool = yaml(&testdata().join("mco/bootstrap/worker.machineconfigpool.yaml"));
+    admin.post(&path_of(&MACHINE_CONFIG_POOL, None), &pool).await.unwrap().into_result().unwrap();
+    let mc = json!({"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfig",
+        "metadata": {"name": "50-worker-u", "labels": {ann::ROLE_LABEL: "worker"}},
+        "spec": {"config": {"ignition": {"version": "3.4.0"}, "storage": {"files": [
+            {"path": "/etc/u.conf", "mode": 420, "contents": {"source": "data:,u"}}]}}}});
+    admin.post(&path_of(&MACHINE_CONFIG, None), &mc).await.unwrap().into_result().unwrap();
+    let mut hosts = [h];
+    let target = converge(&c, &hosts, None, "the node Done on the config").await;
+
+    // The state a crash leaves: drained and acknowledged, cordoned, still Working, the config
+    // applied and saved on disk, and the agent's phase past the apply.
+    hosts[0].stop_agent();
+    let node_path = path_of(&NODE, Some("worker-u"));
+    let drain = format!("drain-{target}");
+    let patch = json!({"spec": {"unschedulable": true}, "metadata": {"annotations": {
+        ann::DESIRED_DRAIN: drain, ann::LAST_APPLIED_DRAIN: drain, ann::STATE: "Working"}}});
+    admin.patch(&node_path, "application/merge-patch+json", &patch).await.unwrap().into_result().unwrap();
+    let phase = json!({"phase": "uncordoning", "target": target, "request": format!("uncordon-{target}")});
+    std::fs::write(hosts[0].path("/var/lib/aloft/phase.json"), phase.to_string()).unwrap();
+    hosts[0].start_agent(&c, token_file.path());
+
+    converge(&c, &hosts, None, "Done and uncordoned after the restart").await;
+    let node = admin.get(&node_path).await.unwrap().into_result().unwrap();
+    assert_eq!(node_annotation(&node, ann::LAST_APPLIED_DRAIN), format!("uncordon-{target}"), "{node}");
+    assert_ne!(node.pointer("/spec/unschedulable"), Some(&json!(true)), "{node}");
+}
