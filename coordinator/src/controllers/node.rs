@@ -103,11 +103,18 @@ async fn reconcile(store: &Arc<dyn Store>, st: &mut State, events: &Recorder) ->
     if st.layout.as_ref().is_none_or(|(v, _)| *v != version) {
         st.layout = Some((version, pick::Layout::of(&st.pools.typed, &st.nodes.typed)));
     }
+    learn_os_images(store, st).await?;
+    let os = &st.os_images;
+    let same_os = |current: &str, target: &str| match (os.get(current), os.get(target)) {
+        (Some(Some(a)), Some(Some(b))) => a == b,
+        _ => false,
+    };
     let empty = pick::Layout::default();
     let plans = pick::plan_with_layout(
         Snapshot { nodes: &st.nodes.typed, pools: &st.pools.typed, budgets: &st.budgets.typed },
         &st.nodes.derived,
         st.layout.as_ref().map_or(&empty, |(_, l)| l),
+        &same_os,
         now,
     );
     let mut wake = super::RESYNC;
@@ -144,34 +151,6 @@ async fn reconcile(store: &Arc<dyn Store>, st: &mut State, events: &Recorder) ->
             (pp.pool, compute_status(pool, &pairs, &pp.target, pp.membership_error.as_ref(), Some(pp)))
         })
         .collect();
-    // Pre-staging fetches an OS image: a target on the OS a node runs already has nothing to
-    // pre-stage (a config-only rollout would otherwise cost a write, a watch event, a config
-    // fetch and a report per waiting node).
-    for pp in &plans {
-        let mut names: Vec<&str> = pp
-            .prestage
-            .iter()
-            .filter(|(_, want)| want.is_some())
-            .map(|(i, _)| st.nodes.derived[*i].current.as_str())
-            .collect();
-        names.push(pp.target.as_str());
-        names.sort_unstable();
-        names.dedup();
-        for name in names {
-            if !name.is_empty() && !st.os_images.contains_key(name) {
-                let key = Key::cluster(&MACHINE_CONFIG.store_key(), name);
-                let url = store
-                    .get(&key)
-                    .await?
-                    .map(|mc| mc.pointer("/spec/osImageURL").and_then(Value::as_str).unwrap_or("").to_string());
-                st.os_images.insert(name.to_string(), url);
-            }
-        }
-    }
-    let same_os = |current: &str, target: &str| match (st.os_images.get(current), st.os_images.get(target)) {
-        (Some(Some(a)), Some(Some(b))) => a == b,
-        _ => false,
-    };
     let mut prestage = Vec::new();
     for pp in &plans {
         for (i, want) in &pp.prestage {
@@ -182,7 +161,6 @@ async fn reconcile(store: &Arc<dyn Store>, st: &mut State, events: &Recorder) ->
             }
             // Picked nodes lost the annotation with their pick.
             let facts = &st.nodes.derived[*i];
-            let want = if want.is_some() && same_os(&facts.current, &pp.target) { &None } else { want };
             let have = (!facts.prestage.is_empty()).then_some(facts.prestage.as_str());
             if have == want.as_deref() || (want.is_some() && facts.desired == pp.target) {
                 continue;
@@ -220,6 +198,30 @@ async fn reconcile(store: &Arc<dyn Store>, st: &mut State, events: &Recorder) ->
         st.nodes.put(v);
     }
     Ok(wake)
+}
+
+/// Look up the osImageURL of every rendered config a pool targets or a node runs that is not
+/// known yet (a few per rollout; pre-staging a target on the OS a node runs already would cost a
+/// write, a watch event, a config fetch and a report per waiting node, for nothing).
+async fn learn_os_images(store: &Arc<dyn Store>, st: &mut State) -> Result<(), StoreError> {
+    let targets = st.pools.typed.iter().filter_map(|p| p.spec.configuration.as_ref().map(|c| c.name.as_str()));
+    let currents = st.nodes.derived.iter().map(|f| f.current.as_str());
+    let mut missing: Vec<String> = targets
+        .chain(currents)
+        .filter(|n| !n.is_empty() && !st.os_images.contains_key(*n))
+        .map(str::to_string)
+        .collect();
+    missing.sort_unstable();
+    missing.dedup();
+    for name in missing {
+        let key = Key::cluster(&MACHINE_CONFIG.store_key(), &name);
+        let url = store
+            .get(&key)
+            .await?
+            .map(|mc| mc.pointer("/spec/osImageURL").and_then(Value::as_str).unwrap_or("").to_string());
+        st.os_images.insert(name, url);
+    }
+    Ok(())
 }
 
 /// Events for what kept a pool's nodes waiting: one per change of reason or message.

@@ -106,7 +106,7 @@ pub fn plan(s: Snapshot<'_>, now: DateTime<Utc>) -> Vec<PoolPlan> {
 /// [`plan`] with `facts[i]` = `NodeFacts::of(&s.nodes[i])` already worked out (the controller
 /// keeps them in its cache).
 pub fn plan_with_facts(s: Snapshot<'_>, facts: &[NodeFacts], now: DateTime<Utc>) -> Vec<PoolPlan> {
-    plan_with_layout(s, facts, &Layout::of(s.pools, s.nodes), now)
+    plan_with_layout(s, facts, &Layout::of(s.pools, s.nodes), &|_, _| false, now)
 }
 
 /// Which nodes belong to which pool, and in which order a pool's candidates are picked: what a
@@ -138,8 +138,19 @@ impl Layout {
     }
 }
 
-/// [`plan_with_facts`] with the [`Layout`] of the snapshot already worked out.
-pub fn plan_with_layout(s: Snapshot<'_>, facts: &[NodeFacts], layout: &Layout, now: DateTime<Utc>) -> Vec<PoolPlan> {
+/// Whether two rendered configs (a node's current one, a target) run the same OS image: then
+/// the target has nothing to pre-stage. False when unknown.
+pub type SameOs<'a> = &'a dyn Fn(&str, &str) -> bool;
+
+/// [`plan_with_facts`] with the [`Layout`] of the snapshot already worked out, and what is known
+/// of the rendered configs' OS images.
+pub fn plan_with_layout(
+    s: Snapshot<'_>,
+    facts: &[NodeFacts],
+    layout: &Layout,
+    same_os: SameOs<'_>,
+    now: DateTime<Utc>,
+) -> Vec<PoolPlan> {
     let unavailable: Vec<bool> = facts.iter().map(NodeFacts::disrupted).collect();
     let labels: Vec<&BTreeMap<String, String>> = s.nodes.iter().map(|n| &n.metadata.labels).collect();
     let mut ledger = Ledger::new(s.budgets, &labels, &unavailable);
@@ -150,7 +161,7 @@ pub fn plan_with_layout(s: Snapshot<'_>, facts: &[NodeFacts], layout: &Layout, n
         let name = &s.pools[p].metadata.name;
         let idx = layout.members.get(name).cloned().unwrap_or_default();
         let ordered = layout.ordered.get(name).map(Vec::as_slice).unwrap_or_default();
-        let mut pp = plan_pool(s, p, idx, ordered, facts, &unavailable, &mut ledger, now);
+        let mut pp = plan_pool(s, p, idx, ordered, facts, &unavailable, &mut ledger, same_os, now);
         pp.membership_error = layout.errors.get(name).cloned();
         out.push(pp);
     }
@@ -167,6 +178,7 @@ fn plan_pool(
     facts: &[NodeFacts],
     unavailable: &[bool],
     ledger: &mut Ledger,
+    same_os: SameOs<'_>,
     now: DateTime<Utc>,
 ) -> PoolPlan {
     let pool = &s.pools[p];
@@ -282,7 +294,10 @@ fn plan_pool(
     let prestage_ok = prestage_on && !pool.spec.paused && !broken;
     let picked: std::collections::HashSet<usize> = pp.picks.iter().copied().collect();
     for &i in &pp.members {
-        let want = (prestage_ok && facts[i].desired != target && !picked.contains(&i)).then(|| target.clone());
+        // A target on the OS the node runs already has nothing to fetch.
+        let want =
+            (prestage_ok && facts[i].desired != target && !picked.contains(&i) && !same_os(&facts[i].current, &target))
+                .then(|| target.clone());
         let have = (!facts[i].prestage.is_empty()).then(|| facts[i].prestage.clone());
         if want != have {
             pp.prestage.push((i, want));

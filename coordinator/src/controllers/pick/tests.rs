@@ -132,6 +132,27 @@ fn prestage_every_waiting_node_and_none_of_the_picked() {
 }
 
 #[test]
+fn no_prestage_of_a_target_on_the_os_a_node_runs() {
+    let mut nodes: Vec<Node> = (0..3).map(|i| node(&format!("n{i}"), worker(), "r1", "r1", "Done", true)).collect();
+    nodes[2].metadata.annotations.insert(ann::CURRENT_CONFIG.into(), "r0".into());
+    nodes[2].metadata.annotations.insert(ann::DESIRED_CONFIG.into(), "r0".into());
+    let pools = [pool("worker", json!(1), "r2", json!({}))];
+    let s = Snapshot { nodes: &nodes, pools: &pools, budgets: &[] };
+    let facts: Vec<NodeFacts> = nodes.iter().map(NodeFacts::of).collect();
+    // r1 and r2 run the same OS image; r0 another one.
+    let same_os = |a: &str, b: &str| a != "r0" && b != "r0";
+    let p = plan_with_layout(s, &facts, &Layout::of(&pools, &nodes), &same_os, now()).remove(0);
+    assert_eq!(p.picks, vec![0]);
+    assert_eq!(p.prestage, vec![(2, Some("r2".to_string()))], "only the node on another OS pre-stages");
+    let mut on = nodes.clone();
+    on[1].metadata.annotations.insert(ann::PRESTAGE_CONFIG.into(), "r2".into());
+    let facts: Vec<NodeFacts> = on.iter().map(NodeFacts::of).collect();
+    let s = Snapshot { nodes: &on, pools: &pools, budgets: &[] };
+    let p = plan_with_layout(s, &facts, &Layout::of(&pools, &on), &same_os, now()).remove(0);
+    assert!(p.prestage.contains(&(1, None)), "a request set before is withdrawn: {:?}", p.prestage);
+}
+
+#[test]
 fn prestage_off_in_the_pool_spec_sets_none_and_withdraws_those_set() {
     let mut nodes: Vec<Node> = (0..3).map(|i| node(&format!("n{i}"), worker(), "r1", "r1", "Done", true)).collect();
     nodes[2].metadata.annotations.insert(ann::PRESTAGE_CONFIG.into(), "r2".into());
