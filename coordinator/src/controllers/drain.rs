@@ -29,6 +29,9 @@ use std::time::Duration;
 
 /// How often pending drains (blocked by a budget, or with a failing hook) are retried.
 const RETRY: Duration = Duration::from_secs(2);
+/// How long an uncordon the node controller makes (see [`left_to_node_controller`]) is left to
+/// it before this controller does it instead, so that a node is never left cordoned.
+const HANDOFF: Duration = Duration::from_secs(1);
 
 /// What an agent asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -95,6 +98,13 @@ struct Ctx {
     last_error: Arc<Mutex<HashMap<String, String>>>,
 }
 
+/// An uncordon request the node controller answers itself, in the write that refills the slot
+/// (pools without drain hooks: nothing to call, and the node is Done on the config it asked
+/// about). Answering it here as well would race that write and make it fail.
+fn left_to_node_controller(req: &Request, hooks: &[DrainHook], in_pool: bool, facts: &NodeFacts) -> bool {
+    matches!(req, Request::Uncordon(_)) && in_pool && hooks.is_empty() && facts.uncordon_due()
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -113,8 +123,9 @@ pub async fn run(store: Arc<dyn Store>) {
         inflight: Arc::default(),
         last_error: Arc::default(),
     };
+    let mut handoffs = HashMap::new();
     loop {
-        if let Err(e) = follow(&store, &ctx).await {
+        if let Err(e) = follow(&store, &ctx, &mut handoffs).await {
             tracing::warn!(controller = "drain", error = %e, "controller restarting");
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -127,7 +138,10 @@ struct State {
     budgets: Cache<NodeDisruptionBudget>,
 }
 
-async fn follow(store: &Arc<dyn Store>, ctx: &Ctx) -> Result<(), StoreError> {
+/// Uncordon requests left to the node controller, by node: since when.
+type Handoffs = HashMap<String, tokio::time::Instant>;
+
+async fn follow(store: &Arc<dyn Store>, ctx: &Ctx, handoffs: &mut Handoffs) -> Result<(), StoreError> {
     let from = store.revision().await?;
     let keys = [NODE.store_key(), MACHINE_CONFIG_POOL.store_key(), NODE_DISRUPTION_BUDGET.store_key()];
     let mut watches = Vec::new();
@@ -140,7 +154,7 @@ async fn follow(store: &Arc<dyn Store>, ctx: &Ctx) -> Result<(), StoreError> {
         pools: Cache::load(store, &keys[1]).await?,
         budgets: Cache::load(store, &keys[2]).await?,
     };
-    let mut busy = pass(store, ctx, &mut st).await?;
+    let mut busy = pass(store, ctx, &mut st, handoffs).await?;
     while let Some(batch) = super::next_batch_ready(&mut stream, if busy { RETRY } else { super::RESYNC }).await? {
         for ev in &batch {
             if ev.key.resource == keys[0] {
@@ -151,15 +165,16 @@ async fn follow(store: &Arc<dyn Store>, ctx: &Ctx) -> Result<(), StoreError> {
                 st.budgets.apply(ev);
             }
         }
-        busy = pass(store, ctx, &mut st).await?;
+        busy = pass(store, ctx, &mut st, handoffs).await?;
     }
     Ok(())
 }
 
 /// One pass over the cache: start a task for every pending request that may go ahead. Returns
 /// whether any request is still pending (then the controller retries soon).
-async fn pass(store: &Arc<dyn Store>, ctx: &Ctx, st: &mut State) -> Result<bool, StoreError> {
+async fn pass(store: &Arc<dyn Store>, ctx: &Ctx, st: &mut State, handoffs: &mut Handoffs) -> Result<bool, StoreError> {
     let now = Utc::now();
+    let clock = tokio::time::Instant::now();
     // Most passes on a big fleet have nothing pending: find that out before building anything.
     let requests: Vec<(usize, Request)> = st
         .nodes
@@ -169,6 +184,7 @@ async fn pass(store: &Arc<dyn Store>, ctx: &Ctx, st: &mut State) -> Result<bool,
         .filter(|(_, f)| f.drain_pending)
         .filter_map(|(i, _)| pending(&st.nodes.raw[i]).map(|r| (i, r)))
         .collect();
+    handoffs.retain(|name, _| requests.iter().any(|(i, _)| st.nodes.typed[*i].metadata.name == *name));
     if requests.is_empty() {
         return Ok(false);
     }
@@ -189,6 +205,13 @@ async fn pass(store: &Arc<dyn Store>, ctx: &Ctx, st: &mut State) -> Result<bool,
         let pool_name = pool.map(|p| p.metadata.name.clone()).unwrap_or_default();
         let hooks: Vec<DrainHook> =
             pool.and_then(|p| p.spec.drain.as_ref()).map(|d| d.hooks.clone()).unwrap_or_default();
+        if left_to_node_controller(&req, &hooks, pool.is_some(), &st.nodes.derived[i]) {
+            let since = *handoffs.entry(name.clone()).or_insert(clock);
+            if clock.duration_since(since) < HANDOFF {
+                continue;
+            }
+            tracing::warn!(node = %name, request = %req.value(), "the node controller has not uncordoned this node; uncordoning it here");
+        }
         let job = Job {
             store: store.clone(),
             ctx: ctx.clone(),

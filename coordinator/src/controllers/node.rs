@@ -69,12 +69,13 @@ async fn follow(store: &Arc<dyn Store>, events: &Recorder) -> Result<(), StoreEr
         os_images: Default::default(),
     };
     // The lists may be newer than `from`; replayed events then only re-put the same objects.
-    let mut due = tokio::time::Instant::now() + reconcile(store, &mut st, events).await?;
+    let mut last = reconcile(store, &mut st, events).await?;
+    let mut due = tokio::time::Instant::now() + last.wake;
     loop {
         let idle = due.saturating_duration_since(tokio::time::Instant::now());
         let Some(batch) = super::next_batch_ready(&mut stream, idle).await? else { break };
         // An empty batch is a timer (a soak ending, the resync): always a pass.
-        let mut changed = batch.is_empty();
+        let mut changed = batch.is_empty() || last.again;
         for ev in &batch {
             changed |= if ev.key.resource == keys[0] {
                 st.nodes.apply(ev)
@@ -88,7 +89,8 @@ async fn follow(store: &Arc<dyn Store>, events: &Recorder) -> Result<(), StoreEr
         // in the cache; a node's drain handshake) cost no pass: on a big fleet most events are
         // such, and every pass reads the whole fleet.
         if changed {
-            due = tokio::time::Instant::now() + reconcile(store, &mut st, events).await?;
+            last = reconcile(store, &mut st, events).await?;
+            due = tokio::time::Instant::now() + last.wake;
         }
     }
     Ok(())
@@ -97,13 +99,17 @@ async fn follow(store: &Arc<dyn Store>, events: &Recorder) -> Result<(), StoreEr
 /// One pass: decide from the cache, write the picks first (they are what the fleet waits for),
 /// then events, statuses and pre-staging. Returns how long the controller may sleep without
 /// events (until a soak ends, at most [`super::RESYNC`]).
-async fn reconcile(store: &Arc<dyn Store>, st: &mut State, events: &Recorder) -> Result<Duration, StoreError> {
+async fn reconcile(store: &Arc<dyn Store>, st: &mut State, events: &Recorder) -> Result<Pass, StoreError> {
     let now = chrono::Utc::now();
     let version = (st.nodes.layout_version, st.pools.layout_version);
     if st.layout.as_ref().is_none_or(|(v, _)| *v != version) {
         st.layout = Some((version, pick::Layout::of(&st.pools.typed, &st.nodes.typed)));
     }
     learn_os_images(store, st).await?;
+    // Nodes Done on the config they were drained for go back into service, and the plan below
+    // already counts them so: their slots are refilled in the same write. (Nothing between here
+    // and that write may fail: the cache holds the uncordons before the store does.)
+    let released = release(st);
     let os = &st.os_images;
     let same_os = |current: &str, target: &str| match (os.get(current), os.get(target)) {
         (Some(Some(a)), Some(Some(b))) => a == b,
@@ -118,23 +124,79 @@ async fn reconcile(store: &Arc<dyn Store>, st: &mut State, events: &Recorder) ->
         now,
     );
     let mut wake = super::RESYNC;
-    // The picks of every pool at once: concurrent writes share one commit of the store.
     let picks: Vec<(usize, usize)> =
         plans.iter().enumerate().flat_map(|(k, pp)| pp.picks.iter().map(move |&i| (k, i))).collect();
-    let written = futures::future::try_join_all(picks.iter().map(|&(k, i)| {
-        let changes = [(ann::DESIRED_CONFIG, Some(plans[k].target.as_str())), (ann::PRESTAGE_CONFIG, None)];
-        let raw = &st.nodes.raw[i];
-        async move { annotate(store, raw, &changes).await }
-    }))
-    .await?;
+    // What to write, by node: the uncordons first, then the picks (a node can be both: freed
+    // from its last target and picked for a newer one, in one write).
+    let mut order: Vec<usize> = released.iter().map(|(i, _)| *i).collect();
+    let mut edits: std::collections::HashMap<usize, Value> =
+        order.iter().map(|&i| (i, Value::clone(&st.nodes.raw[i]))).collect();
+    for &(k, i) in &picks {
+        let pool = &st.pools.typed[plans[k].pool];
+        let v = edits.entry(i).or_insert_with(|| {
+            order.push(i);
+            Value::clone(&st.nodes.raw[i])
+        });
+        pick_edit(v, &plans[k].target, drains_at_pick(pool));
+    }
+    let writes: Vec<(usize, Value)> = order.iter().filter_map(|i| edits.remove(i).map(|v| (*i, v))).collect();
+    let stored = if released.is_empty() {
+        // Independent picks: concurrent writes share one commit of the store, and a node that
+        // changed meanwhile is decided again in the next pass.
+        let raw = &st.nodes.raw;
+        futures::future::try_join_all(writes.into_iter().map(|(i, v)| {
+            let stored = &raw[i];
+            async move { write_node(store, stored, v).await.map(|r| (i, r)) }
+        }))
+        .await?
+    } else {
+        // A freed slot must never be refilled before it is freed: uncordons and picks are one
+        // all-or-nothing write, and one commit on the rollout's critical path instead of two
+        // (the uncordon's, then the next pick's after its event came back).
+        let batch = writes
+            .into_iter()
+            .map(|(i, v)| {
+                let raw = &st.nodes.raw[i];
+                (Key::cluster(&NODE.store_key(), objects::name_of(raw)), v, revision_of(raw))
+            })
+            .collect();
+        match store.update_all(batch).await {
+            Ok(vs) => order.iter().copied().zip(vs.into_iter().map(Some)).collect(),
+            Err(e) => {
+                // Back to what is stored: the next pass decides again, from the newer version
+                // that made this write fail (its event is already queued).
+                for (_, stored) in released {
+                    st.nodes.put(stored);
+                }
+                match e {
+                    StoreError::Conflict { .. } | StoreError::NotFound(_) => {
+                        tracing::debug!(error = %e, "uncordons and picks lost a race; deciding again");
+                        return Ok(Pass { wake: super::RESYNC, again: true });
+                    }
+                    e => return Err(e),
+                }
+            }
+        }
+    };
+    let picked: std::collections::HashMap<usize, usize> = picks.iter().map(|&(k, i)| (i, k)).collect();
     let mut notes = Vec::new();
-    for (&(k, i), v) in picks.iter().zip(written) {
-        let Some(v) = v else { continue };
-        let pool_name = &st.pools.typed[plans[k].pool].metadata.name;
-        let node_name = st.nodes.typed[i].metadata.name.clone();
-        tracing::info!(pool = %pool_name, node = %node_name, config = %plans[k].target, "node picked for update");
-        notes.push((node_name, format!("picked by pool {pool_name} to update to {}", plans[k].target)));
+    let mut again = false;
+    for (i, v) in stored {
+        let Some(v) = v else {
+            again = true;
+            continue;
+        };
         st.nodes.put(v);
+        let node_name = st.nodes.typed[i].metadata.name.clone();
+        if released.iter().any(|(r, _)| *r == i) {
+            tracing::info!(node = %node_name, config = %st.nodes.derived[i].current, "uncordoned after Done");
+        }
+        let Some(&k) = picked.get(&i) else { continue };
+        let pool = &st.pools.typed[plans[k].pool];
+        let pool_name = &pool.metadata.name;
+        tracing::info!(pool = %pool_name, node = %node_name, config = %plans[k].target, "node picked for update");
+        let how = if drains_at_pick(pool) { ", and cordoned for its drain" } else { "" };
+        notes.push((node_name, format!("picked by pool {pool_name} to update to {}{how}", plans[k].target)));
     }
     for pp in &plans {
         if let Some(Wait::Policy(HoldReason::Soaking { until })) = &pp.wait {
@@ -197,7 +259,86 @@ async fn reconcile(store: &Arc<dyn Store>, st: &mut State, events: &Recorder) ->
     for v in prestaged?.into_iter().flatten() {
         st.nodes.put(v);
     }
-    Ok(wake)
+    Ok(Pass { wake, again })
+}
+
+/// What a pass leaves for the next one.
+struct Pass {
+    /// How long the controller may sleep without events.
+    wake: Duration,
+    /// A write lost a race: decide again after the next events, even if they change nothing a
+    /// decision reads (they are what the write lost to).
+    again: bool,
+}
+
+/// Whether this pool's nodes are cordoned and their drain acknowledged in the write that picks
+/// them. Without drain hooks a drain is a cordon and nothing else, and the pick already checked
+/// maxUnavailable and every NodeDisruptionBudget: the agent's drain request then finds its
+/// answer waiting, instead of waiting for a commit and a watch event of the drain controller.
+/// With hooks the drain controller calls them first, on the agent's request.
+fn drains_at_pick(pool: &MachineConfigPool) -> bool {
+    pool.spec.drain.as_ref().is_none_or(|d| d.hooks.is_empty())
+}
+
+/// Uncordon, in the cache, every node of a pool without drain hooks that is Done on the config
+/// it was drained for ([`NodeFacts::uncordon_due`]); returns them with their stored versions
+/// (what the write compares against, and what goes back into the cache if it fails).
+fn release(st: &mut State) -> Vec<(usize, Arc<Value>)> {
+    let Some((_, layout)) = &st.layout else { return Vec::new() };
+    let due: Vec<usize> = st
+        .pools
+        .typed
+        .iter()
+        .filter(|p| drains_at_pick(p))
+        .flat_map(|p| layout.members_of(&p.metadata.name).iter().copied())
+        .filter(|&i| st.nodes.derived[i].uncordon_due())
+        .collect();
+    due.into_iter()
+        .map(|i| {
+            let stored = st.nodes.raw[i].clone();
+            let mut next = Value::clone(&stored);
+            uncordon_edit(&mut next, &st.nodes.derived[i].current);
+            st.nodes.put(next);
+            (i, stored)
+        })
+        .collect()
+}
+
+/// The pick: the target, no pre-stage request any more, and with `drain`, the cordon and the
+/// drain's request and answer (see [`drains_at_pick`]).
+fn pick_edit(node: &mut Value, target: &str, drain: bool) {
+    set_annotations(node, &[(ann::DESIRED_CONFIG, Some(target)), (ann::PRESTAGE_CONFIG, None)]);
+    if drain {
+        let r = format!("drain-{target}");
+        node["spec"]["unschedulable"] = true.into();
+        set_annotations(
+            node,
+            &[
+                (ann::DESIRED_DRAIN, Some(&r)),
+                (ann::LAST_APPLIED_DRAIN, Some(&r)),
+                (ann::DRAIN_STARTED, None),
+                (ann::DRAIN_FAILURE, None),
+            ],
+        );
+    }
+}
+
+/// Back into service after Done on `config`: no cordon, and the handshake answered
+/// (`uncordon-<config>`, whether or not the agent asked).
+fn uncordon_edit(node: &mut Value, config: &str) {
+    if let Some(spec) = node.get_mut("spec").and_then(Value::as_object_mut) {
+        spec.remove("unschedulable");
+    }
+    let r = format!("uncordon-{config}");
+    set_annotations(
+        node,
+        &[
+            (ann::DESIRED_DRAIN, Some(&r)),
+            (ann::LAST_APPLIED_DRAIN, Some(&r)),
+            (ann::DRAIN_STARTED, None),
+            (ann::DRAIN_FAILURE, None),
+        ],
+    );
 }
 
 /// Look up the osImageURL of every rendered config a pool targets or a node runs that is not
@@ -280,20 +421,13 @@ async fn annotate(
     changes: &[(&str, Option<&str>)],
 ) -> Result<Option<Value>, StoreError> {
     let mut next = raw.clone();
-    if !next["metadata"]["annotations"].is_object() {
-        next["metadata"]["annotations"] = Value::Object(Default::default());
-    }
-    let Some(a) = next["metadata"]["annotations"].as_object_mut() else { return Ok(None) };
-    for (k, v) in changes {
-        match v {
-            Some(v) => {
-                a.insert(k.to_string(), (*v).into());
-            }
-            None => {
-                a.remove(*k);
-            }
-        }
-    }
+    set_annotations(&mut next, changes);
+    write_node(store, raw, next).await
+}
+
+/// Write `next` over the stored version `raw` (compare-and-swap); None when it changes nothing,
+/// or when someone else changed the node first.
+async fn write_node(store: &Arc<dyn Store>, raw: &Value, next: Value) -> Result<Option<Value>, StoreError> {
     if &next == raw {
         return Ok(None);
     }
@@ -302,6 +436,24 @@ async fn annotate(
         Ok(v) => Ok(Some(v)),
         Err(StoreError::Conflict { .. }) | Err(StoreError::NotFound(_)) => Ok(None),
         Err(e) => Err(e),
+    }
+}
+
+fn set_annotations(node: &mut Value, changes: &[(&str, Option<&str>)]) {
+    if !node["metadata"]["annotations"].is_object() {
+        node["metadata"]["annotations"] = Value::Object(Default::default());
+    }
+    if let Some(a) = node["metadata"]["annotations"].as_object_mut() {
+        for (k, v) in changes {
+            match v {
+                Some(v) => {
+                    a.insert(k.to_string(), (*v).into());
+                }
+                None => {
+                    a.remove(*k);
+                }
+            }
+        }
     }
 }
 

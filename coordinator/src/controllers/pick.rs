@@ -136,6 +136,11 @@ impl Layout {
             .collect();
         Layout { members, ordered, errors }
     }
+
+    /// The members of pool `name`, in node order.
+    pub fn members_of(&self, name: &str) -> &[usize] {
+        self.members.get(name).map(Vec::as_slice).unwrap_or_default()
+    }
 }
 
 /// Whether two rendered configs (a node's current one, a target) run the same OS image: then

@@ -6,7 +6,7 @@ use aloft_api::{IntOrString, MachineConfigPool, Node};
 use std::collections::BTreeMap;
 
 /// What a node's annotations and conditions say about it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NodeFacts {
     pub current: String,
     pub desired: String,
@@ -21,6 +21,11 @@ pub struct NodeFacts {
     /// The agent asked for a drain or an uncordon not yet acknowledged (what the drain
     /// controller looks for on every pass, kept here so a pass does not re-read every node).
     pub drain_pending: bool,
+    /// `spec.unschedulable`.
+    pub cordoned: bool,
+    /// The drain handshake: `desiredDrain` (asked) and `lastAppliedDrain` (answered).
+    pub drain_request: String,
+    pub drain_answer: String,
 }
 
 impl NodeFacts {
@@ -39,11 +44,33 @@ impl NodeFacts {
                 (want.starts_with("drain-") || want.starts_with("uncordon-"))
                     && n.annotation(ann::LAST_APPLIED_DRAIN) != Some(want)
             },
+            cordoned: n.spec.unschedulable,
+            drain_request: a(ann::DESIRED_DRAIN),
+            drain_answer: a(ann::LAST_APPLIED_DRAIN),
         }
     }
-    /// Equal in everything the node controller decides on (all but the drain handshake).
+    /// Equal in everything the node controller decides on. The drain handshake is not: a
+    /// node's drain request and its answer come and go while it updates, and the one step the
+    /// node controller takes on them ([`NodeFacts::uncordon_due`]) follows a Done report, which
+    /// is a change of state.
     pub fn same_for_rollout(&self, other: &NodeFacts) -> bool {
-        NodeFacts { drain_pending: other.drain_pending, ..self.clone() } == *other
+        NodeFacts {
+            drain_pending: other.drain_pending,
+            drain_request: other.drain_request.clone(),
+            drain_answer: other.drain_answer.clone(),
+            ..self.clone()
+        } == *other
+    }
+    /// Done on the config it was drained for, and still cordoned by that drain: the node goes
+    /// back into service now ("uncordon after Done"). Either the agent asked for it
+    /// (`uncordon-<config>`), or nobody asked because the coordinator drained the node itself
+    /// when it picked it and the agent's update needed no drain of its own.
+    pub fn uncordon_due(&self) -> bool {
+        self.done()
+            && self.cordoned
+            && self.drain_answer.strip_prefix("drain-") == Some(self.current.as_str())
+            && (self.drain_request == self.drain_answer
+                || self.drain_request.strip_prefix("uncordon-") == Some(self.current.as_str()))
     }
     /// Degraded or Unreconcilable (failing, not updating), or stuck in a drain past its timeout.
     pub fn degraded(&self) -> bool {
@@ -183,6 +210,34 @@ mod tests {
             n.metadata.labels.insert("topology.kubernetes.io/zone".into(), z.into());
         }
         n
+    }
+
+    #[test]
+    fn uncordon_is_due_only_after_done_on_the_drained_config() {
+        let f = |state: &str, current: &str, cordoned: bool, request: &str, answer: &str| NodeFacts {
+            current: current.into(),
+            desired: "r2".into(),
+            state: state.into(),
+            cordoned,
+            drain_request: request.into(),
+            drain_answer: answer.into(),
+            ..Default::default()
+        };
+        // The agent drained and asks for the uncordon with its Done report.
+        assert!(f("Done", "r2", true, "uncordon-r2", "drain-r2").uncordon_due());
+        // The coordinator drained it at the pick and the update needed no drain: nobody asks.
+        assert!(f("Done", "r2", true, "drain-r2", "drain-r2").uncordon_due());
+        // Still updating, or not at the config yet.
+        assert!(!f("Working", "r1", true, "drain-r2", "drain-r2").uncordon_due());
+        assert!(!f("Done", "r1", true, "drain-r2", "drain-r2").uncordon_due());
+        // Failed half-way: stays out of service.
+        assert!(!f("Degraded", "r1", true, "drain-r2", "drain-r2").uncordon_due());
+        // Already uncordoned, or cordoned by someone else (no drain of ours for this config).
+        assert!(!f("Done", "r2", false, "uncordon-r2", "drain-r2").uncordon_due());
+        assert!(!f("Done", "r2", true, "uncordon-r1", "uncordon-r1").uncordon_due());
+        assert!(!f("Done", "r2", true, "", "").uncordon_due());
+        // A drain still being asked for another config is the drain controller's.
+        assert!(!f("Done", "r2", true, "drain-r3", "drain-r2").uncordon_due());
     }
 
     #[test]

@@ -164,8 +164,7 @@ mod tests {
             reason: String::new(),
             ready: true,
             drain_failure: String::new(),
-            prestage: String::new(),
-            drain_pending: false,
+            ..Default::default()
         }
     }
 

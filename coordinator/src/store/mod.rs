@@ -149,6 +149,11 @@ pub trait Store: Send + Sync + 'static {
     async fn watch(&self, filter: WatchFilter, from: u64) -> Result<WatchStream, StoreError>;
     /// The newest revision.
     async fn revision(&self) -> Result<u64, StoreError>;
+    /// Several compare-and-swap updates as one: all are written, in order and with consecutive
+    /// revisions, or none is (the first failure is returned). For a decision whose parts are
+    /// only safe together: a slot freed and refilled in one write, never refilled before it is
+    /// freed.
+    async fn update_all(&self, writes: Vec<(Key, Value, Option<u64>)>) -> Result<Vec<Value>, StoreError>;
 }
 
 /// Read `metadata.resourceVersion` as the integer the store wrote.

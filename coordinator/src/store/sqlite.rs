@@ -144,12 +144,17 @@ impl SqliteStore {
     ) -> Result<Value, StoreError> {
         let key = key.clone();
         let retain = self.inner.retain;
-        let ev = self.submit(Box::new(move |conn, head| write_one(conn, head, key, retain, decide).map(Some))).await?;
-        ev.map(|e| Arc::unwrap_or_clone(e.object)).ok_or_else(|| StoreError::Backend("write without an event".into()))
+        let ev = self
+            .submit(Box::new(move |conn, head| write_one(conn, head, key, retain, decide).map(|e| vec![e])))
+            .await?;
+        ev.into_iter()
+            .next()
+            .map(|e| Arc::unwrap_or_clone(e.object))
+            .ok_or_else(|| StoreError::Backend("write without an event".into()))
     }
 
     /// Queue `run` for the writer thread and wait for its commit.
-    async fn submit(&self, run: WriteFn) -> Result<Option<Event>, StoreError> {
+    async fn submit(&self, run: WriteFn) -> Result<Vec<Event>, StoreError> {
         let (reply, rx) = tokio::sync::oneshot::channel();
         self.inner
             .jobs
@@ -167,7 +172,7 @@ impl SqliteStore {
                  ON CONFLICT (name) DO UPDATE SET hash = ?1, role = ?3, created = ?4",
                 params![hash, name, role, now],
             )?;
-            Ok(None)
+            Ok(Vec::new())
         }))
         .await
         .map(|_| ())
@@ -187,13 +192,13 @@ impl SqliteStore {
 }
 
 /// Work for the writer thread: changes made on its connection inside the open transaction
-/// (with the transaction's newest revision to advance), returning the event to publish once
-/// committed.
-type WriteFn = Box<dyn FnOnce(&Connection, &mut u64) -> Result<Option<Event>, StoreError> + Send>;
+/// (with the transaction's newest revision to advance), returning the events to publish once
+/// committed. A job is all or nothing: it runs in a savepoint of its own.
+type WriteFn = Box<dyn FnOnce(&Connection, &mut u64) -> Result<Vec<Event>, StoreError> + Send>;
 
 struct Job {
     run: WriteFn,
-    reply: tokio::sync::oneshot::Sender<Result<Option<Event>, StoreError>>,
+    reply: tokio::sync::oneshot::Sender<Result<Vec<Event>, StoreError>>,
 }
 
 /// Writes queued while a commit is running go into the next commit together, at most this many.
@@ -217,7 +222,7 @@ fn writer_thread(mut conn: Connection, jobs: std::sync::mpsc::Receiver<Job>, hub
                 Err(_) => break,
             }
         }
-        let mut results: Vec<Result<Option<Event>, StoreError>> = Vec::with_capacity(batch.len());
+        let mut results: Vec<Result<Vec<Event>, StoreError>> = Vec::with_capacity(batch.len());
         let mut replies = Vec::with_capacity(batch.len());
         let committed = (|| -> Result<(), StoreError> {
             let txn = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
@@ -251,8 +256,10 @@ fn writer_thread(mut conn: Connection, jobs: std::sync::mpsc::Receiver<Job>, hub
             continue;
         }
         for (reply, r) in replies.into_iter().zip(results) {
-            if let Ok(Some(ev)) = &r {
-                hub.publish(ev);
+            if let Ok(events) = &r {
+                for ev in events {
+                    hub.publish(ev);
+                }
             }
             let _ = reply.send(r);
         }
@@ -523,6 +530,27 @@ impl Store for SqliteStore {
     async fn revision(&self) -> Result<u64, StoreError> {
         self.read_point(|c| meta_get(c, "revision")).await
     }
+
+    async fn update_all(&self, writes: Vec<(Key, Value, Option<u64>)>) -> Result<Vec<Value>, StoreError> {
+        let retain = self.inner.retain;
+        let events = self
+            .submit(Box::new(move |conn, head| {
+                let mut events = Vec::with_capacity(writes.len());
+                for (key, object, expected) in writes {
+                    let what = describe(&key);
+                    events.push(write_one(conn, head, key, retain, move |stored| match stored {
+                        None => Err(StoreError::NotFound(what)),
+                        Some(rev) => {
+                            check_expected(expected, rev)?;
+                            Ok(WriteOp::Put(EventType::Modified, object))
+                        }
+                    })?);
+                }
+                Ok(events)
+            }))
+            .await?;
+        Ok(events.into_iter().map(|e| Arc::unwrap_or_clone(e.object)).collect())
+    }
 }
 
 #[cfg(test)]
@@ -533,6 +561,38 @@ mod tests {
 
     fn obj(name: &str, v: i64) -> Value {
         json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}, "spec": {"v": v}})
+    }
+
+    #[tokio::test]
+    async fn update_all_writes_everything_or_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = SqliteStore::open(&dir.path().join("s.db")).unwrap();
+        let (a, b) = (Key::cluster("/nodes", "a"), Key::cluster("/nodes", "b"));
+        s.create(&a, obj("a", 1)).await.unwrap();
+        s.create(&b, obj("b", 1)).await.unwrap();
+        let mut w = s.watch(WatchFilter::resource("/nodes"), 2).await.unwrap();
+
+        // A stale revision on the second write: the first is not written either.
+        let r = s.update_all(vec![(a.clone(), obj("a", 2), Some(1)), (b.clone(), obj("b", 2), Some(1))]).await;
+        assert!(matches!(r, Err(StoreError::Conflict { have: 1, stored: 2 })), "{r:?}");
+        assert_eq!(s.get(&a).await.unwrap().unwrap()["spec"]["v"], 1);
+        assert_eq!(s.revision().await.unwrap(), 2, "a failed group takes no revision");
+        // A missing object fails the group the same way.
+        let gone = Key::cluster("/nodes", "gone");
+        let r = s.update_all(vec![(a.clone(), obj("a", 2), None), (gone, obj("gone", 1), None)]).await;
+        assert!(matches!(r, Err(StoreError::NotFound(_))), "{r:?}");
+        assert_eq!(s.get(&a).await.unwrap().unwrap()["spec"]["v"], 1);
+
+        let stored =
+            s.update_all(vec![(a.clone(), obj("a", 3), Some(1)), (b.clone(), obj("b", 3), Some(2))]).await.unwrap();
+        let revs: Vec<_> = stored.iter().map(|v| super::super::revision_of(v).unwrap()).collect();
+        assert_eq!(revs, vec![3, 4], "in order, consecutive revisions");
+        assert_eq!(s.get(&b).await.unwrap().unwrap()["spec"]["v"], 3);
+        // Only the committed writes reach a watch, in order.
+        for (rev, name) in [(3, "a"), (4, "b")] {
+            let ev = tokio::time::timeout(std::time::Duration::from_secs(5), w.next()).await.unwrap().unwrap().unwrap();
+            assert_eq!((ev.revision, ev.key.name.as_str(), ev.object["spec"]["v"].as_i64()), (rev, name, Some(3)));
+        }
     }
 
     #[tokio::test]
