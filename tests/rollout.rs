@@ -690,3 +690,103 @@ async fn waiting_nodes_pre_stage_only_a_target_that_changes_their_os() {
     })
     .await;
 }
+
+fn revision(n: &Value) -> u64 {
+    n.pointer("/metadata/resourceVersion").and_then(Value::as_str).and_then(|r| r.parse().ok()).unwrap_or(0)
+}
+
+/// A pool without drain hooks: the pick cordons the node and answers its drain at once (the
+/// agent's request finds its answer waiting), and a Done node is uncordoned in the same write
+/// as the pick that takes its slot — whether the agent asked for the uncordon (it drained) or
+/// not (its update needed no drain).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_drain_hooks_the_pick_drains_and_the_slot_is_freed_and_refilled_in_one_write() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let names = ["w0", "w1", "w2"];
+    for n in names {
+        fake_node(&admin, n, json!({"node-role.kubernetes.io/worker": ""}), true).await;
+    }
+    create(&admin, &MACHINE_CONFIG_POOL, &worker_pool(false, json!({"maxUnavailable": 1}))).await;
+    create(&admin, &MACHINE_CONFIG, &machine_config("50-worker-a", "worker")).await;
+    let t1 = new_target(&admin, "").await;
+    // The fleet's first config (the nodes had none): take them there one at a time.
+    for _ in names {
+        let n = eventually(WAIT, "a node picked for the first config", || async {
+            for n in names {
+                let v = node(&admin, n).await;
+                if annotation(&v, ann::DESIRED_CONFIG) == t1 && annotation(&v, ann::CURRENT_CONFIG) != t1 {
+                    return Ok(Some(n));
+                }
+            }
+            Ok(None)
+        })
+        .await;
+        finish(&admin, n, &t1).await;
+    }
+    eventually(WAIT, "the pool Updated on the first config", || async {
+        Ok(is_true(&pool(&admin).await, "Updated").then_some(()))
+    })
+    .await;
+    for n in names {
+        assert!(!cordoned(&node(&admin, n).await), "{n} is back in service after its first config");
+    }
+
+    let mut b = machine_config("50-worker-b", "worker");
+    b["spec"]["kernelArguments"] = json!(["nosmt"]);
+    create(&admin, &MACHINE_CONFIG, &b).await;
+    let t2 = new_target(&admin, &t1).await;
+    let drain = format!("drain-{t2}");
+    let first = eventually(WAIT, "one node picked for the second config", || async {
+        Ok(picked(&admin, &names, &t2).await.first().cloned())
+    })
+    .await;
+    let n = node(&admin, &first).await;
+    assert!(cordoned(&n), "picked without hooks: cordoned in the same write: {n}");
+    assert_eq!(annotation(&n, ann::DESIRED_DRAIN), drain, "{n}");
+    assert_eq!(annotation(&n, ann::LAST_APPLIED_DRAIN), drain, "the drain is answered before it is asked: {n}");
+    event_with(&admin, "Node", &first, "NodePicked", "cordoned for its drain").await;
+    assert_eq!(picked(&admin, &names, &t2).await, vec![first.clone()], "maxUnavailable 1");
+
+    // The agent's own request finds its answer (its Working report carries it).
+    annotate(&admin, &first, json!({ann::STATE: "Working", ann::DESIRED_DRAIN: drain})).await;
+    // Done with the uncordon request, as an agent that drained reports it.
+    annotate(
+        &admin,
+        &first,
+        json!({ann::CURRENT_CONFIG: t2, ann::STATE: "Done", ann::REASON: "", ann::DESIRED_DRAIN: format!("uncordon-{t2}")}),
+    )
+    .await;
+    let second = eventually(WAIT, "the next node picked", || async {
+        Ok(picked(&admin, &names, &t2).await.into_iter().find(|n| *n != first))
+    })
+    .await;
+    let (a, b) = (node(&admin, &first).await, node(&admin, &second).await);
+    assert!(!cordoned(&a), "{a}");
+    assert_eq!(annotation(&a, ann::LAST_APPLIED_DRAIN), format!("uncordon-{t2}"), "{a}");
+    assert_eq!(
+        revision(&b),
+        revision(&a) + 1,
+        "the uncordon and the pick that refills its slot are one write (consecutive revisions): {a} {b}"
+    );
+
+    // Done without asking (an update that needed no drain of the agent's): uncordoned all the same.
+    finish(&admin, &second, &t2).await;
+    let third = eventually(WAIT, "the last node picked", || async {
+        Ok(picked(&admin, &names, &t2).await.into_iter().find(|n| *n != first && *n != second))
+    })
+    .await;
+    let b = node(&admin, &second).await;
+    assert!(!cordoned(&b), "{b}");
+    assert_eq!(annotation(&b, ann::DESIRED_DRAIN), format!("uncordon-{t2}"), "no request left pending: {b}");
+    assert_eq!(annotation(&b, ann::LAST_APPLIED_DRAIN), format!("uncordon-{t2}"), "{b}");
+    finish(&admin, &third, &t2).await;
+    eventually(WAIT, "the pool Updated with every node back in service", || async {
+        Ok(is_true(&pool(&admin).await, "Updated").then_some(()))
+    })
+    .await;
+    for n in names {
+        let v = node(&admin, n).await;
+        assert!(!cordoned(&v), "{v}");
+    }
+}
