@@ -16,6 +16,7 @@ use super::cache::Cache;
 use super::events::{reasons, EventType, Involved, Recorder};
 use super::hooks::{HookRequest, Hooks, Phase};
 use super::pools::{self, NodeFacts};
+use super::set_annotations;
 use crate::resources::{MACHINE_CONFIG_POOL, NODE, NODE_DISRUPTION_BUDGET};
 use crate::server::objects;
 use crate::store::{revision_of, Key, Store, StoreError, WatchFilter};
@@ -402,24 +403,6 @@ fn acknowledge_drain(n: &mut Value, r: &str) -> bool {
     n["spec"]["unschedulable"] = true.into();
     set_annotations(n, &[(ann::LAST_APPLIED_DRAIN, Some(r)), (ann::DRAIN_STARTED, None), (ann::DRAIN_FAILURE, None)]);
     true
-}
-
-fn set_annotations(node: &mut Value, changes: &[(&str, Option<&str>)]) {
-    if !node["metadata"]["annotations"].is_object() {
-        node["metadata"]["annotations"] = Value::Object(Default::default());
-    }
-    if let Some(a) = node["metadata"]["annotations"].as_object_mut() {
-        for (k, v) in changes {
-            match v {
-                Some(v) => {
-                    a.insert(k.to_string(), (*v).into());
-                }
-                None => {
-                    a.remove(*k);
-                }
-            }
-        }
-    }
 }
 
 /// Write annotations on the cached version (compare-and-swap); None when the node changed first.

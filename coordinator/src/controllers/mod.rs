@@ -25,6 +25,25 @@ pub(crate) const DEBOUNCE: Duration = Duration::from_millis(50);
 /// Reconcile even without events this often, so time-based conditions are noticed.
 pub(crate) const RESYNC: Duration = Duration::from_secs(30);
 
+/// Set (Some) or remove (None) annotations of a stored object, in place.
+pub(crate) fn set_annotations(obj: &mut serde_json::Value, changes: &[(&str, Option<&str>)]) {
+    if !obj["metadata"]["annotations"].is_object() {
+        obj["metadata"]["annotations"] = serde_json::Value::Object(Default::default());
+    }
+    if let Some(a) = obj["metadata"]["annotations"].as_object_mut() {
+        for (k, v) in changes {
+            match v {
+                Some(v) => {
+                    a.insert(k.to_string(), (*v).into());
+                }
+                None => {
+                    a.remove(*k);
+                }
+            }
+        }
+    }
+}
+
 /// Start every controller on the tokio runtime.
 pub fn spawn_all(store: Arc<dyn Store>) -> Vec<tokio::task::JoinHandle<()>> {
     vec![

@@ -10,6 +10,7 @@ use super::events::{reasons, EventType, Involved, Recorder};
 use super::pick::{self, names_text, PoolPlan, Snapshot, Wait};
 use super::pools::NodeFacts;
 use super::rollout_policy::HoldReason;
+use super::set_annotations;
 use crate::resources::{MACHINE_CONFIG, MACHINE_CONFIG_POOL, NODE, NODE_DISRUPTION_BUDGET};
 use crate::server::objects;
 use crate::store::{revision_of, Key, Store, StoreError, WatchFilter};
@@ -436,24 +437,6 @@ async fn write_node(store: &Arc<dyn Store>, raw: &Value, next: Value) -> Result<
         Ok(v) => Ok(Some(v)),
         Err(StoreError::Conflict { .. }) | Err(StoreError::NotFound(_)) => Ok(None),
         Err(e) => Err(e),
-    }
-}
-
-fn set_annotations(node: &mut Value, changes: &[(&str, Option<&str>)]) {
-    if !node["metadata"]["annotations"].is_object() {
-        node["metadata"]["annotations"] = Value::Object(Default::default());
-    }
-    if let Some(a) = node["metadata"]["annotations"].as_object_mut() {
-        for (k, v) in changes {
-            match v {
-                Some(v) => {
-                    a.insert(k.to_string(), (*v).into());
-                }
-                None => {
-                    a.remove(*k);
-                }
-            }
-        }
     }
 }
 
