@@ -743,7 +743,7 @@ async fn without_drain_hooks_the_pick_drains_and_the_slot_is_freed_and_refilled_
     .await;
     let n = node(&admin, &first).await;
     assert!(cordoned(&n), "picked without hooks: cordoned in the same write: {n}");
-    assert_eq!(annotation(&n, ann::DESIRED_DRAIN), drain, "{n}");
+    assert_eq!(annotation(&n, ann::DESIRED_DRAIN), "", "no request left standing: {n}");
     assert_eq!(annotation(&n, ann::LAST_APPLIED_DRAIN), drain, "the drain is answered before it is asked: {n}");
     event_with(&admin, "Node", &first, "NodePicked", "cordoned for its drain").await;
     assert_eq!(picked(&admin, &names, &t2).await, vec![first.clone()], "maxUnavailable 1");
@@ -789,4 +789,25 @@ async fn without_drain_hooks_the_pick_drains_and_the_slot_is_freed_and_refilled_
         let v = node(&admin, n).await;
         assert!(!cordoned(&v), "{v}");
     }
+
+    // A node that fails before asking for its drain (its update refused while being prepared)
+    // goes back into service: nothing was drained. It still holds its slot (it failed half-way).
+    let mut c3 = machine_config("50-worker-c", "worker");
+    c3["spec"]["kernelArguments"] = json!(["nosmt", "quiet"]);
+    create(&admin, &MACHINE_CONFIG, &c3).await;
+    let t3 = new_target(&admin, &t2).await;
+    let failing = eventually(WAIT, "a node picked for the third config", || async {
+        Ok(picked(&admin, &names, &t3).await.first().cloned())
+    })
+    .await;
+    assert!(cordoned(&node(&admin, &failing).await));
+    fail(&admin, &failing).await;
+    let v = eventually(WAIT, "the failed node uncordoned", || async {
+        let v = node(&admin, &failing).await;
+        Ok((!cordoned(&v)).then_some(v))
+    })
+    .await;
+    assert_eq!(annotation(&v, ann::LAST_APPLIED_DRAIN), "", "no drain answer left: {v}");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(picked(&admin, &names, &t3).await, vec![failing.clone()], "the failed node still holds the one slot");
 }

@@ -190,7 +190,8 @@ async fn reconcile(store: &Arc<dyn Store>, st: &mut State, events: &Recorder) ->
         st.nodes.put(v);
         let node_name = st.nodes.typed[i].metadata.name.clone();
         if released.iter().any(|(r, _)| *r == i) {
-            tracing::info!(node = %node_name, config = %st.nodes.derived[i].current, "uncordoned after Done");
+            let why = if st.nodes.derived[i].done() { "after Done" } else { "after failing before its drain" };
+            tracing::info!(node = %node_name, config = %st.nodes.derived[i].current, "uncordoned {why}");
         }
         let Some(&k) = picked.get(&i) else { continue };
         let pool = &st.pools.typed[plans[k].pool];
@@ -282,7 +283,8 @@ fn drains_at_pick(pool: &MachineConfigPool) -> bool {
 }
 
 /// Uncordon, in the cache, every node of a pool without drain hooks that is Done on the config
-/// it was drained for ([`NodeFacts::uncordon_due`]); returns them with their stored versions
+/// it was drained for ([`NodeFacts::uncordon_due`]) or failed before the drain its pick made
+/// ([`NodeFacts::failed_before_drain`]); returns them with their stored versions
 /// (what the write compares against, and what goes back into the cache if it fails).
 fn release(st: &mut State) -> Vec<(usize, Arc<Value>)> {
     let Some((_, layout)) = &st.layout else { return Vec::new() };
@@ -292,13 +294,18 @@ fn release(st: &mut State) -> Vec<(usize, Arc<Value>)> {
         .iter()
         .filter(|p| drains_at_pick(p))
         .flat_map(|p| layout.members_of(&p.metadata.name).iter().copied())
-        .filter(|&i| st.nodes.derived[i].uncordon_due())
+        .filter(|&i| st.nodes.derived[i].uncordon_due() || st.nodes.derived[i].failed_before_drain())
         .collect();
     due.into_iter()
         .map(|i| {
             let stored = st.nodes.raw[i].clone();
             let mut next = Value::clone(&stored);
-            uncordon_edit(&mut next, &st.nodes.derived[i].current);
+            let facts = &st.nodes.derived[i];
+            if facts.uncordon_due() {
+                uncordon_edit(&mut next, &facts.current);
+            } else {
+                undo_drain_edit(&mut next);
+            }
             st.nodes.put(next);
             (i, stored)
         })
@@ -306,7 +313,9 @@ fn release(st: &mut State) -> Vec<(usize, Arc<Value>)> {
 }
 
 /// The pick: the target, no pre-stage request any more, and with `drain`, the cordon and the
-/// drain's request and answer (see [`drains_at_pick`]).
+/// drain's answer (see [`drains_at_pick`]). No request is left standing: the agent's own
+/// (`drain-<target>`, with its Working report) matches the answer, and when it makes none the
+/// node either finishes without a drain or fails before one ([`NodeFacts::failed_before_drain`]).
 fn pick_edit(node: &mut Value, target: &str, drain: bool) {
     set_annotations(node, &[(ann::DESIRED_CONFIG, Some(target)), (ann::PRESTAGE_CONFIG, None)]);
     if drain {
@@ -315,13 +324,22 @@ fn pick_edit(node: &mut Value, target: &str, drain: bool) {
         set_annotations(
             node,
             &[
-                (ann::DESIRED_DRAIN, Some(&r)),
+                (ann::DESIRED_DRAIN, None),
                 (ann::LAST_APPLIED_DRAIN, Some(&r)),
                 (ann::DRAIN_STARTED, None),
                 (ann::DRAIN_FAILURE, None),
             ],
         );
     }
+}
+
+/// Back into service after failing before the drain the pick made: no cordon and no answer (a
+/// retry asks for its drain again, and the drain controller answers it).
+fn undo_drain_edit(node: &mut Value) {
+    if let Some(spec) = node.get_mut("spec").and_then(Value::as_object_mut) {
+        spec.remove("unschedulable");
+    }
+    set_annotations(node, &[(ann::LAST_APPLIED_DRAIN, None), (ann::DRAIN_STARTED, None), (ann::DRAIN_FAILURE, None)]);
 }
 
 /// Back into service after Done on `config`: no cordon, and the handshake answered

@@ -63,14 +63,26 @@ impl NodeFacts {
     }
     /// Done on the config it was drained for, and still cordoned by that drain: the node goes
     /// back into service now ("uncordon after Done"). Either the agent asked for it
-    /// (`uncordon-<config>`), or nobody asked because the coordinator drained the node itself
-    /// when it picked it and the agent's update needed no drain of its own.
+    /// (`uncordon-<config>`), or nobody asked: the coordinator drained the node when it picked
+    /// it, and the agent's update needed no drain of its own (no request) or asked for that same
+    /// drain and never for the uncordon (an agent from before Done carried it).
     pub fn uncordon_due(&self) -> bool {
         self.done()
             && self.cordoned
             && self.drain_answer.strip_prefix("drain-") == Some(self.current.as_str())
-            && (self.drain_request == self.drain_answer
+            && (self.drain_request.is_empty()
+                || self.drain_request == self.drain_answer
                 || self.drain_request.strip_prefix("uncordon-") == Some(self.current.as_str()))
+    }
+    /// Cordoned by the coordinator's pick for its desired config, then failed before asking for
+    /// that drain (an update refused while it was being prepared): nothing was drained, so the
+    /// node goes back into service, as it would have without the drain at the pick. It still
+    /// counts as unavailable (it failed half-way); a retry asks for its drain again.
+    pub fn failed_before_drain(&self) -> bool {
+        (self.state == "Degraded" || self.state == "Unreconcilable")
+            && self.cordoned
+            && self.drain_request.is_empty()
+            && self.drain_answer.strip_prefix("drain-") == Some(self.desired.as_str())
     }
     /// Degraded or Unreconcilable (failing, not updating), or stuck in a drain past its timeout.
     pub fn degraded(&self) -> bool {
@@ -238,6 +250,30 @@ mod tests {
         assert!(!f("Done", "r2", true, "", "").uncordon_due());
         // A drain still being asked for another config is the drain controller's.
         assert!(!f("Done", "r2", true, "drain-r3", "drain-r2").uncordon_due());
+        // Drained at the pick, and the update needed no drain of the agent's (it never asked).
+        assert!(f("Done", "r2", true, "", "drain-r2").uncordon_due());
+    }
+
+    #[test]
+    fn a_node_failing_before_its_drain_goes_back_into_service() {
+        let f = |state: &str, request: &str, answer: &str| NodeFacts {
+            current: "r1".into(),
+            desired: "r2".into(),
+            state: state.into(),
+            cordoned: true,
+            drain_request: request.into(),
+            drain_answer: answer.into(),
+            ..Default::default()
+        };
+        assert!(f("Degraded", "", "drain-r2").failed_before_drain());
+        assert!(f("Unreconcilable", "", "drain-r2").failed_before_drain());
+        // It asked for the drain: drained, and stays out of service.
+        assert!(!f("Degraded", "drain-r2", "drain-r2").failed_before_drain());
+        // Still working on it, or cordoned for another config (or by someone else).
+        assert!(!f("Working", "", "drain-r2").failed_before_drain());
+        assert!(!f("Degraded", "", "drain-r1").failed_before_drain());
+        assert!(!f("Degraded", "", "").failed_before_drain());
+        assert!(!NodeFacts { cordoned: false, ..f("Degraded", "", "drain-r2") }.failed_before_drain());
     }
 
     #[test]
