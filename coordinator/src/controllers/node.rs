@@ -282,19 +282,28 @@ fn drains_at_pick(pool: &MachineConfigPool) -> bool {
     pool.spec.drain.as_ref().is_none_or(|d| d.hooks.is_empty())
 }
 
-/// Uncordon, in the cache, every node of a pool without drain hooks that is Done on the config
-/// it was drained for ([`NodeFacts::uncordon_due`]) or failed before the drain its pick made
+/// Uncordon, in the cache, every node Done on the config it was drained for
+/// ([`NodeFacts::uncordon_due`]; in a pool with drain hooks only when the drain was the pick's
+/// and nobody asked for it) or that failed before the drain its pick made
 /// ([`NodeFacts::failed_before_drain`]); returns them with their stored versions
 /// (what the write compares against, and what goes back into the cache if it fails).
 fn release(st: &mut State) -> Vec<(usize, Arc<Value>)> {
     let Some((_, layout)) = &st.layout else { return Vec::new() };
+    let facts = &st.nodes.derived;
     let due: Vec<usize> = st
         .pools
         .typed
         .iter()
-        .filter(|p| drains_at_pick(p))
-        .flat_map(|p| layout.members_of(&p.metadata.name).iter().copied())
-        .filter(|&i| st.nodes.derived[i].uncordon_due() || st.nodes.derived[i].failed_before_drain())
+        .flat_map(|p| {
+            let hookless = drains_at_pick(p);
+            layout.members_of(&p.metadata.name).iter().copied().filter(move |&i| {
+                let f = &facts[i];
+                // With hooks, the drain controller answers the agent's uncordon request (it calls
+                // the hooks first); a drain the pick made and nobody asked for (hooks added to the
+                // pool since) is this controller's to undo, as in a pool without hooks.
+                (f.uncordon_due() && (hookless || f.drain_request.is_empty())) || f.failed_before_drain()
+            })
+        })
         .collect();
     due.into_iter()
         .map(|i| {
