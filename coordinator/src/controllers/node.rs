@@ -97,9 +97,10 @@ async fn follow(store: &Arc<dyn Store>, events: &Recorder) -> Result<(), StoreEr
     Ok(())
 }
 
-/// One pass: decide from the cache, write the picks first (they are what the fleet waits for),
-/// then events, statuses and pre-staging. Returns how long the controller may sleep without
-/// events (until a soak ends, at most [`super::RESYNC`]).
+/// One pass: decide from the cache, write the picks first (with the uncordons they make room
+/// for: they are what the fleet waits for), then events, statuses and pre-staging. Returns how
+/// long the controller may sleep without events (until a soak ends, at most [`super::RESYNC`])
+/// and whether a write lost a race.
 async fn reconcile(store: &Arc<dyn Store>, st: &mut State, events: &Recorder) -> Result<Pass, StoreError> {
     let now = chrono::Utc::now();
     let version = (st.nodes.layout_version, st.pools.layout_version);
