@@ -352,6 +352,23 @@ async fn fail(c: &Client, name: &str) {
     annotate(c, name, json!({ann::STATE: "Degraded", ann::REASON: "boom"})).await;
 }
 
+/// Play the agents of `names`: finish each node as it is picked for `target`, until all are on it.
+async fn finish_each_as_picked(c: &Client, names: &[&str], target: &str) {
+    for _ in names {
+        let n = eventually(WAIT, &format!("a node picked for {target}"), || async {
+            for n in names {
+                let v = node(c, n).await;
+                if annotation(&v, ann::DESIRED_CONFIG) == target && annotation(&v, ann::CURRENT_CONFIG) != target {
+                    return Ok(Some(*n));
+                }
+            }
+            Ok(None)
+        })
+        .await;
+        finish(c, n, target).await;
+    }
+}
+
 /// Wait for the pool to target a rendered config other than `previous`.
 async fn new_target(c: &Client, previous: &str) -> String {
     eventually(WAIT, "the pool to render a new config", || async {
@@ -648,19 +665,7 @@ async fn waiting_nodes_pre_stage_only_a_target_that_changes_their_os() {
     create(&admin, &MACHINE_CONFIG, &machine_config("50-worker-a", "worker")).await;
     let t1 = new_target(&admin, "").await;
     // Both nodes end up on t1, one at a time.
-    for _ in 0..2 {
-        let n = eventually(WAIT, "a node picked for t1", || async {
-            for n in names {
-                let v = node(&admin, n).await;
-                if annotation(&v, ann::DESIRED_CONFIG) == t1 && annotation(&v, ann::CURRENT_CONFIG) != t1 {
-                    return Ok(Some(n));
-                }
-            }
-            Ok(None)
-        })
-        .await;
-        finish(&admin, n, &t1).await;
-    }
+    finish_each_as_picked(&admin, &names, &t1).await;
 
     // A config-only change: the node that waits has no OS to fetch, so no pre-stage request.
     let mut b = machine_config("50-worker-b", "worker");
@@ -711,19 +716,7 @@ async fn without_drain_hooks_the_pick_drains_and_the_slot_is_freed_and_refilled_
     create(&admin, &MACHINE_CONFIG, &machine_config("50-worker-a", "worker")).await;
     let t1 = new_target(&admin, "").await;
     // The fleet's first config (the nodes had none): take them there one at a time.
-    for _ in names {
-        let n = eventually(WAIT, "a node picked for the first config", || async {
-            for n in names {
-                let v = node(&admin, n).await;
-                if annotation(&v, ann::DESIRED_CONFIG) == t1 && annotation(&v, ann::CURRENT_CONFIG) != t1 {
-                    return Ok(Some(n));
-                }
-            }
-            Ok(None)
-        })
-        .await;
-        finish(&admin, n, &t1).await;
-    }
+    finish_each_as_picked(&admin, &names, &t1).await;
     eventually(WAIT, "the pool Updated on the first config", || async {
         Ok(is_true(&pool(&admin).await, "Updated").then_some(()))
     })

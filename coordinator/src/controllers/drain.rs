@@ -16,9 +16,8 @@ use super::cache::Cache;
 use super::events::{reasons, EventType, Involved, Recorder};
 use super::hooks::{HookRequest, Hooks, Phase};
 use super::pools::{self, NodeFacts};
-use super::set_annotations;
+use super::{annotate, set_annotations};
 use crate::resources::{MACHINE_CONFIG_POOL, NODE, NODE_DISRUPTION_BUDGET};
-use crate::server::objects;
 use crate::store::{revision_of, Key, Store, StoreError, WatchFilter};
 use aloft_api::annotations as ann;
 use aloft_api::{DrainHook, MachineConfigPool, Node, NodeDisruptionBudget};
@@ -403,22 +402,6 @@ fn acknowledge_drain(n: &mut Value, r: &str) -> bool {
     n["spec"]["unschedulable"] = true.into();
     set_annotations(n, &[(ann::LAST_APPLIED_DRAIN, Some(r)), (ann::DRAIN_STARTED, None), (ann::DRAIN_FAILURE, None)]);
     true
-}
-
-/// Write annotations on the cached version (compare-and-swap); None when the node changed first.
-async fn annotate(
-    store: &Arc<dyn Store>,
-    raw: &Value,
-    changes: &[(&str, Option<&str>)],
-) -> Result<Option<Value>, StoreError> {
-    let mut next = raw.clone();
-    set_annotations(&mut next, changes);
-    let key = Key::cluster(&NODE.store_key(), objects::name_of(raw));
-    match store.update(&key, next, revision_of(raw)).await {
-        Ok(v) => Ok(Some(v)),
-        Err(StoreError::Conflict { .. }) | Err(StoreError::NotFound(_)) => Ok(None),
-        Err(e) => Err(e),
-    }
 }
 
 /// Let `change` edit the node (false: nothing to do) and write it with compare-and-swap: first

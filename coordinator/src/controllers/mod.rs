@@ -14,8 +14,11 @@ pub mod pools;
 pub mod render;
 pub mod rollout_policy;
 
-use crate::store::{Event, Store, StoreError, WatchFilter};
+use crate::resources::NODE;
+use crate::server::objects;
+use crate::store::{revision_of, Event, Key, Store, StoreError, WatchFilter};
 use futures::StreamExt;
+use serde_json::Value;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,9 +29,9 @@ pub(crate) const DEBOUNCE: Duration = Duration::from_millis(50);
 pub(crate) const RESYNC: Duration = Duration::from_secs(30);
 
 /// Set (Some) or remove (None) annotations of a stored object, in place.
-pub(crate) fn set_annotations(obj: &mut serde_json::Value, changes: &[(&str, Option<&str>)]) {
+pub(crate) fn set_annotations(obj: &mut Value, changes: &[(&str, Option<&str>)]) {
     if !obj["metadata"]["annotations"].is_object() {
-        obj["metadata"]["annotations"] = serde_json::Value::Object(Default::default());
+        obj["metadata"]["annotations"] = Value::Object(Default::default());
     }
     if let Some(a) = obj["metadata"]["annotations"].as_object_mut() {
         for (k, v) in changes {
@@ -41,6 +44,32 @@ pub(crate) fn set_annotations(obj: &mut serde_json::Value, changes: &[(&str, Opt
                 }
             }
         }
+    }
+}
+
+/// Set (Some) or remove (None) annotations of a node; the stored node, or None when someone
+/// else changed it first (the next pass decides again from the newer version).
+pub(crate) async fn annotate(
+    store: &Arc<dyn Store>,
+    raw: &Value,
+    changes: &[(&str, Option<&str>)],
+) -> Result<Option<Value>, StoreError> {
+    let mut next = raw.clone();
+    set_annotations(&mut next, changes);
+    write_node(store, raw, next).await
+}
+
+/// Write `next` over the stored version `raw` (compare-and-swap); None when it changes nothing,
+/// or when someone else changed the node first.
+pub(crate) async fn write_node(store: &Arc<dyn Store>, raw: &Value, next: Value) -> Result<Option<Value>, StoreError> {
+    if &next == raw {
+        return Ok(None);
+    }
+    let key = Key::cluster(&NODE.store_key(), objects::name_of(raw));
+    match store.update(&key, next, revision_of(raw)).await {
+        Ok(v) => Ok(Some(v)),
+        Err(StoreError::Conflict { .. }) | Err(StoreError::NotFound(_)) => Ok(None),
+        Err(e) => Err(e),
     }
 }
 

@@ -10,7 +10,7 @@ use super::events::{reasons, EventType, Involved, Recorder};
 use super::pick::{self, names_text, PoolPlan, Snapshot, Wait};
 use super::pools::NodeFacts;
 use super::rollout_policy::HoldReason;
-use super::set_annotations;
+use super::{annotate, set_annotations, write_node};
 use crate::resources::{MACHINE_CONFIG, MACHINE_CONFIG_POOL, NODE, NODE_DISRUPTION_BUDGET};
 use crate::server::objects;
 use crate::store::{revision_of, Key, Store, StoreError, WatchFilter};
@@ -440,32 +440,6 @@ async fn record_waits(
         events.emit(store, &about, EventType::Normal, reasons::BUDGET_BLOCKED, &msg).await?;
     }
     Ok(())
-}
-
-/// Set (Some) or remove (None) annotations of a node; the stored node, or None when someone
-/// else changed it first (the next pass decides again from the newer version).
-async fn annotate(
-    store: &Arc<dyn Store>,
-    raw: &Value,
-    changes: &[(&str, Option<&str>)],
-) -> Result<Option<Value>, StoreError> {
-    let mut next = raw.clone();
-    set_annotations(&mut next, changes);
-    write_node(store, raw, next).await
-}
-
-/// Write `next` over the stored version `raw` (compare-and-swap); None when it changes nothing,
-/// or when someone else changed the node first.
-async fn write_node(store: &Arc<dyn Store>, raw: &Value, next: Value) -> Result<Option<Value>, StoreError> {
-    if &next == raw {
-        return Ok(None);
-    }
-    let key = Key::cluster(&NODE.store_key(), objects::name_of(raw));
-    match store.update(&key, next, revision_of(raw)).await {
-        Ok(v) => Ok(Some(v)),
-        Err(StoreError::Conflict { .. }) | Err(StoreError::NotFound(_)) => Ok(None),
-        Err(e) => Err(e),
-    }
 }
 
 fn condition(type_: &str, on: bool, reason: &str, message: String) -> Condition {
