@@ -88,3 +88,42 @@ async fn the_follower_delivers_changes_in_order_times_out_and_survives_a_restart
     .await;
     assert_eq!(v4.revision.parse::<u64>().unwrap(), r4);
 }
+
+/// `report_working` does not wait for its write, but the node's next write does: the
+/// coordinator sees Working (with the drain request) and then Done, never Done overwritten by a
+/// late Working, even when the next write is made at once.
+#[tokio::test]
+async fn a_background_working_report_lands_before_the_next_write() {
+    use aloft_api::annotations as ann;
+    let c = Coordinator::start();
+    let admin = c.client();
+    let api = enroll(&c, "bg-0").await;
+    let from = aloft_tests::rv(&admin.get("/api/v1/nodes/bg-0").await.unwrap().into_result().unwrap());
+    let path = format!("/api/v1/nodes?watch=true&resourceVersion={from}&fieldSelector=metadata.name%3Dbg-0");
+    let mut watch = aloft_tests::WatchStream::open(&admin, &path).await.unwrap();
+    let mut want = Vec::new();
+    for round in 0..20 {
+        let (old, new) = (format!("cfg-{round}"), format!("cfg-{}", round + 1));
+        api.report_working(&old, Some(&format!("drain-{new}"))).await;
+        let done = api.report_done(&new, true).await.unwrap();
+        assert_eq!((done.annotation(ann::STATE), done.annotation(ann::CURRENT_CONFIG)), ("Done", new.as_str()));
+        want.push(("Working".to_string(), old, format!("drain-{new}")));
+        want.push(("Done".to_string(), new.clone(), format!("uncordon-{new}")));
+    }
+    // Every version the coordinator stored, in order (the drain controller's answers change
+    // neither field and are folded away).
+    let mut seen: Vec<(String, String, String)> = Vec::new();
+    while seen.len() < want.len() {
+        let Some(ev) = watch.next(Duration::from_secs(10)).await.unwrap() else { break };
+        let a = |k: &str| ev["object"]["metadata"]["annotations"][k].as_str().unwrap_or("").to_string();
+        let v = (a(ann::STATE), a(ann::CURRENT_CONFIG), a(ann::DESIRED_DRAIN));
+        if v.0.is_empty() || seen.last() == Some(&v) {
+            continue;
+        }
+        seen.push(v);
+    }
+    assert_eq!(seen, want);
+    let node = admin.get("/api/v1/nodes/bg-0").await.unwrap().into_result().unwrap();
+    assert_eq!(node["metadata"]["annotations"][ann::STATE], "Done");
+    assert_eq!(node["metadata"]["annotations"][ann::CURRENT_CONFIG], "cfg-20");
+}

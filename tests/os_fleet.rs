@@ -91,6 +91,21 @@ async fn wait_state(c: &Coordinator, name: &str, state: &str, on_target: bool, w
     .await
 }
 
+/// Wait until the worker pool's target is rendered from MachineConfig `mc` (before that, a node
+/// can be Done on the pool's earlier target, which is not the config a test waits for).
+async fn wait_rendered_with(c: &Coordinator, mc: &str) {
+    let client = c.client();
+    eventually(Duration::from_secs(60), &format!("the worker pool rendered with {mc}"), || {
+        let client = client.clone();
+        async move {
+            let pool = client.get(&path_of(&MACHINE_CONFIG_POOL, Some("worker"))).await?.into_result()?;
+            let sources = pool.pointer("/spec/configuration/source").and_then(Value::as_array).cloned();
+            Ok(sources.unwrap_or_default().iter().any(|s| s["name"] == mc).then_some(()))
+        }
+    })
+    .await
+}
+
 fn os_mc(name: &str, url: &str, kargs: &[&str]) -> Value {
     json!({
         "apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfig",
@@ -131,6 +146,7 @@ async fn os_update_health_check_and_rollback() {
     admin.post(&path_of(&MACHINE_CONFIG_POOL, None), &pool).await.unwrap().into_result().unwrap();
     let ssh = yaml(&testdata().join("mco/bootstrap/99_openshift-machineconfig_worker.yaml"));
     admin.post(&path_of(&MACHINE_CONFIG, None), &ssh).await.unwrap().into_result().unwrap();
+    wait_rendered_with(&c, "99-worker-ssh").await;
     let (first, _) = wait_state(&c, &name, "Done", true, "Done on the SSH config").await;
 
     // 1. A container reference (OpenShift YAML) renders, but the agent refuses it.
@@ -222,6 +238,7 @@ async fn os_helper_not_running_is_degraded_and_changes_nothing() {
     admin.post(&path_of(&MACHINE_CONFIG_POOL, None), &pool).await.unwrap().into_result().unwrap();
     let ssh = yaml(&testdata().join("mco/bootstrap/99_openshift-machineconfig_worker.yaml"));
     admin.post(&path_of(&MACHINE_CONFIG, None), &ssh).await.unwrap().into_result().unwrap();
+    wait_rendered_with(&c, "99-worker-ssh").await;
     let (first, _) = wait_state(&c, &name, "Done", true, "Done on the SSH config").await;
 
     let not_running = format!("OS helper at {} is not running", socket.display());

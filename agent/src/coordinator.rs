@@ -32,6 +32,9 @@ pub struct NodeApi {
     /// the coordinator for every step of every update; across a fleet that was a third of the
     /// coordinator's requests.
     latest: Arc<OnceCell<watch::Receiver<Option<Arc<NodeView>>>>>,
+    /// A write sent without waiting for it ([`NodeApi::report_working`]); every later write
+    /// waits for it first, so the coordinator sees this node's writes in the order they were made.
+    pending: Arc<tokio::sync::Mutex<Option<tokio::task::JoinHandle<Result<NodeView>>>>>,
 }
 
 /// How long the coordinator keeps the follower's watch open before the follower reopens it (and
@@ -65,7 +68,7 @@ fn view(v: Value) -> Result<NodeView> {
 
 impl NodeApi {
     pub fn new(client: Client, name: &str) -> Self {
-        NodeApi { client, name: name.to_string(), latest: Arc::default() }
+        NodeApi { client, name: name.to_string(), latest: Arc::default(), pending: Arc::default() }
     }
 
     pub fn name(&self) -> &str {
@@ -77,8 +80,48 @@ impl NodeApi {
         view(v)
     }
 
-    /// Set (or, with `None`, remove) MCO annotations in one merge patch.
+    /// Set (or, with `None`, remove) MCO annotations in one merge patch, after any write still
+    /// under way in the background.
     pub async fn annotate(&self, values: &[(&str, Option<&str>)]) -> Result<NodeView> {
+        let mut pending = self.pending.lock().await;
+        if let Some(write) = pending.take() {
+            match write.await {
+                Ok(Ok(_)) => {}
+                // The write that follows carries the newer state; the failure is only logged.
+                Ok(Err(e)) => tracing::warn!(error = %format!("{e:#}"), "a background report failed"),
+                Err(e) => tracing::warn!(error = %e, "a background report did not finish"),
+            }
+        }
+        self.annotate_now(values).await
+    }
+
+    /// Report Working on `current`, with the drain request `drain` when the update drains, and
+    /// go on without waiting for the write: the update needs nothing from its answer. Either no
+    /// drain is asked for, or the coordinator answered `drain` already, when it picked this node
+    /// (it cordons and acknowledges in the pick's write when the pool has no drain hooks, and it
+    /// never takes that answer back while the node is updating). The next write of this node
+    /// waits for this one. Saves the node's turn one round trip and one commit of the
+    /// coordinator before the apply starts.
+    pub async fn report_working(&self, current: &str, drain: Option<&str>) {
+        let mut pending = self.pending.lock().await;
+        if let Some(write) = pending.take() {
+            let _ = write.await;
+        }
+        let mut values =
+            vec![(ann::STATE, Some("Working")), (ann::REASON, Some("")), (ann::CURRENT_CONFIG, Some(current))];
+        if let Some(d) = drain {
+            values.push((ann::DESIRED_DRAIN, Some(d)));
+        }
+        let values: Vec<(String, Option<String>)> =
+            values.into_iter().map(|(k, v)| (k.to_string(), v.map(str::to_string))).collect();
+        let api = self.clone();
+        *pending = Some(tokio::spawn(async move {
+            let values: Vec<(&str, Option<&str>)> = values.iter().map(|(k, v)| (k.as_str(), v.as_deref())).collect();
+            api.annotate_now(&values).await
+        }));
+    }
+
+    async fn annotate_now(&self, values: &[(&str, Option<&str>)]) -> Result<NodeView> {
         let mut a = serde_json::Map::new();
         for (k, v) in values {
             let v = v.map(|s| if s.len() > MAX_REASON { &s[..s.floor_char_boundary(MAX_REASON)] } else { s });

@@ -208,6 +208,8 @@ pub struct Agent {
     phase: Phase,
     current: Option<MachineConfig>,
     desired: String,
+    /// The coordinator's `lastAppliedDrain` in the newest view of the Node.
+    drain_answer: String,
     /// Feeds the D-Bus status object, when one is served.
     pub status_tx: Option<tokio::sync::watch::Sender<AgentStatus>>,
     pub metrics: Option<Arc<Metrics>>,
@@ -237,6 +239,7 @@ impl Agent {
             phase,
             current,
             desired: String::new(),
+            drain_answer: String::new(),
             status_tx: None,
             metrics: None,
             reboot_asked: false,
@@ -333,6 +336,7 @@ impl Agent {
     /// One step of the loop; returns the step taken.
     pub async fn step(&mut self, node: &NodeView) -> Result<Step> {
         self.desired = node.annotation(ann::DESIRED_CONFIG).to_string();
+        self.drain_answer = node.annotation(ann::LAST_APPLIED_DRAIN).to_string();
         self.maybe_prestage(node);
         let step = decide(&self.phase, node, &self.current_name(), &state::boot_id(&self.root));
         match &step {
@@ -402,7 +406,10 @@ impl Agent {
                 Phase::Draining { target: target.into(), request: request.clone() },
                 "waiting for the coordinator to drain this node",
             )?;
-            if let Err(e) = self.api.working_and_drain(&current, &request, self.drain_timeout).await {
+            if self.drain_answer == request {
+                // Drained when the coordinator picked this node: nothing to wait for.
+                self.api.report_working(&current, Some(&request)).await;
+            } else if let Err(e) = self.api.working_and_drain(&current, &request, self.drain_timeout).await {
                 return self.fail(target, format!("{e:#}"), false).await;
             }
             self.write_status("stopping the workloads of aloft-workloads.target")?;
@@ -417,7 +424,7 @@ impl Agent {
             return self.fail(target, format!("{e:#}"), false).await;
         }
         if !plan.drain {
-            self.api.report("Working", "", Some(&current)).await?;
+            self.api.report_working(&current, None).await;
         }
         self.enter(Phase::Applying { target: target.into() }, "writing files and units")?;
         // After a drain or an OS download (minutes) the host is validated again; straight after

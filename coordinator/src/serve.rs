@@ -107,7 +107,7 @@ pub async fn run(opts: ServeOptions) -> Result<()> {
     let token_store = store.clone();
     let store: Arc<dyn crate::store::Store> = Arc::new(store);
     let ctx = Arc::new(Ctx { store: store.clone(), tokens, token_store, limits: opts.limits.clone() });
-    controllers::spawn_all(store.clone());
+    controllers::spawn_all(store.clone()).context("starting the controllers")?;
     let app = server::router(ctx).into_make_service();
     tracing::info!(%addr, scheme, data_dir = %opts.data_dir.display(), "aloft-coordinator serving");
     println!("aloft-coordinator listening on {}", client.server);

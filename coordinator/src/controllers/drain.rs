@@ -118,7 +118,7 @@ pub async fn run(store: Arc<dyn Store>) {
         }
     };
     let ctx = Ctx {
-        events: Recorder::new("aloft-drain-controller"),
+        events: Recorder::new("aloft-drain-controller", store.clone()),
         hooks,
         inflight: Arc::default(),
         last_error: Arc::default(),
@@ -238,9 +238,7 @@ async fn pass(store: &Arc<dyn Store>, ctx: &Ctx, st: &mut State, handoffs: &mut 
                     st.nodes.put(stored);
                 }
                 tracing::warn!(node = %name, %msg, "drain timed out; still retrying");
-                ctx.events
-                    .emit(store, &Involved::node(&name), EventType::Warning, reasons::DRAIN_TIMEOUT, &msg)
-                    .await?;
+                ctx.events.emit(&Involved::node(&name), EventType::Warning, reasons::DRAIN_TIMEOUT, &msg);
             }
             if !node.spec.unschedulable {
                 if let Err(b) = ledger.check(i) {
@@ -254,9 +252,7 @@ async fn pass(store: &Arc<dyn Store>, ctx: &Ctx, st: &mut State, handoffs: &mut 
                     }
                     let msg = format!("{r} waits: {b}");
                     lock(&ctx.last_error).insert(name.clone(), b.to_string());
-                    ctx.events
-                        .emit(store, &Involved::node(&name), EventType::Normal, reasons::BUDGET_BLOCKED, &msg)
-                        .await?;
+                    ctx.events.emit(&Involved::node(&name), EventType::Normal, reasons::BUDGET_BLOCKED, &msg);
                     continue;
                 }
                 ledger.take(i);
@@ -312,10 +308,7 @@ impl Job {
             self.ctx.events.forget(&Involved::node(&self.node), reasons::DRAIN_HOOK_FAILED);
             self.ctx.events.forget(&Involved::node(&self.node), reasons::DRAIN_TIMEOUT);
             let msg = format!("cordoned and drained for {r} ({} hook(s) called)", self.hooks.len());
-            self.ctx
-                .events
-                .emit(&self.store, &Involved::node(&self.node), EventType::Normal, reasons::DRAINED, &msg)
-                .await?;
+            self.ctx.events.emit(&Involved::node(&self.node), EventType::Normal, reasons::DRAINED, &msg);
             tracing::info!(node = %self.node, request = %r, "drain acknowledged");
         }
         Ok(())
@@ -342,10 +335,7 @@ impl Job {
         if let Err(e) = self.ctx.hooks.call_all(&self.hooks, &self.hook_request(Phase::Drain, r)).await {
             let msg = e.to_string();
             lock(&self.ctx.last_error).insert(self.node.clone(), msg.clone());
-            self.ctx
-                .events
-                .emit(&self.store, &Involved::node(&self.node), EventType::Warning, reasons::DRAIN_HOOK_FAILED, &msg)
-                .await?;
+            self.ctx.events.emit(&Involved::node(&self.node), EventType::Warning, reasons::DRAIN_HOOK_FAILED, &msg);
             return Ok(false);
         }
         // The cordon above made the cached version stale.
@@ -356,16 +346,12 @@ impl Job {
         // Best effort: a node that finished its update goes back into service even when a hook
         // fails; the failure is an Event.
         if let Err(e) = self.ctx.hooks.call_all(&self.hooks, &self.hook_request(Phase::Uncordon, r)).await {
-            self.ctx
-                .events
-                .emit(
-                    &self.store,
-                    &Involved::node(&self.node),
-                    EventType::Warning,
-                    reasons::DRAIN_HOOK_FAILED,
-                    &e.to_string(),
-                )
-                .await?;
+            self.ctx.events.emit(
+                &Involved::node(&self.node),
+                EventType::Warning,
+                reasons::DRAIN_HOOK_FAILED,
+                &e.to_string(),
+            );
         }
         let acked = update_node(&self.store, &self.node, Some(&self.cached), |n| {
             if pending(n).as_ref().map(Request::value) != Some(r) {

@@ -56,42 +56,93 @@ impl Involved {
     }
 }
 
+/// How many events may wait for their write. A controller deciding for a whole fleet at once
+/// (a 10,000-node pool's first batch) queues one per node; past this, events are dropped with a
+/// warning, as Kubernetes' event broadcaster drops them, rather than slowing the decisions.
+const QUEUE: usize = 16_384;
+
 /// Writes events, skipping repeats of the last message per (object, reason).
+///
+/// Like client-go's event broadcaster, recording does not wait for the write: the events queue
+/// up for a task of their own, which writes what has queued together (one group commit of the
+/// store). A controller's pass that waited for its events held up its next decision by a commit
+/// (the picks of the next freed slots waited behind the Events of the last ones).
 #[derive(Clone)]
 pub struct Recorder {
-    component: &'static str,
     last: Arc<Mutex<HashMap<(Involved, &'static str), String>>>,
+    queue: tokio::sync::mpsc::Sender<Pending>,
+}
+
+/// An event waiting for its write.
+struct Pending {
+    about: Involved,
+    type_: EventType,
+    reason: &'static str,
+    message: String,
 }
 
 impl Recorder {
-    pub fn new(component: &'static str) -> Self {
-        Recorder { component, last: Arc::default() }
+    /// A recorder for `component`, with its writer task (it ends when the last clone is
+    /// dropped). Needs a Tokio runtime.
+    pub fn new(component: &'static str, store: Arc<dyn Store>) -> Self {
+        let (queue, rx) = tokio::sync::mpsc::channel(QUEUE);
+        let last: Arc<Mutex<HashMap<(Involved, &'static str), String>>> = Arc::default();
+        tokio::spawn(write_queued(store, component, rx, last.clone()));
+        Recorder { last, queue }
     }
 
-    /// Record `message` unless it is what this (object, reason) said last.
-    pub async fn emit(
-        &self,
-        store: &Arc<dyn Store>,
-        about: &Involved,
-        type_: EventType,
-        reason: &'static str,
-        message: &str,
-    ) -> Result<(), StoreError> {
+    /// Record `message` unless it is what this (object, reason) said last. The write happens
+    /// in the background; one that fails is logged, and the same message later is written again.
+    pub fn emit(&self, about: &Involved, type_: EventType, reason: &'static str, message: &str) {
         let key = (about.clone(), reason);
         {
-            let last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+            let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
             if last.get(&key).map(String::as_str) == Some(message) {
-                return Ok(());
+                return;
             }
+            last.insert(key.clone(), message.to_string());
         }
-        write_event(store, self.component, about, type_, reason, message).await?;
-        self.last.lock().unwrap_or_else(|e| e.into_inner()).insert(key, message.to_string());
-        Ok(())
+        let pending = Pending { about: about.clone(), type_, reason, message: message.to_string() };
+        if let Err(e) = self.queue.try_send(pending) {
+            tracing::warn!(object = %about.name, %reason, %message, "event dropped: {e}");
+            forget_if(&self.last, &key, message);
+        }
     }
 
     /// The decision behind (object, reason) is over: the same message later is a new decision.
     pub fn forget(&self, about: &Involved, reason: &'static str) {
         self.last.lock().unwrap_or_else(|e| e.into_inner()).remove(&(about.clone(), reason));
+    }
+}
+
+/// Forget (object, reason) if `message` is still the last thing it said.
+fn forget_if(last: &Mutex<HashMap<(Involved, &'static str), String>>, key: &(Involved, &'static str), message: &str) {
+    let mut last = last.lock().unwrap_or_else(|e| e.into_inner());
+    if last.get(key).map(String::as_str) == Some(message) {
+        last.remove(key);
+    }
+}
+
+/// At most this many events per round of concurrent writes.
+const BATCH: usize = 1024;
+
+/// The recorder's writer: everything queued at once, concurrently (one commit).
+async fn write_queued(
+    store: Arc<dyn Store>,
+    component: &'static str,
+    mut rx: tokio::sync::mpsc::Receiver<Pending>,
+    last: Arc<Mutex<HashMap<(Involved, &'static str), String>>>,
+) {
+    let mut batch = Vec::new();
+    while rx.recv_many(&mut batch, BATCH).await > 0 {
+        let writes = batch.iter().map(|p| write_event(&store, component, &p.about, p.type_, p.reason, &p.message));
+        let results = futures::future::join_all(writes).await;
+        for (p, r) in batch.drain(..).zip(results) {
+            if let Err(e) = r {
+                tracing::warn!(object = %p.about.name, reason = p.reason, error = %e, "event not written");
+                forget_if(&last, &(p.about, p.reason), &p.message);
+            }
+        }
     }
 }
 

@@ -73,13 +73,29 @@ pub(crate) async fn write_node(store: &Arc<dyn Store>, raw: &Value, next: Value)
     }
 }
 
-/// Start every controller on the tokio runtime.
-pub fn spawn_all(store: Arc<dyn Store>) -> Vec<tokio::task::JoinHandle<()>> {
-    vec![
-        tokio::spawn(render::run(store.clone())),
-        tokio::spawn(node::run(store.clone())),
-        tokio::spawn(drain::run(store)),
-    ]
+/// Start every controller.
+///
+/// They run on a thread of their own, with a runtime of their own: on the API server's runtime a
+/// controller's pass was one task among the hundreds of requests a fleet sends at once (the
+/// Done reports of a whole batch of nodes), and the picks that refill the freed slots waited
+/// behind them. As a thread, the controllers get their share of the CPU from the kernel.
+pub fn spawn_all(store: Arc<dyn Store>) -> std::io::Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    std::thread::Builder::new().name("controllers".into()).spawn(move || {
+        rt.block_on(async move {
+            let all = [
+                tokio::spawn(render::run(store.clone())),
+                tokio::spawn(node::run(store.clone())),
+                tokio::spawn(drain::run(store)),
+            ];
+            for r in futures::future::join_all(all).await {
+                if let Err(e) = r {
+                    tracing::error!(error = %e, "a controller stopped");
+                }
+            }
+        })
+    })?;
+    Ok(())
 }
 
 /// Run `reconcile` over `store` forever: once at start, then after each batch of events on

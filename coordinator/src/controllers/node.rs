@@ -33,7 +33,7 @@ const PRESTAGE_WRITES_PER_PASS: usize = 200;
 /// cache that each event (and each of the controller's own writes) updates: a batch costs the
 /// objects that changed, not a re-read of the whole fleet.
 pub async fn run(store: Arc<dyn Store>) {
-    let events = Recorder::new("aloft-node-controller");
+    let events = Recorder::new("aloft-node-controller", store.clone());
     loop {
         if let Err(e) = follow(&store, &events).await {
             tracing::warn!(controller = "node", error = %e, "controller restarting");
@@ -52,6 +52,8 @@ struct State {
     /// node is asked to pre-stage, the safe side). Rendered configs are named by their content,
     /// so an entry never goes stale.
     os_images: std::collections::HashMap<String, Option<String>>,
+    /// The pools' status write under way, if any (see [`write_statuses`]).
+    status_job: Option<tokio::task::JoinHandle<Vec<Value>>>,
 }
 
 async fn follow(store: &Arc<dyn Store>, events: &Recorder) -> Result<(), StoreError> {
@@ -68,6 +70,7 @@ async fn follow(store: &Arc<dyn Store>, events: &Recorder) -> Result<(), StoreEr
         budgets: Cache::load(store, &keys[2]).await?,
         layout: None,
         os_images: Default::default(),
+        status_job: None,
     };
     // The lists may be newer than `from`; replayed events then only re-put the same objects.
     let mut last = reconcile(store, &mut st, events).await?;
@@ -75,6 +78,8 @@ async fn follow(store: &Arc<dyn Store>, events: &Recorder) -> Result<(), StoreEr
     loop {
         let idle = due.saturating_duration_since(tokio::time::Instant::now());
         let Some(batch) = super::next_batch_ready(&mut stream, idle).await? else { break };
+        // Our own finished status write first: its events are then no news.
+        collect_statuses(&mut st);
         // An empty batch is a timer (a soak ending, the resync): always a pass.
         let mut changed = batch.is_empty() || last.again;
         for ev in &batch {
@@ -207,15 +212,17 @@ async fn reconcile(store: &Arc<dyn Store>, st: &mut State, events: &Recorder) ->
             wake = wake.min(left);
         }
     }
-    let statuses: Vec<(usize, MachineConfigPoolStatus)> = plans
-        .iter()
-        .map(|pp| {
-            let pairs: Vec<(&Node, &NodeFacts)> =
-                pp.members.iter().map(|&i| (&st.nodes.typed[i], &st.nodes.derived[i])).collect();
-            let pool = &st.pools.typed[pp.pool];
-            (pp.pool, compute_status(pool, &pairs, &pp.target, pp.membership_error.as_ref(), Some(pp)))
-        })
-        .collect();
+    // While the last statuses are being written, none are computed (the next pass does, from
+    // the pools as written).
+    let status_free = collect_statuses(st);
+    let status_of = |pp: &PoolPlan| {
+        let pairs: Vec<(&Node, &NodeFacts)> =
+            pp.members.iter().map(|&i| (&st.nodes.typed[i], &st.nodes.derived[i])).collect();
+        let pool = &st.pools.typed[pp.pool];
+        (pp.pool, compute_status(pool, &pairs, &pp.target, pp.membership_error.as_ref(), Some(pp)))
+    };
+    let statuses: Vec<(usize, MachineConfigPoolStatus)> =
+        if status_free { plans.iter().map(status_of).collect() } else { Vec::new() };
     let mut prestage = Vec::new();
     for pp in &plans {
         for (i, want) in &pp.prestage {
@@ -233,33 +240,25 @@ async fn reconcile(store: &Arc<dyn Store>, st: &mut State, events: &Recorder) ->
             prestage.push((*i, want.clone()));
         }
     }
-    // Everything after the picks at once, so that it shares one commit: a pass that waited for
-    // events, then statuses, then pre-staging took three commits before it could see the next
-    // node free up.
+    for (node_name, msg) in &notes {
+        events.emit(&Involved::node(node_name), EventType::Normal, reasons::NODE_PICKED, msg);
+    }
+    for pp in &plans {
+        record_waits(events, &st.pools.typed[pp.pool].metadata.name, pp, &st.nodes.typed);
+    }
+    if status_free {
+        write_statuses(store, st, statuses);
+    } else {
+        wake = wake.min(STATUS_RETRY);
+    }
+    // Pre-staging requests at once, so that they share one commit.
     let raw = &st.nodes.raw;
-    let (nodes, pools) = (&st.nodes, &st.pools);
-    let picked_events = futures::future::try_join_all(notes.iter().map(|(node_name, msg)| async move {
-        events.emit(store, &Involved::node(node_name), EventType::Normal, reasons::NODE_PICKED, msg).await
-    }));
-    let waits = futures::future::try_join_all(plans.iter().map(|pp| async move {
-        let pool_name = &pools.typed[pp.pool].metadata.name;
-        record_waits(store, events, pool_name, pp, &nodes.typed).await
-    }));
-    let status_writes = futures::future::try_join_all(
-        statuses.into_iter().map(|(p, status)| async move { write_status(store, &pools.raw[p], status).await }),
-    );
-    let prestage_writes =
+    let prestaged =
         futures::future::try_join_all(prestage.iter().map(|(i, want)| async move {
             annotate(store, &raw[*i], &[(ann::PRESTAGE_CONFIG, want.as_deref())]).await
-        }));
-    let (picked_events, waits, stored_pools, prestaged) =
-        tokio::join!(picked_events, waits, status_writes, prestage_writes);
-    picked_events?;
-    waits?;
-    for v in stored_pools?.into_iter().flatten() {
-        st.pools.put(v);
-    }
-    for v in prestaged?.into_iter().flatten() {
+        }))
+        .await?;
+    for v in prestaged.into_iter().flatten() {
         st.nodes.put(v);
     }
     Ok(Pass { wake, again })
@@ -395,13 +394,7 @@ async fn learn_os_images(store: &Arc<dyn Store>, st: &mut State) -> Result<(), S
 }
 
 /// Events for what kept a pool's nodes waiting: one per change of reason or message.
-async fn record_waits(
-    store: &Arc<dyn Store>,
-    events: &Recorder,
-    pool_name: &str,
-    pp: &PoolPlan,
-    nodes: &[Node],
-) -> Result<(), StoreError> {
+fn record_waits(events: &Recorder, pool_name: &str, pp: &PoolPlan, nodes: &[Node]) {
     let about = Involved::pool(pool_name);
     let (reason, type_) = match &pp.wait {
         Some(Wait::Policy(HoldReason::CircuitBroken { .. })) => (reasons::CIRCUIT_BROKEN, EventType::Warning),
@@ -423,7 +416,7 @@ async fn record_waits(
             }
             w => format!("nodes wait for {}: {w}", pp.target),
         };
-        events.emit(store, &about, type_, reason, &msg).await?;
+        events.emit(&about, type_, reason, &msg);
     }
     if pp.blocked.is_empty() {
         events.forget(&about, reasons::BUDGET_BLOCKED);
@@ -437,9 +430,8 @@ async fn record_waits(
             })
             .collect();
         let msg = parts.join("; ");
-        events.emit(store, &about, EventType::Normal, reasons::BUDGET_BLOCKED, &msg).await?;
+        events.emit(&about, EventType::Normal, reasons::BUDGET_BLOCKED, &msg);
     }
-    Ok(())
 }
 
 fn condition(type_: &str, on: bool, reason: &str, message: String) -> Condition {
@@ -577,24 +569,69 @@ fn rollout_conditions(st: &mut MachineConfigPoolStatus, members: &[(&Node, &Node
     }
 }
 
-/// Write a pool's status if it changed; the stored pool, or None when nothing was written.
-async fn write_status(
-    store: &Arc<dyn Store>,
-    raw: &Value,
-    status: MachineConfigPoolStatus,
-) -> Result<Option<Value>, StoreError> {
-    let new = serde_json::to_value(&status).map_err(|e| StoreError::Backend(e.to_string()))?;
-    if raw.get("status") == Some(&new) {
-        return Ok(None);
+/// How soon a pass that found the pools' last status write still under way tries again.
+const STATUS_RETRY: Duration = Duration::from_millis(5);
+
+/// Start writing the pools' statuses that changed, in a task of its own: the next pass must not
+/// wait for them (a status write queued behind a fleet's reports held up the next picks by a
+/// commit). At most one such write is under way ([`collect_statuses`] says when the last one
+/// is over and puts its pools into the cache, so the next write compares against their new
+/// revisions); one that lost a race is dropped, and the winner's event brings another pass.
+fn write_statuses(store: &Arc<dyn Store>, st: &mut State, statuses: Vec<(usize, MachineConfigPoolStatus)>) {
+    let writes: Vec<(Key, Value, Option<u64>)> = statuses
+        .into_iter()
+        .filter_map(|(p, status)| {
+            let raw = &st.pools.raw[p];
+            let new = match serde_json::to_value(&status) {
+                Ok(v) => v,
+                Err(e) => {
+                    tracing::warn!(error = %e, "pool status does not serialize");
+                    return None;
+                }
+            };
+            if raw.get("status") == Some(&new) {
+                return None;
+            }
+            let mut next = Value::clone(raw);
+            next["status"] = new;
+            Some((Key::cluster(&MACHINE_CONFIG_POOL.store_key(), objects::name_of(raw)), next, revision_of(raw)))
+        })
+        .collect();
+    if writes.is_empty() {
+        return;
     }
-    let mut next = raw.clone();
-    next["status"] = new;
-    let key = Key::cluster(&MACHINE_CONFIG_POOL.store_key(), objects::name_of(raw));
-    match store.update(&key, next, revision_of(raw)).await {
-        Ok(v) => Ok(Some(v)),
-        Err(StoreError::Conflict { .. }) | Err(StoreError::NotFound(_)) => Ok(None),
-        Err(e) => Err(e),
+    let store = store.clone();
+    st.status_job = Some(tokio::spawn(async move {
+        let all = writes.into_iter().map(|(key, next, rev)| {
+            let store = &store;
+            async move {
+                match store.update(&key, next, rev).await {
+                    Ok(v) => Some(v),
+                    Err(StoreError::Conflict { .. }) | Err(StoreError::NotFound(_)) => None,
+                    Err(e) => {
+                        tracing::warn!(pool = %key.name, error = %e, "pool status not written");
+                        None
+                    }
+                }
+            }
+        });
+        futures::future::join_all(all).await.into_iter().flatten().collect()
+    }));
+}
+
+/// Put the pools of a finished status write into the cache; false while one is under way.
+fn collect_statuses(st: &mut State) -> bool {
+    let Some(job) = st.status_job.take_if(|j| j.is_finished()) else { return st.status_job.is_none() };
+    match futures::FutureExt::now_or_never(job) {
+        Some(Ok(stored)) => {
+            for v in stored {
+                st.pools.put(v);
+            }
+        }
+        Some(Err(e)) => tracing::warn!(error = %e, "the pool status write failed"),
+        None => {}
     }
+    true
 }
 
 #[cfg(test)]
