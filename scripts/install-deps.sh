@@ -7,7 +7,9 @@ set -euo pipefail
 
 need=()
 for pkg in build-essential pkg-config ca-certificates dbus-daemon libostree-dev ostree gpg; do
-  dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
+  # Installed, not merely known to dpkg (`dpkg -s` also succeeds for a package removed with its
+  # configuration files left behind).
+  [[ "$(dpkg-query -W -f='${db:Status-Status}' "$pkg" 2>/dev/null)" == installed ]] || need+=("$pkg")
 done
 # kubectl is a test client. Machine images may already carry one (the `kubectl` package); Debian's
 # kubernetes-client conflicts with it, so install that only when there is none.

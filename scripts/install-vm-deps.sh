@@ -14,7 +14,9 @@ pkgs=(mmdebstrap ostree libostree-dev e2fsprogs gpg gpg-agent qemu-system-x86 qe
       ca-certificates coreutils util-linux)
 need=()
 for pkg in "${pkgs[@]}"; do
-  dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
+  # Installed, not merely known to dpkg (`dpkg -s` also succeeds for a package removed with its
+  # configuration files left behind).
+  [[ "$(dpkg-query -W -f='${db:Status-Status}' "$pkg" 2>/dev/null)" == installed ]] || need+=("$pkg")
 done
 if ((${#need[@]})); then
   echo "installing: ${need[*]}" >&2
