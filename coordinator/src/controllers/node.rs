@@ -54,6 +54,18 @@ struct State {
     os_images: std::collections::HashMap<String, Option<String>>,
     /// The pools' status write under way, if any (see [`write_statuses`]).
     status_job: Option<tokio::task::JoinHandle<Vec<Value>>>,
+    /// A pass skipped the statuses because the last write was under way: how soon to look
+    /// again (doubling, from [`STATUS_RETRY`] up to a second, while it stays under way).
+    status_retry: Option<Duration>,
+}
+
+impl State {
+    /// The next wait for the status write a pass skipped.
+    fn retry_statuses_later(&mut self) -> Duration {
+        let next = self.status_retry.map_or(STATUS_RETRY, |d| (d * 2).min(Duration::from_secs(1)));
+        self.status_retry = Some(next);
+        next
+    }
 }
 
 async fn follow(store: &Arc<dyn Store>, events: &Recorder) -> Result<(), StoreError> {
@@ -71,6 +83,7 @@ async fn follow(store: &Arc<dyn Store>, events: &Recorder) -> Result<(), StoreEr
         layout: None,
         os_images: Default::default(),
         status_job: None,
+        status_retry: None,
     };
     // The lists may be newer than `from`; replayed events then only re-put the same objects.
     let mut last = reconcile(store, &mut st, events).await?;
@@ -79,9 +92,15 @@ async fn follow(store: &Arc<dyn Store>, events: &Recorder) -> Result<(), StoreEr
         let idle = due.saturating_duration_since(tokio::time::Instant::now());
         let Some(batch) = super::next_batch_ready(&mut stream, idle).await? else { break };
         // Our own finished status write first: its events are then no news.
-        collect_statuses(&mut st);
-        // An empty batch is a timer (a soak ending, the resync): always a pass.
-        let mut changed = batch.is_empty() || last.again;
+        let status_free = collect_statuses(&mut st);
+        // An empty batch is a timer: a soak ending, the resync (always a pass), or a look at
+        // whether the status write a pass had to skip is over (a pass once it is).
+        let timer = batch.is_empty();
+        if timer && !status_free && st.status_retry.is_some() {
+            due = tokio::time::Instant::now() + st.retry_statuses_later();
+            continue;
+        }
+        let mut changed = timer || last.again || (st.status_retry.is_some() && status_free);
         for ev in &batch {
             changed |= if ev.key.resource == keys[0] {
                 st.nodes.apply(ev)
@@ -247,9 +266,10 @@ async fn reconcile(store: &Arc<dyn Store>, st: &mut State, events: &Recorder) ->
         record_waits(events, &st.pools.typed[pp.pool].metadata.name, pp, &st.nodes.typed);
     }
     if status_free {
+        st.status_retry = None;
         write_statuses(store, st, statuses);
     } else {
-        wake = wake.min(STATUS_RETRY);
+        wake = wake.min(st.retry_statuses_later());
     }
     // Pre-staging requests at once, so that they share one commit.
     let raw = &st.nodes.raw;
