@@ -188,19 +188,26 @@ async fn pass(store: &Arc<dyn Store>, ctx: &Ctx, st: &mut State, handoffs: &mut 
     if requests.is_empty() {
         return Ok(false);
     }
-    let unavailable: Vec<bool> = st.nodes.derived.iter().map(NodeFacts::disrupted).collect();
-    let labels: Vec<&BTreeMap<String, String>> = st.nodes.typed.iter().map(|n| &n.metadata.labels).collect();
+    // Only a drain is checked against the budgets; a pass with none (a fleet's uncordon requests,
+    // which the node controller answers) builds no ledger: that reads the whole fleet.
+    let drains = requests.iter().any(|(_, r)| matches!(r, Request::Drain(_)));
+    let (unavailable, labels): (Vec<bool>, Vec<&BTreeMap<String, String>>) = if drains {
+        (
+            st.nodes.derived.iter().map(NodeFacts::disrupted).collect(),
+            st.nodes.typed.iter().map(|n| &n.metadata.labels).collect(),
+        )
+    } else {
+        Default::default()
+    };
     let mut ledger = Ledger::new(&st.budgets.typed, &labels, &unavailable);
     for (i, req) in requests {
         if lock(&ctx.inflight).contains(&st.nodes.typed[i].metadata.name) {
             continue;
         }
-        let node = st.nodes.typed[i].clone();
-        let node = &node;
-        let name = node.metadata.name.clone();
+        let name = st.nodes.typed[i].metadata.name.clone();
         // The pool of this node only (MCO's membership rules, one node at a time): a pass must
         // not cost the whole fleet.
-        let (members, _) = pools::membership(&st.pools.typed, std::slice::from_ref(node));
+        let (members, _) = pools::membership(&st.pools.typed, std::slice::from_ref(&st.nodes.typed[i]));
         let pool = st.pools.typed.iter().find(|p| members.get(&p.metadata.name).is_some_and(|m| !m.is_empty()));
         let pool_name = pool.map(|p| p.metadata.name.clone()).unwrap_or_default();
         let hooks: Vec<DrainHook> =
@@ -212,6 +219,8 @@ async fn pass(store: &Arc<dyn Store>, ctx: &Ctx, st: &mut State, handoffs: &mut 
             }
             tracing::warn!(node = %name, request = %req.value(), "the node controller has not uncordoned this node; uncordoning it here");
         }
+        let node = st.nodes.typed[i].clone();
+        let node = &node;
         let job = Job {
             store: store.clone(),
             ctx: ctx.clone(),
