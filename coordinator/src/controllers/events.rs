@@ -193,3 +193,46 @@ async fn write_event(
         Err(e) => Err(e),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::SqliteStore;
+
+    async fn stored(store: &Arc<dyn Store>) -> Vec<Value> {
+        store.list(&EVENT.store_key(), None).await.unwrap().items
+    }
+
+    /// Recording returns at once; the writer task writes each decision once, a repeat of the
+    /// last message not at all, and the same message again after `forget` as a new count.
+    #[tokio::test]
+    async fn events_are_written_in_the_background_once_per_decision() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&dir.path().join("s.db")).unwrap());
+        let rec = Recorder::new("test", store.clone());
+        let n = Involved::node("n1");
+        for i in 0..50 {
+            rec.emit(&Involved::node(&format!("p{i}")), EventType::Normal, reasons::NODE_PICKED, "picked");
+        }
+        rec.emit(&n, EventType::Warning, reasons::DRAIN_TIMEOUT, "too slow");
+        rec.emit(&n, EventType::Warning, reasons::DRAIN_TIMEOUT, "too slow");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while stored(&store).await.len() < 51 {
+            assert!(std::time::Instant::now() < deadline, "events not written: {}", stored(&store).await.len());
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        let count = |evs: &[Value]| {
+            let e = evs.iter().find(|e| e["involvedObject"]["name"] == "n1").expect("n1's event");
+            (e["count"].as_i64(), e["type"].as_str().map(str::to_string))
+        };
+        assert_eq!(count(&stored(&store).await), (Some(1), Some("Warning".into())), "a repeat is not a new event");
+        // The decision ended and came back: the same event, counted again.
+        rec.forget(&n, reasons::DRAIN_TIMEOUT);
+        rec.emit(&n, EventType::Warning, reasons::DRAIN_TIMEOUT, "too slow");
+        while count(&stored(&store).await).0 != Some(2) {
+            assert!(std::time::Instant::now() < deadline, "the repeat after forget was not counted");
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert_eq!(stored(&store).await.len(), 51);
+    }
+}
