@@ -186,19 +186,18 @@ pub fn needs_own_node(who: &Identity, req: &Request<'_>) -> bool {
 /// For [`Decision::AllowStatusAndAnnotations`]: true when `next` differs from `stored` only in
 /// annotations, status and the server-maintained metadata.
 pub fn only_status_and_annotations(stored: &serde_json::Value, next: &serde_json::Value) -> bool {
-    let strip = |v: &serde_json::Value| {
-        let mut v = v.clone();
-        if let Some(m) = v.as_object_mut() {
-            m.remove("status");
-        }
-        if let Some(m) = v.get_mut("metadata").and_then(serde_json::Value::as_object_mut) {
-            for k in ["annotations", "resourceVersion", "generation", "managedFields"] {
-                m.remove(k);
-            }
-        }
-        v
+    use crate::server::objects::equal_except;
+    const META: [&str; 4] = ["annotations", "resourceVersion", "generation", "managedFields"];
+    fn meta(v: &serde_json::Value) -> Option<Option<&serde_json::Value>> {
+        v.as_object().map(|m| m.get("metadata"))
+    }
+    let same_meta = match (meta(stored), meta(next)) {
+        (Some(Some(a)), Some(Some(b))) => equal_except(a, b, &META),
+        (Some(a), Some(b)) => a == b,
+        // Not both objects: the whole comparison below decides.
+        _ => true,
     };
-    strip(stored) == strip(next)
+    same_meta && equal_except(stored, next, &["status", "metadata"])
 }
 
 #[cfg(test)]
@@ -261,6 +260,27 @@ mod tests {
         next["metadata"]["labels"]["x"] = "1".into();
         next["spec"]["unschedulable"] = true.into();
         assert!(!only_status_and_annotations(&stored, &next));
+        // Server-kept metadata and status may differ; any other field added or dropped may not.
+        let mut next = stored.clone();
+        next["metadata"]["resourceVersion"] = "9".into();
+        next["metadata"]["generation"] = 2.into();
+        assert!(only_status_and_annotations(&stored, &next));
+        for change in [
+            serde_json::json!({"metadata": {"finalizers": ["x"]}}),
+            serde_json::json!({"other": 1}),
+            serde_json::json!({"spec": null}),
+        ] {
+            let mut n = stored.clone();
+            json_patch::merge(&mut n, &change);
+            assert!(!only_status_and_annotations(&stored, &n), "{change}");
+        }
+        let mut n = stored.clone();
+        n["metadata"].as_object_mut().unwrap().remove("labels");
+        assert!(!only_status_and_annotations(&stored, &n), "labels dropped");
+        let mut n = stored.clone();
+        n.as_object_mut().unwrap().remove("metadata");
+        assert!(!only_status_and_annotations(&stored, &n), "metadata dropped");
+        assert!(!only_status_and_annotations(&stored, &serde_json::json!([])));
     }
 
     #[test]
