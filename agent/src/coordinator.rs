@@ -84,14 +84,7 @@ impl NodeApi {
     /// under way in the background.
     pub async fn annotate(&self, values: &[(&str, Option<&str>)]) -> Result<NodeView> {
         let mut pending = self.pending.lock().await;
-        if let Some(write) = pending.take() {
-            match write.await {
-                Ok(Ok(_)) => {}
-                // The write that follows carries the newer state; the failure is only logged.
-                Ok(Err(e)) => tracing::warn!(error = %format!("{e:#}"), "a background report failed"),
-                Err(e) => tracing::warn!(error = %e, "a background report did not finish"),
-            }
-        }
+        settle(pending.take()).await;
         self.annotate_now(values).await
     }
 
@@ -104,19 +97,12 @@ impl NodeApi {
     /// coordinator before the apply starts.
     pub async fn report_working(&self, current: &str, drain: Option<&str>) {
         let mut pending = self.pending.lock().await;
-        if let Some(write) = pending.take() {
-            let _ = write.await;
-        }
-        let mut values =
-            vec![(ann::STATE, Some("Working")), (ann::REASON, Some("")), (ann::CURRENT_CONFIG, Some(current))];
-        if let Some(d) = drain {
-            values.push((ann::DESIRED_DRAIN, Some(d)));
-        }
-        let values: Vec<(String, Option<String>)> =
-            values.into_iter().map(|(k, v)| (k.to_string(), v.map(str::to_string))).collect();
+        settle(pending.take()).await;
+        let values: Vec<(&'static str, Option<String>)> =
+            working(current, drain).into_iter().map(|(k, v)| (k, v.map(str::to_string))).collect();
         let api = self.clone();
         *pending = Some(tokio::spawn(async move {
-            let values: Vec<(&str, Option<&str>)> = values.iter().map(|(k, v)| (k.as_str(), v.as_deref())).collect();
+            let values: Vec<(&str, Option<&str>)> = values.iter().map(|(k, v)| (*k, v.as_deref())).collect();
             api.annotate_now(&values).await
         }));
     }
@@ -210,14 +196,7 @@ impl NodeApi {
     /// the answer: the update's first write is also its drain request, so the node's turn costs
     /// the coordinator one commit less on the rollout's critical path.
     pub async fn working_and_drain(&self, current: &str, request: &str, timeout: Duration) -> Result<()> {
-        let node = self
-            .annotate(&[
-                (ann::STATE, Some("Working")),
-                (ann::REASON, Some("")),
-                (ann::CURRENT_CONFIG, Some(current)),
-                (ann::DESIRED_DRAIN, Some(request)),
-            ])
-            .await?;
+        let node = self.annotate(&working(current, Some(request))).await?;
         self.await_drain(node, request, timeout).await
     }
 
@@ -256,6 +235,26 @@ impl NodeApi {
                 None => self.get().await?,
             };
         }
+    }
+}
+
+/// The annotations of a Working report on `current`, with the drain request `drain` if any.
+fn working<'a>(current: &'a str, drain: Option<&'a str>) -> Vec<(&'static str, Option<&'a str>)> {
+    let mut values = vec![(ann::STATE, Some("Working")), (ann::REASON, Some("")), (ann::CURRENT_CONFIG, Some(current))];
+    if let Some(d) = drain {
+        values.push((ann::DESIRED_DRAIN, Some(d)));
+    }
+    values
+}
+
+/// Wait for a background write (see [`NodeApi::report_working`]) before the next one. Its
+/// failure is only logged: the write that follows carries the newer state.
+async fn settle(write: Option<tokio::task::JoinHandle<Result<NodeView>>>) {
+    let Some(write) = write else { return };
+    match write.await {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => tracing::warn!(error = %format!("{e:#}"), "a background report failed"),
+        Err(e) => tracing::warn!(error = %e, "a background report did not finish"),
     }
 }
 

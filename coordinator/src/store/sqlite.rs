@@ -208,15 +208,6 @@ struct Job {
 /// Writes queued while a commit is running go into the next commit together, at most this many.
 const GROUP: usize = 512;
 
-/// The single writer: takes every queued write, runs each inside its own SAVEPOINT of one
-/// IMMEDIATE transaction (a write that fails — a conflict, a missing object — is rolled back
-/// alone), commits once, then answers and publishes in revision order.
-///
-/// Why: with `synchronous=FULL` every COMMIT waits for an fsync of the WAL (3.5 ms measured here
-/// under load), and a rollout makes ~14 writes per node; committed one at a time the fsyncs
-/// alone cap a fleet at ~20 nodes per second. Group commit (what etcd's batched backend does)
-/// pays one fsync for everything that arrived meanwhile, and no write is acknowledged before it
-/// is durable.
 /// How long the checkpointer lets commits accumulate in the WAL before copying them into the
 /// database file.
 const CHECKPOINT_AFTER: std::time::Duration = std::time::Duration::from_millis(100);
@@ -235,6 +226,15 @@ fn checkpointer(conn: Connection, commits: std::sync::mpsc::Receiver<()>) {
     }
 }
 
+/// The single writer: takes every queued write, runs each inside its own SAVEPOINT of one
+/// IMMEDIATE transaction (a write that fails — a conflict, a missing object — is rolled back
+/// alone), commits once, then answers and publishes in revision order.
+///
+/// Why: with `synchronous=FULL` every COMMIT waits for an fsync of the WAL (3.5 ms measured here
+/// under load), and a rollout makes ~14 writes per node; committed one at a time the fsyncs
+/// alone cap a fleet at ~20 nodes per second. Group commit (what etcd's batched backend does)
+/// pays one fsync for everything that arrived meanwhile, and no write is acknowledged before it
+/// is durable.
 fn writer_thread(
     mut conn: Connection,
     jobs: std::sync::mpsc::Receiver<Job>,
