@@ -172,6 +172,23 @@ async fn node(
     }
 }
 
+/// Wait at least 2 s, then until the coordinator (`pid`) used under 10% of a core over two
+/// quarter-seconds in a row (at most 2 minutes); returns how long it took.
+async fn settle(pid: u32) -> Duration {
+    let t = Instant::now();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let tick = Duration::from_millis(250);
+    let mut last = proc_usage(pid).cpu_s;
+    let mut quiet = 0;
+    while quiet < 2 && t.elapsed() < Duration::from_secs(120) {
+        tokio::time::sleep(tick).await;
+        let now = proc_usage(pid).cpu_s;
+        quiet = if now - last < 0.1 * tick.as_secs_f64() { quiet + 1 } else { 0 };
+        last = now;
+    }
+    t.elapsed()
+}
+
 #[tokio::main]
 async fn main() -> Result<()> {
     let args = parse_args()?;
@@ -267,8 +284,12 @@ async fn main() -> Result<()> {
         let seed = 0x9E37_79B9_7F4A_7C15u64 ^ (i as u64 + 1).wrapping_mul(0xBF58_476D_1CE4_E5B9);
         tasks.spawn(node(name, api, fleet, args.per_node, args.failure_rate, seed));
     }
-    // Let every simulated node report in before the rollout starts.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Let every simulated node report in and open its watch before the rollout starts, as the
+    // agents of a real fleet did long before: at least 2 s, then until the coordinator is idle
+    // (10,000 nodes' reads and watches took longer than a fixed 2 s, and spilled into the
+    // measured rollout).
+    let settled = settle(c.pid()).await;
+    eprintln!("rollout-bench: fleet settled after {:.1} s", settled.as_secs_f64());
 
     let revision = |admin: Client| async move {
         let l = admin.get("/api/v1/nodes?limit=1").await?.into_result()?;

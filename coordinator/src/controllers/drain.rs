@@ -65,6 +65,18 @@ pub fn pending(node: &Value) -> Option<Request> {
     }
 }
 
+/// [`pending`] from the facts cached for the node (a pass must not re-read every asking node's
+/// annotations).
+fn request_of(f: &NodeFacts) -> Option<Request> {
+    if !f.drain_pending {
+        None
+    } else if f.drain_request.starts_with("drain-") {
+        Some(Request::Drain(f.drain_request.clone()))
+    } else {
+        Some(Request::Uncordon(f.drain_request.clone()))
+    }
+}
+
 /// When the drain for `request` started, from `aloft.dev/drainStarted` (`<request>@<time>`).
 fn started_at(node: &Node, request: &str) -> Option<DateTime<Utc>> {
     parse_start_mark(node.annotation(ann::DRAIN_STARTED)?, request)
@@ -176,15 +188,13 @@ async fn pass(store: &Arc<dyn Store>, ctx: &Ctx, st: &mut State, handoffs: &mut 
     let now = Utc::now();
     let clock = tokio::time::Instant::now();
     // Most passes on a big fleet have nothing pending: find that out before building anything.
-    let requests: Vec<(usize, Request)> = st
-        .nodes
-        .derived
-        .iter()
-        .enumerate()
-        .filter(|(_, f)| f.drain_pending)
-        .filter_map(|(i, _)| pending(&st.nodes.raw[i]).map(|r| (i, r)))
-        .collect();
-    handoffs.retain(|name, _| requests.iter().any(|(i, _)| st.nodes.typed[*i].metadata.name == *name));
+    let requests: Vec<(usize, Request)> =
+        st.nodes.derived.iter().enumerate().filter_map(|(i, f)| request_of(f).map(|r| (i, r))).collect();
+    if !handoffs.is_empty() {
+        // By name through a set: a batch of a big fleet has a thousand uncordons pending at once.
+        let asking: HashSet<&str> = requests.iter().map(|(i, _)| st.nodes.typed[*i].metadata.name.as_str()).collect();
+        handoffs.retain(|name, _| asking.contains(name.as_str()));
+    }
     if requests.is_empty() {
         return Ok(false);
     }
@@ -200,6 +210,7 @@ async fn pass(store: &Arc<dyn Store>, ctx: &Ctx, st: &mut State, handoffs: &mut 
         Default::default()
     };
     let mut ledger = Ledger::new(&st.budgets.typed, &labels, &unavailable);
+    let membership = pools::Membership::new(&st.pools.typed);
     for (i, req) in requests {
         if lock(&ctx.inflight).contains(&st.nodes.typed[i].metadata.name) {
             continue;
@@ -207,18 +218,18 @@ async fn pass(store: &Arc<dyn Store>, ctx: &Ctx, st: &mut State, handoffs: &mut 
         let name = st.nodes.typed[i].metadata.name.clone();
         // The pool of this node only (MCO's membership rules, one node at a time): a pass must
         // not cost the whole fleet.
-        let (members, _) = pools::membership(&st.pools.typed, std::slice::from_ref(&st.nodes.typed[i]));
-        let pool = st.pools.typed.iter().find(|p| members.get(&p.metadata.name).is_some_and(|m| !m.is_empty()));
-        let pool_name = pool.map(|p| p.metadata.name.clone()).unwrap_or_default();
-        let hooks: Vec<DrainHook> =
-            pool.and_then(|p| p.spec.drain.as_ref()).map(|d| d.hooks.clone()).unwrap_or_default();
-        if left_to_node_controller(&req, &hooks, pool.is_some(), &st.nodes.derived[i]) {
+        let pool = membership.pool_of(&st.nodes.typed[i]).ok().flatten().map(|p| &st.pools.typed[p]);
+        let no_hooks = Vec::new();
+        let pool_hooks = pool.and_then(|p| p.spec.drain.as_ref()).map_or(&no_hooks, |d| &d.hooks);
+        if left_to_node_controller(&req, pool_hooks, pool.is_some(), &st.nodes.derived[i]) {
             let since = *handoffs.entry(name.clone()).or_insert(clock);
             if clock.duration_since(since) < HANDOFF {
                 continue;
             }
             tracing::warn!(node = %name, request = %req.value(), "the node controller has not uncordoned this node; uncordoning it here");
         }
+        let pool_name = pool.map(|p| p.metadata.name.clone()).unwrap_or_default();
+        let hooks = pool_hooks.clone();
         let node = st.nodes.typed[i].clone();
         let node = &node;
         let job = Job {
@@ -443,6 +454,14 @@ mod tests {
         assert_eq!(pending(&n("drain-r2", "drain-r2")), None);
         assert_eq!(pending(&n("bogus", "")), None);
         assert_eq!(pending(&json!({"metadata": {}})), None);
+        // The pass reads the same requests from the cached facts.
+        for (want, done) in
+            [("drain-r2", ""), ("uncordon-r2", "drain-r2"), ("drain-r2", "drain-r2"), ("bogus", ""), ("", "")]
+        {
+            let raw = n(want, done);
+            let facts = NodeFacts::of(&serde_json::from_value(raw.clone()).unwrap());
+            assert_eq!(request_of(&facts), pending(&raw), "{want:?} answered {done:?}");
+        }
     }
 
     #[test]

