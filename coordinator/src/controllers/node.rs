@@ -52,6 +52,9 @@ struct State {
     /// node is asked to pre-stage, the safe side). Rendered configs are named by their content,
     /// so an entry never goes stale.
     os_images: std::collections::HashMap<String, Option<String>>,
+    /// Configs nodes reported running since the last pass, to look up in `os_images` (every
+    /// node's at the first pass): a pass must not read the whole fleet for the few new names.
+    os_unknown: Option<std::collections::HashSet<String>>,
     /// The pools' status write under way, if any (see [`write_statuses`]).
     status_job: Option<tokio::task::JoinHandle<Vec<Value>>>,
     /// A pass skipped the statuses because the last write was under way: how soon to look
@@ -82,6 +85,7 @@ async fn follow(store: &Arc<dyn Store>, events: &Recorder) -> Result<(), StoreEr
         budgets: Cache::load(store, &keys[2]).await?,
         layout: None,
         os_images: Default::default(),
+        os_unknown: None,
         status_job: None,
         status_retry: None,
     };
@@ -103,6 +107,7 @@ async fn follow(store: &Arc<dyn Store>, events: &Recorder) -> Result<(), StoreEr
         let mut changed = timer || last.again || (st.status_retry.is_some() && status_free);
         for ev in &batch {
             changed |= if ev.key.resource == keys[0] {
+                note_current_config(&mut st, ev);
                 st.nodes.apply(ev)
             } else if ev.key.resource == keys[1] {
                 st.pools.apply(ev)
@@ -389,24 +394,30 @@ fn uncordon_edit(node: &mut Value, config: &str) {
     );
 }
 
+/// Remember the config a node event says the node runs, when its OS image is not known yet.
+fn note_current_config(st: &mut State, ev: &crate::store::Event) {
+    let Some(unknown) = st.os_unknown.as_mut() else { return };
+    let current = ev.object.pointer("/metadata/annotations").and_then(|a| a.get(ann::CURRENT_CONFIG));
+    if let Some(name) = current.and_then(Value::as_str) {
+        if !name.is_empty() && !st.os_images.contains_key(name) && !unknown.contains(name) {
+            unknown.insert(name.to_string());
+        }
+    }
+}
+
 /// Look up the osImageURL of every rendered config a pool targets or a node runs that is not
 /// known yet (a few per rollout; pre-staging a target on the OS a node runs already would cost a
-/// write, a watch event, a config fetch and a report per waiting node, for nothing).
+/// write, a watch event, a config fetch and a report per waiting node, for nothing). Every
+/// node's config at the first pass, then those of the nodes that changed since.
 async fn learn_os_images(store: &Arc<dyn Store>, st: &mut State) -> Result<(), StoreError> {
     let targets = st.pools.typed.iter().filter_map(|p| p.spec.configuration.as_ref().map(|c| c.name.as_str()));
-    // Neighbours mostly run the same config: a name equal to the last one is not looked up again
-    // (hashing every node's config name made this a few percent of the coordinator's CPU).
-    let mut last = "";
-    let currents = st.nodes.derived.iter().map(|f| f.current.as_str()).filter(move |n| {
-        let new = *n != last;
-        last = n;
-        new
-    });
-    let mut missing: Vec<String> = targets
-        .chain(currents)
-        .filter(|n| !n.is_empty() && !st.os_images.contains_key(*n))
-        .map(str::to_string)
-        .collect();
+    let first = st.os_unknown.is_none();
+    let noted = st.os_unknown.replace(Default::default()).unwrap_or_default();
+    let all: &[NodeFacts] = if first { &st.nodes.derived } else { &[] };
+    let names: std::collections::HashSet<&str> =
+        targets.chain(all.iter().map(|f| f.current.as_str())).chain(noted.iter().map(String::as_str)).collect();
+    let mut missing: Vec<String> =
+        names.into_iter().filter(|n| !n.is_empty() && !st.os_images.contains_key(*n)).map(str::to_string).collect();
     missing.sort_unstable();
     missing.dedup();
     for name in missing {
@@ -481,10 +492,20 @@ fn compute_status(
 ) -> MachineConfigPoolStatus {
     let mut st = pool.status.clone().unwrap_or_default();
     let total = members.len();
-    let updated = members.iter().filter(|(_, f)| f.updated_to(target)).count();
-    let ready = members.iter().filter(|(_, f)| f.updated_to(target) && f.ready).count();
-    let unavailable = members.iter().filter(|(_, f)| f.unavailable()).count();
-    let degraded: Vec<&(&Node, &NodeFacts)> = members.iter().filter(|(_, f)| f.degraded()).collect();
+    // One pass over the members (a pool can have thousands, and this runs after every pick).
+    let (mut updated, mut ready, mut unavailable) = (0, 0, 0);
+    let mut degraded: Vec<&(&Node, &NodeFacts)> = Vec::new();
+    for m in members {
+        let f = m.1;
+        if f.updated_to(target) {
+            updated += 1;
+            ready += usize::from(f.ready);
+        }
+        unavailable += usize::from(f.unavailable());
+        if f.degraded() {
+            degraded.push(m);
+        }
+    }
     st.machine_count = total as i64;
     st.updated_machine_count = updated as i64;
     st.ready_machine_count = ready as i64;

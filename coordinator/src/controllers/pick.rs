@@ -215,10 +215,15 @@ fn plan_pool(
     );
     pp.rollout = Some(eval.status);
     let broken = matches!(eval.gate, Gate::Hold(HoldReason::CircuitBroken { .. }));
+    // Whether each member is still to be moved to the target, compared once per pass (by node
+    // index; the rest of the fleet stays false).
+    let mut behind = vec![false; facts.len()];
+    for &i in &pp.members {
+        behind[i] = facts[i].desired != target;
+    }
     // In candidate order already (the layout's).
-    let candidates: Vec<usize> =
-        ordered.iter().copied().filter(|&i| facts[i].desired != target && facts[i].ready).collect();
-    let waiting_any = pp.members.iter().any(|&i| facts[i].desired != target);
+    let candidates: Vec<usize> = ordered.iter().copied().filter(|&i| facts[i].ready && behind[i]).collect();
+    let waiting_any = pp.members.iter().any(|&i| behind[i]);
     let limit = match (&eval.gate, pool.spec.paused) {
         (_, true) => {
             pp.wait = waiting_any.then_some(Wait::Paused);
@@ -233,12 +238,8 @@ fn plan_pool(
     if limit > 0 && !candidates.is_empty() {
         let max = pools::max_unavailable(pool.spec.max_unavailable.as_ref(), pp.members.len());
         // MCO also holds back capacity for nodes failing on the target even when they serve.
-        let busy: Vec<usize> = pp
-            .members
-            .iter()
-            .copied()
-            .filter(|&i| unavailable[i] || (facts[i].degraded() && facts[i].desired == target))
-            .collect();
+        let busy: Vec<usize> =
+            pp.members.iter().copied().filter(|&i| unavailable[i] || (!behind[i] && facts[i].degraded())).collect();
         let room = max.saturating_sub(busy.len());
         let capacity = room.min(limit);
         let mut blocked: BTreeMap<String, (Blocked, Vec<usize>)> = BTreeMap::new();
@@ -288,7 +289,7 @@ fn plan_pool(
         let max = pools::max_unavailable(pool.spec.max_unavailable.as_ref(), pp.members.len());
         let busy: Vec<String> =
             pp.members.iter().filter(|&&i| unavailable[i]).map(|&i| s.nodes[i].metadata.name.clone()).collect();
-        if pp.members.iter().any(|&i| facts[i].desired != target && !facts[i].ready) {
+        if pp.members.iter().any(|&i| behind[i] && !facts[i].ready) {
             pp.wait = Some(Wait::MaxUnavailable { max, unavailable: busy });
         }
     }
@@ -297,15 +298,31 @@ fn plan_pool(
     // (`spec.rollout.prestage: false`, which also withdraws annotations already set).
     let prestage_on = pool.spec.rollout.as_ref().and_then(|r| r.prestage).unwrap_or(true);
     let prestage_ok = prestage_on && !pool.spec.paused && !broken;
-    let picked: std::collections::HashSet<usize> = pp.picks.iter().copied().collect();
+    let mut picked = vec![false; facts.len()];
+    for &i in &pp.picks {
+        picked[i] = true;
+    }
+    // Neighbours mostly run the same config: the last answer is kept.
+    let mut last_os: Option<(&str, bool)> = None;
     for &i in &pp.members {
+        let f = &facts[i];
         // A target on the OS the node runs already has nothing to fetch.
-        let want =
-            (prestage_ok && facts[i].desired != target && !picked.contains(&i) && !same_os(&facts[i].current, &target))
-                .then(|| target.clone());
-        let have = (!facts[i].prestage.is_empty()).then(|| facts[i].prestage.clone());
-        if want != have {
-            pp.prestage.push((i, want));
+        let want = prestage_ok
+            && behind[i]
+            && !picked[i]
+            && !match last_os {
+                Some((current, same)) if current == f.current => same,
+                _ => {
+                    let same = same_os(&f.current, &target);
+                    last_os = Some((&f.current, same));
+                    same
+                }
+            };
+        // Compared as text: a pass must not copy a string for each of thousands of members.
+        if want && f.prestage != target {
+            pp.prestage.push((i, Some(target.clone())));
+        } else if !want && !f.prestage.is_empty() {
+            pp.prestage.push((i, None));
         }
     }
     pp

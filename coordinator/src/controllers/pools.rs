@@ -67,8 +67,8 @@ impl NodeFacts {
     /// it, and the agent's update needed no drain of its own (no request) or asked for that same
     /// drain and never for the uncordon (an agent from before Done carried it).
     pub fn uncordon_due(&self) -> bool {
-        self.done()
-            && self.cordoned
+        self.cordoned
+            && self.done()
             && self.drain_answer.strip_prefix("drain-") == Some(self.current.as_str())
             && (self.drain_request.is_empty()
                 || self.drain_request == self.drain_answer
@@ -79,8 +79,8 @@ impl NodeFacts {
     /// node goes back into service, as it would have without the drain at the pick. It still
     /// counts as unavailable (it failed half-way); a retry asks for its drain again.
     pub fn failed_before_drain(&self) -> bool {
-        (self.state == "Degraded" || self.state == "Unreconcilable")
-            && self.cordoned
+        self.cordoned
+            && (self.state == "Degraded" || self.state == "Unreconcilable")
             && self.drain_request.is_empty()
             && self.drain_answer.strip_prefix("drain-") == Some(self.desired.as_str())
     }
@@ -102,10 +102,11 @@ impl NodeFacts {
     /// Stricter than MCO's status count ([`NodeFacts::unavailable`]), which lets failing nodes
     /// out; MCO then subtracts those on the target separately, we count them wherever they are.
     pub fn disrupted(&self) -> bool {
+        // The string comparison last: a pass asks this of every node of the fleet.
         !self.ready
-            || (!self.desired.is_empty() && self.desired != self.current)
             || self.state == "Working"
             || !self.drain_failure.is_empty()
+            || (!self.desired.is_empty() && self.desired != self.current)
     }
     /// Finished its last update: Done, on the config it was asked for.
     pub fn done(&self) -> bool {
@@ -117,7 +118,8 @@ impl NodeFacts {
     }
     /// On `target` and finished there.
     pub fn updated_to(&self, target: &str) -> bool {
-        self.done() && self.current == target
+        // done() with the likelier miss first: most nodes of a rollout are not on the target yet.
+        self.state == "Done" && self.current == target && self.desired == self.current
     }
 }
 

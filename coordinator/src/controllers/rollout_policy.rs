@@ -78,7 +78,7 @@ pub fn evaluate(
     // Failures on this config are remembered even if the node recovers: a flapping node must not
     // reset the breaker.
     for (name, f) in names.iter().zip(facts) {
-        if f.desired == target && f.degraded() && !st.failed_nodes.iter().any(|n| n == name) {
+        if f.degraded() && f.desired == target && !st.failed_nodes.iter().any(|n| n == name) {
             st.failed_nodes.push(name.to_string());
         }
     }
