@@ -59,7 +59,14 @@ pub async fn prepare(opts: &ServeOptions) -> Result<(SqliteStore, String)> {
         .with_context(|| format!("creating data dir {}", opts.data_dir.display()))?;
     std::fs::set_permissions(&opts.data_dir, std::fs::Permissions::from_mode(0o700))?;
     let files = DataDir::new(&opts.data_dir);
-    let store = SqliteStore::open_with_retain(&files.db, opts.watch_history)
+    // In memory as well: what a fleet reads on every step of an update (its Node, on every
+    // report; the rendered config it fetches; the pools).
+    let cached = [
+        crate::resources::NODE.store_key(),
+        crate::resources::MACHINE_CONFIG.store_key(),
+        crate::resources::MACHINE_CONFIG_POOL.store_key(),
+    ];
+    let store = SqliteStore::open_with(&files.db, opts.watch_history, &cached)
         .with_context(|| format!("opening store {}", files.db.display()))?;
     let token = match &opts.admin_token_file {
         Some(f) => read_token_file(f)?,
