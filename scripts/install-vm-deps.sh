@@ -12,18 +12,26 @@ set -euo pipefail
 # over HTTP (host only, the image has no python); binutils: strip the agent's debuginfo.
 pkgs=(mmdebstrap ostree libostree-dev e2fsprogs gpg gpg-agent qemu-system-x86 qemu-utils socat jq bc openssl python3 binutils
       ca-certificates coreutils util-linux)
-need=()
-for pkg in "${pkgs[@]}"; do
-  # Installed, not merely known to dpkg (`dpkg -s` also succeeds for a package removed with its
-  # configuration files left behind).
-  [[ "$(dpkg-query -W -f='${db:Status-Status}' "$pkg" 2>/dev/null)" == installed ]] || need+=("$pkg")
-done
-if ((${#need[@]})); then
+missing() {
+  need=()
+  for pkg in "${pkgs[@]}"; do
+    # Installed, not merely known to dpkg (`dpkg -s` also succeeds for a package removed with its
+    # configuration files left behind).
+    [[ "$(dpkg-query -W -f='${db:Status-Status}' "$pkg" 2>/dev/null)" == installed ]] || need+=("$pkg")
+  done
+}
+# Twice: an install can remove a package of the list. The machine image carries qemu-utils from
+# bookworm-backports, and installing bookworm's qemu-system-x86 removes it (their
+# qemu-system-common versions conflict); the second round installs bookworm's qemu-utils.
+updated=
+for round in 1 2; do
+  missing
+  ((${#need[@]})) || break
   echo "installing: ${need[*]}" >&2
   export DEBIAN_FRONTEND=noninteractive
-  apt-get -o DPkg::Lock::Timeout=600 update -qq
+  [[ -n "$updated" ]] || { apt-get -o DPkg::Lock::Timeout=600 update -qq; updated=1; }
   apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-fi
+done
 for cmd in mmdebstrap ostree mkfs.ext4 debugfs gpg qemu-system-x86_64 qemu-img socat jq; do
   command -v "$cmd" >/dev/null 2>&1 || { echo "install-vm-deps: $cmd still missing after install" >&2; exit 1; }
 done
