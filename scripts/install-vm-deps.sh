@@ -21,10 +21,10 @@ missing() {
   done
 }
 # Twice: an install can remove a package of the list. The machine image carries qemu-utils from
-# bookworm-backports, and installing bookworm's qemu-system-x86 removes it (their
-# qemu-system-common versions conflict); the second round installs bookworm's qemu-utils.
+# bookworm-backports, and installing bookworm's qemu-system-x86 removed it (apt's history says
+# only "Remove"); the second round installs bookworm's qemu-utils.
 updated=
-for round in 1 2; do
+for _ in 1 2; do
   missing
   ((${#need[@]})) || break
   echo "installing: ${need[*]}" >&2

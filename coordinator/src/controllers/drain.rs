@@ -219,8 +219,7 @@ async fn pass(store: &Arc<dyn Store>, ctx: &Ctx, st: &mut State, handoffs: &mut 
         // The pool of this node only (MCO's membership rules, one node at a time): a pass must
         // not cost the whole fleet.
         let pool = membership.pool_of(&st.nodes.typed[i]).ok().flatten().map(|p| &st.pools.typed[p]);
-        let no_hooks = Vec::new();
-        let pool_hooks = pool.and_then(|p| p.spec.drain.as_ref()).map_or(&no_hooks, |d| &d.hooks);
+        let pool_hooks = pool.and_then(|p| p.spec.drain.as_ref()).map_or(&[][..], |d| d.hooks.as_slice());
         if left_to_node_controller(&req, pool_hooks, pool.is_some(), &st.nodes.derived[i]) {
             let since = *handoffs.entry(name.clone()).or_insert(clock);
             if clock.duration_since(since) < HANDOFF {
@@ -229,7 +228,7 @@ async fn pass(store: &Arc<dyn Store>, ctx: &Ctx, st: &mut State, handoffs: &mut 
             tracing::warn!(node = %name, request = %req.value(), "the node controller has not uncordoned this node; uncordoning it here");
         }
         let pool_name = pool.map(|p| p.metadata.name.clone()).unwrap_or_default();
-        let hooks = pool_hooks.clone();
+        let hooks = pool_hooks.to_vec();
         let node = st.nodes.typed[i].clone();
         let node = &node;
         let job = Job {

@@ -149,18 +149,17 @@ where
 /// it: the filter of a controller that reads specs only and must not run on every status write.
 #[derive(Default)]
 pub(crate) struct SpecChanges {
-    generations: std::collections::HashMap<String, Option<i64>>,
+    generations: std::collections::HashMap<Key, Option<i64>>,
 }
 
 impl SpecChanges {
     pub(crate) fn changed(&mut self, ev: &Event) -> bool {
-        let name = format!("{}/{}", ev.key.namespace, ev.key.name);
         if matches!(ev.kind, crate::store::EventType::Deleted) {
-            self.generations.remove(&name);
+            self.generations.remove(&ev.key);
             return true;
         }
         let generation = ev.object.pointer("/metadata/generation").and_then(Value::as_i64);
-        self.generations.insert(name, generation) != Some(generation)
+        self.generations.insert(ev.key.clone(), generation) != Some(generation)
     }
 }
 

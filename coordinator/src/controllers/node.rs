@@ -419,7 +419,6 @@ async fn learn_os_images(store: &Arc<dyn Store>, st: &mut State) -> Result<(), S
     let mut missing: Vec<String> =
         names.into_iter().filter(|n| !n.is_empty() && !st.os_images.contains_key(*n)).map(str::to_string).collect();
     missing.sort_unstable();
-    missing.dedup();
     for name in missing {
         let key = Key::cluster(&MACHINE_CONFIG.store_key(), &name);
         let url = store
