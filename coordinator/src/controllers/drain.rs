@@ -65,6 +65,14 @@ pub fn pending(node: &Value) -> Option<Request> {
     }
 }
 
+/// Whether [`pending`] finds a request, without copying it (asked of every Node event).
+fn asks(node: &Value) -> bool {
+    let Some(ann) = node.pointer("/metadata/annotations") else { return false };
+    let Some(want) = ann.get(ann::DESIRED_DRAIN).and_then(Value::as_str) else { return false };
+    (want.starts_with("drain-") || want.starts_with("uncordon-"))
+        && ann.get(ann::LAST_APPLIED_DRAIN).and_then(Value::as_str) != Some(want)
+}
+
 /// [`pending`] from the facts cached for the node (a pass must not re-read every asking node's
 /// annotations).
 fn request_of(f: &NodeFacts) -> Option<Request> {
@@ -170,7 +178,9 @@ async fn follow(store: &Arc<dyn Store>, ctx: &Ctx, handoffs: &mut Handoffs) -> R
     while let Some(batch) = super::next_batch_ready(&mut stream, if busy { RETRY } else { super::RESYNC }).await? {
         for ev in &batch {
             if ev.key.resource == keys[0] {
-                st.nodes.apply(ev);
+                // A node that neither asks nor asked is read again only when a drain needs the
+                // whole fleet (the budgets' counts): most Node events of a rollout are such.
+                st.nodes.apply_lazily(ev, |raw, old| old.drain_pending || asks(raw));
             } else if ev.key.resource == keys[1] {
                 st.pools.apply(ev);
             } else {
@@ -201,6 +211,9 @@ async fn pass(store: &Arc<dyn Store>, ctx: &Ctx, st: &mut State, handoffs: &mut 
     // Only a drain is checked against the budgets; a pass with none (a fleet's uncordon requests,
     // which the node controller answers) builds no ledger: that reads the whole fleet.
     let drains = requests.iter().any(|(_, r)| matches!(r, Request::Drain(_)));
+    if drains {
+        st.nodes.refresh();
+    }
     let (unavailable, labels): (Vec<bool>, Vec<&BTreeMap<String, String>>) = if drains {
         (
             st.nodes.derived.iter().map(NodeFacts::disrupted).collect(),
@@ -453,14 +466,18 @@ mod tests {
         assert_eq!(pending(&n("drain-r2", "drain-r2")), None);
         assert_eq!(pending(&n("bogus", "")), None);
         assert_eq!(pending(&json!({"metadata": {}})), None);
-        // The pass reads the same requests from the cached facts.
+        // The pass reads the same requests from the cached facts, and the event filter agrees.
         for (want, done) in
             [("drain-r2", ""), ("uncordon-r2", "drain-r2"), ("drain-r2", "drain-r2"), ("bogus", ""), ("", "")]
         {
             let raw = n(want, done);
             let facts = NodeFacts::of(&serde_json::from_value(raw.clone()).unwrap());
             assert_eq!(request_of(&facts), pending(&raw), "{want:?} answered {done:?}");
+            assert_eq!(asks(&raw), pending(&raw).is_some(), "{want:?} answered {done:?}");
         }
+        assert!(
+            !asks(&json!({"metadata": {}})) && !asks(&json!({"metadata": {"annotations": {ann::DESIRED_DRAIN: 3}}}))
+        );
     }
 
     #[test]

@@ -54,12 +54,29 @@ impl NodeFacts {
     /// node controller takes on them ([`NodeFacts::uncordon_due`]) follows a Done report, which
     /// is a change of state.
     pub fn same_for_rollout(&self, other: &NodeFacts) -> bool {
-        NodeFacts {
-            drain_pending: other.drain_pending,
-            drain_request: other.drain_request.clone(),
-            drain_answer: other.drain_answer.clone(),
-            ..self.clone()
-        } == *other
+        // Every field named, so that a new one is a compile error here until it is decided on;
+        // compared in place (this runs for every Node event).
+        let NodeFacts {
+            current,
+            desired,
+            state,
+            reason,
+            ready,
+            drain_failure,
+            prestage,
+            cordoned,
+            drain_pending: _,
+            drain_request: _,
+            drain_answer: _,
+        } = self;
+        *state == other.state
+            && *ready == other.ready
+            && *cordoned == other.cordoned
+            && *current == other.current
+            && *desired == other.desired
+            && *reason == other.reason
+            && *drain_failure == other.drain_failure
+            && *prestage == other.prestage
     }
     /// Done on the config it was drained for, and still cordoned by that drain: the node goes
     /// back into service now ("uncordon after Done"). Either the agent asked for it
@@ -292,6 +309,37 @@ mod tests {
         assert!(!f("Degraded", "", "drain-r1").failed_before_drain());
         assert!(!f("Degraded", "", "").failed_before_drain());
         assert!(!NodeFacts { cordoned: false, ..f("Degraded", "", "drain-r2") }.failed_before_drain());
+    }
+
+    #[test]
+    fn the_drain_handshake_alone_is_no_rollout_change() {
+        let base = NodeFacts {
+            current: "r1".into(),
+            desired: "r2".into(),
+            state: "Working".into(),
+            ready: true,
+            ..Default::default()
+        };
+        let handshake = NodeFacts {
+            drain_pending: true,
+            drain_request: "drain-r2".into(),
+            drain_answer: "drain-r1".into(),
+            ..base.clone()
+        };
+        assert!(base.same_for_rollout(&handshake) && handshake.same_for_rollout(&base));
+        let changes = [
+            NodeFacts { current: "r2".into(), ..base.clone() },
+            NodeFacts { desired: "r3".into(), ..base.clone() },
+            NodeFacts { state: "Done".into(), ..base.clone() },
+            NodeFacts { reason: "x".into(), ..base.clone() },
+            NodeFacts { ready: false, ..base.clone() },
+            NodeFacts { drain_failure: "x".into(), ..base.clone() },
+            NodeFacts { prestage: "r2".into(), ..base.clone() },
+            NodeFacts { cordoned: true, ..base.clone() },
+        ];
+        for c in &changes {
+            assert!(!base.same_for_rollout(c), "{c:?}");
+        }
     }
 
     #[test]
