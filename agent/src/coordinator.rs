@@ -3,11 +3,13 @@
 //! credential is allowed to make.
 
 use aloft_api::annotations as ann;
-use aloft_api::{MachineConfig, Node};
+use aloft_api::MachineConfig;
 use aloft_client::{resource_path, Client, ResourceRef};
 use anyhow::{anyhow, bail, Context, Result};
 use futures::StreamExt;
+use serde::Deserialize;
 use serde_json::{json, Value};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{watch, OnceCell};
@@ -41,17 +43,52 @@ pub struct NodeApi {
 /// so authenticates again: a revoked node credential stops getting updates within this).
 const FOLLOW_SECONDS: u64 = 300;
 
-/// A Node and the revision it was read at.
-#[derive(Debug, Clone)]
+/// What the agent reads of its Node, MCO's annotations, and the revision it was read at.
+#[derive(Debug, Clone, Default)]
 pub struct NodeView {
-    pub node: Node,
+    pub annotations: BTreeMap<String, String>,
     pub revision: String,
 }
 
 impl NodeView {
     pub fn annotation(&self, key: &str) -> &str {
-        self.node.annotation(key).unwrap_or("")
+        self.annotations.get(key).map(String::as_str).unwrap_or("")
     }
+}
+
+/// A Node as the agent reads it off the wire: the annotations and the revision, every other
+/// field skipped (a full `Node` keeps unknown fields at every level, which costs a JSON tree
+/// and a second pass for each of the several reads an update makes).
+#[derive(Deserialize)]
+struct WireNode {
+    #[serde(default)]
+    metadata: WireMeta,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct WireMeta {
+    #[serde(default)]
+    annotations: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    resource_version: Option<String>,
+}
+
+impl From<WireNode> for NodeView {
+    fn from(n: WireNode) -> Self {
+        NodeView {
+            annotations: n.metadata.annotations.unwrap_or_default(),
+            revision: n.metadata.resource_version.unwrap_or_else(|| "0".into()),
+        }
+    }
+}
+
+/// One line of a watch of the Node.
+#[derive(Deserialize)]
+struct WireEvent {
+    #[serde(rename = "type")]
+    kind: String,
+    object: Option<WireNode>,
 }
 
 impl NodeView {
@@ -61,9 +98,10 @@ impl NodeView {
     }
 }
 
-fn view(v: Value) -> Result<NodeView> {
-    let revision = v.pointer("/metadata/resourceVersion").and_then(Value::as_str).unwrap_or("0").to_string();
-    Ok(NodeView { node: serde_json::from_value(v).context("the coordinator returned a malformed Node")?, revision })
+/// The Node `name` as the agent reads it (`get`), or an error naming it.
+async fn read_node(client: &Client, name: &str) -> Result<NodeView> {
+    let n: Option<WireNode> = client.get_as(&resource_path(NODES, None, Some(name))).await?;
+    Ok(n.with_context(|| format!("the coordinator has no Node {name:?}"))?.into())
 }
 
 impl NodeApi {
@@ -76,8 +114,7 @@ impl NodeApi {
     }
 
     pub async fn get(&self) -> Result<NodeView> {
-        let v = self.client.get(&resource_path(NODES, None, Some(&self.name))).await?.into_result()?;
-        view(v)
+        read_node(&self.client, &self.name).await
     }
 
     /// Set (or, with `None`, remove) MCO annotations in one merge patch, after any write still
@@ -114,13 +151,13 @@ impl NodeApi {
             a.insert(k.to_string(), v.map(Value::from).unwrap_or(Value::Null));
         }
         let patch = json!({"metadata": {"annotations": a}});
-        let v = self
+        let n: Option<WireNode> = self
             .client
-            .patch(&resource_path(NODES, None, Some(&self.name)), "application/merge-patch+json", &patch)
-            .await?
-            .into_result()
+            .patch_as(&resource_path(NODES, None, Some(&self.name)), "application/merge-patch+json", &patch)
+            .await
             .context("updating the node's annotations")?;
-        view(v)
+        Ok(n.with_context(|| format!("updating the node's annotations: the coordinator has no Node {:?}", self.name))?
+            .into())
     }
 
     /// Report MCO state: state, reason, and currentConfig when given.
@@ -147,12 +184,12 @@ impl NodeApi {
 
     /// Fetch a rendered config by name.
     pub async fn machine_config(&self, name: &str) -> Result<MachineConfig> {
-        let reply = self.client.get(&resource_path(MACHINE_CONFIGS, None, Some(name))).await?;
-        if reply.code == 404 {
-            bail!("rendered config {name:?} does not exist on the coordinator");
-        }
-        let v = reply.into_result().with_context(|| format!("fetching rendered config {name:?}"))?;
-        serde_json::from_value(v).with_context(|| format!("rendered config {name:?} is malformed"))
+        let mc: Option<MachineConfig> = self
+            .client
+            .get_as(&resource_path(MACHINE_CONFIGS, None, Some(name)))
+            .await
+            .with_context(|| format!("fetching rendered config {name:?}"))?;
+        mc.with_context(|| format!("rendered config {name:?} does not exist on the coordinator"))
     }
 
     /// The cluster's node disruption policy (`MachineConfiguration/cluster`, as in OpenShift)
@@ -269,7 +306,7 @@ async fn follow(client: Client, name: String, tx: watch::Sender<Option<Arc<NodeV
             let rev = match from.take() {
                 Some(r) => r,
                 None => {
-                    let v = view(client.get(&resource_path(NODES, None, Some(&name))).await?.into_result()?)?;
+                    let v = read_node(&client, &name).await?;
                     let r = v.revision.clone();
                     publish(&tx, v);
                     r
@@ -334,14 +371,12 @@ async fn follow_watch(
             if line.iter().all(u8::is_ascii_whitespace) {
                 continue;
             }
-            let mut ev: Value = serde_json::from_slice(&line).context("malformed watch event")?;
-            match ev.get("type").and_then(Value::as_str) {
-                Some("ERROR") => return Ok(None),
-                Some("BOOKMARK") => {}
+            let ev: WireEvent = serde_json::from_slice(&line).context("malformed watch event")?;
+            match ev.kind.as_str() {
+                "ERROR" => return Ok(None),
+                "BOOKMARK" => {}
                 _ => {
-                    let obj =
-                        ev.get_mut("object").map(Value::take).ok_or_else(|| anyhow!("watch event without object"))?;
-                    let v = view(obj)?;
+                    let v = NodeView::from(ev.object.ok_or_else(|| anyhow!("watch event without object"))?);
                     rev = v.revision.clone();
                     publish(tx, v);
                 }
@@ -367,6 +402,35 @@ pub fn humanize(d: Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_node_is_read_off_the_wire_as_the_agent_needs_it() {
+        let full = json!({"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": "a", "resourceVersion": "42", "uid": "u", "labels": {"x": "y"},
+                "annotations": {ann::DESIRED_CONFIG: "r2", ann::STATE: "Done"}},
+            "spec": {"unschedulable": true, "taints": [{"key": "k"}]},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}], "nodeInfo": {"osImage": "x"}}});
+        let v = NodeView::from(serde_json::from_value::<WireNode>(full.clone()).unwrap());
+        assert_eq!(
+            (v.annotation(ann::DESIRED_CONFIG), v.annotation(ann::STATE), v.revision.as_str()),
+            ("r2", "Done", "42")
+        );
+        assert_eq!(v.annotation(ann::CURRENT_CONFIG), "", "absent reads empty");
+        let bare =
+            NodeView::from(serde_json::from_value::<WireNode>(json!({"metadata": {"annotations": null}})).unwrap());
+        assert!(bare.annotations.is_empty() && bare.revision == "0");
+        assert!(
+            serde_json::from_value::<WireNode>(json!({"metadata": {"annotations": {"a": 1}}})).is_err(),
+            "a non-string annotation is refused"
+        );
+        let ev: WireEvent = serde_json::from_value(json!({"type": "MODIFIED", "object": full})).unwrap();
+        assert_eq!((ev.kind.as_str(), ev.object.map(|o| NodeView::from(o).revision)), ("MODIFIED", Some("42".into())));
+        let gone: WireEvent = serde_json::from_value(json!({"type": "ERROR",
+            "object": {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "code": 410}}))
+        .unwrap();
+        assert_eq!(gone.kind, "ERROR");
+        assert!(serde_json::from_value::<WireEvent>(json!({"object": {}})).is_err(), "an event needs a type");
+    }
 
     #[test]
     fn durations_read_like_mco() {

@@ -717,13 +717,18 @@ pub async fn run(opts: Options) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
 
     fn node(desired: &str, current: &str, state: &str) -> NodeView {
         NodeView {
-            node: serde_json::from_value(json!({"metadata": {"name": "n", "annotations": {
-                ann::DESIRED_CONFIG: desired, ann::CURRENT_CONFIG: current, ann::STATE: state, ann::REASON: ""}}}))
-            .unwrap(),
+            annotations: [
+                (ann::DESIRED_CONFIG, desired),
+                (ann::CURRENT_CONFIG, current),
+                (ann::STATE, state),
+                (ann::REASON, ""),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
             revision: "1".into(),
         }
     }

@@ -117,6 +117,13 @@ impl Reply {
     }
 }
 
+/// A [`Reply`] from a status code and a body: JSON, or the text as a JSON string.
+fn reply(code: u16, bytes: &[u8]) -> Reply {
+    let body =
+        serde_json::from_slice(bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(bytes).into_owned()));
+    Reply { code, body }
+}
+
 /// HTTP client for one coordinator.
 #[derive(Clone)]
 pub struct Client {
@@ -153,14 +160,14 @@ impl Client {
         r
     }
 
-    /// Send a request; `body` with its content type.
-    pub async fn call(
+    /// Send a request; `body` with its content type. The status code and the body as sent.
+    async fn send(
         &self,
         method: reqwest::Method,
         path: &str,
         body: Option<(&str, Vec<u8>)>,
         accept: Option<&str>,
-    ) -> Result<Reply> {
+    ) -> Result<(u16, bytes::Bytes)> {
         let mut r = self.req(method.clone(), path);
         if let Some((ctype, data)) = body {
             r = r.header("content-type", ctype).body(data);
@@ -171,9 +178,52 @@ impl Client {
         let resp = r.send().await.with_context(|| format!("{method} {}{path}", self.base))?;
         let code = resp.status().as_u16();
         let bytes = resp.bytes().await.context("reading the response")?;
-        let body = serde_json::from_slice(&bytes)
-            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
-        Ok(Reply { code, body })
+        Ok((code, bytes))
+    }
+
+    /// Send a request; `body` with its content type.
+    pub async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<(&str, Vec<u8>)>,
+        accept: Option<&str>,
+    ) -> Result<Reply> {
+        let (code, bytes) = self.send(method, path, body, accept).await?;
+        Ok(reply(code, &bytes))
+    }
+
+    /// [`Client::call`] with a successful answer read straight into `T`, without building a JSON
+    /// tree first (an agent reads its Node after every write: on a fleet's coordinator host, or
+    /// a simulated fleet, that tree was a good part of the client's CPU). `Ok(None)` for 404;
+    /// other failures are errors worded as [`Reply::into_result`] words them.
+    pub async fn call_as<T: serde::de::DeserializeOwned>(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<(&str, Vec<u8>)>,
+    ) -> Result<Option<T>> {
+        let (code, bytes) = self.send(method, path, body, None).await?;
+        match code {
+            200..300 => serde_json::from_slice(&bytes).map(Some).context("the coordinator's answer is malformed"),
+            404 => Ok(None),
+            _ => reply(code, &bytes).into_result().map(|_| None),
+        }
+    }
+
+    /// GET `path` as `T` (see [`Client::call_as`]).
+    pub async fn get_as<T: serde::de::DeserializeOwned>(&self, path: &str) -> Result<Option<T>> {
+        self.call_as(reqwest::Method::GET, path, None).await
+    }
+
+    /// PATCH `path` with `body` of `patch_type`, the answer as `T` (see [`Client::call_as`]).
+    pub async fn patch_as<T: serde::de::DeserializeOwned>(
+        &self,
+        path: &str,
+        patch_type: &str,
+        body: &Value,
+    ) -> Result<Option<T>> {
+        self.call_as(reqwest::Method::PATCH, path, Some((patch_type, serde_json::to_vec(body)?))).await
     }
 
     pub async fn get(&self, path: &str) -> Result<Reply> {
