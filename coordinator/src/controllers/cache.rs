@@ -201,7 +201,7 @@ impl<T: Derive> Cache<T> {
             }
             Err(e) => {
                 tracing::warn!(%name, error = %e, "ignoring an object that does not parse");
-                self.remove(&name);
+                self.remove(name);
                 true
             }
         }
