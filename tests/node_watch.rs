@@ -9,6 +9,11 @@ use serde_json::json;
 use std::time::{Duration, Instant};
 
 async fn enroll(c: &Coordinator, name: &str) -> NodeApi {
+    NodeApi::new(node_client(c, name).await, name)
+}
+
+/// A client with the node credential of a newly enrolled node `name`.
+async fn node_client(c: &Coordinator, name: &str) -> Client {
     let boot = c.client_with_token(Some(&c.create_token("watch-test", "bootstrap")));
     let r = boot
         .post("/aloft/v1/enroll", &json!({"nodeName": name, "labels": {"node-role.kubernetes.io/worker": ""}}))
@@ -17,10 +22,7 @@ async fn enroll(c: &Coordinator, name: &str) -> NodeApi {
         .into_result()
         .unwrap();
     let token = r["token"].as_str().unwrap().to_string();
-    let client =
-        Client::new(&ClientConfig { server: c.url().to_string(), ca_pem: Some(c.ca_pem()), token: Some(token) })
-            .unwrap();
-    NodeApi::new(client, name)
+    Client::new(&ClientConfig { server: c.url().to_string(), ca_pem: Some(c.ca_pem()), token: Some(token) }).unwrap()
 }
 
 async fn set_label_annotation(admin: &Client, name: &str, value: &str) -> u64 {
@@ -126,4 +128,37 @@ async fn a_background_working_report_lands_before_the_next_write() {
     let node = admin.get("/api/v1/nodes/bg-0").await.unwrap().into_result().unwrap();
     assert_eq!(node["metadata"]["annotations"][ann::STATE], "Done");
     assert_eq!(node["metadata"]["annotations"][ann::CURRENT_CONFIG], "cfg-20");
+}
+
+/// `skipOwnWrites=true` leaves out the events of the caller's own writes (it has them from the
+/// writes' answers) and nothing else; without it, a watch carries every write.
+#[tokio::test]
+async fn a_watch_can_leave_out_the_callers_own_writes() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let node = node_client(&c, "own-0").await;
+    let from = aloft_tests::rv(&admin.get("/api/v1/nodes/own-0").await.unwrap().into_result().unwrap());
+    let q = format!("/api/v1/nodes?watch=true&resourceVersion={from}&fieldSelector=metadata.name%3Down-0");
+    let mut all = aloft_tests::WatchStream::open(&node, &q).await.unwrap();
+    let mut others = aloft_tests::WatchStream::open(&node, &format!("{q}&skipOwnWrites=true")).await.unwrap();
+    let patch = |v: &str| json!({"metadata": {"annotations": {"test/value": v}}});
+    let own = node
+        .patch("/api/v1/nodes/own-0", "application/merge-patch+json", &patch("mine"))
+        .await
+        .unwrap()
+        .into_result()
+        .unwrap();
+    let theirs = set_label_annotation(&admin, "own-0", "theirs").await;
+    let value = |ev: &serde_json::Value| ev["object"]["metadata"]["annotations"]["test/value"].clone();
+    let both = all.take(2, Duration::from_secs(10)).await.unwrap();
+    assert_eq!((value(&both[0]), value(&both[1])), (json!("mine"), json!("theirs")));
+    assert_eq!(aloft_tests::rv(&both[0]["object"]), aloft_tests::rv(&own));
+    let first = others.next(Duration::from_secs(10)).await.unwrap().expect("the admin's write");
+    assert_eq!((value(&first), aloft_tests::rv(&first["object"])), (json!("theirs"), theirs));
+    assert!(others.is_quiet(Duration::from_millis(300)).await.unwrap(), "nothing else");
+    // The stored JSON as sent is what the object reads back as.
+    let stored = admin.get("/api/v1/nodes/own-0").await.unwrap().into_result().unwrap();
+    assert_eq!(first["object"], stored);
+    let bad = node.get(&format!("{q}&skipOwnWrites=yes")).await.unwrap();
+    assert_eq!(bad.code, 400, "{:?}", bad.body);
 }

@@ -350,7 +350,8 @@ fn publish(tx: &watch::Sender<Option<Arc<NodeView>>>, v: NodeView) {
     });
 }
 
-/// One watch from `rev`. `Ok(Some(last revision))` when the coordinator ended it normally,
+/// One watch from `rev`, without the events of this node's own writes (`skipOwnWrites`: their
+/// answers carried them already). `Ok(Some(last revision))` when the coordinator ended it normally,
 /// `Ok(None)` when it answered with an ERROR event (410 Gone: too old to resume).
 async fn follow_watch(
     client: &Client,
@@ -359,7 +360,7 @@ async fn follow_watch(
     mut rev: String,
 ) -> Result<Option<String>> {
     let q = format!(
-        "{}?watch=true&resourceVersion={rev}&fieldSelector=metadata.name%3D{name}&timeoutSeconds={FOLLOW_SECONDS}",
+        "{}?watch=true&resourceVersion={rev}&fieldSelector=metadata.name%3D{name}&timeoutSeconds={FOLLOW_SECONDS}&skipOwnWrites=true",
         resource_path(NODES, None, None),
     );
     let mut stream = client.watch(&q, None).await?.bytes_stream();

@@ -299,7 +299,14 @@ mod tests {
         let name = objects::name_of(&object).to_string();
         let mut object = object;
         object["metadata"]["resourceVersion"] = revision.to_string().into();
-        Event { revision, key: Key::cluster(resource, &name), kind: EventType::Modified, object: Arc::new(object) }
+        Event {
+            revision,
+            key: Key::cluster(resource, &name),
+            kind: EventType::Modified,
+            object: Arc::new(object),
+            json: None,
+            origin: None,
+        }
     }
 
     fn empty<T: Derive>() -> Cache<T> {

@@ -262,6 +262,8 @@ mod tests {
             key: Key::cluster("/pools", name),
             kind: EventType::Modified,
             object: Arc::new(json!({"metadata": {"name": name, "generation": generation}})),
+            json: None,
+            origin: None,
         })
     }
 

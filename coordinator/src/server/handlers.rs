@@ -212,7 +212,7 @@ async fn list(call: Call<'_>) -> Result<Response, ApiError> {
 async fn watch_handler(call: Call<'_>) -> Result<Response, ApiError> {
     call.authorize(Verb::Watch).await?;
     let filters = Filters::from_params(call.path.rt, &call.params)?;
-    watch::serve(call.ctx, call.path.clone(), &call.params, filters, call.wants_table()).await
+    watch::serve(call.ctx, call.path.clone(), &call.params, filters, call.wants_table(), &call.who.name).await
 }
 
 async fn create(call: Call<'_>) -> Result<Response, ApiError> {
@@ -283,7 +283,7 @@ async fn read_modify_write(
         if call.dry_run() {
             return Ok(next);
         }
-        match call.ctx.store.update(&key, next, Some(stored_rev)).await {
+        match call.ctx.store.update_by(&key, next, Some(stored_rev), &call.who.name).await {
             Ok(v) => return Ok(v),
             Err(StoreError::Conflict { .. }) if retry => continue,
             Err(e) => return Err(call.store_err(e, name)),

@@ -3,6 +3,11 @@
 //! every current object; with one, it replays every event after it from the store's log, so a
 //! client reconnecting with its last version misses nothing, or gets 410 Gone when the log no
 //! longer reaches back that far.
+//!
+//! `skipOwnWrites=true` (an aloft extension; the agent's watch of its own Node asks for it)
+//! leaves out the live events of the caller's own writes: it has those objects from its
+//! writes' answers already, and they were half of what a fleet's watches carried during a
+//! rollout. Replayed events are sent whoever made them.
 
 use super::error::ApiError;
 use super::handlers::Filters;
@@ -14,10 +19,12 @@ use axum::response::Response;
 use futures::StreamExt;
 use serde_json::{json, Value};
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 enum Item {
-    Event(EventType, Value),
+    /// The kind, the object, and the object's JSON when the store has it at hand.
+    Event(EventType, Arc<Value>, Option<Arc<str>>),
     Error(ApiError),
 }
 
@@ -27,7 +34,13 @@ pub async fn serve(
     params: &HashMap<String, String>,
     filters: Filters,
     as_table: bool,
+    who: &str,
 ) -> Result<Response, ApiError> {
+    let skip_own = match params.get("skipOwnWrites").map(String::as_str) {
+        None | Some("false") => None,
+        Some("true") => Some(Arc::<str>::from(who)),
+        Some(other) => return Err(ApiError::bad_request(format!("skipOwnWrites {other:?} is not true or false"))),
+    };
     let rt = path.rt;
     let resource = rt.store_key();
     let rv = params.get("resourceVersion").map(String::as_str).unwrap_or("");
@@ -56,17 +69,20 @@ pub async fn serve(
         name: filters.fields.name().map(str::to_string),
     };
     let live = ctx.store.watch(filter, from).await.map_err(|e| ApiError::from_store(e, &rt.qualified(), ""))?;
-    let initial = futures::stream::iter(initial.into_iter().map(|o| Item::Event(EventType::Added, o)));
-    let live = live.map(|r| match r {
-        Ok(ev) => Item::Event(ev.kind, std::sync::Arc::unwrap_or_clone(ev.object)),
-        Err(e) => Item::Error(ApiError::from_store(e, &rt.qualified(), "")),
+    let initial = futures::stream::iter(initial.into_iter().map(|o| Item::Event(EventType::Added, Arc::new(o), None)));
+    let live = live.filter_map(move |r| {
+        futures::future::ready(match r {
+            Ok(ev) if skip_own.is_some() && ev.origin == skip_own => None,
+            Ok(ev) => Some(Item::Event(ev.kind, ev.object, ev.json)),
+            Err(e) => Some(Item::Error(ApiError::from_store(e, &rt.qualified(), ""))),
+        })
     });
     let mut first = true;
     let body = initial
         .chain(live)
         .filter(move |item| {
             let keep = match item {
-                Item::Event(_, o) => filters.matches(o),
+                Item::Event(_, o, _) => filters.matches(o),
                 Item::Error(_) => true,
             };
             futures::future::ready(keep)
@@ -80,22 +96,21 @@ pub async fn serve(
             futures::future::ready(Some(item))
         })
         .map(move |item| {
-            let ev = match item {
-                Item::Event(kind, obj) => {
-                    let obj = if as_table {
-                        let rev = crate::store::revision_of(&obj);
-                        let t = table::table(rt, &[&obj], rev, first);
-                        first = false;
-                        t
-                    } else {
-                        obj
-                    };
-                    json!({"type": kind.as_str(), "object": obj})
+            let line = match item {
+                Item::Event(kind, obj, json) if !as_table => event_line(kind, &obj, json.as_deref()),
+                Item::Event(kind, obj, _) => {
+                    let rev = crate::store::revision_of(&obj);
+                    let t = table::table(rt, &[&obj], rev, first);
+                    first = false;
+                    event_line(kind, &t, None)
                 }
-                Item::Error(e) => json!({"type": "ERROR", "object": e.status}),
+                Item::Error(e) => {
+                    let mut line =
+                        serde_json::to_vec(&json!({"type": "ERROR", "object": e.status})).unwrap_or_default();
+                    line.push(b'\n');
+                    line
+                }
             };
-            let mut line = serde_json::to_vec(&ev).unwrap_or_default();
-            line.push(b'\n');
             Ok::<_, std::convert::Infallible>(Bytes::from(line))
         })
         .take_until(tokio::time::sleep(timeout));
@@ -104,4 +119,41 @@ pub async fn serve(
         .header("cache-control", "no-cache, private")
         .body(Body::from_stream(body))
         .map_err(|e| ApiError::internal(e.to_string()))
+}
+
+/// `{"type":"<kind>","object":<object>}` and a newline, with the object's JSON as the store
+/// wrote it when given (the same bytes serializing it again would give).
+fn event_line(kind: EventType, obj: &Value, json: Option<&str>) -> Vec<u8> {
+    let object = match json {
+        Some(j) => std::borrow::Cow::Borrowed(j.as_bytes()),
+        None => std::borrow::Cow::Owned(serde_json::to_vec(obj).unwrap_or_default()),
+    };
+    let mut line = Vec::with_capacity(object.len() + 32);
+    line.extend_from_slice(b"{\"type\":\"");
+    line.extend_from_slice(kind.as_str().as_bytes());
+    line.extend_from_slice(b"\",\"object\":");
+    line.extend_from_slice(&object);
+    line.extend_from_slice(b"}\n");
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_event_line_from_stored_json_is_the_serialized_event() {
+        let obj = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "a", "resourceVersion": "7",
+            "annotations": {"x": "a \"quoted\" value"}}});
+        let serialized = {
+            let mut l = serde_json::to_vec(&json!({"type": "MODIFIED", "object": obj})).unwrap();
+            l.push(b'\n');
+            l
+        };
+        let stored = serde_json::to_string(&obj).unwrap();
+        assert_eq!(event_line(EventType::Modified, &obj, Some(&stored)), serialized);
+        assert_eq!(event_line(EventType::Modified, &obj, None), serialized);
+        let back: Value = serde_json::from_slice(&event_line(EventType::Deleted, &obj, None)).unwrap();
+        assert_eq!((back["type"].as_str(), &back["object"]), (Some("DELETED"), &obj));
+    }
 }

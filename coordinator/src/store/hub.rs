@@ -180,6 +180,8 @@ mod tests {
             key: Key::cluster(resource, name),
             kind: EventType::Modified,
             object: Arc::new(json!({"metadata": {"name": name}})),
+            json: None,
+            origin: None,
         }
     }
 

@@ -76,6 +76,12 @@ pub struct Event {
     pub key: Key,
     pub kind: EventType,
     pub object: Arc<Value>,
+    /// `object` as the store wrote it, when at hand: a watch sends it as is instead of
+    /// serializing the object again for every watcher.
+    pub json: Option<Arc<str>>,
+    /// The API identity whose write this is, when it came through [`Store::update_by`]: that
+    /// identity's watch can leave it out (it has the object from its write's answer already).
+    pub origin: Option<Arc<str>>,
 }
 
 /// A list at one consistent revision.
@@ -143,6 +149,16 @@ pub trait Store: Send + Sync + 'static {
     async fn create(&self, key: &Key, object: Value) -> Result<Value, StoreError>;
     /// Compare-and-swap: with `expected`, fails with Conflict unless the stored revision is it.
     async fn update(&self, key: &Key, object: Value, expected: Option<u64>) -> Result<Value, StoreError>;
+    /// [`Store::update`] on behalf of the API identity `origin`, named in the write's event.
+    async fn update_by(
+        &self,
+        key: &Key,
+        object: Value,
+        expected: Option<u64>,
+        _origin: &str,
+    ) -> Result<Value, StoreError> {
+        self.update(key, object, expected).await
+    }
     /// Returns the deleted object; `expected` as for update.
     async fn delete(&self, key: &Key, expected: Option<u64>) -> Result<Value, StoreError>;
     /// Events with revision > `from`. Gone when `from` is older than the retained log.

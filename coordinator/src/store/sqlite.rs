@@ -243,17 +243,42 @@ impl SqliteStore {
     async fn write(
         &self,
         key: &Key,
+        origin: Option<&str>,
         decide: impl FnOnce(Option<u64>) -> Result<WriteOp, StoreError> + Send + 'static,
     ) -> Result<Value, StoreError> {
         let key = key.clone();
         let retain = self.inner.retain;
+        let origin: Option<Arc<str>> = origin.map(Arc::from);
         let ev = self
-            .submit(Box::new(move |conn, head| write_one(conn, head, key, retain, decide).map(|e| vec![e])))
+            .submit(Box::new(move |conn, head| {
+                write_one(conn, head, key, retain, decide).map(|mut e| {
+                    e.origin = origin;
+                    vec![e]
+                })
+            }))
             .await?;
         ev.into_iter()
             .next()
             .map(|e| Arc::unwrap_or_clone(e.object))
             .ok_or_else(|| StoreError::Backend("write without an event".into()))
+    }
+
+    async fn update_by_origin(
+        &self,
+        key: &Key,
+        object: Value,
+        expected: Option<u64>,
+        origin: Option<&str>,
+    ) -> Result<Value, StoreError> {
+        let what = describe(key);
+        self.write(key, origin, move |stored| match stored {
+            None => Err(StoreError::NotFound(what)),
+            Some(rev) => {
+                check_expected(expected, rev)?;
+                Ok(WriteOp::Put(EventType::Modified, object))
+            }
+        })
+        .await
     }
 
     /// Queue `run` for the writer thread and wait for its commit.
@@ -428,6 +453,7 @@ fn write_one(
     };
     set_revision(&mut obj, rev);
     let data = serde_json::to_string(&obj).map_err(|e| StoreError::Backend(e.to_string()))?;
+    let json: Arc<str> = Arc::from(data.as_str());
     if kind == EventType::Deleted {
         conn.prepare_cached("DELETE FROM objects WHERE resource = ?1 AND namespace = ?2 AND name = ?3")?
             .execute(params![key.resource, key.namespace, key.name])?;
@@ -448,7 +474,7 @@ fn write_one(
         conn.execute("DELETE FROM log WHERE revision <= ?1", [floor as i64])?;
         conn.execute("UPDATE meta SET value = ?1 WHERE key = 'compacted'", [floor as i64])?;
     }
-    Ok(Event { revision: rev, key, kind, object: Arc::new(obj) })
+    Ok(Event { revision: rev, key, kind, object: Arc::new(obj), json: Some(json), origin: None })
 }
 
 enum WriteOp {
@@ -504,6 +530,8 @@ fn read_log(conn: &Connection, filter: &WatchFilter, after: u64) -> Result<Vec<E
             key: Key { resource, namespace, name },
             kind: EventType::from_code(kind),
             object: Arc::new(parse(&data)?),
+            json: Some(Arc::from(data)),
+            origin: None,
         });
     }
     Ok(out)
@@ -622,7 +650,7 @@ impl Store for SqliteStore {
 
     async fn create(&self, key: &Key, object: Value) -> Result<Value, StoreError> {
         let what = describe(key);
-        self.write(key, move |stored| match stored {
+        self.write(key, None, move |stored| match stored {
             Some(_) => Err(StoreError::AlreadyExists(what)),
             None => Ok(WriteOp::Put(EventType::Added, object)),
         })
@@ -630,20 +658,22 @@ impl Store for SqliteStore {
     }
 
     async fn update(&self, key: &Key, object: Value, expected: Option<u64>) -> Result<Value, StoreError> {
-        let what = describe(key);
-        self.write(key, move |stored| match stored {
-            None => Err(StoreError::NotFound(what)),
-            Some(rev) => {
-                check_expected(expected, rev)?;
-                Ok(WriteOp::Put(EventType::Modified, object))
-            }
-        })
-        .await
+        self.update_by_origin(key, object, expected, None).await
+    }
+
+    async fn update_by(
+        &self,
+        key: &Key,
+        object: Value,
+        expected: Option<u64>,
+        origin: &str,
+    ) -> Result<Value, StoreError> {
+        self.update_by_origin(key, object, expected, Some(origin)).await
     }
 
     async fn delete(&self, key: &Key, expected: Option<u64>) -> Result<Value, StoreError> {
         let what = describe(key);
-        self.write(key, move |stored| match stored {
+        self.write(key, None, move |stored| match stored {
             None => Err(StoreError::NotFound(what)),
             Some(rev) => {
                 check_expected(expected, rev)?;
@@ -652,7 +682,6 @@ impl Store for SqliteStore {
         })
         .await
     }
-
     async fn watch(&self, filter: WatchFilter, from: u64) -> Result<WatchStream, StoreError> {
         // Subscribe before reading the log, so nothing committed in between is missed.
         let sub = self.inner.hub.subscribe(filter.clone());
