@@ -162,6 +162,12 @@ impl<T: Derive> Cache<T> {
         }
     }
 
+    /// The position of object `name` in the vectors (it moves only when an object is added or
+    /// removed, which moves `layout_version` too).
+    pub(crate) fn index_of(&self, name: &str) -> Option<usize> {
+        self.index.get(name).copied()
+    }
+
     pub(crate) fn put(&mut self, v: impl Into<Arc<Value>>) {
         self.replace(v.into());
     }

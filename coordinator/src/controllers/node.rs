@@ -62,6 +62,10 @@ struct State {
     status_retry: Option<Duration>,
     /// When the pools' statuses were last worked out (see [`STATUS_EVERY`]).
     status_at: Option<tokio::time::Instant>,
+    /// The nodes whose events arrived since the last pass, the only ones [`release`] needs to
+    /// look at (a node becomes due by its own Done report); None: look at every node (the first
+    /// pass, timers, pool or budget changes, a changed layout, a lost write).
+    touched: Option<Vec<usize>>,
 }
 
 impl State {
@@ -91,6 +95,7 @@ async fn follow(store: &Arc<dyn Store>, events: &Recorder) -> Result<(), StoreEr
         status_job: None,
         status_retry: None,
         status_at: None,
+        touched: None,
     };
     // The lists may be newer than `from`; replayed events then only re-put the same objects.
     let mut last = reconcile(store, &mut st, events).await?;
@@ -108,14 +113,23 @@ async fn follow(store: &Arc<dyn Store>, events: &Recorder) -> Result<(), StoreEr
             continue;
         }
         let mut changed = timer || last.again || (st.status_retry.is_some() && status_free);
+        if timer {
+            st.touched = None;
+        }
         for ev in &batch {
             changed |= if ev.key.resource == keys[0] {
                 note_current_config(&mut st, ev);
-                st.nodes.apply(ev)
-            } else if ev.key.resource == keys[1] {
-                st.pools.apply(ev)
+                let relevant = st.nodes.apply(ev);
+                if let (Some(t), Some(i)) = (st.touched.as_mut(), st.nodes.index_of(&ev.key.name)) {
+                    t.push(i);
+                }
+                relevant
             } else {
-                st.budgets.apply(ev)
+                let relevant = if ev.key.resource == keys[1] { st.pools.apply(ev) } else { st.budgets.apply(ev) };
+                if relevant {
+                    st.touched = None;
+                }
+                relevant
             };
         }
         // Events that change nothing a decision reads (the controller's own writes, already
@@ -138,12 +152,14 @@ async fn reconcile(store: &Arc<dyn Store>, st: &mut State, events: &Recorder) ->
     let version = (st.nodes.layout_version, st.pools.layout_version);
     if st.layout.as_ref().is_none_or(|(v, _)| *v != version) {
         st.layout = Some((version, pick::Layout::of(&st.pools.typed, &st.nodes.typed)));
+        st.touched = None;
     }
     learn_os_images(store, st).await?;
     // Nodes Done on the config they were drained for go back into service, and the plan below
     // already counts them so: their slots are refilled in the same write. (Nothing between here
     // and that write may fail: the cache holds the uncordons before the store does.)
     let released = release(st);
+    st.touched = Some(Vec::new());
     let os = &st.os_images;
     let same_os = |current: &str, target: &str| match (os.get(current), os.get(target)) {
         (Some(Some(a)), Some(Some(b))) => a == b,
@@ -202,6 +218,7 @@ async fn reconcile(store: &Arc<dyn Store>, st: &mut State, events: &Recorder) ->
                 for (_, stored) in released {
                     st.nodes.put(stored);
                 }
+                st.touched = None;
                 match e {
                     StoreError::Conflict { .. } | StoreError::NotFound(_) => {
                         tracing::debug!(error = %e, "uncordons and picks lost a race; deciding again");
@@ -330,13 +347,24 @@ fn drains_at_pick(pool: &MachineConfigPool) -> bool {
 fn release(st: &mut State) -> Vec<(usize, Arc<Value>)> {
     let Some((_, layout)) = &st.layout else { return Vec::new() };
     let facts = &st.nodes.derived;
+    let touched = st.touched.as_mut().map(|t| {
+        t.sort_unstable();
+        t.dedup();
+        &*t
+    });
     let due: Vec<usize> = st
         .pools
         .typed
         .iter()
         .flat_map(|p| {
             let hookless = drains_at_pick(p);
-            layout.members_of(&p.metadata.name).iter().copied().filter(move |&i| {
+            // Members are in node order: a touched node is looked up, not the whole pool read.
+            let members = layout.members_of(&p.metadata.name);
+            let look: Box<dyn Iterator<Item = usize>> = match touched {
+                Some(t) => Box::new(t.iter().copied().filter(|i| members.binary_search(i).is_ok())),
+                None => Box::new(members.iter().copied()),
+            };
+            look.filter(move |&i| {
                 let f = &facts[i];
                 // With hooks, the drain controller answers the agent's uncordon request (it calls
                 // the hooks first); a drain the pick made and nobody asked for (hooks added to the
