@@ -436,33 +436,41 @@ fn write_one(
 ) -> Result<Event, StoreError> {
     // Only the revision: a compare-and-swap needs nothing else, and parsing the stored object
     // on every write was a sixth of the writer's time. A delete reads the object below.
-    let stored: Option<i64> = conn
-        .prepare_cached("SELECT revision FROM objects WHERE resource = ?1 AND namespace = ?2 AND name = ?3")?
-        .query_row(params![key.resource, key.namespace, key.name], |r| r.get(0))
+    // With its rowid: the write below then goes straight to the row, without a second lookup
+    // through the (resource, namespace, name) index.
+    let stored: Option<(i64, i64)> = conn
+        .prepare_cached("SELECT rowid, revision FROM objects WHERE resource = ?1 AND namespace = ?2 AND name = ?3")?
+        .query_row(params![key.resource, key.namespace, key.name], |r| Ok((r.get(0)?, r.get(1)?)))
         .optional()?;
-    let op = decide(stored.map(|r| r as u64))?;
+    let op = decide(stored.map(|(_, r)| r as u64))?;
+    let rowid = stored.map(|(id, _)| id);
     let rev = *head + 1;
-    let (kind, mut obj) = match op {
-        WriteOp::Put(kind, obj) => (kind, obj),
-        WriteOp::Delete => {
-            let data: String = conn
-                .prepare_cached("SELECT data FROM objects WHERE resource = ?1 AND namespace = ?2 AND name = ?3")?
-                .query_row(params![key.resource, key.namespace, key.name], |r| r.get(0))?;
+    let (kind, mut obj) = match (op, rowid) {
+        (WriteOp::Put(kind, obj), _) => (kind, obj),
+        (WriteOp::Delete, Some(id)) => {
+            let data: String =
+                conn.prepare_cached("SELECT data FROM objects WHERE rowid = ?1")?.query_row([id], |r| r.get(0))?;
             (EventType::Deleted, parse(&data)?)
         }
+        (WriteOp::Delete, None) => return Err(StoreError::NotFound(describe(&key))),
     };
     set_revision(&mut obj, rev);
     let data = serde_json::to_string(&obj).map_err(|e| StoreError::Backend(e.to_string()))?;
     let json: Arc<str> = Arc::from(data.as_str());
-    if kind == EventType::Deleted {
-        conn.prepare_cached("DELETE FROM objects WHERE resource = ?1 AND namespace = ?2 AND name = ?3")?
-            .execute(params![key.resource, key.namespace, key.name])?;
-    } else {
-        conn.prepare_cached(
-            "INSERT INTO objects (resource, namespace, name, revision, data) VALUES (?1, ?2, ?3, ?4, ?5)
-             ON CONFLICT (resource, namespace, name) DO UPDATE SET revision = ?4, data = ?5",
-        )?
-        .execute(params![key.resource, key.namespace, key.name, rev as i64, data])?;
+    match (kind, rowid) {
+        (EventType::Deleted, Some(id)) => {
+            conn.prepare_cached("DELETE FROM objects WHERE rowid = ?1")?.execute([id])?;
+        }
+        (_, Some(id)) => {
+            conn.prepare_cached("UPDATE objects SET revision = ?1, data = ?2 WHERE rowid = ?3")?
+                .execute(params![rev as i64, data, id])?;
+        }
+        (_, None) => {
+            conn.prepare_cached(
+                "INSERT INTO objects (resource, namespace, name, revision, data) VALUES (?1, ?2, ?3, ?4, ?5)",
+            )?
+            .execute(params![key.resource, key.namespace, key.name, rev as i64, data])?;
+        }
     }
     conn.prepare_cached(
         "INSERT INTO log (revision, resource, namespace, name, kind, data) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
