@@ -359,8 +359,8 @@ fn checkpointer(conn: Connection, commits: std::sync::mpsc::Receiver<()>) {
 /// alone), commits once, then answers and publishes in revision order.
 ///
 /// Why: with `synchronous=FULL` every COMMIT waits for an fsync of the WAL (3.5 ms measured here
-/// under load), and a rollout makes ~14 writes per node; committed one at a time the fsyncs
-/// alone cap a fleet at ~20 nodes per second. Group commit (what etcd's batched backend does)
+/// under load), and a rollout makes ~5 writes per node; committed one at a time the fsyncs
+/// alone cap a fleet at ~60 nodes per second. Group commit (what etcd's batched backend does)
 /// pays one fsync for everything that arrived meanwhile, and no write is acknowledged before it
 /// is durable.
 fn writer_thread(
