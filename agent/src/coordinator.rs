@@ -43,7 +43,7 @@ pub struct NodeApi {
 /// so authenticates again: a revoked node credential stops getting updates within this).
 const FOLLOW_SECONDS: u64 = 300;
 
-/// What the agent reads of its Node, MCO's annotations, and the revision it was read at.
+/// What the agent reads of its Node (MCO's annotations) and the revision it was read at.
 #[derive(Debug, Clone, Default)]
 pub struct NodeView {
     pub annotations: BTreeMap<String, String>,
@@ -53,6 +53,11 @@ pub struct NodeView {
 impl NodeView {
     pub fn annotation(&self, key: &str) -> &str {
         self.annotations.get(key).map(String::as_str).unwrap_or("")
+    }
+
+    /// The revision as a number (the coordinator's are; anything else orders first).
+    fn rev(&self) -> u64 {
+        self.revision.parse().unwrap_or(0)
     }
 }
 
@@ -89,13 +94,6 @@ struct WireEvent {
     #[serde(rename = "type")]
     kind: String,
     object: Option<WireNode>,
-}
-
-impl NodeView {
-    /// The revision as a number (the coordinator's are; anything else orders first).
-    fn rev(&self) -> u64 {
-        self.revision.parse().unwrap_or(0)
-    }
 }
 
 /// The Node `name` as the agent reads it (`get`), or an error naming it.
