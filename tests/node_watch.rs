@@ -25,6 +25,12 @@ async fn node_client(c: &Coordinator, name: &str) -> Client {
     Client::new(&ClientConfig { server: c.url().to_string(), ca_pem: Some(c.ca_pem()), token: Some(token) }).unwrap()
 }
 
+/// A watch query for node `name` from its current revision (read by `admin`).
+async fn watch_from_now(admin: &Client, name: &str) -> String {
+    let from = aloft_tests::rv(&admin.get(&format!("/api/v1/nodes/{name}")).await.unwrap().into_result().unwrap());
+    format!("/api/v1/nodes?watch=true&resourceVersion={from}&fieldSelector=metadata.name%3D{name}")
+}
+
 async fn set_label_annotation(admin: &Client, name: &str, value: &str) -> u64 {
     let r = admin
         .patch(
@@ -100,8 +106,7 @@ async fn a_background_working_report_lands_before_the_next_write() {
     let c = Coordinator::start();
     let admin = c.client();
     let api = enroll(&c, "bg-0").await;
-    let from = aloft_tests::rv(&admin.get("/api/v1/nodes/bg-0").await.unwrap().into_result().unwrap());
-    let path = format!("/api/v1/nodes?watch=true&resourceVersion={from}&fieldSelector=metadata.name%3Dbg-0");
+    let path = watch_from_now(&admin, "bg-0").await;
     let mut watch = aloft_tests::WatchStream::open(&admin, &path).await.unwrap();
     let mut want = Vec::new();
     for round in 0..20 {
@@ -137,8 +142,7 @@ async fn a_watch_can_leave_out_the_callers_own_writes() {
     let c = Coordinator::start();
     let admin = c.client();
     let node = node_client(&c, "own-0").await;
-    let from = aloft_tests::rv(&admin.get("/api/v1/nodes/own-0").await.unwrap().into_result().unwrap());
-    let q = format!("/api/v1/nodes?watch=true&resourceVersion={from}&fieldSelector=metadata.name%3Down-0");
+    let q = watch_from_now(&admin, "own-0").await;
     let mut all = aloft_tests::WatchStream::open(&node, &q).await.unwrap();
     let mut others = aloft_tests::WatchStream::open(&node, &format!("{q}&skipOwnWrites=true")).await.unwrap();
     let patch = |v: &str| json!({"metadata": {"annotations": {"test/value": v}}});

@@ -50,27 +50,25 @@ impl Request {
 
 /// The request a node has pending (desiredDrain set and not yet equal to lastAppliedDrain).
 pub fn pending(node: &Value) -> Option<Request> {
+    let want = asked(node)?;
+    if want.starts_with("drain-") {
+        Some(Request::Drain(want.to_string()))
+    } else {
+        Some(Request::Uncordon(want.to_string()))
+    }
+}
+
+/// The `desiredDrain` value of a pending request, borrowed.
+fn asked(node: &Value) -> Option<&str> {
     let ann = node.pointer("/metadata/annotations")?;
     let want = ann.get(ann::DESIRED_DRAIN)?.as_str()?;
     let done = ann.get(ann::LAST_APPLIED_DRAIN).and_then(Value::as_str).unwrap_or("");
-    if want.is_empty() || want == done {
-        return None;
-    }
-    if want.starts_with("drain-") {
-        Some(Request::Drain(want.to_string()))
-    } else if want.starts_with("uncordon-") {
-        Some(Request::Uncordon(want.to_string()))
-    } else {
-        None
-    }
+    ((want.starts_with("drain-") || want.starts_with("uncordon-")) && want != done).then_some(want)
 }
 
 /// Whether [`pending`] finds a request, without copying it (asked of every Node event).
 fn asks(node: &Value) -> bool {
-    let Some(ann) = node.pointer("/metadata/annotations") else { return false };
-    let Some(want) = ann.get(ann::DESIRED_DRAIN).and_then(Value::as_str) else { return false };
-    (want.starts_with("drain-") || want.starts_with("uncordon-"))
-        && ann.get(ann::LAST_APPLIED_DRAIN).and_then(Value::as_str) != Some(want)
+    asked(node).is_some()
 }
 
 /// [`pending`] from the facts cached for the node (a pass must not re-read every asking node's

@@ -455,8 +455,9 @@ fn write_one(
         (WriteOp::Delete, None) => return Err(StoreError::NotFound(describe(&key))),
     };
     set_revision(&mut obj, rev);
-    let data = serde_json::to_string(&obj).map_err(|e| StoreError::Backend(e.to_string()))?;
-    let json: Arc<str> = Arc::from(data.as_str());
+    // One serialization: the rows below and the event's watchers share it.
+    let json: Arc<str> = Arc::from(serde_json::to_string(&obj).map_err(|e| StoreError::Backend(e.to_string()))?);
+    let data: &str = &json;
     match (kind, rowid) {
         (EventType::Deleted, Some(id)) => {
             conn.prepare_cached("DELETE FROM objects WHERE rowid = ?1")?.execute([id])?;
