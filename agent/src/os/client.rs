@@ -66,7 +66,7 @@ impl HelperClient {
     /// [`Self::call`] with an explicit timeout.
     pub fn call_with_timeout<T: DeserializeOwned>(&self, call: &Call, timeout: Duration) -> Result<T, OsError> {
         let op = call.name();
-        let mut stream = UnixStream::connect(&self.socket).map_err(|e| {
+        let stream = UnixStream::connect(&self.socket).map_err(|e| {
             self.err(match e.kind() {
                 ErrorKind::NotFound | ErrorKind::ConnectionRefused => format!(
                     "is not running: {e} (start aloft-os-helper.socket, or run aloft-agent with --os-helper none \
@@ -84,22 +84,7 @@ impl HelperClient {
         let mut line = serde_json::to_string(&RequestMsg { v: PROTOCOL_VERSION, request: Request::from_call(call) })
             .map_err(|e| self.err(format!("cannot be sent the {op} request: {e}")))?;
         line.push('\n');
-        stream.write_all(line.as_bytes()).map_err(|e| self.err(format!("closed the connection before {op}: {e}")))?;
-        let mut reply = String::new();
-        let read = BufReader::new((&stream).take(MAX_REPLY_LEN)).read_line(&mut reply);
-        match read {
-            Ok(0) => {
-                return Err(self.err(format!(
-                    "closed the connection without answering {op} (did it crash or refuse this client? see \
-                     journalctl -u aloft-os-helper)"
-                )))
-            }
-            Ok(_) => {}
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
-                return Err(self.err(format!("did not answer {op} within {} s", timeout.as_secs())))
-            }
-            Err(e) => return Err(self.err(format!("failed while answering {op}: {e}"))),
-        }
+        let reply = self.exchange(&stream, &line, op, timeout)?;
         let reply: Reply =
             serde_json::from_str(&reply).map_err(|e| self.err(format!("sent a malformed reply to {op}: {e}")))?;
         if reply.v != PROTOCOL_VERSION {
@@ -114,6 +99,32 @@ impl HelperClient {
                 serde_json::from_value(v).map_err(|e| self.err(format!("sent a malformed reply to {op}: {e}")))
             }
             (None, None) => Err(self.err(format!("sent an empty reply to {op}"))),
+        }
+    }
+
+    /// Write one request line and read the one reply line on a connected stream.
+    fn exchange(&self, stream: &UnixStream, line: &str, op: &str, timeout: Duration) -> Result<String, OsError> {
+        // A helper that refuses this client answers at once and closes, possibly before the
+        // request is written: its answer says why, so it is read even when the write failed.
+        let mut writer = stream;
+        let sent = writer.write_all(line.as_bytes());
+        let mut reply = String::new();
+        let read = BufReader::new(stream.take(MAX_REPLY_LEN)).read_line(&mut reply);
+        if let Err(e) = sent {
+            if !matches!(read, Ok(n) if n > 0) {
+                return Err(self.err(format!("closed the connection before {op}: {e}")));
+            }
+        }
+        match read {
+            Ok(0) => Err(self.err(format!(
+                "closed the connection without answering {op} (did it crash or refuse this client? see \
+                 journalctl -u aloft-os-helper)"
+            ))),
+            Ok(_) => Ok(reply),
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                Err(self.err(format!("did not answer {op} within {} s", timeout.as_secs())))
+            }
+            Err(e) => Err(self.err(format!("failed while answering {op}: {e}"))),
         }
     }
 }
@@ -190,6 +201,25 @@ mod tests {
         assert!(HelperClient::new(&s).status().unwrap_err().to_string().contains("without answering status"));
         let (_d, s) = serve_once("{\"v\":1,\"error\":{\"kind\":\"invalid\",\"detail\":\"no previous deployment\"}}\n");
         assert_eq!(HelperClient::new(&s).rollback().unwrap_err(), OsError::Invalid("no previous deployment".into()));
+    }
+
+    /// The helper refuses a peer with the wrong uid before reading its request, and closes: the
+    /// client's write then fails (EPIPE), but the refusal is what the agent must report.
+    #[test]
+    fn a_refusal_sent_before_the_request_is_reported() {
+        let client = HelperClient::new(Path::new("/run/aloft/os-helper.sock"));
+        let (ours, mut helper) = UnixStream::pair().unwrap();
+        let refusal = "{\"v\":1,\"error\":{\"kind\":\"invalid\",\"detail\":\"peer uid 1 refused\"}}\n";
+        helper.write_all(refusal.as_bytes()).unwrap();
+        drop(helper);
+        assert!((&ours).write_all(b"x").is_err(), "the write must fail for this test to mean anything");
+        let reply = client.exchange(&ours, "{}\n", "status", Duration::from_secs(1)).unwrap();
+        assert_eq!(reply, refusal);
+        // Closed with nothing said: the write's error is the one reported.
+        let (ours, helper) = UnixStream::pair().unwrap();
+        drop(helper);
+        let e = client.exchange(&ours, "{}\n", "status", Duration::from_secs(1)).unwrap_err();
+        assert!(e.to_string().contains("closed the connection before status"), "{e}");
     }
 
     #[test]
