@@ -18,7 +18,7 @@ use super::hooks::{HookRequest, Hooks, Phase};
 use super::pools::{self, NodeFacts};
 use super::{annotate, set_annotations};
 use crate::resources::{MACHINE_CONFIG_POOL, NODE, NODE_DISRUPTION_BUDGET};
-use crate::store::{revision_of, Key, Store, StoreError, WatchFilter};
+use crate::store::{revision_of, Key, Store, StoreError, Stored, WatchFilter};
 use aloft_api::annotations as ann;
 use aloft_api::{DrainHook, MachineConfigPool, Node, NodeDisruptionBudget};
 use chrono::{DateTime, Utc};
@@ -434,7 +434,7 @@ async fn update_node(
     for _ in 0..10 {
         let current = match first.take() {
             Some(v) => Some(v),
-            None => store.get(&key).await?,
+            None => store.get(&key).await?.map(Stored::into_value),
         };
         let Some(mut node) = current else { return Ok(false) };
         let rev = revision_of(&node);

@@ -10,7 +10,7 @@
 
 use crate::resources::EVENT;
 use crate::server::objects;
-use crate::store::{revision_of, Key, Store, StoreError};
+use crate::store::{revision_of, Key, Store, StoreError, Stored};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use std::collections::HashMap;
@@ -183,7 +183,7 @@ async fn write_event(
         Err(e) => return Err(e),
     }
     // The same decision again (e.g. after a restart emptied the recorder): count it.
-    let Some(mut existing) = store.get(&key).await? else { return Ok(()) };
+    let Some(mut existing) = store.get(&key).await?.map(Stored::into_value) else { return Ok(()) };
     let count = existing.get("count").and_then(Value::as_i64).unwrap_or(1) + 1;
     existing["count"] = count.into();
     existing["lastTimestamp"] = now.into();

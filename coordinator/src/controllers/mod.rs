@@ -56,7 +56,7 @@ pub(crate) async fn annotate(
     store: &Arc<dyn Store>,
     raw: &Value,
     changes: &[(&str, Option<&str>)],
-) -> Result<Option<Value>, StoreError> {
+) -> Result<Option<Arc<Value>>, StoreError> {
     let mut next = raw.clone();
     set_annotations(&mut next, changes);
     write_node(store, raw, next).await
@@ -64,13 +64,17 @@ pub(crate) async fn annotate(
 
 /// Write `next` over the stored version `raw` (compare-and-swap); None when it changes nothing,
 /// or when someone else changed the node first.
-pub(crate) async fn write_node(store: &Arc<dyn Store>, raw: &Value, next: Value) -> Result<Option<Value>, StoreError> {
+pub(crate) async fn write_node(
+    store: &Arc<dyn Store>,
+    raw: &Value,
+    next: Value,
+) -> Result<Option<Arc<Value>>, StoreError> {
     if &next == raw {
         return Ok(None);
     }
     let key = Key::cluster(&NODE.store_key(), objects::name_of(raw));
     match store.update(&key, next, revision_of(raw)).await {
-        Ok(v) => Ok(Some(v)),
+        Ok(v) => Ok(Some(v.object)),
         Err(StoreError::Conflict { .. }) | Err(StoreError::NotFound(_)) => Ok(None),
         Err(e) => Err(e),
     }

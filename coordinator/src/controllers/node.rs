@@ -13,7 +13,7 @@ use super::rollout_policy::HoldReason;
 use super::{annotate, set_annotations, write_node};
 use crate::resources::{MACHINE_CONFIG, MACHINE_CONFIG_POOL, NODE, NODE_DISRUPTION_BUDGET};
 use crate::server::objects;
-use crate::store::{revision_of, Key, Store, StoreError, WatchFilter};
+use crate::store::{revision_of, Key, Store, StoreError, Stored, WatchFilter};
 use aloft_api::annotations as ann;
 use aloft_api::machineconfig::conditions as cond;
 use aloft_api::meta::{find_condition, set_condition};
@@ -56,7 +56,7 @@ struct State {
     /// node's at the first pass): a pass must not read the whole fleet for the few new names.
     os_unknown: Option<std::collections::HashSet<String>>,
     /// The pools' status write under way, if any (see [`write_statuses`]).
-    status_job: Option<tokio::task::JoinHandle<Vec<Value>>>,
+    status_job: Option<tokio::task::JoinHandle<Vec<Arc<Value>>>>,
     /// A pass skipped the statuses because the last write was under way: how soon to look
     /// again (doubling, from [`STATUS_RETRY`] up to a second, while it stays under way).
     status_retry: Option<Duration>,
@@ -211,7 +211,7 @@ async fn reconcile(store: &Arc<dyn Store>, st: &mut State, events: &Recorder) ->
             })
             .collect();
         match store.update_all(batch).await {
-            Ok(vs) => order.iter().copied().zip(vs.into_iter().map(Some)).collect(),
+            Ok(vs) => order.iter().copied().zip(vs.into_iter().map(|s| Some(s.object))).collect(),
             Err(e) => {
                 // Back to what is stored: the next pass decides again, from the newer version
                 // that made this write fail (its event is already queued).
@@ -710,7 +710,7 @@ fn write_statuses(store: &Arc<dyn Store>, st: &mut State, statuses: Vec<(usize, 
                 }
             }
         });
-        futures::future::join_all(all).await.into_iter().flatten().collect()
+        futures::future::join_all(all).await.into_iter().flatten().map(|s: Stored| s.object).collect()
     }));
 }
 

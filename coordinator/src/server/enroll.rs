@@ -81,9 +81,9 @@ pub async fn enroll(ctx: SharedCtx, tokens: SqliteStore, who: Identity, body: &[
                 }
             }
             Some(stored) => {
-                let mut next = stored.clone();
+                let mut next = Value::clone(&stored);
                 json_patch::merge(&mut next, &json!({"metadata": {"labels": labels}}));
-                if next == stored {
+                if next == *stored {
                     done = true;
                     break;
                 }

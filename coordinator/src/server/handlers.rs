@@ -7,7 +7,7 @@ use super::request::{self, FieldSelector, ResourcePath};
 use super::{table, validate, watch, Ctx};
 use crate::auth::{self, Decision, Identity, Verb};
 use crate::resources::ResourceType;
-use crate::store::{revision_of, Key, StoreError};
+use crate::store::{revision_of, Key, StoreError, Stored};
 use aloft_api::Selector;
 use axum::http::{HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -67,7 +67,7 @@ impl Call<'_> {
             }
             _ => None,
         };
-        match auth::decide(self.who, &req, auth::Facts { own_node: own_node.as_ref() }) {
+        match auth::decide(self.who, &req, auth::Facts { own_node: own_node.as_deref() }) {
             Decision::Deny => Err(self.forbidden(verb)),
             d => Ok(d),
         }
@@ -76,7 +76,7 @@ impl Call<'_> {
         ApiError::forbidden(&self.who.name, verb.as_str(), &self.qualified(), self.path.name.as_deref())
     }
     /// The stored object, or 404.
-    async fn stored(&self, name: &str) -> Result<Value, ApiError> {
+    async fn stored(&self, name: &str) -> Result<Stored, ApiError> {
         let obj = self.ctx.store.get(&self.key(name)).await.map_err(|e| self.store_err(e, name))?;
         obj.ok_or_else(|| ApiError::not_found(&self.qualified(), name))
     }
@@ -137,11 +137,21 @@ fn respond(code: StatusCode, v: Value) -> Response {
     (code, Json(v)).into_response()
 }
 
-fn render_one(call: &Call<'_>, obj: Value) -> Value {
+/// One object: as a Table when asked for one, else the JSON the store wrote, as is.
+fn respond_one(call: &Call<'_>, code: StatusCode, obj: Stored) -> Response {
     if call.wants_table() {
-        table::table(call.path.rt, &[&obj], revision_of(&obj), true)
-    } else {
-        obj
+        return respond(code, table::table(call.path.rt, &[&obj], revision_of(&obj), true));
+    }
+    let body = axum::body::Bytes::from_owner(JsonText(obj.json));
+    (code, [(axum::http::header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+/// Stored JSON as a response body, without a copy.
+struct JsonText(std::sync::Arc<str>);
+
+impl AsRef<[u8]> for JsonText {
+    fn as_ref(&self) -> &[u8] {
+        self.0.as_bytes()
     }
 }
 
@@ -149,7 +159,7 @@ async fn get(call: Call<'_>) -> Result<Response, ApiError> {
     call.authorize(Verb::Get).await?;
     let name = call.path.name.clone().unwrap_or_default();
     let obj = call.stored(&name).await?;
-    Ok(respond(StatusCode::OK, render_one(&call, obj)))
+    Ok(respond_one(&call, StatusCode::OK, obj))
 }
 
 /// Selectors of a list or watch request.
@@ -237,7 +247,7 @@ async fn create(call: Call<'_>) -> Result<Response, ApiError> {
         return Ok(respond(StatusCode::CREATED, obj));
     }
     let created = call.ctx.store.create(&call.key(&name), obj).await.map_err(|e| call.store_err(e, &name))?;
-    Ok(respond(StatusCode::CREATED, created))
+    Ok(respond_one(&call, StatusCode::CREATED, created))
 }
 
 fn precondition(obj: &Value) -> Result<Option<u64>, ApiError> {
@@ -258,7 +268,7 @@ async fn read_modify_write(
     retry: bool,
     decision: Decision,
     mut modify: impl FnMut(&Value) -> Result<Value, ApiError>,
-) -> Result<Value, ApiError> {
+) -> Result<Stored, ApiError> {
     let key = call.key(name);
     for _ in 0..CAS_RETRIES {
         let stored = call.stored(name).await?;
@@ -276,12 +286,12 @@ async fn read_modify_write(
             e.status.message.push_str(": a node may change only its own status and annotations");
             return Err(e);
         }
-        if next == stored {
+        if next == *stored {
             // A no-op write is not a write: no new resourceVersion, no watch event.
             return Ok(stored);
         }
         if call.dry_run() {
-            return Ok(next);
+            return Ok(Stored::new(next));
         }
         match call.ctx.store.update_by(&key, next, Some(stored_rev), &call.who.name).await {
             Ok(v) => return Ok(v),
@@ -307,7 +317,7 @@ async fn update(call: Call<'_>) -> Result<Response, ApiError> {
     // Without a resourceVersion the PUT is unconditional (as Kubernetes allows for most kinds).
     let unconditional = precondition(&obj)?.is_none();
     let out = read_modify_write(&call, &name, unconditional, decision, |_| Ok(obj.clone())).await?;
-    Ok(respond(StatusCode::OK, out))
+    Ok(respond_one(&call, StatusCode::OK, out))
 }
 
 async fn patch(call: Call<'_>) -> Result<Response, ApiError> {
@@ -318,7 +328,7 @@ async fn patch(call: Call<'_>) -> Result<Response, ApiError> {
     let body = call.body.clone();
     let out =
         read_modify_write(&call, &name, true, decision, |stored| objects::apply_patch(kind, stored, &body)).await?;
-    Ok(respond(StatusCode::OK, out))
+    Ok(respond_one(&call, StatusCode::OK, out))
 }
 
 async fn delete(call: Call<'_>) -> Result<Response, ApiError> {
@@ -353,9 +363,9 @@ async fn delete(call: Call<'_>) -> Result<Response, ApiError> {
             expected = expected.or(revision_of(&stored));
         }
         if dry_run {
-            return Ok(respond(StatusCode::OK, stored));
+            return Ok(respond_one(&call, StatusCode::OK, stored));
         }
     }
     let deleted = call.ctx.store.delete(&call.key(&name), expected).await.map_err(|e| call.store_err(e, &name))?;
-    Ok(respond(StatusCode::OK, deleted))
+    Ok(respond_one(&call, StatusCode::OK, deleted))
 }

@@ -84,6 +84,43 @@ pub struct Event {
     pub origin: Option<Arc<str>>,
 }
 
+/// An object as the store holds it: shared, so that a read or a write's answer copies nothing,
+/// with its JSON as the store wrote it, so that an answer sends those bytes instead of
+/// serializing the object again. A fleet's requests read and write Nodes and rendered configs
+/// of a few KB each: copying and serializing them was a sixth of the API threads' time.
+#[derive(Debug, Clone)]
+pub struct Stored {
+    pub object: Arc<Value>,
+    /// `object` serialized, exactly as `serde_json::to_string` gives it.
+    pub json: Arc<str>,
+}
+
+impl Stored {
+    /// A new object not written (yet), e.g. a dry run's.
+    pub fn new(object: Value) -> Stored {
+        let json = Arc::from(serde_json::to_string(&object).unwrap_or_default());
+        Stored { object: Arc::new(object), json }
+    }
+
+    /// The object to change (a copy only when it is shared, as a stored object usually is).
+    pub fn into_value(self) -> Value {
+        Arc::unwrap_or_clone(self.object)
+    }
+}
+
+impl From<Stored> for Arc<Value> {
+    fn from(s: Stored) -> Arc<Value> {
+        s.object
+    }
+}
+
+impl std::ops::Deref for Stored {
+    type Target = Value;
+    fn deref(&self) -> &Value {
+        &self.object
+    }
+}
+
 /// A list at one consistent revision.
 #[derive(Debug, Clone)]
 pub struct Listing {
@@ -142,13 +179,13 @@ impl From<rusqlite::Error> for StoreError {
 /// defaulting and validation are the API server's.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
-    async fn get(&self, key: &Key) -> Result<Option<Value>, StoreError>;
+    async fn get(&self, key: &Key) -> Result<Option<Stored>, StoreError>;
     /// Everything of a resource (in `namespace` when given), sorted by namespace and name.
     async fn list(&self, resource: &str, namespace: Option<&str>) -> Result<Listing, StoreError>;
     /// Fails with AlreadyExists when the key is taken.
-    async fn create(&self, key: &Key, object: Value) -> Result<Value, StoreError>;
+    async fn create(&self, key: &Key, object: Value) -> Result<Stored, StoreError>;
     /// Compare-and-swap: with `expected`, fails with Conflict unless the stored revision is it.
-    async fn update(&self, key: &Key, object: Value, expected: Option<u64>) -> Result<Value, StoreError>;
+    async fn update(&self, key: &Key, object: Value, expected: Option<u64>) -> Result<Stored, StoreError>;
     /// [`Store::update`] on behalf of the API identity `origin`, named in the write's event.
     async fn update_by(
         &self,
@@ -156,11 +193,11 @@ pub trait Store: Send + Sync + 'static {
         object: Value,
         expected: Option<u64>,
         _origin: &str,
-    ) -> Result<Value, StoreError> {
+    ) -> Result<Stored, StoreError> {
         self.update(key, object, expected).await
     }
     /// Returns the deleted object; `expected` as for update.
-    async fn delete(&self, key: &Key, expected: Option<u64>) -> Result<Value, StoreError>;
+    async fn delete(&self, key: &Key, expected: Option<u64>) -> Result<Stored, StoreError>;
     /// Events with revision > `from`. Gone when `from` is older than the retained log.
     async fn watch(&self, filter: WatchFilter, from: u64) -> Result<WatchStream, StoreError>;
     /// The newest revision.
@@ -169,7 +206,7 @@ pub trait Store: Send + Sync + 'static {
     /// revisions, or none is (the first failure is returned). For a decision whose parts are
     /// only safe together: a slot freed and refilled in one write, never refilled before it is
     /// freed.
-    async fn update_all(&self, writes: Vec<(Key, Value, Option<u64>)>) -> Result<Vec<Value>, StoreError>;
+    async fn update_all(&self, writes: Vec<(Key, Value, Option<u64>)>) -> Result<Vec<Stored>, StoreError>;
 }
 
 /// Read `metadata.resourceVersion` as the integer the store wrote.

@@ -10,7 +10,7 @@
 //! revision gets `Gone` (HTTP 410), exactly as Kubernetes clients expect after etcd compaction.
 
 use super::hub::{Hub, Subscription};
-use super::{set_revision, Event, EventType, Key, Listing, Store, StoreError, WatchFilter, WatchStream};
+use super::{set_revision, Event, EventType, Key, Listing, Store, StoreError, Stored, WatchFilter, WatchStream};
 use async_trait::async_trait;
 use rusqlite::{params, Connection, OptionalExtension};
 use serde_json::Value;
@@ -45,7 +45,7 @@ struct Inner {
 #[derive(Default)]
 struct ObjectCache {
     resources: Vec<String>,
-    objects: Mutex<std::collections::HashMap<Key, Arc<Value>>>,
+    objects: Mutex<std::collections::HashMap<Key, Stored>>,
 }
 
 impl ObjectCache {
@@ -53,7 +53,7 @@ impl ObjectCache {
         self.resources.iter().any(|r| r == resource)
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<Key, Arc<Value>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<Key, Stored>> {
         self.objects.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -64,10 +64,17 @@ impl ObjectCache {
             let objects = objects.get_or_insert_with(|| self.lock());
             match ev.kind {
                 EventType::Deleted => objects.remove(&ev.key),
-                _ => objects.insert(ev.key.clone(), ev.object.clone()),
+                _ => objects.insert(ev.key.clone(), stored_of(ev)),
             };
         }
     }
+}
+
+/// What a committed write's event says is stored now (its JSON is the writer's, serialized once
+/// for the rows and shared).
+fn stored_of(ev: &Event) -> Stored {
+    let json = ev.json.clone().unwrap_or_else(|| Arc::from(serde_json::to_string(&*ev.object).unwrap_or_default()));
+    Stored { object: ev.object.clone(), json }
 }
 
 /// SQLite-backed [`Store`]. Cheap to clone.
@@ -180,7 +187,7 @@ impl SqliteStore {
                 })?;
                 for row in rows {
                     let (key, data) = row?;
-                    objects.insert(key, Arc::new(parse(&data)?));
+                    objects.insert(key, Stored { object: Arc::new(parse(&data)?), json: Arc::from(data) });
                 }
             }
         }
@@ -245,7 +252,7 @@ impl SqliteStore {
         key: &Key,
         origin: Option<&str>,
         decide: impl FnOnce(Option<u64>) -> Result<WriteOp, StoreError> + Send + 'static,
-    ) -> Result<Value, StoreError> {
+    ) -> Result<Stored, StoreError> {
         let key = key.clone();
         let retain = self.inner.retain;
         let origin: Option<Arc<str>> = origin.map(Arc::from);
@@ -257,10 +264,7 @@ impl SqliteStore {
                 })
             }))
             .await?;
-        ev.into_iter()
-            .next()
-            .map(|e| Arc::unwrap_or_clone(e.object))
-            .ok_or_else(|| StoreError::Backend("write without an event".into()))
+        ev.first().map(stored_of).ok_or_else(|| StoreError::Backend("write without an event".into()))
     }
 
     async fn update_by_origin(
@@ -269,7 +273,7 @@ impl SqliteStore {
         object: Value,
         expected: Option<u64>,
         origin: Option<&str>,
-    ) -> Result<Value, StoreError> {
+    ) -> Result<Stored, StoreError> {
         let what = describe(key);
         self.write(key, origin, move |stored| match stored {
             None => Err(StoreError::NotFound(what)),
@@ -616,10 +620,9 @@ impl WatchState {
 
 #[async_trait]
 impl Store for SqliteStore {
-    async fn get(&self, key: &Key) -> Result<Option<Value>, StoreError> {
+    async fn get(&self, key: &Key) -> Result<Option<Stored>, StoreError> {
         if self.inner.cache.covers(&key.resource) {
-            let cached = self.inner.cache.lock().get(key).cloned();
-            return Ok(cached.map(|v| Value::clone(&v)));
+            return Ok(self.inner.cache.lock().get(key).cloned());
         }
         let key = key.clone();
         self.read_point(move |c| {
@@ -627,7 +630,7 @@ impl Store for SqliteStore {
                 .prepare_cached("SELECT data FROM objects WHERE resource = ?1 AND namespace = ?2 AND name = ?3")?
                 .query_row(params![key.resource, key.namespace, key.name], |r| r.get(0))
                 .optional()?;
-            data.as_deref().map(parse).transpose()
+            data.map(|d| Ok(Stored { object: Arc::new(parse(&d)?), json: Arc::from(d) })).transpose()
         })
         .await
     }
@@ -657,7 +660,7 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn create(&self, key: &Key, object: Value) -> Result<Value, StoreError> {
+    async fn create(&self, key: &Key, object: Value) -> Result<Stored, StoreError> {
         let what = describe(key);
         self.write(key, None, move |stored| match stored {
             Some(_) => Err(StoreError::AlreadyExists(what)),
@@ -666,7 +669,7 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn update(&self, key: &Key, object: Value, expected: Option<u64>) -> Result<Value, StoreError> {
+    async fn update(&self, key: &Key, object: Value, expected: Option<u64>) -> Result<Stored, StoreError> {
         self.update_by_origin(key, object, expected, None).await
     }
 
@@ -676,11 +679,11 @@ impl Store for SqliteStore {
         object: Value,
         expected: Option<u64>,
         origin: &str,
-    ) -> Result<Value, StoreError> {
+    ) -> Result<Stored, StoreError> {
         self.update_by_origin(key, object, expected, Some(origin)).await
     }
 
-    async fn delete(&self, key: &Key, expected: Option<u64>) -> Result<Value, StoreError> {
+    async fn delete(&self, key: &Key, expected: Option<u64>) -> Result<Stored, StoreError> {
         let what = describe(key);
         self.write(key, None, move |stored| match stored {
             None => Err(StoreError::NotFound(what)),
@@ -707,7 +710,7 @@ impl Store for SqliteStore {
         self.read_point(|c| meta_get(c, "revision")).await
     }
 
-    async fn update_all(&self, writes: Vec<(Key, Value, Option<u64>)>) -> Result<Vec<Value>, StoreError> {
+    async fn update_all(&self, writes: Vec<(Key, Value, Option<u64>)>) -> Result<Vec<Stored>, StoreError> {
         let retain = self.inner.retain;
         let events = self
             .submit(Box::new(move |conn, head| {
@@ -725,7 +728,7 @@ impl Store for SqliteStore {
                 Ok(events)
             }))
             .await?;
-        Ok(events.into_iter().map(|e| Arc::unwrap_or_clone(e.object)).collect())
+        Ok(events.iter().map(stored_of).collect())
     }
 }
 
