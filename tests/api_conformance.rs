@@ -148,6 +148,8 @@ async fn create_get_list_update_delete_with_selectors() {
     assert_eq!(list.body["kind"], "MachineConfigList");
     assert_eq!(list.body["apiVersion"], "machineconfiguration.openshift.io/v1");
     assert_eq!(item_names(&list.body), vec!["10-a", "10-b", "10-c", "10-d"]);
+    // A GET answers with the JSON the store wrote; a list serializes the objects anew: the same.
+    assert_eq!(list.body["items"][1], got, "the GET and the list agree on 10-b");
     let list_rv: u64 = list.body["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap();
     assert!(list_rv >= created[3], "list resourceVersion {list_rv} covers the last write {}", created[3]);
 

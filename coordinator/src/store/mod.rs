@@ -108,12 +108,6 @@ impl Stored {
     }
 }
 
-impl From<Stored> for Arc<Value> {
-    fn from(s: Stored) -> Arc<Value> {
-        s.object
-    }
-}
-
 impl std::ops::Deref for Stored {
     type Target = Value;
     fn deref(&self) -> &Value {
