@@ -389,6 +389,7 @@ async fn main() -> Result<()> {
         eprintln!("trace updated at {:.1} ms", (start + wall).duration_since(fleet.t0).as_secs_f64() * 1000.0);
     }
     let usage = proc_usage(c.pid());
+    let coordinator_cpu = usage.cpu_s - cpu0;
     let sim_cpu = proc_usage(std::process::id()).cpu_s - sim_cpu0;
     let writes = revision(admin.clone()).await? - rev0;
     let batches = args.nodes.div_ceil(k);
@@ -421,13 +422,25 @@ async fn main() -> Result<()> {
         "  done {}, failed {}; coordinator CPU {:.2} s during the rollout, peak RSS {:.1} MiB",
         fleet.done.load(Ordering::SeqCst),
         fleet.failures.load(Ordering::SeqCst),
-        usage.cpu_s - cpu0,
+        coordinator_cpu,
         usage.peak_rss_kb as f64 / 1024.0
     );
     println!("  store writes during the rollout: {writes} ({:.1} per node)", writes as f64 / args.nodes as f64);
     println!(
         "  simulated fleet's CPU {sim_cpu:.2} s (its {} TLS clients share the machine with the coordinator)",
         args.nodes
+    );
+    // The two processes share the cores: how busy they kept them says whether the rollout's
+    // pace was bound by CPU (a generation's nodes finish together, and their reports, picks and
+    // fetches then arrive in one burst).
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let per_node = |cpu: f64| cpu * 1000.0 / (fleet.done.load(Ordering::SeqCst).max(1)) as f64;
+    println!(
+        "  CPU per node update: coordinator {:.2} ms, simulated fleet {:.2} ms; {:.2} of {cores} cores busy on \
+         average",
+        per_node(coordinator_cpu),
+        per_node(sim_cpu),
+        (coordinator_cpu + sim_cpu) / wall.as_secs_f64()
     );
     tasks.abort_all();
     if max_seen > k {
