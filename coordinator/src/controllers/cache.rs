@@ -305,14 +305,7 @@ mod tests {
         let name = objects::name_of(&object).to_string();
         let mut object = object;
         object["metadata"]["resourceVersion"] = revision.to_string().into();
-        Event {
-            revision,
-            key: Key::cluster(resource, &name),
-            kind: EventType::Modified,
-            object: Arc::new(object),
-            json: None,
-            origin: None,
-        }
+        Event::new(revision, Key::cluster(resource, &name), EventType::Modified, object)
     }
 
     fn empty<T: Derive>() -> Cache<T> {

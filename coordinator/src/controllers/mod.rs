@@ -261,14 +261,12 @@ mod tests {
     use serde_json::json;
 
     fn ev(revision: u64, name: &str, generation: i64) -> Result<Event, StoreError> {
-        Ok(Event {
+        Ok(Event::new(
             revision,
-            key: Key::cluster("/pools", name),
-            kind: EventType::Modified,
-            object: Arc::new(json!({"metadata": {"name": name, "generation": generation}})),
-            json: None,
-            origin: None,
-        })
+            Key::cluster("/pools", name),
+            EventType::Modified,
+            json!({"metadata": {"name": name, "generation": generation}}),
+        ))
     }
 
     #[test]

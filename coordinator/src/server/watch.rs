@@ -73,7 +73,7 @@ pub async fn serve(
     let live = live.filter_map(move |r| {
         futures::future::ready(match r {
             Ok(ev) if skip_own.is_some() && ev.origin == skip_own => None,
-            Ok(ev) => Some(Item::Event(ev.kind, ev.object, ev.json)),
+            Ok(ev) => Some(Item::Event(ev.kind, ev.object, Some(ev.json))),
             Err(e) => Some(Item::Error(ApiError::from_store(e, &rt.qualified(), ""))),
         })
     });

@@ -175,14 +175,7 @@ mod tests {
     use serde_json::json;
 
     fn ev(rev: u64, resource: &str, name: &str) -> Event {
-        Event {
-            revision: rev,
-            key: Key::cluster(resource, name),
-            kind: EventType::Modified,
-            object: Arc::new(json!({"metadata": {"name": name}})),
-            json: None,
-            origin: None,
-        }
+        Event::new(rev, Key::cluster(resource, name), EventType::Modified, json!({"metadata": {"name": name}}))
     }
 
     #[tokio::test]

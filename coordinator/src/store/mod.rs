@@ -76,12 +76,20 @@ pub struct Event {
     pub key: Key,
     pub kind: EventType,
     pub object: Arc<Value>,
-    /// `object` as the store wrote it, when at hand: a watch sends it as is instead of
-    /// serializing the object again for every watcher.
-    pub json: Option<Arc<str>>,
+    /// `object` as the store wrote it: a watch sends it as is instead of serializing the
+    /// object again for every watcher.
+    pub json: Arc<str>,
     /// The API identity whose write this is, when it came through [`Store::update_by`]: that
     /// identity's watch can leave it out (it has the object from its write's answer already).
     pub origin: Option<Arc<str>>,
+}
+
+impl Event {
+    /// An event of `object`, serialized here, made by no API identity.
+    pub fn new(revision: u64, key: Key, kind: EventType, object: Value) -> Event {
+        let stored = Stored::new(object);
+        Event { revision, key, kind, object: stored.object, json: stored.json, origin: None }
+    }
 }
 
 /// An object as the store holds it: shared, so that a read or a write's answer copies nothing,

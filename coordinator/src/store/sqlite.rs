@@ -73,8 +73,7 @@ impl ObjectCache {
 /// What a committed write's event says is stored now (its JSON is the writer's, serialized once
 /// for the rows and shared).
 fn stored_of(ev: &Event) -> Stored {
-    let json = ev.json.clone().unwrap_or_else(|| Arc::from(serde_json::to_string(&*ev.object).unwrap_or_default()));
-    Stored { object: ev.object.clone(), json }
+    Stored { object: ev.object.clone(), json: ev.json.clone() }
 }
 
 /// SQLite-backed [`Store`]. Cheap to clone.
@@ -487,7 +486,7 @@ fn write_one(
         conn.execute("DELETE FROM log WHERE revision <= ?1", [floor as i64])?;
         conn.execute("UPDATE meta SET value = ?1 WHERE key = 'compacted'", [floor as i64])?;
     }
-    Ok(Event { revision: rev, key, kind, object: Arc::new(obj), json: Some(json), origin: None })
+    Ok(Event { revision: rev, key, kind, object: Arc::new(obj), json, origin: None })
 }
 
 enum WriteOp {
@@ -543,7 +542,7 @@ fn read_log(conn: &Connection, filter: &WatchFilter, after: u64) -> Result<Vec<E
             key: Key { resource, namespace, name },
             kind: EventType::from_code(kind),
             object: Arc::new(parse(&data)?),
-            json: Some(Arc::from(data)),
+            json: Arc::from(data),
             origin: None,
         });
     }
