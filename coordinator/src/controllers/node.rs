@@ -6,6 +6,7 @@
 //! aloft's CanarySoaking / CircuitBroken / NodeDrainTimeout and `status.rollout`).
 
 use super::cache::Cache;
+use super::config_name::ConfigName;
 use super::events::{reasons, EventType, Involved, Recorder};
 use super::pick::{self, names_text, PoolPlan, Snapshot, Wait};
 use super::pools::NodeFacts;
@@ -528,7 +529,7 @@ fn condition(type_: &str, on: bool, reason: &str, message: String) -> Condition 
 fn compute_status(
     pool: &MachineConfigPool,
     members: &[(&Node, &NodeFacts)],
-    target: &str,
+    target: &ConfigName,
     membership_error: Option<&String>,
     plan: Option<&PoolPlan>,
 ) -> MachineConfigPoolStatus {
@@ -756,7 +757,7 @@ mod tests {
         ];
         let facts: Vec<NodeFacts> = nodes.iter().map(NodeFacts::of).collect();
         let members: Vec<(&Node, &NodeFacts)> = nodes.iter().zip(&facts).collect();
-        let st = compute_status(&p, &members, "r2", None, None);
+        let st = compute_status(&p, &members, &ConfigName::new("r2"), None, None);
         assert_eq!(
             (
                 st.machine_count,
@@ -776,10 +777,10 @@ mod tests {
         let done: Vec<Node> = vec![node("a", "r2", "r2", "Done", true)];
         let facts: Vec<NodeFacts> = done.iter().map(NodeFacts::of).collect();
         let members: Vec<(&Node, &NodeFacts)> = done.iter().zip(&facts).collect();
-        let st = compute_status(&p, &members, "r2", None, None);
+        let st = compute_status(&p, &members, &ConfigName::new("r2"), None, None);
         assert!(find_condition(&st.conditions, cond::UPDATED).unwrap().is_true());
         assert_eq!(st.configuration.unwrap().name, "r2");
-        let paused = compute_status(&pool(json!(1), true), &[], "", None, None);
+        let paused = compute_status(&pool(json!(1), true), &[], &ConfigName::new(""), None, None);
         assert_eq!(find_condition(&paused.conditions, cond::UPDATING).unwrap().message, "Pool is paused");
     }
 }

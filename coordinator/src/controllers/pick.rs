@@ -9,6 +9,7 @@
 //! no NodeDisruptionBudget selecting it has more unavailable nodes in its group than it allows.
 
 use super::budget::{Blocked, Ledger};
+use super::config_name::ConfigName;
 use super::pools::{self, NodeFacts};
 use super::rollout_policy::{self, Gate, HoldReason};
 use aloft_api::annotations as ann;
@@ -28,10 +29,12 @@ pub struct Snapshot<'a> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Wait {
     Paused,
-    /// `maxUnavailable` is used up; the unavailable nodes, by name.
+    /// `maxUnavailable` is used up; the unavailable nodes, by index into the snapshot's nodes
+    /// (not by name: a pass that finds every slot taken, most passes of a big rollout, would
+    /// copy a thousand names for a message that shows five).
     MaxUnavailable {
         max: usize,
-        unavailable: Vec<String>,
+        unavailable: Vec<usize>,
     },
     Policy(HoldReason),
 }
@@ -42,10 +45,9 @@ impl std::fmt::Display for Wait {
             Wait::Paused => f.write_str("the pool is paused"),
             Wait::MaxUnavailable { max, unavailable } => write!(
                 f,
-                "maxUnavailable is {max} and {} node{} unavailable ({})",
+                "maxUnavailable is {max} and {} node{} unavailable",
                 unavailable.len(),
                 if unavailable.len() == 1 { " is" } else { "s are" },
-                names_text(unavailable)
             ),
             Wait::Policy(HoldReason::Canary { canaries }) => {
                 write!(f, "waiting for the {canaries} canary node(s) to finish updating")
@@ -79,9 +81,9 @@ pub fn names_text(names: &[String]) -> String {
 pub struct PoolPlan {
     /// Index into the snapshot's pools.
     pub pool: usize,
-    pub target: String,
-    /// Indexes into the snapshot's nodes, in node order.
-    pub members: Vec<usize>,
+    pub target: ConfigName,
+    /// Indexes into the snapshot's nodes, in node order (shared with the [`Layout`]).
+    pub members: std::sync::Arc<[usize]>,
     /// Nodes to move to `target` now, in pick order.
     pub picks: Vec<usize>,
     /// Why candidates that were not picked wait (None: no candidate left waiting).
@@ -116,7 +118,7 @@ pub fn plan_with_facts(s: Snapshot<'_>, facts: &[NodeFacts], now: DateTime<Utc>)
 #[derive(Debug, Clone, Default)]
 pub struct Layout {
     /// Pool name -> member indexes, in node order.
-    members: BTreeMap<String, Vec<usize>>,
+    members: BTreeMap<String, std::sync::Arc<[usize]>>,
     /// Pool name -> member indexes, in MCO's candidate order.
     ordered: BTreeMap<String, Vec<usize>>,
     /// Pool name -> why a node could not be placed in it.
@@ -134,12 +136,13 @@ impl Layout {
                 (name.clone(), idx)
             })
             .collect();
+        let members = members.into_iter().map(|(name, idx)| (name, idx.into())).collect();
         Layout { members, ordered, errors }
     }
 
     /// The members of pool `name`, in node order.
     pub fn members_of(&self, name: &str) -> &[usize] {
-        self.members.get(name).map(Vec::as_slice).unwrap_or_default()
+        self.members.get(name).map(|m| &m[..]).unwrap_or_default()
     }
 }
 
@@ -157,14 +160,18 @@ pub fn plan_with_layout(
     now: DateTime<Utc>,
 ) -> Vec<PoolPlan> {
     let unavailable: Vec<bool> = facts.iter().map(NodeFacts::disrupted).collect();
-    let labels: Vec<&BTreeMap<String, String>> = s.nodes.iter().map(|n| &n.metadata.labels).collect();
-    let mut ledger = Ledger::new(s.budgets, &labels, &unavailable);
+    let mut ledger = if s.budgets.is_empty() {
+        Ledger::new(&[], &[], &unavailable)
+    } else {
+        let labels: Vec<&BTreeMap<String, String>> = s.nodes.iter().map(|n| &n.metadata.labels).collect();
+        Ledger::new(s.budgets, &labels, &unavailable)
+    };
     let mut order: Vec<usize> = (0..s.pools.len()).collect();
     order.sort_by(|&a, &b| s.pools[a].metadata.name.cmp(&s.pools[b].metadata.name));
     let mut out = Vec::with_capacity(order.len());
     for p in order {
         let name = &s.pools[p].metadata.name;
-        let idx = layout.members.get(name).cloned().unwrap_or_default();
+        let idx = layout.members.get(name).cloned().unwrap_or_else(|| std::sync::Arc::from([]));
         let ordered = layout.ordered.get(name).map(Vec::as_slice).unwrap_or_default();
         let mut pp = plan_pool(s, p, idx, ordered, facts, &unavailable, &mut ledger, same_os, now);
         pp.membership_error = layout.errors.get(name).cloned();
@@ -178,7 +185,7 @@ pub fn plan_with_layout(
 fn plan_pool(
     s: Snapshot<'_>,
     p: usize,
-    members: Vec<usize>,
+    members: std::sync::Arc<[usize]>,
     ordered: &[usize],
     facts: &[NodeFacts],
     unavailable: &[bool],
@@ -187,7 +194,7 @@ fn plan_pool(
     now: DateTime<Utc>,
 ) -> PoolPlan {
     let pool = &s.pools[p];
-    let target = pool.spec.configuration.as_ref().map(|c| c.name.clone()).unwrap_or_default();
+    let target = ConfigName::new(pool.spec.configuration.as_ref().map_or("", |c| c.name.as_str()));
     let mut pp = PoolPlan {
         pool: p,
         target: target.clone(),
@@ -218,7 +225,7 @@ fn plan_pool(
     // Whether each member is still to be moved to the target, compared once per pass (by node
     // index; the rest of the fleet stays false).
     let mut behind = vec![false; facts.len()];
-    for &i in &pp.members {
+    for &i in pp.members.iter() {
         behind[i] = facts[i].desired != target;
     }
     // In candidate order already (the layout's).
@@ -240,6 +247,10 @@ fn plan_pool(
         // MCO also holds back capacity for nodes failing on the target even when they serve.
         let busy: Vec<usize> =
             pp.members.iter().copied().filter(|&i| unavailable[i] || (!behind[i] && facts[i].degraded())).collect();
+        let mut is_busy = vec![false; facts.len()];
+        for &i in &busy {
+            is_busy[i] = true;
+        }
         let room = max.saturating_sub(busy.len());
         let capacity = room.min(limit);
         let mut blocked: BTreeMap<String, (Blocked, Vec<usize>)> = BTreeMap::new();
@@ -276,9 +287,9 @@ fn plan_pool(
         pp.blocked = blocked.into_values().collect();
         if unpicked > 0 {
             pp.wait = Some(if room <= limit {
-                let mut names: Vec<String> = busy.iter().map(|&i| s.nodes[i].metadata.name.clone()).collect();
-                names.extend(pp.picks.iter().filter(|i| !busy.contains(i)).map(|&i| s.nodes[i].metadata.name.clone()));
-                Wait::MaxUnavailable { max, unavailable: names }
+                let mut unavailable = busy;
+                unavailable.extend(pp.picks.iter().filter(|&&i| !is_busy[i]));
+                Wait::MaxUnavailable { max, unavailable }
             } else {
                 let canaries = pool.spec.rollout.as_ref().and_then(|r| r.canary).unwrap_or(0).max(0) as usize;
                 Wait::Policy(HoldReason::Canary { canaries })
@@ -287,8 +298,7 @@ fn plan_pool(
     } else if limit > 0 && waiting_any {
         // Candidates exist only once nodes are Ready again.
         let max = pools::max_unavailable(pool.spec.max_unavailable.as_ref(), pp.members.len());
-        let busy: Vec<String> =
-            pp.members.iter().filter(|&&i| unavailable[i]).map(|&i| s.nodes[i].metadata.name.clone()).collect();
+        let busy: Vec<usize> = pp.members.iter().copied().filter(|&i| unavailable[i]).collect();
         if pp.members.iter().any(|&i| behind[i] && !facts[i].ready) {
             pp.wait = Some(Wait::MaxUnavailable { max, unavailable: busy });
         }
@@ -303,15 +313,15 @@ fn plan_pool(
         picked[i] = true;
     }
     // Neighbours mostly run the same config: the last answer is kept.
-    let mut last_os: Option<(&str, bool)> = None;
-    for &i in &pp.members {
+    let mut last_os: Option<(&ConfigName, bool)> = None;
+    for &i in pp.members.iter() {
         let f = &facts[i];
         // A target on the OS the node runs already has nothing to fetch.
         let want = prestage_ok
             && behind[i]
             && !picked[i]
             && !match last_os {
-                Some((current, same)) if current == f.current => same,
+                Some((current, same)) if *current == f.current => same,
                 _ => {
                     let same = same_os(&f.current, &target);
                     last_os = Some((&f.current, same));
@@ -320,7 +330,7 @@ fn plan_pool(
             };
         // Compared as text: a pass must not copy a string for each of thousands of members.
         if want && f.prestage != target {
-            pp.prestage.push((i, Some(target.clone())));
+            pp.prestage.push((i, Some(target.to_string())));
         } else if !want && !f.prestage.is_empty() {
             pp.prestage.push((i, None));
         }

@@ -1,6 +1,7 @@
 //! Pool membership and node facts, as MCO's node controller reads them. Pure functions, shared by
 //! the node controller and the pool status computation.
 
+use super::config_name::ConfigName;
 use aloft_api::annotations as ann;
 use aloft_api::{IntOrString, MachineConfigPool, Node};
 use std::collections::BTreeMap;
@@ -8,8 +9,8 @@ use std::collections::BTreeMap;
 /// What a node's annotations and conditions say about it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NodeFacts {
-    pub current: String,
-    pub desired: String,
+    pub current: ConfigName,
+    pub desired: ConfigName,
     pub state: String,
     pub reason: String,
     /// Ready condition True and not cordoned.
@@ -17,7 +18,7 @@ pub struct NodeFacts {
     /// The drain controller's note that this node's drain is past its timeout (empty: none).
     pub drain_failure: String,
     /// The rendered config the node is asked to pre-stage (empty: none).
-    pub prestage: String,
+    pub prestage: ConfigName,
     /// The agent asked for a drain or an uncordon not yet acknowledged (what the drain
     /// controller looks for on every pass, kept here so a pass does not re-read every node).
     pub drain_pending: bool,
@@ -31,14 +32,15 @@ pub struct NodeFacts {
 impl NodeFacts {
     pub fn of(n: &Node) -> Self {
         let a = |k| n.annotation(k).unwrap_or("").to_string();
+        let name = |k| ConfigName::new(n.annotation(k).unwrap_or(""));
         NodeFacts {
-            current: a(ann::CURRENT_CONFIG),
-            desired: a(ann::DESIRED_CONFIG),
+            current: name(ann::CURRENT_CONFIG),
+            desired: name(ann::DESIRED_CONFIG),
             state: a(ann::STATE),
             reason: a(ann::REASON),
             ready: n.is_ready() && !n.spec.unschedulable,
             drain_failure: a(ann::DRAIN_FAILURE),
-            prestage: a(ann::PRESTAGE_CONFIG),
+            prestage: name(ann::PRESTAGE_CONFIG),
             drain_pending: {
                 let want = n.annotation(ann::DESIRED_DRAIN).unwrap_or("");
                 (want.starts_with("drain-") || want.starts_with("uncordon-"))
@@ -119,7 +121,6 @@ impl NodeFacts {
     /// Stricter than MCO's status count ([`NodeFacts::unavailable`]), which lets failing nodes
     /// out; MCO then subtracts those on the target separately, we count them wherever they are.
     pub fn disrupted(&self) -> bool {
-        // The string comparison last: a pass asks this of every node of the fleet.
         !self.ready
             || self.state == "Working"
             || !self.drain_failure.is_empty()
@@ -134,9 +135,8 @@ impl NodeFacts {
         !self.ready || (!self.done() && !self.degraded())
     }
     /// On `target` and finished there.
-    pub fn updated_to(&self, target: &str) -> bool {
-        // done() with the likelier miss first: most nodes of a rollout are not on the target yet.
-        self.state == "Done" && self.current == target && self.desired == self.current
+    pub fn updated_to(&self, target: &ConfigName) -> bool {
+        self.current == *target && self.desired == self.current && self.state == "Done"
     }
 }
 
@@ -416,7 +416,7 @@ mod tests {
         set(&mut n, ann::DESIRED_CONFIG, "r2");
         assert!(NodeFacts::of(&n).unavailable(), "asked to update: unavailable");
         set(&mut n, ann::CURRENT_CONFIG, "r2");
-        assert!(NodeFacts::of(&n).updated_to("r2"));
+        assert!(NodeFacts::of(&n).updated_to(&ConfigName::new("r2")));
         set(&mut n, ann::STATE, "Degraded");
         let f = NodeFacts::of(&n);
         assert!(f.degraded() && !f.unavailable());

@@ -8,6 +8,7 @@
 //! user's manifest would silently undo it. The record names the config it is about, so a new
 //! rendered config starts afresh; `aloft.dev/resumeRollout` (any new value) closes the breaker.
 
+use super::config_name::ConfigName;
 use super::pools::NodeFacts;
 use aloft_api::{RolloutPhase, RolloutPolicy, RolloutStatus};
 use chrono::{DateTime, Utc};
@@ -57,7 +58,7 @@ pub fn evaluate(
     policy: Option<&RolloutPolicy>,
     previous: Option<&RolloutStatus>,
     resume: Option<&str>,
-    target: &str,
+    target: &ConfigName,
     names: &[&str],
     facts: &[&NodeFacts],
     now: DateTime<Utc>,
@@ -66,7 +67,7 @@ pub fn evaluate(
     let soak = policy.and_then(|p| p.soak_seconds).unwrap_or(0).max(0);
     let max_failures = policy.and_then(|p| p.max_failures).filter(|k| *k >= 0).map(|k| k as usize);
     let mut st = match previous {
-        Some(p) if p.config == target => p.clone(),
+        Some(p) if *target == *p.config => p.clone(),
         _ => RolloutStatus {
             config: target.to_string(),
             phase: if canary > 0 { RolloutPhase::Canary } else { RolloutPhase::Batches },
@@ -78,7 +79,7 @@ pub fn evaluate(
     // Failures on this config are remembered even if the node recovers: a flapping node must not
     // reset the breaker.
     for (name, f) in names.iter().zip(facts) {
-        if f.degraded() && f.desired == target && !st.failed_nodes.iter().any(|n| n == name) {
+        if f.degraded() && f.desired == *target && !st.failed_nodes.iter().any(|n| n == name) {
             st.failed_nodes.push(name.to_string());
         }
     }
@@ -120,7 +121,7 @@ pub fn evaluate(
         let wanted = canary.min(names.len());
         let updated = facts.iter().filter(|f| f.updated_to(target)).count();
         if updated < wanted {
-            let picked = facts.iter().filter(|f| f.desired == target).count();
+            let picked = facts.iter().filter(|f| f.desired == *target).count();
             let limit = wanted.saturating_sub(picked);
             let gate = if limit == 0 {
                 Gate::Hold(HoldReason::Canary { canaries: wanted })
@@ -129,7 +130,7 @@ pub fn evaluate(
             };
             return Evaluation { gate, status: st };
         }
-        let nothing_left = facts.iter().all(|f| f.desired == target);
+        let nothing_left = facts.iter().all(|f| f.desired == *target);
         if soak > 0 && !nothing_left {
             st.phase = RolloutPhase::Soaking;
             st.soak_start_time = Some(rfc3339(now));
@@ -182,31 +183,36 @@ mod tests {
         let p = policy(1, 600, None);
         let old: Vec<NodeFacts> = (0..3).map(|_| facts("r1", "r1", "Done")).collect();
         let refs: Vec<&NodeFacts> = old.iter().collect();
-        let e = evaluate(Some(&p), None, None, "r2", &names, &refs, t("2026-01-01T00:00:00Z"));
+        let e = evaluate(Some(&p), None, None, &ConfigName::new("r2"), &names, &refs, t("2026-01-01T00:00:00Z"));
         assert_eq!(e.gate, Gate::Pick { limit: Some(1) });
         assert_eq!(e.status.phase, RolloutPhase::Canary);
 
         let mut f = old.clone();
         f[0] = facts("r2", "r1", "Working");
         let refs: Vec<&NodeFacts> = f.iter().collect();
-        let e = evaluate(Some(&p), Some(&e.status), None, "r2", &names, &refs, t("2026-01-01T00:01:00Z"));
+        let e =
+            evaluate(Some(&p), Some(&e.status), None, &ConfigName::new("r2"), &names, &refs, t("2026-01-01T00:01:00Z"));
         assert_eq!(e.gate, Gate::Hold(HoldReason::Canary { canaries: 1 }));
 
         f[0] = facts("r2", "r2", "Done");
         let refs: Vec<&NodeFacts> = f.iter().collect();
-        let e = evaluate(Some(&p), Some(&e.status), None, "r2", &names, &refs, t("2026-01-01T00:02:00Z"));
+        let e =
+            evaluate(Some(&p), Some(&e.status), None, &ConfigName::new("r2"), &names, &refs, t("2026-01-01T00:02:00Z"));
         assert_eq!(e.gate, Gate::Hold(HoldReason::Soaking { until: t("2026-01-01T00:12:00Z") }));
         assert_eq!(e.status.soak_start_time.as_deref(), Some("2026-01-01T00:02:00Z"));
 
         // A restart re-evaluates from the stored record: same deadline.
-        let e = evaluate(Some(&p), Some(&e.status), None, "r2", &names, &refs, t("2026-01-01T00:11:59Z"));
+        let e =
+            evaluate(Some(&p), Some(&e.status), None, &ConfigName::new("r2"), &names, &refs, t("2026-01-01T00:11:59Z"));
         assert!(matches!(e.gate, Gate::Hold(HoldReason::Soaking { .. })));
-        let e = evaluate(Some(&p), Some(&e.status), None, "r2", &names, &refs, t("2026-01-01T00:12:00Z"));
+        let e =
+            evaluate(Some(&p), Some(&e.status), None, &ConfigName::new("r2"), &names, &refs, t("2026-01-01T00:12:00Z"));
         assert_eq!(e.gate, Gate::Pick { limit: None });
         assert_eq!(e.status.phase, RolloutPhase::Batches);
 
         // A new config starts over.
-        let e = evaluate(Some(&p), Some(&e.status), None, "r3", &names, &refs, t("2026-01-01T00:13:00Z"));
+        let e =
+            evaluate(Some(&p), Some(&e.status), None, &ConfigName::new("r3"), &names, &refs, t("2026-01-01T00:13:00Z"));
         assert_eq!(e.status.phase, RolloutPhase::Canary);
         assert_eq!(e.status.config, "r3");
     }
@@ -219,11 +225,11 @@ mod tests {
         f[0] = facts("r2", "r1", "Degraded");
         let refs: Vec<&NodeFacts> = f.iter().collect();
         let now = t("2026-01-01T00:00:00Z");
-        let e = evaluate(Some(&p), None, None, "r2", &names, &refs, now);
+        let e = evaluate(Some(&p), None, None, &ConfigName::new("r2"), &names, &refs, now);
         assert_eq!(e.gate, Gate::Pick { limit: None }, "one failure is not more than maxFailures=1");
         f[1] = facts("r2", "r1", "Unreconcilable");
         let refs: Vec<&NodeFacts> = f.iter().collect();
-        let e = evaluate(Some(&p), Some(&e.status), None, "r2", &names, &refs, now);
+        let e = evaluate(Some(&p), Some(&e.status), None, &ConfigName::new("r2"), &names, &refs, now);
         assert_eq!(
             e.gate,
             Gate::Hold(HoldReason::CircuitBroken { failed: vec!["a".into(), "b".into()], max_failures: 1 })
@@ -232,19 +238,19 @@ mod tests {
         f[0] = facts("r2", "r2", "Done");
         f[1] = facts("r2", "r2", "Done");
         let refs: Vec<&NodeFacts> = f.iter().collect();
-        let e = evaluate(Some(&p), Some(&e.status), None, "r2", &names, &refs, now);
+        let e = evaluate(Some(&p), Some(&e.status), None, &ConfigName::new("r2"), &names, &refs, now);
         assert!(matches!(e.gate, Gate::Hold(HoldReason::CircuitBroken { .. })));
         // Resumed once per new token.
-        let e = evaluate(Some(&p), Some(&e.status), Some("t1"), "r2", &names, &refs, now);
+        let e = evaluate(Some(&p), Some(&e.status), Some("t1"), &ConfigName::new("r2"), &names, &refs, now);
         assert_eq!(e.gate, Gate::Pick { limit: None });
         assert_eq!(e.status.forgiven_nodes, vec!["a".to_string(), "b".to_string()]);
         f[2] = facts("r2", "r1", "Degraded");
         f[3] = facts("r2", "r1", "Degraded");
         let refs: Vec<&NodeFacts> = f.iter().collect();
-        let e = evaluate(Some(&p), Some(&e.status), Some("t1"), "r2", &names, &refs, now);
+        let e = evaluate(Some(&p), Some(&e.status), Some("t1"), &ConfigName::new("r2"), &names, &refs, now);
         assert!(matches!(e.gate, Gate::Hold(HoldReason::CircuitBroken { ref failed, .. }) if failed == &["c", "d"]));
         // A new config closes it.
-        let e = evaluate(Some(&p), Some(&e.status), Some("t1"), "r3", &names, &refs, now);
+        let e = evaluate(Some(&p), Some(&e.status), Some("t1"), &ConfigName::new("r3"), &names, &refs, now);
         assert_eq!(e.gate, Gate::Pick { limit: None });
     }
 
@@ -252,7 +258,7 @@ mod tests {
     fn no_policy_means_batches() {
         let f = [facts("r1", "r1", "Done")];
         let refs: Vec<&NodeFacts> = f.iter().collect();
-        let e = evaluate(None, None, None, "r2", &["a"], &refs, t("2026-01-01T00:00:00Z"));
+        let e = evaluate(None, None, None, &ConfigName::new("r2"), &["a"], &refs, t("2026-01-01T00:00:00Z"));
         assert_eq!(e.gate, Gate::Pick { limit: None });
         assert_eq!(e.status.phase, RolloutPhase::Batches);
     }

@@ -52,7 +52,7 @@ fn a_node_stuck_on_an_old_config_moves_to_the_new_target_without_taking_a_slot()
     let pools = [pool("worker", json!(1), "r3", json!({}))];
     let p = plan(Snapshot { nodes: &nodes, pools: &pools, budgets: &[] }, now()).remove(0);
     assert_eq!(picked_names(&nodes, &p), vec!["a"]);
-    assert_eq!(p.wait, Some(Wait::MaxUnavailable { max: 1, unavailable: vec!["a".into()] }));
+    assert_eq!(p.wait, Some(Wait::MaxUnavailable { max: 1, unavailable: vec![0] }));
     // A node Working on an old config is not stuck: it keeps its slot and is not re-targeted.
     let nodes = vec![node("a", worker(), "r1", "r2", "Working", true), node("b", worker(), "r1", "r1", "Done", true)];
     let p = plan(Snapshot { nodes: &nodes, pools: &pools, budgets: &[] }, now()).remove(0);
@@ -80,7 +80,7 @@ fn picks_within_max_unavailable_counting_other_unavailable_nodes() {
     ];
     let p = plan1(json!(1), &busy);
     assert!(p.picks.is_empty());
-    assert_eq!(p.wait, Some(Wait::MaxUnavailable { max: 1, unavailable: vec!["a".into(), "c".into()] }));
+    assert_eq!(p.wait, Some(Wait::MaxUnavailable { max: 1, unavailable: vec![0, 2] }));
     assert_eq!(
         picked_names(&busy, &plan1(json!(3), &busy)),
         vec!["b"],
