@@ -88,6 +88,10 @@ fn open_conn(path: &Path) -> Result<Connection, StoreError> {
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(None, "synchronous", "FULL")?;
     conn.pragma_update(None, "foreign_keys", "ON")?;
+    // The savepoint every write runs in keeps its statement journal in memory, not in a temp
+    // file: that file was truncated and grown again by every commit, and the kernel zeroed its
+    // new pages on each write (a fifth of the writer thread's time at 10,000 nodes).
+    conn.pragma_update(None, "temp_store", "MEMORY")?;
     Ok(conn)
 }
 
