@@ -745,6 +745,16 @@ mod tests {
         json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}, "spec": {"v": v}})
     }
 
+    #[test]
+    fn savepoint_journals_stay_out_of_temp_files() {
+        // 2 = MEMORY. A statement journal in a temp file cost the writer a fifth of its time
+        // (BENCHMARKS.md, tenth session); a savepoint's undo pages must not go back to disk.
+        let dir = tempfile::tempdir().unwrap();
+        let conn = open_conn(&dir.path().join("t.db")).unwrap();
+        let mode: i64 = conn.query_row("PRAGMA temp_store", [], |r| r.get(0)).unwrap();
+        assert_eq!(mode, 2);
+    }
+
     #[tokio::test]
     async fn update_all_writes_everything_or_nothing() {
         let dir = tempfile::tempdir().unwrap();
