@@ -21,6 +21,8 @@ static NAMES: LazyLock<Mutex<HashSet<Arc<str>>>> = LazyLock::new(Default::defaul
 pub struct ConfigName(Arc<str>);
 
 impl ConfigName {
+    /// The one shared allocation for `name`: looked up under a lock, once per name a node
+    /// event carries, so that the comparisons of every pass after it are free.
     pub fn new(name: &str) -> Self {
         let mut names = NAMES.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(n) = names.get(name) {
@@ -35,6 +37,7 @@ impl ConfigName {
         ConfigName(n)
     }
 
+    /// The name as text, for messages, writes and lookups by name.
     pub fn as_str(&self) -> &str {
         &self.0
     }
