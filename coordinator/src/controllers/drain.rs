@@ -127,7 +127,8 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-pub async fn run(store: Arc<dyn Store>) {
+/// Answer drain requests forever; `events` records this controller's Events.
+pub async fn run(store: Arc<dyn Store>, events: Recorder) {
     let hooks = match Hooks::new() {
         Ok(h) => h,
         Err(e) => {
@@ -135,12 +136,7 @@ pub async fn run(store: Arc<dyn Store>) {
             return;
         }
     };
-    let ctx = Ctx {
-        events: Recorder::new("aloft-drain-controller", store.clone()),
-        hooks,
-        inflight: Arc::default(),
-        last_error: Arc::default(),
-    };
+    let ctx = Ctx { events, hooks, inflight: Arc::default(), last_error: Arc::default() };
     let mut handoffs = HashMap::new();
     loop {
         if let Err(e) = follow(&store, &ctx, &mut handoffs).await {

@@ -87,14 +87,28 @@ pub(crate) async fn write_node(
 /// controller's pass was one task among the hundreds of requests a fleet sends at once (the
 /// Done reports of a whole batch of nodes), and the picks that refill the freed slots waited
 /// behind them. As a thread, the controllers get their share of the CPU from the kernel.
+///
+/// Their Events are written from the runtime this is called on (the API server's), not from the
+/// controllers' thread: a rollout records one per pick, and building and writing them was a
+/// tenth of that thread's time, taken between the passes that refill freed slots.
 pub fn spawn_all(store: Arc<dyn Store>) -> std::io::Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let recorder = |component| match tokio::runtime::Handle::try_current() {
+        Ok(_) => Some(events::Recorder::new(component, store.clone())),
+        Err(_) => None,
+    };
+    let (node_events, drain_events) = (recorder("aloft-node-controller"), recorder("aloft-drain-controller"));
     std::thread::Builder::new().name("controllers".into()).spawn(move || {
         rt.block_on(async move {
+            // Without a runtime to call from, the Events are written from this one.
+            let node_events =
+                node_events.unwrap_or_else(|| events::Recorder::new("aloft-node-controller", store.clone()));
+            let drain_events =
+                drain_events.unwrap_or_else(|| events::Recorder::new("aloft-drain-controller", store.clone()));
             let all = [
                 tokio::spawn(render::run(store.clone())),
-                tokio::spawn(node::run(store.clone())),
-                tokio::spawn(drain::run(store)),
+                tokio::spawn(node::run(store.clone(), node_events)),
+                tokio::spawn(drain::run(store, drain_events)),
             ];
             for r in futures::future::join_all(all).await {
                 if let Err(e) = r {

@@ -32,9 +32,9 @@ const PRESTAGE_WRITES_PER_PASS: usize = 200;
 
 /// Watch nodes, pools and budgets; reconcile after every batch of events, from an in-memory
 /// cache that each event (and each of the controller's own writes) updates: a batch costs the
-/// objects that changed, not a re-read of the whole fleet.
-pub async fn run(store: Arc<dyn Store>) {
-    let events = Recorder::new("aloft-node-controller", store.clone());
+/// objects that changed, not a re-read of the whole fleet. `events` records this controller's
+/// Events (see [`super::spawn_all`] for where their writes run).
+pub async fn run(store: Arc<dyn Store>, events: Recorder) {
     loop {
         if let Err(e) = follow(&store, &events).await {
             tracing::warn!(controller = "node", error = %e, "controller restarting");
