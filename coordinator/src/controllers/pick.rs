@@ -247,10 +247,6 @@ fn plan_pool(
         // MCO also holds back capacity for nodes failing on the target even when they serve.
         let busy: Vec<usize> =
             pp.members.iter().copied().filter(|&i| unavailable[i] || (!behind[i] && facts[i].degraded())).collect();
-        let mut is_busy = vec![false; facts.len()];
-        for &i in &busy {
-            is_busy[i] = true;
-        }
         let room = max.saturating_sub(busy.len());
         let capacity = room.min(limit);
         let mut blocked: BTreeMap<String, (Blocked, Vec<usize>)> = BTreeMap::new();
@@ -287,6 +283,10 @@ fn plan_pool(
         pp.blocked = blocked.into_values().collect();
         if unpicked > 0 {
             pp.wait = Some(if room <= limit {
+                let mut is_busy = vec![false; facts.len()];
+                for &i in &busy {
+                    is_busy[i] = true;
+                }
                 let mut unavailable = busy;
                 unavailable.extend(pp.picks.iter().filter(|&&i| !is_busy[i]));
                 Wait::MaxUnavailable { max, unavailable }
