@@ -85,8 +85,11 @@ pub fn prepare_update(rt: &ResourceType, status_endpoint: bool, stored: &Value, 
         let mut o = incoming;
         if rt.status_subresource {
             // Status is the controllers' and agents': writes to the object keep the stored status.
+            // A patch of the stored object carries that status already: compared, not copied
+            // again (an agent's every report is such a patch).
             match stored.get("status") {
-                Some(s) => o["status"] = s.clone(),
+                Some(s) if o.get("status") != Some(s) => o["status"] = s.clone(),
+                Some(_) => {}
                 None => {
                     if let Some(m) = o.as_object_mut() {
                         m.remove("status");
@@ -98,10 +101,13 @@ pub fn prepare_update(rt: &ResourceType, status_endpoint: bool, stored: &Value, 
     };
     let generation = stored.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(1);
     let bumped = if !same_spec(&out, stored) { generation + 1 } else { generation };
-    let stored_meta = stored.get("metadata").cloned().unwrap_or(Value::Null);
+    // The five fields the server owns, copied one by one (not the stored metadata whole, with
+    // every label and annotation).
+    let stored_meta = stored.get("metadata");
     let meta = meta_mut(&mut out);
     for k in ["name", "namespace", "uid", "creationTimestamp", "resourceVersion"] {
-        match stored_meta.get(k) {
+        match stored_meta.and_then(|m| m.get(k)) {
+            Some(v) if meta.get(k) == Some(v) => None,
             Some(v) => meta.insert(k.into(), v.clone()),
             None => meta.remove(k),
         };

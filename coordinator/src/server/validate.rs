@@ -37,7 +37,12 @@ pub fn name_causes(name: &str) -> Vec<StatusCause> {
 }
 
 /// Read the object as its type; a wrong type anywhere is a cause at that field's path.
+/// Read plainly first: tracking the path of every field costs about as much again, and only an
+/// invalid object needs it (every agent report goes through here).
 fn typed<T: serde::de::DeserializeOwned>(obj: &Value, out: &mut Vec<StatusCause>) -> Option<T> {
+    if let Ok(t) = <T as serde::Deserialize>::deserialize(obj) {
+        return Some(t);
+    }
     match serde_path_to_error::deserialize::<_, T>(obj) {
         Ok(t) => Some(t),
         Err(e) => {

@@ -82,7 +82,14 @@ pub struct SqliteStore {
     inner: Arc<Inner>,
 }
 
+/// A connection to the store's file at `path`, with the tokens' file attached.
 fn open_conn(path: &Path) -> Result<Connection, StoreError> {
+    let conn = open_file(path)?;
+    attach_tokens(&conn, path)?;
+    Ok(conn)
+}
+
+fn open_file(path: &Path) -> Result<Connection, StoreError> {
     let conn = Connection::open(path)?;
     conn.busy_timeout(std::time::Duration::from_secs(10))?;
     conn.pragma_update(None, "journal_mode", "WAL")?;
@@ -113,9 +120,62 @@ CREATE TABLE IF NOT EXISTS log (
 CREATE INDEX IF NOT EXISTS log_by_object ON log (resource, name, revision);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
 INSERT OR IGNORE INTO meta (key, value) VALUES ('revision', 0), ('compacted', 0);
-CREATE TABLE IF NOT EXISTS tokens (
+";
+
+/// The API tokens' table, in a database file of its own next to the store's (see
+/// [`tokens_path`]), attached to every connection as `tok`.
+const TOKENS_SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS tok.tokens (
     hash TEXT PRIMARY KEY, name TEXT NOT NULL UNIQUE, role TEXT NOT NULL, created TEXT NOT NULL);
 ";
+
+/// Where the tokens of the store at `path` live: `aloft.db` -> `aloft-tokens.db`.
+///
+/// Why a file of its own: every request is authenticated by a token lookup, and SQLite drops a
+/// connection's whole page cache for a file when another connection has committed to it since.
+/// With the tokens in the store's file, every commit of the writer (hundreds a second in a
+/// rollout) sent the next lookup back to the disk cache for its pages, a tenth of the API
+/// threads' time at 10,000 nodes. In a file of their own the readers' pages stay valid until a
+/// token changes, and a token replaced by another process (the `token` subcommand) is still
+/// seen by the next lookup: no cache of ours to go stale.
+pub fn tokens_path(path: &Path) -> std::path::PathBuf {
+    let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "aloft".into());
+    let name = match path.extension() {
+        Some(ext) => format!("{stem}-tokens.{}", ext.to_string_lossy()),
+        None => format!("{stem}-tokens"),
+    };
+    path.with_file_name(name)
+}
+
+/// Attach the tokens' file as `tok`, with the store's durability.
+fn attach_tokens(conn: &Connection, path: &Path) -> Result<(), StoreError> {
+    let tokens = tokens_path(path);
+    conn.execute("ATTACH DATABASE ?1 AS tok", [tokens.to_string_lossy()])?;
+    conn.pragma_update(Some("tok"), "journal_mode", "WAL")?;
+    conn.pragma_update(Some("tok"), "synchronous", "FULL")?;
+    Ok(())
+}
+
+/// Move the tokens of a store file from before [`tokens_path`] into the tokens' file: first
+/// copied (and committed there), then dropped from the store's file. A crash in between leaves
+/// them in both, and the next open finishes; `OR IGNORE` keeps a token replaced since (the same
+/// name) as it is now, never the older one.
+fn migrate_tokens(conn: &mut Connection) -> Result<(), StoreError> {
+    let old: bool = conn
+        .query_row("SELECT count(*) FROM main.sqlite_master WHERE type = 'table' AND name = 'tokens'", [], |r| {
+            r.get::<_, i64>(0)
+        })
+        .map(|n| n > 0)?;
+    if !old {
+        return Ok(());
+    }
+    let txn = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    let moved = txn.execute("INSERT OR IGNORE INTO tok.tokens (hash, name, role, created) SELECT hash, name, role, created FROM main.tokens", [])?;
+    txn.commit()?;
+    conn.execute_batch("DROP TABLE main.tokens")?;
+    tracing::info!(tokens = moved, "store: moved the API tokens into a file of their own");
+    Ok(())
+}
 
 /// Convert a store file whose `objects` table is WITHOUT ROWID (see [`SCHEMA`]) in one
 /// transaction: a crash half-way leaves the old table as it was.
@@ -175,6 +235,8 @@ impl SqliteStore {
         let mut writer = open_conn(path)?;
         migrate_objects(&mut writer)?;
         writer.execute_batch(SCHEMA)?;
+        writer.execute_batch(TOKENS_SCHEMA)?;
+        migrate_tokens(&mut writer)?;
         // Checkpoints run on a thread of their own (see `checkpointer`), not inside a commit.
         writer.pragma_update(None, "wal_autocheckpoint", 0)?;
         let checkpoints = open_conn(path)?;
@@ -303,7 +365,7 @@ impl SqliteStore {
         self.submit(Box::new(move |conn, _| {
             let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
             conn.execute(
-                "INSERT INTO tokens (hash, name, role, created) VALUES (?1, ?2, ?3, ?4)
+                "INSERT INTO tok.tokens (hash, name, role, created) VALUES (?1, ?2, ?3, ?4)
                  ON CONFLICT (name) DO UPDATE SET hash = ?1, role = ?3, created = ?4",
                 params![hash, name, role, now],
             )?;
@@ -315,10 +377,11 @@ impl SqliteStore {
 
     /// Look a token hash up: (name, role).
     /// Not cached: a token replaced by another process (the `token` subcommand on the same
-    /// file) must stop working at once, and the lookup is one indexed row.
+    /// file) must stop working at once, and the lookup is one indexed row in pages the reader
+    /// keeps (see [`tokens_path`]).
     pub async fn find_token(&self, hash: String) -> Result<Option<(String, String)>, StoreError> {
         self.read_point(move |c| {
-            Ok(c.prepare_cached("SELECT name, role FROM tokens WHERE hash = ?1")?
+            Ok(c.prepare_cached("SELECT name, role FROM tok.tokens WHERE hash = ?1")?
                 .query_row([hash], |r| Ok((r.get(0)?, r.get(1)?)))
                 .optional()?)
         })
@@ -750,7 +813,7 @@ mod tests {
         // 2 = MEMORY. A statement journal in a temp file cost the writer a fifth of its time
         // (BENCHMARKS.md, tenth session); a savepoint's undo pages must not go back to disk.
         let dir = tempfile::tempdir().unwrap();
-        let conn = open_conn(&dir.path().join("t.db")).unwrap();
+        let conn = open_file(&dir.path().join("t.db")).unwrap();
         let mode: i64 = conn.query_row("PRAGMA temp_store", [], |r| r.get(0)).unwrap();
         assert_eq!(mode, 2);
     }
@@ -1046,5 +1109,65 @@ mod tests {
         assert!(matches!(s.watch(WatchFilter::default(), 5).await, Err(StoreError::Gone { .. })));
         let mut w = s.watch(WatchFilter::default(), 995).await.unwrap();
         assert_eq!(w.next().await.unwrap().unwrap().revision, 996);
+    }
+
+    #[tokio::test]
+    async fn tokens_live_in_a_file_of_their_own_and_changes_from_another_process_show_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("aloft.db");
+        assert_eq!(tokens_path(&path), dir.path().join("aloft-tokens.db"));
+        let server = SqliteStore::open(&path).unwrap();
+        // The `token` subcommand opens the same files in another process while the server runs.
+        let cli = SqliteStore::open(&path).unwrap();
+        cli.put_token("h1".into(), "viewer".into(), "view".into()).await.unwrap();
+        assert_eq!(server.find_token("h1".into()).await.unwrap(), Some(("viewer".into(), "view".into())));
+        // Writes to the store in between do not matter to a lookup.
+        server.create(&Key::cluster("/nodes", "a"), obj("a", 1)).await.unwrap();
+        cli.put_token("h2".into(), "viewer".into(), "view".into()).await.unwrap();
+        assert_eq!(server.find_token("h1".into()).await.unwrap(), None, "the replaced token stops working at once");
+        assert_eq!(server.find_token("h2".into()).await.unwrap(), Some(("viewer".into(), "view".into())));
+        assert!(tokens_path(&path).exists());
+        let conn = open_file(&path).unwrap();
+        let in_store: i64 = conn
+            .query_row("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'tokens'", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(in_store, 0, "no tokens table in the store's own file");
+    }
+
+    #[tokio::test]
+    async fn tokens_of_an_older_store_file_move_to_the_tokens_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("aloft.db");
+        {
+            // The layout before: the tokens in the store's file.
+            let conn = Connection::open(&path).unwrap();
+            conn.execute_batch(
+                "CREATE TABLE tokens (hash TEXT PRIMARY KEY, name TEXT NOT NULL UNIQUE, role TEXT NOT NULL, created TEXT NOT NULL);
+                 INSERT INTO tokens VALUES ('old-admin', 'admin', 'admin', 't0'), ('old-viewer', 'viewer', 'view', 't0');",
+            )
+            .unwrap();
+        }
+        {
+            // A move cut short by a crash: the viewer's token was replaced in the tokens file since.
+            let conn = Connection::open(tokens_path(&path)).unwrap();
+            conn.execute_batch(
+                "CREATE TABLE tokens (hash TEXT PRIMARY KEY, name TEXT NOT NULL UNIQUE, role TEXT NOT NULL, created TEXT NOT NULL);
+                 INSERT INTO tokens VALUES ('new-viewer', 'viewer', 'view', 't1');",
+            )
+            .unwrap();
+        }
+        let s = SqliteStore::open(&path).unwrap();
+        assert_eq!(s.find_token("old-admin".into()).await.unwrap(), Some(("admin".into(), "admin".into())));
+        assert_eq!(s.find_token("new-viewer".into()).await.unwrap(), Some(("viewer".into(), "view".into())));
+        assert_eq!(s.find_token("old-viewer".into()).await.unwrap(), None, "a replaced token never comes back");
+        drop(s);
+        let conn = open_file(&path).unwrap();
+        let left: i64 = conn
+            .query_row("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'tokens'", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(left, 0);
+        // Opening again finds nothing left to move.
+        let s = SqliteStore::open(&path).unwrap();
+        assert_eq!(s.find_token("old-admin".into()).await.unwrap(), Some(("admin".into(), "admin".into())));
     }
 }
