@@ -75,4 +75,4 @@ printf 'apiVersion: machineconfiguration.openshift.io/v1\nkind: MachineConfig\nm
 ctl apply -f "$work/bad.yaml" || true
 ctl get mcp worker
 echo
-echo "Coordinator state: $work/coordinator/aloft.db (SQLite, WAL). Logs: $work/*.log"
+echo "Coordinator state: $work/coordinator/aloft.db and aloft-tokens.db (SQLite, WAL). Logs: $work/*.log"
