@@ -418,6 +418,7 @@ fn checkpointer(conn: Connection, commits: std::sync::mpsc::Receiver<()>) {
     while commits.recv().is_ok() {
         std::thread::sleep(CHECKPOINT_AFTER);
         while commits.try_recv().is_ok() {}
+        // Unqualified: every attached file, the tokens' too (the writer checkpoints none).
         if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
             tracing::warn!(error = %e, "store checkpoint failed; retried after the next commit");
         }
@@ -1132,6 +1133,28 @@ mod tests {
             .query_row("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'tokens'", [], |r| r.get(0))
             .unwrap();
         assert_eq!(in_store, 0, "no tokens table in the store's own file");
+    }
+
+    /// The tokens' file is checkpointed with the store's (the writer's automatic checkpoint is
+    /// off for every file it has attached): enrolling a fleet does not grow its WAL forever.
+    #[tokio::test]
+    async fn tokens_reach_their_file_by_the_checkpointer() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("aloft.db");
+        let s = SqliteStore::open(&path).unwrap();
+        let file = tokens_path(&path);
+        let before = std::fs::metadata(&file).unwrap().len();
+        let puts = (0..2000).map(|i| s.put_token(format!("{i:064}"), format!("node:n{i}"), format!("node:n{i}")));
+        futures::future::try_join_all(puts).await.unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let now = std::fs::metadata(&file).unwrap().len();
+            if now > before + 100_000 {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "tokens file still {now} bytes (was {before})");
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
     }
 
     #[tokio::test]
