@@ -89,6 +89,7 @@ fn open_conn(path: &Path) -> Result<Connection, StoreError> {
     Ok(conn)
 }
 
+/// A connection to one SQLite file with the store's settings, nothing attached.
 fn open_file(path: &Path) -> Result<Connection, StoreError> {
     let conn = Connection::open(path)?;
     conn.busy_timeout(std::time::Duration::from_secs(10))?;
