@@ -17,8 +17,8 @@ use super::events::{reasons, EventType, Involved, Recorder};
 use super::hooks::{HookRequest, Hooks, Phase};
 use super::pools::{self, NodeFacts};
 use super::{annotate, set_annotations};
-use crate::resources::{MACHINE_CONFIG_POOL, NODE, NODE_DISRUPTION_BUDGET};
-use crate::store::{revision_of, Key, Store, StoreError, Stored, WatchFilter};
+use crate::resources::NODE;
+use crate::store::{revision_of, Key, Store, StoreError, Stored};
 use aloft_api::annotations as ann;
 use aloft_api::{DrainHook, MachineConfigPool, Node, NodeDisruptionBudget};
 use chrono::{DateTime, Utc};
@@ -156,18 +156,8 @@ struct State {
 type Handoffs = HashMap<String, tokio::time::Instant>;
 
 async fn follow(store: &Arc<dyn Store>, ctx: &Ctx, handoffs: &mut Handoffs) -> Result<(), StoreError> {
-    let from = store.revision().await?;
-    let keys = [NODE.store_key(), MACHINE_CONFIG_POOL.store_key(), NODE_DISRUPTION_BUDGET.store_key()];
-    let mut watches = Vec::new();
-    for k in &keys {
-        watches.push(store.watch(WatchFilter::resource(k), from).await?);
-    }
-    let mut stream = futures::stream::select_all(watches);
-    let mut st = State {
-        nodes: Cache::load(store, &keys[0]).await?,
-        pools: Cache::load(store, &keys[1]).await?,
-        budgets: Cache::load(store, &keys[2]).await?,
-    };
+    let super::FleetFeed { keys, events: mut stream, nodes, pools, budgets } = super::FleetFeed::start(store).await?;
+    let mut st = State { nodes, pools, budgets };
     let mut busy = pass(store, ctx, &mut st, handoffs).await?;
     while let Some(batch) = super::next_batch_ready(&mut stream, if busy { RETRY } else { super::RESYNC }).await? {
         for ev in &batch {

@@ -81,6 +81,38 @@ pub(crate) async fn write_node(
     }
 }
 
+/// What the node and drain controllers both follow: watches of Nodes, pools and budgets from one
+/// revision, and caches of the three loaded after the watches started (so no write falls between
+/// a list and its watch; replayed events only re-put what a list already had).
+pub(crate) struct FleetFeed {
+    /// The three resources' store keys: Nodes, pools, budgets.
+    pub(crate) keys: [String; 3],
+    pub(crate) events: futures::stream::SelectAll<crate::store::WatchStream>,
+    pub(crate) nodes: cache::Cache<aloft_api::Node>,
+    pub(crate) pools: cache::Cache<aloft_api::MachineConfigPool>,
+    pub(crate) budgets: cache::Cache<aloft_api::NodeDisruptionBudget>,
+}
+
+impl FleetFeed {
+    pub(crate) async fn start(store: &Arc<dyn Store>) -> Result<Self, StoreError> {
+        use crate::resources::{MACHINE_CONFIG_POOL, NODE, NODE_DISRUPTION_BUDGET};
+        let from = store.revision().await?;
+        let keys = [NODE.store_key(), MACHINE_CONFIG_POOL.store_key(), NODE_DISRUPTION_BUDGET.store_key()];
+        let mut watches = Vec::new();
+        for k in &keys {
+            watches.push(store.watch(WatchFilter::resource(k), from).await?);
+        }
+        let events = futures::stream::select_all(watches);
+        Ok(FleetFeed {
+            nodes: cache::Cache::load(store, &keys[0]).await?,
+            pools: cache::Cache::load(store, &keys[1]).await?,
+            budgets: cache::Cache::load(store, &keys[2]).await?,
+            keys,
+            events,
+        })
+    }
+}
+
 /// Start every controller.
 ///
 /// They run on a thread of their own, with a runtime of their own: on the API server's runtime a

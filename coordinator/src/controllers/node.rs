@@ -12,9 +12,9 @@ use super::pick::{self, names_text, PoolPlan, Snapshot, Wait};
 use super::pools::NodeFacts;
 use super::rollout_policy::HoldReason;
 use super::{annotate, set_annotations, write_node};
-use crate::resources::{MACHINE_CONFIG, MACHINE_CONFIG_POOL, NODE, NODE_DISRUPTION_BUDGET};
+use crate::resources::{MACHINE_CONFIG, MACHINE_CONFIG_POOL, NODE};
 use crate::server::objects;
-use crate::store::{revision_of, Key, Store, StoreError, Stored, WatchFilter};
+use crate::store::{revision_of, Key, Store, StoreError, Stored};
 use aloft_api::annotations as ann;
 use aloft_api::machineconfig::conditions as cond;
 use aloft_api::meta::{find_condition, set_condition};
@@ -79,17 +79,11 @@ impl State {
 }
 
 async fn follow(store: &Arc<dyn Store>, events: &Recorder) -> Result<(), StoreError> {
-    let from = store.revision().await?;
-    let keys = [NODE.store_key(), MACHINE_CONFIG_POOL.store_key(), NODE_DISRUPTION_BUDGET.store_key()];
-    let mut watches = Vec::new();
-    for k in &keys {
-        watches.push(store.watch(WatchFilter::resource(k), from).await?);
-    }
-    let mut stream = futures::stream::select_all(watches);
+    let super::FleetFeed { keys, events: mut stream, nodes, pools, budgets } = super::FleetFeed::start(store).await?;
     let mut st = State {
-        nodes: Cache::load(store, &keys[0]).await?,
-        pools: Cache::load(store, &keys[1]).await?,
-        budgets: Cache::load(store, &keys[2]).await?,
+        nodes,
+        pools,
+        budgets,
         layout: None,
         os_images: Default::default(),
         os_unknown: None,
@@ -98,7 +92,6 @@ async fn follow(store: &Arc<dyn Store>, events: &Recorder) -> Result<(), StoreEr
         status_at: None,
         touched: None,
     };
-    // The lists may be newer than `from`; replayed events then only re-put the same objects.
     let mut last = reconcile(store, &mut st, events).await?;
     let mut due = tokio::time::Instant::now() + last.wake;
     loop {
