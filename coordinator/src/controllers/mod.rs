@@ -87,6 +87,7 @@ pub(crate) async fn write_node(
 pub(crate) struct FleetFeed {
     /// The three resources' store keys: Nodes, pools, budgets.
     pub(crate) keys: [String; 3],
+    /// The three watches' events, merged.
     pub(crate) events: futures::stream::SelectAll<crate::store::WatchStream>,
     pub(crate) nodes: cache::Cache<aloft_api::Node>,
     pub(crate) pools: cache::Cache<aloft_api::MachineConfigPool>,
@@ -94,6 +95,7 @@ pub(crate) struct FleetFeed {
 }
 
 impl FleetFeed {
+    /// Watch from the store's current revision, then list.
     pub(crate) async fn start(store: &Arc<dyn Store>) -> Result<Self, StoreError> {
         use crate::resources::{MACHINE_CONFIG_POOL, NODE, NODE_DISRUPTION_BUDGET};
         let from = store.revision().await?;
