@@ -151,10 +151,21 @@ pub fn tokens_path(path: &Path) -> std::path::PathBuf {
 /// Attach the tokens' file as `tok`, with the store's durability.
 fn attach_tokens(conn: &Connection, path: &Path) -> Result<(), StoreError> {
     let tokens = tokens_path(path);
-    conn.execute("ATTACH DATABASE ?1 AS tok", [tokens.to_string_lossy()])?;
-    conn.pragma_update(Some("tok"), "journal_mode", "WAL")?;
-    conn.pragma_update(Some("tok"), "synchronous", "FULL")?;
-    Ok(())
+    let attach = || -> rusqlite::Result<()> {
+        conn.execute("ATTACH DATABASE ?1 AS tok", [tokens.to_string_lossy()])?;
+        conn.pragma_update(Some("tok"), "journal_mode", "WAL")?;
+        conn.pragma_update(Some("tok"), "synchronous", "FULL")
+    };
+    attach().map_err(|e| StoreError::Backend(format!("the tokens' file {}: {e}", tokens.display())))
+}
+
+/// Whether the store's own file has a table `name`.
+fn has_table(conn: &Connection, name: &str) -> Result<bool, StoreError> {
+    let n: i64 =
+        conn.query_row("SELECT count(*) FROM main.sqlite_master WHERE type = 'table' AND name = ?1", [name], |r| {
+            r.get(0)
+        })?;
+    Ok(n > 0)
 }
 
 /// Move the tokens of a store file from before [`tokens_path`] into the tokens' file: first
@@ -162,12 +173,7 @@ fn attach_tokens(conn: &Connection, path: &Path) -> Result<(), StoreError> {
 /// them in both, and the next open finishes; `OR IGNORE` keeps a token replaced since (the same
 /// name) as it is now, never the older one.
 fn migrate_tokens(conn: &mut Connection) -> Result<(), StoreError> {
-    let old: bool = conn
-        .query_row("SELECT count(*) FROM main.sqlite_master WHERE type = 'table' AND name = 'tokens'", [], |r| {
-            r.get::<_, i64>(0)
-        })
-        .map(|n| n > 0)?;
-    if !old {
+    if !has_table(conn, "tokens")? {
         return Ok(());
     }
     let txn = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
@@ -880,15 +886,7 @@ mod tests {
         }
         // 800 writes of ~2 KB, twice each (object and log): megabytes, in the file once
         // checkpointed. Without a checkpoint the file keeps its first few pages.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        loop {
-            let now = std::fs::metadata(&path).unwrap().len();
-            if now > before + 1_000_000 {
-                break;
-            }
-            assert!(std::time::Instant::now() < deadline, "database file still {now} bytes (was {before})");
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
+        grows_by(&path, before, 1_000_000).await;
         // Everything reads back, from a fresh connection too.
         drop(s);
         let s = SqliteStore::open(&path).unwrap();
@@ -1129,11 +1127,7 @@ mod tests {
         assert_eq!(server.find_token("h1".into()).await.unwrap(), None, "the replaced token stops working at once");
         assert_eq!(server.find_token("h2".into()).await.unwrap(), Some(("viewer".into(), "view".into())));
         assert!(tokens_path(&path).exists());
-        let conn = open_file(&path).unwrap();
-        let in_store: i64 = conn
-            .query_row("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'tokens'", [], |r| r.get(0))
-            .unwrap();
-        assert_eq!(in_store, 0, "no tokens table in the store's own file");
+        assert!(!has_table(&open_file(&path).unwrap(), "tokens").unwrap(), "no tokens table in the store's own file");
     }
 
     /// The tokens' file is checkpointed with the store's (the writer's automatic checkpoint is
@@ -1147,15 +1141,43 @@ mod tests {
         let before = std::fs::metadata(&file).unwrap().len();
         let puts = (0..2000).map(|i| s.put_token(format!("{i:064}"), format!("node:n{i}"), format!("node:n{i}")));
         futures::future::try_join_all(puts).await.unwrap();
+        grows_by(&file, before, 100_000).await;
+    }
+
+    /// Wait (at most 10 s) until the file at `path` is more than `by` bytes over `before`: the
+    /// checkpointer has copied the WAL into it.
+    async fn grows_by(path: &Path, before: u64, by: u64) {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         loop {
-            let now = std::fs::metadata(&file).unwrap().len();
-            if now > before + 100_000 {
-                break;
+            let now = std::fs::metadata(path).unwrap().len();
+            if now > before + by {
+                return;
             }
-            assert!(std::time::Instant::now() < deadline, "tokens file still {now} bytes (was {before})");
-            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            assert!(std::time::Instant::now() < deadline, "{} still {now} bytes (was {before})", path.display());
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
+    }
+
+    #[tokio::test]
+    async fn an_unreadable_tokens_file_is_an_error_naming_it_and_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("aloft.db");
+        {
+            let s = SqliteStore::open(&path).unwrap();
+            s.create(&Key::cluster("/nodes", "a"), obj("a", 1)).await.unwrap();
+        }
+        let file = tokens_path(&path);
+        for ext in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{ext}", file.display()));
+        }
+        std::fs::write(&file, vec![0x42u8; 8192]).unwrap();
+        let e = SqliteStore::open(&path).err().expect("a tokens file that is not SQLite fails the open");
+        assert!(e.to_string().contains("aloft-tokens.db"), "{e}");
+        assert_eq!(std::fs::read(&file).unwrap(), vec![0x42u8; 8192], "the bad file is left as it was");
+        // The store's own file is untouched: with a good tokens file it opens as before.
+        std::fs::remove_file(&file).unwrap();
+        let s = SqliteStore::open(&path).unwrap();
+        assert_eq!(s.get(&Key::cluster("/nodes", "a")).await.unwrap().unwrap()["spec"]["v"], 1);
     }
 
     #[tokio::test]
@@ -1185,11 +1207,7 @@ mod tests {
         assert_eq!(s.find_token("new-viewer".into()).await.unwrap(), Some(("viewer".into(), "view".into())));
         assert_eq!(s.find_token("old-viewer".into()).await.unwrap(), None, "a replaced token never comes back");
         drop(s);
-        let conn = open_file(&path).unwrap();
-        let left: i64 = conn
-            .query_row("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'tokens'", [], |r| r.get(0))
-            .unwrap();
-        assert_eq!(left, 0);
+        assert!(!has_table(&open_file(&path).unwrap(), "tokens").unwrap(), "the old table is gone");
         // Opening again finds nothing left to move.
         let s = SqliteStore::open(&path).unwrap();
         assert_eq!(s.find_token("old-admin".into()).await.unwrap(), Some(("admin".into(), "admin".into())));
