@@ -118,3 +118,105 @@ async fn nodes_are_confined_to_their_own_objects() {
     let again = c.client_with_token(a2["token"].as_str());
     assert_eq!(again.get(&format!("{NODES}/node-a")).await.unwrap().code, 200);
 }
+
+/// The node controller's pick in a pool without drain hooks cordons the node, answers its drain
+/// and grants the uncordon at Done (`aloft.dev/uncordonAtDone`): the agent's Done report is
+/// then written uncordoned, in that one write. Only the coordinator may set or drop the grant.
+#[tokio::test]
+async fn a_granted_done_report_comes_back_uncordoned_and_the_grant_is_the_coordinators() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let bootstrap = c.create_token("fleet", "bootstrap");
+    let (_, a) = enroll(&c, &bootstrap, "node-a").await;
+    let node_a = c.client_with_token(a["token"].as_str());
+    let path = format!("{NODES}/node-a");
+    const GRANT: &str = "aloft.dev/uncordonAtDone";
+    // As the pick writes it.
+    let picked = json!({"spec": {"unschedulable": true}, "metadata": {"annotations": {
+        "machineconfiguration.openshift.io/desiredConfig": "rendered-worker-2",
+        "machineconfiguration.openshift.io/currentConfig": "rendered-worker-1",
+        "machineconfiguration.openshift.io/lastAppliedDrain": "drain-rendered-worker-2",
+        "machineconfiguration.openshift.io/desiredDrain": null,
+        GRANT: "rendered-worker-2"}}});
+    admin.patch(&path, "application/merge-patch+json", &picked).await.unwrap().into_result().unwrap();
+    let get = || async { admin.get(&path).await.unwrap().into_result().unwrap() };
+    let before = get().await;
+
+    // The node may neither move nor drop the grant; nothing changes.
+    for grant in [json!("rendered-worker-9"), Value::Null] {
+        let r = node_a
+            .patch(&path, "application/merge-patch+json", &json!({"metadata": {"annotations": {GRANT: grant}}}))
+            .await
+            .unwrap();
+        assert_eq!(r.code, 403, "{}", r.body);
+        assert!(r.body["message"].as_str().unwrap().contains(GRANT), "{}", r.body);
+        assert_eq!(get().await, before, "nothing written");
+    }
+
+    let report = |state: &str, current: &str, request: &str| {
+        json!({"metadata": {"annotations": {
+            "machineconfiguration.openshift.io/state": state,
+            "machineconfiguration.openshift.io/currentConfig": current,
+            "machineconfiguration.openshift.io/desiredDrain": request}}})
+    };
+    // Working (with the drain request the pick answered already): still cordoned.
+    let w = node_a
+        .patch(
+            &path,
+            "application/merge-patch+json",
+            &report("Working", "rendered-worker-1", "drain-rendered-worker-2"),
+        )
+        .await
+        .unwrap()
+        .into_result()
+        .unwrap();
+    assert_eq!(w.pointer("/spec/unschedulable"), Some(&json!(true)));
+    assert_eq!(w["metadata"]["annotations"][GRANT], "rendered-worker-2");
+
+    // Done on the granted config: the answer is the uncordoned node, one revision later.
+    let rv = |n: &Value| n["metadata"]["resourceVersion"].as_str().unwrap().parse::<u64>().unwrap();
+    let done = node_a
+        .patch(
+            &path,
+            "application/merge-patch+json",
+            &report("Done", "rendered-worker-2", "uncordon-rendered-worker-2"),
+        )
+        .await
+        .unwrap()
+        .into_result()
+        .unwrap();
+    assert_eq!(done.pointer("/spec/unschedulable"), None, "{done}");
+    let ann = &done["metadata"]["annotations"];
+    assert_eq!(ann["machineconfiguration.openshift.io/lastAppliedDrain"], "uncordon-rendered-worker-2");
+    assert_eq!(ann["machineconfiguration.openshift.io/state"], "Done");
+    assert!(ann.get(GRANT).is_none(), "the grant is used up: {done}");
+    assert_eq!(rv(&done), rv(&w) + 1, "one write");
+    let generation = |n: &Value| n["metadata"]["generation"].as_i64().unwrap();
+    assert_eq!(generation(&done), generation(&w) + 1, "a spec change, as any other: {done}");
+    assert_eq!(get().await, done, "as stored");
+
+    // Without a grant, the Done report is written as sent, still cordoned: its uncordon request
+    // is then the controllers' to answer (here the drain controller's: the node is in no pool).
+    admin.patch(&path, "application/merge-patch+json", &picked).await.unwrap().into_result().unwrap();
+    admin
+        .patch(&path, "application/merge-patch+json", &json!({"metadata": {"annotations": {GRANT: null}}}))
+        .await
+        .unwrap()
+        .into_result()
+        .unwrap();
+    let done = node_a
+        .patch(
+            &path,
+            "application/merge-patch+json",
+            &report("Done", "rendered-worker-2", "uncordon-rendered-worker-2"),
+        )
+        .await
+        .unwrap()
+        .into_result()
+        .unwrap();
+    assert_eq!(done.pointer("/spec/unschedulable"), Some(&json!(true)), "{done}");
+    assert_eq!(
+        done["metadata"]["annotations"]["machineconfiguration.openshift.io/lastAppliedDrain"],
+        "drain-rendered-worker-2"
+    );
+}

@@ -37,3 +37,10 @@ pub const DRAIN_FAILURE: &str = "aloft.dev/drainFailure";
 /// close a tripped circuit breaker. The controller remembers the last value it honoured in
 /// `status.rollout.resumeToken`, so each new value resumes exactly once.
 pub const RESUME_ROLLOUT: &str = "aloft.dev/resumeRollout";
+/// Set by the node controller when its pick cordons a node and answers the drain itself (a pool
+/// without drain hooks): the rendered config the pick is for. The agent's Done report on that
+/// config then comes back uncordoned, in the same write (the coordinator's API server applies
+/// it, the node cannot: only the coordinator may change this annotation). Saves every node
+/// update a second write of the Node, its watch event to the agent, and a controller edit.
+/// Removed by that uncordon, or by any later pick or release.
+pub const UNCORDON_AT_DONE: &str = "aloft.dev/uncordonAtDone";

@@ -378,7 +378,12 @@ impl Job {
             }
             set_annotations(
                 n,
-                &[(ann::LAST_APPLIED_DRAIN, Some(r)), (ann::DRAIN_STARTED, None), (ann::DRAIN_FAILURE, None)],
+                &[
+                    (ann::LAST_APPLIED_DRAIN, Some(r)),
+                    (ann::DRAIN_STARTED, None),
+                    (ann::DRAIN_FAILURE, None),
+                    (ann::UNCORDON_AT_DONE, None),
+                ],
             );
             true
         })
@@ -402,7 +407,16 @@ fn acknowledge_drain(n: &mut Value, r: &str) -> bool {
         return false;
     }
     n["spec"]["unschedulable"] = true.into();
-    set_annotations(n, &[(ann::LAST_APPLIED_DRAIN, Some(r)), (ann::DRAIN_STARTED, None), (ann::DRAIN_FAILURE, None)]);
+    // A drain made with the hooks is ended with them: no uncordon inside the Done report.
+    set_annotations(
+        n,
+        &[
+            (ann::LAST_APPLIED_DRAIN, Some(r)),
+            (ann::DRAIN_STARTED, None),
+            (ann::DRAIN_FAILURE, None),
+            (ann::UNCORDON_AT_DONE, None),
+        ],
+    );
     true
 }
 

@@ -14,6 +14,7 @@ pub mod pick;
 pub mod pools;
 pub mod render;
 pub mod rollout_policy;
+pub mod uncordon;
 
 use crate::resources::NODE;
 use crate::server::objects;

@@ -11,6 +11,7 @@ use super::events::{reasons, EventType, Involved, Recorder};
 use super::pick::{self, names_text, PoolPlan, Snapshot, Wait};
 use super::pools::NodeFacts;
 use super::rollout_policy::HoldReason;
+use super::uncordon::uncordon_edit;
 use super::{annotate, set_annotations, write_node};
 use crate::resources::{MACHINE_CONFIG, MACHINE_CONFIG_POOL, NODE};
 use crate::server::objects;
@@ -388,7 +389,16 @@ fn release(st: &mut State) -> Vec<(usize, Arc<Value>)> {
 /// (`drain-<target>`, with its Working report) matches the answer, and when it makes none the
 /// node either finishes without a drain or fails before one ([`NodeFacts::failed_before_drain`]).
 fn pick_edit(node: &mut Value, target: &str, drain: bool) {
-    set_annotations(node, &[(ann::DESIRED_CONFIG, Some(target)), (ann::PRESTAGE_CONFIG, None)]);
+    set_annotations(
+        node,
+        &[
+            (ann::DESIRED_CONFIG, Some(target)),
+            (ann::PRESTAGE_CONFIG, None),
+            // The Done report on this target comes back uncordoned (see `uncordon::at_done`)
+            // when the pick made the drain; otherwise a grant of an earlier pick is void.
+            (ann::UNCORDON_AT_DONE, drain.then_some(target)),
+        ],
+    );
     if drain {
         let r = format!("drain-{target}");
         node["spec"]["unschedulable"] = true.into();
@@ -410,23 +420,13 @@ fn undo_drain_edit(node: &mut Value) {
     if let Some(spec) = node.get_mut("spec").and_then(Value::as_object_mut) {
         spec.remove("unschedulable");
     }
-    set_annotations(node, &[(ann::LAST_APPLIED_DRAIN, None), (ann::DRAIN_STARTED, None), (ann::DRAIN_FAILURE, None)]);
-}
-
-/// Back into service after Done on `config`: no cordon, and the handshake answered
-/// (`uncordon-<config>`, whether or not the agent asked).
-fn uncordon_edit(node: &mut Value, config: &str) {
-    if let Some(spec) = node.get_mut("spec").and_then(Value::as_object_mut) {
-        spec.remove("unschedulable");
-    }
-    let r = format!("uncordon-{config}");
     set_annotations(
         node,
         &[
-            (ann::DESIRED_DRAIN, Some(&r)),
-            (ann::LAST_APPLIED_DRAIN, Some(&r)),
+            (ann::LAST_APPLIED_DRAIN, None),
             (ann::DRAIN_STARTED, None),
             (ann::DRAIN_FAILURE, None),
+            (ann::UNCORDON_AT_DONE, None),
         ],
     );
 }

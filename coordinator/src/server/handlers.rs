@@ -6,6 +6,7 @@ use super::objects::{self, PatchType};
 use super::request::{self, FieldSelector, ResourcePath};
 use super::{table, validate, watch, Ctx};
 use crate::auth::{self, Decision, Identity, Verb};
+use crate::controllers::uncordon;
 use crate::resources::ResourceType;
 use crate::store::{revision_of, Key, StoreError, Stored};
 use aloft_api::Selector;
@@ -279,12 +280,24 @@ async fn read_modify_write(
                 return Err(call.store_err(StoreError::Conflict { have: want, stored: stored_rev }, name));
             }
         }
-        let next = objects::prepare_update(call.path.rt, call.is_status(), &stored, incoming);
+        let mut next = objects::prepare_update(call.path.rt, call.is_status(), &stored, incoming);
         call.validate(&next)?;
-        if decision == Decision::AllowStatusAndAnnotations && !auth::only_status_and_annotations(&stored, &next) {
-            let mut e = call.forbidden(Verb::Update);
-            e.status.message.push_str(": a node may change only its own status and annotations");
-            return Err(e);
+        if decision == Decision::AllowStatusAndAnnotations {
+            if !auth::only_status_and_annotations(&stored, &next) {
+                let mut e = call.forbidden(Verb::Update);
+                e.status.message.push_str(": a node may change only its own status and annotations");
+                return Err(e);
+            }
+            if let Some(k) = uncordon::coordinator_only_changed(&stored, &next) {
+                let mut e = call.forbidden(Verb::Update);
+                e.status.message.push_str(&format!(": annotation {k} is the coordinator's to set"));
+                return Err(e);
+            }
+        }
+        // A Done report the node controller's pick granted its uncordon is written uncordoned.
+        let uncordoned = *call.path.rt == crate::resources::NODE && uncordon::at_done(&mut next);
+        if uncordoned {
+            objects::set_generation(&stored, &mut next);
         }
         if next == *stored {
             // A no-op write is not a write: no new resourceVersion, no watch event.
@@ -294,7 +307,12 @@ async fn read_modify_write(
             return Ok(Stored::new(next));
         }
         match call.ctx.store.update_by(&key, next, Some(stored_rev), &call.who.name).await {
-            Ok(v) => return Ok(v),
+            Ok(v) => {
+                if uncordoned {
+                    tracing::info!(node = %name, "uncordoned with its Done report");
+                }
+                return Ok(v);
+            }
             Err(StoreError::Conflict { .. }) if retry => continue,
             Err(e) => return Err(call.store_err(e, name)),
         }

@@ -99,8 +99,6 @@ pub fn prepare_update(rt: &ResourceType, status_endpoint: bool, stored: &Value, 
         }
         o
     };
-    let generation = stored.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(1);
-    let bumped = if !same_spec(&out, stored) { generation + 1 } else { generation };
     // The five fields the server owns, copied one by one (not the stored metadata whole, with
     // every label and annotation).
     let stored_meta = stored.get("metadata");
@@ -112,8 +110,17 @@ pub fn prepare_update(rt: &ResourceType, status_endpoint: bool, stored: &Value, 
             None => meta.remove(k),
         };
     }
-    meta.insert("generation".into(), bumped.into());
+    set_generation(stored, &mut out);
     out
+}
+
+/// `metadata.generation` of `next`, an update of `stored`: one more when anything but metadata
+/// and status changed. Again after the server itself edits the spec of an update (see
+/// [`crate::controllers::uncordon::at_done`]).
+pub fn set_generation(stored: &Value, next: &mut Value) {
+    let generation = stored.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(1);
+    let bumped = if !same_spec(next, stored) { generation + 1 } else { generation };
+    meta_mut(next).insert("generation".into(), bumped.into());
 }
 
 /// How a PATCH body is to be read, from its content type.

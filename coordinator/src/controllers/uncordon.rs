@@ -1,0 +1,168 @@
+//! Putting a node back into service after it is Done on the config it was drained for: the
+//! edit, and the rule that lets the API server make it inside the agent's own Done report.
+//!
+//! A pick in a pool without drain hooks cordons the node and answers its drain in one write, and
+//! leaves a grant ([`ann::UNCORDON_AT_DONE`], the pick's target). The agent's Done report on that
+//! target then comes back uncordoned ([`at_done`]): one write per node update instead of two
+//! (Done, then the node controller's uncordon), one watch event less to the agent (it reads
+//! nothing of the uncordon), and the slot is free as soon as Done is committed, not one
+//! controller pass and commit later. Everything else (pools with hooks, a Done report without the
+//! grant, nodes that fail before their drain) still goes through the node or drain controller,
+//! which use the same [`uncordon_edit`].
+
+use super::set_annotations;
+use aloft_api::annotations as ann;
+use serde_json::Value;
+
+fn annotation<'a>(node: &'a Value, key: &str) -> &'a str {
+    node.get("metadata")
+        .and_then(|m| m.get("annotations"))
+        .and_then(|a| a.get(key))
+        .and_then(Value::as_str)
+        .unwrap_or("")
+}
+
+/// Back into service after Done on `config`: no cordon, the handshake answered
+/// (`uncordon-<config>`, whether or not the agent asked), and no grant left standing.
+pub(crate) fn uncordon_edit(node: &mut Value, config: &str) {
+    if let Some(spec) = node.get_mut("spec").and_then(Value::as_object_mut) {
+        spec.remove("unschedulable");
+    }
+    let r = format!("uncordon-{config}");
+    set_annotations(
+        node,
+        &[
+            (ann::DESIRED_DRAIN, Some(&r)),
+            (ann::LAST_APPLIED_DRAIN, Some(&r)),
+            (ann::DRAIN_STARTED, None),
+            (ann::DRAIN_FAILURE, None),
+            (ann::UNCORDON_AT_DONE, None),
+        ],
+    );
+}
+
+/// Applied by the API server to every Node about to be written: when `next` carries a grant and
+/// is Done on its config, still cordoned by the pick's drain, uncordon it in the same write.
+/// Returns whether it did. The test is the node controller's own for a node due for its uncordon
+/// ([`super::pools::NodeFacts::uncordon_due`]), read from the JSON (this runs on the request
+/// path), with the grant's config in place of the node's current one.
+pub fn at_done(next: &mut Value) -> bool {
+    let grant = annotation(next, ann::UNCORDON_AT_DONE);
+    if grant.is_empty() {
+        return false;
+    }
+    let cordoned = next.get("spec").and_then(|s| s.get("unschedulable")) == Some(&Value::Bool(true));
+    let request = annotation(next, ann::DESIRED_DRAIN);
+    let answer = annotation(next, ann::LAST_APPLIED_DRAIN);
+    let due = cordoned
+        && annotation(next, ann::STATE) == "Done"
+        && annotation(next, ann::CURRENT_CONFIG) == grant
+        && annotation(next, ann::DESIRED_CONFIG) == grant
+        && answer.strip_prefix("drain-") == Some(grant)
+        && (request.is_empty() || request == answer || request.strip_prefix("uncordon-") == Some(grant));
+    if due {
+        let config = grant.to_string();
+        uncordon_edit(next, &config);
+    }
+    due
+}
+
+/// The annotations only the coordinator writes on a Node, which a node's own token may not
+/// change (a node granting itself an uncordon could leave a drain that was never its to end).
+pub const COORDINATOR_ONLY: &[&str] = &[ann::UNCORDON_AT_DONE];
+
+/// The first of [`COORDINATOR_ONLY`] that differs between `stored` and `next`.
+pub fn coordinator_only_changed(stored: &Value, next: &Value) -> Option<&'static str> {
+    COORDINATOR_ONLY.iter().copied().find(|k| annotation(stored, k) != annotation(next, k))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::controllers::cache::Derive;
+    use crate::controllers::pools::NodeFacts;
+    use serde_json::json;
+
+    /// A node picked for r2 (cordoned, drain answered, granted), in `state` on `current`, asking
+    /// `request`.
+    fn node(state: &str, current: &str, request: &str) -> Value {
+        json!({"metadata": {"name": "a", "annotations": {
+                ann::DESIRED_CONFIG: "r2", ann::CURRENT_CONFIG: current, ann::STATE: state,
+                ann::DESIRED_DRAIN: request, ann::LAST_APPLIED_DRAIN: "drain-r2",
+                ann::UNCORDON_AT_DONE: "r2", ann::DRAIN_STARTED: "drain-r2@2026-01-01T00:00:00Z"}},
+            "spec": {"unschedulable": true},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]}})
+    }
+
+    fn facts(v: &Value) -> NodeFacts {
+        <aloft_api::Node as Derive>::parse(v).unwrap().derive()
+    }
+
+    #[test]
+    fn done_on_the_granted_config_comes_back_uncordoned() {
+        for request in ["uncordon-r2", "", "drain-r2"] {
+            let mut n = node("Done", "r2", request);
+            assert!(facts(&n).uncordon_due(), "the controller's rule agrees ({request:?})");
+            assert!(at_done(&mut n), "{request:?}");
+            let f = facts(&n);
+            assert!(!f.cordoned && f.ready && f.done() && !f.unavailable(), "{f:?}");
+            assert_eq!((f.drain_request.as_str(), f.drain_answer.as_str()), ("uncordon-r2", "uncordon-r2"));
+            assert_eq!(annotation(&n, ann::UNCORDON_AT_DONE), "", "the grant is used up");
+            assert_eq!(annotation(&n, ann::DRAIN_STARTED), "");
+            assert!(!at_done(&mut n), "and a second write changes nothing");
+        }
+    }
+
+    #[test]
+    fn nothing_else_is_uncordoned() {
+        let cases: Vec<(&str, Value)> = vec![
+            ("Working", node("Working", "r1", "drain-r2")),
+            ("Done on the old config", node("Done", "r1", "uncordon-r1")),
+            ("Degraded", node("Degraded", "r1", "drain-r2")),
+            ("asking for another drain", node("Done", "r2", "drain-r3")),
+            ("no grant", {
+                let mut n = node("Done", "r2", "uncordon-r2");
+                n["metadata"]["annotations"].as_object_mut().unwrap().remove(ann::UNCORDON_AT_DONE);
+                n
+            }),
+            ("a grant for another config", {
+                let mut n = node("Done", "r2", "uncordon-r2");
+                n["metadata"]["annotations"][ann::UNCORDON_AT_DONE] = "r3".into();
+                n
+            }),
+            ("not cordoned", {
+                let mut n = node("Done", "r2", "uncordon-r2");
+                n["spec"] = json!({});
+                n
+            }),
+            ("drained by someone else's answer", {
+                let mut n = node("Done", "r2", "uncordon-r2");
+                n["metadata"]["annotations"][ann::LAST_APPLIED_DRAIN] = "drain-r1".into();
+                n
+            }),
+            ("retargeted", {
+                let mut n = node("Done", "r2", "uncordon-r2");
+                n["metadata"]["annotations"][ann::DESIRED_CONFIG] = "r3".into();
+                n
+            }),
+        ];
+        for (what, mut n) in cases {
+            let before = n.clone();
+            assert!(!at_done(&mut n), "{what}");
+            assert_eq!(n, before, "{what}: unchanged");
+        }
+    }
+
+    #[test]
+    fn only_the_coordinator_may_change_the_grant() {
+        let stored = node("Working", "r1", "drain-r2");
+        assert_eq!(coordinator_only_changed(&stored, &stored), None);
+        let mut n = stored.clone();
+        n["metadata"]["annotations"][ann::STATE] = "Done".into();
+        assert_eq!(coordinator_only_changed(&stored, &n), None, "other annotations are the node's");
+        n["metadata"]["annotations"][ann::UNCORDON_AT_DONE] = "r9".into();
+        assert_eq!(coordinator_only_changed(&stored, &n), Some(ann::UNCORDON_AT_DONE));
+        n["metadata"]["annotations"].as_object_mut().unwrap().remove(ann::UNCORDON_AT_DONE);
+        assert_eq!(coordinator_only_changed(&stored, &n), Some(ann::UNCORDON_AT_DONE), "nor drop it");
+    }
+}
