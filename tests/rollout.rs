@@ -406,7 +406,8 @@ async fn canary_soaks_before_batches_and_the_circuit_breaker_stops_a_rollout_unt
         assert_eq!(annotation(&a, ann::PRESTAGE_CONFIG), t1, "{n} waits and pre-stages {t1}");
     }
     assert_eq!(annotation(&node(&admin, &canary).await, ann::PRESTAGE_CONFIG), "", "picked: no pre-stage");
-    event_with(&admin, "Node", &canary, "NodePicked", &t1).await;
+    event_with(&admin, "MachineConfigPool", "worker", "SetDesiredConfig", &format!("Targeted node {canary} to {t1}"))
+        .await;
 
     // The canary finishes: the pool soaks, still without picking.
     finish(&admin, &canary, &t1).await;
@@ -738,7 +739,14 @@ async fn without_drain_hooks_the_pick_drains_and_the_slot_is_freed_and_refilled_
     assert!(cordoned(&n), "picked without hooks: cordoned in the same write: {n}");
     assert_eq!(annotation(&n, ann::DESIRED_DRAIN), "", "no request left standing: {n}");
     assert_eq!(annotation(&n, ann::LAST_APPLIED_DRAIN), drain, "the drain is answered before it is asked: {n}");
-    event_with(&admin, "Node", &first, "NodePicked", "cordoned for its drain").await;
+    event_with(
+        &admin,
+        "MachineConfigPool",
+        "worker",
+        "SetDesiredConfig",
+        &format!("Targeted node {first} to {t2}, cordoned for the drain"),
+    )
+    .await;
     assert_eq!(picked(&admin, &names, &t2).await, vec![first.clone()], "maxUnavailable 1");
 
     // The agent's own request finds its answer (its Working report carries it).

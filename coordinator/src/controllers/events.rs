@@ -21,7 +21,8 @@ pub const NAMESPACE: &str = "default";
 
 /// Event reasons, as `kubectl get events` shows them.
 pub mod reasons {
-    pub const NODE_PICKED: &str = "NodePicked";
+    /// On the pool: the nodes a pass moved to the pool's target (MCO's reason and words).
+    pub const SET_DESIRED_CONFIG: &str = "SetDesiredConfig";
     pub const NODE_WAITING: &str = "NodeWaiting";
     pub const BUDGET_BLOCKED: &str = "BudgetBlocked";
     pub const DRAIN_HOOK_FAILED: &str = "DrainHookFailed";
@@ -215,7 +216,7 @@ mod tests {
         let rec = Recorder::new("test", store.clone());
         let n = Involved::node("n1");
         for i in 0..50 {
-            rec.emit(&Involved::node(&format!("p{i}")), EventType::Normal, reasons::NODE_PICKED, "picked");
+            rec.emit(&Involved::node(&format!("p{i}")), EventType::Normal, reasons::SET_DESIRED_CONFIG, "picked");
         }
         rec.emit(&n, EventType::Warning, reasons::DRAIN_TIMEOUT, "too slow");
         rec.emit(&n, EventType::Warning, reasons::DRAIN_TIMEOUT, "too slow");

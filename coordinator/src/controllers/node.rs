@@ -225,7 +225,8 @@ async fn reconcile(store: &Arc<dyn Store>, st: &mut State, events: &Recorder) ->
         }
     };
     let picked: std::collections::HashMap<usize, usize> = picks.iter().map(|&(k, i)| (i, k)).collect();
-    let mut notes = Vec::new();
+    // The nodes this pass moved to each plan's target (by plan), for its Event.
+    let mut targeted: Vec<Vec<String>> = vec![Vec::new(); plans.len()];
     let mut again = false;
     for (i, v) in stored {
         let Some(v) = v else {
@@ -242,8 +243,7 @@ async fn reconcile(store: &Arc<dyn Store>, st: &mut State, events: &Recorder) ->
         let pool = &st.pools.typed[plans[k].pool];
         let pool_name = &pool.metadata.name;
         tracing::info!(pool = %pool_name, node = %node_name, config = %plans[k].target, "node picked for update");
-        let how = if drains_at_pick(pool) { ", and cordoned for its drain" } else { "" };
-        notes.push((node_name, format!("picked by pool {pool_name} to update to {}{how}", plans[k].target)));
+        targeted[k].push(node_name);
     }
     for pp in &plans {
         if let Some(Wait::Policy(HoldReason::Soaking { until })) = &pp.wait {
@@ -288,8 +288,10 @@ async fn reconcile(store: &Arc<dyn Store>, st: &mut State, events: &Recorder) ->
             prestage.push((*i, want.clone()));
         }
     }
-    for (node_name, msg) in &notes {
-        events.emit(&Involved::node(node_name), EventType::Normal, reasons::NODE_PICKED, msg);
+    for (k, names) in targeted.iter().enumerate().filter(|(_, n)| !n.is_empty()) {
+        let pool = &st.pools.typed[plans[k].pool];
+        let msg = set_target_message(names, &plans[k].target, drains_at_pick(pool));
+        events.emit(&Involved::pool(&pool.metadata.name), EventType::Normal, reasons::SET_DESIRED_CONFIG, &msg);
     }
     for pp in &plans {
         record_waits(events, &st.pools.typed[pp.pool].metadata.name, pp, &st.nodes.typed);
@@ -314,6 +316,29 @@ async fn reconcile(store: &Arc<dyn Store>, st: &mut State, events: &Recorder) ->
         st.nodes.put(v);
     }
     Ok(Pass { wake, again })
+}
+
+/// Most node names a `SetDesiredConfig` Event lists.
+const TARGETED_NAMES: usize = 50;
+
+/// The pass's pick Event, in MCO's words ("Targeted node <node> to <config>", "Set target for <n>
+/// nodes to <config>"), naming the nodes (the first [`TARGETED_NAMES`]) where MCO gives only the
+/// count. One Event per pass and pool, on the pool, as MCO records it: one per node was a tenth
+/// of the store's writes in a rollout, and a 10,000-node pool's rollout left 10,000 Events.
+fn set_target_message(names: &[String], target: &str, cordoned: bool) -> String {
+    let how = if cordoned { ", cordoned for the drain" } else { "" };
+    match names {
+        [one] => format!("Targeted node {one} to {target}{how}"),
+        _ if names.len() <= TARGETED_NAMES => {
+            format!("Set target for {} nodes to {target}{how}: {}", names.len(), names.join(", "))
+        }
+        _ => format!(
+            "Set target for {} nodes to {target}{how}: {}, and {} more",
+            names.len(),
+            names[..TARGETED_NAMES].join(", "),
+            names.len() - TARGETED_NAMES
+        ),
+    }
 }
 
 /// What a pass leaves for the next one.
@@ -738,6 +763,19 @@ mod tests {
     }
     fn pool(max: serde_json::Value, paused: bool) -> MachineConfigPool {
         serde_json::from_value(json!({"metadata": {"name": "worker"}, "spec": {"maxUnavailable": max, "paused": paused, "configuration": {"name": "r2"}}})).unwrap()
+    }
+
+    #[test]
+    fn a_pass_picks_in_one_event_in_mcos_words() {
+        let names = |n: usize| (0..n).map(|i| format!("n{i}")).collect::<Vec<_>>();
+        assert_eq!(set_target_message(&names(1), "r2", false), "Targeted node n0 to r2");
+        assert_eq!(
+            set_target_message(&names(3), "r2", true),
+            "Set target for 3 nodes to r2, cordoned for the drain: n0, n1, n2"
+        );
+        let many = set_target_message(&names(TARGETED_NAMES + 7), "r2", false);
+        assert!(many.starts_with(&format!("Set target for {} nodes to r2: n0, n1,", TARGETED_NAMES + 7)), "{many}");
+        assert!(many.ends_with(&format!("n{}, and 7 more", TARGETED_NAMES - 1)), "{many}");
     }
 
     #[test]
