@@ -309,7 +309,8 @@ async fn read_modify_write(
         match call.ctx.store.update_by(&key, next, Some(stored_rev), &call.who.name).await {
             Ok(v) => {
                 if uncordoned {
-                    tracing::info!(node = %name, "uncordoned with its Done report");
+                    // At debug: one per node update; the Done report is the record.
+                    tracing::debug!(node = %name, "uncordoned with its Done report");
                 }
                 return Ok(v);
             }
