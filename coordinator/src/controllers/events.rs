@@ -1,4 +1,4 @@
-//! Kubernetes core/v1 Events for the controllers' decisions (which node was picked, why nodes
+//! Kubernetes core/v1 Events for the controllers' decisions (which nodes a pass picked, why nodes
 //! wait, which budget blocked, drain hooks and timeouts), one per decision change, not one per
 //! reconcile pass.
 //!

@@ -327,7 +327,7 @@ const TARGETED_NAMES: usize = 50;
 
 /// The pass's pick Event, in MCO's words ("Targeted node <node> to <config>", "Set target for <n>
 /// nodes to <config>"), naming the nodes (the first [`TARGETED_NAMES`]) where MCO gives only the
-/// count. One Event per pass and pool, on the pool, as MCO records it: one per node was a tenth
+/// count. One Event per pass and pool, on the pool, as MCO records it: one per node was a fifth
 /// of the store's writes in a rollout, and a 10,000-node pool's rollout left 10,000 Events.
 fn set_target_message(names: &[String], target: &str, cordoned: bool) -> String {
     let how = if cordoned { ", cordoned for the drain" } else { "" };
