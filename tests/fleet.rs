@@ -185,6 +185,14 @@ async fn three_agents_apply_machine_configs_from_the_pool() {
             {"name": "hello.service", "enabled": true,
              "contents": "[Unit]\nDescription=hello\n[Service]\nExecStart=/bin/true\n[Install]\nWantedBy=multi-user.target\n"}]}}},
     });
+    // Every version of every Node from here on: the agents' Done reports must come back
+    // uncordoned in the same write (the pool has no drain hooks, so the pick granted it).
+    let listed = admin.get(&path_of(&NODE, None)).await.unwrap().into_result().unwrap();
+    let from = listed["metadata"]["resourceVersion"].as_str().unwrap().to_string();
+    let mut versions =
+        aloft_tests::WatchStream::open(&admin, &format!("{}?watch=true&resourceVersion={from}", path_of(&NODE, None)))
+            .await
+            .unwrap();
     admin.post(&path_of(&MACHINE_CONFIG, None), &unit).await.unwrap().into_result().unwrap();
     let mut rebooted = 0;
     let mut max_cordoned = 0;
@@ -228,7 +236,23 @@ async fn three_agents_apply_machine_configs_from_the_pool() {
         );
         let node = admin.get(&path_of(&NODE, Some(&h.name))).await.unwrap().into_result().unwrap();
         assert_ne!(node.pointer("/spec/unschedulable"), Some(&json!(true)), "uncordoned after Done");
+        assert_eq!(node_annotation(&node, ann::UNCORDON_AT_DONE), "", "no grant left standing: {node}");
     }
+    let (mut done_versions, mut cordoned_picks) = (0, 0);
+    while let Ok(Some(ev)) = versions.next(Duration::from_millis(500)).await {
+        let n = &ev["object"];
+        let cordoned = n.pointer("/spec/unschedulable") == Some(&json!(true));
+        let on = |k| node_annotation(n, k);
+        if on(ann::DESIRED_CONFIG) == third && on(ann::UNCORDON_AT_DONE) == third && cordoned {
+            cordoned_picks += 1;
+        }
+        if on(ann::STATE) == "Done" && on(ann::CURRENT_CONFIG) == third {
+            done_versions += 1;
+            assert!(!cordoned, "a Done report on {third} written still cordoned: {n}");
+        }
+    }
+    assert!(cordoned_picks >= 3, "every node's pick cordoned it and granted the uncordon ({cordoned_picks})");
+    assert!(done_versions >= 3, "every node's Done report was seen ({done_versions})");
 
     // `aloft-agent status --json` reports the same.
     let out = Command::new(bin("aloft-agent"))
