@@ -45,7 +45,8 @@ pub(crate) fn uncordon_edit(node: &mut Value, config: &str) {
 /// is Done on its config, still cordoned by the pick's drain, uncordon it in the same write.
 /// Returns whether it did. The test is the node controller's own for a node due for its uncordon
 /// ([`super::pools::NodeFacts::uncordon_due`]), read from the JSON (this runs on the request
-/// path), with the grant's config in place of the node's current one.
+/// path), with the grant's config in place of the node's current one. A node Done on that config
+/// that someone uncordoned meanwhile loses the grant instead (nothing else changes).
 pub fn at_done(next: &mut Value) -> bool {
     let grant = annotation(next, ann::UNCORDON_AT_DONE);
     if grant.is_empty() {
@@ -63,6 +64,10 @@ pub fn at_done(next: &mut Value) -> bool {
     if due {
         let config = grant.to_string();
         uncordon_edit(next, &config);
+    } else if !cordoned && annotation(next, ann::STATE) == "Done" && annotation(next, ann::CURRENT_CONFIG) == grant {
+        // Uncordoned by someone else before its Done report: the grant is void, and must not
+        // end a cordon made later for another reason.
+        set_annotations(next, &[(ann::UNCORDON_AT_DONE, None)]);
     }
     due
 }
@@ -130,11 +135,6 @@ mod tests {
                 n["metadata"]["annotations"][ann::UNCORDON_AT_DONE] = "r3".into();
                 n
             }),
-            ("not cordoned", {
-                let mut n = node("Done", "r2", "uncordon-r2");
-                n["spec"] = json!({});
-                n
-            }),
             ("drained by someone else's answer", {
                 let mut n = node("Done", "r2", "uncordon-r2");
                 n["metadata"]["annotations"][ann::LAST_APPLIED_DRAIN] = "drain-r1".into();
@@ -151,6 +151,25 @@ mod tests {
             assert!(!at_done(&mut n), "{what}");
             assert_eq!(n, before, "{what}: unchanged");
         }
+    }
+
+    #[test]
+    fn a_grant_outlived_by_an_uncordon_is_dropped_at_done() {
+        let mut n = node("Done", "r2", "uncordon-r2");
+        n["spec"] = json!({});
+        assert!(!at_done(&mut n), "nothing to uncordon");
+        assert_eq!(annotation(&n, ann::UNCORDON_AT_DONE), "", "but the grant is void: {n}");
+        assert_eq!(annotation(&n, ann::LAST_APPLIED_DRAIN), "drain-r2", "nothing else changes");
+        // Cordoned again later, for another reason: that cordon stays.
+        n["spec"]["unschedulable"] = true.into();
+        let before = n.clone();
+        assert!(!at_done(&mut n));
+        assert_eq!(n, before);
+        // Not yet Done: the grant stays for the Done report.
+        let mut w = node("Working", "r1", "drain-r2");
+        w["spec"] = json!({});
+        assert!(!at_done(&mut w));
+        assert_eq!(annotation(&w, ann::UNCORDON_AT_DONE), "r2");
     }
 
     #[test]
