@@ -73,7 +73,7 @@ pub fn at_done(next: &mut Value) -> bool {
 }
 
 /// The annotations only the coordinator writes on a Node, which a node's own token may not
-/// change (a node granting itself an uncordon could leave a drain that was never its to end).
+/// change (a node granting itself an uncordon could end a drain that was never its to end).
 pub const COORDINATOR_ONLY: &[&str] = &[ann::UNCORDON_AT_DONE];
 
 /// The first of [`COORDINATOR_ONLY`] that differs between `stored` and `next`.
