@@ -16,6 +16,11 @@ async fn enroll(c: &Coordinator, bootstrap: &str, name: &str) -> (u16, Value) {
     (r.code, r.body)
 }
 
+/// A merge patch that must succeed; the object as written.
+async fn merge_patch(c: &aloft_tests::Client, path: &str, patch: &Value) -> Value {
+    c.patch(path, "application/merge-patch+json", patch).await.unwrap().into_result().unwrap()
+}
+
 fn mc(name: &str) -> Value {
     json!({"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfig", "metadata": {"name": name},
            "spec": {"config": {"ignition": {"version": "3.4.0"}}}})
@@ -138,7 +143,7 @@ async fn a_granted_done_report_comes_back_uncordoned_and_the_grant_is_the_coordi
         "machineconfiguration.openshift.io/lastAppliedDrain": "drain-rendered-worker-2",
         "machineconfiguration.openshift.io/desiredDrain": null,
         GRANT: "rendered-worker-2"}}});
-    admin.patch(&path, "application/merge-patch+json", &picked).await.unwrap().into_result().unwrap();
+    merge_patch(&admin, &path, &picked).await;
     let get = || async { admin.get(&path).await.unwrap().into_result().unwrap() };
     let before = get().await;
 
@@ -160,31 +165,13 @@ async fn a_granted_done_report_comes_back_uncordoned_and_the_grant_is_the_coordi
             "machineconfiguration.openshift.io/desiredDrain": request}}})
     };
     // Working (with the drain request the pick answered already): still cordoned.
-    let w = node_a
-        .patch(
-            &path,
-            "application/merge-patch+json",
-            &report("Working", "rendered-worker-1", "drain-rendered-worker-2"),
-        )
-        .await
-        .unwrap()
-        .into_result()
-        .unwrap();
+    let w = merge_patch(&node_a, &path, &report("Working", "rendered-worker-1", "drain-rendered-worker-2")).await;
     assert_eq!(w.pointer("/spec/unschedulable"), Some(&json!(true)));
     assert_eq!(w["metadata"]["annotations"][GRANT], "rendered-worker-2");
 
     // Done on the granted config: the answer is the uncordoned node, one revision later.
     let rv = |n: &Value| n["metadata"]["resourceVersion"].as_str().unwrap().parse::<u64>().unwrap();
-    let done = node_a
-        .patch(
-            &path,
-            "application/merge-patch+json",
-            &report("Done", "rendered-worker-2", "uncordon-rendered-worker-2"),
-        )
-        .await
-        .unwrap()
-        .into_result()
-        .unwrap();
+    let done = merge_patch(&node_a, &path, &report("Done", "rendered-worker-2", "uncordon-rendered-worker-2")).await;
     assert_eq!(done.pointer("/spec/unschedulable"), None, "{done}");
     let ann = &done["metadata"]["annotations"];
     assert_eq!(ann["machineconfiguration.openshift.io/lastAppliedDrain"], "uncordon-rendered-worker-2");
@@ -197,23 +184,9 @@ async fn a_granted_done_report_comes_back_uncordoned_and_the_grant_is_the_coordi
 
     // Without a grant, the Done report is written as sent, still cordoned: its uncordon request
     // is then the controllers' to answer (here the drain controller's: the node is in no pool).
-    admin.patch(&path, "application/merge-patch+json", &picked).await.unwrap().into_result().unwrap();
-    admin
-        .patch(&path, "application/merge-patch+json", &json!({"metadata": {"annotations": {GRANT: null}}}))
-        .await
-        .unwrap()
-        .into_result()
-        .unwrap();
-    let done = node_a
-        .patch(
-            &path,
-            "application/merge-patch+json",
-            &report("Done", "rendered-worker-2", "uncordon-rendered-worker-2"),
-        )
-        .await
-        .unwrap()
-        .into_result()
-        .unwrap();
+    merge_patch(&admin, &path, &picked).await;
+    merge_patch(&admin, &path, &json!({"metadata": {"annotations": {GRANT: null}}})).await;
+    let done = merge_patch(&node_a, &path, &report("Done", "rendered-worker-2", "uncordon-rendered-worker-2")).await;
     assert_eq!(done.pointer("/spec/unschedulable"), Some(&json!(true)), "{done}");
     assert_eq!(
         done["metadata"]["annotations"]["machineconfiguration.openshift.io/lastAppliedDrain"],
