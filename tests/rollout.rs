@@ -702,11 +702,12 @@ fn revision(n: &Value) -> u64 {
 }
 
 /// A pool without drain hooks: the pick cordons the node and answers its drain at once (the
-/// agent's request finds its answer waiting), and a Done node is uncordoned in the same write
-/// as the pick that takes its slot — whether the agent asked for the uncordon (it drained) or
-/// not (its update needed no drain).
+/// agent's request finds its answer waiting), and the Done report itself comes back uncordoned
+/// (the pick's grant), whether the agent asked for the uncordon (it drained) or not (its update
+/// needed no drain); the controller never has to write that node again, and the next pass
+/// refills the slot.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn without_drain_hooks_the_pick_drains_and_the_slot_is_freed_and_refilled_in_one_write() {
+async fn without_drain_hooks_the_pick_drains_and_the_done_report_frees_the_slot() {
     let c = Coordinator::start();
     let admin = c.client();
     let names = ["w0", "w1", "w2"];
@@ -751,36 +752,41 @@ async fn without_drain_hooks_the_pick_drains_and_the_slot_is_freed_and_refilled_
 
     // The agent's own request finds its answer (its Working report carries it).
     annotate(&admin, &first, json!({ann::STATE: "Working", ann::DESIRED_DRAIN: drain})).await;
-    // Done with the uncordon request, as an agent that drained reports it.
-    annotate(
+    // Done with the uncordon request, as an agent that drained reports it: the answer to that
+    // write is already the uncordoned node, and no grant is left behind.
+    let done = merge(
         &admin,
-        &first,
-        json!({ann::CURRENT_CONFIG: t2, ann::STATE: "Done", ann::REASON: "", ann::DESIRED_DRAIN: format!("uncordon-{t2}")}),
+        &path_of(&NODE, Some(&first)),
+        json!({"metadata": {"annotations": {ann::CURRENT_CONFIG: t2, ann::STATE: "Done", ann::REASON: "",
+            ann::DESIRED_DRAIN: format!("uncordon-{t2}")}}}),
     )
     .await;
+    assert!(!cordoned(&done), "the Done report comes back uncordoned: {done}");
+    assert_eq!(annotation(&done, ann::LAST_APPLIED_DRAIN), format!("uncordon-{t2}"), "{done}");
+    assert_eq!(annotation(&done, ann::UNCORDON_AT_DONE), "", "the grant is used up: {done}");
     let second = eventually(WAIT, "the next node picked", || async {
         Ok(picked(&admin, &names, &t2).await.into_iter().find(|n| *n != first))
     })
     .await;
-    let (a, b) = (node(&admin, &first).await, node(&admin, &second).await);
-    assert!(!cordoned(&a), "{a}");
-    assert_eq!(annotation(&a, ann::LAST_APPLIED_DRAIN), format!("uncordon-{t2}"), "{a}");
-    assert_eq!(
-        revision(&b),
-        revision(&a) + 1,
-        "the uncordon and the pick that refills its slot are one write (consecutive revisions): {a} {b}"
-    );
+    let a = node(&admin, &first).await;
+    assert_eq!(revision(&a), revision(&done), "nothing left for the controller to write on {first}: {a}");
 
     // Done without asking (an update that needed no drain of the agent's): uncordoned all the same.
-    finish(&admin, &second, &t2).await;
+    let done = merge(
+        &admin,
+        &path_of(&NODE, Some(&second)),
+        json!({"metadata": {"annotations": {ann::CURRENT_CONFIG: t2, ann::STATE: "Done", ann::REASON: ""}}}),
+    )
+    .await;
+    assert!(!cordoned(&done), "the Done report comes back uncordoned: {done}");
+    assert_eq!(annotation(&done, ann::DESIRED_DRAIN), format!("uncordon-{t2}"), "no request left pending: {done}");
+    assert_eq!(annotation(&done, ann::LAST_APPLIED_DRAIN), format!("uncordon-{t2}"), "{done}");
     let third = eventually(WAIT, "the last node picked", || async {
         Ok(picked(&admin, &names, &t2).await.into_iter().find(|n| *n != first && *n != second))
     })
     .await;
     let b = node(&admin, &second).await;
-    assert!(!cordoned(&b), "{b}");
-    assert_eq!(annotation(&b, ann::DESIRED_DRAIN), format!("uncordon-{t2}"), "no request left pending: {b}");
-    assert_eq!(annotation(&b, ann::LAST_APPLIED_DRAIN), format!("uncordon-{t2}"), "{b}");
+    assert_eq!(revision(&b), revision(&done), "nothing left for the controller to write on {second}: {b}");
     finish(&admin, &third, &t2).await;
     eventually(WAIT, "the pool Updated with every node back in service", || async {
         Ok(is_true(&pool(&admin).await, "Updated").then_some(()))
