@@ -328,3 +328,20 @@ async fn unknown_resources_are_404() {
     assert_eq!(r.code, 405, "POST to an object: {}", r.body);
     assert_eq!(head(&admin).await, before, "nothing was stored");
 }
+
+/// A `serve` flag that does not parse stops the coordinator before it touches anything: the
+/// error names the flag, and no data directory is created.
+#[test]
+fn a_bad_event_ttl_is_refused_naming_the_flag_and_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let out = std::process::Command::new(bin("aloft-coordinator"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--event-ttl", "an hour", "--data-dir"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "serve accepted --event-ttl 'an hour': {stderr}");
+    assert!(stderr.contains("--event-ttl"), "the error names the flag: {stderr}");
+    assert!(!data.exists(), "nothing was created");
+}

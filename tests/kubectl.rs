@@ -403,3 +403,40 @@ async fn kubectl_describe_shows_the_objects_events() {
         "kubectl describe shows the pool's events (needs fieldSelector involvedObject.* on /api/v1/events):\n{out}"
     );
 }
+
+/// Events expire `--event-ttl` after they last happened, as kube-apiserver expires them; what
+/// is not an Event stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_expire_after_the_event_ttl() {
+    let Some(exe) = kubectl_path() else { return };
+    let c = Coordinator::start_with(Options { args: vec!["--event-ttl".into(), "3s".into()], ..Default::default() });
+    let admin = c.client();
+    let k = Kubectl::new(exe, &c, Auth::Kubeconfig);
+    k.ok(&["apply", "-f", &mco_file("bootstrap/worker.machineconfigpool.yaml")]);
+    // Long ago: the TTL runs from the Event's write (its creation, here), as an etcd lease does.
+    let now = "2026-01-01T00:00:00Z";
+    let event = json!({
+        "apiVersion": "v1", "kind": "Event",
+        "metadata": {"name": "worker.expiring", "namespace": "default"},
+        "involvedObject": {"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfigPool", "name": "worker"},
+        "reason": "AloftTestReason", "message": "an event that expires", "type": "Normal",
+        "firstTimestamp": now, "lastTimestamp": now, "count": 1, "source": {"component": "aloft-tests"},
+    });
+    let path = resource_path(EVENT.path_ref(), Some("default"), None);
+    let r = admin.post(&path, &event).await.unwrap();
+    assert_eq!(r.code, 201, "{}", r.body);
+    let r = admin.get(&format!("{path}/worker.expiring")).await.unwrap();
+    assert_eq!(r.code, 200, "just written, not expired: {}", r.body);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let r = admin.get(&format!("{path}/worker.expiring")).await.unwrap();
+        if r.code == 404 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the Event outlived its 3 s TTL by 27 s: {}", r.body);
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let out = k.ok(&["get", "events", "-n", "default", "-o", "name"]);
+    assert!(!out.contains("worker.expiring"), "kubectl get events still lists it: {out}");
+    get_ok(&admin, &MACHINE_CONFIG_POOL, "worker").await;
+}

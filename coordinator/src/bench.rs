@@ -118,6 +118,7 @@ pub async fn run(opts: ApiBench) -> Result<()> {
         tls_san: vec![],
         limits: Limits::default(),
         watch_history: crate::store::sqlite::DEFAULT_RETAIN,
+        event_ttl: crate::controllers::event_ttl::DEFAULT_TTL,
     };
     let server = tokio::spawn(serve::run(serve_opts));
     let kubeconfig = serve::DataDir::new(dir.path()).kubeconfig;

@@ -24,6 +24,9 @@ pub struct ServeOptions {
     pub limits: Limits,
     /// Revisions of history kept for watches (older resourceVersions get 410 Gone).
     pub watch_history: u64,
+    /// How long an Event is kept after it last happened (zero: forever); see
+    /// [`controllers::event_ttl`].
+    pub event_ttl: std::time::Duration,
 }
 
 /// Files `serve` keeps in the data directory.
@@ -115,6 +118,7 @@ pub async fn run(opts: ServeOptions) -> Result<()> {
     let store: Arc<dyn crate::store::Store> = Arc::new(store);
     let ctx = Arc::new(Ctx { store: store.clone(), tokens, token_store, limits: opts.limits.clone() });
     controllers::spawn_all(store.clone()).context("starting the controllers")?;
+    tokio::spawn(controllers::event_ttl::run(store.clone(), opts.event_ttl));
     let app = server::router(ctx).into_make_service();
     tracing::info!(%addr, scheme, data_dir = %opts.data_dir.display(), "aloft-coordinator serving");
     println!("aloft-coordinator listening on {}", client.server);

@@ -57,6 +57,10 @@ enum Cmd {
         /// resourceVersion gets 410 Gone and re-lists.
         #[arg(long, default_value_t = aloft_coordinator::store::sqlite::DEFAULT_RETAIN)]
         watch_history: u64,
+        /// How long an Event is kept after it last happened, as kube-apiserver's --event-ttl
+        /// (e.g. 1h, 30m, 2h30m); 0 keeps Events forever.
+        #[arg(long, default_value = "1h", value_parser = humantime::parse_duration)]
+        event_ttl: std::time::Duration,
     },
     /// Benchmarks (not tests): each prints figures with a baseline measured in the same run.
     Bench {
@@ -112,7 +116,16 @@ fn init_tracing() {
 async fn main() -> Result<()> {
     init_tracing();
     match Cli::parse().cmd {
-        Cmd::Serve { data_dir, listen, insecure_http, admin_token_file, tls_san, max_body_bytes, watch_history } => {
+        Cmd::Serve {
+            data_dir,
+            listen,
+            insecure_http,
+            admin_token_file,
+            tls_san,
+            max_body_bytes,
+            watch_history,
+            event_ttl,
+        } => {
             let limits = Limits { max_body: max_body_bytes, ..Limits::default() };
             serve::run(ServeOptions {
                 data_dir,
@@ -122,6 +135,7 @@ async fn main() -> Result<()> {
                 tls_san,
                 limits,
                 watch_history,
+                event_ttl,
             })
             .await
         }

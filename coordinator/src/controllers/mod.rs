@@ -7,6 +7,7 @@ pub mod budget;
 pub mod cache;
 pub mod config_name;
 pub mod drain;
+pub mod event_ttl;
 pub mod events;
 pub mod hooks;
 pub mod node;
