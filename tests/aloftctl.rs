@@ -175,3 +175,113 @@ async fn refused_input_changes_nothing() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("Forbidden"), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(fails(&c, &["get", "mcp", "worker"]).contains("NotFound"));
 }
+
+/// `adm prune renderedmachineconfigs`: a dry run by default; with --confirm, the unused rendered
+/// configs go (oldest first, --count of them), and what a pool or a node names stays, as do the
+/// user's own configs. An unknown pool is an error that deletes nothing.
+#[tokio::test]
+async fn prune_deletes_only_unused_rendered_configs_and_only_when_confirmed() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let mcs = "/apis/machineconfiguration.openshift.io/v1/machineconfigs";
+    let pool_path = "/apis/machineconfiguration.openshift.io/v1/machineconfigpools/worker";
+    // Paused: the pool renders, but no node is moved (the nodes' annotations stay as written).
+    let pool = serde_json::json!({"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfigPool",
+        "metadata": {"name": "worker"}, "spec": {"paused": true,
+        "machineConfigSelector": {"matchLabels": {"machineconfiguration.openshift.io/role": "worker"}},
+        "nodeSelector": {"matchLabels": {"node-role.kubernetes.io/worker": ""}}}});
+    admin
+        .post("/apis/machineconfiguration.openshift.io/v1/machineconfigpools", &pool)
+        .await
+        .unwrap()
+        .into_result()
+        .unwrap();
+    // Each new config renders a new target; returns it.
+    let mut last = String::new();
+    let mut renders = Vec::new();
+    for (i, name) in ["50-worker-a", "50-worker-b", "50-worker-c"].iter().enumerate() {
+        let mc = serde_json::json!({"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfig",
+            "metadata": {"name": name, "labels": {"machineconfiguration.openshift.io/role": "worker"}},
+            "spec": {"config": {"ignition": {"version": "3.4.0"}, "storage": {"files": [
+                {"path": format!("/etc/prune-{i}"), "mode": 420, "contents": {"source": "data:,x"}}]}}}});
+        admin.post(mcs, &mc).await.unwrap().into_result().unwrap();
+        let prev = last.clone();
+        last = eventually(Duration::from_secs(30), "a new render", || {
+            let (a, prev) = (admin.clone(), prev.clone());
+            async move {
+                let p = a.get(pool_path).await?.into_result()?;
+                let name = p.pointer("/spec/configuration/name").and_then(|v| v.as_str()).unwrap_or("");
+                Ok((!name.is_empty() && name != prev).then(|| name.to_string()))
+            }
+        })
+        .await;
+        renders.push(last.clone());
+        // Creation times are to the second: keep the renders' order unambiguous.
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+    }
+    let (r1, r2, r3) = (&renders[0], &renders[1], &renders[2]);
+    // With no nodes the pool is updated on its target at once: its status names r3, not r2.
+    eventually(Duration::from_secs(30), "the pool's status on the last render", || {
+        let (a, r3) = (admin.clone(), r3.clone());
+        async move {
+            let p = a.get(pool_path).await?.into_result()?;
+            Ok((p.pointer("/status/configuration/name").and_then(|v| v.as_str()) == Some(r3.as_str())).then_some(()))
+        }
+    })
+    .await;
+    // A node still on the first render: that one is in use.
+    let node = serde_json::json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1",
+        "labels": {"node-role.kubernetes.io/worker": ""}, "annotations": {
+        "machineconfiguration.openshift.io/currentConfig": r1, "machineconfiguration.openshift.io/desiredConfig": r1}}});
+    admin.post("/api/v1/nodes", &node).await.unwrap().into_result().unwrap();
+    let exists = |name: String| {
+        let a = admin.clone();
+        async move { a.get(&format!("{mcs}/{name}")).await.unwrap().code == 200 }
+    };
+
+    let out = ok(&c, &["adm", "prune", "renderedmachineconfigs", "list", "--in-use", "false"]);
+    assert!(out.starts_with("worker\n"), "{out}");
+    assert!(out.contains(&format!("{r2} -- ")) && out.contains("(Currently in use: false)"), "{out}");
+    assert!(!out.contains(r1.as_str()) && !out.contains(r3.as_str()), "only the unused one: {out}");
+
+    // Dry run: says what it would do, deletes nothing.
+    let out = ok(&c, &["adm", "prune", "renderedmachineconfigs", "--pool-name", "worker"]);
+    assert!(out.contains("Dry run enabled"), "{out}");
+    assert!(out.contains(&format!("DRY RUN: Deleted rendered MachineConfig {r2}")), "{out}");
+    assert!(
+        out.contains(&format!("Skipping deletion of rendered MachineConfig {r1} as it's currently in use (node n1")),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!(
+            "Skipping deletion of rendered MachineConfig {r3} as it's currently in use (pool worker (spec)"
+        )),
+        "{out}"
+    );
+    assert!(exists(r2.clone()).await, "a dry run deletes nothing");
+
+    // An unknown pool: an error naming it, nothing deleted.
+    let err = fails(&c, &["adm", "prune", "renderedmachineconfigs", "--pool-name", "nope", "--confirm"]);
+    assert!(err.contains("machineconfigpool \"nope\" not found"), "{err}");
+    assert!(exists(r2.clone()).await);
+
+    // --count 0 deletes nothing even when confirmed; then the real thing.
+    let out = ok(&c, &["adm", "prune", "renderedmachineconfigs", "--count", "0", "--confirm"]);
+    assert!(out.contains("No unused rendered MachineConfigs to delete"), "{out}");
+    let out = ok(&c, &["adm", "prune", "renderedmachineconfigs", "--confirm"]);
+    assert!(!out.contains("DRY RUN"), "{out}");
+    assert!(out.contains(&format!("Deleted rendered MachineConfig {r2}")), "{out}");
+    assert!(!exists(r2.clone()).await, "the unused render is gone");
+    for keep in [r1.clone(), r3.clone(), "50-worker-a".into(), "50-worker-b".into(), "50-worker-c".into()] {
+        assert!(exists(keep.clone()).await, "{keep} stays");
+    }
+    let out = ok(&c, &["adm", "prune", "renderedmachineconfigs", "--confirm"]);
+    assert!(out.contains("No unused rendered MachineConfigs to delete"), "a second prune finds nothing: {out}");
+    // A pool's target deleted anyway (a prune racing a change) is rendered again.
+    ok(&c, &["delete", "mc", r3]);
+    eventually(Duration::from_secs(30), "the pool's target rendered again", || {
+        let e = exists(r3.clone());
+        async move { Ok(e.await.then_some(())) }
+    })
+    .await;
+}

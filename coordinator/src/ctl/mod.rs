@@ -3,6 +3,7 @@
 
 pub mod apply;
 pub mod print;
+pub mod prune;
 
 use crate::client::{resource_path, Client, ClientConfig};
 use crate::resources::{self, ResourceType};
@@ -29,6 +30,7 @@ const TABLE_ACCEPT: &str = "application/json;as=Table;v=v1;g=meta.k8s.io,applica
 ///   aloftctl rollout status mcp/worker
 ///   aloftctl rollout resume mcp/worker
 ///   aloftctl delete mc 99-worker-ssh
+///   aloftctl adm prune renderedmachineconfigs --pool-name worker --confirm
 #[derive(Parser)]
 #[command(name = "aloftctl", version, verbatim_doc_comment)]
 pub struct Cli {
@@ -109,6 +111,58 @@ enum Cmd {
     Rollout {
         #[command(subcommand)]
         cmd: RolloutCmd,
+    },
+    /// Administration: `adm prune renderedmachineconfigs`.
+    Adm {
+        #[command(subcommand)]
+        cmd: AdmCmd,
+    },
+}
+
+#[derive(Subcommand)]
+enum AdmCmd {
+    /// Delete objects nothing needs any more.
+    Prune {
+        #[command(subcommand)]
+        cmd: PruneCmd,
+    },
+}
+
+#[derive(Subcommand)]
+enum PruneCmd {
+    /// Delete rendered MachineConfigs no pool and no node uses, oldest first, as `oc adm prune
+    /// renderedmachineconfigs` does. A dry run unless --confirm. `list` shows them all.
+    ///
+    /// Examples:
+    ///   aloftctl adm prune renderedmachineconfigs list --in-use false
+    ///   aloftctl adm prune renderedmachineconfigs --pool-name worker
+    ///   aloftctl adm prune renderedmachineconfigs --pool-name worker --count 2 --confirm
+    #[command(name = "renderedmachineconfigs", verbatim_doc_comment, args_conflicts_with_subcommands = true)]
+    RenderedMachineConfigs {
+        #[command(subcommand)]
+        cmd: Option<RenderedCmd>,
+        /// Only this pool's rendered configs.
+        #[arg(long)]
+        pool_name: Option<String>,
+        /// Delete at most this many (the oldest unused ones).
+        #[arg(long)]
+        count: Option<usize>,
+        /// Delete; without it, only say what would be deleted.
+        #[arg(long)]
+        confirm: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum RenderedCmd {
+    /// List rendered MachineConfigs by pool, with whether they are in use.
+    List {
+        /// Only this pool's rendered configs.
+        #[arg(long)]
+        pool_name: Option<String>,
+        /// Only those in use (true) or unused (false).
+        #[arg(long)]
+        in_use: Option<bool>,
     },
 }
 
@@ -209,6 +263,12 @@ pub async fn main() -> Result<()> {
             rollout_status(&client, &target, timeout, not_config.as_deref()).await
         }
         Cmd::Rollout { cmd: RolloutCmd::Resume { target } } => rollout_resume(&client, &target).await,
+        Cmd::Adm {
+            cmd: AdmCmd::Prune { cmd: PruneCmd::RenderedMachineConfigs { cmd, pool_name, count, confirm } },
+        } => match cmd {
+            Some(RenderedCmd::List { pool_name, in_use }) => list_rendered(&client, pool_name.as_deref(), in_use).await,
+            None => prune_rendered(&client, pool_name.as_deref(), count, confirm).await,
+        },
         Cmd::ApiResources => {
             println!("{:<20} {:<12} {:<42} {:<11} KIND", "NAME", "SHORTNAMES", "APIVERSION", "NAMESPACED");
             for r in resources::ALL {
@@ -594,4 +654,77 @@ async fn rollout_status(client: &Client, target: &str, timeout: u64, not_config:
         }
         tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     }
+}
+
+/// The rendered configs (of `pool`, when given) and what uses them; an unknown pool is an error.
+async fn rendered_inventory(client: &Client, pool: Option<&str>) -> Result<Vec<prune::Rendered>> {
+    let items = |v: Value| v.get("items").and_then(Value::as_array).cloned().unwrap_or_default();
+    let list = |rt: &'static ResourceType| async move {
+        Ok::<_, anyhow::Error>(items(client.get(&resource_path(rt.path_ref(), None, None)).await?.into_result()?))
+    };
+    let pools = list(&resources::MACHINE_CONFIG_POOL).await?;
+    if let Some(p) = pool {
+        if !pools.iter().any(|v| v.pointer("/metadata/name").and_then(Value::as_str) == Some(p)) {
+            bail!("machineconfigpool {p:?} not found (aloftctl get mcp lists them)");
+        }
+    }
+    let (mcs, nodes) = (list(&resources::MACHINE_CONFIG).await?, list(&resources::NODE).await?);
+    let mut inv = prune::inventory(&mcs, &pools, &nodes);
+    inv.retain(|r| pool.is_none_or(|p| r.pool == p));
+    Ok(inv)
+}
+
+async fn list_rendered(client: &Client, pool: Option<&str>, in_use: Option<bool>) -> Result<()> {
+    let inv = rendered_inventory(client, pool).await?;
+    let mut last_pool = None;
+    for r in inv.iter().filter(|r| in_use.is_none_or(|u| r.in_use() == u)) {
+        if last_pool != Some(&r.pool) {
+            println!("{}", r.pool);
+            last_pool = Some(&r.pool);
+        }
+        println!("  {} -- {} (Currently in use: {})", r.name, r.created, r.in_use());
+    }
+    if last_pool.is_none() {
+        eprintln!("No rendered MachineConfigs found.");
+    }
+    Ok(())
+}
+
+async fn prune_rendered(client: &Client, pool: Option<&str>, count: Option<usize>, confirm: bool) -> Result<()> {
+    let inv = rendered_inventory(client, pool).await?;
+    let (delete, keep) = prune::plan(&inv, count);
+    let dry = if confirm { "" } else { "DRY RUN: " };
+    if !confirm {
+        println!("Dry run enabled - no modifications will be made. Add --confirm to remove rendered machine configs.");
+    }
+    for r in &keep {
+        println!(
+            "{dry}Skipping deletion of rendered MachineConfig {} as it's currently in use ({})",
+            r.name,
+            r.used_by.join(", ")
+        );
+    }
+    let mut failed = 0;
+    for r in &delete {
+        if confirm {
+            let path = resource_path(resources::MACHINE_CONFIG.path_ref(), None, Some(&r.name));
+            let reply = client.call(reqwest::Method::DELETE, &path, None, None).await?;
+            // Gone already (another prune) is what was wanted.
+            if reply.code != 404 {
+                if let Err(e) = reply.into_result() {
+                    eprintln!("error: deleting rendered MachineConfig {}: {e}", r.name);
+                    failed += 1;
+                    continue;
+                }
+            }
+        }
+        println!("{dry}Deleted rendered MachineConfig {}", r.name);
+    }
+    if delete.is_empty() {
+        println!("No unused rendered MachineConfigs to delete.");
+    }
+    if failed > 0 {
+        bail!("{failed} rendered MachineConfig(s) not deleted");
+    }
+    Ok(())
 }
