@@ -74,5 +74,11 @@ echo "== 4. Bad input is refused and changes nothing =="
 printf 'apiVersion: machineconfiguration.openshift.io/v1\nkind: MachineConfig\nmetadata: {name: bad-version}\nspec: {config: {ignition: {version: 9.9.9}}}\n' >"$work/bad.yaml"
 ctl apply -f "$work/bad.yaml" || true
 ctl get mcp worker
+
+echo
+echo "== 5. Rendered configs nothing uses any more, pruned as oc adm prune does =="
+ctl adm prune renderedmachineconfigs list
+ctl adm prune renderedmachineconfigs --pool-name worker
+ctl adm prune renderedmachineconfigs --pool-name worker --confirm
 echo
 echo "Coordinator state: $work/coordinator/aloft.db and aloft-tokens.db (SQLite, WAL). Logs: $work/*.log"

@@ -249,12 +249,12 @@ async fn prune_deletes_only_unused_rendered_configs_and_only_when_confirmed() {
     assert!(out.contains("Dry run enabled"), "{out}");
     assert!(out.contains(&format!("DRY RUN: Deleted rendered MachineConfig {r2}")), "{out}");
     assert!(
-        out.contains(&format!("Skipping deletion of rendered MachineConfig {r1} as it's currently in use (node n1")),
+        out.contains(&format!("Skipping deletion of rendered MachineConfig {r1} as it's currently in use (node n1)")),
         "{out}"
     );
     assert!(
         out.contains(&format!(
-            "Skipping deletion of rendered MachineConfig {r3} as it's currently in use (pool worker (spec)"
+            "Skipping deletion of rendered MachineConfig {r3} as it's currently in use (pool worker (spec, status))"
         )),
         "{out}"
     );

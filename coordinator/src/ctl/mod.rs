@@ -701,7 +701,7 @@ async fn prune_rendered(client: &Client, pool: Option<&str>, count: Option<usize
         println!(
             "{dry}Skipping deletion of rendered MachineConfig {} as it's currently in use ({})",
             r.name,
-            r.used_by.join(", ")
+            r.used_by()
         );
     }
     let mut failed = 0;

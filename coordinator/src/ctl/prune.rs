@@ -18,13 +18,43 @@ pub struct Rendered {
     /// The pool it was rendered for (its controller owner, else the name's `rendered-<pool>-`).
     pub pool: String,
     pub created: String,
-    /// Who names it, e.g. "pool worker (spec)", "node n1 (currentConfig)"; empty: unused.
-    pub used_by: Vec<String>,
+    /// The pools that name it, with where: ("worker", "spec").
+    pub pools: Vec<(String, &'static str)>,
+    /// The nodes that name it (any of their config annotations), sorted.
+    pub nodes: Vec<String>,
 }
+
+/// Node names a reason lists before it gives only the count (a fleet's target is named by
+/// every node).
+const NODES_NAMED: usize = 3;
 
 impl Rendered {
     pub fn in_use(&self) -> bool {
-        !self.used_by.is_empty()
+        !self.pools.is_empty() || !self.nodes.is_empty()
+    }
+
+    /// Who uses it, in a line: "pool worker (spec, status), 2 nodes: a, b".
+    pub fn used_by(&self) -> String {
+        let mut parts: Vec<String> = Vec::new();
+        for (pool, _) in &self.pools {
+            if parts.iter().any(|p| p.starts_with(&format!("pool {pool} ("))) {
+                continue;
+            }
+            let places: Vec<&str> = self.pools.iter().filter(|(p, _)| p == pool).map(|(_, w)| *w).collect();
+            parts.push(format!("pool {pool} ({})", places.join(", ")));
+        }
+        match self.nodes.as_slice() {
+            [] => {}
+            [one] => parts.push(format!("node {one}")),
+            many => {
+                let mut names = many.iter().take(NODES_NAMED).cloned().collect::<Vec<_>>().join(", ");
+                if many.len() > NODES_NAMED {
+                    names.push_str(", …");
+                }
+                parts.push(format!("{} nodes: {names}", many.len()));
+            }
+        }
+        parts.join(", ")
     }
 }
 
@@ -49,26 +79,28 @@ pub fn inventory(mcs: &[Value], pools: &[Value], nodes: &[Value]) -> Vec<Rendere
         .filter_map(|mc| {
             let pool = owner_pool(mc)?;
             let name = text(mc, "/metadata/name").to_string();
-            let mut used_by = Vec::new();
+            let mut using_pools = Vec::new();
             for p in pools {
                 let pname = text(p, "/metadata/name");
                 for (part, ptr) in [("spec", "/spec/configuration/name"), ("status", "/status/configuration/name")] {
                     if text(p, ptr) == name {
-                        used_by.push(format!("pool {pname} ({part})"));
+                        using_pools.push((pname.to_string(), part));
                     }
                 }
             }
-            for n in nodes {
-                let nname = text(n, "/metadata/name");
-                let annotations = n.pointer("/metadata/annotations");
-                for key in [ann::CURRENT_CONFIG, ann::DESIRED_CONFIG, ann::PRESTAGE_CONFIG, ann::PRESTAGED_CONFIG] {
-                    if annotations.and_then(|a| a.get(key)).and_then(Value::as_str) == Some(name.as_str()) {
-                        let short = key.rsplit('/').next().unwrap_or(key);
-                        used_by.push(format!("node {nname} ({short})"));
-                    }
-                }
-            }
-            Some(Rendered { name, pool, created: text(mc, "/metadata/creationTimestamp").to_string(), used_by })
+            let mut using_nodes: Vec<String> = nodes
+                .iter()
+                .filter(|n| {
+                    let annotations = n.pointer("/metadata/annotations");
+                    [ann::CURRENT_CONFIG, ann::DESIRED_CONFIG, ann::PRESTAGE_CONFIG, ann::PRESTAGED_CONFIG]
+                        .iter()
+                        .any(|k| annotations.and_then(|a| a.get(*k)).and_then(Value::as_str) == Some(name.as_str()))
+                })
+                .map(|n| text(n, "/metadata/name").to_string())
+                .collect();
+            using_nodes.sort();
+            let created = text(mc, "/metadata/creationTimestamp").to_string();
+            Some(Rendered { name, pool, created, pools: using_pools, nodes: using_nodes })
         })
         .collect();
     out.sort_by(|a, b| (&a.pool, &a.created, &a.name).cmp(&(&b.pool, &b.created, &b.name)));
@@ -88,6 +120,26 @@ pub fn plan(inv: &[Rendered], count: Option<usize>) -> (Vec<&Rendered>, Vec<&Ren
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_fleets_worth_of_users_is_summarised() {
+        let r = |pools: &[(&str, &'static str)], nodes: &[&str]| Rendered {
+            name: "rendered-worker-a".into(),
+            pool: "worker".into(),
+            created: String::new(),
+            pools: pools.iter().map(|(p, w)| (p.to_string(), *w)).collect(),
+            nodes: nodes.iter().map(|n| n.to_string()).collect(),
+        };
+        assert_eq!(r(&[("worker", "spec"), ("worker", "status")], &[]).used_by(), "pool worker (spec, status)");
+        assert_eq!(r(&[], &["a", "b"]).used_by(), "2 nodes: a, b");
+        let many: Vec<String> = (0..10_000).map(|i| format!("n{i:05}")).collect();
+        let many: Vec<&str> = many.iter().map(String::as_str).collect();
+        assert_eq!(
+            r(&[("worker", "spec")], &many).used_by(),
+            "pool worker (spec), 10000 nodes: n00000, n00001, n00002, …"
+        );
+        assert!(!r(&[], &[]).in_use());
+    }
 
     fn rendered(name: &str, created: &str, owner: Option<&str>) -> Value {
         let mut mc = json!({"metadata": {"name": name, "creationTimestamp": created}});
@@ -128,9 +180,9 @@ mod tests {
             ]
         );
         let x = inv.iter().find(|r| r.name == "rendered-infra-x").unwrap();
-        assert_eq!(x.used_by, ["node n1 (currentConfig)", "node n1 (desiredConfig)"]);
+        assert_eq!(x.used_by(), "node n1", "named twice by n1, listed once");
         let c = inv.iter().find(|r| r.name == "rendered-worker-c").unwrap();
-        assert_eq!(c.used_by, ["pool worker (status)"]);
+        assert_eq!(c.used_by(), "pool worker (status)");
 
         let (delete, keep) = plan(&inv, None);
         let names = |v: &[&Rendered]| v.iter().map(|r| r.name.clone()).collect::<Vec<_>>();
