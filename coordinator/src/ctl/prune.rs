@@ -35,14 +35,16 @@ impl Rendered {
 
     /// Who uses it, in a line: "pool worker (spec, status), 2 nodes: a, b".
     pub fn used_by(&self) -> String {
-        let mut parts: Vec<String> = Vec::new();
-        for (pool, _) in &self.pools {
-            if parts.iter().any(|p| p.starts_with(&format!("pool {pool} ("))) {
-                continue;
+        // Each pool once, with every place it names the config.
+        let mut by_pool: Vec<(&str, Vec<&str>)> = Vec::new();
+        for (pool, place) in &self.pools {
+            match by_pool.iter_mut().find(|(p, _)| p == pool) {
+                Some((_, places)) => places.push(place),
+                None => by_pool.push((pool, vec![place])),
             }
-            let places: Vec<&str> = self.pools.iter().filter(|(p, _)| p == pool).map(|(_, w)| *w).collect();
-            parts.push(format!("pool {pool} ({})", places.join(", ")));
         }
+        let mut parts: Vec<String> =
+            by_pool.iter().map(|(pool, places)| format!("pool {pool} ({})", places.join(", "))).collect();
         match self.nodes.as_slice() {
             [] => {}
             [one] => parts.push(format!("node {one}")),
