@@ -132,7 +132,7 @@ const NODES: &str = "/nodes";
 /// write its own annotations, so a compromised node could name another pool's config here; closing
 /// it needs the decision to check the name against the node's pool (not done yet).
 fn node_config_names(node: Option<&serde_json::Value>) -> Vec<&str> {
-    let ann = node.and_then(|n| n.pointer("/metadata/annotations"));
+    let ann = node.and_then(|n| crate::server::objects::at(n, &["metadata", "annotations"]));
     [
         aloft_api::annotations::DESIRED_CONFIG,
         aloft_api::annotations::CURRENT_CONFIG,

@@ -23,7 +23,7 @@ use aloft_api::annotations as ann;
 use aloft_api::{DrainHook, MachineConfigPool, Node, NodeDisruptionBudget};
 use chrono::{DateTime, Utc};
 use serde_json::Value;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -60,7 +60,7 @@ pub fn pending(node: &Value) -> Option<Request> {
 
 /// The `desiredDrain` value of a pending request, borrowed.
 fn asked(node: &Value) -> Option<&str> {
-    let ann = node.pointer("/metadata/annotations")?;
+    let ann = crate::server::objects::at(node, &["metadata", "annotations"])?;
     let want = ann.get(ann::DESIRED_DRAIN)?.as_str()?;
     let done = ann.get(ann::LAST_APPLIED_DRAIN).and_then(Value::as_str).unwrap_or("");
     ((want.starts_with("drain-") || want.starts_with("uncordon-")) && want != done).then_some(want)
@@ -150,6 +150,38 @@ struct State {
     nodes: Cache<Node>,
     pools: Cache<MachineConfigPool>,
     budgets: Cache<NodeDisruptionBudget>,
+    /// The nodes whose cached facts have a request pending, by name: a pass starts from these
+    /// instead of reading every node's facts (a rollout's passes, one per batch of events, mostly
+    /// find none: the pick answers the drain and the Done report its uncordon).
+    asking: BTreeSet<String>,
+}
+
+/// Bring `asking` ([`State::asking`]) up to date for node `name` after its cache entry changed.
+fn track(nodes: &Cache<Node>, asking: &mut BTreeSet<String>, name: &str) {
+    match nodes.index_of(name) {
+        Some(i) if nodes.derived[i].drain_pending => {
+            if !asking.contains(name) {
+                asking.insert(name.to_string());
+            }
+        }
+        _ => {
+            asking.remove(name);
+        }
+    }
+}
+
+impl State {
+    /// [`State::asking`] from every node's facts (after a load or a refresh of the whole cache).
+    fn track_all(&mut self) {
+        let nodes = &self.nodes;
+        self.asking = nodes
+            .derived
+            .iter()
+            .zip(&nodes.typed)
+            .filter(|(f, _)| f.drain_pending)
+            .map(|(_, n)| n.metadata.name.clone())
+            .collect();
+    }
 }
 
 /// Uncordon requests left to the node controller, by node: since when.
@@ -157,7 +189,8 @@ type Handoffs = HashMap<String, tokio::time::Instant>;
 
 async fn follow(store: &Arc<dyn Store>, ctx: &Ctx, handoffs: &mut Handoffs) -> Result<(), StoreError> {
     let super::FleetFeed { keys, events: mut stream, nodes, pools, budgets } = super::FleetFeed::start(store).await?;
-    let mut st = State { nodes, pools, budgets };
+    let mut st = State { nodes, pools, budgets, asking: BTreeSet::new() };
+    st.track_all();
     let mut busy = pass(store, ctx, &mut st, handoffs).await?;
     while let Some(batch) = super::next_batch_ready(&mut stream, if busy { RETRY } else { super::RESYNC }).await? {
         for ev in &batch {
@@ -165,6 +198,7 @@ async fn follow(store: &Arc<dyn Store>, ctx: &Ctx, handoffs: &mut Handoffs) -> R
                 // A node that neither asks nor asked is read again only when a drain needs the
                 // whole fleet (the budgets' counts): most Node events of a rollout are such.
                 st.nodes.apply_lazily(ev, |raw, old| old.drain_pending || asks(raw));
+                track(&st.nodes, &mut st.asking, &ev.key.name);
             } else if ev.key.resource == keys[1] {
                 st.pools.apply(ev);
             } else {
@@ -182,8 +216,11 @@ async fn pass(store: &Arc<dyn Store>, ctx: &Ctx, st: &mut State, handoffs: &mut 
     let now = Utc::now();
     let clock = tokio::time::Instant::now();
     // Most passes on a big fleet have nothing pending: find that out before building anything.
+    // In cache order, as the fleet was listed.
+    let mut asking: Vec<usize> = st.asking.iter().filter_map(|name| st.nodes.index_of(name)).collect();
+    asking.sort_unstable();
     let requests: Vec<(usize, Request)> =
-        st.nodes.derived.iter().enumerate().filter_map(|(i, f)| request_of(f).map(|r| (i, r))).collect();
+        asking.into_iter().filter_map(|i| request_of(&st.nodes.derived[i]).map(|r| (i, r))).collect();
     if !handoffs.is_empty() {
         // By name through a set: a batch of a big fleet has a thousand uncordons pending at once.
         let asking: HashSet<&str> = requests.iter().map(|(i, _)| st.nodes.typed[*i].metadata.name.as_str()).collect();
@@ -196,7 +233,10 @@ async fn pass(store: &Arc<dyn Store>, ctx: &Ctx, st: &mut State, handoffs: &mut 
     // which the node controller answers) builds no ledger: that reads the whole fleet.
     let drains = requests.iter().any(|(_, r)| matches!(r, Request::Drain(_)));
     if drains {
+        // Nodes left unparsed asked nothing, and still ask nothing once parsed; counted again
+        // all the same, as cheap as the refresh itself.
         st.nodes.refresh();
+        st.track_all();
     }
     let (unavailable, labels): (Vec<bool>, Vec<&BTreeMap<String, String>>) = if drains {
         (
@@ -252,6 +292,7 @@ async fn pass(store: &Arc<dyn Store>, ctx: &Ctx, st: &mut State, handoffs: &mut 
                 // `put` replaces in place: index `i` is still this node.
                 if let Some(stored) = annotate(store, &st.nodes.raw[i], &[(ann::DRAIN_FAILURE, Some(&msg))]).await? {
                     st.nodes.put(stored);
+                    track(&st.nodes, &mut st.asking, &name);
                 }
                 tracing::warn!(node = %name, %msg, "drain timed out; still retrying");
                 ctx.events.emit(&Involved::node(&name), EventType::Warning, reasons::DRAIN_TIMEOUT, &msg);
@@ -264,6 +305,7 @@ async fn pass(store: &Arc<dyn Store>, ctx: &Ctx, st: &mut State, handoffs: &mut 
                             annotate(store, &st.nodes.raw[i], &[(ann::DRAIN_STARTED, Some(&v))]).await?
                         {
                             st.nodes.put(stored);
+                            track(&st.nodes, &mut st.asking, &name);
                         }
                     }
                     let msg = format!("{r} waits: {b}");

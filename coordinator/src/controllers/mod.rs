@@ -213,7 +213,7 @@ impl SpecChanges {
             self.generations.remove(&ev.key);
             return true;
         }
-        let generation = ev.object.pointer("/metadata/generation").and_then(Value::as_i64);
+        let generation = crate::server::objects::at(&ev.object, &["metadata", "generation"]).and_then(Value::as_i64);
         self.generations.insert(ev.key.clone(), generation) != Some(generation)
     }
 }

@@ -463,7 +463,7 @@ fn undo_drain_edit(node: &mut Value) {
 /// Remember the config a node event says the node runs, when its OS image is not known yet.
 fn note_current_config(st: &mut State, ev: &crate::store::Event) {
     let Some(unknown) = st.os_unknown.as_mut() else { return };
-    let current = ev.object.pointer("/metadata/annotations").and_then(|a| a.get(ann::CURRENT_CONFIG));
+    let current = objects::at(&ev.object, &["metadata", "annotations", ann::CURRENT_CONFIG]);
     if let Some(name) = current.and_then(Value::as_str) {
         if !name.is_empty() && !st.os_images.contains_key(name) && !unknown.contains(name) {
             unknown.insert(name.to_string());

@@ -159,10 +159,11 @@ pub fn plan_with_layout(
     same_os: SameOs<'_>,
     now: DateTime<Utc>,
 ) -> Vec<PoolPlan> {
-    let unavailable: Vec<bool> = facts.iter().map(NodeFacts::disrupted).collect();
+    // Without budgets the ledger allows everything and counts nothing: nothing to build.
     let mut ledger = if s.budgets.is_empty() {
-        Ledger::new(&[], &[], &unavailable)
+        Ledger::new(&[], &[], &[])
     } else {
+        let unavailable: Vec<bool> = facts.iter().map(NodeFacts::disrupted).collect();
         let labels: Vec<&BTreeMap<String, String>> = s.nodes.iter().map(|n| &n.metadata.labels).collect();
         Ledger::new(s.budgets, &labels, &unavailable)
     };
@@ -173,7 +174,7 @@ pub fn plan_with_layout(
         let name = &s.pools[p].metadata.name;
         let idx = layout.members.get(name).cloned().unwrap_or_else(|| std::sync::Arc::from([]));
         let ordered = layout.ordered.get(name).map(Vec::as_slice).unwrap_or_default();
-        let mut pp = plan_pool(s, p, idx, ordered, facts, &unavailable, &mut ledger, same_os, now);
+        let mut pp = plan_pool(s, p, idx, ordered, facts, &mut ledger, same_os, now);
         pp.membership_error = layout.errors.get(name).cloned();
         out.push(pp);
     }
@@ -188,7 +189,6 @@ fn plan_pool(
     members: std::sync::Arc<[usize]>,
     ordered: &[usize],
     facts: &[NodeFacts],
-    unavailable: &[bool],
     ledger: &mut Ledger,
     same_os: SameOs<'_>,
     now: DateTime<Utc>,
@@ -209,8 +209,22 @@ fn plan_pool(
     if target.is_empty() {
         return pp;
     }
-    let names: Vec<&str> = pp.members.iter().map(|&i| s.nodes[i].metadata.name.as_str()).collect();
-    let member_facts: Vec<&NodeFacts> = pp.members.iter().map(|&i| &facts[i]).collect();
+    // One walk over the members for everything a pass reads of each (a 10,000-node pool is
+    // walked on every pass, and each walk reads the members' facts out of cache).
+    let mut names: Vec<&str> = Vec::with_capacity(pp.members.len());
+    let mut member_facts: Vec<&NodeFacts> = Vec::with_capacity(pp.members.len());
+    // Whether each member is still to be moved to the target, compared once per pass (by node
+    // index; the rest of the fleet stays false).
+    let mut behind = vec![false; facts.len()];
+    let mut waiting_any = false;
+    for &i in pp.members.iter() {
+        let f = &facts[i];
+        names.push(s.nodes[i].metadata.name.as_str());
+        member_facts.push(f);
+        let b = f.desired != target;
+        behind[i] = b;
+        waiting_any |= b;
+    }
     let eval = rollout_policy::evaluate(
         pool.spec.rollout.as_ref(),
         pool.status.as_ref().and_then(|st| st.rollout.as_ref()),
@@ -222,15 +236,9 @@ fn plan_pool(
     );
     pp.rollout = Some(eval.status);
     let broken = matches!(eval.gate, Gate::Hold(HoldReason::CircuitBroken { .. }));
-    // Whether each member is still to be moved to the target, compared once per pass (by node
-    // index; the rest of the fleet stays false).
-    let mut behind = vec![false; facts.len()];
-    for &i in pp.members.iter() {
-        behind[i] = facts[i].desired != target;
-    }
+    drop((names, member_facts));
     // In candidate order already (the layout's).
-    let candidates: Vec<usize> = ordered.iter().copied().filter(|&i| facts[i].ready && behind[i]).collect();
-    let waiting_any = pp.members.iter().any(|&i| behind[i]);
+    let candidates: Vec<usize> = ordered.iter().copied().filter(|&i| behind[i] && facts[i].ready).collect();
     let limit = match (&eval.gate, pool.spec.paused) {
         (_, true) => {
             pp.wait = waiting_any.then_some(Wait::Paused);
@@ -245,8 +253,12 @@ fn plan_pool(
     if limit > 0 && !candidates.is_empty() {
         let max = pools::max_unavailable(pool.spec.max_unavailable.as_ref(), pp.members.len());
         // MCO also holds back capacity for nodes failing on the target even when they serve.
-        let busy: Vec<usize> =
-            pp.members.iter().copied().filter(|&i| unavailable[i] || (!behind[i] && facts[i].degraded())).collect();
+        let busy: Vec<usize> = pp
+            .members
+            .iter()
+            .copied()
+            .filter(|&i| facts[i].disrupted() || (!behind[i] && facts[i].degraded()))
+            .collect();
         let room = max.saturating_sub(busy.len());
         let capacity = room.min(limit);
         let mut blocked: BTreeMap<String, (Blocked, Vec<usize>)> = BTreeMap::new();
@@ -259,7 +271,7 @@ fn plan_pool(
         let within = busy.len() <= max;
         let stuck = |i: usize| {
             let f = &facts[i];
-            within && unavailable[i] && f.desired != f.current && (f.state == "Degraded" || f.state == "Unreconcilable")
+            within && f.disrupted() && f.desired != f.current && (f.state == "Degraded" || f.state == "Unreconcilable")
         };
         let mut taken = 0;
         for &c in &candidates {
@@ -298,7 +310,7 @@ fn plan_pool(
     } else if limit > 0 && waiting_any {
         // Candidates exist only once nodes are Ready again.
         let max = pools::max_unavailable(pool.spec.max_unavailable.as_ref(), pp.members.len());
-        let busy: Vec<usize> = pp.members.iter().copied().filter(|&i| unavailable[i]).collect();
+        let busy: Vec<usize> = pp.members.iter().copied().filter(|&i| facts[i].disrupted()).collect();
         if pp.members.iter().any(|&i| behind[i] && !facts[i].ready) {
             pp.wait = Some(Wait::MaxUnavailable { max, unavailable: busy });
         }
@@ -308,10 +320,9 @@ fn plan_pool(
     // (`spec.rollout.prestage: false`, which also withdraws annotations already set).
     let prestage_on = pool.spec.rollout.as_ref().and_then(|r| r.prestage).unwrap_or(true);
     let prestage_ok = prestage_on && !pool.spec.paused && !broken;
-    let mut picked = vec![false; facts.len()];
-    for &i in &pp.picks {
-        picked[i] = true;
-    }
+    let mut picked = pp.picks.clone();
+    picked.sort_unstable();
+    let picked = |i: usize| picked.binary_search(&i).is_ok();
     // Neighbours mostly run the same config: the last answer is kept.
     let mut last_os: Option<(&ConfigName, bool)> = None;
     for &i in pp.members.iter() {
@@ -319,7 +330,7 @@ fn plan_pool(
         // A target on the OS the node runs already has nothing to fetch.
         let want = prestage_ok
             && behind[i]
-            && !picked[i]
+            && !picked(i)
             && !match last_os {
                 Some((current, same)) if *current == f.current => same,
                 _ => {

@@ -252,7 +252,7 @@ async fn create(call: Call<'_>) -> Result<Response, ApiError> {
 }
 
 fn precondition(obj: &Value) -> Result<Option<u64>, ApiError> {
-    match obj.pointer("/metadata/resourceVersion") {
+    match objects::at(obj, &["metadata", "resourceVersion"]) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) if s.is_empty() => Ok(None),
         Some(Value::String(s)) => s.parse().map(Some).map_err(|_| {

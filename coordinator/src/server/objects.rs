@@ -20,8 +20,21 @@ fn meta_mut(obj: &mut Value) -> &mut Map<String, Value> {
     }
 }
 
+/// The value at `path` (object keys, outermost first). `Value::pointer` does the same from a
+/// JSON pointer string, but allocates two strings for every segment (to undo `~` escapes); the
+/// lookups here run for every request and every watch event of a fleet.
+pub fn at<'a>(v: &'a Value, path: &[&str]) -> Option<&'a Value> {
+    path.iter().try_fold(v, |v, k| v.get(*k))
+}
+
+/// [`at`] for a dotted field path (`metadata.name`, `spec.unschedulable`), as field selectors
+/// name fields.
+pub fn at_dotted<'a>(v: &'a Value, path: &str) -> Option<&'a Value> {
+    path.split('.').try_fold(v, |v, k| v.get(k))
+}
+
 pub fn name_of(obj: &Value) -> &str {
-    obj.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("")
+    at(obj, &["metadata", "name"]).and_then(Value::as_str).unwrap_or("")
 }
 
 /// Fill the server-owned metadata of a new object.
@@ -118,7 +131,7 @@ pub fn prepare_update(rt: &ResourceType, status_endpoint: bool, stored: &Value, 
 /// and status changed. Again after the server itself edits the spec of an update (see
 /// [`crate::controllers::uncordon::at_done`]).
 pub fn set_generation(stored: &Value, next: &mut Value) {
-    let generation = stored.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(1);
+    let generation = at(stored, &["metadata", "generation"]).and_then(Value::as_i64).unwrap_or(1);
     let bumped = if !same_spec(next, stored) { generation + 1 } else { generation };
     meta_mut(next).insert("generation".into(), bumped.into());
 }
@@ -197,6 +210,27 @@ mod tests {
     use super::*;
     use crate::resources::{MACHINE_CONFIG, MACHINE_CONFIG_POOL};
     use serde_json::json;
+
+    #[test]
+    fn paths_read_nested_keys_including_ones_with_slashes() {
+        let v = json!({"metadata": {"name": "n1", "resourceVersion": "7",
+                       "annotations": {"machineconfiguration.openshift.io/state": "Done"}},
+                       "spec": {"unschedulable": true}, "status": {"conditions": [{"type": "Ready"}]}});
+        assert_eq!(
+            at(&v, &["metadata", "annotations", "machineconfiguration.openshift.io/state"]),
+            Some(&json!("Done"))
+        );
+        assert_eq!(at(&v, &[]), Some(&v));
+        assert_eq!(at(&v, &["metadata", "missing"]), None);
+        assert_eq!(at(&v, &["metadata", "name", "deeper"]), None, "a string has no keys");
+        assert_eq!(at(&v, &["status", "conditions", "0"]), None, "keys only, no list indexes");
+        assert_eq!(at_dotted(&v, "spec.unschedulable"), Some(&json!(true)));
+        assert_eq!(at_dotted(&v, "metadata.name"), Some(&json!("n1")));
+        assert_eq!(at_dotted(&v, "spec.nope"), None);
+        assert_eq!(name_of(&v), "n1");
+        assert_eq!(name_of(&json!({"metadata": []})), "");
+        assert_eq!(crate::store::revision_of(&v), Some(7));
+    }
 
     fn stored() -> Value {
         json!({"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfigPool",

@@ -185,7 +185,7 @@ impl FieldSelector {
 
     pub fn matches(&self, obj: &Value) -> bool {
         self.terms.iter().all(|(field, neg, value)| {
-            let actual = match obj.pointer(&format!("/{}", field.replace('.', "/"))) {
+            let actual = match super::objects::at_dotted(obj, field) {
                 Some(Value::String(s)) => s.clone(),
                 Some(Value::Bool(b)) => b.to_string(),
                 Some(Value::Number(n)) => n.to_string(),

@@ -213,7 +213,9 @@ pub trait Store: Send + Sync + 'static {
 
 /// Read `metadata.resourceVersion` as the integer the store wrote.
 pub fn revision_of(obj: &Value) -> Option<u64> {
-    obj.pointer("/metadata/resourceVersion").and_then(Value::as_str).and_then(|s| s.parse().ok())
+    crate::server::objects::at(obj, &["metadata", "resourceVersion"])
+        .and_then(Value::as_str)
+        .and_then(|s| s.parse().ok())
 }
 
 pub(crate) fn set_revision(obj: &mut Value, rev: u64) {
