@@ -439,18 +439,21 @@ impl Agent {
             return self.fail(target, format!("{e:#}"), false).await;
         }
         let staged = match os_work {
-            Some(req) => match self.os_stage(target, req).await {
-                Ok(checksum) => Some(checksum),
-                Err(e) => return self.fail(target, e, false).await,
-            },
+            Some(req) => {
+                let record = crate::state::Staged::of(&req);
+                match self.os_stage(target, req).await {
+                    Ok(checksum) => Some((checksum, record)),
+                    Err(e) => return self.fail(target, e, false).await,
+                }
+            }
             None => None,
         };
         let mut applied = new.clone();
         applied.spec = new_spec;
         save_current(&self.root, &applied)?;
         self.current = Some(applied);
-        if let Some(checksum) = staged {
-            return self.reboot_staged(target, checksum).await;
+        if let Some((checksum, record)) = staged {
+            return self.reboot_staged(target, checksum, record).await;
         }
         if plan.reboot {
             return self.reboot(target).await;
@@ -781,7 +784,8 @@ mod tests {
 
     #[test]
     fn os_update_transitions() {
-        let staged = Phase::RebootingStaged { target: "r2".into(), boot_id: "b1".into(), checksum: "c".into() };
+        let staged =
+            Phase::RebootingStaged { target: "r2".into(), boot_id: "b1".into(), checksum: "c".into(), staged: None };
         let working = node("r2", "r1", "Working");
         assert_eq!(decide(&staged, &working, "r2", "b1"), Step::Reboot { target: "r2".into() }, "same boot: ask again");
         assert_eq!(decide(&staged, &working, "r2", "b2"), Step::VerifyOs { target: "r2".into() }, "new boot: verify");
@@ -790,7 +794,7 @@ mod tests {
             Step::VerifyOs { target: "r2".into() },
             "a new desired config waits until the OS update is verified"
         );
-        let verifying = Phase::Verifying { target: "r2".into(), checksum: "c".into() };
+        let verifying = Phase::Verifying { target: "r2".into(), checksum: "c".into(), staged: None };
         assert_eq!(decide(&verifying, &working, "r2", "b2"), Step::VerifyOs { target: "r2".into() }, "crash: again");
         let back =
             Phase::RollingBack { target: "r2".into(), boot_id: "b2".into(), checksum: "c".into(), reason: "x".into() };

@@ -9,6 +9,51 @@ use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::path::PathBuf;
 
+/// What an OS update staged, kept with the phase until the deployment is verified.
+///
+/// Why: ostree writes a staged deployment's boot entry only while the system shuts down
+/// (`ostree-finalize-staged.service`). A node that loses power (or crashes) between staging and
+/// that shutdown boots its old deployment again, with the new config's files already written
+/// and saved: the update cannot be redone from the configs, whose difference is gone. With the
+/// request kept here the agent stages it again, as it was, and reboots; after
+/// [`MAX_RESTAGES`] such attempts the node is Degraded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Staged {
+    /// The `osImageURL` staged; absent for a kernel-arguments-only change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    pub old_kargs: Vec<String>,
+    pub new_kargs: Vec<String>,
+    /// How many times it was staged again after a boot that did not come up on it.
+    #[serde(default)]
+    pub restaged: u32,
+}
+
+/// How many times a staged deployment lost with its boot is staged again before the node is
+/// Degraded (each costs a reboot; a deployment that never comes up must not reboot forever).
+pub const MAX_RESTAGES: u32 = 2;
+
+impl Staged {
+    pub fn of(req: &aloft_api::os::StageRequest) -> Self {
+        Staged {
+            image: req.image.as_ref().map(ToString::to_string),
+            old_kargs: req.old_kargs.clone(),
+            new_kargs: req.new_kargs.clone(),
+            restaged: 0,
+        }
+    }
+
+    /// The request to stage it again.
+    pub fn request(&self) -> Result<aloft_api::os::StageRequest, String> {
+        let image = match &self.image {
+            Some(url) => aloft_api::osimage::parse(url).map_err(|e| e.to_string())?,
+            None => None,
+        };
+        Ok(aloft_api::os::StageRequest { image, old_kargs: self.old_kargs.clone(), new_kargs: self.new_kargs.clone() })
+    }
+}
+
 /// Where the agent is.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "phase", rename_all = "camelCase")]
@@ -29,11 +74,23 @@ pub enum Phase {
     /// Asked logind to reboot, from the boot with `boot_id`.
     Rebooting { target: String, boot_id: String },
     /// Asked logind to reboot into the staged OS deployment of commit `checksum`, from the boot
-    /// with `boot_id`; the next boot verifies it and runs the health checks.
-    RebootingStaged { target: String, boot_id: String, checksum: String },
+    /// with `boot_id`; the next boot verifies it and runs the health checks. `staged` is what was
+    /// staged (absent in a phase saved by an older agent).
+    RebootingStaged {
+        target: String,
+        boot_id: String,
+        checksum: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        staged: Option<Staged>,
+    },
     /// Booted after an OS update: checking the booted commit and kernel arguments, then the
     /// health checks.
-    Verifying { target: String, checksum: String },
+    Verifying {
+        target: String,
+        checksum: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        staged: Option<Staged>,
+    },
     /// Health checks failed on commit `checksum`: the previous deployment is the default and
     /// logind was asked (from `boot_id`) to reboot into it; then Degraded with `reason`.
     RollingBack { target: String, boot_id: String, checksum: String, reason: String },
@@ -170,5 +227,40 @@ mod tests {
         assert_eq!((r.mco_state(), r.reason()), ("Degraded", "health check x failed"));
         std::fs::write(root.state_dir().join("phase.json"), "{nope").unwrap();
         assert!(load(&root).is_err());
+    }
+
+    /// What an OS update staged survives with its phase, so that a staged deployment lost with
+    /// its boot can be staged again exactly; a phase saved before this was kept still loads.
+    #[test]
+    fn the_staged_request_persists_with_the_phase_and_can_be_staged_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = Root::new(dir.path());
+        let url = format!("ostree+http://10.0.2.100/repo#aloft/stable/x86_64@{}", "ab".repeat(32));
+        let req = aloft_api::os::StageRequest {
+            image: aloft_api::osimage::parse(&url).unwrap(),
+            old_kargs: vec!["a=1".into()],
+            new_kargs: vec!["b=2".into(), "quiet".into()],
+        };
+        let staged = Staged::of(&req);
+        assert_eq!(staged.image.as_deref(), Some(url.as_str()));
+        assert_eq!(staged.request().unwrap(), req, "staged again, it is the same request");
+        let p = Phase::RebootingStaged {
+            target: "t".into(),
+            boot_id: "b1".into(),
+            checksum: "ab".repeat(32),
+            staged: Some(Staged { restaged: 1, ..staged.clone() }),
+        };
+        save(&root, &p).unwrap();
+        assert_eq!(load(&root).unwrap(), p);
+        // A kernel-arguments-only change stages no image.
+        let kargs_only = aloft_api::os::StageRequest { image: None, old_kargs: vec![], new_kargs: vec!["x".into()] };
+        assert_eq!(Staged::of(&kargs_only).request().unwrap(), kargs_only);
+        // A phase file from an agent that did not keep the request.
+        std::fs::write(root.state_dir().join("phase.json"), r#"{"phase":"verifying","target":"t","checksum":"c"}"#)
+            .unwrap();
+        assert_eq!(load(&root).unwrap(), Phase::Verifying { target: "t".into(), checksum: "c".into(), staged: None });
+        // A recorded image that no longer parses is an error to report, not a panic.
+        let bad = Staged { image: Some("http://not-ostree".into()), ..staged };
+        assert!(bad.request().is_err());
     }
 }

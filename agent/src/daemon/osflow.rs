@@ -12,7 +12,7 @@ use crate::os::client::HelperClient;
 use crate::os::denylist::{self, Denylist};
 use crate::os::health::HealthChecks;
 use crate::os::{kargs, prestage, OsError, OsHandle, OsStatus, StageRequest};
-use crate::state::{self, Phase};
+use crate::state::{self, Phase, Staged};
 use aloft_api::osimage;
 use aloft_api::{MachineConfig, MachineConfigSpec};
 use anyhow::Result;
@@ -195,11 +195,11 @@ impl Agent {
         Ok(staged?.checksum)
     }
 
-    /// Reboot into the staged deployment; the next boot verifies it.
-    pub(super) async fn reboot_staged(&mut self, target: &str, checksum: String) -> Result<()> {
+    /// Reboot into the staged deployment (`staged` is what was staged); the next boot verifies it.
+    pub(super) async fn reboot_staged(&mut self, target: &str, checksum: String, staged: Staged) -> Result<()> {
         let boot_id = state::boot_id(&self.root);
         self.enter(
-            Phase::RebootingStaged { target: target.into(), boot_id, checksum },
+            Phase::RebootingStaged { target: target.into(), boot_id, checksum, staged: Some(staged) },
             "rebooting into the new OS deployment",
         )?;
         let current = self.current_name();
@@ -214,20 +214,57 @@ impl Agent {
         let (Some(os), Some(cur)) = (self.os.clone(), self.current.clone()) else {
             return self.finish(target, true).await;
         };
-        let checksum = match &self.phase {
-            Phase::RebootingStaged { checksum, .. } | Phase::Verifying { checksum, .. } => checksum.clone(),
-            _ => String::new(),
+        let (checksum, staged) = match &self.phase {
+            Phase::RebootingStaged { checksum, staged, .. } | Phase::Verifying { checksum, staged, .. } => {
+                (checksum.clone(), staged.clone())
+            }
+            _ => (String::new(), None),
         };
         self.enter(
-            Phase::Verifying { target: target.into(), checksum: checksum.clone() },
+            Phase::Verifying { target: target.into(), checksum: checksum.clone(), staged: staged.clone() },
             "verifying the booted OS and running health checks",
         )?;
         if let Err(reason) = self.verify_os(&os, &cur).await {
-            return self.fail(target, reason, false).await;
+            let denied = Denylist::load(&self.root).ok().is_some_and(|l| l.find(&checksum).is_some());
+            return match staged {
+                Some(staged) if !denied && staged.restaged < state::MAX_RESTAGES => {
+                    self.restage(&os, target, staged, reason).await
+                }
+                Some(staged) if staged.restaged > 0 => {
+                    let reason = format!(
+                        "{reason} (staged again {} times after boots that did not come up on it: was the node \
+                         powered off before ostree finalized the deployment, or did finalizing it fail? see \
+                         ostree-finalize-staged.service)",
+                        staged.restaged
+                    );
+                    self.fail(target, reason, false).await
+                }
+                _ => self.fail(target, reason, false).await,
+            };
         }
         match os.health.run(self.services.as_ref()).await {
             Ok(_) => self.finish(target, true).await,
             Err(failure) => self.roll_back(&os, target, &checksum, failure.to_string()).await,
+        }
+    }
+
+    /// The boot after staging did not come up on the staged deployment (see [`Staged`]): stage
+    /// the same request again and reboot. The phase stays Verifying until the reboot is asked
+    /// for, so a crash meanwhile verifies (and stages) again rather than reporting Done on the
+    /// old OS.
+    async fn restage(&mut self, os: &super::OsAgent, target: &str, staged: Staged, why: String) -> Result<()> {
+        let restaged = staged.restaged + 1;
+        tracing::warn!(target, restaged, reason = %why,
+            "the staged OS deployment did not come up (the node went down before ostree finalized it?): staging it again");
+        let req = match staged.request() {
+            Ok(r) => r,
+            Err(e) => return self.fail(target, format!("{why}; staging it again: {e}"), false).await,
+        };
+        let result = os.handle.run(move |b| b.stage(&req)).await;
+        self.refresh_os_status().await;
+        match result {
+            Ok(d) => self.reboot_staged(target, d.checksum, Staged { restaged, ..staged }).await,
+            Err(e) => self.fail(target, format!("{why}; staging it again failed: {e}"), false).await,
         }
     }
 
