@@ -236,7 +236,6 @@ fn plan_pool(
     );
     pp.rollout = Some(eval.status);
     let broken = matches!(eval.gate, Gate::Hold(HoldReason::CircuitBroken { .. }));
-    drop((names, member_facts));
     // In candidate order already (the layout's).
     let candidates: Vec<usize> = ordered.iter().copied().filter(|&i| behind[i] && facts[i].ready).collect();
     let limit = match (&eval.gate, pool.spec.paused) {
