@@ -65,6 +65,32 @@ fn refused(message: impl Into<String>, unreconcilable: bool) -> Refused {
     Refused { message: message.into(), unreconcilable }
 }
 
+/// What to do when the boot after staging is not on the staged deployment.
+#[derive(Debug, PartialEq)]
+enum FailedVerify {
+    /// Stage this again (its count already raised) and reboot; the string is why.
+    StageAgain(Staged, String),
+    /// Give up: Degraded with this reason.
+    Degraded(String),
+}
+
+/// The staged deployment is staged again while attempts remain ([`state::MAX_RESTAGES`]) and its
+/// commit never failed its health checks here (a denylisted commit is not retried); the
+/// reason of a node that runs out of attempts says so and where to look.
+fn after_failed_verify(staged: Option<Staged>, denied: bool, reason: String) -> FailedVerify {
+    match staged {
+        Some(staged) if !denied && staged.restaged < state::MAX_RESTAGES => {
+            FailedVerify::StageAgain(Staged { restaged: staged.restaged + 1, ..staged }, reason)
+        }
+        Some(staged) if staged.restaged > 0 => FailedVerify::Degraded(format!(
+            "{reason} (staged again {} times after boots that did not come up on it: was the node powered off \
+             before ostree finalized the deployment, or did finalizing it fail? see ostree-finalize-staged.service)",
+            staged.restaged
+        )),
+        _ => FailedVerify::Degraded(reason),
+    }
+}
+
 impl Agent {
     /// The deployments for the status, as last read from the helper (`null` without an OS
     /// backend; `{"error": ...}` when the helper could not be asked). Cached rather than asked
@@ -226,20 +252,9 @@ impl Agent {
         )?;
         if let Err(reason) = self.verify_os(&os, &cur).await {
             let denied = Denylist::load(&self.root).ok().is_some_and(|l| l.find(&checksum).is_some());
-            return match staged {
-                Some(staged) if !denied && staged.restaged < state::MAX_RESTAGES => {
-                    self.restage(&os, target, staged, reason).await
-                }
-                Some(staged) if staged.restaged > 0 => {
-                    let reason = format!(
-                        "{reason} (staged again {} times after boots that did not come up on it: was the node \
-                         powered off before ostree finalized the deployment, or did finalizing it fail? see \
-                         ostree-finalize-staged.service)",
-                        staged.restaged
-                    );
-                    self.fail(target, reason, false).await
-                }
-                _ => self.fail(target, reason, false).await,
+            return match after_failed_verify(staged, denied, reason) {
+                FailedVerify::StageAgain(staged, why) => self.restage(&os, target, staged, why).await,
+                FailedVerify::Degraded(reason) => self.fail(target, reason, false).await,
             };
         }
         match os.health.run(self.services.as_ref()).await {
@@ -249,11 +264,11 @@ impl Agent {
     }
 
     /// The boot after staging did not come up on the staged deployment (see [`Staged`]): stage
-    /// the same request again and reboot. The phase stays Verifying until the reboot is asked
+    /// the same request again (`staged` counts this attempt already) and reboot. The phase stays Verifying until the reboot is asked
     /// for, so a crash meanwhile verifies (and stages) again rather than reporting Done on the
     /// old OS.
     async fn restage(&mut self, os: &super::OsAgent, target: &str, staged: Staged, why: String) -> Result<()> {
-        let restaged = staged.restaged + 1;
+        let restaged = staged.restaged;
         tracing::warn!(target, restaged, reason = %why,
             "the staged OS deployment did not come up (the node went down before ostree finalized it?): staging it again");
         let req = match staged.request() {
@@ -263,7 +278,7 @@ impl Agent {
         let result = os.handle.run(move |b| b.stage(&req)).await;
         self.refresh_os_status().await;
         match result {
-            Ok(d) => self.reboot_staged(target, d.checksum, Staged { restaged, ..staged }).await,
+            Ok(d) => self.reboot_staged(target, d.checksum, staged).await,
             Err(e) => self.fail(target, format!("{why}; staging it again failed: {e}"), false).await,
         }
     }
@@ -358,5 +373,30 @@ impl Agent {
             Some(os) => self.verify_os(&os, cur).await,
             None => Ok(()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn staged(restaged: u32) -> Staged {
+        Staged { image: None, old_kargs: vec![], new_kargs: vec!["k=1".into()], restaged }
+    }
+
+    #[test]
+    fn a_lost_staged_deployment_is_staged_again_at_most_twice_then_degraded() {
+        let why = || "expected target osImageURL x, have y".to_string();
+        assert_eq!(after_failed_verify(Some(staged(0)), false, why()), FailedVerify::StageAgain(staged(1), why()));
+        assert_eq!(after_failed_verify(Some(staged(1)), false, why()), FailedVerify::StageAgain(staged(2), why()));
+        let FailedVerify::Degraded(reason) = after_failed_verify(Some(staged(2)), false, why()) else {
+            panic!("a third lost boot must not stage again");
+        };
+        assert!(reason.starts_with(&why()) && reason.contains("staged again 2 times"), "{reason}");
+        assert!(reason.contains("ostree-finalize-staged.service"), "{reason}");
+        // A commit that failed its health checks here is never staged again.
+        assert_eq!(after_failed_verify(Some(staged(0)), true, why()), FailedVerify::Degraded(why()));
+        // A phase saved by an older agent has no request to stage again.
+        assert_eq!(after_failed_verify(None, false, why()), FailedVerify::Degraded(why()));
     }
 }
