@@ -13,7 +13,8 @@
 //! ratio (rollout efficiency), the highest number of nodes updating at once (sampled by the nodes
 //! themselves: a node counts itself from seeing its pick to writing Done, inside the window in
 //! which the coordinator counts it unavailable, so a count above the budget is a real violation),
-//! and the coordinator's CPU time and peak RSS.
+//! the coordinator's CPU time and peak RSS, and per generation (the picks in the order the nodes
+//! saw them, k at a time) the spread of its picks and how late its last pick came.
 //!
 //! Usage: cargo run --release -p aloft-tests --bin rollout-bench -- \
 //!          --nodes 1000 --max-unavailable 10% --per-node-ms 500 [--failure-rate 0.0]
@@ -88,6 +89,8 @@ struct Fleet {
     steps: std::sync::Mutex<std::collections::BTreeMap<String, &'static str>>,
     updating: AtomicUsize,
     max_updating: AtomicUsize,
+    /// When each node saw its pick (a generation's spread of these is where the overhead shows).
+    seen_at: std::sync::Mutex<Vec<Instant>>,
     done: AtomicUsize,
     failures: AtomicUsize,
 }
@@ -116,6 +119,7 @@ async fn node(
         let current = view.annotation(ann::CURRENT_CONFIG).to_string();
         if !desired.is_empty() && desired != current {
             let seen = Instant::now();
+            fleet.seen_at.lock().unwrap_or_else(|e| e.into_inner()).push(seen);
             let mut marks: Vec<(&str, Instant)> = Vec::new();
             let now = fleet.updating.fetch_add(1, Ordering::SeqCst) + 1;
             fleet.max_updating.fetch_max(now, Ordering::SeqCst);
@@ -282,6 +286,7 @@ async fn main() -> Result<()> {
         steps: Default::default(),
         updating: AtomicUsize::new(0),
         max_updating: AtomicUsize::new(0),
+        seen_at: Default::default(),
         done: AtomicUsize::new(0),
         failures: AtomicUsize::new(0),
     });
@@ -441,6 +446,31 @@ async fn main() -> Result<()> {
         per_node(coordinator_cpu),
         per_node(sim_cpu),
         (coordinator_cpu + sim_cpu) / wall.as_secs_f64()
+    );
+    // Generation g is the g-th k of picks in the order the nodes saw them. Its spread (first to
+    // last node seeing its pick) grows when a wave of Done reports takes the machine longer to
+    // answer than the wave lasts; its last start against g x per-node time is how late the
+    // slowest slot runs by then.
+    let mut seen: Vec<f64> = fleet
+        .seen_at
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .map(|t| t.saturating_duration_since(start).as_secs_f64() * 1000.0)
+        .collect();
+    seen.sort_by(f64::total_cmp);
+    let per_node_ms = args.per_node.as_secs_f64() * 1000.0;
+    let generations: Vec<String> = seen
+        .chunks(k)
+        .enumerate()
+        .map(|(g, c)| {
+            let (first, last) = (c[0], c[c.len() - 1]);
+            format!("{g}: {:.0}/{:.0}", last - first, last - g as f64 * per_node_ms)
+        })
+        .collect();
+    println!(
+        "  per generation, ms: spread of the picks seen / last pick seen after the ideal start: {}",
+        generations.join(", ")
     );
     tasks.abort_all();
     if max_seen > k {
