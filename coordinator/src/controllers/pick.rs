@@ -209,8 +209,8 @@ fn plan_pool(
     if target.is_empty() {
         return pp;
     }
-    // One walk over the members for everything a pass reads of each (a 10,000-node pool is
-    // walked on every pass, and each walk reads the members' facts out of cache).
+    // One walk over the members for the rollout policy's inputs and the behind flags (a
+    // 10,000-node pool is walked on every pass, and each walk loads the members' facts).
     let mut names: Vec<&str> = Vec::with_capacity(pp.members.len());
     let mut member_facts: Vec<&NodeFacts> = Vec::with_capacity(pp.members.len());
     // Whether each member is still to be moved to the target, compared once per pass (by node
