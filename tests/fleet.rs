@@ -399,3 +399,66 @@ async fn a_restarted_agent_never_leaves_a_done_node_cordoned() {
     assert_eq!(node_annotation(&node, ann::LAST_APPLIED_DRAIN), format!("uncordon-{target}"), "{node}");
     assert_ne!(node.pointer("/spec/unschedulable"), Some(&json!(true)), "{node}");
 }
+
+/// An edit made while no drift watch was armed (here: between the agent's last look at the disk
+/// and the first watch of a fresh run loop; in CI it was the moment between a Done report and
+/// the watch for the next Node change) is found as soon as the watch is armed, not at the
+/// 10-minute check. The second agent runs in this process on the first one's root and
+/// credential, so its start-up check (which would also catch the edit) is left out on purpose.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edit_made_before_the_drift_watch_is_armed_is_found() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let token_file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(token_file.path(), c.create_token("fleet", "bootstrap")).unwrap();
+    let mut h = Host::new("worker-w").await;
+    h.start_agent(&c, token_file.path());
+    // The file needs no reboot, so the first agent stays up until the test stops it.
+    let policy = json!({"apiVersion": "operator.openshift.io/v1", "kind": "MachineConfiguration",
+        "metadata": {"name": "cluster"},
+        "spec": {"nodeDisruptionPolicy": {"files": [{"path": "/etc/w.conf", "actions": [{"type": "None"}]}]}}});
+    admin.post("/apis/operator.openshift.io/v1/machineconfigurations", &policy).await.unwrap().into_result().unwrap();
+    let pool = yaml(&testdata().join("mco/bootstrap/worker.machineconfigpool.yaml"));
+    admin.post(&path_of(&MACHINE_CONFIG_POOL, None), &pool).await.unwrap().into_result().unwrap();
+    let mc = json!({"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfig",
+        "metadata": {"name": "50-worker-w", "labels": {ann::ROLE_LABEL: "worker"}},
+        "spec": {"config": {"ignition": {"version": "3.4.0"}, "storage": {"files": [
+            {"path": "/etc/w.conf", "mode": 420, "contents": {"source": "data:,w"}}]}}}});
+    admin.post(&path_of(&MACHINE_CONFIG, None), &mc).await.unwrap().into_result().unwrap();
+    let hosts = [h];
+    let target = converge(&c, &hosts, None, "the node Done on the config").await;
+    let [mut h] = hosts;
+    h.stop_agent();
+    std::fs::write(h.path("/etc/w.conf"), "edited by hand").unwrap();
+
+    let root = aloft_agent::host::Root::new(h.root.path());
+    let cred = aloft_agent::enroll::ensure(&root, c.url(), Some(c.ca_pem()), None, "worker-w", &Default::default())
+        .await
+        .unwrap();
+    let client = aloft_client::Client::new(&aloft_client::ClientConfig {
+        server: cred.server,
+        ca_pem: Some(c.ca_pem()),
+        token: Some(cred.token),
+    })
+    .unwrap();
+    let api = aloft_agent::coordinator::NodeApi::new(client, "worker-w");
+    let services = aloft_agent::engine::connect_services(Some(&h.bus_address)).await.unwrap();
+    let mut agent = aloft_agent::daemon::Agent::new(root, api, services, Duration::from_secs(60)).unwrap();
+    assert!(matches!(agent.phase(), aloft_agent::state::Phase::Idle), "{:?}", agent.phase());
+    let running = tokio::spawn(async move { agent.run_loop().await });
+
+    // Well under the 5-minute wait for a Node change and the 10-minute periodic check.
+    let reason = eventually(Duration::from_secs(60), "worker-w to report the edit", || {
+        let admin = admin.clone();
+        async move {
+            let n = admin.get(&path_of(&NODE, Some("worker-w"))).await?.into_result()?;
+            Ok((node_annotation(&n, ann::STATE) == "Degraded").then(|| node_annotation(&n, ann::REASON)))
+        }
+    })
+    .await;
+    running.abort();
+    assert_eq!(
+        reason,
+        format!("unexpected on-disk state validating against {target}: content mismatch for file \"/etc/w.conf\"")
+    );
+}

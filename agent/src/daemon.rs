@@ -224,6 +224,9 @@ pub struct Agent {
     os_status: serde_json::Value,
     /// The running boot's commit and command line, once read.
     booted_os: osflow::BootedOs,
+    /// The drift watch armed for the named current config, kept across Node changes so an edit
+    /// made while the Node was being re-read is still seen (its event waits in the channel).
+    drift_watch: Option<(String, crate::drift::DriftWatch)>,
 }
 
 impl Agent {
@@ -247,6 +250,7 @@ impl Agent {
             prestage_started: None,
             os_status: serde_json::Value::Null,
             booted_os: osflow::BootedOs::default(),
+            drift_watch: None,
         })
     }
 
@@ -550,17 +554,30 @@ impl Agent {
             let _ = self.api.wait_change(&node.revision, Duration::from_secs(300)).await;
             return;
         };
-        let mut watch = crate::drift::watch(&self.root, &cur);
-        // Degraded by drift: a repair made before this watch was armed (while the Node was being
-        // re-read) sent no event to it; look once now that it is.
-        if matches!(&self.phase, Phase::Degraded { target, .. } if *target == cur.metadata.name) {
-            if let Err(e) = self.check_drift(&cur).await {
-                tracing::warn!(error = %format!("{e:#}"), "drift check failed");
+        let name = cur.metadata.name.clone();
+        let mut watch = match self.drift_watch.take() {
+            Some((watched, w)) if watched == name => Some(w),
+            _ => {
+                let w = crate::drift::watch(&self.root, &cur);
+                // A new watch saw nothing before it was armed: an edit made between the apply
+                // (or the repair) and now would otherwise wait for the 10-minute check. Look once;
+                // if that changed the phase (Degraded by drift, Done after a repair), the Node
+                // changed too: go read it.
+                if matches!(self.phase, Phase::Idle | Phase::Degraded { .. }) {
+                    let before = std::mem::discriminant(&self.phase);
+                    if let Err(e) = self.check_drift(&cur).await {
+                        tracing::warn!(error = %format!("{e:#}"), "drift check failed");
+                    }
+                    if std::mem::discriminant(&self.phase) != before {
+                        return;
+                    }
+                }
+                w
             }
-            if !matches!(self.phase, Phase::Degraded { .. }) {
-                return;
-            }
-        }
+        };
+        // Kept for the next call only if the disk was judged the same all along: after drift or a
+        // repair the watched directories may have been replaced, so watch them afresh.
+        let armed_in = std::mem::discriminant(&self.phase);
         let api = self.api.clone();
         let revision = node.revision.clone();
         let changed = async move { api.wait_change(&revision, Duration::from_secs(300)).await };
@@ -573,7 +590,12 @@ impl Agent {
                 }
             };
             tokio::select! {
-                _ = &mut changed => return,
+                _ = &mut changed => {
+                    if std::mem::discriminant(&self.phase) == armed_in {
+                        self.drift_watch = watch.map(|w| (name, w));
+                    }
+                    return;
+                }
                 _ = drift_event => {}
                 _ = tokio::time::sleep(Duration::from_secs(600)) => {}
             }
