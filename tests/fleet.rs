@@ -355,6 +355,38 @@ async fn workloads_stop_around_a_drained_update() {
     assert_eq!(std::fs::read_to_string(h.path("/etc/app/app.conf")).unwrap(), "one");
 }
 
+/// One host whose agent runs against `c` with the worker pool and one MachineConfig holding
+/// the file `path` (contents `contents`) under a disruption policy of `action` for it; returns
+/// the host (agent running), the bootstrap token file and the rendered config it reached Done on.
+async fn one_node_on_a_file(
+    c: &Coordinator,
+    name: &str,
+    path: &str,
+    contents: &str,
+    action: &str,
+) -> (Host, tempfile::NamedTempFile, String) {
+    let admin = c.client();
+    let token_file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(token_file.path(), c.create_token("fleet", "bootstrap")).unwrap();
+    let mut h = Host::new(name).await;
+    h.start_agent(c, token_file.path());
+    let policy = json!({"apiVersion": "operator.openshift.io/v1", "kind": "MachineConfiguration",
+        "metadata": {"name": "cluster"},
+        "spec": {"nodeDisruptionPolicy": {"files": [{"path": path, "actions": [{"type": action}]}]}}});
+    admin.post("/apis/operator.openshift.io/v1/machineconfigurations", &policy).await.unwrap().into_result().unwrap();
+    let pool = yaml(&testdata().join("mco/bootstrap/worker.machineconfigpool.yaml"));
+    admin.post(&path_of(&MACHINE_CONFIG_POOL, None), &pool).await.unwrap().into_result().unwrap();
+    let mc = json!({"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfig",
+        "metadata": {"name": format!("50-{name}"), "labels": {ann::ROLE_LABEL: "worker"}},
+        "spec": {"config": {"ignition": {"version": "3.4.0"}, "storage": {"files": [
+            {"path": path, "mode": 420, "contents": {"source": format!("data:,{contents}")}}]}}}});
+    admin.post(&path_of(&MACHINE_CONFIG, None), &mc).await.unwrap().into_result().unwrap();
+    let hosts = [h];
+    let target = converge(c, &hosts, None, "the node Done on the config").await;
+    let [h] = hosts;
+    (h, token_file, target)
+}
+
 /// An agent that stopped after its drained update was applied but before it asked to be
 /// uncordoned (here: the phase an older agent saved before that request) finishes with Done and
 /// the uncordon request in one report, and the coordinator uncordons: the node does not stay
@@ -363,24 +395,9 @@ async fn workloads_stop_around_a_drained_update() {
 async fn a_restarted_agent_never_leaves_a_done_node_cordoned() {
     let c = Coordinator::start();
     let admin = c.client();
-    let token_file = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(token_file.path(), c.create_token("fleet", "bootstrap")).unwrap();
-    let mut h = Host::new("worker-u").await;
-    h.start_agent(&c, token_file.path());
     // The file drains the node and needs nothing else (no reboot).
-    let policy = json!({"apiVersion": "operator.openshift.io/v1", "kind": "MachineConfiguration",
-        "metadata": {"name": "cluster"},
-        "spec": {"nodeDisruptionPolicy": {"files": [{"path": "/etc/u.conf", "actions": [{"type": "Drain"}]}]}}});
-    admin.post("/apis/operator.openshift.io/v1/machineconfigurations", &policy).await.unwrap().into_result().unwrap();
-    let pool = yaml(&testdata().join("mco/bootstrap/worker.machineconfigpool.yaml"));
-    admin.post(&path_of(&MACHINE_CONFIG_POOL, None), &pool).await.unwrap().into_result().unwrap();
-    let mc = json!({"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfig",
-        "metadata": {"name": "50-worker-u", "labels": {ann::ROLE_LABEL: "worker"}},
-        "spec": {"config": {"ignition": {"version": "3.4.0"}, "storage": {"files": [
-            {"path": "/etc/u.conf", "mode": 420, "contents": {"source": "data:,u"}}]}}}});
-    admin.post(&path_of(&MACHINE_CONFIG, None), &mc).await.unwrap().into_result().unwrap();
+    let (h, token_file, target) = one_node_on_a_file(&c, "worker-u", "/etc/u.conf", "u", "Drain").await;
     let mut hosts = [h];
-    let target = converge(&c, &hosts, None, "the node Done on the config").await;
 
     // The state a crash leaves: drained and acknowledged, cordoned, still Working, the config
     // applied and saved on disk, and the agent's phase past the apply.
@@ -409,25 +426,8 @@ async fn a_restarted_agent_never_leaves_a_done_node_cordoned() {
 async fn an_edit_made_before_the_drift_watch_is_armed_is_found() {
     let c = Coordinator::start();
     let admin = c.client();
-    let token_file = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(token_file.path(), c.create_token("fleet", "bootstrap")).unwrap();
-    let mut h = Host::new("worker-w").await;
-    h.start_agent(&c, token_file.path());
     // The file needs no reboot, so the first agent stays up until the test stops it.
-    let policy = json!({"apiVersion": "operator.openshift.io/v1", "kind": "MachineConfiguration",
-        "metadata": {"name": "cluster"},
-        "spec": {"nodeDisruptionPolicy": {"files": [{"path": "/etc/w.conf", "actions": [{"type": "None"}]}]}}});
-    admin.post("/apis/operator.openshift.io/v1/machineconfigurations", &policy).await.unwrap().into_result().unwrap();
-    let pool = yaml(&testdata().join("mco/bootstrap/worker.machineconfigpool.yaml"));
-    admin.post(&path_of(&MACHINE_CONFIG_POOL, None), &pool).await.unwrap().into_result().unwrap();
-    let mc = json!({"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfig",
-        "metadata": {"name": "50-worker-w", "labels": {ann::ROLE_LABEL: "worker"}},
-        "spec": {"config": {"ignition": {"version": "3.4.0"}, "storage": {"files": [
-            {"path": "/etc/w.conf", "mode": 420, "contents": {"source": "data:,w"}}]}}}});
-    admin.post(&path_of(&MACHINE_CONFIG, None), &mc).await.unwrap().into_result().unwrap();
-    let hosts = [h];
-    let target = converge(&c, &hosts, None, "the node Done on the config").await;
-    let [mut h] = hosts;
+    let (mut h, _token_file, target) = one_node_on_a_file(&c, "worker-w", "/etc/w.conf", "w", "None").await;
     h.stop_agent();
     std::fs::write(h.path("/etc/w.conf"), "edited by hand").unwrap();
 
