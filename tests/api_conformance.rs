@@ -838,3 +838,82 @@ async fn namespaced_events() {
     assert_eq!(admin.delete(&path("default", Some("e1"))).await.unwrap().code, 200);
     assert_eq!(list(path("default", None)).await, vec!["e2", "e4"]);
 }
+
+/// `limit` and `continue`: every page of one list is the same snapshot (objects changed, deleted
+/// or created after the first page do not show in the later ones, and every page carries the
+/// first page's resourceVersion), so a paged list followed by a watch from its revision sees
+/// each change exactly once. Bad tokens and parameters are refused by name.
+#[tokio::test]
+async fn lists_in_pages_are_one_snapshot() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let coll = path_of(&MACHINE_CONFIG, None);
+    let made = create_batch(&admin, "p", 7).await;
+
+    let first = admin.get(&format!("{coll}?limit=3")).await.unwrap();
+    assert_eq!(first.code, 200, "{}", first.body);
+    assert_eq!(item_names(&first.body), ["p-00", "p-01", "p-02"]);
+    let list_rv = first.body["metadata"]["resourceVersion"].as_str().unwrap().to_string();
+    assert_eq!(list_rv, made[6].1.to_string());
+    assert_eq!(first.body["metadata"]["remainingItemCount"], 4, "{}", first.body["metadata"]);
+    let token = first.body["metadata"]["continue"].as_str().unwrap().to_string();
+
+    // Changes after the first page.
+    let mut m = get_ok(&admin, &MACHINE_CONFIG, "p-04").await;
+    m["spec"]["kernelArguments"] = json!(["paged=1"]);
+    assert_eq!(admin.put(&path_of(&MACHINE_CONFIG, Some("p-04")), &m).await.unwrap().code, 200);
+    assert_eq!(admin.delete(&path_of(&MACHINE_CONFIG, Some("p-05"))).await.unwrap().code, 200);
+    assert_eq!(admin.post(&coll, &machine_config("p-07", "worker")).await.unwrap().code, 201);
+
+    let second = admin.get(&format!("{coll}?limit=3&continue={token}")).await.unwrap();
+    assert_eq!(second.code, 200, "{}", second.body);
+    assert_eq!(item_names(&second.body), ["p-03", "p-04", "p-05"], "the snapshot, p-05 still in it");
+    assert_eq!(second.body["items"][1]["spec"]["kernelArguments"], json!(null), "p-04 as it was");
+    assert_eq!(rv(&second.body["items"][1]), made[4].1);
+    assert_eq!(second.body["metadata"]["resourceVersion"], list_rv);
+    let token2 = second.body["metadata"]["continue"].as_str().unwrap().to_string();
+    let last = admin.get(&format!("{coll}?limit=3&continue={token2}")).await.unwrap();
+    assert_eq!(item_names(&last.body), ["p-06"], "p-07 came after the snapshot");
+    assert_eq!(last.body["metadata"]["continue"], json!(null), "the last page has no continue");
+    assert_eq!(last.body["metadata"]["resourceVersion"], list_rv);
+
+    // The watch from the list's revision has exactly the three changes.
+    let mut w = WatchStream::open(&admin, &format!("{coll}?watch=true&resourceVersion={list_rv}")).await.unwrap();
+    let ev = w.take(3, T).await.unwrap();
+    let got: Vec<(&str, &str)> =
+        ev.iter().map(|e| (e["type"].as_str().unwrap(), e["object"]["metadata"]["name"].as_str().unwrap())).collect();
+    assert_eq!(got, [("MODIFIED", "p-04"), ("DELETED", "p-05"), ("ADDED", "p-07")]);
+
+    // The finished list's token is spent; a new list starts from now.
+    assert_status(&admin.get(&format!("{coll}?continue={token2}")).await.unwrap(), 410, "Expired", "a spent token");
+    let again = admin.get(&format!("{coll}?limit=100")).await.unwrap();
+    assert_eq!(item_names(&again.body), ["p-00", "p-01", "p-02", "p-03", "p-04", "p-06", "p-07"]);
+    assert_eq!(again.body["metadata"]["continue"], json!(null));
+
+    // Selectors page too, and a token is only good for the list it came from.
+    let sel = admin.get(&format!("{coll}?limit=2&labelSelector=batch%3Dp")).await.unwrap();
+    assert_eq!(item_names(&sel.body), ["p-00", "p-01"]);
+    assert_eq!(sel.body["metadata"]["remainingItemCount"], json!(null), "not exact with a selector, so not given");
+    let t = sel.body["metadata"]["continue"].as_str().unwrap();
+    let wrong = admin.get(&format!("{coll}?limit=2&continue={t}")).await.unwrap();
+    assert_status(&wrong, 400, "BadRequest", "a token from another list");
+    assert!(wrong.body["message"].as_str().unwrap().contains("issued for another list"), "{}", wrong.body);
+    let rest = admin.get(&format!("{coll}?labelSelector=batch%3Dp&continue={t}")).await.unwrap();
+    assert_eq!(item_names(&rest.body), ["p-02", "p-03", "p-04", "p-06"], "no limit: the rest (p-07 has no label)");
+
+    // Table pages carry the token as well (kubectl get --chunk-size).
+    let table = admin.call(reqwest::Method::GET, &format!("{coll}?limit=2"), None, Some(TABLE_ACCEPT)).await.unwrap();
+    assert_eq!(table.body["kind"], "Table");
+    assert_eq!(table.body["rows"].as_array().unwrap().len(), 2);
+    assert!(table.body["metadata"]["continue"].is_string(), "{}", table.body["metadata"]);
+
+    for (q, want) in [
+        ("limit=-1", "limit \"-1\" is not a number"),
+        ("continue=not-a-token", "continue key is not valid"),
+        ("continue=e30&resourceVersion=5", "specifying resource version is not allowed when using continue"),
+    ] {
+        let r = admin.get(&format!("{coll}?{q}")).await.unwrap();
+        assert_status(&r, 400, "BadRequest", q);
+        assert!(r.body["message"].as_str().unwrap().contains(want), "{q}: {}", r.body);
+    }
+}

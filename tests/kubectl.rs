@@ -185,6 +185,23 @@ async fn kubectl_apply_get_patch_watch_delete() {
     assert_eq!(&header(&out)[..4], ["NAME", "GENERATEDBYCONTROLLER", "IGNITIONVERSION", "AGE"], "{out}");
     let r = row(&out, "99-worker-ssh").unwrap_or_else(|| panic!("no 99-worker-ssh row: {out}"));
     assert_eq!(r[1], "3.2.0", "{out}");
+    // In pages (kubectl asks for 500 at a time by default; here 1): the same rows, Table and JSON.
+    let names = |out: &str| {
+        out.lines().skip(1).map(|l| l.split_whitespace().next().unwrap_or("").to_string()).collect::<Vec<_>>()
+    };
+    let paged = k.ok(&["get", "mc", "--chunk-size=1"]);
+    assert_eq!(names(&paged), names(&out), "{paged}");
+    assert!(names(&paged).len() >= 2, "more than one page: {paged}");
+    let traced = k.run(&["get", "mc", "--chunk-size=1", "-o", "name", "-v=6"]);
+    let requests = String::from_utf8_lossy(&traced.stderr);
+    assert!(
+        requests.contains("limit=1") && requests.contains("continue="),
+        "kubectl followed the continue token: {requests}"
+    );
+    assert_eq!(
+        k.ok(&["get", "mc", "--chunk-size=1", "-o", "name"]),
+        k.ok(&["get", "mc", "--chunk-size=0", "-o", "name"])
+    );
     let out = k.ok(&["get", "mcp", "worker", "-o", "yaml"]);
     let y: Value = yaml_serde::from_str(&out).unwrap();
     assert_eq!(

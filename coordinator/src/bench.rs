@@ -198,6 +198,31 @@ pub async fn run(opts: ApiBench) -> Result<()> {
         })
         .await?,
     );
+    // In pages of 500, as kubectl asks by default: the first page alone (what a client waits
+    // for before it can print), and the whole list page by page.
+    let first_page = stats(
+        timed(list_samples, |_| {
+            let (c, p) = (client.clone(), format!("{nodes_path}?limit=500"));
+            async move { c.get(&p).await?.into_result().map(|_| ()) }
+        })
+        .await?,
+    );
+    let paged = stats(
+        timed(list_samples, |_| {
+            let (c, p) = (client.clone(), nodes_path.clone());
+            async move {
+                let mut cont = String::new();
+                loop {
+                    let page = c.get(&format!("{p}?limit=500&continue={cont}")).await?.into_result()?;
+                    match page.pointer("/metadata/continue").and_then(Value::as_str) {
+                        Some(next) => cont = next.to_string(),
+                        None => return Ok(()),
+                    }
+                }
+            }
+        })
+        .await?,
+    );
 
     // Watch delivery: time from sending an update to the watcher seeing its event.
     let watch_samples = opts.samples.min(500);
@@ -275,6 +300,8 @@ pub async fn run(opts: ApiBench) -> Result<()> {
     row("GET one node", &get, &base);
     row(&format!("LIST {} nodes", opts.nodes), &list, &base);
     row("LIST nodes, labelSelector (1/3)", &list_sel, &base);
+    row("LIST nodes, first page of 500", &first_page, &base);
+    row("LIST nodes, every page of 500", &paged, &base);
     row("PATCH one node (fsynced write)", &writes, &base);
     row("watch event delivery (PATCH->event)", &delivery, &base);
     row("baseline: parse configs as JSON", &render_base, &render_base);

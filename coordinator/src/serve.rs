@@ -116,7 +116,13 @@ pub async fn run(opts: ServeOptions) -> Result<()> {
     let tokens = Arc::new(store.clone());
     let token_store = store.clone();
     let store: Arc<dyn crate::store::Store> = Arc::new(store);
-    let ctx = Arc::new(Ctx { store: store.clone(), tokens, token_store, limits: opts.limits.clone() });
+    let ctx = Arc::new(Ctx {
+        store: store.clone(),
+        tokens,
+        token_store,
+        limits: opts.limits.clone(),
+        pages: Default::default(),
+    });
     controllers::spawn_all(store.clone()).context("starting the controllers")?;
     tokio::spawn(controllers::event_ttl::run(store.clone(), opts.event_ttl));
     let app = server::router(ctx).into_make_service();

@@ -4,7 +4,7 @@
 use super::error::ApiError;
 use super::objects::{self, PatchType};
 use super::request::{self, FieldSelector, ResourcePath};
-use super::{table, validate, watch, Ctx};
+use super::{pages, table, validate, watch, Ctx};
 use crate::auth::{self, Decision, Identity, Verb};
 use crate::controllers::uncordon;
 use crate::resources::ResourceType;
@@ -182,6 +182,11 @@ impl Filters {
         Ok(Filters { labels, fields })
     }
 
+    /// No selector: every object matches.
+    pub fn is_everything(&self) -> bool {
+        self.labels.is_empty() && self.fields.is_empty()
+    }
+
     pub fn matches(&self, obj: &Value) -> bool {
         if !self.fields.matches(obj) {
             return false;
@@ -201,23 +206,72 @@ impl Filters {
 async fn list(call: Call<'_>) -> Result<Response, ApiError> {
     call.authorize(Verb::List).await?;
     let filters = Filters::from_params(call.path.rt, &call.params)?;
+    let paging = pages::PageRequest::from_params(&call.params)?;
     let ns = call.path.namespace.clone();
-    let listing =
-        call.ctx.store.list(&call.path.rt.store_key(), ns.as_deref()).await.map_err(|e| call.store_err(e, ""))?;
-    let items: Vec<Value> = listing.items.into_iter().filter(|o| filters.matches(o)).collect();
+    let store_key = call.path.rt.store_key();
+    // A continue token is good only for the list it came from.
+    let query = format!(
+        "{store_key}\n{}\n{}\n{}",
+        ns.as_deref().unwrap_or(""),
+        call.params.get("labelSelector").map(String::as_str).unwrap_or(""),
+        call.params.get("fieldSelector").map(String::as_str).unwrap_or(""),
+    );
+    let page = match &paging.from {
+        Some(from) => call.ctx.pages.next(&query, from, paging.limit)?,
+        None => {
+            let listing =
+                call.ctx.store.list_json(&store_key, ns.as_deref()).await.map_err(|e| call.store_err(e, ""))?;
+            // One pass: each item is parsed at most once (to match a selector or to answer on
+            // this page); the matching items after this page stay the stored text.
+            let everything = filters.is_everything();
+            let limit = if paging.limit == 0 { usize::MAX } else { paging.limit };
+            let (mut page, mut rest) = (Vec::new(), Vec::new());
+            for text in listing.items {
+                if everything && page.len() == limit {
+                    rest.push(text);
+                    continue;
+                }
+                let obj = parse_stored(&text)?;
+                if !filters.matches(&obj) {
+                    continue;
+                }
+                if page.len() < limit {
+                    page.push(obj);
+                } else {
+                    rest.push(text);
+                }
+            }
+            call.ctx.pages.first(query, listing.revision, page, rest)
+        }
+    };
+    let mut metadata = json!({"resourceVersion": page.revision.to_string()});
+    if let Some((token, remaining)) = &page.next {
+        metadata["continue"] = token.clone().into();
+        // As Kubernetes: the count is exact only without selectors, so it is given only then.
+        if !call.params.contains_key("labelSelector") && !call.params.contains_key("fieldSelector") {
+            metadata["remainingItemCount"] = (*remaining as u64).into();
+        }
+    }
     if call.wants_table() {
-        let refs: Vec<&Value> = items.iter().collect();
-        return Ok(respond(StatusCode::OK, table::table(call.path.rt, &refs, Some(listing.revision), true)));
+        let refs: Vec<&Value> = page.items.iter().collect();
+        let mut t = table::table(call.path.rt, &refs, Some(page.revision), true);
+        t["metadata"] = metadata;
+        return Ok(respond(StatusCode::OK, t));
     }
     Ok(respond(
         StatusCode::OK,
         json!({
             "apiVersion": call.path.rt.api_version(),
             "kind": format!("{}List", call.path.rt.kind),
-            "metadata": {"resourceVersion": listing.revision.to_string()},
-            "items": items,
+            "metadata": metadata,
+            "items": page.items,
         }),
     ))
+}
+
+/// A stored object's JSON, which the store wrote itself: a failure is the server's.
+fn parse_stored(text: &str) -> Result<Value, ApiError> {
+    serde_json::from_str(text).map_err(|e| ApiError::internal(format!("a stored object does not parse: {e}")))
 }
 
 async fn watch_handler(call: Call<'_>) -> Result<Response, ApiError> {

@@ -7,6 +7,7 @@ pub mod error;
 pub mod handlers;
 pub mod objects;
 pub mod openapi;
+pub mod pages;
 pub mod request;
 pub mod table;
 pub mod validate;
@@ -66,6 +67,8 @@ pub struct Ctx {
     /// Where enrollment stores the node credentials it mints.
     pub token_store: SqliteStore,
     pub limits: Limits,
+    /// Lists kept for their later pages (`limit` and `continue`).
+    pub pages: pages::Pages,
 }
 
 pub type SharedCtx = Arc<Ctx>;

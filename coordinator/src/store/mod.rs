@@ -130,6 +130,13 @@ pub struct Listing {
     pub revision: u64,
 }
 
+/// [`Listing`] with each item as its stored JSON text.
+#[derive(Debug, Clone)]
+pub struct JsonListing {
+    pub items: Vec<String>,
+    pub revision: u64,
+}
+
 /// Which events a watch wants.
 #[derive(Debug, Clone, Default)]
 pub struct WatchFilter {
@@ -184,6 +191,9 @@ pub trait Store: Send + Sync + 'static {
     async fn get(&self, key: &Key) -> Result<Option<Stored>, StoreError>;
     /// Everything of a resource (in `namespace` when given), sorted by namespace and name.
     async fn list(&self, resource: &str, namespace: Option<&str>) -> Result<Listing, StoreError>;
+    /// [`Store::list`] as the JSON the store wrote, not parsed: a paged list parses only the
+    /// page it answers with and keeps the rest as it is.
+    async fn list_json(&self, resource: &str, namespace: Option<&str>) -> Result<JsonListing, StoreError>;
     /// Fails with AlreadyExists when the key is taken.
     async fn create(&self, key: &Key, object: Value) -> Result<Stored, StoreError>;
     /// Compare-and-swap: with `expected`, fails with Conflict unless the stored revision is it.

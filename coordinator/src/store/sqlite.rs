@@ -10,7 +10,9 @@
 //! revision gets `Gone` (HTTP 410), exactly as Kubernetes clients expect after etcd compaction.
 
 use super::hub::{Hub, Subscription};
-use super::{set_revision, Event, EventType, Key, Listing, Store, StoreError, Stored, WatchFilter, WatchStream};
+use super::{
+    set_revision, Event, EventType, JsonListing, Key, Listing, Store, StoreError, Stored, WatchFilter, WatchStream,
+};
 use async_trait::async_trait;
 use rusqlite::{params, Connection, OptionalExtension};
 use serde_json::Value;
@@ -710,6 +712,12 @@ impl Store for SqliteStore {
     }
 
     async fn list(&self, resource: &str, namespace: Option<&str>) -> Result<Listing, StoreError> {
+        let listing = self.list_json(resource, namespace).await?;
+        let items = listing.items.iter().map(|s| parse(s)).collect::<Result<Vec<_>, _>>()?;
+        Ok(Listing { items, revision: listing.revision })
+    }
+
+    async fn list_json(&self, resource: &str, namespace: Option<&str>) -> Result<JsonListing, StoreError> {
         let resource = resource.to_string();
         let namespace = namespace.map(str::to_string);
         self.read(move |c| {
@@ -721,12 +729,9 @@ impl Store for SqliteStore {
                      ORDER BY namespace, name",
                 )?;
                 let rows = stmt.query_map(params![resource, namespace], |r| r.get::<_, String>(0))?;
-                let mut items = Vec::new();
-                for row in rows {
-                    items.push(parse(&row?)?);
-                }
+                let items = rows.collect::<Result<Vec<String>, _>>()?;
                 let revision = meta_get(c, "revision")?;
-                Ok(Listing { items, revision })
+                Ok(JsonListing { items, revision })
             })();
             c.execute_batch("COMMIT")?;
             result
