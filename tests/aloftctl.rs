@@ -285,3 +285,41 @@ async fn prune_deletes_only_unused_rendered_configs_and_only_when_confirmed() {
     })
     .await;
 }
+
+/// A collection larger than one page (aloftctl reads 500 at a time, as kubectl): every object
+/// is printed once, in order, in one aligned table, and `-o json` is one List of them all.
+#[tokio::test]
+async fn get_reads_a_long_list_in_pages() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let coll = aloft_tests::path_of(&aloft_coordinator::resources::MACHINE_CONFIG, None);
+    // The last name is the longest and comes on the third page: a table printed page by page
+    // would have narrower columns on the first two.
+    let mut want: Vec<String> = (0..1203).map(|i| format!("50-paged-{i:04}")).collect();
+    want.push("50-paged-zz-the-longest-name-of-them-all".into());
+    let n = want.len();
+    for name in &want {
+        let r = admin.post(&coll, &aloft_tests::machine_config(name, "worker")).await.unwrap();
+        assert_eq!(r.code, 201, "{}", r.body);
+    }
+
+    let names = ok(&c, &["get", "mc", "-o", "name"]);
+    let got: Vec<&str> =
+        names.lines().map(|l| l.trim_start_matches("machineconfig.machineconfiguration.openshift.io/")).collect();
+    assert_eq!(got, want);
+
+    let table = ok(&c, &["get", "mc"]);
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines.len(), n + 1, "a header and one row each");
+    assert!(lines[0].starts_with("NAME"), "{}", lines[0]);
+    let rows: Vec<&str> = lines[1..].iter().map(|l| l.split_whitespace().next().unwrap_or("")).collect();
+    assert_eq!(rows, want);
+    // One table: the last column (AGE) starts at the same place on every line.
+    let col = |l: &str| l.trim_end().rfind(char::is_whitespace);
+    assert!(lines.iter().all(|l| col(l) == col(lines[0])), "columns aligned across pages:\n{}", lines[..3].join("\n"));
+
+    let json: serde_json::Value = serde_json::from_str(&ok(&c, &["get", "mc", "-o", "json"])).unwrap();
+    assert_eq!(json["kind"], "List");
+    assert_eq!(json["items"].as_array().unwrap().len(), n);
+    assert_eq!(json["items"][n - 1]["metadata"]["name"], want[n - 1]);
+}

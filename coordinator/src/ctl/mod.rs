@@ -236,6 +236,45 @@ fn targets(args: &[String]) -> Result<Vec<(&'static ResourceType, Option<String>
     Ok(args[1..].iter().map(|n| (rt, Some(n.clone()))).collect())
 }
 
+/// Items per page when listing, as kubectl's default `--chunk-size`.
+const PAGE: usize = 500;
+
+/// A whole collection (`path`, a list URL) read in pages of [`PAGE`], as kubectl reads it: the
+/// coordinator serves every page from the first one's snapshot, so the joined pages are the list
+/// one unpaged request would return, without one response holding a whole fleet. `accept`
+/// asks for a Table (its `rows` are joined) or, when None, the list's `items`.
+async fn list_in_pages(client: &Client, path: &str, accept: Option<&str>) -> Result<Value> {
+    let key = if accept.is_some() { "rows" } else { "items" };
+    let sep = if path.contains('?') { '&' } else { '?' };
+    let mut whole: Option<Value> = None;
+    let mut token = String::new();
+    loop {
+        let url = format!("{path}{sep}limit={PAGE}&continue={token}");
+        let page = client.call(reqwest::Method::GET, &url, None, accept).await?.into_result()?;
+        let next = page.pointer("/metadata/continue").and_then(Value::as_str).unwrap_or("").to_string();
+        match whole.as_mut() {
+            None => whole = Some(page),
+            Some(w) => {
+                let more = page.get(key).and_then(Value::as_array).cloned().unwrap_or_default();
+                if let Some(all) = w.get_mut(key).and_then(Value::as_array_mut) {
+                    all.extend(more);
+                }
+            }
+        }
+        if next.is_empty() {
+            break;
+        }
+        token = next;
+    }
+    let mut whole = whole.unwrap_or_default();
+    // Joined: nothing remains to continue from.
+    if let Some(meta) = whole.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.remove("continue");
+        meta.remove("remainingItemCount");
+    }
+    Ok(whole)
+}
+
 fn with_query(path: String, q: &[(&str, String)]) -> String {
     if q.is_empty() {
         return path;
@@ -303,7 +342,12 @@ async fn get(
         let path = with_query(resource_path(rt.path_ref(), Some(ns), name.as_deref()), &q);
         match output {
             None | Some(Output::Wide) => {
-                let t = client.call(reqwest::Method::GET, &path, None, Some(TABLE_ACCEPT)).await?.into_result()?;
+                let t = match name {
+                    Some(_) => {
+                        client.call(reqwest::Method::GET, &path, None, Some(TABLE_ACCEPT)).await?.into_result()?
+                    }
+                    None => list_in_pages(client, &path, Some(TABLE_ACCEPT)).await?,
+                };
                 let text = print::table_text(&t, output == Some(Output::Wide), first);
                 if t.get("rows").and_then(Value::as_array).is_some_and(Vec::is_empty) && name.is_none() {
                     eprintln!("No resources found.");
@@ -317,7 +361,10 @@ async fn get(
                 }
             }
             Some(fmt) => {
-                let v = client.get(&path).await?.into_result()?;
+                let v = match name {
+                    Some(_) => client.get(&path).await?.into_result()?,
+                    None => list_in_pages(client, &path, None).await?,
+                };
                 let v = if name.is_none() && fmt != Output::Name {
                     serde_json::json!({"apiVersion": "v1", "kind": "List", "items": v.get("items").cloned().unwrap_or_default()})
                 } else {
