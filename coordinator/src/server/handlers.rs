@@ -221,22 +221,17 @@ async fn list(call: Call<'_>) -> Result<Response, ApiError> {
         None => {
             let listing =
                 call.ctx.store.list_json(&store_key, ns.as_deref()).await.map_err(|e| call.store_err(e, ""))?;
-            // One pass: each item is parsed at most once (to match a selector or to answer on
-            // this page); the matching items after this page stay the stored text.
+            // One pass: an item is parsed only to match a selector; the items stay the stored
+            // text, copied as they are into a JSON answer or kept for the later pages.
             let everything = filters.is_everything();
             let limit = if paging.limit == 0 { usize::MAX } else { paging.limit };
             let (mut page, mut rest) = (Vec::new(), Vec::new());
             for text in listing.items {
-                if everything && page.len() == limit {
-                    rest.push(text);
-                    continue;
-                }
-                let obj = parse_stored(&text)?;
-                if !filters.matches(&obj) {
+                if !everything && !filters.matches(&parse_stored(&text)?) {
                     continue;
                 }
                 if page.len() < limit {
-                    page.push(obj);
+                    page.push(text);
                 } else {
                     rest.push(text);
                 }
@@ -253,20 +248,32 @@ async fn list(call: Call<'_>) -> Result<Response, ApiError> {
         }
     }
     if call.wants_table() {
-        let refs: Vec<&Value> = page.items.iter().collect();
+        let items = page.items.iter().map(|s| parse_stored(s)).collect::<Result<Vec<Value>, _>>()?;
+        let refs: Vec<&Value> = items.iter().collect();
         let mut t = table::table(call.path.rt, &refs, Some(page.revision), true);
         t["metadata"] = metadata;
         return Ok(respond(StatusCode::OK, t));
     }
-    Ok(respond(
-        StatusCode::OK,
-        json!({
-            "apiVersion": call.path.rt.api_version(),
-            "kind": format!("{}List", call.path.rt.kind),
-            "metadata": metadata,
-            "items": page.items,
-        }),
-    ))
+    // The list's envelope around the items' stored text, which is copied, not parsed and
+    // written again (a 10,000-node list spent most of its time doing that).
+    let envelope = json!({
+        "apiVersion": call.path.rt.api_version(),
+        "kind": format!("{}List", call.path.rt.kind),
+        "metadata": metadata,
+    })
+    .to_string();
+    let size = envelope.len() + 12 + page.items.iter().map(|s| s.len() + 1).sum::<usize>();
+    let mut body = String::with_capacity(size);
+    body.push_str(&envelope[..envelope.len() - 1]);
+    body.push_str(",\"items\":[");
+    for (i, item) in page.items.iter().enumerate() {
+        if i > 0 {
+            body.push(',');
+        }
+        body.push_str(item);
+    }
+    body.push_str("]}");
+    Ok((StatusCode::OK, [(axum::http::header::CONTENT_TYPE, "application/json")], body).into_response())
 }
 
 /// A stored object's JSON, which the store wrote itself: a failure is the server's.

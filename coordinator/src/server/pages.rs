@@ -16,7 +16,6 @@
 use super::error::ApiError;
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -84,11 +83,12 @@ impl PageRequest {
     }
 }
 
-/// One page: its items, the list's revision, and the token for the next page with the count
-/// of items after this page (none when this page is the last).
+/// One page: its items as stored JSON (a JSON answer copies them as they are; only a Table
+/// needs them parsed), the list's revision, and the token for the next page with the count of
+/// items after this page (none when this page is the last).
 #[derive(Debug)]
 pub struct Page {
-    pub items: Vec<Value>,
+    pub items: Vec<String>,
     pub revision: u64,
     pub next: Option<(String, usize)>,
 }
@@ -117,9 +117,9 @@ pub struct Pages {
 }
 
 impl Pages {
-    /// The first page of a fresh list at `revision`: `page` (parsed, at most `limit` items) and
-    /// the matching items after it, as stored JSON, kept for the later pages when there are any.
-    pub fn first(&self, query: String, revision: u64, page: Vec<Value>, rest: Vec<String>) -> Page {
+    /// The first page of a fresh list at `revision`: `page` (at most `limit` items) and the
+    /// matching items after it, all as stored JSON; the rest is kept for the later pages.
+    pub fn first(&self, query: String, revision: u64, page: Vec<String>, rest: Vec<String>) -> Page {
         if rest.is_empty() {
             return Page { items: page, revision, next: None };
         }
@@ -154,11 +154,7 @@ impl Pages {
             return Err(ApiError::bad_request("continue key is not valid: it points past the list"));
         }
         let end = if limit == 0 { kept.items.len() } else { (from.offset + limit).min(kept.items.len()) };
-        let items = kept.items[from.offset..end]
-            .iter()
-            .map(|s| serde_json::from_str(s))
-            .collect::<Result<Vec<Value>, _>>()
-            .map_err(|e| ApiError::internal(format!("a kept list item does not parse: {e}")))?;
+        let items: Vec<String> = kept.items[from.offset..end].iter().map(|s| s.to_string()).collect();
         let remaining = kept.items.len() - end;
         let revision = kept.revision;
         let next = if remaining == 0 {
@@ -200,7 +196,7 @@ impl State {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{json, Value};
 
     fn items(n: usize) -> Vec<Value> {
         (0..n).map(|i| json!({"metadata": {"name": format!("n{i:03}")}})).collect()
@@ -209,11 +205,15 @@ mod tests {
     /// The first page of `all` at `limit`, as the list handler splits it.
     fn first(pages: &Pages, query: &str, revision: u64, mut all: Vec<Value>, limit: usize) -> Page {
         let rest = if limit == 0 || all.len() <= limit { Vec::new() } else { all.split_off(limit) };
-        pages.first(query.into(), revision, all, rest.iter().map(Value::to_string).collect())
+        let text = |v: Vec<Value>| v.iter().map(Value::to_string).collect();
+        pages.first(query.into(), revision, text(all), text(rest))
     }
 
     fn names(p: &Page) -> Vec<String> {
-        p.items.iter().map(|v| v["metadata"]["name"].as_str().unwrap_or("").to_string()).collect()
+        p.items
+            .iter()
+            .map(|s| serde_json::from_str::<Value>(s).unwrap()["metadata"]["name"].as_str().unwrap_or("").to_string())
+            .collect()
     }
 
     fn params(pairs: &[(&str, &str)]) -> HashMap<String, String> {
