@@ -579,6 +579,23 @@ fn check_expected(expected: Option<u64>, stored: u64) -> Result<(), StoreError> 
     }
 }
 
+/// Every stored object of `resource` (in `namespace` when given) as its JSON text, sorted by
+/// namespace and name, and the revision they are at: one read transaction, one snapshot.
+fn read_listing(c: &Connection, resource: &str, namespace: Option<&str>) -> Result<(Vec<String>, u64), StoreError> {
+    c.execute_batch("BEGIN DEFERRED")?;
+    let result = (|| {
+        let mut stmt = c.prepare_cached(
+            "SELECT data FROM objects WHERE resource = ?1 AND (?2 IS NULL OR namespace = ?2)
+             ORDER BY namespace, name",
+        )?;
+        let rows = stmt.query_map(params![resource, namespace], |r| r.get::<_, String>(0))?;
+        let items = rows.collect::<Result<Vec<String>, _>>()?;
+        Ok((items, meta_get(c, "revision")?))
+    })();
+    c.execute_batch("COMMIT")?;
+    result
+}
+
 fn read_log(conn: &Connection, filter: &WatchFilter, after: u64) -> Result<Vec<Event>, StoreError> {
     let compacted = meta_get(conn, "compacted")?;
     if after < compacted {
@@ -712,29 +729,23 @@ impl Store for SqliteStore {
     }
 
     async fn list(&self, resource: &str, namespace: Option<&str>) -> Result<Listing, StoreError> {
-        let listing = self.list_json(resource, namespace).await?;
-        let items = listing.items.iter().map(|s| parse(s)).collect::<Result<Vec<_>, _>>()?;
-        Ok(Listing { items, revision: listing.revision })
+        let resource = resource.to_string();
+        let namespace = namespace.map(str::to_string);
+        // Parsed on the reading thread, not on the caller's async worker.
+        self.read(move |c| {
+            let (texts, revision) = read_listing(c, &resource, namespace.as_deref())?;
+            let items = texts.iter().map(|s| parse(s)).collect::<Result<Vec<_>, _>>()?;
+            Ok(Listing { items, revision })
+        })
+        .await
     }
 
     async fn list_json(&self, resource: &str, namespace: Option<&str>) -> Result<JsonListing, StoreError> {
         let resource = resource.to_string();
         let namespace = namespace.map(str::to_string);
         self.read(move |c| {
-            // One read transaction: the items and the revision are from the same snapshot.
-            c.execute_batch("BEGIN DEFERRED")?;
-            let result = (|| {
-                let mut stmt = c.prepare_cached(
-                    "SELECT data FROM objects WHERE resource = ?1 AND (?2 IS NULL OR namespace = ?2)
-                     ORDER BY namespace, name",
-                )?;
-                let rows = stmt.query_map(params![resource, namespace], |r| r.get::<_, String>(0))?;
-                let items = rows.collect::<Result<Vec<String>, _>>()?;
-                let revision = meta_get(c, "revision")?;
-                Ok(JsonListing { items, revision })
-            })();
-            c.execute_batch("COMMIT")?;
-            result
+            let (items, revision) = read_listing(c, &resource, namespace.as_deref())?;
+            Ok(JsonListing { items, revision })
         })
         .await
     }
