@@ -304,6 +304,35 @@ impl SqliteStore {
     }
 
     /// Run `f` on a reader connection on the blocking pool.
+    /// Every stored object of `resource` (in `namespace` when given) as its JSON text, sorted by
+    /// namespace and name, with the revision they are at (one snapshot), handed to `f` on the
+    /// reading thread.
+    async fn listing<T: Send + 'static>(
+        &self,
+        resource: &str,
+        namespace: Option<&str>,
+        f: impl FnOnce(Vec<String>, u64) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let resource = resource.to_string();
+        let namespace = namespace.map(str::to_string);
+        self.read(move |c| {
+            c.execute_batch("BEGIN DEFERRED")?;
+            let result = (|| -> Result<(Vec<String>, u64), StoreError> {
+                let mut stmt = c.prepare_cached(
+                    "SELECT data FROM objects WHERE resource = ?1 AND (?2 IS NULL OR namespace = ?2)
+                     ORDER BY namespace, name",
+                )?;
+                let rows = stmt.query_map(params![resource, namespace], |r| r.get::<_, String>(0))?;
+                let items = rows.collect::<Result<Vec<String>, _>>()?;
+                Ok((items, meta_get(c, "revision")?))
+            })();
+            c.execute_batch("COMMIT")?;
+            let (items, revision) = result?;
+            f(items, revision)
+        })
+        .await
+    }
+
     async fn read<T: Send + 'static>(
         &self,
         f: impl FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
@@ -579,23 +608,6 @@ fn check_expected(expected: Option<u64>, stored: u64) -> Result<(), StoreError> 
     }
 }
 
-/// Every stored object of `resource` (in `namespace` when given) as its JSON text, sorted by
-/// namespace and name, and the revision they are at: one read transaction, one snapshot.
-fn read_listing(c: &Connection, resource: &str, namespace: Option<&str>) -> Result<(Vec<String>, u64), StoreError> {
-    c.execute_batch("BEGIN DEFERRED")?;
-    let result = (|| {
-        let mut stmt = c.prepare_cached(
-            "SELECT data FROM objects WHERE resource = ?1 AND (?2 IS NULL OR namespace = ?2)
-             ORDER BY namespace, name",
-        )?;
-        let rows = stmt.query_map(params![resource, namespace], |r| r.get::<_, String>(0))?;
-        let items = rows.collect::<Result<Vec<String>, _>>()?;
-        Ok((items, meta_get(c, "revision")?))
-    })();
-    c.execute_batch("COMMIT")?;
-    result
-}
-
 fn read_log(conn: &Connection, filter: &WatchFilter, after: u64) -> Result<Vec<Event>, StoreError> {
     let compacted = meta_get(conn, "compacted")?;
     if after < compacted {
@@ -729,11 +741,8 @@ impl Store for SqliteStore {
     }
 
     async fn list(&self, resource: &str, namespace: Option<&str>) -> Result<Listing, StoreError> {
-        let resource = resource.to_string();
-        let namespace = namespace.map(str::to_string);
         // Parsed on the reading thread, not on the caller's async worker.
-        self.read(move |c| {
-            let (texts, revision) = read_listing(c, &resource, namespace.as_deref())?;
+        self.listing(resource, namespace, |texts, revision| {
             let items = texts.iter().map(|s| parse(s)).collect::<Result<Vec<_>, _>>()?;
             Ok(Listing { items, revision })
         })
@@ -741,13 +750,7 @@ impl Store for SqliteStore {
     }
 
     async fn list_json(&self, resource: &str, namespace: Option<&str>) -> Result<JsonListing, StoreError> {
-        let resource = resource.to_string();
-        let namespace = namespace.map(str::to_string);
-        self.read(move |c| {
-            let (items, revision) = read_listing(c, &resource, namespace.as_deref())?;
-            Ok(JsonListing { items, revision })
-        })
-        .await
+        self.listing(resource, namespace, |items, revision| Ok(JsonListing { items, revision })).await
     }
 
     async fn create(&self, key: &Key, object: Value) -> Result<Stored, StoreError> {
