@@ -243,7 +243,7 @@ async fn list(call: Call<'_>) -> Result<Response, ApiError> {
     if let Some((token, remaining)) = &page.next {
         metadata["continue"] = token.clone().into();
         // As Kubernetes: the count is exact only without selectors, so it is given only then.
-        if !call.params.contains_key("labelSelector") && !call.params.contains_key("fieldSelector") {
+        if filters.is_everything() {
             metadata["remainingItemCount"] = (*remaining as u64).into();
         }
     }

@@ -178,12 +178,12 @@ impl FieldSelector {
         Ok(FieldSelector { terms })
     }
 
-    /// The single name it pins, if any: lets a watch filter in the store.
     /// No terms: every object matches.
     pub fn is_empty(&self) -> bool {
         self.terms.is_empty()
     }
 
+    /// The single name it pins, if any: lets a watch filter in the store.
     pub fn name(&self) -> Option<&str> {
         self.terms.iter().find(|(f, neg, _)| f == "metadata.name" && !neg).map(|(_, _, v)| v.as_str())
     }

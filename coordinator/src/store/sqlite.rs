@@ -303,7 +303,6 @@ impl SqliteStore {
         self.read(f).await
     }
 
-    /// Run `f` on a reader connection on the blocking pool.
     /// Every stored object of `resource` (in `namespace` when given) as its JSON text, sorted by
     /// namespace and name, with the revision they are at (one snapshot), handed to `f` on the
     /// reading thread.
@@ -333,6 +332,7 @@ impl SqliteStore {
         .await
     }
 
+    /// Run `f` on a reader connection on the blocking pool.
     async fn read<T: Send + 'static>(
         &self,
         f: impl FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
