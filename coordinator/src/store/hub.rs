@@ -21,7 +21,10 @@ pub(crate) const QUEUE: usize = 4096;
 
 struct Sub {
     filter: WatchFilter,
-    tx: mpsc::Sender<Event>,
+    /// Shared: one copy of an event serves every watch that wants it, and a queue's slots are a
+    /// pointer each (a tokio queue allocates its first 32 slots up front: with the event inline
+    /// that was 4 KB per watch, 40 MB for a fleet of 10,000 agents each watching its Node).
+    tx: mpsc::Sender<Arc<Event>>,
     lagged: Arc<AtomicBool>,
 }
 
@@ -96,6 +99,7 @@ impl Hub {
 
     /// Queue a committed write for every watch that wants it. Called in revision order.
     pub(crate) fn publish(&self, ev: &Event) {
+        let ev = Arc::new(ev.clone());
         let mut ix = self.lock();
         ix.head = ix.head.max(ev.revision);
         let slots = [
@@ -135,7 +139,7 @@ impl Hub {
 /// One watch's queue. Dropping it unregisters the watch.
 pub(crate) struct Subscription {
     id: u64,
-    rx: mpsc::Receiver<Event>,
+    rx: mpsc::Receiver<Arc<Event>>,
     lagged: Arc<AtomicBool>,
     hub: Arc<Hub>,
     /// Every event after this revision is queued for this subscription (unless it lags).
@@ -151,7 +155,7 @@ impl Subscription {
 
     /// The next queued event; `None` once the queue is closed and drained: the watch lagged
     /// (see [`Self::lagged`]) or the store is gone.
-    pub(crate) async fn recv(&mut self) -> Option<Event> {
+    pub(crate) async fn recv(&mut self) -> Option<Arc<Event>> {
         self.rx.recv().await
     }
 

@@ -708,7 +708,8 @@ impl WatchState {
                 Phase::Live => match self.sub.recv().await {
                     Some(ev) => {
                         if ev.revision > self.last && self.filter.matches(&ev.key) {
-                            self.buf.push_back(ev);
+                            // The last watch to take it takes it without a copy.
+                            self.buf.push_back(Arc::unwrap_or_clone(ev));
                         }
                     }
                     None if self.sub.lagged() => {
