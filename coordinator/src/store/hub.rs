@@ -99,7 +99,8 @@ impl Hub {
 
     /// Queue a committed write for every watch that wants it. Called in revision order.
     pub(crate) fn publish(&self, ev: &Event) {
-        let ev = Arc::new(ev.clone());
+        // Copied once, when the first watch wants it.
+        let mut shared: Option<Arc<Event>> = None;
         let mut ix = self.lock();
         ix.head = ix.head.max(ev.revision);
         let slots = [
@@ -115,7 +116,8 @@ impl Hub {
                 if !sub.filter.matches(&ev.key) {
                     continue;
                 }
-                match sub.tx.try_send(ev.clone()) {
+                let copy = shared.get_or_insert_with(|| Arc::new(ev.clone())).clone();
+                match sub.tx.try_send(copy) {
                     Ok(()) => {}
                     Err(mpsc::error::TrySendError::Full(_)) => {
                         sub.lagged.store(true, Ordering::SeqCst);
