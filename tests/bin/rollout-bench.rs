@@ -13,8 +13,9 @@
 //! ratio (rollout efficiency), the highest number of nodes updating at once (sampled by the nodes
 //! themselves: a node counts itself from seeing its pick to writing Done, inside the window in
 //! which the coordinator counts it unavailable, so a count above the budget is a real violation),
-//! the coordinator's CPU time and peak RSS, and per generation (the picks in the order the nodes
-//! saw them, k at a time) the spread of its picks and how late its last pick came.
+//! the coordinator's CPU time and peak RSS (and its RSS per connected node), and per generation
+//! (the picks in the order the nodes saw them, k at a time) the spread of its picks and how late
+//! its last pick came.
 //!
 //! Usage: cargo run --release -p aloft-tests --bin rollout-bench -- \
 //!          --nodes 1000 --max-unavailable 10% --per-node-ms 500 [--failure-rate 0.0]
@@ -234,6 +235,8 @@ async fn main() -> Result<()> {
         }
     };
 
+    // The coordinator's memory before any agent connects, to tell what each connection costs.
+    let rss_empty_kb = proc_usage(c.pid()).rss_kb;
     // Enroll the fleet (a few at a time: enrollment is a durable write each).
     let bootstrap = c.create_token("bench", "bootstrap");
     let boot = c.client_with_token(Some(&bootstrap));
@@ -302,6 +305,7 @@ async fn main() -> Result<()> {
     // measured rollout).
     let settled = settle(c.pid()).await;
     eprintln!("rollout-bench: fleet settled after {:.1} s", settled.as_secs_f64());
+    let rss_fleet_kb = proc_usage(c.pid()).rss_kb;
 
     let revision = |admin: Client| async move {
         let l = admin.get("/api/v1/nodes?limit=1").await?.into_result()?;
@@ -429,6 +433,13 @@ async fn main() -> Result<()> {
         fleet.failures.load(Ordering::SeqCst),
         coordinator_cpu,
         usage.peak_rss_kb as f64 / 1024.0
+    );
+    println!(
+        "  coordinator RSS: {:.1} MiB before the fleet connected, {:.1} MiB with it connected and watching \
+         ({:.1} KiB per node)",
+        rss_empty_kb as f64 / 1024.0,
+        rss_fleet_kb as f64 / 1024.0,
+        rss_fleet_kb.saturating_sub(rss_empty_kb) as f64 / args.nodes.max(1) as f64
     );
     println!("  store writes during the rollout: {writes} ({:.1} per node)", writes as f64 / args.nodes as f64);
     println!(
