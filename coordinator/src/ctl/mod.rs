@@ -250,12 +250,16 @@ async fn list_in_pages(client: &Client, path: &str, accept: Option<&str>) -> Res
     let mut token = String::new();
     loop {
         let url = format!("{path}{sep}limit={PAGE}&continue={token}");
-        let page = client.call(reqwest::Method::GET, &url, None, accept).await?.into_result()?;
+        let mut page = client.call(reqwest::Method::GET, &url, None, accept).await?.into_result()?;
         let next = page.pointer("/metadata/continue").and_then(Value::as_str).unwrap_or("").to_string();
         match whole.as_mut() {
             None => whole = Some(page),
             Some(w) => {
-                let more = page.get(key).and_then(Value::as_array).cloned().unwrap_or_default();
+                // Moved out of the page, not copied.
+                let more = match page.get_mut(key).map(Value::take) {
+                    Some(Value::Array(more)) => more,
+                    _ => Vec::new(),
+                };
                 if let Some(all) = w.get_mut(key).and_then(Value::as_array_mut) {
                     all.extend(more);
                 }
