@@ -209,29 +209,23 @@ fn plan_pool(
     if target.is_empty() {
         return pp;
     }
-    // One walk over the members for the rollout policy's inputs and the behind flags (a
-    // 10,000-node pool is walked on every pass, and each walk loads the members' facts).
-    let mut names: Vec<&str> = Vec::with_capacity(pp.members.len());
-    let mut member_facts: Vec<&NodeFacts> = Vec::with_capacity(pp.members.len());
     // Whether each member is still to be moved to the target, compared once per pass (by node
-    // index; the rest of the fleet stays false).
+    // index; the rest of the fleet stays false). A 10,000-node pool is walked on every pass:
+    // the walks read the members' facts only, never the Nodes themselves.
     let mut behind = vec![false; facts.len()];
     let mut waiting_any = false;
     for &i in pp.members.iter() {
-        let f = &facts[i];
-        names.push(s.nodes[i].metadata.name.as_str());
-        member_facts.push(f);
-        let b = f.desired != target;
+        let b = facts[i].desired != target;
         behind[i] = b;
         waiting_any |= b;
     }
+    let name = |i: usize| s.nodes[i].metadata.name.as_str();
     let eval = rollout_policy::evaluate(
         pool.spec.rollout.as_ref(),
         pool.status.as_ref().and_then(|st| st.rollout.as_ref()),
         pool.metadata.annotations.get(ann::RESUME_ROLLOUT).map(String::as_str),
         &target,
-        &names,
-        &member_facts,
+        &rollout_policy::Members { index: &pp.members, facts, name: &name },
         now,
     );
     pp.rollout = Some(eval.status);

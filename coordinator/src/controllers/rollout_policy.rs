@@ -52,15 +52,29 @@ fn rfc3339(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
 
-/// Evaluate the policy for `target` over the pool's members. `names[i]` and `facts[i]` describe
-/// member `i`; `resume` is the pool's `aloft.dev/resumeRollout` annotation.
+/// A pool's members as the policy reads them: indexes into the fleet's facts, and the name of
+/// a node by its index. Names are asked for only for failing nodes: a 10,000-node pool is
+/// evaluated on every pass, and collecting every member's name loaded every Node of the fleet.
+pub struct Members<'a> {
+    pub index: &'a [usize],
+    pub facts: &'a [NodeFacts],
+    pub name: &'a dyn Fn(usize) -> &'a str,
+}
+
+impl Members<'_> {
+    fn iter(&self) -> impl Iterator<Item = &NodeFacts> + '_ {
+        self.index.iter().map(|&i| &self.facts[i])
+    }
+}
+
+/// Evaluate the policy for `target` over the pool's members; `resume` is the pool's
+/// `aloft.dev/resumeRollout` annotation.
 pub fn evaluate(
     policy: Option<&RolloutPolicy>,
     previous: Option<&RolloutStatus>,
     resume: Option<&str>,
     target: &ConfigName,
-    names: &[&str],
-    facts: &[&NodeFacts],
+    members: &Members<'_>,
     now: DateTime<Utc>,
 ) -> Evaluation {
     let canary = policy.and_then(|p| p.canary).unwrap_or(0).max(0) as usize;
@@ -78,9 +92,13 @@ pub fn evaluate(
     };
     // Failures on this config are remembered even if the node recovers: a flapping node must not
     // reset the breaker.
-    for (name, f) in names.iter().zip(facts) {
-        if f.degraded() && f.desired == *target && !st.failed_nodes.iter().any(|n| n == name) {
-            st.failed_nodes.push(name.to_string());
+    for &i in members.index {
+        let f = &members.facts[i];
+        if f.degraded() && f.desired == *target {
+            let name = (members.name)(i);
+            if !st.failed_nodes.iter().any(|n| n == name) {
+                st.failed_nodes.push(name.to_string());
+            }
         }
     }
     st.failed_nodes.sort();
@@ -118,10 +136,10 @@ pub fn evaluate(
         st.phase = if st.soak_start_time.is_some() { RolloutPhase::Soaking } else { RolloutPhase::Batches };
     }
     if st.phase == RolloutPhase::Canary {
-        let wanted = canary.min(names.len());
-        let updated = facts.iter().filter(|f| f.updated_to(target)).count();
+        let wanted = canary.min(members.index.len());
+        let updated = members.iter().filter(|f| f.updated_to(target)).count();
         if updated < wanted {
-            let picked = facts.iter().filter(|f| f.desired == *target).count();
+            let picked = members.iter().filter(|f| f.desired == *target).count();
             let limit = wanted.saturating_sub(picked);
             let gate = if limit == 0 {
                 Gate::Hold(HoldReason::Canary { canaries: wanted })
@@ -130,7 +148,7 @@ pub fn evaluate(
             };
             return Evaluation { gate, status: st };
         }
-        let nothing_left = facts.iter().all(|f| f.desired == *target);
+        let nothing_left = members.iter().all(|f| f.desired == *target);
         if soak > 0 && !nothing_left {
             st.phase = RolloutPhase::Soaking;
             st.soak_start_time = Some(rfc3339(now));
@@ -169,6 +187,20 @@ mod tests {
         }
     }
 
+    fn eval(
+        policy: Option<&RolloutPolicy>,
+        previous: Option<&RolloutStatus>,
+        resume: Option<&str>,
+        target: &ConfigName,
+        names: &[&str],
+        facts: &[NodeFacts],
+        now: DateTime<Utc>,
+    ) -> Evaluation {
+        let index: Vec<usize> = (0..facts.len()).collect();
+        let name = |i: usize| names[i];
+        evaluate(policy, previous, resume, target, &Members { index: &index, facts, name: &name }, now)
+    }
+
     fn policy(canary: i64, soak: i64, max_failures: Option<i64>) -> RolloutPolicy {
         RolloutPolicy { canary: Some(canary), soak_seconds: Some(soak), max_failures, ..Default::default() }
     }
@@ -182,37 +214,29 @@ mod tests {
         let names = ["a", "b", "c"];
         let p = policy(1, 600, None);
         let old: Vec<NodeFacts> = (0..3).map(|_| facts("r1", "r1", "Done")).collect();
-        let refs: Vec<&NodeFacts> = old.iter().collect();
-        let e = evaluate(Some(&p), None, None, &ConfigName::new("r2"), &names, &refs, t("2026-01-01T00:00:00Z"));
+        let e = eval(Some(&p), None, None, &ConfigName::new("r2"), &names, &old, t("2026-01-01T00:00:00Z"));
         assert_eq!(e.gate, Gate::Pick { limit: Some(1) });
         assert_eq!(e.status.phase, RolloutPhase::Canary);
 
         let mut f = old.clone();
         f[0] = facts("r2", "r1", "Working");
-        let refs: Vec<&NodeFacts> = f.iter().collect();
-        let e =
-            evaluate(Some(&p), Some(&e.status), None, &ConfigName::new("r2"), &names, &refs, t("2026-01-01T00:01:00Z"));
+        let e = eval(Some(&p), Some(&e.status), None, &ConfigName::new("r2"), &names, &f, t("2026-01-01T00:01:00Z"));
         assert_eq!(e.gate, Gate::Hold(HoldReason::Canary { canaries: 1 }));
 
         f[0] = facts("r2", "r2", "Done");
-        let refs: Vec<&NodeFacts> = f.iter().collect();
-        let e =
-            evaluate(Some(&p), Some(&e.status), None, &ConfigName::new("r2"), &names, &refs, t("2026-01-01T00:02:00Z"));
+        let e = eval(Some(&p), Some(&e.status), None, &ConfigName::new("r2"), &names, &f, t("2026-01-01T00:02:00Z"));
         assert_eq!(e.gate, Gate::Hold(HoldReason::Soaking { until: t("2026-01-01T00:12:00Z") }));
         assert_eq!(e.status.soak_start_time.as_deref(), Some("2026-01-01T00:02:00Z"));
 
         // A restart re-evaluates from the stored record: same deadline.
-        let e =
-            evaluate(Some(&p), Some(&e.status), None, &ConfigName::new("r2"), &names, &refs, t("2026-01-01T00:11:59Z"));
+        let e = eval(Some(&p), Some(&e.status), None, &ConfigName::new("r2"), &names, &f, t("2026-01-01T00:11:59Z"));
         assert!(matches!(e.gate, Gate::Hold(HoldReason::Soaking { .. })));
-        let e =
-            evaluate(Some(&p), Some(&e.status), None, &ConfigName::new("r2"), &names, &refs, t("2026-01-01T00:12:00Z"));
+        let e = eval(Some(&p), Some(&e.status), None, &ConfigName::new("r2"), &names, &f, t("2026-01-01T00:12:00Z"));
         assert_eq!(e.gate, Gate::Pick { limit: None });
         assert_eq!(e.status.phase, RolloutPhase::Batches);
 
         // A new config starts over.
-        let e =
-            evaluate(Some(&p), Some(&e.status), None, &ConfigName::new("r3"), &names, &refs, t("2026-01-01T00:13:00Z"));
+        let e = eval(Some(&p), Some(&e.status), None, &ConfigName::new("r3"), &names, &f, t("2026-01-01T00:13:00Z"));
         assert_eq!(e.status.phase, RolloutPhase::Canary);
         assert_eq!(e.status.config, "r3");
     }
@@ -223,13 +247,11 @@ mod tests {
         let p = policy(0, 0, Some(1));
         let mut f: Vec<NodeFacts> = (0..4).map(|_| facts("r1", "r1", "Done")).collect();
         f[0] = facts("r2", "r1", "Degraded");
-        let refs: Vec<&NodeFacts> = f.iter().collect();
         let now = t("2026-01-01T00:00:00Z");
-        let e = evaluate(Some(&p), None, None, &ConfigName::new("r2"), &names, &refs, now);
+        let e = eval(Some(&p), None, None, &ConfigName::new("r2"), &names, &f, now);
         assert_eq!(e.gate, Gate::Pick { limit: None }, "one failure is not more than maxFailures=1");
         f[1] = facts("r2", "r1", "Unreconcilable");
-        let refs: Vec<&NodeFacts> = f.iter().collect();
-        let e = evaluate(Some(&p), Some(&e.status), None, &ConfigName::new("r2"), &names, &refs, now);
+        let e = eval(Some(&p), Some(&e.status), None, &ConfigName::new("r2"), &names, &f, now);
         assert_eq!(
             e.gate,
             Gate::Hold(HoldReason::CircuitBroken { failed: vec!["a".into(), "b".into()], max_failures: 1 })
@@ -237,28 +259,25 @@ mod tests {
         // The nodes recover; the breaker stays open.
         f[0] = facts("r2", "r2", "Done");
         f[1] = facts("r2", "r2", "Done");
-        let refs: Vec<&NodeFacts> = f.iter().collect();
-        let e = evaluate(Some(&p), Some(&e.status), None, &ConfigName::new("r2"), &names, &refs, now);
+        let e = eval(Some(&p), Some(&e.status), None, &ConfigName::new("r2"), &names, &f, now);
         assert!(matches!(e.gate, Gate::Hold(HoldReason::CircuitBroken { .. })));
         // Resumed once per new token.
-        let e = evaluate(Some(&p), Some(&e.status), Some("t1"), &ConfigName::new("r2"), &names, &refs, now);
+        let e = eval(Some(&p), Some(&e.status), Some("t1"), &ConfigName::new("r2"), &names, &f, now);
         assert_eq!(e.gate, Gate::Pick { limit: None });
         assert_eq!(e.status.forgiven_nodes, vec!["a".to_string(), "b".to_string()]);
         f[2] = facts("r2", "r1", "Degraded");
         f[3] = facts("r2", "r1", "Degraded");
-        let refs: Vec<&NodeFacts> = f.iter().collect();
-        let e = evaluate(Some(&p), Some(&e.status), Some("t1"), &ConfigName::new("r2"), &names, &refs, now);
+        let e = eval(Some(&p), Some(&e.status), Some("t1"), &ConfigName::new("r2"), &names, &f, now);
         assert!(matches!(e.gate, Gate::Hold(HoldReason::CircuitBroken { ref failed, .. }) if failed == &["c", "d"]));
         // A new config closes it.
-        let e = evaluate(Some(&p), Some(&e.status), Some("t1"), &ConfigName::new("r3"), &names, &refs, now);
+        let e = eval(Some(&p), Some(&e.status), Some("t1"), &ConfigName::new("r3"), &names, &f, now);
         assert_eq!(e.gate, Gate::Pick { limit: None });
     }
 
     #[test]
     fn no_policy_means_batches() {
         let f = [facts("r1", "r1", "Done")];
-        let refs: Vec<&NodeFacts> = f.iter().collect();
-        let e = evaluate(None, None, None, &ConfigName::new("r2"), &["a"], &refs, t("2026-01-01T00:00:00Z"));
+        let e = eval(None, None, None, &ConfigName::new("r2"), &["a"], &f, t("2026-01-01T00:00:00Z"));
         assert_eq!(e.gate, Gate::Pick { limit: None });
         assert_eq!(e.status.phase, RolloutPhase::Batches);
     }
