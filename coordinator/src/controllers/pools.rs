@@ -71,7 +71,13 @@ impl NodeFacts {
             drain_request: _,
             drain_answer: _,
         } = self;
-        *state == other.state
+        // A node moving to its desired config that goes from Done to Working (its agent took
+        // the pick up) is unavailable before and after, and counted the same everywhere; only
+        // failing states change a decision then. A pass for each such report was a third of a
+        // 10,000-node rollout's passes, each reading the whole fleet.
+        let moving = !desired.is_empty() && *desired != *current;
+        let failing = |s: &str| s == "Degraded" || s == "Unreconcilable";
+        (*state == other.state || (moving && !failing(state) && !failing(&other.state)))
             && *ready == other.ready
             && *cordoned == other.cordoned
             && *current == other.current
@@ -312,7 +318,7 @@ mod tests {
     }
 
     #[test]
-    fn the_drain_handshake_alone_is_no_rollout_change() {
+    fn the_drain_handshake_and_taking_the_pick_up_are_no_rollout_change() {
         let base = NodeFacts {
             current: "r1".into(),
             desired: "r2".into(),
@@ -327,10 +333,20 @@ mod tests {
             ..base.clone()
         };
         assert!(base.same_for_rollout(&handshake) && handshake.same_for_rollout(&base));
+        // The agent taking the pick up (Done, then Working, on the way from r1 to r2).
+        let picked = NodeFacts { state: "Done".into(), ..base.clone() };
+        assert!(picked.same_for_rollout(&base) && base.same_for_rollout(&picked));
+        // The same state change on a node that is not moving is a change (Working counts it
+        // unavailable), and so is any change into or out of a failing state.
+        let settled = NodeFacts { current: "r2".into(), ..base.clone() };
+        assert!(!settled.same_for_rollout(&NodeFacts { state: "Done".into(), ..settled.clone() }));
+        let failed = NodeFacts { state: "Degraded".into(), ..base.clone() };
+        assert!(!failed.same_for_rollout(&base) && !base.same_for_rollout(&failed));
         let changes = [
             NodeFacts { current: "r2".into(), ..base.clone() },
             NodeFacts { desired: "r3".into(), ..base.clone() },
-            NodeFacts { state: "Done".into(), ..base.clone() },
+            NodeFacts { state: "Degraded".into(), ..base.clone() },
+            NodeFacts { state: "Unreconcilable".into(), ..base.clone() },
             NodeFacts { reason: "x".into(), ..base.clone() },
             NodeFacts { ready: false, ..base.clone() },
             NodeFacts { drain_failure: "x".into(), ..base.clone() },
