@@ -264,7 +264,7 @@ fn plan_pool(
         let within = busy.len() <= max;
         let stuck = |i: usize| {
             let f = &facts[i];
-            within && f.disrupted() && f.desired != f.current && (f.state == "Degraded" || f.state == "Unreconcilable")
+            within && f.disrupted() && f.desired != f.current && pools::failing_state(&f.state)
         };
         let mut taken = 0;
         for &c in &candidates {

@@ -6,6 +6,12 @@ use aloft_api::annotations as ann;
 use aloft_api::{IntOrString, MachineConfigPool, Node};
 use std::collections::BTreeMap;
 
+/// The agent's states for a node that fails (MCO's Degraded, and Unreconcilable for a config it
+/// refused), as opposed to updating or done.
+pub fn failing_state(state: &str) -> bool {
+    state == "Degraded" || state == "Unreconcilable"
+}
+
 /// What a node's annotations and conditions say about it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NodeFacts {
@@ -76,8 +82,7 @@ impl NodeFacts {
         // failing states change a decision then. A pass for each such report was a third of a
         // 10,000-node rollout's passes, each reading the whole fleet.
         let moving = !desired.is_empty() && *desired != *current;
-        let failing = |s: &str| s == "Degraded" || s == "Unreconcilable";
-        (*state == other.state || (moving && !failing(state) && !failing(&other.state)))
+        (*state == other.state || (moving && !failing_state(state) && !failing_state(&other.state)))
             && *ready == other.ready
             && *cordoned == other.cordoned
             && *current == other.current
@@ -105,13 +110,13 @@ impl NodeFacts {
     /// counts as unavailable (it failed half-way); a retry asks for its drain again.
     pub fn failed_before_drain(&self) -> bool {
         self.cordoned
-            && (self.state == "Degraded" || self.state == "Unreconcilable")
+            && failing_state(&self.state)
             && self.drain_request.is_empty()
             && self.drain_answer.strip_prefix("drain-") == Some(self.desired.as_str())
     }
     /// Degraded or Unreconcilable (failing, not updating), or stuck in a drain past its timeout.
     pub fn degraded(&self) -> bool {
-        self.state == "Degraded" || self.state == "Unreconcilable" || !self.drain_failure.is_empty()
+        failing_state(&self.state) || !self.drain_failure.is_empty()
     }
     /// Why the node is degraded: the agent's reason, or the drain controller's.
     pub fn degraded_reason(&self) -> &str {
