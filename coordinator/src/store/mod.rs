@@ -8,6 +8,7 @@
 
 mod hub;
 pub mod sqlite;
+mod token_cache;
 
 use async_trait::async_trait;
 use futures::stream::BoxStream;

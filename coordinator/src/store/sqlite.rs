@@ -10,6 +10,7 @@
 //! revision gets `Gone` (HTTP 410), exactly as Kubernetes clients expect after etcd compaction.
 
 use super::hub::{Hub, Subscription};
+use super::token_cache::{Cached, TokenCache};
 use super::{
     set_revision, Event, EventType, JsonListing, Key, Listing, Store, StoreError, Stored, WatchFilter, WatchStream,
 };
@@ -34,6 +35,8 @@ struct Inner {
     hub: Arc<Hub>,
     retain: u64,
     cache: Arc<ObjectCache>,
+    /// Token lookups already answered, dropped whenever the tokens' file is written.
+    tokens: TokenCache,
 }
 
 /// The newest committed version of every object of some resources, in memory, as
@@ -265,6 +268,9 @@ impl SqliteStore {
                 }
             }
         }
+        // The WAL exists now: the writer has the tokens' file attached, in WAL mode.
+        let tokens_wal = std::path::PathBuf::from(format!("{}-wal", tokens_path(path).display()));
+        let tokens = TokenCache::watching(&[&tokens_wal]);
         let writer_cache = cache.clone();
         let (jobs, rx) = std::sync::mpsc::channel();
         let (checkpoint_due, commits) = std::sync::mpsc::sync_channel(1);
@@ -283,6 +289,7 @@ impl SqliteStore {
                 hub,
                 retain: retain.max(1),
                 cache,
+                tokens,
             }),
         })
     }
@@ -414,16 +421,26 @@ impl SqliteStore {
     }
 
     /// Look a token hash up: (name, role).
-    /// Not cached: a token replaced by another process (the `token` subcommand on the same
-    /// file) must stop working at once, and the lookup is one indexed row in pages the reader
-    /// keeps (see [`tokens_path`]).
+    /// From memory while the tokens' file is unchanged (see [`TokenCache`]): a token replaced
+    /// by another process (the `token` subcommand on the same file) still stops working at
+    /// the next request.
     pub async fn find_token(&self, hash: String) -> Result<Option<(String, String)>, StoreError> {
-        self.read_point(move |c| {
-            Ok(c.prepare_cached("SELECT name, role FROM tok.tokens WHERE hash = ?1")?
-                .query_row([hash], |r| Ok((r.get(0)?, r.get(1)?)))
-                .optional()?)
-        })
-        .await
+        let generation = match self.inner.tokens.get(&hash) {
+            Cached::Hit(entry) => return Ok(Some(entry)),
+            Cached::Miss(generation) => generation,
+        };
+        let key = hash.clone();
+        let found: Option<(String, String)> = self
+            .read_point(move |c| {
+                Ok(c.prepare_cached("SELECT name, role FROM tok.tokens WHERE hash = ?1")?
+                    .query_row([key], |r| Ok((r.get(0)?, r.get(1)?)))
+                    .optional()?)
+            })
+            .await?;
+        if let Some(entry) = &found {
+            self.inner.tokens.put(generation, hash, entry.clone());
+        }
+        Ok(found)
     }
 }
 
@@ -1140,7 +1157,12 @@ mod tests {
         // The `token` subcommand opens the same files in another process while the server runs.
         let cli = SqliteStore::open(&path).unwrap();
         cli.put_token("h1".into(), "viewer".into(), "view".into()).await.unwrap();
-        assert_eq!(server.find_token("h1".into()).await.unwrap(), Some(("viewer".into(), "view".into())));
+        // Looked up twice: the second answer comes from the server's cache of lookups, which
+        // must not outlive the change below.
+        assert!(server.inner.tokens.is_on(), "the tokens' WAL is watched");
+        for _ in 0..2 {
+            assert_eq!(server.find_token("h1".into()).await.unwrap(), Some(("viewer".into(), "view".into())));
+        }
         // Writes to the store in between do not matter to a lookup.
         server.create(&Key::cluster("/nodes", "a"), obj("a", 1)).await.unwrap();
         cli.put_token("h2".into(), "viewer".into(), "view".into()).await.unwrap();
@@ -1161,7 +1183,12 @@ mod tests {
         let before = std::fs::metadata(&file).unwrap().len();
         let puts = (0..2000).map(|i| s.put_token(format!("{i:064}"), format!("node:n{i}"), format!("node:n{i}")));
         futures::future::try_join_all(puts).await.unwrap();
+        assert!(s.find_token(format!("{:064}", 7)).await.unwrap().is_some());
+        assert_eq!(s.inner.tokens.kept(), 1);
         grows_by(&file, before, 100_000).await;
+        // A checkpoint changes no token: the lookups kept stay (a fleet's worth of them would
+        // otherwise all go back to the disk after its enrollment).
+        assert_eq!(s.inner.tokens.kept(), 1);
     }
 
     /// Wait (at most 10 s) until the file at `path` is more than `by` bytes over `before`: the
