@@ -73,9 +73,7 @@ impl TokenCache {
                 None
             }
         };
-        TokenCache {
-            inner: Mutex::new(Inner { watch, generation: 0, entries: HashMap::new(), buf: vec![0; 4096] }),
-        }
+        TokenCache { inner: Mutex::new(Inner { watch, generation: 0, entries: HashMap::new(), buf: vec![0; 4096] }) }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
