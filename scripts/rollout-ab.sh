@@ -9,13 +9,14 @@
 # binaries are copied to target/release/, then
 #   rollout-bench --nodes NODES --max-unavailable 10% --per-node-ms 500
 # runs (PER_NODE_MS overrides the 500). One line per run: ratio, coordinator and simulator CPU,
-# and the steal ticks of /proc/stat (the hypervisor taking the CPU). The binaries that were in
+# and the steal ticks of /proc/stat (the hypervisor taking the CPU); at the end, per build, the
+# mean ratio and the mean quotient of coordinator over simulator CPU. The binaries that were in
 # target/release/ are put back afterwards, with their times (cargo would otherwise take the last
 # build's copies there for up to date).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ $# -lt 3 ]; then
-  sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 fi
 rounds=$1 nodes=$2
@@ -52,5 +53,12 @@ for r in $(seq 1 "$rounds"); do
     coord_cpu=$(grep -o 'coordinator CPU [0-9.]*' <<<"$out" | cut -d' ' -f3)
     sim_cpu=$(grep -o "fleet's CPU [0-9.]*" <<<"$out" | cut -d' ' -f3)
     echo "round $r $label: ratio $ratio, coordinator CPU $coord_cpu s, simulator CPU $sim_cpu s, steal $((s1 - s0)) ticks"
+    echo "$label $ratio $coord_cpu $sim_cpu" >>"$saved/runs"
   done
 done
+# Per build: the mean ratio, and the mean of coordinator CPU over simulator CPU, which cancels
+# most of the host's drift (both run on the same cores at the same time).
+awk '{ n[$1]++; ratio[$1] += $2; q[$1] += $3 / $4; if (!($1 in seen)) { seen[$1] = 1; order[++k] = $1 } }
+  END { for (i = 1; i <= k; i++) { b = order[i]
+        printf "%s: %d runs, mean ratio %.3f, coordinator/simulator CPU %.3f\n", b, n[b], ratio[b] / n[b], q[b] / n[b] } }' \
+  "$saved/runs"
