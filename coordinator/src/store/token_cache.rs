@@ -154,59 +154,65 @@ impl Inner {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::PathBuf;
 
     fn entry() -> Entry {
         ("node:n1".into(), "node:n1".into())
     }
 
+    /// A file `t.db` in a fresh directory, and a cache watching it.
+    fn watched() -> (tempfile::TempDir, PathBuf, TokenCache) {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("t.db");
+        std::fs::write(&db, b"x").unwrap();
+        let c = TokenCache::watching(&[&db]);
+        (dir, db, c)
+    }
+
+    /// Look "h" up (a miss) and offer its answer with the generation of that miss.
+    fn miss_then_put(c: &TokenCache) {
+        let Cached::Miss(g) = c.get("h") else { panic!("\"h\" was kept already") };
+        c.put(g, "h".into(), entry());
+    }
+
+    fn hits(c: &TokenCache) -> bool {
+        matches!(c.get("h"), Cached::Hit(e) if e == entry())
+    }
+
     #[test]
     fn any_write_to_a_watched_file_drops_the_entries() {
-        let dir = tempfile::tempdir().unwrap();
-        let (db, wal) = (dir.path().join("t.db"), dir.path().join("t.db-wal"));
-        std::fs::write(&db, b"x").unwrap();
-        std::fs::write(&wal, b"x").unwrap();
-        let c = TokenCache::watching(&[&db, &wal]);
+        let (_dir, db, c) = watched();
         assert!(c.is_on());
-        let Cached::Miss(g) = c.get("h") else { panic!("an empty cache hits") };
-        c.put(g, "h".into(), entry());
-        assert!(matches!(c.get("h"), Cached::Hit(e) if e == entry()));
-        std::fs::write(&wal, b"y").unwrap();
-        assert!(matches!(c.get("h"), Cached::Miss(_)), "a write to the WAL is seen by the next lookup");
-        let Cached::Miss(g) = c.get("h") else { panic!() };
-        c.put(g, "h".into(), entry());
-        assert!(matches!(c.get("h"), Cached::Hit(_)));
+        miss_then_put(&c);
+        assert!(hits(&c));
+        std::fs::write(&db, b"y").unwrap();
+        assert!(!hits(&c), "a write is seen by the next lookup");
+        miss_then_put(&c);
+        assert!(hits(&c));
         std::fs::OpenOptions::new().write(true).open(&db).unwrap().set_len(0).unwrap();
-        assert!(matches!(c.get("h"), Cached::Miss(_)), "a truncation of the database file too");
+        assert!(!hits(&c), "a truncation too");
     }
 
     /// A lookup that read SQLite before a change must not keep its answer past the change.
     #[test]
     fn an_answer_read_before_a_write_is_not_kept() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = dir.path().join("t.db");
-        std::fs::write(&db, b"x").unwrap();
-        let c = TokenCache::watching(&[&db]);
+        let (_dir, db, c) = watched();
         let Cached::Miss(g) = c.get("h") else { panic!() };
         std::fs::write(&db, b"changed while the lookup read the old row").unwrap();
         c.put(g, "h".into(), entry());
-        assert!(matches!(c.get("h"), Cached::Miss(_)));
+        assert!(!hits(&c));
     }
 
     #[test]
     fn a_deleted_file_turns_the_cache_off_and_a_missing_one_never_turns_it_on() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = dir.path().join("t.db");
-        std::fs::write(&db, b"x").unwrap();
-        let c = TokenCache::watching(&[&db]);
+        let (dir, db, c) = watched();
         std::fs::remove_file(&db).unwrap();
-        let Cached::Miss(g) = c.get("h") else { panic!() };
+        miss_then_put(&c);
         assert!(!c.is_on());
-        c.put(g, "h".into(), entry());
-        assert!(matches!(c.get("h"), Cached::Miss(_)), "nothing is kept once the watch is lost");
+        assert!(!hits(&c), "nothing is kept once the watch is lost");
         let off = TokenCache::watching(&[&dir.path().join("absent.db")]);
         assert!(!off.is_on());
-        let Cached::Miss(g) = off.get("h") else { panic!() };
-        off.put(g, "h".into(), entry());
-        assert!(matches!(off.get("h"), Cached::Miss(_)));
+        miss_then_put(&off);
+        assert!(!hits(&off));
     }
 }
