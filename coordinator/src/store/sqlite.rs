@@ -269,7 +269,9 @@ impl SqliteStore {
             }
         }
         // The WAL exists now: the writer has the tokens' file attached, in WAL mode.
-        let tokens_wal = std::path::PathBuf::from(format!("{}-wal", tokens_path(path).display()));
+        let mut tokens_wal = tokens_path(path).into_os_string();
+        tokens_wal.push("-wal");
+        let tokens_wal = std::path::PathBuf::from(tokens_wal);
         let tokens = TokenCache::watching(&[&tokens_wal]);
         let writer_cache = cache.clone();
         let (jobs, rx) = std::sync::mpsc::channel();

@@ -9,11 +9,11 @@
 //! WAL mode every commit, from any process, is written there). SQLite commits by `pwrite` into
 //! the WAL before it publishes the commit to readers, and the kernel queues the inotify event
 //! inside that `pwrite`. So by the time another process's token change is visible, or its
-//! command has returned, the event is waiting in our queue. The database file itself is not
-//! watched: only checkpoints write it, copying pages already committed, which changes no
+//! command has returned, the event is waiting in our queue. Every lookup first drains the
+//! queue (one non-blocking `read`, a fraction of the SQLite read it replaces) and drops the
+//! whole cache on any event, under the same lock as the lookup. The database file itself is
+//! not watched: only checkpoints write it, copying pages already committed, which changes no
 //! answer (the checkpoint after a fleet enrolled dropped the whole cache when it was).
-//! Every lookup first drains the queue (one non-blocking `read`, a fraction of the SQLite read
-//! it replaces) and drops the whole cache on any event, under the same lock as the lookup.
 //!
 //! A lookup that missed reads SQLite outside the lock, so it carries the cache's generation:
 //! its answer is kept only if no event arrived meanwhile (an answer read before a concurrent
