@@ -142,8 +142,8 @@ CREATE TABLE IF NOT EXISTS tok.tokens (
 /// With the tokens in the store's file, every commit of the writer (hundreds a second in a
 /// rollout) sent the next lookup back to the disk cache for its pages, a tenth of the API
 /// threads' time at 10,000 nodes. In a file of their own the readers' pages stay valid until a
-/// token changes, and a token replaced by another process (the `token` subcommand) is still
-/// seen by the next lookup: no cache of ours to go stale.
+/// token changes, and the lookups kept in memory ([`TokenCache`]) can be dropped exactly when
+/// one does: a write to this file's WAL.
 pub fn tokens_path(path: &Path) -> std::path::PathBuf {
     let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "aloft".into());
     let name = match path.extension() {
