@@ -58,7 +58,7 @@ for r in $(seq 1 "$rounds"); do
 done
 # Per build: the mean ratio, and the mean of coordinator CPU over simulator CPU, which cancels
 # most of the host's drift (both run on the same cores at the same time).
-awk '{ n[$1]++; ratio[$1] += $2; q[$1] += $3 / $4; if (!($1 in seen)) { seen[$1] = 1; order[++k] = $1 } }
+awk '{ if (!($1 in n)) order[++k] = $1; n[$1]++; ratio[$1] += $2; q[$1] += $3 / $4 }
   END { for (i = 1; i <= k; i++) { b = order[i]
         printf "%s: %d runs, mean ratio %.3f, coordinator/simulator CPU %.3f\n", b, n[b], ratio[b] / n[b], q[b] / n[b] } }' \
   "$saved/runs"

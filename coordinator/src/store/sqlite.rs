@@ -35,7 +35,7 @@ struct Inner {
     hub: Arc<Hub>,
     retain: u64,
     cache: Arc<ObjectCache>,
-    /// Token lookups already answered, dropped whenever the tokens' file is written.
+    /// Token lookups already answered, dropped whenever the tokens' WAL is written.
     tokens: TokenCache,
 }
 
@@ -423,7 +423,7 @@ impl SqliteStore {
     }
 
     /// Look a token hash up: (name, role).
-    /// From memory while the tokens' file is unchanged (see [`TokenCache`]): a token replaced
+    /// From memory while the tokens' WAL is unwritten (see [`TokenCache`]): a token replaced
     /// by another process (the `token` subcommand on the same file) still stops working at
     /// the next request.
     pub async fn find_token(&self, hash: String) -> Result<Option<(String, String)>, StoreError> {

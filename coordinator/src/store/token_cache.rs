@@ -1,4 +1,4 @@
-//! Token lookups answered from memory for as long as nothing has written the tokens' file.
+//! Token lookups answered from memory for as long as nothing has written the tokens' WAL.
 //!
 //! Every API request is authenticated by its token, and the SQLite point read that does it was
 //! about a tenth of the API threads' time in a 10,000-node rollout. A cache with a time to live
@@ -69,7 +69,7 @@ impl TokenCache {
         let watch = match watch {
             Ok(w) => Some(w),
             Err(e) => {
-                tracing::warn!(error = %e, "cannot watch the tokens' file; every request reads the token from disk");
+                tracing::warn!(error = %e, files = ?files, "cannot watch the tokens' WAL; every request reads the token from disk");
                 None
             }
         };
@@ -90,7 +90,7 @@ impl TokenCache {
     }
 
     /// Keep `entry` for `hash`, read from SQLite after [`TokenCache::get`] returned
-    /// `Miss(generation)`, unless the tokens' file was written since.
+    /// `Miss(generation)`, unless the tokens' WAL was written since.
     pub(crate) fn put(&self, generation: u64, hash: String, entry: Entry) {
         let mut inner = self.lock();
         inner.sync();
@@ -134,7 +134,7 @@ impl Inner {
                 }
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                 Err(e) => {
-                    tracing::warn!(error = %e, "reading the tokens' file watch failed");
+                    tracing::warn!(error = %e, "reading the watch of the tokens' WAL failed");
                     lost = true;
                     break;
                 }
@@ -145,7 +145,7 @@ impl Inner {
             self.entries.clear();
         }
         if lost {
-            tracing::warn!("the tokens' file was deleted or moved; every request now reads the token from disk");
+            tracing::warn!("the tokens' WAL was deleted or moved; every request now reads the token from disk");
             self.watch = None;
         }
     }
