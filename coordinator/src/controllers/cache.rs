@@ -15,6 +15,10 @@ use std::sync::Arc;
 /// same annotations).
 pub(crate) trait Derive: Sized + serde::de::DeserializeOwned {
     type Derived;
+    /// A compact copy of what every decision pass reads of every object, kept in a vector of
+    /// its own (see [`super::pools::NodeHot`]).
+    type Hot: Copy;
+    fn hot(derived: &Self::Derived) -> Self::Hot;
     /// The typed object from a stored one. By default all of it; a type whose full form is
     /// costly (every level of `Node` keeps unknown fields, which makes serde buffer each field
     /// twice) reads only what the controllers use.
@@ -56,6 +60,10 @@ fn opt_string(v: Option<&Value>) -> Result<Option<String>, serde_json::Error> {
 
 impl Derive for aloft_api::Node {
     type Derived = super::pools::NodeFacts;
+    type Hot = super::pools::NodeHot;
+    fn hot(facts: &Self::Derived) -> Self::Hot {
+        super::pools::NodeHot::of(facts)
+    }
     /// What the node and drain controllers read: name, creation time, labels, annotations,
     /// `spec.unschedulable` and the conditions' type, status, reason, message. A full
     /// deserialization (with every level's unknown fields) of every Node event, in both
@@ -106,6 +114,8 @@ impl Derive for aloft_api::Node {
 
 impl Derive for aloft_api::MachineConfigPool {
     type Derived = ();
+    type Hot = ();
+    fn hot(_: &()) {}
     fn derive(&self) {}
     /// Membership reads the name (master and worker rank apart) and the node selector; a pool's
     /// status writes (every pass) change neither.
@@ -116,6 +126,8 @@ impl Derive for aloft_api::MachineConfigPool {
 
 impl Derive for aloft_api::NodeDisruptionBudget {
     type Derived = ();
+    type Hot = ();
+    fn hot(_: &()) {}
     fn derive(&self) {}
 }
 
@@ -128,6 +140,8 @@ pub(crate) struct Cache<T: Derive> {
     pub(crate) raw: Vec<Arc<Value>>,
     pub(crate) typed: Vec<T>,
     pub(crate) derived: Vec<T::Derived>,
+    /// `T::hot` of each `derived`.
+    pub(crate) hot: Vec<T::Hot>,
     /// The revision of each object, read once (not out of its metadata on every event).
     revisions: Vec<u64>,
     /// Objects whose `typed` and `derived` forms are older than `raw` (see
@@ -155,6 +169,7 @@ impl<T: Derive> Cache<T> {
             raw: Vec::new(),
             typed: Vec::new(),
             derived: Vec::new(),
+            hot: Vec::new(),
             revisions: Vec::new(),
             stale: Vec::new(),
             stale_count: 0,
@@ -188,6 +203,7 @@ impl<T: Derive> Cache<T> {
                         }
                         self.raw[i] = v;
                         self.typed[i] = t;
+                        self.hot[i] = T::hot(&d);
                         self.derived[i] = d;
                         self.revisions[i] = revision;
                         self.set_stale(i, false);
@@ -198,6 +214,7 @@ impl<T: Derive> Cache<T> {
                         self.index.insert(name.to_string(), self.raw.len());
                         self.raw.push(v);
                         self.typed.push(t);
+                        self.hot.push(T::hot(&d));
                         self.derived.push(d);
                         self.revisions.push(revision);
                         self.stale.push(false);
@@ -231,6 +248,7 @@ impl<T: Derive> Cache<T> {
         self.raw.swap_remove(i);
         self.typed.swap_remove(i);
         self.derived.swap_remove(i);
+        self.hot.swap_remove(i);
         self.revisions.swap_remove(i);
         self.stale.swap_remove(i);
         if i < self.raw.len() {
@@ -310,6 +328,28 @@ mod tests {
 
     fn empty<T: Derive>() -> Cache<T> {
         Cache::empty()
+    }
+
+    /// The packed facts stay beside the facts they come from through changes and removals
+    /// (a removal moves the last object into the freed place).
+    #[test]
+    fn packed_facts_follow_their_objects() {
+        let mut c: Cache<Node> = empty();
+        let node = |name: &str, desired: &str| {
+            json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name,
+                "annotations": {"machineconfiguration.openshift.io/desiredConfig": desired}}})
+        };
+        for (k, name) in ["a", "b", "c", "d"].iter().enumerate() {
+            assert!(c.apply(&event("/nodes", k as u64 + 1, node(name, "r1"))));
+        }
+        assert!(c.apply(&event("/nodes", 5, node("b", "r2"))));
+        assert!(c.apply(&Event::new(6, Key::cluster("/nodes", "a"), EventType::Deleted, node("a", "r1"))));
+        assert_eq!(c.hot.len(), 3);
+        for i in 0..c.raw.len() {
+            assert_eq!(c.hot[i], crate::controllers::pools::NodeHot::of(&c.derived[i]), "object {i}");
+        }
+        let b = c.index_of("b").unwrap();
+        assert!(c.hot[b].desires(&crate::controllers::config_name::ConfigName::new("r2")));
     }
 
     #[test]

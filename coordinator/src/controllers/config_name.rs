@@ -41,6 +41,13 @@ impl ConfigName {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// A number equal for equal names and different for different ones, for as long as both are
+    /// held (names are interned: this is the shared copy's address). Eight bytes to compare
+    /// without following a pointer, for tables that must stay small (see `pools::NodeHot`).
+    pub fn id(&self) -> usize {
+        Arc::as_ptr(&self.0) as *const u8 as usize
+    }
 }
 
 impl Default for ConfigName {

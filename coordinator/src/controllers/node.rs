@@ -164,6 +164,7 @@ async fn reconcile(store: &Arc<dyn Store>, st: &mut State, events: &Recorder) ->
     let plans = pick::plan_with_layout(
         Snapshot { nodes: &st.nodes.typed, pools: &st.pools.typed, budgets: &st.budgets.typed },
         &st.nodes.derived,
+        &st.nodes.hot,
         st.layout.as_ref().map_or(&empty, |(_, l)| l),
         &same_os,
         now,

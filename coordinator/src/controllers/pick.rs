@@ -10,7 +10,7 @@
 
 use super::budget::{Blocked, Ledger};
 use super::config_name::ConfigName;
-use super::pools::{self, NodeFacts};
+use super::pools::{self, NodeFacts, NodeHot};
 use super::rollout_policy::{self, Gate, HoldReason};
 use aloft_api::annotations as ann;
 use aloft_api::{MachineConfigPool, Node, NodeDisruptionBudget, RolloutStatus};
@@ -108,7 +108,8 @@ pub fn plan(s: Snapshot<'_>, now: DateTime<Utc>) -> Vec<PoolPlan> {
 /// [`plan`] with `facts[i]` = `NodeFacts::of(&s.nodes[i])` already worked out (the controller
 /// keeps them in its cache).
 pub fn plan_with_facts(s: Snapshot<'_>, facts: &[NodeFacts], now: DateTime<Utc>) -> Vec<PoolPlan> {
-    plan_with_layout(s, facts, &Layout::of(s.pools, s.nodes), &|_, _| false, now)
+    let hot: Vec<NodeHot> = facts.iter().map(NodeHot::of).collect();
+    plan_with_layout(s, facts, &hot, &Layout::of(s.pools, s.nodes), &|_, _| false, now)
 }
 
 /// Which nodes belong to which pool, and in which order a pool's candidates are picked: what a
@@ -150,11 +151,12 @@ impl Layout {
 /// the target has nothing to pre-stage. False when unknown.
 pub type SameOs<'a> = &'a dyn Fn(&str, &str) -> bool;
 
-/// [`plan_with_facts`] with the [`Layout`] of the snapshot already worked out, and what is known
-/// of the rendered configs' OS images.
+/// [`plan_with_facts`] with the [`Layout`] of the snapshot already worked out, `hot[i]` =
+/// `NodeHot::of(&facts[i])`, and what is known of the rendered configs' OS images.
 pub fn plan_with_layout(
     s: Snapshot<'_>,
     facts: &[NodeFacts],
+    hot: &[NodeHot],
     layout: &Layout,
     same_os: SameOs<'_>,
     now: DateTime<Utc>,
@@ -174,7 +176,7 @@ pub fn plan_with_layout(
         let name = &s.pools[p].metadata.name;
         let idx = layout.members.get(name).cloned().unwrap_or_else(|| std::sync::Arc::from([]));
         let ordered = layout.ordered.get(name).map(Vec::as_slice).unwrap_or_default();
-        let mut pp = plan_pool(s, p, idx, ordered, facts, &mut ledger, same_os, now);
+        let mut pp = plan_pool(s, p, idx, ordered, facts, hot, &mut ledger, same_os, now);
         pp.membership_error = layout.errors.get(name).cloned();
         out.push(pp);
     }
@@ -189,6 +191,7 @@ fn plan_pool(
     members: std::sync::Arc<[usize]>,
     ordered: &[usize],
     facts: &[NodeFacts],
+    hot: &[NodeHot],
     ledger: &mut Ledger,
     same_os: SameOs<'_>,
     now: DateTime<Utc>,
@@ -211,11 +214,11 @@ fn plan_pool(
     }
     // Whether each member is still to be moved to the target, compared once per pass (by node
     // index; the rest of the fleet stays false). A 10,000-node pool is walked on every pass:
-    // the walks read the members' facts only, never the Nodes themselves.
+    // the walks read the members' packed facts only (`hot`), never the Nodes themselves.
     let mut behind = vec![false; facts.len()];
     let mut waiting_any = false;
     for &i in pp.members.iter() {
-        let b = facts[i].desired != target;
+        let b = !hot[i].desires(&target);
         behind[i] = b;
         waiting_any |= b;
     }
@@ -225,13 +228,13 @@ fn plan_pool(
         pool.status.as_ref().and_then(|st| st.rollout.as_ref()),
         pool.metadata.annotations.get(ann::RESUME_ROLLOUT).map(String::as_str),
         &target,
-        &rollout_policy::Members { index: &pp.members, facts, name: &name },
+        &rollout_policy::Members { index: &pp.members, hot, name: &name },
         now,
     );
     pp.rollout = Some(eval.status);
     let broken = matches!(eval.gate, Gate::Hold(HoldReason::CircuitBroken { .. }));
     // In candidate order already (the layout's).
-    let candidates: Vec<usize> = ordered.iter().copied().filter(|&i| behind[i] && facts[i].ready).collect();
+    let candidates: Vec<usize> = ordered.iter().copied().filter(|&i| behind[i] && hot[i].ready()).collect();
     let limit = match (&eval.gate, pool.spec.paused) {
         (_, true) => {
             pp.wait = waiting_any.then_some(Wait::Paused);
@@ -246,12 +249,8 @@ fn plan_pool(
     if limit > 0 && !candidates.is_empty() {
         let max = pools::max_unavailable(pool.spec.max_unavailable.as_ref(), pp.members.len());
         // MCO also holds back capacity for nodes failing on the target even when they serve.
-        let busy: Vec<usize> = pp
-            .members
-            .iter()
-            .copied()
-            .filter(|&i| facts[i].disrupted() || (!behind[i] && facts[i].degraded()))
-            .collect();
+        let busy: Vec<usize> =
+            pp.members.iter().copied().filter(|&i| hot[i].disrupted() || (!behind[i] && hot[i].degraded())).collect();
         let room = max.saturating_sub(busy.len());
         let capacity = room.min(limit);
         let mut blocked: BTreeMap<String, (Blocked, Vec<usize>)> = BTreeMap::new();
@@ -263,8 +262,8 @@ fn plan_pool(
         // over (nodes down for other reasons) disrupts nothing more.
         let within = busy.len() <= max;
         let stuck = |i: usize| {
-            let f = &facts[i];
-            within && f.disrupted() && f.desired != f.current && pools::failing_state(&f.state)
+            let h = &hot[i];
+            within && h.disrupted() && h.moving() && h.failing()
         };
         let mut taken = 0;
         for &c in &candidates {
@@ -303,8 +302,8 @@ fn plan_pool(
     } else if limit > 0 && waiting_any {
         // Candidates exist only once nodes are Ready again.
         let max = pools::max_unavailable(pool.spec.max_unavailable.as_ref(), pp.members.len());
-        let busy: Vec<usize> = pp.members.iter().copied().filter(|&i| facts[i].disrupted()).collect();
-        if pp.members.iter().any(|&i| behind[i] && !facts[i].ready) {
+        let busy: Vec<usize> = pp.members.iter().copied().filter(|&i| hot[i].disrupted()).collect();
+        if pp.members.iter().any(|&i| behind[i] && !hot[i].ready()) {
             pp.wait = Some(Wait::MaxUnavailable { max, unavailable: busy });
         }
     }
@@ -317,25 +316,25 @@ fn plan_pool(
     picked.sort_unstable();
     let picked = |i: usize| picked.binary_search(&i).is_ok();
     // Neighbours mostly run the same config: the last answer is kept.
-    let mut last_os: Option<(&ConfigName, bool)> = None;
+    let mut last_os: Option<(&NodeHot, bool)> = None;
     for &i in pp.members.iter() {
-        let f = &facts[i];
+        let h = &hot[i];
         // A target on the OS the node runs already has nothing to fetch.
         let want = prestage_ok
             && behind[i]
             && !picked(i)
             && !match last_os {
-                Some((current, same)) if *current == f.current => same,
+                Some((seen, same)) if seen.same_current(h) => same,
                 _ => {
-                    let same = same_os(&f.current, &target);
-                    last_os = Some((&f.current, same));
+                    let same = same_os(&facts[i].current, &target);
+                    last_os = Some((h, same));
                     same
                 }
             };
         // Compared as text: a pass must not copy a string for each of thousands of members.
-        if want && f.prestage != target {
+        if want && !h.prestages(&target) {
             pp.prestage.push((i, Some(target.to_string())));
-        } else if !want && !f.prestage.is_empty() {
+        } else if !want && h.prestaging() {
             pp.prestage.push((i, None));
         }
     }

@@ -151,6 +151,86 @@ impl NodeFacts {
     }
 }
 
+/// What a pass reads of every member of a pool, packed into 32 bytes and kept beside the facts it
+/// is worked out from ([`NodeHot::of`]). A pass walks a 10,000-node pool several times; read
+/// from [`NodeFacts`] (~170 bytes a node, its strings behind pointers) every member missed the
+/// CPU's caches, and those walks were a quarter of the controllers' thread in a rollout.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NodeHot {
+    /// [`ConfigName::id`]s of the facts' names, valid while those facts are held.
+    desired: usize,
+    current: usize,
+    prestage: usize,
+    flags: u8,
+}
+
+const HOT_READY: u8 = 1;
+const HOT_DISRUPTED: u8 = 1 << 1;
+const HOT_DEGRADED: u8 = 1 << 2;
+const HOT_FAILING: u8 = 1 << 3;
+const HOT_STATE_DONE: u8 = 1 << 4;
+const HOT_PRESTAGE_SET: u8 = 1 << 5;
+
+impl NodeHot {
+    pub fn of(f: &NodeFacts) -> Self {
+        let flag = |on: bool, bit: u8| if on { bit } else { 0 };
+        NodeHot {
+            desired: f.desired.id(),
+            current: f.current.id(),
+            prestage: f.prestage.id(),
+            flags: flag(f.ready, HOT_READY)
+                | flag(f.disrupted(), HOT_DISRUPTED)
+                | flag(f.degraded(), HOT_DEGRADED)
+                | flag(failing_state(&f.state), HOT_FAILING)
+                | flag(f.state == "Done", HOT_STATE_DONE)
+                | flag(!f.prestage.is_empty(), HOT_PRESTAGE_SET),
+        }
+    }
+    fn has(&self, bit: u8) -> bool {
+        self.flags & bit != 0
+    }
+    /// [`NodeFacts::ready`].
+    pub fn ready(&self) -> bool {
+        self.has(HOT_READY)
+    }
+    /// [`NodeFacts::disrupted`].
+    pub fn disrupted(&self) -> bool {
+        self.has(HOT_DISRUPTED)
+    }
+    /// [`NodeFacts::degraded`].
+    pub fn degraded(&self) -> bool {
+        self.has(HOT_DEGRADED)
+    }
+    /// [`failing_state`] of the node's state.
+    pub fn failing(&self) -> bool {
+        self.has(HOT_FAILING)
+    }
+    /// Asked to move to `target` (its desired config is `target`).
+    pub fn desires(&self, target: &ConfigName) -> bool {
+        self.desired == target.id()
+    }
+    /// Desired and current config differ.
+    pub fn moving(&self) -> bool {
+        self.desired != self.current
+    }
+    /// Runs the same current config as `other`.
+    pub fn same_current(&self, other: &NodeHot) -> bool {
+        self.current == other.current
+    }
+    /// [`NodeFacts::updated_to`].
+    pub fn updated_to(&self, target: &ConfigName) -> bool {
+        self.current == target.id() && self.desired == self.current && self.has(HOT_STATE_DONE)
+    }
+    /// Asked to pre-stage `target`.
+    pub fn prestages(&self, target: &ConfigName) -> bool {
+        self.prestage == target.id()
+    }
+    /// Asked to pre-stage anything.
+    pub fn prestaging(&self) -> bool {
+        self.has(HOT_PRESTAGE_SET)
+    }
+}
+
 /// `maxUnavailable` for a pool of `total` nodes: an int, or a percent rounded down; 0 means 1;
 /// default 1 (MCO).
 pub fn max_unavailable(v: Option<&IntOrString>, total: usize) -> usize {
@@ -443,5 +523,50 @@ mod tests {
         assert!(f.degraded() && !f.unavailable());
         n.spec.unschedulable = true;
         assert!(NodeFacts::of(&n).unavailable(), "cordoned: unavailable");
+    }
+
+    /// The packed facts a pass reads say what the full facts say, for every combination of the
+    /// fields they are worked out from.
+    #[test]
+    fn packed_facts_read_as_the_full_ones() {
+        let (r1, r2, none) = (ConfigName::new("r1"), ConfigName::new("r2"), ConfigName::new(""));
+        let configs = [&none, &r1, &r2];
+        let mut seen = 0;
+        for state in ["", "Done", "Working", "Degraded", "Unreconcilable", "Rebooting"] {
+            let triples: Vec<(&ConfigName, &ConfigName, &ConfigName)> = configs
+                .iter()
+                .flat_map(|c| configs.iter().flat_map(|d| configs.iter().map(|p| (*c, *d, *p))).collect::<Vec<_>>())
+                .collect();
+            for (current, desired, prestage) in triples {
+                for (ready, drain_failure) in [(true, ""), (false, ""), (true, "drain timed out")] {
+                    let f = NodeFacts {
+                        current: current.clone(),
+                        desired: desired.clone(),
+                        prestage: prestage.clone(),
+                        state: state.into(),
+                        ready,
+                        drain_failure: drain_failure.into(),
+                        ..Default::default()
+                    };
+                    let h = NodeHot::of(&f);
+                    let case = format!("{f:?}");
+                    assert_eq!(h.ready(), f.ready, "{case}");
+                    assert_eq!(h.disrupted(), f.disrupted(), "{case}");
+                    assert_eq!(h.degraded(), f.degraded(), "{case}");
+                    assert_eq!(h.failing(), failing_state(&f.state), "{case}");
+                    assert_eq!(h.moving(), f.desired != f.current, "{case}");
+                    assert_eq!(h.prestaging(), !f.prestage.is_empty(), "{case}");
+                    for target in configs {
+                        assert_eq!(h.desires(target), f.desired == *target, "{case} {target}");
+                        assert_eq!(h.updated_to(target), f.updated_to(target), "{case} {target}");
+                        assert_eq!(h.prestages(target), f.prestage == *target, "{case} {target}");
+                    }
+                    let other = NodeHot::of(&NodeFacts { current: r1.clone(), ..Default::default() });
+                    assert_eq!(h.same_current(&other), f.current == r1, "{case}");
+                    seen += 1;
+                }
+            }
+        }
+        assert_eq!(seen, 6 * 27 * 3);
     }
 }

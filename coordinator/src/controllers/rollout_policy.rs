@@ -9,7 +9,7 @@
 //! rendered config starts afresh; `aloft.dev/resumeRollout` (any new value) closes the breaker.
 
 use super::config_name::ConfigName;
-use super::pools::NodeFacts;
+use super::pools::NodeHot;
 use aloft_api::{RolloutPhase, RolloutPolicy, RolloutStatus};
 use chrono::{DateTime, Utc};
 
@@ -57,13 +57,14 @@ fn rfc3339(t: DateTime<Utc>) -> String {
 /// evaluated on every pass, and collecting every member's name loaded every Node of the fleet.
 pub struct Members<'a> {
     pub index: &'a [usize],
-    pub facts: &'a [NodeFacts],
+    /// The packed facts of the fleet (see [`NodeHot`]).
+    pub hot: &'a [NodeHot],
     pub name: &'a dyn Fn(usize) -> &'a str,
 }
 
 impl Members<'_> {
-    fn iter(&self) -> impl Iterator<Item = &NodeFacts> + '_ {
-        self.index.iter().map(|&i| &self.facts[i])
+    fn iter(&self) -> impl Iterator<Item = &NodeHot> + '_ {
+        self.index.iter().map(|&i| &self.hot[i])
     }
 }
 
@@ -93,8 +94,8 @@ pub fn evaluate(
     // Failures on this config are remembered even if the node recovers: a flapping node must not
     // reset the breaker.
     for &i in members.index {
-        let f = &members.facts[i];
-        if f.degraded() && f.desired == *target {
+        let f = &members.hot[i];
+        if f.degraded() && f.desires(target) {
             let name = (members.name)(i);
             if !st.failed_nodes.iter().any(|n| n == name) {
                 st.failed_nodes.push(name.to_string());
@@ -139,7 +140,7 @@ pub fn evaluate(
         let wanted = canary.min(members.index.len());
         let updated = members.iter().filter(|f| f.updated_to(target)).count();
         if updated < wanted {
-            let picked = members.iter().filter(|f| f.desired == *target).count();
+            let picked = members.iter().filter(|f| f.desires(target)).count();
             let limit = wanted.saturating_sub(picked);
             let gate = if limit == 0 {
                 Gate::Hold(HoldReason::Canary { canaries: wanted })
@@ -148,7 +149,7 @@ pub fn evaluate(
             };
             return Evaluation { gate, status: st };
         }
-        let nothing_left = members.iter().all(|f| f.desired == *target);
+        let nothing_left = members.iter().all(|f| f.desires(target));
         if soak > 0 && !nothing_left {
             st.phase = RolloutPhase::Soaking;
             st.soak_start_time = Some(rfc3339(now));
@@ -174,6 +175,7 @@ pub fn evaluate(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controllers::pools::NodeFacts;
 
     fn facts(desired: &str, current: &str, state: &str) -> NodeFacts {
         NodeFacts {
@@ -197,8 +199,9 @@ mod tests {
         now: DateTime<Utc>,
     ) -> Evaluation {
         let index: Vec<usize> = (0..facts.len()).collect();
+        let hot: Vec<NodeHot> = facts.iter().map(NodeHot::of).collect();
         let name = |i: usize| names[i];
-        evaluate(policy, previous, resume, target, &Members { index: &index, facts, name: &name }, now)
+        evaluate(policy, previous, resume, target, &Members { index: &index, hot: &hot, name: &name }, now)
     }
 
     fn policy(canary: i64, soak: i64, max_failures: Option<i64>) -> RolloutPolicy {

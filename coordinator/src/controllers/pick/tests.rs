@@ -141,14 +141,16 @@ fn no_prestage_of_a_target_on_the_os_a_node_runs() {
     let facts: Vec<NodeFacts> = nodes.iter().map(NodeFacts::of).collect();
     // r1 and r2 run the same OS image; r0 another one.
     let same_os = |a: &str, b: &str| a != "r0" && b != "r0";
-    let p = plan_with_layout(s, &facts, &Layout::of(&pools, &nodes), &same_os, now()).remove(0);
+    let hot: Vec<NodeHot> = facts.iter().map(NodeHot::of).collect();
+    let p = plan_with_layout(s, &facts, &hot, &Layout::of(&pools, &nodes), &same_os, now()).remove(0);
     assert_eq!(p.picks, vec![0]);
     assert_eq!(p.prestage, vec![(2, Some("r2".to_string()))], "only the node on another OS pre-stages");
     let mut on = nodes.clone();
     on[1].metadata.annotations.insert(ann::PRESTAGE_CONFIG.into(), "r2".into());
     let facts: Vec<NodeFacts> = on.iter().map(NodeFacts::of).collect();
     let s = Snapshot { nodes: &on, pools: &pools, budgets: &[] };
-    let p = plan_with_layout(s, &facts, &Layout::of(&pools, &on), &same_os, now()).remove(0);
+    let hot: Vec<NodeHot> = facts.iter().map(NodeHot::of).collect();
+    let p = plan_with_layout(s, &facts, &hot, &Layout::of(&pools, &on), &same_os, now()).remove(0);
     assert!(p.prestage.contains(&(1, None)), "a request set before is withdrawn: {:?}", p.prestage);
 }
 
