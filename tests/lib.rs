@@ -392,7 +392,7 @@ pub fn machine_config_pool(name: &str, role: &str) -> Value {
 
 /// A newline-delimited watch stream of `{"type", "object"}` events.
 pub struct WatchStream {
-    resp: reqwest::Response,
+    resp: aloft_client::StreamingResponse,
     buf: Vec<u8>,
 }
 

@@ -1,0 +1,312 @@
+//! One HTTP/2 connection to the coordinator, spoken with `h2` directly.
+//!
+//! Why not reqwest (which the client used before): every agent report is a PATCH with a small
+//! body, and hyper's client sends a request body only once its stream has flow-control capacity,
+//! which h2 assigns after the stream's HEADERS went out. So each report left as two writes — its
+//! HEADERS, then its DATA — each a TLS record, a loopback or network segment, and a wake-up of
+//! the coordinator's connection task. Handing the body to `h2` with the request queues both
+//! frames before the connection task writes, and they leave as one. It also drops a task hop per
+//! request (hyper's dispatch task) and two URL parses (reqwest's request builder and its redirect
+//! policy). What reqwest gave and this keeps: `HTTPS_PROXY`/`HTTP_PROXY`/`NO_PROXY` (CONNECT
+//! tunnels through an `http://` proxy, as reqwest does for HTTPS), reconnection after the
+//! coordinator restarts, and the coordinator's CA or the system's roots.
+//!
+//! The coordinator always speaks HTTP/2 (ALPN `h2` over TLS; prior knowledge without TLS), so
+//! this client does not fall back to HTTP/1.1.
+
+use anyhow::{anyhow, bail, Context, Result};
+use bytes::{Bytes, BytesMut};
+use futures::Stream;
+use h2::client::SendRequest;
+use http::header::{HeaderValue, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE};
+use http::{Method, Request, Response, Uri};
+use std::sync::Arc;
+use tokio::net::TcpStream;
+use tokio::sync::Mutex;
+
+/// Flow-control windows as hyper's client sets them: a 10,000-node list (~12 MB) must not wait
+/// for a WINDOW_UPDATE every 64 KB.
+const STREAM_WINDOW: u32 = 2 << 20;
+const CONNECTION_WINDOW: u32 = 5 << 20;
+
+/// Where the coordinator is and how to reach it.
+struct Target {
+    tls: Option<tokio_rustls::TlsConnector>,
+    host: String,
+    port: u16,
+    /// For `NO_PROXY` and the tunnel: `scheme://host:port`.
+    origin: Uri,
+    proxy: hyper_util::client::proxy::matcher::Matcher,
+}
+
+/// A lazily opened, shared HTTP/2 connection (clones of a `Client` share it), opened again when
+/// it is found closed.
+#[derive(Clone)]
+pub(crate) struct Connection {
+    target: Arc<Target>,
+    send: Arc<Mutex<Option<SendRequest<Bytes>>>>,
+}
+
+impl Connection {
+    /// `base` is the coordinator's URL; `ca_pem` its CA (else the system's roots).
+    pub(crate) fn new(base: &url::Url, ca_pem: Option<&[u8]>) -> Result<Self> {
+        let host = base.host_str().context("the coordinator's address has no host")?;
+        // IPv6 literals come bracketed out of the URL.
+        let host = host.trim_start_matches('[').trim_end_matches(']').to_string();
+        let tls = match base.scheme() {
+            "https" => Some(tls_connector(ca_pem)?),
+            "http" => None,
+            other => bail!("the coordinator's address has scheme {other:?}; use https:// (or http://)"),
+        };
+        let port = base.port_or_known_default().context("the coordinator's address has no port")?;
+        let origin: Uri = base.origin().ascii_serialization().parse().context("the coordinator's address")?;
+        Ok(Connection {
+            target: Arc::new(Target {
+                tls,
+                host,
+                port,
+                origin,
+                proxy: hyper_util::client::proxy::matcher::Matcher::from_env(),
+            }),
+            send: Arc::new(Mutex::new(None)),
+        })
+    }
+
+    /// A sender ready for one more stream, on the open connection or a new one.
+    async fn ready(&self) -> Result<SendRequest<Bytes>> {
+        let mut slot = self.send.lock().await;
+        if let Some(s) = slot.as_ref() {
+            // A connection the coordinator closed (a restart, an idle timeout) fails here, before
+            // anything was sent on it: open a new one instead.
+            if let Ok(s) = s.clone().ready().await {
+                return Ok(s);
+            }
+        }
+        *slot = None;
+        let s = self.open().await?;
+        let s = s.ready().await.context("the new connection refused a request")?;
+        *slot = Some(s.clone());
+        Ok(s)
+    }
+
+    async fn open(&self) -> Result<SendRequest<Bytes>> {
+        let t = &self.target;
+        let tcp = match t.proxy.intercept(&t.origin) {
+            Some(proxy) => tunnel(&proxy, &t.origin).await?,
+            None => TcpStream::connect((t.host.as_str(), t.port))
+                .await
+                .with_context(|| format!("connecting to {}", t.origin))?,
+        };
+        let _ = tcp.set_nodelay(true);
+        let mut b = h2::client::Builder::new();
+        b.initial_window_size(STREAM_WINDOW).initial_connection_window_size(CONNECTION_WINDOW);
+        let send = match &t.tls {
+            Some(tls) => {
+                let name = rustls::pki_types::ServerName::try_from(t.host.clone())
+                    .with_context(|| format!("{:?} is not a host name for TLS", t.host))?;
+                let stream =
+                    tls.connect(name, tcp).await.with_context(|| format!("TLS handshake with {}", t.origin))?;
+                if stream.get_ref().1.alpn_protocol() != Some(b"h2") {
+                    bail!("{} does not speak HTTP/2 (ALPN h2); is it an aloft coordinator?", t.origin);
+                }
+                let (send, conn) = b.handshake(stream).await.context("HTTP/2 handshake")?;
+                spawn_connection(conn);
+                send
+            }
+            None => {
+                let (send, conn) = b.handshake(tcp).await.context("HTTP/2 handshake")?;
+                spawn_connection(conn);
+                send
+            }
+        };
+        Ok(send)
+    }
+
+    /// Send a request and wait for the response's head. `uri` is absolute.
+    pub(crate) async fn request(
+        &self,
+        method: Method,
+        uri: Uri,
+        auth: Option<&HeaderValue>,
+        body: Option<(&str, Vec<u8>)>,
+        accept: Option<&str>,
+    ) -> Result<Response<h2::RecvStream>> {
+        let mut req = Request::builder().method(method).uri(uri);
+        if let Some(a) = auth {
+            req = req.header(AUTHORIZATION, a.clone());
+        }
+        if let Some(a) = accept {
+            req = req.header(http::header::ACCEPT, a);
+        }
+        if let Some((ctype, data)) = &body {
+            req = req.header(CONTENT_TYPE, *ctype).header(CONTENT_LENGTH, data.len());
+        }
+        let req = req.body(()).context("building the request")?;
+        let data = body.map(|(_, data)| Bytes::from(data));
+        // A request the coordinator never saw is sent again once, on a new connection: one that
+        // could not be sent (the connection was found closed only now), or one refused with
+        // REFUSED_STREAM (HTTP/2 promises such a stream was not processed).
+        let mut retried = false;
+        loop {
+            let mut send = self.ready().await?;
+            let unseen = match send.send_request(req.clone(), data.is_none()) {
+                Ok((response, mut stream)) => {
+                    if let Some(data) = &data {
+                        // Queued with the HEADERS: both leave in the connection task's next write.
+                        if let Err(e) = stream.send_data(data.clone(), true) {
+                            return Err(e).context("sending the request body");
+                        }
+                    }
+                    match response.await {
+                        Ok(r) => return Ok(r),
+                        Err(e) if not_processed(&e) => e,
+                        Err(e) => {
+                            self.forget_if_broken(&e).await;
+                            return Err(e).context("waiting for the response");
+                        }
+                    }
+                }
+                Err(e) => e,
+            };
+            self.forget_if_broken(&unseen).await;
+            if retried {
+                return Err(unseen).context("sending the request");
+            }
+            retried = true;
+            *self.send.lock().await = None;
+        }
+    }
+
+    /// After a connection-level failure the next request opens a new connection at once.
+    async fn forget_if_broken(&self, e: &h2::Error) {
+        if e.is_io() || e.is_go_away() {
+            *self.send.lock().await = None;
+        }
+    }
+}
+
+/// An error that HTTP/2 guarantees left the request unprocessed.
+fn not_processed(e: &h2::Error) -> bool {
+    e.is_reset() && e.reason() == Some(h2::Reason::REFUSED_STREAM)
+}
+
+fn spawn_connection<T>(conn: h2::client::Connection<T, Bytes>)
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    tokio::spawn(async move {
+        if let Err(e) = conn.await {
+            tracing::debug!(error = %e, "connection to the coordinator closed");
+        }
+    });
+}
+
+/// A TCP connection to `origin` through the proxy's CONNECT tunnel.
+async fn tunnel(proxy: &hyper_util::client::proxy::matcher::Intercept, origin: &Uri) -> Result<TcpStream> {
+    use tower_service::Service;
+    let via = proxy.uri().clone();
+    if via.scheme_str() != Some("http") {
+        bail!("proxy {via}: only http:// proxies are supported (CONNECT tunnels)");
+    }
+    let mut t = hyper_util::client::legacy::connect::proxy::Tunnel::new(
+        via.clone(),
+        hyper_util::client::legacy::connect::HttpConnector::new(),
+    );
+    if let Some(auth) = proxy.basic_auth() {
+        t = t.with_auth(auth.clone());
+    }
+    std::future::poll_fn(|cx| t.poll_ready(cx)).await.with_context(|| format!("proxy {via}"))?;
+    let io = t.call(origin.clone()).await.with_context(|| format!("CONNECT {origin} through proxy {via}"))?;
+    Ok(io.into_inner())
+}
+
+fn tls_connector(ca_pem: Option<&[u8]>) -> Result<tokio_rustls::TlsConnector> {
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    match ca_pem {
+        Some(pem) => {
+            let mut n = 0;
+            for cert in rustls::pki_types::CertificateDer::pem_slice_iter(pem) {
+                roots.add(cert.context("the CA is not a PEM certificate")?).context("the CA certificate")?;
+                n += 1;
+            }
+            if n == 0 {
+                bail!("the CA is not a PEM certificate");
+            }
+        }
+        None => {
+            let found = rustls_native_certs::load_native_certs();
+            for cert in found.certs {
+                let _ = roots.add(cert);
+            }
+            if roots.is_empty() {
+                return Err(anyhow!("no CA given and none found in the system's trust store"));
+            }
+        }
+    }
+    let mut cfg = rustls::ClientConfig::builder().with_root_certificates(roots).with_no_client_auth();
+    cfg.alpn_protocols = vec![b"h2".to_vec()];
+    Ok(tokio_rustls::TlsConnector::from(Arc::new(cfg)))
+}
+
+/// The whole body of a response.
+pub(crate) async fn read_body(mut body: h2::RecvStream) -> Result<Bytes> {
+    let mut out = BytesMut::new();
+    while let Some(chunk) = body.data().await {
+        let chunk = chunk.context("reading the response")?;
+        let _ = body.flow_control().release_capacity(chunk.len());
+        if out.is_empty() && body.is_end_stream() {
+            // One frame: no copy.
+            return Ok(chunk);
+        }
+        out.extend_from_slice(&chunk);
+    }
+    Ok(out.freeze())
+}
+
+/// A streaming response (a watch): its status and its body as it arrives.
+pub struct StreamingResponse {
+    status: u16,
+    body: h2::RecvStream,
+}
+
+impl StreamingResponse {
+    pub(crate) fn new(resp: Response<h2::RecvStream>) -> Self {
+        StreamingResponse { status: resp.status().as_u16(), body: resp.into_body() }
+    }
+
+    pub fn status(&self) -> u16 {
+        self.status
+    }
+
+    /// The next chunk of the body as it arrives (acknowledged to the sender's flow control), or
+    /// None at its end.
+    pub async fn chunk(&mut self) -> Result<Option<Bytes>, h2::Error> {
+        match self.body.data().await {
+            None => Ok(None),
+            Some(Err(e)) => Err(e),
+            Some(Ok(c)) => {
+                let _ = self.body.flow_control().release_capacity(c.len());
+                Ok(Some(c))
+            }
+        }
+    }
+
+    /// The body's chunks as they arrive (see [`StreamingResponse::chunk`]).
+    pub fn bytes_stream(self) -> impl Stream<Item = Result<Bytes, h2::Error>> + Send + Unpin {
+        // An error ends the stream.
+        Box::pin(futures::stream::unfold(Some(self), |resp| async move {
+            let mut resp = resp?;
+            match resp.chunk().await {
+                Ok(None) => None,
+                Ok(Some(c)) => Some((Ok(c), Some(resp))),
+                Err(e) => Some((Err(e), None)),
+            }
+        }))
+    }
+
+    /// The whole body.
+    pub async fn bytes(self) -> Result<Bytes> {
+        read_body(self.body).await
+    }
+}
