@@ -143,9 +143,12 @@ impl Connection {
         }
         let req = req.body(()).context("building the request")?;
         let data = body.map(|(_, data)| Bytes::from(data));
-        // A request the coordinator never saw is sent again once, on a new connection: one that
-        // could not be sent (the connection was found closed only now), or one refused with
-        // REFUSED_STREAM (HTTP/2 promises such a stream was not processed).
+        // Sent again once, on a new connection: a request the coordinator never saw (it could
+        // not be sent, the connection being found closed only now; or it was refused with
+        // REFUSED_STREAM, which HTTP/2 promises was not processed), and a read that met a
+        // connection the coordinator had dropped (a restart): reading twice changes nothing.
+        // A write that met a dropped connection may have been applied; its caller decides.
+        let safe = matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS);
         let mut retried = false;
         loop {
             let mut send = self.ready().await?;
@@ -159,7 +162,7 @@ impl Connection {
                     }
                     match response.await {
                         Ok(r) => return Ok(r),
-                        Err(e) if not_processed(&e) => e,
+                        Err(e) if not_processed(&e) || (safe && (e.is_io() || e.is_go_away())) => e,
                         Err(e) => {
                             self.forget_if_broken(&e).await;
                             return Err(e).context("waiting for the response");
