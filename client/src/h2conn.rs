@@ -48,8 +48,9 @@ pub(crate) struct Connection {
 }
 
 impl Connection {
-    /// `base` is the coordinator's URL; `ca_pem` its CA (else the system's roots).
-    pub(crate) fn new(base: &url::Url, ca_pem: Option<&[u8]>) -> Result<Self> {
+    /// `base` is the coordinator's URL and `origin` its `scheme://host[:port]`; `ca_pem` its CA
+    /// (else the system's roots).
+    pub(crate) fn new(base: &url::Url, origin: Uri, ca_pem: Option<&[u8]>) -> Result<Self> {
         let host = base.host_str().context("the coordinator's address has no host")?;
         // IPv6 literals come bracketed out of the URL.
         let host = host.trim_start_matches('[').trim_end_matches(']').to_string();
@@ -59,7 +60,6 @@ impl Connection {
             other => bail!("the coordinator's address has scheme {other:?}; use https:// (or http://)"),
         };
         let port = base.port_or_known_default().context("the coordinator's address has no port")?;
-        let origin: Uri = base.origin().ascii_serialization().parse().context("the coordinator's address")?;
         Ok(Connection {
             target: Arc::new(Target {
                 tls,
@@ -171,8 +171,8 @@ impl Connection {
                 }
                 Err(e) => e,
             };
-            self.forget_if_broken(&unseen).await;
             if retried {
+                self.forget_if_broken(&unseen).await;
                 return Err(unseen).context("sending the request");
             }
             retried = true;

@@ -179,7 +179,7 @@ impl Client {
             _ => bail!("the coordinator's address (server) {:?} must be scheme://host[:port][/path]", cfg.server),
         };
         Ok(Client {
-            conn: h2conn::Connection::new(&base_url, cfg.ca_pem.as_deref())
+            conn: h2conn::Connection::new(&base_url, origin, cfg.ca_pem.as_deref())
                 .with_context(|| format!("the coordinator's address (server) {:?}", cfg.server))?,
             prefix: base_url.path().trim_end_matches('/').to_string(),
             base,
