@@ -203,6 +203,13 @@ impl NodeApi {
         Ok(crate::disruption::Policy::from_user(&user))
     }
 
+    /// What an update reads before it plans: the rendered config `target` and the disruption
+    /// policy, two reads at once. The daemon and the fleet simulator (`rollout-bench`) both go
+    /// through here, so the simulated fleet asks the coordinator for what a real one asks.
+    pub async fn update_inputs(&self, target: &str) -> (Result<MachineConfig>, Result<crate::disruption::Policy>) {
+        tokio::join!(self.machine_config(target), self.disruption_policy())
+    }
+
     /// Wait until the Node changes after `revision` (or `timeout` passes); returns the newest view.
     /// `None` when nothing newer arrived in time (the caller re-reads the Node).
     pub async fn wait_change(&self, revision: &str, timeout: Duration) -> Result<Option<NodeView>> {

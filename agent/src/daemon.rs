@@ -373,7 +373,7 @@ impl Agent {
         let current = self.current_name();
         // Two reads at once; the Working report waits for the plan, so that it can carry the
         // drain request (one write on the coordinator instead of two).
-        let (fetched, policy) = tokio::join!(self.api.machine_config(target), self.api.disruption_policy());
+        let (fetched, policy) = self.api.update_inputs(target).await;
         let new = match fetched {
             Ok(mc) => mc,
             Err(e) => return self.fail(target, format!("{e:#}"), false).await,

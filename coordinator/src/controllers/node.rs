@@ -9,7 +9,7 @@ use super::cache::Cache;
 use super::config_name::ConfigName;
 use super::events::{reasons, EventType, Involved, Recorder};
 use super::pick::{self, names_text, PoolPlan, Snapshot, Wait};
-use super::pools::NodeFacts;
+use super::pools::{NodeFacts, NodeHot};
 use super::rollout_policy::HoldReason;
 use super::uncordon::uncordon_edit;
 use super::{annotate, set_annotations, write_node};
@@ -265,8 +265,8 @@ async fn reconcile(store: &Arc<dyn Store>, st: &mut State, events: &Recorder) ->
     };
     let status_due = status_free && throttled.is_none();
     let status_of = |pp: &PoolPlan| {
-        let pairs: Vec<(&Node, &NodeFacts)> =
-            pp.members.iter().map(|&i| (&st.nodes.typed[i], &st.nodes.derived[i])).collect();
+        let pairs: Vec<Member> =
+            pp.members.iter().map(|&i| (&st.nodes.typed[i], &st.nodes.derived[i], &st.nodes.hot[i])).collect();
         let pool = &st.pools.typed[pp.pool];
         (pp.pool, compute_status(pool, &pairs, &pp.target, pp.membership_error.as_ref(), Some(pp)))
     };
@@ -549,9 +549,13 @@ fn condition(type_: &str, on: bool, reason: &str, message: String) -> Condition 
 }
 
 /// MCO's calculateStatus, plus aloft's rollout conditions and record when a plan is given.
+/// A pool member as a status reads it: the packed facts for the counts (a walk over every
+/// member, see [`NodeHot`]), the node and its full facts for the few named in conditions.
+type Member<'a> = (&'a Node, &'a NodeFacts, &'a NodeHot);
+
 fn compute_status(
     pool: &MachineConfigPool,
-    members: &[(&Node, &NodeFacts)],
+    members: &[Member],
     target: &ConfigName,
     membership_error: Option<&String>,
     plan: Option<&PoolPlan>,
@@ -560,15 +564,15 @@ fn compute_status(
     let total = members.len();
     // One pass over the members (a pool can have thousands, and this runs after every pick).
     let (mut updated, mut ready, mut unavailable) = (0, 0, 0);
-    let mut degraded: Vec<&(&Node, &NodeFacts)> = Vec::new();
+    let mut degraded: Vec<&Member> = Vec::new();
     for m in members {
-        let f = m.1;
-        if f.updated_to(target) {
+        let h = m.2;
+        if h.updated_to(target) {
             updated += 1;
-            ready += usize::from(f.ready);
+            ready += usize::from(h.ready());
         }
-        unavailable += usize::from(f.unavailable());
-        if f.degraded() {
+        unavailable += usize::from(h.status_unavailable());
+        if h.degraded() {
             degraded.push(m);
         }
     }
@@ -614,7 +618,7 @@ fn compute_status(
     } else {
         let msgs: Vec<String> = degraded
             .iter()
-            .map(|(n, f)| format!("Node {} is reporting: {:?}", n.metadata.name, f.degraded_reason()))
+            .map(|(n, f, _)| format!("Node {} is reporting: {:?}", n.metadata.name, f.degraded_reason()))
             .collect();
         condition(
             cond::NODE_DEGRADED,
@@ -644,7 +648,7 @@ fn compute_status(
 }
 
 /// aloft's conditions: CanarySoaking, CircuitBroken, NodeDrainTimeout; and `status.rollout`.
-fn rollout_conditions(st: &mut MachineConfigPoolStatus, members: &[(&Node, &NodeFacts)], pp: &PoolPlan, now: &str) {
+fn rollout_conditions(st: &mut MachineConfigPoolStatus, members: &[Member], pp: &PoolPlan, now: &str) {
     let soaking = match &pp.wait {
         Some(w @ Wait::Policy(HoldReason::Soaking { .. })) => {
             condition(cond::CANARY_SOAKING, true, "Soaking", w.to_string())
@@ -664,8 +668,8 @@ fn rollout_conditions(st: &mut MachineConfigPoolStatus, members: &[(&Node, &Node
     set_condition(&mut st.conditions, broken, now);
     let stuck: Vec<String> = members
         .iter()
-        .filter(|(_, f)| !f.drain_failure.is_empty())
-        .map(|(n, f)| format!("Node {}: {}", n.metadata.name, f.drain_failure))
+        .filter(|(_, _, h)| h.drain_failed())
+        .map(|(n, f, _)| format!("Node {}: {}", n.metadata.name, f.drain_failure))
         .collect();
     let drain = if stuck.is_empty() {
         condition(cond::NODE_DRAIN_TIMEOUT, false, "", String::new())
@@ -792,7 +796,8 @@ mod tests {
             node("c", "r1", "r1", "Done", true),
         ];
         let facts: Vec<NodeFacts> = nodes.iter().map(NodeFacts::of).collect();
-        let members: Vec<(&Node, &NodeFacts)> = nodes.iter().zip(&facts).collect();
+        let hot: Vec<NodeHot> = facts.iter().map(NodeHot::of).collect();
+        let members: Vec<Member> = nodes.iter().zip(&facts).zip(&hot).map(|((n, f), h)| (n, f, h)).collect();
         let st = compute_status(&p, &members, &ConfigName::new("r2"), None, None);
         assert_eq!(
             (
@@ -812,7 +817,8 @@ mod tests {
         assert!(st.configuration.is_none(), "status.configuration moves only when all are updated");
         let done: Vec<Node> = vec![node("a", "r2", "r2", "Done", true)];
         let facts: Vec<NodeFacts> = done.iter().map(NodeFacts::of).collect();
-        let members: Vec<(&Node, &NodeFacts)> = done.iter().zip(&facts).collect();
+        let hot: Vec<NodeHot> = facts.iter().map(NodeHot::of).collect();
+        let members: Vec<Member> = done.iter().zip(&facts).zip(&hot).map(|((n, f), h)| (n, f, h)).collect();
         let st = compute_status(&p, &members, &ConfigName::new("r2"), None, None);
         assert!(find_condition(&st.conditions, cond::UPDATED).unwrap().is_true());
         assert_eq!(st.configuration.unwrap().name, "r2");

@@ -170,6 +170,8 @@ const HOT_DEGRADED: u8 = 1 << 2;
 const HOT_FAILING: u8 = 1 << 3;
 const HOT_STATE_DONE: u8 = 1 << 4;
 const HOT_PRESTAGE_SET: u8 = 1 << 5;
+const HOT_STATUS_UNAVAILABLE: u8 = 1 << 6;
+const HOT_DRAIN_FAILED: u8 = 1 << 7;
 
 impl NodeHot {
     pub fn of(f: &NodeFacts) -> Self {
@@ -183,7 +185,9 @@ impl NodeHot {
                 | flag(f.degraded(), HOT_DEGRADED)
                 | flag(failing_state(&f.state), HOT_FAILING)
                 | flag(f.state == "Done", HOT_STATE_DONE)
-                | flag(!f.prestage.is_empty(), HOT_PRESTAGE_SET),
+                | flag(!f.prestage.is_empty(), HOT_PRESTAGE_SET)
+                | flag(f.unavailable(), HOT_STATUS_UNAVAILABLE)
+                | flag(!f.drain_failure.is_empty(), HOT_DRAIN_FAILED),
         }
     }
     fn has(&self, bit: u8) -> bool {
@@ -204,6 +208,14 @@ impl NodeHot {
     /// [`failing_state`] of the node's state.
     pub fn failing(&self) -> bool {
         self.has(HOT_FAILING)
+    }
+    /// [`NodeFacts::unavailable`], MCO's count for the pool's status.
+    pub fn status_unavailable(&self) -> bool {
+        self.has(HOT_STATUS_UNAVAILABLE)
+    }
+    /// The drain controller gave up waiting for this node's drain ([`NodeFacts::drain_failure`]).
+    pub fn drain_failed(&self) -> bool {
+        self.has(HOT_DRAIN_FAILED)
     }
     /// Asked to move to `target` (its desired config is `target`).
     pub fn desires(&self, target: &ConfigName) -> bool {
@@ -554,6 +566,8 @@ mod tests {
                     assert_eq!(h.disrupted(), f.disrupted(), "{case}");
                     assert_eq!(h.degraded(), f.degraded(), "{case}");
                     assert_eq!(h.failing(), failing_state(&f.state), "{case}");
+                    assert_eq!(h.status_unavailable(), f.unavailable(), "{case}");
+                    assert_eq!(h.drain_failed(), !f.drain_failure.is_empty(), "{case}");
                     assert_eq!(h.moving(), f.desired != f.current, "{case}");
                     assert_eq!(h.prestaging(), !f.prestage.is_empty(), "{case}");
                     for target in configs {

@@ -342,7 +342,9 @@ async fn read_modify_write(
             }
         }
         let mut next = objects::prepare_update(call.path.rt, call.is_status(), &stored, incoming);
-        call.validate(&next)?;
+        if !validate::only_annotations_changed(&stored, &next) {
+            call.validate(&next)?;
+        }
         if decision == Decision::AllowStatusAndAnnotations {
             if !auth::only_status_and_annotations(&stored, &next) {
                 let mut e = call.forbidden(Verb::Update);
