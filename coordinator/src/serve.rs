@@ -63,11 +63,12 @@ pub async fn prepare(opts: &ServeOptions) -> Result<(SqliteStore, String)> {
     std::fs::set_permissions(&opts.data_dir, std::fs::Permissions::from_mode(0o700))?;
     let files = DataDir::new(&opts.data_dir);
     // In memory as well: what a fleet reads on every step of an update (its Node, on every
-    // report; the rendered config it fetches; the pools).
+    // report; the rendered config and the disruption policy it fetches; the pools).
     let cached = [
         crate::resources::NODE.store_key(),
         crate::resources::MACHINE_CONFIG.store_key(),
         crate::resources::MACHINE_CONFIG_POOL.store_key(),
+        crate::resources::MACHINE_CONFIGURATION.store_key(),
     ];
     let store = SqliteStore::open_with(&files.db, opts.watch_history, &cached)
         .with_context(|| format!("opening store {}", files.db.display()))?;
