@@ -16,7 +16,8 @@
 //! which the coordinator counts it unavailable, so a count above the budget is a real violation),
 //! the coordinator's CPU time and peak RSS (and its RSS per connected node), and per generation
 //! (the picks in the order the nodes saw them, k at a time) the spread of its picks and how late
-//! its last pick came.
+//! its last pick came; and how much longer than the per-node time the simulated hosts slept
+//! (this process's timer, counted in the wall time).
 //!
 //! Usage: cargo run --release -p aloft-tests --bin rollout-bench -- \
 //!          --nodes 1000 --max-unavailable 10% --per-node-ms 500 [--failure-rate 0.0]
@@ -93,6 +94,10 @@ struct Fleet {
     max_updating: AtomicUsize,
     /// When each node saw its pick (a generation's spread of these is where the overhead shows).
     seen_at: std::sync::Mutex<Vec<Instant>>,
+    /// How much longer than the per-node time each simulated host slept: tokio's timer wakes on
+    /// a millisecond tick, later when this process's threads are busy. Counted in the wall time
+    /// though no coordinator would make it shorter, so the report says how much it was.
+    overslept: std::sync::Mutex<Vec<Duration>>,
     done: AtomicUsize,
     failures: AtomicUsize,
 }
@@ -141,8 +146,15 @@ async fn node(
             }
             marks.push(("working+drain", Instant::now()));
             step(&fleet, &name, Some("simulated apply"));
+            let applying = Instant::now();
             tokio::time::sleep(per_node).await;
-            marks.push(("apply", Instant::now()));
+            let applied = Instant::now();
+            fleet
+                .overslept
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push((applied - applying).saturating_sub(per_node));
+            marks.push(("apply", applied));
             // xorshift: a repeatable failure pattern per node.
             rng ^= rng << 13;
             rng ^= rng >> 7;
@@ -293,6 +305,7 @@ async fn main() -> Result<()> {
         updating: AtomicUsize::new(0),
         max_updating: AtomicUsize::new(0),
         seen_at: Default::default(),
+        overslept: Default::default(),
         done: AtomicUsize::new(0),
         failures: AtomicUsize::new(0),
     });
@@ -486,6 +499,19 @@ async fn main() -> Result<()> {
         "  per generation, ms: spread of the picks seen / last pick seen after the ideal start: {}",
         generations.join(", ")
     );
+    let mut overslept = std::mem::take(&mut *fleet.overslept.lock().unwrap_or_else(|e| e.into_inner()));
+    overslept.sort();
+    if let Some(max) = overslept.last() {
+        let at = |q: f64| overslept[((overslept.len() - 1) as f64 * q) as usize].as_secs_f64() * 1000.0;
+        println!(
+            "  the simulated hosts slept longer than {} ms by: median {:.1} ms, p99 {:.1} ms, most {:.1} ms \
+             (the wall time includes it; a generation's slowest node adds it once per turn)",
+            args.per_node.as_millis(),
+            at(0.5),
+            at(0.99),
+            max.as_secs_f64() * 1000.0
+        );
+    }
     tasks.abort_all();
     if max_seen > k {
         bail!("the rollout exceeded its budget: {max_seen} > {k}");

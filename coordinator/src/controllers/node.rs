@@ -548,11 +548,11 @@ fn condition(type_: &str, on: bool, reason: &str, message: String) -> Condition 
     }
 }
 
-/// MCO's calculateStatus, plus aloft's rollout conditions and record when a plan is given.
 /// A pool member as a status reads it: the packed facts for the counts (a walk over every
 /// member, see [`NodeHot`]), the node and its full facts for the few named in conditions.
 type Member<'a> = (&'a Node, &'a NodeFacts, &'a NodeHot);
 
+/// MCO's calculateStatus, plus aloft's rollout conditions and record when a plan is given.
 fn compute_status(
     pool: &MachineConfigPool,
     members: &[Member],
