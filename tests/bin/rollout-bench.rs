@@ -505,7 +505,7 @@ async fn main() -> Result<()> {
         let at = |q: f64| overslept[((overslept.len() - 1) as f64 * q) as usize].as_secs_f64() * 1000.0;
         println!(
             "  the simulated hosts slept longer than {} ms by: median {:.1} ms, p99 {:.1} ms, most {:.1} ms \
-             (the wall time includes it; a generation's slowest node adds it once per turn)",
+             (in the wall time: each slot of the budget carries it once a turn)",
             args.per_node.as_millis(),
             at(0.5),
             at(0.99),
