@@ -78,6 +78,9 @@ pub enum Phase {
     Failed(String),
 }
 
+/// How long [`Vm::exec_timeout`] waits for a VM that is booting to come up.
+pub const UP_WAIT: Duration = Duration::from_secs(90);
+
 /// The VM's state, as the supervisor publishes it.
 #[derive(Debug, Clone)]
 pub struct Status {
@@ -265,8 +268,18 @@ impl Vm {
         }
     }
 
-    /// Run a shell script as root in the guest (it must be up: [`Vm::wait_ready`]).
+    /// Run a shell script as root in the guest. A VM that is booting, or between two boots, is
+    /// waited for (at most [`UP_WAIT`]): an agent reports Done from its own unit, which can run
+    /// before the guest prints its ready line, so a rollout can converge a moment before the
+    /// node takes commands (seen once in scenario c: both nodes Done on v2, vm-0's ready line
+    /// not read yet). A VM that is off or failed is an error at once.
     pub async fn exec_timeout(&self, script: &str, timeout: Duration) -> Result<Output> {
+        let now = self.status();
+        if matches!(now.phase, Phase::Booting | Phase::Rebooting) {
+            self.wait_ready(now.boot, UP_WAIT)
+                .await
+                .with_context(|| format!("{}: cannot run {script:?}: the VM did not come up", self.name))?;
+        }
         if !matches!(self.status().phase, Phase::Ready { .. }) {
             bail!("{}: cannot run {script:?}: the VM is not up ({:?})", self.name, self.status());
         }

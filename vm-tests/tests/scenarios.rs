@@ -227,10 +227,6 @@ async fn os_update(fleet: &Fleet, prestage: bool) -> Result<()> {
 
 /// The guest booted `checksum` (ostree admin status) and runs release `release`.
 async fn os_is(vm: &Vm, release: &str, checksum: &str) -> Result<()> {
-    // The agent reports Done from its own unit, which can run before the guest prints its ready
-    // line (`aloft-ready.service`): a rollout may converge a moment before the node takes
-    // commands (seen once in scenario c: both nodes Done, vm-0's ready line not read yet).
-    vm.wait_ready(vm.status().boot, Duration::from_secs(120)).await?;
     let out = vm
         .sh("cat /usr/lib/aloft/release; test -e /usr/share/aloft/v2-marker && echo v2-marker; ostree admin status")
         .await?;
