@@ -9,7 +9,8 @@
 # binaries are copied to target/release/, then
 #   rollout-bench --nodes NODES --max-unavailable 10% --per-node-ms 500
 # runs (PER_NODE_MS overrides the 500). One line per run: ratio, coordinator and simulator CPU,
-# and the steal ticks of /proc/stat (the hypervisor taking the CPU); at the end, per build, the
+# the steal ticks of /proc/stat (the hypervisor taking the CPU) and the host speed the bench timed
+# before the run; at the end, per build, the
 # mean ratio and the mean quotient of coordinator over simulator CPU. The binaries that were in
 # target/release/ are put back afterwards, with their times (cargo would otherwise take the last
 # build's copies there for up to date).
@@ -52,7 +53,9 @@ for r in $(seq 1 "$rounds"); do
     ratio=$(grep -o 'ratio [0-9.]*' <<<"$out" | cut -d' ' -f2)
     coord_cpu=$(grep -o 'coordinator CPU [0-9.]*' <<<"$out" | cut -d' ' -f3)
     sim_cpu=$(grep -o "fleet's CPU [0-9.]*" <<<"$out" | cut -d' ' -f3)
-    echo "round $r $label: ratio $ratio, coordinator CPU $coord_cpu s, simulator CPU $sim_cpu s, steal $((s1 - s0)) ticks"
+    # Builds from before the host speed line print none.
+    speed=$(grep -o 'Node in [0-9.]* ms' <<<"$out" | cut -d' ' -f3 || true)
+    echo "round $r $label: ratio $ratio, coordinator CPU $coord_cpu s, simulator CPU $sim_cpu s, steal $((s1 - s0)) ticks${speed:+, host speed $speed ms}"
     echo "$label $ratio $coord_cpu $sim_cpu" >>"$saved/runs"
   done
 done

@@ -17,7 +17,8 @@
 //! the coordinator's CPU time and peak RSS (and its RSS per connected node), and per generation
 //! (the picks in the order the nodes saw them, k at a time) the spread of its picks and how late
 //! its last pick came; and how much longer than the per-node time the simulated hosts slept
-//! (this process's timer, counted in the wall time).
+//! (this process's timer, counted in the wall time); and the host's speed, timed before the run
+//! (figures taken on different hosts, or on one host at different times, differ by it).
 //!
 //! Usage: cargo run --release -p aloft-tests --bin rollout-bench -- \
 //!          --nodes 1000 --max-unavailable 10% --per-node-ms 500 [--failure-rate 0.0]
@@ -199,6 +200,40 @@ async fn node(
     }
 }
 
+/// How fast this host runs the kind of work a rollout is made of, measured before anything else
+/// starts: the best of five timings of 10,000 parses and serializations of a Node as the store
+/// keeps it (one core). The same build's ratio moves with the host's speed (hosts of the same
+/// type differed by a fifth in CPU per node update across sessions), so figures from different
+/// sessions are compared together with this.
+fn host_speed() -> Duration {
+    let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "sim-00000",
+        "labels": {"node-role.kubernetes.io/worker": "", "topology.kubernetes.io/zone": "zone-0"},
+        "uid": "c6c7c61e-9570-4a18-8a92-dd7ef2bcc643", "creationTimestamp": "2026-11-27T05:55:49Z",
+        "generation": 2, "resourceVersion": "1070", "annotations": {
+            ann::DESIRED_CONFIG: "rendered-worker-b8058c51c2716b399dbdae9a7f536c4c",
+            ann::STATE: "Done", ann::REASON: "",
+            ann::CURRENT_CONFIG: "rendered-worker-b8058c51c2716b399dbdae9a7f536c4c",
+            ann::DESIRED_DRAIN: "uncordon-rendered-worker-b8058c51c2716b399dbdae9a7f536c4c",
+            ann::LAST_APPLIED_DRAIN: "uncordon-rendered-worker-b8058c51c2716b399dbdae9a7f536c4c"}},
+        "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "AloftAgentReady",
+            "message": "simulated host", "lastHeartbeatTime": "2026-11-27T05:55:49Z",
+            "lastTransitionTime": "2026-11-27T05:55:49Z"}]}, "spec": {}});
+    let text = node.to_string();
+    (0..5)
+        .map(|_| {
+            let t = Instant::now();
+            let mut bytes = 0;
+            for _ in 0..10_000 {
+                let v: Value = serde_json::from_str(std::hint::black_box(&text)).unwrap_or_default();
+                bytes += std::hint::black_box(v.to_string()).len();
+            }
+            std::hint::black_box(bytes);
+            t.elapsed()
+        })
+        .min()
+        .unwrap_or_default()
+}
+
 /// Wait at least 2 s, then until the coordinator (`pid`) used under 10% of a core over two
 /// quarter-seconds in a row (at most 2 minutes); returns how long it took.
 async fn settle(pid: u32) -> Duration {
@@ -220,6 +255,7 @@ async fn settle(pid: u32) -> Duration {
 async fn main() -> Result<()> {
     let args = parse_args()?;
     let k = budget(&args.max_unavailable, args.nodes)?;
+    let speed = host_speed();
     let c = Coordinator::start();
     let admin = c.client();
     let pool = json!({"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfigPool",
@@ -456,6 +492,11 @@ async fn main() -> Result<()> {
         rss_empty_kb as f64 / 1024.0,
         rss_fleet_kb as f64 / 1024.0,
         rss_fleet_kb.saturating_sub(rss_empty_kb) as f64 / args.nodes.max(1) as f64
+    );
+    println!(
+        "  host speed: 10,000 JSON round trips of a Node in {:.1} ms, one core, before the run (lower is faster; \
+         compare figures from different hosts or sessions with it)",
+        speed.as_secs_f64() * 1000.0
     );
     println!("  store writes during the rollout: {writes} ({:.1} per node)", writes as f64 / args.nodes as f64);
     println!(
