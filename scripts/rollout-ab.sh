@@ -10,7 +10,7 @@
 #   rollout-bench --nodes NODES --max-unavailable 10% --per-node-ms 500
 # runs (PER_NODE_MS overrides the 500). One line per run: ratio, coordinator and simulator CPU,
 # the steal ticks of /proc/stat (the hypervisor taking the CPU) and the host speed the bench timed
-# before the run; at the end, per build, the
+# before and after the run (ms, lower is faster); at the end, per build, the
 # mean ratio and the mean quotient of coordinator over simulator CPU. The binaries that were in
 # target/release/ are put back afterwards, with their times (cargo would otherwise take the last
 # build's copies there for up to date).
@@ -54,7 +54,7 @@ for r in $(seq 1 "$rounds"); do
     coord_cpu=$(grep -o 'coordinator CPU [0-9.]*' <<<"$out" | cut -d' ' -f3)
     sim_cpu=$(grep -o "fleet's CPU [0-9.]*" <<<"$out" | cut -d' ' -f3)
     # Builds from before the host speed line print none.
-    speed=$(grep -o 'Node in [0-9.]* ms' <<<"$out" | cut -d' ' -f3 || true)
+    speed=$(grep -o 'Node in [0-9.]* ms before the run, [0-9.]* ms after' <<<"$out" | awk '{print $3 "/" $8}' || true)
     echo "round $r $label: ratio $ratio, coordinator CPU $coord_cpu s, simulator CPU $sim_cpu s, steal $((s1 - s0)) ticks${speed:+, host speed $speed ms}"
     echo "$label $ratio $coord_cpu $sim_cpu" >>"$saved/runs"
   done

@@ -17,8 +17,8 @@
 //! the coordinator's CPU time and peak RSS (and its RSS per connected node), and per generation
 //! (the picks in the order the nodes saw them, k at a time) the spread of its picks and how late
 //! its last pick came; and how much longer than the per-node time the simulated hosts slept
-//! (this process's timer, counted in the wall time); and the host's speed, timed before the run
-//! (figures taken on different hosts, or on one host at different times, differ by it).
+//! (this process's timer, counted in the wall time); and the host's speed, timed before and after
+//! the run (figures taken on different hosts, or on one host at different times, differ by it).
 //!
 //! Usage: cargo run --release -p aloft-tests --bin rollout-bench -- \
 //!          --nodes 1000 --max-unavailable 10% --per-node-ms 500 [--failure-rate 0.0]
@@ -200,11 +200,12 @@ async fn node(
     }
 }
 
-/// How fast this host runs the kind of work a rollout is made of, measured before anything else
-/// starts: the best of five timings of 10,000 parses and serializations of a Node as the store
-/// keeps it (one core). The same build's ratio moves with the host's speed (hosts of the same
-/// type differed by a fifth in CPU per node update across sessions), so figures from different
-/// sessions are compared together with this.
+/// How fast this host runs the kind of work a rollout is made of: the best of five timings of
+/// 10,000 parses and serializations of a Node as the store keeps it (one core), taken before the
+/// coordinator starts and again once the rollout is over. The same build's ratio moves with the
+/// host's speed (hosts of the same type differed by a fifth in CPU per node update across
+/// sessions, and one host by half between two runs), so figures are read together with this;
+/// two timings far apart say the host's speed changed during the run.
 fn host_speed() -> Duration {
     let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "sim-00000",
         "labels": {"node-role.kubernetes.io/worker": "", "topology.kubernetes.io/zone": "zone-0"},
@@ -452,6 +453,8 @@ async fn main() -> Result<()> {
     let usage = proc_usage(c.pid());
     let coordinator_cpu = usage.cpu_s - cpu0;
     let sim_cpu = proc_usage(std::process::id()).cpu_s - sim_cpu0;
+    // The fleet is idle by now; the timing holds this thread only.
+    let speed_after = tokio::task::block_in_place(host_speed);
     let writes = revision(admin.clone()).await? - rev0;
     let batches = args.nodes.div_ceil(k);
     let ideal = args.per_node * batches as u32;
@@ -494,9 +497,10 @@ async fn main() -> Result<()> {
         rss_fleet_kb.saturating_sub(rss_empty_kb) as f64 / args.nodes.max(1) as f64
     );
     println!(
-        "  host speed: 10,000 JSON round trips of a Node in {:.1} ms, one core, before the run (lower is faster; \
-         compare figures from different hosts or sessions with it)",
-        speed.as_secs_f64() * 1000.0
+        "  host speed: 10,000 JSON round trips of a Node in {:.1} ms before the run, {:.1} ms after it (one core; \
+         lower is faster)",
+        speed.as_secs_f64() * 1000.0,
+        speed_after.as_secs_f64() * 1000.0
     );
     println!("  store writes during the rollout: {writes} ({:.1} per node)", writes as f64 / args.nodes as f64);
     println!(
