@@ -67,15 +67,14 @@ pub async fn serve(
         resource: Some(resource),
         namespace: path.namespace.clone(),
         name: filters.fields.name().map(str::to_string),
+        skip_origin: skip_own,
     };
     let live = ctx.store.watch(filter, from).await.map_err(|e| ApiError::from_store(e, &rt.qualified(), ""))?;
     let initial = futures::stream::iter(initial.into_iter().map(|o| Item::Event(EventType::Added, Arc::new(o), None)));
-    let live = live.filter_map(move |r| {
-        futures::future::ready(match r {
-            Ok(ev) if skip_own.is_some() && ev.origin == skip_own => None,
-            Ok(ev) => Some(Item::Event(ev.kind, ev.object, Some(ev.json))),
-            Err(e) => Some(Item::Error(ApiError::from_store(e, &rt.qualified(), ""))),
-        })
+    // The caller's own writes (skipOwnWrites) are left out by the store, where they are published.
+    let live = live.map(move |r| match r {
+        Ok(ev) => Item::Event(ev.kind, ev.object, Some(ev.json)),
+        Err(e) => Item::Error(ApiError::from_store(e, &rt.qualified(), "")),
     });
     let mut first = true;
     let body = initial

@@ -113,7 +113,7 @@ impl Hub {
             let Some(ids) = ix.slots.get(slot) else { continue };
             for id in ids {
                 let Some(sub) = ix.subs.get(id) else { continue };
-                if !sub.filter.matches(&ev.key) {
+                if !sub.filter.wants(ev) {
                     continue;
                 }
                 let copy = shared.get_or_insert_with(|| Arc::new(ev.clone())).clone();
@@ -203,6 +203,34 @@ mod tests {
         // One copy of the event for all the watches that want it.
         assert!(Arc::ptr_eq(&first, &of_nodes) && Arc::ptr_eq(&first, &of_all));
         assert_eq!(all.recv().await.map(|e| e.revision), Some(2));
+    }
+
+    /// A watch that leaves out one identity's writes never has them queued (so its task is not
+    /// woken for them), and still gets everybody else's, and writes made by no identity.
+    #[tokio::test]
+    async fn writes_of_the_skipped_identity_are_never_queued() {
+        let hub = Arc::new(Hub::default());
+        let node = |skip: Option<&str>| WatchFilter {
+            name: Some("a".into()),
+            skip_origin: skip.map(Arc::from),
+            ..WatchFilter::resource("/nodes")
+        };
+        let mut own = hub.subscribe(node(Some("node:a")));
+        let mut every = hub.subscribe(node(None));
+        let by = |rev: u64, origin: Option<&str>| Event { origin: origin.map(Arc::from), ..ev(rev, "/nodes", "a") };
+        hub.publish(&by(1, Some("node:a")));
+        hub.publish(&by(2, Some("admin")));
+        hub.publish(&by(3, None));
+        hub.publish(&by(4, Some("node:a")));
+        let queued = |s: &mut Subscription| {
+            let mut revs = Vec::new();
+            while let Ok(e) = s.rx.try_recv() {
+                revs.push(e.revision);
+            }
+            revs
+        };
+        assert_eq!(queued(&mut own), vec![2, 3]);
+        assert_eq!(queued(&mut every), vec![1, 2, 3, 4]);
     }
 
     #[tokio::test]

@@ -147,6 +147,11 @@ pub struct WatchFilter {
     pub namespace: Option<String>,
     /// None: every name.
     pub name: Option<String>,
+    /// Leave out the live events of the writes this API identity made (see
+    /// [`Event::origin`]). Dropped where the write is published, not where the watch reads:
+    /// queueing an event only to drop it woke the watch's task for nothing, and the store's
+    /// writer paid for waking it. Events read back from the log carry no origin and are kept.
+    pub skip_origin: Option<Arc<str>>,
 }
 
 impl WatchFilter {
@@ -157,6 +162,10 @@ impl WatchFilter {
         self.resource.as_ref().is_none_or(|r| *r == k.resource)
             && self.namespace.as_ref().is_none_or(|n| *n == k.namespace)
             && self.name.as_ref().is_none_or(|n| *n == k.name)
+    }
+    /// Whether a watch with this filter is sent `ev`.
+    pub fn wants(&self, ev: &Event) -> bool {
+        self.matches(&ev.key) && (self.skip_origin.is_none() || ev.origin != self.skip_origin)
     }
 }
 

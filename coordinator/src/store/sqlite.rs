@@ -726,7 +726,7 @@ impl WatchState {
                 }
                 Phase::Live => match self.sub.recv().await {
                     Some(ev) => {
-                        if ev.revision > self.last && self.filter.matches(&ev.key) {
+                        if ev.revision > self.last && self.filter.wants(&ev) {
                             // The last watch to take it takes it without a copy.
                             self.buf.push_back(Arc::unwrap_or_clone(ev));
                         }
