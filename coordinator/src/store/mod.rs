@@ -149,8 +149,8 @@ pub struct WatchFilter {
     pub name: Option<String>,
     /// Leave out the live events of the writes this API identity made (see
     /// [`Event::origin`]). Dropped where the write is published, not where the watch reads:
-    /// queueing an event only to drop it woke the watch's task for nothing, and the store's
-    /// writer paid for waking it. Events read back from the log carry no origin and are kept.
+    /// an event queued only to be dropped cost a queue slot, a copy and a poll of the watch's
+    /// task for nothing. Events read back from the log carry no origin and are kept.
     pub skip_origin: Option<Arc<str>>,
 }
 
