@@ -628,6 +628,11 @@ pub struct ProcUsage {
     pub peak_rss_kb: u64,
     /// User + system CPU time, seconds.
     pub cpu_s: f64,
+    /// Read/write-family system calls made so far (`syscr` + `syscw` of /proc/PID/io: read,
+    /// readv, pread, write, writev, pwrite; the kernel does not count recv/send calls there).
+    pub io_syscalls: u64,
+    /// Bytes those calls moved (`rchar` + `wchar`: sockets and page cache alike, not only disk).
+    pub io_bytes: u64,
 }
 
 /// [`ProcUsage`] of `pid` (zeros for what cannot be read).
@@ -648,5 +653,15 @@ pub fn proc_usage(pid: u32) -> ProcUsage {
         Ok(Some(t)) if t > 0 => t as f64,
         _ => 100.0,
     };
-    ProcUsage { rss_kb: kb("VmRSS:"), peak_rss_kb: kb("VmHWM:"), cpu_s: ticks as f64 / per_s }
+    let io = std::fs::read_to_string(format!("/proc/{pid}/io")).unwrap_or_default();
+    let count = |key: &str| -> u64 {
+        io.lines().find_map(|l| l.strip_prefix(key)).and_then(|v| v.trim().parse().ok()).unwrap_or(0)
+    };
+    ProcUsage {
+        rss_kb: kb("VmRSS:"),
+        peak_rss_kb: kb("VmHWM:"),
+        cpu_s: ticks as f64 / per_s,
+        io_syscalls: count("syscr:") + count("syscw:"),
+        io_bytes: count("rchar:") + count("wchar:"),
+    }
 }

@@ -17,8 +17,10 @@
 //! the coordinator's CPU time and peak RSS (and its RSS per connected node), and per generation
 //! (the picks in the order the nodes saw them, k at a time) the spread of its picks and how late
 //! its last pick came; and how much longer than the per-node time the simulated hosts slept
-//! (this process's timer, counted in the wall time); and the host's speed, timed before and after
-//! the run (figures taken on different hosts, or on one host at different times, differ by it).
+//! (this process's timer, counted in the wall time); the read/write-family system calls per node
+//! update on each side, and the bytes they moved (counts, which the host's speed does not move);
+//! and the host's speed, timed before and after the run (figures taken on different hosts, or on
+//! one host at different times, differ by it).
 //!
 //! Usage: cargo run --release -p aloft-tests --bin rollout-bench -- \
 //!          --nodes 1000 --max-unavailable 10% --per-node-ms 500 [--failure-rate 0.0]
@@ -366,8 +368,8 @@ async fn main() -> Result<()> {
         anyhow::Ok(r.unwrap_or(0))
     };
     let rev0 = revision(admin.clone()).await?;
-    let cpu0 = proc_usage(c.pid()).cpu_s;
-    let sim_cpu0 = proc_usage(std::process::id()).cpu_s;
+    let (coordinator0, sim0) = (proc_usage(c.pid()), proc_usage(std::process::id()));
+    let (cpu0, sim_cpu0) = (coordinator0.cpu_s, sim0.cpu_s);
     let start = Instant::now();
     if fleet.trace {
         eprintln!("trace start at {:.1} ms", start.duration_since(fleet.t0).as_secs_f64() * 1000.0);
@@ -451,8 +453,9 @@ async fn main() -> Result<()> {
         eprintln!("trace updated at {:.1} ms", (start + wall).duration_since(fleet.t0).as_secs_f64() * 1000.0);
     }
     let usage = proc_usage(c.pid());
+    let sim_usage = proc_usage(std::process::id());
     let coordinator_cpu = usage.cpu_s - cpu0;
-    let sim_cpu = proc_usage(std::process::id()).cpu_s - sim_cpu0;
+    let sim_cpu = sim_usage.cpu_s - sim_cpu0;
     // The fleet is idle by now; the timing holds this thread only.
     let speed_after = tokio::task::block_in_place(host_speed);
     let writes = revision(admin.clone()).await? - rev0;
@@ -518,6 +521,20 @@ async fn main() -> Result<()> {
         per_node(coordinator_cpu),
         per_node(sim_cpu),
         (coordinator_cpu + sim_cpu) / wall.as_secs_f64()
+    );
+    // Counts, not times: unlike CPU seconds they do not move with the host's speed, so a change
+    // that saves messages or copies shows in them run after run.
+    let done = fleet.done.load(Ordering::SeqCst).max(1) as f64;
+    let io = |end: &aloft_tests::ProcUsage, start: &aloft_tests::ProcUsage| {
+        let calls = end.io_syscalls.saturating_sub(start.io_syscalls) as f64 / done;
+        let kib = end.io_bytes.saturating_sub(start.io_bytes) as f64 / done / 1024.0;
+        format!("{calls:.1} ({kib:.1} KiB)")
+    };
+    println!(
+        "  read/write-family system calls per node update (/proc/PID/io: read, write, their vector and \
+         positioned forms, not recv/send), with the bytes they moved: coordinator {}, simulated fleet {}",
+        io(&usage, &coordinator0),
+        io(&sim_usage, &sim0)
     );
     // Generation g is the g-th k of picks in the order the nodes saw them. Its spread (first to
     // last node seeing its pick) grows when a wave of Done reports takes the machine longer to
