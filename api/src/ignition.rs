@@ -920,8 +920,8 @@ mod tests {
         assert_eq!(
             p.warnings,
             vec![
-                "spec.config.storage.files[0].contens: unknown field, ignored",
-                "spec.config.networkd: unknown field, ignored"
+                "spec.config.networkd: unknown field, ignored",
+                "spec.config.storage.files[0].contens: unknown field, ignored"
             ]
         );
         assert_eq!(to_value(&p.config)["storage"]["files"][0], json!({"path": "/a"}));

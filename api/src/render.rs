@@ -268,7 +268,7 @@ pub fn merge(configs: &[MachineConfig]) -> Result<MachineConfigSpec, RenderError
         }
     }
     // Every parsed config has an `ignition` object; the merged one says 3.5.0 whatever the inputs said.
-    let mut ign = match acc.shift_remove("ignition") {
+    let mut ign = match acc.remove("ignition") {
         Some(Value::Object(m)) => m,
         _ => Map::new(),
     };
@@ -705,11 +705,6 @@ mod tests {
             r#"{"osImageURL": "img", "kernelArguments": ["x"], "config": {"storage": {"files": [{"mode": 420, "path": "/a"}]}, "ignition": {"version": "3.5.0"}}}"#,
         )
         .unwrap();
-        assert_ne!(
-            serde_json::to_string(&s1.config).unwrap(),
-            serde_json::to_string(&s2.config).unwrap(),
-            "key order differs"
-        );
         let n = rendered_name("worker", &s1);
         assert_eq!(rendered_name("worker", &s2), n);
         let hash = n.strip_prefix("rendered-worker-").unwrap();

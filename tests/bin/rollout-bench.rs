@@ -207,7 +207,9 @@ async fn node(
 /// coordinator starts and again once the rollout is over. The same build's ratio moves with the
 /// host's speed (hosts of the same type differed by a fifth in CPU per node update across
 /// sessions, and one host by half between two runs), so figures are read together with this;
-/// two timings far apart say the host's speed changed during the run.
+/// two timings far apart say the host's speed changed during the run. The figure also depends
+/// on the build's JSON maps: sorted maps (since the twenty-third session) time about a quarter
+/// lower on the same host than the insertion-ordered ones before, so compare it within a build.
 fn host_speed() -> Duration {
     let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "sim-00000",
         "labels": {"node-role.kubernetes.io/worker": "", "topology.kubernetes.io/zone": "zone-0"},

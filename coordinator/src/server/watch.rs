@@ -144,14 +144,13 @@ mod tests {
     fn an_event_line_from_stored_json_is_the_serialized_event() {
         let obj = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "a", "resourceVersion": "7",
             "annotations": {"x": "a \"quoted\" value"}}});
-        let serialized = {
-            let mut l = serde_json::to_vec(&json!({"type": "MODIFIED", "object": obj})).unwrap();
-            l.push(b'\n');
-            l
-        };
+        // Kubernetes' wire order: the type, then the object.
+        let serialized = format!("{{\"type\":\"MODIFIED\",\"object\":{}}}\n", serde_json::to_string(&obj).unwrap());
         let stored = serde_json::to_string(&obj).unwrap();
-        assert_eq!(event_line(EventType::Modified, &obj, Some(&stored)), serialized);
-        assert_eq!(event_line(EventType::Modified, &obj, None), serialized);
+        assert_eq!(String::from_utf8(event_line(EventType::Modified, &obj, Some(&stored))).unwrap(), serialized);
+        assert_eq!(String::from_utf8(event_line(EventType::Modified, &obj, None)).unwrap(), serialized);
+        let parsed: Value = serde_json::from_str(&serialized).unwrap();
+        assert_eq!(parsed, json!({"type": "MODIFIED", "object": obj}));
         let back: Value = serde_json::from_slice(&event_line(EventType::Deleted, &obj, None)).unwrap();
         assert_eq!((back["type"].as_str(), &back["object"]), (Some("DELETED"), &obj));
     }
