@@ -151,6 +151,12 @@ mod tests {
         assert_eq!(String::from_utf8(event_line(EventType::Modified, &obj, None)).unwrap(), serialized);
         let parsed: Value = serde_json::from_str(&serialized).unwrap();
         assert_eq!(parsed, json!({"type": "MODIFIED", "object": obj}));
+        // Objects list their keys sorted, whatever order they were built in (ARCHITECTURE.md).
+        assert!(
+            serialized
+                .contains(r#""metadata":{"annotations":{"x":"a \"quoted\" value"},"name":"a","resourceVersion":"7"}"#),
+            "{serialized}"
+        );
         let back: Value = serde_json::from_slice(&event_line(EventType::Deleted, &obj, None)).unwrap();
         assert_eq!((back["type"].as_str(), &back["object"]), (Some("DELETED"), &obj));
     }
