@@ -594,6 +594,23 @@ mod tests {
     use serde_json::json;
 
     #[test]
+    fn proc_usage_counts_this_process_and_its_writes() {
+        let me = std::process::id();
+        let before = proc_usage(me);
+        assert!(before.rss_kb > 0 && before.peak_rss_kb >= before.rss_kb, "{before:?}");
+        let dir = tempfile::tempdir().unwrap();
+        let mut f = std::fs::File::create(dir.path().join("x")).unwrap();
+        for _ in 0..10 {
+            std::io::Write::write_all(&mut f, &[0u8; 4096]).unwrap();
+        }
+        let after = proc_usage(me);
+        assert!(after.io_syscalls >= before.io_syscalls + 10, "{before:?} -> {after:?}");
+        assert!(after.io_bytes >= before.io_bytes + 40_960, "{before:?} -> {after:?}");
+        assert_eq!(proc_field("VmRSS:\t  1234 kB\nVmHWM:\t 99 kB\n", "VmHWM:"), 99);
+        assert_eq!(proc_field("syscr: 7\n", "syscw:"), 0);
+    }
+
+    #[test]
     fn leaves() {
         let want = json!({"a": {"b": 1, "c": [1, {"d": null}]}, "e": {}, "f": "x"});
         let same = json!({"a": {"b": 1, "c": [1, {"d": null}], "extra": 2}, "e": {}, "f": "x", "g": 1});
@@ -638,13 +655,6 @@ pub struct ProcUsage {
 /// [`ProcUsage`] of `pid` (zeros for what cannot be read).
 pub fn proc_usage(pid: u32) -> ProcUsage {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let kb = |key: &str| {
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix(key))
-            .and_then(|v| v.split_whitespace().next()?.parse().ok())
-            .unwrap_or(0)
-    };
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or("").split_whitespace().collect();
     let ticks = fields.get(11).and_then(|u| u.parse::<u64>().ok()).unwrap_or(0)
@@ -654,14 +664,16 @@ pub fn proc_usage(pid: u32) -> ProcUsage {
         _ => 100.0,
     };
     let io = std::fs::read_to_string(format!("/proc/{pid}/io")).unwrap_or_default();
-    let count = |key: &str| -> u64 {
-        io.lines().find_map(|l| l.strip_prefix(key)).and_then(|v| v.trim().parse().ok()).unwrap_or(0)
-    };
     ProcUsage {
-        rss_kb: kb("VmRSS:"),
-        peak_rss_kb: kb("VmHWM:"),
+        rss_kb: proc_field(&status, "VmRSS:"),
+        peak_rss_kb: proc_field(&status, "VmHWM:"),
         cpu_s: ticks as f64 / per_s,
-        io_syscalls: count("syscr:") + count("syscw:"),
-        io_bytes: count("rchar:") + count("wchar:"),
+        io_syscalls: proc_field(&io, "syscr:") + proc_field(&io, "syscw:"),
+        io_bytes: proc_field(&io, "rchar:") + proc_field(&io, "wchar:"),
     }
+}
+
+/// The number after `key` in a `key: value [unit]` file of /proc (status, io); 0 when absent.
+fn proc_field(text: &str, key: &str) -> u64 {
+    text.lines().find_map(|l| l.strip_prefix(key)).and_then(|v| v.split_whitespace().next()?.parse().ok()).unwrap_or(0)
 }
