@@ -611,6 +611,44 @@ mod tests {
     }
 
     #[test]
+    fn thread_usage_counts_a_named_thread_apart() {
+        let me = std::process::id();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x");
+        let channel = std::sync::mpsc::channel::<()>;
+        let ((started_tx, started_rx), (go_tx, go_rx), (done_tx, done_rx)) = (channel(), channel(), channel());
+        let t = std::thread::Builder::new()
+            .name("usage-probe".into())
+            .spawn(move || {
+                started_tx.send(()).unwrap();
+                go_rx.recv().unwrap();
+                // Work and writes, then stay alive until read.
+                let spin = Instant::now();
+                let mut x = 0u64;
+                while spin.elapsed() < Duration::from_millis(50) {
+                    x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+                }
+                let mut f = std::fs::File::create(&path).unwrap();
+                for _ in 0..10 {
+                    std::io::Write::write_all(&mut f, &[0u8; 4096]).unwrap();
+                }
+                done_tx.send(()).unwrap();
+                std::thread::park();
+            })
+            .unwrap();
+        started_rx.recv().unwrap();
+        let before = thread_usage(me).get("usage-probe").copied().unwrap();
+        go_tx.send(()).unwrap();
+        done_rx.recv().unwrap();
+        let used = thread_usage(me).get("usage-probe").copied().unwrap().since(&before);
+        t.thread().unpark();
+        t.join().unwrap();
+        assert!(used.cpu_s >= 0.02, "{used:?}");
+        assert!(used.write_calls >= 10 && used.write_bytes >= 40_960, "{used:?}");
+        assert!(!thread_usage(me).contains_key("usage-probe"), "an exited thread is not listed");
+    }
+
+    #[test]
     fn leaves() {
         let want = json!({"a": {"b": 1, "c": [1, {"d": null}]}, "e": {}, "f": "x"});
         let same = json!({"a": {"b": 1, "c": [1, {"d": null}], "extra": 2}, "e": {}, "f": "x", "g": 1});
@@ -671,6 +709,52 @@ pub fn proc_usage(pid: u32) -> ProcUsage {
         io_syscalls: proc_field(&io, "syscr:") + proc_field(&io, "syscw:"),
         io_bytes: proc_field(&io, "rchar:") + proc_field(&io, "wchar:"),
     }
+}
+
+/// What the threads of one name in a process used, summed over those threads (a runtime's
+/// workers share a name).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ThreadUsage {
+    /// CPU time, seconds (`/proc/PID/task/TID/schedstat`: nanoseconds, not clock ticks, so that
+    /// a thread's share of a few seconds' run is exact).
+    pub cpu_s: f64,
+    /// Write-family system calls (`syscw` of the thread's io file).
+    pub write_calls: u64,
+    /// Bytes those calls moved (`wchar`).
+    pub write_bytes: u64,
+}
+
+impl ThreadUsage {
+    /// What was used between `start` and `self`.
+    pub fn since(&self, start: &ThreadUsage) -> ThreadUsage {
+        ThreadUsage {
+            cpu_s: (self.cpu_s - start.cpu_s).max(0.0),
+            write_calls: self.write_calls.saturating_sub(start.write_calls),
+            write_bytes: self.write_bytes.saturating_sub(start.write_bytes),
+        }
+    }
+}
+
+/// [`ThreadUsage`] of each thread name of `pid`, for the threads alive now (one that has exited
+/// is not counted; the process's own total in [`proc_usage`] is). Names as the kernel keeps them
+/// (15 bytes: `store-checkpoin`).
+pub fn thread_usage(pid: u32) -> std::collections::BTreeMap<String, ThreadUsage> {
+    let mut out = std::collections::BTreeMap::<String, ThreadUsage>::new();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return out };
+    for task in tasks.flatten() {
+        let dir = task.path();
+        let Ok(name) = std::fs::read_to_string(dir.join("comm")) else { continue };
+        let ns: u64 = std::fs::read_to_string(dir.join("schedstat"))
+            .ok()
+            .and_then(|s| s.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0);
+        let io = std::fs::read_to_string(dir.join("io")).unwrap_or_default();
+        let u = out.entry(name.trim_end().to_string()).or_default();
+        u.cpu_s += ns as f64 / 1e9;
+        u.write_calls += proc_field(&io, "syscw:");
+        u.write_bytes += proc_field(&io, "wchar:");
+    }
+    out
 }
 
 /// The number after `key` in a `key: value [unit]` file of /proc (status, io); 0 when absent.

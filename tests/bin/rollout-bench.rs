@@ -19,6 +19,8 @@
 //! its last pick came; and how much longer than the per-node time the simulated hosts slept
 //! (this process's timer, counted in the wall time); the read/write-family system calls per node
 //! update on each side, and the bytes they moved (counts, which the host's speed does not move);
+//! the coordinator's CPU by thread (the store writer and the controllers are one thread each),
+//! and the store writer's write calls and bytes per store write;
 //! and the host's speed, timed before and after the run (figures taken on different hosts, or on
 //! one host at different times, differ by it).
 //!
@@ -28,7 +30,7 @@
 use aloft_agent::coordinator::NodeApi;
 use aloft_api::annotations as ann;
 use aloft_coordinator::resources::{MACHINE_CONFIG, MACHINE_CONFIG_POOL};
-use aloft_tests::{path_of, proc_usage, Client, ClientConfig, Coordinator};
+use aloft_tests::{path_of, proc_usage, thread_usage, Client, ClientConfig, Coordinator};
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -371,6 +373,7 @@ async fn main() -> Result<()> {
     };
     let rev0 = revision(admin.clone()).await?;
     let (coordinator0, sim0) = (proc_usage(c.pid()), proc_usage(std::process::id()));
+    let threads0 = thread_usage(c.pid());
     let (cpu0, sim_cpu0) = (coordinator0.cpu_s, sim0.cpu_s);
     let start = Instant::now();
     if fleet.trace {
@@ -455,6 +458,7 @@ async fn main() -> Result<()> {
         eprintln!("trace updated at {:.1} ms", (start + wall).duration_since(fleet.t0).as_secs_f64() * 1000.0);
     }
     let usage = proc_usage(c.pid());
+    let threads = thread_usage(c.pid());
     let sim_usage = proc_usage(std::process::id());
     let coordinator_cpu = usage.cpu_s - cpu0;
     let sim_cpu = sim_usage.cpu_s - sim_cpu0;
@@ -538,6 +542,29 @@ async fn main() -> Result<()> {
         io(&usage, &coordinator0),
         io(&sim_usage, &sim0)
     );
+    // Which of the coordinator's threads the CPU went to: the store writer and the controllers
+    // are one thread each, so their share is how close each came to being the rollout's
+    // bottleneck; the writer's writes (its WAL frames) per store write are a count the host's
+    // speed does not move.
+    let by_thread: Vec<(String, aloft_tests::ThreadUsage)> = threads
+        .iter()
+        .map(|(name, end)| (name.clone(), end.since(&threads0.get(name).copied().unwrap_or_default())))
+        .filter(|(_, u)| u.cpu_s >= 0.005)
+        .collect();
+    let named: Vec<String> = by_thread.iter().map(|(name, u)| format!("{name} {:.2} s", u.cpu_s)).collect();
+    println!(
+        "  coordinator CPU by thread (threads alive at the end; names as the kernel cuts them): {}",
+        named.join(", ")
+    );
+    if let Some((_, w)) = by_thread.iter().find(|(name, _)| name == "store-writer") {
+        let per_write = |n: u64| n as f64 / writes.max(1) as f64;
+        println!(
+            "  the store writer's write calls per store write: {:.1}, moving {:.1} KiB (SQLite's WAL frames, each a \
+             header and a page, written as two calls)",
+            per_write(w.write_calls),
+            per_write(w.write_bytes) / 1024.0
+        );
+    }
     // Generation g is the g-th k of picks in the order the nodes saw them. Its spread (first to
     // last node seeing its pick) grows when a wave of Done reports takes the machine longer to
     // answer than the wave lasts; its last start against g x per-node time is how late the
