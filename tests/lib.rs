@@ -622,11 +622,18 @@ mod tests {
             .spawn(move || {
                 started_tx.send(()).unwrap();
                 go_rx.recv().unwrap();
-                // Work and writes, then stay alive until read.
-                let spin = Instant::now();
+                // 30 ms of this thread's own CPU (by its clock, not the wall's: on a busy
+                // machine it may wait for a core), some writes, then stay alive until read.
+                let own_ns = || -> u64 {
+                    let s = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap();
+                    s.split_whitespace().next().unwrap().parse().unwrap()
+                };
+                let from = own_ns();
                 let mut x = 0u64;
-                while spin.elapsed() < Duration::from_millis(50) {
-                    x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+                while own_ns() - from < 30_000_000 {
+                    for _ in 0..10_000 {
+                        x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+                    }
                 }
                 let mut f = std::fs::File::create(&path).unwrap();
                 for _ in 0..10 {
@@ -643,7 +650,7 @@ mod tests {
         let used = thread_usage(me).get("usage-probe").copied().unwrap().since(&before);
         t.thread().unpark();
         t.join().unwrap();
-        assert!(used.cpu_s >= 0.02, "{used:?}");
+        assert!(used.cpu_s >= 0.03, "{used:?}");
         assert!(used.write_calls >= 10 && used.write_bytes >= 40_960, "{used:?}");
         assert!(!thread_usage(me).contains_key("usage-probe"), "an exited thread is not listed");
     }
