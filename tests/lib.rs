@@ -611,12 +611,28 @@ mod tests {
     }
 
     #[test]
-    fn thread_usage_counts_a_named_thread_apart() {
+    fn threads_count_a_named_thread_apart() {
         let me = std::process::id();
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("x");
         let channel = std::sync::mpsc::channel::<()>;
         let ((started_tx, started_rx), (go_tx, go_rx), (done_tx, done_rx)) = (channel(), channel(), channel());
+        // A thread of the same name that has used 20 ms of CPU at the first reading and exits
+        // before the second: what it had used must not be taken from the other's.
+        let (early_ready_tx, early_ready_rx) = channel();
+        let (early_go_tx, early_go_rx) = channel();
+        let early = std::thread::Builder::new()
+            .name("usage-probe".into())
+            .spawn(move || {
+                let own = Path::new("/proc/thread-self/schedstat");
+                let from = schedstat_ns(own);
+                while schedstat_ns(own) - from < 20_000_000 {}
+                early_ready_tx.send(()).unwrap();
+                early_go_rx.recv().unwrap();
+            })
+            .unwrap();
+        early_ready_rx.recv().unwrap();
+        let idle = std::thread::Builder::new().name("usage-idle".into()).spawn(std::thread::park).unwrap();
         let t = std::thread::Builder::new()
             .name("usage-probe".into())
             .spawn(move || {
@@ -624,13 +640,10 @@ mod tests {
                 go_rx.recv().unwrap();
                 // 30 ms of this thread's own CPU (by its clock, not the wall's: on a busy
                 // machine it may wait for a core), some writes, then stay alive until read.
-                let own_ns = || -> u64 {
-                    let s = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap();
-                    s.split_whitespace().next().unwrap().parse().unwrap()
-                };
-                let from = own_ns();
+                let own = Path::new("/proc/thread-self/schedstat");
+                let from = schedstat_ns(own);
                 let mut x = 0u64;
-                while own_ns() - from < 30_000_000 {
+                while schedstat_ns(own) - from < 30_000_000 {
                     for _ in 0..10_000 {
                         x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
                     }
@@ -644,15 +657,24 @@ mod tests {
             })
             .unwrap();
         started_rx.recv().unwrap();
-        let before = thread_usage(me).get("usage-probe").copied().unwrap();
+        let before = threads(me);
+        assert_eq!(before.values().filter(|(n, _)| n == "usage-probe").count(), 2, "{before:?}");
+        early_go_tx.send(()).unwrap();
+        early.join().unwrap();
         go_tx.send(()).unwrap();
         done_rx.recv().unwrap();
-        let used = thread_usage(me).get("usage-probe").copied().unwrap().since(&before);
+        let after = threads(me);
+        let used = used_by_name(&before, &after);
         t.thread().unpark();
         t.join().unwrap();
-        assert!(used.cpu_s >= 0.03, "{used:?}");
-        assert!(used.write_calls >= 10 && used.write_bytes >= 40_960, "{used:?}");
-        assert!(!thread_usage(me).contains_key("usage-probe"), "an exited thread is not listed");
+        idle.thread().unpark();
+        idle.join().unwrap();
+        let probe_used = used["usage-probe"];
+        assert!(probe_used.cpu_s >= 0.03, "{probe_used:?}");
+        assert!(probe_used.write_calls >= 10 && probe_used.write_bytes >= 40_960, "{probe_used:?}");
+        assert!(used["usage-idle"].cpu_s < 0.01, "{:?}", used["usage-idle"]);
+        assert_eq!(after.values().filter(|(n, _)| n == "usage-probe").count(), 1, "the exited one is gone");
+        assert!(!threads(me).values().any(|(n, _)| n == "usage-probe"), "nor is the second once it exited");
     }
 
     #[test]
@@ -718,8 +740,7 @@ pub fn proc_usage(pid: u32) -> ProcUsage {
     }
 }
 
-/// What the threads of one name in a process used, summed over those threads (a runtime's
-/// workers share a name).
+/// What a thread used (or, summed, the threads of one name).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct ThreadUsage {
     /// CPU time, seconds (`/proc/PID/task/TID/schedstat`: nanoseconds, not clock ticks, so that
@@ -742,26 +763,48 @@ impl ThreadUsage {
     }
 }
 
-/// [`ThreadUsage`] of each thread name of `pid`, for the threads alive now (one that has exited
-/// is not counted; the process's own total in [`proc_usage`] is). Names as the kernel keeps them
-/// (15 bytes: `store-checkpoin`).
-pub fn thread_usage(pid: u32) -> std::collections::BTreeMap<String, ThreadUsage> {
-    let mut out = std::collections::BTreeMap::<String, ThreadUsage>::new();
+/// The threads of `pid` alive now, by thread id: each one's name (as the kernel keeps it, 15
+/// bytes: `store-checkpoin`) and what it has used so far.
+pub type Threads = std::collections::BTreeMap<u32, (String, ThreadUsage)>;
+
+/// [`Threads`] of `pid` (empty when /proc cannot be read).
+pub fn threads(pid: u32) -> Threads {
+    let mut out = Threads::new();
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return out };
     for task in tasks.flatten() {
         let dir = task.path();
+        let Some(tid) = task.file_name().to_str().and_then(|t| t.parse().ok()) else { continue };
         let Ok(name) = std::fs::read_to_string(dir.join("comm")) else { continue };
-        let ns: u64 = std::fs::read_to_string(dir.join("schedstat"))
-            .ok()
-            .and_then(|s| s.split_whitespace().next()?.parse().ok())
-            .unwrap_or(0);
         let io = std::fs::read_to_string(dir.join("io")).unwrap_or_default();
-        let u = out.entry(name.trim_end().to_string()).or_default();
-        u.cpu_s += ns as f64 / 1e9;
-        u.write_calls += proc_field(&io, "syscw:");
-        u.write_bytes += proc_field(&io, "wchar:");
+        let used = ThreadUsage {
+            cpu_s: schedstat_ns(&dir.join("schedstat")) as f64 / 1e9,
+            write_calls: proc_field(&io, "syscw:"),
+            write_bytes: proc_field(&io, "wchar:"),
+        };
+        out.insert(tid, (name.trim_end().to_string(), used));
     }
     out
+}
+
+/// What the threads alive at `end` used since `start`, summed by thread name (a runtime's
+/// workers share a name). Taken thread by thread: a thread that exited in between is not
+/// counted, and does not take what it had used from the others of its name.
+pub fn used_by_name(start: &Threads, end: &Threads) -> std::collections::BTreeMap<String, ThreadUsage> {
+    let mut out = std::collections::BTreeMap::<String, ThreadUsage>::new();
+    for (tid, (name, now)) in end {
+        let before = start.get(tid).map(|(_, u)| *u).unwrap_or_default();
+        let used = now.since(&before);
+        let sum = out.entry(name.clone()).or_default();
+        sum.cpu_s += used.cpu_s;
+        sum.write_calls += used.write_calls;
+        sum.write_bytes += used.write_bytes;
+    }
+    out
+}
+
+/// The CPU time in a `schedstat` file of /proc (its first field, nanoseconds); 0 when unreadable.
+fn schedstat_ns(path: &Path) -> u64 {
+    std::fs::read_to_string(path).ok().and_then(|s| s.split_whitespace().next()?.parse().ok()).unwrap_or(0)
 }
 
 /// The number after `key` in a `key: value [unit]` file of /proc (status, io); 0 when absent.

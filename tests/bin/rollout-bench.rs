@@ -30,7 +30,7 @@
 use aloft_agent::coordinator::NodeApi;
 use aloft_api::annotations as ann;
 use aloft_coordinator::resources::{MACHINE_CONFIG, MACHINE_CONFIG_POOL};
-use aloft_tests::{path_of, proc_usage, thread_usage, Client, ClientConfig, Coordinator};
+use aloft_tests::{path_of, proc_usage, threads, used_by_name, Client, ClientConfig, Coordinator};
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -373,7 +373,7 @@ async fn main() -> Result<()> {
     };
     let rev0 = revision(admin.clone()).await?;
     let (coordinator0, sim0) = (proc_usage(c.pid()), proc_usage(std::process::id()));
-    let threads0 = thread_usage(c.pid());
+    let threads0 = threads(c.pid());
     let (cpu0, sim_cpu0) = (coordinator0.cpu_s, sim0.cpu_s);
     let start = Instant::now();
     if fleet.trace {
@@ -458,7 +458,7 @@ async fn main() -> Result<()> {
         eprintln!("trace updated at {:.1} ms", (start + wall).duration_since(fleet.t0).as_secs_f64() * 1000.0);
     }
     let usage = proc_usage(c.pid());
-    let threads = thread_usage(c.pid());
+    let threads1 = threads(c.pid());
     let sim_usage = proc_usage(std::process::id());
     let coordinator_cpu = usage.cpu_s - cpu0;
     let sim_cpu = sim_usage.cpu_s - sim_cpu0;
@@ -546,11 +546,8 @@ async fn main() -> Result<()> {
     // are one thread each, so their share is how close each came to being the rollout's
     // bottleneck; the writer's writes (its WAL frames) per store write are a count the host's
     // speed does not move.
-    let by_thread: Vec<(String, aloft_tests::ThreadUsage)> = threads
-        .iter()
-        .map(|(name, end)| (name.clone(), end.since(&threads0.get(name).copied().unwrap_or_default())))
-        .filter(|(_, u)| u.cpu_s >= 0.005)
-        .collect();
+    let by_thread: Vec<(String, aloft_tests::ThreadUsage)> =
+        used_by_name(&threads0, &threads1).into_iter().filter(|(_, u)| u.cpu_s >= 0.005).collect();
     let named: Vec<String> = by_thread.iter().map(|(name, u)| format!("{name} {:.2} s", u.cpu_s)).collect();
     println!(
         "  coordinator CPU by thread (threads alive at the end; names as the kernel cuts them): {}",
