@@ -626,7 +626,9 @@ mod tests {
             .spawn(move || {
                 let own = Path::new("/proc/thread-self/schedstat");
                 let from = schedstat_ns(own);
-                while schedstat_ns(own) - from < 20_000_000 {}
+                // Unreadable, the loop below would spin forever: fail instead.
+                assert!(from > 0, "{} is unreadable", own.display());
+                while schedstat_ns(own).saturating_sub(from) < 20_000_000 {}
                 early_ready_tx.send(()).unwrap();
                 early_go_rx.recv().unwrap();
             })
@@ -642,8 +644,9 @@ mod tests {
                 // machine it may wait for a core), some writes, then stay alive until read.
                 let own = Path::new("/proc/thread-self/schedstat");
                 let from = schedstat_ns(own);
+                assert!(from > 0, "{} is unreadable", own.display());
                 let mut x = 0u64;
-                while schedstat_ns(own) - from < 30_000_000 {
+                while schedstat_ns(own).saturating_sub(from) < 30_000_000 {
                     for _ in 0..10_000 {
                         x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
                     }
