@@ -608,6 +608,32 @@ mod tests {
         assert!(after.io_bytes >= before.io_bytes + 40_960, "{before:?} -> {after:?}");
         assert_eq!(proc_field("VmRSS:\t  1234 kB\nVmHWM:\t 99 kB\n", "VmHWM:"), 99);
         assert_eq!(proc_field("syscr: 7\n", "syscw:"), 0);
+        // utime 7 + stime 5, past a command name that holds ") ".
+        assert_eq!(stat_cpu_ticks("9 (x) y) S 1 1 1 0 -1 4194560 100 0 0 0 7 5 0 0 20 0 1"), 12);
+        assert_eq!(stat_cpu_ticks(""), 0);
+    }
+
+    /// The calling thread's CPU time, exact (the kernel brings it up to date for the call;
+    /// its schedstat file can still read 0 for a thread that has just started).
+    fn own_cpu_ns() -> i64 {
+        let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID).unwrap();
+        t.tv_sec() * 1_000_000_000 + t.tv_nsec()
+    }
+
+    #[test]
+    fn thread_cpu_falls_back_to_ticks_without_schedstat() {
+        let dir = tempfile::tempdir().unwrap();
+        let stat = "9 (w) S 1 1 1 0 -1 4194560 100 0 0 0 30 20 0 0 20 0 1";
+        std::fs::write(dir.path().join("stat"), stat).unwrap();
+        let from_ticks = (50.0 * 1e9 / clock_ticks_per_s()) as u64;
+        assert_eq!(thread_cpu_ns(dir.path()), from_ticks, "no schedstat file");
+        std::fs::write(dir.path().join("schedstat"), "0 0 0\n").unwrap();
+        assert_eq!(thread_cpu_ns(dir.path()), from_ticks, "a kernel that keeps no schedstat");
+        std::fs::write(dir.path().join("schedstat"), "123456789 5 2\n").unwrap();
+        assert_eq!(thread_cpu_ns(dir.path()), 123_456_789, "schedstat, when kept, is exact");
+        std::fs::remove_file(dir.path().join("stat")).unwrap();
+        std::fs::write(dir.path().join("schedstat"), "0 0 0\n").unwrap();
+        assert_eq!(thread_cpu_ns(dir.path()), 0, "nothing readable");
     }
 
     #[test]
@@ -624,11 +650,8 @@ mod tests {
         let early = std::thread::Builder::new()
             .name("usage-probe".into())
             .spawn(move || {
-                let own = Path::new("/proc/thread-self/schedstat");
-                let from = schedstat_ns(own);
-                // Unreadable, the loop below would spin forever: fail instead.
-                assert!(from > 0, "{} is unreadable", own.display());
-                while schedstat_ns(own).saturating_sub(from) < 20_000_000 {}
+                let from = own_cpu_ns();
+                while own_cpu_ns() - from < 20_000_000 {}
                 early_ready_tx.send(()).unwrap();
                 early_go_rx.recv().unwrap();
             })
@@ -640,13 +663,11 @@ mod tests {
             .spawn(move || {
                 started_tx.send(()).unwrap();
                 go_rx.recv().unwrap();
-                // 30 ms of this thread's own CPU (by its clock, not the wall's: on a busy
+                // 50 ms of this thread's own CPU (by its clock, not the wall's: on a busy
                 // machine it may wait for a core), some writes, then stay alive until read.
-                let own = Path::new("/proc/thread-self/schedstat");
-                let from = schedstat_ns(own);
-                assert!(from > 0, "{} is unreadable", own.display());
+                let from = own_cpu_ns();
                 let mut x = 0u64;
-                while schedstat_ns(own).saturating_sub(from) < 30_000_000 {
+                while own_cpu_ns() - from < 50_000_000 {
                     for _ in 0..10_000 {
                         x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
                     }
@@ -726,18 +747,11 @@ pub struct ProcUsage {
 pub fn proc_usage(pid: u32) -> ProcUsage {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or("").split_whitespace().collect();
-    let ticks = fields.get(11).and_then(|u| u.parse::<u64>().ok()).unwrap_or(0)
-        + fields.get(12).and_then(|s| s.parse::<u64>().ok()).unwrap_or(0);
-    let per_s = match nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK) {
-        Ok(Some(t)) if t > 0 => t as f64,
-        _ => 100.0,
-    };
     let io = std::fs::read_to_string(format!("/proc/{pid}/io")).unwrap_or_default();
     ProcUsage {
         rss_kb: proc_field(&status, "VmRSS:"),
         peak_rss_kb: proc_field(&status, "VmHWM:"),
-        cpu_s: ticks as f64 / per_s,
+        cpu_s: stat_cpu_ticks(&stat) as f64 / clock_ticks_per_s(),
         io_syscalls: proc_field(&io, "syscr:") + proc_field(&io, "syscw:"),
         io_bytes: proc_field(&io, "rchar:") + proc_field(&io, "wchar:"),
     }
@@ -780,7 +794,7 @@ pub fn threads(pid: u32) -> Threads {
         let Ok(name) = std::fs::read_to_string(dir.join("comm")) else { continue };
         let io = std::fs::read_to_string(dir.join("io")).unwrap_or_default();
         let used = ThreadUsage {
-            cpu_s: schedstat_ns(&dir.join("schedstat")) as f64 / 1e9,
+            cpu_s: thread_cpu_ns(&dir) as f64 / 1e9,
             write_calls: proc_field(&io, "syscw:"),
             write_bytes: proc_field(&io, "wchar:"),
         };
@@ -805,9 +819,32 @@ pub fn used_by_name(start: &Threads, end: &Threads) -> std::collections::BTreeMa
     out
 }
 
-/// The CPU time in a `schedstat` file of /proc (its first field, nanoseconds); 0 when unreadable.
-fn schedstat_ns(path: &Path) -> u64 {
-    std::fs::read_to_string(path).ok().and_then(|s| s.split_whitespace().next()?.parse().ok()).unwrap_or(0)
+/// The CPU time of the thread whose /proc directory is `dir`, nanoseconds: from its `schedstat`
+/// (exact), or from the clock ticks of its `stat` where the kernel keeps no schedstat (the file
+/// then reads all zeros, or is absent); 0 when neither can be read.
+fn thread_cpu_ns(dir: &Path) -> u64 {
+    let schedstat = std::fs::read_to_string(dir.join("schedstat")).unwrap_or_default();
+    let fields: Vec<u64> = schedstat.split_whitespace().filter_map(|f| f.parse().ok()).collect();
+    if fields.len() == 3 && fields.iter().any(|&f| f > 0) {
+        return fields[0];
+    }
+    let stat = std::fs::read_to_string(dir.join("stat")).unwrap_or_default();
+    (stat_cpu_ticks(&stat) as f64 * 1e9 / clock_ticks_per_s()) as u64
+}
+
+/// utime + stime, clock ticks, of a /proc `stat` line (the fields after the command's `)`).
+fn stat_cpu_ticks(stat: &str) -> u64 {
+    let fields: Vec<&str> = stat.rsplit(')').next().unwrap_or("").split_whitespace().collect();
+    fields.get(11).and_then(|u| u.parse::<u64>().ok()).unwrap_or(0)
+        + fields.get(12).and_then(|s| s.parse::<u64>().ok()).unwrap_or(0)
+}
+
+/// Clock ticks per second of /proc's CPU times (`CLK_TCK`; 100 when it cannot be asked).
+fn clock_ticks_per_s() -> f64 {
+    match nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK) {
+        Ok(Some(t)) if t > 0 => t as f64,
+        _ => 100.0,
+    }
 }
 
 /// The number after `key` in a `key: value [unit]` file of /proc (status, io); 0 when absent.
