@@ -333,7 +333,7 @@ mod tests {
         assert!(specs.changed(&ev(6, "worker", 2).unwrap()), "created again");
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_batch_takes_what_follows_closely_and_ignores_the_rest() {
         let (tx, rx) = futures::channel::mpsc::unbounded();
         let mut events = rx;
@@ -363,14 +363,14 @@ mod tests {
                 }
             }
         });
-        let t = std::time::Instant::now();
+        let t = tokio::time::Instant::now();
         let none =
             next_batch_debounced(&mut events, Duration::from_millis(300), quiet, Duration::from_secs(5), &mut relevant)
                 .await
                 .unwrap()
                 .unwrap();
         assert!(none.is_empty(), "only status writes: the idle timer's empty batch");
-        assert!(t.elapsed() < Duration::from_secs(1), "the flood did not hold it: {:?}", t.elapsed());
+        assert_eq!(t.elapsed(), Duration::from_millis(300), "the flood did not hold it past the idle timer");
         flood.abort();
 
         // Relevant events that never stop: the batch still ends after `at_most`.
@@ -382,13 +382,20 @@ mod tests {
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
         });
-        let t = std::time::Instant::now();
+        let t = tokio::time::Instant::now();
         let batch = next_batch_debounced(&mut events, RESYNC, quiet, Duration::from_millis(300), &mut relevant)
             .await
             .unwrap()
             .unwrap();
         assert!(!batch.is_empty());
-        assert!(t.elapsed() < Duration::from_secs(3), "at_most ends a busy batch: {:?}", t.elapsed());
+        // Virtual time: the first event comes at once, then `at_most` ends the batch (the
+        // flood's 5 ms steps land on it, so within one step of it).
+        let took = t.elapsed();
+        assert!(
+            took >= Duration::from_millis(300) && took <= Duration::from_millis(305),
+            "at_most ends a busy batch: {took:?}"
+        );
+        assert!(batch.len() >= 50, "the batch took the events of those 300 ms: {}", batch.len());
         busy.abort();
     }
 }
