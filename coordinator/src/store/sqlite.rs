@@ -541,13 +541,12 @@ fn writer_thread(
         }
         // Full: a checkpoint is due already.
         let _ = checkpoint_due.try_send(());
+        for events in results.iter().flatten() {
+            cache.apply(events);
+        }
+        // The commit's events at once: a watcher woken by the first finds them all.
+        hub.publish_all(results.iter().flatten().flatten());
         for (reply, r) in replies.into_iter().zip(results) {
-            if let Ok(events) = &r {
-                cache.apply(events);
-                for ev in events {
-                    hub.publish(ev);
-                }
-            }
             let _ = reply.send(r);
         }
     }
