@@ -6,10 +6,10 @@
 //! match it: the watches of that one object by name, the watches of its resource, and the
 //! watches of everything.
 //!
-//! A commit's events reach a subscription as one delivery: a watcher woken by the first write of
-//! a group commit finds the whole group queued, instead of starting work on part of it and
-//! being woken again for the rest (the node controller's thread was woken about three times a
-//! commit, and each wake-up could start a pass over the fleet for a fraction of the freed slots).
+//! A commit's events wake each subscription once: a watcher woken by the first write of a group
+//! commit finds the whole group queued, instead of starting work on part of it and being woken
+//! again for the rest (the node controller's thread was woken about three times a commit, and
+//! each wake-up could start a pass over the fleet for a fraction of the freed slots).
 //!
 //! Each subscription has its own bounded queue. A watcher that falls that far behind is dropped
 //! from the hub and told so ([`Subscription::lagged`]); it goes back to the store's log from the
@@ -19,34 +19,52 @@ use super::{Event, WatchFilter};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use tokio::sync::mpsc;
+use tokio::sync::Notify;
 
 /// Events a subscription may have queued before it is dropped as lagging.
 pub(crate) const QUEUE: usize = 4096;
 
-/// The events of one commit that one subscription wants, in revision order; never empty.
-enum Delivery {
-    /// The common case (an agent's watch of its own Node): no vector to allocate.
-    One(Arc<Event>),
-    Many(Vec<Arc<Event>>),
+/// One watch's queue: the hub fills it and wakes the watch once a commit; the watch empties it.
+/// A deque and a notifier, not a tokio channel: a channel allocates its first 32 slots up front
+/// (and a slot per delivered batch would be four times a pointer), while an agent's watch of its
+/// own Node holds one event at a time: with 10,000 agents the channels' first blocks alone were
+/// megabytes.
+#[derive(Default)]
+struct Queue {
+    events: Mutex<VecDeque<Arc<Event>>>,
+    /// The hub let go of it (it lagged, or it was unregistered): what is queued is the last.
+    closed: AtomicBool,
+    ready: Notify,
+    /// How many times the hub woke it (tests: once a commit).
+    #[cfg(test)]
+    wakes: std::sync::atomic::AtomicUsize,
 }
 
-impl Delivery {
-    fn push(&mut self, ev: Arc<Event>) {
-        match self {
-            Delivery::One(first) => *self = Delivery::Many(vec![first.clone(), ev]),
-            Delivery::Many(v) => v.push(ev),
-        }
+impl Queue {
+    fn events(&self) -> MutexGuard<'_, VecDeque<Arc<Event>>> {
+        self.events.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn wake(&self) {
+        #[cfg(test)]
+        self.wakes.fetch_add(1, Ordering::SeqCst);
+        self.ready.notify_one();
     }
 }
 
 struct Sub {
     filter: WatchFilter,
-    /// Shared: one copy of an event serves every watch that wants it, and a queue's slots are a
-    /// pointer each (a tokio queue allocates its first 32 slots up front: with the event inline
-    /// that was 4 KB per watch, 40 MB for a fleet of 10,000 agents each watching its Node).
-    tx: mpsc::Sender<Delivery>,
+    /// Shared: one copy of an event serves every watch that wants it; a queue holds pointers.
+    queue: Arc<Queue>,
     lagged: Arc<AtomicBool>,
+}
+
+impl Drop for Sub {
+    /// Out of the hub, for whatever reason: the watch takes what is queued, then ends.
+    fn drop(&mut self) {
+        self.queue.closed.store(true, Ordering::SeqCst);
+        self.queue.wake();
+    }
 }
 
 /// Where a subscription is indexed.
@@ -108,14 +126,14 @@ impl Hub {
 
     /// Register a watch; events published from now on that match `filter` are queued for it.
     pub(crate) fn subscribe(self: &Arc<Self>, filter: WatchFilter) -> Subscription {
-        let (tx, rx) = mpsc::channel(QUEUE);
+        let queue = Arc::new(Queue::default());
         let lagged = Arc::new(AtomicBool::new(false));
         let mut ix = self.lock();
         ix.next_id += 1;
         let id = ix.next_id;
         ix.slots.entry(Slot::of(&filter)).or_default().push(id);
-        ix.subs.insert(id, Sub { filter, tx, lagged: lagged.clone() });
-        Subscription { id, rx, pending: VecDeque::new(), lagged, hub: self.clone(), head: ix.head }
+        ix.subs.insert(id, Sub { filter, queue: queue.clone(), lagged: lagged.clone() });
+        Subscription { id, queue, lagged, hub: self.clone(), head: ix.head }
     }
 
     /// Queue a committed write for every watch that wants it. Called in revision order.
@@ -124,13 +142,12 @@ impl Hub {
         self.publish_all([ev]);
     }
 
-    /// Queue the writes of one commit, in revision order, each for every watch that wants it;
-    /// a watch gets all of its share in one delivery.
+    /// Queue the writes of one commit, in revision order, each for every watch that wants it,
+    /// then wake each watch that got any, once.
     pub(crate) fn publish_all<'a>(&self, events: impl IntoIterator<Item = &'a Event>) {
         let mut ix = self.lock();
-        // By subscription, in the order first reached: where its delivery is in `out`.
-        let mut at: HashMap<u64, usize> = HashMap::new();
-        let mut out: Vec<(u64, Delivery)> = Vec::new();
+        // The watches this commit reached; `true`: its queue was full (it lags).
+        let mut reached: HashMap<u64, bool> = HashMap::new();
         for ev in events {
             ix.head = ix.head.max(ev.revision);
             // Copied once, when the first watch wants it.
@@ -144,34 +161,28 @@ impl Hub {
                 let Some(ids) = ix.slots.get(slot) else { continue };
                 for id in ids {
                     let Some(sub) = ix.subs.get(id) else { continue };
-                    if !sub.filter.wants(ev) {
+                    if !sub.filter.wants(ev) || reached.get(id) == Some(&true) {
                         continue;
                     }
-                    let copy = shared.get_or_insert_with(|| Arc::new(ev.clone())).clone();
-                    match at.get(id) {
-                        Some(&k) => out[k].1.push(copy),
-                        None => {
-                            at.insert(*id, out.len());
-                            out.push((*id, Delivery::One(copy)));
-                        }
+                    let mut queue = sub.queue.events();
+                    let full = queue.len() >= QUEUE;
+                    if !full {
+                        queue.push_back(shared.get_or_insert_with(|| Arc::new(ev.clone())).clone());
                     }
+                    reached.insert(*id, full);
                 }
             }
         }
-        let mut drop_ids = Vec::new();
-        for (id, delivery) in out {
-            let Some(sub) = ix.subs.get(&id) else { continue };
-            match sub.tx.try_send(delivery) {
-                Ok(()) => {}
-                Err(mpsc::error::TrySendError::Full(_)) => {
+        for (id, lags) in reached {
+            if lags {
+                if let Some(sub) = ix.subs.get(&id) {
                     sub.lagged.store(true, Ordering::SeqCst);
-                    drop_ids.push(id);
                 }
-                Err(mpsc::error::TrySendError::Closed(_)) => drop_ids.push(id),
+                // Dropping it closes its queue and wakes it.
+                ix.remove(id);
+            } else if let Some(sub) = ix.subs.get(&id) {
+                sub.queue.wake();
             }
-        }
-        for id in drop_ids {
-            ix.remove(id);
         }
     }
 
@@ -184,9 +195,7 @@ impl Hub {
 /// One watch's queue. Dropping it unregisters the watch.
 pub(crate) struct Subscription {
     id: u64,
-    rx: mpsc::Receiver<Delivery>,
-    /// The rest of the delivery the last [`Self::recv`] took its event from.
-    pending: VecDeque<Arc<Event>>,
+    queue: Arc<Queue>,
     lagged: Arc<AtomicBool>,
     hub: Arc<Hub>,
     /// Every event after this revision is queued for this subscription (unless it lags).
@@ -201,33 +210,26 @@ impl Subscription {
     }
 
     /// The next queued event; `None` once the queue is closed and drained: the watch lagged
-    /// (see [`Self::lagged`]) or the store is gone.
+    /// (see [`Self::lagged`]) or was unregistered. Cancel-safe: an event is taken only when it
+    /// is returned.
     pub(crate) async fn recv(&mut self) -> Option<Arc<Event>> {
-        if let Some(ev) = self.pending.pop_front() {
-            return Some(ev);
-        }
-        match self.rx.recv().await? {
-            Delivery::One(ev) => Some(ev),
-            Delivery::Many(evs) => {
-                self.pending.extend(evs);
-                self.pending.pop_front()
+        loop {
+            if let Some(ev) = self.queue.events().pop_front() {
+                return Some(ev);
             }
+            if self.queue.closed.load(Ordering::SeqCst) {
+                // Closed after its last push: anything pushed is visible now.
+                return self.queue.events().pop_front();
+            }
+            // A wake between the look above and this wait is kept as a permit.
+            self.queue.ready.notified().await;
         }
     }
 
     /// The next event if one is queued already (tests: nothing more was delivered).
     #[cfg(test)]
     fn try_recv(&mut self) -> Option<Arc<Event>> {
-        if let Some(ev) = self.pending.pop_front() {
-            return Some(ev);
-        }
-        match self.rx.try_recv().ok()? {
-            Delivery::One(ev) => Some(ev),
-            Delivery::Many(evs) => {
-                self.pending.extend(evs);
-                self.pending.pop_front()
-            }
-        }
+        self.queue.events().pop_front()
     }
 
     /// The hub dropped this subscription because its queue was full: events after the last
@@ -302,17 +304,18 @@ mod tests {
         assert_eq!(queued(&mut every), vec![1, 2, 3, 4]);
     }
 
-    /// A commit's events reach a watch as one delivery (one wake-up), in revision order, and
-    /// each watch gets only its share of them.
+    /// A commit's events wake a watch once, arrive in revision order, and each watch gets only
+    /// its share of them.
     #[tokio::test]
-    async fn a_commit_is_one_delivery_per_watch() {
+    async fn a_commit_wakes_each_watch_once() {
         let hub = Arc::new(Hub::default());
         let mut nodes = hub.subscribe(WatchFilter::resource("/nodes"));
         let mut b = hub.subscribe(WatchFilter { name: Some("b".into()), ..WatchFilter::resource("/nodes") });
         let commit = [ev(1, "/nodes", "a"), ev(2, "/pools", "x"), ev(3, "/nodes", "b"), ev(4, "/nodes", "c")];
         hub.publish_all(&commit);
-        assert_eq!(nodes.rx.len(), 1, "one delivery for the three node writes");
-        assert_eq!(b.rx.len(), 1);
+        let wakes = |s: &Subscription| s.queue.wakes.load(Ordering::SeqCst);
+        assert_eq!(wakes(&nodes), 1, "one wake-up for the three node writes");
+        assert_eq!(wakes(&b), 1);
         let mut revs = Vec::new();
         while let Some(e) = nodes.try_recv() {
             revs.push(e.revision);
@@ -323,12 +326,34 @@ mod tests {
         // The next commit is the next delivery, after what is left of this one.
         hub.publish_all(&[ev(5, "/nodes", "a"), ev(6, "/nodes", "d")]);
         hub.publish_all(&[ev(7, "/nodes", "e")]);
-        assert_eq!(nodes.rx.len(), 2);
+        assert_eq!(wakes(&nodes), 3, "one more a commit");
+        assert_eq!(wakes(&b), 1, "not for commits without its writes");
         assert_eq!(nodes.recv().await.map(|e| e.revision), Some(5));
-        assert_eq!(nodes.rx.len(), 1, "the rest of the first delivery is taken before the second");
         assert_eq!(nodes.recv().await.map(|e| e.revision), Some(6));
         assert_eq!(nodes.recv().await.map(|e| e.revision), Some(7));
         assert_eq!(hub.lock().head, 7);
+    }
+
+    /// A watch waiting for its next event is woken by the commit that brings it, and a watch
+    /// unregistered while it waits ends.
+    #[tokio::test]
+    async fn a_waiting_watch_is_woken_by_the_commit() {
+        let hub = Arc::new(Hub::default());
+        let mut s = hub.subscribe(WatchFilter::resource("/nodes"));
+        let waiter = tokio::spawn(async move {
+            let e = s.recv().await.map(|e| e.revision);
+            (e, s)
+        });
+        tokio::task::yield_now().await;
+        hub.publish_all(&[ev(1, "/pools", "x"), ev(2, "/nodes", "a")]);
+        let (got, s) = waiter.await.unwrap();
+        assert_eq!(got, Some(2));
+        // Unregistered by the hub (as when it lags): the wait ends with what was queued.
+        let queue = s.queue.clone();
+        hub.lock().remove(s.id);
+        let mut s = s;
+        assert!(queue.closed.load(Ordering::SeqCst));
+        assert!(s.recv().await.is_none());
     }
 
     #[tokio::test]
