@@ -346,14 +346,14 @@ mod tests {
         });
         tokio::task::yield_now().await;
         hub.publish_all(&[ev(1, "/pools", "x"), ev(2, "/nodes", "a")]);
-        let (got, s) = waiter.await.unwrap();
+        // Bounded waits: a lost wake-up fails the test instead of hanging it.
+        let limit = std::time::Duration::from_secs(10);
+        let (got, mut s) = tokio::time::timeout(limit, waiter).await.expect("woken by the commit").unwrap();
         assert_eq!(got, Some(2));
         // Unregistered by the hub (as when it lags): the wait ends with what was queued.
-        let queue = s.queue.clone();
         hub.lock().remove(s.id);
-        let mut s = s;
-        assert!(queue.closed.load(Ordering::SeqCst));
-        assert!(s.recv().await.is_none());
+        assert!(s.queue.closed.load(Ordering::SeqCst));
+        assert!(tokio::time::timeout(limit, s.recv()).await.expect("a closed queue ends the wait").is_none());
     }
 
     #[tokio::test]
