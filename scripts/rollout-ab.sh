@@ -11,7 +11,8 @@
 # runs (PER_NODE_MS overrides the 500). One line per run: ratio, coordinator and simulator CPU,
 # the steal ticks of /proc/stat (the hypervisor taking the CPU) and the host speed the bench timed
 # before and after the run (ms, lower is faster); at the end, per build, the
-# mean ratio and the mean quotient of coordinator over simulator CPU. The binaries that were in
+# mean ratio and the mean quotient of coordinator over simulator CPU. With AB_LOG=DIR each run's
+# whole output is kept as DIR/ROUND-LABEL.out. The binaries that were in
 # target/release/ are put back afterwards, with their times (cargo would otherwise take the last
 # build's copies there for up to date).
 set -euo pipefail
@@ -50,6 +51,7 @@ for r in $(seq 1 "$rounds"); do
     out=$(ALOFT_TEST_NO_BUILD=1 target/release/rollout-bench --nodes "$nodes" --max-unavailable 10% \
       --per-node-ms "${PER_NODE_MS:-500}" 2>&1) || { echo "$out" | tail -20 >&2; exit 1; }
     s1=$(steal)
+    if [ -n "${AB_LOG:-}" ]; then mkdir -p "$AB_LOG" && echo "$out" >"$AB_LOG/$r-$label.out"; fi
     ratio=$(grep -o 'ratio [0-9.]*' <<<"$out" | cut -d' ' -f2)
     coord_cpu=$(grep -o 'coordinator CPU [0-9.]*' <<<"$out" | cut -d' ' -f3)
     sim_cpu=$(grep -o "fleet's CPU [0-9.]*" <<<"$out" | cut -d' ' -f3)

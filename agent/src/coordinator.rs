@@ -37,7 +37,21 @@ pub struct NodeApi {
     /// A write sent without waiting for it ([`NodeApi::report_working`]); every later write
     /// waits for it first, so the coordinator sees this node's writes in the order they were made.
     pending: Arc<tokio::sync::Mutex<Option<tokio::task::JoinHandle<Result<NodeView>>>>>,
+    /// What the coordinator sent on the watch ahead of a new desiredConfig (`UPDATE_INPUTS`):
+    /// the update then reads neither object over the network.
+    delivered: Arc<std::sync::Mutex<Option<Delivered>>>,
 }
+
+/// The inputs of an update as the watch delivered them, and when.
+struct Delivered {
+    config: MachineConfig,
+    /// MachineConfiguration/cluster, None when the coordinator has none.
+    policy: Option<Value>,
+    at: std::time::Instant,
+}
+
+/// Delivered inputs older than this are read again: the policy may have changed since.
+const DELIVERED_FOR: Duration = Duration::from_secs(30);
 
 /// How long the coordinator keeps the follower's watch open before the follower reopens it (and
 /// so authenticates again: a revoked node credential stops getting updates within this).
@@ -88,12 +102,30 @@ impl From<WireNode> for NodeView {
     }
 }
 
-/// One line of a watch of the Node.
+impl From<WireObject> for NodeView {
+    fn from(o: WireObject) -> Self {
+        WireNode { metadata: o.metadata }.into()
+    }
+}
+
+/// One line of a watch of the Node: a Node event, or the inputs of an update (`UPDATE_INPUTS`,
+/// whose object has the other two fields). One struct for both, so each line is parsed once.
 #[derive(Deserialize)]
 struct WireEvent {
     #[serde(rename = "type")]
     kind: String,
-    object: Option<WireNode>,
+    object: Option<WireObject>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WireObject {
+    #[serde(default)]
+    metadata: WireMeta,
+    #[serde(default)]
+    machine_config: Option<Box<MachineConfig>>,
+    #[serde(default)]
+    machine_configuration: Option<Value>,
 }
 
 /// The Node `name` as the agent reads it (`get`), or an error naming it.
@@ -104,7 +136,13 @@ async fn read_node(client: &Client, name: &str) -> Result<NodeView> {
 
 impl NodeApi {
     pub fn new(client: Client, name: &str) -> Self {
-        NodeApi { client, name: name.to_string(), latest: Arc::default(), pending: Arc::default() }
+        NodeApi {
+            client,
+            name: name.to_string(),
+            latest: Arc::default(),
+            pending: Arc::default(),
+            delivered: Arc::default(),
+        }
     }
 
     pub fn name(&self) -> &str {
@@ -198,15 +236,23 @@ impl NodeApi {
             return Ok(crate::disruption::Policy::mco_defaults());
         }
         let v = reply.into_result().context("reading MachineConfiguration/cluster")?;
-        let user = crate::disruption::NodeDisruptionPolicy::from_machine_configuration(&v)
-            .context("MachineConfiguration/cluster spec.nodeDisruptionPolicy is invalid")?;
-        Ok(crate::disruption::Policy::from_user(&user))
+        policy_of(Some(&v))
     }
 
     /// What an update reads before it plans: the rendered config `target` and the disruption
-    /// policy, two reads at once. The daemon and the fleet simulator (`rollout-bench`) both go
-    /// through here, so the simulated fleet asks the coordinator for what a real one asks.
+    /// policy. When the watch delivered both with the pick (`UPDATE_INPUTS`, less than
+    /// [`DELIVERED_FOR`] ago), from there, once; otherwise two reads at once. The daemon and the
+    /// fleet simulator (`rollout-bench`) both go through here, so the simulated fleet gets its
+    /// inputs as a real one does.
     pub async fn update_inputs(&self, target: &str) -> (Result<MachineConfig>, Result<crate::disruption::Policy>) {
+        let delivered = {
+            let mut d = self.delivered.lock().unwrap_or_else(|e| e.into_inner());
+            d.take_if(|d| d.config.metadata.name == target && d.at.elapsed() < DELIVERED_FOR)
+        };
+        if let Some(d) = delivered {
+            tracing::debug!(target, "update inputs delivered with the pick");
+            return (Ok(d.config), policy_of(d.policy.as_ref()));
+        }
         tokio::join!(self.machine_config(target), self.disruption_policy())
     }
 
@@ -223,7 +269,7 @@ impl NodeApi {
 
     fn start_follower(&self) -> watch::Receiver<Option<Arc<NodeView>>> {
         let (tx, rx) = watch::channel(None);
-        tokio::spawn(follow(self.client.clone(), self.name.clone(), tx));
+        tokio::spawn(follow(self.client.clone(), self.name.clone(), tx, self.delivered.clone()));
         rx
     }
 
@@ -289,6 +335,17 @@ fn working<'a>(current: &'a str, drain: Option<&'a str>) -> Vec<(&'static str, O
     values
 }
 
+/// The policy an agent applies: MachineConfiguration/cluster's over MCO's defaults, or the
+/// defaults alone when there is none.
+fn policy_of(machine_configuration: Option<&Value>) -> Result<crate::disruption::Policy> {
+    let Some(v) = machine_configuration else {
+        return Ok(crate::disruption::Policy::mco_defaults());
+    };
+    let user = crate::disruption::NodeDisruptionPolicy::from_machine_configuration(v)
+        .context("MachineConfiguration/cluster spec.nodeDisruptionPolicy is invalid")?;
+    Ok(crate::disruption::Policy::from_user(&user))
+}
+
 /// Wait for a background write (see [`NodeApi::report_working`]) before the next one. Its
 /// failure is only logged: the write that follows carries the newer state.
 async fn settle(write: Option<tokio::task::JoinHandle<Result<NodeView>>>) {
@@ -303,7 +360,12 @@ async fn settle(write: Option<tokio::task::JoinHandle<Result<NodeView>>>) {
 /// Keeps `tx` at the newest view of node `name`: a GET, then one watch from its revision,
 /// reopened from the last revision seen when the coordinator ends it, and re-read from scratch
 /// when the coordinator has compacted past it (410 Gone). Ends when every receiver is gone.
-async fn follow(client: Client, name: String, tx: watch::Sender<Option<Arc<NodeView>>>) {
+async fn follow(
+    client: Client,
+    name: String,
+    tx: watch::Sender<Option<Arc<NodeView>>>,
+    delivered: Arc<std::sync::Mutex<Option<Delivered>>>,
+) {
     let mut from: Option<String> = None;
     let mut backoff = Duration::from_millis(200);
     loop {
@@ -317,7 +379,7 @@ async fn follow(client: Client, name: String, tx: watch::Sender<Option<Arc<NodeV
                     r
                 }
             };
-            follow_watch(&client, &name, &tx, rev).await
+            follow_watch(&client, &name, &tx, &delivered, rev).await
         };
         let outcome = tokio::select! {
             _ = tx.closed() => return,
@@ -356,16 +418,18 @@ fn publish(tx: &watch::Sender<Option<Arc<NodeView>>>, v: NodeView) {
 }
 
 /// One watch from `rev`, without the events of this node's own writes (`skipOwnWrites`: their
-/// answers carried them already). `Ok(Some(last revision))` when the coordinator ended it normally,
-/// `Ok(None)` when it answered with an ERROR event (410 Gone: too old to resume).
+/// answers carried them already), and with an update's inputs ahead of the event that picks this
+/// node for it (`includeUpdateInputs`). `Ok(Some(last revision))` when the coordinator ended it
+/// normally, `Ok(None)` when it answered with an ERROR event (410 Gone: too old to resume).
 async fn follow_watch(
     client: &Client,
     name: &str,
     tx: &watch::Sender<Option<Arc<NodeView>>>,
+    delivered: &std::sync::Mutex<Option<Delivered>>,
     mut rev: String,
 ) -> Result<Option<String>> {
     let q = format!(
-        "{}?watch=true&resourceVersion={rev}&fieldSelector=metadata.name%3D{name}&timeoutSeconds={FOLLOW_SECONDS}&skipOwnWrites=true",
+        "{}?watch=true&resourceVersion={rev}&fieldSelector=metadata.name%3D{name}&timeoutSeconds={FOLLOW_SECONDS}&skipOwnWrites=true&includeUpdateInputs=true",
         resource_path(NODES, None, None),
     );
     let mut stream = client.watch(&q, None).await?.bytes_stream();
@@ -381,8 +445,17 @@ async fn follow_watch(
             match ev.kind.as_str() {
                 "ERROR" => return Ok(None),
                 "BOOKMARK" => {}
+                // Before the event that needs them: kept for the update that event starts.
+                "UPDATE_INPUTS" => {
+                    let o = ev.object.ok_or_else(|| anyhow!("UPDATE_INPUTS event without object"))?;
+                    let config =
+                        *o.machine_config.ok_or_else(|| anyhow!("UPDATE_INPUTS event without machineConfig"))?;
+                    let d = Delivered { config, policy: o.machine_configuration, at: std::time::Instant::now() };
+                    *delivered.lock().unwrap_or_else(|e| e.into_inner()) = Some(d);
+                }
                 _ => {
-                    let v = NodeView::from(ev.object.ok_or_else(|| anyhow!("watch event without object"))?);
+                    let o = ev.object.ok_or_else(|| anyhow!("watch event without object"))?;
+                    let v = NodeView::from(o);
                     rev = v.revision.clone();
                     publish(tx, v);
                 }
@@ -408,6 +481,30 @@ pub fn humanize(d: Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_watch_line_is_a_node_event_or_an_update_s_inputs() {
+        let node: WireEvent = serde_json::from_value(json!({"type": "MODIFIED", "object": {"apiVersion": "v1",
+            "kind": "Node", "metadata": {"name": "a", "resourceVersion": "9", "annotations": {ann::STATE: "Done"}},
+            "status": {"conditions": []}}}))
+        .unwrap();
+        let o = node.object.unwrap();
+        assert!(o.machine_config.is_none() && o.machine_configuration.is_none());
+        assert_eq!(NodeView::from(o).revision, "9");
+        let inputs: WireEvent = serde_json::from_value(json!({"type": "UPDATE_INPUTS", "object": {
+            "machineConfig": {"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfig",
+                "metadata": {"name": "rendered-worker-2"}, "spec": {"config": {"ignition": {"version": "3.4.0"}}}},
+            "machineConfiguration": null}}))
+        .unwrap();
+        assert_eq!(inputs.kind, "UPDATE_INPUTS");
+        let o = inputs.object.unwrap();
+        assert_eq!(o.machine_config.unwrap().metadata.name, "rendered-worker-2");
+        assert!(o.machine_configuration.is_none());
+        assert_eq!(policy_of(None).unwrap(), crate::disruption::Policy::mco_defaults());
+        let bad =
+            json!({"spec": {"nodeDisruptionPolicy": {"files": [{"path": "relative", "actions": [{"type": "None"}]}]}}});
+        assert!(format!("{:#}", policy_of(Some(&bad)).unwrap_err()).contains("MachineConfiguration/cluster"));
+    }
 
     #[test]
     fn the_node_is_read_off_the_wire_as_the_agent_needs_it() {

@@ -284,7 +284,7 @@ fn parse_stored(text: &str) -> Result<Value, ApiError> {
 async fn watch_handler(call: Call<'_>) -> Result<Response, ApiError> {
     call.authorize(Verb::Watch).await?;
     let filters = Filters::from_params(call.path.rt, &call.params)?;
-    watch::serve(call.ctx, call.path.clone(), &call.params, filters, call.wants_table(), &call.who.name).await
+    watch::serve(call.ctx, call.path.clone(), &call.params, filters, call.wants_table(), call.who).await
 }
 
 async fn create(call: Call<'_>) -> Result<Response, ApiError> {

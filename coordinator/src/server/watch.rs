@@ -8,12 +8,23 @@
 //! leaves out the live events of the caller's own writes: it has those objects from its
 //! writes' answers already, and they were half of what a fleet's watches carried during a
 //! rollout. Replayed events are sent whoever made them.
+//!
+//! `includeUpdateInputs=true` (an aloft extension, for watches of Nodes; the agent asks for it)
+//! sends, before a Node event whose `desiredConfig` is new on this stream and not the node's
+//! `currentConfig`, one `UPDATE_INPUTS` event: `{"machineConfig": <that rendered config>,
+//! "machineConfiguration": <MachineConfiguration/cluster, or null when there is none>}`, the two
+//! objects an agent reads before it plans an update, each only when the caller may read it. An
+//! agent that has them reads neither on its update's critical path (MCO's daemon reads both from
+//! its informers' caches for the same reason). Rendered configs never change under their name;
+//! the policy is the one stored when the event is sent.
 
 use super::error::ApiError;
 use super::handlers::Filters;
 use super::request::ResourcePath;
 use super::{table, Ctx};
-use crate::store::{EventType, WatchFilter};
+use crate::auth::{self, Identity, Verb};
+use crate::store::{EventType, Key, Stored, WatchFilter};
+use aloft_api::annotations as ann;
 use axum::body::{Body, Bytes};
 use axum::response::Response;
 use futures::StreamExt;
@@ -28,18 +39,35 @@ enum Item {
     Error(ApiError),
 }
 
+/// The `UPDATE_INPUTS` event's type, ahead of a Node event that names a new desiredConfig.
+pub const UPDATE_INPUTS: &str = "UPDATE_INPUTS";
+
 pub async fn serve(
     ctx: &Ctx,
     path: ResourcePath,
     params: &HashMap<String, String>,
     filters: Filters,
     as_table: bool,
-    who: &str,
+    who: &Identity,
 ) -> Result<Response, ApiError> {
     let skip_own = match params.get("skipOwnWrites").map(String::as_str) {
         None | Some("false") => None,
-        Some("true") => Some(Arc::<str>::from(who)),
+        Some("true") => Some(Arc::<str>::from(who.name.as_str())),
         Some(other) => return Err(ApiError::bad_request(format!("skipOwnWrites {other:?} is not true or false"))),
+    };
+    let with_inputs = match params.get("includeUpdateInputs").map(String::as_str) {
+        None | Some("false") => false,
+        Some("true") if path.rt.kind == crate::resources::NODE.kind && !as_table => true,
+        Some("true") => {
+            return Err(ApiError::bad_request(format!(
+                "includeUpdateInputs is for watches of Nodes as JSON, not of {}{}",
+                path.rt.qualified(),
+                if as_table { " as a Table" } else { "" }
+            )))
+        }
+        Some(other) => {
+            return Err(ApiError::bad_request(format!("includeUpdateInputs {other:?} is not true or false")))
+        }
     };
     let rt = path.rt;
     let resource = rt.store_key();
@@ -77,6 +105,9 @@ pub async fn serve(
         Err(e) => Item::Error(ApiError::from_store(e, &rt.qualified(), "")),
     });
     let mut first = true;
+    // The desiredConfig whose inputs went out last, per Node of the stream (one for an agent).
+    let mut sent: HashMap<String, String> = HashMap::new();
+    let (store, who) = (ctx.store.clone(), who.clone());
     let body = initial
         .chain(live)
         .filter(move |item| {
@@ -94,8 +125,25 @@ pub async fn serve(
             *ended = matches!(item, Item::Error(_));
             futures::future::ready(Some(item))
         })
-        .map(move |item| {
-            let line = match item {
+        .then(move |item| {
+            let due = match &item {
+                Item::Event(EventType::Added | EventType::Modified, obj, _) if with_inputs => {
+                    inputs_due(obj, &mut sent)
+                }
+                _ => None,
+            };
+            let (store, who) = (store.clone(), who.clone());
+            async move {
+                let inputs = match due {
+                    Some((target, node)) => update_inputs(&*store, &who, &node, &target).await,
+                    None => None,
+                };
+                (inputs, item)
+            }
+        })
+        .map(move |(inputs, item)| {
+            let mut line = inputs.unwrap_or_default();
+            line.extend(match item {
                 Item::Event(kind, obj, json) if !as_table => event_line(kind, &obj, json.as_deref()),
                 Item::Event(kind, obj, _) => {
                     let rev = crate::store::revision_of(&obj);
@@ -109,7 +157,7 @@ pub async fn serve(
                     line.push(b'\n');
                     line
                 }
-            };
+            });
             Ok::<_, std::convert::Infallible>(Bytes::from(line))
         })
         .take_until(tokio::time::sleep(timeout));
@@ -118,6 +166,63 @@ pub async fn serve(
         .header("cache-control", "no-cache, private")
         .body(Body::from_stream(body))
         .map_err(|e| ApiError::internal(e.to_string()))
+}
+
+/// The desiredConfig `obj` asks for, with `obj`, when the node does not run it and its inputs have
+/// not gone out on this stream since the node last had nothing to update to; remembered as sent.
+fn inputs_due(obj: &Arc<Value>, sent: &mut HashMap<String, String>) -> Option<(String, Arc<Value>)> {
+    let meta = obj.get("metadata")?;
+    let annotation = |k: &str| meta.get("annotations").and_then(|a| a.get(k)).and_then(Value::as_str).unwrap_or("");
+    let target = annotation(ann::DESIRED_CONFIG);
+    let name = meta.get("name").and_then(Value::as_str).unwrap_or("");
+    if target.is_empty() || target == annotation(ann::CURRENT_CONFIG) {
+        // Nothing to update to: a later move to any config is new again.
+        sent.remove(name);
+        return None;
+    }
+    if sent.get(name).is_some_and(|t| t == target) {
+        return None;
+    }
+    sent.insert(name.to_string(), target.to_string());
+    Some((target.to_string(), obj.clone()))
+}
+
+/// The `UPDATE_INPUTS` line for `target` on `node`, or nothing when the caller may not read both
+/// objects or the config is not stored (the agent then reads them itself, and gets the error).
+async fn update_inputs(store: &dyn crate::store::Store, who: &Identity, node: &Value, target: &str) -> Option<Vec<u8>> {
+    let mc = crate::resources::MACHINE_CONFIG.store_key();
+    let policy = crate::resources::MACHINE_CONFIGURATION.store_key();
+    let may = |resource: &str, name: &str| {
+        let req = auth::Request { verb: Verb::Get, resource, name: Some(name), subresource: None, field_name: None };
+        auth::decide(who, &req, auth::Facts { own_node: Some(node) }) != auth::Decision::Deny
+    };
+    if !may(&mc, target) || !may(&policy, "cluster") {
+        return None;
+    }
+    let read = |resource: String, name: &str| {
+        let key = Key::cluster(&resource, name);
+        async move { store.get(&key).await }
+    };
+    let (config, cluster) = futures::join!(read(mc, target), read(policy, "cluster"));
+    let (Ok(Some(config)), Ok(cluster)) = (config, cluster) else {
+        return None;
+    };
+    Some(inputs_line(&config, cluster.as_ref()))
+}
+
+/// `{"type":"UPDATE_INPUTS","object":{"machineConfig":<config>,"machineConfiguration":<policy|null>}}`
+/// and a newline, from the stored JSON.
+fn inputs_line(config: &Stored, policy: Option<&Stored>) -> Vec<u8> {
+    let policy = policy.map(|p| p.json.as_bytes()).unwrap_or(b"null");
+    let mut line = Vec::with_capacity(config.json.len() + policy.len() + 96);
+    line.extend_from_slice(b"{\"type\":\"");
+    line.extend_from_slice(UPDATE_INPUTS.as_bytes());
+    line.extend_from_slice(b"\",\"object\":{\"machineConfig\":");
+    line.extend_from_slice(config.json.as_bytes());
+    line.extend_from_slice(b",\"machineConfiguration\":");
+    line.extend_from_slice(policy);
+    line.extend_from_slice(b"}}\n");
+    line
 }
 
 /// `{"type":"<kind>","object":<object>}` and a newline, with the object's JSON as the store
@@ -159,5 +264,40 @@ mod tests {
         );
         let back: Value = serde_json::from_slice(&event_line(EventType::Deleted, &obj, None)).unwrap();
         assert_eq!((back["type"].as_str(), &back["object"]), (Some("DELETED"), &obj));
+    }
+
+    #[test]
+    fn inputs_are_due_once_per_new_desired_config_the_node_does_not_run() {
+        let node = |desired: &str, current: &str| {
+            Arc::new(json!({"metadata": {"name": "n", "annotations": {
+                ann::DESIRED_CONFIG: desired, ann::CURRENT_CONFIG: current}}}))
+        };
+        let mut sent = HashMap::new();
+        assert_eq!(inputs_due(&node("r1", "r1"), &mut sent), None, "runs it already");
+        assert!(inputs_due(&node("r2", "r1"), &mut sent).is_some());
+        assert_eq!(inputs_due(&node("r2", "r2"), &mut sent), None, "updated");
+        assert!(inputs_due(&node("r2", "r1"), &mut sent).is_some(), "back to r1 and on to r2 again: new");
+        sent.clear();
+        assert_eq!(inputs_due(&node("", "r1"), &mut sent), None, "no target");
+        assert_eq!(inputs_due(&node("r2", "r1"), &mut sent).map(|(t, _)| t).as_deref(), Some("r2"));
+        assert_eq!(inputs_due(&node("r2", "r1"), &mut sent), None, "sent on this stream already");
+        assert_eq!(inputs_due(&node("r3", "r1"), &mut sent).map(|(t, _)| t).as_deref(), Some("r3"));
+        // Back to r2 after r3: new again on this stream.
+        assert!(inputs_due(&node("r2", "r1"), &mut sent).is_some());
+        assert_eq!(inputs_due(&Arc::new(json!({"kind": "Node"})), &mut sent), None, "no metadata");
+    }
+
+    #[test]
+    fn an_inputs_line_is_the_stored_objects_in_one_event() {
+        let stored = |v: Value| Stored { json: Arc::from(serde_json::to_string(&v).unwrap()), object: Arc::new(v) };
+        let mc = json!({"kind": "MachineConfig", "metadata": {"name": "r2"}, "spec": {"config": {"x": "\"q\""}}});
+        let policy = json!({"kind": "MachineConfiguration", "metadata": {"name": "cluster"}});
+        let line = inputs_line(&stored(mc.clone()), Some(&stored(policy.clone())));
+        assert_eq!(line.last(), Some(&b'\n'));
+        let v: Value = serde_json::from_slice(&line).unwrap();
+        assert_eq!(v, json!({"type": UPDATE_INPUTS, "object": {"machineConfig": mc, "machineConfiguration": policy}}));
+        let v: Value = serde_json::from_slice(&inputs_line(&stored(mc.clone()), None)).unwrap();
+        assert_eq!(v["object"]["machineConfiguration"], Value::Null);
+        assert_eq!(v["object"]["machineConfig"], mc);
     }
 }
