@@ -369,10 +369,14 @@ impl Agent {
     }
 
     async fn update(&mut self, target: &str) -> Result<()> {
-        self.enter(Phase::Preparing { target: target.into() }, "fetching the rendered config")?;
+        self.enter(
+            Phase::Preparing { target: target.into() },
+            "reading the rendered config and the disruption policy",
+        )?;
         let current = self.current_name();
-        // Two reads at once; the Working report waits for the plan, so that it can carry the
-        // drain request (one write on the coordinator instead of two).
+        // Delivered with the pick on the Node's watch, or two reads at once; the Working report
+        // waits for the plan, so that it can carry the drain request (one write on the
+        // coordinator instead of two).
         let (fetched, policy) = self.api.update_inputs(target).await;
         let new = match fetched {
             Ok(mc) => mc,

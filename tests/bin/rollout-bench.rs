@@ -3,8 +3,9 @@
 //!
 //! A real coordinator (the release binary, HTTPS, SQLite) and N simulated nodes in this process.
 //! Each simulated node enrolls with a bootstrap token and then speaks the agent's own protocol
-//! code ([`aloft_agent::coordinator::NodeApi`]): watch its Node, fetch the rendered config and
-//! the disruption policy (as the daemon does, two reads at once),
+//! code ([`aloft_agent::coordinator::NodeApi`]): watch its Node, take the rendered config and
+//! the disruption policy from the watch's `UPDATE_INPUTS` event ahead of the pick (as the daemon
+//! does; two reads at once when they did not come),
 //! report Working with the drain request and wait for the drain, then a simulated host (sleep
 //! for the per-node time: apply + reboot, with an optional failure rate), then report Done with
 //! the uncordon request. The host is the one simulated part; the protocol, the controllers and
@@ -135,11 +136,13 @@ async fn node(
             let mut marks: Vec<(&str, Instant)> = Vec::new();
             let now = fleet.updating.fetch_add(1, Ordering::SeqCst) + 1;
             fleet.max_updating.fetch_max(now, Ordering::SeqCst);
-            step(&fleet, &name, Some("fetch config and disruption policy"));
+            // As the agent does: the config and the policy came with the pick on the watch
+            // (`UPDATE_INPUTS`); read over the network only when they did not.
+            step(&fleet, &name, Some("config and disruption policy"));
             let (config, policy) = api.update_inputs(&desired).await;
             config?;
             policy?;
-            marks.push(("fetch", Instant::now()));
+            marks.push(("inputs", Instant::now()));
             // As the agent does: the Working report is the drain request, and when the pick
             // answered that request already, it goes out without the update waiting for it.
             let request = format!("drain-{desired}");

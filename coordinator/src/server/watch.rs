@@ -107,7 +107,7 @@ pub async fn serve(
     let mut first = true;
     // The desiredConfig whose inputs went out last, per Node of the stream (one for an agent).
     let mut sent: HashMap<String, String> = HashMap::new();
-    let (store, who) = (ctx.store.clone(), who.clone());
+    let (store, who) = (ctx.store.clone(), Arc::new(who.clone()));
     let body = initial
         .chain(live)
         .filter(move |item| {
@@ -132,10 +132,14 @@ pub async fn serve(
                 }
                 _ => None,
             };
-            let (store, who) = (store.clone(), who.clone());
+            // Only a due event looks anything up (and holds the store and identity for it).
+            let lookup = due.map(|(target, node)| {
+                let (store, who) = (store.clone(), who.clone());
+                async move { update_inputs(&*store, &who, &node, &target).await }
+            });
             async move {
-                let inputs = match due {
-                    Some((target, node)) => update_inputs(&*store, &who, &node, &target).await,
+                let inputs = match lookup {
+                    Some(l) => l.await,
                     None => None,
                 };
                 (inputs, item)
