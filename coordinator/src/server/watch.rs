@@ -132,10 +132,11 @@ pub async fn serve(
                 }
                 _ => None,
             };
-            // Only a due event looks anything up (and holds the store and identity for it).
+            // Only a due event looks anything up (and holds the store and identity for it). Boxed:
+            // the stream keeps room for this stage's future inline, in each of a fleet's watches.
             let lookup = due.map(|(target, node)| {
                 let (store, who) = (store.clone(), who.clone());
-                async move { update_inputs(&*store, &who, &node, &target).await }
+                Box::pin(async move { update_inputs(&*store, &who, &node, &target).await })
             });
             async move {
                 let inputs = match lookup {
