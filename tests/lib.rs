@@ -260,6 +260,18 @@ impl Coordinator {
             .expect("client")
     }
 
+    /// A client with the node credential of a node enrolled now as `name`, with `labels`.
+    pub async fn node_client(&self, name: &str, labels: Value) -> Client {
+        let boot = self.client_with_token(Some(&self.create_token(&format!("boot-{name}"), "bootstrap")));
+        let r = boot
+            .post("/aloft/v1/enroll", &serde_json::json!({"nodeName": name, "labels": labels}))
+            .await
+            .and_then(|r| r.into_result())
+            .expect("enrollment");
+        let token = r["token"].as_str().expect("enrollment without a token");
+        self.client_with_token(Some(token))
+    }
+
     /// `aloft-coordinator token create --role ROLE` on this data dir; returns the token.
     pub fn create_token(&self, name: &str, role: &str) -> String {
         let out = Command::new(bin("aloft-coordinator"))

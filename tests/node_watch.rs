@@ -4,7 +4,7 @@
 //! coordinator restart.
 
 use aloft_agent::coordinator::NodeApi;
-use aloft_tests::{Client, ClientConfig, Coordinator, Options};
+use aloft_tests::{Client, Coordinator, Options};
 use serde_json::json;
 use std::time::{Duration, Instant};
 
@@ -14,15 +14,7 @@ async fn enroll(c: &Coordinator, name: &str) -> NodeApi {
 
 /// A client with the node credential of a newly enrolled node `name`.
 async fn node_client(c: &Coordinator, name: &str) -> Client {
-    let boot = c.client_with_token(Some(&c.create_token("watch-test", "bootstrap")));
-    let r = boot
-        .post("/aloft/v1/enroll", &json!({"nodeName": name, "labels": {"node-role.kubernetes.io/worker": ""}}))
-        .await
-        .unwrap()
-        .into_result()
-        .unwrap();
-    let token = r["token"].as_str().unwrap().to_string();
-    Client::new(&ClientConfig { server: c.url().to_string(), ca_pem: Some(c.ca_pem()), token: Some(token) }).unwrap()
+    c.node_client(name, json!({"node-role.kubernetes.io/worker": ""})).await
 }
 
 /// A watch query for node `name` from its current revision (read by `admin`).

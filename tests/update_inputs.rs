@@ -5,7 +5,7 @@
 
 use aloft_agent::coordinator::NodeApi;
 use aloft_api::annotations as ann;
-use aloft_tests::{Client, ClientConfig, Coordinator, WatchStream};
+use aloft_tests::{Client, Coordinator, WatchStream};
 use serde_json::{json, Value};
 use std::time::Duration;
 
@@ -13,15 +13,7 @@ const WAIT: Duration = Duration::from_secs(10);
 
 /// A newly enrolled node `name`: its credential's client.
 async fn node_client(c: &Coordinator, name: &str) -> Client {
-    let boot = c.client_with_token(Some(&c.create_token("inputs-test", "bootstrap")));
-    let r = boot
-        .post("/aloft/v1/enroll", &json!({"nodeName": name, "labels": {"node-role.kubernetes.io/infra": ""}}))
-        .await
-        .unwrap()
-        .into_result()
-        .unwrap();
-    let token = r["token"].as_str().unwrap().to_string();
-    Client::new(&ClientConfig { server: c.url().to_string(), ca_pem: Some(c.ca_pem()), token: Some(token) }).unwrap()
+    c.node_client(name, json!({"node-role.kubernetes.io/infra": ""})).await
 }
 
 fn config(name: &str, path: &str) -> Value {
