@@ -147,8 +147,7 @@ pub async fn serve(
             }
         })
         .map(move |(inputs, item)| {
-            let mut line = inputs.unwrap_or_default();
-            line.extend(match item {
+            let event = match item {
                 Item::Event(kind, obj, json) if !as_table => event_line(kind, &obj, json.as_deref()),
                 Item::Event(kind, obj, _) => {
                     let rev = crate::store::revision_of(&obj);
@@ -162,7 +161,15 @@ pub async fn serve(
                     line.push(b'\n');
                     line
                 }
-            });
+            };
+            // The event's own line is moved, not copied, when nothing goes ahead of it.
+            let line = match inputs {
+                Some(mut ahead) => {
+                    ahead.extend_from_slice(&event);
+                    ahead
+                }
+                None => event,
+            };
             Ok::<_, std::convert::Infallible>(Bytes::from(line))
         })
         .take_until(tokio::time::sleep(timeout));
