@@ -456,12 +456,21 @@ impl Agent {
             }
             None => None,
         };
+        // With an OS deployment staged, the phase says so before the current config is saved: a
+        // power cut between the two must not leave the new config saved and the phase Staging,
+        // which a restart reads as done and then finds the old OS booted (the staged deployment
+        // is lost when the node goes down before ostree finalizes it). From RebootingStaged a
+        // restart either redoes the update (current config not saved yet) or verifies the boot
+        // and stages again.
+        if let Some((checksum, record)) = &staged {
+            self.enter_rebooting_staged(target, checksum.clone(), record.clone())?;
+        }
         let mut applied = new.clone();
         applied.spec = new_spec;
         save_current(&self.root, &applied)?;
         self.current = Some(applied);
-        if let Some((checksum, record)) = staged {
-            return self.reboot_staged(target, checksum, record).await;
+        if staged.is_some() {
+            return self.ask_reboot_staged(target).await;
         }
         if plan.reboot {
             return self.reboot(target).await;

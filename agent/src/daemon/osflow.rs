@@ -223,11 +223,22 @@ impl Agent {
 
     /// Reboot into the staged deployment (`staged` is what was staged); the next boot verifies it.
     pub(super) async fn reboot_staged(&mut self, target: &str, checksum: String, staged: Staged) -> Result<()> {
+        self.enter_rebooting_staged(target, checksum, staged)?;
+        self.ask_reboot_staged(target).await
+    }
+
+    /// Record that the node reboots into the staged deployment of `checksum` from this boot.
+    pub(super) fn enter_rebooting_staged(&mut self, target: &str, checksum: String, staged: Staged) -> Result<()> {
         let boot_id = state::boot_id(&self.root);
         self.enter(
             Phase::RebootingStaged { target: target.into(), boot_id, checksum, staged: Some(staged) },
             "rebooting into the new OS deployment",
-        )?;
+        )
+    }
+
+    /// Report Working on the current config and ask for the reboot into the staged deployment
+    /// (the phase is RebootingStaged already).
+    pub(super) async fn ask_reboot_staged(&mut self, target: &str) -> Result<()> {
         let current = self.current_name();
         self.api.report("Working", "", Some(&current)).await.ok();
         self.ask_reboot(target).await
