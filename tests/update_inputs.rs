@@ -52,7 +52,7 @@ async fn a_node_watch_carries_the_update_inputs_ahead_of_the_event_that_needs_th
     let c = Coordinator::start();
     let admin = c.client();
     let node = node_client(&c, "inputs-0").await;
-    let a = create(&admin, MCS, &config("rendered-infra-a", "/etc/a")).await;
+    create(&admin, MCS, &config("rendered-infra-a", "/etc/a")).await;
     let b = create(&admin, MCS, &config("rendered-infra-b", "/etc/b")).await;
     let start = annotate(&admin, "inputs-0", json!({ann::CURRENT_CONFIG: "rendered-infra-a"})).await;
     let rev = aloft_tests::rv(&start).to_string();
@@ -103,7 +103,6 @@ async fn a_node_watch_carries_the_update_inputs_ahead_of_the_event_that_needs_th
     annotate(&admin, "inputs-0", json!({ann::DESIRED_CONFIG: "rendered-infra-missing"})).await;
     let ev = with.next(WAIT).await.unwrap().unwrap();
     assert_eq!(ev["type"], "MODIFIED", "{ev}");
-    let _ = a;
 }
 
 #[tokio::test]
@@ -137,8 +136,9 @@ async fn the_agent_plans_from_the_delivered_inputs_once() {
     let api = NodeApi::new(node_client(&c, "inputs-1").await, "inputs-1");
     create(&admin, MCS, &config("rendered-infra-c", "/etc/c")).await;
     let v0 = api.get().await.unwrap();
-    // The follower is running before the pick (as the agent's is).
-    assert!(api.wait_change(&v0.revision, Duration::from_millis(50)).await.unwrap().is_none());
+    // The follower's watch is open before the pick (as the agent's is): it has seen a change.
+    annotate(&admin, "inputs-1", json!({"test/step": "1"})).await;
+    let v0 = api.wait_change(&v0.revision, WAIT).await.unwrap().expect("the follower sees a change");
 
     annotate(&admin, "inputs-1", json!({ann::DESIRED_CONFIG: "rendered-infra-c"})).await;
     let v1 = api.wait_change(&v0.revision, WAIT).await.unwrap().expect("the pick");

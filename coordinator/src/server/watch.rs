@@ -183,10 +183,10 @@ pub async fn serve(
 /// The desiredConfig `obj` asks for, with `obj`, when the node does not run it and its inputs have
 /// not gone out on this stream since the node last had nothing to update to; remembered as sent.
 fn inputs_due(obj: &Arc<Value>, sent: &mut HashMap<String, String>) -> Option<(String, Arc<Value>)> {
-    let meta = obj.get("metadata")?;
-    let annotation = |k: &str| meta.get("annotations").and_then(|a| a.get(k)).and_then(Value::as_str).unwrap_or("");
+    use super::objects::{at, name_of};
+    let annotation = |k: &str| at(obj, &["metadata", "annotations", k]).and_then(Value::as_str).unwrap_or("");
     let target = annotation(ann::DESIRED_CONFIG);
-    let name = meta.get("name").and_then(Value::as_str).unwrap_or("");
+    let name = name_of(obj);
     if target.is_empty() || target == annotation(ann::CURRENT_CONFIG) {
         // Nothing to update to: a later move to any config is new again.
         sent.remove(name);
