@@ -49,15 +49,19 @@ impl OsHost {
             if !self.host.fake.reboots().is_empty() {
                 self.host.stop_agent();
                 self.host.fake.clear_calls();
-                self.boots += 1;
-                std::fs::write(self.host.path("proc/sys/kernel/random/boot_id"), format!("boot-{}\n", self.boots))
-                    .unwrap();
-                self.host.start_agent(c, &self.bootstrap);
+                self.boot(c);
                 return;
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
         panic!("no reboot asked: {what}\n{}", self.host.log());
+    }
+
+    /// The next boot, with the agent stopped before it: a new boot id, the agent started.
+    fn boot(&mut self, c: &Coordinator) {
+        self.boots += 1;
+        std::fs::write(self.host.path("proc/sys/kernel/random/boot_id"), format!("boot-{}\n", self.boots)).unwrap();
+        self.host.start_agent(c, &self.bootstrap);
     }
 }
 
@@ -167,6 +171,16 @@ async fn os_update_health_check_and_rollback() {
     assert_eq!(testkit::deployment_order(&host.sysroot()).unwrap(), vec![v2.clone(), v1.clone()]);
     let (second, _) = wait_state(&c, &name, "Done", true, "Done on the OS update after its reboot").await;
     assert_ne!(second, first);
+    // The agent's durable writes came in the order that makes a power cut between them safe: the
+    // phase saying a deployment is staged, then the current config (the states a cut can leave
+    // are walked in `a_power_cut_at_each_durable_step_of_an_os_update_is_recovered`).
+    let log = without_colors(&host.host.log());
+    let at = |what: &str| log.find(what).unwrap_or_else(|| panic!("no {what:?} in the agent's log:\n{log}"));
+    assert!(
+        at(&format!("to=\"rebooting-staged\" target=\"{second}\""))
+            < at(&format!("current config saved config=\"{second}\"")),
+        "the current config was saved before the phase RebootingStaged:\n{log}"
+    );
     let out = Command::new(bin("aloft-agent"))
         .args(["status", "--json", "--bus-address", &host.host.bus_address])
         .arg("--root")
@@ -271,4 +285,161 @@ async fn os_helper_not_running_is_degraded_and_changes_nothing() {
     assert_eq!(testkit::deployment_order(&sysroot).unwrap(), vec![v2.clone(), v1.clone()]);
     wait_state(&c, &name, "Done", true, "Done after the helper came up").await;
     assert!(host.host.path("etc/aloft-os-test").exists());
+}
+
+/// Where a power cut can fall in an OS update, after the agent's durable writes: each leaves
+/// the node's files written and nothing staged (ostree finalizes a staged deployment only at
+/// shutdown, so a power cut loses it). The cut after the current config is saved too is not
+/// here: the agent finds it by comparing the booted commit with the config's, and a directory
+/// sysroot boots nothing; the VM scenario `d_power_cut_during_os_update` cuts a real VM there.
+#[derive(Debug, Clone, Copy)]
+enum Cut {
+    /// The apply finished (its journal committed); the phase still reads Applying.
+    FilesWritten,
+    /// The phase reads RebootingStaged; the current config is not saved yet.
+    PhaseSaved,
+}
+
+/// A power cut at the durable steps of an OS update (`Cut`), set up on the disk the way the
+/// agent's own code leaves it (the files written by its apply, the phase saved by its function)
+/// while the real agent is stopped with SIGKILL and the coordinator has picked the node. After a boot with a new boot id the node must redo or restage the update
+/// and come up Done with the new commit deployed. (Both windows were bugs: the VM power-cut
+/// scenario caught the one at `PhaseSaved`, where the phase was saved after the current config;
+/// at `FilesWritten` the restart saved the current config and rebooted into the old OS, which
+/// the drift check then found: Degraded for good.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_power_cut_at_each_durable_step_of_an_os_update_is_recovered() {
+    use aloft_agent::{daemon, engine, host::Root, state};
+
+    let c = Coordinator::start();
+    let admin = c.client();
+    let token_file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(token_file.path(), c.create_token("fleet", "bootstrap")).unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let key = GpgKey::generate(work.path(), "os").unwrap();
+    let server = ServerRepo::create(&work.path().join("srv/repo")).unwrap();
+    let commit = |v: &str| {
+        let t = work.path().join(format!("tree-{v}"));
+        testkit::write_tree(&t, v, 5).unwrap();
+        server.commit(&t, REF, v, Some(&key)).unwrap()
+    };
+    let v1 = commit("1");
+    let http = StaticServer::start(&work.path().join("srv")).unwrap();
+    let url = |sum: &str| format!("ostree+{}#{REF}@{sum}", http.url("repo"));
+
+    let mut host = OsHost::new("worker-cut", token_file.path()).await;
+    let sysroot = host.sysroot();
+    testkit::init_sysroot(&sysroot, &server, &v1, &["root=/dev/vda"]).unwrap();
+    host.host.start_os_helper(&sysroot, &key.keyring);
+    let name = host.host.name.clone();
+    host.host.start_agent(&c, token_file.path());
+    let mut pool = yaml(&testdata().join("mco/bootstrap/worker.machineconfigpool.yaml"));
+    pool["spec"]["maxUnavailable"] = json!(1);
+    admin.post(&path_of(&MACHINE_CONFIG_POOL, None), &pool).await.unwrap().into_result().unwrap();
+    let ssh = yaml(&testdata().join("mco/bootstrap/99_openshift-machineconfig_worker.yaml"));
+    admin.post(&path_of(&MACHINE_CONFIG, None), &ssh).await.unwrap().into_result().unwrap();
+    wait_rendered_with(&c, "99-worker-ssh").await;
+    wait_state(&c, &name, "Done", true, "Done on the SSH config").await;
+
+    let root = Root::new(host.host.root.path());
+    let services = engine::connect_services(Some(&host.host.bus_address)).await.unwrap();
+    let mc_path = path_of(&MACHINE_CONFIG, Some("50-os"));
+    let mut booted = v1.clone();
+    for (i, cut) in [Cut::FilesWritten, Cut::PhaseSaved].into_iter().enumerate() {
+        let v = commit(&(i + 2).to_string());
+        let file = format!("written with OS commit {}", i + 2);
+        host.host.stop_agent();
+        let before = node_annotations(&c, &name).await.unwrap();
+        let mut mc = os_mc("50-os", &url(&v), &[]);
+        mc["spec"]["config"]["storage"] = json!({"files": [{"path": "/etc/aloft-os-test", "mode": 420,
+            "contents": {"source": format!("data:,{}", file.replace(' ', "%20"))}}]});
+        if i == 0 {
+            admin.post(&path_of(&MACHINE_CONFIG, None), &mc).await.unwrap().into_result().unwrap();
+        } else {
+            let mut stored = admin.get(&mc_path).await.unwrap().into_result().unwrap();
+            stored["spec"] = mc["spec"].clone();
+            admin.put(&mc_path, &stored).await.unwrap().into_result().unwrap();
+        }
+        // The coordinator picks the node while its agent is down (a node stays Ready without it).
+        let target = eventually(Duration::from_secs(60), "the pick of the stopped node", || {
+            let (c, name, was) = (&c, &name, get(&before, ann::DESIRED_CONFIG));
+            async move {
+                let d = get(&node_annotations(c, name).await?, ann::DESIRED_CONFIG);
+                Ok((!d.is_empty() && d != was).then_some(d))
+            }
+        })
+        .await;
+
+        // The disk as the cut leaves it, written by the agent's own code.
+        let new: aloft_api::MachineConfig = serde_json::from_value(
+            admin.get(&path_of(&MACHINE_CONFIG, Some(&target))).await.unwrap().into_result().unwrap(),
+        )
+        .unwrap();
+        let old = daemon::load_current(&root).unwrap().expect("a current config");
+        let (old_spec, new_spec) = (engine::normalize(&old.spec).unwrap(), engine::normalize(&new.spec).unwrap());
+        engine::apply(&root, &old_spec, &new_spec, services.as_ref()).await.unwrap();
+        let phase = match cut {
+            Cut::FilesWritten => state::Phase::Applying { target: target.clone() },
+            Cut::PhaseSaved => state::Phase::RebootingStaged {
+                target: target.clone(),
+                boot_id: state::boot_id(&root),
+                checksum: v.clone(),
+                staged: Some(state::Staged {
+                    image: Some(url(&v)),
+                    old_kargs: old_spec.kernel_arguments.clone(),
+                    new_kargs: new_spec.kernel_arguments.clone(),
+                    restaged: 0,
+                }),
+            },
+        };
+        state::save(&root, &phase).unwrap();
+        assert_eq!(testkit::deployment_order(&sysroot).unwrap()[0], booted, "{cut:?}: nothing staged");
+
+        host.boot(&c);
+        host.reboot_when_asked(&c, &format!("{cut:?}: the update staged again")).await;
+        let what = format!("{cut:?}: Done on {target}");
+        let (current, _) = wait_done_never_degraded(&c, &host, &name, &what).await;
+        assert_eq!(current, target, "{what}");
+        assert_eq!(testkit::deployment_order(&sysroot).unwrap()[0], v, "{cut:?}: booted into the new commit");
+        assert_eq!(std::fs::read_to_string(host.host.path("etc/aloft-os-test")).unwrap(), file, "{cut:?}");
+        booted = v;
+    }
+}
+
+/// Wait for the node to be Done on the pool's target; a Degraded report on the way fails at once
+/// (with its reason and the agent's log) instead of at the timeout.
+async fn wait_done_never_degraded(c: &Coordinator, host: &OsHost, name: &str, what: &str) -> (String, String) {
+    let client = c.client();
+    eventually(Duration::from_secs(240), what, || {
+        let client = client.clone();
+        async move {
+            let pool = client.get(&path_of(&MACHINE_CONFIG_POOL, Some("worker"))).await?.into_result()?;
+            let target = pool.pointer("/spec/configuration/name").and_then(Value::as_str).unwrap_or("").to_string();
+            let a = node_annotations(c, name).await?;
+            let state = get(&a, ann::STATE);
+            assert_ne!(state, "Degraded", "{what}: {}\n{}", get(&a, ann::REASON), host.host.log());
+            let ok = state == "Done" && get(&a, ann::CURRENT_CONFIG) == target;
+            Ok(ok.then(|| (get(&a, ann::CURRENT_CONFIG), get(&a, ann::REASON))))
+        }
+    })
+    .await
+}
+
+/// The agent's log without the terminal colors its formatter adds.
+fn without_colors(log: &str) -> String {
+    let mut out = String::with_capacity(log.len());
+    let mut chars = log.chars();
+    while let Some(ch) = chars.next() {
+        if ch == '\u{1b}' {
+            // CSI: ESC [ parameters, then a final letter.
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(ch);
+        }
+    }
+    out
 }

@@ -139,7 +139,10 @@ pub fn load_current(root: &Root) -> Result<Option<MachineConfig>> {
     }
 }
 
-fn save_current(root: &Root, mc: &MachineConfig) -> Result<()> {
+/// Durably replaces the on-disk current config (written, fsynced, renamed, directory fsynced):
+/// from then on a restart counts `mc` as what the node runs. Public for the tests that set up
+/// the disk a power cut leaves behind.
+pub fn save_current(root: &Root, mc: &MachineConfig) -> Result<()> {
     let dir = root.state_dir();
     std::fs::create_dir_all(&dir)?;
     let tmp = dir.join(".currentconfig.json.tmp");
@@ -148,6 +151,7 @@ fn save_current(root: &Root, mc: &MachineConfig) -> Result<()> {
     crate::reclaim::hold_path(&current_config_path(root));
     std::fs::rename(&tmp, current_config_path(root))?;
     std::fs::File::open(&dir)?.sync_all()?;
+    tracing::info!(config = mc.metadata.name.as_str(), "current config saved");
     Ok(())
 }
 
@@ -526,7 +530,29 @@ impl Agent {
         self.current = load_current(&self.root)?;
         // A crash between the journal's commit and saving the current config: the journal says
         // which config the node is on now.
-        if let (crate::apply::Recovery::Applied { new, .. }, Phase::Applying { target }) = (&recovered, &self.phase) {
+        let os_pending = match (&recovered, &self.phase) {
+            (crate::apply::Recovery::Applied { new, .. }, Phase::Applying { target }) => {
+                let none = aloft_api::MachineConfigSpec::default();
+                let old = self.current.as_ref().map_or(&none, |c| &c.spec);
+                self.current_name() != *target && osflow::os_part_changed(old, new)
+            }
+            _ => false,
+        };
+        if let (true, Phase::Applying { target }) = (os_pending, &self.phase) {
+            // The files are the target's and its OS deployment was never staged (an update
+            // stages after writing the files). Finishing here as below would save the current
+            // config and reboot into the old OS, which the drift check then finds: Degraded for
+            // good. As from Staging, the update is done again instead: it finds the files
+            // written, stages the deployment, and only then saves the current config.
+            let target = target.clone();
+            tracing::warn!(
+                target,
+                "restarted after writing the files of an OS update, before staging it: doing the update again"
+            );
+            self.enter(Phase::Staging { target }, "the interrupted apply finished; the OS deployment is staged again")?;
+        } else if let (crate::apply::Recovery::Applied { new, .. }, Phase::Applying { target }) =
+            (&recovered, &self.phase)
+        {
             if self.current_name() != *target {
                 let mut mc = self.current.clone().unwrap_or_default();
                 mc.metadata.name = target.clone();

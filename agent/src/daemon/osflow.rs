@@ -74,6 +74,12 @@ enum FailedVerify {
     Degraded(String),
 }
 
+/// Whether going from `old` to `new` asks for OS work (a commit or kernel arguments to deploy),
+/// which an update does after writing the files and before saving the current config.
+pub(super) fn os_part_changed(old: &MachineConfigSpec, new: &MachineConfigSpec) -> bool {
+    old.os_image_url != new.os_image_url || old.kernel_arguments != new.kernel_arguments
+}
+
 /// The staged deployment is staged again while attempts remain ([`state::MAX_RESTAGES`]) and its
 /// commit never failed its health checks here (a denylisted commit is not retried); the
 /// reason of a node that runs out of attempts says so and where to look.
@@ -146,11 +152,11 @@ impl Agent {
         new: &MachineConfigSpec,
     ) -> Result<Option<StageRequest>, Refused> {
         let image = osimage::parse(&new.os_image_url).map_err(|e| refused(e.to_string(), true))?;
-        let os_changed = old.os_image_url != new.os_image_url;
-        let kargs_changed = old.kernel_arguments != new.kernel_arguments;
-        if !os_changed && !kargs_changed {
+        if !os_part_changed(old, new) {
             return Ok(None);
         }
+        let os_changed = old.os_image_url != new.os_image_url;
+        let kargs_changed = old.kernel_arguments != new.kernel_arguments;
         let Some(os) = self.os.clone() else {
             if image.is_some() && os_changed {
                 return Err(refused(
