@@ -80,6 +80,20 @@ pub(super) fn os_part_changed(old: &MachineConfigSpec, new: &MachineConfigSpec) 
     old.os_image_url != new.os_image_url || old.kernel_arguments != new.kernel_arguments
 }
 
+/// Health checks failed on `checksum` here (`denied` is the reason the denylist keeps) and the node
+/// still runs it (`booted`): a rollback was cut short, by a crash after the denylist was saved and
+/// before the previous deployment became the default, or before the reboot into it. Returns the
+/// failure to roll back with again (which is idempotent on a booted host: the deployment made the
+/// default is the first one that is not booted). Without this the restart reported Degraded and
+/// left the node on the failing commit. `None` when the node runs another commit (the rollback
+/// reached its reboot) or when nothing is booted to compare (a directory sysroot).
+fn rollback_cut_short(denied: Option<&str>, booted: Option<&str>, checksum: &str) -> Option<String> {
+    match (denied, booted) {
+        (Some(reason), Some(b)) if !checksum.is_empty() && b == checksum => Some(reason.to_string()),
+        _ => None,
+    }
+}
+
 /// The staged deployment is staged again while attempts remain ([`state::MAX_RESTAGES`]) and its
 /// commit never failed its health checks here (a denylisted commit is not retried); the
 /// reason of a node that runs out of attempts says so and where to look.
@@ -267,6 +281,15 @@ impl Agent {
             Phase::Verifying { target: target.into(), checksum: checksum.clone(), staged: staged.clone() },
             "verifying the booted OS and running health checks",
         )?;
+        let denied = Denylist::load(&self.root).ok().and_then(|l| l.find(&checksum).map(|e| e.reason.clone()));
+        let booted = match denied {
+            Some(_) => self.booted_checksum(&os).await.ok().flatten(),
+            None => None,
+        };
+        if let Some(failure) = rollback_cut_short(denied.as_deref(), booted.as_deref(), &checksum) {
+            tracing::warn!(target, checksum, "restarted on a commit that failed its health checks: rolling back again");
+            return self.roll_back(&os, target, &checksum, failure).await;
+        }
         if let Err(reason) = self.verify_os(&os, &cur).await {
             let denied = Denylist::load(&self.root).ok().is_some_and(|l| l.find(&checksum).is_some());
             return match after_failed_verify(staged, denied, reason) {
@@ -399,6 +422,19 @@ mod tests {
 
     fn staged(restaged: u32) -> Staged {
         Staged { image: None, old_kargs: vec![], new_kargs: vec!["k=1".into()], restaged }
+    }
+
+    #[test]
+    fn a_restart_on_a_commit_that_failed_its_health_checks_rolls_back_again() {
+        let failed = Some("app does not answer on :8080");
+        assert_eq!(rollback_cut_short(failed, Some("c3"), "c3"), Some("app does not answer on :8080".into()));
+        // Booted into the previous commit: the rollback went through; Degraded follows.
+        assert_eq!(rollback_cut_short(failed, Some("c2"), "c3"), None);
+        // A commit that never failed here is verified as usual.
+        assert_eq!(rollback_cut_short(None, Some("c3"), "c3"), None);
+        // A directory sysroot boots nothing; a phase saved by an older agent has no checksum.
+        assert_eq!(rollback_cut_short(failed, None, "c3"), None);
+        assert_eq!(rollback_cut_short(failed, Some(""), ""), None);
     }
 
     #[test]
