@@ -81,6 +81,19 @@ fn get(a: &serde_json::Map<String, Value>, k: &str) -> String {
 /// Wait for the node to reach `state` on the pool's current target (or any config when
 /// `on_target` is false); returns (currentConfig, reason).
 async fn wait_state(c: &Coordinator, name: &str, state: &str, on_target: bool, what: &str) -> (String, String) {
+    wait_node(c, name, state, on_target, None, what).await
+}
+
+/// [`wait_state`]; with `degraded_fails`, a Degraded report on the way fails at once, with its
+/// reason and that host's agent log, instead of at the timeout.
+async fn wait_node(
+    c: &Coordinator,
+    name: &str,
+    state: &str,
+    on_target: bool,
+    degraded_fails: Option<&OsHost>,
+    what: &str,
+) -> (String, String) {
     let client = c.client();
     eventually(Duration::from_secs(240), what, || {
         let client = client.clone();
@@ -88,6 +101,10 @@ async fn wait_state(c: &Coordinator, name: &str, state: &str, on_target: bool, w
             let pool = client.get(&path_of(&MACHINE_CONFIG_POOL, Some("worker"))).await?.into_result()?;
             let target = pool.pointer("/spec/configuration/name").and_then(Value::as_str).unwrap_or("").to_string();
             let a = node_annotations(c, name).await?;
+            if let Some(host) = degraded_fails {
+                let reason = get(&a, ann::REASON);
+                assert_ne!(get(&a, ann::STATE), "Degraded", "{what}: {reason}\n{}", host.host.log());
+            }
             let ok = get(&a, ann::STATE) == state && (!on_target || get(&a, ann::CURRENT_CONFIG) == target);
             Ok(ok.then(|| (get(&a, ann::CURRENT_CONFIG), get(&a, ann::REASON))))
         }
@@ -118,45 +135,89 @@ fn os_mc(name: &str, url: &str, kargs: &[&str]) -> Value {
     })
 }
 
+/// What every test here starts from: a coordinator with a bootstrap token, and the OS — signed
+/// commits built here, a repository served on loopback.
+struct OsWorld {
+    c: Coordinator,
+    token_file: tempfile::NamedTempFile,
+    work: tempfile::TempDir,
+    key: GpgKey,
+    server: ServerRepo,
+    http: StaticServer,
+    /// Files in each commit's tree.
+    files: usize,
+}
+
+impl OsWorld {
+    fn new(files: usize) -> OsWorld {
+        let c = Coordinator::start();
+        let token_file = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(token_file.path(), c.create_token("fleet", "bootstrap")).unwrap();
+        let work = tempfile::tempdir().unwrap();
+        let key = GpgKey::generate(work.path(), "os").unwrap();
+        let server = ServerRepo::create(&work.path().join("srv/repo")).unwrap();
+        let http = StaticServer::start(&work.path().join("srv")).unwrap();
+        OsWorld { c, token_file, work, key, server, http, files }
+    }
+
+    /// A signed commit of a tree made for version `v`; returns its checksum.
+    fn commit(&self, v: &str) -> String {
+        let t = self.work.path().join(format!("tree-{v}"));
+        testkit::write_tree(&t, v, self.files).unwrap();
+        self.server.commit(&t, REF, v, Some(&self.key)).unwrap()
+    }
+
+    /// The osImageURL of commit `sum` in the served repository.
+    fn url(&self, sum: &str) -> String {
+        format!("ostree+{}#{REF}@{sum}", self.http.url("repo"))
+    }
+
+    /// A host whose sysroot has `base` deployed with `kargs` (no helper, no agent started yet).
+    async fn host(&self, name: &str, base: &str, kargs: &[&str]) -> OsHost {
+        let host = OsHost::new(name, self.token_file.path()).await;
+        testkit::init_sysroot(&host.sysroot(), &self.server, base, kargs).unwrap();
+        host
+    }
+
+    /// [`OsWorld::host`] with its OS helper (trusting the commits' key) and its agent running.
+    async fn running_host(&self, name: &str, base: &str, kargs: &[&str]) -> OsHost {
+        let mut host = self.host(name, base, kargs).await;
+        let sysroot = host.sysroot();
+        host.host.start_os_helper(&sysroot, &self.key.keyring);
+        host.host.start_agent(&self.c, self.token_file.path());
+        host
+    }
+
+    /// The worker pool (maxUnavailable 1) and OpenShift's SSH MachineConfig; waits for node
+    /// `name` to be Done on that config and returns its name.
+    async fn pool_done_on_ssh_config(&self, name: &str) -> String {
+        let admin = self.c.client();
+        let mut pool = yaml(&testdata().join("mco/bootstrap/worker.machineconfigpool.yaml"));
+        pool["spec"]["maxUnavailable"] = json!(1);
+        admin.post(&path_of(&MACHINE_CONFIG_POOL, None), &pool).await.unwrap().into_result().unwrap();
+        let ssh = yaml(&testdata().join("mco/bootstrap/99_openshift-machineconfig_worker.yaml"));
+        admin.post(&path_of(&MACHINE_CONFIG, None), &ssh).await.unwrap().into_result().unwrap();
+        wait_rendered_with(&self.c, "99-worker-ssh").await;
+        wait_state(&self.c, name, "Done", true, "Done on the SSH config").await.0
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn os_update_health_check_and_rollback() {
-    let c = Coordinator::start();
-    let admin = c.client();
-    let token_file = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(token_file.path(), c.create_token("fleet", "bootstrap")).unwrap();
-
     // The OS: a signed base commit deployed into the host's sysroot, a repository on loopback.
-    let work = tempfile::tempdir().unwrap();
-    let key = GpgKey::generate(work.path(), "os").unwrap();
-    let server = ServerRepo::create(&work.path().join("srv/repo")).unwrap();
-    let commit = |v: &str| {
-        let t = work.path().join(format!("tree-{v}"));
-        testkit::write_tree(&t, v, 20).unwrap();
-        server.commit(&t, REF, v, Some(&key)).unwrap()
-    };
+    let w = OsWorld::new(20);
+    let (c, admin) = (&w.c, w.c.client());
+    let commit = |v: &str| w.commit(v);
+    let url = |sum: &str| w.url(sum);
     let v1 = commit("1");
-    let http = StaticServer::start(&work.path().join("srv")).unwrap();
-    let url = |sum: &str| format!("ostree+{}#{REF}@{sum}", http.url("repo"));
-
-    let mut host = OsHost::new("worker-os", token_file.path()).await;
-    testkit::init_sysroot(&host.sysroot(), &server, &v1, &["root=/dev/vda", "console=ttyS0"]).unwrap();
-    let sysroot = host.sysroot();
-    host.host.start_os_helper(&sysroot, &key.keyring);
+    let mut host = w.running_host("worker-os", &v1, &["root=/dev/vda", "console=ttyS0"]).await;
     let name = host.host.name.clone();
-    host.host.start_agent(&c, token_file.path());
-
-    let mut pool = yaml(&testdata().join("mco/bootstrap/worker.machineconfigpool.yaml"));
-    pool["spec"]["maxUnavailable"] = json!(1);
-    admin.post(&path_of(&MACHINE_CONFIG_POOL, None), &pool).await.unwrap().into_result().unwrap();
-    let ssh = yaml(&testdata().join("mco/bootstrap/99_openshift-machineconfig_worker.yaml"));
-    admin.post(&path_of(&MACHINE_CONFIG, None), &ssh).await.unwrap().into_result().unwrap();
-    wait_rendered_with(&c, "99-worker-ssh").await;
-    let (first, _) = wait_state(&c, &name, "Done", true, "Done on the SSH config").await;
+    let first = w.pool_done_on_ssh_config(&name).await;
 
     // 1. A container reference (OpenShift YAML) renders, but the agent refuses it.
     let quay = os_mc("50-os", &format!("quay.io/openshift/okd-content@sha256:{}", "a".repeat(64)), &[]);
     admin.post(&path_of(&MACHINE_CONFIG, None), &quay).await.unwrap().into_result().unwrap();
-    let (_, reason) = wait_state(&c, &name, "Unreconcilable", false, "the container osImageURL refused").await;
+    let (_, reason) = wait_state(c, &name, "Unreconcilable", false, "the container osImageURL refused").await;
     assert!(reason.contains("not an ostree commit reference"), "{reason}");
     assert_eq!(testkit::deployment_order(&host.sysroot()).unwrap(), vec![v1.clone()], "nothing deployed");
 
@@ -167,9 +228,9 @@ async fn os_update_health_check_and_rollback() {
     mc["spec"]["osImageURL"] = json!(url(&v2));
     mc["spec"]["kernelArguments"] = json!(["mitigations=off"]);
     admin.put(&path, &mc).await.unwrap().into_result().unwrap();
-    host.reboot_when_asked(&c, "the OS update").await;
+    host.reboot_when_asked(c, "the OS update").await;
     assert_eq!(testkit::deployment_order(&host.sysroot()).unwrap(), vec![v2.clone(), v1.clone()]);
-    let (second, _) = wait_state(&c, &name, "Done", true, "Done on the OS update after its reboot").await;
+    let (second, _) = wait_state(c, &name, "Done", true, "Done on the OS update after its reboot").await;
     assert_ne!(second, first);
     // The agent's durable writes came in the order that makes a power cut between them safe: the
     // phase saying a deployment is staged, then the current config (the states a cut can leave
@@ -206,11 +267,11 @@ async fn os_update_health_check_and_rollback() {
     let mut mc = admin.get(&path).await.unwrap().into_result().unwrap();
     mc["spec"]["osImageURL"] = json!(url(&v3));
     admin.put(&path, &mc).await.unwrap().into_result().unwrap();
-    host.reboot_when_asked(&c, "the v3 update").await;
+    host.reboot_when_asked(c, "the v3 update").await;
     assert_eq!(testkit::deployment_order(&host.sysroot()).unwrap(), vec![v3.clone(), v2.clone()]);
-    host.reboot_when_asked(&c, "the rollback").await;
+    host.reboot_when_asked(c, "the rollback").await;
     assert_eq!(testkit::deployment_order(&host.sysroot()).unwrap(), vec![v2.clone(), v3.clone()], "rolled back");
-    let (_, reason) = wait_state(&c, &name, "Degraded", false, "Degraded after the rollback").await;
+    let (_, reason) = wait_state(c, &name, "Degraded", false, "Degraded after the rollback").await;
     assert!(reason.contains("app does not answer on :8080"), "{reason}");
     assert!(reason.contains(&format!("rolled back from OS commit {v3} to {v2}")), "{reason}");
     tokio::time::sleep(Duration::from_secs(5)).await;
@@ -225,35 +286,16 @@ async fn os_update_health_check_and_rollback() {
 /// goes through.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn os_helper_not_running_is_degraded_and_changes_nothing() {
-    let c = Coordinator::start();
-    let admin = c.client();
-    let token_file = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(token_file.path(), c.create_token("fleet", "bootstrap")).unwrap();
-    let work = tempfile::tempdir().unwrap();
-    let key = GpgKey::generate(work.path(), "os").unwrap();
-    let server = ServerRepo::create(&work.path().join("srv/repo")).unwrap();
-    let commit = |v: &str| {
-        let t = work.path().join(format!("tree-{v}"));
-        testkit::write_tree(&t, v, 5).unwrap();
-        server.commit(&t, REF, v, Some(&key)).unwrap()
-    };
-    let (v1, v2) = (commit("1"), commit("2"));
-    let http = StaticServer::start(&work.path().join("srv")).unwrap();
-
-    let mut host = OsHost::new("worker-nohelper", token_file.path()).await;
+    let w = OsWorld::new(5);
+    let (c, admin, key, http) = (&w.c, w.c.client(), &w.key, &w.http);
+    let (v1, v2) = (w.commit("1"), w.commit("2"));
+    let mut host = w.host("worker-nohelper", &v1, &["root=/dev/vda"]).await;
     let sysroot = host.sysroot();
-    testkit::init_sysroot(&sysroot, &server, &v1, &["root=/dev/vda"]).unwrap();
     let socket = host.host.path("run/aloft/os-helper.sock");
     host.host.use_os_helper_socket(&socket);
     let name = host.host.name.clone();
-    host.host.start_agent(&c, token_file.path());
-    let mut pool = yaml(&testdata().join("mco/bootstrap/worker.machineconfigpool.yaml"));
-    pool["spec"]["maxUnavailable"] = json!(1);
-    admin.post(&path_of(&MACHINE_CONFIG_POOL, None), &pool).await.unwrap().into_result().unwrap();
-    let ssh = yaml(&testdata().join("mco/bootstrap/99_openshift-machineconfig_worker.yaml"));
-    admin.post(&path_of(&MACHINE_CONFIG, None), &ssh).await.unwrap().into_result().unwrap();
-    wait_rendered_with(&c, "99-worker-ssh").await;
-    let (first, _) = wait_state(&c, &name, "Done", true, "Done on the SSH config").await;
+    host.host.start_agent(c, w.token_file.path());
+    let first = w.pool_done_on_ssh_config(&name).await;
 
     let not_running = format!("OS helper at {} is not running", socket.display());
     let out = Command::new(bin("aloft-agent"))
@@ -270,7 +312,7 @@ async fn os_helper_not_running_is_degraded_and_changes_nothing() {
     mc["spec"]["config"]["storage"] = json!({"files": [{"path": "/etc/aloft-os-test", "mode": 420,
         "contents": {"source": "data:,written%20with%20the%20OS%20update"}}]});
     admin.post(&path_of(&MACHINE_CONFIG, None), &mc).await.unwrap().into_result().unwrap();
-    let (current, reason) = wait_state(&c, &name, "Degraded", false, "Degraded without the OS helper").await;
+    let (current, reason) = wait_state(c, &name, "Degraded", false, "Degraded without the OS helper").await;
     assert!(reason.starts_with(&not_running), "{reason}");
     assert_eq!(current, first, "still on the old config");
     assert!(!host.host.path("etc/aloft-os-test").exists(), "no file written");
@@ -281,9 +323,9 @@ async fn os_helper_not_running_is_degraded_and_changes_nothing() {
 
     // The helper comes up (systemd would start it on the next connection): the retry goes through.
     host.host.start_os_helper(&sysroot, &key.keyring);
-    host.reboot_when_asked(&c, "the OS update once the helper runs").await;
+    host.reboot_when_asked(c, "the OS update once the helper runs").await;
     assert_eq!(testkit::deployment_order(&sysroot).unwrap(), vec![v2.clone(), v1.clone()]);
-    wait_state(&c, &name, "Done", true, "Done after the helper came up").await;
+    wait_state(c, &name, "Done", true, "Done after the helper came up").await;
     assert!(host.host.path("etc/aloft-os-test").exists());
 }
 
@@ -302,8 +344,9 @@ enum Cut {
 
 /// A power cut at the durable steps of an OS update (`Cut`), set up on the disk the way the
 /// agent's own code leaves it (the files written by its apply, the phase saved by its function)
-/// while the real agent is stopped with SIGKILL and the coordinator has picked the node. After a boot with a new boot id the node must redo or restage the update
-/// and come up Done with the new commit deployed. (Both windows were bugs: the VM power-cut
+/// while the real agent is stopped with SIGKILL and the coordinator has picked the node. After a
+/// boot with a new boot id the node must do the update again and come up Done with the new
+/// commit deployed. (Both windows were bugs: the VM power-cut
 /// scenario caught the one at `PhaseSaved`, where the phase was saved after the current config;
 /// at `FilesWritten` the restart saved the current config and rebooted into the old OS, which
 /// the drift check then found: Degraded for good.)
@@ -311,46 +354,24 @@ enum Cut {
 async fn a_power_cut_at_each_durable_step_of_an_os_update_is_recovered() {
     use aloft_agent::{daemon, engine, host::Root, state};
 
-    let c = Coordinator::start();
-    let admin = c.client();
-    let token_file = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(token_file.path(), c.create_token("fleet", "bootstrap")).unwrap();
-    let work = tempfile::tempdir().unwrap();
-    let key = GpgKey::generate(work.path(), "os").unwrap();
-    let server = ServerRepo::create(&work.path().join("srv/repo")).unwrap();
-    let commit = |v: &str| {
-        let t = work.path().join(format!("tree-{v}"));
-        testkit::write_tree(&t, v, 5).unwrap();
-        server.commit(&t, REF, v, Some(&key)).unwrap()
-    };
-    let v1 = commit("1");
-    let http = StaticServer::start(&work.path().join("srv")).unwrap();
-    let url = |sum: &str| format!("ostree+{}#{REF}@{sum}", http.url("repo"));
-
-    let mut host = OsHost::new("worker-cut", token_file.path()).await;
+    let w = OsWorld::new(5);
+    let v1 = w.commit("1");
+    let mut host = w.running_host("worker-cut", &v1, &["root=/dev/vda"]).await;
+    let (c, admin) = (&w.c, w.c.client());
     let sysroot = host.sysroot();
-    testkit::init_sysroot(&sysroot, &server, &v1, &["root=/dev/vda"]).unwrap();
-    host.host.start_os_helper(&sysroot, &key.keyring);
     let name = host.host.name.clone();
-    host.host.start_agent(&c, token_file.path());
-    let mut pool = yaml(&testdata().join("mco/bootstrap/worker.machineconfigpool.yaml"));
-    pool["spec"]["maxUnavailable"] = json!(1);
-    admin.post(&path_of(&MACHINE_CONFIG_POOL, None), &pool).await.unwrap().into_result().unwrap();
-    let ssh = yaml(&testdata().join("mco/bootstrap/99_openshift-machineconfig_worker.yaml"));
-    admin.post(&path_of(&MACHINE_CONFIG, None), &ssh).await.unwrap().into_result().unwrap();
-    wait_rendered_with(&c, "99-worker-ssh").await;
-    wait_state(&c, &name, "Done", true, "Done on the SSH config").await;
+    w.pool_done_on_ssh_config(&name).await;
 
     let root = Root::new(host.host.root.path());
     let services = engine::connect_services(Some(&host.host.bus_address)).await.unwrap();
     let mc_path = path_of(&MACHINE_CONFIG, Some("50-os"));
     let mut booted = v1.clone();
     for (i, cut) in [Cut::FilesWritten, Cut::PhaseSaved].into_iter().enumerate() {
-        let v = commit(&(i + 2).to_string());
+        let v = w.commit(&(i + 2).to_string());
         let file = format!("written with OS commit {}", i + 2);
         host.host.stop_agent();
-        let before = node_annotations(&c, &name).await.unwrap();
-        let mut mc = os_mc("50-os", &url(&v), &[]);
+        let before = node_annotations(c, &name).await.unwrap();
+        let mut mc = os_mc("50-os", &w.url(&v), &[]);
         mc["spec"]["config"]["storage"] = json!({"files": [{"path": "/etc/aloft-os-test", "mode": 420,
             "contents": {"source": format!("data:,{}", file.replace(' ', "%20"))}}]});
         if i == 0 {
@@ -385,7 +406,7 @@ async fn a_power_cut_at_each_durable_step_of_an_os_update_is_recovered() {
                 boot_id: state::boot_id(&root),
                 checksum: v.clone(),
                 staged: Some(state::Staged {
-                    image: Some(url(&v)),
+                    image: Some(w.url(&v)),
                     old_kargs: old_spec.kernel_arguments.clone(),
                     new_kargs: new_spec.kernel_arguments.clone(),
                     restaged: 0,
@@ -395,34 +416,15 @@ async fn a_power_cut_at_each_durable_step_of_an_os_update_is_recovered() {
         state::save(&root, &phase).unwrap();
         assert_eq!(testkit::deployment_order(&sysroot).unwrap()[0], booted, "{cut:?}: nothing staged");
 
-        host.boot(&c);
-        host.reboot_when_asked(&c, &format!("{cut:?}: the update staged again")).await;
+        host.boot(c);
+        host.reboot_when_asked(c, &format!("{cut:?}: the update staged again")).await;
         let what = format!("{cut:?}: Done on {target}");
-        let (current, _) = wait_done_never_degraded(&c, &host, &name, &what).await;
+        let (current, _) = wait_node(c, &name, "Done", true, Some(&host), &what).await;
         assert_eq!(current, target, "{what}");
         assert_eq!(testkit::deployment_order(&sysroot).unwrap()[0], v, "{cut:?}: booted into the new commit");
         assert_eq!(std::fs::read_to_string(host.host.path("etc/aloft-os-test")).unwrap(), file, "{cut:?}");
         booted = v;
     }
-}
-
-/// Wait for the node to be Done on the pool's target; a Degraded report on the way fails at once
-/// (with its reason and the agent's log) instead of at the timeout.
-async fn wait_done_never_degraded(c: &Coordinator, host: &OsHost, name: &str, what: &str) -> (String, String) {
-    let client = c.client();
-    eventually(Duration::from_secs(240), what, || {
-        let client = client.clone();
-        async move {
-            let pool = client.get(&path_of(&MACHINE_CONFIG_POOL, Some("worker"))).await?.into_result()?;
-            let target = pool.pointer("/spec/configuration/name").and_then(Value::as_str).unwrap_or("").to_string();
-            let a = node_annotations(c, name).await?;
-            let state = get(&a, ann::STATE);
-            assert_ne!(state, "Degraded", "{what}: {}\n{}", get(&a, ann::REASON), host.host.log());
-            let ok = state == "Done" && get(&a, ann::CURRENT_CONFIG) == target;
-            Ok(ok.then(|| (get(&a, ann::CURRENT_CONFIG), get(&a, ann::REASON))))
-        }
-    })
-    .await
 }
 
 /// The agent's log without the terminal colors its formatter adds.
