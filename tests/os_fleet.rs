@@ -234,7 +234,7 @@ async fn os_update_health_check_and_rollback() {
     assert_ne!(second, first);
     // The agent's durable writes came in the order that makes a power cut between them safe: the
     // phase saying a deployment is staged, then the current config (the states a cut can leave
-    // are walked in `a_power_cut_at_each_durable_step_of_an_os_update_is_recovered`).
+    // are walked in `a_power_cut_before_an_os_update_saves_its_config_is_recovered`).
     let log = without_colors(&host.host.log());
     let at = |what: &str| log.find(what).unwrap_or_else(|| panic!("no {what:?} in the agent's log:\n{log}"));
     assert!(
@@ -342,16 +342,16 @@ enum Cut {
     PhaseSaved,
 }
 
-/// A power cut at the durable steps of an OS update (`Cut`), set up on the disk the way the
-/// agent's own code leaves it (the files written by its apply, the phase saved by its function)
-/// while the real agent is stopped with SIGKILL and the coordinator has picked the node. After a
-/// boot with a new boot id the node must do the update again and come up Done with the new
-/// commit deployed. (Both windows were bugs: the VM power-cut
-/// scenario caught the one at `PhaseSaved`, where the phase was saved after the current config;
-/// at `FilesWritten` the restart saved the current config and rebooted into the old OS, which
-/// the drift check then found: Degraded for good.)
+/// A power cut at each durable step of an OS update before its current config is saved (`Cut`),
+/// set up on the disk the way the agent's own code leaves it (the files written by its apply, the
+/// phase saved by its function) while the real agent is stopped with SIGKILL and the coordinator
+/// has picked the node. After a boot with a new boot id the node must do the update again and
+/// come up Done with the new commit deployed. (Both windows were bugs: the VM power-cut scenario
+/// caught the one at `PhaseSaved`, when the phase was saved after the current config; at
+/// `FilesWritten` the restart saved the current config and rebooted into the old OS, which the
+/// drift check then found: Degraded for good.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_power_cut_at_each_durable_step_of_an_os_update_is_recovered() {
+async fn a_power_cut_before_an_os_update_saves_its_config_is_recovered() {
     use aloft_agent::{daemon, engine, host::Root, state};
 
     let w = OsWorld::new(5);

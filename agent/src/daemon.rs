@@ -140,9 +140,8 @@ pub fn load_current(root: &Root) -> Result<Option<MachineConfig>> {
 }
 
 /// Durably replaces the on-disk current config (written, fsynced, renamed, directory fsynced):
-/// from then on a restart counts `mc` as what the node runs. Public for the tests that set up
-/// the disk a power cut leaves behind.
-pub fn save_current(root: &Root, mc: &MachineConfig) -> Result<()> {
+/// from then on a restart counts `mc` as what the node runs.
+fn save_current(root: &Root, mc: &MachineConfig) -> Result<()> {
     let dir = root.state_dir();
     std::fs::create_dir_all(&dir)?;
     let tmp = dir.join(".currentconfig.json.tmp");

@@ -291,8 +291,7 @@ impl Agent {
             return self.roll_back(&os, target, &checksum, failure).await;
         }
         if let Err(reason) = self.verify_os(&os, &cur).await {
-            let denied = Denylist::load(&self.root).ok().is_some_and(|l| l.find(&checksum).is_some());
-            return match after_failed_verify(staged, denied, reason) {
+            return match after_failed_verify(staged, denied.is_some(), reason) {
                 FailedVerify::StageAgain(staged, why) => self.restage(&os, target, staged, why).await,
                 FailedVerify::Degraded(reason) => self.fail(target, reason, false).await,
             };
