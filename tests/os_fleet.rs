@@ -235,7 +235,7 @@ async fn os_update_health_check_and_rollback() {
     // The agent's durable writes came in the order that makes a power cut between them safe: the
     // phase saying a deployment is staged, then the current config (the states a cut can leave
     // are walked in `a_power_cut_before_an_os_update_saves_its_config_is_recovered`).
-    let log = without_colors(&host.host.log());
+    let log = host.host.log();
     let at = |what: &str| log.find(what).unwrap_or_else(|| panic!("no {what:?} in the agent's log:\n{log}"));
     assert!(
         at(&format!("to=\"rebooting-staged\" target=\"{second}\""))
@@ -425,23 +425,4 @@ async fn a_power_cut_before_an_os_update_saves_its_config_is_recovered() {
         assert_eq!(std::fs::read_to_string(host.host.path("etc/aloft-os-test")).unwrap(), file, "{cut:?}");
         booted = v;
     }
-}
-
-/// The agent's log without the terminal colors its formatter adds.
-fn without_colors(log: &str) -> String {
-    let mut out = String::with_capacity(log.len());
-    let mut chars = log.chars();
-    while let Some(ch) = chars.next() {
-        if ch == '\u{1b}' {
-            // CSI: ESC [ parameters, then a final letter.
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(ch);
-        }
-    }
-    out
 }

@@ -529,40 +529,40 @@ impl Agent {
         self.current = load_current(&self.root)?;
         // A crash between the journal's commit and saving the current config: the journal says
         // which config the node is on now.
-        let os_pending = match (&recovered, &self.phase) {
-            (crate::apply::Recovery::Applied { new, .. }, Phase::Applying { target }) => {
-                let none = aloft_api::MachineConfigSpec::default();
-                let old = self.current.as_ref().map_or(&none, |c| &c.spec);
-                self.current_name() != *target && osflow::os_part_changed(old, new)
-            }
-            _ => false,
-        };
-        if let (true, Phase::Applying { target }) = (os_pending, &self.phase) {
-            // The files are the target's and its OS deployment was never staged (an update
-            // stages after writing the files). Finishing here as below would save the current
-            // config and reboot into the old OS, which the drift check then finds: Degraded for
-            // good. As from Staging, the update is done again instead: it finds the files
-            // written, stages the deployment, and only then saves the current config.
+        if let (crate::apply::Recovery::Applied { new, .. }, Phase::Applying { target }) = (&recovered, &self.phase) {
             let target = target.clone();
-            tracing::warn!(
-                target,
-                "restarted after writing the files of an OS update, before staging it: doing the update again"
-            );
-            self.enter(Phase::Staging { target }, "the interrupted apply finished; the OS deployment is staged again")?;
-        } else if let (crate::apply::Recovery::Applied { new, .. }, Phase::Applying { target }) =
-            (&recovered, &self.phase)
-        {
-            if self.current_name() != *target {
-                let mut mc = self.current.clone().unwrap_or_default();
-                mc.metadata.name = target.clone();
-                mc.spec = (**new).clone();
-                save_current(&self.root, &mc)?;
-                self.current = Some(mc);
+            let none = aloft_api::MachineConfigSpec::default();
+            let os_pending = self.current_name() != target
+                && osflow::os_part_changed(self.current.as_ref().map_or(&none, |c| &c.spec), new);
+            if os_pending {
+                // The files are the target's and its OS deployment was never staged (an update
+                // stages after writing the files). Finishing as below would save the current
+                // config and reboot into the old OS, which the drift check then finds: Degraded
+                // for good. As from Staging, the update is done again instead: it finds the files
+                // written, stages the deployment, and only then saves the current config.
+                tracing::warn!(
+                    target,
+                    "restarted after writing the files of an OS update, before staging it: doing the update again"
+                );
+                self.enter(
+                    Phase::Staging { target },
+                    "the interrupted apply finished; the OS deployment is staged again",
+                )?;
+            } else {
+                if self.current_name() != target {
+                    let mut mc = self.current.clone().unwrap_or_default();
+                    mc.metadata.name = target.clone();
+                    mc.spec = (**new).clone();
+                    save_current(&self.root, &mc)?;
+                    self.current = Some(mc);
+                }
+                // Apply finished; the reboot or rebootless action is decided again from here.
+                let boot_id = state::boot_id(&self.root);
+                self.enter(
+                    Phase::Rebooting { target, boot_id },
+                    "the interrupted apply finished; rebooting to be safe",
+                )?;
             }
-            // Apply finished; the reboot or rebootless action is decided again from here.
-            let target = target.clone();
-            let boot_id = state::boot_id(&self.root);
-            self.enter(Phase::Rebooting { target, boot_id }, "the interrupted apply finished; rebooting to be safe")?;
         }
         if let Some(resumed) = resume_after_restart(&self.phase, &self.current_name(), &state::boot_id(&self.root)) {
             tracing::warn!(phase = ?self.phase, "restarted while running the rebootless actions; rebooting to be safe");

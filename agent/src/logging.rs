@@ -63,7 +63,12 @@ pub fn init() -> Result<LogTarget, LoggingError> {
         Err(e) => {
             tracing_subscriber::registry()
                 .with(filter)
-                .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr))
+                // Colors only for a terminal: a log file or a service's captured stderr gets plain text.
+                .with(
+                    tracing_subscriber::fmt::layer()
+                        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+                        .with_writer(std::io::stderr),
+                )
                 .try_init()
                 .map_err(already)?;
             tracing::debug!(error = %e, "no journald socket; logging to stderr");
