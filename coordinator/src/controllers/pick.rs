@@ -234,7 +234,13 @@ fn plan_pool(
     pp.rollout = Some(eval.status);
     let broken = matches!(eval.gate, Gate::Hold(HoldReason::CircuitBroken { .. }));
     // In candidate order already (the layout's).
-    let candidates: Vec<usize> = ordered.iter().copied().filter(|&i| behind[i] && hot[i].ready()).collect();
+    // A node failing and unavailable (cordoned by the update it failed, or not Ready) is a
+    // candidate too: see `stuck` below.
+    let candidates: Vec<usize> = ordered
+        .iter()
+        .copied()
+        .filter(|&i| behind[i] && (hot[i].ready() || (hot[i].failing() && hot[i].disrupted())))
+        .collect();
     let limit = match (&eval.gate, pool.spec.paused) {
         (_, true) => {
             pp.wait = waiting_any.then_some(Wait::Paused);
@@ -257,13 +263,16 @@ fn plan_pool(
         let mut unpicked = 0;
         // A node stuck Degraded/Unreconcilable on an older config is unavailable already and
         // counted as such: moving it to the new target (the usual way out of a bad config)
-        // takes no slot and changes no budget count. Only while the pool and every disruption
+        // takes no slot and changes no budget count. Stuck whether it failed before reaching
+        // that config (desired != current) or after (an OS update rolled back from its health
+        // check: desired == current, still cordoned from its drain; without this a pool whose
+        // only slot it held waited for it forever). Only while the pool and every disruption
         // budget selecting it are within their limits counting it: a pool or budget group already
         // over (nodes down for other reasons) disrupts nothing more.
         let within = busy.len() <= max;
         let stuck = |i: usize| {
             let h = &hot[i];
-            within && h.disrupted() && h.moving() && h.failing()
+            within && h.disrupted() && h.failing()
         };
         let mut taken = 0;
         for &c in &candidates {

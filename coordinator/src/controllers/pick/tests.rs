@@ -60,6 +60,35 @@ fn a_node_stuck_on_an_old_config_moves_to_the_new_target_without_taking_a_slot()
 }
 
 #[test]
+fn a_node_degraded_after_a_rollback_moves_to_the_new_target_without_taking_a_slot() {
+    // "a" rolled back from r2's OS (its health check failed): Degraded on r2 with desired ==
+    // current, still cordoned from the drain. It holds the pool's only slot; the pool moved on to
+    // r3 (the fix). Moving "a" to r3 adds no disruption; "b" waits.
+    let mut a = node("a", worker(), "r2", "r2", "Degraded", true);
+    a.spec.unschedulable = true;
+    let nodes = vec![a, node("b", worker(), "r1", "r1", "Done", true)];
+    let pools = [pool("worker", json!(1), "r3", json!({}))];
+    let p = plan(Snapshot { nodes: &nodes, pools: &pools, budgets: &[] }, now()).remove(0);
+    assert_eq!(picked_names(&nodes, &p), vec!["a"]);
+    assert_eq!(p.wait, Some(Wait::MaxUnavailable { max: 1, unavailable: vec![0] }));
+    // Not Ready instead of cordoned: the same.
+    let nodes = vec![node("a", worker(), "r2", "r2", "Degraded", false), node("b", worker(), "r1", "r1", "Done", true)];
+    let p = plan(Snapshot { nodes: &nodes, pools: &pools, budgets: &[] }, now()).remove(0);
+    assert_eq!(picked_names(&nodes, &p), vec!["a"]);
+    // Degraded but in service (neither cordoned nor NotReady): an ordinary candidate, in a slot.
+    let nodes = vec![node("a", worker(), "r2", "r2", "Degraded", true), node("b", worker(), "r1", "r1", "Done", true)];
+    let p = plan(Snapshot { nodes: &nodes, pools: &pools, budgets: &[] }, now()).remove(0);
+    assert_eq!(picked_names(&nodes, &p), vec!["a"]);
+    assert_eq!(p.wait, Some(Wait::MaxUnavailable { max: 1, unavailable: vec![0] }));
+    // A cordoned node that is not failing (an operator's cordon) is not picked.
+    let mut a = node("a", worker(), "r1", "r1", "Done", true);
+    a.spec.unschedulable = true;
+    let nodes = vec![a, node("b", worker(), "r1", "r1", "Done", true)];
+    let p = plan(Snapshot { nodes: &nodes, pools: &pools, budgets: &[] }, now()).remove(0);
+    assert!(p.picks.is_empty(), "{:?}", picked_names(&nodes, &p));
+}
+
+#[test]
 fn picks_within_max_unavailable_counting_other_unavailable_nodes() {
     let nodes = vec![
         node("a", worker(), "r1", "r1", "Done", true),
