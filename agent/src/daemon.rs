@@ -21,6 +21,31 @@ use std::time::Duration;
 mod osflow;
 pub use osflow::{OsAgent, OsOptions};
 
+/// The OS update's failpoints (see [`crate::failpoints`]), one after each of its durable steps:
+/// the VM tests hold the agent at one and cut the power there. Stable: tests refer to them.
+pub mod os_points {
+    /// The deployment is staged; the phase still says Staging.
+    pub const AFTER_STAGE: &str = "os-after-stage";
+    /// The phase says RebootingStaged; the current config is not saved yet.
+    pub const AFTER_REBOOTING_STAGED: &str = "os-after-rebooting-staged";
+    /// Both are saved; the reboot is not asked for yet.
+    pub const AFTER_CURRENT_SAVED: &str = "os-after-current-saved";
+    /// The health checks failed and the commit is denylisted; the previous deployment is not the
+    /// default yet.
+    pub const AFTER_DENYLIST: &str = "os-after-denylist";
+    /// The previous deployment is the default; the phase does not say RollingBack yet.
+    pub const AFTER_ROLLBACK: &str = "os-after-rollback";
+}
+
+/// Every failpoint of the OS update.
+pub const OS_FAILPOINTS: &[&str] = &[
+    os_points::AFTER_STAGE,
+    os_points::AFTER_REBOOTING_STAGED,
+    os_points::AFTER_CURRENT_SAVED,
+    os_points::AFTER_DENYLIST,
+    os_points::AFTER_ROLLBACK,
+];
+
 /// How the daemon was started.
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -466,13 +491,16 @@ impl Agent {
         // restart either redoes the update (current config not saved yet) or verifies the boot
         // and stages again.
         if let Some((checksum, record)) = &staged {
+            crate::failpoints::hit(os_points::AFTER_STAGE);
             self.enter_rebooting_staged(target, checksum.clone(), record.clone())?;
+            crate::failpoints::hit(os_points::AFTER_REBOOTING_STAGED);
         }
         let mut applied = new.clone();
         applied.spec = new_spec;
         save_current(&self.root, &applied)?;
         self.current = Some(applied);
         if staged.is_some() {
+            crate::failpoints::hit(os_points::AFTER_CURRENT_SAVED);
             return self.ask_reboot_staged(target).await;
         }
         if plan.reboot {

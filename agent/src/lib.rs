@@ -12,6 +12,7 @@ pub mod daemon;
 pub mod drift;
 pub mod engine;
 pub mod enroll;
+pub mod failpoints;
 pub mod host;
 // The OS seam (through the OS helper): pull, stage, verify, health checks, rollback.
 pub mod os;

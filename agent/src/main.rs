@@ -147,6 +147,14 @@ fn main() -> Result<()> {
             eprintln!("aloft-agent: logging: {e}");
         }
     }
+    if cli.cmd.is_none() {
+        if let Some(spec) = std::env::var_os(aloft_agent::failpoints::ENV) {
+            let armed = aloft_agent::failpoints::arm(&spec.to_string_lossy())?;
+            if !armed.is_empty() {
+                tracing::warn!(failpoints = %armed.join(", "), "failpoints armed: this agent stops where they say");
+            }
+        }
+    }
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     match cli.cmd {
         Some(Cmd::Status { json, root, bus_address }) => {

@@ -25,6 +25,9 @@ pub struct Manifest {
     pub commits: BTreeMap<String, String>,
     pub boot: BTreeMap<String, BootFiles>,
     pub inputs_hash: String,
+    /// Whether the image's agent has failpoints (`--with-failpoints`; absent in older outputs).
+    #[serde(default)]
+    pub agent_failpoints: bool,
 }
 
 /// A boot entry's files, relative to the output directory.
@@ -77,8 +80,9 @@ impl Images {
     }
 }
 
-/// The images every VM test uses: `images/build --out target/vm-tests/images --with-bad-commit`
-/// (v1, v2 and the failing v3), once per test process. A no-op of a few seconds when cached in
+/// The images every VM test uses: `images/build --out target/vm-tests/images --with-bad-commit
+/// --with-failpoints` (v1, v2 and the failing v3; an agent whose failpoints `ALOFT_FAILPOINTS`
+/// arms), once per test process. A no-op of a few seconds when cached in
 /// `/var/cache/aloft-images`; a cold build takes 4-8 minutes. `ALOFT_VM_IMAGES=DIR` uses an
 /// existing output directory as it is (no build).
 pub async fn ensure() -> Result<&'static Images> {
@@ -98,13 +102,14 @@ async fn build() -> Result<Images> {
     let script = env::workspace_root().join("images/build");
     tracing::info!(
         out = %out.display(), log = %log_path.display(),
-        "images/build --with-bad-commit (seconds when cached, 4-8 minutes cold)"
+        "images/build --with-bad-commit --with-failpoints (seconds when cached, 4-8 minutes cold)"
     );
     let started = Instant::now();
     let status = tokio::process::Command::new(&script)
         .arg("--out")
         .arg(&out)
         .arg("--with-bad-commit")
+        .arg("--with-failpoints")
         .current_dir(env::workspace_root())
         .stdin(std::process::Stdio::null())
         .stdout(log.try_clone()?)

@@ -383,6 +383,213 @@ async fn power_cut(fleet: &Fleet) -> Result<()> {
     Ok(())
 }
 
+// ---------------------------------------------------------------- f: power cuts at named moments
+
+/// Where [`arm`] puts the drop-in that arms the agent's failpoints.
+#[derive(Clone, Copy)]
+enum Armed {
+    /// `/run`: gone with the next boot.
+    ThisBoot,
+    /// `/etc`: kept across boots (and carried into a new deployment's `/etc`).
+    Persistent,
+}
+
+const FAILPOINT_DROPIN: &str = "aloft-agent.service.d/50-vmtest-failpoints.conf";
+
+/// Arm the agent's failpoints (`ALOFT_FAILPOINTS`, see `aloft_agent::failpoints`) through a unit
+/// drop-in, and restart the agent so that it runs with them.
+async fn arm(vm: &Vm, spec: &str, armed: Armed) -> Result<()> {
+    let dir = match armed {
+        Armed::ThisBoot => "/run/systemd/system",
+        Armed::Persistent => "/etc/systemd/system",
+    };
+    vm.sh(&format!(
+        "mkdir -p {dir}/aloft-agent.service.d && \
+         printf '[Service]\\nEnvironment=ALOFT_FAILPOINTS={spec}\\n' > {dir}/{FAILPOINT_DROPIN} && \
+         systemctl daemon-reload && systemctl restart aloft-agent"
+    ))
+    .await?;
+    let env = vm.sh("systemctl show -p Environment aloft-agent").await?;
+    ensure!(env.contains(spec), "{}: the agent's unit does not carry the failpoints: {env}", vm.name);
+    Ok(())
+}
+
+/// Wait until the agent of the VM's current boot logs that it reached failpoint `name` (where a
+/// `pause` holds it). The guest may reboot meanwhile: its command channel is gone for a while.
+async fn wait_failpoint(vm: &Vm, name: &str, timeout: Duration) -> Result<()> {
+    let deadline = Instant::now() + timeout;
+    let query = format!("journalctl -b -u aloft-agent -o cat | grep -F 'failpoint {name} reached' || true");
+    loop {
+        ensure!(Instant::now() < deadline, "{}: the agent never reached failpoint {name}", vm.name);
+        match vm.exec_timeout(&query, Duration::from_secs(30)).await {
+            Ok(o) if o.out.contains(&format!("failpoint {name} reached")) => return Ok(()),
+            Ok(_) => {}
+            Err(e) => tracing::debug!(error = %e, "waiting for failpoint {name}"),
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+}
+
+/// Lines of the agent's journal that contain `text`: of the current boot, or of every boot.
+async fn agent_log(vm: &Vm, text: &str, this_boot: bool) -> Result<String> {
+    let boot = if this_boot { "-b" } else { "" };
+    vm.sh(&format!("journalctl {boot} -u aloft-agent -o cat | grep -F {text:?} || true")).await
+}
+
+/// Three moments of an OS update that only a booted commit reaches, each held by a failpoint of
+/// the real agent and ended by a power cut: (1) the deployment staged and both durable writes made
+/// (phase RebootingStaged, current config saved), the reboot not asked for: the staged deployment
+/// is lost (ostree finalizes it at shutdown), the node boots the old OS, and the agent stages
+/// again; (2) a rollback cut short: v3 failed its health check and is denylisted, and the power
+/// goes before v2 is made the default: the node boots v3 again, and the agent rolls back again
+/// rather than leaving the node on the failing commit; (3) the power goes after the rollback made
+/// v2 the default and before it saved its phase: the node boots v2, and the agent reports the
+/// rollback's reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn f_power_cuts_at_named_moments() -> Result<()> {
+    let opts = FleetOptions { vms: 1, durable_disk: true, ..Default::default() };
+    let Some(fleet) = Fleet::start("f_named_cuts", opts).await? else {
+        return Ok(());
+    };
+    let result = named_cuts(&fleet).await;
+    fleet.finish(result).await
+}
+
+async fn named_cuts(fleet: &Fleet) -> Result<()> {
+    use aloft_agent::daemon::os_points;
+    ensure!(
+        fleet.images.manifest.agent_failpoints,
+        "the images' agent has no failpoints (images/build --with-failpoints)"
+    );
+    let (_, first) = enrolled_and_done(fleet, 1, json!({})).await?;
+    let (v2, v3) = (fleet.images.commit("v2")?.to_string(), fleet.images.commit("v3")?.to_string());
+    let vm = &fleet.vms[0];
+
+    // (1) After both writes, before the reboot.
+    arm(vm, &format!("{}=pause", os_points::AFTER_CURRENT_SAVED), Armed::ThisBoot).await?;
+    machine_config(
+        fleet,
+        "60-worker-os",
+        json!({"osImageURL": fleet.images.os_image_url("v2")?, "kernelArguments": [KARG]}),
+    )
+    .await?;
+    wait_failpoint(vm, os_points::AFTER_CURRENT_SAVED, OS_ROLLOUT_PER_NODE).await?;
+    let staged = vm.sh("test -e /run/ostree/staged-deployment && echo staged || echo none").await?;
+    ensure!(staged.trim() == "staged", "held after the current config was saved, yet nothing is staged");
+    tracing::info!("power cut: v2 staged, phase and current config saved, reboot not asked for");
+    vm.power_cut().await?;
+    let cut_at = vm.status().boot;
+    vm.power_on().await?;
+    let (boot, _, release) = vm.wait_ready(cut_at + 1, BOOT).await.context("booting after the first cut")?;
+    ensure!(release == "1", "the staged deployment was never finalized, yet the VM booted release {release}");
+    let on_v2 = wait_converged(fleet, &first, OS_ROLLOUT_PER_NODE).await.context("converging after the first cut")?;
+    let (_, _, release) = vm.wait_ready(boot + 1, Duration::from_secs(5)).await?;
+    ensure!(release == "2", "converged on {on_v2} but running release {release}");
+    os_is(vm, "2", &v2).await?;
+    let cmdline = vm.sh("cat /proc/cmdline").await?;
+    ensure!(cmdline.split_whitespace().any(|a| a == KARG), "{KARG} not on /proc/cmdline: {cmdline}");
+    let restaged = agent_log(vm, "staging it again", false).await?;
+    ensure!(!restaged.trim().is_empty(), "the agent converged without staging again after the cut");
+
+    // (2) A rollback cut short. Armed in /etc: the boot that fails the health check is v3's.
+    arm(vm, &format!("{}=pause", os_points::AFTER_DENYLIST), Armed::Persistent).await?;
+    let boots_on_v2 = vm.status().boot;
+    machine_config(
+        fleet,
+        "60-worker-os",
+        json!({"osImageURL": fleet.images.os_image_url("v3")?, "kernelArguments": [KARG]}),
+    )
+    .await?;
+    vm.wait_ready(boots_on_v2 + 1, OS_ROLLOUT_PER_NODE).await.context("booting v3")?;
+    wait_failpoint(vm, os_points::AFTER_DENYLIST, OS_ROLLOUT_PER_NODE).await?;
+    os_is(vm, "2", &v3).await.context("v3 (which keeps v2's release file) booted when its check failed")?;
+    let denylist = vm.sh("cat /var/lib/aloft/os-denylist.json").await?;
+    ensure!(denylist.contains(&v3), "held after the denylist was saved, yet it lacks v3: {denylist}");
+    tracing::info!("power cut: v3 failed its health check and is denylisted, v2 not made the default yet");
+    vm.power_cut().await?;
+    let cut_at = vm.status().boot;
+    vm.power_on().await?;
+    let (boot, _, _) = vm.wait_ready(cut_at + 1, BOOT).await.context("booting after the second cut")?;
+    os_is(vm, "2", &v3).await.context("the default deployment is still v3 after the cut")?;
+    // The agent finds itself on the denylisted commit and rolls back again: the failpoint holds it
+    // once more, right after the denylist save, in this boot.
+    wait_failpoint(vm, os_points::AFTER_DENYLIST, OS_ROLLOUT_PER_NODE).await.context("rolling back again")?;
+    let again = agent_log(vm, "rolling back again", true).await?;
+    ensure!(!again.trim().is_empty(), "held in a rollback, but not the one a restart on v3 makes");
+    // Disarm and crash the held agent; systemd starts it again (Restart=on-failure), and it rolls
+    // back for good. (v2's /etc keeps the drop-in: its agent finishes the rollback without passing
+    // the point.)
+    vm.sh(&format!(
+        "rm /etc/systemd/system/{FAILPOINT_DROPIN} && systemctl daemon-reload && systemctl kill -s KILL aloft-agent"
+    ))
+    .await?;
+    let (boot, _, release) =
+        vm.wait_ready(boot + 1, OS_ROLLOUT_PER_NODE).await.context("rebooting into v2 after the rollback")?;
+    ensure!(release == "2", "after the rollback the VM booted release {release} (boot {boot})");
+    os_is(vm, "2", &v2).await?;
+    let deadline = Instant::now() + OS_ROLLOUT_PER_NODE;
+    let reason = loop {
+        let node = fleet.nodes().await?.into_iter().next().context("no node")?;
+        let (state, reason) = (cluster::annotation(&node, ann::STATE), cluster::annotation(&node, ann::REASON));
+        if state == "Degraded" && reason.contains("rolled back") {
+            break reason.to_string();
+        }
+        ensure!(Instant::now() < deadline, "not Degraded with the rollback's reason: {state} {reason:?}");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    };
+    ensure!(
+        reason.contains(&format!("rolled back from OS commit {v3} to {v2}")),
+        "the reason names the rollback from v3 to v2: {reason:?}"
+    );
+    ensure!(reason.contains("intentional failure in v3"), "the reason keeps the health check's output: {reason:?}");
+
+    // (3) A rollback whose reorder is done, its phase not saved. A new config (v3 with another
+    // kernel argument) is the way out of a Degraded node, and v3 is tried again under it.
+    arm(vm, &format!("{}=pause", os_points::AFTER_ROLLBACK), Armed::Persistent).await?;
+    let boots_on_v2 = vm.status().boot;
+    machine_config(
+        fleet,
+        "60-worker-os",
+        json!({"osImageURL": fleet.images.os_image_url("v3")?, "kernelArguments": [KARG, "aloft.vmtest=again"]}),
+    )
+    .await?;
+    vm.wait_ready(boots_on_v2 + 1, OS_ROLLOUT_PER_NODE).await.context("booting v3 again")?;
+    wait_failpoint(vm, os_points::AFTER_ROLLBACK, OS_ROLLOUT_PER_NODE).await?;
+    let status = vm.sh("ostree admin status").await?;
+    let default = status.lines().find(|l| l.contains("aloft ")).unwrap_or_default().to_string();
+    ensure!(default.contains(&v2), "held after the rollback, yet v2 is not the default deployment:\n{status}");
+    tracing::info!("power cut: v3 failed its health check again, v2 made the default, the rollback's phase not saved");
+    vm.power_cut().await?;
+    let cut_at = vm.status().boot;
+    vm.power_on().await?;
+    let (boot, _, release) = vm.wait_ready(cut_at + 1, BOOT).await.context("booting after the third cut")?;
+    ensure!(release == "2", "after the third cut the VM booted release {release} (boot {boot})");
+    os_is(vm, "2", &v2).await?;
+    let deadline = Instant::now() + OS_ROLLOUT_PER_NODE;
+    while agent_log(vm, "the rollback is done", true).await?.trim().is_empty() {
+        ensure!(Instant::now() < deadline, "the agent did not finish the rollback it found done");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    let target = cluster::pool_target(fleet, "worker").await?;
+    let deadline = Instant::now() + OS_ROLLOUT_PER_NODE;
+    loop {
+        let node = fleet.nodes().await?.into_iter().next().context("no node")?;
+        let (state, reason) = (cluster::annotation(&node, ann::STATE), cluster::annotation(&node, ann::REASON));
+        let desired = cluster::annotation(&node, ann::DESIRED_CONFIG);
+        if state == "Degraded" && desired == target {
+            ensure!(
+                reason.contains(&format!("rolled back from OS commit {v3} to {v2}"))
+                    && reason.contains("intentional failure in v3"),
+                "Degraded after the rollback, with the rollback's reason rather than the OS check's: {reason:?}"
+            );
+            break;
+        }
+        ensure!(Instant::now() < deadline, "not Degraded on {target}: {state} {reason:?}");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    Ok(())
+}
+
 // ---------------------------------------------------------------- e: a change that reboots
 
 /// A file no disruption policy covers: the node is drained and rebooted through logind; the

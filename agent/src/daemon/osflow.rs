@@ -80,18 +80,51 @@ pub(super) fn os_part_changed(old: &MachineConfigSpec, new: &MachineConfigSpec) 
     old.os_image_url != new.os_image_url || old.kernel_arguments != new.kernel_arguments
 }
 
-/// Health checks failed on `checksum` here (`denied` is the reason the denylist keeps) and the node
-/// still runs it (`booted`): a rollback was cut short, by a crash after the denylist was saved and
-/// before the previous deployment became the default, or before the reboot into it. Returns the
-/// failure to roll back with again (which is idempotent on a booted host: the deployment made the
-/// default is the first one that is not booted). Without this the restart reported Degraded and
-/// left the node on the failing commit. `None` when the node runs another commit (the rollback
-/// reached its reboot) or when nothing is booted to compare (a directory sysroot).
-fn rollback_cut_short(denied: Option<&str>, booted: Option<&str>, checksum: &str) -> Option<String> {
+/// Whether the config's commit (`want`) differs from the one running (`booted`, or the default
+/// deployment of a sysroot that boots nothing): then the update deploys it, even when the old
+/// and the new config name the same commit. After a rollback they do (the current config is the
+/// failed one, its files on disk) while the node runs the previous commit: deciding from the two
+/// configs alone, a new config with the same commit and a kernel-argument change redeployed the
+/// *running* commit with the new arguments, failed the OS check after the reboot, and staged that
+/// again, adding the arguments once more each time (VM scenario f, before this).
+fn deploys_other_commit(want: Option<&str>, booted: &str) -> bool {
+    want.is_some_and(|w| w != booted)
+}
+
+/// What a restart in Verifying does when the denylist holds the commit it was verifying: health
+/// checks failed on it here and a rollback was under way.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum RollbackCut {
+    /// The node still runs that commit: the rollback was cut short (a crash after the denylist was
+    /// saved and before the previous deployment became the default, or before the reboot into
+    /// it). Roll back again with the failure the denylist keeps (idempotent on a booted host: the
+    /// deployment made the default is the first one that is not booted). Without this the restart
+    /// reported Degraded and left the node on the failing commit.
+    Again { failure: String },
+    /// The node runs another deployment, `booted`: the rollback made it the default and the node
+    /// came up on it, but the power went before the rollback's own phase was saved. Degraded with
+    /// the rollback's reason, as when that phase is found, rather than with the OS check's
+    /// "expected ... got ..." about a commit that is not meant to run.
+    Done { failure: String, booted: String },
+}
+
+/// `denied` is the reason the denylist keeps for `checksum`, `booted` the running commit. `None`
+/// when the commit never failed here, or when nothing is booted to compare (a directory sysroot,
+/// or a phase saved by an older agent without a checksum).
+fn rollback_cut(denied: Option<&str>, booted: Option<&str>, checksum: &str) -> Option<RollbackCut> {
     match (denied, booted) {
-        (Some(reason), Some(b)) if !checksum.is_empty() && b == checksum => Some(reason.to_string()),
+        (Some(reason), Some(b)) if !checksum.is_empty() && !b.is_empty() => Some(if b == checksum {
+            RollbackCut::Again { failure: reason.to_string() }
+        } else {
+            RollbackCut::Done { failure: reason.to_string(), booted: b.to_string() }
+        }),
         _ => None,
     }
+}
+
+/// The reason a node rolled back from `from` to `to` reports.
+fn rolled_back_reason(failure: &str, from: &str, to: &str) -> String {
+    format!("{failure}; rolled back from OS commit {from} to {to}")
 }
 
 /// The staged deployment is staged again while attempts remain ([`state::MAX_RESTAGES`]) and its
@@ -200,6 +233,8 @@ impl Agent {
         let Some(booted_or_default) = status.booted.clone().or_else(|| status.deployments.first().cloned()) else {
             return Err(refused("the ostree sysroot has no deployment to update from", false));
         };
+        let os_changed = os_changed
+            || deploys_other_commit(image.as_ref().map(|i| i.checksum.as_str()), &booted_or_default.checksum);
         // Nothing to do when the running OS is already the commit with the right arguments.
         let want_kargs =
             kargs::compute(&booted_or_default.kernel_arguments, &old.kernel_arguments, &new.kernel_arguments);
@@ -286,9 +321,21 @@ impl Agent {
             Some(_) => self.booted_checksum(&os).await.ok().flatten(),
             None => None,
         };
-        if let Some(failure) = rollback_cut_short(denied.as_deref(), booted.as_deref(), &checksum) {
-            tracing::warn!(target, checksum, "restarted on a commit that failed its health checks: rolling back again");
-            return self.roll_back(&os, target, &checksum, failure).await;
+        match rollback_cut(denied.as_deref(), booted.as_deref(), &checksum) {
+            Some(RollbackCut::Again { failure }) => {
+                tracing::warn!(
+                    target,
+                    checksum,
+                    "restarted on a commit that failed its health checks: rolling back again"
+                );
+                return self.roll_back(&os, target, &checksum, failure).await;
+            }
+            Some(RollbackCut::Done { failure, booted }) => {
+                tracing::warn!(target, checksum, %booted,
+                    "restarted on the deployment a rollback made the default, before the rollback saved its phase: the rollback is done");
+                return self.fail(target, rolled_back_reason(&failure, &checksum, &booted), false).await;
+            }
+            None => {}
         }
         if let Err(reason) = self.verify_os(&os, &cur).await {
             return match after_failed_verify(staged, denied.is_some(), reason) {
@@ -329,13 +376,17 @@ impl Agent {
         if let Err(e) = list.save(&self.root) {
             tracing::warn!(error = %e, "cannot persist the OS commit denylist");
         }
+        crate::failpoints::hit(super::os_points::AFTER_DENYLIST);
         let rolled_back = os.handle.run(|b| b.rollback()).await;
         self.refresh_os_status().await;
+        if rolled_back.is_ok() {
+            crate::failpoints::hit(super::os_points::AFTER_ROLLBACK);
+        }
         let previous = match rolled_back {
             Ok(d) => d,
             Err(e) => return self.fail(target, format!("{failure}; rolling back failed: {e}"), false).await,
         };
-        let reason = format!("{failure}; rolled back from OS commit {checksum} to {}", previous.checksum);
+        let reason = rolled_back_reason(&failure, checksum, &previous.checksum);
         let boot_id = state::boot_id(&self.root);
         self.enter(
             Phase::RollingBack { target: target.into(), boot_id, checksum: checksum.into(), reason: reason.clone() },
@@ -424,16 +475,32 @@ mod tests {
     }
 
     #[test]
+    fn the_running_commit_decides_whether_the_config_s_commit_is_deployed() {
+        assert!(deploys_other_commit(Some("c3"), "c2"), "rolled back from c3: c3 is deployed again");
+        assert!(!deploys_other_commit(Some("c2"), "c2"));
+        // No osImageURL: kernel arguments alone redeploy the running commit.
+        assert!(!deploys_other_commit(None, "c2"));
+    }
+
+    #[test]
     fn a_restart_on_a_commit_that_failed_its_health_checks_rolls_back_again() {
         let failed = Some("app does not answer on :8080");
-        assert_eq!(rollback_cut_short(failed, Some("c3"), "c3"), Some("app does not answer on :8080".into()));
-        // Booted into the previous commit: the rollback went through; Degraded follows.
-        assert_eq!(rollback_cut_short(failed, Some("c2"), "c3"), None);
+        let again = RollbackCut::Again { failure: "app does not answer on :8080".into() };
+        assert_eq!(rollback_cut(failed, Some("c3"), "c3"), Some(again));
+        // Booted into the previous commit: the rollback went through; Degraded with its reason.
+        let done = RollbackCut::Done { failure: "app does not answer on :8080".into(), booted: "c2".into() };
+        assert_eq!(rollback_cut(failed, Some("c2"), "c3"), Some(done));
+        assert_eq!(
+            rolled_back_reason("app does not answer on :8080", "c3", "c2"),
+            "app does not answer on :8080; rolled back from OS commit c3 to c2"
+        );
         // A commit that never failed here is verified as usual.
-        assert_eq!(rollback_cut_short(None, Some("c3"), "c3"), None);
+        assert_eq!(rollback_cut(None, Some("c3"), "c3"), None);
+        assert_eq!(rollback_cut(None, Some("c2"), "c3"), None);
         // A directory sysroot boots nothing; a phase saved by an older agent has no checksum.
-        assert_eq!(rollback_cut_short(failed, None, "c3"), None);
-        assert_eq!(rollback_cut_short(failed, Some(""), ""), None);
+        assert_eq!(rollback_cut(failed, None, "c3"), None);
+        assert_eq!(rollback_cut(failed, Some(""), ""), None);
+        assert_eq!(rollback_cut(failed, Some("c2"), ""), None);
     }
 
     #[test]
