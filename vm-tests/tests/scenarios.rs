@@ -565,11 +565,6 @@ async fn named_cuts(fleet: &Fleet) -> Result<()> {
     let (boot, _, release) = vm.wait_ready(cut_at + 1, BOOT).await.context("booting after the third cut")?;
     ensure!(release == "2", "after the third cut the VM booted release {release} (boot {boot})");
     os_is(vm, "2", &v2).await?;
-    let deadline = Instant::now() + OS_ROLLOUT_PER_NODE;
-    while agent_log(vm, "the rollback is done", true).await?.trim().is_empty() {
-        ensure!(Instant::now() < deadline, "the agent did not finish the rollback it found done");
-        tokio::time::sleep(Duration::from_secs(2)).await;
-    }
     let target = cluster::pool_target(fleet, "worker").await?;
     let deadline = Instant::now() + OS_ROLLOUT_PER_NODE;
     loop {
@@ -582,6 +577,8 @@ async fn named_cuts(fleet: &Fleet) -> Result<()> {
                     && reason.contains("intentional failure in v3"),
                 "Degraded after the rollback, with the rollback's reason rather than the OS check's: {reason:?}"
             );
+            let done = agent_log(vm, "the rollback is done", true).await?;
+            ensure!(!done.trim().is_empty(), "Degraded, but not by the restart that finds the rollback done");
             break;
         }
         ensure!(Instant::now() < deadline, "not Degraded on {target}: {state} {reason:?}");
