@@ -345,3 +345,31 @@ fn a_bad_event_ttl_is_refused_naming_the_flag_and_changes_nothing() {
     assert!(stderr.contains("--event-ttl"), "the error names the flag: {stderr}");
     assert!(!data.exists(), "nothing was created");
 }
+
+/// `ALOFT_FAILPOINTS` naming a point the agent does not have, or an action the fail crate does
+/// not know, stops the agent before it does anything (a test that meant to hold the agent
+/// somewhere must not run on without it): the error names the variable and the entry, and the
+/// agent's root stays empty. (Whether the binary has failpoints depends on how it was built, so
+/// both refusals are checked for either build: a build without them refuses every entry.)
+#[test]
+fn bad_failpoints_stop_the_agent_before_it_starts() {
+    for (spec, says) in [
+        ("os-after-lunch=pause", "os-after-lunch"),
+        ("os-after-stage=explode(3)", "os-after-stage"),
+        ("os-after-stage", "os-after-stage"),
+    ] {
+        let root = tempfile::tempdir().unwrap();
+        let out = std::process::Command::new(bin("aloft-agent"))
+            .args(["--coordinator", "https://127.0.0.1:9", "--node-name", "n1", "--root"])
+            .arg(root.path())
+            .env("ALOFT_FAILPOINTS", spec)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{spec}: the agent started: {stderr}");
+        assert!(stderr.contains("ALOFT_FAILPOINTS"), "{spec}: the error names the variable: {stderr}");
+        let builtin = !stderr.contains("built without failpoints");
+        assert!(!builtin || stderr.contains(says), "{spec}: the error names the entry: {stderr}");
+        assert_eq!(std::fs::read_dir(root.path()).unwrap().count(), 0, "{spec}: the root was written");
+    }
+}

@@ -334,6 +334,14 @@ async fn d_power_cut_during_os_update() -> Result<()> {
     fleet.finish(result).await
 }
 
+/// Cut the power, power on, and wait for the next boot to be ready: (boot, boot id, release).
+async fn power_cycle(vm: &Vm, what: &str) -> Result<(u32, String, String)> {
+    vm.power_cut().await?;
+    let cut_at = vm.status().boot;
+    vm.power_on().await?;
+    vm.wait_ready(cut_at + 1, BOOT).await.with_context(|| format!("booting after {what}"))
+}
+
 async fn power_cut(fleet: &Fleet) -> Result<()> {
     let (_, first) = enrolled_and_done(fleet, 1, json!({})).await?;
     let v2 = fleet.images.commit("v2")?.to_string();
@@ -368,10 +376,7 @@ async fn power_cut(fleet: &Fleet) -> Result<()> {
         }
     };
     tracing::info!(moment, "power cut");
-    vm.power_cut().await?;
-    let cut_at_boot = vm.status().boot;
-    vm.power_on().await?;
-    let (boot, _, release) = vm.wait_ready(cut_at_boot + 1, BOOT).await.context("booting after the power cut")?;
+    let (boot, _, release) = power_cycle(vm, "the power cut").await?;
     ensure!(release == "1" || release == "2", "after the power cut the VM booted release {release}");
     tracing::info!(boot, %release, moment, "booted after the power cut");
     let target = wait_converged(fleet, &first, OS_ROLLOUT_PER_NODE).await.context("converging after the power cut")?;
@@ -477,10 +482,7 @@ async fn named_cuts(fleet: &Fleet) -> Result<()> {
     let staged = vm.sh("test -e /run/ostree/staged-deployment && echo staged || echo none").await?;
     ensure!(staged.trim() == "staged", "held after the current config was saved, yet nothing is staged");
     tracing::info!("power cut: v2 staged, phase and current config saved, reboot not asked for");
-    vm.power_cut().await?;
-    let cut_at = vm.status().boot;
-    vm.power_on().await?;
-    let (boot, _, release) = vm.wait_ready(cut_at + 1, BOOT).await.context("booting after the first cut")?;
+    let (boot, _, release) = power_cycle(vm, "the first cut").await?;
     ensure!(release == "1", "the staged deployment was never finalized, yet the VM booted release {release}");
     let on_v2 = wait_converged(fleet, &first, OS_ROLLOUT_PER_NODE).await.context("converging after the first cut")?;
     let (_, _, release) = vm.wait_ready(boot + 1, Duration::from_secs(5)).await?;
@@ -506,10 +508,7 @@ async fn named_cuts(fleet: &Fleet) -> Result<()> {
     let denylist = vm.sh("cat /var/lib/aloft/os-denylist.json").await?;
     ensure!(denylist.contains(&v3), "held after the denylist was saved, yet it lacks v3: {denylist}");
     tracing::info!("power cut: v3 failed its health check and is denylisted, v2 not made the default yet");
-    vm.power_cut().await?;
-    let cut_at = vm.status().boot;
-    vm.power_on().await?;
-    let (boot, _, _) = vm.wait_ready(cut_at + 1, BOOT).await.context("booting after the second cut")?;
+    let (boot, _, _) = power_cycle(vm, "the second cut").await?;
     os_is(vm, "2", &v3).await.context("the default deployment is still v3 after the cut")?;
     // The agent finds itself on the denylisted commit and rolls back again: the failpoint holds it
     // once more, right after the denylist save, in this boot.
@@ -559,10 +558,7 @@ async fn named_cuts(fleet: &Fleet) -> Result<()> {
     let default = status.lines().find(|l| l.contains("aloft ")).unwrap_or_default().to_string();
     ensure!(default.contains(&v2), "held after the rollback, yet v2 is not the default deployment:\n{status}");
     tracing::info!("power cut: v3 failed its health check again, v2 made the default, the rollback's phase not saved");
-    vm.power_cut().await?;
-    let cut_at = vm.status().boot;
-    vm.power_on().await?;
-    let (boot, _, release) = vm.wait_ready(cut_at + 1, BOOT).await.context("booting after the third cut")?;
+    let (boot, _, release) = power_cycle(vm, "the third cut").await?;
     ensure!(release == "2", "after the third cut the VM booted release {release} (boot {boot})");
     os_is(vm, "2", &v2).await?;
     let target = cluster::pool_target(fleet, "worker").await?;
