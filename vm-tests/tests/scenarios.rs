@@ -421,11 +421,29 @@ async fn arm(vm: &Vm, spec: &str, armed: Armed) -> Result<()> {
 
 /// Wait until the agent of the VM's current boot logs that it reached failpoint `name` (where a
 /// `pause` holds it). The guest may reboot meanwhile: its command channel is gone for a while.
-async fn wait_failpoint(vm: &Vm, name: &str, timeout: Duration) -> Result<()> {
+/// Fails at once when the VM fails or a node goes Degraded on the pool's target with a reason it
+/// did not have when the wait began (the agent will not get there then; a Degraded node keeps
+/// its old reason for a moment after it is moved to a new target).
+async fn wait_failpoint(fleet: &Fleet, vm: &Vm, name: &str, timeout: Duration) -> Result<()> {
     let deadline = Instant::now() + timeout;
     let query = format!("journalctl -b -u aloft-agent -o cat | grep -F 'failpoint {name} reached' || true");
+    let before: Vec<String> =
+        fleet.nodes().await?.iter().map(|n| cluster::annotation(n, ann::REASON).to_string()).collect();
     loop {
         ensure!(Instant::now() < deadline, "{}: the agent never reached failpoint {name}", vm.name);
+        if let aloft_vm_tests::Phase::Failed(msg) = vm.status().phase {
+            anyhow::bail!("{}: the VM failed while waiting for failpoint {name}: {msg}", vm.name);
+        }
+        let target = cluster::pool_target(fleet, "worker").await?;
+        for n in fleet.nodes().await? {
+            let (state, desired) = (cluster::annotation(&n, ann::STATE), cluster::annotation(&n, ann::DESIRED_CONFIG));
+            let reason = cluster::annotation(&n, ann::REASON);
+            ensure!(
+                !(state == "Degraded" && desired == target && !before.iter().any(|r| r == reason)),
+                "{} went Degraded on {target} before failpoint {name}: {reason}",
+                cluster::name(&n)
+            );
+        }
         match vm.exec_timeout(&query, Duration::from_secs(30)).await {
             Ok(o) if o.out.contains(&format!("failpoint {name} reached")) => return Ok(()),
             Ok(_) => {}
@@ -478,7 +496,7 @@ async fn named_cuts(fleet: &Fleet) -> Result<()> {
         json!({"osImageURL": fleet.images.os_image_url("v2")?, "kernelArguments": [KARG]}),
     )
     .await?;
-    wait_failpoint(vm, os_points::AFTER_CURRENT_SAVED, OS_ROLLOUT_PER_NODE).await?;
+    wait_failpoint(fleet, vm, os_points::AFTER_CURRENT_SAVED, OS_ROLLOUT_PER_NODE).await?;
     let staged = vm.sh("test -e /run/ostree/staged-deployment && echo staged || echo none").await?;
     ensure!(staged.trim() == "staged", "held after the current config was saved, yet nothing is staged");
     tracing::info!("power cut: v2 staged, phase and current config saved, reboot not asked for");
@@ -503,7 +521,7 @@ async fn named_cuts(fleet: &Fleet) -> Result<()> {
     )
     .await?;
     vm.wait_ready(boots_on_v2 + 1, OS_ROLLOUT_PER_NODE).await.context("booting v3")?;
-    wait_failpoint(vm, os_points::AFTER_DENYLIST, OS_ROLLOUT_PER_NODE).await?;
+    wait_failpoint(fleet, vm, os_points::AFTER_DENYLIST, OS_ROLLOUT_PER_NODE).await?;
     os_is(vm, "2", &v3).await.context("v3 (which keeps v2's release file) booted when its check failed")?;
     let denylist = vm.sh("cat /var/lib/aloft/os-denylist.json").await?;
     ensure!(denylist.contains(&v3), "held after the denylist was saved, yet it lacks v3: {denylist}");
@@ -512,7 +530,7 @@ async fn named_cuts(fleet: &Fleet) -> Result<()> {
     os_is(vm, "2", &v3).await.context("the default deployment is still v3 after the cut")?;
     // The agent finds itself on the denylisted commit and rolls back again: the failpoint holds it
     // once more, right after the denylist save, in this boot.
-    wait_failpoint(vm, os_points::AFTER_DENYLIST, OS_ROLLOUT_PER_NODE).await.context("rolling back again")?;
+    wait_failpoint(fleet, vm, os_points::AFTER_DENYLIST, OS_ROLLOUT_PER_NODE).await.context("rolling back again")?;
     let again = agent_log(vm, "rolling back again", true).await?;
     ensure!(!again.trim().is_empty(), "held in a rollback, but not the one a restart on v3 makes");
     // Disarm and crash the held agent; systemd starts it again (Restart=on-failure), and it rolls
@@ -553,7 +571,7 @@ async fn named_cuts(fleet: &Fleet) -> Result<()> {
     )
     .await?;
     vm.wait_ready(boots_on_v2 + 1, OS_ROLLOUT_PER_NODE).await.context("booting v3 again")?;
-    wait_failpoint(vm, os_points::AFTER_ROLLBACK, OS_ROLLOUT_PER_NODE).await?;
+    wait_failpoint(fleet, vm, os_points::AFTER_ROLLBACK, OS_ROLLOUT_PER_NODE).await?;
     let status = vm.sh("ostree admin status").await?;
     let default = status.lines().find(|l| l.contains("aloft ")).unwrap_or_default().to_string();
     ensure!(default.contains(&v2), "held after the rollback, yet v2 is not the default deployment:\n{status}");
