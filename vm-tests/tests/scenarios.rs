@@ -478,6 +478,28 @@ async fn f_power_cuts_at_named_moments() -> Result<()> {
     fleet.finish(result).await
 }
 
+/// Wait for the (only) node to report Degraded on the pool's target, then require the rollback's
+/// reason: v3's health check output and "rolled back from OS commit v3 to v2" (not the OS check's
+/// "expected target osImageURL ...").
+async fn rolled_back_from_v3(fleet: &Fleet, v2: &str, v3: &str) -> Result<()> {
+    let target = cluster::pool_target(fleet, "worker").await?;
+    let deadline = Instant::now() + OS_ROLLOUT_PER_NODE;
+    loop {
+        let node = fleet.nodes().await?.into_iter().next().context("no node")?;
+        let (state, reason) = (cluster::annotation(&node, ann::STATE), cluster::annotation(&node, ann::REASON));
+        if state == "Degraded" && cluster::annotation(&node, ann::DESIRED_CONFIG) == target {
+            ensure!(
+                reason.contains(&format!("rolled back from OS commit {v3} to {v2}"))
+                    && reason.contains("intentional failure in v3"),
+                "Degraded after the rollback, with the rollback's reason and the check's output: {reason:?}"
+            );
+            return Ok(());
+        }
+        ensure!(Instant::now() < deadline, "not Degraded on {target}: {state} {reason:?}");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+}
+
 async fn named_cuts(fleet: &Fleet) -> Result<()> {
     use aloft_agent::daemon::os_points;
     ensure!(
@@ -544,21 +566,7 @@ async fn named_cuts(fleet: &Fleet) -> Result<()> {
         vm.wait_ready(boot + 1, OS_ROLLOUT_PER_NODE).await.context("rebooting into v2 after the rollback")?;
     ensure!(release == "2", "after the rollback the VM booted release {release} (boot {boot})");
     os_is(vm, "2", &v2).await?;
-    let deadline = Instant::now() + OS_ROLLOUT_PER_NODE;
-    let reason = loop {
-        let node = fleet.nodes().await?.into_iter().next().context("no node")?;
-        let (state, reason) = (cluster::annotation(&node, ann::STATE), cluster::annotation(&node, ann::REASON));
-        if state == "Degraded" && reason.contains("rolled back") {
-            break reason.to_string();
-        }
-        ensure!(Instant::now() < deadline, "not Degraded with the rollback's reason: {state} {reason:?}");
-        tokio::time::sleep(Duration::from_secs(2)).await;
-    };
-    ensure!(
-        reason.contains(&format!("rolled back from OS commit {v3} to {v2}")),
-        "the reason names the rollback from v3 to v2: {reason:?}"
-    );
-    ensure!(reason.contains("intentional failure in v3"), "the reason keeps the health check's output: {reason:?}");
+    rolled_back_from_v3(fleet, &v2, &v3).await?;
 
     // (3) A rollback whose reorder is done, its phase not saved. A new config (v3 with another
     // kernel argument) is the way out of a Degraded node, and v3 is tried again under it.
@@ -579,25 +587,9 @@ async fn named_cuts(fleet: &Fleet) -> Result<()> {
     let (boot, _, release) = power_cycle(vm, "the third cut").await?;
     ensure!(release == "2", "after the third cut the VM booted release {release} (boot {boot})");
     os_is(vm, "2", &v2).await?;
-    let target = cluster::pool_target(fleet, "worker").await?;
-    let deadline = Instant::now() + OS_ROLLOUT_PER_NODE;
-    loop {
-        let node = fleet.nodes().await?.into_iter().next().context("no node")?;
-        let (state, reason) = (cluster::annotation(&node, ann::STATE), cluster::annotation(&node, ann::REASON));
-        let desired = cluster::annotation(&node, ann::DESIRED_CONFIG);
-        if state == "Degraded" && desired == target {
-            ensure!(
-                reason.contains(&format!("rolled back from OS commit {v3} to {v2}"))
-                    && reason.contains("intentional failure in v3"),
-                "Degraded after the rollback, with the rollback's reason rather than the OS check's: {reason:?}"
-            );
-            let done = agent_log(vm, "the rollback is done", true).await?;
-            ensure!(!done.trim().is_empty(), "Degraded, but not by the restart that finds the rollback done");
-            break;
-        }
-        ensure!(Instant::now() < deadline, "not Degraded on {target}: {state} {reason:?}");
-        tokio::time::sleep(Duration::from_secs(2)).await;
-    }
+    rolled_back_from_v3(fleet, &v2, &v3).await?;
+    let done = agent_log(vm, "the rollback is done", true).await?;
+    ensure!(!done.trim().is_empty(), "Degraded, but not by the restart that finds the rollback done");
     Ok(())
 }
 

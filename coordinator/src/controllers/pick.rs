@@ -236,11 +236,9 @@ fn plan_pool(
     // In candidate order already (the layout's).
     // A node failing and unavailable (cordoned by the update it failed, or not Ready) is a
     // candidate too: see `stuck` below.
-    let candidates: Vec<usize> = ordered
-        .iter()
-        .copied()
-        .filter(|&i| behind[i] && (hot[i].ready() || (hot[i].failing() && hot[i].disrupted())))
-        .collect();
+    let failing_unavailable = |i: usize| hot[i].failing() && hot[i].disrupted();
+    let candidates: Vec<usize> =
+        ordered.iter().copied().filter(|&i| behind[i] && (hot[i].ready() || failing_unavailable(i))).collect();
     let limit = match (&eval.gate, pool.spec.paused) {
         (_, true) => {
             pp.wait = waiting_any.then_some(Wait::Paused);
@@ -270,10 +268,7 @@ fn plan_pool(
         // budget selecting it are within their limits counting it: a pool or budget group already
         // over (nodes down for other reasons) disrupts nothing more.
         let within = busy.len() <= max;
-        let stuck = |i: usize| {
-            let h = &hot[i];
-            within && h.disrupted() && h.failing()
-        };
+        let stuck = |i: usize| within && failing_unavailable(i);
         let mut taken = 0;
         for &c in &candidates {
             if stuck(c) && ledger.check(c).is_ok() {
