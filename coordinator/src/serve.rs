@@ -125,7 +125,8 @@ pub async fn run(opts: ServeOptions) -> Result<()> {
         pages: Default::default(),
     });
     controllers::spawn_all(store.clone()).context("starting the controllers")?;
-    tokio::spawn(controllers::event_ttl::run(store.clone(), opts.event_ttl));
+    let (ttl_store, ttl) = (store.clone(), opts.event_ttl);
+    tokio::spawn(controllers::supervise("event-ttl", move || controllers::event_ttl::run(ttl_store.clone(), ttl)));
     let app = server::router(ctx).into_make_service();
     tracing::info!(%addr, scheme, data_dir = %opts.data_dir.display(), "aloft-coordinator serving");
     println!("aloft-coordinator listening on {}", client.server);

@@ -45,6 +45,10 @@ use std::time::{Duration, Instant};
 #[global_allocator]
 static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
+/// A run in which no node finishes an update for this long fails (the ones that pass finish in
+/// seconds).
+const STALLED: Duration = Duration::from_secs(120);
+
 struct Args {
     nodes: usize,
     max_unavailable: String,
@@ -412,6 +416,14 @@ async fn main() -> Result<()> {
         let failed = fleet.failures.load(Ordering::SeqCst);
         if done + failed >= expected {
             break;
+        }
+        if last_progress.elapsed() > STALLED {
+            // A figure from a rollout that stopped is no figure: fail rather than wait forever
+            // (a coordinator whose controllers had stopped once held a run here for good).
+            bail!(
+                "no node finished an update for {} s: the rollout is stalled at {done}/{expected} done",
+                STALLED.as_secs()
+            );
         }
         if let Some(res) = tasks.try_join_next() {
             res??;

@@ -141,19 +141,53 @@ pub fn spawn_all(store: Arc<dyn Store>) -> std::io::Result<()> {
                 node_events.unwrap_or_else(|| events::Recorder::new("aloft-node-controller", store.clone()));
             let drain_events =
                 drain_events.unwrap_or_else(|| events::Recorder::new("aloft-drain-controller", store.clone()));
-            let all = [
-                tokio::spawn(render::run(store.clone())),
-                tokio::spawn(node::run(store.clone(), node_events)),
-                tokio::spawn(drain::run(store, drain_events)),
-            ];
-            for r in futures::future::join_all(all).await {
-                if let Err(e) = r {
-                    tracing::error!(error = %e, "a controller stopped");
-                }
-            }
+            let (s1, s2, s3) = (store.clone(), store.clone(), store);
+            futures::future::join3(
+                supervise("render", move || render::run(s1.clone())),
+                supervise("node", move || node::run(s2.clone(), node_events.clone())),
+                supervise("drain", move || drain::run(s3.clone(), drain_events.clone())),
+            )
+            .await;
         })
     })?;
     Ok(())
+}
+
+/// The first wait before a stopped controller starts again; it doubles while the controller
+/// keeps stopping, up to [`RESTART_AT_MOST`].
+pub(crate) const RESTART_AFTER: Duration = Duration::from_secs(1);
+/// The longest wait before a stopped controller starts again.
+pub(crate) const RESTART_AT_MOST: Duration = Duration::from_secs(60);
+/// A controller that ran this long before it stopped starts again after [`RESTART_AFTER`].
+const RAN_WELL: Duration = Duration::from_secs(300);
+
+/// Run a controller forever, starting it again whenever it stops.
+///
+/// A controller's loop never returns; if it does, or panics, the coordinator would go on serving
+/// the API with nobody picking nodes, and a rollout would hang with no sign but a log line (a
+/// panic in the node controller once did exactly that mid-rollout). A controller keeps no state
+/// that its start does not rebuild from the store, so starting it again is safe; the wait grows
+/// while it keeps stopping so that a defect hit on every pass does not spin.
+pub(crate) async fn supervise<F, Fut>(name: &'static str, start: F)
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let mut wait = RESTART_AFTER;
+    loop {
+        let started = tokio::time::Instant::now();
+        let outcome = tokio::spawn(start()).await;
+        if started.elapsed() >= RAN_WELL {
+            wait = RESTART_AFTER;
+        }
+        match outcome {
+            Ok(()) => tracing::error!(controller = name, restart_in = ?wait, "controller stopped; starting it again"),
+            Err(e) => tracing::error!(controller = name, error = %e, restart_in = ?wait,
+                "controller failed; starting it again"),
+        }
+        tokio::time::sleep(wait).await;
+        wait = (wait * 2).min(RESTART_AT_MOST);
+    }
 }
 
 /// Run `reconcile` over `store` forever: once at start, then after each batch of events on
@@ -318,6 +352,36 @@ mod tests {
             EventType::Modified,
             json!({"metadata": {"name": name, "generation": generation}}),
         ))
+    }
+
+    /// A controller that panics, then returns, is started again each time, after waits that
+    /// double; the third start runs for good.
+    #[tokio::test(start_paused = true)]
+    async fn a_controller_that_panics_or_returns_is_started_again_after_a_growing_wait() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let starts = Arc::new(AtomicUsize::new(0));
+        let t0 = tokio::time::Instant::now();
+        let at = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (s, a) = (starts.clone(), at.clone());
+        let sup = tokio::spawn(supervise("test", move || {
+            let (s, a) = (s.clone(), a.clone());
+            async move {
+                let n = s.fetch_add(1, Ordering::SeqCst);
+                a.lock().unwrap().push(t0.elapsed());
+                match n {
+                    0 => panic!("a defect on the first pass"),
+                    1 => {}
+                    _ => std::future::pending::<()>().await,
+                }
+            }
+        }));
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert_eq!(starts.load(Ordering::SeqCst), 3, "started, started again after the panic and after the return");
+        let at = at.lock().unwrap().clone();
+        assert_eq!(at[1] - at[0], RESTART_AFTER, "{at:?}");
+        assert_eq!(at[2] - at[1], RESTART_AFTER * 2, "{at:?}");
+        assert!(!sup.is_finished(), "the supervisor never ends");
+        sup.abort();
     }
 
     #[test]

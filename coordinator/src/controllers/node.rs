@@ -259,10 +259,9 @@ async fn reconcile(store: &Arc<dyn Store>, st: &mut State, events: &Recorder) ->
     // statuses are worked out at most every STATUS_EVERY then, not on the critical path of
     // every pick. Once nothing waits, every pass does (the pool turns Updated without delay).
     let waiting = plans.iter().any(|pp| matches!(pp.wait, Some(Wait::MaxUnavailable { .. })));
-    let throttled = match st.status_at {
-        Some(t) if waiting && t.elapsed() < STATUS_EVERY => Some(STATUS_EVERY - t.elapsed()),
-        _ => None,
-    };
+    // One reading of the clock: two could straddle STATUS_EVERY, and the subtraction of the
+    // second would underflow (it did, and stopped the controllers mid-rollout).
+    let throttled = st.status_at.filter(|_| waiting).and_then(|t| status_wait(t.elapsed()));
     let status_due = status_free && throttled.is_none();
     let status_of = |pp: &PoolPlan| {
         let pairs: Vec<Member> =
@@ -692,6 +691,11 @@ fn rollout_conditions(st: &mut MachineConfigPoolStatus, members: &[Member], pp: 
 /// controller's time on a 10,000-node pool).
 const STATUS_EVERY: Duration = Duration::from_millis(100);
 
+/// How long the next statuses still wait, `since` the last were worked out (None: due now).
+fn status_wait(since: Duration) -> Option<Duration> {
+    STATUS_EVERY.checked_sub(since).filter(|left| !left.is_zero())
+}
+
 /// How soon a pass that found the pools' last status write still under way tries again.
 const STATUS_RETRY: Duration = Duration::from_millis(5);
 
@@ -772,6 +776,16 @@ mod tests {
     }
     fn pool(max: serde_json::Value, paused: bool) -> MachineConfigPool {
         serde_json::from_value(json!({"metadata": {"name": "worker"}, "spec": {"maxUnavailable": max, "paused": paused, "configuration": {"name": "r2"}}})).unwrap()
+    }
+
+    #[test]
+    fn statuses_wait_out_the_interval_and_never_underflow_past_it() {
+        assert_eq!(status_wait(Duration::ZERO), Some(STATUS_EVERY));
+        assert_eq!(status_wait(Duration::from_millis(40)), Some(STATUS_EVERY - Duration::from_millis(40)));
+        assert_eq!(status_wait(STATUS_EVERY), None);
+        // Past the interval (a second reading of the clock that crossed it panicked here).
+        assert_eq!(status_wait(STATUS_EVERY + Duration::from_nanos(1)), None);
+        assert_eq!(status_wait(Duration::from_secs(3600)), None);
     }
 
     #[test]
