@@ -278,6 +278,23 @@ async fn os_update_health_check_and_rollback() {
     assert!(host.host.fake.reboots().is_empty(), "the failed commit is not retried");
     let denylist = std::fs::read_to_string(host.host.path("var/lib/aloft/os-denylist.json")).unwrap();
     assert!(denylist.contains(&v3), "{denylist}");
+
+    // 4. The application is fixed, and a new config changes only a file: it still names v3,
+    // which the node rolled back from. The update deploys v3 (a new config tries a denylisted
+    // commit again) with a drain and a reboot, and the node comes up Done on it. Before, the
+    // agent decided "no OS work" from the two configs (both name v3), wrote the file and
+    // reported Done while v2 ran (a booted host then went Degraded on the drift check).
+    std::fs::remove_file(&script).unwrap();
+    let mut mc = admin.get(&path).await.unwrap().into_result().unwrap();
+    mc["spec"]["config"]["storage"] = json!({"files": [
+        {"path": "/etc/app-fixed.conf", "mode": 420, "contents": {"source": "data:,fixed"}}]});
+    admin.put(&path, &mc).await.unwrap().into_result().unwrap();
+    host.reboot_when_asked(c, "deploying v3 again under a file-only config").await;
+    assert_eq!(testkit::deployment_order(&host.sysroot()).unwrap()[0], v3, "v3 deployed again");
+    let (fourth, _) = wait_state(c, &name, "Done", true, "Done on v3 with the fixed application").await;
+    assert_eq!(std::fs::read_to_string(host.host.path("etc/app-fixed.conf")).unwrap(), "fixed", "{fourth}");
+    let log = host.host.log();
+    assert!(log.contains("the node runs another OS commit than its config names"), "{log}");
 }
 
 /// A node whose OS helper is not running: the OS update is refused before anything is drained or

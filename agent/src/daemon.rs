@@ -430,6 +430,11 @@ impl Agent {
             changes.os_update = false;
             changes.kernel_arguments = false;
         }
+        if os_work.as_ref().is_some_and(|w| w.image.is_some()) {
+            // A commit is deployed although both configs name it (the node rolled back from it):
+            // the plan drains and reboots as for any OS update.
+            changes.os_update = true;
+        }
         let policy = match policy {
             Ok(p) => p,
             Err(e) => return self.fail(target, format!("{e:#}"), false).await,

@@ -467,7 +467,8 @@ async fn agent_log(vm: &Vm, text: &str, this_boot: bool) -> Result<String> {
 /// goes before v2 is made the default: the node boots v3 again, and the agent rolls back again
 /// rather than leaving the node on the failing commit; (3) the power goes after the rollback made
 /// v2 the default and before it saved its phase: the node boots v2, and the agent reports the
-/// rollback's reason.
+/// rollback's reason. Then (4), without a cut, a file-only config that still names the commit the
+/// node rolled back from deploys that commit again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn f_power_cuts_at_named_moments() -> Result<()> {
     let opts = FleetOptions { vms: 1, durable_disk: true, ..Default::default() };
@@ -590,6 +591,30 @@ async fn named_cuts(fleet: &Fleet) -> Result<()> {
     rolled_back_from_v3(fleet, &v2, &v3).await?;
     let done = agent_log(vm, "the rollback is done", true).await?;
     ensure!(!done.trim().is_empty(), "Degraded, but not by the restart that finds the rollback done");
+
+    // (4) No cut: a new config that changes only a file and still names v3, which the node
+    // rolled back from. Its commit is not the running one, so the update deploys it (a new config
+    // tries a denylisted commit again): v3 boots, fails its check, and the node rolls back to v2,
+    // Degraded with the rollback's reason, the file written. Before, the agent saw no OS change
+    // between the two configs, wrote the file, rebooted into v2 and went Degraded on the drift
+    // check ("expected target osImageURL").
+    vm.sh(&format!("rm /etc/systemd/system/{FAILPOINT_DROPIN} && systemctl daemon-reload")).await?;
+    let boots_on_v2 = vm.status().boot;
+    machine_config(
+        fleet,
+        "60-worker-os",
+        json!({"osImageURL": fleet.images.os_image_url("v3")?, "kernelArguments": [KARG, "aloft.vmtest=again"],
+            "config": {"storage": {"files": [cluster::file("/etc/aloft-vmtest-fixed.conf", "fixed")]}}}),
+    )
+    .await?;
+    vm.wait_ready(boots_on_v2 + 1, OS_ROLLOUT_PER_NODE).await.context("booting v3 under the file-only config")?;
+    let (_, _, release) =
+        vm.wait_ready(boots_on_v2 + 2, OS_ROLLOUT_PER_NODE).await.context("rolling back to v2 once more")?;
+    ensure!(release == "2", "after the file-only config the VM runs release {release}");
+    os_is(vm, "2", &v2).await?;
+    rolled_back_from_v3(fleet, &v2, &v3).await?;
+    let fixed = vm.sh("cat /etc/aloft-vmtest-fixed.conf").await?;
+    ensure!(fixed.trim() == "fixed", "the file-only config's file: {fixed:?}");
     Ok(())
 }
 

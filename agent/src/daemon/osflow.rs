@@ -199,7 +199,7 @@ impl Agent {
         new: &MachineConfigSpec,
     ) -> Result<Option<StageRequest>, Refused> {
         let image = osimage::parse(&new.os_image_url).map_err(|e| refused(e.to_string(), true))?;
-        if !os_part_changed(old, new) {
+        if !os_part_changed(old, new) && !self.runs_other_commit(image.as_ref().map(|i| i.checksum.as_str())).await {
             return Ok(None);
         }
         let os_changed = old.os_image_url != new.os_image_url;
@@ -440,6 +440,39 @@ impl Agent {
             }
         };
         kargs::verify(&cmdline, &cur.spec.kernel_arguments)
+    }
+
+    /// Whether the node runs another commit than `want`, the one its config names, when the two
+    /// configs of an update name the same. After a rollback they do: the current config is the
+    /// failed one, the node runs the previous commit. A new config that kept that osImageURL and
+    /// changed only files did no OS work, and the drift check then found the node on the wrong
+    /// commit (Degraded, "expected target osImageURL"). The config names the commit, so the
+    /// update deploys it, as any new config with a denylisted commit tries it again. Asks the
+    /// helper at most once per process on a booted host; when the helper cannot say, the update
+    /// goes on as a file-only one and the drift check afterwards reports what runs.
+    async fn runs_other_commit(&mut self, want: Option<&str>) -> bool {
+        let (Some(os), Some(want)) = (self.os.clone(), want) else { return false };
+        let running = match self.booted_checksum(&os).await {
+            Ok(Some(booted)) => Ok(Some(booted)),
+            // A sysroot that boots nothing runs its default deployment.
+            Ok(None) => self
+                .read_os_status(&os)
+                .await
+                .map(|st| st.deployments.first().map(|d| d.checksum.clone()))
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e),
+        };
+        match running {
+            Ok(Some(running)) if deploys_other_commit(Some(want), &running) => {
+                tracing::info!(running = %running, config = %want, "the node runs another OS commit than its config names (after a rollback): deploying the config's");
+                true
+            }
+            Ok(_) => false,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not read the running OS commit; updating as the configs say");
+                false
+            }
+        }
     }
 
     /// The booted deployment's commit (`None` on a sysroot that boots nothing). Asked once per
