@@ -399,19 +399,38 @@ enum Armed {
     Persistent,
 }
 
+impl Armed {
+    fn dir(self) -> &'static str {
+        match self {
+            Armed::ThisBoot => "/run/systemd/system",
+            Armed::Persistent => "/etc/systemd/system",
+        }
+    }
+}
+
 const FAILPOINT_DROPIN: &str = "aloft-agent.service.d/50-vmtest-failpoints.conf";
 
 /// Arm the agent's failpoints (`ALOFT_FAILPOINTS`, see `aloft_agent::failpoints`) through a unit
 /// drop-in, and restart the agent so that it runs with them.
 async fn arm(vm: &Vm, spec: &str, armed: Armed) -> Result<()> {
-    let dir = match armed {
-        Armed::ThisBoot => "/run/systemd/system",
-        Armed::Persistent => "/etc/systemd/system",
-    };
+    write_dropin(vm, spec, armed, "systemctl restart aloft-agent").await
+}
+
+/// Move an agent held at a failpoint to another: the drop-ins replaced, the held agent killed (a
+/// paused agent need not stop on SIGTERM), and systemd starts it again (`Restart=on-failure`)
+/// with the new one. It then resumes from its saved phase, as after a crash.
+async fn rearm(vm: &Vm, spec: &str, armed: Armed) -> Result<()> {
+    write_dropin(vm, spec, armed, "systemctl kill -s KILL aloft-agent").await
+}
+
+async fn write_dropin(vm: &Vm, spec: &str, armed: Armed, then: &str) -> Result<()> {
+    let dir = armed.dir();
     vm.sh(&format!(
-        "mkdir -p {dir}/aloft-agent.service.d && \
+        "rm -f {etc}/{FAILPOINT_DROPIN} {run}/{FAILPOINT_DROPIN} && mkdir -p {dir}/aloft-agent.service.d && \
          printf '[Service]\\nEnvironment=ALOFT_FAILPOINTS={spec}\\n' > {dir}/{FAILPOINT_DROPIN} && \
-         systemctl daemon-reload && systemctl restart aloft-agent"
+         systemctl daemon-reload && {then}",
+        etc = Armed::Persistent.dir(),
+        run = Armed::ThisBoot.dir(),
     ))
     .await?;
     let env = vm.sh("systemctl show -p Environment aloft-agent").await?;
@@ -459,8 +478,10 @@ async fn agent_log(vm: &Vm, text: &str, this_boot: bool) -> Result<String> {
     vm.sh(&format!("journalctl {boot} -u aloft-agent -o cat | grep -F {text:?} || true")).await
 }
 
-/// Three moments of an OS update that only a booted commit reaches, each held by a failpoint of
-/// the real agent and ended by a power cut: (1) the deployment staged and both durable writes made
+/// Moments of an OS update and its rollback, each held by a failpoint of the real agent and ended
+/// by a power cut: (0) right after staging, and right after the phase RebootingStaged is saved:
+/// the node boots the old OS, and the agent does the update again (held at the same point again);
+/// (1) the deployment staged and both durable writes made
 /// (phase RebootingStaged, current config saved), the reboot not asked for: the staged deployment
 /// is lost (ostree finalizes it at shutdown), the node boots the old OS, and the agent stages
 /// again; (2) a rollback cut short: v3 failed its health check and is denylisted, and the power
@@ -511,14 +532,39 @@ async fn named_cuts(fleet: &Fleet) -> Result<()> {
     let (v2, v3) = (fleet.images.commit("v2")?.to_string(), fleet.images.commit("v3")?.to_string());
     let vm = &fleet.vms[0];
 
-    // (1) After both writes, before the reboot.
-    arm(vm, &format!("{}=pause", os_points::AFTER_CURRENT_SAVED), Armed::ThisBoot).await?;
+    // (0) Right after staging (phase Staging, nothing else saved), then right after the phase
+    // RebootingStaged is saved (the current config not yet). Armed in /etc: v1's agent after each
+    // cut is held at the same point again, which shows that it did the update again.
+    let staged_now = || async {
+        let staged = vm.sh("test -e /run/ostree/staged-deployment && echo staged || echo none").await?;
+        anyhow::Ok(staged.trim() == "staged")
+    };
+    arm(vm, &format!("{}=pause", os_points::AFTER_STAGE), Armed::Persistent).await?;
     machine_config(
         fleet,
         "60-worker-os",
         json!({"osImageURL": fleet.images.os_image_url("v2")?, "kernelArguments": [KARG]}),
     )
     .await?;
+    for (point, cut) in
+        [(os_points::AFTER_STAGE, "after staging"), (os_points::AFTER_REBOOTING_STAGED, "after RebootingStaged")]
+    {
+        if point != os_points::AFTER_STAGE {
+            rearm(vm, &format!("{point}=pause"), Armed::Persistent).await?;
+        }
+        wait_failpoint(fleet, vm, point, OS_ROLLOUT_PER_NODE).await?;
+        ensure!(staged_now().await?, "held at {point}, yet nothing is staged");
+        tracing::info!("power cut: v2 staged, held at {point}");
+        let (_, _, release) = power_cycle(vm, &format!("the cut {cut}")).await?;
+        ensure!(release == "1", "the staged deployment was never finalized, yet the VM booted release {release}");
+        wait_failpoint(fleet, vm, point, OS_ROLLOUT_PER_NODE)
+            .await
+            .with_context(|| format!("the update done again after the cut {cut}"))?;
+        ensure!(staged_now().await?, "held at {point} again, yet nothing is staged");
+    }
+
+    // (1) After both writes, before the reboot.
+    rearm(vm, &format!("{}=pause", os_points::AFTER_CURRENT_SAVED), Armed::ThisBoot).await?;
     wait_failpoint(fleet, vm, os_points::AFTER_CURRENT_SAVED, OS_ROLLOUT_PER_NODE).await?;
     let staged = vm.sh("test -e /run/ostree/staged-deployment && echo staged || echo none").await?;
     ensure!(staged.trim() == "staged", "held after the current config was saved, yet nothing is staged");
