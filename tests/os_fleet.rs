@@ -282,8 +282,8 @@ async fn os_update_health_check_and_rollback() {
     // 4. The application is fixed, and a new config changes only a file: it still names v3,
     // which the node rolled back from. The update deploys v3 (a new config tries a denylisted
     // commit again) with a drain and a reboot, and the node comes up Done on it. Before, the
-    // agent decided "no OS work" from the two configs (both name v3), wrote the file and
-    // reported Done while v2 ran (a booted host then went Degraded on the drift check).
+    // agent decided "no OS work" from the two configs (both name v3): it wrote the file, rebooted
+    // into v2 and reported Done there (a booted host then went Degraded on the drift check).
     std::fs::remove_file(&script).unwrap();
     let mut mc = admin.get(&path).await.unwrap().into_result().unwrap();
     mc["spec"]["config"]["storage"] = json!({"files": [
