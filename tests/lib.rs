@@ -306,6 +306,12 @@ impl Coordinator {
         self.spawn();
     }
 
+    /// The lines of the current run's stderr log that contain `needle`.
+    pub fn log_lines_with(&self, needle: &str) -> Vec<String> {
+        let text = std::fs::read_to_string(self.log_path()).unwrap_or_default();
+        text.lines().filter(|l| l.contains(needle)).map(str::to_string).collect()
+    }
+
     /// The last 60 lines of the current run's stderr log.
     pub fn log_tail(&self) -> String {
         let text = std::fs::read_to_string(self.log_path()).unwrap_or_default();

@@ -421,8 +421,10 @@ async fn main() -> Result<()> {
             // A figure from a rollout that stopped is no figure: fail rather than wait forever
             // (a coordinator whose controllers had stopped once held a run here for good).
             bail!(
-                "no node finished an update for {} s: the rollout is stalled at {done}/{expected} done",
-                STALLED.as_secs()
+                "no node finished an update for {} s: the rollout is stalled at {done}/{expected} done; \
+                 the coordinator's log ends:\n{}",
+                STALLED.as_secs(),
+                c.log_tail()
             );
         }
         if let Some(res) = tasks.try_join_next() {
@@ -469,6 +471,12 @@ async fn main() -> Result<()> {
         }
     }
     let wall = start.elapsed();
+    // A controller restarted by its supervisor lost seconds of the rollout to a defect: the
+    // figure would be the defect's, not the rollout's.
+    let restarts = c.log_lines_with("starting it again");
+    if !restarts.is_empty() {
+        bail!("a controller stopped during the run and was started again:\n{}", restarts.join("\n"));
+    }
     if fleet.trace {
         eprintln!("trace updated at {:.1} ms", (start + wall).duration_since(fleet.t0).as_secs_f64() * 1000.0);
     }
