@@ -566,8 +566,7 @@ async fn named_cuts(fleet: &Fleet) -> Result<()> {
     // (1) After both writes, before the reboot.
     rearm(vm, &format!("{}=pause", os_points::AFTER_CURRENT_SAVED), Armed::ThisBoot).await?;
     wait_failpoint(fleet, vm, os_points::AFTER_CURRENT_SAVED, OS_ROLLOUT_PER_NODE).await?;
-    let staged = vm.sh("test -e /run/ostree/staged-deployment && echo staged || echo none").await?;
-    ensure!(staged.trim() == "staged", "held after the current config was saved, yet nothing is staged");
+    ensure!(staged_now().await?, "held after the current config was saved, yet nothing is staged");
     tracing::info!("power cut: v2 staged, phase and current config saved, reboot not asked for");
     let (boot, _, release) = power_cycle(vm, "the first cut").await?;
     ensure!(release == "1", "the staged deployment was never finalized, yet the VM booted release {release}");

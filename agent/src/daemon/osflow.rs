@@ -453,14 +453,13 @@ impl Agent {
     async fn runs_other_commit(&mut self, want: Option<&str>) -> bool {
         let (Some(os), Some(want)) = (self.os.clone(), want) else { return false };
         let running = match self.booted_checksum(&os).await {
-            Ok(Some(booted)) => Ok(Some(booted)),
             // A sysroot that boots nothing runs its default deployment.
             Ok(None) => self
                 .read_os_status(&os)
                 .await
                 .map(|st| st.deployments.first().map(|d| d.checksum.clone()))
                 .map_err(|e| e.to_string()),
-            Err(e) => Err(e),
+            booted => booted,
         };
         match running {
             Ok(Some(running)) if deploys_other_commit(Some(want), &running) => {
