@@ -457,3 +457,18 @@ async fn events_expire_after_the_event_ttl() {
     assert!(!out.contains("worker.expiring"), "kubectl get events still lists it: {out}");
     get_ok(&admin, &MACHINE_CONFIG_POOL, "worker").await;
 }
+
+/// The coordinator's health and metrics through `kubectl get --raw`, as an operator reads them.
+#[test]
+fn kubectl_get_raw_reads_readyz_and_metrics() {
+    let Some(exe) = kubectl_path() else { return };
+    let c = Coordinator::start();
+    let k = Kubectl::new(exe, &c, Auth::Kubeconfig);
+    let ready = k.ok(&["get", "--raw", "/readyz?verbose"]);
+    assert!(ready.contains("[+]store ok") && ready.contains("[+]controller/node ok"), "{ready}");
+    assert!(ready.ends_with("readyz check passed\n"), "{ready}");
+    let metrics = k.ok(&["get", "--raw", "/metrics"]);
+    assert!(metrics.contains("aloft_controller_up{controller=\"node\"} 1"), "{metrics}");
+    let err = k.fails(&["get", "--raw", "/readyz/etcd"]);
+    assert!(err.contains("NotFound") || err.contains("not found") || err.contains("404"), "{err}");
+}

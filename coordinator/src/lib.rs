@@ -8,6 +8,8 @@ pub mod bench;
 pub mod controllers;
 pub mod ctl;
 pub mod fsutil;
+pub mod health;
+pub mod metrics;
 pub mod resources;
 pub mod serve;
 pub mod server;

@@ -117,16 +117,20 @@ pub async fn run(opts: ServeOptions) -> Result<()> {
     let tokens = Arc::new(store.clone());
     let token_store = store.clone();
     let store: Arc<dyn crate::store::Store> = Arc::new(store);
+    let health = Arc::new(crate::health::Health::default());
     let ctx = Arc::new(Ctx {
         store: store.clone(),
         tokens,
         token_store,
         limits: opts.limits.clone(),
         pages: Default::default(),
+        health: health.clone(),
     });
-    controllers::spawn_all(store.clone()).context("starting the controllers")?;
+    controllers::spawn_all(store.clone(), health.clone()).context("starting the controllers")?;
     let (ttl_store, ttl) = (store.clone(), opts.event_ttl);
-    tokio::spawn(controllers::supervise("event-ttl", move || controllers::event_ttl::run(ttl_store.clone(), ttl)));
+    tokio::spawn(controllers::supervise("event-ttl", health, move || {
+        controllers::event_ttl::run(ttl_store.clone(), ttl)
+    }));
     let app = server::router(ctx).into_make_service();
     tracing::info!(%addr, scheme, data_dir = %opts.data_dir.display(), "aloft-coordinator serving");
     println!("aloft-coordinator listening on {}", client.server);

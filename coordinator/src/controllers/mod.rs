@@ -17,6 +17,7 @@ pub mod render;
 pub mod rollout_policy;
 pub mod uncordon;
 
+use crate::health::Health;
 use crate::resources::NODE;
 use crate::server::objects;
 use crate::store::{revision_of, Event, Key, Store, StoreError, WatchFilter};
@@ -127,7 +128,7 @@ impl FleetFeed {
 /// Their Events are written from the runtime this is called on (the API server's), not from the
 /// controllers' thread: a rollout records one per pick, and building and writing them was a
 /// tenth of that thread's time, taken between the passes that refill freed slots.
-pub fn spawn_all(store: Arc<dyn Store>) -> std::io::Result<()> {
+pub fn spawn_all(store: Arc<dyn Store>, health: Arc<Health>) -> std::io::Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let recorder = |component| match tokio::runtime::Handle::try_current() {
         Ok(_) => Some(events::Recorder::new(component, store.clone())),
@@ -143,9 +144,9 @@ pub fn spawn_all(store: Arc<dyn Store>) -> std::io::Result<()> {
                 drain_events.unwrap_or_else(|| events::Recorder::new("aloft-drain-controller", store.clone()));
             let (s1, s2, s3) = (store.clone(), store.clone(), store);
             futures::future::join3(
-                supervise("render", move || render::run(s1.clone())),
-                supervise("node", move || node::run(s2.clone(), node_events.clone())),
-                supervise("drain", move || drain::run(s3.clone(), drain_events.clone())),
+                supervise("render", health.clone(), move || render::run(s1.clone())),
+                supervise("node", health.clone(), move || node::run(s2.clone(), node_events.clone())),
+                supervise("drain", health, move || drain::run(s3.clone(), drain_events.clone())),
             )
             .await;
         })
@@ -167,8 +168,9 @@ const RAN_WELL: Duration = Duration::from_secs(300);
 /// the API with nobody picking nodes, and a rollout would hang with no sign but a log line (a
 /// panic in the node controller once did exactly that mid-rollout). A controller keeps no state
 /// that its start does not rebuild from the store, so starting it again is safe; the wait grows
-/// while it keeps stopping so that a defect hit on every pass does not spin.
-pub(crate) async fn supervise<F, Fut>(name: &'static str, start: F)
+/// while it keeps stopping so that a defect hit on every pass does not spin. `health` follows
+/// each start and stop, for `/readyz` and `/metrics`.
+pub async fn supervise<F, Fut>(name: &'static str, health: Arc<Health>, start: F)
 where
     F: Fn() -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
@@ -176,6 +178,7 @@ where
     let mut wait = RESTART_AFTER;
     loop {
         let started = tokio::time::Instant::now();
+        health.started(name);
         let outcome = tokio::spawn(start()).await;
         if started.elapsed() >= RAN_WELL {
             wait = RESTART_AFTER;
@@ -185,6 +188,7 @@ where
             Err(e) => tracing::error!(controller = name, error = %e, restart_in = ?wait,
                 "controller failed; starting it again"),
         }
+        health.stopped(name, wait);
         tokio::time::sleep(wait).await;
         wait = (wait * 2).min(RESTART_AT_MOST);
     }
@@ -363,7 +367,8 @@ mod tests {
         let t0 = tokio::time::Instant::now();
         let at = Arc::new(std::sync::Mutex::new(Vec::new()));
         let (s, a) = (starts.clone(), at.clone());
-        let sup = tokio::spawn(supervise("test", move || {
+        let health = Arc::new(Health::default());
+        let sup = tokio::spawn(supervise("test", health.clone(), move || {
             let (s, a) = (s.clone(), a.clone());
             async move {
                 let n = s.fetch_add(1, Ordering::SeqCst);
@@ -375,8 +380,17 @@ mod tests {
                 }
             }
         }));
-        tokio::time::sleep(Duration::from_secs(10)).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let l = health.loops()["test"].clone();
+        assert_eq!(
+            (l.restarts, &l.state),
+            (1, &crate::health::LoopState::WaitingToStart { at: t0 + RESTART_AFTER }),
+            "after the panic, waiting to start again"
+        );
+        tokio::time::sleep(Duration::from_millis(9500)).await;
         assert_eq!(starts.load(Ordering::SeqCst), 3, "started, started again after the panic and after the return");
+        let l = health.loops()["test"].clone();
+        assert_eq!((l.restarts, l.state), (2, crate::health::LoopState::Running), "running after two stops");
         let at = at.lock().unwrap().clone();
         assert_eq!(at[1] - at[0], RESTART_AFTER, "{at:?}");
         assert_eq!(at[2] - at[1], RESTART_AFTER * 2, "{at:?}");

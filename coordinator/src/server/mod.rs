@@ -13,11 +13,12 @@ pub mod table;
 pub mod validate;
 pub mod watch;
 
-use crate::auth::{self, Identity};
+use crate::auth::{self, Identity, Role};
+use crate::health::{self as health_checks, Health};
 use crate::store::{SqliteStore, Store, StoreError};
 use async_trait::async_trait;
 use axum::body::Body;
-use axum::extract::{Query, Request, State};
+use axum::extract::{Query, RawQuery, Request, State};
 use axum::http::{HeaderMap, Method, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -69,6 +70,8 @@ pub struct Ctx {
     pub limits: Limits,
     /// Lists kept for their later pages (`limit` and `continue`).
     pub pages: pages::Pages,
+    /// The supervised loops' states, for the health endpoints and `/metrics`.
+    pub health: Arc<Health>,
 }
 
 pub type SharedCtx = Arc<Ctx>;
@@ -149,10 +152,63 @@ fn into_response(r: Result<Response, ApiError>) -> Response {
     r.unwrap_or_else(IntoResponse::into_response)
 }
 
+/// The query of a health endpoint: `verbose` (present, whatever its value) and every `exclude`.
+fn health_query(raw: Option<&str>) -> (bool, Vec<String>) {
+    let (mut verbose, mut exclude) = (false, Vec::new());
+    for pair in raw.unwrap_or_default().split('&').filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        let v = percent_encoding::percent_decode_str(v).decode_utf8_lossy().into_owned();
+        match k {
+            "verbose" => verbose = true,
+            "exclude" => exclude.push(v),
+            _ => {}
+        }
+    }
+    (verbose, exclude)
+}
+
+/// `/readyz` and `/healthz` (the same checks, as in Kubernetes since /healthz was deprecated):
+/// 200 `ok`, or 500 listing each check; `?verbose` lists them also when all pass, `?exclude=NAME`
+/// leaves one out; `/readyz/NAME` runs one.
+async fn health_endpoint(ctx: &Ctx, endpoint: &str, one: Option<&str>, query: Option<&str>) -> Response {
+    let checks = health_checks::checks(&ctx.health, ctx.store.as_ref()).await;
+    let verdict = match one {
+        Some(name) => match health_checks::single(&checks, name) {
+            Some(v) => v,
+            None => return (StatusCode::NOT_FOUND, format!("no health check named {name:?}\n")).into_response(),
+        },
+        None => {
+            let (verbose, exclude) = health_query(query);
+            match health_checks::without(checks, &exclude) {
+                Ok(checks) => health_checks::verdict(endpoint, &checks, verbose),
+                Err(e) => return (StatusCode::BAD_REQUEST, format!("{e}\n")).into_response(),
+            }
+        }
+    };
+    let code = if verdict.ok { StatusCode::OK } else { StatusCode::INTERNAL_SERVER_ERROR };
+    (code, [("content-type", "text/plain; charset=utf-8"), ("x-content-type-options", "nosniff")], verdict.body)
+        .into_response()
+}
+
+/// `/metrics`, for admins and viewers (a node's credential reads only what its node needs).
+async fn metrics(ctx: &Ctx, who: &Identity) -> Response {
+    if !matches!(who.role, Role::Admin | Role::Viewer) {
+        return ApiError::forbidden(&who.name, "get", "/metrics", None).into_response();
+    }
+    match crate::metrics::encode(ctx.store.as_ref(), &ctx.health).await {
+        Ok(text) => (StatusCode::OK, [("content-type", crate::metrics::CONTENT_TYPE)], text).into_response(),
+        Err(e) => ApiError::internal(e.to_string()).into_response(),
+    }
+}
+
 /// The API router. Health endpoints are open; everything else needs a token.
 pub fn router(ctx: SharedCtx) -> Router {
     let api = Router::new()
         .route("/version", get(|| async { json_ok(discovery::version()) }))
+        .route(
+            "/metrics",
+            get(|State(c): State<SharedCtx>, Extension(w): Extension<Identity>| async move { metrics(&c, &w).await }),
+        )
         .route(
             "/aloft/v1/enroll",
             axum::routing::post(
@@ -179,10 +235,42 @@ pub fn router(ctx: SharedCtx) -> Router {
         .route("/apis/{*rest}", any(api_root::<false>))
         .fallback(|| async { ApiError::not_found_path().into_response() })
         .route_layer(middleware::from_fn_with_state(ctx.clone(), authenticate))
-        .with_state(ctx);
+        .with_state(ctx.clone());
+    type Path = axum::extract::Path<String>;
     Router::new()
-        .route("/healthz", get(|| async { "ok" }))
-        .route("/readyz", get(|| async { "ok" }))
-        .route("/livez", get(|| async { "ok" }))
+        .route(
+            "/healthz",
+            get(|State(c): State<SharedCtx>, RawQuery(q): RawQuery| async move {
+                health_endpoint(&c, "healthz", None, q.as_deref()).await
+            }),
+        )
+        .route(
+            "/healthz/{*check}",
+            get(|State(c): State<SharedCtx>, axum::extract::Path(n): Path| async move {
+                health_endpoint(&c, "healthz", Some(&n), None).await
+            }),
+        )
+        .route(
+            "/readyz",
+            get(|State(c): State<SharedCtx>, RawQuery(q): RawQuery| async move {
+                health_endpoint(&c, "readyz", None, q.as_deref()).await
+            }),
+        )
+        .route(
+            "/readyz/{*check}",
+            get(|State(c): State<SharedCtx>, axum::extract::Path(n): Path| async move {
+                health_endpoint(&c, "readyz", Some(&n), None).await
+            }),
+        )
+        // Liveness is the process answering: a stopped controller is started again inside it,
+        // and restarting the whole coordinator for it would only drop every agent's watch.
+        .route(
+            "/livez",
+            get(|RawQuery(q): RawQuery| async move {
+                let checks = [health_checks::Check { name: "ping".into(), failure: None, note: None }];
+                health_checks::verdict("livez", &checks, health_query(q.as_deref()).0).body
+            }),
+        )
+        .with_state(ctx)
         .merge(api)
 }

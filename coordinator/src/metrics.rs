@@ -1,0 +1,112 @@
+//! The coordinator's Prometheus metrics (`GET /metrics`, with an admin or viewer token).
+//!
+//! Why: a fleet operator alerts on what `aloftctl get mcp` shows (degraded machines, a pool that
+//! stays Updating, a circuit breaker that opened) and on the coordinator's own trouble (a
+//! controller that keeps being started again), without polling the API and parsing objects.
+//! Pool series are read from the pools' stored status at scrape time, so they are exactly what
+//! the node controller last wrote (MCO's counts and conditions), never a second computation.
+//!
+//! Series:
+//! - `aloft_pool_machine_count{pool}`, and `..._ready_`, `..._updated_`, `..._unavailable_`,
+//!   `..._degraded_machine_count{pool}`: the pool's status counts;
+//! - `aloft_pool_condition{pool,condition}`: 1 while the condition is True, else 0;
+//! - `aloft_pool_paused{pool}`: 1 when `spec.paused` is set;
+//! - `aloft_controller_up{controller}`: 1 while the loop runs, 0 while it waits to start again;
+//! - `aloft_controller_restarts_total{controller}`: times it stopped and was started again;
+//! - `aloft_store_revision`: the store's newest revision (a write counter).
+
+use crate::health::{Health, LoopState};
+use crate::resources::MACHINE_CONFIG_POOL;
+use crate::store::{Store, StoreError};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use serde_json::Value;
+
+/// OpenMetrics text, which Prometheus scrapes natively.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// The status counts exported per pool, by the name of their status field.
+const COUNTS: &[(&str, &str, &str)] = &[
+    ("aloft_pool_machine_count", "machineCount", "Nodes in the pool"),
+    ("aloft_pool_ready_machine_count", "readyMachineCount", "Nodes on the pool's config and Ready"),
+    ("aloft_pool_updated_machine_count", "updatedMachineCount", "Nodes on the pool's config"),
+    ("aloft_pool_unavailable_machine_count", "unavailableMachineCount", "Nodes counted against maxUnavailable"),
+    ("aloft_pool_degraded_machine_count", "degradedMachineCount", "Nodes that failed to update"),
+];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PoolLabels {
+    pool: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ConditionLabels {
+    pool: String,
+    condition: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ControllerLabels {
+    controller: String,
+}
+
+/// Errors of a scrape.
+#[derive(Debug, thiserror::Error)]
+pub enum MetricsError {
+    #[error("reading the store: {0}")]
+    Store(#[from] StoreError),
+    #[error("encoding metrics: {0}")]
+    Encode(#[from] std::fmt::Error),
+}
+
+/// The exposition text: a fresh registry per scrape, filled from the store and `health`.
+pub async fn encode(store: &dyn Store, health: &Health) -> Result<String, MetricsError> {
+    let pools = store.list(&MACHINE_CONFIG_POOL.store_key(), None).await?;
+    let mut registry = Registry::default();
+    for (metric, field, help) in COUNTS {
+        let family = Family::<PoolLabels, Gauge>::default();
+        for pool in &pools.items {
+            if let Some(n) = pool["status"][field].as_i64() {
+                family.get_or_create(&PoolLabels { pool: name_of(pool) }).set(n);
+            }
+        }
+        registry.register(*metric, *help, family);
+    }
+    let conditions = Family::<ConditionLabels, Gauge>::default();
+    let paused = Family::<PoolLabels, Gauge>::default();
+    for pool in &pools.items {
+        for c in pool["status"]["conditions"].as_array().into_iter().flatten() {
+            let Some(condition) = c["type"].as_str() else { continue };
+            let labels = ConditionLabels { pool: name_of(pool), condition: condition.to_string() };
+            conditions.get_or_create(&labels).set(i64::from(c["status"] == "True"));
+        }
+        paused.get_or_create(&PoolLabels { pool: name_of(pool) }).set(i64::from(pool["spec"]["paused"] == true));
+    }
+    registry.register("aloft_pool_condition", "A pool's status condition: 1 while True", conditions);
+    registry.register("aloft_pool_paused", "1 while the pool's spec.paused is set", paused);
+
+    let up = Family::<ControllerLabels, Gauge>::default();
+    let restarts = Family::<ControllerLabels, Counter>::default();
+    for (name, l) in health.loops() {
+        let labels = ControllerLabels { controller: name.to_string() };
+        up.get_or_create(&labels).set(i64::from(l.state == LoopState::Running));
+        restarts.get_or_create(&labels).inc_by(l.restarts);
+    }
+    registry.register("aloft_controller_up", "1 while the controller runs, 0 while it waits to start again", up);
+    registry.register("aloft_controller_restarts", "Times the controller stopped and was started again", restarts);
+
+    let revision = Gauge::<i64>::default();
+    revision.set(i64::try_from(pools.revision).unwrap_or(i64::MAX));
+    registry.register("aloft_store_revision", "The store's newest revision", revision);
+
+    let mut out = String::new();
+    prometheus_client::encoding::text::encode(&mut out, &registry)?;
+    Ok(out)
+}
+
+fn name_of(obj: &Value) -> String {
+    obj["metadata"]["name"].as_str().unwrap_or_default().to_string()
+}

@@ -1,0 +1,142 @@
+//! The coordinator's health endpoints and metrics, on a real coordinator over HTTPS: `/readyz`
+//! lists the store and every supervised controller in Kubernetes' format, and `/metrics` (admin
+//! or viewer token only) carries each pool's status exactly as stored. (kubectl reads both with
+//! `get --raw`: tests/kubectl.rs.)
+
+use aloft_api::annotations as ann;
+use aloft_tests::*;
+use serde_json::json;
+use std::time::Duration;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+/// A plain HTTPS client pinning the coordinator's CA, sending `token` if any.
+async fn raw(c: &Coordinator, path: &str, token: Option<&str>) -> (u16, String, String) {
+    let h = reqwest::Client::builder()
+        .tls_certs_only([reqwest::Certificate::from_pem(&c.ca_pem()).unwrap()])
+        .build()
+        .unwrap();
+    let mut req = h.get(format!("{}{path}", c.url()));
+    if let Some(t) = token {
+        req = req.bearer_auth(t);
+    }
+    let r = req.send().await.unwrap();
+    let code = r.status().as_u16();
+    let ctype = r.headers().get("content-type").map(|v| v.to_str().unwrap().to_string()).unwrap_or_default();
+    (code, ctype, r.text().await.unwrap())
+}
+
+/// The value of the sample `series` (name and labels, as printed) in a metrics text.
+fn sample(text: &str, series: &str) -> Option<i64> {
+    text.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+async fn node(c: &Client, name: &str) {
+    let n = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name,
+        "labels": {"node-role.kubernetes.io/worker": ""}, "annotations": {ann::STATE: "Done"}}});
+    c.post(&path_of(&NODE, None), &n).await.unwrap().into_result().unwrap();
+    let ready = json!({"status": {"conditions": [{"type": "Ready", "status": "True"}]}});
+    let status = format!("{}/status", path_of(&NODE, Some(name)));
+    c.patch(&status, "application/merge-patch+json", &ready).await.unwrap().into_result().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_lists_the_store_and_every_controller_and_rejects_unknown_checks() {
+    let c = Coordinator::start();
+    let body = eventually(WAIT, "/readyz?verbose listing the event-ttl loop", || async {
+        let (code, _, body) = raw(&c, "/readyz?verbose", None).await;
+        Ok((code == 200 && body.contains("controller/event-ttl")).then_some(body))
+    })
+    .await;
+    let want = "[+]ping ok\n[+]store ok\n[+]controller/drain ok\n[+]controller/event-ttl ok\n\
+                [+]controller/node ok\n[+]controller/render ok\nreadyz check passed\n";
+    assert_eq!(body, want, "no token needed; each check on its line");
+
+    assert_eq!(raw(&c, "/readyz", None).await, (200, "text/plain; charset=utf-8".into(), "ok".into()));
+    assert_eq!(raw(&c, "/healthz", None).await.2, "ok");
+    assert_eq!(raw(&c, "/livez?verbose", None).await.2, "[+]ping ok\nlivez check passed\n");
+    assert_eq!(raw(&c, "/readyz/controller/node", None).await.2, "ok");
+    assert_eq!(raw(&c, "/healthz/store", None).await.2, "ok");
+
+    let (code, _, body) = raw(&c, "/readyz/etcd", None).await;
+    assert_eq!((code, body.as_str()), (404, "no health check named \"etcd\"\n"));
+    let (code, _, body) = raw(&c, "/readyz?exclude=stor", None).await;
+    assert_eq!(code, 400, "a misspelt exclusion could hide a failing check: {body}");
+    assert!(body.contains("\"stor\"") && body.contains("store"), "{body}");
+    let (code, _, body) = raw(&c, "/readyz?verbose&exclude=store&exclude=controller%2Fdrain", None).await;
+    assert_eq!(code, 200);
+    assert!(!body.contains("store") && !body.contains("drain") && body.contains("[+]controller/node ok"), "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_carry_each_pools_status_for_admins_and_viewers_only() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    admin.post(&path_of(&MACHINE_CONFIG, None), &machine_config("00-worker", "worker")).await.unwrap();
+    admin.post(&path_of(&MACHINE_CONFIG_POOL, None), &machine_config_pool("worker", "worker")).await.unwrap();
+    for n in ["w1", "w2", "w3"] {
+        node(&admin, n).await;
+    }
+    eventually(WAIT, "the worker pool counting 3 machines", || async {
+        let p = get_ok(&admin, &MACHINE_CONFIG_POOL, "worker").await;
+        Ok((p["status"]["machineCount"] == 3).then_some(()))
+    })
+    .await;
+
+    assert_eq!(raw(&c, "/metrics", None).await.0, 401, "a token is needed");
+    let node_token = {
+        let boot = c.client_with_token(Some(&c.create_token("boot-w4", "bootstrap")));
+        let r = boot.post("/aloft/v1/enroll", &json!({"nodeName": "w4", "labels": {}})).await.unwrap();
+        r.into_result().unwrap()["token"].as_str().unwrap().to_string()
+    };
+    let (code, _, body) = raw(&c, "/metrics", Some(&node_token)).await;
+    assert_eq!(code, 403, "a node's credential reads only what its node needs: {body}");
+
+    let viewer = c.create_token("dashboards", "viewer");
+    let (code, ctype, text) = raw(&c, "/metrics", Some(&viewer)).await;
+    assert_eq!(code, 200, "{text}");
+    assert!(ctype.starts_with("application/openmetrics-text"), "{ctype}");
+    // The status moves on while the controllers settle; read it again with each scrape.
+    let (text, status) = eventually(WAIT, "metrics and the stored pool agreeing", || async {
+        let (_, _, text) = raw(&c, "/metrics", Some(&viewer)).await;
+        let p = get_ok(&admin, &MACHINE_CONFIG_POOL, "worker").await;
+        let counts = [
+            ("aloft_pool_machine_count", "machineCount"),
+            ("aloft_pool_ready_machine_count", "readyMachineCount"),
+            ("aloft_pool_updated_machine_count", "updatedMachineCount"),
+            ("aloft_pool_unavailable_machine_count", "unavailableMachineCount"),
+            ("aloft_pool_degraded_machine_count", "degradedMachineCount"),
+        ];
+        let agree = counts.iter().all(|(m, f)| {
+            sample(&text, &format!("{m}{{pool=\"worker\"}}")) == p["status"][f].as_i64()
+                && p["status"][f].as_i64().is_some()
+        });
+        Ok(agree.then(|| (text, p["status"].clone())))
+    })
+    .await;
+    assert_eq!(status["machineCount"], 3, "w4 has no worker label: {status}");
+    for cond in status["conditions"].as_array().unwrap() {
+        let t = cond["type"].as_str().unwrap();
+        let want = i64::from(cond["status"] == "True");
+        assert_eq!(
+            sample(&text, &format!("aloft_pool_condition{{pool=\"worker\",condition=\"{t}\"}}")),
+            Some(want),
+            "condition {t}:\n{text}"
+        );
+    }
+    assert_eq!(sample(&text, "aloft_pool_paused{pool=\"worker\"}"), Some(0), "{text}");
+    for controller in ["render", "node", "drain", "event-ttl"] {
+        assert_eq!(sample(&text, &format!("aloft_controller_up{{controller=\"{controller}\"}}")), Some(1), "{text}");
+        let restarts = format!("aloft_controller_restarts_total{{controller=\"{controller}\"}}");
+        assert_eq!(sample(&text, &restarts), Some(0), "{text}");
+    }
+    assert!(sample(&text, "aloft_store_revision").is_some_and(|r| r > 0), "{text}");
+    assert!(text.trim_end().ends_with("# EOF"), "OpenMetrics ends with # EOF");
+
+    // Pausing the pool shows at the next scrape.
+    let paused = json!({"spec": {"paused": true}});
+    let p = path_of(&MACHINE_CONFIG_POOL, Some("worker"));
+    admin.patch(&p, "application/merge-patch+json", &paused).await.unwrap().into_result().unwrap();
+    let (_, _, text) = raw(&c, "/metrics", Some(&c.admin_token())).await;
+    assert_eq!(sample(&text, "aloft_pool_paused{pool=\"worker\"}"), Some(1), "{text}");
+}
