@@ -48,8 +48,8 @@ async fn readyz_lists_the_store_and_every_controller_and_rejects_unknown_checks(
         Ok((code == 200 && body.contains("controller/event-ttl")).then_some(body))
     })
     .await;
-    let want = "[+]ping ok\n[+]store ok\n[+]controller/drain ok\n[+]controller/event-ttl ok\n\
-                [+]controller/node ok\n[+]controller/render ok\nreadyz check passed\n";
+    let want = "[+]ping ok\n[+]store ok\n[+]controllers ok\n[+]controller/drain ok\n\
+                [+]controller/event-ttl ok\n[+]controller/node ok\n[+]controller/render ok\nreadyz check passed\n";
     assert_eq!(body, want, "no token needed; each check on its line");
 
     assert_eq!(raw(&c, "/readyz", None).await, (200, "text/plain; charset=utf-8".into(), "ok".into()));
@@ -139,4 +139,40 @@ async fn metrics_carry_each_pools_status_for_admins_and_viewers_only() {
     admin.patch(&p, "application/merge-patch+json", &paused).await.unwrap().into_result().unwrap();
     let (_, _, text) = raw(&c, "/metrics", Some(&c.admin_token())).await;
     assert_eq!(sample(&text, "aloft_pool_paused{pool=\"worker\"}"), Some(1), "{text}");
+}
+
+/// Under systemd (NOTIFY_SOCKET and WATCHDOG_USEC, as `Type=notify` with `WatchdogSec=` sets
+/// them): READY=1 with a STATUS= line once the API serves, then WATCHDOG=1 at half the interval.
+/// (The pings' gate, a stuck controllers' thread or store, is unit-tested in `health`.)
+#[test]
+fn under_systemd_it_notifies_ready_and_pings_the_watchdog() {
+    use std::os::unix::net::UnixDatagram;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("notify");
+    let sock = UnixDatagram::bind(&path).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let env = vec![
+        ("NOTIFY_SOCKET".to_string(), path.display().to_string()),
+        ("WATCHDOG_USEC".to_string(), "1000000".to_string()),
+    ];
+    let c = Coordinator::start_with(Options { env, ..Default::default() });
+    let recv = || {
+        let mut buf = [0u8; 4096];
+        let n = sock.recv(&mut buf).expect("a notification within 30 s");
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    };
+    let first = recv();
+    let want = format!("READY=1\nSTATUS=serving on {}; ", c.url());
+    assert!(first.starts_with(&want), "{first:?}");
+    let start = std::time::Instant::now();
+    let mut pings = 0;
+    while pings < 3 {
+        let m = recv();
+        match m.as_str() {
+            "WATCHDOG=1\n" => pings += 1,
+            other => assert!(other.starts_with("STATUS=serving on "), "only STATUS= and WATCHDOG=1 follow: {other:?}"),
+        }
+    }
+    let took = start.elapsed();
+    assert!(took >= Duration::from_millis(900), "three pings at 500 ms took {took:?}");
 }

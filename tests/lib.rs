@@ -108,6 +108,8 @@ pub struct Options {
     /// Keep the same loopback port across restarts (agents keep their URL), instead of a new
     /// free port per start.
     pub fixed_port: bool,
+    /// Extra environment for the process (e.g. `NOTIFY_SOCKET`).
+    pub env: Vec<(String, String)>,
 }
 
 /// A running `aloft-coordinator serve` on its own temp data dir, on a free loopback port.
@@ -158,6 +160,7 @@ impl Coordinator {
             cmd.arg("--insecure-http");
         }
         cmd.args(&self.opts.args)
+            .envs(self.opts.env.iter().map(|(k, v)| (k, v)))
             .env("ALOFT_LOG", std::env::var("ALOFT_LOG").unwrap_or_else(|_| "info".into()))
             .env("NO_COLOR", "1")
             .env_remove("ALOFT_DATA_DIR")

@@ -15,6 +15,11 @@ use tokio::time::Instant;
 
 /// How long the store check waits for a read before it fails.
 const STORE_CHECK_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often the controllers' thread proves it still runs (see [`Health::beat`]).
+pub const BEAT_EVERY: Duration = Duration::from_secs(1);
+/// A thread that has not beaten for this long is stuck: a controller's pass that never yields
+/// (a pass over 10,000 nodes takes ~15 ms), or a blocking call that never returns.
+const BEAT_STALE: Duration = Duration::from_secs(15);
 
 /// Where a supervised loop is in its life.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,6 +45,8 @@ pub struct LoopHealth {
 #[derive(Debug, Default)]
 pub struct Health {
     loops: Mutex<BTreeMap<&'static str, LoopHealth>>,
+    /// When the controllers' thread last ran its heartbeat task; None before it started.
+    beat: Mutex<Option<Instant>>,
 }
 
 impl Health {
@@ -76,6 +83,42 @@ impl Health {
     pub fn loops(&self) -> BTreeMap<&'static str, LoopHealth> {
         self.with_loops(|loops| loops.clone())
     }
+
+    /// The controllers' thread is running: a task on its runtime calls this every
+    /// [`BEAT_EVERY`]. A panic is caught by the supervisor, but a pass that never yields stops
+    /// every controller of the thread without one, and only the missing beat shows it.
+    pub fn beat(&self) {
+        *self.beat.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+    }
+
+    /// Why the controllers' thread is not running, if it is not.
+    fn thread_failure(&self) -> Option<String> {
+        match *self.beat.lock().unwrap_or_else(|p| p.into_inner()) {
+            None => Some("the controllers' thread has not started".into()),
+            Some(t) if t.elapsed() > BEAT_STALE => {
+                Some(format!("the controllers' thread has not run for {}s", t.elapsed().as_secs()))
+            }
+            Some(_) => None,
+        }
+    }
+}
+
+/// Whether the coordinator is alive, for the systemd watchdog: the controllers' thread runs and
+/// the store answers a read. A controller waiting to be started again does not count: its
+/// supervisor starts it, and restarting the process for it would drop every agent's watch.
+pub async fn alive(health: &Health, store: &dyn Store) -> Result<(), String> {
+    if let Some(why) = health.thread_failure() {
+        return Err(why);
+    }
+    store_failure(store).await.map_or(Ok(()), Err)
+}
+
+async fn store_failure(store: &dyn Store) -> Option<String> {
+    match tokio::time::timeout(STORE_CHECK_TIMEOUT, store.revision()).await {
+        Ok(Ok(_)) => None,
+        Ok(Err(e)) => Some(format!("reading the store: {e}")),
+        Err(_) => Some(format!("the store did not answer a read within {}s", STORE_CHECK_TIMEOUT.as_secs())),
+    }
 }
 
 /// One line of `/readyz?verbose`.
@@ -92,12 +135,8 @@ pub struct Check {
 /// The checks behind `/readyz` and `/healthz`, in a fixed order.
 pub async fn checks(health: &Health, store: &dyn Store) -> Vec<Check> {
     let mut out = vec![Check { name: "ping".into(), failure: None, note: None }];
-    let failure = match tokio::time::timeout(STORE_CHECK_TIMEOUT, store.revision()).await {
-        Ok(Ok(_)) => None,
-        Ok(Err(e)) => Some(format!("reading the store: {e}")),
-        Err(_) => Some(format!("the store did not answer a read within {}s", STORE_CHECK_TIMEOUT.as_secs())),
-    };
-    out.push(Check { name: "store".into(), failure, note: None });
+    out.push(Check { name: "store".into(), failure: store_failure(store).await, note: None });
+    out.push(Check { name: "controllers".into(), failure: health.thread_failure(), note: None });
     let now = Instant::now();
     for (name, l) in health.loops() {
         let stops = match l.restarts {
@@ -196,6 +235,32 @@ mod tests {
         let l = &h.loops()["node"];
         assert_eq!((l.state.clone(), l.restarts), (LoopState::Running, 2));
         assert_eq!(h.loops()["render"].restarts, 0, "another loop is untouched");
+    }
+
+    /// The watchdog's gate: alive while the controllers' thread beats and the store answers;
+    /// a thread that stops beating fails it (and `/readyz`), a stopped controller does not.
+    #[tokio::test(start_paused = true)]
+    async fn alive_needs_a_recent_beat_and_a_store_that_answers() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::store::SqliteStore::open(&dir.path().join("aloft.db")).unwrap();
+        let h = Health::default();
+        let err = alive(&h, &store).await.unwrap_err();
+        assert_eq!(err, "the controllers' thread has not started");
+        h.beat();
+        assert_eq!(alive(&h, &store).await, Ok(()));
+        h.started("node");
+        h.stopped("node", Duration::from_secs(60));
+        assert_eq!(alive(&h, &store).await, Ok(()), "the supervisor handles a stopped controller");
+        tokio::time::advance(BEAT_STALE + Duration::from_secs(1)).await;
+        let err = alive(&h, &store).await.unwrap_err();
+        assert_eq!(err, "the controllers' thread has not run for 16s");
+        let c = checks(&h, &store).await;
+        let names: Vec<&str> = c.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["ping", "store", "controllers", "controller/node"]);
+        assert_eq!(c[2].failure.as_deref(), Some("the controllers' thread has not run for 16s"));
+        assert!(c[3].failure.as_deref().is_some_and(|f| f.starts_with("stopped once, starting again in 44s")), "{c:?}");
+        h.beat();
+        assert_eq!(alive(&h, &store).await, Ok(()));
     }
 
     #[test]

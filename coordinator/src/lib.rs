@@ -10,6 +10,7 @@ pub mod ctl;
 pub mod fsutil;
 pub mod health;
 pub mod metrics;
+pub mod notify;
 pub mod resources;
 pub mod serve;
 pub mod server;

@@ -128,10 +128,11 @@ pub async fn run(opts: ServeOptions) -> Result<()> {
     });
     controllers::spawn_all(store.clone(), health.clone()).context("starting the controllers")?;
     let (ttl_store, ttl) = (store.clone(), opts.event_ttl);
-    tokio::spawn(controllers::supervise("event-ttl", health, move || {
+    tokio::spawn(controllers::supervise("event-ttl", health.clone(), move || {
         controllers::event_ttl::run(ttl_store.clone(), ttl)
     }));
     let app = server::router(ctx).into_make_service();
+    let serving_store = store.clone();
     tracing::info!(%addr, scheme, data_dir = %opts.data_dir.display(), "aloft-coordinator serving");
     println!("aloft-coordinator listening on {}", client.server);
     println!(
@@ -140,13 +141,18 @@ pub async fn run(opts: ServeOptions) -> Result<()> {
     );
     // TCP_NODELAY: small responses must not wait for the client's delayed ACK (40 ms each).
     let nodelay = axum_server::accept::NoDelayAcceptor::new();
+    // The listener is bound (connections queue from here on), so systemd may start what waits
+    // for the coordinator once the serving certificate has loaded.
+    let ready = crate::notify::serving(client.server.clone(), health, serving_store);
     if opts.insecure_http {
+        ready.await;
         axum_server::from_tcp(listener)?.acceptor(nodelay).serve(app).await?;
     } else {
         let cfg = axum_server::tls_rustls::RustlsConfig::from_pem_file(&pki.cert, &pki.key)
             .await
             .context("loading the serving certificate")?;
         let tls = axum_server::tls_rustls::RustlsAcceptor::new(cfg).acceptor(nodelay);
+        ready.await;
         axum_server::from_tcp(listener)?.acceptor(tls).serve(app).await?;
     }
     Ok(())

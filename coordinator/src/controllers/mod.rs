@@ -143,10 +143,17 @@ pub fn spawn_all(store: Arc<dyn Store>, health: Arc<Health>) -> std::io::Result<
             let drain_events =
                 drain_events.unwrap_or_else(|| events::Recorder::new("aloft-drain-controller", store.clone()));
             let (s1, s2, s3) = (store.clone(), store.clone(), store);
-            futures::future::join3(
+            let beat = health.clone();
+            futures::future::join4(
                 supervise("render", health.clone(), move || render::run(s1.clone())),
                 supervise("node", health.clone(), move || node::run(s2.clone(), node_events.clone())),
                 supervise("drain", health, move || drain::run(s3.clone(), drain_events.clone())),
+                async move {
+                    loop {
+                        beat.beat();
+                        tokio::time::sleep(crate::health::BEAT_EVERY).await;
+                    }
+                },
             )
             .await;
         })

@@ -1,0 +1,76 @@
+//! systemd integration of `serve`: READY=1 once the API accepts connections, STATUS= with what
+//! `/readyz` would say, and WATCHDOG=1 only while the coordinator is alive.
+//!
+//! Why: the unit is `Type=notify` with `WatchdogSec=`, so units ordered after the coordinator
+//! start once it serves, `systemctl status aloft-coordinator` shows whether a controller is
+//! waiting to be started again, and systemd restarts a coordinator whose controllers' thread or
+//! store is stuck: a hang the in-process supervisor cannot see, since nothing panics. All of it
+//! is a no-op without NOTIFY_SOCKET (tests, a shell).
+
+use crate::health::{self, Health};
+use crate::store::Store;
+use sd_notify::NotifyState;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How often STATUS= is refreshed when no watchdog sets the pace.
+const STATUS_EVERY: Duration = Duration::from_secs(10);
+
+fn send(states: &[NotifyState<'_>]) {
+    // A lost notification must not stop the coordinator; systemd's timeouts catch a real one.
+    if let Err(e) = sd_notify::notify(states) {
+        tracing::warn!(error = %e, "sd_notify failed");
+    }
+}
+
+/// One line for STATUS=: `serving` and the failing checks, if any.
+async fn status_line(listening: &str, health: &Health, store: &dyn Store) -> String {
+    let failing: Vec<String> = health::checks(health, store)
+        .await
+        .into_iter()
+        .filter_map(|c| c.failure.map(|why| format!("{}: {why}", c.name)))
+        .collect();
+    let line = match failing.is_empty() {
+        true => format!("serving on {listening}; store and controllers ok"),
+        false => format!("serving on {listening}; not ready: {}", failing.join("; ")),
+    };
+    // A newline would end the STATUS= field and start a bogus one.
+    line.replace('\n', " ")
+}
+
+/// READY=1 now, then STATUS= and the watchdog's pings from a task of its own, for as long as
+/// the runtime runs. A ping is sent only when [`health::alive`] passes, so a stuck coordinator
+/// is restarted by systemd after `WatchdogSec`.
+pub async fn serving(listening: String, health: Arc<Health>, store: Arc<dyn Store>) {
+    if std::env::var_os("NOTIFY_SOCKET").is_none() {
+        return;
+    }
+    let status = status_line(&listening, &health, store.as_ref()).await;
+    send(&[NotifyState::Ready, NotifyState::Status(&status)]);
+    // Half of WATCHDOG_USEC, as systemd advises; None when off or meant for another process.
+    let watchdog = sd_notify::watchdog_enabled().filter(|d| !d.is_zero()).map(|d| d / 2);
+    if let Some(every) = watchdog {
+        tracing::info!(interval_ms = every.as_millis() as u64, "systemd watchdog enabled");
+    }
+    tokio::spawn(async move {
+        let every = watchdog.unwrap_or(STATUS_EVERY).min(STATUS_EVERY);
+        let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut last = status;
+        loop {
+            tick.tick().await;
+            let now = status_line(&listening, &health, store.as_ref()).await;
+            if now != last {
+                send(&[NotifyState::Status(&now)]);
+                last = now;
+            }
+            if watchdog.is_none() {
+                continue;
+            }
+            match health::alive(&health, store.as_ref()).await {
+                Ok(()) => send(&[NotifyState::Watchdog]),
+                Err(why) => tracing::error!(%why, "not pinging systemd's watchdog: the coordinator is stuck"),
+            }
+        }
+    });
+}
