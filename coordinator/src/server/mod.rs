@@ -201,6 +201,17 @@ async fn metrics(ctx: &Ctx, who: &Identity) -> Response {
     }
 }
 
+/// `/<endpoint>` (all checks) and `/<endpoint>/<check>` (one).
+fn health_routes(endpoint: &'static str) -> Router<SharedCtx> {
+    let all = move |State(c): State<SharedCtx>, RawQuery(q): RawQuery| async move {
+        health_endpoint(&c, endpoint, None, q.as_deref()).await
+    };
+    let one = move |State(c): State<SharedCtx>, axum::extract::Path(n): axum::extract::Path<String>| async move {
+        health_endpoint(&c, endpoint, Some(&n), None).await
+    };
+    Router::new().route(&format!("/{endpoint}"), get(all)).route(&format!("/{endpoint}/{{*check}}"), get(one))
+}
+
 /// The API router. Health endpoints are open; everything else needs a token.
 pub fn router(ctx: SharedCtx) -> Router {
     let api = Router::new()
@@ -236,32 +247,9 @@ pub fn router(ctx: SharedCtx) -> Router {
         .fallback(|| async { ApiError::not_found_path().into_response() })
         .route_layer(middleware::from_fn_with_state(ctx.clone(), authenticate))
         .with_state(ctx.clone());
-    type Path = axum::extract::Path<String>;
     Router::new()
-        .route(
-            "/healthz",
-            get(|State(c): State<SharedCtx>, RawQuery(q): RawQuery| async move {
-                health_endpoint(&c, "healthz", None, q.as_deref()).await
-            }),
-        )
-        .route(
-            "/healthz/{*check}",
-            get(|State(c): State<SharedCtx>, axum::extract::Path(n): Path| async move {
-                health_endpoint(&c, "healthz", Some(&n), None).await
-            }),
-        )
-        .route(
-            "/readyz",
-            get(|State(c): State<SharedCtx>, RawQuery(q): RawQuery| async move {
-                health_endpoint(&c, "readyz", None, q.as_deref()).await
-            }),
-        )
-        .route(
-            "/readyz/{*check}",
-            get(|State(c): State<SharedCtx>, axum::extract::Path(n): Path| async move {
-                health_endpoint(&c, "readyz", Some(&n), None).await
-            }),
-        )
+        .merge(health_routes("healthz"))
+        .merge(health_routes("readyz"))
         // Liveness is the process answering: a stopped controller is started again inside it,
         // and restarting the whole coordinator for it would only drop every agent's watch.
         .route(
