@@ -323,3 +323,25 @@ async fn get_reads_a_long_list_in_pages() {
     assert_eq!(json["items"].as_array().unwrap().len(), n);
     assert_eq!(json["items"][n - 1]["metadata"]["name"], want[n - 1]);
 }
+
+/// `get --raw PATH` prints what the server answers, as kubectl's does: the health checks and
+/// the metrics text; a failing answer is an error carrying the body; a path that is not from
+/// the root, or --raw with a TYPE, is refused before any request.
+#[tokio::test]
+async fn get_raw_prints_health_and_metrics_and_fails_on_an_error_answer() {
+    let c = Coordinator::start();
+    let ready = ok(&c, &["get", "--raw", "/readyz?verbose"]);
+    assert!(ready.starts_with("[+]ping ok\n[+]store ok\n") && ready.ends_with("readyz check passed\n"), "{ready}");
+    let metrics = ok(&c, &["get", "--raw", "/metrics"]);
+    assert!(metrics.contains("aloft_controller_up{controller=\"render\"} 1"), "{metrics}");
+    let pools = ok(&c, &["get", "--raw", "/apis/machineconfiguration.openshift.io/v1/machineconfigpools"]);
+    let list: serde_json::Value = serde_json::from_str(&pools).expect("a list as JSON");
+    assert_eq!(list["kind"], "MachineConfigPoolList");
+
+    let err = fails(&c, &["get", "--raw", "/readyz/etcd"]);
+    assert!(err.contains("answered 404 for /readyz/etcd: no health check named \"etcd\""), "{err}");
+    let err = fails(&c, &["get", "--raw", "readyz"]);
+    assert!(err.contains("starting with '/'") && err.contains("\"readyz\""), "{err}");
+    let err = fails(&c, &["get", "mcp", "--raw", "/readyz"]);
+    assert!(err.contains("cannot be used with"), "{err}");
+}

@@ -302,6 +302,13 @@ impl Client {
         self.call_as(Method::PATCH, path, Some((patch_type, serde_json::to_vec(body)?))).await
     }
 
+    /// GET `path` as bytes, whatever its type (`aloftctl get --raw`, as `kubectl get --raw`:
+    /// health endpoints and metrics are text, not JSON): the status code and the body.
+    pub async fn get_raw(&self, path: &str) -> Result<(u16, Vec<u8>)> {
+        let (code, bytes) = self.send(Method::GET, path, None, None).await?;
+        Ok((code, bytes.to_vec()))
+    }
+
     pub async fn get(&self, path: &str) -> Result<Reply> {
         self.call(Method::GET, path, None, None).await
     }

@@ -59,8 +59,12 @@ enum Cmd {
     /// List objects or show one (tables by default; -o yaml|json|wide|name).
     Get {
         /// TYPE, TYPE/NAME, or TYPE NAME...
-        #[arg(required = true)]
+        #[arg(required_unless_present = "raw")]
         args: Vec<String>,
+        /// Print what the server answers at this path, as it is (e.g. `/readyz?verbose`,
+        /// `/metrics`, `/apis/machineconfiguration.openshift.io/v1/machineconfigpools`).
+        #[arg(long, value_name = "PATH", conflicts_with_all = ["args", "output", "selector", "watch"])]
+        raw: Option<String>,
         #[arg(short = 'o', long, value_enum)]
         output: Option<Output>,
         /// Label selector, e.g. `machineconfiguration.openshift.io/role=worker`.
@@ -295,7 +299,10 @@ pub async fn main() -> Result<()> {
     let client = Client::new(&client_config(&cli)?)?;
     let ns = cli.namespace.clone();
     match cli.cmd {
-        Cmd::Get { args, output, selector, watch } => get(&client, &ns, &args, output, selector, watch).await,
+        Cmd::Get { raw: Some(path), .. } => get_raw(&client, &path).await,
+        Cmd::Get { args, output, selector, watch, raw: None } => {
+            get(&client, &ns, &args, output, selector, watch).await
+        }
         Cmd::Describe { args } => describe(&client, &ns, &args).await,
         Cmd::Apply { files, dry_run } => apply_files(&client, &ns, &files, dry_run).await,
         Cmd::Delete { args, files, ignore_not_found } => delete(&client, &ns, &args, &files, ignore_not_found).await,
@@ -327,6 +334,21 @@ pub async fn main() -> Result<()> {
             Ok(())
         }
     }
+}
+
+/// `get --raw PATH`: the body on stdout as it came; an answer other than 2xx is an error carrying
+/// the body (a failing `/readyz` lists its checks there).
+async fn get_raw(client: &Client, path: &str) -> Result<()> {
+    if !path.starts_with('/') {
+        bail!("--raw takes a path from the server's root, starting with '/' (e.g. /readyz?verbose), not {path:?}");
+    }
+    let (code, body) = client.get_raw(path).await?;
+    let text = String::from_utf8_lossy(&body);
+    if !(200..300).contains(&code) {
+        bail!("the server answered {code} for {path}: {}", text.trim_end());
+    }
+    print!("{text}");
+    Ok(())
 }
 
 async fn get(
