@@ -80,5 +80,10 @@ echo "== 5. Rendered configs nothing uses any more, pruned as oc adm prune does 
 ctl adm prune renderedmachineconfigs list
 ctl adm prune renderedmachineconfigs --pool-name worker
 ctl adm prune renderedmachineconfigs --pool-name worker --confirm
+
+echo
+echo "== 6. The coordinator's own health and the pool's metrics =="
+ctl get --raw '/readyz?verbose'
+ctl get --raw /metrics | grep -E '^aloft_(pool_(machine|updated_machine|degraded_machine)_count|controller_restarts_total)'
 echo
 echo "Coordinator state: $work/coordinator/aloft.db and aloft-tokens.db (SQLite, WAL). Logs: $work/*.log"
