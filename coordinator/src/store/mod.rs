@@ -224,6 +224,9 @@ pub trait Store: Send + Sync + 'static {
     async fn watch(&self, filter: WatchFilter, from: u64) -> Result<WatchStream, StoreError>;
     /// The newest revision.
     async fn revision(&self) -> Result<u64, StoreError>;
+    /// Returns once the write path takes work: for the health checks, since reads still answer
+    /// while a commit that never returns holds every write.
+    async fn check_writes(&self) -> Result<(), StoreError>;
     /// Several compare-and-swap updates as one: all are written, in order and with consecutive
     /// revisions, or none is (the first failure is returned). For a decision whose parts are
     /// only safe together: a slot freed and refilled in one write, never refilled before it is

@@ -822,6 +822,13 @@ impl Store for SqliteStore {
         self.read_point(|c| meta_get(c, "revision")).await
     }
 
+    /// A job that changes nothing, through the writer's queue and transaction: it answers once
+    /// the writer has committed everything queued before it. (A transaction that changed no
+    /// page writes nothing to the WAL.)
+    async fn check_writes(&self) -> Result<(), StoreError> {
+        self.submit(Box::new(|_, _| Ok(Vec::new()))).await.map(|_| ())
+    }
+
     async fn update_all(&self, writes: Vec<(Key, Value, Option<u64>)>) -> Result<Vec<Stored>, StoreError> {
         let retain = self.inner.retain;
         let events = self
@@ -862,6 +869,36 @@ mod tests {
         let conn = open_file(&dir.path().join("t.db")).unwrap();
         let mode: i64 = conn.query_row("PRAGMA temp_store", [], |r| r.get(0)).unwrap();
         assert_eq!(mode, 2);
+    }
+
+    /// The write check goes through the writer: it waits while a commit holds the writer, and
+    /// answers once the writer is free again, without taking a revision.
+    #[tokio::test]
+    async fn the_write_check_waits_for_a_stuck_writer() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = SqliteStore::open(&dir.path().join("s.db")).unwrap();
+        s.check_writes().await.unwrap();
+        let (release, held) = std::sync::mpsc::channel::<()>();
+        let (entered, inside) = tokio::sync::oneshot::channel::<()>();
+        let stuck = {
+            let s = s.clone();
+            tokio::spawn(async move {
+                s.submit(Box::new(move |_, _| {
+                    let _ = entered.send(());
+                    let _ = held.recv();
+                    Ok(Vec::new())
+                }))
+                .await
+            })
+        };
+        inside.await.unwrap();
+        let wait = std::time::Duration::from_millis(300);
+        assert!(tokio::time::timeout(wait, s.check_writes()).await.is_err(), "answered while the writer was held");
+        assert_eq!(s.revision().await.unwrap(), 0, "reads still answer");
+        release.send(()).unwrap();
+        stuck.await.unwrap().unwrap();
+        tokio::time::timeout(std::time::Duration::from_secs(5), s.check_writes()).await.unwrap().unwrap();
+        assert_eq!(s.revision().await.unwrap(), 0, "the check takes no revision");
     }
 
     #[tokio::test]
