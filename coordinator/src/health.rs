@@ -40,6 +40,13 @@ pub struct LoopHealth {
     pub last_stop: Option<Instant>,
 }
 
+impl LoopHealth {
+    /// A loop as first started.
+    fn new() -> Self {
+        LoopHealth { state: LoopState::Running, restarts: 0, last_stop: None }
+    }
+}
+
 /// The supervised loops' states, shared by the supervisor (which writes) and the API server's
 /// health and metrics endpoints (which read).
 #[derive(Debug, Default)]
@@ -59,20 +66,14 @@ impl Health {
 
     /// `name` was started (for the first time, or again).
     pub fn started(&self, name: &'static str) {
-        self.with_loops(|loops| {
-            loops.entry(name).and_modify(|l| l.state = LoopState::Running).or_insert(LoopHealth {
-                state: LoopState::Running,
-                restarts: 0,
-                last_stop: None,
-            });
-        });
+        self.with_loops(|loops| loops.entry(name).or_insert_with(LoopHealth::new).state = LoopState::Running);
     }
 
     /// `name` stopped; the supervisor starts it again after `restart_in`.
     pub fn stopped(&self, name: &'static str, restart_in: Duration) {
         let now = Instant::now();
         self.with_loops(|loops| {
-            let l = loops.entry(name).or_insert(LoopHealth { state: LoopState::Running, restarts: 0, last_stop: None });
+            let l = loops.entry(name).or_insert_with(LoopHealth::new);
             l.state = LoopState::WaitingToStart { at: now + restart_in };
             l.restarts += 1;
             l.last_stop = Some(now);
@@ -103,14 +104,18 @@ impl Health {
     }
 }
 
-/// Whether the coordinator is alive, for the systemd watchdog: the controllers' thread runs and
-/// the store reads and writes. A controller waiting to be started again does not count: its
-/// supervisor starts it, and restarting the process for it would drop every agent's watch.
-pub async fn alive(health: &Health, store: &dyn Store) -> Result<(), String> {
-    if let Some(why) = health.thread_failure() {
-        return Err(why);
+/// The checks that decide whether the coordinator is alive, for the systemd watchdog: the
+/// controllers' thread runs and the store reads and writes. A controller waiting to be started
+/// again is not among them: its supervisor starts it, and restarting the process for it would
+/// drop every agent's watch.
+const LIVENESS: &[&str] = &["store", "controllers"];
+
+/// Whether `checks` (from [`checks`]) say the coordinator is alive; the first failure otherwise.
+pub fn alive(checks: &[Check]) -> Result<(), String> {
+    match checks.iter().find(|c| LIVENESS.contains(&c.name.as_str()) && c.failure.is_some()) {
+        Some(c) => Err(format!("{}: {}", c.name, c.failure.as_deref().unwrap_or_default())),
+        None => Ok(()),
     }
-    store_failure(store).await.map_or(Ok(()), Err)
 }
 
 /// Why the store is not working, if it is not: a read must answer, and the writer must take a
@@ -140,9 +145,16 @@ pub struct Check {
     pub note: Option<String>,
 }
 
+impl Check {
+    /// A check that passed, with nothing to add.
+    pub fn passed(name: &str) -> Self {
+        Check { name: name.into(), failure: None, note: None }
+    }
+}
+
 /// The checks behind `/readyz` and `/healthz`, in a fixed order.
 pub async fn checks(health: &Health, store: &dyn Store) -> Vec<Check> {
-    let mut out = vec![Check { name: "ping".into(), failure: None, note: None }];
+    let mut out = vec![Check::passed("ping")];
     out.push(Check { name: "store".into(), failure: store_failure(store).await, note: None });
     out.push(Check { name: "controllers".into(), failure: health.thread_failure(), note: None });
     let now = Instant::now();
@@ -254,19 +266,18 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = crate::store::SqliteStore::open(&dir.path().join("aloft.db")).unwrap();
         let h = Health::default();
-        let err = alive(&h, &store).await.unwrap_err();
-        assert_eq!(err, "the controllers' thread has not started");
+        let err = alive(&checks(&h, &store).await).unwrap_err();
+        assert_eq!(err, "controllers: the controllers' thread has not started");
         h.beat();
-        assert_eq!(alive(&h, &store).await, Ok(()));
+        assert_eq!(alive(&checks(&h, &store).await), Ok(()));
         h.started("node");
         h.stopped("node", Duration::from_secs(60));
-        assert_eq!(alive(&h, &store).await, Ok(()), "the supervisor handles a stopped controller");
+        assert_eq!(alive(&checks(&h, &store).await), Ok(()), "the supervisor handles a stopped controller");
         tokio::time::pause();
         tokio::time::advance(BEAT_STALE + Duration::from_secs(1)).await;
         tokio::time::resume();
-        let err = alive(&h, &store).await.unwrap_err();
-        assert_eq!(err, "the controllers' thread has not run for 16s");
         let c = checks(&h, &store).await;
+        assert_eq!(alive(&c).unwrap_err(), "controllers: the controllers' thread has not run for 16s");
         let names: Vec<&str> = c.iter().map(|c| c.name.as_str()).collect();
         assert_eq!(names, ["ping", "store", "controllers", "controller/node"]);
         assert_eq!(c[2].failure.as_deref(), Some("the controllers' thread has not run for 16s"));
@@ -277,7 +288,9 @@ mod tests {
         });
         assert!(secs.is_some_and(|n| n == "43" || n == "44"), "{c:?}");
         h.beat();
-        assert_eq!(alive(&h, &store).await, Ok(()));
+        assert_eq!(alive(&checks(&h, &store).await), Ok(()));
+        let stuck = [Check::passed("ping"), check("store", Some("no answer"), None)];
+        assert_eq!(alive(&stuck), Err("store: no answer".into()), "a store that does not answer");
     }
 
     #[test]

@@ -7,7 +7,7 @@
 //! store is stuck: a hang the in-process supervisor cannot see, since nothing panics. All of it
 //! is a no-op without NOTIFY_SOCKET (tests, a shell).
 
-use crate::health::{self, Health};
+use crate::health::{self, Check, Health};
 use crate::store::Store;
 use sd_notify::NotifyState;
 use std::sync::Arc;
@@ -24,12 +24,9 @@ fn send(states: &[NotifyState<'_>]) {
 }
 
 /// One line for STATUS=: `serving` and the failing checks, if any.
-async fn status_line(listening: &str, health: &Health, store: &dyn Store) -> String {
-    let failing: Vec<String> = health::checks(health, store)
-        .await
-        .into_iter()
-        .filter_map(|c| c.failure.map(|why| format!("{}: {why}", c.name)))
-        .collect();
+fn status_line(listening: &str, checks: &[Check]) -> String {
+    let failing: Vec<String> =
+        checks.iter().filter_map(|c| c.failure.as_ref().map(|why| format!("{}: {why}", c.name))).collect();
     let line = match failing.is_empty() {
         true => format!("serving on {listening}; store and controllers ok"),
         false => format!("serving on {listening}; not ready: {}", failing.join("; ")),
@@ -40,12 +37,12 @@ async fn status_line(listening: &str, health: &Health, store: &dyn Store) -> Str
 
 /// READY=1 now, then STATUS= and the watchdog's pings from a task of its own, for as long as
 /// the runtime runs. A ping is sent only when [`health::alive`] passes, so a stuck coordinator
-/// is restarted by systemd after `WatchdogSec`.
+/// is restarted by systemd after `WatchdogSec`. One round of checks a tick serves both.
 pub async fn serving(listening: String, health: Arc<Health>, store: Arc<dyn Store>) {
     if std::env::var_os("NOTIFY_SOCKET").is_none() {
         return;
     }
-    let status = status_line(&listening, &health, store.as_ref()).await;
+    let status = status_line(&listening, &health::checks(&health, store.as_ref()).await);
     send(&[NotifyState::Ready, NotifyState::Status(&status)]);
     // Half of WATCHDOG_USEC, as systemd advises; None when off or meant for another process.
     let watchdog = sd_notify::watchdog_enabled().filter(|d| !d.is_zero()).map(|d| d / 2);
@@ -59,7 +56,8 @@ pub async fn serving(listening: String, health: Arc<Health>, store: Arc<dyn Stor
         let mut last = status;
         loop {
             tick.tick().await;
-            let now = status_line(&listening, &health, store.as_ref()).await;
+            let checks = health::checks(&health, store.as_ref()).await;
+            let now = status_line(&listening, &checks);
             if now != last {
                 send(&[NotifyState::Status(&now)]);
                 last = now;
@@ -67,7 +65,7 @@ pub async fn serving(listening: String, health: Arc<Health>, store: Arc<dyn Stor
             if watchdog.is_none() {
                 continue;
             }
-            match health::alive(&health, store.as_ref()).await {
+            match health::alive(&checks) {
                 Ok(()) => send(&[NotifyState::Watchdog]),
                 Err(why) => tracing::error!(%why, "not pinging systemd's watchdog: the coordinator is stuck"),
             }
