@@ -141,6 +141,58 @@ async fn metrics_carry_each_pools_status_for_admins_and_viewers_only() {
     assert_eq!(sample(&text, "aloft_pool_paused{pool=\"worker\"}"), Some(1), "{text}");
 }
 
+/// `/metrics` counts what the API answered under Kubernetes' names and labels: by verb (LIST,
+/// WATCH, GET, ...), resource, scope and code, a missing token's 401 included; watches are counted
+/// open until they end and are not timed; a path that names no resource leaves no trace of its
+/// text in the labels.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_count_what_the_api_answered() {
+    let c = Coordinator::start();
+    let admin_token = c.admin_token();
+    let admin = c.client();
+    for _ in 0..3 {
+        assert_eq!(raw(&c, "/api/v1/nodes/no-such-node", Some(&admin_token)).await.0, 404);
+    }
+    for _ in 0..2 {
+        assert_eq!(raw(&c, "/api/v1/nodes", None).await.0, 401);
+    }
+    assert_eq!(raw(&c, "/apis/example.com/v1/widgets", Some(&admin_token)).await.0, 404);
+    let mut watch = admin.watch("/api/v1/nodes?watch=true", None).await.unwrap().bytes_stream();
+
+    let series = |verb: &str, scope: &str| {
+        format!("{{verb=\"{verb}\",group=\"\",version=\"v1\",resource=\"nodes\",subresource=\"\",scope=\"{scope}\"")
+    };
+    let open = format!("apiserver_longrunning_requests{}}}", series("WATCH", "cluster"));
+    let (_, _, text) = raw(&c, "/metrics", Some(&admin_token)).await;
+    let total = |text: &str, verb: &str, scope: &str, code: u16| {
+        sample(text, &format!("apiserver_request_total{},code=\"{code}\"}}", series(verb, scope)))
+    };
+    assert_eq!(total(&text, "GET", "resource", 404), Some(3), "{text}");
+    assert_eq!(total(&text, "LIST", "cluster", 401), Some(2), "a missing token is counted too:\n{text}");
+    assert_eq!(total(&text, "WATCH", "cluster", 200), Some(1), "{text}");
+    assert_eq!(sample(&text, &open), Some(1), "one watch open:\n{text}");
+    let timed = format!("apiserver_request_duration_seconds_count{}}}", series("GET", "resource"));
+    assert_eq!(sample(&text, &timed), Some(3), "{text}");
+    assert!(!text.contains("apiserver_request_duration_seconds_count{verb=\"WATCH\""), "a watch is not timed:\n{text}");
+    let nowhere = "apiserver_request_total{verb=\"GET\",group=\"\",version=\"\",resource=\"\",subresource=\"\",scope=\"\",code=\"404\"}";
+    assert_eq!(sample(&text, nowhere), Some(1), "{text}");
+    assert!(!text.contains("widgets") && !text.contains("example.com"), "no label from a path's text:\n{text}");
+
+    // The watch still answers; once the client lets it go, it is no longer counted open.
+    admin
+        .post(&path_of(&NODE, None), &json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "w1"}}))
+        .await
+        .unwrap();
+    use futures::StreamExt;
+    assert!(tokio::time::timeout(WAIT, watch.next()).await.unwrap().is_some(), "the watch delivers");
+    drop(watch);
+    eventually(WAIT, "the watch counted closed", || async {
+        let (_, _, text) = raw(&c, "/metrics", Some(&admin_token)).await;
+        Ok((sample(&text, &open) == Some(0)).then_some(()))
+    })
+    .await;
+}
+
 /// Under systemd (NOTIFY_SOCKET and WATCHDOG_USEC, as `Type=notify` with `WatchdogSec=` sets
 /// them): READY=1 with a STATUS= line once the API serves, then WATCHDOG=1 at half the interval.
 /// (The pings' gate, a stuck controllers' thread or store, is unit-tested in `health`.)

@@ -13,10 +13,14 @@
 //! - `aloft_pool_paused{pool}`: 1 when `spec.paused` is set;
 //! - `aloft_controller_up{controller}`: 1 while the loop runs, 0 while it waits to start again;
 //! - `aloft_controller_restarts_total{controller}`: times it stopped and was started again;
-//! - `aloft_store_revision`: the store's newest revision (a write counter).
+//! - `aloft_store_revision`: the store's newest revision (a write counter);
+//! - `apiserver_request_total{verb,group,version,resource,subresource,scope,code}`,
+//!   `apiserver_request_duration_seconds{...}` and `apiserver_longrunning_requests{...}`: what the
+//!   API answered, as Kubernetes' API server names it ([`crate::server::request_metrics`]).
 
 use crate::health::{Health, LoopState};
 use crate::resources::MACHINE_CONFIG_POOL;
+use crate::server::request_metrics::RequestMetrics;
 use crate::store::{Store, StoreError};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -63,7 +67,7 @@ pub enum MetricsError {
 }
 
 /// The exposition text: a fresh registry per scrape, filled from the store and `health`.
-pub async fn encode(store: &dyn Store, health: &Health) -> Result<String, MetricsError> {
+pub async fn encode(store: &dyn Store, health: &Health, requests: &RequestMetrics) -> Result<String, MetricsError> {
     let pools = store.list(&MACHINE_CONFIG_POOL.store_key(), None).await?;
     let mut registry = Registry::default();
     for (metric, field, help) in COUNTS {
@@ -101,6 +105,7 @@ pub async fn encode(store: &dyn Store, health: &Health) -> Result<String, Metric
     let revision = Gauge::<i64>::default();
     revision.set(i64::try_from(pools.revision).unwrap_or(i64::MAX));
     registry.register("aloft_store_revision", "The store's newest revision", revision);
+    requests.register(&mut registry);
 
     let mut out = String::new();
     prometheus_client::encoding::text::encode(&mut out, &registry)?;

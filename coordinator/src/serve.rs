@@ -125,6 +125,7 @@ pub async fn run(opts: ServeOptions) -> Result<()> {
         limits: opts.limits.clone(),
         pages: Default::default(),
         health: health.clone(),
+        requests: Default::default(),
     });
     controllers::spawn_all(store.clone(), health.clone()).context("starting the controllers")?;
     let (ttl_store, ttl) = (store.clone(), opts.event_ttl);

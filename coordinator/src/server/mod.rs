@@ -9,6 +9,7 @@ pub mod objects;
 pub mod openapi;
 pub mod pages;
 pub mod request;
+pub mod request_metrics;
 pub mod table;
 pub mod validate;
 pub mod watch;
@@ -72,6 +73,8 @@ pub struct Ctx {
     pub pages: pages::Pages,
     /// The supervised loops' states, for the health endpoints and `/metrics`.
     pub health: Arc<Health>,
+    /// What the API answered, for `/metrics`.
+    pub requests: request_metrics::RequestMetrics,
 }
 
 pub type SharedCtx = Arc<Ctx>;
@@ -195,7 +198,7 @@ async fn metrics(ctx: &Ctx, who: &Identity) -> Response {
     if !matches!(who.role, Role::Admin | Role::Viewer) {
         return ApiError::forbidden(&who.name, "get", "/metrics", None).into_response();
     }
-    match crate::metrics::encode(ctx.store.as_ref(), &ctx.health).await {
+    match crate::metrics::encode(ctx.store.as_ref(), &ctx.health, &ctx.requests).await {
         Ok(text) => (StatusCode::OK, [("content-type", crate::metrics::CONTENT_TYPE)], text).into_response(),
         Err(e) => ApiError::internal(e.to_string()).into_response(),
     }
@@ -212,8 +215,10 @@ fn health_routes(endpoint: &'static str) -> Router<SharedCtx> {
     Router::new().route(&format!("/{endpoint}"), get(all)).route(&format!("/{endpoint}/{{*check}}"), get(one))
 }
 
-/// The API router. Health endpoints are open; everything else needs a token.
+/// The API router. Health endpoints are open; everything else needs a token. Every answer is
+/// counted for `/metrics`.
 pub fn router(ctx: SharedCtx) -> Router {
+    let counting = middleware::from_fn_with_state(ctx.clone(), request_metrics::observe);
     let api = Router::new()
         .route("/version", get(|| async { json_ok(discovery::version()) }))
         .route(
@@ -261,4 +266,5 @@ pub fn router(ctx: SharedCtx) -> Router {
         )
         .with_state(ctx)
         .merge(api)
+        .layer(counting)
 }
