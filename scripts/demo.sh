@@ -82,8 +82,9 @@ ctl adm prune renderedmachineconfigs --pool-name worker
 ctl adm prune renderedmachineconfigs --pool-name worker --confirm
 
 echo
-echo "== 6. The coordinator's own health and the pool's metrics =="
+echo "== 6. The coordinator's own health, the pool's metrics, and what the agents asked of the API =="
 ctl get --raw '/readyz?verbose'
 ctl get --raw /metrics | grep -E '^aloft_(pool_(machine|updated_machine|degraded_machine)_count|controller_restarts_total)'
+ctl get --raw /metrics | grep -E '^apiserver_(request_total\{verb="PATCH".*resource="nodes"|longrunning_requests\{verb="WATCH".*resource="nodes")'
 echo
 echo "Coordinator state: $work/coordinator/aloft.db and aloft-tokens.db (SQLite, WAL). Logs: $work/*.log"

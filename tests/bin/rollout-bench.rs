@@ -248,6 +248,30 @@ fn host_speed() -> Duration {
         .unwrap_or_default()
 }
 
+/// The coordinator's count of answered requests on Nodes, by verb and code (`apiserver_request_total`
+/// from its `/metrics`): what the fleet asked of it, since the bench's own requests read pools.
+async fn node_requests(admin: &Client) -> Result<std::collections::BTreeMap<String, u64>> {
+    let (code, body) = admin.get_raw("/metrics").await?;
+    if code != 200 {
+        bail!("/metrics answered {code}: {}", String::from_utf8_lossy(&body));
+    }
+    let mut out = std::collections::BTreeMap::new();
+    for line in String::from_utf8_lossy(&body).lines() {
+        let Some(labels) = line.strip_prefix("apiserver_request_total{") else { continue };
+        if !labels.contains("resource=\"nodes\"") {
+            continue;
+        }
+        let label = |name: &str| {
+            let start = labels.find(&format!("{name}=\""))? + name.len() + 2;
+            labels[start..].split('"').next()
+        };
+        let value: u64 = line.rsplit(' ').next().and_then(|v| v.parse().ok()).unwrap_or(0);
+        let key = format!("{} {}", label("verb").unwrap_or("?"), label("code").unwrap_or("?"));
+        *out.entry(key).or_insert(0) += value;
+    }
+    Ok(out)
+}
+
 /// Wait at least 2 s, then until the coordinator (`pid`) used under 10% of a core over two
 /// quarter-seconds in a row (at most 2 minutes); returns how long it took.
 async fn settle(pid: u32) -> Duration {
@@ -379,6 +403,7 @@ async fn main() -> Result<()> {
         anyhow::Ok(r.unwrap_or(0))
     };
     let rev0 = revision(admin.clone()).await?;
+    let requests0 = node_requests(&admin).await?;
     let (coordinator0, sim0) = (proc_usage(c.pid()), proc_usage(std::process::id()));
     let threads0 = threads(c.pid());
     let (cpu0, sim_cpu0) = (coordinator0.cpu_s, sim0.cpu_s);
@@ -487,6 +512,8 @@ async fn main() -> Result<()> {
     let sim_cpu = sim_usage.cpu_s - sim_cpu0;
     // The fleet is idle by now; the timing holds this thread only.
     let speed_after = tokio::task::block_in_place(host_speed);
+    // Before the last revision read: that LIST is the bench's, not the fleet's.
+    let requests = node_requests(&admin).await?;
     let writes = revision(admin.clone()).await? - rev0;
     let batches = args.nodes.div_ceil(k);
     let ideal = args.per_node * batches as u32;
@@ -535,6 +562,16 @@ async fn main() -> Result<()> {
         speed_after.as_secs_f64() * 1000.0
     );
     println!("  store writes during the rollout: {writes} ({:.1} per node)", writes as f64 / args.nodes as f64);
+    let per_verb: Vec<String> = requests
+        .iter()
+        .map(|(verb, n)| (verb, n.saturating_sub(requests0.get(verb).copied().unwrap_or(0))))
+        .filter(|(_, n)| *n > 0)
+        .map(|(verb, n)| format!("{verb} {n} ({:.2} per node)", n as f64 / args.nodes as f64))
+        .collect();
+    println!(
+        "  the fleet's requests, as the coordinator counted them (/metrics, by verb and code): {}",
+        per_verb.join(", ")
+    );
     println!(
         "  simulated fleet's CPU {sim_cpu:.2} s (its {} TLS clients share the machine with the coordinator)",
         args.nodes
