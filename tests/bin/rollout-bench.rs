@@ -249,7 +249,8 @@ fn host_speed() -> Duration {
 }
 
 /// The coordinator's count of answered requests on Nodes, by verb and code (`apiserver_request_total`
-/// from its `/metrics`): what the fleet asked of it, since the bench's own requests read pools.
+/// from its `/metrics`): what the fleet asked of it. The bench's own requests during the rollout
+/// read the pool, except the stall report's reads of stuck nodes.
 async fn node_requests(admin: &Client) -> Result<std::collections::BTreeMap<String, u64>> {
     let (code, body) = admin.get_raw("/metrics").await?;
     if code != 200 {
@@ -564,9 +565,9 @@ async fn main() -> Result<()> {
     println!("  store writes during the rollout: {writes} ({:.1} per node)", writes as f64 / args.nodes as f64);
     let per_verb: Vec<String> = requests
         .iter()
-        .map(|(verb, n)| (verb, n.saturating_sub(requests0.get(verb).copied().unwrap_or(0))))
+        .map(|(verb_code, n)| (verb_code, n.saturating_sub(requests0.get(verb_code).copied().unwrap_or(0))))
         .filter(|(_, n)| *n > 0)
-        .map(|(verb, n)| format!("{verb} {n} ({:.2} per node)", n as f64 / args.nodes as f64))
+        .map(|(verb_code, n)| format!("{verb_code} {n} ({:.2} per node)", n as f64 / args.nodes as f64))
         .collect();
     println!(
         "  the fleet's requests, as the coordinator counted them (/metrics, by verb and code): {}",

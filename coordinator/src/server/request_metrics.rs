@@ -63,7 +63,12 @@ impl Route {
         };
         let Ok(Target::Resource(p)) = parsed else { return plain };
         let named = p.name.is_some();
-        let watching = || uri.query().unwrap_or_default().split('&').any(|kv| kv == "watch=true" || kv == "watch=1");
+        // As the handler reads it: the last `watch` parameter, percent-decoded.
+        let watching = || {
+            let last = uri.query().unwrap_or_default().split('&').rev().find_map(|kv| kv.strip_prefix("watch="));
+            last.map(|v| percent_encoding::percent_decode_str(v).decode_utf8_lossy())
+                .is_some_and(|v| v == "true" || v == "1")
+        };
         let applying = || {
             headers
                 .get("content-type")
@@ -71,7 +76,8 @@ impl Route {
                 .is_some_and(|c| c.starts_with("application/apply-patch"))
         };
         let verb = match method_verb {
-            "GET" if !named && watching() => "WATCH",
+            // A watch of one object (`.../nodes/n1?watch=true`) is served as a watch too.
+            "GET" if watching() => "WATCH",
             "GET" if !named => "LIST",
             "PATCH" if applying() => "APPLY",
             v => v,
@@ -212,6 +218,11 @@ mod tests {
         assert_eq!((r.verb, r.scope), ("WATCH", "cluster"));
         let r = route(Method::GET, "/api/v1/nodes/n1", None);
         assert_eq!((r.verb, r.scope), ("GET", "resource"));
+        let r = route(Method::GET, "/api/v1/nodes/n1?watch=1", None);
+        assert_eq!((r.verb, r.scope), ("WATCH", "resource"));
+        for (query, verb) in [("watch=false", "LIST"), ("watch=%74rue", "WATCH"), ("watch=1&watch=0", "LIST")] {
+            assert_eq!(route(Method::GET, &format!("/api/v1/nodes?{query}"), None).verb, verb, "{query}");
+        }
         let r = route(Method::PATCH, "/api/v1/nodes/n1/status", Some("application/merge-patch+json"));
         assert_eq!((r.verb, r.subresource, r.scope), ("PATCH", "status", "resource"));
         let r = route(
