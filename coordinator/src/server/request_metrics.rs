@@ -87,7 +87,7 @@ impl Route {
             group: p.rt.group,
             version: p.rt.version,
             resource: p.rt.plural,
-            // The only subresource a path can name (any other is a 404 before this).
+            // The only subresource the parse accepts; a path naming another is labelled as no resource.
             subresource: if p.subresource.is_some() { "status" } else { "" },
             scope: match (named, p.namespace.is_some()) {
                 (true, _) => "resource",
