@@ -571,7 +571,7 @@ async fn rollout(
     if fleet.failures.load(Ordering::SeqCst) == 0 {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            let p = admin.get(&pool_path).await?.into_result()?;
+            let p = admin.get(pool_path).await?.into_result()?;
             let updated = p
                 .pointer("/status/conditions")
                 .and_then(Value::as_array)
