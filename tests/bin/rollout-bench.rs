@@ -81,8 +81,9 @@ fn parse_args() -> Result<Args> {
                     "rollout-bench --nodes N --max-unavailable INT|PCT% --per-node-ms MS [--failure-rate 0..1] [--runs R]\n\
                      \n\
                      --runs R: R rollouts one after another on the same enrolled fleet (each a new MachineConfig,\n\
-                     after the coordinator went idle), each reported in full, then their ratios sorted and\n\
-                     their median. The ratio moves with the host's speed from run to run; one figure says little."
+                     after the coordinator went idle), each reported in full, then their ratios in order with\n\
+                     their median, lowest and highest. The ratio moves with the host's speed from run to run;\n\
+                     one figure says little."
                 );
                 std::process::exit(0);
             }
