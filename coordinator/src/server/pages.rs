@@ -6,8 +6,10 @@
 //! Kubernetes. Kubernetes reads later pages from etcd at the first page's revision; this store
 //! keeps only each object's newest version and a compacted log, which cannot say what every key
 //! held at an older revision. So the first page takes the whole (filtered) list once, as an
-//! unpaged list does, and keeps what follows the first page, serialized, for the later pages to
-//! slice. A 10,000-node `kubectl get nodes` was one 12 MB response; it is now 20 pages.
+//! unpaged list does, and keeps what follows the first page, as the stored JSON, for the later
+//! pages to slice. For the resources the store keeps in memory (Nodes, MachineConfigs, pools)
+//! that JSON is the store's own copy, shared: a kept list costs a pointer per item until the
+//! objects change, and only the versions replaced since stay alive for it. A 10,000-node `kubectl get nodes` was one 12 MB response; it is now 20 pages.
 //!
 //! The kept lists are bounded in bytes and age, and dropped once their last page is served. A
 //! continue token whose list is gone gets 410 Expired with Kubernetes' message, and the client
@@ -17,10 +19,12 @@ use super::error::ApiError;
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, VecDeque};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// The bytes of serialized items all kept lists may hold together; the oldest go first.
+/// The bytes of serialized items all kept lists may hold together; the oldest go first. Counted
+/// whole even where an item is shared with the store's memory: the bound holds once every kept
+/// object has changed.
 pub const MAX_BYTES: usize = 128 * 1024 * 1024;
 /// How long a kept list waits for its next page (etcd's default compaction interval).
 pub const MAX_AGE: Duration = Duration::from_secs(300);
@@ -88,7 +92,7 @@ impl PageRequest {
 /// items after this page (none when this page is the last).
 #[derive(Debug)]
 pub struct Page {
-    pub items: Vec<String>,
+    pub items: Vec<Arc<str>>,
     pub revision: u64,
     pub next: Option<(String, usize)>,
 }
@@ -98,7 +102,7 @@ struct Kept {
     /// The resource, namespace and selectors the list was for: a token is only good for the same.
     query: String,
     revision: u64,
-    items: Vec<Box<str>>,
+    items: Vec<Arc<str>>,
     bytes: usize,
     created: Instant,
 }
@@ -119,11 +123,10 @@ pub struct Pages {
 impl Pages {
     /// The first page of a fresh list at `revision`: `page` (at most `limit` items) and the
     /// matching items after it, all as stored JSON; the rest is kept for the later pages.
-    pub fn first(&self, query: String, revision: u64, page: Vec<String>, rest: Vec<String>) -> Page {
+    pub fn first(&self, query: String, revision: u64, page: Vec<Arc<str>>, rest: Vec<Arc<str>>) -> Page {
         if rest.is_empty() {
             return Page { items: page, revision, next: None };
         }
-        let rest: Vec<Box<str>> = rest.into_iter().map(String::into_boxed_str).collect();
         let remaining = rest.len();
         let bytes = rest.iter().map(|s| s.len()).sum();
         let mut st = self.lock();
@@ -154,7 +157,7 @@ impl Pages {
             return Err(ApiError::bad_request("continue key is not valid: it points past the list"));
         }
         let end = if limit == 0 { kept.items.len() } else { (from.offset + limit).min(kept.items.len()) };
-        let items: Vec<String> = kept.items[from.offset..end].iter().map(|s| s.to_string()).collect();
+        let items = kept.items[from.offset..end].to_vec();
         let remaining = kept.items.len() - end;
         let revision = kept.revision;
         let next = if remaining == 0 {
@@ -205,7 +208,7 @@ mod tests {
     /// The first page of `all` at `limit`, as the list handler splits it.
     fn first(pages: &Pages, query: &str, revision: u64, mut all: Vec<Value>, limit: usize) -> Page {
         let rest = if limit == 0 || all.len() <= limit { Vec::new() } else { all.split_off(limit) };
-        let text = |v: Vec<Value>| v.iter().map(Value::to_string).collect();
+        let text = |v: Vec<Value>| v.iter().map(|v| Arc::from(v.to_string())).collect();
         pages.first(query.into(), revision, text(all), text(rest))
     }
 

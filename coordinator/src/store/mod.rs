@@ -131,10 +131,11 @@ pub struct Listing {
     pub revision: u64,
 }
 
-/// [`Listing`] with each item as its stored JSON text.
+/// [`Listing`] with each item as its stored JSON text: for a resource the store keeps in memory,
+/// the store's own copy (shared, not copied: a paged list keeps its later pages this way).
 #[derive(Debug, Clone)]
 pub struct JsonListing {
-    pub items: Vec<String>,
+    pub items: Vec<Arc<str>>,
     pub revision: u64,
 }
 
