@@ -61,12 +61,26 @@ struct ObjectCache {
 
 #[derive(Default)]
 struct CacheState {
-    /// In key order (resource, namespace, name): a list is a range, already sorted as SQLite's
-    /// listing is (a hash map's list had to filter every cached object and sort, and took longer
-    /// than SQLite's ordered read).
-    objects: std::collections::BTreeMap<Key, Stored>,
+    /// By key: a point read or a write is a hash lookup (an ordered map's string comparisons
+    /// down the tree cost the 10,000-node rollout 3% more coordinator CPU).
+    objects: std::collections::HashMap<Key, Stored>,
+    /// The same keys in order (resource, namespace, name), moved only when an object is added
+    /// or deleted: a list is a range of it, already sorted as SQLite's listing is (a list that
+    /// filtered and sorted the map took longer than SQLite's ordered read).
+    order: std::collections::BTreeSet<Key>,
     /// The store's revision once the last commit applied here was made.
     revision: u64,
+}
+
+impl CacheState {
+    fn put(&mut self, key: Key, stored: Stored) {
+        if let Some(old) = self.objects.get_mut(&key) {
+            *old = stored;
+        } else {
+            self.order.insert(key.clone());
+            self.objects.insert(key, stored);
+        }
+    }
 }
 
 impl ObjectCache {
@@ -83,9 +97,13 @@ impl ObjectCache {
         let mut st = self.lock();
         for ev in events.into_iter().filter(|ev| self.covers(&ev.key.resource)) {
             match ev.kind {
-                EventType::Deleted => st.objects.remove(&ev.key),
-                _ => st.objects.insert(ev.key.clone(), stored_of(ev)),
-            };
+                EventType::Deleted => {
+                    if st.objects.remove(&ev.key).is_some() {
+                        st.order.remove(&ev.key);
+                    }
+                }
+                _ => st.put(ev.key.clone(), stored_of(ev)),
+            }
         }
         st.revision = st.revision.max(revision);
     }
@@ -97,10 +115,10 @@ impl ObjectCache {
         let from = Key::new(resource, namespace.unwrap_or(""), "");
         let st = self.lock();
         let items = st
-            .objects
+            .order
             .range(from..)
-            .take_while(|(k, _)| k.resource == resource && namespace.is_none_or(|ns| k.namespace == ns))
-            .map(|(_, stored)| stored.json.clone())
+            .take_while(|k| k.resource == resource && namespace.is_none_or(|ns| k.namespace == ns))
+            .filter_map(|k| st.objects.get(k).map(|stored| stored.json.clone()))
             .collect();
         JsonListing { items, revision: st.revision }
     }
@@ -289,7 +307,6 @@ impl SqliteStore {
         {
             let mut st = cache.lock();
             st.revision = meta_get(&writer, "revision")?;
-            let objects = &mut st.objects;
             let mut stmt = writer.prepare("SELECT resource, namespace, name, data FROM objects WHERE resource = ?1")?;
             for resource in cached {
                 let rows = stmt.query_map([resource], |r| {
@@ -297,7 +314,7 @@ impl SqliteStore {
                 })?;
                 for row in rows {
                     let (key, data) = row?;
-                    objects.insert(key, Stored { object: Arc::new(parse(&data)?), json: Arc::from(data) });
+                    st.put(key, Stored { object: Arc::new(parse(&data)?), json: Arc::from(data) });
                 }
             }
         }
