@@ -9,7 +9,8 @@
 //! unpaged list does, and keeps what follows the first page, as the stored JSON, for the later
 //! pages to slice. For the resources the store keeps in memory (Nodes, MachineConfigs, pools)
 //! that JSON is the store's own copy, shared: a kept list costs a pointer per item until the
-//! objects change, and only the versions replaced since stay alive for it. A 10,000-node `kubectl get nodes` was one 12 MB response; it is now 20 pages.
+//! objects change, and only the versions replaced since stay alive for it. A 10,000-node
+//! `kubectl get nodes` was one 12 MB response; it is now 20 pages.
 //!
 //! The kept lists are bounded in bytes and age, and dropped once their last page is served. A
 //! continue token whose list is gone gets 410 Expired with Kubernetes' message, and the client
