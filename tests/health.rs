@@ -130,6 +130,16 @@ async fn metrics_carry_each_pools_status_for_admins_and_viewers_only() {
         let restarts = format!("aloft_controller_restarts_total{{controller=\"{controller}\"}}");
         assert_eq!(sample(&text, &restarts), Some(0), "{text}");
     }
+    // The controllers' passes: the pool's status above was written by node-controller passes run
+    // for the nodes' events, and the pool was rendered by a render pass.
+    for controller in ["render", "node", "drain"] {
+        let ok = format!("aloft_controller_passes_total{{controller=\"{controller}\",result=\"success\"}}");
+        assert!(sample(&text, &ok).is_some_and(|n| n >= 1), "{controller}: {text}");
+        let timed = format!("aloft_controller_pass_duration_seconds_count{{controller=\"{controller}\"}}");
+        assert!(sample(&text, &timed).is_some_and(|n| n >= 1), "{controller}'s passes timed: {text}");
+    }
+    let events = "aloft_controller_pass_events_total{controller=\"node\"}";
+    assert!(sample(&text, events).is_some_and(|n| n >= 4), "the four nodes' events at least: {text}");
     assert!(sample(&text, "aloft_store_revision").is_some_and(|r| r > 0), "{text}");
     assert!(text.trim_end().ends_with("# EOF"), "OpenMetrics ends with # EOF");
 

@@ -52,6 +52,8 @@ impl LoopHealth {
 #[derive(Debug, Default)]
 pub struct Health {
     loops: Mutex<BTreeMap<&'static str, LoopHealth>>,
+    /// The controllers' passes, counted and timed (see [`crate::controllers::passes`]).
+    passes: crate::controllers::passes::PassMetrics,
     /// When the controllers' thread last ran its heartbeat task; None before it started.
     beat: Mutex<Option<Instant>>,
 }
@@ -81,6 +83,11 @@ impl Health {
     }
 
     /// Every loop seen so far, by name.
+    /// Where the controllers record their passes, and `/metrics` reads them.
+    pub fn passes(&self) -> &crate::controllers::passes::PassMetrics {
+        &self.passes
+    }
+
     pub fn loops(&self) -> BTreeMap<&'static str, LoopHealth> {
         self.with_loops(|loops| loops.clone())
     }

@@ -13,6 +13,10 @@
 //! - `aloft_pool_paused{pool}`: 1 when `spec.paused` is set;
 //! - `aloft_controller_up{controller}`: 1 while the loop runs, 0 while it waits to start again;
 //! - `aloft_controller_restarts_total{controller}`: times it stopped and was started again;
+//! - `aloft_controller_passes_total{controller,result}`,
+//!   `aloft_controller_pass_duration_seconds{controller}` and
+//!   `aloft_controller_pass_events_total{controller}`: each controller's reconcile passes
+//!   ([`crate::controllers::passes`]);
 //! - `aloft_store_revision`: the store's newest revision (a write counter);
 //! - `apiserver_request_total{verb,group,version,resource,subresource,scope,code}`,
 //!   `apiserver_request_duration_seconds{...}` and `apiserver_longrunning_requests{...}`: what the
@@ -101,6 +105,7 @@ pub async fn encode(store: &dyn Store, health: &Health, requests: &RequestMetric
     }
     registry.register("aloft_controller_up", "1 while the controller runs, 0 while it waits to start again", up);
     registry.register("aloft_controller_restarts", "Times the controller stopped and was started again", restarts);
+    health.passes().register(&mut registry);
 
     let revision = Gauge::<i64>::default();
     revision.set(i64::try_from(pools.revision).unwrap_or(i64::MAX));

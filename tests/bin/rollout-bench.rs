@@ -270,29 +270,99 @@ fn host_speed() -> Duration {
         .unwrap_or_default()
 }
 
-/// The coordinator's count of answered requests on Nodes, by verb and code (`apiserver_request_total`
-/// from its `/metrics`): what the fleet asked of it. The bench's own requests during the rollout
-/// read the pool, except the stall report's reads of stuck nodes.
-async fn node_requests(admin: &Client) -> Result<std::collections::BTreeMap<String, u64>> {
+/// The coordinator's `/metrics` text.
+async fn scrape(admin: &Client) -> Result<String> {
     let (code, body) = admin.get_raw("/metrics").await?;
     if code != 200 {
         bail!("/metrics answered {code}: {}", String::from_utf8_lossy(&body));
     }
+    Ok(String::from_utf8_lossy(&body).into_owned())
+}
+
+/// The value of label `name` in a sample's label text (`a="x",b="y"}`).
+fn label<'a>(labels: &'a str, name: &str) -> Option<&'a str> {
+    let start = labels.find(&format!("{name}=\""))? + name.len() + 2;
+    labels[start..].split('"').next()
+}
+
+/// A sample line's value.
+fn value(line: &str) -> f64 {
+    line.rsplit(' ').next().and_then(|v| v.parse().ok()).unwrap_or(0.0)
+}
+
+/// The coordinator's count of answered requests on Nodes, by verb and code (`apiserver_request_total`
+/// in its `/metrics`): what the fleet asked of it. The bench's own requests during the rollout
+/// read the pool, except the stall report's reads of stuck nodes.
+fn node_requests(metrics: &str) -> std::collections::BTreeMap<String, u64> {
     let mut out = std::collections::BTreeMap::new();
-    for line in String::from_utf8_lossy(&body).lines() {
+    for line in metrics.lines() {
         let Some(labels) = line.strip_prefix("apiserver_request_total{") else { continue };
         if !labels.contains("resource=\"nodes\"") {
             continue;
         }
-        let label = |name: &str| {
-            let start = labels.find(&format!("{name}=\""))? + name.len() + 2;
-            labels[start..].split('"').next()
-        };
-        let value: u64 = line.rsplit(' ').next().and_then(|v| v.parse().ok()).unwrap_or(0);
-        let key = format!("{} {}", label("verb").unwrap_or("?"), label("code").unwrap_or("?"));
-        *out.entry(key).or_insert(0) += value;
+        let key = format!("{} {}", label(labels, "verb").unwrap_or("?"), label(labels, "code").unwrap_or("?"));
+        *out.entry(key).or_insert(0) += value(line) as u64;
     }
-    Ok(out)
+    out
+}
+
+/// The node controller's passes so far, from `aloft_controller_pass*` in `/metrics`.
+#[derive(Default)]
+struct Passes {
+    count: f64,
+    events: f64,
+    seconds: f64,
+    /// The duration histogram's cumulative buckets: (upper bound in seconds, passes).
+    buckets: Vec<(f64, f64)>,
+}
+
+impl Passes {
+    fn of(metrics: &str) -> Passes {
+        let mut p = Passes::default();
+        for line in metrics.lines() {
+            let Some((name, labels)) = line.split_once('{') else { continue };
+            if label(labels, "controller") != Some("node") {
+                continue;
+            }
+            match name {
+                "aloft_controller_passes_total" => p.count += value(line),
+                "aloft_controller_pass_events_total" => p.events = value(line),
+                "aloft_controller_pass_duration_seconds_sum" => p.seconds = value(line),
+                "aloft_controller_pass_duration_seconds_bucket" => {
+                    let le = label(labels, "le").and_then(|v| v.parse().ok()).unwrap_or(f64::INFINITY);
+                    p.buckets.push((le, value(line)));
+                }
+                _ => {}
+            }
+        }
+        p
+    }
+
+    /// What happened between `before` and this reading.
+    fn since(&self, before: &Passes) -> Passes {
+        let earlier = |le: f64| before.buckets.iter().find(|(b, _)| *b == le).map_or(0.0, |(_, n)| *n);
+        Passes {
+            count: self.count - before.count,
+            events: self.events - before.events,
+            seconds: self.seconds - before.seconds,
+            buckets: self.buckets.iter().map(|&(le, n)| (le, n - earlier(le))).collect(),
+        }
+    }
+
+    /// The least bucket bound that `q` of the passes took at most.
+    fn quantile(&self, q: f64) -> f64 {
+        let want = q * self.count;
+        self.buckets.iter().find(|(_, n)| *n >= want).map_or(f64::INFINITY, |(le, _)| *le)
+    }
+}
+
+/// A bucket bound in milliseconds, as printed.
+fn bound_ms(le: f64) -> String {
+    if le.is_finite() {
+        format!("{}", le * 1000.0)
+    } else {
+        "more than the last bucket's".into()
+    }
 }
 
 /// Wait at least 2 s, then until the coordinator (`pid`) used under 10% of a core over two
@@ -488,7 +558,8 @@ async fn rollout(
         anyhow::Ok(r.unwrap_or(0))
     };
     let rev0 = revision(admin.clone()).await?;
-    let requests0 = node_requests(&admin).await?;
+    let metrics0 = scrape(&admin).await?;
+    let (requests0, passes0) = (node_requests(&metrics0), Passes::of(&metrics0));
     let (coordinator0, sim0) = (proc_usage(c.pid()), proc_usage(std::process::id()));
     let threads0 = threads(c.pid());
     let (cpu0, sim_cpu0) = (coordinator0.cpu_s, sim0.cpu_s);
@@ -604,7 +675,8 @@ async fn rollout(
     // The fleet is idle by now; the timing holds this thread only.
     let speed_after = tokio::task::block_in_place(host_speed);
     // Before the last revision read: that LIST is the bench's, not the fleet's.
-    let requests = node_requests(&admin).await?;
+    let metrics = scrape(&admin).await?;
+    let (requests, passes) = (node_requests(&metrics), Passes::of(&metrics).since(&passes0));
     let writes = revision(admin.clone()).await? - rev0;
     let batches = args.nodes.div_ceil(k);
     let ideal = args.per_node * batches as u32;
@@ -664,6 +736,20 @@ async fn rollout(
     println!(
         "  the fleet's requests, as the coordinator counted them (/metrics, by verb and code): {}",
         per_verb.join(", ")
+    );
+    // A freed slot waits for the node controller's pass, and a long pass is mostly the writes of
+    // its picks it waits for: how the passes went shows where a generation's turns queued.
+    println!(
+        "  the node controller's passes (/metrics): {:.0} for {:.0} events ({:.1} a pass), {:.2} s in all ({:.0}% of \
+         the wall time); half of them took at most {} ms, 90% {} ms, 99% {} ms",
+        passes.count,
+        passes.events,
+        passes.events / passes.count.max(1.0),
+        passes.seconds,
+        100.0 * passes.seconds / wall.as_secs_f64(),
+        bound_ms(passes.quantile(0.5)),
+        bound_ms(passes.quantile(0.9)),
+        bound_ms(passes.quantile(0.99))
     );
     println!(
         "  simulated fleet's CPU {sim_cpu:.2} s (its {} TLS clients share the machine with the coordinator)",

@@ -128,7 +128,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// Answer drain requests forever; `events` records this controller's Events.
-pub async fn run(store: Arc<dyn Store>, events: Recorder) {
+pub async fn run(store: Arc<dyn Store>, events: Recorder, passes: super::passes::Passes) {
     let hooks = match Hooks::new() {
         Ok(h) => h,
         Err(e) => {
@@ -139,7 +139,7 @@ pub async fn run(store: Arc<dyn Store>, events: Recorder) {
     let ctx = Ctx { events, hooks, inflight: Arc::default(), last_error: Arc::default() };
     let mut handoffs = HashMap::new();
     loop {
-        if let Err(e) = follow(&store, &ctx, &mut handoffs).await {
+        if let Err(e) = follow(&store, &ctx, &passes, &mut handoffs).await {
             tracing::warn!(controller = "drain", error = %e, "controller restarting");
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -187,11 +187,16 @@ impl State {
 /// Uncordon requests left to the node controller, by node: since when.
 type Handoffs = HashMap<String, tokio::time::Instant>;
 
-async fn follow(store: &Arc<dyn Store>, ctx: &Ctx, handoffs: &mut Handoffs) -> Result<(), StoreError> {
+async fn follow(
+    store: &Arc<dyn Store>,
+    ctx: &Ctx,
+    passes: &super::passes::Passes,
+    handoffs: &mut Handoffs,
+) -> Result<(), StoreError> {
     let super::FleetFeed { keys, events: mut stream, nodes, pools, budgets } = super::FleetFeed::start(store).await?;
     let mut st = State { nodes, pools, budgets, asking: BTreeSet::new() };
     st.track_all();
-    let mut busy = pass(store, ctx, &mut st, handoffs).await?;
+    let mut busy = passes.time(0, pass(store, ctx, &mut st, handoffs)).await?;
     while let Some(batch) = super::next_batch_ready(&mut stream, if busy { RETRY } else { super::RESYNC }).await? {
         for ev in &batch {
             if ev.key.resource == keys[0] {
@@ -205,7 +210,7 @@ async fn follow(store: &Arc<dyn Store>, ctx: &Ctx, handoffs: &mut Handoffs) -> R
                 st.budgets.apply(ev);
             }
         }
-        busy = pass(store, ctx, &mut st, handoffs).await?;
+        busy = passes.time(batch.len(), pass(store, ctx, &mut st, handoffs)).await?;
     }
     Ok(())
 }

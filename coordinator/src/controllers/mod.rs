@@ -11,6 +11,7 @@ pub mod event_ttl;
 pub mod events;
 pub mod hooks;
 pub mod node;
+pub mod passes;
 pub mod pick;
 pub mod pools;
 pub mod render;
@@ -144,10 +145,12 @@ pub fn spawn_all(store: Arc<dyn Store>, health: Arc<Health>) -> std::io::Result<
                 drain_events.unwrap_or_else(|| events::Recorder::new("aloft-drain-controller", store.clone()));
             let (s1, s2, s3) = (store.clone(), store.clone(), store);
             let beat = health.clone();
+            let passes = health.passes().clone();
+            let (p1, p2, p3) = (passes.of("render"), passes.of("node"), passes.of("drain"));
             futures::future::join4(
-                supervise("render", health.clone(), move || render::run(s1.clone())),
-                supervise("node", health.clone(), move || node::run(s2.clone(), node_events.clone())),
-                supervise("drain", health, move || drain::run(s3.clone(), drain_events.clone())),
+                supervise("render", health.clone(), move || render::run(s1.clone(), p1.clone())),
+                supervise("node", health.clone(), move || node::run(s2.clone(), node_events.clone(), p2.clone())),
+                supervise("drain", health, move || drain::run(s3.clone(), drain_events.clone(), p3.clone())),
                 async move {
                     loop {
                         beat.beat();
@@ -202,12 +205,14 @@ where
 }
 
 /// Run `reconcile` over `store` forever: once at start, then after each batch of events on
-/// `resources` that `relevant` keeps (see [`next_batch_debounced`]), and at least every [`RESYNC`].
+/// `resources` that `relevant` keeps (see [`next_batch_debounced`]), and at least every [`RESYNC`];
+/// `passes` counts and times each run.
 pub async fn run_loop<F, Fut, R>(
     name: &'static str,
     store: Arc<dyn Store>,
     resources: &[String],
     relevant: R,
+    passes: passes::Passes,
     reconcile: F,
 ) where
     F: Fn(Arc<dyn Store>) -> Fut,
@@ -215,7 +220,7 @@ pub async fn run_loop<F, Fut, R>(
     R: Fn() -> Box<dyn FnMut(&Event) -> bool + Send>,
 {
     loop {
-        if let Err(e) = watch_and_reconcile(&store, resources, &mut *relevant(), &reconcile).await {
+        if let Err(e) = watch_and_reconcile(&store, resources, &mut *relevant(), &passes, &reconcile).await {
             tracing::warn!(controller = name, error = %e, "controller restarting");
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -226,6 +231,7 @@ async fn watch_and_reconcile<F, Fut>(
     store: &Arc<dyn Store>,
     resources: &[String],
     relevant: &mut (dyn FnMut(&Event) -> bool + Send),
+    passes: &passes::Passes,
     reconcile: &F,
 ) -> Result<(), StoreError>
 where
@@ -238,9 +244,9 @@ where
         watches.push(store.watch(WatchFilter::resource(r), from).await?);
     }
     let mut events = futures::stream::select_all(watches);
-    reconcile(store.clone()).await?;
-    while next_batch_debounced(&mut events, RESYNC, QUIET, BATCH_AT_MOST, relevant).await?.is_some() {
-        reconcile(store.clone()).await?;
+    passes.time(0, reconcile(store.clone())).await?;
+    while let Some(batch) = next_batch_debounced(&mut events, RESYNC, QUIET, BATCH_AT_MOST, relevant).await? {
+        passes.time(batch.len(), reconcile(store.clone())).await?;
     }
     Ok(())
 }

@@ -8,6 +8,7 @@
 use super::cache::Cache;
 use super::config_name::ConfigName;
 use super::events::{reasons, EventType, Involved, Recorder};
+use super::passes::Passes;
 use super::pick::{self, names_text, PoolPlan, Snapshot, Wait};
 use super::pools::{NodeFacts, NodeHot};
 use super::rollout_policy::HoldReason;
@@ -34,10 +35,11 @@ const PRESTAGE_WRITES_PER_PASS: usize = 200;
 /// Watch nodes, pools and budgets; reconcile after every batch of events, from an in-memory
 /// cache that each event (and each of the controller's own writes) updates: a batch costs the
 /// objects that changed, not a re-read of the whole fleet. `events` records this controller's
-/// Events (see [`super::spawn_all`] for where their writes run).
-pub async fn run(store: Arc<dyn Store>, events: Recorder) {
+/// Events (see [`super::spawn_all`] for where their writes run); `passes` counts and times its
+/// passes.
+pub async fn run(store: Arc<dyn Store>, events: Recorder, passes: Passes) {
     loop {
-        if let Err(e) = follow(&store, &events).await {
+        if let Err(e) = follow(&store, &events, &passes).await {
             tracing::warn!(controller = "node", error = %e, "controller restarting");
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -79,7 +81,7 @@ impl State {
     }
 }
 
-async fn follow(store: &Arc<dyn Store>, events: &Recorder) -> Result<(), StoreError> {
+async fn follow(store: &Arc<dyn Store>, events: &Recorder, passes: &Passes) -> Result<(), StoreError> {
     let super::FleetFeed { keys, events: mut stream, nodes, pools, budgets } = super::FleetFeed::start(store).await?;
     let mut st = State {
         nodes,
@@ -93,7 +95,7 @@ async fn follow(store: &Arc<dyn Store>, events: &Recorder) -> Result<(), StoreEr
         status_at: None,
         touched: None,
     };
-    let mut last = reconcile(store, &mut st, events).await?;
+    let mut last = passes.time(0, reconcile(store, &mut st, events)).await?;
     let mut due = tokio::time::Instant::now() + last.wake;
     loop {
         let idle = due.saturating_duration_since(tokio::time::Instant::now());
@@ -131,7 +133,7 @@ async fn follow(store: &Arc<dyn Store>, events: &Recorder) -> Result<(), StoreEr
         // in the cache; a node's drain handshake) cost no pass: on a big fleet most events are
         // such, and every pass reads the whole fleet.
         if changed {
-            last = reconcile(store, &mut st, events).await?;
+            last = passes.time(batch.len(), reconcile(store, &mut st, events)).await?;
             due = tokio::time::Instant::now() + last.wake;
         }
     }

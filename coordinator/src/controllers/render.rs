@@ -15,7 +15,7 @@ use std::sync::Arc;
 /// Renders after every change of a MachineConfig, and of a pool's spec: a pool's status writes
 /// (the node controller's, many a second in a rollout) render nothing new, and would keep the
 /// batch of a MachineConfig change open until [`super::BATCH_AT_MOST`].
-pub async fn run(store: Arc<dyn Store>) {
+pub async fn run(store: Arc<dyn Store>, passes: super::passes::Passes) {
     let watched = [MACHINE_CONFIG.store_key(), MACHINE_CONFIG_POOL.store_key()];
     let pools = MACHINE_CONFIG_POOL.store_key();
     let relevant = move || -> Box<dyn FnMut(&crate::store::Event) -> bool + Send> {
@@ -23,7 +23,7 @@ pub async fn run(store: Arc<dyn Store>) {
         let mut specs = super::SpecChanges::default();
         Box::new(move |ev| ev.key.resource != pools || specs.changed(ev))
     };
-    super::run_loop("render", store, &watched, relevant, |s| async move { reconcile_all(&s).await }).await
+    super::run_loop("render", store, &watched, relevant, passes, |s| async move { reconcile_all(&s).await }).await
 }
 
 /// Render every pool against the current MachineConfigs.
