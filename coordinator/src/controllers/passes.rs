@@ -59,6 +59,8 @@ impl PassMetrics {
         Passes { metrics: self.clone(), controller }
     }
 
+    /// Adds the series to a scrape's registry: they keep counting between scrapes, and every
+    /// scrape reads the same ones.
     pub fn register(&self, registry: &mut Registry) {
         registry.register(
             "aloft_controller_passes",
