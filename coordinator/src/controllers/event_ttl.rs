@@ -34,19 +34,14 @@ pub fn period(ttl: Duration) -> Duration {
 #[derive(serde::Deserialize)]
 struct Aged<'a> {
     #[serde(default, borrow, rename = "lastTimestamp")]
-    last_timestamp: Option<Cow<'a, str>>,
+    last_timestamp: Text<'a>,
     #[serde(default, borrow, rename = "eventTime")]
-    event_time: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
-    series: Option<Series<'a>>,
+    event_time: Text<'a>,
+    /// Small and rare (events.k8s.io writers' repeats): read whole, whatever it holds.
+    #[serde(default)]
+    series: Option<serde_json::Value>,
     #[serde(borrow)]
     metadata: Meta<'a>,
-}
-
-#[derive(serde::Deserialize)]
-struct Series<'a> {
-    #[serde(default, borrow, rename = "lastObservedTime")]
-    last_observed_time: Option<Cow<'a, str>>,
 }
 
 #[derive(serde::Deserialize)]
@@ -54,19 +49,77 @@ struct Meta<'a> {
     #[serde(borrow)]
     name: Cow<'a, str>,
     #[serde(default, borrow)]
-    namespace: Option<Cow<'a, str>>,
+    namespace: Text<'a>,
     #[serde(default, borrow, rename = "resourceVersion")]
-    resource_version: Option<Cow<'a, str>>,
+    resource_version: Text<'a>,
     #[serde(default, borrow, rename = "creationTimestamp")]
-    creation_timestamp: Option<Cow<'a, str>>,
+    creation_timestamp: Text<'a>,
+}
+
+/// A string field of an Event, or None when it holds anything else. The store does not check an
+/// Event's fields, so a client may have written `"lastTimestamp": 5`; that field is then no time
+/// to age the Event by, but the Event's other times still are (an Event that failed to read
+/// whole would never expire).
+#[derive(Default)]
+struct Text<'a>(Option<Cow<'a, str>>);
+
+impl Text<'_> {
+    fn get(&self) -> Option<&str> {
+        self.0.as_deref()
+    }
+}
+
+impl<'de: 'a, 'a> serde::Deserialize<'de> for Text<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(TextVisitor)
+    }
+}
+
+struct TextVisitor;
+
+impl<'de> serde::de::Visitor<'de> for TextVisitor {
+    type Value = Text<'de>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Text<'de>, E> {
+        Ok(Text(Some(Cow::Borrowed(v))))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Text<'de>, E> {
+        Ok(Text(Some(Cow::Owned(v.to_string()))))
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Text<'de>, E> {
+        Ok(Text(None))
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Text<'de>, E> {
+        Ok(Text(None))
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Text<'de>, E> {
+        Ok(Text(None))
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Text<'de>, E> {
+        Ok(Text(None))
+    }
+    fn visit_unit<E>(self) -> Result<Text<'de>, E> {
+        Ok(Text(None))
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Text<'de>, A::Error> {
+        while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+        Ok(Text(None))
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Text<'de>, A::Error> {
+        while map.next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?.is_some() {}
+        Ok(Text(None))
+    }
 }
 
 impl Aged<'_> {
     /// When the Event last happened (see the module's doc); None when it carries no time we can
     /// read.
     fn last_happened(&self) -> Option<DateTime<Utc>> {
-        let series = self.series.as_ref().and_then(|s| s.last_observed_time.as_ref());
-        [self.last_timestamp.as_ref(), self.event_time.as_ref(), series, self.metadata.creation_timestamp.as_ref()]
+        let series = self.series.as_ref().and_then(|s| s.get("lastObservedTime")).and_then(serde_json::Value::as_str);
+        [self.last_timestamp.get(), self.event_time.get(), series, self.metadata.creation_timestamp.get()]
             .into_iter()
             .flatten()
             .filter_map(|s| DateTime::parse_from_rfc3339(s).ok())
@@ -96,8 +149,8 @@ pub fn expired<'a>(
         .filter_map(|json| serde_json::from_str::<Aged>(json).ok())
         .filter(|ev| ev.last_happened().is_some_and(|t| t < cutoff))
         .map(|ev| {
-            let ns = ev.metadata.namespace.as_deref().unwrap_or("");
-            let rev = ev.metadata.resource_version.as_deref().and_then(|v| v.parse().ok());
+            let ns = ev.metadata.namespace.get().unwrap_or("");
+            let rev = ev.metadata.resource_version.get().and_then(|v| v.parse().ok());
             (Key::new(&EVENT.store_key(), ns, &ev.metadata.name), rev)
         })
         .collect()
@@ -191,6 +244,11 @@ mod tests {
         assert_eq!(last(escaped), Some("2026-01-01T10:00:00+00:00".into()));
         assert_eq!(last(json!({"lastTimestamp": "yesterday", "metadata": {"name": "e"}})), None, "no readable time");
         assert_eq!(last(json!({"lastTimestamp": "2026-01-01T10:00:00Z"})), None, "no metadata: not an Event");
+        // Fields of the wrong kind (the store does not check an Event's fields) are no times,
+        // and the others still count: such an Event still expires.
+        let odd = json!({"lastTimestamp": 5, "eventTime": {"at": [1, 2]}, "series": "twice",
+            "metadata": {"name": "e", "namespace": 3, "creationTimestamp": "2026-01-01T08:00:00Z"}});
+        assert_eq!(last(odd), Some("2026-01-01T08:00:00+00:00".into()));
     }
 
     #[test]
