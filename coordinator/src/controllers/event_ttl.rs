@@ -30,7 +30,7 @@ pub fn period(ttl: Duration) -> Duration {
 /// The fields of a stored Event a sweep reads, borrowed from its JSON: a sweep reads every
 /// Event of the last hour, and building each one's whole object tree made every sweep a burst of
 /// several times the Events' size (120 rollouts of a simulated 2,000-node fleet in eight minutes
-/// left ~25,000 Events, and the coordinator's RSS rose by up to ~100 MiB at each sweep).
+/// left up to ~30,000 Events, and the coordinator's RSS rose by up to ~100 MiB at each sweep).
 #[derive(serde::Deserialize)]
 struct Aged<'a> {
     #[serde(default, borrow, rename = "lastTimestamp")]
