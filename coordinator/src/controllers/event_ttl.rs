@@ -128,12 +128,6 @@ impl Aged<'_> {
     }
 }
 
-/// When the Event `json` last happened (see the module's doc); None when it carries no time we
-/// can read, or is not an object with a name.
-pub fn last_happened(json: &str) -> Option<DateTime<Utc>> {
-    serde_json::from_str::<Aged>(json).ok()?.last_happened()
-}
-
 /// The Events of `items` (their JSON) that last happened more than `ttl` before `now`, with the
 /// revision they were read at (the delete is conditional on it). An Event that cannot be read
 /// is kept: nothing says it expired.
@@ -231,7 +225,10 @@ mod tests {
 
     #[test]
     fn an_event_last_happened_at_its_latest_time() {
-        let last = |ev: Value| last_happened(&ev.to_string()).map(|t| t.to_rfc3339());
+        // None when the Event carries no readable time, or cannot be read (no metadata.name).
+        let last = |ev: Value| {
+            serde_json::from_str::<Aged>(&ev.to_string()).ok().and_then(|a| a.last_happened()).map(|t| t.to_rfc3339())
+        };
         let ev = json!({"lastTimestamp": "2026-01-01T10:00:00Z", "eventTime": "2026-01-01T09:00:00.000000Z",
             "series": {"lastObservedTime": "2026-01-01T11:30:00.000000Z"},
             "metadata": {"name": "e", "creationTimestamp": "2026-01-01T08:00:00Z"}});
