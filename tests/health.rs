@@ -151,6 +151,46 @@ async fn metrics_carry_each_pools_status_for_admins_and_viewers_only() {
     assert_eq!(sample(&text, "aloft_pool_paused{pool=\"worker\"}"), Some(1), "{text}");
 }
 
+/// `/metrics` carries the coordinator process's own series under the names every Prometheus
+/// client exports (so an alert on kube-apiserver's `process_resident_memory_bytes` reads aloft),
+/// and what its allocator holds: live data against what jemalloc keeps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_show_the_process_and_its_allocator() {
+    let c = Coordinator::start();
+    let (code, _, text) = raw(&c, "/metrics", Some(&c.admin_token())).await;
+    assert_eq!(code, 200, "{text}");
+    let float = |series: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {series}:\n{text}"))
+    };
+    // The coordinator's own RSS, read by the test from /proc, within the span of two readings.
+    let status = std::fs::read_to_string(format!("/proc/{}/status", c.pid())).unwrap();
+    let vm_rss_kib: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    let rss = float("process_resident_memory_bytes");
+    assert!(rss > 4e6 && (rss / (vm_rss_kib * 1024.0) - 1.0).abs() < 0.5, "{rss} against VmRSS {vm_rss_kib} KiB");
+    assert!(float("process_virtual_memory_bytes") > rss);
+    assert!(float("process_cpu_seconds_total") > 0.0, "{text}");
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+    let start = float("process_start_time_seconds");
+    assert!(start > now - 300.0 && start <= now + 1.0, "started in the last minutes: {start} vs {now}");
+    let fds = float("process_open_fds");
+    let listed = std::fs::read_dir(format!("/proc/{}/fd", c.pid())).unwrap().count() as f64;
+    assert!(fds >= 5.0 && (fds - listed).abs() <= 8.0, "{fds} open, {listed} listed");
+    assert!(float("process_max_fds") >= fds);
+
+    let kind = |k: &str| float(&format!("aloft_allocator_bytes{{kind=\"{k}\"}}"));
+    let (allocated, active, resident, mapped) = (kind("allocated"), kind("active"), kind("resident"), kind("mapped"));
+    assert!(allocated > 1e6, "a serving coordinator holds more than 1 MB: {allocated}");
+    assert!(allocated <= active && active <= resident && active <= mapped, "{text}");
+    assert!(resident <= rss * 1.5, "the allocator's resident is part of the RSS: {resident} vs {rss}");
+    assert!(kind("metadata") > 0.0 && kind("retained") >= 0.0, "{text}");
+}
+
 /// `/metrics` counts what the API answered under Kubernetes' names and labels: by verb (LIST,
 /// WATCH, GET, ...), resource, scope and code, a missing token's 401 included; watches are counted
 /// open until they end and are not timed; a path that names no resource leaves no trace of its

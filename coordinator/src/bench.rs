@@ -119,6 +119,7 @@ pub async fn run(opts: ApiBench) -> Result<()> {
         limits: Limits::default(),
         watch_history: crate::store::sqlite::DEFAULT_RETAIN,
         event_ttl: crate::controllers::event_ttl::DEFAULT_TTL,
+        allocator: None,
     };
     let server = tokio::spawn(serve::run(serve_opts));
     let kubeconfig = serve::DataDir::new(dir.path()).kubeconfig;

@@ -11,6 +11,7 @@ pub mod fsutil;
 pub mod health;
 pub mod metrics;
 pub mod notify;
+pub mod process_metrics;
 pub mod resources;
 pub mod serve;
 pub mod server;

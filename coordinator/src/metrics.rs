@@ -20,9 +20,13 @@
 //! - `aloft_store_revision`: the store's newest revision (a write counter);
 //! - `apiserver_request_total{verb,group,version,resource,subresource,scope,code}`,
 //!   `apiserver_request_duration_seconds{...}` and `apiserver_longrunning_requests{...}`: what the
-//!   API answered, as Kubernetes' API server names it ([`crate::server::request_metrics`]).
+//!   API answered, as Kubernetes' API server names it ([`crate::server::request_metrics`]);
+//! - `process_cpu_seconds_total`, `process_resident_memory_bytes`, `process_virtual_memory_bytes`,
+//!   `process_start_time_seconds`, `process_open_fds`, `process_max_fds`, and
+//!   `aloft_allocator_bytes{kind}`: the process itself ([`crate::process_metrics`]).
 
 use crate::health::{Health, LoopState};
+use crate::process_metrics::AllocatorProbe;
 use crate::resources::MACHINE_CONFIG_POOL;
 use crate::server::request_metrics::RequestMetrics;
 use crate::store::{Store, StoreError};
@@ -71,7 +75,12 @@ pub enum MetricsError {
 }
 
 /// The exposition text: a fresh registry per scrape, filled from the store and `health`.
-pub async fn encode(store: &dyn Store, health: &Health, requests: &RequestMetrics) -> Result<String, MetricsError> {
+pub async fn encode(
+    store: &dyn Store,
+    health: &Health,
+    requests: &RequestMetrics,
+    allocator: Option<AllocatorProbe>,
+) -> Result<String, MetricsError> {
     let pools = store.list(&MACHINE_CONFIG_POOL.store_key(), None).await?;
     let mut registry = Registry::default();
     for (metric, field, help) in COUNTS {
@@ -111,6 +120,7 @@ pub async fn encode(store: &dyn Store, health: &Health, requests: &RequestMetric
     revision.set(i64::try_from(pools.revision).unwrap_or(i64::MAX));
     registry.register("aloft_store_revision", "The store's newest revision", revision);
     requests.register(&mut registry);
+    crate::process_metrics::register(&mut registry, allocator);
 
     let mut out = String::new();
     prometheus_client::encoding::text::encode(&mut out, &registry)?;

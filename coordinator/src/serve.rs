@@ -27,6 +27,9 @@ pub struct ServeOptions {
     /// How long an Event is kept after it last happened (zero: forever); see
     /// [`controllers::event_ttl`].
     pub event_ttl: std::time::Duration,
+    /// Reads the allocator the binary linked, for `/metrics` (`aloft_allocator_bytes`); `None`
+    /// leaves those series out.
+    pub allocator: Option<crate::process_metrics::AllocatorProbe>,
 }
 
 /// Files `serve` keeps in the data directory.
@@ -126,6 +129,7 @@ pub async fn run(opts: ServeOptions) -> Result<()> {
         pages: Default::default(),
         health: health.clone(),
         requests: Default::default(),
+        allocator: opts.allocator,
     });
     controllers::spawn_all(store.clone(), health.clone()).context("starting the controllers")?;
     let (ttl_store, ttl) = (store.clone(), opts.event_ttl);

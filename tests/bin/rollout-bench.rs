@@ -720,6 +720,20 @@ async fn rollout(
         rss_fleet_kb.saturating_sub(rss_empty_kb) as f64 / args.nodes.max(1) as f64,
         usage.rss_kb as f64 / 1024.0
     );
+    // What the coordinator's allocator holds against its RSS: a leak grows `allocated`, memory the
+    // allocator keeps for reuse only `resident`.
+    let allocator = |kind: &str| {
+        let series = format!("aloft_allocator_bytes{{kind=\"{kind}\"}} ");
+        metrics.lines().find_map(|l| l.strip_prefix(&series)?.trim().parse::<f64>().ok()).map(|b| b / 1048576.0)
+    };
+    if let (Some(allocated), Some(active), Some(resident), Some(retained)) =
+        (allocator("allocated"), allocator("active"), allocator("resident"), allocator("retained"))
+    {
+        println!(
+            "  coordinator allocator (/metrics, jemalloc): {allocated:.1} MiB allocated, {active:.1} MiB in active \
+             pages, {resident:.1} MiB resident, {retained:.1} MiB retained (unmapped)"
+        );
+    }
     println!(
         "  host speed: 10,000 JSON round trips of a Node in {:.1} ms before the run, {:.1} ms after it (one core; \
          lower is faster)",

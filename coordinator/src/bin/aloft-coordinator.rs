@@ -15,6 +15,21 @@ use std::path::PathBuf;
 #[global_allocator]
 static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
+/// jemalloc's own counts for `/metrics` (`aloft_allocator_bytes`): what the program holds against
+/// what the allocator keeps. The counts are a snapshot jemalloc refreshes when its epoch advances.
+fn jemalloc_stats() -> Option<aloft_coordinator::process_metrics::AllocatorStats> {
+    use tikv_jemalloc_ctl::{epoch, stats};
+    epoch::advance().ok()?;
+    Some(aloft_coordinator::process_metrics::AllocatorStats {
+        allocated: stats::allocated::read().ok()? as u64,
+        active: stats::active::read().ok()? as u64,
+        resident: stats::resident::read().ok()? as u64,
+        mapped: stats::mapped::read().ok()? as u64,
+        retained: stats::retained::read().ok()? as u64,
+        metadata: stats::metadata::read().ok()? as u64,
+    })
+}
+
 /// The coordinator of an aloft fleet: a Kubernetes-style API (MachineConfig, MachineConfigPool,
 /// Node, ...) on an embedded SQLite store, and the controllers that render configs per pool.
 #[derive(Parser)]
@@ -136,6 +151,7 @@ async fn main() -> Result<()> {
                 limits,
                 watch_history,
                 event_ttl,
+                allocator: Some(jemalloc_stats),
             })
             .await
         }

@@ -75,6 +75,8 @@ pub struct Ctx {
     pub health: Arc<Health>,
     /// What the API answered, for `/metrics`.
     pub requests: request_metrics::RequestMetrics,
+    /// The binary's allocator, for `/metrics`.
+    pub allocator: Option<crate::process_metrics::AllocatorProbe>,
 }
 
 pub type SharedCtx = Arc<Ctx>;
@@ -198,7 +200,7 @@ async fn metrics(ctx: &Ctx, who: &Identity) -> Response {
     if !matches!(who.role, Role::Admin | Role::Viewer) {
         return ApiError::forbidden(&who.name, "get", "/metrics", None).into_response();
     }
-    match crate::metrics::encode(ctx.store.as_ref(), &ctx.health, &ctx.requests).await {
+    match crate::metrics::encode(ctx.store.as_ref(), &ctx.health, &ctx.requests, ctx.allocator).await {
         Ok(text) => (StatusCode::OK, [("content-type", crate::metrics::CONTENT_TYPE)], text).into_response(),
         Err(e) => ApiError::internal(e.to_string()).into_response(),
     }
