@@ -345,3 +345,361 @@ async fn get_raw_prints_health_and_metrics_and_fails_on_an_error_answer() {
     let err = fails(&c, &["get", "mcp", "--raw", "/readyz"]);
     assert!(err.contains("cannot be used with"), "{err}");
 }
+
+/// aloftctl left running (`get -w`, `rollout status`), its stdout gathered as it comes.
+struct Background {
+    child: std::process::Child,
+    text: std::sync::Arc<std::sync::Mutex<String>>,
+    reader: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Background {
+    fn start(c: &Coordinator, args: &[&str]) -> Self {
+        let mut child = Command::new(bin("aloftctl"))
+            .arg("--kubeconfig")
+            .arg(c.kubeconfig_path())
+            .args(args)
+            .env_remove("ALOFT_KUBECONFIG")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn aloftctl");
+        let mut stdout = child.stdout.take().unwrap();
+        let text = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let sink = text.clone();
+        let reader = std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = std::io::Read::read(&mut stdout, &mut buf) {
+                if n == 0 {
+                    break;
+                }
+                sink.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        });
+        Background { child, text, reader: Some(reader) }
+    }
+
+    fn text(&self) -> String {
+        self.text.lock().unwrap().clone()
+    }
+
+    /// Waits (20 s at most) until what it printed so far satisfies `done`.
+    fn wait_for(&self, what: &str, done: impl Fn(&str) -> bool) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while !done(&self.text()) {
+            assert!(std::time::Instant::now() < deadline, "timed out waiting for {what}; printed:\n{}", self.text());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Kills it (by its own PID) and returns everything it printed.
+    fn stop(mut self) -> String {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if let Some(r) = self.reader.take() {
+            r.join().unwrap();
+        }
+        self.text()
+    }
+}
+
+const POOLS: &str = "/apis/machineconfiguration.openshift.io/v1/machineconfigpools";
+const MCS: &str = "/apis/machineconfiguration.openshift.io/v1/machineconfigs";
+
+/// Creates `pool` and a MachineConfig of the role it selects (a pool with none does not render).
+async fn create_pool(c: &Coordinator, pool: serde_json::Value) {
+    let role = pool["spec"]["machineConfigSelector"]["matchLabels"]["machineconfiguration.openshift.io/role"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let admin = c.client();
+    let mc = admin.post(MCS, &aloft_tests::machine_config(&format!("00-{role}"), &role)).await.unwrap();
+    assert!(mc.code == 201 || mc.code == 409, "{}", mc.body);
+    admin.post(POOLS, &pool).await.unwrap().into_result().unwrap();
+}
+
+/// Waits until pool `name` has rendered and its status is on that render; returns it.
+async fn settled(c: &Coordinator, name: &str) -> String {
+    let admin = c.client();
+    let path = format!("{POOLS}/{name}");
+    eventually(Duration::from_secs(30), "the pool to render and settle", || {
+        let (a, path) = (admin.clone(), path.clone());
+        async move {
+            let p = a.get(&path).await?.into_result()?;
+            let want = p.pointer("/spec/configuration/name").and_then(|v| v.as_str()).unwrap_or("");
+            let have = p.pointer("/status/configuration/name").and_then(|v| v.as_str()).unwrap_or("");
+            Ok((!want.is_empty() && want == have).then(|| want.to_string()))
+        }
+    })
+    .await
+}
+
+async fn label_pool(c: &Coordinator, name: &str, value: &str) {
+    let patch = serde_json::json!({"metadata": {"labels": {"watch-test": value}}});
+    c.client()
+        .patch(&format!("{POOLS}/{name}"), "application/merge-patch+json", &patch)
+        .await
+        .unwrap()
+        .into_result()
+        .unwrap();
+}
+
+/// The columns of a table row start where the header's words start (a row's word may only
+/// begin where a header word begins), and nothing is an empty line.
+fn assert_one_aligned_table(text: &str) {
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(!lines.is_empty() && lines[0].starts_with("NAME"), "a header first:\n{text}");
+    let starts = |l: &str| -> Vec<usize> {
+        let b = l.as_bytes();
+        (0..b.len()).filter(|&i| b[i] != b' ' && (i == 0 || b[i - 1] == b' ')).collect()
+    };
+    let header = starts(lines[0]);
+    for l in &lines[1..] {
+        assert!(!l.trim().is_empty(), "an empty line in:\n{text}");
+        assert!(!l.starts_with("NAME"), "one header only:\n{text}");
+        assert!(starts(l).iter().all(|s| header.contains(s)), "row {l:?} is not aligned under the header:\n{text}");
+    }
+}
+
+/// `get -w`: the listing's table, then one row per change, under the listing's header and in its
+/// columns (the server sends the column definitions in the first event only, as kube-apiserver).
+#[tokio::test]
+async fn get_watch_prints_each_change_as_an_aligned_row() {
+    let c = Coordinator::start();
+    create_pool(&c, aloft_tests::machine_config_pool("worker", "worker")).await;
+    settled(&c, "worker").await;
+    for args in [&["get", "mcp", "-w"][..], &["get", "mcp", "worker", "-w", "-o", "wide"][..]] {
+        let w = Background::start(&c, args);
+        w.wait_for("the listing", |t| t.lines().count() >= 2);
+        for i in 0..3 {
+            label_pool(&c, "worker", &format!("{args:?}{i}").replace(|ch: char| !ch.is_alphanumeric(), "")).await;
+            w.wait_for("a row per change", |t| t.lines().count() >= 3 + i);
+        }
+        let out = w.stop();
+        assert_one_aligned_table(&out);
+        assert!(out.lines().skip(1).all(|l| l.starts_with("worker ")), "{out}");
+    }
+}
+
+/// `get -w -o yaml|json|name` prints each event's object: YAML documents separated by `---`, JSON
+/// objects one after another, a name a line.
+#[tokio::test]
+async fn get_watch_prints_objects_in_yaml_json_and_name() {
+    let c = Coordinator::start();
+    create_pool(&c, aloft_tests::machine_config_pool("worker", "worker")).await;
+    settled(&c, "worker").await;
+    let count = |fmt: &'static str| -> Box<dyn Fn(&str) -> usize> {
+        match fmt {
+            "yaml" => Box::new(|t: &str| t.lines().filter(|l| *l == "kind: MachineConfigPool").count()),
+            "json" => Box::new(|t: &str| t.matches("\"kind\": \"MachineConfigPool\"").count()),
+            _ => Box::new(|t: &str| t.lines().count()),
+        }
+    };
+    for fmt in ["yaml", "json", "name"] {
+        let w = Background::start(&c, &["get", "mcp", "worker", "-w", "-o", fmt]);
+        let n = count(fmt);
+        w.wait_for("the object", |t| n(t) >= 1);
+        for i in 0..2 {
+            label_pool(&c, "worker", &format!("{fmt}{i}")).await;
+            w.wait_for("an object per change", |t| n(t) >= 2 + i);
+        }
+        let out = w.stop();
+        let objects: Vec<serde_json::Value> = match fmt {
+            "yaml" => {
+                assert!(out.contains("\n---\n"), "documents separated by ---:\n{out}");
+                aloft_tests::yaml_docs_str(&out).unwrap()
+            }
+            "json" => serde_json::Deserializer::from_str(&out).into_iter().map(Result::unwrap).collect(),
+            _ => {
+                assert!(
+                    out.lines().all(|l| l == "machineconfigpool.machineconfiguration.openshift.io/worker"),
+                    "{out}"
+                );
+                continue;
+            }
+        };
+        assert!(objects.len() >= 3, "the object and one per change: {out}");
+        assert!(objects.iter().all(|o| o["metadata"]["name"] == "worker"), "{out}");
+        assert_eq!(objects.last().unwrap()["metadata"]["labels"]["watch-test"], format!("{fmt}1"));
+    }
+}
+
+/// `get` with several names: one List for yaml/json (as kubectl), one table, a name a line; the
+/// comma form of types prints one table per type.
+#[tokio::test]
+async fn get_several_names_is_one_list_or_one_table() {
+    let c = Coordinator::start();
+    create_pool(&c, aloft_tests::machine_config_pool("worker", "worker")).await;
+    create_pool(&c, aloft_tests::machine_config_pool("infra-pool-with-a-long-name", "infra")).await;
+    for args in [
+        &["get", "mcp", "worker", "infra-pool-with-a-long-name"][..],
+        &["get", "mcp/worker", "mcp/infra-pool-with-a-long-name"][..],
+    ] {
+        let with = |fmt: &str| ok(&c, &[args, &["-o", fmt]].concat());
+        let yaml: serde_json::Value = yaml_serde::from_str(&with("yaml")).unwrap();
+        let json: serde_json::Value = serde_json::from_str(&with("json")).unwrap();
+        for list in [&yaml, &json] {
+            assert_eq!(list["kind"], "List");
+            assert_eq!(list["apiVersion"], "v1");
+            let names: Vec<&str> =
+                list["items"].as_array().unwrap().iter().map(|i| i["metadata"]["name"].as_str().unwrap()).collect();
+            assert_eq!(names, ["worker", "infra-pool-with-a-long-name"]);
+        }
+        assert_eq!(with("name").lines().count(), 2);
+        let table = ok(&c, args);
+        assert_eq!(table.lines().count(), 3, "{table}");
+        assert_one_aligned_table(&table);
+    }
+    // A missing name: the others are printed, and it fails naming the missing one.
+    let out = ctl(&c, &["get", "mcp", "worker", "nope", "-o", "name"]);
+    assert!(!out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "machineconfigpool.machineconfiguration.openshift.io/worker\n");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nope"));
+    // Types by comma: a table each, in one List for yaml.
+    let out = ok(&c, &["get", "mcp,mc"]);
+    assert_eq!(out.matches("NAME").count(), 2, "{out}");
+    let list: serde_json::Value = yaml_serde::from_str(&ok(&c, &["get", "mcp,mc", "-o", "yaml"])).unwrap();
+    let kinds: Vec<&str> = list["items"].as_array().unwrap().iter().map(|i| i["kind"].as_str().unwrap()).collect();
+    assert!(kinds.contains(&"MachineConfigPool") && kinds.contains(&"MachineConfig"), "{kinds:?}");
+    // Watching more than one thing is refused, as kubectl does.
+    assert!(fails(&c, &["get", "mcp", "worker", "infra-pool-with-a-long-name", "-w"]).contains("watch"));
+}
+
+/// A MachineConfig with a file in it: it changes the render.
+fn worker_file_config(name: &str) -> serde_json::Value {
+    let mut mc = aloft_tests::machine_config(name, "worker");
+    mc["spec"]["config"]["storage"] = serde_json::json!({"files": [{"path": format!("/etc/{name}"), "mode": 420, "contents": {"source": "data:,x"}}]});
+    mc
+}
+
+fn worker_node(name: &str, current: &str, state: &str) -> serde_json::Value {
+    serde_json::json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name,
+        "labels": {"node-role.kubernetes.io/worker": ""}, "annotations": {
+        "machineconfiguration.openshift.io/currentConfig": current,
+        "machineconfiguration.openshift.io/desiredConfig": current,
+        "machineconfiguration.openshift.io/state": state,
+        "machineconfiguration.openshift.io/reason": if state == "Degraded" { "boom" } else { "" }}}})
+}
+
+/// `apply -f new-mc.yaml && rollout status`: until the render controller has rendered the new
+/// config, the pool is not "updated" on its old one; the wait says what it waits for. (The
+/// render waits for MachineConfig writes to pause, 2 s at most: a stream of writes to configs no
+/// pool selects holds it back, so that aloftctl surely sees the pool before the render.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rollout_status_waits_for_the_render_of_a_new_config() {
+    let c = Coordinator::start();
+    create_pool(&c, aloft_tests::machine_config_pool("worker", "worker")).await;
+    let old = settled(&c, "worker").await;
+    let until = std::time::Instant::now() + Duration::from_millis(1500);
+    let floods: Vec<_> = (0..3)
+        .map(|f| {
+            let admin = c.client();
+            tokio::spawn(async move {
+                let mut i = 0;
+                while std::time::Instant::now() < until {
+                    let mc = aloft_tests::machine_config(&format!("10-other-{f}-{i}"), "other");
+                    admin.post(MCS, &mc).await.unwrap().into_result().unwrap();
+                    i += 1;
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    c.client().post(MCS, &worker_file_config("99-worker-new")).await.unwrap().into_result().unwrap();
+    let out = ok(&c, &["rollout", "status", "mcp", "worker", "--timeout", "30"]);
+    for f in floods {
+        f.await.unwrap();
+    }
+    let new = settled(&c, "worker").await;
+    assert_ne!(new, old);
+    assert!(out.contains("pool worker: waiting for the render of MachineConfig 99-worker-new"), "{out}");
+    assert!(out.ends_with(&format!("pool worker is updated: 0/0 nodes on {new}\n")), "{out}");
+}
+
+/// A paused pool: the progress line says so (and not "canary"), the wait goes on until the
+/// timeout, and nothing but progress lines goes to a pipe (no blank line before the error).
+#[tokio::test]
+async fn rollout_status_says_paused_and_prints_no_blank_line() {
+    let c = Coordinator::start();
+    let mut pool = aloft_tests::machine_config_pool("worker", "worker");
+    pool["spec"]["paused"] = true.into();
+    pool["spec"]["rollout"] = serde_json::json!({"canary": 1, "soakSeconds": 60});
+    create_pool(&c, pool).await;
+    c.client()
+        .post("/api/v1/nodes", &worker_node("n1", "rendered-worker-old", "Done"))
+        .await
+        .unwrap()
+        .into_result()
+        .unwrap();
+    let out = ctl(&c, &["rollout", "status", "mcp/worker", "--timeout", "2"]);
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(!out.status.success(), "{stdout}");
+    assert!(stderr.contains("timed out after 2 s"), "{stderr}");
+    assert!(stdout.lines().last().is_some_and(|l| l.contains("0/1 updated") && l.contains(", paused")), "{stdout}");
+    assert!(!stdout.contains("canary"), "{stdout}");
+    assert!(!stdout.lines().any(|l| l.trim().is_empty()), "no blank line to a pipe: {stdout:?}");
+}
+
+/// `--not-config OLD`: a pool degraded on OLD does not end the wait for a new target; once the
+/// target is new, degradation does. Without it, degradation ends the wait at once.
+#[tokio::test]
+async fn rollout_status_not_config_ignores_degradation_on_the_old_target() {
+    let c = Coordinator::start();
+    create_pool(&c, aloft_tests::machine_config_pool("worker", "worker")).await;
+    let admin = c.client();
+    let old = eventually(Duration::from_secs(30), "the pool to render", || {
+        let a = admin.clone();
+        async move {
+            let p = a.get(&format!("{POOLS}/worker")).await?.into_result()?;
+            Ok(p.pointer("/spec/configuration/name").and_then(|v| v.as_str()).map(str::to_string))
+        }
+    })
+    .await;
+    admin.post("/api/v1/nodes", &worker_node("n1", &old, "Degraded")).await.unwrap().into_result().unwrap();
+    eventually(Duration::from_secs(30), "the pool to degrade", || {
+        let out = ctl(&c, &["rollout", "status", "mcp/worker", "--timeout", "1"]);
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        async move { Ok(err.contains("is degraded").then_some(())) }
+    })
+    .await;
+    let out = ctl(&c, &["rollout", "status", "mcp", "worker", "--not-config", &old, "--timeout", "2"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("timed out after 2 s"), "waits for a new target: {stderr}");
+    // A new target, and the node still degraded: that ends the wait.
+    admin.post(MCS, &worker_file_config("99-worker-new")).await.unwrap().into_result().unwrap();
+    let out = ctl(&c, &["rollout", "status", "mcp", "worker", "--not-config", &old, "--timeout", "30"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("is degraded") && stderr.contains("boom"), "{stderr}");
+}
+
+/// kubectl's small things: `api-resources` aligned for every name, `rollout resume` of a pool
+/// that is not stopped is an error that writes nothing, `apply` of nothing is an error, and
+/// `describe` prints nested status values as YAML.
+#[tokio::test]
+async fn api_resources_resume_empty_apply_and_describe() {
+    let c = Coordinator::start();
+    let resources = ok(&c, &["api-resources"]);
+    assert!(resources.contains("nodedisruptionbudgets"), "{resources}");
+    assert_one_aligned_table(&resources);
+
+    create_pool(&c, aloft_tests::machine_config_pool("worker", "worker")).await;
+    let rendered = settled(&c, "worker").await;
+    for args in [&["rollout", "resume", "mcp/worker"][..], &["rollout", "resume", "mcp", "worker"][..]] {
+        let err = fails(&c, args);
+        assert!(err.contains("mcp/worker: the circuit breaker is not open; nothing to resume"), "{err}");
+    }
+    let pool: serde_json::Value = serde_json::from_str(&ok(&c, &["get", "mcp", "worker", "-o", "json"])).unwrap();
+    assert!(pool["metadata"]["annotations"]["aloft.dev/resumeRollout"].is_null(), "nothing written: {pool}");
+
+    let out = ctl(&c, &["apply", "-f", "-"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no objects passed to apply"));
+
+    let desc = ok(&c, &["describe", "mcp", "worker"]);
+    assert!(desc.contains("Status:\n") && desc.contains("\n  configuration:\n"), "{desc}");
+    assert!(desc.contains(&format!("    name: {rendered}\n")), "{desc}");
+    assert!(!desc.contains("{\""), "no JSON in describe: {desc}");
+}

@@ -172,22 +172,38 @@ enum RenderedCmd {
 
 #[derive(Subcommand)]
 enum RolloutCmd {
-    /// e.g. `aloftctl rollout status mcp/worker`
+    /// Follow a pool's rollout, e.g. `aloftctl rollout status mcp/worker`.
+    ///
+    /// Waits until every node of the pool runs its target. A pool whose render has not caught up
+    /// with a change is not taken as updated: neither while its status is older than its spec,
+    /// nor while it selects a MachineConfig its target was not rendered from (a new one). A
+    /// MachineConfig changed under its old name cannot be told from the client: for that, name
+    /// the pool's target before the change with --not-config, e.g.
+    ///   OLD=$(aloftctl get mcp worker -o json | jq -r .spec.configuration.name)
+    ///   aloftctl apply -f 99-worker-edited.yaml
+    ///   aloftctl rollout status mcp/worker --not-config "$OLD"
+    /// Fails when the pool is degraded or its circuit breaker is open (unless the target is
+    /// still the --not-config one); says so and waits while the pool is paused.
+    #[command(verbatim_doc_comment)]
     Status {
-        /// mcp/NAME (or machineconfigpool/NAME)
-        target: String,
+        /// mcp/NAME, or mcp NAME (machineconfigpool for mcp too)
+        #[arg(required = true, num_args = 1..=2, value_name = "TARGET")]
+        target: Vec<String>,
         /// Give up after this many seconds.
         #[arg(long, default_value_t = 3600)]
         timeout: u64,
-        /// Wait for a target other than this rendered config (e.g. the one before a change).
-        #[arg(long)]
+        /// Wait for a target other than this rendered config (the one before a change), and
+        /// do not fail on a degradation while the target is still this one.
+        #[arg(long, value_name = "OLD")]
         not_config: Option<String>,
     },
     /// Close a pool's circuit breaker: the nodes that failed so far are forgiven and the
-    /// rollout of the same config continues. e.g. `aloftctl rollout resume mcp/worker`
+    /// rollout of the same config continues. e.g. `aloftctl rollout resume mcp/worker`. A pool
+    /// whose circuit breaker is not open is an error, and nothing is written.
     Resume {
-        /// mcp/NAME (or machineconfigpool/NAME)
-        target: String,
+        /// mcp/NAME, or mcp NAME (machineconfigpool for mcp too)
+        #[arg(required = true, num_args = 1..=2, value_name = "TARGET")]
+        target: Vec<String>,
     },
 }
 
@@ -320,17 +336,19 @@ pub async fn main() -> Result<()> {
             None => prune_rendered(&client, pool_name.as_deref(), count, confirm).await,
         },
         Cmd::ApiResources => {
-            println!("{:<20} {:<12} {:<42} {:<11} KIND", "NAME", "SHORTNAMES", "APIVERSION", "NAMESPACED");
-            for r in resources::ALL {
-                println!(
-                    "{:<20} {:<12} {:<42} {:<11} {}",
-                    r.plural,
-                    r.short_names.join(","),
-                    r.api_version(),
-                    r.namespaced,
-                    r.kind
-                );
-            }
+            let rows: Vec<Vec<String>> = resources::ALL
+                .iter()
+                .map(|r| {
+                    vec![
+                        r.plural.to_string(),
+                        r.short_names.join(","),
+                        r.api_version(),
+                        r.namespaced.to_string(),
+                        r.kind.to_string(),
+                    ]
+                })
+                .collect();
+            print!("{}", print::plain_table(&["NAME", "SHORTNAMES", "APIVERSION", "NAMESPACED", "KIND"], &rows));
             Ok(())
         }
     }
@@ -351,6 +369,50 @@ async fn get_raw(client: &Client, path: &str) -> Result<()> {
     Ok(())
 }
 
+/// `get`'s arguments by resource type, in the order given: `TYPE[,TYPE...] [NAME...]` or
+/// `TYPE/NAME...`. A type without names stands for its whole collection.
+fn get_targets(args: &[String]) -> Result<Vec<(&'static ResourceType, Vec<String>)>> {
+    let mut groups: Vec<(&'static ResourceType, Vec<String>)> = Vec::new();
+    let mut add = |rt: &'static ResourceType, name: Option<&str>| {
+        let i = groups.iter().position(|(g, _)| g.plural == rt.plural).unwrap_or_else(|| {
+            groups.push((rt, Vec::new()));
+            groups.len() - 1
+        });
+        groups[i].1.extend(name.map(str::to_string));
+    };
+    if args.iter().all(|a| a.contains('/')) {
+        for a in args {
+            let (t, n) = a.split_once('/').unwrap_or((a, ""));
+            if n.is_empty() {
+                bail!("{a:?}: no name after the '/' (TYPE/NAME)");
+            }
+            add(resolve(t)?, Some(n));
+        }
+    } else {
+        let first = args.first().ok_or_else(|| anyhow!("get needs a TYPE (see `aloftctl api-resources`)"))?;
+        for t in first.split(',') {
+            let rt = resolve(t)?;
+            add(rt, None);
+            for n in &args[1..] {
+                add(rt, Some(n));
+            }
+        }
+    }
+    Ok(groups)
+}
+
+/// The errors of the objects `get` could not read, after it printed the others (as kubectl).
+fn not_read(errors: Vec<String>) -> Result<()> {
+    if errors.is_empty() {
+        return Ok(());
+    }
+    Err(anyhow!(errors.join("\n")))
+}
+
+fn resource_version(v: &Value) -> String {
+    v.pointer("/metadata/resourceVersion").and_then(Value::as_str).unwrap_or("0").to_string()
+}
+
 async fn get(
     client: &Client,
     ns: &str,
@@ -363,65 +425,196 @@ async fn get(
     if let Some(s) = &selector {
         q.push(("labelSelector", s.clone()));
     }
-    let mut first = true;
-    for (rt, name) in targets(args)? {
-        let path = with_query(resource_path(rt.path_ref(), Some(ns), name.as_deref()), &q);
-        match output {
-            None | Some(Output::Wide) => {
-                let t = match name {
-                    Some(_) => {
-                        client.call(reqwest::Method::GET, &path, None, Some(TABLE_ACCEPT)).await?.into_result()?
-                    }
-                    None => list_in_pages(client, &path, Some(TABLE_ACCEPT)).await?,
-                };
-                let text = print::table_text(&t, output == Some(Output::Wide), first);
-                if t.get("rows").and_then(Value::as_array).is_some_and(Vec::is_empty) && name.is_none() {
-                    eprintln!("No resources found.");
-                } else {
-                    print!("{text}");
-                }
-                first = false;
-                if watch {
-                    let rv = t.pointer("/metadata/resourceVersion").and_then(Value::as_str).unwrap_or("0").to_string();
-                    follow(client, rt, ns, name.as_deref(), &q, &rv, output == Some(Output::Wide)).await?;
+    let groups = get_targets(args)?;
+    if watch {
+        return match groups.as_slice() {
+            [(rt, names)] if names.len() <= 1 => {
+                watch_get(client, ns, rt, names.first().map(String::as_str), &q, output).await
+            }
+            _ => bail!("watch is only supported on one object or one type's collection, not {:?}", args.join(" ")),
+        };
+    }
+    match output {
+        None | Some(Output::Wide) => get_tables(client, ns, &groups, &q, output == Some(Output::Wide)).await,
+        Some(fmt) => get_objects(client, ns, &groups, &q, fmt).await,
+    }
+}
+
+/// A table per type (one for all the names of a type), separated by a blank line as kubectl does.
+async fn get_tables(
+    client: &Client,
+    ns: &str,
+    groups: &[(&'static ResourceType, Vec<String>)],
+    q: &[(&str, String)],
+    wide: bool,
+) -> Result<()> {
+    let mut errors = Vec::new();
+    let mut printed = false;
+    for (rt, names) in groups {
+        let t = if names.is_empty() {
+            list_in_pages(client, &with_query(resource_path(rt.path_ref(), Some(ns), None), q), Some(TABLE_ACCEPT))
+                .await?
+        } else {
+            named_table(client, ns, rt, names, q, &mut errors).await?
+        };
+        let text = print::TablePrinter::new(wide).rows(&t);
+        if text.is_empty() {
+            continue;
+        }
+        if printed {
+            println!();
+        }
+        print!("{text}");
+        printed = true;
+    }
+    if !printed && errors.is_empty() {
+        eprintln!("No resources found.");
+    }
+    not_read(errors)
+}
+
+/// One Table of the named objects: the first answer's columns and every answer's rows. What
+/// cannot be read goes to `errors`.
+async fn named_table(
+    client: &Client,
+    ns: &str,
+    rt: &ResourceType,
+    names: &[String],
+    q: &[(&str, String)],
+    errors: &mut Vec<String>,
+) -> Result<Value> {
+    let mut whole: Option<Value> = None;
+    for n in names {
+        let path = with_query(resource_path(rt.path_ref(), Some(ns), Some(n)), q);
+        let mut t = match client.call(reqwest::Method::GET, &path, None, Some(TABLE_ACCEPT)).await?.into_result() {
+            Ok(t) => t,
+            Err(e) => {
+                errors.push(format!("{e:#}"));
+                continue;
+            }
+        };
+        match whole.as_mut().and_then(|w| w.get_mut("rows")).and_then(Value::as_array_mut) {
+            Some(rows) => {
+                if let Some(Value::Array(more)) = t.get_mut("rows").map(Value::take) {
+                    rows.extend(more);
                 }
             }
-            Some(fmt) => {
-                let v = match name {
-                    Some(_) => client.get(&path).await?.into_result()?,
-                    None => list_in_pages(client, &path, None).await?,
-                };
-                let v = if name.is_none() && fmt != Output::Name {
-                    serde_json::json!({"apiVersion": "v1", "kind": "List", "items": v.get("items").cloned().unwrap_or_default()})
-                } else {
-                    v
-                };
-                match fmt {
-                    Output::Yaml => print!("{}", print::yaml(&v)),
-                    Output::Json => print!("{}", print::json(&v)),
-                    Output::Name => {
-                        let items = match v.get("items").and_then(Value::as_array) {
-                            Some(items) => items.clone(),
-                            None => vec![v],
-                        };
-                        for i in items {
-                            println!(
-                                "{}/{}",
-                                rt.singular_qualified(),
-                                i.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("")
-                            );
-                        }
-                    }
-                    Output::Wide => {}
-                }
+            None => whole = Some(t),
+        }
+    }
+    Ok(whole.unwrap_or_default())
+}
+
+/// Objects as YAML, JSON or names: one object asked for by name as itself, anything else as one
+/// `List`, as kubectl prints them.
+async fn get_objects(
+    client: &Client,
+    ns: &str,
+    groups: &[(&'static ResourceType, Vec<String>)],
+    q: &[(&str, String)],
+    fmt: Output,
+) -> Result<()> {
+    let mut errors = Vec::new();
+    let mut items: Vec<(&'static ResourceType, Value)> = Vec::new();
+    for (rt, names) in groups {
+        if names.is_empty() {
+            let path = with_query(resource_path(rt.path_ref(), Some(ns), None), q);
+            let mut list = list_in_pages(client, &path, None).await?;
+            if let Some(Value::Array(all)) = list.get_mut("items").map(Value::take) {
+                items.extend(all.into_iter().map(|mut o| {
+                    with_kind(rt, &mut o);
+                    (*rt, o)
+                }));
+            }
+            continue;
+        }
+        for n in names {
+            let path = with_query(resource_path(rt.path_ref(), Some(ns), Some(n)), q);
+            match client.get(&path).await?.into_result() {
+                Ok(o) => items.push((*rt, o)),
+                Err(e) => errors.push(format!("{e:#}")),
             }
         }
     }
-    Ok(())
+    let single = matches!(groups, [(_, names)] if names.len() == 1);
+    if single || fmt == Output::Name {
+        let mut printer = print::ObjectPrinter::new(fmt);
+        for (rt, o) in &items {
+            print!("{}", printer.text(rt, o));
+        }
+    } else if !items.is_empty() || errors.is_empty() {
+        let items: Vec<Value> = items.into_iter().map(|(_, o)| o).collect();
+        let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items});
+        print!("{}", if fmt == Output::Json { print::json(&list) } else { print::yaml(&list) });
+    }
+    not_read(errors)
 }
 
-/// Print rows as watch events arrive, reconnecting from the last version when the server ends
-/// the watch.
+/// Items of a list carry no `apiVersion` and `kind` in Kubernetes; a `List` of several types
+/// needs them, and kubectl prints them.
+fn with_kind(rt: &ResourceType, obj: &mut Value) {
+    if let Some(m) = obj.as_object_mut() {
+        m.entry("apiVersion").or_insert_with(|| rt.api_version().into());
+        m.entry("kind").or_insert_with(|| rt.kind.into());
+    }
+}
+
+/// `get -w`: the object or collection, then each change as it comes, in the output's form.
+async fn watch_get(
+    client: &Client,
+    ns: &str,
+    rt: &'static ResourceType,
+    name: Option<&str>,
+    q: &[(&str, String)],
+    output: Option<Output>,
+) -> Result<()> {
+    use std::io::Write;
+    let path = with_query(resource_path(rt.path_ref(), Some(ns), name), q);
+    match output {
+        None | Some(Output::Wide) => {
+            let t = match name {
+                Some(_) => client.call(reqwest::Method::GET, &path, None, Some(TABLE_ACCEPT)).await?.into_result()?,
+                None => list_in_pages(client, &path, Some(TABLE_ACCEPT)).await?,
+            };
+            let mut printer = print::TablePrinter::new(output == Some(Output::Wide));
+            let text = printer.rows(&t);
+            if text.is_empty() {
+                eprintln!("No resources found.");
+            }
+            print!("{text}");
+            std::io::stdout().flush()?;
+            follow(client, rt, ns, name, q, &resource_version(&t), Some(TABLE_ACCEPT), |ev| printer.rows(ev)).await
+        }
+        Some(fmt) => {
+            let (objects, rv) = match name {
+                Some(_) => {
+                    let o = client.get(&path).await?.into_result()?;
+                    let rv = resource_version(&o);
+                    (vec![o], rv)
+                }
+                None => {
+                    let mut list = list_in_pages(client, &path, None).await?;
+                    let rv = resource_version(&list);
+                    match list.get_mut("items").map(Value::take) {
+                        Some(Value::Array(items)) => (items, rv),
+                        _ => (Vec::new(), rv),
+                    }
+                }
+            };
+            let mut printer = print::ObjectPrinter::new(fmt);
+            for mut o in objects {
+                with_kind(rt, &mut o);
+                print!("{}", printer.text(rt, &o));
+            }
+            std::io::stdout().flush()?;
+            follow(client, rt, ns, name, q, &rv, None, |o| printer.text(rt, o)).await
+        }
+    }
+}
+
+/// Print each watch event's object with `show` as it arrives, reconnecting from the last version
+/// when the server ends the watch.
+#[allow(clippy::too_many_arguments)]
 async fn follow(
     client: &Client,
     rt: &ResourceType,
@@ -429,9 +622,11 @@ async fn follow(
     name: Option<&str>,
     q: &[(&str, String)],
     rv: &str,
-    wide: bool,
+    accept: Option<&str>,
+    mut show: impl FnMut(&Value) -> String,
 ) -> Result<()> {
     use futures::StreamExt;
+    use std::io::Write;
     let mut rv = rv.to_string();
     loop {
         let mut query = q.to_vec();
@@ -441,7 +636,7 @@ async fn follow(
             query.push(("fieldSelector", format!("metadata.name={n}")));
         }
         let path = with_query(resource_path(rt.path_ref(), Some(ns), None), &query);
-        let resp = client.watch(&path, Some(TABLE_ACCEPT)).await?;
+        let resp = client.watch(&path, accept).await?;
         let mut stream = resp.bytes_stream();
         let mut buf = Vec::new();
         while let Some(chunk) = stream.next().await {
@@ -449,17 +644,20 @@ async fn follow(
             while let Some(pos) = buf.iter().position(|b| *b == b'\n') {
                 let line: Vec<u8> = buf.drain(..=pos).collect();
                 let ev: Value = serde_json::from_slice(&line).context("malformed watch event")?;
-                if ev.get("type").and_then(Value::as_str) == Some("ERROR") {
-                    bail!(
+                match ev.get("type").and_then(Value::as_str) {
+                    Some("ERROR") => bail!(
                         "watch failed: {}",
                         ev.pointer("/object/message").and_then(Value::as_str).unwrap_or("unknown error")
-                    );
+                    ),
+                    Some("BOOKMARK") => continue,
+                    _ => {}
                 }
                 let obj = ev.get("object").cloned().unwrap_or_default();
                 if let Some(r) = obj.pointer("/metadata/resourceVersion").and_then(Value::as_str) {
                     rv = r.to_string();
                 }
-                print!("{}", print::table_text(&obj, wide, false));
+                print!("{}", show(&obj));
+                std::io::stdout().flush()?;
             }
         }
     }
@@ -494,7 +692,7 @@ async fn describe(client: &Client, ns: &str, args: &[String]) -> Result<()> {
         if let Some(status) = obj.get("status").and_then(Value::as_object) {
             println!("Status:");
             for (k, v) in status.iter().filter(|(k, _)| *k != "conditions") {
-                println!("  {k}: {}", if v.is_string() { v.as_str().unwrap_or("").to_string() } else { v.to_string() });
+                print!("{}", status_field(k, v));
             }
         }
         if !conds.is_empty() {
@@ -509,10 +707,33 @@ async fn describe(client: &Client, ns: &str, args: &[String]) -> Result<()> {
     Ok(())
 }
 
+/// Nested values print as YAML, as `Spec` does, up to [`DESCRIBE_LINES`] lines; a longer one
+/// says where to see it whole.
+fn status_field(key: &str, v: &Value) -> String {
+    match v {
+        Value::String(s) => format!("  {key}: {s}\n"),
+        Value::Object(_) | Value::Array(_) => {
+            let text = print::yaml(&serde_json::json!({ key: v }));
+            let lines: Vec<&str> = text.lines().collect();
+            if lines.len() > DESCRIBE_LINES {
+                return format!("  {key}: ({} lines: see `get -o yaml`)\n", lines.len() - 1);
+            }
+            lines.iter().map(|l| format!("  {l}\n")).collect()
+        }
+        other => format!("  {key}: {other}\n"),
+    }
+}
+
+/// The longest nested status value `describe` prints.
+const DESCRIBE_LINES: usize = 40;
+
 async fn apply_files(client: &Client, ns: &str, files: &[String], dry_run: bool) -> Result<()> {
     let mut objects = Vec::new();
     for f in files {
         objects.extend(apply::read_objects(f)?);
+    }
+    if objects.is_empty() {
+        bail!("no objects passed to apply");
     }
     // Check every document before changing anything.
     let mut plan = Vec::new();
@@ -636,93 +857,190 @@ fn condition_of<'a>(pool: &'a Value, type_: &str) -> Option<&'a Value> {
         .find(|c| c.get("type").and_then(Value::as_str) == Some(type_))
 }
 
-/// `mcp/NAME` into the pool's path and name.
-fn pool_target(target: &str, verb: &str) -> Result<(String, String)> {
-    let (kind, name) = target.split_once('/').ok_or_else(|| anyhow!("want mcp/NAME, got {target:?}"))?;
+/// `mcp/NAME` or `mcp NAME` into the pool's path, its name, and the pool as the user wrote it
+/// (`mcp/NAME`), for messages.
+fn pool_target(args: &[String], verb: &str) -> Result<(String, String, String)> {
+    let (kind, name) = match args {
+        [one] => one.split_once('/').ok_or_else(|| anyhow!("want mcp/NAME or mcp NAME, got {one:?}"))?,
+        [kind, name] if !kind.contains('/') => (kind.as_str(), name.as_str()),
+        _ => bail!("rollout {verb} takes one pool, as mcp/NAME or mcp NAME, not {:?}", args.join(" ")),
+    };
+    if name.is_empty() {
+        bail!("rollout {verb}: no pool name in {:?}", args.join(" "));
+    }
     let rt = resolve(kind)?;
     if rt.kind != "MachineConfigPool" {
         bail!("rollout {verb} works on MachineConfigPools (mcp/NAME), not {}", rt.plural);
     }
-    Ok((resource_path(rt.path_ref(), None, Some(name)), name.to_string()))
+    Ok((resource_path(rt.path_ref(), None, Some(name)), name.to_string(), format!("{kind}/{name}")))
 }
 
-async fn rollout_resume(client: &Client, target: &str) -> Result<()> {
-    let (path, name) = pool_target(target, "resume")?;
+/// The message of the pool's condition `type_` when it is True.
+fn condition_true(pool: &Value, type_: &str) -> Option<String> {
+    condition_of(pool, type_)
+        .filter(|c| c.get("status").and_then(Value::as_str) == Some("True"))
+        .map(|c| c.get("message").and_then(Value::as_str).unwrap_or("").to_string())
+}
+
+/// As `kubectl rollout resume` of a deployment that is not paused: an error, nothing written.
+async fn rollout_resume(client: &Client, target: &[String]) -> Result<()> {
+    let (path, name, shown) = pool_target(target, "resume")?;
     let pool = client.get(&path).await?.into_result()?;
-    let broken = condition_of(&pool, aloft_api::machineconfig::conditions::CIRCUIT_BROKEN)
-        .is_some_and(|c| c.get("status").and_then(Value::as_str) == Some("True"));
+    if condition_true(&pool, aloft_api::machineconfig::conditions::CIRCUIT_BROKEN).is_none() {
+        bail!("{shown}: the circuit breaker is not open; nothing to resume");
+    }
     // Any new value resumes once; a timestamp is new every time.
     let token = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Nanos, true);
     let patch = serde_json::json!({"metadata": {"annotations": {aloft_api::annotations::RESUME_ROLLOUT: token}}});
     client.patch(&path, "application/merge-patch+json", &patch).await?.into_result()?;
-    if broken {
-        println!("machineconfigpool/{name} resumed: the circuit breaker is closed, the nodes that failed so far are forgiven");
-    } else {
-        println!("machineconfigpool/{name} resumed (its circuit breaker was not open)");
-    }
+    println!(
+        "machineconfigpool/{name} resumed: the circuit breaker is closed, the nodes that failed so far are forgiven"
+    );
     Ok(())
 }
 
-async fn rollout_status(client: &Client, target: &str, timeout: u64, not_config: Option<&str>) -> Result<()> {
-    use std::io::Write;
-    let (path, name) = pool_target(target, "status")?;
-    let name = name.as_str();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(timeout);
-    let interactive = std::io::IsTerminal::is_terminal(&std::io::stdout());
-    let mut last = String::new();
-    loop {
-        let pool = client.get(&path).await?.into_result()?;
-        let s = |p: &str| pool.pointer(p).and_then(Value::as_str).unwrap_or("").to_string();
-        let n = |p: &str| pool.pointer(p).and_then(Value::as_i64).unwrap_or(0);
-        let want = s("/spec/configuration/name");
-        let have = s("/status/configuration/name");
-        let (total, updated, degraded) =
-            (n("/status/machineCount"), n("/status/updatedMachineCount"), n("/status/degradedMachineCount"));
-        if let Some(c) =
-            condition_of(&pool, "Degraded").filter(|c| c.get("status").and_then(Value::as_str) == Some("True"))
-        {
-            println!();
-            bail!("pool {name} is degraded: {}", c.get("message").and_then(Value::as_str).unwrap_or(""));
+/// Why a pool that looks updated may not be yet: the render controller has not caught up with a
+/// change. Two things tell from the client: a status older than the spec
+/// (`status.observedGeneration` below `metadata.generation`, where reported), and a
+/// MachineConfig the pool selects (by the render's own selection) that its target was not
+/// rendered from, i.e. a new one. A config changed under its old name cannot be told.
+fn render_pending(pool: &Value, mcs: &[Value]) -> Option<String> {
+    let generation = pool.pointer("/metadata/generation").and_then(Value::as_i64);
+    let observed = pool.pointer("/status/observedGeneration").and_then(Value::as_i64);
+    if let (Some(g), Some(o)) = (generation, observed) {
+        if o < g {
+            return Some(format!("waiting for the status of generation {g} (it shows {o})"));
         }
-        if let Some(c) = condition_of(&pool, aloft_api::machineconfig::conditions::CIRCUIT_BROKEN)
-            .filter(|c| c.get("status").and_then(Value::as_str) == Some("True"))
-        {
-            println!();
-            bail!("pool {name}: {}", c.get("message").and_then(Value::as_str).unwrap_or("circuit breaker open"));
+    }
+    let parsed: aloft_api::MachineConfigPool = serde_json::from_value(pool.clone()).ok()?;
+    let configs: Vec<aloft_api::MachineConfig> =
+        mcs.iter().filter_map(|m| serde_json::from_value(m.clone()).ok()).collect();
+    let selected = aloft_api::render::select_and_order(&parsed, &configs).ok()?;
+    let sources: Vec<&str> = pool
+        .pointer("/spec/configuration/source")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|r| r.get("name").and_then(Value::as_str))
+        .collect();
+    let new: Vec<&str> = selected.iter().map(|m| m.metadata.name.as_str()).filter(|n| !sources.contains(n)).collect();
+    match new.as_slice() {
+        [] => None,
+        [one] => Some(format!("waiting for the render of MachineConfig {one}")),
+        many => Some(format!("waiting for the render of MachineConfigs {}", many.join(", "))),
+    }
+}
+
+/// One look at a pool during `rollout status`.
+#[derive(Debug, PartialEq)]
+enum Progress {
+    /// Still going: the line to show.
+    Waiting(String),
+    Done(String),
+    Failed(String),
+}
+
+/// Where the pool stands, from its object and (only once it looks updated) the MachineConfigs.
+async fn pool_progress(client: &Client, pool: &Value, name: &str, not_config: Option<&str>) -> Result<Progress> {
+    let want = pool.pointer("/spec/configuration/name").and_then(Value::as_str).unwrap_or("");
+    let have = pool.pointer("/status/configuration/name").and_then(Value::as_str).unwrap_or("");
+    // A degradation while the target is still the old one is about the old one: the wait is for
+    // a new target.
+    let on_old = not_config.is_some_and(|old| old == want);
+    if !on_old {
+        if let Some(m) = condition_true(pool, "Degraded") {
+            return Ok(Progress::Failed(format!("pool {name} is degraded: {m}")));
         }
-        let phase = match pool.pointer("/status/rollout/phase").and_then(Value::as_str) {
+        if let Some(m) = condition_true(pool, aloft_api::machineconfig::conditions::CIRCUIT_BROKEN) {
+            let m = if m.is_empty() { "circuit breaker open".to_string() } else { m };
+            return Ok(Progress::Failed(format!("pool {name}: {m}")));
+        }
+    }
+    let looks_updated = condition_true(pool, "Updated").is_some() && !want.is_empty() && want == have;
+    if !looks_updated || on_old {
+        return Ok(Progress::Waiting(progress_line(pool, name, not_config.filter(|_| on_old))));
+    }
+    let mcs = list_in_pages(client, &resource_path(resources::MACHINE_CONFIG.path_ref(), None, None), None).await?;
+    let items = mcs.get("items").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+    let n = |p: &str| pool.pointer(p).and_then(Value::as_i64).unwrap_or(0);
+    Ok(match render_pending(pool, items) {
+        Some(why) => Progress::Waiting(format!("pool {name}: {why}")),
+        None => Progress::Done(format!(
+            "pool {name} is updated: {}/{} nodes on {want}",
+            n("/status/updatedMachineCount"),
+            n("/status/machineCount")
+        )),
+    })
+}
+
+/// The progress bar and counts; `old` when the target is still the --not-config one.
+fn progress_line(pool: &Value, name: &str, old: Option<&str>) -> String {
+    let n = |p: &str| pool.pointer(p).and_then(Value::as_i64).unwrap_or(0);
+    let want = pool.pointer("/spec/configuration/name").and_then(Value::as_str).unwrap_or("");
+    let (total, updated, degraded) =
+        (n("/status/machineCount"), n("/status/updatedMachineCount"), n("/status/degradedMachineCount"));
+    // Paused, the rollout's phase is not progress.
+    let phase = if pool.pointer("/spec/paused").and_then(Value::as_bool) == Some(true) {
+        ", paused"
+    } else {
+        match pool.pointer("/status/rollout/phase").and_then(Value::as_str) {
             Some("Canary") => ", canary",
             Some("Soaking") => ", soaking",
             _ => "",
-        };
-        let width = 30usize;
-        let filled = if total > 0 { (updated as usize * width) / total as usize } else { width };
-        let line = format!(
-            "pool {name}: [{}{}] {updated}/{total} updated, {degraded} degraded{phase}, target {}",
-            "#".repeat(filled),
-            "-".repeat(width - filled),
-            if want.is_empty() { "<rendering>" } else { &want }
-        );
-        if line != last {
-            if interactive {
-                print!("\r{line}");
-            } else {
-                println!("{line}");
-            }
-            std::io::stdout().flush()?;
-            last = line;
         }
-        let is_updated =
-            condition_of(&pool, "Updated").and_then(|c| c.get("status")).and_then(Value::as_str) == Some("True");
-        if is_updated && !want.is_empty() && want == have && not_config != Some(want.as_str()) {
-            if interactive {
-                println!();
+    };
+    let width = 30usize;
+    let filled = match usize::try_from(total) {
+        Ok(t) if t > 0 => usize::try_from(updated).unwrap_or(0).min(t) * width / t,
+        _ => width,
+    };
+    let waiting = old.map(|o| format!(" (waiting for a target other than {o})")).unwrap_or_default();
+    format!(
+        "pool {name}: [{}{}] {updated}/{total} updated, {degraded} degraded{phase}, target {}{waiting}",
+        "#".repeat(filled),
+        "-".repeat(width - filled),
+        if want.is_empty() { "<rendering>" } else { want }
+    )
+}
+
+async fn rollout_status(client: &Client, target: &[String], timeout: u64, not_config: Option<&str>) -> Result<()> {
+    use std::io::Write;
+    let (path, name, _) = pool_target(target, "status")?;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(timeout);
+    // On a terminal one line is redrawn in place; to a pipe, each new line is printed.
+    let interactive = std::io::IsTerminal::is_terminal(&std::io::stdout());
+    let mut last = String::new();
+    // Ends the line being redrawn, so that what follows starts on a line of its own.
+    let end_line = |last: &str| {
+        if interactive && !last.is_empty() {
+            println!();
+        }
+    };
+    loop {
+        let pool = client.get(&path).await?.into_result()?;
+        match pool_progress(client, &pool, &name, not_config).await? {
+            Progress::Done(line) => {
+                end_line(&last);
+                println!("{line}");
+                return Ok(());
             }
-            println!("pool {name} is updated: {updated}/{total} nodes on {want}");
-            return Ok(());
+            Progress::Failed(why) => {
+                end_line(&last);
+                bail!("{why}");
+            }
+            Progress::Waiting(line) if line != last => {
+                if interactive {
+                    print!("\r{line}\x1b[K");
+                } else {
+                    println!("{line}");
+                }
+                std::io::stdout().flush()?;
+                last = line;
+            }
+            Progress::Waiting(_) => {}
         }
         if std::time::Instant::now() > deadline {
-            println!();
+            end_line(&last);
             bail!("timed out after {timeout} s: pool {name} is not updated");
         }
         tokio::time::sleep(std::time::Duration::from_millis(300)).await;
@@ -800,4 +1118,90 @@ async fn prune_rendered(client: &Client, pool: Option<&str>, count: Option<usize
         bail!("{failed} rendered MachineConfig(s) not deleted");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pool(generation: i64, observed: Option<i64>, sources: &[&str]) -> Value {
+        let source: Vec<Value> = sources.iter().map(|n| json!({"kind": "MachineConfig", "name": n})).collect();
+        let mut p = json!({"metadata": {"name": "worker", "generation": generation},
+            "spec": {"machineConfigSelector": {"matchLabels": {"machineconfiguration.openshift.io/role": "worker"}},
+                     "configuration": {"name": "rendered-worker-1", "source": source}},
+            "status": {}});
+        if let Some(o) = observed {
+            p["status"]["observedGeneration"] = o.into();
+        }
+        p
+    }
+
+    fn mc(name: &str, role: &str) -> Value {
+        json!({"metadata": {"name": name, "labels": {"machineconfiguration.openshift.io/role": role}},
+            "spec": {"config": {"ignition": {"version": "3.4.0"}}}})
+    }
+
+    /// A new config the pool selects (not one it does not select, nor a rendered one) and a status
+    /// behind the spec each mean the render has not caught up; an absent observedGeneration is
+    /// no sign either way.
+    #[test]
+    fn render_pending_sees_new_configs_and_old_status() {
+        let rendered = json!({"metadata": {"name": "rendered-worker-1", "ownerReferences": [{"kind": "MachineConfigPool", "name": "worker"}],
+            "annotations": {"machineconfiguration.openshift.io/generated-by-controller-version": "x"}}, "spec": {}});
+        let mcs = vec![mc("00-worker", "worker"), mc("50-infra", "infra"), rendered];
+        assert_eq!(render_pending(&pool(2, Some(2), &["00-worker"]), &mcs), None);
+        assert_eq!(render_pending(&pool(2, None, &["00-worker"]), &mcs), None);
+        assert_eq!(
+            render_pending(&pool(3, Some(2), &["00-worker"]), &mcs).as_deref(),
+            Some("waiting for the status of generation 3 (it shows 2)")
+        );
+        let more = [mcs.clone(), vec![mc("99-worker-a", "worker"), mc("99-worker-b", "worker")]].concat();
+        assert_eq!(
+            render_pending(&pool(2, Some(2), &["00-worker", "99-worker-a"]), &more).as_deref(),
+            Some("waiting for the render of MachineConfig 99-worker-b")
+        );
+        assert_eq!(
+            render_pending(&pool(2, Some(2), &["00-worker"]), &more).as_deref(),
+            Some("waiting for the render of MachineConfigs 99-worker-a, 99-worker-b")
+        );
+    }
+
+    /// Paused is said, and the canary phase is not claimed then.
+    #[test]
+    fn progress_line_says_paused() {
+        let mut p = json!({"spec": {"paused": true, "configuration": {"name": "r2"}},
+            "status": {"machineCount": 4, "updatedMachineCount": 1, "degradedMachineCount": 0, "rollout": {"phase": "Canary"}}});
+        let line = progress_line(&p, "worker", None);
+        assert_eq!(line, "pool worker: [#######-----------------------] 1/4 updated, 0 degraded, paused, target r2");
+        p["spec"]["paused"] = false.into();
+        assert!(progress_line(&p, "worker", Some("r2"))
+            .ends_with(", canary, target r2 (waiting for a target other than r2)"));
+    }
+
+    #[test]
+    fn get_targets_by_type() {
+        let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let g = get_targets(&args(&["mcp/a", "mc/b", "mcp/c"])).unwrap();
+        let shape: Vec<(&str, Vec<String>)> = g.iter().map(|(rt, n)| (rt.plural, n.clone())).collect();
+        assert_eq!(shape, vec![("machineconfigpools", args(&["a", "c"])), ("machineconfigs", args(&["b"]))]);
+        let g = get_targets(&args(&["no,mcp"])).unwrap();
+        assert_eq!(
+            g.iter().map(|(rt, n)| (rt.plural, n.len())).collect::<Vec<_>>(),
+            [("nodes", 0), ("machineconfigpools", 0)]
+        );
+        assert!(get_targets(&args(&["mcp/"])).unwrap_err().to_string().contains("no name"));
+    }
+
+    #[test]
+    fn status_fields_as_yaml() {
+        let v = json!({"name": "r1", "source": [{"kind": "MachineConfig", "name": "00-worker"}]});
+        assert_eq!(
+            status_field("configuration", &v),
+            "  configuration:\n    name: r1\n    source:\n    - kind: MachineConfig\n      name: 00-worker\n"
+        );
+        assert_eq!(status_field("machineCount", &json!(3)), "  machineCount: 3\n");
+        let long: Vec<Value> = (0..50).map(|i| json!(i)).collect();
+        assert_eq!(status_field("many", &json!(long)), "  many: (50 lines: see `get -o yaml`)\n");
+    }
 }

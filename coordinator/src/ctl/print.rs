@@ -1,6 +1,7 @@
 //! Printing what the server returns: aligned tables from server-side Table responses (one column
 //! definition for kubectl and aloftctl alike), YAML, JSON and names.
 
+use crate::resources::ResourceType;
 use serde_json::Value;
 
 /// Output formats of `get`.
@@ -12,53 +13,130 @@ pub enum Output {
     Name,
 }
 
-/// Render a `meta.k8s.io/v1` Table as aligned text. `wide` shows priority > 0 columns too.
-pub fn table_text(t: &Value, wide: bool, headers: bool) -> String {
-    let defs = t.get("columnDefinitions").and_then(Value::as_array).cloned().unwrap_or_default();
-    let shown: Vec<usize> = defs
-        .iter()
-        .enumerate()
-        .filter(|(_, d)| wide || d.get("priority").and_then(Value::as_u64).unwrap_or(0) == 0)
-        .map(|(i, _)| i)
-        .collect();
-    let mut rows: Vec<Vec<String>> = Vec::new();
-    if headers {
-        rows.push(
-            shown
-                .iter()
-                .map(|&i| defs[i].get("name").and_then(Value::as_str).unwrap_or("").to_ascii_uppercase())
-                .collect(),
-        );
+/// A table printed in parts: a listing, then a row per watch event. kube-apiserver sends a
+/// watch's column definitions in its first event only, so they are kept from the first part that
+/// has them; and the first part's column widths are kept, so that later rows line up under its
+/// header, as kubectl's do (a wider cell only pushes the rest of its own row right).
+#[derive(Debug, Default)]
+pub struct TablePrinter {
+    wide: bool,
+    /// The names of the columns shown (priority 0, or all with `wide`) and their indexes.
+    columns: Vec<(usize, String)>,
+    widths: Vec<usize>,
+    headed: bool,
+}
+
+impl TablePrinter {
+    /// `wide` shows priority > 0 columns too.
+    pub fn new(wide: bool) -> Self {
+        TablePrinter { wide, ..Default::default() }
     }
-    for r in t.get("rows").and_then(Value::as_array).into_iter().flatten() {
-        let cells = r.get("cells").and_then(Value::as_array).cloned().unwrap_or_default();
-        rows.push(
-            shown
-                .iter()
-                .map(|&i| match cells.get(i) {
-                    Some(Value::String(s)) => s.clone(),
-                    Some(Value::Null) | None => String::new(),
-                    Some(v) => v.to_string(),
-                })
-                .collect(),
-        );
+
+    /// The text of the rows of `t` (a `meta.k8s.io/v1` Table), after the header if none was
+    /// printed yet. Nothing for no rows.
+    pub fn rows(&mut self, t: &Value) -> String {
+        if let Some(defs) = t.get("columnDefinitions").and_then(Value::as_array).filter(|d| !d.is_empty()) {
+            self.set_columns(defs);
+        }
+        let rows: Vec<Vec<String>> = t
+            .get("rows")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .map(|r| {
+                let cells = r.get("cells").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+                self.columns.iter().map(|(i, _)| cell_text(cells.get(*i))).collect()
+            })
+            .collect();
+        if rows.is_empty() || self.columns.is_empty() {
+            return String::new();
+        }
+        let mut lines = Vec::new();
+        if !self.headed {
+            self.headed = true;
+            lines.push(self.columns.iter().map(|(_, n)| n.clone()).collect());
+        }
+        lines.extend(rows);
+        if self.widths.is_empty() {
+            self.widths = (0..self.columns.len())
+                .map(|c| lines.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+                .collect();
+        }
+        lines.iter().map(|r| self.line(r)).collect()
     }
-    let ncols = shown.len();
-    let widths: Vec<usize> = (0..ncols).map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0)).collect();
-    let mut out = String::new();
-    for r in rows {
+
+    fn set_columns(&mut self, defs: &[Value]) {
+        let columns: Vec<(usize, String)> = defs
+            .iter()
+            .enumerate()
+            .filter(|(_, d)| self.wide || d.get("priority").and_then(Value::as_u64).unwrap_or(0) == 0)
+            .map(|(i, d)| (i, d.get("name").and_then(Value::as_str).unwrap_or("").to_ascii_uppercase()))
+            .collect();
+        if columns != self.columns {
+            self.columns = columns;
+            self.widths.clear();
+        }
+    }
+
+    fn line(&self, cells: &[String]) -> String {
         let mut line = String::new();
-        for (c, cell) in r.iter().enumerate() {
-            if c + 1 == ncols {
+        for (c, cell) in cells.iter().enumerate() {
+            if c + 1 == cells.len() {
                 line.push_str(cell);
             } else {
-                line.push_str(&format!("{cell:<w$}   ", w = widths[c]));
+                line.push_str(&format!("{cell:<w$}   ", w = self.widths.get(c).copied().unwrap_or(0)));
             }
         }
-        out.push_str(line.trim_end());
-        out.push('\n');
+        let mut line = line.trim_end().to_string();
+        line.push('\n');
+        line
     }
-    out
+}
+
+fn cell_text(v: Option<&Value>) -> String {
+    match v {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Null) | None => String::new(),
+        Some(v) => v.to_string(),
+    }
+}
+
+/// Rows (`cells` of strings) as aligned text with `header`, for tables aloftctl makes itself.
+pub fn plain_table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let defs: Vec<Value> = header.iter().map(|h| serde_json::json!({"name": h})).collect();
+    let rows: Vec<Value> = rows.iter().map(|r| serde_json::json!({"cells": r})).collect();
+    TablePrinter::new(false).rows(&serde_json::json!({"columnDefinitions": defs, "rows": rows}))
+}
+
+/// Objects one after another, as `get -w` prints them (and `get` several names with `-o name`):
+/// YAML documents separated by `---`, JSON objects, or `TYPE/NAME` lines.
+#[derive(Debug)]
+pub struct ObjectPrinter {
+    fmt: Output,
+    printed: usize,
+}
+
+impl ObjectPrinter {
+    pub fn new(fmt: Output) -> Self {
+        ObjectPrinter { fmt, printed: 0 }
+    }
+
+    /// The text of `obj`, an object of type `rt`.
+    pub fn text(&mut self, rt: &ResourceType, obj: &Value) -> String {
+        let first = self.printed == 0;
+        self.printed += 1;
+        match self.fmt {
+            Output::Yaml if first => yaml(obj),
+            Output::Yaml => format!("---\n{}", yaml(obj)),
+            Output::Json => json(obj),
+            // Wide is a table: it never comes here; a name is what it would show of an object.
+            Output::Name | Output::Wide => format!(
+                "{}/{}\n",
+                rt.singular_qualified(),
+                obj.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("")
+            ),
+        }
+    }
 }
 
 pub fn yaml(v: &Value) -> String {
@@ -82,9 +160,36 @@ mod tests {
             "columnDefinitions": [{"name": "Name", "priority": 0}, {"name": "Config", "priority": 0}, {"name": "Extra", "priority": 1}],
             "rows": [{"cells": ["worker", "rendered-worker-abc", "x"]}, {"cells": ["master-long-name", "", "y"]}],
         });
-        let narrow = table_text(&t, false, true);
+        let narrow = TablePrinter::new(false).rows(&t);
         assert_eq!(narrow, "NAME               CONFIG\nworker             rendered-worker-abc\nmaster-long-name\n");
-        assert!(table_text(&t, true, true).contains("EXTRA"));
-        assert!(!table_text(&t, false, false).contains("NAME"));
+        assert!(TablePrinter::new(true).rows(&t).contains("EXTRA"));
+    }
+
+    /// Watch events after the first carry no column definitions: the row is printed in the
+    /// columns and widths of the first table, without a second header.
+    #[test]
+    fn later_parts_keep_the_columns_and_widths() {
+        let first = json!({
+            "columnDefinitions": [{"name": "Name", "priority": 0}, {"name": "Config", "priority": 0}, {"name": "Extra", "priority": 1}],
+            "rows": [{"cells": ["master-long-name", "rendered-master-abc", "y"]}],
+        });
+        let mut p = TablePrinter::new(false);
+        assert_eq!(p.rows(&first), "NAME               CONFIG\nmaster-long-name   rendered-master-abc\n");
+        let later = json!({"columnDefinitions": [], "rows": [{"cells": ["w", "r", "x"]}]});
+        assert_eq!(p.rows(&later), "w                  r\n");
+        assert_eq!(p.rows(&json!({"rows": []})), "");
+        // An empty listing: the header comes with the first row.
+        let mut p = TablePrinter::new(false);
+        assert_eq!(p.rows(&json!({"columnDefinitions": first["columnDefinitions"], "rows": []})), "");
+        assert_eq!(p.rows(&later), "NAME   CONFIG\nw      r\n");
+    }
+
+    #[test]
+    fn plain() {
+        let rows = vec![vec!["nodedisruptionbudgets".to_string(), "ndb".to_string()], vec!["no".into(), String::new()]];
+        assert_eq!(
+            plain_table(&["NAME", "SHORTNAMES"], &rows),
+            "NAME                    SHORTNAMES\nnodedisruptionbudgets   ndb\nno\n"
+        );
     }
 }
