@@ -4,6 +4,7 @@
 pub mod discovery;
 pub mod enroll;
 pub mod error;
+pub mod fields;
 pub mod handlers;
 pub mod objects;
 pub mod openapi;
