@@ -241,6 +241,13 @@ pub fn router(ctx: SharedCtx) -> Router {
                 },
             ),
         )
+        .route(
+            "/openapi/v2",
+            get(|h: HeaderMap| async move {
+                let (ctype, body) = openapi::v2(h.get("accept").and_then(|v| v.to_str().ok()).unwrap_or(""));
+                (StatusCode::OK, [("content-type", ctype)], body).into_response()
+            }),
+        )
         .route("/openapi/v3", get(|| async { json_ok(openapi::index()) }))
         .route(
             "/openapi/v3/{*path}",
