@@ -482,7 +482,12 @@ async fn invalid_objects_are_422_with_field_paths() {
         json!({"matchExpressions": [{"key": "role", "operator": "Near", "values": ["a"]}]});
     let r = admin.post(&mcp_coll, &p).await.unwrap();
     assert_status(&r, 422, "Invalid", "selector operator Near");
-    assert!(cause_fields(&r.body).iter().any(|f| f == "spec.machineConfigSelector"), "{}", r.body);
+    assert_eq!(
+        cause_fields(&r.body),
+        ["spec.machineConfigSelector.matchExpressions[0].operator"],
+        "the field is the operator, as kube-apiserver names it: {}",
+        r.body
+    );
 
     let r = admin.post(&mcp_coll, &machine_config_pool("Bad_Name", "x")).await.unwrap();
     assert_status(&r, 422, "Invalid", "name Bad_Name");

@@ -373,3 +373,347 @@ fn bad_failpoints_stop_the_agent_before_it_starts() {
         assert_eq!(std::fs::read_dir(root.path()).unwrap().count(), 0, "{spec}: the root was written");
     }
 }
+
+/// An answer with its `Warning` headers, which [`Reply`] does not carry.
+struct Raw {
+    code: u16,
+    warnings: Vec<String>,
+    body: Value,
+}
+
+async fn raw(c: &Coordinator, method: reqwest::Method, path: &str, ctype: &str, body: &[u8]) -> Raw {
+    install_crypto();
+    let http = reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(&c.ca_pem()).unwrap())
+        .build()
+        .unwrap();
+    let r = http
+        .request(method, format!("{}{path}", c.url()))
+        .bearer_auth(c.admin_token())
+        .header("content-type", ctype)
+        .body(body.to_vec())
+        .send()
+        .await
+        .unwrap();
+    let code = r.status().as_u16();
+    let warnings = r.headers().get_all("warning").iter().map(|v| v.to_str().unwrap().to_string()).collect();
+    let body = serde_json::from_slice(&r.bytes().await.unwrap()).unwrap_or(Value::Null);
+    Raw { code, warnings, body }
+}
+
+fn pool_with(name: &str, spec: Value) -> Value {
+    let mut p = machine_config_pool(name, "worker");
+    p["spec"].as_object_mut().unwrap().extend(spec.as_object().unwrap().clone());
+    p
+}
+
+/// A pool's rollout numbers beyond any sane value (a soak of 292 billion years) would overflow
+/// the controllers' date arithmetic: admission refuses them, naming the field and the bound.
+#[tokio::test]
+async fn absurd_pool_numbers_are_422_naming_the_field() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let coll = path_of(&MACHINE_CONFIG_POOL, None);
+    let before = head(&admin).await;
+    let cases: Vec<(Value, &str)> = vec![
+        (json!({"rollout": {"soakSeconds": 9223372036854775807i64}}), "spec.rollout.soakSeconds"),
+        (json!({"rollout": {"soakSeconds": 10000000000000i64}}), "spec.rollout.soakSeconds"),
+        (json!({"rollout": {"canary": 10000000000i64}}), "spec.rollout.canary"),
+        (json!({"rollout": {"maxFailures": -1}}), "spec.rollout.maxFailures"),
+        (json!({"drain": {"timeoutSeconds": 9223372036854775807i64}}), "spec.drain.timeoutSeconds"),
+        (
+            json!({"drain": {"hooks": [{"url": "http://lb/", "timeoutSeconds": 86400}]}}),
+            "spec.drain.hooks[0].timeoutSeconds",
+        ),
+    ];
+    for (spec, field) in cases {
+        let r = admin.post(&coll, &pool_with("worker", spec.clone())).await.unwrap();
+        assert_status(&r, 422, "Invalid", &spec.to_string());
+        assert_eq!(cause_fields(&r.body), [field], "{spec}: {}", r.body);
+    }
+    let r = admin.post(&coll, &pool_with("worker", json!({"rollout": {"soakSeconds": 9223372036854775807i64}}))).await;
+    assert!(message(&r.unwrap()).contains("must be at most 31536000 (one year)"));
+    assert_eq!(head(&admin).await, before, "nothing was stored");
+
+    // The same on a patch of a stored pool, which stays as it was.
+    let ok = admin.post(&coll, &pool_with("worker", json!({"rollout": {"soakSeconds": 600}}))).await.unwrap();
+    assert_eq!(ok.code, 201, "{}", ok.body);
+    let p = path_of(&MACHINE_CONFIG_POOL, Some("worker"));
+    let r = admin
+        .patch(&p, "application/merge-patch+json", &json!({"spec": {"rollout": {"soakSeconds": 10000000000000i64}}}))
+        .await
+        .unwrap();
+    assert_status(&r, 422, "Invalid", "patch to an absurd soak");
+    assert_eq!(cause_fields(&r.body), ["spec.rollout.soakSeconds"]);
+    assert_eq!(get_ok(&admin, &MACHINE_CONFIG_POOL, "worker").await["spec"], ok.body["spec"]);
+}
+
+/// `?fieldValidation=`: Strict refuses unknown fields (and repeated JSON keys) with kube's
+/// `strict decoding error`; Warn, the default, stores and warns in `Warning` headers; Ignore
+/// says nothing. Only the parts aloft has a schema for are checked.
+#[tokio::test]
+async fn unknown_fields_follow_field_validation() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let pools = path_of(&MACHINE_CONFIG_POOL, None);
+    let post = reqwest::Method::POST;
+    let typo_pool =
+        pool_with("typo", json!({"maxUnavailble": 3, "rollout": {"canery": 1, "soakSecond": 1800, "bogus": 1}}));
+    let body = serde_json::to_vec(&typo_pool).unwrap();
+    let before = head(&admin).await;
+
+    let r = raw(&c, post.clone(), &format!("{pools}?fieldValidation=Strict"), "application/json", &body).await;
+    assert_eq!(r.code, 400, "{}", r.body);
+    assert_eq!(r.body["reason"], "BadRequest");
+    let msg = r.body["message"].as_str().unwrap();
+    for f in ["spec.maxUnavailble", "spec.rollout.canery", "spec.rollout.soakSecond", "spec.rollout.bogus"] {
+        assert!(msg.contains(&format!("unknown field \"{f}\"")), "{f}: {msg}");
+    }
+    assert!(msg.contains("strict decoding error"), "{msg}");
+    let r = raw(&c, post.clone(), &format!("{pools}?fieldValidation=strictly"), "application/json", &body).await;
+    assert_eq!(r.code, 400, "{}", r.body);
+    assert!(r.body["message"].as_str().unwrap().contains("\"strictly\""), "{}", r.body);
+    // Repeated keys: serde_json (like Go) keeps the last one, which Strict refuses.
+    let dup = br#"{"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfig",
+        "metadata": {"name": "first"}, "spec": {}, "metadata": {"name": "second"}}"#;
+    let mcs = path_of(&MACHINE_CONFIG, None);
+    let r = raw(&c, post.clone(), &format!("{mcs}?fieldValidation=Strict"), "application/json", dup).await;
+    assert_eq!(r.code, 400, "{}", r.body);
+    assert!(r.body["message"].as_str().unwrap().contains("json: duplicate field \"metadata\""), "{}", r.body);
+    for (coll, obj, field) in [
+        (
+            path_of(&resources::NODE_DISRUPTION_BUDGET, None),
+            json!({"apiVersion": "aloft.dev/v1", "kind": "NodeDisruptionBudget", "metadata": {"name": "b"},
+                "spec": {"maxUnavialable": 1, "minAvailable": 1}}),
+            "spec.maxUnavialable",
+        ),
+        (
+            mcs.clone(),
+            json!({"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfig",
+            "metadata": {"name": "m"}, "spec": {"confg": {}}}),
+            "spec.confg",
+        ),
+    ] {
+        let r = raw(
+            &c,
+            post.clone(),
+            &format!("{coll}?fieldValidation=Strict"),
+            "application/json",
+            &serde_json::to_vec(&obj).unwrap(),
+        )
+        .await;
+        assert_eq!(r.code, 400, "{}", r.body);
+        assert!(r.body["message"].as_str().unwrap().contains(&format!("unknown field \"{field}\"")), "{}", r.body);
+    }
+    assert_eq!(head(&admin).await, before, "Strict stored nothing");
+
+    // Warn (the default): stored, every field named in a Warning header, and kept.
+    let r = raw(&c, post.clone(), &pools, "application/json", &body).await;
+    assert_eq!(r.code, 201, "{}", r.body);
+    let mut w = r.warnings.clone();
+    w.sort();
+    assert_eq!(
+        w,
+        [
+            r#"299 - "unknown field \"spec.maxUnavailble\"""#,
+            r#"299 - "unknown field \"spec.rollout.bogus\"""#,
+            r#"299 - "unknown field \"spec.rollout.canery\"""#,
+            r#"299 - "unknown field \"spec.rollout.soakSecond\"""#,
+        ]
+    );
+    assert_eq!(r.body["spec"]["maxUnavailble"], 3, "unknown fields are kept");
+    // Ignore: no warnings.
+    let mut quiet = typo_pool.clone();
+    quiet["metadata"]["name"] = "quiet".into();
+    let r = raw(
+        &c,
+        post.clone(),
+        &format!("{pools}?fieldValidation=Ignore"),
+        "application/json",
+        &serde_json::to_vec(&quiet).unwrap(),
+    )
+    .await;
+    assert_eq!((r.code, r.warnings.len()), (201, 0), "{}", r.body);
+
+    // Updates: only what the write adds is judged, so a pool stored with a typo can still be
+    // changed under Strict; a new typo is refused and changes nothing.
+    let p = path_of(&MACHINE_CONFIG_POOL, Some("typo"));
+    let stored = get_ok(&admin, &MACHINE_CONFIG_POOL, "typo").await;
+    let patch = |v: Value| serde_json::to_vec(&v).unwrap();
+    let r = raw(
+        &c,
+        reqwest::Method::PATCH,
+        &format!("{p}?fieldValidation=Strict"),
+        "application/merge-patch+json",
+        &patch(json!({"spec": {"paused": true}})),
+    )
+    .await;
+    assert_eq!((r.code, r.warnings.len()), (200, 0), "{}", r.body);
+    let stored = {
+        let mut s = stored;
+        s["spec"]["paused"] = true.into();
+        s
+    };
+    let r = raw(
+        &c,
+        reqwest::Method::PATCH,
+        &format!("{p}?fieldValidation=Strict"),
+        "application/merge-patch+json",
+        &patch(json!({"spec": {"drain": {"timeoutSecs": 60}}})),
+    )
+    .await;
+    assert_eq!(r.code, 400, "{}", r.body);
+    assert!(r.body["message"].as_str().unwrap().contains("unknown field \"spec.drain.timeoutSecs\""), "{}", r.body);
+    let r = raw(
+        &c,
+        reqwest::Method::PATCH,
+        &format!("{p}?fieldValidation=Strict"),
+        "application/merge-patch+json",
+        br#"{"spec": {"paused": false}, "spec": {"paused": false}}"#,
+    )
+    .await;
+    assert_eq!(r.code, 400, "a patch repeating a key: {}", r.body);
+    let mut put = get_ok(&admin, &MACHINE_CONFIG_POOL, "typo").await;
+    put["spec"]["nodeSelecter"] = json!({});
+    let r = raw(
+        &c,
+        reqwest::Method::PUT,
+        &format!("{p}?fieldValidation=Strict"),
+        "application/json",
+        &serde_json::to_vec(&put).unwrap(),
+    )
+    .await;
+    assert_eq!(r.code, 400, "{}", r.body);
+    let got = get_ok(&admin, &MACHINE_CONFIG_POOL, "typo").await;
+    assert_eq!(got["spec"], stored["spec"], "refused updates changed nothing");
+    let r = raw(
+        &c,
+        reqwest::Method::PATCH,
+        &p,
+        "application/merge-patch+json",
+        &patch(json!({"spec": {"drain": {"timeoutSecs": 60}}})),
+    )
+    .await;
+    assert_eq!(r.code, 200, "{}", r.body);
+    assert_eq!(r.warnings, [r#"299 - "unknown field \"spec.drain.timeoutSecs\"""#]);
+}
+
+/// What an agent would refuse (a unit name that is a path, contents that are not inline or not
+/// base64, empty kernel arguments) is refused before it is stored, naming the field.
+#[tokio::test]
+async fn machine_configs_an_agent_refuses_are_422() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let coll = path_of(&MACHINE_CONFIG, None);
+    let before = head(&admin).await;
+    let ign = |rest: Value| {
+        let mut cfg = json!({"ignition": {"version": "3.4.0"}});
+        cfg.as_object_mut().unwrap().extend(rest.as_object().unwrap().clone());
+        cfg
+    };
+    let cases: Vec<(&str, Value, &str)> = vec![
+        (
+            "unit-path",
+            ign(json!({"systemd": {"units": [{"name": "../../x.service", "contents": "[Unit]"}]}})),
+            "spec.config.systemd.units[0].name",
+        ),
+        (
+            "dropin-path",
+            ign(json!({"systemd": {"units": [{"name": "a.service", "dropins": [{"name": "../x.conf"}]}]}})),
+            "spec.config.systemd.units[0].dropins[0].name",
+        ),
+        (
+            "bad-base64",
+            ign(
+                json!({"storage": {"files": [{"path": "/etc/x", "contents": {"source": "data:;base64,!!!notbase64"}}]}}),
+            ),
+            "spec.config.storage.files[0].contents.source",
+        ),
+        (
+            "remote",
+            ign(json!({"storage": {"files": [{"path": "/etc/x", "contents": {"source": "http://evil/x"}}]}})),
+            "spec.config.storage.files[0].contents.source",
+        ),
+    ];
+    for (name, config, field) in cases {
+        let r = admin.post(&coll, &mc_with_config(name, config)).await.unwrap();
+        assert_status(&r, 422, "Invalid", name);
+        assert_eq!(cause_fields(&r.body), [field], "{name}: {}", r.body);
+    }
+    let mut mc = machine_config("kargs", "worker");
+    mc["spec"]["kernelArguments"] = json!(["a b", ""]);
+    let r = admin.post(&coll, &mc).await.unwrap();
+    assert_status(&r, 422, "Invalid", "an empty kernel argument");
+    assert_eq!(cause_fields(&r.body), ["spec.kernelArguments[1]"], "\"a b\" is two arguments, as in MCO: {}", r.body);
+    assert_eq!(head(&admin).await, before, "nothing was stored");
+}
+
+/// Label keys and values, and the selectors of pools and budgets, by Kubernetes' rules.
+#[tokio::test]
+async fn labels_and_selectors_are_validated() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "labels": {"zone": "a"}}});
+    let r = admin.post(&path_of(&NODE, None), &node).await.unwrap();
+    assert_eq!(r.code, 201, "{}", r.body);
+    let stored = r.body;
+    let before = head(&admin).await;
+    let np = path_of(&NODE, Some("n1"));
+    for labels in [json!({"ok": "has space"}), json!({"ok": "v".repeat(100)}), json!({"bad key!": "x"})] {
+        let r =
+            admin.patch(&np, "application/merge-patch+json", &json!({"metadata": {"labels": labels}})).await.unwrap();
+        assert_status(&r, 422, "Invalid", &labels.to_string());
+        assert_eq!(cause_fields(&r.body), ["metadata.labels"], "{labels}: {}", r.body);
+    }
+    let r = admin.patch(&np, "application/merge-patch+json", &json!({"metadata": {"labels": {"bad key!": "x"}}})).await;
+    assert!(
+        message(&r.unwrap()).contains(
+            "metadata.labels: Invalid value: \"bad key!\": name part must consist of alphanumeric characters"
+        ),
+        "kube's wording"
+    );
+    let pool = pool_with("p", json!({"nodeSelector": {"matchLabels": {"bad key!": "x y"}}}));
+    let r = admin.post(&path_of(&MACHINE_CONFIG_POOL, None), &pool).await.unwrap();
+    assert_status(&r, 422, "Invalid", "pool nodeSelector");
+    assert_eq!(cause_fields(&r.body), ["spec.nodeSelector.matchLabels", "spec.nodeSelector.matchLabels"]);
+    let ndb = json!({"apiVersion": "aloft.dev/v1", "kind": "NodeDisruptionBudget", "metadata": {"name": "db"},
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"bad key!": "db"}}}});
+    let r = admin.post(&path_of(&resources::NODE_DISRUPTION_BUDGET, None), &ndb).await.unwrap();
+    assert_status(&r, 422, "Invalid", "budget selector");
+    assert_eq!(cause_fields(&r.body), ["spec.selector.matchLabels"]);
+    assert_eq!(head(&admin).await, before, "nothing was stored");
+    assert_eq!(get_ok(&admin, &NODE, "n1").await, stored);
+}
+
+/// Errors in words a user acts on: an int-or-percent that is neither, a failed JSON patch
+/// naming the object's kind.
+#[tokio::test]
+async fn error_texts_name_the_field_and_kind() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let coll = path_of(&MACHINE_CONFIG_POOL, None);
+    for (v, shown) in [(json!(1.5), "1.5"), (json!(true), "true")] {
+        let r = admin.post(&coll, &pool_with("worker", json!({"maxUnavailable": v}))).await.unwrap();
+        assert_status(&r, 422, "Invalid", shown);
+        assert_eq!(
+            message(&r),
+            format!(
+                "MachineConfigPool \"worker\" is invalid: spec.maxUnavailable: Invalid value: {shown}: must be an integer or a percentage like \"10%\""
+            )
+        );
+    }
+    let ok = admin.post(&coll, &machine_config_pool("worker", "worker")).await.unwrap();
+    assert_eq!(ok.code, 201, "{}", ok.body);
+    let r = admin
+        .patch(
+            &path_of(&MACHINE_CONFIG_POOL, Some("worker")),
+            "application/json-patch+json",
+            &json!([{"op": "test", "path": "/spec/paused", "value": true}]),
+        )
+        .await
+        .unwrap();
+    assert_status(&r, 422, "Invalid", "a failed JSON patch test");
+    assert!(message(&r).starts_with("MachineConfigPool \"worker\" is invalid: "), "{}", r.body);
+    assert_eq!(r.body["details"]["kind"], "MachineConfigPool");
+    assert_eq!(get_ok(&admin, &MACHINE_CONFIG_POOL, "worker").await["spec"], ok.body["spec"]);
+}

@@ -472,3 +472,46 @@ fn kubectl_get_raw_reads_readyz_and_metrics() {
     let err = k.fails(&["get", "--raw", "/readyz/etcd"]);
     assert!(err.contains("NotFound") || err.contains("not found") || err.contains("404"), "{err}");
 }
+
+/// kubectl's field validation: `apply` (Strict since kubectl 1.27) refuses a pool with misspelt
+/// fields with the API server's `strict decoding error`; `--validate=warn` stores it and prints
+/// each unknown field as a warning. An unknown kind or version ends in kubectl's own
+/// `no matches for kind`, not in a failed OpenAPI download.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_field_validation_and_unknown_kinds() {
+    let Some(exe) = kubectl_path() else { return };
+    let c = Coordinator::start();
+    let admin = c.client();
+    let k = Kubectl::new(exe, &c, Auth::Flags { token: c.admin_token() });
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        p.display().to_string()
+    };
+    let typos = write(
+        "typos.yaml",
+        "apiVersion: machineconfiguration.openshift.io/v1\nkind: MachineConfigPool\nmetadata:\n  name: typo\nspec:\n  \
+         maxUnavailble: 3\n  rollout:\n    canery: 1\n    soakSecond: 1800\n",
+    );
+    for args in [vec!["apply", "-f", &typos], vec!["apply", "--validate=strict", "-f", &typos]] {
+        let err = k.fails(&args);
+        assert!(err.contains("strict decoding error"), "{args:?}: {err}");
+        for f in ["spec.maxUnavailble", "spec.rollout.canery", "spec.rollout.soakSecond"] {
+            assert!(err.contains(&format!("unknown field \"{f}\"")), "{args:?} names {f}: {err}");
+        }
+    }
+    assert!(list_names(&admin, &MACHINE_CONFIG_POOL).await.is_empty(), "Strict stored nothing");
+    let out = k.run(&["apply", "--validate=warn", "-f", &typos]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("Warning: unknown field \"spec.rollout.canery\""), "kubectl prints the warnings: {err}");
+    assert_eq!(get_ok(&admin, &MACHINE_CONFIG_POOL, "typo").await["spec"]["rollout"]["canery"], 1);
+
+    let pod = write("pod.yaml", "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\nspec:\n  containers: []\n");
+    let err = k.fails(&["apply", "-f", &pod]);
+    assert!(err.contains("no matches for kind \"Pod\" in version \"v1\""), "{err}");
+    let node_v2 = write("node.yaml", "apiVersion: v2\nkind: Node\nmetadata:\n  name: node-v2\n");
+    let err = k.fails(&["apply", "-f", &node_v2]);
+    assert!(err.contains("no matches for kind \"Node\" in version \"v2\""), "{err}");
+}

@@ -124,7 +124,7 @@ async fn budget_blocks_a_drain_and_a_drain_past_its_timeout_degrades_the_node() 
         (json!({"maxUnavailable": "120%"}), "spec.maxUnavailable"),
         (
             json!({"minAvailable": 1, "selector": {"matchExpressions": [{"key": "a", "operator": "Near"}]}}),
-            "spec.selector",
+            "spec.selector.matchExpressions[0].operator",
         ),
     ] {
         let r = admin.post(&path_of(&NODE_DISRUPTION_BUDGET, None), &ndb("bad", spec)).await.unwrap();

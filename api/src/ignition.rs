@@ -1043,6 +1043,8 @@ mod tests {
                     let out = parse_config(&mc.spec.config).unwrap_or_else(|e| panic!("{rel}: {}: {e}", e.field()));
                     assert_eq!(out["ignition"]["version"], "3.5.0");
                     crate::reconcile::validate_for_day2(&mc.spec).unwrap_or_else(|e| panic!("{rel}: {e:?}"));
+                    let refused = crate::content::spec_errors(&mc.spec);
+                    assert!(refused.is_empty(), "{rel}: {refused:?}");
                     checked += 1;
                 }
             }

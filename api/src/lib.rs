@@ -6,6 +6,7 @@
 
 pub mod annotations;
 pub mod budget;
+pub mod content;
 pub mod ignition;
 pub mod machineconfig;
 pub mod meta;

@@ -139,6 +139,15 @@ pub struct DrainHook {
 pub const DEFAULT_DRAIN_TIMEOUT_SECONDS: i64 = 3600;
 /// Default timeout of one drain hook call.
 pub const DEFAULT_HOOK_TIMEOUT_SECONDS: i64 = 30;
+/// The longest `spec.rollout.soakSeconds` and `spec.drain.timeoutSeconds` admission accepts: one
+/// year. Longer is a mistake (or a unit mix-up), and times that far out overflow date arithmetic.
+pub const MAX_DURATION_SECONDS: i64 = 365 * 24 * 3600;
+/// The longest drain hook timeout admission accepts: one hour, MCO's whole drain budget. A hook
+/// is one HTTP call; a load balancer that needs longer should answer and be polled again.
+pub const MAX_HOOK_TIMEOUT_SECONDS: i64 = 3600;
+/// The largest node count (`canary`, `maxFailures`, an integer `maxUnavailable`) admission
+/// accepts: Kubernetes' counts are 32-bit.
+pub const MAX_COUNT: i64 = i32::MAX as i64;
 
 impl MachineConfigPoolSpec {
     pub fn drain_timeout_seconds(&self) -> i64 {

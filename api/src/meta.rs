@@ -113,9 +113,45 @@ pub fn set_condition(conds: &mut Vec<Condition>, new: Condition, now: &str) -> b
 }
 
 /// `maxUnavailable`: an absolute count or a percentage string such as "10%".
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(untagged)]
 pub enum IntOrString {
     Int(i64),
     String(String),
+}
+
+/// Read by hand rather than as an untagged enum, whose error ("data did not match any variant of
+/// untagged enum IntOrString") says nothing a user can act on.
+impl<'de> Deserialize<'de> for IntOrString {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        fn refuse<E: serde::de::Error>(shown: impl std::fmt::Display) -> E {
+            E::custom(format!("Invalid value: {shown}: must be an integer or a percentage like \"10%\""))
+        }
+        impl serde::de::Visitor<'_> for V {
+            type Value = IntOrString;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an integer or a percentage like \"10%\"")
+            }
+            fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<IntOrString, E> {
+                Ok(IntOrString::Int(v))
+            }
+            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<IntOrString, E> {
+                i64::try_from(v).map(IntOrString::Int).map_err(|_| refuse(v))
+            }
+            fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<IntOrString, E> {
+                Err(refuse(v))
+            }
+            fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<IntOrString, E> {
+                Err(refuse(v))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<IntOrString, E> {
+                Ok(IntOrString::String(v.to_string()))
+            }
+            fn visit_unit<E: serde::de::Error>(self) -> Result<IntOrString, E> {
+                Err(refuse("null"))
+            }
+        }
+        d.deserialize_any(V)
+    }
 }

@@ -193,6 +193,84 @@ fn is_dns_label(s: &str) -> bool {
         && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
 }
 
+const NAME_RULE: &str =
+    "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character";
+
+/// Why `key` is not a label key, in Kubernetes' words (`IsQualifiedName`): an optional DNS-1123
+/// subdomain prefix of at most 253 characters and `/`, then a name of at most 63 characters.
+/// Empty when it is one.
+pub fn label_key_errors(key: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let parts: Vec<&str> = key.split('/').collect();
+    let name = match parts.as_slice() {
+        [name] => *name,
+        [prefix, name] => {
+            if prefix.is_empty() {
+                out.push("prefix part must be non-empty".to_string());
+            } else if prefix.len() > 253 {
+                out.push("prefix part must be no more than 253 characters".to_string());
+            } else if !prefix.split('.').all(is_dns_label) {
+                out.push(
+                    "prefix part a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, \
+                     '-' or '.', and must start and end with an alphanumeric character"
+                        .to_string(),
+                );
+            }
+            name
+        }
+        _ => {
+            out.push(format!(
+                "a qualified name {NAME_RULE}, with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')"
+            ));
+            return out;
+        }
+    };
+    if name.is_empty() {
+        out.push("name part must be non-empty".to_string());
+    } else if name.len() > 63 {
+        out.push("name part must be no more than 63 characters".to_string());
+    }
+    if !name.is_empty() && !is_label_name(name) {
+        out.push(format!("name part {NAME_RULE}"));
+    }
+    out
+}
+
+/// Why `value` is not a label value, in Kubernetes' words (`IsValidLabelValue`): at most 63
+/// characters, empty or a name. Empty when it is one.
+pub fn label_value_errors(value: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    if value.len() > 63 {
+        out.push("must be no more than 63 characters".to_string());
+    }
+    if !value.is_empty() && !is_label_name(value) {
+        out.push(format!("a valid label must be an empty string or {NAME_RULE}"));
+    }
+    out
+}
+
+/// Kubernetes' `ValidateLabels`: every key and value of a label map, as errors at `field`
+/// (`metadata.labels: Invalid value: "bad key!": name part must ...`).
+pub fn labels_errors<'a>(
+    labels: impl IntoIterator<Item = (&'a String, &'a String)>,
+    field: &str,
+) -> Vec<crate::reconcile::FieldError> {
+    let mut out = Vec::new();
+    for (k, v) in labels {
+        for m in label_key_errors(k) {
+            out.push(invalid(field, k, &m));
+        }
+        for m in label_value_errors(v) {
+            out.push(invalid(field, v, &m));
+        }
+    }
+    out
+}
+
+fn invalid(field: &str, value: &str, message: &str) -> crate::reconcile::FieldError {
+    crate::reconcile::FieldError { field: field.to_string(), message: format!("Invalid value: {value:?}: {message}") }
+}
+
 impl LabelSelector {
     /// Compile; an unknown operator is an error naming the expression, never "matches nothing".
     pub fn to_selector(&self) -> Result<Selector, SelectorError> {
@@ -221,6 +299,42 @@ impl LabelSelector {
             reqs.push(Requirement { key: e.key.clone(), op });
         }
         Ok(Selector { reqs })
+    }
+
+    /// Kubernetes' `ValidateLabelSelector`, field by field under `field` (e.g. `spec.nodeSelector`):
+    /// label keys and values, known operators, values present for In/NotIn and absent for
+    /// Exists/DoesNotExist. Empty when the selector is valid.
+    pub fn field_errors(&self, field: &str) -> Vec<crate::reconcile::FieldError> {
+        use crate::reconcile::FieldError;
+        let mut out = labels_errors(&self.match_labels, &format!("{field}.matchLabels"));
+        for (i, e) in self.match_expressions.iter().enumerate() {
+            let at = format!("{field}.matchExpressions[{i}]");
+            for m in label_key_errors(&e.key) {
+                out.push(invalid(&format!("{at}.key"), &e.key, &m));
+            }
+            match e.operator.as_str() {
+                "In" | "NotIn" if e.values.is_empty() => out.push(FieldError {
+                    field: format!("{at}.values"),
+                    message: "Required value: must be specified when `operator` is 'In' or 'NotIn'".into(),
+                }),
+                "Exists" | "DoesNotExist" if !e.values.is_empty() => out.push(FieldError {
+                    field: format!("{at}.values"),
+                    message: "Forbidden: may not be specified when `operator` is 'Exists' or 'DoesNotExist'".into(),
+                }),
+                "In" | "NotIn" | "Exists" | "DoesNotExist" => {}
+                other => out.push(invalid(
+                    &format!("{at}.operator"),
+                    other,
+                    "not a valid selector operator (want In, NotIn, Exists or DoesNotExist)",
+                )),
+            }
+            for (j, v) in e.values.iter().enumerate() {
+                for m in label_value_errors(v) {
+                    out.push(invalid(&format!("{at}.values[{j}]"), v, &m));
+                }
+            }
+        }
+        out
     }
 
     /// An empty selector (`{}`): Kubernetes reads it as "everything", MCO refuses it for pools.
@@ -264,6 +378,54 @@ mod tests {
         for bad in ["a in z1", "=1", "a=b c", "Bad_/x=1", "a in (x y)"] {
             assert!(Selector::parse(bad).is_err(), "{bad} should not parse");
         }
+    }
+
+    #[test]
+    fn label_keys_values_and_selectors_follow_kubernetes() {
+        for ok in ["a", "node-role.kubernetes.io/worker", "A_b.c-9", "example.com/My.Name", &"x".repeat(63)] {
+            assert!(label_key_errors(ok).is_empty(), "{ok}");
+        }
+        for bad in ["", "bad key!", "-a", "a/b/c", "/a", "Example.com/a", "a/", &"x".repeat(64)] {
+            assert!(!label_key_errors(bad).is_empty(), "{bad}");
+        }
+        assert_eq!(
+            labels_errors(&labels(&[("bad key!", "ok")]), "metadata.labels")[0].to_string(),
+            "metadata.labels: Invalid value: \"bad key!\": name part must consist of alphanumeric characters, \
+             '-', '_' or '.', and must start and end with an alphanumeric character"
+        );
+        for ok in ["", "x", "has_space-not.9", &"v".repeat(63)] {
+            assert!(label_value_errors(ok).is_empty(), "{ok}");
+        }
+        for bad in ["has space", "-x", &"v".repeat(64)] {
+            assert!(!label_value_errors(bad).is_empty(), "{bad}");
+        }
+        let req = |key: &str, operator: &str, values: &[&str]| LabelSelectorRequirement {
+            key: key.into(),
+            operator: operator.into(),
+            values: values.iter().map(|v| v.to_string()).collect(),
+        };
+        let sel = LabelSelector {
+            match_labels: labels(&[("bad key!", "x y")]),
+            match_expressions: vec![
+                req("zone", "In", &[]),
+                req("zone", "Exists", &["a"]),
+                req("zone", "Near", &[]),
+                req("ok", "In", &["a b"]),
+                req("ok", "NotIn", &["fine"]),
+            ],
+        };
+        let fields: Vec<String> = sel.field_errors("spec.selector").into_iter().map(|e| e.field).collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.selector.matchLabels",
+                "spec.selector.matchLabels",
+                "spec.selector.matchExpressions[0].values",
+                "spec.selector.matchExpressions[1].values",
+                "spec.selector.matchExpressions[2].operator",
+                "spec.selector.matchExpressions[3].values[0]",
+            ]
+        );
     }
 
     #[test]

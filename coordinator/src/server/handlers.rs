@@ -2,6 +2,7 @@
 //! [`crate::resources`], with the status subresource, dry-run and preconditions.
 
 use super::error::ApiError;
+use super::fields::{self, Directive};
 use super::objects::{self, PatchType};
 use super::request::{self, FieldSelector, ResourcePath};
 use super::{pages, table, validate, watch, Ctx};
@@ -289,8 +290,11 @@ async fn watch_handler(call: Call<'_>) -> Result<Response, ApiError> {
 
 async fn create(call: Call<'_>) -> Result<Response, ApiError> {
     call.authorize(Verb::Create).await?;
-    let mut obj = request::decode_object(&call.headers, &call.body)?;
+    let directive = Directive::from_params(&call.params)?;
+    let (mut obj, mut problems) = fields::decode_object(&call.headers, &call.body)?;
     request::check_type(call.path.rt, &obj)?;
+    problems.extend(fields::unknown_fields(call.path.rt, &obj).iter().map(|p| fields::unknown_field(p)));
+    let warnings = directive.judge(call.path.rt, problems)?;
     call.check_namespace(&mut obj)?;
     let mut name = objects::name_of(&obj).to_string();
     if name.is_empty() {
@@ -306,10 +310,10 @@ async fn create(call: Call<'_>) -> Result<Response, ApiError> {
     call.validate(&obj)?;
     objects::prepare_create(&mut obj, &call.path.store_namespace());
     if call.dry_run() {
-        return Ok(respond(StatusCode::CREATED, obj));
+        return Ok(fields::with_warnings(respond(StatusCode::CREATED, obj), &warnings));
     }
     let created = call.ctx.store.create(&call.key(&name), obj).await.map_err(|e| call.store_err(e, &name))?;
-    Ok(respond_one(&call, StatusCode::CREATED, created))
+    Ok(fields::with_warnings(respond_one(&call, StatusCode::CREATED, created), &warnings))
 }
 
 fn precondition(obj: &Value) -> Result<Option<u64>, ApiError> {
@@ -323,14 +327,17 @@ fn precondition(obj: &Value) -> Result<Option<u64>, ApiError> {
     }
 }
 
-/// Read-modify-write with compare-and-swap, retried while `retry` allows it.
+/// Read-modify-write with compare-and-swap, retried while `retry` allows it. `problems` are the
+/// body's own (repeated keys); the fields the write adds that its kind does not have join them,
+/// judged by `directive`; the answer carries the warnings to send.
 async fn read_modify_write(
     call: &Call<'_>,
     name: &str,
     retry: bool,
     decision: Decision,
+    (directive, problems): (Directive, &[String]),
     mut modify: impl FnMut(&Value) -> Result<Value, ApiError>,
-) -> Result<Stored, ApiError> {
+) -> Result<(Stored, Vec<String>), ApiError> {
     let key = call.key(name);
     for _ in 0..CAS_RETRIES {
         let stored = call.stored(name).await?;
@@ -342,9 +349,16 @@ async fn read_modify_write(
             }
         }
         let mut next = objects::prepare_update(call.path.rt, call.is_status(), &stored, incoming);
-        if !validate::only_annotations_changed(&stored, &next) {
+        let mut found = problems.to_vec();
+        let warnings = if validate::only_annotations_changed(&stored, &next) {
+            directive.judge(call.path.rt, found)?
+        } else {
+            let added = fields::new_unknown_fields(call.path.rt, &stored, &next);
+            found.extend(added.iter().map(|p| fields::unknown_field(p)));
+            let warnings = directive.judge(call.path.rt, found)?;
             call.validate(&next)?;
-        }
+            warnings
+        };
         if decision == Decision::AllowStatusAndAnnotations {
             if !auth::only_status_and_annotations(&stored, &next) {
                 let mut e = call.forbidden(Verb::Update);
@@ -364,10 +378,10 @@ async fn read_modify_write(
         }
         if next == *stored {
             // A no-op write is not a write: no new resourceVersion, no watch event.
-            return Ok(stored);
+            return Ok((stored, warnings));
         }
         if call.dry_run() {
-            return Ok(Stored::new(next));
+            return Ok((Stored::new(next), warnings));
         }
         match call.ctx.store.update_by(&key, next, Some(stored_rev), &call.who.name).await {
             Ok(v) => {
@@ -375,7 +389,7 @@ async fn read_modify_write(
                     // At debug: one per node update; the Done report is the record.
                     tracing::debug!(node = %name, "uncordoned with its Done report");
                 }
-                return Ok(v);
+                return Ok((v, warnings));
             }
             Err(StoreError::Conflict { .. }) if retry => continue,
             Err(e) => return Err(call.store_err(e, name)),
@@ -387,7 +401,8 @@ async fn read_modify_write(
 async fn update(call: Call<'_>) -> Result<Response, ApiError> {
     let decision = call.authorize(Verb::Update).await?;
     let name = call.path.name.clone().unwrap_or_default();
-    let mut obj = request::decode_object(&call.headers, &call.body)?;
+    let directive = Directive::from_params(&call.params)?;
+    let (mut obj, problems) = fields::decode_object(&call.headers, &call.body)?;
     request::check_type(call.path.rt, &obj)?;
     call.check_namespace(&mut obj)?;
     let body_name = objects::name_of(&obj);
@@ -398,8 +413,9 @@ async fn update(call: Call<'_>) -> Result<Response, ApiError> {
     }
     // Without a resourceVersion the PUT is unconditional (as Kubernetes allows for most kinds).
     let unconditional = precondition(&obj)?.is_none();
-    let out = read_modify_write(&call, &name, unconditional, decision, |_| Ok(obj.clone())).await?;
-    Ok(respond_one(&call, StatusCode::OK, out))
+    let (out, warnings) =
+        read_modify_write(&call, &name, unconditional, decision, (directive, &problems), |_| Ok(obj.clone())).await?;
+    Ok(fields::with_warnings(respond_one(&call, StatusCode::OK, out), &warnings))
 }
 
 async fn patch(call: Call<'_>) -> Result<Response, ApiError> {
@@ -407,10 +423,14 @@ async fn patch(call: Call<'_>) -> Result<Response, ApiError> {
     let name = call.path.name.clone().unwrap_or_default();
     let ctype = call.headers.get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("");
     let kind = PatchType::from_content_type(ctype)?;
-    let body = call.body.clone();
-    let out =
-        read_modify_write(&call, &name, true, decision, |stored| objects::apply_patch(kind, stored, &body)).await?;
-    Ok(respond_one(&call, StatusCode::OK, out))
+    let directive = Directive::from_params(&call.params)?;
+    let (patch, problems) = objects::parse_patch(&call.body)?;
+    let object_kind = call.path.rt.kind;
+    let (out, warnings) = read_modify_write(&call, &name, true, decision, (directive, &problems), |stored| {
+        objects::apply_patch(kind, object_kind, stored, &patch)
+    })
+    .await?;
+    Ok(fields::with_warnings(respond_one(&call, StatusCode::OK, out), &warnings))
 }
 
 async fn delete(call: Call<'_>) -> Result<Response, ApiError> {

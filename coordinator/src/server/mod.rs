@@ -4,6 +4,7 @@
 pub mod discovery;
 pub mod enroll;
 pub mod error;
+pub mod fields;
 pub mod handlers;
 pub mod objects;
 pub mod openapi;
@@ -239,6 +240,13 @@ pub fn router(ctx: SharedCtx) -> Router {
                     into_response(enroll::enroll(c, tokens, w, &body).await)
                 },
             ),
+        )
+        .route(
+            "/openapi/v2",
+            get(|h: HeaderMap| async move {
+                let (ctype, body) = openapi::v2(h.get("accept").and_then(|v| v.to_str().ok()).unwrap_or(""));
+                (StatusCode::OK, [("content-type", ctype)], body).into_response()
+            }),
         )
         .route("/openapi/v3", get(|| async { json_ok(openapi::index()) }))
         .route(

@@ -4,6 +4,7 @@
 
 use super::error::ApiError;
 use crate::resources::ResourceType;
+use serde::Deserialize;
 use serde_json::{Map, Value};
 
 pub fn now() -> String {
@@ -173,29 +174,33 @@ fn has_directive(v: &Value) -> bool {
     }
 }
 
-/// Apply a patch to a stored object.
-pub fn apply_patch(kind: PatchType, target: &Value, body: &[u8]) -> Result<Value, ApiError> {
-    let patch: Value =
-        serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("malformed patch: {e}")))?;
+/// A PATCH body, and the keys it repeats (for field validation).
+pub fn parse_patch(body: &[u8]) -> Result<(Value, Vec<String>), ApiError> {
+    super::fields::parse_json(body).map_err(|e| ApiError::bad_request(format!("malformed patch: {e}")))
+}
+
+/// Apply a patch to a stored object of kind `object_kind` (named in errors, as kubectl shows
+/// them: `MachineConfigPool "worker" is invalid: ...`).
+pub fn apply_patch(kind: PatchType, object_kind: &str, target: &Value, patch: &Value) -> Result<Value, ApiError> {
     let mut out = target.clone();
     match kind {
         PatchType::Merge | PatchType::Strategic => {
             if !patch.is_object() {
                 return Err(ApiError::bad_request("a merge patch must be a JSON object"));
             }
-            if kind == PatchType::Strategic && has_directive(&patch) {
+            if kind == PatchType::Strategic && has_directive(patch) {
                 return Err(ApiError::unsupported_media(
                     "strategic merge patch directives ($patch, $retainKeys, ...) are not supported; send a JSON merge patch",
                 ));
             }
-            json_patch::merge(&mut out, &patch);
+            json_patch::merge(&mut out, patch);
         }
         PatchType::Json => {
-            let p: json_patch::Patch = serde_json::from_value(patch)
+            let p = json_patch::Patch::deserialize(patch)
                 .map_err(|e| ApiError::bad_request(format!("malformed JSON patch: {e}")))?;
             json_patch::patch(&mut out, &p).map_err(|e| {
                 ApiError::invalid(
-                    "",
+                    object_kind,
                     name_of(target),
                     vec![super::error::cause("", "FieldValueInvalid", format!("JSON patch failed: {e}"))],
                 )
@@ -266,18 +271,25 @@ mod tests {
     #[test]
     fn patches() {
         let s = stored();
-        let m = apply_patch(PatchType::Merge, &s, br#"{"spec":{"paused":true,"maxUnavailable":2}}"#).unwrap();
+        let apply = |kind: PatchType, body: &[u8]| {
+            let (patch, _) = parse_patch(body)?;
+            apply_patch(kind, "MachineConfigPool", &s, &patch)
+        };
+        let m = apply(PatchType::Merge, br#"{"spec":{"paused":true,"maxUnavailable":2}}"#).unwrap();
         assert_eq!(m["spec"], json!({"paused": true, "maxUnavailable": 2}));
-        let j = apply_patch(PatchType::Json, &s, br#"[{"op":"replace","path":"/spec/paused","value":true}]"#).unwrap();
+        let j = apply(PatchType::Json, br#"[{"op":"replace","path":"/spec/paused","value":true}]"#).unwrap();
         assert_eq!(j["spec"]["paused"], true);
-        let e = apply_patch(PatchType::Json, &s, br#"[{"op":"test","path":"/spec/paused","value":true}]"#).unwrap_err();
+        let e = apply(PatchType::Json, br#"[{"op":"test","path":"/spec/paused","value":true}]"#).unwrap_err();
         assert_eq!(e.status.code, 422);
-        assert_eq!(apply_patch(PatchType::Merge, &s, b"[1]").unwrap_err().status.code, 400);
-        assert_eq!(apply_patch(PatchType::Merge, &s, b"{oops").unwrap_err().status.code, 400);
-        assert_eq!(
-            apply_patch(PatchType::Strategic, &s, br#"{"spec":{"$patch":"replace"}}"#).unwrap_err().status.code,
-            415
+        assert!(
+            e.status.message.starts_with("MachineConfigPool \"worker\" is invalid: "),
+            "the kind is named, as kubectl prints it: {}",
+            e.status.message
         );
+        assert_eq!(e.status.details.as_ref().unwrap().kind, "MachineConfigPool");
+        assert_eq!(apply(PatchType::Merge, b"[1]").unwrap_err().status.code, 400);
+        assert_eq!(apply(PatchType::Merge, b"{oops").unwrap_err().status.code, 400);
+        assert_eq!(apply(PatchType::Strategic, br#"{"spec":{"$patch":"replace"}}"#).unwrap_err().status.code, 415);
         assert_eq!(PatchType::from_content_type("application/apply-patch+yaml").unwrap_err().status.code, 415);
     }
 }

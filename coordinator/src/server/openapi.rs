@@ -1,4 +1,4 @@
-//! OpenAPI v3 documents, minimal: one schema per kind carrying `x-kubernetes-group-version-kind`.
+//! OpenAPI v3 documents, minimal (and an empty v2 one, see [`v2`]): one schema per kind carrying `x-kubernetes-group-version-kind`.
 //! kubectl (1.27+) downloads these before `apply`/`create` to learn that the server validates
 //! fields itself; it then sends `fieldValidation=Strict` and leaves validation to us instead of
 //! failing with "failed to download openapi". Kinds keep unknown fields
@@ -104,6 +104,45 @@ pub fn document(path: &str) -> Option<Value> {
     }
 }
 
+/// `/openapi/v2`: an empty Swagger 2.0 document, as protobuf (what kubectl asks for) or JSON.
+/// kubectl falls back to v2 for a kind the v3 documents do not describe (a Pod, a `v2` Node),
+/// and skips its own validation of a kind v2 lacks too; it then asks discovery and ends in its
+/// usual `no matches for kind "Pod" in version "v1"`. Without a v2 document it stopped at
+/// "failed to download openapi".
+pub fn v2(accept: &str) -> (&'static str, Vec<u8>) {
+    const TITLE: &str = "aloft-coordinator";
+    const VERSION: &str = env!("CARGO_PKG_VERSION");
+    if accept.contains("protobuf") {
+        // gnostic's openapi_v2.Document: swagger (1) = "2.0", info (2) = {title (1), version (2)}.
+        let field = |tag: u8, bytes: &[u8]| -> Vec<u8> {
+            let mut out = vec![tag];
+            out.extend(varint(bytes.len()));
+            out.extend_from_slice(bytes);
+            out
+        };
+        let info = [field(0x0a, TITLE.as_bytes()), field(0x12, VERSION.as_bytes())].concat();
+        let doc = [field(0x0a, b"2.0"), field(0x12, &info)].concat();
+        // Kubernetes' own spelling: Go's mime parser refuses the `@` of the Accept form.
+        return ("application/com.github.proto-openapi.spec.v2.v1.0+protobuf", doc);
+    }
+    let doc = json!({"swagger": "2.0", "info": {"title": TITLE, "version": VERSION}, "paths": {}});
+    ("application/json", doc.to_string().into_bytes())
+}
+
+/// A protobuf varint.
+fn varint(mut n: usize) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let low = (n & 0x7f) as u8;
+        n >>= 7;
+        if n == 0 {
+            out.push(low);
+            return out;
+        }
+        out.push(low | 0x80);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -125,5 +164,18 @@ mod tests {
         let patch = &doc["paths"]["/apis/machineconfiguration.openshift.io/v1/machineconfigpools/{name}"]["patch"];
         assert_eq!(patch["x-kubernetes-group-version-kind"]["kind"], "MachineConfigPool");
         assert_eq!(patch["parameters"][0]["name"], "fieldValidation");
+    }
+
+    #[test]
+    fn v2_is_an_empty_swagger_document() {
+        let (ctype, pb) = v2("application/com.github.proto-openapi.spec.v2@v1.0+protobuf");
+        assert!(ctype.ends_with("+protobuf"));
+        assert_eq!(&pb[..5], b"\x0a\x032.0", "swagger = \"2.0\"");
+        assert_eq!(pb[5], 0x12, "then info");
+        assert_eq!(pb[6] as usize, pb.len() - 7, "whose length is the rest");
+        assert_eq!(varint(300), [0xac, 0x02]);
+        let (ctype, js) = v2("application/json");
+        assert_eq!(ctype, "application/json");
+        assert_eq!(serde_json::from_slice::<Value>(&js).unwrap()["swagger"], "2.0");
     }
 }

@@ -3,6 +3,7 @@
 
 use super::error::cause;
 use crate::resources::ResourceType;
+use aloft_api::machineconfig::{MAX_COUNT, MAX_DURATION_SECONDS, MAX_HOOK_TIMEOUT_SECONDS};
 use aloft_api::{IntOrString, MachineConfig, MachineConfigPool, Node, NodeDisruptionBudget, StatusCause};
 use serde_json::Value;
 
@@ -54,10 +55,28 @@ fn typed<T: serde::de::DeserializeOwned>(obj: &Value, out: &mut Vec<StatusCause>
     }
 }
 
+/// Field errors of aloft-api's checks, as causes.
+fn field_errors(errs: Vec<aloft_api::reconcile::FieldError>, out: &mut Vec<StatusCause>) {
+    out.extend(errs.into_iter().map(|e| cause(&e.field, "FieldValueInvalid", e.message)));
+}
+
 fn selector_causes(sel: &Option<aloft_api::LabelSelector>, field: &str, out: &mut Vec<StatusCause>) {
     if let Some(s) = sel {
-        if let Err(e) = s.to_selector() {
-            out.push(cause(field, "FieldValueInvalid", e.to_string()));
+        field_errors(s.field_errors(field), out);
+    }
+}
+
+/// `metadata.labels` of any kind, by Kubernetes' rules. Values that are not strings are left
+/// to the typed read, which names them.
+fn label_causes(obj: &Value, out: &mut Vec<StatusCause>) {
+    let Some(labels) = obj.pointer("/metadata/labels").and_then(Value::as_object) else { return };
+    for (k, v) in labels {
+        let Some(v) = v.as_str() else { continue };
+        for m in aloft_api::selector::label_key_errors(k) {
+            out.push(cause("metadata.labels", "FieldValueInvalid", format!("Invalid value: {k:?}: {m}")));
+        }
+        for m in aloft_api::selector::label_value_errors(v) {
+            out.push(cause("metadata.labels", "FieldValueInvalid", format!("Invalid value: {v:?}: {m}")));
         }
     }
 }
@@ -66,40 +85,47 @@ fn max_unavailable_causes(mu: &Option<IntOrString>, out: &mut Vec<StatusCause>) 
     int_or_percent_causes(mu, "spec.maxUnavailable", out)
 }
 
-/// An int >= 0 or a percentage `0%`..`100%`.
+/// An int from 0 to [`MAX_COUNT`] or a percentage `0%`..`100%`.
 fn int_or_percent_causes(mu: &Option<IntOrString>, field: &str, out: &mut Vec<StatusCause>) {
     match mu {
-        Some(IntOrString::Int(n)) if *n < 0 => out.push(cause(field, "FieldValueInvalid", format!("{n} must be >= 0"))),
+        Some(IntOrString::Int(n)) => count_causes(Some(*n), field, (0, MAX_COUNT, ""), out),
         Some(IntOrString::String(s)) => {
             let ok = s.strip_suffix('%').and_then(|p| p.parse::<u32>().ok()).is_some_and(|p| p <= 100);
             if !ok {
                 out.push(cause(
                     field,
                     "FieldValueInvalid",
-                    format!("{s:?} must be an integer or a percentage such as \"10%\""),
+                    format!("Invalid value: {s:?}: must be an integer or a percentage from 0% to 100% like \"10%\""),
                 ));
             }
         }
-        _ => {}
+        None => {}
     }
 }
 
-/// A count that must be >= `min` when set.
-fn count_causes(v: Option<i64>, field: &str, min: i64, out: &mut Vec<StatusCause>) {
-    if let Some(n) = v.filter(|n| *n < min) {
-        out.push(cause(field, "FieldValueInvalid", format!("{n} must be >= {min}")));
+/// A number that must be in `min..=max` when set; `unit` says what `max` is in words.
+fn count_causes(v: Option<i64>, field: &str, (min, max, unit): (i64, i64, &str), out: &mut Vec<StatusCause>) {
+    if let Some(n) = v.filter(|n| !(min..=max).contains(n)) {
+        let why = if n < min { format!("must be >= {min}") } else { format!("must be at most {max}{unit}") };
+        out.push(cause(field, "FieldValueInvalid", format!("Invalid value: {n}: {why}")));
     }
 }
 
-/// `spec.rollout` and `spec.drain`, aloft's extensions of the pool.
+const COUNT: (i64, i64, &str) = (0, MAX_COUNT, "");
+const DURATION: (i64, i64, &str) = (0, MAX_DURATION_SECONDS, " (one year)");
+const TIMEOUT: (i64, i64, &str) = (1, MAX_DURATION_SECONDS, " (one year)");
+const HOOK_TIMEOUT: (i64, i64, &str) = (1, MAX_HOOK_TIMEOUT_SECONDS, " (one hour)");
+
+/// `spec.rollout` and `spec.drain`, aloft's extensions of the pool: counts and durations within
+/// bounds, so that no controller does arithmetic on absurd values.
 fn pool_extension_causes(p: &MachineConfigPool, out: &mut Vec<StatusCause>) {
     if let Some(r) = &p.spec.rollout {
-        count_causes(r.canary, "spec.rollout.canary", 0, out);
-        count_causes(r.soak_seconds, "spec.rollout.soakSeconds", 0, out);
-        count_causes(r.max_failures, "spec.rollout.maxFailures", 0, out);
+        count_causes(r.canary, "spec.rollout.canary", COUNT, out);
+        count_causes(r.soak_seconds, "spec.rollout.soakSeconds", DURATION, out);
+        count_causes(r.max_failures, "spec.rollout.maxFailures", COUNT, out);
     }
     if let Some(d) = &p.spec.drain {
-        count_causes(d.timeout_seconds, "spec.drain.timeoutSeconds", 1, out);
+        count_causes(d.timeout_seconds, "spec.drain.timeoutSeconds", TIMEOUT, out);
         for (i, h) in d.hooks.iter().enumerate() {
             let field = format!("spec.drain.hooks[{i}].url");
             match reqwest::Url::parse(&h.url) {
@@ -111,7 +137,7 @@ fn pool_extension_causes(p: &MachineConfigPool, out: &mut Vec<StatusCause>) {
                 )),
                 Err(e) => out.push(cause(&field, "FieldValueInvalid", format!("{:?}: {e}", h.url))),
             }
-            count_causes(h.timeout_seconds, &format!("spec.drain.hooks[{i}].timeoutSeconds"), 1, out);
+            count_causes(h.timeout_seconds, &format!("spec.drain.hooks[{i}].timeoutSeconds"), HOOK_TIMEOUT, out);
         }
     }
 }
@@ -119,9 +145,7 @@ fn pool_extension_causes(p: &MachineConfigPool, out: &mut Vec<StatusCause>) {
 /// NodeDisruptionBudget: a valid selector, exactly one of minAvailable / maxUnavailable, valid
 /// label keys to group by.
 fn budget_causes(b: &NodeDisruptionBudget, out: &mut Vec<StatusCause>) {
-    if let Err(e) = b.spec.selector.to_selector() {
-        out.push(cause("spec.selector", "FieldValueInvalid", e.to_string()));
-    }
+    field_errors(b.spec.selector.field_errors("spec.selector"), out);
     match (&b.spec.min_available, &b.spec.max_unavailable) {
         (Some(_), Some(_)) => out.push(cause(
             "spec",
@@ -136,11 +160,8 @@ fn budget_causes(b: &NodeDisruptionBudget, out: &mut Vec<StatusCause>) {
     int_or_percent_causes(&b.spec.min_available, "spec.minAvailable", out);
     int_or_percent_causes(&b.spec.max_unavailable, "spec.maxUnavailable", out);
     for (i, k) in b.spec.group_by.iter().enumerate() {
-        let ok = !k.is_empty()
-            && k.len() <= 316
-            && k.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/'));
-        if !ok {
-            out.push(cause(&format!("spec.groupBy[{i}]"), "FieldValueInvalid", format!("{k:?} is not a label key")));
+        for m in aloft_api::selector::label_key_errors(k) {
+            out.push(cause(&format!("spec.groupBy[{i}]"), "FieldValueInvalid", format!("Invalid value: {k:?}: {m}")));
         }
     }
 }
@@ -167,6 +188,7 @@ pub fn only_annotations_changed(stored: &Value, next: &Value) -> bool {
 /// Kind-specific checks.
 pub fn object_causes(r: &ResourceType, obj: &Value) -> Vec<StatusCause> {
     let mut out = Vec::new();
+    label_causes(obj, &mut out);
     match r.kind {
         "MachineConfig" => {
             if let Some(mc) = typed::<MachineConfig>(obj, &mut out) {
@@ -174,10 +196,10 @@ pub fn object_causes(r: &ResourceType, obj: &Value) -> Vec<StatusCause> {
                     out.push(cause(&e.field(), "FieldValueInvalid", e.to_string()));
                 }
                 if let Err(errs) = aloft_api::reconcile::validate_for_day2(&mc.spec) {
-                    for e in errs {
-                        out.push(cause(&e.field, "FieldValueInvalid", e.message));
-                    }
+                    field_errors(errs, &mut out);
                 }
+                // What an agent would refuse: unit names, file contents, kernel arguments.
+                field_errors(aloft_api::content::spec_errors(&mc.spec), &mut out);
             }
         }
         "MachineConfigPool" => {
@@ -297,7 +319,7 @@ mod tests {
             ndb(
                 serde_json::json!({"maxUnavailable": 1, "selector": {"matchExpressions": [{"key": "a", "operator": "Near"}]}})
             ),
-            vec!["spec.selector"]
+            vec!["spec.selector.matchExpressions[0].operator"]
         );
         assert_eq!(ndb(serde_json::json!({"maxUnavailable": 1, "groupBy": ["a b"]})), vec!["spec.groupBy[0]"]);
         let pool = |spec: serde_json::Value| {
@@ -323,6 +345,132 @@ mod tests {
             ]
         );
         assert_eq!(pool(serde_json::json!({"rollout": {"canary": "two"}})), vec!["spec.rollout.canary"]);
+    }
+
+    /// Causes of `obj` (kind `rt`) as `field: message`, sorted.
+    fn causes_of(rt: &ResourceType, obj: serde_json::Value) -> Vec<String> {
+        let mut out: Vec<String> =
+            object_causes(rt, &obj).into_iter().map(|c| format!("{}: {}", c.field, c.message)).collect();
+        out.sort();
+        out
+    }
+
+    #[test]
+    fn pool_numbers_are_bounded() {
+        let pool = |spec: serde_json::Value| {
+            causes_of(
+                &crate::resources::MACHINE_CONFIG_POOL,
+                serde_json::json!({"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfigPool",
+                    "metadata": {"name": "worker"}, "spec": spec}),
+            )
+        };
+        assert!(pool(serde_json::json!({"maxUnavailable": 2147483647, "rollout": {"canary": 2147483647,
+            "soakSeconds": 31536000, "maxFailures": 0}, "drain": {"timeoutSeconds": 31536000,
+            "hooks": [{"url": "http://x/", "timeoutSeconds": 3600}]}}))
+        .is_empty());
+        assert_eq!(
+            pool(serde_json::json!({"rollout": {"soakSeconds": 9223372036854775807i64}})),
+            ["spec.rollout.soakSeconds: Invalid value: 9223372036854775807: must be at most 31536000 (one year)"]
+        );
+        assert_eq!(
+            pool(serde_json::json!({"maxUnavailable": 10000000000i64, "rollout": {"soakSeconds": 10000000000000i64,
+                "canary": 10000000000i64, "maxFailures": -1},
+                "drain": {"timeoutSeconds": 31536001, "hooks": [{"url": "http://x/", "timeoutSeconds": 3601}]}})),
+            [
+                "spec.drain.hooks[0].timeoutSeconds: Invalid value: 3601: must be at most 3600 (one hour)",
+                "spec.drain.timeoutSeconds: Invalid value: 31536001: must be at most 31536000 (one year)",
+                "spec.maxUnavailable: Invalid value: 10000000000: must be at most 2147483647",
+                "spec.rollout.canary: Invalid value: 10000000000: must be at most 2147483647",
+                "spec.rollout.maxFailures: Invalid value: -1: must be >= 0",
+                "spec.rollout.soakSeconds: Invalid value: 10000000000000: must be at most 31536000 (one year)",
+            ]
+        );
+        // Out of i64's range: refused, not wrapped.
+        assert_eq!(pool(serde_json::json!({"rollout": {"soakSeconds": 18446744073709551615u64}})).len(), 1);
+        for (v, shown) in [(serde_json::json!(1.5), "1.5"), (serde_json::json!(true), "true")] {
+            assert_eq!(
+                pool(serde_json::json!({"maxUnavailable": v})),
+                [format!(
+                    "spec.maxUnavailable: Invalid value: {shown}: must be an integer or a percentage like \"10%\""
+                )]
+            );
+        }
+    }
+
+    #[test]
+    fn labels_and_selectors_follow_kubernetes() {
+        let node = |labels: serde_json::Value| {
+            causes_of(
+                &crate::resources::NODE,
+                serde_json::json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n", "labels": labels}}),
+            )
+        };
+        assert!(node(serde_json::json!({"node-role.kubernetes.io/worker": "", "zone": "a-1"})).is_empty());
+        assert_eq!(
+            node(serde_json::json!({"bad key!": "ok"})),
+            ["metadata.labels: Invalid value: \"bad key!\": name part must consist of alphanumeric characters, \
+              '-', '_' or '.', and must start and end with an alphanumeric character"]
+        );
+        assert_eq!(node(serde_json::json!({"ok": "has space"})).len(), 1);
+        assert_eq!(
+            node(serde_json::json!({"ok": "v".repeat(100)})),
+            [format!("metadata.labels: Invalid value: {:?}: must be no more than 63 characters", "v".repeat(100))]
+        );
+        let pool = causes_of(
+            &crate::resources::MACHINE_CONFIG_POOL,
+            serde_json::json!({"metadata": {"name": "w"}, "spec": {"nodeSelector": {"matchLabels": {"bad key!": "x y"}},
+                "machineConfigSelector": {"matchExpressions": [{"key": "k", "operator": "In"}]}}}),
+        );
+        let fields: Vec<&str> = pool.iter().map(|c| c.split(": ").next().unwrap()).collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.machineConfigSelector.matchExpressions[0].values",
+                "spec.nodeSelector.matchLabels",
+                "spec.nodeSelector.matchLabels"
+            ]
+        );
+        let ndb = causes_of(
+            &crate::resources::NODE_DISRUPTION_BUDGET,
+            serde_json::json!({"metadata": {"name": "b", "labels": {"a": "b c"}},
+                "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {"bad key!": "db"}}}}),
+        );
+        let fields: Vec<&str> = ndb.iter().map(|c| c.split(": ").next().unwrap()).collect();
+        assert_eq!(fields, ["metadata.labels", "spec.selector.matchLabels"]);
+    }
+
+    #[test]
+    fn machine_configs_an_agent_would_refuse_are_refused() {
+        let mc = |spec: serde_json::Value| {
+            let fields: Vec<String> = causes_of(
+                &crate::resources::MACHINE_CONFIG,
+                serde_json::json!({"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfig",
+                    "metadata": {"name": "x"}, "spec": spec}),
+            )
+            .into_iter()
+            .map(|c| c.split(": ").next().unwrap().to_string())
+            .collect();
+            fields
+        };
+        let ign = |rest: serde_json::Value| {
+            let mut c = serde_json::json!({"ignition": {"version": "3.2.0"}});
+            c.as_object_mut().unwrap().extend(rest.as_object().unwrap().clone());
+            serde_json::json!({"config": c})
+        };
+        assert!(mc(ign(serde_json::json!({"systemd": {"units": [{"name": "a.service"}]},
+            "storage": {"files": [{"path": "/etc/a", "contents": {"source": "data:;base64,aGk="}}]}})))
+        .is_empty());
+        assert_eq!(
+            mc(ign(serde_json::json!({"systemd": {"units": [{"name": "../../x.service"}]}}))),
+            ["spec.config.systemd.units[0].name"]
+        );
+        assert_eq!(
+            mc(ign(serde_json::json!({"storage": {"files": [
+                {"path": "/etc/a", "contents": {"source": "data:;base64,!!!notbase64"}},
+                {"path": "/etc/b", "contents": {"source": "http://evil/x"}}]}}))),
+            ["spec.config.storage.files[0].contents.source", "spec.config.storage.files[1].contents.source"]
+        );
+        assert_eq!(mc(serde_json::json!({"kernelArguments": ["a b", ""]})), ["spec.kernelArguments[1]"]);
     }
 
     #[test]

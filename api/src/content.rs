@@ -1,0 +1,290 @@
+//! What a node writes from a config, checked before anything is stored: systemd unit and drop-in
+//! names, file contents (inline `data:` URLs, optionally gzip-compressed and hash-verified) and
+//! kernel arguments. The API server refuses what an agent would refuse, so a bad config fails
+//! at `kubectl apply` instead of degrading nodes minutes later; the agent can call the same
+//! functions (it has its own copies in `units.rs` and `dataurl.rs` until it switches).
+//!
+//! Nothing is ever fetched: a node that downloads what a config points at can be made to
+//! download anything, so MCO, and aloft, accept inline `data:` URLs only.
+
+use crate::machineconfig::MachineConfigSpec;
+use crate::reconcile::FieldError;
+use serde_json::Value;
+use sha2::{Digest, Sha256, Sha512};
+use std::io::Read;
+
+/// Largest decoded file an agent writes: 10 MiB.
+pub const MAX_FILE_SIZE: u64 = 10 * 1024 * 1024;
+/// Largest total of decoded file contents in one config.
+pub const MAX_TOTAL_SIZE: u64 = 64 * 1024 * 1024;
+
+/// The suffixes systemd knows (systemd.unit(5)); Ignition refuses any other extension.
+const UNIT_TYPES: &[&str] =
+    &["service", "socket", "device", "mount", "automount", "swap", "target", "path", "timer", "slice", "scope"];
+
+/// systemd's own limit on unit names (UNIT_NAME_MAX - 1).
+const MAX_UNIT_NAME: usize = 255;
+
+/// Checks a unit name the way systemd's `unit_name_is_valid` does: `prefix[@instance].type`
+/// with only `[A-Za-z0-9:_.\-]` in prefix and instance. A name with `/` would be a path, and a
+/// path is how a config escapes `/etc/systemd/system`.
+pub fn check_unit_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("unit name is empty".into());
+    }
+    if name.len() > MAX_UNIT_NAME {
+        return Err(format!("unit name is longer than {MAX_UNIT_NAME} bytes"));
+    }
+    if name.contains('/') {
+        return Err(format!("unit name {name:?} contains '/'"));
+    }
+    let (stem, ty) = name.rsplit_once('.').ok_or_else(|| format!("unit name {name:?} has no type suffix"))?;
+    if !UNIT_TYPES.contains(&ty) {
+        return Err(format!("unit name {name:?} has an unknown type {ty:?} (one of {})", UNIT_TYPES.join(", ")));
+    }
+    let valid = |s: &str| s.chars().all(|c| c.is_ascii_alphanumeric() || ":_.\\-".contains(c));
+    let (prefix, instance) = match stem.split_once('@') {
+        Some((p, i)) => (p, Some(i)),
+        None => (stem, None),
+    };
+    if prefix.is_empty() || !valid(prefix) || instance.is_some_and(|i| !valid(i)) {
+        return Err(format!("{name:?} is not a valid systemd unit name"));
+    }
+    Ok(())
+}
+
+/// Checks a drop-in name: a plain `*.conf` file name (Ignition's rule), never a path.
+pub fn check_dropin_name(name: &str) -> Result<(), String> {
+    if name.contains('/') {
+        return Err(format!("drop-in name {name:?} contains '/'"));
+    }
+    if name.contains('\0') || name.len() > MAX_UNIT_NAME {
+        return Err(format!("drop-in name {name:?} is not a valid file name"));
+    }
+    if !name.ends_with(".conf") || name == ".conf" {
+        return Err(format!("drop-in name {name:?} must be <name>.conf"));
+    }
+    Ok(())
+}
+
+/// Why file contents could not be decoded. Each names the sub-field of `contents` it is about.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    #[error("only inline data: URLs are supported (no remote fetch), got a {scheme:?} source")]
+    NotDataUrl { scheme: String },
+    #[error("malformed data URL: {0}")]
+    BadUrl(String),
+    #[error("invalid base64 in data URL")]
+    BadBase64,
+    #[error("unsupported compression {0:?} (only \"\" and \"gzip\")")]
+    BadCompression(String),
+    #[error("invalid gzip data: {0}")]
+    BadGzip(String),
+    #[error("decoded contents exceed {MAX_FILE_SIZE} bytes")]
+    TooLarge,
+    #[error("verification hash {0:?} is not sha256-<hex> or sha512-<hex>")]
+    BadHashSpec(String),
+    #[error("contents do not match the verification hash {0:?}")]
+    HashMismatch(String),
+}
+
+impl DecodeError {
+    /// The sub-field of `contents` the error is about.
+    pub fn field(&self) -> &'static str {
+        match self {
+            DecodeError::BadCompression(_) | DecodeError::BadGzip(_) => "compression",
+            DecodeError::BadHashSpec(_) | DecodeError::HashMismatch(_) => "verification.hash",
+            _ => "source",
+        }
+    }
+}
+
+/// Decodes `source` (a data URL), then decompresses per `compression` and checks `hash`
+/// (Ignition's `sha512-<hex>`/`sha256-<hex>`, computed over the data before decompression).
+/// Bounded: at most [`MAX_FILE_SIZE`] bytes come out, so a small gzip bomb cannot exhaust memory.
+pub fn decode(source: &str, compression: Option<&str>, hash: Option<&str>) -> Result<Vec<u8>, DecodeError> {
+    let scheme = source.split_once(':').map(|(s, _)| s).unwrap_or("");
+    if !scheme.eq_ignore_ascii_case("data") {
+        return Err(DecodeError::NotDataUrl { scheme: scheme.to_string() });
+    }
+    let url = data_url::DataUrl::process(source).map_err(|e| DecodeError::BadUrl(format!("{e:?}")))?;
+    let (raw, _) = url.decode_to_vec().map_err(|_| DecodeError::BadBase64)?;
+    if let Some(h) = hash {
+        verify_hash(&raw, h)?;
+    }
+    match compression.unwrap_or("") {
+        "" if raw.len() as u64 > MAX_FILE_SIZE => Err(DecodeError::TooLarge),
+        "" => Ok(raw),
+        "gzip" => gunzip(&raw),
+        other => Err(DecodeError::BadCompression(other.to_string())),
+    }
+}
+
+fn gunzip(raw: &[u8]) -> Result<Vec<u8>, DecodeError> {
+    let mut out = Vec::new();
+    flate2::read::GzDecoder::new(raw)
+        .take(MAX_FILE_SIZE + 1)
+        .read_to_end(&mut out)
+        .map_err(|e| DecodeError::BadGzip(e.to_string()))?;
+    if out.len() as u64 > MAX_FILE_SIZE {
+        return Err(DecodeError::TooLarge);
+    }
+    Ok(out)
+}
+
+fn verify_hash(raw: &[u8], spec: &str) -> Result<(), DecodeError> {
+    let bad = || DecodeError::BadHashSpec(spec.to_string());
+    let (algo, want) = spec.split_once('-').ok_or_else(bad)?;
+    let want = hex::decode(want).map_err(|_| bad())?;
+    let got: Vec<u8> = match algo {
+        "sha256" => Sha256::digest(raw).to_vec(),
+        "sha512" => Sha512::digest(raw).to_vec(),
+        _ => return Err(bad()),
+    };
+    if got != want {
+        return Err(DecodeError::HashMismatch(spec.to_string()));
+    }
+    Ok(())
+}
+
+/// Why one kernel argument entry is refused, or `None`. An entry may hold several arguments
+/// separated by spaces (`"a=1 b=2"`): MCO splits entries the way the kernel splits its command
+/// line, and so does aloft. The limits are the OS helper's ([`crate::os::wire`]): a control
+/// character would end the boot entry's `options` line, an unpaired quote would swallow the
+/// arguments after it.
+pub fn kernel_argument_error(arg: &str) -> Option<String> {
+    use crate::os::wire::MAX_KARG_LEN;
+    if arg.trim().is_empty() {
+        return Some("a kernel argument may not be empty".into());
+    }
+    if arg.len() > MAX_KARG_LEN {
+        return Some(format!("a kernel argument may be at most {MAX_KARG_LEN} bytes"));
+    }
+    if arg.chars().any(char::is_control) {
+        return Some(format!("kernel argument {arg:?} contains a control character"));
+    }
+    if crate::os::kargs::split(arg).iter().any(|a| a.matches('"').count() % 2 == 1) {
+        return Some(format!("kernel argument {arg:?} has an unpaired double quote"));
+    }
+    None
+}
+
+/// Every check of this module on one spec: `spec.kernelArguments`, and the units, drop-ins and
+/// file contents of `spec.config` (any accepted Ignition version; read as 3.5). Field paths
+/// index the config as sent. All errors are returned, so a user fixes them in one round.
+pub fn spec_errors(spec: &MachineConfigSpec) -> Vec<FieldError> {
+    let mut out = Vec::new();
+    let err = |field: String, message: String| FieldError { field, message };
+    if spec.kernel_arguments.len() > crate::os::wire::MAX_KARGS {
+        out.push(err(
+            "spec.kernelArguments".into(),
+            format!("at most {} kernel arguments are allowed", crate::os::wire::MAX_KARGS),
+        ));
+    }
+    for (i, a) in spec.kernel_arguments.iter().enumerate() {
+        if let Some(m) = kernel_argument_error(a) {
+            out.push(err(format!("spec.kernelArguments[{i}]"), m));
+        }
+    }
+    let cfg = crate::ignition::parse_config(&spec.config).unwrap_or_else(|_| spec.config.clone());
+    for (i, u) in list(&cfg, "/systemd/units").iter().enumerate() {
+        let field = format!("spec.config.systemd.units[{i}]");
+        let name = u.get("name").and_then(Value::as_str).unwrap_or("");
+        if let Err(m) = check_unit_name(name) {
+            out.push(err(format!("{field}.name"), m));
+        }
+        for (k, d) in list(u, "/dropins").iter().enumerate() {
+            let dname = d.get("name").and_then(Value::as_str).unwrap_or("");
+            if let Err(m) = check_dropin_name(dname) {
+                out.push(err(format!("{field}.dropins[{k}].name"), m));
+            }
+        }
+    }
+    let mut total = 0u64;
+    for (i, f) in list(&cfg, "/storage/files").iter().enumerate() {
+        let Some(c) = f.get("contents").filter(|c| c.is_object()) else { continue };
+        let Some(source) = c.get("source").and_then(Value::as_str) else { continue };
+        let compression = c.get("compression").and_then(Value::as_str);
+        let hash = c.pointer("/verification/hash").and_then(Value::as_str);
+        let field = format!("spec.config.storage.files[{i}].contents");
+        match decode(source, compression, hash) {
+            Ok(bytes) => {
+                total += bytes.len() as u64;
+                if total > MAX_TOTAL_SIZE {
+                    out.push(err(
+                        format!("{field}.source"),
+                        format!("the decoded contents of all files exceed {MAX_TOTAL_SIZE} bytes"),
+                    ));
+                    break;
+                }
+            }
+            Err(e) => out.push(err(format!("{field}.{}", e.field()), e.to_string())),
+        }
+    }
+    out
+}
+
+fn list<'a>(v: &'a Value, pointer: &str) -> &'a [Value] {
+    v.pointer(pointer).and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn unit_names_follow_systemd() {
+        for ok in ["kubelet.service", "foo@.service", "getty@tty1.service", "a:b-c_d.e.timer", "x\\x2d.mount"] {
+            assert_eq!(check_unit_name(ok), Ok(()), "{ok}");
+        }
+        for bad in ["", "foo", "foo.exe", "../x.service", "a/b.service", "@.service", "foo bar.service", "é.service"] {
+            assert!(check_unit_name(bad).is_err(), "{bad}");
+        }
+        assert!(check_unit_name(&format!("{}.service", "a".repeat(250))).is_err());
+        assert!(check_dropin_name("10-x.conf").is_ok());
+        for bad in ["../x.conf", "x", ".conf", "a/b.conf"] {
+            assert!(check_dropin_name(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn contents_are_inline_and_decodable() {
+        assert_eq!(decode("data:,GROUP%3Dstable%0A", None, None).unwrap(), b"GROUP=stable\n");
+        assert_eq!(decode("data:text/plain;charset=utf-8;base64,aGk=", Some(""), None).unwrap(), b"hi");
+        assert!(matches!(decode("http://evil/x", None, None), Err(DecodeError::NotDataUrl { .. })));
+        assert_eq!(decode("data:;base64,!!!notbase64", None, None), Err(DecodeError::BadBase64));
+        assert!(matches!(decode("data:,x", Some("bzip2"), None), Err(DecodeError::BadCompression(_))));
+        assert!(matches!(decode("data:,notgzip", Some("gzip"), None), Err(DecodeError::BadGzip(_))));
+        let h = format!("sha256-{}", hex::encode(Sha256::digest(b"hi")));
+        assert_eq!(decode("data:,hi", None, Some(&h)).unwrap(), b"hi");
+        assert!(matches!(decode("data:,ho", None, Some(&h)), Err(DecodeError::HashMismatch(_))));
+    }
+
+    #[test]
+    fn spec_errors_name_each_field() {
+        let spec: MachineConfigSpec = serde_json::from_value(json!({
+            "kernelArguments": ["a=1 b=2", "", "x\ny", "q=\"open"],
+            "config": {"ignition": {"version": "3.2.0"},
+                "systemd": {"units": [{"name": "ok.service", "dropins": [{"name": "../x.conf"}]},
+                                      {"name": "../../x.service"}]},
+                "storage": {"files": [{"path": "/etc/a", "contents": {"source": "data:;base64,!!!notbase64"}},
+                                      {"path": "/etc/b", "contents": {"source": "http://evil/x"}},
+                                      {"path": "/etc/c", "contents": {"source": "data:,fine"}},
+                                      {"path": "/etc/d"}]}}}))
+        .unwrap();
+        let fields: Vec<String> = spec_errors(&spec).into_iter().map(|e| e.field).collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.kernelArguments[1]",
+                "spec.kernelArguments[2]",
+                "spec.kernelArguments[3]",
+                "spec.config.systemd.units[0].dropins[0].name",
+                "spec.config.systemd.units[1].name",
+                "spec.config.storage.files[0].contents.source",
+                "spec.config.storage.files[1].contents.source",
+            ]
+        );
+    }
+}
