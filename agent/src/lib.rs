@@ -20,7 +20,6 @@ pub mod state;
 
 // The apply engine (validation, files, units, SSH, journal, on-disk verification).
 pub mod apply;
-pub mod dataurl;
 pub mod durable;
 pub mod files;
 pub mod fsroot;

@@ -10,54 +10,9 @@ use std::collections::BTreeSet;
 /// Where unit files are written (MCO's choice: the admin's directory, above /usr/lib).
 pub const UNIT_DIR: &str = "/etc/systemd/system";
 
-/// The suffixes systemd knows (systemd.unit(5)); Ignition refuses any other extension.
-const UNIT_TYPES: &[&str] =
-    &["service", "socket", "device", "mount", "automount", "swap", "target", "path", "timer", "slice", "scope"];
-
-/// systemd's own limit on unit names (UNIT_NAME_MAX - 1).
-const MAX_UNIT_NAME: usize = 255;
-
-/// Checks a unit name the way systemd's `unit_name_is_valid` does: `prefix[@instance].type`
-/// with only `[A-Za-z0-9:_.\-]` in prefix and instance. A name with `/` would be a path, and a
-/// path is how a config escapes `/etc/systemd/system`.
-pub fn check_unit_name(name: &str) -> Result<(), String> {
-    if name.is_empty() {
-        return Err("unit name is empty".into());
-    }
-    if name.len() > MAX_UNIT_NAME {
-        return Err(format!("unit name is longer than {MAX_UNIT_NAME} bytes"));
-    }
-    if name.contains('/') {
-        return Err(format!("unit name {name:?} contains '/'"));
-    }
-    let (stem, ty) = name.rsplit_once('.').ok_or_else(|| format!("unit name {name:?} has no type suffix"))?;
-    if !UNIT_TYPES.contains(&ty) {
-        return Err(format!("unit name {name:?} has an unknown type {ty:?} (one of {})", UNIT_TYPES.join(", ")));
-    }
-    let valid = |s: &str| s.chars().all(|c| c.is_ascii_alphanumeric() || ":_.\\-".contains(c));
-    let (prefix, instance) = match stem.split_once('@') {
-        Some((p, i)) => (p, Some(i)),
-        None => (stem, None),
-    };
-    if prefix.is_empty() || !valid(prefix) || instance.is_some_and(|i| !valid(i)) {
-        return Err(format!("{name:?} is not a valid systemd unit name"));
-    }
-    Ok(())
-}
-
-/// Checks a drop-in name: a plain `*.conf` file name (Ignition's rule), never a path.
-pub fn check_dropin_name(name: &str) -> Result<(), String> {
-    if name.contains('/') {
-        return Err(format!("drop-in name {name:?} contains '/'"));
-    }
-    if name.contains('\0') || name.len() > MAX_UNIT_NAME {
-        return Err(format!("drop-in name {name:?} is not a valid file name"));
-    }
-    if !name.ends_with(".conf") || name == ".conf" {
-        return Err(format!("drop-in name {name:?} must be <name>.conf"));
-    }
-    Ok(())
-}
+/// The names a config may give units and drop-ins: one check, shared with the coordinator's
+/// admission, so what the API accepts is what an agent writes.
+pub use aloft_api::content::{check_dropin_name, check_unit_name};
 
 /// `/etc/systemd/system/<name>`.
 pub fn unit_path(name: &str) -> String {
@@ -145,18 +100,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn unit_names_follow_systemd() {
-        for ok in ["kubelet.service", "foo@.service", "getty@tty1.service", "a:b-c_d.e.timer", "x\\x2d.mount"] {
-            assert_eq!(check_unit_name(ok), Ok(()), "{ok}");
-        }
-        for bad in ["", "foo", "foo.exe", "../x.service", "a/b.service", "@.service", "foo bar.service", "é.service"] {
-            assert!(check_unit_name(bad).is_err(), "{bad}");
-        }
-        assert!(check_unit_name(&format!("{}.service", "a".repeat(250))).is_err());
-        assert!(check_dropin_name("10-x.conf").is_ok());
-        for bad in ["../x.conf", "x", ".conf", "a/b.conf"] {
-            assert!(check_dropin_name(bad).is_err(), "{bad}");
-        }
+    fn unit_paths_are_under_the_unit_dir() {
         assert!(is_unit_path("/etc/systemd/system/a.service.d/x.conf"));
         assert!(!is_unit_path("/etc/systemd/systemx/a"));
     }

@@ -10,9 +10,9 @@
 //! names. Escapes are detected by resolving paths with cap-std beneath the root ([`HostFs`]),
 //! never by looking at strings alone.
 
-use crate::dataurl;
 use crate::fsroot::{self, Entry, HostFs};
 use crate::units;
+use aloft_api::content as dataurl;
 use aloft_api::reconcile::{self, ConfigDiff};
 use aloft_api::MachineConfigSpec;
 use serde_json::{Map, Value};

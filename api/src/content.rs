@@ -259,6 +259,20 @@ mod tests {
         let h = format!("sha256-{}", hex::encode(Sha256::digest(b"hi")));
         assert_eq!(decode("data:,hi", None, Some(&h)).unwrap(), b"hi");
         assert!(matches!(decode("data:,ho", None, Some(&h)), Err(DecodeError::HashMismatch(_))));
+        assert!(matches!(decode("s3://bucket/x", None, None), Err(DecodeError::NotDataUrl { .. })));
+        assert!(matches!(decode("data:,hi", None, Some("md5-00")), Err(DecodeError::BadHashSpec(_))));
+    }
+
+    #[test]
+    fn a_gzip_bomb_stops_at_the_file_limit() {
+        use std::io::Write;
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        e.write_all(&vec![0u8; (MAX_FILE_SIZE + 1) as usize]).unwrap();
+        use base64::Engine;
+        let b64 = base64::engine::general_purpose::STANDARD.encode(e.finish().unwrap());
+        assert_eq!(decode(&format!("data:;base64,{b64}"), Some("gzip"), None), Err(DecodeError::TooLarge));
+        let plain = base64::engine::general_purpose::STANDARD.encode(b"zipped");
+        assert_eq!(decode(&format!("data:;base64,{plain}"), None, None).unwrap(), b"zipped");
     }
 
     #[test]
