@@ -52,10 +52,13 @@ impl std::fmt::Display for Wait {
             Wait::Policy(HoldReason::Canary { canaries }) => {
                 write!(f, "waiting for the {canaries} canary node(s) to finish updating")
             }
-            Wait::Policy(HoldReason::Soaking { until }) => write!(
+            Wait::Policy(HoldReason::Soaking { until: Some(until) }) => write!(
                 f,
                 "canary nodes are updated; soaking until {}",
                 until.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+            ),
+            Wait::Policy(HoldReason::Soaking { until: None }) => f.write_str(
+                "canary nodes are updated; soaking for good (soakSeconds ends past the last representable date)",
             ),
             Wait::Policy(HoldReason::CircuitBroken { failed, max_failures }) => write!(
                 f,

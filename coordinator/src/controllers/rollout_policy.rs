@@ -28,8 +28,10 @@ pub enum HoldReason {
     Canary {
         canaries: usize,
     },
+    /// The canaries are updated; nothing is picked `until` then (None: a soak that ends past
+    /// the last representable time, which never ends).
     Soaking {
-        until: DateTime<Utc>,
+        until: Option<DateTime<Utc>>,
     },
     CircuitBroken {
         failed: Vec<String>,
@@ -50,6 +52,13 @@ fn parse_time(s: &str) -> Option<DateTime<Utc>> {
 
 fn rfc3339(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+/// When a soak of `seconds` from `start` ends; None when that is past the last time chrono can
+/// represent. `soakSeconds` is the user's and may be any i64 (or stored before admission bounded
+/// it): the sum must never panic the controller, and such a soak never ends.
+fn soak_end(start: DateTime<Utc>, seconds: i64) -> Option<DateTime<Utc>> {
+    chrono::Duration::try_seconds(seconds).and_then(|d| start.checked_add_signed(d))
 }
 
 /// A pool's members as the policy reads them: indexes into the fleet's facts, and the name of
@@ -163,8 +172,8 @@ pub fn evaluate(
         if st.soak_start_time.as_deref().and_then(parse_time).is_none() {
             st.soak_start_time = Some(rfc3339(now));
         }
-        let until = start + chrono::Duration::seconds(soak);
-        if now < until {
+        let until = soak_end(start, soak);
+        if until.is_none_or(|u| now < u) {
             return Evaluation { gate: Gate::Hold(HoldReason::Soaking { until }), status: st };
         }
         st.phase = RolloutPhase::Batches;
@@ -228,7 +237,7 @@ mod tests {
 
         f[0] = facts("r2", "r2", "Done");
         let e = eval(Some(&p), Some(&e.status), None, &ConfigName::new("r2"), &names, &f, t("2026-01-01T00:02:00Z"));
-        assert_eq!(e.gate, Gate::Hold(HoldReason::Soaking { until: t("2026-01-01T00:12:00Z") }));
+        assert_eq!(e.gate, Gate::Hold(HoldReason::Soaking { until: Some(t("2026-01-01T00:12:00Z")) }));
         assert_eq!(e.status.soak_start_time.as_deref(), Some("2026-01-01T00:02:00Z"));
 
         // A restart re-evaluates from the stored record: same deadline.
@@ -275,6 +284,34 @@ mod tests {
         // A new config closes it.
         let e = eval(Some(&p), Some(&e.status), Some("t1"), &ConfigName::new("r3"), &names, &f, now);
         assert_eq!(e.gate, Gate::Pick { limit: None });
+    }
+
+    #[test]
+    fn a_soak_past_the_end_of_time_never_ends_and_never_panics() {
+        let names = ["a", "b"];
+        let mut f: Vec<NodeFacts> = (0..2).map(|_| facts("r1", "r1", "Done")).collect();
+        f[0] = facts("r2", "r2", "Done");
+        let now = t("2026-01-01T00:00:00Z");
+        for soak in [i64::MAX, 10_000_000_000_000, 9_223_372_036_854_775, i64::MIN] {
+            let p = policy(1, soak, None);
+            let e = eval(Some(&p), None, None, &ConfigName::new("r2"), &names, &f, now);
+            if soak < 0 {
+                assert_eq!(e.gate, Gate::Pick { limit: None }, "a negative soak is no soak");
+                continue;
+            }
+            assert_eq!(e.gate, Gate::Hold(HoldReason::Soaking { until: None }), "soakSeconds {soak}");
+            // Much later, and from a stored start at the edge of the representable range.
+            let mut st = e.status.clone();
+            let e = eval(Some(&p), Some(&st), None, &ConfigName::new("r2"), &names, &f, t("9999-01-01T00:00:00Z"));
+            assert_eq!(e.gate, Gate::Hold(HoldReason::Soaking { until: None }), "soakSeconds {soak}");
+            st.soak_start_time = Some("9999-12-31T23:59:59Z".into());
+            let e = eval(Some(&p), Some(&st), None, &ConfigName::new("r2"), &names, &f, now);
+            assert!(matches!(e.gate, Gate::Hold(HoldReason::Soaking { .. })), "soakSeconds {soak}");
+        }
+        // A long soak that fits ends when it says.
+        let p = policy(1, 86_400 * 365 * 1000, None);
+        let e = eval(Some(&p), None, None, &ConfigName::new("r2"), &names, &f, now);
+        assert_eq!(e.gate, Gate::Hold(HoldReason::Soaking { until: Some(t("3025-05-04T00:00:00Z")) }));
     }
 
     #[test]
