@@ -818,3 +818,89 @@ async fn without_drain_hooks_the_pick_drains_and_the_done_report_frees_the_slot(
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(picked(&admin, &names, &t3).await, vec![failing.clone()], "the failed node still holds the one slot");
 }
+
+/// The rollout record of the worker pool: (config, phase, failedNodes).
+fn rollout_of(p: &Value) -> (String, String, Vec<String>) {
+    let r = &p["status"]["rollout"];
+    let failed = r["failedNodes"].as_array().into_iter().flatten().filter_map(Value::as_str).map(str::to_string);
+    (r["config"].as_str().unwrap_or("").to_string(), r["phase"].as_str().unwrap_or("").to_string(), failed.collect())
+}
+
+/// A config breaks the rollout (the breaker opens, as it should); the user's fix is a new
+/// rendered config, which starts afresh: the node that failed is retargeted to the fix first and
+/// its Node still says Degraded (about the broken config) until its agent reports on the fix, and
+/// that old failure must not open the fix's breaker. The rollout then goes on by itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fix_starts_afresh_after_the_circuit_breaker_tripped_on_the_broken_config() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let names = ["w1", "w2", "w3"];
+    for n in names {
+        fake_node(&admin, n, json!({"node-role.kubernetes.io/worker": ""}), true).await;
+    }
+    let policy = json!({"maxUnavailable": 1, "rollout": {"maxFailures": 0}});
+    create(&admin, &MACHINE_CONFIG_POOL, &worker_pool(false, policy)).await;
+    create(&admin, &MACHINE_CONFIG, &machine_config("50-worker-a", "worker")).await;
+    let t0 = new_target(&admin, "").await;
+    finish_each_as_picked(&admin, &names, &t0).await;
+
+    // The broken change: its first node fails, the breaker opens.
+    let mut b = machine_config("60-worker-change", "worker");
+    b["spec"]["kernelArguments"] = json!(["broken"]);
+    create(&admin, &MACHINE_CONFIG, &b).await;
+    let broken = new_target(&admin, &t0).await;
+    let first = eventually(WAIT, "a node picked for the broken config", || async {
+        Ok(picked(&admin, &names, &broken).await.first().cloned())
+    })
+    .await;
+    annotate(&admin, &first, json!({ann::STATE: "Working", ann::DESIRED_DRAIN: format!("drain-{broken}")})).await;
+    fail(&admin, &first).await;
+    eventually(WAIT, "the breaker open on the broken config", || async {
+        let p = pool(&admin).await;
+        Ok((is_true(&p, "CircuitBroken") && rollout_of(&p).0 == broken).then_some(()))
+    })
+    .await;
+
+    // The fix: a new rendered config. The failed node is retargeted to it first.
+    merge(&admin, &path_of(&MACHINE_CONFIG, Some("60-worker-change")), json!({"spec": {"kernelArguments": ["fixed"]}}))
+        .await;
+    let fix = new_target(&admin, &broken).await;
+    eventually(WAIT, "the failed node retargeted to the fix", || async {
+        Ok((annotation(&node(&admin, &first).await, ann::DESIRED_CONFIG) == fix).then_some(()))
+    })
+    .await;
+    // Its Node still says Degraded (the broken config's failure) until the agent reports: the
+    // fix's record and conditions must not count it, for as long as that lasts.
+    let n = node(&admin, &first).await;
+    assert_eq!(annotation(&n, ann::STATE), "Degraded", "{n}");
+    eventually(WAIT, "the pool's record about the fix", || async {
+        Ok((rollout_of(&pool(&admin).await).0 == fix).then_some(()))
+    })
+    .await;
+    for _ in 0..15 {
+        let p = pool(&admin).await;
+        let (config, phase, failed) = rollout_of(&p);
+        assert_eq!(config, fix);
+        assert!(failed.is_empty() && phase != "CircuitBroken", "the broken config's failure counted on the fix: {p}");
+        assert!(!is_true(&p, "CircuitBroken"), "{p}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // The agent reports on the fix: Working, then Done; every other node follows by itself.
+    annotate(
+        &admin,
+        &first,
+        json!({ann::STATE: "Working", ann::REASON: "", ann::DESIRED_DRAIN: format!("drain-{fix}")}),
+    )
+    .await;
+    finish(&admin, &first, &fix).await;
+    let rest: Vec<&str> = names.iter().copied().filter(|n| *n != first).collect();
+    finish_each_as_picked(&admin, &rest, &fix).await;
+    let p = eventually(WAIT, "the pool Updated on the fix", || async {
+        let p = pool(&admin).await;
+        Ok(is_true(&p, "Updated").then_some(p))
+    })
+    .await;
+    let (config, _, failed) = rollout_of(&p);
+    assert!(config == fix && failed.is_empty(), "{p}");
+}

@@ -60,11 +60,19 @@ impl std::fmt::Display for Wait {
             Wait::Policy(HoldReason::Soaking { until: None }) => f.write_str(
                 "canary nodes are updated; soaking for good (soakSeconds ends past the last representable date)",
             ),
-            Wait::Policy(HoldReason::CircuitBroken { failed, max_failures }) => write!(
+            Wait::Policy(HoldReason::CircuitBroken { failed, max_failures }) if failed.len() > *max_failures => write!(
                 f,
                 "circuit breaker open: {} node(s) failed on this config ({}), more than maxFailures {max_failures}",
                 failed.len(),
                 names_text(failed)
+            ),
+            // Tripped, then nodes recovered: it stays open until resumed.
+            Wait::Policy(HoldReason::CircuitBroken { failed, max_failures }) => write!(
+                f,
+                "circuit breaker open: more than maxFailures {max_failures} node(s) failed on this config; {} still \
+                 failing{}",
+                failed.len(),
+                if failed.is_empty() { String::new() } else { format!(" ({})", names_text(failed)) }
             ),
         }
     }

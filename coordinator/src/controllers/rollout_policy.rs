@@ -100,14 +100,24 @@ pub fn evaluate(
             ..Default::default()
         },
     };
-    // Failures on this config are remembered even if the node recovers: a flapping node must not
-    // reset the breaker.
+    // The failed nodes are those failing on this config now (as MCO counts degraded machines),
+    // remembered while they retry (a flapping node must not reset the count) and forgotten once
+    // Done on it. A failure from before a node's pick for this config (its agent has not
+    // reported on it yet) is about an older config: a new config starts afresh.
     for &i in members.index {
         let f = &members.hot[i];
-        if f.degraded() && f.desires(target) {
+        if f.failing_on_desired() && f.desires(target) {
             let name = (members.name)(i);
             if !st.failed_nodes.iter().any(|n| n == name) {
                 st.failed_nodes.push(name.to_string());
+            }
+        }
+    }
+    if !st.failed_nodes.is_empty() {
+        for &i in members.index {
+            if members.hot[i].updated_to(target) {
+                let name = (members.name)(i);
+                st.failed_nodes.retain(|n| n != name);
             }
         }
     }
@@ -268,15 +278,18 @@ mod tests {
             e.gate,
             Gate::Hold(HoldReason::CircuitBroken { failed: vec!["a".into(), "b".into()], max_failures: 1 })
         );
-        // The nodes recover; the breaker stays open.
+        // Resumed once per new token: the failures so far are forgiven.
+        let e2 = eval(Some(&p), Some(&e.status), Some("t0"), &ConfigName::new("r2"), &names, &f, now);
+        assert_eq!(e2.gate, Gate::Pick { limit: None });
+        assert_eq!(e2.status.forgiven_nodes, vec!["a".to_string(), "b".to_string()]);
+        // The nodes recover: they are no longer failed nodes, and the breaker stays open.
         f[0] = facts("r2", "r2", "Done");
         f[1] = facts("r2", "r2", "Done");
         let e = eval(Some(&p), Some(&e.status), None, &ConfigName::new("r2"), &names, &f, now);
-        assert!(matches!(e.gate, Gate::Hold(HoldReason::CircuitBroken { .. })));
-        // Resumed once per new token.
+        assert_eq!(e.gate, Gate::Hold(HoldReason::CircuitBroken { failed: vec![], max_failures: 1 }));
+        assert!(e.status.failed_nodes.is_empty());
         let e = eval(Some(&p), Some(&e.status), Some("t1"), &ConfigName::new("r2"), &names, &f, now);
         assert_eq!(e.gate, Gate::Pick { limit: None });
-        assert_eq!(e.status.forgiven_nodes, vec!["a".to_string(), "b".to_string()]);
         f[2] = facts("r2", "r1", "Degraded");
         f[3] = facts("r2", "r1", "Degraded");
         let e = eval(Some(&p), Some(&e.status), Some("t1"), &ConfigName::new("r2"), &names, &f, now);
@@ -312,6 +325,67 @@ mod tests {
         let p = policy(1, 86_400 * 365 * 1000, None);
         let e = eval(Some(&p), None, None, &ConfigName::new("r2"), &names, &f, now);
         assert_eq!(e.gate, Gate::Hold(HoldReason::Soaking { until: Some(t("3025-05-04T00:00:00Z")) }));
+    }
+
+    /// Config A breaks the rollout; the fix B starts afresh although the node that failed on A
+    /// is retargeted to B first and still says Degraded (about A) until its agent reports on B;
+    /// and a node that fails on a config and then reaches Done there no longer counts.
+    #[test]
+    fn a_failure_counts_only_on_the_config_it_is_about() {
+        let names = ["a", "b", "c", "d"];
+        let stale = |f: NodeFacts| NodeFacts { stale_failure: true, ..f };
+        let now = t("2026-01-01T00:00:00Z");
+        for (p, broken_on_a) in [(policy(0, 0, Some(0)), vec!["a"]), (policy(2, 0, Some(1)), vec!["a", "b"])] {
+            let mut f: Vec<NodeFacts> = (0..4).map(|_| facts("r0", "r0", "Done")).collect();
+            for x in f.iter_mut().take(broken_on_a.len()) {
+                *x = facts("rA", "r0", "Degraded");
+            }
+            let e = eval(Some(&p), None, None, &ConfigName::new("rA"), &names, &f, now);
+            assert!(matches!(e.gate, Gate::Hold(HoldReason::CircuitBroken { .. })), "{p:?}: {e:?}");
+            assert_eq!(e.status.failed_nodes, broken_on_a);
+            // The fix: the failed nodes are picked for rB first; their state is still A's.
+            let e = eval(Some(&p), Some(&e.status), None, &ConfigName::new("rB"), &names, &f, now);
+            assert!(matches!(e.gate, Gate::Pick { .. }), "{p:?}: {e:?}");
+            for x in f.iter_mut().take(broken_on_a.len()) {
+                *x = stale(facts("rB", "r0", "Degraded"));
+            }
+            let e = eval(Some(&p), Some(&e.status), None, &ConfigName::new("rB"), &names, &f, now);
+            assert!(!matches!(e.gate, Gate::Hold(HoldReason::CircuitBroken { .. })), "{p:?}: {e:?}");
+            assert!(e.status.failed_nodes.is_empty(), "{p:?}: {:?}", e.status);
+            assert_ne!(e.status.phase, RolloutPhase::CircuitBroken);
+            // They report on rB: Working, then Done; the rollout goes on.
+            for x in f.iter_mut().take(broken_on_a.len()) {
+                *x = facts("rB", "r0", "Working");
+            }
+            let e = eval(Some(&p), Some(&e.status), None, &ConfigName::new("rB"), &names, &f, now);
+            for x in f.iter_mut().take(broken_on_a.len()) {
+                *x = facts("rB", "rB", "Done");
+            }
+            let e = eval(Some(&p), Some(&e.status), None, &ConfigName::new("rB"), &names, &f, now);
+            assert!(matches!(e.gate, Gate::Pick { .. }), "{p:?}: {e:?}");
+            assert!(e.status.failed_nodes.is_empty());
+        }
+        // A real failure on rB counts; once that node is Done on rB it is no longer a failed node
+        // (the breaker it tripped stays open until resumed).
+        let p = policy(0, 0, Some(0));
+        let mut f: Vec<NodeFacts> = (0..4).map(|_| facts("rB", "r0", "Working")).collect();
+        f[0] = facts("rB", "r0", "Degraded");
+        let e = eval(Some(&p), None, None, &ConfigName::new("rB"), &names, &f, now);
+        assert_eq!(e.status.failed_nodes, ["a"]);
+        assert!(matches!(e.gate, Gate::Hold(HoldReason::CircuitBroken { .. })));
+        f[0] = facts("rB", "rB", "Done");
+        let e = eval(Some(&p), Some(&e.status), None, &ConfigName::new("rB"), &names, &f, now);
+        assert!(e.status.failed_nodes.is_empty(), "{:?}", e.status);
+        assert_eq!(e.gate, Gate::Hold(HoldReason::CircuitBroken { failed: vec![], max_failures: 0 }));
+        // A failing node retried (Working again) still counts: a flapping node does not reset it.
+        let p = policy(0, 0, Some(1));
+        f[1] = facts("rB", "r0", "Degraded");
+        let e = eval(Some(&p), None, None, &ConfigName::new("rB"), &names, &f, now);
+        f[1] = facts("rB", "r0", "Working");
+        f[2] = facts("rB", "r0", "Degraded");
+        let e = eval(Some(&p), Some(&e.status), None, &ConfigName::new("rB"), &names, &f, now);
+        assert_eq!(e.status.failed_nodes, ["b", "c"]);
+        assert!(matches!(e.gate, Gate::Hold(HoldReason::CircuitBroken { .. })));
     }
 
     #[test]
