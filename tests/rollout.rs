@@ -855,11 +855,13 @@ async fn a_fix_starts_afresh_after_the_circuit_breaker_tripped_on_the_broken_con
     .await;
     annotate(&admin, &first, json!({ann::STATE: "Working", ann::DESIRED_DRAIN: format!("drain-{broken}")})).await;
     fail(&admin, &first).await;
-    eventually(WAIT, "the breaker open on the broken config", || async {
+    let p = eventually(WAIT, "the breaker open on the broken config", || async {
         let p = pool(&admin).await;
-        Ok((is_true(&p, "CircuitBroken") && rollout_of(&p).0 == broken).then_some(()))
+        Ok((is_true(&p, "CircuitBroken") && rollout_of(&p).0 == broken).then_some(p))
     })
     .await;
+    let msg = condition(&p, "CircuitBroken").unwrap()["message"].as_str().unwrap().to_string();
+    assert!(msg.ends_with("resume with `aloftctl rollout resume mcp/worker` or change the config"), "{msg}");
 
     // The fix: a new rendered config. The failed node is retargeted to it first.
     merge(&admin, &path_of(&MACHINE_CONFIG, Some("60-worker-change")), json!({"spec": {"kernelArguments": ["fixed"]}}))
@@ -903,4 +905,32 @@ async fn a_fix_starts_afresh_after_the_circuit_breaker_tripped_on_the_broken_con
     .await;
     let (config, _, failed) = rollout_of(&p);
     assert!(config == fix && failed.is_empty(), "{p}");
+}
+
+/// MCO's `status.observedGeneration` follows the pool's generation: a spec change (here a
+/// pause) bumps the generation, and the next status says it has seen it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pool_status_observes_each_spec_generation() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    fake_node(&admin, "w1", json!({"node-role.kubernetes.io/worker": ""}), true).await;
+    create(&admin, &MACHINE_CONFIG_POOL, &worker_pool(false, json!({"maxUnavailable": 1}))).await;
+    let observed = |p: &Value| (p["metadata"]["generation"].as_i64(), p["status"]["observedGeneration"].as_i64());
+    eventually(WAIT, "the first status, observing generation 1", || async {
+        let p = pool(&admin).await;
+        Ok((observed(&p) == (Some(1), Some(1))).then_some(()))
+    })
+    .await;
+    merge(&admin, &path_of(&MACHINE_CONFIG_POOL, Some("worker")), json!({"spec": {"paused": true}})).await;
+    let p = eventually(WAIT, "the status observing the paused spec", || async {
+        let p = pool(&admin).await;
+        Ok((observed(&p) == (Some(2), Some(2))).then_some(p))
+    })
+    .await;
+    assert_eq!(condition(&p, "Updating").unwrap()["message"], "Pool is paused", "{p}");
+    // A status write or an annotation is no spec change: the generation stays.
+    let out = aloftctl(&c, &["rollout", "resume", "mcp/worker"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(observed(&pool(&admin).await), (Some(2), Some(2)));
 }

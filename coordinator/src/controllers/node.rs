@@ -646,13 +646,13 @@ fn compute_status(
     };
     set_condition(&mut st.conditions, degraded_cond, &now);
     if let Some(pp) = plan {
-        rollout_conditions(&mut st, members, pp, &now);
+        rollout_conditions(&mut st, &pool.metadata.name, members, pp, &now);
     }
     st
 }
 
 /// aloft's conditions: CanarySoaking, CircuitBroken, NodeDrainTimeout; and `status.rollout`.
-fn rollout_conditions(st: &mut MachineConfigPoolStatus, members: &[Member], pp: &PoolPlan, now: &str) {
+fn rollout_conditions(st: &mut MachineConfigPoolStatus, pool: &str, members: &[Member], pp: &PoolPlan, now: &str) {
     let soaking = match &pp.wait {
         Some(w @ Wait::Policy(HoldReason::Soaking { .. })) => {
             condition(cond::CANARY_SOAKING, true, "Soaking", w.to_string())
@@ -665,7 +665,7 @@ fn rollout_conditions(st: &mut MachineConfigPoolStatus, members: &[Member], pp: 
             cond::CIRCUIT_BROKEN,
             true,
             "TooManyFailures",
-            format!("{w}; resume with `aloftctl rollout resume mcp/<pool>` or change the config"),
+            format!("{w}; resume with `aloftctl rollout resume mcp/{pool}` or change the config"),
         ),
         _ => condition(cond::CIRCUIT_BROKEN, false, "", String::new()),
     };
@@ -804,6 +804,53 @@ mod tests {
         let many = set_target_message(&names(TARGETED_NAMES + 7), "r2", false);
         assert!(many.starts_with(&format!("Set target for {} nodes to r2: n0, n1,", TARGETED_NAMES + 7)), "{many}");
         assert!(many.ends_with(&format!("n{}, and 7 more", TARGETED_NAMES - 1)), "{many}");
+    }
+
+    fn members_of<'a>(nodes: &'a [Node], facts: &'a [NodeFacts], hot: &'a [NodeHot]) -> Vec<Member<'a>> {
+        nodes.iter().zip(facts).zip(hot).map(|((n, f), h)| (n, f, h)).collect()
+    }
+
+    fn plan_for(members: usize, wait: Option<Wait>) -> PoolPlan {
+        PoolPlan {
+            pool: 0,
+            target: ConfigName::new("r2"),
+            members: (0..members).collect::<Vec<_>>().into(),
+            picks: Vec::new(),
+            wait,
+            blocked: Vec::new(),
+            prestage: Vec::new(),
+            rollout: None,
+            membership_error: None,
+        }
+    }
+
+    #[test]
+    fn the_circuit_breaker_says_how_to_resume_this_pool() {
+        let p = pool(json!(1), false);
+        let nodes = [node("a", "r1", "r2", "Degraded", true), node("b", "r1", "r1", "Done", true)];
+        let facts: Vec<NodeFacts> = nodes.iter().map(NodeFacts::of).collect();
+        let hot: Vec<NodeHot> = facts.iter().map(NodeHot::of).collect();
+        let wait = Wait::Policy(HoldReason::CircuitBroken { failed: vec!["a".into()], max_failures: 0 });
+        let pp = plan_for(2, Some(wait));
+        let st = compute_status(&p, &members_of(&nodes, &facts, &hot), &pp.target, None, Some(&pp));
+        let c = find_condition(&st.conditions, cond::CIRCUIT_BROKEN).unwrap();
+        assert!(c.is_true());
+        assert_eq!(
+            c.message,
+            "circuit breaker open: 1 node(s) failed on this config (a), more than maxFailures 0; resume with \
+             `aloftctl rollout resume mcp/worker` or change the config"
+        );
+    }
+
+    /// MCO's `status.observedGeneration`: the generation of the spec the status was computed
+    /// from, so a reader knows whether the status already reflects its last spec change.
+    #[test]
+    fn the_status_observes_the_pools_generation() {
+        let mut p = pool(json!(1), false);
+        p.metadata.generation = Some(7);
+        let st = compute_status(&p, &[], &ConfigName::new("r2"), None, None);
+        assert_eq!(st.observed_generation, Some(7));
+        assert_eq!(serde_json::to_value(&st).unwrap()["observedGeneration"], 7);
     }
 
     #[test]
