@@ -934,3 +934,115 @@ async fn the_pool_status_observes_each_spec_generation() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(observed(&pool(&admin).await), (Some(2), Some(2)));
 }
+
+/// Everything a viewer or a node's own agent can read about drains (Events, Nodes, pools),
+/// as one text.
+async fn readable(c: &Client) -> String {
+    let mut out = String::new();
+    for path in [resource_path(EVENT.path_ref(), Some("default"), None), path_of(&NODE, None)] {
+        out.push_str(&c.get(&path).await.unwrap().into_result().unwrap().to_string());
+    }
+    let pool = pool(c).await;
+    out.push_str(&pool["status"].to_string());
+    out
+}
+
+/// A hook URL carrying credentials (user and password, a token in the query, a fragment): the
+/// failures name the hook as scheme://host:port/path only, in the DrainHookFailed and
+/// DrainTimeout Events, the node's `aloft.dev/drainFailure` and the pool's conditions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drain_hook_failures_never_show_the_hooks_credentials() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let hook = HookServer::start().await;
+    hook.set(HookMode::Status(500));
+    let plain = hook.url.clone();
+    let secret = plain.replacen("http://", "http://admin:s3cret@", 1) + "?token=abc#frag";
+    let spec = json!({"drain": {"timeoutSeconds": 2, "hooks": [{"url": secret, "timeoutSeconds": 1}]}});
+    create(&admin, &MACHINE_CONFIG_POOL, &worker_pool(true, spec)).await;
+    fake_node(&admin, "n1", json!({"node-role.kubernetes.io/worker": ""}), true).await;
+
+    annotate(&admin, "n1", json!({ann::DESIRED_DRAIN: "drain-rendered-worker-1"})).await;
+    let msg = event_with(&admin, "Node", "n1", "DrainHookFailed", "HTTP 500").await;
+    assert_eq!(msg, format!("drain hook {plain} answered HTTP 500: nope"));
+    event_with(&admin, "Node", "n1", "DrainTimeout", "failed to drain node: n1").await;
+    let failure = eventually(WAIT, "n1 marked with a drain failure", || async {
+        let n = node(&admin, "n1").await;
+        Ok(Some(annotation(&n, ann::DRAIN_FAILURE).to_string()).filter(|s| !s.is_empty()))
+    })
+    .await;
+    assert_eq!(
+        failure,
+        format!("failed to drain node: n1 after 2 seconds: drain hook {plain} answered HTTP 500: nope")
+    );
+    eventually(WAIT, "the pool to raise NodeDrainTimeout", || async {
+        Ok(is_true(&pool(&admin).await, "NodeDrainTimeout").then_some(()))
+    })
+    .await;
+    let text = readable(&admin).await;
+    for s in ["s3cret", "admin:", "token", "abc", "frag"] {
+        assert!(!text.contains(s), "{s:?} shown in:\n{text}");
+    }
+    // The node's own agent reads its Node: the same redacted text.
+    let out = aloftctl(&c, &["get", "nodes"]);
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("s3cret"));
+}
+
+/// The uncordon hooks put a node back into service (e.g. into the load balancer): while one
+/// fails the node stays cordoned (unavailable), the uncordon is retried, every failure is an
+/// Event, and past the pool's drain timeout the node is marked as a stuck drain is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_uncordon_hook_is_retried_and_keeps_the_node_out_of_service() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let hook = HookServer::start().await;
+    let spec = json!({"drain": {"timeoutSeconds": 3, "hooks": [{"url": hook.url, "timeoutSeconds": 1}]}});
+    create(&admin, &MACHINE_CONFIG_POOL, &worker_pool(true, spec)).await;
+    fake_node(&admin, "n1", json!({"node-role.kubernetes.io/worker": ""}), true).await;
+    annotate(&admin, "n1", json!({ann::DESIRED_DRAIN: "drain-rendered-worker-1"})).await;
+    eventually(WAIT, "n1's drain acknowledged", || async {
+        let n = node(&admin, "n1").await;
+        Ok((annotation(&n, ann::LAST_APPLIED_DRAIN) == "drain-rendered-worker-1").then_some(()))
+    })
+    .await;
+
+    hook.set(HookMode::Status(503));
+    annotate(&admin, "n1", json!({ann::DESIRED_DRAIN: "uncordon-rendered-worker-1"})).await;
+    let msg = event_with(&admin, "Node", "n1", "DrainHookFailed", "HTTP 503").await;
+    assert_eq!(msg, format!("drain hook {} answered HTTP 503: nope", hook.url));
+    let failure = eventually(WAIT, "n1 marked once the uncordon is past the drain timeout", || async {
+        let n = node(&admin, "n1").await;
+        assert!(cordoned(&n), "uncordoned although its uncordon hook fails: {n}");
+        assert_eq!(annotation(&n, ann::LAST_APPLIED_DRAIN), "drain-rendered-worker-1", "{n}");
+        Ok(Some(annotation(&n, ann::DRAIN_FAILURE).to_string()).filter(|s| !s.is_empty()))
+    })
+    .await;
+    assert_eq!(
+        failure,
+        format!("failed to uncordon node: n1 after 3 seconds: drain hook {} answered HTTP 503: nope", hook.url)
+    );
+    event_with(&admin, "Node", "n1", "DrainTimeout", "failed to uncordon node: n1").await;
+    let uncordons = hook.calls().iter().filter(|b| b["phase"] == "uncordon").count();
+    assert!(uncordons >= 2, "the uncordon hook was retried: {:?}", hook.calls());
+    let p = eventually(WAIT, "the pool to raise NodeDrainTimeout", || async {
+        let p = pool(&admin).await;
+        Ok(is_true(&p, "NodeDrainTimeout").then_some(p))
+    })
+    .await;
+    assert_eq!(p["status"]["unavailableMachineCount"], 1, "cordoned: unavailable until the hook succeeds: {p}");
+
+    // The hook recovers: the node goes back into service and the marks go.
+    hook.set(HookMode::Ok);
+    let n = eventually(WAIT, "n1 uncordoned once its hook succeeds", || async {
+        let n = node(&admin, "n1").await;
+        Ok((annotation(&n, ann::LAST_APPLIED_DRAIN) == "uncordon-rendered-worker-1").then_some(n))
+    })
+    .await;
+    assert!(!cordoned(&n), "{n}");
+    assert_eq!(annotation(&n, ann::DRAIN_FAILURE), "", "{n}");
+    assert_eq!(annotation(&n, ann::DRAIN_STARTED), "", "{n}");
+    eventually(WAIT, "NodeDrainTimeout cleared", || async {
+        Ok((!is_true(&pool(&admin).await, "NodeDrainTimeout")).then_some(()))
+    })
+    .await;
+}
