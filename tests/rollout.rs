@@ -1046,3 +1046,47 @@ async fn a_failing_uncordon_hook_is_retried_and_keeps_the_node_out_of_service() 
     })
     .await;
 }
+
+/// A rollout a budget stalls keeps a lasting record on the pool (the Event expires with the
+/// event TTL): the `BudgetBlocked` condition names the budget, its group and the count, and
+/// says when the budget blocks the group for good; it clears once the budget allows the picks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_budget_that_stalls_the_rollout_is_a_pool_condition() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let web = json!({"node-role.kubernetes.io/worker": "", "app": "web", "topology.kubernetes.io/zone": "z1"});
+    for n in ["web1", "web2"] {
+        fake_node(&admin, n, web.clone(), true).await;
+    }
+    let spec = json!({"selector": {"matchLabels": {"app": "web"}}, "minAvailable": "100%",
+        "groupBy": ["topology.kubernetes.io/zone"]});
+    create(&admin, &NODE_DISRUPTION_BUDGET, &ndb("web", spec)).await;
+    create(&admin, &MACHINE_CONFIG_POOL, &worker_pool(false, json!({"maxUnavailable": 2}))).await;
+    create(&admin, &MACHINE_CONFIG, &machine_config("50-worker-a", "worker")).await;
+    let target = new_target(&admin, "").await;
+    let p = eventually(WAIT, "the pool's BudgetBlocked condition", || async {
+        let p = pool(&admin).await;
+        Ok(is_true(&p, "BudgetBlocked").then_some(p))
+    })
+    .await;
+    let cond = condition(&p, "BudgetBlocked").unwrap();
+    assert_eq!(cond["reason"], "NodeDisruptionBudget web", "{p}");
+    assert_eq!(
+        cond["message"],
+        "web1, web2 wait(s): NodeDisruptionBudget web allows 0 of 2 nodes (topology.kubernetes.io/zone=z1) \
+         unavailable and 0 already are, which blocks the group for good",
+        "{p}"
+    );
+    event_with(&admin, "MachineConfigPool", "worker", "BudgetBlocked", "blocks the group for good").await;
+    assert!(picked(&admin, &["web1", "web2"], &target).await.is_empty());
+
+    // The budget goes: the nodes are picked and the condition clears.
+    let r = admin.delete(&path_of(&NODE_DISRUPTION_BUDGET, Some("web"))).await.unwrap();
+    assert!(r.code < 300, "{}", r.body);
+    eventually(WAIT, "the condition cleared once the budget allows the picks", || async {
+        let p = pool(&admin).await;
+        Ok((condition(&p, "BudgetBlocked").is_some_and(|c| c["status"] == "False")).then_some(()))
+    })
+    .await;
+    assert_eq!(picked(&admin, &["web1", "web2"], &target).await.len(), 2);
+}

@@ -3,7 +3,7 @@
 //! [`super::pick::plan`], a pure function of the stored objects), ask waiting nodes to pre-stage
 //! the target, record an Event for every decision change, and compute the pool's status (MCO's
 //! counts and Updated / Updating / NodeDegraded / Degraded conditions with MCO's messages, plus
-//! aloft's CanarySoaking / CircuitBroken / NodeDrainTimeout and `status.rollout`).
+//! aloft's CanarySoaking / CircuitBroken / NodeDrainTimeout / BudgetBlocked and `status.rollout`).
 
 use super::cache::Cache;
 use super::config_name::ConfigName;
@@ -529,18 +529,28 @@ fn record_waits(events: &Recorder, pool_name: &str, pp: &PoolPlan, nodes: &[Node
     if pp.blocked.is_empty() {
         events.forget(&about, reasons::BUDGET_BLOCKED);
     } else {
-        let parts: Vec<String> = pp
-            .blocked
-            .iter()
-            .map(|(b, held)| {
-                let names: Vec<String> = held.iter().map(|&i| nodes[i].metadata.name.clone()).collect();
-                format!("{} wait(s): {b}", names_text(&names))
-            })
-            .collect();
-        let msg = parts.join("; ");
+        let msg = blocked_message(pp, |i| &nodes[i].metadata.name);
         events.emit(&about, EventType::Normal, reasons::BUDGET_BLOCKED, &msg);
     }
 }
+
+/// Which nodes each budget holds back and why (`name` of a node by its snapshot index), for the
+/// `BudgetBlocked` Event and condition.
+fn blocked_message<'a>(pp: &PoolPlan, name: impl Fn(usize) -> &'a str) -> String {
+    let parts: Vec<String> = pp
+        .blocked
+        .iter()
+        .map(|(b, held)| {
+            let names: Vec<String> = held.iter().map(|&i| name(i).to_string()).collect();
+            format!("{} wait(s): {b}", names_text(&names))
+        })
+        .collect();
+    parts.join("; ")
+}
+
+/// aloft's pool condition: True while a budget holds back nodes the pool would pick now. (Its
+/// name belongs with the others in `aloft_api::machineconfig::conditions`.)
+const BUDGET_BLOCKED: &str = "BudgetBlocked";
 
 fn condition(type_: &str, on: bool, reason: &str, message: String) -> Condition {
     Condition {
@@ -651,7 +661,8 @@ fn compute_status(
     st
 }
 
-/// aloft's conditions: CanarySoaking, CircuitBroken, NodeDrainTimeout; and `status.rollout`.
+/// aloft's conditions: CanarySoaking, CircuitBroken, NodeDrainTimeout, BudgetBlocked; and
+/// `status.rollout`.
 fn rollout_conditions(st: &mut MachineConfigPoolStatus, pool: &str, members: &[Member], pp: &PoolPlan, now: &str) {
     let soaking = match &pp.wait {
         Some(w @ Wait::Policy(HoldReason::Soaking { .. })) => {
@@ -686,9 +697,27 @@ fn rollout_conditions(st: &mut MachineConfigPoolStatus, pool: &str, members: &[M
         )
     };
     set_condition(&mut st.conditions, drain, now);
+    set_condition(&mut st.conditions, budget_condition(members, pp), now);
     if pp.rollout.is_some() {
         st.rollout = pp.rollout.clone();
     }
+}
+
+/// [`BUDGET_BLOCKED`]: the Event's words, kept for as long as the decision stands (an Event
+/// expires with the event TTL, a stalled rollout may not).
+fn budget_condition(members: &[Member], pp: &PoolPlan) -> Condition {
+    if pp.blocked.is_empty() {
+        return condition(BUDGET_BLOCKED, false, "", String::new());
+    }
+    let mut budgets: Vec<&str> = pp.blocked.iter().map(|(b, _)| b.budget.as_str()).collect();
+    budgets.dedup();
+    let reason = match budgets.as_slice() {
+        [one] => format!("NodeDisruptionBudget {one}"),
+        many => format!("NodeDisruptionBudgets {}", many.join(", ")),
+    };
+    // Members are in snapshot order (see `status_of`): a held node is found by its index.
+    let name = |i: usize| pp.members.binary_search(&i).ok().map_or("", |k| members[k].0.metadata.name.as_str());
+    condition(BUDGET_BLOCKED, true, &reason, blocked_message(pp, name))
 }
 
 /// How often, at most, pool statuses are worked out while a rollout has nodes waiting for a slot
@@ -851,6 +880,43 @@ mod tests {
         let st = compute_status(&p, &[], &ConfigName::new("r2"), None, None);
         assert_eq!(st.observed_generation, Some(7));
         assert_eq!(serde_json::to_value(&st).unwrap()["observedGeneration"], 7);
+    }
+
+    /// A budget holding back nodes the pool would pick now is a condition of the pool, the
+    /// lasting record (its Event expires); one that allows none of a group says it is for good.
+    #[test]
+    fn a_budget_holding_the_rollout_back_is_a_pool_condition() {
+        let p: MachineConfigPool = serde_json::from_value(json!({"metadata": {"name": "worker"}, "spec": {
+            "maxUnavailable": 3, "configuration": {"name": "r2"},
+            "nodeSelector": {"matchLabels": {"node-role.kubernetes.io/worker": ""}}}}))
+        .unwrap();
+        let mut nodes: Vec<Node> = ["a", "b", "c"].iter().map(|n| node(n, "r1", "r1", "Done", true)).collect();
+        for n in &mut nodes[..2] {
+            n.metadata.labels.insert("app".into(), "web".into());
+            n.metadata.labels.insert("topology.kubernetes.io/zone".into(), "z1".into());
+        }
+        let web: NodeDisruptionBudget = serde_json::from_value(json!({"metadata": {"name": "web"}, "spec": {
+            "selector": {"matchLabels": {"app": "web"}}, "minAvailable": "100%",
+            "groupBy": ["topology.kubernetes.io/zone"]}}))
+        .unwrap();
+        let facts: Vec<NodeFacts> = nodes.iter().map(NodeFacts::of).collect();
+        let hot: Vec<NodeHot> = facts.iter().map(NodeHot::of).collect();
+        let status = |budgets: &[NodeDisruptionBudget]| {
+            let pools = [p.clone()];
+            let plans = pick::plan(Snapshot { nodes: &nodes, pools: &pools, budgets }, chrono::Utc::now());
+            compute_status(&p, &members_of(&nodes, &facts, &hot), &plans[0].target, None, Some(&plans[0]))
+        };
+        let st = status(&[web]);
+        let c = find_condition(&st.conditions, BUDGET_BLOCKED).unwrap();
+        assert!(c.is_true(), "{c:?}");
+        assert_eq!(c.reason, "NodeDisruptionBudget web");
+        assert_eq!(
+            c.message,
+            "a, b wait(s): NodeDisruptionBudget web allows 0 of 2 nodes (topology.kubernetes.io/zone=z1) unavailable \
+             and 0 already are, which blocks the group for good"
+        );
+        let st = status(&[]);
+        assert!(!find_condition(&st.conditions, BUDGET_BLOCKED).unwrap().is_true());
     }
 
     #[test]
