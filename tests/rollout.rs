@@ -957,7 +957,7 @@ async fn drain_hook_failures_never_show_the_hooks_credentials() {
     let hook = HookServer::start().await;
     hook.set(HookMode::Status(500));
     let plain = hook.url.clone();
-    let secret = plain.replacen("http://", "http://admin:s3cret@", 1) + "?token=abc#frag";
+    let secret = plain.replacen("http://", "http://admin:s3cret@", 1) + "?token=qs-s3cret#frag-s3cret";
     let spec = json!({"drain": {"timeoutSeconds": 2, "hooks": [{"url": secret, "timeoutSeconds": 1}]}});
     create(&admin, &MACHINE_CONFIG_POOL, &worker_pool(true, spec)).await;
     fake_node(&admin, "n1", json!({"node-role.kubernetes.io/worker": ""}), true).await;
@@ -980,7 +980,7 @@ async fn drain_hook_failures_never_show_the_hooks_credentials() {
     })
     .await;
     let text = readable(&admin).await;
-    for s in ["s3cret", "admin:", "token", "abc", "frag"] {
+    for s in ["s3cret", "admin:", "token="] {
         assert!(!text.contains(s), "{s:?} shown in:\n{text}");
     }
     // The node's own agent reads its Node: the same redacted text.
