@@ -818,3 +818,275 @@ async fn without_drain_hooks_the_pick_drains_and_the_done_report_frees_the_slot(
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(picked(&admin, &names, &t3).await, vec![failing.clone()], "the failed node still holds the one slot");
 }
+
+/// The rollout record of the worker pool: (config, phase, failedNodes).
+fn rollout_of(p: &Value) -> (String, String, Vec<String>) {
+    let r = &p["status"]["rollout"];
+    let failed = r["failedNodes"].as_array().into_iter().flatten().filter_map(Value::as_str).map(str::to_string);
+    (r["config"].as_str().unwrap_or("").to_string(), r["phase"].as_str().unwrap_or("").to_string(), failed.collect())
+}
+
+/// A config breaks the rollout (the breaker opens, as it should); the user's fix is a new
+/// rendered config, which starts afresh: the node that failed is retargeted to the fix first and
+/// its Node still says Degraded (about the broken config) until its agent reports on the fix, and
+/// that old failure must not open the fix's breaker. The rollout then goes on by itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fix_starts_afresh_after_the_circuit_breaker_tripped_on_the_broken_config() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let names = ["w1", "w2", "w3"];
+    for n in names {
+        fake_node(&admin, n, json!({"node-role.kubernetes.io/worker": ""}), true).await;
+    }
+    let policy = json!({"maxUnavailable": 1, "rollout": {"maxFailures": 0}});
+    create(&admin, &MACHINE_CONFIG_POOL, &worker_pool(false, policy)).await;
+    create(&admin, &MACHINE_CONFIG, &machine_config("50-worker-a", "worker")).await;
+    let t0 = new_target(&admin, "").await;
+    finish_each_as_picked(&admin, &names, &t0).await;
+
+    // The broken change: its first node fails, the breaker opens.
+    let mut b = machine_config("60-worker-change", "worker");
+    b["spec"]["kernelArguments"] = json!(["broken"]);
+    create(&admin, &MACHINE_CONFIG, &b).await;
+    let broken = new_target(&admin, &t0).await;
+    let first = eventually(WAIT, "a node picked for the broken config", || async {
+        Ok(picked(&admin, &names, &broken).await.first().cloned())
+    })
+    .await;
+    annotate(&admin, &first, json!({ann::STATE: "Working", ann::DESIRED_DRAIN: format!("drain-{broken}")})).await;
+    fail(&admin, &first).await;
+    let p = eventually(WAIT, "the breaker open on the broken config", || async {
+        let p = pool(&admin).await;
+        Ok((is_true(&p, "CircuitBroken") && rollout_of(&p).0 == broken).then_some(p))
+    })
+    .await;
+    let msg = condition(&p, "CircuitBroken").unwrap()["message"].as_str().unwrap().to_string();
+    assert!(msg.ends_with("resume with `aloftctl rollout resume mcp/worker` or change the config"), "{msg}");
+
+    // The fix: a new rendered config. The failed node is retargeted to it first.
+    merge(&admin, &path_of(&MACHINE_CONFIG, Some("60-worker-change")), json!({"spec": {"kernelArguments": ["fixed"]}}))
+        .await;
+    let fix = new_target(&admin, &broken).await;
+    eventually(WAIT, "the failed node retargeted to the fix", || async {
+        Ok((annotation(&node(&admin, &first).await, ann::DESIRED_CONFIG) == fix).then_some(()))
+    })
+    .await;
+    // Its Node still says Degraded (the broken config's failure) until the agent reports: the
+    // fix's record and conditions must not count it, for as long as that lasts.
+    let n = node(&admin, &first).await;
+    assert_eq!(annotation(&n, ann::STATE), "Degraded", "{n}");
+    eventually(WAIT, "the pool's record about the fix", || async {
+        Ok((rollout_of(&pool(&admin).await).0 == fix).then_some(()))
+    })
+    .await;
+    for _ in 0..15 {
+        let p = pool(&admin).await;
+        let (config, phase, failed) = rollout_of(&p);
+        assert_eq!(config, fix);
+        assert!(failed.is_empty() && phase != "CircuitBroken", "the broken config's failure counted on the fix: {p}");
+        assert!(!is_true(&p, "CircuitBroken"), "{p}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // The agent reports on the fix: Working, then Done; every other node follows by itself.
+    annotate(
+        &admin,
+        &first,
+        json!({ann::STATE: "Working", ann::REASON: "", ann::DESIRED_DRAIN: format!("drain-{fix}")}),
+    )
+    .await;
+    finish(&admin, &first, &fix).await;
+    let rest: Vec<&str> = names.iter().copied().filter(|n| *n != first).collect();
+    finish_each_as_picked(&admin, &rest, &fix).await;
+    let p = eventually(WAIT, "the pool Updated on the fix", || async {
+        let p = pool(&admin).await;
+        Ok(is_true(&p, "Updated").then_some(p))
+    })
+    .await;
+    let (config, _, failed) = rollout_of(&p);
+    assert!(config == fix && failed.is_empty(), "{p}");
+}
+
+/// MCO's `status.observedGeneration` follows the pool's generation: a spec change (here a
+/// pause) bumps the generation, and the next status says it has seen it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pool_status_observes_each_spec_generation() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    fake_node(&admin, "w1", json!({"node-role.kubernetes.io/worker": ""}), true).await;
+    create(&admin, &MACHINE_CONFIG_POOL, &worker_pool(false, json!({"maxUnavailable": 1}))).await;
+    let observed = |p: &Value| (p["metadata"]["generation"].as_i64(), p["status"]["observedGeneration"].as_i64());
+    eventually(WAIT, "the first status, observing generation 1", || async {
+        let p = pool(&admin).await;
+        Ok((observed(&p) == (Some(1), Some(1))).then_some(()))
+    })
+    .await;
+    merge(&admin, &path_of(&MACHINE_CONFIG_POOL, Some("worker")), json!({"spec": {"paused": true}})).await;
+    let p = eventually(WAIT, "the status observing the paused spec", || async {
+        let p = pool(&admin).await;
+        Ok((observed(&p) == (Some(2), Some(2))).then_some(p))
+    })
+    .await;
+    assert_eq!(condition(&p, "Updating").unwrap()["message"], "Pool is paused", "{p}");
+    // A status write or an annotation is no spec change: the generation stays.
+    let out = aloftctl(&c, &["rollout", "resume", "mcp/worker"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(observed(&pool(&admin).await), (Some(2), Some(2)));
+}
+
+/// Everything a viewer or a node's own agent can read about drains (Events, Nodes, pools),
+/// as one text.
+async fn readable(c: &Client) -> String {
+    let mut out = String::new();
+    for path in [resource_path(EVENT.path_ref(), Some("default"), None), path_of(&NODE, None)] {
+        out.push_str(&c.get(&path).await.unwrap().into_result().unwrap().to_string());
+    }
+    let pool = pool(c).await;
+    out.push_str(&pool["status"].to_string());
+    out
+}
+
+/// A hook URL carrying credentials (user and password, a token in the query, a fragment): the
+/// failures name the hook as scheme://host:port/path only, in the DrainHookFailed and
+/// DrainTimeout Events, the node's `aloft.dev/drainFailure` and the pool's conditions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drain_hook_failures_never_show_the_hooks_credentials() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let hook = HookServer::start().await;
+    hook.set(HookMode::Status(500));
+    let plain = hook.url.clone();
+    let secret = plain.replacen("http://", "http://admin:s3cret@", 1) + "?token=qs-s3cret#frag-s3cret";
+    let spec = json!({"drain": {"timeoutSeconds": 2, "hooks": [{"url": secret, "timeoutSeconds": 1}]}});
+    create(&admin, &MACHINE_CONFIG_POOL, &worker_pool(true, spec)).await;
+    fake_node(&admin, "n1", json!({"node-role.kubernetes.io/worker": ""}), true).await;
+
+    annotate(&admin, "n1", json!({ann::DESIRED_DRAIN: "drain-rendered-worker-1"})).await;
+    let msg = event_with(&admin, "Node", "n1", "DrainHookFailed", "HTTP 500").await;
+    assert_eq!(msg, format!("drain hook {plain} answered HTTP 500: nope"));
+    event_with(&admin, "Node", "n1", "DrainTimeout", "failed to drain node: n1").await;
+    let failure = eventually(WAIT, "n1 marked with a drain failure", || async {
+        let n = node(&admin, "n1").await;
+        Ok(Some(annotation(&n, ann::DRAIN_FAILURE).to_string()).filter(|s| !s.is_empty()))
+    })
+    .await;
+    assert_eq!(
+        failure,
+        format!("failed to drain node: n1 after 2 seconds: drain hook {plain} answered HTTP 500: nope")
+    );
+    eventually(WAIT, "the pool to raise NodeDrainTimeout", || async {
+        Ok(is_true(&pool(&admin).await, "NodeDrainTimeout").then_some(()))
+    })
+    .await;
+    let text = readable(&admin).await;
+    for s in ["s3cret", "admin:", "token="] {
+        assert!(!text.contains(s), "{s:?} shown in:\n{text}");
+    }
+    // The node's own agent reads its Node: the same redacted text.
+    let out = aloftctl(&c, &["get", "nodes"]);
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("s3cret"));
+}
+
+/// The uncordon hooks put a node back into service (e.g. into the load balancer): while one
+/// fails the node stays cordoned (unavailable), the uncordon is retried, every failure is an
+/// Event, and past the pool's drain timeout the node is marked as a stuck drain is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_uncordon_hook_is_retried_and_keeps_the_node_out_of_service() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let hook = HookServer::start().await;
+    let spec = json!({"drain": {"timeoutSeconds": 3, "hooks": [{"url": hook.url, "timeoutSeconds": 1}]}});
+    create(&admin, &MACHINE_CONFIG_POOL, &worker_pool(true, spec)).await;
+    fake_node(&admin, "n1", json!({"node-role.kubernetes.io/worker": ""}), true).await;
+    annotate(&admin, "n1", json!({ann::DESIRED_DRAIN: "drain-rendered-worker-1"})).await;
+    eventually(WAIT, "n1's drain acknowledged", || async {
+        let n = node(&admin, "n1").await;
+        Ok((annotation(&n, ann::LAST_APPLIED_DRAIN) == "drain-rendered-worker-1").then_some(()))
+    })
+    .await;
+
+    hook.set(HookMode::Status(503));
+    annotate(&admin, "n1", json!({ann::DESIRED_DRAIN: "uncordon-rendered-worker-1"})).await;
+    let msg = event_with(&admin, "Node", "n1", "DrainHookFailed", "HTTP 503").await;
+    assert_eq!(msg, format!("drain hook {} answered HTTP 503: nope", hook.url));
+    let failure = eventually(WAIT, "n1 marked once the uncordon is past the drain timeout", || async {
+        let n = node(&admin, "n1").await;
+        assert!(cordoned(&n), "uncordoned although its uncordon hook fails: {n}");
+        assert_eq!(annotation(&n, ann::LAST_APPLIED_DRAIN), "drain-rendered-worker-1", "{n}");
+        Ok(Some(annotation(&n, ann::DRAIN_FAILURE).to_string()).filter(|s| !s.is_empty()))
+    })
+    .await;
+    assert_eq!(
+        failure,
+        format!("failed to uncordon node: n1 after 3 seconds: drain hook {} answered HTTP 503: nope", hook.url)
+    );
+    event_with(&admin, "Node", "n1", "DrainTimeout", "failed to uncordon node: n1").await;
+    let uncordons = hook.calls().iter().filter(|b| b["phase"] == "uncordon").count();
+    assert!(uncordons >= 2, "the uncordon hook was retried: {:?}", hook.calls());
+    let p = eventually(WAIT, "the pool to raise NodeDrainTimeout", || async {
+        let p = pool(&admin).await;
+        Ok(is_true(&p, "NodeDrainTimeout").then_some(p))
+    })
+    .await;
+    assert_eq!(p["status"]["unavailableMachineCount"], 1, "cordoned: unavailable until the hook succeeds: {p}");
+
+    // The hook recovers: the node goes back into service and the marks go.
+    hook.set(HookMode::Ok);
+    let n = eventually(WAIT, "n1 uncordoned once its hook succeeds", || async {
+        let n = node(&admin, "n1").await;
+        Ok((annotation(&n, ann::LAST_APPLIED_DRAIN) == "uncordon-rendered-worker-1").then_some(n))
+    })
+    .await;
+    assert!(!cordoned(&n), "{n}");
+    assert_eq!(annotation(&n, ann::DRAIN_FAILURE), "", "{n}");
+    assert_eq!(annotation(&n, ann::DRAIN_STARTED), "", "{n}");
+    eventually(WAIT, "NodeDrainTimeout cleared", || async {
+        Ok((!is_true(&pool(&admin).await, "NodeDrainTimeout")).then_some(()))
+    })
+    .await;
+}
+
+/// A rollout a budget stalls keeps a lasting record on the pool (the Event expires with the
+/// event TTL): the `BudgetBlocked` condition names the budget, its group and the count, and
+/// says when the budget blocks the group for good; it clears once the budget allows the picks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_budget_that_stalls_the_rollout_is_a_pool_condition() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let web = json!({"node-role.kubernetes.io/worker": "", "app": "web", "topology.kubernetes.io/zone": "z1"});
+    for n in ["web1", "web2"] {
+        fake_node(&admin, n, web.clone(), true).await;
+    }
+    let spec = json!({"selector": {"matchLabels": {"app": "web"}}, "minAvailable": "100%",
+        "groupBy": ["topology.kubernetes.io/zone"]});
+    create(&admin, &NODE_DISRUPTION_BUDGET, &ndb("web", spec)).await;
+    create(&admin, &MACHINE_CONFIG_POOL, &worker_pool(false, json!({"maxUnavailable": 2}))).await;
+    create(&admin, &MACHINE_CONFIG, &machine_config("50-worker-a", "worker")).await;
+    let target = new_target(&admin, "").await;
+    let p = eventually(WAIT, "the pool's BudgetBlocked condition", || async {
+        let p = pool(&admin).await;
+        Ok(is_true(&p, "BudgetBlocked").then_some(p))
+    })
+    .await;
+    let cond = condition(&p, "BudgetBlocked").unwrap();
+    assert_eq!(cond["reason"], "NodeDisruptionBudget web", "{p}");
+    assert_eq!(
+        cond["message"],
+        "web1, web2 wait(s): NodeDisruptionBudget web allows 0 of 2 nodes (topology.kubernetes.io/zone=z1) \
+         unavailable and 0 already are, which blocks the group for good",
+        "{p}"
+    );
+    event_with(&admin, "MachineConfigPool", "worker", "BudgetBlocked", "blocks the group for good").await;
+    assert!(picked(&admin, &["web1", "web2"], &target).await.is_empty());
+
+    // The budget goes: the nodes are picked and the condition clears.
+    let r = admin.delete(&path_of(&NODE_DISRUPTION_BUDGET, Some("web"))).await.unwrap();
+    assert!(r.code < 300, "{}", r.body);
+    eventually(WAIT, "the condition cleared once the budget allows the picks", || async {
+        let p = pool(&admin).await;
+        Ok((condition(&p, "BudgetBlocked").is_some_and(|c| c["status"] == "False")).then_some(()))
+    })
+    .await;
+    assert_eq!(picked(&admin, &["web1", "web2"], &target).await.len(), 2);
+}

@@ -41,7 +41,13 @@ impl std::fmt::Display for Blocked {
             self.group.total,
             if self.group.key.is_empty() { String::new() } else { format!(" ({})", self.group.key) },
             self.group.unavailable
-        )
+        )?;
+        // minAvailable the whole group (or maxUnavailable 0): no waiting ends this, only a
+        // change of the budget or of the group; say so rather than let it look like a queue.
+        if self.group.allowed == 0 {
+            f.write_str(", which blocks the group for good")?;
+        }
+        Ok(())
     }
 }
 
@@ -204,6 +210,11 @@ mod tests {
         l.take(0);
         assert!(l.check(1).is_err());
         let all = [budget("all", json!({"minAvailable": "100%"}))];
-        assert!(Ledger::new(&all, &refs, &[false; 4]).check(0).is_err(), "minAvailable 100% blocks every node");
+        let b = Ledger::new(&all, &refs, &[false; 4]).check(0).unwrap_err();
+        assert_eq!(
+            b.to_string(),
+            "NodeDisruptionBudget all allows 0 of 4 nodes unavailable and 0 already are, which blocks the group for good",
+            "minAvailable 100% blocks every node, and says it is for good"
+        );
     }
 }

@@ -3,13 +3,15 @@
 //! `drain-<config>`: check the NodeDisruptionBudgets selecting the node (a blocked drain waits,
 //! with an Event naming the budget), cordon (`spec.unschedulable`), call the pool's drain hooks
 //! in order, then acknowledge with `lastAppliedDrain`. `uncordon-<config>` (the agent asks once
-//! it is Done): call the hooks with phase `uncordon`, uncordon and acknowledge.
+//! it is Done): call the hooks with phase `uncordon`, uncordon and acknowledge; a failing hook
+//! keeps the node cordoned and is retried, as a drain's is.
 //!
 //! Everything it needs to continue after a restart is on the Node: when the drain started
 //! (`aloft.dev/drainStarted`, for the timeout), whether it is cordoned, whether it timed out
 //! (`aloft.dev/drainFailure`). A drain not acknowledged within the pool's `spec.drain.timeoutSeconds`
 //! (default 1 h) is marked with `aloft.dev/drainFailure` (the node counts as degraded and the
-//! pool raises NodeDrainTimeout) and keeps being retried, as MCO's controller does.
+//! pool raises NodeDrainTimeout) and keeps being retried, as MCO's controller does; so is an
+//! uncordon whose hooks have not succeeded within it (from its first failed call).
 
 use super::budget::Ledger;
 use super::cache::Cache;
@@ -283,25 +285,33 @@ async fn pass(store: &Arc<dyn Store>, ctx: &Ctx, st: &mut State, handoffs: &mut 
             request: req.clone(),
             start: start_mark(req.value(), now),
         };
-        if let Request::Drain(r) = &req {
-            let timeout = pool
-                .map(|p| p.spec.drain_timeout_seconds())
-                .unwrap_or(aloft_api::machineconfig::DEFAULT_DRAIN_TIMEOUT_SECONDS);
-            // The start is recorded by the job's cordon (or below, when a budget holds the
-            // drain back), not by a write of its own here: a pass must not wait for commits.
-            let started = started_at(node, r).unwrap_or(now);
-            if (now - started).num_seconds() >= timeout && node.annotation(ann::DRAIN_FAILURE).is_none() {
-                let why =
-                    lock(&ctx.last_error).get(&name).cloned().unwrap_or_else(|| "the drain has not finished".into());
-                let msg = format!("failed to drain node: {name} after {}: {why}", humanize(timeout));
-                // `put` replaces in place: index `i` is still this node.
-                if let Some(stored) = annotate(store, &st.nodes.raw[i], &[(ann::DRAIN_FAILURE, Some(&msg))]).await? {
-                    st.nodes.put(stored);
-                    track(&st.nodes, &mut st.asking, &name);
-                }
-                tracing::warn!(node = %name, %msg, "drain timed out; still retrying");
-                ctx.events.emit(&Involved::node(&name), EventType::Warning, reasons::DRAIN_TIMEOUT, &msg);
+        let timeout = pool
+            .map(|p| p.spec.drain_timeout_seconds())
+            .unwrap_or(aloft_api::machineconfig::DEFAULT_DRAIN_TIMEOUT_SECONDS);
+        // The start is recorded by the job's cordon (or below, when a budget holds the drain
+        // back; for an uncordon, by its first failed hook call), not by a write of its own here:
+        // a pass must not wait for commits.
+        let started = match &req {
+            Request::Drain(r) => Some(started_at(node, r).unwrap_or(now)),
+            Request::Uncordon(r) => started_at(node, r),
+        };
+        if started.is_some_and(|t| (now - t).num_seconds() >= timeout) && node.annotation(ann::DRAIN_FAILURE).is_none()
+        {
+            let (what, default) = match &req {
+                Request::Drain(_) => ("drain", "the drain has not finished"),
+                Request::Uncordon(_) => ("uncordon", "the uncordon has not finished"),
+            };
+            let why = lock(&ctx.last_error).get(&name).cloned().unwrap_or_else(|| default.into());
+            let msg = format!("failed to {what} node: {name} after {}: {why}", humanize(timeout));
+            // `put` replaces in place: index `i` is still this node.
+            if let Some(stored) = annotate(store, &st.nodes.raw[i], &[(ann::DRAIN_FAILURE, Some(&msg))]).await? {
+                st.nodes.put(stored);
+                track(&st.nodes, &mut st.asking, &name);
             }
+            tracing::warn!(node = %name, %msg, "{what} timed out; still retrying");
+            ctx.events.emit(&Involved::node(&name), EventType::Warning, reasons::DRAIN_TIMEOUT, &msg);
+        }
+        if let Request::Drain(r) = &req {
             if !node.spec.unschedulable {
                 if let Err(b) = ledger.check(i) {
                     if started_at(node, r).is_none() {
@@ -406,15 +416,26 @@ impl Job {
     }
 
     async fn uncordon(&self, r: &str) -> Result<(), StoreError> {
-        // Best effort: a node that finished its update goes back into service even when a hook
-        // fails; the failure is an Event.
+        // The hooks put the node back (e.g. into the load balancer): until every one has
+        // succeeded it stays cordoned and counts as unavailable, and the request is retried as a
+        // drain's is; past the pool's drain timeout it is marked as a drain would be.
         if let Err(e) = self.ctx.hooks.call_all(&self.hooks, &self.hook_request(Phase::Uncordon, r)).await {
-            self.ctx.events.emit(
-                &Involved::node(&self.node),
-                EventType::Warning,
-                reasons::DRAIN_HOOK_FAILED,
-                &e.to_string(),
-            );
+            let msg = e.to_string();
+            lock(&self.ctx.last_error).insert(self.node.clone(), msg.clone());
+            self.ctx.events.emit(&Involved::node(&self.node), EventType::Warning, reasons::DRAIN_HOOK_FAILED, &msg);
+            // When the uncordon started, for its timeout (the drain's mark went with its answer).
+            update_node(&self.store, &self.node, Some(&self.cached), |n| {
+                let mark = n["metadata"]["annotations"].get(ann::DRAIN_STARTED).and_then(Value::as_str);
+                if pending(n).as_ref().map(Request::value) != Some(r)
+                    || mark.and_then(|m| parse_start_mark(m, r)).is_some()
+                {
+                    return false;
+                }
+                set_annotations(n, &[(ann::DRAIN_STARTED, Some(&self.start))]);
+                true
+            })
+            .await?;
+            return Ok(());
         }
         let acked = update_node(&self.store, &self.node, Some(&self.cached), |n| {
             if pending(n).as_ref().map(Request::value) != Some(r) {
@@ -436,6 +457,9 @@ impl Job {
         })
         .await?;
         if acked {
+            lock(&self.ctx.last_error).remove(&self.node);
+            self.ctx.events.forget(&Involved::node(&self.node), reasons::DRAIN_HOOK_FAILED);
+            self.ctx.events.forget(&Involved::node(&self.node), reasons::DRAIN_TIMEOUT);
             tracing::info!(node = %self.node, request = %r, "uncordon acknowledged");
         }
         Ok(())

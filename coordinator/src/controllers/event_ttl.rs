@@ -136,8 +136,10 @@ pub fn expired<'a>(
     ttl: Duration,
     now: DateTime<Utc>,
 ) -> Vec<(Key, Option<u64>)> {
-    let Ok(ttl) = chrono::Duration::from_std(ttl) else { return Vec::new() };
-    let cutoff = now - ttl;
+    // A TTL reaching back past the first representable date expires nothing (no panic).
+    let Some(cutoff) = chrono::Duration::from_std(ttl).ok().and_then(|ttl| now.checked_sub_signed(ttl)) else {
+        return Vec::new();
+    };
     items
         .into_iter()
         .filter_map(|json| serde_json::from_str::<Aged>(json).ok())
@@ -255,6 +257,10 @@ mod tests {
         let items = ["{", "[]", r#"{"lastTimestamp": "2000-01-01T00:00:00Z", "metadata": {}}"#, long_ago];
         let doomed = expired(items, DEFAULT_TTL, Utc::now());
         assert_eq!(doomed, [(Key::new(&EVENT.store_key(), "", "old"), Some(7))], "only the readable, dated one");
+        // A TTL longer than the calendar (`--event-ttl` is the user's) expires nothing.
+        for ttl in [Duration::from_secs(i64::MAX as u64 / 1000), Duration::MAX] {
+            assert!(expired(items, ttl, Utc::now()).is_empty(), "{ttl:?}");
+        }
     }
 
     #[test]

@@ -63,22 +63,40 @@ impl Hooks {
 
     pub async fn call(&self, hook: &DrainHook, req: &HookRequest<'_>) -> Result<(), HookError> {
         let seconds = hook.timeout_seconds.filter(|s| *s > 0).unwrap_or(DEFAULT_HOOK_TIMEOUT_SECONDS);
-        let url = hook.url.clone();
-        let send = self.http.post(&hook.url).json(req).timeout(Duration::from_secs(seconds as u64)).send();
+        // The error names the hook, never its credentials: it ends up in Events and annotations
+        // that far more people can read than the pool's spec.
+        let url = redacted(&hook.url);
+        // tokio caps a timer at about two years: no overflow however large the timeout.
+        let timeout = Duration::from_secs(seconds.unsigned_abs());
+        let send = self.http.post(&hook.url).json(req).timeout(timeout).send();
         let resp = match send.await {
             Ok(r) => r,
             Err(e) if e.is_timeout() => return Err(HookError::Timeout { url, seconds }),
-            Err(e) => return Err(HookError::Request { url, message: error_chain(&e) }),
+            Err(e) => return Err(HookError::Request { url, message: error_chain(&e.without_url()) }),
         };
         let code = resp.status();
         if code.is_success() {
             return Ok(());
         }
-        let body = match tokio::time::timeout(Duration::from_secs(seconds as u64), resp.text()).await {
+        let body = match tokio::time::timeout(timeout, resp.text()).await {
             Ok(Ok(t)) => t.chars().take(200).collect(),
             _ => String::new(),
         };
         Err(HookError::Status { url, code: code.as_u16(), body })
+    }
+}
+
+/// A hook's URL as errors show it: `scheme://host[:port]/path`, without the user and password,
+/// query and fragment it may carry (tokens often travel there).
+pub fn redacted(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(u) => {
+            let host = u.host_str().unwrap_or("");
+            let port = u.port().map(|p| format!(":{p}")).unwrap_or_default();
+            format!("{}://{host}{port}{}", u.scheme(), u.path())
+        }
+        // Admission refuses such URLs; one stored before it did is named by nothing it holds.
+        Err(_) => "(an invalid URL)".into(),
     }
 }
 
@@ -92,4 +110,37 @@ fn error_chain(e: &dyn std::error::Error) -> String {
         src = c.source();
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_hook_is_named_without_its_credentials() {
+        assert_eq!(
+            redacted("http://admin:s3cret@127.0.0.1:18080/drain?token=abc#frag"),
+            "http://127.0.0.1:18080/drain"
+        );
+        assert_eq!(redacted("https://user@lb.example/a/b"), "https://lb.example/a/b");
+        assert_eq!(redacted("http://[::1]:80/x?k=v"), "http://[::1]/x", "the scheme's default port is left out");
+        assert_eq!(redacted("not a url with s3cret"), "(an invalid URL)");
+    }
+
+    /// Every error of a call (refused connection, HTTP status, timeout) names the hook redacted.
+    #[tokio::test]
+    async fn hook_errors_carry_no_secret() {
+        let hooks = Hooks::new().unwrap();
+        let req = HookRequest { node: "n1", pool: "worker", phase: Phase::Drain, request: "drain-r1" };
+        // A port nothing listens on (bound, then closed).
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let hook = DrainHook {
+            url: format!("http://admin:s3cret@127.0.0.1:{port}/drain?token=abc"),
+            timeout_seconds: Some(i64::MAX),
+            ..Default::default()
+        };
+        let e = hooks.call(&hook, &req).await.unwrap_err().to_string();
+        assert!(e.starts_with(&format!("drain hook http://127.0.0.1:{port}/drain failed: ")), "{e}");
+        assert!(!e.contains("s3cret") && !e.contains("token") && !e.contains("admin"), "{e}");
+    }
 }

@@ -3,14 +3,14 @@
 //! [`super::pick::plan`], a pure function of the stored objects), ask waiting nodes to pre-stage
 //! the target, record an Event for every decision change, and compute the pool's status (MCO's
 //! counts and Updated / Updating / NodeDegraded / Degraded conditions with MCO's messages, plus
-//! aloft's CanarySoaking / CircuitBroken / NodeDrainTimeout and `status.rollout`).
+//! aloft's CanarySoaking / CircuitBroken / NodeDrainTimeout / BudgetBlocked and `status.rollout`).
 
 use super::cache::Cache;
 use super::config_name::ConfigName;
 use super::events::{reasons, EventType, Involved, Recorder};
 use super::passes::Passes;
 use super::pick::{self, names_text, PoolPlan, Snapshot, Wait};
-use super::pools::{NodeFacts, NodeHot};
+use super::pools::{self, NodeFacts, NodeHot};
 use super::rollout_policy::HoldReason;
 use super::uncordon::uncordon_edit;
 use super::{annotate, set_annotations, write_node};
@@ -185,7 +185,7 @@ async fn reconcile(store: &Arc<dyn Store>, st: &mut State, events: &Recorder) ->
             order.push(i);
             Value::clone(&st.nodes.raw[i])
         });
-        pick_edit(v, &plans[k].target, drains_at_pick(pool));
+        pick_edit(v, &plans[k].target, drains_at_pick(pool), st.nodes.derived[i].failure_to_mark().as_deref());
     }
     let writes: Vec<(usize, Value)> = order.iter().filter_map(|i| edits.remove(i).map(|v| (*i, v))).collect();
     let stored = if released.is_empty() {
@@ -249,7 +249,7 @@ async fn reconcile(store: &Arc<dyn Store>, st: &mut State, events: &Recorder) ->
         targeted[k].push(node_name);
     }
     for pp in &plans {
-        if let Some(Wait::Policy(HoldReason::Soaking { until })) = &pp.wait {
+        if let Some(Wait::Policy(HoldReason::Soaking { until: Some(until) })) = &pp.wait {
             let left = (*until - now).to_std().unwrap_or_default() + Duration::from_millis(100);
             wake = wake.min(left);
         }
@@ -419,12 +419,15 @@ fn release(st: &mut State) -> Vec<(usize, Arc<Value>)> {
 /// drain's answer (see [`drains_at_pick`]). No request is left standing: the agent's own
 /// (`drain-<target>`, with its Working report) matches the answer, and when it makes none the
 /// node either finishes without a drain or fails before one ([`NodeFacts::failed_before_drain`]).
-fn pick_edit(node: &mut Value, target: &str, drain: bool) {
+/// `failure`: the node's failure, if it is failing (about the config it was asked for before),
+/// marked so that the target's circuit breaker does not count it ([`pools::FAILURE_BEFORE_PICK`]).
+fn pick_edit(node: &mut Value, target: &str, drain: bool, failure: Option<&str>) {
     set_annotations(
         node,
         &[
             (ann::DESIRED_CONFIG, Some(target)),
             (ann::PRESTAGE_CONFIG, None),
+            (pools::FAILURE_BEFORE_PICK, failure),
             // The Done report on this target comes back uncordoned (see `uncordon::at_done`)
             // when the pick made the drain; otherwise a grant of an earlier pick is void.
             (ann::UNCORDON_AT_DONE, drain.then_some(target)),
@@ -526,18 +529,28 @@ fn record_waits(events: &Recorder, pool_name: &str, pp: &PoolPlan, nodes: &[Node
     if pp.blocked.is_empty() {
         events.forget(&about, reasons::BUDGET_BLOCKED);
     } else {
-        let parts: Vec<String> = pp
-            .blocked
-            .iter()
-            .map(|(b, held)| {
-                let names: Vec<String> = held.iter().map(|&i| nodes[i].metadata.name.clone()).collect();
-                format!("{} wait(s): {b}", names_text(&names))
-            })
-            .collect();
-        let msg = parts.join("; ");
+        let msg = blocked_message(pp, |i| &nodes[i].metadata.name);
         events.emit(&about, EventType::Normal, reasons::BUDGET_BLOCKED, &msg);
     }
 }
+
+/// Which nodes each budget holds back and why (`name` of a node by its snapshot index), for the
+/// `BudgetBlocked` Event and condition.
+fn blocked_message<'a>(pp: &PoolPlan, name: impl Fn(usize) -> &'a str) -> String {
+    let parts: Vec<String> = pp
+        .blocked
+        .iter()
+        .map(|(b, held)| {
+            let names: Vec<String> = held.iter().map(|&i| name(i).to_string()).collect();
+            format!("{} wait(s): {b}", names_text(&names))
+        })
+        .collect();
+    parts.join("; ")
+}
+
+/// aloft's pool condition: True while a budget holds back nodes the pool would pick now. (Its
+/// name belongs with the others in `aloft_api::machineconfig::conditions`.)
+const BUDGET_BLOCKED: &str = "BudgetBlocked";
 
 fn condition(type_: &str, on: bool, reason: &str, message: String) -> Condition {
     Condition {
@@ -643,13 +656,14 @@ fn compute_status(
     };
     set_condition(&mut st.conditions, degraded_cond, &now);
     if let Some(pp) = plan {
-        rollout_conditions(&mut st, members, pp, &now);
+        rollout_conditions(&mut st, &pool.metadata.name, members, pp, &now);
     }
     st
 }
 
-/// aloft's conditions: CanarySoaking, CircuitBroken, NodeDrainTimeout; and `status.rollout`.
-fn rollout_conditions(st: &mut MachineConfigPoolStatus, members: &[Member], pp: &PoolPlan, now: &str) {
+/// aloft's conditions: CanarySoaking, CircuitBroken, NodeDrainTimeout, BudgetBlocked; and
+/// `status.rollout`.
+fn rollout_conditions(st: &mut MachineConfigPoolStatus, pool: &str, members: &[Member], pp: &PoolPlan, now: &str) {
     let soaking = match &pp.wait {
         Some(w @ Wait::Policy(HoldReason::Soaking { .. })) => {
             condition(cond::CANARY_SOAKING, true, "Soaking", w.to_string())
@@ -662,7 +676,7 @@ fn rollout_conditions(st: &mut MachineConfigPoolStatus, members: &[Member], pp: 
             cond::CIRCUIT_BROKEN,
             true,
             "TooManyFailures",
-            format!("{w}; resume with `aloftctl rollout resume mcp/<pool>` or change the config"),
+            format!("{w}; resume with `aloftctl rollout resume mcp/{pool}` or change the config"),
         ),
         _ => condition(cond::CIRCUIT_BROKEN, false, "", String::new()),
     };
@@ -683,9 +697,27 @@ fn rollout_conditions(st: &mut MachineConfigPoolStatus, members: &[Member], pp: 
         )
     };
     set_condition(&mut st.conditions, drain, now);
+    set_condition(&mut st.conditions, budget_condition(members, pp), now);
     if pp.rollout.is_some() {
         st.rollout = pp.rollout.clone();
     }
+}
+
+/// [`BUDGET_BLOCKED`]: the Event's words, kept for as long as the decision stands (an Event
+/// expires with the event TTL, a stalled rollout may not).
+fn budget_condition(members: &[Member], pp: &PoolPlan) -> Condition {
+    if pp.blocked.is_empty() {
+        return condition(BUDGET_BLOCKED, false, "", String::new());
+    }
+    let mut budgets: Vec<&str> = pp.blocked.iter().map(|(b, _)| b.budget.as_str()).collect();
+    budgets.dedup();
+    let reason = match budgets.as_slice() {
+        [one] => format!("NodeDisruptionBudget {one}"),
+        many => format!("NodeDisruptionBudgets {}", many.join(", ")),
+    };
+    // Members are in snapshot order (see `status_of`): a held node is found by its index.
+    let name = |i: usize| pp.members.binary_search(&i).ok().map_or("", |k| members[k].0.metadata.name.as_str());
+    condition(BUDGET_BLOCKED, true, &reason, blocked_message(pp, name))
 }
 
 /// How often, at most, pool statuses are worked out while a rollout has nodes waiting for a slot
@@ -801,6 +833,90 @@ mod tests {
         let many = set_target_message(&names(TARGETED_NAMES + 7), "r2", false);
         assert!(many.starts_with(&format!("Set target for {} nodes to r2: n0, n1,", TARGETED_NAMES + 7)), "{many}");
         assert!(many.ends_with(&format!("n{}, and 7 more", TARGETED_NAMES - 1)), "{many}");
+    }
+
+    fn members_of<'a>(nodes: &'a [Node], facts: &'a [NodeFacts], hot: &'a [NodeHot]) -> Vec<Member<'a>> {
+        nodes.iter().zip(facts).zip(hot).map(|((n, f), h)| (n, f, h)).collect()
+    }
+
+    fn plan_for(members: usize, wait: Option<Wait>) -> PoolPlan {
+        PoolPlan {
+            pool: 0,
+            target: ConfigName::new("r2"),
+            members: (0..members).collect::<Vec<_>>().into(),
+            picks: Vec::new(),
+            wait,
+            blocked: Vec::new(),
+            prestage: Vec::new(),
+            rollout: None,
+            membership_error: None,
+        }
+    }
+
+    #[test]
+    fn the_circuit_breaker_says_how_to_resume_this_pool() {
+        let p = pool(json!(1), false);
+        let nodes = [node("a", "r1", "r2", "Degraded", true), node("b", "r1", "r1", "Done", true)];
+        let facts: Vec<NodeFacts> = nodes.iter().map(NodeFacts::of).collect();
+        let hot: Vec<NodeHot> = facts.iter().map(NodeHot::of).collect();
+        let wait = Wait::Policy(HoldReason::CircuitBroken { failed: vec!["a".into()], max_failures: 0 });
+        let pp = plan_for(2, Some(wait));
+        let st = compute_status(&p, &members_of(&nodes, &facts, &hot), &pp.target, None, Some(&pp));
+        let c = find_condition(&st.conditions, cond::CIRCUIT_BROKEN).unwrap();
+        assert!(c.is_true());
+        assert_eq!(
+            c.message,
+            "circuit breaker open: 1 node(s) failed on this config (a), more than maxFailures 0; resume with \
+             `aloftctl rollout resume mcp/worker` or change the config"
+        );
+    }
+
+    /// MCO's `status.observedGeneration`: the generation of the spec the status was computed
+    /// from, so a reader knows whether the status already reflects its last spec change.
+    #[test]
+    fn the_status_observes_the_pools_generation() {
+        let mut p = pool(json!(1), false);
+        p.metadata.generation = Some(7);
+        let st = compute_status(&p, &[], &ConfigName::new("r2"), None, None);
+        assert_eq!(st.observed_generation, Some(7));
+        assert_eq!(serde_json::to_value(&st).unwrap()["observedGeneration"], 7);
+    }
+
+    /// A budget holding back nodes the pool would pick now is a condition of the pool, the
+    /// lasting record (its Event expires); one that allows none of a group says it is for good.
+    #[test]
+    fn a_budget_holding_the_rollout_back_is_a_pool_condition() {
+        let p: MachineConfigPool = serde_json::from_value(json!({"metadata": {"name": "worker"}, "spec": {
+            "maxUnavailable": 3, "configuration": {"name": "r2"},
+            "nodeSelector": {"matchLabels": {"node-role.kubernetes.io/worker": ""}}}}))
+        .unwrap();
+        let mut nodes: Vec<Node> = ["a", "b", "c"].iter().map(|n| node(n, "r1", "r1", "Done", true)).collect();
+        for n in &mut nodes[..2] {
+            n.metadata.labels.insert("app".into(), "web".into());
+            n.metadata.labels.insert("topology.kubernetes.io/zone".into(), "z1".into());
+        }
+        let web: NodeDisruptionBudget = serde_json::from_value(json!({"metadata": {"name": "web"}, "spec": {
+            "selector": {"matchLabels": {"app": "web"}}, "minAvailable": "100%",
+            "groupBy": ["topology.kubernetes.io/zone"]}}))
+        .unwrap();
+        let facts: Vec<NodeFacts> = nodes.iter().map(NodeFacts::of).collect();
+        let hot: Vec<NodeHot> = facts.iter().map(NodeHot::of).collect();
+        let status = |budgets: &[NodeDisruptionBudget]| {
+            let pools = [p.clone()];
+            let plans = pick::plan(Snapshot { nodes: &nodes, pools: &pools, budgets }, chrono::Utc::now());
+            compute_status(&p, &members_of(&nodes, &facts, &hot), &plans[0].target, None, Some(&plans[0]))
+        };
+        let st = status(&[web]);
+        let c = find_condition(&st.conditions, BUDGET_BLOCKED).unwrap();
+        assert!(c.is_true(), "{c:?}");
+        assert_eq!(c.reason, "NodeDisruptionBudget web");
+        assert_eq!(
+            c.message,
+            "a, b wait(s): NodeDisruptionBudget web allows 0 of 2 nodes (topology.kubernetes.io/zone=z1) unavailable \
+             and 0 already are, which blocks the group for good"
+        );
+        let st = status(&[]);
+        assert!(!find_condition(&st.conditions, BUDGET_BLOCKED).unwrap().is_true());
     }
 
     #[test]

@@ -52,16 +52,27 @@ impl std::fmt::Display for Wait {
             Wait::Policy(HoldReason::Canary { canaries }) => {
                 write!(f, "waiting for the {canaries} canary node(s) to finish updating")
             }
-            Wait::Policy(HoldReason::Soaking { until }) => write!(
+            Wait::Policy(HoldReason::Soaking { until: Some(until) }) => write!(
                 f,
                 "canary nodes are updated; soaking until {}",
                 until.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
             ),
-            Wait::Policy(HoldReason::CircuitBroken { failed, max_failures }) => write!(
+            Wait::Policy(HoldReason::Soaking { until: None }) => f.write_str(
+                "canary nodes are updated; soaking for good (soakSeconds ends past the last representable date)",
+            ),
+            Wait::Policy(HoldReason::CircuitBroken { failed, max_failures }) if failed.len() > *max_failures => write!(
                 f,
                 "circuit breaker open: {} node(s) failed on this config ({}), more than maxFailures {max_failures}",
                 failed.len(),
                 names_text(failed)
+            ),
+            // Tripped, then nodes recovered: it stays open until resumed.
+            Wait::Policy(HoldReason::CircuitBroken { failed, max_failures }) => write!(
+                f,
+                "circuit breaker open: more than maxFailures {max_failures} node(s) failed on this config; {} still \
+                 failing{}",
+                failed.len(),
+                if failed.is_empty() { String::new() } else { format!(" ({})", names_text(failed)) }
             ),
         }
     }

@@ -12,6 +12,25 @@ pub fn failing_state(state: &str) -> bool {
     state == "Degraded" || state == "Unreconcilable"
 }
 
+/// Set by the node controller when it picks a node that is failing (for a config it is no longer
+/// asked for): `<state>/<hash of the reason>` of that failure ([`failure_mark`]). The agent's
+/// Degraded report does not say which config it failed on, and until it reports on the new one
+/// the old failure is still on the Node; while state and reason are the marked ones (and the
+/// agent has not asked to drain for the new config) that failure is not about the new config
+/// ([`NodeFacts::stale_failure`]), and a new config's circuit breaker must not count it.
+pub const FAILURE_BEFORE_PICK: &str = "aloft.dev/failureBeforePick";
+
+/// The [`FAILURE_BEFORE_PICK`] value for a node failing with `state` and `reason`: a hash, not
+/// the reason itself (reasons run to 2,000 characters), stable across builds (FNV-1a).
+pub fn failure_mark(state: &str, reason: &str) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in reason.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{state}/{h:016x}")
+}
+
 /// What a node's annotations and conditions say about it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NodeFacts {
@@ -33,6 +52,10 @@ pub struct NodeFacts {
     /// The drain handshake: `desiredDrain` (asked) and `lastAppliedDrain` (answered).
     pub drain_request: String,
     pub drain_answer: String,
+    /// Failing, with the very failure it had when it was picked for its desired config (see
+    /// [`FAILURE_BEFORE_PICK`]), and no drain asked for that config since: the failure is
+    /// about an earlier config.
+    pub stale_failure: bool,
 }
 
 impl NodeFacts {
@@ -55,7 +78,25 @@ impl NodeFacts {
             cordoned: n.spec.unschedulable,
             drain_request: a(ann::DESIRED_DRAIN),
             drain_answer: a(ann::LAST_APPLIED_DRAIN),
+            stale_failure: Self::failure_predates_pick(n),
         }
+    }
+    fn failure_predates_pick(n: &Node) -> bool {
+        let state = n.annotation(ann::STATE).unwrap_or("");
+        let Some(mark) = n.annotation(FAILURE_BEFORE_PICK) else { return false };
+        failing_state(state)
+            && mark == failure_mark(state, n.annotation(ann::REASON).unwrap_or(""))
+            && n.annotation(ann::DESIRED_DRAIN).and_then(|d| d.strip_prefix("drain-"))
+                != n.annotation(ann::DESIRED_CONFIG).filter(|d| !d.is_empty())
+    }
+    /// The failure (if failing) to mark on the node when it is picked ([`FAILURE_BEFORE_PICK`]).
+    pub fn failure_to_mark(&self) -> Option<String> {
+        failing_state(&self.state).then(|| failure_mark(&self.state, &self.reason))
+    }
+    /// Failing on the config it is asked for: Degraded or Unreconcilable with a failure that
+    /// does not predate its pick ([`NodeFacts::stale_failure`]), or stuck in its drain.
+    pub fn failing_on_desired(&self) -> bool {
+        !self.drain_failure.is_empty() || (failing_state(&self.state) && !self.stale_failure)
     }
     /// Equal in everything the node controller decides on. The drain handshake is not: a
     /// node's drain request and its answer come and go while it updates, and the one step the
@@ -76,6 +117,7 @@ impl NodeFacts {
             drain_pending: _,
             drain_request: _,
             drain_answer: _,
+            stale_failure,
         } = self;
         // A node moving to its desired config that goes from Done to Working (its agent took
         // the pick up) is unavailable before and after, and counted the same everywhere; only
@@ -90,6 +132,7 @@ impl NodeFacts {
             && *reason == other.reason
             && *drain_failure == other.drain_failure
             && *prestage == other.prestage
+            && *stale_failure == other.stale_failure
     }
     /// Done on the config it was drained for, and still cordoned by that drain: the node goes
     /// back into service now ("uncordon after Done"). Either the agent asked for it
@@ -161,21 +204,22 @@ pub struct NodeHot {
     desired: usize,
     current: usize,
     prestage: usize,
-    flags: u8,
+    flags: u16,
 }
 
-const HOT_READY: u8 = 1;
-const HOT_DISRUPTED: u8 = 1 << 1;
-const HOT_DEGRADED: u8 = 1 << 2;
-const HOT_FAILING: u8 = 1 << 3;
-const HOT_STATE_DONE: u8 = 1 << 4;
-const HOT_PRESTAGE_SET: u8 = 1 << 5;
-const HOT_STATUS_UNAVAILABLE: u8 = 1 << 6;
-const HOT_DRAIN_FAILED: u8 = 1 << 7;
+const HOT_READY: u16 = 1;
+const HOT_DISRUPTED: u16 = 1 << 1;
+const HOT_DEGRADED: u16 = 1 << 2;
+const HOT_FAILING: u16 = 1 << 3;
+const HOT_STATE_DONE: u16 = 1 << 4;
+const HOT_PRESTAGE_SET: u16 = 1 << 5;
+const HOT_STATUS_UNAVAILABLE: u16 = 1 << 6;
+const HOT_DRAIN_FAILED: u16 = 1 << 7;
+const HOT_FAILING_ON_DESIRED: u16 = 1 << 8;
 
 impl NodeHot {
     pub fn of(f: &NodeFacts) -> Self {
-        let flag = |on: bool, bit: u8| if on { bit } else { 0 };
+        let flag = |on: bool, bit: u16| if on { bit } else { 0 };
         NodeHot {
             desired: f.desired.id(),
             current: f.current.id(),
@@ -187,10 +231,11 @@ impl NodeHot {
                 | flag(f.state == "Done", HOT_STATE_DONE)
                 | flag(!f.prestage.is_empty(), HOT_PRESTAGE_SET)
                 | flag(f.unavailable(), HOT_STATUS_UNAVAILABLE)
-                | flag(!f.drain_failure.is_empty(), HOT_DRAIN_FAILED),
+                | flag(!f.drain_failure.is_empty(), HOT_DRAIN_FAILED)
+                | flag(f.failing_on_desired(), HOT_FAILING_ON_DESIRED),
         }
     }
-    fn has(&self, bit: u8) -> bool {
+    fn has(&self, bit: u16) -> bool {
         self.flags & bit != 0
     }
     /// [`NodeFacts::ready`].
@@ -204,6 +249,10 @@ impl NodeHot {
     /// [`NodeFacts::degraded`].
     pub fn degraded(&self) -> bool {
         self.has(HOT_DEGRADED)
+    }
+    /// [`NodeFacts::failing_on_desired`].
+    pub fn failing_on_desired(&self) -> bool {
+        self.has(HOT_FAILING_ON_DESIRED)
     }
     /// [`failing_state`] of the node's state.
     pub fn failing(&self) -> bool {
@@ -449,10 +498,40 @@ mod tests {
             NodeFacts { drain_failure: "x".into(), ..base.clone() },
             NodeFacts { prestage: "r2".into(), ..base.clone() },
             NodeFacts { cordoned: true, ..base.clone() },
+            NodeFacts { stale_failure: true, ..base.clone() },
         ];
         for c in &changes {
             assert!(!base.same_for_rollout(c), "{c:?}");
         }
+    }
+
+    /// A failure marked at the pick is about the older config while state and reason are the
+    /// marked ones and no drain was asked for the new config; any report on it ends that.
+    #[test]
+    fn a_failure_from_before_the_pick_is_not_about_the_new_config() {
+        let n = |state: &str, reason: &str, mark: Option<String>, drain: &str| {
+            let mut a = json!({ann::DESIRED_CONFIG: "rB", ann::CURRENT_CONFIG: "r0", ann::STATE: state,
+                ann::REASON: reason, ann::DESIRED_DRAIN: drain});
+            if let Some(m) = mark {
+                a[FAILURE_BEFORE_PICK] = m.into();
+            }
+            NodeFacts::of(&serde_json::from_value(json!({"metadata": {"name": "a", "annotations": a}})).unwrap())
+        };
+        let mark = || Some(failure_mark("Degraded", "boom"));
+        let stale = n("Degraded", "boom", mark(), "drain-rA");
+        assert!(stale.stale_failure && !stale.failing_on_desired() && stale.degraded(), "{stale:?}");
+        assert_eq!(stale.failure_to_mark(), mark(), "the mark is the failure's");
+        for (f, why) in [
+            (n("Degraded", "boom", None, ""), "no mark: counted (the safe side)"),
+            (n("Degraded", "other", mark(), ""), "a new reason is a report on the new config"),
+            (n("Unreconcilable", "boom", mark(), ""), "a new state too"),
+            (n("Degraded", "boom", mark(), "drain-rB"), "it asked to drain for the new config"),
+        ] {
+            assert!(!f.stale_failure && f.failing_on_desired(), "{why}: {f:?}");
+        }
+        assert!(!n("Working", "", mark(), "").failing_on_desired());
+        assert_eq!(n("Done", "", None, "").failure_to_mark(), None);
+        assert_ne!(failure_mark("Degraded", "boom"), failure_mark("Degraded", "boom!"));
     }
 
     #[test]

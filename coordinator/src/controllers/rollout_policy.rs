@@ -28,8 +28,10 @@ pub enum HoldReason {
     Canary {
         canaries: usize,
     },
+    /// The canaries are updated; nothing is picked `until` then (None: a soak that ends past
+    /// the last representable time, which never ends).
     Soaking {
-        until: DateTime<Utc>,
+        until: Option<DateTime<Utc>>,
     },
     CircuitBroken {
         failed: Vec<String>,
@@ -50,6 +52,13 @@ fn parse_time(s: &str) -> Option<DateTime<Utc>> {
 
 fn rfc3339(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+/// When a soak of `seconds` from `start` ends; None when that is past the last time chrono can
+/// represent. `soakSeconds` is the user's and may be any i64 (or stored before admission bounded
+/// it): the sum must never panic the controller, and such a soak never ends.
+fn soak_end(start: DateTime<Utc>, seconds: i64) -> Option<DateTime<Utc>> {
+    chrono::Duration::try_seconds(seconds).and_then(|d| start.checked_add_signed(d))
 }
 
 /// A pool's members as the policy reads them: indexes into the fleet's facts, and the name of
@@ -91,14 +100,24 @@ pub fn evaluate(
             ..Default::default()
         },
     };
-    // Failures on this config are remembered even if the node recovers: a flapping node must not
-    // reset the breaker.
+    // The failed nodes are those failing on this config now (as MCO counts degraded machines),
+    // remembered while they retry (a flapping node must not reset the count) and forgotten once
+    // Done on it. A failure from before a node's pick for this config (its agent has not
+    // reported on it yet) is about an older config: a new config starts afresh.
     for &i in members.index {
         let f = &members.hot[i];
-        if f.degraded() && f.desires(target) {
+        if f.failing_on_desired() && f.desires(target) {
             let name = (members.name)(i);
             if !st.failed_nodes.iter().any(|n| n == name) {
                 st.failed_nodes.push(name.to_string());
+            }
+        }
+    }
+    if !st.failed_nodes.is_empty() {
+        for &i in members.index {
+            if members.hot[i].updated_to(target) {
+                let name = (members.name)(i);
+                st.failed_nodes.retain(|n| n != name);
             }
         }
     }
@@ -163,8 +182,8 @@ pub fn evaluate(
         if st.soak_start_time.as_deref().and_then(parse_time).is_none() {
             st.soak_start_time = Some(rfc3339(now));
         }
-        let until = start + chrono::Duration::seconds(soak);
-        if now < until {
+        let until = soak_end(start, soak);
+        if until.is_none_or(|u| now < u) {
             return Evaluation { gate: Gate::Hold(HoldReason::Soaking { until }), status: st };
         }
         st.phase = RolloutPhase::Batches;
@@ -228,7 +247,7 @@ mod tests {
 
         f[0] = facts("r2", "r2", "Done");
         let e = eval(Some(&p), Some(&e.status), None, &ConfigName::new("r2"), &names, &f, t("2026-01-01T00:02:00Z"));
-        assert_eq!(e.gate, Gate::Hold(HoldReason::Soaking { until: t("2026-01-01T00:12:00Z") }));
+        assert_eq!(e.gate, Gate::Hold(HoldReason::Soaking { until: Some(t("2026-01-01T00:12:00Z")) }));
         assert_eq!(e.status.soak_start_time.as_deref(), Some("2026-01-01T00:02:00Z"));
 
         // A restart re-evaluates from the stored record: same deadline.
@@ -259,15 +278,18 @@ mod tests {
             e.gate,
             Gate::Hold(HoldReason::CircuitBroken { failed: vec!["a".into(), "b".into()], max_failures: 1 })
         );
-        // The nodes recover; the breaker stays open.
+        // Resumed once per new token: the failures so far are forgiven.
+        let e2 = eval(Some(&p), Some(&e.status), Some("t0"), &ConfigName::new("r2"), &names, &f, now);
+        assert_eq!(e2.gate, Gate::Pick { limit: None });
+        assert_eq!(e2.status.forgiven_nodes, vec!["a".to_string(), "b".to_string()]);
+        // The nodes recover: they are no longer failed nodes, and the breaker stays open.
         f[0] = facts("r2", "r2", "Done");
         f[1] = facts("r2", "r2", "Done");
         let e = eval(Some(&p), Some(&e.status), None, &ConfigName::new("r2"), &names, &f, now);
-        assert!(matches!(e.gate, Gate::Hold(HoldReason::CircuitBroken { .. })));
-        // Resumed once per new token.
+        assert_eq!(e.gate, Gate::Hold(HoldReason::CircuitBroken { failed: vec![], max_failures: 1 }));
+        assert!(e.status.failed_nodes.is_empty());
         let e = eval(Some(&p), Some(&e.status), Some("t1"), &ConfigName::new("r2"), &names, &f, now);
         assert_eq!(e.gate, Gate::Pick { limit: None });
-        assert_eq!(e.status.forgiven_nodes, vec!["a".to_string(), "b".to_string()]);
         f[2] = facts("r2", "r1", "Degraded");
         f[3] = facts("r2", "r1", "Degraded");
         let e = eval(Some(&p), Some(&e.status), Some("t1"), &ConfigName::new("r2"), &names, &f, now);
@@ -275,6 +297,95 @@ mod tests {
         // A new config closes it.
         let e = eval(Some(&p), Some(&e.status), Some("t1"), &ConfigName::new("r3"), &names, &f, now);
         assert_eq!(e.gate, Gate::Pick { limit: None });
+    }
+
+    #[test]
+    fn a_soak_past_the_end_of_time_never_ends_and_never_panics() {
+        let names = ["a", "b"];
+        let mut f: Vec<NodeFacts> = (0..2).map(|_| facts("r1", "r1", "Done")).collect();
+        f[0] = facts("r2", "r2", "Done");
+        let now = t("2026-01-01T00:00:00Z");
+        for soak in [i64::MAX, 10_000_000_000_000, 9_223_372_036_854_775, i64::MIN] {
+            let p = policy(1, soak, None);
+            let e = eval(Some(&p), None, None, &ConfigName::new("r2"), &names, &f, now);
+            if soak < 0 {
+                assert_eq!(e.gate, Gate::Pick { limit: None }, "a negative soak is no soak");
+                continue;
+            }
+            assert_eq!(e.gate, Gate::Hold(HoldReason::Soaking { until: None }), "soakSeconds {soak}");
+            // Much later, and from a stored start at the edge of the representable range.
+            let mut st = e.status.clone();
+            let e = eval(Some(&p), Some(&st), None, &ConfigName::new("r2"), &names, &f, t("9999-01-01T00:00:00Z"));
+            assert_eq!(e.gate, Gate::Hold(HoldReason::Soaking { until: None }), "soakSeconds {soak}");
+            st.soak_start_time = Some("9999-12-31T23:59:59Z".into());
+            let e = eval(Some(&p), Some(&st), None, &ConfigName::new("r2"), &names, &f, now);
+            assert!(matches!(e.gate, Gate::Hold(HoldReason::Soaking { .. })), "soakSeconds {soak}");
+        }
+        // A long soak that fits ends when it says.
+        let p = policy(1, 86_400 * 365 * 1000, None);
+        let e = eval(Some(&p), None, None, &ConfigName::new("r2"), &names, &f, now);
+        assert_eq!(e.gate, Gate::Hold(HoldReason::Soaking { until: Some(t("3025-05-04T00:00:00Z")) }));
+    }
+
+    /// Config A breaks the rollout; the fix B starts afresh although the node that failed on A
+    /// is retargeted to B first and still says Degraded (about A) until its agent reports on B;
+    /// and a node that fails on a config and then reaches Done there no longer counts.
+    #[test]
+    fn a_failure_counts_only_on_the_config_it_is_about() {
+        let names = ["a", "b", "c", "d"];
+        let stale = |f: NodeFacts| NodeFacts { stale_failure: true, ..f };
+        let now = t("2026-01-01T00:00:00Z");
+        for (p, broken_on_a) in [(policy(0, 0, Some(0)), vec!["a"]), (policy(2, 0, Some(1)), vec!["a", "b"])] {
+            let mut f: Vec<NodeFacts> = (0..4).map(|_| facts("r0", "r0", "Done")).collect();
+            for x in f.iter_mut().take(broken_on_a.len()) {
+                *x = facts("rA", "r0", "Degraded");
+            }
+            let e = eval(Some(&p), None, None, &ConfigName::new("rA"), &names, &f, now);
+            assert!(matches!(e.gate, Gate::Hold(HoldReason::CircuitBroken { .. })), "{p:?}: {e:?}");
+            assert_eq!(e.status.failed_nodes, broken_on_a);
+            // The fix: the failed nodes are picked for rB first; their state is still A's.
+            let e = eval(Some(&p), Some(&e.status), None, &ConfigName::new("rB"), &names, &f, now);
+            assert!(matches!(e.gate, Gate::Pick { .. }), "{p:?}: {e:?}");
+            for x in f.iter_mut().take(broken_on_a.len()) {
+                *x = stale(facts("rB", "r0", "Degraded"));
+            }
+            let e = eval(Some(&p), Some(&e.status), None, &ConfigName::new("rB"), &names, &f, now);
+            assert!(!matches!(e.gate, Gate::Hold(HoldReason::CircuitBroken { .. })), "{p:?}: {e:?}");
+            assert!(e.status.failed_nodes.is_empty(), "{p:?}: {:?}", e.status);
+            assert_ne!(e.status.phase, RolloutPhase::CircuitBroken);
+            // They report on rB: Working, then Done; the rollout goes on.
+            for x in f.iter_mut().take(broken_on_a.len()) {
+                *x = facts("rB", "r0", "Working");
+            }
+            let e = eval(Some(&p), Some(&e.status), None, &ConfigName::new("rB"), &names, &f, now);
+            for x in f.iter_mut().take(broken_on_a.len()) {
+                *x = facts("rB", "rB", "Done");
+            }
+            let e = eval(Some(&p), Some(&e.status), None, &ConfigName::new("rB"), &names, &f, now);
+            assert!(matches!(e.gate, Gate::Pick { .. }), "{p:?}: {e:?}");
+            assert!(e.status.failed_nodes.is_empty());
+        }
+        // A real failure on rB counts; once that node is Done on rB it is no longer a failed node
+        // (the breaker it tripped stays open until resumed).
+        let p = policy(0, 0, Some(0));
+        let mut f: Vec<NodeFacts> = (0..4).map(|_| facts("rB", "r0", "Working")).collect();
+        f[0] = facts("rB", "r0", "Degraded");
+        let e = eval(Some(&p), None, None, &ConfigName::new("rB"), &names, &f, now);
+        assert_eq!(e.status.failed_nodes, ["a"]);
+        assert!(matches!(e.gate, Gate::Hold(HoldReason::CircuitBroken { .. })));
+        f[0] = facts("rB", "rB", "Done");
+        let e = eval(Some(&p), Some(&e.status), None, &ConfigName::new("rB"), &names, &f, now);
+        assert!(e.status.failed_nodes.is_empty(), "{:?}", e.status);
+        assert_eq!(e.gate, Gate::Hold(HoldReason::CircuitBroken { failed: vec![], max_failures: 0 }));
+        // A failing node retried (Working again) still counts: a flapping node does not reset it.
+        let p = policy(0, 0, Some(1));
+        f[1] = facts("rB", "r0", "Degraded");
+        let e = eval(Some(&p), None, None, &ConfigName::new("rB"), &names, &f, now);
+        f[1] = facts("rB", "r0", "Working");
+        f[2] = facts("rB", "r0", "Degraded");
+        let e = eval(Some(&p), Some(&e.status), None, &ConfigName::new("rB"), &names, &f, now);
+        assert_eq!(e.status.failed_nodes, ["b", "c"]);
+        assert!(matches!(e.gate, Gate::Hold(HoldReason::CircuitBroken { .. })));
     }
 
     #[test]
