@@ -44,3 +44,11 @@ pub const RESUME_ROLLOUT: &str = "aloft.dev/resumeRollout";
 /// update a second write of the Node, its watch event to the agent, and a controller edit.
 /// Removed by that uncordon, or by any later pick or release.
 pub const UNCORDON_AT_DONE: &str = "aloft.dev/uncordonAtDone";
+
+/// Set by the node controller when it picks a node that is failing (for a config it is no
+/// longer asked for): `<state>/<hash of the reason>` of that failure. The agent's Degraded report
+/// does not say which config it failed on, and until it reports on the new one the old failure
+/// is still on the Node; while state and reason are the marked ones (and the agent has not asked
+/// to drain for the new config), that failure is not about the new config, and the new config's
+/// circuit breaker must not count it.
+pub const FAILURE_BEFORE_PICK: &str = "aloft.dev/failureBeforePick";

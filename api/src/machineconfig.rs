@@ -255,4 +255,7 @@ pub mod conditions {
     pub const CIRCUIT_BROKEN: &str = "CircuitBroken";
     /// aloft: a node's drain has not finished within `spec.drain.timeoutSeconds`.
     pub const NODE_DRAIN_TIMEOUT: &str = "NodeDrainTimeout";
+    /// aloft: a NodeDisruptionBudget holds back nodes the pool would pick now (the lasting
+    /// record of what the `BudgetBlocked` Events say, which expire).
+    pub const BUDGET_BLOCKED: &str = "BudgetBlocked";
 }

@@ -548,10 +548,6 @@ fn blocked_message<'a>(pp: &PoolPlan, name: impl Fn(usize) -> &'a str) -> String
     parts.join("; ")
 }
 
-/// aloft's pool condition: True while a budget holds back nodes the pool would pick now. (Its
-/// name belongs with the others in `aloft_api::machineconfig::conditions`.)
-const BUDGET_BLOCKED: &str = "BudgetBlocked";
-
 fn condition(type_: &str, on: bool, reason: &str, message: String) -> Condition {
     Condition {
         type_: type_.into(),
@@ -703,11 +699,11 @@ fn rollout_conditions(st: &mut MachineConfigPoolStatus, pool: &str, members: &[M
     }
 }
 
-/// [`BUDGET_BLOCKED`]: the Event's words, kept for as long as the decision stands (an Event
+/// [`cond::BUDGET_BLOCKED`]: the Event's words, kept for as long as the decision stands (an Event
 /// expires with the event TTL, a stalled rollout may not).
 fn budget_condition(members: &[Member], pp: &PoolPlan) -> Condition {
     if pp.blocked.is_empty() {
-        return condition(BUDGET_BLOCKED, false, "", String::new());
+        return condition(cond::BUDGET_BLOCKED, false, "", String::new());
     }
     let mut budgets: Vec<&str> = pp.blocked.iter().map(|(b, _)| b.budget.as_str()).collect();
     budgets.dedup();
@@ -717,7 +713,7 @@ fn budget_condition(members: &[Member], pp: &PoolPlan) -> Condition {
     };
     // Members are in snapshot order (see `status_of`): a held node is found by its index.
     let name = |i: usize| pp.members.binary_search(&i).ok().map_or("", |k| members[k].0.metadata.name.as_str());
-    condition(BUDGET_BLOCKED, true, &reason, blocked_message(pp, name))
+    condition(cond::BUDGET_BLOCKED, true, &reason, blocked_message(pp, name))
 }
 
 /// How often, at most, pool statuses are worked out while a rollout has nodes waiting for a slot
@@ -907,7 +903,7 @@ mod tests {
             compute_status(&p, &members_of(&nodes, &facts, &hot), &plans[0].target, None, Some(&plans[0]))
         };
         let st = status(&[web]);
-        let c = find_condition(&st.conditions, BUDGET_BLOCKED).unwrap();
+        let c = find_condition(&st.conditions, cond::BUDGET_BLOCKED).unwrap();
         assert!(c.is_true(), "{c:?}");
         assert_eq!(c.reason, "NodeDisruptionBudget web");
         assert_eq!(
@@ -916,7 +912,7 @@ mod tests {
              and 0 already are, which blocks the group for good"
         );
         let st = status(&[]);
-        assert!(!find_condition(&st.conditions, BUDGET_BLOCKED).unwrap().is_true());
+        assert!(!find_condition(&st.conditions, cond::BUDGET_BLOCKED).unwrap().is_true());
     }
 
     #[test]

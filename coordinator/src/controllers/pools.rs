@@ -12,13 +12,7 @@ pub fn failing_state(state: &str) -> bool {
     state == "Degraded" || state == "Unreconcilable"
 }
 
-/// Set by the node controller when it picks a node that is failing (for a config it is no longer
-/// asked for): `<state>/<hash of the reason>` of that failure ([`failure_mark`]). The agent's
-/// Degraded report does not say which config it failed on, and until it reports on the new one
-/// the old failure is still on the Node; while state and reason are the marked ones (and the
-/// agent has not asked to drain for the new config) that failure is not about the new config
-/// ([`NodeFacts::stale_failure`]), and a new config's circuit breaker must not count it.
-pub const FAILURE_BEFORE_PICK: &str = "aloft.dev/failureBeforePick";
+pub use aloft_api::annotations::FAILURE_BEFORE_PICK;
 
 /// The [`FAILURE_BEFORE_PICK`] value for a node failing with `state` and `reason`: a hash, not
 /// the reason itself (reasons run to 2,000 characters), stable across builds (FNV-1a).
