@@ -929,8 +929,8 @@ async fn the_pool_status_observes_each_spec_generation() {
     .await;
     assert_eq!(condition(&p, "Updating").unwrap()["message"], "Pool is paused", "{p}");
     // A status write or an annotation is no spec change: the generation stays.
-    let out = aloftctl(&c, &["rollout", "resume", "mcp/worker"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let resumed = json!({"metadata": {"annotations": {"aloft.dev/resumeRollout": "2026-01-01T00:00:00Z"}}});
+    merge(&admin, &path_of(&MACHINE_CONFIG_POOL, Some("worker")), resumed).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(observed(&pool(&admin).await), (Some(2), Some(2)));
 }
