@@ -713,3 +713,117 @@ async fn api_resources_resume_empty_apply_and_describe() {
     assert!(desc.contains(&format!("    name: {rendered}\n")), "{desc}");
     assert!(!desc.contains("{\""), "no JSON in describe: {desc}");
 }
+
+fn pool_yaml(name: &str, spec_extra: &str) -> String {
+    format!(
+        "apiVersion: machineconfiguration.openshift.io/v1\nkind: MachineConfigPool\nmetadata: {{name: {name}}}\nspec:\n  machineConfigSelector: {{matchLabels: {{machineconfiguration.openshift.io/role: {name}}}}}\n  nodeSelector: {{matchLabels: {{node-role.kubernetes.io/{name}: \"\"}}}}\n  maxUnavailable: 1\n{spec_extra}"
+    )
+}
+
+/// What a refused write must leave as it was: the pool's spec and what apply last recorded.
+fn pool_as_applied(c: &Coordinator, name: &str) -> serde_json::Value {
+    let p: serde_json::Value = serde_json::from_str(&ok(c, &["get", "mcp", name, "-o", "json"])).unwrap();
+    serde_json::json!({"spec": p["spec"], "annotations": p["metadata"]["annotations"]})
+}
+
+/// The `Warning:` lines of aloftctl's stderr.
+fn warning_lines(stderr: &[u8]) -> Vec<String> {
+    String::from_utf8_lossy(stderr).lines().filter(|l| l.starts_with("Warning:")).map(str::to_string).collect()
+}
+
+/// As kubectl (`--validate=strict` by default): a typo in a pool is refused by the server and
+/// nothing changes; `--validate=warn` stores it and prints the server's warning as kubectl does;
+/// `--validate=ignore` stores it without a word. In a file of several documents the others are
+/// applied, one by one, and the error names the refused document and what was applied.
+#[tokio::test]
+async fn apply_validates_fields_strictly_unless_told_otherwise() {
+    let c = Coordinator::start();
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        p.display().to_string()
+    };
+    let good = write("good.yaml", &pool_yaml("infra", ""));
+    ok(&c, &["apply", "-f", &good]);
+    let before = pool_as_applied(&c, "infra");
+    let typo = write("typo.yaml", &pool_yaml("infra", "  maxUnavailble: 3\n"));
+    for args in
+        [&["apply", "-f", &typo][..], &["apply", "-f", &typo, "--validate=true"], &["apply", "--validate", "-f", &typo]]
+    {
+        let err = fails(&c, args);
+        assert!(err.contains(r#"strict decoding error: unknown field "spec.maxUnavailble""#), "{args:?}: {err}");
+        assert!(err.contains("machineconfigpool.machineconfiguration.openshift.io/infra"), "{err}");
+        assert_eq!(pool_as_applied(&c, "infra"), before, "{args:?} changed the pool");
+    }
+    // A new object is refused too, and not created.
+    let new = write("new.yaml", &pool_yaml("edge", "  maxUnavailble: 3\n"));
+    assert!(fails(&c, &["apply", "-f", &new]).contains(r#"unknown field "spec.maxUnavailble""#));
+    assert!(fails(&c, &["get", "mcp", "edge"]).contains("NotFound"));
+
+    // Several documents: the good ones are applied, the refused one named with its document.
+    let mixed = write(
+        "mixed.yaml",
+        &[pool_yaml("a", ""), pool_yaml("b", "  rollout: {canery: 1}\n"), pool_yaml("c", "")].join("---\n"),
+    );
+    let out = ctl(&c, &["apply", "-f", &mixed]);
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(!out.status.success(), "{stdout}");
+    assert!(stdout.contains("/a created") && stdout.contains("/c created") && !stdout.contains("/b "), "{stdout}");
+    assert!(stderr.contains(&format!("{mixed} document 2")), "{stderr}");
+    assert!(stderr.contains(r#"unknown field "spec.rollout.canery""#), "{stderr}");
+    assert!(stderr.contains("1 of 3 objects not applied"), "{stderr}");
+    assert!(
+        stderr.contains("applied: machineconfigpool.machineconfiguration.openshift.io/a, machineconfigpool.machineconfiguration.openshift.io/c"),
+        "{stderr}"
+    );
+    assert!(fails(&c, &["get", "mcp", "b"]).contains("NotFound"));
+
+    // Warn: stored, and the server's warning printed once, as kubectl prints it.
+    let out = ctl(&c, &["apply", "-f", &typo, "--validate=warn"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(warning_lines(&out.stderr), [r#"Warning: unknown field "spec.maxUnavailble""#]);
+    let json: serde_json::Value = serde_json::from_str(&ok(&c, &["get", "mcp", "infra", "-o", "json"])).unwrap();
+    assert_eq!(json["spec"]["maxUnavailble"], 3);
+    // Ignore (and false): stored without a warning.
+    for (mode, field) in [("ignore", "maxUnavailbl"), ("false", "maxUnavail")] {
+        let quiet = write("quiet.yaml", &pool_yaml("infra", &format!("  maxUnavailble: 3\n  {field}: 4\n")));
+        let out = ctl(&c, &["apply", "-f", &quiet, &format!("--validate={mode}")]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(warning_lines(&out.stderr), Vec::<String>::new(), "{mode}");
+        let json: serde_json::Value = serde_json::from_str(&ok(&c, &["get", "mcp", "infra", "-o", "json"])).unwrap();
+        assert_eq!(json["spec"][field], 4, "{mode}");
+    }
+    assert!(fails(&c, &["apply", "-f", &typo, "--validate=sometimes"]).contains("sometimes"));
+    let help = ok(&c, &["apply", "--help"]);
+    assert!(help.contains("--validate") && help.contains("unknown field"), "{help}");
+}
+
+/// `patch` validates as `apply` does: strict by default, warn prints, ignore says nothing.
+#[tokio::test]
+async fn patch_validates_fields_strictly_unless_told_otherwise() {
+    let c = Coordinator::start();
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("good.yaml");
+    std::fs::write(&good, pool_yaml("infra", "")).unwrap();
+    ok(&c, &["apply", "-f", &good.display().to_string()]);
+    let before = pool_as_applied(&c, "infra");
+    let typo = r#"{"spec":{"maxUnavailble":2}}"#;
+    let err = fails(&c, &["patch", "mcp", "infra", "-p", typo]);
+    assert!(err.contains(r#"strict decoding error: unknown field "spec.maxUnavailble""#), "{err}");
+    let json_patch = r#"[{"op":"add","path":"/spec/maxUnavailble","value":2}]"#;
+    let err = fails(&c, &["patch", "mcp", "infra", "--type", "json", "-p", json_patch]);
+    assert!(err.contains(r#"unknown field "spec.maxUnavailble""#), "{err}");
+    assert_eq!(pool_as_applied(&c, "infra"), before, "a refused patch changed the pool");
+
+    let out = ctl(&c, &["patch", "mcp", "infra", "-p", typo, "--validate=warn"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(warning_lines(&out.stderr), [r#"Warning: unknown field "spec.maxUnavailble""#]);
+    let out = ctl(&c, &["patch", "mcp", "infra", "-p", r#"{"spec":{"maxUnavail":2}}"#, "--validate=ignore"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(warning_lines(&out.stderr), Vec::<String>::new());
+    let json: serde_json::Value = serde_json::from_str(&ok(&c, &["get", "mcp", "infra", "-o", "json"])).unwrap();
+    assert_eq!((json["spec"]["maxUnavailble"].clone(), json["spec"]["maxUnavail"].clone()), (2.into(), 2.into()));
+    let help = ok(&c, &["patch", "--help"]);
+    assert!(help.contains("--validate"), "{help}");
+}

@@ -144,6 +144,58 @@ pub struct Client {
     authority: http::uri::Authority,
     /// `Bearer <token>`, marked sensitive (kept out of debug output and of HPACK's table).
     auth: Option<http::HeaderValue>,
+    /// Told the text of every `Warning` the coordinator answers with (see [`Client::on_warning`]).
+    warnings: Option<WarningHandler>,
+}
+
+/// What a [`Client`] calls with the text of each warning a response carries.
+pub type WarningHandler = std::sync::Arc<dyn Fn(&str) + Send + Sync>;
+
+/// The texts of the warnings in one `Warning` header (RFC 7234 5.5: `299 - "text"`, a
+/// comma-separated list, each text a quoted string with `\` escapes, maybe followed by a date).
+/// Only code 299 ("miscellaneous persistent warning") is kept: it is what kube-apiserver sends,
+/// and the only one kubectl prints. A malformed list yields the warnings before the fault, as
+/// client-go parses it: a warning must not fail the request it came with.
+pub fn warning_texts(header: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = header;
+    loop {
+        rest = rest.trim_start_matches([' ', '\t', ',']);
+        if rest.is_empty() {
+            return out;
+        }
+        let Some((code, after)) = rest.split_once(' ') else { return out };
+        let Some((_agent, after)) = after.split_once(' ') else { return out };
+        let Some((text, after)) = quoted(after) else { return out };
+        // An optional quoted date.
+        rest = after.trim_start_matches(' ');
+        if rest.starts_with('"') {
+            match quoted(rest) {
+                Some((_, after)) => rest = after,
+                None => return out,
+            }
+        }
+        if !rest.is_empty() && !rest.trim_start_matches([' ', '\t']).starts_with(',') {
+            return out;
+        }
+        if code == "299" {
+            out.push(text);
+        }
+    }
+}
+
+/// A quoted string at the start of `s`, unescaped, and what follows it.
+fn quoted(s: &str) -> Option<(String, &str)> {
+    let mut chars = s.strip_prefix('"')?.char_indices();
+    let mut text = String::new();
+    while let Some((i, c)) = chars.next() {
+        match c {
+            '"' => return Some((text, &s[i + 2..])),
+            '\\' => text.push(chars.next()?.1),
+            c => text.push(c),
+        }
+    }
+    None
 }
 
 /// Install ring as rustls' process-wide crypto provider (once; later calls are no-ops).
@@ -187,7 +239,25 @@ impl Client {
             scheme,
             authority,
             auth,
+            warnings: None,
         })
+    }
+
+    /// Have `handler` told the text of every warning any answer carries, as client-go's warning
+    /// handler is: kubectl prints them (`Warning: unknown field "spec.x"`) whatever the command,
+    /// and so does aloftctl.
+    pub fn on_warning(mut self, handler: WarningHandler) -> Self {
+        self.warnings = Some(handler);
+        self
+    }
+
+    fn tell_warnings(&self, headers: &http::HeaderMap) {
+        let Some(handler) = &self.warnings else { return };
+        for value in headers.get_all(http::header::WARNING) {
+            for text in warning_texts(&String::from_utf8_lossy(value.as_bytes())) {
+                handler(&text);
+            }
+        }
     }
 
     /// The URL of `path` (an absolute path, with or without a query) on the coordinator, as a
@@ -236,10 +306,13 @@ impl Client {
         accept: Option<&str>,
     ) -> Result<http::Response<h2::RecvStream>> {
         let uri = self.uri(path)?;
-        self.conn
+        let resp = self
+            .conn
             .request(method.clone(), uri, self.auth.as_ref(), body, accept)
             .await
-            .with_context(|| format!("{method} {}{path}", self.base))
+            .with_context(|| format!("{method} {}{path}", self.base))?;
+        self.tell_warnings(resp.headers());
+        Ok(resp)
     }
 
     /// Send a request; `body` with its content type. The status code and the body as sent.
@@ -404,6 +477,20 @@ mod tests {
                 assert_eq!(c.uri(p).unwrap().to_string(), whole.as_str(), "{server} {p}");
             }
         }
+    }
+
+    /// kube-apiserver's form, escapes, lists, dates; other codes and malformed tails dropped.
+    #[test]
+    fn warning_texts_as_kubectl_reads_them() {
+        assert_eq!(warning_texts(r#"299 - "unknown field \"spec.x\"""#), [r#"unknown field "spec.x""#]);
+        assert_eq!(
+            warning_texts(r#"299 - "a, b", 299 aloft "c\\d" "Sat, 01 Jan 2000 00:00:00 GMT",299 - "e""#),
+            ["a, b", r"c\d", "e"]
+        );
+        assert_eq!(warning_texts(r#"199 - "stale", 299 - "kept""#), ["kept"]);
+        assert_eq!(warning_texts(r#"299 - "ok", 299 - "unterminated"#), ["ok"]);
+        assert_eq!(warning_texts(r#"299 - "ok" junk, 299 - "after""#), Vec::<String>::new());
+        assert!(warning_texts("").is_empty() && warning_texts("299").is_empty());
     }
 
     #[test]

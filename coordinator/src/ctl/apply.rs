@@ -37,7 +37,10 @@ pub fn read_objects(path: &str) -> Result<Vec<(String, Value)>> {
     Ok(out)
 }
 
+/// Each object of `text` with where it came from: `origin` alone for a file of one object, else
+/// `origin document N` (and `item K` of a `kind: List`), so that an error names the one at fault.
 fn parse_documents(origin: &str, text: &str, out: &mut Vec<(String, Value)>) -> Result<()> {
+    let mut found = Vec::new();
     for (i, doc) in yaml_serde::Deserializer::from_str(text).enumerate() {
         let mut v: Value = serde::Deserialize::deserialize(doc)
             .map_err(|e| anyhow!("{origin}: document {}: malformed YAML: {e}", i + 1))?;
@@ -45,14 +48,23 @@ fn parse_documents(origin: &str, text: &str, out: &mut Vec<(String, Value)>) -> 
         match v {
             Value::Null => continue,
             Value::Object(ref m) if m.get("kind").and_then(Value::as_str) == Some("List") => {
-                for item in m.get("items").and_then(Value::as_array).into_iter().flatten() {
-                    out.push((origin.to_string(), item.clone()));
+                for (k, item) in m.get("items").and_then(Value::as_array).into_iter().flatten().enumerate() {
+                    found.push((i + 1, Some(k + 1), item.clone()));
                 }
             }
-            Value::Object(_) => out.push((origin.to_string(), v)),
+            Value::Object(_) => found.push((i + 1, None, v)),
             other => bail!("{origin}: document {} is not an object: {other}", i + 1),
         }
     }
+    let several = found.len() > 1;
+    out.extend(found.into_iter().map(|(doc, item, v)| {
+        let at = match (several, item) {
+            (false, _) => origin.to_string(),
+            (true, None) => format!("{origin} document {doc}"),
+            (true, Some(k)) => format!("{origin} document {doc} item {k}"),
+        };
+        (at, v)
+    }));
     Ok(())
 }
 
@@ -131,7 +143,11 @@ mod tests {
     fn documents() {
         let mut out = Vec::new();
         parse_documents("f", "---\napiVersion: v1\nkind: Node\nmetadata: {name: a}\n---\n---\nkind: List\nitems:\n- {kind: Node, metadata: {name: b}}\n", &mut out).unwrap();
-        assert_eq!(out.len(), 2);
+        let origins: Vec<&str> = out.iter().map(|(o, _)| o.as_str()).collect();
+        assert_eq!(origins, ["f document 1", "f document 3 item 1"]);
+        let mut one = Vec::new();
+        parse_documents("g", "---\nkind: Node\nmetadata: {name: a}\n---\n", &mut one).unwrap();
+        assert_eq!(one[0].0, "g");
         assert!(parse_documents("f", "a: [", &mut Vec::new()).unwrap_err().to_string().contains("malformed YAML"));
         assert!(parse_documents("f", "- 1\n", &mut Vec::new()).is_err());
         let mut o = json!({"metadata": {"name": "a"}});

@@ -80,12 +80,17 @@ enum Cmd {
         args: Vec<String>,
     },
     /// Create or update objects from files (YAML/JSON, multi-document, directories, - for stdin).
+    ///
+    /// Objects are applied one by one; one the server refuses does not stop the others, and the
+    /// errors (naming the file and document) come at the end, as with kubectl.
     Apply {
         #[arg(short = 'f', long = "filename", required = true)]
         files: Vec<String>,
         /// Validate on the server without storing.
         #[arg(long)]
         dry_run: bool,
+        #[command(flatten)]
+        validate: ValidateArg,
     },
     /// Delete objects by TYPE NAME... or from files.
     Delete {
@@ -108,6 +113,8 @@ enum Cmd {
         /// Patch the status subresource.
         #[arg(long)]
         subresource: Option<String>,
+        #[command(flatten)]
+        validate: ValidateArg,
     },
     /// List the resource types the coordinator serves.
     ApiResources,
@@ -121,6 +128,46 @@ enum Cmd {
         #[command(subcommand)]
         cmd: AdmCmd,
     },
+}
+
+/// kubectl's `--validate`: what the server does about fields the kind does not have, sent as
+/// `fieldValidation`. Strict by default, as kubectl's (1.27+): a typo such as
+/// `spec.maxUnavailble` is refused rather than stored and silently ignored.
+#[derive(clap::Args)]
+struct ValidateArg {
+    /// What the server does with an unknown field (a typo, e.g. spec.maxUnavailble): strict
+    /// refuses the write, warn stores it and prints a warning, ignore stores it silently (true =
+    /// strict, false = ignore).
+    #[arg(
+        long = "validate",
+        value_enum,
+        value_name = "MODE",
+        default_value = "strict",
+        num_args = 0..=1,
+        default_missing_value = "strict",
+        ignore_case = true
+    )]
+    mode: Validate,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Validate {
+    #[value(alias = "true")]
+    Strict,
+    Warn,
+    #[value(alias = "false")]
+    Ignore,
+}
+
+impl Validate {
+    /// The `fieldValidation` query parameter's value.
+    fn param(self) -> &'static str {
+        match self {
+            Validate::Strict => "Strict",
+            Validate::Warn => "Warn",
+            Validate::Ignore => "Ignore",
+        }
+    }
 }
 
 #[derive(Subcommand)]
@@ -312,7 +359,7 @@ fn with_query(path: String, q: &[(&str, String)]) -> String {
 pub async fn main() -> Result<()> {
     crate::client::install_crypto();
     let cli = Cli::parse();
-    let client = Client::new(&client_config(&cli)?)?;
+    let client = Client::new(&client_config(&cli)?)?.on_warning(print_warnings());
     let ns = cli.namespace.clone();
     match cli.cmd {
         Cmd::Get { raw: Some(path), .. } => get_raw(&client, &path).await,
@@ -320,10 +367,10 @@ pub async fn main() -> Result<()> {
             get(&client, &ns, &args, output, selector, watch).await
         }
         Cmd::Describe { args } => describe(&client, &ns, &args).await,
-        Cmd::Apply { files, dry_run } => apply_files(&client, &ns, &files, dry_run).await,
+        Cmd::Apply { files, dry_run, validate } => apply_files(&client, &ns, &files, dry_run, validate.mode).await,
         Cmd::Delete { args, files, ignore_not_found } => delete(&client, &ns, &args, &files, ignore_not_found).await,
-        Cmd::Patch { args, patch_type, patch, subresource } => {
-            patch_cmd(&client, &ns, &args, &patch_type, &patch, subresource).await
+        Cmd::Patch { args, patch_type, patch, subresource, validate } => {
+            patch_cmd(&client, &ns, &args, (&patch_type, &patch), subresource, validate.mode).await
         }
         Cmd::Rollout { cmd: RolloutCmd::Status { target, timeout, not_config } } => {
             rollout_status(&client, &target, timeout, not_config.as_deref()).await
@@ -352,6 +399,19 @@ pub async fn main() -> Result<()> {
             Ok(())
         }
     }
+}
+
+/// Print each warning the coordinator answers with to stderr as kubectl does
+/// (`Warning: unknown field "spec.x"`), each text once per run as kubectl's deduplicating
+/// warning writer does: a typo repeated in several applied documents is one line.
+fn print_warnings() -> crate::client::WarningHandler {
+    let seen = std::sync::Mutex::new(std::collections::HashSet::new());
+    std::sync::Arc::new(move |text: &str| {
+        let new = seen.lock().map(|mut s| s.insert(text.to_string())).unwrap_or(true);
+        if new {
+            eprintln!("Warning: {text}");
+        }
+    })
 }
 
 /// `get --raw PATH`: the body on stdout as it came; an answer other than 2xx is an error carrying
@@ -727,7 +787,7 @@ fn status_field(key: &str, v: &Value) -> String {
 /// The longest nested status value `describe` prints.
 const DESCRIBE_LINES: usize = 40;
 
-async fn apply_files(client: &Client, ns: &str, files: &[String], dry_run: bool) -> Result<()> {
+async fn apply_files(client: &Client, ns: &str, files: &[String], dry_run: bool, validate: Validate) -> Result<()> {
     let mut objects = Vec::new();
     for f in files {
         objects.extend(apply::read_objects(f)?);
@@ -747,38 +807,71 @@ async fn apply_files(client: &Client, ns: &str, files: &[String], dry_run: bool)
         if name.is_empty() {
             bail!("{origin}: {kind} has no metadata.name");
         }
-        plan.push((rt, name, obj));
+        plan.push((origin, rt, name, obj));
     }
-    let dry = if dry_run { "?dryRun=All" } else { "" };
+    let mut q = vec![("fieldValidation", validate.param().to_string())];
+    if dry_run {
+        q.push(("dryRun", "All".to_string()));
+    }
     let suffix = if dry_run { " (server dry run)" } else { "" };
-    for (rt, name, mut obj) in plan {
-        let obj_ns = obj.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or(ns).to_string();
-        apply::annotate_last_applied(&mut obj)?;
-        let path = resource_path(rt.path_ref(), Some(&obj_ns), Some(&name));
-        let live = client.get(&path).await?;
+    // As kubectl: one by one, a refused object does not stop the others; errors at the end.
+    let total = plan.len();
+    let (mut applied, mut errors) = (Vec::new(), Vec::new());
+    for (origin, rt, name, obj) in plan {
         let what = format!("{}/{}", rt.singular_qualified(), name);
-        if live.code == 404 {
-            client
-                .post(&format!("{}{dry}", resource_path(rt.path_ref(), Some(&obj_ns), None)), &obj)
-                .await?
-                .into_result()?;
-            println!("{what} created{suffix}");
-            continue;
+        match apply_one(client, ns, rt, &name, obj, &q).await {
+            Ok(verb) => {
+                println!("{what} {verb}{suffix}");
+                applied.push(what);
+            }
+            Err(e) => errors.push(format!("{origin}, {what}: {e:#}")),
         }
-        let live = live.into_result()?;
-        let last = apply::last_applied(&live);
-        let patch = apply::three_way_patch(last.as_ref(), &obj);
-        // As kubectl: a patch that changes nothing on the live object is not sent.
-        let mut patched = live.clone();
-        json_patch::merge(&mut patched, &patch);
-        if patched == live {
-            println!("{what} unchanged{suffix}");
-            continue;
-        }
-        client.patch(&format!("{path}{dry}"), "application/merge-patch+json", &patch).await?.into_result()?;
-        println!("{what} configured{suffix}");
     }
-    Ok(())
+    not_applied(total, &applied, errors)
+}
+
+/// The errors of the objects apply could not apply, and (of several) which it did apply.
+fn not_applied(total: usize, applied: &[String], errors: Vec<String>) -> Result<()> {
+    if errors.is_empty() {
+        return Ok(());
+    }
+    let mut msg = errors.join("\n");
+    if total > 1 {
+        let done = if applied.is_empty() { "none".to_string() } else { applied.join(", ") };
+        msg.push_str(&format!("\n{} of {total} objects not applied; applied: {done}", errors.len()));
+    }
+    Err(anyhow!(msg))
+}
+
+/// Create `obj`, or patch the live object to it (three-way, as kubectl); what was done
+/// (`created`, `configured`, `unchanged`). `q` is the writes' query (fieldValidation, dryRun).
+async fn apply_one(
+    client: &Client,
+    ns: &str,
+    rt: &ResourceType,
+    name: &str,
+    mut obj: Value,
+    q: &[(&str, String)],
+) -> Result<&'static str> {
+    let obj_ns = obj.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or(ns).to_string();
+    apply::annotate_last_applied(&mut obj)?;
+    let path = resource_path(rt.path_ref(), Some(&obj_ns), Some(name));
+    let live = client.get(&path).await?;
+    if live.code == 404 {
+        client.post(&with_query(resource_path(rt.path_ref(), Some(&obj_ns), None), q), &obj).await?.into_result()?;
+        return Ok("created");
+    }
+    let live = live.into_result()?;
+    let last = apply::last_applied(&live);
+    let patch = apply::three_way_patch(last.as_ref(), &obj);
+    // As kubectl: a patch that changes nothing on the live object is not sent.
+    let mut patched = live.clone();
+    json_patch::merge(&mut patched, &patch);
+    if patched == live {
+        return Ok("unchanged");
+    }
+    client.patch(&with_query(path, q), "application/merge-patch+json", &patch).await?.into_result()?;
+    Ok("configured")
 }
 
 async fn delete(client: &Client, ns: &str, args: &[String], files: &[String], ignore_not_found: bool) -> Result<()> {
@@ -824,9 +917,9 @@ async fn patch_cmd(
     client: &Client,
     ns: &str,
     args: &[String],
-    patch_type: &str,
-    patch: &str,
+    (patch_type, patch): (&str, &str),
     sub: Option<String>,
+    validate: Validate,
 ) -> Result<()> {
     let ctype = match patch_type {
         "merge" => "application/merge-patch+json",
@@ -843,7 +936,8 @@ async fn patch_cmd(
             path.push_str(s);
         }
         let before = client.get(&path).await?.into_result()?;
-        let after = client.patch(&path, ctype, &body).await?.into_result()?;
+        let q = [("fieldValidation", validate.param().to_string())];
+        let after = client.patch(&with_query(path, &q), ctype, &body).await?.into_result()?;
         let changed = after.pointer("/metadata/resourceVersion") != before.pointer("/metadata/resourceVersion");
         println!("{}/{name} {}", rt.singular_qualified(), if changed { "patched" } else { "patched (no change)" });
     }
