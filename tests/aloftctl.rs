@@ -642,6 +642,18 @@ async fn rollout_status_says_paused_and_prints_no_blank_line() {
         .unwrap()
         .into_result()
         .unwrap();
+    // The render and the pool's status first (a loaded machine may take longer than the wait).
+    let admin = c.client();
+    eventually(Duration::from_secs(30), "the paused pool rendered, with its node counted", || {
+        let a = admin.clone();
+        async move {
+            let p = a.get(&format!("{POOLS}/worker")).await?.into_result()?;
+            let rendered =
+                p.pointer("/spec/configuration/name").and_then(|v| v.as_str()).is_some_and(|n| !n.is_empty());
+            Ok((rendered && p.pointer("/status/machineCount").and_then(|v| v.as_i64()) == Some(1)).then_some(()))
+        }
+    })
+    .await;
     let out = ctl(&c, &["rollout", "status", "mcp/worker", "--timeout", "2"]);
     let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(!out.status.success(), "{stdout}");

@@ -14,15 +14,13 @@ pub fn failing_state(state: &str) -> bool {
 
 pub use aloft_api::annotations::FAILURE_BEFORE_PICK;
 
-/// The [`FAILURE_BEFORE_PICK`] value for a node failing with `state` and `reason`: a hash, not
-/// the reason itself (reasons run to 2,000 characters), stable across builds (FNV-1a).
+/// The [`FAILURE_BEFORE_PICK`] value for a node failing with `state` and `reason`: a digest, not
+/// the reason itself (reasons run to 2,000 characters), the same from every build (the first 8
+/// bytes of the reason's SHA-256).
 pub fn failure_mark(state: &str, reason: &str) -> String {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in reason.bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    format!("{state}/{h:016x}")
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(reason.as_bytes());
+    format!("{state}/{}", hex::encode(&digest[..8]))
 }
 
 /// What a node's annotations and conditions say about it.
