@@ -28,6 +28,13 @@ fn fails(c: &Coordinator, args: &[&str]) -> String {
     String::from_utf8(out.stderr).expect("utf8")
 }
 
+/// Writes `text` to `dir/name` and returns the path as aloftctl takes it.
+fn write_in(dir: &std::path::Path, name: &str, text: &str) -> String {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p.display().to_string()
+}
+
 fn example(name: &str) -> String {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples").join(name).display().to_string()
 }
@@ -139,11 +146,7 @@ async fn apply_get_patch_describe_delete() {
 async fn refused_input_changes_nothing() {
     let c = Coordinator::start();
     let dir = tempfile::tempdir().unwrap();
-    let write = |name: &str, text: &str| {
-        let p = dir.path().join(name);
-        std::fs::write(&p, text).unwrap();
-        p.display().to_string()
-    };
+    let write = |name: &str, text: &str| write_in(dir.path(), name, text);
     // A good object and a bad one in one file: nothing is applied, the error names the document.
     let mixed = write(
         "mixed.yaml",
@@ -751,11 +754,7 @@ fn warning_lines(stderr: &[u8]) -> Vec<String> {
 async fn apply_validates_fields_strictly_unless_told_otherwise() {
     let c = Coordinator::start();
     let dir = tempfile::tempdir().unwrap();
-    let write = |name: &str, text: &str| {
-        let p = dir.path().join(name);
-        std::fs::write(&p, text).unwrap();
-        p.display().to_string()
-    };
+    let write = |name: &str, text: &str| write_in(dir.path(), name, text);
     let good = write("good.yaml", &pool_yaml("infra", ""));
     ok(&c, &["apply", "-f", &good]);
     let before = pool_as_applied(&c, "infra");
