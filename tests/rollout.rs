@@ -353,6 +353,20 @@ async fn fail(c: &Client, name: &str) {
 }
 
 /// Play the agents of `names`: finish each node as it is picked for `target`, until all are on it.
+/// Worker nodes `names`, a worker pool with `spec` (its maxUnavailable and rollout policy) and a
+/// first MachineConfig, every node taken to the first rendered config one at a time: the fleet
+/// a test's change starts from. Returns that config.
+async fn fleet_on_a_first_config(c: &Client, names: &[&str], spec: Value) -> String {
+    for n in names {
+        fake_node(c, n, json!({"node-role.kubernetes.io/worker": ""}), true).await;
+    }
+    create(c, &MACHINE_CONFIG_POOL, &worker_pool(false, spec)).await;
+    create(c, &MACHINE_CONFIG, &machine_config("50-worker-a", "worker")).await;
+    let first = new_target(c, "").await;
+    finish_each_as_picked(c, names, &first).await;
+    first
+}
+
 async fn finish_each_as_picked(c: &Client, names: &[&str], target: &str) {
     for _ in names {
         let n = eventually(WAIT, &format!("a node picked for {target}"), || async {
@@ -659,14 +673,8 @@ async fn waiting_nodes_pre_stage_only_a_target_that_changes_their_os() {
     let c = Coordinator::start();
     let admin = c.client();
     let names = ["p0", "p1"];
-    for n in names {
-        fake_node(&admin, n, json!({"node-role.kubernetes.io/worker": ""}), true).await;
-    }
-    create(&admin, &MACHINE_CONFIG_POOL, &worker_pool(false, json!({"maxUnavailable": 1}))).await;
-    create(&admin, &MACHINE_CONFIG, &machine_config("50-worker-a", "worker")).await;
-    let t1 = new_target(&admin, "").await;
     // Both nodes end up on t1, one at a time.
-    finish_each_as_picked(&admin, &names, &t1).await;
+    let t1 = fleet_on_a_first_config(&admin, &names, json!({"maxUnavailable": 1})).await;
 
     // A config-only change: the node that waits has no OS to fetch, so no pre-stage request.
     let mut b = machine_config("50-worker-b", "worker");
@@ -711,14 +719,8 @@ async fn without_drain_hooks_the_pick_drains_and_the_done_report_frees_the_slot(
     let c = Coordinator::start();
     let admin = c.client();
     let names = ["w0", "w1", "w2"];
-    for n in names {
-        fake_node(&admin, n, json!({"node-role.kubernetes.io/worker": ""}), true).await;
-    }
-    create(&admin, &MACHINE_CONFIG_POOL, &worker_pool(false, json!({"maxUnavailable": 1}))).await;
-    create(&admin, &MACHINE_CONFIG, &machine_config("50-worker-a", "worker")).await;
-    let t1 = new_target(&admin, "").await;
     // The fleet's first config (the nodes had none): take them there one at a time.
-    finish_each_as_picked(&admin, &names, &t1).await;
+    let t1 = fleet_on_a_first_config(&admin, &names, json!({"maxUnavailable": 1})).await;
     eventually(WAIT, "the pool Updated on the first config", || async {
         Ok(is_true(&pool(&admin).await, "Updated").then_some(()))
     })
@@ -835,14 +837,8 @@ async fn a_fix_starts_afresh_after_the_circuit_breaker_tripped_on_the_broken_con
     let c = Coordinator::start();
     let admin = c.client();
     let names = ["w1", "w2", "w3"];
-    for n in names {
-        fake_node(&admin, n, json!({"node-role.kubernetes.io/worker": ""}), true).await;
-    }
     let policy = json!({"maxUnavailable": 1, "rollout": {"maxFailures": 0}});
-    create(&admin, &MACHINE_CONFIG_POOL, &worker_pool(false, policy)).await;
-    create(&admin, &MACHINE_CONFIG, &machine_config("50-worker-a", "worker")).await;
-    let t0 = new_target(&admin, "").await;
-    finish_each_as_picked(&admin, &names, &t0).await;
+    let t0 = fleet_on_a_first_config(&admin, &names, policy).await;
 
     // The broken change: its first node fails, the breaker opens.
     let mut b = machine_config("60-worker-change", "worker");
