@@ -159,11 +159,7 @@ async fn budget_blocks_a_drain_and_a_drain_past_its_timeout_degrades_the_node() 
     assert_eq!(annotation(&n1, ann::LAST_APPLIED_DRAIN), "", "a blocked drain is not acknowledged");
 
     // Past the pool's drain timeout: the node is marked, the pool says so, the drain goes on.
-    let failure = eventually(WAIT, "n1 marked with a drain failure", || async {
-        let n = node(&admin, "n1").await;
-        Ok(Some(annotation(&n, ann::DRAIN_FAILURE).to_string()).filter(|s| !s.is_empty()))
-    })
-    .await;
+    let failure = drain_failure(&admin, "n1").await;
     assert_eq!(
         failure,
         "failed to drain node: n1 after 2 seconds: NodeDisruptionBudget db allows 1 of 2 nodes unavailable and 1 already are"
@@ -365,6 +361,15 @@ async fn fleet_on_a_first_config(c: &Client, names: &[&str], spec: Value) -> Str
     let first = new_target(c, "").await;
     finish_each_as_picked(c, names, &first).await;
     first
+}
+
+/// The node's `aloft.dev/drainFailure`, once it is set.
+async fn drain_failure(c: &Client, name: &str) -> String {
+    eventually(WAIT, &format!("{name} marked with a drain failure"), || async {
+        let n = node(c, name).await;
+        Ok(Some(annotation(&n, ann::DRAIN_FAILURE).to_string()).filter(|s| !s.is_empty()))
+    })
+    .await
 }
 
 async fn finish_each_as_picked(c: &Client, names: &[&str], target: &str) {
@@ -962,11 +967,7 @@ async fn drain_hook_failures_never_show_the_hooks_credentials() {
     let msg = event_with(&admin, "Node", "n1", "DrainHookFailed", "HTTP 500").await;
     assert_eq!(msg, format!("drain hook {plain} answered HTTP 500: nope"));
     event_with(&admin, "Node", "n1", "DrainTimeout", "failed to drain node: n1").await;
-    let failure = eventually(WAIT, "n1 marked with a drain failure", || async {
-        let n = node(&admin, "n1").await;
-        Ok(Some(annotation(&n, ann::DRAIN_FAILURE).to_string()).filter(|s| !s.is_empty()))
-    })
-    .await;
+    let failure = drain_failure(&admin, "n1").await;
     assert_eq!(
         failure,
         format!("failed to drain node: n1 after 2 seconds: drain hook {plain} answered HTTP 500: nope")
