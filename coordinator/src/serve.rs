@@ -67,11 +67,14 @@ pub async fn prepare(opts: &ServeOptions) -> Result<(SqliteStore, String)> {
     let files = DataDir::new(&opts.data_dir);
     // In memory as well: what a fleet reads on every step of an update (its Node, on every
     // report; the rendered config and the disruption policy it fetches; the pools).
+    // MachineConfigs as their text only: large, all kept (every rendered config), and mostly
+    // sent on as they are (see `store::sqlite::CachedResource`).
+    use crate::store::sqlite::CachedResource;
     let cached = [
-        crate::resources::NODE.store_key(),
-        crate::resources::MACHINE_CONFIG.store_key(),
-        crate::resources::MACHINE_CONFIG_POOL.store_key(),
-        crate::resources::MACHINE_CONFIGURATION.store_key(),
+        CachedResource::parsed(crate::resources::NODE.store_key()),
+        CachedResource::text(crate::resources::MACHINE_CONFIG.store_key()),
+        CachedResource::parsed(crate::resources::MACHINE_CONFIG_POOL.store_key()),
+        CachedResource::parsed(crate::resources::MACHINE_CONFIGURATION.store_key()),
     ];
     let store = SqliteStore::open_with(&files.db, opts.watch_history, &cached)
         .with_context(|| format!("opening store {}", files.db.display()))?;

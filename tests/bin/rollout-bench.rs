@@ -31,7 +31,7 @@
 use aloft_agent::coordinator::NodeApi;
 use aloft_api::annotations as ann;
 use aloft_coordinator::resources::{MACHINE_CONFIG, MACHINE_CONFIG_POOL};
-use aloft_tests::{path_of, proc_usage, threads, used_by_name, Client, ClientConfig, Coordinator};
+use aloft_tests::{path_of, proc_usage, threads, used_by_name, Client, ClientConfig, Coordinator, Options};
 use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -57,6 +57,8 @@ struct Args {
     /// Rollouts one after another on the same fleet (each a new MachineConfig), for the
     /// spread of the ratio within one sitting.
     runs: usize,
+    /// Extra arguments for the coordinator's `serve` (e.g. `--event-ttl 30s`).
+    coordinator_args: Vec<String>,
 }
 
 fn parse_args() -> Result<Args> {
@@ -66,6 +68,7 @@ fn parse_args() -> Result<Args> {
         per_node: Duration::from_millis(500),
         failure_rate: 0.0,
         runs: 1,
+        coordinator_args: Vec::new(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -76,10 +79,14 @@ fn parse_args() -> Result<Args> {
             "--per-node-ms" => a.per_node = Duration::from_millis(value()?.parse().context("--per-node-ms")?),
             "--failure-rate" => a.failure_rate = value()?.parse().context("--failure-rate")?,
             "--runs" => a.runs = value()?.parse().context("--runs")?,
+            "--coordinator-arg" => a.coordinator_args.push(value()?),
             "-h" | "--help" => {
                 println!(
                     "rollout-bench --nodes N --max-unavailable INT|PCT% --per-node-ms MS [--failure-rate 0..1] [--runs R]\n\
+                     [--coordinator-arg ARG]...\n\
                      \n\
+                     --coordinator-arg ARG: one more argument for the coordinator's `serve` (repeat for more),\n\
+                     e.g. `--coordinator-arg --event-ttl --coordinator-arg 30s`.\n\
                      --runs R: R rollouts one after another on the same enrolled fleet (each a new MachineConfig,\n\
                      after the coordinator went idle), each reported in full, then their ratios in order with\n\
                      their median, lowest and highest. The ratio moves with the host's speed from run to run;\n\
@@ -387,7 +394,7 @@ async fn main() -> Result<()> {
     let args = parse_args()?;
     let k = budget(&args.max_unavailable, args.nodes)?;
     let speed = host_speed();
-    let c = Coordinator::start();
+    let c = Coordinator::start_with(Options { args: args.coordinator_args.clone(), ..Options::default() });
     let admin = c.client();
     let pool = json!({"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfigPool",
         "metadata": {"name": "worker"},

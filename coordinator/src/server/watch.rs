@@ -23,7 +23,7 @@ use super::handlers::Filters;
 use super::request::ResourcePath;
 use super::{table, Ctx};
 use crate::auth::{self, Identity, Verb};
-use crate::store::{EventType, Key, Stored, WatchFilter};
+use crate::store::{EventType, Key, WatchFilter};
 use aloft_api::annotations as ann;
 use axum::body::{Body, Bytes};
 use axum::response::Response;
@@ -213,24 +213,24 @@ async fn update_inputs(store: &dyn crate::store::Store, who: &Identity, node: &V
     }
     let read = |resource: String, name: &str| {
         let key = Key::cluster(&resource, name);
-        async move { store.get(&key).await }
+        async move { store.get_json(&key).await }
     };
     let (config, cluster) = futures::join!(read(mc, target), read(policy, "cluster"));
     let (Ok(Some(config)), Ok(cluster)) = (config, cluster) else {
         return None;
     };
-    Some(inputs_line(&config, cluster.as_ref()))
+    Some(inputs_line(&config, cluster.as_deref()))
 }
 
 /// `{"type":"UPDATE_INPUTS","object":{"machineConfig":<config>,"machineConfiguration":<policy|null>}}`
 /// and a newline, from the stored JSON.
-fn inputs_line(config: &Stored, policy: Option<&Stored>) -> Vec<u8> {
-    let policy = policy.map(|p| p.json.as_bytes()).unwrap_or(b"null");
-    let mut line = Vec::with_capacity(config.json.len() + policy.len() + 96);
+fn inputs_line(config: &str, policy: Option<&str>) -> Vec<u8> {
+    let policy = policy.map(str::as_bytes).unwrap_or(b"null");
+    let mut line = Vec::with_capacity(config.len() + policy.len() + 96);
     line.extend_from_slice(b"{\"type\":\"");
     line.extend_from_slice(UPDATE_INPUTS.as_bytes());
     line.extend_from_slice(b"\",\"object\":{\"machineConfig\":");
-    line.extend_from_slice(config.json.as_bytes());
+    line.extend_from_slice(config.as_bytes());
     line.extend_from_slice(b",\"machineConfiguration\":");
     line.extend_from_slice(policy);
     line.extend_from_slice(b"}}\n");
@@ -301,14 +301,14 @@ mod tests {
 
     #[test]
     fn an_inputs_line_is_the_stored_objects_in_one_event() {
-        let stored = |v: Value| Stored { json: Arc::from(serde_json::to_string(&v).unwrap()), object: Arc::new(v) };
+        let stored = |v: &Value| serde_json::to_string(v).unwrap();
         let mc = json!({"kind": "MachineConfig", "metadata": {"name": "r2"}, "spec": {"config": {"x": "\"q\""}}});
         let policy = json!({"kind": "MachineConfiguration", "metadata": {"name": "cluster"}});
-        let line = inputs_line(&stored(mc.clone()), Some(&stored(policy.clone())));
+        let line = inputs_line(&stored(&mc), Some(&stored(&policy)));
         assert_eq!(line.last(), Some(&b'\n'));
         let v: Value = serde_json::from_slice(&line).unwrap();
         assert_eq!(v, json!({"type": UPDATE_INPUTS, "object": {"machineConfig": mc, "machineConfiguration": policy}}));
-        let v: Value = serde_json::from_slice(&inputs_line(&stored(mc.clone()), None)).unwrap();
+        let v: Value = serde_json::from_slice(&inputs_line(&stored(&mc), None)).unwrap();
         assert_eq!(v["object"]["machineConfiguration"], Value::Null);
         assert_eq!(v["object"]["machineConfig"], mc);
     }

@@ -200,6 +200,11 @@ impl From<rusqlite::Error> for StoreError {
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
     async fn get(&self, key: &Key) -> Result<Option<Stored>, StoreError>;
+    /// [`Store::get`] as the JSON the store wrote, for a reader that sends it on (an object kept
+    /// as text only is then not parsed).
+    async fn get_json(&self, key: &Key) -> Result<Option<Arc<str>>, StoreError> {
+        Ok(self.get(key).await?.map(|s| s.json))
+    }
     /// Everything of a resource (in `namespace` when given), sorted by namespace and name.
     async fn list(&self, resource: &str, namespace: Option<&str>) -> Result<Listing, StoreError>;
     /// [`Store::list`] as the JSON the store wrote, not parsed: a paged list parses only the

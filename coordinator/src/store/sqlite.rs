@@ -53,17 +53,63 @@ struct Inner {
 /// its items are the cache's own JSON, shared: a paged list's later pages then pin no copy of
 /// the fleet (a `limit=1` list of 10,000 Nodes kept ~10 MB for five minutes), and a list reads
 /// no SQLite rows (kube-apiserver serves lists from its watch cache the same way).
+///
+/// Some resources are kept as their JSON text only ([`CachedResource::parsed`] false): a
+/// MachineConfig's object tree took up to 19 times its text (a map per file entry; 151 KB for
+/// a config of 100 small files, measured with the allocator's count), every rendered config is
+/// kept, and what reads them (an agent's fetch, the update inputs sent with a pick) sends the
+/// text. A point read of one parses it.
 #[derive(Default)]
 struct ObjectCache {
-    resources: Vec<String>,
+    resources: Vec<CachedResource>,
     state: Mutex<CacheState>,
+}
+
+/// A resource the store keeps in memory (see [`ObjectCache`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CachedResource {
+    pub resource: String,
+    /// Keep each object parsed as well as its text: for what is read often and is small
+    /// (Nodes, pools), not for what is large and mostly sent on as it is (rendered configs).
+    pub parsed: bool,
+}
+
+impl CachedResource {
+    pub fn parsed(resource: String) -> Self {
+        CachedResource { resource, parsed: true }
+    }
+    pub fn text(resource: String) -> Self {
+        CachedResource { resource, parsed: false }
+    }
+}
+
+/// One cached object: parsed and its text, or its text only.
+#[derive(Debug, Clone)]
+enum Kept {
+    Parsed(Stored),
+    Text(Arc<str>),
+}
+
+impl Kept {
+    fn json(&self) -> &Arc<str> {
+        match self {
+            Kept::Parsed(s) => &s.json,
+            Kept::Text(t) => t,
+        }
+    }
+    fn stored(&self) -> Result<Stored, StoreError> {
+        match self {
+            Kept::Parsed(s) => Ok(s.clone()),
+            Kept::Text(t) => Ok(Stored { object: Arc::new(parse(t)?), json: t.clone() }),
+        }
+    }
 }
 
 #[derive(Default)]
 struct CacheState {
     /// By key: a point read or a write is a hash lookup (an ordered map's string comparisons
     /// down the tree cost the 10,000-node rollout 3% more coordinator CPU).
-    objects: std::collections::HashMap<Key, Stored>,
+    objects: std::collections::HashMap<Key, Kept>,
     /// The same keys in order (resource, namespace, name), moved only when an object is added
     /// or deleted: a list is a range of it, already sorted as SQLite's listing is (a list that
     /// filtered and sorted the map took longer than SQLite's ordered read).
@@ -73,7 +119,7 @@ struct CacheState {
 }
 
 impl CacheState {
-    fn put(&mut self, key: Key, stored: Stored) {
+    fn put(&mut self, key: Key, stored: Kept) {
         if let Some(old) = self.objects.get_mut(&key) {
             *old = stored;
         } else {
@@ -85,7 +131,12 @@ impl CacheState {
 
 impl ObjectCache {
     fn covers(&self, resource: &str) -> bool {
-        self.resources.iter().any(|r| r == resource)
+        self.resources.iter().any(|r| r.resource == resource)
+    }
+
+    /// How to keep an object of `resource`; None when it is not cached.
+    fn keeps_parsed(&self, resource: &str) -> Option<bool> {
+        self.resources.iter().find(|r| r.resource == resource).map(|r| r.parsed)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, CacheState> {
@@ -95,14 +146,16 @@ impl ObjectCache {
     /// Apply one commit's events (in revision order); `revision`: the store's revision after it.
     fn apply_commit<'a>(&self, events: impl IntoIterator<Item = &'a Event>, revision: u64) {
         let mut st = self.lock();
-        for ev in events.into_iter().filter(|ev| self.covers(&ev.key.resource)) {
+        for ev in events {
+            let Some(parsed) = self.keeps_parsed(&ev.key.resource) else { continue };
             match ev.kind {
                 EventType::Deleted => {
                     if st.objects.remove(&ev.key).is_some() {
                         st.order.remove(&ev.key);
                     }
                 }
-                _ => st.put(ev.key.clone(), stored_of(ev)),
+                _ if parsed => st.put(ev.key.clone(), Kept::Parsed(stored_of(ev))),
+                _ => st.put(ev.key.clone(), Kept::Text(ev.json.clone())),
             }
         }
         st.revision = st.revision.max(revision);
@@ -118,10 +171,17 @@ impl ObjectCache {
             .order
             .range(from..)
             .take_while(|k| k.resource == resource && namespace.is_none_or(|ns| k.namespace == ns))
-            .filter_map(|k| st.objects.get(k).map(|stored| stored.json.clone()))
+            .filter_map(|k| st.objects.get(k).map(|c| c.json().clone()))
             .collect();
         JsonListing { items, revision: st.revision }
     }
+}
+
+/// An object's stored JSON, from the file.
+fn read_text(c: &Connection, key: &Key) -> Result<Option<String>, StoreError> {
+    Ok(c.prepare_cached("SELECT data FROM objects WHERE resource = ?1 AND namespace = ?2 AND name = ?3")?
+        .query_row(params![key.resource, key.namespace, key.name], |r| r.get(0))
+        .optional()?)
 }
 
 /// What a committed write's event says is stored now (its JSON is the writer's, serialized once
@@ -292,7 +352,7 @@ impl SqliteStore {
 
     /// [`SqliteStore::open_with_retain`], keeping the objects of `cached` resources in memory
     /// (see [`ObjectCache`]; loaded here, before anything else can write).
-    pub fn open_with(path: &Path, retain: u64, cached: &[String]) -> Result<Self, StoreError> {
+    pub fn open_with(path: &Path, retain: u64, cached: &[CachedResource]) -> Result<Self, StoreError> {
         let mut writer = open_conn(path)?;
         migrate_objects(&mut writer)?;
         writer.execute_batch(SCHEMA)?;
@@ -308,13 +368,19 @@ impl SqliteStore {
             let mut st = cache.lock();
             st.revision = meta_get(&writer, "revision")?;
             let mut stmt = writer.prepare("SELECT resource, namespace, name, data FROM objects WHERE resource = ?1")?;
-            for resource in cached {
-                let rows = stmt.query_map([resource], |r| {
+            for c in cached {
+                let rows = stmt.query_map([&c.resource], |r| {
                     Ok((Key { resource: r.get(0)?, namespace: r.get(1)?, name: r.get(2)? }, r.get::<_, String>(3)?))
                 })?;
                 for row in rows {
                     let (key, data) = row?;
-                    st.put(key, Stored { object: Arc::new(parse(&data)?), json: Arc::from(data) });
+                    let kept = if c.parsed {
+                        Kept::Parsed(Stored { object: Arc::new(parse(&data)?), json: Arc::from(data) })
+                    } else {
+                        parse(&data)?; // a row that does not parse fails the open, as a parsed one does
+                        Kept::Text(Arc::from(data))
+                    };
+                    st.put(key, kept);
                 }
             }
         }
@@ -797,17 +863,22 @@ impl WatchState {
 impl Store for SqliteStore {
     async fn get(&self, key: &Key) -> Result<Option<Stored>, StoreError> {
         if self.inner.cache.covers(&key.resource) {
-            return Ok(self.inner.cache.lock().objects.get(key).cloned());
+            let cached = self.inner.cache.lock().objects.get(key).cloned();
+            return cached.map(|c| c.stored()).transpose();
         }
         let key = key.clone();
         self.read_point(move |c| {
-            let data: Option<String> = c
-                .prepare_cached("SELECT data FROM objects WHERE resource = ?1 AND namespace = ?2 AND name = ?3")?
-                .query_row(params![key.resource, key.namespace, key.name], |r| r.get(0))
-                .optional()?;
-            data.map(|d| Ok(Stored { object: Arc::new(parse(&d)?), json: Arc::from(d) })).transpose()
+            read_text(c, &key)?.map(|d| Ok(Stored { object: Arc::new(parse(&d)?), json: Arc::from(d) })).transpose()
         })
         .await
+    }
+
+    async fn get_json(&self, key: &Key) -> Result<Option<Arc<str>>, StoreError> {
+        if self.inner.cache.covers(&key.resource) {
+            return Ok(self.inner.cache.lock().objects.get(key).map(|c| c.json().clone()));
+        }
+        let key = key.clone();
+        self.read_point(move |c| Ok(read_text(c, &key)?.map(Arc::from))).await
     }
 
     async fn list(&self, resource: &str, namespace: Option<&str>) -> Result<Listing, StoreError> {
@@ -1062,8 +1133,15 @@ mod tests {
         assert_eq!(s.get(&k).await.unwrap().unwrap()["spec"]["v"], 2);
     }
 
+    /// For both ways of keeping a resource: parsed, and as text only.
     #[tokio::test]
     async fn cached_resources_read_what_was_committed_last() {
+        for parsed in [true, false] {
+            cached_reads_what_was_committed_last(parsed).await;
+        }
+    }
+
+    async fn cached_reads_what_was_committed_last(parsed: bool) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.db");
         let (a, b, other) = (Key::cluster("/nodes", "a"), Key::cluster("/nodes", "b"), Key::cluster("/events", "e"));
@@ -1071,8 +1149,10 @@ mod tests {
             let s = SqliteStore::open(&path).unwrap();
             s.create(&a, obj("a", 1)).await.unwrap();
         }
-        let s = SqliteStore::open_with(&path, DEFAULT_RETAIN, &["/nodes".to_string()]).unwrap();
+        let nodes = CachedResource { resource: "/nodes".to_string(), parsed };
+        let s = SqliteStore::open_with(&path, DEFAULT_RETAIN, &[nodes]).unwrap();
         assert_eq!(s.get(&a).await.unwrap().unwrap()["spec"]["v"], 1, "loaded at open");
+        assert_eq!(s.get_json(&a).await.unwrap().unwrap(), s.get(&a).await.unwrap().unwrap().json, "text as read");
         let mut w = s.watch(WatchFilter::resource("/nodes"), s.revision().await.unwrap()).await.unwrap();
         s.update(&a, obj("a", 2), None).await.unwrap();
         assert_eq!(s.get(&a).await.unwrap().unwrap()["spec"]["v"], 2, "an acknowledged write is read back");
@@ -1104,9 +1184,16 @@ mod tests {
     /// to other resources included), and each item is the cache's own text, not a copy.
     #[tokio::test]
     async fn cached_lists_are_the_files_and_share_its_text() {
+        for parsed in [true, false] {
+            cached_lists_are_the_files(parsed).await;
+        }
+    }
+
+    async fn cached_lists_are_the_files(parsed: bool) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.db");
-        let cached = SqliteStore::open_with(&path, DEFAULT_RETAIN, &["/leases".to_string()]).unwrap();
+        let leases = CachedResource { resource: "/leases".to_string(), parsed };
+        let cached = SqliteStore::open_with(&path, DEFAULT_RETAIN, &[leases]).unwrap();
         let lease = |ns: &str, name: &str| Key::new("/leases", ns, name);
         for (ns, name) in [("b", "z"), ("a", "y"), ("b", "a"), ("", "x"), ("a", "b")] {
             cached.create(&lease(ns, name), obj(name, 1)).await.unwrap();
@@ -1128,7 +1215,11 @@ mod tests {
         assert_eq!(all.items.len(), 4);
         assert_eq!(all.revision, cached.revision().await.unwrap());
         let got = cached.get(&lease("a", "y")).await.unwrap().unwrap();
+        assert_eq!(got["spec"]["v"], 2);
         assert!(all.items.iter().any(|item| Arc::ptr_eq(item, &got.json)), "the list shares the cache's text");
+        let text = cached.get_json(&lease("a", "y")).await.unwrap().unwrap();
+        assert!(Arc::ptr_eq(&text, &got.json), "a text read is the cache's text");
+        assert!(cached.get_json(&lease("a", "none")).await.unwrap().is_none());
     }
 
     #[tokio::test]
