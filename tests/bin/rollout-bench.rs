@@ -198,7 +198,7 @@ async fn node(
                 fleet.failures.fetch_add(1, Ordering::SeqCst);
                 step(&fleet, &name, None);
                 fleet.updating.fetch_sub(1, Ordering::SeqCst);
-                api.report("Degraded", "simulated apply failure", Some(&current)).await?;
+                api.report_failure("Degraded", "simulated apply failure", &current, &desired).await?;
                 return Ok(());
             }
             // As the agent does: Done carries the uncordon request; the coordinator uncordons.
