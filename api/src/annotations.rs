@@ -51,11 +51,3 @@ pub const UNCORDON_AT_DONE: &str = "aloft.dev/uncordonAtDone";
 /// failure until its agent reports again: the rollout's circuit breaker counts a failure only
 /// for the config named here. Removed (null) by the Working and Done reports, in the same write.
 pub const FAILED_CONFIG: &str = "aloft.dev/failedConfig";
-
-/// Set by the node controller when it picks a node that is failing (for a config it is no
-/// longer asked for): `<state>/<hash of the reason>` of that failure. The agent's Degraded report
-/// does not say which config it failed on, and until it reports on the new one the old failure
-/// is still on the Node; while state and reason are the marked ones (and the agent has not asked
-/// to drain for the new config), that failure is not about the new config, and the new config's
-/// circuit breaker must not count it.
-pub const FAILURE_BEFORE_PICK: &str = "aloft.dev/failureBeforePick";
