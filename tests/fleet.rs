@@ -339,11 +339,13 @@ async fn workloads_stop_around_a_drained_update() {
             let node = admin.get(&path_of(&NODE, Some("worker-w"))).await?.into_result()?;
             let desired = node_annotation(&node, ann::DESIRED_CONFIG);
             Ok((desired != first && node_annotation(&node, ann::STATE) == "Degraded")
-                .then(|| node_annotation(&node, ann::REASON)))
+                .then(|| (node_annotation(&node, ann::REASON), node_annotation(&node, ann::FAILED_CONFIG), desired)))
         }
     })
     .await;
+    let (reason, failed_on, desired) = reason;
     assert_eq!(reason, "workloads did not stop within 3 seconds (still stopping: db.service)");
+    assert_eq!(failed_on, desired, "the failure names the config it is about");
     assert_eq!(std::fs::read_to_string(h.path("/etc/app/app.conf")).unwrap(), "one");
     // A Degraded node retries with backoff (5 s, 10 s, ...), not every time its own report
     // changes the Node: within 25 s at most a few attempts (each one also waits 3 s for the stop).
@@ -452,11 +454,14 @@ async fn an_edit_made_before_the_drift_watch_is_armed_is_found() {
         let admin = admin.clone();
         async move {
             let n = admin.get(&path_of(&NODE, Some("worker-w"))).await?.into_result()?;
-            Ok((node_annotation(&n, ann::STATE) == "Degraded").then(|| node_annotation(&n, ann::REASON)))
+            Ok((node_annotation(&n, ann::STATE) == "Degraded")
+                .then(|| (node_annotation(&n, ann::REASON), node_annotation(&n, ann::FAILED_CONFIG))))
         }
     })
     .await;
     running.abort();
+    let (reason, failed_on) = reason;
+    assert_eq!(failed_on, target, "drift is a failure on the config the node runs");
     assert_eq!(
         reason,
         format!("unexpected on-disk state validating against {target}: content mismatch for file \"/etc/w.conf\"")

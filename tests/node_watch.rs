@@ -127,6 +127,30 @@ async fn a_background_working_report_lands_before_the_next_write() {
     assert_eq!(node["metadata"]["annotations"][ann::CURRENT_CONFIG], "cfg-20");
 }
 
+/// The agent's failure report names the config it failed on (`aloft.dev/failedConfig`), and its
+/// next Working or Done report removes that name in the same write: what the coordinator stores
+/// never shows an old failure's config beside a newer state.
+#[tokio::test]
+async fn a_failure_report_names_its_config_until_working_or_done() {
+    use aloft_api::annotations as ann;
+    let c = Coordinator::start();
+    let api = enroll(&c, "fc-0").await;
+    let failed = api.report_failure("Degraded", "boom", "cfg-1", "cfg-2").await.unwrap();
+    assert_eq!((failed.annotation(ann::STATE), failed.annotation(ann::FAILED_CONFIG)), ("Degraded", "cfg-2"));
+    let working = api.report_working_now("cfg-1").await.unwrap();
+    assert_eq!((working.annotation(ann::STATE), working.annotation(ann::FAILED_CONFIG)), ("Working", ""));
+    assert!(!working.annotations.contains_key(ann::FAILED_CONFIG), "removed, not emptied");
+    api.report_failure("Unreconcilable", "fips", "cfg-1", "cfg-3").await.unwrap();
+    api.report_working("cfg-1", Some("drain-cfg-3")).await;
+    // The next write waits for that background one: its answer shows what it left.
+    let node = api.annotate(&[("test/after", Some("working"))]).await.unwrap();
+    assert_eq!((node.annotation(ann::STATE), node.annotation(ann::FAILED_CONFIG)), ("Working", ""));
+    api.report_failure("Degraded", "boom", "cfg-1", "cfg-3").await.unwrap();
+    let done = api.report_done("cfg-3", true).await.unwrap();
+    assert_eq!((done.annotation(ann::STATE), done.annotation(ann::CURRENT_CONFIG)), ("Done", "cfg-3"));
+    assert!(!done.annotations.contains_key(ann::FAILED_CONFIG), "{:?}", done.annotations);
+}
+
 /// `skipOwnWrites=true` leaves out the events of the caller's own writes (it has them from the
 /// writes' answers) and nothing else; without it, a watch carries every write.
 #[tokio::test]

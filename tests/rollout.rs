@@ -339,13 +339,29 @@ async fn picked(c: &Client, names: &[&str], target: &str) -> Vec<String> {
     out
 }
 
-/// Play the agent: the node finished (Done on `config`) or failed.
+/// Play the agent: the node finished (Done on `config`), or its update to `config` failed; as the
+/// agent does, the failure names the config it is about and Done clears that.
 async fn finish(c: &Client, name: &str, config: &str) {
-    annotate(c, name, json!({ann::CURRENT_CONFIG: config, ann::STATE: "Done", ann::REASON: ""})).await;
+    annotate(
+        c,
+        name,
+        json!({ann::CURRENT_CONFIG: config, ann::STATE: "Done", ann::REASON: "", ann::FAILED_CONFIG: null}),
+    )
+    .await;
 }
 
-async fn fail(c: &Client, name: &str) {
-    annotate(c, name, json!({ann::STATE: "Degraded", ann::REASON: "boom"})).await;
+async fn fail(c: &Client, name: &str, config: &str) {
+    annotate(c, name, json!({ann::STATE: "Degraded", ann::REASON: "boom", ann::FAILED_CONFIG: config})).await;
+}
+
+/// Play the agent: Working on the way to `config`, asking for its drain.
+async fn working(c: &Client, name: &str, config: &str) {
+    annotate(
+        c,
+        name,
+        json!({ann::STATE: "Working", ann::REASON: "", ann::FAILED_CONFIG: null, ann::DESIRED_DRAIN: format!("drain-{config}")}),
+    )
+    .await;
 }
 
 /// Play the agents of `names`: finish each node as it is picked for `target`, until all are on it.
@@ -470,7 +486,7 @@ async fn canary_soaks_before_batches_and_the_circuit_breaker_stops_a_rollout_unt
         Ok((p.len() == 2).then_some(p))
     })
     .await;
-    fail(&admin, &first[0]).await;
+    fail(&admin, &first[0], &t2).await;
     let p = eventually(WAIT, "the circuit breaker to trip", || async {
         let p = pool(&admin).await;
         Ok(is_true(&p, "CircuitBroken").then_some(p))
@@ -758,7 +774,7 @@ async fn without_drain_hooks_the_pick_drains_and_the_done_report_frees_the_slot(
     assert_eq!(picked(&admin, &names, &t2).await, vec![first.clone()], "maxUnavailable 1");
 
     // The agent's own request finds its answer (its Working report carries it).
-    annotate(&admin, &first, json!({ann::STATE: "Working", ann::DESIRED_DRAIN: drain})).await;
+    annotate(&admin, &first, json!({ann::STATE: "Working", ann::FAILED_CONFIG: null, ann::DESIRED_DRAIN: drain})).await;
     // Done with the uncordon request, as an agent that drained reports it: the answer to that
     // write is already the uncordoned node, and no grant is left behind.
     let done = merge(
@@ -815,7 +831,7 @@ async fn without_drain_hooks_the_pick_drains_and_the_done_report_frees_the_slot(
     })
     .await;
     assert!(cordoned(&node(&admin, &failing).await));
-    fail(&admin, &failing).await;
+    fail(&admin, &failing, &t3).await;
     let v = eventually(WAIT, "the failed node uncordoned", || async {
         let v = node(&admin, &failing).await;
         Ok((!cordoned(&v)).then_some(v))
@@ -833,29 +849,23 @@ fn rollout_of(p: &Value) -> (String, String, Vec<String>) {
     (r["config"].as_str().unwrap_or("").to_string(), r["phase"].as_str().unwrap_or("").to_string(), failed.collect())
 }
 
-/// A config breaks the rollout (the breaker opens, as it should); the user's fix is a new
-/// rendered config, which starts afresh: the node that failed is retargeted to the fix first and
-/// its Node still says Degraded (about the broken config) until its agent reports on the fix, and
-/// that old failure must not open the fix's breaker. The rollout then goes on by itself.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_fix_starts_afresh_after_the_circuit_breaker_tripped_on_the_broken_config() {
-    let c = Coordinator::start();
+/// Workers `names` on a first config; then a change that breaks the rollout (its first node
+/// fails on it, the breaker opens, as it should) and the user's fix, a new rendered config, to
+/// which that failed node is retargeted first. Returns (that node, the broken config, the fix).
+async fn a_broken_config_and_its_fix(c: &Coordinator, names: &[&str]) -> (String, String, String) {
     let admin = c.client();
-    let names = ["w1", "w2", "w3"];
     let policy = json!({"maxUnavailable": 1, "rollout": {"maxFailures": 0}});
-    let t0 = fleet_on_a_first_config(&admin, &names, policy).await;
-
-    // The broken change: its first node fails, the breaker opens.
+    let t0 = fleet_on_a_first_config(&admin, names, policy).await;
     let mut b = machine_config("60-worker-change", "worker");
     b["spec"]["kernelArguments"] = json!(["broken"]);
     create(&admin, &MACHINE_CONFIG, &b).await;
     let broken = new_target(&admin, &t0).await;
     let first = eventually(WAIT, "a node picked for the broken config", || async {
-        Ok(picked(&admin, &names, &broken).await.first().cloned())
+        Ok(picked(&admin, names, &broken).await.first().cloned())
     })
     .await;
-    annotate(&admin, &first, json!({ann::STATE: "Working", ann::DESIRED_DRAIN: format!("drain-{broken}")})).await;
-    fail(&admin, &first).await;
+    working(&admin, &first, &broken).await;
+    fail(&admin, &first, &broken).await;
     let p = eventually(WAIT, "the breaker open on the broken config", || async {
         let p = pool(&admin).await;
         Ok((is_true(&p, "CircuitBroken") && rollout_of(&p).0 == broken).then_some(p))
@@ -864,7 +874,6 @@ async fn a_fix_starts_afresh_after_the_circuit_breaker_tripped_on_the_broken_con
     let msg = condition(&p, "CircuitBroken").unwrap()["message"].as_str().unwrap().to_string();
     assert!(msg.ends_with("resume with `aloftctl rollout resume mcp/worker` or change the config"), "{msg}");
 
-    // The fix: a new rendered config. The failed node is retargeted to it first.
     merge(&admin, &path_of(&MACHINE_CONFIG, Some("60-worker-change")), json!({"spec": {"kernelArguments": ["fixed"]}}))
         .await;
     let fix = new_target(&admin, &broken).await;
@@ -872,10 +881,21 @@ async fn a_fix_starts_afresh_after_the_circuit_breaker_tripped_on_the_broken_con
         Ok((annotation(&node(&admin, &first).await, ann::DESIRED_CONFIG) == fix).then_some(()))
     })
     .await;
-    // Its Node still says Degraded (the broken config's failure) until the agent reports: the
-    // fix's record and conditions must not count it, for as long as that lasts.
+    (first, broken, fix)
+}
+
+/// The fix starts afresh: the node that failed on the broken config still says Degraded (about
+/// that config: `failedConfig`) until its agent reports on the fix, and that old failure must not
+/// open the fix's breaker. The rollout then goes on by itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fix_starts_afresh_after_the_circuit_breaker_tripped_on_the_broken_config() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let names = ["w1", "w2", "w3"];
+    let (first, broken, fix) = a_broken_config_and_its_fix(&c, &names).await;
     let n = node(&admin, &first).await;
     assert_eq!(annotation(&n, ann::STATE), "Degraded", "{n}");
+    assert_eq!(annotation(&n, ann::FAILED_CONFIG), broken, "{n}");
     eventually(WAIT, "the pool's record about the fix", || async {
         Ok((rollout_of(&pool(&admin).await).0 == fix).then_some(()))
     })
@@ -890,12 +910,7 @@ async fn a_fix_starts_afresh_after_the_circuit_breaker_tripped_on_the_broken_con
     }
 
     // The agent reports on the fix: Working, then Done; every other node follows by itself.
-    annotate(
-        &admin,
-        &first,
-        json!({ann::STATE: "Working", ann::REASON: "", ann::DESIRED_DRAIN: format!("drain-{fix}")}),
-    )
-    .await;
+    working(&admin, &first, &fix).await;
     finish(&admin, &first, &fix).await;
     let rest: Vec<&str> = names.iter().copied().filter(|n| *n != first).collect();
     finish_each_as_picked(&admin, &rest, &fix).await;
@@ -906,6 +921,37 @@ async fn a_fix_starts_afresh_after_the_circuit_breaker_tripped_on_the_broken_con
     .await;
     let (config, _, failed) = rollout_of(&p);
     assert!(config == fix && failed.is_empty(), "{p}");
+}
+
+/// The node that failed on the broken config fails on the fix too, with the very same reason and
+/// before asking for a drain (the same refusal): only `failedConfig` changes, and that failure
+/// counts for the fix's breaker. `aloftctl describe node` shows which config it failed on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_failure_on_the_fix_counts_for_the_fixs_breaker() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let names = ["w1", "w2", "w3"];
+    let (first, broken, fix) = a_broken_config_and_its_fix(&c, &names).await;
+    let before = node(&admin, &first).await;
+    assert_eq!(
+        (annotation(&before, ann::STATE), annotation(&before, ann::REASON), annotation(&before, ann::FAILED_CONFIG)),
+        ("Degraded", "boom", broken.as_str()),
+        "{before}"
+    );
+    eventually(WAIT, "the pool's record about the fix", || async {
+        Ok((rollout_of(&pool(&admin).await).0 == fix).then_some(()))
+    })
+    .await;
+    fail(&admin, &first, &fix).await;
+    let p = eventually(WAIT, "the breaker open on the fix", || async {
+        let p = pool(&admin).await;
+        Ok((is_true(&p, "CircuitBroken") && rollout_of(&p).0 == fix).then_some(p))
+    })
+    .await;
+    assert_eq!(rollout_of(&p).2, vec![first.clone()], "{p}");
+    let out = aloftctl(&c, &["describe", "node", &first]);
+    let desc = String::from_utf8_lossy(&out.stdout);
+    assert!(desc.contains(&format!("{}={fix}", ann::FAILED_CONFIG)), "{desc}");
 }
 
 /// MCO's `status.observedGeneration` follows the pool's generation: a spec change (here a

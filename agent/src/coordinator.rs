@@ -181,12 +181,7 @@ impl NodeApi {
     }
 
     async fn annotate_now(&self, values: &[(&str, Option<&str>)]) -> Result<NodeView> {
-        let mut a = serde_json::Map::new();
-        for (k, v) in values {
-            let v = v.map(|s| if s.len() > MAX_REASON { &s[..s.floor_char_boundary(MAX_REASON)] } else { s });
-            a.insert(k.to_string(), v.map(Value::from).unwrap_or(Value::Null));
-        }
-        let patch = json!({"metadata": {"annotations": a}});
+        let patch = annotations_patch(values);
         let n: Option<WireNode> = self
             .client
             .patch_as(&resource_path(NODES, None, Some(&self.name)), "application/merge-patch+json", &patch)
@@ -196,13 +191,16 @@ impl NodeApi {
             .into())
     }
 
-    /// Report MCO state: state, reason, and currentConfig when given.
-    pub async fn report(&self, state: &str, reason: &str, current: Option<&str>) -> Result<NodeView> {
-        let mut values = vec![(ann::STATE, Some(state)), (ann::REASON, Some(reason))];
-        if let Some(c) = current {
-            values.push((ann::CURRENT_CONFIG, Some(c)));
-        }
-        self.annotate(&values).await
+    /// Report that the update to `failed_on` failed (`state` Degraded or Unreconcilable, for
+    /// `reason`) while the node runs `current`; see [`failure`].
+    pub async fn report_failure(&self, state: &str, reason: &str, current: &str, failed_on: &str) -> Result<NodeView> {
+        self.annotate(&failure(state, reason, current, failed_on)).await
+    }
+
+    /// Report Working on `current` (no drain request) and wait for the write: before a reboot,
+    /// the report must be in before the node goes down.
+    pub async fn report_working_now(&self, current: &str) -> Result<NodeView> {
+        self.annotate(&working(current, None)).await
     }
 
     /// Set the Ready condition (the node controller counts a node as available only when Ready).
@@ -294,12 +292,7 @@ impl NodeApi {
     /// for it, and a restart cannot leave a Done node cordoned with nobody asking.
     pub async fn report_done(&self, current: &str, uncordon: bool) -> Result<NodeView> {
         let request = format!("uncordon-{current}");
-        let mut values =
-            vec![(ann::STATE, Some("Done")), (ann::REASON, Some("")), (ann::CURRENT_CONFIG, Some(current))];
-        if uncordon {
-            values.push((ann::DESIRED_DRAIN, Some(request.as_str())));
-        }
-        self.annotate(&values).await
+        self.annotate(&done(current, uncordon.then_some(request.as_str()))).await
     }
 
     /// Wait until the coordinator answers `request` in `lastAppliedDrain`; `node` is the view the
@@ -326,13 +319,64 @@ impl NodeApi {
     }
 }
 
-/// The annotations of a Working report on `current`, with the drain request `drain` if any.
+/// The annotations of a Working report on `current`, with the drain request `drain` if any. No
+/// failure stands while the node works: its `failedConfig` goes in the same write.
 fn working<'a>(current: &'a str, drain: Option<&'a str>) -> Vec<(&'static str, Option<&'a str>)> {
-    let mut values = vec![(ann::STATE, Some("Working")), (ann::REASON, Some("")), (ann::CURRENT_CONFIG, Some(current))];
+    let mut values = vec![
+        (ann::STATE, Some("Working")),
+        (ann::REASON, Some("")),
+        (ann::CURRENT_CONFIG, Some(current)),
+        (ann::FAILED_CONFIG, None),
+    ];
     if let Some(d) = drain {
         values.push((ann::DESIRED_DRAIN, Some(d)));
     }
     values
+}
+
+/// The annotations of a Done report on `current`, with the uncordon request `uncordon` if any;
+/// as with Working, no failure stands any more.
+fn done<'a>(current: &'a str, uncordon: Option<&'a str>) -> Vec<(&'static str, Option<&'a str>)> {
+    let mut values = vec![
+        (ann::STATE, Some("Done")),
+        (ann::REASON, Some("")),
+        (ann::CURRENT_CONFIG, Some(current)),
+        (ann::FAILED_CONFIG, None),
+    ];
+    if let Some(u) = uncordon {
+        values.push((ann::DESIRED_DRAIN, Some(u)));
+    }
+    values
+}
+
+/// The annotations of a failure report: `state` and `reason` as MCO has them, and the config the
+/// failure is about (`failedConfig`), which they do not say. The coordinator's circuit breaker
+/// counts the failure for that config only: a node retargeted while failing carries the old
+/// config's failure until this agent reports on the new one, perhaps with the very same reason.
+fn failure<'a>(
+    state: &'a str,
+    reason: &'a str,
+    current: &'a str,
+    failed_on: &'a str,
+) -> Vec<(&'static str, Option<&'a str>)> {
+    vec![
+        (ann::STATE, Some(state)),
+        (ann::REASON, Some(reason)),
+        (ann::CURRENT_CONFIG, Some(current)),
+        (ann::FAILED_CONFIG, Some(failed_on)),
+    ]
+}
+
+/// The merge patch that sets `values` (`None`: removes the annotation), each cut to
+/// [`MAX_REASON`] bytes: the coordinator refuses longer annotations, and a reason can be a
+/// whole error chain.
+fn annotations_patch(values: &[(&str, Option<&str>)]) -> Value {
+    let mut a = serde_json::Map::new();
+    for (k, v) in values {
+        let v = v.map(|s| if s.len() > MAX_REASON { &s[..s.floor_char_boundary(MAX_REASON)] } else { s });
+        a.insert(k.to_string(), v.map(Value::from).unwrap_or(Value::Null));
+    }
+    json!({"metadata": {"annotations": a}})
 }
 
 /// The policy an agent applies: MachineConfiguration/cluster's over MCO's defaults, or the
@@ -533,6 +577,38 @@ mod tests {
         .unwrap();
         assert_eq!(gone.kind, "ERROR");
         assert!(serde_json::from_value::<WireEvent>(json!({"object": {}})).is_err(), "an event needs a type");
+    }
+
+    /// Every failure report names the config it is about; Working and Done remove that name in
+    /// their own write (null in the merge patch), so no failure outlives the report that ends it.
+    #[test]
+    fn a_failure_report_names_its_config_and_working_or_done_clears_it() {
+        let annotations =
+            |values: &[(&str, Option<&str>)]| annotations_patch(values)["metadata"]["annotations"].clone();
+        for state in ["Degraded", "Unreconcilable"] {
+            let a = annotations(&failure(state, "boom", "r1", "r2"));
+            assert_eq!(
+                a,
+                json!({ann::STATE: state, ann::REASON: "boom", ann::CURRENT_CONFIG: "r1", ann::FAILED_CONFIG: "r2"})
+            );
+        }
+        // Drift on the current config is a failure on that config.
+        assert_eq!(annotations(&failure("Degraded", "drift", "r1", "r1"))[ann::FAILED_CONFIG], "r1");
+        for a in [
+            annotations(&working("r1", None)),
+            annotations(&working("r1", Some("drain-r2"))),
+            annotations(&done("r2", None)),
+            annotations(&done("r2", Some("uncordon-r2"))),
+        ] {
+            assert_eq!(a.get(ann::FAILED_CONFIG), Some(&Value::Null), "{a}");
+            assert_eq!(a[ann::REASON], "", "{a}");
+        }
+        assert_eq!(annotations(&done("r2", Some("uncordon-r2")))[ann::DESIRED_DRAIN], "uncordon-r2");
+        let long = "x".repeat(MAX_REASON + 10);
+        assert_eq!(
+            annotations(&failure("Degraded", &long, "r1", "r2"))[ann::REASON].as_str().unwrap().len(),
+            MAX_REASON
+        );
     }
 
     #[test]

@@ -334,7 +334,9 @@ impl Agent {
         Ok(())
     }
 
-    /// Leave the update of `target` as Degraded (retried) or Unreconcilable (not retried).
+    /// Leave the update of `target` as Degraded (retried) or Unreconcilable (not retried). The
+    /// report names `target` as the failed config (drift names the current config: it fails on
+    /// that), so the rollout counts the failure for the config it is about.
     async fn fail(&mut self, target: &str, reason: String, unreconcilable: bool) -> Result<()> {
         tracing::warn!(target, %reason, unreconcilable, "update failed");
         let phase = if unreconcilable {
@@ -344,7 +346,7 @@ impl Agent {
         };
         self.enter(phase, "")?;
         let current = self.current_name();
-        self.api.report(self.phase.mco_state(), &reason, Some(&current)).await?;
+        self.api.report_failure(self.phase.mco_state(), &reason, &current, target).await?;
         release_replaced();
         Ok(())
     }
@@ -522,7 +524,7 @@ impl Agent {
         let boot_id = state::boot_id(&self.root);
         self.enter(Phase::Rebooting { target: target.into(), boot_id }, "rebooting")?;
         let current = self.current_name();
-        self.api.report("Working", "", Some(&current)).await.ok();
+        self.api.report_working_now(&current).await.ok();
         self.ask_reboot(target).await
     }
 

@@ -45,10 +45,9 @@ pub const RESUME_ROLLOUT: &str = "aloft.dev/resumeRollout";
 /// Removed by that uncordon, or by any later pick or release.
 pub const UNCORDON_AT_DONE: &str = "aloft.dev/uncordonAtDone";
 
-/// Set by the node controller when it picks a node that is failing (for a config it is no
-/// longer asked for): `<state>/<hash of the reason>` of that failure. The agent's Degraded report
-/// does not say which config it failed on, and until it reports on the new one the old failure
-/// is still on the Node; while state and reason are the marked ones (and the agent has not asked
-/// to drain for the new config), that failure is not about the new config, and the new config's
-/// circuit breaker must not count it.
-pub const FAILURE_BEFORE_PICK: &str = "aloft.dev/failureBeforePick";
+/// Written by the agent with every Degraded or Unreconcilable report: the rendered config the
+/// failure is about (the update's target; for drift, the config the node runs). MCO's `state` and
+/// `reason` do not say, and a node retargeted while failing still carries the old config's
+/// failure until its agent reports again: the rollout's circuit breaker counts a failure only
+/// for the config named here. Removed (null) by the Working and Done reports, in the same write.
+pub const FAILED_CONFIG: &str = "aloft.dev/failedConfig";

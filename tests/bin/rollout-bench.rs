@@ -205,8 +205,11 @@ async fn node(
                 fleet.failures.fetch_add(1, Ordering::SeqCst);
                 step(&fleet, &name, None);
                 fleet.updating.fetch_sub(1, Ordering::SeqCst);
-                api.report("Degraded", "simulated apply failure", Some(&current)).await?;
-                return Ok(());
+                api.report_failure("Degraded", "simulated apply failure", &current, &desired).await?;
+                // The failed host stays Degraded until the run ends: a task that ended here was
+                // taken for a simulated node that stopped early, and every run with a failure
+                // rate ended in that error.
+                std::future::pending::<()>().await;
             }
             // As the agent does: Done carries the uncordon request; the coordinator uncordons.
             step(&fleet, &name, Some("report Done, ask for the uncordon"));

@@ -295,7 +295,7 @@ impl Agent {
     /// (the phase is RebootingStaged already).
     pub(super) async fn ask_reboot_staged(&mut self, target: &str) -> Result<()> {
         let current = self.current_name();
-        self.api.report("Working", "", Some(&current)).await.ok();
+        self.api.report_working_now(&current).await.ok();
         self.ask_reboot(target).await
     }
 
@@ -393,7 +393,7 @@ impl Agent {
             "rebooting into the previous OS deployment",
         )?;
         let current = self.current_name();
-        self.api.report("Degraded", &reason, Some(&current)).await.ok();
+        self.api.report_failure("Degraded", &reason, &current, target).await.ok();
         self.ask_reboot(target).await
     }
 

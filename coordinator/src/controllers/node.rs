@@ -10,7 +10,7 @@ use super::config_name::ConfigName;
 use super::events::{reasons, EventType, Involved, Recorder};
 use super::passes::Passes;
 use super::pick::{self, names_text, PoolPlan, Snapshot, Wait};
-use super::pools::{self, NodeFacts, NodeHot};
+use super::pools::{NodeFacts, NodeHot};
 use super::rollout_policy::HoldReason;
 use super::uncordon::uncordon_edit;
 use super::{annotate, set_annotations, write_node};
@@ -185,7 +185,7 @@ async fn reconcile(store: &Arc<dyn Store>, st: &mut State, events: &Recorder) ->
             order.push(i);
             Value::clone(&st.nodes.raw[i])
         });
-        pick_edit(v, &plans[k].target, drains_at_pick(pool), st.nodes.derived[i].failure_to_mark().as_deref());
+        pick_edit(v, &plans[k].target, drains_at_pick(pool));
     }
     let writes: Vec<(usize, Value)> = order.iter().filter_map(|i| edits.remove(i).map(|v| (*i, v))).collect();
     let stored = if released.is_empty() {
@@ -419,15 +419,12 @@ fn release(st: &mut State) -> Vec<(usize, Arc<Value>)> {
 /// drain's answer (see [`drains_at_pick`]). No request is left standing: the agent's own
 /// (`drain-<target>`, with its Working report) matches the answer, and when it makes none the
 /// node either finishes without a drain or fails before one ([`NodeFacts::failed_before_drain`]).
-/// `failure`: the node's failure, if it is failing (about the config it was asked for before),
-/// marked so that the target's circuit breaker does not count it ([`pools::FAILURE_BEFORE_PICK`]).
-fn pick_edit(node: &mut Value, target: &str, drain: bool, failure: Option<&str>) {
+fn pick_edit(node: &mut Value, target: &str, drain: bool) {
     set_annotations(
         node,
         &[
             (ann::DESIRED_CONFIG, Some(target)),
             (ann::PRESTAGE_CONFIG, None),
-            (pools::FAILURE_BEFORE_PICK, failure),
             // The Done report on this target comes back uncordoned (see `uncordon::at_done`)
             // when the pick made the drain; otherwise a grant of an earlier pick is void.
             (ann::UNCORDON_AT_DONE, drain.then_some(target)),

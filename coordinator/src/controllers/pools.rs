@@ -12,17 +12,6 @@ pub fn failing_state(state: &str) -> bool {
     state == "Degraded" || state == "Unreconcilable"
 }
 
-pub use aloft_api::annotations::FAILURE_BEFORE_PICK;
-
-/// The [`FAILURE_BEFORE_PICK`] value for a node failing with `state` and `reason`: a digest, not
-/// the reason itself (reasons run to 2,000 characters), the same from every build (the first 8
-/// bytes of the reason's SHA-256).
-pub fn failure_mark(state: &str, reason: &str) -> String {
-    use sha2::{Digest, Sha256};
-    let digest = Sha256::digest(reason.as_bytes());
-    format!("{state}/{}", hex::encode(&digest[..8]))
-}
-
 /// What a node's annotations and conditions say about it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NodeFacts {
@@ -44,10 +33,9 @@ pub struct NodeFacts {
     /// The drain handshake: `desiredDrain` (asked) and `lastAppliedDrain` (answered).
     pub drain_request: String,
     pub drain_answer: String,
-    /// Failing, with the very failure it had when it was picked for its desired config (see
-    /// [`FAILURE_BEFORE_PICK`]), and no drain asked for that config since: the failure is
-    /// about an earlier config.
-    pub stale_failure: bool,
+    /// The config the agent's failure report names ([`ann::FAILED_CONFIG`]; empty: none, or an
+    /// agent that does not name it).
+    pub failed_config: ConfigName,
 }
 
 impl NodeFacts {
@@ -70,25 +58,18 @@ impl NodeFacts {
             cordoned: n.spec.unschedulable,
             drain_request: a(ann::DESIRED_DRAIN),
             drain_answer: a(ann::LAST_APPLIED_DRAIN),
-            stale_failure: Self::failure_predates_pick(n),
+            failed_config: name(ann::FAILED_CONFIG),
         }
     }
-    fn failure_predates_pick(n: &Node) -> bool {
-        let state = n.annotation(ann::STATE).unwrap_or("");
-        let Some(mark) = n.annotation(FAILURE_BEFORE_PICK) else { return false };
-        failing_state(state)
-            && mark == failure_mark(state, n.annotation(ann::REASON).unwrap_or(""))
-            && n.annotation(ann::DESIRED_DRAIN).and_then(|d| d.strip_prefix("drain-"))
-                != n.annotation(ann::DESIRED_CONFIG).filter(|d| !d.is_empty())
-    }
-    /// The failure (if failing) to mark on the node when it is picked ([`FAILURE_BEFORE_PICK`]).
-    pub fn failure_to_mark(&self) -> Option<String> {
-        failing_state(&self.state).then(|| failure_mark(&self.state, &self.reason))
-    }
-    /// Failing on the config it is asked for: Degraded or Unreconcilable with a failure that
-    /// does not predate its pick ([`NodeFacts::stale_failure`]), or stuck in its drain.
+    /// Failing on the config it is asked for: Degraded or Unreconcilable with a report that names
+    /// that config, or stuck in its drain (the drain controller's mark is about the drain for the
+    /// desired config). A node retargeted while failing keeps its old failure until its agent
+    /// reports on the new config; the name tells the two apart. A failure that names no config
+    /// (an agent from before `failedConfig`) counts for the desired config: for a circuit
+    /// breaker, counting a failure too many is the safe side, missing one is not.
     pub fn failing_on_desired(&self) -> bool {
-        !self.drain_failure.is_empty() || (failing_state(&self.state) && !self.stale_failure)
+        !self.drain_failure.is_empty()
+            || (failing_state(&self.state) && (self.failed_config.is_empty() || self.failed_config == self.desired))
     }
     /// Equal in everything the node controller decides on. The drain handshake is not: a
     /// node's drain request and its answer come and go while it updates, and the one step the
@@ -109,7 +90,7 @@ impl NodeFacts {
             drain_pending: _,
             drain_request: _,
             drain_answer: _,
-            stale_failure,
+            failed_config,
         } = self;
         // A node moving to its desired config that goes from Done to Working (its agent took
         // the pick up) is unavailable before and after, and counted the same everywhere; only
@@ -124,7 +105,7 @@ impl NodeFacts {
             && *reason == other.reason
             && *drain_failure == other.drain_failure
             && *prestage == other.prestage
-            && *stale_failure == other.stale_failure
+            && *failed_config == other.failed_config
     }
     /// Done on the config it was drained for, and still cordoned by that drain: the node goes
     /// back into service now ("uncordon after Done"). Either the agent asked for it
@@ -490,40 +471,43 @@ mod tests {
             NodeFacts { drain_failure: "x".into(), ..base.clone() },
             NodeFacts { prestage: "r2".into(), ..base.clone() },
             NodeFacts { cordoned: true, ..base.clone() },
-            NodeFacts { stale_failure: true, ..base.clone() },
+            NodeFacts { failed_config: "r2".into(), ..base.clone() },
         ];
         for c in &changes {
             assert!(!base.same_for_rollout(c), "{c:?}");
         }
     }
 
-    /// A failure marked at the pick is about the older config while state and reason are the
-    /// marked ones and no drain was asked for the new config; any report on it ends that.
+    /// A failure counts for the config its report names; one that names another (the config the
+    /// node was asked for before) does not, whatever its state and reason; one that names none is
+    /// counted (the safe side); a drain past its timeout always is.
     #[test]
-    fn a_failure_from_before_the_pick_is_not_about_the_new_config() {
-        let n = |state: &str, reason: &str, mark: Option<String>, drain: &str| {
+    fn a_failure_counts_for_the_config_it_names() {
+        let n = |state: &str, failed: Option<&str>, drain_failure: &str| {
             let mut a = json!({ann::DESIRED_CONFIG: "rB", ann::CURRENT_CONFIG: "r0", ann::STATE: state,
-                ann::REASON: reason, ann::DESIRED_DRAIN: drain});
-            if let Some(m) = mark {
-                a[FAILURE_BEFORE_PICK] = m.into();
+                ann::REASON: "boom", ann::DRAIN_FAILURE: drain_failure});
+            if let Some(c) = failed {
+                a[ann::FAILED_CONFIG] = c.into();
             }
             NodeFacts::of(&serde_json::from_value(json!({"metadata": {"name": "a", "annotations": a}})).unwrap())
         };
-        let mark = || Some(failure_mark("Degraded", "boom"));
-        let stale = n("Degraded", "boom", mark(), "drain-rA");
-        assert!(stale.stale_failure && !stale.failing_on_desired() && stale.degraded(), "{stale:?}");
-        assert_eq!(stale.failure_to_mark(), mark(), "the mark is the failure's");
+        let on_a = n("Degraded", Some("rA"), "");
+        assert!(on_a.failed_config == "rA" && !on_a.failing_on_desired() && on_a.degraded(), "{on_a:?}");
+        assert!(!n("Unreconcilable", Some("rA"), "").failing_on_desired());
         for (f, why) in [
-            (n("Degraded", "boom", None, ""), "no mark: counted (the safe side)"),
-            (n("Degraded", "other", mark(), ""), "a new reason is a report on the new config"),
-            (n("Unreconcilable", "boom", mark(), ""), "a new state too"),
-            (n("Degraded", "boom", mark(), "drain-rB"), "it asked to drain for the new config"),
+            (n("Degraded", Some("rB"), ""), "named the desired config"),
+            (n("Unreconcilable", Some("rB"), ""), "refused the desired config"),
+            (n("Degraded", None, ""), "named none: counted (the safe side)"),
+            (n("Degraded", Some(""), ""), "named none"),
+            (n("Degraded", Some("rA"), "drain timed out"), "its drain for the desired config is stuck"),
+            (n("Working", None, "drain timed out"), "its drain for the desired config is stuck"),
         ] {
-            assert!(!f.stale_failure && f.failing_on_desired(), "{why}: {f:?}");
+            assert!(f.failing_on_desired(), "{why}: {f:?}");
         }
-        assert!(!n("Working", "", mark(), "").failing_on_desired());
-        assert_eq!(n("Done", "", None, "").failure_to_mark(), None);
-        assert_ne!(failure_mark("Degraded", "boom"), failure_mark("Degraded", "boom!"));
+        assert!(!n("Working", Some("rB"), "").failing_on_desired(), "not failing");
+        assert!(!n("Done", None, "").failing_on_desired());
+        // Only the name changes (the same failure, now on the desired config): a rollout change.
+        assert!(!on_a.same_for_rollout(&n("Degraded", Some("rB"), "")));
     }
 
     #[test]
@@ -621,7 +605,10 @@ mod tests {
                 .flat_map(|c| configs.iter().flat_map(|d| configs.iter().map(|p| (*c, *d, *p))).collect::<Vec<_>>())
                 .collect();
             for (current, desired, prestage) in triples {
-                for (ready, drain_failure) in [(true, ""), (false, ""), (true, "drain timed out")] {
+                let cases = [(true, ""), (false, ""), (true, "drain timed out")]
+                    .into_iter()
+                    .flat_map(|(r, d)| configs.iter().map(move |c| (r, d, *c)));
+                for (ready, drain_failure, failed_config) in cases {
                     let f = NodeFacts {
                         current: current.clone(),
                         desired: desired.clone(),
@@ -629,6 +616,7 @@ mod tests {
                         state: state.into(),
                         ready,
                         drain_failure: drain_failure.into(),
+                        failed_config: failed_config.clone(),
                         ..Default::default()
                     };
                     let h = NodeHot::of(&f);
@@ -639,6 +627,7 @@ mod tests {
                     assert_eq!(h.failing(), failing_state(&f.state), "{case}");
                     assert_eq!(h.status_unavailable(), f.unavailable(), "{case}");
                     assert_eq!(h.drain_failed(), !f.drain_failure.is_empty(), "{case}");
+                    assert_eq!(h.failing_on_desired(), f.failing_on_desired(), "{case}");
                     assert_eq!(h.moving(), f.desired != f.current, "{case}");
                     assert_eq!(h.prestaging(), !f.prestage.is_empty(), "{case}");
                     for target in configs {
@@ -652,6 +641,6 @@ mod tests {
                 }
             }
         }
-        assert_eq!(seen, 6 * 27 * 3);
+        assert_eq!(seen, 6 * 27 * 3 * 3);
     }
 }

@@ -102,8 +102,9 @@ pub fn evaluate(
     };
     // The failed nodes are those failing on this config now (as MCO counts degraded machines),
     // remembered while they retry (a flapping node must not reset the count) and forgotten once
-    // Done on it. A failure from before a node's pick for this config (its agent has not
-    // reported on it yet) is about an older config: a new config starts afresh.
+    // Done on it. A failure whose report names another config (one the node was asked for
+    // before this one, its agent has not reported on this one yet) does not count: a new config
+    // starts afresh (see `NodeFacts::failing_on_desired`).
     for &i in members.index {
         let f = &members.hot[i];
         if f.failing_on_desired() && f.desires(target) {
@@ -328,17 +329,18 @@ mod tests {
     }
 
     /// Config A breaks the rollout; the fix B starts afresh although the node that failed on A
-    /// is retargeted to B first and still says Degraded (about A) until its agent reports on B;
-    /// and a node that fails on a config and then reaches Done there no longer counts.
+    /// is retargeted to B first and still says Degraded (its report names A) until its agent
+    /// reports on B; the very same failure reported on B counts for B; and a node that fails on a
+    /// config and then reaches Done there no longer counts.
     #[test]
     fn a_failure_counts_only_on_the_config_it_is_about() {
         let names = ["a", "b", "c", "d"];
-        let stale = |f: NodeFacts| NodeFacts { stale_failure: true, ..f };
+        let failed_on = |c: &str, f: NodeFacts| NodeFacts { failed_config: c.into(), reason: "boom".into(), ..f };
         let now = t("2026-01-01T00:00:00Z");
         for (p, broken_on_a) in [(policy(0, 0, Some(0)), vec!["a"]), (policy(2, 0, Some(1)), vec!["a", "b"])] {
             let mut f: Vec<NodeFacts> = (0..4).map(|_| facts("r0", "r0", "Done")).collect();
             for x in f.iter_mut().take(broken_on_a.len()) {
-                *x = facts("rA", "r0", "Degraded");
+                *x = failed_on("rA", facts("rA", "r0", "Degraded"));
             }
             let e = eval(Some(&p), None, None, &ConfigName::new("rA"), &names, &f, now);
             assert!(matches!(e.gate, Gate::Hold(HoldReason::CircuitBroken { .. })), "{p:?}: {e:?}");
@@ -347,12 +349,21 @@ mod tests {
             let e = eval(Some(&p), Some(&e.status), None, &ConfigName::new("rB"), &names, &f, now);
             assert!(matches!(e.gate, Gate::Pick { .. }), "{p:?}: {e:?}");
             for x in f.iter_mut().take(broken_on_a.len()) {
-                *x = stale(facts("rB", "r0", "Degraded"));
+                *x = failed_on("rA", facts("rB", "r0", "Degraded"));
             }
             let e = eval(Some(&p), Some(&e.status), None, &ConfigName::new("rB"), &names, &f, now);
             assert!(!matches!(e.gate, Gate::Hold(HoldReason::CircuitBroken { .. })), "{p:?}: {e:?}");
             assert!(e.status.failed_nodes.is_empty(), "{p:?}: {:?}", e.status);
             assert_ne!(e.status.phase, RolloutPhase::CircuitBroken);
+            // Had they failed on rB the same way (same state and reason, no drain asked), that
+            // would have counted for rB.
+            let same: Vec<NodeFacts> = f
+                .iter()
+                .map(|x| if x.failed_config == "rA" { failed_on("rB", x.clone()) } else { x.clone() })
+                .collect();
+            let again = eval(Some(&p), Some(&e.status), None, &ConfigName::new("rB"), &names, &same, now);
+            assert!(matches!(again.gate, Gate::Hold(HoldReason::CircuitBroken { .. })), "{p:?}: {again:?}");
+            assert_eq!(again.status.failed_nodes, broken_on_a);
             // They report on rB: Working, then Done; the rollout goes on.
             for x in f.iter_mut().take(broken_on_a.len()) {
                 *x = facts("rB", "r0", "Working");

@@ -362,11 +362,15 @@ impl Sim {
         match (self.agents[i], f.state.as_str()) {
             (_, "Done") => set_ann(&mut self.nodes[i], ann::STATE, Some("Working")),
             (Agent::Hangs, _) => {}
-            (Agent::Fails, "Working") => set_ann(&mut self.nodes[i], ann::STATE, Some("Degraded")),
+            (Agent::Fails, "Working") => {
+                set_ann(&mut self.nodes[i], ann::STATE, Some("Degraded"));
+                set_ann(&mut self.nodes[i], ann::FAILED_CONFIG, Some(f.desired.as_str()));
+            }
             (Agent::Fails, _) => {
                 // A flapping node: recovers and finishes this time.
                 self.agents[i] = Agent::Normal;
                 set_ann(&mut self.nodes[i], ann::STATE, Some("Working"));
+                set_ann(&mut self.nodes[i], ann::FAILED_CONFIG, None);
             }
             (Agent::Normal, _) => {
                 if !self.nodes[i].spec.unschedulable {
