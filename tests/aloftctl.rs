@@ -838,3 +838,57 @@ async fn patch_validates_fields_strictly_unless_told_otherwise() {
     let help = ok(&c, &["patch", "--help"]);
     assert!(help.contains("--validate"), "{help}");
 }
+
+/// `describe` ends with kubectl's Events section: the Events about that object only (same name
+/// of another kind, or another node, are not), oldest first, with a repeat's count; `<none>`
+/// for an object nothing was recorded about.
+#[tokio::test]
+async fn describe_shows_the_objects_events() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    for name in ["n1", "n2"] {
+        let node = serde_json::json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}});
+        admin.post("/api/v1/nodes", &node).await.unwrap().into_result().unwrap();
+    }
+    let now = chrono::Utc::now();
+    let ago = |s: i64| (now - chrono::Duration::seconds(s)).to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let event =
+        |name: &str, kind: &str, about: &str, reason: &str, message: &str, first: i64, last: i64, count: i64| {
+            serde_json::json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": name},
+            "involvedObject": {"apiVersion": "v1", "kind": kind, "name": about},
+            "type": if reason == "DrainTimeout" { "Warning" } else { "Normal" }, "reason": reason,
+            "message": message, "source": {"component": "drain-controller"},
+            "firstTimestamp": ago(first), "lastTimestamp": ago(last), "count": count})
+        };
+    for e in [
+        event("e1", "Node", "n1", "DrainTimeout", "failed to drain node: n1", 600, 30, 4),
+        event("e2", "Node", "n1", "Drained", "drained for rendered-worker-1", 300, 300, 1),
+        event("e3", "Node", "n2", "Drained", "about n2 only", 10, 10, 1),
+        event("e4", "MachineConfigPool", "n1", "NodeWaiting", "a pool named n1", 10, 10, 1),
+    ] {
+        admin.post("/api/v1/namespaces/default/events", &e).await.unwrap().into_result().unwrap();
+    }
+    let desc = ok(&c, &["describe", "node", "n1"]);
+    let section = desc.split_once("Events:\n").map(|(_, s)| s).unwrap_or_else(|| panic!("no Events: {desc}"));
+    let lines: Vec<Vec<&str>> = section
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(|l| l.split("  ").filter(|c| !c.is_empty()).map(str::trim).collect())
+        .collect();
+    assert_eq!(lines[0], ["Type", "Reason", "Age", "From", "Message"], "{desc}");
+    assert_eq!(lines[2], ["Normal", "Drained", "5m", "drain-controller", "drained for rendered-worker-1"], "{desc}");
+    assert_eq!(
+        lines[3],
+        ["Warning", "DrainTimeout", "30s (x4 over 10m)", "drain-controller", "failed to drain node: n1"],
+        "{desc}"
+    );
+    assert_eq!(lines.len(), 4, "only n1's Node events: {desc}");
+
+    let desc = ok(&c, &["describe", "no/n2"]);
+    assert!(desc.contains("\n  Normal  Drained") && desc.contains("about n2 only"), "{desc}");
+    assert!(!desc.contains("rendered-worker-1") && !desc.contains("DrainTimeout"), "only n2's: {desc}");
+
+    create_pool(&c, aloft_tests::machine_config_pool("quiet", "quiet")).await;
+    let desc = ok(&c, &["describe", "mcp", "quiet"]);
+    assert!(desc.trim_end().ends_with("Events:  <none>"), "{desc}");
+}

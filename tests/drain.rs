@@ -1,10 +1,12 @@
 //! The agent's side of the drain handshake against a real coordinator: an acknowledged drain
-//! cordons the node, an unanswered one times out with MCO's message.
+//! cordons the node, an unanswered one times out with MCO's message. And what a
+//! NodeDisruptionBudget allows, as its status and `aloftctl get ndb` show it.
 
 use aloft_agent::coordinator::NodeApi;
+use aloft_api::annotations as ann;
 use aloft_client::{Client, ClientConfig};
-use aloft_coordinator::resources::NODE;
-use aloft_tests::{path_of, Coordinator};
+use aloft_coordinator::resources::{NODE, NODE_DISRUPTION_BUDGET};
+use aloft_tests::{bin, condition, eventually, path_of, rv, Coordinator};
 use serde_json::{json, Value};
 use std::time::Duration;
 
@@ -36,4 +38,119 @@ async fn drain_handshake_acknowledged_and_timed_out() {
     // A request nobody answers: the agent gives up after its timeout, with MCO's wording.
     let err = api.drain_handshake("evacuate-rendered-worker-2", Duration::from_secs(2)).await.unwrap_err();
     assert!(err.to_string().starts_with("failed to drain node: n1 after 2 seconds"), "{err}");
+}
+
+const WAIT: Duration = Duration::from_secs(60);
+
+async fn merge(c: &Client, path: &str, patch: Value) -> Value {
+    c.patch(path, "application/merge-patch+json", &patch).await.unwrap().into_result().unwrap()
+}
+
+/// A Ready node with `labels`, Done, as an enrolled agent leaves it.
+async fn ready_node(c: &Client, name: &str, labels: Value) {
+    let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels,
+        "annotations": {ann::STATE: "Done"}}});
+    c.post(&path_of(&NODE, None), &node).await.unwrap().into_result().unwrap();
+    let ready = json!({"status": {"conditions": [{"type": "Ready", "status": "True"}]}});
+    merge(c, &format!("{}/status", path_of(&NODE, Some(name))), ready).await;
+}
+
+/// Wait until budget `name`'s status satisfies `ok`; returns the budget.
+async fn budget_when(c: &Client, name: &str, what: &str, ok: impl Fn(&Value) -> bool) -> Value {
+    eventually(WAIT, &format!("budget {name}: {what}"), || async {
+        let b = c.get(&path_of(&NODE_DISRUPTION_BUDGET, Some(name))).await?.into_result()?;
+        Ok(ok(&b).then_some(b))
+    })
+    .await
+}
+
+/// (expectedNodes, currentHealthy, desiredHealthy, disruptionsAllowed) of a status or a group.
+fn counts(s: &Value) -> (i64, i64, i64, i64) {
+    let n = |k: &str| s[k].as_i64().unwrap_or(-1);
+    (n("expectedNodes"), n("currentHealthy"), n("desiredHealthy"), n("disruptionsAllowed"))
+}
+
+/// A budget's status, as a PodDisruptionBudget's: minAvailable 2 of 3 healthy nodes allows one
+/// disruption; a node cordoned, or updating (a Working report), allows none and turns
+/// DisruptionAllowed False; with groupBy each group has its counts and the budget allows the
+/// least of them; `aloftctl get ndb` shows the allowed disruptions; nothing changing writes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn budget_status_counts_healthy_nodes_like_a_pdb() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    for (name, zone) in [("n1", "a"), ("n2", "a"), ("n3", "b")] {
+        ready_node(&admin, name, json!({"app": "db", "zone": zone})).await;
+    }
+    ready_node(&admin, "web", json!({"app": "web", "zone": "a"})).await;
+    let ndb = |name: &str, spec: Value| json!({"apiVersion": "aloft.dev/v1", "kind": "NodeDisruptionBudget", "metadata": {"name": name}, "spec": spec});
+    let db = ndb("db", json!({"selector": {"matchLabels": {"app": "db"}}, "minAvailable": 2}));
+    admin.post(&path_of(&NODE_DISRUPTION_BUDGET, None), &db).await.unwrap().into_result().unwrap();
+    let b = budget_when(&admin, "db", "one disruption allowed", |b| counts(&b["status"]) == (3, 3, 2, 1)).await;
+    assert_eq!(b["status"]["observedGeneration"], 1);
+    let allowed = condition(&b, "DisruptionAllowed").expect("DisruptionAllowed");
+    assert_eq!((&allowed["status"], &allowed["reason"]), (&json!("True"), &json!("SufficientNodes")), "{b}");
+    assert!(b["status"].get("groups").is_none(), "no groups without groupBy: {b}");
+
+    let out = std::process::Command::new(bin("aloftctl"))
+        .arg("--kubeconfig")
+        .arg(c.kubeconfig_path())
+        .args(["get", "ndb"])
+        .output()
+        .unwrap();
+    let listed = String::from_utf8_lossy(&out.stdout).to_string();
+    let header: Vec<&str> = listed.lines().next().unwrap_or("").split("  ").filter(|c| !c.is_empty()).collect();
+    let header: Vec<&str> = header.iter().map(|c| c.trim()).collect();
+    assert_eq!(header, ["NAME", "MIN AVAILABLE", "MAX UNAVAILABLE", "ALLOWED DISRUPTIONS", "AGE"], "{listed}");
+    let row: Vec<&str> = listed.lines().nth(1).unwrap_or("").split_whitespace().collect();
+    assert_eq!(&row[..4], ["db", "2", "N/A", "1"], "{listed}");
+
+    // Cordoned: unavailable.
+    merge(&admin, &path_of(&NODE, Some("n1")), json!({"spec": {"unschedulable": true}})).await;
+    let b = budget_when(&admin, "db", "none allowed", |b| counts(&b["status"]) == (3, 2, 2, 0)).await;
+    let allowed = condition(&b, "DisruptionAllowed").unwrap();
+    assert_eq!((&allowed["status"], &allowed["reason"]), (&json!("False"), &json!("InsufficientNodes")), "{b}");
+    assert_eq!(allowed["message"], "no disruption allowed: 2 of 3 nodes healthy, 2 required");
+    // Back, and another one updating: still none.
+    merge(&admin, &path_of(&NODE, Some("n1")), json!({"spec": {"unschedulable": null}})).await;
+    merge(&admin, &path_of(&NODE, Some("n2")), json!({"metadata": {"annotations": {ann::STATE: "Working"}}})).await;
+    budget_when(&admin, "db", "n1 healthy, n2 not", |b| counts(&b["status"]) == (3, 2, 2, 0)).await;
+
+    // A spec change is observed; the status is the coordinator's: a write of the object keeps it.
+    merge(&admin, &path_of(&NODE_DISRUPTION_BUDGET, Some("db")), json!({"spec": {"minAvailable": 1}})).await;
+    let b = budget_when(&admin, "db", "generation 2 observed", |b| b["status"]["observedGeneration"] == 2).await;
+    assert_eq!(counts(&b["status"]), (3, 2, 1, 1));
+    let kept =
+        merge(&admin, &path_of(&NODE_DISRUPTION_BUDGET, Some("db")), json!({"status": {"disruptionsAllowed": 9}}))
+            .await;
+    assert_eq!(kept["status"]["disruptionsAllowed"], 1, "a write of the object does not change its status");
+
+    // Per zone: zone a has n2 Working.
+    let zones =
+        ndb("zones", json!({"selector": {"matchLabels": {"app": "db"}}, "maxUnavailable": 1, "groupBy": ["zone"]}));
+    admin.post(&path_of(&NODE_DISRUPTION_BUDGET, None), &zones).await.unwrap().into_result().unwrap();
+    let b = budget_when(&admin, "zones", "groups", |b| b["status"]["groups"].as_array().is_some_and(|g| g.len() == 2))
+        .await;
+    let groups: Vec<(Value, (i64, i64, i64, i64))> =
+        b["status"]["groups"].as_array().unwrap().iter().map(|g| (g["labels"].clone(), counts(g))).collect();
+    assert_eq!(groups, [(json!({"zone": "a"}), (2, 1, 1, 0)), (json!({"zone": "b"}), (1, 1, 0, 1))], "{b}");
+    assert_eq!(counts(&b["status"]), (3, 2, 1, 0), "the budget allows what its tightest group does");
+    let allowed = condition(&b, "DisruptionAllowed").unwrap();
+    assert_eq!(allowed["status"], "False");
+    assert_eq!(allowed["message"], "group zone=a allows no disruption: 1 of 2 nodes healthy, 1 required");
+    // n2 Done again: every group allows one.
+    merge(&admin, &path_of(&NODE, Some("n2")), json!({"metadata": {"annotations": {ann::STATE: "Done"}}})).await;
+    let b = budget_when(&admin, "zones", "one allowed", |b| counts(&b["status"]) == (3, 3, 1, 1)).await;
+    assert_eq!(condition(&b, "DisruptionAllowed").unwrap()["reason"], "SufficientNodes");
+
+    // Nothing a budget counts changes: no status write, however many passes.
+    let before = rv(&budget_when(&admin, "db", "settled", |b| counts(&b["status"]) == (3, 3, 1, 2)).await);
+    for i in 0..5 {
+        merge(&admin, &path_of(&NODE, Some("web")), json!({"metadata": {"annotations": {ann::STATE: "Working"}}}))
+            .await;
+        merge(&admin, &path_of(&NODE, Some("web")), json!({"metadata": {"labels": {"round": i.to_string()}}})).await;
+        merge(&admin, &path_of(&NODE, Some("web")), json!({"metadata": {"annotations": {ann::STATE: "Done"}}})).await;
+        tokio::time::sleep(Duration::from_millis(400)).await;
+    }
+    let after = admin.get(&path_of(&NODE_DISRUPTION_BUDGET, Some("db"))).await.unwrap().into_result().unwrap();
+    assert_eq!(rv(&after), before, "a budget whose counts did not change was written: {after}");
 }

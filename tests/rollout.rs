@@ -143,7 +143,7 @@ async fn budget_blocks_a_drain_and_a_drain_past_its_timeout_degrades_the_node() 
     let mut lines = listed.lines();
     assert!(lines.next().unwrap_or("").starts_with("NAME"), "{listed}");
     let row: Vec<&str> = lines.next().unwrap_or("").split_whitespace().collect();
-    assert_eq!(&row[..4], &["db", "N/A", "1", "<none>"], "NAME MINAVAILABLE MAXUNAVAILABLE GROUPBY: {listed}");
+    assert_eq!(&row[..4], &["db", "N/A", "1", "0"], "NAME MIN-AVAILABLE MAX-UNAVAILABLE ALLOWED-DISRUPTIONS: {listed}");
     fake_node(&admin, "n1", db.clone(), true).await;
     // n2 is down for reasons of its own: it uses the budget's one slot.
     fake_node(&admin, "n2", db, false).await;

@@ -3,9 +3,10 @@
 //! Control's `groupBy`: the budget applies separately to each group of nodes sharing the values
 //! of the listed label keys (e.g. one budget per zone).
 
-use crate::meta::{Extra, IntOrString, ObjectMeta};
+use crate::meta::{Condition, Extra, IntOrString, ObjectMeta};
 use crate::selector::LabelSelector;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 
 /// `apiVersion` of NodeDisruptionBudget.
 pub const API_VERSION: &str = "aloft.dev/v1";
@@ -21,8 +22,67 @@ pub struct NodeDisruptionBudget {
     pub metadata: ObjectMeta,
     #[serde(default)]
     pub spec: NodeDisruptionBudgetSpec,
+    /// The coordinator's, written through the `status` subresource's rules (a user's write of the
+    /// object keeps it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<NodeDisruptionBudgetStatus>,
     #[serde(flatten)]
     pub extra: Extra,
+}
+
+/// The condition type a budget's status carries, as a PodDisruptionBudget's.
+pub const DISRUPTION_ALLOWED: &str = "DisruptionAllowed";
+/// [`DISRUPTION_ALLOWED`] True: at least one node (of every group) may be disrupted now.
+pub const SUFFICIENT_NODES: &str = "SufficientNodes";
+/// [`DISRUPTION_ALLOWED`] False: no node (of some group) may be disrupted now.
+pub const INSUFFICIENT_NODES: &str = "InsufficientNodes";
+
+/// What the budget allows now, in a PodDisruptionBudget's words with nodes for pods, so that
+/// `kubectl get ndb -o yaml` reads as `kubectl get pdb -o yaml` does. "Healthy" is the node
+/// controller's reading of available (Ready, not cordoned, not updating or failed half-way, not
+/// stuck in a drain): the very count the drain and node controllers check.
+///
+/// With `groupBy` the budget applies per group: `groups` has each group's counts, the
+/// budget-wide counts are their sums, and `disruptionsAllowed` is the least any group allows
+/// (a node of that group is the one that could not be disrupted).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeDisruptionBudgetStatus {
+    /// The `metadata.generation` these counts were worked out for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    #[serde(default)]
+    pub expected_nodes: i64,
+    #[serde(default)]
+    pub current_healthy: i64,
+    #[serde(default)]
+    pub desired_healthy: i64,
+    #[serde(default)]
+    pub disruptions_allowed: i64,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// One entry per group of `groupBy` label values; absent without `groupBy`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<NodeDisruptionBudgetGroupStatus>,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// One `groupBy` group's counts (see [`NodeDisruptionBudgetStatus`]).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeDisruptionBudgetGroupStatus {
+    /// The group's value of each `groupBy` key (empty for nodes without the label).
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default)]
+    pub expected_nodes: i64,
+    #[serde(default)]
+    pub current_healthy: i64,
+    #[serde(default)]
+    pub desired_healthy: i64,
+    #[serde(default)]
+    pub disruptions_allowed: i64,
 }
 
 /// Exactly one of `min_available` and `max_unavailable` is set (admission refuses both or none).
@@ -81,6 +141,17 @@ impl NodeDisruptionBudgetSpec {
             _ => 0,
         }
     }
+
+    /// How many nodes of a group of `total` must stay available: PodDisruptionBudget's
+    /// `desiredHealthy`. It may exceed `total` (`minAvailable` above the group's size); a budget
+    /// whose values do not resolve wants every node, as [`Self::allowed_unavailable`] allows none.
+    pub fn desired_healthy(&self, total: usize) -> usize {
+        match (&self.min_available, &self.max_unavailable) {
+            (Some(min), None) => resolve(min, total, true).unwrap_or(total),
+            (None, Some(max)) => resolve(max, total, false).map_or(total, |m| total.saturating_sub(m)),
+            _ => total,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -104,5 +175,22 @@ mod tests {
         assert_eq!(spec(None, None).allowed_unavailable(5), 0);
         assert_eq!(resolve(&IntOrString::Int(-1), 3, true), Err(BudgetValueError::Negative(-1)));
         assert!(resolve(&IntOrString::String("101%".into()), 3, true).is_err());
+    }
+
+    #[test]
+    fn desired_healthy_as_a_pdb_counts_it() {
+        let spec = |min: Option<IntOrString>, max: Option<IntOrString>| NodeDisruptionBudgetSpec {
+            min_available: min,
+            max_unavailable: max,
+            ..Default::default()
+        };
+        let s = |v: &str| Some(IntOrString::String(v.into()));
+        assert_eq!(spec(Some(IntOrString::Int(2)), None).desired_healthy(3), 2);
+        assert_eq!(spec(Some(IntOrString::Int(9)), None).desired_healthy(5), 9, "more than the group has");
+        assert_eq!(spec(s("50%"), None).desired_healthy(5), 3, "rounded up");
+        assert_eq!(spec(None, s("50%")).desired_healthy(5), 3, "maxUnavailable 2.5 rounds down to 2");
+        assert_eq!(spec(None, Some(IntOrString::Int(9))).desired_healthy(5), 0);
+        assert_eq!(spec(None, s("bogus")).desired_healthy(5), 5, "unreadable: every node");
+        assert_eq!(spec(None, None).desired_healthy(5), 5);
     }
 }

@@ -20,7 +20,9 @@ pub mod status;
 #[cfg(test)]
 mod testutil;
 
-pub use budget::{NodeDisruptionBudget, NodeDisruptionBudgetSpec};
+pub use budget::{
+    NodeDisruptionBudget, NodeDisruptionBudgetGroupStatus, NodeDisruptionBudgetSpec, NodeDisruptionBudgetStatus,
+};
 pub use machineconfig::{
     DrainHook, DrainSettings, MachineConfig, MachineConfigPool, MachineConfigPoolSpec, MachineConfigPoolStatus,
     MachineConfigSpec, PoolConfiguration, RolloutPhase, RolloutPolicy, RolloutStatus,

@@ -134,7 +134,7 @@ pub const NODE_DISRUPTION_BUDGET: ResourceType = ResourceType {
     singular: "nodedisruptionbudget",
     short_names: &["ndb"],
     namespaced: false,
-    status_subresource: false,
+    status_subresource: true,
     categories: &[],
 };
 

@@ -1,9 +1,15 @@
 //! NodeDisruptionBudgets as a ledger: for every budget and every group of the nodes it selects
 //! (split by its `groupBy` label keys), how many nodes are unavailable now and how many may be.
 //! The node controller asks it before picking a node, the drain controller before cordoning one.
-//! Pure: built from a snapshot of nodes and budgets, updated in memory as picks are made.
+//! Pure: built from a snapshot of nodes and budgets, updated in memory as picks are made. A
+//! budget's `status` ([`status_of`]) is read off a ledger of the fleet as it is, so that it shows
+//! the very counts the decisions check.
 
-use aloft_api::{NodeDisruptionBudget, Selector};
+use aloft_api::budget::{DISRUPTION_ALLOWED, INSUFFICIENT_NODES, SUFFICIENT_NODES};
+use aloft_api::meta::set_condition;
+use aloft_api::{
+    Condition, NodeDisruptionBudget, NodeDisruptionBudgetGroupStatus, NodeDisruptionBudgetStatus, Selector,
+};
 use std::collections::HashMap;
 
 /// One group of one budget.
@@ -11,6 +17,8 @@ use std::collections::HashMap;
 pub struct Group {
     /// `key=value,...` of the groupBy labels; empty without groupBy.
     pub key: String,
+    /// The group's value of each groupBy key, in the spec's order.
+    pub values: Vec<String>,
     pub total: usize,
     pub unavailable: usize,
     pub allowed: usize,
@@ -115,6 +123,96 @@ impl Ledger {
     pub fn groups(&self) -> impl Iterator<Item = (&str, &Group)> {
         self.budgets.iter().flat_map(|b| b.groups.iter().map(move |g| (b.name.as_str(), g)))
     }
+
+    /// The groups of budget `name` (none when it selects no node, or its selector is invalid).
+    pub fn groups_of(&self, name: &str) -> &[Group] {
+        self.budgets
+            .binary_search_by(|b| b.name.as_str().cmp(name))
+            .map_or(&[][..], |k| self.budgets[k].groups.as_slice())
+    }
+}
+
+/// Budget `b`'s status from its groups in a [`Ledger`] built without picks (the fleet as it is),
+/// as a PodDisruptionBudget's: `disruptionsAllowed` is what [`Ledger::check`] lets through now,
+/// and with `groupBy` the least any group allows (each group's own counts are in `groups`). The
+/// `DisruptionAllowed` condition keeps its `lastTransitionTime` from `old` while it holds.
+pub fn status_of(
+    b: &NodeDisruptionBudget,
+    groups: &[Group],
+    old: Option<&NodeDisruptionBudgetStatus>,
+    now: &str,
+) -> NodeDisruptionBudgetStatus {
+    let mut per: Vec<(&Group, NodeDisruptionBudgetGroupStatus)> =
+        groups.iter().map(|g| (g, group_status(b, g))).collect();
+    per.sort_by(|a, b| a.0.key.cmp(&b.0.key));
+    let sum = |f: fn(&NodeDisruptionBudgetGroupStatus) -> i64| per.iter().map(|(_, s)| f(s)).sum::<i64>();
+    let least = per.iter().min_by_key(|(_, s)| s.disruptions_allowed);
+    let mut st = NodeDisruptionBudgetStatus {
+        observed_generation: b.metadata.generation,
+        expected_nodes: sum(|s| s.expected_nodes),
+        current_healthy: sum(|s| s.current_healthy),
+        // No node selected: what the spec asks of an empty set (minAvailable's number), as a PDB
+        // without pods shows it.
+        desired_healthy: if per.is_empty() { count(b.spec.desired_healthy(0)) } else { sum(|s| s.desired_healthy) },
+        disruptions_allowed: least.map_or(0, |(_, s)| s.disruptions_allowed),
+        conditions: old.map(|o| o.conditions.clone()).unwrap_or_default(),
+        groups: Vec::new(),
+        extra: Default::default(),
+    };
+    let allowed = allowed_condition(least, !b.spec.group_by.is_empty());
+    set_condition(&mut st.conditions, allowed, now);
+    if !b.spec.group_by.is_empty() {
+        st.groups = per.into_iter().map(|(_, s)| s).collect();
+    }
+    st
+}
+
+fn group_status(b: &NodeDisruptionBudget, g: &Group) -> NodeDisruptionBudgetGroupStatus {
+    NodeDisruptionBudgetGroupStatus {
+        labels: b.spec.group_by.iter().cloned().zip(g.values.iter().cloned()).collect(),
+        expected_nodes: count(g.total),
+        current_healthy: count(g.total.saturating_sub(g.unavailable)),
+        desired_healthy: count(b.spec.desired_healthy(g.total)),
+        disruptions_allowed: count(g.allowed.saturating_sub(g.unavailable)),
+    }
+}
+
+/// A count as the API's integer (a fleet never comes near the limit; saturating all the same).
+fn count(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// `DisruptionAllowed`, naming the group that allows the least when there are groups.
+fn allowed_condition(least: Option<&(&Group, NodeDisruptionBudgetGroupStatus)>, grouped: bool) -> Condition {
+    let counts = |s: &NodeDisruptionBudgetGroupStatus| {
+        format!("{} of {} nodes healthy, {} required", s.current_healthy, s.expected_nodes, s.desired_healthy)
+    };
+    let (ok, message) = match least {
+        None => (false, "the selector matches no node".to_string()),
+        Some((g, s)) if grouped => (
+            s.disruptions_allowed > 0,
+            if s.disruptions_allowed > 0 {
+                format!("every group allows a disruption; the fewest, {}, in group {}", s.disruptions_allowed, g.key)
+            } else {
+                format!("group {} allows no disruption: {}", g.key, counts(s))
+            },
+        ),
+        Some((_, s)) => (
+            s.disruptions_allowed > 0,
+            if s.disruptions_allowed > 0 {
+                format!("{} disruption(s) allowed: {}", s.disruptions_allowed, counts(s))
+            } else {
+                format!("no disruption allowed: {}", counts(s))
+            },
+        ),
+    };
+    Condition {
+        type_: DISRUPTION_ALLOWED.into(),
+        status: if ok { "True" } else { "False" }.into(),
+        reason: if ok { SUFFICIENT_NODES } else { INSUFFICIENT_NODES }.into(),
+        message,
+        ..Default::default()
+    }
 }
 
 fn compile(
@@ -137,7 +235,8 @@ fn compile(
             Some(&g) => g,
             None => {
                 let key: Vec<String> = b.spec.group_by.iter().zip(&values).map(|(k, v)| format!("{k}={v}")).collect();
-                groups.push(Group { key: key.join(","), total: 0, unavailable: 0, allowed: 0 });
+                let owned = values.iter().map(|v| v.to_string()).collect();
+                groups.push(Group { key: key.join(","), values: owned, total: 0, unavailable: 0, allowed: 0 });
                 let g = (groups.len() - 1) as u32;
                 index.insert(values, g);
                 g
@@ -216,5 +315,79 @@ mod tests {
             "NodeDisruptionBudget all allows 0 of 4 nodes unavailable and 0 already are, which blocks the group for good",
             "minAvailable 100% blocks every node, and says it is for good"
         );
+    }
+
+    /// A PodDisruptionBudget's status with nodes for pods: minAvailable 2 of 3 healthy nodes
+    /// allows one disruption; one node down allows none, and the condition says so.
+    #[test]
+    fn status_counts_as_a_pdbs() {
+        let nodes: Vec<BTreeMap<String, String>> = (0..3).map(|_| labels(&[("app", "db")])).collect();
+        let refs: Vec<&BTreeMap<String, String>> = nodes.iter().collect();
+        let mut b = budget("db", json!({"selector": {"matchLabels": {"app": "db"}}, "minAvailable": 2}));
+        b.metadata.generation = Some(4);
+        let status = |unavailable: &[bool], old: Option<&NodeDisruptionBudgetStatus>| {
+            let l = Ledger::new(std::slice::from_ref(&b), &refs, unavailable);
+            status_of(&b, l.groups_of("db"), old, "t1")
+        };
+        let st = status(&[false; 3], None);
+        assert_eq!(
+            (st.observed_generation, st.expected_nodes, st.current_healthy, st.desired_healthy, st.disruptions_allowed),
+            (Some(4), 3, 2 + 1, 2, 1)
+        );
+        let c = &st.conditions[0];
+        assert_eq!(
+            (c.type_.as_str(), c.status.as_str(), c.reason.as_str()),
+            ("DisruptionAllowed", "True", "SufficientNodes")
+        );
+        assert_eq!(c.message, "1 disruption(s) allowed: 3 of 3 nodes healthy, 2 required");
+        assert!(st.groups.is_empty(), "no groups without groupBy");
+        let down = status(&[false, true, false], Some(&st));
+        assert_eq!((down.current_healthy, down.disruptions_allowed), (2, 0));
+        let c = &down.conditions[0];
+        assert_eq!((c.status.as_str(), c.reason.as_str()), ("False", "InsufficientNodes"));
+        assert_eq!(c.message, "no disruption allowed: 2 of 3 nodes healthy, 2 required");
+        assert_eq!(c.last_transition_time.as_deref(), Some("t1"));
+        let none = Ledger::new(std::slice::from_ref(&b), &[], &[]);
+        let empty = status_of(&b, none.groups_of("db"), None, "t1");
+        assert_eq!((empty.expected_nodes, empty.desired_healthy, empty.disruptions_allowed), (0, 2, 0));
+        assert_eq!(empty.conditions[0].message, "the selector matches no node");
+    }
+
+    /// With groupBy every group has its own counts, in label order, and the budget allows what
+    /// its tightest group does.
+    #[test]
+    fn grouped_status_takes_the_least_of_its_groups() {
+        let nodes = [
+            labels(&[("app", "db"), ("zone", "b")]),
+            labels(&[("app", "db"), ("zone", "a")]),
+            labels(&[("app", "db"), ("zone", "a")]),
+            labels(&[("app", "db"), ("zone", "b")]),
+            labels(&[("app", "db")]),
+        ];
+        let refs: Vec<&BTreeMap<String, String>> = nodes.iter().collect();
+        let b =
+            budget("db", json!({"selector": {"matchLabels": {"app": "db"}}, "maxUnavailable": 1, "groupBy": ["zone"]}));
+        let l = Ledger::new(std::slice::from_ref(&b), &refs, &[false, true, false, false, false]);
+        let st = status_of(&b, l.groups_of("db"), None, "t1");
+        let groups: Vec<(String, i64, i64, i64, i64)> = st
+            .groups
+            .iter()
+            .map(|g| {
+                let zone = g.labels.get("zone").cloned().unwrap_or_default();
+                (zone, g.expected_nodes, g.current_healthy, g.desired_healthy, g.disruptions_allowed)
+            })
+            .collect();
+        assert_eq!(
+            groups,
+            [("".into(), 1, 1, 0, 1), ("a".into(), 2, 1, 1, 0), ("b".into(), 2, 2, 1, 1)],
+            "a node without the label is a group of its own kind"
+        );
+        assert_eq!((st.expected_nodes, st.current_healthy, st.desired_healthy, st.disruptions_allowed), (5, 4, 2, 0));
+        assert_eq!(st.conditions[0].status, "False");
+        assert_eq!(st.conditions[0].message, "group zone=a allows no disruption: 1 of 2 nodes healthy, 1 required");
+        let l = Ledger::new(std::slice::from_ref(&b), &refs, &[false; 5]);
+        let st = status_of(&b, l.groups_of("db"), None, "t1");
+        assert_eq!(st.disruptions_allowed, 1);
+        assert_eq!(st.conditions[0].message, "every group allows a disruption; the fewest, 1, in group zone=");
     }
 }

@@ -129,6 +129,20 @@ impl Derive for aloft_api::NodeDisruptionBudget {
     type Hot = ();
     fn hot(_: &()) {}
     fn derive(&self) {}
+    /// Metadata and spec only: decisions never read the status (the node controller compares
+    /// its own against the stored JSON), and a status that does not parse must not make the
+    /// budget look absent, which would let its nodes be disrupted.
+    fn parse(v: &Value) -> Result<Self, serde_json::Error> {
+        let part = |k: &str| v.get(k).cloned().unwrap_or(Value::Null);
+        let text = |k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+        Ok(aloft_api::NodeDisruptionBudget {
+            api_version: text("apiVersion"),
+            kind: text("kind"),
+            metadata: Option::deserialize(part("metadata"))?.unwrap_or_default(),
+            spec: Option::deserialize(part("spec"))?.unwrap_or_default(),
+            ..Default::default()
+        })
+    }
 }
 
 /// Objects of one resource by name, kept raw (to write back exactly), typed, and derived, in
@@ -185,6 +199,16 @@ impl<T: Derive> Cache<T> {
 
     pub(crate) fn put(&mut self, v: impl Into<Arc<Value>>) {
         self.replace(v.into());
+    }
+
+    /// Puts `v` if its object is cached at an older revision: a write's result that arrives
+    /// after the watch brought a newer version (or the object's deletion) must not undo it.
+    pub(crate) fn put_if_newer(&mut self, v: Arc<Value>) {
+        let newer =
+            self.index_of(objects::name_of(&v)).is_some_and(|i| self.revisions[i] < revision_of(&v).unwrap_or(0));
+        if newer {
+            self.replace(v);
+        }
     }
 
     /// Puts `v`; returns whether a decision could read anything different now
@@ -448,5 +472,16 @@ mod tests {
         assert_eq!(pools.layout_version, v, "a status write keeps the layout");
         pools.apply(&pool(3, "infra", 2));
         assert!(pools.layout_version > v, "a new node selector changes membership");
+    }
+
+    /// A budget whose status does not parse still holds back its nodes.
+    #[test]
+    fn a_budgets_status_never_hides_its_spec() {
+        let v = json!({"metadata": {"name": "db"}, "spec": {"maxUnavailable": 1},
+            "status": {"expectedNodes": "many", "conditions": 3}});
+        let b = <aloft_api::NodeDisruptionBudget as Derive>::parse(&v).unwrap();
+        assert_eq!(b.metadata.name, "db");
+        assert_eq!(b.spec.max_unavailable, Some(aloft_api::IntOrString::Int(1)));
+        assert!(<aloft_api::NodeDisruptionBudget as Derive>::parse(&json!({"spec": {"groupBy": 1}})).is_err());
     }
 }

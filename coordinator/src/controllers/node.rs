@@ -5,6 +5,7 @@
 //! counts and Updated / Updating / NodeDegraded / Degraded conditions with MCO's messages, plus
 //! aloft's CanarySoaking / CircuitBroken / NodeDrainTimeout / BudgetBlocked and `status.rollout`).
 
+use super::budget::{self, Ledger};
 use super::cache::Cache;
 use super::config_name::ConfigName;
 use super::events::{reasons, EventType, Involved, Recorder};
@@ -14,15 +15,17 @@ use super::pools::{NodeFacts, NodeHot};
 use super::rollout_policy::HoldReason;
 use super::uncordon::uncordon_edit;
 use super::{annotate, set_annotations, write_node};
-use crate::resources::{MACHINE_CONFIG, MACHINE_CONFIG_POOL, NODE};
+use crate::resources::{MACHINE_CONFIG, MACHINE_CONFIG_POOL, NODE, NODE_DISRUPTION_BUDGET};
 use crate::server::objects;
 use crate::store::{revision_of, Key, Store, StoreError, Stored};
 use aloft_api::annotations as ann;
 use aloft_api::machineconfig::conditions as cond;
 use aloft_api::meta::{find_condition, set_condition};
 use aloft_api::{
-    Condition, MachineConfigPool, MachineConfigPoolStatus, Node, NodeDisruptionBudget, RolloutPhase, RolloutStatus,
+    Condition, MachineConfigPool, MachineConfigPoolStatus, Node, NodeDisruptionBudget, NodeDisruptionBudgetStatus,
+    RolloutPhase, RolloutStatus,
 };
+use serde::Deserialize;
 use serde_json::Value;
 use std::sync::Arc;
 use std::time::Duration;
@@ -66,6 +69,10 @@ struct State {
     status_retry: Option<Duration>,
     /// When the pools' statuses were last worked out (see [`STATUS_EVERY`]).
     status_at: Option<tokio::time::Instant>,
+    /// The budgets' status write under way, if any, and when their statuses were last worked
+    /// out (see [`budget_statuses`]).
+    budget_job: Option<tokio::task::JoinHandle<Vec<Arc<Value>>>>,
+    budget_status_at: Option<tokio::time::Instant>,
     /// The nodes whose events arrived since the last pass, the only ones [`release`] needs to
     /// look at (a node becomes due by its own Done report); None: look at every node (the first
     /// pass, timers, pool or budget changes, a changed layout, a lost write).
@@ -93,6 +100,8 @@ async fn follow(store: &Arc<dyn Store>, events: &Recorder, passes: &Passes) -> R
         status_job: None,
         status_retry: None,
         status_at: None,
+        budget_job: None,
+        budget_status_at: None,
         touched: None,
     };
     let mut last = passes.time(0, reconcile(store, &mut st, events)).await?;
@@ -102,6 +111,7 @@ async fn follow(store: &Arc<dyn Store>, events: &Recorder, passes: &Passes) -> R
         let Some(batch) = super::next_batch_ready(&mut stream, idle).await? else { break };
         // Our own finished status write first: its events are then no news.
         let status_free = collect_statuses(&mut st);
+        collect_budget_statuses(&mut st);
         // An empty batch is a timer: a soak ending, the resync (always a pass), or a look at
         // whether the status write a pass had to skip is over (a pass once it is).
         let timer = batch.is_empty();
@@ -310,6 +320,9 @@ async fn reconcile(store: &Arc<dyn Store>, st: &mut State, events: &Recorder) ->
         write_statuses(store, st, statuses);
     } else {
         wake = wake.min(st.retry_statuses_later());
+    }
+    if let Some(left) = budget_statuses(store, st) {
+        wake = wake.min(left);
     }
     // Pre-staging requests at once, so that they share one commit.
     let raw = &st.nodes.raw;
@@ -754,8 +767,18 @@ fn write_statuses(store: &Arc<dyn Store>, st: &mut State, statuses: Vec<(usize, 
     if writes.is_empty() {
         return;
     }
+    st.status_job = Some(spawn_status_writes(store, writes));
+}
+
+/// Write statuses (key, object, the revision it was read at) concurrently in a task of its own;
+/// the task returns the objects written. One that lost a race is dropped: the winner's event
+/// brings another pass.
+fn spawn_status_writes(
+    store: &Arc<dyn Store>,
+    writes: Vec<(Key, Value, Option<u64>)>,
+) -> tokio::task::JoinHandle<Vec<Arc<Value>>> {
     let store = store.clone();
-    st.status_job = Some(tokio::spawn(async move {
+    tokio::spawn(async move {
         let all = writes.into_iter().map(|(key, next, rev)| {
             let store = &store;
             async move {
@@ -763,14 +786,88 @@ fn write_statuses(store: &Arc<dyn Store>, st: &mut State, statuses: Vec<(usize, 
                     Ok(v) => Some(v),
                     Err(StoreError::Conflict { .. }) | Err(StoreError::NotFound(_)) => None,
                     Err(e) => {
-                        tracing::warn!(pool = %key.name, error = %e, "pool status not written");
+                        tracing::warn!(resource = %key.resource, name = %key.name, error = %e, "status not written");
                         None
                     }
                 }
             }
         });
         futures::future::join_all(all).await.into_iter().flatten().map(|s: Stored| s.object).collect()
-    }));
+    })
+}
+
+/// How often, at most, the budgets' statuses are worked out and written: a budget's counts move
+/// with every node a rollout takes down or brings back, and a write for each was a write per
+/// node update (a 10,000-node rollout's worth). A reader sees counts at most this old.
+const BUDGET_STATUS_EVERY: Duration = Duration::from_secs(1);
+
+/// How soon a pass that found the budgets' last status write still under way looks again.
+const BUDGET_STATUS_RETRY: Duration = Duration::from_millis(50);
+
+/// Work out every budget's status from the fleet as the cache holds it now (a [`Ledger`] of the
+/// same unavailability the decisions count, [`NodeHot::disrupted`]) and start writing those
+/// that differ from what is stored, at most every [`BUDGET_STATUS_EVERY`] and one write at a
+/// time. Returns how soon a pass must look again when it left them for later.
+fn budget_statuses(store: &Arc<dyn Store>, st: &mut State) -> Option<Duration> {
+    collect_budget_statuses(st);
+    if st.budgets.typed.is_empty() {
+        return None;
+    }
+    if st.budget_job.is_some() {
+        return Some(BUDGET_STATUS_RETRY);
+    }
+    let since = st.budget_status_at.map(|t| t.elapsed());
+    if let Some(left) = since.and_then(|d| BUDGET_STATUS_EVERY.checked_sub(d)).filter(|d| !d.is_zero()) {
+        return Some(left);
+    }
+    st.budget_status_at = Some(tokio::time::Instant::now());
+    let unavailable: Vec<bool> = st.nodes.hot.iter().map(NodeHot::disrupted).collect();
+    let labels: Vec<&std::collections::BTreeMap<String, String>> =
+        st.nodes.typed.iter().map(|n| &n.metadata.labels).collect();
+    let ledger = Ledger::new(&st.budgets.typed, &labels, &unavailable);
+    let now = objects::now();
+    let writes: Vec<(Key, Value, Option<u64>)> = st
+        .budgets
+        .typed
+        .iter()
+        .zip(&st.budgets.raw)
+        .filter_map(|(b, raw)| {
+            let old = raw.get("status").and_then(|v| NodeDisruptionBudgetStatus::deserialize(v).ok());
+            let status = budget::status_of(b, ledger.groups_of(&b.metadata.name), old.as_ref(), &now);
+            let new = match serde_json::to_value(&status) {
+                Ok(v) => v,
+                Err(e) => {
+                    tracing::warn!(budget = %b.metadata.name, error = %e, "budget status does not serialize");
+                    return None;
+                }
+            };
+            if raw.get("status") == Some(&new) {
+                return None;
+            }
+            let mut next = Value::clone(raw);
+            next["status"] = new;
+            Some((Key::cluster(&NODE_DISRUPTION_BUDGET.store_key(), objects::name_of(raw)), next, revision_of(raw)))
+        })
+        .collect();
+    if !writes.is_empty() {
+        st.budget_job = Some(spawn_status_writes(store, writes));
+    }
+    None
+}
+
+/// Put the budgets of a finished status write into the cache (unless a newer version, or their
+/// deletion, came first).
+fn collect_budget_statuses(st: &mut State) {
+    let Some(job) = st.budget_job.take_if(|j| j.is_finished()) else { return };
+    match futures::FutureExt::now_or_never(job) {
+        Some(Ok(stored)) => {
+            for v in stored {
+                st.budgets.put_if_newer(v);
+            }
+        }
+        Some(Err(e)) => tracing::warn!(error = %e, "the budget status write failed"),
+        None => {}
+    }
 }
 
 /// Put the pools of a finished status write into the cache; false while one is under way.

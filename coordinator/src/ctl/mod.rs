@@ -74,7 +74,7 @@ enum Cmd {
         #[arg(short = 'w', long)]
         watch: bool,
     },
-    /// Show an object in detail: metadata, spec, conditions.
+    /// Show an object in detail: metadata, spec, status, conditions, and the Events about it.
     Describe {
         #[arg(required = true)]
         args: Vec<String>,
@@ -762,9 +762,73 @@ async fn describe(client: &Client, ns: &str, args: &[String]) -> Result<()> {
                 println!("  {:<16} {:<7} {:<22} {}", s("type"), s("status"), s("lastTransitionTime"), s("message"));
             }
         }
+        let events = list_in_pages(client, &events_path(rt, ns, &name), None).await?;
+        let items = events.get("items").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+        print!("{}", events_section(items, chrono::Utc::now()));
         println!();
     }
     Ok(())
+}
+
+/// The Events about object `name` of kind `rt`, selected by the server (`involvedObject` field
+/// selectors, as `kubectl describe` asks): a fleet's Events are many, the object's few. Events of
+/// cluster-scoped objects live in the coordinator's events namespace, as Kubernetes keeps them.
+fn events_path(rt: &ResourceType, ns: &str, name: &str) -> String {
+    let mut fields = format!("involvedObject.name={name},involvedObject.kind={}", rt.kind);
+    let events_ns = if rt.namespaced {
+        fields.push_str(&format!(",involvedObject.namespace={ns}"));
+        ns
+    } else {
+        crate::controllers::events::NAMESPACE
+    };
+    let path = resource_path(resources::EVENT.path_ref(), Some(events_ns), None);
+    with_query(path, &[("fieldSelector", fields)])
+}
+
+/// `kubectl describe`'s closing section: `Events:  <none>`, or a table of Type, Reason, Age
+/// (`3m (x5 over 10m)` for a repeated Event), From and Message, newest last.
+fn events_section(events: &[Value], now: chrono::DateTime<chrono::Utc>) -> String {
+    if events.is_empty() {
+        return "Events:  <none>\n".into();
+    }
+    let s = |e: &Value, p: &str| e.pointer(p).and_then(Value::as_str).unwrap_or("").to_string();
+    let last = |e: &Value| {
+        ["/lastTimestamp", "/eventTime", "/firstTimestamp", "/metadata/creationTimestamp"]
+            .iter()
+            .map(|p| s(e, p))
+            .find(|t| !t.is_empty())
+            .unwrap_or_default()
+    };
+    let mut sorted: Vec<&Value> = events.iter().collect();
+    sorted.sort_by_key(|e| chrono::DateTime::parse_from_rfc3339(&last(e)).ok());
+    let age = |t: &str| crate::server::table::age(t, now);
+    let rows: Vec<Vec<String>> = sorted
+        .iter()
+        .map(|e| {
+            let count = e.get("count").and_then(Value::as_i64).unwrap_or(1);
+            let first = [s(e, "/firstTimestamp"), last(e)].into_iter().find(|t| !t.is_empty()).unwrap_or_default();
+            let when =
+                if count > 1 { format!("{} (x{count} over {})", age(&last(e)), age(&first)) } else { age(&last(e)) };
+            let from = [s(e, "/source/component"), s(e, "/reportingComponent"), s(e, "/reportingController")]
+                .into_iter()
+                .find(|t| !t.is_empty())
+                .unwrap_or_default();
+            vec![s(e, "/type"), s(e, "/reason"), when, from, s(e, "/message")]
+        })
+        .collect();
+    // kubectl's own rule line (its Age rule is four dashes).
+    let header = ["Type", "Reason", "Age", "From", "Message"];
+    let rule = ["----", "------", "----", "----", "-------"];
+    let mut all = vec![header.map(String::from).to_vec(), rule.map(String::from).to_vec()];
+    all.extend(rows);
+    let widths: Vec<usize> =
+        (0..header.len()).map(|c| all.iter().map(|r| r[c].chars().count()).max().unwrap_or(0)).collect();
+    let mut out = String::from("Events:\n");
+    for r in &all {
+        let cells: Vec<String> = r.iter().zip(&widths).map(|(cell, w)| format!("{cell:<w$}")).collect();
+        out.push_str(&format!("  {}\n", cells.join("  ").trim_end()));
+    }
+    out
 }
 
 /// Nested values print as YAML, as `Spec` does, up to [`DESCRIBE_LINES`] lines; a longer one
@@ -1285,6 +1349,37 @@ mod tests {
             [("nodes", 0), ("machineconfigpools", 0)]
         );
         assert!(get_targets(&args(&["mcp/"])).unwrap_err().to_string().contains("no name"));
+    }
+
+    /// kubectl's Events section: `<none>`, or Type, Reason, Age, From, Message, newest last, with
+    /// a repeated Event's count.
+    #[test]
+    fn events_section_as_kubectl_describes() {
+        let now = chrono::DateTime::parse_from_rfc3339("2026-01-01T00:10:00Z").unwrap().with_timezone(&chrono::Utc);
+        assert_eq!(events_section(&[], now), "Events:  <none>\n");
+        let newer = json!({"type": "Warning", "reason": "DrainTimeout", "message": "too slow", "count": 3,
+            "firstTimestamp": "2026-01-01T00:00:00Z", "lastTimestamp": "2026-01-01T00:09:00Z",
+            "source": {"component": "drain-controller"}});
+        let older = json!({"type": "Normal", "reason": "Drained", "message": "cordoned",
+            "firstTimestamp": "2026-01-01T00:05:00Z", "lastTimestamp": "2026-01-01T00:05:00Z",
+            "reportingComponent": "drain-controller"});
+        assert_eq!(
+            events_section(&[newer, older], now),
+            "Events:\n\
+             \x20 Type     Reason        Age                From              Message\n\
+             \x20 ----     ------        ----               ----              -------\n\
+             \x20 Normal   Drained       5m                 drain-controller  cordoned\n\
+             \x20 Warning  DrainTimeout  60s (x3 over 10m)  drain-controller  too slow\n"
+        );
+    }
+
+    #[test]
+    fn events_are_asked_of_the_server_by_field_selector() {
+        assert_eq!(
+            events_path(&resources::NODE, "kube-system", "n1"),
+            "/api/v1/namespaces/default/events?fieldSelector=involvedObject%2Ename%3Dn1%2CinvolvedObject%2Ekind%3DNode"
+        );
+        assert!(events_path(&resources::EVENT, "ns1", "e1").starts_with("/api/v1/namespaces/ns1/events?"));
     }
 
     #[test]

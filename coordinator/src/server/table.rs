@@ -53,10 +53,11 @@ fn columns(r: &ResourceType) -> Vec<Col> {
         ],
         "NodeDisruptionBudget" => vec![
             name,
-            col("MinAvailable", "string", 0, "Nodes of each group that must stay available"),
-            col("MaxUnavailable", "string", 0, "Nodes of each group that may be unavailable at once"),
-            col("GroupBy", "string", 0, "Label keys that split the selected nodes into groups"),
+            col("Min Available", "string", 0, "Nodes of each group that must stay available"),
+            col("Max Unavailable", "string", 0, "Nodes of each group that may be unavailable at once"),
+            col("Allowed Disruptions", "integer", 0, "Nodes that may be disrupted now (with groupBy: the least of any group)"),
             age,
+            col("Group By", "string", 1, "Label keys that split the selected nodes into groups"),
             col("Selector", "string", 1, "Which nodes the budget covers"),
         ],
         "Event" => vec![
@@ -174,8 +175,9 @@ fn cells(r: &ResourceType, o: &Value, now: chrono::DateTime<chrono::Utc>) -> Vec
                 name,
                 int_or_string("/spec/minAvailable"),
                 int_or_string("/spec/maxUnavailable"),
-                json!(if group_by.is_empty() { "<none>".to_string() } else { group_by.join(",") }),
+                int("/status/disruptionsAllowed"),
                 age,
+                json!(if group_by.is_empty() { "<none>".to_string() } else { group_by.join(",") }),
                 json!(selector),
             ]
         }
