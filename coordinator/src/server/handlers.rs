@@ -291,10 +291,16 @@ async fn watch_handler(call: Call<'_>) -> Result<Response, ApiError> {
 async fn create(call: Call<'_>) -> Result<Response, ApiError> {
     call.authorize(Verb::Create).await?;
     let directive = Directive::from_params(&call.params)?;
-    let (mut obj, mut problems) = fields::decode_object(&call.headers, &call.body)?;
+    let (obj, mut problems) = fields::decode_object(&call.headers, &call.body)?;
     request::check_type(call.path.rt, &obj)?;
     problems.extend(fields::unknown_fields(call.path.rt, &obj).iter().map(|p| fields::unknown_field(p)));
     let warnings = directive.judge(call.path.rt, problems)?;
+    create_judged(&call, obj).await.map(|r| fields::with_warnings(r, &warnings)).map_err(|e| e.with_warnings(&warnings))
+}
+
+/// The rest of a create, once the body's unknown and repeated fields are judged: its answer,
+/// or its error, carries the warnings they earned.
+async fn create_judged(call: &Call<'_>, mut obj: Value) -> Result<Response, ApiError> {
     call.check_namespace(&mut obj)?;
     let mut name = objects::name_of(&obj).to_string();
     if name.is_empty() {
@@ -310,10 +316,10 @@ async fn create(call: Call<'_>) -> Result<Response, ApiError> {
     call.validate(&obj)?;
     objects::prepare_create(&mut obj, &call.path.store_namespace());
     if call.dry_run() {
-        return Ok(fields::with_warnings(respond(StatusCode::CREATED, obj), &warnings));
+        return Ok(respond(StatusCode::CREATED, obj));
     }
     let created = call.ctx.store.create(&call.key(&name), obj).await.map_err(|e| call.store_err(e, &name))?;
-    Ok(fields::with_warnings(respond_one(&call, StatusCode::CREATED, created), &warnings))
+    Ok(respond_one(call, StatusCode::CREATED, created))
 }
 
 fn precondition(obj: &Value) -> Result<Option<u64>, ApiError> {
@@ -335,8 +341,24 @@ async fn read_modify_write(
     name: &str,
     retry: bool,
     decision: Decision,
+    judged: (Directive, &[String]),
+    modify: impl FnMut(&Value) -> Result<Value, ApiError>,
+) -> Result<(Stored, Vec<String>), ApiError> {
+    let mut warned = Vec::new();
+    let out = read_modify_write_warned(call, name, retry, decision, judged, modify, &mut warned).await;
+    out.map_err(|e| e.with_warnings(&warned))
+}
+
+/// [`read_modify_write`], keeping in `warned` the warnings of the last attempt judged, for an
+/// error after them to carry.
+async fn read_modify_write_warned(
+    call: &Call<'_>,
+    name: &str,
+    retry: bool,
+    decision: Decision,
     (directive, problems): (Directive, &[String]),
     mut modify: impl FnMut(&Value) -> Result<Value, ApiError>,
+    warned: &mut Vec<String>,
 ) -> Result<(Stored, Vec<String>), ApiError> {
     let key = call.key(name);
     for _ in 0..CAS_RETRIES {
@@ -356,9 +378,11 @@ async fn read_modify_write(
             let added = fields::new_unknown_fields(call.path.rt, &stored, &next);
             found.extend(added.iter().map(|p| fields::unknown_field(p)));
             let warnings = directive.judge(call.path.rt, found)?;
+            warned.clone_from(&warnings);
             call.validate(&next)?;
             warnings
         };
+        warned.clone_from(&warnings);
         if decision == Decision::AllowStatusAndAnnotations {
             if !auth::only_status_and_annotations(&stored, &next) {
                 let mut e = call.forbidden(Verb::Update);
