@@ -717,3 +717,52 @@ async fn error_texts_name_the_field_and_kind() {
     assert_eq!(r.body["details"]["kind"], "MachineConfigPool");
     assert_eq!(get_ok(&admin, &MACHINE_CONFIG_POOL, "worker").await["spec"], ok.body["spec"]);
 }
+
+/// YAML bodies are checked for repeated keys as JSON ones are, with kube-apiserver's wording
+/// (`line N: key "x" already set in map`): Strict refuses and writes nothing, Warn writes (the
+/// last value wins) and warns.
+#[tokio::test]
+async fn repeated_yaml_keys_are_refused_under_strict_and_warned_under_warn() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let post = reqwest::Method::POST;
+    let mcs = path_of(&MACHINE_CONFIG, None);
+    let yaml = |name: &str| {
+        format!(
+            "apiVersion: machineconfiguration.openshift.io/v1\nkind: MachineConfig\nmetadata:\n  name: {name}\n  \
+             name: {name}-again\nspec: {{}}\n"
+        )
+    };
+    let before = list_names(&admin, &MACHINE_CONFIG).await;
+    let r =
+        raw(&c, post.clone(), &format!("{mcs}?fieldValidation=Strict"), "application/yaml", yaml("y").as_bytes()).await;
+    assert_eq!(r.code, 400, "{}", r.body);
+    let msg = r.body["message"].as_str().unwrap();
+    assert!(msg.contains("strict decoding error: line 5: key \"name\" already set in map"), "{msg}");
+    assert_eq!(list_names(&admin, &MACHINE_CONFIG).await, before, "nothing written");
+
+    let r = raw(&c, post, &mcs, "application/yaml", yaml("w").as_bytes()).await;
+    assert_eq!(r.code, 201, "{}", r.body);
+    assert_eq!(r.warnings, [r#"299 - "line 5: key \"name\" already set in map""#]);
+    assert_eq!(r.body["metadata"]["name"], "w-again", "the last value wins");
+}
+
+/// Warnings earned before a write is refused come with the error, as kube-apiserver sends them:
+/// an unknown field warned about, then a 422 for an invalid value (create and update).
+#[tokio::test]
+async fn warnings_come_with_the_error_that_follows_them() {
+    let c = Coordinator::start();
+    let pools = path_of(&MACHINE_CONFIG_POOL, None);
+    let bad = pool_with("warned", json!({"maxUnavailble": 3, "maxUnavailable": -1}));
+    let r = raw(&c, reqwest::Method::POST, &pools, "application/json", &serde_json::to_vec(&bad).unwrap()).await;
+    assert_eq!(r.code, 422, "{}", r.body);
+    assert_eq!(r.warnings, [r#"299 - "unknown field \"spec.maxUnavailble\"""#], "{}", r.body);
+
+    let good = pool_with("warned", json!({}));
+    let r = raw(&c, reqwest::Method::POST, &pools, "application/json", &serde_json::to_vec(&good).unwrap()).await;
+    assert_eq!(r.code, 201, "{}", r.body);
+    let one = path_of(&MACHINE_CONFIG_POOL, Some("warned"));
+    let r = raw(&c, reqwest::Method::PUT, &one, "application/json", &serde_json::to_vec(&bad).unwrap()).await;
+    assert_eq!(r.code, 422, "{}", r.body);
+    assert_eq!(r.warnings, [r#"299 - "unknown field \"spec.maxUnavailble\"""#], "{}", r.body);
+}

@@ -515,3 +515,43 @@ async fn kubectl_field_validation_and_unknown_kinds() {
     let err = k.fails(&["apply", "-f", &node_v2]);
     assert!(err.contains("no matches for kind \"Node\" in version \"v2\""), "{err}");
 }
+
+/// `kubectl delete` (background propagation) takes a pool's rendered config with it;
+/// `--cascade=orphan` leaves it, its reference to the pool removed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_delete_cascades_unless_orphan() {
+    let Some(exe) = kubectl_path() else { return };
+    let c = Coordinator::start();
+    let admin = c.client();
+    let k = Kubectl::new(exe, &c, Auth::Flags { token: c.admin_token() });
+    for role in ["worker", "master"] {
+        let pool = mco_file(&format!("bootstrap/{role}.machineconfigpool.yaml"));
+        let mc = mco_file(&format!("bootstrap/99_openshift-machineconfig_{role}.yaml"));
+        k.ok(&["apply", "-f", &pool, "-f", &mc]);
+    }
+    let rendered = |pool: &'static str| {
+        let admin = admin.clone();
+        async move {
+            eventually(Duration::from_secs(20), "the pool's rendered config", || async {
+                let p = get_ok(&admin, &MACHINE_CONFIG_POOL, pool).await;
+                Ok(p["spec"]["configuration"]["name"].as_str().map(str::to_string))
+            })
+            .await
+        }
+    };
+    let (worker, master) = (rendered("worker").await, rendered("master").await);
+
+    let out = k.ok(&["delete", "machineconfigpool", "worker", "--cascade=orphan"]);
+    assert!(out.contains("deleted"), "{out}");
+    let mc = get_ok(&admin, &MACHINE_CONFIG, &worker).await;
+    assert!(mc["metadata"].get("ownerReferences").is_none(), "orphaned: {mc}");
+
+    k.ok(&["delete", "machineconfigpool", "master"]);
+    eventually(Duration::from_secs(20), "the master pool's rendered config to go", || async {
+        let r = admin.get(&path_of(&MACHINE_CONFIG, Some(&master))).await?;
+        Ok((r.code == 404).then_some(()))
+    })
+    .await;
+    let out = k.ok(&["get", "machineconfig", &worker, "-o", "name"]);
+    assert!(out.contains(&worker), "the orphan stays: {out}");
+}

@@ -5,6 +5,7 @@
 //! elsewhere stays a string.
 
 use serde_json::Value;
+use std::cell::RefCell;
 
 /// Rewrite `mode: "0644"`-style values (YAML 1.1 octal, also `0o644`) into numbers, recursively.
 pub fn octal_modes(v: &mut Value) {
@@ -40,9 +41,208 @@ pub fn from_str(text: &str) -> Result<Value, yaml_serde::Error> {
     Ok(v)
 }
 
+/// A key a YAML mapping repeats, worded as kube-apiserver and kubectl word it (Go's YAML
+/// reader): `line 5: key "name" already set in map`.
+pub fn duplicate_key(line: usize, key: &str) -> String {
+    format!("line {line}: key {key:?} already set in map")
+}
+
+/// Repeated keys named with their line, at most this many (each line costs a parse of the
+/// document; the first few say what is wrong).
+const LINES_AT_MOST: usize = 16;
+
+/// One YAML document into JSON (as [`from_str`]), with the keys its mappings repeat, worded by
+/// [`duplicate_key`]. yaml_serde keeps the last value of a repeated key silently, as Go's
+/// non-strict reader does; a strict reader refuses the document, and the API server's
+/// `fieldValidation=Strict` and aloftctl's apply must be able to.
+pub fn from_str_checked(text: &str) -> Result<(Value, Vec<String>), yaml_serde::Error> {
+    let doc = || Some(yaml_serde::Deserializer::from_str(text));
+    checked(doc)
+}
+
+/// Every document of a multi-document `text`, as [`from_str_checked`] reads one, up to the first
+/// that fails to read; line numbers count from the start of `text`.
+pub fn documents_checked(text: &str) -> Vec<Result<(Value, Vec<String>), yaml_serde::Error>> {
+    let mut out = Vec::new();
+    for (i, de) in yaml_serde::Deserializer::from_str(text).enumerate() {
+        let read = read(de, None).map(|(v, keys)| {
+            if keys.is_empty() {
+                return finish(v, Vec::new());
+            }
+            // Only a document that repeats keys is read again (to name their lines).
+            let doc = || yaml_serde::Deserializer::from_str(text).nth(i);
+            finish(v, name_lines(&keys, doc))
+        });
+        let failed = read.is_err();
+        out.push(read);
+        // A stream that fails to parse keeps failing: the rest cannot be read.
+        if failed {
+            break;
+        }
+    }
+    out
+}
+
+fn checked<'a>(
+    doc: impl Fn() -> Option<yaml_serde::Deserializer<'a>>,
+) -> Result<(Value, Vec<String>), yaml_serde::Error> {
+    let Some(de) = doc() else { return Ok((Value::Null, Vec::new())) };
+    let (v, keys) = read(de, None)?;
+    let found = if keys.is_empty() { Vec::new() } else { name_lines(&keys, doc) };
+    Ok(finish(v, found))
+}
+
+fn finish(mut v: Value, found: Vec<String>) -> (Value, Vec<String>) {
+    octal_modes(&mut v);
+    (v, found)
+}
+
+/// The repeated `keys` (in reading order) worded with their lines. The reader knows where a key
+/// is only while it reads it: to name the line of repeat `i`, the document is read again and
+/// stopped there.
+fn name_lines<'a>(keys: &[String], doc: impl Fn() -> Option<yaml_serde::Deserializer<'a>>) -> Vec<String> {
+    keys.iter()
+        .enumerate()
+        .map(|(i, key)| {
+            let stopped = if i < LINES_AT_MOST { doc().map(|de| read(de, Some(i))) } else { None };
+            match stopped.and_then(|r| r.err()).and_then(|e| e.location()) {
+                Some(at) => duplicate_key(at.line(), key),
+                None => format!("key {key:?} already set in map"),
+            }
+        })
+        .collect()
+}
+
+/// Read a document, noting repeated keys (the last value wins); with `fail_at`, fail at that
+/// repeat instead (its error carries the key's location).
+fn read<'de>(
+    de: yaml_serde::Deserializer<'de>,
+    fail_at: Option<usize>,
+) -> Result<(Value, Vec<String>), yaml_serde::Error> {
+    let repeats = Repeats { keys: RefCell::new(Vec::new()), fail_at };
+    let v = serde::de::DeserializeSeed::deserialize(Seed { repeats: &repeats }, de)?;
+    Ok((v, repeats.keys.into_inner()))
+}
+
+struct Repeats {
+    keys: RefCell<Vec<String>>,
+    fail_at: Option<usize>,
+}
+
+/// Reads a value as serde_json's `Value` does, noting repeated keys in [`Repeats`].
+#[derive(Clone, Copy)]
+struct Seed<'a> {
+    repeats: &'a Repeats,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for Seed<'_> {
+    type Value = Value;
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Seed<'_> {
+    type Value = Value;
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("any YAML value")
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_string()))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(self)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut out = Vec::new();
+        while let Some(v) = seq.next_element_seed(self)? {
+            out.push(v);
+        }
+        Ok(Value::Array(out))
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut out = serde_json::Map::new();
+        while let Some(k) = map.next_key_seed(Key { repeats: self.repeats, seen: &out })? {
+            let v = map.next_value_seed(self)?;
+            out.insert(k, v);
+        }
+        Ok(Value::Object(out))
+    }
+}
+
+/// A mapping's key, checked against the keys before it while the reader is at it.
+struct Key<'a> {
+    repeats: &'a Repeats,
+    seen: &'a serde_json::Map<String, Value>,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for Key<'_> {
+    type Value = String;
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<String, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Key<'_> {
+    type Value = String;
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a string key")
+    }
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<String, E> {
+        if self.seen.contains_key(v) {
+            let mut keys = self.repeats.keys.borrow_mut();
+            if self.repeats.fail_at == Some(keys.len()) {
+                return Err(E::custom(format!("key {v:?} already set in map")));
+            }
+            keys.push(v.to_string());
+        }
+        Ok(v.to_string())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Repeated keys are named with their line (from the start of the text, 1-based, as Go's
+    /// reader counts), at any depth and in any document; the last value wins.
+    #[test]
+    fn repeated_keys_are_named_with_their_line() {
+        let text =
+            "apiVersion: v1\nkind: Node\nmetadata:\n  name: a\n  name: b\n  labels:\n    x: \"1\"\n    x: \"2\"\n";
+        let (v, found) = from_str_checked(text).unwrap();
+        assert_eq!(found, [r#"line 5: key "name" already set in map"#, r#"line 8: key "x" already set in map"#]);
+        assert_eq!(v["metadata"]["name"], "b", "the last wins");
+        assert_eq!(v["metadata"]["labels"]["x"], "2");
+        let two = "kind: A\n---\nkind: B\nspec:\n  files:\n  - mode: 0644\n    mode: 0600\n";
+        let docs: Vec<_> = documents_checked(two).into_iter().map(Result::unwrap).collect();
+        assert!(docs[0].1.is_empty());
+        assert_eq!(docs[1].1, [r#"line 7: key "mode" already set in map"#]);
+        assert_eq!(docs[1].0["spec"]["files"][0]["mode"], 384, "octal modes still read");
+        assert!(from_str_checked(two).is_err(), "a request body is one document");
+        assert!(from_str_checked("a: [").is_err(), "malformed YAML is still an error");
+    }
 
     #[test]
     fn modes_read_as_yaml_1_1() {

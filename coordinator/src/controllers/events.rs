@@ -13,6 +13,7 @@ use crate::server::objects;
 use crate::store::{revision_of, Key, Store, StoreError, Stored};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -31,6 +32,12 @@ pub mod reasons {
     pub const CANARY_SOAKING: &str = "CanarySoaking";
     pub const CIRCUIT_BROKEN: &str = "CircuitBroken";
     pub const PRESTAGE: &str = "Prestage";
+    /// On a gone owner: the garbage collector deleted its dependents (the reason Kubernetes'
+    /// workload controllers give their deletions: `kubectl get events` users know it).
+    pub const SUCCESSFUL_DELETE: &str = "SuccessfulDelete";
+    /// On a dependent whose owners are gone but which is kept: a rendered config a node or pool
+    /// still names (MCO never removes a config in use). Retried until nothing uses it.
+    pub const DELETE_DEFERRED: &str = "DeleteDeferred";
 }
 
 /// Normal or Warning.
@@ -43,17 +50,23 @@ pub enum EventType {
 /// The object an event is about.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Involved {
-    pub api_version: &'static str,
-    pub kind: &'static str,
+    /// Borrowed for the kinds the controllers know; owned for an owner the garbage collector
+    /// only knows from an ownerReference.
+    pub api_version: Cow<'static, str>,
+    pub kind: Cow<'static, str>,
     pub name: String,
 }
 
 impl Involved {
     pub fn node(name: &str) -> Self {
-        Involved { api_version: "v1", kind: "Node", name: name.to_string() }
+        Involved { api_version: "v1".into(), kind: "Node".into(), name: name.to_string() }
     }
     pub fn pool(name: &str) -> Self {
-        Involved { api_version: aloft_api::MCO_API_VERSION, kind: "MachineConfigPool", name: name.to_string() }
+        Involved {
+            api_version: aloft_api::MCO_API_VERSION.into(),
+            kind: "MachineConfigPool".into(),
+            name: name.to_string(),
+        }
     }
 }
 
@@ -180,7 +193,7 @@ async fn write_event(
             // Debug, not info: the Event is the record (`kubectl get events`), and the decisions
             // it reports are logged where they are made; a rollout of 10,000 nodes wrote each
             // pick twice to the log.
-            tracing::debug!(object = %about.name, kind = about.kind, %reason, %message, "event");
+            tracing::debug!(object = %about.name, kind = %about.kind, %reason, %message, "event");
             return Ok(());
         }
         Err(StoreError::AlreadyExists(_)) => {}

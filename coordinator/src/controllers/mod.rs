@@ -9,6 +9,7 @@ pub mod config_name;
 pub mod drain;
 pub mod event_ttl;
 pub mod events;
+pub mod gc;
 pub mod hooks;
 pub mod node;
 pub mod passes;
@@ -119,6 +120,9 @@ impl FleetFeed {
     }
 }
 
+/// The garbage collector's name in its Events (Kubernetes' is `garbage-collector-controller`).
+const GC_COMPONENT: &str = "aloft-garbage-collector";
+
 /// Start every controller.
 ///
 /// They run on a thread of their own, with a runtime of their own: on the API server's runtime a
@@ -136,6 +140,7 @@ pub fn spawn_all(store: Arc<dyn Store>, health: Arc<Health>) -> std::io::Result<
         Err(_) => None,
     };
     let (node_events, drain_events) = (recorder("aloft-node-controller"), recorder("aloft-drain-controller"));
+    let gc_events = recorder(GC_COMPONENT);
     std::thread::Builder::new().name("controllers".into()).spawn(move || {
         rt.block_on(async move {
             // Without a runtime to call from, the Events are written from this one.
@@ -143,14 +148,16 @@ pub fn spawn_all(store: Arc<dyn Store>, health: Arc<Health>) -> std::io::Result<
                 node_events.unwrap_or_else(|| events::Recorder::new("aloft-node-controller", store.clone()));
             let drain_events =
                 drain_events.unwrap_or_else(|| events::Recorder::new("aloft-drain-controller", store.clone()));
-            let (s1, s2, s3) = (store.clone(), store.clone(), store);
+            let gc_events = gc_events.unwrap_or_else(|| events::Recorder::new(GC_COMPONENT, store.clone()));
+            let (s1, s2, s3, s4) = (store.clone(), store.clone(), store.clone(), store);
             let beat = health.clone();
             let passes = health.passes().clone();
-            let (p1, p2, p3) = (passes.of("render"), passes.of("node"), passes.of("drain"));
-            futures::future::join4(
+            let (p1, p2, p3, p4) = (passes.of("render"), passes.of("node"), passes.of("drain"), passes.of("gc"));
+            futures::future::join5(
                 supervise("render", health.clone(), move || render::run(s1.clone(), p1.clone())),
                 supervise("node", health.clone(), move || node::run(s2.clone(), node_events.clone(), p2.clone())),
-                supervise("drain", health, move || drain::run(s3.clone(), drain_events.clone(), p3.clone())),
+                supervise("drain", health.clone(), move || drain::run(s3.clone(), drain_events.clone(), p3.clone())),
+                supervise("gc", health, move || gc::run(s4.clone(), gc_events.clone(), p4.clone())),
                 async move {
                     loop {
                         beat.beat();

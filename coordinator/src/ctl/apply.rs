@@ -41,10 +41,12 @@ pub fn read_objects(path: &str) -> Result<Vec<(String, Value)>> {
 /// `origin document N` (and `item K` of a `kind: List`), so that an error names the one at fault.
 fn parse_documents(origin: &str, text: &str, out: &mut Vec<(String, Value)>) -> Result<()> {
     let mut found = Vec::new();
-    for (i, doc) in yaml_serde::Deserializer::from_str(text).enumerate() {
-        let mut v: Value = serde::Deserialize::deserialize(doc)
-            .map_err(|e| anyhow!("{origin}: document {}: malformed YAML: {e}", i + 1))?;
-        crate::yaml::octal_modes(&mut v);
+    for (i, doc) in crate::yaml::documents_checked(text).into_iter().enumerate() {
+        let (v, repeated) = doc.map_err(|e| anyhow!("{origin}: document {}: malformed YAML: {e}", i + 1))?;
+        // kubectl refuses the file: a repeated key is a mistake, not a choice of its last value.
+        if !repeated.is_empty() {
+            bail!("{origin}: error converting YAML to JSON: yaml: unmarshal errors:\n  {}", repeated.join("\n  "));
+        }
         match v {
             Value::Null => continue,
             Value::Object(ref m) if m.get("kind").and_then(Value::as_str) == Some("List") => {
@@ -150,6 +152,15 @@ mod tests {
         assert_eq!(one[0].0, "g");
         assert!(parse_documents("f", "a: [", &mut Vec::new()).unwrap_err().to_string().contains("malformed YAML"));
         assert!(parse_documents("f", "- 1\n", &mut Vec::new()).is_err());
+        // A repeated key refuses the whole file, naming it, the line and the key (as kubectl).
+        let mut none = Vec::new();
+        let text = "kind: Node\nmetadata: {name: a}\n---\nkind: Node\nmetadata:\n  name: b\n  name: c\n";
+        let e = parse_documents("dup.yaml", text, &mut none).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "dup.yaml: error converting YAML to JSON: yaml: unmarshal errors:\n  line 7: key \"name\" already set in map"
+        );
+        assert!(none.is_empty(), "nothing from that file");
         let mut o = json!({"metadata": {"name": "a"}});
         annotate_last_applied(&mut o).unwrap();
         assert_eq!(last_applied(&o), Some(json!({"metadata": {"name": "a"}})));

@@ -65,7 +65,7 @@ fn text<'a>(v: &'a Value, pointer: &str) -> &'a str {
 }
 
 /// A config the render controller made: named `rendered-…` or owned by a pool.
-fn owner_pool(mc: &Value) -> Option<String> {
+pub fn owner_pool(mc: &Value) -> Option<String> {
     let owners = mc.pointer("/metadata/ownerReferences").and_then(Value::as_array);
     if let Some(o) = owners.into_iter().flatten().find(|o| text(o, "/kind") == "MachineConfigPool") {
         return Some(text(o, "/name").to_string());
@@ -74,37 +74,50 @@ fn owner_pool(mc: &Value) -> Option<String> {
     Some(rest.rsplit_once('-').map_or(rest, |(pool, _hash)| pool).to_string())
 }
 
+/// The node annotations that name a rendered config the node is on, is moving to, or fetches
+/// ahead of its update: a config any of them names is in use.
+pub const NODE_CONFIG_ANNOTATIONS: [&str; 4] =
+    [ann::CURRENT_CONFIG, ann::DESIRED_CONFIG, ann::PRESTAGE_CONFIG, ann::PRESTAGED_CONFIG];
+
+/// Who uses the config `name`: the pools that name it (with where), and the nodes, sorted. One
+/// answer for `adm prune` and the garbage collector ([`crate::controllers::gc`]), so neither
+/// deletes a config the other would keep.
+pub fn users(name: &str, pools: &[Value], nodes: &[Value]) -> (Vec<(String, &'static str)>, Vec<String>) {
+    let mut using_pools = Vec::new();
+    for p in pools {
+        let pname = text(p, "/metadata/name");
+        for (part, ptr) in [("spec", "/spec/configuration/name"), ("status", "/status/configuration/name")] {
+            if text(p, ptr) == name {
+                using_pools.push((pname.to_string(), part));
+            }
+        }
+    }
+    let mut using_nodes: Vec<String> = nodes
+        .iter()
+        .filter(|n| {
+            let annotations = n.pointer("/metadata/annotations");
+            NODE_CONFIG_ANNOTATIONS
+                .iter()
+                .any(|k| annotations.and_then(|a| a.get(*k)).and_then(Value::as_str) == Some(name))
+        })
+        .map(|n| text(n, "/metadata/name").to_string())
+        .collect();
+    using_nodes.sort();
+    (using_pools, using_nodes)
+}
+
+/// `mc` with what uses it, when it is a rendered config (see [`owner_pool`]).
+pub fn rendered(mc: &Value, pools: &[Value], nodes: &[Value]) -> Option<Rendered> {
+    let pool = owner_pool(mc)?;
+    let name = text(mc, "/metadata/name").to_string();
+    let (pools, nodes) = users(&name, pools, nodes);
+    let created = text(mc, "/metadata/creationTimestamp").to_string();
+    Some(Rendered { name, pool, created, pools, nodes })
+}
+
 /// Every rendered config among `mcs`, with what uses it, by pool, oldest first.
 pub fn inventory(mcs: &[Value], pools: &[Value], nodes: &[Value]) -> Vec<Rendered> {
-    let mut out: Vec<Rendered> = mcs
-        .iter()
-        .filter_map(|mc| {
-            let pool = owner_pool(mc)?;
-            let name = text(mc, "/metadata/name").to_string();
-            let mut using_pools = Vec::new();
-            for p in pools {
-                let pname = text(p, "/metadata/name");
-                for (part, ptr) in [("spec", "/spec/configuration/name"), ("status", "/status/configuration/name")] {
-                    if text(p, ptr) == name {
-                        using_pools.push((pname.to_string(), part));
-                    }
-                }
-            }
-            let mut using_nodes: Vec<String> = nodes
-                .iter()
-                .filter(|n| {
-                    let annotations = n.pointer("/metadata/annotations");
-                    [ann::CURRENT_CONFIG, ann::DESIRED_CONFIG, ann::PRESTAGE_CONFIG, ann::PRESTAGED_CONFIG]
-                        .iter()
-                        .any(|k| annotations.and_then(|a| a.get(*k)).and_then(Value::as_str) == Some(name.as_str()))
-                })
-                .map(|n| text(n, "/metadata/name").to_string())
-                .collect();
-            using_nodes.sort();
-            let created = text(mc, "/metadata/creationTimestamp").to_string();
-            Some(Rendered { name, pool, created, pools: using_pools, nodes: using_nodes })
-        })
-        .collect();
+    let mut out: Vec<Rendered> = mcs.iter().filter_map(|mc| rendered(mc, pools, nodes)).collect();
     out.sort_by(|a, b| (&a.pool, &a.created, &a.name).cmp(&(&b.pool, &b.created, &b.name)));
     out
 }

@@ -10,11 +10,19 @@ use axum::response::{IntoResponse, Response};
 #[derive(Debug)]
 pub struct ApiError {
     pub status: Box<Status>,
+    /// Sent as `Warning` headers with the error, as kube-apiserver sends the warnings a request
+    /// earned before it was refused (an unknown field warned about, then a 422).
+    pub warnings: Vec<String>,
 }
 
 impl ApiError {
     fn new(code: u16, reason: &str, message: impl Into<String>) -> Self {
-        ApiError { status: Box::new(Status::failure(code, reason, message)) }
+        ApiError { status: Box::new(Status::failure(code, reason, message)), warnings: Vec::new() }
+    }
+    /// This error, with the warnings computed before it to send along.
+    pub fn with_warnings(mut self, warnings: &[String]) -> Self {
+        self.warnings.extend_from_slice(warnings);
+        self
     }
     pub fn bad_request(message: impl Into<String>) -> Self {
         Self::new(400, "BadRequest", message)
@@ -90,6 +98,7 @@ pub fn cause(field: &str, reason: &str, message: impl Into<String>) -> StatusCau
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let code = StatusCode::from_u16(self.status.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        (code, axum::Json(*self.status)).into_response()
+        let response = (code, axum::Json(*self.status)).into_response();
+        super::fields::with_warnings(response, &self.warnings)
     }
 }

@@ -238,10 +238,20 @@ pub fn parse_json(body: &[u8]) -> Result<(Value, Vec<String>), serde_json::Error
     Ok((v, dups.into_inner().into_iter().map(|p| duplicate_field(&p)).collect()))
 }
 
-/// [`super::request::decode_object`], with the duplicate keys of a JSON body.
+/// [`super::request::decode_object`], with the keys a JSON or YAML body repeats (worded as
+/// kube-apiserver words each: `json: duplicate field "x"`, `line 5: key "x" already set in map`).
 pub fn decode_object(headers: &HeaderMap, body: &[u8]) -> Result<(Value, Vec<String>), ApiError> {
     let ctype = headers.get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("application/json");
-    if ctype.contains("yaml") || !(ctype.contains("json") || ctype.is_empty()) {
+    if ctype.contains("yaml") {
+        let text = std::str::from_utf8(body).map_err(|_| ApiError::bad_request("request body is not UTF-8"))?;
+        let (v, dups) = crate::yaml::from_str_checked(text)
+            .map_err(|e| ApiError::bad_request(format!("malformed YAML in request body: {e}")))?;
+        if !v.is_object() {
+            return Err(ApiError::bad_request("request body must be a JSON object"));
+        }
+        return Ok((v, dups));
+    }
+    if !(ctype.contains("json") || ctype.is_empty()) {
         return Ok((super::request::decode_object(headers, body)?, Vec::new()));
     }
     let (v, dups) =

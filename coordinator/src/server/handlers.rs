@@ -291,10 +291,16 @@ async fn watch_handler(call: Call<'_>) -> Result<Response, ApiError> {
 async fn create(call: Call<'_>) -> Result<Response, ApiError> {
     call.authorize(Verb::Create).await?;
     let directive = Directive::from_params(&call.params)?;
-    let (mut obj, mut problems) = fields::decode_object(&call.headers, &call.body)?;
+    let (obj, mut problems) = fields::decode_object(&call.headers, &call.body)?;
     request::check_type(call.path.rt, &obj)?;
     problems.extend(fields::unknown_fields(call.path.rt, &obj).iter().map(|p| fields::unknown_field(p)));
     let warnings = directive.judge(call.path.rt, problems)?;
+    create_judged(&call, obj).await.map(|r| fields::with_warnings(r, &warnings)).map_err(|e| e.with_warnings(&warnings))
+}
+
+/// The rest of a create, once the body's unknown and repeated fields are judged: its answer,
+/// or its error, carries the warnings they earned.
+async fn create_judged(call: &Call<'_>, mut obj: Value) -> Result<Response, ApiError> {
     call.check_namespace(&mut obj)?;
     let mut name = objects::name_of(&obj).to_string();
     if name.is_empty() {
@@ -310,10 +316,10 @@ async fn create(call: Call<'_>) -> Result<Response, ApiError> {
     call.validate(&obj)?;
     objects::prepare_create(&mut obj, &call.path.store_namespace());
     if call.dry_run() {
-        return Ok(fields::with_warnings(respond(StatusCode::CREATED, obj), &warnings));
+        return Ok(respond(StatusCode::CREATED, obj));
     }
     let created = call.ctx.store.create(&call.key(&name), obj).await.map_err(|e| call.store_err(e, &name))?;
-    Ok(fields::with_warnings(respond_one(&call, StatusCode::CREATED, created), &warnings))
+    Ok(respond_one(call, StatusCode::CREATED, created))
 }
 
 fn precondition(obj: &Value) -> Result<Option<u64>, ApiError> {
@@ -335,8 +341,24 @@ async fn read_modify_write(
     name: &str,
     retry: bool,
     decision: Decision,
+    judged: (Directive, &[String]),
+    modify: impl FnMut(&Value) -> Result<Value, ApiError>,
+) -> Result<(Stored, Vec<String>), ApiError> {
+    let mut warned = Vec::new();
+    let out = read_modify_write_warned(call, name, retry, decision, judged, modify, &mut warned).await;
+    out.map_err(|e| e.with_warnings(&warned))
+}
+
+/// [`read_modify_write`], keeping in `warned` the warnings of the last attempt judged, for an
+/// error after them to carry.
+async fn read_modify_write_warned(
+    call: &Call<'_>,
+    name: &str,
+    retry: bool,
+    decision: Decision,
     (directive, problems): (Directive, &[String]),
     mut modify: impl FnMut(&Value) -> Result<Value, ApiError>,
+    warned: &mut Vec<String>,
 ) -> Result<(Stored, Vec<String>), ApiError> {
     let key = call.key(name);
     for _ in 0..CAS_RETRIES {
@@ -356,9 +378,11 @@ async fn read_modify_write(
             let added = fields::new_unknown_fields(call.path.rt, &stored, &next);
             found.extend(added.iter().map(|p| fields::unknown_field(p)));
             let warnings = directive.judge(call.path.rt, found)?;
+            warned.clone_from(&warnings);
             call.validate(&next)?;
             warnings
         };
+        warned.clone_from(&warnings);
         if decision == Decision::AllowStatusAndAnnotations {
             if !auth::only_status_and_annotations(&stored, &next) {
                 let mut e = call.forbidden(Verb::Update);
@@ -433,13 +457,45 @@ async fn patch(call: Call<'_>) -> Result<Response, ApiError> {
     Ok(fields::with_warnings(respond_one(&call, StatusCode::OK, out), &warnings))
 }
 
+/// Whether a DELETE orphans the object's dependents (`propagationPolicy: Orphan`, or the older
+/// `orphanDependents: true`), checked as kube-apiserver checks DeleteOptions. Background (the
+/// default) and Foreground leave the dependents to the garbage collector
+/// ([`crate::controllers::gc`]); aloft has no finalizers to hold the owner until they are gone,
+/// so Foreground deletes the owner first, as Background does.
+fn propagation(policy: Option<&str>, orphan_dependents: Option<bool>) -> Result<bool, ApiError> {
+    let invalid = |field: &str, reason: &str, message: String| {
+        ApiError::invalid("DeleteOptions.meta.k8s.io", "", vec![super::error::cause(field, reason, message)])
+    };
+    if let (Some(_), Some(o)) = (policy, orphan_dependents) {
+        return Err(invalid(
+            "orphanDependents",
+            "FieldValueInvalid",
+            format!("Invalid value: {o}: OrphanDependents and PropagationPolicy cannot both be set"),
+        ));
+    }
+    match policy {
+        None => Ok(orphan_dependents == Some(true)),
+        Some(p) if crate::controllers::gc::PROPAGATION_POLICIES.contains(&p) => {
+            Ok(crate::controllers::gc::orphans(Some(p)))
+        }
+        Some(p) => Err(invalid(
+            "propagationPolicy",
+            "FieldValueNotSupported",
+            format!("Unsupported value: {p:?}: supported values: \"Foreground\", \"Background\", \"Orphan\""),
+        )),
+    }
+}
+
 async fn delete(call: Call<'_>) -> Result<Response, ApiError> {
     call.authorize(Verb::Delete).await?;
     let name = call.path.name.clone().unwrap_or_default();
     let mut expected = None;
     let mut uid = None;
-    // dryRun comes as a query parameter, or inside DeleteOptions (what client-go sends).
+    // dryRun and propagationPolicy come as query parameters, or inside DeleteOptions (what
+    // client-go and kubectl send).
     let mut dry_run = call.dry_run();
+    let mut policy = call.params.get("propagationPolicy").cloned();
+    let mut orphan_dependents = None;
     if !call.body.is_empty() {
         let opts: Value = serde_json::from_slice(&call.body)
             .map_err(|e| ApiError::bad_request(format!("malformed DeleteOptions: {e}")))?;
@@ -451,8 +507,13 @@ async fn delete(call: Call<'_>) -> Result<Response, ApiError> {
         }
         uid = opts.pointer("/preconditions/uid").and_then(Value::as_str).map(str::to_string);
         dry_run |= opts.get("dryRun").and_then(Value::as_array).is_some_and(|a| a.iter().any(|v| v == "All"));
+        if let Some(p) = opts.get("propagationPolicy").and_then(Value::as_str) {
+            policy = Some(p.to_string());
+        }
+        orphan_dependents = opts.get("orphanDependents").and_then(Value::as_bool);
     }
-    if dry_run || uid.is_some() {
+    let orphan = propagation(policy.as_deref(), orphan_dependents)?;
+    if dry_run || uid.is_some() || orphan {
         let stored = call.stored(&name).await?;
         if let Some(uid) = uid {
             if stored.pointer("/metadata/uid").and_then(Value::as_str) != Some(uid.as_str()) {
@@ -464,8 +525,19 @@ async fn delete(call: Call<'_>) -> Result<Response, ApiError> {
             }
             expected = expected.or(revision_of(&stored));
         }
+        if let Some(want) = expected.filter(|want| Some(*want) != revision_of(&stored)) {
+            let stored_rev = revision_of(&stored).unwrap_or_default();
+            let e = StoreError::Conflict { have: want, stored: stored_rev };
+            return Err(call.store_err(e, &name));
+        }
         if dry_run {
             return Ok(respond_one(&call, StatusCode::OK, stored));
+        }
+        if orphan {
+            let orphaned = crate::controllers::gc::orphan(&call.ctx.store, call.path.rt, &stored)
+                .await
+                .map_err(|e| call.store_err(e, &name))?;
+            tracing::info!(owner = %name, kind = call.path.rt.kind, dependents = orphaned.len(), "dependents orphaned");
         }
     }
     let deleted = call.ctx.store.delete(&call.key(&name), expected).await.map_err(|e| call.store_err(e, &name))?;

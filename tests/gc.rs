@@ -1,0 +1,156 @@
+//! Garbage collection by ownerReferences, as Kubernetes does it: deleting a pool deletes the
+//! rendered configs it owns (background propagation), except one a node is on; an object with
+//! one owner still there stays; `propagationPolicy=Orphan` keeps the dependents, their
+//! references to the deleted owner removed. (`kubectl delete --cascade=orphan`: tests/kubectl.rs.)
+
+use aloft_coordinator::resources::{EVENT, MACHINE_CONFIG, MACHINE_CONFIG_POOL, NODE};
+use aloft_tests::*;
+use serde_json::{json, Value};
+use std::time::Duration;
+
+/// A pool `infra` rendered twice (one MachineConfig, then two): its two rendered configs, oldest first.
+async fn pool_rendered_twice(admin: &aloft_client::Client) -> (String, String) {
+    let post = |rt, obj: Value| async move {
+        admin.post(&path_of(rt, None), &obj).await.unwrap().into_result().unwrap();
+    };
+    post(&MACHINE_CONFIG, machine_config("50-infra-a", "infra")).await;
+    post(&MACHINE_CONFIG_POOL, machine_config_pool("infra", "infra")).await;
+    let first = rendered_target(admin, None).await;
+    let mut second = machine_config("51-infra-b", "infra");
+    second["spec"]["kernelArguments"] = json!(["nosmt"]);
+    post(&MACHINE_CONFIG, second).await;
+    let second = rendered_target(admin, Some(&first)).await;
+    (first, second)
+}
+
+/// The pool's `spec.configuration.name`, once it is set and not `previous`.
+async fn rendered_target(admin: &aloft_client::Client, previous: Option<&str>) -> String {
+    eventually(Duration::from_secs(20), "the pool's rendered config", || async {
+        let p = get_ok(admin, &MACHINE_CONFIG_POOL, "infra").await;
+        let name = p["spec"]["configuration"]["name"].as_str().unwrap_or("").to_string();
+        Ok((!name.is_empty() && Some(name.as_str()) != previous).then_some(name))
+    })
+    .await
+}
+
+async fn exists(admin: &aloft_client::Client, name: &str) -> bool {
+    let r = admin.get(&path_of(&MACHINE_CONFIG, Some(name))).await.unwrap();
+    assert!(r.code == 200 || r.code == 404, "{}", r.body);
+    r.code == 200
+}
+
+/// Deleting a pool deletes the rendered config nothing uses, and keeps the one a node is on,
+/// with an Event for each; the kept one goes once the node moves on.
+#[tokio::test]
+async fn deleting_a_pool_collects_its_unused_rendered_configs() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let (first, second) = pool_rendered_twice(&admin).await;
+    // A node (outside the pool: nothing updates it) still on the first config.
+    let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1",
+        "annotations": {"machineconfiguration.openshift.io/currentConfig": first}}});
+    admin.post(&path_of(&NODE, None), &node).await.unwrap().into_result().unwrap();
+
+    let r = admin.delete(&path_of(&MACHINE_CONFIG_POOL, Some("infra"))).await.unwrap();
+    assert_eq!(r.code, 200, "{}", r.body);
+    eventually(Duration::from_secs(20), "the unused rendered config to go", || async {
+        Ok((!exists(&admin, &second).await).then_some(()))
+    })
+    .await;
+    assert!(exists(&admin, &first).await, "a config a node is on is never deleted");
+    for user in ["50-infra-a", "51-infra-b"] {
+        assert!(exists(&admin, user).await, "{user} has no owner: never touched");
+    }
+    let events = eventually(Duration::from_secs(20), "the garbage collector's Events", || async {
+        let list = admin.get(&path_of(&EVENT, None)).await?.into_result()?;
+        let mine: Vec<Value> = list["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|e| e["source"]["component"] == "aloft-garbage-collector")
+            .cloned()
+            .collect();
+        Ok((mine.len() >= 2).then_some(mine))
+    })
+    .await;
+    let by_reason = |reason: &str| events.iter().find(|e| e["reason"] == reason).cloned().unwrap();
+    let deleted = by_reason("SuccessfulDelete");
+    assert_eq!(deleted["involvedObject"]["kind"], "MachineConfigPool");
+    assert_eq!(deleted["involvedObject"]["name"], "infra");
+    assert!(deleted["message"].as_str().unwrap().contains(&second), "{deleted}");
+    let kept = by_reason("DeleteDeferred");
+    assert_eq!(kept["involvedObject"]["name"], first.as_str());
+    assert!(kept["message"].as_str().unwrap().contains("node n1"), "{kept}");
+
+    // The node moves on: the config goes (within a resync: Nodes are not watched).
+    let patch = json!({"metadata": {"annotations": {"machineconfiguration.openshift.io/currentConfig": null}}});
+    let n = path_of(&NODE, Some("n1"));
+    admin.patch(&n, "application/merge-patch+json", &patch).await.unwrap().into_result().unwrap();
+    eventually(Duration::from_secs(45), "the config no node is on any more to go", || async {
+        Ok((!exists(&admin, &first).await).then_some(()))
+    })
+    .await;
+}
+
+/// An object with two owners, one deleted, stays: one owner is still there.
+#[tokio::test]
+async fn an_object_with_one_live_owner_stays() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let (_, second) = pool_rendered_twice(&admin).await;
+    let other = admin
+        .post(&path_of(&MACHINE_CONFIG_POOL, None), &machine_config_pool("other", "other"))
+        .await
+        .unwrap()
+        .into_result()
+        .unwrap();
+    let infra = get_ok(&admin, &MACHINE_CONFIG_POOL, "infra").await;
+    let owner = |p: &Value| {
+        json!({"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfigPool",
+            "name": p["metadata"]["name"], "uid": p["metadata"]["uid"]})
+    };
+    let mut shared = machine_config("60-shared", "none");
+    shared["metadata"]["ownerReferences"] = json!([owner(&infra), owner(&other)]);
+    admin.post(&path_of(&MACHINE_CONFIG, None), &shared).await.unwrap().into_result().unwrap();
+
+    admin.delete(&path_of(&MACHINE_CONFIG_POOL, Some("infra"))).await.unwrap().into_result().unwrap();
+    eventually(Duration::from_secs(20), "the pool's rendered config to go", || async {
+        Ok((!exists(&admin, &second).await).then_some(()))
+    })
+    .await;
+    assert!(exists(&admin, "60-shared").await, "one owner is still there");
+    // Its last owner goes: so does it.
+    admin.delete(&path_of(&MACHINE_CONFIG_POOL, Some("other"))).await.unwrap().into_result().unwrap();
+    eventually(Duration::from_secs(20), "the object whose owners are all gone to go", || async {
+        Ok((!exists(&admin, "60-shared").await).then_some(()))
+    })
+    .await;
+}
+
+/// `?propagationPolicy=Orphan` keeps the dependents, without their references to the pool; a
+/// policy aloft does not know is refused, and deletes nothing.
+#[tokio::test]
+async fn an_orphaning_delete_keeps_the_dependents_without_their_owner() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let (first, second) = pool_rendered_twice(&admin).await;
+    let pool = path_of(&MACHINE_CONFIG_POOL, Some("infra"));
+    let r = admin.delete(&format!("{pool}?propagationPolicy=Sideways")).await.unwrap();
+    assert_status(&r, 422, "Invalid", "an unknown propagationPolicy");
+    assert!(
+        r.body["message"].as_str().unwrap().contains("propagationPolicy: Unsupported value: \"Sideways\""),
+        "{}",
+        r.body
+    );
+    get_ok(&admin, &MACHINE_CONFIG_POOL, "infra").await;
+
+    let r = admin.delete(&format!("{pool}?propagationPolicy=Orphan")).await.unwrap();
+    assert_eq!(r.code, 200, "{}", r.body);
+    for name in [&first, &second] {
+        let mc = get_ok(&admin, &MACHINE_CONFIG, name).await;
+        assert!(mc["metadata"].get("ownerReferences").is_none(), "{mc}");
+    }
+    // Nor does a later pass take them (the controller runs after each deletion).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(exists(&admin, &first).await && exists(&admin, &second).await);
+}
