@@ -49,7 +49,7 @@ async fn readyz_lists_the_store_and_every_controller_and_rejects_unknown_checks(
     })
     .await;
     let want = "[+]ping ok\n[+]store ok\n[+]controllers ok\n[+]controller/drain ok\n\
-                [+]controller/event-ttl ok\n[+]controller/node ok\n[+]controller/render ok\nreadyz check passed\n";
+                [+]controller/event-ttl ok\n[+]controller/gc ok\n[+]controller/node ok\n[+]controller/render ok\nreadyz check passed\n";
     assert_eq!(body, want, "no token needed; each check on its line");
 
     assert_eq!(raw(&c, "/readyz", None).await, (200, "text/plain; charset=utf-8".into(), "ok".into()));
@@ -125,7 +125,7 @@ async fn metrics_carry_each_pools_status_for_admins_and_viewers_only() {
         );
     }
     assert_eq!(sample(&text, "aloft_pool_paused{pool=\"worker\"}"), Some(0), "{text}");
-    for controller in ["render", "node", "drain", "event-ttl"] {
+    for controller in ["render", "node", "drain", "event-ttl", "gc"] {
         assert_eq!(sample(&text, &format!("aloft_controller_up{{controller=\"{controller}\"}}")), Some(1), "{text}");
         let restarts = format!("aloft_controller_restarts_total{{controller=\"{controller}\"}}");
         assert_eq!(sample(&text, &restarts), Some(0), "{text}");

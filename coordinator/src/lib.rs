@@ -5,6 +5,7 @@
 
 pub mod auth;
 pub mod bench;
+pub mod config_use;
 pub mod controllers;
 pub mod ctl;
 pub mod fsutil;

@@ -143,6 +143,11 @@ impl Derive for aloft_api::NodeDisruptionBudget {
             ..Default::default()
         })
     }
+    /// A budget's status (the node controller writes it, at most once a second in a rollout)
+    /// changes no decision; a pass for each such write read the whole fleet for nothing.
+    fn same_for_decisions(old: (&Self, &()), new: (&Self, &())) -> bool {
+        old.0.metadata.name == new.0.metadata.name && old.0.spec == new.0.spec
+    }
 }
 
 /// Objects of one resource by name, kept raw (to write back exactly), typed, and derived, in
@@ -472,6 +477,20 @@ mod tests {
         assert_eq!(pools.layout_version, v, "a status write keeps the layout");
         pools.apply(&pool(3, "infra", 2));
         assert!(pools.layout_version > v, "a new node selector changes membership");
+    }
+
+    /// A budget's status write asks for no pass; a change of its spec does.
+    #[test]
+    fn only_a_budgets_spec_is_news() {
+        let ev = |rev: u64, max: i64, allowed: i64| {
+            let budget = json!({"metadata": {"name": "db", "resourceVersion": rev.to_string()},
+                "spec": {"maxUnavailable": max}, "status": {"disruptionsAllowed": allowed}});
+            Event::new(rev, Key::cluster("/nodedisruptionbudgets", "db"), EventType::Modified, budget)
+        };
+        let mut budgets: Cache<aloft_api::NodeDisruptionBudget> = empty();
+        assert!(budgets.apply(&ev(1, 1, 1)), "a new budget");
+        assert!(!budgets.apply(&ev(2, 1, 0)), "its status only");
+        assert!(budgets.apply(&ev(3, 2, 0)), "its spec");
     }
 
     /// A budget whose status does not parse still holds back its nodes.

@@ -10,10 +10,16 @@
 //! kind aloft does not serve, or a namespaced owner of a cluster-scoped dependent, cannot be
 //! looked up: such a dependent is kept, as Kubernetes keeps it.
 //!
+//! A reference without a `uid` never makes its object garbage: Kubernetes refuses such a
+//! reference at admission, and aloft stores what it is given. Without the uid, an owner not
+//! created yet (a manifest applied dependents first) reads as one that is gone, and the
+//! collector would delete what the user just applied. The render controller's references carry
+//! the pool's uid.
+//!
 //! One exception, MCO's: a MachineConfig a node is on, is moving to or fetches ahead, or that a
 //! pool names, is never deleted, owner or not (a node whose config vanished could not be
 //! updated or checked any more). It is kept with a `DeleteDeferred` Event and tried again on
-//! every pass until nothing uses it. "In use" is [`crate::ctl::prune::users`], the same answer
+//! every pass until nothing uses it. "In use" is [`crate::config_use::users`], the same answer
 //! `aloftctl adm prune renderedmachineconfigs` gives.
 //!
 //! `kubectl delete --cascade=orphan` (propagationPolicy Orphan) is the API server's part: it
@@ -187,11 +193,12 @@ fn describe(gone: &Value) -> String {
     format!("{} {}", text(gone, "/kind"), text(gone, "/name"))
 }
 
-/// Every stored object with ownerReferences. Only the objects whose JSON mentions the field are
-/// parsed: a pass reads every kind, Events and a fleet's Nodes included.
+/// Every stored object with ownerReferences, Events aside (they expire by `--event-ttl`, and a
+/// store holds tens of thousands after a few large rollouts, read from the file, not memory).
+/// Only the objects whose JSON mentions the field are parsed: a fleet's Nodes are read too.
 async fn dependents(store: &Arc<dyn Store>) -> Result<Vec<Dependent>, StoreError> {
     let mut out = Vec::new();
-    for rt in resources::ALL {
+    for rt in resources::ALL.iter().filter(|r| **r != EVENT) {
         let listing = store.list_json(&rt.store_key(), None).await?;
         for json in listing.items.iter().filter(|j| j.contains("\"ownerReferences\"")) {
             let Ok(obj) = serde_json::from_str::<Value>(json) else { continue };
@@ -215,6 +222,10 @@ impl Owners {
     /// cannot be looked up (then nothing says it is gone).
     async fn all_gone(&mut self, store: &Arc<dyn Store>, d: &Dependent) -> Result<Option<Value>, StoreError> {
         for r in d.refs() {
+            if text(r, "/uid").is_empty() {
+                tracing::debug!(object = %name_of(&d.obj), owner = %r, "owner reference without a uid; kept");
+                return Ok(None);
+            }
             let Some(key) = owner_key(d, r) else {
                 tracing::debug!(object = %name_of(&d.obj), owner = %r, "owner cannot be looked up; kept");
                 return Ok(None);
@@ -269,8 +280,8 @@ impl ConfigUsers {
         if *d.rt != MACHINE_CONFIG {
             return None;
         }
-        let (pools, nodes) = crate::ctl::prune::users(name_of(&d.obj), &self.pools, &self.nodes);
-        let usage = crate::ctl::prune::Rendered {
+        let (pools, nodes) = crate::config_use::users(name_of(&d.obj), &self.pools, &self.nodes);
+        let usage = crate::config_use::Rendered {
             name: name_of(&d.obj).to_string(),
             pool: String::new(),
             created: String::new(),
@@ -406,6 +417,11 @@ mod tests {
         foreign["metadata"]["ownerReferences"] =
             json!([{"apiVersion": "apps/v1", "kind": "Deployment", "name": "x", "uid": "u"}]);
         put(&store, &MACHINE_CONFIG, foreign).await;
+        // No uid: its owner may be about to be created (Kubernetes would refuse the reference).
+        let mut unsure = mc("no-uid", &[]);
+        unsure["metadata"]["ownerReferences"] =
+            json!([{"apiVersion": aloft_api::MCO_API_VERSION, "kind": "MachineConfigPool", "name": "later"}]);
+        put(&store, &MACHINE_CONFIG, unsure).await;
         let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1",
             "annotations": {aloft_api::annotations::CURRENT_CONFIG: "rendered-infra-used"}}});
         put(&store, &NODE, node).await;
@@ -417,7 +433,10 @@ mod tests {
         let keys = |v: &[Key]| v.iter().map(|k| k.name.clone()).collect::<Vec<_>>();
         assert_eq!(keys(&out.deleted), ["rendered-infra-a"]);
         assert_eq!(keys(&out.deferred), ["rendered-infra-used"]);
-        assert_eq!(names(&store).await, ["99-user", "foreign", "rendered-infra-used", "rendered-worker-a", "shared"]);
+        assert_eq!(
+            names(&store).await,
+            ["99-user", "foreign", "no-uid", "rendered-infra-used", "rendered-worker-a", "shared"]
+        );
 
         // The node moves on: the config goes at the next pass.
         let node_key = Key::cluster(&NODE.store_key(), "n1");
