@@ -62,16 +62,23 @@ fn degraded_status(status: &mut MachineConfigPoolStatus, message: Option<String>
         },
         &now,
     );
-    // Degraded summarises RenderDegraded here; the node controller adds NodeDegraded to it.
-    let node_degraded =
-        aloft_api::meta::find_condition(&status.conditions, cond::NODE_DEGRADED).is_some_and(|c| c.is_true());
-    let degraded = message.is_some() || node_degraded;
+    // Degraded summarises RenderDegraded and NodeDegraded, worded as the node controller words
+    // it: a render that leaves nodes degraded must not blank the node controller's message
+    // (`aloftctl rollout status` reported "pool worker is degraded: " in between).
+    let node_degraded = aloft_api::meta::find_condition(&status.conditions, cond::NODE_DEGRADED)
+        .filter(|c| c.is_true())
+        .map(|c| c.message.clone());
+    let (degraded, reason, msg) = match (message.is_some(), node_degraded) {
+        (true, _) => (true, "RenderFailed", msg),
+        (false, Some(m)) => (true, "NodeDegraded", m),
+        (false, None) => (false, "", String::new()),
+    };
     changed |= set_condition(
         &mut status.conditions,
         Condition {
             type_: cond::DEGRADED.into(),
             status: if degraded { "True" } else { "False" }.into(),
-            reason: if message.is_some() { "RenderFailed".into() } else { String::new() },
+            reason: reason.into(),
             message: msg,
             ..Default::default()
         },
@@ -140,5 +147,37 @@ async fn reconcile_pool(store: &Arc<dyn Store>, mcs: &[MachineConfig], raw: Valu
         // Someone else wrote meanwhile: their event brings us back here.
         Ok(_) | Err(StoreError::Conflict { .. }) | Err(StoreError::NotFound(_)) => Ok(()),
         Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aloft_api::meta::find_condition;
+
+    /// A render over degraded nodes keeps the node controller's wording of Degraded; a render
+    /// failure takes it over; neither leaves Degraded True without a message.
+    #[test]
+    fn degraded_keeps_the_nodes_message() {
+        let mut status = MachineConfigPoolStatus::default();
+        let reporting = "Node n1 is reporting: \"boom\"";
+        set_condition(
+            &mut status.conditions,
+            Condition {
+                type_: cond::NODE_DEGRADED.into(),
+                status: "True".into(),
+                reason: "1 nodes are reporting degraded status on sync".into(),
+                message: reporting.into(),
+                ..Default::default()
+            },
+            "2026-11-28T00:00:00Z",
+        );
+        degraded_status(&mut status, None);
+        let degraded = find_condition(&status.conditions, cond::DEGRADED).unwrap();
+        assert!(degraded.is_true());
+        assert_eq!((degraded.reason.as_str(), degraded.message.as_str()), ("NodeDegraded", reporting));
+        degraded_status(&mut status, Some("no such MachineConfig".into()));
+        let degraded = find_condition(&status.conditions, cond::DEGRADED).unwrap();
+        assert_eq!((degraded.reason.as_str(), degraded.message.as_str()), ("RenderFailed", "no such MachineConfig"));
     }
 }
