@@ -18,6 +18,7 @@ pub mod serve;
 pub mod server;
 pub mod store;
 pub mod tls;
+mod value_visit;
 pub mod yaml;
 
 /// The API client, re-exported: aloftctl and the tests use it through this crate.
