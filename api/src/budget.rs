@@ -158,14 +158,16 @@ impl NodeDisruptionBudgetSpec {
 mod tests {
     use super::*;
 
+    fn spec(min: Option<IntOrString>, max: Option<IntOrString>) -> NodeDisruptionBudgetSpec {
+        NodeDisruptionBudgetSpec { min_available: min, max_unavailable: max, ..Default::default() }
+    }
+
+    fn s(v: &str) -> Option<IntOrString> {
+        Some(IntOrString::String(v.into()))
+    }
+
     #[test]
     fn allowed_unavailable_rounds_safely() {
-        let spec = |min: Option<IntOrString>, max: Option<IntOrString>| NodeDisruptionBudgetSpec {
-            min_available: min,
-            max_unavailable: max,
-            ..Default::default()
-        };
-        let s = |v: &str| Some(IntOrString::String(v.into()));
         assert_eq!(spec(Some(IntOrString::Int(2)), None).allowed_unavailable(5), 3);
         assert_eq!(spec(Some(IntOrString::Int(9)), None).allowed_unavailable(5), 0, "minAvailable above the group");
         assert_eq!(spec(s("50%"), None).allowed_unavailable(5), 2, "minAvailable 2.5 rounds up to 3");
@@ -179,12 +181,6 @@ mod tests {
 
     #[test]
     fn desired_healthy_as_a_pdb_counts_it() {
-        let spec = |min: Option<IntOrString>, max: Option<IntOrString>| NodeDisruptionBudgetSpec {
-            min_available: min,
-            max_unavailable: max,
-            ..Default::default()
-        };
-        let s = |v: &str| Some(IntOrString::String(v.into()));
         assert_eq!(spec(Some(IntOrString::Int(2)), None).desired_healthy(3), 2);
         assert_eq!(spec(Some(IntOrString::Int(9)), None).desired_healthy(5), 9, "more than the group has");
         assert_eq!(spec(s("50%"), None).desired_healthy(5), 3, "rounded up");
