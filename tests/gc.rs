@@ -92,6 +92,60 @@ async fn deleting_a_pool_collects_its_unused_rendered_configs() {
     .await;
 }
 
+/// A pool deleted while a node is on its config, then created again under the same name, takes
+/// that config over (its reference names the new pool's uid), so the config is not collected
+/// once the node moves on, as the pool's other rendered configs are not.
+#[tokio::test]
+async fn a_pool_created_again_takes_over_its_rendered_config() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let (_, second) = pool_rendered_twice(&admin).await;
+    let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1",
+        "annotations": {"machineconfiguration.openshift.io/currentConfig": second}}});
+    admin.post(&path_of(&NODE, None), &node).await.unwrap().into_result().unwrap();
+    let owner_uid = |mc: &Value| mc["metadata"]["ownerReferences"][0]["uid"].as_str().unwrap_or("").to_string();
+    let old_uid = get_ok(&admin, &MACHINE_CONFIG_POOL, "infra").await["metadata"]["uid"].as_str().unwrap().to_string();
+    assert_eq!(owner_uid(&get_ok(&admin, &MACHINE_CONFIG, &second).await), old_uid);
+
+    admin.delete(&path_of(&MACHINE_CONFIG_POOL, Some("infra"))).await.unwrap().into_result().unwrap();
+    admin
+        .post(&path_of(&MACHINE_CONFIG_POOL, None), &machine_config_pool("infra", "infra"))
+        .await
+        .unwrap()
+        .into_result()
+        .unwrap();
+    let pool = get_ok(&admin, &MACHINE_CONFIG_POOL, "infra").await;
+    let new_uid = pool["metadata"]["uid"].as_str().unwrap().to_string();
+    assert_ne!(new_uid, old_uid);
+    assert_eq!(rendered_target(&admin, None).await, second, "the same configs render to the same name");
+    eventually(Duration::from_secs(20), "the config's reference to name the new pool", || async {
+        let mc = get_ok(&admin, &MACHINE_CONFIG, &second).await;
+        Ok((owner_uid(&mc) == new_uid).then_some(()))
+    })
+    .await;
+    let mc = get_ok(&admin, &MACHINE_CONFIG, &second).await;
+    assert_eq!(mc["metadata"]["ownerReferences"].as_array().map(Vec::len), Some(1), "{mc}");
+    assert_eq!(mc["metadata"]["ownerReferences"][0]["name"], "infra");
+
+    // The node moves off it, and a deletion starts a collection pass: the config stays.
+    let patch = json!({"metadata": {"annotations": {"machineconfiguration.openshift.io/currentConfig": null}}});
+    admin
+        .patch(&path_of(&NODE, Some("n1")), "application/merge-patch+json", &patch)
+        .await
+        .unwrap()
+        .into_result()
+        .unwrap();
+    admin
+        .post(&path_of(&MACHINE_CONFIG, None), &machine_config("70-unrelated", "none"))
+        .await
+        .unwrap()
+        .into_result()
+        .unwrap();
+    admin.delete(&path_of(&MACHINE_CONFIG, Some("70-unrelated"))).await.unwrap().into_result().unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(exists(&admin, &second).await, "a config its pool owns is kept");
+}
+
 /// An object with two owners, one deleted, stays: one owner is still there.
 #[tokio::test]
 async fn an_object_with_one_live_owner_stays() {

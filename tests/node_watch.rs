@@ -4,7 +4,7 @@
 //! coordinator restart.
 
 use aloft_agent::coordinator::NodeApi;
-use aloft_tests::{Client, Coordinator, Options};
+use aloft_tests::{bin, Client, Coordinator, Options};
 use serde_json::json;
 use std::time::{Duration, Instant};
 
@@ -137,6 +137,17 @@ async fn a_failure_report_names_its_config_until_working_or_done() {
     let api = enroll(&c, "fc-0").await;
     let failed = api.report_failure("Degraded", "boom", "cfg-1", "cfg-2").await.unwrap();
     assert_eq!((failed.annotation(ann::STATE), failed.annotation(ann::FAILED_CONFIG)), ("Degraded", "cfg-2"));
+    // `aloftctl get nodes -o wide` shows it.
+    let out = std::process::Command::new(bin("aloftctl"))
+        .arg("--kubeconfig")
+        .arg(c.kubeconfig_path())
+        .args(["get", "node", "fc-0", "-o", "wide"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut lines = text.lines();
+    assert!(lines.next().is_some_and(|h| h.trim_end().ends_with("FAILED CONFIG")), "{text}");
+    assert!(lines.next().is_some_and(|r| r.starts_with("fc-0 ") && r.trim_end().ends_with(" cfg-2")), "{text}");
     let working = api.report_working_now("cfg-1").await.unwrap();
     assert_eq!((working.annotation(ann::STATE), working.annotation(ann::FAILED_CONFIG)), ("Working", ""));
     assert!(!working.annotations.contains_key(ann::FAILED_CONFIG), "removed, not emptied");

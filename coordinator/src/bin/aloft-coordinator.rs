@@ -105,6 +105,15 @@ enum BenchCmd {
         #[arg(long, default_value_t = 16)]
         concurrency: usize,
     },
+    /// Time one Event TTL sweep over a store file holding many Events (none expired), against
+    /// reading and aging every Event, on the same file.
+    EventTtl {
+        #[arg(long, default_value_t = 50_000)]
+        events: usize,
+        /// Sweeps of each kind timed.
+        #[arg(long, default_value_t = 5)]
+        rounds: usize,
+    },
 }
 
 #[derive(Subcommand)]
@@ -158,6 +167,9 @@ async fn main() -> Result<()> {
         Cmd::Bench { cmd: BenchCmd::Api { nodes, configs, samples, concurrency } } => {
             aloft_coordinator::bench::run(aloft_coordinator::bench::ApiBench { nodes, configs, samples, concurrency })
                 .await
+        }
+        Cmd::Bench { cmd: BenchCmd::EventTtl { events, rounds } } => {
+            aloft_coordinator::bench::event_ttl(events, rounds.max(1)).await
         }
         Cmd::Token { cmd: TokenCmd::Create { data_dir, name, role } } => {
             let role: auth::Role = role.parse()?;

@@ -1,19 +1,30 @@
-//! Events expire, as Kubernetes expires them: kube-apiserver keeps an Event for `--event-ttl`
-//! (one hour by default) after it last happened, then drops it. Without this a fleet's store
-//! grows by every decision the controllers ever recorded (a rollout's picks, waits, drains),
-//! and `kubectl get events` gets slower with every rollout.
+//! Events expire, as Kubernetes expires them: kube-apiserver writes each Event with an etcd
+//! lease of `--event-ttl` (one hour by default), renewed by every write, so an Event goes a TTL
+//! after it was last written (created, or counted again). Without this a fleet's store grows by
+//! every decision the controllers ever recorded (a rollout's picks, waits, drains), and `kubectl
+//! get events` gets slower with every rollout.
 //!
-//! An Event last happened at the latest of its `lastTimestamp`, `eventTime`,
-//! `series.lastObservedTime` and `metadata.creationTimestamp` (core/v1 writers set the first,
-//! events.k8s.io/v1 writers the other two). An Event counted again (its `count` bumped, its
-//! `lastTimestamp` moved) lives on; one with no time it can be aged by is kept.
+//! The sweep finds what expired without reading the Events: each sweep notes the store's
+//! revision, and an Event whose revision is at most the one noted a TTL ago has not been written
+//! since then. The store answers that from its rows' revisions ([`Store::written_by`]), so a
+//! sweep over tens of thousands of Events reads integers, and its work follows what expires.
+//! (It read and parsed every Event's text once a minute: ~37 MB for the 47,000 Events a soak
+//! of many rollouts left.) An Event outlives its TTL by at most one [`period`].
+//!
+//! Events stored before this coordinator started have no noted moment. The first sweep reads
+//! them once and ages them by when they last happened, the latest of their `lastTimestamp`,
+//! `eventTime`, `series.lastObservedTime` and `metadata.creationTimestamp` (core/v1 writers set
+//! the first, events.k8s.io/v1 writers the next two; for the controllers' Events it is when they
+//! were last written): those past the TTL go then, the others when they reach it, and all of them
+//! a TTL after the start at the latest, as if written then.
 
 use crate::resources::EVENT;
 use crate::store::{Key, Store, StoreError};
 use chrono::{DateTime, Utc};
 use std::borrow::Cow;
+use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// kube-apiserver's default `--event-ttl`.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(3600);
@@ -21,15 +32,18 @@ pub const DEFAULT_TTL: Duration = Duration::from_secs(3600);
 /// Deletes that share one commit of the store.
 const DELETES_AT_ONCE: usize = 512;
 
+/// Marks of the store's revision kept at most (one a sweep, a TTL's worth: 60 for the default).
+const MARKS: usize = 1024;
+
 /// How often to look for expired Events: a tenth of the TTL, between a second and a minute
 /// (an Event outlives its TTL by at most that much).
 pub fn period(ttl: Duration) -> Duration {
     (ttl / 10).clamp(Duration::from_secs(1), Duration::from_secs(60))
 }
 
-/// The fields of a stored Event a sweep reads, borrowed from its JSON: a sweep reads every
-/// Event of the last hour, and building each one's whole object tree made every sweep a burst of
-/// several times the Events' size (120 rollouts of a simulated 2,000-node fleet in eight minutes
+/// The fields of a stored Event the start reads, borrowed from its JSON: the start reads every
+/// stored Event (sweeps used to, once a minute), and building each one's whole object tree made
+/// that a burst of several times the Events' size (120 rollouts of a simulated 2,000-node fleet in eight minutes
 /// left up to ~30,000 Events, and the coordinator's RSS rose by up to ~100 MiB at each sweep).
 #[derive(serde::Deserialize)]
 struct Aged<'a> {
@@ -128,26 +142,16 @@ impl Aged<'_> {
     }
 }
 
-/// The Events of `items` (their JSON) that last happened more than `ttl` before `now`, with the
-/// revision they were read at (the delete is conditional on it). An Event that cannot be read
-/// is kept: nothing says it expired.
-pub fn expired<'a>(
-    items: impl IntoIterator<Item = &'a str>,
-    ttl: Duration,
-    now: DateTime<Utc>,
-) -> Vec<(Key, Option<u64>)> {
-    // A TTL reaching back past the first representable date expires nothing (no panic).
-    let Some(cutoff) = chrono::Duration::from_std(ttl).ok().and_then(|ttl| now.checked_sub_signed(ttl)) else {
-        return Vec::new();
-    };
+/// The Events of `items` (their JSON) that can be read, with the revision they were read at (a
+/// delete is conditional on it) and when they last happened (None: no time to age them by).
+fn aged<'a>(items: impl IntoIterator<Item = &'a str>) -> Vec<(Key, Option<u64>, Option<DateTime<Utc>>)> {
     items
         .into_iter()
         .filter_map(|json| serde_json::from_str::<Aged>(json).ok())
-        .filter(|ev| ev.last_happened().is_some_and(|t| t < cutoff))
         .map(|ev| {
             let ns = ev.metadata.namespace.get().unwrap_or("");
             let rev = ev.metadata.resource_version.get().and_then(|v| v.parse().ok());
-            (Key::new(&EVENT.store_key(), ns, &ev.metadata.name), rev)
+            (Key::new(&EVENT.store_key(), ns, &ev.metadata.name), rev, ev.last_happened())
         })
         .collect()
 }
@@ -170,12 +174,98 @@ pub async fn delete(store: &Arc<dyn Store>, keys: Vec<(Key, Option<u64>)>) -> Re
     Ok(deleted)
 }
 
-/// One sweep: list every Event, delete the expired ones. Returns how many were deleted.
-pub async fn sweep(store: &Arc<dyn Store>, ttl: Duration, now: DateTime<Utc>) -> Result<usize, StoreError> {
-    let listing = store.list_json(&EVENT.store_key(), None).await?;
-    let doomed = expired(listing.items.iter().map(|j| &**j), ttl, now);
-    drop(listing);
-    delete(store, doomed).await
+/// What the sweep knows of when Events were last written.
+pub struct Sweeper {
+    ttl: Duration,
+    /// (when, the store's revision then), oldest first: one per sweep, back to the newest one
+    /// at least a TTL old.
+    marks: VecDeque<(Instant, u64)>,
+    /// Events stored before the start that expire before a TTL after it, by when they last
+    /// happened: (when they expire, key, revision read), the latest first.
+    earlier: Vec<(Instant, Key, Option<u64>)>,
+}
+
+impl Sweeper {
+    /// Read the stored Events once (at `now`, `now_utc` on the calendar): delete those past the
+    /// TTL by their times, keep the rest's expiry, and note the revision read. Returns the
+    /// sweeper and how many it deleted.
+    pub async fn start(
+        store: &Arc<dyn Store>,
+        ttl: Duration,
+        now: Instant,
+        now_utc: DateTime<Utc>,
+    ) -> Result<(Sweeper, usize), StoreError> {
+        let listing = store.list_json(&EVENT.store_key(), None).await?;
+        let events = aged(listing.items.iter().map(|j| &**j));
+        let revision = listing.revision;
+        drop(listing);
+        let mut doomed = Vec::new();
+        let mut earlier = Vec::new();
+        // A TTL past the calendar, or past this clock's range, expires nothing early.
+        let ttl_chrono = chrono::Duration::from_std(ttl).ok();
+        for (key, rev, last) in events {
+            let Some(expires) = last.zip(ttl_chrono).and_then(|(t, ttl)| t.checked_add_signed(ttl)) else {
+                continue;
+            };
+            match (expires - now_utc).to_std() {
+                // Negative: past its TTL already.
+                Err(_) => doomed.push((key, rev)),
+                Ok(left) if left < ttl => {
+                    if let Some(at) = now.checked_add(left) {
+                        earlier.push((at, key, rev));
+                    }
+                }
+                // Happened now or later: goes with the start's mark, a TTL from now.
+                Ok(_) => {}
+            }
+        }
+        earlier.sort_by_key(|e| std::cmp::Reverse(e.0));
+        let mut sweeper = Sweeper { ttl, marks: VecDeque::new(), earlier };
+        sweeper.note(now.max(Instant::now()), revision);
+        let deleted = delete(store, doomed).await?;
+        Ok((sweeper, deleted))
+    }
+
+    /// Note that every write up to `revision` was committed by `at`. Past [`MARKS`] (a TTL of
+    /// weeks), every other older mark goes: a cutoff then finds an older mark, and Events live a
+    /// little longer, never shorter.
+    fn note(&mut self, at: Instant, revision: u64) {
+        self.marks.push_back((at, revision));
+        if self.marks.len() > MARKS {
+            let mut i = 0;
+            self.marks.retain(|_| {
+                i += 1;
+                i % 2 == 1 || i > MARKS / 2
+            });
+        }
+    }
+
+    /// The newest revision noted at least a TTL before `now`; the marks older than it are
+    /// dropped (a later cutoff is never older).
+    fn cutoff(&mut self, now: Instant) -> Option<u64> {
+        let then = now.checked_sub(self.ttl)?;
+        let newest = self.marks.iter().rposition(|(at, _)| *at <= then)?;
+        self.marks.drain(..newest);
+        self.marks.front().map(|(_, rev)| *rev)
+    }
+
+    /// One sweep at `now`: delete the Events not written since a TTL ago, and the ones from
+    /// before the start whose time came. Returns how many were deleted.
+    pub async fn sweep(&mut self, store: &Arc<dyn Store>, now: Instant) -> Result<usize, StoreError> {
+        // Noted before the read: every write up to this revision was committed by now.
+        let revision = store.revision().await?;
+        let mut doomed = Vec::new();
+        while self.earlier.last().is_some_and(|(at, _, _)| *at <= now) {
+            if let Some((_, key, rev)) = self.earlier.pop() {
+                doomed.push((key, rev));
+            }
+        }
+        if let Some(cutoff) = self.cutoff(now) {
+            doomed.extend(store.written_by(&EVENT.store_key(), cutoff).await?.into_iter().map(|(k, r)| (k, Some(r))));
+        }
+        self.note(now.max(Instant::now()), revision);
+        delete(store, doomed).await
+    }
 }
 
 /// Sweep every [`period`] forever. A zero `ttl` keeps Events forever (nothing runs).
@@ -185,13 +275,24 @@ pub async fn run(store: Arc<dyn Store>, ttl: Duration) {
         return;
     }
     let every = period(ttl);
+    let report = |r: Result<usize, StoreError>| match r {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(count = n, ttl_seconds = ttl.as_secs(), "expired events deleted"),
+        Err(e) => tracing::warn!(error = %e, "expiring events failed; trying again later"),
+    };
+    let mut sweeper = loop {
+        match Sweeper::start(&store, ttl, Instant::now(), Utc::now()).await {
+            Ok((s, deleted)) => {
+                report(Ok(deleted));
+                break s;
+            }
+            Err(e) => report(Err(e)),
+        }
+        tokio::time::sleep(every).await;
+    };
     loop {
         tokio::time::sleep(every).await;
-        match sweep(&store, ttl, Utc::now()).await {
-            Ok(0) => {}
-            Ok(n) => tracing::info!(count = n, ttl_seconds = ttl.as_secs(), "expired events deleted"),
-            Err(e) => tracing::warn!(error = %e, "expiring events failed; trying again later"),
-        }
+        report(sweeper.sweep(&store, Instant::now()).await);
     }
 }
 
@@ -251,16 +352,46 @@ mod tests {
     }
 
     #[test]
-    fn what_cannot_be_read_is_kept() {
+    fn what_cannot_be_read_is_left_out_and_what_has_no_time_is_undated() {
         let long_ago =
             r#"{"lastTimestamp": "2000-01-01T00:00:00Z", "metadata": {"name": "old", "resourceVersion": "7"}}"#;
-        let items = ["{", "[]", r#"{"lastTimestamp": "2000-01-01T00:00:00Z", "metadata": {}}"#, long_ago];
-        let doomed = expired(items, DEFAULT_TTL, Utc::now());
-        assert_eq!(doomed, [(Key::new(&EVENT.store_key(), "", "old"), Some(7))], "only the readable, dated one");
-        // A TTL longer than the calendar (`--event-ttl` is the user's) expires nothing.
-        for ttl in [Duration::from_secs(i64::MAX as u64 / 1000), Duration::MAX] {
-            assert!(expired(items, ttl, Utc::now()).is_empty(), "{ttl:?}");
+        let undated = r#"{"metadata": {"name": "u", "namespace": "ns"}}"#;
+        let items = ["{", "[]", r#"{"lastTimestamp": "2000-01-01T00:00:00Z", "metadata": {}}"#, long_ago, undated];
+        let got = aged(items);
+        let key = |ns, name| Key::new(&EVENT.store_key(), ns, name);
+        assert_eq!(got.len(), 2, "only what reads as an Event");
+        assert_eq!((&got[0].0, got[0].1), (&key("", "old"), Some(7)));
+        assert_eq!(got[0].2.map(|t| t.to_rfc3339()), Some("2000-01-01T00:00:00+00:00".into()));
+        assert_eq!((&got[1].0, got[1].1, got[1].2), (&key("ns", "u"), None, None));
+    }
+
+    /// The newest mark at least a TTL old decides; older marks go; a TTL longer than the
+    /// clock's past finds none.
+    #[test]
+    fn the_cutoff_is_the_newest_revision_noted_a_ttl_ago() {
+        let t0 = Instant::now();
+        let ttl = Duration::from_secs(60);
+        let mut s = Sweeper { ttl, marks: VecDeque::new(), earlier: Vec::new() };
+        s.note(t0, 10);
+        assert_eq!(s.cutoff(t0 + Duration::from_secs(59)), None, "not a TTL old yet");
+        s.note(t0 + Duration::from_secs(30), 20);
+        s.note(t0 + Duration::from_secs(60), 30);
+        assert_eq!(s.cutoff(t0 + Duration::from_secs(60)), Some(10));
+        assert_eq!(s.cutoff(t0 + Duration::from_secs(95)), Some(20));
+        assert_eq!(s.marks.len(), 2, "the mark of revision 10 is of no more use");
+        assert_eq!(s.cutoff(t0 + Duration::from_secs(3600)), Some(30));
+        let mut long = Sweeper { ttl: Duration::MAX, marks: VecDeque::new(), earlier: Vec::new() };
+        long.note(t0, 10);
+        assert_eq!(long.cutoff(t0 + Duration::from_secs(3600)), None);
+        // Thinned past MARKS: the newest stay, a cutoff is never newer than the true one.
+        let mut many = Sweeper { ttl, marks: VecDeque::new(), earlier: Vec::new() };
+        for i in 0..=MARKS as u64 {
+            many.note(t0 + Duration::from_secs(i), i);
         }
+        assert!(many.marks.len() <= MARKS / 2 + MARKS / 4 + 1, "{}", many.marks.len());
+        assert_eq!(many.marks.back(), Some(&(t0 + Duration::from_secs(MARKS as u64), MARKS as u64)));
+        let got = many.cutoff(t0 + Duration::from_secs(100) + ttl).unwrap();
+        assert!((98..=100).contains(&got), "{got}");
     }
 
     #[test]
@@ -270,12 +401,18 @@ mod tests {
         assert_eq!(period(Duration::from_secs(2)), Duration::from_secs(1));
     }
 
-    /// Old Events go, recent ones and ones counted again recently stay, an Event with no
-    /// readable time stays, and other resources are never touched.
-    #[tokio::test]
-    async fn a_sweep_deletes_only_events_past_their_ttl() {
+    async fn store() -> (tempfile::TempDir, Arc<dyn Store>) {
         let dir = tempfile::tempdir().unwrap();
         let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&dir.path().join("s.db")).unwrap());
+        (dir, store)
+    }
+
+    /// At the start, Events past the TTL by their times go, the others are kept for when they
+    /// reach it (an Event with no readable time: a TTL from the start), and other resources are
+    /// never touched.
+    #[tokio::test]
+    async fn the_start_ages_what_was_stored_before_it_by_its_times() {
+        let (_dir, store) = store().await;
         let now = Utc::now();
         let ago =
             |mins: i64| (now - chrono::Duration::minutes(mins)).to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
@@ -292,7 +429,7 @@ mod tests {
             if name == "undated" {
                 // No creation time either: nothing to age it by.
                 ev["metadata"].as_object_mut().unwrap().remove("creationTimestamp");
-            } else if name != "recent" {
+            } else {
                 // Created long ago (what the store would have stamped then).
                 ev["metadata"]["creationTimestamp"] = ago(400).into();
             }
@@ -303,34 +440,97 @@ mod tests {
         let node_key = Key::cluster(&crate::resources::NODE.store_key(), "n1");
         store.create(&node_key, node).await.unwrap();
 
-        assert_eq!(sweep(&store, DEFAULT_TTL, now).await.unwrap(), 2);
+        let t0 = Instant::now();
+        let (mut s, deleted) = Sweeper::start(&store, DEFAULT_TTL, t0, now).await.unwrap();
+        assert_eq!(deleted, 2);
         assert_eq!(names(&store).await, ["counted-again", "recent", "series", "undated"]);
+        let mins = |m: u64| Duration::from_secs(m * 60);
+        // Nothing more before "counted-again" reaches its TTL (10 minutes ago + 60).
+        assert_eq!(s.sweep(&store, t0 + mins(49)).await.unwrap(), 0);
+        assert_eq!(s.sweep(&store, t0 + mins(51)).await.unwrap(), 1);
+        assert_eq!(names(&store).await, ["recent", "series", "undated"]);
+        assert_eq!(s.sweep(&store, t0 + mins(56)).await.unwrap(), 1, "recent: 5 minutes ago + 60");
+        assert_eq!(s.sweep(&store, t0 + mins(59) + Duration::from_secs(30)).await.unwrap(), 1, "series");
+        assert_eq!(names(&store).await, ["undated"]);
+        // A TTL after the start, what is left goes, as if written then.
+        assert_eq!(s.sweep(&store, t0 + mins(60) + Duration::from_secs(1)).await.unwrap(), 1);
+        assert!(names(&store).await.is_empty());
         assert!(store.get(&node_key).await.unwrap().is_some(), "only Events expire");
-        // Nothing left to expire: a second sweep deletes nothing.
-        assert_eq!(sweep(&store, DEFAULT_TTL, now).await.unwrap(), 0);
     }
 
-    /// An Event counted again between the sweep's list and its delete is not deleted.
+    /// An Event goes a TTL after its last write, by the marks, whatever its times say; one
+    /// written again in between lives on from that write.
     #[tokio::test]
-    async fn an_event_written_again_after_the_list_survives_the_sweep() {
-        let dir = tempfile::tempdir().unwrap();
-        let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&dir.path().join("s.db")).unwrap());
+    async fn an_event_goes_a_ttl_after_it_was_last_written() {
+        let (_dir, store) = store().await;
+        let t0 = Instant::now();
+        let (mut s, _) = Sweeper::start(&store, Duration::from_secs(60), t0, Utc::now()).await.unwrap();
+        let key = |n: &str| Key::new(&EVENT.store_key(), "default", n);
+        // Times long ago: not what decides for an Event written now.
+        let long_ago = json!({"lastTimestamp": "2000-01-01T00:00:00Z"});
+        store.create(&key("a"), event("a", long_ago.clone())).await.unwrap();
+        store.create(&key("b"), event("b", long_ago.clone())).await.unwrap();
+        let secs = Duration::from_secs;
+        assert_eq!(s.sweep(&store, t0 + secs(30)).await.unwrap(), 0, "written after the start");
+        // b is written again (counted) after that mark; c is new.
+        let mut b = store.get(&key("b")).await.unwrap().unwrap().into_value();
+        b["count"] = 2.into();
+        let rev = crate::store::revision_of(&b);
+        store.update(&key("b"), b, rev).await.unwrap();
+        store.create(&key("c"), event("c", long_ago)).await.unwrap();
+        assert_eq!(s.sweep(&store, t0 + secs(59)).await.unwrap(), 0, "nothing is a TTL old");
+        assert_eq!(s.sweep(&store, t0 + secs(90)).await.unwrap(), 1, "a: not written since the mark at 30 s");
+        assert_eq!(names(&store).await, ["b", "c"]);
+        assert_eq!(s.sweep(&store, t0 + secs(119)).await.unwrap(), 2, "b and c: not since the mark at 59 s");
+        assert!(names(&store).await.is_empty());
+    }
+
+    /// An Event from before the start, counted again after it, is not deleted when its old
+    /// times come due: the delete is conditional on the revision read at the start.
+    #[tokio::test]
+    async fn an_event_written_again_after_the_start_survives_its_old_expiry() {
+        let (_dir, store) = store().await;
         let now = Utc::now();
-        let old = (now - chrono::Duration::hours(3)).to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+        let half = (now - chrono::Duration::minutes(30)).to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
         let key = Key::new(&EVENT.store_key(), "default", "e1");
-        let mut ev = event("e1", json!({"lastTimestamp": old, "count": 1}));
-        ev["metadata"]["creationTimestamp"] = old.into();
+        let mut ev = event("e1", json!({"lastTimestamp": half, "count": 1}));
+        ev["metadata"]["creationTimestamp"] = half.into();
         store.create(&key, ev).await.unwrap();
-        let listing = store.list_json(&EVENT.store_key(), None).await.unwrap();
-        let doomed = expired(listing.items.iter().map(|j| &**j), DEFAULT_TTL, now);
-        assert_eq!(doomed.len(), 1);
+        let t0 = Instant::now();
+        let (mut s, deleted) = Sweeper::start(&store, DEFAULT_TTL, t0, now).await.unwrap();
+        assert_eq!((deleted, s.earlier.len()), (0, 1));
         // The same decision again: counted, lastTimestamp now.
         let mut ev = store.get(&key).await.unwrap().unwrap().into_value();
         ev["count"] = 2.into();
         ev["lastTimestamp"] = objects::now().into();
         let rev = crate::store::revision_of(&ev);
         store.update(&key, ev, rev).await.unwrap();
-        assert_eq!(delete(&store, doomed).await.unwrap(), 0);
+        assert_eq!(s.sweep(&store, t0 + Duration::from_secs(31 * 60)).await.unwrap(), 0);
         assert!(store.get(&key).await.unwrap().is_some(), "counted again: not expired");
+        assert!(s.earlier.is_empty());
+    }
+
+    /// The store's answer without reading the objects is the one the objects give.
+    #[tokio::test]
+    async fn written_by_reads_the_revisions_the_objects_carry() {
+        let (_dir, store) = store().await;
+        let key = |ns: &str, n: &str| Key::new(&EVENT.store_key(), ns, n);
+        let a = store.create(&key("default", "a"), event("a", json!({}))).await.unwrap();
+        let mut other = event("b", json!({}));
+        objects::prepare_create(&mut other, "team");
+        store.create(&key("team", "b"), other).await.unwrap();
+        let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1"}});
+        store.create(&Key::cluster(&crate::resources::NODE.store_key(), "n1"), node).await.unwrap();
+        let newest = store.revision().await.unwrap();
+        let mut all = store.written_by(&EVENT.store_key(), newest).await.unwrap();
+        all.sort_by(|x, y| x.0.namespace.cmp(&y.0.namespace));
+        let listed = store.list_json(&EVENT.store_key(), None).await.unwrap();
+        let mut by_parse = crate::store::written_by_in(&EVENT.store_key(), &listed.items, newest);
+        by_parse.sort_by(|x, y| x.0.namespace.cmp(&y.0.namespace));
+        assert_eq!(all, by_parse);
+        assert_eq!(all.len(), 2, "Events only: {all:?}");
+        let a_rev = crate::store::revision_of(&a.object).unwrap();
+        assert_eq!(store.written_by(&EVENT.store_key(), a_rev).await.unwrap(), [(key("default", "a"), a_rev)]);
+        assert!(store.written_by(&EVENT.store_key(), a_rev - 1).await.unwrap().is_empty());
     }
 }

@@ -106,14 +106,12 @@ async fn reconcile_pool(store: &Arc<dyn Store>, mcs: &[MachineConfig], raw: Valu
     match outcome {
         Ok(rendered) => {
             let name = rendered.machine_config.metadata.name.clone();
-            if !mcs.iter().any(|m| m.metadata.name == name) {
-                let mut obj = to_value(&rendered.machine_config)?;
-                objects::prepare_create(&mut obj, "");
-                match store.create(&Key::cluster(&MACHINE_CONFIG.store_key(), &name), obj).await {
-                    Ok(_) => tracing::info!(pool = %pool.metadata.name, config = %name, "rendered"),
-                    Err(StoreError::AlreadyExists(_)) => {}
-                    Err(e) => return Err(e),
+            match mcs.iter().find(|m| m.metadata.name == name) {
+                None => create_rendered(store, &pool, &rendered.machine_config).await?,
+                Some(existing) if names_an_earlier_pool(existing, &pool) => {
+                    adopt(store, &pool, &rendered.machine_config).await?
                 }
+                Some(_) => {}
             }
             let want = PoolConfiguration { name, source: rendered.sources, extra: Default::default() };
             let spec_changed =
@@ -146,6 +144,67 @@ async fn reconcile_pool(store: &Arc<dyn Store>, mcs: &[MachineConfig], raw: Valu
     match store.update(&key, obj, rev).await {
         // Someone else wrote meanwhile: their event brings us back here.
         Ok(_) | Err(StoreError::Conflict { .. }) | Err(StoreError::NotFound(_)) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+async fn create_rendered(
+    store: &Arc<dyn Store>,
+    pool: &MachineConfigPool,
+    rendered: &MachineConfig,
+) -> Result<(), StoreError> {
+    let name = &rendered.metadata.name;
+    let mut obj = to_value(rendered)?;
+    objects::prepare_create(&mut obj, "");
+    match store.create(&Key::cluster(&MACHINE_CONFIG.store_key(), name), obj).await {
+        Ok(_) => tracing::info!(pool = %pool.metadata.name, config = %name, "rendered"),
+        Err(StoreError::AlreadyExists(_)) => {}
+        Err(e) => return Err(e),
+    }
+    Ok(())
+}
+
+/// Whether `mc`, which `pool` renders to, names as its owner an earlier pool of the same name
+/// (deleted and created again: another uid). The garbage collector keeps such a config only
+/// while something uses it, and would collect it once nodes move on, where the pool's other
+/// rendered configs stay; so the pool that renders to it takes it over.
+fn names_an_earlier_pool(mc: &MachineConfig, pool: &MachineConfigPool) -> bool {
+    let Some(uid) = pool.metadata.uid.as_deref().filter(|u| !u.is_empty()) else {
+        return false;
+    };
+    mc.metadata
+        .owner_references
+        .iter()
+        .any(|o| o.kind == "MachineConfigPool" && o.name == pool.metadata.name && !o.uid.is_empty() && o.uid != uid)
+}
+
+/// Point `rendered`'s stored references to its pool at the pool as it is now (its uid), keeping
+/// every other field and reference. A config collected meanwhile is created again; one written
+/// meanwhile is left to the pass its write starts.
+async fn adopt(store: &Arc<dyn Store>, pool: &MachineConfigPool, rendered: &MachineConfig) -> Result<(), StoreError> {
+    let key = Key::cluster(&MACHINE_CONFIG.store_key(), &rendered.metadata.name);
+    let Some(stored) = store.get(&key).await? else {
+        return create_rendered(store, pool, rendered).await;
+    };
+    let uid = pool.metadata.uid.clone().unwrap_or_default();
+    let mut obj = (*stored.object).clone();
+    let rev = revision_of(&obj);
+    if let Some(refs) = obj.pointer_mut("/metadata/ownerReferences").and_then(Value::as_array_mut) {
+        for r in refs.iter_mut() {
+            let ours = r.get("kind").and_then(Value::as_str) == Some("MachineConfigPool")
+                && r.get("name").and_then(Value::as_str) == Some(pool.metadata.name.as_str());
+            if ours {
+                r["uid"] = Value::String(uid.clone());
+            }
+        }
+    }
+    match store.update(&key, obj, rev).await {
+        Ok(_) => {
+            tracing::info!(pool = %pool.metadata.name, config = %rendered.metadata.name, "took over a rendered config of an earlier pool of the same name");
+            Ok(())
+        }
+        Err(StoreError::NotFound(_)) => create_rendered(store, pool, rendered).await,
+        Err(StoreError::Conflict { .. }) => Ok(()),
         Err(e) => Err(e),
     }
 }

@@ -50,6 +50,7 @@ fn columns(r: &ResourceType) -> Vec<Col> {
             col("Reason", "string", 0, "Why the node is in its state"),
             age,
             col("Desired", "string", 1, "desiredConfig annotation"),
+            col("Failed Config", "string", 1, "The config the agent's last failure report was about (aloft.dev/failedConfig)"),
         ],
         "NodeDisruptionBudget" => vec![
             name,
@@ -153,6 +154,7 @@ fn cells(r: &ResourceType, o: &Value, now: chrono::DateTime<chrono::Utc>) -> Vec
                 json!(reason),
                 age,
                 annotation(ann::DESIRED_CONFIG),
+                annotation(ann::FAILED_CONFIG),
             ]
         }
         "NodeDisruptionBudget" => {

@@ -210,6 +210,13 @@ pub trait Store: Send + Sync + 'static {
     /// [`Store::list`] as the JSON the store wrote, not parsed: a paged list parses only the
     /// page it answers with and keeps the rest as it is.
     async fn list_json(&self, resource: &str, namespace: Option<&str>) -> Result<JsonListing, StoreError>;
+    /// The keys of `resource`'s objects last written at or before `revision`, with their
+    /// revisions: what has not been written since a moment whose revision the caller noted (the
+    /// Event TTL's sweep), found without reading or parsing the objects where the backend can.
+    async fn written_by(&self, resource: &str, revision: u64) -> Result<Vec<(Key, u64)>, StoreError> {
+        let listing = self.list_json(resource, None).await?;
+        Ok(written_by_in(resource, &listing.items, revision))
+    }
     /// Fails with AlreadyExists when the key is taken.
     async fn create(&self, key: &Key, object: Value) -> Result<Stored, StoreError>;
     /// Compare-and-swap: with `expected`, fails with Conflict unless the stored revision is it.
@@ -238,6 +245,19 @@ pub trait Store: Send + Sync + 'static {
     /// only safe together: a slot freed and refilled in one write, never refilled before it is
     /// freed.
     async fn update_all(&self, writes: Vec<(Key, Value, Option<u64>)>) -> Result<Vec<Stored>, StoreError>;
+}
+
+/// [`Store::written_by`] over objects' JSON, parsing each: for a backend that has no cheaper way.
+pub(crate) fn written_by_in(resource: &str, items: &[Arc<str>], revision: u64) -> Vec<(Key, u64)> {
+    items
+        .iter()
+        .filter_map(|json| serde_json::from_str::<Value>(json).ok())
+        .filter_map(|obj| {
+            let rev = revision_of(&obj).filter(|r| *r <= revision)?;
+            let ns = crate::server::objects::at(&obj, &["metadata", "namespace"]).and_then(Value::as_str);
+            Some((Key::new(resource, ns.unwrap_or(""), crate::server::objects::name_of(&obj)), rev))
+        })
+        .collect()
 }
 
 /// Read `metadata.resourceVersion` as the integer the store wrote.
