@@ -208,3 +208,42 @@ async fn an_orphaning_delete_keeps_the_dependents_without_their_owner() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(exists(&admin, &first).await && exists(&admin, &second).await);
 }
+
+/// A pool deleted with `--cascade=orphan` and created again adopts the orphaned rendered config
+/// it renders to (a controlling reference with its uid), as Kubernetes' controllers adopt the
+/// orphans they match; so deleting it normally then collects that config. An orphan it does
+/// not render to stays an orphan.
+#[tokio::test]
+async fn a_pool_created_again_adopts_its_orphaned_rendered_config() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let (first, second) = pool_rendered_twice(&admin).await;
+    let pool = path_of(&MACHINE_CONFIG_POOL, Some("infra"));
+    admin.delete(&format!("{pool}?propagationPolicy=Orphan")).await.unwrap().into_result().unwrap();
+    admin
+        .post(&path_of(&MACHINE_CONFIG_POOL, None), &machine_config_pool("infra", "infra"))
+        .await
+        .unwrap()
+        .into_result()
+        .unwrap();
+    assert_eq!(rendered_target(&admin, None).await, second);
+    let uid = get_ok(&admin, &MACHINE_CONFIG_POOL, "infra").await["metadata"]["uid"].as_str().unwrap().to_string();
+    let adopted = eventually(Duration::from_secs(20), "the orphan to be adopted", || async {
+        let mc = get_ok(&admin, &MACHINE_CONFIG, &second).await;
+        Ok((mc["metadata"]["ownerReferences"][0]["uid"] == uid.as_str()).then_some(mc))
+    })
+    .await;
+    let refs = &adopted["metadata"]["ownerReferences"];
+    assert_eq!(refs.as_array().map(Vec::len), Some(1), "{adopted}");
+    assert_eq!((refs[0]["kind"].as_str(), refs[0]["name"].as_str()), (Some("MachineConfigPool"), Some("infra")));
+    assert_eq!(refs[0]["controller"], true, "{adopted}");
+    let old = get_ok(&admin, &MACHINE_CONFIG, &first).await;
+    assert!(old["metadata"].get("ownerReferences").is_none(), "not rendered to: left an orphan: {old}");
+
+    admin.delete(&pool).await.unwrap().into_result().unwrap();
+    eventually(Duration::from_secs(20), "the adopted config to be collected with its pool", || async {
+        Ok((!exists(&admin, &second).await).then_some(()))
+    })
+    .await;
+    assert!(exists(&admin, &first).await, "the orphan nobody adopted stays");
+}

@@ -290,3 +290,58 @@ fn under_systemd_it_notifies_ready_and_pings_the_watchdog() {
     let took = pings[2] - pings[0];
     assert!(took >= Duration::from_millis(900), "two intervals of 500 ms took {took:?}");
 }
+
+/// `--event-ttl 0` keeps Events forever (README): the sweep does nothing, and the coordinator
+/// stays ready, its event-ttl loop up and never restarted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_ttl_of_zero_keeps_the_coordinator_ready() {
+    let c = Coordinator::start_with(Options { args: vec!["--event-ttl".into(), "0".into()], ..Default::default() });
+    let token = c.admin_token();
+    // The supervisor restarts a stopped controller after 1 s, and /readyz fails from then on:
+    // watch it over three seconds.
+    let until = std::time::Instant::now() + Duration::from_secs(3);
+    while std::time::Instant::now() < until {
+        let (code, _, body) = raw(&c, "/readyz?verbose", None).await;
+        assert_eq!(code, 200, "{body}");
+        assert!(body.contains("[+]controller/event-ttl ok"), "{body}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let (_, _, text) = raw(&c, "/metrics", Some(&token)).await;
+    assert_eq!(sample(&text, "aloft_controller_restarts_total{controller=\"event-ttl\"}"), Some(0), "{text}");
+    assert_eq!(sample(&text, "aloft_controller_up{controller=\"event-ttl\"}"), Some(1), "{text}");
+}
+
+/// A second coordinator on a data directory one is serving is refused before it writes
+/// anything, naming the directory and the pid that holds it; the first one serves on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_coordinator_on_the_same_data_dir_is_refused() {
+    let c = Coordinator::start();
+    let kubeconfig = std::fs::read(c.kubeconfig_path()).unwrap();
+    let mut second = std::process::Command::new(bin("aloft-coordinator"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(c.data_dir())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let until = std::time::Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = second.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > until {
+            let _ = second.kill();
+            let _ = second.wait();
+            panic!("a second coordinator started on the same data directory and served");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut second.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(!status.success(), "{stderr}");
+    assert!(stderr.contains(&format!("data directory {} is in use", c.data_dir().display())), "{stderr}");
+    assert!(stderr.contains(&format!("(pid {})", c.pid())), "{stderr}");
+    assert_eq!(std::fs::read(c.kubeconfig_path()).unwrap(), kubeconfig, "the client config is left alone");
+    let (code, _, _) = raw(&c, "/readyz", None).await;
+    assert_eq!(code, 200);
+}

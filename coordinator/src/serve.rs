@@ -59,11 +59,58 @@ pub fn read_token_file(path: &std::path::Path) -> Result<String> {
     Ok(t)
 }
 
-/// Open the store and make sure an admin token exists; returns the store and the token.
-pub async fn prepare(opts: &ServeOptions) -> Result<(SqliteStore, String)> {
+/// The data directory's lock, held for as long as `serve` runs: two coordinators on one store
+/// would each run the controllers (two node controllers each filling `maxUnavailable`) and each
+/// serve from its own cache, so a second one is refused, as etcd refuses a second member on its
+/// data directory. An advisory lock (`flock`) on `coordinator.lock`: the kernel drops it when
+/// the process ends, however it ends, so a crash leaves nothing to clean up. `token create`
+/// does not take it (it works while the coordinator runs).
+pub struct DataDirLock {
+    _file: std::fs::File,
+}
+
+impl DataDirLock {
+    pub fn take(dir: &std::path::Path) -> Result<DataDirLock> {
+        use std::io::{Read, Seek, Write};
+        let path = dir.join("coordinator.lock");
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .with_context(|| format!("opening {}", path.display()))?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                let mut holder = String::new();
+                let _ = file.read_to_string(&mut holder);
+                let holder = holder.trim();
+                let by = if holder.is_empty() { String::new() } else { format!(" (pid {holder})") };
+                bail!(
+                    "data directory {} is in use by another aloft-coordinator{by}: two coordinators on one \
+                     store would both run the controllers; stop it first, or give this one another --data-dir",
+                    dir.display()
+                );
+            }
+            Err(std::fs::TryLockError::Error(e)) => {
+                return Err(e).with_context(|| format!("locking {}", path.display()));
+            }
+        }
+        file.set_len(0)?;
+        file.rewind()?;
+        writeln!(file, "{}", std::process::id())?;
+        Ok(DataDirLock { _file: file })
+    }
+}
+
+/// Lock the data directory, open the store and make sure an admin token exists; returns the
+/// store, the token and the lock (held while serving).
+pub async fn prepare(opts: &ServeOptions) -> Result<(SqliteStore, String, DataDirLock)> {
     std::fs::create_dir_all(&opts.data_dir)
         .with_context(|| format!("creating data dir {}", opts.data_dir.display()))?;
     std::fs::set_permissions(&opts.data_dir, std::fs::Permissions::from_mode(0o700))?;
+    let lock = DataDirLock::take(&opts.data_dir)?;
     let files = DataDir::new(&opts.data_dir);
     // In memory as well: what a fleet reads on every step of an update (its Node, on every
     // report; the rendered config and the disruption policy it fetches; the pools).
@@ -88,13 +135,13 @@ pub async fn prepare(opts: &ServeOptions) -> Result<(SqliteStore, String)> {
         }
     };
     store.put_token(auth::token_hash(&token), "admin".into(), "admin".into()).await?;
-    Ok((store, token))
+    Ok((store, token, lock))
 }
 
 /// Run until the process is stopped.
 pub async fn run(opts: ServeOptions) -> Result<()> {
     install_crypto();
-    let (store, token) = prepare(&opts).await?;
+    let (store, token, _lock) = prepare(&opts).await?;
     let files = DataDir::new(&opts.data_dir);
     let listener = std::net::TcpListener::bind(opts.listen).with_context(|| format!("binding {}", opts.listen))?;
     listener.set_nonblocking(true)?;

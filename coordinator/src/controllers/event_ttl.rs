@@ -272,7 +272,9 @@ impl Sweeper {
 pub async fn run(store: Arc<dyn Store>, ttl: Duration) {
     if ttl.is_zero() {
         tracing::info!("events never expire (--event-ttl 0)");
-        return;
+        // Not a return: the supervisor takes a controller that returns for one that stopped,
+        // and `/readyz` would fail for a documented setting.
+        return std::future::pending().await;
     }
     let every = period(ttl);
     let report = |r: Result<usize, StoreError>| match r {

@@ -8,7 +8,9 @@ use crate::server::objects;
 use crate::store::{revision_of, Key, Store, StoreError};
 use aloft_api::machineconfig::conditions as cond;
 use aloft_api::meta::set_condition;
-use aloft_api::{Condition, MachineConfig, MachineConfigPool, MachineConfigPoolStatus, PoolConfiguration};
+use aloft_api::{
+    Condition, MachineConfig, MachineConfigPool, MachineConfigPoolStatus, OwnerReference, PoolConfiguration,
+};
 use serde_json::Value;
 use std::sync::Arc;
 
@@ -108,9 +110,7 @@ async fn reconcile_pool(store: &Arc<dyn Store>, mcs: &[MachineConfig], raw: Valu
             let name = rendered.machine_config.metadata.name.clone();
             match mcs.iter().find(|m| m.metadata.name == name) {
                 None => create_rendered(store, &pool, &rendered.machine_config).await?,
-                Some(existing) if names_an_earlier_pool(existing, &pool) => {
-                    adopt(store, &pool, &rendered.machine_config).await?
-                }
+                Some(existing) if adopts(existing, &pool) => adopt(store, &pool, &rendered.machine_config).await?,
                 Some(_) => {}
             }
             let want = PoolConfiguration { name, source: rendered.sources, extra: Default::default() };
@@ -164,23 +164,30 @@ async fn create_rendered(
     Ok(())
 }
 
-/// Whether `mc`, which `pool` renders to, names as its owner an earlier pool of the same name
-/// (deleted and created again: another uid). The garbage collector keeps such a config only
-/// while something uses it, and would collect it once nodes move on, where the pool's other
-/// rendered configs stay; so the pool that renders to it takes it over.
-fn names_an_earlier_pool(mc: &MachineConfig, pool: &MachineConfigPool) -> bool {
-    let Some(uid) = pool.metadata.uid.as_deref().filter(|u| !u.is_empty()) else {
+/// Whether `pool` takes over `mc`, the rendered config it renders to: when `mc` names as its
+/// owner an earlier pool of the same name (deleted and created again: another uid), or, being a
+/// generated config, has no controlling owner at all (its pool was deleted with
+/// `--cascade=orphan`). Either way the garbage collector would treat it unlike the pool's other
+/// rendered configs (keep it for good, or collect it once nodes move on); Kubernetes'
+/// controllers adopt the orphans they match the same way. A config another owner controls is
+/// left alone.
+fn adopts(mc: &MachineConfig, pool: &MachineConfigPool) -> bool {
+    if pool.metadata.uid.as_deref().is_none_or(str::is_empty) {
         return false;
-    };
-    mc.metadata
-        .owner_references
-        .iter()
-        .any(|o| o.kind == "MachineConfigPool" && o.name == pool.metadata.name && !o.uid.is_empty() && o.uid != uid)
+    }
+    let refs = &mc.metadata.owner_references;
+    let ours = |o: &OwnerReference| o.kind == "MachineConfigPool" && o.name == pool.metadata.name;
+    let stale =
+        refs.iter().any(|o| ours(o) && !o.uid.is_empty() && Some(o.uid.as_str()) != pool.metadata.uid.as_deref());
+    let orphan = mc.metadata.annotations.contains_key(aloft_api::annotations::GENERATED_BY)
+        && !refs.iter().any(|o| o.controller == Some(true));
+    stale || orphan
 }
 
-/// Point `rendered`'s stored references to its pool at the pool as it is now (its uid), keeping
-/// every other field and reference. A config collected meanwhile is created again; one written
-/// meanwhile is left to the pass its write starts.
+/// Point `rendered`'s stored references to its pool at the pool as it is now (its uid), or add
+/// one, controlling, where there is none; every other field and reference stays. A config
+/// collected meanwhile is created again; one written meanwhile is left to the pass its write
+/// starts.
 async fn adopt(store: &Arc<dyn Store>, pool: &MachineConfigPool, rendered: &MachineConfig) -> Result<(), StoreError> {
     let key = Key::cluster(&MACHINE_CONFIG.store_key(), &rendered.metadata.name);
     let Some(stored) = store.get(&key).await? else {
@@ -189,18 +196,30 @@ async fn adopt(store: &Arc<dyn Store>, pool: &MachineConfigPool, rendered: &Mach
     let uid = pool.metadata.uid.clone().unwrap_or_default();
     let mut obj = (*stored.object).clone();
     let rev = revision_of(&obj);
-    if let Some(refs) = obj.pointer_mut("/metadata/ownerReferences").and_then(Value::as_array_mut) {
-        for r in refs.iter_mut() {
-            let ours = r.get("kind").and_then(Value::as_str) == Some("MachineConfigPool")
-                && r.get("name").and_then(Value::as_str) == Some(pool.metadata.name.as_str());
-            if ours {
-                r["uid"] = Value::String(uid.clone());
-            }
+    let ours = |r: &Value| {
+        r.get("kind").and_then(Value::as_str) == Some("MachineConfigPool")
+            && r.get("name").and_then(Value::as_str) == Some(pool.metadata.name.as_str())
+    };
+    let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) else {
+        return Ok(());
+    };
+    let refs = meta.entry("ownerReferences").or_insert_with(|| Value::Array(Vec::new()));
+    if !refs.is_array() {
+        *refs = Value::Array(Vec::new());
+    }
+    let Some(refs) = refs.as_array_mut() else {
+        return Ok(());
+    };
+    if refs.iter().any(ours) {
+        for r in refs.iter_mut().filter(|r| ours(r)) {
+            r["uid"] = Value::String(uid.clone());
         }
+    } else if let Some(own) = rendered.metadata.owner_references.first() {
+        refs.push(to_value(own)?);
     }
     match store.update(&key, obj, rev).await {
         Ok(_) => {
-            tracing::info!(pool = %pool.metadata.name, config = %rendered.metadata.name, "took over a rendered config of an earlier pool of the same name");
+            tracing::info!(pool = %pool.metadata.name, config = %rendered.metadata.name, "took over a rendered config whose owner was gone");
             Ok(())
         }
         Err(StoreError::NotFound(_)) => create_rendered(store, pool, rendered).await,
