@@ -38,6 +38,8 @@ pub enum RenderError {
     Merged { field: String, message: String },
     #[error("rendered config for pool {pool} is {size} bytes, over the limit of {limit} bytes: move large contents out of MachineConfigs")]
     TooLarge { pool: String, size: usize, limit: usize },
+    #[error("the rendered config's name {name} would be {len} characters, over the {limit} a name may have: shorten the pool's name (to at most {pool_limit} characters)")]
+    NameTooLong { name: String, len: usize, limit: usize, pool_limit: usize },
     #[error("{}", unreconcilable_text(.config.as_deref(), .field, .message))]
     Unreconcilable { config: Option<String>, field: String, message: String },
 }
@@ -298,6 +300,9 @@ pub fn canonical_json(v: &Value) -> String {
     sorted(v).to_string()
 }
 
+/// The longest object name Kubernetes takes (a DNS subdomain).
+const MAX_NAME: usize = 253;
+
 /// `rendered-<pool>-<32 hex>`: the first 16 bytes of SHA-256 over the canonical JSON of the spec.
 /// Content-addressed, so an unchanged pool renders the same name and nodes are not updated.
 pub fn rendered_name(pool: &str, spec: &MachineConfigSpec) -> String {
@@ -381,6 +386,13 @@ pub fn render(
         }
     }
     let name = rendered_name(&pool_name, &spec);
+    // A name the API would refuse (a DNS subdomain: 253 characters): fail the render, as MCO's
+    // render does when the API server refuses the config, instead of storing one no client could
+    // create or name.
+    if name.len() > MAX_NAME {
+        let pool_limit = MAX_NAME - (name.len() - pool_name.len());
+        return Err(RenderError::NameTooLong { len: name.len(), name, limit: MAX_NAME, pool_limit });
+    }
     let or = |s: &str, default: &str| if s.is_empty() { default.to_string() } else { s.to_string() };
     let machine_config = MachineConfig {
         api_version: crate::MCO_API_VERSION.into(),
@@ -444,6 +456,21 @@ mod tests {
     }
     fn names(v: &[MachineConfig]) -> Vec<&str> {
         v.iter().map(|m| m.metadata.name.as_str()).collect()
+    }
+
+    /// A pool name that would make the rendered config's name longer than the API takes fails
+    /// the render, naming the longest pool name that fits; one character less renders.
+    #[test]
+    fn a_rendered_name_past_253_characters_fails_the_render() {
+        let configs = vec![with_config("50-worker", json!({}))];
+        let fits = "p".repeat(253 - 42);
+        let r = render(&pool(&fits, &["worker"]), &configs, None).unwrap();
+        assert_eq!(r.machine_config.metadata.name.len(), 253);
+        let long = "p".repeat(253 - 41);
+        let e = render(&pool(&long, &["worker"]), &configs, None).unwrap_err();
+        assert!(matches!(e, RenderError::NameTooLong { len: 254, pool_limit: 211, .. }), "{e:?}");
+        assert!(e.to_string().contains("254 characters, over the 253"), "{e}");
+        assert!(e.to_string().contains("at most 211 characters"), "{e}");
     }
 
     #[test]
