@@ -23,7 +23,6 @@ use aloft_api::machineconfig::conditions as cond;
 use aloft_api::meta::{find_condition, set_condition};
 use aloft_api::{
     Condition, MachineConfigPool, MachineConfigPoolStatus, Node, NodeDisruptionBudget, NodeDisruptionBudgetStatus,
-    RolloutPhase, RolloutStatus,
 };
 use serde::Deserialize;
 use serde_json::Value;
@@ -514,17 +513,27 @@ async fn learn_os_images(store: &Arc<dyn Store>, st: &mut State) -> Result<(), S
 /// Events for what kept a pool's nodes waiting: one per change of reason or message.
 fn record_waits(events: &Recorder, pool_name: &str, pp: &PoolPlan, nodes: &[Node]) {
     let about = Involved::pool(pool_name);
-    let (reason, type_) = match &pp.wait {
-        Some(Wait::Policy(HoldReason::CircuitBroken { .. })) => (reasons::CIRCUIT_BROKEN, EventType::Warning),
-        Some(Wait::Policy(HoldReason::Soaking { .. })) => (reasons::CANARY_SOAKING, EventType::Normal),
-        _ => (reasons::NODE_WAITING, EventType::Normal),
+    // The breaker's Event follows the breaker, not the waiting nodes: it trips just as well with
+    // every node picked already (then none waits).
+    match &pp.breaker {
+        Some(h) => {
+            let msg = format!("rollout of {} stopped: {}", pp.target, Wait::Policy(h.clone()));
+            events.emit(&about, EventType::Warning, reasons::CIRCUIT_BROKEN, &msg);
+        }
+        None => events.forget(&about, reasons::CIRCUIT_BROKEN),
+    }
+    // Nodes held by the breaker are in its Event.
+    let wait = pp.wait.as_ref().filter(|w| !matches!(w, Wait::Policy(HoldReason::CircuitBroken { .. })));
+    let reason = match wait {
+        Some(Wait::Policy(HoldReason::Soaking { .. })) => reasons::CANARY_SOAKING,
+        _ => reasons::NODE_WAITING,
     };
-    for r in [reasons::CIRCUIT_BROKEN, reasons::CANARY_SOAKING, reasons::NODE_WAITING] {
-        if pp.wait.is_none() || r != reason {
+    for r in [reasons::CANARY_SOAKING, reasons::NODE_WAITING] {
+        if wait.is_none() || r != reason {
             events.forget(&about, r);
         }
     }
-    if let Some(w) = &pp.wait {
+    if let Some(w) = wait {
         // One event per reason and target, not one per pass: the message leaves out what
         // changes with every pick (how many wait, which nodes hold the slots); the pool's
         // status counts them.
@@ -534,7 +543,7 @@ fn record_waits(events: &Recorder, pool_name: &str, pp: &PoolPlan, nodes: &[Node
             }
             w => format!("nodes wait for {}: {w}", pp.target),
         };
-        events.emit(&about, type_, reason, &msg);
+        events.emit(&about, EventType::Normal, reason, &msg);
     }
     if pp.blocked.is_empty() {
         events.forget(&about, reasons::BUDGET_BLOCKED);
@@ -607,8 +616,8 @@ fn compute_status(
     if all_updated {
         st.configuration = pool.spec.configuration.clone();
     }
-    let rollout: Option<&RolloutStatus> = plan.and_then(|p| p.rollout.as_ref());
-    let broken = rollout.is_some_and(|r| r.phase == RolloutPhase::CircuitBroken);
+    // The breaker the decision saw, as the CircuitBroken condition and Event show it.
+    let broken = plan.is_some_and(|p| p.breaker.is_some());
     set_condition(
         &mut st.conditions,
         condition(
@@ -677,14 +686,17 @@ fn rollout_conditions(st: &mut MachineConfigPoolStatus, pool: &str, members: &[M
         _ => condition(cond::CANARY_SOAKING, false, "", String::new()),
     };
     set_condition(&mut st.conditions, soaking, now);
-    let broken = match &pp.wait {
-        Some(w @ Wait::Policy(HoldReason::CircuitBroken { .. })) => condition(
+    let broken = match &pp.breaker {
+        Some(h) => condition(
             cond::CIRCUIT_BROKEN,
             true,
             "TooManyFailures",
-            format!("{w}; resume with `aloftctl rollout resume mcp/{pool}` or change the config"),
+            format!(
+                "{}; resume with `aloftctl rollout resume mcp/{pool}` or change the config",
+                Wait::Policy(h.clone())
+            ),
         ),
-        _ => condition(cond::CIRCUIT_BROKEN, false, "", String::new()),
+        None => condition(cond::CIRCUIT_BROKEN, false, "", String::new()),
     };
     set_condition(&mut st.conditions, broken, now);
     let stuck: Vec<String> = members
@@ -935,6 +947,10 @@ mod tests {
             target: ConfigName::new("r2"),
             members: (0..members).collect::<Vec<_>>().into(),
             picks: Vec::new(),
+            breaker: match &wait {
+                Some(Wait::Policy(h @ HoldReason::CircuitBroken { .. })) => Some(h.clone()),
+                _ => None,
+            },
             wait,
             blocked: Vec::new(),
             prestage: Vec::new(),
@@ -959,6 +975,31 @@ mod tests {
             "circuit breaker open: 1 node(s) failed on this config (a), more than maxFailures 0; resume with \
              `aloftctl rollout resume mcp/worker` or change the config"
         );
+    }
+
+    /// Every node was picked before one failed (maxUnavailable 2, maxFailures 0): nobody waits,
+    /// and the breaker is open all the same. The CircuitBroken condition (which `aloftctl
+    /// rollout resume` and the metric read) says so, naming the failed node, as Updating does.
+    #[test]
+    fn a_breaker_tripped_with_every_node_picked_is_a_true_condition() {
+        let p: MachineConfigPool = serde_json::from_value(json!({"metadata": {"name": "worker"}, "spec": {
+            "nodeSelector": {"matchLabels": {"node-role.kubernetes.io/worker": ""}},
+            "maxUnavailable": 2, "configuration": {"name": "r2"}, "rollout": {"maxFailures": 0}}}))
+        .unwrap();
+        let nodes = [node("a", "r1", "r2", "Degraded", true), node("b", "r1", "r2", "Working", true)];
+        let plan =
+            pick::plan(Snapshot { nodes: &nodes, pools: std::slice::from_ref(&p), budgets: &[] }, chrono::Utc::now());
+        let pp = &plan[0];
+        assert_eq!(pp.wait, None, "nobody waits");
+        let facts: Vec<NodeFacts> = nodes.iter().map(NodeFacts::of).collect();
+        let hot: Vec<NodeHot> = facts.iter().map(NodeHot::of).collect();
+        let st = compute_status(&p, &members_of(&nodes, &facts, &hot), &pp.target, None, Some(pp));
+        assert_eq!(st.rollout.as_ref().unwrap().phase, aloft_api::RolloutPhase::CircuitBroken);
+        let c = find_condition(&st.conditions, cond::CIRCUIT_BROKEN).unwrap();
+        assert!(c.is_true(), "{c:?}");
+        assert!(c.message.contains("(a), more than maxFailures 0"), "{}", c.message);
+        let u = find_condition(&st.conditions, cond::UPDATING).unwrap();
+        assert_eq!(u.reason, "CircuitBroken");
     }
 
     /// MCO's `status.observedGeneration`: the generation of the spec the status was computed

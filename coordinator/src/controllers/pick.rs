@@ -99,6 +99,10 @@ pub struct PoolPlan {
     pub picks: Vec<usize>,
     /// Why candidates that were not picked wait (None: no candidate left waiting).
     pub wait: Option<Wait>,
+    /// The open circuit breaker ([`HoldReason::CircuitBroken`]), whether or not a node still
+    /// waits: with every node picked before it tripped, nothing waits, and the breaker is open
+    /// all the same. The pool's condition, its Event and `aloftctl rollout resume` follow this.
+    pub breaker: Option<HoldReason>,
     /// Budgets that kept candidates back: (the first violation, the nodes it held).
     pub blocked: Vec<(Blocked, Vec<usize>)>,
     /// The `aloft.dev/prestageConfig` value each member should have (None: the annotation goes).
@@ -215,6 +219,7 @@ fn plan_pool(
         members,
         picks: Vec::new(),
         wait: None,
+        breaker: None,
         blocked: Vec::new(),
         prestage: Vec::new(),
         rollout: None,
@@ -243,7 +248,10 @@ fn plan_pool(
         now,
     );
     pp.rollout = Some(eval.status);
-    let broken = matches!(eval.gate, Gate::Hold(HoldReason::CircuitBroken { .. }));
+    if let Gate::Hold(h @ HoldReason::CircuitBroken { .. }) = &eval.gate {
+        pp.breaker = Some(h.clone());
+    }
+    let broken = pp.breaker.is_some();
     // In candidate order already (the layout's).
     // A node failing and unavailable (cordoned by the update it failed, or not Ready) is a
     // candidate too: see `stuck` below.
