@@ -1050,6 +1050,37 @@ mod tests {
         assert!(!find_condition(&st.conditions, cond::BUDGET_BLOCKED).unwrap().is_true());
     }
 
+    /// One budget holding nodes of two of its groups: each group's part of the message names
+    /// only that group's nodes, and the reason names the budget once.
+    #[test]
+    fn a_budget_blocking_two_groups_names_each_groups_own_nodes() {
+        let p: MachineConfigPool = serde_json::from_value(json!({"metadata": {"name": "worker"}, "spec": {
+            "maxUnavailable": 3, "configuration": {"name": "r2"},
+            "nodeSelector": {"matchLabels": {"node-role.kubernetes.io/worker": ""}}}}))
+        .unwrap();
+        let mut nodes: Vec<Node> = ["w2", "w3"].iter().map(|n| node(n, "r1", "r1", "Done", true)).collect();
+        for (n, zone) in nodes.iter_mut().zip(["z2", "z3"]) {
+            n.metadata.labels.insert("app".into(), "web".into());
+            n.metadata.labels.insert("zone".into(), zone.into());
+        }
+        let web: NodeDisruptionBudget = serde_json::from_value(json!({"metadata": {"name": "web"}, "spec": {
+            "selector": {"matchLabels": {"app": "web"}}, "minAvailable": "100%", "groupBy": ["zone"]}}))
+        .unwrap();
+        let facts: Vec<NodeFacts> = nodes.iter().map(NodeFacts::of).collect();
+        let hot: Vec<NodeHot> = facts.iter().map(NodeHot::of).collect();
+        let pools = [p.clone()];
+        let plans = pick::plan(Snapshot { nodes: &nodes, pools: &pools, budgets: &[web] }, chrono::Utc::now());
+        let st = compute_status(&p, &members_of(&nodes, &facts, &hot), &plans[0].target, None, Some(&plans[0]));
+        let c = find_condition(&st.conditions, cond::BUDGET_BLOCKED).unwrap();
+        assert_eq!(c.reason, "NodeDisruptionBudget web");
+        assert_eq!(
+            c.message,
+            "w2 wait(s): NodeDisruptionBudget web allows 0 of 1 nodes (zone=z2) unavailable and 0 already are, \
+             which blocks the group for good; w3 wait(s): NodeDisruptionBudget web allows 0 of 1 nodes (zone=z3) \
+             unavailable and 0 already are, which blocks the group for good"
+        );
+    }
+
     #[test]
     fn status_like_mco() {
         let p = pool(json!(1), false);
