@@ -131,13 +131,16 @@ pub fn resolve(v: &IntOrString, total: usize, round_up: bool) -> Result<usize, B
 }
 
 impl NodeDisruptionBudgetSpec {
-    /// How many nodes of a group of `total` may be unavailable at once. A budget whose values do
-    /// not resolve allows none (admission refuses such budgets; this is the safe reading of one
-    /// stored before validation existed).
+    /// How many nodes of a group of `total` may be unavailable at once: `total` less
+    /// [`Self::desired_healthy`], never more than the group has (`maxUnavailable` above the
+    /// group's size allows the whole group), so that what the group allows now, this less its
+    /// unavailable nodes, is PodDisruptionBudget's `max(0, currentHealthy - desiredHealthy)`. A
+    /// budget whose values do not resolve allows none (admission refuses such budgets; this is
+    /// the safe reading of one stored before validation existed).
     pub fn allowed_unavailable(&self, total: usize) -> usize {
         match (&self.min_available, &self.max_unavailable) {
             (Some(min), None) => resolve(min, total, true).map(|m| total.saturating_sub(m)).unwrap_or(0),
-            (None, Some(max)) => resolve(max, total, false).unwrap_or(0),
+            (None, Some(max)) => resolve(max, total, false).map(|m| m.min(total)).unwrap_or(0),
             _ => 0,
         }
     }
@@ -173,6 +176,8 @@ mod tests {
         assert_eq!(spec(s("50%"), None).allowed_unavailable(5), 2, "minAvailable 2.5 rounds up to 3");
         assert_eq!(spec(None, s("50%")).allowed_unavailable(5), 2, "maxUnavailable 2.5 rounds down");
         assert_eq!(spec(None, Some(IntOrString::Int(0))).allowed_unavailable(5), 0);
+        assert_eq!(spec(None, Some(IntOrString::Int(9))).allowed_unavailable(5), 5, "the whole group, no more");
+        assert_eq!(spec(None, Some(IntOrString::Int(2))).allowed_unavailable(1), 1);
         assert_eq!(spec(None, s("bogus")).allowed_unavailable(5), 0, "unreadable: nothing allowed");
         assert_eq!(spec(None, None).allowed_unavailable(5), 0);
         assert_eq!(resolve(&IntOrString::Int(-1), 3, true), Err(BudgetValueError::Negative(-1)));
