@@ -72,6 +72,11 @@ struct State {
     /// out (see [`budget_statuses`]).
     budget_job: Option<tokio::task::JoinHandle<Vec<Arc<Value>>>>,
     budget_status_at: Option<tokio::time::Instant>,
+    /// Budget name -> the status last worked out for it (written, or found stored already). A
+    /// budget event with another status is someone else's write: a budget's status asks for no
+    /// pass (it changes no decision), so without this a client's status write stood until the
+    /// next resync.
+    budget_computed: std::collections::HashMap<String, Value>,
     /// The nodes whose events arrived since the last pass, the only ones [`release`] needs to
     /// look at (a node becomes due by its own Done report); None: look at every node (the first
     /// pass, timers, pool or budget changes, a changed layout, a lost write).
@@ -101,6 +106,7 @@ async fn follow(store: &Arc<dyn Store>, events: &Recorder, passes: &Passes) -> R
         status_at: None,
         budget_job: None,
         budget_status_at: None,
+        budget_computed: Default::default(),
         touched: None,
     };
     let mut last = passes.time(0, reconcile(store, &mut st, events)).await?;
@@ -122,6 +128,7 @@ async fn follow(store: &Arc<dyn Store>, events: &Recorder, passes: &Passes) -> R
         if timer {
             st.touched = None;
         }
+        let mut foreign_budget_status = false;
         for ev in &batch {
             changed |= if ev.key.resource == keys[0] {
                 note_current_config(&mut st, ev);
@@ -131,7 +138,13 @@ async fn follow(store: &Arc<dyn Store>, events: &Recorder, passes: &Passes) -> R
                 }
                 relevant
             } else {
-                let relevant = if ev.key.resource == keys[1] { st.pools.apply(ev) } else { st.budgets.apply(ev) };
+                let relevant = if ev.key.resource == keys[1] {
+                    st.pools.apply(ev)
+                } else {
+                    foreign_budget_status |= ev.kind != crate::store::EventType::Deleted
+                        && ev.object.get("status") != st.budget_computed.get(&ev.key.name);
+                    st.budgets.apply(ev)
+                };
                 if relevant {
                     st.touched = None;
                 }
@@ -144,6 +157,12 @@ async fn follow(store: &Arc<dyn Store>, events: &Recorder, passes: &Passes) -> R
         if changed {
             last = passes.time(batch.len(), reconcile(store, &mut st, events)).await?;
             due = tokio::time::Instant::now() + last.wake;
+        } else if foreign_budget_status {
+            // Put the computed status back within the status interval, as a pool's is (a
+            // budget's status is what drains and picks are said to check).
+            if let Some(left) = budget_statuses(store, &mut st) {
+                due = due.min(tokio::time::Instant::now() + left);
+            }
         }
     }
     Ok(())
@@ -838,6 +857,8 @@ fn budget_statuses(store: &Arc<dyn Store>, st: &mut State) -> Option<Duration> {
         st.nodes.typed.iter().map(|n| &n.metadata.labels).collect();
     let ledger = Ledger::new(&st.budgets.typed, &labels, &unavailable);
     let now = objects::now();
+    let computed = &mut st.budget_computed;
+    computed.clear();
     let writes: Vec<(Key, Value, Option<u64>)> = st
         .budgets
         .typed
@@ -853,6 +874,9 @@ fn budget_statuses(store: &Arc<dyn Store>, st: &mut State) -> Option<Duration> {
                     return None;
                 }
             };
+            // Against the stored status (the cache holds the last version the watch brought,
+            // a client's write included), not only against what this controller wrote last.
+            computed.insert(b.metadata.name.clone(), new.clone());
             if raw.get("status") == Some(&new) {
                 return None;
             }
