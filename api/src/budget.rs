@@ -131,6 +131,21 @@ pub fn resolve(v: &IntOrString, total: usize, round_up: bool) -> Result<usize, B
 }
 
 impl NodeDisruptionBudgetSpec {
+    /// `spec.groupBy` keys given more than once, in Kubernetes' words (`spec.groupBy[1]:
+    /// Duplicate value: "zone"`): a repeated key groups nothing differently, so it is a mistake.
+    pub fn group_by_errors(&self) -> Vec<crate::reconcile::FieldError> {
+        let mut seen = std::collections::HashSet::new();
+        self.group_by
+            .iter()
+            .enumerate()
+            .filter(|(_, k)| !seen.insert(k.as_str()))
+            .map(|(i, k)| crate::reconcile::FieldError {
+                field: format!("spec.groupBy[{i}]"),
+                message: format!("Duplicate value: {k:?}"),
+            })
+            .collect()
+    }
+
     /// How many nodes of a group of `total` may be unavailable at once: `total` less
     /// [`Self::desired_healthy`], never more than the group has (`maxUnavailable` above the
     /// group's size allows the whole group), so that what the group allows now, this less its
@@ -182,6 +197,22 @@ mod tests {
         assert_eq!(spec(None, None).allowed_unavailable(5), 0);
         assert_eq!(resolve(&IntOrString::Int(-1), 3, true), Err(BudgetValueError::Negative(-1)));
         assert!(resolve(&IntOrString::String("101%".into()), 3, true).is_err());
+    }
+
+    #[test]
+    fn a_group_by_key_given_twice_is_a_duplicate() {
+        let mut s = spec(None, Some(IntOrString::Int(1)));
+        s.group_by = vec!["zone".into(), "rack".into(), "zone".into(), "zone".into()];
+        let errs: Vec<(String, String)> = s.group_by_errors().into_iter().map(|e| (e.field, e.message)).collect();
+        assert_eq!(
+            errs,
+            [
+                ("spec.groupBy[2]".to_string(), "Duplicate value: \"zone\"".to_string()),
+                ("spec.groupBy[3]".to_string(), "Duplicate value: \"zone\"".to_string()),
+            ]
+        );
+        s.group_by.truncate(2);
+        assert!(s.group_by_errors().is_empty());
     }
 
     #[test]
