@@ -433,6 +433,17 @@ async fn absurd_pool_numbers_are_422_naming_the_field() {
     }
     let r = admin.post(&coll, &pool_with("worker", json!({"rollout": {"soakSeconds": 9223372036854775807i64}}))).await;
     assert!(message(&r.unwrap()).contains("must be at most 31536000 (one year)"));
+    // Past what an i64 holds (JSON reads 2^64 as a float): the same words, not serde's.
+    let big = serde_json::to_vec(&pool_with("worker", json!({"rollout": {"maxFailures": 0}}))).unwrap();
+    let big = String::from_utf8(big).unwrap().replace("\"maxFailures\":0", "\"maxFailures\":18446744073709551616");
+    let r = send(&admin, reqwest::Method::POST, &coll, "application/json", big.as_bytes()).await;
+    assert_status(&r, 422, "Invalid", "maxFailures 2^64");
+    assert_eq!(cause_fields(&r.body), ["spec.rollout.maxFailures"], "{}", r.body);
+    let m = message(&r);
+    assert!(
+        m.contains("spec.rollout.maxFailures: Invalid value: 1.8446744073709552e19: must be at most 2147483647"),
+        "{m}"
+    );
     assert_eq!(head(&admin).await, before, "nothing was stored");
 
     // The same on a patch of a stored pool, which stays as it was.
@@ -681,6 +692,12 @@ async fn labels_and_selectors_are_validated() {
     let r = admin.post(&path_of(&resources::NODE_DISRUPTION_BUDGET, None), &ndb).await.unwrap();
     assert_status(&r, 422, "Invalid", "budget selector");
     assert_eq!(cause_fields(&r.body), ["spec.selector.matchLabels"]);
+    let ndb = json!({"apiVersion": "aloft.dev/v1", "kind": "NodeDisruptionBudget", "metadata": {"name": "db"},
+        "spec": {"maxUnavailable": 1, "groupBy": ["zone", "zone"]}});
+    let r = admin.post(&path_of(&resources::NODE_DISRUPTION_BUDGET, None), &ndb).await.unwrap();
+    assert_status(&r, 422, "Invalid", "budget groupBy twice");
+    assert_eq!(cause_fields(&r.body), ["spec.groupBy[1]"]);
+    assert!(message(&r).contains("spec.groupBy[1]: Duplicate value: \"zone\""), "{}", message(&r));
     assert_eq!(head(&admin).await, before, "nothing was stored");
     assert_eq!(get_ok(&admin, &NODE, "n1").await, stored);
 }

@@ -154,3 +154,30 @@ async fn budget_status_counts_healthy_nodes_like_a_pdb() {
     let after = admin.get(&path_of(&NODE_DISRUPTION_BUDGET, Some("db"))).await.unwrap().into_result().unwrap();
     assert_eq!(rv(&after), before, "a budget whose counts did not change was written: {after}");
 }
+
+/// The status is the coordinator's: a client's write through the status subresource (kubectl
+/// patch --subresource=status) is put back within the status interval, as a pool's is, not at
+/// the next resync; and once put back it stays (no write after write).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_budget_status_write_is_put_back_within_the_status_interval() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    ready_node(&admin, "n1", json!({"app": "db"})).await;
+    let db = json!({"apiVersion": "aloft.dev/v1", "kind": "NodeDisruptionBudget", "metadata": {"name": "db"},
+        "spec": {"selector": {"matchLabels": {"app": "db"}}, "maxUnavailable": 1}});
+    admin.post(&path_of(&NODE_DISRUPTION_BUDGET, None), &db).await.unwrap().into_result().unwrap();
+    budget_when(&admin, "db", "one disruption allowed", |b| counts(&b["status"]) == (1, 1, 0, 1)).await;
+    let status = format!("{}/status", path_of(&NODE_DISRUPTION_BUDGET, Some("db")));
+    let forged = merge(&admin, &status, json!({"status": {"disruptionsAllowed": 77}})).await;
+    assert_eq!(forged["status"]["disruptionsAllowed"], 77, "the write went through: {forged}");
+    let started = std::time::Instant::now();
+    let b = eventually(Duration::from_secs(5), "the computed status back", || async {
+        let b = admin.get(&path_of(&NODE_DISRUPTION_BUDGET, Some("db"))).await?.into_result()?;
+        Ok((counts(&b["status"]) == (1, 1, 0, 1)).then_some(b))
+    })
+    .await;
+    assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let after = admin.get(&path_of(&NODE_DISRUPTION_BUDGET, Some("db"))).await.unwrap().into_result().unwrap();
+    assert_eq!(rv(&after), rv(&b), "written again although nothing changed: {after}");
+}

@@ -1133,3 +1133,89 @@ async fn a_budget_that_stalls_the_rollout_is_a_pool_condition() {
     .await;
     assert_eq!(picked(&admin, &["web1", "web2"], &target).await.len(), 2);
 }
+
+/// Whether the metrics say `condition` of the worker pool is True.
+fn condition_metric(c: &Coordinator, condition: &str) -> bool {
+    let out = aloftctl(c, &["get", "--raw", "/metrics"]);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    text.lines().any(|l| {
+        l.starts_with("aloft_pool_condition{")
+            && l.contains("pool=\"worker\"")
+            && l.contains(&format!("condition=\"{condition}\""))
+            && l.ends_with(" 1")
+    })
+}
+
+/// The audit's case: every node of the pool is picked at once (maxUnavailable 2 of 2), then one
+/// fails with maxFailures 0. Nobody waits, and the breaker is open all the same: the condition,
+/// the Event, the metric and `aloftctl rollout resume` all say so. Once the failed node recovers
+/// and every node is updated, the breaker closes with the rollout (the pool is not shown stopped
+/// while Updated), and a node that joins later is updated as usual. On the next config the same
+/// trip is resumed with aloftctl.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_breaker_tripped_with_every_node_picked_is_open_everywhere_and_closes_with_the_rollout() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let names = ["w1", "w2"];
+    let t0 = fleet_on_a_first_config(&admin, &names, json!({"maxUnavailable": 2, "rollout": {"maxFailures": 0}})).await;
+    let mut b = machine_config("60-worker-b", "worker");
+    b["spec"]["kernelArguments"] = json!(["nosmt"]);
+    create(&admin, &MACHINE_CONFIG, &b).await;
+    let t1 = new_target(&admin, &t0).await;
+    eventually(WAIT, "both nodes picked", || async {
+        Ok((picked(&admin, &names, &t1).await.len() == 2).then_some(()))
+    })
+    .await;
+    fail(&admin, "w1", &t1).await;
+    let p = eventually(WAIT, "the CircuitBroken condition True", || async {
+        let p = pool(&admin).await;
+        Ok(is_true(&p, "CircuitBroken").then_some(p))
+    })
+    .await;
+    assert_eq!(rollout_of(&p).1, "CircuitBroken", "{p}");
+    let msg = condition(&p, "CircuitBroken").unwrap()["message"].as_str().unwrap().to_string();
+    assert!(msg.contains("(w1), more than maxFailures 0"), "{msg}");
+    event_with(&admin, "MachineConfigPool", "worker", "CircuitBroken", "(w1)").await;
+    assert!(condition_metric(&c, "CircuitBroken"), "aloft_pool_condition CircuitBroken is 1");
+
+    // Recovered and all updated: the rollout is over, and so is the breaker.
+    finish(&admin, "w1", &t1).await;
+    finish(&admin, "w2", &t1).await;
+    let p = eventually(WAIT, "the pool Updated", || async {
+        let p = pool(&admin).await;
+        Ok(is_true(&p, "Updated").then_some(p))
+    })
+    .await;
+    assert!(!is_true(&p, "CircuitBroken"), "{p}");
+    assert_ne!(rollout_of(&p).1, "CircuitBroken", "{p}");
+    fake_node(&admin, "w3", json!({"node-role.kubernetes.io/worker": ""}), true).await;
+    eventually(WAIT, "the joining node picked", || async {
+        Ok((picked(&admin, &["w3"], &t1).await.len() == 1).then_some(()))
+    })
+    .await;
+    finish(&admin, "w3", &t1).await;
+    let names = ["w1", "w2", "w3"];
+
+    // Next config: 2 of 3 picked, one fails; resume works, and the third is picked.
+    let mut cmc = machine_config("70-worker-c", "worker");
+    cmc["spec"]["kernelArguments"] = json!(["quiet"]);
+    create(&admin, &MACHINE_CONFIG, &cmc).await;
+    let t2 = new_target(&admin, &t1).await;
+    let first = eventually(WAIT, "two nodes picked", || async {
+        let p = picked(&admin, &names, &t2).await;
+        Ok((p.len() == 2).then_some(p))
+    })
+    .await;
+    fail(&admin, &first[0], &t2).await;
+    finish(&admin, &first[1], &t2).await;
+    eventually(WAIT, "the CircuitBroken condition True", || async {
+        Ok(is_true(&pool(&admin).await, "CircuitBroken").then_some(()))
+    })
+    .await;
+    let out = aloftctl(&c, &["rollout", "resume", "mcp/worker"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    eventually(WAIT, "the third node picked after resume", || async {
+        Ok((picked(&admin, &names, &t2).await.len() == 3).then_some(()))
+    })
+    .await;
+}

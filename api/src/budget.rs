@@ -131,13 +131,31 @@ pub fn resolve(v: &IntOrString, total: usize, round_up: bool) -> Result<usize, B
 }
 
 impl NodeDisruptionBudgetSpec {
-    /// How many nodes of a group of `total` may be unavailable at once. A budget whose values do
-    /// not resolve allows none (admission refuses such budgets; this is the safe reading of one
-    /// stored before validation existed).
+    /// `spec.groupBy` keys given more than once, in Kubernetes' words (`spec.groupBy[1]:
+    /// Duplicate value: "zone"`): a repeated key groups nothing differently, so it is a mistake.
+    pub fn group_by_errors(&self) -> Vec<crate::reconcile::FieldError> {
+        let mut seen = std::collections::HashSet::new();
+        self.group_by
+            .iter()
+            .enumerate()
+            .filter(|(_, k)| !seen.insert(k.as_str()))
+            .map(|(i, k)| crate::reconcile::FieldError {
+                field: format!("spec.groupBy[{i}]"),
+                message: format!("Duplicate value: {k:?}"),
+            })
+            .collect()
+    }
+
+    /// How many nodes of a group of `total` may be unavailable at once: `total` less
+    /// [`Self::desired_healthy`], never more than the group has (`maxUnavailable` above the
+    /// group's size allows the whole group), so that what the group allows now, this less its
+    /// unavailable nodes, is PodDisruptionBudget's `max(0, currentHealthy - desiredHealthy)`. A
+    /// budget whose values do not resolve allows none (admission refuses such budgets; this is
+    /// the safe reading of one stored before validation existed).
     pub fn allowed_unavailable(&self, total: usize) -> usize {
         match (&self.min_available, &self.max_unavailable) {
             (Some(min), None) => resolve(min, total, true).map(|m| total.saturating_sub(m)).unwrap_or(0),
-            (None, Some(max)) => resolve(max, total, false).unwrap_or(0),
+            (None, Some(max)) => resolve(max, total, false).map(|m| m.min(total)).unwrap_or(0),
             _ => 0,
         }
     }
@@ -173,10 +191,28 @@ mod tests {
         assert_eq!(spec(s("50%"), None).allowed_unavailable(5), 2, "minAvailable 2.5 rounds up to 3");
         assert_eq!(spec(None, s("50%")).allowed_unavailable(5), 2, "maxUnavailable 2.5 rounds down");
         assert_eq!(spec(None, Some(IntOrString::Int(0))).allowed_unavailable(5), 0);
+        assert_eq!(spec(None, Some(IntOrString::Int(9))).allowed_unavailable(5), 5, "the whole group, no more");
+        assert_eq!(spec(None, Some(IntOrString::Int(2))).allowed_unavailable(1), 1);
         assert_eq!(spec(None, s("bogus")).allowed_unavailable(5), 0, "unreadable: nothing allowed");
         assert_eq!(spec(None, None).allowed_unavailable(5), 0);
         assert_eq!(resolve(&IntOrString::Int(-1), 3, true), Err(BudgetValueError::Negative(-1)));
         assert!(resolve(&IntOrString::String("101%".into()), 3, true).is_err());
+    }
+
+    #[test]
+    fn a_group_by_key_given_twice_is_a_duplicate() {
+        let mut s = spec(None, Some(IntOrString::Int(1)));
+        s.group_by = vec!["zone".into(), "rack".into(), "zone".into(), "zone".into()];
+        let errs: Vec<(String, String)> = s.group_by_errors().into_iter().map(|e| (e.field, e.message)).collect();
+        assert_eq!(
+            errs,
+            [
+                ("spec.groupBy[2]".to_string(), "Duplicate value: \"zone\"".to_string()),
+                ("spec.groupBy[3]".to_string(), "Duplicate value: \"zone\"".to_string()),
+            ]
+        );
+        s.group_by.truncate(2);
+        assert!(s.group_by_errors().is_empty());
     }
 
     #[test]

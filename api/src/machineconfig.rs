@@ -93,11 +93,11 @@ pub struct MachineConfigPoolSpec {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RolloutPolicy {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "bounded::count")]
     pub canary: Option<i64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "bounded::duration")]
     pub soak_seconds: Option<i64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "bounded::count")]
     pub max_failures: Option<i64>,
     /// Pre-stage the config's OS on nodes waiting for their turn (`aloft.dev/prestageConfig`);
     /// default true. `false` makes each node download its OS only once picked (the unavailable
@@ -113,7 +113,7 @@ pub struct RolloutPolicy {
 #[serde(rename_all = "camelCase")]
 pub struct DrainSettings {
     /// How long a drain may take before the node is reported degraded (default 3600, MCO's hour).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "bounded::timeout")]
     pub timeout_seconds: Option<i64>,
     /// Called in order before a node is acknowledged drained, and after it is uncordoned.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -129,7 +129,7 @@ pub struct DrainSettings {
 pub struct DrainHook {
     #[serde(default)]
     pub url: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none", deserialize_with = "bounded::hook_timeout")]
     pub timeout_seconds: Option<i64>,
     #[serde(flatten)]
     pub extra: Extra,
@@ -148,6 +148,73 @@ pub const MAX_HOOK_TIMEOUT_SECONDS: i64 = 3600;
 /// The largest node count (`canary`, `maxFailures`, an integer `maxUnavailable`) admission
 /// accepts: Kubernetes' counts are 32-bit.
 pub const MAX_COUNT: i64 = i32::MAX as i64;
+
+/// The pool's bounded numbers, read so that one no `i64` holds (a JSON number past 2^63, read as a
+/// float, or any fraction) gets admission's words for the field (`Invalid value: N: must be at
+/// most M`, as for one that fits, and `must be an integer` for a fraction) instead of serde's
+/// `invalid type: floating point ..., expected i64`. The bounds themselves are admission's to
+/// check: a number that fits is read as it is.
+mod bounded {
+    use super::{MAX_COUNT, MAX_DURATION_SECONDS, MAX_HOOK_TIMEOUT_SECONDS};
+    use serde::de::{Deserializer, Error, Visitor};
+
+    /// (least, most, what `most` is in words), as admission states the bound.
+    type Bound = (i64, i64, &'static str);
+
+    struct V(Bound);
+
+    impl<'de> Visitor<'de> for V {
+        type Value = Option<i64>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("an integer")
+        }
+        fn visit_i64<E: Error>(self, v: i64) -> Result<Option<i64>, E> {
+            Ok(Some(v))
+        }
+        fn visit_u64<E: Error>(self, v: u64) -> Result<Option<i64>, E> {
+            let (_, most, unit) = self.0;
+            i64::try_from(v)
+                .map(Some)
+                .map_err(|_| E::custom(format!("Invalid value: {v}: must be at most {most}{unit}")))
+        }
+        fn visit_f64<E: Error>(self, v: f64) -> Result<Option<i64>, E> {
+            let (least, most, unit) = self.0;
+            Err(E::custom(if v.fract() != 0.0 || !v.is_finite() {
+                format!("Invalid value: {v}: must be an integer")
+            } else if v < 0.0 {
+                format!("Invalid value: {v:e}: must be >= {least}")
+            } else {
+                format!("Invalid value: {v:e}: must be at most {most}{unit}")
+            }))
+        }
+        fn visit_none<E: Error>(self) -> Result<Option<i64>, E> {
+            Ok(None)
+        }
+        fn visit_unit<E: Error>(self) -> Result<Option<i64>, E> {
+            Ok(None)
+        }
+        fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Option<i64>, D::Error> {
+            d.deserialize_any(self)
+        }
+    }
+
+    fn read<'de, D: Deserializer<'de>>(d: D, bound: Bound) -> Result<Option<i64>, D::Error> {
+        d.deserialize_option(V(bound))
+    }
+
+    pub fn count<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
+        read(d, (0, MAX_COUNT, ""))
+    }
+    pub fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
+        read(d, (0, MAX_DURATION_SECONDS, " (one year)"))
+    }
+    pub fn timeout<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
+        read(d, (1, MAX_DURATION_SECONDS, " (one year)"))
+    }
+    pub fn hook_timeout<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
+        read(d, (1, MAX_HOOK_TIMEOUT_SECONDS, " (one hour)"))
+    }
+}
 
 impl MachineConfigPoolSpec {
     pub fn drain_timeout_seconds(&self) -> i64 {
@@ -258,4 +325,29 @@ pub mod conditions {
     /// aloft: a NodeDisruptionBudget holds back nodes the pool would pick now (the lasting
     /// record of what the `BudgetBlocked` Events say, which expire).
     pub const BUDGET_BLOCKED: &str = "BudgetBlocked";
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A number no i64 holds gets admission's words, naming the bound; one that fits is read as
+    /// it is (admission checks the bound); null is unset.
+    #[test]
+    fn pool_numbers_past_i64_say_what_the_field_allows() {
+        let read = |v: &str| serde_json::from_str::<RolloutPolicy>(v).map_err(|e| e.to_string());
+        let err = read(r#"{"maxFailures": 18446744073709551616}"#).unwrap_err();
+        assert!(err.starts_with("Invalid value: 1.8446744073709552e19: must be at most 2147483647"), "{err}");
+        let err = read(r#"{"soakSeconds": 18446744073709551615}"#).unwrap_err();
+        assert!(err.starts_with("Invalid value: 18446744073709551615: must be at most 31536000 (one year)"), "{err}");
+        let err = read(r#"{"canary": -1e30}"#).unwrap_err();
+        assert!(err.starts_with("Invalid value: -1e30: must be >= 0"), "{err}");
+        let err = read(r#"{"canary": 1.5}"#).unwrap_err();
+        assert!(err.starts_with("Invalid value: 1.5: must be an integer"), "{err}");
+        let err = serde_json::from_str::<DrainHook>(r#"{"timeoutSeconds": 1e20}"#).unwrap_err().to_string();
+        assert!(err.starts_with("Invalid value: 1e20: must be at most 3600 (one hour)"), "{err}");
+        assert_eq!(read(r#"{"maxFailures": 3, "canary": null}"#).unwrap().max_failures, Some(3));
+        assert_eq!(read(r#"{"maxFailures": 9223372036854775807}"#).unwrap().max_failures, Some(i64::MAX));
+        assert_eq!(read("{}").unwrap(), RolloutPolicy::default());
+    }
 }

@@ -353,6 +353,30 @@ mod tests {
         assert_eq!(empty.conditions[0].message, "the selector matches no node");
     }
 
+    /// maxUnavailable 2 over a single node that is down: currentHealthy 0, desiredHealthy 0, and
+    /// as a PDB counts it, max(0, 0 - 0) = 0 disruptions allowed (not 2 - 1). The decision
+    /// agrees: a healthy node of that group could not be taken down; the node already down may
+    /// still be moved (it disrupts nothing more, as a PDB lets an unhealthy pod be evicted while
+    /// currentHealthy >= desiredHealthy), and a second node would be blocked.
+    #[test]
+    fn max_unavailable_above_the_group_allows_what_a_pdb_does() {
+        let nodes: Vec<BTreeMap<String, String>> = (0..1).map(|_| labels(&[("app", "db")])).collect();
+        let refs: Vec<&BTreeMap<String, String>> = nodes.iter().collect();
+        let b = budget("db", json!({"selector": {"matchLabels": {"app": "db"}}, "maxUnavailable": 2}));
+        let l = Ledger::new(std::slice::from_ref(&b), &refs, &[true]);
+        let st = status_of(&b, l.groups_of("db"), None, "t1");
+        assert_eq!((st.expected_nodes, st.current_healthy, st.desired_healthy, st.disruptions_allowed), (1, 0, 0, 0));
+        assert_eq!(st.conditions[0].status, "False");
+        assert!(l.check(0).is_ok(), "the node already down may be moved");
+        // Two nodes, one down: one more may go (2 allowed of 2), as the status says.
+        let two: Vec<BTreeMap<String, String>> = (0..2).map(|_| labels(&[("app", "db")])).collect();
+        let refs: Vec<&BTreeMap<String, String>> = two.iter().collect();
+        let l = Ledger::new(std::slice::from_ref(&b), &refs, &[true, false]);
+        let st = status_of(&b, l.groups_of("db"), None, "t1");
+        assert_eq!((st.current_healthy, st.desired_healthy, st.disruptions_allowed), (1, 0, 1));
+        assert!(l.check(1).is_ok());
+    }
+
     /// With groupBy every group has its own counts, in label order, and the budget allows what
     /// its tightest group does.
     #[test]

@@ -23,7 +23,6 @@ use aloft_api::machineconfig::conditions as cond;
 use aloft_api::meta::{find_condition, set_condition};
 use aloft_api::{
     Condition, MachineConfigPool, MachineConfigPoolStatus, Node, NodeDisruptionBudget, NodeDisruptionBudgetStatus,
-    RolloutPhase, RolloutStatus,
 };
 use serde::Deserialize;
 use serde_json::Value;
@@ -73,6 +72,11 @@ struct State {
     /// out (see [`budget_statuses`]).
     budget_job: Option<tokio::task::JoinHandle<Vec<Arc<Value>>>>,
     budget_status_at: Option<tokio::time::Instant>,
+    /// Budget name -> the status last worked out for it (written, or found stored already). A
+    /// budget event with another status is someone else's write: a budget's status asks for no
+    /// pass (it changes no decision), so without this a client's status write stood until the
+    /// next resync.
+    budget_computed: std::collections::HashMap<String, Value>,
     /// The nodes whose events arrived since the last pass, the only ones [`release`] needs to
     /// look at (a node becomes due by its own Done report); None: look at every node (the first
     /// pass, timers, pool or budget changes, a changed layout, a lost write).
@@ -102,6 +106,7 @@ async fn follow(store: &Arc<dyn Store>, events: &Recorder, passes: &Passes) -> R
         status_at: None,
         budget_job: None,
         budget_status_at: None,
+        budget_computed: Default::default(),
         touched: None,
     };
     let mut last = passes.time(0, reconcile(store, &mut st, events)).await?;
@@ -123,6 +128,7 @@ async fn follow(store: &Arc<dyn Store>, events: &Recorder, passes: &Passes) -> R
         if timer {
             st.touched = None;
         }
+        let mut foreign_budget_status = false;
         for ev in &batch {
             changed |= if ev.key.resource == keys[0] {
                 note_current_config(&mut st, ev);
@@ -132,7 +138,13 @@ async fn follow(store: &Arc<dyn Store>, events: &Recorder, passes: &Passes) -> R
                 }
                 relevant
             } else {
-                let relevant = if ev.key.resource == keys[1] { st.pools.apply(ev) } else { st.budgets.apply(ev) };
+                let relevant = if ev.key.resource == keys[1] {
+                    st.pools.apply(ev)
+                } else {
+                    foreign_budget_status |= ev.kind != crate::store::EventType::Deleted
+                        && ev.object.get("status") != st.budget_computed.get(&ev.key.name);
+                    st.budgets.apply(ev)
+                };
                 if relevant {
                     st.touched = None;
                 }
@@ -145,6 +157,12 @@ async fn follow(store: &Arc<dyn Store>, events: &Recorder, passes: &Passes) -> R
         if changed {
             last = passes.time(batch.len(), reconcile(store, &mut st, events)).await?;
             due = tokio::time::Instant::now() + last.wake;
+        } else if foreign_budget_status {
+            // Put the computed status back within the status interval, as a pool's is (a
+            // budget's status is what drains and picks are said to check).
+            if let Some(left) = budget_statuses(store, &mut st) {
+                due = due.min(tokio::time::Instant::now() + left);
+            }
         }
     }
     Ok(())
@@ -514,17 +532,27 @@ async fn learn_os_images(store: &Arc<dyn Store>, st: &mut State) -> Result<(), S
 /// Events for what kept a pool's nodes waiting: one per change of reason or message.
 fn record_waits(events: &Recorder, pool_name: &str, pp: &PoolPlan, nodes: &[Node]) {
     let about = Involved::pool(pool_name);
-    let (reason, type_) = match &pp.wait {
-        Some(Wait::Policy(HoldReason::CircuitBroken { .. })) => (reasons::CIRCUIT_BROKEN, EventType::Warning),
-        Some(Wait::Policy(HoldReason::Soaking { .. })) => (reasons::CANARY_SOAKING, EventType::Normal),
-        _ => (reasons::NODE_WAITING, EventType::Normal),
+    // The breaker's Event follows the breaker, not the waiting nodes: it trips just as well with
+    // every node picked already (then none waits).
+    match &pp.breaker {
+        Some(h) => {
+            let msg = format!("rollout of {} stopped: {}", pp.target, Wait::Policy(h.clone()));
+            events.emit(&about, EventType::Warning, reasons::CIRCUIT_BROKEN, &msg);
+        }
+        None => events.forget(&about, reasons::CIRCUIT_BROKEN),
+    }
+    // Nodes held by the breaker are in its Event.
+    let wait = pp.wait.as_ref().filter(|w| !matches!(w, Wait::Policy(HoldReason::CircuitBroken { .. })));
+    let reason = match wait {
+        Some(Wait::Policy(HoldReason::Soaking { .. })) => reasons::CANARY_SOAKING,
+        _ => reasons::NODE_WAITING,
     };
-    for r in [reasons::CIRCUIT_BROKEN, reasons::CANARY_SOAKING, reasons::NODE_WAITING] {
-        if pp.wait.is_none() || r != reason {
+    for r in [reasons::CANARY_SOAKING, reasons::NODE_WAITING] {
+        if wait.is_none() || r != reason {
             events.forget(&about, r);
         }
     }
-    if let Some(w) = &pp.wait {
+    if let Some(w) = wait {
         // One event per reason and target, not one per pass: the message leaves out what
         // changes with every pick (how many wait, which nodes hold the slots); the pool's
         // status counts them.
@@ -534,7 +562,7 @@ fn record_waits(events: &Recorder, pool_name: &str, pp: &PoolPlan, nodes: &[Node
             }
             w => format!("nodes wait for {}: {w}", pp.target),
         };
-        events.emit(&about, type_, reason, &msg);
+        events.emit(&about, EventType::Normal, reason, &msg);
     }
     if pp.blocked.is_empty() {
         events.forget(&about, reasons::BUDGET_BLOCKED);
@@ -607,8 +635,8 @@ fn compute_status(
     if all_updated {
         st.configuration = pool.spec.configuration.clone();
     }
-    let rollout: Option<&RolloutStatus> = plan.and_then(|p| p.rollout.as_ref());
-    let broken = rollout.is_some_and(|r| r.phase == RolloutPhase::CircuitBroken);
+    // The breaker the decision saw, as the CircuitBroken condition and Event show it.
+    let broken = plan.is_some_and(|p| p.breaker.is_some());
     set_condition(
         &mut st.conditions,
         condition(
@@ -677,14 +705,17 @@ fn rollout_conditions(st: &mut MachineConfigPoolStatus, pool: &str, members: &[M
         _ => condition(cond::CANARY_SOAKING, false, "", String::new()),
     };
     set_condition(&mut st.conditions, soaking, now);
-    let broken = match &pp.wait {
-        Some(w @ Wait::Policy(HoldReason::CircuitBroken { .. })) => condition(
+    let broken = match &pp.breaker {
+        Some(h) => condition(
             cond::CIRCUIT_BROKEN,
             true,
             "TooManyFailures",
-            format!("{w}; resume with `aloftctl rollout resume mcp/{pool}` or change the config"),
+            format!(
+                "{}; resume with `aloftctl rollout resume mcp/{pool}` or change the config",
+                Wait::Policy(h.clone())
+            ),
         ),
-        _ => condition(cond::CIRCUIT_BROKEN, false, "", String::new()),
+        None => condition(cond::CIRCUIT_BROKEN, false, "", String::new()),
     };
     set_condition(&mut st.conditions, broken, now);
     let stuck: Vec<String> = members
@@ -826,6 +857,8 @@ fn budget_statuses(store: &Arc<dyn Store>, st: &mut State) -> Option<Duration> {
         st.nodes.typed.iter().map(|n| &n.metadata.labels).collect();
     let ledger = Ledger::new(&st.budgets.typed, &labels, &unavailable);
     let now = objects::now();
+    let computed = &mut st.budget_computed;
+    computed.clear();
     let writes: Vec<(Key, Value, Option<u64>)> = st
         .budgets
         .typed
@@ -841,6 +874,9 @@ fn budget_statuses(store: &Arc<dyn Store>, st: &mut State) -> Option<Duration> {
                     return None;
                 }
             };
+            // Against the stored status (the cache holds the last version the watch brought,
+            // a client's write included), not only against what this controller wrote last.
+            computed.insert(b.metadata.name.clone(), new.clone());
             if raw.get("status") == Some(&new) {
                 return None;
             }
@@ -935,6 +971,10 @@ mod tests {
             target: ConfigName::new("r2"),
             members: (0..members).collect::<Vec<_>>().into(),
             picks: Vec::new(),
+            breaker: match &wait {
+                Some(Wait::Policy(h @ HoldReason::CircuitBroken { .. })) => Some(h.clone()),
+                _ => None,
+            },
             wait,
             blocked: Vec::new(),
             prestage: Vec::new(),
@@ -959,6 +999,31 @@ mod tests {
             "circuit breaker open: 1 node(s) failed on this config (a), more than maxFailures 0; resume with \
              `aloftctl rollout resume mcp/worker` or change the config"
         );
+    }
+
+    /// Every node was picked before one failed (maxUnavailable 2, maxFailures 0): nobody waits,
+    /// and the breaker is open all the same. The CircuitBroken condition (which `aloftctl
+    /// rollout resume` and the metric read) says so, naming the failed node, as Updating does.
+    #[test]
+    fn a_breaker_tripped_with_every_node_picked_is_a_true_condition() {
+        let p: MachineConfigPool = serde_json::from_value(json!({"metadata": {"name": "worker"}, "spec": {
+            "nodeSelector": {"matchLabels": {"node-role.kubernetes.io/worker": ""}},
+            "maxUnavailable": 2, "configuration": {"name": "r2"}, "rollout": {"maxFailures": 0}}}))
+        .unwrap();
+        let nodes = [node("a", "r1", "r2", "Degraded", true), node("b", "r1", "r2", "Working", true)];
+        let plan =
+            pick::plan(Snapshot { nodes: &nodes, pools: std::slice::from_ref(&p), budgets: &[] }, chrono::Utc::now());
+        let pp = &plan[0];
+        assert_eq!(pp.wait, None, "nobody waits");
+        let facts: Vec<NodeFacts> = nodes.iter().map(NodeFacts::of).collect();
+        let hot: Vec<NodeHot> = facts.iter().map(NodeHot::of).collect();
+        let st = compute_status(&p, &members_of(&nodes, &facts, &hot), &pp.target, None, Some(pp));
+        assert_eq!(st.rollout.as_ref().unwrap().phase, aloft_api::RolloutPhase::CircuitBroken);
+        let c = find_condition(&st.conditions, cond::CIRCUIT_BROKEN).unwrap();
+        assert!(c.is_true(), "{c:?}");
+        assert!(c.message.contains("(a), more than maxFailures 0"), "{}", c.message);
+        let u = find_condition(&st.conditions, cond::UPDATING).unwrap();
+        assert_eq!(u.reason, "CircuitBroken");
     }
 
     /// MCO's `status.observedGeneration`: the generation of the spec the status was computed
@@ -1007,6 +1072,37 @@ mod tests {
         );
         let st = status(&[]);
         assert!(!find_condition(&st.conditions, cond::BUDGET_BLOCKED).unwrap().is_true());
+    }
+
+    /// One budget holding nodes of two of its groups: each group's part of the message names
+    /// only that group's nodes, and the reason names the budget once.
+    #[test]
+    fn a_budget_blocking_two_groups_names_each_groups_own_nodes() {
+        let p: MachineConfigPool = serde_json::from_value(json!({"metadata": {"name": "worker"}, "spec": {
+            "maxUnavailable": 3, "configuration": {"name": "r2"},
+            "nodeSelector": {"matchLabels": {"node-role.kubernetes.io/worker": ""}}}}))
+        .unwrap();
+        let mut nodes: Vec<Node> = ["w2", "w3"].iter().map(|n| node(n, "r1", "r1", "Done", true)).collect();
+        for (n, zone) in nodes.iter_mut().zip(["z2", "z3"]) {
+            n.metadata.labels.insert("app".into(), "web".into());
+            n.metadata.labels.insert("zone".into(), zone.into());
+        }
+        let web: NodeDisruptionBudget = serde_json::from_value(json!({"metadata": {"name": "web"}, "spec": {
+            "selector": {"matchLabels": {"app": "web"}}, "minAvailable": "100%", "groupBy": ["zone"]}}))
+        .unwrap();
+        let facts: Vec<NodeFacts> = nodes.iter().map(NodeFacts::of).collect();
+        let hot: Vec<NodeHot> = facts.iter().map(NodeHot::of).collect();
+        let pools = [p.clone()];
+        let plans = pick::plan(Snapshot { nodes: &nodes, pools: &pools, budgets: &[web] }, chrono::Utc::now());
+        let st = compute_status(&p, &members_of(&nodes, &facts, &hot), &plans[0].target, None, Some(&plans[0]));
+        let c = find_condition(&st.conditions, cond::BUDGET_BLOCKED).unwrap();
+        assert_eq!(c.reason, "NodeDisruptionBudget web");
+        assert_eq!(
+            c.message,
+            "w2 wait(s): NodeDisruptionBudget web allows 0 of 1 nodes (zone=z2) unavailable and 0 already are, \
+             which blocks the group for good; w3 wait(s): NodeDisruptionBudget web allows 0 of 1 nodes (zone=z3) \
+             unavailable and 0 already are, which blocks the group for good"
+        );
     }
 
     #[test]

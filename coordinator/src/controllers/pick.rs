@@ -99,7 +99,12 @@ pub struct PoolPlan {
     pub picks: Vec<usize>,
     /// Why candidates that were not picked wait (None: no candidate left waiting).
     pub wait: Option<Wait>,
-    /// Budgets that kept candidates back: (the first violation, the nodes it held).
+    /// The open circuit breaker ([`HoldReason::CircuitBroken`]), whether or not a node still
+    /// waits: with every node picked before it tripped, nothing waits, and the breaker is open
+    /// all the same. The pool's condition, its Event and `aloftctl rollout resume` follow this.
+    pub breaker: Option<HoldReason>,
+    /// Budgets that kept candidates back, one entry per budget group, by budget name and group:
+    /// (the first violation in that group, the nodes it held).
     pub blocked: Vec<(Blocked, Vec<usize>)>,
     /// The `aloft.dev/prestageConfig` value each member should have (None: the annotation goes).
     pub prestage: Vec<(usize, Option<String>)>,
@@ -215,6 +220,7 @@ fn plan_pool(
         members,
         picks: Vec::new(),
         wait: None,
+        breaker: None,
         blocked: Vec::new(),
         prestage: Vec::new(),
         rollout: None,
@@ -243,7 +249,10 @@ fn plan_pool(
         now,
     );
     pp.rollout = Some(eval.status);
-    let broken = matches!(eval.gate, Gate::Hold(HoldReason::CircuitBroken { .. }));
+    if let Gate::Hold(h @ HoldReason::CircuitBroken { .. }) = &eval.gate {
+        pp.breaker = Some(h.clone());
+    }
+    let broken = pp.breaker.is_some();
     // In candidate order already (the layout's).
     // A node failing and unavailable (cordoned by the update it failed, or not Ready) is a
     // candidate too: see `stuck` below.
@@ -268,7 +277,9 @@ fn plan_pool(
             pp.members.iter().copied().filter(|&i| hot[i].disrupted() || (!behind[i] && hot[i].degraded())).collect();
         let room = max.saturating_sub(busy.len());
         let capacity = room.min(limit);
-        let mut blocked: BTreeMap<String, (Blocked, Vec<usize>)> = BTreeMap::new();
+        // By budget and group: each group's entry names only its own nodes (the nodes of a
+        // budget's other groups are held by other counts).
+        let mut blocked: BTreeMap<(String, String), (Blocked, Vec<usize>)> = BTreeMap::new();
         let mut unpicked = 0;
         // A node stuck Degraded/Unreconcilable on an older config is unavailable already and
         // counted as such: moving it to the new target (the usual way out of a bad config)
@@ -296,7 +307,9 @@ fn plan_pool(
                     pp.picks.push(c);
                     taken += 1;
                 }
-                Err(b) => blocked.entry(b.budget.clone()).or_insert_with(|| (b, Vec::new())).1.push(c),
+                Err(b) => {
+                    blocked.entry((b.budget.clone(), b.group.key.clone())).or_insert_with(|| (b, Vec::new())).1.push(c)
+                }
             }
         }
         pp.blocked = blocked.into_values().collect();

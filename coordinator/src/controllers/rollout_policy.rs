@@ -1,7 +1,8 @@
 //! The pool's rollout policy (`spec.rollout`: canary batch, soak time, circuit breaker) as a
 //! state machine over the stored `status.rollout` record. Pure: the same stored pool, nodes and
 //! clock give the same answer, so a restarted coordinator continues where the last one stopped
-//! (the soak counts from `soakStartTime`, a tripped breaker stays tripped).
+//! (the soak counts from `soakStartTime`, a tripped breaker stays tripped until resumed, a new
+//! config, or every member updated on the config).
 //!
 //! Why a controller-owned record and not `spec.paused`: the spec belongs to the user. A breaker
 //! that rewrote it could not tell its own pause from the user's, and a `kubectl apply` of the
@@ -123,6 +124,16 @@ pub fn evaluate(
         }
     }
     st.failed_nodes.sort();
+    // Every member is updated on the config: the rollout is over and nothing is left for the
+    // breaker to stop, so it closes. Held open, it would show a finished pool as stopped and
+    // hold back a node that joins later, for a config every other node runs (an empty pool is
+    // not finished: there is no node that proves the config).
+    if st.phase == RolloutPhase::CircuitBroken
+        && !members.index.is_empty()
+        && members.iter().all(|f| f.updated_to(target))
+    {
+        st.phase = RolloutPhase::Batches;
+    }
     if let Some(token) = resume.filter(|t| !t.is_empty() && *t != st.resume_token) {
         st.resume_token = token.to_string();
         let mut forgiven = st.forgiven_nodes.clone();
@@ -397,6 +408,37 @@ mod tests {
         let e = eval(Some(&p), Some(&e.status), None, &ConfigName::new("rB"), &names, &f, now);
         assert_eq!(e.status.failed_nodes, ["b", "c"]);
         assert!(matches!(e.gate, Gate::Hold(HoldReason::CircuitBroken { .. })));
+    }
+
+    /// The breaker opened with every node picked already; the failed node recovers and every
+    /// node ends updated on the config: the rollout is over and the breaker closes, so the pool
+    /// is not shown stopped and a node that joins later is not held. While a node is still
+    /// behind, it stays open although the failed node recovered.
+    #[test]
+    fn the_breaker_closes_once_every_node_is_updated() {
+        let names = ["a", "b", "c"];
+        let p = policy(0, 0, Some(0));
+        let now = t("2026-01-01T00:00:00Z");
+        let mut f = vec![facts("r2", "r1", "Degraded"), facts("r2", "r1", "Working"), facts("r1", "r1", "Done")];
+        let e = eval(Some(&p), None, None, &ConfigName::new("r2"), &names, &f, now);
+        assert!(matches!(e.gate, Gate::Hold(HoldReason::CircuitBroken { .. })), "{e:?}");
+        f[0] = facts("r2", "r2", "Done");
+        f[1] = facts("r2", "r2", "Done");
+        let e = eval(Some(&p), Some(&e.status), None, &ConfigName::new("r2"), &names, &f, now);
+        assert_eq!(e.gate, Gate::Hold(HoldReason::CircuitBroken { failed: vec![], max_failures: 0 }), "c is behind");
+        assert_eq!(e.status.phase, RolloutPhase::CircuitBroken);
+        // Only a and b are members now (c left the pool): both are updated.
+        let e = eval(Some(&p), Some(&e.status), None, &ConfigName::new("r2"), &names[..2], &f[..2], now);
+        assert_eq!(e.gate, Gate::Pick { limit: None });
+        assert_eq!(e.status.phase, RolloutPhase::Batches);
+        // c joins later: it is picked.
+        let e = eval(Some(&p), Some(&e.status), None, &ConfigName::new("r2"), &names, &f, now);
+        assert_eq!(e.gate, Gate::Pick { limit: None });
+        // An empty pool proves nothing: a breaker open there stays open.
+        let mut open = e.status.clone();
+        open.phase = RolloutPhase::CircuitBroken;
+        let e = eval(Some(&p), Some(&open), None, &ConfigName::new("r2"), &[], &[], now);
+        assert!(matches!(e.gate, Gate::Hold(HoldReason::CircuitBroken { .. })), "{e:?}");
     }
 
     #[test]

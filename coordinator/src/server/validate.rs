@@ -164,6 +164,9 @@ fn budget_causes(b: &NodeDisruptionBudget, out: &mut Vec<StatusCause>) {
             out.push(cause(&format!("spec.groupBy[{i}]"), "FieldValueInvalid", format!("Invalid value: {k:?}: {m}")));
         }
     }
+    for e in b.spec.group_by_errors() {
+        out.push(cause(&e.field, "FieldValueDuplicate", e.message));
+    }
 }
 
 /// Whether `next`, an update of `stored`, needs no check beyond this one: it differs from
