@@ -302,9 +302,8 @@ async fn unknown_resources_are_404() {
     let post = reqwest::Method::POST;
     let body = serde_json::to_vec(&json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}})).unwrap();
     for (m, path) in [
-        (get.clone(), "/api/v1/pods"),
-        (post.clone(), "/api/v1/pods"),
-        (get.clone(), "/api/v1/namespaces/default/pods"),
+        (get.clone(), "/api/v1/pods/p"),
+        (get.clone(), "/api/v1/namespaces/default/pods/p"),
         (get.clone(), "/api/v2/nodes"),
         (get.clone(), "/apis/foo/v1/bars"),
         (post.clone(), "/apis/foo/v1/bars"),
@@ -317,6 +316,21 @@ async fn unknown_resources_are_404() {
         let r = send(&admin, m.clone(), path, "application/json", if m == post { &body } else { b"" }).await;
         assert_status(&r, 404, "NotFound", &format!("{m} {path}"));
     }
+    // Pods: aloft runs none. The lists are served empty (`kubectl describe node` lists a node's
+    // pods and gives up on a 404); nothing else about pods is.
+    for path in ["/api/v1/pods?fieldSelector=spec.nodeName%3Dn1", "/api/v1/namespaces/default/pods"] {
+        let r = send(&admin, get.clone(), path, "application/json", b"").await;
+        assert_eq!(r.code, 200, "GET {path}: {}", r.body);
+        assert_eq!(
+            (&r.body["kind"], &r.body["apiVersion"], &r.body["items"]),
+            (&json!("PodList"), &json!("v1"), &json!([]))
+        );
+        assert!(r.body["metadata"]["resourceVersion"].as_str().is_some_and(|v| !v.is_empty()), "{}", r.body);
+    }
+    let r = send(&admin, post.clone(), "/api/v1/pods", "application/json", &body).await;
+    assert_eq!(r.code, 405, "POST a pod: {}", r.body);
+    let r = send(&admin, get.clone(), "/api/v1/pods?watch=true", "application/json", b"").await;
+    assert_eq!(r.code, 405, "watch pods: {}", r.body);
     // A missing object of a known kind is 404 naming it.
     let r = admin.get(&path_of(&MACHINE_CONFIG, Some("absent"))).await.unwrap();
     assert_status(&r, 404, "NotFound", "missing object");
@@ -607,6 +621,51 @@ async fn unknown_fields_follow_field_validation() {
     .await;
     assert_eq!(r.code, 200, "{}", r.body);
     assert_eq!(r.warnings, [r#"299 - "unknown field \"spec.drain.timeoutSecs\"""#]);
+}
+
+/// Events are checked as Nodes are: a typo in ObjectMeta and an unknown top-level field are a
+/// `strict decoding error` under Strict (what `kubectl apply` sends), and warnings under Warn.
+#[tokio::test]
+async fn unknown_event_fields_follow_field_validation() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let events = resource_path(resources::EVENT.path_ref(), Some("default"), None);
+    let event = |name: &str| {
+        json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": name, "namespace": "default",
+            "lables": {"a": "b"}}, "bogusTop": 1,
+            "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": "n1"}, "reason": "Test",
+            "message": "m", "type": "Normal", "source": {"component": "tests"}, "count": 1,
+            "firstTimestamp": "2026-01-01T00:00:00Z", "lastTimestamp": "2026-01-01T00:00:00Z"})
+    };
+    let before = head(&admin).await;
+    let body = serde_json::to_vec(&event("strict")).unwrap();
+    let r =
+        raw(&c, reqwest::Method::POST, &format!("{events}?fieldValidation=Strict"), "application/json", &body).await;
+    assert_eq!(r.code, 400, "{}", r.body);
+    let msg = r.body["message"].as_str().unwrap();
+    assert!(msg.contains("strict decoding error"), "{msg}");
+    for f in ["metadata.lables", "bogusTop"] {
+        assert!(msg.contains(&format!("unknown field \"{f}\"")), "{f}: {msg}");
+    }
+    assert_eq!(head(&admin).await, before, "Strict stored nothing");
+    let body = serde_json::to_vec(&event("warned")).unwrap();
+    let r = raw(&c, reqwest::Method::POST, &events, "application/json", &body).await;
+    assert_eq!(r.code, 201, "{}", r.body);
+    let mut w = r.warnings.clone();
+    w.sort();
+    assert_eq!(w, [r#"299 - "unknown field \"bogusTop\"""#, r#"299 - "unknown field \"metadata.lables\"""#]);
+    // Every field of a core/v1 Event is known.
+    let mut full = event("full");
+    full["metadata"].as_object_mut().unwrap().remove("lables");
+    full.as_object_mut().unwrap().remove("bogusTop");
+    let extra = json!({"eventTime": null, "series": {"count": 2, "lastObservedTime": "2026-01-01T00:00:00.000000Z"},
+        "action": "Drain", "related": {"kind": "Node", "name": "n2"}, "reportingComponent": "tests",
+        "reportingInstance": "i"});
+    full.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+    let body = serde_json::to_vec(&full).unwrap();
+    let r =
+        raw(&c, reqwest::Method::POST, &format!("{events}?fieldValidation=Strict"), "application/json", &body).await;
+    assert_eq!((r.code, r.warnings.len()), (201, 0), "{}", r.body);
 }
 
 /// What an agent would refuse (a unit name that is a path, contents that are not inline or not

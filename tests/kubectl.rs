@@ -421,6 +421,68 @@ async fn kubectl_describe_shows_the_objects_events() {
     );
 }
 
+/// The controllers' own Events show in `kubectl describe mcp|node`, which selects them by
+/// `involvedObject.uid`; `kubectl describe node` works at all (it lists the node's pods, which
+/// aloft serves as an empty list); and a pool deleted and created again under its name does not
+/// show the Events about the one before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_describe_shows_the_controllers_events_on_pools_and_nodes() {
+    let Some(exe) = kubectl_path() else { return };
+    let c = Coordinator::start();
+    let admin = c.client();
+    let k = Kubectl::new(exe, &c, Auth::Kubeconfig);
+    let pool_file = mco_file("bootstrap/worker.machineconfigpool.yaml");
+    k.ok(&["apply", "-f", &pool_file]);
+    let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1",
+        "labels": {"node-role.kubernetes.io/worker": ""}, "annotations": {"machineconfiguration.openshift.io/state": "Done"}}});
+    assert_eq!(admin.post(&path_of(&NODE, None), &node).await.unwrap().code, 201);
+    let ready = json!({"status": {"conditions": [{"type": "Ready", "status": "True"}]}});
+    let status = format!("{}/status", path_of(&NODE, Some("n1")));
+    admin.patch(&status, "application/merge-patch+json", &ready).await.unwrap().into_result().unwrap();
+    assert_eq!(
+        admin.post(&path_of(&MACHINE_CONFIG, None), &machine_config("50-test", "worker")).await.unwrap().code,
+        201
+    );
+
+    // The node controller targets n1: a SetDesiredConfig Event on the pool.
+    let out = eventually(Duration::from_secs(60), "kubectl describe mcp worker to show SetDesiredConfig", || async {
+        let out = k.ok(&["describe", "mcp", "worker"]);
+        Ok(out.contains("SetDesiredConfig").then_some(out))
+    })
+    .await;
+    assert!(out.contains("Targeted node n1 to rendered-worker-"), "{out}");
+    assert!(out.contains("aloft-node-controller"), "the Event's source: {out}");
+
+    // n1 asks for a drain (the pick's own drain was acknowledged with the pick): a Drained
+    // Event on the node, and `kubectl describe node` shows it.
+    let desired = "rendered-worker-other";
+    let ask = json!({"metadata": {"annotations": {"machineconfiguration.openshift.io/desiredDrain": format!("drain-{desired}")}}});
+    admin
+        .patch(&path_of(&NODE, Some("n1")), "application/merge-patch+json", &ask)
+        .await
+        .unwrap()
+        .into_result()
+        .unwrap();
+    let out = eventually(Duration::from_secs(60), "kubectl describe node n1 to show Drained", || async {
+        let out = k.ok(&["describe", "node", "n1"]);
+        Ok(out.contains("Drained").then_some(out))
+    })
+    .await;
+    assert!(out.contains("Name:") && out.contains("n1"), "{out}");
+    assert!(
+        out.contains("machineconfiguration.openshift.io/desiredConfig: rendered-worker-"),
+        "the annotations: {out}"
+    );
+    assert!(out.contains(&format!("cordoned and drained for drain-{desired}")), "{out}");
+
+    // Another pool of the same name: the Events about the one before stay, but not on it.
+    k.ok(&["delete", "mcp", "worker"]);
+    k.ok(&["apply", "-f", &pool_file]);
+    assert!(k.ok(&["get", "events", "-n", "default"]).contains("SetDesiredConfig"));
+    let out = k.ok(&["describe", "mcp", "worker"]);
+    assert!(!out.contains("SetDesiredConfig"), "an Event about the deleted pool shown on the new one:\n{out}");
+}
+
 /// Events expire `--event-ttl` after they last happened, as kube-apiserver expires them; what
 /// is not an Event stays.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1090,6 +1090,35 @@ async fn a_failing_uncordon_hook_is_retried_and_keeps_the_node_out_of_service() 
     .await;
 }
 
+/// A drain hook that keeps failing keeps its DrainHookFailed Event past the Event TTL: the
+/// drain controller records the failure on every retry, and the recorder writes the standing
+/// Event again (counted) every half TTL instead of letting it expire.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standing_drain_hook_failure_keeps_its_event_past_the_event_ttl() {
+    let ttl = Duration::from_secs(6);
+    let c = Coordinator::start_with(Options { args: vec!["--event-ttl".into(), "6s".into()], ..Default::default() });
+    let admin = c.client();
+    let hook = HookServer::start().await;
+    hook.set(HookMode::Status(503));
+    let spec = json!({"drain": {"hooks": [{"url": hook.url, "timeoutSeconds": 1}]}});
+    create(&admin, &MACHINE_CONFIG_POOL, &worker_pool(true, spec)).await;
+    fake_node(&admin, "n1", json!({"node-role.kubernetes.io/worker": ""}), true).await;
+    annotate(&admin, "n1", json!({ann::DESIRED_DRAIN: "drain-rendered-worker-1"})).await;
+    event_with(&admin, "Node", "n1", "DrainHookFailed", "HTTP 503").await;
+    let start = std::time::Instant::now();
+    // Two and a half TTLs: the first write alone would have expired twice over.
+    while start.elapsed() < ttl * 5 / 2 {
+        let evs = events(&admin, "Node", "n1", "DrainHookFailed").await;
+        assert_eq!(evs.len(), 1, "the standing failure's Event after {:?}: {evs:?}", start.elapsed());
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let evs = events(&admin, "Node", "n1", "DrainHookFailed").await;
+    let count = evs[0]["count"].as_i64().unwrap_or(0);
+    assert!(count >= 3, "refreshed about every half TTL: {evs:?}");
+    let retries = hook.calls().len() as i64;
+    assert!(count < retries, "not a write per retry ({retries} calls): {evs:?}");
+}
+
 /// A rollout a budget stalls keeps a lasting record on the pool (the Event expires with the
 /// event TTL): the `BudgetBlocked` condition names the budget, its group and the count, and
 /// says when the budget blocks the group for good; it clears once the budget allows the picks.

@@ -181,7 +181,7 @@ pub async fn run(opts: ServeOptions) -> Result<()> {
         requests: Default::default(),
         allocator: opts.allocator,
     });
-    controllers::spawn_all(store.clone(), health.clone()).context("starting the controllers")?;
+    controllers::spawn_all(store.clone(), health.clone(), opts.event_ttl).context("starting the controllers")?;
     let (ttl_store, ttl) = (store.clone(), opts.event_ttl);
     tokio::spawn(controllers::supervise("event-ttl", health.clone(), move || {
         controllers::event_ttl::run(ttl_store.clone(), ttl)

@@ -3,12 +3,19 @@
 //! reconcile pass.
 //!
 //! The recorder remembers the last message per (object, reason) and writes only when it
-//! changes. Event names are derived from the object, reason and message, so after a coordinator
-//! restart (memory empty) the same decision finds its event and bumps `count` instead of adding
-//! a duplicate. Events of cluster-scoped objects go to the `default` namespace, as Kubernetes
-//! puts them.
+//! changes, or when the same decision still stands half an Event TTL after its last write: then
+//! it bumps `count` and `lastTimestamp`, as client-go's event correlator does for repeats, so a
+//! lasting decision (a drain hook that keeps failing) keeps its Event instead of losing it to
+//! `--event-ttl`. Event names are derived from the object (with its uid), reason and message, so
+//! after a coordinator restart (memory empty) the same decision finds its event and bumps
+//! `count` instead of adding a duplicate. Events of cluster-scoped objects go to the `default`
+//! namespace, as Kubernetes puts them.
+//!
+//! `involvedObject.uid` is the object's uid when the Event is written (looked up by the writer
+//! task, off the decision path): `kubectl describe` selects Events by it, so an Event about an
+//! object deleted and created again under the same name is not shown for the new one.
 
-use crate::resources::EVENT;
+use crate::resources::{self, EVENT};
 use crate::server::objects;
 use crate::store::{revision_of, Key, Store, StoreError, Stored};
 use serde_json::{json, Value};
@@ -16,6 +23,7 @@ use sha2::{Digest, Sha256};
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// The namespace events of cluster-scoped objects live in.
 pub const NAMESPACE: &str = "default";
@@ -55,17 +63,21 @@ pub struct Involved {
     pub api_version: Cow<'static, str>,
     pub kind: Cow<'static, str>,
     pub name: String,
+    /// The object's uid when the caller knows it (the garbage collector's gone owner, from its
+    /// ownerReference); None: the writer reads the uid of the object stored under that name.
+    pub uid: Option<String>,
 }
 
 impl Involved {
     pub fn node(name: &str) -> Self {
-        Involved { api_version: "v1".into(), kind: "Node".into(), name: name.to_string() }
+        Involved { api_version: "v1".into(), kind: "Node".into(), name: name.to_string(), uid: None }
     }
     pub fn pool(name: &str) -> Self {
         Involved {
             api_version: aloft_api::MCO_API_VERSION.into(),
             kind: "MachineConfigPool".into(),
             name: name.to_string(),
+            uid: None,
         }
     }
 }
@@ -75,7 +87,8 @@ impl Involved {
 /// warning, as Kubernetes' event broadcaster drops them, rather than slowing the decisions.
 const QUEUE: usize = 16_384;
 
-/// Writes events, skipping repeats of the last message per (object, reason).
+/// Writes events, skipping repeats of the last message per (object, reason) unless its last
+/// write is half an Event TTL old.
 ///
 /// Like client-go's event broadcaster, recording does not wait for the write: the events queue
 /// up for a task of their own, which writes what has queued together (one group commit of the
@@ -83,9 +96,21 @@ const QUEUE: usize = 16_384;
 /// (the picks of the next freed slots waited behind the Events of the last ones).
 #[derive(Clone)]
 pub struct Recorder {
-    last: Arc<Mutex<HashMap<(Involved, &'static str), String>>>,
+    last: Arc<Mutex<HashMap<(Involved, &'static str), Last>>>,
     queue: tokio::sync::mpsc::Sender<Pending>,
+    /// Half the Event TTL: a standing decision's Event is written again (counted) once its last
+    /// write is this old, so it never expires while the decision stands. None: Events never
+    /// expire (`--event-ttl 0`), nothing to refresh.
+    refresh: Option<Duration>,
 }
+
+/// What (object, reason) said last, and when that was queued for its write.
+struct Last {
+    message: String,
+    queued: Instant,
+}
+
+type LastMap = Mutex<HashMap<(Involved, &'static str), Last>>;
 
 /// An event waiting for its write.
 struct Pending {
@@ -97,24 +122,33 @@ struct Pending {
 
 impl Recorder {
     /// A recorder for `component`, with its writer task (it ends when the last clone is
-    /// dropped). Needs a Tokio runtime.
-    pub fn new(component: &'static str, store: Arc<dyn Store>) -> Self {
+    /// dropped), for Events that expire `ttl` after their last write (`--event-ttl`; zero:
+    /// never). Needs a Tokio runtime.
+    pub fn new(component: &'static str, store: Arc<dyn Store>, ttl: Duration) -> Self {
         let (queue, rx) = tokio::sync::mpsc::channel(QUEUE);
-        let last: Arc<Mutex<HashMap<(Involved, &'static str), String>>> = Arc::default();
+        let last: Arc<LastMap> = Arc::default();
         tokio::spawn(write_queued(store, component, rx, last.clone()));
-        Recorder { last, queue }
+        let refresh = (!ttl.is_zero()).then(|| ttl / 2);
+        Recorder { last, queue, refresh }
     }
 
-    /// Record `message` unless it is what this (object, reason) said last. The write happens
-    /// in the background; one that fails is logged, and the same message later is written again.
+    /// Record `message` unless it is what this (object, reason) said last, less than half the
+    /// Event TTL ago: a repeat after that is counted on the stored Event (at most one write per
+    /// (object, reason) per half TTL). The write happens in the background; one that fails is
+    /// logged, and the same message later is written again.
     pub fn emit(&self, about: &Involved, type_: EventType, reason: &'static str, message: &str) {
         let key = (about.clone(), reason);
         {
             let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
-            if last.get(&key).map(String::as_str) == Some(message) {
-                return;
+            let now = Instant::now();
+            if let Some(l) = last.get_mut(&key).filter(|l| l.message == message) {
+                if self.refresh.is_none_or(|r| now.duration_since(l.queued) < r) {
+                    return;
+                }
+                l.queued = now;
+            } else {
+                last.insert(key.clone(), Last { message: message.to_string(), queued: now });
             }
-            last.insert(key.clone(), message.to_string());
         }
         let pending = Pending { about: about.clone(), type_, reason, message: message.to_string() };
         if let Err(e) = self.queue.try_send(pending) {
@@ -130,9 +164,9 @@ impl Recorder {
 }
 
 /// Forget (object, reason) if `message` is still the last thing it said.
-fn forget_if(last: &Mutex<HashMap<(Involved, &'static str), String>>, key: &(Involved, &'static str), message: &str) {
+fn forget_if(last: &LastMap, key: &(Involved, &'static str), message: &str) {
     let mut last = last.lock().unwrap_or_else(|e| e.into_inner());
-    if last.get(key).map(String::as_str) == Some(message) {
+    if last.get(key).is_some_and(|l| l.message == message) {
         last.remove(key);
     }
 }
@@ -145,11 +179,15 @@ async fn write_queued(
     store: Arc<dyn Store>,
     component: &'static str,
     mut rx: tokio::sync::mpsc::Receiver<Pending>,
-    last: Arc<Mutex<HashMap<(Involved, &'static str), String>>>,
+    last: Arc<LastMap>,
 ) {
     let mut batch = Vec::new();
     while rx.recv_many(&mut batch, BATCH).await > 0 {
-        let writes = batch.iter().map(|p| write_event(&store, component, &p.about, p.type_, p.reason, &p.message));
+        let uids = uids_of(&store, &batch).await;
+        let writes = batch.iter().map(|p| {
+            let uid = p.about.uid.as_deref().or_else(|| uids.get(&(&*p.about.kind, p.about.name.as_str()))?.as_deref());
+            write_event(&store, component, &p.about, uid, p.type_, p.reason, &p.message)
+        });
         let results = futures::future::join_all(writes).await;
         for (p, r) in batch.drain(..).zip(results) {
             if let Err(e) = r {
@@ -160,23 +198,68 @@ async fn write_queued(
     }
 }
 
+/// The uids of the objects a batch's Events are about and do not know the uid of, read once per
+/// object (a pool's Events in one batch share one read). Only the uid is decoded. An object that
+/// is not stored, or cannot be read, has none: its Events carry no uid.
+async fn uids_of<'a>(store: &Arc<dyn Store>, batch: &'a [Pending]) -> HashMap<(&'a str, &'a str), Option<String>> {
+    #[derive(serde::Deserialize)]
+    struct Object {
+        metadata: Meta,
+    }
+    #[derive(serde::Deserialize)]
+    struct Meta {
+        uid: Option<String>,
+    }
+    let mut wanted: HashMap<(&str, &str), Key> = HashMap::new();
+    for p in batch.iter().filter(|p| p.about.uid.is_none()) {
+        let Some(rt) = resources::by_kind(&p.about.api_version, &p.about.kind).filter(|rt| !rt.namespaced) else {
+            continue;
+        };
+        wanted
+            .entry((&*p.about.kind, p.about.name.as_str()))
+            .or_insert_with(|| Key::cluster(&rt.store_key(), &p.about.name));
+    }
+    let reads = wanted.into_iter().map(|(id, key)| async move {
+        let uid = match store.get_json(&key).await {
+            Ok(Some(text)) => serde_json::from_str::<Object>(&text).ok().and_then(|o| o.metadata.uid),
+            Ok(None) => None,
+            Err(e) => {
+                tracing::debug!(object = %key.name, error = %e, "uid of an Event's object not read");
+                None
+            }
+        };
+        (id, uid)
+    });
+    futures::future::join_all(reads).await.into_iter().collect()
+}
+
 async fn write_event(
     store: &Arc<dyn Store>,
     component: &str,
     about: &Involved,
+    uid: Option<&str>,
     type_: EventType,
     reason: &str,
     message: &str,
 ) -> Result<(), StoreError> {
-    let digest = Sha256::digest(format!("{}\0{}\0{reason}\0{message}", about.kind, about.name).as_bytes());
+    // The uid is part of the name: the same words about a newer object of that name are another
+    // Event, not a count on the old object's.
+    let digest = Sha256::digest(
+        format!("{}\0{}\0{}\0{reason}\0{message}", about.kind, about.name, uid.unwrap_or_default()).as_bytes(),
+    );
     let name = format!("{}.{}", about.name, &hex::encode(digest)[..16]);
     let key = Key::new(&EVENT.store_key(), NAMESPACE, &name);
     let now = objects::now();
-    let mut ev = json!({
+    let mut involved = json!({"apiVersion": about.api_version, "kind": about.kind, "name": about.name});
+    if let Some(uid) = uid {
+        involved["uid"] = uid.into();
+    }
+    let build = || {
+        let mut ev = json!({
         "apiVersion": "v1",
         "kind": "Event",
         "metadata": {"name": name},
-        "involvedObject": {"apiVersion": about.api_version, "kind": about.kind, "name": about.name},
+        "involvedObject": involved,
         "reason": reason,
         "message": message,
         "type": match type_ { EventType::Normal => "Normal", EventType::Warning => "Warning" },
@@ -185,10 +268,12 @@ async fn write_event(
         "firstTimestamp": now,
         "lastTimestamp": now,
         "count": 1,
-    });
-    objects::prepare_create(&mut ev, NAMESPACE);
+        });
+        objects::prepare_create(&mut ev, NAMESPACE);
+        ev
+    };
     // Create first: an event is almost always new (a read first cost every event a lookup).
-    match store.create(&key, ev).await {
+    match store.create(&key, build()).await {
         Ok(_) => {
             // Debug, not info: the Event is the record (`kubectl get events`), and the decisions
             // it reports are logged where they are made; a rollout of 10,000 nodes wrote each
@@ -199,8 +284,15 @@ async fn write_event(
         Err(StoreError::AlreadyExists(_)) => {}
         Err(e) => return Err(e),
     }
-    // The same decision again (e.g. after a restart emptied the recorder): count it.
-    let Some(mut existing) = store.get(&key).await?.map(Stored::into_value) else { return Ok(()) };
+    // The same decision again (after a restart emptied the recorder, or standing for half the
+    // Event TTL): count it.
+    let Some(mut existing) = store.get(&key).await?.map(Stored::into_value) else {
+        // Expired or deleted between the two calls: it is new again.
+        return match store.create(&key, build()).await {
+            Ok(_) | Err(StoreError::AlreadyExists(_)) => Ok(()),
+            Err(e) => Err(e),
+        };
+    };
     let count = existing.get("count").and_then(Value::as_i64).unwrap_or(1) + 1;
     existing["count"] = count.into();
     existing["lastTimestamp"] = now.into();
@@ -226,7 +318,7 @@ mod tests {
     async fn events_are_written_in_the_background_once_per_decision() {
         let dir = tempfile::tempdir().unwrap();
         let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&dir.path().join("s.db")).unwrap());
-        let rec = Recorder::new("test", store.clone());
+        let rec = Recorder::new("test", store.clone(), Duration::from_secs(3600));
         let n = Involved::node("n1");
         for i in 0..50 {
             rec.emit(&Involved::node(&format!("p{i}")), EventType::Normal, reasons::SET_DESIRED_CONFIG, "picked");
@@ -251,5 +343,94 @@ mod tests {
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
         assert_eq!(stored(&store).await.len(), 51);
+    }
+
+    async fn wait_for(store: &Arc<dyn Store>, what: &str, ok: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let evs = stored(store).await;
+            if ok(&evs) {
+                return evs;
+            }
+            assert!(std::time::Instant::now() < deadline, "{what}: {evs:#?}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// An Event carries the uid of the object stored under its name when it is written (what
+    /// `kubectl describe` selects by); the same words about an object created again under that
+    /// name are another Event, with the new uid; an object not stored gives no uid.
+    #[tokio::test]
+    async fn events_carry_the_uid_of_the_object_they_are_about() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&dir.path().join("s.db")).unwrap());
+        let rec = Recorder::new("test", store.clone(), Duration::ZERO);
+        let pool_key = Key::cluster(&resources::MACHINE_CONFIG_POOL.store_key(), "worker");
+        let put_pool = || async {
+            let mut p = json!({"apiVersion": aloft_api::MCO_API_VERSION, "kind": "MachineConfigPool",
+                "metadata": {"name": "worker"}, "spec": {}});
+            objects::prepare_create(&mut p, "");
+            store.create(&pool_key, p).await.unwrap().into_value()["metadata"]["uid"].as_str().unwrap().to_string()
+        };
+        let first = put_pool().await;
+        let worker = Involved::pool("worker");
+        rec.emit(&worker, EventType::Normal, reasons::SET_DESIRED_CONFIG, "Targeted node n1");
+        rec.emit(&Involved::node("absent"), EventType::Normal, reasons::DRAINED, "drained");
+        let evs = wait_for(&store, "two events", |e| e.len() == 2).await;
+        let about = |evs: &[Value], name: &str| -> Vec<Value> {
+            evs.iter().filter(|e| e["involvedObject"]["name"] == name).map(|e| e["involvedObject"].clone()).collect()
+        };
+        assert_eq!(
+            about(&evs, "worker"),
+            [json!({"apiVersion": aloft_api::MCO_API_VERSION,
+            "kind": "MachineConfigPool", "name": "worker", "uid": first})]
+        );
+        assert!(about(&evs, "absent")[0].get("uid").is_none(), "no object, no uid");
+        // Deleted and created again: the same decision is a new Event about the new pool.
+        store.delete(&pool_key, None).await.unwrap();
+        let second = put_pool().await;
+        rec.forget(&worker, reasons::SET_DESIRED_CONFIG);
+        rec.emit(&worker, EventType::Normal, reasons::SET_DESIRED_CONFIG, "Targeted node n1");
+        let evs = wait_for(&store, "the new pool's event", |e| e.len() == 3).await;
+        let mut uids: Vec<_> = about(&evs, "worker").iter().map(|o| o["uid"].as_str().unwrap().to_string()).collect();
+        uids.sort();
+        let mut want = vec![first, second];
+        want.sort();
+        assert_eq!(uids, want);
+    }
+
+    /// A decision that stands is written again (counted, lastTimestamp bumped) once its last
+    /// write is half the Event TTL old, so it outlives the TTL; never more often than that; and
+    /// never with a TTL of zero (Events that never expire).
+    #[tokio::test]
+    async fn a_standing_decision_is_refreshed_every_half_ttl() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&dir.path().join("s.db")).unwrap());
+        let rec = Recorder::new("test", store.clone(), Duration::from_secs(2));
+        let forever = Recorder::new("test", store.clone(), Duration::ZERO);
+        let (n1, n2) = (Involved::node("n1"), Involved::node("n2"));
+        let count = |evs: &[Value], node: &str| {
+            evs.iter().find(|e| e["involvedObject"]["name"] == node).and_then(|e| e["count"].as_i64())
+        };
+        let start = std::time::Instant::now();
+        let mut first_seen = None;
+        // The caller retries every 50 ms for 2.5 s: 50 emits, one refresh per second.
+        while start.elapsed() < Duration::from_millis(2500) {
+            rec.emit(&n1, EventType::Warning, reasons::DRAIN_HOOK_FAILED, "hook answered 503");
+            forever.emit(&n2, EventType::Warning, reasons::DRAIN_HOOK_FAILED, "hook answered 503");
+            if first_seen.is_none() {
+                let evs = stored(&store).await;
+                first_seen =
+                    evs.iter().find(|e| e["involvedObject"]["name"] == "n1").map(|e| e["lastTimestamp"].clone());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let evs = wait_for(&store, "two refreshes", |e| count(e, "n1") == Some(3)).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let evs2 = stored(&store).await;
+        assert_eq!(count(&evs2, "n1"), Some(3), "one write per half TTL, not one per retry");
+        assert_eq!(count(&evs, "n2"), Some(1), "TTL 0: never refreshed");
+        let n1_event = evs.iter().find(|e| e["involvedObject"]["name"] == "n1").unwrap();
+        assert_ne!(Some(&n1_event["lastTimestamp"]), first_seen.as_ref(), "lastTimestamp bumped");
     }
 }

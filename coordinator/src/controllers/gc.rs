@@ -140,12 +140,16 @@ pub async fn collect(store: &Arc<dyn Store>, events: &Recorder) -> Result<Collec
     }
     let users = ConfigUsers::load(store, &orphans).await?;
     let mut out = Collected::default();
-    let mut by_owner: BTreeMap<(String, String, String), Vec<String>> = BTreeMap::new();
+    let mut by_owner: BTreeMap<GoneOwner, Vec<String>> = BTreeMap::new();
     for (d, gone) in orphans {
         let key = d.key();
         if let Some(why) = users.keeps(&d) {
-            let about =
-                Involved { api_version: d.rt.api_version().into(), kind: d.rt.kind.into(), name: key.name.clone() };
+            let about = Involved {
+                api_version: d.rt.api_version().into(),
+                kind: d.rt.kind.into(),
+                name: key.name.clone(),
+                uid: None,
+            };
             let message = format!(
                 "not deleted although its owner {} is gone: {why} uses it (a config in use is never removed); trying again later",
                 describe(&gone)
@@ -162,35 +166,55 @@ pub async fn collect(store: &Arc<dyn Store>, events: &Recorder) -> Result<Collec
             Err(e) => return Err(e),
         }
         tracing::info!(object = %key.name, kind = d.rt.kind, owner = %describe(&gone), "garbage collected: owner gone");
-        by_owner.entry(owner_id(&gone)).or_default().push(format!("{} {}", d.rt.kind, key.name));
+        by_owner.entry(gone).or_default().push(format!("{} {}", d.rt.kind, key.name));
         out.deleted.push(key);
     }
-    for ((api_version, kind, name), deleted) in by_owner {
-        let message = deleted_message(&kind, &name, &deleted);
-        let about = Involved { api_version: api_version.into(), kind: kind.into(), name };
+    for (owner, deleted) in by_owner {
+        let message = deleted_message(&owner, &deleted);
+        // The gone owner's uid, not the uid of whatever has its name now: `kubectl describe`
+        // (which selects Events by uid) does not show this on a newer object of that name.
+        let about = Involved {
+            api_version: owner.api_version.into(),
+            kind: owner.kind.into(),
+            name: owner.name,
+            uid: Some(owner.uid).filter(|u| !u.is_empty()),
+        };
         events.emit(&about, EventType::Normal, reasons::SUCCESSFUL_DELETE, &message);
     }
     Ok(out)
 }
 
-/// "Deleted 2 dependents of MachineConfigPool infra, which is gone: MachineConfig a, MachineConfig b".
-fn deleted_message(kind: &str, name: &str, deleted: &[String]) -> String {
+/// The first of a dependent's gone owners, as the Events name it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct GoneOwner {
+    api_version: String,
+    kind: String,
+    name: String,
+    uid: String,
+    /// Another object of that kind and name exists now (the owner was deleted and created
+    /// again): the owner is "an earlier" one, named with its uid.
+    replaced: bool,
+}
+
+/// "Deleted 2 dependents of MachineConfigPool infra, which is gone: MachineConfig a, MachineConfig b";
+/// "Deleted 1 dependent of an earlier MachineConfigPool worker (uid 1f…), which is gone: …" when
+/// a pool of that name exists now.
+fn deleted_message(owner: &GoneOwner, deleted: &[String]) -> String {
     let mut named = deleted.iter().take(NAMED).cloned().collect::<Vec<_>>().join(", ");
     if deleted.len() > NAMED {
         named.push_str(", …");
     }
     let n = deleted.len();
     let noun = if n == 1 { "dependent" } else { "dependents" };
-    format!("Deleted {n} {noun} of {kind} {name}, which is gone: {named}")
+    format!("Deleted {n} {noun} of {}, which is gone: {named}", describe(owner))
 }
 
-/// The first of a dependent's gone owners, as the Event about it names it.
-fn owner_id(gone: &Value) -> (String, String, String) {
-    (text(gone, "/apiVersion").to_string(), text(gone, "/kind").to_string(), text(gone, "/name").to_string())
-}
-
-fn describe(gone: &Value) -> String {
-    format!("{} {}", text(gone, "/kind"), text(gone, "/name"))
+fn describe(gone: &GoneOwner) -> String {
+    if gone.replaced {
+        format!("an earlier {} {} (uid {})", gone.kind, gone.name, gone.uid)
+    } else {
+        format!("{} {}", gone.kind, gone.name)
+    }
 }
 
 /// Every stored object with ownerReferences, Events aside (they expire by `--event-ttl`, and a
@@ -220,7 +244,8 @@ struct Owners {
 impl Owners {
     /// The first of the dependent's owners when every one is gone; None when one still exists or
     /// cannot be looked up (then nothing says it is gone).
-    async fn all_gone(&mut self, store: &Arc<dyn Store>, d: &Dependent) -> Result<Option<Value>, StoreError> {
+    async fn all_gone(&mut self, store: &Arc<dyn Store>, d: &Dependent) -> Result<Option<GoneOwner>, StoreError> {
+        let mut first = None;
         for r in d.refs() {
             if text(r, "/uid").is_empty() {
                 tracing::debug!(object = %name_of(&d.obj), owner = %r, "owner reference without a uid; kept");
@@ -230,13 +255,19 @@ impl Owners {
                 tracing::debug!(object = %name_of(&d.obj), owner = %r, "owner cannot be looked up; kept");
                 return Ok(None);
             };
-            if let Some(owner) = self.get(store, key).await? {
-                if is_owner(r, owner) {
-                    return Ok(None);
-                }
+            let owner = self.get(store, key).await?;
+            if owner.is_some_and(|o| is_owner(r, o)) {
+                return Ok(None);
             }
+            first.get_or_insert_with(|| GoneOwner {
+                api_version: text(r, "/apiVersion").to_string(),
+                kind: text(r, "/kind").to_string(),
+                name: text(r, "/name").to_string(),
+                uid: text(r, "/uid").to_string(),
+                replaced: owner.is_some(),
+            });
         }
-        Ok(d.refs().first().cloned())
+        Ok(first)
     }
 
     async fn get(&mut self, store: &Arc<dyn Store>, key: Key) -> Result<Option<&Value>, StoreError> {
@@ -258,7 +289,7 @@ struct ConfigUsers {
 impl ConfigUsers {
     /// Reads only what is needed: nothing without an orphaned MachineConfig, and of a fleet's
     /// Nodes only the ones whose JSON mentions one of their names.
-    async fn load(store: &Arc<dyn Store>, orphans: &[(Dependent, Value)]) -> Result<Self, StoreError> {
+    async fn load(store: &Arc<dyn Store>, orphans: &[(Dependent, GoneOwner)]) -> Result<Self, StoreError> {
         let configs: Vec<&str> =
             orphans.iter().filter(|(d, _)| *d.rt == MACHINE_CONFIG).map(|(d, _)| name_of(&d.obj)).collect();
         if configs.is_empty() {
@@ -405,7 +436,7 @@ mod tests {
     async fn only_objects_whose_owners_are_all_gone_are_collected() {
         let dir = tempfile::tempdir().unwrap();
         let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&dir.path().join("s.db")).unwrap());
-        let events = Recorder::new("test", store.clone());
+        let events = Recorder::new("test", store.clone(), std::time::Duration::ZERO);
         let gone = put(&store, &MACHINE_CONFIG_POOL, pool("infra")).await;
         let alive = put(&store, &MACHINE_CONFIG_POOL, pool("worker")).await;
         put(&store, &MACHINE_CONFIG, mc("rendered-infra-a", &[&gone])).await;
@@ -477,14 +508,61 @@ mod tests {
     #[test]
     fn a_batch_names_its_first_dependents() {
         let many: Vec<String> = (0..7).map(|i| format!("MachineConfig c{i}")).collect();
+        let mut infra = GoneOwner {
+            api_version: aloft_api::MCO_API_VERSION.into(),
+            kind: "MachineConfigPool".into(),
+            name: "infra".into(),
+            uid: "u1".into(),
+            replaced: false,
+        };
         assert_eq!(
-            deleted_message("MachineConfigPool", "infra", &many),
+            deleted_message(&infra, &many),
             "Deleted 7 dependents of MachineConfigPool infra, which is gone: MachineConfig c0, MachineConfig c1, \
              MachineConfig c2, MachineConfig c3, MachineConfig c4, …"
         );
         assert_eq!(
-            deleted_message("MachineConfigPool", "infra", &many[..1]),
+            deleted_message(&infra, &many[..1]),
             "Deleted 1 dependent of MachineConfigPool infra, which is gone: MachineConfig c0"
         );
+        infra.replaced = true;
+        assert_eq!(
+            deleted_message(&infra, &many[..1]),
+            "Deleted 1 dependent of an earlier MachineConfigPool infra (uid u1), which is gone: MachineConfig c0"
+        );
+    }
+
+    /// A dependent of an earlier pool of a live pool's name: the Event says so, and carries the
+    /// gone pool's uid, so `kubectl describe` does not show it on the live pool.
+    #[tokio::test]
+    async fn a_dependent_of_an_earlier_pool_is_reported_on_that_pool() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&dir.path().join("s.db")).unwrap());
+        let events = Recorder::new("test", store.clone(), std::time::Duration::ZERO);
+        let earlier = put(&store, &MACHINE_CONFIG_POOL, pool("worker")).await;
+        put(&store, &MACHINE_CONFIG, mc("rendered-worker-old", &[&earlier])).await;
+        store.delete(&Key::cluster(&MACHINE_CONFIG_POOL.store_key(), "worker"), None).await.unwrap();
+        let live = put(&store, &MACHINE_CONFIG_POOL, pool("worker")).await;
+        let (old_uid, live_uid) = (text(&earlier, "/metadata/uid"), text(&live, "/metadata/uid"));
+        assert_ne!(old_uid, live_uid);
+        let out = collect(&store, &events).await.unwrap();
+        assert_eq!(out.deleted.len(), 1);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let ev = loop {
+            let evs = store.list(&EVENT.store_key(), None).await.unwrap().items;
+            if let Some(e) = evs.into_iter().find(|e| e["reason"] == reasons::SUCCESSFUL_DELETE) {
+                break e;
+            }
+            assert!(std::time::Instant::now() < deadline, "no SuccessfulDelete Event");
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        };
+        assert_eq!(
+            ev["message"],
+            format!(
+                "Deleted 1 dependent of an earlier MachineConfigPool worker (uid {old_uid}), which is gone: \
+                 MachineConfig rendered-worker-old"
+            )
+        );
+        assert_eq!(ev["involvedObject"]["uid"], old_uid, "the gone pool's uid, not the live one's");
+        assert_eq!(ev["involvedObject"]["name"], "worker");
     }
 }

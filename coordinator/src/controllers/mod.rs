@@ -133,10 +133,13 @@ const GC_COMPONENT: &str = "aloft-garbage-collector";
 /// Their Events are written from the runtime this is called on (the API server's), not from the
 /// controllers' thread: a rollout records one per pick, and building and writing them was a
 /// tenth of that thread's time, taken between the passes that refill freed slots.
-pub fn spawn_all(store: Arc<dyn Store>, health: Arc<Health>) -> std::io::Result<()> {
+///
+/// `event_ttl` is `--event-ttl`: the recorders write a standing decision's Event again before
+/// it would expire.
+pub fn spawn_all(store: Arc<dyn Store>, health: Arc<Health>, event_ttl: Duration) -> std::io::Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let recorder = |component| match tokio::runtime::Handle::try_current() {
-        Ok(_) => Some(events::Recorder::new(component, store.clone())),
+        Ok(_) => Some(events::Recorder::new(component, store.clone(), event_ttl)),
         Err(_) => None,
     };
     let (node_events, drain_events) = (recorder("aloft-node-controller"), recorder("aloft-drain-controller"));
@@ -145,10 +148,10 @@ pub fn spawn_all(store: Arc<dyn Store>, health: Arc<Health>) -> std::io::Result<
         rt.block_on(async move {
             // Without a runtime to call from, the Events are written from this one.
             let node_events =
-                node_events.unwrap_or_else(|| events::Recorder::new("aloft-node-controller", store.clone()));
-            let drain_events =
-                drain_events.unwrap_or_else(|| events::Recorder::new("aloft-drain-controller", store.clone()));
-            let gc_events = gc_events.unwrap_or_else(|| events::Recorder::new(GC_COMPONENT, store.clone()));
+                node_events.unwrap_or_else(|| events::Recorder::new("aloft-node-controller", store.clone(), event_ttl));
+            let drain_events = drain_events
+                .unwrap_or_else(|| events::Recorder::new("aloft-drain-controller", store.clone(), event_ttl));
+            let gc_events = gc_events.unwrap_or_else(|| events::Recorder::new(GC_COMPONENT, store.clone(), event_ttl));
             let (s1, s2, s3, s4) = (store.clone(), store.clone(), store.clone(), store);
             let beat = health.clone();
             let passes = health.passes().clone();

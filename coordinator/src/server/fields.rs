@@ -4,10 +4,11 @@
 //! the default, stores the object and answers with one `Warning` header per field, which kubectl
 //! prints; `Ignore` says nothing. kubectl 1.27+ sends `Strict` for `apply`/`create`/`replace`.
 //!
-//! Only what aloft knows the schema of is checked: the whole NodeDisruptionBudget, the
-//! standard ObjectMeta of every kind checked, the known fields of MachineConfigPool.spec (with
-//! aloft's `rollout` and `drain`) and MachineConfig.spec. Ignition configs, statuses, Node
-//! specs and label/annotation maps are free: unknown fields there are kept and not reported.
+//! Only what aloft knows the schema of is checked: the whole NodeDisruptionBudget and core/v1
+//! Event, the standard ObjectMeta of every kind checked, the known fields of
+//! MachineConfigPool.spec (with aloft's `rollout` and `drain`) and MachineConfig.spec. Ignition
+//! configs, statuses, Node specs and label/annotation maps are free: unknown fields there are
+//! kept and not reported.
 //! Unknown fields are never dropped; an update reports only those it adds, so an object
 //! stored under `Warn` can still be changed under `Strict` without first removing them.
 
@@ -170,13 +171,35 @@ const BUDGET: Shape =
     Obj(&[("apiVersion", Any), ("kind", Any), ("metadata", META), ("spec", NDB_SPEC), ("status", Any)]);
 const NODE: Shape = Obj(&[("apiVersion", Any), ("kind", Any), ("metadata", META), ("spec", Any), ("status", Any)]);
 
-/// The checked shape of a kind, or `None` for kinds aloft does not model (Events, ...).
+/// core/v1 Event, every field Kubernetes gives it (`kubectl explain event`).
+const EVENT: Shape = Obj(&[
+    ("apiVersion", Any),
+    ("kind", Any),
+    ("metadata", META),
+    ("involvedObject", OBJECT_REFERENCE),
+    ("reason", Any),
+    ("message", Any),
+    ("source", Obj(&[("component", Any), ("host", Any)])),
+    ("firstTimestamp", Any),
+    ("lastTimestamp", Any),
+    ("count", Any),
+    ("type", Any),
+    ("eventTime", Any),
+    ("series", Obj(&[("count", Any), ("lastObservedTime", Any)])),
+    ("action", Any),
+    ("related", OBJECT_REFERENCE),
+    ("reportingComponent", Any),
+    ("reportingInstance", Any),
+]);
+
+/// The checked shape of a kind, or `None` for a kind aloft does not model.
 fn kind_shape(rt: &ResourceType) -> Option<&'static Shape> {
     match rt.kind {
         "MachineConfigPool" => Some(&POOL),
         "MachineConfig" => Some(&MACHINE_CONFIG),
         "NodeDisruptionBudget" => Some(&BUDGET),
         "Node" => Some(&NODE),
+        "Event" => Some(&EVENT),
         _ => None,
     }
 }
@@ -386,7 +409,15 @@ mod tests {
         assert_eq!(unknown_fields(&NODE_DISRUPTION_BUDGET, &ndb), ["spec.maxUnavialable"]);
         let node = json!({"spec": {"podCIDR": "x", "taints": []}, "status": {"nodeInfo": {}}});
         assert!(unknown_fields(&crate::resources::NODE, &node).is_empty());
-        assert!(unknown_fields(&crate::resources::EVENT, &json!({"whatever": 1})).is_empty());
+        let event = json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "e", "lables": {}},
+            "involvedObject": {"kind": "Node", "name": "n1", "uid": "u", "nmae": "x"}, "reason": "R", "message": "m",
+            "source": {"component": "c", "host": "h"}, "firstTimestamp": "t", "lastTimestamp": "t", "count": 2,
+            "type": "Normal", "eventTime": null, "series": {"count": 2, "lastObservedTime": "t"}, "action": "a",
+            "related": {"kind": "Node", "name": "n2"}, "reportingComponent": "c", "reportingInstance": "i",
+            "bogusTop": 1});
+        let mut found = unknown_fields(&crate::resources::EVENT, &event);
+        found.sort();
+        assert_eq!(found, ["bogusTop", "involvedObject.nmae", "metadata.lables"]);
         // An update reports what it adds, not what was stored before.
         let mut next = pool.clone();
         next["spec"]["paused"] = json!(true);

@@ -136,7 +136,28 @@ async fn api_entry(
             let call = handlers::Call { ctx: &ctx, who: &who, method, path, params, headers, body };
             handlers::dispatch(call).await
         }
+        Target::Pods => empty_pod_list(&ctx, &method, &params).await,
     }
+}
+
+/// `GET /api/v1/pods` (and of a namespace): an empty `PodList` at the store's current
+/// resourceVersion. aloft runs no pods, so none is ever on a node; `kubectl describe node` lists
+/// them (`spec.nodeName=<node>`) and fails on a 404, which made it unusable. Only a list is
+/// served: a watch, a named pod or a write is not (405), and pods are not in discovery, so
+/// `kubectl get pods` still says the server does not have the resource type (describe uses its
+/// typed client and needs no discovery). The selectors are not checked: nothing could match.
+async fn empty_pod_list(ctx: &Ctx, method: &Method, params: &HashMap<String, String>) -> Result<Response, ApiError> {
+    let watching = params.get("watch").is_some_and(|w| w == "true" || w == "1");
+    if *method != Method::GET || watching {
+        return Err(ApiError::method_not_allowed("aloft runs no pods: only GET of the (empty) pod list is served"));
+    }
+    let revision = ctx.store.revision().await.map_err(|e| ApiError::internal(e.to_string()))?;
+    Ok(json_ok(serde_json::json!({
+        "kind": "PodList",
+        "apiVersion": "v1",
+        "metadata": {"resourceVersion": revision.to_string()},
+        "items": [],
+    })))
 }
 
 /// Everything under `/api` (`CORE`: the core group) or `/apis` (named groups); `rest` is absent

@@ -12,8 +12,15 @@ pub enum Target {
     CoreVersions,
     Groups,
     Group(String),
-    ResourceList { group: String, version: String },
+    ResourceList {
+        group: String,
+        version: String,
+    },
     Resource(ResourcePath),
+    /// The core Pods collection, cluster-wide or of one namespace. aloft runs no pods, but
+    /// `kubectl describe node` lists the node's pods and gives up on a 404: it is served as
+    /// an empty list ([`super::empty_pod_list`]).
+    Pods,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -66,6 +73,9 @@ pub fn parse(core: bool, rest: &str) -> Result<Target, ApiError> {
         [p, n, s] => (p, Some(n.clone()), Some(s.clone())),
         _ => return Err(ApiError::not_found_path()),
     };
+    if core && version == "v1" && plural == "pods" && name.is_none() {
+        return Ok(Target::Pods);
+    }
     let rt = resources::by_path(&group, &version, plural).ok_or_else(ApiError::not_found_path)?;
     if namespace.is_some() && !rt.namespaced {
         return Err(ApiError::not_found_path());
@@ -226,7 +236,15 @@ mod tests {
         };
         assert_eq!((p.rt.kind, p.namespace.as_deref()), ("Event", Some("default")));
         // Unknown resources, subresources and namespaced paths of cluster kinds are 404s.
-        for bad in ["/v1/pods", "/v1/nodes/a/proxy", "/v1/namespaces/x/nodes", "/v1/nodes/a/status/x"] {
+        assert_eq!(parse(true, "/v1/pods").unwrap(), Target::Pods);
+        assert_eq!(parse(true, "/v1/namespaces/default/pods").unwrap(), Target::Pods);
+        for bad in [
+            "/v1/pods/p",
+            "/v1/namespaces/default/pods/p",
+            "/v1/nodes/a/proxy",
+            "/v1/namespaces/x/nodes",
+            "/v1/nodes/a/status/x",
+        ] {
             assert_eq!(parse(true, bad).unwrap_err().status.code, 404, "{bad}");
         }
         assert_eq!(
