@@ -33,6 +33,19 @@ async fn rendered_target(admin: &aloft_client::Client, previous: Option<&str>) -
     .await
 }
 
+/// Node `n1` (outside every pool: nothing updates it) on `config`, created the first time;
+/// None: moved off it.
+async fn node_on(admin: &aloft_client::Client, config: Option<&str>) {
+    if admin.get(&path_of(&NODE, Some("n1"))).await.unwrap().code == 404 {
+        let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "annotations": {"machineconfiguration.openshift.io/currentConfig": config}}});
+        admin.post(&path_of(&NODE, None), &node).await.unwrap().into_result().unwrap();
+    } else {
+        let patch = json!({"metadata": {"annotations": {"machineconfiguration.openshift.io/currentConfig": config}}});
+        let n = path_of(&NODE, Some("n1"));
+        admin.patch(&n, "application/merge-patch+json", &patch).await.unwrap().into_result().unwrap();
+    }
+}
+
 async fn exists(admin: &aloft_client::Client, name: &str) -> bool {
     let r = admin.get(&path_of(&MACHINE_CONFIG, Some(name))).await.unwrap();
     assert!(r.code == 200 || r.code == 404, "{}", r.body);
@@ -47,9 +60,7 @@ async fn deleting_a_pool_collects_its_unused_rendered_configs() {
     let admin = c.client();
     let (first, second) = pool_rendered_twice(&admin).await;
     // A node (outside the pool: nothing updates it) still on the first config.
-    let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1",
-        "annotations": {"machineconfiguration.openshift.io/currentConfig": first}}});
-    admin.post(&path_of(&NODE, None), &node).await.unwrap().into_result().unwrap();
+    node_on(&admin, Some(&first)).await;
 
     let r = admin.delete(&path_of(&MACHINE_CONFIG_POOL, Some("infra"))).await.unwrap();
     assert_eq!(r.code, 200, "{}", r.body);
@@ -83,9 +94,7 @@ async fn deleting_a_pool_collects_its_unused_rendered_configs() {
     assert!(kept["message"].as_str().unwrap().contains("node n1"), "{kept}");
 
     // The node moves on: the config goes (within a resync: Nodes are not watched).
-    let patch = json!({"metadata": {"annotations": {"machineconfiguration.openshift.io/currentConfig": null}}});
-    let n = path_of(&NODE, Some("n1"));
-    admin.patch(&n, "application/merge-patch+json", &patch).await.unwrap().into_result().unwrap();
+    node_on(&admin, None).await;
     eventually(Duration::from_secs(45), "the config no node is on any more to go", || async {
         Ok((!exists(&admin, &first).await).then_some(()))
     })
@@ -100,9 +109,7 @@ async fn a_pool_created_again_takes_over_its_rendered_config() {
     let c = Coordinator::start();
     let admin = c.client();
     let (_, second) = pool_rendered_twice(&admin).await;
-    let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1",
-        "annotations": {"machineconfiguration.openshift.io/currentConfig": second}}});
-    admin.post(&path_of(&NODE, None), &node).await.unwrap().into_result().unwrap();
+    node_on(&admin, Some(&second)).await;
     let owner_uid = |mc: &Value| mc["metadata"]["ownerReferences"][0]["uid"].as_str().unwrap_or("").to_string();
     let old_uid = get_ok(&admin, &MACHINE_CONFIG_POOL, "infra").await["metadata"]["uid"].as_str().unwrap().to_string();
     assert_eq!(owner_uid(&get_ok(&admin, &MACHINE_CONFIG, &second).await), old_uid);
@@ -128,13 +135,7 @@ async fn a_pool_created_again_takes_over_its_rendered_config() {
     assert_eq!(mc["metadata"]["ownerReferences"][0]["name"], "infra");
 
     // The node moves off it, and a deletion starts a collection pass: the config stays.
-    let patch = json!({"metadata": {"annotations": {"machineconfiguration.openshift.io/currentConfig": null}}});
-    admin
-        .patch(&path_of(&NODE, Some("n1")), "application/merge-patch+json", &patch)
-        .await
-        .unwrap()
-        .into_result()
-        .unwrap();
+    node_on(&admin, None).await;
     admin
         .post(&path_of(&MACHINE_CONFIG, None), &machine_config("70-unrelated", "none"))
         .await
