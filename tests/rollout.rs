@@ -339,6 +339,15 @@ async fn picked(c: &Client, names: &[&str], target: &str) -> Vec<String> {
     out
 }
 
+/// Wait until `n` of `names` are picked for `target` (their desiredConfig), and return them.
+async fn picked_all(c: &Client, names: &[&str], target: &str, n: usize) -> Vec<String> {
+    eventually(WAIT, &format!("{n} of {names:?} picked for {target}"), || async {
+        let p = picked(c, names, target).await;
+        Ok((p.len() == n).then_some(p))
+    })
+    .await
+}
+
 /// Play the agent: the node finished (Done on `config`), or its update to `config` failed; as the
 /// agent does, the failure names the config it is about and Done clears that.
 async fn finish(c: &Client, name: &str, config: &str) {
@@ -456,10 +465,7 @@ async fn canary_soaks_before_batches_and_the_circuit_breaker_stops_a_rollout_unt
     event_with(&admin, "MachineConfigPool", "worker", "CanarySoaking", "soaking until").await;
 
     // After the soak: a batch of maxUnavailable.
-    eventually(WAIT, "the other three picked after the soak", || async {
-        Ok((picked(&admin, &names, &t1).await.len() == 4).then_some(()))
-    })
-    .await;
+    picked_all(&admin, &names, &t1, 4).await;
     // The picks are written before the pool status: the condition follows.
     eventually(WAIT, "CanarySoaking cleared", || async {
         Ok((!is_true(&pool(&admin).await, "CanarySoaking")).then_some(()))
@@ -481,11 +487,7 @@ async fn canary_soaks_before_batches_and_the_circuit_breaker_stops_a_rollout_unt
     b["spec"]["kernelArguments"] = json!(["nosmt"]);
     create(&admin, &MACHINE_CONFIG, &b).await;
     let t2 = new_target(&admin, &t1).await;
-    let first = eventually(WAIT, "two nodes picked", || async {
-        let p = picked(&admin, &names, &t2).await;
-        Ok((p.len() == 2).then_some(p))
-    })
-    .await;
+    let first = picked_all(&admin, &names, &t2, 2).await;
     fail(&admin, &first[0], &t2).await;
     let p = eventually(WAIT, "the circuit breaker to trip", || async {
         let p = pool(&admin).await;
@@ -518,19 +520,13 @@ async fn canary_soaks_before_batches_and_the_circuit_breaker_stops_a_rollout_unt
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stdout).contains("resumed"));
     // The failed node still holds its slot (maxUnavailable 2): one more is picked.
-    eventually(WAIT, "a third node picked after resume", || async {
-        Ok((picked(&admin, &names, &t2).await.len() == 3).then_some(()))
-    })
-    .await;
+    picked_all(&admin, &names, &t2, 3).await;
     eventually(WAIT, "CircuitBroken cleared", || async {
         Ok((!is_true(&pool(&admin).await, "CircuitBroken")).then_some(()))
     })
     .await;
     finish(&admin, &first[0], &t2).await;
-    eventually(WAIT, "the last node picked once the failed one recovered", || async {
-        Ok((picked(&admin, &names, &t2).await.len() == 4).then_some(()))
-    })
-    .await;
+    picked_all(&admin, &names, &t2, 4).await;
     for n in names {
         finish(&admin, n, &t2).await;
     }
@@ -1191,10 +1187,7 @@ async fn a_breaker_tripped_with_every_node_picked_is_open_everywhere_and_closes_
     b["spec"]["kernelArguments"] = json!(["nosmt"]);
     create(&admin, &MACHINE_CONFIG, &b).await;
     let t1 = new_target(&admin, &t0).await;
-    eventually(WAIT, "both nodes picked", || async {
-        Ok((picked(&admin, &names, &t1).await.len() == 2).then_some(()))
-    })
-    .await;
+    picked_all(&admin, &names, &t1, 2).await;
     fail(&admin, "w1", &t1).await;
     let p = eventually(WAIT, "the CircuitBroken condition True", || async {
         let p = pool(&admin).await;
@@ -1218,10 +1211,7 @@ async fn a_breaker_tripped_with_every_node_picked_is_open_everywhere_and_closes_
     assert!(!is_true(&p, "CircuitBroken"), "{p}");
     assert_ne!(rollout_of(&p).1, "CircuitBroken", "{p}");
     fake_node(&admin, "w3", json!({"node-role.kubernetes.io/worker": ""}), true).await;
-    eventually(WAIT, "the joining node picked", || async {
-        Ok((picked(&admin, &["w3"], &t1).await.len() == 1).then_some(()))
-    })
-    .await;
+    picked_all(&admin, &["w3"], &t1, 1).await;
     finish(&admin, "w3", &t1).await;
     let names = ["w1", "w2", "w3"];
 
@@ -1230,11 +1220,7 @@ async fn a_breaker_tripped_with_every_node_picked_is_open_everywhere_and_closes_
     cmc["spec"]["kernelArguments"] = json!(["quiet"]);
     create(&admin, &MACHINE_CONFIG, &cmc).await;
     let t2 = new_target(&admin, &t1).await;
-    let first = eventually(WAIT, "two nodes picked", || async {
-        let p = picked(&admin, &names, &t2).await;
-        Ok((p.len() == 2).then_some(p))
-    })
-    .await;
+    let first = picked_all(&admin, &names, &t2, 2).await;
     fail(&admin, &first[0], &t2).await;
     finish(&admin, &first[1], &t2).await;
     eventually(WAIT, "the CircuitBroken condition True", || async {
@@ -1243,8 +1229,5 @@ async fn a_breaker_tripped_with_every_node_picked_is_open_everywhere_and_closes_
     .await;
     let out = aloftctl(&c, &["rollout", "resume", "mcp/worker"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    eventually(WAIT, "the third node picked after resume", || async {
-        Ok((picked(&admin, &names, &t2).await.len() == 3).then_some(()))
-    })
-    .await;
+    picked_all(&admin, &names, &t2, 3).await;
 }
