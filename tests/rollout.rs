@@ -1115,6 +1115,41 @@ async fn a_standing_drain_hook_failure_keeps_its_event_past_the_event_ttl() {
     assert!(count < retries, "not a write per retry ({retries} calls): {evs:?}");
 }
 
+/// A drain stuck past the pool's drain timeout keeps its DrainTimeout Event for as long as it
+/// stays stuck, past the Event TTL: the drain controller records the timeout on every retry, with
+/// the message the node is marked with, and the recorder counts it again every half TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standing_drain_timeout_keeps_its_event_past_the_event_ttl() {
+    let ttl = Duration::from_secs(6);
+    let c = Coordinator::start_with(Options { args: vec!["--event-ttl".into(), "6s".into()], ..Default::default() });
+    let admin = c.client();
+    let hook = HookServer::start().await;
+    hook.set(HookMode::Status(503));
+    let spec = json!({"drain": {"timeoutSeconds": 1, "hooks": [{"url": hook.url, "timeoutSeconds": 1}]}});
+    create(&admin, &MACHINE_CONFIG_POOL, &worker_pool(true, spec)).await;
+    fake_node(&admin, "n1", json!({"node-role.kubernetes.io/worker": ""}), true).await;
+    annotate(&admin, "n1", json!({ann::DESIRED_DRAIN: "drain-rendered-worker-1"})).await;
+    let msg = event_with(&admin, "Node", "n1", "DrainTimeout", "failed to drain node: n1 after 1 second").await;
+    assert_eq!(
+        annotation(&node(&admin, "n1").await, ann::DRAIN_FAILURE),
+        msg,
+        "the Event says what the node is marked with"
+    );
+    let start = std::time::Instant::now();
+    // Two and a half TTLs: a timeout recorded once would have expired twice over.
+    while start.elapsed() < ttl * 5 / 2 {
+        let evs = events(&admin, "Node", "n1", "DrainTimeout").await;
+        assert_eq!(evs.len(), 1, "the standing timeout's Event after {:?}: {evs:?}", start.elapsed());
+        assert_eq!(evs[0]["message"], msg.as_str(), "{evs:?}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let evs = events(&admin, "Node", "n1", "DrainTimeout").await;
+    let count = evs[0]["count"].as_i64().unwrap_or(0);
+    assert!(count >= 3, "refreshed about every half TTL: {evs:?}");
+    let retries = hook.calls().len() as i64;
+    assert!(count < retries, "not a write per retry ({retries} calls): {evs:?}");
+}
+
 /// A rollout a budget stalls keeps a lasting record on the pool (the Event expires with the
 /// event TTL): the `BudgetBlocked` condition names the budget, its group and the count, and
 /// says when the budget blocks the group for good; it clears once the budget allows the picks.

@@ -295,20 +295,30 @@ async fn pass(store: &Arc<dyn Store>, ctx: &Ctx, st: &mut State, handoffs: &mut 
             Request::Drain(r) => Some(started_at(node, r).unwrap_or(now)),
             Request::Uncordon(r) => started_at(node, r),
         };
-        if started.is_some_and(|t| (now - t).num_seconds() >= timeout) && node.annotation(ann::DRAIN_FAILURE).is_none()
-        {
-            let (what, default) = match &req {
-                Request::Drain(_) => ("drain", "the drain has not finished"),
-                Request::Uncordon(_) => ("uncordon", "the uncordon has not finished"),
+        if started.is_some_and(|t| (now - t).num_seconds() >= timeout) {
+            let msg = match node.annotation(ann::DRAIN_FAILURE) {
+                Some(marked) => marked.to_string(),
+                None => {
+                    let (what, default) = match &req {
+                        Request::Drain(_) => ("drain", "the drain has not finished"),
+                        Request::Uncordon(_) => ("uncordon", "the uncordon has not finished"),
+                    };
+                    let why = lock(&ctx.last_error).get(&name).cloned().unwrap_or_else(|| default.into());
+                    let msg = format!("failed to {what} node: {name} after {}: {why}", humanize(timeout));
+                    // `put` replaces in place: index `i` is still this node.
+                    if let Some(stored) = annotate(store, &st.nodes.raw[i], &[(ann::DRAIN_FAILURE, Some(&msg))]).await?
+                    {
+                        st.nodes.put(stored);
+                        track(&st.nodes, &mut st.asking, &name);
+                    }
+                    tracing::warn!(node = %name, %msg, "{what} timed out; still retrying");
+                    msg
+                }
             };
-            let why = lock(&ctx.last_error).get(&name).cloned().unwrap_or_else(|| default.into());
-            let msg = format!("failed to {what} node: {name} after {}: {why}", humanize(timeout));
-            // `put` replaces in place: index `i` is still this node.
-            if let Some(stored) = annotate(store, &st.nodes.raw[i], &[(ann::DRAIN_FAILURE, Some(&msg))]).await? {
-                st.nodes.put(stored);
-                track(&st.nodes, &mut st.asking, &name);
-            }
-            tracing::warn!(node = %name, %msg, "{what} timed out; still retrying");
+            // Recorded on every retry while the drain stays stuck, with the message the node was
+            // marked with: the recorder writes it once and then counts it again every half Event
+            // TTL, so the Event lasts as long as the timeout does (a timeout recorded only once
+            // expired with the TTL while the node was still stuck).
             ctx.events.emit(&Involved::node(&name), EventType::Warning, reasons::DRAIN_TIMEOUT, &msg);
         }
         if let Request::Drain(r) = &req {
