@@ -895,3 +895,72 @@ async fn describe_shows_the_objects_events() {
     let desc = ok(&c, &["describe", "mcp", "quiet"]);
     assert!(desc.trim_end().ends_with("Events:  <none>"), "{desc}");
 }
+
+/// A coordinator restart during `rollout status` (here: killed, down for a few polls, started
+/// again) is waited through with a warning, as kubectl's reflector re-lists through it; the
+/// command ends with the rollout, exit 0, not with the first refused connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rollout_status_waits_through_a_coordinator_restart() {
+    let mut c = Coordinator::start_with(aloft_tests::Options { fixed_port: true, ..Default::default() });
+    let mut pool = aloft_tests::machine_config_pool("worker", "worker");
+    pool["spec"]["paused"] = true.into();
+    create_pool(&c, pool).await;
+    let mut n1 = worker_node("n1", "rendered-worker-old", "Done");
+    n1["status"] = serde_json::json!({"conditions": [{"type": "Ready", "status": "True"}]});
+    c.client().post("/api/v1/nodes", &n1).await.unwrap().into_result().unwrap();
+    let admin = c.client();
+    let target = eventually(Duration::from_secs(30), "the pool to render", || {
+        let a = admin.clone();
+        async move {
+            let p = a.get(&format!("{POOLS}/worker")).await?.into_result()?;
+            Ok(p.pointer("/spec/configuration/name").and_then(|v| v.as_str()).map(str::to_string))
+        }
+    })
+    .await;
+    let mut follow = Command::new(bin("aloftctl"))
+        .arg("--kubeconfig")
+        .arg(c.kubeconfig_path())
+        .args(["rollout", "status", "mcp/worker", "--timeout", "60"])
+        .env_remove("ALOFT_KUBECONFIG")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn aloftctl");
+    std::thread::sleep(Duration::from_millis(1000));
+    assert!(follow.try_wait().unwrap().is_none(), "rollout status waits while n1 is behind");
+    c.kill9();
+    std::thread::sleep(Duration::from_millis(1500)); // several 300 ms polls refused
+    c.restart();
+    let annotations = serde_json::json!({"metadata": {"annotations": {
+        "machineconfiguration.openshift.io/currentConfig": target,
+        "machineconfiguration.openshift.io/desiredConfig": target}}});
+    // n1 reports Done on the target, and the pool is resumed: the rollout is over.
+    let unpause = serde_json::json!({"spec": {"paused": false}});
+    let resumed = eventually(Duration::from_secs(30), "the restarted coordinator to resume the pool", || {
+        let a = c.client();
+        let unpause = unpause.clone();
+        async move {
+            Ok(a.patch(&format!("{POOLS}/worker"), "application/merge-patch+json", &unpause).await?.ok().then_some(()))
+        }
+    });
+    resumed.await;
+    let patched = eventually(Duration::from_secs(30), "the restarted coordinator to take n1's report", || {
+        let a = c.client();
+        let annotations = annotations.clone();
+        async move {
+            Ok(a.patch("/api/v1/nodes/n1", "application/merge-patch+json", &annotations).await?.ok().then_some(()))
+        }
+    });
+    patched.await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while follow.try_wait().unwrap().is_none() {
+        assert!(std::time::Instant::now() < deadline, "rollout status did not end with the rollout");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let out = follow.wait_with_output().unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "stdout: {stdout}\nstderr: {stderr}");
+    assert!(stdout.contains("pool worker is updated: 1/1 nodes"), "{stdout}");
+    assert!(stderr.contains("warning:") && stderr.contains("still waiting"), "the outage was said: {stderr}");
+}

@@ -345,3 +345,15 @@ async fn a_second_coordinator_on_the_same_data_dir_is_refused() {
     let (code, _, _) = raw(&c, "/readyz", None).await;
     assert_eq!(code, 200);
 }
+
+/// The log is plain text when stderr is not a terminal (a file here; the journal under systemd,
+/// which keeps a line with escape codes as a blob): no ANSI colour codes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_log_has_no_colour_codes_when_stderr_is_not_a_terminal() {
+    // Without the harness's NO_COLOR (systemd does not set it either).
+    let env = vec![("NO_COLOR".to_string(), String::new())];
+    let c = Coordinator::start_with(Options { env, ..Default::default() });
+    let log = c.log_tail();
+    assert!(log.contains("INFO"), "the log has lines: {log}");
+    assert!(!log.contains('\u{1b}'), "escape codes in a log written to a file: {log:?}");
+}

@@ -160,11 +160,12 @@ impl Coordinator {
             cmd.arg("--insecure-http");
         }
         cmd.args(&self.opts.args)
-            .envs(self.opts.env.iter().map(|(k, v)| (k, v)))
             .env("ALOFT_LOG", std::env::var("ALOFT_LOG").unwrap_or_else(|_| "info".into()))
             .env("NO_COLOR", "1")
             .env_remove("ALOFT_DATA_DIR")
             .env_remove("ALOFT_LISTEN")
+            // After the defaults, so that a test can set its own (e.g. `NO_COLOR` empty).
+            .envs(self.opts.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(log));

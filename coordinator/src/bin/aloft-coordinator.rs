@@ -133,7 +133,13 @@ enum TokenCmd {
 
 fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_env("ALOFT_LOG").unwrap_or_else(|_| "info".into());
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    // Colours only on a terminal: under systemd stderr goes to the journal, which stores a line
+    // with escape codes as a blob (`journalctl` then shows `[N B blob data]`).
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr)
+        .init();
 }
 
 #[tokio::main]

@@ -230,7 +230,10 @@ enum RolloutCmd {
     ///   aloftctl apply -f 99-worker-edited.yaml
     ///   aloftctl rollout status mcp/worker --not-config "$OLD"
     /// Fails when the pool is degraded or its circuit breaker is open (unless the target is
-    /// still the --not-config one); says so and waits while the pool is paused.
+    /// still the --not-config one); says so and waits while the pool is paused. Waits through
+    /// connection errors and server errors (a coordinator restart), with a warning, until the
+    /// timeout; fails at once on an unknown pool or a token without access. Exit status: 0 once
+    /// updated, 1 on a failure or a timeout (the message says which).
     #[command(verbatim_doc_comment)]
     Status {
         /// mcp/NAME, or mcp NAME (machineconfigpool for mcp too)
@@ -1174,9 +1177,42 @@ async fn rollout_status(client: &Client, target: &[String], timeout: u64, not_co
             println!();
         }
     };
+    // The last error asking the coordinator, while it lasts (printed once per distinct error).
+    let mut unreachable: Option<String> = None;
     loop {
-        let pool = client.get(&path).await?.into_result()?;
-        match pool_progress(client, &pool, &name, not_config).await? {
+        // A connection error or a 5xx is waited through until the timeout, as kubectl's
+        // reflector re-lists through them: a coordinator restart does not end a rollout, so it
+        // must not fail the command following it. Anything else (no such pool, no access) fails
+        // at once.
+        let progress = match client.get(&path).await {
+            Ok(r) if r.code >= 500 || r.code == 429 => {
+                let code = r.code;
+                Err(r.into_result().err().map_or_else(|| format!("HTTP {code}"), |e| format!("{e:#}")))
+            }
+            Ok(r) => match pool_progress(client, &r.into_result()?, &name, not_config).await {
+                Ok(p) => Ok(p),
+                Err(e) => Err(format!("{e:#}")),
+            },
+            Err(e) => Err(format!("{e:#}")),
+        };
+        let progress = match progress {
+            Ok(p) => {
+                if unreachable.take().is_some() {
+                    eprintln!("reached the coordinator again");
+                }
+                p
+            }
+            Err(e) => {
+                if unreachable.as_deref() != Some(e.as_str()) {
+                    end_line(&last);
+                    last.clear();
+                    eprintln!("warning: {e}; still waiting (--timeout {timeout} s)");
+                }
+                unreachable = Some(e);
+                Progress::Waiting(String::new())
+            }
+        };
+        match progress {
             Progress::Done(line) => {
                 end_line(&last);
                 println!("{line}");
@@ -1186,7 +1222,7 @@ async fn rollout_status(client: &Client, target: &[String], timeout: u64, not_co
                 end_line(&last);
                 bail!("{why}");
             }
-            Progress::Waiting(line) if line != last => {
+            Progress::Waiting(line) if line != last && !line.is_empty() => {
                 if interactive {
                     print!("\r{line}\x1b[K");
                 } else {
@@ -1199,7 +1235,10 @@ async fn rollout_status(client: &Client, target: &[String], timeout: u64, not_co
         }
         if std::time::Instant::now() > deadline {
             end_line(&last);
-            bail!("timed out after {timeout} s: pool {name} is not updated");
+            match unreachable {
+                Some(e) => bail!("timed out after {timeout} s: could not tell whether pool {name} is updated: {e}"),
+                None => bail!("timed out after {timeout} s: pool {name} is not updated"),
+            }
         }
         tokio::time::sleep(std::time::Duration::from_millis(300)).await;
     }
