@@ -156,12 +156,8 @@ pub async fn run(opts: ServeOptions) -> Result<()> {
     let mut client =
         ClientConfig { server: format!("{scheme}://{host}:{}", addr.port()), ca_pem: None, token: Some(token) };
     if !opts.insecure_http {
-        let mut names = vec!["localhost".to_string(), "127.0.0.1".to_string(), "::1".to_string()];
-        if !addr.ip().is_unspecified() {
-            names.push(addr.ip().to_string());
-        }
-        names.extend(opts.tls_san.iter().cloned());
-        names.dedup();
+        let host = if addr.ip().is_unspecified() { host_names() } else { Vec::new() };
+        let names = serving_names(addr.ip(), &host, &opts.tls_san);
         tls::ensure(&pki, &names)?;
         client.ca_pem = Some(std::fs::read(&pki.ca_cert)?);
     }
@@ -211,4 +207,98 @@ pub async fn run(opts: ServeOptions) -> Result<()> {
         axum_server::from_tcp(listener)?.acceptor(tls).serve(app).await?;
     }
     Ok(())
+}
+
+/// The names the serving certificate is valid for: loopback, the address listened on, and with
+/// an unspecified one (`0.0.0.0`, `::`) the host's name and addresses (`host`), as kubeadm puts
+/// the node's name and address in the API server's certificate: agents on other hosts reach the
+/// coordinator by those without anyone knowing `--tls-san`. Then `--tls-san`; each name once.
+fn serving_names(listen: std::net::IpAddr, host: &[String], tls_san: &[String]) -> Vec<String> {
+    let mut names = vec!["localhost".to_string(), "127.0.0.1".to_string(), "::1".to_string()];
+    if !listen.is_unspecified() {
+        names.push(listen.to_string());
+    }
+    names.extend(host.iter().cloned());
+    names.extend(tls_san.iter().cloned());
+    let mut seen = std::collections::HashSet::new();
+    names.retain(|n| seen.insert(n.clone()));
+    names
+}
+
+/// This host's name (when it is a valid DNS name) and the addresses of its interfaces, leaving
+/// out link-local IPv6 ones (they need a zone, which no URL to the coordinator carries). What
+/// cannot be read is left out: the certificate then has the loopback names and `--tls-san`.
+fn host_names() -> Vec<String> {
+    let mut names = Vec::new();
+    if let Ok(h) = nix::unistd::gethostname() {
+        if let Some(h) = h.to_str().filter(|h| is_dns_name(h)) {
+            names.push(h.to_string());
+        }
+    }
+    match nix::ifaddrs::getifaddrs() {
+        Ok(addrs) => {
+            for a in addrs {
+                let Some(sa) = a.address else { continue };
+                if let Some(v4) = sa.as_sockaddr_in() {
+                    names.push(v4.ip().to_string());
+                } else if let Some(v6) = sa.as_sockaddr_in6() {
+                    let ip = v6.ip();
+                    if (ip.segments()[0] & 0xffc0) != 0xfe80 {
+                        names.push(ip.to_string());
+                    }
+                }
+            }
+        }
+        Err(e) => tracing::warn!("cannot list this host's addresses for the serving certificate: {e}"),
+    }
+    names
+}
+
+/// Whether `s` is a host name a certificate can carry (letters, digits, `-`, dots between).
+fn is_dns_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 253
+        && s.split('.').all(|l| {
+            !l.is_empty()
+                && l.len() <= 63
+                && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+        })
+}
+
+#[cfg(test)]
+mod serving_names_tests {
+    use super::*;
+
+    #[test]
+    fn each_name_once_and_the_hosts_names_only_on_an_unspecified_address() {
+        let lo: std::net::IpAddr = std::net::Ipv4Addr::LOCALHOST.into();
+        let names = serving_names(lo, &[], &["127.0.0.1".into(), "coord.example".into(), "coord.example".into()]);
+        assert_eq!(names, ["localhost", "127.0.0.1", "::1", "coord.example"]);
+        let any: std::net::IpAddr = std::net::Ipv4Addr::UNSPECIFIED.into();
+        let names =
+            serving_names(any, &["node1".into(), "192.0.2.7".into(), "127.0.0.1".into()], &["lb.example".into()]);
+        assert_eq!(names, ["localhost", "127.0.0.1", "::1", "node1", "192.0.2.7", "lb.example"]);
+    }
+
+    #[test]
+    fn the_hosts_names_are_its_name_and_its_addresses() {
+        let names = host_names();
+        let host = nix::unistd::gethostname().expect("hostname");
+        let host = host.to_str().expect("utf-8 hostname");
+        if is_dns_name(host) {
+            assert!(names.iter().any(|n| n == host), "{host} in {names:?}");
+        }
+        assert!(names.iter().any(|n| n == "127.0.0.1"), "the loopback interface's address: {names:?}");
+        assert!(names.iter().all(|n| !n.starts_with("fe80")), "no link-local address: {names:?}");
+    }
+
+    #[test]
+    fn host_names_a_certificate_cannot_carry_are_left_out() {
+        assert!(is_dns_name("worker-0.example.com"));
+        for bad in ["", "under_score", "-lead", "trail-", "a..b", &"x".repeat(64)] {
+            assert!(!is_dns_name(bad), "{bad:?}");
+        }
+    }
 }
