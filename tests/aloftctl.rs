@@ -964,3 +964,19 @@ async fn rollout_status_waits_through_a_coordinator_restart() {
     assert!(stdout.contains("pool worker is updated: 1/1 nodes"), "{stdout}");
     assert!(stderr.contains("warning:") && stderr.contains("still waiting"), "the outage was said: {stderr}");
 }
+
+/// An empty `ALOFT_KUBECONFIG` counts as unset (as kubectl treats an empty KUBECONFIG): it does
+/// not make an explicit `--kubeconfig` an error.
+#[tokio::test]
+async fn an_empty_aloft_kubeconfig_counts_as_unset() {
+    let c = Coordinator::start();
+    let out = Command::new(bin("aloftctl"))
+        .arg("--kubeconfig")
+        .arg(c.kubeconfig_path())
+        .args(["get", "mcp"])
+        .env("ALOFT_KUBECONFIG", "")
+        .env("ALOFT_SERVER", "")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}

@@ -82,14 +82,16 @@ pub struct Ctx {
 
 pub type SharedCtx = Arc<Ctx>;
 
+/// The token of an `Authorization: Bearer <token>` header. The scheme is case-insensitive (RFC
+/// 7235 section 2.1), as kube-apiserver's bearer authenticator takes it: `bearer` works too.
+fn bearer_token(header: &str) -> Option<&str> {
+    let (scheme, token) = header.trim_start().split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
 async fn authenticate(State(ctx): State<SharedCtx>, mut req: Request, next: Next) -> Response {
-    let token = req
-        .headers()
-        .get("authorization")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim)
-        .filter(|t| !t.is_empty());
+    let token = req.headers().get("authorization").and_then(|v| v.to_str().ok()).and_then(bearer_token);
     let Some(token) = token else { return ApiError::unauthorized().into_response() };
     match ctx.tokens.lookup(token).await {
         Ok(Some(who)) => {
@@ -298,4 +300,19 @@ pub fn router(ctx: SharedCtx) -> Router {
         .with_state(ctx)
         .merge(api)
         .layer(counting)
+}
+
+#[cfg(test)]
+mod bearer_tests {
+    use super::bearer_token;
+
+    #[test]
+    fn the_scheme_is_case_insensitive_and_a_token_is_required() {
+        assert_eq!(bearer_token("Bearer abc"), Some("abc"));
+        assert_eq!(bearer_token("bearer abc"), Some("abc"));
+        assert_eq!(bearer_token("BEARER  abc "), Some("abc"));
+        assert_eq!(bearer_token("Basic abc"), None);
+        assert_eq!(bearer_token("Bearer "), None);
+        assert_eq!(bearer_token("Bearerabc"), None);
+    }
 }
