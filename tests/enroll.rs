@@ -169,6 +169,26 @@ async fn a_second_host_cannot_take_over_an_enrolled_node() {
     assert_eq!(code, 201, "{body}");
 }
 
+/// Deleting a Node revokes its agent's credential (401, not 404: a decommissioned host's token
+/// must not take over a later Node of the same name), and the name can be enrolled afresh.
+#[tokio::test]
+async fn deleting_a_node_revokes_its_credential_and_the_name_can_enroll_again() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let bootstrap = c.create_token("fleet", "bootstrap");
+    let worker = json!({"node-role.kubernetes.io/worker": ""});
+    let (_, first) = enroll_with(&c, &bootstrap, "dup", worker.clone()).await;
+    let first = c.client_with_token(first["token"].as_str());
+    assert_eq!(first.get(&format!("{NODES}/dup")).await.unwrap().code, 200);
+    admin.delete(&format!("{NODES}/dup")).await.unwrap().into_result().unwrap();
+    assert_eq!(first.get(&format!("{NODES}/dup")).await.unwrap().code, 401, "the deleted Node's credential");
+    let (code, again) = enroll_with(&c, &bootstrap, "dup", worker).await;
+    assert_eq!(code, 201, "{again}");
+    let again = c.client_with_token(again["token"].as_str());
+    assert_eq!(again.get(&format!("{NODES}/dup")).await.unwrap().code, 200);
+    assert_eq!(first.get(&format!("{NODES}/dup")).await.unwrap().code, 401, "the old credential stays revoked");
+}
+
 /// The node controller's pick in a pool without drain hooks cordons the node, answers its drain
 /// and grants the uncordon at Done (`aloft.dev/uncordonAtDone`): the agent's Done report is
 /// then written uncordoned, in that one write. Only the coordinator may set or drop the grant.
