@@ -78,3 +78,25 @@ async fn a_deleted_node_registers_again_and_a_revoked_agent_says_why_it_stops() 
     })
     .await;
 }
+
+/// `token create` refuses an empty name and the names other parts of aloft own (`admin`, the
+/// token `serve` writes; `node:<name>`, enrolled nodes' credentials), which it would silently
+/// replace; those credentials keep working.
+#[tokio::test]
+async fn token_create_refuses_reserved_names() {
+    let c = Coordinator::start();
+    let node = c.node_client("n1", serde_json::json!({"node-role.kubernetes.io/worker": ""})).await;
+    for (name, says) in [("", "empty"), ("  ", "empty"), ("admin", "reserved"), ("node:n1", "reserved")] {
+        let out = Command::new(bin("aloft-coordinator"))
+            .args(["token", "create", "--role", "viewer", "--name", name, "--data-dir"])
+            .arg(c.data_dir())
+            .env("ALOFT_LOG", "warn")
+            .output()
+            .expect("run token create");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "--name {name:?} accepted");
+        assert!(stderr.contains("--name") && stderr.contains(says), "--name {name:?}: {stderr}");
+    }
+    assert_eq!(c.client().get("/api/v1/nodes").await.unwrap().code, 200, "the admin token still works");
+    assert_eq!(node.get(&path_of(&NODE, Some("n1"))).await.unwrap().code, 200, "the node's credential still works");
+}

@@ -124,6 +124,8 @@ enum TokenCmd {
         #[arg(long, env = "ALOFT_DATA_DIR", default_value = "/var/lib/aloft-coordinator")]
         data_dir: PathBuf,
         /// A name for the token's holder; creating the same name again replaces its token.
+        /// Reserved: `admin` (the token `serve` writes to admin.token) and `node:*` (enrolled
+        /// nodes' credentials).
         #[arg(long)]
         name: String,
         #[arg(long, default_value = "viewer")]
@@ -142,6 +144,23 @@ enum TokenCmd {
         #[arg(long)]
         name: String,
     },
+}
+
+/// Why `token create` refuses `name`: names another part of aloft owns, which a created token
+/// would silently replace.
+fn reserved_token_name(name: &str) -> Option<String> {
+    if name.trim().is_empty() {
+        return Some("--name is empty".into());
+    }
+    if name == "admin" {
+        return Some("--name admin is reserved: it is the token `serve` keeps in admin.token".into());
+    }
+    if name.starts_with("node:") {
+        return Some(format!(
+            "--name {name:?} is reserved: `node:<name>` is an enrolled node's credential (nodes get theirs by enrolling)"
+        ));
+    }
+    None
 }
 
 fn open_store(data_dir: &std::path::Path) -> Result<SqliteStore> {
@@ -190,6 +209,9 @@ async fn main() -> Result<()> {
             aloft_coordinator::bench::event_ttl(events, rounds.max(1)).await
         }
         Cmd::Token { cmd: TokenCmd::Create { data_dir, name, role } } => {
+            if let Some(why) = reserved_token_name(&name) {
+                anyhow::bail!("{why}; choose another name");
+            }
             let role: auth::Role = role.parse()?;
             let store = open_store(&data_dir)?;
             let token = auth::generate_token();
