@@ -117,11 +117,76 @@ async fn nodes_are_confined_to_their_own_objects() {
     assert_eq!(node_a.get(MCS).await.unwrap().code, 403);
     assert_eq!(node_a.post(MCS, &mc("sneaky")).await.unwrap().code, 403);
 
-    // Enrolling again replaces the credential: the old token stops working.
-    let (_, a2) = enroll(&c, &bootstrap, "node-a").await;
-    assert_eq!(node_a.get(&format!("{NODES}/node-a")).await.unwrap().code, 401);
-    let again = c.client_with_token(a2["token"].as_str());
-    assert_eq!(again.get(&format!("{NODES}/node-a")).await.unwrap().code, 200);
+    // Enrolling an enrolled name again is refused; the node's credential keeps working.
+    let (code, _) = enroll(&c, &bootstrap, "node-a").await;
+    assert_eq!(code, 409);
+    assert_eq!(node_a.get(&format!("{NODES}/node-a")).await.unwrap().code, 200);
+}
+
+async fn enroll_with(c: &Coordinator, bootstrap: &str, name: &str, labels: Value) -> (u16, Value) {
+    let r = c
+        .client_with_token(Some(bootstrap))
+        .post("/aloft/v1/enroll", &json!({"nodeName": name, "labels": labels}))
+        .await
+        .unwrap();
+    (r.code, r.body)
+}
+
+/// A second host enrolling under an enrolled node's name (a cloned image, a duplicated
+/// hostname) is refused with a 409 that says how to replace a host on purpose, and a Warning
+/// Event on the Node: it neither takes the Node over nor relabels it, and the first agent keeps
+/// its credential (OpenShift's machine-approver refuses a bootstrap CSR for an existing node).
+#[tokio::test]
+async fn a_second_host_cannot_take_over_an_enrolled_node() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let bootstrap = c.create_token("fleet", "bootstrap");
+    let worker = json!({"node-role.kubernetes.io/worker": ""});
+    let (code, first) = enroll_with(&c, &bootstrap, "dup", worker.clone()).await;
+    assert_eq!(code, 201, "{first}");
+    let first = c.client_with_token(first["token"].as_str());
+
+    let (code, body) = enroll_with(&c, &bootstrap, "dup", json!({"node-role.kubernetes.io/infra": ""})).await;
+    assert_eq!(code, 409, "{body}");
+    let message = body["message"].as_str().unwrap_or_default();
+    assert!(message.contains("already enrolled") && message.contains("kubectl delete node dup"), "{body}");
+    assert_eq!(first.get(&format!("{NODES}/dup")).await.unwrap().code, 200, "the first agent keeps its credential");
+    let node = admin.get(&format!("{NODES}/dup")).await.unwrap().into_result().unwrap();
+    assert!(node["metadata"]["labels"].get("node-role.kubernetes.io/infra").is_none(), "not relabelled: {node}");
+    aloft_tests::eventually(std::time::Duration::from_secs(10), "the EnrollmentRefused event", || async {
+        let events = admin.get("/api/v1/namespaces/default/events").await?.into_result()?;
+        let found = events["items"].as_array().into_iter().flatten().any(|e| {
+            e["reason"] == "EnrollmentRefused" && e["type"] == "Warning" && e["involvedObject"]["name"] == "dup"
+        });
+        Ok(found.then_some(()))
+    })
+    .await;
+
+    // A Node an admin created (no agent yet) is attached to the agent that enrolls as it.
+    let pre = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "pre"}});
+    admin.post(NODES, &pre).await.unwrap().into_result().unwrap();
+    let (code, body) = enroll_with(&c, &bootstrap, "pre", worker.clone()).await;
+    assert_eq!(code, 201, "{body}");
+}
+
+/// Deleting a Node revokes its agent's credential (401, not 404: a decommissioned host's token
+/// must not take over a later Node of the same name), and the name can be enrolled afresh.
+#[tokio::test]
+async fn deleting_a_node_revokes_its_credential_and_the_name_can_enroll_again() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let bootstrap = c.create_token("fleet", "bootstrap");
+    let worker = json!({"node-role.kubernetes.io/worker": ""});
+    let (_, first) = enroll_with(&c, &bootstrap, "dup", worker.clone()).await;
+    let first = c.client_with_token(first["token"].as_str());
+    assert_eq!(first.get(&format!("{NODES}/dup")).await.unwrap().code, 200);
+    admin.delete(&format!("{NODES}/dup")).await.unwrap().into_result().unwrap();
+    assert_eq!(first.get(&format!("{NODES}/dup")).await.unwrap().code, 401, "the deleted Node's credential");
+    let (code, again) = enroll_with(&c, &bootstrap, "dup", worker).await;
+    assert_eq!(code, 201, "{again}");
+    let again = c.client_with_token(again["token"].as_str());
+    assert_eq!(again.get(&format!("{NODES}/dup")).await.unwrap().code, 200);
+    assert_eq!(first.get(&format!("{NODES}/dup")).await.unwrap().code, 401, "the old credential stays revoked");
 }
 
 /// The node controller's pick in a pool without drain hooks cordons the node, answers its drain

@@ -134,7 +134,30 @@ async fn read_node(client: &Client, name: &str) -> Result<NodeView> {
     Ok(n.with_context(|| format!("the coordinator has no Node {name:?}"))?.into())
 }
 
+/// Whether this node's credential still works for its Node ([`NodeApi::standing`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Standing {
+    /// The Node is there and the credential reads it.
+    Enrolled,
+    /// 401: the credential was revoked (the Node was deleted, or `aloft-coordinator token
+    /// revoke` ran).
+    Revoked,
+    /// 404: the Node is gone (deleted; its credential is revoked right after).
+    NodeGone,
+}
+
 impl NodeApi {
+    /// Read the own Node to tell a lost credential or a deleted Node (which retrying never
+    /// mends) from a transient failure (an `Err`: the coordinator unreachable, a 5xx).
+    pub async fn standing(&self) -> Result<Standing> {
+        let reply = self.client.get(&resource_path(NODES, None, Some(&self.name))).await?;
+        match reply.code {
+            401 => Ok(Standing::Revoked),
+            404 => Ok(Standing::NodeGone),
+            _ => reply.into_result().map(|_| Standing::Enrolled),
+        }
+    }
+
     pub fn new(client: Client, name: &str) -> Self {
         NodeApi {
             client,

@@ -3,7 +3,7 @@
 //! effects of each step are in [`Agent`]'s methods, each persisting the next phase first.
 
 use crate::changes;
-use crate::coordinator::{NodeApi, NodeView};
+use crate::coordinator::{NodeApi, NodeView, Standing};
 use crate::dbus_status::{AgentStatus, StatusService};
 use crate::enroll;
 use crate::host::{Root, ServiceManager};
@@ -718,6 +718,9 @@ impl Agent {
             let node = match self.api.get().await {
                 Ok(n) => n,
                 Err(e) => {
+                    if let Ok(lost @ (Standing::Revoked | Standing::NodeGone)) = self.api.standing().await {
+                        return Err(CredentialLost(lost).into());
+                    }
                     tracing::warn!(error = %format!("{e:#}"), "cannot read own Node; retrying");
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(60));
@@ -759,24 +762,74 @@ impl Agent {
     }
 }
 
-/// Start everything and run until stopped.
-pub async fn run(opts: Options) -> Result<()> {
-    let root = Root::new(&opts.root);
-    let cred = enroll::ensure(
-        &root,
+/// [`Agent::run_loop`] stopped: the node's credential was revoked or its Node deleted.
+#[derive(Debug, thiserror::Error)]
+#[error("{}", lost_reason(*.0))]
+struct CredentialLost(Standing);
+
+fn lost_reason(s: Standing) -> &'static str {
+    match s {
+        Standing::NodeGone => "the coordinator has no Node of this name any more (deleted)",
+        _ => "the coordinator refuses this node's credential (401: revoked)",
+    }
+}
+
+/// The API of the Node the stored credential names, enrolling again first if that credential
+/// no longer works (its Node was deleted: `kubectl delete node` revokes it).
+async fn node_api(root: &Root, opts: &Options, lost: Option<Standing>) -> Result<NodeApi> {
+    let connect = |cred: &enroll::Credential| -> Result<NodeApi> {
+        let client = Client::new(&ClientConfig {
+            server: cred.server.clone(),
+            ca_pem: opts.ca_pem.clone(),
+            token: Some(cred.token.clone()),
+        })?;
+        Ok(NodeApi::new(client, &cred.node_name))
+    };
+    let mut lost = lost;
+    if lost.is_none() {
+        let cred = enroll::ensure(
+            root,
+            &opts.coordinator,
+            opts.ca_pem.clone(),
+            opts.bootstrap_token.as_deref(),
+            &opts.node_name,
+            &opts.labels,
+        )
+        .await?;
+        let api = connect(&cred)?;
+        match api.standing().await {
+            Ok(s @ (Standing::Revoked | Standing::NodeGone)) => lost = Some(s),
+            // Enrolled, or not known yet (the coordinator unreachable): go on as before.
+            _ => return Ok(api),
+        }
+    }
+    let why = lost_reason(lost.unwrap_or(Standing::Revoked));
+    match opts.bootstrap_token.as_deref() {
+        Some(_) => {
+            tracing::warn!(node = %opts.node_name, reason = why, "this node's credential no longer works; enrolling again with the bootstrap token")
+        }
+        None => tracing::error!(node = %opts.node_name, reason = why,
+            "this node's credential no longer works: its Node was deleted or its credential revoked; \
+             give the agent the bootstrap token (--bootstrap-token-file) and restart it to rejoin"),
+    }
+    let cred = enroll::enroll_again(
+        root,
         &opts.coordinator,
         opts.ca_pem.clone(),
         opts.bootstrap_token.as_deref(),
         &opts.node_name,
         &opts.labels,
+        why,
     )
-    .await?;
-    let client = Client::new(&ClientConfig {
-        server: cred.server.clone(),
-        ca_pem: opts.ca_pem.clone(),
-        token: Some(cred.token.clone()),
-    })?;
-    let api = NodeApi::new(client, &cred.node_name);
+    .await
+    .inspect_err(|e| tracing::error!(node = %opts.node_name, error = %format!("{e:#}"), "cannot rejoin"))?;
+    connect(&cred)
+}
+
+/// Start everything and run until stopped.
+pub async fn run(opts: Options) -> Result<()> {
+    let root = Root::new(&opts.root);
+    let api = node_api(&root, &opts, None).await?;
     let services = crate::engine::connect_services(opts.bus_address.as_deref()).await?;
     let mut agent = Agent::new(root, api, services, opts.drain_timeout)?;
     agent.workload_stop_timeout = opts.workload_stop_timeout;
@@ -809,7 +862,14 @@ pub async fn run(opts: Options) -> Result<()> {
     crate::notify::ready("aloft-agent ready");
     crate::notify::spawn_watchdog();
     tracing::info!(node = %opts.node_name, "aloft-agent ready");
-    agent.run_loop().await
+    loop {
+        let Err(e) = agent.run_loop().await else { return Ok(()) };
+        let Some(CredentialLost(lost)) = e.downcast_ref::<CredentialLost>() else { return Err(e) };
+        // The Node was deleted (or the credential revoked): register again, as a kubelet does.
+        agent.api = node_api(&agent.root, &opts, Some(*lost)).await?;
+        agent.api.set_ready(true, "aloft-agent is running").await?;
+        tracing::info!(node = %opts.node_name, "enrolled again; following the Node");
+    }
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! Enrollment: the first start trades the fleet's bootstrap token for this node's own credential,
-//! kept in `<root>/var/lib/aloft/credential.json` (0600). Later starts reuse it, so the bootstrap
-//! token can be removed from the host after the first boot.
+//! kept in `<root>/var/lib/aloft/credential.json` (0600). Later starts reuse it. When the Node is
+//! deleted (which revokes the credential) the agent enrolls again with the bootstrap token, as a
+//! kubelet registers its Node again: a host without the token stays out until it is given one.
 
 use crate::host::Root;
 use aloft_client::{install_crypto, Client, ClientConfig};
@@ -84,6 +85,38 @@ pub async fn ensure(
     write_private(&path, serde_json::to_string_pretty(&cred)?.as_bytes())?;
     tracing::info!(node = node_name, "enrolled with the coordinator");
     Ok(cred)
+}
+
+/// Enroll again after the stored credential stopped working (`why`: its Node was deleted, which
+/// revokes it, or it was revoked by hand), as a kubelet registers its Node again when it is
+/// deleted. Needs the bootstrap token; without it the error says what to do.
+pub async fn enroll_again(
+    root: &Root,
+    server: &str,
+    ca_pem: Option<Vec<u8>>,
+    bootstrap_token: Option<&str>,
+    node_name: &str,
+    labels: &BTreeMap<String, String>,
+    why: &str,
+) -> Result<Credential> {
+    let Some(token) = bootstrap_token else {
+        bail!(
+            "this node's credential no longer works ({why}): its Node was deleted or its credential revoked. \
+             To rejoin, give the agent the bootstrap token (--bootstrap-token-file) and restart it"
+        );
+    };
+    let path = credential_path(root);
+    match std::fs::remove_file(&path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("removing {}", path.display())),
+    }
+    ensure(root, server, ca_pem, Some(token), node_name, labels).await.with_context(|| {
+        format!(
+            "this node's credential no longer works ({why}) and enrolling again failed \
+             (if another host enrolled as {node_name:?} meanwhile, give this host another --node-name)"
+        )
+    })
 }
 
 #[cfg(test)]

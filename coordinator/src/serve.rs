@@ -171,6 +171,7 @@ pub async fn run(opts: ServeOptions) -> Result<()> {
         store: store.clone(),
         tokens,
         token_store,
+        events: controllers::events::Recorder::new("aloft-coordinator", store.clone(), opts.event_ttl),
         limits: opts.limits.clone(),
         pages: Default::default(),
         health: health.clone(),

@@ -124,11 +124,48 @@ enum TokenCmd {
         #[arg(long, env = "ALOFT_DATA_DIR", default_value = "/var/lib/aloft-coordinator")]
         data_dir: PathBuf,
         /// A name for the token's holder; creating the same name again replaces its token.
+        /// Reserved: `admin` (the token `serve` writes to admin.token) and `node:*` (enrolled
+        /// nodes' credentials).
         #[arg(long)]
         name: String,
         #[arg(long, default_value = "viewer")]
         role: String,
     },
+    /// List the tokens: name, role and when each was created (never the tokens themselves).
+    List {
+        #[arg(long, env = "ALOFT_DATA_DIR", default_value = "/var/lib/aloft-coordinator")]
+        data_dir: PathBuf,
+    },
+    /// Revoke (delete) the token named NAME; it stops working at the next request. An enrolled
+    /// node's credential is `node:<node name>` (deleting the Node revokes it too).
+    Revoke {
+        #[arg(long, env = "ALOFT_DATA_DIR", default_value = "/var/lib/aloft-coordinator")]
+        data_dir: PathBuf,
+        #[arg(long)]
+        name: String,
+    },
+}
+
+/// Why `token create` refuses `name`: names another part of aloft owns, which a created token
+/// would silently replace.
+fn reserved_token_name(name: &str) -> Option<String> {
+    if name.trim().is_empty() {
+        return Some("--name is empty".into());
+    }
+    if name == "admin" {
+        return Some("--name admin is reserved: it is the token `serve` keeps in admin.token".into());
+    }
+    if name.starts_with("node:") {
+        return Some(format!(
+            "--name {name:?} is reserved: `node:<name>` is an enrolled node's credential (nodes get theirs by enrolling)"
+        ));
+    }
+    None
+}
+
+fn open_store(data_dir: &std::path::Path) -> Result<SqliteStore> {
+    let db = serve::DataDir::new(data_dir).db;
+    SqliteStore::open(&db).with_context(|| format!("opening {}", db.display()))
 }
 
 fn init_tracing() {
@@ -178,12 +215,31 @@ async fn main() -> Result<()> {
             aloft_coordinator::bench::event_ttl(events, rounds.max(1)).await
         }
         Cmd::Token { cmd: TokenCmd::Create { data_dir, name, role } } => {
+            if let Some(why) = reserved_token_name(&name) {
+                anyhow::bail!("{why}; choose another name");
+            }
             let role: auth::Role = role.parse()?;
-            let db = serve::DataDir::new(&data_dir).db;
-            let store = SqliteStore::open(&db).with_context(|| format!("opening {}", db.display()))?;
+            let store = open_store(&data_dir)?;
             let token = auth::generate_token();
             store.put_token(auth::token_hash(&token), name, role.to_string()).await?;
             println!("{token}");
+            Ok(())
+        }
+        Cmd::Token { cmd: TokenCmd::List { data_dir } } => {
+            let tokens = open_store(&data_dir)?.list_tokens().await?;
+            let width = tokens.iter().map(|t| t.name.len()).max().unwrap_or(0).max(4);
+            let role_width = tokens.iter().map(|t| t.role.len()).max().unwrap_or(0).max(4);
+            println!("{:width$}  {:role_width$}  CREATED", "NAME", "ROLE");
+            for t in tokens {
+                println!("{:width$}  {:role_width$}  {}", t.name, t.role, t.created);
+            }
+            Ok(())
+        }
+        Cmd::Token { cmd: TokenCmd::Revoke { data_dir, name } } => {
+            if !open_store(&data_dir)?.delete_token(name.clone(), None).await? {
+                anyhow::bail!("no token named {name:?} (see `aloft-coordinator token list`)");
+            }
+            println!("token {name:?} revoked");
             Ok(())
         }
     }

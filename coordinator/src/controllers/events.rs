@@ -46,6 +46,9 @@ pub mod reasons {
     /// On a dependent whose owners are gone but which is kept: a rendered config a node or pool
     /// still names (MCO never removes a config in use). Retried until nothing uses it.
     pub const DELETE_DEFERRED: &str = "DeleteDeferred";
+    /// On a Node: an enrollment under its name was refused, as it already has an enrolled agent
+    /// (a second host with the same name).
+    pub const ENROLLMENT_REFUSED: &str = "EnrollmentRefused";
 }
 
 /// Normal or Warning.

@@ -1,12 +1,20 @@
 //! Node enrollment: `POST /aloft/v1/enroll` with a bootstrap token (or an admin's) and
 //! `{"nodeName": "...", "labels": {...}}`. The coordinator creates the Node (or merges the labels
 //! into an existing one), mints the node's own credential (role `node:<name>`) and returns it
-//! once. Enrolling a name again replaces the node's credential: a reinstalled host comes back
-//! under its name, and the old credential stops working.
+//! once.
+//!
+//! A name whose Node exists and already has a node credential is refused (409): a second host
+//! under the same name (a cloned image, a duplicated hostname) would otherwise silently take the
+//! Node over and lock the first agent out. OpenShift's machine-approver likewise refuses a
+//! bootstrap CSR for a node name that already exists. To replace a host on purpose, delete its
+//! Node (`kubectl delete node NAME`, which revokes the credential) or revoke the credential
+//! (`aloft-coordinator token revoke --name node:NAME`) first. A credential left over from a Node
+//! that no longer exists is replaced (the Node is created afresh).
 
 use super::error::{cause, ApiError};
 use super::{objects, validate, SharedCtx};
 use crate::auth::{self, Identity, Role};
+use crate::controllers::events::{reasons, EventType, Involved};
 use crate::resources::NODE;
 use crate::store::{Key, SqliteStore, StoreError};
 use aloft_api::Selector;
@@ -61,17 +69,70 @@ pub async fn enroll(ctx: SharedCtx, tokens: SqliteStore, who: Identity, body: &[
         return Err(ApiError::invalid("Enrollment", &req.node_name, causes));
     }
     let key = Key::cluster(&NODE.store_key(), &req.node_name);
+    let role = Role::Node(req.node_name.clone());
+    let token_name = role.to_string();
+    let existing_node =
+        ctx.store.get(&key).await.map_err(|e| ApiError::from_store(e, "nodes", &req.node_name))?.is_some();
+    let stale = tokens.token_hash_of(token_name.clone()).await.map_err(|e| ApiError::internal(e.to_string()))?;
+    if let (true, Some(_)) = (existing_node, &stale) {
+        return Err(refuse(&ctx, &req.node_name, &who.name));
+    }
+    if let Some(hash) = stale {
+        // The Node is gone but its credential was not revoked (deleted before deletion revoked
+        // credentials): nothing left to take over.
+        tokens.delete_token(token_name.clone(), Some(hash)).await.map_err(|e| ApiError::internal(e.to_string()))?;
+    }
+    // Claim the credential before touching the Node: of two concurrent enrollments only one
+    // gets it.
+    let token = auth::generate_token();
+    let hash = auth::token_hash(&token);
+    if !tokens
+        .claim_token(hash.clone(), token_name.clone(), role.to_string())
+        .await
+        .map_err(|e| ApiError::internal(e.to_string()))?
+    {
+        return Err(refuse(&ctx, &req.node_name, &who.name));
+    }
+    if let Err(e) = put_node(&ctx, &key, &req).await {
+        let _ = tokens.delete_token(token_name, Some(hash)).await;
+        return Err(e);
+    }
+    tracing::info!(node = %req.node_name, by = %who.name, "node enrolled");
+    Ok((StatusCode::CREATED, Json(EnrollResponse { node_name: req.node_name, token })).into_response())
+}
+
+/// The refusal of an enrollment under a name whose Node has an enrolled agent: a WARN, a
+/// Warning Event on the Node, and a 409 that says how to replace the host on purpose.
+fn refuse(ctx: &SharedCtx, node: &str, by: &str) -> ApiError {
+    let message = format!(
+        "node {node:?} is already enrolled: another host holds its credential (two hosts with one \
+         name?). To replace the host on purpose, stop its agent and run `kubectl delete node {node}` \
+         (or `aloft-coordinator token revoke --name node:{node}`), then enroll again"
+    );
+    tracing::warn!(node, by, "enrollment refused: the node is already enrolled");
+    ctx.events.emit(
+        &Involved::node(node),
+        EventType::Warning,
+        reasons::ENROLLMENT_REFUSED,
+        &format!("an enrollment as {node:?} (by {by}) was refused: the node already has an enrolled agent"),
+    );
+    ApiError::conflict("nodes", node, &message)
+}
+
+/// Create the Node with `req`'s labels, or merge them into the existing one (compare-and-swap,
+/// retried).
+async fn put_node(ctx: &SharedCtx, key: &Key, req: &EnrollRequest) -> Result<(), ApiError> {
     let labels: serde_json::Map<String, Value> =
         req.labels.iter().map(|(k, v)| (k.clone(), v.clone().into())).collect();
     // Create the Node, or merge the labels into the existing one (compare-and-swap, retried).
     let mut done = false;
     for _ in 0..8 {
-        match ctx.store.get(&key).await.map_err(|e| ApiError::from_store(e, "nodes", &req.node_name))? {
+        match ctx.store.get(key).await.map_err(|e| ApiError::from_store(e, "nodes", &req.node_name))? {
             None => {
                 let mut obj =
                     json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": req.node_name, "labels": labels}});
                 objects::prepare_create(&mut obj, "");
-                match ctx.store.create(&key, obj).await {
+                match ctx.store.create(key, obj).await {
                     Ok(_) => {
                         done = true;
                         break;
@@ -87,7 +148,7 @@ pub async fn enroll(ctx: SharedCtx, tokens: SqliteStore, who: Identity, body: &[
                     done = true;
                     break;
                 }
-                match ctx.store.update(&key, next, crate::store::revision_of(&stored)).await {
+                match ctx.store.update(key, next, crate::store::revision_of(&stored)).await {
                     Ok(_) => {
                         done = true;
                         break;
@@ -101,12 +162,5 @@ pub async fn enroll(ctx: SharedCtx, tokens: SqliteStore, who: Identity, body: &[
     if !done {
         return Err(ApiError::conflict("nodes", &req.node_name, "too many concurrent writers; try again"));
     }
-    let token = auth::generate_token();
-    let role = Role::Node(req.node_name.clone());
-    tokens
-        .put_token(auth::token_hash(&token), role.to_string(), role.to_string())
-        .await
-        .map_err(|e| ApiError::internal(e.to_string()))?;
-    tracing::info!(node = %req.node_name, by = %who.name, "node enrolled");
-    Ok((StatusCode::CREATED, Json(EnrollResponse { node_name: req.node_name, token })).into_response())
+    Ok(())
 }

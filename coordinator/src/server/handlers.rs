@@ -540,6 +540,34 @@ async fn delete(call: Call<'_>) -> Result<Response, ApiError> {
             tracing::info!(owner = %name, kind = call.path.rt.kind, dependents = orphaned.len(), "dependents orphaned");
         }
     }
+    let credential = node_credential(&call, &name).await?;
     let deleted = call.ctx.store.delete(&call.key(&name), expected).await.map_err(|e| call.store_err(e, &name))?;
+    if let Some((token_name, hash)) = credential {
+        revoke_node_credential(&call, token_name, hash).await;
+    }
     Ok(respond_one(&call, StatusCode::OK, deleted))
+}
+
+/// For a Node: the name and hash of its agent's credential, read before the delete. Deleting a
+/// Node revokes that credential (a decommissioned host's token must not take over a later Node
+/// of the same name); the hash makes sure a credential minted since, by an enrollment of a new
+/// Node under the name, is not the one revoked.
+async fn node_credential(call: &Call<'_>, name: &str) -> Result<Option<(String, String)>, ApiError> {
+    if call.path.rt.store_key() != crate::resources::NODE.store_key() {
+        return Ok(None);
+    }
+    let token_name = crate::auth::Role::Node(name.to_string()).to_string();
+    let hash =
+        call.ctx.token_store.token_hash_of(token_name.clone()).await.map_err(|e| ApiError::internal(e.to_string()))?;
+    Ok(hash.map(|h| (token_name, h)))
+}
+
+async fn revoke_node_credential(call: &Call<'_>, token_name: String, hash: String) {
+    match call.ctx.token_store.delete_token(token_name.clone(), Some(hash)).await {
+        Ok(true) => tracing::info!(token = %token_name, "Node deleted: its agent's credential is revoked"),
+        Ok(false) => {}
+        Err(e) => {
+            tracing::error!(token = %token_name, error = %e, "Node deleted, but revoking its agent's credential failed: run `aloft-coordinator token revoke --name {token_name}`")
+        }
+    }
 }

@@ -69,6 +69,8 @@ pub struct Ctx {
     pub tokens: Arc<dyn TokenLookup>,
     /// Where enrollment stores the node credentials it mints.
     pub token_store: SqliteStore,
+    /// Events the API itself records (a refused enrollment).
+    pub events: crate::controllers::events::Recorder,
     pub limits: Limits,
     /// Lists kept for their later pages (`limit` and `continue`).
     pub pages: pages::Pages,

@@ -15,7 +15,7 @@ use futures::stream::BoxStream;
 use serde_json::Value;
 use std::sync::Arc;
 
-pub use sqlite::SqliteStore;
+pub use sqlite::{SqliteStore, TokenInfo};
 
 /// Where an object lives.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]

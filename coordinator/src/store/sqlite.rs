@@ -538,6 +538,65 @@ impl SqliteStore {
         .map(|_| ())
     }
 
+    /// Store a token under `name` only if no token has that name: true if stored. Enrollment
+    /// claims a node's credential this way, so two hosts enrolling under one name at the same
+    /// time cannot both get one (the second is refused, not silently replacing the first).
+    pub async fn claim_token(&self, hash: String, name: String, role: String) -> Result<bool, StoreError> {
+        let stored = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stored.clone();
+        self.submit(Box::new(move |conn, _| {
+            let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+            let n = conn.execute(
+                "INSERT INTO tok.tokens (hash, name, role, created) VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (name) DO NOTHING",
+                params![hash, name, role, now],
+            )?;
+            flag.store(n > 0, std::sync::atomic::Ordering::Relaxed);
+            Ok(Vec::new())
+        }))
+        .await?;
+        Ok(stored.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
+    /// The hash of the token named `name`, if there is one.
+    pub async fn token_hash_of(&self, name: String) -> Result<Option<String>, StoreError> {
+        self.read_point(move |c| {
+            Ok(c.prepare_cached("SELECT hash FROM tok.tokens WHERE name = ?1")?
+                .query_row([name], |r| r.get(0))
+                .optional()?)
+        })
+        .await
+    }
+
+    /// Every token's (name, role, created), by name; never the hashes.
+    pub async fn list_tokens(&self) -> Result<Vec<TokenInfo>, StoreError> {
+        self.read(|c| {
+            let mut stmt = c.prepare("SELECT name, role, created FROM tok.tokens ORDER BY name")?;
+            let rows =
+                stmt.query_map([], |r| Ok(TokenInfo { name: r.get(0)?, role: r.get(1)?, created: r.get(2)? }))?;
+            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        })
+        .await
+    }
+
+    /// Delete the token named `name` (and, with `hash`, only if it still has that hash: a token
+    /// minted since under the same name stays). True if one was deleted. A deleted token stops
+    /// working at the next request, also in a coordinator running in another process.
+    pub async fn delete_token(&self, name: String, hash: Option<String>) -> Result<bool, StoreError> {
+        let deleted = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = deleted.clone();
+        self.submit(Box::new(move |conn, _| {
+            let n = match &hash {
+                Some(h) => conn.execute("DELETE FROM tok.tokens WHERE name = ?1 AND hash = ?2", params![name, h])?,
+                None => conn.execute("DELETE FROM tok.tokens WHERE name = ?1", params![name])?,
+            };
+            flag.store(n > 0, std::sync::atomic::Ordering::Relaxed);
+            Ok(Vec::new())
+        }))
+        .await?;
+        Ok(deleted.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
     /// Look a token hash up: (name, role).
     /// From memory while the tokens' WAL is unwritten (see [`TokenCache`]): a token replaced
     /// by another process (the `token` subcommand on the same file) still stops working at
@@ -560,6 +619,15 @@ impl SqliteStore {
         }
         Ok(found)
     }
+}
+
+/// A token as `aloft-coordinator token list` shows it (the hash stays in the store).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenInfo {
+    pub name: String,
+    pub role: String,
+    /// RFC 3339, seconds.
+    pub created: String,
 }
 
 /// Work for the writer thread: changes made on its connection inside the open transaction

@@ -1,0 +1,102 @@
+//! A node's identity over its life: a deleted Node registers again (as a kubelet's does), and an
+//! agent whose credential is revoked, with no way to enroll again, says so and stops.
+
+use aloft_coordinator::resources::NODE;
+use aloft_tests::sandbox::Host;
+use aloft_tests::{bin, eventually, path_of, Coordinator};
+use serde_json::Value;
+use std::process::Command;
+use std::time::Duration;
+
+/// The uid of Node `name` once it is there and its agent has set it Ready.
+async fn ready_uid(c: &Coordinator, name: &str, not: Option<&str>, what: &str) -> String {
+    let admin = c.client();
+    let not = not.map(str::to_string);
+    eventually(Duration::from_secs(60), what, || {
+        let (admin, not) = (admin.clone(), not.clone());
+        async move {
+            let r = admin.get(&path_of(&NODE, Some(name))).await?;
+            if r.code == 404 {
+                return Ok(None);
+            }
+            let node = r.into_result()?;
+            let uid = node.pointer("/metadata/uid").and_then(Value::as_str).unwrap_or_default().to_string();
+            let ready = aloft_tests::condition(&node, "Ready").is_some_and(|c| c["status"] == "True");
+            let worker = node.pointer("/metadata/labels/node-role.kubernetes.io~1worker").is_some();
+            Ok((ready && worker && Some(&uid) != not.as_ref()).then_some(uid))
+        }
+    })
+    .await
+}
+
+fn token(c: &Coordinator, args: &[&str]) -> String {
+    let out = Command::new(bin("aloft-coordinator"))
+        .arg("token")
+        .args(args)
+        .arg("--data-dir")
+        .arg(c.data_dir())
+        .env("ALOFT_LOG", "warn")
+        .output()
+        .expect("run aloft-coordinator token");
+    assert!(out.status.success(), "token {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_node_registers_again_and_a_revoked_agent_says_why_it_stops() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let bootstrap = c.create_token("fleet", "bootstrap");
+    let token_file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(token_file.path(), &bootstrap).unwrap();
+    let mut h = Host::new("n1").await;
+    h.start_agent(&c, token_file.path());
+    let first = ready_uid(&c, "n1", None, "n1 enrolled and Ready").await;
+
+    // `kubectl delete node` while the agent runs: it enrolls again and its Node comes back.
+    admin.delete(&path_of(&NODE, Some("n1"))).await.unwrap().into_result().unwrap();
+    let second = ready_uid(&c, "n1", Some(&first), "n1 registered again by the running agent").await;
+
+    // The same while the agent is stopped: the next start enrolls again instead of exiting.
+    h.stop_agent();
+    admin.delete(&path_of(&NODE, Some("n1"))).await.unwrap().into_result().unwrap();
+    h.start_agent(&c, token_file.path());
+    ready_uid(&c, "n1", Some(&second), "n1 registered again at the agent's start").await;
+
+    // Credential and bootstrap token revoked: the agent cannot rejoin, and says why and what to do.
+    h.stop_agent();
+    assert!(token(&c, &["list"]).contains("node:n1"), "the node's credential is listed");
+    token(&c, &["revoke", "--name", "node:n1"]);
+    token(&c, &["revoke", "--name", "fleet"]);
+    assert!(!token(&c, &["list"]).contains("node:n1"));
+    h.start_agent(&c, token_file.path());
+    eventually(Duration::from_secs(60), "the agent's ERROR about its revoked credential", || async {
+        let log = h.log();
+        let said = log.lines().any(|l| l.contains("ERROR") && l.contains("credential no longer works"));
+        let exited = log.lines().any(|l| l.starts_with("Error:") && l.contains("credential no longer works"));
+        Ok((said && exited).then_some(()))
+    })
+    .await;
+}
+
+/// `token create` refuses an empty name and the names other parts of aloft own (`admin`, the
+/// token `serve` writes; `node:<name>`, enrolled nodes' credentials), which it would silently
+/// replace; those credentials keep working.
+#[tokio::test]
+async fn token_create_refuses_reserved_names() {
+    let c = Coordinator::start();
+    let node = c.node_client("n1", serde_json::json!({"node-role.kubernetes.io/worker": ""})).await;
+    for (name, says) in [("", "empty"), ("  ", "empty"), ("admin", "reserved"), ("node:n1", "reserved")] {
+        let out = Command::new(bin("aloft-coordinator"))
+            .args(["token", "create", "--role", "viewer", "--name", name, "--data-dir"])
+            .arg(c.data_dir())
+            .env("ALOFT_LOG", "warn")
+            .output()
+            .expect("run token create");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "--name {name:?} accepted");
+        assert!(stderr.contains("--name") && stderr.contains(says), "--name {name:?}: {stderr}");
+    }
+    assert_eq!(c.client().get("/api/v1/nodes").await.unwrap().code, 200, "the admin token still works");
+    assert_eq!(node.get(&path_of(&NODE, Some("n1"))).await.unwrap().code, 200, "the node's credential still works");
+}
