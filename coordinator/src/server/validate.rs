@@ -221,6 +221,17 @@ pub fn object_causes(r: &ResourceType, obj: &Value) -> Vec<StatusCause> {
         "Node" => {
             typed::<Node>(obj, &mut out);
         }
+        "MachineConfiguration" => {
+            // The agent's own check (shared in aloft-api): a policy it would refuse degrades every
+            // node that updates, so it is refused here instead.
+            use aloft_api::disruption::{NodeDisruptionPolicy, PolicyError, POLICY_FIELD};
+            let policy = obj.pointer("/spec/nodeDisruptionPolicy").cloned().unwrap_or(Value::Null);
+            match NodeDisruptionPolicy::from_machine_configuration(&policy) {
+                Ok(_) => {}
+                Err(PolicyError::Field { field, message }) => out.push(cause(&field, "FieldValueInvalid", message)),
+                Err(e) => out.push(cause(POLICY_FIELD, "FieldValueInvalid", e.to_string())),
+            }
+        }
         _ => {}
     }
     out
@@ -474,6 +485,42 @@ mod tests {
             ["spec.config.storage.files[0].contents.source", "spec.config.storage.files[1].contents.source"]
         );
         assert_eq!(mc(serde_json::json!({"kernelArguments": ["a b", ""]})), ["spec.kernelArguments[1]"]);
+    }
+
+    #[test]
+    fn node_disruption_policies_an_agent_would_refuse_are_refused() {
+        let mcfg = |policy: serde_json::Value| {
+            causes_of(
+                &crate::resources::MACHINE_CONFIGURATION,
+                serde_json::json!({"apiVersion": "operator.openshift.io/v1", "kind": "MachineConfiguration",
+                    "metadata": {"name": "cluster"}, "spec": {"nodeDisruptionPolicy": policy}}),
+            )
+        };
+        assert_eq!(
+            mcfg(serde_json::json!({"files": [{"path": "/etc/a", "actions": [{"type": "None"}]}],
+                "units": [{"name": "a.service", "actions": [{"type": "Restart", "restart": {"serviceName": "a.service"}}]}]})),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            mcfg(serde_json::json!({"files": [{"path": "/etc/a", "actions": [{"type": "None"}]},
+                {"path": "/etc/b", "actions": [{"type": "Restart"}]}]})),
+            ["spec.nodeDisruptionPolicy.files[1].actions[0]: action Restart: serviceName is required"]
+        );
+        assert_eq!(
+            mcfg(serde_json::json!({"units": [{"name": "a.service", "actions": [{"type": "Bogus"}]}]})),
+            ["spec.nodeDisruptionPolicy.units[0].actions[0]: action type \"Bogus\" is not one of Reboot, None, Reload, Restart, DaemonReload, Drain, Special"]
+        );
+        assert_eq!(
+            mcfg(serde_json::json!({"sshkey": {"actions": [{"type": "Reboot"}, {"type": "Drain"}]}})),
+            ["spec.nodeDisruptionPolicy.sshkey.actions: sshkey: Reboot must be the only action"]
+        );
+        // No policy at all is the defaults.
+        let none = causes_of(
+            &crate::resources::MACHINE_CONFIGURATION,
+            serde_json::json!({"apiVersion": "operator.openshift.io/v1", "kind": "MachineConfiguration",
+                "metadata": {"name": "cluster"}, "spec": {}}),
+        );
+        assert!(none.is_empty(), "{none:?}");
     }
 
     #[test]
