@@ -242,6 +242,37 @@ pub fn reconcilable(old: &MachineConfigSpec, new: &MachineConfigSpec) -> Result<
     })
 }
 
+/// What aloft never applies, on any node: `spec.extensions` (MCO installs them with rpm-ostree
+/// from the OS image's extension repository; aloft deploys the OS image as one ostree commit and
+/// has no package layer) and a `spec.kernelType` other than the default (MCO swaps in the
+/// kernel-rt or kernel-64k packages; aloft boots the OS image's kernel). A node would otherwise
+/// drain and reboot for them and report the config as applied with none of it in effect.
+/// Empty lists and `""`/`"default"` (which MCO's own configs carry) are fine.
+pub fn unsupported_fields(spec: &MachineConfigSpec) -> Vec<FieldError> {
+    let mut out = Vec::new();
+    if !spec.extensions.is_empty() {
+        out.push(FieldError {
+            field: "spec.extensions".into(),
+            message: format!(
+                "extensions {:?} cannot be installed: aloft deploys the OS image as one ostree commit and has no \
+                 rpm-ostree package layer; build them into the OS image (osImageURL) and leave extensions empty",
+                spec.extensions
+            ),
+        });
+    }
+    let t = kernel_type(&spec.kernel_type);
+    if t != "default" && KERNEL_TYPES.contains(&t) {
+        out.push(FieldError {
+            field: "spec.kernelType".into(),
+            message: format!(
+                "kernelType {t:?} is not supported: aloft boots the OS image's own kernel and cannot switch to another \
+                 one; use an OS image (osImageURL) with that kernel and leave kernelType empty or \"default\""
+            ),
+        });
+    }
+    out
+}
+
 /// A field error of [`validate_for_day2`], in the API server's cause shape.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{field}: {message}")]

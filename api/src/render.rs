@@ -414,6 +414,16 @@ pub fn render(
         return Err(RenderError::NothingSelected { pool: pool_name });
     }
     let spec = merge(&configs)?;
+    // Accepted at the API (OpenShift's own MachineConfigs carry them), but never rendered for
+    // nodes that would reboot for them and apply nothing.
+    if let Some(e) = crate::reconcile::unsupported_fields(&spec).into_iter().next() {
+        let sets = |mc: &&MachineConfig| match e.field.as_str() {
+            "spec.extensions" => !mc.spec.extensions.is_empty(),
+            _ => !matches!(mc.spec.kernel_type.as_str(), "" | "default"),
+        };
+        let config = configs.iter().find(sets).map_or_else(String::new, |m| m.metadata.name.clone());
+        return Err(RenderError::Invalid { config, field: e.field, message: e.message });
+    }
     let size = serde_json::to_vec(&spec).map(|v| v.len()).unwrap_or(usize::MAX);
     if size > MAX_RENDERED_BYTES {
         return Err(RenderError::TooLarge { pool: pool_name, size, limit: MAX_RENDERED_BYTES });
@@ -849,6 +859,26 @@ mod tests {
     }
 
     #[test]
+    fn extensions_and_a_kernel_type_fail_the_render_naming_the_config() {
+        let p = pool("worker", &["worker"]);
+        // MCO's own configs carry empty extensions and the default kernel type: rendered.
+        let plain = mc("00-a", "worker", json!({"extensions": [], "kernelType": "default"}));
+        assert!(render(&p, std::slice::from_ref(&plain), None).is_ok());
+        let ext = mc("71-ext", "worker", json!({"extensions": ["usbguard"]}));
+        let e = render(&p, &[plain.clone(), ext], None).unwrap_err();
+        assert_eq!(e.machine_config(), Some("71-ext"));
+        assert!(
+            e.to_string()
+                .starts_with("MachineConfig 71-ext: spec.extensions: extensions [\"usbguard\"] cannot be installed"),
+            "{e}"
+        );
+        let rt = mc("72-rt", "worker", json!({"kernelType": "realtime"}));
+        let e = render(&p, &[plain, rt], None).unwrap_err();
+        assert_eq!(e.machine_config(), Some("72-rt"));
+        assert!(e.to_string().contains("spec.kernelType: kernelType \"realtime\" is not supported"), "{e}");
+    }
+
+    #[test]
     fn nothing_selected_is_an_error() {
         let e = render(&pool("gpu", &["gpu"]), &[mc("x", "worker", json!({}))], None).unwrap_err();
         assert_eq!(e, RenderError::NothingSelected { pool: "gpu".into() });
@@ -874,11 +904,8 @@ mod tests {
         let a = with_config("00-a", json!({"storage": {"files": [file("/etc/x", "1")]}}));
         let cur = render(&p, std::slice::from_ref(&a), None).unwrap().machine_config;
         let a2 = with_config("00-a", json!({"storage": {"files": [file("/etc/x", "2")]}}));
-        let k = mc(
-            "10-kargs",
-            "worker",
-            json!({"kernelArguments": ["nosmt"], "kernelType": "realtime", "extensions": ["usbguard"]}),
-        );
+        let k =
+            mc("10-kargs", "worker", json!({"kernelArguments": ["nosmt"], "kernelType": "default", "extensions": []}));
         let next = render(&p, &[a2, k], Some(&cur)).unwrap();
         assert_ne!(next.machine_config.metadata.name, cur.metadata.name);
     }
