@@ -485,6 +485,34 @@ mod tests {
             ["spec.config.storage.files[0].contents.source", "spec.config.storage.files[1].contents.source"]
         );
         assert_eq!(mc(serde_json::json!({"kernelArguments": ["a b", ""]})), ["spec.kernelArguments[1]"]);
+        // One cause per problem, saying what is wrong.
+        let causes = |spec: serde_json::Value| {
+            causes_of(
+                &crate::resources::MACHINE_CONFIG,
+                serde_json::json!({"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfig",
+                    "metadata": {"name": "x"}, "spec": spec}),
+            )
+        };
+        for (mode, shown) in [(0o100644, "33188"), (-1, "-1")] {
+            let got = causes(ign(serde_json::json!({"storage": {"files": [
+                {"path": "/etc/typebits", "contents": {"source": "data:,x"}, "mode": mode}]}})));
+            assert_eq!(
+                got,
+                [format!(
+                    "spec.config.storage.files[0].mode: mode {shown} is not a file mode (0 to 0o7777; write it in decimal, e.g. 420 for 0644)"
+                )]
+            );
+        }
+        assert_eq!(
+            causes(ign(serde_json::json!({"storage": {"files": [
+                {"path": "/etc/z", "contents": {"source": "data:,x", "compression": "bzip2"}}]}}))),
+            ["spec.config.storage.files[0].contents.compression: unsupported compression \"bzip2\": use \"gzip\" or leave it unset"]
+        );
+        // setuid is still refused, once.
+        assert_eq!(
+            mc(ign(serde_json::json!({"storage": {"files": [{"path": "/etc/s", "mode": 0o4755}]}}))),
+            ["spec.config.storage.files[0].mode"]
+        );
     }
 
     #[test]
