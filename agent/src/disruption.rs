@@ -22,251 +22,21 @@ use std::fmt;
 /// The service MCO reloads for the Special action (registries.conf).
 pub const CRIO_SERVICE: &str = "crio.service";
 
-/// One action of a policy, in MCO's wire shape:
-/// `{type: Restart, restart: {serviceName: crio.service}}`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(try_from = "ActionWire", into = "ActionWire")]
-pub enum Action {
-    /// Nothing to do: the change takes effect as written.
-    None,
-    /// Reload a service (`systemctl reload`).
-    Reload { service: String },
-    /// Restart a service (`systemctl restart`).
-    Restart { service: String },
-    /// `systemctl daemon-reload`.
-    DaemonReload,
-    /// Drain the node before applying (the drain itself happens before the files are written).
-    Drain,
-    /// MCO's special handling of /etc/containers/registries.conf: reload CRI-O, and drain
-    /// unless the change is known to be safe.
-    Special,
-    /// Reboot the node.
-    Reboot,
-}
+pub use aloft_api::disruption::{
+    components, normalize, Action, ActionWire, FilePolicy, NodeDisruptionPolicy, PolicyError, ServiceRef, SshKeyPolicy,
+    UnitPolicy, REGISTRIES_CONF,
+};
 
-impl Action {
-    /// MCO's `type` name.
-    pub fn type_name(&self) -> &'static str {
-        match self {
-            Action::None => "None",
-            Action::Reload { .. } => "Reload",
-            Action::Restart { .. } => "Restart",
-            Action::DaemonReload => "DaemonReload",
-            Action::Drain => "Drain",
-            Action::Special => "Special",
-            Action::Reboot => "Reboot",
-        }
+/// The order rebootless actions run in: daemon-reload first (so reloads and restarts see
+/// new unit files), then reloads (including Special's CRI-O reload), then restarts.
+fn phase(a: &Action) -> u8 {
+    match a {
+        Action::Drain => 0,
+        Action::DaemonReload => 1,
+        Action::Reload { .. } | Action::Special => 2,
+        Action::Restart { .. } => 3,
+        Action::None | Action::Reboot => 4,
     }
-
-    /// The order rebootless actions run in: daemon-reload first (so reloads and restarts see
-    /// new unit files), then reloads (including Special's CRI-O reload), then restarts.
-    fn phase(&self) -> u8 {
-        match self {
-            Action::Drain => 0,
-            Action::DaemonReload => 1,
-            Action::Reload { .. } | Action::Special => 2,
-            Action::Restart { .. } => 3,
-            Action::None | Action::Reboot => 4,
-        }
-    }
-
-    /// `Reload crio.service`, `DaemonReload`, ...
-    fn label(&self) -> String {
-        match self {
-            Action::Reload { service } => format!("Reload {service}"),
-            Action::Restart { service } => format!("Restart {service}"),
-            other => other.type_name().to_string(),
-        }
-    }
-}
-
-impl fmt::Display for Action {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.label())
-    }
-}
-
-/// `{serviceName: ...}`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ServiceRef {
-    pub service_name: String,
-}
-
-/// The serialized form of [`Action`], as MCO's API has it.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct ActionWire {
-    #[serde(rename = "type")]
-    pub type_: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub reload: Option<ServiceRef>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub restart: Option<ServiceRef>,
-}
-
-/// Why a policy is refused. Names the entry and field, so the coordinator can report it.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum PolicyError {
-    #[error("action type {0:?} is not one of Reboot, None, Reload, Restart, DaemonReload, Drain, Special")]
-    UnknownType(String),
-    #[error("action {type_}: {field} is required")]
-    Missing { type_: String, field: &'static str },
-    #[error("action {type_}: {field} is only allowed with type {allowed}")]
-    NotAllowed { type_: String, field: &'static str, allowed: &'static str },
-    #[error("{0}")]
-    Invalid(String),
-}
-
-impl TryFrom<ActionWire> for Action {
-    type Error = PolicyError;
-
-    fn try_from(w: ActionWire) -> Result<Self, PolicyError> {
-        let ty = w.type_.clone();
-        if w.reload.is_some() && ty != "Reload" {
-            return Err(PolicyError::NotAllowed { type_: ty, field: "reload", allowed: "Reload" });
-        }
-        if w.restart.is_some() && ty != "Restart" {
-            return Err(PolicyError::NotAllowed { type_: ty, field: "restart", allowed: "Restart" });
-        }
-        let service = |r: Option<ServiceRef>| -> Result<String, PolicyError> {
-            let name = r.ok_or(PolicyError::Missing { type_: ty.clone(), field: "serviceName" })?.service_name;
-            crate::units::check_unit_name(&name)
-                .map_err(|e| PolicyError::Invalid(format!("action {ty}: serviceName: {e}")))?;
-            Ok(name)
-        };
-        Ok(match w.type_.as_str() {
-            "None" => Action::None,
-            "Reboot" => Action::Reboot,
-            "Drain" => Action::Drain,
-            "DaemonReload" => Action::DaemonReload,
-            "Special" => Action::Special,
-            "Reload" => Action::Reload { service: service(w.reload)? },
-            "Restart" => Action::Restart { service: service(w.restart)? },
-            _ => return Err(PolicyError::UnknownType(w.type_)),
-        })
-    }
-}
-
-impl From<Action> for ActionWire {
-    fn from(a: Action) -> Self {
-        let type_ = a.type_name().to_string();
-        match a {
-            Action::Reload { service } => {
-                ActionWire { type_, reload: Some(ServiceRef { service_name: service }), restart: None }
-            }
-            Action::Restart { service } => {
-                ActionWire { type_, reload: None, restart: Some(ServiceRef { service_name: service }) }
-            }
-            _ => ActionWire { type_, reload: None, restart: None },
-        }
-    }
-}
-
-/// `files[]` entry: actions for a path (a file, or a directory covering everything below it).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FilePolicy {
-    pub path: String,
-    pub actions: Vec<Action>,
-}
-
-/// `units[]` entry: actions for a unit name.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct UnitPolicy {
-    pub name: String,
-    pub actions: Vec<Action>,
-}
-
-/// `sshkey`: actions for a change of the core user's SSH keys.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct SshKeyPolicy {
-    pub actions: Vec<Action>,
-}
-
-/// `spec.nodeDisruptionPolicy` of MachineConfiguration (operator.openshift.io/v1): the admin's
-/// entries, each overriding the default for the same path, unit, or the SSH key entry.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct NodeDisruptionPolicy {
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub files: Vec<FilePolicy>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub units: Vec<UnitPolicy>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sshkey: Option<SshKeyPolicy>,
-}
-
-/// The registries file MCO gives the Special action.
-pub const REGISTRIES_CONF: &str = "/etc/containers/registries.conf";
-
-/// MCO's API limits: 50 file and unit entries, 10 actions per entry.
-const MAX_ENTRIES: usize = 50;
-const MAX_ACTIONS: usize = 10;
-
-fn check_actions(what: &str, actions: &[Action], special_ok: bool) -> Result<(), PolicyError> {
-    if actions.is_empty() {
-        return Err(PolicyError::Invalid(format!("{what}: actions must not be empty")));
-    }
-    if actions.len() > MAX_ACTIONS {
-        return Err(PolicyError::Invalid(format!("{what}: at most {MAX_ACTIONS} actions")));
-    }
-    for standalone in [Action::Reboot, Action::None] {
-        if actions.contains(&standalone) && actions.len() > 1 {
-            return Err(PolicyError::Invalid(format!("{what}: {} must be the only action", standalone.type_name())));
-        }
-    }
-    if !special_ok && actions.contains(&Action::Special) {
-        return Err(PolicyError::Invalid(format!("{what}: Special is reserved for {REGISTRIES_CONF}")));
-    }
-    Ok(())
-}
-
-impl NodeDisruptionPolicy {
-    /// Read `spec.nodeDisruptionPolicy` out of a MachineConfiguration object (JSON), or the
-    /// policy object itself. A missing policy is the empty policy (defaults only).
-    pub fn from_machine_configuration(obj: &serde_json::Value) -> Result<Self, PolicyError> {
-        let policy = obj.pointer("/spec/nodeDisruptionPolicy").unwrap_or(obj);
-        if policy.is_null() {
-            return Ok(Self::default());
-        }
-        let p: Self = serde_json::from_value(policy.clone())
-            .map_err(|e| PolicyError::Invalid(format!("spec.nodeDisruptionPolicy: {e}")))?;
-        p.validate()?;
-        Ok(p)
-    }
-
-    /// MCO's API validation: absolute clean paths, valid unit names, at most 50 entries and 10
-    /// actions each, Reboot and None standalone, Special only for registries.conf.
-    pub fn validate(&self) -> Result<(), PolicyError> {
-        if self.files.len() > MAX_ENTRIES || self.units.len() > MAX_ENTRIES {
-            return Err(PolicyError::Invalid(format!("at most {MAX_ENTRIES} files and {MAX_ENTRIES} units")));
-        }
-        for (i, f) in self.files.iter().enumerate() {
-            let what = format!("files[{i}] ({})", f.path);
-            if !f.path.starts_with('/') || components(&f.path).any(|c| c == "..") {
-                return Err(PolicyError::Invalid(format!("{what}: path must be absolute, without ..")));
-            }
-            check_actions(&what, &f.actions, normalize(&f.path) == REGISTRIES_CONF)?;
-        }
-        for (i, u) in self.units.iter().enumerate() {
-            let what = format!("units[{i}] ({})", u.name);
-            crate::units::check_unit_name(&u.name).map_err(|e| PolicyError::Invalid(format!("{what}: {e}")))?;
-            check_actions(&what, &u.actions, false)?;
-        }
-        if let Some(s) = &self.sshkey {
-            check_actions("sshkey", &s.actions, false)?;
-        }
-        Ok(())
-    }
-}
-
-/// Path components, ignoring empty ones and `.` (so `/etc//a/./b` is `etc, a, b`).
-fn components(path: &str) -> impl Iterator<Item = &str> {
-    path.split('/').filter(|c| !c.is_empty() && *c != ".")
-}
-
-fn normalize(path: &str) -> String {
-    let parts: Vec<&str> = components(path).collect();
-    format!("/{}", parts.join("/"))
 }
 
 /// The merged policy the agent decides with (MCO's `clusterPolicies`).
@@ -515,7 +285,7 @@ pub fn plan(changes: &Changes, policy: &Policy) -> Plan {
             actions.push(a);
         }
     }
-    actions.sort_by_key(Action::phase);
+    actions.sort_by_key(phase);
     if actions.is_empty() {
         actions.push(Action::None);
     }

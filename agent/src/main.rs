@@ -58,7 +58,7 @@ struct RunArgs {
     /// The OS helper that pulls, stages and rolls back ostree deployments for the agent
     /// (aloft-os-helper, socket-activated by aloft-os-helper.socket): `auto` (its socket
     /// <root>/run/aloft/os-helper.sock when <root>/run/ostree-booted exists: a booted ostree host),
-    /// a socket path, or `none` (files and units only; osImageURL must then stay empty).
+    /// a socket path, or `none` (files and units only; osImageURL and kernelArguments must then stay empty).
     #[arg(long, env = "ALOFT_OS_HELPER", default_value = "auto")]
     os_helper: String,
     /// Units that must be active after an OS-update boot (comma-separated), besides the

@@ -575,6 +575,32 @@ fn check_host_path(fs: &HostFs, seen: &mut fsroot::Ancestors, path: &str, field:
 
 /// Host-side checks of a parsed config: every written path (and its MCO backup locations) is
 /// safe to write, every owner name exists. Reads only.
+/// core's `passwordHash` goes into core's line of /etc/shadow. Without one (or without the file)
+/// the hash cannot be set, and a node must not report a config as applied whose password is not
+/// in effect: MCO's `usermod -p` fails the update in that case too, so the update fails here,
+/// before anything is drained or written.
+fn check_core_shadow(fs: &HostFs, d: &Desired) -> Result<(), Refusal> {
+    let Some(hash) = d.core.password_hash.as_deref() else { return Ok(()) };
+    let field = format!("{}.passwordHash", d.core_field.clone().unwrap_or_default());
+    let rel = fsroot::rel(crate::ssh::SHADOW);
+    let shadow = match fs.entry(&rel).map_err(|e| Refusal::degraded(&field, e.to_string()))? {
+        Entry::File { .. } => fs.read_limited(&rel, 16 << 20).map_err(|e| Refusal::degraded(&field, e.to_string()))?,
+        _ => Vec::new(),
+    };
+    if crate::ssh::shadow_with_hash(&String::from_utf8_lossy(&shadow), Some(hash)).is_none() {
+        return Err(Refusal::degraded(
+            field,
+            format!(
+                "user core has no entry in {}, so its password hash cannot be set; add core to {} on the host \
+                 or remove passwordHash",
+                crate::ssh::SHADOW,
+                crate::ssh::SHADOW
+            ),
+        ));
+    }
+    Ok(())
+}
+
 pub fn check_host(fs: &HostFs, d: &Desired) -> Result<Owners, Refusal> {
     let mut seen = fsroot::Ancestors::default();
     for (path, field) in written_paths(d) {
@@ -583,6 +609,7 @@ pub fn check_host(fs: &HostFs, d: &Desired) -> Result<Owners, Refusal> {
         check_host_path(fs, &mut seen, &orig, &field)?;
         check_host_path(fs, &mut seen, &noorig, &field)?;
     }
+    check_core_shadow(fs, d)?;
     let owners = Owners::load(fs).map_err(|e| Refusal::degraded("spec.config.storage.files", e.to_string()))?;
     for f in &d.files {
         if owners.uid(&f.user).is_none() {

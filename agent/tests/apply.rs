@@ -392,6 +392,25 @@ fn check_refuses_before_a_drain_and_reports_the_diff() {
 }
 
 #[test]
+fn a_password_hash_core_has_no_shadow_line_for_fails_before_anything_is_written() {
+    let (dir, root) = node();
+    for shadow in [Some("root:*:19000:0:99999:7:::\n"), None] {
+        match shadow {
+            Some(s) => std::fs::write(dir.path().join("etc/shadow"), s).unwrap(),
+            None => std::fs::remove_file(dir.path().join("etc/shadow")).unwrap(),
+        }
+        let before = snapshot(dir.path(), &[]);
+        let r = apply::check(&root, &MachineConfigSpec::default(), &new_config()).unwrap_err();
+        assert_eq!((r.kind, r.field.as_str()), (RefusalKind::Degraded, "spec.config.passwd.users[0].passwordHash"));
+        assert!(r.message.starts_with("user core has no entry in /etc/shadow"), "{}", r.message);
+        let svc = RecordingServices::on(dir.path());
+        let e = block_on(apply::apply(&root, &Journal::new(&root), &MachineConfigSpec::default(), &new_config(), &svc));
+        assert!(e.is_err(), "the apply must fail, not report the hash as set");
+        assert_eq!(snapshot(dir.path(), &[]), before, "nothing written");
+    }
+}
+
+#[test]
 fn mco_fixture_worker_ssh_key() {
     let Some(text) = mco_fixture("bootstrap/99_openshift-machineconfig_worker.yaml") else { return };
     let mc = machine_config(&text);

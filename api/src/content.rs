@@ -67,6 +67,52 @@ pub fn check_dropin_name(name: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Checks unit or drop-in contents the way Ignition does before MCO accepts a config
+/// (`validateUnitContent`: go-systemd's `unit.Deserialize`): section headers `[Name]` closed on
+/// their line with nothing after them, every other non-blank, non-comment line a `Key=value`
+/// (a trailing `\` continues it on the next line), no NUL byte. Only the syntax: what the keys
+/// mean is systemd's business, as it is Ignition's. No maintained Rust crate parses unit files
+/// to this grammar, hence this small parser.
+pub fn check_unit_contents(contents: &str) -> Result<(), String> {
+    if contents.contains('\0') {
+        return Err("invalid unit content: contains a NUL byte".into());
+    }
+    let mut continued = false;
+    for (i, raw) in contents.lines().enumerate() {
+        let n = i + 1;
+        let line = raw.trim_start();
+        let was_continued = std::mem::replace(&mut continued, false);
+        if was_continued {
+            // The rest of a value: anything goes.
+            continued = line.ends_with('\\');
+            continue;
+        }
+        if line.is_empty() || line.starts_with('#') || line.starts_with(';') {
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix('[') {
+            let Some((name, after)) = rest.split_once(']') else {
+                return Err(format!("invalid unit content: line {n}: section header {line:?} has no closing ']'"));
+            };
+            if name.is_empty() {
+                return Err(format!("invalid unit content: line {n}: empty section name"));
+            }
+            if !after.trim().is_empty() {
+                return Err(format!("invalid unit content: line {n}: text after the section header {line:?}"));
+            }
+            continue;
+        }
+        if !line.contains('=') {
+            return Err(format!(
+                "invalid unit content: line {n}: {:?} is neither a [Section] header nor a Key=value line",
+                line.chars().take(40).collect::<String>()
+            ));
+        }
+        continued = line.ends_with('\\');
+    }
+    Ok(())
+}
+
 /// Why file contents could not be decoded. Each names the sub-field of `contents` it is about.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DecodeError {
@@ -193,10 +239,16 @@ pub fn spec_errors(spec: &MachineConfigSpec) -> Vec<FieldError> {
         if let Err(m) = check_unit_name(name) {
             out.push(err(format!("{field}.name"), m));
         }
+        if let Some(Err(m)) = u.get("contents").and_then(Value::as_str).map(check_unit_contents) {
+            out.push(err(format!("{field}.contents"), m));
+        }
         for (k, d) in list(u, "/dropins").iter().enumerate() {
             let dname = d.get("name").and_then(Value::as_str).unwrap_or("");
             if let Err(m) = check_dropin_name(dname) {
                 out.push(err(format!("{field}.dropins[{k}].name"), m));
+            }
+            if let Some(Err(m)) = d.get("contents").and_then(Value::as_str).map(check_unit_contents) {
+                out.push(err(format!("{field}.dropins[{k}].contents"), m));
             }
         }
     }
@@ -205,6 +257,10 @@ pub fn spec_errors(spec: &MachineConfigSpec) -> Vec<FieldError> {
         let Some(c) = f.get("contents").filter(|c| c.is_object()) else { continue };
         let Some(source) = c.get("source").and_then(Value::as_str) else { continue };
         let compression = c.get("compression").and_then(Value::as_str);
+        if compression.is_some_and(|c| !c.is_empty() && c != "gzip") {
+            // The Ignition check names an unsupported compression; one cause is enough.
+            continue;
+        }
         let hash = c.pointer("/verification/hash").and_then(Value::as_str);
         let field = format!("spec.config.storage.files[{i}].contents");
         match decode(source, compression, hash) {
@@ -249,6 +305,42 @@ mod tests {
     }
 
     #[test]
+    fn unit_contents_must_parse_as_unit_files() {
+        let ok = [
+            "",
+            "[Unit]\nDescription=x\n\n# comment\n; comment\n[Service]\nExecStart=/bin/sh -c \\\n  'echo [x'\n  Environment=A=1\n",
+            "[Service]\nExecStart=\n[Install]\nWantedBy=multi-user.target",
+            "[X-Custom]  \nKey = value with = signs\n",
+        ];
+        for c in ok {
+            assert_eq!(check_unit_contents(c), Ok(()), "{c:?}");
+        }
+        let bad = [
+            ("this is not\n a [unit file\n", "line 1: \"this is not\" is neither"),
+            ("[Service]\nEnvironment=NOSECTION\n[broken", "line 3: section header \"[broken\" has no closing ']'"),
+            ("[Unit] junk\n", "text after the section header"),
+            ("[]\n", "empty section name"),
+            ("[Unit]\nA=1\n\u{0}", "NUL"),
+        ];
+        for (c, want) in bad {
+            let e = check_unit_contents(c).unwrap_err();
+            assert!(e.starts_with("invalid unit content: ") && e.contains(want), "{c:?}: {e}");
+        }
+        let spec: MachineConfigSpec = serde_json::from_value(json!({"config": {"ignition": {"version": "3.4.0"},
+            "systemd": {"units": [
+                {"name": "bad.service", "contents": "this is not\n a [unit file\n\u{0}"},
+                {"name": "good.service", "contents": "[Unit]\n", "dropins": [
+                    {"name": "10-a.conf", "contents": "[Service]\nEnvironment=A=1\n"},
+                    {"name": "20-b.conf", "contents": "Environment=NOSECTION\n[broken"}]}]}}}))
+        .unwrap();
+        let fields: Vec<String> = spec_errors(&spec).into_iter().map(|e| e.field).collect();
+        assert_eq!(
+            fields,
+            ["spec.config.systemd.units[0].contents", "spec.config.systemd.units[1].dropins[1].contents"]
+        );
+    }
+
+    #[test]
     fn contents_are_inline_and_decodable() {
         assert_eq!(decode("data:,GROUP%3Dstable%0A", None, None).unwrap(), b"GROUP=stable\n");
         assert_eq!(decode("data:text/plain;charset=utf-8;base64,aGk=", Some(""), None).unwrap(), b"hi");
@@ -285,7 +377,8 @@ mod tests {
                 "storage": {"files": [{"path": "/etc/a", "contents": {"source": "data:;base64,!!!notbase64"}},
                                       {"path": "/etc/b", "contents": {"source": "http://evil/x"}},
                                       {"path": "/etc/c", "contents": {"source": "data:,fine"}},
-                                      {"path": "/etc/d"}]}}}))
+                                      {"path": "/etc/d"},
+                                      {"path": "/etc/e", "contents": {"source": "data:,x", "compression": "bzip2"}}]}}}))
         .unwrap();
         let fields: Vec<String> = spec_errors(&spec).into_iter().map(|e| e.field).collect();
         assert_eq!(

@@ -242,6 +242,9 @@ fn validate(cfg: &Config) -> Result<(), IgnitionError> {
                     format!("path {path:?} is not clean: no empty, \".\" or \"..\" parts and no trailing /"),
                 ));
             }
+            if let Err(m) = check_path_lengths(path) {
+                return Err(IgnitionError::new(format!("{field}.path"), m));
+            }
             if let Some(first) = seen.insert(path.as_str(), field.clone()) {
                 return Err(IgnitionError::new(
                     format!("{field}.path"),
@@ -255,6 +258,25 @@ fn validate(cfg: &Config) -> Result<(), IgnitionError> {
                         format!("mode {m} is not a file mode (0 to 0o7777; write it in decimal, e.g. 420 for 0644)"),
                     ));
                 }
+            }
+        }
+        let files: HashMap<&str, String> = st
+            .files
+            .iter()
+            .flatten()
+            .enumerate()
+            .map(|(i, f)| (f.path.as_str(), format!("{ROOT}.storage.files[{i}].path")))
+            .collect();
+        let in_files = st.files.iter().flatten().map(|f| ("files", &f.path));
+        let dirs = st.directories.iter().flatten().map(|d| ("directories", &d.path));
+        let links = st.links.iter().flatten().map(|l| ("links", &l.path));
+        let mut index: HashMap<&str, usize> = HashMap::new();
+        for (list, path) in in_files.chain(dirs).chain(links) {
+            let i = index.entry(list).or_default();
+            let field = format!("{ROOT}.storage.{list}[{i}].path");
+            *i += 1;
+            if let Some((parent, parent_field)) = file_ancestor(path, &files) {
+                return Err(IgnitionError::new(field, inside_a_file(path, parent, parent_field)));
             }
         }
         for (i, f) in st.files.iter().flatten().enumerate() {
@@ -317,6 +339,49 @@ fn validate(cfg: &Config) -> Result<(), IgnitionError> {
         }
     }
     Ok(())
+}
+
+/// Longest path and path component Linux accepts (PATH_MAX - 1, NAME_MAX).
+pub const MAX_PATH: usize = 4095;
+pub const MAX_PATH_COMPONENT: usize = 255;
+
+/// Paths the kernel would refuse to create (ENAMETOOLONG): refused here so that no node is
+/// sent a config it can never apply.
+pub fn check_path_lengths(path: &str) -> Result<(), String> {
+    if path.len() > MAX_PATH {
+        return Err(format!("path is {} bytes long, over the {MAX_PATH} bytes Linux allows", path.len()));
+    }
+    if let Some(c) = path.split('/').find(|c| c.len() > MAX_PATH_COMPONENT) {
+        return Err(format!(
+            "path component {:?}... is {} bytes long, over the {MAX_PATH_COMPONENT} bytes Linux allows in a file name",
+            c.chars().take(16).collect::<String>(),
+            c.len()
+        ));
+    }
+    Ok(())
+}
+
+/// The nearest ancestor of `path` that `files` (path -> what names it) writes as a regular file:
+/// nothing can be created under it, so a node would refuse the config.
+pub fn file_ancestor<'a, V>(path: &str, files: &'a HashMap<&str, V>) -> Option<(&'a str, &'a V)> {
+    let mut p = path;
+    while let Some((parent, _)) = p.rsplit_once('/') {
+        if parent.is_empty() {
+            return None;
+        }
+        if let Some((k, v)) = files.get_key_value(parent) {
+            return Some((k, v));
+        }
+        p = parent;
+    }
+    None
+}
+
+/// The message for a path under a file, `by` naming what writes the file.
+pub fn inside_a_file(path: &str, parent: &str, by: impl std::fmt::Display) -> String {
+    format!(
+        "path {path:?} is inside {parent:?}, which {by} writes as a file: a path cannot be both a file and a directory"
+    )
 }
 
 /// Absolute and already in `path.Clean` form, as Ignition requires.
@@ -898,12 +963,39 @@ mod tests {
                 "duplicate",
             ),
             (json!({"systemd": {"units": [{"name": ""}]}}), "spec.config.systemd.units[0].name", "name"),
+            (
+                json!({"storage": {"files": [{"path": "/etc/a"}, {"path": format!("/etc/{}", "a".repeat(256))}]}}),
+                "spec.config.storage.files[1].path",
+                "256 bytes long, over the 255 bytes",
+            ),
+            (
+                json!({"storage": {"directories": [{"path": format!("/etc/{}", vec!["d".repeat(200); 21].join("/"))}]}}),
+                "spec.config.storage.directories[0].path",
+                "4225 bytes long, over the 4095 bytes",
+            ),
+            (
+                json!({"storage": {"files": [{"path": "/etc/pol"}], "links": [{"path": "/etc/pol/a/l", "target": "/x"}]}}),
+                "spec.config.storage.links[0].path",
+                "inside \"/etc/pol\", which spec.config.storage.files[0].path writes as a file",
+            ),
+            (
+                json!({"storage": {"files": [{"path": "/etc/pol/sub"}, {"path": "/etc/pol"}]}}),
+                "spec.config.storage.files[0].path",
+                "inside \"/etc/pol\"",
+            ),
         ];
         for (rest, field, msg) in cases {
             let e = err(cfg(rest.clone()));
             assert_eq!(e.field(), field, "{rest}");
             assert!(e.message().contains(msg), "{rest}: {e}");
         }
+        // Exactly at the limits is fine, and so is a file under a directory entry.
+        let at_limits = format!("{}/{}", format!("/{}", "d".repeat(255)).repeat(15), "e".repeat(254));
+        assert_eq!(at_limits.len(), 4095);
+        let ok = cfg(
+            json!({"storage": {"files": [{"path": at_limits}, {"path": "/etc/d/f"}], "directories": [{"path": "/etc/d"}]}}),
+        );
+        assert!(parse_config(&ok).is_ok(), "{:?}", parse_config(&ok));
         // The same names in different lists are fine, and so are gzip and mode 0o7777.
         let ok = cfg(
             json!({"storage": {"files": [{"path": "/a", "mode": 4095, "contents": {"source": "data:;base64,H4sI", "compression": "gzip"}}]},

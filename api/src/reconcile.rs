@@ -242,6 +242,37 @@ pub fn reconcilable(old: &MachineConfigSpec, new: &MachineConfigSpec) -> Result<
     })
 }
 
+/// What aloft never applies, on any node: `spec.extensions` (MCO installs them with rpm-ostree
+/// from the OS image's extension repository; aloft deploys the OS image as one ostree commit and
+/// has no package layer) and a `spec.kernelType` other than the default (MCO swaps in the
+/// kernel-rt or kernel-64k packages; aloft boots the OS image's kernel). A node would otherwise
+/// drain and reboot for them and report the config as applied with none of it in effect.
+/// Empty lists and `""`/`"default"` (which MCO's own configs carry) are fine.
+pub fn unsupported_fields(spec: &MachineConfigSpec) -> Vec<FieldError> {
+    let mut out = Vec::new();
+    if !spec.extensions.is_empty() {
+        out.push(FieldError {
+            field: "spec.extensions".into(),
+            message: format!(
+                "extensions {:?} cannot be installed: aloft deploys the OS image as one ostree commit and has no \
+                 rpm-ostree package layer; build them into the OS image (osImageURL) and leave extensions empty",
+                spec.extensions
+            ),
+        });
+    }
+    let t = kernel_type(&spec.kernel_type);
+    if t != "default" && KERNEL_TYPES.contains(&t) {
+        out.push(FieldError {
+            field: "spec.kernelType".into(),
+            message: format!(
+                "kernelType {t:?} is not supported: aloft boots the OS image's own kernel and cannot switch to another \
+                 one; use an OS image (osImageURL) with that kernel and leave kernelType empty or \"default\""
+            ),
+        });
+    }
+    out
+}
+
 /// A field error of [`validate_for_day2`], in the API server's cause shape.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{field}: {message}")]
@@ -251,7 +282,8 @@ pub struct FieldError {
 }
 
 /// Checks every MachineConfig must pass before it is stored, beyond being valid Ignition: file
-/// modes a node refuses (setuid, setgid and sticky bits, i.e. anything above 0777) and an unknown
+/// modes a node refuses (setuid, setgid and sticky bits, 0o1000 to 0o7777; anything else is not a
+/// file mode, which the Ignition check refuses) and an unknown
 /// kernelType. All errors are returned, so a user fixes them in one round. `spec.config` may be
 /// any accepted Ignition version.
 pub fn validate_for_day2(spec: &MachineConfigSpec) -> Result<(), Vec<FieldError>> {
@@ -259,7 +291,9 @@ pub fn validate_for_day2(spec: &MachineConfigSpec) -> Result<(), Vec<FieldError>
     let cfg = normalised(&spec.config);
     for (i, f) in list(&cfg, "/storage/files").into_iter().enumerate() {
         let Some(mode) = f.get("mode").and_then(Value::as_i64) else { continue };
-        if !(0..=0o777).contains(&mode) {
+        // Outside 0..=0o7777 is not a file mode at all (type bits copied from `stat`, negative):
+        // the Ignition check says so, and this one would add a wrong second cause.
+        if (0o1000..=0o7777).contains(&mode) {
             let path = f.get("path").and_then(Value::as_str).unwrap_or("");
             errs.push(FieldError {
                 field: format!("spec.config.storage.files[{i}].mode"),
@@ -525,5 +559,12 @@ mod tests {
             json!({"ignition": {"version": "2.2.0"}, "storage": {"files": [{"filesystem": "root", "path": "/s", "mode": 3565}]}}),
         );
         assert_eq!(validate_for_day2(&v2).unwrap_err()[0].field, "spec.config.storage.files[0].mode");
+        // Type bits and negative modes are the Ignition check's ("not a file mode"), not this one's.
+        for not_a_mode in [0o100644, -1] {
+            let s = spec(
+                json!({"ignition": {"version": "3.4.0"}, "storage": {"files": [{"path": "/a", "mode": not_a_mode}]}}),
+            );
+            assert_eq!(validate_for_day2(&s), Ok(()), "{not_a_mode}");
+        }
     }
 }

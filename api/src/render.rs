@@ -12,6 +12,7 @@ use crate::meta::{ObjectMeta, ObjectReference, OwnerReference};
 use crate::reconcile;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
+use std::collections::HashMap;
 
 /// MCO's limit on a rendered config: it must fit in one etcd object with room to spare, and nodes
 /// download it whole on every update.
@@ -237,6 +238,9 @@ pub fn merge(configs: &[MachineConfig]) -> Result<MachineConfigSpec, RenderError
     let mut acc = Map::new();
     let mut out = MachineConfigSpec::default();
     let mut special: Option<(String, &'static str)> = None;
+    // Path -> the config (and its field) whose entry the merge keeps: a later entry replaces an
+    // earlier one with the same path, whatever its list.
+    let mut origin: HashMap<String, (String, String)> = HashMap::new();
     for mc in configs {
         let name = &mc.metadata.name;
         let cfg = ignition::parse_config(&mc.spec.config).map_err(|e| RenderError::Invalid {
@@ -244,6 +248,14 @@ pub fn merge(configs: &[MachineConfig]) -> Result<MachineConfigSpec, RenderError
             field: e.field(),
             message: e.message().to_string(),
         })?;
+        for list in ["files", "directories", "links"] {
+            let entries = cfg.pointer(&format!("/storage/{list}")).and_then(Value::as_array);
+            for (i, e) in entries.into_iter().flatten().enumerate() {
+                if let Some(p) = e.get("path").and_then(Value::as_str) {
+                    origin.insert(p.to_string(), (name.clone(), format!("spec.config.storage.{list}[{i}].path")));
+                }
+            }
+        }
         merge_config(&mut acc, &cfg);
         if mc.spec.fips == Some(true) {
             out.fips = Some(true);
@@ -269,6 +281,7 @@ pub fn merge(configs: &[MachineConfig]) -> Result<MachineConfigSpec, RenderError
             out.os_image_url = mc.spec.os_image_url.clone();
         }
     }
+    path_under_file(&acc, &origin)?;
     // Every parsed config has an `ignition` object; the merged one says 3.5.0 whatever the inputs said.
     let mut ign = match acc.remove("ignition") {
         Some(Value::Object(m)) => m,
@@ -281,6 +294,35 @@ pub fn merge(configs: &[MachineConfig]) -> Result<MachineConfigSpec, RenderError
         .map_err(|e| RenderError::Merged { field: e.field(), message: e.message().to_string() })?;
     out.kernel_type = special.map_or("default", |(_, t)| t).to_string();
     Ok(out)
+}
+
+/// Two configs that are each valid but together put a path under another config's file (one writes
+/// /etc/a as a file, another /etc/a/b): a node would refuse the merged config, so the render fails
+/// naming both configs and the fields.
+fn path_under_file(merged: &Map<String, Value>, origin: &HashMap<String, (String, String)>) -> Result<(), RenderError> {
+    let paths = |list: &str| -> Vec<&str> {
+        let entries = merged.get("storage").and_then(|s| s.get(list)).and_then(Value::as_array);
+        entries.into_iter().flatten().filter_map(|e| e.get("path").and_then(Value::as_str)).collect()
+    };
+    let files: HashMap<&str, ()> = paths("files").into_iter().map(|p| (p, ())).collect();
+    for list in ["files", "directories", "links"] {
+        for path in paths(list) {
+            let Some((parent, _)) = ignition::file_ancestor(path, &files) else { continue };
+            let unknown = || (String::from("?"), String::from("?"));
+            let (config, field) = origin.get(path).cloned().unwrap_or_else(unknown);
+            let (parent_config, parent_field) = origin.get(parent).cloned().unwrap_or_else(unknown);
+            return Err(RenderError::Invalid {
+                config,
+                field,
+                message: ignition::inside_a_file(
+                    path,
+                    parent,
+                    format!("MachineConfig {parent_config} ({parent_field})"),
+                ),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// JSON with object keys sorted at every level (arrays keep their order): one byte form per
@@ -372,6 +414,16 @@ pub fn render(
         return Err(RenderError::NothingSelected { pool: pool_name });
     }
     let spec = merge(&configs)?;
+    // Accepted at the API (OpenShift's own MachineConfigs carry them), but never rendered for
+    // nodes that would reboot for them and apply nothing.
+    if let Some(e) = crate::reconcile::unsupported_fields(&spec).into_iter().next() {
+        let sets = |mc: &&MachineConfig| match e.field.as_str() {
+            "spec.extensions" => !mc.spec.extensions.is_empty(),
+            _ => !matches!(mc.spec.kernel_type.as_str(), "" | "default"),
+        };
+        let config = configs.iter().find(sets).map_or_else(String::new, |m| m.metadata.name.clone());
+        return Err(RenderError::Invalid { config, field: e.field, message: e.message });
+    }
     let size = serde_json::to_vec(&spec).map(|v| v.len()).unwrap_or(usize::MAX);
     if size > MAX_RENDERED_BYTES {
         return Err(RenderError::TooLarge { pool: pool_name, size, limit: MAX_RENDERED_BYTES });
@@ -517,6 +569,23 @@ mod tests {
         let e = select_and_order(&bad, &all).unwrap_err();
         assert!(matches!(&e, RenderError::BadSelector { pool, .. } if pool == "custom"), "{e}");
         assert!(e.to_string().contains("Gt"), "{e}");
+    }
+
+    #[test]
+    fn a_file_under_another_configs_file_fails_the_render_naming_both() {
+        let pol = with_config("95-pol", json!({"storage": {"files": [file("/etc/keep", "k"), file("/etc/pol", "p")]}}));
+        let sub = with_config("58-prefix", json!({"storage": {"files": [file("/etc/pol/sub", "y")]}}));
+        let e = merge(&[sub.clone(), pol.clone()]).unwrap_err();
+        assert_eq!(e.machine_config(), Some("58-prefix"));
+        assert_eq!(
+            e.to_string(),
+            "MachineConfig 58-prefix: spec.config.storage.files[0].path: path \"/etc/pol/sub\" is inside \"/etc/pol\", \
+             which MachineConfig 95-pol (spec.config.storage.files[1].path) writes as a file: a path cannot be both a \
+             file and a directory"
+        );
+        // A later config that makes /etc/pol a directory replaces the file: no conflict.
+        let dir = with_config("99-dir", json!({"storage": {"directories": [{"path": "/etc/pol"}]}}));
+        assert!(merge(&[sub, pol, dir]).is_ok());
     }
 
     #[test]
@@ -790,6 +859,26 @@ mod tests {
     }
 
     #[test]
+    fn extensions_and_a_kernel_type_fail_the_render_naming_the_config() {
+        let p = pool("worker", &["worker"]);
+        // MCO's own configs carry empty extensions and the default kernel type: rendered.
+        let plain = mc("00-a", "worker", json!({"extensions": [], "kernelType": "default"}));
+        assert!(render(&p, std::slice::from_ref(&plain), None).is_ok());
+        let ext = mc("71-ext", "worker", json!({"extensions": ["usbguard"]}));
+        let e = render(&p, &[plain.clone(), ext], None).unwrap_err();
+        assert_eq!(e.machine_config(), Some("71-ext"));
+        assert!(
+            e.to_string()
+                .starts_with("MachineConfig 71-ext: spec.extensions: extensions [\"usbguard\"] cannot be installed"),
+            "{e}"
+        );
+        let rt = mc("72-rt", "worker", json!({"kernelType": "realtime"}));
+        let e = render(&p, &[plain, rt], None).unwrap_err();
+        assert_eq!(e.machine_config(), Some("72-rt"));
+        assert!(e.to_string().contains("spec.kernelType: kernelType \"realtime\" is not supported"), "{e}");
+    }
+
+    #[test]
     fn nothing_selected_is_an_error() {
         let e = render(&pool("gpu", &["gpu"]), &[mc("x", "worker", json!({}))], None).unwrap_err();
         assert_eq!(e, RenderError::NothingSelected { pool: "gpu".into() });
@@ -815,11 +904,8 @@ mod tests {
         let a = with_config("00-a", json!({"storage": {"files": [file("/etc/x", "1")]}}));
         let cur = render(&p, std::slice::from_ref(&a), None).unwrap().machine_config;
         let a2 = with_config("00-a", json!({"storage": {"files": [file("/etc/x", "2")]}}));
-        let k = mc(
-            "10-kargs",
-            "worker",
-            json!({"kernelArguments": ["nosmt"], "kernelType": "realtime", "extensions": ["usbguard"]}),
-        );
+        let k =
+            mc("10-kargs", "worker", json!({"kernelArguments": ["nosmt"], "kernelType": "default", "extensions": []}));
         let next = render(&p, &[a2, k], Some(&cur)).unwrap();
         assert_ne!(next.machine_config.metadata.name, cur.metadata.name);
     }

@@ -65,6 +65,43 @@ fn refused(message: impl Into<String>, unreconcilable: bool) -> Refused {
     Refused { message: message.into(), unreconcilable }
 }
 
+/// On a node without the OS helper (no ostree sysroot): refuse, before anything is drained or
+/// written, what only the helper can apply, so the node never reboots for it and then reports
+/// the config as applied. A new osImageURL is Unreconcilable (as before); kernel arguments to add
+/// fail the update (Degraded) naming the field; removing them all needs nothing, as none were
+/// ever set here.
+fn without_os_helper(old: &MachineConfigSpec, new: &MachineConfigSpec, has_image: bool) -> Result<(), Refused> {
+    if has_image && old.os_image_url != new.os_image_url {
+        return Err(refused(
+            "osImageURL: this node has no ostree sysroot, so aloft-agent cannot deploy an OS commit \
+             (start it with --os-helper pointing at aloft-os-helper's socket, or leave osImageURL empty)",
+            true,
+        ));
+    }
+    if old.kernel_arguments != new.kernel_arguments && !new.kernel_arguments.is_empty() {
+        return Err(refused(
+            format!(
+                "spec.kernelArguments: kernelArguments {:?} need the OS helper (an ostree host) to be set; this node \
+                 has none (start aloft-agent with --os-helper pointing at aloft-os-helper's socket, or leave \
+                 kernelArguments empty for this pool)",
+                new.kernel_arguments
+            ),
+            false,
+        ));
+    }
+    Ok(())
+}
+
+/// Extensions and a non-default kernelType, which no aloft node applies (the render refuses
+/// them; this catches a rendered config from before): the update fails (Degraded) before
+/// anything is drained or written instead of rebooting for nothing.
+fn never_applied(new: &MachineConfigSpec) -> Result<(), Refused> {
+    match aloft_api::reconcile::unsupported_fields(new).into_iter().next() {
+        Some(e) => Err(refused(e.to_string(), false)),
+        None => Ok(()),
+    }
+}
+
 /// What to do when the boot after staging is not on the staged deployment.
 #[derive(Debug, PartialEq)]
 enum FailedVerify {
@@ -199,23 +236,13 @@ impl Agent {
         new: &MachineConfigSpec,
     ) -> Result<Option<StageRequest>, Refused> {
         let image = osimage::parse(&new.os_image_url).map_err(|e| refused(e.to_string(), true))?;
+        never_applied(new)?;
         if !os_part_changed(old, new) && !self.runs_other_commit(image.as_ref().map(|i| i.checksum.as_str())).await {
             return Ok(None);
         }
         let os_changed = old.os_image_url != new.os_image_url;
-        let kargs_changed = old.kernel_arguments != new.kernel_arguments;
         let Some(os) = self.os.clone() else {
-            if image.is_some() && os_changed {
-                return Err(refused(
-                    "osImageURL: this node has no ostree sysroot, so aloft-agent cannot deploy an OS commit \
-                     (start it with --os-helper pointing at aloft-os-helper's socket, or leave osImageURL empty)",
-                    true,
-                ));
-            }
-            if kargs_changed {
-                tracing::warn!("kernelArguments changed but this node has no ostree sysroot: only rebooting");
-            }
-            return Ok(None);
+            return without_os_helper(old, new, image.is_some()).map(|()| None);
         };
         let denied = denylist::refresh(&self.root, target).map_err(|e| refused(e.to_string(), false))?;
         if let Some(img) = &image {
@@ -504,6 +531,34 @@ mod tests {
 
     fn staged(restaged: u32) -> Staged {
         Staged { image: None, old_kargs: vec![], new_kargs: vec!["k=1".into()], restaged }
+    }
+
+    #[test]
+    fn without_the_os_helper_kernel_arguments_fail_the_update_before_anything_is_done() {
+        let spec = |kargs: &[&str]| MachineConfigSpec {
+            kernel_arguments: kargs.iter().map(|s| s.to_string()).collect(),
+            ..Default::default()
+        };
+        let r = without_os_helper(&spec(&[]), &spec(&["nosmt"]), false).unwrap_err();
+        assert!(!r.unreconcilable, "Degraded: the node can take it once the helper runs");
+        assert!(
+            r.message
+                .starts_with("spec.kernelArguments: kernelArguments [\"nosmt\"] need the OS helper (an ostree host)"),
+            "{}",
+            r.message
+        );
+        assert!(without_os_helper(&spec(&["a"]), &spec(&["a", "b"]), false).is_err());
+        // Unchanged, or all removed: nothing to apply.
+        assert!(without_os_helper(&spec(&["a"]), &spec(&["a"]), false).is_ok());
+        assert!(without_os_helper(&spec(&["a"]), &spec(&[]), false).is_ok());
+        let ext = MachineConfigSpec { extensions: vec!["usbguard".into()], ..Default::default() };
+        assert!(never_applied(&ext).unwrap_err().message.starts_with("spec.extensions: "));
+        let rt = MachineConfigSpec { kernel_type: "realtime".into(), ..Default::default() };
+        assert!(never_applied(&rt).unwrap_err().message.starts_with("spec.kernelType: "));
+        assert!(never_applied(&MachineConfigSpec { kernel_type: "default".into(), ..Default::default() }).is_ok());
+        // A new osImageURL stays Unreconcilable.
+        let os = MachineConfigSpec { os_image_url: "aloft:c1".into(), ..spec(&["nosmt"]) };
+        assert!(without_os_helper(&spec(&[]), &os, true).unwrap_err().unreconcilable);
     }
 
     #[test]

@@ -221,6 +221,17 @@ pub fn object_causes(r: &ResourceType, obj: &Value) -> Vec<StatusCause> {
         "Node" => {
             typed::<Node>(obj, &mut out);
         }
+        "MachineConfiguration" => {
+            // The agent's own check (shared in aloft-api): a policy it would refuse degrades every
+            // node that updates, so it is refused here instead.
+            use aloft_api::disruption::{NodeDisruptionPolicy, PolicyError, POLICY_FIELD};
+            let policy = obj.pointer("/spec/nodeDisruptionPolicy").cloned().unwrap_or(Value::Null);
+            match NodeDisruptionPolicy::from_machine_configuration(&policy) {
+                Ok(_) => {}
+                Err(PolicyError::Field { field, message }) => out.push(cause(&field, "FieldValueInvalid", message)),
+                Err(e) => out.push(cause(POLICY_FIELD, "FieldValueInvalid", e.to_string())),
+            }
+        }
         _ => {}
     }
     out
@@ -474,6 +485,70 @@ mod tests {
             ["spec.config.storage.files[0].contents.source", "spec.config.storage.files[1].contents.source"]
         );
         assert_eq!(mc(serde_json::json!({"kernelArguments": ["a b", ""]})), ["spec.kernelArguments[1]"]);
+        // One cause per problem, saying what is wrong.
+        let causes = |spec: serde_json::Value| {
+            causes_of(
+                &crate::resources::MACHINE_CONFIG,
+                serde_json::json!({"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfig",
+                    "metadata": {"name": "x"}, "spec": spec}),
+            )
+        };
+        for (mode, shown) in [(0o100644, "33188"), (-1, "-1")] {
+            let got = causes(ign(serde_json::json!({"storage": {"files": [
+                {"path": "/etc/typebits", "contents": {"source": "data:,x"}, "mode": mode}]}})));
+            assert_eq!(
+                got,
+                [format!(
+                    "spec.config.storage.files[0].mode: mode {shown} is not a file mode (0 to 0o7777; write it in decimal, e.g. 420 for 0644)"
+                )]
+            );
+        }
+        assert_eq!(
+            causes(ign(serde_json::json!({"storage": {"files": [
+                {"path": "/etc/z", "contents": {"source": "data:,x", "compression": "bzip2"}}]}}))),
+            ["spec.config.storage.files[0].contents.compression: unsupported compression \"bzip2\": use \"gzip\" or leave it unset"]
+        );
+        // setuid is still refused, once.
+        assert_eq!(
+            mc(ign(serde_json::json!({"storage": {"files": [{"path": "/etc/s", "mode": 0o4755}]}}))),
+            ["spec.config.storage.files[0].mode"]
+        );
+    }
+
+    #[test]
+    fn node_disruption_policies_an_agent_would_refuse_are_refused() {
+        let mcfg = |policy: serde_json::Value| {
+            causes_of(
+                &crate::resources::MACHINE_CONFIGURATION,
+                serde_json::json!({"apiVersion": "operator.openshift.io/v1", "kind": "MachineConfiguration",
+                    "metadata": {"name": "cluster"}, "spec": {"nodeDisruptionPolicy": policy}}),
+            )
+        };
+        assert_eq!(
+            mcfg(serde_json::json!({"files": [{"path": "/etc/a", "actions": [{"type": "None"}]}],
+                "units": [{"name": "a.service", "actions": [{"type": "Restart", "restart": {"serviceName": "a.service"}}]}]})),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            mcfg(serde_json::json!({"files": [{"path": "/etc/a", "actions": [{"type": "None"}]},
+                {"path": "/etc/b", "actions": [{"type": "Restart"}]}]})),
+            ["spec.nodeDisruptionPolicy.files[1].actions[0]: action Restart: serviceName is required"]
+        );
+        assert_eq!(
+            mcfg(serde_json::json!({"units": [{"name": "a.service", "actions": [{"type": "Bogus"}]}]})),
+            ["spec.nodeDisruptionPolicy.units[0].actions[0]: action type \"Bogus\" is not one of Reboot, None, Reload, Restart, DaemonReload, Drain, Special"]
+        );
+        assert_eq!(
+            mcfg(serde_json::json!({"sshkey": {"actions": [{"type": "Reboot"}, {"type": "Drain"}]}})),
+            ["spec.nodeDisruptionPolicy.sshkey.actions: sshkey: Reboot must be the only action"]
+        );
+        // No policy at all is the defaults.
+        let none = causes_of(
+            &crate::resources::MACHINE_CONFIGURATION,
+            serde_json::json!({"apiVersion": "operator.openshift.io/v1", "kind": "MachineConfiguration",
+                "metadata": {"name": "cluster"}, "spec": {}}),
+        );
+        assert!(none.is_empty(), "{none:?}");
     }
 
     #[test]
