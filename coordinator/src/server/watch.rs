@@ -89,6 +89,7 @@ pub async fn serve(
         let from = rv.parse::<u64>().map_err(|_| {
             ApiError::bad_request(format!("resourceVersion {rv:?} is not a resourceVersion this server issued"))
         })?;
+        reached(ctx, from).await?;
         (Vec::new(), from)
     };
     let filter = WatchFilter {
@@ -178,6 +179,29 @@ pub async fn serve(
         .header("cache-control", "no-cache, private")
         .body(Body::from_stream(body))
         .map_err(|e| ApiError::internal(e.to_string()))
+}
+
+/// How long a list or watch from a resourceVersion the store has not reached waits for it before
+/// it is refused (kube-apiserver's watch cache waits 3 s for the same).
+const FUTURE_WAIT: Duration = Duration::from_secs(3);
+
+/// Waits (up to [`FUTURE_WAIT`]) until the store has reached revision `rv`, and returns its
+/// revision; 504 "Too large resource version" when it does not. A store never hands out a
+/// revision before it has it, so a larger one comes from before the data directory was restored
+/// from an older backup: answered with a watch that waits, the client (an agent) would wait for
+/// events that never come, where the error makes it read afresh.
+pub(super) async fn reached(ctx: &Ctx, rv: u64) -> Result<u64, ApiError> {
+    let deadline = tokio::time::Instant::now() + FUTURE_WAIT;
+    loop {
+        let head = ctx.store.revision().await.map_err(|e| ApiError::from_store(e, "", ""))?;
+        if head >= rv {
+            return Ok(head);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(ApiError::future_resource_version(rv, head));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// The desiredConfig `obj` asks for, with `obj`, when the node does not run it and its inputs have
