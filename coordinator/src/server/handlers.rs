@@ -188,6 +188,12 @@ impl Filters {
         self.labels.is_empty() && self.fields.is_empty()
     }
 
+    /// Whether a write can move an object into or out of the selection (a label or a field
+    /// other than the name or namespace is selected by).
+    pub fn can_change(&self) -> bool {
+        !self.labels.is_empty() || self.fields.selects_by_content()
+    }
+
     pub fn matches(&self, obj: &Value) -> bool {
         if !self.fields.matches(obj) {
             return false;
