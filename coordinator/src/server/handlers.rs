@@ -142,7 +142,11 @@ fn respond(code: StatusCode, v: Value) -> Response {
 /// One object: as a Table when asked for one, else the JSON the store wrote, as is.
 fn respond_one(call: &Call<'_>, code: StatusCode, obj: Stored) -> Response {
     if call.wants_table() {
-        return respond(code, table::table(call.path.rt, &[&obj], revision_of(&obj), true));
+        let include = match table::IncludeObject::from_params(&call.params) {
+            Ok(i) => i,
+            Err(e) => return e.into_response(),
+        };
+        return respond(code, table::table(call.path.rt, &[&obj], revision_of(&obj), true, include));
     }
     let body = axum::body::Bytes::from_owner(JsonText(obj.json));
     (code, [(axum::http::header::CONTENT_TYPE, "application/json")], body).into_response()
@@ -257,7 +261,8 @@ async fn list(call: Call<'_>) -> Result<Response, ApiError> {
     if call.wants_table() {
         let items = page.items.iter().map(|s| parse_stored(s)).collect::<Result<Vec<Value>, _>>()?;
         let refs: Vec<&Value> = items.iter().collect();
-        let mut t = table::table(call.path.rt, &refs, Some(page.revision), true);
+        let include = table::IncludeObject::from_params(&call.params)?;
+        let mut t = table::table(call.path.rt, &refs, Some(page.revision), true, include);
         t["metadata"] = metadata;
         return Ok(respond(StatusCode::OK, t));
     }

@@ -74,6 +74,7 @@ pub async fn serve(
             return Err(ApiError::bad_request(format!("includeUpdateInputs {other:?} is not true or false")))
         }
     };
+    let include = if as_table { table::IncludeObject::from_params(params)? } else { Default::default() };
     let rt = path.rt;
     let resource = rt.store_key();
     let rv = params.get("resourceVersion").map(String::as_str).unwrap_or("");
@@ -173,7 +174,7 @@ pub async fn serve(
                 Item::Event(kind, obj, json) if !as_table => event_line(kind, &obj, json.as_deref()),
                 Item::Event(kind, obj, _) => {
                     let rev = crate::store::revision_of(&obj);
-                    let t = table::table(rt, &[&obj], rev, first);
+                    let t = table::table(rt, &[&obj], rev, first, include);
                     first = false;
                     event_line(kind, &t, None)
                 }
