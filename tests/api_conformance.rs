@@ -922,3 +922,53 @@ async fn lists_in_pages_are_one_snapshot() {
         assert!(r.body["message"].as_str().unwrap().contains(want), "{q}: {}", r.body);
     }
 }
+
+/// A list's `resourceVersion`/`resourceVersionMatch`, as Kubernetes reads them: Exact is served
+/// only for the current version (410 for an older one), a version the store has not reached is
+/// 504 "Too large resource version" (client-go then lists afresh), and malformed ones are refused.
+#[tokio::test]
+async fn a_list_honours_resource_version_and_its_match() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    for name in ["rv-a", "rv-b"] {
+        let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}});
+        admin.post("/api/v1/nodes", &node).await.unwrap().into_result().unwrap();
+    }
+    let list = |q: String| {
+        let admin = admin.clone();
+        async move {
+            tokio::time::timeout(Duration::from_secs(30), admin.get(&format!("/api/v1/nodes?{q}")))
+                .await
+                .unwrap()
+                .unwrap()
+        }
+    };
+    let head = rv(&list(String::new()).await.into_result().unwrap());
+
+    let now = list(format!("resourceVersion={head}&resourceVersionMatch=Exact")).await;
+    assert_eq!(now.code, 200, "{}", now.body);
+    assert_eq!(item_names(&now.body), ["rv-a", "rv-b"]);
+    let older = list(format!("resourceVersion={}&resourceVersionMatch=Exact", head - 1)).await;
+    assert_status(&older, 410, "Expired", "Exact for a version that is not the current one");
+    // NotOlderThan (or no match) an older version: the current state, as before.
+    let not_older = list(format!("resourceVersion={}&resourceVersionMatch=NotOlderThan", head - 1)).await;
+    assert_eq!((not_older.code, rv(&not_older.body)), (200, head));
+
+    for q in [
+        format!("resourceVersion={}", head + 1000),
+        format!("resourceVersion={}&resourceVersionMatch=NotOlderThan", head + 1000),
+        format!("resourceVersion={}&resourceVersionMatch=Exact", head + 1000),
+    ] {
+        let future = list(q.clone()).await;
+        assert_status(&future, 504, "Timeout", &q);
+        assert_eq!(future.body["details"]["causes"][0]["reason"], "ResourceVersionTooLarge", "{q}: {}", future.body);
+    }
+    assert_status(&list("resourceVersion=abc".into()).await, 400, "BadRequest", "a resourceVersion that is no number");
+    for q in [
+        "resourceVersionMatch=Exact",
+        "resourceVersion=1&resourceVersionMatch=Bogus",
+        "resourceVersion=0&resourceVersionMatch=Exact",
+    ] {
+        assert_status(&list(q.into()).await, 422, "Invalid", q);
+    }
+}

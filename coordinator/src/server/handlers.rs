@@ -214,10 +214,60 @@ impl Filters {
     }
 }
 
+/// The state a list asks for (`resourceVersion`, `resourceVersionMatch`), as Kubernetes' API
+/// reads them: unset or "0", any; with `NotOlderThan` (or no match) a version, anything at least
+/// as new; with `Exact`, that version. The store keeps only each object's newest version, so an
+/// Exact version is served only when it is the current one.
+#[derive(Debug, PartialEq, Eq)]
+struct ListVersion {
+    at_least: Option<u64>,
+    exact: bool,
+}
+
+impl ListVersion {
+    fn from_params(params: &HashMap<String, String>) -> Result<Self, ApiError> {
+        let rv = params.get("resourceVersion").map(String::as_str).unwrap_or("");
+        let invalid = |message: &str, value: &str| {
+            ApiError::invalid(
+                "ListOptions",
+                "",
+                vec![super::error::cause("resourceVersionMatch", "FieldValueInvalid", format!("{value:?}: {message}"))],
+            )
+        };
+        let exact = match params.get("resourceVersionMatch").map(String::as_str) {
+            None | Some("") => false,
+            Some(m) if rv.is_empty() => {
+                return Err(invalid("resourceVersionMatch is forbidden unless resourceVersion is provided", m))
+            }
+            Some(m) if params.get("continue").is_some_and(|c| !c.is_empty()) => {
+                return Err(invalid("resourceVersionMatch is forbidden when continue is provided", m))
+            }
+            Some("NotOlderThan") => false,
+            Some("Exact") if rv == "0" => {
+                return Err(invalid("resourceVersionMatch \"Exact\" is forbidden for resourceVersion \"0\"", "Exact"))
+            }
+            Some("Exact") => true,
+            Some(m) => return Err(invalid("supported values: \"Exact\", \"NotOlderThan\"", m)),
+        };
+        let at_least = match rv {
+            "" | "0" => None,
+            _ => Some(rv.parse::<u64>().map_err(|_| {
+                ApiError::bad_request(format!("resourceVersion {rv:?} is not a resourceVersion this server issued"))
+            })?),
+        };
+        Ok(ListVersion { at_least, exact })
+    }
+}
+
 async fn list(call: Call<'_>) -> Result<Response, ApiError> {
     call.authorize(Verb::List).await?;
     let filters = Filters::from_params(call.path.rt, &call.params)?;
     let paging = pages::PageRequest::from_params(&call.params)?;
+    let version = ListVersion::from_params(&call.params)?;
+    if let Some(rv) = version.at_least {
+        // A version the store has not reached: 504 after a short wait, as for a watch.
+        watch::reached(call.ctx, rv).await?;
+    }
     let ns = call.path.namespace.clone();
     let store_key = call.path.rt.store_key();
     // A continue token is good only for the list it came from.
@@ -232,6 +282,14 @@ async fn list(call: Call<'_>) -> Result<Response, ApiError> {
         None => {
             let listing =
                 call.ctx.store.list_json(&store_key, ns.as_deref()).await.map_err(|e| call.store_err(e, ""))?;
+            if let (Some(rv), true) = (version.at_least, version.exact) {
+                if rv != listing.revision {
+                    return Err(ApiError::gone(format!(
+                        "too old resource version: {rv} ({}): this server lists only the current state",
+                        listing.revision
+                    )));
+                }
+            }
             // One pass: an item is parsed only to match a selector; the items stay the stored
             // text, copied as they are into a JSON answer or kept for the later pages.
             let everything = filters.is_everything();
