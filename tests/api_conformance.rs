@@ -972,3 +972,30 @@ async fn a_list_honours_resource_version_and_its_match() {
         assert_status(&list(q.into()).await, 422, "Invalid", q);
     }
 }
+
+/// `metadata.finalizers` are refused on create, update and patch with a 422 naming the field:
+/// aloft deletes at once, so a finalizer would protect nothing. The object stays as it was.
+#[tokio::test]
+async fn finalizers_are_refused_and_change_nothing() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let with =
+        json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "fin", "finalizers": ["example.com/keep"]}});
+    let r = admin.post("/api/v1/nodes", &with).await.unwrap();
+    assert_status(&r, 422, "Invalid", "a create with finalizers");
+    assert_eq!(cause_fields(&r.body), ["metadata.finalizers"]);
+    assert!(r.body["message"].as_str().unwrap().contains("does not support finalizers"), "{}", r.body);
+    assert_eq!(admin.get("/api/v1/nodes/fin").await.unwrap().code, 404);
+
+    let without = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "fin", "finalizers": []}});
+    let created = admin.post("/api/v1/nodes", &without).await.unwrap().into_result().unwrap();
+    let patch = json!({"metadata": {"finalizers": ["example.com/keep"]}});
+    let r = admin.patch("/api/v1/nodes/fin", "application/merge-patch+json", &patch).await.unwrap();
+    assert_status(&r, 422, "Invalid", "a patch adding finalizers");
+    let mut put = created.clone();
+    put["metadata"]["finalizers"] = json!(["example.com/keep"]);
+    let r = admin.put("/api/v1/nodes/fin", &put).await.unwrap();
+    assert_status(&r, 422, "Invalid", "an update adding finalizers");
+    let now = admin.get("/api/v1/nodes/fin").await.unwrap().into_result().unwrap();
+    assert_eq!(rv(&now), rv(&created));
+}

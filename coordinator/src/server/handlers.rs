@@ -89,7 +89,8 @@ impl Call<'_> {
         ApiError::invalid(self.path.rt.kind, name, causes)
     }
     fn validate(&self, obj: &Value) -> Result<(), ApiError> {
-        let causes = validate::object_causes(self.path.rt, obj);
+        let mut causes = validate::object_causes(self.path.rt, obj);
+        causes.extend(finalizer_causes(obj));
         if causes.is_empty() {
             Ok(())
         } else {
@@ -166,6 +167,21 @@ async fn get(call: Call<'_>) -> Result<Response, ApiError> {
     let name = call.path.name.clone().unwrap_or_default();
     let obj = call.stored(&name).await?;
     Ok(respond_one(&call, StatusCode::OK, obj))
+}
+
+/// A non-empty `metadata.finalizers`, refused: aloft deletes an object at once (no
+/// `deletionTimestamp`, nothing waits for finalizers to go), so a finalizer would protect nothing
+/// while looking as if it did. Kubernetes would keep the object until its finalizers are removed.
+fn finalizer_causes(obj: &Value) -> Option<aloft_api::StatusCause> {
+    let finalizers = objects::at(obj, &["metadata", "finalizers"])?;
+    if finalizers.is_null() || finalizers.as_array().is_some_and(Vec::is_empty) {
+        return None;
+    }
+    Some(super::error::cause(
+        "metadata.finalizers",
+        "FieldValueForbidden",
+        "aloft does not support finalizers: a DELETE removes the object at once",
+    ))
 }
 
 /// Selectors of a list or watch request.
