@@ -999,3 +999,30 @@ async fn finalizers_are_refused_and_change_nothing() {
     let now = admin.get("/api/v1/nodes/fin").await.unwrap().into_result().unwrap();
     assert_eq!(rv(&now), rv(&created));
 }
+
+/// `sendInitialEvents=true` (client-go's WatchList): the current objects as ADDED, then the
+/// BOOKMARK annotated `k8s.io/initial-events-end` at the list's revision, then live events.
+#[tokio::test]
+async fn send_initial_events_ends_with_the_initial_events_end_bookmark() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    for name in ["ie-a", "ie-b"] {
+        let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}});
+        admin.post("/api/v1/nodes", &node).await.unwrap().into_result().unwrap();
+    }
+    let head = rv(&admin.get("/api/v1/nodes").await.unwrap().into_result().unwrap());
+    let q =
+        "/api/v1/nodes?watch=true&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan";
+    for path in [q.to_string(), format!("{q}&resourceVersion={head}")] {
+        let mut w = WatchStream::open(&admin, &path).await.unwrap();
+        let evs = w.take(3, T).await.unwrap();
+        let kinds: Vec<&str> = evs.iter().map(|e| e["type"].as_str().unwrap()).collect();
+        assert_eq!(kinds, ["ADDED", "ADDED", "BOOKMARK"], "{path}: {evs:?}");
+        let mark = &evs[2]["object"];
+        assert_eq!(mark["metadata"]["annotations"]["k8s.io/initial-events-end"], "true", "{mark}");
+        assert_eq!(mark["metadata"]["resourceVersion"], head.to_string());
+        assert_eq!(mark["kind"], "Node");
+    }
+    let r = admin.get("/api/v1/nodes?watch=true&sendInitialEvents=true&allowWatchBookmarks=true").await.unwrap();
+    assert_status(&r, 422, "Invalid", "sendInitialEvents without resourceVersionMatch=NotOlderThan");
+}

@@ -41,6 +41,8 @@ use std::time::Duration;
 enum Item {
     /// The kind, the object, and the object's JSON when the store has it at hand.
     Event(EventType, Arc<Value>, Option<Arc<str>>),
+    /// The BOOKMARK that ends the initial events (`sendInitialEvents=true`), at this revision.
+    InitialEventsEnd(u64),
     Error(ApiError),
 }
 
@@ -84,8 +86,15 @@ pub async fn serve(
         ),
         None => ctx.limits.watch_timeout,
     };
+    let send_initial = send_initial_events(params)?;
     let resumed = !(rv.is_empty() || rv == "0");
-    let (initial, from) = if !resumed {
+    let (initial, from) = if !resumed || send_initial {
+        if resumed {
+            let at_least = rv.parse::<u64>().map_err(|_| {
+                ApiError::bad_request(format!("resourceVersion {rv:?} is not a resourceVersion this server issued"))
+            })?;
+            reached(ctx, at_least).await?;
+        }
         let listing = ctx
             .store
             .list(&resource, path.namespace.as_deref())
@@ -104,7 +113,7 @@ pub async fn serve(
     // which matched at `from`).
     let mut membership = match filters.can_change() {
         false => Membership::Unchanging,
-        true if resumed => {
+        true if resumed && !send_initial => {
             let listing = ctx
                 .store
                 .list(&resource, path.namespace.as_deref())
@@ -121,7 +130,12 @@ pub async fn serve(
         skip_origin: skip_own,
     };
     let live = ctx.store.watch(filter, from).await.map_err(|e| ApiError::from_store(e, &rt.qualified(), ""))?;
-    let initial = futures::stream::iter(initial.into_iter().map(|o| Item::Event(EventType::Added, Arc::new(o), None)));
+    let initial = futures::stream::iter(
+        initial
+            .into_iter()
+            .map(|o| Item::Event(EventType::Added, Arc::new(o), None))
+            .chain(send_initial.then_some(Item::InitialEventsEnd(from))),
+    );
     // The caller's own writes (skipOwnWrites) are left out by the store, where they are published.
     let live = live.map(move |r| match r {
         Ok(ev) => Item::Event(ev.kind, ev.object, Some(ev.json)),
@@ -136,7 +150,7 @@ pub async fn serve(
         .filter_map(move |item| {
             let item = match item {
                 Item::Event(kind, o, json) => membership.judge(kind, &o, &filters).map(|k| Item::Event(k, o, json)),
-                e @ Item::Error(_) => Some(e),
+                other => Some(other),
             };
             futures::future::ready(item)
         })
@@ -178,6 +192,17 @@ pub async fn serve(
                     first = false;
                     event_line(kind, &t, None)
                 }
+                Item::InitialEventsEnd(rev) => {
+                    let bookmark = json!({"type": "BOOKMARK", "object": {
+                        "kind": rt.kind,
+                        "apiVersion": rt.api_version(),
+                        "metadata": {"resourceVersion": rev.to_string(),
+                            "annotations": {"k8s.io/initial-events-end": "true"}},
+                    }});
+                    let mut line = serde_json::to_vec(&bookmark).unwrap_or_default();
+                    line.push(b'\n');
+                    line
+                }
                 Item::Error(e) => {
                     let mut line =
                         serde_json::to_vec(&json!({"type": "ERROR", "object": e.status})).unwrap_or_default();
@@ -201,6 +226,32 @@ pub async fn serve(
         .header("cache-control", "no-cache, private")
         .body(Body::from_stream(body))
         .map_err(|e| ApiError::internal(e.to_string()))
+}
+
+/// `sendInitialEvents` (client-go's WatchList): with `true`, the watch starts with the current
+/// state (at least as new as a given resourceVersion) as ADDED events and then a BOOKMARK
+/// annotated `k8s.io/initial-events-end: "true"`, which the reflector waits for. As
+/// kube-apiserver, it needs `resourceVersionMatch=NotOlderThan` and `allowWatchBookmarks=true`.
+fn send_initial_events(params: &HashMap<String, String>) -> Result<bool, ApiError> {
+    let invalid = |field: &str, message: &str| {
+        ApiError::invalid("ListOptions", "", vec![super::error::cause(field, "FieldValueInvalid", message)])
+    };
+    match params.get("sendInitialEvents").map(String::as_str) {
+        None | Some("") | Some("false") => Ok(false),
+        Some("true") => {
+            if params.get("resourceVersionMatch").map(String::as_str) != Some("NotOlderThan") {
+                return Err(invalid(
+                    "resourceVersionMatch",
+                    "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+                ));
+            }
+            if params.get("allowWatchBookmarks").map(String::as_str) != Some("true") {
+                return Err(invalid("allowWatchBookmarks", "sendInitialEvents requires allowWatchBookmarks=true"));
+            }
+            Ok(true)
+        }
+        Some(other) => Err(ApiError::bad_request(format!("sendInitialEvents {other:?} is not true or false"))),
+    }
 }
 
 /// Which objects a watch with a selector has sent as present, so that a write that moves one out
