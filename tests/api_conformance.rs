@@ -922,3 +922,107 @@ async fn lists_in_pages_are_one_snapshot() {
         assert!(r.body["message"].as_str().unwrap().contains(want), "{q}: {}", r.body);
     }
 }
+
+/// A list's `resourceVersion`/`resourceVersionMatch`, as Kubernetes reads them: Exact is served
+/// only for the current version (410 for an older one), a version the store has not reached is
+/// 504 "Too large resource version" (client-go then lists afresh), and malformed ones are refused.
+#[tokio::test]
+async fn a_list_honours_resource_version_and_its_match() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    for name in ["rv-a", "rv-b"] {
+        let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}});
+        admin.post("/api/v1/nodes", &node).await.unwrap().into_result().unwrap();
+    }
+    let list = |q: String| {
+        let admin = admin.clone();
+        async move {
+            tokio::time::timeout(Duration::from_secs(30), admin.get(&format!("/api/v1/nodes?{q}")))
+                .await
+                .unwrap()
+                .unwrap()
+        }
+    };
+    let head = rv(&list(String::new()).await.into_result().unwrap());
+
+    let now = list(format!("resourceVersion={head}&resourceVersionMatch=Exact")).await;
+    assert_eq!(now.code, 200, "{}", now.body);
+    assert_eq!(item_names(&now.body), ["rv-a", "rv-b"]);
+    let older = list(format!("resourceVersion={}&resourceVersionMatch=Exact", head - 1)).await;
+    assert_status(&older, 410, "Expired", "Exact for a version that is not the current one");
+    // NotOlderThan (or no match) an older version: the current state, as before.
+    let not_older = list(format!("resourceVersion={}&resourceVersionMatch=NotOlderThan", head - 1)).await;
+    assert_eq!((not_older.code, rv(&not_older.body)), (200, head));
+
+    for q in [
+        format!("resourceVersion={}", head + 1000),
+        format!("resourceVersion={}&resourceVersionMatch=NotOlderThan", head + 1000),
+        format!("resourceVersion={}&resourceVersionMatch=Exact", head + 1000),
+    ] {
+        let future = list(q.clone()).await;
+        assert_status(&future, 504, "Timeout", &q);
+        assert_eq!(future.body["details"]["causes"][0]["reason"], "ResourceVersionTooLarge", "{q}: {}", future.body);
+    }
+    assert_status(&list("resourceVersion=abc".into()).await, 400, "BadRequest", "a resourceVersion that is no number");
+    for q in [
+        "resourceVersionMatch=Exact",
+        "resourceVersion=1&resourceVersionMatch=Bogus",
+        "resourceVersion=0&resourceVersionMatch=Exact",
+    ] {
+        assert_status(&list(q.into()).await, 422, "Invalid", q);
+    }
+}
+
+/// `metadata.finalizers` are refused on create, update and patch with a 422 naming the field:
+/// aloft deletes at once, so a finalizer would protect nothing. The object stays as it was.
+#[tokio::test]
+async fn finalizers_are_refused_and_change_nothing() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let with =
+        json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "fin", "finalizers": ["example.com/keep"]}});
+    let r = admin.post("/api/v1/nodes", &with).await.unwrap();
+    assert_status(&r, 422, "Invalid", "a create with finalizers");
+    assert_eq!(cause_fields(&r.body), ["metadata.finalizers"]);
+    assert!(r.body["message"].as_str().unwrap().contains("does not support finalizers"), "{}", r.body);
+    assert_eq!(admin.get("/api/v1/nodes/fin").await.unwrap().code, 404);
+
+    let without = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "fin", "finalizers": []}});
+    let created = admin.post("/api/v1/nodes", &without).await.unwrap().into_result().unwrap();
+    let patch = json!({"metadata": {"finalizers": ["example.com/keep"]}});
+    let r = admin.patch("/api/v1/nodes/fin", "application/merge-patch+json", &patch).await.unwrap();
+    assert_status(&r, 422, "Invalid", "a patch adding finalizers");
+    let mut put = created.clone();
+    put["metadata"]["finalizers"] = json!(["example.com/keep"]);
+    let r = admin.put("/api/v1/nodes/fin", &put).await.unwrap();
+    assert_status(&r, 422, "Invalid", "an update adding finalizers");
+    let now = admin.get("/api/v1/nodes/fin").await.unwrap().into_result().unwrap();
+    assert_eq!(rv(&now), rv(&created));
+}
+
+/// `sendInitialEvents=true` (client-go's WatchList): the current objects as ADDED, then the
+/// BOOKMARK annotated `k8s.io/initial-events-end` at the list's revision, then live events.
+#[tokio::test]
+async fn send_initial_events_ends_with_the_initial_events_end_bookmark() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    for name in ["ie-a", "ie-b"] {
+        let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}});
+        admin.post("/api/v1/nodes", &node).await.unwrap().into_result().unwrap();
+    }
+    let head = rv(&admin.get("/api/v1/nodes").await.unwrap().into_result().unwrap());
+    let q =
+        "/api/v1/nodes?watch=true&sendInitialEvents=true&allowWatchBookmarks=true&resourceVersionMatch=NotOlderThan";
+    for path in [q.to_string(), format!("{q}&resourceVersion={head}")] {
+        let mut w = WatchStream::open(&admin, &path).await.unwrap();
+        let evs = w.take(3, T).await.unwrap();
+        let kinds: Vec<&str> = evs.iter().map(|e| e["type"].as_str().unwrap()).collect();
+        assert_eq!(kinds, ["ADDED", "ADDED", "BOOKMARK"], "{path}: {evs:?}");
+        let mark = &evs[2]["object"];
+        assert_eq!(mark["metadata"]["annotations"]["k8s.io/initial-events-end"], "true", "{mark}");
+        assert_eq!(mark["metadata"]["resourceVersion"], head.to_string());
+        assert_eq!(mark["kind"], "Node");
+    }
+    let r = admin.get("/api/v1/nodes?watch=true&sendInitialEvents=true&allowWatchBookmarks=true").await.unwrap();
+    assert_status(&r, 422, "Invalid", "sendInitialEvents without resourceVersionMatch=NotOlderThan");
+}

@@ -193,3 +193,86 @@ async fn a_watch_can_leave_out_the_callers_own_writes() {
     let bad = node.get(&format!("{q}&skipOwnWrites=yes")).await.unwrap();
     assert_eq!(bad.code, 400, "{:?}", bad.body);
 }
+
+/// Copies the files of `from` into `to` (a data directory: the store, its WAL, the tokens, the CA).
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        if entry.file_type().unwrap().is_file() {
+            std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+        }
+    }
+}
+
+/// The data directory is restored from a backup older than what the agent has seen, at the same
+/// address: the agent's watch is from a revision the store has not reached. The coordinator
+/// refuses it (504 Too large resource version, as kube-apiserver) instead of waiting silently,
+/// and the follower reads the Node afresh and delivers the change made after the restore to a
+/// wait from a revision of before it.
+#[tokio::test]
+async fn the_follower_carries_on_after_the_store_is_restored_from_an_older_backup() {
+    let mut c = Coordinator::start_with(Options { fixed_port: true, ..Default::default() });
+    let api = enroll(&c, "restore-0").await;
+    set_label_annotation(&c.client(), "restore-0", "before-backup").await;
+
+    // A backup (taken stopped: the store and its WAL as they are on disk).
+    c.kill9();
+    let backup = tempfile::tempdir().unwrap();
+    copy_dir(&c.data_dir(), backup.path());
+    c.restart();
+
+    // Life goes on: the agent sees revisions the backup never had.
+    let admin = c.client();
+    let mut last = 0;
+    for i in 0..20 {
+        last = set_label_annotation(&admin, "restore-0", &format!("after-backup-{i}")).await;
+    }
+    let seen = aloft_tests::eventually(Duration::from_secs(30), "the follower at the newest", || {
+        let api = api.clone();
+        async move {
+            let v = api.wait_change("0", Duration::from_secs(2)).await?;
+            anyhow::Ok(v.filter(|v| v.revision.parse::<u64>().unwrap_or(0) >= last))
+        }
+    })
+    .await;
+
+    // Disaster: the backup is restored, same address.
+    c.kill9();
+    for entry in std::fs::read_dir(c.data_dir()).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_file() {
+            std::fs::remove_file(path).unwrap();
+        }
+    }
+    copy_dir(backup.path(), &c.data_dir());
+    c.restart();
+
+    // The coordinator says a watch from the future is one (and does not hang).
+    let admin = c.client();
+    let head = aloft_tests::rv(&admin.get("/api/v1/nodes/restore-0").await.unwrap().into_result().unwrap());
+    assert!(head < last, "the restored store is older: {head} < {last}");
+    let refused = tokio::time::timeout(
+        Duration::from_secs(30),
+        admin.watch(&format!("/api/v1/nodes?watch=true&resourceVersion={last}"), None),
+    )
+    .await
+    .expect("answered");
+    let err = format!("{:#}", refused.err().expect("a watch from a revision the store has not reached is refused"));
+    assert!(err.contains("Too large resource version"), "{err}");
+
+    // The change made after the restore reaches a wait from the revision the agent had before.
+    set_label_annotation(&admin, "restore-0", "after-restore").await;
+    let v = aloft_tests::eventually(Duration::from_secs(60), "the change after the restore", || {
+        let api = api.clone();
+        let rev = seen.revision.clone();
+        async move {
+            let v = api.wait_change(&rev, Duration::from_secs(2)).await?;
+            anyhow::Ok(v.filter(|v| v.annotation("test/value") == "after-restore"))
+        }
+    })
+    .await;
+    assert!(v.revision.parse::<u64>().unwrap() < last);
+    // And the next wait, from that view, waits for a change as usual.
+    assert!(api.wait_change(&v.revision, Duration::from_millis(300)).await.unwrap().is_none());
+}

@@ -10,6 +10,7 @@ use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{watch, OnceCell};
@@ -33,7 +34,11 @@ pub struct NodeApi {
     /// wait). Opening a watch per wait cost a request, an authentication and a log replay on
     /// the coordinator for every step of every update; across a fleet that was a third of the
     /// coordinator's requests.
-    latest: Arc<OnceCell<watch::Receiver<Option<Arc<NodeView>>>>>,
+    latest: Arc<OnceCell<watch::Receiver<Option<Followed>>>>,
+    /// The highest revision handed out since the coordinator's store last went back in time
+    /// (see [`Followed::resets`]): a caller's revision above it is from before, and waiting for
+    /// a newer one would wait for numbers the restored store reaches only much later.
+    issued: Arc<AtomicU64>,
     /// A write sent without waiting for it ([`NodeApi::report_working`]); every later write
     /// waits for it first, so the coordinator sees this node's writes in the order they were made.
     pending: Arc<tokio::sync::Mutex<Option<tokio::task::JoinHandle<Result<NodeView>>>>>,
@@ -56,6 +61,15 @@ const DELIVERED_FOR: Duration = Duration::from_secs(30);
 /// How long the coordinator keeps the follower's watch open before the follower reopens it (and
 /// so authenticates again: a revoked node credential stops getting updates within this).
 const FOLLOW_SECONDS: u64 = 300;
+
+/// The follower's newest view, and how many times it found the coordinator's store older than
+/// what it had seen (a data directory restored from a backup): revisions from before such a
+/// reset say nothing about the ones after it.
+#[derive(Clone)]
+struct Followed {
+    view: Arc<NodeView>,
+    resets: u64,
+}
 
 /// What the agent reads of its Node (MCO's annotations) and the revision it was read at.
 #[derive(Debug, Clone, Default)]
@@ -163,6 +177,7 @@ impl NodeApi {
             client,
             name: name.to_string(),
             latest: Arc::default(),
+            issued: Arc::default(),
             pending: Arc::default(),
             delivered: Arc::default(),
         }
@@ -173,7 +188,13 @@ impl NodeApi {
     }
 
     pub async fn get(&self) -> Result<NodeView> {
-        read_node(&self.client, &self.name).await
+        read_node(&self.client, &self.name).await.map(|v| self.issue(v))
+    }
+
+    /// `v`, its revision noted as handed out.
+    fn issue(&self, v: NodeView) -> NodeView {
+        self.issued.fetch_max(v.rev(), Ordering::Relaxed);
+        v
     }
 
     /// Set (or, with `None`, remove) MCO annotations in one merge patch, after any write still
@@ -210,8 +231,9 @@ impl NodeApi {
             .patch_as(&resource_path(NODES, None, Some(&self.name)), "application/merge-patch+json", &patch)
             .await
             .context("updating the node's annotations")?;
-        Ok(n.with_context(|| format!("updating the node's annotations: the coordinator has no Node {:?}", self.name))?
-            .into())
+        let v =
+            n.with_context(|| format!("updating the node's annotations: the coordinator has no Node {:?}", self.name))?;
+        Ok(self.issue(v.into()))
     }
 
     /// Report that the update to `failed_on` failed (`state` Degraded or Unreconcilable, for
@@ -279,18 +301,34 @@ impl NodeApi {
 
     /// Wait until the Node changes after `revision` (or `timeout` passes); returns the newest view.
     /// `None` when nothing newer arrived in time (the caller re-reads the Node).
+    /// After the coordinator's store went back in time (restored from a backup), a wait from a
+    /// revision of before it ends with the view read since: newer than anything before, whatever
+    /// its number.
     pub async fn wait_change(&self, revision: &str, timeout: Duration) -> Result<Option<NodeView>> {
         let want: u64 = revision.parse().unwrap_or(0);
         let mut rx = self.latest.get_or_init(|| async { self.start_follower() }).await.clone();
-        let newer =
-            async { rx.wait_for(|v| v.as_ref().is_some_and(|v| v.rev() > want)).await.ok().and_then(|v| v.clone()) };
+        let resets_before = rx.borrow().as_ref().map_or(0, |f| f.resets);
+        let issued = self.issued.clone();
+        let newer = async {
+            rx.wait_for(|f| {
+                f.as_ref().is_some_and(|f| {
+                    f.view.rev() > want
+                        || f.resets > resets_before
+                        || (f.resets > 0 && want > issued.load(Ordering::Relaxed))
+                })
+            })
+            .await
+            .ok()
+            .and_then(|f| f.clone())
+        };
         // None: time is up, or the follower stopped (only when every NodeApi is gone).
-        Ok(tokio::time::timeout(timeout, newer).await.ok().flatten().map(|v| NodeView::clone(&v)))
+        let v = tokio::time::timeout(timeout, newer).await.ok().flatten().map(|f| NodeView::clone(&f.view));
+        Ok(v.map(|v| self.issue(v)))
     }
 
-    fn start_follower(&self) -> watch::Receiver<Option<Arc<NodeView>>> {
+    fn start_follower(&self) -> watch::Receiver<Option<Followed>> {
         let (tx, rx) = watch::channel(None);
-        tokio::spawn(follow(self.client.clone(), self.name.clone(), tx, self.delivered.clone()));
+        tokio::spawn(follow(self.client.clone(), self.name.clone(), tx, self.delivered.clone(), self.issued.clone()));
         rx
     }
 
@@ -426,12 +464,16 @@ async fn settle(write: Option<tokio::task::JoinHandle<Result<NodeView>>>) {
 
 /// Keeps `tx` at the newest view of node `name`: a GET, then one watch from its revision,
 /// reopened from the last revision seen when the coordinator ends it, and re-read from scratch
-/// when the coordinator has compacted past it (410 Gone). Ends when every receiver is gone.
+/// when the coordinator refuses the watch: compacted past it (410 Gone), or not there yet (504
+/// "Too large resource version": its data directory was restored from an older backup). A
+/// fresh read older than what the follower had is such a reset: it is published all the same,
+/// and `issued` (see [`NodeApi`]) starts again from it. Ends when every receiver is gone.
 async fn follow(
     client: Client,
     name: String,
-    tx: watch::Sender<Option<Arc<NodeView>>>,
+    tx: watch::Sender<Option<Followed>>,
     delivered: Arc<std::sync::Mutex<Option<Delivered>>>,
+    issued: Arc<AtomicU64>,
 ) {
     let mut from: Option<String> = None;
     let mut backoff = Duration::from_millis(200);
@@ -442,7 +484,21 @@ async fn follow(
                 None => {
                     let v = read_node(&client, &name).await?;
                     let r = v.revision.clone();
-                    publish(&tx, v);
+                    let had = tx.borrow().as_ref().map_or(0, |f| f.view.rev());
+                    if v.rev() < had {
+                        tracing::warn!(
+                            seen = had,
+                            now = v.rev(),
+                            "the coordinator's store is older than what this node saw (restored from a backup?); following it from now"
+                        );
+                        issued.store(v.rev(), Ordering::Relaxed);
+                        tx.send_modify(|cur| {
+                            let resets = cur.as_ref().map_or(0, |f| f.resets) + 1;
+                            *cur = Some(Followed { view: Arc::new(v), resets });
+                        });
+                    } else {
+                        publish(&tx, v);
+                    }
                     r
                 }
             };
@@ -473,13 +529,14 @@ async fn follow(
     }
 }
 
-fn publish(tx: &watch::Sender<Option<Arc<NodeView>>>, v: NodeView) {
+fn publish(tx: &watch::Sender<Option<Followed>>, v: NodeView) {
     tx.send_if_modified(|cur| {
         // Never move back: a fresh read can race a newer event already published.
-        if cur.as_ref().is_some_and(|c| c.rev() >= v.rev()) {
+        if cur.as_ref().is_some_and(|c| c.view.rev() >= v.rev()) {
             return false;
         }
-        *cur = Some(Arc::new(v));
+        let resets = cur.as_ref().map_or(0, |f| f.resets);
+        *cur = Some(Followed { view: Arc::new(v), resets });
         true
     });
 }
@@ -491,7 +548,7 @@ fn publish(tx: &watch::Sender<Option<Arc<NodeView>>>, v: NodeView) {
 async fn follow_watch(
     client: &Client,
     name: &str,
-    tx: &watch::Sender<Option<Arc<NodeView>>>,
+    tx: &watch::Sender<Option<Followed>>,
     delivered: &std::sync::Mutex<Option<Delivered>>,
     mut rev: String,
 ) -> Result<Option<String>> {

@@ -39,6 +39,10 @@ enum Op {
     NotIn(Vec<String>),
     Exists,
     DoesNotExist,
+    /// `key>N` / `key<N` (string form only, as Kubernetes' `selection.GreaterThan`/`LessThan`):
+    /// the label's value, read as an integer, is greater / less than N.
+    Gt(i64),
+    Lt(i64),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,6 +59,9 @@ impl Requirement {
             Op::NotIn(vals) => v.is_none_or(|v| !vals.contains(v)),
             Op::Exists => v.is_some(),
             Op::DoesNotExist => v.is_none(),
+            // A value that is no integer matches neither, as in Kubernetes.
+            Op::Gt(n) => v.and_then(|v| v.parse::<i64>().ok()).is_some_and(|v| v > *n),
+            Op::Lt(n) => v.and_then(|v| v.parse::<i64>().ok()).is_some_and(|v| v < *n),
         }
     }
 }
@@ -99,6 +106,17 @@ impl Selector {
                     key: check_key(k.trim()).map_err(|m| err(&m))?,
                     op: Op::In(vec![check_value(v.trim()).map_err(|m| err(&m))?]),
                 }
+            } else if let Some((k, op, v)) = term
+                .split_once('>')
+                .map(|(k, v)| (k, '>', v))
+                .or_else(|| term.split_once('<').map(|(k, v)| (k, '<', v)))
+            {
+                let n = v
+                    .trim()
+                    .parse::<i64>()
+                    .map_err(|_| err(&format!("for '{op}', the value must be an integer, got {:?}", v.trim())))?;
+                let key = check_key(k.trim()).map_err(|m| err(&m))?;
+                Requirement { key, op: if op == '>' { Op::Gt(n) } else { Op::Lt(n) } }
             } else if let Some((k, rest)) = split_set_op(term) {
                 let (negate, rest) = rest;
                 let inner = rest
@@ -349,6 +367,27 @@ mod tests {
 
     fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    /// `key>N` / `key<N` compare the label's value as an integer, as Kubernetes' selectors do
+    /// (`kubectl get no -l 'idx>1'`); a missing or non-integer value matches neither.
+    #[test]
+    fn greater_and_less_than_compare_integers() {
+        let l = labels(&[("idx", "2"), ("name", "x")]);
+        for (sel, want) in [
+            ("idx>1", true),
+            ("idx>2", false),
+            ("idx<3", true),
+            ("idx < 2", false),
+            ("idx>-5,idx<10", true),
+            ("name>0", false),
+            ("name<0", false),
+            ("missing<100", false),
+        ] {
+            assert_eq!(Selector::parse(sel).unwrap().matches(&l), want, "{sel}");
+        }
+        let e = Selector::parse("idx>one").unwrap_err().to_string();
+        assert!(e.contains("must be an integer"), "{e}");
     }
 
     #[test]

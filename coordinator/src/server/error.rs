@@ -56,6 +56,23 @@ impl ApiError {
     pub fn gone(message: impl Into<String>) -> Self {
         Self::new(410, "Expired", message)
     }
+    /// A list or watch from a resourceVersion the store has not reached, as kube-apiserver
+    /// answers it (504 Timeout with a `ResourceVersionTooLarge` cause): client-go then lists
+    /// afresh. Seen after the data directory was restored from a backup older than what the
+    /// clients had read.
+    pub fn future_resource_version(requested: u64, current: u64) -> Self {
+        let mut e =
+            Self::new(504, "Timeout", format!("Timeout: Too large resource version: {requested}, current: {current}"));
+        e.status.details = Some(StatusDetails {
+            causes: vec![StatusCause {
+                reason: "ResourceVersionTooLarge".into(),
+                message: "Too large resource version".into(),
+                field: String::new(),
+            }],
+            ..Default::default()
+        });
+        e
+    }
     pub fn too_large(limit: usize) -> Self {
         Self::new(413, "RequestEntityTooLarge", format!("Request entity too large: limit is {limit} bytes"))
     }

@@ -89,7 +89,8 @@ impl Call<'_> {
         ApiError::invalid(self.path.rt.kind, name, causes)
     }
     fn validate(&self, obj: &Value) -> Result<(), ApiError> {
-        let causes = validate::object_causes(self.path.rt, obj);
+        let mut causes = validate::object_causes(self.path.rt, obj);
+        causes.extend(finalizer_causes(obj));
         if causes.is_empty() {
             Ok(())
         } else {
@@ -142,7 +143,11 @@ fn respond(code: StatusCode, v: Value) -> Response {
 /// One object: as a Table when asked for one, else the JSON the store wrote, as is.
 fn respond_one(call: &Call<'_>, code: StatusCode, obj: Stored) -> Response {
     if call.wants_table() {
-        return respond(code, table::table(call.path.rt, &[&obj], revision_of(&obj), true));
+        let include = match table::IncludeObject::from_params(&call.params) {
+            Ok(i) => i,
+            Err(e) => return e.into_response(),
+        };
+        return respond(code, table::table(call.path.rt, &[&obj], revision_of(&obj), true, include));
     }
     let body = axum::body::Bytes::from_owner(JsonText(obj.json));
     (code, [(axum::http::header::CONTENT_TYPE, "application/json")], body).into_response()
@@ -162,6 +167,21 @@ async fn get(call: Call<'_>) -> Result<Response, ApiError> {
     let name = call.path.name.clone().unwrap_or_default();
     let obj = call.stored(&name).await?;
     Ok(respond_one(&call, StatusCode::OK, obj))
+}
+
+/// A non-empty `metadata.finalizers`, refused: aloft deletes an object at once (no
+/// `deletionTimestamp`, nothing waits for finalizers to go), so a finalizer would protect nothing
+/// while looking as if it did. Kubernetes would keep the object until its finalizers are removed.
+fn finalizer_causes(obj: &Value) -> Option<aloft_api::StatusCause> {
+    let finalizers = objects::at(obj, &["metadata", "finalizers"])?;
+    if finalizers.is_null() || finalizers.as_array().is_some_and(Vec::is_empty) {
+        return None;
+    }
+    Some(super::error::cause(
+        "metadata.finalizers",
+        "FieldValueForbidden",
+        "aloft does not support finalizers: a DELETE removes the object at once",
+    ))
 }
 
 /// Selectors of a list or watch request.
@@ -188,6 +208,12 @@ impl Filters {
         self.labels.is_empty() && self.fields.is_empty()
     }
 
+    /// Whether a write can move an object into or out of the selection (a label or a field
+    /// other than the name or namespace is selected by).
+    pub fn can_change(&self) -> bool {
+        !self.labels.is_empty() || self.fields.selects_by_content()
+    }
+
     pub fn matches(&self, obj: &Value) -> bool {
         if !self.fields.matches(obj) {
             return false;
@@ -204,10 +230,60 @@ impl Filters {
     }
 }
 
+/// The state a list asks for (`resourceVersion`, `resourceVersionMatch`), as Kubernetes' API
+/// reads them: unset or "0", any; with `NotOlderThan` (or no match) a version, anything at least
+/// as new; with `Exact`, that version. The store keeps only each object's newest version, so an
+/// Exact version is served only when it is the current one.
+#[derive(Debug, PartialEq, Eq)]
+struct ListVersion {
+    at_least: Option<u64>,
+    exact: bool,
+}
+
+impl ListVersion {
+    fn from_params(params: &HashMap<String, String>) -> Result<Self, ApiError> {
+        let rv = params.get("resourceVersion").map(String::as_str).unwrap_or("");
+        let invalid = |message: &str, value: &str| {
+            ApiError::invalid(
+                "ListOptions",
+                "",
+                vec![super::error::cause("resourceVersionMatch", "FieldValueInvalid", format!("{value:?}: {message}"))],
+            )
+        };
+        let exact = match params.get("resourceVersionMatch").map(String::as_str) {
+            None | Some("") => false,
+            Some(m) if rv.is_empty() => {
+                return Err(invalid("resourceVersionMatch is forbidden unless resourceVersion is provided", m))
+            }
+            Some(m) if params.get("continue").is_some_and(|c| !c.is_empty()) => {
+                return Err(invalid("resourceVersionMatch is forbidden when continue is provided", m))
+            }
+            Some("NotOlderThan") => false,
+            Some("Exact") if rv == "0" => {
+                return Err(invalid("resourceVersionMatch \"Exact\" is forbidden for resourceVersion \"0\"", "Exact"))
+            }
+            Some("Exact") => true,
+            Some(m) => return Err(invalid("supported values: \"Exact\", \"NotOlderThan\"", m)),
+        };
+        let at_least = match rv {
+            "" | "0" => None,
+            _ => Some(rv.parse::<u64>().map_err(|_| {
+                ApiError::bad_request(format!("resourceVersion {rv:?} is not a resourceVersion this server issued"))
+            })?),
+        };
+        Ok(ListVersion { at_least, exact })
+    }
+}
+
 async fn list(call: Call<'_>) -> Result<Response, ApiError> {
     call.authorize(Verb::List).await?;
     let filters = Filters::from_params(call.path.rt, &call.params)?;
     let paging = pages::PageRequest::from_params(&call.params)?;
+    let version = ListVersion::from_params(&call.params)?;
+    if let Some(rv) = version.at_least {
+        // A version the store has not reached: 504 after a short wait, as for a watch.
+        watch::reached(call.ctx, rv).await?;
+    }
     let ns = call.path.namespace.clone();
     let store_key = call.path.rt.store_key();
     // A continue token is good only for the list it came from.
@@ -222,6 +298,14 @@ async fn list(call: Call<'_>) -> Result<Response, ApiError> {
         None => {
             let listing =
                 call.ctx.store.list_json(&store_key, ns.as_deref()).await.map_err(|e| call.store_err(e, ""))?;
+            if let (Some(rv), true) = (version.at_least, version.exact) {
+                if rv != listing.revision {
+                    return Err(ApiError::gone(format!(
+                        "too old resource version: {rv} ({}): this server lists only the current state",
+                        listing.revision
+                    )));
+                }
+            }
             // One pass: an item is parsed only to match a selector; the items stay the stored
             // text, copied as they are into a JSON answer or kept for the later pages.
             let everything = filters.is_everything();
@@ -251,7 +335,8 @@ async fn list(call: Call<'_>) -> Result<Response, ApiError> {
     if call.wants_table() {
         let items = page.items.iter().map(|s| parse_stored(s)).collect::<Result<Vec<Value>, _>>()?;
         let refs: Vec<&Value> = items.iter().collect();
-        let mut t = table::table(call.path.rt, &refs, Some(page.revision), true);
+        let include = table::IncludeObject::from_params(&call.params)?;
+        let mut t = table::table(call.path.rt, &refs, Some(page.revision), true, include);
         t["metadata"] = metadata;
         return Ok(respond(StatusCode::OK, t));
     }

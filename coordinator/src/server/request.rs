@@ -198,6 +198,12 @@ impl FieldSelector {
         self.terms.iter().find(|(f, neg, _)| f == "metadata.name" && !neg).map(|(_, _, v)| v.as_str())
     }
 
+    /// Whether it selects by anything an object's writes can change (not only by its name or
+    /// namespace, which are fixed at creation).
+    pub fn selects_by_content(&self) -> bool {
+        self.terms.iter().any(|(f, _, _)| f != "metadata.name" && f != "metadata.namespace")
+    }
+
     pub fn matches(&self, obj: &Value) -> bool {
         self.terms.iter().all(|(field, neg, value)| {
             let actual = match super::objects::at_dotted(obj, field) {

@@ -221,9 +221,40 @@ fn selector_text(s: &aloft_api::LabelSelector) -> String {
     }
 }
 
+/// What each row carries as its `object` (`includeObject`, metav1.IncludeObjectPolicy): nothing,
+/// the object's metadata (the default), or the whole object, which kubectl asks for when it
+/// sorts (`--sort-by` on a field outside metadata).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum IncludeObject {
+    None,
+    #[default]
+    Metadata,
+    Object,
+}
+
+impl IncludeObject {
+    /// From a request's `includeObject`; another value is a 400, as kube-apiserver answers it.
+    pub fn from_params(params: &std::collections::HashMap<String, String>) -> Result<Self, super::error::ApiError> {
+        match params.get("includeObject").map(String::as_str) {
+            None | Some("") | Some("Metadata") => Ok(IncludeObject::Metadata),
+            Some("None") => Ok(IncludeObject::None),
+            Some("Object") => Ok(IncludeObject::Object),
+            Some(other) => {
+                Err(super::error::ApiError::bad_request(format!("unrecognized includeObject value: {other:?}")))
+            }
+        }
+    }
+}
+
 /// The Table for `items`. `with_headers` is false for watch events after the first, as the API
 /// server does, so `kubectl get -w` prints the header once.
-pub fn table(r: &ResourceType, items: &[&Value], revision: Option<u64>, with_headers: bool) -> Value {
+pub fn table(
+    r: &ResourceType,
+    items: &[&Value],
+    revision: Option<u64>,
+    with_headers: bool,
+    include: IncludeObject,
+) -> Value {
     let now = chrono::Utc::now();
     let defs: Vec<Value> = if with_headers {
         columns(r)
@@ -244,14 +275,16 @@ pub fn table(r: &ResourceType, items: &[&Value], revision: Option<u64>, with_hea
     let rows: Vec<Value> = items
         .iter()
         .map(|o| {
-            json!({
-                "cells": cells(r, o, now),
-                "object": {
+            let object = match include {
+                IncludeObject::None => Value::Null,
+                IncludeObject::Metadata => json!({
                     "kind": "PartialObjectMetadata",
                     "apiVersion": "meta.k8s.io/v1",
                     "metadata": o.get("metadata").cloned().unwrap_or(Value::Null),
-                },
-            })
+                }),
+                IncludeObject::Object => (*o).clone(),
+            };
+            json!({"cells": cells(r, o, now), "object": object})
         })
         .collect();
     let mut meta = serde_json::Map::new();
@@ -270,4 +303,30 @@ pub fn table(r: &ResourceType, items: &[&Value], revision: Option<u64>, with_hea
 /// True when the client asked for a Table.
 pub fn wants_table(accept: &str) -> bool {
     accept.split(',').any(|part| part.contains("as=Table"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `includeObject=Object` (what `kubectl get --sort-by=.status...` asks for) puts the whole
+    /// object in each row; the default is its metadata, `None` nothing; anything else is refused.
+    #[test]
+    fn rows_carry_what_include_object_asks_for() {
+        let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "a"},
+            "status": {"conditions": [{"type": "Ready", "status": "True"}]}});
+        let row_object = |params: &[(&str, &str)]| {
+            let params = params.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+            let include = IncludeObject::from_params(&params).unwrap();
+            table(&crate::resources::NODE, &[&node], Some(3), true, include)["rows"][0]["object"].clone()
+        };
+        assert_eq!(row_object(&[("includeObject", "Object")]), node);
+        let partial =
+            json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": {"name": "a"}});
+        assert_eq!(row_object(&[]), partial);
+        assert_eq!(row_object(&[("includeObject", "Metadata")]), partial);
+        assert_eq!(row_object(&[("includeObject", "None")]), Value::Null);
+        let bogus = [("includeObject".to_string(), "Everything".to_string())].into();
+        assert_eq!(IncludeObject::from_params(&bogus).unwrap_err().status.code, 400);
+    }
 }

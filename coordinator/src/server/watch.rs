@@ -4,6 +4,11 @@
 //! client reconnecting with its last version misses nothing, or gets 410 Gone when the log no
 //! longer reaches back that far.
 //!
+//! With a selector a write can change the answer of (labels, fields other than the name), an
+//! object that leaves the selection is sent as DELETED and one that enters it as ADDED
+//! ([`Membership`]), as Kubernetes does; a resourceVersion the store has not reached is refused
+//! ([`reached`]).
+//!
 //! `skipOwnWrites=true` (an aloft extension; the agent's watch of its own Node asks for it)
 //! leaves out the live events of the caller's own writes: it has those objects from its
 //! writes' answers already, and they were half of what a fleet's watches carried during a
@@ -29,13 +34,15 @@ use axum::body::{Body, Bytes};
 use axum::response::Response;
 use futures::StreamExt;
 use serde_json::{json, Value};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 enum Item {
     /// The kind, the object, and the object's JSON when the store has it at hand.
     Event(EventType, Arc<Value>, Option<Arc<str>>),
+    /// The BOOKMARK that ends the initial events (`sendInitialEvents=true`), at this revision.
+    InitialEventsEnd(u64),
     Error(ApiError),
 }
 
@@ -69,6 +76,7 @@ pub async fn serve(
             return Err(ApiError::bad_request(format!("includeUpdateInputs {other:?} is not true or false")))
         }
     };
+    let include = if as_table { table::IncludeObject::from_params(params)? } else { Default::default() };
     let rt = path.rt;
     let resource = rt.store_key();
     let rv = params.get("resourceVersion").map(String::as_str).unwrap_or("");
@@ -78,7 +86,15 @@ pub async fn serve(
         ),
         None => ctx.limits.watch_timeout,
     };
-    let (initial, from) = if rv.is_empty() || rv == "0" {
+    let send_initial = send_initial_events(params)?;
+    let resumed = !(rv.is_empty() || rv == "0");
+    let (initial, from) = if !resumed || send_initial {
+        if resumed {
+            let at_least = rv.parse::<u64>().map_err(|_| {
+                ApiError::bad_request(format!("resourceVersion {rv:?} is not a resourceVersion this server issued"))
+            })?;
+            reached(ctx, at_least).await?;
+        }
         let listing = ctx
             .store
             .list(&resource, path.namespace.as_deref())
@@ -89,7 +105,23 @@ pub async fn serve(
         let from = rv.parse::<u64>().map_err(|_| {
             ApiError::bad_request(format!("resourceVersion {rv:?} is not a resourceVersion this server issued"))
         })?;
+        reached(ctx, from).await?;
         (Vec::new(), from)
+    };
+    // A watch resumed with a selector an object can move out of starts from the objects that
+    // match now, as the ones the client has (the store's log keeps no older versions to say
+    // which matched at `from`).
+    let mut membership = match filters.can_change() {
+        false => Membership::Unchanging,
+        true if resumed && !send_initial => {
+            let listing = ctx
+                .store
+                .list(&resource, path.namespace.as_deref())
+                .await
+                .map_err(|e| ApiError::from_store(e, &rt.qualified(), ""))?;
+            Membership::Tracked(listing.items.iter().filter(|o| filters.matches(o)).map(member_key).collect())
+        }
+        true => Membership::Tracked(HashSet::new()),
     };
     let filter = WatchFilter {
         resource: Some(resource),
@@ -98,7 +130,12 @@ pub async fn serve(
         skip_origin: skip_own,
     };
     let live = ctx.store.watch(filter, from).await.map_err(|e| ApiError::from_store(e, &rt.qualified(), ""))?;
-    let initial = futures::stream::iter(initial.into_iter().map(|o| Item::Event(EventType::Added, Arc::new(o), None)));
+    let initial = futures::stream::iter(
+        initial
+            .into_iter()
+            .map(|o| Item::Event(EventType::Added, Arc::new(o), None))
+            .chain(send_initial.then_some(Item::InitialEventsEnd(from))),
+    );
     // The caller's own writes (skipOwnWrites) are left out by the store, where they are published.
     let live = live.map(move |r| match r {
         Ok(ev) => Item::Event(ev.kind, ev.object, Some(ev.json)),
@@ -110,12 +147,12 @@ pub async fn serve(
     let (store, who) = (ctx.store.clone(), Arc::new(who.clone()));
     let body = initial
         .chain(live)
-        .filter(move |item| {
-            let keep = match item {
-                Item::Event(_, o, _) => filters.matches(o),
-                Item::Error(_) => true,
+        .filter_map(move |item| {
+            let item = match item {
+                Item::Event(kind, o, json) => membership.judge(kind, &o, &filters).map(|k| Item::Event(k, o, json)),
+                other => Some(other),
             };
-            futures::future::ready(keep)
+            futures::future::ready(item)
         })
         // End the stream after an error event.
         .scan(false, |ended, item| {
@@ -151,9 +188,20 @@ pub async fn serve(
                 Item::Event(kind, obj, json) if !as_table => event_line(kind, &obj, json.as_deref()),
                 Item::Event(kind, obj, _) => {
                     let rev = crate::store::revision_of(&obj);
-                    let t = table::table(rt, &[&obj], rev, first);
+                    let t = table::table(rt, &[&obj], rev, first, include);
                     first = false;
                     event_line(kind, &t, None)
+                }
+                Item::InitialEventsEnd(rev) => {
+                    let bookmark = json!({"type": "BOOKMARK", "object": {
+                        "kind": rt.kind,
+                        "apiVersion": rt.api_version(),
+                        "metadata": {"resourceVersion": rev.to_string(),
+                            "annotations": {"k8s.io/initial-events-end": "true"}},
+                    }});
+                    let mut line = serde_json::to_vec(&bookmark).unwrap_or_default();
+                    line.push(b'\n');
+                    line
                 }
                 Item::Error(e) => {
                     let mut line =
@@ -178,6 +226,99 @@ pub async fn serve(
         .header("cache-control", "no-cache, private")
         .body(Body::from_stream(body))
         .map_err(|e| ApiError::internal(e.to_string()))
+}
+
+/// `sendInitialEvents` (client-go's WatchList): with `true`, the watch starts with the current
+/// state (at least as new as a given resourceVersion) as ADDED events and then a BOOKMARK
+/// annotated `k8s.io/initial-events-end: "true"`, which the reflector waits for. As
+/// kube-apiserver, it needs `resourceVersionMatch=NotOlderThan` and `allowWatchBookmarks=true`.
+fn send_initial_events(params: &HashMap<String, String>) -> Result<bool, ApiError> {
+    let invalid = |field: &str, message: &str| {
+        ApiError::invalid("ListOptions", "", vec![super::error::cause(field, "FieldValueInvalid", message)])
+    };
+    match params.get("sendInitialEvents").map(String::as_str) {
+        None | Some("") | Some("false") => Ok(false),
+        Some("true") => {
+            if params.get("resourceVersionMatch").map(String::as_str) != Some("NotOlderThan") {
+                return Err(invalid(
+                    "resourceVersionMatch",
+                    "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+                ));
+            }
+            if params.get("allowWatchBookmarks").map(String::as_str) != Some("true") {
+                return Err(invalid("allowWatchBookmarks", "sendInitialEvents requires allowWatchBookmarks=true"));
+            }
+            Ok(true)
+        }
+        Some(other) => Err(ApiError::bad_request(format!("sendInitialEvents {other:?} is not true or false"))),
+    }
+}
+
+/// Which objects a watch with a selector has sent as present, so that a write that moves one out
+/// of the selection is sent as DELETED (with the new object) and one that moves it in as ADDED,
+/// as kube-apiserver's watch cache does (`cache_watcher.go convertToWatchEvent`): client-go's
+/// informers and `kubectl get -l ... -w` drop an object only on DELETED.
+enum Membership {
+    /// No selector a write can change the answer of (none, or only the name): events as they are.
+    Unchanging,
+    /// The keys (namespace/name) sent as present.
+    Tracked(HashSet<String>),
+}
+
+impl Membership {
+    /// The event to send for a `kind` event of `obj`, if any.
+    fn judge(&mut self, kind: EventType, obj: &Value, filters: &Filters) -> Option<EventType> {
+        let present = match self {
+            Membership::Unchanging => return filters.matches(obj).then_some(kind),
+            Membership::Tracked(present) => present,
+        };
+        let key = member_key(obj);
+        if kind == EventType::Deleted {
+            return present.remove(&key).then_some(EventType::Deleted);
+        }
+        match (present.contains(&key), filters.matches(obj)) {
+            (true, true) => Some(kind),
+            (false, true) => {
+                present.insert(key);
+                Some(EventType::Added)
+            }
+            (true, false) => {
+                present.remove(&key);
+                Some(EventType::Deleted)
+            }
+            (false, false) => None,
+        }
+    }
+}
+
+/// `namespace/name` of an object.
+fn member_key(obj: &Value) -> String {
+    use super::objects::{at, name_of};
+    let ns = at(obj, &["metadata", "namespace"]).and_then(Value::as_str).unwrap_or("");
+    format!("{ns}/{}", name_of(obj))
+}
+
+/// How long a list or watch from a resourceVersion the store has not reached waits for it before
+/// it is refused (kube-apiserver's watch cache waits 3 s for the same).
+const FUTURE_WAIT: Duration = Duration::from_secs(3);
+
+/// Waits (up to [`FUTURE_WAIT`]) until the store has reached revision `rv`, and returns its
+/// revision; 504 "Too large resource version" when it does not. A store never hands out a
+/// revision before it has it, so a larger one comes from before the data directory was restored
+/// from an older backup: answered with a watch that waits, the client (an agent) would wait for
+/// events that never come, where the error makes it read afresh.
+pub(super) async fn reached(ctx: &Ctx, rv: u64) -> Result<u64, ApiError> {
+    let deadline = tokio::time::Instant::now() + FUTURE_WAIT;
+    loop {
+        let head = ctx.store.revision().await.map_err(|e| ApiError::from_store(e, "", ""))?;
+        if head >= rv {
+            return Ok(head);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Err(ApiError::future_resource_version(rv, head));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// The desiredConfig `obj` asks for, with `obj`, when the node does not run it and its inputs have
@@ -256,6 +397,53 @@ fn event_line(kind: EventType, obj: &Value, json: Option<&str>) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An object moving out of a selection is DELETED for the watch, moving in is ADDED: by label
+    /// and by field, and from a watch's own initial list as from objects that matched when it
+    /// was resumed.
+    #[test]
+    fn objects_leaving_or_entering_a_selection_are_deleted_or_added() {
+        use EventType::{Added, Deleted, Modified};
+        let filters = |q: &[(&str, &str)]| {
+            let params = q.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+            Filters::from_params(&crate::resources::NODE, &params).unwrap()
+        };
+        let node = |name: &str, grp: &str, unschedulable: bool| json!({"metadata": {"name": name, "labels": {"grp": grp}}, "spec": {"unschedulable": unschedulable}});
+        let by_label = filters(&[("labelSelector", "grp=a")]);
+        assert!(by_label.can_change());
+        let mut m = Membership::Tracked(HashSet::new());
+        let run = |m: &mut Membership, f: &Filters, steps: &[(EventType, Value)]| {
+            steps.iter().map(|(k, o)| m.judge(*k, o, f)).collect::<Vec<_>>()
+        };
+        let steps = [
+            (Added, node("s1", "a", false)),
+            (Modified, node("s1", "a", false)),
+            (Modified, node("s1", "b", false)),
+            (Modified, node("s1", "b", false)),
+            (Modified, node("s1", "a", false)),
+            (Modified, node("s2", "b", false)),
+            (Deleted, node("s2", "b", false)),
+            (Deleted, node("s1", "a", false)),
+        ];
+        assert_eq!(
+            run(&mut m, &by_label, &steps),
+            [Some(Added), Some(Modified), Some(Deleted), None, Some(Added), None, None, Some(Deleted)]
+        );
+
+        let by_field = filters(&[("fieldSelector", "spec.unschedulable=false")]);
+        assert!(by_field.can_change());
+        // Resumed: s1 matched when the watch opened.
+        let mut m = Membership::Tracked(["/s1".to_string()].into());
+        let steps = [(Modified, node("s1", "a", true)), (Modified, node("s1", "a", false))];
+        assert_eq!(run(&mut m, &by_field, &steps), [Some(Deleted), Some(Added)]);
+
+        // Selecting by name only: nothing can move, events pass as they are.
+        let by_name = filters(&[("fieldSelector", "metadata.name=s1")]);
+        assert!(!by_name.can_change());
+        let mut m = Membership::Unchanging;
+        let steps = [(Modified, node("s1", "a", false)), (Modified, node("s2", "a", false))];
+        assert_eq!(run(&mut m, &by_name, &steps), [Some(Modified), None]);
+    }
 
     #[test]
     fn an_event_line_from_stored_json_is_the_serialized_event() {
