@@ -100,3 +100,47 @@ async fn token_create_refuses_reserved_names() {
     assert_eq!(c.client().get("/api/v1/nodes").await.unwrap().code, 200, "the admin token still works");
     assert_eq!(node.get(&path_of(&NODE, Some("n1"))).await.unwrap().code, 200, "the node's credential still works");
 }
+
+/// The Ready status of Node `name`: (status, reason).
+async fn ready_of(c: &Coordinator, name: &str) -> (String, String) {
+    let node = c.client().get(&path_of(&NODE, Some(name))).await.unwrap().into_result().unwrap();
+    let cond = aloft_tests::condition(&node, "Ready").cloned().unwrap_or_default();
+    let s = |k: &str| cond[k].as_str().unwrap_or_default().to_string();
+    (s("status"), s("reason"))
+}
+
+/// A node whose agent is gone (killed: no connection left) turns Ready=Unknown after the grace
+/// period, as the node lifecycle controller marks a node whose kubelet stopped posting its
+/// status, and Ready=True again once its agent is back; a Node nobody's agent wrote Ready for is
+/// left as it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_whose_agent_is_gone_turns_ready_unknown_and_back() {
+    let args = vec!["--node-monitor-grace-period".to_string(), "3s".to_string()];
+    let c = Coordinator::start_with(aloft_tests::Options { args, ..Default::default() });
+    let admin = c.client();
+    let by_hand = serde_json::json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "by-hand"},
+        "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "ByHand"}]}});
+    admin.post("/api/v1/nodes", &by_hand).await.unwrap().into_result().unwrap();
+    let bootstrap = c.create_token("fleet", "bootstrap");
+    let token_file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(token_file.path(), &bootstrap).unwrap();
+    let mut h = Host::new("n1").await;
+    h.start_agent(&c, token_file.path());
+    ready_uid(&c, "n1", None, "n1 enrolled and Ready").await;
+    // Connected, it stays Ready past the grace period.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(ready_of(&c, "n1").await, ("True".into(), "AloftAgentReady".into()));
+
+    h.stop_agent();
+    let c2 = &c;
+    eventually(Duration::from_secs(30), "n1 Ready=Unknown once its agent is gone", || async move {
+        Ok((ready_of(c2, "n1").await == ("Unknown".to_string(), "NodeStatusUnknown".to_string())).then_some(()))
+    })
+    .await;
+    h.start_agent(&c, token_file.path());
+    eventually(Duration::from_secs(60), "n1 Ready=True once its agent is back", || async move {
+        Ok((ready_of(c2, "n1").await.0 == "True").then_some(()))
+    })
+    .await;
+    assert_eq!(ready_of(&c, "by-hand").await, ("True".into(), "ByHand".into()), "no agent's Node: left alone");
+}

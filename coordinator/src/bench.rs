@@ -120,6 +120,7 @@ pub async fn run(opts: ApiBench) -> Result<()> {
         watch_history: crate::store::sqlite::DEFAULT_RETAIN,
         event_ttl: crate::controllers::event_ttl::DEFAULT_TTL,
         allocator: None,
+        node_monitor_grace: crate::controllers::presence::DEFAULT_GRACE,
     };
     let server = tokio::spawn(serve::run(serve_opts));
     let kubeconfig = serve::DataDir::new(dir.path()).kubeconfig;

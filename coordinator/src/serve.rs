@@ -30,6 +30,9 @@ pub struct ServeOptions {
     /// Reads the allocator the binary linked, for `/metrics` (`aloft_allocator_bytes`); `None`
     /// leaves those series out.
     pub allocator: Option<crate::process_metrics::AllocatorProbe>,
+    /// How long a node's agent may be without a watch open before its Node is marked
+    /// Ready=Unknown (zero: never); see [`controllers::presence`].
+    pub node_monitor_grace: std::time::Duration,
 }
 
 /// Files `serve` keeps in the data directory.
@@ -167,6 +170,7 @@ pub async fn run(opts: ServeOptions) -> Result<()> {
     let token_store = store.clone();
     let store: Arc<dyn crate::store::Store> = Arc::new(store);
     let health = Arc::new(crate::health::Health::default());
+    let presence = Arc::new(controllers::presence::Presence::default());
     let ctx = Arc::new(Ctx {
         store: store.clone(),
         tokens,
@@ -177,11 +181,16 @@ pub async fn run(opts: ServeOptions) -> Result<()> {
         health: health.clone(),
         requests: Default::default(),
         allocator: opts.allocator,
+        presence: presence.clone(),
     });
     controllers::spawn_all(store.clone(), health.clone(), opts.event_ttl).context("starting the controllers")?;
     let (ttl_store, ttl) = (store.clone(), opts.event_ttl);
     tokio::spawn(controllers::supervise("event-ttl", health.clone(), move || {
         controllers::event_ttl::run(ttl_store.clone(), ttl)
+    }));
+    let (presence_store, grace) = (store.clone(), opts.node_monitor_grace);
+    tokio::spawn(controllers::supervise("node-lifecycle", health.clone(), move || {
+        controllers::presence::run(presence_store.clone(), presence.clone(), grace)
     }));
     let app = server::router(ctx).into_make_service();
     let serving_store = store.clone();

@@ -76,6 +76,11 @@ enum Cmd {
         /// (e.g. 1h, 30m, 2h30m); 0 keeps Events forever.
         #[arg(long, default_value = "1h", value_parser = humantime::parse_duration)]
         event_ttl: std::time::Duration,
+        /// How long a node's agent may be without a connection (its watch of its own Node)
+        /// before the Node's Ready condition turns Unknown (reason NodeStatusUnknown) and the
+        /// node is no longer picked; as kube-controller-manager's flag. 0 turns it off.
+        #[arg(long, default_value = "40s", value_parser = humantime::parse_duration)]
+        node_monitor_grace_period: std::time::Duration,
     },
     /// Benchmarks (not tests): each prints figures with a baseline measured in the same run.
     Bench {
@@ -192,6 +197,7 @@ async fn main() -> Result<()> {
             max_body_bytes,
             watch_history,
             event_ttl,
+            node_monitor_grace_period,
         } => {
             let limits = Limits { max_body: max_body_bytes, ..Limits::default() };
             serve::run(ServeOptions {
@@ -204,6 +210,7 @@ async fn main() -> Result<()> {
                 watch_history,
                 event_ttl,
                 allocator: Some(jemalloc_stats),
+                node_monitor_grace: node_monitor_grace_period,
             })
             .await
         }

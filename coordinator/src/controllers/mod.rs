@@ -15,6 +15,7 @@ pub mod node;
 pub mod passes;
 pub mod pick;
 pub mod pools;
+pub mod presence;
 pub mod render;
 pub mod rollout_policy;
 pub mod uncordon;

@@ -80,6 +80,8 @@ pub struct Ctx {
     pub requests: request_metrics::RequestMetrics,
     /// The binary's allocator, for `/metrics`.
     pub allocator: Option<crate::process_metrics::AllocatorProbe>,
+    /// The agents' open watches, which say whether each node's agent is there.
+    pub presence: Arc<crate::controllers::presence::Presence>,
 }
 
 pub type SharedCtx = Arc<Ctx>;

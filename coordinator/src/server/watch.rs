@@ -144,6 +144,12 @@ pub async fn serve(
     let mut first = true;
     // The desiredConfig whose inputs went out last, per Node of the stream (one for an agent).
     let mut sent: HashMap<String, String> = HashMap::new();
+    // A watch by a node's agent counts as the agent being there while it is open (the body is
+    // dropped when the watch ends): see `controllers::presence`.
+    let held = match &who.role {
+        crate::auth::Role::Node(node) => Some(ctx.presence.open(node)),
+        _ => None,
+    };
     let (store, who) = (ctx.store.clone(), Arc::new(who.clone()));
     let body = initial
         .chain(live)
@@ -184,6 +190,7 @@ pub async fn serve(
             }
         })
         .map(move |(inputs, item)| {
+            let _counted = &held;
             let event = match item {
                 Item::Event(kind, obj, json) if !as_table => event_line(kind, &obj, json.as_deref()),
                 Item::Event(kind, obj, _) => {
