@@ -49,7 +49,7 @@ async fn readyz_lists_the_store_and_every_controller_and_rejects_unknown_checks(
     })
     .await;
     let want = "[+]ping ok\n[+]store ok\n[+]controllers ok\n[+]controller/drain ok\n\
-                [+]controller/event-ttl ok\n[+]controller/gc ok\n[+]controller/node ok\n[+]controller/render ok\nreadyz check passed\n";
+                [+]controller/event-ttl ok\n[+]controller/gc ok\n[+]controller/node ok\n[+]controller/node-lifecycle ok\n[+]controller/render ok\nreadyz check passed\n";
     assert_eq!(body, want, "no token needed; each check on its line");
 
     assert_eq!(raw(&c, "/readyz", None).await, (200, "text/plain; charset=utf-8".into(), "ok".into()));
