@@ -467,3 +467,55 @@ async fn an_edit_made_before_the_drift_watch_is_armed_is_found() {
         format!("unexpected on-disk state validating against {target}: content mismatch for file \"/etc/w.conf\"")
     );
 }
+
+/// The Node's annotation `key` ("" when absent).
+async fn annotation_of(c: &Coordinator, node: &str, key: &str) -> anyhow::Result<String> {
+    let n = c.client().get(&path_of(&NODE, Some(node))).await?.into_result()?;
+    Ok(node_annotation(&n, key))
+}
+
+/// An interrupted apply whose recovery fails at start (here systemd refuses every reload, so
+/// neither the forward nor the rollback steps can finish) does not make the agent exit: that was
+/// a crash loop under `Restart=on-failure`, with the Node still saying Done. The agent keeps
+/// running, reports Degraded with the reason, retries the recovery, and once systemd works again
+/// the node is back on its config and Done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_recovery_at_start_is_degraded_not_a_crash_loop() {
+    let c = Coordinator::start();
+    let (mut h, token_file, target) = one_node_on_a_file(&c, "worker-r", "/etc/r.conf", "r", "None").await;
+    h.stop_agent();
+
+    // Leave the journal in RollingBack: an apply whose every daemon-reload fails.
+    let root = aloft_agent::host::Root::new(h.root.path());
+    let current = aloft_agent::daemon::load_current(&root).unwrap().expect("a current config");
+    let mut broken = current.spec.clone();
+    broken.config["systemd"] =
+        json!({"units": [{"name": "x.service", "contents": "[Service]\nExecStart=/bin/true\n"}]});
+    h.fake.fail_calls("Reload", None);
+    let services = aloft_agent::engine::connect_services(Some(&h.bus_address)).await.unwrap();
+    let journal = aloft_agent::journal::Journal::new(&root);
+    let err = aloft_agent::apply::apply(&root, &journal, &current.spec, &broken, services.as_ref()).await.unwrap_err();
+    assert!(matches!(err, aloft_agent::apply::ApplyError::RollbackFailed { .. }), "{err}");
+
+    h.start_agent(&c, token_file.path());
+    let reason = eventually(Duration::from_secs(60), "worker-r to report the failed recovery", || {
+        let c = &c;
+        async move {
+            Ok((annotation_of(c, "worker-r", ann::STATE).await? == "Degraded")
+                .then_some(annotation_of(c, "worker-r", ann::REASON).await?))
+        }
+    })
+    .await;
+    assert!(reason.contains("could neither be finished nor rolled back"), "{reason}");
+    assert!(reason.contains("Reload"), "{reason}");
+    assert!(!h.agent_exited(), "the agent exited on a failed recovery");
+
+    h.fake.clear_failures();
+    let hosts = [h];
+    let back = converge(&c, &hosts, None, "worker-r Done again once the recovery succeeds").await;
+    assert_eq!(back, target);
+    let [mut h] = hosts;
+    assert!(!h.agent_exited());
+    assert!(!h.path("/etc/systemd/system/x.service").exists());
+    assert!(!aloft_agent::engine::apply_unfinished(&root));
+}

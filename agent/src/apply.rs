@@ -529,12 +529,27 @@ async fn run_step(fs: &HostFs, journal: &Journal, services: &dyn ServiceManager,
             match op {
                 ServiceOp::Enable => services.enable_units(&names).await?,
                 ServiceOp::Disable => services.disable_units(&names).await?,
-                ServiceOp::Preset => services.preset_units(&names).await?,
+                ServiceOp::Preset => preset_each(services, &names).await,
             }
             fail::fail_point!(after);
         }
     }
     Ok(())
+}
+
+/// Resets each unit to its preset, one at a time, logging and skipping a unit systemd refuses.
+///
+/// Why: as MCO's `writeUnits` / `deleteStaleData` ("Could not reset unit preset for %s,
+/// skipping"; "Did not restore preset for %s (may not exist)"), a preset never fails an update
+/// or its rollback. A drop-in may name a unit the host does not ship (`NoSuchUnit`), and a unit
+/// still masked cannot be preset (`UnitMasked`); in one batch either refusal failed every unit,
+/// and as the first rollback step it left the node half rolled back.
+async fn preset_each(services: &dyn ServiceManager, names: &[String]) {
+    for name in names {
+        if let Err(e) = services.preset_units(std::slice::from_ref(name)).await {
+            tracing::warn!(unit = %name, error = %e, "could not reset the unit to its preset; skipping");
+        }
+    }
 }
 
 /// Builds the forward and rollback step lists (their bytes inline, or as journal blobs when

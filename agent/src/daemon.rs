@@ -255,6 +255,10 @@ pub struct Agent {
     /// The drift watch armed for the named current config, kept across Node changes so an edit
     /// made while the Node was being re-read is still seen (its event waits in the channel).
     drift_watch: Option<(String, crate::drift::DriftWatch)>,
+    /// An interrupted apply could neither be finished nor rolled back: the node is reported
+    /// Degraded with this reason and recovery is retried with backoff, instead of the daemon
+    /// exiting (every start failed the same way: a crash loop, with the Node still saying Done).
+    recovery_error: Option<String>,
 }
 
 impl Agent {
@@ -279,6 +283,7 @@ impl Agent {
             os_status: serde_json::Value::Null,
             booted_os: osflow::BootedOs::default(),
             drift_watch: None,
+            recovery_error: None,
         })
     }
 
@@ -302,11 +307,15 @@ impl Agent {
 
     /// Publish the status: the local file, D-Bus, sd_notify STATUS= and the state metric.
     fn write_status(&self, progress: &str) -> Result<()> {
+        let (state, reason) = match &self.recovery_error {
+            Some(reason) => ("Degraded", reason.as_str()),
+            None => (self.phase.mco_state(), self.phase.reason()),
+        };
         let mut st = AgentStatus {
-            state: self.phase.mco_state().into(),
+            state: state.into(),
             current_config: self.current_name(),
             desired_config: self.desired.clone(),
-            reason: self.phase.reason().into(),
+            reason: reason.into(),
             progress: if progress.is_empty() {
                 self.phase.name().into()
             } else {
@@ -371,6 +380,13 @@ impl Agent {
     pub async fn step(&mut self, node: &NodeView) -> Result<Step> {
         self.desired = node.annotation(ann::DESIRED_CONFIG).to_string();
         self.drain_answer = node.annotation(ann::LAST_APPLIED_DRAIN).to_string();
+        if self.recovery_error.is_some() {
+            // Nothing else may run over a half-applied disk (nor report it Done): retry first.
+            self.startup().await?;
+            if self.recovery_error.is_some() {
+                return Ok(Step::Wait);
+            }
+        }
         self.maybe_prestage(node);
         let step = decide(&self.phase, node, &self.current_name(), &state::boot_id(&self.root));
         match &step {
@@ -479,7 +495,14 @@ impl Agent {
             crate::engine::apply_checked(&self.root, &checked, self.services.as_ref()).await
         };
         if let Err(e) = applied {
-            return self.fail(target, format!("{e:#}"), false).await;
+            let reason = format!("{e:#}");
+            self.fail(target, reason.clone(), false).await?;
+            if crate::engine::apply_unfinished(&self.root) {
+                // The rollback failed too: recovery is retried before anything else.
+                self.recovery_error = Some(reason);
+                self.write_status("")?;
+            }
+            return Ok(());
         }
         let staged = match os_work {
             Some(req) => {
@@ -560,7 +583,13 @@ impl Agent {
     /// At start: finish or undo an interrupted apply, then check the disk against the current
     /// config (drift is Degraded, as MCO reports it).
     pub async fn startup(&mut self) -> Result<()> {
-        let recovered = crate::engine::recover(&self.root, self.services.as_ref()).await?;
+        let recovered = match crate::engine::recover(&self.root, self.services.as_ref()).await {
+            Ok(r) => r,
+            Err(e) => return self.recovery_failed(format!("{e:#}")).await,
+        };
+        if self.recovery_error.take().is_some() {
+            tracing::info!("the interrupted apply is recovered");
+        }
         self.current = load_current(&self.root)?;
         // A crash between the journal's commit and saving the current config: the journal says
         // which config the node is on now.
@@ -617,6 +646,28 @@ impl Agent {
             }
         }
         self.write_status("")?;
+        Ok(())
+    }
+
+    /// Recovery of an interrupted apply failed: report Degraded and keep running (retried from
+    /// [`Agent::step`]). The persisted phase stays as it was, so that a later recovery resumes
+    /// from it as at any start.
+    async fn recovery_failed(&mut self, error: String) -> Result<()> {
+        let reason = format!("an interrupted apply could neither be finished nor rolled back (retrying): {error}");
+        tracing::error!(%reason, "recovery failed");
+        self.current = load_current(&self.root)?;
+        let target = self.phase.target().map(str::to_string).unwrap_or_else(|| self.current_name());
+        let repeated = self.recovery_error.as_deref() == Some(reason.as_str());
+        self.recovery_error = Some(reason.clone());
+        self.write_status("")?;
+        if !repeated {
+            let current = self.current_name();
+            if let Err(e) = self.api.report_failure("Degraded", &reason, &current, &target).await {
+                // Retried with the recovery; the daemon keeps running either way.
+                self.recovery_error = Some(format!("{reason} (not reported: {e:#})"));
+                tracing::warn!(error = %format!("{e:#}"), "cannot report the failed recovery");
+            }
+        }
         Ok(())
     }
 
@@ -733,6 +784,12 @@ impl Agent {
                     continue;
                 }
             };
+            if self.recovery_error.is_some() {
+                // Recovery failed: retry with backoff, or sooner if the Node changes.
+                let _ = self.api.wait_change(&node.revision, backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(60));
+                continue;
+            }
             let drifted = matches!(&self.phase, Phase::Degraded { target, .. } if *target == self.current_name());
             match (&step, &self.phase) {
                 // Degraded by drift on the current config: watch the disk for the repair.
