@@ -519,3 +519,32 @@ async fn a_failed_recovery_at_start_is_degraded_not_a_crash_loop() {
     assert!(!h.path("/etc/systemd/system/x.service").exists());
     assert!(!aloft_agent::engine::apply_unfinished(&root));
 }
+
+/// A restart in the middle of the rebootless actions makes the agent reboot to be safe (which
+/// actions ran is unknown); that reboot drains first, as every reboot does in MCO: the drain
+/// request is answered (cordon, budgets, hooks) before logind is asked, never a bare reboot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reboot_after_an_interrupted_rebootless_update_drains_first() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let (mut h, token_file, target) = one_node_on_a_file(&c, "worker-d", "/etc/d.conf", "d", "None").await;
+    assert!(h.fake.reboots().is_empty(), "a rebootless update rebooted");
+
+    // The state a crash while running the rebootless actions leaves.
+    h.stop_agent();
+    let phase = json!({"phase": "acting", "target": target});
+    std::fs::write(h.path("/var/lib/aloft/phase.json"), phase.to_string()).unwrap();
+    h.start_agent(&c, token_file.path());
+
+    let hosts = [h];
+    let h = &hosts[0];
+    eventually(Duration::from_secs(60), "worker-d to ask for its reboot", || async {
+        Ok((!h.fake.reboots().is_empty()).then_some(()))
+    })
+    .await;
+    let node = admin.get(&path_of(&NODE, Some("worker-d"))).await.unwrap().into_result().unwrap();
+    let drain = format!("drain-{target}");
+    assert_eq!(node_annotation(&node, ann::DESIRED_DRAIN), drain, "the reboot was not preceded by a drain request");
+    assert_eq!(node_annotation(&node, ann::LAST_APPLIED_DRAIN), drain, "rebooted before the drain was done");
+    assert_eq!(node.pointer("/spec/unschedulable"), Some(&json!(true)), "rebooted while schedulable: {node}");
+}

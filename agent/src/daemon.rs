@@ -76,6 +76,9 @@ pub enum Step {
     FinishAfterReboot { target: String },
     /// Asked for a reboot that has not happened (a crash in between): ask again.
     Reboot { target: String },
+    /// A reboot the agent decided on after a restart: drain (handshake, workloads stopped), then
+    /// reboot into `target`.
+    DrainAndReboot { target: String },
     /// Booted after an OS update to `target`: verify the booted commit and kernel arguments, run
     /// the health checks, then finish (or roll back).
     VerifyOs { target: String },
@@ -88,14 +91,19 @@ pub enum Step {
 /// saved) cannot be resumed: which actions ran is unknown, and the diff that chose them is gone
 /// with the old config. Rebooting applies all of it, as for an apply that recovery finished;
 /// without this the restarted agent reported Done with the actions (a service restart, a
-/// reload) never run.
-pub fn resume_after_restart(phase: &Phase, current: &str, boot_id: &str) -> Option<Phase> {
+/// reload) never run. The reboot drains first, as every reboot does (MCO: a Reboot action
+/// always drains); rebooting straight away skipped the cordon, the drain hooks and the
+/// workloads' stop.
+pub fn resume_after_restart(phase: &Phase, current: &str) -> Option<Phase> {
     match phase {
-        Phase::Acting { target } if target == current => {
-            Some(Phase::Rebooting { target: target.clone(), boot_id: boot_id.to_string() })
-        }
+        Phase::Acting { target } if target == current => Some(drain_for_reboot(target)),
         _ => None,
     }
+}
+
+/// The phase of a reboot the agent decided on: drain (`drain-<target>`), then reboot.
+fn drain_for_reboot(target: &str) -> Phase {
+    Phase::DrainingForReboot { target: target.to_string(), request: format!("drain-{target}") }
 }
 
 /// The state machine's transition function. `current` is the on-disk current config's name
@@ -121,6 +129,11 @@ pub fn decide(phase: &Phase, node: &NodeView, current: &str, boot_id: &str) -> S
             };
         }
         _ => {}
+    }
+    if let Phase::DrainingForReboot { target, .. } = phase {
+        if target == current {
+            return Step::DrainAndReboot { target: target.clone() };
+        }
     }
     if let Phase::Rebooting { target, boot_id: asked_in } = phase {
         if target == current {
@@ -408,6 +421,7 @@ impl Agent {
                 _ => self.ask_reboot(target).await?,
             },
             Step::Reboot { .. } => {}
+            Step::DrainAndReboot { target } => self.drain_and_reboot(target).await?,
             Step::VerifyOs { target } => self.verify_os_boot(target).await?,
             Step::FinishRollback { target } => self.finish_rollback(target).await?,
         }
@@ -543,6 +557,42 @@ impl Agent {
         self.finish(target, plan.drain).await
     }
 
+    /// A reboot the agent decided on after a restart: the drain handshake as for any disruptive
+    /// update (desiredDrain, wait for lastAppliedDrain: budgets, cordon, hooks), the workloads
+    /// stopped, then the reboot. A failed drain is reported and retried (the phase stays: the
+    /// node must not be reported Done before the reboot it needs).
+    async fn drain_and_reboot(&mut self, target: &str) -> Result<()> {
+        let request = format!("drain-{target}");
+        self.enter(
+            Phase::DrainingForReboot { target: target.into(), request: request.clone() },
+            "waiting for the coordinator to drain this node before the reboot",
+        )?;
+        let current = self.current_name();
+        let drained = if self.drain_answer == request {
+            self.api.report_working(&current, Some(&request)).await;
+            Ok(())
+        } else {
+            self.api.working_and_drain(&current, &request, self.drain_timeout).await
+        };
+        let stopped = match drained {
+            Ok(()) => {
+                self.write_status("stopping the workloads of aloft-workloads.target")?;
+                crate::workloads::stop(self.services.as_ref(), self.workload_stop_timeout)
+                    .await
+                    .map_err(anyhow::Error::from)
+            }
+            Err(e) => Err(e),
+        };
+        if let Err(e) = stopped {
+            let reason = format!("{e:#}");
+            if let Err(report) = self.api.report_failure("Degraded", &reason, &current, target).await {
+                tracing::warn!(error = %format!("{report:#}"), "cannot report the failed drain");
+            }
+            return Err(e.context("draining before the reboot"));
+        }
+        self.reboot(target).await
+    }
+
     async fn reboot(&mut self, target: &str) -> Result<()> {
         let boot_id = state::boot_id(&self.root);
         self.enter(Phase::Rebooting { target: target.into(), boot_id }, "rebooting")?;
@@ -620,17 +670,14 @@ impl Agent {
                     save_current(&self.root, &mc)?;
                     self.current = Some(mc);
                 }
-                // Apply finished; the reboot or rebootless action is decided again from here.
-                let boot_id = state::boot_id(&self.root);
-                self.enter(
-                    Phase::Rebooting { target, boot_id },
-                    "the interrupted apply finished; rebooting to be safe",
-                )?;
+                // Apply finished; which actions it needed is not known any more: reboot, after
+                // the drain every reboot needs.
+                self.enter(drain_for_reboot(&target), "the interrupted apply finished; draining to reboot to be safe")?;
             }
         }
-        if let Some(resumed) = resume_after_restart(&self.phase, &self.current_name(), &state::boot_id(&self.root)) {
-            tracing::warn!(phase = ?self.phase, "restarted while running the rebootless actions; rebooting to be safe");
-            self.enter(resumed, "interrupted while running the rebootless actions; rebooting to be safe")?;
+        if let Some(resumed) = resume_after_restart(&self.phase, &self.current_name()) {
+            tracing::warn!(phase = ?self.phase, "restarted while running the rebootless actions; draining to reboot to be safe");
+            self.enter(resumed, "interrupted while running the rebootless actions; draining to reboot to be safe")?;
         }
         if let (crate::apply::Recovery::RolledBack { reason, .. }, Phase::Applying { target }) =
             (&recovered, &self.phase)
@@ -916,21 +963,25 @@ mod tests {
     }
 
     #[test]
-    fn a_restart_while_acting_reboots_instead_of_reporting_done() {
+    fn a_restart_while_acting_drains_and_reboots_instead_of_reporting_done() {
         let acting = Phase::Acting { target: "r2".into() };
-        let resumed = resume_after_restart(&acting, "r2", "b1");
-        assert_eq!(resumed, Some(Phase::Rebooting { target: "r2".into(), boot_id: "b1".into() }));
-        // From there the machine reboots in this boot, and finishes (uncordon, Done) after it.
+        let resumed = resume_after_restart(&acting, "r2");
+        assert_eq!(resumed, Some(Phase::DrainingForReboot { target: "r2".into(), request: "drain-r2".into() }));
+        // From there the node drains and then reboots (whatever the coordinator wants meanwhile),
+        // and finishes (uncordon, Done) after the reboot.
         let working = node("r2", "r1", "Working");
-        assert_eq!(decide(resumed.as_ref().unwrap(), &working, "r2", "b1"), Step::Reboot { target: "r2".into() });
         assert_eq!(
-            decide(resumed.as_ref().unwrap(), &working, "r2", "b2"),
-            Step::FinishAfterReboot { target: "r2".into() }
+            decide(resumed.as_ref().unwrap(), &working, "r2", "b1"),
+            Step::DrainAndReboot { target: "r2".into() }
+        );
+        assert_eq!(
+            decide(resumed.as_ref().unwrap(), &node("r3", "r1", "Working"), "r2", "b1"),
+            Step::DrainAndReboot { target: "r2".into() }
         );
         // Without it, the restarted agent would have reported Done with the actions never run.
         assert_eq!(decide(&acting, &working, "r2", "b1"), Step::ReportDone);
         for other in [Phase::Idle, Phase::Applying { target: "r2".into() }, Phase::Acting { target: "r3".into() }] {
-            assert_eq!(resume_after_restart(&other, "r2", "b1"), None, "{other:?}");
+            assert_eq!(resume_after_restart(&other, "r2"), None, "{other:?}");
         }
     }
 
