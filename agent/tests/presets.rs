@@ -85,3 +85,30 @@ async fn a_refused_preset_does_not_block_the_rollback() {
     assert!(!exists(h.dir.path(), DROPIN));
     assert!(!exists(h.dir.path(), "etc/systemd/system/a.service"));
 }
+
+/// A MachineConfig that masks a unit can be removed: the mask link goes first, then the unit
+/// is reset to its preset (the test systemd's preset enables it), instead of a preset refused
+/// because the unit was still masked.
+#[tokio::test]
+async fn removing_a_mask_unmasks_then_presets_the_unit() {
+    let h = host().await;
+    let r = h.dir.path();
+    std::fs::write(
+        r.join("usr/lib/systemd/system/m.service"),
+        "[Service]\nExecStart=/bin/true\n[Install]\nWantedBy=multi-user.target\n",
+    )
+    .unwrap();
+    let empty = MachineConfigSpec::default();
+    let masked = spec(json!([{"name": "m.service", "mask": true}]));
+    apply::apply(&h.root, &h.journal, &empty, &masked, &h.services).await.expect("masked");
+    assert_eq!(std::fs::read_link(r.join("etc/systemd/system/m.service")).unwrap(), Path::new("/dev/null"));
+
+    h.fake.clear_calls();
+    apply::apply(&h.root, &h.journal, &masked, &empty, &h.services).await.expect("mask removed");
+    assert!(!exists(r, "etc/systemd/system/m.service"), "the mask link stayed");
+    assert!(
+        exists(r, "etc/systemd/system/multi-user.target.wants/m.service"),
+        "m.service was not reset to its preset: {:?}",
+        h.fake.call_strings()
+    );
+}
