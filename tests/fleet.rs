@@ -447,6 +447,8 @@ async fn an_edit_made_before_the_drift_watch_is_armed_is_found() {
     let services = aloft_agent::engine::connect_services(Some(&h.bus_address)).await.unwrap();
     let mut agent = aloft_agent::daemon::Agent::new(root, api, services, Duration::from_secs(60)).unwrap();
     assert!(matches!(agent.phase(), aloft_agent::state::Phase::Idle), "{:?}", agent.phase());
+    let metrics = std::sync::Arc::new(aloft_agent::metrics::Metrics::new());
+    agent.metrics = Some(metrics.clone());
     let running = tokio::spawn(async move { agent.run_loop().await });
 
     // Well under the 5-minute wait for a Node change and the 10-minute periodic check.
@@ -466,6 +468,12 @@ async fn an_edit_made_before_the_drift_watch_is_armed_is_found() {
         reason,
         format!("unexpected on-disk state validating against {target}: content mismatch for file \"/etc/w.conf\"")
     );
+    // The state series is MCO's state, as on the Node (the phase has its own series).
+    let text = metrics.encode().unwrap();
+    for line in ["aloft_agent_state{state=\"Degraded\"} 1", "aloft_agent_state{state=\"Done\"} 0"] {
+        assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
+    }
+    assert!(text.lines().any(|l| l == "aloft_agent_phase{phase=\"degraded\"} 1"), "{text}");
 }
 
 /// The Node's annotation `key` ("" when absent).

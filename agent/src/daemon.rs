@@ -352,7 +352,9 @@ impl Agent {
         std::fs::rename(&tmp, &path)?;
         crate::notify::status(&format!("{} {}", st.state, st.progress));
         if let Some(m) = &self.metrics {
-            m.set_state(self.phase.name());
+            // MCO's state, as the Node says it; the phase is a series of its own.
+            m.set_state(&st.state);
+            m.set_phase(self.phase.name());
         }
         if let Some(tx) = &self.status_tx {
             tx.send_replace(st);
