@@ -447,6 +447,8 @@ async fn an_edit_made_before_the_drift_watch_is_armed_is_found() {
     let services = aloft_agent::engine::connect_services(Some(&h.bus_address)).await.unwrap();
     let mut agent = aloft_agent::daemon::Agent::new(root, api, services, Duration::from_secs(60)).unwrap();
     assert!(matches!(agent.phase(), aloft_agent::state::Phase::Idle), "{:?}", agent.phase());
+    let metrics = std::sync::Arc::new(aloft_agent::metrics::Metrics::new());
+    agent.metrics = Some(metrics.clone());
     let running = tokio::spawn(async move { agent.run_loop().await });
 
     // Well under the 5-minute wait for a Node change and the 10-minute periodic check.
@@ -466,4 +468,131 @@ async fn an_edit_made_before_the_drift_watch_is_armed_is_found() {
         reason,
         format!("unexpected on-disk state validating against {target}: content mismatch for file \"/etc/w.conf\"")
     );
+    // The state series is MCO's state, as on the Node (the phase has its own series).
+    let text = metrics.encode().unwrap();
+    for line in ["aloft_agent_state{state=\"Degraded\"} 1", "aloft_agent_state{state=\"Done\"} 0"] {
+        assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
+    }
+    assert!(text.lines().any(|l| l == "aloft_agent_phase{phase=\"degraded\"} 1"), "{text}");
+}
+
+/// The Node's annotation `key` ("" when absent).
+async fn annotation_of(c: &Coordinator, node: &str, key: &str) -> anyhow::Result<String> {
+    let n = c.client().get(&path_of(&NODE, Some(node))).await?.into_result()?;
+    Ok(node_annotation(&n, key))
+}
+
+/// An interrupted apply whose recovery fails at start (here systemd refuses every reload, so
+/// neither the forward nor the rollback steps can finish) does not make the agent exit: that was
+/// a crash loop under `Restart=on-failure`, with the Node still saying Done. The agent keeps
+/// running, reports Degraded with the reason, retries the recovery, and once systemd works again
+/// the node is back on its config and Done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_recovery_at_start_is_degraded_not_a_crash_loop() {
+    let c = Coordinator::start();
+    let (mut h, token_file, target) = one_node_on_a_file(&c, "worker-r", "/etc/r.conf", "r", "None").await;
+    h.stop_agent();
+
+    // Leave the journal in RollingBack: an apply whose every daemon-reload fails.
+    let root = aloft_agent::host::Root::new(h.root.path());
+    let current = aloft_agent::daemon::load_current(&root).unwrap().expect("a current config");
+    let mut broken = current.spec.clone();
+    broken.config["systemd"] =
+        json!({"units": [{"name": "x.service", "contents": "[Service]\nExecStart=/bin/true\n"}]});
+    h.fake.fail_calls("Reload", None);
+    let services = aloft_agent::engine::connect_services(Some(&h.bus_address)).await.unwrap();
+    let journal = aloft_agent::journal::Journal::new(&root);
+    let err = aloft_agent::apply::apply(&root, &journal, &current.spec, &broken, services.as_ref()).await.unwrap_err();
+    assert!(matches!(err, aloft_agent::apply::ApplyError::RollbackFailed { .. }), "{err}");
+
+    h.start_agent(&c, token_file.path());
+    let reason = eventually(Duration::from_secs(60), "worker-r to report the failed recovery", || {
+        let c = &c;
+        async move {
+            Ok((annotation_of(c, "worker-r", ann::STATE).await? == "Degraded")
+                .then_some(annotation_of(c, "worker-r", ann::REASON).await?))
+        }
+    })
+    .await;
+    assert!(reason.contains("could neither be finished nor rolled back"), "{reason}");
+    assert!(reason.contains("Reload"), "{reason}");
+    assert!(!h.agent_exited(), "the agent exited on a failed recovery");
+
+    h.fake.clear_failures();
+    let hosts = [h];
+    let back = converge(&c, &hosts, None, "worker-r Done again once the recovery succeeds").await;
+    assert_eq!(back, target);
+    let [mut h] = hosts;
+    assert!(!h.agent_exited());
+    assert!(!h.path("/etc/systemd/system/x.service").exists());
+    assert!(!aloft_agent::engine::apply_unfinished(&root));
+}
+
+/// A restart in the middle of the rebootless actions makes the agent reboot to be safe (which
+/// actions ran is unknown); that reboot drains first, as every reboot does in MCO: the drain
+/// request is answered (cordon, budgets, hooks) before logind is asked, never a bare reboot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reboot_after_an_interrupted_rebootless_update_drains_first() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let (mut h, token_file, target) = one_node_on_a_file(&c, "worker-d", "/etc/d.conf", "d", "None").await;
+    assert!(h.fake.reboots().is_empty(), "a rebootless update rebooted");
+
+    // The state a crash while running the rebootless actions leaves.
+    h.stop_agent();
+    let phase = json!({"phase": "acting", "target": target});
+    std::fs::write(h.path("/var/lib/aloft/phase.json"), phase.to_string()).unwrap();
+    h.start_agent(&c, token_file.path());
+
+    let hosts = [h];
+    let h = &hosts[0];
+    eventually(Duration::from_secs(60), "worker-d to ask for its reboot", || async {
+        Ok((!h.fake.reboots().is_empty()).then_some(()))
+    })
+    .await;
+    let node = admin.get(&path_of(&NODE, Some("worker-d"))).await.unwrap().into_result().unwrap();
+    let drain = format!("drain-{target}");
+    assert_eq!(node_annotation(&node, ann::DESIRED_DRAIN), drain, "the reboot was not preceded by a drain request");
+    assert_eq!(node_annotation(&node, ann::LAST_APPLIED_DRAIN), drain, "rebooted before the drain was done");
+    assert_eq!(node.pointer("/spec/unschedulable"), Some(&json!(true)), "rebooted while schedulable: {node}");
+}
+
+/// A node Degraded by drift (a managed file edited by hand) does not take the next config, which
+/// would overwrite the edit: as MCO, the disk is validated against the current config before an
+/// update, and the node stays Degraded until the file is repaired or MCO's force file exists;
+/// then the update goes on and the force file is removed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drifted_node_is_not_updated_until_forced() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let (h, _token_file, first) = one_node_on_a_file(&c, "worker-f", "/etc/f.conf", "f", "None").await;
+    std::fs::write(h.path("/etc/f.conf"), "edited by hand").unwrap();
+    eventually(Duration::from_secs(60), "worker-f Degraded by the edit", || async {
+        Ok((annotation_of(&c, "worker-f", ann::STATE).await? == "Degraded").then_some(()))
+    })
+    .await;
+
+    // The same file with other contents (a later MachineConfig wins): rebootless by the policy.
+    let mc = json!({"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfig",
+        "metadata": {"name": "51-more", "labels": {ann::ROLE_LABEL: "worker"}},
+        "spec": {"config": {"ignition": {"version": "3.4.0"}, "storage": {"files": [
+            {"path": "/etc/f.conf", "mode": 420, "contents": {"source": "data:,more"}}]}}}});
+    admin.post(&path_of(&MACHINE_CONFIG, None), &mc).await.unwrap().into_result().unwrap();
+    eventually(Duration::from_secs(120), "worker-f to refuse the update over its drift", || async {
+        let desired = annotation_of(&c, "worker-f", ann::DESIRED_CONFIG).await?;
+        Ok((desired != first && h.log().contains("not updating until it is repaired or the force file exists"))
+            .then_some(()))
+    })
+    .await;
+    assert_eq!(std::fs::read_to_string(h.path("/etc/f.conf")).unwrap(), "edited by hand");
+    assert_eq!(annotation_of(&c, "worker-f", ann::STATE).await.unwrap(), "Degraded");
+    assert_eq!(annotation_of(&c, "worker-f", ann::CURRENT_CONFIG).await.unwrap(), first);
+
+    std::fs::create_dir_all(h.path("/run")).unwrap();
+    std::fs::write(h.path("/run/machine-config-daemon-force"), "").unwrap();
+    let hosts = [h];
+    let second = converge(&c, &hosts, Some(&first), "worker-f Done on the new config once forced").await;
+    assert_ne!(second, first);
+    assert!(!hosts[0].path("/run/machine-config-daemon-force").exists(), "the force file stayed");
+    assert_eq!(std::fs::read_to_string(hosts[0].path("/etc/f.conf")).unwrap(), "more", "forced: the edit goes");
 }

@@ -108,6 +108,11 @@ impl Host {
         self.agent = Some(child);
     }
 
+    /// Whether the agent process was started and has exited since (it is reaped).
+    pub fn agent_exited(&mut self) -> bool {
+        self.agent.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(Some(_))))
+    }
+
     /// SIGKILL the agent.
     pub fn stop_agent(&mut self) {
         if let Some(mut c) = self.agent.take() {

@@ -529,12 +529,27 @@ async fn run_step(fs: &HostFs, journal: &Journal, services: &dyn ServiceManager,
             match op {
                 ServiceOp::Enable => services.enable_units(&names).await?,
                 ServiceOp::Disable => services.disable_units(&names).await?,
-                ServiceOp::Preset => services.preset_units(&names).await?,
+                ServiceOp::Preset => preset_each(services, &names).await,
             }
             fail::fail_point!(after);
         }
     }
     Ok(())
+}
+
+/// Resets each unit to its preset, one at a time, logging and skipping a unit systemd refuses.
+///
+/// Why: as MCO's `writeUnits` / `deleteStaleData` ("Could not reset unit preset for %s,
+/// skipping"; "Did not restore preset for %s (may not exist)"), a preset never fails an update
+/// or its rollback. A drop-in may name a unit the host does not ship (`NoSuchUnit`), and a unit
+/// still masked cannot be preset (`UnitMasked`); in one batch either refusal failed every unit,
+/// and as the first rollback step it left the node half rolled back.
+async fn preset_each(services: &dyn ServiceManager, names: &[String]) {
+    for name in names {
+        if let Err(e) = services.preset_units(std::slice::from_ref(name)).await {
+            tracing::warn!(unit = %name, error = %e, "could not reset the unit to its preset; skipping");
+        }
+    }
 }
 
 /// Builds the forward and rollback step lists (their bytes inline, or as journal blobs when
@@ -653,6 +668,13 @@ fn split_by_file(d: &Desired, names: Vec<String>) -> (Vec<String>, Vec<String>) 
     names.into_iter().partition(|n| has_unit_file(d, n))
 }
 
+/// Splits units leaving the config into (masked by `d`, the rest). A masked unit cannot be
+/// preset (systemd refuses: "Unit file ... is masked"), so it is preset after its mask link is
+/// gone and systemd reloaded, as MCO unmasks before it presets a removed unit.
+fn split_masked(d: &Desired, names: Vec<String>) -> (Vec<String>, Vec<String>) {
+    names.into_iter().partition(|n| d.units.iter().any(|u| u.name == *n && u.mask))
+}
+
 fn plan(fs: &HostFs, journal: &Journal, v: &Validated) -> Result<Planned, StepError> {
     let (old, new) = (&v.old, &v.new);
     let mut report = report(old, new);
@@ -667,8 +689,10 @@ fn plan(fs: &HostFs, journal: &Journal, v: &Validated) -> Result<Planned, StepEr
         blobs: false,
     };
 
-    // Removed units go back to their preset while their files still exist.
-    let (with_file, without) = split_by_file(old, units::removed_units(old, new));
+    // Removed units go back to their preset while their files still exist; masked ones once
+    // the mask is gone.
+    let (unmasked, removed) = split_masked(old, units::removed_units(old, new));
+    let (with_file, without) = split_by_file(old, removed);
     service_steps(&mut p.forward, ServiceOp::Preset, with_file, true);
     service_steps(&mut p.forward, ServiceOp::Preset, without, false);
 
@@ -709,6 +733,7 @@ fn plan(fs: &HostFs, journal: &Journal, v: &Validated) -> Result<Planned, StepEr
     if report.daemon_reload {
         p.forward.push(Step::DaemonReload);
     }
+    service_steps(&mut p.forward, ServiceOp::Preset, unmasked, false);
     let en = units::enablement(new);
     service_steps(&mut p.forward, ServiceOp::Disable, en.disable, false);
     service_steps(&mut p.forward, ServiceOp::Enable, en.enable, false);
@@ -721,6 +746,7 @@ fn plan(fs: &HostFs, journal: &Journal, v: &Validated) -> Result<Planned, StepEr
     let old_names: BTreeSet<&str> = old.units.iter().map(|u| u.name.as_str()).collect();
     let added: Vec<String> =
         new.units.iter().filter(|u| !old_names.contains(u.name.as_str())).map(|u| u.name.clone()).collect();
+    let (unmasked, added) = split_masked(new, added);
     let (with_file, without) = split_by_file(new, added);
     service_steps(&mut rollback, ServiceOp::Preset, with_file, true);
     service_steps(&mut rollback, ServiceOp::Preset, without, false);
@@ -737,6 +763,7 @@ fn plan(fs: &HostFs, journal: &Journal, v: &Validated) -> Result<Planned, StepEr
     if report.daemon_reload {
         rollback.push(Step::DaemonReload);
     }
+    service_steps(&mut rollback, ServiceOp::Preset, unmasked, false);
     let en = units::enablement(old);
     service_steps(&mut rollback, ServiceOp::Disable, en.disable, false);
     service_steps(&mut rollback, ServiceOp::Enable, en.enable, false);

@@ -76,6 +76,9 @@ pub enum Step {
     FinishAfterReboot { target: String },
     /// Asked for a reboot that has not happened (a crash in between): ask again.
     Reboot { target: String },
+    /// A reboot the agent decided on after a restart: drain (handshake, workloads stopped), then
+    /// reboot into `target`.
+    DrainAndReboot { target: String },
     /// Booted after an OS update to `target`: verify the booted commit and kernel arguments, run
     /// the health checks, then finish (or roll back).
     VerifyOs { target: String },
@@ -88,14 +91,19 @@ pub enum Step {
 /// saved) cannot be resumed: which actions ran is unknown, and the diff that chose them is gone
 /// with the old config. Rebooting applies all of it, as for an apply that recovery finished;
 /// without this the restarted agent reported Done with the actions (a service restart, a
-/// reload) never run.
-pub fn resume_after_restart(phase: &Phase, current: &str, boot_id: &str) -> Option<Phase> {
+/// reload) never run. The reboot drains first, as every reboot does (MCO: a Reboot action
+/// always drains); rebooting straight away skipped the cordon, the drain hooks and the
+/// workloads' stop.
+pub fn resume_after_restart(phase: &Phase, current: &str) -> Option<Phase> {
     match phase {
-        Phase::Acting { target } if target == current => {
-            Some(Phase::Rebooting { target: target.clone(), boot_id: boot_id.to_string() })
-        }
+        Phase::Acting { target } if target == current => Some(drain_for_reboot(target)),
         _ => None,
     }
+}
+
+/// The phase of a reboot the agent decided on: drain (`drain-<target>`), then reboot.
+fn drain_for_reboot(target: &str) -> Phase {
+    Phase::DrainingForReboot { target: target.to_string(), request: format!("drain-{target}") }
 }
 
 /// The state machine's transition function. `current` is the on-disk current config's name
@@ -121,6 +129,11 @@ pub fn decide(phase: &Phase, node: &NodeView, current: &str, boot_id: &str) -> S
             };
         }
         _ => {}
+    }
+    if let Phase::DrainingForReboot { target, .. } = phase {
+        if target == current {
+            return Step::DrainAndReboot { target: target.clone() };
+        }
     }
     if let Phase::Rebooting { target, boot_id: asked_in } = phase {
         if target == current {
@@ -149,6 +162,10 @@ pub fn decide(phase: &Phase, node: &NodeView, current: &str, boot_id: &str) -> S
         _ => Step::Update { target: desired.to_string() },
     }
 }
+
+/// MCO's force file, beneath the root: while it exists, the next update skips the validation of
+/// the disk against the current config (and removes it), as MCO's daemon does.
+pub const FORCE_FILE: &str = "run/machine-config-daemon-force";
 
 fn current_config_path(root: &Root) -> PathBuf {
     root.state_dir().join("currentconfig.json")
@@ -255,6 +272,10 @@ pub struct Agent {
     /// The drift watch armed for the named current config, kept across Node changes so an edit
     /// made while the Node was being re-read is still seen (its event waits in the channel).
     drift_watch: Option<(String, crate::drift::DriftWatch)>,
+    /// An interrupted apply could neither be finished nor rolled back: the node is reported
+    /// Degraded with this reason and recovery is retried with backoff, instead of the daemon
+    /// exiting (every start failed the same way: a crash loop, with the Node still saying Done).
+    recovery_error: Option<String>,
 }
 
 impl Agent {
@@ -279,6 +300,7 @@ impl Agent {
             os_status: serde_json::Value::Null,
             booted_os: osflow::BootedOs::default(),
             drift_watch: None,
+            recovery_error: None,
         })
     }
 
@@ -302,11 +324,15 @@ impl Agent {
 
     /// Publish the status: the local file, D-Bus, sd_notify STATUS= and the state metric.
     fn write_status(&self, progress: &str) -> Result<()> {
+        let (state, reason) = match &self.recovery_error {
+            Some(reason) => ("Degraded", reason.as_str()),
+            None => (self.phase.mco_state(), self.phase.reason()),
+        };
         let mut st = AgentStatus {
-            state: self.phase.mco_state().into(),
+            state: state.into(),
             current_config: self.current_name(),
             desired_config: self.desired.clone(),
-            reason: self.phase.reason().into(),
+            reason: reason.into(),
             progress: if progress.is_empty() {
                 self.phase.name().into()
             } else {
@@ -326,7 +352,9 @@ impl Agent {
         std::fs::rename(&tmp, &path)?;
         crate::notify::status(&format!("{} {}", st.state, st.progress));
         if let Some(m) = &self.metrics {
-            m.set_state(self.phase.name());
+            // MCO's state, as the Node says it; the phase is a series of its own.
+            m.set_state(&st.state);
+            m.set_phase(self.phase.name());
         }
         if let Some(tx) = &self.status_tx {
             tx.send_replace(st);
@@ -371,6 +399,13 @@ impl Agent {
     pub async fn step(&mut self, node: &NodeView) -> Result<Step> {
         self.desired = node.annotation(ann::DESIRED_CONFIG).to_string();
         self.drain_answer = node.annotation(ann::LAST_APPLIED_DRAIN).to_string();
+        if self.recovery_error.is_some() {
+            // Nothing else may run over a half-applied disk (nor report it Done): retry first.
+            self.startup().await?;
+            if self.recovery_error.is_some() {
+                return Ok(Step::Wait);
+            }
+        }
         self.maybe_prestage(node);
         let step = decide(&self.phase, node, &self.current_name(), &state::boot_id(&self.root));
         match &step {
@@ -392,13 +427,46 @@ impl Agent {
                 _ => self.ask_reboot(target).await?,
             },
             Step::Reboot { .. } => {}
+            Step::DrainAndReboot { target } => self.drain_and_reboot(target).await?,
             Step::VerifyOs { target } => self.verify_os_boot(target).await?,
             Step::FinishRollback { target } => self.finish_rollback(target).await?,
         }
         Ok(step)
     }
 
+    /// MCO validates the disk against the current config before an update: a drifted node (a
+    /// managed file edited by hand) stays Degraded and is not updated, so the edit is not
+    /// silently overwritten, unless the force file exists (then it is removed and the update
+    /// goes on). Returns whether to go on. Skipped from Staging, whose files are already the
+    /// target's (the update is done again to stage the OS).
+    async fn disk_matches_current(&mut self) -> Result<bool> {
+        if matches!(self.phase, Phase::Staging { .. }) {
+            return Ok(true);
+        }
+        let Some(cur) = self.current.clone() else { return Ok(true) };
+        let force = self.root.path().join(FORCE_FILE);
+        if std::fs::symlink_metadata(&force).is_ok() {
+            tracing::warn!(force = %force.display(), "force file present: the disk is not validated before this update");
+            match std::fs::remove_file(&force) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e).with_context(|| format!("removing {}", force.display())),
+            }
+            return Ok(true);
+        }
+        if let Err(drift) = self.verify_current(&cur).await {
+            tracing::warn!(%drift, force = %force.display(),
+                "the disk does not match the current config: not updating until it is repaired or the force file exists");
+            self.fail(&cur.metadata.name.clone(), drift, false).await?;
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
     async fn update(&mut self, target: &str) -> Result<()> {
+        if !self.disk_matches_current().await? {
+            return Ok(());
+        }
         self.enter(
             Phase::Preparing { target: target.into() },
             "reading the rendered config and the disruption policy",
@@ -479,7 +547,14 @@ impl Agent {
             crate::engine::apply_checked(&self.root, &checked, self.services.as_ref()).await
         };
         if let Err(e) = applied {
-            return self.fail(target, format!("{e:#}"), false).await;
+            let reason = format!("{e:#}");
+            self.fail(target, reason.clone(), false).await?;
+            if crate::engine::apply_unfinished(&self.root) {
+                // The rollback failed too: recovery is retried before anything else.
+                self.recovery_error = Some(reason);
+                self.write_status("")?;
+            }
+            return Ok(());
         }
         let staged = match os_work {
             Some(req) => {
@@ -518,6 +593,42 @@ impl Agent {
             return self.fail(target, format!("{e:#}"), false).await;
         }
         self.finish(target, plan.drain).await
+    }
+
+    /// A reboot the agent decided on after a restart: the drain handshake as for any disruptive
+    /// update (desiredDrain, wait for lastAppliedDrain: budgets, cordon, hooks), the workloads
+    /// stopped, then the reboot. A failed drain is reported and retried (the phase stays: the
+    /// node must not be reported Done before the reboot it needs).
+    async fn drain_and_reboot(&mut self, target: &str) -> Result<()> {
+        let request = format!("drain-{target}");
+        self.enter(
+            Phase::DrainingForReboot { target: target.into(), request: request.clone() },
+            "waiting for the coordinator to drain this node before the reboot",
+        )?;
+        let current = self.current_name();
+        let drained = if self.drain_answer == request {
+            self.api.report_working(&current, Some(&request)).await;
+            Ok(())
+        } else {
+            self.api.working_and_drain(&current, &request, self.drain_timeout).await
+        };
+        let stopped = match drained {
+            Ok(()) => {
+                self.write_status("stopping the workloads of aloft-workloads.target")?;
+                crate::workloads::stop(self.services.as_ref(), self.workload_stop_timeout)
+                    .await
+                    .map_err(anyhow::Error::from)
+            }
+            Err(e) => Err(e),
+        };
+        if let Err(e) = stopped {
+            let reason = format!("{e:#}");
+            if let Err(report) = self.api.report_failure("Degraded", &reason, &current, target).await {
+                tracing::warn!(error = %format!("{report:#}"), "cannot report the failed drain");
+            }
+            return Err(e.context("draining before the reboot"));
+        }
+        self.reboot(target).await
     }
 
     async fn reboot(&mut self, target: &str) -> Result<()> {
@@ -560,7 +671,13 @@ impl Agent {
     /// At start: finish or undo an interrupted apply, then check the disk against the current
     /// config (drift is Degraded, as MCO reports it).
     pub async fn startup(&mut self) -> Result<()> {
-        let recovered = crate::engine::recover(&self.root, self.services.as_ref()).await?;
+        let recovered = match crate::engine::recover(&self.root, self.services.as_ref()).await {
+            Ok(r) => r,
+            Err(e) => return self.recovery_failed(format!("{e:#}")).await,
+        };
+        if self.recovery_error.take().is_some() {
+            tracing::info!("the interrupted apply is recovered");
+        }
         self.current = load_current(&self.root)?;
         // A crash between the journal's commit and saving the current config: the journal says
         // which config the node is on now.
@@ -591,17 +708,14 @@ impl Agent {
                     save_current(&self.root, &mc)?;
                     self.current = Some(mc);
                 }
-                // Apply finished; the reboot or rebootless action is decided again from here.
-                let boot_id = state::boot_id(&self.root);
-                self.enter(
-                    Phase::Rebooting { target, boot_id },
-                    "the interrupted apply finished; rebooting to be safe",
-                )?;
+                // Apply finished; which actions it needed is not known any more: reboot, after
+                // the drain every reboot needs.
+                self.enter(drain_for_reboot(&target), "the interrupted apply finished; draining to reboot to be safe")?;
             }
         }
-        if let Some(resumed) = resume_after_restart(&self.phase, &self.current_name(), &state::boot_id(&self.root)) {
-            tracing::warn!(phase = ?self.phase, "restarted while running the rebootless actions; rebooting to be safe");
-            self.enter(resumed, "interrupted while running the rebootless actions; rebooting to be safe")?;
+        if let Some(resumed) = resume_after_restart(&self.phase, &self.current_name()) {
+            tracing::warn!(phase = ?self.phase, "restarted while running the rebootless actions; draining to reboot to be safe");
+            self.enter(resumed, "interrupted while running the rebootless actions; draining to reboot to be safe")?;
         }
         if let (crate::apply::Recovery::RolledBack { reason, .. }, Phase::Applying { target }) =
             (&recovered, &self.phase)
@@ -617,6 +731,28 @@ impl Agent {
             }
         }
         self.write_status("")?;
+        Ok(())
+    }
+
+    /// Recovery of an interrupted apply failed: report Degraded and keep running (retried from
+    /// [`Agent::step`]). The persisted phase stays as it was, so that a later recovery resumes
+    /// from it as at any start.
+    async fn recovery_failed(&mut self, error: String) -> Result<()> {
+        let reason = format!("an interrupted apply could neither be finished nor rolled back (retrying): {error}");
+        tracing::error!(%reason, "recovery failed");
+        self.current = load_current(&self.root)?;
+        let target = self.phase.target().map(str::to_string).unwrap_or_else(|| self.current_name());
+        let repeated = self.recovery_error.as_deref() == Some(reason.as_str());
+        self.recovery_error = Some(reason.clone());
+        self.write_status("")?;
+        if !repeated {
+            let current = self.current_name();
+            if let Err(e) = self.api.report_failure("Degraded", &reason, &current, &target).await {
+                // Retried with the recovery; the daemon keeps running either way.
+                self.recovery_error = Some(format!("{reason} (not reported: {e:#})"));
+                tracing::warn!(error = %format!("{e:#}"), "cannot report the failed recovery");
+            }
+        }
         Ok(())
     }
 
@@ -736,6 +872,12 @@ impl Agent {
                     continue;
                 }
             };
+            if self.recovery_error.is_some() {
+                // Recovery failed: retry with backoff, or sooner if the Node changes.
+                let _ = self.api.wait_change(&node.revision, backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(60));
+                continue;
+            }
             let drifted = matches!(&self.phase, Phase::Degraded { target, .. } if *target == self.current_name());
             match (&step, &self.phase) {
                 // Degraded by drift on the current config: watch the disk for the repair.
@@ -919,21 +1061,25 @@ mod tests {
     }
 
     #[test]
-    fn a_restart_while_acting_reboots_instead_of_reporting_done() {
+    fn a_restart_while_acting_drains_and_reboots_instead_of_reporting_done() {
         let acting = Phase::Acting { target: "r2".into() };
-        let resumed = resume_after_restart(&acting, "r2", "b1");
-        assert_eq!(resumed, Some(Phase::Rebooting { target: "r2".into(), boot_id: "b1".into() }));
-        // From there the machine reboots in this boot, and finishes (uncordon, Done) after it.
+        let resumed = resume_after_restart(&acting, "r2");
+        assert_eq!(resumed, Some(Phase::DrainingForReboot { target: "r2".into(), request: "drain-r2".into() }));
+        // From there the node drains and then reboots (whatever the coordinator wants meanwhile),
+        // and finishes (uncordon, Done) after the reboot.
         let working = node("r2", "r1", "Working");
-        assert_eq!(decide(resumed.as_ref().unwrap(), &working, "r2", "b1"), Step::Reboot { target: "r2".into() });
         assert_eq!(
-            decide(resumed.as_ref().unwrap(), &working, "r2", "b2"),
-            Step::FinishAfterReboot { target: "r2".into() }
+            decide(resumed.as_ref().unwrap(), &working, "r2", "b1"),
+            Step::DrainAndReboot { target: "r2".into() }
+        );
+        assert_eq!(
+            decide(resumed.as_ref().unwrap(), &node("r3", "r1", "Working"), "r2", "b1"),
+            Step::DrainAndReboot { target: "r2".into() }
         );
         // Without it, the restarted agent would have reported Done with the actions never run.
         assert_eq!(decide(&acting, &working, "r2", "b1"), Step::ReportDone);
         for other in [Phase::Idle, Phase::Applying { target: "r2".into() }, Phase::Acting { target: "r3".into() }] {
-            assert_eq!(resume_after_restart(&other, "r2", "b1"), None, "{other:?}");
+            assert_eq!(resume_after_restart(&other, "r2"), None, "{other:?}");
         }
     }
 

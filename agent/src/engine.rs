@@ -80,6 +80,16 @@ pub fn forget_finished_apply(root: &Root) -> Result<()> {
     Ok(())
 }
 
+/// Whether the journal holds an apply that is neither committed nor rolled back (a rollback
+/// failed): [`recover`] must finish it before anything else runs. Unreadable counts as unfinished.
+pub fn apply_unfinished(root: &Root) -> bool {
+    match Journal::new(root).phase() {
+        Ok(None) => false,
+        Ok(Some(phase)) => !phase.is_terminal(),
+        Err(_) => true,
+    }
+}
+
 /// Finish or roll back an apply a crash interrupted.
 pub async fn recover(root: &Root, services: &dyn ServiceManager) -> Result<Recovery> {
     let journal = Journal::new(root);

@@ -6,7 +6,9 @@
 //! drift. Loopback only: a node exporter or agent on the node scrapes it; nothing about the node
 //! is exposed on the network by default.
 //!
-//! Series: `aloft_agent_state{state}` (1 for the current MCO state, 0 for the others),
+//! Series: `aloft_agent_state{state}` (1 for the current MCO state, the Node's `state`
+//! annotation: Done, Working, Degraded, Unreconcilable; 0 for the others),
+//! `aloft_agent_phase{phase}` (1 for the agent's own phase, e.g. `draining`, `rebooting`),
 //! `aloft_agent_apply_total{result}`, `aloft_agent_apply_duration_seconds` (histogram),
 //! `aloft_agent_reboots_total`, `aloft_agent_drift_detected` (0/1).
 
@@ -39,6 +41,11 @@ struct StateLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PhaseLabels {
+    phase: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ResultLabels {
     result: String,
 }
@@ -63,6 +70,8 @@ pub struct Metrics {
     registry: Registry,
     state: Family<StateLabels, Gauge>,
     seen_states: Mutex<BTreeSet<String>>,
+    phase: Family<PhaseLabels, Gauge>,
+    seen_phases: Mutex<BTreeSet<String>>,
     apply_total: Family<ResultLabels, Counter>,
     apply_duration: Histogram,
     reboots: Counter,
@@ -80,6 +89,8 @@ impl Metrics {
         let mut registry = Registry::default();
         let state = Family::<StateLabels, Gauge>::default();
         registry.register("aloft_agent_state", "The agent's MCO state (1 = current)", state.clone());
+        let phase = Family::<PhaseLabels, Gauge>::default();
+        registry.register("aloft_agent_phase", "The agent's internal phase (1 = current)", phase.clone());
         let apply_total = Family::<ResultLabels, Counter>::default();
         registry.register("aloft_agent_apply", "Config applies by result", apply_total.clone());
         // 0.1 s .. ~55 min: a rebootless file change up to a slow OS update.
@@ -102,7 +113,17 @@ impl Metrics {
             state.get_or_create(&StateLabels { state: s.to_string() }).set(0);
         }
         let seen_states = Mutex::new(STATES.iter().map(|s| s.to_string()).collect());
-        Metrics { registry, state, seen_states, apply_total, apply_duration, reboots, drift }
+        Metrics {
+            registry,
+            state,
+            seen_states,
+            phase,
+            seen_phases: Mutex::new(BTreeSet::new()),
+            apply_total,
+            apply_duration,
+            reboots,
+            drift,
+        }
     }
 
     /// The current state: its series becomes 1, every other one 0.
@@ -111,6 +132,16 @@ impl Metrics {
         seen.insert(current.to_string());
         for s in seen.iter() {
             self.state.get_or_create(&StateLabels { state: s.clone() }).set(i64::from(s == current));
+        }
+    }
+
+    /// The agent's own phase (`idle`, `draining`, ...): its series becomes 1, every other one 0.
+    /// Apart from the state: dashboards and alerts on `aloft_agent_state` use MCO's states.
+    pub fn set_phase(&self, current: &str) {
+        let mut seen = self.seen_phases.lock().unwrap_or_else(|p| p.into_inner());
+        seen.insert(current.to_string());
+        for p in seen.iter() {
+            self.phase.get_or_create(&PhaseLabels { phase: p.clone() }).set(i64::from(p == current));
         }
     }
 
@@ -189,6 +220,8 @@ mod tests {
         let m = Arc::new(Metrics::new());
         m.set_state("Working");
         m.set_state("Done");
+        m.set_phase("draining");
+        m.set_phase("idle");
         m.observe_apply("success", Duration::from_millis(1500));
         m.observe_apply("failure", Duration::from_secs(3));
         m.inc_reboots();
@@ -203,6 +236,8 @@ mod tests {
             "aloft_agent_state{state=\"Done\"} 1",
             "aloft_agent_state{state=\"Working\"} 0",
             "aloft_agent_state{state=\"Degraded\"} 0",
+            "aloft_agent_phase{phase=\"idle\"} 1",
+            "aloft_agent_phase{phase=\"draining\"} 0",
             "aloft_agent_apply_total{result=\"success\"} 1",
             "aloft_agent_apply_total{result=\"failure\"} 1",
             "aloft_agent_apply_duration_seconds_count 2",

@@ -71,6 +71,10 @@ pub enum Phase {
     /// Pulling (unless pre-staged) and staging the OS deployment of `target`; files and units
     /// are written, the current config is not saved yet (a crash here redoes the update).
     Staging { target: String },
+    /// `target` is on disk and a reboot the agent decided on (a restart interrupted the apply or
+    /// the rebootless actions) waits for the drain handshake (`request`): a reboot always drains
+    /// first, as in MCO, with the workloads stopped.
+    DrainingForReboot { target: String, request: String },
     /// Asked logind to reboot, from the boot with `boot_id`.
     Rebooting { target: String, boot_id: String },
     /// Asked logind to reboot into the staged OS deployment of commit `checksum`, from the boot
@@ -123,6 +127,7 @@ impl Phase {
             | Phase::Applying { target }
             | Phase::Acting { target }
             | Phase::Staging { target }
+            | Phase::DrainingForReboot { target, .. }
             | Phase::Rebooting { target, .. }
             | Phase::RebootingStaged { target, .. }
             | Phase::Verifying { target, .. }
@@ -151,6 +156,7 @@ impl Phase {
             Phase::Applying { .. } => "applying",
             Phase::Acting { .. } => "acting",
             Phase::Staging { .. } => "staging",
+            Phase::DrainingForReboot { .. } => "draining-for-reboot",
             Phase::Rebooting { .. } => "rebooting",
             Phase::RebootingStaged { .. } => "rebooting-staged",
             Phase::Verifying { .. } => "verifying",
