@@ -124,22 +124,40 @@ fn load_env_file(path: &std::path::Path) -> Result<()> {
         let (k, v) = line.split_once('=').with_context(|| format!("{}:{}: want KEY=value", path.display(), n + 1))?;
         if std::env::var_os(k.trim()).is_none() {
             // SAFETY: single-threaded at this point (before the runtime starts).
-            unsafe { std::env::set_var(k.trim(), v.trim().trim_matches('"')) };
+            unsafe { std::env::set_var(k.trim(), unquote(v.trim())) };
         }
     }
     Ok(())
+}
+
+/// A value without the one pair of double or single quotes around it, as systemd's
+/// `EnvironmentFile=` reads it (the unit feeds the same file to both).
+fn unquote(v: &str) -> &str {
+    for q in ['"', '\''] {
+        if let Some(inner) = v.strip_prefix(q).and_then(|r| r.strip_suffix(q)) {
+            return inner;
+        }
+    }
+    v
+}
+
+/// The file `--config FILE` or `--config=FILE` names, if any.
+fn config_arg(args: &[String]) -> Option<&str> {
+    args.iter().enumerate().find_map(|(i, a)| match a.strip_prefix("--config") {
+        Some("") => args.get(i + 1).map(String::as_str),
+        Some(rest) => rest.strip_prefix('='),
+        None => None,
+    })
 }
 
 fn main() -> Result<()> {
     aloft_agent::reclaim::limit_heap_arenas();
     // A config file feeds the environment before clap reads it.
     let args: Vec<String> = std::env::args().collect();
-    if let Some(i) = args.iter().position(|a| a == "--config") {
-        if let Some(p) = args.get(i + 1) {
-            if std::path::Path::new(p).exists() {
-                load_env_file(std::path::Path::new(p))?;
-            }
-        }
+    // A file named on the command line must be there: one that is not would leave the agent
+    // with an error about a missing option instead of the missing file.
+    if let Some(p) = config_arg(&args) {
+        load_env_file(std::path::Path::new(p)).context("--config")?;
     }
     let cli = Cli::parse();
     if cli.cmd.is_none() {
@@ -195,5 +213,27 @@ fn main() -> Result<()> {
             };
             rt.block_on(daemon::run(opts))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_config_file_is_found_in_either_spelling() {
+        let args = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(config_arg(&args(&["aloft-agent", "--config", "a.env"])), Some("a.env"));
+        assert_eq!(config_arg(&args(&["aloft-agent", "--config=a.env"])), Some("a.env"));
+        assert_eq!(config_arg(&args(&["aloft-agent", "--configx=a.env"])), None);
+        assert_eq!(config_arg(&args(&["aloft-agent", "status"])), None);
+    }
+
+    #[test]
+    fn values_lose_one_pair_of_quotes_as_systemd_reads_them() {
+        assert_eq!(unquote("'/etc/aloft/ca.crt'"), "/etc/aloft/ca.crt");
+        assert_eq!(unquote("\"https://c:6443\""), "https://c:6443");
+        assert_eq!(unquote("plain"), "plain");
+        assert_eq!(unquote("'unbalanced"), "'unbalanced");
     }
 }
