@@ -596,3 +596,38 @@ async fn a_drifted_node_is_not_updated_until_forced() {
     assert!(!hosts[0].path("/run/machine-config-daemon-force").exists(), "the force file stayed");
     assert_eq!(std::fs::read_to_string(hosts[0].path("/etc/f.conf")).unwrap(), "more", "forced: the edit goes");
 }
+
+/// `aloft-agent status` after the agent restarted with nothing to do names the Node's
+/// desiredConfig (it said `<none>` until the next update), and with the agent stopped it shows
+/// the status the agent last wrote but fails saying the agent is not running (it passed for live).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_status_names_the_desired_config_and_says_when_the_agent_is_not_running() {
+    let c = Coordinator::start();
+    let (h, token_file, target) = one_node_on_a_file(&c, "worker-s", "/etc/s.conf", "s", "None").await;
+    let mut hosts = [h];
+    let status = |h: &Host| {
+        Command::new(bin("aloft-agent"))
+            .args(["status", "--json", "--bus-address", &h.bus_address])
+            .arg("--root")
+            .arg(h.root.path())
+            .output()
+            .unwrap()
+    };
+    hosts[0].stop_agent();
+    hosts[0].start_agent(&c, token_file.path());
+    let h = &hosts[0];
+    eventually(Duration::from_secs(60), "the restarted agent's status naming the desired config", || async {
+        let out = status(h);
+        let st: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        Ok((out.status.success() && st["desiredConfig"] == target.as_str()).then_some(()))
+    })
+    .await;
+
+    hosts[0].stop_agent();
+    let out = status(&hosts[0]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a stopped agent's status is not passed as live: {err}");
+    assert!(err.contains("aloft-agent is not running"), "{err}");
+    let st: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    assert_eq!(st["currentConfig"], target.as_str(), "the last status is still shown: {st}");
+}

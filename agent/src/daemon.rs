@@ -211,8 +211,10 @@ fn status_path(root: &Path) -> PathBuf {
 /// `aloft-agent status [--json]`: from the agent's D-Bus object when it is reachable (on the
 /// system bus, or `bus_address`), else from the status file it writes beside its journal.
 pub async fn print_status(root: &Path, json: bool, bus_address: Option<&str>) -> Result<()> {
-    let st = match crate::dbus_status::fetch(bus_address).await {
-        Ok(st) => st,
+    // With no agent answering on D-Bus, the file it last wrote is shown, and the command then
+    // fails saying so: a stale "Done" must not read as the state of a running agent.
+    let (st, not_running) = match crate::dbus_status::fetch(bus_address).await {
+        Ok(st) => (st, None),
         Err(bus_err) => {
             let path = status_path(root);
             let text = std::fs::read_to_string(&path).with_context(|| {
@@ -221,7 +223,13 @@ pub async fn print_status(root: &Path, json: bool, bus_address: Option<&str>) ->
                     path.display()
                 )
             })?;
-            serde_json::from_str::<AgentStatus>(&text).context("status.json is corrupt")?
+            let st = serde_json::from_str::<AgentStatus>(&text).context("status.json is corrupt")?;
+            let why = format!(
+                "aloft-agent is not running (no answer on D-Bus: {bus_err}); shown is the status it last wrote to {}, at {}",
+                path.display(),
+                st.updated_at
+            );
+            (st, Some(why))
         }
     };
     if json {
@@ -239,7 +247,10 @@ pub async fn print_status(root: &Path, json: bool, bus_address: Option<&str>) ->
         }
         println!("Updated:  {}", st.updated_at);
     }
-    Ok(())
+    match not_running {
+        Some(why) => Err(anyhow::anyhow!(why)),
+        None => Ok(()),
+    }
 }
 
 /// The running agent.
@@ -397,7 +408,13 @@ impl Agent {
 
     /// One step of the loop; returns the step taken.
     pub async fn step(&mut self, node: &NodeView) -> Result<Step> {
-        self.desired = node.annotation(ann::DESIRED_CONFIG).to_string();
+        let desired = node.annotation(ann::DESIRED_CONFIG);
+        if desired != self.desired {
+            self.desired = desired.to_string();
+            // Published at once, not at the next phase change: after a start with nothing to
+            // do, `aloft-agent status` said `Desired: <none>` while the Node named a config.
+            self.write_status("")?;
+        }
         self.drain_answer = node.annotation(ann::LAST_APPLIED_DRAIN).to_string();
         if self.recovery_error.is_some() {
             // Nothing else may run over a half-applied disk (nor report it Done): retry first.
