@@ -163,10 +163,6 @@ pub fn decide(phase: &Phase, node: &NodeView, current: &str, boot_id: &str) -> S
     }
 }
 
-/// MCO's force file, beneath the root: while it exists, the next update skips the validation of
-/// the disk against the current config (and removes it), as MCO's daemon does.
-pub const FORCE_FILE: &str = "run/machine-config-daemon-force";
-
 fn current_config_path(root: &Root) -> PathBuf {
     root.state_dir().join("currentconfig.json")
 }
@@ -451,39 +447,7 @@ impl Agent {
         Ok(step)
     }
 
-    /// MCO validates the disk against the current config before an update: a drifted node (a
-    /// managed file edited by hand) stays Degraded and is not updated, so the edit is not
-    /// silently overwritten, unless the force file exists (then it is removed and the update
-    /// goes on). Returns whether to go on. Skipped from Staging, whose files are already the
-    /// target's (the update is done again to stage the OS).
-    async fn disk_matches_current(&mut self) -> Result<bool> {
-        if matches!(self.phase, Phase::Staging { .. }) {
-            return Ok(true);
-        }
-        let Some(cur) = self.current.clone() else { return Ok(true) };
-        let force = self.root.path().join(FORCE_FILE);
-        if std::fs::symlink_metadata(&force).is_ok() {
-            tracing::warn!(force = %force.display(), "force file present: the disk is not validated before this update");
-            match std::fs::remove_file(&force) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(e).with_context(|| format!("removing {}", force.display())),
-            }
-            return Ok(true);
-        }
-        if let Err(drift) = self.verify_current(&cur).await {
-            tracing::warn!(%drift, force = %force.display(),
-                "the disk does not match the current config: not updating until it is repaired or the force file exists");
-            self.fail(&cur.metadata.name.clone(), drift, false).await?;
-            return Ok(false);
-        }
-        Ok(true)
-    }
-
     async fn update(&mut self, target: &str) -> Result<()> {
-        if !self.disk_matches_current().await? {
-            return Ok(());
-        }
         self.enter(
             Phase::Preparing { target: target.into() },
             "reading the rendered config and the disruption policy",
