@@ -927,13 +927,9 @@ async fn node_api(root: &Root, opts: &Options, lost: Option<Standing>) -> Result
         }
     }
     let why = lost_reason(lost.unwrap_or(Standing::Revoked));
-    match opts.bootstrap_token.as_deref() {
-        Some(_) => {
-            tracing::warn!(node = %opts.node_name, reason = why, "this node's credential no longer works; enrolling again with the bootstrap token")
-        }
-        None => tracing::error!(node = %opts.node_name, reason = why,
-            "this node's credential no longer works: its Node was deleted or its credential revoked; \
-             give the agent the bootstrap token (--bootstrap-token-file) and restart it to rejoin"),
+    // Without the bootstrap token, `enroll_again`'s error says what to do, logged once below.
+    if opts.bootstrap_token.is_some() {
+        tracing::warn!(node = %opts.node_name, reason = why, "this node's credential no longer works; enrolling again with the bootstrap token");
     }
     let cred = enroll::enroll_again(
         root,
