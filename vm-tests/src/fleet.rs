@@ -164,17 +164,27 @@ impl Fleet {
                         Ok(p) => kept.push(format!("  {} agent journal: {}", vm.name, p.display())),
                         Err(err) => kept.push(format!("  {} agent journal: not saved ({err:#})", vm.name)),
                     }
-                    for b in vm.boots() {
+                    let boots = vm.boots();
+                    for b in &boots {
+                        let serial = vm.dir.join(format!("serial-{}.log", b.boot));
                         kept.push(format!(
                             "  {} boot {}: {} (entry {}; ready after {:?}; release {:?}; ended {:?})",
                             vm.name,
                             b.boot,
-                            vm.dir.join(format!("serial-{}.log", b.boot)).display(),
+                            serial.display(),
                             b.entry,
                             b.ready_after,
                             b.release,
                             b.end
                         ));
+                        // CI keeps only the test's output: the console of a boot that never came
+                        // up (or of the last one) says why, e.g. an initramfs that found no root.
+                        if b.ready_after.is_none() || Some(b.boot) == boots.last().map(|l| l.boot) {
+                            kept.push(format!("    last lines of serial-{}.log:", b.boot));
+                            kept.extend(
+                                serial_tail(&serial, SERIAL_TAIL_LINES).into_iter().map(|l| format!("    | {l}")),
+                            );
+                        }
                     }
                 }
                 let coordinator_log = self.dir.join("coordinator.log");
@@ -191,5 +201,70 @@ impl Fleet {
                 Err(e.context(msg))
             }
         }
+    }
+}
+
+/// How many console lines a failed test prints per boot it reports.
+const SERIAL_TAIL_LINES: usize = 40;
+
+/// The last `n` lines of a serial log, without carriage returns, escape sequences or empty lines,
+/// each cut to 240 characters.
+fn serial_tail(path: &std::path::Path, n: usize) -> Vec<String> {
+    let text = String::from_utf8_lossy(&std::fs::read(path).unwrap_or_default()).into_owned();
+    let mut lines: Vec<String> = text
+        .split(['\n', '\r'])
+        .map(strip_escapes)
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| l.chars().take(240).collect())
+        .collect();
+    let skip = lines.len().saturating_sub(n);
+    lines.drain(..skip);
+    lines
+}
+
+/// A console line without its ANSI escape sequences (systemd colours its status lines).
+fn strip_escapes(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            if chars.peek() == Some(&'[') {
+                chars.next();
+                // parameters and intermediates, up to the final byte (@ to ~)
+                for f in chars.by_ref() {
+                    if ('@'..='~').contains(&f) {
+                        break;
+                    }
+                }
+            }
+            continue;
+        }
+        if !c.is_control() || c == '\t' {
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_serial_tail_drops_escapes_and_keeps_the_last_lines() {
+        let dir = std::env::temp_dir().join(format!("aloft-serial-tail-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = dir.join("serial-2.log");
+        std::fs::write(
+            &path,
+            "one\r\n\x1b[0;1;31mFAILED\x1b[0m to start x\r\n\r\nthree\r\nostree-prepare-root: Couldn't find root\r\n",
+        )
+        .expect("write");
+        assert_eq!(
+            serial_tail(&path, 3),
+            vec!["FAILED to start x", "three", "ostree-prepare-root: Couldn't find root"]
+        );
+        assert!(serial_tail(&dir.join("missing.log"), 3).is_empty());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

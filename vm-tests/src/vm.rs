@@ -255,6 +255,36 @@ impl Vm {
         }
     }
 
+    /// Wait until boot `boot` prints a line containing `marker` on its serial console (the guest
+    /// writes to `/dev/console`, as the ready line does). Fails when that boot ends first, or at
+    /// `timeout`. For moments no command can be run at, such as late in a shutdown.
+    pub async fn wait_serial(&self, boot: u32, marker: &str, timeout: Duration) -> Result<()> {
+        let serial = self.dir.join(format!("serial-{boot}.log"));
+        let until = tokio::time::Instant::now() + timeout;
+        loop {
+            let text = std::fs::read(&serial).unwrap_or_default();
+            if String::from_utf8_lossy(&text).contains(marker) {
+                return Ok(());
+            }
+            let now = self.status();
+            if now.boot > boot || matches!(now.phase, Phase::Failed(_) | Phase::Off { .. }) {
+                bail!(
+                    "{}: boot {boot} ended ({now:?}) without printing {marker:?} (see {})",
+                    self.name,
+                    serial.display()
+                );
+            }
+            if tokio::time::Instant::now() >= until {
+                bail!(
+                    "{}: boot {boot} did not print {marker:?} within {timeout:?} (see {})",
+                    self.name,
+                    serial.display()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
     /// Wait for a boot numbered at least `min_boot` to be ready; returns (boot, boot_id, release).
     pub async fn wait_ready(&self, min_boot: u32, timeout: Duration) -> Result<(u32, String, String)> {
         let s = self

@@ -342,18 +342,33 @@ async fn power_cycle(vm: &Vm, what: &str) -> Result<(u32, String, String)> {
     vm.wait_ready(cut_at + 1, BOOT).await.with_context(|| format!("booting after {what}"))
 }
 
+/// What the held shutdown prints on the serial console (see [`power_cut`]).
+const HELD_AFTER_FINALIZE: &str = "ALOFT-VMTEST-HELD-AFTER-FINALIZE";
+
+/// Two power cuts in OS updates, v1 -> v2 and back to v1.
+///
+/// 1. Unheld, as a power failure comes: as soon as v2 is staged, while the agent goes on to save
+///    its phase and ask for the reboot (or, if the guest is already going down when the test
+///    looks, right then). The VM boots v1 or v2 and the agent converges on v2.
+/// 2. Held at the worst moment for a bootloader that reads the disk without replaying the file
+///    system's journal, as GRUB and this harness's bootloader do: in the shutdown into v1, right
+///    after ostree finalized it (swapped `/boot/loader`, deleted the old `/ostree/boot.N` links)
+///    and aloft-boot-sync checkpointed /boot's journal. A test drop-in holds the shutdown there.
+///    The VM must boot the new entry, v1.
+///
+/// Held cuts before finalizing are scenario f's.
 async fn power_cut(fleet: &Fleet) -> Result<()> {
     let (_, first) = enrolled_and_done(fleet, 1, json!({})).await?;
-    let v2 = fleet.images.commit("v2")?.to_string();
+    let (v1, v2) = (fleet.images.commit("v1")?.to_string(), fleet.images.commit("v2")?.to_string());
     let vm = &fleet.vms[0];
+
+    // (1) Unheld.
     machine_config(
         fleet,
         "60-worker-os",
         json!({"osImageURL": fleet.images.os_image_url("v2")?, "kernelArguments": [KARG]}),
     )
     .await?;
-    // Cut the power once the agent has staged v2 (or, if the guest is already going down for its
-    // reboot when we look, right then).
     let deadline = Instant::now() + OS_ROLLOUT_PER_NODE;
     let moment = loop {
         ensure!(Instant::now() < deadline, "the agent never staged v2");
@@ -379,12 +394,41 @@ async fn power_cut(fleet: &Fleet) -> Result<()> {
     let (boot, _, release) = power_cycle(vm, "the power cut").await?;
     ensure!(release == "1" || release == "2", "after the power cut the VM booted release {release}");
     tracing::info!(boot, %release, moment, "booted after the power cut");
-    let target = wait_converged(fleet, &first, OS_ROLLOUT_PER_NODE).await.context("converging after the power cut")?;
-    let (_, _, release) = vm.wait_ready(boot, Duration::from_secs(5)).await?;
-    ensure!(release == "2", "converged on {target} but running release {release}");
+    let on_v2 = wait_converged(fleet, &first, OS_ROLLOUT_PER_NODE).await.context("converging after the power cut")?;
+    let (boot, _, release) = vm.wait_ready(boot, Duration::from_secs(5)).await?;
+    ensure!(release == "2", "converged on {on_v2} but running release {release}");
     os_is(vm, "2", &v2).await?;
     let cmdline = vm.sh("cat /proc/cmdline").await?;
     ensure!(cmdline.split_whitespace().any(|a| a == KARG), "{KARG} not on /proc/cmdline: {cmdline}");
+
+    // (2) Held right after finalizing. The drop-in is in /run: gone with the boot it holds.
+    vm.sh(&format!(
+        "mkdir -p /run/systemd/system/aloft-boot-sync.service.d && \
+         printf '%s\\n' '[Service]' \"ExecStop=/bin/sh -c 'echo {HELD_AFTER_FINALIZE} >/dev/console; exec sleep 900'\" \
+           'TimeoutStopSec=infinity' > /run/systemd/system/aloft-boot-sync.service.d/50-vmtest-hold.conf && \
+         systemctl daemon-reload && systemctl show -p ExecStop aloft-boot-sync.service"
+    ))
+    .await
+    .and_then(|units| {
+        ensure!(units.contains(HELD_AFTER_FINALIZE), "the hold drop-in is not in aloft-boot-sync.service: {units}");
+        Ok(())
+    })?;
+    machine_config(
+        fleet,
+        "60-worker-os",
+        json!({"osImageURL": fleet.images.os_image_url("v1")?, "kernelArguments": [KARG]}),
+    )
+    .await?;
+    vm.wait_serial(boot, HELD_AFTER_FINALIZE, OS_ROLLOUT_PER_NODE)
+        .await
+        .context("waiting for the shutdown into v1 to finalize it")?;
+    tracing::info!("power cut: v1 finalized, /boot checkpointed, the shutdown held");
+    let (boot, _, release) = power_cycle(vm, "the power cut after finalizing").await?;
+    ensure!(release == "1", "after the power cut that followed finalizing v1, the VM booted release {release}");
+    let back = wait_converged(fleet, &on_v2, OS_ROLLOUT_PER_NODE).await.context("converging after the second cut")?;
+    let (_, _, release) = vm.wait_ready(boot, Duration::from_secs(5)).await?;
+    ensure!(release == "1", "converged on {back} but running release {release}");
+    os_is(vm, "1", &v1).await?;
     Ok(())
 }
 
