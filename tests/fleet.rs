@@ -591,3 +591,54 @@ async fn agent_status_names_the_desired_config_and_says_when_the_agent_is_not_ru
     let st: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
     assert_eq!(st["currentConfig"], target.as_str(), "the last status is still shown: {st}");
 }
+
+/// A node Degraded by drift (a managed file edited by hand) does not take the next config, which
+/// would overwrite the edit: as MCO, the disk is validated against the current config before an
+/// update, and the node stays Degraded, with a reason naming the file and the force file, until
+/// the file is repaired or MCO's force file exists; then the update goes on and the force file
+/// is removed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drifted_node_is_not_updated_until_forced() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let (h, _token_file, first) = one_node_on_a_file(&c, "worker-f", "/etc/f.conf", "f", "None").await;
+    std::fs::write(h.path("/etc/f.conf"), "edited by hand").unwrap();
+    eventually(Duration::from_secs(60), "worker-f Degraded by the edit", || async {
+        Ok((annotation_of(&c, "worker-f", ann::STATE).await? == "Degraded").then_some(()))
+    })
+    .await;
+
+    // The same file with other contents (a later MachineConfig wins): rebootless by the policy.
+    let mc = json!({"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfig",
+        "metadata": {"name": "51-more", "labels": {ann::ROLE_LABEL: "worker"}},
+        "spec": {"config": {"ignition": {"version": "3.4.0"}, "storage": {"files": [
+            {"path": "/etc/f.conf", "mode": 420, "contents": {"source": "data:,more"}}]}}}});
+    admin.post(&path_of(&MACHINE_CONFIG, None), &mc).await.unwrap().into_result().unwrap();
+    let force = h.path("/run/machine-config-daemon-force");
+    let (desired, reason) =
+        eventually(Duration::from_secs(120), "worker-f to refuse the update over its drift", || async {
+            let desired = annotation_of(&c, "worker-f", ann::DESIRED_CONFIG).await?;
+            let reason = annotation_of(&c, "worker-f", ann::REASON).await?;
+            Ok((desired != first && reason.contains("not updating to")).then_some((desired, reason)))
+        })
+        .await;
+    assert!(
+        reason.starts_with(&format!(
+            "unexpected on-disk state validating against {first}: content mismatch for file \"/etc/f.conf\"; \
+             not updating to {desired} over it: restore /etc/f.conf as {first} has it, or create {}",
+            force.display()
+        )),
+        "{reason}"
+    );
+    assert_eq!(std::fs::read_to_string(h.path("/etc/f.conf")).unwrap(), "edited by hand");
+    assert_eq!(annotation_of(&c, "worker-f", ann::STATE).await.unwrap(), "Degraded");
+    assert_eq!(annotation_of(&c, "worker-f", ann::CURRENT_CONFIG).await.unwrap(), first);
+
+    std::fs::create_dir_all(force.parent().unwrap()).unwrap();
+    std::fs::write(&force, "").unwrap();
+    let hosts = [h];
+    let second = converge(&c, &hosts, Some(&first), "worker-f Done on the new config once forced").await;
+    assert_eq!(second, desired);
+    assert!(!force.exists(), "the force file stayed");
+    assert_eq!(std::fs::read_to_string(hosts[0].path("/etc/f.conf")).unwrap(), "more", "forced: the edit goes");
+}

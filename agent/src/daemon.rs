@@ -163,6 +163,25 @@ pub fn decide(phase: &Phase, node: &NodeView, current: &str, boot_id: &str) -> S
     }
 }
 
+/// MCO's force file, beneath the root: while it exists, the next update skips the validation of
+/// the disk against the current config (and removes it), as MCO's daemon does.
+pub const FORCE_FILE: &str = "run/machine-config-daemon-force";
+
+/// Whether an update starting in `phase` validates the disk against the current config
+/// (`current`) first, as MCO does: only when the agent is settled on it, i.e. Done on it (Idle)
+/// or Degraded on it (drift, a failed check after its reboot, an OS rollback: all with its files
+/// written and saved). Any other phase has an update or its recovery in flight, and the disk may
+/// hold the target's files on purpose (a power cut after the files were written and before the
+/// current config was saved: Staging, RebootingStaged; a failed staging: Degraded on the
+/// target): judging it against the current config would call that recovery drift.
+pub fn validates_before_update(phase: &Phase, current: &str) -> bool {
+    match phase {
+        Phase::Idle => !current.is_empty(),
+        Phase::Degraded { target, .. } => !current.is_empty() && target == current,
+        _ => false,
+    }
+}
+
 fn current_config_path(root: &Root) -> PathBuf {
     root.state_dir().join("currentconfig.json")
 }
@@ -447,7 +466,49 @@ impl Agent {
         Ok(step)
     }
 
+    /// MCO validates the disk against the current config before an update: a node whose managed
+    /// file was edited by hand stays Degraded and is not updated, so the edit is not silently
+    /// overwritten, until the file is repaired or the force file exists (then it is removed and
+    /// the update goes on). Only from a settled state ([`validates_before_update`], and the apply
+    /// journal saying the disk holds the current config), and only files, units and drop-ins:
+    /// the OS commit has its own checks (a rolled-back commit is not drift). Returns whether to
+    /// go on.
+    async fn disk_matches_current(&mut self, target: &str) -> Result<bool> {
+        let Some(cur) = self.current.clone() else { return Ok(true) };
+        let name = cur.metadata.name.clone();
+        if !validates_before_update(&self.phase, &name) || !crate::engine::journal_settled_on(&self.root, &cur.spec) {
+            return Ok(true);
+        }
+        let force = self.root.path().join(FORCE_FILE);
+        if std::fs::symlink_metadata(&force).is_ok() {
+            tracing::warn!(force = %force.display(), target, "force file present: the disk is not validated before this update");
+            match std::fs::remove_file(&force) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e).with_context(|| format!("removing {}", force.display())),
+            }
+            return Ok(true);
+        }
+        let Err(drift) = crate::engine::verify_files(&self.root, &cur) else { return Ok(true) };
+        if let Some(m) = &self.metrics {
+            m.set_drift(true);
+        }
+        let what = if drift.path.is_empty() { "the disk".to_string() } else { drift.path.clone() };
+        let reason = format!(
+            "{}; not updating to {target} over it: restore {what} as {name} has it, or create {} to update anyway \
+             (the update then overwrites it)",
+            drift.reason(&name),
+            force.display()
+        );
+        tracing::warn!(%reason, "the disk does not match the current config: not updating");
+        self.fail(&name, reason, false).await?;
+        Ok(false)
+    }
+
     async fn update(&mut self, target: &str) -> Result<()> {
+        if !self.disk_matches_current(target).await? {
+            return Ok(());
+        }
         self.enter(
             Phase::Preparing { target: target.into() },
             "reading the rendered config and the disruption policy",
@@ -1057,6 +1118,31 @@ mod tests {
         assert_eq!(decide(&acting, &working, "r2", "b1"), Step::ReportDone);
         for other in [Phase::Idle, Phase::Applying { target: "r2".into() }, Phase::Acting { target: "r3".into() }] {
             assert_eq!(resume_after_restart(&other, "r2"), None, "{other:?}");
+        }
+    }
+
+    /// Only a node settled on its current config has its disk validated before an update: the
+    /// phases of an update or of its recovery (the target's files already written on purpose)
+    /// are not judged as drift.
+    #[test]
+    fn the_disk_is_validated_before_an_update_only_when_settled_on_the_current_config() {
+        assert!(validates_before_update(&Phase::Idle, "r1"));
+        let drifted = Phase::Degraded { target: "r1".into(), reason: "content mismatch".into() };
+        assert!(validates_before_update(&drifted, "r1"), "Degraded on the current config (drift, OS rollback)");
+        assert!(!validates_before_update(&Phase::Idle, ""), "no current config yet");
+        let failed = Phase::Degraded { target: "r2".into(), reason: "staging failed".into() };
+        assert!(!validates_before_update(&failed, "r1"), "a failed update of r2 may have written r2's files");
+        let in_flight = [
+            Phase::Preparing { target: "r2".into() },
+            Phase::Applying { target: "r2".into() },
+            Phase::Staging { target: "r2".into() },
+            Phase::RebootingStaged { target: "r2".into(), boot_id: "b1".into(), checksum: "c".into(), staged: None },
+            Phase::Verifying { target: "r2".into(), checksum: "c".into(), staged: None },
+            Phase::RollingBack { target: "r2".into(), boot_id: "b".into(), checksum: "c".into(), reason: "x".into() },
+            Phase::Unreconcilable { target: "r2".into(), reason: "fips".into() },
+        ];
+        for p in in_flight {
+            assert!(!validates_before_update(&p, "r1"), "{p:?}");
         }
     }
 

@@ -73,6 +73,34 @@ pub fn verify(root: &Root, mc: &MachineConfig) -> Result<(), String> {
     ondisk::verify(root, &mc.spec).map_err(|d| d.reason(&mc.metadata.name))
 }
 
+/// The on-disk files, units and drop-ins checked against `mc` (not the OS commit): the first
+/// difference, with the path it is about.
+pub fn verify_files(root: &Root, mc: &MachineConfig) -> Result<(), ondisk::Drift> {
+    ondisk::verify(root, &mc.spec)
+}
+
+/// Whether the apply journal says the disk holds `current` and nothing else: no record (the last
+/// update was reported Done), a committed apply of `current`, or an apply of another config
+/// rolled back to `current`. An unfinished record (an apply a crash interrupted), a committed
+/// apply of another config (its files written, its OS update not finished, the current config
+/// not saved yet) or an unreadable record: the disk may hold another config's files on purpose,
+/// so it is not judged against `current`.
+pub fn journal_settled_on(root: &Root, current: &MachineConfigSpec) -> bool {
+    use crate::journal::Phase as J;
+    match Journal::new(root).load() {
+        Ok(None) => true,
+        Ok(Some(r)) => match r.phase {
+            J::Committed => r.new == *current,
+            J::RolledBack { .. } => r.old == *current,
+            J::Forward | J::RollingBack { .. } => false,
+        },
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the apply journal; the disk is not validated before this update");
+            false
+        }
+    }
+}
+
 /// Removes the journal record of a finished apply (committed or rolled back), durably; a
 /// record of an unfinished apply stays for [`recover`].
 pub fn forget_finished_apply(root: &Root) -> Result<()> {
@@ -112,4 +140,49 @@ pub async fn connect_services(address: Option<&str>) -> Result<Arc<dyn ServiceMa
     }
     .context("connecting to systemd over D-Bus")?;
     Ok(Arc::new(s))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::journal::{Phase, Record, RECORD_VERSION};
+
+    fn spec(url: &str) -> MachineConfigSpec {
+        MachineConfigSpec { os_image_url: url.into(), ..Default::default() }
+    }
+
+    /// The journal tells a disk that must hold the current config from one an update or its
+    /// recovery left with another config's files on purpose.
+    #[test]
+    fn the_journal_says_when_the_disk_holds_the_current_config() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = Root::new(dir.path());
+        let (cur, other) = (spec("a"), spec("b"));
+        assert!(journal_settled_on(&root, &cur), "no record: the last update was reported Done");
+        let journal = Journal::new(&root);
+        let record = |phase, old: &MachineConfigSpec, new: &MachineConfigSpec| Record {
+            version: RECORD_VERSION,
+            id: "0123456789abcdef".into(),
+            phase,
+            old: old.clone(),
+            new: new.clone(),
+            forward: Vec::new(),
+            rollback: Vec::new(),
+            report: Default::default(),
+        };
+        let cases = [
+            (record(Phase::Committed, &other, &cur), true, "committed apply of the current config"),
+            (record(Phase::Committed, &cur, &other), false, "another config's files written, not saved yet"),
+            (record(Phase::RolledBack { reason: "x".into() }, &cur, &other), true, "rolled back to it"),
+            (record(Phase::Forward, &cur, &other), false, "an interrupted apply"),
+            (record(Phase::RollingBack { reason: "x".into() }, &cur, &other), false, "an interrupted rollback"),
+        ];
+        for (r, settled, what) in cases {
+            journal.save(&r).unwrap();
+            assert_eq!(journal_settled_on(&root, &cur), settled, "{what}");
+        }
+        std::fs::write(journal.dir().join("record.json"), "{nope").unwrap();
+        assert!(!journal_settled_on(&root, &cur), "unreadable: not judged");
+        crate::reclaim::release();
+    }
 }
