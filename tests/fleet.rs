@@ -434,9 +434,15 @@ async fn an_edit_made_before_the_drift_watch_is_armed_is_found() {
     std::fs::write(h.path("/etc/w.conf"), "edited by hand").unwrap();
 
     let root = aloft_agent::host::Root::new(h.root.path());
-    let cred = aloft_agent::enroll::ensure(&root, c.url(), Some(c.ca_pem()), None, "worker-w", &Default::default())
-        .await
-        .unwrap();
+    let (ca, labels) = (c.ca_pem(), Default::default());
+    let enrollment = aloft_agent::enroll::Enrollment {
+        server: c.url(),
+        ca_pem: Some(&ca),
+        bootstrap_token: None,
+        node_name: "worker-w",
+        labels: &labels,
+    };
+    let cred = aloft_agent::enroll::ensure(&root, &enrollment).await.unwrap();
     let client = aloft_client::Client::new(&aloft_client::ClientConfig {
         server: cred.server,
         ca_pem: Some(c.ca_pem()),

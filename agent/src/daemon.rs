@@ -969,17 +969,16 @@ async fn node_api(root: &Root, opts: &Options, lost: Option<Standing>) -> Result
         })?;
         Ok(NodeApi::new(client, &cred.node_name))
     };
+    let enrollment = enroll::Enrollment {
+        server: &opts.coordinator,
+        ca_pem: opts.ca_pem.as_deref(),
+        bootstrap_token: opts.bootstrap_token.as_deref(),
+        node_name: &opts.node_name,
+        labels: &opts.labels,
+    };
     let mut lost = lost;
     if lost.is_none() {
-        let cred = enroll::ensure(
-            root,
-            &opts.coordinator,
-            opts.ca_pem.clone(),
-            opts.bootstrap_token.as_deref(),
-            &opts.node_name,
-            &opts.labels,
-        )
-        .await?;
+        let cred = enroll::ensure(root, &enrollment).await?;
         let api = connect(&cred)?;
         match api.standing().await {
             Ok(s @ (Standing::Revoked | Standing::NodeGone)) => lost = Some(s),
@@ -992,17 +991,9 @@ async fn node_api(root: &Root, opts: &Options, lost: Option<Standing>) -> Result
     if opts.bootstrap_token.is_some() {
         tracing::warn!(node = %opts.node_name, reason = why, "this node's credential no longer works; enrolling again with the bootstrap token");
     }
-    let cred = enroll::enroll_again(
-        root,
-        &opts.coordinator,
-        opts.ca_pem.clone(),
-        opts.bootstrap_token.as_deref(),
-        &opts.node_name,
-        &opts.labels,
-        why,
-    )
-    .await
-    .inspect_err(|e| tracing::error!(node = %opts.node_name, error = %format!("{e:#}"), "cannot rejoin"))?;
+    let cred = enroll::enroll_again(root, &enrollment, why)
+        .await
+        .inspect_err(|e| tracing::error!(node = %opts.node_name, error = %format!("{e:#}"), "cannot rejoin"))?;
     connect(&cred)
 }
 

@@ -50,15 +50,24 @@ pub fn parse_labels(s: &str) -> Result<BTreeMap<String, String>> {
     Ok(out)
 }
 
+/// Who this node enrolls as, and with which coordinator: what both a first enrollment and a
+/// later one (after the credential stopped working) need.
+#[derive(Debug, Clone, Copy)]
+pub struct Enrollment<'a> {
+    /// The coordinator's URL.
+    pub server: &'a str,
+    /// The coordinator's CA (PEM), when it is not in the system's trust store.
+    pub ca_pem: Option<&'a [u8]>,
+    /// The bootstrap token: needed only to enroll, never to run.
+    pub bootstrap_token: Option<&'a str>,
+    pub node_name: &'a str,
+    /// The Node's labels at enrollment.
+    pub labels: &'a BTreeMap<String, String>,
+}
+
 /// Load the credential, or enroll with the bootstrap token and store it.
-pub async fn ensure(
-    root: &Root,
-    server: &str,
-    ca_pem: Option<Vec<u8>>,
-    bootstrap_token: Option<&str>,
-    node_name: &str,
-    labels: &BTreeMap<String, String>,
-) -> Result<Credential> {
+pub async fn ensure(root: &Root, e: &Enrollment<'_>) -> Result<Credential> {
+    let Enrollment { server, ca_pem, bootstrap_token, node_name, labels } = *e;
     install_crypto();
     let path = credential_path(root);
     if let Ok(text) = std::fs::read_to_string(&path) {
@@ -72,7 +81,11 @@ pub async fn ensure(
     let token = bootstrap_token.ok_or_else(|| {
         anyhow!("this node has no credential yet and no bootstrap token was given (--bootstrap-token-file)")
     })?;
-    let client = Client::new(&ClientConfig { server: server.to_string(), ca_pem, token: Some(token.to_string()) })?;
+    let client = Client::new(&ClientConfig {
+        server: server.to_string(),
+        ca_pem: ca_pem.map(<[u8]>::to_vec),
+        token: Some(token.to_string()),
+    })?;
     let body = serde_json::json!({"nodeName": node_name, "labels": labels});
     let reply = client.post("/aloft/v1/enroll", &body).await.context("enrolling with the coordinator")?;
     if reply.code == 401 {
@@ -90,16 +103,9 @@ pub async fn ensure(
 /// Enroll again after the stored credential stopped working (`why`: its Node was deleted, which
 /// revokes it, or it was revoked by hand), as a kubelet registers its Node again when it is
 /// deleted. Needs the bootstrap token; without it the error says what to do.
-pub async fn enroll_again(
-    root: &Root,
-    server: &str,
-    ca_pem: Option<Vec<u8>>,
-    bootstrap_token: Option<&str>,
-    node_name: &str,
-    labels: &BTreeMap<String, String>,
-    why: &str,
-) -> Result<Credential> {
-    let Some(token) = bootstrap_token else {
+pub async fn enroll_again(root: &Root, e: &Enrollment<'_>, why: &str) -> Result<Credential> {
+    let node_name = e.node_name;
+    let Some(token) = e.bootstrap_token else {
         bail!(
             "this node's credential no longer works ({why}): its Node was deleted or its credential revoked. \
              To rejoin, give the agent the bootstrap token (--bootstrap-token-file) and restart it"
@@ -111,7 +117,7 @@ pub async fn enroll_again(
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(e).with_context(|| format!("removing {}", path.display())),
     }
-    ensure(root, server, ca_pem, Some(token), node_name, labels).await.with_context(|| {
+    ensure(root, &Enrollment { bootstrap_token: Some(token), ..*e }).await.with_context(|| {
         format!(
             "this node's credential no longer works ({why}) and enrolling again failed \
              (if another host enrolled as {node_name:?} meanwhile, give this host another --node-name)"
