@@ -268,8 +268,24 @@ fn client_config(cli: &Cli) -> Result<ClientConfig> {
         Some(p) => ClientConfig::from_kubeconfig(&p)?,
         None => ClientConfig::default(),
     };
-    if let Some(s) = &cli.server {
-        cfg.server = s.clone();
+    let from = match &cli.server {
+        Some(s) => {
+            cfg.server = s.clone();
+            "--server (or ALOFT_SERVER)".to_string()
+        }
+        None => "the client config's server".to_string(),
+    };
+    // Said here, naming where the address came from; the client would only say the scheme is
+    // wrong.
+    if !cfg.server.is_empty() {
+        let want = "https:// (or http:// for a coordinator started with --insecure-http)";
+        match cfg.server.split_once("://") {
+            Some((scheme, _)) if scheme.eq_ignore_ascii_case("https") || scheme.eq_ignore_ascii_case("http") => {}
+            Some((scheme, _)) => bail!("{from} is {:?}: its scheme must be {want}, not {scheme}://", cfg.server),
+            None => {
+                bail!("{from} is {:?}: it must be a URL starting with {want}, e.g. https://{}", cfg.server, cfg.server)
+            }
+        }
     }
     if let Some(t) = &cli.token {
         cfg.token = Some(t.clone());
