@@ -980,3 +980,36 @@ async fn an_empty_aloft_kubeconfig_counts_as_unset() {
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+/// `--server http://` pointed at the coordinator's HTTPS port says the server speaks HTTPS and
+/// which URL to use (h2 alone said "frame with invalid size"); a scheme that is neither, or none,
+/// is refused naming --server.
+#[tokio::test]
+async fn a_wrong_scheme_in_server_says_which_url_to_use() {
+    let c = Coordinator::start();
+    let https = c.url().trim_end_matches('/').to_string();
+    let plain = https.replacen("https://", "http://", 1);
+    assert_ne!(plain, https, "the coordinator serves HTTPS: {https}");
+    let with_server = |server: &str| {
+        let out = Command::new(bin("aloftctl"))
+            .args(["--kubeconfig"])
+            .arg(c.kubeconfig_path())
+            .args(["--server", server, "get", "nodes"])
+            .env_remove("ALOFT_KUBECONFIG")
+            .env_remove("ALOFT_SERVER")
+            .output()
+            .expect("run aloftctl");
+        assert!(!out.status.success(), "aloftctl --server {server} get nodes should fail");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let err = with_server(&plain);
+    assert!(err.contains("speaks HTTPS") && err.contains(&format!("use {https}")), "{err}");
+    let ftp = https.replacen("https://", "ftp://", 1);
+    let err = with_server(&ftp);
+    assert!(err.contains("--server") && err.contains("not ftp://"), "{err}");
+    let bare = https.trim_start_matches("https://").to_string();
+    let err = with_server(&bare);
+    assert!(err.contains("--server") && err.contains(&format!("e.g. https://{bare}")), "{err}");
+    // The right URL works.
+    ok(&c, &["--server", &https, "get", "nodes"]);
+}

@@ -1026,3 +1026,89 @@ async fn send_initial_events_ends_with_the_initial_events_end_bookmark() {
     let r = admin.get("/api/v1/nodes?watch=true&sendInitialEvents=true&allowWatchBookmarks=true").await.unwrap();
     assert_status(&r, 422, "Invalid", "sendInitialEvents without resourceVersionMatch=NotOlderThan");
 }
+
+/// The reviews behind `kubectl auth whoami` / `can-i`: in discovery, open to every credential
+/// (not to none), decided as real requests are, and bad bodies refused naming the field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn self_subject_reviews_are_discovered_decided_and_validated() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let ssr = "/apis/authentication.k8s.io/v1/selfsubjectreviews";
+    let ssar = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews";
+
+    let groups = admin.get("/apis").await.unwrap().into_result().unwrap();
+    let names: Vec<&str> = groups["groups"].as_array().unwrap().iter().filter_map(|g| g["name"].as_str()).collect();
+    assert!(names.contains(&"authentication.k8s.io") && names.contains(&"authorization.k8s.io"), "{groups}");
+    for (gv, plural, kind) in [
+        ("authentication.k8s.io/v1", "selfsubjectreviews", "SelfSubjectReview"),
+        ("authorization.k8s.io/v1", "selfsubjectaccessreviews", "SelfSubjectAccessReview"),
+    ] {
+        let list = admin.get(&format!("/apis/{gv}")).await.unwrap().into_result().unwrap();
+        let r = list["resources"].as_array().unwrap().iter().find(|r| r["name"] == plural).cloned();
+        let r = r.unwrap_or_else(|| panic!("{plural} not in /apis/{gv}: {list}"));
+        assert_eq!(r["kind"], kind);
+        assert_eq!(r["verbs"], json!(["create"]));
+    }
+
+    let viewer = c.client_with_token(Some(&c.create_token("dash", "viewer")));
+    let boot = c.client_with_token(Some(&c.create_token("fleet", "bootstrap")));
+    let body = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"});
+    let me = viewer.post(ssr, &body).await.unwrap();
+    assert_eq!(me.code, 201, "{}", me.body);
+    assert_eq!(me.body["status"]["userInfo"]["username"], "dash", "{}", me.body);
+    assert_eq!(me.body["status"]["userInfo"]["groups"], json!(["aloft:viewers", "system:authenticated"]));
+    let me = boot.post(ssr, &json!({})).await.unwrap();
+    assert_eq!(me.body["status"]["userInfo"]["username"], "system:bootstrap:fleet", "{}", me.body);
+    let none = c.client_with_token(None).post(ssr, &body).await.unwrap();
+    assert_status(&none, 401, "Unauthorized", "a review without a credential");
+
+    let access = |attrs: Value| json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview", "spec": attrs});
+    let node_pool = |verb: &str| {
+        access(json!({"resourceAttributes": {
+        "verb": verb, "group": "machineconfiguration.openshift.io", "resource": "machineconfigpools"}}))
+    };
+    let r = viewer.post(ssar, &node_pool("list")).await.unwrap();
+    assert_eq!(r.code, 201, "{}", r.body);
+    assert_eq!(r.body["status"]["allowed"], true, "{}", r.body);
+    assert_eq!(r.body["spec"]["resourceAttributes"]["verb"], "list", "the spec is echoed: {}", r.body);
+    let r = viewer.post(ssar, &node_pool("delete")).await.unwrap();
+    assert_eq!(r.body["status"]["allowed"], false, "{}", r.body);
+    assert_eq!(r.body["status"]["denied"], true, "{}", r.body);
+    assert!(r.body["status"].get("reason").is_none(), "no reason, as RBAC gives none: {}", r.body);
+    let direct =
+        viewer.delete(&path_of(&aloft_coordinator::resources::MACHINE_CONFIG_POOL, Some("worker"))).await.unwrap();
+    assert_eq!(direct.code, 403, "the request itself is refused as the review said: {}", direct.body);
+    let metrics = access(json!({"nonResourceAttributes": {"verb": "get", "path": "/metrics"}}));
+    assert_eq!(viewer.post(ssar, &metrics).await.unwrap().body["status"]["allowed"], true);
+    assert_eq!(boot.post(ssar, &metrics).await.unwrap().body["status"]["allowed"], false);
+    // A node may list its own Node only through a metadata.name field selector.
+    let node = c.node_client("n1", json!({})).await;
+    let nodes = |selector: Option<&str>| {
+        let mut attrs = json!({"verb": "watch", "resource": "nodes"});
+        if let Some(s) = selector {
+            attrs["fieldSelector"] = json!({"rawSelector": s});
+        }
+        access(json!({"resourceAttributes": attrs}))
+    };
+    assert_eq!(node.post(ssar, &nodes(Some("metadata.name=n1"))).await.unwrap().body["status"]["allowed"], true);
+    assert_eq!(node.post(ssar, &nodes(None)).await.unwrap().body["status"]["allowed"], false);
+
+    let r = admin.post(ssar, &access(json!({}))).await.unwrap();
+    assert_status(&r, 422, "Invalid", "neither attributes");
+    assert_eq!(cause_fields(&r.body), vec!["spec.resourceAttributes"], "{}", r.body);
+    let both = access(json!({"resourceAttributes": {"verb": "get"}, "nonResourceAttributes": {"verb": "get"}}));
+    let r = admin.post(ssar, &both).await.unwrap();
+    assert_status(&r, 422, "Invalid", "both attributes");
+    assert_eq!(cause_fields(&r.body), vec!["spec.nonResourceAttributes"], "{}", r.body);
+    let r = admin.post(ssar, &access(json!({"resourceAttributes": {"verb": 3}}))).await.unwrap();
+    assert_status(&r, 422, "Invalid", "a verb that is not a string");
+    assert_eq!(cause_fields(&r.body), vec!["spec.resourceAttributes.verb"], "{}", r.body);
+    let r = admin.post(ssar, &json!({"kind": "SelfSubjectReview", "spec": {}})).await.unwrap();
+    assert_status(&r, 400, "BadRequest", "the wrong kind");
+    assert!(r.body["message"].as_str().unwrap_or("").contains("SelfSubjectAccessReview"), "{}", r.body);
+    let r =
+        admin.call(reqwest::Method::POST, ssar, Some(("application/json", b"{not json".to_vec())), None).await.unwrap();
+    assert_status(&r, 400, "BadRequest", "malformed JSON");
+    let r = admin.get(ssr).await.unwrap();
+    assert_status(&r, 405, "MethodNotAllowed", "a review is only created");
+}

@@ -617,3 +617,58 @@ async fn kubectl_delete_cascades_unless_orphan() {
     let out = k.ok(&["get", "machineconfig", &worker, "-o", "name"]);
     assert!(out.contains(&worker), "the orphan stays: {out}");
 }
+
+/// `kubectl auth whoami` and `kubectl auth can-i` (SelfSubjectReview, SelfSubjectAccessReview):
+/// who a credential is, and whether it may do something, as the server decides real requests.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_auth_whoami_and_can_i() {
+    let Some(exe) = kubectl_path() else { return };
+    let c = Coordinator::start();
+    let admin = Kubectl::new(exe.clone(), &c, Auth::Kubeconfig);
+    let boot = c.client_with_token(Some(&c.create_token("fleet", "bootstrap")));
+    let enrolled = boot.post("/aloft/v1/enroll", &json!({"nodeName": "n1"})).await.unwrap().into_result().unwrap();
+    let token = enrolled["token"].as_str().expect("a node credential").to_string();
+    let node = Kubectl::new(exe, &c, Auth::Flags { token });
+
+    let user = |k: &Kubectl| -> Value {
+        let out = k.ok(&["auth", "whoami", "-o", "json"]);
+        let review: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("whoami -o json: {e}: {out}"));
+        assert_eq!(review["kind"], "SelfSubjectReview", "{review}");
+        assert_eq!(review["apiVersion"], "authentication.k8s.io/v1", "{review}");
+        review["status"]["userInfo"].clone()
+    };
+    let a = user(&admin);
+    assert_eq!(a["username"], "admin", "{a}");
+    assert_eq!(a["groups"], json!(["system:masters", "system:authenticated"]), "{a}");
+    let n = user(&node);
+    assert_eq!(n["username"], "system:node:n1", "{n}");
+    assert_eq!(n["groups"], json!(["system:nodes", "system:authenticated"]), "{n}");
+    assert_eq!(n["extra"]["aloft.dev/token-name"], json!(["node:n1"]), "{n}");
+    let table = node.ok(&["auth", "whoami"]);
+    assert!(table.contains("system:node:n1") && table.contains("system:nodes"), "{table}");
+
+    // `can-i` prints yes (exit 0) or no (exit 1).
+    let can = |k: &Kubectl, args: &[&str]| -> bool {
+        let mut all = vec!["auth", "can-i"];
+        all.extend_from_slice(args);
+        let out = k.run(&all);
+        let said = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        assert!(said == "yes" || said == "no", "can-i {args:?}: {said:?}, {}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(out.status.success(), said == "yes", "can-i {args:?}: exit status {}", out.status);
+        said == "yes"
+    };
+    assert!(can(&node, &["patch", "nodes/n1"]), "a node patches its own Node");
+    assert!(can(&node, &["get", "nodes/n1"]));
+    assert!(!can(&node, &["patch", "nodes/n2"]), "but not another's");
+    assert!(!can(&node, &["list", "nodes"]), "nor lists every Node");
+    assert!(!can(&node, &["delete", "machineconfigs"]));
+    assert!(!can(&node, &["list", "secrets"]));
+    assert!(!can(&node, &["get", "/metrics"]), "a node's credential does not read /metrics");
+    assert!(can(&admin, &["delete", "machineconfigs"]));
+    assert!(can(&admin, &["get", "/metrics"]));
+    assert!(can(&admin, &["*", "*"]), "the admin may do everything");
+
+    // The answers are the server's: the denied write is refused, the allowed one goes through.
+    let err = node.fails(&["delete", "machineconfigs", "x"]);
+    assert!(err.contains("Forbidden") || err.contains("forbidden"), "{err}");
+}

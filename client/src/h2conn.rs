@@ -37,6 +37,9 @@ struct Target {
     /// For `NO_PROXY` and the tunnel: `scheme://host:port`.
     origin: Uri,
     proxy: hyper_util::client::proxy::matcher::Matcher,
+    /// For an `http://` address: the same address as `https://`, to suggest when the server
+    /// answers with TLS.
+    https_hint: Option<String>,
 }
 
 /// A lazily opened, shared HTTP/2 connection (clones of a `Client` share it), opened again when
@@ -60,6 +63,14 @@ impl Connection {
             other => bail!("the coordinator's address has scheme {other:?}; use https:// (or http://)"),
         };
         let port = base.port_or_known_default().context("the coordinator's address has no port")?;
+        let https_hint = tls.is_none().then(|| {
+            let mut https = base.clone();
+            // Both are special schemes, so neither call can fail; the port is kept explicit (an
+            // omitted :80 must not become https' 443).
+            let _ = https.set_scheme("https");
+            let _ = https.set_port(Some(port));
+            https.as_str().trim_end_matches('/').to_string()
+        });
         Ok(Connection {
             target: Arc::new(Target {
                 tls,
@@ -67,6 +78,7 @@ impl Connection {
                 port,
                 origin,
                 proxy: hyper_util::client::proxy::matcher::Matcher::from_env(),
+                https_hint,
             }),
             send: Arc::new(Mutex::new(None)),
         })
@@ -114,7 +126,14 @@ impl Connection {
                 send
             }
             None => {
-                let (send, conn) = b.handshake(tcp).await.context("HTTP/2 handshake")?;
+                let hint = t.https_hint.clone().unwrap_or_default();
+                let plain = PlainStream {
+                    inner: tcp,
+                    checked: false,
+                    origin: t.origin.to_string().trim_end_matches('/').to_string(),
+                    https_hint: hint,
+                };
+                let (send, conn) = b.handshake(plain).await.context("HTTP/2 handshake")?;
                 spawn_connection(conn);
                 send
             }
@@ -311,5 +330,77 @@ impl StreamingResponse {
     /// The whole body.
     pub async fn bytes(self) -> Result<Bytes> {
         read_body(self.body).await
+    }
+}
+
+/// A plain-HTTP connection that recognises a TLS server in its first bytes. An `http://` address
+/// pointed at the coordinator's HTTPS port gets a TLS alert back for its HTTP/2 preface, which
+/// h2 would report as "frame with invalid size"; this says what happened and which URL to use.
+/// An HTTP/2 server's first frame is SETTINGS, whose 3-byte length never starts with 0x15 or 0x16
+/// followed by 0x03 (a TLS alert or handshake record of TLS 1.x): the check cannot misfire.
+struct PlainStream {
+    inner: TcpStream,
+    checked: bool,
+    /// `http://host:port`, for the message.
+    origin: String,
+    /// The address to use instead.
+    https_hint: String,
+}
+
+impl tokio::io::AsyncRead for PlainStream {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
+        if !self.checked {
+            if let std::task::Poll::Ready(Ok(())) = &polled {
+                let new = &buf.filled()[before..];
+                if !new.is_empty() {
+                    self.checked = true;
+                    if matches!(new, [0x15 | 0x16, 0x03, ..]) {
+                        return std::task::Poll::Ready(Err(std::io::Error::other(format!(
+                            "{} answered with TLS: the coordinator speaks HTTPS there, not plain HTTP; use {}",
+                            self.origin, self.https_hint
+                        ))));
+                    }
+                }
+            }
+        }
+        polled
+    }
+}
+
+impl tokio::io::AsyncWrite for PlainStream {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+    fn poll_write_vectored(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+    }
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }

@@ -38,6 +38,13 @@ impl Verb {
     pub fn is_read(self) -> bool {
         matches!(self, Verb::Get | Verb::List | Verb::Watch)
     }
+    /// A Kubernetes verb name (as in a SelfSubjectAccessReview); None for the ones aloft does not
+    /// serve (`deletecollection`, `*`, `use`, ...).
+    pub fn parse(s: &str) -> Option<Verb> {
+        [Verb::Get, Verb::List, Verb::Watch, Verb::Create, Verb::Update, Verb::Patch, Verb::Delete]
+            .into_iter()
+            .find(|v| v.as_str() == s)
+    }
 }
 
 /// An authenticated caller.
@@ -53,6 +60,30 @@ pub enum Role {
     Viewer,
     Bootstrap,
     Node(String),
+}
+
+impl Identity {
+    /// Whether this caller may do anything at all, whatever the verb, resource or path (also the
+    /// ones aloft does not serve, such as `deletecollection` or `*`).
+    pub fn allowed_everything(&self) -> bool {
+        self.role == Role::Admin
+    }
+
+    /// The Kubernetes user this caller is, as `kubectl auth whoami` shows it (SelfSubjectReview):
+    /// `(username, groups)`. Named like kube-apiserver's own identities: a node credential is the
+    /// kubelet's `system:node:NAME` in `system:nodes`, a bootstrap token `system:bootstrap:NAME` in
+    /// `system:bootstrappers`, an admin token its name in `system:masters`, a viewer its name in
+    /// `aloft:viewers`; every one is also in `system:authenticated`. Only the role decides what a
+    /// caller may do: these names are for people and tools reading them.
+    pub fn user_info(&self) -> (String, Vec<String>) {
+        let (user, group) = match &self.role {
+            Role::Admin => (self.name.clone(), "system:masters"),
+            Role::Viewer => (self.name.clone(), "aloft:viewers"),
+            Role::Bootstrap => (format!("system:bootstrap:{}", self.name), "system:bootstrappers"),
+            Role::Node(n) => (format!("system:node:{n}"), "system:nodes"),
+        };
+        (user, vec![group.to_string(), "system:authenticated".to_string()])
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -173,6 +204,27 @@ pub fn decide(who: &Identity, req: &Request<'_>, facts: Facts<'_>) -> Decision {
                 _ => Decision::Deny,
             }
         }
+    }
+}
+
+/// The API's paths outside `/api` and `/apis` that need a decision ("non-resource URLs" in
+/// Kubernetes): `/metrics` for admins and viewers (a node's credential reads only what its node
+/// needs), `/aloft/v1/enroll` (POST) for bootstrap tokens and admins. Discovery, `/version` and
+/// `/openapi` are every authenticated caller's, the health endpoints everyone's. `verb` is the
+/// lower-case HTTP method, as in a Kubernetes NonResourceAttributes.
+pub fn decide_path(who: &Identity, verb: &str, path: &str) -> Decision {
+    let allow = |b: bool| if b { Decision::Allow } else { Decision::Deny };
+    if who.allowed_everything() {
+        return Decision::Allow;
+    }
+    let under = |root: &str| path == root || path.strip_prefix(root).is_some_and(|rest| rest.starts_with('/'));
+    let read = matches!(verb, "get" | "head");
+    match path {
+        "/metrics" => allow(read && who.role == Role::Viewer),
+        "/aloft/v1/enroll" => allow(verb == "post" && who.role == Role::Bootstrap),
+        "/version" => allow(read),
+        _ if ["/healthz", "/readyz", "/livez", "/api", "/apis", "/openapi"].iter().any(|r| under(r)) => allow(read),
+        _ => Decision::Deny,
     }
 }
 

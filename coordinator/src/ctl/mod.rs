@@ -217,6 +217,11 @@ enum RenderedCmd {
     },
 }
 
+/// The pool argument of `rollout status|resume`, as [`pool_target`] parses it.
+const POOL_HELP: &str = "The pool: mcp/NAME or mcp NAME (e.g. mcp/worker)";
+const POOL_LONG_HELP: &str = "The pool, as TYPE/NAME or TYPE NAME, e.g. mcp/worker or mcp worker. TYPE is mcp, \
+machineconfigpool or machineconfigpools (any case, also with .machineconfiguration.openshift.io).";
+
 #[derive(Subcommand)]
 enum RolloutCmd {
     /// Follow a pool's rollout, e.g. `aloftctl rollout status mcp/worker`.
@@ -234,10 +239,12 @@ enum RolloutCmd {
     /// connection errors and server errors (a coordinator restart), with a warning, until the
     /// timeout; fails at once on an unknown pool or a token without access. Exit status: 0 once
     /// updated, 1 on a failure or a timeout (the message says which).
-    #[command(verbatim_doc_comment)]
+    #[command(
+        verbatim_doc_comment,
+        override_usage = "aloftctl rollout status [OPTIONS] mcp/NAME\n       aloftctl rollout status [OPTIONS] mcp NAME"
+    )]
     Status {
-        /// mcp/NAME, or mcp NAME (machineconfigpool for mcp too)
-        #[arg(required = true, num_args = 1..=2, value_name = "TARGET")]
+        #[arg(required = true, num_args = 1..=2, value_name = "POOL", help = POOL_HELP, long_help = POOL_LONG_HELP)]
         target: Vec<String>,
         /// Give up after this many seconds.
         #[arg(long, default_value_t = 3600)]
@@ -250,9 +257,11 @@ enum RolloutCmd {
     /// Close a pool's circuit breaker: the nodes that failed so far are forgiven and the
     /// rollout of the same config continues. e.g. `aloftctl rollout resume mcp/worker`. A pool
     /// whose circuit breaker is not open is an error, and nothing is written.
+    #[command(
+        override_usage = "aloftctl rollout resume [OPTIONS] mcp/NAME\n       aloftctl rollout resume [OPTIONS] mcp NAME"
+    )]
     Resume {
-        /// mcp/NAME, or mcp NAME (machineconfigpool for mcp too)
-        #[arg(required = true, num_args = 1..=2, value_name = "TARGET")]
+        #[arg(required = true, num_args = 1..=2, value_name = "POOL", help = POOL_HELP, long_help = POOL_LONG_HELP)]
         target: Vec<String>,
     },
 }
@@ -268,8 +277,24 @@ fn client_config(cli: &Cli) -> Result<ClientConfig> {
         Some(p) => ClientConfig::from_kubeconfig(&p)?,
         None => ClientConfig::default(),
     };
-    if let Some(s) = &cli.server {
-        cfg.server = s.clone();
+    let from = match &cli.server {
+        Some(s) => {
+            cfg.server = s.clone();
+            "--server (or ALOFT_SERVER)".to_string()
+        }
+        None => "the client config's server".to_string(),
+    };
+    // Said here, naming where the address came from; the client would only say the scheme is
+    // wrong.
+    if !cfg.server.is_empty() {
+        let want = "https:// (or http:// for a coordinator started with --insecure-http)";
+        match cfg.server.split_once("://") {
+            Some((scheme, _)) if scheme.eq_ignore_ascii_case("https") || scheme.eq_ignore_ascii_case("http") => {}
+            Some((scheme, _)) => bail!("{from} is {:?}: its scheme must be {want}, not {scheme}://", cfg.server),
+            None => {
+                bail!("{from} is {:?}: it must be a URL starting with {want}, e.g. https://{}", cfg.server, cfg.server)
+            }
+        }
     }
     if let Some(t) = &cli.token {
         cfg.token = Some(t.clone());
@@ -1431,5 +1456,42 @@ mod tests {
         assert_eq!(status_field("machineCount", &json!(3)), "  machineCount: 3\n");
         let long: Vec<Value> = (0..50).map(|i| json!(i)).collect();
         assert_eq!(status_field("many", &json!(long)), "  many: (50 lines: see `get -o yaml`)\n");
+    }
+}
+
+#[cfg(test)]
+mod rollout_help_tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// `rollout status --help` teaches the pool forms with an example (it showed only
+    /// `<TARGET>...`), and every form it names is one the parser takes.
+    #[test]
+    fn rollout_help_shows_the_pool_forms_the_parser_accepts() {
+        for verb in ["status", "resume"] {
+            let mut cli = Cli::command();
+            let rollout = cli.find_subcommand_mut("rollout").expect("rollout");
+            let sub = rollout.find_subcommand_mut(verb).expect(verb);
+            let help = sub.render_long_help().to_string();
+            assert!(!help.contains("TARGET"), "{help}");
+            assert!(help.contains(&format!("Usage: aloftctl rollout {verb} [OPTIONS] mcp/NAME\n")), "{help}");
+            assert!(help.contains(&format!("aloftctl rollout {verb} [OPTIONS] mcp NAME\n")), "{help}");
+            assert!(help.contains("e.g. mcp/worker or mcp worker"), "{help}");
+            assert!(help.contains("machineconfigpool"), "{help}");
+        }
+        let forms = [
+            vec!["mcp/worker"],
+            vec!["mcp", "worker"],
+            vec!["machineconfigpool/worker"],
+            vec!["machineconfigpools", "worker"],
+            vec!["MCP/worker"],
+            vec!["machineconfigpools.machineconfiguration.openshift.io/worker"],
+            vec!["machineconfigpool.machineconfiguration.openshift.io", "worker"],
+        ];
+        for form in forms {
+            let args: Vec<String> = form.iter().map(|s| s.to_string()).collect();
+            let (_, name, _) = pool_target(&args, "status").unwrap_or_else(|e| panic!("{form:?}: {e:#}"));
+            assert_eq!(name, "worker", "{form:?}");
+        }
     }
 }

@@ -2,6 +2,7 @@
 //! (non-aggregated) form. kubectl asks for aggregated discovery first and falls back to these when
 //! the answer is plain JSON, which every kubectl since 1.26 does.
 
+use super::review::Review;
 use crate::resources::{self, ResourceType};
 use serde_json::{json, Value};
 
@@ -20,14 +21,22 @@ fn group_entry(group: &str) -> Value {
     })
 }
 
+/// The served groups: the resources' and the reviews' (`kubectl auth whoami` and `can-i`).
+fn served_groups() -> Vec<&'static str> {
+    let mut groups = resources::groups();
+    groups.extend(Review::groups());
+    groups.sort();
+    groups
+}
+
 pub fn group_list() -> Value {
-    let groups: Vec<Value> = resources::groups().into_iter().map(group_entry).collect();
+    let groups: Vec<Value> = served_groups().into_iter().map(group_entry).collect();
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
 }
 
 /// `/apis/<group>`; None when the group is not served.
 pub fn group(group: &str) -> Option<Value> {
-    if !resources::groups().contains(&group) {
+    if !served_groups().contains(&group) {
         return None;
     }
     let mut g = group_entry(group);
@@ -60,8 +69,9 @@ fn entries(r: &ResourceType) -> Vec<Value> {
 
 /// `/api/v1` or `/apis/<group>/<version>`; None when nothing is served there.
 pub fn resource_list(group: &str, version: &str) -> Option<Value> {
-    let list: Vec<Value> =
+    let mut list: Vec<Value> =
         resources::ALL.iter().filter(|r| r.group == group && r.version == version).flat_map(entries).collect();
+    list.extend(Review::discovery_entries(group, version));
     if list.is_empty() {
         return None;
     }

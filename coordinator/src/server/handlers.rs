@@ -62,14 +62,7 @@ impl Call<'_> {
             subresource: self.path.subresource.as_deref(),
             field_name: field_name.as_ref().and_then(FieldSelector::name),
         };
-        let own_node = match (&self.who.role, auth::needs_own_node(self.who, &req)) {
-            (auth::Role::Node(n), true) => {
-                let key = Key::cluster(&crate::resources::NODE.store_key(), n);
-                self.ctx.store.get(&key).await.map_err(|e| self.store_err(e, n))?
-            }
-            _ => None,
-        };
-        match auth::decide(self.who, &req, auth::Facts { own_node: own_node.as_deref() }) {
+        match decide(self.ctx, self.who, &req).await.map_err(|e| self.store_err(e, &self.who.name))? {
             Decision::Deny => Err(self.forbidden(verb)),
             d => Ok(d),
         }
@@ -119,6 +112,17 @@ impl Call<'_> {
         }
         Ok(())
     }
+}
+
+/// The decision on a resource request, looking up the caller's own Node when the decision depends
+/// on it. Every resource request and every SelfSubjectAccessReview is decided here, so what
+/// `kubectl auth can-i` answers is what the request would get.
+pub async fn decide(ctx: &Ctx, who: &Identity, req: &auth::Request<'_>) -> Result<Decision, StoreError> {
+    let own_node = match (&who.role, auth::needs_own_node(who, req)) {
+        (auth::Role::Node(n), true) => ctx.store.get(&Key::cluster(&crate::resources::NODE.store_key(), n)).await?,
+        _ => None,
+    };
+    Ok(auth::decide(who, req, auth::Facts { own_node: own_node.as_deref() }))
 }
 
 pub async fn dispatch(call: Call<'_>) -> Result<Response, ApiError> {

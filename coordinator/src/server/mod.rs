@@ -11,11 +11,12 @@ pub mod openapi;
 pub mod pages;
 pub mod request;
 pub mod request_metrics;
+pub mod review;
 pub mod table;
 pub mod validate;
 pub mod watch;
 
-use crate::auth::{self, Identity, Role};
+use crate::auth::{self, Identity};
 use crate::health::{self as health_checks, Health};
 use crate::store::{SqliteStore, Store, StoreError};
 use async_trait::async_trait;
@@ -143,6 +144,10 @@ async fn api_entry(
             handlers::dispatch(call).await
         }
         Target::Pods => empty_pod_list(&ctx, &method, &params).await,
+        Target::Review(review) => {
+            let body = read_body(body, &headers, ctx.limits.max_body).await?;
+            review::answer(&ctx, &who, review, &method, &headers, &body).await
+        }
     }
 }
 
@@ -225,7 +230,7 @@ async fn health_endpoint(ctx: &Ctx, endpoint: &str, one: Option<&str>, query: Op
 
 /// `/metrics`, for admins and viewers (a node's credential reads only what its node needs).
 async fn metrics(ctx: &Ctx, who: &Identity) -> Response {
-    if !matches!(who.role, Role::Admin | Role::Viewer) {
+    if auth::decide_path(who, "get", "/metrics") == auth::Decision::Deny {
         return ApiError::forbidden(&who.name, "get", "/metrics", None).into_response();
     }
     match crate::metrics::encode(ctx.store.as_ref(), &ctx.health, &ctx.requests, ctx.allocator).await {

@@ -21,6 +21,9 @@ pub enum Target {
     /// `kubectl describe node` lists the node's pods and gives up on a 404: it is served as
     /// an empty list ([`super::empty_pod_list`]).
     Pods,
+    /// A review: who the caller is, or whether it may do something (`kubectl auth whoami` and
+    /// `kubectl auth can-i`), answered by [`super::review`].
+    Review(super::review::Review),
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -75,6 +78,12 @@ pub fn parse(core: bool, rest: &str) -> Result<Target, ApiError> {
     };
     if core && version == "v1" && plural == "pods" && name.is_none() {
         return Ok(Target::Pods);
+    }
+    if let Some(review) = super::review::Review::at(&group, &version, plural) {
+        return match (&namespace, &name) {
+            (None, None) => Ok(Target::Review(review)),
+            _ => Err(ApiError::not_found_path()),
+        };
     }
     let rt = resources::by_path(&group, &version, plural).ok_or_else(ApiError::not_found_path)?;
     if namespace.is_some() && !rt.namespaced {
