@@ -251,127 +251,154 @@ async fn resource_decision(
 }
 
 /// A review sent as Kubernetes protobuf, as kubectl's typed client sends built-in kinds: the
-/// fields aloft reads, as the JSON object they would have been. The envelope is the magic
-/// `k8s\0` and a `runtime.Unknown` (1: typeMeta {1: apiVersion, 2: kind}, 2: raw); in the raw
-/// SelfSubjectAccessReview, 2: spec {1: resourceAttributes, 2: nonResourceAttributes}; field numbers
-/// from k8s.io/api/authorization/v1's generated.proto.
+/// fields aloft reads, as the JSON object they would have been. The body is the magic `k8s\0`
+/// and a `runtime.Unknown` whose `raw` is the review ([`pb`]).
 fn from_protobuf(review: Review, body: &[u8]) -> Result<Value, ApiError> {
-    let bad = || ApiError::bad_request(format!("malformed protobuf {} in request body", review.kind()));
-    let envelope = body.strip_prefix(b"k8s\0").ok_or_else(bad)?;
-    let unknown = proto::fields(envelope).ok_or_else(bad)?;
-    let type_meta = proto::fields(proto::bytes(&unknown, 1)).ok_or_else(bad)?;
-    let mut obj = json!({
-        "apiVersion": proto::text(&type_meta, 1).ok_or_else(bad)?,
-        "kind": proto::text(&type_meta, 2).ok_or_else(bad)?,
-    });
+    use prost::Message;
+    let bad = |e: prost::DecodeError| {
+        ApiError::bad_request(format!("malformed protobuf {} in request body: {e}", review.kind()))
+    };
+    let envelope = body.strip_prefix(b"k8s\0").ok_or_else(|| {
+        ApiError::bad_request(format!("malformed protobuf {} in request body: no k8s\\0 envelope magic", review.kind()))
+    })?;
+    let unknown = pb::Unknown::decode(envelope).map_err(bad)?;
+    let type_meta = unknown.type_meta.unwrap_or_default();
+    let mut obj = json!({"apiVersion": type_meta.api_version, "kind": type_meta.kind});
     if review == Review::SelfSubject {
         return Ok(obj);
     }
-    let raw = proto::fields(proto::bytes(&unknown, 2)).ok_or_else(bad)?;
-    let spec = proto::fields(proto::bytes(&raw, 2)).ok_or_else(bad)?;
-    let strings = |msg: &[u8], names: &[(u64, &str)]| -> Option<Value> {
-        let f = proto::fields(msg)?;
-        let mut m = Map::new();
-        for (n, name) in names {
-            m.insert(name.to_string(), proto::text(&f, *n)?.into());
-        }
-        Some(Value::Object(m))
-    };
+    let spec = pb::SelfSubjectAccessReview::decode(unknown.raw.as_slice()).map_err(bad)?.spec.unwrap_or_default();
     let mut spec_json = Map::new();
-    if let Some(r) = proto::get(&spec, 1) {
-        let mut attrs = strings(
-            r,
-            &[
-                (1, "namespace"),
-                (2, "verb"),
-                (3, "group"),
-                (4, "version"),
-                (5, "resource"),
-                (6, "subresource"),
-                (7, "name"),
-            ],
-        )
-        .ok_or_else(bad)?;
-        let f = proto::fields(r).ok_or_else(bad)?;
-        if let Some(fs) = proto::get(&f, 8) {
-            attrs["fieldSelector"] = strings(fs, &[(1, "rawSelector")]).ok_or_else(bad)?;
+    if let Some(r) = spec.resource_attributes {
+        let mut attrs = json!({
+            "namespace": r.namespace,
+            "verb": r.verb,
+            "group": r.group,
+            "version": r.version,
+            "resource": r.resource,
+            "subresource": r.subresource,
+            "name": r.name,
+        });
+        if let Some(fs) = r.field_selector {
+            attrs["fieldSelector"] = json!({"rawSelector": fs.raw_selector});
         }
         spec_json.insert("resourceAttributes".into(), attrs);
     }
-    if let Some(n) = proto::get(&spec, 2) {
-        spec_json.insert("nonResourceAttributes".into(), strings(n, &[(1, "path"), (2, "verb")]).ok_or_else(bad)?);
+    if let Some(n) = spec.non_resource_attributes {
+        spec_json.insert("nonResourceAttributes".into(), json!({"path": n.path, "verb": n.verb}));
     }
     obj["spec"] = Value::Object(spec_json);
     Ok(obj)
 }
 
-/// Just enough protobuf wire format to read the length-delimited fields of a message.
-mod proto {
-    /// The length-delimited fields of `msg` by number (the last one wins, as protobuf merges
-    /// scalars); varint and fixed fields are skipped. None when `msg` is not well-formed.
-    pub fn fields(mut msg: &[u8]) -> Option<Vec<(u64, &[u8])>> {
-        let mut out = Vec::new();
-        while !msg.is_empty() {
-            let key = varint(&mut msg)?;
-            let skip = match key & 7 {
-                0 => {
-                    varint(&mut msg)?;
-                    0
-                }
-                1 => 8,
-                5 => 4,
-                2 => {
-                    let len = usize::try_from(varint(&mut msg)?).ok()?;
-                    let value = msg.get(..len)?;
-                    out.push((key >> 3, value));
-                    len
-                }
-                _ => return None,
-            };
-            msg = msg.get(skip..)?;
-        }
-        Some(out)
+/// The messages of the reviews kubectl sends, as far as aloft reads them; field numbers as in
+/// k8s.io/apimachinery's runtime.Unknown and k8s.io/api/authorization/v1's generated.proto
+/// (unknown fields, such as metadata and labelSelector, are skipped by the decoder).
+mod pb {
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct TypeMeta {
+        #[prost(string, tag = "1")]
+        pub api_version: String,
+        #[prost(string, tag = "2")]
+        pub kind: String,
     }
 
-    fn varint(buf: &mut &[u8]) -> Option<u64> {
-        let mut v = 0u64;
-        for shift in (0..64).step_by(7) {
-            let (&b, rest) = buf.split_first()?;
-            *buf = rest;
-            v |= u64::from(b & 0x7f) << shift;
-            if b & 0x80 == 0 {
-                return Some(v);
-            }
-        }
-        None
+    /// The envelope of every protobuf body: the type, and the object's own encoding in `raw`.
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Unknown {
+        #[prost(message, optional, tag = "1")]
+        pub type_meta: Option<TypeMeta>,
+        #[prost(bytes = "vec", tag = "2")]
+        pub raw: Vec<u8>,
     }
 
-    pub fn get<'a>(fields: &[(u64, &'a [u8])], n: u64) -> Option<&'a [u8]> {
-        fields.iter().rev().find(|(k, _)| *k == n).map(|(_, v)| *v)
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct SelfSubjectAccessReview {
+        #[prost(message, optional, tag = "2")]
+        pub spec: Option<Spec>,
     }
 
-    /// Field `n`'s bytes; empty when absent (protobuf's default).
-    pub fn bytes<'a>(fields: &[(u64, &'a [u8])], n: u64) -> &'a [u8] {
-        get(fields, n).unwrap_or_default()
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct Spec {
+        #[prost(message, optional, tag = "1")]
+        pub resource_attributes: Option<ResourceAttributes>,
+        #[prost(message, optional, tag = "2")]
+        pub non_resource_attributes: Option<NonResourceAttributes>,
     }
 
-    /// Field `n` as UTF-8; empty when absent, None when not UTF-8.
-    pub fn text<'a>(fields: &[(u64, &'a [u8])], n: u64) -> Option<&'a str> {
-        std::str::from_utf8(bytes(fields, n)).ok()
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct ResourceAttributes {
+        #[prost(string, tag = "1")]
+        pub namespace: String,
+        #[prost(string, tag = "2")]
+        pub verb: String,
+        #[prost(string, tag = "3")]
+        pub group: String,
+        #[prost(string, tag = "4")]
+        pub version: String,
+        #[prost(string, tag = "5")]
+        pub resource: String,
+        #[prost(string, tag = "6")]
+        pub subresource: String,
+        #[prost(string, tag = "7")]
+        pub name: String,
+        #[prost(message, optional, tag = "8")]
+        pub field_selector: Option<FieldSelector>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct FieldSelector {
+        #[prost(string, tag = "1")]
+        pub raw_selector: String,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct NonResourceAttributes {
+        #[prost(string, tag = "1")]
+        pub path: String,
+        #[prost(string, tag = "2")]
+        pub verb: String,
     }
 
     #[cfg(test)]
     mod tests {
+        use super::*;
+        use prost::Message;
+
+        /// A review as kubectl encodes it reads back with its attributes; a truncated one is an
+        /// error, not a review of nothing.
         #[test]
-        fn reads_nested_length_delimited_fields_and_skips_others() {
-            // 1: "ab", 3: varint 300, 2: {1: "x"}
-            let msg = [0x0a, 2, b'a', b'b', 0x18, 0xac, 0x02, 0x12, 3, 0x0a, 1, b'x'];
-            let f = super::fields(&msg).unwrap();
-            assert_eq!(super::text(&f, 1), Some("ab"));
-            let inner = super::fields(super::bytes(&f, 2)).unwrap();
-            assert_eq!(super::text(&inner, 1), Some("x"));
-            assert_eq!(super::text(&inner, 9), Some(""));
-            assert!(super::fields(&[0x0a, 5, b'a']).is_none(), "a length past the end");
+        fn a_review_round_trips_and_a_truncated_one_is_refused() {
+            let review = SelfSubjectAccessReview {
+                spec: Some(Spec {
+                    resource_attributes: Some(ResourceAttributes {
+                        verb: "patch".into(),
+                        resource: "nodes".into(),
+                        name: "n1".into(),
+                        field_selector: Some(FieldSelector { raw_selector: "metadata.name=n1".into() }),
+                        ..Default::default()
+                    }),
+                    non_resource_attributes: None,
+                }),
+            };
+            let unknown = Unknown {
+                type_meta: Some(TypeMeta {
+                    api_version: "authorization.k8s.io/v1".into(),
+                    kind: "SelfSubjectAccessReview".into(),
+                }),
+                raw: review.encode_to_vec(),
+            };
+            let mut body = b"k8s\0".to_vec();
+            body.extend(unknown.encode_to_vec());
+            let v = super::super::from_protobuf(super::super::Review::SelfSubjectAccess, &body).expect("decodes");
+            assert_eq!(v["kind"], "SelfSubjectAccessReview");
+            assert_eq!(v["spec"]["resourceAttributes"]["verb"], "patch");
+            assert_eq!(v["spec"]["resourceAttributes"]["name"], "n1");
+            assert_eq!(v["spec"]["resourceAttributes"]["fieldSelector"]["rawSelector"], "metadata.name=n1");
+            assert!(v["spec"].get("nonResourceAttributes").is_none());
+            let cut = &body[..body.len() - 3];
+            assert!(super::super::from_protobuf(super::super::Review::SelfSubjectAccess, cut).is_err());
+            assert!(super::super::from_protobuf(super::super::Review::SelfSubjectAccess, b"{}").is_err());
         }
     }
 }
