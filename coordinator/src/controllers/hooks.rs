@@ -3,7 +3,8 @@
 //! (to put it back). Each call is `POST <url>` with a JSON [`HookRequest`]; any 2xx answer within
 //! the hook's timeout is success. A drain whose hook fails is not acknowledged and is retried, so
 //! hooks must be idempotent (a coordinator restart between a hook and the acknowledgement calls
-//! it again).
+//! it again). Redirects are not followed: a client following one would turn the POST into a GET
+//! without the request, and count the other URL's 2xx as this hook's success.
 
 use aloft_api::machineconfig::DEFAULT_HOOK_TIMEOUT_SECONDS;
 use aloft_api::DrainHook;
@@ -32,7 +33,7 @@ pub struct HookRequest<'a> {
 pub enum HookError {
     #[error("drain hook {url} did not answer within {seconds} s")]
     Timeout { url: String, seconds: i64 },
-    #[error("drain hook {url} answered HTTP {code}: {body}")]
+    #[error("drain hook {url} answered HTTP {code}{}: {body}", redirect_advice(*.code))]
     Status { url: String, code: u16, body: String },
     #[error("drain hook {url} failed: {message}")]
     Request { url: String, message: String },
@@ -48,6 +49,7 @@ impl Hooks {
     pub fn new() -> Result<Self, HookError> {
         crate::client::install_crypto();
         let http = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(|e| HookError::Request { url: String::new(), message: e.to_string() })?;
         Ok(Hooks { http })
@@ -83,6 +85,15 @@ impl Hooks {
             _ => String::new(),
         };
         Err(HookError::Status { url, code: code.as_u16(), body })
+    }
+}
+
+/// What a redirect answer needs said: the hook is not followed there.
+fn redirect_advice(code: u16) -> &'static str {
+    if (300..400).contains(&code) {
+        " (a redirect; drain hooks do not follow redirects: give the hook's final URL)"
+    } else {
+        ""
     }
 }
 
@@ -125,6 +136,65 @@ mod tests {
         assert_eq!(redacted("https://user@lb.example/a/b"), "https://lb.example/a/b");
         assert_eq!(redacted("http://[::1]:80/x?k=v"), "http://[::1]/x", "the scheme's default port is left out");
         assert_eq!(redacted("not a url with s3cret"), "(an invalid URL)");
+    }
+
+    /// A hook that answers with a redirect has failed: the coordinator does not go on to the
+    /// other URL (it would GET it without the request and take its 2xx for the hook's).
+    #[tokio::test]
+    async fn a_redirect_is_a_failed_call_and_is_not_followed() {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let served = std::thread::spawn(move || {
+            let mut lines = Vec::new();
+            // The first request is answered with a redirect; a second one (the followed redirect)
+            // would be answered 200. Stop after two connections or two seconds without one.
+            for _ in 0..2 {
+                let (mut conn, _) = match accept_within(&listener, std::time::Duration::from_secs(2)) {
+                    Some(c) => c,
+                    None => break,
+                };
+                let mut buf = [0u8; 4096];
+                let n = conn.read(&mut buf).unwrap_or(0);
+                let text = String::from_utf8_lossy(&buf[..n]).into_owned();
+                lines.push(text.lines().next().unwrap_or_default().to_string());
+                let answer = if lines.len() == 1 {
+                    format!("HTTP/1.1 302 Found\r\nLocation: http://127.0.0.1:{port}/ok\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                } else {
+                    "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".to_string()
+                };
+                let _ = conn.write_all(answer.as_bytes());
+            }
+            lines
+        });
+        let hooks = Hooks::new().unwrap();
+        let req = HookRequest { node: "n1", pool: "worker", phase: Phase::Drain, request: "drain-r1" };
+        let hook =
+            DrainHook { url: format!("http://127.0.0.1:{port}/drain"), timeout_seconds: Some(5), ..Default::default() };
+        let e = hooks.call(&hook, &req).await.expect_err("a redirect is not success").to_string();
+        assert!(e.contains("answered HTTP 302") && e.contains("do not follow redirects"), "{e}");
+        let lines = tokio::task::spawn_blocking(move || served.join().unwrap()).await.unwrap();
+        assert_eq!(lines, vec!["POST /drain HTTP/1.1".to_string()], "only the hook's own URL was called");
+    }
+
+    fn accept_within(
+        listener: &std::net::TcpListener,
+        wait: std::time::Duration,
+    ) -> Option<(std::net::TcpStream, std::net::SocketAddr)> {
+        listener.set_nonblocking(true).ok()?;
+        let until = std::time::Instant::now() + wait;
+        loop {
+            match listener.accept() {
+                Ok((c, a)) => {
+                    c.set_nonblocking(false).ok()?;
+                    return Some((c, a));
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && std::time::Instant::now() < until => {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                Err(_) => return None,
+            }
+        }
     }
 
     /// Every error of a call (refused connection, HTTP status, timeout) names the hook redacted.
