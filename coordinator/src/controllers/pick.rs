@@ -289,15 +289,27 @@ fn plan_pool(
         // only slot it held waited for it forever). Only while the pool and every disruption
         // budget selecting it are within their limits counting it: a pool or budget group already
         // over (nodes down for other reasons) disrupts nothing more.
+        // In the canary phase (a limit from the policy) a stuck node moved to the untested
+        // config is one of the canaries: the batch is never larger than the policy says.
         let within = busy.len() <= max;
         let stuck = |i: usize| within && failing_unavailable(i);
-        let mut taken = 0;
+        let canary_limit = match eval.gate {
+            Gate::Pick { limit: Some(l) } => Some(l),
+            _ => None,
+        };
+        let (mut taken, mut stuck_taken) = (0, 0);
         for &c in &candidates {
+            let canaries_full = canary_limit.is_some_and(|l| taken + stuck_taken >= l);
             if stuck(c) && ledger.check(c).is_ok() {
-                pp.picks.push(c);
+                if canaries_full {
+                    unpicked += 1;
+                } else {
+                    pp.picks.push(c);
+                    stuck_taken += 1;
+                }
                 continue;
             }
-            if taken >= capacity {
+            if taken >= capacity || canaries_full {
                 unpicked += 1;
                 continue;
             }

@@ -95,7 +95,14 @@ pub fn evaluate(
         Some(p) if *target == *p.config => p.clone(),
         _ => RolloutStatus {
             config: target.to_string(),
-            phase: if canary > 0 { RolloutPhase::Canary } else { RolloutPhase::Batches },
+            // A config already updated on as many members as the canary batch (the config the
+            // pool ran before a bad one, when the bad one is reverted) is proven: soaking it
+            // again would only keep the nodes that failed on the bad one out of service.
+            phase: if canary > 0 && members.iter().filter(|f| f.updated_to(target)).count() < canary {
+                RolloutPhase::Canary
+            } else {
+                RolloutPhase::Batches
+            },
             // Keep the last honoured resume value: it must not resume the next config's breaker.
             resume_token: previous.map(|p| p.resume_token.clone()).unwrap_or_default(),
             ..Default::default()
@@ -168,10 +175,15 @@ pub fn evaluate(
         st.phase = if st.soak_start_time.is_some() { RolloutPhase::Soaking } else { RolloutPhase::Batches };
     }
     if st.phase == RolloutPhase::Canary {
+        // The canaries are finished when updated, or failed within maxFailures (or forgiven by
+        // a resume): a failed canary the breaker tolerates must not hold the rollout forever.
+        // The soak starts only when no node that took the config is still on its way.
         let wanted = canary.min(members.index.len());
         let updated = members.iter().filter(|f| f.updated_to(target)).count();
-        if updated < wanted {
-            let picked = members.iter().filter(|f| f.desires(target)).count();
+        let failed = st.failed_nodes.len();
+        let picked = members.iter().filter(|f| f.desires(target)).count();
+        let on_the_way = picked.saturating_sub(updated + failed);
+        if updated + failed < wanted || on_the_way > 0 {
             let limit = wanted.saturating_sub(picked);
             let gate = if limit == 0 {
                 Gate::Hold(HoldReason::Canary { canaries: wanted })
@@ -311,15 +323,80 @@ mod tests {
         assert_eq!(e.gate, Gate::Pick { limit: None });
     }
 
+    /// A canary that fails within maxFailures is a finished canary: the rollout goes on to the
+    /// soak (it held "waiting for the canary to finish updating" forever); with the breaker
+    /// tripped by it, a resume forgives it and the rollout goes on too.
+    #[test]
+    fn a_failed_canary_the_breaker_tolerates_or_a_resume_forgives_ends_the_canary_phase() {
+        let names = ["a", "b", "c"];
+        let now = t("2026-01-01T00:00:00Z");
+        let mut f: Vec<NodeFacts> = (0..3).map(|_| facts("r1", "r1", "Done")).collect();
+        f[0] = facts("r2", "r1", "Degraded");
+        let tolerant = policy(1, 60, Some(1));
+        let canary = RolloutStatus { config: "r2".into(), phase: RolloutPhase::Canary, ..Default::default() };
+        let e = eval(Some(&tolerant), Some(&canary), None, &ConfigName::new("r2"), &names, &f, now);
+        assert_eq!(e.status.failed_nodes, vec!["a".to_string()]);
+        assert_eq!(e.status.phase, RolloutPhase::Soaking, "{e:?}");
+        assert!(matches!(e.gate, Gate::Hold(HoldReason::Soaking { .. })));
+        let e =
+            eval(Some(&tolerant), Some(&e.status), None, &ConfigName::new("r2"), &names, &f, t("2026-01-01T00:01:01Z"));
+        assert_eq!(e.gate, Gate::Pick { limit: None }, "after the soak, batches");
+
+        let strict = policy(1, 0, Some(0));
+        let e = eval(Some(&strict), Some(&canary), None, &ConfigName::new("r2"), &names, &f, now);
+        assert!(matches!(e.gate, Gate::Hold(HoldReason::CircuitBroken { .. })));
+        let e = eval(Some(&strict), Some(&e.status), Some("resume-1"), &ConfigName::new("r2"), &names, &f, now);
+        assert_eq!(e.status.forgiven_nodes, vec!["a".to_string()]);
+        assert_eq!(e.gate, Gate::Pick { limit: None }, "resumed: the forgiven canary is finished: {e:?}");
+    }
+
+    /// The soak starts only when no node that took the config in the canary phase is still on
+    /// its way (one canary Done while another still updates held the rest back too briefly).
+    #[test]
+    fn the_soak_waits_for_every_node_that_took_the_config() {
+        let names = ["a", "b", "c", "d"];
+        let now = t("2026-01-01T00:00:00Z");
+        let mut f: Vec<NodeFacts> = (0..4).map(|_| facts("r1", "r1", "Done")).collect();
+        f[0] = facts("r2", "r2", "Done");
+        f[1] = facts("r2", "r1", "Working");
+        let canary = RolloutStatus { config: "r2".into(), phase: RolloutPhase::Canary, ..Default::default() };
+        let e = eval(Some(&policy(1, 60, None)), Some(&canary), None, &ConfigName::new("r2"), &names, &f, now);
+        assert_eq!(e.gate, Gate::Hold(HoldReason::Canary { canaries: 1 }), "{e:?}");
+        f[1] = facts("r2", "r2", "Done");
+        let e = eval(Some(&policy(1, 60, None)), Some(&e.status), None, &ConfigName::new("r2"), &names, &f, now);
+        assert_eq!(e.status.phase, RolloutPhase::Soaking);
+    }
+
+    /// A config that a canary's worth of members already run when it becomes the target (the
+    /// config before a bad one, reverted) is proven: no canary and no soak, so the nodes that
+    /// failed on the bad one are moved back at once.
+    #[test]
+    fn a_reverted_config_the_pool_already_runs_is_not_soaked_again() {
+        let names = ["a", "b", "c"];
+        let mut f: Vec<NodeFacts> = (0..3).map(|_| facts("r1", "r1", "Done")).collect();
+        f[0] = facts("r2", "r1", "Degraded");
+        let bad = RolloutStatus { config: "r2".into(), phase: RolloutPhase::CircuitBroken, ..Default::default() };
+        let p = policy(1, 600, Some(0));
+        let e = eval(Some(&p), Some(&bad), None, &ConfigName::new("r1"), &names, &f, t("2026-01-01T00:00:00Z"));
+        assert_eq!(e.status.phase, RolloutPhase::Batches, "{e:?}");
+        assert_eq!(e.gate, Gate::Pick { limit: None });
+        // A new config nobody runs yet still starts with its canary.
+        let e = eval(Some(&p), Some(&e.status), None, &ConfigName::new("r3"), &names, &f, t("2026-01-01T00:00:00Z"));
+        assert_eq!(e.gate, Gate::Pick { limit: Some(1) });
+    }
+
     #[test]
     fn a_soak_past_the_end_of_time_never_ends_and_never_panics() {
         let names = ["a", "b"];
         let mut f: Vec<NodeFacts> = (0..2).map(|_| facts("r1", "r1", "Done")).collect();
         f[0] = facts("r2", "r2", "Done");
         let now = t("2026-01-01T00:00:00Z");
+        // a was r2's canary (a record from before: a config already run by a canary's worth of
+        // nodes when it becomes the target is proven and not soaked).
+        let canary = RolloutStatus { config: "r2".into(), phase: RolloutPhase::Canary, ..Default::default() };
         for soak in [i64::MAX, 10_000_000_000_000, 9_223_372_036_854_775, i64::MIN] {
             let p = policy(1, soak, None);
-            let e = eval(Some(&p), None, None, &ConfigName::new("r2"), &names, &f, now);
+            let e = eval(Some(&p), Some(&canary), None, &ConfigName::new("r2"), &names, &f, now);
             if soak < 0 {
                 assert_eq!(e.gate, Gate::Pick { limit: None }, "a negative soak is no soak");
                 continue;
@@ -335,7 +412,7 @@ mod tests {
         }
         // A long soak that fits ends when it says.
         let p = policy(1, 86_400 * 365 * 1000, None);
-        let e = eval(Some(&p), None, None, &ConfigName::new("r2"), &names, &f, now);
+        let e = eval(Some(&p), Some(&canary), None, &ConfigName::new("r2"), &names, &f, now);
         assert_eq!(e.gate, Gate::Hold(HoldReason::Soaking { until: Some(t("3025-05-04T00:00:00Z")) }));
     }
 

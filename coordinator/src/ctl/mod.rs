@@ -1109,11 +1109,20 @@ fn render_pending(pool: &Value, mcs: &[Value]) -> Option<String> {
         .flatten()
         .filter_map(|r| r.get("name").and_then(Value::as_str))
         .collect();
-    let new: Vec<&str> = selected.iter().map(|m| m.metadata.name.as_str()).filter(|n| !sources.contains(n)).collect();
-    match new.as_slice() {
-        [] => None,
-        [one] => Some(format!("waiting for the render of MachineConfig {one}")),
-        many => Some(format!("waiting for the render of MachineConfigs {}", many.join(", "))),
+    let selected: Vec<&str> = selected.iter().map(|m| m.metadata.name.as_str()).collect();
+    let new: Vec<&str> = selected.iter().copied().filter(|n| !sources.contains(n)).collect();
+    // A MachineConfig deleted (or no longer selected) that the target was rendered from: the
+    // usual revert, as pending as a new one.
+    let gone: Vec<&str> = sources.iter().copied().filter(|n| !selected.contains(n)).collect();
+    let list = |names: &[&str]| match names {
+        [one] => format!("MachineConfig {one}"),
+        many => format!("MachineConfigs {}", many.join(", ")),
+    };
+    match (new.is_empty(), gone.is_empty()) {
+        (true, true) => None,
+        (false, true) => Some(format!("waiting for the render of {}", list(&new))),
+        (true, false) => Some(format!("waiting for the render without {}", list(&gone))),
+        (false, false) => Some(format!("waiting for the render of {} and without {}", list(&new), list(&gone))),
     }
 }
 
@@ -1133,30 +1142,37 @@ async fn pool_progress(client: &Client, pool: &Value, name: &str, not_config: Op
     // A degradation while the target is still the old one is about the old one: the wait is for
     // a new target.
     let on_old = not_config.is_some_and(|old| old == want);
-    if !on_old {
-        if let Some(m) = condition_true(pool, "Degraded") {
-            return Ok(Progress::Failed(format!("pool {name} is degraded: {m}")));
-        }
-        if let Some(m) = condition_true(pool, aloft_api::machineconfig::conditions::CIRCUIT_BROKEN) {
+    let failed = if on_old {
+        None
+    } else if let Some(m) = condition_true(pool, "Degraded") {
+        Some(format!("pool {name} is degraded: {m}"))
+    } else {
+        condition_true(pool, aloft_api::machineconfig::conditions::CIRCUIT_BROKEN).map(|m| {
             let m = if m.is_empty() { "circuit breaker open".to_string() } else { m };
-            return Ok(Progress::Failed(format!("pool {name}: {m}")));
-        }
-    }
+            format!("pool {name}: {m}")
+        })
+    };
     let looks_updated = condition_true(pool, "Updated").is_some() && !want.is_empty() && want == have;
-    if !looks_updated || on_old {
+    if failed.is_none() && (!looks_updated || on_old) {
         return Ok(Progress::Waiting(progress_line(pool, name, not_config.filter(|_| on_old))));
     }
+    // Updated or failed, as the pool shows it: unless its target is not rendered from the
+    // MachineConfigs there are now (one just applied, or deleted to revert a bad one, whose
+    // degradation the pool still shows until the render).
     let mcs = list_in_pages(client, &resource_path(resources::MACHINE_CONFIG.path_ref(), None, None), None).await?;
     let items = mcs.get("items").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+    if let Some(why) = render_pending(pool, items) {
+        return Ok(Progress::Waiting(format!("pool {name}: {why}")));
+    }
+    if let Some(f) = failed {
+        return Ok(Progress::Failed(f));
+    }
     let n = |p: &str| pool.pointer(p).and_then(Value::as_i64).unwrap_or(0);
-    Ok(match render_pending(pool, items) {
-        Some(why) => Progress::Waiting(format!("pool {name}: {why}")),
-        None => Progress::Done(format!(
-            "pool {name} is updated: {}/{} nodes on {want}",
-            n("/status/updatedMachineCount"),
-            n("/status/machineCount")
-        )),
-    })
+    Ok(Progress::Done(format!(
+        "pool {name} is updated: {}/{} nodes on {want}",
+        n("/status/updatedMachineCount"),
+        n("/status/machineCount")
+    )))
 }
 
 /// The progress bar and counts; `old` when the target is still the --not-config one.
@@ -1364,8 +1380,9 @@ mod tests {
             "spec": {"config": {"ignition": {"version": "3.4.0"}}}})
     }
 
-    /// A new config the pool selects (not one it does not select, nor a rendered one) and a status
-    /// behind the spec each mean the render has not caught up; an absent observedGeneration is
+    /// A new config the pool selects (not one it does not select, nor a rendered one), one the
+    /// target was rendered from that is gone, and a status behind the spec each mean the render
+    /// has not caught up; an absent observedGeneration is
     /// no sign either way.
     #[test]
     fn render_pending_sees_new_configs_and_old_status() {
@@ -1386,6 +1403,15 @@ mod tests {
         assert_eq!(
             render_pending(&pool(2, Some(2), &["00-worker"]), &more).as_deref(),
             Some("waiting for the render of MachineConfigs 99-worker-a, 99-worker-b")
+        );
+        // Deleted to revert: the target still names it.
+        assert_eq!(
+            render_pending(&pool(2, Some(2), &["00-worker", "70-bad"]), &mcs).as_deref(),
+            Some("waiting for the render without MachineConfig 70-bad")
+        );
+        assert_eq!(
+            render_pending(&pool(2, Some(2), &["00-worker", "70-bad"]), &more).as_deref(),
+            Some("waiting for the render of MachineConfigs 99-worker-a, 99-worker-b and without MachineConfig 70-bad")
         );
     }
 

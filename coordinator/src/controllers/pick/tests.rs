@@ -205,6 +205,20 @@ fn canary_gates_the_first_batch() {
     assert_eq!(p.rollout.as_ref().unwrap().phase, RolloutPhase::Canary);
 }
 
+/// A stuck node moved to an untested config in the canary phase is one of the canaries: the
+/// batch is the policy's size (it was moved on top of the canary, and both failed).
+#[test]
+fn a_stuck_node_counts_against_the_canary_batch() {
+    let mut nodes = vec![node("a", worker(), "r1", "r2", "Unreconcilable", true)];
+    nodes.extend((1..4).map(|i| node(&format!("n{i}"), worker(), "r1", "r1", "Done", true)));
+    let pools = [pool("worker", json!(3), "r3", json!({"rollout": {"canary": 1, "soakSeconds": 60}}))];
+    let p = plan(Snapshot { nodes: &nodes, pools: &pools, budgets: &[] }, now()).remove(0);
+    assert_eq!(picked_names(&nodes, &p), vec!["a"], "the stuck node is the one canary");
+    let pools = [pool("worker", json!(3), "r3", json!({"rollout": {"canary": 2, "soakSeconds": 60}}))];
+    let p = plan(Snapshot { nodes: &nodes, pools: &pools, budgets: &[] }, now()).remove(0);
+    assert_eq!(p.picks.len(), 2, "{:?}", picked_names(&nodes, &p));
+}
+
 // ---- the property test ----
 
 /// How a simulated agent behaves when asked to update.
