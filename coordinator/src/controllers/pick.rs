@@ -257,8 +257,19 @@ fn plan_pool(
     // A node failing and unavailable (cordoned by the update it failed, or not Ready) is a
     // candidate too: see `stuck` below.
     let failing_unavailable = |i: usize| hot[i].failing() && hot[i].disrupted();
-    let candidates: Vec<usize> =
+    let mut candidates: Vec<usize> =
         ordered.iter().copied().filter(|&i| behind[i] && (hot[i].ready() || failing_unavailable(i))).collect();
+    // A node that joins while the canaries are out or the config soaks has no config at all
+    // (Ready and schedulable, but nothing applied): it gets the target, within maxUnavailable
+    // and the budgets, as MCO's machine-config-server gives a new machine the pool's config.
+    // Not while paused or with the breaker open: those stop the config from spreading at all.
+    let fresh_only = matches!(
+        (&eval.gate, pool.spec.paused),
+        (Gate::Hold(HoldReason::Canary { .. } | HoldReason::Soaking { .. }), false)
+    ) && candidates.iter().any(|&i| hot[i].unconfigured());
+    if fresh_only {
+        candidates.retain(|&i| hot[i].unconfigured());
+    }
     let limit = match (&eval.gate, pool.spec.paused) {
         (_, true) => {
             pp.wait = waiting_any.then_some(Wait::Paused);
@@ -266,7 +277,11 @@ fn plan_pool(
         }
         (Gate::Hold(h), false) => {
             pp.wait = waiting_any.then(|| Wait::Policy(h.clone()));
-            0
+            if fresh_only {
+                usize::MAX
+            } else {
+                0
+            }
         }
         (Gate::Pick { limit }, false) => limit.unwrap_or(usize::MAX),
     };
@@ -325,7 +340,8 @@ fn plan_pool(
             }
         }
         pp.blocked = blocked.into_values().collect();
-        if unpicked > 0 {
+        // The nodes that were not candidates wait for the policy, as said above.
+        if unpicked > 0 && !fresh_only {
             pp.wait = Some(if room <= limit {
                 let mut is_busy = vec![false; facts.len()];
                 for &i in &busy {

@@ -189,6 +189,7 @@ const HOT_PRESTAGE_SET: u16 = 1 << 5;
 const HOT_STATUS_UNAVAILABLE: u16 = 1 << 6;
 const HOT_DRAIN_FAILED: u16 = 1 << 7;
 const HOT_FAILING_ON_DESIRED: u16 = 1 << 8;
+const HOT_UNCONFIGURED: u16 = 1 << 9;
 
 impl NodeHot {
     pub fn of(f: &NodeFacts) -> Self {
@@ -205,11 +206,16 @@ impl NodeHot {
                 | flag(!f.prestage.is_empty(), HOT_PRESTAGE_SET)
                 | flag(f.unavailable(), HOT_STATUS_UNAVAILABLE)
                 | flag(!f.drain_failure.is_empty(), HOT_DRAIN_FAILED)
-                | flag(f.failing_on_desired(), HOT_FAILING_ON_DESIRED),
+                | flag(f.failing_on_desired(), HOT_FAILING_ON_DESIRED)
+                | flag(f.current.is_empty() && f.desired.is_empty(), HOT_UNCONFIGURED),
         }
     }
     fn has(&self, bit: u16) -> bool {
         self.flags & bit != 0
+    }
+    /// Has never had a config: it joined the pool and its agent waits for its first one.
+    pub fn unconfigured(&self) -> bool {
+        self.has(HOT_UNCONFIGURED)
     }
     /// [`NodeFacts::ready`].
     pub fn ready(&self) -> bool {

@@ -219,6 +219,30 @@ fn a_stuck_node_counts_against_the_canary_batch() {
     assert_eq!(p.picks.len(), 2, "{:?}", picked_names(&nodes, &p));
 }
 
+/// A node that joins while the canary updates (or the config soaks) gets the target within
+/// maxUnavailable: it was left with no config at all until the soak ended. Paused, it waits.
+#[test]
+fn a_node_that_joins_during_the_canary_gets_the_target() {
+    let nodes = vec![
+        node("a", worker(), "r1", "r2", "Working", true),
+        node("b", worker(), "r1", "r1", "Done", true),
+        node("fresh", worker(), "", "", "", true),
+    ];
+    let policy = json!({"rollout": {"canary": 1, "soakSeconds": 60}});
+    let pools = [pool("worker", json!(2), "r2", policy.clone())];
+    let p = plan(Snapshot { nodes: &nodes, pools: &pools, budgets: &[] }, now()).remove(0);
+    assert_eq!(picked_names(&nodes, &p), vec!["fresh"], "b waits for the canary, the new node does not");
+    // No room: it waits like any other node.
+    let pools = [pool("worker", json!(1), "r2", policy.clone())];
+    let p = plan(Snapshot { nodes: &nodes, pools: &pools, budgets: &[] }, now()).remove(0);
+    assert!(p.picks.is_empty(), "{:?}", picked_names(&nodes, &p));
+    let mut paused = policy;
+    paused["paused"] = json!(true);
+    let pools = [pool("worker", json!(2), "r2", paused)];
+    let p = plan(Snapshot { nodes: &nodes, pools: &pools, budgets: &[] }, now()).remove(0);
+    assert!(p.picks.is_empty());
+}
+
 // ---- the property test ----
 
 /// How a simulated agent behaves when asked to update.
