@@ -1156,6 +1156,13 @@ async fn pool_progress(client: &Client, pool: &Value, name: &str, not_config: Op
     if failed.is_none() && (!looks_updated || on_old) {
         return Ok(Progress::Waiting(progress_line(pool, name, not_config.filter(|_| on_old))));
     }
+    // A render that failed is about the MachineConfigs there are now: the target will not catch
+    // up with them, so the failure stands (it names the config).
+    if let Some(f) = &failed {
+        if condition_true(pool, aloft_api::machineconfig::conditions::RENDER_DEGRADED).is_some() {
+            return Ok(Progress::Failed(f.clone()));
+        }
+    }
     // Updated or failed, as the pool shows it: unless its target is not rendered from the
     // MachineConfigs there are now (one just applied, or deleted to revert a bad one, whose
     // degradation the pool still shows until the render).
