@@ -429,8 +429,12 @@ async fn canary_soaks_before_batches_and_the_circuit_breaker_stops_a_rollout_unt
     let names = ["w0", "w1", "w2", "w3"];
     for n in names {
         fake_node(&admin, n, json!({"node-role.kubernetes.io/worker": ""}), true).await;
+        // A running fleet: nodes with no config at all are not held by a canary or a soak (a node
+        // that joins during the soak, below, is).
+        finish(&admin, n, "rendered-worker-before").await;
     }
-    let policy = json!({"maxUnavailable": 3, "rollout": {"canary": 1, "soakSeconds": 5}});
+    // 15 s: long enough for a node to join during the soak on a busy machine.
+    let policy = json!({"maxUnavailable": 3, "rollout": {"canary": 1, "soakSeconds": 15}});
     create(&admin, &MACHINE_CONFIG_POOL, &worker_pool(false, policy)).await;
     create(&admin, &MACHINE_CONFIG, &machine_config("50-worker-a", "worker")).await;
     let t1 = new_target(&admin, "").await;
@@ -463,6 +467,17 @@ async fn canary_soaks_before_batches_and_the_circuit_breaker_stops_a_rollout_unt
     assert_eq!(p["status"]["rollout"]["phase"], "Soaking");
     assert_eq!(picked(&admin, &names, &t1).await, vec![canary.clone()], "nothing picked while soaking");
     event_with(&admin, "MachineConfigPool", "worker", "CanarySoaking", "soaking until").await;
+    // A node that joins meanwhile has no config at all: it gets the target without waiting for
+    // the soak (it stayed unconfigured until the soak ended), and the running nodes still wait.
+    fake_node(&admin, "w4", json!({"node-role.kubernetes.io/worker": ""}), true).await;
+    eventually(WAIT, "the joining node given the target during the soak", || async {
+        Ok((annotation(&node(&admin, "w4").await, ann::DESIRED_CONFIG) == t1).then_some(()))
+    })
+    .await;
+    assert!(is_true(&pool(&admin).await, "CanarySoaking"), "still soaking");
+    assert_eq!(picked(&admin, &names, &t1).await, vec![canary.clone()], "the running nodes wait for the soak");
+    let gone = admin.delete(&path_of(&NODE, Some("w4"))).await.unwrap();
+    assert!(gone.code < 300, "deleting w4: {}", gone.code);
 
     // After the soak: a batch of maxUnavailable.
     picked_all(&admin, &names, &t1, 4).await;
