@@ -1022,7 +1022,7 @@ async fn drain_hook_failures_never_show_the_hooks_credentials() {
 
     annotate(&admin, "n1", json!({ann::DESIRED_DRAIN: "drain-rendered-worker-1"})).await;
     let msg = event_with(&admin, "Node", "n1", "DrainHookFailed", "HTTP 500").await;
-    assert_eq!(msg, format!("drain hook {plain} answered HTTP 500: nope"));
+    assert_eq!(msg, format!("draining: drain hook {plain} answered HTTP 500: nope"));
     event_with(&admin, "Node", "n1", "DrainTimeout", "failed to drain node: n1").await;
     let failure = drain_failure(&admin, "n1").await;
     assert_eq!(
@@ -1063,7 +1063,7 @@ async fn a_failing_uncordon_hook_is_retried_and_keeps_the_node_out_of_service() 
     hook.set(HookMode::Status(503));
     annotate(&admin, "n1", json!({ann::DESIRED_DRAIN: "uncordon-rendered-worker-1"})).await;
     let msg = event_with(&admin, "Node", "n1", "DrainHookFailed", "HTTP 503").await;
-    assert_eq!(msg, format!("drain hook {} answered HTTP 503: nope", hook.url));
+    assert_eq!(msg, format!("uncordoning: drain hook {} answered HTTP 503: nope", hook.url));
     let failure = eventually(WAIT, "n1 marked once the uncordon is past the drain timeout", || async {
         let n = node(&admin, "n1").await;
         assert!(cordoned(&n), "uncordoned although its uncordon hook fails: {n}");

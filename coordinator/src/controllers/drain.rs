@@ -418,7 +418,10 @@ impl Job {
         if let Err(e) = self.ctx.hooks.call_all(&self.hooks, &self.hook_request(Phase::Drain, r)).await {
             let msg = e.to_string();
             lock(&self.ctx.last_error).insert(self.node.clone(), msg.clone());
-            self.ctx.events.emit(&Involved::node(&self.node), EventType::Warning, reasons::DRAIN_HOOK_FAILED, &msg);
+            // The Event says which call failed: a failing uncordon call is another Event, not a
+            // count on the drain's.
+            let event = format!("draining: {msg}");
+            self.ctx.events.emit(&Involved::node(&self.node), EventType::Warning, reasons::DRAIN_HOOK_FAILED, &event);
             return Ok(false);
         }
         // The cordon above made the cached version stale.
@@ -432,7 +435,8 @@ impl Job {
         if let Err(e) = self.ctx.hooks.call_all(&self.hooks, &self.hook_request(Phase::Uncordon, r)).await {
             let msg = e.to_string();
             lock(&self.ctx.last_error).insert(self.node.clone(), msg.clone());
-            self.ctx.events.emit(&Involved::node(&self.node), EventType::Warning, reasons::DRAIN_HOOK_FAILED, &msg);
+            let event = format!("uncordoning: {msg}");
+            self.ctx.events.emit(&Involved::node(&self.node), EventType::Warning, reasons::DRAIN_HOOK_FAILED, &event);
             // When the uncordon started, for its timeout (the drain's mark went with its answer).
             update_node(&self.store, &self.node, Some(&self.cached), |n| {
                 let mark = n["metadata"]["annotations"].get(ann::DRAIN_STARTED).and_then(Value::as_str);
