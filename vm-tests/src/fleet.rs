@@ -207,43 +207,16 @@ impl Fleet {
 /// How many console lines a failed test prints per boot it reports.
 const SERIAL_TAIL_LINES: usize = 40;
 
-/// The last `n` lines of a serial log, without carriage returns, escape sequences or empty lines,
-/// each cut to 240 characters.
+/// The last `n` lines of a serial log, without carriage returns, escape sequences (systemd colours
+/// its status lines) or empty lines, each cut to 240 characters.
 fn serial_tail(path: &std::path::Path, n: usize) -> Vec<String> {
-    let text = String::from_utf8_lossy(&std::fs::read(path).unwrap_or_default()).into_owned();
-    let mut lines: Vec<String> = text
-        .split(['\n', '\r'])
-        .map(strip_escapes)
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| l.chars().take(240).collect())
-        .collect();
+    let plain = strip_ansi_escapes::strip(std::fs::read(path).unwrap_or_default());
+    let text = String::from_utf8_lossy(&plain).into_owned();
+    let mut lines: Vec<String> =
+        text.split(['\n', '\r']).filter(|l| !l.trim().is_empty()).map(|l| l.chars().take(240).collect()).collect();
     let skip = lines.len().saturating_sub(n);
     lines.drain(..skip);
     lines
-}
-
-/// A console line without its ANSI escape sequences (systemd colours its status lines).
-fn strip_escapes(line: &str) -> String {
-    let mut out = String::with_capacity(line.len());
-    let mut chars = line.chars().peekable();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            if chars.peek() == Some(&'[') {
-                chars.next();
-                // parameters and intermediates, up to the final byte (@ to ~)
-                for f in chars.by_ref() {
-                    if ('@'..='~').contains(&f) {
-                        break;
-                    }
-                }
-            }
-            continue;
-        }
-        if !c.is_control() || c == '\t' {
-            out.push(c);
-        }
-    }
-    out
 }
 
 #[cfg(test)]
