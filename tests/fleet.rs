@@ -254,6 +254,29 @@ async fn three_agents_apply_machine_configs_from_the_pool() {
     assert!(cordoned_picks >= 3, "every node's pick cordoned it and granted the uncordon ({cordoned_picks})");
     assert!(done_versions >= 3, "every node's Done report was seen ({done_versions})");
 
+    // Enablement drift: `systemctl disable` removes only the link in multi-user.target.wants;
+    // the drift watch sees it (well before the 10-minute check), and `enable` repairs it.
+    let link = hosts[0].path("/etc/systemd/system/multi-user.target.wants/hello.service");
+    let target = std::fs::read_link(&link).unwrap();
+    std::fs::remove_file(&link).unwrap();
+    let reason = eventually(Duration::from_secs(60), "worker-0 to report the disabled unit", || {
+        let admin = admin.clone();
+        let name0 = name0.clone();
+        async move {
+            let n = admin.get(&path_of(&NODE, Some(&name0))).await?.into_result()?;
+            Ok((node_annotation(&n, ann::STATE) == "Degraded").then(|| node_annotation(&n, ann::REASON)))
+        }
+    })
+    .await;
+    assert_eq!(
+        reason,
+        format!(
+            "unexpected on-disk state validating against {third}: unit \"hello.service\" is not enabled: no symlink to it in /etc/systemd/system/*.wants"
+        )
+    );
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    converge(&c, &hosts, None, "worker-0 Done again after the unit is enabled again").await;
+
     // `aloft-agent status --json` reports the same.
     let out = Command::new(bin("aloft-agent"))
         .args(["status", "--json", "--bus-address", &hosts[0].bus_address])
