@@ -663,6 +663,24 @@ fn has_unit_file(d: &Desired, name: &str) -> bool {
     d.units.iter().any(|u| u.name == name && (u.mask || u.contents.is_some()))
 }
 
+/// The enablement batches of `d`, without the units `d` gives no file for that the host lacks
+/// (`ondisk::unit_installed`: skipped as MCO skips them), each named in `warnings` when given.
+fn installed_enablement(fs: &HostFs, d: &Desired, mut warnings: Option<&mut Vec<String>>) -> units::Enablement {
+    let mut en = units::enablement(d);
+    for (batch, verb) in [(&mut en.enable, "enabling"), (&mut en.disable, "disabling")] {
+        batch.retain(|n| {
+            let keep = has_unit_file(d, n) || crate::ondisk::unit_installed(fs, n);
+            if !keep {
+                if let Some(w) = warnings.as_deref_mut() {
+                    w.push(format!("unit {n:?} is not installed on this host: skipped {verb} it"));
+                }
+            }
+            keep
+        });
+    }
+    en
+}
+
 /// Splits units into (with a managed unit file in `d`, without).
 fn split_by_file(d: &Desired, names: Vec<String>) -> (Vec<String>, Vec<String>) {
     names.into_iter().partition(|n| has_unit_file(d, n))
@@ -734,7 +752,7 @@ fn plan(fs: &HostFs, journal: &Journal, v: &Validated) -> Result<Planned, StepEr
         p.forward.push(Step::DaemonReload);
     }
     service_steps(&mut p.forward, ServiceOp::Preset, unmasked, false);
-    let en = units::enablement(new);
+    let en = installed_enablement(fs, new, Some(&mut report.warnings));
     service_steps(&mut p.forward, ServiceOp::Disable, en.disable, false);
     service_steps(&mut p.forward, ServiceOp::Enable, en.enable, false);
     service_steps(&mut p.forward, ServiceOp::Preset, en.preset, false);
@@ -764,7 +782,7 @@ fn plan(fs: &HostFs, journal: &Journal, v: &Validated) -> Result<Planned, StepEr
         rollback.push(Step::DaemonReload);
     }
     service_steps(&mut rollback, ServiceOp::Preset, unmasked, false);
-    let en = units::enablement(old);
+    let en = installed_enablement(fs, old, None);
     service_steps(&mut rollback, ServiceOp::Disable, en.disable, false);
     service_steps(&mut rollback, ServiceOp::Enable, en.enable, false);
     service_steps(&mut rollback, ServiceOp::Preset, en.preset, false);

@@ -132,6 +132,35 @@ fn enablement_links(fs: &HostFs, unit: &str) -> Result<Vec<String>, Drift> {
     Ok(out)
 }
 
+/// Where systemd looks for unit files on the host, in its order of precedence.
+const UNIT_SEARCH_PATH: &[&str] = &[
+    UNIT_DIR,
+    "/run/systemd/system",
+    "/usr/local/lib/systemd/system",
+    "/usr/lib/systemd/system",
+    "/lib/systemd/system",
+];
+
+/// Whether the host has a unit file for `unit` (for a template instance `a@b.service`, its
+/// template `a@.service` counts), in any directory of systemd's search path.
+///
+/// Why: a config may enable or disable a unit it gives no contents for (one the OS ships); as
+/// MCO does since OCPBUGS-70259, such a unit the host lacks is skipped with a warning instead of
+/// failing the update (`systemctl enable` of a missing unit fails), and there is then no
+/// enablement on disk to verify.
+pub(crate) fn unit_installed(fs: &HostFs, unit: &str) -> bool {
+    let template = unit.split_once('@').and_then(|(head, rest)| {
+        let suffix = rest.rsplit_once('.').map(|(_, s)| s)?;
+        Some(format!("{head}@.{suffix}"))
+    });
+    let names = std::iter::once(unit.to_string()).chain(template);
+    names.into_iter().any(|n| {
+        UNIT_SEARCH_PATH
+            .iter()
+            .any(|d| !matches!(fs.entry(&fsroot::rel(&format!("{d}/{n}"))), Ok(fsroot::Entry::Absent) | Err(_)))
+    })
+}
+
 /// Whether a unit cannot be enabled at all ("static" in systemd's words): its file (from the
 /// config, /etc or /usr/lib) has no `WantedBy=`/`RequiredBy=`/`UpheldBy=`, so `enable` links
 /// nothing and there is no enablement to verify.
@@ -192,6 +221,10 @@ pub fn verify(root: &Root, spec: &MachineConfigSpec) -> Result<(), Drift> {
         if let Some(c) = &u.contents {
             check_file(&fs, &path, c.as_bytes(), DEFAULT_FILE_MODE)?;
         }
+        if u.enabled.is_some() && u.contents.is_none() && !unit_installed(&fs, &u.name) {
+            // Skipped by the apply (see `unit_installed`): nothing to verify.
+            continue;
+        }
         match u.enabled {
             Some(true)
                 if !is_static(&fs, &u.name, u.contents.as_deref()) && enablement_links(&fs, &u.name)?.is_empty() =>
@@ -218,6 +251,23 @@ pub fn verify(root: &Root, spec: &MachineConfigSpec) -> Result<(), Drift> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A unit counts as installed wherever systemd would find it, and an instance through its
+    /// template.
+    #[test]
+    fn a_unit_is_installed_anywhere_on_the_search_path_or_through_its_template() {
+        let dir = tempfile::tempdir().unwrap();
+        for (d, f) in [("run/systemd/system", "r.service"), ("lib/systemd/system", "getty@.service")] {
+            std::fs::create_dir_all(dir.path().join(d)).unwrap();
+            std::fs::write(dir.path().join(d).join(f), "[Service]\n").unwrap();
+        }
+        let fs = HostFs::open(&Root::new(dir.path())).unwrap();
+        assert!(unit_installed(&fs, "r.service"));
+        assert!(unit_installed(&fs, "getty@tty3.service"));
+        assert!(unit_installed(&fs, "getty@.service"));
+        assert!(!unit_installed(&fs, "missing.service"));
+        assert!(!unit_installed(&fs, "other@tty3.service"));
+    }
 
     #[test]
     fn go_file_mode_formatting_matches_mco() {

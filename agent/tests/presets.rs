@@ -1,7 +1,8 @@
 //! Unit presets during an apply and its rollback, against the test systemd on a private bus (it
 //! refuses a preset of a unit file that does not exist, or of a masked unit, as systemd does):
 //! as in MCO, a preset that systemd refuses is logged and skipped; it never fails an update or
-//! blocks its rollback.
+//! blocks its rollback. Likewise (MCO since OCPBUGS-70259), enabling or disabling a unit the
+//! config gives no contents for and the host does not have is skipped with a warning.
 
 use aloft_agent::apply::{self, ApplyError};
 use aloft_agent::host::Root;
@@ -111,4 +112,43 @@ async fn removing_a_mask_unmasks_then_presets_the_unit() {
         "m.service was not reset to its preset: {:?}",
         h.fake.call_strings()
     );
+}
+
+/// `enabled: true` / `false` with no contents names a unit the OS should ship. One the host
+/// lacks is skipped with a warning (systemd would refuse the whole batch: "Unit file ... does not
+/// exist"), the shipped one in the same config is enabled, the on-disk check passes, and going
+/// back to no config skips it again.
+#[tokio::test]
+async fn enabling_a_unit_the_host_lacks_is_skipped_with_a_warning() {
+    let h = host().await;
+    let r = h.dir.path();
+    std::fs::write(
+        r.join("usr/lib/systemd/system/shipped.service"),
+        "[Service]\nExecStart=/bin/true\n[Install]\nWantedBy=multi-user.target\n",
+    )
+    .unwrap();
+    let empty = MachineConfigSpec::default();
+    let new = spec(json!([
+        {"name": "notinstalled.service", "enabled": true},
+        {"name": "gone.service", "enabled": false},
+        {"name": "shipped.service", "enabled": true}
+    ]));
+    let report = apply::apply(&h.root, &h.journal, &empty, &new, &h.services).await.expect("applied");
+    let calls = h.fake.call_strings();
+    assert!(exists(r, "etc/systemd/system/multi-user.target.wants/shipped.service"), "{calls:?}");
+    assert!(!calls.iter().any(|c| c.contains("notinstalled.service") || c.contains("gone.service")), "{calls:?}");
+    assert_eq!(
+        report.warnings,
+        [
+            "unit \"notinstalled.service\" is not installed on this host: skipped enabling it",
+            "unit \"gone.service\" is not installed on this host: skipped disabling it"
+        ]
+    );
+    aloft_agent::ondisk::verify(&h.root, &new).expect("nothing to verify for the skipped units");
+    // The shipped unit's enablement is still verified.
+    std::fs::remove_file(r.join("etc/systemd/system/multi-user.target.wants/shipped.service")).unwrap();
+    let drift = aloft_agent::ondisk::verify(&h.root, &new).expect_err("disabled by hand").to_string();
+    assert!(drift.contains("\"shipped.service\" is not enabled"), "{drift}");
+
+    apply::apply(&h.root, &h.journal, &new, &empty, &h.services).await.expect("config removed");
 }
