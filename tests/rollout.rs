@@ -525,6 +525,18 @@ async fn canary_soaks_before_batches_and_the_circuit_breaker_stops_a_rollout_unt
             "{n}: no pre-staging of a stopped config"
         );
     }
+    // A node that joins with the breaker open gets a config all the same, as MCO's
+    // machine-config-server serves one: t2, which a node runs already.
+    fake_node(&admin, "w5", json!({"node-role.kubernetes.io/worker": ""}), true).await;
+    eventually(WAIT, "the joining node given t2 with the breaker open", || async {
+        Ok((annotation(&node(&admin, "w5").await, ann::DESIRED_CONFIG) == t2).then_some(()))
+    })
+    .await;
+    let msg = event_with(&admin, "MachineConfigPool", "worker", "SetDesiredConfig", "Targeted node w5").await;
+    assert!(msg.contains("the circuit breaker is open") && msg.contains("the pool's target"), "{msg}");
+    assert_eq!(picked(&admin, &names, &t2).await.len(), 2, "the configured nodes still wait for the breaker");
+    let gone = admin.delete(&path_of(&NODE, Some("w5"))).await.unwrap();
+    assert!(gone.code < 300, "deleting w5: {}", gone.code);
     let out = aloftctl(&c, &["rollout", "status", "mcp/worker", "--timeout", "30"]);
     assert!(!out.status.success(), "rollout status fails on an open breaker");
     let err = String::from_utf8_lossy(&out.stderr);
@@ -560,6 +572,34 @@ async fn canary_soaks_before_batches_and_the_circuit_breaker_stops_a_rollout_unt
     ] {
         assert!(table.lines().next().unwrap_or("").contains(col), "{col} in:\n{table}");
     }
+
+    // Paused, with a new target t3 on no node: a node that joins gets t2, the config the pool's
+    // nodes run (status.configuration), not the untested t3; Done on it, it is behind t3 like
+    // the others (not updated, available), and held by the pause.
+    merge(&admin, &path_of(&MACHINE_CONFIG_POOL, Some("worker")), json!({"spec": {"paused": true}})).await;
+    let mut cfg = machine_config("50-worker-c", "worker");
+    cfg["spec"]["kernelArguments"] = json!(["nosmt", "quiet"]);
+    create(&admin, &MACHINE_CONFIG, &cfg).await;
+    let t3 = new_target(&admin, &t2).await;
+    fake_node(&admin, "w6", json!({"node-role.kubernetes.io/worker": ""}), true).await;
+    eventually(WAIT, "the joining node given t2 while paused", || async {
+        Ok((annotation(&node(&admin, "w6").await, ann::DESIRED_CONFIG) == t2).then_some(()))
+    })
+    .await;
+    let msg = event_with(&admin, "MachineConfigPool", "worker", "SetDesiredConfig", "Targeted node w6").await;
+    assert!(msg.contains(&format!("to {t2}")) && msg.contains("the pool is paused"), "{msg}");
+    finish(&admin, "w6", &t2).await;
+    let p = eventually(WAIT, "w6 counted on t2, behind t3", || async {
+        let p = pool(&admin).await;
+        let st = &p["status"];
+        Ok((st["machineCount"] == 5 && st["unavailableMachineCount"] == 0).then_some(p))
+    })
+    .await;
+    assert_eq!(p["status"]["updatedMachineCount"], 0, "{p}");
+    assert_eq!(p["status"]["readyMachineCount"], 0, "{p}");
+    let mut all = names.to_vec();
+    all.push("w6");
+    assert!(picked(&admin, &all, &t3).await.is_empty(), "nothing moves to t3 while paused");
 }
 
 /// Unavailable as the invariant counts it: not Ready, cordoned, asked to move and not there, or

@@ -10,7 +10,7 @@ use super::cache::Cache;
 use super::config_name::ConfigName;
 use super::events::{reasons, EventType, Involved, Recorder};
 use super::passes::Passes;
-use super::pick::{self, names_text, PoolPlan, Snapshot, Wait};
+use super::pick::{self, names_text, FirstConfig, PoolPlan, Snapshot, Wait};
 use super::pools::{NodeFacts, NodeHot};
 use super::rollout_policy::HoldReason;
 use super::uncordon::uncordon_edit;
@@ -213,7 +213,7 @@ async fn reconcile(store: &Arc<dyn Store>, st: &mut State, events: &Recorder) ->
             order.push(i);
             Value::clone(&st.nodes.raw[i])
         });
-        pick_edit(v, &plans[k].target, drains_at_pick(pool));
+        pick_edit(v, plans[k].pick_config(), drains_at_pick(pool));
     }
     let writes: Vec<(usize, Value)> = order.iter().filter_map(|i| edits.remove(i).map(|v| (*i, v))).collect();
     let stored = if released.is_empty() {
@@ -256,7 +256,7 @@ async fn reconcile(store: &Arc<dyn Store>, st: &mut State, events: &Recorder) ->
         }
     };
     let picked: std::collections::HashMap<usize, usize> = picks.iter().map(|&(k, i)| (i, k)).collect();
-    // The nodes this pass moved to each plan's target (by plan), for its Event.
+    // The nodes this pass moved to each plan's pick config (by plan), for its Event.
     let mut targeted: Vec<Vec<String>> = vec![Vec::new(); plans.len()];
     let mut again = false;
     for (i, v) in stored {
@@ -273,7 +273,7 @@ async fn reconcile(store: &Arc<dyn Store>, st: &mut State, events: &Recorder) ->
         let Some(&k) = picked.get(&i) else { continue };
         let pool = &st.pools.typed[plans[k].pool];
         let pool_name = &pool.metadata.name;
-        tracing::debug!(pool = %pool_name, node = %node_name, config = %plans[k].target, "node picked for update");
+        tracing::debug!(pool = %pool_name, node = %node_name, config = %plans[k].pick_config(), "node picked for update");
         targeted[k].push(node_name);
     }
     for pp in &plans {
@@ -322,9 +322,13 @@ async fn reconcile(store: &Arc<dyn Store>, st: &mut State, events: &Recorder) ->
         let pool = &st.pools.typed[plans[k].pool];
         // One line per pass and pool (each node's at debug): a line is a write to the journal,
         // and a 10,000-node rollout wrote 10,000 of them from the thread that refills slots.
-        tracing::info!(pool = %pool.metadata.name, config = %plans[k].target, count = names.len(),
+        let config = plans[k].pick_config();
+        tracing::info!(pool = %pool.metadata.name, config = %config, count = names.len(),
             nodes = %names_text(names), "nodes picked for update");
-        let msg = set_target_message(names, &plans[k].target, drains_at_pick(pool));
+        let mut msg = set_target_message(names, config, drains_at_pick(pool));
+        if let Some(fc) = &plans[k].first_config {
+            msg.push_str(&first_config_why(fc, &plans[k].target));
+        }
         events.emit(&Involved::pool(&pool.metadata.name), EventType::Normal, reasons::SET_DESIRED_CONFIG, &msg);
     }
     for pp in &plans {
@@ -376,6 +380,21 @@ fn set_target_message(names: &[String], target: &str, cordoned: bool) -> String 
             names.len() - TARGETED_NAMES
         ),
     }
+}
+
+/// Why a held pool's pick got a config at all, and which one: the words added to its
+/// `SetDesiredConfig` Event (the pool is paused, and a user reading "Targeted node" would take it
+/// for the pause being ignored).
+fn first_config_why(fc: &FirstConfig, target: &ConfigName) -> String {
+    let which = if fc.config == *target {
+        "the pool's target".to_string()
+    } else {
+        format!("the config the pool's nodes run (status.configuration), not {target}, which no node runs yet")
+    };
+    format!(
+        "; it had no config, and while {} a node with none gets what the machine-config-server serves: {which}",
+        fc.held
+    )
 }
 
 /// What a pass leaves for the next one.
@@ -553,22 +572,31 @@ fn record_waits(events: &Recorder, pool_name: &str, pp: &PoolPlan, nodes: &[Node
         }
     }
     if let Some(w) = wait {
-        // One event per reason and target, not one per pass: the message leaves out what
-        // changes with every pick (how many wait, which nodes hold the slots); the pool's
-        // status counts them.
-        let msg = match w {
-            Wait::MaxUnavailable { max, .. } => {
-                format!("nodes wait for {}: maxUnavailable is {max} and every slot is taken", pp.target)
-            }
-            w => format!("nodes wait for {}: {w}", pp.target),
-        };
-        events.emit(&about, EventType::Normal, reason, &msg);
+        events.emit(&about, EventType::Normal, reason, &wait_message(pp, w));
     }
     if pp.blocked.is_empty() {
         events.forget(&about, reasons::BUDGET_BLOCKED);
     } else {
         let msg = blocked_message(pp, |i| &nodes[i].metadata.name);
         events.emit(&about, EventType::Normal, reasons::BUDGET_BLOCKED, &msg);
+    }
+}
+
+/// The waiting Event's message: one per reason and target, not one per pass (it leaves out what
+/// changes with every pick: how many wait, which nodes hold the slots; the pool's status counts
+/// them).
+fn wait_message(pp: &PoolPlan, w: &Wait) -> String {
+    match (w, &pp.first_config) {
+        // Only the nodes with no config are candidates; the rest wait for the pause or breaker.
+        (Wait::MaxUnavailable { max, .. }, Some(fc)) => format!(
+            "nodes with no config wait for {}: maxUnavailable is {max} and every slot is taken; the others wait \
+             for {}: {}",
+            fc.config, pp.target, fc.held
+        ),
+        (Wait::MaxUnavailable { max, .. }, None) => {
+            format!("nodes wait for {}: maxUnavailable is {max} and every slot is taken", pp.target)
+        }
+        (w, _) => format!("nodes wait for {}: {w}", pp.target),
     }
 }
 
@@ -980,6 +1008,7 @@ mod tests {
             prestage: Vec::new(),
             rollout: None,
             membership_error: None,
+            first_config: None,
         }
     }
 
@@ -1103,6 +1132,56 @@ mod tests {
              which blocks the group for good; w3 wait(s): NodeDisruptionBudget web allows 0 of 1 nodes (zone=z3) \
              unavailable and 0 already are, which blocks the group for good"
         );
+    }
+
+    /// A node that joined a paused pool with no config gets r1, the config the pool's nodes run,
+    /// not the target r2, and the Event says why; with no slot free, the waiting Event says it
+    /// waits for maxUnavailable (not for the pause). Done on r1, it is counted as MCO counts a
+    /// node on an older config: not updated (so not ready), and available.
+    #[test]
+    fn a_node_given_its_first_config_while_paused_is_explained_and_counted_as_mco_does() {
+        let mut p: MachineConfigPool = serde_json::from_value(json!({"metadata": {"name": "worker"}, "spec": {
+            "nodeSelector": {"matchLabels": {"node-role.kubernetes.io/worker": ""}},
+            "maxUnavailable": 1, "paused": true, "configuration": {"name": "r2"}}}))
+        .unwrap();
+        p.status = Some(serde_json::from_value(json!({"configuration": {"name": "r1"}})).unwrap());
+        let pools = std::slice::from_ref(&p);
+        let mut nodes = vec![node("a", "r1", "r1", "Done", true), node("fresh", "", "", "", true)];
+        let plans = pick::plan(Snapshot { nodes: &nodes, pools, budgets: &[] }, chrono::Utc::now());
+        let pp = &plans[0];
+        assert_eq!(pp.picks, vec![1]);
+        let fc = pp.first_config.as_ref().expect("a first config");
+        let msg = set_target_message(&["fresh".into()], pp.pick_config(), true) + &first_config_why(fc, &pp.target);
+        assert_eq!(
+            msg,
+            "Targeted node fresh to r1, cordoned for the drain; it had no config, and while the pool is paused a \
+             node with none gets what the machine-config-server serves: the config the pool's nodes run \
+             (status.configuration), not r2, which no node runs yet"
+        );
+        // a is down: the only slot is taken.
+        nodes[0] = node("a", "r1", "r1", "Done", false);
+        let plans = pick::plan(Snapshot { nodes: &nodes, pools, budgets: &[] }, chrono::Utc::now());
+        let pp = &plans[0];
+        assert!(pp.picks.is_empty());
+        assert_eq!(
+            wait_message(pp, pp.wait.as_ref().expect("a wait")),
+            "nodes with no config wait for r1: maxUnavailable is 1 and every slot is taken; the others wait for \
+             r2: the pool is paused"
+        );
+        // Done on r1: behind r2, available.
+        nodes = vec![node("a", "r1", "r1", "Done", true), node("fresh", "r1", "r1", "Done", true)];
+        let plans = pick::plan(Snapshot { nodes: &nodes, pools, budgets: &[] }, chrono::Utc::now());
+        assert!(plans[0].picks.is_empty());
+        assert_eq!(plans[0].wait, Some(Wait::Paused));
+        let facts: Vec<NodeFacts> = nodes.iter().map(NodeFacts::of).collect();
+        let hot: Vec<NodeHot> = facts.iter().map(NodeHot::of).collect();
+        let st = compute_status(&p, &members_of(&nodes, &facts, &hot), &plans[0].target, None, Some(&plans[0]));
+        assert_eq!(
+            (st.machine_count, st.updated_machine_count, st.ready_machine_count, st.unavailable_machine_count),
+            (2, 0, 0, 0)
+        );
+        assert_eq!(st.configuration.as_ref().map(|c| c.name.as_str()), Some("r1"));
+        assert_eq!(find_condition(&st.conditions, cond::UPDATING).unwrap().message, "Pool is paused");
     }
 
     #[test]

@@ -78,6 +78,38 @@ impl std::fmt::Display for Wait {
     }
 }
 
+/// What holds a pool's rollout while nodes with no config still get their first one (see
+/// [`FirstConfig`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Held {
+    /// `spec.paused`.
+    Paused,
+    /// The open circuit breaker ([`PoolPlan::breaker`] says which nodes failed).
+    CircuitBroken,
+}
+
+impl std::fmt::Display for Held {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Held::Paused => "the pool is paused",
+            Held::CircuitBroken => "the circuit breaker is open",
+        })
+    }
+}
+
+/// A pool paused or with its breaker open picks only nodes that joined with no config at all
+/// (no `currentConfig`, no `desiredConfig`), and gives them the config MCO's machine-config-server
+/// would serve a new machine of the pool, whatever the pause: the target once a member is updated
+/// on it, else `status.configuration` (what the pool's nodes run), else the target. Held back,
+/// such a node was a machine that joined and could run nothing until the pool was resumed; given
+/// the untested target, it would spread the config the pause or the breaker stopped.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FirstConfig {
+    /// The config the picks get.
+    pub config: ConfigName,
+    pub held: Held,
+}
+
 /// Up to five names, then a count: messages stay short on big fleets.
 pub fn names_text(names: &[String]) -> String {
     if names.len() <= 5 {
@@ -112,6 +144,29 @@ pub struct PoolPlan {
     pub rollout: Option<RolloutStatus>,
     /// Why some node could not be placed in this pool (it matches two custom pools).
     pub membership_error: Option<String>,
+    /// Set while a pause or the open breaker holds the rollout and a node with no config is a
+    /// candidate: the picks are such nodes, and get [`FirstConfig::config`], not `target`.
+    pub first_config: Option<FirstConfig>,
+}
+
+impl PoolPlan {
+    /// The config this plan's picks are moved to: the target, or a held pool's first config.
+    pub fn pick_config(&self) -> &ConfigName {
+        self.first_config.as_ref().map_or(&self.target, |f| &f.config)
+    }
+}
+
+/// The config MCO's machine-config-server serves a new machine of `pool`: the target once some
+/// member is updated on it (`updatedMachineCount > 0`), else `status.configuration` (the config
+/// the pool's nodes run, while the target has reached none), else (a pool never updated) the
+/// target.
+fn served_config(pool: &MachineConfigPool, members: &[usize], hot: &[NodeHot], target: &ConfigName) -> ConfigName {
+    let current = pool.status.as_ref().and_then(|st| st.configuration.as_ref()).map_or("", |c| c.name.as_str());
+    if current.is_empty() || members.iter().any(|&i| hot[i].updated_to(target)) {
+        target.clone()
+    } else {
+        ConfigName::new(current)
+    }
 }
 
 /// Decide for every pool of the snapshot. Pools are decided in name order and share one budget
@@ -225,6 +280,7 @@ fn plan_pool(
         prestage: Vec::new(),
         rollout: None,
         membership_error: None,
+        first_config: None,
     };
     if target.is_empty() {
         return pp;
@@ -262,18 +318,28 @@ fn plan_pool(
     // A node that joins while the canaries are out or the config soaks has no config at all
     // (Ready and schedulable, but nothing applied): it gets the target, within maxUnavailable
     // and the budgets, as MCO's machine-config-server gives a new machine the pool's config.
-    // Not while paused or with the breaker open: those stop the config from spreading at all.
-    let fresh_only = matches!(
-        (&eval.gate, pool.spec.paused),
-        (Gate::Hold(HoldReason::Canary { .. } | HoldReason::Soaking { .. }), false)
-    ) && candidates.iter().any(|&i| hot[i].unconfigured());
+    // Paused or with the breaker open, it gets the config that server would serve
+    // ([`FirstConfig`]): the target only once some node runs it.
+    let held = match (&eval.gate, pool.spec.paused) {
+        (_, true) => Some(Held::Paused),
+        (Gate::Hold(HoldReason::CircuitBroken { .. }), false) => Some(Held::CircuitBroken),
+        _ => None,
+    };
+    let fresh_only = (held.is_some()
+        || matches!(&eval.gate, Gate::Hold(HoldReason::Canary { .. } | HoldReason::Soaking { .. })))
+        && candidates.iter().any(|&i| hot[i].unconfigured());
     if fresh_only {
         candidates.retain(|&i| hot[i].unconfigured());
+        pp.first_config = held.map(|held| FirstConfig { config: served_config(pool, &pp.members, hot, &target), held });
     }
     let limit = match (&eval.gate, pool.spec.paused) {
         (_, true) => {
             pp.wait = waiting_any.then_some(Wait::Paused);
-            0
+            if fresh_only {
+                usize::MAX
+            } else {
+                0
+            }
         }
         (Gate::Hold(h), false) => {
             pp.wait = waiting_any.then(|| Wait::Policy(h.clone()));
@@ -305,11 +371,12 @@ fn plan_pool(
         // budget selecting it are within their limits counting it: a pool or budget group already
         // over (nodes down for other reasons) disrupts nothing more.
         // In the canary phase (a limit from the policy) a stuck node moved to the untested
-        // config is one of the canaries: the batch is never larger than the policy says.
+        // config is one of the canaries: the batch is never larger than the policy says. A
+        // paused pool's first-config picks are no canaries: they may not even get the target.
         let within = busy.len() <= max;
         let stuck = |i: usize| within && failing_unavailable(i);
         let canary_limit = match eval.gate {
-            Gate::Pick { limit: Some(l) } => Some(l),
+            Gate::Pick { limit: Some(l) } if pp.first_config.is_none() => Some(l),
             _ => None,
         };
         let (mut taken, mut stuck_taken) = (0, 0);
@@ -340,8 +407,10 @@ fn plan_pool(
             }
         }
         pp.blocked = blocked.into_values().collect();
-        // The nodes that were not candidates wait for the policy, as said above.
-        if unpicked > 0 && !fresh_only {
+        // The nodes that were not candidates wait for the policy, as said above; a held pool's
+        // nodes with no config, left without a slot, wait for maxUnavailable (the pause does
+        // not hold them), and the wait says so.
+        if unpicked > 0 && (!fresh_only || pp.first_config.is_some()) {
             pp.wait = Some(if room <= limit {
                 let mut is_busy = vec![false; facts.len()];
                 for &i in &busy {

@@ -220,7 +220,9 @@ fn a_stuck_node_counts_against_the_canary_batch() {
 }
 
 /// A node that joins while the canary updates (or the config soaks) gets the target within
-/// maxUnavailable: it was left with no config at all until the soak ended. Paused, it waits.
+/// maxUnavailable: it was left with no config at all until the soak ended. Paused, it gets the
+/// config the machine-config-server serves (here the target: the pool has no
+/// `status.configuration` yet).
 #[test]
 fn a_node_that_joins_during_the_canary_gets_the_target() {
     let nodes = vec![
@@ -240,7 +242,121 @@ fn a_node_that_joins_during_the_canary_gets_the_target() {
     paused["paused"] = json!(true);
     let pools = [pool("worker", json!(2), "r2", paused)];
     let p = plan(Snapshot { nodes: &nodes, pools: &pools, budgets: &[] }, now()).remove(0);
-    assert!(p.picks.is_empty());
+    assert_eq!(picked_names(&nodes, &p), vec!["fresh"]);
+    assert_eq!(p.pick_config(), "r2");
+}
+
+/// `pool` with `status.configuration` = `config`: the config its nodes run.
+fn running(mut p: MachineConfigPool, config: &str) -> MachineConfigPool {
+    p.status = Some(serde_json::from_value(json!({"configuration": {"name": config}})).unwrap());
+    p
+}
+
+/// A paused pool whose new target (r2) has reached no node: a node that joins with no config
+/// gets r1, the config the pool's nodes run (`status.configuration`), as MCO's
+/// machine-config-server serves a new machine whatever the pause (it waited with no config until
+/// the pool was resumed). Once it has r1 it is behind r2 like the others, held by the pause.
+#[test]
+fn a_node_that_joins_a_paused_pool_gets_the_config_its_nodes_run() {
+    let mut nodes = vec![
+        node("a", worker(), "r1", "r1", "Done", true),
+        node("b", worker(), "r1", "r1", "Done", true),
+        node("fresh", worker(), "", "", "", true),
+    ];
+    let paused = [running(pool("worker", json!(2), "r2", json!({"paused": true})), "r1")];
+    let p = plan(Snapshot { nodes: &nodes, pools: &paused, budgets: &[] }, now()).remove(0);
+    assert_eq!(picked_names(&nodes, &p), vec!["fresh"], "a and b are held by the pause");
+    assert_eq!(p.first_config, Some(FirstConfig { config: ConfigName::new("r1"), held: Held::Paused }));
+    assert_eq!(p.pick_config(), "r1", "not the untested target");
+    assert_eq!(p.wait, Some(Wait::Paused));
+    assert!(p.prestage.is_empty(), "nothing pre-staged while paused");
+    // Updating to r1, then Done on it: behind r2, and held by the pause like a and b.
+    for (current, state) in [("", "Working"), ("r1", "Done")] {
+        nodes[2] = node("fresh", worker(), current, "r1", state, true);
+        let p = plan(Snapshot { nodes: &nodes, pools: &paused, budgets: &[] }, now()).remove(0);
+        assert!(p.picks.is_empty(), "{state}: {:?}", picked_names(&nodes, &p));
+        assert_eq!((p.first_config, p.wait), (None, Some(Wait::Paused)), "{state}");
+    }
+    // Resumed: a candidate for r2 like the others.
+    let resumed = [running(pool("worker", json!(3), "r2", json!({})), "r1")];
+    let p = plan(Snapshot { nodes: &nodes, pools: &resumed, budgets: &[] }, now()).remove(0);
+    assert_eq!(picked_names(&nodes, &p), vec!["a", "b", "fresh"]);
+    assert_eq!(p.pick_config(), "r2");
+}
+
+/// The breaker opened after a node took the target (b is updated on r2): the
+/// machine-config-server serves r2 now, and a node that joins gets it; the configured node
+/// still behind (c) waits for the breaker. Before any node was updated on r2, it gets r1.
+#[test]
+fn a_node_that_joins_with_the_breaker_open_gets_the_target_once_a_node_runs_it() {
+    let mut nodes = vec![
+        node("a", worker(), "r1", "r2", "Degraded", true),
+        node("b", worker(), "r2", "r2", "Done", true),
+        node("c", worker(), "r1", "r1", "Done", true),
+        node("fresh", worker(), "", "", "", true),
+    ];
+    let pools = [running(pool("worker", json!(3), "r2", json!({"rollout": {"maxFailures": 0}})), "r1")];
+    let p = plan(Snapshot { nodes: &nodes, pools: &pools, budgets: &[] }, now()).remove(0);
+    assert!(p.breaker.is_some(), "{p:?}");
+    assert_eq!(picked_names(&nodes, &p), vec!["fresh"], "c waits for the breaker");
+    assert_eq!(p.first_config, Some(FirstConfig { config: ConfigName::new("r2"), held: Held::CircuitBroken }));
+    assert!(matches!(p.wait, Some(Wait::Policy(HoldReason::CircuitBroken { .. }))), "{:?}", p.wait);
+    nodes[1] = node("b", worker(), "r1", "r2", "Working", true);
+    let p = plan(Snapshot { nodes: &nodes, pools: &pools, budgets: &[] }, now()).remove(0);
+    assert!(p.breaker.is_some(), "{p:?}");
+    assert_eq!(picked_names(&nodes, &p), vec!["fresh"]);
+    assert_eq!(p.pick_config(), "r1", "r2 is on no node yet");
+}
+
+/// A held pool's node with no config takes a slot like any pick: with maxUnavailable used up
+/// (a is not Ready) it waits, and the wait says it is maxUnavailable, not the pause, that holds
+/// it; a NodeDisruptionBudget holds it just as well.
+#[test]
+fn a_node_that_joins_a_paused_pool_waits_for_max_unavailable_and_budgets() {
+    let mut nodes = vec![
+        node("a", worker(), "r1", "r1", "Done", false),
+        node("b", worker(), "r1", "r1", "Done", true),
+        node("fresh", json!({"node-role.kubernetes.io/worker": "", "app": "db"}), "", "", "", true),
+    ];
+    let paused = [running(pool("worker", json!(1), "r2", json!({"paused": true})), "r1")];
+    let p = plan(Snapshot { nodes: &nodes, pools: &paused, budgets: &[] }, now()).remove(0);
+    assert!(p.picks.is_empty(), "{:?}", picked_names(&nodes, &p));
+    assert_eq!(p.wait, Some(Wait::MaxUnavailable { max: 1, unavailable: vec![0] }));
+    assert_eq!(p.first_config.as_ref().map(|f| f.config.as_str()), Some("r1"));
+    // Room again, but a budget allows no node of its group down.
+    nodes[0] = node("a", worker(), "r1", "r1", "Done", true);
+    let budgets: Vec<NodeDisruptionBudget> = vec![serde_json::from_value(
+        json!({"metadata": {"name": "db"}, "spec": {"selector": {"matchLabels": {"app": "db"}}, "maxUnavailable": 0}}),
+    )
+    .unwrap()];
+    let p = plan(Snapshot { nodes: &nodes, pools: &paused, budgets: &budgets }, now()).remove(0);
+    assert!(p.picks.is_empty(), "{:?}", picked_names(&nodes, &p));
+    assert_eq!(p.blocked.len(), 1);
+    assert_eq!(p.blocked[0].1, vec![2]);
+    let p = plan(Snapshot { nodes: &nodes, pools: &paused, budgets: &[] }, now()).remove(0);
+    assert_eq!(picked_names(&nodes, &p), vec!["fresh"]);
+}
+
+/// While paused, only nodes with no config at all are picked: not a node stuck failing on an
+/// older config (moved without a slot in a running rollout), not one with a current config and
+/// no desired one, not the canary the policy would pick, however much room there is.
+#[test]
+fn a_paused_pool_never_moves_a_configured_node() {
+    let nodes = vec![
+        node("stuck", worker(), "r1", "r0", "Unreconcilable", false),
+        node("half", worker(), "r1", "", "Done", true),
+        node("c", worker(), "r1", "r1", "Done", true),
+        node("fresh", worker(), "", "", "", true),
+    ];
+    let policy = json!({"paused": true, "rollout": {"canary": 1, "soakSeconds": 60}});
+    let paused = [running(pool("worker", json!("100%"), "r2", policy), "r1")];
+    let p = plan(Snapshot { nodes: &nodes, pools: &paused, budgets: &[] }, now()).remove(0);
+    assert_eq!(picked_names(&nodes, &p), vec!["fresh"]);
+    assert_eq!(p.wait, Some(Wait::Paused));
+    // Without the new node: nothing at all.
+    let p = plan(Snapshot { nodes: &nodes[..3], pools: &paused, budgets: &[] }, now()).remove(0);
+    assert!(p.picks.is_empty(), "{:?}", picked_names(&nodes, &p));
+    assert_eq!((p.first_config, p.wait), (None, Some(Wait::Paused)));
 }
 
 // ---- the property test ----
@@ -267,6 +383,10 @@ enum Op {
     NewConfig(usize),
     /// The clock moves on.
     Tick(u8),
+    /// A node with no config at all joins (its agent enrolled, nothing applied yet).
+    Join,
+    /// Pool `p`'s `spec.paused` flips.
+    Pause(usize),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -276,6 +396,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0usize..16).prop_map(Op::FlipReady),
         1 => (0usize..2).prop_map(Op::NewConfig),
         1 => (1u8..30).prop_map(Op::Tick),
+        1 => Just(Op::Join),
+        1 => (0usize..2).prop_map(Op::Pause),
     ]
 }
 
@@ -359,12 +481,7 @@ impl Sim {
             .agents
             .iter()
             .enumerate()
-            .map(|(i, _)| {
-                let role = if i % 3 == 2 { "infra" } else { "worker" };
-                let labels = json!({format!("node-role.kubernetes.io/{role}"): "", "app": format!("a{}", i % 3),
-                    "zone": format!("z{}", i % 2)});
-                node(&format!("n{i:02}"), labels, "r0", "r0", "Done", true)
-            })
+            .map(|(i, _)| node(&format!("n{i:02}"), Sim::labels(i), "r0", "r0", "Done", true))
             .collect();
         let pools = ["infra", "worker"]
             .iter()
@@ -380,6 +497,12 @@ impl Sim {
             })
             .collect();
         Sim { nodes, agents: f.agents.clone(), pools, budgets, now: now(), configs: 0 }
+    }
+
+    /// The labels of the `i`th node: its pool, app and zone.
+    fn labels(i: usize) -> serde_json::Value {
+        let role = if i % 3 == 2 { "infra" } else { "worker" };
+        json!({format!("node-role.kubernetes.io/{role}"): "", "app": format!("a{}", i % 3), "zone": format!("z{}", i % 2)})
     }
 
     fn snapshot(&self) -> Snapshot<'_> {
@@ -443,7 +566,7 @@ impl Sim {
         let plans = plan(self.snapshot(), self.now);
         for pp in &plans {
             for &i in &pp.picks {
-                set_ann(&mut self.nodes[i], ann::DESIRED_CONFIG, Some(&pp.target));
+                set_ann(&mut self.nodes[i], ann::DESIRED_CONFIG, Some(pp.pick_config()));
                 set_ann(&mut self.nodes[i], ann::PRESTAGE_CONFIG, None);
             }
             for (i, want) in &pp.prestage {
@@ -452,8 +575,16 @@ impl Sim {
                 }
             }
             if !lose_status {
+                // As the status computation: status.configuration moves once every member is
+                // updated (what a node joining a held pool then gets).
+                let all_updated = !pp.members.is_empty()
+                    && pp.members.iter().all(|&i| NodeFacts::of(&self.nodes[i]).updated_to(&pp.target));
+                let spec = self.pools[pp.pool].spec.configuration.clone();
                 let st = self.pools[pp.pool].status.get_or_insert_with(Default::default);
                 st.rollout = pp.rollout.clone();
+                if all_updated {
+                    st.configuration = spec;
+                }
             }
         }
         plans
@@ -485,7 +616,11 @@ impl Sim {
                         p.metadata.name,
                         pp.picks
                     );
-                    if let Some(r) = &pp.rollout {
+                    // A held rollout (paused, breaker open, soaking) picks only nodes that had no
+                    // config: right after the pick their current config is still empty.
+                    let fresh = pp.picks.iter().all(|&i| facts[i].current.is_empty());
+                    prop_assert!(fresh || !p.spec.paused, "picked a configured node while paused");
+                    if let (Some(r), false) = (&pp.rollout, fresh) {
                         prop_assert!(r.phase != RolloutPhase::CircuitBroken, "picked while the breaker is open");
                         prop_assert!(r.phase != RolloutPhase::Soaking, "picked while soaking");
                     }
@@ -556,6 +691,16 @@ proptest! {
                 }
                 Op::Tick(s) => {
                     sim.now += chrono::Duration::seconds(i64::from(*s));
+                    None
+                }
+                Op::Join => {
+                    let i = sim.nodes.len();
+                    sim.nodes.push(node(&format!("n{i:02}"), Sim::labels(i), "", "", "", true));
+                    sim.agents.push(Agent::Normal);
+                    None
+                }
+                Op::Pause(p) => {
+                    sim.pools[*p].spec.paused = !sim.pools[*p].spec.paused;
                     None
                 }
             };
