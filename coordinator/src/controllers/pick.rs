@@ -86,6 +86,10 @@ pub enum Held {
     Paused,
     /// The open circuit breaker ([`PoolPlan::breaker`] says which nodes failed).
     CircuitBroken,
+    /// The rollout policy's canaries are out and have not finished on the target.
+    Canary,
+    /// The rollout policy's soak after the canaries.
+    Soaking,
 }
 
 impl std::fmt::Display for Held {
@@ -93,16 +97,19 @@ impl std::fmt::Display for Held {
         f.write_str(match self {
             Held::Paused => "the pool is paused",
             Held::CircuitBroken => "the circuit breaker is open",
+            Held::Canary => "the canaries update",
+            Held::Soaking => "the config soaks on the canaries",
         })
     }
 }
 
-/// A pool paused or with its breaker open picks only nodes that joined with no config at all
-/// (no `currentConfig`, no `desiredConfig`), and gives them the config MCO's machine-config-server
-/// would serve a new machine of the pool, whatever the pause: the target once a member is updated
-/// on it, else `status.configuration` (what the pool's nodes run), else the target. Held back,
-/// such a node was a machine that joined and could run nothing until the pool was resumed; given
-/// the untested target, it would spread the config the pause or the breaker stopped.
+/// A pool paused, with its breaker open, or held by its canaries or their soak picks only nodes
+/// that joined with no config at all (no `currentConfig`, no `desiredConfig`), and gives them the
+/// config MCO's machine-config-server would serve a new machine of the pool, whatever the hold:
+/// the target once a member is updated on it, else `status.configuration` (what the pool's nodes
+/// run), else the target. Held back, such a node was a machine that joined and could run nothing
+/// until the hold ended; given the untested target, it would spread the config the pause or the
+/// breaker stopped, or be one canary more than the policy allows.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FirstConfig {
     /// The config the picks get.
@@ -315,19 +322,18 @@ fn plan_pool(
     let failing_unavailable = |i: usize| hot[i].failing() && hot[i].disrupted();
     let mut candidates: Vec<usize> =
         ordered.iter().copied().filter(|&i| behind[i] && (hot[i].ready() || failing_unavailable(i))).collect();
-    // A node that joins while the canaries are out or the config soaks has no config at all
-    // (Ready and schedulable, but nothing applied): it gets the target, within maxUnavailable
-    // and the budgets, as MCO's machine-config-server gives a new machine the pool's config.
-    // Paused or with the breaker open, it gets the config that server would serve
-    // ([`FirstConfig`]): the target only once some node runs it.
+    // A node that joins while the rollout is held (paused, breaker open, canaries out, config
+    // soaking) has no config at all (Ready and schedulable, but nothing applied): it gets the
+    // config MCO's machine-config-server would serve ([`FirstConfig`]: the target only once some
+    // node runs it), within maxUnavailable and the budgets.
     let held = match (&eval.gate, pool.spec.paused) {
         (_, true) => Some(Held::Paused),
         (Gate::Hold(HoldReason::CircuitBroken { .. }), false) => Some(Held::CircuitBroken),
+        (Gate::Hold(HoldReason::Canary { .. }), false) => Some(Held::Canary),
+        (Gate::Hold(HoldReason::Soaking { .. }), false) => Some(Held::Soaking),
         _ => None,
     };
-    let fresh_only = (held.is_some()
-        || matches!(&eval.gate, Gate::Hold(HoldReason::Canary { .. } | HoldReason::Soaking { .. })))
-        && candidates.iter().any(|&i| hot[i].unconfigured());
+    let fresh_only = held.is_some() && candidates.iter().any(|&i| hot[i].unconfigured());
     if fresh_only {
         candidates.retain(|&i| hot[i].unconfigured());
         pp.first_config = held.map(|held| FirstConfig { config: served_config(pool, &pp.members, hot, &target), held });
@@ -407,10 +413,10 @@ fn plan_pool(
             }
         }
         pp.blocked = blocked.into_values().collect();
-        // The nodes that were not candidates wait for the policy, as said above; a held pool's
-        // nodes with no config, left without a slot, wait for maxUnavailable (the pause does
-        // not hold them), and the wait says so.
-        if unpicked > 0 && (!fresh_only || pp.first_config.is_some()) {
+        // The nodes that were not candidates wait for the hold, as said above; a held pool's
+        // nodes with no config, left without a slot, wait for maxUnavailable (the hold does not
+        // hold them), and the wait says so.
+        if unpicked > 0 {
             pp.wait = Some(if room <= limit {
                 let mut is_busy = vec![false; facts.len()];
                 for &i in &busy {

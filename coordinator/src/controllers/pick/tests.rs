@@ -219,25 +219,33 @@ fn a_stuck_node_counts_against_the_canary_batch() {
     assert_eq!(p.picks.len(), 2, "{:?}", picked_names(&nodes, &p));
 }
 
-/// A node that joins while the canary updates (or the config soaks) gets the target within
-/// maxUnavailable: it was left with no config at all until the soak ended. Paused, it gets the
-/// config the machine-config-server serves (here the target: the pool has no
-/// `status.configuration` yet).
+/// A node that joins while the canary updates gets a config within maxUnavailable (it was left
+/// with no config at all until the soak ended): the one the machine-config-server serves, i.e.
+/// the config the pool's nodes run while no node has finished on the target (the untested target
+/// would make it one canary more than the policy allows), or the target for a pool that never
+/// ran a config. Paused, the same.
 #[test]
-fn a_node_that_joins_during_the_canary_gets_the_target() {
+fn a_node_that_joins_during_the_canary_gets_the_config_the_pool_runs() {
     let nodes = vec![
         node("a", worker(), "r1", "r2", "Working", true),
         node("b", worker(), "r1", "r1", "Done", true),
         node("fresh", worker(), "", "", "", true),
     ];
     let policy = json!({"rollout": {"canary": 1, "soakSeconds": 60}});
-    let pools = [pool("worker", json!(2), "r2", policy.clone())];
+    let pools = [running(pool("worker", json!(2), "r2", policy.clone()), "r1")];
     let p = plan(Snapshot { nodes: &nodes, pools: &pools, budgets: &[] }, now()).remove(0);
     assert_eq!(picked_names(&nodes, &p), vec!["fresh"], "b waits for the canary, the new node does not");
-    // No room: it waits like any other node.
-    let pools = [pool("worker", json!(1), "r2", policy.clone())];
+    assert_eq!(p.first_config, Some(FirstConfig { config: ConfigName::new("r1"), held: Held::Canary }));
+    assert_eq!(p.pick_config(), "r1", "not the target the canary is still testing");
+    // A pool that never ran a config: the target.
+    let pools = [pool("worker", json!(2), "r2", policy.clone())];
+    let p = plan(Snapshot { nodes: &nodes, pools: &pools, budgets: &[] }, now()).remove(0);
+    assert_eq!(p.pick_config(), "r2");
+    // No room: it waits like any other node, and the wait says so.
+    let pools = [running(pool("worker", json!(1), "r2", policy.clone()), "r1")];
     let p = plan(Snapshot { nodes: &nodes, pools: &pools, budgets: &[] }, now()).remove(0);
     assert!(p.picks.is_empty(), "{:?}", picked_names(&nodes, &p));
+    assert!(matches!(p.wait, Some(Wait::MaxUnavailable { .. })), "{:?}", p.wait);
     let mut paused = policy;
     paused["paused"] = json!(true);
     let pools = [pool("worker", json!(2), "r2", paused)];
