@@ -973,31 +973,107 @@ async fn a_list_honours_resource_version_and_its_match() {
     }
 }
 
-/// `metadata.finalizers` are refused on create, update and patch with a 422 naming the field:
-/// aloft deletes at once, so a finalizer would protect nothing. The object stays as it was.
+/// Finalizers as Kubernetes serves them: a DELETE of an object with finalizers marks it
+/// (`deletionTimestamp`, `deletionGracePeriodSeconds: 0`; watchers see MODIFIED) and answers 200
+/// with it; it stays, takes no new finalizer, keeps its deletion fields whatever an update says,
+/// and goes (watchers see DELETED) with the update that removes its last finalizer. A create
+/// drops the deletion fields; an invalid finalizer name is a 422 naming it, and nothing is stored.
 #[tokio::test]
-async fn finalizers_are_refused_and_change_nothing() {
+async fn finalizers_hold_a_deleted_object_until_they_are_removed() {
     let c = Coordinator::start();
     let admin = c.client();
-    let with =
-        json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "fin", "finalizers": ["example.com/keep"]}});
-    let r = admin.post("/api/v1/nodes", &with).await.unwrap();
-    assert_status(&r, 422, "Invalid", "a create with finalizers");
-    assert_eq!(cause_fields(&r.body), ["metadata.finalizers"]);
-    assert!(r.body["message"].as_str().unwrap().contains("does not support finalizers"), "{}", r.body);
-    assert_eq!(admin.get("/api/v1/nodes/fin").await.unwrap().code, 404);
+    let path = "/api/v1/nodes/fin";
+    let bad = json!({"apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": "fin", "finalizers": ["example.com/keep", "example.com/a/b"]}});
+    let r = admin.post("/api/v1/nodes", &bad).await.unwrap();
+    assert_status(&r, 422, "Invalid", "a create with an invalid finalizer name");
+    assert_eq!(cause_fields(&r.body), ["metadata.finalizers[1]"]);
+    assert_eq!(admin.get(path).await.unwrap().code, 404, "nothing stored");
 
-    let without = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "fin", "finalizers": []}});
-    let created = admin.post("/api/v1/nodes", &without).await.unwrap().into_result().unwrap();
-    let patch = json!({"metadata": {"finalizers": ["example.com/keep"]}});
-    let r = admin.patch("/api/v1/nodes/fin", "application/merge-patch+json", &patch).await.unwrap();
-    assert_status(&r, 422, "Invalid", "a patch adding finalizers");
-    let mut put = created.clone();
-    put["metadata"]["finalizers"] = json!(["example.com/keep"]);
-    let r = admin.put("/api/v1/nodes/fin", &put).await.unwrap();
-    assert_status(&r, 422, "Invalid", "an update adding finalizers");
-    let now = admin.get("/api/v1/nodes/fin").await.unwrap().into_result().unwrap();
-    assert_eq!(rv(&now), rv(&created));
+    let with = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "fin",
+        "finalizers": ["example.com/keep"], "deletionTimestamp": "2020-01-01T00:00:00Z",
+        "deletionGracePeriodSeconds": 30}});
+    let created = admin.post("/api/v1/nodes", &with).await.unwrap().into_result().unwrap();
+    assert_eq!(created["metadata"]["finalizers"], json!(["example.com/keep"]));
+    assert!(created["metadata"].get("deletionTimestamp").is_none(), "dropped on create: {created}");
+    assert!(created["metadata"].get("deletionGracePeriodSeconds").is_none(), "dropped on create: {created}");
+    let mut w = WatchStream::open(
+        &admin,
+        &format!("/api/v1/nodes?watch=true&resourceVersion={}&fieldSelector=metadata.name%3Dfin", rv(&created)),
+    )
+    .await
+    .unwrap();
+
+    // A dry run answers what the DELETE would do, and does nothing.
+    let r = admin.delete(&format!("{path}?dryRun=All")).await.unwrap();
+    assert_eq!(r.code, 200, "{}", r.body);
+    assert!(r.body["metadata"]["deletionTimestamp"].is_string(), "{}", r.body);
+    assert_eq!(rv(&admin.get(path).await.unwrap().into_result().unwrap()), rv(&created));
+
+    let r = admin.delete(path).await.unwrap();
+    assert_eq!(r.code, 200, "{}", r.body);
+    let ts = r.body["metadata"]["deletionTimestamp"].as_str().unwrap_or_default().to_string();
+    assert!(ts.len() == 20 && ts.ends_with('Z'), "RFC 3339 seconds, UTC: {}", r.body);
+    assert_eq!(r.body["metadata"]["deletionGracePeriodSeconds"], 0);
+    let marked = admin.get(path).await.unwrap().into_result().unwrap();
+    assert_eq!(marked, r.body, "the object stays, as the DELETE answered it");
+    let ev = w.next(T).await.unwrap().unwrap();
+    assert_eq!((ev["type"].as_str(), rv(&ev["object"])), (Some("MODIFIED"), rv(&marked)), "{ev}");
+
+    // Deleting again changes nothing; preconditions still hold.
+    let r = admin.delete(path).await.unwrap();
+    assert_eq!((r.code, rv(&r.body)), (200, rv(&marked)), "{}", r.body);
+    let stale = json!({"kind": "DeleteOptions", "apiVersion": "v1",
+        "preconditions": {"resourceVersion": rv(&created).to_string()}});
+    let r = admin
+        .call(reqwest::Method::DELETE, path, Some(("application/json", serde_json::to_vec(&stale).unwrap())), None)
+        .await
+        .unwrap();
+    assert_status(&r, 409, "Conflict", "a delete with a stale precondition");
+
+    // No new finalizer while it is being deleted.
+    let more = json!({"metadata": {"finalizers": ["example.com/keep", "example.com/more"]}});
+    let r = admin.patch(path, "application/merge-patch+json", &more).await.unwrap();
+    assert_status(&r, 422, "Invalid", "a finalizer added while being deleted");
+    assert_eq!(cause_fields(&r.body), ["metadata.finalizers"]);
+    let msg = r.body["message"].as_str().unwrap_or_default();
+    assert!(msg.contains("no new finalizers can be added if the object is being deleted"), "{msg}");
+
+    // The deletion fields are the server's: clearing or changing them is ignored.
+    let clear = json!({"metadata": {"deletionTimestamp": null, "deletionGracePeriodSeconds": 5, "labels": {"a": "b"}}});
+    let r = admin.patch(path, "application/merge-patch+json", &clear).await.unwrap();
+    let patched = r.into_result().unwrap();
+    assert_eq!(patched["metadata"]["deletionTimestamp"].as_str(), Some(ts.as_str()), "{patched}");
+    assert_eq!(patched["metadata"]["deletionGracePeriodSeconds"], 0);
+    assert_eq!(patched["metadata"]["labels"]["a"], "b");
+    let mut put = patched.clone();
+    put["metadata"].as_object_mut().unwrap().remove("deletionTimestamp");
+    put["metadata"]["labels"]["a"] = "c".into();
+    let replaced = admin.put(path, &put).await.unwrap().into_result().unwrap();
+    assert_eq!(replaced["metadata"]["deletionTimestamp"].as_str(), Some(ts.as_str()), "{replaced}");
+    for want in [rv(&patched), rv(&replaced)] {
+        let ev = w.next(T).await.unwrap().unwrap();
+        assert_eq!((ev["type"].as_str(), rv(&ev["object"])), (Some("MODIFIED"), want), "{ev}");
+    }
+
+    // Removing the last finalizer removes the object.
+    let r =
+        admin.patch(path, "application/merge-patch+json", &json!({"metadata": {"finalizers": null}})).await.unwrap();
+    assert_eq!(r.code, 200, "{}", r.body);
+    assert_eq!(r.body["metadata"]["name"], "fin");
+    let ev = w.next(T).await.unwrap().unwrap();
+    assert_eq!(
+        (ev["type"].as_str(), ev["object"]["metadata"]["name"].as_str()),
+        (Some("DELETED"), Some("fin")),
+        "{ev}"
+    );
+    assert_status(&admin.get(path).await.unwrap(), 404, "NotFound", "gone with its last finalizer");
+
+    // Without finalizers, a DELETE removes at once, as before.
+    let plain = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "fin", "finalizers": []}});
+    admin.post("/api/v1/nodes", &plain).await.unwrap().into_result().unwrap();
+    assert_eq!(admin.delete(path).await.unwrap().code, 200);
+    assert_eq!(admin.get(path).await.unwrap().code, 404);
 }
 
 /// `sendInitialEvents=true` (client-go's WatchList): the current objects as ADDED, then the

@@ -618,6 +618,42 @@ async fn kubectl_delete_cascades_unless_orphan() {
     assert!(out.contains(&worker), "the orphan stays: {out}");
 }
 
+/// Finalizers through kubectl: a name without a domain prefix is stored with kube-apiserver's
+/// warning; `kubectl delete --wait=false` leaves an object with finalizers, being deleted (as
+/// `kubectl get` shows), and the patch that removes its finalizers removes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_delete_waits_for_finalizers() {
+    let Some(exe) = kubectl_path() else { return };
+    let c = Coordinator::start();
+    let k = Kubectl::new(exe, &c, Auth::Flags { token: c.admin_token() });
+    let dir = tempfile::tempdir().unwrap();
+    let node = dir.path().join("node.yaml");
+    std::fs::write(
+        &node,
+        "apiVersion: v1\nkind: Node\nmetadata:\n  name: fin\n  finalizers:\n  - example.com/keep\n  - keep\n",
+    )
+    .unwrap();
+    let out = k.run(&["create", "-f", &node.display().to_string()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("Warning: metadata.finalizers: \"keep\": prefer a domain-qualified finalizer name"),
+        "kubectl prints the warning: {err}"
+    );
+    assert!(!err.contains("example.com/keep"), "a qualified name is not warned about: {err}");
+
+    let out = k.ok(&["delete", "node", "fin", "--wait=false"]);
+    assert!(out.contains("deleted"), "{out}");
+    let ts = k.ok(&["get", "node", "fin", "-o", "jsonpath={.metadata.deletionTimestamp}"]);
+    assert!(ts.ends_with('Z'), "still there, being deleted: {ts:?}");
+    let out = k.ok(&["get", "node", "fin", "-o", "name"]);
+    assert_eq!(out.trim(), "node/fin");
+
+    k.ok(&["patch", "node", "fin", "--type=merge", "-p", r#"{"metadata":{"finalizers":null}}"#]);
+    let err = k.fails(&["get", "node", "fin"]);
+    assert!(err.contains("NotFound") || err.contains("not found"), "gone with its finalizers: {err}");
+}
+
 /// `kubectl auth whoami` and `kubectl auth can-i` (SelfSubjectReview, SelfSubjectAccessReview):
 /// who a credential is, and whether it may do something, as the server decides real requests.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -24,11 +24,18 @@
 //!
 //! `kubectl delete --cascade=orphan` (propagationPolicy Orphan) is the API server's part: it
 //! removes the owner's references from the dependents before deleting the owner ([`orphan`]).
-//! Foreground propagation is served as Background: aloft has no finalizers to hold the owner
-//! until its dependents are gone, so the owner goes first and its dependents right after.
+//! Foreground propagation is served as Background: aloft has no `foregroundDeletion` finalizer
+//! processing to hold the owner until its dependents are gone, so the owner goes first and its
+//! dependents right after.
+//!
+//! A dependent with finalizers of its own is deleted as the API deletes it
+//! ([`crate::server::finalizers`]): marked with a `deletionTimestamp`, it stays until whoever
+//! put its finalizers there removes them. An owner being deleted that way still exists, so its
+//! dependents stay until it is gone, as in Kubernetes.
 
 use super::events::{reasons, EventType, Involved, Recorder};
 use crate::resources::{self, ResourceType, EVENT, MACHINE_CONFIG, MACHINE_CONFIG_POOL, NODE};
+use crate::server::finalizers::{self, Deleted};
 use crate::store::{revision_of, Key, Store, StoreError};
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
@@ -118,7 +125,7 @@ pub fn refers_to(r: &Value, owner_rt: &ResourceType, owner: &Value) -> bool {
 /// What one pass did, for its log line and the tests.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Collected {
-    /// The keys deleted.
+    /// The keys deleted: removed, or marked as being deleted (those with finalizers).
     pub deleted: Vec<Key>,
     /// The keys kept although their owners are gone (in use).
     pub deferred: Vec<Key>,
@@ -159,13 +166,19 @@ pub async fn collect(store: &Arc<dyn Store>, events: &Recorder) -> Result<Collec
             out.deferred.push(key);
             continue;
         }
-        match store.delete(&key, revision_of(&d.obj)).await {
-            Ok(_) => {}
+        match finalizers::delete(store, &key, crate::store::Stored::new(d.obj)).await {
+            Ok(Deleted::Removed(_)) => {
+                tracing::info!(object = %key.name, kind = d.rt.kind, owner = %describe(&gone), "garbage collected: owner gone");
+            }
+            Ok(Deleted::Marked(_)) => {
+                tracing::info!(object = %key.name, kind = d.rt.kind, owner = %describe(&gone), "garbage collected: owner gone; it stays, being deleted, until its finalizers are removed");
+            }
+            // Deleted already (an earlier pass): nothing new to do or report.
+            Ok(Deleted::AlreadyTerminating(_)) => continue,
             // Changed since the list (judged again next pass), or deleted by someone else.
             Err(StoreError::Conflict { .. }) | Err(StoreError::NotFound(_)) => continue,
             Err(e) => return Err(e),
         }
-        tracing::info!(object = %key.name, kind = d.rt.kind, owner = %describe(&gone), "garbage collected: owner gone");
         by_owner.entry(gone).or_default().push(format!("{} {}", d.rt.kind, key.name));
         out.deleted.push(key);
     }
@@ -478,6 +491,29 @@ mod tests {
         let out = collect(&store, &events).await.unwrap();
         assert_eq!(keys(&out.deleted), ["rendered-infra-used"]);
         assert!(collect(&store, &events).await.unwrap().deleted.is_empty(), "nothing left to collect");
+    }
+
+    /// A dependent with finalizers is deleted as the API deletes it: marked with a
+    /// deletionTimestamp, kept until its finalizers are gone, and not deleted again.
+    #[tokio::test]
+    async fn a_dependent_with_finalizers_stays_being_deleted() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&dir.path().join("s.db")).unwrap());
+        let events = Recorder::new("test", store.clone(), std::time::Duration::ZERO);
+        let owner = put(&store, &MACHINE_CONFIG_POOL, pool("infra")).await;
+        let mut held = mc("rendered-infra-held", &[&owner]);
+        held["metadata"]["finalizers"] = json!(["example.com/keep"]);
+        put(&store, &MACHINE_CONFIG, held).await;
+        store.delete(&Key::cluster(&MACHINE_CONFIG_POOL.store_key(), "infra"), None).await.unwrap();
+
+        let out = collect(&store, &events).await.unwrap();
+        assert_eq!(out.deleted.len(), 1, "{out:?}");
+        let key = Key::cluster(&MACHINE_CONFIG.store_key(), "rendered-infra-held");
+        let kept = store.get(&key).await.unwrap().expect("kept until its finalizers are gone");
+        assert!(finalizers::is_terminating(&kept), "{}", *kept);
+        assert_eq!(kept["metadata"]["deletionGracePeriodSeconds"], 0);
+        assert!(collect(&store, &events).await.unwrap().deleted.is_empty(), "deleted once, not again");
+        assert_eq!(store.get(&key).await.unwrap().map(|s| revision_of(&s)), Some(revision_of(&kept)));
     }
 
     /// Orphaning removes only the references to the owner, and the whole field when none is left.

@@ -3,6 +3,7 @@
 
 use super::error::ApiError;
 use super::fields::{self, Directive};
+use super::finalizers::{self, Deleted};
 use super::objects::{self, PatchType};
 use super::request::{self, FieldSelector, ResourcePath};
 use super::{pages, table, validate, watch, Ctx};
@@ -81,13 +82,19 @@ impl Call<'_> {
     fn invalid(&self, name: &str, causes: Vec<aloft_api::StatusCause>) -> ApiError {
         ApiError::invalid(self.path.rt.kind, name, causes)
     }
-    fn validate(&self, obj: &Value) -> Result<(), ApiError> {
+    /// Admission of `obj` (an update of `stored`, or a create): Ok with the warnings its
+    /// finalizer names earn.
+    fn validate(&self, obj: &Value, stored: Option<&Value>) -> Result<Vec<String>, ApiError> {
         let mut causes = validate::object_causes(self.path.rt, obj);
-        causes.extend(finalizer_causes(obj));
+        let (finalizer_causes, warnings) = finalizers::causes(obj, stored);
+        causes.extend(finalizer_causes);
+        if let Some(stored) = stored {
+            causes.extend(finalizers::added_while_terminating(stored, obj));
+        }
         if causes.is_empty() {
-            Ok(())
+            Ok(warnings)
         } else {
-            Err(self.invalid(objects::name_of(obj), causes))
+            Err(self.invalid(objects::name_of(obj), causes).with_warnings(&warnings))
         }
     }
     fn check_namespace(&self, obj: &mut Value) -> Result<(), ApiError> {
@@ -171,21 +178,6 @@ async fn get(call: Call<'_>) -> Result<Response, ApiError> {
     let name = call.path.name.clone().unwrap_or_default();
     let obj = call.stored(&name).await?;
     Ok(respond_one(&call, StatusCode::OK, obj))
-}
-
-/// A non-empty `metadata.finalizers`, refused: aloft deletes an object at once (no
-/// `deletionTimestamp`, nothing waits for finalizers to go), so a finalizer would protect nothing
-/// while looking as if it did. Kubernetes would keep the object until its finalizers are removed.
-fn finalizer_causes(obj: &Value) -> Option<aloft_api::StatusCause> {
-    let finalizers = objects::at(obj, &["metadata", "finalizers"])?;
-    if finalizers.is_null() || finalizers.as_array().is_some_and(Vec::is_empty) {
-        return None;
-    }
-    Some(super::error::cause(
-        "metadata.finalizers",
-        "FieldValueForbidden",
-        "aloft does not support finalizers: a DELETE removes the object at once",
-    ))
 }
 
 /// Selectors of a list or watch request.
@@ -402,13 +394,13 @@ async fn create_judged(call: &Call<'_>, mut obj: Value) -> Result<Response, ApiE
     if !causes.is_empty() {
         return Err(call.invalid(&name, causes));
     }
-    call.validate(&obj)?;
+    let warnings = call.validate(&obj, None)?;
     objects::prepare_create(&mut obj, &call.path.store_namespace());
     if call.dry_run() {
-        return Ok(respond(StatusCode::CREATED, obj));
+        return Ok(fields::with_warnings(respond(StatusCode::CREATED, obj), &warnings));
     }
     let created = call.ctx.store.create(&call.key(&name), obj).await.map_err(|e| call.store_err(e, &name))?;
-    Ok(respond_one(call, StatusCode::CREATED, created))
+    Ok(fields::with_warnings(respond_one(call, StatusCode::CREATED, created), &warnings))
 }
 
 fn precondition(obj: &Value) -> Result<Option<u64>, ApiError> {
@@ -460,15 +452,16 @@ async fn read_modify_write_warned(
             }
         }
         let mut next = objects::prepare_update(call.path.rt, call.is_status(), &stored, incoming);
+        finalizers::keep_deletion_fields(&stored, &mut next);
         let mut found = problems.to_vec();
         let warnings = if validate::only_annotations_changed(&stored, &next) {
             directive.judge(call.path.rt, found)?
         } else {
             let added = fields::new_unknown_fields(call.path.rt, &stored, &next);
             found.extend(added.iter().map(|p| fields::unknown_field(p)));
-            let warnings = directive.judge(call.path.rt, found)?;
+            let mut warnings = directive.judge(call.path.rt, found)?;
             warned.clone_from(&warnings);
-            call.validate(&next)?;
+            warnings.extend(call.validate(&next, Some(&stored))?);
             warnings
         };
         warned.clone_from(&warnings);
@@ -495,6 +488,15 @@ async fn read_modify_write_warned(
         }
         if call.dry_run() {
             return Ok((Stored::new(next), warnings));
+        }
+        if finalizers::finished(&next) {
+            // The last finalizer of an object being deleted is gone: the update removes it,
+            // answered with its last stored state (as kube-apiserver's deleteWithoutFinalizers).
+            match remove(call, name, Some(stored_rev)).await {
+                Ok(v) => return Ok((v, warnings)),
+                Err(StoreError::Conflict { .. }) if retry => continue,
+                Err(e) => return Err(call.store_err(e, name)),
+            }
         }
         match call.ctx.store.update_by(&key, next, Some(stored_rev), &call.who.name).await {
             Ok(v) => {
@@ -549,8 +551,10 @@ async fn patch(call: Call<'_>) -> Result<Response, ApiError> {
 /// Whether a DELETE orphans the object's dependents (`propagationPolicy: Orphan`, or the older
 /// `orphanDependents: true`), checked as kube-apiserver checks DeleteOptions. Background (the
 /// default) and Foreground leave the dependents to the garbage collector
-/// ([`crate::controllers::gc`]); aloft has no finalizers to hold the owner until they are gone,
-/// so Foreground deletes the owner first, as Background does.
+/// ([`crate::controllers::gc`]); aloft does not add or process the `foregroundDeletion`
+/// finalizer that holds the owner until they are gone in Kubernetes, so Foreground deletes the
+/// owner first, as Background does (an owner with finalizers of its own stays, being deleted,
+/// until they are removed: [`finalizers`]).
 fn propagation(policy: Option<&str>, orphan_dependents: Option<bool>) -> Result<bool, ApiError> {
     let invalid = |field: &str, reason: &str, message: String| {
         ApiError::invalid("DeleteOptions.meta.k8s.io", "", vec![super::error::cause(field, reason, message)])
@@ -602,9 +606,14 @@ async fn delete(call: Call<'_>) -> Result<Response, ApiError> {
         orphan_dependents = opts.get("orphanDependents").and_then(Value::as_bool);
     }
     let orphan = propagation(policy.as_deref(), orphan_dependents)?;
-    if dry_run || uid.is_some() || orphan {
+    let credential =
+        if dry_run { None } else { node_credential(&call, &name).await.map_err(|e| call.store_err(e, &name))? };
+    let key = call.key(&name);
+    let mut orphaned = false;
+    for _ in 0..CAS_RETRIES {
         let stored = call.stored(&name).await?;
-        if let Some(uid) = uid {
+        let stored_rev = revision_of(&stored);
+        if let Some(uid) = &uid {
             if stored.pointer("/metadata/uid").and_then(Value::as_str) != Some(uid.as_str()) {
                 return Err(ApiError::conflict(
                     &call.qualified(),
@@ -612,42 +621,65 @@ async fn delete(call: Call<'_>) -> Result<Response, ApiError> {
                     &format!("Precondition failed: UID in precondition: {uid}"),
                 ));
             }
-            expected = expected.or(revision_of(&stored));
         }
-        if let Some(want) = expected.filter(|want| Some(*want) != revision_of(&stored)) {
-            let stored_rev = revision_of(&stored).unwrap_or_default();
-            let e = StoreError::Conflict { have: want, stored: stored_rev };
+        if let Some(want) = expected.filter(|want| Some(*want) != stored_rev) {
+            let e = StoreError::Conflict { have: want, stored: stored_rev.unwrap_or_default() };
             return Err(call.store_err(e, &name));
         }
         if dry_run {
-            return Ok(respond_one(&call, StatusCode::OK, stored));
+            // What the DELETE would answer: the object marked as being deleted when it has
+            // finalizers, else as it is.
+            let answer = finalizers::marked(&stored).map(Stored::new).unwrap_or(stored);
+            return Ok(respond_one(&call, StatusCode::OK, answer));
         }
-        if orphan {
-            let orphaned = crate::controllers::gc::orphan(&call.ctx.store, call.path.rt, &stored)
+        if orphan && !orphaned {
+            let n = crate::controllers::gc::orphan(&call.ctx.store, call.path.rt, &stored)
                 .await
                 .map_err(|e| call.store_err(e, &name))?;
-            tracing::info!(owner = %name, kind = call.path.rt.kind, dependents = orphaned.len(), "dependents orphaned");
+            tracing::info!(owner = %name, kind = call.path.rt.kind, dependents = n.len(), "dependents orphaned");
+            orphaned = true;
+        }
+        // One compare-and-swap write on the revision just read (and checked against the
+        // preconditions): removed, or marked as being deleted when it has finalizers.
+        match finalizers::delete(&call.ctx.store, &key, stored).await {
+            Ok(Deleted::Removed(deleted)) => {
+                if let Some((token_name, hash)) = credential {
+                    revoke_node_credential(&call, token_name, hash).await;
+                }
+                return Ok(respond_one(&call, StatusCode::OK, deleted));
+            }
+            // As kube-apiserver answers a pending deletion: 200 with the object, which stays.
+            Ok(pending) => return Ok(respond_one(&call, StatusCode::OK, pending.object())),
+            // Written since it was read: read again, unless the client pinned a version.
+            Err(StoreError::Conflict { .. }) if expected.is_none() => continue,
+            Err(e) => return Err(call.store_err(e, &name)),
         }
     }
-    let credential = node_credential(&call, &name).await?;
-    let deleted = call.ctx.store.delete(&call.key(&name), expected).await.map_err(|e| call.store_err(e, &name))?;
+    Err(ApiError::conflict(&call.qualified(), &name, "too many concurrent writers; try again"))
+}
+
+/// Remove `name` from the store (compare-and-swap on `expected`): an update that took the last
+/// finalizer of an object being deleted. A Node's agent credential is revoked with it, as a
+/// DELETE that removes a Node does.
+async fn remove(call: &Call<'_>, name: &str, expected: Option<u64>) -> Result<Stored, StoreError> {
+    let credential = node_credential(call, name).await?;
+    let deleted = call.ctx.store.delete(&call.key(name), expected).await?;
     if let Some((token_name, hash)) = credential {
-        revoke_node_credential(&call, token_name, hash).await;
+        revoke_node_credential(call, token_name, hash).await;
     }
-    Ok(respond_one(&call, StatusCode::OK, deleted))
+    Ok(deleted)
 }
 
 /// For a Node: the name and hash of its agent's credential, read before the delete. Deleting a
 /// Node revokes that credential (a decommissioned host's token must not take over a later Node
 /// of the same name); the hash makes sure a credential minted since, by an enrollment of a new
 /// Node under the name, is not the one revoked.
-async fn node_credential(call: &Call<'_>, name: &str) -> Result<Option<(String, String)>, ApiError> {
+async fn node_credential(call: &Call<'_>, name: &str) -> Result<Option<(String, String)>, StoreError> {
     if call.path.rt.store_key() != crate::resources::NODE.store_key() {
         return Ok(None);
     }
     let token_name = crate::auth::Role::Node(name.to_string()).to_string();
-    let hash =
-        call.ctx.token_store.token_hash_of(token_name.clone()).await.map_err(|e| ApiError::internal(e.to_string()))?;
+    let hash = call.ctx.token_store.token_hash_of(token_name.clone()).await?;
     Ok(hash.map(|h| (token_name, h)))
 }
 

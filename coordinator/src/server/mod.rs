@@ -5,6 +5,7 @@ pub mod discovery;
 pub mod enroll;
 pub mod error;
 pub mod fields;
+pub mod finalizers;
 pub mod handlers;
 pub mod objects;
 pub mod openapi;

@@ -48,8 +48,8 @@ pub fn prepare_create(obj: &mut Value, namespace: &str) {
     meta.insert("creationTimestamp".into(), now().into());
     meta.insert("generation".into(), 1.into());
     meta.remove("resourceVersion");
-    meta.remove("deletionTimestamp");
     meta.remove("selfLink");
+    super::finalizers::drop_deletion_fields(obj);
 }
 
 /// A name from `generateName` (five random lowercase characters, as Kubernetes does).
