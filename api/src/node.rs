@@ -46,6 +46,18 @@ impl Node {
         crate::meta::find_condition(&self.status.conditions, "Ready").is_some_and(|c| c.is_true())
     }
 
+    /// Ready as MCO's node controller means it (`isNodeReady`): `Ready` True, and neither
+    /// `DiskPressure` nor `NetworkUnavailable` anything but False where the node reports them.
+    /// Why: a node short of disk or network is unavailable to MCO, so it holds a slot of
+    /// `maxUnavailable` and is not picked; counting it Ready let a rollout take one node more
+    /// than the pool allows.
+    pub fn is_ready_for_update(&self) -> bool {
+        self.is_ready()
+            && ["DiskPressure", "NetworkUnavailable"]
+                .iter()
+                .all(|t| crate::meta::find_condition(&self.status.conditions, t).is_none_or(|c| c.status == "False"))
+    }
+
     pub fn annotation(&self, key: &str) -> Option<&str> {
         self.metadata.annotations.get(key).map(String::as_str)
     }

@@ -47,7 +47,7 @@ impl NodeFacts {
             desired: name(ann::DESIRED_CONFIG),
             state: a(ann::STATE),
             reason: a(ann::REASON),
-            ready: n.is_ready() && !n.spec.unschedulable,
+            ready: n.is_ready_for_update() && !n.spec.unschedulable,
             drain_failure: a(ann::DRAIN_FAILURE),
             prestage: name(ann::PRESTAGE_CONFIG),
             drain_pending: {

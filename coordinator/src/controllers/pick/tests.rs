@@ -727,3 +727,29 @@ fn a_restart_decides_the_same() {
     let b = plan(Snapshot { nodes: &nodes, pools: &pools, budgets: &[] }, now());
     assert_eq!(a, b);
 }
+
+/// A node reporting `DiskPressure` or `NetworkUnavailable` (anything but False) is unavailable as
+/// MCO's `isNodeReady` has it: it holds a slot of maxUnavailable and is not picked itself. It was
+/// counted Ready: with maxUnavailable 1 another node was picked beside it, and it was updated too.
+#[test]
+fn a_node_under_disk_or_network_pressure_holds_a_slot_and_is_not_picked() {
+    let pressed = |name: &str, kind: &str, status: &str| {
+        let mut n = node(name, worker(), "r1", "r1", "Done", true);
+        n.status.conditions.push(serde_json::from_value(json!({"type": kind, "status": status})).unwrap());
+        n
+    };
+    for (kind, status) in [("DiskPressure", "True"), ("NetworkUnavailable", "True"), ("DiskPressure", "Unknown")] {
+        let nodes = vec![pressed("a", kind, status), node("b", worker(), "r1", "r1", "Done", true)];
+        let pools = [pool("worker", json!(1), "r2", json!({}))];
+        let p = plan(Snapshot { nodes: &nodes, pools: &pools, budgets: &[] }, now()).remove(0);
+        assert!(p.picks.is_empty(), "{kind}={status}: {:?}", picked_names(&nodes, &p));
+        let pools = [pool("worker", json!(2), "r2", json!({}))];
+        let p = plan(Snapshot { nodes: &nodes, pools: &pools, budgets: &[] }, now()).remove(0);
+        assert_eq!(picked_names(&nodes, &p), vec!["b"], "{kind}={status}");
+    }
+    // Reported False: no pressure.
+    let nodes = vec![pressed("a", "DiskPressure", "False"), node("b", worker(), "r1", "r1", "Done", true)];
+    let pools = [pool("worker", json!(2), "r2", json!({}))];
+    let p = plan(Snapshot { nodes: &nodes, pools: &pools, budgets: &[] }, now()).remove(0);
+    assert_eq!(picked_names(&nodes, &p), vec!["a", "b"]);
+}
