@@ -671,37 +671,43 @@ fn compute_status(
             cond::UPDATED,
             all_updated,
             "",
-            if all_updated { format!("All nodes are updated with {target}") } else { String::new() },
+            if all_updated { format!("All nodes are updated with MachineConfig {target}") } else { String::new() },
         ),
         &now,
     );
     let updating = if all_updated {
         condition(cond::UPDATING, false, "", String::new())
     } else if pool.spec.paused {
-        condition(cond::UPDATING, false, "", "Pool is paused".into())
+        // MCO's words (`getPoolUpdateLine`): the message names what the pause holds back.
+        let line =
+            if target.is_empty() { String::new() } else { format!("; will not update to MachineConfig {target}") };
+        condition(cond::UPDATING, false, "", format!("Pool is paused{line}"))
     } else if target.is_empty() {
         condition(cond::UPDATING, false, "", "Waiting for the pool to render".into())
     } else if broken {
         condition(cond::UPDATING, false, "CircuitBroken", format!("Rollout of {target} stopped by the circuit breaker"))
     } else {
-        condition(cond::UPDATING, true, "", format!("All nodes are updating to {target}"))
+        condition(cond::UPDATING, true, "", format!("All nodes are updating to MachineConfig {target}"))
     };
     set_condition(&mut st.conditions, updating, &now);
-    let node_degraded = if let Some(e) = membership_error {
-        condition(cond::NODE_DEGRADED, true, "NodeInMultiplePools", e.clone())
-    } else if degraded.is_empty() {
-        condition(cond::NODE_DEGRADED, false, "", String::new())
-    } else {
-        let msgs: Vec<String> = degraded
-            .iter()
-            .map(|(n, f, _)| format!("Node {} is reporting: {:?}", n.metadata.name, f.degraded_reason()))
-            .collect();
-        condition(
-            cond::NODE_DEGRADED,
-            true,
-            &format!("{} nodes are reporting degraded status on sync", degraded.len()),
-            msgs.join(", "),
-        )
+    // MCO's message names every degraded node; nodes this pool could not place are added to it
+    // (they are in no pool, so not counted), not put in its place.
+    let node_degraded = match (membership_error, degraded.is_empty()) {
+        (None, true) => condition(cond::NODE_DEGRADED, false, "", String::new()),
+        (Some(e), true) => condition(cond::NODE_DEGRADED, true, "NodeInMultiplePools", e.clone()),
+        (e, false) => {
+            let mut msgs: Vec<String> = degraded
+                .iter()
+                .map(|(n, f, _)| format!("Node {} is reporting: {:?}", n.metadata.name, f.degraded_reason()))
+                .collect();
+            msgs.extend(e.cloned());
+            condition(
+                cond::NODE_DEGRADED,
+                true,
+                &format!("{} nodes are reporting degraded status on sync", degraded.len()),
+                msgs.join(", "),
+            )
+        }
     };
     let nd = node_degraded.is_true();
     set_condition(&mut st.conditions, node_degraded, &now);
@@ -1181,7 +1187,10 @@ mod tests {
             (2, 0, 0, 0)
         );
         assert_eq!(st.configuration.as_ref().map(|c| c.name.as_str()), Some("r1"));
-        assert_eq!(find_condition(&st.conditions, cond::UPDATING).unwrap().message, "Pool is paused");
+        assert_eq!(
+            find_condition(&st.conditions, cond::UPDATING).unwrap().message,
+            "Pool is paused; will not update to MachineConfig r2"
+        );
     }
 
     #[test]
@@ -1211,6 +1220,15 @@ mod tests {
         assert_eq!(c(cond::NODE_DEGRADED).reason, "1 nodes are reporting degraded status on sync");
         assert_eq!(c(cond::NODE_DEGRADED).message, "Node b is reporting: \"disk full\"");
         assert!(c(cond::DEGRADED).is_true());
+        assert_eq!(c(cond::UPDATING).message, "All nodes are updating to MachineConfig r2");
+        // Nodes in several custom pools are named beside the degraded ones, not instead of them.
+        let misplaced =
+            "node w9 belongs to 2 custom pools (worker-a, worker-b); it must belong to at most one".to_string();
+        let both = compute_status(&p, &members, &ConfigName::new("r2"), Some(&misplaced), None);
+        let nd = find_condition(&both.conditions, cond::NODE_DEGRADED).unwrap();
+        assert_eq!(nd.reason, "1 nodes are reporting degraded status on sync");
+        assert_eq!(nd.message, format!("Node b is reporting: \"disk full\", {misplaced}"));
+        assert_eq!(find_condition(&both.conditions, cond::DEGRADED).unwrap().message, nd.message);
         assert!(st.configuration.is_none(), "status.configuration moves only when all are updated");
         let done: Vec<Node> = vec![node("a", "r2", "r2", "Done", true)];
         let facts: Vec<NodeFacts> = done.iter().map(NodeFacts::of).collect();

@@ -301,7 +301,8 @@ pub fn membership(
 ) -> (BTreeMap<String, Vec<usize>>, BTreeMap<String, String>) {
     let mut members: BTreeMap<String, Vec<usize>> =
         pools.iter().map(|p| (p.metadata.name.clone(), Vec::new())).collect();
-    let mut errors = BTreeMap::new();
+    // Per pool, one phrase per node placed in no pool because of it.
+    let mut misplaced: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let rules = Membership::new(pools);
     for (i, n) in nodes.iter().enumerate() {
         match rules.pool_of(n) {
@@ -309,21 +310,28 @@ pub fn membership(
             Ok(None) => {}
             Err(custom) => {
                 let names: Vec<&str> = custom.iter().map(|&p| pools[p].metadata.name.as_str()).collect();
+                let phrase =
+                    format!("node {} belongs to {} custom pools ({})", n.metadata.name, names.len(), names.join(", "));
                 for name in &names {
-                    errors.insert(
-                        name.to_string(),
-                        format!(
-                            "node {} belongs to {} custom pools ({}); it must belong to at most one",
-                            n.metadata.name,
-                            names.len(),
-                            names.join(", ")
-                        ),
-                    );
+                    misplaced.entry(name.to_string()).or_default().push(phrase.clone());
                 }
             }
         }
     }
+    let errors = misplaced.into_iter().map(|(pool, phrases)| (pool, misplaced_message(&phrases))).collect();
     (members, errors)
+}
+
+/// Every node a pool's selector placed in several custom pools, in one message (up to five by
+/// name, then a count): naming only one sent an admin back once per misplaced node.
+fn misplaced_message(phrases: &[String]) -> String {
+    const NAMED: usize = 5;
+    let mut text = phrases.iter().take(NAMED).cloned().collect::<Vec<_>>().join(", ");
+    if phrases.len() > NAMED {
+        text.push_str(&format!(", and {} more nodes", phrases.len() - NAMED));
+    }
+    let each = if phrases.len() == 1 { "it" } else { "each" };
+    format!("{text}; {each} must belong to at most one")
 }
 
 /// [`membership`]'s rules with the pools' selectors compiled once, for placing nodes one at a
@@ -558,6 +566,31 @@ mod tests {
         assert_eq!(m["master"], vec![2], "master beats custom");
         assert!(m["gpu"].is_empty());
         assert!(errors["infra"].contains("two") && errors["gpu"].contains("2 custom pools"));
+    }
+
+    /// Every node in several custom pools is named on each of them (the last one overwrote the
+    /// others: an admin learnt of them one fix at a time), up to five, then counted.
+    #[test]
+    fn every_node_in_several_custom_pools_is_named() {
+        let pools = vec![
+            pool("infra", json!({"matchLabels": {"node-role.kubernetes.io/infra": ""}})),
+            pool("gpu", json!({"matchLabels": {"node-role.kubernetes.io/gpu": ""}})),
+        ];
+        let both = json!({"node-role.kubernetes.io/infra": "", "node-role.kubernetes.io/gpu": ""});
+        let nodes: Vec<Node> = (1..=2).map(|i| node(&format!("w{i}"), both.clone(), None, "t")).collect();
+        let (_, errors) = membership(&pools, &nodes);
+        let want = "node w1 belongs to 2 custom pools (infra, gpu), node w2 belongs to 2 custom pools (infra, gpu); \
+                    each must belong to at most one";
+        assert_eq!(errors["infra"], want);
+        assert_eq!(errors["gpu"], want);
+        let nodes: Vec<Node> = (1..=7).map(|i| node(&format!("w{i}"), both.clone(), None, "t")).collect();
+        let (_, errors) = membership(&pools, &nodes);
+        assert!(errors["infra"].contains("node w5 belongs") && !errors["infra"].contains("w6"), "{}", errors["infra"]);
+        assert!(
+            errors["infra"].ends_with(", and 2 more nodes; each must belong to at most one"),
+            "{}",
+            errors["infra"]
+        );
     }
 
     #[test]
