@@ -168,11 +168,13 @@ fn cells(r: &ResourceType, o: &Value, now: chrono::DateTime<chrono::Utc>) -> Vec
                 .and_then(Value::as_array)
                 .map(|a| a.iter().filter_map(Value::as_str).collect())
                 .unwrap_or_default();
-            let selector = o
-                .pointer("/spec/selector")
-                .and_then(|s| serde_json::from_value::<aloft_api::LabelSelector>(s.clone()).ok())
-                .map(|s| selector_text(&s))
-                .unwrap_or_default();
+            // No selector covers every node, as `selector: {}` does: both read `<all>` (a blank
+            // cell read as "selects nothing").
+            let selector = selector_text(
+                &o.pointer("/spec/selector")
+                    .and_then(|s| serde_json::from_value::<aloft_api::LabelSelector>(s.clone()).ok())
+                    .unwrap_or_default(),
+            );
             vec![
                 name,
                 int_or_string("/spec/minAvailable"),
@@ -328,5 +330,22 @@ mod tests {
         assert_eq!(row_object(&[("includeObject", "None")]), Value::Null);
         let bogus = [("includeObject".to_string(), "Everything".to_string())].into();
         assert_eq!(IncludeObject::from_params(&bogus).unwrap_err().status.code, 400);
+    }
+
+    /// A budget without a selector covers every node, as one with `selector: {}` does, and its
+    /// Selector cell says so (it was blank, which reads as "selects nothing").
+    #[test]
+    fn a_budget_without_a_selector_shows_all() {
+        let selector_cell = |spec: Value| {
+            let b = json!({"apiVersion": "aloft.dev/v1", "kind": "NodeDisruptionBudget",
+                "metadata": {"name": "b"}, "spec": spec});
+            let t = table(&crate::resources::NODE_DISRUPTION_BUDGET, &[&b], None, true, IncludeObject::None);
+            let column =
+                t["columnDefinitions"].as_array().unwrap().iter().position(|c| c["name"] == "Selector").unwrap();
+            t["rows"][0]["cells"][column].clone()
+        };
+        assert_eq!(selector_cell(json!({"maxUnavailable": 1})), "<all>");
+        assert_eq!(selector_cell(json!({"maxUnavailable": 1, "selector": {}})), "<all>");
+        assert_eq!(selector_cell(json!({"maxUnavailable": 1, "selector": {"matchLabels": {"zone": "a"}}})), "zone=a");
     }
 }
