@@ -1013,3 +1013,36 @@ async fn a_wrong_scheme_in_server_says_which_url_to_use() {
     // The right URL works.
     ok(&c, &["--server", &https, "get", "nodes"]);
 }
+
+/// Every program aloft ships answers `--help` with its usage and does nothing else: the sandbox
+/// host took `--help` for its root directory, created `./--help` and served a sandbox in it.
+#[test]
+fn every_program_answers_help_and_does_nothing_else() {
+    let cwd = tempfile::tempdir().unwrap();
+    for program in ["aloft-coordinator", "aloftctl", "aloft-agent", "aloft-sandbox-host", "aloft-os-helper"] {
+        for flag in ["--help", "-h"] {
+            let mut child = Command::new(bin(program))
+                .arg(flag)
+                .current_dir(cwd.path())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            // A program that takes the flag for something else may serve forever.
+            let deadline = std::time::Instant::now() + Duration::from_secs(30);
+            while child.try_wait().unwrap().is_none() {
+                if std::time::Instant::now() > deadline {
+                    let _ = child.kill();
+                    panic!("{program} {flag} still running after 30 s");
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let out = child.wait_with_output().unwrap();
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert!(out.status.success(), "{program} {flag}: {}", String::from_utf8_lossy(&out.stderr));
+            assert!(stdout.contains("Usage:"), "{program} {flag}: {stdout}");
+        }
+    }
+    let left: Vec<_> = std::fs::read_dir(cwd.path()).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert!(left.is_empty(), "--help created {left:?}");
+}

@@ -9,9 +9,22 @@ use anyhow::{Context, Result};
 use std::io::Write;
 use std::path::PathBuf;
 
+/// A sandboxed host for demos and manual testing: prepares ROOT_DIR (an /etc/passwd with user
+/// core, a boot id), serves a TEST systemd and logind for it on a private dbus-daemon, and prints
+/// the bus address. Run an agent on it with `aloft-agent --root ROOT_DIR --bus-address ADDR`.
+/// Nothing touches the real host: unit enablement becomes symlinks under ROOT_DIR, a reboot is
+/// only recorded. Stops on Ctrl-C or SIGTERM.
+#[derive(clap::Parser)]
+#[command(name = "aloft-sandbox-host", version)]
+struct Args {
+    /// The sandbox's root directory (created if missing).
+    root_dir: PathBuf,
+}
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<()> {
-    let root = PathBuf::from(std::env::args().nth(1).context("usage: aloft-sandbox-host ROOT_DIR")?);
+    // clap: `--help` prints usage instead of becoming a directory named `--help`.
+    let root = <Args as clap::Parser>::parse().root_dir;
     for d in ["etc/systemd/system", "home/core", "var/lib", "proc/sys/kernel/random"] {
         std::fs::create_dir_all(root.join(d)).with_context(|| format!("creating {}", root.join(d).display()))?;
     }
