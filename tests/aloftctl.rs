@@ -666,6 +666,99 @@ async fn rollout_status_says_paused_and_prints_no_blank_line() {
     assert!(!stdout.lines().any(|l| l.trim().is_empty()), "no blank line to a pipe: {stdout:?}");
 }
 
+/// Pool `name` once its status satisfies `ok`.
+async fn pool_when(c: &Coordinator, name: &str, what: &str, ok: impl Fn(&serde_json::Value) -> bool) {
+    let admin = c.client();
+    let path = format!("{POOLS}/{name}");
+    eventually(Duration::from_secs(30), what, || async {
+        let p = admin.get(&path).await?.into_result()?;
+        Ok(ok(&p).then_some(()))
+    })
+    .await;
+}
+
+fn pool_condition_true(p: &serde_json::Value, type_: &str) -> bool {
+    p.pointer("/status/conditions")
+        .and_then(|c| c.as_array())
+        .is_some_and(|cs| cs.iter().any(|c| c["type"] == type_ && c["status"] == "True"))
+}
+
+/// Every node updated but one cordoned by hand: the pool is not Updated (MCO: updated == ready
+/// == total, none unavailable), the full bar says how many are ready and unavailable, and the
+/// timeout's error says the same instead of a bare "not updated".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rollout_status_says_a_cordoned_node_holds_an_updated_pool() {
+    let c = Coordinator::start();
+    create_pool(&c, aloft_tests::machine_config_pool("worker", "worker")).await;
+    let target = settled(&c, "worker").await;
+    let admin = c.client();
+    for n in ["n1", "n2"] {
+        let mut node = worker_node(n, &target, "Done");
+        node["spec"] = serde_json::json!({"unschedulable": n == "n1"});
+        admin.post("/api/v1/nodes", &node).await.unwrap().into_result().unwrap();
+        let ready = serde_json::json!({"status": {"conditions": [{"type": "Ready", "status": "True"}]}});
+        admin
+            .patch(&format!("/api/v1/nodes/{n}/status"), "application/merge-patch+json", &ready)
+            .await
+            .unwrap()
+            .into_result()
+            .unwrap();
+    }
+    pool_when(&c, "worker", "both nodes updated, n1 unavailable", |p| {
+        p.pointer("/status/updatedMachineCount").and_then(|v| v.as_i64()) == Some(2)
+            && p.pointer("/status/unavailableMachineCount").and_then(|v| v.as_i64()) == Some(1)
+    })
+    .await;
+    let out = ctl(&c, &["rollout", "status", "mcp/worker", "--timeout", "2"]);
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    assert!(
+        stdout.lines().last().is_some_and(|l| l.contains("2/2 updated, 1 ready, 1 unavailable, 0 degraded")),
+        "{stdout}"
+    );
+    assert!(
+        stderr
+            .contains("timed out after 2 s: pool worker is not updated: 1 ready, 1 unavailable (cordoned or NotReady"),
+        "{stderr}"
+    );
+}
+
+/// A budget that blocks the rollout for good: the line and the timeout's error name it, from the
+/// pool's BudgetBlocked condition.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rollout_status_names_the_budget_that_blocks_the_pool() {
+    let c = Coordinator::start();
+    create_pool(&c, aloft_tests::machine_config_pool("worker", "worker")).await;
+    let old = settled(&c, "worker").await;
+    let admin = c.client();
+    admin.post("/api/v1/nodes", &worker_node("n1", &old, "Done")).await.unwrap().into_result().unwrap();
+    let ready = serde_json::json!({"status": {"conditions": [{"type": "Ready", "status": "True"}]}});
+    admin
+        .patch("/api/v1/nodes/n1/status", "application/merge-patch+json", &ready)
+        .await
+        .unwrap()
+        .into_result()
+        .unwrap();
+    let ndb = serde_json::json!({"apiVersion": "aloft.dev/v1", "kind": "NodeDisruptionBudget",
+        "metadata": {"name": "frozen"}, "spec": {"maxUnavailable": 0}});
+    let path = aloft_tests::path_of(&aloft_coordinator::resources::NODE_DISRUPTION_BUDGET, None);
+    admin.post(&path, &ndb).await.unwrap().into_result().unwrap();
+    admin.post(MCS, &worker_file_config("99-worker-new")).await.unwrap().into_result().unwrap();
+    pool_when(&c, "worker", "the pool blocked by the budget", |p| pool_condition_true(p, "BudgetBlocked")).await;
+    let out = ctl(&c, &["rollout", "status", "mcp/worker", "--timeout", "2"]);
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    assert!(
+        stdout.lines().last().is_some_and(|l| l.contains("; blocked: n1 wait(s): NodeDisruptionBudget frozen")),
+        "{stdout}"
+    );
+    assert!(
+        stderr.contains("pool worker is not updated: blocked: n1 wait(s): NodeDisruptionBudget frozen"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("for good"), "{stderr}");
+}
+
 /// `--not-config OLD`: a pool degraded on OLD does not end the wait for a new target; once the
 /// target is new, degradation does. Without it, degradation ends the wait at once.
 #[tokio::test]

@@ -1141,6 +1141,46 @@ async fn a_failing_uncordon_hook_is_retried_and_keeps_the_node_out_of_service() 
     .await;
 }
 
+/// A drain hook that keeps failing is retried with a back-off of the node's own (2 s, doubling,
+/// up to MCO's 1 min; reference/mco.md "Drain controller"), not every 2 s for as long as it fails;
+/// the back-off does not hold the drain timeout back (the node is marked when it is due, between
+/// two retries); and the node is drained once the hook answers 2xx.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_drain_hook_is_retried_with_a_back_off() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let hook = HookServer::start().await;
+    hook.set(HookMode::Status(500));
+    let spec = json!({"drain": {"timeoutSeconds": 4, "hooks": [{"url": hook.url, "timeoutSeconds": 1}]}});
+    create(&admin, &MACHINE_CONFIG_POOL, &worker_pool(true, spec)).await;
+    fake_node(&admin, "n1", json!({"node-role.kubernetes.io/worker": ""}), true).await;
+    annotate(&admin, "n1", json!({ann::DESIRED_DRAIN: "drain-rendered-worker-1"})).await;
+    eventually(WAIT, "the hook's first call", || async { Ok((!hook.calls().is_empty()).then_some(())) }).await;
+
+    // Steps of 2, 4 and 8 s: calls at 0, 2 and 6 s in the next 10 s (a retry every 2 s: 6).
+    let first = std::time::Instant::now();
+    let mut calls_when_marked = None;
+    while first.elapsed() < Duration::from_secs(10) {
+        let n = node(&admin, "n1").await;
+        if calls_when_marked.is_none() && !annotation(&n, ann::DRAIN_FAILURE).is_empty() {
+            calls_when_marked = Some(hook.calls().len());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let calls = hook.calls().len();
+    assert!((2..=4).contains(&calls), "{calls} calls in 10 s of a failing hook: {:?}", hook.calls());
+    // The 4 s timeout is marked at 4 s, before the retry due at 6 s.
+    assert!(calls_when_marked.is_some_and(|n| n <= 2), "marked after {calls_when_marked:?} calls, not on time");
+    event_with(&admin, "Node", "n1", "DrainTimeout", "failed to drain node: n1 after 4 seconds").await;
+    hook.set(HookMode::Ok);
+    let n = eventually(WAIT, "n1's drain acknowledged once the hook answers", || async {
+        let n = node(&admin, "n1").await;
+        Ok((annotation(&n, ann::LAST_APPLIED_DRAIN) == "drain-rendered-worker-1").then_some(n))
+    })
+    .await;
+    assert_eq!(annotation(&n, ann::DRAIN_FAILURE), "", "{n}");
+}
+
 /// A drain hook that keeps failing keeps its DrainHookFailed Event past the Event TTL: the
 /// drain controller records the failure on every retry, and the recorder writes the standing
 /// Event again (counted) every half TTL instead of letting it expire.

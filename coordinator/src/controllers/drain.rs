@@ -12,6 +12,12 @@
 //! (default 1 h) is marked with `aloft.dev/drainFailure` (the node counts as degraded and the
 //! pool raises NodeDrainTimeout) and keeps being retried, as MCO's controller does; so is an
 //! uncordon whose hooks have not succeeded within it (from its first failed call).
+//!
+//! A node whose drain or uncordon call failed (a hook answering an error, or unreachable) is
+//! retried with a back-off of its own ([`retry_after`]), as MCO's drain controller requeues a
+//! failed drain after 1 min and, after 10 min, every 5 min: an endpoint that is down is not called
+//! every 2 s per stuck node for as long as it is down. The back-off delays nothing else: other
+//! nodes, the drain timeout (the controller wakes for it) and the retry after a success.
 
 use super::budget::Ledger;
 use super::cache::Cache;
@@ -28,12 +34,93 @@ use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tokio::time::Instant;
 
-/// How often pending drains (blocked by a budget, or with a failing hook) are retried.
+/// How often pending drains blocked by a budget are retried.
 const RETRY: Duration = Duration::from_secs(2);
+/// The first retry of a node's failed drain or uncordon call: quick, so that a blip of the hook's
+/// endpoint costs seconds, not MCO's minute.
+const BACKOFF_FIRST: Duration = Duration::from_secs(2);
+/// The longest step while the call has been failing for less than [`BACKOFF_LONG_AFTER`]: MCO's
+/// drain controller requeues a failed drain after 1 min.
+const BACKOFF_CAP: Duration = Duration::from_secs(60);
+/// After this long failing, the call is retried every [`BACKOFF_LONG`] (MCO: "after 10 min every
+/// 5 min").
+const BACKOFF_LONG_AFTER: Duration = Duration::from_secs(600);
+const BACKOFF_LONG: Duration = Duration::from_secs(300);
 /// How long an uncordon the node controller makes (see [`left_to_node_controller`]) is left to
 /// it before this controller does it instead, so that a node is never left cordoned.
 const HANDOFF: Duration = Duration::from_secs(1);
+
+/// How long after the `failures`-th consecutive failure (1: the first) of a node's drain or
+/// uncordon call it is tried again, the call having failed for `failing_for` since its first
+/// failure: 2 s, doubling per failure up to 1 min, and every 5 min once it has failed for 10 min
+/// (reference/mco.md, "Drain controller": failure -> requeue 1 min, after 10 min every 5 min; the
+/// quicker first steps let a blip pass without a minute's wait).
+pub fn retry_after(failures: u32, failing_for: Duration) -> Duration {
+    if failing_for >= BACKOFF_LONG_AFTER {
+        return BACKOFF_LONG;
+    }
+    let doublings = failures.saturating_sub(1).min(16);
+    BACKOFF_FIRST.saturating_mul(1 << doublings).min(BACKOFF_CAP)
+}
+
+/// A node's failing call: for which request, how many failures in a row, since when, and when
+/// it is due again.
+#[derive(Debug, Clone)]
+struct Failing {
+    request: String,
+    failures: u32,
+    since: Instant,
+    due: Instant,
+}
+
+/// The back-off of every node whose call failed, by node. In memory: a restarted coordinator
+/// retries at once and starts again from the first step.
+#[derive(Debug, Default)]
+struct Backoffs {
+    nodes: HashMap<String, Failing>,
+    /// The longest step: a third of the Event TTL, so that the failure's standing Event, written
+    /// again on a retry once half the TTL old, never expires while the node is stuck.
+    max_step: Option<Duration>,
+}
+
+impl Backoffs {
+    /// Record a failed call of `request` for `node` at `now` (a failure of another request
+    /// starts again from the first step); returns when it is due again.
+    fn failed(&mut self, node: &str, request: &str, now: Instant) -> Instant {
+        let fresh = || Failing { request: request.to_string(), failures: 0, since: now, due: now };
+        let f = self.nodes.entry(node.to_string()).or_insert_with(fresh);
+        if f.request != request {
+            *f = fresh();
+        }
+        f.failures = f.failures.saturating_add(1);
+        let mut step = retry_after(f.failures, now.saturating_duration_since(f.since));
+        if let Some(max) = self.max_step {
+            step = step.min(max);
+        }
+        f.due = now + step;
+        f.due
+    }
+
+    /// The call succeeded: the next failure starts from the first step.
+    fn succeeded(&mut self, node: &str) {
+        self.nodes.remove(node);
+    }
+
+    /// When `node`'s call of `request` is due again; None when it is not backing off (a back-off
+    /// for another request is forgotten: a new request starts afresh).
+    fn due(&mut self, node: &str, request: &str) -> Option<Instant> {
+        match self.nodes.get(node) {
+            Some(f) if f.request == request => Some(f.due),
+            Some(_) => {
+                self.nodes.remove(node);
+                None
+            }
+            None => None,
+        }
+    }
+}
 
 /// What an agent asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -116,6 +203,11 @@ struct Ctx {
     inflight: Arc<Mutex<HashSet<String>>>,
     /// The last reason a node's drain did not finish (for the timeout message).
     last_error: Arc<Mutex<HashMap<String, String>>>,
+    /// The back-off of the nodes whose call failed.
+    backoffs: Arc<Mutex<Backoffs>>,
+    /// Told when a drain or uncordon task ends, so that the controller takes its outcome into
+    /// account (a back-off to wait for) without polling.
+    done: Arc<tokio::sync::Notify>,
 }
 
 /// An uncordon request the node controller answers itself, in the write that refills the slot
@@ -138,7 +230,10 @@ pub async fn run(store: Arc<dyn Store>, events: Recorder, passes: super::passes:
             return;
         }
     };
-    let ctx = Ctx { events, hooks, inflight: Arc::default(), last_error: Arc::default() };
+    let max_step = events.refresh_interval().map(|half_ttl| half_ttl * 2 / 3);
+    let backoffs = Arc::new(Mutex::new(Backoffs { max_step, ..Default::default() }));
+    let ctx =
+        Ctx { events, hooks, inflight: Arc::default(), last_error: Arc::default(), backoffs, done: Arc::default() };
     let mut handoffs = HashMap::new();
     loop {
         if let Err(e) = follow(&store, &ctx, &passes, &mut handoffs).await {
@@ -198,8 +293,11 @@ async fn follow(
     let super::FleetFeed { keys, events: mut stream, nodes, pools, budgets } = super::FleetFeed::start(store).await?;
     let mut st = State { nodes, pools, budgets, asking: BTreeSet::new() };
     st.track_all();
-    let mut busy = passes.time(0, pass(store, ctx, &mut st, handoffs)).await?;
-    while let Some(batch) = super::next_batch_ready(&mut stream, if busy { RETRY } else { super::RESYNC }).await? {
+    let mut wake = passes.time(0, pass(store, ctx, &mut st, handoffs)).await?;
+    loop {
+        // Until the earliest retry due (or an event, or a task's end), not a poll.
+        let idle = wake.map_or(super::RESYNC, |w| w.saturating_duration_since(Instant::now()));
+        let Some(batch) = super::next_batch_ready_or(&mut stream, idle, ctx.done.notified()).await? else { break };
         for ev in &batch {
             if ev.key.resource == keys[0] {
                 // A node that neither asks nor asked is read again only when a drain needs the
@@ -212,16 +310,28 @@ async fn follow(
                 st.budgets.apply(ev);
             }
         }
-        busy = passes.time(batch.len(), pass(store, ctx, &mut st, handoffs)).await?;
+        wake = passes.time(batch.len(), pass(store, ctx, &mut st, handoffs)).await?;
     }
     Ok(())
 }
 
+/// The earlier of `wake` and `at`.
+fn earliest(wake: &mut Option<Instant>, at: Instant) {
+    *wake = Some(wake.map_or(at, |w| w.min(at)));
+}
+
 /// One pass over the cache: start a task for every pending request that may go ahead. Returns
-/// whether any request is still pending (then the controller retries soon).
-async fn pass(store: &Arc<dyn Store>, ctx: &Ctx, st: &mut State, handoffs: &mut Handoffs) -> Result<bool, StoreError> {
+/// when the next pass is due for a request still waiting (a budget, a back-off, a drain timeout);
+/// None when nothing waits on time (a running task wakes the controller when it ends).
+async fn pass(
+    store: &Arc<dyn Store>,
+    ctx: &Ctx,
+    st: &mut State,
+    handoffs: &mut Handoffs,
+) -> Result<Option<Instant>, StoreError> {
     let now = Utc::now();
-    let clock = tokio::time::Instant::now();
+    let clock = Instant::now();
+    let mut wake = None;
     // Most passes on a big fleet have nothing pending: find that out before building anything.
     // In cache order, as the fleet was listed.
     let mut asking: Vec<usize> = st.asking.iter().filter_map(|name| st.nodes.index_of(name)).collect();
@@ -233,8 +343,17 @@ async fn pass(store: &Arc<dyn Store>, ctx: &Ctx, st: &mut State, handoffs: &mut 
         let asking: HashSet<&str> = requests.iter().map(|(i, _)| st.nodes.typed[*i].metadata.name.as_str()).collect();
         handoffs.retain(|name, _| asking.contains(name.as_str()));
     }
+    {
+        let mut backoffs = lock(&ctx.backoffs);
+        if !backoffs.nodes.is_empty() {
+            // A node that asks nothing any more starts afresh on its next failure.
+            let asking: HashSet<&str> =
+                requests.iter().map(|(i, _)| st.nodes.typed[*i].metadata.name.as_str()).collect();
+            backoffs.nodes.retain(|name, _| asking.contains(name.as_str()));
+        }
+    }
     if requests.is_empty() {
-        return Ok(false);
+        return Ok(None);
     }
     // Only a drain is checked against the budgets; a pass with none (a fleet's uncordon requests,
     // which the node controller answers) builds no ledger: that reads the whole fleet.
@@ -267,6 +386,7 @@ async fn pass(store: &Arc<dyn Store>, ctx: &Ctx, st: &mut State, handoffs: &mut 
         if left_to_node_controller(&req, pool_hooks, pool.is_some(), &st.nodes.derived[i]) {
             let since = *handoffs.entry(name.clone()).or_insert(clock);
             if clock.duration_since(since) < HANDOFF {
+                earliest(&mut wake, since + HANDOFF);
                 continue;
             }
             tracing::warn!(node = %name, request = %req.value(), "the node controller has not uncordoned this node; uncordoning it here");
@@ -336,16 +456,30 @@ async fn pass(store: &Arc<dyn Store>, ctx: &Ctx, st: &mut State, handoffs: &mut 
                     let msg = format!("{r} waits: {b}");
                     lock(&ctx.last_error).insert(name.clone(), b.to_string());
                     ctx.events.emit(&Involved::node(&name), EventType::Normal, reasons::BUDGET_BLOCKED, &msg);
+                    earliest(&mut wake, clock + RETRY);
                     continue;
                 }
                 ledger.take(i);
             }
             ctx.events.forget(&Involved::node(&name), reasons::BUDGET_BLOCKED);
         }
+        // A failed call waits for its back-off; the drain timeout does not: the pass that marks
+        // it is due on time.
+        let due = lock(&ctx.backoffs).due(&name, req.value());
+        if let Some(due) = due.filter(|d| *d > clock) {
+            earliest(&mut wake, due);
+            let times_out = started
+                .filter(|_| node.annotation(ann::DRAIN_FAILURE).is_none())
+                .and_then(|t| (t + chrono::Duration::seconds(timeout) - now).to_std().ok().map(|left| clock + left));
+            if let Some(at) = times_out {
+                earliest(&mut wake, at);
+            }
+            continue;
+        }
         lock(&ctx.inflight).insert(name);
         tokio::spawn(job.run());
     }
-    Ok(true)
+    Ok(wake)
 }
 
 /// One drain or uncordon, from cordon to acknowledgement.
@@ -369,17 +503,31 @@ impl Job {
             Request::Drain(r) => self.drain(r).await,
             Request::Uncordon(r) => self.uncordon(r).await,
         };
-        if let Err(e) = result {
+        let acked = result.unwrap_or_else(|e| {
             tracing::warn!(node = %self.node, request = %self.request.value(), error = %e, "drain step failed; retrying");
+            false
+        });
+        {
+            let mut backoffs = lock(&self.ctx.backoffs);
+            if acked {
+                backoffs.succeeded(&self.node);
+            } else {
+                // Not answered (a hook failed, a write did not go through, or the request
+                // changed meanwhile: then the pass forgets this back-off).
+                let due = backoffs.failed(&self.node, self.request.value(), Instant::now());
+                tracing::debug!(node = %self.node, request = %self.request.value(), retry_in = ?due.saturating_duration_since(Instant::now()), "retrying later");
+            }
         }
         lock(&self.ctx.inflight).remove(&self.node);
+        self.ctx.done.notify_one();
     }
 
     fn hook_request<'a>(&'a self, phase: Phase, request: &'a str) -> HookRequest<'a> {
         HookRequest { node: &self.node, pool: &self.pool, phase, request }
     }
 
-    async fn drain(&self, r: &str) -> Result<(), StoreError> {
+    /// True when acknowledged.
+    async fn drain(&self, r: &str) -> Result<bool, StoreError> {
         // Without hooks there is nothing between the cordon and the acknowledgement: one write.
         let acked = if self.hooks.is_empty() {
             update_node(&self.store, &self.node, Some(&self.cached), |n| acknowledge_drain(n, r)).await?
@@ -394,7 +542,7 @@ impl Job {
             self.ctx.events.emit(&Involved::node(&self.node), EventType::Normal, reasons::DRAINED, &msg);
             tracing::info!(node = %self.node, request = %r, "drain acknowledged");
         }
-        Ok(())
+        Ok(acked)
     }
 
     /// Cordon (recording when the drain started), call the hooks, acknowledge. True when
@@ -428,7 +576,8 @@ impl Job {
         update_node(&self.store, &self.node, None, |n| acknowledge_drain(n, r)).await
     }
 
-    async fn uncordon(&self, r: &str) -> Result<(), StoreError> {
+    /// True when acknowledged.
+    async fn uncordon(&self, r: &str) -> Result<bool, StoreError> {
         // The hooks put the node back (e.g. into the load balancer): until every one has
         // succeeded it stays cordoned and counts as unavailable, and the request is retried as a
         // drain's is; past the pool's drain timeout it is marked as a drain would be.
@@ -449,7 +598,7 @@ impl Job {
                 true
             })
             .await?;
-            return Ok(());
+            return Ok(false);
         }
         let acked = update_node(&self.store, &self.node, Some(&self.cached), |n| {
             if pending(n).as_ref().map(Request::value) != Some(r) {
@@ -476,7 +625,7 @@ impl Job {
             self.ctx.events.forget(&Involved::node(&self.node), reasons::DRAIN_TIMEOUT);
             tracing::info!(node = %self.node, request = %r, "uncordon acknowledged");
         }
-        Ok(())
+        Ok(acked)
     }
 }
 
@@ -561,6 +710,44 @@ mod tests {
         assert!(
             !asks(&json!({"metadata": {}})) && !asks(&json!({"metadata": {"annotations": {ann::DESIRED_DRAIN: 3}}}))
         );
+    }
+
+    /// MCO's requeue of a failed drain (1 min, every 5 min after 10 min), with quick first steps.
+    #[test]
+    fn a_failed_call_backs_off_as_mcos_drain_controller() {
+        let s = Duration::from_secs;
+        let steps: Vec<u64> = (1..=8).map(|n| retry_after(n, s(30)).as_secs()).collect();
+        assert_eq!(steps, [2, 4, 8, 16, 32, 60, 60, 60]);
+        assert_eq!(retry_after(u32::MAX, s(599)), s(60), "no overflow, capped at a minute");
+        assert_eq!(retry_after(20, s(600)), s(300), "every 5 min after failing for 10 min");
+        assert_eq!(retry_after(1, s(3600)), s(300));
+    }
+
+    /// The back-off grows per failure of the same request and starts afresh after a success or
+    /// for another request; it is never longer than the Event refresh allows.
+    #[test]
+    fn the_back_off_is_per_node_and_request() {
+        let t0 = Instant::now();
+        let s = Duration::from_secs;
+        let mut b = Backoffs::default();
+        assert_eq!(b.failed("n1", "drain-r1", t0), t0 + s(2));
+        assert_eq!(b.failed("n1", "drain-r1", t0 + s(2)), t0 + s(6));
+        assert_eq!(b.failed("n2", "drain-r1", t0 + s(2)), t0 + s(4), "another node starts at the first step");
+        assert_eq!(b.due("n1", "drain-r1"), Some(t0 + s(6)));
+        assert_eq!(b.due("n1", "uncordon-r1"), None, "a new request is not held back");
+        assert_eq!(b.due("n1", "drain-r1"), None, "and the old back-off is gone");
+        assert_eq!(b.failed("n1", "uncordon-r1", t0 + s(10)), t0 + s(12));
+        b.succeeded("n1");
+        assert_eq!(b.due("n1", "uncordon-r1"), None);
+        assert_eq!(b.failed("n1", "uncordon-r1", t0 + s(20)), t0 + s(22), "afresh after a success");
+        // Failing for 10 min: every 5 min.
+        if let Some(f) = b.nodes.get_mut("n1") {
+            f.since = t0;
+        }
+        assert_eq!(b.failed("n1", "uncordon-r1", t0 + s(600)), t0 + s(900));
+        let mut capped = Backoffs { max_step: Some(s(3)), ..Default::default() };
+        capped.failed("n1", "drain-r1", t0);
+        assert_eq!(capped.failed("n1", "drain-r1", t0), t0 + s(3));
     }
 
     #[test]

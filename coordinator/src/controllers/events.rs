@@ -160,6 +160,13 @@ impl Recorder {
         }
     }
 
+    /// How often a standing decision's Event is written again (half the Event TTL); None when
+    /// Events never expire. A controller retrying a standing decision must retry at least this
+    /// often for its Event to outlive the TTL.
+    pub fn refresh_interval(&self) -> Option<Duration> {
+        self.refresh
+    }
+
     /// The decision behind (object, reason) is over: the same message later is a new decision.
     pub fn forget(&self, about: &Involved, reason: &'static str) {
         self.last.lock().unwrap_or_else(|e| e.into_inner()).remove(&(about.clone(), reason));

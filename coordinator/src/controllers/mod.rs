@@ -288,7 +288,25 @@ pub(crate) async fn next_batch_ready<S>(events: &mut S, idle: Duration) -> Resul
 where
     S: futures::Stream<Item = Result<Event, StoreError>> + Unpin,
 {
-    let Some(mut batch) = first_event(events, idle).await? else { return Ok(None) };
+    next_batch_ready_or(events, idle, std::future::pending()).await
+}
+
+/// [`next_batch_ready`], also ending with an empty batch as soon as `wake` completes while no
+/// event has come yet (a controller's own background work finished): raced only before the
+/// first event is taken, so no event is lost to it.
+pub(crate) async fn next_batch_ready_or<S>(
+    events: &mut S,
+    idle: Duration,
+    wake: impl std::future::Future<Output = ()>,
+) -> Result<Option<Vec<Event>>, StoreError>
+where
+    S: futures::Stream<Item = Result<Event, StoreError>> + Unpin,
+{
+    let first = tokio::select! {
+        b = first_event(events, idle) => b?,
+        () = wake => Some(Vec::new()),
+    };
+    let Some(mut batch) = first else { return Ok(None) };
     if batch.is_empty() {
         return Ok(Some(batch));
     }

@@ -1129,8 +1129,9 @@ fn render_pending(pool: &Value, mcs: &[Value]) -> Option<String> {
 /// One look at a pool during `rollout status`.
 #[derive(Debug, PartialEq)]
 enum Progress {
-    /// Still going: the line to show.
-    Waiting(String),
+    /// Still going: the line to show, and what holds the pool back when its status says (for
+    /// the timeout's error).
+    Waiting(String, Option<String>),
     Done(String),
     Failed(String),
 }
@@ -1154,7 +1155,8 @@ async fn pool_progress(client: &Client, pool: &Value, name: &str, not_config: Op
     };
     let looks_updated = condition_true(pool, "Updated").is_some() && !want.is_empty() && want == have;
     if failed.is_none() && (!looks_updated || on_old) {
-        return Ok(Progress::Waiting(progress_line(pool, name, not_config.filter(|_| on_old))));
+        let held = (!on_old).then(|| held_by(pool)).flatten();
+        return Ok(Progress::Waiting(progress_line(pool, name, not_config.filter(|_| on_old)), held));
     }
     // A render that failed is about the MachineConfigs there are now: the target will not catch
     // up with them, so the failure stands (it names the config).
@@ -1169,7 +1171,7 @@ async fn pool_progress(client: &Client, pool: &Value, name: &str, not_config: Op
     let mcs = list_in_pages(client, &resource_path(resources::MACHINE_CONFIG.path_ref(), None, None), None).await?;
     let items = mcs.get("items").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
     if let Some(why) = render_pending(pool, items) {
-        return Ok(Progress::Waiting(format!("pool {name}: {why}")));
+        return Ok(Progress::Waiting(format!("pool {name}: {why}"), Some(why)));
     }
     if let Some(f) = failed {
         return Ok(Progress::Failed(f));
@@ -1204,12 +1206,69 @@ fn progress_line(pool: &Value, name: &str, old: Option<&str>) -> String {
         _ => width,
     };
     let waiting = old.map(|o| format!(" (waiting for a target other than {o})")).unwrap_or_default();
+    // Waiting for another target, the pool's state is not what the wait is about.
+    let (ready, held) = match old {
+        Some(_) => (String::new(), String::new()),
+        None => (
+            not_all_ready(pool).map(|r| format!(", {r}")).unwrap_or_default(),
+            held_by_conditions(pool).map(|h| format!("; {h}")).unwrap_or_default(),
+        ),
+    };
     format!(
-        "pool {name}: [{}{}] {updated}/{total} updated, {degraded} degraded{phase}, target {}{waiting}",
+        "pool {name}: [{}{}] {updated}/{total} updated{ready}, {degraded} degraded{phase}, target {}{waiting}{held}",
         "#".repeat(filled),
         "-".repeat(width - filled),
         if want.is_empty() { "<rendering>" } else { want }
     )
+}
+
+/// `3 ready, 1 unavailable` when every node is updated but the pool is not Updated for it: MCO's
+/// Updated needs updated == ready == total and none unavailable, so a node cordoned by hand or
+/// NotReady holds the pool although the bar is full.
+fn not_all_ready(pool: &Value) -> Option<String> {
+    let n = |p: &str| pool.pointer(p).and_then(Value::as_i64).unwrap_or(0);
+    let (total, updated) = (n("/status/machineCount"), n("/status/updatedMachineCount"));
+    let (ready, unavailable) = (n("/status/readyMachineCount"), n("/status/unavailableMachineCount"));
+    let held = total > 0 && updated >= total && (ready < total || unavailable > 0);
+    (held && condition_true(pool, "Updated").is_none()).then(|| format!("{ready} ready, {unavailable} unavailable"))
+}
+
+/// The pool's True `BudgetBlocked` and `NodeDrainTimeout` conditions, shortened: what holds a
+/// rollout that is not a matter of waiting (a budget may block for good; a drain is stuck).
+fn held_by_conditions(pool: &Value) -> Option<String> {
+    use aloft_api::machineconfig::conditions as cond;
+    let parts: Vec<String> = [(cond::BUDGET_BLOCKED, "blocked"), (cond::NODE_DRAIN_TIMEOUT, "drain timed out")]
+        .into_iter()
+        .filter_map(|(type_, what)| condition_true(pool, type_).map(|m| format!("{what}: {}", shortened(&m))))
+        .collect();
+    (!parts.is_empty()).then(|| parts.join("; "))
+}
+
+/// What holds a pool that is not Updated, from its status (None: nothing it says, e.g. nodes
+/// still updating): the not-ready counts and the conditions of [`held_by_conditions`].
+fn held_by(pool: &Value) -> Option<String> {
+    let parts: Vec<String> = [
+        not_all_ready(pool).map(|r| format!("{r} (cordoned or NotReady nodes: aloftctl get nodes)")),
+        held_by_conditions(pool),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    (!parts.is_empty()).then(|| parts.join("; "))
+}
+
+/// A condition's message for one line: its first `; `-separated part, at most 160 characters.
+fn shortened(message: &str) -> String {
+    const MAX: usize = 160;
+    let (first, more) = match message.split_once("; ") {
+        Some((first, _)) => (first, true),
+        None => (message, false),
+    };
+    let mut out: String = first.chars().take(MAX).collect();
+    if more || first.chars().count() > MAX {
+        out.push_str(" …");
+    }
+    out
 }
 
 async fn rollout_status(client: &Client, target: &[String], timeout: u64, not_config: Option<&str>) -> Result<()> {
@@ -1227,6 +1286,8 @@ async fn rollout_status(client: &Client, target: &[String], timeout: u64, not_co
     };
     // The last error asking the coordinator, while it lasts (printed once per distinct error).
     let mut unreachable: Option<String> = None;
+    // What the pool's status last said holds it back.
+    let mut held: Option<String> = None;
     loop {
         // A connection error or a 5xx is waited through until the timeout, as kubectl's
         // reflector re-lists through them: a coordinator restart does not end a rollout, so it
@@ -1257,7 +1318,7 @@ async fn rollout_status(client: &Client, target: &[String], timeout: u64, not_co
                     eprintln!("warning: {e}; still waiting (--timeout {timeout} s)");
                 }
                 unreachable = Some(e);
-                Progress::Waiting(String::new())
+                Progress::Waiting(String::new(), None)
             }
         };
         match progress {
@@ -1270,7 +1331,8 @@ async fn rollout_status(client: &Client, target: &[String], timeout: u64, not_co
                 end_line(&last);
                 bail!("{why}");
             }
-            Progress::Waiting(line) if line != last && !line.is_empty() => {
+            Progress::Waiting(line, why) if line != last && !line.is_empty() => {
+                held = why;
                 if interactive {
                     print!("\r{line}\x1b[K");
                 } else {
@@ -1279,13 +1341,20 @@ async fn rollout_status(client: &Client, target: &[String], timeout: u64, not_co
                 std::io::stdout().flush()?;
                 last = line;
             }
-            Progress::Waiting(_) => {}
+            Progress::Waiting(_, why) => {
+                if unreachable.is_none() {
+                    held = why;
+                }
+            }
         }
         if std::time::Instant::now() > deadline {
             end_line(&last);
             match unreachable {
                 Some(e) => bail!("timed out after {timeout} s: could not tell whether pool {name} is updated: {e}"),
-                None => bail!("timed out after {timeout} s: pool {name} is not updated"),
+                None => match held {
+                    Some(why) => bail!("timed out after {timeout} s: pool {name} is not updated: {why}"),
+                    None => bail!("timed out after {timeout} s: pool {name} is not updated"),
+                },
             }
         }
         tokio::time::sleep(std::time::Duration::from_millis(300)).await;
@@ -1420,6 +1489,38 @@ mod tests {
             render_pending(&pool(2, Some(2), &["00-worker", "70-bad"]), &more).as_deref(),
             Some("waiting for the render of MachineConfigs 99-worker-a, 99-worker-b and without MachineConfig 70-bad")
         );
+    }
+
+    /// Every node updated but one cordoned (or NotReady): the full bar says what holds the pool;
+    /// a budget's condition is shown shortened, and both make the timeout's reason.
+    #[test]
+    fn progress_line_says_what_holds_the_pool() {
+        let mut p = json!({"spec": {"configuration": {"name": "r2"}},
+            "status": {"machineCount": 4, "updatedMachineCount": 4, "readyMachineCount": 3,
+                "unavailableMachineCount": 1, "degradedMachineCount": 0,
+                "conditions": [{"type": "Updated", "status": "False"}]}});
+        assert_eq!(
+            progress_line(&p, "worker", None),
+            "pool worker: [##############################] 4/4 updated, 3 ready, 1 unavailable, 0 degraded, target r2"
+        );
+        assert_eq!(
+            held_by(&p).as_deref(),
+            Some("3 ready, 1 unavailable (cordoned or NotReady nodes: aloftctl get nodes)")
+        );
+        let budget = "w0, w1 wait(s): NodeDisruptionBudget pct allows 0 of 4 nodes unavailable and 0 already are, which blocks the group for good";
+        p["status"] = json!({"machineCount": 4, "updatedMachineCount": 0, "readyMachineCount": 0,
+            "conditions": [{"type": "BudgetBlocked", "status": "True", "reason": "NodeDisruptionBudget pct",
+                "message": format!("{budget}; w2 wait(s): NodeDisruptionBudget other allows 0")}]});
+        let line = progress_line(&p, "worker", None);
+        assert!(line.contains("0/4 updated, 0 degraded, target r2; blocked: "), "{line}");
+        assert!(line.ends_with(&format!("{budget} …")), "{line}");
+        assert_eq!(held_by(&p), Some(format!("blocked: {budget} …")));
+        // While nodes are still updating and nothing holds them, nothing is said.
+        p["status"] =
+            json!({"machineCount": 4, "updatedMachineCount": 2, "readyMachineCount": 2, "unavailableMachineCount": 1});
+        assert_eq!(held_by(&p), None);
+        assert!(progress_line(&p, "worker", None).ends_with("2/4 updated, 0 degraded, target r2"));
+        assert_eq!(shortened(&"x".repeat(200)).chars().count(), 162);
     }
 
     /// Paused is said, and the canary phase is not claimed then.
