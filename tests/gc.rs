@@ -248,3 +248,42 @@ async fn a_pool_created_again_adopts_its_orphaned_rendered_config() {
     .await;
     assert!(exists(&admin, &first).await, "the orphan nobody adopted stays");
 }
+
+/// A pool held by a finalizer after a DELETE is being deleted: as MCO's render and node
+/// controllers, aloft renders nothing more for it (a new MachineConfig does not become its
+/// target, so its nodes are not reconfigured while the admin takes the pool away), and an
+/// orphaning DELETE stays orphaning: the pool does not adopt its generated configs back, so they
+/// outlive it when the finalizer goes. Both were wrong: the terminating pool rendered and adopted.
+#[tokio::test]
+async fn a_pool_being_deleted_renders_nothing_and_its_orphans_stay() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let (first, second) = pool_rendered_twice(&admin).await;
+    let pool = path_of(&MACHINE_CONFIG_POOL, Some("infra"));
+    let hold = json!({"metadata": {"finalizers": ["example.com/keep"]}});
+    admin.patch(&pool, "application/merge-patch+json", &hold).await.unwrap().into_result().unwrap();
+    let r = admin.delete(&format!("{pool}?propagationPolicy=Orphan")).await.unwrap();
+    assert_eq!(r.code, 200, "{}", r.body);
+    assert!(r.body["metadata"]["deletionTimestamp"].is_string(), "held by its finalizer: {}", r.body);
+
+    let mut third = machine_config("52-infra-c", "infra");
+    third["spec"]["kernelArguments"] = json!(["mitigations=off"]);
+    admin.post(&path_of(&MACHINE_CONFIG, None), &third).await.unwrap().into_result().unwrap();
+    // Well past the render controller's quiet time and a few passes.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let p = get_ok(&admin, &MACHINE_CONFIG_POOL, "infra").await;
+    assert_eq!(p["spec"]["configuration"]["name"], second.as_str(), "no new target while being deleted: {p}");
+    for name in [&first, &second] {
+        let mc = get_ok(&admin, &MACHINE_CONFIG, name).await;
+        assert!(mc["metadata"].get("ownerReferences").is_none(), "not adopted back: {mc}");
+    }
+
+    let release = json!({"metadata": {"finalizers": null}});
+    admin.patch(&pool, "application/merge-patch+json", &release).await.unwrap().into_result().unwrap();
+    eventually(Duration::from_secs(20), "the pool to be gone", || async {
+        Ok((admin.get(&pool).await?.code == 404).then_some(()))
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(exists(&admin, &first).await && exists(&admin, &second).await, "the orphans outlive the pool");
+}

@@ -30,6 +30,10 @@ pub struct ObjectMeta {
     pub annotations: BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub owner_references: Vec<OwnerReference>,
+    /// Set by a DELETE of an object a finalizer holds: it is being deleted. Controllers that act
+    /// on the object (MCO's render and node controllers for a pool) stop acting on it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deletion_timestamp: Option<String>,
     #[serde(flatten)]
     pub extra: Extra,
 }

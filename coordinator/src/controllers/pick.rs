@@ -29,6 +29,8 @@ pub struct Snapshot<'a> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Wait {
     Paused,
+    /// The pool is being deleted (`deletionTimestamp`, held by a finalizer).
+    Deleting,
     /// `maxUnavailable` is used up; the unavailable nodes, by index into the snapshot's nodes
     /// (not by name: a pass that finds every slot taken, most passes of a big rollout, would
     /// copy a thousand names for a message that shows five).
@@ -43,6 +45,7 @@ impl std::fmt::Display for Wait {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Wait::Paused => f.write_str("the pool is paused"),
+            Wait::Deleting => f.write_str("the pool is being deleted"),
             Wait::MaxUnavailable { max, unavailable } => write!(
                 f,
                 "maxUnavailable is {max} and {} node{} unavailable",
@@ -322,6 +325,13 @@ fn plan_pool(
     let failing_unavailable = |i: usize| hot[i].failing() && hot[i].disrupted();
     let mut candidates: Vec<usize> =
         ordered.iter().copied().filter(|&i| behind[i] && (hot[i].ready() || failing_unavailable(i))).collect();
+    // As MCO's node controller (`syncMachineConfigPool`: `syncStatusOnly` once the pool has a
+    // deletionTimestamp): a pool being deleted gets its status and nothing else; no node is moved,
+    // not even one with no config, while a finalizer holds the pool.
+    if pool.metadata.deletion_timestamp.is_some() {
+        pp.wait = waiting_any.then_some(Wait::Deleting);
+        return pp;
+    }
     // A node that joins while the rollout is held (paused, breaker open, canaries out, config
     // soaking) has no config at all (Ready and schedulable, but nothing applied): it gets the
     // config MCO's machine-config-server would serve ([`FirstConfig`]: the target only once some

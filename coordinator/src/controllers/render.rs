@@ -102,6 +102,12 @@ async fn reconcile_pool(store: &Arc<dyn Store>, mcs: &[MachineConfig], raw: Valu
             return Ok(());
         }
     };
+    if pool.metadata.deletion_timestamp.is_some() {
+        // Being deleted (a finalizer holds it): as MCO's controllers, render nothing more for it.
+        // A new rendered config would be rolled out to nodes the admin is taking the pool from,
+        // and adopting its generated configs would undo an orphaning DELETE.
+        return Ok(());
+    }
     let current = pool.spec.configuration.as_ref().and_then(|c| mcs.iter().find(|m| m.metadata.name == c.name));
     let mut status = pool.status.clone().unwrap_or_default();
     let outcome = aloft_api::render::render(&pool, mcs, current);

@@ -753,3 +753,19 @@ fn a_node_under_disk_or_network_pressure_holds_a_slot_and_is_not_picked() {
     let p = plan(Snapshot { nodes: &nodes, pools: &pools, budgets: &[] }, now()).remove(0);
     assert_eq!(picked_names(&nodes, &p), vec!["a", "b"]);
 }
+
+/// A pool being deleted (a finalizer holds it after a DELETE) gets its status only, as MCO's
+/// node controller (`syncStatusOnly`): nothing is picked, not even a node with no config, and
+/// the wait says why. Its nodes were reconfigured while the admin took the pool away.
+#[test]
+fn a_pool_being_deleted_moves_no_node() {
+    let nodes = vec![node("a", worker(), "r1", "r1", "Done", true), node("fresh", worker(), "", "", "", true)];
+    let mut p = running(pool("worker", json!(2), "r2", json!({})), "r1");
+    p.metadata.deletion_timestamp = Some("2026-01-01T00:00:00Z".into());
+    let pools = [p];
+    let pp = plan(Snapshot { nodes: &nodes, pools: &pools, budgets: &[] }, now()).remove(0);
+    assert!(pp.picks.is_empty(), "{:?}", picked_names(&nodes, &pp));
+    assert!(pp.prestage.is_empty());
+    assert_eq!(pp.wait, Some(Wait::Deleting));
+    assert_eq!(Wait::Deleting.to_string(), "the pool is being deleted");
+}
