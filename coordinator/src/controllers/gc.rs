@@ -166,12 +166,16 @@ pub async fn collect(store: &Arc<dyn Store>, events: &Recorder) -> Result<Collec
             out.deferred.push(key);
             continue;
         }
+        // The Event says which dependents are only marked: "Deleted" alone sent nobody to look
+        // for the ones that stay.
+        let mut named = format!("{} {}", d.rt.kind, key.name);
         match finalizers::delete(store, &key, crate::store::Stored::new(d.obj)).await {
             Ok(Deleted::Removed(_)) => {
                 tracing::info!(object = %key.name, kind = d.rt.kind, owner = %describe(&gone), "garbage collected: owner gone");
             }
             Ok(Deleted::Marked(_)) => {
                 tracing::info!(object = %key.name, kind = d.rt.kind, owner = %describe(&gone), "garbage collected: owner gone; it stays, being deleted, until its finalizers are removed");
+                named.push_str(" (being deleted: it stays until its finalizers are removed)");
             }
             // Deleted already (an earlier pass): nothing new to do or report.
             Ok(Deleted::AlreadyTerminating(_)) => continue,
@@ -179,7 +183,7 @@ pub async fn collect(store: &Arc<dyn Store>, events: &Recorder) -> Result<Collec
             Err(StoreError::Conflict { .. }) | Err(StoreError::NotFound(_)) => continue,
             Err(e) => return Err(e),
         }
-        by_owner.entry(gone).or_default().push(format!("{} {}", d.rt.kind, key.name));
+        by_owner.entry(gone).or_default().push(named);
         out.deleted.push(key);
     }
     for (owner, deleted) in by_owner {
@@ -514,6 +518,21 @@ mod tests {
         assert_eq!(kept["metadata"]["deletionGracePeriodSeconds"], 0);
         assert!(collect(&store, &events).await.unwrap().deleted.is_empty(), "deleted once, not again");
         assert_eq!(store.get(&key).await.unwrap().map(|s| revision_of(&s)), Some(revision_of(&kept)));
+        // The Event says it stays: "Deleted" alone sent nobody looking for it.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let ev = loop {
+            let evs = store.list(&EVENT.store_key(), None).await.unwrap().items;
+            if let Some(e) = evs.into_iter().find(|e| e["reason"] == reasons::SUCCESSFUL_DELETE) {
+                break e;
+            }
+            assert!(std::time::Instant::now() < deadline, "no SuccessfulDelete Event");
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        };
+        assert_eq!(
+            ev["message"],
+            "Deleted 1 dependent of MachineConfigPool infra, which is gone: MachineConfig rendered-infra-held \
+             (being deleted: it stays until its finalizers are removed)"
+        );
     }
 
     /// Orphaning removes only the references to the owner, and the whole field when none is left.

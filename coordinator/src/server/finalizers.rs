@@ -65,6 +65,16 @@ pub fn causes(next: &Value, stored: Option<&Value>) -> (Vec<StatusCause>, Vec<St
         }
     };
     let had = stored.map(names).unwrap_or_default();
+    // kube-apiserver's `ValidateFinalizers`: the two ways of propagating a deletion exclude each
+    // other (and aloft processes neither, so the object could only be freed by hand).
+    let given: Vec<&str> = items.iter().filter_map(Value::as_str).collect();
+    if given.contains(&"orphan") && given.contains(&"foregroundDeletion") {
+        out.push(cause(
+            FIELD,
+            "FieldValueInvalid",
+            format!("Invalid value: {list}: finalizer orphan and foregroundDeletion cannot be both set"),
+        ));
+    }
     for (i, item) in items.iter().enumerate() {
         let field = format!("{FIELD}[{i}]");
         let Some(name) = item.as_str() else {
@@ -208,6 +218,10 @@ mod tests {
         assert!(found.is_empty() && warnings.is_empty(), "{found:?} {warnings:?}");
         let (found, _) = super::causes(&json!({"metadata": {"finalizers": "x"}}), None);
         assert_eq!(fields(&found), ["metadata.finalizers"]);
+        // Orphaning and foreground deletion exclude each other, as kube-apiserver has it.
+        let (found, _) = super::causes(&json!({"metadata": {"finalizers": ["orphan", "foregroundDeletion"]}}), None);
+        assert_eq!(fields(&found), ["metadata.finalizers"]);
+        assert!(found[0].message.contains("cannot be both set"), "{found:?}");
     }
 
     #[test]
