@@ -246,6 +246,28 @@ async fn create_get_list_update_delete_with_selectors() {
         .unwrap();
     assert_status(&r, 409, "Conflict", "delete with a stale precondition");
     get_ok(&admin, &MACHINE_CONFIG, "10-c").await;
+    // A uid precondition that does not hold: kube-apiserver's message names both uids.
+    let wrong_uid = json!({"kind": "DeleteOptions", "apiVersion": "v1", "preconditions": {"uid": "wrong"}});
+    let r = admin
+        .call(
+            reqwest::Method::DELETE,
+            &path_of(&MACHINE_CONFIG, Some("10-c")),
+            Some(("application/json", serde_json::to_vec(&wrong_uid).unwrap())),
+            None,
+        )
+        .await
+        .unwrap();
+    assert_status(&r, 409, "Conflict", "delete with a uid precondition that does not hold");
+    let uid = cur["metadata"]["uid"].as_str().unwrap();
+    assert!(
+        r.body["message"]
+            .as_str()
+            .unwrap()
+            .ends_with(&format!("Precondition failed: UID in precondition: wrong, UID in object meta: {uid}")),
+        "{}",
+        r.body
+    );
+    get_ok(&admin, &MACHINE_CONFIG, "10-c").await;
 
     // dryRun=All validates and answers, and stores nothing.
     let r = admin.post(&format!("{coll}?dryRun=All"), &machine_config("dry", "worker")).await.unwrap();

@@ -614,11 +614,13 @@ async fn delete(call: Call<'_>) -> Result<Response, ApiError> {
         let stored = call.stored(&name).await?;
         let stored_rev = revision_of(&stored);
         if let Some(uid) = &uid {
-            if stored.pointer("/metadata/uid").and_then(Value::as_str) != Some(uid.as_str()) {
+            let have = stored.pointer("/metadata/uid").and_then(Value::as_str).unwrap_or("");
+            if have != uid.as_str() {
+                // kube-apiserver's words, both uids: the caller sees which object is there now.
                 return Err(ApiError::conflict(
                     &call.qualified(),
                     &name,
-                    &format!("Precondition failed: UID in precondition: {uid}"),
+                    &format!("Precondition failed: UID in precondition: {uid}, UID in object meta: {have}"),
                 ));
             }
         }
