@@ -519,15 +519,7 @@ mod tests {
         assert!(collect(&store, &events).await.unwrap().deleted.is_empty(), "deleted once, not again");
         assert_eq!(store.get(&key).await.unwrap().map(|s| revision_of(&s)), Some(revision_of(&kept)));
         // The Event says it stays: "Deleted" alone sent nobody looking for it.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        let ev = loop {
-            let evs = store.list(&EVENT.store_key(), None).await.unwrap().items;
-            if let Some(e) = evs.into_iter().find(|e| e["reason"] == reasons::SUCCESSFUL_DELETE) {
-                break e;
-            }
-            assert!(std::time::Instant::now() < deadline, "no SuccessfulDelete Event");
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        };
+        let ev = successful_delete_event(&store).await;
         assert_eq!(
             ev["message"],
             "Deleted 1 dependent of MachineConfigPool infra, which is gone: MachineConfig rendered-infra-held \
@@ -601,15 +593,7 @@ mod tests {
         assert_ne!(old_uid, live_uid);
         let out = collect(&store, &events).await.unwrap();
         assert_eq!(out.deleted.len(), 1);
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        let ev = loop {
-            let evs = store.list(&EVENT.store_key(), None).await.unwrap().items;
-            if let Some(e) = evs.into_iter().find(|e| e["reason"] == reasons::SUCCESSFUL_DELETE) {
-                break e;
-            }
-            assert!(std::time::Instant::now() < deadline, "no SuccessfulDelete Event");
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        };
+        let ev = successful_delete_event(&store).await;
         assert_eq!(
             ev["message"],
             format!(
@@ -619,5 +603,18 @@ mod tests {
         );
         assert_eq!(ev["involvedObject"]["uid"], old_uid, "the gone pool's uid, not the live one's");
         assert_eq!(ev["involvedObject"]["name"], "worker");
+    }
+
+    /// The SuccessfulDelete Event, once the recorder has written it (it writes in the background).
+    async fn successful_delete_event(store: &Arc<dyn Store>) -> Value {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let evs = store.list(&EVENT.store_key(), None).await.unwrap().items;
+            if let Some(e) = evs.into_iter().find(|e| e["reason"] == reasons::SUCCESSFUL_DELETE) {
+                return e;
+            }
+            assert!(std::time::Instant::now() < deadline, "no SuccessfulDelete Event");
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
     }
 }
