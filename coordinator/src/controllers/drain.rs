@@ -338,17 +338,15 @@ async fn pass(
     asking.sort_unstable();
     let requests: Vec<(usize, Request)> =
         asking.into_iter().filter_map(|i| request_of(&st.nodes.derived[i]).map(|r| (i, r))).collect();
-    if !handoffs.is_empty() {
-        // By name through a set: a batch of a big fleet has a thousand uncordons pending at once.
-        let asking: HashSet<&str> = requests.iter().map(|(i, _)| st.nodes.typed[*i].metadata.name.as_str()).collect();
-        handoffs.retain(|name, _| asking.contains(name.as_str()));
-    }
     {
+        // Hand-offs and back-offs of nodes that ask nothing any more are dropped (such a node
+        // starts afresh on its next failure). By name through a set: a batch of a big fleet has a
+        // thousand uncordons pending at once.
         let mut backoffs = lock(&ctx.backoffs);
-        if !backoffs.nodes.is_empty() {
-            // A node that asks nothing any more starts afresh on its next failure.
+        if !handoffs.is_empty() || !backoffs.nodes.is_empty() {
             let asking: HashSet<&str> =
                 requests.iter().map(|(i, _)| st.nodes.typed[*i].metadata.name.as_str()).collect();
+            handoffs.retain(|name, _| asking.contains(name.as_str()));
             backoffs.nodes.retain(|name, _| asking.contains(name.as_str()));
         }
     }
