@@ -332,7 +332,7 @@ async fn reconcile(store: &Arc<dyn Store>, st: &mut State, events: &Recorder) ->
         events.emit(&Involved::pool(&pool.metadata.name), EventType::Normal, reasons::SET_DESIRED_CONFIG, &msg);
     }
     for pp in &plans {
-        record_waits(events, &st.pools.typed[pp.pool].metadata.name, pp, &st.nodes.typed);
+        record_waits(events, &st.pools.typed[pp.pool].metadata.name, pp, &st.nodes.typed, &st.nodes.hot);
     }
     if let (true, Some(left)) = (status_free, throttled) {
         wake = wake.min(left);
@@ -549,7 +549,7 @@ async fn learn_os_images(store: &Arc<dyn Store>, st: &mut State) -> Result<(), S
 }
 
 /// Events for what kept a pool's nodes waiting: one per change of reason or message.
-fn record_waits(events: &Recorder, pool_name: &str, pp: &PoolPlan, nodes: &[Node]) {
+fn record_waits(events: &Recorder, pool_name: &str, pp: &PoolPlan, nodes: &[Node], hot: &[NodeHot]) {
     let about = Involved::pool(pool_name);
     // The breaker's Event follows the breaker, not the waiting nodes: it trips just as well with
     // every node picked already (then none waits).
@@ -572,7 +572,8 @@ fn record_waits(events: &Recorder, pool_name: &str, pp: &PoolPlan, nodes: &[Node
         }
     }
     if let Some(w) = wait {
-        events.emit(&about, EventType::Normal, reason, &wait_message(pp, w));
+        let degraded = |i: usize| hot[i].degraded().then(|| nodes[i].metadata.name.clone());
+        events.emit(&about, EventType::Normal, reason, &wait_message(pp, w, degraded));
     }
     if pp.blocked.is_empty() {
         events.forget(&about, reasons::BUDGET_BLOCKED);
@@ -583,18 +584,33 @@ fn record_waits(events: &Recorder, pool_name: &str, pp: &PoolPlan, nodes: &[Node
 }
 
 /// The waiting Event's message: one per reason and target, not one per pass (it leaves out what
-/// changes with every pick: how many wait, which nodes hold the slots; the pool's status counts
-/// them).
-fn wait_message(pp: &PoolPlan, w: &Wait) -> String {
+/// changes with every pick: how many wait, which nodes are updating; the pool's status counts
+/// them). Degraded nodes that hold slots are named (`degraded` gives a node's name if it is
+/// degraded): they hold them until someone acts, and the status's `unavailableMachineCount`
+/// leaves them out, as MCO's does, so "every slot is taken" beside a count of 0 would not say
+/// by whom.
+fn wait_message(pp: &PoolPlan, w: &Wait, degraded: impl Fn(usize) -> Option<String>) -> String {
+    let held_by = |unavailable: &[usize]| {
+        let names: Vec<String> = unavailable.iter().filter_map(|&i| degraded(i)).collect();
+        if names.is_empty() {
+            String::new()
+        } else {
+            let n = names.len();
+            format!(" ({n} of them by degraded node{}: {})", if n == 1 { "" } else { "s" }, names_text(&names))
+        }
+    };
     match (w, &pp.first_config) {
         // Only the nodes with no config are candidates; the rest wait for the pause or breaker.
-        (Wait::MaxUnavailable { max, .. }, Some(fc)) => format!(
-            "nodes with no config wait for {}: maxUnavailable is {max} and every slot is taken; the others wait \
-             for {}: {}",
-            fc.config, pp.target, fc.held
+        (Wait::MaxUnavailable { max, unavailable }, Some(fc)) => format!(
+            "nodes with no config wait for {}: maxUnavailable is {max} and every slot is taken{}; the others \
+             wait for {}: {}",
+            fc.config,
+            held_by(unavailable),
+            pp.target,
+            fc.held
         ),
-        (Wait::MaxUnavailable { max, .. }, None) => {
-            format!("nodes wait for {}: maxUnavailable is {max} and every slot is taken", pp.target)
+        (Wait::MaxUnavailable { max, unavailable }, None) => {
+            format!("nodes wait for {}: maxUnavailable is {max} and every slot is taken{}", pp.target, held_by(unavailable))
         }
         (w, _) => format!("nodes wait for {}: {w}", pp.target),
     }
@@ -1169,10 +1185,27 @@ mod tests {
         let plans = pick::plan(Snapshot { nodes: &nodes, pools, budgets: &[] }, chrono::Utc::now());
         let pp = &plans[0];
         assert!(pp.picks.is_empty());
+        let names = |nodes: &[Node]| {
+            let facts: Vec<NodeFacts> = nodes.iter().map(NodeFacts::of).collect();
+            let hot: Vec<NodeHot> = facts.iter().map(NodeHot::of).collect();
+            let names: Vec<String> = nodes.iter().map(|n| n.metadata.name.clone()).collect();
+            move |i: usize| hot[i].degraded().then(|| names[i].clone())
+        };
         assert_eq!(
-            wait_message(pp, pp.wait.as_ref().expect("a wait")),
+            wait_message(pp, pp.wait.as_ref().expect("a wait"), names(&nodes)),
             "nodes with no config wait for r1: maxUnavailable is 1 and every slot is taken; the others wait for \
              r2: the pool is paused"
+        );
+        // a failed on r2 (asked before the pause): it holds the slot, and the Event names it (the
+        // status counts it as degraded, not unavailable).
+        nodes[0] = node("a", "r1", "r2", "Degraded", true);
+        let plans = pick::plan(Snapshot { nodes: &nodes, pools, budgets: &[] }, chrono::Utc::now());
+        let pp = &plans[0];
+        assert!(pp.picks.is_empty());
+        assert_eq!(
+            wait_message(pp, pp.wait.as_ref().expect("a wait"), names(&nodes)),
+            "nodes with no config wait for r1: maxUnavailable is 1 and every slot is taken (1 of them by degraded \
+             node: a); the others wait for r2: the pool is paused"
         );
         // Done on r1: behind r2, available.
         nodes = vec![node("a", "r1", "r1", "Done", true), node("fresh", "r1", "r1", "Done", true)];
