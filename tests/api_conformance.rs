@@ -1026,6 +1026,21 @@ async fn finalizers_hold_a_deleted_object_until_they_are_removed() {
     .await
     .unwrap();
 
+    // Only a DELETE starts a deletion: an update that sets the fields is refused, naming them
+    // (kube-apiserver: "field is immutable"), and changes nothing.
+    for (how, field) in [("deletionTimestamp", json!("2030-01-01T00:00:00Z")), ("deletionGracePeriodSeconds", json!(0))]
+    {
+        let patch = json!({"metadata": {how: field, "labels": {"a": "z"}}});
+        let r = admin.patch(path, "application/merge-patch+json", &patch).await.unwrap();
+        assert_status(&r, 422, "Invalid", how);
+        assert_eq!(cause_fields(&r.body), [format!("metadata.{how}")]);
+        assert!(r.body["message"].as_str().unwrap_or_default().contains("field is immutable"), "{}", r.body);
+    }
+    let mut put = created.clone();
+    put["metadata"]["deletionTimestamp"] = "2030-01-01T00:00:00Z".into();
+    assert_status(&admin.put(path, &put).await.unwrap(), 422, "Invalid", "a PUT setting deletionTimestamp");
+    assert_eq!(rv(&admin.get(path).await.unwrap().into_result().unwrap()), rv(&created), "nothing written");
+
     // A dry run answers what the DELETE would do, and does nothing.
     let r = admin.delete(&format!("{path}?dryRun=All")).await.unwrap();
     assert_eq!(r.code, 200, "{}", r.body);

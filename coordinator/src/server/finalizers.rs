@@ -111,6 +111,27 @@ pub fn keep_deletion_fields(stored: &Value, next: &mut Value) {
     }
 }
 
+/// The 422 causes of an update that sets a deletion field on an object not being deleted: only a
+/// DELETE starts a deletion (kube-apiserver's `ValidateObjectMetaUpdate`, "field is immutable").
+/// What an update of an object being deleted leaves out or changes of its deletion fields is put
+/// back by [`keep_deletion_fields`], as kube-apiserver's `BeforeUpdate` does, without an error.
+pub fn set_by_update(stored: &Value, next: &Value) -> Vec<StatusCause> {
+    let field = |obj: &Value, k: &str| super::objects::at(obj, &["metadata", k]).filter(|v| !v.is_null()).cloned();
+    DELETION_FIELDS
+        .into_iter()
+        .filter_map(|k| {
+            let new = field(next, k)?;
+            field(stored, k).is_none().then(|| {
+                cause(
+                    &format!("metadata.{k}"),
+                    "FieldValueInvalid",
+                    format!("Invalid value: {new}: field is immutable; may only be changed via deletion"),
+                )
+            })
+        })
+        .collect()
+}
+
 /// Drop the deletion fields of an object being created: a new object is not being deleted.
 pub fn drop_deletion_fields(obj: &mut Value) {
     if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
@@ -222,6 +243,24 @@ mod tests {
         let (found, _) = super::causes(&json!({"metadata": {"finalizers": ["orphan", "foregroundDeletion"]}}), None);
         assert_eq!(fields(&found), ["metadata.finalizers"]);
         assert!(found[0].message.contains("cannot be both set"), "{found:?}");
+    }
+
+    #[test]
+    fn an_update_cannot_start_a_deletion() {
+        let live = json!({"metadata": {"name": "a"}});
+        let set = json!({"metadata": {"name": "a", "deletionTimestamp": "2030-01-01T00:00:00Z"}});
+        let causes = set_by_update(&live, &set);
+        assert_eq!(causes.len(), 1, "{causes:?}");
+        assert_eq!(causes[0].field, "metadata.deletionTimestamp");
+        assert!(causes[0].message.contains("field is immutable"), "{}", causes[0].message);
+        let grace = json!({"metadata": {"deletionGracePeriodSeconds": 30}});
+        assert_eq!(set_by_update(&live, &grace).len(), 1);
+        // null is "not set"; a terminating object's own fields, sent back or left out, are fine.
+        assert!(set_by_update(&live, &json!({"metadata": {"deletionTimestamp": null}})).is_empty());
+        let dying = json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z", "deletionGracePeriodSeconds": 0}});
+        assert!(set_by_update(&dying, &dying).is_empty());
+        assert!(set_by_update(&dying, &live).is_empty());
+        assert!(set_by_update(&dying, &set).is_empty(), "a changed timestamp is put back, not refused");
     }
 
     #[test]

@@ -452,6 +452,10 @@ async fn read_modify_write_warned(
             }
         }
         let mut next = objects::prepare_update(call.path.rt, call.is_status(), &stored, incoming);
+        let started = finalizers::set_by_update(&stored, &next);
+        if !started.is_empty() {
+            return Err(call.invalid(name, started));
+        }
         finalizers::keep_deletion_fields(&stored, &mut next);
         let mut found = problems.to_vec();
         let warnings = if validate::only_annotations_changed(&stored, &next) {
