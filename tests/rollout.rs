@@ -1181,6 +1181,35 @@ async fn a_failing_drain_hook_is_retried_with_a_back_off() {
     assert_eq!(annotation(&n, ann::DRAIN_FAILURE), "", "{n}");
 }
 
+/// A drain hook call that hangs (up to its own timeout, here 30 s) does not hold the pool's drain
+/// timeout (2 s) back: the node is marked Degraded with a reason, and the DrainTimeout Event
+/// recorded, while the call still runs, not when it ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hanging_drain_hook_does_not_hold_the_drain_timeout_back() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let hook = HookServer::start().await;
+    hook.set(HookMode::Sleep(Duration::from_secs(30)));
+    let spec = json!({"drain": {"timeoutSeconds": 2, "hooks": [{"url": hook.url, "timeoutSeconds": 30}]}});
+    create(&admin, &MACHINE_CONFIG_POOL, &worker_pool(true, spec)).await;
+    fake_node(&admin, "n1", json!({"node-role.kubernetes.io/worker": ""}), true).await;
+    annotate(&admin, "n1", json!({ann::DESIRED_DRAIN: "drain-rendered-worker-1"})).await;
+    eventually(WAIT, "the hook's first call", || async { Ok((!hook.calls().is_empty()).then_some(())) }).await;
+    // Within 20 s: the call ends at 30 s.
+    let failure = eventually(Duration::from_secs(20), "n1 marked while its hook call hangs", || async {
+        let n = node(&admin, "n1").await;
+        Ok(Some(annotation(&n, ann::DRAIN_FAILURE).to_string()).filter(|s| !s.is_empty()))
+    })
+    .await;
+    assert_eq!(hook.calls().len(), 1, "the hanging call is not started again: {:?}", hook.calls());
+    assert_eq!(failure, "failed to drain node: n1 after 2 seconds: the drain has not finished");
+    event_with(&admin, "Node", "n1", "DrainTimeout", "failed to drain node: n1 after 2 seconds").await;
+    eventually(WAIT, "the pool to raise NodeDrainTimeout", || async {
+        Ok(is_true(&pool(&admin).await, "NodeDrainTimeout").then_some(()))
+    })
+    .await;
+}
+
 /// A drain hook that keeps failing keeps its DrainHookFailed Event past the Event TTL: the
 /// drain controller records the failure on every retry, and the recorder writes the standing
 /// Event again (counted) every half TTL instead of letting it expire.

@@ -373,15 +373,15 @@ async fn pass(
     let mut ledger = Ledger::new(&st.budgets.typed, &labels, &unavailable);
     let membership = pools::Membership::new(&st.pools.typed);
     for (i, req) in requests {
-        if lock(&ctx.inflight).contains(&st.nodes.typed[i].metadata.name) {
-            continue;
-        }
         let name = st.nodes.typed[i].metadata.name.clone();
+        // A node whose call is still running (a hook that hangs, up to its own timeout) is not
+        // started again, but its drain timeout is still checked on time below.
+        let in_flight = lock(&ctx.inflight).contains(&name);
         // The pool of this node only (MCO's membership rules, one node at a time): a pass must
         // not cost the whole fleet.
         let pool = membership.pool_of(&st.nodes.typed[i]).ok().flatten().map(|p| &st.pools.typed[p]);
         let pool_hooks = pool.and_then(|p| p.spec.drain.as_ref()).map_or(&[][..], |d| d.hooks.as_slice());
-        if left_to_node_controller(&req, pool_hooks, pool.is_some(), &st.nodes.derived[i]) {
+        if !in_flight && left_to_node_controller(&req, pool_hooks, pool.is_some(), &st.nodes.derived[i]) {
             let since = *handoffs.entry(name.clone()).or_insert(clock);
             if clock.duration_since(since) < HANDOFF {
                 earliest(&mut wake, since + HANDOFF);
@@ -389,20 +389,8 @@ async fn pass(
             }
             tracing::warn!(node = %name, request = %req.value(), "the node controller has not uncordoned this node; uncordoning it here");
         }
-        let pool_name = pool.map(|p| p.metadata.name.clone()).unwrap_or_default();
-        let hooks = pool_hooks.to_vec();
         let node = st.nodes.typed[i].clone();
         let node = &node;
-        let job = Job {
-            store: store.clone(),
-            ctx: ctx.clone(),
-            node: name.clone(),
-            cached: st.nodes.raw[i].clone(),
-            pool: pool_name,
-            hooks,
-            request: req.clone(),
-            start: start_mark(req.value(), now),
-        };
         let timeout = pool
             .map(|p| p.spec.drain_timeout_seconds())
             .unwrap_or(aloft_api::machineconfig::DEFAULT_DRAIN_TIMEOUT_SECONDS);
@@ -439,6 +427,26 @@ async fn pass(
             // expired with the TTL while the node was still stuck).
             ctx.events.emit(&Involved::node(&name), EventType::Warning, reasons::DRAIN_TIMEOUT, &msg);
         }
+        // When the drain times out, for a pass due then (none once the node is marked).
+        let times_out = started
+            .filter(|_| node.annotation(ann::DRAIN_FAILURE).is_none())
+            .and_then(|t| (t + chrono::Duration::seconds(timeout) - now).to_std().ok().map(|left| clock + left));
+        if in_flight {
+            if let Some(at) = times_out {
+                earliest(&mut wake, at);
+            }
+            continue;
+        }
+        let job = Job {
+            store: store.clone(),
+            ctx: ctx.clone(),
+            node: name.clone(),
+            cached: st.nodes.raw[i].clone(),
+            pool: pool.map(|p| p.metadata.name.clone()).unwrap_or_default(),
+            hooks: pool_hooks.to_vec(),
+            request: req.clone(),
+            start: start_mark(req.value(), now),
+        };
         if let Request::Drain(r) = &req {
             if !node.spec.unschedulable {
                 if let Err(b) = ledger.check(i) {
@@ -466,9 +474,6 @@ async fn pass(
         let due = lock(&ctx.backoffs).due(&name, req.value());
         if let Some(due) = due.filter(|d| *d > clock) {
             earliest(&mut wake, due);
-            let times_out = started
-                .filter(|_| node.annotation(ann::DRAIN_FAILURE).is_none())
-                .and_then(|t| (t + chrono::Duration::seconds(timeout) - now).to_std().ok().map(|left| clock + left));
             if let Some(at) = times_out {
                 earliest(&mut wake, at);
             }

@@ -610,7 +610,11 @@ fn wait_message(pp: &PoolPlan, w: &Wait, degraded: impl Fn(usize) -> Option<Stri
             fc.held
         ),
         (Wait::MaxUnavailable { max, unavailable }, None) => {
-            format!("nodes wait for {}: maxUnavailable is {max} and every slot is taken{}", pp.target, held_by(unavailable))
+            format!(
+                "nodes wait for {}: maxUnavailable is {max} and every slot is taken{}",
+                pp.target,
+                held_by(unavailable)
+            )
         }
         (w, _) => format!("nodes wait for {}: {w}", pp.target),
     }
