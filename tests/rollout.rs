@@ -182,6 +182,13 @@ async fn budget_blocks_a_drain_and_a_drain_past_its_timeout_degrades_the_node() 
     assert!(row.contains("Degraded") && row.contains("failed to drain node: n1"), "{text}");
     assert!(text.lines().next().unwrap().contains("REASON"), "{text}");
 
+    // While nothing changes, the blocked drain is not polled (it was, every 2 s): what would free
+    // the budget is an event.
+    let before = drain_passes(&c);
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let passes = drain_passes(&c) - before;
+    assert!(passes <= 1, "{passes} drain passes in 6 s with nothing changing");
+
     // The other node comes back: the drain proceeds, and the failure is cleared.
     set_ready(&admin, "n2", true).await;
     let n1 = eventually(WAIT, "n1's drain acknowledged", || async {
@@ -1316,6 +1323,16 @@ async fn a_budget_that_stalls_the_rollout_is_a_pool_condition() {
     })
     .await;
     assert_eq!(picked(&admin, &["web1", "web2"], &target).await.len(), 2);
+}
+
+/// How many passes the drain controller has made (`/metrics`).
+fn drain_passes(c: &Coordinator) -> u64 {
+    let out = aloftctl(c, &["get", "--raw", "/metrics"]);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let line = "aloft_controller_passes_total{controller=\"drain\",result=\"success\"} ";
+    text.lines().find_map(|l| l.strip_prefix(line)).and_then(|v| v.trim().parse().ok()).unwrap_or_else(|| {
+        panic!("no drain passes in the metrics:\n{text}");
+    })
 }
 
 /// Whether the metrics say `condition` of the worker pool is True.

@@ -36,8 +36,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::time::Instant;
 
-/// How often pending drains blocked by a budget are retried.
-const RETRY: Duration = Duration::from_secs(2);
 /// The first retry of a node's failed drain or uncordon call: quick, so that a blip of the hook's
 /// endpoint costs seconds, not MCO's minute.
 const BACKOFF_FIRST: Duration = Duration::from_secs(2);
@@ -462,7 +460,14 @@ async fn pass(
                     let msg = format!("{r} waits: {b}");
                     lock(&ctx.last_error).insert(name.clone(), b.to_string());
                     ctx.events.emit(&Involved::node(&name), EventType::Normal, reasons::BUDGET_BLOCKED, &msg);
-                    earliest(&mut wake, clock + RETRY);
+                    // Not a poll: whatever frees the budget (a node back in service, a budget
+                    // edited or deleted) is an event, and every event runs a pass. Due again for
+                    // the drain timeout, and before the standing Event would expire.
+                    let refresh = lock(&ctx.backoffs).max_step.map_or(super::RESYNC, |m| m.min(super::RESYNC));
+                    earliest(&mut wake, clock + refresh);
+                    if let Some(at) = times_out {
+                        earliest(&mut wake, at);
+                    }
                     continue;
                 }
                 ledger.take(i);
