@@ -685,7 +685,7 @@ fn pool_condition_true(p: &serde_json::Value, type_: &str) -> bool {
 
 /// Every node updated but one cordoned by hand: the pool is not Updated (MCO: updated == ready
 /// == total, none unavailable), the full bar says how many are ready and unavailable, and the
-/// timeout's error says the same instead of a bare "not updated".
+/// timeout's error says the same and names the node, instead of a bare "not updated".
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rollout_status_says_a_cordoned_node_holds_an_updated_pool() {
     let c = Coordinator::start();
@@ -717,9 +717,8 @@ async fn rollout_status_says_a_cordoned_node_holds_an_updated_pool() {
         "{stdout}"
     );
     assert!(
-        stderr
-            .contains("timed out after 2 s: pool worker is not updated: 1 ready, 1 unavailable (cordoned or NotReady"),
-        "{stderr}"
+        stderr.contains("timed out after 2 s: pool worker is not updated: 1 ready, 1 unavailable (cordoned: n1)"),
+        "the timeout names the node: {stderr}"
     );
 }
 

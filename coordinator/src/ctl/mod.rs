@@ -1244,16 +1244,51 @@ fn held_by_conditions(pool: &Value) -> Option<String> {
     (!parts.is_empty()).then(|| parts.join("; "))
 }
 
+/// What [`held_by`] says of the nodes that hold an updated pool, until they are named.
+const SEE_NODES: &str = "(cordoned or NotReady nodes: aloftctl get nodes)";
+
+/// The nodes that hold an updated pool (read again at `path`): `(cordoned: a, b; NotReady: c)`.
+/// Every member runs the pool's target by then, and a rendered config belongs to one pool, so
+/// the members are the nodes on it. None when the pool is not so held, or the nodes cannot be
+/// read (the counts then stand alone).
+async fn named_holders(client: &Client, path: &str) -> Option<String> {
+    let pool = client.get(path).await.ok()?.into_result().ok()?;
+    not_all_ready(&pool)?;
+    let target = pool.pointer("/spec/configuration/name").and_then(Value::as_str).filter(|t| !t.is_empty())?;
+    let nodes = list_in_pages(client, &resource_path(resources::NODE.path_ref(), None, None), None).await.ok()?;
+    let items = nodes.get("items").and_then(Value::as_array)?;
+    let (mut cordoned, mut not_ready) = (Vec::new(), Vec::new());
+    for n in items {
+        let current = n.pointer("/metadata/annotations").and_then(|a| a.get(aloft_api::annotations::CURRENT_CONFIG));
+        if current.and_then(Value::as_str) != Some(target) {
+            continue;
+        }
+        let name = n.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string();
+        let ready = n
+            .pointer("/status/conditions")
+            .and_then(Value::as_array)
+            .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"));
+        if n.pointer("/spec/unschedulable").and_then(Value::as_bool) == Some(true) {
+            cordoned.push(name);
+        } else if !ready {
+            not_ready.push(name);
+        }
+    }
+    let parts: Vec<String> = [("cordoned", cordoned), ("NotReady", not_ready)]
+        .into_iter()
+        .filter(|(_, names)| !names.is_empty())
+        .map(|(what, names)| format!("{what}: {}", crate::controllers::pick::names_text(&names)))
+        .collect();
+    (!parts.is_empty()).then(|| format!("({})", parts.join("; ")))
+}
+
 /// What holds a pool that is not Updated, from its status (None: nothing it says, e.g. nodes
 /// still updating): the not-ready counts and the conditions of [`held_by_conditions`].
 fn held_by(pool: &Value) -> Option<String> {
-    let parts: Vec<String> = [
-        not_all_ready(pool).map(|r| format!("{r} (cordoned or NotReady nodes: aloftctl get nodes)")),
-        held_by_conditions(pool),
-    ]
-    .into_iter()
-    .flatten()
-    .collect();
+    let parts: Vec<String> = [not_all_ready(pool).map(|r| format!("{r} {SEE_NODES}")), held_by_conditions(pool)]
+        .into_iter()
+        .flatten()
+        .collect();
     (!parts.is_empty()).then(|| parts.join("; "))
 }
 
@@ -1352,7 +1387,15 @@ async fn rollout_status(client: &Client, target: &[String], timeout: u64, not_co
             match unreachable {
                 Some(e) => bail!("timed out after {timeout} s: could not tell whether pool {name} is updated: {e}"),
                 None => match held {
-                    Some(why) => bail!("timed out after {timeout} s: pool {name} is not updated: {why}"),
+                    Some(why) => {
+                        // Named once, here: listing the fleet on every redraw would cost a big
+                        // fleet's coordinator a list every 300 ms.
+                        let why = match named_holders(client, &path).await {
+                            Some(names) => why.replace(SEE_NODES, &names),
+                            None => why,
+                        };
+                        bail!("timed out after {timeout} s: pool {name} is not updated: {why}")
+                    }
                     None => bail!("timed out after {timeout} s: pool {name} is not updated"),
                 },
             }
