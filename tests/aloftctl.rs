@@ -1138,3 +1138,47 @@ fn every_program_answers_help_and_does_nothing_else() {
     let left: Vec<_> = std::fs::read_dir(cwd.path()).unwrap().flatten().map(|e| e.file_name()).collect();
     assert!(left.is_empty(), "--help created {left:?}");
 }
+
+/// `aloftctl get nodes -w | head -1`: when the reader goes, aloftctl ends as kubectl does, killed
+/// by SIGPIPE at its next row, not with a panic (exit 101) on a broken pipe.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_that_goes_ends_a_watch_quietly() {
+    use std::io::{BufRead, BufReader};
+    use std::os::unix::process::ExitStatusExt;
+    let c = Coordinator::start();
+    let admin = c.client();
+    admin.post("/api/v1/nodes", &worker_node("n1", "rendered-worker-a", "Done")).await.unwrap().into_result().unwrap();
+    let mut child = Command::new(bin("aloftctl"))
+        .arg("--kubeconfig")
+        .arg(c.kubeconfig_path())
+        .args(["get", "nodes", "-w"])
+        .env_remove("ALOFT_KUBECONFIG")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run aloftctl");
+    let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut first = String::new();
+    out.read_line(&mut first).expect("the header");
+    assert!(first.starts_with("NAME"), "{first}");
+    drop(out);
+    // Rows until aloftctl writes one into the closed pipe.
+    for i in 0..30 {
+        let patch = serde_json::json!({"metadata": {"labels": {"step": i.to_string()}}});
+        admin.patch("/api/v1/nodes/n1", "application/merge-patch+json", &patch).await.unwrap().into_result().unwrap();
+        if child.try_wait().expect("wait").is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let status = eventually(Duration::from_secs(10), "aloftctl to end", || {
+        let done = child.try_wait().map_err(anyhow::Error::from);
+        async move { done }
+    })
+    .await;
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut stderr).expect("stderr");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    const SIGPIPE: i32 = 13;
+    assert_eq!(status.signal(), Some(SIGPIPE), "{status:?}: {stderr}");
+}

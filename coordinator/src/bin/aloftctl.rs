@@ -1,6 +1,13 @@
 //! aloftctl: the command-line client of an aloft coordinator.
 
 fn main() {
+    // `aloftctl get nodes -w | grep -m1 Degraded`, `... | head`: when the reader goes, end quietly
+    // as kubectl and every Unix filter do (killed by SIGPIPE), not with a panic of `println!` on
+    // EPIPE (Rust ignores SIGPIPE by default).
+    // SAFETY: restoring a signal's default disposition installs no handler, before any thread.
+    unsafe {
+        let _ = nix::sys::signal::signal(nix::sys::signal::Signal::SIGPIPE, nix::sys::signal::SigHandler::SigDfl);
+    }
     // An empty ALOFT_* variable counts as unset, as kubectl treats an empty KUBECONFIG: clap
     // would take `ALOFT_KUBECONFIG=` for a flag given without its value, and refuse even an
     // explicit `--kubeconfig`. Done before the runtime starts any thread.
