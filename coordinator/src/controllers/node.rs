@@ -277,7 +277,7 @@ async fn reconcile(store: &Arc<dyn Store>, st: &mut State, events: &Recorder) ->
         targeted[k].push(node_name);
     }
     for pp in &plans {
-        if let Some(Wait::Policy(HoldReason::Soaking { until: Some(until) })) = &pp.wait {
+        if let Some(Wait::Policy(HoldReason::Soaking { until: Some(until), .. })) = &pp.wait {
             let left = (*until - now).to_std().unwrap_or_default() + Duration::from_millis(100);
             wake = wake.min(left);
         }

@@ -55,14 +55,24 @@ impl std::fmt::Display for Wait {
             Wait::Policy(HoldReason::Canary { canaries }) => {
                 write!(f, "waiting for the {canaries} canary node(s) to finish updating")
             }
-            Wait::Policy(HoldReason::Soaking { until: Some(until) }) => write!(
-                f,
-                "canary nodes are updated; soaking until {}",
-                until.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
-            ),
-            Wait::Policy(HoldReason::Soaking { until: None }) => f.write_str(
-                "canary nodes are updated; soaking for good (soakSeconds ends past the last representable date)",
-            ),
+            Wait::Policy(HoldReason::Soaking { until, failed }) => {
+                if failed.is_empty() {
+                    f.write_str("canary nodes are updated")?;
+                } else {
+                    write!(
+                        f,
+                        "canary nodes are finished, {} of them failed within maxFailures ({})",
+                        failed.len(),
+                        names_text(failed)
+                    )?;
+                }
+                match until {
+                    Some(until) => {
+                        write!(f, "; soaking until {}", until.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+                    }
+                    None => f.write_str("; soaking for good (soakSeconds ends past the last representable date)"),
+                }
+            }
             Wait::Policy(HoldReason::CircuitBroken { failed, max_failures }) if failed.len() > *max_failures => write!(
                 f,
                 "circuit breaker open: {} node(s) failed on this config ({}), more than maxFailures {max_failures}",

@@ -261,6 +261,13 @@ impl NodeHot {
     pub fn updated_to(&self, target: &ConfigName) -> bool {
         self.current == target.id() && self.desired == self.current && self.has(HOT_STATE_DONE)
     }
+    /// Updated on `target` and back in service: Ready, uncordoned (its uncordon hooks, if any,
+    /// have succeeded) and not stuck in a drain. What the rollout policy waits for before it
+    /// counts a canary as proven, or forgets a node's failure: an agent reports Done before its
+    /// uncordon, so Done alone is not the end of a node's update.
+    pub fn in_service_on(&self, target: &ConfigName) -> bool {
+        self.updated_to(target) && self.ready() && !self.drain_failed()
+    }
     /// Asked to pre-stage `target`.
     pub fn prestages(&self, target: &ConfigName) -> bool {
         self.prestage == target.id()

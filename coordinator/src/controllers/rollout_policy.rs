@@ -29,10 +29,12 @@ pub enum HoldReason {
     Canary {
         canaries: usize,
     },
-    /// The canaries are updated; nothing is picked `until` then (None: a soak that ends past
-    /// the last representable time, which never ends).
+    /// The canaries are finished; nothing is picked `until` then (None: a soak that ends past
+    /// the last representable time, which never ends). `failed`: the nodes that failed on the
+    /// config within `maxFailures` (a soak after a failed canary must not read as a proven one).
     Soaking {
         until: Option<DateTime<Utc>>,
+        failed: Vec<String>,
     },
     CircuitBroken {
         failed: Vec<String>,
@@ -110,7 +112,8 @@ pub fn evaluate(
     };
     // The failed nodes are those failing on this config now (as MCO counts degraded machines),
     // remembered while they retry (a flapping node must not reset the count) and forgotten once
-    // Done on it. A failure whose report names another config (one the node was asked for
+    // Done on it and back in service (a node whose uncordon is past the drain timeout reported
+    // Done before it, and has failed). A failure whose report names another config (one the node was asked for
     // before this one, its agent has not reported on this one yet) does not count: a new config
     // starts afresh (see `NodeFacts::failing_on_desired`).
     for &i in members.index {
@@ -124,7 +127,7 @@ pub fn evaluate(
     }
     if !st.failed_nodes.is_empty() {
         for &i in members.index {
-            if members.hot[i].updated_to(target) {
+            if members.hot[i].updated_to(target) && !members.hot[i].drain_failed() {
                 let name = (members.name)(i);
                 st.failed_nodes.retain(|n| n != name);
             }
@@ -137,7 +140,7 @@ pub fn evaluate(
     // not finished: there is no node that proves the config).
     if st.phase == RolloutPhase::CircuitBroken
         && !members.index.is_empty()
-        && members.iter().all(|f| f.updated_to(target))
+        && members.iter().all(|f| f.updated_to(target) && !f.drain_failed())
     {
         st.phase = RolloutPhase::Batches;
     }
@@ -177,9 +180,11 @@ pub fn evaluate(
     if st.phase == RolloutPhase::Canary {
         // The canaries are finished when updated, or failed within maxFailures (or forgiven by
         // a resume): a failed canary the breaker tolerates must not hold the rollout forever.
-        // The soak starts only when no node that took the config is still on its way.
+        // The soak starts only when no node that took the config is still on its way: a canary
+        // is updated once it is back in service (its uncordon hooks done), so that the soak
+        // watches it serving.
         let wanted = canary.min(members.index.len());
-        let updated = members.iter().filter(|f| f.updated_to(target)).count();
+        let updated = members.iter().filter(|f| f.in_service_on(target)).count();
         let failed = st.failed_nodes.len();
         let picked = members.iter().filter(|f| f.desires(target)).count();
         let on_the_way = picked.saturating_sub(updated + failed);
@@ -208,7 +213,8 @@ pub fn evaluate(
         }
         let until = soak_end(start, soak);
         if until.is_none_or(|u| now < u) {
-            return Evaluation { gate: Gate::Hold(HoldReason::Soaking { until }), status: st };
+            let failed = st.failed_nodes.clone();
+            return Evaluation { gate: Gate::Hold(HoldReason::Soaking { until, failed }), status: st };
         }
         st.phase = RolloutPhase::Batches;
     }
@@ -218,6 +224,7 @@ pub fn evaluate(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controllers::pick::Wait;
     use crate::controllers::pools::NodeFacts;
 
     fn facts(desired: &str, current: &str, state: &str) -> NodeFacts {
@@ -271,7 +278,7 @@ mod tests {
 
         f[0] = facts("r2", "r2", "Done");
         let e = eval(Some(&p), Some(&e.status), None, &ConfigName::new("r2"), &names, &f, t("2026-01-01T00:02:00Z"));
-        assert_eq!(e.gate, Gate::Hold(HoldReason::Soaking { until: Some(t("2026-01-01T00:12:00Z")) }));
+        assert_eq!(e.gate, Gate::Hold(HoldReason::Soaking { until: Some(t("2026-01-01T00:12:00Z")), failed: vec![] }));
         assert_eq!(e.status.soak_start_time.as_deref(), Some("2026-01-01T00:02:00Z"));
 
         // A restart re-evaluates from the stored record: same deadline.
@@ -367,6 +374,47 @@ mod tests {
         assert_eq!(e.status.phase, RolloutPhase::Soaking);
     }
 
+    /// A canary is proven once back in service, not at its Done report (which comes before its
+    /// uncordon): cordoned while its uncordon hooks run, the soak has not started; past the
+    /// drain timeout on its uncordon, it has failed, and the breaker counts it (it tripped on
+    /// nothing: the node was Done, so its failure was forgotten on the pass that counted it).
+    #[test]
+    fn a_canary_counts_once_back_in_service_and_a_stuck_uncordon_is_a_failure() {
+        let names = ["a", "b", "c"];
+        let now = t("2026-01-01T00:00:00Z");
+        let target = ConfigName::new("r2");
+        let mut f: Vec<NodeFacts> = (0..3).map(|_| facts("r1", "r1", "Done")).collect();
+        let canary = RolloutStatus { config: "r2".into(), phase: RolloutPhase::Canary, ..Default::default() };
+        // Done, still cordoned: its uncordon hooks have not succeeded yet.
+        f[0] = NodeFacts { cordoned: true, ready: false, ..facts("r2", "r2", "Done") };
+        let e = eval(Some(&policy(1, 60, Some(0))), Some(&canary), None, &target, &names, &f, now);
+        assert_eq!(e.gate, Gate::Hold(HoldReason::Canary { canaries: 1 }), "{e:?}");
+        assert_eq!(e.status.phase, RolloutPhase::Canary);
+        // Its uncordon is past the drain timeout: a failure, and the breaker (maxFailures 0) trips.
+        f[0].drain_failure = "failed to uncordon node: a after 10 seconds: hook answered HTTP 500".into();
+        let e = eval(Some(&policy(1, 60, Some(0))), Some(&e.status), None, &target, &names, &f, now);
+        assert_eq!(e.status.failed_nodes, vec!["a".to_string()]);
+        assert_eq!(
+            e.gate,
+            Gate::Hold(HoldReason::CircuitBroken { failed: vec!["a".into()], max_failures: 0 }),
+            "{e:?}"
+        );
+        // Within maxFailures the canary phase ends, and the soak says the canary failed.
+        let e = eval(Some(&policy(1, 60, Some(1))), Some(&canary), None, &target, &names, &f, now);
+        let want = Gate::Hold(HoldReason::Soaking { until: Some(t("2026-01-01T00:01:00Z")), failed: vec!["a".into()] });
+        assert_eq!(e.gate, want, "{e:?}");
+        assert_eq!(
+            Wait::Policy(HoldReason::Soaking { until: Some(t("2026-01-01T00:01:00Z")), failed: vec!["a".into()] })
+                .to_string(),
+            "canary nodes are finished, 1 of them failed within maxFailures (a); soaking until 2026-01-01T00:01:00Z"
+        );
+        // Back in service: the failure is forgotten, and the soak is a proven canary's.
+        f[0] = facts("r2", "r2", "Done");
+        let e = eval(Some(&policy(1, 60, Some(0))), Some(&canary), None, &target, &names, &f, now);
+        assert!(e.status.failed_nodes.is_empty(), "{e:?}");
+        assert_eq!(e.gate, Gate::Hold(HoldReason::Soaking { until: Some(t("2026-01-01T00:01:00Z")), failed: vec![] }));
+    }
+
     /// A config that a canary's worth of members already run when it becomes the target (the
     /// config before a bad one, reverted) is proven: no canary and no soak, so the nodes that
     /// failed on the bad one are moved back at once.
@@ -401,11 +449,11 @@ mod tests {
                 assert_eq!(e.gate, Gate::Pick { limit: None }, "a negative soak is no soak");
                 continue;
             }
-            assert_eq!(e.gate, Gate::Hold(HoldReason::Soaking { until: None }), "soakSeconds {soak}");
+            assert_eq!(e.gate, Gate::Hold(HoldReason::Soaking { until: None, failed: vec![] }), "soakSeconds {soak}");
             // Much later, and from a stored start at the edge of the representable range.
             let mut st = e.status.clone();
             let e = eval(Some(&p), Some(&st), None, &ConfigName::new("r2"), &names, &f, t("9999-01-01T00:00:00Z"));
-            assert_eq!(e.gate, Gate::Hold(HoldReason::Soaking { until: None }), "soakSeconds {soak}");
+            assert_eq!(e.gate, Gate::Hold(HoldReason::Soaking { until: None, failed: vec![] }), "soakSeconds {soak}");
             st.soak_start_time = Some("9999-12-31T23:59:59Z".into());
             let e = eval(Some(&p), Some(&st), None, &ConfigName::new("r2"), &names, &f, now);
             assert!(matches!(e.gate, Gate::Hold(HoldReason::Soaking { .. })), "soakSeconds {soak}");
@@ -413,7 +461,7 @@ mod tests {
         // A long soak that fits ends when it says.
         let p = policy(1, 86_400 * 365 * 1000, None);
         let e = eval(Some(&p), Some(&canary), None, &ConfigName::new("r2"), &names, &f, now);
-        assert_eq!(e.gate, Gate::Hold(HoldReason::Soaking { until: Some(t("3025-05-04T00:00:00Z")) }));
+        assert_eq!(e.gate, Gate::Hold(HoldReason::Soaking { until: Some(t("3025-05-04T00:00:00Z")), failed: vec![] }));
     }
 
     /// Config A breaks the rollout; the fix B starts afresh although the node that failed on A
