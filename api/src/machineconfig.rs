@@ -179,6 +179,12 @@ mod bounded {
         }
         fn visit_f64<E: Error>(self, v: f64) -> Result<Option<i64>, E> {
             let (least, most, unit) = self.0;
+            // A whole number written as a float (`60.0`, `6e1`) is that integer, as the OpenAPI
+            // validation of a CRD's `type: integer` field takes it (these are the pool's, a CRD in
+            // OpenShift). 2^63 itself is an f64 that `as` would clamp: it stays out.
+            if v.is_finite() && v.fract() == 0.0 && v >= i64::MIN as f64 && v < i64::MAX as f64 {
+                return Ok(Some(v as i64));
+            }
             Err(E::custom(if v.fract() != 0.0 || !v.is_finite() {
                 format!("Invalid value: {v}: must be an integer")
             } else if v < 0.0 {
@@ -349,5 +355,10 @@ mod tests {
         assert_eq!(read(r#"{"maxFailures": 3, "canary": null}"#).unwrap().max_failures, Some(3));
         assert_eq!(read(r#"{"maxFailures": 9223372036854775807}"#).unwrap().max_failures, Some(i64::MAX));
         assert_eq!(read("{}").unwrap(), RolloutPolicy::default());
+        // A whole number written as a float is that number (OpenAPI's `integer`).
+        let p = read(r#"{"canary": 2.0, "soakSeconds": 6e1, "maxFailures": -0.0}"#).unwrap();
+        assert_eq!((p.canary, p.soak_seconds, p.max_failures), (Some(2), Some(60), Some(0)));
+        let err = read(r#"{"canary": 9.223372036854775807e18}"#).unwrap_err();
+        assert!(err.starts_with("Invalid value: 9.223372036854776e18: must be at most 2147483647"), "{err}");
     }
 }
