@@ -215,7 +215,17 @@ impl FieldSelector {
 
     pub fn matches(&self, obj: &Value) -> bool {
         self.terms.iter().all(|(field, neg, value)| {
-            let actual = match super::objects::at_dotted(obj, field) {
+            // An Event's `source` is its `source.component`, or its `reportingComponent` when that
+            // is empty, as kube-apiserver's field set for Events has it.
+            let at = |path: &str| super::objects::at_dotted(obj, path);
+            let found = if field == "source" {
+                at("source.component")
+                    .filter(|v| v.as_str().is_some_and(|s| !s.is_empty()))
+                    .or_else(|| at("reportingComponent"))
+            } else {
+                at(field)
+            };
+            let actual = match found {
                 Some(Value::String(s)) => s.clone(),
                 Some(Value::Bool(b)) => b.to_string(),
                 Some(Value::Number(n)) => n.to_string(),
@@ -289,5 +299,13 @@ mod tests {
         let cordoned = FieldSelector::parse(&crate::resources::NODE, "spec.unschedulable=false").unwrap();
         assert!(cordoned.matches(&serde_json::json!({"spec": {}})));
         assert!(!cordoned.matches(&serde_json::json!({"spec": {"unschedulable": true}})));
+        // `source` is the Event's source.component, else its reportingComponent.
+        let by_node = FieldSelector::parse(&crate::resources::EVENT, "source=aloft-node-controller").unwrap();
+        let not_node = FieldSelector::parse(&crate::resources::EVENT, "source!=aloft-node-controller").unwrap();
+        let ours = serde_json::json!({"source": {"component": "aloft-node-controller"}, "reportingComponent": "x"});
+        let reported = serde_json::json!({"source": {}, "reportingComponent": "aloft-node-controller"});
+        let other = serde_json::json!({"source": {"component": "aloft-drain-controller"}});
+        assert!(by_node.matches(&ours) && by_node.matches(&reported) && !by_node.matches(&other));
+        assert!(!not_node.matches(&ours) && not_node.matches(&other));
     }
 }
