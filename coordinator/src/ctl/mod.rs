@@ -784,13 +784,10 @@ async fn describe(client: &Client, ns: &str, args: &[String]) -> Result<()> {
             }
         }
         if !conds.is_empty() {
-            println!("Conditions:\n  {:<16} {:<7} {:<22} MESSAGE", "TYPE", "STATUS", "LAST TRANSITION");
-            for c in conds {
-                let s = |k: &str| c.get(k).and_then(Value::as_str).unwrap_or("").to_string();
-                println!("  {:<16} {:<7} {:<22} {}", s("type"), s("status"), s("lastTransitionTime"), s("message"));
-            }
+            print!("{}", conditions_section(&conds));
         }
-        let events = list_in_pages(client, &events_path(rt, ns, &name), None).await?;
+        let uid = meta.get("uid").and_then(Value::as_str).unwrap_or("");
+        let events = list_in_pages(client, &events_path(rt, ns, &name, uid), None).await?;
         let items = events.get("items").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
         print!("{}", events_section(items, chrono::Utc::now()));
         println!();
@@ -798,11 +795,36 @@ async fn describe(client: &Client, ns: &str, args: &[String]) -> Result<()> {
     Ok(())
 }
 
-/// The Events about object `name` of kind `rt`, selected by the server (`involvedObject` field
-/// selectors, as `kubectl describe` asks): a fleet's Events are many, the object's few. Events of
-/// cluster-scoped objects live in the coordinator's events namespace, as Kubernetes keeps them.
-fn events_path(rt: &ResourceType, ns: &str, name: &str) -> String {
+/// `Conditions:` as a table whose columns fit their contents: type, status, reason (where MCO
+/// puts e.g. "1 nodes are reporting degraded status on sync", and a budget's name), last
+/// transition and message.
+fn conditions_section(conds: &[Value]) -> String {
+    let header = ["TYPE", "STATUS", "REASON", "LAST TRANSITION", "MESSAGE"];
+    let mut rows = vec![header.map(String::from).to_vec()];
+    for c in conds {
+        let s = |k: &str| c.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+        rows.push(vec![s("type"), s("status"), s("reason"), s("lastTransitionTime"), s("message")]);
+    }
+    let widths: Vec<usize> =
+        (0..header.len()).map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0)).collect();
+    let mut out = String::from("Conditions:\n");
+    for r in &rows {
+        let cells: Vec<String> = r.iter().zip(&widths).map(|(cell, w)| format!("{cell:<w$}")).collect();
+        out.push_str(&format!("  {}\n", cells.join("  ").trim_end()));
+    }
+    out
+}
+
+/// The Events about object `name` (with `uid`) of kind `rt`, selected by the server
+/// (`involvedObject` field selectors, as `kubectl describe` asks): a fleet's Events are many,
+/// the object's few. By uid too, so that an object deleted and created again under its name does
+/// not show its predecessor's Events. Events of cluster-scoped objects live in the coordinator's
+/// events namespace, as Kubernetes keeps them.
+fn events_path(rt: &ResourceType, ns: &str, name: &str, uid: &str) -> String {
     let mut fields = format!("involvedObject.name={name},involvedObject.kind={}", rt.kind);
+    if !uid.is_empty() {
+        fields.push_str(&format!(",involvedObject.uid={uid}"));
+    }
     let events_ns = if rt.namespaced {
         fields.push_str(&format!(",involvedObject.namespace={ns}"));
         ns
@@ -828,7 +850,9 @@ fn events_section(events: &[Value], now: chrono::DateTime<chrono::Utc>) -> Strin
             .unwrap_or_default()
     };
     let mut sorted: Vec<&Value> = events.iter().collect();
-    sorted.sort_by_key(|e| chrono::DateTime::parse_from_rfc3339(&last(e)).ok());
+    // Within a second (the timestamps' resolution), in the order the Events were last written.
+    let written = |e: &Value| s(e, "/metadata/resourceVersion").parse::<u64>().unwrap_or(0);
+    sorted.sort_by_key(|e| (chrono::DateTime::parse_from_rfc3339(&last(e)).ok(), written(e)));
     let age = |t: &str| crate::server::table::age(t, now);
     let rows: Vec<Vec<String>> = sorted
         .iter()
@@ -1617,10 +1641,43 @@ mod tests {
     #[test]
     fn events_are_asked_of_the_server_by_field_selector() {
         assert_eq!(
-            events_path(&resources::NODE, "kube-system", "n1"),
+            events_path(&resources::NODE, "kube-system", "n1", ""),
             "/api/v1/namespaces/default/events?fieldSelector=involvedObject%2Ename%3Dn1%2CinvolvedObject%2Ekind%3DNode"
         );
-        assert!(events_path(&resources::EVENT, "ns1", "e1").starts_with("/api/v1/namespaces/ns1/events?"));
+        let by_uid = events_path(&resources::NODE, "", "n1", "u1");
+        assert!(by_uid.ends_with("%2CinvolvedObject%2Euid%3Du1"), "{by_uid}");
+        assert!(events_path(&resources::EVENT, "ns1", "e1", "").starts_with("/api/v1/namespaces/ns1/events?"));
+    }
+
+    /// The conditions' columns fit their contents, and the reason is shown.
+    #[test]
+    fn conditions_show_their_reason_in_columns_that_fit() {
+        let conds = [
+            json!({"type": "DisruptionAllowed", "status": "False", "reason": "InsufficientNodes",
+                "lastTransitionTime": "2026-11-29T18:37:52Z", "message": "no disruption allowed"}),
+            json!({"type": "Updated", "status": "True", "lastTransitionTime": "2026-11-29T18:37:50Z"}),
+        ];
+        assert_eq!(
+            conditions_section(&conds),
+            "Conditions:\n  \
+             TYPE               STATUS  REASON             LAST TRANSITION       MESSAGE\n  \
+             DisruptionAllowed  False   InsufficientNodes  2026-11-29T18:37:52Z  no disruption allowed\n  \
+             Updated            True                       2026-11-29T18:37:50Z\n"
+        );
+    }
+
+    /// Events of the same second are listed in the order they were written.
+    #[test]
+    fn events_of_one_second_keep_their_write_order() {
+        let e = |rv: &str, msg: &str| {
+            json!({"metadata": {"resourceVersion": rv}, "type": "Normal", "reason": "SetDesiredConfig",
+                "lastTimestamp": "2026-11-29T18:56:58Z", "message": msg})
+        };
+        let events = [e("503", "w3"), e("490", "w0"), e("499", "w2"), e("495", "w1")];
+        let now = chrono::DateTime::parse_from_rfc3339("2026-11-29T18:57:00Z").unwrap().to_utc();
+        let text = events_section(&events, now);
+        let order: Vec<&str> = text.lines().skip(3).filter_map(|l| l.split_whitespace().last()).collect();
+        assert_eq!(order, ["w0", "w1", "w2", "w3"], "{text}");
     }
 
     #[test]
