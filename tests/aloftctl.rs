@@ -630,6 +630,50 @@ async fn rollout_status_waits_for_the_render_of_a_new_config() {
     panic!("aloftctl never saw the pool before the render of its new config");
 }
 
+/// `apply -f first-mc.yaml && rollout status` on a pool whose render failed for want of that
+/// MachineConfig: the failure is older than the apply, and the wait goes on to the render and
+/// the update instead of failing at once on it. (Floods of writes to other configs hold the
+/// render back, as in the test above, so that aloftctl sees the old failure.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rollout_status_does_not_fail_on_a_render_failure_the_apply_fixes() {
+    let c = Coordinator::start();
+    for attempt in 0..3 {
+        let pool_name = format!("solo{attempt}");
+        let pool = aloft_tests::machine_config_pool(&pool_name, &pool_name);
+        c.client().post(POOLS, &pool).await.unwrap().into_result().unwrap();
+        pool_when(&c, &pool_name, "its render failed: no MachineConfigs", |p| pool_condition_true(p, "RenderDegraded"))
+            .await;
+        let until = std::time::Instant::now() + Duration::from_millis(1500);
+        let floods: Vec<_> = (0..3)
+            .map(|f| {
+                let admin = c.client();
+                tokio::spawn(async move {
+                    let mut i = 0;
+                    while std::time::Instant::now() < until {
+                        let mc = aloft_tests::machine_config(&format!("10-flood-{attempt}-{f}-{i}"), "other");
+                        admin.post(MCS, &mc).await.unwrap().into_result().unwrap();
+                        i += 1;
+                    }
+                })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let mc = aloft_tests::machine_config(&format!("50-{pool_name}"), &pool_name);
+        c.client().post(MCS, &mc).await.unwrap().into_result().unwrap();
+        let out = ctl(&c, &["rollout", "status", &format!("mcp/{pool_name}"), "--timeout", "30"]);
+        for f in floods {
+            f.await.unwrap();
+        }
+        let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "{stdout}{stderr}");
+        assert!(stdout.contains(&format!("pool {pool_name} is updated")), "{stdout}");
+        if stdout.contains(&format!("waiting for the render of MachineConfig 50-{pool_name}")) {
+            return;
+        }
+    }
+    panic!("aloftctl never saw the old render failure before the render");
+}
+
 /// A paused pool: the progress line says so (and not "canary"), the wait goes on until the
 /// timeout, and nothing but progress lines goes to a pipe (no blank line before the error).
 #[tokio::test]

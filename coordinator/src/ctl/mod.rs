@@ -1160,8 +1160,34 @@ enum Progress {
     Failed(String),
 }
 
+/// How long `rollout status` takes a failed render that a later MachineConfig change may have
+/// fixed as not yet known: the render controller renders within seconds of a change, and writes
+/// the pool if the outcome changed; past this, the failure stands.
+const RENDER_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The MachineConfigs `pool` selects that were written after the pool last was (by
+/// resourceVersion): changes its status may not have caught up with.
+fn written_after_pool(pool: &Value, mcs: &[Value]) -> Vec<String> {
+    let rv = |v: &Value| v.pointer("/metadata/resourceVersion").and_then(Value::as_str)?.parse::<u64>().ok();
+    let Some(pool_rv) = rv(pool) else { return Vec::new() };
+    let Ok(parsed) = serde_json::from_value::<aloft_api::MachineConfigPool>(pool.clone()) else { return Vec::new() };
+    let later: Vec<Value> = mcs.iter().filter(|m| rv(m).is_some_and(|r| r > pool_rv)).cloned().collect();
+    let configs: Vec<aloft_api::MachineConfig> =
+        later.into_iter().filter_map(|m| serde_json::from_value(m).ok()).collect();
+    aloft_api::render::select_and_order(&parsed, &configs)
+        .map(|s| s.into_iter().map(|m| m.metadata.name).collect())
+        .unwrap_or_default()
+}
+
 /// Where the pool stands, from its object and (only once it looks updated) the MachineConfigs.
-async fn pool_progress(client: &Client, pool: &Value, name: &str, not_config: Option<&str>) -> Result<Progress> {
+/// `stale_since`: when this wait first saw a failed render older than a MachineConfig change.
+async fn pool_progress(
+    client: &Client,
+    pool: &Value,
+    name: &str,
+    not_config: Option<&str>,
+    stale_since: &mut Option<std::time::Instant>,
+) -> Result<Progress> {
     let want = pool.pointer("/spec/configuration/name").and_then(Value::as_str).unwrap_or("");
     let have = pool.pointer("/status/configuration/name").and_then(Value::as_str).unwrap_or("");
     // A degradation while the target is still the old one is about the old one: the wait is for
@@ -1182,18 +1208,28 @@ async fn pool_progress(client: &Client, pool: &Value, name: &str, not_config: Op
         let held = (!on_old).then(|| held_by(pool)).flatten();
         return Ok(Progress::Waiting(progress_line(pool, name, not_config.filter(|_| on_old)), held));
     }
+    let mcs = list_in_pages(client, &resource_path(resources::MACHINE_CONFIG.path_ref(), None, None), None).await?;
+    let items = mcs.get("items").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
     // A render that failed is about the MachineConfigs there are now: the target will not catch
-    // up with them, so the failure stands (it names the config).
+    // up with them, so the failure stands (it names the config). Unless a MachineConfig the pool
+    // selects changed after the pool's last write (the one just applied to fix it): the render
+    // has a few seconds to say otherwise.
     if let Some(f) = &failed {
         if condition_true(pool, aloft_api::machineconfig::conditions::RENDER_DEGRADED).is_some() {
+            let later = written_after_pool(pool, items);
+            if !later.is_empty() {
+                let since = *stale_since.get_or_insert_with(std::time::Instant::now);
+                if since.elapsed() < RENDER_GRACE {
+                    let why = format!("waiting for the render of MachineConfig {}", later.join(", "));
+                    return Ok(Progress::Waiting(format!("pool {name}: {why}"), Some(why)));
+                }
+            }
             return Ok(Progress::Failed(f.clone()));
         }
     }
     // Updated or failed, as the pool shows it: unless its target is not rendered from the
     // MachineConfigs there are now (one just applied, or deleted to revert a bad one, whose
     // degradation the pool still shows until the render).
-    let mcs = list_in_pages(client, &resource_path(resources::MACHINE_CONFIG.path_ref(), None, None), None).await?;
-    let items = mcs.get("items").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
     if let Some(why) = render_pending(pool, items) {
         return Ok(Progress::Waiting(format!("pool {name}: {why}"), Some(why)));
     }
@@ -1347,6 +1383,7 @@ async fn rollout_status(client: &Client, target: &[String], timeout: u64, not_co
     let mut unreachable: Option<String> = None;
     // What the pool's status last said holds it back.
     let mut held: Option<String> = None;
+    let mut stale_since = None;
     loop {
         // A connection error or a 5xx is waited through until the timeout, as kubectl's
         // reflector re-lists through them: a coordinator restart does not end a rollout, so it
@@ -1357,7 +1394,7 @@ async fn rollout_status(client: &Client, target: &[String], timeout: u64, not_co
                 let code = r.code;
                 Err(r.into_result().err().map_or_else(|| format!("HTTP {code}"), |e| format!("{e:#}")))
             }
-            Ok(r) => match pool_progress(client, &r.into_result()?, &name, not_config).await {
+            Ok(r) => match pool_progress(client, &r.into_result()?, &name, not_config, &mut stale_since).await {
                 Ok(p) => Ok(p),
                 Err(e) => Err(format!("{e:#}")),
             },
