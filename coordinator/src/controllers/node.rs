@@ -572,8 +572,7 @@ fn record_waits(events: &Recorder, pool_name: &str, pp: &PoolPlan, nodes: &[Node
         }
     }
     if let Some(w) = wait {
-        let degraded = |i: usize| hot[i].degraded().then(|| nodes[i].metadata.name.clone());
-        events.emit(&about, EventType::Normal, reason, &wait_message(pp, w, degraded));
+        events.emit(&about, EventType::Normal, reason, &wait_message(pp, w, nodes, hot));
     }
     if pp.blocked.is_empty() {
         events.forget(&about, reasons::BUDGET_BLOCKED);
@@ -589,9 +588,10 @@ fn record_waits(events: &Recorder, pool_name: &str, pp: &PoolPlan, nodes: &[Node
 /// degraded): they hold them until someone acts, and the status's `unavailableMachineCount`
 /// leaves them out, as MCO's does, so "every slot is taken" beside a count of 0 would not say
 /// by whom.
-fn wait_message(pp: &PoolPlan, w: &Wait, degraded: impl Fn(usize) -> Option<String>) -> String {
+fn wait_message(pp: &PoolPlan, w: &Wait, nodes: &[Node], hot: &[NodeHot]) -> String {
     let held_by = |unavailable: &[usize]| {
-        let names: Vec<String> = unavailable.iter().filter_map(|&i| degraded(i)).collect();
+        let names: Vec<String> =
+            unavailable.iter().filter(|&&i| hot[i].degraded()).map(|&i| nodes[i].metadata.name.clone()).collect();
         if names.is_empty() {
             String::new()
         } else {
@@ -615,6 +615,10 @@ fn wait_message(pp: &PoolPlan, w: &Wait, degraded: impl Fn(usize) -> Option<Stri
                 pp.target,
                 held_by(unavailable)
             )
+        }
+        (Wait::NotReady { nodes: waiting }, _) => {
+            let names: Vec<String> = waiting.iter().map(|&i| nodes[i].metadata.name.clone()).collect();
+            format!("nodes wait for {}: not Ready: {}; they are picked once Ready", pp.target, names_text(&names))
         }
         (w, _) => format!("nodes wait for {}: {w}", pp.target),
     }
@@ -1189,14 +1193,9 @@ mod tests {
         let plans = pick::plan(Snapshot { nodes: &nodes, pools, budgets: &[] }, chrono::Utc::now());
         let pp = &plans[0];
         assert!(pp.picks.is_empty());
-        let names = |nodes: &[Node]| {
-            let facts: Vec<NodeFacts> = nodes.iter().map(NodeFacts::of).collect();
-            let hot: Vec<NodeHot> = facts.iter().map(NodeHot::of).collect();
-            let names: Vec<String> = nodes.iter().map(|n| n.metadata.name.clone()).collect();
-            move |i: usize| hot[i].degraded().then(|| names[i].clone())
-        };
+        let hot = |nodes: &[Node]| -> Vec<NodeHot> { nodes.iter().map(|n| NodeHot::of(&NodeFacts::of(n))).collect() };
         assert_eq!(
-            wait_message(pp, pp.wait.as_ref().expect("a wait"), names(&nodes)),
+            wait_message(pp, pp.wait.as_ref().expect("a wait"), &nodes, &hot(&nodes)),
             "nodes with no config wait for r1: maxUnavailable is 1 and every slot is taken; the others wait for \
              r2: the pool is paused"
         );
@@ -1207,9 +1206,14 @@ mod tests {
         let pp = &plans[0];
         assert!(pp.picks.is_empty());
         assert_eq!(
-            wait_message(pp, pp.wait.as_ref().expect("a wait"), names(&nodes)),
+            wait_message(pp, pp.wait.as_ref().expect("a wait"), &nodes, &hot(&nodes)),
             "nodes with no config wait for r1: maxUnavailable is 1 and every slot is taken (1 of them by degraded \
              node: a); the others wait for r2: the pool is paused"
+        );
+        // Nodes left that are not Ready are named, with what they wait for.
+        assert_eq!(
+            wait_message(pp, &Wait::NotReady { nodes: vec![0] }, &nodes, &hot(&nodes)),
+            "nodes wait for r2: not Ready: a; they are picked once Ready"
         );
         // Done on r1: behind r2, available.
         nodes = vec![node("a", "r1", "r1", "Done", true), node("fresh", "r1", "r1", "Done", true)];

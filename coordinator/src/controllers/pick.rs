@@ -39,6 +39,13 @@ pub enum Wait {
         unavailable: Vec<usize>,
     },
     Policy(HoldReason),
+    /// The only nodes left to move are not Ready (down, or under pressure): they are picked
+    /// once Ready again. By index into the snapshot's nodes; nodes that join (no config yet,
+    /// not Ready until their agent's first report) are not named: they are not waiting for
+    /// anything but their own start.
+    NotReady {
+        nodes: Vec<usize>,
+    },
 }
 
 impl std::fmt::Display for Wait {
@@ -52,6 +59,9 @@ impl std::fmt::Display for Wait {
                 unavailable.len(),
                 if unavailable.len() == 1 { " is" } else { "s are" },
             ),
+            Wait::NotReady { nodes } => {
+                write!(f, "{} node(s) left to update are not Ready; they are picked once Ready", nodes.len())
+            }
             Wait::Policy(HoldReason::Canary { canaries }) => {
                 write!(f, "waiting for the {canaries} canary node(s) to finish updating")
             }
@@ -451,11 +461,12 @@ fn plan_pool(
             });
         }
     } else if limit > 0 && waiting_any {
-        // Candidates exist only once nodes are Ready again.
-        let max = pools::max_unavailable(pool.spec.max_unavailable.as_ref(), pp.members.len());
-        let busy: Vec<usize> = pp.members.iter().copied().filter(|&i| hot[i].disrupted()).collect();
-        if pp.members.iter().any(|&i| behind[i] && !hot[i].ready()) {
-            pp.wait = Some(Wait::MaxUnavailable { max, unavailable: busy });
+        // Candidates exist only once nodes are Ready again: that is what they wait for, not a
+        // slot (there may be every slot free).
+        let nodes: Vec<usize> =
+            pp.members.iter().copied().filter(|&i| behind[i] && !hot[i].ready() && !hot[i].unconfigured()).collect();
+        if !nodes.is_empty() {
+            pp.wait = Some(Wait::NotReady { nodes });
         }
     }
     // Pre-stage the target on every member that waits for its turn; never for a paused pool, a

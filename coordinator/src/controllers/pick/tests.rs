@@ -769,3 +769,20 @@ fn a_pool_being_deleted_moves_no_node() {
     assert_eq!(pp.wait, Some(Wait::Deleting));
     assert_eq!(Wait::Deleting.to_string(), "the pool is being deleted");
 }
+
+/// The only nodes left to move are not Ready: they wait for that, not for a slot (every slot may
+/// be free), and a node that is joining (no config yet, not Ready before its agent's first
+/// report) is no wait at all.
+#[test]
+fn nodes_left_that_are_not_ready_wait_for_that_and_a_joining_node_for_nothing() {
+    let pools = [pool("worker", json!(2), "r2", json!({}))];
+    let down = node("down", worker(), "r1", "r1", "Done", false);
+    let joining = node("joining", worker(), "", "", "", false);
+    let nodes = vec![node("a", worker(), "r2", "r2", "Done", true), down.clone(), joining.clone()];
+    let p = plan(Snapshot { nodes: &nodes, pools: &pools, budgets: &[] }, now()).remove(0);
+    assert!(p.picks.is_empty());
+    assert_eq!(p.wait, Some(Wait::NotReady { nodes: vec![1] }));
+    let nodes = vec![node("a", worker(), "r2", "r2", "Done", true), joining];
+    let p = plan(Snapshot { nodes: &nodes, pools: &pools, budgets: &[] }, now()).remove(0);
+    assert_eq!(p.wait, None, "a joining node waits for its own start");
+}
