@@ -837,7 +837,8 @@ async fn rollout_status_not_config_ignores_degradation_on_the_old_target() {
 }
 
 /// kubectl's small things: `api-resources` aligned for every name, `rollout resume` of a pool
-/// that is not stopped is an error that writes nothing, `apply` of nothing is an error, and
+/// that is not stopped is an error that writes nothing (and says how to unpause a paused one),
+/// usage errors exit 2, `--timeout` takes a duration, `apply` of nothing is an error, and
 /// `describe` prints nested status values as YAML.
 #[tokio::test]
 async fn api_resources_resume_empty_apply_and_describe() {
@@ -854,6 +855,20 @@ async fn api_resources_resume_empty_apply_and_describe() {
     }
     let pool: serde_json::Value = serde_json::from_str(&ok(&c, &["get", "mcp", "worker", "-o", "json"])).unwrap();
     assert!(pool["metadata"]["annotations"]["aloft.dev/resumeRollout"].is_null(), "nothing written: {pool}");
+    // Paused, the refusal says how to go on.
+    ok(&c, &["patch", "mcp", "worker", "-p", r#"{"spec":{"paused":true}}"#]);
+    let err = fails(&c, &["rollout", "resume", "mcp/worker"]);
+    assert!(err.contains("The pool is paused (spec.paused): unpause it with `aloftctl patch mcp worker"), "{err}");
+    // A usage error is exit status 2 (as clap's), not 1 (a failed rollout).
+    for args in
+        [&["rollout", "status", "worker"][..], &["rollout", "status", "node/n1"][..], &["rollout", "resume", "mcp"][..]]
+    {
+        let out = ctl(&c, args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    // --timeout takes a duration as kubectl does.
+    let out = ok(&c, &["rollout", "status", "mcp/worker", "--timeout", "1m"]);
+    assert!(out.contains("pool worker is updated"), "{out}");
 
     let out = ctl(&c, &["apply", "-f", "-"]);
     assert!(!out.status.success());

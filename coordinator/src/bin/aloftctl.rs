@@ -18,7 +18,8 @@ fn main() {
     }
     if let Err(e) = run() {
         eprintln!("error: {e:#}");
-        std::process::exit(1);
+        let usage = e.downcast_ref::<aloft_coordinator::ctl::Usage>().is_some();
+        std::process::exit(if usage { 2 } else { 1 });
     }
 }
 

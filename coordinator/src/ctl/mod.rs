@@ -76,7 +76,8 @@ enum Cmd {
     },
     /// Show an object in detail: metadata, spec, status, conditions, and the Events about it.
     Describe {
-        #[arg(required = true)]
+        /// TYPE NAME..., or TYPE/NAME..., e.g. `mcp worker` or `node/worker-0`.
+        #[arg(required = true, value_name = "OBJECT")]
         args: Vec<String>,
     },
     /// Create or update objects from files (YAML/JSON, multi-document, directories, - for stdin).
@@ -84,6 +85,7 @@ enum Cmd {
     /// Objects are applied one by one; one the server refuses does not stop the others, and the
     /// errors (naming the file and document) come at the end, as with kubectl.
     Apply {
+        /// A file, a directory (its .yaml, .yml and .json files), or - for stdin; repeatable.
         #[arg(short = 'f', long = "filename", required = true)]
         files: Vec<String>,
         /// Validate on the server without storing.
@@ -94,7 +96,10 @@ enum Cmd {
     },
     /// Delete objects by TYPE NAME... or from files.
     Delete {
+        /// TYPE NAME..., or TYPE/NAME... (or -f).
+        #[arg(value_name = "OBJECT")]
         args: Vec<String>,
+        /// The objects of a file, a directory, or - for stdin; repeatable.
         #[arg(short = 'f', long = "filename")]
         files: Vec<String>,
         /// Succeed when the object is already gone.
@@ -103,15 +108,18 @@ enum Cmd {
     },
     /// Change fields of one object with a merge patch or a JSON patch.
     Patch {
-        #[arg(required = true)]
+        /// The object: TYPE NAME or TYPE/NAME, e.g. `mcp worker`.
+        #[arg(required = true, value_name = "OBJECT")]
         args: Vec<String>,
         /// merge (RFC 7386) or json (RFC 6902).
         #[arg(long = "type", default_value = "merge")]
         patch_type: String,
+        /// The patch, as JSON or YAML, e.g. `{"spec":{"paused":true}}`.
         #[arg(short = 'p', long)]
         patch: String,
-        /// Patch the status subresource.
-        #[arg(long)]
+        /// Patch this subresource of the object instead of the object: `status` (the only one
+        /// the coordinator serves).
+        #[arg(long, value_parser = ["status"])]
         subresource: Option<String>,
         #[command(flatten)]
         validate: ValidateArg,
@@ -238,7 +246,7 @@ enum RolloutCmd {
     /// still the --not-config one); says so and waits while the pool is paused. Waits through
     /// connection errors and server errors (a coordinator restart), with a warning, until the
     /// timeout; fails at once on an unknown pool or a token without access. Exit status: 0 once
-    /// updated, 1 on a failure or a timeout (the message says which).
+    /// updated, 1 on a failure or a timeout (the message says which), 2 on a usage error.
     #[command(
         verbatim_doc_comment,
         override_usage = "aloftctl rollout status [OPTIONS] mcp/NAME\n       aloftctl rollout status [OPTIONS] mcp NAME"
@@ -246,8 +254,8 @@ enum RolloutCmd {
     Status {
         #[arg(required = true, num_args = 1..=2, value_name = "POOL", help = POOL_HELP, long_help = POOL_LONG_HELP)]
         target: Vec<String>,
-        /// Give up after this many seconds.
-        #[arg(long, default_value_t = 3600)]
+        /// Give up after this long: seconds (`300`) or a duration (`90s`, `5m`, `1h30m`).
+        #[arg(long, default_value = "3600", value_parser = parse_timeout, value_name = "DURATION")]
         timeout: u64,
         /// Wait for a target other than this rendered config (the one before a change), and
         /// do not fail on a degradation while the target is still this one.
@@ -1069,7 +1077,27 @@ fn condition_of<'a>(pool: &'a Value, type_: &str) -> Option<&'a Value> {
 
 /// `mcp/NAME` or `mcp NAME` into the pool's path, its name, and the pool as the user wrote it
 /// (`mcp/NAME`), for messages.
+/// `--timeout`: whole seconds, or a duration as kubectl and oc take one (`90s`, `5m`, `1h30m`).
+fn parse_timeout(s: &str) -> Result<u64, String> {
+    if let Ok(secs) = s.parse::<u64>() {
+        return Ok(secs);
+    }
+    humantime::parse_duration(s)
+        .map(|d| d.as_secs())
+        .map_err(|e| format!("{e}: want seconds (300) or a duration (90s, 5m, 1h30m)"))
+}
+
+/// A command line that does not say what to do, as clap's own errors are: exit status 2, so
+/// that a script can tell a typo from a rollout that failed (1).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Usage(pub String);
+
 fn pool_target(args: &[String], verb: &str) -> Result<(String, String, String)> {
+    pool_target_of(args, verb).map_err(|e| Usage(format!("{e:#}")).into())
+}
+
+fn pool_target_of(args: &[String], verb: &str) -> Result<(String, String, String)> {
     let (kind, name) = match args {
         [one] => one.split_once('/').ok_or_else(|| anyhow!("want mcp/NAME or mcp NAME, got {one:?}"))?,
         [kind, name] if !kind.contains('/') => (kind.as_str(), name.as_str()),
@@ -1097,6 +1125,12 @@ async fn rollout_resume(client: &Client, target: &[String]) -> Result<()> {
     let (path, name, shown) = pool_target(target, "resume")?;
     let pool = client.get(&path).await?.into_result()?;
     if condition_true(&pool, aloft_api::machineconfig::conditions::CIRCUIT_BROKEN).is_none() {
+        if pool.pointer("/spec/paused").and_then(Value::as_bool) == Some(true) {
+            bail!(
+                "{shown}: the circuit breaker is not open; nothing to resume. The pool is paused (spec.paused): \
+                 unpause it with `aloftctl patch mcp {name} -p '{{\"spec\":{{\"paused\":false}}}}'`"
+            );
+        }
         bail!("{shown}: the circuit breaker is not open; nothing to resume");
     }
     // Any new value resumes once; a timestamp is new every time.
@@ -1673,6 +1707,16 @@ mod tests {
              \x20 Normal   Drained       5m                 drain-controller  cordoned\n\
              \x20 Warning  DrainTimeout  60s (x3 over 10m)  drain-controller  too slow\n"
         );
+    }
+
+    #[test]
+    fn timeouts_are_seconds_or_durations() {
+        assert_eq!(parse_timeout("300"), Ok(300));
+        assert_eq!(parse_timeout("90s"), Ok(90));
+        assert_eq!(parse_timeout("5m"), Ok(300));
+        assert_eq!(parse_timeout("1h30m"), Ok(5400));
+        assert!(parse_timeout("5q").unwrap_err().contains("want seconds (300) or a duration"));
+        assert!(parse_timeout("-1").is_err());
     }
 
     #[test]
