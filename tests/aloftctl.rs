@@ -997,16 +997,20 @@ async fn patch_validates_fields_strictly_unless_told_otherwise() {
 async fn describe_shows_the_objects_events() {
     let c = Coordinator::start();
     let admin = c.client();
+    let mut uids = std::collections::HashMap::new();
     for name in ["n1", "n2"] {
         let node = serde_json::json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}});
-        admin.post("/api/v1/nodes", &node).await.unwrap().into_result().unwrap();
+        let made = admin.post("/api/v1/nodes", &node).await.unwrap().into_result().unwrap();
+        uids.insert(name, made["metadata"]["uid"].as_str().unwrap_or_default().to_string());
     }
     let now = chrono::Utc::now();
     let ago = |s: i64| (now - chrono::Duration::seconds(s)).to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    // By uid, as the coordinator's own Events are (describe asks for the object's uid).
     let event =
         |name: &str, kind: &str, about: &str, reason: &str, message: &str, first: i64, last: i64, count: i64| {
+            let uid = if kind == "Node" { uids.get(about).cloned().unwrap_or_default() } else { String::new() };
             serde_json::json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": name},
-            "involvedObject": {"apiVersion": "v1", "kind": kind, "name": about},
+            "involvedObject": {"apiVersion": "v1", "kind": kind, "name": about, "uid": uid},
             "type": if reason == "DrainTimeout" { "Warning" } else { "Normal" }, "reason": reason,
             "message": message, "source": {"component": "drain-controller"},
             "firstTimestamp": ago(first), "lastTimestamp": ago(last), "count": count})
@@ -1016,6 +1020,12 @@ async fn describe_shows_the_objects_events() {
         event("e2", "Node", "n1", "Drained", "drained for rendered-worker-1", 300, 300, 1),
         event("e3", "Node", "n2", "Drained", "about n2 only", 10, 10, 1),
         event("e4", "MachineConfigPool", "n1", "NodeWaiting", "a pool named n1", 10, 10, 1),
+        {
+            // About an earlier n1, deleted since: not this one's.
+            let mut e = event("e5", "Node", "n1", "Drained", "about an earlier n1", 20, 20, 1);
+            e["involvedObject"]["uid"] = "an-earlier-uid".into();
+            e
+        },
     ] {
         admin.post("/api/v1/namespaces/default/events", &e).await.unwrap().into_result().unwrap();
     }
@@ -1036,7 +1046,7 @@ async fn describe_shows_the_objects_events() {
         ["Warning", "DrainTimeout", "drain-controller", "failed to drain node: n1"],
         "{desc}"
     );
-    assert_eq!(lines.len(), 4, "only n1's Node events: {desc}");
+    assert_eq!(lines.len(), 4, "only this n1's Node events: {desc}");
 
     let desc = ok(&c, &["describe", "no/n2"]);
     assert!(desc.contains("\n  Normal  Drained") && desc.contains("about n2 only"), "{desc}");
