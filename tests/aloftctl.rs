@@ -587,6 +587,26 @@ fn worker_node(name: &str, current: &str, state: &str) -> serde_json::Value {
         "machineconfiguration.openshift.io/reason": if state == "Degraded" { "boom" } else { "" }}}})
 }
 
+/// Three writers of MachineConfigs no pool selects, for 1.5 s: the render waits for the
+/// MachineConfig writes to pause, so a config posted meanwhile is rendered only after them.
+fn flood_other_configs(c: &Coordinator, tag: &str) -> Vec<tokio::task::JoinHandle<()>> {
+    let until = std::time::Instant::now() + Duration::from_millis(1500);
+    (0..3)
+        .map(|f| {
+            let admin = c.client();
+            let tag = tag.to_string();
+            tokio::spawn(async move {
+                let mut i = 0;
+                while std::time::Instant::now() < until {
+                    let mc = aloft_tests::machine_config(&format!("10-other-{tag}-{f}-{i}"), "other");
+                    admin.post(MCS, &mc).await.unwrap().into_result().unwrap();
+                    i += 1;
+                }
+            })
+        })
+        .collect()
+}
+
 /// `apply -f new-mc.yaml && rollout status`: until the render controller has rendered the new
 /// config, the pool is not "updated" on its old one; the wait says what it waits for. (The
 /// render waits for MachineConfig writes to pause, 2 s at most: a stream of writes to configs no
@@ -598,20 +618,7 @@ async fn rollout_status_waits_for_the_render_of_a_new_config() {
     create_pool(&c, aloft_tests::machine_config_pool("worker", "worker")).await;
     let mut old = settled(&c, "worker").await;
     for attempt in 0..3 {
-        let until = std::time::Instant::now() + Duration::from_millis(1500);
-        let floods: Vec<_> = (0..3)
-            .map(|f| {
-                let admin = c.client();
-                tokio::spawn(async move {
-                    let mut i = 0;
-                    while std::time::Instant::now() < until {
-                        let mc = aloft_tests::machine_config(&format!("10-other-{attempt}-{f}-{i}"), "other");
-                        admin.post(MCS, &mc).await.unwrap().into_result().unwrap();
-                        i += 1;
-                    }
-                })
-            })
-            .collect();
+        let floods = flood_other_configs(&c, &format!("{attempt}"));
         tokio::time::sleep(Duration::from_millis(100)).await;
         let name = format!("99-worker-new-{attempt}");
         c.client().post(MCS, &worker_file_config(&name)).await.unwrap().into_result().unwrap();
@@ -643,20 +650,7 @@ async fn rollout_status_does_not_fail_on_a_render_failure_the_apply_fixes() {
         c.client().post(POOLS, &pool).await.unwrap().into_result().unwrap();
         pool_when(&c, &pool_name, "its render failed: no MachineConfigs", |p| pool_condition_true(p, "RenderDegraded"))
             .await;
-        let until = std::time::Instant::now() + Duration::from_millis(1500);
-        let floods: Vec<_> = (0..3)
-            .map(|f| {
-                let admin = c.client();
-                tokio::spawn(async move {
-                    let mut i = 0;
-                    while std::time::Instant::now() < until {
-                        let mc = aloft_tests::machine_config(&format!("10-flood-{attempt}-{f}-{i}"), "other");
-                        admin.post(MCS, &mc).await.unwrap().into_result().unwrap();
-                        i += 1;
-                    }
-                })
-            })
-            .collect();
+        let floods = flood_other_configs(&c, &format!("fix-{attempt}"));
         tokio::time::sleep(Duration::from_millis(100)).await;
         let mc = aloft_tests::machine_config(&format!("50-{pool_name}"), &pool_name);
         c.client().post(MCS, &mc).await.unwrap().into_result().unwrap();

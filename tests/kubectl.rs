@@ -535,6 +535,31 @@ fn kubectl_get_raw_reads_readyz_and_metrics() {
     assert!(err.contains("NotFound") || err.contains("not found") || err.contains("404"), "{err}");
 }
 
+/// `kubectl explain`, as `oc explain mcp.spec` on OpenShift: the pool's fields (aloft's rollout
+/// and drain among them) and the NodeDisruptionBudget's, with what they mean.
+#[test]
+fn kubectl_explain_describes_the_pools_and_budgets_fields() {
+    let Some(exe) = kubectl_path() else { return };
+    let c = Coordinator::start();
+    let k = Kubectl::new(exe, &c, Auth::Kubeconfig);
+    let max = k.ok(&["explain", "mcp.spec.maxUnavailable"]);
+    assert!(max.contains("How many of the pool's nodes may be unavailable at once"), "{max}");
+    let rollout = k.ok(&["explain", "machineconfigpool.spec.rollout"]);
+    for f in ["canary", "soakSeconds", "maxFailures", "prestage"] {
+        assert!(rollout.contains(f), "{f}: {rollout}");
+    }
+    let hooks = k.ok(&["explain", "mcp.spec.drain.hooks"]);
+    assert!(hooks.contains("timeoutSeconds") && hooks.contains("url"), "{hooks}");
+    let budget = k.ok(&["explain", "ndb.spec"]);
+    for f in ["selector", "minAvailable", "maxUnavailable", "groupBy"] {
+        assert!(budget.contains(f), "{f}: {budget}");
+    }
+    let status = k.ok(&["explain", "mcp.status.degradedMachineCount"]);
+    assert!(status.contains("failed to update"), "{status}");
+    let err = k.fails(&["explain", "mcp.spec.noSuchField"]);
+    assert!(err.contains("noSuchField"), "{err}");
+}
+
 /// kubectl's field validation: `apply` (Strict since kubectl 1.27) refuses a pool with misspelt
 /// fields with the API server's `strict decoding error`; `--validate=warn` stores it and prints
 /// each unknown field as a warning. An unknown kind or version ends in kubectl's own

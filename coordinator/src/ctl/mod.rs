@@ -813,10 +813,17 @@ fn conditions_section(conds: &[Value]) -> String {
         let s = |k: &str| c.get(k).and_then(Value::as_str).unwrap_or("").to_string();
         rows.push(vec![s("type"), s("status"), s("reason"), s("lastTransitionTime"), s("message")]);
     }
+    format!("Conditions:\n{}", indented_table(&rows))
+}
+
+/// Rows as describe prints its tables: indented two spaces, columns as wide as their widest
+/// cell, two spaces apart, no trailing blanks.
+fn indented_table(rows: &[Vec<String>]) -> String {
+    let columns = rows.first().map_or(0, Vec::len);
     let widths: Vec<usize> =
-        (0..header.len()).map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0)).collect();
-    let mut out = String::from("Conditions:\n");
-    for r in &rows {
+        (0..columns).map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0)).collect();
+    let mut out = String::new();
+    for r in rows {
         let cells: Vec<String> = r.iter().zip(&widths).map(|(cell, w)| format!("{cell:<w$}")).collect();
         out.push_str(&format!("  {}\n", cells.join("  ").trim_end()));
     }
@@ -881,14 +888,7 @@ fn events_section(events: &[Value], now: chrono::DateTime<chrono::Utc>) -> Strin
     let rule = ["----", "------", "----", "----", "-------"];
     let mut all = vec![header.map(String::from).to_vec(), rule.map(String::from).to_vec()];
     all.extend(rows);
-    let widths: Vec<usize> =
-        (0..header.len()).map(|c| all.iter().map(|r| r[c].chars().count()).max().unwrap_or(0)).collect();
-    let mut out = String::from("Events:\n");
-    for r in &all {
-        let cells: Vec<String> = r.iter().zip(&widths).map(|(cell, w)| format!("{cell:<w$}")).collect();
-        out.push_str(&format!("  {}\n", cells.join("  ").trim_end()));
-    }
-    out
+    format!("Events:\n{}", indented_table(&all))
 }
 
 /// Nested values print as YAML, as `Spec` does, up to [`DESCRIBE_LINES`] lines; a longer one

@@ -4,6 +4,7 @@
 pub mod discovery;
 pub mod enroll;
 pub mod error;
+pub mod explain;
 pub mod fields;
 pub mod finalizers;
 pub mod handlers;

@@ -1,4 +1,6 @@
-//! OpenAPI v3 documents, minimal (and an empty v2 one, see [`v2`]): one schema per kind carrying `x-kubernetes-group-version-kind`.
+//! OpenAPI v3 documents, minimal (and an empty v2 one, see [`v2`]): one schema per kind carrying
+//! `x-kubernetes-group-version-kind`, with the fields of the kinds written by hand described for
+//! `kubectl explain` ([`super::explain`]).
 //! kubectl (1.27+) downloads these before `apply`/`create` to learn that the server validates
 //! fields itself; it then sends `fieldValidation=Strict` and leaves validation to us instead of
 //! failing with "failed to download openapi". Kinds keep unknown fields
@@ -36,15 +38,17 @@ fn gv_doc(group: &str, version: &str) -> Option<Value> {
     }
     for r in served {
         let name = schema_name(r);
-        schemas.insert(
-            name.clone(),
-            json!({
-                "type": "object",
-                "description": format!("{} ({})", r.kind, r.api_version()),
-                "x-kubernetes-group-version-kind": [{"group": r.group, "version": r.version, "kind": r.kind}],
-                "x-kubernetes-preserve-unknown-fields": true,
-            }),
-        );
+        let mut schema = json!({
+            "type": "object",
+            "description": format!("{} ({})", r.kind, r.api_version()),
+            "x-kubernetes-group-version-kind": [{"group": r.group, "version": r.version, "kind": r.kind}],
+            "x-kubernetes-preserve-unknown-fields": true,
+        });
+        // The fields `kubectl explain` shows, for the kinds written by hand.
+        if let Some(props) = super::explain::properties(r.kind) {
+            schema["properties"] = props;
+        }
+        schemas.insert(name.clone(), schema);
         let reference = json!({"$ref": format!("#/components/schemas/{name}")});
         let field_validation = json!({"name": "fieldValidation", "in": "query", "schema": {"type": "string"}});
         let ok = json!({"200": {"description": "OK", "content": {"application/json": {"schema": reference}}}});
@@ -164,6 +168,12 @@ mod tests {
         let patch = &doc["paths"]["/apis/machineconfiguration.openshift.io/v1/machineconfigpools/{name}"]["patch"];
         assert_eq!(patch["x-kubernetes-group-version-kind"]["kind"], "MachineConfigPool");
         assert_eq!(patch["parameters"][0]["name"], "fieldValidation");
+        // The kinds written by hand carry their fields, for kubectl explain; unknown fields stay.
+        let pool = &doc["components"]["schemas"]["io.openshift.machineconfiguration.v1.MachineConfigPool"];
+        assert!(pool["properties"]["spec"]["properties"]["rollout"]["properties"]["canary"].is_object(), "{pool}");
+        assert_eq!(pool["x-kubernetes-preserve-unknown-fields"], true);
+        let mc = &doc["components"]["schemas"]["io.openshift.machineconfiguration.v1.MachineConfig"];
+        assert!(mc.get("properties").is_none(), "{mc}");
     }
 
     #[test]

@@ -1,0 +1,179 @@
+//! What `kubectl explain` reads: the fields of the kinds an admin writes by hand (a
+//! MachineConfigPool's, with aloft's `spec.rollout` and `spec.drain`, and aloft's own
+//! NodeDisruptionBudget), as OpenAPI v3 properties with descriptions. `oc explain mcp.spec`
+//! documents OpenShift's fields; without these, `kubectl explain mcp.spec.maxUnavailable` said
+//! the field does not exist. Every object still keeps unknown fields in the schema
+//! (`x-kubernetes-preserve-unknown-fields`): admission, not the schema, is what checks them.
+
+use serde_json::{json, Value};
+
+fn field(type_: &str, description: &str) -> Value {
+    json!({"type": type_, "description": description})
+}
+
+fn int_or_string(description: &str) -> Value {
+    // As Kubernetes' own IntOrString schema is written (kubectl explain shows it as a string; the
+    // description says a count or a percentage).
+    json!({"type": "string", "format": "int-or-string", "x-kubernetes-int-or-string": true, "description": description})
+}
+
+fn object(description: &str, properties: Value) -> Value {
+    json!({"type": "object", "description": description, "properties": properties})
+}
+
+fn label_selector(description: &str) -> Value {
+    object(
+        description,
+        json!({
+            "matchLabels": {"type": "object", "additionalProperties": {"type": "string"},
+                "description": "Labels an object must have, each with this value."},
+            "matchExpressions": {"type": "array", "description": "Requirements an object's labels must meet, all of them.",
+                "items": object("A label requirement.", json!({
+                    "key": field("string", "The label key."),
+                    "operator": field("string", "In, NotIn, Exists or DoesNotExist."),
+                    "values": {"type": "array", "items": {"type": "string"},
+                        "description": "Values for In and NotIn; empty for Exists and DoesNotExist."},
+                }))},
+        }),
+    )
+}
+
+fn conditions() -> Value {
+    json!({"type": "array", "description": "The object's conditions, Kubernetes style.",
+    "items": object("A condition.", json!({
+        "type": field("string", "The condition's type."),
+        "status": field("string", "True, False or Unknown."),
+        "reason": field("string", "Why, in one CamelCase word or a short phrase."),
+        "message": field("string", "Why, in words."),
+        "lastTransitionTime": field("string", "When the status last changed (RFC 3339)."),
+    }))})
+}
+
+fn pool_spec() -> Value {
+    object(
+        "What the pool's nodes run and how a new config is rolled out to them.",
+        json!({
+            "machineConfigSelector": label_selector(
+                "The MachineConfigs rendered into the pool's config, by their labels (usually \
+                 machineconfiguration.openshift.io/role)."),
+            "nodeSelector": label_selector(
+                "The pool's nodes, by their labels. A custom pool takes its nodes from worker; \
+                 master beats a custom pool; a node in two custom pools is an error on both."),
+            "maxUnavailable": int_or_string(
+                "How many of the pool's nodes may be unavailable at once (not Ready, cordoned, \
+                 updating or degraded, whatever the reason): a count or a percentage of the \
+                 pool (rounded down, at least 1). Default 1."),
+            "paused": field("boolean",
+                "Stop moving nodes to new configs; the pool's status is still kept. Nodes that join get \
+                 the config the pool's nodes run."),
+            "configuration": object("The rendered config the pool's nodes are moved to (set by the render controller).",
+                json!({
+                    "name": field("string", "The rendered MachineConfig's name."),
+                    "source": {"type": "array", "description": "The MachineConfigs it was rendered from.",
+                        "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
+                })),
+            "rollout": object(
+                "aloft: how each new config is rolled out beyond maxUnavailable.",
+                json!({
+                    "canary": field("integer", "Update only this many nodes first (0: none)."),
+                    "soakSeconds": field("integer",
+                        "Then wait this long once the canaries are updated and back in service \
+                         (at most 31536000, a year)."),
+                    "maxFailures": field("integer",
+                        "Stop picking nodes for the config (condition CircuitBroken) when more than this \
+                         many nodes fail on it; resume with `aloftctl rollout resume mcp/NAME`. Unset: \
+                         never stop."),
+                    "prestage": field("boolean",
+                        "Ask waiting nodes to download the config's OS image ahead of their turn. Default true."),
+                }),
+            ),
+            "drain": object(
+                "aloft: how a node is drained before an update that needs it.",
+                json!({
+                    "timeoutSeconds": field("integer",
+                        "A drain (or uncordon) not finished within this many seconds marks the node \
+                         degraded, and is retried. Default 3600 (MCO's hour)."),
+                    "hooks": {"type": "array",
+                        "description": "Webhooks called in order after the cordon (phase drain) and before \
+                            the uncordon (phase uncordon); any 2xx answer is success.",
+                        "items": object("A drain webhook.", json!({
+                            "url": field("string", "Where to POST: http or https."),
+                            "timeoutSeconds": field("integer", "How long one call may take (default 30, at most 3600)."),
+                        }))},
+                }),
+            ),
+        }),
+    )
+}
+
+fn pool_status() -> Value {
+    let count = |what: &str| field("integer", what);
+    object(
+        "Where the pool's rollout stands, as MCO computes it.",
+        json!({
+            "configuration": object("The config every node of the pool runs, once they all do.",
+                json!({"name": field("string", "The rendered MachineConfig's name.")})),
+            "machineCount": count("Nodes in the pool."),
+            "updatedMachineCount": count("Nodes on the pool's target config, finished."),
+            "readyMachineCount": count("Nodes updated and ready (Ready, not cordoned)."),
+            "unavailableMachineCount": count("Nodes not ready or still updating."),
+            "degradedMachineCount": count("Nodes that failed to update (Degraded or Unreconcilable) or are stuck in a drain."),
+            "observedGeneration": count("The spec generation this status is about."),
+            "conditions": conditions(),
+            "rollout": {"type": "object", "x-kubernetes-preserve-unknown-fields": true,
+                "description": "aloft: the rollout policy's record (phase, soak start, failed nodes)."},
+        }),
+    )
+}
+
+fn budget_spec() -> Value {
+    object(
+        "Which nodes the budget covers and how many of them may be disrupted at once, across pools.",
+        json!({
+            "selector": label_selector("The nodes covered; empty covers every node."),
+            "minAvailable": int_or_string(
+                "At least this many covered nodes (of each group) stay available: a count or a \
+                 percentage (rounded up). Exclusive with maxUnavailable."),
+            "maxUnavailable": int_or_string(
+                "At most this many covered nodes (of each group) are unavailable at once: a count \
+                 or a percentage (rounded down). Exclusive with minAvailable."),
+            "groupBy": {"type": "array", "items": {"type": "string"},
+                "description": "Label keys: nodes with equal values for all of them form a group, each \
+                    held to the budget on its own (e.g. topology.kubernetes.io/zone). Empty: one group."},
+        }),
+    )
+}
+
+fn budget_status() -> Value {
+    let count = |what: &str| field("integer", what);
+    object(
+        "The budget's counts, as a PodDisruptionBudget's (for its tightest group).",
+        json!({
+            "expectedNodes": count("Covered nodes."),
+            "currentHealthy": count("Covered nodes available now."),
+            "desiredHealthy": count("Covered nodes that must stay available."),
+            "disruptionsAllowed": count("How many more covered nodes may be disrupted now."),
+            "observedGeneration": count("The spec generation this status is about."),
+            "groups": {"type": "array", "description": "The counts of each group (with groupBy).",
+                "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
+            "conditions": conditions(),
+        }),
+    )
+}
+
+/// The properties of `kind`'s schema, for the kinds described here.
+pub fn properties(kind: &str) -> Option<Value> {
+    let (spec, status) = match kind {
+        "MachineConfigPool" => (pool_spec(), pool_status()),
+        "NodeDisruptionBudget" => (budget_spec(), budget_status()),
+        _ => return None,
+    };
+    Some(json!({
+        "apiVersion": field("string", "The versioned schema of this object."),
+        "kind": field("string", "The kind of this object."),
+        "metadata": {"type": "object", "x-kubernetes-preserve-unknown-fields": true,
+            "description": "Standard object metadata: name, labels, annotations, ..."},
+        "spec": spec,
+        "status": status,
+    }))
+}
