@@ -112,10 +112,10 @@ pub fn evaluate(
     };
     // The failed nodes are those failing on this config now (as MCO counts degraded machines),
     // remembered while they retry (a flapping node must not reset the count) and forgotten once
-    // Done on it and back in service (a node whose uncordon is past the drain timeout reported
-    // Done before it, and has failed). A failure whose report names another config (one the node was asked for
-    // before this one, its agent has not reported on this one yet) does not count: a new config
-    // starts afresh (see `NodeFacts::failing_on_desired`).
+    // Done on it and not stuck in a drain (a node whose uncordon is past the drain timeout
+    // reported Done before it, and has failed). A failure whose report names another config (one
+    // the node was asked for before this one, its agent has not reported on this one yet) does
+    // not count: a new config starts afresh (see `NodeFacts::failing_on_desired`).
     for &i in members.index {
         let f = &members.hot[i];
         if f.failing_on_desired() && f.desires(target) {
