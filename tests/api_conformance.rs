@@ -1076,8 +1076,15 @@ async fn finalizers_hold_a_deleted_object_until_they_are_removed() {
     let msg = r.body["message"].as_str().unwrap_or_default();
     assert!(msg.contains("no new finalizers can be added if the object is being deleted"), "{msg}");
 
-    // The deletion fields are the server's: clearing or changing them is ignored.
-    let clear = json!({"metadata": {"deletionTimestamp": null, "deletionGracePeriodSeconds": 5, "labels": {"a": "b"}}});
+    // The deletion fields are the server's: clearing the timestamp or the grace period, or
+    // changing the timestamp, is ignored; changing the grace period is refused, as
+    // kube-apiserver does.
+    let longer = json!({"metadata": {"deletionGracePeriodSeconds": 5}});
+    let r = admin.patch(path, "application/merge-patch+json", &longer).await.unwrap();
+    assert_status(&r, 422, "Invalid", "a changed grace period");
+    assert_eq!(cause_fields(&r.body), ["metadata.deletionGracePeriodSeconds"]);
+    let clear =
+        json!({"metadata": {"deletionTimestamp": null, "deletionGracePeriodSeconds": null, "labels": {"a": "b"}}});
     let r = admin.patch(path, "application/merge-patch+json", &clear).await.unwrap();
     let patched = r.into_result().unwrap();
     assert_eq!(patched["metadata"]["deletionTimestamp"].as_str(), Some(ts.as_str()), "{patched}");

@@ -144,7 +144,9 @@ impl<'de> Deserialize<'de> for IntOrString {
                 i64::try_from(v).map(IntOrString::Int).map_err(|_| refuse(v))
             }
             fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<IntOrString, E> {
-                Err(refuse(v))
+                // Shown as a float (`2.0`, not `2`): as Kubernetes' IntOrString, a number written
+                // with a fraction or an exponent is not an integer here.
+                Err(refuse(format!("{v:?}")))
             }
             fn visit_bool<E: serde::de::Error>(self, v: bool) -> Result<IntOrString, E> {
                 Err(refuse(v))

@@ -69,12 +69,9 @@ impl std::fmt::Display for Wait {
                 if failed.is_empty() {
                     f.write_str("canary nodes are updated")?;
                 } else {
-                    write!(
-                        f,
-                        "canary nodes are finished, {} of them failed within maxFailures ({})",
-                        failed.len(),
-                        names_text(failed)
-                    )?;
+                    // Failed within maxFailures, or forgiven by a resume: either way the soak
+                    // does not follow a proven canary.
+                    write!(f, "canary nodes are finished, {} of them failed ({})", failed.len(), names_text(failed))?;
                 }
                 match until {
                     Some(until) => {

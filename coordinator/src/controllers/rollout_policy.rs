@@ -31,7 +31,8 @@ pub enum HoldReason {
     },
     /// The canaries are finished; nothing is picked `until` then (None: a soak that ends past
     /// the last representable time, which never ends). `failed`: the nodes that failed on the
-    /// config within `maxFailures` (a soak after a failed canary must not read as a proven one).
+    /// config, within `maxFailures` or forgiven by a resume (a soak after a failed canary must not
+    /// read as a proven one).
     Soaking {
         until: Option<DateTime<Utc>>,
         failed: Vec<String>,
@@ -406,7 +407,7 @@ mod tests {
         assert_eq!(
             Wait::Policy(HoldReason::Soaking { until: Some(t("2026-01-01T00:01:00Z")), failed: vec!["a".into()] })
                 .to_string(),
-            "canary nodes are finished, 1 of them failed within maxFailures (a); soaking until 2026-01-01T00:01:00Z"
+            "canary nodes are finished, 1 of them failed (a); soaking until 2026-01-01T00:01:00Z"
         );
         // Back in service: the failure is forgotten, and the soak is a proven canary's.
         f[0] = facts("r2", "r2", "Done");

@@ -254,7 +254,8 @@ enum RolloutCmd {
     Status {
         #[arg(required = true, num_args = 1..=2, value_name = "POOL", help = POOL_HELP, long_help = POOL_LONG_HELP)]
         target: Vec<String>,
-        /// Give up after this long: seconds (`300`) or a duration (`90s`, `5m`, `1h30m`).
+        /// Give up after this long: seconds (`300`) or a duration (`90s`, `5m`, `1h30m`); 0 waits
+        /// for good.
         #[arg(long, default_value = "3600", value_parser = parse_timeout, value_name = "DURATION")]
         timeout: u64,
         /// Wait for a target other than this rendered config (the one before a change), and
@@ -1213,6 +1214,26 @@ fn written_after_pool(pool: &Value, mcs: &[Value]) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// The MachineConfigs a render failure's `message` names ("MachineConfig NAME") that are not in
+/// `mcs` any more: the failure is about a set of configs there no longer is (the one at fault was
+/// deleted to fix it), and the render has not said so yet.
+fn named_and_gone(message: &str, mcs: &[Value]) -> Vec<String> {
+    let exists = |n: &str| mcs.iter().any(|m| m.pointer("/metadata/name").and_then(Value::as_str) == Some(n));
+    let mut gone: Vec<String> = message
+        .split("MachineConfig ")
+        .skip(1)
+        .filter_map(|rest| {
+            let name: String =
+                rest.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '.').collect();
+            let name = name.trim_end_matches('.');
+            (!name.is_empty() && !exists(name)).then(|| name.to_string())
+        })
+        .collect();
+    gone.sort();
+    gone.dedup();
+    gone
+}
+
 /// Where the pool stands, from its object and (only once it looks updated) the MachineConfigs.
 /// `stale_since`: when this wait first saw a failed render older than a MachineConfig change.
 async fn pool_progress(
@@ -1251,10 +1272,20 @@ async fn pool_progress(
     if let Some(f) = &failed {
         if condition_true(pool, aloft_api::machineconfig::conditions::RENDER_DEGRADED).is_some() {
             let later = written_after_pool(pool, items);
-            if !later.is_empty() {
+            let message = condition_true(pool, aloft_api::machineconfig::conditions::RENDER_DEGRADED);
+            let gone = named_and_gone(message.as_deref().unwrap_or(""), items);
+            if !later.is_empty() || !gone.is_empty() {
                 let since = *stale_since.get_or_insert_with(std::time::Instant::now);
                 if since.elapsed() < RENDER_GRACE {
-                    let why = format!("waiting for the render of MachineConfig {}", later.join(", "));
+                    let why = match (later.is_empty(), gone.is_empty()) {
+                        (false, true) => format!("waiting for the render of MachineConfig {}", later.join(", ")),
+                        (true, false) => format!("waiting for the render without MachineConfig {}", gone.join(", ")),
+                        _ => format!(
+                            "waiting for the render of MachineConfig {} and without {}",
+                            later.join(", "),
+                            gone.join(", ")
+                        ),
+                    };
                     return Ok(Progress::Waiting(format!("pool {name}: {why}"), Some(why)));
                 }
             }
@@ -1403,7 +1434,8 @@ fn shortened(message: &str) -> String {
 async fn rollout_status(client: &Client, target: &[String], timeout: u64, not_config: Option<&str>) -> Result<()> {
     use std::io::Write;
     let (path, name, _) = pool_target(target, "status")?;
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(timeout);
+    // 0 waits for good, as kubectl's `--timeout=0`.
+    let deadline = (timeout > 0).then(|| std::time::Instant::now() + std::time::Duration::from_secs(timeout));
     // On a terminal one line is redrawn in place; to a pipe, each new line is printed.
     let interactive = std::io::IsTerminal::is_terminal(&std::io::stdout());
     let mut last = String::new();
@@ -1477,7 +1509,7 @@ async fn rollout_status(client: &Client, target: &[String], timeout: u64, not_co
                 }
             }
         }
-        if std::time::Instant::now() > deadline {
+        if deadline.is_some_and(|d| std::time::Instant::now() > d) {
             end_line(&last);
             match unreachable {
                 Some(e) => bail!("timed out after {timeout} s: could not tell whether pool {name} is updated: {e}"),
@@ -1707,6 +1739,18 @@ mod tests {
              \x20 Normal   Drained       5m                 drain-controller  cordoned\n\
              \x20 Warning  DrainTimeout  60s (x3 over 10m)  drain-controller  too slow\n"
         );
+    }
+
+    /// A render failure that names a MachineConfig deleted since is about configs there no
+    /// longer are.
+    #[test]
+    fn a_render_failure_naming_a_deleted_config_is_stale() {
+        let mcs = vec![mc("30-p", "infra")];
+        let msg = "Failed to render configuration for pool infra: MachineConfig 31-pq: spec.config.storage.files[0]: \
+                   path /etc/p/q is under the file /etc/p of MachineConfig 30-p.";
+        assert_eq!(named_and_gone(msg, &mcs), ["31-pq"]);
+        assert!(named_and_gone(msg, &[mc("30-p", "infra"), mc("31-pq", "infra")]).is_empty());
+        assert!(named_and_gone("no MachineConfigs found matching the machineConfigSelector", &mcs).is_empty());
     }
 
     #[test]

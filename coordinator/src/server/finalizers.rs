@@ -111,17 +111,24 @@ pub fn keep_deletion_fields(stored: &Value, next: &mut Value) {
     }
 }
 
-/// The 422 causes of an update that sets a deletion field on an object not being deleted: only a
-/// DELETE starts a deletion (kube-apiserver's `ValidateObjectMetaUpdate`, "field is immutable").
-/// What an update of an object being deleted leaves out or changes of its deletion fields is put
-/// back by [`keep_deletion_fields`], as kube-apiserver's `BeforeUpdate` does, without an error.
+/// The 422 causes of an update that sets a deletion field on an object not being deleted (only a
+/// DELETE starts a deletion: kube-apiserver's `ValidateObjectMetaUpdate`, "field is immutable"),
+/// or changes the grace period of one being deleted. What else an update of an object being
+/// deleted leaves out or changes of its deletion fields is put back by [`keep_deletion_fields`],
+/// as kube-apiserver's `BeforeUpdate` does, without an error.
 pub fn set_by_update(stored: &Value, next: &Value) -> Vec<StatusCause> {
     let field = |obj: &Value, k: &str| super::objects::at(obj, &["metadata", k]).filter(|v| !v.is_null()).cloned();
     DELETION_FIELDS
         .into_iter()
         .filter_map(|k| {
             let new = field(next, k)?;
-            field(stored, k).is_none().then(|| {
+            let refused = match field(stored, k) {
+                None => true,
+                // kube-apiserver's `BeforeUpdate` puts back a timestamp an update changes, and a
+                // grace period it leaves out; a grace period it changes fails validation.
+                Some(old) => k == "deletionGracePeriodSeconds" && old != new,
+            };
+            refused.then(|| {
                 cause(
                     &format!("metadata.{k}"),
                     "FieldValueInvalid",
@@ -261,6 +268,11 @@ mod tests {
         assert!(set_by_update(&dying, &dying).is_empty());
         assert!(set_by_update(&dying, &live).is_empty());
         assert!(set_by_update(&dying, &set).is_empty(), "a changed timestamp is put back, not refused");
+        let longer =
+            json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z", "deletionGracePeriodSeconds": 30}});
+        let causes = set_by_update(&dying, &longer);
+        assert_eq!(causes.len(), 1, "a changed grace period is refused: {causes:?}");
+        assert_eq!(causes[0].field, "metadata.deletionGracePeriodSeconds");
     }
 
     #[test]
