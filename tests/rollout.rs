@@ -1190,7 +1190,8 @@ async fn a_failing_drain_hook_is_retried_with_a_back_off() {
 
 /// A drain hook call that hangs (up to its own timeout, here 30 s) does not hold the pool's drain
 /// timeout (2 s) back: the node is marked Degraded with a reason, and the DrainTimeout Event
-/// recorded, while the call still runs, not when it ends.
+/// recorded, while the call still runs, not when it ends. Removing the hook from the pool stops
+/// the call and lets the drain through.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hanging_drain_hook_does_not_hold_the_drain_timeout_back() {
     let c = Coordinator::start();
@@ -1215,6 +1216,17 @@ async fn a_hanging_drain_hook_does_not_hold_the_drain_timeout_back() {
         Ok(is_true(&pool(&admin).await, "NodeDrainTimeout").then_some(()))
     })
     .await;
+    // The admin removes the hanging hook: the call in flight is stopped, and the drain goes
+    // through without it, before the call would have ended (30 s after it started).
+    let path = path_of(&MACHINE_CONFIG_POOL, Some("worker"));
+    let r = admin.patch(&path, "application/merge-patch+json", &json!({"spec": {"drain": {"hooks": null}}})).await;
+    assert!(r.unwrap().code < 300);
+    eventually(Duration::from_secs(15), "n1 drained once the hanging hook is gone", || async {
+        let n = node(&admin, "n1").await;
+        Ok((annotation(&n, ann::LAST_APPLIED_DRAIN) == "drain-rendered-worker-1").then_some(()))
+    })
+    .await;
+    assert_eq!(hook.calls().len(), 1, "{:?}", hook.calls());
 }
 
 /// A drain hook that keeps failing keeps its DrainHookFailed Event past the Event TTL: the

@@ -197,8 +197,10 @@ fn humanize(seconds: i64) -> String {
 struct Ctx {
     events: Recorder,
     hooks: Hooks,
-    /// Nodes with a drain or uncordon task running.
-    inflight: Arc<Mutex<HashSet<String>>>,
+    /// Nodes with a drain or uncordon task running, and what it runs.
+    inflight: Arc<Mutex<HashMap<String, Running>>>,
+    /// The id of the next task ([`Running::id`]).
+    next_id: Arc<std::sync::atomic::AtomicU64>,
     /// The last reason a node's drain did not finish (for the timeout message).
     last_error: Arc<Mutex<HashMap<String, String>>>,
     /// The back-off of the nodes whose call failed.
@@ -206,6 +208,16 @@ struct Ctx {
     /// Told when a drain or uncordon task ends, so that the controller takes its outcome into
     /// account (a back-off to wait for) without polling.
     done: Arc<tokio::sync::Notify>,
+}
+
+/// A drain or uncordon task running for a node: the request and hooks it was started for, so
+/// that one made stale (the request changed, the pool's hooks were edited, e.g. a hanging hook
+/// removed) is stopped instead of holding the node until its call times out.
+struct Running {
+    id: u64,
+    request: String,
+    hooks: Vec<DrainHook>,
+    abort: tokio::task::AbortHandle,
 }
 
 /// An uncordon request the node controller answers itself, in the write that refills the slot
@@ -230,8 +242,15 @@ pub async fn run(store: Arc<dyn Store>, events: Recorder, passes: super::passes:
     };
     let max_step = events.refresh_interval().map(|half_ttl| half_ttl * 2 / 3);
     let backoffs = Arc::new(Mutex::new(Backoffs { max_step, ..Default::default() }));
-    let ctx =
-        Ctx { events, hooks, inflight: Arc::default(), last_error: Arc::default(), backoffs, done: Arc::default() };
+    let ctx = Ctx {
+        events,
+        hooks,
+        inflight: Arc::default(),
+        next_id: Arc::default(),
+        last_error: Arc::default(),
+        backoffs,
+        done: Arc::default(),
+    };
     let mut handoffs = HashMap::new();
     loop {
         if let Err(e) = follow(&store, &ctx, &passes, &mut handoffs).await {
@@ -374,11 +393,25 @@ async fn pass(
         let name = st.nodes.typed[i].metadata.name.clone();
         // A node whose call is still running (a hook that hangs, up to its own timeout) is not
         // started again, but its drain timeout is still checked on time below.
-        let in_flight = lock(&ctx.inflight).contains(&name);
         // The pool of this node only (MCO's membership rules, one node at a time): a pass must
         // not cost the whole fleet.
         let pool = membership.pool_of(&st.nodes.typed[i]).ok().flatten().map(|p| &st.pools.typed[p]);
         let pool_hooks = pool.and_then(|p| p.spec.drain.as_ref()).map_or(&[][..], |d| d.hooks.as_slice());
+        // A task started for another request or other hooks is stopped: it would hold the node
+        // until its call ends (a hanging hook the admin removed, up to its own timeout).
+        let in_flight = {
+            let mut running = lock(&ctx.inflight);
+            match running.get(&name) {
+                Some(r) if r.request == req.value() && r.hooks == pool_hooks => true,
+                Some(r) => {
+                    r.abort.abort();
+                    tracing::info!(node = %name, request = %req.value(), was = %r.request, "stopped a drain task started for another request or other hooks");
+                    running.remove(&name);
+                    false
+                }
+                None => false,
+            }
+        };
         if !in_flight && left_to_node_controller(&req, pool_hooks, pool.is_some(), &st.nodes.derived[i]) {
             let since = *handoffs.entry(name.clone()).or_insert(clock);
             if clock.duration_since(since) < HANDOFF {
@@ -444,6 +477,7 @@ async fn pass(
             hooks: pool_hooks.to_vec(),
             request: req.clone(),
             start: start_mark(req.value(), now),
+            id: ctx.next_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         };
         if let Request::Drain(r) = &req {
             if !node.spec.unschedulable {
@@ -484,8 +518,12 @@ async fn pass(
             }
             continue;
         }
-        lock(&ctx.inflight).insert(name);
-        tokio::spawn(job.run());
+        // Registered under the lock the task's end takes too: a task that ends at once finds
+        // its entry.
+        let mut running = lock(&ctx.inflight);
+        let (id, request, hooks) = (job.id, job.request.value().to_string(), job.hooks.clone());
+        let abort = tokio::spawn(job.run()).abort_handle();
+        running.insert(name, Running { id, request, hooks, abort });
     }
     Ok(wake)
 }
@@ -503,6 +541,8 @@ struct Job {
     request: Request,
     /// `aloft.dev/drainStarted` for this request, written with the cordon unless already there.
     start: String,
+    /// Its [`Running::id`].
+    id: u64,
 }
 
 impl Job {
@@ -526,7 +566,13 @@ impl Job {
                 tracing::debug!(node = %self.node, request = %self.request.value(), retry_in = ?due.saturating_duration_since(Instant::now()), "retrying later");
             }
         }
-        lock(&self.ctx.inflight).remove(&self.node);
+        {
+            // Only its own entry: a task stopped as stale was replaced by another.
+            let mut running = lock(&self.ctx.inflight);
+            if running.get(&self.node).is_some_and(|r| r.id == self.id) {
+                running.remove(&self.node);
+            }
+        }
         self.ctx.done.notify_one();
     }
 
