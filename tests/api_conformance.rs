@@ -10,6 +10,12 @@ use std::time::Duration;
 const MCO: &str = "/apis/machineconfiguration.openshift.io/v1";
 const T: Duration = Duration::from_secs(10);
 
+/// A DELETE of `path` with `options` (a DeleteOptions) as its body.
+async fn delete_with(admin: &Client, path: &str, options: &Value) -> aloft_client::Reply {
+    let body = serde_json::to_vec(options).unwrap();
+    admin.call(reqwest::Method::DELETE, path, Some(("application/json", body)), None).await.unwrap()
+}
+
 fn resource<'a>(list: &'a Value, name: &str) -> &'a Value {
     list["resources"]
         .as_array()
@@ -235,28 +241,12 @@ async fn create_get_list_update_delete_with_selectors() {
     let mut lbl = cur.clone();
     lbl["metadata"]["labels"]["x"] = "y".into();
     assert_eq!(admin.put(&path_of(&MACHINE_CONFIG, Some("10-c")), &lbl).await.unwrap().code, 200);
-    let r = admin
-        .call(
-            reqwest::Method::DELETE,
-            &path_of(&MACHINE_CONFIG, Some("10-c")),
-            Some(("application/json", serde_json::to_vec(&stale).unwrap())),
-            None,
-        )
-        .await
-        .unwrap();
+    let r = delete_with(&admin, &path_of(&MACHINE_CONFIG, Some("10-c")), &stale).await;
     assert_status(&r, 409, "Conflict", "delete with a stale precondition");
     get_ok(&admin, &MACHINE_CONFIG, "10-c").await;
     // A uid precondition that does not hold: kube-apiserver's message names both uids.
     let wrong_uid = json!({"kind": "DeleteOptions", "apiVersion": "v1", "preconditions": {"uid": "wrong"}});
-    let r = admin
-        .call(
-            reqwest::Method::DELETE,
-            &path_of(&MACHINE_CONFIG, Some("10-c")),
-            Some(("application/json", serde_json::to_vec(&wrong_uid).unwrap())),
-            None,
-        )
-        .await
-        .unwrap();
+    let r = delete_with(&admin, &path_of(&MACHINE_CONFIG, Some("10-c")), &wrong_uid).await;
     assert_status(&r, 409, "Conflict", "delete with a uid precondition that does not hold");
     let uid = cur["metadata"]["uid"].as_str().unwrap();
     assert!(
@@ -1062,10 +1052,7 @@ async fn finalizers_hold_a_deleted_object_until_they_are_removed() {
     assert_eq!((r.code, rv(&r.body)), (200, rv(&marked)), "{}", r.body);
     let stale = json!({"kind": "DeleteOptions", "apiVersion": "v1",
         "preconditions": {"resourceVersion": rv(&created).to_string()}});
-    let r = admin
-        .call(reqwest::Method::DELETE, path, Some(("application/json", serde_json::to_vec(&stale).unwrap())), None)
-        .await
-        .unwrap();
+    let r = delete_with(&admin, path, &stale).await;
     assert_status(&r, 409, "Conflict", "a delete with a stale precondition");
 
     // No new finalizer while it is being deleted.

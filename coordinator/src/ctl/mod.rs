@@ -1270,10 +1270,9 @@ async fn pool_progress(
     // selects changed after the pool's last write (the one just applied to fix it): the render
     // has a few seconds to say otherwise.
     if let Some(f) = &failed {
-        if condition_true(pool, aloft_api::machineconfig::conditions::RENDER_DEGRADED).is_some() {
+        if let Some(message) = condition_true(pool, aloft_api::machineconfig::conditions::RENDER_DEGRADED) {
             let later = written_after_pool(pool, items);
-            let message = condition_true(pool, aloft_api::machineconfig::conditions::RENDER_DEGRADED);
-            let gone = named_and_gone(message.as_deref().unwrap_or(""), items);
+            let gone = named_and_gone(&message, items);
             if !later.is_empty() || !gone.is_empty() {
                 let since = *stale_since.get_or_insert_with(std::time::Instant::now);
                 if since.elapsed() < RENDER_GRACE {
