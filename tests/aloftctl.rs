@@ -830,6 +830,110 @@ async fn rollout_status_not_config_ignores_degradation_on_the_old_target() {
     assert!(stderr.contains("is degraded") && stderr.contains("boom"), "{stderr}");
 }
 
+/// A revert (the bad MachineConfig deleted): once the render is back on the old config, the node
+/// that failed on the bad one still shows Degraded until the node controller moves it back and
+/// its agent reports. `rollout status` waits for that report instead of failing on the old
+/// failure (this test plays the agent, and reports 2 s into the wait); with no report the failure
+/// stands after a grace of seconds, and a node failing on the target itself fails the wait at
+/// once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rollout_status_waits_for_a_reverted_node_to_report() {
+    let c = Coordinator::start();
+    create_pool(&c, aloft_tests::machine_config_pool("worker", "worker")).await;
+    let old = settled(&c, "worker").await;
+    let admin = c.client();
+    admin.post("/api/v1/nodes", &worker_node("n1", &old, "Done")).await.unwrap().into_result().unwrap();
+    let ready = serde_json::json!({"status": {"conditions": [{"type": "Ready", "status": "True"}]}});
+    admin
+        .patch("/api/v1/nodes/n1/status", "application/merge-patch+json", &ready)
+        .await
+        .unwrap()
+        .into_result()
+        .unwrap();
+    let desired_of_n1 = || {
+        let a = admin.clone();
+        async move {
+            let n = a.get("/api/v1/nodes/n1").await?.into_result()?;
+            anyhow::Ok(
+                n.pointer("/metadata/annotations")
+                    .and_then(|m| m.get(aloft_api::annotations::DESIRED_CONFIG))
+                    .and_then(|v| v.as_str())
+                    .map(str::to_string),
+            )
+        }
+    };
+    let report = |state: &str, reason: &str, failed_on: Option<&str>| {
+        serde_json::json!({"metadata": {"annotations": {
+            aloft_api::annotations::STATE: state,
+            aloft_api::annotations::REASON: reason,
+            aloft_api::annotations::FAILED_CONFIG: failed_on}}})
+    };
+    admin.post(MCS, &worker_file_config("99-worker-bad")).await.unwrap().into_result().unwrap();
+    let bad = eventually(Duration::from_secs(30), "n1 asked for the bad config", || {
+        let get = desired_of_n1();
+        let old = old.clone();
+        async move { Ok(get.await?.filter(|d| *d != old)) }
+    })
+    .await;
+    let merge = "application/merge-patch+json";
+    admin
+        .patch("/api/v1/nodes/n1", merge, &report("Degraded", "boom: bad config", Some(&bad)))
+        .await
+        .unwrap()
+        .into_result()
+        .unwrap();
+    pool_when(&c, "worker", "the pool degraded by n1", |p| pool_condition_true(p, "NodeDegraded")).await;
+    admin.delete(&format!("{MCS}/99-worker-bad")).await.unwrap().into_result().unwrap();
+    eventually(Duration::from_secs(30), "the revert rendered and n1 moved back", || {
+        let (a, get, old) = (admin.clone(), desired_of_n1(), old.clone());
+        async move {
+            let p = a.get(&format!("{POOLS}/worker")).await?.into_result()?;
+            let target = p.pointer("/spec/configuration/name").and_then(|v| v.as_str()) == Some(old.as_str());
+            Ok((target && get.await?.as_deref() == Some(old.as_str())).then_some(()))
+        }
+    })
+    .await;
+    // Still degraded by n1's report on the bad config: the window the wait must not fail in.
+    pool_when(&c, "worker", "the pool still degraded", |p| pool_condition_true(p, "NodeDegraded")).await;
+    let waiting = format!("waiting for degraded node(s) n1 to take {old}");
+
+    // No report: the old failure stands once the grace is over.
+    let out = ctl(&c, &["rollout", "status", "mcp/worker", "--timeout", "60"]);
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    assert!(stdout.contains(&waiting), "{stdout}");
+    assert!(stderr.contains("pool worker is degraded") && stderr.contains("boom: bad config"), "{stderr}");
+
+    // The agent reports 2 s into the wait: the pool is updated, and the wait says so.
+    let reporter = {
+        let a = admin.clone();
+        let done = report("Done", "", None);
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            a.patch("/api/v1/nodes/n1", "application/merge-patch+json", &done).await.unwrap().into_result().unwrap();
+        })
+    };
+    let out = ctl(&c, &["rollout", "status", "mcp/worker", "--timeout", "60"]);
+    reporter.await.unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(stdout.contains(&waiting) && stdout.contains("pool worker is updated"), "{stdout}");
+
+    // Failing on the target itself: no grace (the timeout is shorter than it).
+    admin
+        .patch("/api/v1/nodes/n1", merge, &report("Degraded", "boom: on target", Some(&old)))
+        .await
+        .unwrap()
+        .into_result()
+        .unwrap();
+    pool_when(&c, "worker", "the pool degraded by n1 on its target", |p| pool_condition_true(p, "NodeDegraded")).await;
+    let out = ctl(&c, &["rollout", "status", "mcp/worker", "--timeout", "5"]);
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    assert!(stderr.contains("pool worker is degraded") && stderr.contains("boom: on target"), "{stderr}");
+    assert!(!stdout.contains("waiting for degraded node"), "{stdout}");
+}
+
 /// kubectl's small things: `api-resources` aligned for every name, `rollout resume` of a pool
 /// that is not stopped is an error that writes nothing (and says how to unpause a paused one),
 /// usage errors exit 2, `--timeout` takes a duration, `apply` of nothing is an error, and

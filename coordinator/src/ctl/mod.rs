@@ -1195,10 +1195,63 @@ enum Progress {
     Failed(String),
 }
 
-/// How long `rollout status` takes a failed render that a later MachineConfig change may have
-/// fixed as not yet known: the render controller renders within seconds of a change, and writes
-/// the pool if the outcome changed; past this, the failure stands.
-const RENDER_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
+/// How long `rollout status` takes a failure that a later change may have made stale as not yet
+/// known: a failed render after a MachineConfig change (the render controller renders within
+/// seconds of a change, and writes the pool if the outcome changed), or nodes degraded on a
+/// config the pool's target no longer is (the node controller moves them and their agents report
+/// within seconds). Past this, the failure stands.
+const STALE_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// When one `rollout status` first saw each kind of possibly stale failure ([`STALE_GRACE`]).
+#[derive(Debug, Default)]
+struct Grace {
+    render: Option<std::time::Instant>,
+    nodes: Option<std::time::Instant>,
+}
+
+impl Grace {
+    /// Whether a stale failure first seen in `slot` is still within its grace.
+    fn within(slot: &mut Option<std::time::Instant>) -> bool {
+        slot.get_or_insert_with(std::time::Instant::now).elapsed() < STALE_GRACE
+    }
+}
+
+/// The pool's degraded nodes, when every one of them failed on a config other than `target`
+/// (the config its agent's failure report names): a failure the target no longer asks for, as
+/// right after a bad MachineConfig is deleted to revert it. The pool still counts those nodes
+/// degraded (MCO's status reads the agent's state) until the node controller moves them and their
+/// agents report. None: no such node, or one failing on the target, stuck in its drain, or not
+/// saying which config it failed on; that degradation stands.
+async fn degraded_elsewhere(client: &Client, pool: &Value, target: &str) -> Result<Option<Vec<String>>> {
+    use crate::controllers::pools::{failing_state, membership, NodeFacts};
+    let Ok(this) = serde_json::from_value::<aloft_api::MachineConfigPool>(pool.clone()) else { return Ok(None) };
+    fn typed<T: serde::de::DeserializeOwned>(list: &Value) -> Vec<T> {
+        let items = list.get("items").and_then(Value::as_array).into_iter().flatten();
+        items.filter_map(|v| serde_json::from_value(v.clone()).ok()).collect()
+    }
+    let pools: Vec<aloft_api::MachineConfigPool> = typed(
+        &list_in_pages(client, &resource_path(resources::MACHINE_CONFIG_POOL.path_ref(), None, None), None).await?,
+    );
+    let nodes: Vec<aloft_api::Node> =
+        typed(&list_in_pages(client, &resource_path(resources::NODE.path_ref(), None, None), None).await?);
+    let (members, _) = membership(&pools, &nodes);
+    let mut names = Vec::new();
+    for &i in members.get(&this.metadata.name).into_iter().flatten() {
+        let facts = NodeFacts::of(&nodes[i]);
+        if !facts.degraded() {
+            continue;
+        }
+        let elsewhere = facts.drain_failure.is_empty()
+            && failing_state(&facts.state)
+            && !facts.failed_config.is_empty()
+            && facts.failed_config != target;
+        if !elsewhere {
+            return Ok(None);
+        }
+        names.push(nodes[i].metadata.name.clone());
+    }
+    Ok((!names.is_empty()).then_some(names))
+}
 
 /// The MachineConfigs `pool` selects that were written after the pool last was (by
 /// resourceVersion): changes its status may not have caught up with.
@@ -1235,13 +1288,13 @@ fn named_and_gone(message: &str, mcs: &[Value]) -> Vec<String> {
 }
 
 /// Where the pool stands, from its object and (only once it looks updated) the MachineConfigs.
-/// `stale_since`: when this wait first saw a failed render older than a MachineConfig change.
+/// `grace`: when this wait first saw failures that may be stale.
 async fn pool_progress(
     client: &Client,
     pool: &Value,
     name: &str,
     not_config: Option<&str>,
-    stale_since: &mut Option<std::time::Instant>,
+    grace: &mut Grace,
 ) -> Result<Progress> {
     let want = pool.pointer("/spec/configuration/name").and_then(Value::as_str).unwrap_or("");
     let have = pool.pointer("/status/configuration/name").and_then(Value::as_str).unwrap_or("");
@@ -1274,8 +1327,7 @@ async fn pool_progress(
             let later = written_after_pool(pool, items);
             let gone = named_and_gone(&message, items);
             if !later.is_empty() || !gone.is_empty() {
-                let since = *stale_since.get_or_insert_with(std::time::Instant::now);
-                if since.elapsed() < RENDER_GRACE {
+                if Grace::within(&mut grace.render) {
                     let why = match (later.is_empty(), gone.is_empty()) {
                         (false, true) => format!("waiting for the render of MachineConfig {}", later.join(", ")),
                         (true, false) => format!("waiting for the render without MachineConfig {}", gone.join(", ")),
@@ -1298,6 +1350,22 @@ async fn pool_progress(
         return Ok(Progress::Waiting(format!("pool {name}: {why}"), Some(why)));
     }
     if let Some(f) = failed {
+        // Nodes degraded on the config before (a revert's render is out, and the node that failed
+        // on the bad config is not moved back yet, or its agent has not reported): not a failure
+        // of this target, for the few seconds it takes them to say so.
+        let by_nodes = condition_true(pool, aloft_api::machineconfig::conditions::DEGRADED).is_some()
+            && condition_true(pool, aloft_api::machineconfig::conditions::NODE_DEGRADED).is_some();
+        if by_nodes {
+            if let Some(nodes) = degraded_elsewhere(client, pool, want).await? {
+                if Grace::within(&mut grace.nodes) {
+                    let why = format!(
+                        "waiting for degraded node(s) {} to take {want}: they failed on another config",
+                        crate::controllers::pick::names_text(&nodes)
+                    );
+                    return Ok(Progress::Waiting(format!("pool {name}: {why}"), Some(why)));
+                }
+            }
+        }
         return Ok(Progress::Failed(f));
     }
     let n = |p: &str| pool.pointer(p).and_then(Value::as_i64).unwrap_or(0);
@@ -1448,7 +1516,7 @@ async fn rollout_status(client: &Client, target: &[String], timeout: u64, not_co
     let mut unreachable: Option<String> = None;
     // What the pool's status last said holds it back.
     let mut held: Option<String> = None;
-    let mut stale_since = None;
+    let mut grace = Grace::default();
     loop {
         // A connection error or a 5xx is waited through until the timeout, as kubectl's
         // reflector re-lists through them: a coordinator restart does not end a rollout, so it
@@ -1459,7 +1527,7 @@ async fn rollout_status(client: &Client, target: &[String], timeout: u64, not_co
                 let code = r.code;
                 Err(r.into_result().err().map_or_else(|| format!("HTTP {code}"), |e| format!("{e:#}")))
             }
-            Ok(r) => match pool_progress(client, &r.into_result()?, &name, not_config, &mut stale_since).await {
+            Ok(r) => match pool_progress(client, &r.into_result()?, &name, not_config, &mut grace).await {
                 Ok(p) => Ok(p),
                 Err(e) => Err(format!("{e:#}")),
             },
