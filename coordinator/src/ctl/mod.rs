@@ -1326,19 +1326,17 @@ async fn pool_progress(
         if let Some(message) = condition_true(pool, aloft_api::machineconfig::conditions::RENDER_DEGRADED) {
             let later = written_after_pool(pool, items);
             let gone = named_and_gone(&message, items);
-            if !later.is_empty() || !gone.is_empty() {
-                if Grace::within(&mut grace.render) {
-                    let why = match (later.is_empty(), gone.is_empty()) {
-                        (false, true) => format!("waiting for the render of MachineConfig {}", later.join(", ")),
-                        (true, false) => format!("waiting for the render without MachineConfig {}", gone.join(", ")),
-                        _ => format!(
-                            "waiting for the render of MachineConfig {} and without {}",
-                            later.join(", "),
-                            gone.join(", ")
-                        ),
-                    };
-                    return Ok(Progress::Waiting(format!("pool {name}: {why}"), Some(why)));
-                }
+            if (!later.is_empty() || !gone.is_empty()) && Grace::within(&mut grace.render) {
+                let why = match (later.is_empty(), gone.is_empty()) {
+                    (false, true) => format!("waiting for the render of MachineConfig {}", later.join(", ")),
+                    (true, false) => format!("waiting for the render without MachineConfig {}", gone.join(", ")),
+                    _ => format!(
+                        "waiting for the render of MachineConfig {} and without {}",
+                        later.join(", "),
+                        gone.join(", ")
+                    ),
+                };
+                return Ok(Progress::Waiting(format!("pool {name}: {why}"), Some(why)));
             }
             return Ok(Progress::Failed(f.clone()));
         }
