@@ -1225,9 +1225,11 @@ async fn rollout_status_waits_through_a_coordinator_restart() {
 }
 
 /// An empty `ALOFT_KUBECONFIG` counts as unset (as kubectl treats an empty KUBECONFIG): it does
-/// not make an explicit `--kubeconfig` an error.
+/// not make an explicit `--kubeconfig` an error. A set one is the client config, and is not shown
+/// in usage lines as a flag that must be given (as clap shows an argument it reads from the
+/// environment).
 #[tokio::test]
-async fn an_empty_aloft_kubeconfig_counts_as_unset() {
+async fn an_empty_aloft_kubeconfig_counts_as_unset_and_a_set_one_is_no_flag_to_give() {
     let c = Coordinator::start();
     let out = Command::new(bin("aloftctl"))
         .arg("--kubeconfig")
@@ -1238,6 +1240,16 @@ async fn an_empty_aloft_kubeconfig_counts_as_unset() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // Set, it is the client config; and a usage error does not show it as a flag to give.
+    let with_env = |args: &[&str]| {
+        Command::new(bin("aloftctl")).args(args).env("ALOFT_KUBECONFIG", c.kubeconfig_path()).output().unwrap()
+    };
+    let out = with_env(&["get", "mcp"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = with_env(&["get"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("Usage: aloftctl get <ARGS>...") && !stderr.contains("--kubeconfig"), "{stderr}");
 }
 
 /// `--server http://` pointed at the coordinator's HTTPS port says the server speaks HTTPS and

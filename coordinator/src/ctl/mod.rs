@@ -34,18 +34,20 @@ const TABLE_ACCEPT: &str = "application/json;as=Table;v=v1;g=meta.k8s.io,applica
 #[derive(Parser)]
 #[command(name = "aloftctl", version, verbatim_doc_comment)]
 pub struct Cli {
+    // The ALOFT_* variables are read in `client_config`, not by clap: an argument clap takes from
+    // the environment is shown in every usage line as if it had to be given.
     /// Client config (kubeconfig format). Default: $ALOFT_KUBECONFIG, ~/.config/aloft/kubeconfig,
     /// then /var/lib/aloft-coordinator/admin.kubeconfig.
-    #[arg(long, global = true, env = "ALOFT_KUBECONFIG")]
+    #[arg(long, global = true)]
     kubeconfig: Option<PathBuf>,
-    /// Coordinator URL, overriding the client config.
-    #[arg(long, global = true, env = "ALOFT_SERVER")]
+    /// Coordinator URL, overriding the client config [env: ALOFT_SERVER].
+    #[arg(long, global = true)]
     server: Option<String>,
-    /// Bearer token, overriding the client config.
-    #[arg(long, global = true, env = "ALOFT_TOKEN", hide_env_values = true)]
+    /// Bearer token, overriding the client config [env: ALOFT_TOKEN].
+    #[arg(long, global = true)]
     token: Option<String>,
-    /// CA certificate file, overriding the client config.
-    #[arg(long, global = true, env = "ALOFT_CA")]
+    /// CA certificate file, overriding the client config [env: ALOFT_CA].
+    #[arg(long, global = true)]
     certificate_authority: Option<PathBuf>,
     /// Namespace, for namespaced kinds (events).
     #[arg(short = 'n', long, global = true, default_value = "default")]
@@ -281,12 +283,23 @@ fn default_kubeconfig() -> Option<PathBuf> {
     home.filter(|p| p.exists()).or_else(|| system.exists().then_some(system))
 }
 
+/// An ALOFT_* variable's value; an empty one counts as unset, as kubectl treats an empty
+/// KUBECONFIG.
+fn env_value(var: &str) -> Option<std::ffi::OsString> {
+    std::env::var_os(var).filter(|v| !v.is_empty())
+}
+
 fn client_config(cli: &Cli) -> Result<ClientConfig> {
-    let mut cfg = match cli.kubeconfig.clone().or_else(default_kubeconfig) {
+    let text = |v: std::ffi::OsString| v.to_string_lossy().into_owned();
+    let server = cli.server.clone().or_else(|| env_value("ALOFT_SERVER").map(text));
+    let token = cli.token.clone().or_else(|| env_value("ALOFT_TOKEN").map(text));
+    let ca = cli.certificate_authority.clone().or_else(|| env_value("ALOFT_CA").map(PathBuf::from));
+    let kubeconfig = cli.kubeconfig.clone().or_else(|| env_value("ALOFT_KUBECONFIG").map(PathBuf::from));
+    let mut cfg = match kubeconfig.or_else(default_kubeconfig) {
         Some(p) => ClientConfig::from_kubeconfig(&p)?,
         None => ClientConfig::default(),
     };
-    let from = match &cli.server {
+    let from = match &server {
         Some(s) => {
             cfg.server = s.clone();
             "--server (or ALOFT_SERVER)".to_string()
@@ -305,10 +318,10 @@ fn client_config(cli: &Cli) -> Result<ClientConfig> {
             }
         }
     }
-    if let Some(t) = &cli.token {
+    if let Some(t) = &token {
         cfg.token = Some(t.clone());
     }
-    if let Some(ca) = &cli.certificate_authority {
+    if let Some(ca) = &ca {
         cfg.ca_pem = Some(std::fs::read(ca).with_context(|| format!("reading CA {}", ca.display()))?);
     }
     if cfg.server.is_empty() {
