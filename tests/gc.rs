@@ -1,7 +1,9 @@
 //! Garbage collection by ownerReferences, as Kubernetes does it: deleting a pool deletes the
 //! rendered configs it owns (background propagation), except one a node is on; an object with
-//! one owner still there stays; `propagationPolicy=Orphan` keeps the dependents, their
-//! references to the deleted owner removed. (`kubectl delete --cascade=orphan`: tests/kubectl.rs.)
+//! one owner still there stays; `propagationPolicy=Orphan` (or an `orphan` finalizer) keeps the
+//! dependents, their references to the deleted owner removed; `propagationPolicy=Foreground`
+//! keeps the owner until its dependents are gone. (`kubectl delete --cascade=...`:
+//! tests/kubectl.rs.)
 
 use aloft_coordinator::resources::{EVENT, MACHINE_CONFIG, MACHINE_CONFIG_POOL, NODE};
 use aloft_tests::*;
@@ -286,4 +288,66 @@ async fn a_pool_being_deleted_renders_nothing_and_its_orphans_stay() {
     .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(exists(&admin, &first).await && exists(&admin, &second).await, "the orphans outlive the pool");
+}
+
+/// `?propagationPolicy=Foreground`: the pool stays, being deleted with the `foregroundDeletion`
+/// finalizer, while its rendered configs go; the one a node is on holds it (a config in use is
+/// never removed) until the node moves on, and then both go.
+#[tokio::test]
+async fn a_foreground_delete_keeps_the_pool_until_its_rendered_configs_are_gone() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let (first, second) = pool_rendered_twice(&admin).await;
+    node_on(&admin, Some(&first)).await;
+    let pool = path_of(&MACHINE_CONFIG_POOL, Some("infra"));
+    let r = admin.delete(&format!("{pool}?propagationPolicy=Foreground")).await.unwrap();
+    assert_eq!(r.code, 200, "{}", r.body);
+    assert!(r.body["metadata"]["deletionTimestamp"].is_string(), "{}", r.body);
+    assert_eq!(r.body["metadata"]["finalizers"], json!(["foregroundDeletion"]), "{}", r.body);
+    eventually(Duration::from_secs(20), "the unused rendered config to go", || async {
+        Ok((!exists(&admin, &second).await).then_some(()))
+    })
+    .await;
+    eventually(Duration::from_secs(20), "the config in use to be kept, with an Event", || async {
+        let list = admin.get(&path_of(&EVENT, None)).await?.into_result()?;
+        let items = list["items"].as_array().cloned().unwrap_or_default();
+        Ok(items
+            .iter()
+            .any(|e| e["reason"] == "DeleteDeferred" && e["involvedObject"]["name"] == first.as_str())
+            .then_some(()))
+    })
+    .await;
+    let p = get_ok(&admin, &MACHINE_CONFIG_POOL, "infra").await;
+    assert_eq!(p["metadata"]["finalizers"], json!(["foregroundDeletion"]), "held by its config in use: {p}");
+    assert!(exists(&admin, &first).await);
+
+    node_on(&admin, None).await;
+    eventually(Duration::from_secs(40), "the pool to go once its last config is gone", || async {
+        Ok((admin.get(&pool).await?.code == 404).then_some(()))
+    })
+    .await;
+    assert!(!exists(&admin, &first).await, "the config went first");
+}
+
+/// An `orphan` finalizer set by hand: a plain DELETE orphans the dependents (they stay, without
+/// their references to the pool), and the pool goes.
+#[tokio::test]
+async fn an_orphan_finalizer_orphans_the_dependents_of_a_deleted_pool() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let (first, second) = pool_rendered_twice(&admin).await;
+    let pool = path_of(&MACHINE_CONFIG_POOL, Some("infra"));
+    let hold = json!({"metadata": {"finalizers": ["orphan"]}});
+    admin.patch(&pool, "application/merge-patch+json", &hold).await.unwrap().into_result().unwrap();
+    admin.delete(&pool).await.unwrap().into_result().unwrap();
+    eventually(Duration::from_secs(20), "the pool to go", || async {
+        Ok((admin.get(&pool).await?.code == 404).then_some(()))
+    })
+    .await;
+    // A later pass takes nothing either (the controller runs after each deletion).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for name in [&first, &second] {
+        let mc = get_ok(&admin, &MACHINE_CONFIG, name).await;
+        assert!(mc["metadata"].get("ownerReferences").is_none(), "orphaned: {mc}");
+    }
 }

@@ -604,9 +604,10 @@ async fn kubectl_field_validation_and_unknown_kinds() {
 }
 
 /// `kubectl delete` (background propagation) takes a pool's rendered config with it;
-/// `--cascade=orphan` leaves it, its reference to the pool removed.
+/// `--cascade=orphan` leaves it, its reference to the pool removed; `--cascade=foreground`
+/// deletes it before the pool.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kubectl_delete_cascades_unless_orphan() {
+async fn kubectl_delete_cascades_in_the_background_foreground_or_not_at_all() {
     let Some(exe) = kubectl_path() else { return };
     let c = Coordinator::start();
     let admin = c.client();
@@ -641,6 +642,20 @@ async fn kubectl_delete_cascades_unless_orphan() {
     .await;
     let out = k.ok(&["get", "machineconfig", &worker, "-o", "name"]);
     assert!(out.contains(&worker), "the orphan stays: {out}");
+
+    // The pool again: it adopts its orphan. `--cascade=foreground` (kubectl waits for the pool to
+    // be gone): the rendered config is gone first, not after.
+    k.ok(&["apply", "-f", &mco_file("bootstrap/worker.machineconfigpool.yaml")]);
+    eventually(Duration::from_secs(20), "the worker pool to adopt its rendered config", || async {
+        let mc = get_ok(&admin, &MACHINE_CONFIG, &worker).await;
+        Ok((mc["metadata"]["ownerReferences"][0]["blockOwnerDeletion"] == true).then_some(()))
+    })
+    .await;
+    let out = k.ok(&["delete", "machineconfigpool", "worker", "--cascade=foreground"]);
+    assert!(out.contains("deleted"), "{out}");
+    assert_eq!(admin.get(&path_of(&MACHINE_CONFIG_POOL, Some("worker"))).await.unwrap().code, 404);
+    let r = admin.get(&path_of(&MACHINE_CONFIG, Some(&worker))).await.unwrap();
+    assert_eq!(r.code, 404, "the dependent went before its owner: {}", r.body);
 }
 
 /// Finalizers through kubectl: a name without a domain prefix is stored with kube-apiserver's

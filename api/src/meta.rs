@@ -49,6 +49,10 @@ pub struct OwnerReference {
     pub uid: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub controller: Option<bool>,
+    /// A foreground deletion of the owner waits for this object to be gone first (Kubernetes'
+    /// garbage collector; MCO's rendered configs set it, as `metav1.NewControllerRef` does).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub block_owner_deletion: Option<bool>,
 }
 
 /// A reference by kind and name, as in a pool's `spec.configuration.source`.

@@ -459,6 +459,7 @@ pub fn render(
                 name: pool_name,
                 uid: pool.metadata.uid.clone().unwrap_or_default(),
                 controller: Some(true),
+                block_owner_deletion: Some(true),
             }],
             ..Default::default()
         },
@@ -835,6 +836,7 @@ mod tests {
                 name: "worker".into(),
                 uid: "uid-1234".into(),
                 controller: Some(true),
+                block_owner_deletion: Some(true),
             }]
         );
         assert_eq!(m.metadata.annotations[annotations::GENERATED_BY], format!("aloft-{}", env!("CARGO_PKG_VERSION")));

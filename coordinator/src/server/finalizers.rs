@@ -4,9 +4,10 @@
 //! `metadata.deletionGracePeriodSeconds: 0`), in one compare-and-swap write that watchers see as
 //! MODIFIED. The object stays, readable and writable, until an update leaves it with no
 //! finalizers; that update removes it (watchers see DELETED). Whoever put a finalizer there
-//! (a user, another controller) is the one that removes it: aloft itself sets none, and its
-//! garbage collector goes through the same rule ([`delete`]) without processing the
-//! `orphan`/`foregroundDeletion` finalizers.
+//! (a user, another controller) is the one that removes it. aloft sets one only for a DELETE
+//! with `propagationPolicy: Foreground` (`foregroundDeletion`); its garbage collector deletes
+//! through the same rule ([`delete`]), and processes `foregroundDeletion` and `orphan` as
+//! Kubernetes' does ([`crate::controllers::gc`]).
 //!
 //! The deletion fields are the server's: an update keeps the stored ones (kube-apiserver's
 //! `BeforeUpdate`: "an update can never remove/change a deletion timestamp"), a create drops
@@ -66,7 +67,7 @@ pub fn causes(next: &Value, stored: Option<&Value>) -> (Vec<StatusCause>, Vec<St
     };
     let had = stored.map(names).unwrap_or_default();
     // kube-apiserver's `ValidateFinalizers`: the two ways of propagating a deletion exclude each
-    // other (and aloft processes neither, so the object could only be freed by hand).
+    // other.
     let given: Vec<&str> = items.iter().filter_map(Value::as_str).collect();
     if given.contains(&"orphan") && given.contains(&"foregroundDeletion") {
         out.push(cause(
@@ -223,6 +224,76 @@ pub async fn delete(store: &Arc<dyn Store>, key: &Key, stored: Stored) -> Result
         Some(_) if is_terminating(&stored) => Ok(Deleted::AlreadyTerminating(stored)),
         Some(next) => Ok(Deleted::Marked(store.update(key, next, rev).await?)),
     }
+}
+
+/// `stored` with `name` among its finalizers (once). `orphan` and `foregroundDeletion` exclude
+/// each other: adding one drops the other, as kube-apiserver's DELETE does for the propagation
+/// it is asked for.
+pub fn with_finalizer(stored: &Value, name: &str) -> Value {
+    let other = match name {
+        "orphan" => Some("foregroundDeletion"),
+        "foregroundDeletion" => Some("orphan"),
+        _ => None,
+    };
+    let mut next = stored.clone();
+    if let Some(meta) = next.get_mut("metadata").and_then(Value::as_object_mut) {
+        let list = meta.entry("finalizers").or_insert_with(|| Value::Array(Vec::new()));
+        if !list.is_array() {
+            *list = Value::Array(Vec::new());
+        }
+        if let Some(items) = list.as_array_mut() {
+            items.retain(|v| other.is_none_or(|o| v != o));
+            if !items.iter().any(|v| v == name) {
+                items.push(name.into());
+            }
+        }
+    }
+    next
+}
+
+/// [`delete`] with the finalizer `name` added first (a foreground deletion's
+/// `foregroundDeletion`): always marked, in the same one write. An object being deleted already
+/// takes no new finalizer, and is left as it is.
+pub async fn delete_adding(
+    store: &Arc<dyn Store>,
+    key: &Key,
+    stored: Stored,
+    name: &str,
+) -> Result<Deleted, StoreError> {
+    if is_terminating(&stored) {
+        return Ok(Deleted::AlreadyTerminating(stored));
+    }
+    let rev = revision_of(&stored);
+    let next = marked(&with_finalizer(&stored, name)).unwrap_or_else(|| with_finalizer(&stored, name));
+    Ok(Deleted::Marked(store.update(key, next, rev).await?))
+}
+
+/// Remove the finalizer `name` from `stored` (the object at `key` as read; compare-and-swap on
+/// its revision): the collector's part once it has done what the finalizer asked. Removes the
+/// object when it is being deleted and that was its last finalizer (true), as an update that
+/// takes the last finalizer does.
+pub async fn remove_finalizer(
+    store: &Arc<dyn Store>,
+    key: &Key,
+    stored: Stored,
+    name: &str,
+) -> Result<bool, StoreError> {
+    let rev = revision_of(&stored);
+    let mut next = (*stored.object).clone();
+    if let Some(items) = next.pointer_mut("/metadata/finalizers").and_then(Value::as_array_mut) {
+        items.retain(|v| v != name);
+        if items.is_empty() {
+            if let Some(meta) = next.get_mut("metadata").and_then(Value::as_object_mut) {
+                meta.remove("finalizers");
+            }
+        }
+    }
+    if finished(&next) {
+        store.delete(key, rev).await?;
+        return Ok(true);
+    }
+    store.update(key, next, rev).await?;
+    Ok(false)
 }
 
 #[cfg(test)]

@@ -552,14 +552,23 @@ async fn patch(call: Call<'_>) -> Result<Response, ApiError> {
     Ok(fields::with_warnings(respond_one(&call, StatusCode::OK, out), &warnings))
 }
 
-/// Whether a DELETE orphans the object's dependents (`propagationPolicy: Orphan`, or the older
-/// `orphanDependents: true`), checked as kube-apiserver checks DeleteOptions. Background (the
-/// default) and Foreground leave the dependents to the garbage collector
-/// ([`crate::controllers::gc`]); aloft does not add or process the `foregroundDeletion`
-/// finalizer that holds the owner until they are gone in Kubernetes, so Foreground deletes the
-/// owner first, as Background does (an owner with finalizers of its own stays, being deleted,
-/// until they are removed: [`finalizers`]).
-fn propagation(policy: Option<&str>, orphan_dependents: Option<bool>) -> Result<bool, ApiError> {
+/// How a DELETE propagates to the object's dependents, checked as kube-apiserver checks
+/// DeleteOptions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Cascade {
+    /// The default: the object goes, and the garbage collector ([`crate::controllers::gc`])
+    /// deletes its dependents after it.
+    Background,
+    /// `propagationPolicy: Foreground`: the object stays, being deleted, with the
+    /// `foregroundDeletion` finalizer, until the garbage collector has deleted its blocking
+    /// dependents.
+    Foreground,
+    /// `propagationPolicy: Orphan` (or the older `orphanDependents: true`): the dependents lose
+    /// their references to the object first, and stay.
+    Orphan,
+}
+
+fn propagation(policy: Option<&str>, orphan_dependents: Option<bool>) -> Result<Cascade, ApiError> {
     let invalid = |field: &str, reason: &str, message: String| {
         ApiError::invalid("DeleteOptions.meta.k8s.io", "", vec![super::error::cause(field, reason, message)])
     };
@@ -571,10 +580,10 @@ fn propagation(policy: Option<&str>, orphan_dependents: Option<bool>) -> Result<
         ));
     }
     match policy {
-        None => Ok(orphan_dependents == Some(true)),
-        Some(p) if crate::controllers::gc::PROPAGATION_POLICIES.contains(&p) => {
-            Ok(crate::controllers::gc::orphans(Some(p)))
-        }
+        None if orphan_dependents == Some(true) => Ok(Cascade::Orphan),
+        None | Some("Background") => Ok(Cascade::Background),
+        Some("Foreground") => Ok(Cascade::Foreground),
+        Some("Orphan") => Ok(Cascade::Orphan),
         Some(p) => Err(invalid(
             "propagationPolicy",
             "FieldValueNotSupported",
@@ -609,7 +618,12 @@ async fn delete(call: Call<'_>) -> Result<Response, ApiError> {
         }
         orphan_dependents = opts.get("orphanDependents").and_then(Value::as_bool);
     }
-    let orphan = propagation(policy.as_deref(), orphan_dependents)?;
+    let cascade = match propagation(policy.as_deref(), orphan_dependents)? {
+        // The kinds the collector does not watch would wait for its resync: nothing in aloft
+        // owns objects through them, and a Node must go through this handler's removal.
+        Cascade::Foreground if !crate::controllers::gc::watches(call.path.rt) => Cascade::Background,
+        c => c,
+    };
     let credential =
         if dry_run { None } else { node_credential(&call, &name).await.map_err(|e| call.store_err(e, &name))? };
     let key = call.key(&name);
@@ -635,10 +649,15 @@ async fn delete(call: Call<'_>) -> Result<Response, ApiError> {
         if dry_run {
             // What the DELETE would answer: the object marked as being deleted when it has
             // finalizers, else as it is.
-            let answer = finalizers::marked(&stored).map(Stored::new).unwrap_or(stored);
-            return Ok(respond_one(&call, StatusCode::OK, answer));
+            let answer = match cascade {
+                Cascade::Foreground if !finalizers::is_terminating(&stored) => {
+                    finalizers::marked(&finalizers::with_finalizer(&stored, crate::controllers::gc::FOREGROUND))
+                }
+                _ => finalizers::marked(&stored),
+            };
+            return Ok(respond_one(&call, StatusCode::OK, answer.map(Stored::new).unwrap_or(stored)));
         }
-        if orphan && !orphaned {
+        if cascade == Cascade::Orphan && !orphaned {
             let n = crate::controllers::gc::orphan(&call.ctx.store, call.path.rt, &stored)
                 .await
                 .map_err(|e| call.store_err(e, &name))?;
@@ -647,7 +666,13 @@ async fn delete(call: Call<'_>) -> Result<Response, ApiError> {
         }
         // One compare-and-swap write on the revision just read (and checked against the
         // preconditions): removed, or marked as being deleted when it has finalizers.
-        match finalizers::delete(&call.ctx.store, &key, stored).await {
+        let deleted = match cascade {
+            Cascade::Foreground => {
+                finalizers::delete_adding(&call.ctx.store, &key, stored, crate::controllers::gc::FOREGROUND).await
+            }
+            Cascade::Background | Cascade::Orphan => finalizers::delete(&call.ctx.store, &key, stored).await,
+        };
+        match deleted {
             Ok(Deleted::Removed(deleted)) => {
                 if let Some((token_name, hash)) = credential {
                     revoke_node_credential(&call, token_name, hash).await;
