@@ -357,3 +357,109 @@ async fn the_log_has_no_colour_codes_when_stderr_is_not_a_terminal() {
     assert!(log.contains("INFO"), "the log has lines: {log}");
     assert!(!log.contains('\u{1b}'), "escape codes in a log written to a file: {log:?}");
 }
+
+/// `/version` and the health endpoints answer without a credential (kube-apiserver's
+/// `system:public-info-viewer`); `/livez` takes a check's name and `?exclude=` as `/readyz`
+/// does, a name that is no check refused.
+#[tokio::test]
+async fn version_and_health_are_open_and_livez_names_its_checks() {
+    let c = Coordinator::start();
+    let (code, _, body) = raw(&c, "/version", None).await;
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("gitVersion"), "{body}");
+    assert_eq!(raw(&c, "/livez/ping", None).await.0, 200);
+    assert_eq!(raw(&c, "/livez/nothing", None).await.0, 404);
+    let (code, _, body) = raw(&c, "/livez?exclude=bogus", None).await;
+    assert_eq!(code, 400, "{body}");
+    assert!(body.contains("no health check named \"bogus\""), "{body}");
+    assert_eq!(raw(&c, "/livez?verbose", None).await.0, 200);
+    // Everything else still needs a token.
+    assert_eq!(raw(&c, "/api/v1/nodes", None).await.0, 401);
+}
+
+/// Run `serve` on `dir` with `extra` arguments under `shell_prefix` (e.g. a `ulimit`), until it
+/// prints that it listens (Ok: its pid, stderr so far) or exits (Err: its stderr).
+fn serve_until_listening(
+    dir: &std::path::Path,
+    shell_prefix: &str,
+    extra: &str,
+) -> Result<(std::process::Child, std::path::PathBuf), String> {
+    use std::io::BufRead;
+    let log = dir.with_extension("log");
+    let cmd = format!(
+        "{shell_prefix} exec {} serve --data-dir {} --listen 127.0.0.1:0 {extra} 2>{}",
+        bin("aloft-coordinator").display(),
+        dir.display(),
+        log.display()
+    );
+    let mut child = std::process::Command::new("sh")
+        .args(["-c", &cmd])
+        .env("ALOFT_LOG", "info")
+        .env("NO_COLOR", "1")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Read on a thread for as long as it runs: a closed stdout would fail its later prints.
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            if line.contains("listening on") {
+                let _ = tx.send(());
+            }
+        }
+    });
+    if rx.recv().is_ok() {
+        Ok((child, log))
+    } else {
+        let _ = child.wait();
+        Err(std::fs::read_to_string(&log).unwrap_or_default())
+    }
+}
+
+/// Operating the coordinator: an existing data dir keeps its mode (a warning says when others may
+/// read it; `--data-dir /tmp` by mistake took /tmp's sticky bit away); the open-files limit is
+/// raised to the hard one (systemd starts services at 1024, and every agent holds a connection);
+/// a stop (SIGTERM) ends the process cleanly and says so; a data dir restored without its CA is
+/// refused while nodes have enrolled (a new CA cut every agent off), unless --new-ca.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_keeps_the_data_dirs_mode_raises_its_file_limit_stops_cleanly_and_keeps_its_ca() {
+    use std::os::unix::fs::PermissionsExt;
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("shared");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let (mut child, log) = serve_until_listening(&dir, "ulimit -Sn 512;", "").expect("serves");
+    let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(mode, 0o1777, "an existing data dir keeps its mode");
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", child.id())).unwrap();
+    let files = limits.lines().find(|l| l.starts_with("Max open files")).unwrap().to_string();
+    let nums: Vec<&str> = files.split_whitespace().filter(|w| w.chars().all(|c| c.is_ascii_digit())).collect();
+    assert!(nums.len() == 2 && nums[0] == nums[1] && nums[0] != "512", "soft raised to hard: {files}");
+
+    // A stop: SIGTERM, and the process ends by itself, saying so.
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+    let status = child.wait().unwrap();
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(status.success(), "{status}: {text}");
+    assert!(text.contains("accessible to other users (mode 1777)"), "{text}");
+    assert!(
+        text.contains("stopping") && text.contains("signal=\"SIGTERM\"") && text.contains("aloft-coordinator stopped"),
+        "{text}"
+    );
+
+    // A node enrolls; the CA is then lost (a restore of the databases alone): refused.
+    let mut c = Coordinator::start();
+    c.node_client("n1", json!({"node-role.kubernetes.io/worker": ""})).await;
+    c.kill9();
+    let ca = std::fs::read(c.data_dir().join("ca.crt")).unwrap();
+    std::fs::remove_file(c.data_dir().join("ca.crt")).unwrap();
+    std::fs::remove_file(c.data_dir().join("ca.key")).unwrap();
+    let err = serve_until_listening(&c.data_dir(), "", "").map(|_| ()).expect_err("refused without its CA");
+    assert!(err.contains("ca.crt") && err.contains("1 enrolled node(s)") && err.contains("--new-ca"), "{err}");
+    assert!(!c.data_dir().join("ca.crt").exists(), "nothing issued");
+    let (mut child, _) = serve_until_listening(&c.data_dir(), "", "--new-ca").expect("--new-ca serves");
+    assert_ne!(std::fs::read(c.data_dir().join("ca.crt")).unwrap(), ca, "a new CA");
+    let _ = child.kill();
+    let _ = child.wait();
+}

@@ -144,3 +144,45 @@ async fn a_node_whose_agent_is_gone_turns_ready_unknown_and_back() {
     .await;
     assert_eq!(ready_of(&c, "by-hand").await, ("True".into(), "ByHand".into()), "no agent's Node: left alone");
 }
+
+/// The token commands refuse what would be silently wrong: a node's role (only enrollment makes
+/// a node's credential, which deleting the Node revokes), a name a table cannot show on one line
+/// or that differs from a reserved one by case, revoking the admin token (`serve` puts it back
+/// from admin.token; the error says how to rotate it), and a directory that is no data dir (a
+/// new empty store there held tokens no coordinator knew). Nothing is written.
+#[tokio::test]
+async fn token_commands_refuse_what_would_be_silently_wrong() {
+    let c = Coordinator::start();
+    let run = |args: &[&str], dir: &std::path::Path| {
+        Command::new(bin("aloft-coordinator"))
+            .arg("token")
+            .args(args)
+            .arg("--data-dir")
+            .arg(dir)
+            .env("ALOFT_LOG", "warn")
+            .output()
+            .expect("run aloft-coordinator token")
+    };
+    let before = token(&c, &["list"]);
+    for (args, says) in [
+        (&["create", "--name", "sidekick", "--role", "node:n1"][..], "enrollment"),
+        (&["create", "--name", "two\nlines", "--role", "viewer"][..], "a token's name is"),
+        (&["create", "--name", "Admin", "--role", "viewer"][..], "reserved"),
+        (&["create", "--name", "Node:n1", "--role", "viewer"][..], "reserved"),
+        (&["revoke", "--name", "admin"][..], "To rotate it"),
+    ] {
+        let out = run(args, &c.data_dir());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && stderr.contains(says), "{args:?}: {stderr}");
+    }
+    assert_eq!(token(&c, &["list"]), before, "nothing written");
+    assert_eq!(c.client().get("/api/v1/nodes").await.unwrap().code, 200, "the admin token still works");
+
+    let elsewhere = tempfile::tempdir().unwrap();
+    for args in [&["create", "--name", "fleet", "--role", "bootstrap"][..], &["list"][..]] {
+        let out = run(args, elsewhere.path());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && stderr.contains("is no coordinator data dir"), "{args:?}: {stderr}");
+    }
+    assert_eq!(std::fs::read_dir(elsewhere.path()).unwrap().count(), 0, "nothing created there");
+}

@@ -452,6 +452,18 @@ async fn kubectl_describe_shows_the_controllers_events_on_pools_and_nodes() {
     .await;
     assert!(out.contains("Targeted node n1 to rendered-worker-"), "{out}");
     assert!(out.contains("aloft-node-controller"), "the Event's source: {out}");
+    // In the order they were written (kubectl sorts by lastTimestamp alone, which aloft writes
+    // to the microsecond: several decisions of one second were shown scrambled).
+    let path = format!("{}?fieldSelector=involvedObject.name%3Dworker", path_of(&EVENT, None));
+    let list = admin.get(&path).await.unwrap().into_result().unwrap();
+    let mut events = list["items"].as_array().cloned().unwrap_or_default();
+    events.sort_by_key(|e| e["metadata"]["resourceVersion"].as_str().and_then(|r| r.parse::<u64>().ok()));
+    let at: Vec<usize> = events
+        .iter()
+        .filter_map(|e| e["message"].as_str())
+        .map(|m| out.find(m).unwrap_or_else(|| panic!("{m} not in:\n{out}")))
+        .collect();
+    assert!(!at.is_empty() && at.windows(2).all(|w| w[0] < w[1]), "{at:?}\n{out}");
 
     // n1 asks for a drain (the pick's own drain was acknowledged with the pick): a Drained
     // Event on the node, and `kubectl describe node` shows it.
@@ -747,4 +759,12 @@ async fn kubectl_auth_whoami_and_can_i() {
     // The answers are the server's: the denied write is refused, the allowed one goes through.
     let err = node.fails(&["delete", "machineconfigs", "x"]);
     assert!(err.contains("Forbidden") || err.contains("forbidden"), "{err}");
+    assert!(err.contains("User \"system:node:n1\""), "named as whoami names it: {err}");
+
+    // Impersonation (`--as`) is refused, not ignored: answered as the caller, `can-i --as=X`
+    // gave the admin's rights as X's, and a write `--as` a viewer went through as the admin.
+    let err = admin.fails(&["auth", "can-i", "list", "nodes", "--as=system:node:n2"]);
+    assert!(err.contains("impersonation") && err.contains("not supported"), "{err}");
+    let err = admin.fails(&["delete", "machineconfigs", "x", "--as=system:anonymous"]);
+    assert!(err.contains("impersonation"), "{err}");
 }

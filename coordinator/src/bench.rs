@@ -121,6 +121,7 @@ pub async fn run(opts: ApiBench) -> Result<()> {
         event_ttl: crate::controllers::event_ttl::DEFAULT_TTL,
         allocator: None,
         node_monitor_grace: crate::controllers::presence::DEFAULT_GRACE,
+        new_ca: false,
     };
     let server = tokio::spawn(serve::run(serve_opts));
     let kubeconfig = serve::DataDir::new(dir.path()).kubeconfig;

@@ -72,3 +72,12 @@ pub async fn serving(listening: String, health: Arc<Health>, store: Arc<dyn Stor
         }
     });
 }
+
+/// STOPPING=1, with why in STATUS=: `systemctl status` shows a coordinator shutting down, not
+/// one that stopped answering.
+pub fn stopping(why: &str) {
+    if std::env::var_os("NOTIFY_SOCKET").is_some() {
+        let status = format!("stopping: {why}");
+        send(&[NotifyState::Stopping, NotifyState::Status(&status)]);
+    }
+}

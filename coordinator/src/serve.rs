@@ -33,6 +33,9 @@ pub struct ServeOptions {
     /// How long a node's agent may be without a watch open before its Node is marked
     /// Ready=Unknown (zero: never); see [`controllers::presence`].
     pub node_monitor_grace: std::time::Duration,
+    /// Issue a new CA although the store has enrolled nodes (whose agents trust the one that
+    /// is missing).
+    pub new_ca: bool,
 }
 
 /// Files `serve` keeps in the data directory.
@@ -110,9 +113,7 @@ impl DataDirLock {
 /// Lock the data directory, open the store and make sure an admin token exists; returns the
 /// store, the token and the lock (held while serving).
 pub async fn prepare(opts: &ServeOptions) -> Result<(SqliteStore, String, DataDirLock)> {
-    std::fs::create_dir_all(&opts.data_dir)
-        .with_context(|| format!("creating data dir {}", opts.data_dir.display()))?;
-    std::fs::set_permissions(&opts.data_dir, std::fs::Permissions::from_mode(0o700))?;
+    data_dir_ready(&opts.data_dir)?;
     let lock = DataDirLock::take(&opts.data_dir)?;
     let files = DataDir::new(&opts.data_dir);
     // In memory as well: what a fleet reads on every step of an update (its Node, on every
@@ -141,9 +142,83 @@ pub async fn prepare(opts: &ServeOptions) -> Result<(SqliteStore, String, DataDi
     Ok((store, token, lock))
 }
 
+/// Create the data directory when it is missing, private (0700, parents as the umask has them).
+/// An existing one keeps its mode: `--data-dir /tmp` by mistake must not take the sticky,
+/// world-writable bit off `/tmp`. One others may read gets a warning, as etcd gives.
+fn data_dir_ready(dir: &std::path::Path) -> Result<()> {
+    match std::fs::metadata(dir) {
+        Ok(m) if !m.is_dir() => bail!("data dir {} is not a directory", dir.display()),
+        Ok(m) => {
+            let mode = m.permissions().mode() & 0o7777;
+            if mode & 0o077 != 0 {
+                tracing::warn!(
+                    data_dir = %dir.display(),
+                    "the data dir is accessible to other users (mode {mode:04o}); the recommended mode is 0700 (its keys and tokens are 0600 either way)"
+                );
+            }
+            Ok(())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+                std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+            }
+            std::os::unix::fs::DirBuilderExt::mode(&mut std::fs::DirBuilder::new(), 0o700)
+                .create(dir)
+                .with_context(|| format!("creating data dir {}", dir.display()))
+        }
+        Err(e) => Err(e).with_context(|| format!("reading data dir {}", dir.display())),
+    }
+}
+
+/// Raise the soft limit on open files to the hard one, as Go raises it for kube-apiserver: every
+/// agent holds a connection open (its Node's watch), and systemd starts a service at a soft
+/// limit of 1024, at which ~1,000 agents took every descriptor and the coordinator answered
+/// nobody, silently. Returns the limit in force.
+fn raise_open_files_limit() -> Option<u64> {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).ok()?;
+    if soft >= hard {
+        return Some(soft);
+    }
+    match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+        Ok(()) => Some(hard),
+        Err(e) => {
+            tracing::warn!(soft, hard, error = %e, "could not raise the open files limit; each agent holds one open");
+            Some(soft)
+        }
+    }
+}
+
+/// Refuse to issue a new CA for a store whose nodes trust the one that is missing (a restore
+/// that left out `ca.crt`/`ca.key`): every agent pins the CA, so a new one cut the whole fleet
+/// off, silently. `--new-ca` issues one anyway.
+async fn check_ca(pki: &tls::Pki, store: &SqliteStore, new_ca: bool) -> Result<()> {
+    if new_ca || (pki.ca_cert.exists() && pki.ca_key.exists()) {
+        return Ok(());
+    }
+    let nodes = store.list_tokens().await?.iter().filter(|t| t.role.starts_with("node:")).count();
+    if nodes == 0 {
+        return Ok(());
+    }
+    bail!(
+        "{} or {} is missing, but the store has {nodes} enrolled node(s), whose agents trust that CA: \
+         restore both files from the backup of this data dir; or pass --new-ca to issue a new CA, \
+         and then give every agent the new ca.crt (its --ca file)",
+        pki.ca_cert.display(),
+        pki.ca_key.display()
+    )
+}
+
 /// Run until the process is stopped.
 pub async fn run(opts: ServeOptions) -> Result<()> {
     install_crypto();
+    // First: a stop that comes while the store opens or right after the address is printed is a
+    // stop too, not a kill by the signal's default action.
+    let handle = axum_server::Handle::new();
+    stop_on_signal(handle.clone());
+    if let Some(limit) = raise_open_files_limit() {
+        tracing::debug!(limit, "open files limit");
+    }
     let (store, token, _lock) = prepare(&opts).await?;
     let files = DataDir::new(&opts.data_dir);
     let listener = std::net::TcpListener::bind(opts.listen).with_context(|| format!("binding {}", opts.listen))?;
@@ -161,6 +236,7 @@ pub async fn run(opts: ServeOptions) -> Result<()> {
     if !opts.insecure_http {
         let host = if addr.ip().is_unspecified() { host_names() } else { Vec::new() };
         let names = serving_names(addr.ip(), &host, &opts.tls_san);
+        check_ca(&pki, &store, opts.new_ca).await?;
         tls::ensure(&pki, &names)?;
         client.ca_pem = Some(std::fs::read(&pki.ca_cert)?);
     }
@@ -207,16 +283,54 @@ pub async fn run(opts: ServeOptions) -> Result<()> {
     let ready = crate::notify::serving(client.server.clone(), health, serving_store);
     if opts.insecure_http {
         ready.await;
-        axum_server::from_tcp(listener)?.acceptor(nodelay).serve(app).await?;
+        axum_server::from_tcp(listener)?.acceptor(nodelay).handle(handle).serve(app).await?;
     } else {
         let cfg = axum_server::tls_rustls::RustlsConfig::from_pem_file(&pki.cert, &pki.key)
             .await
             .context("loading the serving certificate")?;
         let tls = axum_server::tls_rustls::RustlsAcceptor::new(cfg).acceptor(nodelay);
         ready.await;
-        axum_server::from_tcp(listener)?.acceptor(tls).serve(app).await?;
+        axum_server::from_tcp(listener)?.acceptor(tls).handle(handle).serve(app).await?;
     }
+    tracing::info!("aloft-coordinator stopped");
     Ok(())
+}
+
+/// How long a stop waits for the requests in flight (an agent's report, a `kubectl apply`) before
+/// the connections left (watches, which never end by themselves) are closed.
+const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// On SIGTERM (`systemctl stop`) or SIGINT: stop accepting, let the requests in flight finish,
+/// then close the rest, and say so (log and systemd). Without it, a stop cut requests at any
+/// point and left no trace of why the coordinator went away. Watchers see their stream end and
+/// re-list from the next coordinator, as client-go does. The handlers are in place when this
+/// returns; the wait is a task of its own.
+fn stop_on_signal(handle: axum_server::Handle<std::net::SocketAddr>) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+        tracing::warn!("cannot catch SIGTERM/SIGINT: a stop will not wait for the requests in flight");
+        return;
+    };
+    tokio::spawn(async move {
+        let why = tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = int.recv() => "SIGINT",
+        };
+        // A stop asked for before the server serves (the store still opening) is carried out
+        // once it does: the handle's shutdown reaches only a running server.
+        let _ = handle.listening().await;
+        stop(&handle, why);
+    });
+}
+
+fn stop(handle: &axum_server::Handle<std::net::SocketAddr>, why: &str) {
+    tracing::info!(
+        signal = why,
+        grace_s = SHUTDOWN_GRACE.as_secs(),
+        "stopping: finishing the requests in flight, then closing every connection"
+    );
+    crate::notify::stopping(why);
+    handle.graceful_shutdown(Some(SHUTDOWN_GRACE));
 }
 
 /// The names the serving certificate is valid for: loopback, the address listened on, and with

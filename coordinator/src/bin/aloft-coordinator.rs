@@ -49,6 +49,13 @@ enum Cmd {
     ///
     ///   aloftctl --kubeconfig DIR/admin.kubeconfig get mcp
     ///   kubectl --kubeconfig DIR/admin.kubeconfig get mcp
+    ///
+    /// Back up the whole directory: aloft.db and aloft-tokens.db (sqlite3 .backup while it
+    /// runs), and ca.crt, ca.key and admin.token (every agent pins the CA).
+    ///
+    /// Logs go to stderr; ALOFT_LOG sets what is logged (RUST_LOG syntax: info, debug,
+    /// aloft_coordinator=debug,info; default info).
+    #[command(verbatim_doc_comment)]
     Serve {
         /// Where the store (aloft.db), the PKI and the tokens live.
         #[arg(long, env = "ALOFT_DATA_DIR", default_value = "/var/lib/aloft-coordinator")]
@@ -56,9 +63,15 @@ enum Cmd {
         /// Address to listen on; port 0 picks a free port (printed, and written to the client config).
         #[arg(long, env = "ALOFT_LISTEN", default_value = "127.0.0.1:6443")]
         listen: SocketAddr,
-        /// Serve plain HTTP (local use and tests only: tokens travel in clear text).
+        /// Serve plain HTTP (local use and tests only: tokens travel in clear text; kubectl
+        /// never sends a token over plain HTTP, so only aloftctl can use such a coordinator).
         #[arg(long)]
         insecure_http: bool,
+        /// Issue a new CA when ca.crt or ca.key is missing although nodes have enrolled (a
+        /// restore without them); every agent then needs the new ca.crt. Without it, serve
+        /// refuses to start in that case.
+        #[arg(long)]
+        new_ca: bool,
         /// Use the admin token in this file instead of generating one.
         #[arg(long)]
         admin_token_file: Option<PathBuf>,
@@ -142,25 +155,32 @@ enum TokenCmd {
         data_dir: PathBuf,
     },
     /// Revoke (delete) the token named NAME; it stops working at the next request. An enrolled
-    /// node's credential is `node:<node name>` (deleting the Node revokes it too).
+    /// node's credential is `node:<node name>` (deleting the Node revokes it too). The admin
+    /// token is rotated instead: stop the coordinator, remove DIR/admin.token, start it again.
     Revoke {
         #[arg(long, env = "ALOFT_DATA_DIR", default_value = "/var/lib/aloft-coordinator")]
         data_dir: PathBuf,
+        /// The token's name, as `token list` shows it.
         #[arg(long)]
         name: String,
     },
 }
 
-/// Why `token create` refuses `name`: names another part of aloft owns, which a created token
-/// would silently replace.
+/// Why `token create` refuses `name`: not a name a table shows on one line, or one another part
+/// of aloft owns, which a created token would silently replace.
 fn reserved_token_name(name: &str) -> Option<String> {
     if name.trim().is_empty() {
         return Some("--name is empty".into());
     }
-    if name == "admin" {
+    if let Some(c) = name.chars().find(|c| !(c.is_ascii_alphanumeric() || "-_.:@".contains(*c))) {
+        return Some(format!(
+            "--name {name:?} has {c:?}: a token's name is letters, digits and - _ . : @ (it is shown in `token list` and in 403 messages)"
+        ));
+    }
+    if name.eq_ignore_ascii_case("admin") {
         return Some("--name admin is reserved: it is the token `serve` keeps in admin.token".into());
     }
-    if name.starts_with("node:") {
+    if name.to_ascii_lowercase().starts_with("node:") {
         return Some(format!(
             "--name {name:?} is reserved: `node:<name>` is an enrolled node's credential (nodes get theirs by enrolling)"
         ));
@@ -168,13 +188,33 @@ fn reserved_token_name(name: &str) -> Option<String> {
     None
 }
 
+/// The store of an existing data directory: the token commands write to the directory `serve`
+/// uses, and a wrong `--data-dir` made a new empty store there, whose tokens no coordinator knew.
 fn open_store(data_dir: &std::path::Path) -> Result<SqliteStore> {
     let db = serve::DataDir::new(data_dir).db;
+    if !db.exists() {
+        anyhow::bail!(
+            "{} is no coordinator data dir (it has no aloft.db): pass the one `aloft-coordinator serve` uses (--data-dir or ALOFT_DATA_DIR; default /var/lib/aloft-coordinator)",
+            data_dir.display()
+        );
+    }
     SqliteStore::open(&db).with_context(|| format!("opening {}", db.display()))
 }
 
 fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("ALOFT_LOG").unwrap_or_else(|_| "info".into());
+    // ALOFT_LOG, else RUST_LOG (what other Rust programs read), else info; one that does not
+    // parse is said, not silently replaced.
+    let (var, value) = ["ALOFT_LOG", "RUST_LOG"]
+        .iter()
+        .find_map(|v| std::env::var(v).ok().filter(|s| !s.is_empty()).map(|s| (*v, s)))
+        .unwrap_or(("", String::new()));
+    let filter = match tracing_subscriber::EnvFilter::try_new(if value.is_empty() { "info" } else { &value }) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("warning: {var}={value:?} is not a log filter ({e}); logging at info");
+            tracing_subscriber::EnvFilter::new("info")
+        }
+    };
     // Colours only on a terminal: under systemd stderr goes to the journal, which stores a line
     // with escape codes as a blob (`journalctl` then shows `[N B blob data]`).
     tracing_subscriber::fmt()
@@ -198,6 +238,7 @@ async fn main() -> Result<()> {
             watch_history,
             event_ttl,
             node_monitor_grace_period,
+            new_ca,
         } => {
             let limits = Limits { max_body: max_body_bytes, ..Limits::default() };
             serve::run(ServeOptions {
@@ -211,6 +252,7 @@ async fn main() -> Result<()> {
                 event_ttl,
                 allocator: Some(jemalloc_stats),
                 node_monitor_grace: node_monitor_grace_period,
+                new_ca,
             })
             .await
         }
@@ -226,6 +268,11 @@ async fn main() -> Result<()> {
                 anyhow::bail!("{why}; choose another name");
             }
             let role: auth::Role = role.parse()?;
+            if let auth::Role::Node(n) = &role {
+                anyhow::bail!(
+                    "--role node:{n} is refused: a node's credential comes from its enrollment (a bootstrap token), so that deleting the Node revokes it; create a bootstrap token instead"
+                );
+            }
             let store = open_store(&data_dir)?;
             let token = auth::generate_token();
             store.put_token(auth::token_hash(&token), name, role.to_string()).await?;
@@ -243,6 +290,13 @@ async fn main() -> Result<()> {
             Ok(())
         }
         Cmd::Token { cmd: TokenCmd::Revoke { data_dir, name } } => {
+            if name == "admin" {
+                anyhow::bail!(
+                    "the admin token is not revoked this way: `serve` puts it back from {} (or --admin-token-file) at its next start. \
+                     To rotate it: stop the coordinator, remove that file, and start it again (a new admin token and admin.kubeconfig are written, and the old token stops working)",
+                    serve::DataDir::new(&data_dir).admin_token.display()
+                );
+            }
             if !open_store(&data_dir)?.delete_token(name.clone(), None).await? {
                 anyhow::bail!("no token named {name:?} (see `aloft-coordinator token list`)");
             }

@@ -259,7 +259,11 @@ async fn write_event(
     );
     let name = format!("{}.{}", about.name, &hex::encode(digest)[..16]);
     let key = Key::new(&EVENT.store_key(), NAMESPACE, &name);
-    let now = objects::now();
+    // To the microsecond, as an Event's `eventTime` is written: `kubectl describe` and `kubectl
+    // events` order Events by `lastTimestamp` alone, and the names (a hash of the decision) do
+    // not sort by time, so at whole seconds the decisions of one second came out scrambled
+    // (kubectl, like every RFC 3339 reader, takes the fraction).
+    let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
     let mut involved = json!({"apiVersion": about.api_version, "kind": about.kind, "name": about.name});
     if let Some(uid) = uid {
         involved["uid"] = uid.into();
@@ -353,6 +357,33 @@ mod tests {
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
         assert_eq!(stored(&store).await.len(), 51);
+    }
+
+    /// Decisions of one second keep their order in time: `kubectl describe` sorts Events by
+    /// `lastTimestamp` alone, so it is written to the microsecond (and reads as RFC 3339).
+    #[tokio::test]
+    async fn events_of_one_second_are_ordered_by_their_timestamps() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&dir.path().join("s.db")).unwrap());
+        let rec = Recorder::new("test", store.clone(), Duration::from_secs(3600));
+        let pool = Involved::pool("worker");
+        for m in ["first", "second", "third"] {
+            rec.emit(&pool, EventType::Normal, reasons::NODE_WAITING, m);
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let mut evs = wait_for(&store, "three events", |evs| evs.len() == 3).await;
+        evs.sort_by_key(revision_of);
+        let times: Vec<chrono::DateTime<chrono::FixedOffset>> = evs
+            .iter()
+            .map(|e| {
+                let t = e["lastTimestamp"].as_str().unwrap();
+                assert_eq!(t.len(), "2026-01-01T00:00:00.000000Z".len(), "to the microsecond: {t}");
+                chrono::DateTime::parse_from_rfc3339(t).unwrap()
+            })
+            .collect();
+        assert!(times.windows(2).all(|w| w[0] < w[1]), "{times:?}");
+        let messages: Vec<&str> = evs.iter().map(|e| e["message"].as_str().unwrap()).collect();
+        assert_eq!(messages, ["first", "second", "third"]);
     }
 
     async fn wait_for(store: &Arc<dyn Store>, what: &str, ok: impl Fn(&[Value]) -> bool) -> Vec<Value> {

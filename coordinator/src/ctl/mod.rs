@@ -723,7 +723,7 @@ async fn watch_get(
 }
 
 /// Print each watch event's object with `show` as it arrives, reconnecting from the last version
-/// when the server ends the watch.
+/// when the server ends the watch; a connection that breaks ends it.
 #[allow(clippy::too_many_arguments)]
 async fn follow(
     client: &Client,
@@ -750,7 +750,10 @@ async fn follow(
         let mut stream = resp.bytes_stream();
         let mut buf = Vec::new();
         while let Some(chunk) = stream.next().await {
-            buf.extend_from_slice(&chunk?);
+            // The connection cut (a coordinator stopped or restarted): the watch ends quietly,
+            // as kubectl's does, instead of with the TLS library's words.
+            let Ok(chunk) = chunk else { return Ok(()) };
+            buf.extend_from_slice(&chunk);
             while let Some(pos) = buf.iter().position(|b| *b == b'\n') {
                 let line: Vec<u8> = buf.drain(..=pos).collect();
                 let ev: Value = serde_json::from_slice(&line).context("malformed watch event")?;

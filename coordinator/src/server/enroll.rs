@@ -56,7 +56,7 @@ fn check_labels(labels: &BTreeMap<String, String>) -> Vec<aloft_api::StatusCause
 /// Handle an enrollment. `tokens` is where the node credential is stored.
 pub async fn enroll(ctx: SharedCtx, tokens: SqliteStore, who: Identity, body: &[u8]) -> Result<Response, ApiError> {
     if auth::decide_path(&who, "post", "/aloft/v1/enroll") == auth::Decision::Deny {
-        return Err(ApiError::forbidden(&who.name, "create", "enrollments", None));
+        return Err(ApiError::forbidden(&who, "create", "enrollments", None));
     }
     let req: EnrollRequest = serde_json::from_slice(body)
         .map_err(|e| ApiError::bad_request(format!("malformed enrollment request: {e}")))?;

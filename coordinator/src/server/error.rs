@@ -30,12 +30,26 @@ impl ApiError {
     pub fn unauthorized() -> Self {
         Self::new(401, "Unauthorized", "Unauthorized: a valid bearer token is required (Authorization: Bearer <token>)")
     }
-    pub fn forbidden(user: &str, verb: &str, resource: &str, name: Option<&str>) -> Self {
+    /// 403 naming the caller as `kubectl auth whoami` does (`system:bootstrap:fleet`, not the
+    /// token's name `fleet`).
+    pub fn forbidden(who: &crate::auth::Identity, verb: &str, resource: &str, name: Option<&str>) -> Self {
+        let user = who.user_info().0;
         let what = match name {
             Some(n) => format!("{resource} {n:?}"),
             None => resource.to_string(),
         };
         Self::new(403, "Forbidden", format!("{what} is forbidden: User {user:?} cannot {verb} this resource"))
+    }
+    /// A request with an `Impersonate-*` header (`header`): aloft acts for no one but the caller.
+    pub fn impersonation(header: &str, who: &crate::auth::Identity) -> Self {
+        Self::new(
+            403,
+            "Forbidden",
+            format!(
+                "impersonation ({header}: kubectl --as, --as-group) is not supported: user {:?} can act only as itself; use the other identity's own token (kubectl --token)",
+                who.user_info().0
+            ),
+        )
     }
     pub fn not_found_path() -> Self {
         Self::new(404, "NotFound", "the server could not find the requested resource")

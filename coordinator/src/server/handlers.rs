@@ -69,7 +69,7 @@ impl Call<'_> {
         }
     }
     fn forbidden(&self, verb: Verb) -> ApiError {
-        ApiError::forbidden(&self.who.name, verb.as_str(), &self.qualified(), self.path.name.as_deref())
+        ApiError::forbidden(self.who, verb.as_str(), &self.qualified(), self.path.name.as_deref())
     }
     /// The stored object, or 404.
     async fn stored(&self, name: &str) -> Result<Stored, ApiError> {

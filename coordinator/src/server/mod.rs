@@ -97,10 +97,21 @@ fn bearer_token(header: &str) -> Option<&str> {
     (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
 }
 
+/// The first `Impersonate-*` header of a request (`kubectl --as`, `--as-group`, `--as-uid`).
+fn impersonation(headers: &HeaderMap) -> Option<&str> {
+    headers.keys().map(|k| k.as_str()).find(|k| k.starts_with("impersonate-"))
+}
+
 async fn authenticate(State(ctx): State<SharedCtx>, mut req: Request, next: Next) -> Response {
     let token = req.headers().get("authorization").and_then(|v| v.to_str().ok()).and_then(bearer_token);
     let Some(token) = token else { return ApiError::unauthorized().into_response() };
     match ctx.tokens.lookup(token).await {
+        // Refused, not ignored: answered as the caller, `kubectl auth can-i --as=X` reported the
+        // caller's rights as X's, and `kubectl --as=<viewer> apply` (run to make sure a change
+        // is read-only) wrote with the admin's.
+        Ok(Some(who)) if impersonation(req.headers()).is_some() => {
+            ApiError::impersonation(impersonation(req.headers()).unwrap_or_default(), &who).into_response()
+        }
         Ok(Some(who)) => {
             req.extensions_mut().insert(who);
             next.run(req).await
@@ -211,7 +222,13 @@ fn health_query(raw: Option<&str>) -> (bool, Vec<String>) {
 /// 200 `ok`, or 500 listing each check; `?verbose` lists them also when all pass, `?exclude=NAME`
 /// leaves one out; `/readyz/NAME` runs one.
 async fn health_endpoint(ctx: &Ctx, endpoint: &str, one: Option<&str>, query: Option<&str>) -> Response {
-    let checks = health_checks::checks(&ctx.health, ctx.store.as_ref()).await;
+    // Liveness is the process answering: a stopped controller is started again inside it, and
+    // restarting the whole coordinator for it would only drop every agent's watch.
+    let checks = if endpoint == "livez" {
+        vec![health_checks::Check::passed("ping")]
+    } else {
+        health_checks::checks(&ctx.health, ctx.store.as_ref()).await
+    };
     let verdict = match one {
         Some(name) => match health_checks::single(&checks, name) {
             Some(v) => v,
@@ -233,7 +250,7 @@ async fn health_endpoint(ctx: &Ctx, endpoint: &str, one: Option<&str>, query: Op
 /// `/metrics`, for admins and viewers (a node's credential reads only what its node needs).
 async fn metrics(ctx: &Ctx, who: &Identity) -> Response {
     if auth::decide_path(who, "get", "/metrics") == auth::Decision::Deny {
-        return ApiError::forbidden(&who.name, "get", "/metrics", None).into_response();
+        return ApiError::forbidden(who, "get", "/metrics", None).into_response();
     }
     match crate::metrics::encode(ctx.store.as_ref(), &ctx.health, &ctx.requests, ctx.allocator).await {
         Ok(text) => (StatusCode::OK, [("content-type", crate::metrics::CONTENT_TYPE)], text).into_response(),
@@ -257,7 +274,6 @@ fn health_routes(endpoint: &'static str) -> Router<SharedCtx> {
 pub fn router(ctx: SharedCtx) -> Router {
     let counting = middleware::from_fn_with_state(ctx.clone(), request_metrics::observe);
     let api = Router::new()
-        .route("/version", get(|| async { json_ok(discovery::version()) }))
         .route(
             "/metrics",
             get(|State(c): State<SharedCtx>, Extension(w): Extension<Identity>| async move { metrics(&c, &w).await }),
@@ -299,15 +315,10 @@ pub fn router(ctx: SharedCtx) -> Router {
     Router::new()
         .merge(health_routes("healthz"))
         .merge(health_routes("readyz"))
-        // Liveness is the process answering: a stopped controller is started again inside it,
-        // and restarting the whole coordinator for it would only drop every agent's watch.
-        .route(
-            "/livez",
-            get(|RawQuery(q): RawQuery| async move {
-                let checks = [health_checks::Check::passed("ping")];
-                health_checks::verdict("livez", &checks, health_query(q.as_deref()).0).body
-            }),
-        )
+        .merge(health_routes("livez"))
+        // Open, as kube-apiserver's `system:public-info-viewer` has it: monitoring and load
+        // balancers read the version without a credential.
+        .route("/version", get(|| async { json_ok(discovery::version()) }))
         .with_state(ctx)
         .merge(api)
         .layer(counting)
