@@ -1246,6 +1246,10 @@ async fn an_empty_aloft_kubeconfig_counts_as_unset_and_a_set_one_is_no_flag_to_g
     };
     let out = with_env(&["get", "mcp"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // $KUBECONFIG too, as kubectl reads it (its first file that exists).
+    let list = std::env::join_paths(["/nonexistent/config".into(), c.kubeconfig_path()]).unwrap();
+    let out = Command::new(bin("aloftctl")).args(["get", "mcp"]).env("KUBECONFIG", list).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let out = with_env(&["get"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");

@@ -258,3 +258,33 @@ async fn a_granted_done_report_comes_back_uncordoned_and_the_grant_is_the_coordi
         "drain-rendered-worker-2"
     );
 }
+
+/// An agent that cannot run on its host (here: no D-Bus at `--bus-address`; a metrics address
+/// taken is the same) fails before it enrolls: its Node would have stayed in the pool NotReady,
+/// holding a slot of maxUnavailable, and the pool's rollouts waited for it.
+#[tokio::test]
+async fn an_agent_that_cannot_run_here_does_not_enroll() {
+    let c = Coordinator::start();
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("bootstrap.token");
+    std::fs::write(&token_file, c.create_token("fleet", "bootstrap")).unwrap();
+    let root = dir.path().join("root");
+    std::fs::create_dir_all(&root).unwrap();
+    let out = std::process::Command::new(aloft_tests::bin("aloft-agent"))
+        .args(["--coordinator", c.url(), "--node-name", "nx", "--metrics-listen", ""])
+        .arg("--ca")
+        .arg(c.ca_path())
+        .arg("--bootstrap-token-file")
+        .arg(&token_file)
+        .arg("--root")
+        .arg(&root)
+        .args(["--bus-address", "unix:path=/nonexistent/bus"])
+        .env("ALOFT_LOG", "info")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("/nonexistent/bus"), "says which bus: {stderr}");
+    assert!(!stderr.contains("enrolled"), "{stderr}");
+    assert_eq!(c.client().get(&format!("{NODES}/nx")).await.unwrap().code, 404, "no Node");
+}

@@ -209,6 +209,11 @@ async fn three_agents_apply_machine_configs_from_the_pool() {
             let asked = h.fake.reboots().len();
             assert!(asked <= 1, "{} asked for {asked} reboots in one boot", h.name);
             if asked == 1 {
+                // Until the reboot the Node names the config the node runs, as MCO moves
+                // currentConfig only at Done (it named the new one while Working).
+                let n = admin.get(&path_of(&NODE, Some(&h.name))).await.unwrap().into_result().unwrap();
+                assert_eq!(node_annotation(&n, ann::STATE), "Working", "{n}");
+                assert_eq!(node_annotation(&n, ann::CURRENT_CONFIG), second, "before its reboot: {n}");
                 // Play the reboot: the host comes back with a new boot id and a fresh agent.
                 h.stop_agent();
                 h.fake.clear_calls();
@@ -442,6 +447,68 @@ async fn a_restarted_agent_never_leaves_a_done_node_cordoned() {
     assert_ne!(node.pointer("/spec/unschedulable"), Some(&json!(true)), "{node}");
 }
 
+/// An agent in this process on `h`'s root and credential (its own process stopped), with metrics:
+/// what the test reads of it, without a start-up check (which would see what the test made).
+async fn in_process_agent(
+    c: &Coordinator,
+    h: &Host,
+    name: &str,
+) -> (aloft_agent::daemon::Agent, std::sync::Arc<aloft_agent::metrics::Metrics>) {
+    let root = aloft_agent::host::Root::new(h.root.path());
+    let (ca, labels) = (c.ca_pem(), Default::default());
+    let enrollment = aloft_agent::enroll::Enrollment {
+        server: c.url(),
+        ca_pem: Some(&ca),
+        bootstrap_token: None,
+        node_name: name,
+        labels: &labels,
+    };
+    let cred = aloft_agent::enroll::ensure(&root, &enrollment).await.unwrap();
+    let client = aloft_client::Client::new(&aloft_client::ClientConfig {
+        server: cred.server,
+        ca_pem: Some(c.ca_pem()),
+        token: Some(cred.token),
+    })
+    .unwrap();
+    let api = aloft_agent::coordinator::NodeApi::new(client, name);
+    let services = aloft_agent::engine::connect_services(Some(&h.bus_address)).await.unwrap();
+    let mut agent = aloft_agent::daemon::Agent::new(root, api, services, Duration::from_secs(60)).unwrap();
+    assert!(matches!(agent.phase(), aloft_agent::state::Phase::Idle), "{:?}", agent.phase());
+    let metrics = std::sync::Arc::new(aloft_agent::metrics::Metrics::new());
+    agent.metrics = Some(metrics.clone());
+    (agent, metrics)
+}
+
+/// Each update the agent finishes is counted and timed (`aloft_agent_apply_total{result}`,
+/// `aloft_agent_apply_duration_seconds`): nothing recorded them, and the series never moved.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_counts_and_times_its_updates() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let (mut h, _token_file, first) = one_node_on_a_file(&c, "worker-m", "/etc/m.conf", "m", "None").await;
+    h.stop_agent();
+    let (mut agent, metrics) = in_process_agent(&c, &h, "worker-m").await;
+    let running = tokio::spawn(async move { agent.run_loop().await });
+    let mc = json!({"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfig",
+        "metadata": {"name": "50-worker-m", "labels": {ann::ROLE_LABEL: "worker"}},
+        "spec": {"config": {"ignition": {"version": "3.4.0"}, "storage": {"files": [
+            {"path": "/etc/m.conf", "mode": 420, "contents": {"source": "data:,m2"}}]}}}});
+    let path = path_of(&MACHINE_CONFIG, Some("50-worker-m"));
+    let mut stored = admin.get(&path).await.unwrap().into_result().unwrap();
+    stored["spec"] = mc["spec"].clone();
+    admin.put(&path, &stored).await.unwrap().into_result().unwrap();
+    eventually(Duration::from_secs(60), "worker-m Done on the new config", || async {
+        let current = annotation_of(&c, "worker-m", ann::CURRENT_CONFIG).await?;
+        let state = annotation_of(&c, "worker-m", ann::STATE).await?;
+        Ok((current != first && state == "Done").then_some(()))
+    })
+    .await;
+    running.abort();
+    let text = metrics.encode().unwrap();
+    assert!(text.lines().any(|l| l == "aloft_agent_apply_total{result=\"success\"} 1"), "{text}");
+    assert!(text.lines().any(|l| l == "aloft_agent_apply_duration_seconds_count 1"), "{text}");
+}
+
 /// An edit made while no drift watch was armed (here: between the agent's last look at the disk
 /// and the first watch of a fresh run loop; in CI it was the moment between a Done report and
 /// the watch for the next Node change) is found as soon as the watch is armed, not at the
@@ -456,28 +523,7 @@ async fn an_edit_made_before_the_drift_watch_is_armed_is_found() {
     h.stop_agent();
     std::fs::write(h.path("/etc/w.conf"), "edited by hand").unwrap();
 
-    let root = aloft_agent::host::Root::new(h.root.path());
-    let (ca, labels) = (c.ca_pem(), Default::default());
-    let enrollment = aloft_agent::enroll::Enrollment {
-        server: c.url(),
-        ca_pem: Some(&ca),
-        bootstrap_token: None,
-        node_name: "worker-w",
-        labels: &labels,
-    };
-    let cred = aloft_agent::enroll::ensure(&root, &enrollment).await.unwrap();
-    let client = aloft_client::Client::new(&aloft_client::ClientConfig {
-        server: cred.server,
-        ca_pem: Some(c.ca_pem()),
-        token: Some(cred.token),
-    })
-    .unwrap();
-    let api = aloft_agent::coordinator::NodeApi::new(client, "worker-w");
-    let services = aloft_agent::engine::connect_services(Some(&h.bus_address)).await.unwrap();
-    let mut agent = aloft_agent::daemon::Agent::new(root, api, services, Duration::from_secs(60)).unwrap();
-    assert!(matches!(agent.phase(), aloft_agent::state::Phase::Idle), "{:?}", agent.phase());
-    let metrics = std::sync::Arc::new(aloft_agent::metrics::Metrics::new());
-    agent.metrics = Some(metrics.clone());
+    let (mut agent, metrics) = in_process_agent(&c, &h, "worker-w").await;
     let running = tokio::spawn(async move { agent.run_loop().await });
 
     // Well under the 5-minute wait for a Node change and the 10-minute periodic check.

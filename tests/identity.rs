@@ -186,3 +186,27 @@ async fn token_commands_refuse_what_would_be_silently_wrong() {
     }
     assert_eq!(std::fs::read_dir(elsewhere.path()).unwrap().count(), 0, "nothing created there");
 }
+
+/// An agent that cannot reach its coordinator says so (WARN, after a few seconds: a restart is
+/// no news), and says when it reaches it again: at debug level only, a fleet cut off from its
+/// coordinator showed nothing on its nodes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_says_when_it_cannot_reach_the_coordinator_and_when_it_can_again() {
+    let mut c = Coordinator::start_with(aloft_tests::Options { fixed_port: true, ..Default::default() });
+    let token_file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(token_file.path(), c.create_token("fleet", "bootstrap")).unwrap();
+    let mut h = Host::new("n1").await;
+    h.start_agent(&c, token_file.path());
+    ready_uid(&c, "n1", None, "n1 enrolled and Ready").await;
+    c.kill9();
+    eventually(Duration::from_secs(60), "the agent's WARN that it cannot reach the coordinator", || async {
+        Ok(h.log().lines().any(|l| l.contains("WARN") && l.contains("cannot reach the coordinator")).then_some(()))
+    })
+    .await;
+    c.restart();
+    eventually(Duration::from_secs(60), "the agent's word that it reached the coordinator again", || async {
+        Ok(h.log().lines().any(|l| l.contains("reached the coordinator again")).then_some(()))
+    })
+    .await;
+    h.stop_agent();
+}

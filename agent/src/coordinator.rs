@@ -462,6 +462,47 @@ async fn settle(write: Option<tokio::task::JoinHandle<Result<NodeView>>>) {
     }
 }
 
+/// How long the coordinator may be out of reach before the agent says so: a coordinator restart
+/// is seconds, and is no news.
+const OUTAGE_WARN_AFTER: Duration = Duration::from_secs(10);
+/// How often a lasting outage is said again.
+const OUTAGE_WARN_EVERY: Duration = Duration::from_secs(300);
+
+/// The follower's failures to reach the coordinator, for the log: at debug level only, a
+/// fleet cut off from its coordinator (a CA the agents do not trust, a firewall, an address
+/// that moved) showed nothing on its nodes, as a kubelet's "Error updating node status" does.
+#[derive(Default)]
+struct Outage {
+    since: Option<std::time::Instant>,
+    said: Option<std::time::Instant>,
+}
+
+impl Outage {
+    fn failed(&mut self, e: &anyhow::Error, retry: Duration) {
+        let since = *self.since.get_or_insert_with(std::time::Instant::now);
+        let due = match self.said {
+            None => since.elapsed() >= OUTAGE_WARN_AFTER,
+            Some(t) => t.elapsed() >= OUTAGE_WARN_EVERY,
+        };
+        if due {
+            tracing::warn!(
+                error = %format!("{e:#}"),
+                for_s = since.elapsed().as_secs(),
+                retry_s = retry.min(Duration::from_secs(10)).as_secs_f32(),
+                "cannot reach the coordinator; retrying (this node gets no new config meanwhile)"
+            );
+            self.said = Some(std::time::Instant::now());
+        }
+    }
+
+    fn over(&mut self) {
+        if let (Some(since), Some(_)) = (self.since, self.said) {
+            tracing::info!(after_s = since.elapsed().as_secs(), "reached the coordinator again");
+        }
+        *self = Outage::default();
+    }
+}
+
 /// Keeps `tx` at the newest view of node `name`: a GET, then one watch from its revision,
 /// reopened from the last revision seen when the coordinator ends it, and re-read from scratch
 /// when the coordinator refuses the watch: compacted past it (410 Gone), or not there yet (504
@@ -477,6 +518,9 @@ async fn follow(
 ) {
     let mut from: Option<String> = None;
     let mut backoff = Duration::from_millis(200);
+    // Shared with the watch, which says when it is connected: a watch that works may run for
+    // minutes before it ends.
+    let outage = std::sync::Mutex::new(Outage::default());
     loop {
         let step = async {
             let rev = match from.take() {
@@ -502,7 +546,10 @@ async fn follow(
                     r
                 }
             };
-            follow_watch(&client, &name, &tx, &delivered, rev).await
+            follow_watch(&client, &name, &tx, &delivered, rev, || {
+                outage.lock().unwrap_or_else(|e| e.into_inner()).over()
+            })
+            .await
         };
         let outcome = tokio::select! {
             _ = tx.closed() => return,
@@ -511,14 +558,19 @@ async fn follow(
         match outcome {
             // The coordinator ended the watch: carry on from where it got to.
             Ok(Some(rev)) => {
+                outage.lock().unwrap_or_else(|e| e.into_inner()).over();
                 from = Some(rev);
                 backoff = Duration::from_millis(200);
                 continue;
             }
             // Gone: start again from a fresh read.
-            Ok(None) => backoff = Duration::from_millis(200),
+            Ok(None) => {
+                outage.lock().unwrap_or_else(|e| e.into_inner()).over();
+                backoff = Duration::from_millis(200);
+            }
             Err(e) => {
-                tracing::debug!(error = %e, "node watch failed; retrying");
+                tracing::debug!(error = %format!("{e:#}"), "node watch failed; retrying");
+                outage.lock().unwrap_or_else(|e| e.into_inner()).failed(&e, backoff * 2);
                 backoff = (backoff * 2).min(Duration::from_secs(10));
             }
         }
@@ -551,12 +603,14 @@ async fn follow_watch(
     tx: &watch::Sender<Option<Followed>>,
     delivered: &std::sync::Mutex<Option<Delivered>>,
     mut rev: String,
+    connected: impl FnOnce(),
 ) -> Result<Option<String>> {
     let q = format!(
         "{}?watch=true&resourceVersion={rev}&fieldSelector=metadata.name%3D{name}&timeoutSeconds={FOLLOW_SECONDS}&skipOwnWrites=true&includeUpdateInputs=true",
         resource_path(NODES, None, None),
     );
     let mut stream = client.watch(&q, None).await?.bytes_stream();
+    connected();
     let mut buf = Vec::new();
     while let Some(chunk) = stream.next().await {
         buf.extend_from_slice(&chunk?);

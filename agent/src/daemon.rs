@@ -302,6 +302,10 @@ pub struct Agent {
     /// Degraded with this reason and recovery is retried with backoff, instead of the daemon
     /// exiting (every start failed the same way: a crash loop, with the Node still saying Done).
     recovery_error: Option<String>,
+    /// The update this process started: when, for `aloft_agent_apply_*`, and the config the node
+    /// ran before it, which the Working reports name until the change takes effect (MCO moves
+    /// `currentConfig` at Done, not before the reboot).
+    started: Option<(std::time::Instant, String)>,
 }
 
 impl Agent {
@@ -327,6 +331,7 @@ impl Agent {
             booted_os: osflow::BootedOs::default(),
             drift_watch: None,
             recovery_error: None,
+            started: None,
         })
     }
 
@@ -393,6 +398,7 @@ impl Agent {
     /// that), so the rollout counts the failure for the config it is about.
     async fn fail(&mut self, target: &str, reason: String, unreconcilable: bool) -> Result<()> {
         tracing::warn!(target, %reason, unreconcilable, "update failed");
+        self.observe_apply(if unreconcilable { "unreconcilable" } else { "failure" });
         let phase = if unreconcilable {
             Phase::Unreconcilable { target: target.into(), reason: reason.clone() }
         } else {
@@ -408,6 +414,7 @@ impl Agent {
     /// Report Done; `uncordon`: the node was drained for this update, and the same write asks
     /// the coordinator to uncordon it.
     async fn report_done(&mut self, uncordon: bool) -> Result<()> {
+        self.observe_apply("success");
         let current = self.current_name();
         self.enter(Phase::Idle, "")?;
         self.api.report_done(&current, uncordon).await?;
@@ -419,6 +426,14 @@ impl Agent {
         release_replaced();
         crate::reclaim::trim_heap();
         Ok(())
+    }
+
+    /// Count the update this process started as finished with `result` (one that started in an
+    /// earlier process, before a reboot, is not timed: its start is not known).
+    fn observe_apply(&mut self, result: &str) {
+        if let (Some((at, _)), Some(m)) = (self.started.take(), &self.metrics) {
+            m.observe_apply(result, at.elapsed());
+        }
     }
 
     /// One step of the loop; returns the step taken.
@@ -509,6 +524,7 @@ impl Agent {
         if !self.disk_matches_current(target).await? {
             return Ok(());
         }
+        self.started = Some((std::time::Instant::now(), self.current_name()));
         self.enter(
             Phase::Preparing { target: target.into() },
             "reading the rendered config and the disruption policy",
@@ -675,8 +691,10 @@ impl Agent {
 
     async fn reboot(&mut self, target: &str) -> Result<()> {
         let boot_id = state::boot_id(&self.root);
-        self.enter(Phase::Rebooting { target: target.into(), boot_id }, "rebooting")?;
-        let current = self.current_name();
+        self.enter(Phase::Rebooting { target: target.into(), boot_id }, "")?;
+        // The config the node runs until the reboot: the one before this update, when this
+        // process started it (after a restart only the saved one is known).
+        let current = self.started.as_ref().map_or_else(|| self.current_name(), |(_, before)| before.clone());
         self.api.report_working_now(&current).await.ok();
         self.ask_reboot(target).await
     }
@@ -1000,18 +1018,25 @@ async fn node_api(root: &Root, opts: &Options, lost: Option<Standing>) -> Result
 /// Start everything and run until stopped.
 pub async fn run(opts: Options) -> Result<()> {
     let root = Root::new(&opts.root);
-    let api = node_api(&root, &opts, None).await?;
+    // This host's own settings first (its D-Bus, the metrics address): an agent that cannot run
+    // here must not enroll, or its Node stays in the pool NotReady, holding a slot of
+    // maxUnavailable, and the pool's rollouts wait for it.
     let services = crate::engine::connect_services(opts.bus_address.as_deref()).await?;
+    let metrics = match &opts.metrics_listen {
+        Some(addr) => {
+            let metrics = Arc::new(Metrics::new());
+            crate::metrics::serve(addr, metrics.clone()).await?;
+            Some(metrics)
+        }
+        None => None,
+    };
+    let api = node_api(&root, &opts, None).await?;
     let mut agent = Agent::new(root, api, services, opts.drain_timeout)?;
     agent.workload_stop_timeout = opts.workload_stop_timeout;
+    agent.metrics = metrics;
     if let Some(os) = &opts.os {
         agent.os = Some(OsAgent::new(&agent.root, os));
         tracing::info!(helper = %os.helper_socket.display(), "managing the OS through aloft-os-helper");
-    }
-    if let Some(addr) = &opts.metrics_listen {
-        let metrics = Arc::new(Metrics::new());
-        crate::metrics::serve(addr, metrics.clone()).await?;
-        agent.metrics = Some(metrics);
     }
     // The D-Bus status object: optional, since a sandboxed agent may share a bus with others.
     let served = match opts.bus_address.as_deref() {

@@ -520,6 +520,14 @@ mod tests {
             (json!({"files": [{"path": "/x", "actions": [{"type": "Special"}]}]}), "Special is reserved"),
             (json!({"units": [{"name": "a/b.service", "actions": [{"type": "None"}]}]}), "contains '/'"),
             (json!({"sshkey": {"actions": []}}), "must not be empty"),
+            (
+                json!({"files": [{"path": "/etc/x", "actions": [{"type": "None"}]}, {"path": "/etc//x", "actions": [{"type": "Reboot"}]}]}),
+                "files[1].path: Duplicate value: \"/etc//x\" (files[0] has it)",
+            ),
+            (
+                json!({"units": [{"name": "a.service", "actions": [{"type": "None"}]}, {"name": "a.service", "actions": [{"type": "None"}]}]}),
+                "Duplicate value: \"a.service\"",
+            ),
         ];
         for (policy, want) in bad {
             let err =

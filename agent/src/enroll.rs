@@ -41,7 +41,11 @@ fn write_private(path: &Path, data: &[u8]) -> Result<()> {
 pub fn parse_labels(s: &str) -> Result<BTreeMap<String, String>> {
     let mut out = BTreeMap::new();
     for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        let (k, v) = part.split_once('=').unwrap_or((part, ""));
+        // As kubelet's --node-labels: `key=value`, the value may be empty (`node-role...=`);
+        // a bare `key` is a typo more often than a label (it gave an empty-valued one).
+        let Some((k, v)) = part.split_once('=') else {
+            bail!("--labels: {part:?} has no '=' (want key=value; an empty value is written key=)");
+        };
         if k.is_empty() {
             bail!("--labels: {part:?} has an empty key (want key=value)");
         }
@@ -135,6 +139,7 @@ mod tests {
         assert_eq!(l.get("node-role.kubernetes.io/worker").map(String::as_str), Some(""));
         assert_eq!(l.get("zone").map(String::as_str), Some("a"));
         assert!(parse_labels("=x").is_err());
+        assert!(parse_labels("foo").unwrap_err().to_string().contains("has no '='"));
         assert!(parse_labels("").unwrap().is_empty());
     }
 }

@@ -50,7 +50,14 @@ pub fn shadow_with_hash(shadow: &str, hash: Option<&str>) -> Option<String> {
         match body.split_once(':') {
             Some(("core", rest)) if !found => {
                 found = true;
-                let tail = rest.split_once(':').map(|(_, t)| t).unwrap_or("");
+                let (old, tail) = rest.split_once(':').unwrap_or((rest, ""));
+                // A changed password changes the date of the last change (field 3, days since
+                // the epoch), as `usermod -p` (MCO's way) does: with password aging on, the
+                // old date made the new password expired at once.
+                let tail = match tail.split_once(':') {
+                    Some((_, rest)) if old != hash => format!("{}:{rest}", days_since_epoch()),
+                    _ => tail.to_string(),
+                };
                 out.push_str(&format!("core:{hash}:{tail}"));
                 if line.ends_with('\n') {
                     out.push('\n');
@@ -60,6 +67,10 @@ pub fn shadow_with_hash(shadow: &str, hash: Option<&str>) -> Option<String> {
         }
     }
     found.then_some(out)
+}
+
+fn days_since_epoch() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs() / 86_400)
 }
 
 /// Whether the SSH keys differ between two configs.
@@ -74,10 +85,14 @@ mod tests {
     #[test]
     fn shadow_edit_keeps_other_lines_and_fields() {
         let s = "root:!:19000:0:99999:7:::\ncore:*:19000:0:99999:7:::\n";
+        let today = days_since_epoch();
         assert_eq!(
             shadow_with_hash(s, Some("$6$x$y")).unwrap(),
-            "root:!:19000:0:99999:7:::\ncore:$6$x$y:19000:0:99999:7:::\n"
+            format!("root:!:19000:0:99999:7:::\ncore:$6$x$y:{today}:0:99999:7:::\n")
         );
+        // The same hash again: the date of the last change stays.
+        let same = "core:$6$x$y:19000:0:90:7:::\n";
+        assert_eq!(shadow_with_hash(same, Some("$6$x$y")).unwrap(), same);
         assert_eq!(shadow_with_hash("root:!:1::::::\n", Some("h")), None);
         assert_eq!(keys_file(&["ssh-rsa A".into(), "ssh-ed25519 B c".into()]), b"ssh-rsa A\nssh-ed25519 B c\n");
     }

@@ -238,6 +238,14 @@ impl NodeDisruptionPolicy {
                 return Err(field_error(format!("{at}.path"), format!("{what}: path must be absolute, without ..")));
             }
             check_actions(format!("{at}.actions"), &what, &f.actions, normalize(&f.path) == REGISTRIES_CONF)?;
+            // A list keyed by path (listType map in MCO's CRD): a second entry is refused, where
+            // the last one silently won.
+            if let Some(j) = self.files[..i].iter().position(|g| normalize(&g.path) == normalize(&f.path)) {
+                return Err(field_error(
+                    format!("{at}.path"),
+                    format!("Duplicate value: {:?} (files[{j}] has it)", f.path),
+                ));
+            }
         }
         for (i, u) in self.units.iter().enumerate() {
             let at = format!("{POLICY_FIELD}.units[{i}]");
@@ -245,6 +253,12 @@ impl NodeDisruptionPolicy {
             crate::content::check_unit_name(&u.name)
                 .map_err(|e| field_error(format!("{at}.name"), format!("{what}: {e}")))?;
             check_actions(format!("{at}.actions"), &what, &u.actions, false)?;
+            if let Some(j) = self.units[..i].iter().position(|v| v.name == u.name) {
+                return Err(field_error(
+                    format!("{at}.name"),
+                    format!("Duplicate value: {:?} (units[{j}] has it)", u.name),
+                ));
+            }
         }
         if let Some(s) = &self.sshkey {
             check_actions(format!("{POLICY_FIELD}.sshkey.actions"), "sshkey", &s.actions, false)?;

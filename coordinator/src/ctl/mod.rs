@@ -36,8 +36,8 @@ const TABLE_ACCEPT: &str = "application/json;as=Table;v=v1;g=meta.k8s.io,applica
 pub struct Cli {
     // The ALOFT_* variables are read in `client_config`, not by clap: an argument clap takes from
     // the environment is shown in every usage line as if it had to be given.
-    /// Client config (kubeconfig format). Default: $ALOFT_KUBECONFIG, ~/.config/aloft/kubeconfig,
-    /// then /var/lib/aloft-coordinator/admin.kubeconfig.
+    /// Client config (kubeconfig format). Default: $ALOFT_KUBECONFIG, $KUBECONFIG (its first
+    /// file that exists), ~/.config/aloft/kubeconfig, then /var/lib/aloft-coordinator/admin.kubeconfig.
     #[arg(long, global = true)]
     kubeconfig: Option<PathBuf>,
     /// Coordinator URL, overriding the client config [env: ALOFT_SERVER].
@@ -294,7 +294,14 @@ fn client_config(cli: &Cli) -> Result<ClientConfig> {
     let server = cli.server.clone().or_else(|| env_value("ALOFT_SERVER").map(text));
     let token = cli.token.clone().or_else(|| env_value("ALOFT_TOKEN").map(text));
     let ca = cli.certificate_authority.clone().or_else(|| env_value("ALOFT_CA").map(PathBuf::from));
-    let kubeconfig = cli.kubeconfig.clone().or_else(|| env_value("ALOFT_KUBECONFIG").map(PathBuf::from));
+    // Then $KUBECONFIG, as kubectl reads it (the first file of its list that exists): the file
+    // `serve` writes is for both, and README's kubectl examples export KUBECONFIG; without it, a
+    // coordinator host's default file could be another coordinator's.
+    let kubeconfig =
+        cli.kubeconfig.clone().or_else(|| env_value("ALOFT_KUBECONFIG").map(PathBuf::from)).or_else(|| {
+            let list = env_value("KUBECONFIG")?;
+            std::env::split_paths(&list).find(|p| !p.as_os_str().is_empty() && p.exists())
+        });
     let mut cfg = match kubeconfig.or_else(default_kubeconfig) {
         Some(p) => ClientConfig::from_kubeconfig(&p)?,
         None => ClientConfig::default(),

@@ -17,7 +17,6 @@ use crate::auth::{self, Identity, Role};
 use crate::controllers::events::{reasons, EventType, Involved};
 use crate::resources::NODE;
 use crate::store::{Key, SqliteStore, StoreError};
-use aloft_api::Selector;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -43,12 +42,15 @@ pub struct EnrollResponse {
 }
 
 fn check_labels(labels: &BTreeMap<String, String>) -> Vec<aloft_api::StatusCause> {
+    // Labels, checked as labels (the message said "invalid label selector").
     labels
         .iter()
-        .filter_map(|(k, v)| {
-            Selector::parse(&format!("{k}={v}"))
-                .err()
-                .map(|e| cause(&format!("labels[{k}]"), "FieldValueInvalid", e.to_string()))
+        .flat_map(|(k, v)| {
+            let key = aloft_api::selector::label_key_errors(k).into_iter().map(move |m| format!("key {k:?}: {m}"));
+            let value =
+                aloft_api::selector::label_value_errors(v).into_iter().map(move |m| format!("value {v:?}: {m}"));
+            key.chain(value)
+                .map(move |m| cause(&format!("labels[{k}]"), "FieldValueInvalid", format!("invalid label: {m}")))
         })
         .collect()
 }
@@ -163,4 +165,24 @@ async fn put_node(ctx: &SharedCtx, key: &Key, req: &EnrollRequest) -> Result<(),
         return Err(ApiError::conflict("nodes", &req.node_name, "too many concurrent writers; try again"));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A bad label is called a label (it was "invalid label selector"), key and value apart.
+    #[test]
+    fn bad_labels_are_named_as_labels() {
+        let labels: BTreeMap<String, String> =
+            [("bad key".to_string(), "x".to_string()), ("ok".to_string(), "bad value!".to_string())].into();
+        let causes = check_labels(&labels);
+        assert_eq!(causes.len(), 2, "{causes:?}");
+        assert_eq!(causes[0].field, "labels[bad key]");
+        assert!(causes[0].message.starts_with("invalid label: key \"bad key\""), "{causes:?}");
+        assert!(causes[1].message.starts_with("invalid label: value \"bad value!\""), "{causes:?}");
+        assert!(causes.iter().all(|c| !c.message.contains("selector")), "{causes:?}");
+        let good: BTreeMap<String, String> = [("node-role.kubernetes.io/worker".to_string(), String::new())].into();
+        assert!(check_labels(&good).is_empty());
+    }
 }
