@@ -587,6 +587,14 @@ fn worker_node(name: &str, current: &str, state: &str) -> serde_json::Value {
         "machineconfiguration.openshift.io/reason": if state == "Degraded" { "boom" } else { "" }}}})
 }
 
+/// Worker node `name`, Done on `config`, Ready: what a rollout picks.
+async fn ready_worker_node(admin: &aloft_client::Client, name: &str, config: &str) {
+    admin.post("/api/v1/nodes", &worker_node(name, config, "Done")).await.unwrap().into_result().unwrap();
+    let ready = serde_json::json!({"status": {"conditions": [{"type": "Ready", "status": "True"}]}});
+    let status = format!("/api/v1/nodes/{name}/status");
+    admin.patch(&status, "application/merge-patch+json", &ready).await.unwrap().into_result().unwrap();
+}
+
 /// Three writers of MachineConfigs no pool selects, for 1.5 s: the render waits for the
 /// MachineConfig writes to pause, so a config posted meanwhile is rendered only after them.
 fn flood_other_configs(c: &Coordinator, tag: &str) -> Vec<tokio::task::JoinHandle<()>> {
@@ -768,14 +776,7 @@ async fn rollout_status_names_the_budget_that_blocks_the_pool() {
     create_pool(&c, aloft_tests::machine_config_pool("worker", "worker")).await;
     let old = settled(&c, "worker").await;
     let admin = c.client();
-    admin.post("/api/v1/nodes", &worker_node("n1", &old, "Done")).await.unwrap().into_result().unwrap();
-    let ready = serde_json::json!({"status": {"conditions": [{"type": "Ready", "status": "True"}]}});
-    admin
-        .patch("/api/v1/nodes/n1/status", "application/merge-patch+json", &ready)
-        .await
-        .unwrap()
-        .into_result()
-        .unwrap();
+    ready_worker_node(&admin, "n1", &old).await;
     let ndb = serde_json::json!({"apiVersion": "aloft.dev/v1", "kind": "NodeDisruptionBudget",
         "metadata": {"name": "frozen"}, "spec": {"maxUnavailable": 0}});
     let path = aloft_tests::path_of(&aloft_coordinator::resources::NODE_DISRUPTION_BUDGET, None);
@@ -842,14 +843,7 @@ async fn rollout_status_waits_for_a_reverted_node_to_report() {
     create_pool(&c, aloft_tests::machine_config_pool("worker", "worker")).await;
     let old = settled(&c, "worker").await;
     let admin = c.client();
-    admin.post("/api/v1/nodes", &worker_node("n1", &old, "Done")).await.unwrap().into_result().unwrap();
-    let ready = serde_json::json!({"status": {"conditions": [{"type": "Ready", "status": "True"}]}});
-    admin
-        .patch("/api/v1/nodes/n1/status", "application/merge-patch+json", &ready)
-        .await
-        .unwrap()
-        .into_result()
-        .unwrap();
+    ready_worker_node(&admin, "n1", &old).await;
     let desired_of_n1 = || {
         let a = admin.clone();
         async move {
