@@ -270,21 +270,31 @@ async fn an_agent_that_cannot_run_here_does_not_enroll() {
     std::fs::write(&token_file, c.create_token("fleet", "bootstrap")).unwrap();
     let root = dir.path().join("root");
     std::fs::create_dir_all(&root).unwrap();
-    let out = std::process::Command::new(aloft_tests::bin("aloft-agent"))
-        .args(["--coordinator", c.url(), "--node-name", "nx", "--metrics-listen", ""])
-        .arg("--ca")
-        .arg(c.ca_path())
-        .arg("--bootstrap-token-file")
-        .arg(&token_file)
-        .arg("--root")
-        .arg(&root)
-        .args(["--bus-address", "unix:path=/nonexistent/bus"])
-        .env("ALOFT_LOG", "info")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{stderr}");
-    assert!(stderr.contains("/nonexistent/bus"), "says which bus: {stderr}");
-    assert!(!stderr.contains("enrolled"), "{stderr}");
-    assert_eq!(c.client().get(&format!("{NODES}/nx")).await.unwrap().code, 404, "no Node");
+    // A root whose state dir cannot be made (a file where the directory goes): the credential
+    // could not be saved, and the next start's enrollment was refused for the Node left behind.
+    let blocked = dir.path().join("blocked");
+    std::fs::create_dir_all(blocked.join("var/lib")).unwrap();
+    std::fs::write(blocked.join("var/lib/aloft"), "not a directory").unwrap();
+    for (root, bus, says) in [
+        (&root, "unix:path=/nonexistent/bus", "/nonexistent/bus"),
+        (&blocked, "unix:path=/nonexistent/bus", "state dir"),
+    ] {
+        let out = std::process::Command::new(aloft_tests::bin("aloft-agent"))
+            .args(["--coordinator", c.url(), "--node-name", "nx", "--metrics-listen", ""])
+            .arg("--ca")
+            .arg(c.ca_path())
+            .arg("--bootstrap-token-file")
+            .arg(&token_file)
+            .arg("--root")
+            .arg(root)
+            .args(["--bus-address", bus])
+            .env("ALOFT_LOG", "info")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{stderr}");
+        assert!(stderr.contains(says), "says what: {stderr}");
+        assert!(!stderr.contains("enrolled"), "{stderr}");
+        assert_eq!(c.client().get(&format!("{NODES}/nx")).await.unwrap().code, 404, "no Node");
+    }
 }

@@ -321,6 +321,9 @@ async fn a_foreground_delete_keeps_the_pool_until_its_rendered_configs_are_gone(
     assert_eq!(p["metadata"]["finalizers"], json!(["foregroundDeletion"]), "held by its config in use: {p}");
     assert!(exists(&admin, &first).await);
 
+    // A second Foreground DELETE changes nothing.
+    let r = admin.delete(&format!("{pool}?propagationPolicy=Foreground")).await.unwrap();
+    assert_eq!(r.body["metadata"]["finalizers"], json!(["foregroundDeletion"]), "{}", r.body);
     node_on(&admin, None).await;
     eventually(Duration::from_secs(40), "the pool to go once its last config is gone", || async {
         Ok((admin.get(&pool).await?.code == 404).then_some(()))
@@ -350,4 +353,21 @@ async fn an_orphan_finalizer_orphans_the_dependents_of_a_deleted_pool() {
         let mc = get_ok(&admin, &MACHINE_CONFIG, name).await;
         assert!(mc["metadata"].get("ownerReferences").is_none(), "orphaned: {mc}");
     }
+}
+
+/// A DELETE of a pool held up in a foreground deletion (its config in use) with Background, what
+/// `kubectl delete` sends, turns it into a background deletion, as kube-apiserver does: the
+/// finalizer goes and the pool with it; the config in use stays, for the collector.
+#[tokio::test]
+async fn a_background_delete_frees_a_foreground_deletion_held_up() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let (first, _second) = pool_rendered_twice(&admin).await;
+    node_on(&admin, Some(&first)).await;
+    let pool = path_of(&MACHINE_CONFIG_POOL, Some("infra"));
+    admin.delete(&format!("{pool}?propagationPolicy=Foreground")).await.unwrap().into_result().unwrap();
+    let r = admin.delete(&format!("{pool}?propagationPolicy=Background")).await.unwrap();
+    assert_eq!(r.code, 200, "{}", r.body);
+    assert_eq!(admin.get(&pool).await.unwrap().code, 404, "no finalizer left: gone at once");
+    assert!(exists(&admin, &first).await, "the config a node is on stays");
 }

@@ -306,6 +306,9 @@ pub struct Agent {
     /// ran before it, which the Working reports name until the change takes effect (MCO moves
     /// `currentConfig` at Done, not before the reboot).
     started: Option<(std::time::Instant, String)>,
+    /// The Node's `currentConfig` as last read: what a Working report keeps naming before a
+    /// reboot that an earlier process of this boot prepared.
+    reported_current: String,
 }
 
 impl Agent {
@@ -332,6 +335,7 @@ impl Agent {
             drift_watch: None,
             recovery_error: None,
             started: None,
+            reported_current: String::new(),
         })
     }
 
@@ -398,7 +402,13 @@ impl Agent {
     /// that), so the rollout counts the failure for the config it is about.
     async fn fail(&mut self, target: &str, reason: String, unreconcilable: bool) -> Result<()> {
         tracing::warn!(target, %reason, unreconcilable, "update failed");
-        self.observe_apply(if unreconcilable { "unreconcilable" } else { "failure" });
+        // An update's failure (one this process started, or a phase of one after a restart);
+        // not drift found on a settled node, which no update asked for.
+        if self.started.is_some()
+            || !matches!(self.phase, Phase::Idle | Phase::Degraded { .. } | Phase::Unreconcilable { .. })
+        {
+            self.observe_apply(if unreconcilable { "unreconcilable" } else { "failure" });
+        }
         let phase = if unreconcilable {
             Phase::Unreconcilable { target: target.into(), reason: reason.clone() }
         } else {
@@ -414,7 +424,6 @@ impl Agent {
     /// Report Done; `uncordon`: the node was drained for this update, and the same write asks
     /// the coordinator to uncordon it.
     async fn report_done(&mut self, uncordon: bool) -> Result<()> {
-        self.observe_apply("success");
         let current = self.current_name();
         self.enter(Phase::Idle, "")?;
         self.api.report_done(&current, uncordon).await?;
@@ -428,11 +437,24 @@ impl Agent {
         Ok(())
     }
 
-    /// Count the update this process started as finished with `result` (one that started in an
-    /// earlier process, before a reboot, is not timed: its start is not known).
+    /// The config the node runs until an update's reboot, for the Working reports (MCO moves
+    /// `currentConfig` at Done): the one before the update, when this process started it; after
+    /// a restart, what the Node says (the Working report before the restart named it); else the
+    /// saved one.
+    fn running_config(&self) -> String {
+        match &self.started {
+            Some((_, before)) => before.clone(),
+            None if !self.reported_current.is_empty() => self.reported_current.clone(),
+            None => self.current_name(),
+        }
+    }
+
+    /// Count an update as finished with `result`, timed when this process started it (one
+    /// finished after its reboot, by the next boot's agent, is counted but not timed).
     fn observe_apply(&mut self, result: &str) {
-        if let (Some((at, _)), Some(m)) = (self.started.take(), &self.metrics) {
-            m.observe_apply(result, at.elapsed());
+        let started = self.started.take();
+        if let Some(m) = &self.metrics {
+            m.observe_apply(result, started.map(|(at, _)| at.elapsed()));
         }
     }
 
@@ -446,6 +468,7 @@ impl Agent {
             self.write_status("")?;
         }
         self.drain_answer = node.annotation(ann::LAST_APPLIED_DRAIN).to_string();
+        self.reported_current = node.annotation(ann::CURRENT_CONFIG).to_string();
         if self.recovery_error.is_some() {
             // Nothing else may run over a half-applied disk (nor report it Done): retry first.
             self.startup().await?;
@@ -663,7 +686,7 @@ impl Agent {
             Phase::DrainingForReboot { target: target.into(), request: request.clone() },
             "waiting for the coordinator to drain this node before the reboot",
         )?;
-        let current = self.current_name();
+        let current = self.running_config();
         let drained = if self.drain_answer == request {
             self.api.report_working(&current, Some(&request)).await;
             Ok(())
@@ -692,9 +715,7 @@ impl Agent {
     async fn reboot(&mut self, target: &str) -> Result<()> {
         let boot_id = state::boot_id(&self.root);
         self.enter(Phase::Rebooting { target: target.into(), boot_id }, "")?;
-        // The config the node runs until the reboot: the one before this update, when this
-        // process started it (after a restart only the saved one is known).
-        let current = self.started.as_ref().map_or_else(|| self.current_name(), |(_, before)| before.clone());
+        let current = self.running_config();
         self.api.report_working_now(&current).await.ok();
         self.ask_reboot(target).await
     }
@@ -725,6 +746,7 @@ impl Agent {
                 return self.fail(target, e.to_string(), false).await;
             }
         }
+        self.observe_apply("success");
         self.report_done(drained).await
     }
 
@@ -1018,9 +1040,10 @@ async fn node_api(root: &Root, opts: &Options, lost: Option<Standing>) -> Result
 /// Start everything and run until stopped.
 pub async fn run(opts: Options) -> Result<()> {
     let root = Root::new(&opts.root);
-    // This host's own settings first (its D-Bus, the metrics address): an agent that cannot run
+    // This host's own settings first (its state dir, its D-Bus, the metrics address): an agent that cannot run
     // here must not enroll, or its Node stays in the pool NotReady, holding a slot of
     // maxUnavailable, and the pool's rollouts wait for it.
+    crate::enroll::check_state_dir(&root)?;
     let services = crate::engine::connect_services(opts.bus_address.as_deref()).await?;
     let metrics = match &opts.metrics_listen {
         Some(addr) => {

@@ -520,15 +520,18 @@ mod tests {
             (json!({"files": [{"path": "/x", "actions": [{"type": "Special"}]}]}), "Special is reserved"),
             (json!({"units": [{"name": "a/b.service", "actions": [{"type": "None"}]}]}), "contains '/'"),
             (json!({"sshkey": {"actions": []}}), "must not be empty"),
-            (
-                json!({"files": [{"path": "/etc/x", "actions": [{"type": "None"}]}, {"path": "/etc//x", "actions": [{"type": "Reboot"}]}]}),
-                "files[1].path: Duplicate value: \"/etc//x\" (files[0] has it)",
-            ),
-            (
-                json!({"units": [{"name": "a.service", "actions": [{"type": "None"}]}, {"name": "a.service", "actions": [{"type": "None"}]}]}),
-                "Duplicate value: \"a.service\"",
-            ),
         ];
+        // Duplicate keys: refused by admission (`check_unique`), taken by the agent (the last
+        // entry wins), so that a policy stored before the check does not fail every update.
+        let dup = json!({"spec": {"nodeDisruptionPolicy": {"files": [
+            {"path": "/etc/x", "actions": [{"type": "None"}]}, {"path": "/etc//x", "actions": [{"type": "Reboot"}]}],
+            "units": [{"name": "a.service", "actions": [{"type": "None"}]}, {"name": "a.service", "actions": [{"type": "None"}]}]}}});
+        let mut read = NodeDisruptionPolicy::from_machine_configuration(&dup).expect("the agent reads it");
+        let err = read.check_unique().unwrap_err().to_string();
+        assert!(err.contains("files[1].path: Duplicate value: \"/etc//x\" (files[0] has it)"), "{err}");
+        read.files.truncate(1);
+        let err = read.check_unique().unwrap_err().to_string();
+        assert!(err.contains("units[1].name: Duplicate value: \"a.service\""), "{err}");
         for (policy, want) in bad {
             let err =
                 NodeDisruptionPolicy::from_machine_configuration(&json!({"spec": {"nodeDisruptionPolicy": policy}}))

@@ -21,6 +21,18 @@ pub struct Credential {
     pub token: String,
 }
 
+/// Whether the agent can keep its state (the credential among it) under `root`: made and
+/// written to before enrolling, since an enrollment whose credential then cannot be saved left a
+/// Node no later start could claim (another host "holds its credential").
+pub fn check_state_dir(root: &Root) -> Result<()> {
+    let dir = root.state_dir();
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating the agent's state dir {}", dir.display()))?;
+    let probe = dir.join(".write-check");
+    std::fs::write(&probe, b"").with_context(|| format!("writing in the agent's state dir {}", dir.display()))?;
+    std::fs::remove_file(&probe).with_context(|| format!("removing {}", probe.display()))?;
+    Ok(())
+}
+
 pub fn credential_path(root: &Root) -> PathBuf {
     root.state_dir().join("credential.json")
 }

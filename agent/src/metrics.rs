@@ -145,10 +145,14 @@ impl Metrics {
         }
     }
 
-    /// One apply finished with `result` (e.g. `success`, `failure`, `unreconcilable`).
-    pub fn observe_apply(&self, result: &str, took: Duration) {
+    /// One apply finished with `result` (e.g. `success`, `failure`, `unreconcilable`), after
+    /// `took` when known (an update finished after its reboot, by the next boot's agent, is
+    /// counted but not timed: its start is not known).
+    pub fn observe_apply(&self, result: &str, took: Option<Duration>) {
         self.apply_total.get_or_create(&ResultLabels { result: result.to_string() }).inc();
-        self.apply_duration.observe(took.as_secs_f64());
+        if let Some(took) = took {
+            self.apply_duration.observe(took.as_secs_f64());
+        }
     }
 
     /// The agent asked for a reboot.
@@ -222,8 +226,9 @@ mod tests {
         m.set_state("Done");
         m.set_phase("draining");
         m.set_phase("idle");
-        m.observe_apply("success", Duration::from_millis(1500));
-        m.observe_apply("failure", Duration::from_secs(3));
+        m.observe_apply("success", Some(Duration::from_millis(1500)));
+        m.observe_apply("failure", Some(Duration::from_secs(3)));
+        m.observe_apply("success", None);
         m.inc_reboots();
         m.set_drift(true);
         let (addr, task) = serve("127.0.0.1:0", m.clone()).await.unwrap();
@@ -238,7 +243,7 @@ mod tests {
             "aloft_agent_state{state=\"Degraded\"} 0",
             "aloft_agent_phase{phase=\"idle\"} 1",
             "aloft_agent_phase{phase=\"draining\"} 0",
-            "aloft_agent_apply_total{result=\"success\"} 1",
+            "aloft_agent_apply_total{result=\"success\"} 2",
             "aloft_agent_apply_total{result=\"failure\"} 1",
             "aloft_agent_apply_duration_seconds_count 2",
             "aloft_agent_apply_duration_seconds_sum 4.5",

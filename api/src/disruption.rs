@@ -238,14 +238,6 @@ impl NodeDisruptionPolicy {
                 return Err(field_error(format!("{at}.path"), format!("{what}: path must be absolute, without ..")));
             }
             check_actions(format!("{at}.actions"), &what, &f.actions, normalize(&f.path) == REGISTRIES_CONF)?;
-            // A list keyed by path (listType map in MCO's CRD): a second entry is refused, where
-            // the last one silently won.
-            if let Some(j) = self.files[..i].iter().position(|g| normalize(&g.path) == normalize(&f.path)) {
-                return Err(field_error(
-                    format!("{at}.path"),
-                    format!("Duplicate value: {:?} (files[{j}] has it)", f.path),
-                ));
-            }
         }
         for (i, u) in self.units.iter().enumerate() {
             let at = format!("{POLICY_FIELD}.units[{i}]");
@@ -253,15 +245,35 @@ impl NodeDisruptionPolicy {
             crate::content::check_unit_name(&u.name)
                 .map_err(|e| field_error(format!("{at}.name"), format!("{what}: {e}")))?;
             check_actions(format!("{at}.actions"), &what, &u.actions, false)?;
-            if let Some(j) = self.units[..i].iter().position(|v| v.name == u.name) {
-                return Err(field_error(
-                    format!("{at}.name"),
-                    format!("Duplicate value: {:?} (units[{j}] has it)", u.name),
-                ));
-            }
         }
         if let Some(s) = &self.sshkey {
             check_actions(format!("{POLICY_FIELD}.sshkey.actions"), "sshkey", &s.actions, false)?;
+        }
+        Ok(())
+    }
+}
+
+impl NodeDisruptionPolicy {
+    /// Admission's check of the two lists keyed by path and by unit name (`listType: map` in
+    /// MCO's CRD): a second entry for one key is refused, where the last one silently won. Not
+    /// part of [`Self::validate`], which the agent also runs on what it reads: a policy stored
+    /// before this check must not fail every update (the agent takes the last entry, as before).
+    pub fn check_unique(&self) -> Result<(), PolicyError> {
+        for (i, f) in self.files.iter().enumerate() {
+            if let Some(j) = self.files[..i].iter().position(|g| normalize(&g.path) == normalize(&f.path)) {
+                return Err(field_error(
+                    format!("{POLICY_FIELD}.files[{i}].path"),
+                    format!("Duplicate value: {:?} (files[{j}] has it)", f.path),
+                ));
+            }
+        }
+        for (i, u) in self.units.iter().enumerate() {
+            if let Some(j) = self.units[..i].iter().position(|v| v.name == u.name) {
+                return Err(field_error(
+                    format!("{POLICY_FIELD}.units[{i}].name"),
+                    format!("Duplicate value: {:?} (units[{j}] has it)", u.name),
+                ));
+            }
         }
         Ok(())
     }

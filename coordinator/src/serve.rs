@@ -129,6 +129,11 @@ pub async fn prepare(opts: &ServeOptions) -> Result<(SqliteStore, String, DataDi
     ];
     let store = SqliteStore::open_with(&files.db, opts.watch_history, &cached)
         .with_context(|| format!("opening store {}", files.db.display()))?;
+    // Before anything is written: a refused start changes nothing (the admin token of a restored
+    // store keeps working).
+    if !opts.insecure_http {
+        check_ca(&tls::Pki::in_dir(&opts.data_dir), &store, opts.new_ca).await?;
+    }
     let token = match &opts.admin_token_file {
         Some(f) => read_token_file(f)?,
         None if files.admin_token.exists() => read_token_file(&files.admin_token)?,
@@ -236,7 +241,6 @@ pub async fn run(opts: ServeOptions) -> Result<()> {
     if !opts.insecure_http {
         let host = if addr.ip().is_unspecified() { host_names() } else { Vec::new() };
         let names = serving_names(addr.ip(), &host, &opts.tls_san);
-        check_ca(&pki, &store, opts.new_ca).await?;
         tls::ensure(&pki, &names)?;
         client.ca_pem = Some(std::fs::read(&pki.ca_cert)?);
     }

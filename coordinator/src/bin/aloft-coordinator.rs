@@ -180,6 +180,11 @@ fn reserved_token_name(name: &str) -> Option<String> {
     if name.eq_ignore_ascii_case("admin") {
         return Some("--name admin is reserved: it is the token `serve` keeps in admin.token".into());
     }
+    // Kubernetes reserves the `system:` prefix: a token named `system:node:n2` was shown by
+    // `kubectl auth whoami` and in 403 messages as that node.
+    if name.to_ascii_lowercase().starts_with("system:") {
+        return Some(format!("--name {name:?} is reserved: names starting with system: are Kubernetes' identities"));
+    }
     if name.to_ascii_lowercase().starts_with("node:") {
         return Some(format!(
             "--name {name:?} is reserved: `node:<name>` is an enrolled node's credential (nodes get theirs by enrolling)"
@@ -201,6 +206,22 @@ fn open_store(data_dir: &std::path::Path) -> Result<SqliteStore> {
     SqliteStore::open(&db).with_context(|| format!("opening {}", db.display()))
 }
 
+/// The log filter `value` (RUST_LOG syntax; empty: info). A lone word is a level: RUST_LOG reads
+/// `warning` or `debg` as a target of that name, which logged nothing at all, errors included.
+fn log_filter(value: &str) -> Result<tracing_subscriber::EnvFilter, String> {
+    const LEVELS: [&str; 6] = ["trace", "debug", "info", "warn", "error", "off"];
+    let value = match value.trim() {
+        "" => "info",
+        "warning" => "warn",
+        v => v,
+    };
+    let lone = !value.contains(['=', ',', ':', '[']);
+    if lone && !LEVELS.contains(&value.to_ascii_lowercase().as_str()) {
+        return Err(format!("a lone word must be a level: {}", LEVELS.join(", ")));
+    }
+    tracing_subscriber::EnvFilter::try_new(value).map_err(|e| e.to_string())
+}
+
 fn init_tracing() {
     // ALOFT_LOG, else RUST_LOG (what other Rust programs read), else info; one that does not
     // parse is said, not silently replaced.
@@ -208,7 +229,7 @@ fn init_tracing() {
         .iter()
         .find_map(|v| std::env::var(v).ok().filter(|s| !s.is_empty()).map(|s| (*v, s)))
         .unwrap_or(("", String::new()));
-    let filter = match tracing_subscriber::EnvFilter::try_new(if value.is_empty() { "info" } else { &value }) {
+    let filter = match log_filter(&value) {
         Ok(f) => f,
         Err(e) => {
             eprintln!("warning: {var}={value:?} is not a log filter ({e}); logging at info");
@@ -303,5 +324,30 @@ async fn main() -> Result<()> {
             println!("token {name:?} revoked");
             Ok(())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A lone word is a level or refused (it logged nothing, errors included); `warning` is
+    /// `warn`; filters with targets pass through.
+    #[test]
+    fn log_filters_are_levels_or_refused() {
+        for ok in ["", "info", "WARN", "warning", "debug", "aloft_coordinator=debug,info", "off"] {
+            assert!(log_filter(ok).is_ok(), "{ok:?}");
+        }
+        for bad in ["debg", "verbose", "aloft_coordinator=debg"] {
+            assert!(log_filter(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn system_names_are_reserved() {
+        for name in ["system:node:n2", "System:admin", "system:bootstrap:fleet"] {
+            assert!(reserved_token_name(name).is_some_and(|w| w.contains("system:")), "{name}");
+        }
+        assert!(reserved_token_name("dashboard").is_none());
     }
 }

@@ -268,6 +268,32 @@ pub async fn delete_adding(
     Ok(Deleted::Marked(store.update(key, next, rev).await?))
 }
 
+/// A DELETE with a propagation policy of an object being deleted already: its `orphan` and
+/// `foregroundDeletion` finalizers become what the policy asks (`want`: the one to have, None
+/// for background), as kube-apiserver sets them again on every DELETE; the object goes when no
+/// finalizer is left. Unchanged: nothing written.
+pub async fn propagate_again(
+    store: &Arc<dyn Store>,
+    key: &Key,
+    stored: Stored,
+    want: Option<&str>,
+) -> Result<Deleted, StoreError> {
+    let have = names(&stored);
+    let mut next_names: Vec<&str> =
+        have.iter().copied().filter(|n| *n != "orphan" && *n != "foregroundDeletion").collect();
+    next_names.extend(want);
+    if next_names == have {
+        return Ok(Deleted::AlreadyTerminating(stored));
+    }
+    let rev = revision_of(&stored);
+    if next_names.is_empty() {
+        return Ok(Deleted::Removed(store.delete(key, rev).await?));
+    }
+    let mut next = (*stored.object).clone();
+    next["metadata"]["finalizers"] = next_names.into_iter().map(Value::from).collect::<Vec<_>>().into();
+    Ok(Deleted::AlreadyTerminating(store.update(key, next, rev).await?))
+}
+
 /// Remove the finalizer `name` from `stored` (the object at `key` as read; compare-and-swap on
 /// its revision): the collector's part once it has done what the finalizer asked. Removes the
 /// object when it is being deleted and that was its last finalizer (true), as an update that

@@ -618,6 +618,10 @@ async fn delete(call: Call<'_>) -> Result<Response, ApiError> {
         }
         orphan_dependents = opts.get("orphanDependents").and_then(Value::as_bool);
     }
+    // Said by the client: a DELETE of an object being deleted sets its propagation again, as
+    // kube-apiserver's does (`kubectl delete` sends Background: the way out of a foreground
+    // deletion a dependent holds up).
+    let explicit = policy.is_some() || orphan_dependents.is_some();
     let cascade = match propagation(policy.as_deref(), orphan_dependents)? {
         // The kinds the collector does not watch would wait for its resync: nothing in aloft
         // owns objects through them, and a Node must go through this handler's removal.
@@ -666,7 +670,11 @@ async fn delete(call: Call<'_>) -> Result<Response, ApiError> {
         }
         // One compare-and-swap write on the revision just read (and checked against the
         // preconditions): removed, or marked as being deleted when it has finalizers.
+        let foreground = (cascade == Cascade::Foreground).then_some(crate::controllers::gc::FOREGROUND);
         let deleted = match cascade {
+            _ if explicit && finalizers::is_terminating(&stored) => {
+                finalizers::propagate_again(&call.ctx.store, &key, stored, foreground).await
+            }
             Cascade::Foreground => {
                 finalizers::delete_adding(&call.ctx.store, &key, stored, crate::controllers::gc::FOREGROUND).await
             }

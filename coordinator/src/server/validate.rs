@@ -226,8 +226,8 @@ pub fn object_causes(r: &ResourceType, obj: &Value) -> Vec<StatusCause> {
             // node that updates, so it is refused here instead.
             use aloft_api::disruption::{NodeDisruptionPolicy, PolicyError, POLICY_FIELD};
             let policy = obj.pointer("/spec/nodeDisruptionPolicy").cloned().unwrap_or(Value::Null);
-            match NodeDisruptionPolicy::from_machine_configuration(&policy) {
-                Ok(_) => {}
+            match NodeDisruptionPolicy::from_machine_configuration(&policy).and_then(|p| p.check_unique()) {
+                Ok(()) => {}
                 Err(PolicyError::Field { field, message }) => out.push(cause(&field, "FieldValueInvalid", message)),
                 Err(e) => out.push(cause(POLICY_FIELD, "FieldValueInvalid", e.to_string())),
             }
