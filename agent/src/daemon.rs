@@ -1040,9 +1040,9 @@ async fn node_api(root: &Root, opts: &Options, lost: Option<Standing>) -> Result
 /// Start everything and run until stopped.
 pub async fn run(opts: Options) -> Result<()> {
     let root = Root::new(&opts.root);
-    // This host's own settings first (its state dir, its D-Bus, the metrics address): an agent that cannot run
-    // here must not enroll, or its Node stays in the pool NotReady, holding a slot of
-    // maxUnavailable, and the pool's rollouts wait for it.
+    // This host's own settings first (its state dir, its D-Bus, the metrics address): an agent
+    // that cannot run here must not enroll, or its Node stays in the pool NotReady, holding a
+    // slot of maxUnavailable, and the pool's rollouts wait for it.
     crate::enroll::check_state_dir(&root)?;
     let services = crate::engine::connect_services(opts.bus_address.as_deref()).await?;
     let metrics = match &opts.metrics_listen {
