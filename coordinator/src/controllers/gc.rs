@@ -400,11 +400,11 @@ struct Scanned {
 /// ownerReferences.
 async fn scan(store: &Arc<dyn Store>) -> Result<Scanned, StoreError> {
     let mut out = Scanned { dependents: Vec::new(), propagating: Vec::new() };
+    let (foreground, orphan) = (format!("\"{FOREGROUND}\""), format!("\"{ORPHAN}\""));
     for rt in resources::ALL.iter().filter(|r| **r != EVENT) {
         let listing = store.list_json(&rt.store_key(), None).await?;
         let mentions = |j: &&Arc<str>| {
-            j.contains("\"ownerReferences\"")
-                || (watches(rt) && (j.contains(&format!("\"{FOREGROUND}\"")) || j.contains(&format!("\"{ORPHAN}\""))))
+            j.contains("\"ownerReferences\"") || (watches(rt) && (j.contains(&foreground) || j.contains(&orphan)))
         };
         for json in listing.items.iter().filter(mentions) {
             let Ok(obj) = serde_json::from_str::<Value>(json) else { continue };
@@ -604,6 +604,14 @@ mod tests {
     use crate::store::SqliteStore;
     use serde_json::json;
 
+    /// A store on a temp file (kept while the directory lives) and a recorder writing to it.
+    fn test_store() -> (tempfile::TempDir, Arc<dyn Store>, Recorder) {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&dir.path().join("s.db")).unwrap());
+        let events = Recorder::new("test", store.clone(), std::time::Duration::ZERO);
+        (dir, store, events)
+    }
+
     async fn put(store: &Arc<dyn Store>, rt: &ResourceType, mut obj: Value) -> Value {
         objects::prepare_create(&mut obj, "");
         let key = Key::cluster(&rt.store_key(), name_of(&obj));
@@ -640,9 +648,7 @@ mod tests {
     /// node is on: kept; an owner of a kind aloft does not serve: kept.
     #[tokio::test]
     async fn only_objects_whose_owners_are_all_gone_are_collected() {
-        let dir = tempfile::tempdir().unwrap();
-        let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&dir.path().join("s.db")).unwrap());
-        let events = Recorder::new("test", store.clone(), std::time::Duration::ZERO);
+        let (_dir, store, events) = test_store();
         let gone = put(&store, &MACHINE_CONFIG_POOL, pool("infra")).await;
         let alive = put(&store, &MACHINE_CONFIG_POOL, pool("worker")).await;
         put(&store, &MACHINE_CONFIG, mc("rendered-infra-a", &[&gone])).await;
@@ -690,9 +696,7 @@ mod tests {
     /// deletionTimestamp, kept until its finalizers are gone, and not deleted again.
     #[tokio::test]
     async fn a_dependent_with_finalizers_stays_being_deleted() {
-        let dir = tempfile::tempdir().unwrap();
-        let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&dir.path().join("s.db")).unwrap());
-        let events = Recorder::new("test", store.clone(), std::time::Duration::ZERO);
+        let (_dir, store, events) = test_store();
         let owner = put(&store, &MACHINE_CONFIG_POOL, pool("infra")).await;
         let mut held = mc("rendered-infra-held", &[&owner]);
         held["metadata"]["finalizers"] = json!(["example.com/keep"]);
@@ -767,9 +771,7 @@ mod tests {
     /// they are gone.
     #[tokio::test]
     async fn a_foreground_deletion_takes_the_dependents_first() {
-        let dir = tempfile::tempdir().unwrap();
-        let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&dir.path().join("s.db")).unwrap());
-        let events = Recorder::new("test", store.clone(), std::time::Duration::ZERO);
+        let (_dir, store, events) = test_store();
         // Its target is one of the configs it waits for.
         let mut infra = pool("infra");
         infra["spec"]["configuration"] = json!({"name": "rendered-infra-a"});
@@ -833,9 +835,7 @@ mod tests {
     /// then the finalizer goes, and the owner with it.
     #[tokio::test]
     async fn an_orphan_finalizer_orphans_the_dependents() {
-        let dir = tempfile::tempdir().unwrap();
-        let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&dir.path().join("s.db")).unwrap());
-        let events = Recorder::new("test", store.clone(), std::time::Duration::ZERO);
+        let (_dir, store, events) = test_store();
         let mut infra = pool("infra");
         infra["metadata"]["finalizers"] = json!([ORPHAN]);
         let infra = put(&store, &MACHINE_CONFIG_POOL, infra).await;
@@ -901,9 +901,7 @@ mod tests {
     /// gone pool's uid, so `kubectl describe` does not show it on the live pool.
     #[tokio::test]
     async fn a_dependent_of_an_earlier_pool_is_reported_on_that_pool() {
-        let dir = tempfile::tempdir().unwrap();
-        let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&dir.path().join("s.db")).unwrap());
-        let events = Recorder::new("test", store.clone(), std::time::Duration::ZERO);
+        let (_dir, store, events) = test_store();
         let earlier = put(&store, &MACHINE_CONFIG_POOL, pool("worker")).await;
         put(&store, &MACHINE_CONFIG, mc("rendered-worker-old", &[&earlier])).await;
         store.delete(&Key::cluster(&MACHINE_CONFIG_POOL.store_key(), "worker"), None).await.unwrap();

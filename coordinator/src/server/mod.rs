@@ -109,10 +109,10 @@ async fn authenticate(State(ctx): State<SharedCtx>, mut req: Request, next: Next
         // Refused, not ignored: answered as the caller, `kubectl auth can-i --as=X` reported the
         // caller's rights as X's, and `kubectl --as=<viewer> apply` (run to make sure a change
         // is read-only) wrote with the admin's.
-        Ok(Some(who)) if impersonation(req.headers()).is_some() => {
-            ApiError::impersonation(impersonation(req.headers()).unwrap_or_default(), &who).into_response()
-        }
         Ok(Some(who)) => {
+            if let Some(header) = impersonation(req.headers()) {
+                return ApiError::impersonation(header, &who).into_response();
+            }
             req.extensions_mut().insert(who);
             next.run(req).await
         }
