@@ -717,3 +717,55 @@ async fn a_drifted_node_is_not_updated_until_forced() {
     assert!(!force.exists(), "the force file stayed");
     assert_eq!(std::fs::read_to_string(hosts[0].path("/etc/f.conf")).unwrap(), "more", "forced: the edit goes");
 }
+
+/// MCO's way back from `content mismatch` with nothing else to update to: the force file makes
+/// the agent write the current config again over the hand edit, with no reboot, and the node is
+/// Done (it did nothing until an unrelated later update came). The edited file is not taken for
+/// an original (the config owned the path already). And the drift watch follows a managed
+/// file's directory removed and made again (it watched the removed directory's inode, and an
+/// edit after the restore went unseen until the 10-minute check).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_force_file_repairs_a_drifted_node_and_the_watch_follows_a_directory_made_again() {
+    let c = Coordinator::start();
+    let (h, _token_file, first) = one_node_on_a_file(&c, "worker-r", "/etc/repair/deep/r.conf", "r", "None").await;
+    let file = h.path("/etc/repair/deep/r.conf");
+    let state_is = |want: &'static str| {
+        let c = &c;
+        move || async move { Ok((annotation_of(c, "worker-r", ann::STATE).await? == want).then_some(())) }
+    };
+
+    std::fs::remove_dir_all(h.path("/etc/repair")).unwrap();
+    eventually(Duration::from_secs(60), "worker-r Degraded by the removed directory", state_is("Degraded")).await;
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    std::fs::write(&file, "r").unwrap();
+    eventually(Duration::from_secs(60), "worker-r Done once the directory is restored", state_is("Done")).await;
+    std::fs::write(&file, "edited by hand").unwrap();
+    eventually(
+        Duration::from_secs(60),
+        "worker-r Degraded by an edit in the directory made again",
+        state_is("Degraded"),
+    )
+    .await;
+    let reason = annotation_of(&c, "worker-r", ann::REASON).await.unwrap();
+    assert!(reason.contains("content mismatch for file \"/etc/repair/deep/r.conf\""), "{reason}");
+
+    let backups = |h: &Host| -> Vec<String> {
+        ["/etc/machine-config-daemon/orig/etc/repair/deep", "/etc/machine-config-daemon/noorig/etc/repair/deep"]
+            .iter()
+            .flat_map(|d| std::fs::read_dir(h.path(d)).into_iter().flatten().flatten())
+            .map(|e| format!("{}={}", e.path().display(), std::fs::read_to_string(e.path()).unwrap_or_default()))
+            .collect()
+    };
+    let backed_up = backups(&h);
+    let force = h.path("/run/machine-config-daemon-force");
+    std::fs::create_dir_all(force.parent().unwrap()).unwrap();
+    std::fs::write(&force, "").unwrap();
+    eventually(Duration::from_secs(60), "worker-r Done once forced", state_is("Done")).await;
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "r", "the edit is not overwritten");
+    assert!(!force.exists(), "the force file stayed");
+    assert_eq!(annotation_of(&c, "worker-r", ann::CURRENT_CONFIG).await.unwrap(), first);
+    assert_eq!(annotation_of(&c, "worker-r", ann::REASON).await.unwrap(), "");
+    assert!(h.fake.reboots().is_empty(), "a repair rebooted");
+    assert_eq!(backups(&h), backed_up, "the hand edit was kept as the file's original");
+    assert!(h.log().contains("writing the current config again"), "{}", h.log());
+}

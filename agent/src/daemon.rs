@@ -477,7 +477,12 @@ impl Agent {
             }
         }
         self.maybe_prestage(node);
-        let step = decide(&self.phase, node, &self.current_name(), &state::boot_id(&self.root));
+        let mut step = decide(&self.phase, node, &self.current_name(), &state::boot_id(&self.root));
+        if step == Step::Wait && self.repair_forced() {
+            // MCO's escape hatch out of `content mismatch`: the force file skips the check and
+            // writes the config again, without waiting for another one to be asked for.
+            step = Step::Update { target: self.current_name() };
+        }
         match &step {
             Step::Wait => {}
             Step::ReportDone => {
@@ -504,6 +509,28 @@ impl Agent {
         Ok(step)
     }
 
+    /// Whether MCO's force file asks to write the current config again: the node is Degraded on
+    /// it (drift, or a failed check after its reboot) with nothing else to do. MCO's daemon then
+    /// skips the on-disk check and runs a full update from the config to itself, the documented
+    /// way back from `content mismatch`; without this the file waited for an unrelated later
+    /// update, and disarmed that update's check.
+    fn repair_forced(&self) -> bool {
+        let current = self.current_name();
+        !current.is_empty()
+            && matches!(&self.phase, Phase::Degraded { target, .. } if *target == current)
+            && std::fs::symlink_metadata(self.root.path().join(FORCE_FILE)).is_ok()
+    }
+
+    /// Removes MCO's force file; whether it was there. Used once: by the update it let go on.
+    fn take_force_file(&self) -> Result<bool> {
+        let force = self.root.path().join(FORCE_FILE);
+        match std::fs::remove_file(&force) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(e).with_context(|| format!("removing {}", force.display())),
+        }
+    }
+
     /// MCO validates the disk against the current config before an update: a node whose managed
     /// file was edited by hand stays Degraded and is not updated, so the edit is not silently
     /// overwritten, until the file is repaired or the force file exists (then it is removed and
@@ -518,13 +545,8 @@ impl Agent {
             return Ok(true);
         }
         let force = self.root.path().join(FORCE_FILE);
-        if std::fs::symlink_metadata(&force).is_ok() {
+        if self.take_force_file()? {
             tracing::warn!(force = %force.display(), target, "force file present: the disk is not validated before this update");
-            match std::fs::remove_file(&force) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(e).with_context(|| format!("removing {}", force.display())),
-            }
             return Ok(true);
         }
         let Err(drift) = crate::engine::verify_files(&self.root, &cur) else { return Ok(true) };
@@ -553,10 +575,22 @@ impl Agent {
             "reading the rendered config and the disruption policy",
         )?;
         let current = self.current_name();
+        // A forced repair writes the saved current config again: nothing to fetch, and only
+        // changes that always reboot (an OS rolled back from it) can be found, which no policy
+        // decides.
+        let repair = self.current.clone().filter(|_| target == current);
+        if repair.is_some() {
+            // Not taken by the check above when the apply journal did not let it judge the disk.
+            self.take_force_file()?;
+            tracing::warn!(target, "force file: writing the current config again over the disk");
+        }
         // Delivered with the pick on the Node's watch, or two reads at once; the Working report
         // waits for the plan, so that it can carry the drain request (one write on the
         // coordinator instead of two).
-        let (fetched, policy) = self.api.update_inputs(target).await;
+        let (fetched, policy) = match &repair {
+            Some(mc) => (Ok(mc.clone()), Ok(crate::disruption::Policy::default())),
+            None => self.api.update_inputs(target).await,
+        };
         let new = match fetched {
             Ok(mc) => mc,
             Err(e) => return self.fail(target, format!("{e:#}"), false).await,
@@ -590,7 +624,12 @@ impl Agent {
             Ok(p) => p,
             Err(e) => return self.fail(target, format!("{e:#}"), false).await,
         };
-        let plan = crate::disruption::plan(&changes, &policy);
+        let mut plan = crate::disruption::plan(&changes, &policy);
+        if repair.is_some() && !plan.reboot {
+            let units =
+                new_spec.config.pointer("/systemd/units").and_then(|u| u.as_array()).is_some_and(|u| !u.is_empty());
+            plan = crate::disruption::Plan::repair(units);
+        }
         tracing::info!(target, reboot = plan.reboot, drain = plan.drain, reason = %plan.reason(), "update planned");
         if plan.drain {
             let request = format!("drain-{target}");
@@ -846,10 +885,12 @@ impl Agent {
             return;
         };
         let name = cur.metadata.name.clone();
+        // Degraded on the current config: MCO's force file, once created, asks for a repair.
+        let force_file = |phase: &Phase| matches!(phase, Phase::Degraded { target, .. } if *target == name);
         let mut watch = match self.drift_watch.take() {
-            Some((watched, w)) if watched == name => Some(w),
+            Some((watched, w)) if watched == name && w.is_current(&self.root, &cur, force_file(&self.phase)) => Some(w),
             _ => {
-                let w = crate::drift::watch(&self.root, &cur);
+                let w = crate::drift::watch(&self.root, &cur, force_file(&self.phase));
                 // A new watch saw nothing before it was armed: an edit made between the apply
                 // (or the repair) and now would otherwise wait for the 10-minute check. Look once;
                 // if that changed the phase (Degraded by drift, Done after a repair), the Node
@@ -859,16 +900,13 @@ impl Agent {
                     if let Err(e) = self.check_drift(&cur).await {
                         tracing::warn!(error = %format!("{e:#}"), "drift check failed");
                     }
-                    if std::mem::discriminant(&self.phase) != before {
+                    if std::mem::discriminant(&self.phase) != before || self.repair_forced() {
                         return;
                     }
                 }
                 w
             }
         };
-        // Kept for the next call only if the disk was judged the same all along: after drift or a
-        // repair the watched directories may have been replaced, so watch them afresh.
-        let armed_in = std::mem::discriminant(&self.phase);
         let api = self.api.clone();
         let revision = node.revision.clone();
         let changed = async move { api.wait_change(&revision, Duration::from_secs(300)).await };
@@ -882,9 +920,7 @@ impl Agent {
             };
             tokio::select! {
                 _ = &mut changed => {
-                    if std::mem::discriminant(&self.phase) == armed_in {
-                        self.drift_watch = watch.map(|w| (name, w));
-                    }
+                    self.drift_watch = watch.map(|w| (name, w));
                     return;
                 }
                 _ = drift_event => {}
@@ -892,13 +928,33 @@ impl Agent {
             }
             // Let a burst of writes settle before judging.
             tokio::time::sleep(Duration::from_millis(200)).await;
+            // A watched directory replaced (removed and made again), or one that appeared where
+            // its ancestor was watched: armed again before the check, so that nothing after the
+            // check goes unseen.
+            self.rearm(&mut watch, &cur, force_file(&self.phase));
+            if self.repair_forced() {
+                return;
+            }
             if let Err(e) = self.check_drift(&cur).await {
                 tracing::warn!(error = %format!("{e:#}"), "drift check failed");
             }
-            if matches!(self.phase, Phase::Idle | Phase::Degraded { .. }) {
-                continue;
+            if !matches!(self.phase, Phase::Idle | Phase::Degraded { .. }) {
+                return;
             }
-            return;
+            // Now Degraded by drift: the force file is watched from here on, and looked for once
+            // (it may have been made before the watch).
+            self.rearm(&mut watch, &cur, force_file(&self.phase));
+            if self.repair_forced() {
+                return;
+            }
+        }
+    }
+
+    /// Arms `watch` again unless it still covers what `cur` (and the force file, if asked)
+    /// needs watched.
+    fn rearm(&self, watch: &mut Option<crate::drift::DriftWatch>, cur: &MachineConfig, force_file: bool) {
+        if !watch.as_ref().is_some_and(|w| w.is_current(&self.root, cur, force_file)) {
+            *watch = crate::drift::watch(&self.root, cur, force_file);
         }
     }
 

@@ -187,6 +187,15 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// A forced repair (the config written again over a hand edit): no reboot and no service
+    /// restarted, as for MCO's update from a config to itself; a daemon-reload when the config
+    /// has units, so that a repaired unit file or drop-in is the one systemd runs.
+    pub fn repair(units: bool) -> Plan {
+        let cause = Cause { change: "the force file".into(), why: "the current config written again".into() };
+        let actions = if units { vec![Action::DaemonReload] } else { vec![Action::None] };
+        Plan { actions, reboot: false, drain: false, causes: vec![cause] }
+    }
+
     /// A human sentence: `reboot: file "/etc/foo" (no node disruption policy); kernel
     /// arguments (always reboots)`, or `no reboot: Reload crio.service (file
     /// "/etc/containers/policy.json": policy /etc/containers/policy.json)`.
