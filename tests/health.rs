@@ -465,3 +465,22 @@ async fn serve_keeps_the_data_dirs_mode_raises_its_file_limit_stops_cleanly_and_
     let _ = child.kill();
     let _ = child.wait();
 }
+
+/// A serving certificate that cannot be loaded (a corrupt or truncated file after a bad restore)
+/// is issued again from the CA before the coordinator says it listens, and clients pinned to the
+/// CA go on. It used to print "listening on", then exit with rustls' "peer sent no
+/// certificates", naming no file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_serving_certificate_that_cannot_be_loaded_is_issued_again() {
+    let mut c = Coordinator::start();
+    c.kill9();
+    let cert = c.data_dir().join("serving.crt");
+    std::fs::write(&cert, "junk\n").unwrap();
+    c.restart();
+    let version = c.client().get("/version").await.unwrap().into_result().unwrap();
+    assert!(version["gitVersion"].is_string(), "{version}");
+    assert!(c.is_running(), "{}", c.log_tail());
+    let warned = c.log_lines_with("issuing a new one from the CA");
+    assert!(warned.len() == 1 && warned[0].contains("serving.crt"), "{}", c.log_tail());
+    assert!(std::fs::read_to_string(&cert).unwrap().starts_with("-----BEGIN CERTIFICATE-----"));
+}

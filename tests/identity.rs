@@ -185,6 +185,20 @@ async fn token_commands_refuse_what_would_be_silently_wrong() {
         assert!(!out.status.success() && stderr.contains("is no coordinator data dir"), "{args:?}: {stderr}");
     }
     assert_eq!(std::fs::read_dir(elsewhere.path()).unwrap().count(), 0, "nothing created there");
+
+    // The data dir read-only (a mounted backup; here a read-only bind mount in a mount namespace
+    // of its own): `list` reads the tokens and writes nothing (it opened the store for writing:
+    // "attempt to write a readonly database").
+    let out = Command::new("unshare")
+        .args(["-m", "sh", "-c", "mount --bind -o ro \"$0\" \"$0\" && exec \"$1\" token list --data-dir \"$0\""])
+        .arg(c.data_dir())
+        .arg(bin("aloft-coordinator"))
+        .env("ALOFT_LOG", "warn")
+        .output()
+        .expect("run unshare");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), before, "{stderr}");
 }
 
 /// An agent that cannot reach its coordinator says so (WARN, after a few seconds: a restart is

@@ -238,11 +238,15 @@ pub async fn run(opts: ServeOptions) -> Result<()> {
     let scheme = if opts.insecure_http { "http" } else { "https" };
     let mut client =
         ClientConfig { server: format!("{scheme}://{host}:{}", addr.port()), ca_pem: None, token: Some(token) };
+    // Loaded before anything says "listening": scripts wait for that line.
+    let mut serving = None;
     if !opts.insecure_http {
         let host = if addr.ip().is_unspecified() { host_names() } else { Vec::new() };
         let names = serving_names(addr.ip(), &host, &opts.tls_san);
         tls::ensure(&pki, &names)?;
-        client.ca_pem = Some(std::fs::read(&pki.ca_cert)?);
+        serving = Some(load_serving(&pki, &names).await?);
+        client.ca_pem =
+            Some(std::fs::read(&pki.ca_cert).with_context(|| format!("reading {}", pki.ca_cert.display()))?);
     }
     fsutil::write_private(&files.kubeconfig, client.to_kubeconfig().as_bytes())?;
 
@@ -285,16 +289,16 @@ pub async fn run(opts: ServeOptions) -> Result<()> {
     // The listener is bound (connections queue from here on), so systemd may start what waits
     // for the coordinator once the serving certificate has loaded.
     let ready = crate::notify::serving(client.server.clone(), health, serving_store);
-    if opts.insecure_http {
-        ready.await;
-        axum_server::from_tcp(listener)?.acceptor(nodelay).handle(handle).serve(app).await?;
-    } else {
-        let cfg = axum_server::tls_rustls::RustlsConfig::from_pem_file(&pki.cert, &pki.key)
-            .await
-            .context("loading the serving certificate")?;
-        let tls = axum_server::tls_rustls::RustlsAcceptor::new(cfg).acceptor(nodelay);
-        ready.await;
-        axum_server::from_tcp(listener)?.acceptor(tls).handle(handle).serve(app).await?;
+    match serving {
+        None => {
+            ready.await;
+            axum_server::from_tcp(listener)?.acceptor(nodelay).handle(handle).serve(app).await?;
+        }
+        Some(cfg) => {
+            let tls = axum_server::tls_rustls::RustlsAcceptor::new(cfg).acceptor(nodelay);
+            ready.await;
+            axum_server::from_tcp(listener)?.acceptor(tls).handle(handle).serve(app).await?;
+        }
     }
     tracing::info!("aloft-coordinator stopped");
     Ok(())
@@ -335,6 +339,25 @@ fn stop(handle: &axum_server::Handle<std::net::SocketAddr>, why: &str) {
     );
     crate::notify::stopping(why);
     handle.graceful_shutdown(Some(SHUTDOWN_GRACE));
+}
+
+/// The serving certificate and key, ready for rustls. One that cannot be loaded (a corrupt or
+/// truncated file, a key of another certificate) is issued again from the CA, as a change of the
+/// names is: clients pin the CA, not the serving certificate, so nothing else has to change.
+async fn load_serving(pki: &tls::Pki, names: &[String]) -> Result<axum_server::tls_rustls::RustlsConfig> {
+    use axum_server::tls_rustls::RustlsConfig;
+    match RustlsConfig::from_pem_file(&pki.cert, &pki.key).await {
+        Ok(cfg) => Ok(cfg),
+        Err(e) => {
+            tracing::warn!(cert = %pki.cert.display(), key = %pki.key.display(), error = %e,
+                "the serving certificate cannot be loaded: issuing a new one from the CA");
+            std::fs::remove_file(&pki.cert).with_context(|| format!("removing {}", pki.cert.display()))?;
+            tls::ensure(pki, names)?;
+            RustlsConfig::from_pem_file(&pki.cert, &pki.key).await.with_context(|| {
+                format!("loading the serving certificate {} and key {}", pki.cert.display(), pki.key.display())
+            })
+        }
+    }
 }
 
 /// The names the serving certificate is valid for: loopback, the address listened on, and with

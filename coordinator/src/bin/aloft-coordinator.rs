@@ -301,7 +301,16 @@ async fn main() -> Result<()> {
             Ok(())
         }
         Cmd::Token { cmd: TokenCmd::List { data_dir } } => {
-            let tokens = open_store(&data_dir)?.list_tokens().await?;
+            let db = serve::DataDir::new(&data_dir).db;
+            let listed = match aloft_coordinator::store::sqlite::list_tokens_read_only(&db) {
+                Ok(t) if db.exists() => t,
+                Ok(_) => None,
+                Err(e) => return Err(e).with_context(|| format!("reading the tokens beside {}", db.display())),
+            };
+            let tokens = match listed {
+                Some(t) => t,
+                None => open_store(&data_dir)?.list_tokens().await?,
+            };
             let width = tokens.iter().map(|t| t.name.len()).max().unwrap_or(0).max(4);
             let role_width = tokens.iter().map(|t| t.role.len()).max().unwrap_or(0).max(4);
             println!("{:width$}  {:role_width$}  CREATED", "NAME", "ROLE");

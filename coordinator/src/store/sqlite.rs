@@ -621,6 +621,44 @@ impl SqliteStore {
     }
 }
 
+/// The tokens of the store at `path`, read without opening the store for writing: `token list`
+/// on a read-only copy (a mounted backup) or beside a running coordinator changes nothing.
+/// `None` when the store has no tokens file yet (made at the next open, which moves older
+/// stores' tokens into it).
+pub fn list_tokens_read_only(path: &Path) -> Result<Option<Vec<TokenInfo>>, StoreError> {
+    use rusqlite::OpenFlags;
+    let file = tokens_path(path);
+    if !file.exists() {
+        return Ok(None);
+    }
+    let list = |uri: String| -> Result<Vec<TokenInfo>, rusqlite::Error> {
+        let c = Connection::open_with_flags(uri, OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_URI)?;
+        let mut stmt = c.prepare("SELECT name, role, created FROM tokens ORDER BY name")?;
+        let rows = stmt.query_map([], |r| Ok(TokenInfo { name: r.get(0)?, role: r.get(1)?, created: r.get(2)? }))?;
+        rows.collect()
+    };
+    let uri = format!("file:{}?mode=ro", uri_path(&file));
+    match list(uri) {
+        Ok(t) => Ok(Some(t)),
+        // A WAL store on a read-only file system: SQLite cannot make its shared-memory file
+        // there; read the file as it is.
+        Err(_) => Ok(Some(list(format!("file:{}?immutable=1", uri_path(&file)))?)),
+    }
+}
+
+/// `path` for a `file:` URI: the characters a URI gives a meaning to, control characters and
+/// bytes beyond ASCII, escaped.
+fn uri_path(path: &Path) -> String {
+    let mut out = String::new();
+    for b in path.as_os_str().as_encoded_bytes() {
+        match b {
+            b'?' | b'#' | b'%' | 0..=0x1f | 0x7f.. => out.push_str(&format!("%{b:02X}")),
+            _ => out.push(*b as char),
+        }
+    }
+    out
+}
+
 /// A token as `aloft-coordinator token list` shows it (the hash stays in the store).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TokenInfo {
@@ -691,18 +729,20 @@ fn writer_thread(
             }
         }
         let mut results: Vec<Result<Vec<Event>, StoreError>> = Vec::with_capacity(batch.len());
-        let mut replies = Vec::with_capacity(batch.len());
+        // Taken out first: a commit that fails before it reaches a write (BEGIN on a store
+        // another process holds locked) still answers every write with the reason, instead of
+        // dropping them (which read as "the writer has stopped").
+        let (runs, replies): (Vec<WriteFn>, Vec<_>) = batch.into_iter().map(|j| (j.run, j.reply)).unzip();
         let committed = (|| -> Result<u64, StoreError> {
             let txn = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
             // The revision is read and stored once per commit, not once per write (read inside
             // the IMMEDIATE transaction, so it is current even if another process wrote).
             let start = meta_get(&txn, "revision")?;
             let mut head = start;
-            for job in batch {
-                replies.push(job.reply);
+            for run in runs {
                 txn.prepare_cached("SAVEPOINT w")?.execute([])?;
                 let before = head;
-                let r = (job.run)(&txn, &mut head);
+                let r = run(&txn, &mut head);
                 if r.is_err() {
                     txn.prepare_cached("ROLLBACK TO w")?.execute([])?;
                     head = before;
@@ -719,9 +759,10 @@ fn writer_thread(
         let head = match committed {
             Ok(head) => head,
             Err(e) => {
-                tracing::error!(error = %e, writes = replies.len(), "store commit failed; the writes are lost");
+                let why = commit_failure(&e);
+                tracing::error!(error = %why, writes = replies.len(), "store commit failed; the writes are refused");
                 for reply in replies {
-                    let _ = reply.send(Err(StoreError::Backend(format!("commit failed: {e}"))));
+                    let _ = reply.send(Err(StoreError::Backend(why.clone())));
                 }
                 continue;
             }
@@ -734,6 +775,19 @@ fn writer_thread(
         for (reply, r) in replies.into_iter().zip(results) {
             let _ = reply.send(r);
         }
+    }
+}
+
+/// What a failed commit tells the writers. SQLite's "database is locked" after the busy timeout
+/// means another process holds the store's write lock (a `sqlite3` shell, a backup tool
+/// writing): nothing of this coordinator stopped, and the writes work again once it lets go.
+fn commit_failure(e: &StoreError) -> String {
+    match e {
+        StoreError::Backend(m) if m.contains("database is locked") => format!(
+            "commit failed: another process holds the store's write lock ({m}); this write was not stored, \
+             retry once it lets go"
+        ),
+        e => format!("commit failed: {e}"),
     }
 }
 
@@ -1406,6 +1460,26 @@ mod tests {
         }
         let seen: Vec<u64> = (&mut w).take(50).map(|e| e.unwrap().revision).collect().await;
         assert_eq!(seen, (101..=150).collect::<Vec<_>>(), "watches see them once, in revision order");
+    }
+
+    /// Another process holding the store's write lock past the busy timeout: the write is
+    /// refused with a reason that says so (it was dropped unanswered, "the store's writer has
+    /// stopped", though the writer went on), and the next write after the lock is released is
+    /// stored.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_write_refused_by_another_process_lock_says_so_and_the_writer_goes_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        let s = SqliteStore::open(&path).unwrap();
+        let other = Connection::open(&path).unwrap();
+        other.execute_batch("BEGIN EXCLUSIVE; SELECT 1;").unwrap();
+        let err = s.create(&Key::cluster("/nodes", "n1"), obj("n1", 1)).await.unwrap_err();
+        let text = err.to_string();
+        assert!(text.contains("another process holds the store's write lock"), "{text}");
+        assert!(!text.contains("stopped"), "{text}");
+        other.execute_batch("COMMIT;").unwrap();
+        s.create(&Key::cluster("/nodes", "n1"), obj("n1", 1)).await.unwrap();
+        assert!(s.get(&Key::cluster("/nodes", "n1")).await.unwrap().is_some());
     }
 
     /// A watch started from revision R while another task writes its object: the write must
