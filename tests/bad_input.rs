@@ -670,6 +670,10 @@ async fn unknown_event_fields_follow_field_validation() {
 
 /// What an agent would refuse (a unit name that is a path, contents that are not inline or not
 /// base64, empty kernel arguments) is refused before it is stored, naming the field.
+fn file_at(path: &str) -> Value {
+    json!({"ignition": {"version": "3.4.0"}, "storage": {"files": [{"path": path, "contents": {"source": "data:,x"}}]}})
+}
+
 #[tokio::test]
 async fn machine_configs_an_agent_refuses_are_422() {
     let c = Coordinator::start();
@@ -703,6 +707,44 @@ async fn machine_configs_an_agent_refuses_are_422() {
             "remote",
             ign(json!({"storage": {"files": [{"path": "/etc/x", "contents": {"source": "http://evil/x"}}]}})),
             "spec.config.storage.files[0].contents.source",
+        ),
+        // What every agent refuses whatever its host (aloft_api::node_limits): these were stored
+        // and rendered, and every node of the pool went Degraded on them.
+        ("proc", file_at("/proc/sys/kernel/hostname"), "spec.config.storage.files[0].path"),
+        ("root", file_at("/"), "spec.config.storage.files[0].path"),
+        ("agent-state", file_at("/var/lib/aloft/credential.json"), "spec.config.storage.files[0].path"),
+        ("temp-name", file_at("/etc/x.aloft-tmp"), "spec.config.storage.files[0].path"),
+        (
+            "merge",
+            json!({"ignition": {"version": "3.4.0", "config": {"merge": [{"source": "https://evil.example/x.ign"}]}}}),
+            "spec.config.ignition.config.merge",
+        ),
+        (
+            "ssh-two-lines",
+            ign(
+                json!({"passwd": {"users": [{"name": "core", "sshAuthorizedKeys": ["ssh-rsa AAA x\nssh-rsa BBB y"]}]}}),
+            ),
+            "spec.config.passwd.users[0].sshAuthorizedKeys[0]",
+        ),
+        (
+            "hash-colon",
+            ign(json!({"passwd": {"users": [{"name": "core", "passwordHash": "$6$a:b"}]}})),
+            "spec.config.passwd.users[0].passwordHash",
+        ),
+        (
+            "owner-both",
+            ign(json!({"storage": {"files": [{"path": "/etc/x", "user": {"id": 0, "name": "root"}}]}})),
+            "spec.config.storage.files[0].user",
+        ),
+        (
+            "owner-id",
+            ign(json!({"storage": {"files": [{"path": "/etc/x", "group": {"id": 99999999999u64}}]}})),
+            "spec.config.storage.files[0].group.id",
+        ),
+        (
+            "gzip-nothing",
+            ign(json!({"storage": {"files": [{"path": "/etc/x", "contents": {"compression": "gzip"}}]}})),
+            "spec.config.storage.files[0].contents.compression",
         ),
     ];
     for (name, config, field) in cases {

@@ -56,19 +56,7 @@ impl Refusal {
     }
 }
 
-/// The agent's own state and MCO's backup directories: a config may not write there.
-pub const RESERVED_PREFIXES: &[&str] = &[
-    "/var/lib/aloft",
-    "/etc/machine-config-daemon/orig",
-    "/etc/machine-config-daemon/noorig",
-    "/proc",
-    "/sys",
-    "/dev",
-];
-
-/// Longest path and path component Linux accepts.
-const MAX_PATH: usize = 4095;
-const MAX_NAME: usize = 255;
+pub use aloft_api::node_limits::RESERVED_PREFIXES;
 
 /// A file or unit owner as the config names it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -186,18 +174,13 @@ fn parse_normalised(spec: &MachineConfigSpec) -> Result<Desired, Refusal> {
         _ => return Err(Refusal::degraded(CONFIG, "the config must be an Ignition JSON object")),
     };
     if let Some(ign) = obj(cfg, "ignition", CONFIG)? {
-        if let Some(c) = obj(ign, "config", "spec.config.ignition")? {
-            for key in ["merge", "replace"] {
-                if c.get(key)
-                    .is_some_and(|v| !v.is_null() && v != &Value::Array(vec![]) && v != &Value::Object(Map::new()))
-                {
-                    return Err(Refusal::degraded(
-                        format!("spec.config.ignition.config.{key}"),
-                        "configs referenced for merge/replace would have to be fetched; a running node never fetches",
-                    ));
-                }
-            }
-        }
+        obj(ign, "config", "spec.config.ignition")?;
+    }
+    if let Some(key) = aloft_api::node_limits::fetched_configs(&spec.config).first() {
+        return Err(Refusal::degraded(
+            format!("spec.config.ignition.config.{key}"),
+            aloft_api::node_limits::FETCH_REFUSED,
+        ));
     }
     let mut d = Desired::default();
     if let Some(storage) = obj(cfg, "storage", CONFIG)? {
@@ -276,49 +259,23 @@ fn opt_bool(m: &Map<String, Value>, key: &str, field: &str) -> Result<Option<boo
     }
 }
 
-/// Checks a config path: absolute, clean (Ignition refuses "dirty" paths: no `.`, `..`, `//`,
-/// trailing `/`), a file name, sane lengths, not in a reserved tree.
+/// Checks a config path (aloft-api's [`aloft_api::node_limits::path_error`], which admission
+/// runs too): absolute, clean, a file name, sane lengths, not in a reserved tree.
 pub fn check_path(path: &str) -> Result<(), String> {
-    if !path.starts_with('/') {
-        return Err(format!("path {path:?} is not absolute"));
-    }
-    if path.contains('\0') {
-        return Err("path contains a NUL byte".into());
-    }
-    if path.len() > MAX_PATH {
-        return Err(format!("path is longer than {MAX_PATH} bytes"));
-    }
-    let parts: Vec<&str> = path[1..].split('/').collect();
-    if path == "/" || parts.iter().any(|p| p.is_empty() || *p == "." || *p == "..") {
-        return Err(format!("path {path:?} is not clean (no '.', '..', '//' or trailing '/')"));
-    }
-    if parts.iter().any(|p| p.len() > MAX_NAME) {
-        return Err(format!("a component of {path:?} is longer than {MAX_NAME} bytes"));
-    }
-    if parts.last().is_some_and(|n| n.ends_with(".aloft-tmp")) {
-        return Err(format!("path {path:?} ends in .aloft-tmp, the agent's temp file suffix"));
-    }
-    if let Some(r) = RESERVED_PREFIXES.iter().find(|r| path == **r || path.starts_with(&format!("{r}/"))) {
-        return Err(format!("path {path:?} is in {r}, which the agent reserves"));
-    }
-    Ok(())
+    aloft_api::node_limits::path_error(path).map_or(Ok(()), Err)
 }
 
 fn parse_owner(m: &Map<String, Value>, key: &str, field: &str) -> Result<OwnerRef, Refusal> {
     let Some(o) = obj(m, key, field)? else { return Ok(OwnerRef::Default) };
     let field = format!("{field}.{key}");
-    let id = match o.get("id") {
-        None | Some(Value::Null) => None,
-        Some(v) => Some(
-            v.as_u64()
-                .and_then(|n| u32::try_from(n).ok())
-                .ok_or_else(|| Refusal::degraded(format!("{field}.id"), "must be an integer from 0 to 4294967295"))?,
-        ),
-    };
+    if let Some((under, message)) = aloft_api::node_limits::owner_error(o) {
+        let at = if under.is_empty() { field } else { format!("{field}.{under}") };
+        return Err(Refusal::degraded(at, message));
+    }
+    let id = o.get("id").and_then(Value::as_u64).and_then(|n| u32::try_from(n).ok());
     let name = opt_str(o, "name", &field)?.filter(|n| !n.is_empty());
     match (id, name) {
-        (Some(_), Some(_)) => Err(Refusal::degraded(field, "set either id or name, not both")),
-        (Some(id), None) => Ok(OwnerRef::Id(id)),
+        (Some(id), _) => Ok(OwnerRef::Id(id)),
         (None, Some(n)) => Ok(OwnerRef::Name(n.to_string())),
         (None, None) => Ok(OwnerRef::Default),
     }
@@ -357,7 +314,10 @@ fn parse_file(v: &Value, field: &str) -> Result<FileSpec, Refusal> {
             };
             match opt_str(c, "source", &cf)? {
                 None if compression.is_some_and(|c| !c.is_empty()) => {
-                    return Err(Refusal::degraded(format!("{cf}.compression"), "compression without a source"))
+                    return Err(Refusal::degraded(
+                        format!("{cf}.compression"),
+                        aloft_api::node_limits::COMPRESSION_WITHOUT_SOURCE,
+                    ))
                 }
                 None => Vec::new(),
                 Some(src) => dataurl::decode(src, compression, hash)
@@ -427,19 +387,16 @@ fn parse_user(v: &Value, field: &str) -> Result<CoreUser, Refusal> {
     for (i, key) in arr(m, "sshAuthorizedKeys", field)?.iter().enumerate() {
         let kf = format!("{field}.sshAuthorizedKeys[{i}]");
         let key = key.as_str().ok_or_else(|| Refusal::degraded(&kf, "must be a string"))?;
-        if key.chars().any(|c| c.is_control()) {
-            return Err(Refusal::degraded(kf, "an SSH key must be one line without control characters"));
+        if let Some(m) = aloft_api::node_limits::ssh_key_error(key) {
+            return Err(Refusal::degraded(kf, m));
         }
         if !key.trim().is_empty() {
             user.ssh_keys.push(key.to_string());
         }
     }
     if let Some(h) = opt_str(m, "passwordHash", field)? {
-        if h.contains(':') || h.chars().any(|c| c.is_control()) {
-            return Err(Refusal::degraded(
-                format!("{field}.passwordHash"),
-                "a password hash may not contain ':' or control characters",
-            ));
+        if let Some(m) = aloft_api::node_limits::password_hash_error(h) {
+            return Err(Refusal::degraded(format!("{field}.passwordHash"), m));
         }
         user.password_hash = Some(h.to_string()).filter(|h| !h.is_empty());
     }

@@ -146,7 +146,9 @@ impl DecodeError {
 }
 
 /// Decodes `source` (a data URL), then decompresses per `compression` and checks `hash`
-/// (Ignition's `sha512-<hex>`/`sha256-<hex>`, computed over the data before decompression).
+/// (Ignition's `sha512-<hex>`/`sha256-<hex>`; with a compression, of the decompressed contents,
+/// as Ignition's spec says and its fetcher checks: the hash a Butane or `ignition-validate`
+/// config carries for a gzip file was refused, and one over the compressed bytes accepted).
 /// Bounded: at most [`MAX_FILE_SIZE`] bytes come out, so a small gzip bomb cannot exhaust memory.
 pub fn decode(source: &str, compression: Option<&str>, hash: Option<&str>) -> Result<Vec<u8>, DecodeError> {
     let scheme = source.split_once(':').map(|(s, _)| s).unwrap_or("");
@@ -155,15 +157,16 @@ pub fn decode(source: &str, compression: Option<&str>, hash: Option<&str>) -> Re
     }
     let url = data_url::DataUrl::process(source).map_err(|e| DecodeError::BadUrl(format!("{e:?}")))?;
     let (raw, _) = url.decode_to_vec().map_err(|_| DecodeError::BadBase64)?;
+    let contents = match compression.unwrap_or("") {
+        "" if raw.len() as u64 > MAX_FILE_SIZE => return Err(DecodeError::TooLarge),
+        "" => raw,
+        "gzip" => gunzip(&raw)?,
+        other => return Err(DecodeError::BadCompression(other.to_string())),
+    };
     if let Some(h) = hash {
-        verify_hash(&raw, h)?;
+        verify_hash(&contents, h)?;
     }
-    match compression.unwrap_or("") {
-        "" if raw.len() as u64 > MAX_FILE_SIZE => Err(DecodeError::TooLarge),
-        "" => Ok(raw),
-        "gzip" => gunzip(&raw),
-        other => Err(DecodeError::BadCompression(other.to_string())),
-    }
+    Ok(contents)
 }
 
 fn gunzip(raw: &[u8]) -> Result<Vec<u8>, DecodeError> {
@@ -252,6 +255,7 @@ pub fn spec_errors(spec: &MachineConfigSpec) -> Vec<FieldError> {
             }
         }
     }
+    out.extend(node_limit_errors(&spec.config, &cfg));
     let mut total = 0u64;
     for (i, f) in list(&cfg, "/storage/files").iter().enumerate() {
         let Some(c) = f.get("contents").filter(|c| c.is_object()) else { continue };
@@ -275,6 +279,50 @@ pub fn spec_errors(spec: &MachineConfigSpec) -> Vec<FieldError> {
                 }
             }
             Err(e) => out.push(err(format!("{field}.{}", e.field()), e.to_string())),
+        }
+    }
+    out
+}
+
+/// What every node would refuse ([`crate::node_limits`]) in `raw` (the config as sent) and
+/// `cfg` (read as 3.5): refused at admission with the agent's own messages.
+fn node_limit_errors(raw: &Value, cfg: &Value) -> Vec<FieldError> {
+    use crate::node_limits as limits;
+    let mut out = Vec::new();
+    let mut err = |field: String, message: String| out.push(FieldError { field, message });
+    for key in limits::fetched_configs(raw) {
+        err(format!("spec.config.ignition.config.{key}"), limits::FETCH_REFUSED.into());
+    }
+    for (i, f) in list(cfg, "/storage/files").iter().enumerate() {
+        let field = format!("spec.config.storage.files[{i}]");
+        if let Some(m) = f.get("path").and_then(Value::as_str).and_then(limits::path_error) {
+            err(format!("{field}.path"), m);
+        }
+        for key in ["user", "group"] {
+            if let Some((under, m)) = f.get(key).and_then(Value::as_object).and_then(limits::owner_error) {
+                let at = if under.is_empty() { format!("{field}.{key}") } else { format!("{field}.{key}.{under}") };
+                err(at, m);
+            }
+        }
+        let contents = f.get("contents");
+        let compressed =
+            contents.and_then(|c| c.get("compression")).and_then(Value::as_str).is_some_and(|c| !c.is_empty());
+        if compressed && contents.and_then(|c| c.get("source")).is_none_or(Value::is_null) {
+            err(format!("{field}.contents.compression"), limits::COMPRESSION_WITHOUT_SOURCE.into());
+        }
+    }
+    for (i, u) in list(cfg, "/passwd/users").iter().enumerate() {
+        if u.get("name").and_then(Value::as_str) != Some("core") {
+            continue; // other users are unreconcilable: the render names them
+        }
+        let field = format!("spec.config.passwd.users[{i}]");
+        for (k, key) in list(u, "/sshAuthorizedKeys").iter().enumerate() {
+            if let Some(m) = key.as_str().and_then(limits::ssh_key_error) {
+                err(format!("{field}.sshAuthorizedKeys[{k}]"), m.into());
+            }
+        }
+        if let Some(m) = u.get("passwordHash").and_then(Value::as_str).and_then(limits::password_hash_error) {
+            err(format!("{field}.passwordHash"), m.into());
         }
     }
     out
@@ -353,6 +401,22 @@ mod tests {
         assert!(matches!(decode("data:,ho", None, Some(&h)), Err(DecodeError::HashMismatch(_))));
         assert!(matches!(decode("s3://bucket/x", None, None), Err(DecodeError::NotDataUrl { .. })));
         assert!(matches!(decode("data:,hi", None, Some("md5-00")), Err(DecodeError::BadHashSpec(_))));
+    }
+
+    /// With a compression, the hash is of the decompressed contents (Ignition's spec; its
+    /// fetcher decompresses, then hashes what it writes).
+    #[test]
+    fn the_hash_of_a_gzip_file_is_of_its_decompressed_contents() {
+        use base64::Engine;
+        use std::io::Write;
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        e.write_all(b"hello\n").unwrap();
+        let gz = e.finish().unwrap();
+        let url = format!("data:;base64,{}", base64::engine::general_purpose::STANDARD.encode(&gz));
+        let of_contents = format!("sha512-{}", hex::encode(Sha512::digest(b"hello\n")));
+        let of_gzip = format!("sha512-{}", hex::encode(Sha512::digest(&gz)));
+        assert_eq!(decode(&url, Some("gzip"), Some(&of_contents)).unwrap(), b"hello\n");
+        assert_eq!(decode(&url, Some("gzip"), Some(&of_gzip)), Err(DecodeError::HashMismatch(of_gzip)));
     }
 
     #[test]

@@ -21,10 +21,11 @@ pub type Config = v3_5::Config;
 /// others, so nothing a user wrote is lost by normalising.
 pub const TARGET_VERSION: &str = "3.5.0";
 
-/// Every `ignition.version` a MachineConfig may declare. MCO accepts 2.2 and 3.0–3.5; the other
-/// 2.x versions are strict subsets of 2.2, so they convert the same way.
+/// Every `ignition.version` a MachineConfig may declare. MCO accepts 2.2 and 3.0–3.5, and 2.0
+/// and 2.1 through its 2.2 parser (strict subsets of 2.2, so they convert the same way); 2.3 and
+/// 2.4 are supersets of 2.2 that MCO refuses ("unknown version").
 pub const ACCEPTED_VERSIONS: &[&str] =
-    &["2.0.0", "2.1.0", "2.2.0", "2.3.0", "3.0.0", "3.1.0", "3.2.0", "3.3.0", "3.4.0", "3.5.0"];
+    &["2.0.0", "2.1.0", "2.2.0", "3.0.0", "3.1.0", "3.2.0", "3.3.0", "3.4.0", "3.5.0"];
 
 /// Where the version lives, as the API server reports it.
 pub const VERSION_FIELD: &str = "spec.config.ignition.version";
@@ -98,7 +99,7 @@ pub fn parse_with_warnings(raw: &Value) -> Result<Parsed, IgnitionError> {
         "3.3.0" => upgrade(decode::<v3_3::Config>(raw, &mut warnings)?)?,
         "3.4.0" => upgrade(decode::<v3_4::Config>(raw, &mut warnings)?)?,
         "3.5.0" => decode::<Config>(raw, &mut warnings)?,
-        "2.0.0" | "2.1.0" | "2.2.0" | "2.3.0" => decode::<Config>(&convert_v2(obj)?, &mut warnings)?,
+        "2.0.0" | "2.1.0" | "2.2.0" => decode::<Config>(&convert_v2(obj)?, &mut warnings)?,
         "" => {
             return Err(IgnitionError::new(
                 VERSION_FIELD,
@@ -776,10 +777,17 @@ mod tests {
             json!({"name": "core", "sshAuthorizedKeys": ["k1", "k2"], "passwordHash": "$6$x"})
         );
         assert!(out.get("networkd").is_none());
-        for v in ["2.0.0", "2.1.0", "2.3.0"] {
+        for v in ["2.0.0", "2.1.0"] {
             let mut c = cfg.clone();
             c["ignition"]["version"] = v.into();
             assert_eq!(parse_config(&c).unwrap(), out, "{v}");
+        }
+        // 2.3 and 2.4 add to 2.2: MCO's parser says "unknown version", and so does aloft.
+        for v in ["2.3.0", "2.4.0"] {
+            let mut c = cfg.clone();
+            c["ignition"]["version"] = v.into();
+            let e = parse_config(&c).unwrap_err().to_string();
+            assert!(e.contains("unsupported Ignition version") && !e.contains("2.3.0,"), "{v}: {e}");
         }
     }
 

@@ -12,6 +12,7 @@ pub mod ignition;
 pub mod machineconfig;
 pub mod meta;
 pub mod node;
+pub mod node_limits;
 pub mod os;
 pub mod osimage;
 pub mod reconcile;

@@ -1,0 +1,133 @@
+//! What every node refuses to write, whatever its host: paths the agent reserves, owners it
+//! cannot resolve, SSH keys and password hashes that would corrupt their files, configs it would
+//! have to fetch. The agent refuses these when it validates an update; the API server refuses
+//! them at admission with the same messages, so a MachineConfig the API accepts is never one
+//! every node of its pool goes Degraded on (they were stored, rendered, and then failed on each
+//! node, retried forever).
+
+use serde_json::{Map, Value};
+
+/// The agent's own state, MCO's backup directories and the kernel's trees: a config may not
+/// write there.
+pub const RESERVED_PREFIXES: &[&str] = &[
+    "/var/lib/aloft",
+    "/etc/machine-config-daemon/orig",
+    "/etc/machine-config-daemon/noorig",
+    "/proc",
+    "/sys",
+    "/dev",
+];
+
+/// The suffix of the agent's temporary files, beside the file they replace.
+pub const TEMP_SUFFIX: &str = ".aloft-tmp";
+
+/// Why a node would not write `path`, or `None`: absolute, clean (Ignition refuses "dirty"
+/// paths: no `.`, `..`, `//`, trailing `/`), a file name (not `/` itself), lengths Linux takes,
+/// not a temporary file's name and not in a reserved tree.
+pub fn path_error(path: &str) -> Option<String> {
+    if !path.starts_with('/') {
+        return Some(format!("path {path:?} is not absolute"));
+    }
+    if path.contains('\0') {
+        return Some("path contains a NUL byte".into());
+    }
+    if let Err(m) = crate::ignition::check_path_lengths(path) {
+        return Some(m);
+    }
+    let parts: Vec<&str> = path[1..].split('/').collect();
+    if path == "/" || parts.iter().any(|p| p.is_empty() || *p == "." || *p == "..") {
+        return Some(format!("path {path:?} is not clean (no '.', '..', '//' or trailing '/')"));
+    }
+    if parts.last().is_some_and(|n| n.ends_with(TEMP_SUFFIX)) {
+        return Some(format!("path {path:?} ends in {TEMP_SUFFIX}, the agent's temp file suffix"));
+    }
+    if let Some(r) = RESERVED_PREFIXES.iter().find(|r| path == **r || path.starts_with(&format!("{r}/"))) {
+        return Some(format!("path {path:?} is in {r}, which the agent reserves"));
+    }
+    None
+}
+
+/// Why a file's `user` or `group` (`{id, name}`) cannot be resolved, with the field under it it
+/// is about (`""`: the owner itself), or `None`.
+pub fn owner_error(owner: &Map<String, Value>) -> Option<(&'static str, String)> {
+    let id = owner.get("id").filter(|v| !v.is_null());
+    if id.is_some_and(|v| v.as_u64().and_then(|n| u32::try_from(n).ok()).is_none()) {
+        return Some(("id", "must be an integer from 0 to 4294967295".into()));
+    }
+    let named = owner.get("name").and_then(Value::as_str).is_some_and(|n| !n.is_empty());
+    if id.is_some() && named {
+        return Some(("", "set either id or name, not both".into()));
+    }
+    None
+}
+
+/// Why an SSH key cannot go into `authorized_keys` (one key a line), or `None`.
+pub fn ssh_key_error(key: &str) -> Option<&'static str> {
+    key.chars().any(char::is_control).then_some("an SSH key must be one line without control characters")
+}
+
+/// Why a password hash cannot go into `/etc/shadow` (`:` separates its fields), or `None`.
+pub fn password_hash_error(hash: &str) -> Option<&'static str> {
+    (hash.contains(':') || hash.chars().any(char::is_control))
+        .then_some("a password hash may not contain ':' or control characters")
+}
+
+/// The message for `ignition.config.merge` or `replace` naming configs.
+pub const FETCH_REFUSED: &str =
+    "configs referenced for merge/replace would have to be fetched; a running node never fetches";
+
+/// Which of `ignition.config.merge` and `replace` a config sets (non-empty), in that order.
+pub fn fetched_configs(config: &Value) -> Vec<&'static str> {
+    let Some(c) = config.pointer("/ignition/config") else { return Vec::new() };
+    ["merge", "replace"]
+        .into_iter()
+        .filter(|k| {
+            c.get(*k).is_some_and(|v| !v.is_null() && v != &Value::Array(vec![]) && v != &Value::Object(Map::new()))
+        })
+        .collect()
+}
+
+/// The message for contents that name a compression and no source.
+pub const COMPRESSION_WITHOUT_SOURCE: &str = "compression without a source";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn paths_a_node_will_not_write() {
+        for (path, says) in [
+            ("/", "not clean"),
+            ("etc/x", "not absolute"),
+            ("/etc//x", "not clean"),
+            ("/proc/sys/kernel/hostname", "in /proc"),
+            ("/sys/x", "in /sys"),
+            ("/dev/sda", "in /dev"),
+            ("/var/lib/aloft/credential.json", "in /var/lib/aloft"),
+            ("/etc/machine-config-daemon/orig/etc/x.mcdorig", "reserves"),
+            ("/etc/x.aloft-tmp", "temp file suffix"),
+        ] {
+            assert!(path_error(path).is_some_and(|m| m.contains(says)), "{path}: {:?}", path_error(path));
+        }
+        for ok in ["/etc/x", "/var/lib/aloftx", "/devices", "/etc/proc"] {
+            assert_eq!(path_error(ok), None, "{ok}");
+        }
+    }
+
+    #[test]
+    fn owners_keys_hashes_and_fetched_configs() {
+        let o = |v: Value| v.as_object().unwrap().clone();
+        assert_eq!(owner_error(&o(json!({"id": 0, "name": "root"}))).map(|e| e.0), Some(""));
+        assert_eq!(owner_error(&o(json!({"id": 99999999999u64}))).map(|e| e.0), Some("id"));
+        assert_eq!(owner_error(&o(json!({"id": -1}))).map(|e| e.0), Some("id"));
+        assert_eq!(owner_error(&o(json!({"id": 1000, "name": ""}))), None);
+        assert_eq!(owner_error(&o(json!({"name": "core"}))), None);
+        assert!(ssh_key_error("ssh-rsa AAA x\nssh-rsa BBB y").is_some());
+        assert!(ssh_key_error("ssh-ed25519 AAAA user@host").is_none());
+        assert!(password_hash_error("$6$a:b").is_some() && password_hash_error("$6$ab").is_none());
+        let merge = json!({"ignition": {"config": {"merge": [{"source": "https://x/y.ign"}], "replace": {}}}});
+        assert_eq!(fetched_configs(&merge), ["merge"]);
+        assert!(fetched_configs(&json!({"ignition": {"config": {"merge": []}}})).is_empty());
+    }
+}
