@@ -346,6 +346,49 @@ async fn os_helper_not_running_is_degraded_and_changes_nothing() {
     assert!(host.host.path("etc/aloft-os-test").exists());
 }
 
+/// The OS helper out of reach in the boot after an OS update (not started yet, or restarting):
+/// that says nothing about the boot, so the agent waits for it, retrying with backoff, and
+/// verifies once it answers. It took the helper's error for a staged deployment that did not
+/// come up: it spent a restage on it, reported Degraded on the new config and stayed so after
+/// the helper came back, since nothing retried a node Degraded on its current config.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_os_helper_out_of_reach_after_the_reboot_is_waited_for() {
+    let w = OsWorld::new(5);
+    let (c, admin) = (&w.c, w.c.client());
+    let (v1, v2) = (w.commit("1"), w.commit("2"));
+    let mut host = w.running_host("worker-late-helper", &v1, &["root=/dev/vda"]).await;
+    let sysroot = host.sysroot();
+    let name = host.host.name.clone();
+    w.pool_done_on_ssh_config(&name).await;
+    admin
+        .post(&path_of(&MACHINE_CONFIG, None), &os_mc("50-os", &w.url(&v2), &[]))
+        .await
+        .unwrap()
+        .into_result()
+        .unwrap();
+    eventually(Duration::from_secs(240), "the OS update's reboot asked", || async {
+        Ok((!host.host.fake.reboots().is_empty()).then_some(()))
+    })
+    .await;
+    host.host.stop_agent();
+    host.host.stop_os_helper();
+    host.host.fake.clear_calls();
+    host.boot(c);
+    eventually(Duration::from_secs(60), "the agent waiting for the helper", || async {
+        Ok(host.host.log().contains("cannot verify the booted OS yet").then_some(()))
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let a = node_annotations(c, &name).await.unwrap();
+    assert_eq!(get(&a, ann::STATE), "Working", "{}", get(&a, ann::REASON));
+    assert!(!host.host.log().contains("staging it again"), "{}", host.host.log());
+
+    host.host.start_os_helper(&sysroot, &w.key.keyring);
+    wait_node(c, &name, "Done", true, Some(&host), "Done once the helper answers").await;
+    assert!(host.host.fake.reboots().is_empty(), "no reboot for a helper out of reach");
+    assert_eq!(testkit::deployment_order(&sysroot).unwrap(), vec![v2.clone(), v1.clone()]);
+}
+
 /// Where a power cut can fall in an OS update, after the agent's durable writes: each leaves
 /// the node's files written and nothing staged (ostree finalizes a staged deployment only at
 /// shutdown, so a power cut loses it). The cut after the current config is saved too is not

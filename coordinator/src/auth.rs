@@ -87,7 +87,7 @@ impl Identity {
 }
 
 #[derive(Debug, thiserror::Error)]
-#[error("unknown role {0:?}: want admin, viewer, bootstrap or node:<name>")]
+#[error("unknown role {0:?}: want admin, viewer or bootstrap")]
 pub struct RoleError(String);
 
 impl std::str::FromStr for Role {

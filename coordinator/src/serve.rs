@@ -280,10 +280,13 @@ pub async fn run(opts: ServeOptions) -> Result<()> {
     let serving_store = store.clone();
     tracing::info!(%addr, scheme, data_dir = %opts.data_dir.display(), "aloft-coordinator serving");
     println!("aloft-coordinator listening on {}", client.server);
-    println!(
-        "client config: {} (aloftctl --kubeconfig FILE, or kubectl --kubeconfig FILE)",
-        files.kubeconfig.display()
-    );
+    // kubectl sends no token over plain HTTP: with --insecure-http only aloftctl gets in.
+    let clients = if opts.insecure_http {
+        "aloftctl --kubeconfig FILE"
+    } else {
+        "aloftctl --kubeconfig FILE, or kubectl --kubeconfig FILE"
+    };
+    println!("client config: {} ({clients})", files.kubeconfig.display());
     // TCP_NODELAY: small responses must not wait for the client's delayed ACK (40 ms each).
     let nodelay = axum_server::accept::NoDelayAcceptor::new();
     // The listener is bound (connections queue from here on), so systemd may start what waits

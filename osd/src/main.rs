@@ -18,7 +18,7 @@ use std::time::Duration;
 /// (aloft-os-helper.socket) and it exits after --idle-exit-seconds without requests.
 /// With --listen it binds the socket itself (tests, debugging) and does not exit when idle.
 #[derive(Parser)]
-#[command(version, verbatim_doc_comment)]
+#[command(name = "aloft-os-helper", version, verbatim_doc_comment)]
 struct Cli {
     /// The ostree sysroot: / on a booted node (libostree finds /sysroot), a directory in tests.
     #[arg(long, default_value = "/")]
@@ -66,6 +66,11 @@ fn bind(path: &std::path::Path) -> Result<UnixListener> {
     if let Ok(meta) = std::fs::symlink_metadata(path) {
         if !meta.file_type().is_socket() {
             bail!("--listen {}: exists and is not a socket", path.display());
+        }
+        // Stale only if nobody answers: taking over a live helper's socket left that helper
+        // running, unreachable, and two processes writing one sysroot.
+        if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            bail!("--listen {}: another aloft-os-helper is serving this socket", path.display());
         }
         std::fs::remove_file(path).with_context(|| format!("removing the stale socket {}", path.display()))?;
     }

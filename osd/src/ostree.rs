@@ -171,7 +171,23 @@ impl OstreeBackend {
                 self.cfg.keyring.display()
             )));
         }
-        Ok(())
+        match Self::ref_bindings(repo, &image.checksum) {
+            Some(refs) if !refs.iter().any(|r| *r == image.ref_name) => {
+                Err(untrusted(wrong_ref(&image.ref_name, &refs)))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The refs a commit is bound to (its signed `ostree.ref-binding` metadata), when it has
+    /// any. libostree's pull refuses a commit bound to other refs than the one asked for (what
+    /// the binding exists for: a signed commit of another branch, or an old one, served under
+    /// this ref); a commit already in the repository is checked here the same way, so that one
+    /// config gives one answer whatever a node's repository holds.
+    fn ref_bindings(repo: &ostree::Repo, checksum: &str) -> Option<Vec<String>> {
+        let (commit, _) = repo.load_commit(checksum).ok()?;
+        let metadata = glib::VariantDict::new(Some(&commit.child_value(0)));
+        metadata.lookup_value("ostree.ref-binding", Some(glib::VariantTy::STRING_ARRAY))?.get::<Vec<String>>()
     }
 
     fn deployments(&self, sysroot: &ostree::Sysroot) -> Vec<ostree::Deployment> {
@@ -191,8 +207,26 @@ fn entry_kargs(d: &ostree::Deployment) -> Vec<String> {
         .collect()
 }
 
-/// libostree's GPG errors, said plainly (the original text follows).
+/// Why a commit bound to `bound` is refused for `wanted`.
+fn wrong_ref(wanted: &str, bound: &[String]) -> String {
+    format!(
+        "it is bound to {} (its signed ostree.ref-binding), not to {wanted:?}, the ref the osImageURL names: fix the ref after '#'",
+        bound.iter().map(|r| format!("{r:?}")).collect::<Vec<_>>().join(", ")
+    )
+}
+
+/// libostree's GPG errors, said plainly (the original text follows, on one line: a reason is
+/// an annotation that tables print in a cell, and gpg's text has two; without libostree's hint
+/// to set `gpg-verify=false`, which the helper sets back before every pull and stage).
 fn explain_gpg(message: &str, keyring: &Path) -> String {
+    let original = message
+        .replace(" (use gpg-verify=false in remote config to disable)", "")
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ");
+    let message = original.as_str();
     let why = if message.contains("no signatures found") {
         "the commit is not signed".to_string()
     } else if message.contains("none are in trusted keyring") || message.contains("public key not found") {
@@ -244,7 +278,17 @@ impl OsBackend for OstreeBackend {
             opts.insert("gpg-verify", true);
             repo.pull_with_options(&self.cfg.remote, &opts.end(), None, no_cancel()).map_err(|e| {
                 let message = e.to_string();
-                if message.contains("GPG") || message.contains("signature") {
+                if message.contains("ref binding") {
+                    // The config names the wrong ref: no retry fixes that (as for a signature).
+                    OsError::Untrusted {
+                        checksum: image.checksum.clone(),
+                        url: image.repo_url(),
+                        reason: format!(
+                            "it is not bound to {:?}, the ref the osImageURL names: fix the ref after '#' ({message})",
+                            image.ref_name
+                        ),
+                    }
+                } else if message.contains("GPG") || message.contains("signature") {
                     OsError::Untrusted {
                         checksum: image.checksum.clone(),
                         url: image.repo_url(),
@@ -368,5 +412,29 @@ impl OsBackend for OstreeBackend {
     fn booted_cmdline(&self) -> Result<String, OsError> {
         std::fs::read_to_string(&self.cfg.cmdline_path)
             .map_err(|e| OsError::ostree(format!("reading {}", self.cfg.cmdline_path.display()), e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A refusal is one line (gpg says two) and does not pass on libostree's advice to turn
+    /// verification off, which the helper undoes.
+    #[test]
+    fn gpg_refusals_are_one_line_without_libostrees_hint() {
+        let keyring = Path::new("/k.gpg");
+        let unsigned = explain_gpg(
+            "Commit 70: GPG verification enabled, but no signatures found (use gpg-verify=false in remote config to disable)",
+            keyring,
+        );
+        assert_eq!(unsigned, "the commit is not signed (Commit 70: GPG verification enabled, but no signatures found)");
+        let untrusted = explain_gpg(
+            "Signature made Mon 30 Nov using RSA key ID 67\nCan't check signature: public key not found\n",
+            keyring,
+        );
+        assert!(!untrusted.contains('\n'), "{untrusted}");
+        assert!(untrusted.ends_with("key ID 67; Can't check signature: public key not found)"), "{untrusted}");
+        assert!(untrusted.starts_with("it is not signed by a key in the trusted keyring /k.gpg"), "{untrusted}");
     }
 }

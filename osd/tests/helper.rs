@@ -72,6 +72,10 @@ fn malformed_requests_are_refused_and_the_helper_keeps_serving() {
     let cases = [
         ("not json at all".to_string(), "malformed request"),
         (r#"{"v":99,"op":"status"}"#.to_string(), "version 99"),
+        (r#"{"v":"1","op":"status"}"#.to_string(), r#"has "v": "1", not an integer"#),
+        (r#"{"v":1.0,"op":"status"}"#.to_string(), r#"has "v": 1.0, not an integer"#),
+        (r#"{"op":"status"}"#.to_string(), "carries no version"),
+        ("[1]".to_string(), "not a JSON object"),
         (r#"{"v":1,"op":"format"}"#.to_string(), "malformed request"),
         (r#"{"v":1,"op":"stage","image":null}"#.to_string(), "malformed request"),
         (format!(r#"{{"v":1,"op":"pull","image":"{}"}}"#, "x".repeat(70_000)), "longer than"),
@@ -89,6 +93,27 @@ fn malformed_requests_are_refused_and_the_helper_keeps_serving() {
     let st = helper.client().status().unwrap();
     assert_eq!(st.deployments.len(), 1);
     assert_eq!(st.deployments[0].checksum, fx.base);
+}
+
+/// A second helper asked to listen on a live helper's socket refuses, and the first keeps
+/// serving: it removed the socket and took over, leaving the first running, unreachable.
+#[test]
+fn a_second_helper_does_not_take_a_live_helpers_socket() {
+    let fx = fixture();
+    let mut helper = HelperProcess::start(helper_bin(), &fx.dir.path().join("run"), &fx.sysroot, &fx.keyring).unwrap();
+    let out = std::process::Command::new(helper_bin())
+        .arg("--sysroot")
+        .arg(&fx.sysroot)
+        .arg("--keyring")
+        .arg(&fx.keyring)
+        .arg("--listen")
+        .arg(&helper.socket)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("another aloft-os-helper is serving"), "{stderr}");
+    assert!(helper.is_running());
+    assert_eq!(helper.client().status().unwrap().deployments[0].checksum, fx.base, "the first still answers");
 }
 
 /// Defense in depth: a request the agent would never send (its own parser refuses these

@@ -182,6 +182,31 @@ fn unsigned_commit_is_refused_and_nothing_deployed() {
     assert_eq!((fx.order(), fx.deploy_dirs()), (order, dirs));
 }
 
+/// A signed commit bound to another ref than the osImageURL names (`ostree commit --branch`
+/// binds it) is refused as untrusted, whether it has to be downloaded (libostree's pull checks
+/// the binding) or is in the repository already (it was accepted there: one config was Done on
+/// nodes that held the commit and Degraded on the others).
+#[test]
+fn a_commit_bound_to_another_ref_is_refused_downloaded_or_present() {
+    let fx = Fixture::new();
+    let (order, dirs) = (fx.order(), fx.deploy_dirs());
+    let v2 = fx.commit("2", Some(&fx.key));
+    let other_ref = |sum: &str| {
+        osimage::parse(&format!("ostree+{}#aloft/testing/x86_64@{sum}", fx.http.url("repo"))).unwrap().unwrap()
+    };
+    let e = fx.backend.pull(&other_ref(&v2)).unwrap_err();
+    assert_untrusted(&e, "not bound to \"aloft/testing/x86_64\"");
+    fx.backend.pull(&fx.image(&v2)).unwrap();
+    let e = fx.backend.pull(&other_ref(&v2)).unwrap_err();
+    assert_untrusted(
+        &e,
+        &format!("it is bound to \"{REF}\" (its signed ostree.ref-binding), not to \"aloft/testing/x86_64\""),
+    );
+    assert!(!fx.backend.has_verified_commit(&other_ref(&v2)).unwrap(), "not a verified commit for that ref");
+    assert!(fx.backend.has_verified_commit(&fx.image(&v2)).unwrap());
+    assert_eq!((fx.order(), fx.deploy_dirs()), (order, dirs), "nothing deployed");
+}
+
 /// A commit signed by a key that is not in the trusted keyring is refused.
 #[test]
 fn commit_signed_by_another_key_is_refused() {

@@ -343,6 +343,21 @@ impl Agent {
             Phase::Verifying { target: target.into(), checksum: checksum.clone(), staged: staged.clone() },
             "verifying the booted OS and running health checks",
         )?;
+        // The helper answers first: one out of reach (not started yet, restarting) says nothing
+        // about the boot. Judged without it, the boot counted as a lost staged deployment: a
+        // restage spent (or the running commit staged again, if the helper came back between
+        // the two calls) and the node left Degraded on its current config, which nothing
+        // retried. Failing the step keeps the phase, and the loop retries with backoff.
+        if let Err(e) = self.booted_checksum(&os).await {
+            anyhow::bail!("cannot verify the booted OS yet: {e}");
+        }
+        if !cur.spec.kernel_arguments.is_empty() && self.booted_os.cmdline.is_none() {
+            if let Ok(Some(_)) = self.booted_checksum(&os).await {
+                let c = os.handle.run_read(|b| b.booted_cmdline()).await;
+                let c = c.map_err(|e| anyhow::anyhow!("cannot verify the booted OS yet: {e}"))?;
+                self.booted_os.cmdline = Some(c);
+            }
+        }
         let denied = Denylist::load(&self.root).ok().and_then(|l| l.find(&checksum).map(|e| e.reason.clone()));
         let booted = match denied {
             Some(_) => self.booted_checksum(&os).await.ok().flatten(),

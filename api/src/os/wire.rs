@@ -191,17 +191,21 @@ fn check_kargs(field: &str, args: &[String]) -> Result<(), OsError> {
 pub fn parse_request(line: &str) -> Result<Request, OsError> {
     let msg: serde_json::Value =
         serde_json::from_str(line).map_err(|e| OsError::Invalid(format!("malformed request to the OS helper: {e}")))?;
-    let v = msg.get("v").and_then(serde_json::Value::as_u64);
-    if v != Some(u64::from(PROTOCOL_VERSION)) {
-        return Err(OsError::Invalid(format!(
-            "the OS helper speaks protocol version {PROTOCOL_VERSION}, the request {}",
-            v.map_or("carries no version".to_string(), |v| format!("version {v}"))
-        )));
-    }
     let mut fields = match msg {
         serde_json::Value::Object(m) => m,
         _ => return Err(OsError::Invalid("malformed request to the OS helper: not a JSON object".into())),
     };
+    let v = fields.get("v");
+    if v.and_then(serde_json::Value::as_u64) != Some(u64::from(PROTOCOL_VERSION)) {
+        return Err(OsError::Invalid(format!(
+            "the OS helper speaks protocol version {PROTOCOL_VERSION}, the request {}",
+            match v {
+                None => "carries no version".to_string(),
+                Some(serde_json::Value::Number(n)) if n.as_u64().is_some() => format!("version {n}"),
+                Some(other) => format!("has \"v\": {other}, not an integer"),
+            }
+        )));
+    }
     fields.remove("v");
     serde_json::from_value(serde_json::Value::Object(fields))
         .map_err(|e| OsError::Invalid(format!("malformed request to the OS helper: {e}")))

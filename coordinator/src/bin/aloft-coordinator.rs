@@ -142,10 +142,12 @@ enum TokenCmd {
         #[arg(long, env = "ALOFT_DATA_DIR", default_value = "/var/lib/aloft-coordinator")]
         data_dir: PathBuf,
         /// A name for the token's holder; creating the same name again replaces its token.
-        /// Reserved: `admin` (the token `serve` writes to admin.token) and `node:*` (enrolled
-        /// nodes' credentials).
+        /// Letters, digits and `-_.:@`. Reserved (in any case): `admin` (the token `serve` writes
+        /// to admin.token), `node:*` (enrolled nodes' credentials) and `system:*`.
         #[arg(long)]
         name: String,
+        /// admin (everything), viewer (read-only) or bootstrap (may only enroll nodes). A node's
+        /// own credential comes from enrolling, not from here.
         #[arg(long, default_value = "viewer")]
         role: String,
     },

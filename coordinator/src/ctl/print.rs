@@ -93,9 +93,15 @@ impl TablePrinter {
     }
 }
 
+/// A cell's text on one line: as kubectl's table printer, a string is cut at its first line
+/// break and marked `...` (a multi-line reason, gpg's two lines in an OS refusal, broke the row
+/// in two).
 fn cell_text(v: Option<&Value>) -> String {
     match v {
-        Some(Value::String(s)) => s.clone(),
+        Some(Value::String(s)) => match s.find(['\n', '\r', '\x0c']) {
+            Some(at) => format!("{}...", &s[..at]),
+            None => s.clone(),
+        },
         Some(Value::Null) | None => String::new(),
         Some(v) => v.to_string(),
     }
@@ -182,6 +188,13 @@ mod tests {
         let mut p = TablePrinter::new(false);
         assert_eq!(p.rows(&json!({"columnDefinitions": first["columnDefinitions"], "rows": []})), "");
         assert_eq!(p.rows(&later), "NAME   CONFIG\nw      r\n");
+    }
+
+    #[test]
+    fn a_cell_is_cut_at_its_first_line_break() {
+        let t = json!({"columnDefinitions": [{"name": "Name"}, {"name": "Reason"}],
+            "rows": [{"cells": ["n1", "key ID 67\nCan't check signature"]}]});
+        assert_eq!(TablePrinter::new(false).rows(&t), "NAME   REASON\nn1     key ID 67...\n");
     }
 
     #[test]
