@@ -172,9 +172,7 @@ impl OstreeBackend {
             )));
         }
         match Self::ref_bindings(repo, &image.checksum) {
-            Some(refs) if !refs.iter().any(|r| *r == image.ref_name) => {
-                Err(untrusted(wrong_ref(&image.ref_name, &refs)))
-            }
+            Some(refs) if !refs.contains(&image.ref_name) => Err(untrusted(wrong_ref(&image.ref_name, &refs))),
             _ => Ok(()),
         }
     }
