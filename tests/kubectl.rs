@@ -606,6 +606,18 @@ async fn kubectl_field_validation_and_unknown_kinds() {
     assert!(out.status.success(), "{err}");
     assert!(err.contains("Warning: unknown field \"spec.rollout.canery\""), "kubectl prints the warnings: {err}");
     assert_eq!(get_ok(&admin, &MACHINE_CONFIG_POOL, "typo").await["spec"]["rollout"]["canery"], 1);
+    // Inside a MachineConfig's Ignition config (kept as written, as MCO's CRD does) a key no
+    // Ignition version has is stored and warned about: MCO ignored it without a word.
+    let ign_typo = write(
+        "ign-typo.yaml",
+        "apiVersion: machineconfiguration.openshift.io/v1\nkind: MachineConfig\nmetadata:\n  name: 50-typo\n  \
+         labels: {machineconfiguration.openshift.io/role: worker}\nspec:\n  config:\n    ignition: {version: 3.4.0}\n    \
+         storage:\n      files: [{path: /etc/typo, contens: {source: 'data:,x'}}]\n",
+    );
+    let out = k.run(&["apply", "-f", &ign_typo]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("Warning: spec.config.storage.files[0].contens: unknown field, ignored"), "{err}");
 
     let pod = write("pod.yaml", "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\nspec:\n  containers: []\n");
     let err = k.fails(&["apply", "-f", &pod]);

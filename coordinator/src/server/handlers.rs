@@ -86,7 +86,8 @@ impl Call<'_> {
     /// finalizer names earn.
     fn validate(&self, obj: &Value, stored: Option<&Value>) -> Result<Vec<String>, ApiError> {
         let mut causes = validate::object_causes(self.path.rt, obj);
-        let (finalizer_causes, warnings) = finalizers::causes(obj, stored);
+        let (finalizer_causes, mut warnings) = finalizers::causes(obj, stored);
+        warnings.extend(validate::object_warnings(self.path.rt, obj));
         causes.extend(finalizer_causes);
         if let Some(stored) = stored {
             causes.extend(finalizers::added_while_terminating(stored, obj));

@@ -189,6 +189,19 @@ pub fn only_annotations_changed(stored: &Value, next: &Value) -> bool {
 }
 
 /// Kind-specific checks.
+/// What admission accepts but says something about: a MachineConfig's Ignition keys that no
+/// Ignition version has (a typo such as `contens`), which MCO's render ignores without a word
+/// and the node then writes an empty file for. kubectl prints each as `Warning: ...`.
+pub fn object_warnings(r: &ResourceType, obj: &Value) -> Vec<String> {
+    if r.kind != "MachineConfig" {
+        return Vec::new();
+    }
+    match obj.pointer("/spec/config").map(aloft_api::ignition::parse_with_warnings) {
+        Some(Ok(parsed)) => parsed.warnings,
+        _ => Vec::new(),
+    }
+}
+
 pub fn object_causes(r: &ResourceType, obj: &Value) -> Vec<StatusCause> {
     let mut out = Vec::new();
     label_causes(obj, &mut out);
