@@ -215,6 +215,11 @@ pub fn kernel_argument_error(arg: &str) -> Option<String> {
     if crate::os::kargs::split(arg).iter().any(|a| a.matches('"').count() % 2 == 1) {
         return Some(format!("kernel argument {arg:?} has an unpaired double quote"));
     }
+    if crate::os::kargs::split(arg).iter().any(|a| a.starts_with("ostree=")) {
+        // libostree writes its own `ostree=` for each deployment; a node asked for another
+        // would never find it on its command line after the reboot (Degraded, restaged).
+        return Some(format!("kernel argument {arg:?}: ostree= is libostree's own, set for every deployment"));
+    }
     None
 }
 
@@ -434,7 +439,7 @@ mod tests {
     #[test]
     fn spec_errors_name_each_field() {
         let spec: MachineConfigSpec = serde_json::from_value(json!({
-            "kernelArguments": ["a=1 b=2", "", "x\ny", "q=\"open"],
+            "kernelArguments": ["a=1 b=2", "", "x\ny", "q=\"open", "quiet ostree=/ostree/boot.1/x"],
             "config": {"ignition": {"version": "3.2.0"},
                 "systemd": {"units": [{"name": "ok.service", "dropins": [{"name": "../x.conf"}]},
                                       {"name": "../../x.service"}]},
@@ -451,6 +456,7 @@ mod tests {
                 "spec.kernelArguments[1]",
                 "spec.kernelArguments[2]",
                 "spec.kernelArguments[3]",
+                "spec.kernelArguments[4]",
                 "spec.config.systemd.units[0].dropins[0].name",
                 "spec.config.systemd.units[1].name",
                 "spec.config.storage.files[0].contents.source",
