@@ -768,6 +768,16 @@ async fn kubectl_auth_whoami_and_can_i() {
     assert!(can(&admin, &["get", "/metrics"]));
     assert!(can(&admin, &["*", "*"]), "the admin may do everything");
 
+    // `can-i --list` (a SelfSubjectRulesReview) lists the same rules.
+    let list = node.ok(&["auth", "can-i", "--list"]);
+    let row = |resource: &str| list.lines().find(|l| l.split_whitespace().next() == Some(resource)).unwrap_or("");
+    assert!(row("nodes").contains("[n1]") && row("nodes").contains("[get list watch update patch]"), "{list}");
+    assert!(row("machineconfigurations.operator.openshift.io").contains("[cluster]"), "{list}");
+    assert!(row("selfsubjectrulesreviews.authorization.k8s.io").contains("[create]"), "{list}");
+    assert!(!list.contains("/metrics"), "{list}");
+    let list = admin.ok(&["auth", "can-i", "--list"]);
+    assert!(list.lines().any(|l| l.starts_with("*.*") && l.contains("[*]")), "{list}");
+
     // The answers are the server's: the denied write is refused, the allowed one goes through.
     let err = node.fails(&["delete", "machineconfigs", "x"]);
     assert!(err.contains("Forbidden") || err.contains("forbidden"), "{err}");

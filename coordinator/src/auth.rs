@@ -207,6 +207,62 @@ pub fn decide(who: &Identity, req: &Request<'_>, facts: Facts<'_>) -> Decision {
     }
 }
 
+/// What `who` may do, as a SelfSubjectRulesReview's `status` lists it (`kubectl auth can-i
+/// --list`): the rules [`decide`] and [`decide_path`] follow, written out. `own_node` is the
+/// caller's Node for a node role (the rendered configs it may read are the ones it names). A
+/// unit test holds the two to each other over every resource and verb.
+pub fn rules(who: &Identity, own_node: Option<&serde_json::Value>) -> serde_json::Value {
+    use serde_json::json;
+    let rule = |verbs: &[&str], group: &str, resources: &[&str], names: &[&str]| {
+        let mut r = json!({"verbs": verbs, "apiGroups": [group], "resources": resources});
+        if !names.is_empty() {
+            r["resourceNames"] = json!(names);
+        }
+        r
+    };
+    // Every authenticated caller may ask who it is and what it may do (kube's system:basic-user).
+    let mut resource_rules = vec![
+        rule(&["create"], "authentication.k8s.io", &["selfsubjectreviews"], &[]),
+        rule(&["create"], "authorization.k8s.io", &["selfsubjectaccessreviews", "selfsubjectrulesreviews"], &[]),
+    ];
+    let open_reads = ["/api", "/api/*", "/apis", "/apis/*", "/openapi", "/openapi/*", "/version"];
+    let health = ["/healthz", "/healthz/*", "/livez", "/livez/*", "/readyz", "/readyz/*"];
+    let reads: Vec<&str> = open_reads.iter().chain(health.iter()).copied().collect();
+    let mut non_resource = vec![json!({"verbs": ["get", "head"], "nonResourceURLs": reads})];
+    match &who.role {
+        Role::Admin => {
+            resource_rules = vec![rule(&["*"], "*", &["*"], &[])];
+            non_resource = vec![json!({"verbs": ["*"], "nonResourceURLs": ["*"]})];
+        }
+        Role::Viewer => {
+            resource_rules.push(rule(&["get", "list", "watch"], "*", &["*"], &[]));
+            non_resource.push(json!({"verbs": ["get", "head"], "nonResourceURLs": ["/metrics"]}));
+        }
+        Role::Bootstrap => {
+            non_resource.push(json!({"verbs": ["post"], "nonResourceURLs": ["/aloft/v1/enroll"]}));
+        }
+        Role::Node(own) => {
+            let own = own.as_str();
+            // A resource and its status subresource: decided alike.
+            let with_status = |plural: &str| [plural.to_string(), format!("{plural}/status")];
+            let nodes = with_status("nodes");
+            let (n0, n1) = (nodes[0].as_str(), nodes[1].as_str());
+            resource_rules.push(rule(&["get", "list", "watch"], "", &[n0, n1], &[own]));
+            resource_rules.push(rule(&["update", "patch"], "", &[n0, n1], &[own]));
+            let mc = &crate::resources::MACHINE_CONFIG;
+            let configs = node_config_names(own_node);
+            if !configs.is_empty() {
+                let m = with_status(mc.plural);
+                resource_rules.push(rule(&["get"], mc.group, &[m[0].as_str(), m[1].as_str()], &configs));
+            }
+            let policy = &crate::resources::MACHINE_CONFIGURATION;
+            let p = with_status(policy.plural);
+            resource_rules.push(rule(&["get"], policy.group, &[p[0].as_str(), p[1].as_str()], &["cluster"]));
+        }
+    }
+    json!({"resourceRules": resource_rules, "nonResourceRules": non_resource, "incomplete": false})
+}
+
 /// The API's paths outside `/api` and `/apis` that need a decision ("non-resource URLs" in
 /// Kubernetes): `/metrics` for admins and viewers (a node's credential reads only what its node
 /// needs), `/aloft/v1/enroll` (POST) for bootstrap tokens and admins. Discovery, `/version` and
@@ -255,6 +311,64 @@ pub fn only_status_and_annotations(stored: &serde_json::Value, next: &serde_json
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The rules a SelfSubjectRulesReview lists are the ones `decide` follows: for every role,
+    /// resource, verb, name and subresource, a request is allowed exactly when a rule covers it.
+    #[test]
+    fn the_listed_rules_are_the_decisions() {
+        use serde_json::{json, Value};
+        let node = json!({"metadata": {"annotations": {
+            aloft_api::annotations::CURRENT_CONFIG: "rendered-worker-a", aloft_api::annotations::DESIRED_CONFIG: "rendered-worker-b"}}});
+        let who = |role: Role| Identity { name: "t".into(), role };
+        let covers = |rules: &Value, group: &str, resource: &str, verb: &str, name: Option<&str>| {
+            let has = |v: &Value, x: &str| v.as_array().is_some_and(|a| a.iter().any(|e| e == "*" || e == x));
+            rules["resourceRules"].as_array().unwrap().iter().any(|r| {
+                has(&r["verbs"], verb)
+                    && has(&r["apiGroups"], group)
+                    && has(&r["resources"], resource)
+                    && match r.get("resourceNames").and_then(Value::as_array) {
+                        None => true,
+                        Some(names) => name.is_some_and(|n| names.iter().any(|x| x == n)),
+                    }
+            })
+        };
+        let roles = [Role::Admin, Role::Viewer, Role::Bootstrap, Role::Node("n1".into())];
+        let verbs = [Verb::Get, Verb::List, Verb::Watch, Verb::Create, Verb::Update, Verb::Patch, Verb::Delete];
+        for role in roles {
+            let who = who(role);
+            let rules = rules(&who, Some(&node));
+            for rt in crate::resources::ALL.iter() {
+                for verb in verbs {
+                    for name in [None, Some("n1"), Some("cluster"), Some("rendered-worker-a"), Some("other")] {
+                        for sub in [None, Some("status")] {
+                            let listing = matches!(verb, Verb::List | Verb::Watch);
+                            let key = rt.store_key();
+                            let req = Request {
+                                verb,
+                                resource: &key,
+                                name: if listing { None } else { name },
+                                subresource: sub,
+                                field_name: if listing { name } else { None },
+                            };
+                            let decided = decide(&who, &req, Facts { own_node: Some(&node) }) != Decision::Deny;
+                            let resource = match sub {
+                                Some(s) => format!("{}/{s}", rt.plural),
+                                None => rt.plural.to_string(),
+                            };
+                            let listed = covers(&rules, rt.group, &resource, verb.as_str(), name);
+                            assert_eq!(
+                                decided,
+                                listed,
+                                "{:?} {} {resource} {name:?}: {rules}",
+                                who.role,
+                                verb.as_str()
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
 
     #[test]
     fn nodes_see_only_their_own() {

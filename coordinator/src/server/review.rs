@@ -1,8 +1,9 @@
 //! The reviews kube-apiserver serves to every authenticated caller, so `kubectl auth whoami` and
-//! `kubectl auth can-i` work: `SelfSubjectReview` (authentication.k8s.io/v1, who am I) and
-//! `SelfSubjectAccessReview` (authorization.k8s.io/v1, may I). Both are create-only and stored
-//! nowhere. An access review is decided by [`super::handlers::decide`] and
-//! [`crate::auth::decide_path`], the functions that decide the real requests.
+//! `kubectl auth can-i` work: `SelfSubjectReview` (authentication.k8s.io/v1, who am I),
+//! `SelfSubjectAccessReview` (authorization.k8s.io/v1, may I) and `SelfSubjectRulesReview` (what
+//! may I: `can-i --list`). All are create-only and stored nowhere. An access review is decided by
+//! [`super::handlers::decide`] and [`crate::auth::decide_path`], the functions that decide the
+//! real requests; a rules review lists [`crate::auth::rules`], which a unit test holds to them.
 
 use super::error::{cause, ApiError};
 use super::request::{self, FieldSelector};
@@ -17,27 +18,30 @@ use serde_json::{json, Map, Value};
 pub enum Review {
     SelfSubject,
     SelfSubjectAccess,
+    SelfSubjectRules,
 }
 
 impl Review {
-    const ALL: [Review; 2] = [Review::SelfSubject, Review::SelfSubjectAccess];
+    const ALL: [Review; 3] = [Review::SelfSubject, Review::SelfSubjectAccess, Review::SelfSubjectRules];
 
     fn group(self) -> &'static str {
         match self {
             Review::SelfSubject => "authentication.k8s.io",
-            Review::SelfSubjectAccess => "authorization.k8s.io",
+            Review::SelfSubjectAccess | Review::SelfSubjectRules => "authorization.k8s.io",
         }
     }
     fn plural(self) -> &'static str {
         match self {
             Review::SelfSubject => "selfsubjectreviews",
             Review::SelfSubjectAccess => "selfsubjectaccessreviews",
+            Review::SelfSubjectRules => "selfsubjectrulesreviews",
         }
     }
     fn kind(self) -> &'static str {
         match self {
             Review::SelfSubject => "SelfSubjectReview",
             Review::SelfSubjectAccess => "SelfSubjectAccessReview",
+            Review::SelfSubjectRules => "SelfSubjectRulesReview",
         }
     }
     fn api_version(self) -> String {
@@ -110,6 +114,17 @@ pub async fn answer(
             }})
         }
         Review::SelfSubjectAccess => access_status(ctx, who, &obj).await?,
+        Review::SelfSubjectRules => {
+            // The namespace asked about changes nothing: every kind aloft serves is cluster-scoped.
+            let own_node = match &who.role {
+                auth::Role::Node(n) => {
+                    let key = crate::store::Key::cluster(&crate::resources::NODE.store_key(), n);
+                    ctx.store.get(&key).await.map_err(|e| ApiError::from_store(e, "nodes", n))?
+                }
+                _ => None,
+            };
+            auth::rules(who, own_node.as_deref())
+        }
     };
     Ok((StatusCode::CREATED, axum::Json(obj)).into_response())
 }
@@ -264,7 +279,9 @@ fn from_protobuf(review: Review, body: &[u8]) -> Result<Value, ApiError> {
     let unknown = pb::Unknown::decode(envelope).map_err(bad)?;
     let type_meta = unknown.type_meta.unwrap_or_default();
     let mut obj = json!({"apiVersion": type_meta.api_version, "kind": type_meta.kind});
-    if review == Review::SelfSubject {
+    if review != Review::SelfSubjectAccess {
+        // A who-am-I review has no spec; a rules review only a namespace, which aloft's
+        // cluster-scoped kinds make moot.
         return Ok(obj);
     }
     let spec = pb::SelfSubjectAccessReview::decode(unknown.raw.as_slice()).map_err(bad)?.spec.unwrap_or_default();
