@@ -12,11 +12,16 @@ const WAIT: Duration = Duration::from_secs(60);
 
 /// A plain HTTPS client pinning the coordinator's CA, sending `token` if any.
 async fn raw(c: &Coordinator, path: &str, token: Option<&str>) -> (u16, String, String) {
+    raw_accepting(c, path, token, "*/*").await
+}
+
+/// [`raw`] with an `Accept` header.
+async fn raw_accepting(c: &Coordinator, path: &str, token: Option<&str>, accept: &str) -> (u16, String, String) {
     let h = reqwest::Client::builder()
         .tls_certs_only([reqwest::Certificate::from_pem(&c.ca_pem()).unwrap()])
         .build()
         .unwrap();
-    let mut req = h.get(format!("{}{path}", c.url()));
+    let mut req = h.get(format!("{}{path}", c.url())).header("accept", accept);
     if let Some(t) = token {
         req = req.bearer_auth(t);
     }
@@ -95,7 +100,16 @@ async fn metrics_carry_each_pools_status_for_admins_and_viewers_only() {
     let viewer = c.create_token("dashboards", "viewer");
     let (code, ctype, text) = raw(&c, "/metrics", Some(&viewer)).await;
     assert_eq!(code, 200, "{text}");
+    // The classic text format unless OpenMetrics is asked for, as Prometheus' client libraries
+    // answer (curl and strict parsers of 0.0.4 get what they expect; Prometheus asks first).
+    assert_eq!(ctype, "text/plain; version=0.0.4; charset=utf-8");
+    assert!(text.lines().any(|l| l == "# TYPE aloft_controller_restarts_total counter"), "{text}");
+    assert!(!text.contains("# EOF") && !text.contains("# UNIT"), "{text}");
+    let prometheus = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+    let (_, ctype, om) = raw_accepting(&c, "/metrics", Some(&viewer), prometheus).await;
     assert!(ctype.starts_with("application/openmetrics-text"), "{ctype}");
+    assert!(om.trim_end().ends_with("# EOF"), "OpenMetrics ends with # EOF");
+    assert!(om.lines().any(|l| l == "# TYPE aloft_controller_restarts counter"), "{om}");
     // The status moves on while the controllers settle; read it again with each scrape.
     let (text, status) = eventually(WAIT, "metrics and the stored pool agreeing", || async {
         let (_, _, text) = raw(&c, "/metrics", Some(&viewer)).await;
@@ -141,7 +155,6 @@ async fn metrics_carry_each_pools_status_for_admins_and_viewers_only() {
     let events = "aloft_controller_pass_events_total{controller=\"node\"}";
     assert!(sample(&text, events).is_some_and(|n| n >= 4), "the four nodes' events at least: {text}");
     assert!(sample(&text, "aloft_store_revision").is_some_and(|r| r > 0), "{text}");
-    assert!(text.trim_end().ends_with("# EOF"), "OpenMetrics ends with # EOF");
 
     // Pausing the pool shows at the next scrape.
     let paused = json!({"spec": {"paused": true}});

@@ -33,7 +33,6 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:9101";
 /// The states exported from the start, so a dashboard sees every series at 0 before it is used.
 pub const STATES: &[&str] = &["Done", "Working", "Degraded", "Unreconcilable"];
 /// OpenMetrics text, which Prometheus scrapes natively.
-const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StateLabels {
@@ -178,9 +177,16 @@ impl Metrics {
     }
 }
 
-async fn scrape(State(metrics): State<Arc<Metrics>>) -> Response {
+/// OpenMetrics when the scraper asks for it (Prometheus does), else the classic text format
+/// ([`aloft_api::exposition`]).
+async fn scrape(State(metrics): State<Arc<Metrics>>, headers: axum::http::HeaderMap) -> Response {
+    use aloft_api::exposition;
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
     match metrics.encode() {
-        Ok(body) => ([(header::CONTENT_TYPE, CONTENT_TYPE)], body).into_response(),
+        Ok(body) if exposition::wants_openmetrics(accept) => {
+            ([(header::CONTENT_TYPE, exposition::OPENMETRICS)], body).into_response()
+        }
+        Ok(body) => ([(header::CONTENT_TYPE, exposition::TEXT)], exposition::to_text_format(&body)).into_response(),
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
     }
 }
@@ -210,10 +216,13 @@ mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     async fn http_get(addr: SocketAddr, path: &str) -> String {
+        http_get_accepting(addr, path, "*/*").await
+    }
+
+    async fn http_get_accepting(addr: SocketAddr, path: &str, accept: &str) -> String {
         let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-        s.write_all(format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes())
-            .await
-            .unwrap();
+        let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: {accept}\r\nConnection: close\r\n\r\n");
+        s.write_all(request.as_bytes()).await.unwrap();
         let mut out = String::new();
         s.read_to_string(&mut out).await.unwrap();
         out
@@ -233,7 +242,7 @@ mod tests {
         m.set_drift(true);
         let (addr, task) = serve("127.0.0.1:0", m.clone()).await.unwrap();
         assert!(addr.ip().is_loopback());
-        let resp = http_get(addr, "/metrics").await;
+        let resp = http_get_accepting(addr, "/metrics", "application/openmetrics-text;version=1.0.0,*/*;q=0.1").await;
         let (head, body) = resp.split_once("\r\n\r\n").unwrap();
         assert!(head.starts_with("HTTP/1.1 200"), "{head}");
         assert!(head.to_lowercase().contains("content-type: application/openmetrics-text"), "{head}");
@@ -253,6 +262,12 @@ mod tests {
         ] {
             assert!(body.lines().any(|l| l == line), "missing {line:?} in\n{body}");
         }
+        // Anything else gets the classic text format: counters named by their `_total`, no EOF.
+        let resp = http_get(addr, "/metrics").await;
+        let (head, body) = resp.split_once("\r\n\r\n").unwrap();
+        assert!(head.to_lowercase().contains("content-type: text/plain; version=0.0.4"), "{head}");
+        assert!(body.lines().any(|l| l == "# TYPE aloft_agent_reboots_total counter"), "{body}");
+        assert!(body.lines().any(|l| l == "aloft_agent_reboots_total 1") && !body.contains("# EOF"), "{body}");
         assert!(http_get(addr, "/other").await.starts_with("HTTP/1.1 404"));
         task.abort();
     }

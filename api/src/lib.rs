@@ -8,6 +8,7 @@ pub mod annotations;
 pub mod budget;
 pub mod content;
 pub mod disruption;
+pub mod exposition;
 pub mod ignition;
 pub mod machineconfig;
 pub mod meta;

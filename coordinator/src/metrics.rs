@@ -37,9 +37,6 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use serde_json::Value;
 
-/// OpenMetrics text, which Prometheus scrapes natively.
-pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
-
 /// The status counts exported per pool, by the name of their status field.
 const COUNTS: &[(&str, &str, &str)] = &[
     ("aloft_pool_machine_count", "machineCount", "Nodes in the pool"),

@@ -248,12 +248,21 @@ async fn health_endpoint(ctx: &Ctx, endpoint: &str, one: Option<&str>, query: Op
 }
 
 /// `/metrics`, for admins and viewers (a node's credential reads only what its node needs).
-async fn metrics(ctx: &Ctx, who: &Identity) -> Response {
+/// OpenMetrics when the scraper asks for it (Prometheus does), else the classic text format
+/// ([`aloft_api::exposition`]).
+async fn metrics(ctx: &Ctx, who: &Identity, headers: &HeaderMap) -> Response {
+    use aloft_api::exposition;
     if auth::decide_path(who, "get", "/metrics") == auth::Decision::Deny {
         return ApiError::forbidden(who, "get", "/metrics", None).into_response();
     }
+    let accept = headers.get(axum::http::header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
     match crate::metrics::encode(ctx.store.as_ref(), &ctx.health, &ctx.requests, ctx.allocator).await {
-        Ok(text) => (StatusCode::OK, [("content-type", crate::metrics::CONTENT_TYPE)], text).into_response(),
+        Ok(text) if exposition::wants_openmetrics(accept) => {
+            (StatusCode::OK, [("content-type", exposition::OPENMETRICS)], text).into_response()
+        }
+        Ok(text) => {
+            (StatusCode::OK, [("content-type", exposition::TEXT)], exposition::to_text_format(&text)).into_response()
+        }
         Err(e) => ApiError::internal(e.to_string()).into_response(),
     }
 }
@@ -276,7 +285,9 @@ pub fn router(ctx: SharedCtx) -> Router {
     let api = Router::new()
         .route(
             "/metrics",
-            get(|State(c): State<SharedCtx>, Extension(w): Extension<Identity>| async move { metrics(&c, &w).await }),
+            get(|State(c): State<SharedCtx>, Extension(w): Extension<Identity>, h: HeaderMap| async move {
+                metrics(&c, &w, &h).await
+            }),
         )
         .route(
             "/aloft/v1/enroll",
