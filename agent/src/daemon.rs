@@ -578,7 +578,7 @@ impl Agent {
         // A forced repair writes the saved current config again: nothing to fetch, and only
         // changes that always reboot (an OS rolled back from it) can be found, which no policy
         // decides.
-        let repair = self.current.clone().filter(|_| target == current);
+        let repair = if target == current { self.current.clone() } else { None };
         if repair.is_some() {
             // Not taken by the check above when the apply journal did not let it judge the disk.
             self.take_force_file()?;
