@@ -742,6 +742,14 @@ async fn machine_configs_an_agent_refuses_are_422() {
             "spec.config.storage.files[0].group.id",
         ),
         (
+            "file-and-unit",
+            ign(
+                json!({"storage": {"files": [{"path": "/etc/systemd/system/a.service", "contents": {"source": "data:,x"}}]},
+                "systemd": {"units": [{"name": "a.service", "contents": "[Unit]\n"}]}}),
+            ),
+            "spec.config.storage.files[0].path",
+        ),
+        (
             "gzip-nothing",
             ign(json!({"storage": {"files": [{"path": "/etc/x", "contents": {"compression": "gzip"}}]}})),
             "spec.config.storage.files[0].contents.compression",

@@ -757,9 +757,9 @@ async fn the_force_file_repairs_a_drifted_node_and_the_watch_follows_a_directory
             .collect()
     };
     let backed_up = backups(&h);
+    // An empty directory counts (MCO's `os.Remove` takes it): it wedged the agent.
     let force = h.path("/run/machine-config-daemon-force");
-    std::fs::create_dir_all(force.parent().unwrap()).unwrap();
-    std::fs::write(&force, "").unwrap();
+    std::fs::create_dir_all(&force).unwrap();
     eventually(Duration::from_secs(60), "worker-r Done once forced", state_is("Done")).await;
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "r", "the edit is not overwritten");
     assert!(!force.exists(), "the force file stayed");

@@ -167,6 +167,16 @@ pub fn decide(phase: &Phase, node: &NodeView, current: &str, boot_id: &str) -> S
 /// the disk against the current config (and removes it), as MCO's daemon does.
 pub const FORCE_FILE: &str = "run/machine-config-daemon-force";
 
+/// Whether MCO's force file is there: anything at its path but a directory with something in it
+/// (which nobody made as the force file, and which a removal would not take away).
+fn force_file_present(path: &Path) -> bool {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.is_dir() => std::fs::read_dir(path).is_ok_and(|mut d| d.next().is_none()),
+        Ok(_) => true,
+        Err(_) => false,
+    }
+}
+
 /// Whether an update starting in `phase` validates the disk against the current config
 /// (`current`) first, as MCO does: only when the agent is settled on it, i.e. Done on it (Idle)
 /// or Degraded on it (drift, a failed check after its reboot, an OS rollback: all with its files
@@ -518,16 +528,28 @@ impl Agent {
         let current = self.current_name();
         !current.is_empty()
             && matches!(&self.phase, Phase::Degraded { target, .. } if *target == current)
-            && std::fs::symlink_metadata(self.root.path().join(FORCE_FILE)).is_ok()
+            && force_file_present(&self.root.path().join(FORCE_FILE))
     }
 
-    /// Removes MCO's force file; whether it was there. Used once: by the update it let go on.
+    /// Removes MCO's force file (an empty directory too, as MCO's `os.Remove` does); whether it
+    /// was there and is gone. Used once: by the update it let go on. One that cannot be removed
+    /// is not honoured (logged): honoured, it would skip every later update's check.
     fn take_force_file(&self) -> Result<bool> {
         let force = self.root.path().join(FORCE_FILE);
-        match std::fs::remove_file(&force) {
+        if !force_file_present(&force) {
+            return Ok(false);
+        }
+        let removed = match std::fs::remove_file(&force) {
+            Err(e) if e.kind() == std::io::ErrorKind::IsADirectory => std::fs::remove_dir(&force),
+            r => r,
+        };
+        match removed {
             Ok(()) => Ok(true),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
-            Err(e) => Err(e).with_context(|| format!("removing {}", force.display())),
+            Err(e) => {
+                tracing::warn!(force = %force.display(), error = %e, "cannot remove the force file: not honoured");
+                Ok(false)
+            }
         }
     }
 
@@ -566,7 +588,15 @@ impl Agent {
     }
 
     async fn update(&mut self, target: &str) -> Result<()> {
-        if !self.disk_matches_current(target).await? {
+        // An update to the current config is a forced repair ([`Agent::repair_forced`]): the
+        // force file skips the on-disk check, and goes now.
+        let repair = target == self.current_name();
+        if repair {
+            if !self.take_force_file()? {
+                return Ok(());
+            }
+            tracing::warn!(target, "force file: writing the current config again over the disk");
+        } else if !self.disk_matches_current(target).await? {
             return Ok(());
         }
         self.started = Some((std::time::Instant::now(), self.current_name()));
@@ -578,12 +608,7 @@ impl Agent {
         // A forced repair writes the saved current config again: nothing to fetch, and only
         // changes that always reboot (an OS rolled back from it) can be found, which no policy
         // decides.
-        let repair = if target == current { self.current.clone() } else { None };
-        if repair.is_some() {
-            // Not taken by the check above when the apply journal did not let it judge the disk.
-            self.take_force_file()?;
-            tracing::warn!(target, "force file: writing the current config again over the disk");
-        }
+        let repair = if repair { self.current.clone() } else { None };
         // Delivered with the pick on the Node's watch, or two reads at once; the Working report
         // waits for the plan, so that it can carry the drain request (one write on the
         // coordinator instead of two).
@@ -1239,6 +1264,22 @@ mod tests {
         for p in in_flight {
             assert!(!validates_before_update(&p, "r1"), "{p:?}");
         }
+    }
+
+    /// The force file may be an empty directory (MCO's `os.Remove` takes it); a directory with
+    /// something in it is not the force file.
+    #[test]
+    fn what_counts_as_the_force_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let force = dir.path().join("machine-config-daemon-force");
+        assert!(!force_file_present(&force));
+        std::fs::write(&force, "").unwrap();
+        assert!(force_file_present(&force));
+        std::fs::remove_file(&force).unwrap();
+        std::fs::create_dir(&force).unwrap();
+        assert!(force_file_present(&force), "an empty directory");
+        std::fs::write(force.join("x"), "").unwrap();
+        assert!(!force_file_present(&force), "a directory with something in it");
     }
 
     #[test]

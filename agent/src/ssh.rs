@@ -6,7 +6,7 @@
 use crate::validate::{CoreUser, Owners};
 
 /// Where core's keys go (MCO writes this file; sshd reads authorized_keys.d via a drop-in).
-pub const KEYS_FILE: &str = "/home/core/.ssh/authorized_keys.d/ignition";
+pub const KEYS_FILE: &str = aloft_api::node_limits::CORE_KEYS_FILE;
 /// core's home and the two directories MCO creates 0700 for the keys.
 pub const HOME: &str = "/home/core";
 pub const SSH_DIRS: [&str; 2] = ["/home/core/.ssh", "/home/core/.ssh/authorized_keys.d"];
@@ -14,7 +14,7 @@ pub const SSH_DIRS: [&str; 2] = ["/home/core/.ssh", "/home/core/.ssh/authorized_
 pub const DIR_MODE: u32 = 0o700;
 pub const KEYS_MODE: u32 = 0o600;
 /// Where the password hash lives.
-pub const SHADOW: &str = "/etc/shadow";
+pub const SHADOW: &str = aloft_api::node_limits::SHADOW;
 
 /// The file contents for a set of keys: one per line.
 pub fn keys_file(keys: &[String]) -> Vec<u8> {

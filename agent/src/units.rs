@@ -8,7 +8,7 @@ use crate::validate::{Desired, UnitSpec};
 use std::collections::BTreeSet;
 
 /// Where unit files are written (MCO's choice: the admin's directory, above /usr/lib).
-pub const UNIT_DIR: &str = "/etc/systemd/system";
+pub const UNIT_DIR: &str = aloft_api::node_limits::UNIT_DIR;
 
 /// The names a config may give units and drop-ins: one check, shared with the coordinator's
 /// admission, so what the API accepts is what an agent writes.

@@ -148,7 +148,7 @@ impl DecodeError {
 /// Decodes `source` (a data URL), then decompresses per `compression` and checks `hash`
 /// (Ignition's `sha512-<hex>`/`sha256-<hex>`; with a compression, of the decompressed contents,
 /// as Ignition's spec says and its fetcher checks: the hash a Butane or `ignition-validate`
-/// config carries for a gzip file was refused, and one over the compressed bytes accepted).
+/// config carries for a gzip file was refused; one of the compressed bytes is still taken).
 /// Bounded: at most [`MAX_FILE_SIZE`] bytes come out, so a small gzip bomb cannot exhaust memory.
 pub fn decode(source: &str, compression: Option<&str>, hash: Option<&str>) -> Result<Vec<u8>, DecodeError> {
     let scheme = source.split_once(':').map(|(s, _)| s).unwrap_or("");
@@ -157,16 +157,25 @@ pub fn decode(source: &str, compression: Option<&str>, hash: Option<&str>) -> Re
     }
     let url = data_url::DataUrl::process(source).map_err(|e| DecodeError::BadUrl(format!("{e:?}")))?;
     let (raw, _) = url.decode_to_vec().map_err(|_| DecodeError::BadBase64)?;
-    let contents = match compression.unwrap_or("") {
-        "" if raw.len() as u64 > MAX_FILE_SIZE => return Err(DecodeError::TooLarge),
-        "" => raw,
-        "gzip" => gunzip(&raw)?,
-        other => return Err(DecodeError::BadCompression(other.to_string())),
-    };
-    if let Some(h) = hash {
-        verify_hash(&contents, h)?;
+    match compression.unwrap_or("") {
+        "" if raw.len() as u64 > MAX_FILE_SIZE => Err(DecodeError::TooLarge),
+        "" => {
+            if let Some(h) = hash {
+                verify_hash(&raw, h)?;
+            }
+            Ok(raw)
+        }
+        "gzip" => {
+            let contents = gunzip(&raw)?;
+            if let Some(h) = hash {
+                // A hash of the compressed bytes, the rule aloft followed before, is still
+                // taken: configs stored then keep applying on upgraded agents.
+                verify_hash(&contents, h).or_else(|e| verify_hash(&raw, h).map_err(|_| e))?;
+            }
+            Ok(contents)
+        }
+        other => Err(DecodeError::BadCompression(other.to_string())),
     }
-    Ok(contents)
 }
 
 fn gunzip(raw: &[u8]) -> Result<Vec<u8>, DecodeError> {
@@ -316,6 +325,9 @@ fn node_limit_errors(raw: &Value, cfg: &Value) -> Vec<FieldError> {
             err(format!("{field}.contents.compression"), limits::COMPRESSION_WITHOUT_SOURCE.into());
         }
     }
+    if let Some((path, field, other)) = limits::storage_collision(cfg) {
+        err(field, limits::collision_message(&path, &other));
+    }
     for (i, u) in list(cfg, "/passwd/users").iter().enumerate() {
         if u.get("name").and_then(Value::as_str) != Some("core") {
             continue; // other users are unreconcilable: the render names them
@@ -409,7 +421,8 @@ mod tests {
     }
 
     /// With a compression, the hash is of the decompressed contents (Ignition's spec; its
-    /// fetcher decompresses, then hashes what it writes).
+    /// fetcher decompresses, then hashes what it writes), or, for configs stored before, of the
+    /// compressed bytes.
     #[test]
     fn the_hash_of_a_gzip_file_is_of_its_decompressed_contents() {
         use base64::Engine;
@@ -421,7 +434,10 @@ mod tests {
         let of_contents = format!("sha512-{}", hex::encode(Sha512::digest(b"hello\n")));
         let of_gzip = format!("sha512-{}", hex::encode(Sha512::digest(&gz)));
         assert_eq!(decode(&url, Some("gzip"), Some(&of_contents)).unwrap(), b"hello\n");
-        assert_eq!(decode(&url, Some("gzip"), Some(&of_gzip)), Err(DecodeError::HashMismatch(of_gzip)));
+        // The hash of the compressed bytes, which aloft took before, still is (stored configs).
+        assert_eq!(decode(&url, Some("gzip"), Some(&of_gzip)).unwrap(), b"hello\n");
+        let other = format!("sha512-{}", hex::encode(Sha512::digest(b"other")));
+        assert_eq!(decode(&url, Some("gzip"), Some(&other)), Err(DecodeError::HashMismatch(other)));
     }
 
     #[test]

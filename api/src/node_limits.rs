@@ -90,6 +90,68 @@ pub fn fetched_configs(config: &Value) -> Vec<&'static str> {
 /// The message for contents that name a compression and no source.
 pub const COMPRESSION_WITHOUT_SOURCE: &str = "compression without a source";
 
+/// Where unit files and drop-ins go.
+pub const UNIT_DIR: &str = "/etc/systemd/system";
+/// Where core's SSH keys go (MCO writes this file; sshd reads authorized_keys.d via a drop-in).
+pub const CORE_KEYS_FILE: &str = "/home/core/.ssh/authorized_keys.d/ignition";
+/// Where core's password hash goes.
+pub const SHADOW: &str = "/etc/shadow";
+
+/// The paths a config (read as 3.5) writes besides `storage`: unit files (with contents or a
+/// mask), drop-ins, core's keys file and `/etc/shadow`, each with the field that asks for it.
+pub fn other_written_paths(config: &Value) -> Vec<(String, String)> {
+    let list = |v: &Value, p: &str| v.pointer(p).and_then(Value::as_array).cloned().unwrap_or_default();
+    let mut out = Vec::new();
+    for (i, u) in list(config, "/systemd/units").iter().enumerate() {
+        let Some(name) = u.get("name").and_then(Value::as_str) else { continue };
+        let field = format!("spec.config.systemd.units[{i}]");
+        let masked = u.get("mask").and_then(Value::as_bool) == Some(true);
+        if masked || u.get("contents").is_some_and(|c| !c.is_null()) {
+            out.push((format!("{UNIT_DIR}/{name}"), format!("{field}.name")));
+        }
+        for (k, d) in list(u, "/dropins").iter().enumerate() {
+            if let Some(dname) = d.get("name").and_then(Value::as_str) {
+                out.push((format!("{UNIT_DIR}/{name}.d/{dname}"), format!("{field}.dropins[{k}].name")));
+            }
+        }
+    }
+    for (i, u) in list(config, "/passwd/users").iter().enumerate() {
+        if u.get("name").and_then(Value::as_str) != Some("core") {
+            continue;
+        }
+        let field = format!("spec.config.passwd.users[{i}]");
+        if u.get("sshAuthorizedKeys").and_then(Value::as_array).is_some_and(|k| !k.is_empty()) {
+            out.push((CORE_KEYS_FILE.to_string(), format!("{field}.sshAuthorizedKeys")));
+        }
+        if u.get("passwordHash").and_then(Value::as_str).is_some_and(|h| !h.is_empty()) {
+            out.push((SHADOW.to_string(), format!("{field}.passwordHash")));
+        }
+    }
+    out
+}
+
+/// A `storage` entry (file, directory or link) at a path another part of the config writes too
+/// (a unit file, a drop-in, core's keys file, `/etc/shadow`): the path, the storage entry's
+/// field and the other field. A node refuses such a config ("duplicate path").
+pub fn storage_collision(config: &Value) -> Option<(String, String, String)> {
+    let others = other_written_paths(config);
+    for list in ["files", "directories", "links"] {
+        let entries = config.pointer(&format!("/storage/{list}")).and_then(Value::as_array);
+        for (i, e) in entries.into_iter().flatten().enumerate() {
+            let Some(path) = e.get("path").and_then(Value::as_str) else { continue };
+            if let Some((_, other)) = others.iter().find(|(p, _)| p == path) {
+                return Some((path.to_string(), format!("spec.config.storage.{list}[{i}].path"), other.clone()));
+            }
+        }
+    }
+    None
+}
+
+/// The message for a [`storage_collision`].
+pub fn collision_message(path: &str, other: &str) -> String {
+    format!("duplicate path {path:?}: {other} writes it too")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -126,6 +188,20 @@ mod tests {
         assert!(ssh_key_error("ssh-rsa AAA x\nssh-rsa BBB y").is_some());
         assert!(ssh_key_error("ssh-ed25519 AAAA user@host").is_none());
         assert!(password_hash_error("$6$a:b").is_some() && password_hash_error("$6$ab").is_none());
+        let clash = json!({"storage": {"files": [{"path": "/etc/systemd/system/a.service"}]},
+            "systemd": {"units": [{"name": "a.service", "contents": "[Unit]"}]}});
+        let (path, storage, other) = storage_collision(&clash).unwrap();
+        assert_eq!(
+            (path.as_str(), storage.as_str()),
+            ("/etc/systemd/system/a.service", "spec.config.storage.files[0].path")
+        );
+        assert_eq!(other, "spec.config.systemd.units[0].name");
+        let keys = json!({"storage": {"files": [{"path": CORE_KEYS_FILE}]},
+            "passwd": {"users": [{"name": "core", "sshAuthorizedKeys": ["k"]}]}});
+        assert!(storage_collision(&keys).is_some());
+        let enabled_only = json!({"storage": {"files": [{"path": "/etc/systemd/system/a.service"}]},
+            "systemd": {"units": [{"name": "a.service", "enabled": true}]}});
+        assert!(storage_collision(&enabled_only).is_none(), "a unit without contents writes no file");
         let merge = json!({"ignition": {"config": {"merge": [{"source": "https://x/y.ign"}], "replace": {}}}});
         assert_eq!(fetched_configs(&merge), ["merge"]);
         assert!(fetched_configs(&json!({"ignition": {"config": {"merge": []}}})).is_empty());

@@ -170,14 +170,20 @@ fn merge_value(base: &mut Value, over: &Value, list: &str) {
 
 const NODE_LISTS: [&str; 3] = ["files", "directories", "links"];
 
+/// Fields of a storage entry a later entry replaces whole when it sets them (see
+/// [`merge_storage`]).
+const WHOLE_FIELDS: [&str; 3] = ["contents", "user", "group"];
+
 /// `storage`: files, directories and links are keyed by path across all three lists (Ignition:
 /// a later link can replace an earlier file, whole). Two entries of one path in the same list
 /// merge field by field, as Ignition's merge (and so MCO's render) does: what the later entry
 /// leaves unset (`mode`, `user`, `group`, `overwrite`) keeps the earlier entry's value, so a
 /// config that changes only a secret's contents does not widen its 0600 mode or give it to
-/// root. Except `contents`, which a later entry that sets it replaces whole: its `compression`
-/// and `verification.hash` describe its own `source`, and an earlier `compression: gzip` kept
-/// under a later plain source would corrupt the file (what MCO resets compression for).
+/// root. Except `contents`, `user` and `group`, which a later entry that sets them replaces
+/// whole: a `compression` and `verification.hash` describe their own `source` (an earlier
+/// `compression: gzip` kept under a later plain source would corrupt the file, what MCO resets
+/// compression for), and an owner is one `id` or one `name` (merged field by field, an earlier
+/// `name` and a later `id` made an owner no node takes).
 fn merge_storage(base: &mut Value, over: &Value) {
     let (Value::Object(b), Value::Object(o)) = (&mut *base, over) else {
         *base = over.clone();
@@ -207,7 +213,7 @@ fn merge_storage(base: &mut Value, over: &Value) {
                         for (field, v) in item.as_object().into_iter().flatten() {
                             match existing.get_mut(field) {
                                 _ if v.is_null() => {}
-                                Some(ev) if field != "contents" => merge_value(ev, v, field),
+                                Some(ev) if !WHOLE_FIELDS.contains(&field.as_str()) => merge_value(ev, v, field),
                                 _ => {
                                     existing.insert(field.clone(), v.clone());
                                 }
@@ -300,6 +306,23 @@ pub fn merge(configs: &[MachineConfig]) -> Result<MachineConfigSpec, RenderError
         }
     }
     path_under_file(&acc, &origin)?;
+    // A file one config writes where another config's unit, drop-in or core user writes too.
+    if let Some((path, _, other)) = crate::node_limits::storage_collision(&Value::Object(acc.clone())) {
+        let (config, field) = origin.get(&path).cloned().unwrap_or_default();
+        let other = configs
+            .iter()
+            .rev()
+            .find(|mc| {
+                ignition::parse_config(&mc.spec.config)
+                    .is_ok_and(|c| crate::node_limits::other_written_paths(&c).iter().any(|(p, _)| *p == path))
+            })
+            .map_or_else(|| other.clone(), |mc| format!("MachineConfig {} ({other})", mc.metadata.name));
+        return Err(RenderError::Invalid {
+            config,
+            field,
+            message: crate::node_limits::collision_message(&path, &other),
+        });
+    }
     // Every parsed config has an `ignition` object; the merged one says 3.5.0 whatever the inputs said.
     let mut ign = match acc.remove("ignition") {
         Some(Value::Object(m)) => m,
@@ -656,6 +679,34 @@ mod tests {
             s.config["storage"]["files"][0],
             json!({"path": "/etc/x", "mode": 420, "overwrite": true, "user": {"name": "core"}, "contents": {"source": "data:,one"}})
         );
+    }
+
+    /// An owner is taken whole from the later entry that sets it: merged field by field, an
+    /// earlier `name` and a later `id` made an owner with both, which every node refuses.
+    #[test]
+    fn a_later_owner_replaces_the_earlier_whole() {
+        let a = with_config(
+            "10-a",
+            json!({"storage": {"files": [
+            {"path": "/etc/x", "mode": 384, "user": {"name": "core"}, "group": {"name": "core"}, "contents": {"source": "data:,a"}}]}}),
+        );
+        let b = with_config("20-b", json!({"storage": {"files": [{"path": "/etc/x", "user": {"id": 0}}]}}));
+        let f = &merge(&[a, b]).unwrap().config["storage"]["files"][0];
+        assert_eq!(f["user"], json!({"id": 0}));
+        assert_eq!((f["group"].clone(), f["mode"].clone()), (json!({"name": "core"}), json!(384)));
+    }
+
+    /// A file one config writes at a path another config's unit (or core's keys) writes too: the
+    /// render fails naming both, instead of every node refusing the merged config.
+    #[test]
+    fn a_file_where_another_configs_unit_is_written_fails_the_render() {
+        let file = with_config("10-file", json!({"storage": {"files": [file("/etc/systemd/system/a.service", "x")]}}));
+        let unit =
+            with_config("20-unit", json!({"systemd": {"units": [{"name": "a.service", "contents": "[Unit]\n"}]}}));
+        let e = merge(&[file, unit]).unwrap_err();
+        let RenderError::Invalid { config, field, message } = &e else { panic!("{e}") };
+        assert_eq!((config.as_str(), field.as_str()), ("10-file", "spec.config.storage.files[0].path"), "{e}");
+        assert!(message.contains("MachineConfig 20-unit (spec.config.systemd.units[0].name)"), "{message}");
     }
 
     #[test]

@@ -61,13 +61,17 @@ fn text<'a>(v: &'a Value, pointer: &str) -> &'a str {
     v.pointer(pointer).and_then(Value::as_str).unwrap_or("")
 }
 
-/// A config the render controller made: named `rendered-…` or owned by a pool.
+/// A config the render controller made, and its pool: owned by a pool, or named `rendered-…`
+/// with a render controller's version annotation (one orphaned by its pool's deletion). The
+/// same rule as the render's ([`aloft_api::render::is_generated`]): a user's own config named
+/// `rendered-…` is a pool input, and `adm prune` deleted it as a rendered one.
 pub fn owner_pool(mc: &Value) -> Option<String> {
     let owners = mc.pointer("/metadata/ownerReferences").and_then(Value::as_array);
     if let Some(o) = owners.into_iter().flatten().find(|o| text(o, "/kind") == "MachineConfigPool") {
         return Some(text(o, "/name").to_string());
     }
-    let rest = text(mc, "/metadata/name").strip_prefix("rendered-")?;
+    let generated = mc.pointer("/metadata/annotations").and_then(|a| a.get(ann::GENERATED_BY)).is_some();
+    let rest = text(mc, "/metadata/name").strip_prefix("rendered-").filter(|_| generated)?;
     Some(rest.rsplit_once('-').map_or(rest, |(pool, _hash)| pool).to_string())
 }
 

@@ -53,8 +53,10 @@ mod tests {
         assert!(!r(&[], &[]).in_use());
     }
 
+    /// A rendered config, as the render controller writes it (its version annotation).
     fn rendered(name: &str, created: &str, owner: Option<&str>) -> Value {
-        let mut mc = json!({"metadata": {"name": name, "creationTimestamp": created}});
+        let mut mc = json!({"metadata": {"name": name, "creationTimestamp": created,
+            "annotations": {ann::GENERATED_BY: "aloft-0.1.0"}}});
         if let Some(o) = owner {
             mc["metadata"]["ownerReferences"] = json!([{"kind": "MachineConfigPool", "name": o, "controller": true}]);
         }
@@ -70,8 +72,9 @@ mod tests {
             rendered("rendered-infra-x", "2026-01-01T00:00:00Z", Some("infra")),
             rendered("rendered-infra-y", "2026-01-02T00:00:00Z", Some("infra")),
             rendered("rendered-worker-d", "2026-01-04T00:00:00Z", Some("worker")),
-            // Not rendered: a user's config, never a candidate.
+            // Not rendered: users' configs, never candidates (whatever their names).
             json!({"metadata": {"name": "50-worker-chrony", "creationTimestamp": "2020-01-01T00:00:00Z"}}),
+            json!({"metadata": {"name": "rendered-my-tweaks", "creationTimestamp": "2020-01-01T00:00:00Z"}}),
         ];
         let pools = [json!({"metadata": {"name": "worker"}, "spec": {"configuration": {"name": "rendered-worker-d"}},
             "status": {"configuration": {"name": "rendered-worker-c"}}})];
@@ -111,5 +114,7 @@ mod tests {
         assert_eq!(owner_pool(&rendered("rendered-infra-edge-0123abcd", "", None)).as_deref(), Some("infra-edge"));
         assert_eq!(owner_pool(&rendered("rendered-worker", "", None)).as_deref(), Some("worker"));
         assert_eq!(owner_pool(&rendered("99-worker-ssh", "", None)), None);
+        let users = json!({"metadata": {"name": "rendered-my-tweaks"}});
+        assert_eq!(owner_pool(&users), None, "a user's config, named like a rendered one: a pool input");
     }
 }
