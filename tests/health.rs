@@ -479,9 +479,9 @@ async fn serve_keeps_the_data_dirs_mode_raises_its_file_limit_stops_cleanly_and_
     let _ = child.wait();
 }
 
-/// A serving certificate that cannot be loaded (a corrupt or truncated file after a bad restore)
-/// is issued again from the CA before the coordinator says it listens, and clients pinned to the
-/// CA go on. It used to print "listening on", then exit with rustls' "peer sent no
+/// A serving certificate that cannot be loaded (a corrupt or truncated file after a bad restore),
+/// or that another CA signed, is issued again from the CA before the coordinator says it
+/// listens, and clients pinned to the CA go on. It used to print "listening on", then exit with rustls' "peer sent no
 /// certificates", naming no file.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_serving_certificate_that_cannot_be_loaded_is_issued_again() {
@@ -496,4 +496,16 @@ async fn a_serving_certificate_that_cannot_be_loaded_is_issued_again() {
     let warned = c.log_lines_with("issuing a new one from the CA");
     assert!(warned.len() == 1 && warned[0].contains("serving.crt"), "{}", c.log_tail());
     assert!(std::fs::read_to_string(&cert).unwrap().starts_with("-----BEGIN CERTIFICATE-----"));
+
+    // A CA replaced by hand (another coordinator's): the serving certificate is issued again
+    // by it, and its clients get in (it was served as it was: "x509: unknown authority").
+    let other = Coordinator::start();
+    c.kill9();
+    for f in ["ca.crt", "ca.key"] {
+        std::fs::copy(other.data_dir().join(f), c.data_dir().join(f)).unwrap();
+    }
+    c.restart();
+    assert_eq!(c.ca_pem(), other.ca_pem());
+    let version = c.client().get("/version").await.unwrap().into_result().unwrap();
+    assert!(version["gitVersion"].is_string(), "{version}");
 }

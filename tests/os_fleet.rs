@@ -347,17 +347,21 @@ async fn os_helper_not_running_is_degraded_and_changes_nothing() {
 }
 
 /// The OS helper out of reach in the boot after an OS update (not started yet, or restarting):
-/// that says nothing about the boot, so the agent waits for it, retrying with backoff, and
-/// verifies once it answers. It took the helper's error for a staged deployment that did not
-/// come up: it spent a restage on it, reported Degraded on the new config and stayed so after
-/// the helper came back, since nothing retried a node Degraded on its current config.
+/// that says nothing about the boot, so the agent waits for it, retrying with backoff, says so
+/// on the Node once the wait has lasted the health checks' timeout, and verifies once the
+/// helper answers. It took the helper's error for a staged deployment that did not come up: it
+/// spent a restage on it, reported Degraded on the new config and stayed so after the helper
+/// came back, since nothing retried a node Degraded on its current config.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_os_helper_out_of_reach_after_the_reboot_is_waited_for() {
     let w = OsWorld::new(5);
     let (c, admin) = (&w.c, w.c.client());
     let (v1, v2) = (w.commit("1"), w.commit("2"));
-    let mut host = w.running_host("worker-late-helper", &v1, &["root=/dev/vda"]).await;
+    let mut host = w.host("worker-late-helper", &v1, &["root=/dev/vda"]).await;
+    host.host.extra_args = ["--health-timeout-seconds", "5"].iter().map(|s| s.to_string()).collect();
     let sysroot = host.sysroot();
+    host.host.start_os_helper(&sysroot, &w.key.keyring);
+    host.host.start_agent(c, w.token_file.path());
     let name = host.host.name.clone();
     w.pool_done_on_ssh_config(&name).await;
     admin
@@ -378,13 +382,13 @@ async fn the_os_helper_out_of_reach_after_the_reboot_is_waited_for() {
         Ok(host.host.log().contains("cannot verify the booted OS yet").then_some(()))
     })
     .await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let a = node_annotations(c, &name).await.unwrap();
-    assert_eq!(get(&a, ann::STATE), "Working", "{}", get(&a, ann::REASON));
+    let (_, reason) = wait_state(c, &name, "Degraded", false, "the wait said on the Node").await;
+    assert!(reason.starts_with("cannot verify the booted OS: OS helper at"), "{reason}");
+    assert!(reason.ends_with("retrying until the OS helper answers"), "{reason}");
     assert!(!host.host.log().contains("staging it again"), "{}", host.host.log());
 
     host.host.start_os_helper(&sysroot, &w.key.keyring);
-    wait_node(c, &name, "Done", true, Some(&host), "Done once the helper answers").await;
+    wait_state(c, &name, "Done", true, "Done once the helper answers").await;
     assert!(host.host.fake.reboots().is_empty(), "no reboot for a helper out of reach");
     assert_eq!(testkit::deployment_order(&sysroot).unwrap(), vec![v2.clone(), v1.clone()]);
 }

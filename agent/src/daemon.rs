@@ -319,6 +319,9 @@ pub struct Agent {
     /// The Node's `currentConfig` as last read: what a Working report keeps naming before a
     /// reboot that an earlier process of this boot prepared.
     reported_current: String,
+    /// Since when the OS helper could not be asked to verify the boot after an OS update, and
+    /// whether the Node has been told.
+    helper_wait: Option<(std::time::Instant, bool)>,
 }
 
 impl Agent {
@@ -346,6 +349,7 @@ impl Agent {
             recovery_error: None,
             started: None,
             reported_current: String::new(),
+            helper_wait: None,
         })
     }
 

@@ -4,6 +4,7 @@
 
 use anyhow::{Context, Result};
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose, SanType};
+use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 
 /// Paths of the PKI files in the data directory.
@@ -42,7 +43,12 @@ pub fn ensure(pki: &Pki, names: &[String]) -> Result<bool> {
         let _ = std::fs::remove_file(&pki.cert);
     }
     let names_file = pki.cert.with_extension("names");
-    let wanted = names.join(",");
+    let ca_pem = std::fs::read_to_string(&pki.ca_cert).with_context(|| format!("reading {}", pki.ca_cert.display()))?;
+    // The names, and the CA that signed the certificate: a CA replaced by hand (or restored from
+    // another backup) left a serving certificate no client of the new CA accepts, served
+    // without a word.
+    let ca_sum = hex::encode(Sha256::digest(ca_pem.as_bytes()));
+    let wanted = format!("{}\nca-sha256:{ca_sum}", names.join(","));
     let current = std::fs::read_to_string(&names_file).unwrap_or_default();
     if pki.cert.exists() && pki.key.exists() && current == wanted {
         return Ok(false);
@@ -50,7 +56,6 @@ pub fn ensure(pki: &Pki, names: &[String]) -> Result<bool> {
     let ca_key_pem =
         std::fs::read_to_string(&pki.ca_key).with_context(|| format!("reading {}", pki.ca_key.display()))?;
     let ca_key = KeyPair::from_pem(&ca_key_pem).context("parsing the CA key")?;
-    let ca_pem = std::fs::read_to_string(&pki.ca_cert).with_context(|| format!("reading {}", pki.ca_cert.display()))?;
     let issuer = Issuer::from_ca_cert_pem(&ca_pem, ca_key).context("loading the CA certificate")?;
     let mut params = CertificateParams::new(Vec::<String>::new()).context("serving certificate parameters")?;
     params.distinguished_name.push(DnType::CommonName, "aloft-coordinator");

@@ -348,16 +348,10 @@ impl Agent {
         // restage spent (or the running commit staged again, if the helper came back between
         // the two calls) and the node left Degraded on its current config, which nothing
         // retried. Failing the step keeps the phase, and the loop retries with backoff.
-        if let Err(e) = self.booted_checksum(&os).await {
-            anyhow::bail!("cannot verify the booted OS yet: {e}");
+        if let Err(e) = self.helper_answers(&os, &cur).await {
+            return self.helper_out_of_reach(&os, target, e).await;
         }
-        if !cur.spec.kernel_arguments.is_empty() && self.booted_os.cmdline.is_none() {
-            if let Ok(Some(_)) = self.booted_checksum(&os).await {
-                let c = os.handle.run_read(|b| b.booted_cmdline()).await;
-                let c = c.map_err(|e| anyhow::anyhow!("cannot verify the booted OS yet: {e}"))?;
-                self.booted_os.cmdline = Some(c);
-            }
-        }
+        self.helper_wait = None;
         let denied = Denylist::load(&self.root).ok().and_then(|l| l.find(&checksum).map(|e| e.reason.clone()));
         let booted = match denied {
             Some(_) => self.booted_checksum(&os).await.ok().flatten(),
@@ -389,6 +383,33 @@ impl Agent {
             Ok(_) => self.finish(target, true).await,
             Err(failure) => self.roll_back(&os, target, &checksum, failure.to_string()).await,
         }
+    }
+
+    /// The booted commit (and, when the config has kernel arguments, the command line), read
+    /// from the helper: what verifying the boot needs, or why the helper could not say.
+    async fn helper_answers(&mut self, os: &super::OsAgent, cur: &MachineConfig) -> Result<(), String> {
+        let booted = self.booted_checksum(os).await?;
+        if booted.is_some() && !cur.spec.kernel_arguments.is_empty() && self.booted_os.cmdline.is_none() {
+            let c = os.handle.run_read(|b| b.booted_cmdline()).await.map_err(|e| e.to_string())?;
+            self.booted_os.cmdline = Some(c);
+        }
+        Ok(())
+    }
+
+    /// The helper could not be asked after the update's reboot: the step fails (the phase stays
+    /// Verifying, retried with backoff). Once that has lasted the health checks' timeout the Node
+    /// says why, as Degraded on the update's config (the node is unavailable anyway), once;
+    /// it goes Done when the helper answers and the checks pass.
+    async fn helper_out_of_reach(&mut self, os: &super::OsAgent, target: &str, error: String) -> Result<()> {
+        let (since, reported) = *self.helper_wait.get_or_insert((std::time::Instant::now(), false));
+        if !reported && since.elapsed() >= os.health.timeout {
+            let reason = format!("cannot verify the booted OS: {error}; retrying until the OS helper answers");
+            tracing::warn!(target, %reason, "reporting the wait for the OS helper");
+            let current = self.current_name();
+            self.api.report_failure("Degraded", &reason, &current, target).await?;
+            self.helper_wait = Some((since, true));
+        }
+        anyhow::bail!("cannot verify the booted OS yet: {error}")
     }
 
     /// The boot after staging did not come up on the staged deployment (see [`Staged`]): stage

@@ -631,19 +631,40 @@ pub fn list_tokens_read_only(path: &Path) -> Result<Option<Vec<TokenInfo>>, Stor
     if !file.exists() {
         return Ok(None);
     }
-    let list = |uri: String| -> Result<Vec<TokenInfo>, rusqlite::Error> {
-        let c = Connection::open_with_flags(uri, OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_URI)?;
-        let mut stmt = c.prepare("SELECT name, role, created FROM tokens ORDER BY name")?;
-        let rows = stmt.query_map([], |r| Ok(TokenInfo { name: r.get(0)?, role: r.get(1)?, created: r.get(2)? }))?;
-        rows.collect()
-    };
     let uri = format!("file:{}?mode=ro", uri_path(&file));
-    match list(uri) {
+    let read_only = Connection::open_with_flags(uri, OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_URI);
+    match read_only.and_then(|c| tokens_in(&c)) {
         Ok(t) => Ok(Some(t)),
-        // A WAL store on a read-only file system: SQLite cannot make its shared-memory file
-        // there; read the file as it is.
-        Err(_) => Ok(Some(list(format!("file:{}?immutable=1", uri_path(&file)))?)),
+        // A WAL store on a read-only file system without its shared-memory file (SQLite cannot
+        // make one there): read a copy of the database and its log where it can, so that tokens
+        // written since the last checkpoint are listed (read as it is, the file missed them).
+        Err(_) => Ok(Some(list_tokens_from_copy(&file)?)),
     }
+}
+
+/// The tokens of the tokens file `file` (and its write-ahead log), read from a copy in a
+/// directory of its own.
+fn list_tokens_from_copy(file: &Path) -> Result<Vec<TokenInfo>, StoreError> {
+    let copy = tempfile::tempdir().map_err(|e| StoreError::Backend(format!("a directory for a copy: {e}")))?;
+    let db = copy.path().join("tokens.db");
+    let copied = |from: &Path, to: &Path| {
+        std::fs::copy(from, to).map_err(|e| StoreError::Backend(format!("copying {}: {e}", from.display())))
+    };
+    copied(file, &db)?;
+    let mut wal = file.as_os_str().to_owned();
+    wal.push("-wal");
+    let wal = std::path::PathBuf::from(wal);
+    if wal.exists() {
+        copied(&wal, &copy.path().join("tokens.db-wal"))?;
+    }
+    Ok(tokens_in(&Connection::open(&db)?)?)
+}
+
+/// The tokens table of a connection to a tokens file.
+fn tokens_in(c: &Connection) -> Result<Vec<TokenInfo>, rusqlite::Error> {
+    let mut stmt = c.prepare("SELECT name, role, created FROM tokens ORDER BY name")?;
+    let rows = stmt.query_map([], |r| Ok(TokenInfo { name: r.get(0)?, role: r.get(1)?, created: r.get(2)? }))?;
+    rows.collect()
 }
 
 /// `path` for a `file:` URI: the characters a URI gives a meaning to, control characters and
@@ -1480,6 +1501,32 @@ mod tests {
         other.execute_batch("COMMIT;").unwrap();
         s.create(&Key::cluster("/nodes", "n1"), obj("n1", 1)).await.unwrap();
         assert!(s.get(&Key::cluster("/nodes", "n1")).await.unwrap().is_some());
+    }
+
+    /// `token list` on a copy of a data dir without SQLite's shared-memory file (a read-only
+    /// backup): a token still in the write-ahead log is listed (read as it was, the tokens file
+    /// alone missed it).
+    #[tokio::test]
+    async fn tokens_in_the_write_ahead_log_are_listed_from_a_copy() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        let s = SqliteStore::open(&path).unwrap();
+        s.put_token("h1".into(), "early".into(), "viewer".into()).await.unwrap();
+        drop(s);
+        let tokens = tokens_path(&path);
+        let w = Connection::open(&tokens).unwrap();
+        w.execute_batch("PRAGMA journal_mode=WAL; PRAGMA wal_autocheckpoint=0;").unwrap();
+        w.execute("INSERT INTO tokens (hash, name, role, created) VALUES ('h2', 'late', 'admin', 'now')", []).unwrap();
+        let backup = tempfile::tempdir().unwrap();
+        let copy = backup.path().join("s-tokens.db");
+        std::fs::copy(&tokens, &copy).unwrap();
+        let mut wal = tokens.clone().into_os_string();
+        wal.push("-wal");
+        assert!(std::fs::metadata(&wal).unwrap().len() > 0, "the late token is in the log");
+        std::fs::copy(&wal, backup.path().join("s-tokens.db-wal")).unwrap();
+        let names: Vec<String> = list_tokens_from_copy(&copy).unwrap().into_iter().map(|t| t.name).collect();
+        assert_eq!(names, ["early", "late"]);
+        drop(w);
     }
 
     /// A watch started from revision R while another task writes its object: the write must
