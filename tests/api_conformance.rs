@@ -1218,4 +1218,25 @@ async fn self_subject_reviews_are_discovered_decided_and_validated() {
     assert_status(&r, 400, "BadRequest", "malformed JSON");
     let r = admin.get(ssr).await.unwrap();
     assert_status(&r, 405, "MethodNotAllowed", "a review is only created");
+
+    // What may I (`kubectl auth can-i --list`): the role's rules; a namespace is asked for, as
+    // kube-apiserver asks.
+    let ssrr = "/apis/authorization.k8s.io/v1/selfsubjectrulesreviews";
+    let rules = |ns: Value| json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectRulesReview", "spec": {"namespace": ns}});
+    let r = boot.post(ssrr, &rules(json!("default"))).await.unwrap();
+    assert_eq!(r.code, 201, "{}", r.body);
+    let listed = r.body["status"]["resourceRules"].to_string();
+    assert!(listed.contains("\"pods\"") && !listed.contains("machineconfigs"), "{listed}");
+    assert_eq!(r.body["status"]["nonResourceRules"][1]["nonResourceURLs"], json!(["/aloft/v1/enroll"]), "{}", r.body);
+    for bad in [json!(null), json!(""), json!(5)] {
+        let r = boot.post(ssrr, &rules(bad.clone())).await.unwrap();
+        assert_status(&r, 400, "BadRequest", &format!("namespace {bad}"));
+        assert!(r.body["message"].as_str().unwrap_or("").contains("no namespace on request"), "{}", r.body);
+    }
+    // Listed, and answered: the empty pod list is every caller's; discovery is read only.
+    let pods = access(json!({"resourceAttributes": {"verb": "list", "resource": "pods"}}));
+    assert_eq!(boot.post(ssar, &pods).await.unwrap().body["status"]["allowed"], true);
+    assert_eq!(boot.get("/api/v1/pods").await.unwrap().code, 200);
+    let r = admin.delete("/apis").await.unwrap();
+    assert_status(&r, 405, "MethodNotAllowed", "discovery is read only");
 }

@@ -325,8 +325,8 @@ fn node_limit_errors(raw: &Value, cfg: &Value) -> Vec<FieldError> {
             err(format!("{field}.contents.compression"), limits::COMPRESSION_WITHOUT_SOURCE.into());
         }
     }
-    if let Some((path, field, other)) = limits::storage_collision(cfg) {
-        err(field, limits::collision_message(&path, &other));
+    if let Some((_, field, message)) = limits::storage_collision(cfg) {
+        err(field, message);
     }
     for (i, u) in list(cfg, "/passwd/users").iter().enumerate() {
         if u.get("name").and_then(Value::as_str) != Some("core") {

@@ -13,15 +13,28 @@ pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; char
 /// The classic text format's content type.
 pub const TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
 
-/// Whether an `Accept` header asks for OpenMetrics (with a quality above zero).
+/// Whether an `Accept` header asks for OpenMetrics before the classic format: its media ranges
+/// by quality (highest first, the header's order among equals), the first that is OpenMetrics or
+/// `text/plain` decides; none of them (`*/*`, nothing): the classic format.
 pub fn wants_openmetrics(accept: &str) -> bool {
-    accept.split(',').any(|range| {
-        let mut parts = range.split(';').map(str::trim);
-        let media = parts.next().unwrap_or("");
-        let refused =
-            parts.any(|p| p.strip_prefix("q=").is_some_and(|q| q.trim().parse::<f32>().is_ok_and(|q| q <= 0.0)));
-        media.eq_ignore_ascii_case("application/openmetrics-text") && !refused
-    })
+    let mut ranges: Vec<(f32, String)> = accept
+        .split(',')
+        .filter_map(|range| {
+            let mut parts = range.split(';').map(str::trim);
+            let media = parts.next().unwrap_or("").to_ascii_lowercase();
+            let q = parts.find_map(|p| p.strip_prefix("q=")).map_or(Some(1.0), |q| q.trim().parse::<f32>().ok())?;
+            (q > 0.0).then_some((q, media))
+        })
+        .collect();
+    ranges.sort_by(|a, b| b.0.total_cmp(&a.0));
+    ranges
+        .iter()
+        .find_map(|(_, media)| match media.as_str() {
+            "application/openmetrics-text" => Some(true),
+            "text/plain" => Some(false),
+            _ => None,
+        })
+        .unwrap_or(false)
 }
 
 /// OpenMetrics text as the classic text format: no `# EOF` and no `# UNIT`; a counter family
@@ -64,10 +77,7 @@ pub fn to_text_format(openmetrics: &str) -> String {
         if line.starts_with('#') {
             continue;
         }
-        let sample = match line.find(" # ") {
-            Some(at) => &line[..at],
-            None => line,
-        };
+        let sample = without_exemplar(line);
         let name = sample.split(['{', ' ']).next().unwrap_or("");
         if let Some(family) = name.strip_suffix("_created") {
             if types.get(family) == Some(&"counter") {
@@ -78,6 +88,31 @@ pub fn to_text_format(openmetrics: &str) -> String {
         out.push('\n');
     }
     out
+}
+
+/// A sample line without its exemplar (` # {...} value`), which comes after the label set: a
+/// ` # ` inside a quoted label value is the value's.
+fn without_exemplar(line: &str) -> &str {
+    let mut after_labels = 0;
+    if let Some(open) = line.find('{').filter(|o| !line[..*o].contains(' ')) {
+        let (mut quoted, mut escaped) = (false, false);
+        for (i, c) in line[open..].char_indices() {
+            match c {
+                _ if escaped => escaped = false,
+                '\\' if quoted => escaped = true,
+                '"' => quoted = !quoted,
+                '}' if !quoted => {
+                    after_labels = open + i + 1;
+                    break;
+                }
+                _ => {}
+            }
+        }
+    }
+    match line[after_labels..].find(" # ") {
+        Some(at) => &line[..after_labels + at],
+        None => line,
+    }
 }
 
 #[cfg(test)]
@@ -92,6 +127,21 @@ mod tests {
         assert!(!wants_openmetrics("text/plain;version=0.0.4"));
         assert!(!wants_openmetrics("application/openmetrics-text;q=0, text/plain"));
         assert!(!wants_openmetrics(""));
+        // By quality, not by place: Prometheus with the classic format first in scrape_protocols.
+        assert!(!wants_openmetrics("text/plain;version=0.0.4;q=0.5,application/openmetrics-text;version=1.0.0;q=0.4"));
+        assert!(wants_openmetrics("text/plain;q=0.2, application/openmetrics-text;q=0.9"));
+    }
+
+    #[test]
+    fn a_hash_in_a_label_value_is_not_an_exemplar() {
+        let om =
+            "# TYPE aloft_pool_condition gauge\naloft_pool_condition{condition=\"Custom # x\",pool=\"w\"} 1\n# EOF\n";
+        assert_eq!(
+            to_text_format(om),
+            "# TYPE aloft_pool_condition gauge\naloft_pool_condition{condition=\"Custom # x\",pool=\"w\"} 1\n"
+        );
+        assert_eq!(without_exemplar(r#"x{a="q\"}"} 1 # {t="1"} 2"#), r#"x{a="q\"}"} 1"#);
+        assert_eq!(without_exemplar("x 1 # {t=\"1\"} 2"), "x 1");
     }
 
     #[test]

@@ -130,26 +130,35 @@ pub fn other_written_paths(config: &Value) -> Vec<(String, String)> {
     out
 }
 
-/// A `storage` entry (file, directory or link) at a path another part of the config writes too
-/// (a unit file, a drop-in, core's keys file, `/etc/shadow`): the path, the storage entry's
-/// field and the other field. A node refuses such a config ("duplicate path").
+/// A `storage` entry (file, directory or link) that collides with a path another part of the
+/// config writes (a unit file, a drop-in, core's keys file, `/etc/shadow`): at the same path, a
+/// storage file above it (the other cannot be created under a file), or the other a file above
+/// the entry. The storage path, the storage entry's field and the message. A node refuses such
+/// a config.
 pub fn storage_collision(config: &Value) -> Option<(String, String, String)> {
     let others = other_written_paths(config);
+    let under =
+        |path: &str, dir: &str| path.len() > dir.len() && path.starts_with(dir) && path.as_bytes()[dir.len()] == b'/';
     for list in ["files", "directories", "links"] {
         let entries = config.pointer(&format!("/storage/{list}")).and_then(Value::as_array);
         for (i, e) in entries.into_iter().flatten().enumerate() {
             let Some(path) = e.get("path").and_then(Value::as_str) else { continue };
-            if let Some((_, other)) = others.iter().find(|(p, _)| p == path) {
-                return Some((path.to_string(), format!("spec.config.storage.{list}[{i}].path"), other.clone()));
+            let field = format!("spec.config.storage.{list}[{i}].path");
+            for (other_path, other) in &others {
+                let message = if other_path == path {
+                    format!("duplicate path {path:?}: {other} writes it too")
+                } else if list == "files" && under(other_path, path) {
+                    format!("{other} writes {other_path:?}, inside {path:?}, which is written as a file")
+                } else if under(path, other_path) {
+                    format!("path {path:?} is inside {other_path:?}, which {other} writes as a file")
+                } else {
+                    continue;
+                };
+                return Some((path.to_string(), field, message));
             }
         }
     }
     None
-}
-
-/// The message for a [`storage_collision`].
-pub fn collision_message(path: &str, other: &str) -> String {
-    format!("duplicate path {path:?}: {other} writes it too")
 }
 
 #[cfg(test)]
@@ -190,12 +199,26 @@ mod tests {
         assert!(password_hash_error("$6$a:b").is_some() && password_hash_error("$6$ab").is_none());
         let clash = json!({"storage": {"files": [{"path": "/etc/systemd/system/a.service"}]},
             "systemd": {"units": [{"name": "a.service", "contents": "[Unit]"}]}});
-        let (path, storage, other) = storage_collision(&clash).unwrap();
+        let (path, storage, message) = storage_collision(&clash).unwrap();
         assert_eq!(
             (path.as_str(), storage.as_str()),
             ("/etc/systemd/system/a.service", "spec.config.storage.files[0].path")
         );
-        assert_eq!(other, "spec.config.systemd.units[0].name");
+        assert!(message.contains("spec.config.systemd.units[0].name writes it too"), "{message}");
+        // A file where a drop-in's directory, or core's keys directory, has to be.
+        let dropin_dir = json!({"storage": {"files": [{"path": "/etc/systemd/system/a.service.d"}]},
+            "systemd": {"units": [{"name": "a.service", "dropins": [{"name": "x.conf", "contents": "[Unit]"}]}]}});
+        assert!(storage_collision(&dropin_dir).is_some_and(|c| c.2.contains("which is written as a file")));
+        let keys_dir = json!({"storage": {"files": [{"path": "/home/core/.ssh/authorized_keys.d"}]},
+            "passwd": {"users": [{"name": "core", "sshAuthorizedKeys": ["k"]}]}});
+        assert!(storage_collision(&keys_dir).is_some());
+        // A directory there is fine; a file under /etc/shadow is not.
+        let dir = json!({"storage": {"directories": [{"path": "/etc/systemd/system/a.service.d"}]},
+            "systemd": {"units": [{"name": "a.service", "dropins": [{"name": "x.conf", "contents": "[Unit]"}]}]}});
+        assert!(storage_collision(&dir).is_none());
+        let shadow = json!({"storage": {"files": [{"path": "/etc/shadow/x"}]},
+            "passwd": {"users": [{"name": "core", "passwordHash": "$6$x"}]}});
+        assert!(storage_collision(&shadow).is_some_and(|c| c.2.contains("is inside \"/etc/shadow\"")));
         let keys = json!({"storage": {"files": [{"path": CORE_KEYS_FILE}]},
             "passwd": {"users": [{"name": "core", "sshAuthorizedKeys": ["k"]}]}});
         assert!(storage_collision(&keys).is_some());

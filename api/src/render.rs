@@ -170,9 +170,18 @@ fn merge_value(base: &mut Value, over: &Value, list: &str) {
 
 const NODE_LISTS: [&str; 3] = ["files", "directories", "links"];
 
-/// Fields of a storage entry a later entry replaces whole when it sets them (see
-/// [`merge_storage`]).
-const WHOLE_FIELDS: [&str; 3] = ["contents", "user", "group"];
+/// Whether a later entry's `field` replaces the earlier one's whole (see [`merge_storage`]):
+/// `contents` that name a `source`, an owner (`user`, `group`) that names an `id` or a `name`.
+/// An empty one (`user: {}`, `contents: {verification: {}}`, which Go-built configs such as
+/// MCO's carry) sets nothing and merges as Ignition merges it, keeping the earlier values.
+fn replaces_whole(field: &str, v: &Value) -> bool {
+    let set = |k: &str| v.get(k).is_some_and(|x| !x.is_null() && x != "");
+    match field {
+        "contents" => set("source"),
+        "user" | "group" => set("id") || set("name"),
+        _ => false,
+    }
+}
 
 /// `storage`: files, directories and links are keyed by path across all three lists (Ignition:
 /// a later link can replace an earlier file, whole). Two entries of one path in the same list
@@ -213,7 +222,7 @@ fn merge_storage(base: &mut Value, over: &Value) {
                         for (field, v) in item.as_object().into_iter().flatten() {
                             match existing.get_mut(field) {
                                 _ if v.is_null() => {}
-                                Some(ev) if !WHOLE_FIELDS.contains(&field.as_str()) => merge_value(ev, v, field),
+                                Some(ev) if !replaces_whole(field, v) => merge_value(ev, v, field),
                                 _ => {
                                     existing.insert(field.clone(), v.clone());
                                 }
@@ -307,21 +316,21 @@ pub fn merge(configs: &[MachineConfig]) -> Result<MachineConfigSpec, RenderError
     }
     path_under_file(&acc, &origin)?;
     // A file one config writes where another config's unit, drop-in or core user writes too.
-    if let Some((path, _, other)) = crate::node_limits::storage_collision(&Value::Object(acc.clone())) {
+    if let Some((path, _, message)) = crate::node_limits::storage_collision(&Value::Object(acc.clone())) {
         let (config, field) = origin.get(&path).cloned().unwrap_or_default();
-        let other = configs
-            .iter()
-            .rev()
-            .find(|mc| {
-                ignition::parse_config(&mc.spec.config)
-                    .is_ok_and(|c| crate::node_limits::other_written_paths(&c).iter().any(|(p, _)| *p == path))
+        // The other side, named by its config: the last one whose units, drop-ins or user
+        // collide with that path.
+        let other = configs.iter().rev().find(|mc| {
+            ignition::parse_config(&mc.spec.config).is_ok_and(|mut c| {
+                c["storage"] = serde_json::json!({"files": [{"path": path}]});
+                crate::node_limits::storage_collision(&c).is_some()
             })
-            .map_or_else(|| other.clone(), |mc| format!("MachineConfig {} ({other})", mc.metadata.name));
-        return Err(RenderError::Invalid {
-            config,
-            field,
-            message: crate::node_limits::collision_message(&path, &other),
         });
+        let message = match other {
+            Some(mc) => format!("{message} (MachineConfig {})", mc.metadata.name),
+            None => message,
+        };
+        return Err(RenderError::Invalid { config, field, message });
     }
     // Every parsed config has an `ignition` object; the merged one says 3.5.0 whatever the inputs said.
     let mut ign = match acc.remove("ignition") {
@@ -694,6 +703,20 @@ mod tests {
         let f = &merge(&[a, b]).unwrap().config["storage"]["files"][0];
         assert_eq!(f["user"], json!({"id": 0}));
         assert_eq!((f["group"].clone(), f["mode"].clone()), (json!({"name": "core"}), json!(384)));
+        // Empty ones (Go-built configs carry them) set nothing: the earlier owner and source stay.
+        let a = with_config(
+            "10-a",
+            json!({"storage": {"files": [
+            {"path": "/etc/x", "user": {"name": "core"}, "group": {"id": 1000}, "contents": {"source": "data:,a"}}]}}),
+        );
+        let c = with_config(
+            "30-c",
+            json!({"storage": {"files": [
+            {"path": "/etc/x", "mode": 420, "user": {}, "group": {"name": ""}, "contents": {"verification": {}}}]}}),
+        );
+        let f = &merge(&[a, c]).unwrap().config["storage"]["files"][0];
+        assert_eq!((f["user"].clone(), f["group"]["id"].clone()), (json!({"name": "core"}), json!(1000)), "{f}");
+        assert_eq!((f["contents"]["source"].clone(), f["mode"].clone()), (json!("data:,a"), json!(420)), "{f}");
     }
 
     /// A file one config writes at a path another config's unit (or core's keys) writes too: the
@@ -706,7 +729,10 @@ mod tests {
         let e = merge(&[file, unit]).unwrap_err();
         let RenderError::Invalid { config, field, message } = &e else { panic!("{e}") };
         assert_eq!((config.as_str(), field.as_str()), ("10-file", "spec.config.storage.files[0].path"), "{e}");
-        assert!(message.contains("MachineConfig 20-unit (spec.config.systemd.units[0].name)"), "{message}");
+        assert!(
+            message.contains("spec.config.systemd.units[0].name writes it too (MachineConfig 20-unit)"),
+            "{message}"
+        );
     }
 
     #[test]

@@ -157,6 +157,8 @@ pub struct Facts<'a> {
 }
 
 const NODES: &str = "/nodes";
+/// The core pods collection's key (not a kind aloft serves; see [`decide`]).
+const PODS: &str = "/pods";
 
 /// The rendered configs a node may read: those its own Node names. The pre-stage annotation is
 /// the node controller's, like desiredConfig. Known gap, shared with desiredConfig: a node may
@@ -178,6 +180,11 @@ fn node_config_names(node: Option<&serde_json::Value>) -> Vec<&str> {
 /// Decide. `facts` is only read for node roles reading MachineConfigs.
 pub fn decide(who: &Identity, req: &Request<'_>, facts: Facts<'_>) -> Decision {
     let allow = |b: bool| if b { Decision::Allow } else { Decision::Deny };
+    if req.resource == PODS && matches!(who.role, Role::Bootstrap | Role::Node(_)) {
+        // The empty pod list every caller gets (`kubectl describe node` lists the node's pods);
+        // admins and viewers may read any kind.
+        return allow(req.verb == Verb::List && req.name.is_none() && req.subresource.is_none());
+    }
     match &who.role {
         Role::Admin => Decision::Allow,
         Role::Viewer => allow(req.verb.is_read()),
@@ -224,6 +231,8 @@ pub fn rules(who: &Identity, own_node: Option<&serde_json::Value>) -> serde_json
     let mut resource_rules = vec![
         rule(&["create"], "authentication.k8s.io", &["selfsubjectreviews"], &[]),
         rule(&["create"], "authorization.k8s.io", &["selfsubjectaccessreviews", "selfsubjectrulesreviews"], &[]),
+        // The empty pod list (`kubectl describe node`).
+        rule(&["list"], "", &["pods"], &[]),
     ];
     let open_reads = ["/api", "/api/*", "/apis", "/apis/*", "/openapi", "/openapi/*", "/version"];
     let health = ["/healthz", "/healthz/*", "/livez", "/livez/*", "/readyz", "/readyz/*"];
@@ -337,7 +346,8 @@ mod tests {
         for role in roles {
             let who = who(role);
             let rules = rules(&who, Some(&node));
-            for rt in crate::resources::ALL.iter() {
+            let pods = crate::resources::ResourceType { group: "", plural: "pods", ..crate::resources::NODE };
+            for rt in crate::resources::ALL.iter().chain(std::iter::once(&pods)) {
                 for verb in verbs {
                     for name in [None, Some("n1"), Some("cluster"), Some("rendered-worker-a"), Some("other")] {
                         for sub in [None, Some("status")] {

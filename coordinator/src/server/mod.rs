@@ -146,6 +146,14 @@ async fn api_entry(
 ) -> Result<Response, ApiError> {
     let target = request::parse(core, rest)?;
     let discovery = |v: Option<serde_json::Value>| v.map(json_ok).ok_or_else(ApiError::not_found_path);
+    let reading = method == Method::GET || method == Method::HEAD;
+    if !reading
+        && matches!(target, Target::CoreVersions | Target::Groups | Target::Group(_) | Target::ResourceList { .. })
+    {
+        // Discovery is read, as `auth::decide_path` and `can-i` say (a DELETE of /apis answered
+        // 200 with the group list).
+        return Err(ApiError::method_not_allowed(format!("{method} is not supported on discovery: only GET")));
+    }
     match target {
         Target::CoreVersions => Ok(json_ok(discovery::core_versions())),
         Target::Groups => Ok(json_ok(discovery::group_list())),

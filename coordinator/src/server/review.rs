@@ -115,7 +115,12 @@ pub async fn answer(
         }
         Review::SelfSubjectAccess => access_status(ctx, who, &obj).await?,
         Review::SelfSubjectRules => {
-            // The namespace asked about changes nothing: every kind aloft serves is cluster-scoped.
+            // kube-apiserver asks for a namespace (kubectl sends one); what it is changes
+            // nothing here: every kind aloft serves is cluster-scoped.
+            match obj.pointer("/spec/namespace") {
+                Some(Value::String(ns)) if !ns.is_empty() => {}
+                _ => return Err(ApiError::bad_request("no namespace on request")),
+            }
             let own_node = match &who.role {
                 auth::Role::Node(n) => {
                     let key = crate::store::Key::cluster(&crate::resources::NODE.store_key(), n);
@@ -279,10 +284,15 @@ fn from_protobuf(review: Review, body: &[u8]) -> Result<Value, ApiError> {
     let unknown = pb::Unknown::decode(envelope).map_err(bad)?;
     let type_meta = unknown.type_meta.unwrap_or_default();
     let mut obj = json!({"apiVersion": type_meta.api_version, "kind": type_meta.kind});
-    if review != Review::SelfSubjectAccess {
-        // A who-am-I review has no spec; a rules review only a namespace, which aloft's
-        // cluster-scoped kinds make moot.
-        return Ok(obj);
+    match review {
+        // A who-am-I review has no spec.
+        Review::SelfSubject => return Ok(obj),
+        Review::SelfSubjectRules => {
+            let spec = pb::SelfSubjectRulesReview::decode(unknown.raw.as_slice()).map_err(bad)?.spec;
+            obj["spec"] = json!({"namespace": spec.unwrap_or_default().namespace});
+            return Ok(obj);
+        }
+        Review::SelfSubjectAccess => {}
     }
     let spec = pb::SelfSubjectAccessReview::decode(unknown.raw.as_slice()).map_err(bad)?.spec.unwrap_or_default();
     let mut spec_json = Map::new();
@@ -333,6 +343,18 @@ mod pb {
     pub struct SelfSubjectAccessReview {
         #[prost(message, optional, tag = "2")]
         pub spec: Option<Spec>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct SelfSubjectRulesReview {
+        #[prost(message, optional, tag = "2")]
+        pub spec: Option<RulesSpec>,
+    }
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct RulesSpec {
+        #[prost(string, tag = "1")]
+        pub namespace: String,
     }
 
     #[derive(Clone, PartialEq, prost::Message)]
