@@ -363,7 +363,7 @@ async fn the_os_helper_out_of_reach_after_the_reboot_is_waited_for() {
     host.host.start_os_helper(&sysroot, &w.key.keyring);
     host.host.start_agent(c, w.token_file.path());
     let name = host.host.name.clone();
-    w.pool_done_on_ssh_config(&name).await;
+    let first = w.pool_done_on_ssh_config(&name).await;
     admin
         .post(&path_of(&MACHINE_CONFIG, None), &os_mc("50-os", &w.url(&v2), &[]))
         .await
@@ -374,6 +374,10 @@ async fn the_os_helper_out_of_reach_after_the_reboot_is_waited_for() {
         Ok((!host.host.fake.reboots().is_empty()).then_some(()))
     })
     .await;
+    // Until Done the Node names the config the node ran, as MCO moves currentConfig at Done (the
+    // OS update's Working report before its reboot named the new one).
+    let a = node_annotations(c, &name).await.unwrap();
+    assert_eq!((get(&a, ann::STATE), get(&a, ann::CURRENT_CONFIG)), ("Working".to_string(), first.clone()));
     host.host.stop_agent();
     host.host.stop_os_helper();
     host.host.fake.clear_calls();
@@ -386,6 +390,7 @@ async fn the_os_helper_out_of_reach_after_the_reboot_is_waited_for() {
     assert!(reason.starts_with("cannot verify the booted OS: OS helper at"), "{reason}");
     assert!(reason.ends_with("retrying until the OS helper answers"), "{reason}");
     assert!(!host.host.log().contains("staging it again"), "{}", host.host.log());
+    assert_eq!(get(&node_annotations(c, &name).await.unwrap(), ann::CURRENT_CONFIG), first, "not verified yet");
 
     host.host.start_os_helper(&sysroot, &w.key.keyring);
     wait_state(c, &name, "Done", true, "Done once the helper answers").await;

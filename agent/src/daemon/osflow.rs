@@ -321,7 +321,9 @@ impl Agent {
     /// Report Working on the current config and ask for the reboot into the staged deployment
     /// (the phase is RebootingStaged already).
     pub(super) async fn ask_reboot_staged(&mut self, target: &str) -> Result<()> {
-        let current = self.current_name();
+        // The config the node runs until the reboot (MCO moves currentConfig at Done); the
+        // current config is saved already.
+        let current = self.running_config();
         self.api.report_working_now(&current).await.ok();
         self.ask_reboot(target).await
     }
@@ -405,7 +407,8 @@ impl Agent {
         if !reported && since.elapsed() >= os.health.timeout {
             let reason = format!("cannot verify the booted OS: {error}; retrying until the OS helper answers");
             tracing::warn!(target, %reason, "reporting the wait for the OS helper");
-            let current = self.current_name();
+            // Not verified yet: the Node keeps naming the config it said the node runs.
+            let current = self.running_config();
             self.api.report_failure("Degraded", &reason, &current, target).await?;
             self.helper_wait = Some((since, true));
         }
