@@ -315,8 +315,18 @@ pub fn merge(configs: &[MachineConfig]) -> Result<MachineConfigSpec, RenderError
         }
     }
     path_under_file(&acc, &origin)?;
+    // Every parsed config has an `ignition` object; the merged one says 3.5.0 whatever the inputs said.
+    let mut ign = match acc.remove("ignition") {
+        Some(Value::Object(m)) => m,
+        _ => Map::new(),
+    };
+    ign.insert("version".into(), ignition::TARGET_VERSION.into());
+    acc.insert("ignition".into(), Value::Object(ign));
+    // Through the schema once more: the output is then exactly what parse_config gives for it.
+    out.config = ignition::parse_config(&Value::Object(acc))
+        .map_err(|e| RenderError::Merged { field: e.field(), message: e.message().to_string() })?;
     // A file one config writes where another config's unit, drop-in or core user writes too.
-    if let Some((path, _, message)) = crate::node_limits::storage_collision(&Value::Object(acc.clone())) {
+    if let Some((path, _, message)) = crate::node_limits::storage_collision(&out.config) {
         let (config, field) = origin.get(&path).cloned().unwrap_or_default();
         // The other side, named by its config: the last one whose units, drop-ins or user
         // collide with that path.
@@ -332,16 +342,6 @@ pub fn merge(configs: &[MachineConfig]) -> Result<MachineConfigSpec, RenderError
         };
         return Err(RenderError::Invalid { config, field, message });
     }
-    // Every parsed config has an `ignition` object; the merged one says 3.5.0 whatever the inputs said.
-    let mut ign = match acc.remove("ignition") {
-        Some(Value::Object(m)) => m,
-        _ => Map::new(),
-    };
-    ign.insert("version".into(), ignition::TARGET_VERSION.into());
-    acc.insert("ignition".into(), Value::Object(ign));
-    // Through the schema once more: the output is then exactly what parse_config gives for it.
-    out.config = ignition::parse_config(&Value::Object(acc))
-        .map_err(|e| RenderError::Merged { field: e.field(), message: e.message().to_string() })?;
     out.kernel_type = special.map_or("default", |(_, t)| t).to_string();
     Ok(out)
 }
