@@ -123,6 +123,59 @@ async fn nodes_are_confined_to_their_own_objects() {
     assert_eq!(node_a.get(&format!("{NODES}/node-a")).await.unwrap().code, 200);
 }
 
+/// A bootstrap token gives only the labels of Kubernetes' own namespaces it was made for: they
+/// choose a node's pool, and so which rendered configs, secrets included, its credential reads.
+/// The audit's case: the fleet's bootstrap token enrolled a "master" and read the master pool's
+/// secret key. Refused with 403 naming the label and the command that makes a token for it;
+/// nothing is created (no Node, no credential), and an existing Node is not relabelled. The
+/// labels a host says of itself, and others' labels, are always allowed.
+#[tokio::test]
+async fn a_bootstrap_token_gives_only_the_pool_labels_it_allows() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let fleet = c.create_token("fleet", "bootstrap");
+    let master = json!({"node-role.kubernetes.io/master": ""});
+    for (name, labels) in [
+        ("m1", master.clone()),
+        ("m2", json!({"node-role.kubernetes.io/worker": "", "node-role.kubernetes.io/master": ""})),
+        ("m3", json!({"node-role.kubernetes.io/worker": "yes"})),
+        ("m4", json!({"node-restriction.kubernetes.io/pool": "db"})),
+        ("m5", json!({"example.k8s.io/tier": "db"})),
+    ] {
+        let (code, body) = enroll_with(&c, &fleet, name, labels).await;
+        assert_eq!(code, 403, "{name}: {body}");
+        let message = body["message"].as_str().unwrap_or_default();
+        assert!(message.contains("token create") && message.contains("--labels"), "{name}: {body}");
+        assert_eq!(admin.get(&format!("{NODES}/{name}")).await.unwrap().code, 404, "{name}: no Node made");
+    }
+    let (_, body) = enroll_with(&c, &fleet, "m1", master.clone()).await;
+    assert!(body["message"].as_str().unwrap_or_default().contains("node-role.kubernetes.io/master="), "{body}");
+    // A Node made by hand is not relabelled through an enrollment either.
+    let by_hand = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "pre"}});
+    admin.post(NODES, &by_hand).await.unwrap().into_result().unwrap();
+    let (code, _) = enroll_with(&c, &fleet, "pre", master.clone()).await;
+    assert_eq!(code, 403);
+    let pre = admin.get(&format!("{NODES}/pre")).await.unwrap().into_result().unwrap();
+    assert!(pre["metadata"].get("labels").is_none(), "{pre}");
+
+    // The default token: a worker, with the labels a host says of itself and anyone's labels.
+    let own = json!({"node-role.kubernetes.io/worker": "", "topology.kubernetes.io/zone": "a",
+                     "kubernetes.io/arch": "amd64", "node.kubernetes.io/instance-type": "m5",
+                     "feature.node.kubernetes.io/cpu": "x", "example.com/rack": "r1"});
+    let (code, body) = enroll_with(&c, &fleet, "w1", own).await;
+    assert_eq!(code, 201, "{body}");
+
+    // A token made for masters enrolls one, and only with the labels it names.
+    let masters = c.create_token("masters", "bootstrap:node-role.kubernetes.io/master=");
+    let (code, body) = enroll_with(&c, &masters, "m1", master.clone()).await;
+    assert_eq!(code, 201, "{body}");
+    let (code, _) = enroll_with(&c, &masters, "w2", json!({"node-role.kubernetes.io/worker": ""})).await;
+    assert_eq!(code, 403, "a token with a list allows that list");
+    // The admin may give any label.
+    let (code, _) = enroll_with(&c, &c.admin_token(), "m9", master).await;
+    assert_eq!(code, 201);
+}
+
 async fn enroll_with(c: &Coordinator, bootstrap: &str, name: &str, labels: Value) -> (u16, Value) {
     let r = c
         .client_with_token(Some(bootstrap))
@@ -140,7 +193,7 @@ async fn enroll_with(c: &Coordinator, bootstrap: &str, name: &str, labels: Value
 async fn a_second_host_cannot_take_over_an_enrolled_node() {
     let c = Coordinator::start();
     let admin = c.client();
-    let bootstrap = c.create_token("fleet", "bootstrap");
+    let bootstrap = c.create_token("fleet", "bootstrap:node-role.kubernetes.io/infra=");
     let worker = json!({"node-role.kubernetes.io/worker": ""});
     let (code, first) = enroll_with(&c, &bootstrap, "dup", worker.clone()).await;
     assert_eq!(code, 201, "{first}");
@@ -175,7 +228,7 @@ async fn a_second_host_cannot_take_over_an_enrolled_node() {
 async fn deleting_a_node_revokes_its_credential_and_the_name_can_enroll_again() {
     let c = Coordinator::start();
     let admin = c.client();
-    let bootstrap = c.create_token("fleet", "bootstrap");
+    let bootstrap = c.create_token("fleet", "bootstrap:node-role.kubernetes.io/infra=");
     let worker = json!({"node-role.kubernetes.io/worker": ""});
     let (_, first) = enroll_with(&c, &bootstrap, "dup", worker.clone()).await;
     let first = c.client_with_token(first["token"].as_str());

@@ -170,6 +170,15 @@ async fn token_commands_refuse_what_would_be_silently_wrong() {
         (&["create", "--name", "Admin", "--role", "viewer"][..], "reserved"),
         (&["create", "--name", "Node:n1", "--role", "viewer"][..], "reserved"),
         (&["revoke", "--name", "admin"][..], "To rotate it"),
+        (
+            &["create", "--name", "x", "--role", "viewer", "--labels", "node-role.kubernetes.io/master="][..],
+            "--role bootstrap",
+        ),
+        (
+            &["create", "--name", "x", "--role", "bootstrap", "--labels", "node-role.kubernetes.io/master"][..],
+            "key=value",
+        ),
+        (&["create", "--name", "x", "--role", "bootstrap", "--labels", "bad key=v"][..], "label \"bad key=v\""),
     ] {
         let out = run(args, &c.data_dir());
         let stderr = String::from_utf8_lossy(&out.stderr);
@@ -222,5 +231,28 @@ async fn an_agent_says_when_it_cannot_reach_the_coordinator_and_when_it_can_agai
         Ok(h.log().lines().any(|l| l.contains("reached the coordinator again")).then_some(()))
     })
     .await;
+
+    // An agent (re)started while the coordinator is down (a host rebooting during an outage)
+    // waits for it, and sets its Ready when it is back: it exited at once ("Connection
+    // refused"), and its node stayed cordoned on its unfinished update.
+    h.stop_agent();
+    c.kill9();
+    let said = h.log().matches("cannot reach the coordinator").count();
+    h.start_agent(&c, token_file.path());
+    eventually(Duration::from_secs(60), "the restarted agent's WARN that it waits for the coordinator", || async {
+        Ok((h.log().matches("cannot reach the coordinator").count() > said).then_some(()))
+    })
+    .await;
+    assert!(!h.agent_exited(), "the agent waits for the coordinator: {}", h.log());
+    c.restart();
+    eventually(Duration::from_secs(60), "the restarted agent reaching the coordinator", || async {
+        Ok((h.log().matches("reached the coordinator again").count() >= 2).then_some(()))
+    })
+    .await;
+    eventually(Duration::from_secs(60), "n1 Ready", || async {
+        Ok((ready_of(&c, "n1").await.0 == "True").then_some(()))
+    })
+    .await;
+    assert!(!h.agent_exited());
     h.stop_agent();
 }

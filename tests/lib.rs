@@ -266,7 +266,13 @@ impl Coordinator {
 
     /// A client with the node credential of a node enrolled now as `name`, with `labels`.
     pub async fn node_client(&self, name: &str, labels: Value) -> Client {
-        let boot = self.client_with_token(Some(&self.create_token(&format!("boot-{name}"), "bootstrap")));
+        // A bootstrap token that may give exactly these labels (a pool's role label among them).
+        let pairs: Vec<String> = labels
+            .as_object()
+            .map(|m| m.iter().map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or_default())).collect())
+            .unwrap_or_default();
+        let role = format!("bootstrap:{}", pairs.join(","));
+        let boot = self.client_with_token(Some(&self.create_token(&format!("boot-{name}"), &role)));
         let r = boot
             .post("/aloft/v1/enroll", &serde_json::json!({"nodeName": name, "labels": labels}))
             .await

@@ -227,7 +227,14 @@ async fn apply_validated(
     // The finished record of the previous apply goes first, so that a crash before this apply's
     // record exists reads as "nothing in progress", never as that old outcome.
     journal.clear()?;
-    let planned = plan(fs, journal, v).map_err(ApplyError::Prepare)?;
+    // A plan that fails (a full disk while it backs the originals up) leaves no record: the
+    // blobs it wrote go with it, or they kept the space it ran out of.
+    let planned = plan(fs, journal, v).map_err(|e| {
+        if let Err(gc) = journal.gc(&BTreeSet::new()) {
+            tracing::warn!(error = %gc, "cannot remove the backups of a plan that failed");
+        }
+        ApplyError::Prepare(e)
+    })?;
     let (forward, rollback, report) = (planned.forward, planned.rollback, planned.report);
     // Inline contents are made durable by the record's own fsync; blobs (large files only)
     // before the record names them.
@@ -397,23 +404,33 @@ fn file_write(step: &Step) -> Option<(&str, (&'static str, &'static str), &Conte
 fn write_batch(fs: &HostFs, journal: &Journal, steps: &[Step]) -> Result<(), StepError> {
     let writes: Vec<_> = steps.iter().filter_map(file_write).collect();
     let rels: Vec<std::path::PathBuf> = writes.iter().map(|(path, _, _)| fsroot::rel(path)).collect();
-    let mut temps = Vec::with_capacity(writes.len());
-    for ((path, (_before, _after), content), rel) in writes.iter().zip(&rels) {
-        tracing::debug!(%path, "write (batched)");
-        fail::fail_point!(_before);
-        fs.ensure_parent(rel)?;
-        let temp = match content {
-            Content::File { blob, mode, uid, gid } => {
-                fs.write_temp(rel, &mut journal.open_blob(blob)?, *mode, *uid, *gid)?
-            }
-            Content::Inline { data, mode, uid, gid } => fs.write_temp(rel, &mut &data[..], *mode, *uid, *gid)?,
-            // file_write only lets regular files through.
-            _ => continue,
-        };
-        temps.push(temp);
+    let written = (|| -> Result<(), StepError> {
+        let mut temps = Vec::with_capacity(writes.len());
+        for ((path, (_before, _after), content), rel) in writes.iter().zip(&rels) {
+            tracing::debug!(%path, "write (batched)");
+            fail::fail_point!(_before);
+            fs.ensure_parent(rel)?;
+            let temp = match content {
+                Content::File { blob, mode, uid, gid } => {
+                    fs.write_temp(rel, &mut journal.open_blob(blob)?, *mode, *uid, *gid)?
+                }
+                Content::Inline { data, mode, uid, gid } => fs.write_temp(rel, &mut &data[..], *mode, *uid, *gid)?,
+                // file_write only lets regular files through.
+                _ => continue,
+            };
+            temps.push(temp);
+        }
+        crate::durable::fsync_all(&temps).map_err(|(i, e)| FsError::new("fsync", fsroot::temp_name(&rels[i]), e))?;
+        Ok(())
+    })();
+    if let Err(e) = written {
+        // Nothing is renamed yet: the temp files go (on a full disk they kept the space the
+        // host ran out of, the half-written one too).
+        for rel in &rels {
+            let _ = fs.remove(&fsroot::temp_name(rel));
+        }
+        return Err(e);
     }
-    crate::durable::fsync_all(&temps).map_err(|(i, e)| FsError::new("fsync", fsroot::temp_name(&rels[i]), e))?;
-    drop(temps);
     for ((_, (_before, _after), _), rel) in writes.iter().zip(&rels) {
         fs.commit_temp(rel)?;
         fail::fail_point!(_after);

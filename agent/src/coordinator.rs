@@ -250,15 +250,42 @@ impl NodeApi {
 
     /// Set the Ready condition (the node controller counts a node as available only when Ready).
     pub async fn set_ready(&self, ready: bool, message: &str) -> Result<()> {
+        self.ready_request(ready, message).await?.into_result()?;
+        Ok(())
+    }
+
+    /// [`NodeApi::set_ready`], waiting for the coordinator while it cannot be reached (or
+    /// answers 5xx), with back-off up to 10 s and the follower's warnings about the outage. An
+    /// agent started while its coordinator was down (a host rebooting during a coordinator
+    /// upgrade) exited at once, and its node stayed cordoned on its unfinished update. A
+    /// refusal (4xx) is returned: waiting would not change it.
+    pub async fn set_ready_waiting(&self, ready: bool, message: &str) -> Result<()> {
+        let mut outage = Outage::default();
+        let mut wait = Duration::from_millis(500);
+        loop {
+            let failure = match self.ready_request(ready, message).await {
+                Ok(reply) if reply.ok() => {
+                    outage.over();
+                    return Ok(());
+                }
+                Ok(reply) if reply.code < 500 => return reply.into_result().map(|_| ()),
+                Ok(reply) => {
+                    anyhow::anyhow!("{}", reply.into_result().err().map(|e| format!("{e:#}")).unwrap_or_default())
+                }
+                Err(e) => e,
+            };
+            outage.failed(&failure, wait);
+            tokio::time::sleep(wait).await;
+            wait = (wait * 2).min(Duration::from_secs(10));
+        }
+    }
+
+    async fn ready_request(&self, ready: bool, message: &str) -> Result<aloft_client::Reply> {
         let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
         let cond = json!({"type": "Ready", "status": if ready { "True" } else { "False" }, "reason": "AloftAgentReady",
                           "message": message, "lastHeartbeatTime": now, "lastTransitionTime": now});
         let path = format!("{}/status", resource_path(NODES, None, Some(&self.name)));
-        self.client
-            .patch(&path, "application/merge-patch+json", &json!({"status": {"conditions": [cond]}}))
-            .await?
-            .into_result()?;
-        Ok(())
+        self.client.patch(&path, "application/merge-patch+json", &json!({"status": {"conditions": [cond]}})).await
     }
 
     /// Fetch a rendered config by name.

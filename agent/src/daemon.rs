@@ -192,6 +192,10 @@ pub fn validates_before_update(phase: &Phase, current: &str) -> bool {
     }
 }
 
+/// The saved config holds every file's contents, secrets included: the root's alone to read,
+/// as the journal's backups are.
+const CURRENT_CONFIG_MODE: u32 = 0o600;
+
 fn current_config_path(root: &Root) -> PathBuf {
     root.state_dir().join("currentconfig.json")
 }
@@ -199,8 +203,19 @@ fn current_config_path(root: &Root) -> PathBuf {
 /// The on-disk current config: the source of truth for what this node runs (as MCO's
 /// /etc/machine-config-daemon/currentconfig), winning over the Node's annotation.
 pub fn load_current(root: &Root) -> Result<Option<MachineConfig>> {
-    match std::fs::read_to_string(current_config_path(root)) {
-        Ok(s) => Ok(Some(serde_json::from_str(&s).context("currentconfig.json is corrupt")?)),
+    let path = current_config_path(root);
+    match std::fs::read_to_string(&path) {
+        Ok(s) => {
+            // Written readable by all before (its files' contents, 0600 secrets among them, for
+            // any local user to read): made the root's alone on the next start.
+            use std::os::unix::fs::PermissionsExt;
+            if std::fs::metadata(&path).is_ok_and(|m| m.permissions().mode() & 0o077 != 0) {
+                if let Err(e) = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(CURRENT_CONFIG_MODE)) {
+                    tracing::warn!(path = %path.display(), error = %e, "cannot make the saved config readable by root alone");
+                }
+            }
+            Ok(Some(serde_json::from_str(&s).context("currentconfig.json is corrupt")?))
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(e.into()),
     }
@@ -209,11 +224,17 @@ pub fn load_current(root: &Root) -> Result<Option<MachineConfig>> {
 /// Durably replaces the on-disk current config (written, fsynced, renamed, directory fsynced):
 /// from then on a restart counts `mc` as what the node runs.
 fn save_current(root: &Root, mc: &MachineConfig) -> Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
     let dir = root.state_dir();
     std::fs::create_dir_all(&dir)?;
     let tmp = dir.join(".currentconfig.json.tmp");
-    std::fs::write(&tmp, serde_json::to_vec(mc)?)?;
-    std::fs::File::open(&tmp)?.sync_all()?;
+    // Removed first: a temp file left by a crash keeps its mode through an open.
+    let _ = std::fs::remove_file(&tmp);
+    let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(CURRENT_CONFIG_MODE).open(&tmp)?;
+    f.write_all(&serde_json::to_vec(mc)?)?;
+    f.sync_all()?;
+    drop(f);
     crate::reclaim::hold_path(&current_config_path(root));
     std::fs::rename(&tmp, current_config_path(root))?;
     std::fs::File::open(&dir)?.sync_all()?;
@@ -428,7 +449,12 @@ impl Agent {
         } else {
             Phase::Degraded { target: target.into(), reason: reason.clone() }
         };
-        self.enter(phase, "")?;
+        if let Err(e) = self.enter(phase.clone(), "") {
+            // The failure is said all the same (a full disk fails the save, and the node stayed
+            // Working with no reason, its pool not Degraded); the report needs no local disk.
+            tracing::warn!(error = %format!("{e:#}"), "cannot save the failed phase; reporting the failure all the same");
+            self.phase = phase;
+        }
         let current = self.current_name();
         self.api.report_failure(self.phase.mco_state(), &reason, &current, target).await?;
         release_replaced();
@@ -1162,16 +1188,18 @@ pub async fn run(opts: Options) -> Result<()> {
         }
     }
     agent.startup().await?;
-    agent.api.set_ready(true, "aloft-agent is running").await?;
+    // Ready for systemd once the host's own state is recovered; the coordinator may be down
+    // (the watchdog keeps being fed while the agent waits for it).
     crate::notify::ready("aloft-agent ready");
     crate::notify::spawn_watchdog();
+    agent.api.set_ready_waiting(true, "aloft-agent is running").await?;
     tracing::info!(node = %opts.node_name, "aloft-agent ready");
     loop {
         let Err(e) = agent.run_loop().await else { return Ok(()) };
         let Some(CredentialLost(lost)) = e.downcast_ref::<CredentialLost>() else { return Err(e) };
         // The Node was deleted (or the credential revoked): register again, as a kubelet does.
         agent.api = node_api(&agent.root, &opts, Some(*lost)).await?;
-        agent.api.set_ready(true, "aloft-agent is running").await?;
+        agent.api.set_ready_waiting(true, "aloft-agent is running").await?;
         tracing::info!(node = %opts.node_name, "enrolled again; following the Node");
     }
 }

@@ -121,9 +121,82 @@ impl HostFs {
         &self.root
     }
 
+    /// The directory `rel`'s final component lives in, opened safely ([`HostFs::open_dir_safely`]),
+    /// and that component's name: every write, removal and rename goes through it.
     fn parent_dir(&self, rel: &Path) -> io::Result<(Dir, std::ffi::OsString)> {
         let (parent, name) = split(rel)?;
-        Ok((self.dir.open_dir(dot(parent))?, name.to_os_string()))
+        Ok((self.open_dir_safely(parent)?, name.to_os_string()))
+    }
+
+    /// Opens the directory `rel` one component at a time, each opened with `O_NOFOLLOW` beneath
+    /// the one before, following only symlinks root owns. A symlink another user owns is refused
+    /// ([`unsafe_symlink`]): the agent runs as root and chowns what it writes, so a user's
+    /// `~/.config -> /etc/sudoers.d` would have turned a MachineConfig's dotfile for that user
+    /// into a file of theirs in /etc (root at the next boot), and the config's removal into a
+    /// removal there. Holding each directory open, a symlink swapped in after a check is not
+    /// followed either. `..` never leaves the root (cap-std's escape error, as before).
+    fn open_dir_safely(&self, rel: &Path) -> io::Result<Dir> {
+        let mut stack: Vec<Dir> = vec![self.dir.try_clone()?];
+        let mut todo: std::collections::VecDeque<std::ffi::OsString> = std::collections::VecDeque::new();
+        let push_all = |todo: &mut std::collections::VecDeque<std::ffi::OsString>, p: &Path, front: bool| {
+            let comps: Vec<std::ffi::OsString> = p
+                .components()
+                .filter_map(|c| match c {
+                    Component::Normal(n) => Some(n.to_os_string()),
+                    Component::ParentDir => Some("..".into()),
+                    _ => None,
+                })
+                .collect();
+            if front {
+                for c in comps.into_iter().rev() {
+                    todo.push_front(c);
+                }
+            } else {
+                todo.extend(comps);
+            }
+        };
+        push_all(&mut todo, rel, false);
+        let mut seen = PathBuf::new();
+        let mut hops = 0;
+        while let Some(c) = todo.pop_front() {
+            if c == ".." {
+                if stack.len() == 1 {
+                    return Err(io::Error::new(
+                        io::ErrorKind::PermissionDenied,
+                        "a path led outside of the filesystem (the host root)",
+                    ));
+                }
+                stack.pop();
+                seen.pop();
+                continue;
+            }
+            let cur = stack.last().ok_or_else(|| io::Error::other("no directory"))?;
+            let meta = cur.symlink_metadata(&c)?;
+            if meta.file_type().is_symlink() {
+                if meta.uid() != 0 {
+                    return Err(unsafe_symlink(&seen.join(&c), meta.uid()));
+                }
+                hops += 1;
+                if hops > 40 {
+                    return Err(io::Error::other(format!("too many symlinks in {}", rel.display())));
+                }
+                let target = cur.read_link_contents(&c)?;
+                if target.is_absolute() {
+                    stack.truncate(1);
+                    seen = PathBuf::new();
+                }
+                push_all(&mut todo, &target, true);
+                continue;
+            }
+            let f = cur.open_with(
+                &c,
+                OpenOptions::new().read(true).custom_flags(nix::libc::O_DIRECTORY | nix::libc::O_NOFOLLOW),
+            )?;
+            let next = Dir::from_std_file(f.into_std());
+            seen.push(&c);
+            stack.push(next);
+        }
+        stack.pop().ok_or_else(|| io::Error::other("no directory"))
     }
 
     /// What is at `rel`, without following its final component. Ancestors are resolved safely:
@@ -185,7 +258,14 @@ impl HostFs {
                 }
                 None => {}
             }
-            // Follows symlinks (within the root only): an ancestor may be a symlink to a dir.
+            // An ancestor may be a symlink to a dir (RHCOS' /home -> var/home), if root owns it:
+            // one a user owns is refused here, before anything is changed, as the write would.
+            if let Ok(m) = self.dir.symlink_metadata(&prefix) {
+                if m.file_type().is_symlink() && m.uid() != 0 {
+                    return Err(FsError::new("resolve", &prefix, unsafe_symlink(&prefix, m.uid())));
+                }
+            }
+            // Follows symlinks (within the root only).
             match self.dir.metadata(&prefix) {
                 Ok(m) if m.is_dir() => {
                     seen.0.insert(prefix.clone(), true);
@@ -230,7 +310,8 @@ impl HostFs {
     fn create_dir(&self, rel: &Path, mode: u32, uid: u32, gid: u32) -> Result<(), FsError> {
         let mut b = DirBuilder::new();
         b.mode(mode);
-        match self.dir.create_dir_with(rel, &b) {
+        let (parent, name) = self.parent_dir(rel).map_err(|e| FsError::new("open parent", rel, e))?;
+        match parent.create_dir_with(&name, &b) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(FsError::new("mkdir", rel, e)),
@@ -247,9 +328,12 @@ impl HostFs {
 
     /// chmod + chown of a directory (through an fd opened for reading, not O_PATH).
     pub fn set_dir_meta(&self, rel: &Path, mode: u32, uid: u32, gid: u32) -> Result<(), FsError> {
-        let f = self
-            .dir
-            .open_with(rel, OpenOptions::new().read(true).custom_flags(nix::libc::O_DIRECTORY | nix::libc::O_NOFOLLOW))
+        let (parent, name) = self.parent_dir(rel).map_err(|e| FsError::new("open parent", rel, e))?;
+        let f = parent
+            .open_with(
+                &name,
+                OpenOptions::new().read(true).custom_flags(nix::libc::O_DIRECTORY | nix::libc::O_NOFOLLOW),
+            )
             .map_err(|e| FsError::new("open dir", rel, e))?;
         nix::unistd::fchown(&f, Some(Uid::from_raw(uid)), Some(Gid::from_raw(gid)))
             .map_err(|e| FsError::new("chown", rel, e.into()))?;
@@ -371,7 +455,12 @@ impl HostFs {
 
     /// Removes a file or symlink; `Ok(false)` when nothing was there. Durable.
     pub fn remove(&self, rel: &Path) -> Result<bool, FsError> {
-        match self.dir.remove_file(rel) {
+        let (parent, name) = match self.parent_dir(rel) {
+            Ok(p) => p,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(FsError::new("open parent", rel, e)),
+        };
+        match parent.remove_file(&name) {
             Ok(()) => {
                 self.sync_parent(rel)?;
                 Ok(true)
@@ -383,7 +472,12 @@ impl HostFs {
 
     /// Removes the directory `rel` if it is empty; anything else is left alone.
     pub fn remove_dir_if_empty(&self, rel: &Path) -> Result<bool, FsError> {
-        match self.dir.remove_dir(rel) {
+        let (parent, name) = match self.parent_dir(rel) {
+            Ok(p) => p,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(FsError::new("open parent", rel, e)),
+        };
+        match parent.remove_dir(&name) {
             Ok(()) => {
                 self.sync_parent(rel)?;
                 Ok(true)
@@ -398,7 +492,9 @@ impl HostFs {
     /// Renames `from` to `to` (both beneath the root) and makes both directories durable.
     /// Fails with `CrossesDevices` when they are on different filesystems.
     pub fn rename(&self, from: &Path, to: &Path) -> Result<(), FsError> {
-        self.dir.rename(from, &self.dir, to).map_err(|e| FsError::new("rename", from, e))?;
+        let (from_dir, from_name) = self.parent_dir(from).map_err(|e| FsError::new("open parent", from, e))?;
+        let (to_dir, to_name) = self.parent_dir(to).map_err(|e| FsError::new("open parent", to, e))?;
+        from_dir.rename(&from_name, &to_dir, &to_name).map_err(|e| FsError::new("rename", from, e))?;
         self.sync_parent(to)?;
         self.sync_parent(from)
     }
@@ -440,6 +536,17 @@ impl HostFs {
         names.sort();
         Ok(names)
     }
+}
+
+/// The refusal of a symlink another user than root owns, on the way to a path the agent writes.
+fn unsafe_symlink(path: &Path, uid: u32) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::PermissionDenied,
+        format!(
+            "/{} is a symlink owned by uid {uid}, not root: the agent follows only root's symlinks on the way to what it writes",
+            path.display()
+        ),
+    )
 }
 
 /// At most `limit` bytes of `f` (an error when it is longer).
@@ -484,5 +591,49 @@ mod tests {
         assert_eq!(fs.entry(Path::new("etc/a/b/c")).unwrap(), Entry::Symlink { target: "/dev/null".into() });
         assert!(fs.open_read(Path::new("etc/evil")).is_err());
         assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
+    }
+
+    /// The audit's escalation: a user points a directory of theirs at /etc (`~/.config ->
+    /// ../../etc/tmpfiles.d`), and a MachineConfig's file for that user, written and chowned by
+    /// the agent as root, lands in /etc, or its removal removes a file there. A symlink a user
+    /// owns is not followed on the way to any write, removal, rename or directory change, nor in
+    /// validation; root's symlinks are (RHCOS' `/home -> var/home`), `..` in them included.
+    #[test]
+    fn a_users_symlink_is_not_followed_to_a_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = |s: &str| dir.path().join(s);
+        for d in ["etc/tmpfiles.d", "var/home/core/real"] {
+            std::fs::create_dir_all(p(d)).unwrap();
+        }
+        std::fs::write(p("etc/tmpfiles.d/app.conf"), "root's").unwrap();
+        std::os::unix::fs::symlink("var/home", p("home")).unwrap();
+        std::os::unix::fs::symlink("../../../etc/tmpfiles.d", p("var/home/core/.config")).unwrap();
+        std::os::unix::fs::lchown(p("var/home/core/.config"), Some(1000), Some(1000)).unwrap();
+        std::os::unix::fs::symlink("../../../etc/tmpfiles.d", p("var/home/core/roots")).unwrap();
+        let fs = HostFs::open(&Root::new(dir.path())).unwrap();
+        let bad = Path::new("home/core/.config/app.conf");
+        let says = |e: FsError| {
+            let m = e.to_string();
+            assert!(m.contains("/home/core/.config is a symlink owned by uid 1000, not root"), "{m}");
+        };
+        says(fs.write_atomic(bad, &mut &b"mine"[..], 0o644, 1000, 1000).unwrap_err());
+        says(fs.missing_ancestors(Path::new("home/core/.config/sub/app.conf")).unwrap_err());
+        says(fs.remove(bad).unwrap_err());
+        says(fs.mkdir(Path::new("home/core/.config/d"), 0o755, 1000, 1000).unwrap_err());
+        says(fs.symlink_atomic(bad, Path::new("/dev/null")).unwrap_err());
+        says(fs.rename(Path::new("etc/tmpfiles.d/app.conf"), bad).unwrap_err());
+        assert_eq!(std::fs::read_to_string(p("etc/tmpfiles.d/app.conf")).unwrap(), "root's", "nothing changed");
+        assert_eq!(std::fs::read_dir(p("etc/tmpfiles.d")).unwrap().count(), 1);
+        // Root's symlinks are followed, relative ones with `..` too; the user's real directory is
+        // written in as before.
+        fs.write_atomic(Path::new("home/core/real/x"), &mut &b"x"[..], 0o600, 1000, 1000).unwrap();
+        assert_eq!(std::fs::read_to_string(p("var/home/core/real/x")).unwrap(), "x");
+        fs.write_atomic(Path::new("home/core/roots/y.conf"), &mut &b"y"[..], 0o644, 0, 0).unwrap();
+        assert_eq!(std::fs::read_to_string(p("etc/tmpfiles.d/y.conf")).unwrap(), "y");
+        assert!(fs.remove(Path::new("home/core/roots/y.conf")).unwrap());
+        // `..` past the root is still an escape.
+        std::os::unix::fs::symlink("../../../../..", p("etc/up")).unwrap();
+        let e = fs.write_atomic(Path::new("etc/up/z"), &mut &b"z"[..], 0o644, 0, 0).unwrap_err();
+        assert!(e.is_escape(), "{e}");
     }
 }

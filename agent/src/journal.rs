@@ -307,13 +307,21 @@ impl Journal {
         let mut f = Self::private_file(&tmp)?;
         let mut hasher = Sha256::new();
         let mut buf = vec![0u8; 64 * 1024];
-        loop {
-            let n = data.read(&mut buf).map_err(io_err(&tmp))?;
-            if n == 0 {
-                break;
+        let copied = (|| -> Result<(), JournalError> {
+            loop {
+                let n = data.read(&mut buf).map_err(io_err(&tmp))?;
+                if n == 0 {
+                    return Ok(());
+                }
+                hasher.update(&buf[..n]);
+                f.write_all(&buf[..n]).map_err(io_err(&tmp))?;
             }
-            hasher.update(&buf[..n]);
-            f.write_all(&buf[..n]).map_err(io_err(&tmp))?;
+        })();
+        if let Err(e) = copied {
+            // A half-written blob (a full disk) would keep the space it took.
+            drop(f);
+            let _ = fs::remove_file(&tmp);
+            return Err(e);
         }
         // Not fsynced one by one: blobs only matter once a record names them, and
         // [`Journal::sync_blobs`] flushes them all together before any record does.
@@ -457,6 +465,22 @@ mod tests {
         j.gc(&[a.clone()].into_iter().collect()).unwrap();
         assert!(j.open_blob(&b).is_err());
         assert!(j.open_blob(&a).is_ok());
+        // A blob whose copy fails half-way (a full disk) leaves nothing behind to hold space.
+        struct Failing(usize);
+        impl Read for Failing {
+            fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+                if self.0 == 0 {
+                    return Err(io::Error::new(io::ErrorKind::StorageFull, "No space left on device"));
+                }
+                self.0 -= 1;
+                let n = buf.len().min(4096);
+                buf[..n].fill(b'x');
+                Ok(n)
+            }
+        }
+        assert!(j.put_blob(&mut Failing(3)).is_err());
+        let left: Vec<_> = fs::read_dir(j.dir().join("blobs")).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(left, vec![std::ffi::OsString::from(&a)], "no .incoming left");
         fs::create_dir_all(j.dir()).unwrap();
         fs::write(j.dir().join("record.json"), br#"{"version": 7}"#).unwrap();
         assert!(matches!(j.load(), Err(JournalError::Version { found: 7, .. })));

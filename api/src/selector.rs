@@ -89,10 +89,22 @@ impl Selector {
     pub fn parse(s: &str) -> Result<Selector, SelectorError> {
         let err = |m: &str| SelectorError::Parse { selector: s.to_string(), message: m.to_string() };
         let mut reqs = Vec::new();
-        for term in split_terms(s) {
+        if s.trim().is_empty() {
+            return Ok(Selector { reqs });
+        }
+        // An empty term is an error, as in Kubernetes' parser: `-l ','` (or `a=x,`) was read as
+        // no requirement, and selected every object for a `delete -l`.
+        let terms = split_terms(s);
+        for (i, term) in terms.iter().enumerate() {
             let term = term.trim();
             if term.is_empty() {
-                continue;
+                return Err(err(if i == 0 {
+                    "found ',', expected: !, identifier, or 'end of string'"
+                } else if i + 1 == terms.len() {
+                    "found '', expected: identifier after ','"
+                } else {
+                    "found ',', expected: identifier after ','"
+                }));
             }
             let req = if let Some(key) = term.strip_prefix('!') {
                 Requirement { key: check_key(key.trim()).map_err(|m| err(&m))?, op: Op::DoesNotExist }
@@ -160,11 +172,14 @@ fn split_terms(s: &str) -> Vec<&str> {
 
 /// `key in (...)` / `key notin (...)`: returns (key, (negated, rest)).
 fn split_set_op(term: &str) -> Option<(&str, (bool, &str))> {
-    if let Some(i) = term.find(" notin ") {
-        return Some((&term[..i], (true, &term[i + 7..])));
-    }
-    if let Some(i) = term.find(" in ") {
-        return Some((&term[..i], (false, &term[i + 4..])));
+    // `key in (a,b)`, `key notin(a)`: the operator is a word after the key, and the set may
+    // follow it without a space, as Kubernetes' lexer takes `(` as a token of its own.
+    let open = term.find('(')?;
+    let head = term[..open].trim_end();
+    for (word, negate) in [("notin", true), ("in", false)] {
+        if let Some(key) = head.strip_suffix(word).filter(|k| k.ends_with(char::is_whitespace)) {
+            return Some((key, (negate, &term[open..])));
+        }
     }
     None
 }
@@ -407,9 +422,30 @@ mod tests {
             ("zone in (z3),a=1", false),
             ("a=1, zone in (z1, z2)", true),
             ("node-role.kubernetes.io/worker=", true),
+            ("zone in(z1)", true),
+            ("zone notin(z1)", false),
+            ("zone  in  ( z2 )", false),
+            ("  ", true),
         ] {
             assert_eq!(Selector::parse(sel).unwrap().matches(&l), want, "{sel}");
         }
+    }
+
+    /// An empty term is refused with Kubernetes' parser's words: read as nothing, `-l ','` or
+    /// `a=x,` selected more than asked (`kubectl delete mc -l ','` deleted every config).
+    #[test]
+    fn empty_terms_are_refused() {
+        for (sel, words) in [
+            (",", "found ',', expected: !, identifier, or 'end of string'"),
+            (",a=1", "found ',', expected: !, identifier, or 'end of string'"),
+            ("a=1,", "found '', expected: identifier after ','"),
+            ("a,,b", "found ',', expected: identifier after ','"),
+            ("a=1, ", "found '', expected: identifier after ','"),
+        ] {
+            let e = Selector::parse(sel).unwrap_err().to_string();
+            assert!(e.contains(words), "{sel:?}: {e}");
+        }
+        assert!(Selector::parse("zonein(z1)").is_err(), "no operator without a space after the key");
     }
 
     #[test]

@@ -59,6 +59,12 @@ impl Connection {
         let host = host.trim_start_matches('[').trim_end_matches(']').to_string();
         let tls = match base.scheme() {
             "https" => Some(tls_connector(ca_pem)?),
+            // A CA says the caller means to check who it talks to; plain HTTP cannot, and would
+            // send the token unencrypted without a word.
+            "http" if ca_pem.is_some() => bail!(
+                "the coordinator's address {base} is http://, but a CA was given to check its certificate: \
+                 plain HTTP has none, and the token would go out unencrypted; use https://"
+            ),
             "http" => None,
             other => bail!("the coordinator's address has scheme {other:?}; use https:// (or http://)"),
         };

@@ -505,5 +505,14 @@ mod tests {
         let auth = c.auth.as_ref().unwrap();
         assert_eq!(auth.to_str().unwrap(), "Bearer abc.def");
         assert!(auth.is_sensitive());
+        // A CA with a plain-HTTP address: refused, not dropped (the token would go out in clear).
+        let cfg = ClientConfig {
+            server: "http://h:1".into(),
+            ca_pem: Some(b"-----BEGIN CERTIFICATE-----".to_vec()),
+            token: Some("t".into()),
+        };
+        let e = Client::new(&cfg).err().unwrap();
+        assert!(format!("{e:#}").contains("use https://"), "{e:#}");
+        assert!(client("http://h:1", Some("t")).is_ok(), "plain HTTP without a CA is still taken");
     }
 }

@@ -2,7 +2,9 @@
 //! a name and a role. Roles:
 //! - `admin`: everything;
 //! - `viewer`: get, list and watch everything (dashboards, auditors, CI);
-//! - `bootstrap`: may only enroll nodes (`POST /aloft/v1/enroll`), which mints `node:` tokens;
+//! - `bootstrap`: may only enroll nodes (`POST /aloft/v1/enroll`), which mints `node:` tokens,
+//!   giving them only the labels of Kubernetes' own namespaces it allows ([`EnrollLabels`];
+//!   stored as `bootstrap:key=value,...`);
 //! - `node:<name>`: an enrolled agent: read its own Node and the rendered MachineConfigs its Node
 //!   names (desiredConfig, currentConfig, and `aloft.dev/prestageConfig`, the one the node
 //!   controller asks it to pre-stage), write its own Node's status and annotations. Nothing
@@ -10,6 +12,7 @@
 
 use rand::RngCore;
 use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
 
 /// What a request does, in Kubernetes' verb names (they appear in 403 messages).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,8 +61,83 @@ pub struct Identity {
 pub enum Role {
     Admin,
     Viewer,
-    Bootstrap,
+    /// May only enroll nodes, giving them the labels of Kubernetes' own it allows.
+    Bootstrap(EnrollLabels),
     Node(String),
+}
+
+/// The labels in Kubernetes' own namespaces (`kubernetes.io`, `k8s.io`) a bootstrap token may
+/// give the nodes it enrolls; any other label it may give freely. Such labels choose a node's
+/// pool (`node-role.kubernetes.io/<role>`), and so which rendered configs, secrets included, its
+/// credential may read: a token every new host holds must not choose them freely. Kubernetes'
+/// NodeRestriction admission refuses them from a kubelet for the same reason, and allows the
+/// same few a host says of itself (hostname, OS, architecture, instance type, zone, region,
+/// and the `kubelet.kubernetes.io` and `node.kubernetes.io` namespaces), which are allowed here
+/// too. `None` is a token made without a list (`token create --role bootstrap`): it may give
+/// `node-role.kubernetes.io/worker=`, a worker's role, as OpenShift serves the worker config
+/// to any host that asks.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct EnrollLabels(pub Option<BTreeMap<String, String>>);
+
+/// The label a bootstrap token made without a list may give.
+pub const WORKER_ROLE_LABEL: &str = "node-role.kubernetes.io/worker";
+
+/// Labels of Kubernetes' namespaces a host may set of itself (NodeRestriction's list).
+const SELF_LABELS: [&str; 10] = [
+    "kubernetes.io/hostname",
+    "kubernetes.io/arch",
+    "kubernetes.io/os",
+    "beta.kubernetes.io/arch",
+    "beta.kubernetes.io/os",
+    "beta.kubernetes.io/instance-type",
+    "topology.kubernetes.io/region",
+    "topology.kubernetes.io/zone",
+    "failure-domain.beta.kubernetes.io/region",
+    "failure-domain.beta.kubernetes.io/zone",
+];
+
+/// Whether `key` is a label of Kubernetes' own namespaces that a host may not give itself.
+pub fn is_restricted_label(key: &str) -> bool {
+    let Some((domain, _)) = key.split_once('/') else { return false };
+    let in_domain = |d: &str, base: &str| d == base || d.ends_with(&format!(".{base}"));
+    if !(in_domain(domain, "kubernetes.io") || in_domain(domain, "k8s.io")) {
+        return false;
+    }
+    !(SELF_LABELS.contains(&key)
+        || in_domain(domain, "kubelet.kubernetes.io")
+        || in_domain(domain, "node.kubernetes.io"))
+}
+
+impl EnrollLabels {
+    /// `key=value,key2=` (an empty value written `key=`), as `--labels` takes them.
+    pub fn parse(list: &str) -> Result<Self, RoleError> {
+        let mut out = BTreeMap::new();
+        for pair in list.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (k, v) = pair.split_once('=').ok_or_else(|| {
+                RoleError(format!("label {pair:?} must be written key=value (key= for an empty value)"))
+            })?;
+            let errors: Vec<String> = aloft_api::selector::label_key_errors(k)
+                .into_iter()
+                .chain(aloft_api::selector::label_value_errors(v))
+                .collect();
+            if !errors.is_empty() {
+                return Err(RoleError(format!("label {pair:?}: {}", errors.join("; "))));
+            }
+            out.insert(k.to_string(), v.to_string());
+        }
+        Ok(EnrollLabels(Some(out)))
+    }
+
+    /// Whether a node enrolled with this token may carry the label `key=value`.
+    pub fn allows(&self, key: &str, value: &str) -> bool {
+        if !is_restricted_label(key) {
+            return true;
+        }
+        match &self.0 {
+            None => key == WORKER_ROLE_LABEL && value.is_empty(),
+            Some(allowed) => allowed.get(key).is_some_and(|v| v == value),
+        }
+    }
 }
 
 impl Identity {
@@ -79,7 +157,7 @@ impl Identity {
         let (user, group) = match &self.role {
             Role::Admin => (self.name.clone(), "system:masters"),
             Role::Viewer => (self.name.clone(), "aloft:viewers"),
-            Role::Bootstrap => (format!("system:bootstrap:{}", self.name), "system:bootstrappers"),
+            Role::Bootstrap(_) => (format!("system:bootstrap:{}", self.name), "system:bootstrappers"),
             Role::Node(n) => (format!("system:node:{n}"), "system:nodes"),
         };
         (user, vec![group.to_string(), "system:authenticated".to_string()])
@@ -87,7 +165,7 @@ impl Identity {
 }
 
 #[derive(Debug, thiserror::Error)]
-#[error("unknown role {0:?}: want admin, viewer or bootstrap")]
+#[error("{0}")]
 pub struct RoleError(String);
 
 impl std::str::FromStr for Role {
@@ -96,10 +174,11 @@ impl std::str::FromStr for Role {
         match s {
             "admin" => Ok(Role::Admin),
             "viewer" => Ok(Role::Viewer),
-            "bootstrap" => Ok(Role::Bootstrap),
-            _ => match s.strip_prefix("node:") {
-                Some(n) if !n.is_empty() => Ok(Role::Node(n.to_string())),
-                _ => Err(RoleError(s.to_string())),
+            "bootstrap" => Ok(Role::Bootstrap(EnrollLabels(None))),
+            _ => match (s.strip_prefix("node:"), s.strip_prefix("bootstrap:")) {
+                (Some(n), _) if !n.is_empty() => Ok(Role::Node(n.to_string())),
+                (_, Some(labels)) => Ok(Role::Bootstrap(EnrollLabels::parse(labels)?)),
+                _ => Err(RoleError(format!("unknown role {s:?}: want admin, viewer or bootstrap"))),
             },
         }
     }
@@ -110,7 +189,11 @@ impl std::fmt::Display for Role {
         match self {
             Role::Admin => f.write_str("admin"),
             Role::Viewer => f.write_str("viewer"),
-            Role::Bootstrap => f.write_str("bootstrap"),
+            Role::Bootstrap(EnrollLabels(None)) => f.write_str("bootstrap"),
+            Role::Bootstrap(EnrollLabels(Some(labels))) => {
+                let pairs: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                write!(f, "bootstrap:{}", pairs.join(","))
+            }
             Role::Node(n) => write!(f, "node:{n}"),
         }
     }
@@ -180,7 +263,7 @@ fn node_config_names(node: Option<&serde_json::Value>) -> Vec<&str> {
 /// Decide. `facts` is only read for node roles reading MachineConfigs.
 pub fn decide(who: &Identity, req: &Request<'_>, facts: Facts<'_>) -> Decision {
     let allow = |b: bool| if b { Decision::Allow } else { Decision::Deny };
-    if req.resource == PODS && matches!(who.role, Role::Bootstrap | Role::Node(_)) {
+    if req.resource == PODS && matches!(who.role, Role::Bootstrap(_) | Role::Node(_)) {
         // The empty pod list every caller gets (`kubectl describe node` lists the node's pods);
         // admins and viewers may read any kind.
         return allow(req.verb == Verb::List && req.name.is_none() && req.subresource.is_none());
@@ -188,7 +271,7 @@ pub fn decide(who: &Identity, req: &Request<'_>, facts: Facts<'_>) -> Decision {
     match &who.role {
         Role::Admin => Decision::Allow,
         Role::Viewer => allow(req.verb.is_read()),
-        Role::Bootstrap => Decision::Deny,
+        Role::Bootstrap(_) => Decision::Deny,
         Role::Node(own) => {
             let own = own.as_str();
             match (req.resource, req.verb) {
@@ -247,7 +330,7 @@ pub fn rules(who: &Identity, own_node: Option<&serde_json::Value>) -> serde_json
             resource_rules.push(rule(&["get", "list", "watch"], "*", &["*"], &[]));
             non_resource.push(json!({"verbs": ["get", "head"], "nonResourceURLs": ["/metrics"]}));
         }
-        Role::Bootstrap => {
+        Role::Bootstrap(_) => {
             non_resource.push(json!({"verbs": ["post"], "nonResourceURLs": ["/aloft/v1/enroll"]}));
         }
         Role::Node(own) => {
@@ -286,7 +369,7 @@ pub fn decide_path(who: &Identity, verb: &str, path: &str) -> Decision {
     let read = matches!(verb, "get" | "head");
     match path {
         "/metrics" => allow(read && who.role == Role::Viewer),
-        "/aloft/v1/enroll" => allow(verb == "post" && who.role == Role::Bootstrap),
+        "/aloft/v1/enroll" => allow(verb == "post" && matches!(who.role, Role::Bootstrap(_))),
         "/version" => allow(read),
         _ if ["/healthz", "/readyz", "/livez", "/api", "/apis", "/openapi"].iter().any(|r| under(r)) => allow(read),
         _ => Decision::Deny,
@@ -341,7 +424,7 @@ mod tests {
                     }
             })
         };
-        let roles = [Role::Admin, Role::Viewer, Role::Bootstrap, Role::Node("n1".into())];
+        let roles = [Role::Admin, Role::Viewer, Role::Bootstrap(EnrollLabels(None)), Role::Node("n1".into())];
         let verbs = [Verb::Get, Verb::List, Verb::Watch, Verb::Create, Verb::Update, Verb::Patch, Verb::Delete];
         for role in roles {
             let who = who(role);
@@ -459,6 +542,50 @@ mod tests {
         assert!(!only_status_and_annotations(&stored, &serde_json::json!([])));
     }
 
+    /// A bootstrap token's labels are kept in its role (`bootstrap:k=v,...`), read back the
+    /// same, and decide which labels of Kubernetes' namespaces an enrollment may give.
+    #[test]
+    fn bootstrap_roles_carry_the_labels_they_allow() {
+        for text in [
+            "bootstrap",
+            "bootstrap:node-role.kubernetes.io/infra=",
+            "bootstrap:a.k8s.io/x=1,node-role.kubernetes.io/master=",
+        ] {
+            assert_eq!(text.parse::<Role>().unwrap().to_string(), text);
+        }
+        assert_eq!("bootstrap:".parse::<Role>().unwrap(), Role::Bootstrap(EnrollLabels(Some(BTreeMap::new()))));
+        assert!("bootstrap:x".parse::<Role>().unwrap_err().to_string().contains("key=value"));
+        let default = EnrollLabels(None);
+        assert!(default.allows(WORKER_ROLE_LABEL, ""));
+        assert!(!default.allows(WORKER_ROLE_LABEL, "x"));
+        assert!(!default.allows("node-role.kubernetes.io/master", ""));
+        for free in [
+            "example.com/a",
+            "plain",
+            "topology.kubernetes.io/zone",
+            "kubernetes.io/hostname",
+            "feature.node.kubernetes.io/x",
+            "x.kubelet.kubernetes.io/y",
+            "kubernetes.io.example.com/a",
+        ] {
+            assert!(!is_restricted_label(free), "{free}");
+            assert!(default.allows(free, "v"), "{free}");
+        }
+        for restricted in [
+            "node-role.kubernetes.io/worker",
+            "kubernetes.io/role",
+            "node-restriction.kubernetes.io/a",
+            "k8s.io/a",
+            "x.k8s.io/a",
+        ] {
+            assert!(is_restricted_label(restricted), "{restricted}");
+        }
+        let infra: Role = "bootstrap:node-role.kubernetes.io/infra=".parse().unwrap();
+        let Role::Bootstrap(scope) = infra else { panic!() };
+        assert!(scope.allows("node-role.kubernetes.io/infra", ""));
+        assert!(!scope.allows(WORKER_ROLE_LABEL, ""), "a list replaces the default");
+    }
+
     #[test]
     fn roles_parse_and_decide() {
         assert_eq!("admin".parse::<Role>().unwrap(), Role::Admin);
@@ -471,7 +598,7 @@ mod tests {
         let none = Facts::default();
         assert_eq!(decide(&viewer, &get, none), Decision::Allow);
         assert_eq!(decide(&viewer, &del, none), Decision::Deny);
-        let boot = Identity { name: "b".into(), role: Role::Bootstrap };
+        let boot = Identity { name: "b".into(), role: Role::Bootstrap(EnrollLabels(None)) };
         assert_eq!(decide(&boot, &get, none), Decision::Deny);
         let t = generate_token();
         assert!(t.starts_with("aloft_") && t.len() == 70);

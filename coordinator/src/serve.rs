@@ -143,7 +143,12 @@ pub async fn prepare(opts: &ServeOptions) -> Result<(SqliteStore, String, DataDi
             t
         }
     };
-    store.put_token(auth::token_hash(&token), "admin".into(), "admin".into()).await?;
+    // Written only when it changed: a start on a full disk then serves reads (and refuses
+    // writes, as a running coordinator does) instead of failing on a write of nothing new.
+    let hash = auth::token_hash(&token);
+    if store.token_hash_of("admin".into()).await?.as_deref() != Some(hash.as_str()) {
+        store.put_token(hash, "admin".into(), "admin".into()).await?;
+    }
     Ok((store, token, lock))
 }
 
@@ -158,7 +163,7 @@ fn data_dir_ready(dir: &std::path::Path) -> Result<()> {
             if mode & 0o077 != 0 {
                 tracing::warn!(
                     data_dir = %dir.display(),
-                    "the data dir is accessible to other users (mode {mode:04o}); the recommended mode is 0700 (its keys and tokens are 0600 either way)"
+                    "the data dir is accessible to other users (mode {mode:04o}); the recommended mode is 0700 (the store, keys and tokens in it are made 0600 either way)"
                 );
             }
             Ok(())
@@ -248,7 +253,10 @@ pub async fn run(opts: ServeOptions) -> Result<()> {
         client.ca_pem =
             Some(std::fs::read(&pki.ca_cert).with_context(|| format!("reading {}", pki.ca_cert.display()))?);
     }
-    fsutil::write_private(&files.kubeconfig, client.to_kubeconfig().as_bytes())?;
+    let kubeconfig = client.to_kubeconfig();
+    if std::fs::read(&files.kubeconfig).ok().as_deref() != Some(kubeconfig.as_bytes()) {
+        fsutil::write_private(&files.kubeconfig, kubeconfig.as_bytes())?;
+    }
 
     let tokens = Arc::new(store.clone());
     let token_store = store.clone();

@@ -150,6 +150,14 @@ enum TokenCmd {
         /// own credential comes from enrolling, not from here.
         #[arg(long, default_value = "viewer")]
         role: String,
+        /// With --role bootstrap: the labels of Kubernetes' own namespaces (kubernetes.io,
+        /// k8s.io) the nodes it enrolls may carry, as key=value pairs (key= for an empty value),
+        /// e.g. `node-role.kubernetes.io/infra=`. They choose a node's pool, and so the configs
+        /// and secrets it can read. Without it, only `node-role.kubernetes.io/worker=`. Other
+        /// labels, and the ones a host says of itself (zone, region, hostname, OS,
+        /// architecture, instance type), are always allowed.
+        #[arg(long, value_name = "KEY=VALUE,...")]
+        labels: Option<String>,
     },
     /// List the tokens: name, role and when each was created (never the tokens themselves).
     List {
@@ -286,11 +294,18 @@ async fn main() -> Result<()> {
         Cmd::Bench { cmd: BenchCmd::EventTtl { events, rounds } } => {
             aloft_coordinator::bench::event_ttl(events, rounds.max(1)).await
         }
-        Cmd::Token { cmd: TokenCmd::Create { data_dir, name, role } } => {
+        Cmd::Token { cmd: TokenCmd::Create { data_dir, name, role, labels } } => {
             if let Some(why) = reserved_token_name(&name) {
                 anyhow::bail!("{why}; choose another name");
             }
-            let role: auth::Role = role.parse()?;
+            let mut role: auth::Role = role.parse()?;
+            match (&mut role, labels) {
+                (auth::Role::Bootstrap(scope), Some(labels)) => *scope = auth::EnrollLabels::parse(&labels)?,
+                (_, Some(_)) => anyhow::bail!(
+                    "--labels is for --role bootstrap: it says which labels the nodes it enrolls may carry"
+                ),
+                (_, None) => {}
+            }
             if let auth::Role::Node(n) = &role {
                 anyhow::bail!(
                     "--role node:{n} is refused: a node's credential comes from its enrollment (a bootstrap token), so that deleting the Node revokes it; create a bootstrap token instead"

@@ -58,7 +58,7 @@ fn check_labels(labels: &BTreeMap<String, String>) -> Vec<aloft_api::StatusCause
 /// Handle an enrollment. `tokens` is where the node credential is stored.
 pub async fn enroll(ctx: SharedCtx, tokens: SqliteStore, who: Identity, body: &[u8]) -> Result<Response, ApiError> {
     if auth::decide_path(&who, "post", "/aloft/v1/enroll") == auth::Decision::Deny {
-        return Err(ApiError::forbidden(&who, "create", "enrollments", None));
+        return Err(ApiError::forbidden(&who, "create", "enrollments", None, None));
     }
     let req: EnrollRequest = serde_json::from_slice(body)
         .map_err(|e| ApiError::bad_request(format!("malformed enrollment request: {e}")))?;
@@ -69,6 +69,24 @@ pub async fn enroll(ctx: SharedCtx, tokens: SqliteStore, who: Identity, body: &[
     causes.extend(check_labels(&req.labels));
     if !causes.is_empty() {
         return Err(ApiError::invalid("Enrollment", &req.node_name, causes));
+    }
+    if let Role::Bootstrap(scope) = &who.role {
+        let refused: Vec<String> =
+            req.labels.iter().filter(|(k, v)| !scope.allows(k, v)).map(|(k, v)| format!("{k}={v}")).collect();
+        if !refused.is_empty() {
+            let mut e = ApiError::forbidden(&who, "create", "enrollments", None, None);
+            e.status.message = format!(
+                "enrollment of {:?} is forbidden: bootstrap token {:?} may not give the label(s) {}: labels of \
+                 Kubernetes' own namespaces choose a node's pool, and so the configs and secrets it reads. Make a \
+                 token that may: aloft-coordinator token create --name NAME --role bootstrap --labels {}",
+                req.node_name,
+                who.name,
+                refused.join(", "),
+                refused.join(",")
+            );
+            tracing::warn!(node = %req.node_name, by = %who.name, labels = %refused.join(","), "enrollment refused: labels the bootstrap token may not give");
+            return Err(e);
+        }
     }
     let key = Key::cluster(&NODE.store_key(), &req.node_name);
     let role = Role::Node(req.node_name.clone());

@@ -32,13 +32,35 @@ impl ApiError {
     }
     /// 403 naming the caller as `kubectl auth whoami` does (`system:bootstrap:fleet`, not the
     /// token's name `fleet`).
-    pub fn forbidden(who: &crate::auth::Identity, verb: &str, resource: &str, name: Option<&str>) -> Self {
+    /// In kube-apiserver's words: `nodes "b" is forbidden: User "system:node:a" cannot patch
+    /// resource "nodes" in API group "" at the cluster scope`, with the same details.
+    pub fn forbidden(
+        who: &crate::auth::Identity,
+        verb: &str,
+        resource: &str,
+        namespace: Option<&str>,
+        name: Option<&str>,
+    ) -> Self {
         let user = who.user_info().0;
         let what = match name {
             Some(n) => format!("{resource} {n:?}"),
             None => resource.to_string(),
         };
-        Self::new(403, "Forbidden", format!("{what} is forbidden: User {user:?} cannot {verb} this resource"))
+        let (plural, group) = split_qualified(resource);
+        let target = if resource.starts_with('/') {
+            format!("path {resource:?}")
+        } else {
+            let scope = match namespace.filter(|n| !n.is_empty()) {
+                Some(ns) => format!("in the namespace {ns:?}"),
+                None => "at the cluster scope".to_string(),
+            };
+            format!("resource {plural:?} in API group {group:?} {scope}")
+        };
+        let mut e = Self::new(403, "Forbidden", format!("{what} is forbidden: User {user:?} cannot {verb} {target}"));
+        if !resource.starts_with('/') {
+            e.status.details = Some(details(resource, name.unwrap_or("")));
+        }
+        e
     }
     /// A request with an `Impersonate-*` header (`header`): aloft acts for no one but the caller.
     pub fn impersonation(header: &str, who: &crate::auth::Identity) -> Self {
@@ -56,16 +78,19 @@ impl ApiError {
     }
     pub fn not_found(resource: &str, name: &str) -> Self {
         let mut e = Self::new(404, "NotFound", format!("{resource} {name:?} not found"));
-        e.status.details = Some(StatusDetails { name: name.into(), kind: resource.into(), ..Default::default() });
+        e.status.details = Some(details(resource, name));
         e
     }
     pub fn already_exists(resource: &str, name: &str) -> Self {
         let mut e = Self::new(409, "AlreadyExists", format!("{resource} {name:?} already exists"));
-        e.status.details = Some(StatusDetails { name: name.into(), kind: resource.into(), ..Default::default() });
+        e.status.details = Some(details(resource, name));
         e
     }
     pub fn conflict(resource: &str, name: &str, detail: &str) -> Self {
-        Self::new(409, "Conflict", format!("Operation cannot be fulfilled on {resource} {name:?}: {detail}"))
+        let mut e =
+            Self::new(409, "Conflict", format!("Operation cannot be fulfilled on {resource} {name:?}: {detail}"));
+        e.status.details = Some(details(resource, name));
+        e
     }
     pub fn gone(message: impl Into<String>) -> Self {
         Self::new(410, "Expired", message)
@@ -122,6 +147,19 @@ impl ApiError {
 }
 
 /// One field error for [`ApiError::invalid`].
+/// `plural.group` (or a core `plural`) as its two parts.
+fn split_qualified(resource: &str) -> (&str, &str) {
+    resource.split_once('.').unwrap_or((resource, ""))
+}
+
+/// A Status' details as kube-apiserver gives them for a resource: `kind` is the resource's
+/// plural, `group` its API group (client-go reads them to tell which resource an error is
+/// about; the group was folded into `kind`).
+fn details(resource: &str, name: &str) -> StatusDetails {
+    let (plural, group) = split_qualified(resource);
+    StatusDetails { name: name.into(), group: group.into(), kind: plural.into(), ..Default::default() }
+}
+
 pub fn cause(field: &str, reason: &str, message: impl Into<String>) -> StatusCause {
     StatusCause { field: field.into(), reason: reason.into(), message: message.into() }
 }

@@ -38,6 +38,8 @@ impl Call<'_> {
     fn qualified(&self) -> String {
         self.path.rt.qualified()
     }
+    /// Whether the request is a dry run; every `dryRun` value was checked to be `All` before
+    /// ([`check_dry_run`]).
     fn dry_run(&self) -> bool {
         self.params.get("dryRun").is_some_and(|v| v == "All")
     }
@@ -69,7 +71,13 @@ impl Call<'_> {
         }
     }
     fn forbidden(&self, verb: Verb) -> ApiError {
-        ApiError::forbidden(self.who, verb.as_str(), &self.qualified(), self.path.name.as_deref())
+        ApiError::forbidden(
+            self.who,
+            verb.as_str(),
+            &self.qualified(),
+            self.path.namespace.as_deref(),
+            self.path.name.as_deref(),
+        )
     }
     /// The stored object, or 404.
     async fn stored(&self, name: &str) -> Result<Stored, ApiError> {
@@ -86,6 +94,7 @@ impl Call<'_> {
     /// finalizer names earn.
     fn validate(&self, obj: &Value, stored: Option<&Value>) -> Result<Vec<String>, ApiError> {
         let mut causes = validate::object_causes(self.path.rt, obj);
+        causes.extend(validate::annotation_causes(obj, stored));
         let (finalizer_causes, mut warnings) = finalizers::causes(obj, stored);
         warnings.extend(validate::object_warnings(self.path.rt, obj));
         causes.extend(finalizer_causes);
@@ -118,6 +127,13 @@ impl Call<'_> {
                 "the namespace of the provided object ({body_ns}) does not match the namespace sent on the request ({url_ns})"
             )));
         }
+        // The URL's namespace is the object's from here on: admission reads it (an Event must
+        // be in its object's namespace).
+        if body_ns.is_empty() {
+            if let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+                m.insert("namespace".into(), url_ns.into());
+            }
+        }
         Ok(())
     }
 }
@@ -131,6 +147,38 @@ pub async fn decide(ctx: &Ctx, who: &Identity, req: &auth::Request<'_>) -> Resul
         _ => None,
     };
     Ok(auth::decide(who, req, auth::Facts { own_node: own_node.as_deref() }))
+}
+
+/// The options kind kube-apiserver names in an error about a write's options.
+fn options_kind(method: &Method) -> &'static str {
+    match *method {
+        Method::POST => "CreateOptions.meta.k8s.io",
+        Method::PUT => "UpdateOptions.meta.k8s.io",
+        Method::PATCH => "PatchOptions.meta.k8s.io",
+        _ => "DeleteOptions.meta.k8s.io",
+    }
+}
+
+/// Every `dryRun` value of a write must be `All`, the only one Kubernetes defines: anything else
+/// (`true`, `all`, or `All` next to another value) is refused as kube-apiserver refuses it,
+/// before anything is written. Taken for "not a dry run", `?dryRun=true` deleted for real what a
+/// script only meant to try. Reads take no such option, and ignore it.
+pub fn check_dry_run<'v>(method: &Method, values: impl IntoIterator<Item = &'v str>) -> Result<(), ApiError> {
+    if matches!(*method, Method::GET | Method::HEAD) {
+        return Ok(());
+    }
+    match values.into_iter().find(|v| *v != "All") {
+        None => Ok(()),
+        Some(v) => Err(ApiError::invalid(
+            options_kind(method),
+            "",
+            vec![super::error::cause(
+                "dryRun",
+                "FieldValueNotSupported",
+                format!("Unsupported value: {v:?}: supported values: \"All\""),
+            )],
+        )),
+    }
 }
 
 pub async fn dispatch(call: Call<'_>) -> Result<Response, ApiError> {
@@ -177,6 +225,18 @@ impl AsRef<[u8]> for JsonText {
 async fn get(call: Call<'_>) -> Result<Response, ApiError> {
     call.authorize(Verb::Get).await?;
     let name = call.path.name.clone().unwrap_or_default();
+    // A resourceVersion on a GET means "not older than", as on a list: one the store has not
+    // reached waits, then is refused (504); one it never issued is a bad request. The store
+    // serves only its newest state, which is never older than a version it has reached.
+    match call.params.get("resourceVersion").map(String::as_str) {
+        None | Some("") | Some("0") => {}
+        Some(rv) => {
+            let rv = rv.parse::<u64>().map_err(|_| {
+                ApiError::bad_request(format!("resourceVersion {rv:?} is not a resourceVersion this server issued"))
+            })?;
+            watch::reached(call.ctx, rv).await?;
+        }
+    }
     let obj = call.stored(&name).await?;
     Ok(respond_one(&call, StatusCode::OK, obj))
 }
@@ -395,6 +455,14 @@ async fn create_judged(call: &Call<'_>, mut obj: Value) -> Result<Response, ApiE
     if !causes.is_empty() {
         return Err(call.invalid(&name, causes));
     }
+    if call.path.rt.status_subresource && !call.path.rt.group.is_empty() {
+        // A custom resource's status is its controller's, as kube-apiserver's strategy for one
+        // with a status subresource drops it on create (watchers saw a made-up status until the
+        // controller's next pass). A Node keeps it: its agent registers it with its status.
+        if let Some(m) = obj.as_object_mut() {
+            m.remove("status");
+        }
+    }
     let warnings = call.validate(&obj, None)?;
     objects::prepare_create(&mut obj, &call.path.store_namespace());
     if call.dry_run() {
@@ -460,6 +528,10 @@ async fn read_modify_write_warned(
         finalizers::keep_deletion_fields(&stored, &mut next);
         let mut found = problems.to_vec();
         let warnings = if validate::only_annotations_changed(&stored, &next) {
+            let causes = validate::annotation_causes(&next, Some(&stored));
+            if !causes.is_empty() {
+                return Err(call.invalid(name, causes));
+            }
             directive.judge(call.path.rt, found)?
         } else {
             let added = fields::new_unknown_fields(call.path.rt, &stored, &next);
@@ -518,6 +590,73 @@ async fn read_modify_write_warned(
     Err(ApiError::conflict(&call.qualified(), name, "too many concurrent writers; try again"))
 }
 
+/// A PUT whose body names a uid is conditional on it, as kube-apiserver makes it: a manifest
+/// saved from an object since deleted and made again under its name does not overwrite the new
+/// one.
+fn uid_precondition(call: &Call<'_>, name: &str, obj: &Value, stored: &Value) -> Result<(), ApiError> {
+    let want = obj.pointer("/metadata/uid").and_then(Value::as_str).unwrap_or("");
+    let have = stored.pointer("/metadata/uid").and_then(Value::as_str).unwrap_or("");
+    if want.is_empty() || want == have {
+        return Ok(());
+    }
+    Err(ApiError::conflict(
+        &call.qualified(),
+        name,
+        &format!("Precondition failed: UID in precondition: {want}, UID in object meta: {have}"),
+    ))
+}
+
+/// A patch may not make the object another one: another kind or API version (kubectl could no
+/// longer read, list or delete it), another name or namespace, another uid. Each is refused
+/// with kube-apiserver's answer instead of being stored or silently dropped.
+fn same_identity(call: &Call<'_>, stored: &Value, patched: &Value) -> Result<(), ApiError> {
+    let text = |v: &Value, p: &str| v.pointer(p).and_then(Value::as_str).unwrap_or("").to_string();
+    let name = text(stored, "/metadata/name");
+    let rt = call.path.rt;
+    let mut causes = Vec::new();
+    let api_version = text(patched, "/apiVersion");
+    if api_version != rt.api_version() {
+        causes.push(super::error::cause(
+            "apiVersion",
+            "FieldValueInvalid",
+            format!("Invalid value: {api_version:?}: must be {}", rt.api_version()),
+        ));
+    }
+    let kind = text(patched, "/kind");
+    if kind != rt.kind {
+        causes.push(super::error::cause(
+            "kind",
+            "FieldValueInvalid",
+            format!("Invalid value: {kind:?}: must be {}", rt.kind),
+        ));
+    }
+    let uid = text(patched, "/metadata/uid");
+    if !uid.is_empty() && uid != text(stored, "/metadata/uid") {
+        causes.push(super::error::cause(
+            "metadata.uid",
+            "FieldValueInvalid",
+            format!("Invalid value: {uid:?}: field is immutable"),
+        ));
+    }
+    if !causes.is_empty() {
+        return Err(call.invalid(&name, causes));
+    }
+    let patched_name = text(patched, "/metadata/name");
+    if !patched_name.is_empty() && patched_name != name {
+        return Err(ApiError::bad_request(format!(
+            "the name of the object ({patched_name}) does not match the name on the URL ({name})"
+        )));
+    }
+    let namespace = text(patched, "/metadata/namespace");
+    let stored_namespace = text(stored, "/metadata/namespace");
+    if rt.namespaced && !namespace.is_empty() && namespace != stored_namespace {
+        return Err(ApiError::bad_request(format!(
+            "the namespace of the object ({namespace}) does not match the namespace on the URL ({stored_namespace})"
+        )));
+    }
+    Ok(())
+}
+
 async fn update(call: Call<'_>) -> Result<Response, ApiError> {
     let decision = call.authorize(Verb::Update).await?;
     let name = call.path.name.clone().unwrap_or_default();
@@ -531,10 +670,25 @@ async fn update(call: Call<'_>) -> Result<Response, ApiError> {
             "the name of the object ({body_name}) does not match the name on the URL ({name})"
         )));
     }
-    // Without a resourceVersion the PUT is unconditional (as Kubernetes allows for most kinds).
+    // Without a resourceVersion the PUT is unconditional, as Kubernetes allows for its built-in
+    // kinds (Node, Event) and not for custom resources: on OpenShift a blind PUT of a
+    // MachineConfig or pool can never overwrite a newer one.
     let unconditional = precondition(&obj)?.is_none();
-    let (out, warnings) =
-        read_modify_write(&call, &name, unconditional, decision, (directive, &problems), |_| Ok(obj.clone())).await?;
+    if unconditional && !call.path.rt.group.is_empty() {
+        return Err(call.invalid(
+            &name,
+            vec![super::error::cause(
+                "metadata.resourceVersion",
+                "FieldValueInvalid",
+                "Invalid value: 0x0: must be specified for an update",
+            )],
+        ));
+    }
+    let (out, warnings) = read_modify_write(&call, &name, unconditional, decision, (directive, &problems), |stored| {
+        uid_precondition(&call, &name, &obj, stored)?;
+        Ok(obj.clone())
+    })
+    .await?;
     Ok(fields::with_warnings(respond_one(&call, StatusCode::OK, out), &warnings))
 }
 
@@ -547,7 +701,9 @@ async fn patch(call: Call<'_>) -> Result<Response, ApiError> {
     let (patch, problems) = objects::parse_patch(&call.body)?;
     let object_kind = call.path.rt.kind;
     let (out, warnings) = read_modify_write(&call, &name, true, decision, (directive, &problems), |stored| {
-        objects::apply_patch(kind, object_kind, stored, &patch)
+        let patched = objects::apply_patch(kind, object_kind, stored, &patch)?;
+        same_identity(&call, stored, &patched)?;
+        Ok(patched)
     })
     .await?;
     Ok(fields::with_warnings(respond_one(&call, StatusCode::OK, out), &warnings))
@@ -613,7 +769,14 @@ async fn delete(call: Call<'_>) -> Result<Response, ApiError> {
             );
         }
         uid = opts.pointer("/preconditions/uid").and_then(Value::as_str).map(str::to_string);
-        dry_run |= opts.get("dryRun").and_then(Value::as_array).is_some_and(|a| a.iter().any(|v| v == "All"));
+        if let Some(values) = opts.get("dryRun").filter(|v| !v.is_null()) {
+            let values = values
+                .as_array()
+                .filter(|a| a.iter().all(Value::is_string))
+                .ok_or_else(|| ApiError::bad_request("malformed DeleteOptions: dryRun must be a list of strings"))?;
+            check_dry_run(&call.method, values.iter().filter_map(Value::as_str))?;
+            dry_run |= !values.is_empty();
+        }
         if let Some(p) = opts.get("propagationPolicy").and_then(Value::as_str) {
             policy = Some(p.to_string());
         }

@@ -14,6 +14,7 @@ pub mod pages;
 pub mod request;
 pub mod request_metrics;
 pub mod review;
+mod strategic;
 pub mod table;
 pub mod validate;
 pub mod watch;
@@ -199,11 +200,17 @@ async fn api_root<const CORE: bool>(
     Extension(w): Extension<Identity>,
     m: Method,
     rest: Option<axum::extract::Path<String>>,
-    Query(q): Query<HashMap<String, String>>,
+    Query(pairs): Query<Vec<(String, String)>>,
     h: HeaderMap,
     b: Body,
 ) -> Response {
     let rest = rest.map(|p| p.0).unwrap_or_default();
+    if let Err(e) = handlers::check_dry_run(&m, pairs.iter().filter(|(k, _)| k == "dryRun").map(|(_, v)| v.as_str())) {
+        return e.into_response();
+    }
+    // A parameter given twice counts once, its last value (as before; `dryRun`, where a second
+    // value could turn a dry run into a real write, is checked whole above).
+    let q: HashMap<String, String> = pairs.into_iter().collect();
     into_response(api_entry(CORE, c, w, m, &rest, q, h, b).await)
 }
 
@@ -261,7 +268,7 @@ async fn health_endpoint(ctx: &Ctx, endpoint: &str, one: Option<&str>, query: Op
 async fn metrics(ctx: &Ctx, who: &Identity, headers: &HeaderMap) -> Response {
     use aloft_api::exposition;
     if auth::decide_path(who, "get", "/metrics") == auth::Decision::Deny {
-        return ApiError::forbidden(who, "get", "/metrics", None).into_response();
+        return ApiError::forbidden(who, "get", "/metrics", None, None).into_response();
     }
     let accept = headers.get(axum::http::header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
     match crate::metrics::encode(ctx.store.as_ref(), &ctx.health, &ctx.requests, ctx.allocator).await {

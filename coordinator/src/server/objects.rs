@@ -166,14 +166,6 @@ impl PatchType {
     }
 }
 
-fn has_directive(v: &Value) -> bool {
-    match v {
-        Value::Object(m) => m.keys().any(|k| k.starts_with('$')) || m.values().any(has_directive),
-        Value::Array(a) => a.iter().any(has_directive),
-        _ => false,
-    }
-}
-
 /// A PATCH body, and the keys it repeats (for field validation).
 pub fn parse_patch(body: &[u8]) -> Result<(Value, Vec<String>), ApiError> {
     super::fields::parse_json(body).map_err(|e| ApiError::bad_request(format!("malformed patch: {e}")))
@@ -184,16 +176,15 @@ pub fn parse_patch(body: &[u8]) -> Result<(Value, Vec<String>), ApiError> {
 pub fn apply_patch(kind: PatchType, object_kind: &str, target: &Value, patch: &Value) -> Result<Value, ApiError> {
     let mut out = target.clone();
     match kind {
-        PatchType::Merge | PatchType::Strategic => {
+        PatchType::Merge => {
             if !patch.is_object() {
                 return Err(ApiError::bad_request("a merge patch must be a JSON object"));
             }
-            if kind == PatchType::Strategic && has_directive(patch) {
-                return Err(ApiError::unsupported_media(
-                    "strategic merge patch directives ($patch, $retainKeys, ...) are not supported; send a JSON merge patch",
-                ));
-            }
             json_patch::merge(&mut out, patch);
+        }
+        PatchType::Strategic => {
+            super::strategic::apply(object_kind, &mut out, patch)
+                .map_err(|e| ApiError::bad_request(format!("malformed strategic merge patch: {e}")))?;
         }
         PatchType::Json => {
             let p = json_patch::Patch::deserialize(patch)
@@ -289,7 +280,10 @@ mod tests {
         assert_eq!(e.status.details.as_ref().unwrap().kind, "MachineConfigPool");
         assert_eq!(apply(PatchType::Merge, b"[1]").unwrap_err().status.code, 400);
         assert_eq!(apply(PatchType::Merge, b"{oops").unwrap_err().status.code, 400);
-        assert_eq!(apply(PatchType::Strategic, br#"{"spec":{"$patch":"replace"}}"#).unwrap_err().status.code, 415);
+        // Strategic: directives are applied (server/strategic.rs); a malformed one is a 400.
+        let r = apply(PatchType::Strategic, br#"{"spec":{"$patch":"replace","paused":true}}"#).unwrap();
+        assert_eq!(r["spec"], json!({"paused": true}));
+        assert_eq!(apply(PatchType::Strategic, br#"{"spec":{"$patch":"wipe"}}"#).unwrap_err().status.code, 400);
         assert_eq!(PatchType::from_content_type("application/apply-patch+yaml").unwrap_err().status.code, 415);
     }
 }

@@ -202,9 +202,103 @@ pub fn object_warnings(r: &ResourceType, obj: &Value) -> Vec<String> {
     }
 }
 
+/// The most all annotations of an object may hold, keys and values, as in Kubernetes.
+pub const MAX_ANNOTATIONS_BYTES: usize = 256 * 1024;
+
+/// `metadata.annotations` by Kubernetes' rules: each key a qualified name (taken in lower case,
+/// as kube-apiserver does), and at most 256 KiB in all. Keys `stored` already has are not
+/// checked again (an agent's report only changes values). Runs for every write, the ones that
+/// change only annotations too.
+pub fn annotation_causes(obj: &Value, stored: Option<&Value>) -> Vec<StatusCause> {
+    let mut out = Vec::new();
+    let Some(annotations) = obj.pointer("/metadata/annotations").and_then(Value::as_object) else { return out };
+    let old = stored.and_then(|s| s.pointer("/metadata/annotations")).and_then(Value::as_object);
+    let mut total = 0;
+    for (k, v) in annotations {
+        total += k.len() + v.as_str().map_or(0, str::len);
+        if old.is_some_and(|o| o.contains_key(k)) {
+            continue;
+        }
+        for m in aloft_api::selector::label_key_errors(&k.to_lowercase()) {
+            out.push(cause("metadata.annotations", "FieldValueInvalid", format!("Invalid value: {k:?}: {m}")));
+        }
+    }
+    if total > MAX_ANNOTATIONS_BYTES {
+        out.push(cause(
+            "metadata.annotations",
+            "FieldValueTooLong",
+            format!("Too long: must have at most {MAX_ANNOTATIONS_BYTES} bytes"),
+        ));
+    }
+    out
+}
+
+/// The types of the metadata fields no kind's typed read covers: `generateName` and
+/// `managedFields`. Stored as anything, they broke every typed client on the object (`kubectl
+/// describe`, `cordon` and `drain` of a Node failed to decode it).
+fn meta_type_causes(obj: &Value, out: &mut Vec<StatusCause>) {
+    let Some(meta) = obj.get("metadata") else { return };
+    let wrong = |field: &str, v: &Value, want: &str| {
+        cause(field, "FieldValueInvalid", format!("invalid type: {}, expected {want}", json_type(v)))
+    };
+    if let Some(g) = meta.get("generateName").filter(|g| !g.is_null() && !g.is_string()) {
+        out.push(wrong("metadata.generateName", g, "a string"));
+    }
+    let Some(fields) = meta.get("managedFields").filter(|f| !f.is_null()) else { return };
+    let Some(entries) = fields.as_array() else {
+        out.push(wrong("metadata.managedFields", fields, "a list of ManagedFieldsEntry"));
+        return;
+    };
+    for (i, e) in entries.iter().enumerate() {
+        let at = format!("metadata.managedFields[{i}]");
+        let Some(e) = e.as_object() else {
+            out.push(wrong(&at, e, "a ManagedFieldsEntry object"));
+            continue;
+        };
+        for (k, v) in e {
+            let ok = match k.as_str() {
+                "manager" | "operation" | "apiVersion" | "time" | "fieldsType" | "subresource" => v.is_string(),
+                "fieldsV1" => v.is_object(),
+                _ => true,
+            } || v.is_null();
+            if !ok {
+                let want = if k == "fieldsV1" { "an object" } else { "a string" };
+                out.push(wrong(&format!("{at}.{k}"), v, want));
+            }
+        }
+    }
+}
+
+/// A core/v1 Event lives in its object's namespace, or, for a cluster-scoped object, in
+/// `default` (kube-apiserver's rule for Events, which `kubectl describe` relies on to find them).
+fn event_namespace_causes(obj: &Value, out: &mut Vec<StatusCause>) {
+    let text = |p: &str| obj.pointer(p).and_then(Value::as_str).unwrap_or("");
+    let (namespace, involved) = (text("/metadata/namespace"), text("/involvedObject/namespace"));
+    let fits = if involved.is_empty() { namespace.is_empty() || namespace == "default" } else { namespace == involved };
+    if !fits {
+        out.push(cause(
+            "involvedObject.namespace",
+            "FieldValueInvalid",
+            format!("Invalid value: {involved:?}: does not match event.namespace"),
+        ));
+    }
+}
+
+fn json_type(v: &Value) -> String {
+    match v {
+        Value::Null => "null".into(),
+        Value::Bool(b) => format!("boolean `{b}`"),
+        Value::Number(n) => format!("number `{n}`"),
+        Value::String(s) => format!("string {s:?}"),
+        Value::Array(_) => "sequence".into(),
+        Value::Object(_) => "map".into(),
+    }
+}
+
 pub fn object_causes(r: &ResourceType, obj: &Value) -> Vec<StatusCause> {
     let mut out = Vec::new();
     label_causes(obj, &mut out);
+    meta_type_causes(obj, &mut out);
     match r.kind {
         "MachineConfig" => {
             if let Some(mc) = typed::<MachineConfig>(obj, &mut out) {
@@ -234,6 +328,7 @@ pub fn object_causes(r: &ResourceType, obj: &Value) -> Vec<StatusCause> {
         "Node" => {
             typed::<Node>(obj, &mut out);
         }
+        "Event" => event_namespace_causes(obj, &mut out),
         "MachineConfiguration" => {
             // The agent's own check (shared in aloft-api): a policy it would refuse degrades every
             // node that updates, so it is refused here instead.

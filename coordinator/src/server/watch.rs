@@ -80,10 +80,14 @@ pub async fn serve(
     let rt = path.rt;
     let resource = rt.store_key();
     let rv = params.get("resourceVersion").map(String::as_str).unwrap_or("");
+    // 0 is the server's default, as in kube-apiserver: taken as no time at all, the watch ended
+    // after its first initial event.
     let timeout = match params.get("timeoutSeconds") {
-        Some(s) => Duration::from_secs(
-            s.parse().map_err(|_| ApiError::bad_request(format!("timeoutSeconds {s:?} is not a number")))?,
-        ),
+        Some(s) => match s.parse() {
+            Ok(0) => ctx.limits.watch_timeout,
+            Ok(n) => Duration::from_secs(n),
+            Err(_) => return Err(ApiError::bad_request(format!("timeoutSeconds {s:?} is not a number"))),
+        },
         None => ctx.limits.watch_timeout,
     };
     let send_initial = send_initial_events(params)?;
@@ -244,7 +248,13 @@ fn send_initial_events(params: &HashMap<String, String>) -> Result<bool, ApiErro
         ApiError::invalid("ListOptions", "", vec![super::error::cause(field, "FieldValueInvalid", message)])
     };
     match params.get("sendInitialEvents").map(String::as_str) {
-        None | Some("") | Some("false") => Ok(false),
+        None | Some("") | Some("false") => {
+            // Only a WatchList may say how the resourceVersion matches, as kube-apiserver checks.
+            if params.get("resourceVersionMatch").is_some_and(|m| !m.is_empty()) {
+                return Err(invalid("resourceVersionMatch", "resourceVersionMatch is forbidden for watch"));
+            }
+            Ok(false)
+        }
         Some("true") => {
             if params.get("resourceVersionMatch").map(String::as_str) != Some("NotOlderThan") {
                 return Err(invalid(

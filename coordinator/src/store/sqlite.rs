@@ -203,8 +203,47 @@ fn open_conn(path: &Path) -> Result<Connection, StoreError> {
     Ok(conn)
 }
 
+/// Makes the store's file at `path` (and its write-ahead log and shared-memory files) readable
+/// by the owner alone: every MachineConfig's secrets are in it. SQLite creates a file 0644 and
+/// gives the other two the file's mode, so a data dir an operator made 0755 left it readable by
+/// every local user. A missing file is created empty (a new store) with mode 0600; an existing
+/// one others may read is made 0600, and that is logged.
+fn make_private(path: &Path) -> Result<(), StoreError> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let fail = |what: &str, p: &Path, e: std::io::Error| StoreError::Backend(format!("{what} {}: {e}", p.display()));
+    match std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path) {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        // A read-only data dir: the open below says what it can (a store there may still be read).
+        Err(e) if matches!(e.kind(), std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem) => {
+            return Ok(())
+        }
+        Err(e) => return Err(fail("creating", path, e)),
+    }
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    let mut shm = path.as_os_str().to_owned();
+    shm.push("-shm");
+    for p in [path.to_path_buf(), wal.into(), shm.into()] {
+        let Ok(meta) = std::fs::metadata(&p) else { continue };
+        let mode = meta.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            match std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode & 0o700)) {
+                Ok(()) => {
+                    tracing::warn!(file = %p.display(), "the store's file was readable by other users (mode {mode:04o}): made 0600")
+                }
+                Err(e) => {
+                    tracing::warn!(file = %p.display(), error = %e, "the store's file is readable by other users (mode {mode:04o}) and cannot be made 0600")
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 /// A connection to one SQLite file with the store's settings, nothing attached.
 fn open_file(path: &Path) -> Result<Connection, StoreError> {
+    make_private(path)?;
     let conn = Connection::open(path)?;
     conn.busy_timeout(std::time::Duration::from_secs(10))?;
     conn.pragma_update(None, "journal_mode", "WAL")?;
@@ -265,6 +304,7 @@ pub fn tokens_path(path: &Path) -> std::path::PathBuf {
 /// Attach the tokens' file as `tok`, with the store's durability.
 fn attach_tokens(conn: &Connection, path: &Path) -> Result<(), StoreError> {
     let tokens = tokens_path(path);
+    make_private(&tokens)?;
     let attach = || -> rusqlite::Result<()> {
         conn.execute("ATTACH DATABASE ?1 AS tok", [tokens.to_string_lossy()])?;
         conn.pragma_update(Some("tok"), "journal_mode", "WAL")?;
@@ -715,15 +755,33 @@ const CHECKPOINT_AFTER: std::time::Duration = std::time::Duration::from_millis(1
 /// copy the WAL back and fsync the database file: a pause of milliseconds for every write of
 /// the group, on a rollout's critical path. PASSIVE: it never blocks the writer or a reader.
 fn checkpointer(conn: Connection, commits: std::sync::mpsc::Receiver<()>) {
-    while commits.recv().is_ok() {
+    use std::sync::mpsc::RecvTimeoutError;
+    let mut due = commits.recv().is_ok();
+    while due {
         std::thread::sleep(CHECKPOINT_AFTER);
         while commits.try_recv().is_ok() {}
         // Unqualified: every attached file, the tokens' too (the writer checkpoints none).
         if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
             tracing::warn!(error = %e, "store checkpoint failed; retried after the next commit");
         }
+        due = match commits.recv_timeout(TRUNCATE_WHEN_IDLE) {
+            Ok(()) => true,
+            Err(RecvTimeoutError::Disconnected) => false,
+            Err(RecvTimeoutError::Timeout) => {
+                // Quiet for a while: the log goes back to nothing. SQLite reuses a log from its
+                // start but never shrinks it, so a burst (a rollout, a disk filled and freed)
+                // left it at its largest for good, many times the store's size.
+                if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(())) {
+                    tracing::debug!(error = %e, "store log truncation failed; tried again when next idle");
+                }
+                commits.recv().is_ok()
+            }
+        };
     }
 }
+
+/// How long the store must go without a commit before its write-ahead log is truncated.
+const TRUNCATE_WHEN_IDLE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// The single writer: takes every queued write, runs each inside its own SAVEPOINT of one
 /// IMMEDIATE transaction (a write that fails — a conflict, a missing object — is rolled back
@@ -1501,6 +1559,40 @@ mod tests {
         other.execute_batch("COMMIT;").unwrap();
         s.create(&Key::cluster("/nodes", "n1"), obj("n1", 1)).await.unwrap();
         assert!(s.get(&Key::cluster("/nodes", "n1")).await.unwrap().is_some());
+    }
+
+    /// The store's files are the owner's alone (every MachineConfig's secrets are in them),
+    /// also in a data dir others may read, and ones made readable before are made private; the
+    /// write-ahead log goes back to nothing once the store is quiet (a burst left it at its
+    /// largest for good).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_files_are_private_and_the_log_shrinks_when_idle() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        let wal = |p: &Path| {
+            let mut w = p.as_os_str().to_owned();
+            w.push("-wal");
+            std::path::PathBuf::from(w)
+        };
+        let s = SqliteStore::open(&path).unwrap();
+        for i in 0..300 {
+            s.create(&Key::cluster("/nodes", &format!("n{i}")), obj(&format!("n{i}"), 1)).await.unwrap();
+        }
+        s.put_token("h1".into(), "t".into(), "viewer".into()).await.unwrap();
+        for p in [path.clone(), wal(&path), tokens_path(&path), wal(&tokens_path(&path))] {
+            assert_eq!(mode(&p), 0o600, "{}", p.display());
+        }
+        assert!(std::fs::metadata(wal(&path)).unwrap().len() > 0);
+        tokio::time::sleep(CHECKPOINT_AFTER + TRUNCATE_WHEN_IDLE + std::time::Duration::from_secs(1)).await;
+        assert_eq!(std::fs::metadata(wal(&path)).unwrap().len(), 0, "the log is truncated when idle");
+        assert!(s.get(&Key::cluster("/nodes", "n299")).await.unwrap().is_some());
+        drop(s);
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let s = SqliteStore::open(&path).unwrap();
+        assert_eq!(mode(&path), 0o600, "made private again");
+        assert!(s.get(&Key::cluster("/nodes", "n0")).await.unwrap().is_some());
     }
 
     /// `token list` on a copy of a data dir without SQLite's shared-memory file (a read-only
