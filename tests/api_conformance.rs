@@ -191,9 +191,18 @@ async fn create_get_list_update_delete_with_selectors() {
     assert_eq!(bad.code, 400, "unsupported field selector: {}", bad.body);
 
     // Update: spec changes bump generation and resourceVersion; server-set metadata is kept.
+    // A uid in the body is a precondition, as in kube-apiserver: another object's is 409.
     let mut upd = got.clone();
     upd["spec"]["kernelArguments"] = json!(["nosmt"]);
     upd["metadata"]["uid"] = "forged".into();
+    let r = admin.put(&path_of(&MACHINE_CONFIG, Some("10-b")), &upd).await.unwrap();
+    assert_status(&r, 409, "Conflict", "a PUT naming another uid");
+    assert!(
+        r.body["message"].as_str().unwrap_or_default().contains("Precondition failed: UID in precondition: forged"),
+        "{}",
+        r.body
+    );
+    upd["metadata"].as_object_mut().unwrap().remove("uid");
     let r = admin.put(&path_of(&MACHINE_CONFIG, Some("10-b")), &upd).await.unwrap();
     assert_eq!(r.code, 200, "{}", r.body);
     assert_eq!(r.body["spec"]["kernelArguments"], json!(["nosmt"]));
@@ -411,11 +420,18 @@ async fn status_subresource_rules() {
     // Pools have /status too: a user's PUT of the pool cannot fake machine counts.
     let r = admin.post(&path_of(&MACHINE_CONFIG_POOL, None), &machine_config_pool("p1", "p1")).await.unwrap();
     assert_eq!(r.code, 201, "{}", r.body);
-    let mut p = get_ok(&admin, &MACHINE_CONFIG_POOL, "p1").await;
-    p["status"]["machineCount"] = 42.into();
-    p["spec"]["paused"] = true.into();
-    p["metadata"].as_object_mut().unwrap().remove("resourceVersion");
-    let r = admin.put(&path_of(&MACHINE_CONFIG_POOL, Some("p1")), &p).await.unwrap();
+    // (A PUT of a custom resource names the revision it replaces, as kube-apiserver requires;
+    // the controller may write the pool's status meanwhile, so the PUT is tried again on 409.)
+    let mut r = admin.get(&path_of(&MACHINE_CONFIG_POOL, Some("p1"))).await.unwrap();
+    for _ in 0..20 {
+        let mut p = get_ok(&admin, &MACHINE_CONFIG_POOL, "p1").await;
+        p["status"]["machineCount"] = 42.into();
+        p["spec"]["paused"] = true.into();
+        r = admin.put(&path_of(&MACHINE_CONFIG_POOL, Some("p1")), &p).await.unwrap();
+        if r.code != 409 {
+            break;
+        }
+    }
     assert_eq!(r.code, 200, "{}", r.body);
     assert_ne!(r.body["status"]["machineCount"], 42, "{}", r.body);
     assert_eq!(get_ok(&admin, &MACHINE_CONFIG_POOL, "p1").await["spec"]["paused"], true);
@@ -812,7 +828,8 @@ async fn namespaced_events() {
         json!({
             "apiVersion": "v1", "kind": "Event",
             "metadata": {"name": name, "namespace": ns},
-            "involvedObject": {"kind": "MachineConfigPool", "name": "worker"},
+            "involvedObject": {"kind": "MachineConfigPool", "name": "worker",
+                               "namespace": if ns == "default" { "" } else { ns }},
             "reason": "Test", "message": "hello", "type": "Normal",
         })
     };
@@ -1239,4 +1256,196 @@ async fn self_subject_reviews_are_discovered_decided_and_validated() {
     assert_eq!(boot.get("/api/v1/pods").await.unwrap().code, 200);
     let r = admin.delete("/apis").await.unwrap();
     assert_status(&r, 405, "MethodNotAllowed", "discovery is read only");
+}
+
+/// What kube-apiserver refuses is refused, and nothing is written (the kubectl audit):
+/// - a dry run spelled other than `All` (`?dryRun=true` deleted a MachineConfig for real);
+/// - a patch that makes the object another kind, name, namespace or uid;
+/// - `managedFields` or `generateName` of the wrong type (every typed client then failed on it);
+/// - bad annotation keys and more than 256 KiB of annotations;
+/// - label selectors with empty terms (`-l ','` selected everything), while `a in(x)` is read;
+/// - a watch with `resourceVersionMatch`, a GET with a resourceVersion never issued.
+///
+/// And what it answers is answered: a strategic patch of one Node condition keeps the others,
+/// `timeoutSeconds=0` is the default timeout, a group is listed once, a Status names the
+/// resource's group and plural, a custom resource's status sent on create is dropped.
+#[tokio::test]
+async fn what_kube_apiserver_refuses_is_refused_and_nothing_is_written() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let mc_path = path_of(&MACHINE_CONFIG, Some("60-x"));
+    let r = admin.post(&path_of(&MACHINE_CONFIG, None), &machine_config("60-x", "none")).await.unwrap();
+    assert_eq!(r.code, 201, "{}", r.body);
+    let revision = rv(&r.body);
+
+    // Dry runs: only `All`, in the query (every value) and in DeleteOptions.
+    for query in ["dryRun=true", "dryRun=all", "dryRun=All&dryRun=true"] {
+        let r = admin.call(reqwest::Method::DELETE, &format!("{mc_path}?{query}"), None, None).await.unwrap();
+        assert_status(&r, 422, "Invalid", query);
+        assert!(r.body["message"].as_str().unwrap_or_default().contains("supported values: \"All\""), "{}", r.body);
+        let r = admin
+            .patch(
+                &format!("{mc_path}?{query}"),
+                "application/merge-patch+json",
+                &json!({"metadata": {"labels": {"a": "b"}}}),
+            )
+            .await
+            .unwrap();
+        assert_status(&r, 422, "Invalid", query);
+        let r = admin
+            .post(&format!("{}?{query}", path_of(&MACHINE_CONFIG, None)), &machine_config("61-y", "none"))
+            .await
+            .unwrap();
+        assert_status(&r, 422, "Invalid", query);
+    }
+    let r =
+        delete_with(&admin, &mc_path, &json!({"kind": "DeleteOptions", "apiVersion": "v1", "dryRun": ["all"]})).await;
+    assert_status(&r, 422, "Invalid", "DeleteOptions dryRun [all]");
+    let r = admin.call(reqwest::Method::DELETE, &format!("{mc_path}?dryRun=All"), None, None).await.unwrap();
+    assert_eq!(r.code, 200, "a dry run spelled All: {}", r.body);
+    let got = get_ok(&admin, &MACHINE_CONFIG, "60-x").await;
+    assert_eq!(rv(&got), revision, "nothing written");
+    assert_eq!(admin.get(&path_of(&MACHINE_CONFIG, Some("61-y"))).await.unwrap().code, 404);
+
+    // Patches that would make the object another one.
+    let merge = |p: Value| {
+        let admin = admin.clone();
+        let path = mc_path.clone();
+        async move { admin.patch(&path, "application/merge-patch+json", &p).await.unwrap() }
+    };
+    for (patch, code, words) in [
+        (
+            json!({"kind": "MachineConfigPool"}),
+            422,
+            "kind: Invalid value: \"MachineConfigPool\": must be MachineConfig",
+        ),
+        (json!({"kind": null}), 422, "must be MachineConfig"),
+        (json!({"apiVersion": "v1"}), 422, "must be machineconfiguration.openshift.io/v1"),
+        (json!({"metadata": {"uid": "11111111-0000-0000-0000-000000000000"}}), 422, "field is immutable"),
+        (json!({"metadata": {"name": "other"}}), 400, "does not match the name on the URL (60-x)"),
+        (json!({"metadata": {"managedFields": "garbage"}}), 422, "metadata.managedFields"),
+        (json!({"metadata": {"managedFields": [{"manager": 5}]}}), 422, "metadata.managedFields[0].manager"),
+        (json!({"metadata": {"generateName": 5}}), 422, "metadata.generateName"),
+        (json!({"metadata": {"annotations": {"bad key": "v"}}}), 422, "metadata.annotations"),
+        (json!({"metadata": {"annotations": {"": "v"}}}), 422, "metadata.annotations"),
+        (
+            json!({"metadata": {"annotations": {"big": "x".repeat(300_000)}}}),
+            422,
+            "Too long: must have at most 262144 bytes",
+        ),
+    ] {
+        let r = merge(patch.clone()).await;
+        assert_eq!(r.code, code, "{patch}: {}", r.body);
+        assert!(r.body["message"].as_str().unwrap_or_default().contains(words), "{patch}: {}", r.body);
+    }
+    assert_eq!(rv(&get_ok(&admin, &MACHINE_CONFIG, "60-x").await), revision, "nothing written");
+    // An annotation key in capitals is a qualified name as Kubernetes takes it (lowercased).
+    assert_eq!(merge(json!({"metadata": {"annotations": {"Example.com/Note": "v"}}})).await.code, 200);
+    // A node may not store megabytes in its own annotations either.
+    let node = c.node_client("n1", json!({"node-role.kubernetes.io/worker": ""})).await;
+    let r = node
+        .patch(
+            "/api/v1/nodes/n1",
+            "application/merge-patch+json",
+            &json!({"metadata": {"annotations": {"y": "z".repeat(300_000)}}}),
+        )
+        .await
+        .unwrap();
+    assert_status(&r, 422, "Invalid", "a node's own megabyte annotation");
+
+    // A strategic patch of one Node condition keeps Ready; a finalizer is added to the others.
+    let ready = json!({"type": "Ready", "status": "True", "reason": "r", "lastHeartbeatTime": "2026-01-01T00:00:00Z",
+                       "lastTransitionTime": "2026-01-01T00:00:00Z"});
+    let sp = "/api/v1/nodes/n1/status";
+    let strategic = "application/strategic-merge-patch+json";
+    admin.patch(sp, strategic, &json!({"status": {"conditions": [ready]}})).await.unwrap().into_result().unwrap();
+    let disk = json!({"type": "DiskPressure", "status": "False", "reason": "d", "lastHeartbeatTime": "2026-01-01T00:00:00Z",
+                      "lastTransitionTime": "2026-01-01T00:00:00Z"});
+    let r =
+        admin.patch(sp, strategic, &json!({"status": {"conditions": [disk]}})).await.unwrap().into_result().unwrap();
+    let types: Vec<&str> =
+        r["status"]["conditions"].as_array().unwrap().iter().filter_map(|c| c["type"].as_str()).collect();
+    assert!(types.contains(&"Ready") && types.contains(&"DiskPressure"), "{r}");
+    for f in ["example.com/a", "example.com/b"] {
+        admin
+            .patch("/api/v1/nodes/n1", strategic, &json!({"metadata": {"finalizers": [f]}}))
+            .await
+            .unwrap()
+            .into_result()
+            .unwrap();
+    }
+    let n = admin.get("/api/v1/nodes/n1").await.unwrap().into_result().unwrap();
+    assert_eq!(n["metadata"]["finalizers"], json!(["example.com/a", "example.com/b"]));
+    admin
+        .patch(
+            "/api/v1/nodes/n1",
+            strategic,
+            &json!({"metadata": {"$deleteFromPrimitiveList/finalizers": ["example.com/a", "example.com/b"]}}),
+        )
+        .await
+        .unwrap()
+        .into_result()
+        .unwrap();
+
+    // Label selectors: empty terms are 400; `in(` without a space is read.
+    for sel in [",", "a%3Dx%2C", "a%2C%2Cb"] {
+        let r = admin.get(&format!("{}?labelSelector={sel}", path_of(&MACHINE_CONFIG, None))).await.unwrap();
+        assert_eq!(r.code, 400, "{sel}: {}", r.body);
+    }
+    let r = admin.get("/api/v1/nodes?labelSelector=node-role.kubernetes.io%2Fworker%20in(%22%22)").await.unwrap();
+    assert_eq!(r.code, 400, "a quoted value is not a label value: {}", r.body);
+    let r = admin.get("/api/v1/nodes?labelSelector=kubernetes.io%2Fos%20notin(windows)").await.unwrap();
+    assert_eq!((r.code, r.body["items"].as_array().map(Vec::len)), (200, Some(1)), "{}", r.body);
+
+    // Reads: a watch takes no resourceVersionMatch; timeoutSeconds=0 is the default, so the
+    // initial events all come; a GET's resourceVersion must be one this server issued.
+    let r = admin.get("/api/v1/nodes?watch=1&resourceVersionMatch=Exact&resourceVersion=5").await.unwrap();
+    assert_eq!(r.code, 422, "{}", r.body);
+    admin.post(&path_of(&MACHINE_CONFIG, None), &machine_config("62-z", "none")).await.unwrap().into_result().unwrap();
+    let existing = list_names(&admin, &MACHINE_CONFIG).await;
+    let mut w = WatchStream::open(&admin, &format!("{}?watch=1&timeoutSeconds=0", path_of(&MACHINE_CONFIG, None)))
+        .await
+        .unwrap();
+    let ev = w.take(existing.len(), T).await.unwrap();
+    assert_eq!(ev.len(), existing.len(), "every initial event with timeoutSeconds=0: {ev:?}");
+    assert!(w.is_quiet(Duration::from_millis(300)).await.unwrap(), "and the watch stays open");
+    let r = admin.get(&format!("{mc_path}?resourceVersion=abc")).await.unwrap();
+    assert_eq!(r.code, 400, "{}", r.body);
+    let r = admin.get(&format!("{mc_path}?resourceVersion=999999999")).await.unwrap();
+    assert_eq!(r.code, 504, "{}", r.body);
+
+    // Discovery lists a group once; Status details name the group and the plural.
+    let groups = admin.get("/apis").await.unwrap().into_result().unwrap();
+    let mut names: Vec<&str> = groups["groups"].as_array().unwrap().iter().filter_map(|g| g["name"].as_str()).collect();
+    let all = names.len();
+    names.dedup();
+    assert_eq!(names.len(), all, "{groups}");
+    let r = admin.get(&path_of(&MACHINE_CONFIG_POOL, Some("nope"))).await.unwrap();
+    assert_eq!(
+        r.body["details"],
+        json!({"name": "nope", "group": "machineconfiguration.openshift.io", "kind": "machineconfigpools"})
+    );
+    let r = node.get("/api/v1/nodes/n2").await.unwrap();
+    assert_status(&r, 403, "Forbidden", "another node's Node");
+    assert!(
+        r.body["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("cannot get resource \"nodes\" in API group \"\" at the cluster scope"),
+        "{}",
+        r.body
+    );
+    assert_eq!(r.body["details"]["kind"], "nodes");
+
+    // A custom resource's status sent on create is its controller's: dropped.
+    let mut ndb = json!({"apiVersion": "aloft.dev/v1", "kind": "NodeDisruptionBudget", "metadata": {"name": "b1"},
+                         "spec": {"maxUnavailable": 1}, "status": {"disruptionsAllowed": 9}});
+    let r = admin.post("/apis/aloft.dev/v1/nodedisruptionbudgets", &ndb).await.unwrap();
+    assert_eq!(r.code, 201, "{}", r.body);
+    assert_ne!(r.body["status"]["disruptionsAllowed"], 9, "{}", r.body);
+    // Events: in their object's namespace, or `default` for a cluster-scoped one.
+    ndb = json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "e9", "namespace": "default"},
+                 "involvedObject": {"kind": "Node", "name": "n1", "namespace": "other"}, "reason": "x"});
+    let r = admin.post("/api/v1/namespaces/default/events", &ndb).await.unwrap();
+    assert_status(&r, 422, "Invalid", "an Event in another namespace than its object's");
 }

@@ -354,12 +354,10 @@ async fn workloads_stop_around_a_drained_update() {
     // file keeps its old bytes.
     h.fake.clear_calls();
     h.fake.hang_jobs_of("db.service");
-    admin
-        .put(&path_of(&MACHINE_CONFIG, Some("50-worker-app")), &mc("50-worker-app", "two"))
-        .await
-        .unwrap()
-        .into_result()
-        .unwrap();
+    let app_path = path_of(&MACHINE_CONFIG, Some("50-worker-app"));
+    let mut two = mc("50-worker-app", "two");
+    two["metadata"]["resourceVersion"] = admin.get(&app_path).await.unwrap().body["metadata"]["resourceVersion"].clone();
+    admin.put(&app_path, &two).await.unwrap().into_result().unwrap();
     let reason = eventually(Duration::from_secs(120), "the node Degraded by a hung workload", || {
         let admin = admin.clone();
         let first = first.clone();

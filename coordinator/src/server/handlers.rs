@@ -675,6 +675,7 @@ async fn update(call: Call<'_>) -> Result<Response, ApiError> {
     // MachineConfig or pool can never overwrite a newer one.
     let unconditional = precondition(&obj)?.is_none();
     if unconditional && !call.path.rt.group.is_empty() {
+        call.stored(&name).await?; // a missing object is 404 first, as in kube-apiserver
         return Err(call.invalid(
             &name,
             vec![super::error::cause(

@@ -270,11 +270,19 @@ fn meta_type_causes(obj: &Value, out: &mut Vec<StatusCause>) {
 }
 
 /// A core/v1 Event lives in its object's namespace, or, for a cluster-scoped object, in
-/// `default` (kube-apiserver's rule for Events, which `kubectl describe` relies on to find them).
+/// `default` (kube-apiserver's rule for Events, which `kubectl describe` relies on to find them;
+/// an Event with an `eventTime`, of the newer API, may also be in `kube-system`, and one about a
+/// namespaced object is not checked).
 fn event_namespace_causes(obj: &Value, out: &mut Vec<StatusCause>) {
     let text = |p: &str| obj.pointer(p).and_then(Value::as_str).unwrap_or("");
     let (namespace, involved) = (text("/metadata/namespace"), text("/involvedObject/namespace"));
-    let fits = if involved.is_empty() { namespace.is_empty() || namespace == "default" } else { namespace == involved };
+    let newer = obj.get("eventTime").is_some_and(|t| !t.is_null());
+    let fits = match (involved.is_empty(), newer) {
+        (true, false) => namespace.is_empty() || namespace == "default",
+        (true, true) => namespace == "default" || namespace == "kube-system",
+        (false, false) => namespace == involved,
+        (false, true) => true,
+    };
     if !fits {
         out.push(cause(
             "involvedObject.namespace",
