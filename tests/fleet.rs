@@ -356,7 +356,8 @@ async fn workloads_stop_around_a_drained_update() {
     h.fake.hang_jobs_of("db.service");
     let app_path = path_of(&MACHINE_CONFIG, Some("50-worker-app"));
     let mut two = mc("50-worker-app", "two");
-    two["metadata"]["resourceVersion"] = admin.get(&app_path).await.unwrap().body["metadata"]["resourceVersion"].clone();
+    two["metadata"]["resourceVersion"] =
+        admin.get(&app_path).await.unwrap().body["metadata"]["resourceVersion"].clone();
     admin.put(&app_path, &two).await.unwrap().into_result().unwrap();
     let reason = eventually(Duration::from_secs(120), "the node Degraded by a hung workload", || {
         let admin = admin.clone();
@@ -766,4 +767,100 @@ async fn the_force_file_repairs_a_drifted_node_and_the_watch_follows_a_directory
     assert!(h.fake.reboots().is_empty(), "a repair rebooted");
     assert_eq!(backups(&h), backed_up, "the hand edit was kept as the file's original");
     assert!(h.log().contains("writing the current config again"), "{}", h.log());
+}
+
+/// A tmpfs mounted for a test, unmounted when dropped (lazily: a process may still hold it).
+struct Tmpfs(std::path::PathBuf);
+
+impl Tmpfs {
+    fn mount(at: &Path, size: &str) -> Tmpfs {
+        let out = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(at)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "mount a tmpfs (needs root): {}", String::from_utf8_lossy(&out.stderr));
+        Tmpfs(at.to_path_buf())
+    }
+    fn resize(&self, size: &str) {
+        let out = Command::new("mount").args(["-o", &format!("remount,size={size}")]).arg(&self.0).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).output();
+    }
+}
+
+/// The durability audit's full disk: an update whose large file cannot be put in the agent's
+/// journal is reported Degraded with the reason (the node stayed Working with none, its pool not
+/// Degraded), leaves no half-written blob or temp file holding the space, and goes through by
+/// itself once there is room.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_is_reported_and_leaves_nothing_behind() {
+    use std::io::Write;
+    let c = Coordinator::start();
+    let admin = c.client();
+    let token_file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(token_file.path(), c.create_token("fleet", "bootstrap")).unwrap();
+    let mut h = Host::new("worker-full").await;
+    let state = h.path("/var/lib/aloft");
+    std::fs::create_dir_all(&state).unwrap();
+    let disk = Tmpfs::mount(&state, "1m");
+    std::fs::write(h.path("/etc/big.bin"), vec![b'x'; 2 << 20]).unwrap();
+    h.start_agent(&c, token_file.path());
+    admin
+        .post(
+            "/apis/operator.openshift.io/v1/machineconfigurations",
+            &json!({"apiVersion": "operator.openshift.io/v1", "kind": "MachineConfiguration", "metadata": {"name": "cluster"},
+                    "spec": {"nodeDisruptionPolicy": {"files": [{"path": "/etc/big.bin", "actions": [{"type": "None"}]}]}}}),
+        )
+        .await
+        .unwrap()
+        .into_result()
+        .unwrap();
+    let pool = yaml(&testdata().join("mco/bootstrap/worker.machineconfigpool.yaml"));
+    admin.post(&path_of(&MACHINE_CONFIG_POOL, None), &pool).await.unwrap().into_result().unwrap();
+    // A 2 MiB file gzipped into a small MachineConfig, over a file of the host's own, which the
+    // journal keeps a copy of to restore (MCO's .mcdorig): more than the state dir's tmpfs holds.
+    let big = |byte: u8| {
+        use base64::Engine;
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        gz.write_all(&vec![byte; 2 << 20]).unwrap();
+        let b64 = base64::engine::general_purpose::STANDARD.encode(gz.finish().unwrap());
+        json!({"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfig",
+            "metadata": {"name": "50-worker-big", "labels": {ann::ROLE_LABEL: "worker"}},
+            "spec": {"config": {"ignition": {"version": "3.4.0"}, "storage": {"files": [
+                {"path": "/etc/big.bin", "mode": 420,
+                 "contents": {"compression": "gzip", "source": format!("data:;base64,{b64}")}}]}}}})
+    };
+    admin.post(&path_of(&MACHINE_CONFIG, None), &big(b'y')).await.unwrap().into_result().unwrap();
+    let hosts = [h];
+    let (reason, pool) =
+        eventually(Duration::from_secs(120), "the node and its pool Degraded by the full disk", || async {
+            let n = admin.get(&path_of(&NODE, Some("worker-full"))).await?.into_result()?;
+            let pool = admin.get(&path_of(&MACHINE_CONFIG_POOL, Some("worker"))).await?.into_result()?;
+            let degraded = node_annotation(&n, ann::STATE) == "Degraded" && pool["status"]["degradedMachineCount"] == 1;
+            Ok(degraded.then(|| (node_annotation(&n, ann::REASON), pool)))
+        })
+        .await;
+    assert!(reason.contains("No space left on device"), "{reason}");
+    let h = &hosts[0];
+    assert!(!state.join("journal/blobs/.incoming").exists(), "no half-written blob");
+    let left: Vec<String> = std::fs::read_dir(state.join("journal/blobs"))
+        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "the failed plan's blobs are gone: {left:?}");
+    assert!(std::fs::read(h.path("/etc/big.bin")).unwrap() == vec![b'x'; 2 << 20], "nothing written");
+    let conditions = pool["status"]["conditions"].as_array().cloned().unwrap_or_default();
+    assert!(conditions.iter().any(|c| c["type"] == "NodeDegraded" && c["status"] == "True"), "{pool}");
+
+    // Room again: the agent's retry goes through.
+    disk.resize("64m");
+    converge(&c, &hosts, None, "the node Done on the big config once there is room").await;
+    assert!(std::fs::read(h.path("/etc/big.bin")).unwrap() == vec![b'y'; 2 << 20], "the new bytes");
+    drop(hosts);
+    drop(disk);
 }
