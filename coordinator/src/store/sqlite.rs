@@ -245,6 +245,11 @@ fn make_private(path: &Path) -> Result<(), StoreError> {
 fn open_file(path: &Path) -> Result<Connection, StoreError> {
     make_private(path)?;
     let conn = Connection::open(path)?;
+    // Closing a connection does not copy the write-ahead log into the database file (the
+    // checkpointer does that while serving, and the next open replays what is left): a start
+    // refused for a damaged store rewrote `aloft.db` and deleted its log on the way out, the
+    // very files a recovery or a forensic copy needs.
+    conn.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)?;
     conn.busy_timeout(std::time::Duration::from_secs(10))?;
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(None, "synchronous", "FULL")?;
@@ -1593,6 +1598,29 @@ mod tests {
         let s = SqliteStore::open(&path).unwrap();
         assert_eq!(mode(&path), 0o600, "made private again");
         assert!(s.get(&Key::cluster("/nodes", "n0")).await.unwrap().is_some());
+    }
+
+    /// Closing the store's connections leaves its files as they are: a start refused for a
+    /// damaged store (the audit's: a WAL frame damaged, the file cut short) rewrote `aloft.db`
+    /// from the log and deleted the log on the way out, the very files a recovery needs. Here
+    /// the last connection to a file whose log holds commits is closed: nothing is copied.
+    #[test]
+    fn closing_the_last_connection_leaves_the_files_as_they_are() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        let conn = open_file(&path).unwrap();
+        conn.execute_batch("CREATE TABLE t (x TEXT); INSERT INTO t VALUES ('a'), ('b');").unwrap();
+        let mut wal = path.as_os_str().to_owned();
+        wal.push("-wal");
+        let wal = std::path::PathBuf::from(wal);
+        let (db_before, wal_before) = (std::fs::read(&path).unwrap(), std::fs::read(&wal).unwrap());
+        assert!(!wal_before.is_empty());
+        drop(conn);
+        assert!(std::fs::read(&path).unwrap() == db_before, "the database file is as it was");
+        assert!(std::fs::read(&wal).unwrap() == wal_before, "the log is as it was");
+        let again = open_file(&path).unwrap();
+        let n: i64 = again.query_row("SELECT count(*) FROM t", [], |r| r.get(0)).unwrap();
+        assert_eq!(n, 2, "the next open replays the log");
     }
 
     /// `token list` on a copy of a data dir without SQLite's shared-memory file (a read-only
