@@ -253,8 +253,10 @@ async fn bodies_over_the_limit_are_413() {
     huge["metadata"]["annotations"] = json!({"filler": "x".repeat(3 * 1024 * 1024 + 1)});
     let r = admin.post(&path_of(&MACHINE_CONFIG, None), &huge).await.unwrap();
     assert_status(&r, 413, "RequestEntityTooLarge", "a body over 3 MiB");
+    // (In a file's contents: annotations hold at most 256 KiB, as in Kubernetes.)
     let mut large = machine_config("large", "worker");
-    large["metadata"]["annotations"] = json!({"filler": "x".repeat(1024 * 1024)});
+    large["spec"]["config"]["storage"] = json!({"files": [{"path": "/etc/filler", "mode": 420,
+        "contents": {"source": format!("data:,{}", "x".repeat(1024 * 1024))}}]});
     assert_eq!(
         admin.post(&path_of(&MACHINE_CONFIG, None), &large).await.unwrap().code,
         201,

@@ -171,6 +171,25 @@ async fn a_bootstrap_token_gives_only_the_pool_labels_it_allows() {
     assert_eq!(code, 201, "{body}");
     let (code, _) = enroll_with(&c, &masters, "w2", json!({"node-role.kubernetes.io/worker": ""})).await;
     assert_eq!(code, 403, "a token with a list allows that list");
+    // The labels judged are the ones the Node ends up with (the fixes' audit): a Node made by
+    // hand as a master, or a master whose credential was revoked to replace its host, is not
+    // handed to the worker token, even when the enrollment asks for no label.
+    let by_hand = json!({"apiVersion": "v1", "kind": "Node",
+                         "metadata": {"name": "pm", "labels": {"node-role.kubernetes.io/master": ""}}});
+    admin.post(NODES, &by_hand).await.unwrap().into_result().unwrap();
+    let (code, body) = enroll_with(&c, &fleet, "pm", json!({})).await;
+    assert_eq!(code, 403, "{body}");
+    assert!(body["message"].as_str().unwrap_or_default().contains("on the Node of that name already"), "{body}");
+    let out = std::process::Command::new(aloft_tests::bin("aloft-coordinator"))
+        .args(["token", "revoke", "--name", "node:m1", "--data-dir"])
+        .arg(c.data_dir())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let (code, body) = enroll_with(&c, &fleet, "m1", json!({"node-role.kubernetes.io/worker": ""})).await;
+    assert_eq!(code, 403, "{body}");
+    let (code, body) = enroll_with(&c, &masters, "m1", json!({})).await;
+    assert_eq!(code, 201, "the master token may: {body}");
     // The admin may give any label.
     let (code, _) = enroll_with(&c, &c.admin_token(), "m9", master).await;
     assert_eq!(code, 201);
@@ -193,7 +212,7 @@ async fn enroll_with(c: &Coordinator, bootstrap: &str, name: &str, labels: Value
 async fn a_second_host_cannot_take_over_an_enrolled_node() {
     let c = Coordinator::start();
     let admin = c.client();
-    let bootstrap = c.create_token("fleet", "bootstrap:node-role.kubernetes.io/infra=");
+    let bootstrap = c.create_token("fleet", "bootstrap:node-role.kubernetes.io/worker=,node-role.kubernetes.io/infra=");
     let worker = json!({"node-role.kubernetes.io/worker": ""});
     let (code, first) = enroll_with(&c, &bootstrap, "dup", worker.clone()).await;
     assert_eq!(code, 201, "{first}");
@@ -228,7 +247,7 @@ async fn a_second_host_cannot_take_over_an_enrolled_node() {
 async fn deleting_a_node_revokes_its_credential_and_the_name_can_enroll_again() {
     let c = Coordinator::start();
     let admin = c.client();
-    let bootstrap = c.create_token("fleet", "bootstrap:node-role.kubernetes.io/infra=");
+    let bootstrap = c.create_token("fleet", "bootstrap");
     let worker = json!({"node-role.kubernetes.io/worker": ""});
     let (_, first) = enroll_with(&c, &bootstrap, "dup", worker.clone()).await;
     let first = c.client_with_token(first["token"].as_str());

@@ -256,3 +256,25 @@ async fn an_agent_says_when_it_cannot_reach_the_coordinator_and_when_it_can_agai
     assert!(!h.agent_exited());
     h.stop_agent();
 }
+
+/// The data directory's secrets are the owner's alone after a start, also when found readable
+/// by others (made so by hand): the store, the admin token, its kubeconfig and the CA's and the
+/// serving certificate's keys. `serve` writes the token and kubeconfig only when they change, so
+/// it mends their mode instead (the fixes' audit found them left 0644).
+#[tokio::test]
+async fn a_start_makes_the_data_dirs_secrets_private_again() {
+    use std::os::unix::fs::PermissionsExt;
+    let mut c = Coordinator::start_with(aloft_tests::Options { fixed_port: true, ..Default::default() });
+    c.kill9();
+    let secrets = ["aloft.db", "aloft-tokens.db", "admin.token", "admin.kubeconfig", "ca.key", "serving.key"];
+    for f in secrets {
+        std::fs::set_permissions(c.data_dir().join(f), std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    c.restart();
+    assert_eq!(c.client().get("/api/v1/nodes").await.unwrap().code, 200);
+    for f in secrets {
+        let mode = std::fs::metadata(c.data_dir().join(f)).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{f}");
+    }
+    assert_eq!(std::fs::metadata(c.data_dir().join("ca.crt")).unwrap().permissions().mode() & 0o777, 0o644);
+}

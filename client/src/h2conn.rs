@@ -61,10 +61,16 @@ impl Connection {
             "https" => Some(tls_connector(ca_pem)?),
             // A CA says the caller means to check who it talks to; plain HTTP cannot, and would
             // send the token unencrypted without a word.
-            "http" if ca_pem.is_some() => bail!(
-                "the coordinator's address {base} is http://, but a CA was given to check its certificate: \
-                 plain HTTP has none, and the token would go out unencrypted; use https://"
-            ),
+            "http" if ca_pem.is_some() => {
+                let mut https = base.clone();
+                let _ = https.set_scheme("https");
+                let _ = https.set_port(base.port_or_known_default());
+                bail!(
+                    "the coordinator's address {base} is http://, but a CA was given to check its certificate: \
+                     plain HTTP has none, and the token would go out unencrypted; use {}",
+                    https.as_str().trim_end_matches('/')
+                )
+            }
             "http" => None,
             other => bail!("the coordinator's address has scheme {other:?}; use https:// (or http://)"),
         };

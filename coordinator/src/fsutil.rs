@@ -30,3 +30,18 @@ pub fn write_private(path: &Path, data: &[u8]) -> Result<()> {
 pub fn write_public(path: &Path, data: &[u8]) -> Result<()> {
     write_mode(path, data, 0o644)
 }
+
+/// A secret file of the data directory found readable by others (made so by hand, or written
+/// before the rule) is made 0600, and that is logged; a missing one is left alone. `serve`
+/// writes these files only when they change, so it cannot count on its writes to set the mode.
+pub fn keep_private(path: &Path) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let Ok(meta) = std::fs::metadata(path) else { return Ok(()) };
+    let mode = meta.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode & 0o700))
+            .with_context(|| format!("making {} readable by its owner alone", path.display()))?;
+        tracing::warn!(file = %path.display(), "a secret file was readable by other users (mode {mode:04o}): made 0600");
+    }
+    Ok(())
+}

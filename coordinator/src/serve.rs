@@ -145,6 +145,10 @@ pub async fn prepare(opts: &ServeOptions) -> Result<(SqliteStore, String, DataDi
     };
     // Written only when it changed: a start on a full disk then serves reads (and refuses
     // writes, as a running coordinator does) instead of failing on a write of nothing new.
+    let pki = tls::Pki::in_dir(&opts.data_dir);
+    for secret in [&files.admin_token, &files.kubeconfig, &pki.ca_key, &pki.key] {
+        fsutil::keep_private(secret)?;
+    }
     let hash = auth::token_hash(&token);
     if store.token_hash_of("admin".into()).await?.as_deref() != Some(hash.as_str()) {
         store.put_token(hash, "admin".into(), "admin".into()).await?;

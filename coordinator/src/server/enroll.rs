@@ -70,13 +70,26 @@ pub async fn enroll(ctx: SharedCtx, tokens: SqliteStore, who: Identity, body: &[
     if !causes.is_empty() {
         return Err(ApiError::invalid("Enrollment", &req.node_name, causes));
     }
+    let key = Key::cluster(&NODE.store_key(), &req.node_name);
     if let Role::Bootstrap(scope) = &who.role {
+        // Judged on the labels the Node ends up with, as NodeRestriction judges them: an
+        // existing Node's (one made by hand, or whose credential was revoked to replace its
+        // host) would otherwise hand a worker's token a master's credential.
+        let stored = ctx.store.get(&key).await.map_err(|e| ApiError::from_store(e, "nodes", &req.node_name))?;
+        let mut labels: BTreeMap<String, String> = stored
+            .as_ref()
+            .and_then(|n| n.pointer("/metadata/labels"))
+            .and_then(Value::as_object)
+            .map(|m| m.iter().map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string())).collect())
+            .unwrap_or_default();
+        labels.extend(req.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
         let refused: Vec<String> =
-            req.labels.iter().filter(|(k, v)| !scope.allows(k, v)).map(|(k, v)| format!("{k}={v}")).collect();
+            labels.iter().filter(|(k, v)| !scope.allows(k, v)).map(|(k, v)| format!("{k}={v}")).collect();
         if !refused.is_empty() {
             let mut e = ApiError::forbidden(&who, "create", "enrollments", None, None);
             e.status.message = format!(
-                "enrollment of {:?} is forbidden: bootstrap token {:?} may not give the label(s) {}: labels of \
+                "enrollment of {:?} is forbidden: bootstrap token {:?} may not give the label(s) {} (asked for, or on the \
+                 Node of that name already): labels of \
                  Kubernetes' own namespaces choose a node's pool, and so the configs and secrets it reads. Make a \
                  token that may: aloft-coordinator token create --name NAME --role bootstrap --labels {}",
                 req.node_name,
@@ -88,7 +101,6 @@ pub async fn enroll(ctx: SharedCtx, tokens: SqliteStore, who: Identity, body: &[
             return Err(e);
         }
     }
-    let key = Key::cluster(&NODE.store_key(), &req.node_name);
     let role = Role::Node(req.node_name.clone());
     let token_name = role.to_string();
     let existing_node =

@@ -676,14 +676,20 @@ async fn update(call: Call<'_>) -> Result<Response, ApiError> {
     let unconditional = precondition(&obj)?.is_none();
     if unconditional && !call.path.rt.group.is_empty() {
         call.stored(&name).await?; // a missing object is 404 first, as in kube-apiserver
-        return Err(call.invalid(
-            &name,
-            vec![super::error::cause(
-                "metadata.resourceVersion",
-                "FieldValueInvalid",
-                "Invalid value: 0x0: must be specified for an update",
-            )],
-        ));
+                                   // The body's unknown fields are judged first (warned about, or a strict refusal).
+        let mut found = problems.clone();
+        found.extend(fields::unknown_fields(call.path.rt, &obj).iter().map(|p| fields::unknown_field(p)));
+        let warnings = directive.judge(call.path.rt, found)?;
+        return Err(call
+            .invalid(
+                &name,
+                vec![super::error::cause(
+                    "metadata.resourceVersion",
+                    "FieldValueInvalid",
+                    "Invalid value: 0x0: must be specified for an update",
+                )],
+            )
+            .with_warnings(&warnings));
     }
     let (out, warnings) = read_modify_write(&call, &name, unconditional, decision, (directive, &problems), |stored| {
         uid_precondition(&call, &name, &obj, stored)?;

@@ -2,10 +2,11 @@
 //! by default), for the lists Kubernetes merges rather than replaces.
 //!
 //! A strategic patch is a JSON merge patch, except for the lists whose Go types carry a patch
-//! strategy: a Node's `status.conditions` merge by `type`, its `spec.taints` by `key`, every
+//! strategy: a Node's `status.conditions` and `status.addresses` merge by `type`, every
 //! object's `metadata.finalizers` as a set, and so on. Taken as a merge patch, `kubectl patch node
 //! --subresource status` of one condition dropped `Ready`, and a patch adding one taint or
-//! finalizer removed the others. The directives kubectl and client-go send with such patches are
+//! finalizer removed the others. A list without a strategy (a Node's `spec.taints`, which
+//! `kubectl taint` rewrites whole) is replaced. The directives kubectl and client-go send with such patches are
 //! understood: `$patch` (`replace`, `delete`, `merge`) on maps and list items,
 //! `$setElementOrder/<list>`, `$deleteFromPrimitiveList/<list>` and `$retainKeys`.
 //!
@@ -30,10 +31,10 @@ fn list_rule(kind: &str, path: &str) -> Option<ListRule> {
     match (kind, path) {
         (_, "metadata.finalizers") => Some(ListRule::Set),
         (_, "metadata.ownerReferences") => Some(ListRule::ByKey("uid")),
-        ("Node", "spec.taints") => Some(ListRule::ByKey("key")),
         ("Node", "spec.podCIDRs") => Some(ListRule::Set),
         ("Node", "status.conditions") | ("Node", "status.addresses") => Some(ListRule::ByKey("type")),
-        ("Node", "status.volumesAttached") => Some(ListRule::ByKey("name")),
+        // `spec.taints` has no strategy (an atomic list): `kubectl taint KEY-` sends the list
+        // that remains, and a merge by key kept the removed taint.
         _ => None,
     }
 }
@@ -260,7 +261,8 @@ mod tests {
     }
 
     /// The audit's case: one condition patched through `kubectl patch --subresource status`
-    /// keeps `Ready`; a taint or finalizer added keeps the others.
+    /// keeps `Ready`; a finalizer added keeps the others; taints are replaced whole, as
+    /// `kubectl taint KEY-` expects.
     #[test]
     fn merge_keyed_lists_merge() {
         let node = json!({"metadata": {"name": "n", "finalizers": ["a"]},
@@ -281,7 +283,10 @@ mod tests {
         let out = patched("Node", node.clone(), json!({"metadata": {"finalizers": ["b", "a"]}}));
         assert_eq!(out["metadata"]["finalizers"], json!(["a", "b"]), "a set: added once");
         let out = patched("Node", node.clone(), json!({"spec": {"taints": [{"key": "k2", "effect": "NoExecute"}]}}));
-        assert_eq!(out["spec"]["taints"].as_array().unwrap().len(), 2);
+        assert_eq!(out["spec"]["taints"], json!([{"key": "k2", "effect": "NoExecute"}]), "taints: replaced");
+        let out =
+            patched("Node", node.clone(), json!({"status": {"addresses": [{"type": "Hostname", "address": "h"}]}}));
+        assert_eq!(out["status"]["addresses"], json!([{"type": "Hostname", "address": "h"}]));
         // Other lists, and other kinds' lists, are replaced as in a merge patch.
         let out = patched("Node", json!({"status": {"images": [{"names": ["a"]}]}}), json!({"status": {"images": []}}));
         assert_eq!(out["status"]["images"], json!([]));
@@ -295,31 +300,32 @@ mod tests {
     #[test]
     fn directives() {
         let node = json!({"metadata": {"finalizers": ["a", "b"], "labels": {"x": "1", "y": "2"}},
-            "spec": {"taints": [{"key": "k1"}, {"key": "k2"}]}});
+            "status": {"conditions": [{"type": "k1"}, {"type": "k2"}]}});
         let out = patched(
             "Node",
             node.clone(),
-            json!({"spec": {"taints": [{"key": "k1", "$patch": "delete"}]},
+            json!({"status": {"conditions": [{"type": "k1", "$patch": "delete"}]},
                    "metadata": {"$deleteFromPrimitiveList/finalizers": ["a"], "labels": {"x": null}}}),
         );
-        assert_eq!(out["spec"]["taints"], json!([{"key": "k2"}]));
+        assert_eq!(out["status"]["conditions"], json!([{"type": "k2"}]));
         assert_eq!(out["metadata"]["finalizers"], json!(["b"]));
         assert_eq!(out["metadata"]["labels"], json!({"y": "2"}));
-        let out = patched("Node", node.clone(), json!({"spec": {"taints": [{"$patch": "replace"}, {"key": "k3"}]}}));
-        assert_eq!(out["spec"]["taints"], json!([{"key": "k3"}]));
+        let out =
+            patched("Node", node.clone(), json!({"status": {"conditions": [{"$patch": "replace"}, {"type": "k3"}]}}));
+        assert_eq!(out["status"]["conditions"], json!([{"type": "k3"}]));
         let out = patched("Node", node.clone(), json!({"metadata": {"labels": {"$patch": "replace", "z": "3"}}}));
         assert_eq!(out["metadata"]["labels"], json!({"z": "3"}));
         let out = patched(
             "Node",
             node.clone(),
-            json!({"spec": {"$setElementOrder/taints": [{"key": "k2"}, {"key": "k1"}], "taints": [{"key": "k1", "effect": "E"}]}}),
+            json!({"status": {"$setElementOrder/conditions": [{"type": "k2"}, {"type": "k1"}], "conditions": [{"type": "k1", "status": "E"}]}}),
         );
-        assert_eq!(out["spec"]["taints"], json!([{"key": "k2"}, {"key": "k1", "effect": "E"}]));
+        assert_eq!(out["status"]["conditions"], json!([{"type": "k2"}, {"type": "k1", "status": "E"}]));
         let out = patched("Node", node.clone(), json!({"metadata": {"$retainKeys": ["labels"], "labels": {"w": "0"}}}));
         assert_eq!(out["metadata"], json!({"labels": {"x": "1", "y": "2", "w": "0"}}));
         // A patch value's own nulls and directives never reach the object.
-        let out = patched("Node", json!({}), json!({"spec": {"taints": [{"key": "k", "value": null}]}}));
-        assert_eq!(out["spec"]["taints"], json!([{"key": "k"}]));
+        let out = patched("Node", json!({}), json!({"status": {"conditions": [{"type": "k", "reason": null}]}}));
+        assert_eq!(out["status"]["conditions"], json!([{"type": "k"}]));
     }
 
     #[test]
