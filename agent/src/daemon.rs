@@ -998,19 +998,32 @@ impl Agent {
             }
             // Now Degraded by drift: the force file is watched from here on, and looked for once
             // (it may have been made before the watch).
-            self.rearm(&mut watch, &cur, force_file(&self.phase));
+            let rearmed = self.rearm(&mut watch, &cur, force_file(&self.phase));
             if self.repair_forced() {
                 return;
+            }
+            if rearmed {
+                // The new watch saw nothing before it was armed: an edit undone right after the
+                // check (the drift reported, the file put back) waited for the 10-minute check.
+                let before = std::mem::discriminant(&self.phase);
+                if let Err(e) = self.check_drift(&cur).await {
+                    tracing::warn!(error = %format!("{e:#}"), "drift check failed");
+                }
+                if std::mem::discriminant(&self.phase) != before {
+                    return;
+                }
             }
         }
     }
 
     /// Arms `watch` again unless it still covers what `cur` (and the force file, if asked)
-    /// needs watched.
-    fn rearm(&self, watch: &mut Option<crate::drift::DriftWatch>, cur: &MachineConfig, force_file: bool) {
-        if !watch.as_ref().is_some_and(|w| w.is_current(&self.root, cur, force_file)) {
-            *watch = crate::drift::watch(&self.root, cur, force_file);
+    /// needs watched; true when it did.
+    fn rearm(&self, watch: &mut Option<crate::drift::DriftWatch>, cur: &MachineConfig, force_file: bool) -> bool {
+        if watch.as_ref().is_some_and(|w| w.is_current(&self.root, cur, force_file)) {
+            return false;
         }
+        *watch = crate::drift::watch(&self.root, cur, force_file);
+        true
     }
 
     async fn check_drift(&mut self, cur: &MachineConfig) -> Result<()> {
