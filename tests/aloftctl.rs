@@ -1361,3 +1361,40 @@ async fn a_reader_that_goes_ends_a_watch_quietly() {
     const SIGPIPE: i32 = 13;
     assert_eq!(status.signal(), Some(SIGPIPE), "{status:?}: {stderr}");
 }
+
+/// A MachineConfig too large to keep its applied configuration in an annotation (Kubernetes
+/// caps all annotations at 256 KiB, and the coordinator now does too) is applied without it,
+/// with a warning saying what that means; an earlier record is removed rather than left stale.
+#[tokio::test]
+async fn apply_of_a_config_too_large_for_its_record_goes_through_and_says_so() {
+    let c = Coordinator::start();
+    let dir = tempfile::tempdir().unwrap();
+    let mc = |data: &str| {
+        format!(
+            "apiVersion: machineconfiguration.openshift.io/v1\nkind: MachineConfig\nmetadata:\n  name: 60-worker-big\n  labels: {{machineconfiguration.openshift.io/role: worker}}\nspec:\n  config:\n    ignition: {{version: 3.4.0}}\n    storage: {{files: [{{path: /etc/big.conf, mode: 420, contents: {{source: \"data:,{data}\"}}}}]}}\n"
+        )
+    };
+    let path = dir.path().join("big.yaml");
+    std::fs::write(&path, mc("small")).unwrap();
+    let file = path.display().to_string();
+    ok(&c, &["apply", "-f", &file]);
+    let admin = c.client();
+    let p = "/apis/machineconfiguration.openshift.io/v1/machineconfigs/60-worker-big";
+    let got = admin.get(p).await.unwrap().into_result().unwrap();
+    assert!(got["metadata"]["annotations"].get("kubectl.kubernetes.io/last-applied-configuration").is_some());
+    std::fs::write(&path, mc(&"x".repeat(300 * 1024))).unwrap();
+    let out = ctl(&c, &["apply", "-f", &file]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("too large to keep its applied configuration"), "{stderr}");
+    let got = admin.get(p).await.unwrap().into_result().unwrap();
+    assert!(
+        got["metadata"]
+            .get("annotations")
+            .and_then(|a| a.get("kubectl.kubernetes.io/last-applied-configuration"))
+            .is_none(),
+        "the stale record is gone"
+    );
+    let source = got["spec"]["config"]["storage"]["files"][0]["contents"]["source"].as_str().unwrap_or_default();
+    assert_eq!(source.len(), "data:,".len() + 300 * 1024);
+}

@@ -91,8 +91,14 @@ pub fn three_way_patch(last: Option<&Value>, desired: &Value) -> Value {
     }
 }
 
-/// Put the applied document (without the annotation itself) into its annotation.
-pub fn annotate_last_applied(obj: &mut Value) -> Result<()> {
+/// The most all annotations of an object may hold (Kubernetes' and the coordinator's limit).
+const MAX_ANNOTATIONS_BYTES: usize = 256 * 1024;
+
+/// Put the applied document (without the annotation itself) into its annotation; false, with
+/// nothing put, when the annotations would then hold more than Kubernetes allows (a
+/// MachineConfig with large files): the object is applied without its record, as the
+/// coordinator would refuse it with one (kubectl's apply fails there).
+pub fn annotate_last_applied(obj: &mut Value) -> Result<bool> {
     let mut copy = obj.clone();
     if let Some(a) = copy.pointer_mut("/metadata/annotations").and_then(Value::as_object_mut) {
         a.remove(LAST_APPLIED);
@@ -103,6 +109,13 @@ pub fn annotate_last_applied(obj: &mut Value) -> Result<()> {
         }
     }
     let text = serde_json::to_string(&copy)?;
+    let others: usize = copy
+        .pointer("/metadata/annotations")
+        .and_then(Value::as_object)
+        .map_or(0, |a| a.iter().map(|(k, v)| k.len() + v.as_str().map_or(0, str::len)).sum());
+    if others + LAST_APPLIED.len() + text.len() > MAX_ANNOTATIONS_BYTES {
+        return Ok(false);
+    }
     let meta = obj
         .as_object_mut()
         .ok_or_else(|| anyhow!("object is not a map"))?
@@ -116,7 +129,7 @@ pub fn annotate_last_applied(obj: &mut Value) -> Result<()> {
     ann.as_object_mut()
         .ok_or_else(|| anyhow!("metadata.annotations is not a map"))?
         .insert(LAST_APPLIED.into(), text.into());
-    Ok(())
+    Ok(true)
 }
 
 /// The last applied document stored on a live object.
@@ -162,7 +175,11 @@ mod tests {
         );
         assert!(none.is_empty(), "nothing from that file");
         let mut o = json!({"metadata": {"name": "a"}});
-        annotate_last_applied(&mut o).unwrap();
+        assert!(annotate_last_applied(&mut o).unwrap());
         assert_eq!(last_applied(&o), Some(json!({"metadata": {"name": "a"}})));
+        // Too large to record within Kubernetes' 256 KiB of annotations: applied without it.
+        let mut big = json!({"metadata": {"name": "b"}, "spec": {"data": "x".repeat(300 * 1024)}});
+        assert!(!annotate_last_applied(&mut big).unwrap());
+        assert_eq!(last_applied(&big), None);
     }
 }

@@ -1002,7 +1002,15 @@ async fn apply_one(
     q: &[(&str, String)],
 ) -> Result<&'static str> {
     let obj_ns = obj.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or(ns).to_string();
-    apply::annotate_last_applied(&mut obj)?;
+    let recorded = apply::annotate_last_applied(&mut obj)?;
+    if !recorded {
+        eprintln!(
+            "Warning: {} {name:?} is too large to keep its applied configuration in an annotation \
+             (256 KiB for all of them): applied without it, so a field later removed from the file \
+             is not removed from the object (use `kubectl replace`, or patch it away)",
+            rt.kind
+        );
+    }
     let path = resource_path(rt.path_ref(), Some(&obj_ns), Some(name));
     let live = client.get(&path).await?;
     if live.code == 404 {
@@ -1011,7 +1019,11 @@ async fn apply_one(
     }
     let live = live.into_result()?;
     let last = apply::last_applied(&live);
-    let patch = apply::three_way_patch(last.as_ref(), &obj);
+    let mut patch = apply::three_way_patch(last.as_ref(), &obj);
+    if !recorded && last.is_some() {
+        // An earlier, smaller record would now be stale: it goes.
+        patch["metadata"]["annotations"][apply::LAST_APPLIED] = Value::Null;
+    }
     // As kubectl: a patch that changes nothing on the live object is not sent.
     let mut patched = live.clone();
     json_patch::merge(&mut patched, &patch);
