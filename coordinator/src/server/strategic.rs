@@ -127,6 +127,9 @@ fn merge_field(
         Value::Null => {
             target.remove(k);
         }
+        Value::Object(pm) if pm.get("$patch").and_then(Value::as_str) == Some("delete") => {
+            target.remove(k);
+        }
         Value::Object(pm) => {
             let slot = target.entry(k.to_string()).or_insert_with(|| Value::Object(Map::new()));
             if !slot.is_object() {
@@ -315,6 +318,8 @@ mod tests {
         assert_eq!(out["status"]["conditions"], json!([{"type": "k3"}]));
         let out = patched("Node", node.clone(), json!({"metadata": {"labels": {"$patch": "replace", "z": "3"}}}));
         assert_eq!(out["metadata"]["labels"], json!({"z": "3"}));
+        let out = patched("Node", node.clone(), json!({"metadata": {"labels": {"$patch": "delete"}}}));
+        assert!(out["metadata"].get("labels").is_none(), "a map deleted: {out}");
         let out = patched(
             "Node",
             node.clone(),
