@@ -599,18 +599,27 @@ fn uid_precondition(call: &Call<'_>, name: &str, obj: &Value, stored: &Value) ->
     if want.is_empty() || want == have {
         return Ok(());
     }
-    Err(ApiError::conflict(
+    Err(uid_conflict(call, name, want, have))
+}
+
+/// kube-apiserver's answer to a uid precondition that does not hold, naming both uids: the
+/// caller sees which object is there now.
+fn uid_conflict(call: &Call<'_>, name: &str, want: &str, have: &str) -> ApiError {
+    ApiError::conflict(
         &call.qualified(),
         name,
         &format!("Precondition failed: UID in precondition: {want}, UID in object meta: {have}"),
-    ))
+    )
 }
 
 /// A patch may not make the object another one: another kind or API version (kubectl could no
 /// longer read, list or delete it), another name or namespace, another uid. Each is refused
 /// with kube-apiserver's answer instead of being stored or silently dropped.
 fn same_identity(call: &Call<'_>, stored: &Value, patched: &Value) -> Result<(), ApiError> {
-    let text = |v: &Value, p: &str| v.pointer(p).and_then(Value::as_str).unwrap_or("").to_string();
+    // Borrowed, not copied: every agent report is a patch.
+    fn text<'a>(v: &'a Value, p: &str) -> &'a str {
+        v.pointer(p).and_then(Value::as_str).unwrap_or("")
+    }
     let name = text(stored, "/metadata/name");
     let rt = call.path.rt;
     let mut causes = Vec::new();
@@ -639,7 +648,7 @@ fn same_identity(call: &Call<'_>, stored: &Value, patched: &Value) -> Result<(),
         ));
     }
     if !causes.is_empty() {
-        return Err(call.invalid(&name, causes));
+        return Err(call.invalid(name, causes));
     }
     let patched_name = text(patched, "/metadata/name");
     if !patched_name.is_empty() && patched_name != name {
@@ -810,11 +819,7 @@ async fn delete(call: Call<'_>) -> Result<Response, ApiError> {
             let have = stored.pointer("/metadata/uid").and_then(Value::as_str).unwrap_or("");
             if have != uid.as_str() {
                 // kube-apiserver's words, both uids: the caller sees which object is there now.
-                return Err(ApiError::conflict(
-                    &call.qualified(),
-                    &name,
-                    &format!("Precondition failed: UID in precondition: {uid}, UID in object meta: {have}"),
-                ));
+                return Err(uid_conflict(&call, &name, uid, have));
             }
         }
         if let Some(want) = expected.filter(|want| Some(*want) != stored_rev) {

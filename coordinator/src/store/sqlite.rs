@@ -209,7 +209,7 @@ fn open_conn(path: &Path) -> Result<Connection, StoreError> {
 /// every local user. A missing file is created empty (a new store) with mode 0600; an existing
 /// one others may read is made 0600, and that is logged.
 fn make_private(path: &Path) -> Result<(), StoreError> {
-    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    use std::os::unix::fs::OpenOptionsExt;
     let fail = |what: &str, p: &Path, e: std::io::Error| StoreError::Backend(format!("{what} {}: {e}", p.display()));
     match std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path) {
         Ok(_) => {}
@@ -225,17 +225,9 @@ fn make_private(path: &Path) -> Result<(), StoreError> {
     let mut shm = path.as_os_str().to_owned();
     shm.push("-shm");
     for p in [path.to_path_buf(), wal.into(), shm.into()] {
-        let Ok(meta) = std::fs::metadata(&p) else { continue };
-        let mode = meta.permissions().mode() & 0o777;
-        if mode & 0o077 != 0 {
-            match std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode & 0o700)) {
-                Ok(()) => {
-                    tracing::warn!(file = %p.display(), "the store's file was readable by other users (mode {mode:04o}): made 0600")
-                }
-                Err(e) => {
-                    tracing::warn!(file = %p.display(), error = %e, "the store's file is readable by other users (mode {mode:04o}) and cannot be made 0600")
-                }
-            }
+        // A read-only mount cannot be mended: said, and the store still read.
+        if let Err(e) = crate::fsutil::keep_private(&p) {
+            tracing::warn!(error = %format!("{e:#}"), "the store's file is readable by other users");
         }
     }
     Ok(())
