@@ -1449,3 +1449,67 @@ async fn what_kube_apiserver_refuses_is_refused_and_nothing_is_written() {
     let r = admin.post("/api/v1/namespaces/default/events", &ndb).await.unwrap();
     assert_status(&r, 422, "Invalid", "an Event in another namespace than its object's");
 }
+
+/// `Accept` chooses how an answer is written, as kube-apiserver negotiates it: YAML when asked
+/// (errors too), JSON for `*/*` and kubectl's headers, and 406 — before anything is written —
+/// for what aloft cannot write (protobuf alone, `text/html`, a YAML watch).
+#[tokio::test]
+async fn the_accept_header_chooses_the_answer_s_format() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let mc_path = path_of(&MACHINE_CONFIG, Some("60-x"));
+    let collection = path_of(&MACHINE_CONFIG, None);
+    let body = || Some(("application/json", serde_json::to_vec(&machine_config("60-x", "none")).unwrap()));
+    let yaml_of = |r: &aloft_client::Reply| -> Value {
+        let text = r.body.as_str().unwrap_or_else(|| panic!("not YAML text: {}", r.body));
+        yaml_serde::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"))
+    };
+
+    for accept in ["application/vnd.kubernetes.protobuf", "text/html", "application/json;q=0"] {
+        let r = admin.call(reqwest::Method::POST, &collection, body(), Some(accept)).await.unwrap();
+        assert_status(&r, 406, "NotAcceptable", accept);
+        let message = r.body["message"].as_str().unwrap_or_default();
+        assert!(message.contains("application/json, application/yaml"), "{}", r.body);
+    }
+    assert_eq!(admin.get(&mc_path).await.unwrap().code, 404, "a refused create wrote nothing");
+
+    let r = admin.call(reqwest::Method::POST, &collection, body(), Some("application/yaml")).await.unwrap();
+    assert_eq!(r.code, 201, "{}", r.body);
+    let created = yaml_of(&r);
+    assert_eq!(created["metadata"]["name"], "60-x");
+    let r = admin
+        .call(reqwest::Method::GET, &mc_path, None, Some("application/yaml, application/json;q=0.9"))
+        .await
+        .unwrap();
+    assert_eq!(r.code, 200);
+    assert_eq!(yaml_of(&r), get_ok(&admin, &MACHINE_CONFIG, "60-x").await, "the same object, in YAML");
+    let r = admin.call(reqwest::Method::GET, &collection, None, Some("application/yaml")).await.unwrap();
+    assert_eq!(yaml_of(&r)["items"][0]["metadata"]["name"], "60-x");
+    let r = admin
+        .call(reqwest::Method::GET, &path_of(&MACHINE_CONFIG, Some("nope")), None, Some("application/yaml"))
+        .await
+        .unwrap();
+    assert_eq!(r.code, 404);
+    assert_eq!(yaml_of(&r)["reason"], "NotFound", "an error is written as asked too");
+    let r = admin.call(reqwest::Method::GET, "/api/v1/pods", None, Some("application/yaml")).await.unwrap();
+    assert_eq!(yaml_of(&r)["kind"], "PodList");
+
+    // A PATCH refused for its Accept leaves the object as it was.
+    let before = get_ok(&admin, &MACHINE_CONFIG, "60-x").await;
+    let patch = Some(("application/merge-patch+json", br#"{"metadata":{"labels":{"a":"b"}}}"#.to_vec()));
+    let r =
+        admin.call(reqwest::Method::PATCH, &mc_path, patch, Some("application/vnd.kubernetes.protobuf")).await.unwrap();
+    assert_status(&r, 406, "NotAcceptable", "protobuf only");
+    assert_eq!(get_ok(&admin, &MACHINE_CONFIG, "60-x").await, before);
+
+    // What clients send keeps its JSON; a watch is JSON or refused.
+    for accept in ["*/*", "application/vnd.kubernetes.protobuf, */*", "application/json, application/yaml;q=0.5"] {
+        let r = admin.call(reqwest::Method::GET, &mc_path, None, Some(accept)).await.unwrap();
+        assert_eq!(r.body, before, "{accept}");
+    }
+    let err = admin.watch(&format!("{collection}?watch=true"), Some("application/yaml")).await.err();
+    let err = format!("{:#}", err.expect("a YAML watch is refused"));
+    assert!(err.contains("application/json;stream=watch"), "{err}");
+    let w = admin.watch(&format!("{collection}?watch=true"), Some("application/json;stream=watch")).await;
+    assert!(w.is_ok(), "a JSON stream is served");
+}

@@ -118,6 +118,10 @@ impl ApiError {
     pub fn unsupported_media(message: impl Into<String>) -> Self {
         Self::new(415, "UnsupportedMediaType", message)
     }
+    /// 406: the `Accept` header names nothing aloft can write ([`super::negotiate`]).
+    pub fn not_acceptable(message: impl Into<String>) -> Self {
+        Self::new(406, "NotAcceptable", message)
+    }
     pub fn method_not_allowed(message: impl Into<String>) -> Self {
         Self::new(405, "MethodNotAllowed", message)
     }

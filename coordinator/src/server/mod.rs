@@ -8,6 +8,7 @@ pub mod explain;
 pub mod fields;
 pub mod finalizers;
 pub mod handlers;
+mod negotiate;
 pub mod objects;
 pub mod openapi;
 pub mod pages;
@@ -161,11 +162,17 @@ async fn api_entry(
         Target::Group(g) => discovery(discovery::group(&g)),
         Target::ResourceList { group, version } => discovery(discovery::resource_list(&group, &version)),
         Target::Resource(path) => {
+            let watching = params.get("watch").is_some_and(|v| v == "true" || v == "1");
+            let output = negotiate::output(headers.get(axum::http::header::ACCEPT), watching)?;
             let body = read_body(body, &headers, ctx.limits.max_body).await?;
             let call = handlers::Call { ctx: &ctx, who: &who, method, path, params, headers, body };
-            handlers::dispatch(call).await
+            let answer = handlers::dispatch(call).await;
+            written_as(output, into_response(answer)).await
         }
-        Target::Pods => empty_pod_list(&ctx, &method, &params).await,
+        Target::Pods => {
+            let output = negotiate::output(headers.get(axum::http::header::ACCEPT), false)?;
+            written_as(output, into_response(empty_pod_list(&ctx, &method, &params).await)).await
+        }
         Target::Review(review) => {
             let body = read_body(body, &headers, ctx.limits.max_body).await?;
             review::answer(&ctx, &who, review, &method, &headers, &body).await
@@ -212,6 +219,15 @@ async fn api_root<const CORE: bool>(
     // value could turn a dry run into a real write, is checked whole above).
     let q: HashMap<String, String> = pairs.into_iter().collect();
     into_response(api_entry(CORE, c, w, m, &rest, q, h, b).await)
+}
+
+/// The answer in the negotiated output: its errors too, as kube-apiserver writes a `Status` in
+/// the serializer the client asked for.
+async fn written_as(output: negotiate::Output, answer: Response) -> Result<Response, ApiError> {
+    Ok(match output {
+        negotiate::Output::Json => answer,
+        negotiate::Output::Yaml => negotiate::to_yaml(answer).await,
+    })
 }
 
 fn into_response(r: Result<Response, ApiError>) -> Response {
