@@ -117,6 +117,39 @@ async fn nodes_are_confined_to_their_own_objects() {
     assert_eq!(node_a.get(MCS).await.unwrap().code, 403);
     assert_eq!(node_a.post(MCS, &mc("sneaky")).await.unwrap().code, 403);
 
+    // The annotations that choose what it may read, and the coordinator's answers and marks,
+    // are not the node's to write: naming another pool's config as its desired one read that
+    // config (the audit's case), and answering its own drain skipped the budgets and hooks.
+    let a_path = format!("{NODES}/node-a");
+    let before = admin.get(&a_path).await.unwrap().into_result().unwrap();
+    for (key, value) in [
+        ("machineconfiguration.openshift.io/desiredConfig", json!("rendered-infra-1")),
+        ("machineconfiguration.openshift.io/desiredConfig", Value::Null),
+        ("aloft.dev/prestageConfig", json!("rendered-infra-1")),
+        ("machineconfiguration.openshift.io/lastAppliedDrain", json!("drain-rendered-worker-2")),
+        ("aloft.dev/drainStarted", json!("drain-rendered-worker-2@2026-01-01T00:00:00Z")),
+        ("aloft.dev/drainFailure", json!("")),
+    ] {
+        let patch = json!({"metadata": {"annotations": {key: value}}});
+        let r = node_a.patch(&a_path, "application/merge-patch+json", &patch).await.unwrap();
+        assert_eq!(r.code, 403, "{key}: {}", r.body);
+        assert!(r.body["message"].as_str().unwrap_or_default().contains(key), "{}", r.body);
+        let mut whole = before.clone();
+        match value.as_str() {
+            Some(v) => whole["metadata"]["annotations"][key] = json!(v),
+            None => _ = whole["metadata"]["annotations"].as_object_mut().map(|a| a.remove(key)),
+        }
+        let r = node_a.put(&a_path, &whole).await.unwrap();
+        assert_eq!(r.code, 403, "PUT {key}: {}", r.body);
+    }
+    assert_eq!(admin.get(&a_path).await.unwrap().into_result().unwrap(), before, "nothing written");
+    assert_eq!(node_a.get(&format!("{MCS}/rendered-infra-1")).await.unwrap().code, 403);
+    // Its current config is its own report; naming one there grants no read.
+    let current =
+        json!({"metadata": {"annotations": {"machineconfiguration.openshift.io/currentConfig": "rendered-infra-1"}}});
+    merge_patch(&node_a, &a_path, &current).await;
+    assert_eq!(node_a.get(&format!("{MCS}/rendered-infra-1")).await.unwrap().code, 403, "named as current");
+
     // Enrolling an enrolled name again is refused; the node's credential keeps working.
     let (code, _) = enroll(&c, &bootstrap, "node-a").await;
     assert_eq!(code, 409);

@@ -6,9 +6,10 @@
 //!   giving them only the labels of Kubernetes' own namespaces it allows ([`EnrollLabels`];
 //!   stored as `bootstrap:key=value,...`);
 //! - `node:<name>`: an enrolled agent: read its own Node and the rendered MachineConfigs its Node
-//!   names (desiredConfig, currentConfig, and `aloft.dev/prestageConfig`, the one the node
-//!   controller asks it to pre-stage), write its own Node's status and annotations. Nothing
-//!   else, so one compromised node cannot read another's config or fake another's state.
+//!   names (desiredConfig, and `aloft.dev/prestageConfig`, the one the node controller asks it
+//!   to pre-stage; both the coordinator's alone to write), write its own Node's status and
+//!   annotations but those. Nothing else, so one compromised node cannot read another pool's
+//!   config or fake another's state.
 
 use rand::RngCore;
 use sha2::{Digest, Sha256};
@@ -243,21 +244,18 @@ const NODES: &str = "/nodes";
 /// The core pods collection's key (not a kind aloft serves; see [`decide`]).
 const PODS: &str = "/pods";
 
-/// The rendered configs a node may read: those its own Node names. The pre-stage annotation is
-/// the node controller's, like desiredConfig. Known gap, shared with desiredConfig: a node may
-/// write its own annotations, so a compromised node could name another pool's config here; closing
-/// it needs the decision to check the name against the node's pool (not done yet).
+/// The rendered configs a node may read: the one it is asked to run and the one it is asked to
+/// pre-stage, which only the coordinator may name ([`crate::controllers::uncordon::COORDINATOR_ONLY`]:
+/// a node writing them could read another pool's config, secrets included). Not its
+/// `currentConfig`: the agent reports that one and keeps its own copy, so a node naming another
+/// pool's config there gains nothing by it.
 fn node_config_names(node: Option<&serde_json::Value>) -> Vec<&str> {
     let ann = node.and_then(|n| crate::server::objects::at(n, &["metadata", "annotations"]));
-    [
-        aloft_api::annotations::DESIRED_CONFIG,
-        aloft_api::annotations::CURRENT_CONFIG,
-        aloft_api::annotations::PRESTAGE_CONFIG,
-    ]
-    .iter()
-    .filter_map(|k| ann.and_then(|a| a.get(*k)).and_then(serde_json::Value::as_str))
-    .filter(|n| !n.is_empty())
-    .collect()
+    [aloft_api::annotations::DESIRED_CONFIG, aloft_api::annotations::PRESTAGE_CONFIG]
+        .iter()
+        .filter_map(|k| ann.and_then(|a| a.get(*k)).and_then(serde_json::Value::as_str))
+        .filter(|n| !n.is_empty())
+        .collect()
 }
 
 /// Decide. `facts` is only read for node roles reading MachineConfigs.
@@ -499,7 +497,8 @@ mod tests {
         };
         assert!(needs_own_node(&a, &mc("x")));
         assert_eq!(decide(&a, &mc("rendered-worker-2"), facts), Decision::Allow);
-        assert_eq!(decide(&a, &mc("rendered-worker-1"), facts), Decision::Allow);
+        // Not the current config: the node itself writes that one.
+        assert_eq!(decide(&a, &mc("rendered-worker-1"), facts), Decision::Deny);
         assert_eq!(decide(&a, &mc("rendered-infra-9"), facts), Decision::Deny);
         let prestaging = serde_json::json!({"metadata": {"annotations": {
             "machineconfiguration.openshift.io/currentConfig": "rendered-worker-1",

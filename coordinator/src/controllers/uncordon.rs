@@ -73,12 +73,28 @@ pub fn at_done(next: &mut Value) -> bool {
 }
 
 /// The annotations only the coordinator writes on a Node, which a node's own token may not
-/// change (a node granting itself an uncordon could end a drain that was never its to end).
-pub const COORDINATOR_ONLY: &[&str] = &[ann::UNCORDON_AT_DONE];
+/// change: a node granting itself an uncordon could end a drain that was never its to end; one
+/// answering its own drain (`lastAppliedDrain`) would skip the budgets and the drain hooks; one
+/// naming its own desired or pre-stage config could read another pool's rendered config, secrets
+/// included (a node may read the configs these name), and held its pool Updating; one clearing
+/// the drain controller's marks hid a stuck drain from the pool and its circuit breaker.
+pub const COORDINATOR_ONLY: &[&str] = &[
+    ann::UNCORDON_AT_DONE,
+    ann::DESIRED_CONFIG,
+    ann::LAST_APPLIED_DRAIN,
+    ann::PRESTAGE_CONFIG,
+    ann::DRAIN_STARTED,
+    ann::DRAIN_FAILURE,
+];
 
 /// The first of [`COORDINATOR_ONLY`] that differs between `stored` and `next`.
+/// Set to empty counts as a change: an empty mark left by a node would stand for the
+/// coordinator's.
 pub fn coordinator_only_changed(stored: &Value, next: &Value) -> Option<&'static str> {
-    COORDINATOR_ONLY.iter().copied().find(|k| annotation(stored, k) != annotation(next, k))
+    fn raw<'a>(n: &'a Value, k: &str) -> Option<&'a Value> {
+        n.get("metadata").and_then(|m| m.get("annotations")).and_then(|a| a.get(k))
+    }
+    COORDINATOR_ONLY.iter().copied().find(|k| raw(stored, k) != raw(next, k))
 }
 
 #[cfg(test)]
