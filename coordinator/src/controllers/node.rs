@@ -589,14 +589,26 @@ fn record_waits(events: &Recorder, pool_name: &str, pp: &PoolPlan, nodes: &[Node
 /// leaves them out, as MCO's does, so "every slot is taken" beside a count of 0 would not say
 /// by whom.
 fn wait_message(pp: &PoolPlan, w: &Wait, nodes: &[Node], hot: &[NodeHot]) -> String {
+    // Degraded nodes, and nodes an admin cordoned: both hold their slots until someone acts.
     let held_by = |unavailable: &[usize]| {
-        let names: Vec<String> =
-            unavailable.iter().filter(|&&i| hot[i].degraded()).map(|&i| nodes[i].metadata.name.clone()).collect();
-        if names.is_empty() {
+        let by = |what: &str, pick: &dyn Fn(usize) -> bool| {
+            let names: Vec<String> =
+                unavailable.iter().filter(|&&i| pick(i)).map(|&i| nodes[i].metadata.name.clone()).collect();
+            let n = names.len();
+            (n > 0)
+                .then(|| format!("{n} of them by {what} node{}: {}", if n == 1 { "" } else { "s" }, names_text(&names)))
+        };
+        let parts: Vec<String> = [
+            by("degraded", &|i| hot[i].degraded()),
+            by("cordoned", &|i| !hot[i].degraded() && hot[i].cordoned_by_hand()),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        if parts.is_empty() {
             String::new()
         } else {
-            let n = names.len();
-            format!(" ({n} of them by degraded node{}: {})", if n == 1 { "" } else { "s" }, names_text(&names))
+            format!(" ({})", parts.join("; "))
         }
     };
     match (w, &pp.first_config) {
@@ -617,8 +629,24 @@ fn wait_message(pp: &PoolPlan, w: &Wait, nodes: &[Node], hot: &[NodeHot]) -> Str
             )
         }
         (Wait::NotReady { nodes: waiting }, _) => {
-            let names: Vec<String> = waiting.iter().map(|&i| nodes[i].metadata.name.clone()).collect();
-            format!("nodes wait for {}: not Ready: {}; they are picked once Ready", pp.target, names_text(&names))
+            // `kubectl get nodes` shows a cordoned node Ready,SchedulingDisabled: say which it is.
+            let (cordoned, down): (Vec<usize>, Vec<usize>) =
+                waiting.iter().partition(|&&i| nodes[i].spec.unschedulable && nodes[i].is_ready_for_update());
+            let names =
+                |list: &[usize]| names_text(&list.iter().map(|&i| nodes[i].metadata.name.clone()).collect::<Vec<_>>());
+            let mut parts = Vec::new();
+            if !down.is_empty() {
+                parts.push(format!("not Ready: {}", names(&down)));
+            }
+            if !cordoned.is_empty() {
+                parts.push(format!("cordoned: {}", names(&cordoned)));
+            }
+            let once = match (down.is_empty(), cordoned.is_empty()) {
+                (false, true) => "Ready",
+                (true, false) => "uncordoned",
+                _ => "Ready and uncordoned",
+            };
+            format!("nodes wait for {}: {}; they are picked once {once}", pp.target, parts.join("; "))
         }
         (w, _) => format!("nodes wait for {}: {w}", pp.target),
     }
@@ -1214,6 +1242,21 @@ mod tests {
         assert_eq!(
             wait_message(pp, &Wait::NotReady { nodes: vec![0] }, &nodes, &hot(&nodes)),
             "nodes wait for r2: not Ready: a; they are picked once Ready"
+        );
+        // A node an admin cordoned is said to be cordoned (kubectl shows it Ready), and named
+        // when it holds a slot.
+        let mut cordoned = nodes.clone();
+        cordoned[0] = node("a", "r1", "r1", "Done", true);
+        cordoned[0].spec.unschedulable = true;
+        assert_eq!(
+            wait_message(pp, &Wait::NotReady { nodes: vec![0] }, &cordoned, &hot(&cordoned)),
+            "nodes wait for r2: cordoned: a; they are picked once uncordoned"
+        );
+        let wait = Wait::MaxUnavailable { max: 1, unavailable: vec![0] };
+        let unpaused = PoolPlan { first_config: None, ..pp.clone() };
+        assert_eq!(
+            wait_message(&unpaused, &wait, &cordoned, &hot(&cordoned)),
+            "nodes wait for r2: maxUnavailable is 1 and every slot is taken (1 of them by cordoned node: a)"
         );
         // Done on r1: behind r2, available.
         nodes = vec![node("a", "r1", "r1", "Done", true), node("fresh", "r1", "r1", "Done", true)];

@@ -60,7 +60,11 @@ impl std::fmt::Display for Wait {
                 if unavailable.len() == 1 { " is" } else { "s are" },
             ),
             Wait::NotReady { nodes } => {
-                write!(f, "{} node(s) left to update are not Ready; they are picked once Ready", nodes.len())
+                write!(
+                    f,
+                    "{} node(s) left to update are not Ready or are cordoned; they are picked once Ready and uncordoned",
+                    nodes.len()
+                )
             }
             Wait::Policy(HoldReason::Canary { canaries }) => {
                 write!(f, "waiting for the {canaries} canary node(s) to finish updating")
@@ -338,8 +342,9 @@ fn plan_pool(
     let broken = pp.breaker.is_some();
     // In candidate order already (the layout's).
     // A node failing and unavailable (cordoned by the update it failed, or not Ready) is a
-    // candidate too: see `stuck` below.
-    let failing_unavailable = |i: usize| hot[i].failing() && hot[i].disrupted();
+    // candidate too: see `stuck` below. Not one an admin cordoned: that cordon is theirs to lift
+    // (drained, updated and uncordoned at Done, it was lost).
+    let failing_unavailable = |i: usize| hot[i].failing() && hot[i].disrupted() && !hot[i].cordoned_by_hand();
     let mut candidates: Vec<usize> =
         ordered.iter().copied().filter(|&i| behind[i] && (hot[i].ready() || failing_unavailable(i))).collect();
     // As MCO's node controller (`syncMachineConfigPool`: `syncStatusOnly` once the pool has a

@@ -130,6 +130,13 @@ impl NodeFacts {
             && self.drain_request.is_empty()
             && self.drain_answer.strip_prefix("drain-") == Some(self.desired.as_str())
     }
+    /// Cordoned, and not by a drain of the coordinator's (none asked, none answered): by an
+    /// admin (`kubectl cordon`). MCO never picks such a node, failing or not, so the cordon
+    /// stays until the admin lifts it; a failing node aloft cordoned for its update is picked
+    /// again to move it on.
+    pub fn cordoned_by_hand(&self) -> bool {
+        self.cordoned && !self.drain_answer.starts_with("drain-") && !self.drain_request.starts_with("drain-")
+    }
     /// Degraded or Unreconcilable (failing, not updating), or stuck in a drain past its timeout.
     pub fn degraded(&self) -> bool {
         failing_state(&self.state) || !self.drain_failure.is_empty()
@@ -190,6 +197,7 @@ const HOT_STATUS_UNAVAILABLE: u16 = 1 << 6;
 const HOT_DRAIN_FAILED: u16 = 1 << 7;
 const HOT_FAILING_ON_DESIRED: u16 = 1 << 8;
 const HOT_UNCONFIGURED: u16 = 1 << 9;
+const HOT_CORDONED_BY_HAND: u16 = 1 << 10;
 
 impl NodeHot {
     pub fn of(f: &NodeFacts) -> Self {
@@ -207,7 +215,8 @@ impl NodeHot {
                 | flag(f.unavailable(), HOT_STATUS_UNAVAILABLE)
                 | flag(!f.drain_failure.is_empty(), HOT_DRAIN_FAILED)
                 | flag(f.failing_on_desired(), HOT_FAILING_ON_DESIRED)
-                | flag(f.current.is_empty() && f.desired.is_empty(), HOT_UNCONFIGURED),
+                | flag(f.current.is_empty() && f.desired.is_empty(), HOT_UNCONFIGURED)
+                | flag(f.cordoned_by_hand(), HOT_CORDONED_BY_HAND),
         }
     }
     fn has(&self, bit: u16) -> bool {
@@ -216,6 +225,10 @@ impl NodeHot {
     /// Has never had a config: it joined the pool and its agent waits for its first one.
     pub fn unconfigured(&self) -> bool {
         self.has(HOT_UNCONFIGURED)
+    }
+    /// [`NodeFacts::cordoned_by_hand`].
+    pub fn cordoned_by_hand(&self) -> bool {
+        self.has(HOT_CORDONED_BY_HAND)
     }
     /// [`NodeFacts::ready`].
     pub fn ready(&self) -> bool {

@@ -66,11 +66,29 @@ fn a_node_degraded_after_a_rollback_moves_to_the_new_target_without_taking_a_slo
     // r3 (the fix). Moving "a" to r3 adds no disruption; "b" waits.
     let mut a = node("a", worker(), "r2", "r2", "Degraded", true);
     a.spec.unschedulable = true;
+    set_ann(&mut a, ann::LAST_APPLIED_DRAIN, Some("drain-r2"));
+    let hand_cordoned = {
+        let mut a = a.clone();
+        set_ann(&mut a, ann::LAST_APPLIED_DRAIN, Some("uncordon-r1"));
+        a
+    };
     let nodes = vec![a, node("b", worker(), "r1", "r1", "Done", true)];
     let pools = [pool("worker", json!(1), "r3", json!({}))];
     let p = plan(Snapshot { nodes: &nodes, pools: &pools, budgets: &[] }, now()).remove(0);
     assert_eq!(picked_names(&nodes, &p), vec!["a"]);
     assert_eq!(p.wait, Some(Wait::MaxUnavailable { max: 1, unavailable: vec![0] }));
+    // Cordoned by an admin after its drain was over (its last drain answer an uncordon), or
+    // with no drain at all: MCO never picks an unschedulable node, and the cordon stays theirs.
+    for a in [hand_cordoned.clone(), {
+        let mut a = hand_cordoned.clone();
+        set_ann(&mut a, ann::LAST_APPLIED_DRAIN, None);
+        a
+    }] {
+        let nodes = vec![a, node("b", worker(), "r1", "r1", "Done", true)];
+        let p = plan(Snapshot { nodes: &nodes, pools: &pools, budgets: &[] }, now()).remove(0);
+        assert!(p.picks.is_empty(), "{:?}", picked_names(&nodes, &p));
+        assert_eq!(p.wait, Some(Wait::MaxUnavailable { max: 1, unavailable: vec![0] }));
+    }
     // Not Ready instead of cordoned: the same.
     let nodes = vec![node("a", worker(), "r2", "r2", "Degraded", false), node("b", worker(), "r1", "r1", "Done", true)];
     let p = plan(Snapshot { nodes: &nodes, pools: &pools, budgets: &[] }, now()).remove(0);
@@ -550,6 +568,8 @@ impl Sim {
                         self.nodes.iter().map(|n| &n.metadata.labels).collect();
                     if Ledger::new(&self.budgets, &labels, &unavailable).check(i).is_ok() {
                         self.nodes[i].spec.unschedulable = true;
+                        let answer = format!("drain-{}", f.desired.as_str());
+                        set_ann(&mut self.nodes[i], ann::LAST_APPLIED_DRAIN, Some(&answer));
                     }
                     return;
                 }
@@ -557,6 +577,7 @@ impl Sim {
                 set_ann(&mut self.nodes[i], ann::CURRENT_CONFIG, Some(&desired));
                 set_ann(&mut self.nodes[i], ann::STATE, Some("Done"));
                 self.nodes[i].spec.unschedulable = false;
+                set_ann(&mut self.nodes[i], ann::LAST_APPLIED_DRAIN, Some(&format!("uncordon-{}", desired.as_str())));
             }
         }
     }
