@@ -974,7 +974,7 @@ async fn api_resources_resume_empty_apply_and_describe() {
 
 fn pool_yaml(name: &str, spec_extra: &str) -> String {
     format!(
-        "apiVersion: machineconfiguration.openshift.io/v1\nkind: MachineConfigPool\nmetadata: {{name: {name}}}\nspec:\n  machineConfigSelector: {{matchLabels: {{machineconfiguration.openshift.io/role: {name}}}}}\n  nodeSelector: {{matchLabels: {{node-role.kubernetes.io/{name}: \"\"}}}}\n  maxUnavailable: 1\n{spec_extra}"
+        "apiVersion: machineconfiguration.openshift.io/v1\nkind: MachineConfigPool\nmetadata: {{name: {name}}}\nspec:\n  machineConfigSelector: {{matchExpressions: [{{key: machineconfiguration.openshift.io/role, operator: In, values: [worker, {name}]}}]}}\n  nodeSelector: {{matchLabels: {{node-role.kubernetes.io/{name}: \"\"}}}}\n  maxUnavailable: 1\n{spec_extra}"
     )
 }
 

@@ -405,14 +405,20 @@ pub fn machine_config(name: &str, role: &str) -> Value {
     })
 }
 
-/// A minimal valid MachineConfigPool selecting configs and nodes of `role`.
+/// A pool of the nodes labelled `node-role.kubernetes.io/<role>`. A custom role's pool inherits
+/// the worker configs, as OpenShift requires (its `MachineConfigPool` template's selector).
 pub fn machine_config_pool(name: &str, role: &str) -> Value {
+    const ROLE: &str = "machineconfiguration.openshift.io/role";
+    let selector = match role {
+        "master" | "worker" | "arbiter" => serde_json::json!({"matchLabels": {ROLE: role}}),
+        _ => serde_json::json!({"matchExpressions": [{"key": ROLE, "operator": "In", "values": ["worker", role]}]}),
+    };
     serde_json::json!({
         "apiVersion": "machineconfiguration.openshift.io/v1",
         "kind": "MachineConfigPool",
         "metadata": {"name": name},
         "spec": {
-            "machineConfigSelector": {"matchLabels": {"machineconfiguration.openshift.io/role": role}},
+            "machineConfigSelector": selector,
             "nodeSelector": {"matchLabels": {format!("node-role.kubernetes.io/{role}"): ""}},
         },
     })

@@ -116,6 +116,29 @@ const DURATION: (i64, i64, &str) = (0, MAX_DURATION_SECONDS, " (one year)");
 const TIMEOUT: (i64, i64, &str) = (1, MAX_DURATION_SECONDS, " (one year)");
 const HOOK_TIMEOUT: (i64, i64, &str) = (1, MAX_HOOK_TIMEOUT_SECONDS, " (one hour)");
 
+/// OpenShift's admission policy `custom-machine-config-pool-selector` (MCO 4.18 on), word for
+/// word: a pool's `machineConfigSelector` must select the worker configs (or be the master,
+/// worker or arbiter pool's). A custom pool that did not inherit worker rendered without them, and
+/// labelling a worker into it removed every worker file and unit from that node.
+fn pool_inheritance_causes(p: &MachineConfigPool, out: &mut Vec<StatusCause>) {
+    const ROLE: &str = aloft_api::annotations::ROLE_LABEL;
+    let inherits = p.spec.machine_config_selector.as_ref().is_some_and(|sel| {
+        matches!(sel.match_labels.get(ROLE).map(String::as_str), Some("master" | "worker" | "arbiter"))
+            || sel.match_expressions.iter().any(|e| {
+                let worker = e.values.iter().any(|v| v == "worker");
+                e.key == ROLE && ((e.operator == "In" && worker) || (e.operator == "NotIn" && !worker))
+            })
+    });
+    if !inherits {
+        out.push(cause(
+            "spec.machineConfigSelector",
+            "FieldValueInvalid",
+            "All custom MachineConfigPools must inherit from the worker pool and must have a machineConfigSelector \
+             that matches for a 'machineconfiguration.openshift.io/role: worker' label",
+        ));
+    }
+}
+
 /// `spec.rollout` and `spec.drain`, aloft's extensions of the pool: counts and durations within
 /// bounds, so that no controller does arithmetic on absurd values.
 fn pool_extension_causes(p: &MachineConfigPool, out: &mut Vec<StatusCause>) {
@@ -323,6 +346,7 @@ pub fn object_causes(r: &ResourceType, obj: &Value) -> Vec<StatusCause> {
         "MachineConfigPool" => {
             if let Some(p) = typed::<MachineConfigPool>(obj, &mut out) {
                 selector_causes(&p.spec.machine_config_selector, "spec.machineConfigSelector", &mut out);
+                pool_inheritance_causes(&p, &mut out);
                 selector_causes(&p.spec.node_selector, "spec.nodeSelector", &mut out);
                 max_unavailable_causes(&p.spec.max_unavailable, &mut out);
                 pool_extension_causes(&p, &mut out);
