@@ -412,8 +412,10 @@ const MCS: &str = "/apis/machineconfiguration.openshift.io/v1/machineconfigs";
 
 /// Creates `pool` and a MachineConfig of the role it selects (a pool with none does not render).
 async fn create_pool(c: &Coordinator, pool: serde_json::Value) {
-    let role = pool["spec"]["machineConfigSelector"]["matchLabels"]["machineconfiguration.openshift.io/role"]
+    let selector = &pool["spec"]["machineConfigSelector"];
+    let role = selector["matchLabels"]["machineconfiguration.openshift.io/role"]
         .as_str()
+        .or_else(|| selector["matchExpressions"][0]["values"].as_array()?.last()?.as_str())
         .unwrap()
         .to_string();
     let admin = c.client();

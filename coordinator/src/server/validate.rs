@@ -345,8 +345,12 @@ pub fn object_causes(r: &ResourceType, obj: &Value) -> Vec<StatusCause> {
         }
         "MachineConfigPool" => {
             if let Some(p) = typed::<MachineConfigPool>(obj, &mut out) {
+                let before = out.len();
                 selector_causes(&p.spec.machine_config_selector, "spec.machineConfigSelector", &mut out);
-                pool_inheritance_causes(&p, &mut out);
+                // A selector that is itself invalid says so; whether it would inherit is moot.
+                if out.len() == before {
+                    pool_inheritance_causes(&p, &mut out);
+                }
                 selector_causes(&p.spec.node_selector, "spec.nodeSelector", &mut out);
                 max_unavailable_causes(&p.spec.max_unavailable, &mut out);
                 pool_extension_causes(&p, &mut out);
@@ -476,7 +480,9 @@ mod tests {
             vec!["spec.selector.matchExpressions[0].operator"]
         );
         assert_eq!(ndb(serde_json::json!({"maxUnavailable": 1, "groupBy": ["a b"]})), vec!["spec.groupBy[0]"]);
-        let pool = |spec: serde_json::Value| {
+        let pool = |mut spec: serde_json::Value| {
+            spec["machineConfigSelector"] =
+                serde_json::json!({"matchLabels": {"machineconfiguration.openshift.io/role": "worker"}});
             let obj = serde_json::json!({"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfigPool",
                 "metadata": {"name": "worker"}, "spec": spec});
             let mut fields: Vec<String> =
@@ -509,9 +515,49 @@ mod tests {
         out
     }
 
+    /// OpenShift's `custom-machine-config-pool-selector` policy, case by case.
+    #[test]
+    fn every_pool_selects_the_worker_configs() {
+        let refused = |selector: serde_json::Value| {
+            let mut spec = serde_json::json!({"nodeSelector": {"matchLabels": {"node-role.kubernetes.io/infra": ""}}});
+            if !selector.is_null() {
+                spec["machineConfigSelector"] = selector;
+            }
+            let causes = causes_of(
+                &crate::resources::MACHINE_CONFIG_POOL,
+                serde_json::json!({"metadata": {"name": "infra"}, "spec": spec}),
+            );
+            causes
+                .iter()
+                .any(|c| c.starts_with("spec.machineConfigSelector: All custom MachineConfigPools must inherit"))
+        };
+        const R: &str = "machineconfiguration.openshift.io/role";
+        for role in ["worker", "master", "arbiter"] {
+            assert!(!refused(serde_json::json!({"matchLabels": {R: role, "x": "y"}})), "{role}");
+        }
+        assert!(!refused(
+            serde_json::json!({"matchExpressions": [{"key": R, "operator": "In", "values": ["worker", "infra"]}]})
+        ));
+        assert!(!refused(serde_json::json!({"matchLabels": {R: "infra"},
+            "matchExpressions": [{"key": R, "operator": "In", "values": ["infra", "worker"]}]})));
+        assert!(!refused(
+            serde_json::json!({"matchExpressions": [{"key": R, "operator": "NotIn", "values": ["master"]}]})
+        ));
+        assert!(refused(
+            serde_json::json!({"matchExpressions": [{"key": R, "operator": "NotIn", "values": ["worker"]}]})
+        ));
+        assert!(refused(serde_json::json!({"matchLabels": {R: "infra"}})));
+        assert!(refused(serde_json::json!({"matchExpressions": [{"key": R, "operator": "In", "values": ["infra"]}]})));
+        assert!(refused(serde_json::json!({"matchExpressions": [{"key": R, "operator": "Exists"}]})));
+        assert!(refused(serde_json::json!({})), "an empty selector");
+        assert!(refused(serde_json::Value::Null), "no selector");
+    }
+
     #[test]
     fn pool_numbers_are_bounded() {
-        let pool = |spec: serde_json::Value| {
+        let pool = |mut spec: serde_json::Value| {
+            spec["machineConfigSelector"] =
+                serde_json::json!({"matchLabels": {"machineconfiguration.openshift.io/role": "worker"}});
             causes_of(
                 &crate::resources::MACHINE_CONFIG_POOL,
                 serde_json::json!({"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfigPool",
