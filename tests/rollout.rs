@@ -1033,11 +1033,20 @@ async fn the_pool_status_observes_each_spec_generation() {
     })
     .await;
     assert_eq!(condition(&p, "Updating").unwrap()["message"], "Pool is paused", "{p}");
+    // The render controller's new target is a spec change too, as MCO writes it through the
+    // API: `kubectl wait --for=condition=Updated` must not take the old Updated for the new.
+    create(&admin, &MACHINE_CONFIG, &machine_config("00-worker", "worker")).await;
+    let p = eventually(WAIT, "the status observing the rendered target", || async {
+        let p = pool(&admin).await;
+        Ok((observed(&p) == (Some(3), Some(3))).then_some(p))
+    })
+    .await;
+    assert!(p["spec"]["configuration"]["name"].as_str().is_some_and(|n| n.starts_with("rendered-worker-")), "{p}");
     // A status write or an annotation is no spec change: the generation stays.
     let resumed = json!({"metadata": {"annotations": {"aloft.dev/resumeRollout": "2026-01-01T00:00:00Z"}}});
     merge(&admin, &path_of(&MACHINE_CONFIG_POOL, Some("worker")), resumed).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(observed(&pool(&admin).await), (Some(2), Some(2)));
+    assert_eq!(observed(&pool(&admin).await), (Some(3), Some(3)));
 }
 
 /// Everything a viewer or a node's own agent can read about drains (Events, Nodes, pools),

@@ -695,7 +695,9 @@ fn compute_status(
     let mut degraded: Vec<&Member> = Vec::new();
     for m in members {
         let h = m.2;
-        if h.updated_to(target) {
+        // Not before the pool has a config: MCO's `isNodeDone` wants a current config, and a
+        // node with none is not updated on an empty target.
+        if !target.is_empty() && h.updated_to(target) {
             updated += 1;
             ready += usize::from(h.ready());
         }
@@ -748,8 +750,10 @@ fn compute_status(
         (None, true) => condition(cond::NODE_DEGRADED, false, "", String::new()),
         (Some(e), true) => condition(cond::NODE_DEGRADED, true, "NodeInMultiplePools", e.clone()),
         (e, false) => {
+            // As MCO, a node reporting no reason is counted but not quoted.
             let mut msgs: Vec<String> = degraded
                 .iter()
+                .filter(|(_, f, _)| !f.degraded_reason().is_empty())
                 .map(|(n, f, _)| format!("Node {} is reporting: {:?}", n.metadata.name, f.degraded_reason()))
                 .collect();
             msgs.extend(e.cloned());
@@ -1122,6 +1126,31 @@ mod tests {
         let st = compute_status(&p, &[], &ConfigName::new("r2"), None, None);
         assert_eq!(st.observed_generation, Some(7));
         assert_eq!(serde_json::to_value(&st).unwrap()["observedGeneration"], 7);
+    }
+
+    /// As MCO counts: nothing is updated before the pool has a config (a node with none is
+    /// not done on an empty target), a node degraded on the config it runs (drift) is
+    /// unavailable, and one that gives no reason is counted but not quoted.
+    #[test]
+    fn counts_and_messages_follow_mco_for_unrendered_pools_drift_and_no_reason() {
+        let p = pool(json!(1), false);
+        let nodes = vec![node("fresh", "", "", "Done", true)];
+        let facts: Vec<NodeFacts> = nodes.iter().map(NodeFacts::of).collect();
+        let hot: Vec<NodeHot> = facts.iter().map(NodeHot::of).collect();
+        let st = compute_status(&p, &members_of(&nodes, &facts, &hot), &ConfigName::new(""), None, None);
+        assert_eq!((st.updated_machine_count, st.ready_machine_count), (0, 0));
+        let mut drifted = node("a", "r1", "r1", "Degraded", true);
+        drifted.metadata.annotations.insert(ann::REASON.into(), "content mismatch".into());
+        let mut silent = node("b", "r1", "r2", "Degraded", true);
+        silent.metadata.annotations.remove(ann::REASON);
+        let nodes = vec![drifted, silent];
+        let facts: Vec<NodeFacts> = nodes.iter().map(NodeFacts::of).collect();
+        let hot: Vec<NodeHot> = facts.iter().map(NodeHot::of).collect();
+        let st = compute_status(&p, &members_of(&nodes, &facts, &hot), &ConfigName::new("r2"), None, None);
+        assert_eq!((st.degraded_machine_count, st.unavailable_machine_count), (2, 1), "{st:?}");
+        let nd = find_condition(&st.conditions, cond::NODE_DEGRADED).unwrap();
+        assert_eq!(nd.message, "Node a is reporting: \"content mismatch\"");
+        assert_eq!(nd.reason, "2 nodes are reporting degraded status on sync");
     }
 
     /// A budget holding back nodes the pool would pick now is a condition of the pool, the

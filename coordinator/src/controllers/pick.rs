@@ -420,6 +420,15 @@ fn plan_pool(
         let (mut taken, mut stuck_taken) = (0, 0);
         for &c in &candidates {
             let canaries_full = canary_limit.is_some_and(|l| taken + stuck_taken >= l);
+            // A failing node sent back to the config it runs (a revert) has nothing to apply:
+            // its agent reports Done and it is available again. It lowers every count, so it
+            // goes even when the pool or a budget is over its limit (failed nodes more than
+            // maxUnavailable, or maxUnavailable lowered since): such a pool could take neither
+            // a fix nor its revert until maxUnavailable was raised.
+            if failing_unavailable(c) && hot[c].runs(&pp.target) {
+                pp.picks.push(c);
+                continue;
+            }
             if stuck(c) && ledger.check(c).is_ok() {
                 if canaries_full {
                     unpicked += 1;

@@ -164,9 +164,12 @@ impl NodeFacts {
     pub fn done(&self) -> bool {
         self.state == "Done" && self.current == self.desired
     }
-    /// MCO: not ready, or busy updating (neither done nor failing).
+    /// MCO (`IsUnavailableForUpdate`): not ready, or neither done nor failing on its way to its
+    /// desired config. A node failing on the config it runs (drift found on it: current ==
+    /// desired) is not on its way anywhere, so MCO counts it, and so does this.
     pub fn unavailable(&self) -> bool {
-        !self.ready || (!self.done() && !self.degraded())
+        let failing_on_the_way = failing_state(&self.state) && self.current != self.desired;
+        !self.ready || (!self.done() && !failing_on_the_way && self.drain_failure.is_empty())
     }
     /// On `target` and finished there.
     pub fn updated_to(&self, target: &ConfigName) -> bool {
@@ -265,6 +268,10 @@ impl NodeHot {
     /// Desired and current config differ.
     pub fn moving(&self) -> bool {
         self.desired != self.current
+    }
+    /// Runs `target` already (whatever it is asked for and however it is doing).
+    pub fn runs(&self, target: &ConfigName) -> bool {
+        self.current == target.id()
     }
     /// Runs the same current config as `other`.
     pub fn same_current(&self, other: &NodeHot) -> bool {
@@ -644,9 +651,14 @@ mod tests {
         assert!(NodeFacts::of(&n).unavailable(), "asked to update: unavailable");
         set(&mut n, ann::CURRENT_CONFIG, "r2");
         assert!(NodeFacts::of(&n).updated_to(&ConfigName::new("r2")));
+        // As MCO's IsUnavailableForUpdate: a node failing on its way to a config is let out of
+        // the count (it is counted as degraded); one failing on the config it runs (drift) is not.
         set(&mut n, ann::STATE, "Degraded");
         let f = NodeFacts::of(&n);
-        assert!(f.degraded() && !f.unavailable());
+        assert!(f.degraded() && f.unavailable(), "degraded on the config it runs");
+        set(&mut n, ann::DESIRED_CONFIG, "r3");
+        let f = NodeFacts::of(&n);
+        assert!(f.degraded() && !f.unavailable(), "degraded on its way to r3");
         n.spec.unschedulable = true;
         assert!(NodeFacts::of(&n).unavailable(), "cordoned: unavailable");
     }

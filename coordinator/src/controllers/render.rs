@@ -143,7 +143,16 @@ async fn reconcile_pool(store: &Arc<dyn Store>, mcs: &[MachineConfig], raw: Valu
     // field stays exactly as the user wrote it.
     let mut obj = raw;
     if let Some(c) = &pool.spec.configuration {
-        obj["spec"]["configuration"] = to_value(c)?;
+        let c = to_value(c)?;
+        if obj["spec"]["configuration"] != c {
+            obj["spec"]["configuration"] = c;
+            // A spec change, as MCO's render controller writes it through the API: the
+            // generation moves, so until the node controller's status catches up
+            // (`observedGeneration`) clients (`kubectl wait --for=condition=Updated`, kstatus)
+            // do not take the old config's `Updated=True` for the new one's.
+            let generation = obj.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(1);
+            obj["metadata"]["generation"] = (generation + 1).into();
+        }
     }
     obj["status"] = to_value(&status)?;
     let key = Key::cluster(&MACHINE_CONFIG_POOL.store_key(), &pool.metadata.name);

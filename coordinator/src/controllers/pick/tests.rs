@@ -106,6 +106,25 @@ fn a_node_degraded_after_a_rollback_moves_to_the_new_target_without_taking_a_slo
     assert!(p.picks.is_empty(), "{:?}", picked_names(&nodes, &p));
 }
 
+/// More nodes failed than maxUnavailable allows (it was lowered after they failed): a new
+/// config still waits for room, but the revert to the config they run takes them all back at
+/// once, since it lowers every count (the audit's pool took neither until maxUnavailable was
+/// raised).
+#[test]
+fn a_revert_takes_failed_nodes_back_even_over_the_limit() {
+    let nodes = vec![
+        node("w1", worker(), "r1", "r1", "Done", true),
+        node("w2", worker(), "r1", "r2", "Degraded", true),
+        node("w3", worker(), "r1", "r2", "Degraded", true),
+    ];
+    let fix = [pool("worker", json!(1), "r3", json!({}))];
+    let p = plan(Snapshot { nodes: &nodes, pools: &fix, budgets: &[] }, now()).remove(0);
+    assert!(p.picks.is_empty(), "{:?}", picked_names(&nodes, &p));
+    let revert = [pool("worker", json!(1), "r1", json!({}))];
+    let p = plan(Snapshot { nodes: &nodes, pools: &revert, budgets: &[] }, now()).remove(0);
+    assert_eq!(picked_names(&nodes, &p), vec!["w2", "w3"]);
+}
+
 #[test]
 fn picks_within_max_unavailable_counting_other_unavailable_nodes() {
     let nodes = vec![
@@ -637,7 +656,10 @@ impl Sim {
             if let Some(pp) =
                 plans.and_then(|ps| ps.iter().find(|pp| self.pools[pp.pool].metadata.name == p.metadata.name))
             {
-                if !pp.picks.is_empty() {
+                // A revert (a failing node sent back to the config it runs) lowers every count
+                // and may go while over the limit; any other pick may not.
+                let moves = pp.picks.iter().any(|&i| facts[i].desired != facts[i].current);
+                if moves {
                     let unavailable = idx.iter().filter(|&&i| facts[i].disrupted()).count();
                     prop_assert!(
                         unavailable <= max,
@@ -678,6 +700,10 @@ impl Sim {
                 let sel = b.spec.selector.to_selector().unwrap();
                 for pp in plans {
                     for &i in &pp.picks {
+                        // A revert lowers the counts (see above).
+                        if facts[i].desired == facts[i].current {
+                            continue;
+                        }
                         if sel.matches(&self.nodes[i].metadata.labels) {
                             prop_assert!(
                                 all.check(i).is_ok(),
