@@ -873,6 +873,23 @@ async fn without_drain_hooks_the_pick_drains_and_the_done_report_frees_the_slot(
         Ok(is_true(&pool(&admin).await, "Updated").then_some(()))
     })
     .await;
+    // MCO's Events at either end of the update, in its words.
+    event_with(
+        &admin,
+        "MachineConfigPool",
+        "worker",
+        "Updating",
+        &format!("Pool worker now targeting MachineConfig {t2}"),
+    )
+    .await;
+    event_with(
+        &admin,
+        "MachineConfigPool",
+        "worker",
+        "Completed",
+        &format!("Pool worker has completed update to MachineConfig {t2}"),
+    )
+    .await;
     for n in names {
         let v = node(&admin, n).await;
         assert!(!cordoned(&v), "{v}");

@@ -32,6 +32,10 @@ pub const NAMESPACE: &str = "default";
 pub mod reasons {
     /// On the pool: the nodes a pass moved to the pool's target (MCO's reason and words).
     pub const SET_DESIRED_CONFIG: &str = "SetDesiredConfig";
+    /// MCO's: a pool took a new target.
+    pub const UPDATING: &str = "Updating";
+    /// MCO's: every node of a pool is updated on its target.
+    pub const COMPLETED: &str = "Completed";
     pub const NODE_WAITING: &str = "NodeWaiting";
     pub const BUDGET_BLOCKED: &str = "BudgetBlocked";
     pub const DRAIN_HOOK_FAILED: &str = "DrainHookFailed";

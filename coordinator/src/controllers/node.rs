@@ -339,6 +339,9 @@ async fn reconcile(store: &Arc<dyn Store>, st: &mut State, events: &Recorder) ->
     } else if status_free {
         st.status_retry = None;
         st.status_at = Some(tokio::time::Instant::now());
+        for (k, new) in &statuses {
+            record_progress(events, &st.pools.typed[*k], new);
+        }
         write_statuses(store, st, statuses);
     } else {
         wake = wake.min(st.retry_statuses_later());
@@ -548,6 +551,27 @@ async fn learn_os_images(store: &Arc<dyn Store>, st: &mut State) -> Result<(), S
     Ok(())
 }
 
+/// MCO's pool Events, on the status that says so: `Updating` when the pool takes a new target
+/// ("Pool worker now targeting MachineConfig rendered-..."), `Completed` when every node is
+/// updated on it ("Pool worker has completed update to MachineConfig rendered-..."). The record
+/// of when an update began and ended, which `kubectl describe mcp` shows.
+fn record_progress(events: &Recorder, pool: &MachineConfigPool, new: &MachineConfigPoolStatus) {
+    let old = pool.status.as_ref();
+    let about = Involved::pool(&pool.metadata.name);
+    let target_of = |s: Option<&MachineConfigPoolStatus>| s.and_then(|s| s.rollout.as_ref()).map(|r| r.config.clone());
+    let done_of =
+        |s: Option<&MachineConfigPoolStatus>| s.and_then(|s| s.configuration.as_ref()).map(|c| c.name.clone());
+    let name = &pool.metadata.name;
+    if let Some(target) = target_of(Some(new)).filter(|t| !t.is_empty() && target_of(old).as_ref() != Some(t)) {
+        let msg = format!("Pool {name} now targeting MachineConfig {target}");
+        events.emit(&about, EventType::Normal, reasons::UPDATING, &msg);
+    }
+    if let Some(done) = done_of(Some(new)).filter(|d| !d.is_empty() && done_of(old).as_ref() != Some(d)) {
+        let msg = format!("Pool {name} has completed update to MachineConfig {done}");
+        events.emit(&about, EventType::Normal, reasons::COMPLETED, &msg);
+    }
+}
+
 /// Events for what kept a pool's nodes waiting: one per change of reason or message.
 fn record_waits(events: &Recorder, pool_name: &str, pp: &PoolPlan, nodes: &[Node], hot: &[NodeHot]) {
     let about = Involved::pool(pool_name);
@@ -598,9 +622,15 @@ fn wait_message(pp: &PoolPlan, w: &Wait, nodes: &[Node], hot: &[NodeHot]) -> Str
             (n > 0)
                 .then(|| format!("{n} of them by {what} node{}: {}", if n == 1 { "" } else { "s" }, names_text(&names)))
         };
+        // Not Ready (down, or under disk or network pressure) while asked for nothing: a node on
+        // its way to a config is the rollout's own, and not named.
+        let down = |i: usize| {
+            !hot[i].degraded() && !hot[i].moving() && !hot[i].cordoned_by_hand() && !nodes[i].is_ready_for_update()
+        };
         let parts: Vec<String> = [
             by("degraded", &|i| hot[i].degraded()),
             by("cordoned", &|i| !hot[i].degraded() && hot[i].cordoned_by_hand()),
+            by("not Ready", &down),
         ]
         .into_iter()
         .flatten()
@@ -1253,8 +1283,8 @@ mod tests {
         let hot = |nodes: &[Node]| -> Vec<NodeHot> { nodes.iter().map(|n| NodeHot::of(&NodeFacts::of(n))).collect() };
         assert_eq!(
             wait_message(pp, pp.wait.as_ref().expect("a wait"), &nodes, &hot(&nodes)),
-            "nodes with no config wait for r1: maxUnavailable is 1 and every slot is taken; the others wait for \
-             r2: the pool is paused"
+            "nodes with no config wait for r1: maxUnavailable is 1 and every slot is taken (1 of them by not Ready \
+             node: a); the others wait for r2: the pool is paused"
         );
         // a failed on r2 (asked before the pause): it holds the slot, and the Event names it (the
         // status counts it as degraded, not unavailable).
@@ -1286,6 +1316,11 @@ mod tests {
         assert_eq!(
             wait_message(&unpaused, &wait, &cordoned, &hot(&cordoned)),
             "nodes wait for r2: maxUnavailable is 1 and every slot is taken (1 of them by cordoned node: a)"
+        );
+        let down = vec![node("a", "r1", "r1", "Done", false)];
+        assert_eq!(
+            wait_message(&unpaused, &wait, &down, &hot(&down)),
+            "nodes wait for r2: maxUnavailable is 1 and every slot is taken (1 of them by not Ready node: a)"
         );
         // Done on r1: behind r2, available.
         nodes = vec![node("a", "r1", "r1", "Done", true), node("fresh", "r1", "r1", "Done", true)];
