@@ -74,11 +74,17 @@ fn parse_args() -> Result<Args> {
     while let Some(flag) = it.next() {
         let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
         match flag.as_str() {
-            "--nodes" => a.nodes = value()?.parse().context("--nodes")?,
+            "--nodes" => a.nodes = value()?.parse().context("--nodes wants a whole number of nodes")?,
             "--max-unavailable" => a.max_unavailable = value()?,
-            "--per-node-ms" => a.per_node = Duration::from_millis(value()?.parse().context("--per-node-ms")?),
-            "--failure-rate" => a.failure_rate = value()?.parse().context("--failure-rate")?,
-            "--runs" => a.runs = value()?.parse().context("--runs")?,
+            "--per-node-ms" => {
+                a.per_node = Duration::from_millis(
+                    value()?.parse().context("--per-node-ms wants a whole number of milliseconds")?,
+                )
+            }
+            "--failure-rate" => {
+                a.failure_rate = value()?.parse().context("--failure-rate wants a number from 0 to 1")?
+            }
+            "--runs" => a.runs = value()?.parse().context("--runs wants a whole number")?,
             "--coordinator-arg" => a.coordinator_args.push(value()?),
             "-h" | "--help" => {
                 println!(
@@ -103,6 +109,13 @@ fn parse_args() -> Result<Args> {
     if a.runs == 0 {
         bail!("--runs must be at least 1");
     }
+    if a.per_node.is_zero() {
+        bail!("--per-node-ms must be at least 1 (the ideal time is a multiple of it)");
+    }
+    if !(0.0..=1.0).contains(&a.failure_rate) {
+        bail!("--failure-rate must be from 0 to 1 (the share of nodes whose update fails), not {}", a.failure_rate);
+    }
+    budget(&a.max_unavailable, a.nodes)?;
     if a.runs > 1 && a.failure_rate > 0.0 {
         bail!("--runs above 1 needs --failure-rate 0: a failed node stays Degraded, so the next rollout would not be one of the whole fleet");
     }
@@ -111,9 +124,13 @@ fn parse_args() -> Result<Args> {
 
 /// maxUnavailable as MCO resolves it: an int, or a percent of the pool rounded down, at least 1.
 fn budget(max_unavailable: &str, nodes: usize) -> Result<usize> {
+    let wants = "--max-unavailable wants a whole number of nodes or a percentage from 0% to 100%";
     let k = match max_unavailable.strip_suffix('%') {
-        Some(p) => p.parse::<usize>().context("--max-unavailable percent")? * nodes / 100,
-        None => max_unavailable.parse::<usize>().context("--max-unavailable")?,
+        Some(p) => match p.parse::<usize>().context(wants)? {
+            p if p > 100 => bail!("{wants}, not {max_unavailable}"),
+            p => p * nodes / 100,
+        },
+        None => max_unavailable.parse::<usize>().context(wants)?,
     };
     Ok(k.max(1))
 }
@@ -167,7 +184,9 @@ async fn node(
             let seen = Instant::now();
             fleet.seen_at.lock().unwrap_or_else(|e| e.into_inner()).push(seen);
             let mut marks: Vec<(&str, Instant)> = Vec::new();
-            let now = fleet.updating.fetch_add(1, Ordering::SeqCst) + 1;
+            // A failed node still holds its slot (it is unavailable until someone acts, as MCO
+            // counts a degraded one): the budget check counts it with the updating ones.
+            let now = fleet.updating.fetch_add(1, Ordering::SeqCst) + 1 + fleet.failures.load(Ordering::SeqCst);
             fleet.max_updating.fetch_max(now, Ordering::SeqCst);
             // As the agent does: the config and the policy came with the pick on the watch
             // (`UPDATE_INPUTS`); read over the network only when they did not.
@@ -454,17 +473,24 @@ async fn main() -> Result<()> {
         let installed = &installed;
         let started = futures::future::try_join_all(enrolled.into_iter().map(|(name, token)| {
             let config = ClientConfig { server: url.clone(), ca_pem: Some(ca.clone()), token: Some(token) };
+            let admin = admin.clone();
             async move {
+                // Installed from the pool's rendered config, as a machine MCO's
+                // machine-config-server provisioned: the coordinator names it desired (a node
+                // may not write that itself), before the node is Ready and could be picked...
+                let desired = json!({"metadata": {"annotations": {ann::DESIRED_CONFIG: installed}}});
+                admin
+                    .patch(&format!("/api/v1/nodes/{name}"), "application/merge-patch+json", &desired)
+                    .await?
+                    .into_result()?;
                 let client = Client::new(&config)?;
                 let api = NodeApi::new(client, &name);
                 api.set_ready(true, "simulated host").await?;
-                // Installed from the pool's rendered config: the agent's first report says so
-                // (current and desired), as MCO's daemon does on first boot.
+                // ...and the agent's first report says it runs it.
                 api.annotate(&[
                     (ann::STATE, Some("Done")),
                     (ann::REASON, Some("")),
                     (ann::CURRENT_CONFIG, Some(installed)),
-                    (ann::DESIRED_CONFIG, Some(installed)),
                 ])
                 .await?;
                 anyhow::Ok((name, api))
@@ -698,21 +724,35 @@ async fn rollout(
         args.max_unavailable,
         args.per_node.as_millis()
     );
+    let failed = fleet.failures.load(Ordering::SeqCst);
+    if failed == 0 {
+        println!(
+            "  wall {:.2} s, ideal ceil({}/{k}) x {} ms = {:.2} s, ratio {:.3}",
+            wall.as_secs_f64(),
+            args.nodes,
+            args.per_node.as_millis(),
+            ideal.as_secs_f64(),
+            wall.as_secs_f64() / ideal.as_secs_f64()
+        );
+        println!(
+            "  (the last node reported Done at {:.2} s; the pool was Updated at {:.2} s)",
+            last_done.as_secs_f64(),
+            wall.as_secs_f64()
+        );
+    } else {
+        // No efficiency for a rollout that cannot finish: the failed nodes keep their slots.
+        let done = fleet.done.load(Ordering::SeqCst);
+        println!(
+            "  the rollout stopped at {:.2} s, the pool not Updated: {failed} node(s) failed and hold their slots (as \
+             MCO's degraded nodes do), {} never picked; no ratio (ideal for the whole pool {:.2} s)",
+            last_done.as_secs_f64(),
+            args.nodes.saturating_sub(done + failed),
+            ideal.as_secs_f64()
+        );
+    }
     println!(
-        "  wall {:.2} s, ideal ceil({}/{k}) x {} ms = {:.2} s, ratio {:.3}",
-        wall.as_secs_f64(),
-        args.nodes,
-        args.per_node.as_millis(),
-        ideal.as_secs_f64(),
-        wall.as_secs_f64() / ideal.as_secs_f64()
-    );
-    println!(
-        "  (the last node reported Done at {:.2} s; the pool was Updated at {:.2} s)",
-        last_done.as_secs_f64(),
-        wall.as_secs_f64()
-    );
-    println!(
-        "  max updating at once (seen by the nodes): {max_seen} (budget {k}){}",
+        "  max unavailable at once (updating, or failed and holding a slot; seen by the nodes): {max_seen} (budget \
+         {k}){}",
         if max_seen > k { "  BUDGET EXCEEDED" } else { "" }
     );
     println!(
