@@ -1205,12 +1205,22 @@ async fn a_failing_drain_hook_is_retried_with_a_back_off() {
     // The 4 s timeout is marked at 4 s, before the retry due at 6 s.
     assert!(calls_when_marked.is_some_and(|n| n <= 2), "marked after {calls_when_marked:?} calls, not on time");
     event_with(&admin, "Node", "n1", "DrainTimeout", "failed to drain node: n1 after 4 seconds").await;
-    hook.set(HookMode::Ok);
-    let n = eventually(WAIT, "n1's drain acknowledged once the hook answers", || async {
+    // The admin replaces the failing hook right after its fourth call (at 14 s): the new one is
+    // called at once, not after the 16 s step the failing one earned.
+    eventually(WAIT, "the hook's fourth call", || async { Ok((hook.calls().len() >= 4).then_some(())) }).await;
+    let good = HookServer::start().await;
+    let fixed = json!({"spec": {"drain": {"timeoutSeconds": 4, "hooks": [{"url": good.url, "timeoutSeconds": 1}]}}});
+    let old_calls = hook.calls().len();
+    let fixed_at = std::time::Instant::now();
+    merge(&admin, &path_of(&MACHINE_CONFIG_POOL, Some("worker")), fixed).await;
+    let n = eventually(WAIT, "n1's drain acknowledged through the new hook", || async {
         let n = node(&admin, "n1").await;
         Ok((annotation(&n, ann::LAST_APPLIED_DRAIN) == "drain-rendered-worker-1").then_some(n))
     })
     .await;
+    assert!(fixed_at.elapsed() < Duration::from_secs(10), "waited {:?}: the old hook's back-off", fixed_at.elapsed());
+    assert_eq!(good.calls().len(), 1, "{:?}", good.calls());
+    assert!(hook.calls().len() <= old_calls + 1, "at most the call in flight: {:?}", hook.calls());
     assert_eq!(annotation(&n, ann::DRAIN_FAILURE), "", "{n}");
 }
 
@@ -1444,4 +1454,77 @@ async fn a_breaker_tripped_with_every_node_picked_is_open_everywhere_and_closes_
     let out = aloftctl(&c, &["rollout", "resume", "mcp/worker"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     picked_all(&admin, &names, &t2, 3).await;
+}
+
+/// A node drained through its pool's hooks that then leaves the pool (here, labelled into a
+/// custom pool without hooks) is uncordoned through the same hooks: the load balancer told to
+/// drain it is told to take it back. The audit's case: it was uncordoned without a call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_left_its_pool_is_uncordoned_through_the_hooks_that_drained_it() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let hook = HookServer::start().await;
+    let hooks = json!({"drain": {"hooks": [{"url": hook.url, "timeoutSeconds": 1}]}});
+    create(&admin, &MACHINE_CONFIG_POOL, &worker_pool(true, hooks)).await;
+    let mut infra = machine_config_pool("infra", "infra");
+    infra["spec"]["paused"] = true.into();
+    create(&admin, &MACHINE_CONFIG_POOL, &infra).await;
+    fake_node(&admin, "n1", json!({"node-role.kubernetes.io/worker": ""}), true).await;
+
+    annotate(&admin, "n1", json!({ann::DESIRED_DRAIN: "drain-rendered-worker-1"})).await;
+    let n1 = eventually(WAIT, "n1's drain acknowledged", || async {
+        let n = node(&admin, "n1").await;
+        Ok((annotation(&n, ann::LAST_APPLIED_DRAIN) == "drain-rendered-worker-1").then_some(n))
+    })
+    .await;
+    assert_eq!(annotation(&n1, ann::DRAIN_POOL), "worker", "{n1}");
+    merge(&admin, "/api/v1/nodes/n1", json!({"metadata": {"labels": {"node-role.kubernetes.io/infra": ""}}})).await;
+
+    annotate(&admin, "n1", json!({ann::DESIRED_DRAIN: "uncordon-rendered-worker-1"})).await;
+    let n1 = eventually(WAIT, "n1 uncordoned", || async {
+        let n = node(&admin, "n1").await;
+        Ok((annotation(&n, ann::LAST_APPLIED_DRAIN) == "uncordon-rendered-worker-1").then_some(n))
+    })
+    .await;
+    assert!(!cordoned(&n1) && annotation(&n1, ann::DRAIN_POOL).is_empty(), "{n1}");
+    let uncordon =
+        json!({"node": "n1", "pool": "worker", "phase": "uncordon", "request": "uncordon-rendered-worker-1"});
+    assert!(hook.calls().contains(&uncordon), "{:?}", hook.calls());
+}
+
+/// Hooks added to a pool after its pick drained a node (no hooks then) and before the node's
+/// agent asked for that drain: the pick's answer is taken back, and the agent's request goes
+/// through the hooks. The audit's case: the hooks were never called for that node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hooks_added_after_the_pick_are_called_for_its_drain() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let names = ["w0"];
+    let t1 = fleet_on_a_first_config(&admin, &names, json!({"maxUnavailable": 1})).await;
+    let mut b = machine_config("50-worker-b", "worker");
+    b["spec"]["kernelArguments"] = json!(["nosmt"]);
+    create(&admin, &MACHINE_CONFIG, &b).await;
+    let t2 = new_target(&admin, &t1).await;
+    picked_all(&admin, &names, &t2, 1).await;
+    let w0 = node(&admin, "w0").await;
+    assert!(cordoned(&w0) && annotation(&w0, ann::LAST_APPLIED_DRAIN) == format!("drain-{t2}"), "{w0}");
+
+    let hook = HookServer::start().await;
+    let hooks = json!({"spec": {"drain": {"hooks": [{"url": hook.url, "timeoutSeconds": 1}]}}});
+    merge(&admin, &path_of(&MACHINE_CONFIG_POOL, Some("worker")), hooks).await;
+    eventually(WAIT, "the pick's drain answer taken back", || async {
+        let n = node(&admin, "w0").await;
+        Ok((annotation(&n, ann::LAST_APPLIED_DRAIN).is_empty() && !cordoned(&n)).then_some(()))
+    })
+    .await;
+    assert_eq!(annotation(&node(&admin, "w0").await, ann::DESIRED_CONFIG), t2, "still picked");
+
+    working(&admin, "w0", &t2).await;
+    eventually(WAIT, "the drain answered through the hooks", || async {
+        let n = node(&admin, "w0").await;
+        Ok((annotation(&n, ann::LAST_APPLIED_DRAIN) == format!("drain-{t2}")).then_some(()))
+    })
+    .await;
+    let drain = json!({"node": "w0", "pool": "worker", "phase": "drain", "request": format!("drain-{t2}")});
+    assert!(hook.calls().contains(&drain), "{:?}", hook.calls());
 }

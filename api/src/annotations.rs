@@ -33,6 +33,11 @@ pub const DRAIN_STARTED: &str = "aloft.dev/drainStarted";
 /// why. The node counts as degraded (pool NodeDegraded, `get nodes` shows it) until the drain
 /// finishes; the controller keeps retrying.
 pub const DRAIN_FAILURE: &str = "aloft.dev/drainFailure";
+/// Written by the drain controller with the cordon of a drain that calls drain hooks: the pool
+/// whose hooks those are. The node's uncordon calls the same pool's hooks, even when the node
+/// has left that pool since (a label or a selector changed): a load balancer told to drain the
+/// node is told to take it back. Removed by the uncordon.
+pub const DRAIN_POOL: &str = "aloft.dev/drainPool";
 /// On a MachineConfigPool: set by `aloftctl rollout resume` (any new value, a timestamp) to
 /// close a tripped circuit breaker. The controller remembers the last value it honoured in
 /// `status.rollout.resumeToken`, so each new value resumes exactly once.

@@ -120,6 +120,17 @@ impl Backoffs {
     }
 }
 
+/// What a back-off is about: the request and the hooks that failed it. Hooks fixed or removed in
+/// the pool's spec are tried at once, not after the back-off of the ones that failed (up to
+/// 5 minutes once a drain has failed for 10).
+fn backoff_key(request: &str, hooks: &[DrainHook]) -> String {
+    let mut key = request.to_string();
+    for h in hooks {
+        key.push_str(&format!(" {} {:?}", h.url, h.timeout_seconds));
+    }
+    key
+}
+
 /// What an agent asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Request {
@@ -224,7 +235,11 @@ struct Running {
 /// (pools without drain hooks: nothing to call, and the node is Done on the config it asked
 /// about). Answering it here as well would race that write and make it fail.
 fn left_to_node_controller(req: &Request, hooks: &[DrainHook], in_pool: bool, facts: &NodeFacts) -> bool {
-    matches!(req, Request::Uncordon(_)) && in_pool && hooks.is_empty() && facts.uncordon_due()
+    matches!(req, Request::Uncordon(_))
+        && in_pool
+        && hooks.is_empty()
+        && facts.uncordon_due()
+        && facts.drain_pool.is_empty()
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -396,7 +411,16 @@ async fn pass(
         // The pool of this node only (MCO's membership rules, one node at a time): a pass must
         // not cost the whole fleet.
         let pool = membership.pool_of(&st.nodes.typed[i]).ok().flatten().map(|p| &st.pools.typed[p]);
-        let pool_hooks = pool.and_then(|p| p.spec.drain.as_ref()).map_or(&[][..], |d| d.hooks.as_slice());
+        // An uncordon calls the hooks of the pool that drained the node, which it may have left
+        // since; that pool gone, its hooks are too, and the node's pool's are called.
+        let drained_by = match &req {
+            Request::Uncordon(_) => st.nodes.typed[i]
+                .annotation(ann::DRAIN_POOL)
+                .and_then(|name| st.pools.typed.iter().find(|p| p.metadata.name == name)),
+            Request::Drain(_) => None,
+        };
+        let hooks_of = drained_by.or(pool);
+        let pool_hooks = hooks_of.and_then(|p| p.spec.drain.as_ref()).map_or(&[][..], |d| d.hooks.as_slice());
         // A task started for another request or other hooks is stopped: it would hold the node
         // until its call ends (a hanging hook the admin removed, up to its own timeout).
         let in_flight = {
@@ -473,7 +497,7 @@ async fn pass(
             ctx: ctx.clone(),
             node: name.clone(),
             cached: st.nodes.raw[i].clone(),
-            pool: pool.map(|p| p.metadata.name.clone()).unwrap_or_default(),
+            pool: hooks_of.map(|p| p.metadata.name.clone()).unwrap_or_default(),
             hooks: pool_hooks.to_vec(),
             request: req.clone(),
             start: start_mark(req.value(), now),
@@ -510,7 +534,7 @@ async fn pass(
         }
         // A failed call waits for its back-off; the drain timeout does not: the pass that marks
         // it is due on time.
-        let due = lock(&ctx.backoffs).due(&name, req.value());
+        let due = lock(&ctx.backoffs).due(&name, &backoff_key(req.value(), pool_hooks));
         if let Some(due) = due.filter(|d| *d > clock) {
             earliest(&mut wake, due);
             if let Some(at) = times_out {
@@ -562,7 +586,8 @@ impl Job {
             } else {
                 // Not answered (a hook failed, a write did not go through, or the request
                 // changed meanwhile: then the pass forgets this back-off).
-                let due = backoffs.failed(&self.node, self.request.value(), Instant::now());
+                let key = backoff_key(self.request.value(), &self.hooks);
+                let due = backoffs.failed(&self.node, &key, Instant::now());
                 tracing::debug!(node = %self.node, request = %self.request.value(), retry_in = ?due.saturating_duration_since(Instant::now()), "retrying later");
             }
         }
@@ -611,6 +636,8 @@ impl Job {
             if mark.and_then(|m| parse_start_mark(m, r)).is_none() {
                 set_annotations(n, &[(ann::DRAIN_STARTED, Some(&self.start))]);
             }
+            // Before the first call: the uncordon calls these hooks again, wherever the node is.
+            set_annotations(n, &[(ann::DRAIN_POOL, Some(&self.pool))]);
             true
         })
         .await?;
@@ -668,6 +695,7 @@ impl Job {
                     (ann::DRAIN_STARTED, None),
                     (ann::DRAIN_FAILURE, None),
                     (ann::UNCORDON_AT_DONE, None),
+                    (ann::DRAIN_POOL, None),
                 ],
             );
             true

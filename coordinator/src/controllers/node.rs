@@ -448,7 +448,12 @@ fn release(st: &mut State) -> Vec<(usize, Arc<Value>)> {
                 // With hooks, the drain controller answers the agent's uncordon request (it calls
                 // the hooks first); a drain the pick made and nobody asked for (hooks added to the
                 // pool since) is this controller's to undo, as in a pool without hooks.
-                (f.uncordon_due() && (hookless || f.drain_request.is_empty())) || f.failed_before_drain()
+                // A drain made with hooks (of this pool or one the node has left) ends with them,
+                // in the drain controller.
+                let made_with_hooks = !f.drain_pool.is_empty();
+                (f.uncordon_due() && !made_with_hooks && (hookless || f.drain_request.is_empty()))
+                    || f.failed_before_drain()
+                    || (!hookless && f.pick_drain_unasked())
             })
         })
         .collect();
@@ -460,6 +465,9 @@ fn release(st: &mut State) -> Vec<(usize, Arc<Value>)> {
             if facts.uncordon_due() {
                 uncordon_edit(&mut next, &facts.current);
             } else {
+                // Failed before the drain the pick made, or the pick's drain nobody asked for
+                // yet in a pool that has hooks since: the agent's request is then answered by
+                // the drain controller, which calls them.
                 undo_drain_edit(&mut next);
             }
             st.nodes.put(next);

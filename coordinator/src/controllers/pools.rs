@@ -36,6 +36,8 @@ pub struct NodeFacts {
     /// The config the agent's failure report names ([`ann::FAILED_CONFIG`]; empty: none, or an
     /// agent that does not name it).
     pub failed_config: ConfigName,
+    /// The pool whose drain hooks drained the node ([`ann::DRAIN_POOL`]; empty: none did).
+    pub drain_pool: String,
 }
 
 impl NodeFacts {
@@ -59,6 +61,7 @@ impl NodeFacts {
             drain_request: a(ann::DESIRED_DRAIN),
             drain_answer: a(ann::LAST_APPLIED_DRAIN),
             failed_config: name(ann::FAILED_CONFIG),
+            drain_pool: a(ann::DRAIN_POOL),
         }
     }
     /// Failing on the config it is asked for: Degraded or Unreconcilable with a report that names
@@ -90,6 +93,7 @@ impl NodeFacts {
             drain_pending: _,
             drain_request: _,
             drain_answer: _,
+            drain_pool: _,
             failed_config,
         } = self;
         // A node moving to its desired config that goes from Done to Working (its agent took
@@ -136,6 +140,17 @@ impl NodeFacts {
     /// again to move it on.
     pub fn cordoned_by_hand(&self) -> bool {
         self.cordoned && !self.drain_answer.starts_with("drain-") && !self.drain_request.starts_with("drain-")
+    }
+    /// Cordoned and its drain answered by the pick for its desired config (a pool without
+    /// hooks then), and its agent has not asked for that drain yet: what the node controller
+    /// takes back when the pool has drain hooks since, so that they are called.
+    pub fn pick_drain_unasked(&self) -> bool {
+        self.cordoned
+            && self.drain_request.is_empty()
+            && !self.desired.is_empty()
+            && self.desired != self.current
+            && !failing_state(&self.state)
+            && self.drain_answer.strip_prefix("drain-") == Some(self.desired.as_str())
     }
     /// Degraded or Unreconcilable (failing, not updating), or stuck in a drain past its timeout.
     pub fn degraded(&self) -> bool {

@@ -37,6 +37,7 @@ pub(crate) fn uncordon_edit(node: &mut Value, config: &str) {
             (ann::DRAIN_STARTED, None),
             (ann::DRAIN_FAILURE, None),
             (ann::UNCORDON_AT_DONE, None),
+            (ann::DRAIN_POOL, None),
         ],
     );
 }
@@ -85,6 +86,7 @@ pub const COORDINATOR_ONLY: &[&str] = &[
     ann::PRESTAGE_CONFIG,
     ann::DRAIN_STARTED,
     ann::DRAIN_FAILURE,
+    ann::DRAIN_POOL,
 ];
 
 /// The first of [`COORDINATOR_ONLY`] that differs between `stored` and `next`.
