@@ -481,6 +481,15 @@ async fn pass(
             // TTL, so the Event lasts as long as the timeout does (a timeout recorded only once
             // expired with the TTL while the node was still stuck).
             ctx.events.emit(&Involved::node(&name), EventType::Warning, reasons::DRAIN_TIMEOUT, &msg);
+        } else if started.is_some() && node.annotation(ann::DRAIN_FAILURE).is_some() {
+            // Marked under a shorter timeout than the pool's now (raised since): not timed out
+            // any more, so not degraded, and the timeout fires again if this one passes too.
+            if let Some(stored) = annotate(store, &st.nodes.raw[i], &[(ann::DRAIN_FAILURE, None)]).await? {
+                st.nodes.put(stored);
+                track(&st.nodes, &mut st.asking, &name);
+            }
+            ctx.events.forget(&Involved::node(&name), reasons::DRAIN_TIMEOUT);
+            tracing::info!(node = %name, "the drain timeout was raised past this drain's time; no longer marked");
         }
         // When the drain times out, for a pass due then (none once the node is marked).
         let times_out = started

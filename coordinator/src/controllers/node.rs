@@ -814,6 +814,14 @@ fn compute_status(
             "NodeDegraded",
             find_condition(&st.conditions, cond::NODE_DEGRADED).map(|c| c.message.clone()).unwrap_or_default(),
         ),
+        // A rollout the breaker stopped needs someone, nodes failing now or not: `oc get mcp`
+        // showed it False/False/False, a pool with nothing wrong.
+        (None, false) if broken => condition(
+            cond::DEGRADED,
+            true,
+            "CircuitBroken",
+            format!("Rollout of {target} stopped by the circuit breaker (see the CircuitBroken condition)"),
+        ),
         (None, false) => condition(cond::DEGRADED, false, "", String::new()),
     };
     set_condition(&mut st.conditions, degraded_cond, &now);

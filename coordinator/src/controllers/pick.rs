@@ -90,13 +90,14 @@ impl std::fmt::Display for Wait {
                 failed.len(),
                 names_text(failed)
             ),
-            // Tripped, then nodes recovered: it stays open until resumed.
+            // Tripped, then nodes recovered or maxFailures was raised: it stays open until
+            // resumed. Not "more than maxFailures N failed": with N raised since, that was false.
             Wait::Policy(HoldReason::CircuitBroken { failed, max_failures }) => write!(
                 f,
-                "circuit breaker open: more than maxFailures {max_failures} node(s) failed on this config; {} still \
-                 failing{}",
+                "circuit breaker open: it tripped when more nodes failed on this config than maxFailures allowed; {} \
+                 failing now{} (maxFailures {max_failures})",
                 failed.len(),
-                if failed.is_empty() { String::new() } else { format!(" ({})", names_text(failed)) }
+                if failed.is_empty() { String::new() } else { format!(": {}", names_text(failed)) }
             ),
         }
     }
@@ -332,7 +333,12 @@ fn plan_pool(
         pool.status.as_ref().and_then(|st| st.rollout.as_ref()),
         pool.metadata.annotations.get(ann::RESUME_ROLLOUT).map(String::as_str),
         &target,
-        &rollout_policy::Members { index: &pp.members, hot, name: &name },
+        &rollout_policy::Members {
+            index: &pp.members,
+            completed: pool.status.as_ref().and_then(|st| st.configuration.as_ref()).is_some_and(|c| c.name == *target),
+            hot,
+            name: &name,
+        },
         now,
     );
     pp.rollout = Some(eval.status);

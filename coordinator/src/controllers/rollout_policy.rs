@@ -70,6 +70,9 @@ fn soak_end(start: DateTime<Utc>, seconds: i64) -> Option<DateTime<Utc>> {
 /// evaluated on every pass, and collecting every member's name loaded every Node of the fleet.
 pub struct Members<'a> {
     pub index: &'a [usize],
+    /// Every member was updated on the target once (the pool's `status.configuration` names
+    /// it): its rollout is over.
+    pub completed: bool,
     /// The packed facts of the fleet (see [`NodeHot`]).
     pub hot: &'a [NodeHot],
     pub name: &'a dyn Fn(usize) -> &'a str,
@@ -135,6 +138,15 @@ pub fn evaluate(
         }
     }
     st.failed_nodes.sort();
+    // The rollout of this config is over (every node was updated on it): a node failing on it
+    // since (drift found on it, a node that joined) is a degraded node, as MCO shows it, not a
+    // rollout to stop; counting it re-opened the breaker over a finished pool.
+    if members.completed {
+        st.failed_nodes.clear();
+        if st.phase == RolloutPhase::CircuitBroken {
+            st.phase = RolloutPhase::Batches;
+        }
+    }
     // Every member is updated on the config: the rollout is over and nothing is left for the
     // breaker to stop, so it closes. Held open, it would show a finished pool as stopped and
     // hold back a node that joins later, for a config every other node runs (an empty pool is
@@ -175,8 +187,20 @@ pub fn evaluate(
         }
     }
     if st.phase == RolloutPhase::CircuitBroken {
-        // The breaker was turned off (maxFailures removed) while tripped: carry on.
-        st.phase = if st.soak_start_time.is_some() { RolloutPhase::Soaking } else { RolloutPhase::Batches };
+        // The breaker was turned off (maxFailures removed) while tripped: carry on where a
+        // resume would, so a canary that tripped it still soaks.
+        st.phase = if st.soak_start_time.is_some() {
+            RolloutPhase::Soaking
+        } else if canary > 0 {
+            RolloutPhase::Canary
+        } else {
+            RolloutPhase::Batches
+        };
+    }
+    if st.phase == RolloutPhase::Canary && canary == 0 {
+        // The canary turned off mid-canary: batches, as for a config that started without one
+        // (it waited for "the 0 canary node(s)", then soaked).
+        st.phase = RolloutPhase::Batches;
     }
     if st.phase == RolloutPhase::Canary {
         // The canaries are finished when updated, or failed within maxFailures (or forgiven by
@@ -252,7 +276,14 @@ mod tests {
         let index: Vec<usize> = (0..facts.len()).collect();
         let hot: Vec<NodeHot> = facts.iter().map(NodeHot::of).collect();
         let name = |i: usize| names[i];
-        evaluate(policy, previous, resume, target, &Members { index: &index, hot: &hot, name: &name }, now)
+        evaluate(
+            policy,
+            previous,
+            resume,
+            target,
+            &Members { index: &index, completed: false, hot: &hot, name: &name },
+            now,
+        )
     }
 
     fn policy(canary: i64, soak: i64, max_failures: Option<i64>) -> RolloutPolicy {
@@ -293,6 +324,43 @@ mod tests {
         let e = eval(Some(&p), Some(&e.status), None, &ConfigName::new("r3"), &names, &f, t("2026-01-01T00:13:00Z"));
         assert_eq!(e.status.phase, RolloutPhase::Canary);
         assert_eq!(e.status.config, "r3");
+    }
+
+    /// Changes made mid-rollout, as the audit made them: a finished rollout's config failing on
+    /// a node later (drift) does not re-open the breaker; maxFailures removed from a breaker a
+    /// canary tripped goes back to the canary, not past the soak; canary 0 mid-canary is batches.
+    #[test]
+    fn a_finished_rollout_a_removed_breaker_and_a_canary_turned_off() {
+        let names = ["a", "b"];
+        let r2 = ConfigName::new("r2");
+        let now = t("2026-01-01T00:00:00Z");
+        let p = policy(0, 0, Some(0));
+        let drifted = vec![facts("r2", "r2", "Degraded"), facts("r2", "r2", "Done")];
+        let index = [0, 1];
+        let hot: Vec<NodeHot> = drifted.iter().map(NodeHot::of).collect();
+        let name = |i: usize| names[i];
+        let members = |completed| Members { index: &index, completed, hot: &hot, name: &name };
+        let open = evaluate(Some(&p), None, None, &r2, &members(false), now);
+        assert!(matches!(open.gate, Gate::Hold(HoldReason::CircuitBroken { .. })), "mid-rollout: {:?}", open.gate);
+        let done = evaluate(Some(&p), Some(&open.status), None, &r2, &members(true), now);
+        assert_eq!(done.gate, Gate::Pick { limit: None });
+        assert!(done.status.failed_nodes.is_empty() && done.status.phase == RolloutPhase::Batches, "{:?}", done.status);
+
+        // A canary trips the breaker, then maxFailures is removed: back to the canary phase, whose
+        // failed canary is finished, so the config soaks (it went straight to batches).
+        let p = policy(1, 600, Some(0));
+        let f = vec![facts("r2", "r1", "Degraded"), facts("r1", "r1", "Done")];
+        let e = eval(Some(&p), None, None, &r2, &names, &f, now);
+        assert_eq!(e.status.phase, RolloutPhase::CircuitBroken);
+        let e = eval(Some(&policy(1, 600, None)), Some(&e.status), None, &r2, &names, &f, now);
+        assert_eq!(e.status.phase, RolloutPhase::Soaking, "{:?}", e.gate);
+
+        // Canary turned off while the canary updates: batches, no soak.
+        let f = vec![facts("r2", "r1", "Working"), facts("r1", "r1", "Done")];
+        let e = eval(Some(&policy(1, 600, None)), None, None, &r2, &names, &f, now);
+        assert_eq!(e.status.phase, RolloutPhase::Canary);
+        let e = eval(Some(&policy(0, 600, None)), Some(&e.status), None, &r2, &names, &f, now);
+        assert_eq!((e.status.phase, e.gate), (RolloutPhase::Batches, Gate::Pick { limit: None }));
     }
 
     #[test]
