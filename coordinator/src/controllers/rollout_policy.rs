@@ -335,7 +335,7 @@ mod tests {
         let r2 = ConfigName::new("r2");
         let now = t("2026-01-01T00:00:00Z");
         let p = policy(0, 0, Some(0));
-        let drifted = vec![facts("r2", "r2", "Degraded"), facts("r2", "r2", "Done")];
+        let drifted = [facts("r2", "r2", "Degraded"), facts("r2", "r2", "Done")];
         let index = [0, 1];
         let hot: Vec<NodeHot> = drifted.iter().map(NodeHot::of).collect();
         let name = |i: usize| names[i];
