@@ -807,3 +807,37 @@ async fn kubectl_auth_whoami_and_can_i() {
     let err = admin.fails(&["delete", "machineconfigs", "x", "--as=system:anonymous"]);
     assert!(err.contains("impersonation"), "{err}");
 }
+
+/// YAML written by aloft (an API answer in YAML, `aloftctl get -o yaml`) reads back the same in
+/// kubectl, a YAML 1.1 reader: an annotation `yes` or `2001-01-01` stays a string. The audit's
+/// case: kubectl refused the saved object ("cannot unmarshal bool ... of type string").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn yaml_aloft_writes_is_read_back_by_kubectl_as_it_was() {
+    let Some(exe) = kubectl_path() else { return };
+    let c = Coordinator::start();
+    let admin = c.client();
+    let k = Kubectl::new(exe, &c, Auth::Kubeconfig);
+    let mut pool = machine_config_pool("worker", "worker");
+    pool["metadata"]["annotations"] = json!({"a": "yes", "b": "on", "c": "2001-01-01", "d": "1:20", "e": "NO"});
+    assert_eq!(admin.post(&path_of(&MACHINE_CONFIG_POOL, None), &pool).await.unwrap().code, 201);
+    let pool_path = path_of(&MACHINE_CONFIG_POOL, Some("worker"));
+    let r = admin.call(reqwest::Method::GET, &pool_path, None, Some("application/yaml")).await.unwrap();
+    let api_yaml = r.body.as_str().expect("a YAML answer").to_string();
+    let ctl = std::process::Command::new(aloft_tests::bin("aloftctl"))
+        .args(["get", "mcp", "worker", "-o", "yaml"])
+        .env("ALOFT_KUBECONFIG", c.kubeconfig_path())
+        .output()
+        .unwrap();
+    assert!(ctl.status.success(), "{}", String::from_utf8_lossy(&ctl.stderr));
+    let dir = tempfile::tempdir().unwrap();
+    for (name, text) in [("api.yaml", api_yaml), ("aloftctl.yaml", String::from_utf8(ctl.stdout).unwrap())] {
+        let file = dir.path().join(name);
+        std::fs::write(&file, &text).unwrap();
+        let out = k.ok(&["apply", "--dry-run=client", "-o", "json", "-f", file.to_str().unwrap()]);
+        let read: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+        let annotations = &read["metadata"]["annotations"];
+        for (key, want) in [("a", "yes"), ("b", "on"), ("c", "2001-01-01"), ("d", "1:20"), ("e", "NO")] {
+            assert_eq!(annotations[key], want, "{name}: {text}");
+        }
+    }
+}

@@ -280,6 +280,10 @@ pub enum RolloutPhase {
     Batches,
     /// The circuit breaker tripped: nothing is picked for this config.
     CircuitBroken,
+    /// Every node of the pool (one at least) was updated on the config: its rollout is over. A
+    /// node failing on it since (drift found on it, one that joined) is a degraded node, as MCO
+    /// shows it, not a rollout to stop.
+    Complete,
 }
 
 /// `status.rollout`.

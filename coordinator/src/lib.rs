@@ -20,6 +20,7 @@ pub mod store;
 pub mod tls;
 mod value_visit;
 pub mod yaml;
+pub mod yaml_out;
 
 /// The API client, re-exported: aloftctl and the tests use it through this crate.
 pub use aloft_client as client;

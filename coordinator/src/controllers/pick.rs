@@ -333,12 +333,7 @@ fn plan_pool(
         pool.status.as_ref().and_then(|st| st.rollout.as_ref()),
         pool.metadata.annotations.get(ann::RESUME_ROLLOUT).map(String::as_str),
         &target,
-        &rollout_policy::Members {
-            index: &pp.members,
-            completed: pool.status.as_ref().and_then(|st| st.configuration.as_ref()).is_some_and(|c| c.name == *target),
-            hot,
-            name: &name,
-        },
+        &rollout_policy::Members { index: &pp.members, hot, name: &name },
         now,
     );
     pp.rollout = Some(eval.status);

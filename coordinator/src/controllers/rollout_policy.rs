@@ -70,9 +70,6 @@ fn soak_end(start: DateTime<Utc>, seconds: i64) -> Option<DateTime<Utc>> {
 /// evaluated on every pass, and collecting every member's name loaded every Node of the fleet.
 pub struct Members<'a> {
     pub index: &'a [usize],
-    /// Every member was updated on the target once (the pool's `status.configuration` names
-    /// it): its rollout is over.
-    pub completed: bool,
     /// The packed facts of the fleet (see [`NodeHot`]).
     pub hot: &'a [NodeHot],
     pub name: &'a dyn Fn(usize) -> &'a str,
@@ -138,24 +135,20 @@ pub fn evaluate(
         }
     }
     st.failed_nodes.sort();
-    // The rollout of this config is over (every node was updated on it): a node failing on it
-    // since (drift found on it, a node that joined) is a degraded node, as MCO shows it, not a
-    // rollout to stop; counting it re-opened the breaker over a finished pool.
-    if members.completed {
-        st.failed_nodes.clear();
-        if st.phase == RolloutPhase::CircuitBroken {
-            st.phase = RolloutPhase::Batches;
-        }
-    }
     // Every member is updated on the config: the rollout is over and nothing is left for the
     // breaker to stop, so it closes. Held open, it would show a finished pool as stopped and
     // hold back a node that joins later, for a config every other node runs (an empty pool is
-    // not finished: there is no node that proves the config).
-    if st.phase == RolloutPhase::CircuitBroken
-        && !members.index.is_empty()
-        && members.iter().all(|f| f.updated_to(target) && !f.drain_failed())
-    {
-        st.phase = RolloutPhase::Batches;
+    // not finished: there is no node that proves the config, and the nodes labelled into it
+    // next are its rollout, canary and breaker included).
+    if !members.index.is_empty() && members.iter().all(|f| f.updated_to(target) && !f.drain_failed()) {
+        st.phase = RolloutPhase::Complete;
+    }
+    if st.phase == RolloutPhase::Complete {
+        // Over: a node failing on the config since (drift found on it, a node that joined) is a
+        // degraded node, not a rollout to stop; counting it re-opened the breaker over a
+        // finished pool.
+        st.failed_nodes.clear();
+        return Evaluation { gate: Gate::Pick { limit: None }, status: st };
     }
     if let Some(token) = resume.filter(|t| !t.is_empty() && *t != st.resume_token) {
         st.resume_token = token.to_string();
@@ -276,14 +269,7 @@ mod tests {
         let index: Vec<usize> = (0..facts.len()).collect();
         let hot: Vec<NodeHot> = facts.iter().map(NodeHot::of).collect();
         let name = |i: usize| names[i];
-        evaluate(
-            policy,
-            previous,
-            resume,
-            target,
-            &Members { index: &index, completed: false, hot: &hot, name: &name },
-            now,
-        )
+        evaluate(policy, previous, resume, target, &Members { index: &index, hot: &hot, name: &name }, now)
     }
 
     fn policy(canary: i64, soak: i64, max_failures: Option<i64>) -> RolloutPolicy {
@@ -334,17 +320,23 @@ mod tests {
         let names = ["a", "b"];
         let r2 = ConfigName::new("r2");
         let now = t("2026-01-01T00:00:00Z");
+        // A rollout that finished (every node Done on r2) is over: a node found drifted on r2
+        // later is degraded, and the breaker stays closed.
         let p = policy(0, 0, Some(0));
-        let drifted = [facts("r2", "r2", "Degraded"), facts("r2", "r2", "Done")];
-        let index = [0, 1];
-        let hot: Vec<NodeHot> = drifted.iter().map(NodeHot::of).collect();
-        let name = |i: usize| names[i];
-        let members = |completed| Members { index: &index, completed, hot: &hot, name: &name };
-        let open = evaluate(Some(&p), None, None, &r2, &members(false), now);
-        assert!(matches!(open.gate, Gate::Hold(HoldReason::CircuitBroken { .. })), "mid-rollout: {:?}", open.gate);
-        let done = evaluate(Some(&p), Some(&open.status), None, &r2, &members(true), now);
-        assert_eq!(done.gate, Gate::Pick { limit: None });
-        assert!(done.status.failed_nodes.is_empty() && done.status.phase == RolloutPhase::Batches, "{:?}", done.status);
+        let updated = vec![facts("r2", "r2", "Done"), facts("r2", "r2", "Done")];
+        let done = eval(Some(&p), None, None, &r2, &names, &updated, now);
+        assert_eq!(done.status.phase, RolloutPhase::Complete);
+        let drifted = vec![facts("r2", "r2", "Degraded"), facts("r2", "r2", "Done")];
+        let later = eval(Some(&p), Some(&done.status), None, &r2, &names, &drifted, now);
+        assert_eq!((later.status.phase, later.gate), (RolloutPhase::Complete, Gate::Pick { limit: None }));
+        assert!(later.status.failed_nodes.is_empty(), "{:?}", later.status);
+        // Not finished when the pool had no node (it just rendered): nodes labelled into it next
+        // are its rollout, and their failures trip the breaker.
+        let empty = eval(Some(&p), None, None, &r2, &[], &[], now);
+        assert_ne!(empty.status.phase, RolloutPhase::Complete);
+        let moved = vec![facts("r2", "r1", "Degraded"), facts("r1", "r1", "Done")];
+        let e = eval(Some(&p), Some(&empty.status), None, &r2, &names, &moved, now);
+        assert!(matches!(e.gate, Gate::Hold(HoldReason::CircuitBroken { .. })), "{:?}", e.gate);
 
         // A canary trips the breaker, then maxFailures is removed: back to the canary phase, whose
         // failed canary is finished, so the config soaks (it went straight to batches).
@@ -624,7 +616,7 @@ mod tests {
         // Only a and b are members now (c left the pool): both are updated.
         let e = eval(Some(&p), Some(&e.status), None, &ConfigName::new("r2"), &names[..2], &f[..2], now);
         assert_eq!(e.gate, Gate::Pick { limit: None });
-        assert_eq!(e.status.phase, RolloutPhase::Batches);
+        assert_eq!(e.status.phase, RolloutPhase::Complete);
         // c joins later: it is picked.
         let e = eval(Some(&p), Some(&e.status), None, &ConfigName::new("r2"), &names, &f, now);
         assert_eq!(e.gate, Gate::Pick { limit: None });

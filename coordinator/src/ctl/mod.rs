@@ -662,7 +662,7 @@ async fn get_objects(
     } else if !items.is_empty() || errors.is_empty() {
         let items: Vec<Value> = items.into_iter().map(|(_, o)| o).collect();
         let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items});
-        print!("{}", if fmt == Output::Json { print::json(&list) } else { print::yaml(&list) });
+        print!("{}", if fmt == Output::Json { print::json(&list) } else { print::yaml_document(&list) });
     }
     not_read(errors)
 }

@@ -132,8 +132,8 @@ impl ObjectPrinter {
         let first = self.printed == 0;
         self.printed += 1;
         match self.fmt {
-            Output::Yaml if first => yaml(obj),
-            Output::Yaml => format!("---\n{}", yaml(obj)),
+            Output::Yaml if first => yaml_document(obj),
+            Output::Yaml => format!("---\n{}", yaml_document(obj)),
             Output::Json => json(obj),
             // Wide is a table: it never comes here; a name is what it would show of an object.
             Output::Name | Output::Wide => format!(
@@ -145,8 +145,14 @@ impl ObjectPrinter {
     }
 }
 
+/// For people (`describe`): YAML 1.2 as yaml_serde writes it, multi-line strings as blocks.
 pub fn yaml(v: &Value) -> String {
     yaml_serde::to_string(v).unwrap_or_else(|e| format!("# cannot print as YAML: {e}\n"))
+}
+
+/// For machines (`-o yaml`): what kubectl reads back as it was (see [`crate::yaml_out`]).
+pub fn yaml_document(v: &Value) -> String {
+    crate::yaml_out::to_string(v)
 }
 
 pub fn json(v: &Value) -> String {

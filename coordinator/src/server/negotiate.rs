@@ -110,9 +110,10 @@ pub async fn to_yaml(response: Response) -> Response {
         Ok(b) => b,
         Err(e) => return ApiError::internal(format!("reading the answer: {e}")).into_response(),
     };
+    // Written so that kubectl (a YAML 1.1 reader) reads back what was sent: `yes` stays a string.
     let yaml = serde_json::from_slice::<serde_json::Value>(&bytes)
         .map_err(|e| e.to_string())
-        .and_then(|v| yaml_serde::to_string(&v).map_err(|e| e.to_string()));
+        .map(|v| crate::yaml_out::to_string(&v));
     match yaml {
         Ok(text) => {
             parts.headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/yaml"));
