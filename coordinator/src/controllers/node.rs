@@ -213,7 +213,10 @@ async fn reconcile(store: &Arc<dyn Store>, st: &mut State, events: &Recorder) ->
             order.push(i);
             Value::clone(&st.nodes.raw[i])
         });
-        pick_edit(v, plans[k].pick_config(), drains_at_pick(pool));
+        // A node picked for the config it runs already (a revert, a node enrolled again) has
+        // nothing to apply: no cordon, which its Done report would never end (it sends none).
+        let runs_it = st.nodes.derived[i].current == *plans[k].pick_config();
+        pick_edit(v, plans[k].pick_config(), drains_at_pick(pool) && !runs_it);
     }
     let writes: Vec<(usize, Value)> = order.iter().filter_map(|i| edits.remove(i).map(|v| (*i, v))).collect();
     let stored = if released.is_empty() {

@@ -127,6 +127,10 @@ pub fn evaluate(
         }
     }
     if !st.failed_nodes.is_empty() {
+        // A failed node that left the pool is not failing in it: the breaker's message named
+        // it as "failing now" (its record keeps it out of the count until it comes back).
+        let names: std::collections::HashSet<&str> = members.index.iter().map(|&i| (members.name)(i)).collect();
+        st.failed_nodes.retain(|n| names.contains(n.as_str()));
         for &i in members.index {
             if members.hot[i].updated_to(target) && !members.hot[i].drain_failed() {
                 let name = (members.name)(i);

@@ -123,11 +123,16 @@ const HOOK_TIMEOUT: (i64, i64, &str) = (1, MAX_HOOK_TIMEOUT_SECONDS, " (one hour
 fn pool_inheritance_causes(p: &MachineConfigPool, out: &mut Vec<StatusCause>) {
     const ROLE: &str = aloft_api::annotations::ROLE_LABEL;
     let inherits = p.spec.machine_config_selector.as_ref().is_some_and(|sel| {
-        matches!(sel.match_labels.get(ROLE).map(String::as_str), Some("master" | "worker" | "arbiter"))
-            || sel.match_expressions.iter().any(|e| {
-                let worker = e.values.iter().any(|v| v == "worker");
-                e.key == ROLE && ((e.operator == "In" && worker) || (e.operator == "NotIn" && !worker))
-            })
+        let own_role = matches!(sel.match_labels.get(ROLE).map(String::as_str), Some("master" | "worker" | "arbiter"));
+        let by_expression = sel.match_expressions.iter().any(|e| {
+            let worker = e.values.iter().any(|v| v == "worker");
+            e.key == ROLE && ((e.operator == "In" && worker) || (e.operator == "NotIn" && !worker))
+        });
+        // OpenShift's check reads an expression's terms, not what the selector selects with
+        // them: `matchLabels: {role: infra}` beside `In [worker, infra]` passes it and selects
+        // no worker config. aloft also asks such a selector to select a worker config's labels.
+        let worker_labels = std::collections::BTreeMap::from([(ROLE.to_string(), "worker".to_string())]);
+        own_role || (by_expression && sel.to_selector().is_ok_and(|s| s.matches(&worker_labels)))
     });
     if !inherits {
         out.push(cause(
@@ -538,8 +543,6 @@ mod tests {
         assert!(!refused(
             serde_json::json!({"matchExpressions": [{"key": R, "operator": "In", "values": ["worker", "infra"]}]})
         ));
-        assert!(!refused(serde_json::json!({"matchLabels": {R: "infra"},
-            "matchExpressions": [{"key": R, "operator": "In", "values": ["infra", "worker"]}]})));
         assert!(!refused(
             serde_json::json!({"matchExpressions": [{"key": R, "operator": "NotIn", "values": ["master"]}]})
         ));
@@ -549,6 +552,13 @@ mod tests {
         assert!(refused(serde_json::json!({"matchLabels": {R: "infra"}})));
         assert!(refused(serde_json::json!({"matchExpressions": [{"key": R, "operator": "In", "values": ["infra"]}]})));
         assert!(refused(serde_json::json!({"matchExpressions": [{"key": R, "operator": "Exists"}]})));
+        // OpenShift's terms pass, but together they select no worker config.
+        assert!(refused(serde_json::json!({"matchLabels": {R: "infra"},
+            "matchExpressions": [{"key": R, "operator": "In", "values": ["worker", "infra"]}]})));
+        assert!(refused(
+            serde_json::json!({"matchExpressions": [{"key": R, "operator": "NotIn", "values": ["master"]},
+            {"key": R, "operator": "In", "values": ["infra"]}]})
+        ));
         assert!(refused(serde_json::json!({})), "an empty selector");
         assert!(refused(serde_json::Value::Null), "no selector");
     }
