@@ -81,6 +81,18 @@ impl Members<'_> {
     }
 }
 
+/// Where a rollout goes on once its breaker closes (a resume, or the breaker turned off): the
+/// soak it was in, else its canaries, else batches.
+fn reopened(st: &RolloutStatus, canary: usize) -> RolloutPhase {
+    if st.soak_start_time.is_some() {
+        RolloutPhase::Soaking
+    } else if canary > 0 {
+        RolloutPhase::Canary
+    } else {
+        RolloutPhase::Batches
+    }
+}
+
 /// Evaluate the policy for `target` over the pool's members; `resume` is the pool's
 /// `aloft.dev/resumeRollout` annotation.
 pub fn evaluate(
@@ -162,13 +174,7 @@ pub fn evaluate(
         forgiven.dedup();
         st.forgiven_nodes = forgiven;
         if st.phase == RolloutPhase::CircuitBroken {
-            st.phase = if st.soak_start_time.is_some() {
-                RolloutPhase::Soaking
-            } else if canary > 0 {
-                RolloutPhase::Canary
-            } else {
-                RolloutPhase::Batches
-            };
+            st.phase = reopened(&st, canary);
         }
     }
     if let Some(k) = max_failures {
@@ -186,13 +192,7 @@ pub fn evaluate(
     if st.phase == RolloutPhase::CircuitBroken {
         // The breaker was turned off (maxFailures removed) while tripped: carry on where a
         // resume would, so a canary that tripped it still soaks.
-        st.phase = if st.soak_start_time.is_some() {
-            RolloutPhase::Soaking
-        } else if canary > 0 {
-            RolloutPhase::Canary
-        } else {
-            RolloutPhase::Batches
-        };
+        st.phase = reopened(&st, canary);
     }
     if st.phase == RolloutPhase::Canary && canary == 0 {
         // The canary turned off mid-canary: batches, as for a config that started without one
