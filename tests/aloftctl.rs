@@ -768,6 +768,19 @@ async fn rollout_status_says_a_cordoned_node_holds_an_updated_pool() {
         stderr.contains("timed out after 2 s: pool worker is not updated: 1 ready, 1 unavailable (cordoned: n1)"),
         "the timeout names the node: {stderr}"
     );
+    // Ready but under disk pressure (MCO counts it unavailable; `get nodes` shows it Ready): the
+    // condition is named.
+    let pressure = serde_json::json!({"status": {"conditions": [{"type": "Ready", "status": "True"},
+        {"type": "DiskPressure", "status": "True"}]}});
+    let path = "/api/v1/nodes/n2/status";
+    admin.patch(path, "application/merge-patch+json", &pressure).await.unwrap().into_result().unwrap();
+    pool_when(&c, "worker", "n2 unavailable too", |p| {
+        p.pointer("/status/unavailableMachineCount").and_then(|v| v.as_i64()) == Some(2)
+    })
+    .await;
+    let out = ctl(&c, &["rollout", "status", "mcp/worker", "--timeout", "2"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("(cordoned: n1; under pressure: n2 (DiskPressure))"), "{stderr}");
 }
 
 /// A budget that blocks the rollout for good: the line and the timeout's error name it, from the

@@ -764,11 +764,12 @@ async fn rollout(
     );
     println!(
         "  coordinator RSS: {:.1} MiB before the fleet connected, {:.1} MiB with it connected and watching \
-         ({:.1} KiB per node), {:.1} MiB once the pool was Updated",
+         ({:.1} KiB per node), {:.1} MiB {}",
         rss_empty_kb as f64 / 1024.0,
         rss_fleet_kb as f64 / 1024.0,
         rss_fleet_kb.saturating_sub(rss_empty_kb) as f64 / args.nodes.max(1) as f64,
-        usage.rss_kb as f64 / 1024.0
+        usage.rss_kb as f64 / 1024.0,
+        if failed == 0 { "once the pool was Updated" } else { "once the rollout stopped" }
     );
     // What the coordinator's allocator holds against its RSS: a leak grows `allocated`, memory the
     // allocator keeps for reuse only `resident`.
@@ -824,8 +825,10 @@ async fn rollout(
     // fetches then arrive in one burst).
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let per_node = |cpu: f64| cpu * 1000.0 / (fleet.done.load(Ordering::SeqCst).max(1)) as f64;
+    // Per finished update; with failures the failed ones' work is in the total too.
+    let which = if failed == 0 { "node update" } else { "finished node update (failed ones' work included)" };
     println!(
-        "  CPU per node update: coordinator {:.2} ms, simulated fleet {:.2} ms; {:.2} of {cores} cores busy on \
+        "  CPU per {which}: coordinator {:.2} ms, simulated fleet {:.2} ms; {:.2} of {cores} cores busy on \
          average",
         per_node(coordinator_cpu),
         per_node(sim_cpu),

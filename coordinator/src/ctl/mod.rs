@@ -1482,7 +1482,7 @@ async fn named_holders(client: &Client, path: &str) -> Option<String> {
     let target = pool.pointer("/spec/configuration/name").and_then(Value::as_str).filter(|t| !t.is_empty())?;
     let nodes = list_in_pages(client, &resource_path(resources::NODE.path_ref(), None, None), None).await.ok()?;
     let items = nodes.get("items").and_then(Value::as_array)?;
-    let (mut cordoned, mut not_ready) = (Vec::new(), Vec::new());
+    let (mut cordoned, mut not_ready, mut pressure) = (Vec::new(), Vec::new(), Vec::new());
     for n in items {
         let current = n.pointer("/metadata/annotations").and_then(|a| a.get(aloft_api::annotations::CURRENT_CONFIG));
         if current.and_then(Value::as_str) != Some(target) {
@@ -1493,13 +1493,27 @@ async fn named_holders(client: &Client, path: &str) -> Option<String> {
             .pointer("/status/conditions")
             .and_then(Value::as_array)
             .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"));
+        // MCO's isNodeReady: disk or network trouble makes a Ready node unavailable too, which
+        // `get nodes` (Ready) does not show: name the condition.
+        let troubled: Vec<&str> = n
+            .pointer("/status/conditions")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter(|c| {
+                matches!(c["type"].as_str(), Some("DiskPressure" | "NetworkUnavailable")) && c["status"] == "True"
+            })
+            .filter_map(|c| c["type"].as_str())
+            .collect();
         if n.pointer("/spec/unschedulable").and_then(Value::as_bool) == Some(true) {
             cordoned.push(name);
         } else if !ready {
             not_ready.push(name);
+        } else if !troubled.is_empty() {
+            pressure.push(format!("{name} ({})", troubled.join(", ")));
         }
     }
-    let parts: Vec<String> = [("cordoned", cordoned), ("NotReady", not_ready)]
+    let parts: Vec<String> = [("cordoned", cordoned), ("NotReady", not_ready), ("under pressure", pressure)]
         .into_iter()
         .filter(|(_, names)| !names.is_empty())
         .map(|(what, names)| format!("{what}: {}", crate::controllers::pick::names_text(&names)))
