@@ -1528,3 +1528,39 @@ async fn hooks_added_after_the_pick_are_called_for_its_drain() {
     let drain = json!({"node": "w0", "pool": "worker", "phase": "drain", "request": format!("drain-{t2}")});
     assert!(hook.calls().contains(&drain), "{:?}", hook.calls());
 }
+
+/// A node drained for a bad config and failed on it (still cordoned by that drain) is sent back
+/// by the revert to the config it runs: its Done report puts it back into service, and the pool
+/// is Updated. (Picked for the config it runs, a node is not cordoned again, unless the drain of
+/// its failed update still holds it: then the pick's own drain answer is what the Done ends.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reverted_node_still_cordoned_by_its_failed_update_comes_back_into_service() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let names = ["w1", "w2"];
+    let t0 = fleet_on_a_first_config(&admin, &names, json!({"maxUnavailable": 1})).await;
+    let mut b = machine_config("60-worker-bad", "worker");
+    b["spec"]["kernelArguments"] = json!(["broken"]);
+    create(&admin, &MACHINE_CONFIG, &b).await;
+    let bad = new_target(&admin, &t0).await;
+    let first = eventually(WAIT, "a node picked for the bad config", || async {
+        Ok(picked(&admin, &names, &bad).await.first().cloned())
+    })
+    .await;
+    working(&admin, &first, &bad).await;
+    fail(&admin, &first, &bad).await;
+    assert!(cordoned(&node(&admin, &first).await), "drained for the bad config");
+
+    let r = admin.delete(&path_of(&MACHINE_CONFIG, Some("60-worker-bad"))).await.unwrap();
+    assert!(r.ok(), "{}", r.body);
+    eventually(WAIT, "the failed node sent back to the config it runs", || async {
+        Ok((annotation(&node(&admin, &first).await, ann::DESIRED_CONFIG) == t0).then_some(()))
+    })
+    .await;
+    finish(&admin, &first, &t0).await;
+    eventually(WAIT, "the pool Updated with the node back in service", || async {
+        let n = node(&admin, &first).await;
+        Ok((!cordoned(&n) && is_true(&pool(&admin).await, "Updated")).then_some(()))
+    })
+    .await;
+}

@@ -214,9 +214,12 @@ async fn reconcile(store: &Arc<dyn Store>, st: &mut State, events: &Recorder) ->
             Value::clone(&st.nodes.raw[i])
         });
         // A node picked for the config it runs already (a revert, a node enrolled again) has
-        // nothing to apply: no cordon, which its Done report would never end (it sends none).
-        let runs_it = st.nodes.derived[i].current == *plans[k].pick_config();
-        pick_edit(v, plans[k].pick_config(), drains_at_pick(pool) && !runs_it);
+        // nothing to apply: no cordon, which nothing would end. Unless the drain of the update
+        // it failed still holds it: then the pick's own answer and grant are what its Done
+        // report ends (the old answer, for the failed config, would hold it for good).
+        let f = &st.nodes.derived[i];
+        let nothing_to_do = f.current == *plans[k].pick_config() && !f.cordoned;
+        pick_edit(v, plans[k].pick_config(), drains_at_pick(pool) && !nothing_to_do);
     }
     let writes: Vec<(usize, Value)> = order.iter().filter_map(|i| edits.remove(i).map(|v| (*i, v))).collect();
     let stored = if released.is_empty() {
