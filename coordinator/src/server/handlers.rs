@@ -181,9 +181,15 @@ pub fn check_dry_run<'v>(method: &Method, values: impl IntoIterator<Item = &'v s
     }
 }
 
+/// Whether the request asks for a watch (`watch=true` or `1`): what the dispatch, the output
+/// negotiation and the pod list all read the same way.
+pub fn is_watch(params: &HashMap<String, String>) -> bool {
+    params.get("watch").is_some_and(|v| v == "true" || v == "1")
+}
+
 pub async fn dispatch(call: Call<'_>) -> Result<Response, ApiError> {
     let has_name = call.path.name.is_some();
-    let watching = call.params.get("watch").is_some_and(|v| v == "true" || v == "1");
+    let watching = is_watch(&call.params);
     match (&call.method, has_name) {
         (&Method::GET, _) if watching => watch_handler(call).await,
         (&Method::GET, true) => get(call).await,

@@ -162,8 +162,7 @@ async fn api_entry(
         Target::Group(g) => discovery(discovery::group(&g)),
         Target::ResourceList { group, version } => discovery(discovery::resource_list(&group, &version)),
         Target::Resource(path) => {
-            let watching = params.get("watch").is_some_and(|v| v == "true" || v == "1");
-            let output = negotiate::output(headers.get(axum::http::header::ACCEPT), watching)?;
+            let output = negotiate::output(headers.get(axum::http::header::ACCEPT), handlers::is_watch(&params))?;
             let body = read_body(body, &headers, ctx.limits.max_body).await?;
             let call = handlers::Call { ctx: &ctx, who: &who, method, path, params, headers, body };
             let answer = handlers::dispatch(call).await;
@@ -187,7 +186,7 @@ async fn api_entry(
 /// `kubectl get pods` still says the server does not have the resource type (describe uses its
 /// typed client and needs no discovery). The selectors are not checked: nothing could match.
 async fn empty_pod_list(ctx: &Ctx, method: &Method, params: &HashMap<String, String>) -> Result<Response, ApiError> {
-    let watching = params.get("watch").is_some_and(|w| w == "true" || w == "1");
+    let watching = handlers::is_watch(params);
     if *method != Method::GET || watching {
         return Err(ApiError::method_not_allowed("aloft runs no pods: only GET of the (empty) pod list is served"));
     }
