@@ -570,17 +570,21 @@ async fn learn_os_images(store: &Arc<dyn Store>, st: &mut State) -> Result<(), S
 /// updated on it ("Pool worker has completed update to MachineConfig rendered-..."). The record
 /// of when an update began and ended, which `kubectl describe mcp` shows.
 fn record_progress(events: &Recorder, pool: &MachineConfigPool, new: &MachineConfigPoolStatus) {
-    let old = pool.status.as_ref();
-    let about = Involved::pool(&pool.metadata.name);
-    let target_of = |s: Option<&MachineConfigPoolStatus>| s.and_then(|s| s.rollout.as_ref()).map(|r| r.config.clone());
-    let done_of =
-        |s: Option<&MachineConfigPoolStatus>| s.and_then(|s| s.configuration.as_ref()).map(|c| c.name.clone());
-    let name = &pool.metadata.name;
-    if let Some(target) = target_of(Some(new)).filter(|t| !t.is_empty() && target_of(old).as_ref() != Some(t)) {
+    fn target_of(s: Option<&MachineConfigPoolStatus>) -> &str {
+        s.and_then(|s| s.rollout.as_ref()).map_or("", |r| r.config.as_str())
+    }
+    fn done_of(s: Option<&MachineConfigPoolStatus>) -> &str {
+        s.and_then(|s| s.configuration.as_ref()).map_or("", |c| c.name.as_str())
+    }
+    let (old, name) = (pool.status.as_ref(), &pool.metadata.name);
+    let about = Involved::pool(name);
+    let target = target_of(Some(new));
+    if !target.is_empty() && target != target_of(old) {
         let msg = format!("Pool {name} now targeting MachineConfig {target}");
         events.emit(&about, EventType::Normal, reasons::UPDATING, &msg);
     }
-    if let Some(done) = done_of(Some(new)).filter(|d| !d.is_empty() && done_of(old).as_ref() != Some(d)) {
+    let done = done_of(Some(new));
+    if !done.is_empty() && done != done_of(old) {
         let msg = format!("Pool {name} has completed update to MachineConfig {done}");
         events.emit(&about, EventType::Normal, reasons::COMPLETED, &msg);
     }
