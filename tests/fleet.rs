@@ -864,3 +864,133 @@ async fn a_full_disk_is_reported_and_leaves_nothing_behind() {
     drop(hosts);
     drop(disk);
 }
+
+/// The node `name`'s `(state, failedConfig, reason)` at each change the watch `w` delivers, until
+/// it is Done on `config` with `config` desired.
+async fn states_until_done(
+    w: &mut aloft_tests::WatchStream,
+    name: &str,
+    config: &str,
+) -> Vec<(String, String, String)> {
+    let mut seen = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+    loop {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let ev = w.next(left).await.unwrap_or_else(|e| panic!("{name} not Done on {config}: {e:#}; seen {seen:?}"));
+        let node = ev.expect("the watch ended")["object"].clone();
+        if node.pointer("/metadata/name") != Some(&json!(name)) {
+            continue;
+        }
+        let a = |k: &str| node_annotation(&node, k);
+        seen.push((a(ann::STATE), a(ann::FAILED_CONFIG), a(ann::REASON)));
+        if a(ann::STATE) == "Done" && a(ann::CURRENT_CONFIG) == config && a(ann::DESIRED_CONFIG) == config {
+            return seen;
+        }
+    }
+}
+
+/// One node on a drained file config `first` with its pool paused, and a second rendered config
+/// of the file (contents `two`) that nothing has asked the node for yet.
+async fn paused_node_and_a_second_config(
+    c: &Coordinator,
+    name: &str,
+) -> (Host, tempfile::NamedTempFile, String, String) {
+    let admin = c.client();
+    let (h, token, first) = one_node_on_a_file(c, name, "/etc/back.conf", "one", "Drain").await;
+    let pool_path = path_of(&MACHINE_CONFIG_POOL, Some("worker"));
+    let paused = json!({"spec": {"paused": true}});
+    admin.patch(&pool_path, "application/merge-patch+json", &paused).await.unwrap().into_result().unwrap();
+    let mc_path = path_of(&MACHINE_CONFIG, Some(&format!("50-{name}")));
+    let mut mc = admin.get(&mc_path).await.unwrap().into_result().unwrap();
+    mc["spec"]["config"]["storage"]["files"][0]["contents"]["source"] = json!("data:,two");
+    admin.put(&mc_path, &mc).await.unwrap().into_result().unwrap();
+    let second = eventually(Duration::from_secs(60), "the second config rendered", || {
+        let admin = admin.clone();
+        let (pool_path, first) = (pool_path.clone(), first.clone());
+        async move {
+            let pool = admin.get(&pool_path).await?.into_result()?;
+            let target = pool.pointer("/spec/configuration/name").and_then(Value::as_str).unwrap_or("");
+            Ok((!target.is_empty() && target != first).then(|| target.to_string()))
+        }
+    })
+    .await;
+    (h, token, first, second)
+}
+
+async fn set_desired(c: &Coordinator, name: &str, config: &str) {
+    let patch = json!({"metadata": {"annotations": {ann::DESIRED_CONFIG: config}}});
+    let path = path_of(&NODE, Some(name));
+    c.client().patch(&path, "application/merge-patch+json", &patch).await.unwrap().into_result().unwrap();
+}
+
+/// An update the coordinator takes back while its drain waits (here a budget allows no
+/// disruption) is given up at once: the agent stops waiting for a drain nobody will answer (it
+/// waited out its drain timeout, an hour by default, and then reported Degraded with
+/// `failedConfig` naming a config no longer wanted), and the node is Done on its config again,
+/// never Degraded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_update_taken_back_while_its_drain_waits_is_given_up_not_failed() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let (h, _token, first, second) = paused_node_and_a_second_config(&c, "worker-b").await;
+    let ndb = json!({"apiVersion": "aloft.dev/v1", "kind": "NodeDisruptionBudget", "metadata": {"name": "none"},
+        "spec": {"selector": {}, "maxUnavailable": 0}});
+    let ndb_path = path_of(&aloft_coordinator::resources::NODE_DISRUPTION_BUDGET, None);
+    admin.post(&ndb_path, &ndb).await.unwrap().into_result().unwrap();
+    set_desired(&c, "worker-b", &second).await;
+    let request = format!("drain-{second}");
+    eventually(Duration::from_secs(60), "worker-b asking for its drain", || async {
+        Ok((annotation_of(&c, "worker-b", ann::DESIRED_DRAIN).await? == request).then_some(()))
+    })
+    .await;
+    assert_ne!(
+        annotation_of(&c, "worker-b", ann::LAST_APPLIED_DRAIN).await.unwrap(),
+        request,
+        "the budget holds the drain"
+    );
+    let mut w = aloft_tests::WatchStream::open(&admin, "/api/v1/nodes?watch=true").await.unwrap();
+    set_desired(&c, "worker-b", &first).await;
+    let seen = states_until_done(&mut w, "worker-b", &first).await;
+    assert!(
+        seen.iter().all(|(state, failed, _)| state != "Degraded" && failed.is_empty()),
+        "a failure reported for the config taken back: {seen:?}"
+    );
+    assert_eq!(std::fs::read_to_string(h.path("/etc/back.conf")).unwrap(), "one");
+    assert!(h.log().contains("update given up"), "{}", h.log());
+}
+
+/// The same while the drained node's workloads stop (one hangs past the stop timeout): the
+/// timeout does not report a failure for the config taken back, and the workloads start again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_update_taken_back_while_its_workloads_stop_is_given_up_not_failed() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let (mut h, token, first, second) = paused_node_and_a_second_config(&c, "worker-s").await;
+    h.stop_agent();
+    let wants = h.path("/etc/systemd/system/aloft-workloads.target.wants");
+    std::fs::create_dir_all(&wants).unwrap();
+    std::os::unix::fs::symlink("/usr/lib/systemd/system/db.service", wants.join("db.service")).unwrap();
+    h.fake.hang_jobs_of("db.service");
+    h.extra_args = vec!["--workload-stop-timeout-seconds".into(), "4".into()];
+    h.start_agent(&c, token.path());
+    h.fake.clear_calls();
+    set_desired(&c, "worker-s", &second).await;
+    eventually(Duration::from_secs(60), "worker-s stopping its workloads", || async {
+        Ok(h.fake.call_strings().iter().any(|call| call.starts_with("StopUnit(db.service")).then_some(()))
+    })
+    .await;
+    let mut w = aloft_tests::WatchStream::open(&admin, "/api/v1/nodes?watch=true").await.unwrap();
+    set_desired(&c, "worker-s", &first).await;
+    let seen = states_until_done(&mut w, "worker-s", &first).await;
+    assert!(
+        seen.iter().all(|(state, failed, _)| state != "Degraded" && failed.is_empty()),
+        "a failure reported for the config taken back: {seen:?}"
+    );
+    let calls = h.fake.call_strings();
+    let stop = calls.iter().position(|call| call.starts_with("StopUnit(db.service"));
+    let start = calls.iter().rposition(|call| call.starts_with("StartUnit(aloft-workloads.target"));
+    assert!(start > stop, "the workloads started again after the stop: {calls:?}");
+    assert_eq!(std::fs::read_to_string(h.path("/etc/back.conf")).unwrap(), "one");
+    let node = admin.get(&path_of(&NODE, Some("worker-s"))).await.unwrap().into_result().unwrap();
+    assert_ne!(node.pointer("/spec/unschedulable"), Some(&json!(true)), "uncordoned after Done: {node}");
+}

@@ -363,15 +363,24 @@ impl NodeApi {
     /// answers with the same value in `lastAppliedDrain`.
     pub async fn drain_handshake(&self, request: &str, timeout: Duration) -> Result<()> {
         let node = self.annotate(&[(ann::DESIRED_DRAIN, Some(request))]).await?;
-        self.await_drain(node, request, timeout).await
+        self.await_drain(node, request, None, timeout).await
     }
 
     /// Report Working (on `current`) and ask for the drain `request` in one write, then wait for
     /// the answer: the update's first write is also its drain request, so the node's turn costs
-    /// the coordinator one commit less on the rollout's critical path.
-    pub async fn working_and_drain(&self, current: &str, request: &str, timeout: Duration) -> Result<()> {
+    /// the coordinator one commit less on the rollout's critical path. With `update_of`, the
+    /// wait ends as soon as `desiredConfig` names another config: a drain for an update the
+    /// coordinator took back (a revert while a budget or a hook held the drain) would otherwise be
+    /// waited for until the drain timeout, an hour by default, and then reported as a failure.
+    pub async fn working_and_drain(
+        &self,
+        current: &str,
+        request: &str,
+        update_of: Option<&str>,
+        timeout: Duration,
+    ) -> Result<()> {
         let node = self.annotate(&working(current, Some(request))).await?;
-        self.await_drain(node, request, timeout).await
+        self.await_drain(node, request, update_of, timeout).await
     }
 
     /// Report Done on `current`, and when the node is drained for it, ask for the uncordon in the
@@ -384,12 +393,22 @@ impl NodeApi {
     }
 
     /// Wait until the coordinator answers `request` in `lastAppliedDrain`; `node` is the view the
-    /// request was written in.
-    async fn await_drain(&self, mut node: NodeView, request: &str, timeout: Duration) -> Result<()> {
+    /// request was written in. With `update_of`, give up once `desiredConfig` names another config.
+    async fn await_drain(
+        &self,
+        mut node: NodeView,
+        request: &str,
+        update_of: Option<&str>,
+        timeout: Duration,
+    ) -> Result<()> {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
             if node.annotation(ann::LAST_APPLIED_DRAIN) == request {
                 return Ok(());
+            }
+            let desired = node.annotation(ann::DESIRED_CONFIG);
+            if let Some(target) = update_of.filter(|t| !desired.is_empty() && desired != *t) {
+                bail!("not waiting for {request}: the coordinator no longer asks for {target} (desiredConfig is now {desired})");
             }
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
             if left.is_zero() {
@@ -677,9 +696,10 @@ pub fn humanize(d: Duration) -> String {
         let h = s / 3600;
         format!("{h} hour{}", if h == 1 { "" } else { "s" })
     } else if s >= 60 && s.is_multiple_of(60) {
-        format!("{} minutes", s / 60)
+        let m = s / 60;
+        format!("{m} minute{}", if m == 1 { "" } else { "s" })
     } else {
-        format!("{s} seconds")
+        format!("{s} second{}", if s == 1 { "" } else { "s" })
     }
 }
 
@@ -778,5 +798,7 @@ mod tests {
         assert_eq!(humanize(Duration::from_secs(7200)), "2 hours");
         assert_eq!(humanize(Duration::from_secs(600)), "10 minutes");
         assert_eq!(humanize(Duration::from_secs(5)), "5 seconds");
+        assert_eq!(humanize(Duration::from_secs(60)), "1 minute");
+        assert_eq!(humanize(Duration::from_secs(1)), "1 second");
     }
 }

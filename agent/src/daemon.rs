@@ -436,6 +436,9 @@ impl Agent {
     /// report names `target` as the failed config (drift names the current config: it fails on
     /// that), so the rollout counts the failure for the config it is about.
     async fn fail(&mut self, target: &str, reason: String, unreconcilable: bool) -> Result<()> {
+        if let Some((desired, drained)) = self.superseded(target).await {
+            return self.abandon(target, &desired, drained, &reason).await;
+        }
         tracing::warn!(target, %reason, unreconcilable, "update failed");
         // An update's failure (one this process started, or a phase of one after a restart);
         // not drift found on a settled node, which no update asked for.
@@ -457,6 +460,41 @@ impl Agent {
         }
         let current = self.current_name();
         self.api.report_failure(self.phase.mco_state(), &reason, &current, target).await?;
+        release_replaced();
+        Ok(())
+    }
+
+    /// The config the coordinator asks for now, when it is no longer `target` and the update of
+    /// `target` left the disk on the current config (it failed before the apply, or the apply
+    /// was rolled back). A failure of an update the coordinator took back (a revert while the
+    /// agent fetched, waited for its drain or applied) is nobody's failure: reported, it said
+    /// Degraded with `failedConfig` naming a config no longer wanted, over the new
+    /// `desiredConfig`, until the next retry a minute later.
+    /// Also says whether the update asked for a drain (`desiredDrain` is its request).
+    async fn superseded(&self, target: &str) -> Option<(String, bool)> {
+        if target == self.current_name() || crate::engine::apply_unfinished(&self.root) {
+            return None;
+        }
+        let node = self.api.get().await.ok()?;
+        let desired = node.annotation(ann::DESIRED_CONFIG);
+        let drained = node.annotation(ann::DESIRED_DRAIN) == format!("drain-{target}");
+        (!desired.is_empty() && desired != target).then(|| (desired.to_string(), drained))
+    }
+
+    /// Give up the update of `target`, which the coordinator no longer asks for: the node is back
+    /// on its current config (Idle), and the loop goes on at once with what is asked now. The
+    /// workloads stopped for its drain come back (a no-op when the drain was never answered);
+    /// the uncordon request goes with the next Done, as after any drain.
+    async fn abandon(&mut self, target: &str, desired: &str, drained: bool, why: &str) -> Result<()> {
+        tracing::info!(target, desired, stopped_by = why, "update given up: the coordinator asks for another config");
+        self.observe_apply("superseded");
+        if drained {
+            if let Err(e) = crate::workloads::start(self.services.as_ref()).await {
+                // The Done that follows a drain starts them again.
+                tracing::warn!(error = %e, "cannot start the workloads again");
+            }
+        }
+        self.enter(Phase::Idle, "")?;
         release_replaced();
         Ok(())
     }
@@ -695,7 +733,9 @@ impl Agent {
             if self.drain_answer == request {
                 // Drained when the coordinator picked this node: nothing to wait for.
                 self.api.report_working(&current, Some(&request)).await;
-            } else if let Err(e) = self.api.working_and_drain(&current, &request, self.drain_timeout).await {
+            } else if let Err(e) =
+                self.api.working_and_drain(&current, &request, Some(target), self.drain_timeout).await
+            {
                 return self.fail(target, format!("{e:#}"), false).await;
             }
             self.write_status("stopping the workloads of aloft-workloads.target")?;
@@ -785,7 +825,7 @@ impl Agent {
             self.api.report_working(&current, Some(&request)).await;
             Ok(())
         } else {
-            self.api.working_and_drain(&current, &request, self.drain_timeout).await
+            self.api.working_and_drain(&current, &request, None, self.drain_timeout).await
         };
         let stopped = match drained {
             Ok(()) => {

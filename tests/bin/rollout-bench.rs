@@ -202,7 +202,7 @@ async fn node(
             if view.annotation(ann::LAST_APPLIED_DRAIN) == request {
                 api.report_working(&current, Some(&request)).await;
             } else {
-                api.working_and_drain(&current, &request, Duration::from_secs(3600)).await?;
+                api.working_and_drain(&current, &request, Some(&desired), Duration::from_secs(3600)).await?;
             }
             marks.push(("working+drain", Instant::now()));
             step(&fleet, &name, Some("simulated apply"));
