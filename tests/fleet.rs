@@ -994,3 +994,54 @@ async fn an_update_taken_back_while_its_workloads_stop_is_given_up_not_failed() 
     let node = admin.get(&path_of(&NODE, Some("worker-s"))).await.unwrap().into_result().unwrap();
     assert_ne!(node.pointer("/spec/unschedulable"), Some(&json!(true)), "uncordoned after Done: {node}");
 }
+
+/// Each start of the agent (so each boot) reports the OS image and kernel the node runs and its
+/// boot ID in `status.nodeInfo`, as a kubelet does, and `get nodes -o wide` shows them: an
+/// OS-update fleet can see which image each node booted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_report_the_os_they_booted() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let token_file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(token_file.path(), c.create_token("fleet", "bootstrap")).unwrap();
+    let mut h = Host::new("worker-i").await;
+    std::fs::write(h.path("/etc/machine-id"), "4c4c4544004b4a10804bb4c04f333233\n").unwrap();
+    h.start_agent(&c, token_file.path());
+    let info_when = |boot: &'static str| {
+        let admin = admin.clone();
+        eventually(Duration::from_secs(60), "nodeInfo of the boot", move || {
+            let admin = admin.clone();
+            async move {
+                let node = admin.get(&path_of(&NODE, Some("worker-i"))).await?.into_result()?;
+                let info = node.pointer("/status/nodeInfo").cloned().unwrap_or_default();
+                Ok((info["bootID"] == boot).then_some(info))
+            }
+        })
+    };
+    let info = info_when("boot-1-worker-i").await;
+    assert_eq!(info["osImage"], "aloft sandbox 1", "{info}");
+    assert_eq!(info["machineID"], "4c4c4544004b4a10804bb4c04f333233", "{info}");
+    assert_eq!(info["operatingSystem"], "linux", "{info}");
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap().trim().to_string();
+    assert_eq!(info["kernelVersion"], json!(kernel), "{info}");
+
+    // A reboot into another OS image: the next boot's agent says so.
+    h.stop_agent();
+    std::fs::write(h.path("/etc/os-release"), "NAME=\"aloft sandbox\"\nPRETTY_NAME=\"aloft sandbox 2\"\n").unwrap();
+    std::fs::write(h.path("/proc/sys/kernel/random/boot_id"), "boot-2-worker-i\n").unwrap();
+    h.start_agent(&c, token_file.path());
+    let info = info_when("boot-2-worker-i").await;
+    assert_eq!(info["osImage"], "aloft sandbox 2", "{info}");
+
+    let out = Command::new(bin("aloftctl"))
+        .arg("--kubeconfig")
+        .arg(c.kubeconfig_path())
+        .args(["get", "nodes", "-o", "wide"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let header = text.lines().next().unwrap_or("");
+    assert!(header.contains("OS-IMAGE") && header.contains("KERNEL-VERSION"), "{text}");
+    let row = text.lines().find(|l| l.starts_with("worker-i")).unwrap_or("");
+    assert!(row.contains("aloft sandbox 2") && row.contains(&kernel), "{text}");
+}

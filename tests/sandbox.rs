@@ -28,7 +28,7 @@ pub struct Host {
 }
 
 impl Host {
-    /// A root with /etc/passwd, /etc/group, a boot id, and a private bus serving the test
+    /// A root with /etc/passwd, /etc/group, /etc/os-release, a boot id, and a private bus serving the test
     /// systemd/logind.
     pub async fn new(name: &str) -> Host {
         let root = tempfile::tempdir().unwrap();
@@ -43,6 +43,7 @@ impl Host {
         .unwrap();
         std::fs::write(r.join("etc/group"), "root:x:0:\ncore:x:1000:\n").unwrap();
         std::fs::write(r.join("proc/sys/kernel/random/boot_id"), format!("boot-1-{name}\n")).unwrap();
+        std::fs::write(r.join("etc/os-release"), "NAME=\"aloft sandbox\"\nPRETTY_NAME=\"aloft sandbox 1\"\n").unwrap();
         let bus = TestBus::start().unwrap();
         let fake = FakeSystemd::serve(&bus, r).await.unwrap();
         let bus_address = bus.address().to_string();

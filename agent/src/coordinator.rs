@@ -250,7 +250,7 @@ impl NodeApi {
 
     /// Set the Ready condition (the node controller counts a node as available only when Ready).
     pub async fn set_ready(&self, ready: bool, message: &str) -> Result<()> {
-        self.ready_request(ready, message).await?.into_result()?;
+        self.ready_request(ready, message, None).await?.into_result()?;
         Ok(())
     }
 
@@ -258,12 +258,13 @@ impl NodeApi {
     /// answers 5xx), with back-off up to 10 s and the follower's warnings about the outage. An
     /// agent started while its coordinator was down (a host rebooting during a coordinator
     /// upgrade) exited at once, and its node stayed cordoned on its unfinished update. A
-    /// refusal (4xx) is returned: waiting would not change it.
-    pub async fn set_ready_waiting(&self, ready: bool, message: &str) -> Result<()> {
+    /// refusal (4xx) is returned: waiting would not change it. `node_info` goes in the same
+    /// write (`status.nodeInfo`, see [`crate::node_info`]).
+    pub async fn set_ready_waiting(&self, ready: bool, message: &str, node_info: Option<&Value>) -> Result<()> {
         let mut outage = Outage::default();
         let mut wait = Duration::from_millis(500);
         loop {
-            let failure = match self.ready_request(ready, message).await {
+            let failure = match self.ready_request(ready, message, node_info).await {
                 Ok(reply) if reply.ok() => {
                     outage.over();
                     return Ok(());
@@ -280,12 +281,21 @@ impl NodeApi {
         }
     }
 
-    async fn ready_request(&self, ready: bool, message: &str) -> Result<aloft_client::Reply> {
+    async fn ready_request(
+        &self,
+        ready: bool,
+        message: &str,
+        node_info: Option<&Value>,
+    ) -> Result<aloft_client::Reply> {
         let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
         let cond = json!({"type": "Ready", "status": if ready { "True" } else { "False" }, "reason": "AloftAgentReady",
                           "message": message, "lastHeartbeatTime": now, "lastTransitionTime": now});
         let path = format!("{}/status", resource_path(NODES, None, Some(&self.name)));
-        self.client.patch(&path, "application/merge-patch+json", &json!({"status": {"conditions": [cond]}})).await
+        let mut status = json!({"conditions": [cond]});
+        if let Some(info) = node_info {
+            status["nodeInfo"] = info.clone();
+        }
+        self.client.patch(&path, "application/merge-patch+json", &json!({"status": status})).await
     }
 
     /// Fetch a rendered config by name.

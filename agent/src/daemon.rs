@@ -1245,14 +1245,15 @@ pub async fn run(opts: Options) -> Result<()> {
     // (the watchdog keeps being fed while the agent waits for it).
     crate::notify::ready("aloft-agent ready");
     crate::notify::spawn_watchdog();
-    agent.api.set_ready_waiting(true, "aloft-agent is running").await?;
-    tracing::info!(node = %opts.node_name, "aloft-agent ready");
+    let node_info = crate::node_info::of(&agent.root);
+    agent.api.set_ready_waiting(true, "aloft-agent is running", Some(&node_info)).await?;
+    tracing::info!(node = %opts.node_name, os_image = %node_info["osImage"], "aloft-agent ready");
     loop {
         let Err(e) = agent.run_loop().await else { return Ok(()) };
         let Some(CredentialLost(lost)) = e.downcast_ref::<CredentialLost>() else { return Err(e) };
         // The Node was deleted (or the credential revoked): register again, as a kubelet does.
         agent.api = node_api(&agent.root, &opts, Some(*lost)).await?;
-        agent.api.set_ready_waiting(true, "aloft-agent is running").await?;
+        agent.api.set_ready_waiting(true, "aloft-agent is running", Some(&node_info)).await?;
         tracing::info!(node = %opts.node_name, "enrolled again; following the Node");
     }
 }

@@ -36,6 +36,7 @@ pub mod dbus_status;
 pub mod disruption;
 pub mod logging;
 pub mod metrics;
+pub mod node_info;
 pub mod notify;
 pub mod systemd;
 #[cfg(feature = "test-support")]
