@@ -149,7 +149,10 @@ async fn a_failure_report_names_its_config_until_working_or_done() {
     let header = lines.next().unwrap_or("");
     let column = header.find("FAILED CONFIG").unwrap_or_else(|| panic!("no FAILED CONFIG column: {text}"));
     let row = lines.next().unwrap_or("");
-    assert!(row.starts_with("fc-0 ") && row.get(column..).and_then(|r| r.split_whitespace().next()) == Some("cfg-2"), "{text}");
+    assert!(
+        row.starts_with("fc-0 ") && row.get(column..).and_then(|r| r.split_whitespace().next()) == Some("cfg-2"),
+        "{text}"
+    );
     let working = api.report_working_now("cfg-1").await.unwrap();
     assert_eq!((working.annotation(ann::STATE), working.annotation(ann::FAILED_CONFIG)), ("Working", ""));
     assert!(!working.annotations.contains_key(ann::FAILED_CONFIG), "removed, not emptied");

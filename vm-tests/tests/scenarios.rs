@@ -222,6 +222,22 @@ async fn os_update(fleet: &Fleet, prestage: bool) -> Result<()> {
         let cmdline = vm.sh("cat /proc/cmdline").await?;
         ensure!(cmdline.split_whitespace().any(|a| a == KARG), "{}: {KARG} not on /proc/cmdline: {cmdline}", vm.name);
     }
+    // Each Node says which OS image and kernel it runs, as of its boot into v2.
+    let nodes = fleet.nodes().await?;
+    for vm in &fleet.vms {
+        let node =
+            nodes.iter().find(|n| cluster::name(n) == vm.name).with_context(|| format!("no Node {}", vm.name))?;
+        let info = &node["status"]["nodeInfo"];
+        let facts =
+            vm.sh(". /etc/os-release; echo \"$PRETTY_NAME\"; uname -r; cat /proc/sys/kernel/random/boot_id").await?;
+        let facts: Vec<&str> = facts.lines().map(str::trim).collect();
+        let reported = [&info["osImage"], &info["kernelVersion"], &info["bootID"]].map(|v| v.as_str().unwrap_or(""));
+        ensure!(
+            facts.get(..3) == Some(&reported[..]),
+            "{}: status.nodeInfo {info} is not the boot's {facts:?}",
+            vm.name
+        );
+    }
     Ok(())
 }
 
