@@ -803,6 +803,18 @@ async fn table_output_has_mco_columns() {
     assert_eq!(rows[0]["cells"][0], "worker");
     assert_eq!(rows[0]["object"]["metadata"]["name"], "worker", "rows carry object metadata for kubectl");
 
+    // The Table of the range chosen: v1beta1 when asked (kube-apiserver still writes it), none
+    // of a group or version kube does not convert to, and then the plain JSON that follows.
+    let mcp = path_of(&MACHINE_CONFIG_POOL, None);
+    let beta = "application/json;as=Table;v=v1beta1;g=meta.k8s.io";
+    let t = admin.call(reqwest::Method::GET, &mcp, None, Some(beta)).await.unwrap();
+    assert_eq!((t.code, t.body["apiVersion"].as_str()), (200, Some("meta.k8s.io/v1beta1")), "{}", t.body);
+    let other = "application/json;as=Table;v=v9;g=foo.example.com";
+    let r = admin.call(reqwest::Method::GET, &mcp, None, Some(other)).await.unwrap();
+    assert_status(&r, 406, "NotAcceptable", other);
+    let r = admin.call(reqwest::Method::GET, &mcp, None, Some(&format!("{other}, application/json"))).await.unwrap();
+    assert_eq!((r.code, r.body["kind"].as_str()), (200, Some("MachineConfigPoolList")), "{}", r.body);
+
     let t = admin
         .call(reqwest::Method::GET, &path_of(&MACHINE_CONFIG, Some("00-worker")), None, Some(TABLE_ACCEPT))
         .await

@@ -89,11 +89,21 @@ fn scalar(v: &Value) -> String {
     match v {
         Value::Null => "null".into(),
         Value::Bool(b) => b.to_string(),
-        Value::Number(n) => n.to_string(),
+        Value::Number(n) => number(n),
         Value::String(s) => string(s),
         Value::Object(_) => "{}".into(),
         Value::Array(_) => "[]".into(),
     }
+}
+
+/// A number as both YAML 1.1 and 1.2 read it: JSON's `1e100` has no `.` and no exponent sign,
+/// which YAML 1.1's float needs (PyYAML read it as a string), so it is written `1.0e+100`.
+fn number(n: &serde_json::Number) -> String {
+    let text = n.to_string();
+    let Some((mantissa, exponent)) = text.split_once(['e', 'E']) else { return text };
+    let dot = if mantissa.contains('.') { "" } else { ".0" };
+    let sign = if exponent.starts_with(['-', '+']) { "" } else { "+" };
+    format!("{mantissa}{dot}e{sign}{exponent}")
 }
 
 /// A string, plain when no reader can take it for anything else, else double-quoted.
@@ -188,6 +198,26 @@ mod tests {
         for s in ["worker", "rendered-worker-0a1b", "machineconfiguration.openshift.io/role", "/etc/chrony.conf", "_x"]
         {
             assert_eq!(to_string(&json!({ "k": s })), format!("k: {s}\n"));
+        }
+    }
+
+    /// Floats keep a `.` and a signed exponent (YAML 1.1's float), integers stay as they are,
+    /// and each reads back as the number it was.
+    #[test]
+    fn numbers_read_as_numbers_in_yaml_1_1_too() {
+        for (n, written) in [
+            (json!(1e100), "1.0e+100"),
+            (json!(1.5e-7), "1.5e-7"),
+            (json!(-2.5e300), "-2.5e+300"),
+            (json!(0.25), "0.25"),
+            (json!(42), "42"),
+            (json!(-7), "-7"),
+            (json!(u64::MAX), "18446744073709551615"),
+        ] {
+            let text = to_string(&json!({ "k": n }));
+            assert_eq!(text, format!("k: {written}\n"));
+            let back: Value = yaml_serde::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+            assert_eq!(back["k"].as_f64(), n.as_f64(), "{text}");
         }
     }
 

@@ -29,6 +29,8 @@ pub struct Call<'a> {
     pub params: HashMap<String, String>,
     pub headers: HeaderMap,
     pub body: axum::body::Bytes,
+    /// The Table the `Accept` header's chosen range asks for ([`super::negotiate::output`]).
+    pub table: Option<table::TableVersion>,
 }
 
 impl Call<'_> {
@@ -42,9 +44,6 @@ impl Call<'_> {
     /// ([`check_dry_run`]).
     fn dry_run(&self) -> bool {
         self.params.get("dryRun").is_some_and(|v| v == "All")
-    }
-    fn wants_table(&self) -> bool {
-        self.headers.get("accept").and_then(|v| v.to_str().ok()).is_some_and(table::wants_table)
     }
     fn is_status(&self) -> bool {
         self.path.subresource.as_deref() == Some("status")
@@ -208,12 +207,12 @@ fn respond(code: StatusCode, v: Value) -> Response {
 
 /// One object: as a Table when asked for one, else the JSON the store wrote, as is.
 fn respond_one(call: &Call<'_>, code: StatusCode, obj: Stored) -> Response {
-    if call.wants_table() {
+    if let Some(version) = call.table {
         let include = match table::IncludeObject::from_params(&call.params) {
             Ok(i) => i,
             Err(e) => return e.into_response(),
         };
-        return respond(code, table::table(call.path.rt, &[&obj], revision_of(&obj), true, include));
+        return respond(code, table::table(call.path.rt, version, &[&obj], revision_of(&obj), true, include));
     }
     let body = axum::body::Bytes::from_owner(JsonText(obj.json));
     (code, [(axum::http::header::CONTENT_TYPE, "application/json")], body).into_response()
@@ -395,11 +394,11 @@ async fn list(call: Call<'_>) -> Result<Response, ApiError> {
             metadata["remainingItemCount"] = (*remaining as u64).into();
         }
     }
-    if call.wants_table() {
+    if let Some(version) = call.table {
         let items = page.items.iter().map(|s| parse_stored(s)).collect::<Result<Vec<Value>, _>>()?;
         let refs: Vec<&Value> = items.iter().collect();
         let include = table::IncludeObject::from_params(&call.params)?;
-        let mut t = table::table(call.path.rt, &refs, Some(page.revision), true, include);
+        let mut t = table::table(call.path.rt, version, &refs, Some(page.revision), true, include);
         t["metadata"] = metadata;
         return Ok(respond(StatusCode::OK, t));
     }
@@ -433,7 +432,7 @@ fn parse_stored(text: &str) -> Result<Value, ApiError> {
 async fn watch_handler(call: Call<'_>) -> Result<Response, ApiError> {
     call.authorize(Verb::Watch).await?;
     let filters = Filters::from_params(call.path.rt, &call.params)?;
-    watch::serve(call.ctx, call.path.clone(), &call.params, filters, call.wants_table(), call.who).await
+    watch::serve(call.ctx, call.path.clone(), &call.params, filters, call.table, call.who).await
 }
 
 async fn create(call: Call<'_>) -> Result<Response, ApiError> {

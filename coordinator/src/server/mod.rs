@@ -162,14 +162,14 @@ async fn api_entry(
         Target::Group(g) => discovery(discovery::group(&g)),
         Target::ResourceList { group, version } => discovery(discovery::resource_list(&group, &version)),
         Target::Resource(path) => {
-            let output = negotiate::output(headers.get(axum::http::header::ACCEPT), handlers::is_watch(&params))?;
+            let asked = negotiate::output(headers.get(axum::http::header::ACCEPT), handlers::is_watch(&params))?;
             let body = read_body(body, &headers, ctx.limits.max_body).await?;
-            let call = handlers::Call { ctx: &ctx, who: &who, method, path, params, headers, body };
+            let call = handlers::Call { ctx: &ctx, who: &who, method, path, params, headers, body, table: asked.table };
             let answer = handlers::dispatch(call).await;
-            written_as(output, into_response(answer)).await
+            written_as(asked.output, into_response(answer)).await
         }
         Target::Pods => {
-            let output = negotiate::output(headers.get(axum::http::header::ACCEPT), false)?;
+            let output = negotiate::output(headers.get(axum::http::header::ACCEPT), false)?.output;
             written_as(output, into_response(empty_pod_list(&ctx, &method, &params).await)).await
         }
         Target::Review(review) => {

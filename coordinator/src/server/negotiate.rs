@@ -19,6 +19,16 @@ pub enum Output {
     Yaml,
 }
 
+/// What the chosen media range asks for: the body's encoding and, with `as=Table`, the Table's
+/// version. One reading of the header decides both: the Table used to be decided apart, by any
+/// range naming `as=Table`, so `application/json;as=Table;g=foo;v=v9` got a Table and
+/// `…;v=v1beta1` a v1 one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Negotiated {
+    pub output: Output,
+    pub table: Option<crate::server::table::TableVersion>,
+}
+
 /// One media range of an `Accept` header, `q` in thousandths.
 struct Range<'a> {
     essence: String,
@@ -40,7 +50,14 @@ fn parse_range(part: &str) -> Option<Range<'_>> {
         let v = v.trim().trim_matches('"');
         if k == "q" {
             // An unreadable weight counts as the default, as Go's parser leaves it.
-            q = v.parse::<f32>().ok().filter(|q| (0.0..=1.0).contains(q)).map_or(1000, |q| (q * 1000.0) as u16);
+            // A weight under a thousandth still counts: only 0 refuses a range.
+            q = v.parse::<f64>().ok().filter(|q| (0.0..=1.0).contains(q)).map_or(1000, |q| {
+                if q > 0.0 {
+                    ((q * 1000.0).round() as u16).max(1)
+                } else {
+                    0
+                }
+            });
         } else if !k.is_empty() {
             params.push((k, v));
         }
@@ -49,31 +66,42 @@ fn parse_range(part: &str) -> Option<Range<'_>> {
 }
 
 /// What this media range gets from aloft, if anything.
-fn serves(range: &Range<'_>, watching: bool) -> Option<Output> {
-    // A Table is written by the handlers (`as=Table`); any other conversion is one aloft does
-    // not make, and `stream=watch` is only for a watch.
-    for (k, v) in &range.params {
-        match k.as_str() {
-            "as" if *v != "Table" => return None,
-            "stream" if !(watching && *v == "watch") => return None,
-            _ => {}
-        }
+fn serves(range: &Range<'_>, watching: bool) -> Option<Negotiated> {
+    use crate::server::table::TableVersion;
+    // A Table (`as=Table`) is a conversion kube-apiserver makes to meta.k8s.io's v1 or v1beta1
+    // only, written as JSON or YAML; any other conversion is one aloft does not make, and
+    // `stream=watch` is only for a watch.
+    let param = |name: &str| range.params.iter().find(|(k, _)| k == name).map(|(_, v)| *v);
+    let table = match param("as") {
+        None => None,
+        Some("Table") if param("g") == Some("meta.k8s.io") => match param("v") {
+            Some("v1") => Some(TableVersion::V1),
+            Some("v1beta1") => Some(TableVersion::V1beta1),
+            _ => return None,
+        },
+        Some(_) => return None,
+    };
+    if param("stream").is_some_and(|v| !(watching && v == "watch")) {
+        return None;
     }
-    match range.essence.as_str() {
-        "*/*" | "application/*" | "application/json" => Some(Output::Json),
-        "application/yaml" if !watching => Some(Output::Yaml),
-        _ => None,
-    }
+    let output = match range.essence.as_str() {
+        "*/*" | "application/*" if table.is_none() => Output::Json,
+        "application/json" => Output::Json,
+        "application/yaml" if !watching => Output::Yaml,
+        _ => return None,
+    };
+    Some(Negotiated { output, table })
 }
 
-/// The output for `accept` (absent: JSON), or 406 naming what aloft can write.
-pub fn output(accept: Option<&HeaderValue>, watching: bool) -> Result<Output, ApiError> {
-    let Some(accept) = accept else { return Ok(Output::Json) };
+/// What to answer for `accept` (absent: JSON), or 406 naming what aloft can write.
+pub fn output(accept: Option<&HeaderValue>, watching: bool) -> Result<Negotiated, ApiError> {
+    let json = Negotiated { output: Output::Json, table: None };
+    let Some(accept) = accept else { return Ok(json) };
     let accept = accept.to_str().map_err(|_| not_acceptable(watching))?;
     if accept.trim().is_empty() {
-        return Ok(Output::Json);
+        return Ok(json);
     }
-    let mut best: Option<(u16, Output)> = None;
+    let mut best: Option<(u16, Negotiated)> = None;
     for range in accept.split(',').filter_map(parse_range) {
         if range.q == 0 {
             continue;
@@ -127,16 +155,50 @@ pub async fn to_yaml(response: Response) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::server::table::TableVersion;
 
     fn out(accept: &str, watching: bool) -> Result<Output, u16> {
+        negotiated(accept, watching).map(|n| n.output)
+    }
+
+    fn negotiated(accept: &str, watching: bool) -> Result<Negotiated, u16> {
         output(Some(&HeaderValue::from_str(accept).unwrap()), watching).map_err(|e| e.status.code)
+    }
+
+    fn table_of(accept: &str) -> Result<Option<TableVersion>, u16> {
+        negotiated(accept, false).map(|n| n.table)
+    }
+
+    /// The Table is the chosen range's: meta.k8s.io v1 or v1beta1, JSON or YAML; a Table of
+    /// another group or version, or of no media type in particular, is not one aloft writes.
+    #[test]
+    fn a_table_is_asked_for_by_the_chosen_range() {
+        let v1 = "application/json;as=Table;v=v1;g=meta.k8s.io";
+        assert_eq!(table_of(v1), Ok(Some(TableVersion::V1)));
+        assert_eq!(table_of("application/json;as=Table;v=v1beta1;g=meta.k8s.io"), Ok(Some(TableVersion::V1beta1)));
+        assert_eq!(
+            negotiated("application/yaml;as=Table;v=v1;g=meta.k8s.io", false).map(|n| n.output),
+            Ok(Output::Yaml)
+        );
+        assert_eq!(table_of(&format!("{v1}, application/json")), Ok(Some(TableVersion::V1)));
+        assert_eq!(table_of(&format!("{v1};q=0.5, application/json")), Ok(None), "plain JSON weighs more");
+        assert_eq!(table_of("application/json;as=Table;g=foo;v=v9, application/json"), Ok(None));
+        for refused in [
+            "application/json;as=Table;g=foo;v=v9",
+            "application/json;as=Table;g=meta.k8s.io;v=v2",
+            "application/json;as=Table",
+            "*/*;as=Table;g=meta.k8s.io;v=v1",
+        ] {
+            assert_eq!(table_of(refused), Err(406), "{refused}");
+        }
+        assert_eq!(negotiated(&format!("{v1}, application/json"), true).map(|n| n.table), Ok(Some(TableVersion::V1)));
     }
 
     /// What kubectl, client-go and curl send keeps working; YAML is served when preferred;
     /// what aloft cannot write is a 406, not JSON the client cannot read.
     #[test]
     fn the_accept_header_chooses_json_or_yaml_or_is_refused() {
-        assert_eq!(output(None, false).unwrap(), Output::Json);
+        assert_eq!(output(None, false).unwrap().output, Output::Json);
         assert_eq!(out("", false), Ok(Output::Json));
         assert_eq!(out("*/*", false), Ok(Output::Json));
         assert_eq!(out("application/json, */*", false), Ok(Output::Json));
@@ -153,6 +215,7 @@ mod tests {
         assert_eq!(out("application/yaml;q=0.5, application/json", false), Ok(Output::Json));
         assert_eq!(out("application/yaml, application/json", false), Ok(Output::Yaml));
         assert_eq!(out("application/yaml;q=0, application/json;q=0.1", false), Ok(Output::Json));
+        assert_eq!(out("application/yaml;q=0.0001", false), Ok(Output::Yaml), "small, not 0");
         for refused in [
             "application/vnd.kubernetes.protobuf",
             "text/html",

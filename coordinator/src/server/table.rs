@@ -256,6 +256,7 @@ impl IncludeObject {
 /// server does, so `kubectl get -w` prints the header once.
 pub fn table(
     r: &ResourceType,
+    version: TableVersion,
     items: &[&Value],
     revision: Option<u64>,
     with_headers: bool,
@@ -299,16 +300,28 @@ pub fn table(
     }
     json!({
         "kind": "Table",
-        "apiVersion": "meta.k8s.io/v1",
+        "apiVersion": version.api_version(),
         "metadata": meta,
         "columnDefinitions": defs,
         "rows": rows,
     })
 }
 
-/// True when the client asked for a Table.
-pub fn wants_table(accept: &str) -> bool {
-    accept.split(',').any(|part| part.contains("as=Table"))
+/// The Table's version a client asked for: kube-apiserver writes meta.k8s.io/v1 and, still,
+/// v1beta1 (what kubectl lists second), each in its own apiVersion.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TableVersion {
+    V1,
+    V1beta1,
+}
+
+impl TableVersion {
+    pub fn api_version(self) -> &'static str {
+        match self {
+            TableVersion::V1 => "meta.k8s.io/v1",
+            TableVersion::V1beta1 => "meta.k8s.io/v1beta1",
+        }
+    }
 }
 
 #[cfg(test)]
@@ -324,7 +337,8 @@ mod tests {
         let row_object = |params: &[(&str, &str)]| {
             let params = params.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
             let include = IncludeObject::from_params(&params).unwrap();
-            table(&crate::resources::NODE, &[&node], Some(3), true, include)["rows"][0]["object"].clone()
+            table(&crate::resources::NODE, TableVersion::V1, &[&node], Some(3), true, include)["rows"][0]["object"]
+                .clone()
         };
         assert_eq!(row_object(&[("includeObject", "Object")]), node);
         let partial =
@@ -343,7 +357,14 @@ mod tests {
         let selector_cell = |spec: Value| {
             let b = json!({"apiVersion": "aloft.dev/v1", "kind": "NodeDisruptionBudget",
                 "metadata": {"name": "b"}, "spec": spec});
-            let t = table(&crate::resources::NODE_DISRUPTION_BUDGET, &[&b], None, true, IncludeObject::None);
+            let t = table(
+                &crate::resources::NODE_DISRUPTION_BUDGET,
+                TableVersion::V1,
+                &[&b],
+                None,
+                true,
+                IncludeObject::None,
+            );
             let column =
                 t["columnDefinitions"].as_array().unwrap().iter().position(|c| c["name"] == "Selector").unwrap();
             t["rows"][0]["cells"][column].clone()

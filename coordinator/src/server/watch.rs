@@ -54,7 +54,7 @@ pub async fn serve(
     path: ResourcePath,
     params: &HashMap<String, String>,
     filters: Filters,
-    as_table: bool,
+    table: Option<table::TableVersion>,
     who: &Identity,
 ) -> Result<Response, ApiError> {
     let skip_own = match params.get("skipOwnWrites").map(String::as_str) {
@@ -62,6 +62,7 @@ pub async fn serve(
         Some("true") => Some(Arc::<str>::from(who.name.as_str())),
         Some(other) => return Err(ApiError::bad_request(format!("skipOwnWrites {other:?} is not true or false"))),
     };
+    let as_table = table.is_some();
     let with_inputs = match params.get("includeUpdateInputs").map(String::as_str) {
         None | Some("false") => false,
         Some("true") if path.rt.kind == crate::resources::NODE.kind && !as_table => true,
@@ -199,7 +200,8 @@ pub async fn serve(
                 Item::Event(kind, obj, json) if !as_table => event_line(kind, &obj, json.as_deref()),
                 Item::Event(kind, obj, _) => {
                     let rev = crate::store::revision_of(&obj);
-                    let t = table::table(rt, &[&obj], rev, first, include);
+                    let version = table.unwrap_or(table::TableVersion::V1);
+                    let t = table::table(rt, version, &[&obj], rev, first, include);
                     first = false;
                     event_line(kind, &t, None)
                 }
