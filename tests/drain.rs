@@ -181,3 +181,76 @@ async fn a_foreign_budget_status_write_is_put_back_within_the_status_interval() 
     let after = admin.get(&path_of(&NODE_DISRUPTION_BUDGET, Some("db"))).await.unwrap().into_result().unwrap();
     assert_eq!(rv(&after), rv(&b), "written again although nothing changed: {after}");
 }
+
+/// Drain requests arriving one after the other, each in its own pass of the drain controller,
+/// are counted against a budget together: a drain a task is still granting (or granted, before
+/// the watch brings its write back) holds the budget. Each pass used to count only what its watch
+/// had seen, and a `maxUnavailable: 1` budget had several nodes drained at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drains_granted_one_pass_after_another_stay_within_the_budget() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let names: Vec<String> = (0..6).map(|i| format!("b{i}")).collect();
+    for n in &names {
+        ready_node(&admin, n, json!({"app": "web"})).await;
+    }
+    let ndb = json!({"apiVersion": "aloft.dev/v1", "kind": "NodeDisruptionBudget", "metadata": {"name": "web"},
+        "spec": {"selector": {"matchLabels": {"app": "web"}}, "maxUnavailable": 1}});
+    admin.post(&path_of(&NODE_DISRUPTION_BUDGET, None), &ndb).await.unwrap().into_result().unwrap();
+    budget_when(&admin, "web", "one disruption allowed", |b| counts(&b["status"]) == (6, 6, 5, 1)).await;
+    // Rounds of requests a few milliseconds apart, as agents' requests come: each in a pass of
+    // its own, while the task of the one before is still writing.
+    for round in 1..=3u64 {
+        let mut w = aloft_tests::WatchStream::open(&admin, "/api/v1/nodes?watch=true").await.unwrap();
+        let request = format!("drain-r{round}");
+        let asks: Vec<_> = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                let (admin, path) = (admin.clone(), path_of(&NODE, Some(n)));
+                let patch = json!({"metadata": {"annotations": {ann::DESIRED_DRAIN: request}}});
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(round * i as u64)).await;
+                    merge(&admin, &path, patch).await
+                })
+            })
+            .collect();
+        for ask in asks {
+            ask.await.unwrap();
+        }
+        // Every change of the Nodes until the controller has answered one and held the others
+        // back (quiet for 2 s).
+        let mut cordoned = std::collections::BTreeSet::new();
+        let mut most = 0;
+        while let Ok(Some(ev)) = w.next(Duration::from_secs(2)).await {
+            let node = &ev["object"];
+            let name = node["metadata"]["name"].as_str().unwrap_or("").to_string();
+            if node.pointer("/spec/unschedulable") == Some(&json!(true)) {
+                cordoned.insert(name);
+            } else {
+                cordoned.remove(&name);
+            }
+            most = most.max(cordoned.len());
+        }
+        assert_eq!(
+            most, 1,
+            "round {round}: nodes of a maxUnavailable-1 budget cordoned at once; at the end {cordoned:?}"
+        );
+        let mut answered = Vec::new();
+        for n in &names {
+            let node = admin.get(&path_of(&NODE, Some(n))).await.unwrap().into_result().unwrap();
+            let acked = node.pointer("/metadata/annotations").and_then(|a| a.get(ann::LAST_APPLIED_DRAIN));
+            if acked == Some(&json!(request)) {
+                answered.push(n.clone());
+            }
+        }
+        assert_eq!(answered.len(), 1, "round {round}: drains answered: {answered:?}");
+        // All back in service for the next round.
+        let back = format!("uncordon-r{round}");
+        for n in &names {
+            merge(&admin, &path_of(&NODE, Some(n)), json!({"metadata": {"annotations": {ann::DESIRED_DRAIN: back}}}))
+                .await;
+        }
+        budget_when(&admin, "web", "every node back", |b| counts(&b["status"]) == (6, 6, 5, 1)).await;
+    }
+}

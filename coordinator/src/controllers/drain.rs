@@ -219,6 +219,11 @@ struct Ctx {
     /// Told when a drain or uncordon task ends, so that the controller takes its outcome into
     /// account (a back-off to wait for) without polling.
     done: Arc<tokio::sync::Notify>,
+    /// The Nodes the tasks wrote, put into the cache by the next pass before its budgets are
+    /// counted. Counted from the watch alone, a drain a task had just granted was not seen yet,
+    /// and concurrent requests were each answered as if the budget were free (an audit saw six
+    /// drains of a `maxUnavailable: 1` budget answered within 50 ms).
+    written: Arc<Mutex<Vec<Arc<Value>>>>,
 }
 
 /// A drain or uncordon task running for a node: the request and hooks it was started for, so
@@ -265,6 +270,7 @@ pub async fn run(store: Arc<dyn Store>, events: Recorder, passes: super::passes:
         last_error: Arc::default(),
         backoffs,
         done: Arc::default(),
+        written: Arc::default(),
     };
     let mut handoffs = HashMap::new();
     loop {
@@ -364,6 +370,17 @@ async fn pass(
     let now = Utc::now();
     let clock = Instant::now();
     let mut wake = None;
+    // A drain a task is granting counts against the budgets as if granted: the tasks running
+    // (before their cordon is written), then what the tasks that ended wrote (before the watch
+    // brings it). In that order: a task puts its writes here before it leaves `inflight`. Every
+    // pass takes the writes (an uncordon's too: they must not pile up), before it reads who asks.
+    let granting: HashSet<String> =
+        lock(&ctx.inflight).iter().filter(|(_, r)| r.request.starts_with("drain-")).map(|(n, _)| n.clone()).collect();
+    for v in std::mem::take(&mut *lock(&ctx.written)) {
+        let name = crate::server::objects::name_of(&v).to_string();
+        st.nodes.put_if_newer(v);
+        track(&st.nodes, &mut st.asking, &name);
+    }
     // Most passes on a big fleet have nothing pending: find that out before building anything.
     // In cache order, as the fleet was listed.
     let mut asking: Vec<usize> = st.asking.iter().filter_map(|name| st.nodes.index_of(name)).collect();
@@ -396,7 +413,12 @@ async fn pass(
     }
     let (unavailable, labels): (Vec<bool>, Vec<&BTreeMap<String, String>>) = if drains {
         (
-            st.nodes.derived.iter().map(NodeFacts::disrupted).collect(),
+            st.nodes
+                .derived
+                .iter()
+                .zip(&st.nodes.typed)
+                .map(|(f, n)| f.disrupted() || granting.contains(&n.metadata.name))
+                .collect(),
             st.nodes.typed.iter().map(|n| &n.metadata.labels).collect(),
         )
     } else {
@@ -610,6 +632,13 @@ impl Job {
         self.ctx.done.notify_one();
     }
 
+    /// [`update_node`] of this task's node; what it wrote goes to [`Ctx::written`].
+    async fn update(&self, cached: Option<&Value>, change: impl Fn(&mut Value) -> bool) -> Result<bool, StoreError> {
+        let Some(stored) = update_node(&self.store, &self.node, cached, change).await? else { return Ok(false) };
+        lock(&self.ctx.written).push(stored);
+        Ok(true)
+    }
+
     fn hook_request<'a>(&'a self, phase: Phase, request: &'a str) -> HookRequest<'a> {
         HookRequest { node: &self.node, pool: &self.pool, phase, request }
     }
@@ -618,7 +647,7 @@ impl Job {
     async fn drain(&self, r: &str) -> Result<bool, StoreError> {
         // Without hooks there is nothing between the cordon and the acknowledgement: one write.
         let acked = if self.hooks.is_empty() {
-            update_node(&self.store, &self.node, Some(&self.cached), |n| acknowledge_drain(n, r)).await?
+            self.update(Some(&self.cached), |n| acknowledge_drain(n, r)).await?
         } else {
             self.drain_with_hooks(r).await?
         };
@@ -636,20 +665,21 @@ impl Job {
     /// Cordon (recording when the drain started), call the hooks, acknowledge. True when
     /// acknowledged.
     async fn drain_with_hooks(&self, r: &str) -> Result<bool, StoreError> {
-        let cordoned = update_node(&self.store, &self.node, Some(&self.cached), |n| {
-            if pending(n).as_ref().map(Request::value) != Some(r) {
-                return false;
-            }
-            n["spec"]["unschedulable"] = true.into();
-            let mark = n["metadata"]["annotations"].get(ann::DRAIN_STARTED).and_then(Value::as_str);
-            if mark.and_then(|m| parse_start_mark(m, r)).is_none() {
-                set_annotations(n, &[(ann::DRAIN_STARTED, Some(&self.start))]);
-            }
-            // Before the first call: the uncordon calls these hooks again, wherever the node is.
-            set_annotations(n, &[(ann::DRAIN_POOL, Some(&self.pool))]);
-            true
-        })
-        .await?;
+        let cordoned = self
+            .update(Some(&self.cached), |n| {
+                if pending(n).as_ref().map(Request::value) != Some(r) {
+                    return false;
+                }
+                n["spec"]["unschedulable"] = true.into();
+                let mark = n["metadata"]["annotations"].get(ann::DRAIN_STARTED).and_then(Value::as_str);
+                if mark.and_then(|m| parse_start_mark(m, r)).is_none() {
+                    set_annotations(n, &[(ann::DRAIN_STARTED, Some(&self.start))]);
+                }
+                // Before the first call: the uncordon calls these hooks again, wherever the node is.
+                set_annotations(n, &[(ann::DRAIN_POOL, Some(&self.pool))]);
+                true
+            })
+            .await?;
         if !cordoned {
             return Ok(false);
         }
@@ -663,7 +693,7 @@ impl Job {
             return Ok(false);
         }
         // The cordon above made the cached version stale.
-        update_node(&self.store, &self.node, None, |n| acknowledge_drain(n, r)).await
+        self.update(None, |n| acknowledge_drain(n, r)).await
     }
 
     /// True when acknowledged.
@@ -677,7 +707,7 @@ impl Job {
             let event = format!("uncordoning: {msg}");
             self.ctx.events.emit(&Involved::node(&self.node), EventType::Warning, reasons::DRAIN_HOOK_FAILED, &event);
             // When the uncordon started, for its timeout (the drain's mark went with its answer).
-            update_node(&self.store, &self.node, Some(&self.cached), |n| {
+            self.update(Some(&self.cached), |n| {
                 let mark = n["metadata"]["annotations"].get(ann::DRAIN_STARTED).and_then(Value::as_str);
                 if pending(n).as_ref().map(Request::value) != Some(r)
                     || mark.and_then(|m| parse_start_mark(m, r)).is_some()
@@ -690,26 +720,27 @@ impl Job {
             .await?;
             return Ok(false);
         }
-        let acked = update_node(&self.store, &self.node, Some(&self.cached), |n| {
-            if pending(n).as_ref().map(Request::value) != Some(r) {
-                return false;
-            }
-            if let Some(spec) = n.get_mut("spec").and_then(Value::as_object_mut) {
-                spec.remove("unschedulable");
-            }
-            set_annotations(
-                n,
-                &[
-                    (ann::LAST_APPLIED_DRAIN, Some(r)),
-                    (ann::DRAIN_STARTED, None),
-                    (ann::DRAIN_FAILURE, None),
-                    (ann::UNCORDON_AT_DONE, None),
-                    (ann::DRAIN_POOL, None),
-                ],
-            );
-            true
-        })
-        .await?;
+        let acked = self
+            .update(Some(&self.cached), |n| {
+                if pending(n).as_ref().map(Request::value) != Some(r) {
+                    return false;
+                }
+                if let Some(spec) = n.get_mut("spec").and_then(Value::as_object_mut) {
+                    spec.remove("unschedulable");
+                }
+                set_annotations(
+                    n,
+                    &[
+                        (ann::LAST_APPLIED_DRAIN, Some(r)),
+                        (ann::DRAIN_STARTED, None),
+                        (ann::DRAIN_FAILURE, None),
+                        (ann::UNCORDON_AT_DONE, None),
+                        (ann::DRAIN_POOL, None),
+                    ],
+                );
+                true
+            })
+            .await?;
         if acked {
             lock(&self.ctx.last_error).remove(&self.node);
             self.ctx.events.forget(&Involved::node(&self.node), reasons::DRAIN_HOOK_FAILED);
@@ -746,14 +777,14 @@ fn acknowledge_drain(n: &mut Value, r: &str) -> bool {
 }
 
 /// Let `change` edit the node (false: nothing to do) and write it with compare-and-swap: first
-/// from `cached` when given, then read fresh from the store after each lost race. True when
-/// written.
+/// from `cached` when given, then read fresh from the store after each lost race. The node as
+/// written, when written.
 async fn update_node(
     store: &Arc<dyn Store>,
     name: &str,
     cached: Option<&Value>,
     change: impl Fn(&mut Value) -> bool,
-) -> Result<bool, StoreError> {
+) -> Result<Option<Arc<Value>>, StoreError> {
     let key = Key::cluster(&NODE.store_key(), name);
     let mut first = cached.cloned();
     for _ in 0..10 {
@@ -761,19 +792,19 @@ async fn update_node(
             Some(v) => Some(v),
             None => store.get(&key).await?.map(Stored::into_value),
         };
-        let Some(mut node) = current else { return Ok(false) };
+        let Some(mut node) = current else { return Ok(None) };
         let rev = revision_of(&node);
         if !change(&mut node) {
-            return Ok(false);
+            return Ok(None);
         }
         match store.update(&key, node, rev).await {
-            Ok(_) => return Ok(true),
+            Ok(stored) => return Ok(Some(stored.object)),
             Err(StoreError::Conflict { .. }) => continue,
-            Err(StoreError::NotFound(_)) => return Ok(false),
+            Err(StoreError::NotFound(_)) => return Ok(None),
             Err(e) => return Err(e),
         }
     }
-    Ok(false)
+    Ok(None)
 }
 
 #[cfg(test)]
@@ -852,5 +883,72 @@ mod tests {
         assert_eq!(humanize(3600), "1 hour");
         assert_eq!(humanize(120), "2 minutes");
         assert_eq!(humanize(5), "5 seconds");
+    }
+
+    /// A drain a task of one pass is granting holds the budget in the next pass, before the
+    /// watch brings the task's write back (this test never feeds the watch): a second node's
+    /// request is held back by a `maxUnavailable: 1` budget. Each pass used to count only what
+    /// its watch had seen, and answered both.
+    #[tokio::test]
+    async fn a_drain_being_granted_holds_the_budget_for_the_next_pass() {
+        use crate::resources::NODE_DISRUPTION_BUDGET;
+        use crate::store::SqliteStore;
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&dir.path().join("s.db")).unwrap());
+        let node_key = |n: &str| Key::cluster(&NODE.store_key(), n);
+        for n in ["a", "b"] {
+            let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": n, "labels": {"app": "web"},
+                "annotations": {ann::STATE: "Done"}},
+                "status": {"conditions": [{"type": "Ready", "status": "True"}]}});
+            store.create(&node_key(n), node).await.unwrap();
+        }
+        let ndb = json!({"apiVersion": "aloft.dev/v1", "kind": "NodeDisruptionBudget", "metadata": {"name": "web"},
+            "spec": {"selector": {"matchLabels": {"app": "web"}}, "maxUnavailable": 1}});
+        store.create(&Key::cluster(&NODE_DISRUPTION_BUDGET.store_key(), "web"), ndb).await.unwrap();
+        let feed = super::super::FleetFeed::start(&store).await.unwrap();
+        let mut st = State { nodes: feed.nodes, pools: feed.pools, budgets: feed.budgets, asking: BTreeSet::new() };
+        st.track_all();
+        let ctx = Ctx {
+            events: Recorder::new("test", store.clone(), Duration::from_secs(3600)),
+            hooks: Hooks::new().unwrap(),
+            inflight: Arc::default(),
+            next_id: Arc::default(),
+            last_error: Arc::default(),
+            backoffs: Arc::default(),
+            done: Arc::default(),
+            written: Arc::default(),
+        };
+        let mut handoffs = HashMap::new();
+        // A request, as the watch brings it to the cache.
+        let ask = |name: &'static str| {
+            let store = store.clone();
+            async move {
+                let key = node_key(name);
+                let mut node = store.get(&key).await.unwrap().unwrap().into_value();
+                node["metadata"]["annotations"][ann::DESIRED_DRAIN] = json!("drain-r2");
+                let rev = revision_of(&node);
+                store.update(&key, node, rev).await.unwrap().object
+            }
+        };
+        let a = ask("a").await;
+        st.nodes.put(a);
+        track(&st.nodes, &mut st.asking, "a");
+        pass(&store, &ctx, &mut st, &mut handoffs).await.unwrap();
+        let b = ask("b").await;
+        st.nodes.put(b);
+        track(&st.nodes, &mut st.asking, "b");
+        pass(&store, &ctx, &mut st, &mut handoffs).await.unwrap();
+        // Both tasks (if any was started for b) have ended.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !lock(&ctx.inflight).is_empty() {
+            assert!(std::time::Instant::now() < deadline, "a drain task did not end");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let acked = |n: &Value| n["metadata"]["annotations"].get(ann::LAST_APPLIED_DRAIN).cloned();
+        let a = store.get(&node_key("a")).await.unwrap().unwrap().into_value();
+        let b = store.get(&node_key("b")).await.unwrap().unwrap().into_value();
+        assert_eq!(acked(&a), Some(json!("drain-r2")), "{a}");
+        assert_eq!(acked(&b), None, "b drained while a was: {b}");
+        assert_ne!(b.pointer("/spec/unschedulable"), Some(&json!(true)), "{b}");
     }
 }
