@@ -112,8 +112,10 @@ pub enum BudgetValueError {
     BadPercent(String),
 }
 
-/// An int or `N%` of `total`. Percentages round up for `minAvailable` (`round_up`), down for
-/// `maxUnavailable`, as Kubernetes rounds PodDisruptionBudgets: both err on the safe side.
+/// An int or `N%` of `total`, rounded up when `round_up`. A budget rounds both of its values up,
+/// as Kubernetes' disruption controller does a PodDisruptionBudget's (`minAvailable` to the safe
+/// side; `maxUnavailable` so that `10%` of a 5-node group allows one node, not none: rounded
+/// down, a group smaller than 100/N nodes could never be updated, and nothing said so).
 pub fn resolve(v: &IntOrString, total: usize, round_up: bool) -> Result<usize, BudgetValueError> {
     match v {
         IntOrString::Int(i) if *i < 0 => Err(BudgetValueError::Negative(*i)),
@@ -155,7 +157,7 @@ impl NodeDisruptionBudgetSpec {
     pub fn allowed_unavailable(&self, total: usize) -> usize {
         match (&self.min_available, &self.max_unavailable) {
             (Some(min), None) => resolve(min, total, true).map(|m| total.saturating_sub(m)).unwrap_or(0),
-            (None, Some(max)) => resolve(max, total, false).map(|m| m.min(total)).unwrap_or(0),
+            (None, Some(max)) => resolve(max, total, true).map(|m| m.min(total)).unwrap_or(0),
             _ => 0,
         }
     }
@@ -166,7 +168,7 @@ impl NodeDisruptionBudgetSpec {
     pub fn desired_healthy(&self, total: usize) -> usize {
         match (&self.min_available, &self.max_unavailable) {
             (Some(min), None) => resolve(min, total, true).unwrap_or(total),
-            (None, Some(max)) => resolve(max, total, false).map_or(total, |m| total.saturating_sub(m)),
+            (None, Some(max)) => resolve(max, total, true).map_or(total, |m| total.saturating_sub(m)),
             _ => total,
         }
     }
@@ -185,11 +187,13 @@ mod tests {
     }
 
     #[test]
-    fn allowed_unavailable_rounds_safely() {
+    fn allowed_unavailable_rounds_as_a_pdb() {
         assert_eq!(spec(Some(IntOrString::Int(2)), None).allowed_unavailable(5), 3);
         assert_eq!(spec(Some(IntOrString::Int(9)), None).allowed_unavailable(5), 0, "minAvailable above the group");
         assert_eq!(spec(s("50%"), None).allowed_unavailable(5), 2, "minAvailable 2.5 rounds up to 3");
-        assert_eq!(spec(None, s("50%")).allowed_unavailable(5), 2, "maxUnavailable 2.5 rounds down");
+        assert_eq!(spec(None, s("50%")).allowed_unavailable(5), 3, "maxUnavailable 2.5 rounds up, as a PDB's");
+        assert_eq!(spec(None, s("10%")).allowed_unavailable(5), 1, "a small group is not blocked for good");
+        assert_eq!(spec(None, s("0%")).allowed_unavailable(5), 0);
         assert_eq!(spec(None, Some(IntOrString::Int(0))).allowed_unavailable(5), 0);
         assert_eq!(spec(None, Some(IntOrString::Int(9))).allowed_unavailable(5), 5, "the whole group, no more");
         assert_eq!(spec(None, Some(IntOrString::Int(2))).allowed_unavailable(1), 1);
@@ -220,7 +224,7 @@ mod tests {
         assert_eq!(spec(Some(IntOrString::Int(2)), None).desired_healthy(3), 2);
         assert_eq!(spec(Some(IntOrString::Int(9)), None).desired_healthy(5), 9, "more than the group has");
         assert_eq!(spec(s("50%"), None).desired_healthy(5), 3, "rounded up");
-        assert_eq!(spec(None, s("50%")).desired_healthy(5), 3, "maxUnavailable 2.5 rounds down to 2");
+        assert_eq!(spec(None, s("50%")).desired_healthy(5), 2, "maxUnavailable 2.5 rounds up to 3");
         assert_eq!(spec(None, Some(IntOrString::Int(9))).desired_healthy(5), 0);
         assert_eq!(spec(None, s("bogus")).desired_healthy(5), 5, "unreadable: every node");
         assert_eq!(spec(None, None).desired_healthy(5), 5);

@@ -91,19 +91,26 @@ impl Ledger {
     }
 
     /// Whether disrupting node `i` keeps every budget that selects it: its group's unavailable
-    /// nodes, counting `i` itself, stay within what the group allows. The first budget that
-    /// would be violated, by name, otherwise.
+    /// nodes, counting `i` itself, stay within what the group allows. Otherwise the budget that
+    /// holds it: one that blocks its group for good (allows none) first, as no waiting ends
+    /// that one (naming a budget that is merely full sent an operator to fix the wrong one);
+    /// else the first by name.
     pub fn check(&self, i: usize) -> Result<(), Blocked> {
         let extra = usize::from(!self.counted.get(i).copied().unwrap_or(false));
+        let mut first: Option<Blocked> = None;
         for b in &self.budgets {
             if let Some(g) = b.node_group.get(i).copied().flatten() {
                 let g = &b.groups[g as usize];
                 if g.unavailable + extra > g.allowed {
-                    return Err(Blocked { budget: b.name.clone(), group: g.clone() });
+                    let blocked = Blocked { budget: b.name.clone(), group: g.clone() };
+                    if g.allowed == 0 {
+                        return Err(blocked);
+                    }
+                    first.get_or_insert(blocked);
                 }
             }
         }
-        Ok(())
+        first.map_or(Ok(()), Err)
     }
 
     /// Count node `i` as unavailable from now on (it was picked).
@@ -308,6 +315,11 @@ mod tests {
         assert!(l.check(0).is_ok());
         l.take(0);
         assert!(l.check(1).is_err());
+        // A budget that is merely full is named after one that blocks the node for good.
+        let both = [budget("a-full", json!({"maxUnavailable": 1})), budget("z-freeze", json!({"maxUnavailable": 0}))];
+        let mut full = Ledger::new(&both, &refs, &[false; 4]);
+        full.take(3);
+        assert_eq!(full.check(0).unwrap_err().budget, "z-freeze");
         let all = [budget("all", json!({"minAvailable": "100%"}))];
         let b = Ledger::new(&all, &refs, &[false; 4]).check(0).unwrap_err();
         assert_eq!(

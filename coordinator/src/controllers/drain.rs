@@ -451,6 +451,8 @@ async fn pass(
                 Some(r) if r.request == req.value() && r.hooks == pool_hooks => true,
                 Some(r) => {
                     r.abort.abort();
+                    // Its failure was about the old request or hooks: a timeout must not name it.
+                    lock(&ctx.last_error).remove(&name);
                     tracing::info!(node = %name, request = %req.value(), was = %r.request, "stopped a drain task started for another request or other hooks");
                     running.remove(&name);
                     false

@@ -157,6 +157,7 @@ fn pool_extension_causes(p: &MachineConfigPool, out: &mut Vec<StatusCause>) {
         for (i, h) in d.hooks.iter().enumerate() {
             let field = format!("spec.drain.hooks[{i}].url");
             match reqwest::Url::parse(&h.url) {
+                Err(_) if h.url.trim().is_empty() => out.push(cause(&field, "FieldValueRequired", "Required value")),
                 Ok(u) if matches!(u.scheme(), "http" | "https") && u.host_str().is_some() => {}
                 Ok(u) => out.push(cause(
                     &field,
@@ -594,6 +595,10 @@ mod tests {
                 "spec.rollout.maxFailures: Invalid value: -1: must be >= 0",
                 "spec.rollout.soakSeconds: Invalid value: 10000000000000: must be at most 31536000 (one year)",
             ]
+        );
+        assert_eq!(
+            pool(serde_json::json!({"drain": {"hooks": [{"timeoutSeconds": 5}, {"url": " "}]}})),
+            ["spec.drain.hooks[0].url: Required value", "spec.drain.hooks[1].url: Required value"]
         );
         // Out of i64's range: refused, not wrapped.
         assert_eq!(pool(serde_json::json!({"rollout": {"soakSeconds": 18446744073709551615u64}})).len(), 1);
