@@ -841,3 +841,37 @@ async fn yaml_aloft_writes_is_read_back_by_kubectl_as_it_was() {
         }
     }
 }
+
+/// `kubectl describe node` shows the node's Lease, made from its agent's presence: held by the
+/// node and renewed while its agent follows its Node. A Node no agent manages has none (as a
+/// Node without a kubelet), another node's credential may not read it, and it cannot be written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_describe_node_shows_its_lease() {
+    let Some(exe) = kubectl_path() else { return };
+    let c = Coordinator::start();
+    let admin = c.client();
+    let k = Kubectl::new(exe, &c, Auth::Kubeconfig);
+    let api = aloft_agent::coordinator::NodeApi::new(c.node_client("leased", json!({})).await, "leased");
+    api.set_ready(true, "aloft-agent is running").await.unwrap();
+    // Following its Node, as the agent does.
+    let _ = api.wait_change("0", Duration::from_millis(200)).await;
+    let path = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/leased";
+    let lease = admin.get(path).await.unwrap().into_result().unwrap();
+    assert_eq!((lease["kind"].as_str(), lease["spec"]["holderIdentity"].as_str()), (Some("Lease"), Some("leased")));
+    let renewed = lease["spec"]["renewTime"].as_str().unwrap_or("");
+    let renewed = chrono::DateTime::parse_from_rfc3339(renewed).unwrap_or_else(|e| panic!("{e}: {lease}"));
+    assert!((chrono::Utc::now() - renewed.to_utc()).num_seconds().abs() < 60, "{lease}");
+    let out = k.ok(&["describe", "node", "leased"]);
+    assert!(out.contains("HolderIdentity:  leased") && !out.contains("Failed to get lease"), "{out}");
+
+    // A Node made by hand: no Lease, in Kubernetes' words.
+    let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "by-hand"}});
+    admin.post(&path_of(&NODE, None), &node).await.unwrap().into_result().unwrap();
+    let r = admin.get("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/by-hand").await.unwrap();
+    assert_status(&r, 404, "NotFound", "no agent, no lease");
+    assert_eq!(r.body["message"], "leases.coordination.k8s.io \"by-hand\" not found");
+    let other = c.node_client("other", json!({})).await;
+    assert_status(&other.get(path).await.unwrap(), 403, "Forbidden", "another node's lease");
+    let r = admin.delete(path).await.unwrap();
+    assert_status(&r, 405, "MethodNotAllowed", "not writable");
+}

@@ -78,6 +78,13 @@ impl Presence {
         Open { presence: self.clone(), node: node.to_string() }
     }
 
+    /// How long ago `node`'s agent was last there at `now`: zero while it has a watch open, the
+    /// time since its last one closed; `None` when it has not been seen since the coordinator
+    /// started (presence is kept in memory).
+    pub fn seen_ago(&self, node: &str, now: Instant) -> Option<Duration> {
+        self.lock().get(node).map(|s| if s.open > 0 { Duration::ZERO } else { now.saturating_duration_since(s.since) })
+    }
+
     /// How long `node`'s agent has had no watch open at `now` (since the coordinator started,
     /// for an agent not seen since); `None` while it has one.
     pub fn absent_for(&self, node: &str, now: Instant) -> Option<Duration> {

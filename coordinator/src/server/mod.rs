@@ -8,6 +8,7 @@ pub mod explain;
 pub mod fields;
 pub mod finalizers;
 pub mod handlers;
+pub mod lease;
 mod negotiate;
 pub mod objects;
 pub mod openapi;
@@ -171,6 +172,10 @@ async fn api_entry(
         Target::Pods => {
             let output = negotiate::output(headers.get(axum::http::header::ACCEPT), false)?.output;
             written_as(output, into_response(empty_pod_list(&ctx, &method, &params).await)).await
+        }
+        Target::NodeLease(name) => {
+            let output = negotiate::output(headers.get(axum::http::header::ACCEPT), false)?.output;
+            written_as(output, into_response(lease::answer(&ctx, &who, &method, &name).await)).await
         }
         Target::Review(review) => {
             let body = read_body(body, &headers, ctx.limits.max_body).await?;

@@ -21,6 +21,10 @@ pub enum Target {
     /// `kubectl describe node` lists the node's pods and gives up on a 404: it is served as
     /// an empty list ([`super::empty_pod_list`]).
     Pods,
+    /// A node's Lease (`coordination.k8s.io/v1`, namespace `kube-node-lease`), which `kubectl
+    /// describe node` reads: made from what the coordinator knows of the node's agent
+    /// ([`super::lease`]).
+    NodeLease(String),
     /// A review: who the caller is, or whether it may do something (`kubectl auth whoami` and
     /// `kubectl auth can-i`), answered by [`super::review`].
     Review(super::review::Review),
@@ -78,6 +82,11 @@ pub fn parse(core: bool, rest: &str) -> Result<Target, ApiError> {
     };
     if core && version == "v1" && plural == "pods" && name.is_none() {
         return Ok(Target::Pods);
+    }
+    if let (false, "coordination.k8s.io", "v1", Some(super::lease::NAMESPACE), "leases", Some(n), None) =
+        (core, group.as_str(), version.as_str(), namespace.as_deref(), plural.as_str(), &name, &sub)
+    {
+        return Ok(Target::NodeLease(n.clone()));
     }
     if let Some(review) = super::review::Review::at(&group, &version, plural) {
         return match (&namespace, &name) {
@@ -263,6 +272,11 @@ mod tests {
         // Unknown resources, subresources and namespaced paths of cluster kinds are 404s.
         assert_eq!(parse(true, "/v1/pods").unwrap(), Target::Pods);
         assert_eq!(parse(true, "/v1/namespaces/default/pods").unwrap(), Target::Pods);
+        assert_eq!(
+            parse(false, "/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n1").unwrap(),
+            Target::NodeLease("n1".into())
+        );
+        assert!(parse(false, "/coordination.k8s.io/v1/namespaces/default/leases/n1").is_err());
         for bad in [
             "/v1/pods/p",
             "/v1/namespaces/default/pods/p",
