@@ -1045,3 +1045,86 @@ async fn nodes_report_the_os_they_booted() {
     let row = text.lines().find(|l| l.starts_with("worker-i")).unwrap_or("");
     assert!(row.contains("aloft sandbox 2") && row.contains(&kernel), "{text}");
 }
+
+/// A rebootless action that fails (the policy's restart of a service) fails the update as MCO's
+/// daemon does: the config before it is written back, the node stays Degraded naming the action
+/// (it reported Done a few seconds later, the action never run, and the pool rolled on), and the
+/// update is retried; once the service restarts, the node is Done on the new config.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_rebootless_action_undoes_the_update_and_is_retried() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let (h, _token, first) = one_node_on_a_file(&c, "worker-r", "/etc/r.conf", "one", "None").await;
+    let policy = json!({"spec": {"nodeDisruptionPolicy": {"files": [{"path": "/etc/r.conf",
+        "actions": [{"type": "Restart", "restart": {"serviceName": "auditd.service"}}]}]}}});
+    let policy_path = "/apis/operator.openshift.io/v1/machineconfigurations/cluster";
+    admin.patch(policy_path, "application/merge-patch+json", &policy).await.unwrap().into_result().unwrap();
+    h.fake.fail_jobs_of("auditd.service", "failed");
+    h.fake.clear_calls();
+    let mc_path = path_of(&MACHINE_CONFIG, Some("50-worker-r"));
+    let mut mc = admin.get(&mc_path).await.unwrap().into_result().unwrap();
+    mc["spec"]["config"]["storage"]["files"][0]["contents"]["source"] = json!("data:,two");
+    admin.put(&mc_path, &mc).await.unwrap().into_result().unwrap();
+    let (reason, failed_on) = eventually(Duration::from_secs(60), "worker-r Degraded by the restart", || async {
+        let state = annotation_of(&c, "worker-r", ann::STATE).await?;
+        let failed = annotation_of(&c, "worker-r", ann::FAILED_CONFIG).await?;
+        Ok((state == "Degraded" && !failed.is_empty())
+            .then_some((annotation_of(&c, "worker-r", ann::REASON).await.unwrap_or_default(), failed)))
+    })
+    .await;
+    assert!(reason.contains("auditd.service"), "{reason}");
+    assert_ne!(failed_on, first, "the failure names the new config");
+    // Still failing after its first retry: Degraded on the config before, its file written back.
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    assert_eq!(annotation_of(&c, "worker-r", ann::STATE).await.unwrap(), "Degraded");
+    assert_eq!(annotation_of(&c, "worker-r", ann::CURRENT_CONFIG).await.unwrap(), first);
+    assert_eq!(std::fs::read_to_string(h.path("/etc/r.conf")).unwrap(), "one", "the update is undone");
+    let restarts = || h.fake.call_strings().iter().filter(|c| c.starts_with("RestartUnit(auditd.service")).count();
+    assert!(restarts() >= 2, "retried: {:?}", h.fake.call_strings());
+
+    // The service restarts again: the retry takes the node to the new config.
+    let mut w = aloft_tests::WatchStream::open(&admin, "/api/v1/nodes?watch=true").await.unwrap();
+    h.fake.clear_failures();
+    let seen = states_until_done(&mut w, "worker-r", &failed_on).await;
+    assert!(!seen.is_empty());
+    assert_eq!(std::fs::read_to_string(h.path("/etc/r.conf")).unwrap(), "two");
+}
+
+/// Workloads the agent stopped for a drained update that then failed are started again however
+/// the node leaves it: here the admin reverts, the coordinator picks the node for the config it
+/// runs (taking its drain request back), and the node is Done. They stayed stopped on a node
+/// reported Done and uncordoned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workloads_stopped_for_a_failed_update_start_again_after_a_revert() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let (mut h, token, first) = one_node_on_a_file(&c, "worker-v", "/etc/v.conf", "one", "Drain").await;
+    h.stop_agent();
+    let wants = h.path("/etc/systemd/system/aloft-workloads.target.wants");
+    std::fs::create_dir_all(&wants).unwrap();
+    std::os::unix::fs::symlink("/usr/lib/systemd/system/db.service", wants.join("db.service")).unwrap();
+    h.fake.hang_jobs_of("db.service");
+    h.extra_args = vec!["--workload-stop-timeout-seconds".into(), "3".into()];
+    h.start_agent(&c, token.path());
+    let mc_path = path_of(&MACHINE_CONFIG, Some("50-worker-v"));
+    let original = admin.get(&mc_path).await.unwrap().into_result().unwrap();
+    let mut two = original.clone();
+    two["spec"]["config"]["storage"]["files"][0]["contents"]["source"] = json!("data:,two");
+    admin.put(&mc_path, &two).await.unwrap().into_result().unwrap();
+    eventually(Duration::from_secs(60), "worker-v Degraded by the hung workload", || async {
+        Ok((annotation_of(&c, "worker-v", ann::STATE).await? == "Degraded").then_some(()))
+    })
+    .await;
+    h.fake.clear_failures();
+    h.fake.clear_calls();
+    // The revert: the MachineConfig as it was.
+    let mut back = admin.get(&mc_path).await.unwrap().into_result().unwrap();
+    back["spec"] = original["spec"].clone();
+    admin.put(&mc_path, &back).await.unwrap().into_result().unwrap();
+    let hosts = [h];
+    let target = converge(&c, &hosts, Some("none"), "worker-v Done after the revert").await;
+    assert_eq!(target, first, "the revert renders the config before");
+    let calls = hosts[0].fake.call_strings();
+    assert!(calls.iter().any(|c| c.starts_with("StartUnit(aloft-workloads.target")), "started again: {calls:?}");
+    assert_eq!(std::fs::read_to_string(hosts[0].path("/etc/v.conf")).unwrap(), "one");
+}

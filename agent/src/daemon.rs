@@ -163,6 +163,10 @@ pub fn decide(phase: &Phase, node: &NodeView, current: &str, boot_id: &str) -> S
     }
 }
 
+/// How often a settled node's disk is checked against its current config besides what the
+/// drift watch reports.
+const RECHECK: Duration = Duration::from_secs(600);
+
 /// MCO's force file, beneath the root: while it exists, the next update skips the validation of
 /// the disk against the current config (and removes it), as MCO's daemon does.
 pub const FORCE_FILE: &str = "run/machine-config-daemon-force";
@@ -278,20 +282,27 @@ pub async fn print_status(root: &Path, json: bool, bus_address: Option<&str>) ->
             (st, Some(why))
         }
     };
-    if json {
-        println!("{}", serde_json::to_string_pretty(&st)?);
+    let text = if json {
+        format!("{}\n", serde_json::to_string_pretty(&st)?)
     } else {
         let or_none = |s: &str| if s.is_empty() { "<none>".to_string() } else { s.to_string() };
-        println!("State:    {}", st.state);
-        println!("Current:  {}", or_none(&st.current_config));
-        println!("Desired:  {}", or_none(&st.desired_config));
+        let mut t = format!("State:    {}\n", st.state);
+        t += &format!("Current:  {}\n", or_none(&st.current_config));
+        t += &format!("Desired:  {}\n", or_none(&st.desired_config));
         if !st.progress.is_empty() {
-            println!("Progress: {}", st.progress);
+            t += &format!("Progress: {}\n", st.progress);
         }
         if !st.reason.is_empty() {
-            println!("Reason:   {}", st.reason);
+            t += &format!("Reason:   {}\n", st.reason);
         }
-        println!("Updated:  {}", st.updated_at);
+        t += &format!("Updated:  {}\n", st.updated_at);
+        t
+    };
+    // A reader that went away (`| head -2`) ends the output, not the process with a panic.
+    use std::io::Write;
+    match std::io::stdout().lock().write_all(text.as_bytes()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(()),
+        other => other?,
     }
     match not_running {
         Some(why) => Err(anyhow::anyhow!(why)),
@@ -329,6 +340,11 @@ pub struct Agent {
     /// The drift watch armed for the named current config, kept across Node changes so an edit
     /// made while the Node was being re-read is still seen (its event waits in the channel).
     drift_watch: Option<(String, crate::drift::DriftWatch)>,
+    /// When the disk is checked again whatever the drift watch saw ([`RECHECK`] after the last
+    /// check; sooner while Degraded on the current config). Kept across the waits for the Node,
+    /// which end every 5 minutes: a timer started afresh by each wait never fired, and an edit
+    /// the watch cannot see (through a hard link, past an inotify overflow) stayed unnoticed.
+    recheck_at: Option<tokio::time::Instant>,
     /// An interrupted apply could neither be finished nor rolled back: the node is reported
     /// Degraded with this reason and recovery is retried with backoff, instead of the daemon
     /// exiting (every start failed the same way: a crash loop, with the Node still saying Done).
@@ -367,6 +383,7 @@ impl Agent {
             os_status: serde_json::Value::Null,
             booted_os: osflow::BootedOs::default(),
             drift_watch: None,
+            recheck_at: None,
             recovery_error: None,
             started: None,
             reported_current: String::new(),
@@ -488,11 +505,9 @@ impl Agent {
     async fn abandon(&mut self, target: &str, desired: &str, drained: bool, why: &str) -> Result<()> {
         tracing::info!(target, desired, stopped_by = why, "update given up: the coordinator asks for another config");
         self.observe_apply("superseded");
-        if drained {
-            if let Err(e) = crate::workloads::start(self.services.as_ref()).await {
-                // The Done that follows a drain starts them again.
-                tracing::warn!(error = %e, "cannot start the workloads again");
-            }
+        if let Err(e) = crate::workloads::start_after(&self.root, self.services.as_ref(), drained).await {
+            // The Done that follows starts them again.
+            tracing::warn!(error = %e, "cannot start the workloads again");
         }
         self.enter(Phase::Idle, "")?;
         release_replaced();
@@ -567,9 +582,7 @@ impl Agent {
                 // Drained and never uncordoned (e.g. the coordinator went back to this config
                 // mid-update): the workloads come back and the uncordon request goes with Done.
                 let drained = node.annotation(ann::DESIRED_DRAIN).starts_with("drain-");
-                if drained {
-                    crate::workloads::start(self.services.as_ref()).await?;
-                }
+                crate::workloads::start_after(&self.root, self.services.as_ref(), drained).await?;
                 self.report_done(drained).await?
             }
             Step::Update { target } => self.update(target).await?,
@@ -688,7 +701,8 @@ impl Agent {
             Ok(mc) => mc,
             Err(e) => return self.fail(target, format!("{e:#}"), false).await,
         };
-        let old = self.current.clone().unwrap_or_default();
+        let before = self.current.clone();
+        let old = before.clone().unwrap_or_default();
         let (old_spec, new_spec) = match (crate::engine::normalize(&old.spec), crate::engine::normalize(&new.spec)) {
             (Ok(o), Ok(n)) => (o, n),
             (Err(e), _) | (_, Err(e)) => return self.fail(target, e.to_string(), false).await,
@@ -739,7 +753,9 @@ impl Agent {
                 return self.fail(target, format!("{e:#}"), false).await;
             }
             self.write_status("stopping the workloads of aloft-workloads.target")?;
-            if let Err(e) = crate::workloads::stop(self.services.as_ref(), self.workload_stop_timeout).await {
+            if let Err(e) =
+                crate::workloads::stop_marked(&self.root, self.services.as_ref(), self.workload_stop_timeout).await
+            {
                 return self.fail(target, e.to_string(), false).await;
             }
         }
@@ -805,9 +821,47 @@ impl Agent {
         }
         self.enter(Phase::Acting { target: target.into() }, "running the rebootless actions")?;
         if let Err(e) = crate::engine::act(&plan, self.services.as_ref()).await {
-            return self.fail(target, format!("{e:#}"), false).await;
+            return self.undo_failed_actions(target, before, &old_spec, format!("{e:#}")).await;
         }
         self.finish(target, plan.drain).await
+    }
+
+    /// MCO's answer to a failed rebootless action (a restart or reload of the policy): the update
+    /// is undone, the config before it current again and its files and units written back, and
+    /// the node is Degraded on `target`, which is retried with backoff from the start. Left
+    /// current, the new config's failure read as drift on it that had cleared (its files were all
+    /// there), and a few seconds later the node reported Done with the action never run: a
+    /// broken service rolled through the whole pool, each node Done.
+    async fn undo_failed_actions(
+        &mut self,
+        target: &str,
+        before: Option<MachineConfig>,
+        old_spec: &aloft_api::MachineConfigSpec,
+        reason: String,
+    ) -> Result<()> {
+        tracing::warn!(target, %reason, "a rebootless action failed: undoing the update");
+        // What was applied: the current config until now.
+        let new_spec = self.current.as_ref().map(|c| c.spec.clone()).unwrap_or_default();
+        // The config before first: a crash in the undo's apply is finished forward by the
+        // journal's recovery, onto the config that is current then.
+        match &before {
+            Some(mc) => save_current(&self.root, mc)?,
+            None => match std::fs::remove_file(current_config_path(&self.root)) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
+                _ => {}
+            },
+        }
+        self.current = before;
+        if let Err(e) = crate::engine::apply(&self.root, &new_spec, old_spec, self.services.as_ref()).await {
+            let reason = format!("{reason}; undoing the update failed too: {e:#}");
+            self.fail(target, reason.clone(), false).await?;
+            if crate::engine::apply_unfinished(&self.root) {
+                self.recovery_error = Some(reason);
+                self.write_status("")?;
+            }
+            return Ok(());
+        }
+        self.fail(target, reason, false).await
     }
 
     /// A reboot the agent decided on after a restart: the drain handshake as for any disruptive
@@ -830,7 +884,7 @@ impl Agent {
         let stopped = match drained {
             Ok(()) => {
                 self.write_status("stopping the workloads of aloft-workloads.target")?;
-                crate::workloads::stop(self.services.as_ref(), self.workload_stop_timeout)
+                crate::workloads::stop_marked(&self.root, self.services.as_ref(), self.workload_stop_timeout)
                     .await
                     .map_err(anyhow::Error::from)
             }
@@ -874,11 +928,9 @@ impl Agent {
                 return self.fail(target, drift, false).await;
             }
         }
-        if drained {
-            // After a reboot the target has started them already; starting it again is a no-op.
-            if let Err(e) = crate::workloads::start(self.services.as_ref()).await {
-                return self.fail(target, e.to_string(), false).await;
-            }
+        // After a reboot the target has started them already; starting it again is a no-op.
+        if let Err(e) = crate::workloads::start_after(&self.root, self.services.as_ref(), drained).await {
+            return self.fail(target, e.to_string(), false).await;
         }
         self.observe_apply("success");
         self.report_done(drained).await
@@ -974,6 +1026,18 @@ impl Agent {
 
     /// Wait for the Node to change; meanwhile, re-validate the disk whenever a watched directory
     /// changes (and every 10 minutes): drift makes the node Degraded, a repair makes it Done.
+    /// How long after a check of the disk the next one is due: [`RECHECK`], or while Degraded on
+    /// the current config (drift, or workloads that would not start again) the retry interval
+    /// MCO's daemon caps its backoff at, so that a cleared fault is seen within a minute.
+    fn recheck_period(&self) -> Duration {
+        let current = self.current_name();
+        if matches!(&self.phase, Phase::Degraded { target, .. } if *target == current) {
+            Duration::from_secs(60)
+        } else {
+            RECHECK
+        }
+    }
+
     async fn idle(&mut self, node: &NodeView) {
         let Some(cur) = self.current.clone() else {
             let _ = self.api.wait_change(&node.revision, Duration::from_secs(300)).await;
@@ -1007,6 +1071,8 @@ impl Agent {
         let changed = async move { api.wait_change(&revision, Duration::from_secs(300)).await };
         tokio::pin!(changed);
         loop {
+            let period = self.recheck_period();
+            let recheck_at = *self.recheck_at.get_or_insert_with(|| tokio::time::Instant::now() + period);
             let drift_event = async {
                 match watch.as_mut() {
                     Some(w) => w.events.recv().await,
@@ -1019,7 +1085,7 @@ impl Agent {
                     return;
                 }
                 _ = drift_event => {}
-                _ = tokio::time::sleep(Duration::from_secs(600)) => {}
+                _ = tokio::time::sleep_until(recheck_at) => {}
             }
             // Let a burst of writes settle before judging.
             tokio::time::sleep(Duration::from_millis(200)).await;
@@ -1068,6 +1134,8 @@ impl Agent {
 
     async fn check_drift(&mut self, cur: &MachineConfig) -> Result<()> {
         let name = cur.metadata.name.clone();
+        // Checked now, whatever asked for it: the next timed check is due a period from here.
+        self.recheck_at = None;
         let drifted = self.verify_current(cur).await;
         if let Some(m) = &self.metrics {
             m.set_drift(drifted.is_err());
@@ -1083,9 +1151,7 @@ impl Agent {
                 // and the uncordon request goes with Done, or the node stays cordoned.
                 let node = self.api.get().await?;
                 let drained = node.annotation(ann::DESIRED_DRAIN).starts_with("drain-");
-                if drained {
-                    crate::workloads::start(self.services.as_ref()).await?;
-                }
+                crate::workloads::start_after(&self.root, self.services.as_ref(), drained).await?;
                 self.report_done(drained).await?;
             }
             _ => {}

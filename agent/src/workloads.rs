@@ -8,7 +8,8 @@
 //! update they are started again by starting the target. After a reboot the target starts them
 //! at boot like any other target.
 
-use crate::host::{ServiceError, ServiceManager};
+use crate::host::{Root, ServiceError, ServiceManager};
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// The target whose wanted units are the node's workloads.
@@ -29,6 +30,56 @@ pub enum WorkloadError {
     Timeout { timeout: Duration, units: Vec<String> },
     #[error("failed to start the workloads again ({TARGET}): {0}")]
     Start(#[source] ServiceError),
+    #[error("cannot record that the workloads are stopped ({}): {source}", path.display())]
+    Mark {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Says the agent stopped the workloads and has not started them again. The Node's drain request
+/// could not say it: the coordinator takes it back when it picks the node for another config (a
+/// revert, a fix), and an update to a config that needs no drain does not ask; the workloads of a
+/// node whose drained update failed then stayed stopped on a node reported Done and uncordoned.
+fn marker(root: &Root) -> PathBuf {
+    root.state_dir().join("workloads-stopped")
+}
+
+/// Whether the agent stopped the workloads and has not started them again.
+pub fn stopped(root: &Root) -> bool {
+    marker(root).exists()
+}
+
+/// [`stop`], recorded first (durably) so that whatever comes next starts them again.
+pub async fn stop_marked(
+    root: &Root,
+    services: &dyn ServiceManager,
+    timeout: Duration,
+) -> Result<Vec<String>, WorkloadError> {
+    let path = marker(root);
+    let mark = || -> std::io::Result<()> {
+        let f = std::fs::File::create(&path)?;
+        f.sync_all()
+    };
+    mark().map_err(|source| WorkloadError::Mark { path: path.clone(), source })?;
+    stop(services, timeout).await
+}
+
+/// Starts the workloads again when the update drained the node (`drained`) or the agent stopped
+/// them ([`stopped`]); the record goes once they started.
+pub async fn start_after(root: &Root, services: &dyn ServiceManager, drained: bool) -> Result<(), WorkloadError> {
+    if !drained && !stopped(root) {
+        return Ok(());
+    }
+    start(services).await?;
+    match std::fs::remove_file(marker(root)) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            tracing::warn!(error = %e, "cannot remove the record of stopped workloads; they are started again next time too")
+        }
+        _ => {}
+    }
+    Ok(())
 }
 
 /// Stops every unit `aloft-workloads.target` wants, concurrently, and returns their names. A
