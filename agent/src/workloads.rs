@@ -30,6 +30,8 @@ pub enum WorkloadError {
     Timeout { timeout: Duration, units: Vec<String> },
     #[error("failed to start the workloads again ({TARGET}): {0}")]
     Start(#[source] ServiceError),
+    #[error("workloads failed to start again: {}", units.join(", "))]
+    Failed { units: Vec<String> },
     #[error("cannot record that the workloads are stopped ({}): {source}", path.display())]
     Mark {
         path: PathBuf,
@@ -114,12 +116,29 @@ pub async fn stop(services: &dyn ServiceManager, timeout: Duration) -> Result<Ve
 /// nothing (or that has no such target: systemd reports no wants for an unknown unit) has
 /// nothing to start; starting an unknown target would fail with NoSuchUnit and leave the node
 /// Degraded after every drained update (seen on the VMs, whose image has no workloads).
+///
+/// The target's start job succeeds whatever its wanted units do (`Wants=`; a target waits for
+/// them, as it is ordered after what it wants), so each unit's state is read after it: a
+/// workload that failed to come back is a failed update, not a node reported Done without it.
+/// A unit whose state cannot be read is not judged.
 pub async fn start(services: &dyn ServiceManager) -> Result<(), WorkloadError> {
-    if services.wants(TARGET).await.map_err(WorkloadError::Start)?.is_empty() {
+    let units = services.wants(TARGET).await.map_err(WorkloadError::Start)?;
+    if units.is_empty() {
         return Ok(());
     }
     tracing::info!("starting workloads");
-    services.start_unit(TARGET).await.map_err(WorkloadError::Start)
+    services.start_unit(TARGET).await.map_err(WorkloadError::Start)?;
+    let mut failed = Vec::new();
+    for u in units {
+        if services.active_state(&u).await.is_ok_and(|s| s == "failed") {
+            failed.push(u);
+        }
+    }
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(WorkloadError::Failed { units: failed })
+    }
 }
 
 #[cfg(test)]
@@ -127,10 +146,12 @@ mod tests {
     use super::*;
     use async_trait::async_trait;
 
-    /// A systemd whose `aloft-workloads.target` wants `wants`; records starts.
+    /// A systemd whose `aloft-workloads.target` wants `wants`; records starts. The units in
+    /// `failing` are `failed` once the target was started.
     struct Systemd {
         wants: Vec<String>,
         started: std::sync::Mutex<Vec<String>>,
+        failing: Vec<String>,
     }
 
     #[async_trait]
@@ -178,15 +199,29 @@ mod tests {
         async fn reboot(&self, _: &str) -> Result<(), ServiceError> {
             unreachable!()
         }
+        async fn active_state(&self, unit: &str) -> Result<String, ServiceError> {
+            let started = !self.started.lock().unwrap().is_empty();
+            Ok(if started && self.failing.iter().any(|f| f == unit) { "failed" } else { "active" }.to_string())
+        }
     }
 
     #[tokio::test]
     async fn a_node_without_workloads_starts_nothing() {
-        let none = Systemd { wants: vec![], started: Default::default() };
+        let none = Systemd { wants: vec![], started: Default::default(), failing: vec![] };
         start(&none).await.expect("no target: nothing to start, no error");
         assert!(none.started.lock().unwrap().is_empty());
-        let some = Systemd { wants: vec!["db.service".into()], started: Default::default() };
+        let some = Systemd { wants: vec!["db.service".into()], started: Default::default(), failing: vec![] };
         start(&some).await.unwrap();
         assert_eq!(*some.started.lock().unwrap(), vec![TARGET.to_string()]);
+    }
+
+    /// A wanted unit that fails to start fails the start, named, though the target's own job
+    /// succeeded.
+    #[tokio::test]
+    async fn a_workload_that_does_not_come_back_is_a_failure() {
+        let wants = vec!["db.service".into(), "web.service".into()];
+        let sd = Systemd { wants, started: Default::default(), failing: vec!["web.service".into()] };
+        let e = start(&sd).await.unwrap_err();
+        assert_eq!(e.to_string(), "workloads failed to start again: web.service");
     }
 }
