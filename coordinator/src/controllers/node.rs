@@ -686,8 +686,14 @@ fn wait_message(pp: &PoolPlan, w: &Wait, nodes: &[Node], hot: &[NodeHot]) -> Str
             if !down.is_empty() {
                 parts.push(format!("not Ready: {}", names(&down)));
             }
-            if !cordoned.is_empty() {
-                parts.push(format!("cordoned: {}", names(&cordoned)));
+            // A node aloft cordoned for its own drain is not one an admin cordoned.
+            let (by_hand, for_drain): (Vec<usize>, Vec<usize>) =
+                cordoned.iter().partition(|&&i| hot[i].cordoned_by_hand());
+            if !by_hand.is_empty() {
+                parts.push(format!("cordoned: {}", names(&by_hand)));
+            }
+            if !for_drain.is_empty() {
+                parts.push(format!("cordoned for their drain: {}", names(&for_drain)));
             }
             let once = match (down.is_empty(), cordoned.is_empty()) {
                 (false, true) => "Ready",
@@ -1336,6 +1342,13 @@ mod tests {
         assert_eq!(
             wait_message(pp, &Wait::NotReady { nodes: vec![0] }, &cordoned, &hot(&cordoned)),
             "nodes wait for r2: cordoned: a; they are picked once uncordoned"
+        );
+        // One aloft cordoned for its drain is not called an admin's.
+        let mut draining = cordoned.clone();
+        draining[0].metadata.annotations.insert(ann::DESIRED_DRAIN.into(), "drain-r3".into());
+        assert_eq!(
+            wait_message(pp, &Wait::NotReady { nodes: vec![0] }, &draining, &hot(&draining)),
+            "nodes wait for r2: cordoned for their drain: a; they are picked once uncordoned"
         );
         let wait = Wait::MaxUnavailable { max: 1, unavailable: vec![0] };
         let unpaused = PoolPlan { first_config: None, ..pp.clone() };
