@@ -415,9 +415,12 @@ impl Agent {
             Some(reason) => ("Degraded", reason.as_str()),
             None => (self.phase.mco_state(), self.phase.reason()),
         };
+        // While an update runs, the config the node runs until its Done, as the Node says it
+        // (MCO moves currentConfig at Done): the saved one is the target from the apply on.
+        let current = if self.phase.mco_state() == "Working" { self.running_config() } else { self.current_name() };
         let mut st = AgentStatus {
             state: state.into(),
-            current_config: self.current_name(),
+            current_config: current,
             desired_config: self.desired.clone(),
             reason: reason.into(),
             progress: if progress.is_empty() {
