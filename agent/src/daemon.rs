@@ -489,8 +489,8 @@ impl Agent {
     /// was rolled back). A failure of an update the coordinator took back (a revert while the
     /// agent fetched, waited for its drain or applied) is nobody's failure: reported, it said
     /// Degraded with `failedConfig` naming a config no longer wanted, over the new
-    /// `desiredConfig`, until the next retry a minute later.
-    /// Also says whether the update asked for a drain (`desiredDrain` is its request).
+    /// `desiredConfig`, until the next retry a minute later. Also says whether the update asked
+    /// for a drain (`desiredDrain` is its request).
     async fn superseded(&self, target: &str) -> Option<(String, bool)> {
         if target == self.current_name() || crate::engine::apply_unfinished(&self.root) {
             return None;
@@ -1027,8 +1027,6 @@ impl Agent {
         Ok(())
     }
 
-    /// Wait for the Node to change; meanwhile, re-validate the disk whenever a watched directory
-    /// changes (and every 10 minutes): drift makes the node Degraded, a repair makes it Done.
     /// How long after a check of the disk the next one is due: [`RECHECK`], or while Degraded on
     /// the current config (drift, or workloads that would not start again) the retry interval
     /// MCO's daemon caps its backoff at, so that a cleared fault is seen within a minute.
@@ -1041,6 +1039,9 @@ impl Agent {
         }
     }
 
+    /// Wait for the Node to change; meanwhile, re-validate the disk whenever a watched directory
+    /// changes (and when [`Agent::recheck_period`] has passed since the last check): drift makes
+    /// the node Degraded, a repair makes it Done.
     async fn idle(&mut self, node: &NodeView) {
         let Some(cur) = self.current.clone() else {
             let _ = self.api.wait_change(&node.revision, Duration::from_secs(300)).await;
