@@ -856,7 +856,12 @@ async fn kubectl_describe_node_shows_its_lease() {
     // Following its Node, as the agent does.
     let _ = api.wait_change("0", Duration::from_millis(200)).await;
     let path = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/leased";
-    let lease = admin.get(path).await.unwrap().into_result().unwrap();
+    // The watch opens in the background: its Lease is there once it has.
+    let lease = eventually(Duration::from_secs(30), "the lease of a followed node", || async {
+        let r = admin.get(path).await?;
+        Ok((r.code == 200).then_some(r.body))
+    })
+    .await;
     assert_eq!((lease["kind"].as_str(), lease["spec"]["holderIdentity"].as_str()), (Some("Lease"), Some("leased")));
     let renewed = lease["spec"]["renewTime"].as_str().unwrap_or("");
     let renewed = chrono::DateTime::parse_from_rfc3339(renewed).unwrap_or_else(|e| panic!("{e}: {lease}"));
