@@ -991,8 +991,12 @@ async fn an_update_taken_back_while_its_workloads_stop_is_given_up_not_failed() 
     let start = calls.iter().rposition(|call| call.starts_with("StartUnit(aloft-workloads.target"));
     assert!(start > stop, "the workloads started again after the stop: {calls:?}");
     assert_eq!(std::fs::read_to_string(h.path("/etc/back.conf")).unwrap(), "one");
-    let node = admin.get(&path_of(&NODE, Some("worker-s"))).await.unwrap().into_result().unwrap();
-    assert_ne!(node.pointer("/spec/unschedulable"), Some(&json!(true)), "uncordoned after Done: {node}");
+    // The coordinator uncordons after Done.
+    eventually(Duration::from_secs(30), "worker-s uncordoned after Done", || async {
+        let node = admin.get(&path_of(&NODE, Some("worker-s"))).await?.into_result()?;
+        Ok((node.pointer("/spec/unschedulable") != Some(&json!(true))).then_some(()))
+    })
+    .await;
 }
 
 /// Each start of the agent (so each boot) reports the OS image and kernel the node runs and its
@@ -1127,4 +1131,85 @@ async fn workloads_stopped_for_a_failed_update_start_again_after_a_revert() {
     let calls = hosts[0].fake.call_strings();
     assert!(calls.iter().any(|c| c.starts_with("StartUnit(aloft-workloads.target")), "started again: {calls:?}");
     assert_eq!(std::fs::read_to_string(hosts[0].path("/etc/v.conf")).unwrap(), "one");
+}
+
+/// A failed rebootless action on a node's first config does not undo to "no config": that
+/// removed core's SSH keys and wrote `*` for its password (what "no config" says of them),
+/// locking `core` out of the node it was to fix. The config's files, keys and password stay, no
+/// config is current, the node is Degraded and retried, and Done once the service restarts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_action_on_the_first_config_leaves_core_able_to_log_in() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let token_file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(token_file.path(), c.create_token("fleet", "bootstrap")).unwrap();
+    let mut h = Host::new("worker-k").await;
+    let keys = h.path("/home/core/.ssh/authorized_keys.d");
+    std::fs::create_dir_all(&keys).unwrap();
+    std::fs::write(keys.join("ignition"), "ssh-ed25519 AAAAignition admin@laptop\n").unwrap();
+    let shadow = "root:*:19000:0:99999:7:::\ncore:$6$ign$ignitionhash:19000:0:99999:7:::\n";
+    std::fs::write(h.path("/etc/shadow"), shadow).unwrap();
+    h.fake.fail_jobs_of("auditd.service", "failed");
+    let policy = json!({"apiVersion": "operator.openshift.io/v1", "kind": "MachineConfiguration",
+        "metadata": {"name": "cluster"}, "spec": {"nodeDisruptionPolicy": {"files": [{"path": "/etc/k.conf",
+        "actions": [{"type": "Restart", "restart": {"serviceName": "auditd.service"}}]}]}}});
+    admin.post("/apis/operator.openshift.io/v1/machineconfigurations", &policy).await.unwrap().into_result().unwrap();
+    let pool = yaml(&testdata().join("mco/bootstrap/worker.machineconfigpool.yaml"));
+    admin.post(&path_of(&MACHINE_CONFIG_POOL, None), &pool).await.unwrap().into_result().unwrap();
+    let mc = json!({"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfig",
+        "metadata": {"name": "50-worker-k", "labels": {ann::ROLE_LABEL: "worker"}},
+        "spec": {"config": {"ignition": {"version": "3.4.0"},
+            "passwd": {"users": [{"name": "core", "sshAuthorizedKeys": ["ssh-ed25519 AAAAconfig ops"],
+                "passwordHash": "$6$cfg$confighash"}]},
+            "storage": {"files": [{"path": "/etc/k.conf", "mode": 420, "contents": {"source": "data:,k"}}]}}}});
+    admin.post(&path_of(&MACHINE_CONFIG, None), &mc).await.unwrap().into_result().unwrap();
+    h.start_agent(&c, token_file.path());
+    eventually(Duration::from_secs(60), "worker-k Degraded by the restart", || async {
+        Ok((annotation_of(&c, "worker-k", ann::STATE).await? == "Degraded").then_some(()))
+    })
+    .await;
+    assert_eq!(annotation_of(&c, "worker-k", ann::CURRENT_CONFIG).await.unwrap(), "", "no config current");
+    // core can still log in: with the keys and password the config wrote (it was undone to none).
+    let key_file = std::fs::read_to_string(keys.join("ignition")).unwrap_or_default();
+    assert!(key_file.contains("AAAAconfig"), "{key_file:?}");
+    let shadow_now = std::fs::read_to_string(h.path("/etc/shadow")).unwrap();
+    assert!(shadow_now.contains("core:$6$cfg$confighash:"), "{shadow_now}");
+    h.fake.clear_failures();
+    let hosts = [h];
+    converge(&c, &hosts, None, "worker-k Done once the service restarts").await;
+    assert_eq!(std::fs::read_to_string(hosts[0].path("/etc/k.conf")).unwrap(), "k");
+}
+
+/// An update given up while its drain was never answered starts and judges no workload: the
+/// agent stopped none. A workload failed for its own reasons made the give-up's start fail, and
+/// the Node stayed Working and cordoned with no reason, the step retried in silence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_give_up_judges_no_workload_it_did_not_stop() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let (h, _token, first, second) = paused_node_and_a_second_config(&c, "worker-g").await;
+    let wants = h.path("/etc/systemd/system/aloft-workloads.target.wants");
+    std::fs::create_dir_all(&wants).unwrap();
+    std::os::unix::fs::symlink("/usr/lib/systemd/system/db.service", wants.join("db.service")).unwrap();
+    h.fake.set_active_state("db.service", "failed");
+    // A hook nothing answers: the drain is never acknowledged.
+    let hooks = json!({"spec": {"drain": {"hooks": [{"url": "http://127.0.0.1:9/lb", "timeoutSeconds": 1}]}}});
+    let pool_path = path_of(&MACHINE_CONFIG_POOL, Some("worker"));
+    admin.patch(&pool_path, "application/merge-patch+json", &hooks).await.unwrap().into_result().unwrap();
+    h.fake.clear_calls();
+    set_desired(&c, "worker-g", &second).await;
+    let request = format!("drain-{second}");
+    eventually(Duration::from_secs(60), "worker-g asking for its drain", || async {
+        Ok((annotation_of(&c, "worker-g", ann::DESIRED_DRAIN).await? == request).then_some(()))
+    })
+    .await;
+    let mut w = aloft_tests::WatchStream::open(&admin, "/api/v1/nodes?watch=true").await.unwrap();
+    set_desired(&c, "worker-g", &first).await;
+    let seen = states_until_done(&mut w, "worker-g", &first).await;
+    assert!(seen.iter().all(|(state, failed, _)| state != "Degraded" && failed.is_empty()), "{seen:?}");
+    let calls = h.fake.call_strings();
+    assert!(
+        !calls.iter().any(|c| c.starts_with("StopUnit(db.service") || c.starts_with("StartUnit(aloft-workloads")),
+        "{calls:?}"
+    );
 }

@@ -879,4 +879,10 @@ async fn kubectl_describe_node_shows_its_lease() {
     assert_status(&other.get(path).await.unwrap(), 403, "Forbidden", "another node's lease");
     let r = admin.delete(path).await.unwrap();
     assert_status(&r, 405, "MethodNotAllowed", "not writable");
+    let r = admin.get(&format!("{path}?watch=true")).await.unwrap();
+    assert_status(&r, 405, "MethodNotAllowed", "not watched");
+    // It has no Table form: a client asking for nothing else is refused.
+    let table = "application/json;as=Table;v=v1;g=meta.k8s.io";
+    let r = admin.call(reqwest::Method::GET, path, None, Some(table)).await.unwrap();
+    assert_status(&r, 406, "NotAcceptable", "a Table only");
 }

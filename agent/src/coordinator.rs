@@ -379,9 +379,10 @@ impl NodeApi {
     /// Report Working (on `current`) and ask for the drain `request` in one write, then wait for
     /// the answer: the update's first write is also its drain request, so the node's turn costs
     /// the coordinator one commit less on the rollout's critical path. With `update_of`, the
-    /// wait ends as soon as `desiredConfig` names another config: a drain for an update the
-    /// coordinator took back (a revert while a budget or a hook held the drain) would otherwise be
-    /// waited for until the drain timeout, an hour by default, and then reported as a failure.
+    /// wait ends as soon as `desiredConfig` names another config: a drain for an update taken
+    /// back (an admin's edit of `desiredConfig` while the drain waited) would otherwise be waited
+    /// for until the drain timeout, an hour by default, and then reported as a failure. (The node
+    /// controller itself does not move a node cordoned for its drain, as MCO's does not.)
     pub async fn working_and_drain(
         &self,
         current: &str,

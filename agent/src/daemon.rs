@@ -456,8 +456,8 @@ impl Agent {
     /// report names `target` as the failed config (drift names the current config: it fails on
     /// that), so the rollout counts the failure for the config it is about.
     async fn fail(&mut self, target: &str, reason: String, unreconcilable: bool) -> Result<()> {
-        if let Some((desired, drained)) = self.superseded(target).await {
-            return self.abandon(target, &desired, drained, &reason).await;
+        if let Some(desired) = self.superseded(target).await {
+            return self.abandon(target, &desired, &reason).await;
         }
         tracing::warn!(target, %reason, unreconcilable, "update failed");
         // An update's failure (one this process started, or a phase of one after a restart);
@@ -489,27 +489,26 @@ impl Agent {
     /// was rolled back). A failure of an update the coordinator took back (a revert while the
     /// agent fetched, waited for its drain or applied) is nobody's failure: reported, it said
     /// Degraded with `failedConfig` naming a config no longer wanted, over the new
-    /// `desiredConfig`, until the next retry a minute later. Also says whether the update asked
-    /// for a drain (`desiredDrain` is its request).
-    async fn superseded(&self, target: &str) -> Option<(String, bool)> {
+    /// `desiredConfig`, until the next retry a minute later.
+    async fn superseded(&self, target: &str) -> Option<String> {
         if target == self.current_name() || crate::engine::apply_unfinished(&self.root) {
             return None;
         }
         let node = self.api.get().await.ok()?;
         let desired = node.annotation(ann::DESIRED_CONFIG);
-        let drained = node.annotation(ann::DESIRED_DRAIN) == format!("drain-{target}");
-        (!desired.is_empty() && desired != target).then(|| (desired.to_string(), drained))
+        (!desired.is_empty() && desired != target).then(|| desired.to_string())
     }
 
     /// Give up the update of `target`, which the coordinator no longer asks for: the node is back
     /// on its current config (Idle), and the loop goes on at once with what is asked now. The
-    /// workloads stopped for its drain come back (a no-op when the drain was never answered);
-    /// the uncordon request goes with the next Done, as after any drain.
-    async fn abandon(&mut self, target: &str, desired: &str, drained: bool, why: &str) -> Result<()> {
+    /// workloads it stopped come back; the uncordon request goes with the next Done, as after
+    /// any drain.
+    async fn abandon(&mut self, target: &str, desired: &str, why: &str) -> Result<()> {
         tracing::info!(target, desired, stopped_by = why, "update given up: the coordinator asks for another config");
         self.observe_apply("superseded");
-        if let Err(e) = crate::workloads::start_after(&self.root, self.services.as_ref(), drained).await {
-            // The Done that follows starts them again.
+        // What this agent stopped (a drain request alone stopped nothing); a failed start is
+        // tried again by the Done that follows, and reported there.
+        if let Err(e) = crate::workloads::start_after(&self.root, self.services.as_ref(), false).await {
             tracing::warn!(error = %e, "cannot start the workloads again");
         }
         self.enter(Phase::Idle, "")?;
@@ -585,7 +584,14 @@ impl Agent {
                 // Drained and never uncordoned (e.g. the coordinator went back to this config
                 // mid-update): the workloads come back and the uncordon request goes with Done.
                 let drained = node.annotation(ann::DESIRED_DRAIN).starts_with("drain-");
-                crate::workloads::start_after(&self.root, self.services.as_ref(), drained).await?;
+                // Only what this agent stopped is started and judged: a drain request may never
+                // have been answered, and a workload failed for its own reasons is not this
+                // update's. A start that fails is reported, not retried as a silent step.
+                if let Err(e) = crate::workloads::start_after(&self.root, self.services.as_ref(), false).await {
+                    let current = self.current_name();
+                    self.fail(&current, e.to_string(), false).await?;
+                    return Ok(step);
+                }
                 self.report_done(drained).await?
             }
             Step::Update { target } => self.update(target).await?,
@@ -847,13 +853,19 @@ impl Agent {
         let new_spec = self.current.as_ref().map(|c| c.spec.clone()).unwrap_or_default();
         // The config before first: a crash in the undo's apply is finished forward by the
         // journal's recovery, onto the config that is current then.
-        match &before {
-            Some(mc) => save_current(&self.root, mc)?,
-            None => match std::fs::remove_file(current_config_path(&self.root)) {
+        let Some(mc) = &before else {
+            // No config before (the node's first): nothing of aloft's to write back, and "no
+            // config" written over the host would take away what was there before aloft (the
+            // SSH keys and password Ignition wrote). The files stay; with no config current the
+            // retry starts from the beginning, and nothing reads the failure as drift cleared.
+            match std::fs::remove_file(current_config_path(&self.root)) {
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
                 _ => {}
-            },
-        }
+            }
+            self.current = None;
+            return self.fail(target, reason, false).await;
+        };
+        save_current(&self.root, mc)?;
         self.current = before;
         if let Err(e) = crate::engine::apply(&self.root, &new_spec, old_spec, self.services.as_ref()).await {
             let reason = format!("{reason}; undoing the update failed too: {e:#}");
@@ -1155,7 +1167,7 @@ impl Agent {
                 // and the uncordon request goes with Done, or the node stays cordoned.
                 let node = self.api.get().await?;
                 let drained = node.annotation(ann::DESIRED_DRAIN).starts_with("drain-");
-                crate::workloads::start_after(&self.root, self.services.as_ref(), drained).await?;
+                crate::workloads::start_after(&self.root, self.services.as_ref(), false).await?;
                 self.report_done(drained).await?;
             }
             _ => {}

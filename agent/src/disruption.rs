@@ -306,9 +306,10 @@ pub fn plan(changes: &Changes, policy: &Policy) -> Plan {
     Plan { actions, reboot: false, drain, causes }
 }
 
-/// A rebootless action that failed: names the action, so the Degraded reason says which.
+/// A rebootless action that failed: names the action, so the Degraded reason says which. The
+/// systemd error is its source, which the reason's chain (`{:#}`) quotes once.
 #[derive(Debug, thiserror::Error)]
-#[error("rebootless action {action} failed: {source}")]
+#[error("rebootless action {action} failed")]
 pub struct ExecuteError {
     pub action: Action,
     #[source]

@@ -25,9 +25,17 @@ const RESOURCE: &str = "leases.coordination.k8s.io";
 
 /// `GET` of node `name`'s Lease, for whoever may read that Node: the admin and viewers, and the
 /// node itself.
-pub async fn answer(ctx: &Ctx, who: &Identity, method: &Method, name: &str) -> Result<Response, ApiError> {
-    if *method != Method::GET && *method != Method::HEAD {
-        return Err(ApiError::method_not_allowed("node Leases are made by the coordinator: only GET is served"));
+pub async fn answer(
+    ctx: &Ctx,
+    who: &Identity,
+    method: &Method,
+    name: &str,
+    watching: bool,
+) -> Result<Response, ApiError> {
+    if (*method != Method::GET && *method != Method::HEAD) || watching {
+        return Err(ApiError::method_not_allowed(
+            "node Leases are made by the coordinator on each read: only GET of one is served (no watch)",
+        ));
     }
     let allowed = match &who.role {
         Role::Admin | Role::Viewer => true,

@@ -170,12 +170,13 @@ async fn api_entry(
             written_as(asked.output, into_response(answer)).await
         }
         Target::Pods => {
-            let output = negotiate::output(headers.get(axum::http::header::ACCEPT), false)?.output;
+            let output = negotiate::output_plain(headers.get(axum::http::header::ACCEPT))?;
             written_as(output, into_response(empty_pod_list(&ctx, &method, &params).await)).await
         }
         Target::NodeLease(name) => {
-            let output = negotiate::output(headers.get(axum::http::header::ACCEPT), false)?.output;
-            written_as(output, into_response(lease::answer(&ctx, &who, &method, &name).await)).await
+            let output = negotiate::output_plain(headers.get(axum::http::header::ACCEPT))?;
+            let watching = handlers::is_watch(&params);
+            written_as(output, into_response(lease::answer(&ctx, &who, &method, &name, watching).await)).await
         }
         Target::Review(review) => {
             let body = read_body(body, &headers, ctx.limits.max_body).await?;

@@ -95,6 +95,16 @@ fn serves(range: &Range<'_>, watching: bool) -> Option<Negotiated> {
 
 /// What to answer for `accept` (absent: JSON), or 406 naming what aloft can write.
 pub fn output(accept: Option<&HeaderValue>, watching: bool) -> Result<Negotiated, ApiError> {
+    choose(accept, watching, true)
+}
+
+/// [`output`] for an answer that has no Table form (the pod list, a node's Lease): a range
+/// asking for a Table is not one it can meet, and one asking for nothing else is a 406.
+pub fn output_plain(accept: Option<&HeaderValue>) -> Result<Output, ApiError> {
+    choose(accept, false, false).map(|n| n.output)
+}
+
+fn choose(accept: Option<&HeaderValue>, watching: bool, tables: bool) -> Result<Negotiated, ApiError> {
     let json = Negotiated { output: Output::Json, table: None };
     let Some(accept) = accept else { return Ok(json) };
     let accept = accept.to_str().map_err(|_| not_acceptable(watching))?;
@@ -106,7 +116,7 @@ pub fn output(accept: Option<&HeaderValue>, watching: bool) -> Result<Negotiated
         if range.q == 0 {
             continue;
         }
-        if let Some(out) = serves(&range, watching) {
+        if let Some(out) = serves(&range, watching).filter(|n| tables || n.table.is_none()) {
             if best.is_none_or(|(q, _)| range.q > q) {
                 best = Some((range.q, out));
             }
@@ -192,6 +202,10 @@ mod tests {
             assert_eq!(table_of(refused), Err(406), "{refused}");
         }
         assert_eq!(negotiated(&format!("{v1}, application/json"), true).map(|n| n.table), Ok(Some(TableVersion::V1)));
+        // What has no Table form takes the plain range, or refuses.
+        let plain = |a: &str| output_plain(Some(&HeaderValue::from_str(a).unwrap())).map_err(|e| e.status.code);
+        assert_eq!(plain(&format!("{v1}, application/json")), Ok(Output::Json));
+        assert_eq!(plain(v1), Err(406));
     }
 
     /// What kubectl, client-go and curl send keeps working; YAML is served when preferred;
