@@ -72,9 +72,10 @@ async fn rebootless_actions_run_over_dbus_in_order() {
     // A failing restart stops the sequence, and the error names the action and the unit.
     fake.clear_calls();
     fake.fail_jobs_of("coreos-update-ca-trust.service", "failed");
-    let err = execute(&p, &services).await.unwrap_err().to_string();
-    assert!(err.starts_with("rebootless action Restart coreos-update-ca-trust.service failed"), "{err}");
-    assert!(err.contains("result \"failed\""), "{err}");
+    // As the Degraded reason quotes it: the action, then systemd's error once.
+    let err = format!("{:#}", anyhow::Error::from(execute(&p, &services).await.unwrap_err()));
+    assert!(err.starts_with("rebootless action Restart coreos-update-ca-trust.service failed: "), "{err}");
+    assert_eq!(err.matches("result \"failed\"").count(), 1, "{err}");
     assert_eq!(fake.calls().len(), 3, "nothing after the failure: {:?}", fake.call_strings());
     assert!(fake.reboots().is_empty());
 }
