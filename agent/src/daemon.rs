@@ -787,14 +787,7 @@ impl Agent {
             crate::engine::apply_checked(&self.root, &checked, self.services.as_ref()).await
         };
         if let Err(e) = applied {
-            let reason = format!("{e:#}");
-            self.fail(target, reason.clone(), false).await?;
-            if crate::engine::apply_unfinished(&self.root) {
-                // The rollback failed too: recovery is retried before anything else.
-                self.recovery_error = Some(reason);
-                self.write_status("")?;
-            }
-            return Ok(());
+            return self.apply_failed(target, format!("{e:#}")).await;
         }
         let staged = match os_work {
             Some(req) => {
@@ -868,15 +861,20 @@ impl Agent {
         save_current(&self.root, mc)?;
         self.current = before;
         if let Err(e) = crate::engine::apply(&self.root, &new_spec, old_spec, self.services.as_ref()).await {
-            let reason = format!("{reason}; undoing the update failed too: {e:#}");
-            self.fail(target, reason.clone(), false).await?;
-            if crate::engine::apply_unfinished(&self.root) {
-                self.recovery_error = Some(reason);
-                self.write_status("")?;
-            }
-            return Ok(());
+            return self.apply_failed(target, format!("{reason}; undoing the update failed too: {e:#}")).await;
         }
         self.fail(target, reason, false).await
+    }
+
+    /// An apply of `target` failed with `reason`: Degraded, and when its journal could not roll
+    /// it back either, recovery is retried before anything else.
+    async fn apply_failed(&mut self, target: &str, reason: String) -> Result<()> {
+        self.fail(target, reason.clone(), false).await?;
+        if crate::engine::apply_unfinished(&self.root) {
+            self.recovery_error = Some(reason);
+            self.write_status("")?;
+        }
+        Ok(())
     }
 
     /// A reboot the agent decided on after a restart: the drain handshake as for any disruptive
