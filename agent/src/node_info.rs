@@ -57,7 +57,8 @@ fn architecture(rust: &str) -> &str {
     match rust {
         "x86_64" => "amd64",
         "aarch64" => "arm64",
-        "powerpc64" => "ppc64le",
+        "powerpc64" if cfg!(target_endian = "little") => "ppc64le",
+        "powerpc64" => "ppc64",
         "x86" => "386",
         other => other,
     }

@@ -376,7 +376,10 @@ async fn pass(
     // pass takes the writes (an uncordon's too: they must not pile up), before it reads who asks.
     let granting: HashSet<String> =
         lock(&ctx.inflight).iter().filter(|(_, r)| r.request.starts_with("drain-")).map(|(n, _)| n.clone()).collect();
-    for v in std::mem::take(&mut *lock(&ctx.written)) {
+    // Taken out first: a `for` over the guard's temporary would hold the lock through the loop,
+    // and a task that ends meanwhile would block its worker thread on it.
+    let written = std::mem::take(&mut *lock(&ctx.written));
+    for v in written {
         let name = crate::server::objects::name_of(&v).to_string();
         st.nodes.put_if_newer(v);
         track(&st.nodes, &mut st.asking, &name);
