@@ -699,6 +699,50 @@ async fn kubectl_delete_cascades_in_the_background_foreground_or_not_at_all() {
     assert_eq!(r.code, 404, "the dependent went before its owner: {}", r.body);
 }
 
+/// A rendered config's spec cannot be edited (a patch or a replace is 422 naming `spec`, and
+/// nothing changes), its labels can; the source MachineConfig is the way, and renders anew.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_cannot_edit_a_rendered_config() {
+    let Some(exe) = kubectl_path() else { return };
+    let c = Coordinator::start();
+    let admin = c.client();
+    let k = Kubectl::new(exe, &c, Auth::Flags { token: c.admin_token() });
+    let pool = mco_file("bootstrap/worker.machineconfigpool.yaml");
+    let mc = mco_file("bootstrap/99_openshift-machineconfig_worker.yaml");
+    k.ok(&["apply", "-f", &pool, "-f", &mc]);
+    let rendered = eventually(Duration::from_secs(20), "the pool's rendered config", || async {
+        let p = get_ok(&admin, &MACHINE_CONFIG_POOL, "worker").await;
+        Ok(p["spec"]["configuration"]["name"].as_str().map(str::to_string))
+    })
+    .await;
+    let before = get_ok(&admin, &MACHINE_CONFIG, &rendered).await;
+    let kargs = r#"{"spec":{"kernelArguments":["nosmt"]}}"#;
+    let err = k.fails(&["patch", "machineconfig", &rendered, "--type=merge", "-p", kargs]);
+    assert!(err.contains("spec: Forbidden"), "{err}");
+    assert!(err.contains("edit or add a MachineConfig"), "says what to do instead: {err}");
+    // Dropping the generated-by annotation in the same write does not lift the rule.
+    let mut edited = before.clone();
+    edited["metadata"]["annotations"]
+        .as_object_mut()
+        .unwrap()
+        .remove("machineconfiguration.openshift.io/generated-by-controller-version");
+    edited["spec"]["kernelArguments"] = json!(["nosmt"]);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("edited.json");
+    std::fs::write(&file, edited.to_string()).unwrap();
+    let err = k.fails(&["replace", "-f", &file.display().to_string()]);
+    assert!(err.contains("spec: Forbidden"), "{err}");
+    assert_eq!(get_ok(&admin, &MACHINE_CONFIG, &rendered).await, before, "nothing changed");
+    // Metadata may change.
+    k.ok(&["label", "machineconfig", &rendered, "backup=keep"]);
+    assert_eq!(get_ok(&admin, &MACHINE_CONFIG, &rendered).await["metadata"]["labels"]["backup"], "keep");
+    // A user's MachineConfig that happens to be named rendered-* is the user's to edit.
+    let own = json!({"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfig",
+        "metadata": {"name": "rendered-by-hand"}, "spec": {"config": {"ignition": {"version": "3.4.0"}}}});
+    admin.post(&path_of(&MACHINE_CONFIG, None), &own).await.unwrap().into_result().unwrap();
+    k.ok(&["patch", "machineconfig", "rendered-by-hand", "--type=merge", "-p", kargs]);
+}
+
 /// Finalizers through kubectl: a name without a domain prefix is stored with kube-apiserver's
 /// warning; `kubectl delete --wait=false` leaves an object with finalizers, being deleted (as
 /// `kubectl get` shows), and the patch that removes its finalizers removes it.

@@ -101,6 +101,18 @@ pub fn resume_after_restart(phase: &Phase, current: &str) -> Option<Phase> {
     }
 }
 
+/// The phase as status shows it. A reboot asked for in an earlier boot has happened: the agent is
+/// finishing the update (verifying, reporting Done), and "rebooting" would send whoever looks
+/// to wait for a reboot that is over.
+fn shown_phase(phase: &Phase, boot_now: &str) -> &'static str {
+    match phase {
+        Phase::Rebooting { boot_id, .. } | Phase::RebootingStaged { boot_id, .. } if boot_id != boot_now => {
+            "finishing-after-reboot"
+        }
+        _ => phase.name(),
+    }
+}
+
 /// The phase of a reboot the agent decided on: drain (`drain-<target>`), then reboot.
 fn drain_for_reboot(target: &str) -> Phase {
     Phase::DrainingForReboot { target: target.to_string(), request: format!("drain-{target}") }
@@ -423,10 +435,13 @@ impl Agent {
             current_config: current,
             desired_config: self.desired.clone(),
             reason: reason.into(),
-            progress: if progress.is_empty() {
-                self.phase.name().into()
-            } else {
-                format!("{}: {progress}", self.phase.name())
+            progress: {
+                let shown = shown_phase(&self.phase, &state::boot_id(&self.root));
+                if progress.is_empty() {
+                    shown.into()
+                } else {
+                    format!("{shown}: {progress}")
+                }
             },
             os: self.os_status_json(),
             ..Default::default()
@@ -1377,6 +1392,9 @@ mod tests {
             "retried"
         );
         let rebooting = Phase::Rebooting { target: "r2".into(), boot_id: "b1".into() };
+        assert_eq!(shown_phase(&rebooting, "b1"), "rebooting", "before the reboot");
+        assert_eq!(shown_phase(&rebooting, "b2"), "finishing-after-reboot", "in the boot after it");
+        assert_eq!(shown_phase(&Phase::Idle, "b2"), "idle");
         assert_eq!(decide(&rebooting, &node("r2", "r1", "Working"), "r2", "b1"), Step::Reboot { target: "r2".into() });
         assert_eq!(
             decide(&rebooting, &node("r2", "r1", "Working"), "r2", "b2"),

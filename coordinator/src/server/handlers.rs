@@ -99,6 +99,7 @@ impl Call<'_> {
         causes.extend(finalizer_causes);
         if let Some(stored) = stored {
             causes.extend(finalizers::added_while_terminating(stored, obj));
+            causes.extend(validate::generated_config_causes(self.path.rt, obj, stored));
         }
         if causes.is_empty() {
             Ok(warnings)

@@ -231,6 +231,32 @@ pub fn object_warnings(r: &ResourceType, obj: &Value) -> Vec<String> {
     }
 }
 
+/// A rendered MachineConfig's spec is refused any change. Its name is the hash of what its pool's
+/// MachineConfigs render to, the nodes already on it check their disks against it, and the render
+/// controller never looks at it again: an edit reached only the nodes that had not yet updated,
+/// and read as drift (Degraded) on the others. MCO documents rendered configs as not meant to be
+/// changed and lets the edit through; here it gets the way that works. Judged by the stored
+/// object, so dropping the generated-by annotation in the same write does not lift it; metadata
+/// (labels, annotations, finalizers) may change, and deleting an unused one is the garbage
+/// collector's or the admin's call.
+pub fn generated_config_causes(r: &ResourceType, obj: &Value, stored: &Value) -> Vec<StatusCause> {
+    let generated = stored.pointer("/metadata/annotations").and_then(|a| a.get(aloft_api::annotations::GENERATED_BY));
+    if r.kind != "MachineConfig" || generated.is_none() || obj.get("spec") == stored.get("spec") {
+        return Vec::new();
+    }
+    let name = stored.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
+    vec![cause(
+        "spec",
+        "FieldValueForbidden",
+        format!(
+            "Forbidden: {name} is rendered by aloft from its pool's MachineConfigs (annotation {}) \
+             and may not be changed: edit or add a MachineConfig that the pool's \
+             machineConfigSelector picks, and the pool renders and rolls out a new config",
+            aloft_api::annotations::GENERATED_BY
+        ),
+    )]
+}
+
 /// The most all annotations of an object may hold, keys and values, as in Kubernetes.
 pub const MAX_ANNOTATIONS_BYTES: usize = 256 * 1024;
 
