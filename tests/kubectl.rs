@@ -565,9 +565,10 @@ fn kubectl_get_raw_reads_readyz_and_metrics() {
 }
 
 /// `kubectl explain`, as `oc explain mcp.spec` on OpenShift: the pool's fields (aloft's rollout
-/// and drain among them) and the NodeDisruptionBudget's, with what they mean.
+/// and drain among them), the NodeDisruptionBudget's, a MachineConfig's and a Node's, with what
+/// they mean.
 #[test]
-fn kubectl_explain_describes_the_pools_and_budgets_fields() {
+fn kubectl_explain_describes_the_fields_of_pools_budgets_configs_and_nodes() {
     let Some(exe) = kubectl_path() else { return };
     let c = Coordinator::start();
     let k = Kubectl::new(exe, &c, Auth::Kubeconfig);
@@ -587,6 +588,19 @@ fn kubectl_explain_describes_the_pools_and_budgets_fields() {
     assert!(status.contains("failed to update"), "{status}");
     let err = k.fails(&["explain", "mcp.spec.noSuchField"]);
     assert!(err.contains("noSuchField"), "{err}");
+    // A MachineConfig's and a Node's fields too (kubectl explain node.spec said nothing).
+    let mc = k.ok(&["explain", "mc.spec"]);
+    for f in ["config", "osImageURL", "kernelArguments", "extensions", "kernelType", "fips"] {
+        assert!(mc.contains(f), "{f}: {mc}");
+    }
+    let url = k.ok(&["explain", "machineconfig.spec.osImageURL"]);
+    assert!(url.contains("ostree+http(s)://HOST/PATH#REF@CHECKSUM"), "{url}");
+    let node = k.ok(&["explain", "node.spec.unschedulable"]);
+    assert!(node.contains("Cordoned"), "{node}");
+    let info = k.ok(&["explain", "node.status.nodeInfo"]);
+    for f in ["osImage", "kernelVersion", "bootID", "machineID"] {
+        assert!(info.contains(f), "{f}: {info}");
+    }
 }
 
 /// kubectl's field validation: `apply` (Strict since kubectl 1.27) refuses a pool with misspelt

@@ -1,6 +1,6 @@
-//! What `kubectl explain` reads: the fields of the kinds an admin writes by hand (a
-//! MachineConfigPool's, with aloft's `spec.rollout` and `spec.drain`, and aloft's own
-//! NodeDisruptionBudget), as OpenAPI v3 properties with descriptions. `oc explain mcp.spec`
+//! What `kubectl explain` reads: the fields of the kinds an admin writes or reads by hand (a
+//! MachineConfigPool's, with aloft's `spec.rollout` and `spec.drain`, aloft's own
+//! NodeDisruptionBudget, a MachineConfig's and a Node's), as OpenAPI v3 properties with descriptions. `oc explain mcp.spec`
 //! documents OpenShift's fields; without these, `kubectl explain mcp.spec.maxUnavailable` said
 //! the field does not exist. Every object still keeps unknown fields in the schema
 //! (`x-kubernetes-preserve-unknown-fields`): admission, not the schema, is what checks them.
@@ -136,7 +136,7 @@ fn budget_spec() -> Value {
                  percentage (rounded up). Exclusive with maxUnavailable."),
             "maxUnavailable": int_or_string(
                 "At most this many covered nodes (of each group) are unavailable at once: a count \
-                 or a percentage (rounded down). Exclusive with minAvailable."),
+                 or a percentage (rounded up, as a PodDisruptionBudget's). Exclusive with minAvailable."),
             "groupBy": {"type": "array", "items": {"type": "string"},
                 "description": "Label keys: nodes with equal values for all of them form a group, each \
                     held to the budget on its own (e.g. topology.kubernetes.io/zone). Empty: one group."},
@@ -161,19 +161,83 @@ fn budget_status() -> Value {
     )
 }
 
+fn machine_config_spec() -> Value {
+    object(
+        "What the nodes of the pools whose machineConfigSelector picks this config run. A pool \
+         merges its configs in name order; the result is a rendered config (rendered-POOL-HASH), \
+         which cannot be edited.",
+        json!({
+            "config": {"type": "object", "x-kubernetes-preserve-unknown-fields": true,
+                "description": "An Ignition config (spec 3.x): storage.files, storage.links, \
+                    storage.directories, systemd.units (with dropins), passwd.users (core's \
+                    sshAuthorizedKeys and passwordHash). Files and units are written by the agent; \
+                    what it cannot apply is refused when the config is created (422)."},
+            "osImageURL": field("string",
+                "The OS to run: ostree+http(s)://HOST/PATH#REF@CHECKSUM (one signed ostree commit). \
+                 Empty: keep the booted OS. Another form is stored and rendered, and the node \
+                 refuses it (Unreconcilable)."),
+            "kernelArguments": {"type": "array", "items": {"type": "string"},
+                "description": "Kernel arguments added to the OS's (applied with a reboot, through \
+                    the OS helper); the configs' lists are joined in name order."},
+            "fips": field("boolean", "FIPS mode; true if any merged config sets it."),
+            "extensions": {"type": "array", "items": {"type": "string"},
+                "description": "RHCOS extensions: not supported (the OS image is one commit); a config \
+                    with any is stored, and its pools do not render (RenderDegraded)."},
+            "kernelType": field("string",
+                "default only: another kernel is not supported (its pools do not render)."),
+        }),
+    )
+}
+
+fn node_spec() -> Value {
+    object(
+        "The node as the coordinator schedules its updates.",
+        json!({
+            "unschedulable": field("boolean",
+                "Cordoned: the drain controller sets it before a disruptive update and clears it after; \
+                 `kubectl cordon` sets it by hand. A cordoned node counts as unavailable in its pool."),
+        }),
+    )
+}
+
+fn node_status() -> Value {
+    object(
+        "What the node's agent reports.",
+        json!({
+            "conditions": conditions(),
+            "nodeInfo": object("The host, reported by the agent at each start.", json!({
+                "osImage": field("string", "os-release's PRETTY_NAME."),
+                "kernelVersion": field("string", "The running kernel (uname -r)."),
+                "machineID": field("string", "/etc/machine-id."),
+                "systemUUID": field("string", "The DMI product UUID, where the host has one."),
+                "bootID": field("string", "The boot's ID: changes with every reboot."),
+                "operatingSystem": field("string", "linux."),
+                "architecture": field("string", "amd64, arm64, ppc64le, s390x, ..."),
+            })),
+        }),
+    )
+}
+
 /// The properties of `kind`'s schema, for the kinds described here.
 pub fn properties(kind: &str) -> Option<Value> {
     let (spec, status) = match kind {
         "MachineConfigPool" => (pool_spec(), pool_status()),
         "NodeDisruptionBudget" => (budget_spec(), budget_status()),
+        "Node" => (node_spec(), node_status()),
+        "MachineConfig" => (machine_config_spec(), Value::Null),
         _ => return None,
     };
-    Some(json!({
+    let mut props = json!({
         "apiVersion": field("string", "The versioned schema of this object."),
         "kind": field("string", "The kind of this object."),
         "metadata": {"type": "object", "x-kubernetes-preserve-unknown-fields": true,
             "description": "Standard object metadata: name, labels, annotations, ..."},
         "spec": spec,
         "status": status,
-    }))
+    });
+    // A MachineConfig has no status (MCO's CRD has none either).
+    if props["status"].is_null() {
+        props.as_object_mut().map(|p| p.remove("status"));
+    }
+    Some(props)
 }

@@ -173,7 +173,10 @@ mod tests {
         assert!(pool["properties"]["spec"]["properties"]["rollout"]["properties"]["canary"].is_object(), "{pool}");
         assert_eq!(pool["x-kubernetes-preserve-unknown-fields"], true);
         let mc = &doc["components"]["schemas"]["io.openshift.machineconfiguration.v1.MachineConfig"];
-        assert!(mc.get("properties").is_none(), "{mc}");
+        assert!(mc["properties"]["spec"]["properties"]["osImageURL"].is_object(), "{mc}");
+        assert!(mc["properties"].get("status").is_none(), "a MachineConfig has no status: {mc}");
+        assert_eq!(mc["x-kubernetes-preserve-unknown-fields"], true);
+        assert_eq!(mc["properties"]["spec"]["properties"]["config"]["x-kubernetes-preserve-unknown-fields"], true);
     }
 
     #[test]
