@@ -1213,3 +1213,37 @@ async fn a_give_up_judges_no_workload_it_did_not_stop() {
         "{calls:?}"
     );
 }
+
+/// An agent started before its coordinator can answer (a host's first boot while the coordinator
+/// is down or being upgraded) keeps asking to enroll, saying why, instead of exiting (its unit
+/// failed and restarted every 5 s), and joins once the coordinator is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_enrollment_waits_for_the_coordinator() {
+    let mut c = Coordinator::start_with(aloft_tests::Options { fixed_port: true, ..Default::default() });
+    let token_file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(token_file.path(), c.create_token("fleet", "bootstrap")).unwrap();
+    c.kill9();
+    let mut h = Host::new("worker-late").await;
+    h.start_agent(&c, token_file.path());
+    eventually(Duration::from_secs(60), "the agent to try twice", || {
+        let tries = h.log().matches("cannot enroll yet; retrying").count();
+        async move { Ok((tries >= 2).then_some(())) }
+    })
+    .await;
+    assert!(!h.agent_exited(), "the agent waits instead of exiting: {}", h.log());
+    assert!(h.log().contains("Connection refused") || h.log().contains("connection refused"), "{}", h.log());
+    c.restart();
+    let admin = c.client();
+    eventually(Duration::from_secs(60), "the late node to enroll and report Done", || {
+        let admin = admin.clone();
+        async move {
+            let r = admin.get(&path_of(&NODE, Some("worker-late"))).await?;
+            Ok((r.code == 200
+                && r.body.pointer("/metadata/annotations").and_then(|a| a.get(ann::STATE)) == Some(&json!("Done")))
+            .then_some(()))
+        }
+    })
+    .await;
+    assert!(!h.agent_exited(), "{}", h.log());
+    assert!(h.path("/var/lib/aloft/credential.json").exists());
+}

@@ -4,13 +4,14 @@
 //! kubelet registers its Node again: a host without the token stays out until it is given one.
 
 use crate::host::Root;
-use aloft_client::{install_crypto, Client, ClientConfig};
+use aloft_client::{install_crypto, Client, ClientConfig, Reply};
 use anyhow::{anyhow, bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// What the node keeps after enrolling.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -103,7 +104,7 @@ pub async fn ensure(root: &Root, e: &Enrollment<'_>) -> Result<Credential> {
         token: Some(token.to_string()),
     })?;
     let body = serde_json::json!({"nodeName": node_name, "labels": labels});
-    let reply = client.post("/aloft/v1/enroll", &body).await.context("enrolling with the coordinator")?;
+    let reply = post_until_answered(&client, server, &body).await?;
     if reply.code == 401 {
         bail!("the coordinator refused the bootstrap token (401 Unauthorized): check --bootstrap-token-file");
     }
@@ -114,6 +115,42 @@ pub async fn ensure(root: &Root, e: &Enrollment<'_>) -> Result<Credential> {
     write_private(&path, serde_json::to_string_pretty(&cred)?.as_bytes())?;
     tracing::info!(node = node_name, "enrolled with the coordinator");
     Ok(cred)
+}
+
+/// The longest wait between two enrollment attempts.
+const MOST_BETWEEN_ATTEMPTS: Duration = Duration::from_secs(60);
+
+/// Whether an answer to the enrollment request is worth asking again for: the coordinator is
+/// there but cannot answer now (5xx: starting, its store busy; 429). Any other answer is final.
+fn answer_is_transient(code: u16) -> bool {
+    code >= 500 || code == 429
+}
+
+/// The enrollment request, sent again while the coordinator cannot be reached or cannot answer
+/// now: a host's first boot may come before its network, or while its coordinator is being
+/// upgraded, and an agent that exited left its unit failing every 5 s until it was up. Waits 1 s,
+/// doubling to a minute, logging each failure and telling systemd what it waits for (STATUS=)
+/// and that the start goes on (EXTEND_TIMEOUT_USEC=, past the unit's start timeout). A refusal
+/// (401, 403, 409, 422) is final and returned.
+async fn post_until_answered(client: &Client, server: &str, body: &serde_json::Value) -> Result<Reply> {
+    let mut wait = Duration::from_secs(1);
+    loop {
+        let failure = match client.post("/aloft/v1/enroll", body).await {
+            Ok(reply) if !answer_is_transient(reply.code) => return Ok(reply),
+            Ok(reply) => {
+                let said = reply.body.get("message").and_then(|m| m.as_str()).map(str::to_string);
+                let said = said.unwrap_or_else(|| reply.body.to_string());
+                // A proxy's error page can be long: its start says enough.
+                format!("HTTP {}: {}", reply.code, said.chars().take(200).collect::<String>())
+            }
+            Err(e) => format!("{e:#}"),
+        };
+        tracing::warn!(coordinator = server, error = %failure, retry_in_s = wait.as_secs(), "cannot enroll yet; retrying");
+        crate::notify::extend_start(wait + Duration::from_secs(30));
+        crate::notify::status(&format!("enrolling with {server}: {failure}; retrying in {} s", wait.as_secs()));
+        tokio::time::sleep(wait).await;
+        wait = (wait * 2).min(MOST_BETWEEN_ATTEMPTS);
+    }
 }
 
 /// Enroll again after the stored credential stopped working (`why`: its Node was deleted, which
@@ -144,6 +181,16 @@ pub async fn enroll_again(root: &Root, e: &Enrollment<'_>, why: &str) -> Result<
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_answers_that_may_change_are_asked_again() {
+        for code in [500, 502, 503, 504, 429] {
+            assert!(answer_is_transient(code), "{code}");
+        }
+        for code in [200, 201, 400, 401, 403, 404, 409, 422] {
+            assert!(!answer_is_transient(code), "{code}");
+        }
+    }
 
     #[test]
     fn labels() {

@@ -29,6 +29,13 @@ pub fn status(text: &str) {
     send(&[NotifyState::Status(&line)]);
 }
 
+/// EXTEND_TIMEOUT_USEC=: the start (before READY=1) is still going, and may take `by` more
+/// before systemd's start timeout counts it failed. Ignored once the agent is ready.
+pub fn extend_start(by: Duration) {
+    let usec = u32::try_from(by.as_micros()).unwrap_or(u32::MAX);
+    send(&[NotifyState::ExtendTimeoutUsec(usec)]);
+}
+
 /// STOPPING=1.
 pub fn stopping() {
     send(&[NotifyState::Stopping]);
