@@ -1564,3 +1564,66 @@ async fn a_reverted_node_still_cordoned_by_its_failed_update_comes_back_into_ser
     })
     .await;
 }
+
+/// The audit's story in Events: a trip of the breaker is one Warning (a node recovering while it
+/// is open is no second trip), `rollout resume` answers once the coordinator has acted on it (a
+/// `rollout status` right after read the breaker from before it) and leaves an Event, and a
+/// revert to the config the pool had completed says it completed again (the Events read as if
+/// the revert never finished).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trip_a_resume_and_a_revert_each_tell_their_event() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let names = ["w1", "w2", "w3"];
+    let t0 = fleet_on_a_first_config(&admin, &names, json!({"maxUnavailable": 2, "rollout": {"maxFailures": 0}})).await;
+    event_with(&admin, "MachineConfigPool", "worker", "Completed", &t0).await;
+    let mut b = machine_config("60-worker-b", "worker");
+    b["spec"]["kernelArguments"] = json!(["nosmt"]);
+    create(&admin, &MACHINE_CONFIG, &b).await;
+    let t1 = new_target(&admin, &t0).await;
+    let first = picked_all(&admin, &names, &t1, 2).await;
+    fail(&admin, &first[0], &t1).await;
+    event_with(&admin, "MachineConfigPool", "worker", "CircuitBroken", &format!("({})", first[0])).await;
+    // Recovered with the breaker open: the condition counts none failing, and no second Warning.
+    finish(&admin, &first[0], &t1).await;
+    eventually(WAIT, "the breaker's condition to count none failing", || async {
+        let p = pool(&admin).await;
+        let m = condition(&p, "CircuitBroken").and_then(|c| c["message"].as_str().map(str::to_string));
+        Ok(m.filter(|m| m.contains("0 failing now")).map(|_| ()))
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let trips = events(&admin, "MachineConfigPool", "worker", "CircuitBroken").await;
+    assert_eq!(trips.len(), 1, "one trip, one Warning: {trips:?}");
+
+    let out = aloftctl(&c, &["rollout", "resume", "mcp/worker"]);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && said.contains("resumed: the circuit breaker is closed"), "{said}");
+    let p = pool(&admin).await;
+    let token = annotation(&p, ann::RESUME_ROLLOUT).to_string();
+    assert!(
+        p.pointer("/status/rollout/resumeToken").and_then(Value::as_str) == Some(token.as_str())
+            || !is_true(&p, "CircuitBroken"),
+        "answered before the coordinator acted on it: {p}"
+    );
+    event_with(&admin, "MachineConfigPool", "worker", "RolloutResumed", &format!("Rollout of {t1} resumed")).await;
+
+    // The rollout goes on to w3, which fails (a new trip); the bad config is reverted.
+    let third = picked_all(&admin, &names, &t1, 3).await;
+    let last = third.iter().find(|n| !first.contains(n)).unwrap().clone();
+    finish(&admin, &first[1], &t1).await;
+    fail(&admin, &last, &t1).await;
+    event_with(&admin, "MachineConfigPool", "worker", "CircuitBroken", &format!("({last})")).await;
+    admin.delete(&path_of(&MACHINE_CONFIG, Some("60-worker-b"))).await.unwrap().into_result().unwrap();
+    assert_eq!(new_target(&admin, &t1).await, t0, "the revert renders the config before");
+    // The node that failed on t1 runs t0: sent back at once, it has nothing to do.
+    picked_all(&admin, &[last.as_str()], &t0, 1).await;
+    finish(&admin, &last, &t0).await;
+    finish_each_as_picked(&admin, &first.iter().map(String::as_str).collect::<Vec<_>>(), &t0).await;
+    eventually(WAIT, "a second Completed for the config completed before", || async {
+        let done = events(&admin, "MachineConfigPool", "worker", "Completed").await;
+        let again = done.iter().find(|e| e["message"].as_str().is_some_and(|m| m.contains(&t0)) && e["count"] == 2);
+        Ok(again.map(|_| ()))
+    })
+    .await;
+}

@@ -43,6 +43,8 @@ pub mod reasons {
     pub const DRAINED: &str = "Drained";
     pub const CANARY_SOAKING: &str = "CanarySoaking";
     pub const CIRCUIT_BROKEN: &str = "CircuitBroken";
+    /// On the pool: a resume (`aloftctl rollout resume`) closed the circuit breaker.
+    pub const ROLLOUT_RESUMED: &str = "RolloutResumed";
     pub const PRESTAGE: &str = "Prestage";
     /// On a gone owner: the garbage collector deleted its dependents (the reason Kubernetes'
     /// workload controllers give their deletions: `kubectl get events` users know it).

@@ -23,6 +23,7 @@ use aloft_api::machineconfig::conditions as cond;
 use aloft_api::meta::{find_condition, set_condition};
 use aloft_api::{
     Condition, MachineConfigPool, MachineConfigPoolStatus, Node, NodeDisruptionBudget, NodeDisruptionBudgetStatus,
+    RolloutPhase,
 };
 use serde::Deserialize;
 use serde_json::Value;
@@ -582,11 +583,33 @@ fn record_progress(events: &Recorder, pool: &MachineConfigPool, new: &MachineCon
     if !target.is_empty() && target != target_of(old) {
         let msg = format!("Pool {name} now targeting MachineConfig {target}");
         events.emit(&about, EventType::Normal, reasons::UPDATING, &msg);
+        // A completion of this target after this is news, even in the words of the last one.
+        events.forget(&about, reasons::COMPLETED);
     }
     let done = done_of(Some(new));
-    if !done.is_empty() && done != done_of(old) {
+    // Also when the pool finishes going back to the config it had completed before (a revert
+    // of a config that never completed leaves `status.configuration` where it was; MCO then
+    // says nothing, and the Events read as if the revert never finished).
+    let complete = |s: Option<&MachineConfigPoolStatus>| {
+        s.and_then(|s| s.rollout.as_ref()).is_some_and(|r| r.phase == RolloutPhase::Complete)
+    };
+    let completed_again = complete(Some(new)) && target == done && !(complete(old) && target_of(old) == target);
+    if !done.is_empty() && (done != done_of(old) || completed_again) {
         let msg = format!("Pool {name} has completed update to MachineConfig {done}");
         events.emit(&about, EventType::Normal, reasons::COMPLETED, &msg);
+    }
+    let token_of = |s: Option<&MachineConfigPoolStatus>| {
+        s.and_then(|s| s.rollout.as_ref()).map_or(String::new(), |r| r.resume_token.clone())
+    };
+    let token = token_of(Some(new));
+    if !token.is_empty() && token != token_of(old) && !target.is_empty() {
+        let forgiven = new.rollout.as_ref().map(|r| r.forgiven_nodes.clone()).unwrap_or_default();
+        let msg = format!(
+            "Rollout of {target} resumed ({} {token}): the circuit breaker is closed{}",
+            aloft_api::annotations::RESUME_ROLLOUT,
+            if forgiven.is_empty() { String::new() } else { format!("; forgiven: {}", names_text(&forgiven)) }
+        );
+        events.emit(&about, EventType::Normal, reasons::ROLLOUT_RESUMED, &msg);
     }
 }
 
@@ -596,10 +619,14 @@ fn record_waits(events: &Recorder, pool_name: &str, pp: &PoolPlan, nodes: &[Node
     // The breaker's Event follows the breaker, not the waiting nodes: it trips just as well with
     // every node picked already (then none waits).
     match &pp.breaker {
-        Some(h) => {
+        // The trip, and a new one (more nodes failing than allowed, again or others): a Warning.
+        Some(h @ HoldReason::CircuitBroken { failed, max_failures }) if failed.len() > *max_failures => {
             let msg = format!("rollout of {} stopped: {}", pp.target, Wait::Policy(h.clone()));
             events.emit(&about, EventType::Warning, reasons::CIRCUIT_BROKEN, &msg);
         }
+        // Still open with fewer failing (nodes recovered): the trip's Event stands; a second
+        // Warning read as a second trip. The condition says how many fail now.
+        Some(_) => {}
         None => events.forget(&about, reasons::CIRCUIT_BROKEN),
     }
     // Nodes held by the breaker are in its Event.
@@ -850,11 +877,13 @@ fn compute_status(
 /// aloft's conditions: CanarySoaking, CircuitBroken, NodeDrainTimeout, BudgetBlocked; and
 /// `status.rollout`.
 fn rollout_conditions(st: &mut MachineConfigPoolStatus, pool: &str, members: &[Member], pp: &PoolPlan, now: &str) {
-    let soaking = match &pp.wait {
-        Some(w @ Wait::Policy(HoldReason::Soaking { .. })) => {
-            condition(cond::CANARY_SOAKING, true, "Soaking", w.to_string())
+    let soaking = match &pp.soak {
+        Some(h) => {
+            let paused = matches!(pp.wait, Some(Wait::Paused));
+            let msg = format!("{}{}", Wait::Policy(h.clone()), if paused { " (the pool is paused)" } else { "" });
+            condition(cond::CANARY_SOAKING, true, "Soaking", msg)
         }
-        _ => condition(cond::CANARY_SOAKING, false, "", String::new()),
+        None => condition(cond::CANARY_SOAKING, false, "", String::new()),
     };
     set_condition(&mut st.conditions, soaking, now);
     let broken = match &pp.breaker {
@@ -1127,6 +1156,10 @@ mod tests {
                 Some(Wait::Policy(h @ HoldReason::CircuitBroken { .. })) => Some(h.clone()),
                 _ => None,
             },
+            soak: match &wait {
+                Some(Wait::Policy(h @ HoldReason::Soaking { .. })) => Some(h.clone()),
+                _ => None,
+            },
             wait,
             blocked: Vec::new(),
             prestage: Vec::new(),
@@ -1152,6 +1185,27 @@ mod tests {
             "circuit breaker open: 1 node(s) failed on this config (a), more than maxFailures 0; resume with \
              `aloftctl rollout resume mcp/worker` or change the config"
         );
+    }
+
+    /// The canaries' soak counts on while the pool is paused, and its condition says so (it
+    /// turned False, as if the soak had stopped).
+    #[test]
+    fn a_soak_keeps_its_condition_through_a_pause() {
+        let p = pool(json!(1), true);
+        let nodes = [node("a", "r2", "r2", "Done", true), node("b", "r1", "r1", "Done", true)];
+        let facts: Vec<NodeFacts> = nodes.iter().map(NodeFacts::of).collect();
+        let hot: Vec<NodeHot> = facts.iter().map(NodeHot::of).collect();
+        let until = chrono::DateTime::parse_from_rfc3339("2026-01-01T00:10:00Z").unwrap().with_timezone(&chrono::Utc);
+        let mut pp = plan_for(2, Some(Wait::Paused));
+        pp.soak = Some(HoldReason::Soaking { until: Some(until), failed: vec![] });
+        let st = compute_status(&p, &members_of(&nodes, &facts, &hot), &pp.target, None, Some(&pp));
+        let c = find_condition(&st.conditions, cond::CANARY_SOAKING).unwrap();
+        assert!(c.is_true(), "{c:?}");
+        assert!(c.message.contains("soaking until 2026-01-01T00:10:00Z"), "{}", c.message);
+        assert!(c.message.ends_with("(the pool is paused)"), "{}", c.message);
+        pp.soak = None;
+        let st = compute_status(&p, &members_of(&nodes, &facts, &hot), &pp.target, None, Some(&pp));
+        assert!(!find_condition(&st.conditions, cond::CANARY_SOAKING).unwrap().is_true());
     }
 
     /// Every node was picked before one failed (maxUnavailable 2, maxFailures 0): nobody waits,

@@ -167,6 +167,9 @@ pub struct PoolPlan {
     /// waits: with every node picked before it tripped, nothing waits, and the breaker is open
     /// all the same. The pool's condition, its Event and `aloftctl rollout resume` follow this.
     pub breaker: Option<HoldReason>,
+    /// The canaries' soak ([`HoldReason::Soaking`]), whether or not a node waits for it: a
+    /// paused pool's nodes wait for the pause, and the soak counts on all the same.
+    pub soak: Option<HoldReason>,
     /// Budgets that kept candidates back, one entry per budget group, by budget name and group:
     /// (the first violation in that group, the nodes it held).
     pub blocked: Vec<(Blocked, Vec<usize>)>,
@@ -308,6 +311,7 @@ fn plan_pool(
         picks: Vec::new(),
         wait: None,
         breaker: None,
+        soak: None,
         blocked: Vec::new(),
         prestage: Vec::new(),
         rollout: None,
@@ -337,8 +341,10 @@ fn plan_pool(
         now,
     );
     pp.rollout = Some(eval.status);
-    if let Gate::Hold(h @ HoldReason::CircuitBroken { .. }) = &eval.gate {
-        pp.breaker = Some(h.clone());
+    match &eval.gate {
+        Gate::Hold(h @ HoldReason::CircuitBroken { .. }) => pp.breaker = Some(h.clone()),
+        Gate::Hold(h @ HoldReason::Soaking { .. }) => pp.soak = Some(h.clone()),
+        _ => {}
     }
     let broken = pp.breaker.is_some();
     // In candidate order already (the layout's).

@@ -110,10 +110,13 @@ pub fn evaluate(
         Some(p) if *target == *p.config => p.clone(),
         _ => RolloutStatus {
             config: target.to_string(),
-            // A config already updated on as many members as the canary batch (the config the
-            // pool ran before a bad one, when the bad one is reverted) is proven: soaking it
-            // again would only keep the nodes that failed on the bad one out of service.
-            phase: if canary > 0 && members.iter().filter(|f| f.updated_to(target)).count() < canary {
+            // A config already run by as many members as the canary batch (the config the pool
+            // ran before a bad one, when the bad one is reverted) is proven: soaking it again
+            // would only keep the nodes that failed on the bad one out of service. Run, not
+            // updated to: at the revert those nodes are still asked for the bad config (the
+            // ones that failed on it, and the ones not picked for it yet), and `currentConfig`
+            // names a config only once the node reported Done on it.
+            phase: if canary > 0 && members.iter().filter(|f| f.runs(target)).count() < canary {
                 RolloutPhase::Canary
             } else {
                 RolloutPhase::Batches
@@ -496,6 +499,17 @@ mod tests {
         // A new config nobody runs yet still starts with its canary.
         let e = eval(Some(&p), Some(&e.status), None, &ConfigName::new("r3"), &names, &f, t("2026-01-01T00:00:00Z"));
         assert_eq!(e.gate, Gate::Pick { limit: Some(1) });
+        // Reverted after the bad config reached most of the pool: the members still running r1
+        // are all asked for r2 (one failed on it), none is "updated to" r1, and r1 is proven.
+        let f = vec![facts("r2", "r2", "Done"), facts("r2", "r2", "Done"), facts("r2", "r1", "Degraded")];
+        let bad = RolloutStatus { config: "r2".into(), phase: RolloutPhase::Batches, ..Default::default() };
+        let e = eval(Some(&p), Some(&bad), None, &ConfigName::new("r1"), &names, &f, t("2026-01-01T00:00:00Z"));
+        assert_eq!(e.status.phase, RolloutPhase::Batches, "{e:?}");
+        assert_eq!(e.gate, Gate::Pick { limit: None });
+        // With a canary batch larger than what runs r1, it is canaried as any config.
+        let p3 = policy(2, 600, None);
+        let e = eval(Some(&p3), Some(&bad), None, &ConfigName::new("r1"), &names, &f, t("2026-01-01T00:00:00Z"));
+        assert_eq!(e.status.phase, RolloutPhase::Canary, "{e:?}");
     }
 
     #[test]

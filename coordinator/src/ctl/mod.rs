@@ -1173,10 +1173,48 @@ async fn rollout_resume(client: &Client, target: &[String]) -> Result<()> {
     let token = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Nanos, true);
     let patch = serde_json::json!({"metadata": {"annotations": {aloft_api::annotations::RESUME_ROLLOUT: token}}});
     client.patch(&path, "application/merge-patch+json", &patch).await?.into_result()?;
-    println!(
-        "machineconfigpool/{name} resumed: the circuit breaker is closed, the nodes that failed so far are forgiven"
-    );
-    Ok(())
+    // Said once the node controller has acted on it, so that `resume && rollout status` reads
+    // the pool after the resume (an annotation moves no generation to wait for).
+    let deadline = tokio::time::Instant::now() + RESUME_WAIT;
+    loop {
+        let pool = client.get(&path).await?.into_result()?;
+        if resume_honoured(&pool, &token) {
+            println!(
+                "machineconfigpool/{name} resumed: the circuit breaker is closed, the nodes that failed so far are forgiven"
+            );
+            return Ok(());
+        }
+        if tokio::time::Instant::now() >= deadline {
+            println!(
+                "machineconfigpool/{name}: resume requested ({} {token}); the coordinator has not acted on it yet \
+                 (`aloftctl rollout status {shown}` waits for it)",
+                aloft_api::annotations::RESUME_ROLLOUT
+            );
+            return Ok(());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
+
+/// How long `rollout resume` waits for the node controller to act on the resume.
+const RESUME_WAIT: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// Whether the node controller has acted on the resume `token`: recorded it, or the breaker is
+/// not open any more (the rollout finished meanwhile, or its limit was lifted).
+fn resume_honoured(pool: &Value, token: &str) -> bool {
+    pool.pointer("/status/rollout/resumeToken").and_then(Value::as_str) == Some(token)
+        || condition_true(pool, aloft_api::machineconfig::conditions::CIRCUIT_BROKEN).is_none()
+}
+
+/// A resume asked for (the pool's annotation) that the node controller has not acted on yet,
+/// while the breaker shows open: what the pool says of the breaker is from before it.
+fn resume_pending(pool: &Value) -> bool {
+    let asked = pool
+        .pointer("/metadata/annotations")
+        .and_then(|a| a.get(aloft_api::annotations::RESUME_ROLLOUT))
+        .and_then(Value::as_str)
+        .filter(|t| !t.is_empty());
+    asked.is_some_and(|t| !resume_honoured(pool, t))
 }
 
 /// Why a pool that looks updated may not be yet: the render controller has not caught up with a
@@ -1322,6 +1360,32 @@ fn named_and_gone(message: &str, mcs: &[Value]) -> Vec<String> {
     gone
 }
 
+/// What the pool says failed: Degraded, or its circuit breaker open. Nodes failing make the pool
+/// Degraded by them, and the breaker they tripped is said too, with how to go on (its message
+/// ends with the resume command).
+fn pool_failure(pool: &Value, name: &str) -> Option<String> {
+    let breaker = condition_true(pool, aloft_api::machineconfig::conditions::CIRCUIT_BROKEN);
+    if let Some(m) = condition_true(pool, aloft_api::machineconfig::conditions::DEGRADED) {
+        // Degraded by the breaker alone points at the breaker's condition: its message instead.
+        let by_breaker = condition_of(pool, aloft_api::machineconfig::conditions::DEGRADED)
+            .and_then(|c| c.get("reason"))
+            .and_then(Value::as_str)
+            == Some(aloft_api::machineconfig::conditions::CIRCUIT_BROKEN);
+        let m = match &breaker {
+            Some(b) if by_breaker && !b.is_empty() => return Some(format!("pool {name} is degraded: {b}")),
+            _ => m,
+        };
+        return Some(match breaker.filter(|b| !b.is_empty() && !m.contains(b.as_str())) {
+            Some(b) => format!("pool {name} is degraded: {m}; {b}"),
+            None => format!("pool {name} is degraded: {m}"),
+        });
+    }
+    breaker.map(|m| {
+        let m = if m.is_empty() { "circuit breaker open".to_string() } else { m };
+        format!("pool {name}: {m}")
+    })
+}
+
 /// Where the pool stands, from its object and (only once it looks updated) the MachineConfigs.
 /// `grace`: when this wait first saw failures that may be stale.
 async fn pool_progress(
@@ -1336,16 +1400,11 @@ async fn pool_progress(
     // A degradation while the target is still the old one is about the old one: the wait is for
     // a new target.
     let on_old = not_config.is_some_and(|old| old == want);
-    let failed = if on_old {
-        None
-    } else if let Some(m) = condition_true(pool, "Degraded") {
-        Some(format!("pool {name} is degraded: {m}"))
-    } else {
-        condition_true(pool, aloft_api::machineconfig::conditions::CIRCUIT_BROKEN).map(|m| {
-            let m = if m.is_empty() { "circuit breaker open".to_string() } else { m };
-            format!("pool {name}: {m}")
-        })
-    };
+    if !on_old && resume_pending(pool) {
+        let why = "waiting for the coordinator to act on the resume of the circuit breaker".to_string();
+        return Ok(Progress::Waiting(format!("pool {name}: {why}"), Some(why)));
+    }
+    let failed = if on_old { None } else { pool_failure(pool, name) };
     let looks_updated = condition_true(pool, "Updated").is_some() && !want.is_empty() && want == have;
     if failed.is_none() && (!looks_updated || on_old) {
         let held = (!on_old).then(|| held_by(pool)).flatten();
@@ -1772,6 +1831,47 @@ mod tests {
         assert_eq!(
             render_pending(&pool(2, Some(2), &["00-worker", "70-bad"]), &more).as_deref(),
             Some("waiting for the render of MachineConfigs 99-worker-a, 99-worker-b and without MachineConfig 70-bad")
+        );
+    }
+
+    /// A resume the node controller has not acted on leaves the breaker's condition from before
+    /// it: pending until the pool records the token or the breaker shows closed. A pool Degraded
+    /// by failing nodes says its open breaker too.
+    #[test]
+    fn a_resume_is_pending_until_honoured_and_the_breaker_is_said_beside_failing_nodes() {
+        let open = json!({"type": "CircuitBroken", "status": "True",
+            "message": "Rollout of r2 stopped by the circuit breaker: resume with `aloftctl rollout resume mcp/worker`"});
+        let mut p = json!({"metadata": {"annotations": {"aloft.dev/resumeRollout": "t2"}},
+            "status": {"rollout": {"resumeToken": "t1"}, "conditions": [open]}});
+        assert!(resume_pending(&p));
+        assert!(!resume_honoured(&p, "t2"));
+        p["status"]["rollout"]["resumeToken"] = "t2".into();
+        assert!(!resume_pending(&p), "recorded");
+        p["status"]["rollout"]["resumeToken"] = "t1".into();
+        p["status"]["conditions"][0]["status"] = "False".into();
+        assert!(!resume_pending(&p), "the breaker closed (the rollout finished meanwhile)");
+        assert!(resume_honoured(&p, "t2"));
+        p["status"]["conditions"][0]["status"] = "True".into();
+        p["metadata"]["annotations"] = json!({});
+        assert!(!resume_pending(&p), "no resume asked for");
+
+        assert_eq!(pool_failure(&p, "worker").unwrap(), format!("pool worker: {}", open["message"].as_str().unwrap()));
+        p["status"]["conditions"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"type": "Degraded", "status": "True", "message": "Node w1 is reporting: \"boom\""}));
+        let f = pool_failure(&p, "worker").unwrap();
+        assert!(f.starts_with("pool worker is degraded: Node w1 is reporting: \"boom\"; Rollout of r2 stopped"), "{f}");
+        assert!(f.ends_with("aloftctl rollout resume mcp/worker`"), "{f}");
+        p["status"]["conditions"][0]["status"] = "False".into();
+        assert_eq!(pool_failure(&p, "worker").unwrap(), "pool worker is degraded: Node w1 is reporting: \"boom\"");
+        // Degraded by the breaker alone: the breaker's own words, once.
+        p["status"]["conditions"][0]["status"] = "True".into();
+        p["status"]["conditions"][1] = json!({"type": "Degraded", "status": "True", "reason": "CircuitBroken",
+            "message": "Rollout of r2 stopped by the circuit breaker (see the CircuitBroken condition)"});
+        assert_eq!(
+            pool_failure(&p, "worker").unwrap(),
+            format!("pool worker is degraded: {}", open["message"].as_str().unwrap())
         );
     }
 
