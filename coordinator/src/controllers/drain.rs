@@ -955,5 +955,35 @@ mod tests {
         assert_eq!(acked(&a), Some(json!("drain-r2")), "{a}");
         assert_eq!(acked(&b), None, "b drained while a was: {b}");
         assert_ne!(b.pointer("/spec/unschedulable"), Some(&json!(true)), "{b}");
+
+        // Three requests found by one pass (a coordinator started with them pending, or a
+        // pool whose hooks drain): the pass counts each drain it grants before judging the
+        // next, so one of them goes.
+        for n in ["c", "d", "e"] {
+            let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": n, "labels": {"app": "api"},
+                "annotations": {ann::STATE: "Done", ann::DESIRED_DRAIN: "drain-r2"}},
+                "status": {"conditions": [{"type": "Ready", "status": "True"}]}});
+            store.create(&node_key(n), node).await.unwrap();
+        }
+        let ndb = json!({"apiVersion": "aloft.dev/v1", "kind": "NodeDisruptionBudget", "metadata": {"name": "api"},
+            "spec": {"selector": {"matchLabels": {"app": "api"}}, "maxUnavailable": 1}});
+        store.create(&Key::cluster(&NODE_DISRUPTION_BUDGET.store_key(), "api"), ndb).await.unwrap();
+        let feed = super::super::FleetFeed::start(&store).await.unwrap();
+        let mut st = State { nodes: feed.nodes, pools: feed.pools, budgets: feed.budgets, asking: BTreeSet::new() };
+        st.track_all();
+        pass(&store, &ctx, &mut st, &mut handoffs).await.unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !lock(&ctx.inflight).is_empty() {
+            assert!(std::time::Instant::now() < deadline, "a drain task did not end");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let mut granted = Vec::new();
+        for n in ["c", "d", "e"] {
+            let v = store.get(&node_key(n)).await.unwrap().unwrap().into_value();
+            if acked(&v).is_some() || v.pointer("/spec/unschedulable") == Some(&json!(true)) {
+                granted.push(n);
+            }
+        }
+        assert_eq!(granted.len(), 1, "one drain of a maxUnavailable 1 budget in one pass: {granted:?}");
     }
 }

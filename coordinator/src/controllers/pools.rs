@@ -166,12 +166,17 @@ impl NodeFacts {
     }
     /// The rollout's reading of "unavailable", used for every pick and budget decision: not
     /// Ready or cordoned, asked to move to a config it has not finished (including nodes that
-    /// failed half-way: a half-applied node is not serving), Working, or stuck in a drain.
-    /// Stricter than MCO's status count ([`NodeFacts::unavailable`]), which lets failing nodes
-    /// out; MCO then subtracts those on the target separately, we count them wherever they are.
+    /// failed half-way: a half-applied node is not serving), Working, stuck in a drain, or
+    /// failing on the config it runs (drift found on it: MCO's `IsUnavailableForUpdate` counts
+    /// it, as its status does; left out, a pool of `maxUnavailable: 1` with a drifted node took
+    /// another node down for the next config, two unavailable at once).
+    /// Stricter than MCO's status count ([`NodeFacts::unavailable`]), which lets nodes failing on
+    /// their way out; MCO then subtracts those on the target separately, we count them wherever
+    /// they are.
     pub fn disrupted(&self) -> bool {
         !self.ready
             || self.state == "Working"
+            || failing_state(&self.state)
             || !self.drain_failure.is_empty()
             || (!self.desired.is_empty() && self.desired != self.current)
     }

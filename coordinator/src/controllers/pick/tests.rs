@@ -110,6 +110,31 @@ fn a_node_degraded_after_a_rollback_moves_to_the_new_target_without_taking_a_slo
 /// config still waits for room, but the revert to the config they run takes them all back at
 /// once, since it lowers every count (the audit's pool took neither until maxUnavailable was
 /// raised).
+/// A node Degraded on the config it runs and still serving (drift found on it, Ready and
+/// schedulable) is unavailable, as MCO's `IsUnavailableForUpdate` and the pool's status count it:
+/// with maxUnavailable 1 no other node goes down beside it for the next config (the audit's case:
+/// the first node in order was picked, two unavailable at once). It may take the new config in
+/// its own slot; with room for two, one more goes.
+#[test]
+fn a_node_degraded_on_the_config_it_runs_holds_a_slot() {
+    let drifted = || {
+        let mut b = node("b", worker(), "r1", "r1", "Degraded", true);
+        set_ann(&mut b, ann::FAILED_CONFIG, Some("r1"));
+        b
+    };
+    let nodes =
+        vec![node("a", worker(), "r1", "r1", "Done", true), drifted(), node("c", worker(), "r1", "r1", "Done", true)];
+    let pools = [pool("worker", json!(1), "r2", json!({}))];
+    let p = plan(Snapshot { nodes: &nodes, pools: &pools, budgets: &[] }, now()).remove(0);
+    assert!(!picked_names(&nodes, &p).contains(&"a".to_string()), "{:?}", picked_names(&nodes, &p));
+    assert!(!picked_names(&nodes, &p).contains(&"c".to_string()), "{:?}", picked_names(&nodes, &p));
+    assert_eq!(p.wait, Some(Wait::MaxUnavailable { max: 1, unavailable: vec![1] }));
+    let pools = [pool("worker", json!(2), "r2", json!({}))];
+    let p = plan(Snapshot { nodes: &nodes, pools: &pools, budgets: &[] }, now()).remove(0);
+    let picked = picked_names(&nodes, &p);
+    assert_eq!(picked.iter().filter(|n| *n != "b").count(), 1, "one more beside the drifted node: {picked:?}");
+}
+
 #[test]
 fn a_revert_takes_failed_nodes_back_even_over_the_limit() {
     let nodes = vec![
@@ -432,6 +457,8 @@ enum Op {
     Join,
     /// Pool `p`'s `spec.paused` flips.
     Pause(usize),
+    /// Node `n`, at rest, finds drift: Degraded on the config it runs, still Ready and serving.
+    Drift(usize),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -443,6 +470,7 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (1u8..30).prop_map(Op::Tick),
         1 => Just(Op::Join),
         1 => (0usize..2).prop_map(Op::Pause),
+        1 => (0usize..16).prop_map(Op::Drift),
     ]
 }
 
@@ -455,8 +483,13 @@ fn int_or_percent() -> impl Strategy<Value = serde_json::Value> {
 }
 
 fn budget_spec() -> impl Strategy<Value = serde_json::Value> {
-    (prop::bool::ANY, int_or_percent(), prop::bool::ANY, 0usize..3).prop_map(|(min, v, group, app)| {
-        let mut spec = json!({"selector": {"matchLabels": {"app": format!("a{app}")}}});
+    (prop::bool::ANY, int_or_percent(), prop::bool::ANY, 0usize..5).prop_map(|(min, v, group, app)| {
+        // An app's nodes are all in one pool; a zone's are in both.
+        let selector = match app {
+            0..3 => json!({"app": format!("a{app}")}),
+            _ => json!({"zone": format!("z{}", app - 3)}),
+        };
+        let mut spec = json!({"selector": {"matchLabels": selector}});
         spec[if min { "minAvailable" } else { "maxUnavailable" }] = v;
         if group {
             spec["groupBy"] = json!(["zone"]);
@@ -547,7 +580,12 @@ impl Sim {
     /// The labels of the `i`th node: its pool, app and zone.
     fn labels(i: usize) -> serde_json::Value {
         let role = if i % 3 == 2 { "infra" } else { "worker" };
-        json!({format!("node-role.kubernetes.io/{role}"): "", "app": format!("a{}", i % 3), "zone": format!("z{}", i % 2)})
+        let mut l = json!({format!("node-role.kubernetes.io/{role}"): "", "app": format!("a{}", i % 3), "zone": format!("z{}", i % 2)});
+        if i % 3 == 2 && i % 2 == 0 {
+            // Both roles: the custom pool takes it.
+            l["node-role.kubernetes.io/worker"] = json!("");
+        }
+        l
     }
 
     fn snapshot(&self) -> Snapshot<'_> {
@@ -638,8 +676,109 @@ impl Sim {
         plans
     }
 
+    /// The invariant by the rules themselves, computed from the raw objects without any of the
+    /// code under test (its facts, membership, limits or ledger): a mistake in one of those
+    /// would otherwise be the test's mistake too.
+    fn check_by_the_rules(&self, plans: &[PoolPlan]) -> Result<(), TestCaseError> {
+        let ann_of = |n: &Node, k: &str| n.metadata.annotations.get(k).cloned().unwrap_or_default();
+        // Unavailable: not Ready, cordoned, asked to move and not there, Working, Degraded or
+        // Unreconcilable (wherever it is), or stuck in a drain.
+        let unavailable = |n: &Node| {
+            let ready = n.status.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True");
+            let (desired, current) = (ann_of(n, ann::DESIRED_CONFIG), ann_of(n, ann::CURRENT_CONFIG));
+            !ready
+                || n.spec.unschedulable
+                || (!desired.is_empty() && desired != current)
+                || ["Working", "Degraded", "Unreconcilable"].contains(&ann_of(n, ann::STATE).as_str())
+                || !ann_of(n, ann::DRAIN_FAILURE).is_empty()
+        };
+        // The custom pool (infra) takes a node with its role label; worker the rest with its own.
+        let pool_of = |n: &Node| {
+            let has = |r: &str| n.metadata.labels.contains_key(&format!("node-role.kubernetes.io/{r}"));
+            if has("infra") {
+                Some("infra")
+            } else if has("worker") {
+                Some("worker")
+            } else {
+                None
+            }
+        };
+        let moving = |i: usize| {
+            let n = &self.nodes[i];
+            ann_of(n, ann::DESIRED_CONFIG) != ann_of(n, ann::CURRENT_CONFIG)
+        };
+        // "N" or "N%" of `total`; `up`: a percentage rounds up (else down).
+        let resolve = |v: &serde_json::Value, total: usize, up: bool| -> usize {
+            match v {
+                serde_json::Value::String(p) => {
+                    let p: usize = p.trim_end_matches('%').parse().unwrap();
+                    if up {
+                        (total * p).div_ceil(100)
+                    } else {
+                        total * p / 100
+                    }
+                }
+                v => v.as_u64().unwrap() as usize,
+            }
+        };
+        for pp in plans {
+            let p = &self.pools[pp.pool];
+            // Only a pick that moves a node (not a revert to the config it runs) is held to the
+            // limits; held rollouts only give first configs (checked in `check`).
+            if !pp.picks.iter().any(|&i| moving(i))
+                || pp.picks.iter().all(|&i| ann_of(&self.nodes[i], ann::CURRENT_CONFIG).is_empty())
+            {
+                continue;
+            }
+            let members: Vec<usize> =
+                (0..self.nodes.len()).filter(|&i| pool_of(&self.nodes[i]) == Some(p.metadata.name.as_str())).collect();
+            let spec = serde_json::to_value(&p.spec.max_unavailable).unwrap();
+            let max = if spec.is_null() { 1 } else { resolve(&spec, members.len(), false).max(1) };
+            let down = members.iter().filter(|&&i| unavailable(&self.nodes[i])).count();
+            prop_assert!(
+                down <= max,
+                "pool {}: {down} unavailable > maxUnavailable {max} (by the rules)",
+                p.metadata.name
+            );
+        }
+        let picked: Vec<usize> = plans.iter().flat_map(|pp| pp.picks.iter().copied()).filter(|&i| moving(i)).collect();
+        for b in &self.budgets {
+            let spec = serde_json::to_value(&b.spec).unwrap();
+            let (key, want) = spec["selector"]["matchLabels"].as_object().unwrap().iter().next().unwrap();
+            let covered: Vec<usize> = (0..self.nodes.len())
+                .filter(|&i| self.nodes[i].metadata.labels.get(key).map(String::as_str) == want.as_str())
+                .collect();
+            let grouped = spec.get("groupBy").is_some_and(|g| !g.is_null());
+            for &i in &picked {
+                if !covered.contains(&i) {
+                    continue;
+                }
+                let zone = |j: usize| self.nodes[j].metadata.labels.get("zone").cloned();
+                let group: Vec<usize> = covered.iter().copied().filter(|&j| !grouped || zone(j) == zone(i)).collect();
+                let total = group.len();
+                // A PodDisruptionBudget's: percentages round up; minAvailable leaves the rest.
+                let allowed = match (spec.get("minAvailable").filter(|v| !v.is_null()), spec.get("maxUnavailable")) {
+                    (Some(min), _) => total.saturating_sub(resolve(min, total, true)),
+                    (None, Some(max)) => resolve(max, total, true).min(total),
+                    (None, None) => 0,
+                };
+                let down = group.iter().filter(|&&j| unavailable(&self.nodes[j])).count();
+                prop_assert!(
+                    down <= allowed,
+                    "picked {} into budget {} with {down} of {total} unavailable > {allowed} allowed (by the rules)",
+                    self.nodes[i].metadata.name,
+                    b.metadata.name
+                );
+            }
+        }
+        Ok(())
+    }
+
     /// The invariant, checked after every operation.
     fn check(&self, plans: Option<&[PoolPlan]>) -> Result<(), TestCaseError> {
+        if let Some(plans) = plans {
+            self.check_by_the_rules(plans)?;
+        }
         let facts = self.facts();
         let (members, _) = pools::membership(&self.pools, &self.nodes);
         for p in &self.pools {
@@ -758,6 +897,16 @@ proptest! {
                     sim.pools[*p].spec.paused = !sim.pools[*p].spec.paused;
                     None
                 }
+                Op::Drift(n) => {
+                    let n = n % sim.nodes.len();
+                    let f = NodeFacts::of(&sim.nodes[n]);
+                    if f.done() && !f.current.is_empty() {
+                        let current = f.current.clone();
+                        set_ann(&mut sim.nodes[n], ann::STATE, Some("Degraded"));
+                        set_ann(&mut sim.nodes[n], ann::FAILED_CONFIG, Some(current.as_str()));
+                    }
+                    None
+                }
             };
             // Check the picks' moment before anything else moves.
             sim.check(plans.as_deref())?;
@@ -766,13 +915,20 @@ proptest! {
 }
 
 #[test]
-fn a_restart_decides_the_same() {
-    // The decision has no memory: the same stored objects give the same plan.
-    let nodes: Vec<Node> = (0..6).map(|i| node(&format!("n{i}"), worker(), "r1", "r1", "Done", true)).collect();
+fn a_restart_after_the_picks_were_written_picks_no_more() {
+    // The decision has no memory but the stored objects: a coordinator killed after writing its
+    // picks and before the pool's status starts again with the picks on the Nodes and the status
+    // from before. It counts them and picks no more (canary 1 of maxUnavailable 2: one, not two).
+    let mut nodes: Vec<Node> = (0..6).map(|i| node(&format!("n{i}"), worker(), "r1", "r1", "Done", true)).collect();
     let pools = [pool("worker", json!(IntOrString::Int(2)), "r2", json!({"rollout": {"canary": 1}}))];
-    let a = plan(Snapshot { nodes: &nodes, pools: &pools, budgets: &[] }, now());
-    let b = plan(Snapshot { nodes: &nodes, pools: &pools, budgets: &[] }, now());
-    assert_eq!(a, b);
+    let first = plan(Snapshot { nodes: &nodes, pools: &pools, budgets: &[] }, now()).remove(0);
+    assert_eq!(first.picks.len(), 1, "the canary");
+    for &i in &first.picks {
+        set_ann(&mut nodes[i], ann::DESIRED_CONFIG, Some("r2"));
+    }
+    let again = plan(Snapshot { nodes: &nodes, pools: &pools, budgets: &[] }, now()).remove(0);
+    assert!(again.picks.is_empty(), "picked {:?} beside the canary", picked_names(&nodes, &again));
+    assert_eq!(again.rollout.as_ref().map(|r| r.phase), Some(RolloutPhase::Canary));
 }
 
 /// A node reporting `DiskPressure` or `NetworkUnavailable` (anything but False) is unavailable as
