@@ -581,7 +581,7 @@ impl Sim {
     fn labels(i: usize) -> serde_json::Value {
         let role = if i % 3 == 2 { "infra" } else { "worker" };
         let mut l = json!({format!("node-role.kubernetes.io/{role}"): "", "app": format!("a{}", i % 3), "zone": format!("z{}", i % 2)});
-        if i % 3 == 2 && i % 2 == 0 {
+        if i % 3 == 2 && i.is_multiple_of(2) {
             // Both roles: the custom pool takes it.
             l["node-role.kubernetes.io/worker"] = json!("");
         }
