@@ -1627,3 +1627,21 @@ async fn a_trip_a_resume_and_a_revert_each_tell_their_event() {
     })
     .await;
 }
+
+/// A pool whose `nodeSelector` is empty selects no node, and says so with MCO's Warning (a user
+/// who wrote `{}` meaning "every node" was told nothing).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_node_selector_is_warned_about() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    fake_node(&admin, "w1", json!({"node-role.kubernetes.io/worker": ""}), true).await;
+    let mut p = worker_pool(false, json!({}));
+    p["spec"]["nodeSelector"] = json!({});
+    create(&admin, &MACHINE_CONFIG_POOL, &p).await;
+    let msg =
+        event_with(&admin, "MachineConfigPool", "worker", "SelectingAll", "A non-empty selector is required").await;
+    assert!(msg.contains("it selects no node"), "{msg}");
+    let ev = events(&admin, "MachineConfigPool", "worker", "SelectingAll").await;
+    assert_eq!(ev[0]["type"], "Warning");
+    assert_eq!(pool(&admin).await.pointer("/status/machineCount"), Some(&json!(0)));
+}

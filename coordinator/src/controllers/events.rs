@@ -43,6 +43,8 @@ pub mod reasons {
     pub const DRAINED: &str = "Drained";
     pub const CANARY_SOAKING: &str = "CanarySoaking";
     pub const CIRCUIT_BROKEN: &str = "CircuitBroken";
+    /// MCO's: a pool's `nodeSelector` is empty (it then selects no node).
+    pub const SELECTING_ALL: &str = "SelectingAll";
     /// On the pool: a resume (`aloftctl rollout resume`) closed the circuit breaker.
     pub const ROLLOUT_RESUMED: &str = "RolloutResumed";
     pub const PRESTAGE: &str = "Prestage";

@@ -230,7 +230,7 @@ pub async fn collect(store: &Arc<dyn Store>, events: &Recorder) -> Result<Collec
                     uid: None,
                 };
                 let message = format!(
-                    "not deleted although its owner {} {}: {why} uses it (a config in use is never removed); trying again later",
+                    "not deleted although its owner {} {}: in use by {why} (a config in use is never removed); trying again later",
                     describe(&gone),
                     gone.state.phrase()
                 );

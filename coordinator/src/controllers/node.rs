@@ -340,6 +340,7 @@ async fn reconcile(store: &Arc<dyn Store>, st: &mut State, events: &Recorder) ->
     }
     for pp in &plans {
         record_waits(events, &st.pools.typed[pp.pool].metadata.name, pp, &st.nodes.typed, &st.nodes.hot);
+        record_selector(events, &st.pools.typed[pp.pool]);
     }
     if let (true, Some(left)) = (status_free, throttled) {
         wake = wake.min(left);
@@ -610,6 +611,20 @@ fn record_progress(events: &Recorder, pool: &MachineConfigPool, new: &MachineCon
             if forgiven.is_empty() { String::new() } else { format!("; forgiven: {}", names_text(&forgiven)) }
         );
         events.emit(&about, EventType::Normal, reasons::ROLLOUT_RESUMED, &msg);
+    }
+}
+
+/// MCO's Warning for a pool whose `nodeSelector` is empty: it selects no node (an empty selector
+/// selecting every node would take the whole fleet), which a user who wrote `{}` meaning "all"
+/// was not told.
+fn record_selector(events: &Recorder, pool: &MachineConfigPool) {
+    let about = Involved::pool(&pool.metadata.name);
+    if pool.spec.node_selector.as_ref().is_some_and(|s| s.is_empty()) {
+        let msg = "This machineconfigpool is selecting all nodes. A non-empty selector is required: \
+                   until it has one, it selects no node.";
+        events.emit(&about, EventType::Warning, reasons::SELECTING_ALL, msg);
+    } else {
+        events.forget(&about, reasons::SELECTING_ALL);
     }
 }
 

@@ -1583,10 +1583,14 @@ async fn named_holders(client: &Client, path: &str) -> Option<String> {
 /// What holds a pool that is not Updated, from its status (None: nothing it says, e.g. nodes
 /// still updating): the not-ready counts and the conditions of [`held_by_conditions`].
 fn held_by(pool: &Value) -> Option<String> {
-    let parts: Vec<String> = [not_all_ready(pool).map(|r| format!("{r} {SEE_NODES}")), held_by_conditions(pool)]
-        .into_iter()
-        .flatten()
-        .collect();
+    // A paused pool moves no node: the first thing a timeout should say.
+    let paused = (pool.pointer("/spec/paused").and_then(Value::as_bool) == Some(true))
+        .then(|| "the pool is paused (spec.paused)".to_string());
+    let parts: Vec<String> =
+        [paused, not_all_ready(pool).map(|r| format!("{r} {SEE_NODES}")), held_by_conditions(pool)]
+            .into_iter()
+            .flatten()
+            .collect();
     (!parts.is_empty()).then(|| parts.join("; "))
 }
 
@@ -1904,6 +1908,9 @@ mod tests {
             json!({"machineCount": 4, "updatedMachineCount": 2, "readyMachineCount": 2, "unavailableMachineCount": 1});
         assert_eq!(held_by(&p), None);
         assert!(progress_line(&p, "worker", None).ends_with("2/4 updated, 0 degraded, target r2"));
+        // A paused pool: what a timeout says first.
+        p["spec"]["paused"] = json!(true);
+        assert_eq!(held_by(&p).as_deref(), Some("the pool is paused (spec.paused)"));
         assert_eq!(shortened(&"x".repeat(200)).chars().count(), 162);
     }
 

@@ -222,6 +222,9 @@ pub fn only_annotations_changed(stored: &Value, next: &Value) -> bool {
 /// Ignition version has (a typo such as `contens`), which MCO's render ignores without a word
 /// and the node then writes an empty file for. kubectl prints each as `Warning: ...`.
 pub fn object_warnings(r: &ResourceType, obj: &Value) -> Vec<String> {
+    if r.kind == "MachineConfigPool" {
+        return pool_warnings(obj);
+    }
     if r.kind != "MachineConfig" {
         return Vec::new();
     }
@@ -255,6 +258,22 @@ pub fn generated_config_causes(r: &ResourceType, obj: &Value, stored: &Value) ->
             aloft_api::annotations::GENERATED_BY
         ),
     )]
+}
+
+/// A rollout policy that says less than it seems to: a breaker that tolerates as many failures
+/// as there are canaries lets a canary batch that fails entirely go on to the batches (Flight
+/// Control's per-batch success threshold would stop it).
+fn pool_warnings(obj: &Value) -> Vec<String> {
+    let rollout = obj.pointer("/spec/rollout");
+    let int = |k: &str| rollout.and_then(|r| r.get(k)).and_then(Value::as_i64);
+    match (int("canary"), int("maxFailures")) {
+        (Some(canary), Some(k)) if canary > 0 && k >= canary => vec![format!(
+            "spec.rollout.maxFailures {k} is not below spec.rollout.canary {canary}: canaries that all fail \
+             do not stop the rollout (set maxFailures to at most {})",
+            canary - 1
+        )],
+        _ => Vec::new(),
+    }
 }
 
 /// The most all annotations of an object may hold, keys and values, as in Kubernetes.
@@ -416,6 +435,18 @@ pub fn object_causes(r: &ResourceType, obj: &Value) -> Vec<StatusCause> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_breaker_that_lets_every_canary_fail_is_warned_about() {
+        let pool = |rollout: Value| serde_json::json!({"spec": {"rollout": rollout}});
+        let w = pool_warnings(&pool(serde_json::json!({"canary": 1, "maxFailures": 1})));
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(w[0].contains("set maxFailures to at most 0"), "{}", w[0]);
+        assert!(pool_warnings(&pool(serde_json::json!({"canary": 2, "maxFailures": 1}))).is_empty());
+        assert!(pool_warnings(&pool(serde_json::json!({"canary": 0, "maxFailures": 3}))).is_empty());
+        assert!(pool_warnings(&pool(serde_json::json!({"canary": 2}))).is_empty(), "no breaker");
+        assert!(pool_warnings(&serde_json::json!({"spec": {}})).is_empty());
+    }
 
     #[test]
     fn only_an_annotation_change_skips_the_whole_check() {
