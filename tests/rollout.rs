@@ -620,11 +620,25 @@ fn unavailable(n: &Value) -> bool {
     !ready
         || cordoned(n)
         || (!desired.is_empty() && desired != annotation(n, ann::CURRENT_CONFIG))
-        || annotation(n, ann::STATE) == "Working"
+        || ["Working", "Degraded", "Unreconcilable"].contains(&annotation(n, ann::STATE))
 }
 
+/// The budget binds (the pool allows two, the budget one), through two SIGKILLs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn invariant_holds_with_real_agents_through_coordinator_sigkills() {
+    invariant_through_sigkills(true).await;
+}
+
+/// The pool's own limit binds (maxUnavailable 1, no budget), through two SIGKILLs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_unavailable_holds_with_real_agents_through_coordinator_sigkills() {
+    invariant_through_sigkills(false).await;
+}
+
+/// Three real agents roll out a config that reboots each, the coordinator SIGKILLed as the first
+/// node goes down and while the second reboots; every sample of the Nodes has at most one
+/// unavailable, the limit set by the budget (`by_budget`) or by the pool's maxUnavailable.
+async fn invariant_through_sigkills(by_budget: bool) {
     let mut c = Coordinator::start_with(Options { fixed_port: true, ..Default::default() });
     let admin = c.client();
     let bootstrap = c.create_token("fleet", "bootstrap");
@@ -649,17 +663,21 @@ async fn invariant_holds_with_real_agents_through_coordinator_sigkills() {
         Ok((done == 3).then_some(()))
     })
     .await;
-    // The pool allows two at a time; the budget (2 of 3 must stay available) allows one.
-    create(&admin, &MACHINE_CONFIG_POOL, &worker_pool(false, json!({"maxUnavailable": 2}))).await;
-    create(
-        &admin,
-        &NODE_DISRUPTION_BUDGET,
-        &ndb(
-            "workers",
-            json!({"selector": {"matchLabels": {"node-role.kubernetes.io/worker": ""}}, "minAvailable": 2}),
-        ),
-    )
-    .await;
+    if by_budget {
+        // The pool allows two at a time; the budget (2 of 3 must stay available) allows one.
+        create(&admin, &MACHINE_CONFIG_POOL, &worker_pool(false, json!({"maxUnavailable": 2}))).await;
+        create(
+            &admin,
+            &NODE_DISRUPTION_BUDGET,
+            &ndb(
+                "workers",
+                json!({"selector": {"matchLabels": {"node-role.kubernetes.io/worker": ""}}, "minAvailable": 2}),
+            ),
+        )
+        .await;
+    } else {
+        create(&admin, &MACHINE_CONFIG_POOL, &worker_pool(false, json!({"maxUnavailable": 1}))).await;
+    }
     let allowed = 1;
     // A unit with no disruption policy: every node drains and reboots.
     let unit = json!({
@@ -706,7 +724,8 @@ async fn invariant_holds_with_real_agents_through_coordinator_sigkills() {
             max_seen = max_seen.max(now_unavailable.len());
             assert!(
                 now_unavailable.len() <= allowed,
-                "round {round}: {now_unavailable:?} unavailable at once; the budget allows {allowed}"
+                "round {round}: {now_unavailable:?} unavailable at once; the {} allows {allowed}",
+                if by_budget { "budget" } else { "pool" }
             );
             if on_target == 3 {
                 break;
@@ -739,7 +758,9 @@ async fn invariant_holds_with_real_agents_through_coordinator_sigkills() {
     assert_eq!(rebooted, 3, "each node rebooted once");
     assert_eq!(kills, 2, "the coordinator was killed twice mid-rollout");
     assert!(samples > 20 && max_seen == allowed, "sampled {samples} times, at most {max_seen} unavailable");
-    event_with(&admin, "MachineConfigPool", "worker", "BudgetBlocked", "NodeDisruptionBudget workers").await;
+    if by_budget {
+        event_with(&admin, "MachineConfigPool", "worker", "BudgetBlocked", "NodeDisruptionBudget workers").await;
+    }
     for n in &names {
         let node = node(&admin, n).await;
         assert!(!cordoned(&node), "{n} uncordoned after Done");
