@@ -117,6 +117,9 @@ pub async fn ensure(root: &Root, e: &Enrollment<'_>) -> Result<Credential> {
     Ok(cred)
 }
 
+/// How long one enrollment attempt may take, connection and answer.
+const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// The longest wait between two enrollment attempts.
 const MOST_BETWEEN_ATTEMPTS: Duration = Duration::from_secs(60);
 
@@ -135,21 +138,32 @@ fn answer_is_transient(code: u16) -> bool {
 async fn post_until_answered(client: &Client, server: &str, body: &serde_json::Value) -> Result<Reply> {
     let mut wait = Duration::from_secs(1);
     loop {
-        let failure = match client.post("/aloft/v1/enroll", body).await {
-            Ok(reply) if !answer_is_transient(reply.code) => return Ok(reply),
-            Ok(reply) => {
-                let said = reply.body.get("message").and_then(|m| m.as_str()).map(str::to_string);
-                let said = said.unwrap_or_else(|| reply.body.to_string());
-                // A proxy's error page can be long: its start says enough.
-                format!("HTTP {}: {}", reply.code, said.chars().take(200).collect::<String>())
-            }
-            Err(e) => format!("{e:#}"),
+        let failure = match attempt(client, body).await {
+            Ok(reply) => return Ok(reply),
+            Err(failure) => failure,
         };
         tracing::warn!(coordinator = server, error = %failure, retry_in_s = wait.as_secs(), "cannot enroll yet; retrying");
         crate::notify::extend_start(wait + Duration::from_secs(30));
         crate::notify::status(&format!("enrolling with {server}: {failure}; retrying in {} s", wait.as_secs()));
         tokio::time::sleep(wait).await;
         wait = (wait * 2).min(MOST_BETWEEN_ATTEMPTS);
+    }
+}
+
+/// One enrollment request: the answer, or why it is worth asking again (unreachable, no answer
+/// in time, a 5xx or 429). Each attempt has its own deadline: a listener that accepts and never
+/// answers (a proxy whose backend is down) held the first attempt forever, with nothing logged.
+async fn attempt(client: &Client, body: &serde_json::Value) -> Result<Reply, String> {
+    match tokio::time::timeout(ATTEMPT_TIMEOUT, client.post("/aloft/v1/enroll", body)).await {
+        Err(_) => Err(format!("no answer within {} s", ATTEMPT_TIMEOUT.as_secs())),
+        Ok(Ok(reply)) if !answer_is_transient(reply.code) => Ok(reply),
+        Ok(Ok(reply)) => {
+            let said = reply.body.get("message").and_then(|m| m.as_str()).map(str::to_string);
+            let said = said.unwrap_or_else(|| reply.body.to_string());
+            // A proxy's error page can be long: its start says enough.
+            Err(format!("HTTP {}: {}", reply.code, said.chars().take(200).collect::<String>()))
+        }
+        Ok(Err(e)) => Err(format!("{e:#}")),
     }
 }
 
@@ -181,6 +195,20 @@ pub async fn enroll_again(root: &Root, e: &Enrollment<'_>, why: &str) -> Result<
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A listener that accepts and never answers: the attempt ends at its deadline (on tokio's
+    /// paused clock, at once), worth another.
+    #[tokio::test(start_paused = true)]
+    async fn an_attempt_that_gets_no_answer_ends_at_its_deadline() {
+        install_crypto();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let client =
+            Client::new(&ClientConfig { server: format!("https://{addr}"), ca_pem: None, token: None }).unwrap();
+        let got = attempt(&client, &serde_json::json!({})).await;
+        assert_eq!(got.err().as_deref(), Some("no answer within 30 s"));
+        drop(listener);
+    }
 
     #[test]
     fn only_answers_that_may_change_are_asked_again() {

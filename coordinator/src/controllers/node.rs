@@ -284,7 +284,9 @@ async fn reconcile(store: &Arc<dyn Store>, st: &mut State, events: &Recorder) ->
         targeted[k].push(node_name);
     }
     for pp in &plans {
-        if let Some(Wait::Policy(HoldReason::Soaking { until: Some(until), .. })) = &pp.wait {
+        // From the soak, not the wait: a paused pool's nodes wait for the pause, and the soak's
+        // end still changes its condition.
+        if let Some(HoldReason::Soaking { until: Some(until), .. }) = &pp.soak {
             let left = (*until - now).to_std().unwrap_or_default() + Duration::from_millis(100);
             wake = wake.min(left);
         }

@@ -117,6 +117,11 @@ async fn reconcile_pool(store: &Arc<dyn Store>, mcs: &[MachineConfig], raw: Valu
             match mcs.iter().find(|m| m.metadata.name == name) {
                 None => create_rendered(store, &pool, &rendered.machine_config).await?,
                 Some(existing) if adopts(existing, &pool) => adopt(store, &pool, &rendered.machine_config).await?,
+                Some(existing)
+                    if aloft_api::render::is_generated(existing) && existing.spec != rendered.machine_config.spec =>
+                {
+                    restore(store, &pool, &rendered.machine_config).await?
+                }
                 Some(_) => {}
             }
             let want = PoolConfiguration { name, source: rendered.sources, extra: Default::default() };
@@ -177,6 +182,30 @@ async fn create_rendered(
         Err(e) => return Err(e),
     }
     Ok(())
+}
+
+/// Put back the spec of the pool's target when the stored one differs from what its name is the
+/// hash of. Admission refuses edits of a rendered config, but a delete and a create in a row
+/// (`kubectl replace --force`) can win the race with this controller's own create, and an
+/// import can bring one: nodes that joined after it got other contents under the same name.
+async fn restore(store: &Arc<dyn Store>, pool: &MachineConfigPool, rendered: &MachineConfig) -> Result<(), StoreError> {
+    let key = Key::cluster(&MACHINE_CONFIG.store_key(), &rendered.metadata.name);
+    let Some(stored) = store.get(&key).await? else {
+        return create_rendered(store, pool, rendered).await;
+    };
+    let mut obj = (*stored.object).clone();
+    let rev = revision_of(&obj);
+    obj["spec"] = to_value(&rendered.spec)?;
+    match store.update(&key, obj, rev).await {
+        Ok(_) => {
+            tracing::warn!(pool = %pool.metadata.name, config = %rendered.metadata.name,
+                "a rendered config's contents differed from what its name stands for; put back");
+            Ok(())
+        }
+        Err(StoreError::NotFound(_)) => create_rendered(store, pool, rendered).await,
+        Err(StoreError::Conflict { .. }) => Ok(()),
+        Err(e) => Err(e),
+    }
 }
 
 /// Whether `pool` takes over `mc`, the rendered config it renders to: when `mc` names as its
@@ -247,6 +276,39 @@ async fn adopt(store: &Arc<dyn Store>, pool: &MachineConfigPool, rendered: &Mach
 mod tests {
     use super::*;
     use aloft_api::meta::find_condition;
+
+    /// The pool's target stored with other contents than its name stands for (a delete and a
+    /// create in a row that won the race with this controller) gets them back at the next render.
+    #[tokio::test]
+    async fn a_target_with_other_contents_is_put_back() {
+        use crate::store::SqliteStore;
+        use serde_json::json;
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&dir.path().join("s.db")).unwrap());
+        let mut pool = json!({"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfigPool",
+            "metadata": {"name": "worker", "uid": "u-worker"},
+            "spec": {"machineConfigSelector": {"matchLabels": {"machineconfiguration.openshift.io/role": "worker"}},
+                "nodeSelector": {"matchLabels": {"node-role.kubernetes.io/worker": ""}}}});
+        objects::prepare_create(&mut pool, "");
+        store.create(&Key::cluster(&MACHINE_CONFIG_POOL.store_key(), "worker"), pool).await.unwrap();
+        let mut mc = json!({"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfig",
+            "metadata": {"name": "50-a", "labels": {"machineconfiguration.openshift.io/role": "worker"}},
+            "spec": {"config": {"ignition": {"version": "3.4.0"}, "storage": {"files": [
+                {"path": "/etc/a", "contents": {"source": "data:,good"}}]}}}});
+        objects::prepare_create(&mut mc, "");
+        store.create(&Key::cluster(&MACHINE_CONFIG.store_key(), "50-a"), mc).await.unwrap();
+        reconcile_all(&store).await.unwrap();
+        let pool = store.get(&Key::cluster(&MACHINE_CONFIG_POOL.store_key(), "worker")).await.unwrap().unwrap();
+        let target = pool.object.pointer("/spec/configuration/name").and_then(Value::as_str).unwrap().to_string();
+        let key = Key::cluster(&MACHINE_CONFIG.store_key(), &target);
+        let good = store.get(&key).await.unwrap().unwrap().object["spec"].clone();
+        let mut tampered = (*store.get(&key).await.unwrap().unwrap().object).clone();
+        let rev = revision_of(&tampered);
+        tampered["spec"]["config"]["storage"]["files"][0]["contents"]["source"] = json!("data:,evil");
+        store.update(&key, tampered, rev).await.unwrap();
+        reconcile_all(&store).await.unwrap();
+        assert_eq!(store.get(&key).await.unwrap().unwrap().object["spec"], good);
+    }
 
     /// A render over degraded nodes keeps the node controller's wording of Degraded; a render
     /// failure takes it over; neither leaves Degraded True without a message.

@@ -1317,7 +1317,9 @@ async fn degraded_elsewhere(client: &Client, pool: &Value, target: &str) -> Resu
         let elsewhere = facts.drain_failure.is_empty()
             && failing_state(&facts.state)
             && !facts.failed_config.is_empty()
-            && facts.failed_config != target;
+            && facts.failed_config != target
+            // Drift names the config the node runs: found on its disk, it goes nowhere by itself.
+            && facts.failed_config != facts.current;
         if !elsewhere {
             return Ok(None);
         }

@@ -238,26 +238,53 @@ pub fn object_warnings(r: &ResourceType, obj: &Value) -> Vec<String> {
 /// MachineConfigs render to, the nodes already on it check their disks against it, and the render
 /// controller never looks at it again: an edit reached only the nodes that had not yet updated,
 /// and read as drift (Degraded) on the others. MCO documents rendered configs as not meant to be
-/// changed and lets the edit through; here it gets the way that works. Judged by the stored
-/// object, so dropping the generated-by annotation in the same write does not lift it; metadata
-/// (labels, annotations, finalizers) may change, and deleting an unused one is the garbage
-/// collector's or the admin's call.
+/// changed and lets the edit through; here it gets the way that works. "Rendered" is the render
+/// controller's own rule ([`aloft_api::render::is_generated`]: owned by a pool, or a `rendered-`
+/// name with the generated-by annotation), judged on the stored object, and what marks it may not
+/// be dropped either (a write that dropped the annotation, then one that edited the spec, got
+/// through). Source configs exported from OpenShift carry the annotation too (`00-worker`): they
+/// are inputs here, and editable. Labels, other annotations and finalizers may change.
 pub fn generated_config_causes(r: &ResourceType, obj: &Value, stored: &Value) -> Vec<StatusCause> {
-    let generated = stored.pointer("/metadata/annotations").and_then(|a| a.get(aloft_api::annotations::GENERATED_BY));
-    if r.kind != "MachineConfig" || generated.is_none() || obj.get("spec") == stored.get("spec") {
+    if r.kind != "MachineConfig" || !rendered_config(stored) {
         return Vec::new();
     }
     let name = stored.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
-    vec![cause(
-        "spec",
-        "FieldValueForbidden",
-        format!(
-            "Forbidden: {name} is rendered by aloft from its pool's MachineConfigs (annotation {}) \
-             and may not be changed: edit or add a MachineConfig that the pool's \
-             machineConfigSelector picks, and the pool renders and rolls out a new config",
-            aloft_api::annotations::GENERATED_BY
-        ),
-    )]
+    let mut out = Vec::new();
+    if obj.get("spec") != stored.get("spec") {
+        out.push(cause(
+            "spec",
+            "FieldValueForbidden",
+            format!(
+                "Forbidden: {name} is rendered by aloft from its pool's MachineConfigs and may not be changed: \
+                 edit or add a MachineConfig that the pool's machineConfigSelector picks, and the pool renders \
+                 and rolls out a new config"
+            ),
+        ));
+    }
+    if !rendered_config(obj) {
+        out.push(cause(
+            "metadata",
+            "FieldValueForbidden",
+            format!(
+                "Forbidden: {name} is rendered by aloft: its ownerReference to its pool, and the annotation {} \
+                 of a rendered- name, may not be removed",
+                aloft_api::annotations::GENERATED_BY
+            ),
+        ));
+    }
+    out
+}
+
+/// [`aloft_api::render::is_generated`] on the object as JSON (a rendered config can be large:
+/// no typed copy for each write).
+fn rendered_config(v: &Value) -> bool {
+    let owned = v
+        .pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .is_some_and(|refs| refs.iter().any(|o| o.get("kind").and_then(Value::as_str) == Some("MachineConfigPool")));
+    let named = v.pointer("/metadata/name").and_then(Value::as_str).is_some_and(|n| n.starts_with("rendered-"));
+    let marked = v.pointer("/metadata/annotations").and_then(|a| a.get(aloft_api::annotations::GENERATED_BY)).is_some();
+    owned || (named && marked)
 }
 
 /// A rollout policy that says less than it seems to: a breaker that tolerates as many failures
@@ -435,6 +462,42 @@ pub fn object_causes(r: &ResourceType, obj: &Value) -> Vec<StatusCause> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The render controller's rule, on JSON: a source config exported from OpenShift with the
+    /// annotation is an input; a rendered one is known by its pool, or by its name and annotation.
+    #[test]
+    fn rendered_configs_are_told_by_the_render_controllers_rule() {
+        use aloft_api::render::is_generated;
+        let cases = [
+            serde_json::json!({"metadata": {"name": "00-worker", "annotations": {aloft_api::annotations::GENERATED_BY: "x"}}}),
+            serde_json::json!({"metadata": {"name": "rendered-worker-1", "annotations": {aloft_api::annotations::GENERATED_BY: "x"}}}),
+            serde_json::json!({"metadata": {"name": "rendered-by-hand"}}),
+            serde_json::json!({"metadata": {"name": "x", "ownerReferences": [{"kind": "MachineConfigPool", "name": "worker", "uid": "u", "apiVersion": "v"}]}}),
+        ];
+        for c in cases {
+            let typed: aloft_api::MachineConfig = serde_json::from_value(c.clone()).unwrap();
+            assert_eq!(rendered_config(&c), is_generated(&typed), "{c}");
+        }
+        let mc = ResourceType { kind: "MachineConfig", ..crate::resources::MACHINE_CONFIG };
+        let stored = serde_json::json!({"metadata": {"name": "rendered-worker-1",
+            "annotations": {aloft_api::annotations::GENERATED_BY: "x"}}, "spec": {"fips": false}});
+        let mut dropped = stored.clone();
+        dropped["metadata"]["annotations"] = serde_json::json!({});
+        let causes = generated_config_causes(&mc, &dropped, &stored);
+        assert_eq!(causes.len(), 1, "{causes:?}");
+        assert_eq!(causes[0].field, "metadata");
+        let mut edited = stored.clone();
+        edited["spec"]["fips"] = true.into();
+        assert_eq!(generated_config_causes(&mc, &edited, &stored)[0].field, "spec");
+        let mut labelled = stored.clone();
+        labelled["metadata"]["labels"] = serde_json::json!({"keep": "yes"});
+        assert!(generated_config_causes(&mc, &labelled, &stored).is_empty());
+        let source = serde_json::json!({"metadata": {"name": "00-worker",
+            "annotations": {aloft_api::annotations::GENERATED_BY: "x"}}, "spec": {"fips": false}});
+        let mut edited = source.clone();
+        edited["spec"]["fips"] = true.into();
+        assert!(generated_config_causes(&mc, &edited, &source).is_empty(), "an input, editable");
+    }
 
     #[test]
     fn a_breaker_that_lets_every_canary_fail_is_warned_about() {
