@@ -143,7 +143,8 @@ async fn post_until_answered(client: &Client, server: &str, body: &serde_json::V
             Err(failure) => failure,
         };
         tracing::warn!(coordinator = server, error = %failure, retry_in_s = wait.as_secs(), "cannot enroll yet; retrying");
-        crate::notify::extend_start(wait + Duration::from_secs(30));
+        // The wait, the next attempt at its longest, and room to spare.
+        crate::notify::extend_start(wait + ATTEMPT_TIMEOUT + Duration::from_secs(30));
         crate::notify::status(&format!("enrolling with {server}: {failure}; retrying in {} s", wait.as_secs()));
         tokio::time::sleep(wait).await;
         wait = (wait * 2).min(MOST_BETWEEN_ATTEMPTS);
