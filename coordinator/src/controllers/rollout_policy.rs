@@ -167,6 +167,12 @@ pub fn evaluate(
         // degraded node, not a rollout to stop; counting it re-opened the breaker over a
         // finished pool.
         st.failed_nodes.clear();
+        // A resume asked for now has nothing to resume; taken as seen, so that it does not
+        // resume a later config's breaker the moment that one trips (`rollout resume` sent
+        // just as the rollout finished, or the annotation set by hand).
+        if let Some(token) = resume.filter(|t| !t.is_empty()) {
+            st.resume_token = token.to_string();
+        }
         return Evaluation { gate: Gate::Pick { limit: None }, status: st };
     }
     if let Some(token) = resume.filter(|t| !t.is_empty() && *t != st.resume_token) {
@@ -395,6 +401,26 @@ mod tests {
         assert!(matches!(e.gate, Gate::Hold(HoldReason::CircuitBroken { ref failed, .. }) if failed == &["c", "d"]));
         // A new config closes it.
         let e = eval(Some(&p), Some(&e.status), Some("t1"), &ConfigName::new("r3"), &names, &f, now);
+        assert_eq!(e.gate, Gate::Pick { limit: None });
+    }
+
+    /// A resume that arrives when the rollout is over is taken as seen: the next config's
+    /// breaker, once tripped, stays open (it was resumed at once by the stale annotation).
+    #[test]
+    fn a_resume_after_the_rollout_finished_does_not_resume_the_next_trip() {
+        let names = ["a", "b"];
+        let p = policy(0, 0, Some(0));
+        let now = t("2026-01-01T00:00:00Z");
+        let done: Vec<NodeFacts> = (0..2).map(|_| facts("r2", "r2", "Done")).collect();
+        let e = eval(Some(&p), None, Some("late"), &ConfigName::new("r2"), &names, &done, now);
+        assert_eq!(e.status.phase, RolloutPhase::Complete);
+        assert_eq!(e.status.resume_token, "late");
+        let mut f = done.clone();
+        f[0] = facts("r3", "r2", "Degraded");
+        let e = eval(Some(&p), Some(&e.status), Some("late"), &ConfigName::new("r3"), &names, &f, now);
+        assert!(matches!(e.gate, Gate::Hold(HoldReason::CircuitBroken { .. })), "{:?}", e.gate);
+        // A new resume does.
+        let e = eval(Some(&p), Some(&e.status), Some("now"), &ConfigName::new("r3"), &names, &f, now);
         assert_eq!(e.gate, Gate::Pick { limit: None });
     }
 
