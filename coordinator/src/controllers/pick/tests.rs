@@ -208,6 +208,26 @@ fn budgets_hold_nodes_across_pools_and_name_themselves() {
     assert_eq!(plans[1].blocked[0].1, vec![1, 2]);
 }
 
+/// A budget's percentages round up, as a PodDisruptionBudget's: `minAvailable: "50%"` of 5 keeps
+/// 3 (2 may go), `maxUnavailable: "30%"` of 5 lets 2 go; the pool (maxUnavailable 5) is not the
+/// limit.
+#[test]
+fn budget_percentages_round_up_as_a_pdbs() {
+    let nodes: Vec<Node> = (0..5)
+        .map(|i| {
+            node(&format!("n{i}"), json!({"node-role.kubernetes.io/worker": "", "app": "db"}), "r1", "r1", "Done", true)
+        })
+        .collect();
+    let pools = [pool("worker", json!(5), "r2", json!({}))];
+    for spec in [json!({"minAvailable": "50%"}), json!({"maxUnavailable": "30%"})] {
+        let mut b = json!({"metadata": {"name": "db"}, "spec": {"selector": {"matchLabels": {"app": "db"}}}});
+        b["spec"].as_object_mut().unwrap().extend(spec.as_object().unwrap().clone());
+        let budgets: Vec<NodeDisruptionBudget> = vec![serde_json::from_value(b).unwrap()];
+        let p = plan(Snapshot { nodes: &nodes, pools: &pools, budgets: &budgets }, now()).remove(0);
+        assert_eq!(p.picks.len(), 2, "{spec}: {:?}", picked_names(&nodes, &p));
+    }
+}
+
 #[test]
 fn prestage_every_waiting_node_and_none_of_the_picked() {
     let nodes: Vec<Node> = (0..3).map(|i| node(&format!("n{i}"), worker(), "r1", "r1", "Done", true)).collect();
