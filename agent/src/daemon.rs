@@ -281,7 +281,9 @@ pub async fn print_status(root: &Path, json: bool, bus_address: Option<&str>) ->
             let path = status_path(root);
             let text = std::fs::read_to_string(&path).with_context(|| {
                 format!(
-                    "agent status not on D-Bus ({bus_err}) nor at {} (is aloft-agent running on this root?)",
+                    "agent status not on D-Bus ({bus_err}) nor at {} (is aloft-agent running on this root? \
+                     One still starting, waiting to enroll, says what it waits for in \
+                     `systemctl status aloft-agent` and its log)",
                     path.display()
                 )
             })?;
