@@ -214,7 +214,7 @@ impl Agent {
     /// once per config.
     pub(super) fn maybe_prestage(&mut self, node: &crate::coordinator::NodeView) {
         let name = node.annotation(prestage::PRESTAGE_CONFIG);
-        if self.os.is_none() {
+        let Some(os) = &self.os else {
             // Said once per config: the request stays on the Node unanswered, and without this
             // nothing told why.
             if !name.is_empty() && self.prestage_started.as_deref() != Some(name) {
@@ -222,8 +222,7 @@ impl Agent {
                 tracing::info!(config = name, "not pre-staging: this node does not manage its OS (no OS helper)");
             }
             return;
-        }
-        let Some(os) = &self.os else { return };
+        };
         if name.is_empty()
             || node.annotation(prestage::PRESTAGED_CONFIG) == name
             || self.prestage_started.as_deref() == Some(name)

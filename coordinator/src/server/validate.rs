@@ -275,16 +275,11 @@ pub fn generated_config_causes(r: &ResourceType, obj: &Value, stored: &Value) ->
     out
 }
 
-/// [`aloft_api::render::is_generated`] on the object as JSON (a rendered config can be large:
-/// no typed copy for each write).
+/// The render controller's rule on the object as JSON ([`crate::config_use::owner_pool`], the
+/// one `adm prune` and the garbage collector use: a rendered config can be large, and needs no
+/// typed copy for each write).
 fn rendered_config(v: &Value) -> bool {
-    let owned = v
-        .pointer("/metadata/ownerReferences")
-        .and_then(Value::as_array)
-        .is_some_and(|refs| refs.iter().any(|o| o.get("kind").and_then(Value::as_str) == Some("MachineConfigPool")));
-    let named = v.pointer("/metadata/name").and_then(Value::as_str).is_some_and(|n| n.starts_with("rendered-"));
-    let marked = v.pointer("/metadata/annotations").and_then(|a| a.get(aloft_api::annotations::GENERATED_BY)).is_some();
-    owned || (named && marked)
+    crate::config_use::owner_pool(v).is_some()
 }
 
 /// A rollout policy that says less than it seems to: a breaker that tolerates as many failures
