@@ -166,7 +166,7 @@ impl Fleet {
                     }
                     let boots = vm.boots();
                     for b in &boots {
-                        let serial = vm.dir.join(format!("serial-{}.log", b.boot));
+                        let serial = &b.serial;
                         kept.push(format!(
                             "  {} boot {}: {} (entry {}; ready after {:?}; release {:?}; ended {:?})",
                             vm.name,
@@ -180,9 +180,9 @@ impl Fleet {
                         // CI keeps only the test's output: the console of a boot that never came
                         // up (or of the last one) says why, e.g. an initramfs that found no root.
                         if b.ready_after.is_none() || Some(b.boot) == boots.last().map(|l| l.boot) {
-                            kept.push(format!("    last lines of serial-{}.log:", b.boot));
+                            kept.push(format!("    last lines of {}:", serial.display()));
                             kept.extend(
-                                serial_tail(&serial, SERIAL_TAIL_LINES).into_iter().map(|l| format!("    | {l}")),
+                                serial_tail(serial, SERIAL_TAIL_LINES).into_iter().map(|l| format!("    | {l}")),
                             );
                         }
                     }

@@ -102,6 +102,9 @@ pub struct BootRecord {
     pub release: Option<String>,
     /// How it ended (None while running): `guest-reset`, `guest-shutdown`, `power-cut`, ...
     pub end: Option<String>,
+    /// Its console log. A boot the harness power-cycled after a guest kernel hang is tried again
+    /// under the same number; the hung attempt's log is kept as `serial-N-hung-K.log`.
+    pub serial: PathBuf,
 }
 
 enum Control {
@@ -156,7 +159,45 @@ enum Exit {
     PowerCut,
     /// The handle is gone.
     Dropped,
+    /// The guest kernel reported a CPU stuck for minutes before the boot was ready (see
+    /// [`kernel_hang`]); QEMU is killed.
+    Hung(String),
     Failed(String),
+}
+
+/// How long a guest CPU must be reported stuck before the harness power-cycles the VM. Under TCG
+/// on a loaded host a lockup report of 20-40 s can be transient (the vCPU thread was not
+/// scheduled); one of minutes has not come back in any run we have (CI once saw `CPU#1 stuck for
+/// 540s! [systemd:1]` until the boot timeout).
+const HANG_AFTER: Duration = Duration::from_secs(120);
+
+/// How many hung boots a VM is power-cycled out of before its test fails: a real host's hardware
+/// watchdog resets it the same way, and a guest that hangs again is a finding, not an accident.
+const MAX_HANG_RESETS: u32 = 2;
+
+/// The guest kernel's own report of a hang on the console: a soft lockup of at least `at_least`
+/// (`watchdog: BUG: soft lockup - CPU#1 stuck for 130s! [systemd:1]`), or with `at_least` zero,
+/// any lockup or RCU stall report. The line, to name in the boot's record.
+///
+/// A kernel hang is the emulator's (TCG) or the guest kernel's, never aloft's: aloft runs in user
+/// space, and the reports name a CPU spinning in the kernel. Waiting out the boot timeout and
+/// failing the test would report an accident of the host as a finding.
+pub fn kernel_hang(serial: &str, at_least: Duration) -> Option<String> {
+    serial
+        .lines()
+        .find_map(|line| {
+            let line = line.trim_end_matches('\r');
+            let report = line.find("soft lockup - CPU#").map(|i| &line[i..])?;
+            let secs: u64 = report.split("stuck for ").nth(1)?.split('s').next()?.parse().ok()?;
+            (secs >= at_least.as_secs()).then(|| report.trim().to_string())
+        })
+        .or_else(|| {
+            at_least.is_zero().then_some(())?;
+            serial
+                .lines()
+                .find(|l| l.contains("self-detected stall on CPU") || l.contains("detected stalls on CPUs"))
+                .map(|l| l.trim_end_matches('\r').trim().to_string())
+        })
 }
 
 impl Vm {
@@ -424,22 +465,69 @@ impl Supervisor {
     }
 
     fn end_boot(&self, boot: u32, end: &str) {
-        if let Some(b) = self.boots.lock().expect("boots").iter_mut().find(|b| b.boot == boot) {
+        if let Some(b) = self.boots.lock().expect("boots").iter_mut().rev().find(|b| b.boot == boot) {
             b.end = Some(end.to_string());
+        }
+    }
+
+    /// Keep a hung attempt's console and QEMU logs beside the retry's (which take the boot's
+    /// usual names); the boot's record points at the kept console log.
+    fn keep_hung_logs(&self, boot: u32, attempt: u32) {
+        for log in ["serial", "qemu"] {
+            let from = self.dir.join(format!("{log}-{boot}.log"));
+            let to = self.dir.join(format!("{log}-{boot}-hung-{attempt}.log"));
+            if std::fs::rename(&from, &to).is_ok() && log == "serial" {
+                if let Some(b) = self.boots.lock().expect("boots").iter_mut().rev().find(|b| b.boot == boot) {
+                    b.serial = to;
+                }
+            }
         }
     }
 
     async fn run(mut self, first: BootFiles) {
         let mut files = first;
         let mut boot = 0;
+        let mut hangs = 0;
+        let mut again = false;
         loop {
-            boot += 1;
+            if !std::mem::take(&mut again) {
+                boot += 1;
+            }
             let exit = match self.boot_once(boot, &files).await {
                 Ok(exit) => exit,
                 Err(e) => Exit::Failed(format!("{e:#}")),
             };
             let power_cut = match exit {
                 Exit::Dropped => return,
+                Exit::Hung(report) if hangs < MAX_HANG_RESETS => {
+                    hangs += 1;
+                    tracing::warn!(
+                        vm = %self.name, boot, %report,
+                        "the guest kernel hung before the boot was ready: power-cycling the VM and booting again \
+                         ({hangs} of at most {MAX_HANG_RESETS})"
+                    );
+                    self.keep_hung_logs(boot, hangs);
+                    self.end_boot(boot, &format!("hung ({report}); power-cycled by the harness"));
+                    self.set(boot, Phase::Rebooting);
+                    // The firmware and bootloader run again: the same boot, read afresh.
+                    files = match self.read_boot_entry(boot).await {
+                        Ok(f) => f,
+                        Err(e) => {
+                            self.set(boot, Phase::Failed(format!("bootloader: {e:#}")));
+                            return;
+                        }
+                    };
+                    again = true;
+                    continue;
+                }
+                Exit::Hung(report) => {
+                    self.end_boot(boot, "failed");
+                    let msg = format!(
+                        "boot {boot} hung in the guest kernel ({report}) after {hangs} power cycles for the same"
+                    );
+                    self.set(boot, Phase::Failed(msg));
+                    return;
+                }
                 Exit::Failed(msg) => {
                     self.end_boot(boot, "failed");
                     self.set(boot, Phase::Failed(msg));
@@ -557,11 +645,12 @@ impl Supervisor {
             boot_id: None,
             release: None,
             end: None,
+            serial: self.dir.join(format!("serial-{boot}.log")),
         });
         self.set(boot, Phase::Booting);
         let result = self.watch(boot, &mut child, started).await;
         // However the boot ended, this QEMU is gone or goes now.
-        if result.is_err() || matches!(result, Ok(Exit::Dropped)) {
+        if result.is_err() || matches!(result, Ok(Exit::Dropped | Exit::Hung(_))) {
             let _ = kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
             let _ = child.wait().await;
         }
@@ -590,14 +679,19 @@ impl Supervisor {
                     if let Some((boot_id, release)) = parse_ready(&text) {
                         ready = true;
                         let after = started.elapsed();
-                        if let Some(b) = self.boots.lock().expect("boots").iter_mut().find(|b| b.boot == boot) {
+                        if let Some(b) = self.boots.lock().expect("boots").iter_mut().rev().find(|b| b.boot == boot) {
                             b.ready_after = Some(after);
                             b.boot_id = Some(boot_id.clone());
                             b.release = Some(release.clone());
                         }
                         tracing::info!(vm = %self.name, boot, secs = after.as_secs_f64(), %boot_id, %release, "ALOFT-READY");
                         self.set(boot, Phase::Ready { boot_id, release });
+                    } else if let Some(report) = kernel_hang(&text, HANG_AFTER) {
+                        break Some(Exit::Hung(report));
                     } else if tokio::time::Instant::now() >= ready_by {
+                        if let Some(report) = kernel_hang(&text, Duration::ZERO) {
+                            break Some(Exit::Hung(report));
+                        }
                         bail!("boot {boot} did not print ALOFT-READY within {:?} (see {})", self.opts.boot_timeout, serial.display());
                     }
                 }
@@ -659,6 +753,31 @@ mod tests {
             "[0669d8c9    162.000] aloft-agent: update failed error=mkdir /etc/x: Read-only file system"
         );
         assert_eq!(format_journal_line("-- No entries --"), "-- No entries --");
+    }
+
+    #[test]
+    fn hung_kernel() {
+        // From CI's console of a boot that never came up (boot 8 of f_named_cuts).
+        let serial = "[   31.631882] rcu: INFO: rcu_preempt self-detected stall on CPU\r\n\
+                      [   56.592295] watchdog: BUG: soft lockup - CPU#1 stuck for 44s! [systemd:1]\r\n\
+                      [   84.592130] watchdog: BUG: soft lockup - CPU#1 stuck for 70s! [systemd:1]\r\n";
+        assert_eq!(kernel_hang(serial, HANG_AFTER), None, "70 s may still pass under TCG");
+        assert_eq!(
+            kernel_hang(serial, Duration::from_secs(60)).as_deref(),
+            Some("soft lockup - CPU#1 stuck for 70s! [systemd:1]")
+        );
+        let later =
+            format!("{serial}[  148.592119] watchdog: BUG: soft lockup - CPU#1 stuck for 130s! [systemd:1]\r\n");
+        assert_eq!(kernel_hang(&later, HANG_AFTER).as_deref(), Some("soft lockup - CPU#1 stuck for 130s! [systemd:1]"));
+        // At the boot timeout any report will do, a stall alone too.
+        let stall = "[   31.6] rcu: INFO: rcu_preempt self-detected stall on CPU\r\n";
+        assert_eq!(kernel_hang(stall, HANG_AFTER), None);
+        assert_eq!(
+            kernel_hang(stall, Duration::ZERO).as_deref(),
+            Some("[   31.6] rcu: INFO: rcu_preempt self-detected stall on CPU")
+        );
+        let quiet = "[    2.1] EXT4-fs (vda4): mounted filesystem\r\nALOFT-READY boot_id=";
+        assert_eq!(kernel_hang(quiet, Duration::ZERO), None);
     }
 
     #[test]
