@@ -461,6 +461,7 @@ async fn in_process_agent(
         bootstrap_token: None,
         node_name: name,
         labels: &labels,
+        status: None,
     };
     let cred = aloft_agent::enroll::ensure(&root, &enrollment).await.unwrap();
     let client = aloft_client::Client::new(&aloft_client::ClientConfig {
@@ -1232,6 +1233,18 @@ async fn a_first_enrollment_waits_for_the_coordinator() {
     .await;
     assert!(!h.agent_exited(), "the agent waits instead of exiting: {}", h.log());
     assert!(h.log().contains("Connection refused") || h.log().contains("connection refused"), "{}", h.log());
+    // `aloft-agent status` finds the waiting agent and says what it waits for (it found no agent).
+    let out = Command::new(bin("aloft-agent"))
+        .args(["status", "--json", "--bus-address", &h.bus_address])
+        .arg("--root")
+        .arg(h.root.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let st: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(st["state"], aloft_agent::enroll::ENROLLING, "{st}");
+    assert!(st["progress"].as_str().unwrap_or("").starts_with(&format!("waiting to enroll with {}", c.url())), "{st}");
+    assert!(st["reason"].as_str().unwrap_or("").to_lowercase().contains("connection refused"), "{st}");
     c.restart();
     let admin = c.client();
     eventually(Duration::from_secs(60), "the late node to enroll and report Done", || {
@@ -1246,4 +1259,14 @@ async fn a_first_enrollment_waits_for_the_coordinator() {
     .await;
     assert!(!h.agent_exited(), "{}", h.log());
     assert!(h.path("/var/lib/aloft/credential.json").exists());
+    // Enrolled, the agent's own status replaces the wait's.
+    let out = Command::new(bin("aloft-agent"))
+        .args(["status", "--json", "--bus-address", &h.bus_address])
+        .arg("--root")
+        .arg(h.root.path())
+        .output()
+        .unwrap();
+    let st: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    assert_eq!(st["state"], "Done", "{st}");
+    assert_eq!(st["reason"], "", "{st}");
 }

@@ -1261,7 +1261,12 @@ fn lost_reason(s: Standing) -> &'static str {
 
 /// The API of the Node the stored credential names, enrolling again first if that credential
 /// no longer works (its Node was deleted: `kubectl delete node` revokes it).
-async fn node_api(root: &Root, opts: &Options, lost: Option<Standing>) -> Result<NodeApi> {
+async fn node_api(
+    root: &Root,
+    opts: &Options,
+    lost: Option<Standing>,
+    status: Option<&tokio::sync::watch::Sender<AgentStatus>>,
+) -> Result<NodeApi> {
     let connect = |cred: &enroll::Credential| -> Result<NodeApi> {
         let client = Client::new(&ClientConfig {
             server: cred.server.clone(),
@@ -1276,6 +1281,7 @@ async fn node_api(root: &Root, opts: &Options, lost: Option<Standing>) -> Result
         bootstrap_token: opts.bootstrap_token.as_deref(),
         node_name: &opts.node_name,
         labels: &opts.labels,
+        status,
     };
     let mut lost = lost;
     if lost.is_none() {
@@ -1314,28 +1320,33 @@ pub async fn run(opts: Options) -> Result<()> {
         }
         None => None,
     };
-    let api = node_api(&root, &opts, None).await?;
+    // The D-Bus status object, served before enrolling (a first enrollment may wait long for its
+    // coordinator, and says so there); optional, since a sandboxed agent may share a bus.
+    let mut starting = AgentStatus { state: "Starting".into(), progress: "starting".into(), ..Default::default() };
+    starting.touch();
+    let served = match opts.bus_address.as_deref() {
+        Some(a) => StatusService::serve_at_address(a, starting.clone()).await,
+        None => StatusService::serve_system(starting.clone()).await,
+    };
+    let status_tx = match served {
+        Ok(svc) => {
+            let (tx, rx) = tokio::sync::watch::channel(starting);
+            svc.follow(rx);
+            Some(tx)
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "not serving org.aloft.Agent1 on D-Bus; `aloft-agent status` reads the status file");
+            None
+        }
+    };
+    let api = node_api(&root, &opts, None, status_tx.as_ref()).await?;
     let mut agent = Agent::new(root, api, services, opts.drain_timeout)?;
     agent.workload_stop_timeout = opts.workload_stop_timeout;
     agent.metrics = metrics;
+    agent.status_tx = status_tx;
     if let Some(os) = &opts.os {
         agent.os = Some(OsAgent::new(&agent.root, os));
         tracing::info!(helper = %os.helper_socket.display(), "managing the OS through aloft-os-helper");
-    }
-    // The D-Bus status object: optional, since a sandboxed agent may share a bus with others.
-    let served = match opts.bus_address.as_deref() {
-        Some(a) => StatusService::serve_at_address(a, AgentStatus::default()).await,
-        None => StatusService::serve_system(AgentStatus::default()).await,
-    };
-    match served {
-        Ok(svc) => {
-            let (tx, rx) = tokio::sync::watch::channel(AgentStatus::default());
-            svc.follow(rx);
-            agent.status_tx = Some(tx);
-        }
-        Err(e) => {
-            tracing::warn!(error = %e, "not serving org.aloft.Agent1 on D-Bus; `aloft-agent status` reads the status file")
-        }
     }
     agent.startup().await?;
     // Ready for systemd once the host's own state is recovered; the coordinator may be down
@@ -1349,7 +1360,11 @@ pub async fn run(opts: Options) -> Result<()> {
         let Err(e) = agent.run_loop().await else { return Ok(()) };
         let Some(CredentialLost(lost)) = e.downcast_ref::<CredentialLost>() else { return Err(e) };
         // The Node was deleted (or the credential revoked): register again, as a kubelet does.
-        agent.api = node_api(&agent.root, &opts, Some(*lost)).await?;
+        agent.api = node_api(&agent.root, &opts, Some(*lost), agent.status_tx.as_ref()).await?;
+        // A wait to enroll again showed `Enrolling`: the agent's own status again.
+        if let Err(e) = agent.write_status("") {
+            tracing::warn!(error = %format!("{e:#}"), "cannot publish the status after enrolling again");
+        }
         agent.api.set_ready_waiting(true, "aloft-agent is running", Some(&node_info)).await?;
         tracing::info!(node = %opts.node_name, "enrolled again; following the Node");
     }

@@ -80,11 +80,14 @@ pub struct Enrollment<'a> {
     pub node_name: &'a str,
     /// The Node's labels at enrollment.
     pub labels: &'a BTreeMap<String, String>,
+    /// The agent's D-Bus status, when served: while an enrollment waits for its coordinator,
+    /// `aloft-agent status` says so, and why, instead of finding no agent.
+    pub status: Option<&'a tokio::sync::watch::Sender<crate::dbus_status::AgentStatus>>,
 }
 
 /// Load the credential, or enroll with the bootstrap token and store it.
 pub async fn ensure(root: &Root, e: &Enrollment<'_>) -> Result<Credential> {
-    let Enrollment { server, ca_pem, bootstrap_token, node_name, labels } = *e;
+    let Enrollment { server, ca_pem, bootstrap_token, node_name, labels, status } = *e;
     install_crypto();
     let path = credential_path(root);
     if let Ok(text) = std::fs::read_to_string(&path) {
@@ -104,7 +107,7 @@ pub async fn ensure(root: &Root, e: &Enrollment<'_>) -> Result<Credential> {
         token: Some(token.to_string()),
     })?;
     let body = serde_json::json!({"nodeName": node_name, "labels": labels});
-    let reply = post_until_answered(&client, server, &body).await?;
+    let reply = post_until_answered(&client, server, &body, status).await?;
     if reply.code == 401 {
         bail!("the coordinator refused the bootstrap token (401 Unauthorized): check --bootstrap-token-file");
     }
@@ -116,6 +119,10 @@ pub async fn ensure(root: &Root, e: &Enrollment<'_>) -> Result<Credential> {
     tracing::info!(node = node_name, "enrolled with the coordinator");
     Ok(cred)
 }
+
+/// The state `aloft-agent status` shows while a first enrollment waits for the coordinator
+/// (there is no Node yet, so none of MCO's states).
+pub const ENROLLING: &str = "Enrolling";
 
 /// How long one enrollment attempt may take, connection and answer.
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -135,17 +142,36 @@ fn answer_is_transient(code: u16) -> bool {
 /// doubling to a minute, logging each failure and telling systemd what it waits for (STATUS=)
 /// and that the start goes on (EXTEND_TIMEOUT_USEC=, past the unit's start timeout). A refusal
 /// (401, 403, 409, 422) is final and returned.
-async fn post_until_answered(client: &Client, server: &str, body: &serde_json::Value) -> Result<Reply> {
+async fn post_until_answered(
+    client: &Client,
+    server: &str,
+    body: &serde_json::Value,
+    status: Option<&tokio::sync::watch::Sender<crate::dbus_status::AgentStatus>>,
+) -> Result<Reply> {
     let mut wait = Duration::from_secs(1);
+    let mut tries = 0u32;
     loop {
         let failure = match attempt(client, body).await {
             Ok(reply) => return Ok(reply),
             Err(failure) => failure,
         };
+        tries += 1;
         tracing::warn!(coordinator = server, error = %failure, retry_in_s = wait.as_secs(), "cannot enroll yet; retrying");
         // The wait, the next attempt at its longest, and room to spare.
         crate::notify::extend_start(wait + ATTEMPT_TIMEOUT + Duration::from_secs(30));
         crate::notify::status(&format!("enrolling with {server}: {failure}; retrying in {} s", wait.as_secs()));
+        if let Some(tx) = status {
+            tx.send_modify(|st| {
+                st.state = ENROLLING.into();
+                st.progress = format!(
+                    "waiting to enroll with {server}: {tries} attempt{} failed, the next in {} s",
+                    if tries == 1 { "" } else { "s" },
+                    wait.as_secs()
+                );
+                st.reason = failure.clone();
+                st.touch();
+            });
+        }
         tokio::time::sleep(wait).await;
         wait = (wait * 2).min(MOST_BETWEEN_ATTEMPTS);
     }
