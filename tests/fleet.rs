@@ -283,16 +283,21 @@ async fn three_agents_apply_machine_configs_from_the_pool() {
     converge(&c, &hosts, None, "worker-0 Done again after the unit is enabled again").await;
 
     // `aloft-agent status --json` reports the same.
-    let out = Command::new(bin("aloft-agent"))
-        .args(["status", "--json", "--bus-address", &hosts[0].bus_address])
-        .arg("--root")
-        .arg(hosts[0].root.path())
-        .output()
-        .unwrap();
+    let out = agent_status(&hosts[0]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let st: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(st["state"], "Done");
     assert_eq!(st["currentConfig"], third.as_str());
+}
+
+/// `aloft-agent status --json` of the agent on `h` (its bus, its root).
+fn agent_status(h: &Host) -> std::process::Output {
+    Command::new(bin("aloft-agent"))
+        .args(["status", "--json", "--bus-address", &h.bus_address])
+        .arg("--root")
+        .arg(h.root.path())
+        .output()
+        .unwrap()
 }
 
 fn node_annotation(node: &Value, key: &str) -> String {
@@ -640,26 +645,18 @@ async fn agent_status_names_the_desired_config_and_says_when_the_agent_is_not_ru
     let c = Coordinator::start();
     let (h, token_file, target) = one_node_on_a_file(&c, "worker-s", "/etc/s.conf", "s", "None").await;
     let mut hosts = [h];
-    let status = |h: &Host| {
-        Command::new(bin("aloft-agent"))
-            .args(["status", "--json", "--bus-address", &h.bus_address])
-            .arg("--root")
-            .arg(h.root.path())
-            .output()
-            .unwrap()
-    };
     hosts[0].stop_agent();
     hosts[0].start_agent(&c, token_file.path());
     let h = &hosts[0];
     eventually(Duration::from_secs(60), "the restarted agent's status naming the desired config", || async {
-        let out = status(h);
+        let out = agent_status(h);
         let st: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
         Ok((out.status.success() && st["desiredConfig"] == target.as_str()).then_some(()))
     })
     .await;
 
     hosts[0].stop_agent();
-    let out = status(&hosts[0]);
+    let out = agent_status(&hosts[0]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "a stopped agent's status is not passed as live: {err}");
     assert!(err.contains("aloft-agent is not running"), "{err}");
@@ -1234,12 +1231,7 @@ async fn a_first_enrollment_waits_for_the_coordinator() {
     assert!(!h.agent_exited(), "the agent waits instead of exiting: {}", h.log());
     assert!(h.log().contains("Connection refused") || h.log().contains("connection refused"), "{}", h.log());
     // `aloft-agent status` finds the waiting agent and says what it waits for (it found no agent).
-    let out = Command::new(bin("aloft-agent"))
-        .args(["status", "--json", "--bus-address", &h.bus_address])
-        .arg("--root")
-        .arg(h.root.path())
-        .output()
-        .unwrap();
+    let out = agent_status(&h);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let st: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(st["state"], aloft_agent::enroll::ENROLLING, "{st}");
@@ -1260,12 +1252,7 @@ async fn a_first_enrollment_waits_for_the_coordinator() {
     assert!(!h.agent_exited(), "{}", h.log());
     assert!(h.path("/var/lib/aloft/credential.json").exists());
     // Enrolled, the agent's own status replaces the wait's.
-    let out = Command::new(bin("aloft-agent"))
-        .args(["status", "--json", "--bus-address", &h.bus_address])
-        .arg("--root")
-        .arg(h.root.path())
-        .output()
-        .unwrap();
+    let out = agent_status(&h);
     let st: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
     assert_eq!(st["state"], "Done", "{st}");
     assert_eq!(st["reason"], "", "{st}");
