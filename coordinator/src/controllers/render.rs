@@ -124,6 +124,10 @@ async fn reconcile_pool(store: &Arc<dyn Store>, mcs: &[MachineConfig], raw: Valu
                 }
                 Some(_) => {}
             }
+            // (The target too: a write above was read afresh, and one it started comes back.)
+            for mc in mcs.iter().filter(|m| unblocking(m, &pool)) {
+                block_deletion(store, &pool, &mc.metadata.name).await?;
+            }
             let want = PoolConfiguration { name, source: rendered.sources, extra: Default::default() };
             let spec_changed =
                 pool.spec.configuration.as_ref().map(|c| (&c.name, &c.source)) != Some((&want.name, &want.source));
@@ -228,6 +232,61 @@ fn adopts(mc: &MachineConfig, pool: &MachineConfigPool) -> bool {
     stale || orphan
 }
 
+/// Whether `mc` is one of `pool`'s rendered configs (the pool as it is now controls it) whose
+/// reference does not say `blockOwnerDeletion: true`: rendered before aloft set it (as MCO
+/// does), so a foreground deletion of the pool would not wait for the nodes still on it.
+fn unblocking(mc: &MachineConfig, pool: &MachineConfigPool) -> bool {
+    let Some(uid) = pool.metadata.uid.as_deref().filter(|u| !u.is_empty()) else {
+        return false;
+    };
+    mc.metadata.owner_references.iter().any(|o| {
+        o.kind == "MachineConfigPool"
+            && o.name == pool.metadata.name
+            && o.uid == uid
+            && o.controller == Some(true)
+            && o.block_owner_deletion != Some(true)
+    })
+}
+
+/// Set `blockOwnerDeletion: true` on the stored config's controlling reference to `pool` (see
+/// [`unblocking`]); nothing else changes. A config written or collected meanwhile is left to the
+/// pass its event starts.
+async fn block_deletion(store: &Arc<dyn Store>, pool: &MachineConfigPool, name: &str) -> Result<(), StoreError> {
+    let key = Key::cluster(&MACHINE_CONFIG.store_key(), name);
+    let Some(stored) = store.get(&key).await? else {
+        return Ok(());
+    };
+    let mut obj = (*stored.object).clone();
+    let rev = revision_of(&obj);
+    let uid = pool.metadata.uid.as_deref().unwrap_or_default();
+    let Some(refs) = obj.pointer_mut("/metadata/ownerReferences").and_then(Value::as_array_mut) else {
+        return Ok(());
+    };
+    let mut changed = false;
+    for r in refs.iter_mut().filter(|r| {
+        r.get("kind").and_then(Value::as_str) == Some("MachineConfigPool")
+            && r.get("name").and_then(Value::as_str) == Some(pool.metadata.name.as_str())
+            && r.get("uid").and_then(Value::as_str) == Some(uid)
+            && r.get("controller").and_then(Value::as_bool) == Some(true)
+            && r.get("blockOwnerDeletion").and_then(Value::as_bool) != Some(true)
+    }) {
+        r["blockOwnerDeletion"] = Value::Bool(true);
+        changed = true;
+    }
+    if !changed {
+        return Ok(());
+    }
+    match store.update(&key, obj, rev).await {
+        Ok(_) => {
+            tracing::info!(pool = %pool.metadata.name, config = name,
+                "a rendered config's reference to its pool now blocks the pool's foreground deletion (rendered by an older aloft)");
+            Ok(())
+        }
+        Err(StoreError::NotFound(_)) | Err(StoreError::Conflict { .. }) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
 /// Point `rendered`'s stored references to its pool at the pool as it is now (its uid), or add
 /// one, controlling, where there is none; every other field and reference stays. A config
 /// collected meanwhile is created again; one written meanwhile is left to the pass its write
@@ -308,6 +367,63 @@ mod tests {
         store.update(&key, tampered, rev).await.unwrap();
         reconcile_all(&store).await.unwrap();
         assert_eq!(store.get(&key).await.unwrap().unwrap().object["spec"], good);
+    }
+
+    /// Rendered configs an older aloft wrote without `blockOwnerDeletion` on their reference to
+    /// the pool (the target and one nodes may still run) get it, so a foreground deletion of
+    /// the pool waits for them; references to another pool, or to a pool of the same name
+    /// before it was created again, are not this pass's to change.
+    #[tokio::test]
+    async fn references_from_before_block_the_pools_deletion() {
+        use crate::store::SqliteStore;
+        use serde_json::json;
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&dir.path().join("s.db")).unwrap());
+        let mut pool = json!({"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfigPool",
+            "metadata": {"name": "worker"},
+            "spec": {"machineConfigSelector": {"matchLabels": {"machineconfiguration.openshift.io/role": "worker"}},
+                "nodeSelector": {"matchLabels": {"node-role.kubernetes.io/worker": ""}}}});
+        objects::prepare_create(&mut pool, "");
+        let uid = pool["metadata"]["uid"].as_str().unwrap().to_string();
+        store.create(&Key::cluster(&MACHINE_CONFIG_POOL.store_key(), "worker"), pool).await.unwrap();
+        let mut mc = json!({"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfig",
+            "metadata": {"name": "50-a", "labels": {"machineconfiguration.openshift.io/role": "worker"}},
+            "spec": {"config": {"ignition": {"version": "3.4.0"}}}});
+        objects::prepare_create(&mut mc, "");
+        store.create(&Key::cluster(&MACHINE_CONFIG.store_key(), "50-a"), mc).await.unwrap();
+        reconcile_all(&store).await.unwrap();
+        let pool = store.get(&Key::cluster(&MACHINE_CONFIG_POOL.store_key(), "worker")).await.unwrap().unwrap();
+        let target = pool.object.pointer("/spec/configuration/name").and_then(Value::as_str).unwrap().to_string();
+        // As an older aloft stored them: the target's reference without the flag, and an
+        // earlier rendered config of the pool likewise; beside them, one of another pool.
+        let key = Key::cluster(&MACHINE_CONFIG.store_key(), &target);
+        let mut old = (*store.get(&key).await.unwrap().unwrap().object).clone();
+        let rev = revision_of(&old);
+        old["metadata"]["ownerReferences"][0].as_object_mut().unwrap().remove("blockOwnerDeletion");
+        store.update(&key, old, rev).await.unwrap();
+        let reference = |pool: &str, uid: &str| {
+            json!([{"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfigPool",
+                "name": pool, "uid": uid, "controller": true}])
+        };
+        for (name, owner) in [
+            ("rendered-worker-earlier", reference("worker", &uid)),
+            ("rendered-infra-earlier", reference("infra", "u-infra")),
+        ] {
+            let mut mc = json!({"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfig",
+                "metadata": {"name": name, "ownerReferences": owner,
+                    "annotations": {aloft_api::annotations::GENERATED_BY: "aloft-0.1.0"}},
+                "spec": {"config": {"ignition": {"version": "3.4.0"}}}});
+            objects::prepare_create(&mut mc, "");
+            store.create(&Key::cluster(&MACHINE_CONFIG.store_key(), name), mc).await.unwrap();
+        }
+        reconcile_all(&store).await.unwrap();
+        let blocks = |o: &Value| o.pointer("/metadata/ownerReferences/0/blockOwnerDeletion").cloned();
+        for name in [target.as_str(), "rendered-worker-earlier"] {
+            let o = store.get(&Key::cluster(&MACHINE_CONFIG.store_key(), name)).await.unwrap().unwrap().object;
+            assert_eq!(blocks(&o), Some(json!(true)), "{name}: {o}");
+        }
+        let other = store.get(&Key::cluster(&MACHINE_CONFIG.store_key(), "rendered-infra-earlier")).await.unwrap();
+        assert_eq!(blocks(&other.unwrap().object), None);
     }
 
     /// A render over degraded nodes keeps the node controller's wording of Degraded; a render
