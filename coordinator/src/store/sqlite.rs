@@ -310,6 +310,33 @@ fn attach_tokens(conn: &Connection, path: &Path) -> Result<(), StoreError> {
     attach().map_err(|e| StoreError::Backend(format!("the tokens' file {}: {e}", tokens.display())))
 }
 
+/// The store's data format, kept in `meta` as `format`. An aloft refuses a store of a higher
+/// format than its own, before it changes anything: a coordinator downgraded onto a data
+/// directory a newer one wrote had served it wrongly without a word (a pool whose stored fields
+/// it could not parse went unmanaged and could not be edited; tokens the newer one had moved
+/// were gone). Raise it with any change after which an older aloft would misread what this one
+/// stores: a table's layout, a value older readers refuse or drop. (Stores from before the
+/// marker are format 1; aloft from before it cannot refuse anything.)
+pub const STORE_FORMAT: i64 = 1;
+
+/// Refuse a store a newer aloft wrote (see [`STORE_FORMAT`]).
+fn check_format(conn: &Connection, path: &Path) -> Result<(), StoreError> {
+    if !has_table(conn, "meta")? {
+        return Ok(());
+    }
+    let found: Option<i64> =
+        conn.query_row("SELECT value FROM meta WHERE key = 'format'", [], |r| r.get(0)).optional()?;
+    match found {
+        Some(found) if found > STORE_FORMAT => Err(StoreError::Backend(format!(
+            "{} was written by a newer aloft (store format {found}; this aloft reads format {STORE_FORMAT} and \
+             older): run the newer aloft-coordinator on it, or restore a backup of the data directory taken \
+             before the upgrade. Nothing was changed",
+            path.display()
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// Whether the store's own file has a table `name`.
 fn has_table(conn: &Connection, name: &str) -> Result<bool, StoreError> {
     let n: i64 =
@@ -321,14 +348,22 @@ fn has_table(conn: &Connection, name: &str) -> Result<bool, StoreError> {
 
 /// Move the tokens of a store file from before [`tokens_path`] into the tokens' file: first
 /// copied (and committed there), then dropped from the store's file. A crash in between leaves
-/// them in both, and the next open finishes; `OR IGNORE` keeps a token replaced since (the same
-/// name) as it is now, never the older one.
+/// them in both, and the next open finishes. Of two tokens of one name the newer stays: one
+/// replaced in the tokens' file since, or one created again in the store's file by an aloft from
+/// before this file that served the directory meanwhile (the older one was kept, and the token
+/// its holder had been given refused).
 fn migrate_tokens(conn: &mut Connection) -> Result<(), StoreError> {
     if !has_table(conn, "tokens")? {
         return Ok(());
     }
     let txn = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-    let moved = txn.execute("INSERT OR IGNORE INTO tok.tokens (hash, name, role, created) SELECT hash, name, role, created FROM main.tokens", [])?;
+    let moved = txn.execute(
+        "INSERT INTO tok.tokens (hash, name, role, created) SELECT hash, name, role, created FROM main.tokens WHERE true
+         ON CONFLICT (name) DO UPDATE SET hash = excluded.hash, role = excluded.role, created = excluded.created
+             WHERE excluded.created > tok.tokens.created
+         ON CONFLICT DO NOTHING",
+        [],
+    )?;
     txn.commit()?;
     conn.execute_batch("DROP TABLE main.tokens")?;
     tracing::info!(tokens = moved, "store: moved the API tokens into a file of their own");
@@ -391,10 +426,12 @@ impl SqliteStore {
     /// (see [`ObjectCache`]; loaded here, before anything else can write).
     pub fn open_with(path: &Path, retain: u64, cached: &[CachedResource]) -> Result<Self, StoreError> {
         let mut writer = open_conn(path)?;
+        check_format(&writer, path)?;
         migrate_objects(&mut writer)?;
         writer.execute_batch(SCHEMA)?;
         writer.execute_batch(TOKENS_SCHEMA)?;
         migrate_tokens(&mut writer)?;
+        writer.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('format', ?1)", [STORE_FORMAT])?;
         // Checkpoints run on a thread of their own (see `checkpointer`), not inside a commit.
         writer.pragma_update(None, "wal_autocheckpoint", 0)?;
         let checkpoints = open_conn(path)?;
@@ -1771,6 +1808,36 @@ mod tests {
         assert_eq!(s.get(&Key::cluster("/nodes", "a")).await.unwrap().unwrap()["spec"]["v"], 1);
     }
 
+    /// A store a newer aloft wrote (a higher format) is refused, naming what to do, and left as
+    /// it was; one of this format, or from before the marker, opens and is marked.
+    #[tokio::test]
+    async fn a_store_of_a_newer_format_is_refused_and_left_as_it_was() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("aloft.db");
+        let s = SqliteStore::open(&path).unwrap();
+        s.create(&Key::cluster("/nodes", "a"), obj("a", 1)).await.unwrap();
+        drop(s);
+        let format = |path: &Path| -> i64 {
+            open_file(path).unwrap().query_row("SELECT value FROM meta WHERE key = 'format'", [], |r| r.get(0)).unwrap()
+        };
+        assert_eq!(format(&path), STORE_FORMAT);
+        // From before the marker: opens, and is marked.
+        open_file(&path).unwrap().execute("DELETE FROM meta WHERE key = 'format'", []).unwrap();
+        drop(SqliteStore::open(&path).unwrap());
+        assert_eq!(format(&path), STORE_FORMAT);
+        // Written by a newer aloft.
+        open_file(&path)
+            .unwrap()
+            .execute("UPDATE meta SET value = ?1 WHERE key = 'format'", [STORE_FORMAT + 1])
+            .unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        let err = SqliteStore::open(&path).err().expect("refused").to_string();
+        assert!(err.contains("written by a newer aloft") && err.contains("restore a backup"), "{err}");
+        assert!(err.contains(&format!("store format {}", STORE_FORMAT + 1)), "{err}");
+        assert_eq!(std::fs::read(&path).unwrap(), bytes, "nothing was changed");
+        assert_eq!(format(&path), STORE_FORMAT + 1);
+    }
+
     #[tokio::test]
     async fn tokens_of_an_older_store_file_move_to_the_tokens_file() {
         let dir = tempfile::tempdir().unwrap();
@@ -1780,7 +1847,8 @@ mod tests {
             let conn = Connection::open(&path).unwrap();
             conn.execute_batch(
                 "CREATE TABLE tokens (hash TEXT PRIMARY KEY, name TEXT NOT NULL UNIQUE, role TEXT NOT NULL, created TEXT NOT NULL);
-                 INSERT INTO tokens VALUES ('old-admin', 'admin', 'admin', 't0'), ('old-viewer', 'viewer', 'view', 't0');",
+                 INSERT INTO tokens VALUES ('old-admin', 'admin', 'admin', 't0'), ('old-viewer', 'viewer', 'view', 't0'),
+                     ('dash-again', 'dash', 'view', 't2');",
             )
             .unwrap();
         }
@@ -1789,7 +1857,7 @@ mod tests {
             let conn = Connection::open(tokens_path(&path)).unwrap();
             conn.execute_batch(
                 "CREATE TABLE tokens (hash TEXT PRIMARY KEY, name TEXT NOT NULL UNIQUE, role TEXT NOT NULL, created TEXT NOT NULL);
-                 INSERT INTO tokens VALUES ('new-viewer', 'viewer', 'view', 't1');",
+                 INSERT INTO tokens VALUES ('new-viewer', 'viewer', 'view', 't1'), ('dash-first', 'dash', 'view', 't1');",
             )
             .unwrap();
         }
@@ -1797,6 +1865,10 @@ mod tests {
         assert_eq!(s.find_token("old-admin".into()).await.unwrap(), Some(("admin".into(), "admin".into())));
         assert_eq!(s.find_token("new-viewer".into()).await.unwrap(), Some(("viewer".into(), "view".into())));
         assert_eq!(s.find_token("old-viewer".into()).await.unwrap(), None, "a replaced token never comes back");
+        // A token created again in the store's file (by an aloft from before the tokens' file,
+        // serving the directory after a downgrade) is the newer one: it stays.
+        assert_eq!(s.find_token("dash-again".into()).await.unwrap(), Some(("dash".into(), "view".into())));
+        assert_eq!(s.find_token("dash-first".into()).await.unwrap(), None);
         drop(s);
         assert!(!has_table(&open_file(&path).unwrap(), "tokens").unwrap(), "the old table is gone");
         // Opening again finds nothing left to move.
