@@ -173,9 +173,27 @@ fn phase_path(root: &Root) -> PathBuf {
 }
 
 /// The persisted phase; Idle when none was saved.
+///
+/// A phase this agent cannot read but that names one (`{"phase": "...", ...}`) was written by
+/// another version of the agent: a newer one, before an OS rollback booted the deployment with
+/// the older agent, or before the agent was downgraded. That is resumed as Idle, deciding again
+/// from the Node and the disk as MCO's daemon does at every start, with a WARN naming it:
+/// exiting left the node stuck, its unit restarting, on the very path meant to recover it. A
+/// file that is not such a record is corrupt, and an error.
 pub fn load(root: &Root) -> Result<Phase> {
     match std::fs::read_to_string(phase_path(root)) {
-        Ok(s) => serde_json::from_str(&s).with_context(|| format!("{} is corrupt", phase_path(root).display())),
+        Ok(s) => match serde_json::from_str(&s) {
+            Ok(phase) => Ok(phase),
+            Err(e) => match serde_json::from_str::<serde_json::Value>(&s).ok().as_ref().and_then(|v| v.get("phase")) {
+                Some(serde_json::Value::String(name)) => {
+                    tracing::warn!(path = %phase_path(root).display(), phase = name.as_str(), error = %e,
+                        "the saved phase was written by another version of aloft-agent and is not one this one reads; \
+                         resuming as idle, deciding again from the Node and the disk");
+                    Ok(Phase::Idle)
+                }
+                _ => Err(e).with_context(|| format!("{} is corrupt", phase_path(root).display())),
+            },
+        },
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Phase::Idle),
         Err(e) => Err(e).with_context(|| format!("reading {}", phase_path(root).display())),
     }
@@ -209,6 +227,27 @@ pub fn boot_id(root: &Root) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A phase another version of the agent wrote resumes as Idle; a file that is no phase record
+    /// is an error naming it.
+    #[test]
+    fn a_phase_of_another_version_resumes_as_idle() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = Root::new(dir.path());
+        std::fs::create_dir_all(root.state_dir()).unwrap();
+        for other in [
+            r#"{"phase": "somethingNewer", "target": "rendered-worker-2"}"#,
+            r#"{"phase": "rebooting", "target": "rendered-worker-2"}"#, // a field it does not write any more
+        ] {
+            std::fs::write(phase_path(&root), other).unwrap();
+            assert_eq!(load(&root).unwrap(), Phase::Idle, "{other}");
+        }
+        for corrupt in ["{\"phase\": \"rebooting\"", "[1, 2]", "{\"target\": \"x\"}", "{\"phase\": 3}"] {
+            std::fs::write(phase_path(&root), corrupt).unwrap();
+            let err = format!("{:#}", load(&root).unwrap_err());
+            assert!(err.contains("phase.json is corrupt"), "{corrupt}: {err}");
+        }
+    }
 
     #[test]
     fn phases_persist_and_map_to_mco_states() {
