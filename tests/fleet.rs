@@ -618,6 +618,12 @@ async fn a_reboot_after_an_interrupted_rebootless_update_drains_first() {
     let (mut h, token_file, target) = one_node_on_a_file(&c, "worker-d", "/etc/d.conf", "d", "None").await;
     assert!(h.fake.reboots().is_empty(), "a rebootless update rebooted");
 
+    // A budget that allows no node down holds the drain: the reboot must wait for it.
+    let ndb = json!({"apiVersion": "aloft.dev/v1", "kind": "NodeDisruptionBudget", "metadata": {"name": "none"},
+        "spec": {"selector": {}, "maxUnavailable": 0}});
+    let ndb_path = path_of(&aloft_coordinator::resources::NODE_DISRUPTION_BUDGET, None);
+    admin.post(&ndb_path, &ndb).await.unwrap().into_result().unwrap();
+
     // The state a crash while running the rebootless actions leaves.
     h.stop_agent();
     let phase = json!({"phase": "acting", "target": target});
@@ -626,12 +632,22 @@ async fn a_reboot_after_an_interrupted_rebootless_update_drains_first() {
 
     let hosts = [h];
     let h = &hosts[0];
+    let drain = format!("drain-{target}");
+    eventually(Duration::from_secs(60), "worker-d asking for its drain", || async {
+        Ok((annotation_of(&c, "worker-d", ann::DESIRED_DRAIN).await? == drain).then_some(()))
+    })
+    .await;
+    for _ in 0..10 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_ne!(annotation_of(&c, "worker-d", ann::LAST_APPLIED_DRAIN).await.unwrap(), drain, "the budget holds it");
+        assert!(h.fake.reboots().is_empty(), "rebooted while the budget held the drain");
+    }
+    admin.delete(&format!("{ndb_path}/none")).await.unwrap().into_result().unwrap();
     eventually(Duration::from_secs(60), "worker-d to ask for its reboot", || async {
         Ok((!h.fake.reboots().is_empty()).then_some(()))
     })
     .await;
     let node = admin.get(&path_of(&NODE, Some("worker-d"))).await.unwrap().into_result().unwrap();
-    let drain = format!("drain-{target}");
     assert_eq!(node_annotation(&node, ann::DESIRED_DRAIN), drain, "the reboot was not preceded by a drain request");
     assert_eq!(node_annotation(&node, ann::LAST_APPLIED_DRAIN), drain, "rebooted before the drain was done");
     assert_eq!(node.pointer("/spec/unschedulable"), Some(&json!(true)), "rebooted while schedulable: {node}");
