@@ -653,6 +653,63 @@ async fn a_reboot_after_an_interrupted_rebootless_update_drains_first() {
     assert_eq!(node.pointer("/spec/unschedulable"), Some(&json!(true)), "rebooted while schedulable: {node}");
 }
 
+/// A crash after an apply wrote its files (its journal committed) and before the phase moved on
+/// (still Applying): which actions the config needed is not known any more, so the restarted
+/// agent drains and reboots before it reports Done, as after a crash in the actions; it must not
+/// report the config applied with a reboot or a reload never made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_apply_cut_short_after_its_files_drains_and_reboots_before_done() {
+    use aloft_agent::{daemon, engine, host::Root, state};
+    let c = Coordinator::start();
+    let admin = c.client();
+    let (mut h, token_file, first) = one_node_on_a_file(&c, "worker-w", "/etc/w.conf", "one", "None").await;
+    h.stop_agent();
+    let mc_path = path_of(&MACHINE_CONFIG, Some("50-worker-w"));
+    let mut mc = admin.get(&mc_path).await.unwrap().into_result().unwrap();
+    mc["spec"]["config"]["storage"]["files"][0]["contents"]["source"] = json!("data:,two");
+    admin.put(&mc_path, &mc).await.unwrap().into_result().unwrap();
+    // The coordinator picks the node while its agent is down (it stays Ready without it).
+    let target = eventually(Duration::from_secs(60), "the pick of the stopped node", || async {
+        let d = annotation_of(&c, "worker-w", ann::DESIRED_CONFIG).await?;
+        Ok((!d.is_empty() && d != first).then_some(d))
+    })
+    .await;
+
+    // The disk as the crash leaves it, written by the agent's own code.
+    let root = Root::new(h.root.path());
+    let services = engine::connect_services(Some(&h.bus_address)).await.unwrap();
+    let new: aloft_api::MachineConfig = serde_json::from_value(
+        admin.get(&path_of(&MACHINE_CONFIG, Some(&target))).await.unwrap().into_result().unwrap(),
+    )
+    .unwrap();
+    let old = daemon::load_current(&root).unwrap().expect("a current config");
+    let (old_spec, new_spec) = (engine::normalize(&old.spec).unwrap(), engine::normalize(&new.spec).unwrap());
+    engine::apply(&root, &old_spec, &new_spec, services.as_ref()).await.unwrap();
+    state::save(&root, &state::Phase::Applying { target: target.clone() }).unwrap();
+    assert_eq!(std::fs::read_to_string(h.path("/etc/w.conf")).unwrap(), "two");
+    assert!(h.fake.reboots().is_empty());
+
+    h.start_agent(&c, token_file.path());
+    eventually(Duration::from_secs(60), "worker-w to ask for its reboot", || async {
+        Ok((!h.fake.reboots().is_empty()).then_some(()))
+    })
+    .await;
+    let node = admin.get(&path_of(&NODE, Some("worker-w"))).await.unwrap().into_result().unwrap();
+    let drain = format!("drain-{target}");
+    assert_eq!(node_annotation(&node, ann::LAST_APPLIED_DRAIN), drain, "rebooted before the drain was done: {node}");
+    assert_eq!(node_annotation(&node, ann::STATE), "Working", "reported before the reboot: {node}");
+    assert_eq!(node_annotation(&node, ann::CURRENT_CONFIG), first, "{node}");
+
+    // The reboot: the next boot's agent finishes the update.
+    h.stop_agent();
+    std::fs::write(h.path("/proc/sys/kernel/random/boot_id"), "boot-2-worker-w\n").unwrap();
+    h.start_agent(&c, token_file.path());
+    let hosts = [h];
+    let done = converge(&c, &hosts, Some(&first), "worker-w Done on the config after its reboot").await;
+    assert_eq!(done, target);
+    assert_eq!(hosts[0].fake.reboots().len(), 1, "{:?}", hosts[0].fake.call_strings());
+}
+
 /// `aloft-agent status` after the agent restarted with nothing to do names the Node's
 /// desiredConfig (it said `<none>` until the next update), and with the agent stopped it shows
 /// the status the agent last wrote but fails saying the agent is not running (it passed for live).
