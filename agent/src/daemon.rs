@@ -113,6 +113,16 @@ fn shown_phase(phase: &Phase, boot_now: &str) -> &'static str {
     }
 }
 
+/// Whether a failure of the update of `target` may be given up rather than reported, should the
+/// coordinator ask for another config ([`Agent::superseded`]): only when the disk is back on the
+/// `current` config, untouched by it. A failure of the config the disk holds (its check after the
+/// reboot, drift) or one with an apply left unfinished is the node's own, and reported whatever
+/// the coordinator asks for now: given up, the part no later check looks at (an OS commit, a
+/// kernel argument) was lost for good.
+fn may_be_given_up(target: &str, current: &str, apply_unfinished: bool) -> bool {
+    target != current && !apply_unfinished
+}
+
 /// The phase of a reboot the agent decided on: drain (`drain-<target>`), then reboot.
 fn drain_for_reboot(target: &str) -> Phase {
     Phase::DrainingForReboot { target: target.to_string(), request: format!("drain-{target}") }
@@ -508,7 +518,7 @@ impl Agent {
     /// Degraded with `failedConfig` naming a config no longer wanted, over the new
     /// `desiredConfig`, until the next retry a minute later.
     async fn superseded(&self, target: &str) -> Option<String> {
-        if target == self.current_name() || crate::engine::apply_unfinished(&self.root) {
+        if !may_be_given_up(target, &self.current_name(), crate::engine::apply_unfinished(&self.root)) {
             return None;
         }
         let node = self.api.get().await.ok()?;
@@ -1417,6 +1427,13 @@ mod tests {
             decide(&rebooting, &node("r2", "r1", "Working"), "r2", "b2"),
             Step::FinishAfterReboot { target: "r2".into() }
         );
+    }
+
+    #[test]
+    fn only_an_update_that_left_the_disk_as_it_was_may_be_given_up() {
+        assert!(may_be_given_up("r2", "r1", false), "failed before its apply, or rolled back");
+        assert!(!may_be_given_up("r2", "r2", false), "the config the disk holds failed (its check, drift)");
+        assert!(!may_be_given_up("r2", "r1", true), "an apply left unfinished");
     }
 
     #[test]
