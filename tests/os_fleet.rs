@@ -278,6 +278,23 @@ async fn os_update_health_check_and_rollback() {
     assert!(host.host.fake.reboots().is_empty(), "the failed commit is not retried");
     let denylist = std::fs::read_to_string(host.host.path("var/lib/aloft/os-denylist.json")).unwrap();
     assert!(denylist.contains(&v3), "{denylist}");
+    // The rolled-back node stays Degraded: no drift check reports Done on the config whose
+    // commit it rolled back from.
+    let a = node_annotations(c, &name).await.unwrap();
+    assert_eq!(get(&a, ann::STATE), "Degraded", "still Degraded after the rollback: {}", get(&a, ann::REASON));
+    // A forced repair (MCO's force file) of the same config does not deploy the denylisted
+    // commit again: the refusal holds (a repair that skipped it staged v3 and rebooted).
+    std::fs::create_dir_all(host.host.path("run")).unwrap();
+    std::fs::write(host.host.path("run/machine-config-daemon-force"), "").unwrap();
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert!(
+        host.host.fake.reboots().is_empty(),
+        "forced repair redeployed the denylisted commit:\n{}",
+        host.host.log()
+    );
+    assert_eq!(testkit::deployment_order(&host.sysroot()).unwrap(), vec![v2.clone(), v3.clone()], "nothing staged");
+    let a = node_annotations(c, &name).await.unwrap();
+    assert!(get(&a, ann::REASON).contains("failed on this node"), "{}", get(&a, ann::REASON));
 
     // 4. The application is fixed, and a new config changes only a file: it still names v3,
     // which the node rolled back from. The update deploys v3 (a new config tries a denylisted

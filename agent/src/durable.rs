@@ -67,5 +67,11 @@ mod tests {
         let (i, e) = fsync_all(&mixed).unwrap_err();
         assert_eq!(i, 7);
         assert_eq!(e.raw_os_error(), Some(nix::libc::EINVAL));
+        // Two files, the second failing: the boundary between syncing one file on this thread and
+        // many at once (a two-file batch once synced its first file only).
+        let f = std::fs::File::create(dir.path().join("two")).unwrap();
+        let (r2, _w2) = nix::unistd::pipe().unwrap();
+        let two: Vec<std::os::fd::OwnedFd> = vec![f.into(), r2];
+        assert_eq!(fsync_all(&two).unwrap_err().0, 1);
     }
 }

@@ -544,6 +544,11 @@ mod tests {
         j.save(&rec).unwrap();
         assert!(j.clear_finished().unwrap());
         assert_eq!(j.load().unwrap(), None);
+        // Rolled back is finished too: left, it refused every later apply as unfinished.
+        rec.phase = Phase::RolledBack { reason: "a step failed".into() };
+        j.save(&rec).unwrap();
+        assert!(j.clear_finished().unwrap());
+        assert_eq!(j.load().unwrap(), None);
         crate::reclaim::release();
     }
 

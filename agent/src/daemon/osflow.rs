@@ -11,7 +11,7 @@ use crate::host::Root;
 use crate::os::client::HelperClient;
 use crate::os::denylist::{self, Denylist};
 use crate::os::health::HealthChecks;
-use crate::os::{kargs, prestage, OsError, OsHandle, OsStatus, StageRequest};
+use crate::os::{kargs, prestage, DeploymentInfo, OsError, OsHandle, OsStatus, StageRequest};
 use crate::state::{self, Phase, Staged};
 use aloft_api::osimage;
 use aloft_api::{MachineConfig, MachineConfigSpec};
@@ -271,10 +271,8 @@ impl Agent {
         let os_changed = os_changed
             || deploys_other_commit(image.as_ref().map(|i| i.checksum.as_str()), &booted_or_default.checksum);
         // Nothing to do when the running OS is already the commit with the right arguments.
-        let want_kargs =
-            kargs::compute(&booted_or_default.kernel_arguments, &old.kernel_arguments, &new.kernel_arguments);
-        let same_commit = image.as_ref().is_none_or(|i| i.checksum == booted_or_default.checksum);
-        if status.booted.is_some() && same_commit && want_kargs == booted_or_default.kernel_arguments {
+        let image_checksum = image.as_ref().map(|i| i.checksum.as_str());
+        if booted_matches(status.booted.as_ref(), image_checksum, &old.kernel_arguments, &new.kernel_arguments) {
             tracing::info!(target, "the booted OS already matches osImageURL and kernelArguments");
             return Ok(None);
         }
@@ -572,9 +570,48 @@ impl Agent {
     }
 }
 
+/// Whether the booted deployment already is what the update asks for: the commit (`image`, when
+/// the config names one) with the kernel arguments the change from `old_kargs` to `new_kargs`
+/// gives it. Nothing is booted on a directory sysroot (tests): that is never a match.
+fn booted_matches(
+    booted: Option<&DeploymentInfo>,
+    image: Option<&str>,
+    old_kargs: &[String],
+    new_kargs: &[String],
+) -> bool {
+    booted.is_some_and(|b| {
+        image.is_none_or(|c| c == b.checksum)
+            && kargs::compute(&b.kernel_arguments, old_kargs, new_kargs) == b.kernel_arguments
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A change of kernel arguments alone on the booted commit is not "already there" (only the
+    /// VMs boot a deployment, so no sandboxed test reaches this); nor is another commit.
+    #[test]
+    fn the_booted_os_matches_only_with_the_commit_and_the_arguments() {
+        let v = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let booted = DeploymentInfo {
+            checksum: "c1".into(),
+            kernel_arguments: v(&["root=/dev/vda", "nosmt"]),
+            booted: true,
+            ..Default::default()
+        };
+        // (The arguments asked for are the booted ones less the old config's, plus the new's.)
+        assert!(booted_matches(Some(&booted), Some("c1"), &v(&["nosmt"]), &v(&["nosmt"])), "already booted with it");
+        assert!(!booted_matches(Some(&booted), Some("c1"), &v(&[]), &v(&["nosmt"])), "added once more");
+        assert!(booted_matches(Some(&booted), None, &v(&["nosmt"]), &v(&["nosmt"])), "no image named, nothing changed");
+        assert!(
+            !booted_matches(Some(&booted), Some("c1"), &v(&["nosmt"]), &v(&["nosmt", "quiet"])),
+            "an argument added"
+        );
+        assert!(!booted_matches(Some(&booted), Some("c1"), &v(&["nosmt"]), &v(&[])), "an argument removed");
+        assert!(!booted_matches(Some(&booted), Some("c2"), &v(&[]), &v(&["nosmt"])), "another commit");
+        assert!(!booted_matches(None, Some("c1"), &v(&[]), &v(&["nosmt"])), "nothing booted");
+    }
 
     fn staged(restaged: u32) -> Staged {
         Staged { image: None, old_kargs: vec![], new_kargs: vec!["k=1".into()], restaged }
