@@ -523,7 +523,8 @@ impl Supervisor {
                 Exit::Hung(report) => {
                     self.end_boot(boot, "failed");
                     let msg = format!(
-                        "boot {boot} hung in the guest kernel ({report}) after {hangs} power cycles for the same"
+                        "boot {boot} hung in the guest kernel again ({report}), after the harness power-cycled \
+                         this VM out of {hangs} such hangs"
                     );
                     self.set(boot, Phase::Failed(msg));
                     return;
