@@ -659,7 +659,7 @@ async fn a_reboot_after_an_interrupted_rebootless_update_drains_first() {
 /// report the config applied with a reboot or a reload never made.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_apply_cut_short_after_its_files_drains_and_reboots_before_done() {
-    use aloft_agent::{daemon, engine, host::Root, state};
+    use aloft_agent::{host::Root, state};
     let c = Coordinator::start();
     let admin = c.client();
     let (mut h, token_file, first) = one_node_on_a_file(&c, "worker-w", "/etc/w.conf", "one", "None").await;
@@ -677,14 +677,7 @@ async fn an_apply_cut_short_after_its_files_drains_and_reboots_before_done() {
 
     // The disk as the crash leaves it, written by the agent's own code.
     let root = Root::new(h.root.path());
-    let services = engine::connect_services(Some(&h.bus_address)).await.unwrap();
-    let new: aloft_api::MachineConfig = serde_json::from_value(
-        admin.get(&path_of(&MACHINE_CONFIG, Some(&target))).await.unwrap().into_result().unwrap(),
-    )
-    .unwrap();
-    let old = daemon::load_current(&root).unwrap().expect("a current config");
-    let (old_spec, new_spec) = (engine::normalize(&old.spec).unwrap(), engine::normalize(&new.spec).unwrap());
-    engine::apply(&root, &old_spec, &new_spec, services.as_ref()).await.unwrap();
+    aloft_tests::apply_as_the_agent(&admin, &root, &h.bus_address, &target).await;
     state::save(&root, &state::Phase::Applying { target: target.clone() }).unwrap();
     assert_eq!(std::fs::read_to_string(h.path("/etc/w.conf")).unwrap(), "two");
     assert!(h.fake.reboots().is_empty());

@@ -365,6 +365,28 @@ pub fn path_of(rt: &ResourceType, name: Option<&str>) -> String {
     resource_path(rt.path_ref(), None, name)
 }
 
+/// Write what the agent's apply of the rendered config `target` over the host's saved current
+/// config writes (its files, units and journal, through the agent's own code) while the agent is
+/// stopped: the disk as a crash after the apply leaves it, before the phase moves on. Returns the
+/// current config's and the target's normalized specs.
+pub async fn apply_as_the_agent(
+    admin: &Client,
+    root: &aloft_agent::host::Root,
+    bus_address: &str,
+    target: &str,
+) -> (aloft_api::MachineConfigSpec, aloft_api::MachineConfigSpec) {
+    use aloft_agent::{daemon, engine};
+    let services = engine::connect_services(Some(bus_address)).await.expect("the host's bus");
+    let new: aloft_api::MachineConfig = serde_json::from_value(
+        admin.get(&path_of(&MACHINE_CONFIG, Some(target))).await.unwrap().into_result().unwrap(),
+    )
+    .expect("a rendered config");
+    let old = daemon::load_current(root).unwrap().expect("a current config");
+    let (old_spec, new_spec) = (engine::normalize(&old.spec).unwrap(), engine::normalize(&new.spec).unwrap());
+    engine::apply(root, &old_spec, &new_spec, services.as_ref()).await.expect("the apply");
+    (old_spec, new_spec)
+}
+
 /// GET an object; panics unless the answer is 200.
 pub async fn get_ok(c: &Client, rt: &ResourceType, name: &str) -> Value {
     let r = c.get(&path_of(rt, Some(name))).await.expect("GET");

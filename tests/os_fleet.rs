@@ -438,7 +438,7 @@ enum Cut {
 /// drift check then found: Degraded for good.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_power_cut_before_an_os_update_saves_its_config_is_recovered() {
-    use aloft_agent::{daemon, engine, host::Root, state};
+    use aloft_agent::{host::Root, state};
 
     let w = OsWorld::new(5);
     let v1 = w.commit("1");
@@ -449,7 +449,6 @@ async fn a_power_cut_before_an_os_update_saves_its_config_is_recovered() {
     w.pool_done_on_ssh_config(&name).await;
 
     let root = Root::new(host.host.root.path());
-    let services = engine::connect_services(Some(&host.host.bus_address)).await.unwrap();
     let mc_path = path_of(&MACHINE_CONFIG, Some("50-os"));
     let mut booted = v1.clone();
     for (i, cut) in [Cut::FilesWritten, Cut::PhaseSaved].into_iter().enumerate() {
@@ -478,13 +477,8 @@ async fn a_power_cut_before_an_os_update_saves_its_config_is_recovered() {
         .await;
 
         // The disk as the cut leaves it, written by the agent's own code.
-        let new: aloft_api::MachineConfig = serde_json::from_value(
-            admin.get(&path_of(&MACHINE_CONFIG, Some(&target))).await.unwrap().into_result().unwrap(),
-        )
-        .unwrap();
-        let old = daemon::load_current(&root).unwrap().expect("a current config");
-        let (old_spec, new_spec) = (engine::normalize(&old.spec).unwrap(), engine::normalize(&new.spec).unwrap());
-        engine::apply(&root, &old_spec, &new_spec, services.as_ref()).await.unwrap();
+        let (old_spec, new_spec) =
+            aloft_tests::apply_as_the_agent(&admin, &root, &host.host.bus_address, &target).await;
         let phase = match cut {
             Cut::FilesWritten => state::Phase::Applying { target: target.clone() },
             Cut::PhaseSaved => state::Phase::RebootingStaged {

@@ -336,29 +336,39 @@ mod tests {
     use super::*;
     use aloft_api::meta::find_condition;
 
-    /// The pool's target stored with other contents than its name stands for (a delete and a
-    /// create in a row that won the race with this controller) gets them back at the next render.
-    #[tokio::test]
-    async fn a_target_with_other_contents_is_put_back() {
+    /// A store with pool `worker` and one MachineConfig `50-a` of `config`, rendered: the store,
+    /// the pool's target and its uid (the temporary directory keeps the store's file).
+    async fn worker_rendered(config: serde_json::Value) -> (tempfile::TempDir, Arc<dyn Store>, String, String) {
         use crate::store::SqliteStore;
         use serde_json::json;
         let dir = tempfile::tempdir().unwrap();
         let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&dir.path().join("s.db")).unwrap());
         let mut pool = json!({"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfigPool",
-            "metadata": {"name": "worker", "uid": "u-worker"},
+            "metadata": {"name": "worker"},
             "spec": {"machineConfigSelector": {"matchLabels": {"machineconfiguration.openshift.io/role": "worker"}},
                 "nodeSelector": {"matchLabels": {"node-role.kubernetes.io/worker": ""}}}});
         objects::prepare_create(&mut pool, "");
+        let uid = pool["metadata"]["uid"].as_str().unwrap().to_string();
         store.create(&Key::cluster(&MACHINE_CONFIG_POOL.store_key(), "worker"), pool).await.unwrap();
         let mut mc = json!({"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfig",
             "metadata": {"name": "50-a", "labels": {"machineconfiguration.openshift.io/role": "worker"}},
-            "spec": {"config": {"ignition": {"version": "3.4.0"}, "storage": {"files": [
-                {"path": "/etc/a", "contents": {"source": "data:,good"}}]}}}});
+            "spec": {"config": config}});
         objects::prepare_create(&mut mc, "");
         store.create(&Key::cluster(&MACHINE_CONFIG.store_key(), "50-a"), mc).await.unwrap();
         reconcile_all(&store).await.unwrap();
         let pool = store.get(&Key::cluster(&MACHINE_CONFIG_POOL.store_key(), "worker")).await.unwrap().unwrap();
         let target = pool.object.pointer("/spec/configuration/name").and_then(Value::as_str).unwrap().to_string();
+        (dir, store, target, uid)
+    }
+
+    /// The pool's target stored with other contents than its name stands for (a delete and a
+    /// create in a row that won the race with this controller) gets them back at the next render.
+    #[tokio::test]
+    async fn a_target_with_other_contents_is_put_back() {
+        use serde_json::json;
+        let (_dir, store, target, _) = worker_rendered(json!({"ignition": {"version": "3.4.0"}, "storage": {"files": [
+            {"path": "/etc/a", "contents": {"source": "data:,good"}}]}}))
+        .await;
         let key = Key::cluster(&MACHINE_CONFIG.store_key(), &target);
         let good = store.get(&key).await.unwrap().unwrap().object["spec"].clone();
         let mut tampered = (*store.get(&key).await.unwrap().unwrap().object).clone();
@@ -375,25 +385,8 @@ mod tests {
     /// before it was created again, are not this pass's to change.
     #[tokio::test]
     async fn references_from_before_block_the_pools_deletion() {
-        use crate::store::SqliteStore;
         use serde_json::json;
-        let dir = tempfile::tempdir().unwrap();
-        let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&dir.path().join("s.db")).unwrap());
-        let mut pool = json!({"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfigPool",
-            "metadata": {"name": "worker"},
-            "spec": {"machineConfigSelector": {"matchLabels": {"machineconfiguration.openshift.io/role": "worker"}},
-                "nodeSelector": {"matchLabels": {"node-role.kubernetes.io/worker": ""}}}});
-        objects::prepare_create(&mut pool, "");
-        let uid = pool["metadata"]["uid"].as_str().unwrap().to_string();
-        store.create(&Key::cluster(&MACHINE_CONFIG_POOL.store_key(), "worker"), pool).await.unwrap();
-        let mut mc = json!({"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfig",
-            "metadata": {"name": "50-a", "labels": {"machineconfiguration.openshift.io/role": "worker"}},
-            "spec": {"config": {"ignition": {"version": "3.4.0"}}}});
-        objects::prepare_create(&mut mc, "");
-        store.create(&Key::cluster(&MACHINE_CONFIG.store_key(), "50-a"), mc).await.unwrap();
-        reconcile_all(&store).await.unwrap();
-        let pool = store.get(&Key::cluster(&MACHINE_CONFIG_POOL.store_key(), "worker")).await.unwrap().unwrap();
-        let target = pool.object.pointer("/spec/configuration/name").and_then(Value::as_str).unwrap().to_string();
+        let (_dir, store, target, uid) = worker_rendered(json!({"ignition": {"version": "3.4.0"}})).await;
         // As an older aloft stored them: the target's reference without the flag, and an
         // earlier rendered config of the pool likewise; beside them, one of another pool.
         let key = Key::cluster(&MACHINE_CONFIG.store_key(), &target);
