@@ -171,6 +171,11 @@ enum Exit {
 /// 540s! [systemd:1]` until the boot timeout).
 const HANG_AFTER: Duration = Duration::from_secs(120);
 
+/// At the boot timeout, how many of the console's last lines a lockup or stall report must be
+/// among for the boot to count as hung: the kernel repeats them every minute or so while a CPU
+/// stays stuck, and prints little else.
+const HANG_REPORT_LINES: usize = 20;
+
 /// How many hung boots a VM is power-cycled out of before its test fails: a real host's hardware
 /// watchdog resets it the same way, and a guest that hangs again is a finding, not an accident.
 const MAX_HANG_RESETS: u32 = 2;
@@ -198,6 +203,14 @@ pub fn kernel_hang(serial: &str, at_least: Duration) -> Option<String> {
                 .find(|l| l.contains("self-detected stall on CPU") || l.contains("detected stalls on CPUs"))
                 .map(|l| l.trim_end_matches('\r').trim().to_string())
         })
+}
+
+/// At the boot timeout: a lockup or stall report among the console's last lines, so the kernel
+/// was still stuck when the time ran out (an early report that passed says nothing of the end).
+fn hung_at_the_end(serial: &str) -> Option<String> {
+    let mut last: Vec<&str> = serial.lines().rev().take(HANG_REPORT_LINES).collect();
+    last.reverse();
+    kernel_hang(&last.join("\n"), Duration::ZERO)
 }
 
 impl Vm {
@@ -690,7 +703,7 @@ impl Supervisor {
                     } else if let Some(report) = kernel_hang(&text, HANG_AFTER) {
                         break Some(Exit::Hung(report));
                     } else if tokio::time::Instant::now() >= ready_by {
-                        if let Some(report) = kernel_hang(&text, Duration::ZERO) {
+                        if let Some(report) = hung_at_the_end(&text) {
                             break Some(Exit::Hung(report));
                         }
                         bail!("boot {boot} did not print ALOFT-READY within {:?} (see {})", self.opts.boot_timeout, serial.display());
@@ -779,6 +792,10 @@ mod tests {
         );
         let quiet = "[    2.1] EXT4-fs (vda4): mounted filesystem\r\nALOFT-READY boot_id=";
         assert_eq!(kernel_hang(quiet, Duration::ZERO), None);
+        // At the timeout, only a report near the end counts.
+        assert!(hung_at_the_end(stall).is_some());
+        let passed = format!("{stall}{}", "[   40.0] systemd[1]: Started something.\r\n".repeat(HANG_REPORT_LINES));
+        assert_eq!(hung_at_the_end(&passed), None, "an early stall that passed");
     }
 
     #[test]
