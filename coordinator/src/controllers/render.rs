@@ -193,21 +193,55 @@ async fn create_rendered(
 /// (`kubectl replace --force`) can win the race with this controller's own create, and an
 /// import can bring one: nodes that joined after it got other contents under the same name.
 async fn restore(store: &Arc<dyn Store>, pool: &MachineConfigPool, rendered: &MachineConfig) -> Result<(), StoreError> {
-    let key = Key::cluster(&MACHINE_CONFIG.store_key(), &rendered.metadata.name);
-    let Some(stored) = store.get(&key).await? else {
-        return create_rendered(store, pool, rendered).await;
-    };
-    let mut obj = (*stored.object).clone();
-    let rev = revision_of(&obj);
-    obj["spec"] = to_value(&rendered.spec)?;
-    match store.update(&key, obj, rev).await {
-        Ok(_) => {
+    let spec = to_value(&rendered.spec)?;
+    match edit_config(store, &rendered.metadata.name, |obj| {
+        obj["spec"] = spec;
+        true
+    })
+    .await?
+    {
+        Edited::Written => {
             tracing::warn!(pool = %pool.metadata.name, config = %rendered.metadata.name,
                 "a rendered config's contents differed from what its name stands for; put back");
             Ok(())
         }
-        Err(StoreError::NotFound(_)) => create_rendered(store, pool, rendered).await,
-        Err(StoreError::Conflict { .. }) => Ok(()),
+        Edited::Gone => create_rendered(store, pool, rendered).await,
+        Edited::Unchanged | Edited::Raced => Ok(()),
+    }
+}
+
+/// How [`edit_config`] ended.
+enum Edited {
+    Written,
+    /// The edit found nothing to change.
+    Unchanged,
+    /// No such config (collected meanwhile).
+    Gone,
+    /// Written by someone else meanwhile: the pass that write starts sees it.
+    Raced,
+}
+
+/// Read the stored MachineConfig `name`, let `edit` change its JSON in place (false: nothing to
+/// change), and write it back if nobody wrote it meanwhile (compare-and-swap). Edits of the JSON,
+/// not of the typed config: every field this controller does not own stays as stored.
+async fn edit_config(
+    store: &Arc<dyn Store>,
+    name: &str,
+    edit: impl FnOnce(&mut Value) -> bool,
+) -> Result<Edited, StoreError> {
+    let key = Key::cluster(&MACHINE_CONFIG.store_key(), name);
+    let Some(stored) = store.get(&key).await? else {
+        return Ok(Edited::Gone);
+    };
+    let mut obj = (*stored.object).clone();
+    let rev = revision_of(&obj);
+    if !edit(&mut obj) {
+        return Ok(Edited::Unchanged);
+    }
+    match store.update(&key, obj, rev).await {
+        Ok(_) => Ok(Edited::Written),
+        Err(StoreError::NotFound(_)) => Ok(Edited::Gone),
+        Err(StoreError::Conflict { .. }) => Ok(Edited::Raced),
         Err(e) => Err(e),
     }
 }
@@ -252,39 +286,30 @@ fn unblocking(mc: &MachineConfig, pool: &MachineConfigPool) -> bool {
 /// [`unblocking`]); nothing else changes. A config written or collected meanwhile is left to the
 /// pass its event starts.
 async fn block_deletion(store: &Arc<dyn Store>, pool: &MachineConfigPool, name: &str) -> Result<(), StoreError> {
-    let key = Key::cluster(&MACHINE_CONFIG.store_key(), name);
-    let Some(stored) = store.get(&key).await? else {
-        return Ok(());
-    };
-    let mut obj = (*stored.object).clone();
-    let rev = revision_of(&obj);
     let uid = pool.metadata.uid.as_deref().unwrap_or_default();
-    let Some(refs) = obj.pointer_mut("/metadata/ownerReferences").and_then(Value::as_array_mut) else {
-        return Ok(());
-    };
-    let mut changed = false;
-    for r in refs.iter_mut().filter(|r| {
-        r.get("kind").and_then(Value::as_str) == Some("MachineConfigPool")
-            && r.get("name").and_then(Value::as_str) == Some(pool.metadata.name.as_str())
-            && r.get("uid").and_then(Value::as_str) == Some(uid)
-            && r.get("controller").and_then(Value::as_bool) == Some(true)
-            && r.get("blockOwnerDeletion").and_then(Value::as_bool) != Some(true)
-    }) {
-        r["blockOwnerDeletion"] = Value::Bool(true);
-        changed = true;
-    }
-    if !changed {
-        return Ok(());
-    }
-    match store.update(&key, obj, rev).await {
-        Ok(_) => {
-            tracing::info!(pool = %pool.metadata.name, config = name,
-                "a rendered config's reference to its pool now blocks the pool's foreground deletion (rendered by an older aloft)");
-            Ok(())
+    let edited = edit_config(store, name, |obj| {
+        let Some(refs) = obj.pointer_mut("/metadata/ownerReferences").and_then(Value::as_array_mut) else {
+            return false;
+        };
+        let mut changed = false;
+        for r in refs.iter_mut().filter(|r| {
+            r.get("kind").and_then(Value::as_str) == Some("MachineConfigPool")
+                && r.get("name").and_then(Value::as_str) == Some(pool.metadata.name.as_str())
+                && r.get("uid").and_then(Value::as_str) == Some(uid)
+                && r.get("controller").and_then(Value::as_bool) == Some(true)
+                && r.get("blockOwnerDeletion").and_then(Value::as_bool) != Some(true)
+        }) {
+            r["blockOwnerDeletion"] = Value::Bool(true);
+            changed = true;
         }
-        Err(StoreError::NotFound(_)) | Err(StoreError::Conflict { .. }) => Ok(()),
-        Err(e) => Err(e),
+        changed
+    })
+    .await?;
+    if let Edited::Written = edited {
+        tracing::info!(pool = %pool.metadata.name, config = name,
+            "a rendered config's reference to its pool now blocks the pool's foreground deletion (rendered by an older aloft)");
     }
+    Ok(())
 }
 
 /// Point `rendered`'s stored references to its pool at the pool as it is now (its uid), or add
@@ -292,42 +317,40 @@ async fn block_deletion(store: &Arc<dyn Store>, pool: &MachineConfigPool, name: 
 /// collected meanwhile is created again; one written meanwhile is left to the pass its write
 /// starts.
 async fn adopt(store: &Arc<dyn Store>, pool: &MachineConfigPool, rendered: &MachineConfig) -> Result<(), StoreError> {
-    let key = Key::cluster(&MACHINE_CONFIG.store_key(), &rendered.metadata.name);
-    let Some(stored) = store.get(&key).await? else {
-        return create_rendered(store, pool, rendered).await;
-    };
     let uid = pool.metadata.uid.clone().unwrap_or_default();
-    let mut obj = (*stored.object).clone();
-    let rev = revision_of(&obj);
+    let own = rendered.metadata.owner_references.first().map(to_value).transpose()?;
     let ours = |r: &Value| {
         r.get("kind").and_then(Value::as_str) == Some("MachineConfigPool")
             && r.get("name").and_then(Value::as_str) == Some(pool.metadata.name.as_str())
     };
-    let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) else {
-        return Ok(());
-    };
-    let refs = meta.entry("ownerReferences").or_insert_with(|| Value::Array(Vec::new()));
-    if !refs.is_array() {
-        *refs = Value::Array(Vec::new());
-    }
-    let Some(refs) = refs.as_array_mut() else {
-        return Ok(());
-    };
-    if refs.iter().any(ours) {
-        for r in refs.iter_mut().filter(|r| ours(r)) {
-            r["uid"] = Value::String(uid.clone());
+    let edited = edit_config(store, &rendered.metadata.name, |obj| {
+        let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) else {
+            return false;
+        };
+        let refs = meta.entry("ownerReferences").or_insert_with(|| Value::Array(Vec::new()));
+        if !refs.is_array() {
+            *refs = Value::Array(Vec::new());
         }
-    } else if let Some(own) = rendered.metadata.owner_references.first() {
-        refs.push(to_value(own)?);
-    }
-    match store.update(&key, obj, rev).await {
-        Ok(_) => {
+        let Some(refs) = refs.as_array_mut() else {
+            return false;
+        };
+        if refs.iter().any(ours) {
+            for r in refs.iter_mut().filter(|r| ours(r)) {
+                r["uid"] = Value::String(uid.clone());
+            }
+        } else if let Some(own) = own {
+            refs.push(own);
+        }
+        true
+    })
+    .await?;
+    match edited {
+        Edited::Written => {
             tracing::info!(pool = %pool.metadata.name, config = %rendered.metadata.name, "took over a rendered config whose owner was gone");
             Ok(())
         }
-        Err(StoreError::NotFound(_)) => create_rendered(store, pool, rendered).await,
-        Err(StoreError::Conflict { .. }) => Ok(()),
-        Err(e) => Err(e),
+        Edited::Gone => create_rendered(store, pool, rendered).await,
+        Edited::Unchanged | Edited::Raced => Ok(()),
     }
 }
 
