@@ -9,7 +9,8 @@
 //!   anything is deployed: a commit that was already in the repository (from another source)
 //!   gets the same check as a downloaded one.
 //! - **Stage**: on a booted host `stage_tree` (the /etc merge and bootloader switch happen at
-//!   shutdown in `ostree-finalize-staged.service`); on a directory sysroot (tests, image builds)
+//!   shutdown in `ostree-finalize-staged.service`, which is started right away, see
+//!   [`FINALIZE_UNIT`]); on a directory sysroot (tests, image builds)
 //!   `deploy_tree` + `simple_write_deployment`, which writes the new default at once. Kernel
 //!   arguments come from the merge deployment's boot entry by MCO's rule ([`aloft_api::os::kargs`]).
 //! - **Rollback**: reorder the deployments so the previous one boots next, as
@@ -68,6 +69,35 @@ pub struct OstreeBackend {
 /// Whether `dir` holds an ostree sysroot (`ostree/repo` and `ostree/deploy`).
 pub fn is_sysroot(dir: &Path) -> bool {
     dir.join("ostree/repo/config").is_file() && dir.join("ostree/deploy").is_dir()
+}
+
+/// The unit whose stop, at shutdown, finalizes a staged deployment (the /etc merge and the
+/// bootloader switch).
+pub const FINALIZE_UNIT: &str = "ostree-finalize-staged.service";
+
+/// Start [`FINALIZE_UNIT`] and wait for it, right after staging.
+///
+/// libostree 2022.7 (Debian 12) leaves that to `ostree-finalize-staged.path`, which systemd may
+/// not have acted on yet when a reboot follows the staging quickly: the shutdown then runs
+/// without the finalizing unit, the staged deployment is dropped and the node boots the old one
+/// again (seen in VM scenario f; OCPBUGS-51150, after which ostree 2025.2 starts the unit from
+/// the staging call itself, as this does). Where the unit runs already this is a no-op. An
+/// error here fails the staging: the agent must not reboot into an update that would be lost.
+fn start_finalize_unit(checksum: &str) -> Result<(), OsError> {
+    let out = std::process::Command::new("systemctl")
+        .args(["start", "--quiet", FINALIZE_UNIT])
+        .output()
+        .map_err(|e| OsError::ostree(format!("running systemctl start {FINALIZE_UNIT}"), e))?;
+    if out.status.success() {
+        tracing::info!(unit = FINALIZE_UNIT, checksum, "the staged deployment's finalizing unit runs");
+        return Ok(());
+    }
+    Err(OsError::ostree(
+        format!(
+            "starting {FINALIZE_UNIT} after staging OS commit {checksum} (a reboot without it would drop the staged deployment)"
+        ),
+        format!("systemctl exited with {}: {}", out.status, String::from_utf8_lossy(&out.stderr).trim()),
+    ))
 }
 
 fn no_cancel() -> Option<&'static gio::Cancellable> {
@@ -342,7 +372,8 @@ impl OsBackend for OstreeBackend {
         let deployment = if sysroot.is_booted() {
             sysroot
                 .stage_tree_with_options(Some(osname), &checksum, Some(&origin), merge.as_ref(), &opts, no_cancel())
-                .map_err(|e| OsError::ostree(format!("staging OS commit {checksum}"), e))?
+                .map_err(|e| OsError::ostree(format!("staging OS commit {checksum}"), e))
+                .and_then(|d| start_finalize_unit(&checksum).map(|()| d))?
         } else {
             let d = sysroot
                 .deploy_tree_with_options(

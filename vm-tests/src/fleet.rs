@@ -161,7 +161,16 @@ impl Fleet {
                 let mut kept = Vec::new();
                 for vm in &self.vms {
                     match vm.save_journal().await {
-                        Ok(p) => kept.push(format!("  {} agent journal: {}", vm.name, p.display())),
+                        Ok((p, warnings)) => {
+                            kept.push(format!("  {} agent journal: {}", vm.name, p.display()));
+                            let skip = warnings.len().saturating_sub(JOURNAL_WARNINGS);
+                            kept.push(format!(
+                                "    its warnings and errors ({} of {}):",
+                                warnings.len() - skip,
+                                warnings.len()
+                            ));
+                            kept.extend(warnings[skip..].iter().map(|l| format!("    | {}", cut(l, 400))));
+                        }
                         Err(err) => kept.push(format!("  {} agent journal: not saved ({err:#})", vm.name)),
                     }
                     let boots = vm.boots();
@@ -190,10 +199,12 @@ impl Fleet {
                 let coordinator_log = self.dir.join("coordinator.log");
                 let _ = std::fs::write(&coordinator_log, self.coordinator.log_tail());
                 kept.push(format!("  coordinator log (tail): {}", coordinator_log.display()));
+                // The cause first: CI shows the head and the tail of a failed test's output.
                 let msg = format!(
-                    "VM test {} FAILED after {:.0} s; logs kept under {}:\n{}",
+                    "VM test {} FAILED after {:.0} s: {}\nlogs kept under {}:\n{}",
                     self.test,
                     elapsed.as_secs_f64(),
+                    cut(&format!("{e:#}"), 2000),
                     self.dir.display(),
                     kept.join("\n")
                 );
@@ -206,6 +217,17 @@ impl Fleet {
 
 /// How many console lines a failed test prints per boot it reports.
 const SERIAL_TAIL_LINES: usize = 40;
+
+/// How many of a VM's last journal warnings and errors a failed test prints.
+const JOURNAL_WARNINGS: usize = 15;
+
+/// `s` cut to `n` characters, saying so.
+fn cut(s: &str, n: usize) -> String {
+    match s.char_indices().nth(n) {
+        Some((i, _)) => format!("{}... ({} characters more)", &s[..i], s[i..].chars().count()),
+        None => s.to_string(),
+    }
+}
 
 /// The last `n` lines of a serial log, without carriage returns, escape sequences (systemd colours
 /// its status lines) or empty lines, each cut to 240 characters.
@@ -238,6 +260,8 @@ mod tests {
             vec!["FAILED to start x", "three", "ostree-prepare-root: Couldn't find root"]
         );
         assert!(serial_tail(&dir.join("missing.log"), 3).is_empty());
+        assert_eq!(cut("abcdé", 5), "abcdé");
+        assert_eq!(cut("abcdéf", 4), "abcd... (2 characters more)");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

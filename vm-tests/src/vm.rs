@@ -396,19 +396,35 @@ impl Vm {
         self.control.send(Control::PowerOn).await.map_err(|_| anyhow!("{}: supervisor gone", self.name))
     }
 
-    /// The agent's journal over all boots (`journalctl -u aloft-agent -u aloft-os-helper`), with
-    /// the structured fields the agent logs (tracing-journald puts them in journal fields, which
-    /// the usual one-line formats leave out), saved as `agent-journal.log` in the VM's directory.
-    /// Needs the VM up.
-    pub async fn save_journal(&self) -> Result<PathBuf> {
-        let out = self
-            .exec_timeout("journalctl -u aloft-agent -u aloft-os-helper --no-pager -o json", Duration::from_secs(120))
-            .await?;
+    /// The journal over all boots of the agent, its OS helper and the units that finalize a
+    /// staged deployment (`journalctl -u ...`, [`JOURNAL_UNITS`]), with the structured fields
+    /// the agent logs (tracing-journald puts them in journal fields, which the usual one-line
+    /// formats leave out), saved as `agent-journal.log` in the VM's directory; and its warnings
+    /// and errors (priority 4 or lower), which a failure report prints, since CI keeps only the
+    /// test's output. Needs the VM up.
+    pub async fn save_journal(&self) -> Result<(PathBuf, Vec<String>)> {
+        let units: Vec<String> = JOURNAL_UNITS.iter().map(|u| format!("-u {u}")).collect();
+        let cmd = format!("journalctl {} --no-pager -o json", units.join(" "));
+        let out = self.exec_timeout(&cmd, Duration::from_secs(120)).await?;
         let text: Vec<String> = out.out.lines().map(format_journal_line).collect();
+        let warnings = out.out.lines().filter(|l| is_warning(l)).map(format_journal_line).collect();
         let path = self.dir.join("agent-journal.log");
         std::fs::write(&path, text.join("\n") + "\n")?;
-        Ok(path)
+        Ok((path, warnings))
     }
+}
+
+/// The units whose journal a failed test keeps: the agent, its OS helper, and ostree's
+/// finalizing of staged deployments with the image's /boot checkpoint after it.
+pub const JOURNAL_UNITS: [&str; 4] =
+    ["aloft-agent", "aloft-os-helper", "ostree-finalize-staged.service", "aloft-boot-sync.service"];
+
+/// A `journalctl -o json` record of priority warning or worse.
+fn is_warning(line: &str) -> bool {
+    let Ok(serde_json::Value::Object(m)) = serde_json::from_str::<serde_json::Value>(line) else {
+        return false;
+    };
+    m.get("PRIORITY").and_then(|p| p.as_str()).and_then(|p| p.parse::<u8>().ok()).is_some_and(|p| p <= 4)
 }
 
 /// One `journalctl -o json` record as `[boot-prefix monotonic] identifier: MESSAGE KEY=value...`
@@ -767,6 +783,10 @@ mod tests {
             "[0669d8c9    162.000] aloft-agent: update failed error=mkdir /etc/x: Read-only file system"
         );
         assert_eq!(format_journal_line("-- No entries --"), "-- No entries --");
+        assert!(is_warning(line), "priority 3 is an error");
+        assert!(is_warning(&line.replace(r#""PRIORITY":"3""#, r#""PRIORITY":"4""#)), "priority 4 is a warning");
+        assert!(!is_warning(&line.replace(r#""PRIORITY":"3""#, r#""PRIORITY":"6""#)), "priority 6 is info");
+        assert!(!is_warning("-- No entries --"));
     }
 
     #[test]
