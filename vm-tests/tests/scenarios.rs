@@ -221,6 +221,17 @@ async fn os_update(fleet: &Fleet, prestage: bool) -> Result<()> {
         os_is(vm, "2", &v2).await?;
         let cmdline = vm.sh("cat /proc/cmdline").await?;
         ensure!(cmdline.split_whitespace().any(|a| a == KARG), "{}: {KARG} not on /proc/cmdline: {cmdline}", vm.name);
+        // Finalized at shutdown by the unit the OS helper started right after staging: the images
+        // mask ostree 2022.7's path unit, which a reboot soon after the staging can outrun (the
+        // one reboot above shows the staged deployment was not lost).
+        let masked = vm.sh("systemctl is-enabled ostree-finalize-staged.path || true").await?;
+        ensure!(masked.trim() == "masked", "{}: ostree-finalize-staged.path is {masked:?}, not masked", vm.name);
+        let started = vm.sh("journalctl -u aloft-os-helper -o cat | grep -cF 'finalizing unit runs' || true").await?;
+        ensure!(
+            started.trim().parse::<u32>().unwrap_or(0) >= 1,
+            "{}: the OS helper never said it started ostree-finalize-staged.service ({started:?})",
+            vm.name
+        );
     }
     // Each Node says which OS image and kernel it runs, as of its boot into v2.
     let nodes = fleet.nodes().await?;
