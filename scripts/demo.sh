@@ -6,6 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
+# The binaries record which commit they were built from (`--version`, /version, the Nodes).
+source scripts/build-env.sh
 echo "== building (debug) ==" >&2
 cargo build -q --bins -p aloft-coordinator -p aloft-agent --features aloft-agent/test-support
 bin=$PWD/target/debug

@@ -1413,3 +1413,50 @@ async fn apply_of_a_config_too_large_for_its_record_goes_through_and_says_so() {
     let source = got["spec"]["config"]["storage"]["files"][0]["contents"]["source"].as_str().unwrap_or_default();
     assert_eq!(source.len(), "data:,".len() + 300 * 1024);
 }
+
+/// Which build answers, after upgrading aloft: `aloftctl version` prints aloftctl's build and the
+/// coordinator's (from `/version`, whose gitCommit, gitTreeState and buildDate carry it, as does
+/// `aloft_build_info` on `/metrics`), `--client` asks no coordinator, and each binary's
+/// `--version` says the same. The binaries and this test were built from one tree in one
+/// environment: with `scripts/build-env.sh` sourced (as scripts/test.sh does) that is the
+/// checkout's commit, without it every one of them says the commit was not recorded.
+#[tokio::test]
+async fn version_names_the_build_of_each_side() {
+    let c = Coordinator::start();
+    let build = aloft_api::build_info!();
+    let long = build.long_version();
+    assert_eq!(
+        ok(&c, &["version"]),
+        format!("Client Version: {long}\nServer Version: {long} (Kubernetes API v1.32.0)\n")
+    );
+    // No coordinator, and no client config, needed for the client's own.
+    let alone = Command::new(bin("aloftctl"))
+        .args(["version", "--client", "--kubeconfig", "/nonexistent/kubeconfig"])
+        .env_remove("ALOFT_KUBECONFIG")
+        .output()
+        .expect("run aloftctl");
+    assert!(alone.status.success(), "{}", String::from_utf8_lossy(&alone.stderr));
+    assert_eq!(String::from_utf8_lossy(&alone.stdout), format!("Client Version: {long}\n"));
+    for name in ["aloftctl", "aloft-coordinator", "aloft-agent"] {
+        let out = Command::new(bin(name)).arg("--version").output().expect("run --version");
+        assert!(out.status.success(), "{name} --version: {}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(String::from_utf8_lossy(&out.stdout), format!("{name} {long}\n"));
+    }
+    let v = c.client().get("/version").await.expect("GET /version").into_result().expect("/version");
+    assert_eq!(v["gitVersion"], format!("v1.32.0+aloft-{}", build.version), "{v}");
+    assert_eq!(v["gitCommit"], build.git_commit, "{v}");
+    assert_eq!(v["gitTreeState"], build.git_tree_state, "{v}");
+    assert_eq!(v["buildDate"], build.build_date, "{v}");
+    let metrics = ok(&c, &["get", "--raw", "/metrics"]);
+    let info = format!(
+        "aloft_build_info{{version=\"{}\",git_commit=\"{}\",git_tree_state=\"{}\",build_date=\"{}\"}} 1",
+        build.version, build.git_commit, build.git_tree_state, build.build_date
+    );
+    assert!(metrics.lines().any(|l| l == info), "no line {info:?} in:\n{metrics}");
+    // Under scripts/test.sh (which exports the commit for the build and the run) the commit is
+    // really there.
+    if std::env::var_os("ALOFT_GIT_COMMIT").is_some() {
+        assert!(!build.git_commit.is_empty(), "built with ALOFT_GIT_COMMIT set, yet no commit recorded");
+        assert!(long.contains(build.short_commit()), "{long}");
+    }
+}

@@ -1090,6 +1090,10 @@ async fn nodes_report_the_os_they_booted() {
     assert_eq!(info["osImage"], "aloft sandbox 1", "{info}");
     assert_eq!(info["machineID"], "4c4c4544004b4a10804bb4c04f333233", "{info}");
     assert_eq!(info["operatingSystem"], "linux", "{info}");
+    // The agent's build, as a kubelet's version (`kubectl get nodes` VERSION): the binary under
+    // test was built from this tree in this environment, as this test was.
+    let agent_version = aloft_api::build_info!().node_version();
+    assert_eq!(info["kubeletVersion"], json!(agent_version), "{info}");
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap().trim().to_string();
     assert_eq!(info["kernelVersion"], json!(kernel), "{info}");
 
@@ -1109,9 +1113,9 @@ async fn nodes_report_the_os_they_booted() {
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     let header = text.lines().next().unwrap_or("");
-    assert!(header.contains("OS-IMAGE") && header.contains("KERNEL-VERSION"), "{text}");
+    assert!(header.contains("VERSION") && header.contains("OS-IMAGE") && header.contains("KERNEL-VERSION"), "{text}");
     let row = text.lines().find(|l| l.starts_with("worker-i")).unwrap_or("");
-    assert!(row.contains("aloft sandbox 2") && row.contains(&kernel), "{text}");
+    assert!(row.contains("aloft sandbox 2") && row.contains(&kernel) && row.contains(&agent_version), "{text}");
 }
 
 /// A rebootless action that fails (the policy's restart of a service) fails the update as MCO's

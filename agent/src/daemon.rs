@@ -61,6 +61,9 @@ pub struct Options {
     pub workload_stop_timeout: Duration,
     /// The OS backend (an ostree sysroot); `None`: files and units only, the booted OS is kept.
     pub os: Option<OsOptions>,
+    /// Which agent build this is (`aloft_api::build_info!()` in the binary): the Node's
+    /// `kubeletVersion` and the log say it.
+    pub build: aloft_api::build::BuildInfo,
 }
 
 /// What to do next.
@@ -1363,9 +1366,10 @@ pub async fn run(opts: Options) -> Result<()> {
     // (the watchdog keeps being fed while the agent waits for it).
     crate::notify::ready("aloft-agent ready");
     crate::notify::spawn_watchdog();
-    let node_info = crate::node_info::of(&agent.root);
+    let node_info = crate::node_info::of(&agent.root, &opts.build);
     agent.api.set_ready_waiting(true, "aloft-agent is running", Some(&node_info)).await?;
-    tracing::info!(node = %opts.node_name, os_image = %node_info["osImage"], "aloft-agent ready");
+    tracing::info!(node = %opts.node_name, os_image = %node_info["osImage"], version = %opts.build.long_version(),
+        "aloft-agent ready");
     loop {
         let Err(e) = agent.run_loop().await else { return Ok(()) };
         let Some(CredentialLost(lost)) = e.downcast_ref::<CredentialLost>() else { return Err(e) };

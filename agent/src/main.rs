@@ -14,7 +14,7 @@ use std::time::Duration;
 /// First start enrolls with a bootstrap token and keeps the node's own credential in
 /// <root>/var/lib/aloft/credential.json (0600); later starts need no bootstrap token.
 #[derive(Parser)]
-#[command(version, verbatim_doc_comment, args_conflicts_with_subcommands = true)]
+#[command(version = aloft_api::long_version!(), verbatim_doc_comment, args_conflicts_with_subcommands = true)]
 struct Cli {
     #[command(subcommand)]
     cmd: Option<Cmd>,
@@ -210,6 +210,7 @@ fn main() -> Result<()> {
                 drain_timeout: Duration::from_secs(a.drain_timeout_seconds),
                 workload_stop_timeout: Duration::from_secs(a.workload_stop_timeout_seconds),
                 os,
+                build: aloft_api::build_info!(),
             };
             rt.block_on(daemon::run(opts))
         }

@@ -5,6 +5,7 @@
 //! reboot, so the values are those of the running boot.
 
 use crate::host::Root;
+use aloft_api::build::BuildInfo;
 use serde_json::{json, Value};
 use std::path::Path;
 
@@ -12,12 +13,16 @@ use std::path::Path;
 /// reads it from, says the same).
 const UNKNOWN_OS: &str = "Linux";
 
-/// The `status.nodeInfo` of the host at `root`. A file under the root wins over the running
-/// system's (a sandboxed root stands for its own host); unreadable values are empty, never an
-/// error: the node must report Ready whatever its DMI tables say.
-pub fn of(root: &Root) -> Value {
+/// The `status.nodeInfo` of the host at `root`, run by the agent build `agent`. A file under the
+/// root wins over the running system's (a sandboxed root stands for its own host); unreadable
+/// values are empty, never an error: the node must report Ready whatever its DMI tables say.
+///
+/// The agent plays the kubelet's part, so its version is `kubeletVersion` (`kubectl get nodes`
+/// shows it as VERSION): which nodes run which agent build while aloft itself is upgraded.
+pub fn of(root: &Root, agent: &BuildInfo) -> Value {
     let r = root.path();
     json!({
+        "kubeletVersion": agent.node_version(),
         "machineID": first_line(&[&r.join("etc/machine-id")]),
         "systemUUID": first_line(&[&r.join("sys/class/dmi/id/product_uuid")]),
         "bootID": crate::state::boot_id(root),
@@ -80,7 +85,9 @@ mod tests {
              PRETTY_NAME=\"Red Hat Enterprise Linux CoreOS 418.94.202410090804-0 (Plow)\"\nID=rhcos\n",
         )
         .unwrap();
-        let info = of(&root);
+        let build = BuildInfo::new("0.1.0", Some("0123456789abcdef0123"), Some("clean"), None);
+        let info = of(&root, &build);
+        assert_eq!(info["kubeletVersion"], "v0.1.0+0123456789ab");
         assert_eq!(info["osImage"], "Red Hat Enterprise Linux CoreOS 418.94.202410090804-0 (Plow)");
         assert_eq!(info["machineID"], "0123456789abcdef0123456789abcdef");
         assert_eq!(info["operatingSystem"], "linux");

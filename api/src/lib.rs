@@ -6,6 +6,7 @@
 
 pub mod annotations;
 pub mod budget;
+pub mod build;
 pub mod content;
 pub mod disruption;
 pub mod exposition;

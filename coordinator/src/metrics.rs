@@ -18,6 +18,8 @@
 //!   `aloft_controller_pass_events_total{controller}`: each controller's reconcile passes
 //!   ([`crate::controllers::passes`]);
 //! - `aloft_store_revision`: the store's newest revision (a write counter);
+//! - `aloft_build_info{version,git_commit,git_tree_state,build_date}`: 1, which build serves
+//!   (as `kubernetes_build_info`), so a half-done upgrade of the coordinators shows;
 //! - `apiserver_request_total{verb,group,version,resource,subresource,scope,code}`,
 //!   `apiserver_request_duration_seconds{...}` and `apiserver_longrunning_requests{...}`: what the
 //!   API answered, as Kubernetes' API server names it ([`crate::server::request_metrics`]);
@@ -30,6 +32,7 @@ use crate::process_metrics::AllocatorProbe;
 use crate::resources::MACHINE_CONFIG_POOL;
 use crate::server::request_metrics::RequestMetrics;
 use crate::store::{Store, StoreError};
+use aloft_api::build::BuildInfo;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -62,6 +65,26 @@ struct ControllerLabels {
     controller: String,
 }
 
+/// `kubernetes_build_info`'s labels that aloft has.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildLabels {
+    version: String,
+    git_commit: String,
+    git_tree_state: String,
+    build_date: String,
+}
+
+impl BuildLabels {
+    fn of(b: &BuildInfo) -> Self {
+        BuildLabels {
+            version: b.version.to_string(),
+            git_commit: b.git_commit.to_string(),
+            git_tree_state: b.git_tree_state.to_string(),
+            build_date: b.build_date.to_string(),
+        }
+    }
+}
+
 /// Errors of a scrape.
 #[derive(Debug, thiserror::Error)]
 pub enum MetricsError {
@@ -77,6 +100,7 @@ pub async fn encode(
     health: &Health,
     requests: &RequestMetrics,
     allocator: Option<AllocatorProbe>,
+    build: &BuildInfo,
 ) -> Result<String, MetricsError> {
     let pools = store.list(&MACHINE_CONFIG_POOL.store_key(), None).await?;
     let mut registry = Registry::default();
@@ -118,6 +142,9 @@ pub async fn encode(
     registry.register("aloft_store_revision", "The store's newest revision", revision);
     requests.register(&mut registry);
     crate::process_metrics::register(&mut registry, allocator);
+    let info = Family::<BuildLabels, Gauge>::default();
+    info.get_or_create(&BuildLabels::of(build)).set(1);
+    registry.register("aloft_build_info", "Which build of aloft serves: 1, with the build's version and commit", info);
 
     let mut out = String::new();
     prometheus_client::encoding::text::encode(&mut out, &registry)?;

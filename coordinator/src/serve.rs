@@ -36,6 +36,9 @@ pub struct ServeOptions {
     /// Issue a new CA although the store has enrolled nodes (whose agents trust the one that
     /// is missing).
     pub new_ca: bool,
+    /// Which build this is (`aloft_api::build_info!()` in the binary), for `/version`,
+    /// `/metrics` and the log.
+    pub build: aloft_api::build::BuildInfo,
 }
 
 /// Files `serve` keeps in the data directory.
@@ -278,6 +281,7 @@ pub async fn run(opts: ServeOptions) -> Result<()> {
         requests: Default::default(),
         allocator: opts.allocator,
         presence: presence.clone(),
+        build: opts.build.clone(),
     });
     controllers::spawn_all(store.clone(), health.clone(), opts.event_ttl).context("starting the controllers")?;
     let (ttl_store, ttl) = (store.clone(), opts.event_ttl);
@@ -290,7 +294,8 @@ pub async fn run(opts: ServeOptions) -> Result<()> {
     }));
     let app = server::router(ctx).into_make_service();
     let serving_store = store.clone();
-    tracing::info!(%addr, scheme, data_dir = %opts.data_dir.display(), "aloft-coordinator serving");
+    tracing::info!(%addr, scheme, data_dir = %opts.data_dir.display(), version = %opts.build.long_version(),
+        "aloft-coordinator serving");
     println!("aloft-coordinator listening on {}", client.server);
     // kubectl sends no token over plain HTTP: with --insecure-http only aloftctl gets in.
     let clients = if opts.insecure_http {

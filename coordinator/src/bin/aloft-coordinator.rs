@@ -33,7 +33,7 @@ fn jemalloc_stats() -> Option<aloft_coordinator::process_metrics::AllocatorStats
 /// The coordinator of an aloft fleet: a Kubernetes-style API (MachineConfig, MachineConfigPool,
 /// Node, ...) on an embedded SQLite store, and the controllers that render configs per pool.
 #[derive(Parser)]
-#[command(version, about, long_about = None)]
+#[command(version = aloft_api::long_version!(), about, long_about = None)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -284,6 +284,7 @@ async fn main() -> Result<()> {
                 allocator: Some(jemalloc_stats),
                 node_monitor_grace: node_monitor_grace_period,
                 new_ca,
+                build: aloft_api::build_info!(),
             })
             .await
         }

@@ -17,5 +17,5 @@ fn main() {
 
 #[tokio::main]
 async fn run() -> anyhow::Result<()> {
-    aloft_coordinator::ctl::main().await
+    aloft_coordinator::ctl::main(aloft_api::build_info!()).await
 }

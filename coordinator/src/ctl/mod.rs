@@ -7,6 +7,7 @@ pub mod prune;
 
 use crate::client::{resource_path, Client, ClientConfig};
 use crate::resources::{self, ResourceType};
+use aloft_api::build::BuildInfo;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Parser, Subcommand};
 use print::Output;
@@ -128,6 +129,16 @@ enum Cmd {
     },
     /// List the resource types the coordinator serves.
     ApiResources,
+    /// Print aloftctl's version and the coordinator's (its /version), each with the commit it
+    /// was built from: after upgrading aloft, which build answers.
+    ///
+    /// The nodes' agents report theirs as the Node's kubeletVersion (VERSION in
+    /// `kubectl get nodes`, `aloftctl get nodes -o wide`).
+    Version {
+        /// Only aloftctl's own version: no coordinator asked.
+        #[arg(long)]
+        client: bool,
+    },
     /// Follow a pool's rollout (`status`), or resume one its circuit breaker stopped (`resume`).
     Rollout {
         #[command(subcommand)]
@@ -412,10 +423,22 @@ fn with_query(path: String, q: &[(&str, String)]) -> String {
     format!("{path}?{}", qs.join("&"))
 }
 
-/// Run aloftctl with the process arguments.
-pub async fn main() -> Result<()> {
+/// Run aloftctl with the process arguments; `build` is the binary's
+/// ([`aloft_api::build_info!`]), for `--version` and `aloftctl version`.
+pub async fn main(build: BuildInfo) -> Result<()> {
+    use clap::{CommandFactory, FromArgMatches};
     crate::client::install_crypto();
-    let cli = Cli::parse();
+    // clap keeps a version as `&'static str`: one small string, once per run of the command.
+    let long: &'static str = Box::leak(build.long_version().into_boxed_str());
+    let matches = Cli::command().version(long).get_matches();
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
+    if let Cmd::Version { client: true } = cli.cmd {
+        println!("Client Version: {}", build.long_version());
+        return Ok(());
+    }
     let client = Client::new(&client_config(&cli)?)?.on_warning(print_warnings());
     let ns = cli.namespace.clone();
     match cli.cmd {
@@ -439,6 +462,12 @@ pub async fn main() -> Result<()> {
             Some(RenderedCmd::List { pool_name, in_use }) => list_rendered(&client, pool_name.as_deref(), in_use).await,
             None => prune_rendered(&client, pool_name.as_deref(), count, confirm).await,
         },
+        Cmd::Version { .. } => {
+            println!("Client Version: {}", build.long_version());
+            let server = client.get("/version").await?.into_result()?;
+            println!("Server Version: {}", server_version(&server));
+            Ok(())
+        }
         Cmd::ApiResources => {
             let rows: Vec<Vec<String>> = resources::ALL
                 .iter()
@@ -456,6 +485,21 @@ pub async fn main() -> Result<()> {
             Ok(())
         }
     }
+}
+
+/// A coordinator's `/version` in `--version`'s words: aloft's version (after `+aloft-` in
+/// gitVersion) and commit, and the Kubernetes API level it follows. Another server's answer
+/// (a kube-apiserver) is shown as its gitVersion.
+fn server_version(v: &Value) -> String {
+    let s = |k: &str| v[k].as_str().unwrap_or("").to_string();
+    let git_version = s("gitVersion");
+    let Some((kube, aloft)) = git_version.split_once("+aloft-") else {
+        return format!("{git_version} (not an aloft coordinator)");
+    };
+    format!(
+        "{} (Kubernetes API {kube})",
+        aloft_api::build::describe(aloft, &s("gitCommit"), &s("gitTreeState"), &s("buildDate"))
+    )
 }
 
 /// Print each warning the coordinator answers with to stderr as kubectl does
@@ -1786,6 +1830,24 @@ async fn prune_rendered(client: &Client, pool: Option<&str>, count: Option<usize
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_server_version_is_read_as_aloft_or_shown_as_it_is() {
+        let aloft = serde_json::json!({"gitVersion": "v1.32.0+aloft-0.2.0", "gitCommit": "0123456789abcdef0123",
+            "gitTreeState": "dirty", "buildDate": "2026-11-30T19:00:00Z"});
+        assert_eq!(
+            server_version(&aloft),
+            "0.2.0 (commit 0123456789ab, dirty tree, 2026-11-30T19:00:00Z) (Kubernetes API v1.32.0)"
+        );
+        let unrecorded = serde_json::json!({"gitVersion": "v1.32.0+aloft-0.1.0", "gitCommit": ""});
+        assert!(
+            server_version(&unrecorded).starts_with("0.1.0 (source commit not recorded"),
+            "{}",
+            server_version(&unrecorded)
+        );
+        let kube = serde_json::json!({"gitVersion": "v1.31.4", "gitCommit": "abc"});
+        assert_eq!(server_version(&kube), "v1.31.4 (not an aloft coordinator)");
+    }
     use serde_json::json;
 
     fn pool(generation: i64, observed: Option<i64>, sources: &[&str]) -> Value {

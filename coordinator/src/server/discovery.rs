@@ -82,15 +82,16 @@ pub fn resource_list(group: &str, version: &str) -> Option<Value> {
 }
 
 /// `/version`: the Kubernetes minor version whose API conventions the coordinator follows, so
-/// kubectl's version-skew check stays quiet.
-pub fn version() -> Value {
+/// kubectl's version-skew check stays quiet, with aloft's own version after it and the build's
+/// commit (`kubectl version -o yaml`, `aloftctl version`).
+pub fn version(build: &aloft_api::build::BuildInfo) -> Value {
     json!({
         "major": "1",
         "minor": "32",
-        "gitVersion": format!("v1.32.0+aloft-{}", env!("CARGO_PKG_VERSION")),
-        "gitCommit": "",
-        "gitTreeState": "clean",
-        "buildDate": "",
+        "gitVersion": format!("v1.32.0+aloft-{}", build.version),
+        "gitCommit": build.git_commit,
+        "gitTreeState": build.git_tree_state,
+        "buildDate": build.build_date,
         "goVersion": "",
         "compiler": "rustc",
         "platform": format!("{}/{}", std::env::consts::OS, std::env::consts::ARCH),

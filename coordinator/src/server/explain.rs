@@ -206,6 +206,9 @@ fn node_status() -> Value {
         json!({
             "conditions": conditions(),
             "nodeInfo": object("The host, reported by the agent at each start.", json!({
+                "kubeletVersion": field("string",
+                    "The node's aloft-agent build: its version, and the commit it was built from as semver build \
+                     metadata (v0.1.0+1a2b3c4d5e6f; .dirty after it for uncommitted changes)."),
                 "osImage": field("string", "os-release's PRETTY_NAME."),
                 "kernelVersion": field("string", "The running kernel (uname -r)."),
                 "machineID": field("string", "/etc/machine-id."),

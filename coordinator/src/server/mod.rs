@@ -88,6 +88,8 @@ pub struct Ctx {
     pub allocator: Option<crate::process_metrics::AllocatorProbe>,
     /// The agents' open watches, which say whether each node's agent is there.
     pub presence: Arc<crate::controllers::presence::Presence>,
+    /// Which build serves (`/version`, `/metrics`).
+    pub build: aloft_api::build::BuildInfo,
 }
 
 pub type SharedCtx = Arc<Ctx>;
@@ -292,7 +294,7 @@ async fn metrics(ctx: &Ctx, who: &Identity, headers: &HeaderMap) -> Response {
         return ApiError::forbidden(who, "get", "/metrics", None, None).into_response();
     }
     let accept = headers.get(axum::http::header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
-    match crate::metrics::encode(ctx.store.as_ref(), &ctx.health, &ctx.requests, ctx.allocator).await {
+    match crate::metrics::encode(ctx.store.as_ref(), &ctx.health, &ctx.requests, ctx.allocator, &ctx.build).await {
         Ok(text) if exposition::wants_openmetrics(accept) => {
             (StatusCode::OK, [("content-type", exposition::OPENMETRICS)], text).into_response()
         }
@@ -365,7 +367,7 @@ pub fn router(ctx: SharedCtx) -> Router {
         .merge(health_routes("livez"))
         // Open, as kube-apiserver's `system:public-info-viewer` has it: monitoring and load
         // balancers read the version without a credential.
-        .route("/version", get(|| async { json_ok(discovery::version()) }))
+        .route("/version", get(|State(c): State<SharedCtx>| async move { json_ok(discovery::version(&c.build)) }))
         .with_state(ctx)
         .merge(api)
         .layer(counting)

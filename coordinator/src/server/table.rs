@@ -51,6 +51,7 @@ fn columns(r: &ResourceType) -> Vec<Col> {
             age,
             col("Desired", "string", 1, "desiredConfig annotation"),
             col("Failed Config", "string", 1, "The config the agent's last failure report was about (aloft.dev/failedConfig)"),
+            col("Version", "string", 1, "The node's aloft-agent build, as its kubeletVersion (e.g. v0.1.0+1a2b3c4d5e6f)."),
             col("OS-Image", "string", 1, "OS image reported by the node from /etc/os-release (e.g. Red Hat Enterprise Linux CoreOS 418.94.202410090804-0 (Plow))."),
             col("Kernel-Version", "string", 1, "Kernel Version reported by the node from 'uname -r' (e.g. 3.16.0-0.bpo.4-amd64)."),
         ],
@@ -157,6 +158,7 @@ fn cells(r: &ResourceType, o: &Value, now: chrono::DateTime<chrono::Utc>) -> Vec
                 age,
                 annotation(ann::DESIRED_CONFIG),
                 annotation(ann::FAILED_CONFIG),
+                json!(s(o, "/status/nodeInfo/kubeletVersion")),
                 json!(s(o, "/status/nodeInfo/osImage")),
                 json!(s(o, "/status/nodeInfo/kernelVersion")),
             ]
