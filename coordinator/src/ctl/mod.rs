@@ -1058,6 +1058,12 @@ async fn apply_one(
     let path = resource_path(rt.path_ref(), Some(&obj_ns), Some(name));
     let live = client.get(&path).await?;
     if live.code == 404 {
+        // A file exported from a coordinator (`get -o yaml`) carries that store's
+        // resourceVersion, which a create refuses: it means nothing for an object made here,
+        // and kubectl's create and apply clear it too.
+        if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+            meta.remove("resourceVersion");
+        }
         client.post(&with_query(resource_path(rt.path_ref(), Some(&obj_ns), None), q), &obj).await?.into_result()?;
         return Ok("created");
     }

@@ -441,9 +441,26 @@ async fn create(call: Call<'_>) -> Result<Response, ApiError> {
     let directive = Directive::from_params(&call.params)?;
     let (obj, mut problems) = fields::decode_object(&call.headers, &call.body)?;
     request::check_type(call.path.rt, &obj)?;
+    refuse_resource_version(&obj)?;
     problems.extend(fields::unknown_fields(call.path.rt, &obj).iter().map(|p| fields::unknown_field(p)));
     let warnings = directive.judge(call.path.rt, problems)?;
     create_judged(&call, obj).await.map(|r| fields::with_warnings(r, &warnings)).map_err(|e| e.with_warnings(&warnings))
+}
+
+/// A create (POST) names no resourceVersion: that is the server's to give, and one in the body
+/// was read from some object (a client that copied an object it read, or another store's),
+/// which a create would silently drop (kubectl and aloftctl clear it before they create). kube-apiserver's storage refuses it with this message
+/// (as a 500, the error not being a Status; a 400 here, the request's fault); a dry run is
+/// refused too, so it predicts the real answer.
+fn refuse_resource_version(obj: &Value) -> Result<(), ApiError> {
+    match objects::at(obj, &["metadata", "resourceVersion"]) {
+        None | Some(Value::Null) => Ok(()),
+        Some(Value::String(s)) if s.is_empty() => Ok(()),
+        Some(_) => Err(ApiError::bad_request(
+            "resourceVersion should not be set on objects to be created (metadata.resourceVersion: remove it, \
+             or update the existing object with apply, replace or patch)",
+        )),
+    }
 }
 
 /// The rest of a create, once the body's unknown and repeated fields are judged: its answer,
