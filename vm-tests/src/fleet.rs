@@ -145,8 +145,9 @@ impl Fleet {
     }
 
     /// End the test: on failure keep everything under [`Fleet::dir`], save each running VM's
-    /// agent journal there and print the paths; on success delete the overlays (the logs stay
-    /// until the next run). Returns `result` (with the paths added to a failure).
+    /// agent journal there and print a report (the cause, the journals' warnings, the boots and
+    /// the paths); on success delete the overlays (the logs stay until the next run). Returns
+    /// `result` (with where the logs are added to a failure).
     pub async fn finish(self, result: Result<()>) -> Result<()> {
         let elapsed = self.started.elapsed();
         match result {
@@ -209,7 +210,14 @@ impl Fleet {
                     kept.join("\n")
                 );
                 eprintln!("\n{msg}\n");
-                Err(e.context(msg))
+                // The whole report is printed above; the error says where, once more after the
+                // cause chain (the end of CI's output).
+                Err(e.context(format!(
+                    "VM test {} FAILED after {:.0} s (report above; logs under {})",
+                    self.test,
+                    elapsed.as_secs_f64(),
+                    self.dir.display()
+                )))
             }
         }
     }

@@ -1837,24 +1837,25 @@ async fn prune_rendered(client: &Client, pool: Option<&str>, count: Option<usize
 mod tests {
     use super::*;
 
+    use serde_json::json;
+
     #[test]
     fn a_server_version_is_read_as_aloft_or_shown_as_it_is() {
-        let aloft = serde_json::json!({"gitVersion": "v1.32.0+aloft-0.2.0", "gitCommit": "0123456789abcdef0123",
+        let aloft = json!({"gitVersion": "v1.32.0+aloft-0.2.0", "gitCommit": "0123456789abcdef0123",
             "gitTreeState": "dirty", "buildDate": "2026-11-30T19:00:00Z"});
         assert_eq!(
             server_version(&aloft),
             "0.2.0 (commit 0123456789ab, dirty tree, 2026-11-30T19:00:00Z) (Kubernetes API v1.32.0)"
         );
-        let unrecorded = serde_json::json!({"gitVersion": "v1.32.0+aloft-0.1.0", "gitCommit": ""});
+        let unrecorded = json!({"gitVersion": "v1.32.0+aloft-0.1.0", "gitCommit": ""});
         assert!(
             server_version(&unrecorded).starts_with("0.1.0 (source commit not recorded"),
             "{}",
             server_version(&unrecorded)
         );
-        let kube = serde_json::json!({"gitVersion": "v1.31.4", "gitCommit": "abc"});
+        let kube = json!({"gitVersion": "v1.31.4", "gitCommit": "abc"});
         assert_eq!(server_version(&kube), "v1.31.4 (not an aloft coordinator)");
     }
-    use serde_json::json;
 
     fn pool(generation: i64, observed: Option<i64>, sources: &[&str]) -> Value {
         let source: Vec<Value> = sources.iter().map(|n| json!({"kind": "MachineConfig", "name": n})).collect();
