@@ -53,10 +53,7 @@ impl BuildInfo {
 
     /// The commit's first characters, or empty.
     pub fn short_commit(&self) -> &'static str {
-        match self.git_commit.char_indices().nth(SHORT_COMMIT) {
-            Some((i, _)) => &self.git_commit[..i],
-            None => self.git_commit,
-        }
+        short(self.git_commit)
     }
 
     /// The long form `--version` prints after the program's name, e.g.
@@ -83,8 +80,7 @@ pub fn describe(version: &str, git_commit: &str, git_tree_state: &str, build_dat
     if git_commit.is_empty() {
         return format!("{version} (source commit not recorded: built without scripts/build-env.sh)");
     }
-    let short = git_commit.char_indices().nth(SHORT_COMMIT).map_or(git_commit, |(i, _)| &git_commit[..i]);
-    let mut parts = vec![format!("commit {short}")];
+    let mut parts = vec![format!("commit {}", short(git_commit))];
     if !git_tree_state.is_empty() {
         parts.push(format!("{git_tree_state} tree"));
     }
@@ -92,6 +88,11 @@ pub fn describe(version: &str, git_commit: &str, git_tree_state: &str, build_dat
         parts.push(build_date.to_string());
     }
     format!("{version} ({})", parts.join(", "))
+}
+
+/// The first [`SHORT_COMMIT`] characters of a commit ID.
+fn short(commit: &str) -> &str {
+    commit.char_indices().nth(SHORT_COMMIT).map_or(commit, |(i, _)| &commit[..i])
 }
 
 /// The calling crate's [`BuildInfo`]: its Cargo version, and `ALOFT_GIT_COMMIT`,

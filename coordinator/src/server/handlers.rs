@@ -449,9 +449,10 @@ async fn create(call: Call<'_>) -> Result<Response, ApiError> {
 
 /// A create (POST) names no resourceVersion: that is the server's to give, and one in the body
 /// was read from some object (a client that copied an object it read, or another store's),
-/// which a create would silently drop (kubectl and aloftctl clear it before they create). kube-apiserver's storage refuses it with this message
-/// (as a 500, the error not being a Status; a 400 here, the request's fault); a dry run is
-/// refused too, so it predicts the real answer.
+/// which a create would silently drop (kubectl and aloftctl clear it before they create).
+/// kube-apiserver's storage refuses it with this message (as a 500, the error not being a
+/// Status; a 400 here, the request's fault); a dry run is refused too, so it predicts the real
+/// answer.
 fn refuse_resource_version(obj: &Value) -> Result<(), ApiError> {
     match objects::at(obj, &["metadata", "resourceVersion"]) {
         None | Some(Value::Null) => Ok(()),
