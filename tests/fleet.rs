@@ -300,6 +300,29 @@ fn agent_status(h: &Host) -> std::process::Output {
         .unwrap()
 }
 
+/// The agent's `/metrics` at `addr`, over plain HTTP/1.1 on loopback (retried while the agent
+/// starts).
+fn scrape_metrics(addr: std::net::SocketAddr) -> String {
+    use std::io::{Read, Write};
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        match std::net::TcpStream::connect(addr) {
+            Ok(mut s) => {
+                write!(s, "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").unwrap();
+                let mut out = String::new();
+                s.read_to_string(&mut out).unwrap();
+                assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+                return out;
+            }
+            Err(e) if std::time::Instant::now() < deadline => {
+                eprintln!("agent metrics at {addr} not yet: {e}");
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            Err(e) => panic!("agent metrics at {addr}: {e}"),
+        }
+    }
+}
+
 fn node_annotation(node: &Value, key: &str) -> String {
     node.pointer("/metadata/annotations").and_then(|a| a.get(key)).and_then(Value::as_str).unwrap_or("").to_string()
 }
@@ -479,7 +502,7 @@ async fn in_process_agent(
     let services = aloft_agent::engine::connect_services(Some(&h.bus_address)).await.unwrap();
     let mut agent = aloft_agent::daemon::Agent::new(root, api, services, Duration::from_secs(60)).unwrap();
     assert!(matches!(agent.phase(), aloft_agent::state::Phase::Idle), "{:?}", agent.phase());
-    let metrics = std::sync::Arc::new(aloft_agent::metrics::Metrics::new());
+    let metrics = std::sync::Arc::new(aloft_agent::metrics::Metrics::new(&aloft_api::build_info!()));
     agent.metrics = Some(metrics.clone());
     (agent, metrics)
 }
@@ -1074,6 +1097,9 @@ async fn nodes_report_the_os_they_booted() {
     std::fs::write(token_file.path(), c.create_token("fleet", "bootstrap")).unwrap();
     let mut h = Host::new("worker-i").await;
     std::fs::write(h.path("/etc/machine-id"), "4c4c4544004b4a10804bb4c04f333233\n").unwrap();
+    // A free loopback port for the agent's /metrics (the only agent of this test serving them).
+    let metrics_addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    h.metrics_listen = metrics_addr.to_string();
     h.start_agent(&c, token_file.path());
     let info_when = |boot: &'static str| {
         let admin = admin.clone();
@@ -1096,6 +1122,27 @@ async fn nodes_report_the_os_they_booted() {
     assert_eq!(info["kubeletVersion"], json!(agent_version), "{info}");
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap().trim().to_string();
     assert_eq!(info["kernelVersion"], json!(kernel), "{info}");
+    // The running agent's build, on the node itself: `aloft-agent status` (from the agent over
+    // D-Bus, not the command's own build) and its /metrics.
+    let build = aloft_api::build_info!();
+    let out = agent_status(&h);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let st: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(st["version"], json!(build.long_version()), "{st}");
+    let text = Command::new(bin("aloft-agent"))
+        .args(["status", "--bus-address", &h.bus_address])
+        .arg("--root")
+        .arg(h.root.path())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.lines().any(|l| l == format!("Version:  {}", build.long_version())), "{text}");
+    let scraped = scrape_metrics(metrics_addr);
+    let series = format!(
+        "aloft_agent_build_info{{version=\"{}\",git_commit=\"{}\",git_tree_state=\"{}\",build_date=\"{}\"}} 1",
+        build.version, build.git_commit, build.git_tree_state, build.build_date
+    );
+    assert!(scraped.lines().any(|l| l == series), "{series} not in\n{scraped}");
 
     // A reboot into another OS image: the next boot's agent says so.
     h.stop_agent();

@@ -20,6 +20,9 @@ pub struct Host {
     pub bus_address: String,
     /// More agent flags (timeouts), appended to the defaults.
     pub extra_args: Vec<String>,
+    /// The agent's `--metrics-listen`; empty (the default here) serves no metrics, as several
+    /// hosts share the machine's ports.
+    pub metrics_listen: String,
     /// The OS helper serving this host's sysroot, when it has one.
     pub os_helper: Option<HelperProcess>,
     /// The agent's `--os-helper` (the helper's socket), once [`Host::start_os_helper`] or
@@ -55,6 +58,7 @@ impl Host {
             agent: None,
             bus_address,
             extra_args: Vec::new(),
+            metrics_listen: String::new(),
             os_helper: None,
             os_helper_socket: None,
         }
@@ -92,7 +96,7 @@ impl Host {
             cmd.arg("--os-helper").arg(socket);
         }
         let child = cmd
-            .args(["--coordinator", c.url(), "--node-name", &self.name, "--metrics-listen", ""])
+            .args(["--coordinator", c.url(), "--node-name", &self.name, "--metrics-listen", &self.metrics_listen])
             .arg("--ca")
             .arg(c.ca_path())
             .arg("--bootstrap-token-file")

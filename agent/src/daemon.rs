@@ -323,6 +323,9 @@ pub async fn print_status(root: &Path, json: bool, bus_address: Option<&str>) ->
             t += &format!("Reason:   {}\n", st.reason);
         }
         t += &format!("Updated:  {}\n", st.updated_at);
+        if !st.version.is_empty() {
+            t += &format!("Version:  {}\n", st.version);
+        }
         t
     };
     // A reader that went away (`| head -2`) ends the output, not the process with a panic.
@@ -353,6 +356,8 @@ pub struct Agent {
     /// Feeds the D-Bus status object, when one is served.
     pub status_tx: Option<tokio::sync::watch::Sender<AgentStatus>>,
     pub metrics: Option<Arc<Metrics>>,
+    /// The running build, in the status (`aloft-agent status`, D-Bus); empty when not told.
+    pub version: String,
     /// This process already asked logind to reboot: do not ask again on every Node change. A new
     /// process in the same boot (a crash before the reboot) asks again.
     reboot_asked: bool,
@@ -404,6 +409,7 @@ impl Agent {
             drain_answer: String::new(),
             status_tx: None,
             metrics: None,
+            version: String::new(),
             reboot_asked: false,
             os: None,
             prestage_started: None,
@@ -459,7 +465,8 @@ impl Agent {
                 }
             },
             os: self.os_status_json(),
-            ..Default::default()
+            version: self.version.clone(),
+            updated_at: String::new(),
         };
         st.touch();
         let path = status_path(self.root.path());
@@ -1327,7 +1334,7 @@ pub async fn run(opts: Options) -> Result<()> {
     let services = crate::engine::connect_services(opts.bus_address.as_deref()).await?;
     let metrics = match &opts.metrics_listen {
         Some(addr) => {
-            let metrics = Arc::new(Metrics::new());
+            let metrics = Arc::new(Metrics::new(&opts.build));
             crate::metrics::serve(addr, metrics.clone()).await?;
             Some(metrics)
         }
@@ -1335,7 +1342,13 @@ pub async fn run(opts: Options) -> Result<()> {
     };
     // The D-Bus status object, served before enrolling (a first enrollment may wait long for its
     // coordinator, and says so there); optional, since a sandboxed agent may share a bus.
-    let mut starting = AgentStatus { state: "Starting".into(), progress: "starting".into(), ..Default::default() };
+    let version = opts.build.long_version();
+    let mut starting = AgentStatus {
+        state: "Starting".into(),
+        progress: "starting".into(),
+        version: version.clone(),
+        ..Default::default()
+    };
     starting.touch();
     let served = match opts.bus_address.as_deref() {
         Some(a) => StatusService::serve_at_address(a, starting.clone()).await,
@@ -1357,6 +1370,7 @@ pub async fn run(opts: Options) -> Result<()> {
     agent.workload_stop_timeout = opts.workload_stop_timeout;
     agent.metrics = metrics;
     agent.status_tx = status_tx;
+    agent.version = version;
     if let Some(os) = &opts.os {
         agent.os = Some(OsAgent::new(&agent.root, os));
         tracing::info!(helper = %os.helper_socket.display(), "managing the OS through aloft-os-helper");

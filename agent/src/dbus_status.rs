@@ -3,8 +3,8 @@
 //! Why D-Bus and not only the status file: it is how other host software (cockpit, a
 //! desktop-less admin running `busctl`, monitoring) already watches system daemons, it carries
 //! change notifications (PropertiesChanged) so nobody polls, and the bus's policy decides who may
-//! read it. Properties `State`, `CurrentConfig`, `DesiredConfig`, `LastError`, `Progress` (all
-//! strings) and a `Status()` method returning the whole [`AgentStatus`] as JSON.
+//! read it. Properties `State`, `CurrentConfig`, `DesiredConfig`, `LastError`, `Progress`,
+//! `Version` (all strings) and a `Status()` method returning the whole [`AgentStatus`] as JSON.
 //!
 //! In production the name is owned on the system bus, which needs a bus policy file allowing
 //! root to own `org.aloft.Agent1` (dbus-1/system.d); tests serve it on a private bus.
@@ -41,6 +41,11 @@ pub struct AgentStatus {
     /// then.
     #[serde(default)]
     pub os: serde_json::Value,
+    /// The running agent's build (`0.1.0 (commit 1a2b3c4d5e6f, clean tree, ...)`): after a
+    /// package upgrade the binary on disk is not the one running until the agent restarts.
+    /// Empty from an agent older than this field.
+    #[serde(default)]
+    pub version: String,
 }
 
 impl AgentStatus {
@@ -95,6 +100,11 @@ impl Agent1 {
     fn progress(&self) -> String {
         self.status.progress.clone()
     }
+
+    #[zbus(property)]
+    fn version(&self) -> String {
+        self.status.version.clone()
+    }
 }
 
 /// A client of `org.aloft.Agent1` (for `busctl`-like tools and tests).
@@ -112,6 +122,8 @@ pub trait Agent1Client {
     fn last_error(&self) -> zbus::Result<String>;
     #[zbus(property)]
     fn progress(&self) -> zbus::Result<String>;
+    #[zbus(property)]
+    fn version(&self) -> zbus::Result<String>;
 }
 
 /// The served status object; keeps serving while the connection lives.

@@ -10,8 +10,12 @@
 //! annotation: Done, Working, Degraded, Unreconcilable; 0 for the others),
 //! `aloft_agent_phase{phase}` (1 for the agent's own phase, e.g. `draining`, `rebooting`),
 //! `aloft_agent_apply_total{result}`, `aloft_agent_apply_duration_seconds` (histogram),
-//! `aloft_agent_reboots_total`, `aloft_agent_drift_detected` (0/1).
+//! `aloft_agent_reboots_total`, `aloft_agent_drift_detected` (0/1), and
+//! `aloft_agent_build_info{version,git_commit,git_tree_state,build_date}` (1: the running agent's
+//! build, as the coordinator's `aloft_build_info`, so that a half-done upgrade of the agents
+//! shows node by node).
 
+use aloft_api::build::BuildInfo;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -77,15 +81,17 @@ pub struct Metrics {
     drift: Gauge,
 }
 
-impl Default for Metrics {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 impl Metrics {
-    pub fn new() -> Self {
+    /// The agent's series, with `build` as the running build.
+    pub fn new(build: &BuildInfo) -> Self {
         let mut registry = Registry::default();
+        let info = Family::<[(&'static str, &'static str); 4], Gauge>::default();
+        info.get_or_create(&build.metric_labels()).set(1);
+        registry.register(
+            "aloft_agent_build_info",
+            "Which build of the agent runs: 1, with its version and commit",
+            info,
+        );
         let state = Family::<StateLabels, Gauge>::default();
         registry.register("aloft_agent_state", "The agent's MCO state (1 = current)", state.clone());
         let phase = Family::<PhaseLabels, Gauge>::default();
@@ -230,7 +236,8 @@ mod tests {
 
     #[tokio::test]
     async fn scraped_over_http_on_loopback() {
-        let m = Arc::new(Metrics::new());
+        let build = BuildInfo::new("0.1.0", Some("1a2b3c4d"), Some("dirty"), Some("2026-11-30T19:00:00Z"));
+        let m = Arc::new(Metrics::new(&build));
         m.set_state("Working");
         m.set_state("Done");
         m.set_phase("draining");
@@ -258,6 +265,7 @@ mod tests {
             "aloft_agent_apply_duration_seconds_sum 4.5",
             "aloft_agent_reboots_total 1",
             "aloft_agent_drift_detected 1",
+            "aloft_agent_build_info{version=\"0.1.0\",git_commit=\"1a2b3c4d\",git_tree_state=\"dirty\",build_date=\"2026-11-30T19:00:00Z\"} 1",
             "# EOF",
         ] {
             assert!(body.lines().any(|l| l == line), "missing {line:?} in\n{body}");
@@ -274,7 +282,10 @@ mod tests {
 
     #[tokio::test]
     async fn bind_errors_name_the_address() {
-        let err = serve("256.0.0.1:1", Arc::new(Metrics::new())).await.unwrap_err().to_string();
+        let err = serve("256.0.0.1:1", Arc::new(Metrics::new(&BuildInfo::new("0.1.0", None, None, None))))
+            .await
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("256.0.0.1:1"), "{err}");
     }
 }

@@ -16,6 +16,7 @@ fn working() -> AgentStatus {
         progress: "writing files and units".into(),
         updated_at: String::new(),
         os: json!({"booted": "abc123"}),
+        version: "0.1.0 (commit 1a2b3c4d5e6f, clean tree, 2026-11-30T19:00:00Z)".into(),
     };
     s.touch();
     s
@@ -32,7 +33,9 @@ async fn properties_and_status_json() {
     assert_eq!(proxy.desired_config().await.unwrap(), "rendered-worker-2");
     assert_eq!(proxy.last_error().await.unwrap(), "");
     assert_eq!(proxy.progress().await.unwrap(), "writing files and units");
+    assert_eq!(proxy.version().await.unwrap(), "0.1.0 (commit 1a2b3c4d5e6f, clean tree, 2026-11-30T19:00:00Z)");
     let v: serde_json::Value = serde_json::from_str(&proxy.status().await.unwrap()).unwrap();
+    assert_eq!(v["version"], "0.1.0 (commit 1a2b3c4d5e6f, clean tree, 2026-11-30T19:00:00Z)");
     assert_eq!(v["state"], "Working");
     assert_eq!(v["currentConfig"], "rendered-worker-1");
     assert_eq!(v["os"]["booted"], "abc123");
@@ -41,6 +44,12 @@ async fn properties_and_status_json() {
     let dbus = zbus::fdo::DBusProxy::new(&client).await.unwrap();
     let name = zbus::names::BusName::try_from(AGENT_BUS_NAME).unwrap();
     assert!(dbus.name_has_owner(name).await.unwrap(), "the well-known name is owned");
+    // The status an agent from before the version field wrote (its status file, or its
+    // Status()) still reads, with no version.
+    let mut old = v.clone();
+    old.as_object_mut().unwrap().remove("version");
+    let read: AgentStatus = serde_json::from_value(old).unwrap();
+    assert_eq!((read.state.as_str(), read.version.as_str()), ("Working", ""));
 }
 
 #[tokio::test]

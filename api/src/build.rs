@@ -72,6 +72,17 @@ impl BuildInfo {
             (c, _) => format!("v{}+{c}", self.version),
         }
     }
+
+    /// The labels of a `*_build_info` series (value 1) on `/metrics`, named as
+    /// `kubernetes_build_info` names them: a dashboard counts the builds a fleet runs by them.
+    pub fn metric_labels(&self) -> [(&'static str, &'static str); 4] {
+        [
+            ("version", self.version),
+            ("git_commit", self.git_commit),
+            ("git_tree_state", self.git_tree_state),
+            ("build_date", self.build_date),
+        ]
+    }
 }
 
 /// A build in [`BuildInfo::long_version`]'s words, from its parts (also another binary's, as

@@ -65,26 +65,6 @@ struct ControllerLabels {
     controller: String,
 }
 
-/// `kubernetes_build_info`'s labels that aloft has.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct BuildLabels {
-    version: String,
-    git_commit: String,
-    git_tree_state: String,
-    build_date: String,
-}
-
-impl BuildLabels {
-    fn of(b: &BuildInfo) -> Self {
-        BuildLabels {
-            version: b.version.to_string(),
-            git_commit: b.git_commit.to_string(),
-            git_tree_state: b.git_tree_state.to_string(),
-            build_date: b.build_date.to_string(),
-        }
-    }
-}
-
 /// Errors of a scrape.
 #[derive(Debug, thiserror::Error)]
 pub enum MetricsError {
@@ -142,8 +122,8 @@ pub async fn encode(
     registry.register("aloft_store_revision", "The store's newest revision", revision);
     requests.register(&mut registry);
     crate::process_metrics::register(&mut registry, allocator);
-    let info = Family::<BuildLabels, Gauge>::default();
-    info.get_or_create(&BuildLabels::of(build)).set(1);
+    let info = Family::<[(&'static str, &'static str); 4], Gauge>::default();
+    info.get_or_create(&build.metric_labels()).set(1);
     registry.register("aloft_build_info", "Which build of aloft serves: 1, with the build's version and commit", info);
 
     let mut out = String::new();
