@@ -585,6 +585,68 @@ async fn annotation_of(c: &Coordinator, node: &str, key: &str) -> anyhow::Result
     Ok(node_annotation(&n, key))
 }
 
+/// A reboot that logind refuses (an inhibitor lock, logind not answering) leaves the update
+/// waiting for its reboot, not given up: the Node is Degraded naming the refusal and still on
+/// the config the node runs, while the agent asks again with backoff, as MCO's daemon retries
+/// its reboot; once logind lets the reboot through the Node is Working again, and after the
+/// reboot Done on the new config. (The node stayed Degraded on a config it had not booted into,
+/// asking nothing more, and a reboot by an admin did not clear it.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_reboot_is_asked_again_and_the_update_finishes() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let (h, token_file, first) = one_node_on_a_file(&c, "worker-rb", "/etc/rb.conf", "one", "None").await;
+    let mut hosts = [h];
+    // The next change of the file reboots.
+    let policy = json!({"spec": {"nodeDisruptionPolicy": {"files": [{"path": "/etc/rb.conf", "actions": [{"type": "Reboot"}]}]}}});
+    let policy_path = "/apis/operator.openshift.io/v1/machineconfigurations/cluster";
+    admin.patch(policy_path, "application/merge-patch+json", &policy).await.unwrap().into_result().unwrap();
+    hosts[0].fake.fail_calls("Reboot", None);
+    hosts[0].fake.clear_calls();
+    let mc_path = path_of(&MACHINE_CONFIG, Some("50-worker-rb"));
+    let mut mc = admin.get(&mc_path).await.unwrap().into_result().unwrap();
+    mc["spec"]["config"]["storage"]["files"][0]["contents"]["source"] = json!("data:,two");
+    admin.put(&mc_path, &mc).await.unwrap().into_result().unwrap();
+    let reason = eventually(Duration::from_secs(60), "worker-rb Degraded by the refused reboot", || async {
+        let state = annotation_of(&c, "worker-rb", ann::STATE).await?;
+        let reason = annotation_of(&c, "worker-rb", ann::REASON).await?;
+        Ok((state == "Degraded").then_some(reason))
+    })
+    .await;
+    assert!(reason.starts_with("reboot failed (retrying): ") && reason.contains("injected failure"), "{reason}");
+    assert_eq!(annotation_of(&c, "worker-rb", ann::CURRENT_CONFIG).await.unwrap(), first, "not rebooted yet");
+    assert_eq!(std::fs::read_to_string(hosts[0].path("/etc/rb.conf")).unwrap(), "two", "applied but for the reboot");
+    let asked = |h: &Host| h.fake.call_strings().iter().filter(|c| c.starts_with("Reboot(")).count();
+    eventually(Duration::from_secs(30), "the reboot asked for again", || async {
+        Ok((asked(&hosts[0]) >= 2).then_some(()))
+    })
+    .await;
+    assert!(hosts[0].fake.reboots().is_empty(), "no reboot went through yet");
+    let out = agent_status(&hosts[0]);
+    let st: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(st["state"], "Degraded", "{st}");
+    assert!(st["progress"].as_str().unwrap_or("").starts_with("rebooting"), "the phase stays: {st}");
+
+    hosts[0].fake.clear_failures();
+    eventually(Duration::from_secs(90), "the reboot let through", || async {
+        Ok((hosts[0].fake.reboots().len() == 1).then_some(()))
+    })
+    .await;
+    eventually(Duration::from_secs(30), "worker-rb Working again while it reboots", || async {
+        let state = annotation_of(&c, "worker-rb", ann::STATE).await?;
+        let reason = annotation_of(&c, "worker-rb", ann::REASON).await?;
+        Ok((state == "Working" && reason.is_empty()).then_some(()))
+    })
+    .await;
+    // Play the reboot: a new boot id and a fresh agent.
+    hosts[0].stop_agent();
+    std::fs::write(hosts[0].path("/proc/sys/kernel/random/boot_id"), "boot-2-worker-rb\n").unwrap();
+    hosts[0].start_agent(&c, token_file.path());
+    let second = converge(&c, &hosts, Some(&first), "worker-rb Done on the new config after its reboot").await;
+    assert_ne!(second, first);
+    assert_eq!(hosts[0].fake.reboots().len(), 1, "{:?}", hosts[0].fake.call_strings());
+}
+
 /// An interrupted apply whose recovery fails at start (here systemd refuses every reload, so
 /// neither the forward nor the rollback steps can finish) does not make the agent exit: that was
 /// a crash loop under `Restart=on-failure`, with the Node still saying Done. The agent keeps

@@ -381,6 +381,10 @@ pub struct Agent {
     /// Degraded with this reason and recovery is retried with backoff, instead of the daemon
     /// exiting (every start failed the same way: a crash loop, with the Node still saying Done).
     recovery_error: Option<String>,
+    /// logind refused the reboot an update waits for (an inhibitor lock, logind not answering):
+    /// the node is reported Degraded with this reason, the phase stays, and the reboot is asked
+    /// for again with backoff.
+    reboot_error: Option<String>,
     /// The update this process started: when, for `aloft_agent_apply_*`, and the config the node
     /// ran before it, which the Working reports name until the change takes effect (MCO moves
     /// `currentConfig` at Done, not before the reboot).
@@ -418,6 +422,7 @@ impl Agent {
             drift_watch: None,
             recheck_at: None,
             recovery_error: None,
+            reboot_error: None,
             started: None,
             reported_current: String::new(),
             helper_wait: None,
@@ -444,7 +449,7 @@ impl Agent {
 
     /// Publish the status: the local file, D-Bus, sd_notify STATUS= and the state metric.
     fn write_status(&self, progress: &str) -> Result<()> {
-        let (state, reason) = match &self.recovery_error {
+        let (state, reason) = match self.recovery_error.as_ref().or(self.reboot_error.as_ref()) {
             Some(reason) => ("Degraded", reason.as_str()),
             None => (self.phase.mco_state(), self.phase.reason()),
         };
@@ -634,7 +639,9 @@ impl Agent {
             Step::Update { target } => self.update(target).await?,
             Step::FinishAfterReboot { target } => self.finish(target, true).await?,
             Step::Reboot { target } if !self.reboot_asked => match self.phase {
-                Phase::Rebooting { .. } => self.reboot(target).await?,
+                // Reported Working again only once a refused reboot goes through: each retry
+                // would flip the Node between Working and Degraded.
+                Phase::Rebooting { .. } if self.reboot_error.is_none() => self.reboot(target).await?,
                 // The OS phases keep what they know; only the request is repeated.
                 _ => self.ask_reboot(target).await?,
             },
@@ -958,16 +965,59 @@ impl Agent {
         self.ask_reboot(target).await
     }
 
-    /// Ask logind to reboot (the phase says why); a failure is Degraded.
+    /// Ask logind to reboot (the phase says why). A refusal (an inhibitor lock, logind not
+    /// answering) keeps the phase: all but the reboot is done (files written, the OS deployment
+    /// staged), so the update is not given up. The node is reported Degraded with the reason
+    /// and the step fails, so that the loop asks again with backoff (5 s, doubling to 60 s), as
+    /// MCO's daemon retries its reboot; a reboot by anyone else meanwhile finishes the update as
+    /// the asked one would. (Made Degraded with the phase gone, the node waited on a config it
+    /// had not booted into, and stayed Degraded after any later reboot.)
     async fn ask_reboot(&mut self, target: &str) -> Result<()> {
         if let Err(e) = self.services.reboot(&format!("aloft: applying {target}")).await {
-            return self.fail(target, format!("reboot failed: {e}"), false).await;
+            return self.reboot_refused(target, e.to_string()).await;
         }
         self.reboot_asked = true;
         if let Some(m) = &self.metrics {
             m.inc_reboots();
         }
+        if self.reboot_error.take().is_some() {
+            tracing::info!(target, "the reboot went through after all");
+            self.write_status("")?;
+            // The Node said Degraded for the refusal: it says what the node does now.
+            let reported = match &self.phase {
+                Phase::RollingBack { reason, .. } => {
+                    let current = self.current_name();
+                    self.api.report_failure("Degraded", reason, &current, target).await.map(|_| ())
+                }
+                _ => self.api.report_working_now(&self.running_config()).await.map(|_| ()),
+            };
+            if let Err(e) = reported {
+                tracing::warn!(error = %format!("{e:#}"), "cannot report the reboot that went through");
+            }
+        }
         Ok(())
+    }
+
+    /// logind refused the reboot of `target`'s update: Degraded with the reason (reported once
+    /// per distinct reason), and an error for the loop's backoff.
+    async fn reboot_refused(&mut self, target: &str, error: String) -> Result<()> {
+        let (reason, current) = match &self.phase {
+            Phase::RollingBack { reason, .. } => (
+                format!("{reason}; the reboot into the previous deployment failed (retrying): {error}"),
+                self.current_name(),
+            ),
+            _ => (format!("reboot failed (retrying): {error}"), self.running_config()),
+        };
+        tracing::warn!(target, %reason, "logind refused the reboot; asking again with backoff");
+        let repeated = self.reboot_error.as_deref() == Some(reason.as_str());
+        self.reboot_error = Some(reason.clone());
+        self.write_status("")?;
+        if !repeated {
+            if let Err(e) = self.api.report_failure("Degraded", &reason, &current, target).await {
+                tracing::warn!(error = %format!("{e:#}"), "cannot report the refused reboot");
+            }
+        }
+        Err(anyhow::anyhow!(reason))
     }
 
     /// After the change took effect: verify the disk, start the workloads again if drained,
