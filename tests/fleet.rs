@@ -595,7 +595,11 @@ async fn annotation_of(c: &Coordinator, node: &str, key: &str) -> anyhow::Result
 async fn a_refused_reboot_is_asked_again_and_the_update_finishes() {
     let c = Coordinator::start();
     let admin = c.client();
-    let (h, token_file, first) = one_node_on_a_file(&c, "worker-rb", "/etc/rb.conf", "one", "None").await;
+    let (mut h, token_file, first) = one_node_on_a_file(&c, "worker-rb", "/etc/rb.conf", "one", "None").await;
+    // Its metrics on a free loopback port, from the next start (the only agent of this test).
+    h.stop_agent();
+    h.metrics_listen = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
+    h.start_agent(&c, token_file.path());
     let mut hosts = [h];
     // The next change of the file reboots.
     let policy = json!({"spec": {"nodeDisruptionPolicy": {"files": [{"path": "/etc/rb.conf", "actions": [{"type": "Reboot"}]}]}}});
@@ -622,6 +626,12 @@ async fn a_refused_reboot_is_asked_again_and_the_update_finishes() {
     })
     .await;
     assert!(hosts[0].fake.reboots().is_empty(), "no reboot went through yet");
+    let failures = scrape_metrics(hosts[0].metrics_listen.parse().unwrap());
+    let counted = failures
+        .lines()
+        .find_map(|l| l.strip_prefix("aloft_agent_reboot_failures_total "))
+        .and_then(|v| v.parse::<f64>().ok());
+    assert!(counted.is_some_and(|n| n >= 2.0), "each refusal counted: {failures}");
     let out = agent_status(&hosts[0]);
     let st: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(st["state"], "Degraded", "{st}");
@@ -645,6 +655,54 @@ async fn a_refused_reboot_is_asked_again_and_the_update_finishes() {
     let second = converge(&c, &hosts, Some(&first), "worker-rb Done on the new config after its reboot").await;
     assert_ne!(second, first);
     assert_eq!(hosts[0].fake.reboots().len(), 1, "{:?}", hosts[0].fake.call_strings());
+}
+
+/// A reboot logind took but that does not happen (the shutdown cancelled, or stuck before it
+/// stopped the agent) does not leave the node Working for good: once the reboot timeout has
+/// passed with the host still up, the Node is Degraded saying so and the agent asks again; the
+/// node stays Degraded until it reboots, then is Done on the new config.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reboot_that_does_not_happen_is_said_and_asked_again() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let (mut h, token_file, first) = one_node_on_a_file(&c, "worker-rt", "/etc/rt.conf", "one", "None").await;
+    h.stop_agent();
+    h.extra_args = vec!["--reboot-timeout-seconds".into(), "3".into()];
+    h.start_agent(&c, token_file.path());
+    let mut hosts = [h];
+    let policy = json!({"spec": {"nodeDisruptionPolicy": {"files": [{"path": "/etc/rt.conf", "actions": [{"type": "Reboot"}]}]}}});
+    let policy_path = "/apis/operator.openshift.io/v1/machineconfigurations/cluster";
+    admin.patch(policy_path, "application/merge-patch+json", &policy).await.unwrap().into_result().unwrap();
+    let mc_path = path_of(&MACHINE_CONFIG, Some("50-worker-rt"));
+    let mut mc = admin.get(&mc_path).await.unwrap().into_result().unwrap();
+    mc["spec"]["config"]["storage"]["files"][0]["contents"]["source"] = json!("data:,two");
+    admin.put(&mc_path, &mc).await.unwrap().into_result().unwrap();
+    // The fake logind takes each request and reboots nothing: the host stays up.
+    eventually(Duration::from_secs(60), "the reboot asked for", || async {
+        Ok((hosts[0].fake.reboots().len() == 1).then_some(()))
+    })
+    .await;
+    assert_eq!(annotation_of(&c, "worker-rt", ann::STATE).await.unwrap(), "Working");
+    let reason = eventually(Duration::from_secs(60), "worker-rt Degraded: the reboot did not happen", || async {
+        let state = annotation_of(&c, "worker-rt", ann::STATE).await?;
+        let reason = annotation_of(&c, "worker-rt", ann::REASON).await?;
+        Ok((state == "Degraded").then_some(reason))
+    })
+    .await;
+    assert!(reason.starts_with("the reboot logind took ") && reason.contains("has not happened"), "{reason}");
+    assert_eq!(annotation_of(&c, "worker-rt", ann::CURRENT_CONFIG).await.unwrap(), first, "not rebooted yet");
+    eventually(Duration::from_secs(30), "the reboot asked for again", || async {
+        Ok((hosts[0].fake.reboots().len() >= 2).then_some(()))
+    })
+    .await;
+    // Still Degraded after the second request: nothing says this one will be carried out.
+    assert_eq!(annotation_of(&c, "worker-rt", ann::STATE).await.unwrap(), "Degraded");
+    // Play the reboot at last.
+    hosts[0].stop_agent();
+    std::fs::write(hosts[0].path("/proc/sys/kernel/random/boot_id"), "boot-2-worker-rt\n").unwrap();
+    hosts[0].start_agent(&c, token_file.path());
+    let second = converge(&c, &hosts, Some(&first), "worker-rt Done on the new config after its reboot").await;
+    assert_ne!(second, first);
 }
 
 /// An interrupted apply whose recovery fails at start (here systemd refuses every reload, so

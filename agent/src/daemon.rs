@@ -59,6 +59,8 @@ pub struct Options {
     pub metrics_listen: Option<String>,
     pub drain_timeout: Duration,
     pub workload_stop_timeout: Duration,
+    /// How long the host may stay up after logind took a reboot request.
+    pub reboot_timeout: Duration,
     /// The OS backend (an ostree sysroot); `None`: files and units only, the booted OS is kept.
     pub os: Option<OsOptions>,
     /// Which agent build this is (`aloft_api::build_info!()` in the binary): the Node's
@@ -348,6 +350,9 @@ pub struct Agent {
     pub drain_timeout: Duration,
     /// Bound on stopping the units of aloft-workloads.target before a drained update.
     pub workload_stop_timeout: Duration,
+    /// How long the host may stay up after logind took a reboot request before the agent says
+    /// it did not happen and asks again.
+    pub reboot_timeout: Duration,
     phase: Phase,
     current: Option<MachineConfig>,
     desired: String,
@@ -361,6 +366,8 @@ pub struct Agent {
     /// This process already asked logind to reboot: do not ask again on every Node change. A new
     /// process in the same boot (a crash before the reboot) asks again.
     reboot_asked: bool,
+    /// When logind took this process's last reboot request.
+    reboot_asked_at: Option<tokio::time::Instant>,
     /// The OS backend and health checks, when this node has an ostree sysroot.
     pub os: Option<OsAgent>,
     /// The config a background pre-stage download was started for (not started twice).
@@ -407,6 +414,7 @@ impl Agent {
             services,
             drain_timeout,
             workload_stop_timeout: Duration::from_secs(300),
+            reboot_timeout: Duration::from_secs(900),
             phase,
             current,
             desired: String::new(),
@@ -415,6 +423,7 @@ impl Agent {
             metrics: None,
             version: String::new(),
             reboot_asked: false,
+            reboot_asked_at: None,
             os: None,
             prestage_started: None,
             os_status: serde_json::Value::Null,
@@ -645,6 +654,7 @@ impl Agent {
                 // The OS phases keep what they know; only the request is repeated.
                 _ => self.ask_reboot(target).await?,
             },
+            Step::Reboot { target } if self.reboot_overdue().is_some() => self.reboot_not_happening(target).await?,
             Step::Reboot { .. } => {}
             Step::DrainAndReboot { target } => self.drain_and_reboot(target).await?,
             Step::VerifyOs { target } => self.verify_os_boot(target).await?,
@@ -976,10 +986,7 @@ impl Agent {
         if let Err(e) = self.services.reboot(&format!("aloft: applying {target}")).await {
             return self.reboot_refused(target, e.to_string()).await;
         }
-        self.reboot_asked = true;
-        if let Some(m) = &self.metrics {
-            m.inc_reboots();
-        }
+        self.reboot_taken();
         if self.reboot_error.take().is_some() {
             tracing::info!(target, "the reboot went through after all");
             self.write_status("")?;
@@ -998,26 +1005,80 @@ impl Agent {
         Ok(())
     }
 
-    /// logind refused the reboot of `target`'s update: Degraded with the reason (reported once
-    /// per distinct reason), and an error for the loop's backoff.
-    async fn reboot_refused(&mut self, target: &str, error: String) -> Result<()> {
-        let (reason, current) = match &self.phase {
-            Phase::RollingBack { reason, .. } => (
-                format!("{reason}; the reboot into the previous deployment failed (retrying): {error}"),
-                self.current_name(),
-            ),
-            _ => (format!("reboot failed (retrying): {error}"), self.running_config()),
+    /// logind took a reboot request.
+    fn reboot_taken(&mut self) {
+        self.reboot_asked = true;
+        self.reboot_asked_at = Some(tokio::time::Instant::now());
+        if let Some(m) = &self.metrics {
+            m.inc_reboots();
+        }
+    }
+
+    /// How long ago logind took this process's reboot request, once that is longer than
+    /// [`Agent::reboot_timeout`]: the host should be down by then.
+    fn reboot_overdue(&self) -> Option<Duration> {
+        let asked = self.reboot_asked_at.filter(|_| self.reboot_asked)?;
+        Some(asked.elapsed()).filter(|waited| *waited >= self.reboot_timeout)
+    }
+
+    /// How long to wait for the Node after the reboot was asked for: until the reboot is
+    /// overdue, at most the usual five minutes.
+    fn reboot_wait(&self) -> Duration {
+        let left = match self.reboot_asked_at {
+            Some(asked) if self.reboot_asked => self.reboot_timeout.saturating_sub(asked.elapsed()),
+            _ => self.reboot_timeout,
         };
-        tracing::warn!(target, %reason, "logind refused the reboot; asking again with backoff");
+        left.min(Duration::from_secs(300))
+    }
+
+    /// logind refused the reboot of `target`'s update: Degraded with the reason, and an error
+    /// for the loop's backoff.
+    async fn reboot_refused(&mut self, target: &str, error: String) -> Result<()> {
+        let reason = self.degraded_for_reboot(target, format!("reboot failed (retrying): {error}")).await?;
+        Err(anyhow::anyhow!(reason))
+    }
+
+    /// logind took the reboot request [`Agent::reboot_timeout`] ago or more and the host is
+    /// still up (the shutdown was cancelled, or is stuck before it stopped the agent): Degraded
+    /// saying so, and asked again. The node stays Degraded until it reboots: a request taken
+    /// once already is no sign that this one will be carried out.
+    async fn reboot_not_happening(&mut self, target: &str) -> Result<()> {
+        let waited = self.reboot_overdue().unwrap_or_default().as_secs();
+        let what = format!(
+            "the reboot logind took {waited} s ago has not happened (was the shutdown cancelled?); asked for again"
+        );
+        self.degraded_for_reboot(target, what).await?;
+        self.reboot_asked = false;
+        if let Err(e) = self.services.reboot(&format!("aloft: applying {target}")).await {
+            return self.reboot_refused(target, e.to_string()).await;
+        }
+        self.reboot_taken();
+        Ok(())
+    }
+
+    /// The node is Degraded because `what` happened to the reboot `target`'s update waits for
+    /// (after a rollback, with the rollback's reason first): said in the status and, once per
+    /// distinct reason, on the Node, with the config the node runs. Returns the reason.
+    async fn degraded_for_reboot(&mut self, target: &str, what: String) -> Result<String> {
+        if let Some(m) = &self.metrics {
+            m.inc_reboot_failures();
+        }
+        let (reason, current) = match &self.phase {
+            Phase::RollingBack { reason, .. } => {
+                (format!("{reason}; rebooting into the previous deployment: {what}"), self.current_name())
+            }
+            _ => (what, self.running_config()),
+        };
+        tracing::warn!(target, %reason, "the reboot did not happen; asking again");
         let repeated = self.reboot_error.as_deref() == Some(reason.as_str());
         self.reboot_error = Some(reason.clone());
         self.write_status("")?;
         if !repeated {
             if let Err(e) = self.api.report_failure("Degraded", &reason, &current, target).await {
-                tracing::warn!(error = %format!("{e:#}"), "cannot report the refused reboot");
+                tracing::warn!(error = %format!("{e:#}"), "cannot report the reboot that did not happen");
             }
         }
-        Err(anyhow::anyhow!(reason))
+        Ok(reason)
     }
 
     /// After the change took effect: verify the disk, start the workloads again if drained,
@@ -1307,7 +1368,13 @@ impl Agent {
                     let _ = self.api.wait_change(&since, backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(60));
                 }
-                (Step::Wait, _) | (Step::Reboot { .. }, _) => {
+                // The host goes down any moment; waiting longer than the reboot timeout would
+                // not notice that it did not.
+                (Step::Reboot { .. }, _) => {
+                    backoff = Duration::from_secs(5);
+                    let _ = self.api.wait_change(&node.revision, self.reboot_wait()).await;
+                }
+                (Step::Wait, _) => {
                     backoff = Duration::from_secs(5);
                     self.idle(&node).await;
                 }
@@ -1418,6 +1485,7 @@ pub async fn run(opts: Options) -> Result<()> {
     let api = node_api(&root, &opts, None, status_tx.as_ref()).await?;
     let mut agent = Agent::new(root, api, services, opts.drain_timeout)?;
     agent.workload_stop_timeout = opts.workload_stop_timeout;
+    agent.reboot_timeout = opts.reboot_timeout;
     agent.metrics = metrics;
     agent.status_tx = status_tx;
     agent.version = version;

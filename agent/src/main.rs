@@ -55,6 +55,11 @@ struct RunArgs {
     /// update gives up (Degraded; retried).
     #[arg(long, env = "ALOFT_WORKLOAD_STOP_TIMEOUT_SECONDS", default_value_t = 300)]
     workload_stop_timeout_seconds: u64,
+    /// How long the host may stay up after logind took a reboot request before the agent says
+    /// so (Degraded) and asks again: a shutdown cancelled (`systemctl cancel`) or stuck before
+    /// it stopped the agent.
+    #[arg(long, env = "ALOFT_REBOOT_TIMEOUT_SECONDS", default_value_t = 900)]
+    reboot_timeout_seconds: u64,
     /// The OS helper that pulls, stages and rolls back ostree deployments for the agent
     /// (aloft-os-helper, socket-activated by aloft-os-helper.socket): `auto` (its socket
     /// <root>/run/aloft/os-helper.sock when <root>/run/ostree-booted exists: a booted ostree host),
@@ -209,6 +214,7 @@ fn main() -> Result<()> {
                 metrics_listen: Some(a.metrics_listen).filter(|s| !s.is_empty()),
                 drain_timeout: Duration::from_secs(a.drain_timeout_seconds),
                 workload_stop_timeout: Duration::from_secs(a.workload_stop_timeout_seconds),
+                reboot_timeout: Duration::from_secs(a.reboot_timeout_seconds),
                 os,
                 build: aloft_api::build_info!(),
             };

@@ -10,7 +10,8 @@
 //! annotation: Done, Working, Degraded, Unreconcilable; 0 for the others),
 //! `aloft_agent_phase{phase}` (1 for the agent's own phase, e.g. `draining`, `rebooting`),
 //! `aloft_agent_apply_total{result}`, `aloft_agent_apply_duration_seconds` (histogram),
-//! `aloft_agent_reboots_total`, `aloft_agent_drift_detected` (0/1), and
+//! `aloft_agent_reboots_total`, `aloft_agent_reboot_failures_total` (refused by logind, or asked
+//! for and not happening: MCO's `mcd_reboots_failed_total`), `aloft_agent_drift_detected` (0/1), and
 //! `aloft_agent_build_info{version,git_commit,git_tree_state,build_date}` (1: the running agent's
 //! build, as the coordinator's `aloft_build_info`, so that a half-done upgrade of the agents
 //! shows node by node).
@@ -78,6 +79,7 @@ pub struct Metrics {
     apply_total: Family<ResultLabels, Counter>,
     apply_duration: Histogram,
     reboots: Counter,
+    reboot_failures: Counter,
     drift: Gauge,
 }
 
@@ -108,6 +110,12 @@ impl Metrics {
         );
         let reboots = Counter::default();
         registry.register("aloft_agent_reboots", "Reboots the agent asked for", reboots.clone());
+        let reboot_failures = Counter::default();
+        registry.register(
+            "aloft_agent_reboot_failures",
+            "Reboots logind refused, or took and did not carry out in time (each asked for again)",
+            reboot_failures.clone(),
+        );
         let drift = Gauge::default();
         registry.register(
             "aloft_agent_drift_detected",
@@ -127,6 +135,7 @@ impl Metrics {
             apply_total,
             apply_duration,
             reboots,
+            reboot_failures,
             drift,
         }
     }
@@ -163,6 +172,11 @@ impl Metrics {
     /// The agent asked for a reboot.
     pub fn inc_reboots(&self) {
         self.reboots.inc();
+    }
+
+    /// A reboot the agent asked for was refused, or did not happen in time.
+    pub fn inc_reboot_failures(&self) {
+        self.reboot_failures.inc();
     }
 
     /// Whether the last on-disk check found drift.
@@ -246,6 +260,7 @@ mod tests {
         m.observe_apply("failure", Some(Duration::from_secs(3)));
         m.observe_apply("success", None);
         m.inc_reboots();
+        m.inc_reboot_failures();
         m.set_drift(true);
         let (addr, task) = serve("127.0.0.1:0", m.clone()).await.unwrap();
         assert!(addr.ip().is_loopback());
@@ -264,6 +279,7 @@ mod tests {
             "aloft_agent_apply_duration_seconds_count 2",
             "aloft_agent_apply_duration_seconds_sum 4.5",
             "aloft_agent_reboots_total 1",
+            "aloft_agent_reboot_failures_total 1",
             "aloft_agent_drift_detected 1",
             "aloft_agent_build_info{version=\"0.1.0\",git_commit=\"1a2b3c4d\",git_tree_state=\"dirty\",build_date=\"2026-11-30T19:00:00Z\"} 1",
             "# EOF",
