@@ -217,9 +217,7 @@ async fn three_agents_apply_machine_configs_from_the_pool() {
                 // Play the reboot: the host comes back with a new boot id and a fresh agent.
                 h.stop_agent();
                 h.fake.clear_calls();
-                std::fs::write(h.path("/proc/sys/kernel/random/boot_id"), format!("boot-2-{}-{round}\n", h.name))
-                    .unwrap();
-                h.start_agent(&c, token_file.path());
+                h.reboot(&c, token_file.path(), &format!("boot-2-{}-{round}", h.name));
                 rebooted += 1;
             }
         }
@@ -648,10 +646,7 @@ async fn a_refused_reboot_is_asked_again_and_the_update_finishes() {
         Ok((state == "Working" && reason.is_empty()).then_some(()))
     })
     .await;
-    // Play the reboot: a new boot id and a fresh agent.
-    hosts[0].stop_agent();
-    std::fs::write(hosts[0].path("/proc/sys/kernel/random/boot_id"), "boot-2-worker-rb\n").unwrap();
-    hosts[0].start_agent(&c, token_file.path());
+    hosts[0].reboot(&c, token_file.path(), "boot-2-worker-rb");
     let second = converge(&c, &hosts, Some(&first), "worker-rb Done on the new config after its reboot").await;
     assert_ne!(second, first);
     assert_eq!(hosts[0].fake.reboots().len(), 1, "{:?}", hosts[0].fake.call_strings());
@@ -697,10 +692,8 @@ async fn a_reboot_that_does_not_happen_is_said_and_asked_again() {
     .await;
     // Still Degraded after the second request: nothing says this one will be carried out.
     assert_eq!(annotation_of(&c, "worker-rt", ann::STATE).await.unwrap(), "Degraded");
-    // Play the reboot at last.
-    hosts[0].stop_agent();
-    std::fs::write(hosts[0].path("/proc/sys/kernel/random/boot_id"), "boot-2-worker-rt\n").unwrap();
-    hosts[0].start_agent(&c, token_file.path());
+    // The reboot at last.
+    hosts[0].reboot(&c, token_file.path(), "boot-2-worker-rt");
     let second = converge(&c, &hosts, Some(&first), "worker-rt Done on the new config after its reboot").await;
     assert_ne!(second, first);
 }
@@ -837,9 +830,7 @@ async fn an_apply_cut_short_after_its_files_drains_and_reboots_before_done() {
     assert_eq!(node_annotation(&node, ann::CURRENT_CONFIG), first, "{node}");
 
     // The reboot: the next boot's agent finishes the update.
-    h.stop_agent();
-    std::fs::write(h.path("/proc/sys/kernel/random/boot_id"), "boot-2-worker-w\n").unwrap();
-    h.start_agent(&c, token_file.path());
+    h.reboot(&c, token_file.path(), "boot-2-worker-w");
     let hosts = [h];
     let done = converge(&c, &hosts, Some(&first), "worker-w Done on the config after its reboot").await;
     assert_eq!(done, target);

@@ -113,6 +113,14 @@ impl Host {
         self.agent = Some(child);
     }
 
+    /// Play a reboot: the agent stops, the host comes back with boot ID `boot_id`, and a fresh
+    /// agent starts (enrolled already, it keeps its credential).
+    pub fn reboot(&mut self, c: &Coordinator, bootstrap: &Path, boot_id: &str) {
+        self.stop_agent();
+        std::fs::write(self.path("/proc/sys/kernel/random/boot_id"), format!("{boot_id}\n")).unwrap();
+        self.start_agent(c, bootstrap);
+    }
+
     /// Whether the agent process was started and has exited since (it is reaped).
     pub fn agent_exited(&mut self) -> bool {
         self.agent.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(Some(_))))
