@@ -363,6 +363,41 @@ async fn os_helper_not_running_is_degraded_and_changes_nothing() {
     assert!(host.host.path("etc/aloft-os-test").exists());
 }
 
+/// A reboot into a staged OS deployment that logind refuses keeps the deployment and the update:
+/// Degraded naming the refusal while the agent asks again, and once logind lets the reboot
+/// through, the node boots the new commit and is Done. (It was Degraded for good, on a config
+/// whose commit it never booted, and a later reboot left it so.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_reboot_into_a_staged_os_is_asked_again() {
+    let w = OsWorld::new(5);
+    let (c, admin) = (&w.c, w.c.client());
+    let (v1, v2) = (w.commit("1"), w.commit("2"));
+    let mut host = w.running_host("worker-osrb", &v1, &["root=/dev/vda"]).await;
+    let name = host.host.name.clone();
+    let first = w.pool_done_on_ssh_config(&name).await;
+    host.host.fake.fail_calls("Reboot", None);
+    admin
+        .post(&path_of(&MACHINE_CONFIG, None), &os_mc("50-os", &w.url(&v2), &[]))
+        .await
+        .unwrap()
+        .into_result()
+        .unwrap();
+    let (current, reason) = wait_state(c, &name, "Degraded", false, "Degraded by the refused reboot").await;
+    assert!(reason.starts_with("reboot failed (retrying): "), "{reason}");
+    assert_eq!(current, first, "the node runs the old config until it reboots");
+    assert_eq!(testkit::deployment_order(&host.sysroot()).unwrap(), vec![v2.clone(), v1.clone()], "v2 kept staged");
+    let asked = |h: &OsHost| h.host.fake.call_strings().iter().filter(|c| c.starts_with("Reboot(")).count();
+    eventually(Duration::from_secs(30), "the reboot asked for again", || async {
+        Ok((asked(&host) >= 2).then_some(()))
+    })
+    .await;
+    host.host.fake.clear_failures();
+    host.reboot_when_asked(c, "the reboot let through").await;
+    let (second, _) = wait_state(c, &name, "Done", true, "Done on v2 after the reboot").await;
+    assert_ne!(second, first);
+    assert_eq!(testkit::deployment_order(&host.sysroot()).unwrap(), vec![v2, v1]);
+}
+
 /// The OS helper out of reach in the boot after an OS update (not started yet, or restarting):
 /// that says nothing about the boot, so the agent waits for it, retrying with backoff, says so
 /// on the Node once the wait has lasted the health checks' timeout, and verifies once the
