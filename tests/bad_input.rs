@@ -390,6 +390,29 @@ fn bad_failpoints_stop_the_agent_before_it_starts() {
     }
 }
 
+/// A reboot timeout of zero (every reboot overdue at once: the agent would ask logind again in a
+/// loop) or one that is not a number stops the agent before it does anything, naming the flag
+/// (and the variable's value as the flag's).
+#[test]
+fn a_bad_reboot_timeout_stops_the_agent_naming_the_flag() {
+    for (flag, env) in [(Some("0"), None), (Some("soon"), None), (None, Some("0"))] {
+        let root = tempfile::tempdir().unwrap();
+        let mut cmd = std::process::Command::new(bin("aloft-agent"));
+        cmd.args(["--coordinator", "https://127.0.0.1:9", "--node-name", "n1", "--root"]).arg(root.path());
+        if let Some(v) = flag {
+            cmd.args(["--reboot-timeout-seconds", v]);
+        }
+        if let Some(v) = env {
+            cmd.env("ALOFT_REBOOT_TIMEOUT_SECONDS", v);
+        }
+        let out = cmd.output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{flag:?}/{env:?}: the agent started: {stderr}");
+        assert!(stderr.contains("--reboot-timeout-seconds"), "{flag:?}/{env:?}: the error names the flag: {stderr}");
+        assert_eq!(std::fs::read_dir(root.path()).unwrap().count(), 0, "{flag:?}/{env:?}: the root was written");
+    }
+}
+
 /// An answer with its `Warning` headers, which [`Reply`] does not carry.
 struct Raw {
     code: u16,

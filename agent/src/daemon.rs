@@ -388,9 +388,10 @@ pub struct Agent {
     /// Degraded with this reason and recovery is retried with backoff, instead of the daemon
     /// exiting (every start failed the same way: a crash loop, with the Node still saying Done).
     recovery_error: Option<String>,
-    /// logind refused the reboot an update waits for (an inhibitor lock, logind not answering):
-    /// the node is reported Degraded with this reason, the phase stays, and the reboot is asked
-    /// for again with backoff.
+    /// The reboot an update waits for did not happen: logind refused it (an inhibitor lock,
+    /// logind not answering), or took it and the host stayed up past [`Agent::reboot_timeout`].
+    /// The node is reported Degraded with this reason, the phase stays, and the reboot is asked
+    /// for again.
     reboot_error: Option<String>,
     /// The update this process started: when, for `aloft_agent_apply_*`, and the config the node
     /// ran before it, which the Working reports name until the change takes effect (MCO moves

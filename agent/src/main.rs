@@ -58,7 +58,8 @@ struct RunArgs {
     /// How long the host may stay up after logind took a reboot request before the agent says
     /// so (Degraded) and asks again: a shutdown cancelled (`systemctl cancel`) or stuck before
     /// it stopped the agent.
-    #[arg(long, env = "ALOFT_REBOOT_TIMEOUT_SECONDS", default_value_t = 900)]
+    #[arg(long, env = "ALOFT_REBOOT_TIMEOUT_SECONDS", default_value_t = 900,
+          value_parser = clap::value_parser!(u64).range(1..))]
     reboot_timeout_seconds: u64,
     /// The OS helper that pulls, stages and rolls back ostree deployments for the agent
     /// (aloft-os-helper, socket-activated by aloft-os-helper.socket): `auto` (its socket
