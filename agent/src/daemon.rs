@@ -984,10 +984,7 @@ impl Agent {
     /// the asked one would. (Made Degraded with the phase gone, the node waited on a config it
     /// had not booted into, and stayed Degraded after any later reboot.)
     async fn ask_reboot(&mut self, target: &str) -> Result<()> {
-        if let Err(e) = self.services.reboot(&format!("aloft: applying {target}")).await {
-            return self.reboot_refused(target, e.to_string()).await;
-        }
-        self.reboot_taken();
+        self.ask_logind(target).await?;
         if self.reboot_error.take().is_some() {
             tracing::info!(target, "the reboot went through after all");
             self.write_status("")?;
@@ -1006,13 +1003,18 @@ impl Agent {
         Ok(())
     }
 
-    /// logind took a reboot request.
-    fn reboot_taken(&mut self) {
+    /// The request itself: taken (counted, and timed for [`Agent::reboot_overdue`]), or
+    /// refused ([`Agent::reboot_refused`]).
+    async fn ask_logind(&mut self, target: &str) -> Result<()> {
+        if let Err(e) = self.services.reboot(&format!("aloft: applying {target}")).await {
+            return self.reboot_refused(target, e.to_string()).await;
+        }
         self.reboot_asked = true;
         self.reboot_asked_at = Some(tokio::time::Instant::now());
         if let Some(m) = &self.metrics {
             m.inc_reboots();
         }
+        Ok(())
     }
 
     /// How long ago logind took this process's reboot request, once that is longer than
@@ -1050,11 +1052,7 @@ impl Agent {
         );
         self.degraded_for_reboot(target, what).await?;
         self.reboot_asked = false;
-        if let Err(e) = self.services.reboot(&format!("aloft: applying {target}")).await {
-            return self.reboot_refused(target, e.to_string()).await;
-        }
-        self.reboot_taken();
-        Ok(())
+        self.ask_logind(target).await
     }
 
     /// The node is Degraded because `what` happened to the reboot `target`'s update waits for
