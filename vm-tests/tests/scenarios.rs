@@ -21,6 +21,8 @@ const UNIT: &str = "aloft-vmtest.service";
 const UNIT_FILE: &str = "[Unit]\nDescription=aloft vm-tests unit (restarted by the disruption policy)\n\
     [Service]\nExecStart=/bin/sleep infinity\n[Install]\nWantedBy=multi-user.target\n";
 const KARG: &str = "aloft.vmtest=os-v2";
+/// Masked and stopped by scenario e so that the agent's reboot request is refused.
+const LOGIND: &str = "systemd-logind.service";
 
 /// Boot the fleet, enroll the nodes, and render a first (rebootless) config so every node is
 /// Done on something before the scenario's change; returns (boot ids, that config).
@@ -549,6 +551,24 @@ async fn agent_log(vm: &Vm, text: &str, this_boot: bool) -> Result<String> {
     vm.sh(&format!("journalctl {boot} -u aloft-agent -o cat | grep -F {text:?} || true")).await
 }
 
+/// Wait until the (first) Node satisfies `pred`; returns it.
+async fn wait_node(
+    fleet: &Fleet,
+    what: &str,
+    timeout: Duration,
+    pred: impl Fn(&serde_json::Value) -> bool,
+) -> Result<serde_json::Value> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let nodes = fleet.nodes().await?;
+        if let Some(n) = nodes.into_iter().find(|n| pred(n)) {
+            return Ok(n);
+        }
+        ensure!(Instant::now() < deadline, "{what}: not within {timeout:?}");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+}
+
 /// Moments of an OS update and its rollback, each held by a failpoint of the real agent and ended
 /// by a power cut: (0) right after staging, and right after the phase RebootingStaged is saved:
 /// the node boots the old OS, and the agent does the update again (held at the same point again);
@@ -738,7 +758,9 @@ async fn named_cuts(fleet: &Fleet) -> Result<()> {
 
 /// A file no disruption policy covers: the node is drained and rebooted through logind; the
 /// harness boots the same (v1) entry again and the agent reports Done after the reboot. This is
-/// the reboot path of scenarios b-d without an OS change.
+/// the reboot path of scenarios b-d without an OS change. logind is masked and stopped first, so
+/// the agent's first requests are refused: the node is Degraded saying so, keeps its config and
+/// its rebooting phase, and asks again; once logind is started again the next request reboots it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn e_file_without_policy_reboots_once() -> Result<()> {
     let Some(fleet) = Fleet::start("e_reboot", FleetOptions { vms: 1, ..Default::default() }).await? else {
@@ -751,11 +773,54 @@ async fn e_file_without_policy_reboots_once() -> Result<()> {
 async fn reboot_for_file(fleet: &Fleet) -> Result<()> {
     let (boot_ids, first) = enrolled_and_done(fleet, 1, json!({})).await?;
     let vm = &fleet.vms[0];
+    // logind away, as a real refusal: the unit masked and stopped, so the agent's Reboot() call
+    // fails (D-Bus cannot start logind) and the node must say so and ask again.
+    vm.sh(&format!("systemctl mask --runtime {LOGIND} && systemctl stop {LOGIND}")).await?;
     machine_config(
         fleet,
         "70-worker-reboot",
         json!({"config": {"storage": {"files": [file("/etc/aloft-reboot.conf", "after reboot\n")]}}}),
     )
+    .await?;
+    let node = wait_node(fleet, "Degraded for the refused reboot", OS_ROLLOUT_PER_NODE, |n| {
+        cluster::annotation(n, ann::STATE) == "Degraded"
+            && cluster::annotation(n, ann::REASON).starts_with("reboot failed (retrying)")
+    })
+    .await?;
+    let target = cluster::pool_target(fleet, "worker").await?;
+    ensure!(
+        cluster::annotation(&node, ann::CURRENT_CONFIG) == first
+            && cluster::annotation(&node, ann::DESIRED_CONFIG) == target
+            && target != first,
+        "the node still runs {first} and is asked for {target}: {}",
+        node["metadata"]
+    );
+    ensure!(vm.reboots() == 0, "{} rebooted although logind was away: {:?}", vm.name, vm.boots());
+    let written = vm.sh("cat /etc/aloft-reboot.conf").await?;
+    ensure!(written == "after reboot\n", "the file is written before the reboot: {written:?}");
+    let status: serde_json::Value = serde_json::from_str(&vm.sh("aloft-agent status --json").await?)?;
+    ensure!(
+        status["state"] == "Degraded" && status["progress"].as_str().unwrap_or("").starts_with("rebooting"),
+        "the agent keeps its rebooting phase: {status}"
+    );
+    // Asked again (after 5 s, doubling to 60 s), each refusal in the journal.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let refusals = agent_log(vm, "the reboot did not happen; asking again", true).await?;
+        if refusals.lines().count() >= 2 {
+            break;
+        }
+        ensure!(Instant::now() < deadline, "the reboot was not asked for again within 120 s: {refusals:?}");
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    }
+    ensure!(vm.reboots() == 0, "{} rebooted although logind was away: {:?}", vm.name, vm.boots());
+
+    // logind back: the next attempt (at most 60 s later) reboots the node, which is then Done.
+    vm.sh(&format!("systemctl unmask --runtime {LOGIND} && systemctl start {LOGIND}")).await?;
+    vm.wait_ready(2, BOOT).await.context("the reboot once logind is back")?;
+    wait_node(fleet, "Done after the reboot", OS_ROLLOUT_PER_NODE, |n| {
+        cluster::annotation(n, ann::STATE) != "Degraded"
+    })
     .await?;
     wait_converged(fleet, &first, OS_ROLLOUT_PER_NODE).await.context("the rebooting change")?;
     ensure!(vm.reboots() == 1, "{} rebooted {} times, not once: {:?}", vm.name, vm.reboots(), vm.boots());
