@@ -89,6 +89,32 @@ async fn the_follower_delivers_changes_in_order_times_out_and_survives_a_restart
     assert_eq!(v4.revision.parse::<u64>().unwrap(), r4);
 }
 
+/// `wait_reached` (what the agent's run loop waits on before it retries a step that failed)
+/// returns once this node's watch reaches the coordinator again after a restart, long before its
+/// timeout, and runs to its timeout while nothing happens or the coordinator stays away.
+#[tokio::test]
+async fn wait_reached_says_when_the_coordinator_answers_again() {
+    let mut c = Coordinator::start_with(Options { fixed_port: true, ..Default::default() });
+    let api = enroll(&c, "reach-0").await;
+    assert_eq!(api.links(), 0, "nothing followed yet");
+    // The first wait starts following the Node: its watch reaches the coordinator.
+    assert!(api.wait_reached(0, Duration::from_secs(30)).await, "the first watch opens");
+    let links = api.links();
+    assert!(links >= 1, "{links}");
+    assert!(!api.wait_reached(links, Duration::from_millis(300)).await, "nothing to wait for: the timeout");
+
+    c.kill9();
+    assert!(api.get().await.is_err(), "the coordinator is down");
+    assert!(!api.wait_reached(links, Duration::from_secs(2)).await, "not reached while the coordinator is down");
+    assert_eq!(api.links(), links);
+
+    c.restart();
+    // Reached by the watch's own retries: a broken wait would hold this test for 120 s and fail.
+    assert!(api.wait_reached(links, Duration::from_secs(120)).await, "reached again after the restart");
+    assert!(api.links() > links);
+    api.get().await.expect("a request right after it is answered");
+}
+
 /// `report_working` does not wait for its write, but the node's next write does: the
 /// coordinator sees Working (with the drain request) and then Done, never Done overwritten by a
 /// late Working, even when the next write is made at once.

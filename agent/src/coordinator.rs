@@ -45,6 +45,10 @@ pub struct NodeApi {
     /// What the coordinator sent on the watch ahead of a new desiredConfig (`UPDATE_INPUTS`):
     /// the update then reads neither object over the network.
     delivered: Arc<std::sync::Mutex<Option<Delivered>>>,
+    /// How many times the watch of this Node has been opened: each time the coordinator was
+    /// reached again. A step that failed while the coordinator was away is retried when this
+    /// moves ([`NodeApi::wait_reached`]) rather than after the run loop's whole backoff.
+    links: Arc<watch::Sender<u64>>,
 }
 
 /// The inputs of an update as the watch delivered them, and when.
@@ -180,7 +184,26 @@ impl NodeApi {
             issued: Arc::default(),
             pending: Arc::default(),
             delivered: Arc::default(),
+            links: Arc::new(watch::channel(0).0),
         }
+    }
+
+    /// How many times this node's watch reached the coordinator so far (for
+    /// [`NodeApi::wait_reached`]).
+    pub fn links(&self) -> u64 {
+        *self.links.borrow()
+    }
+
+    /// Wait until the coordinator is reached again after `since` (this node's watch opened once
+    /// more: it was away and answers again), or until `timeout`; whether it was reached. Starts
+    /// following the Node if nothing did yet. A coordinator restart breaks every node's watch and
+    /// fails the reports in flight: retried after the run loop's backoff (5 s at least), they
+    /// cost each of those nodes' turns the backoff instead of the restart.
+    pub async fn wait_reached(&self, since: u64, timeout: Duration) -> bool {
+        let _ = self.latest.get_or_init(|| async { self.start_follower() }).await;
+        let mut rx = self.links.subscribe();
+        let reached = tokio::time::timeout(timeout, rx.wait_for(|n| *n > since)).await;
+        matches!(reached, Ok(Ok(_)))
     }
 
     pub fn name(&self) -> &str {
@@ -365,7 +388,14 @@ impl NodeApi {
 
     fn start_follower(&self) -> watch::Receiver<Option<Followed>> {
         let (tx, rx) = watch::channel(None);
-        tokio::spawn(follow(self.client.clone(), self.name.clone(), tx, self.delivered.clone(), self.issued.clone()));
+        tokio::spawn(follow(
+            self.client.clone(),
+            self.name.clone(),
+            tx,
+            self.delivered.clone(),
+            self.issued.clone(),
+            self.links.clone(),
+        ));
         rx
     }
 
@@ -572,6 +602,7 @@ async fn follow(
     tx: watch::Sender<Option<Followed>>,
     delivered: Arc<std::sync::Mutex<Option<Delivered>>>,
     issued: Arc<AtomicU64>,
+    links: Arc<watch::Sender<u64>>,
 ) {
     let mut from: Option<String> = None;
     let mut backoff = Duration::from_millis(200);
@@ -604,7 +635,8 @@ async fn follow(
                 }
             };
             follow_watch(&client, &name, &tx, &delivered, rev, || {
-                outage.lock().unwrap_or_else(|e| e.into_inner()).over()
+                outage.lock().unwrap_or_else(|e| e.into_inner()).over();
+                links.send_modify(|n| *n += 1);
             })
             .await
         };
@@ -633,9 +665,19 @@ async fn follow(
         }
         tokio::select! {
             _ = tx.closed() => return,
-            _ = tokio::time::sleep(backoff) => {}
+            _ = tokio::time::sleep(jittered(backoff)) => {}
         }
     }
+}
+
+/// A random wait from half of `backoff` to all of it. A coordinator restart breaks every node's
+/// watch in the same instant; with the same backoff each, the whole fleet reconnected in the
+/// same instants too, and at 10,000 nodes those bursts of TLS handshakes kept watches from
+/// opening for 4.5 s after the coordinator was back (client-go's reflector jitters its
+/// backoff for the same reason).
+fn jittered(backoff: Duration) -> Duration {
+    let half = backoff / 2;
+    half + half.mul_f64(rand::random::<f64>())
 }
 
 fn publish(tx: &watch::Sender<Option<Followed>>, v: NodeView) {

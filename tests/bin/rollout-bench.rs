@@ -28,7 +28,7 @@
 //! Usage: cargo run --release -p aloft-tests --bin rollout-bench -- \
 //!          --nodes 1000 --max-unavailable 10% --per-node-ms 500 [--failure-rate 0.0]
 
-use aloft_agent::coordinator::NodeApi;
+use aloft_agent::coordinator::{NodeApi, NodeView};
 use aloft_api::annotations as ann;
 use aloft_coordinator::resources::{MACHINE_CONFIG, MACHINE_CONFIG_POOL};
 use aloft_tests::{path_of, proc_usage, threads, used_by_name, Client, ClientConfig, Coordinator, Options};
@@ -49,6 +49,11 @@ static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 /// seconds).
 const STALLED: Duration = Duration::from_secs(120);
 
+/// The agent's run loop retries a failed step after this, doubling up to [`AGENT_BACKOFF_MAX`]
+/// (MCO's daemon: 5 s to 60 s); a simulated node does the same when a request fails.
+const AGENT_BACKOFF: Duration = Duration::from_secs(5);
+const AGENT_BACKOFF_MAX: Duration = Duration::from_secs(60);
+
 struct Args {
     nodes: usize,
     max_unavailable: String,
@@ -59,6 +64,12 @@ struct Args {
     runs: usize,
     /// Extra arguments for the coordinator's `serve` (e.g. `--event-ttl 30s`).
     coordinator_args: Vec<String>,
+    /// Kill the coordinator (SIGKILL) once this many nodes of a rollout are Done, and start it
+    /// again on the same data directory and port.
+    restart_after: Option<usize>,
+    /// How long the killed coordinator stays down before it is started again (an upgrade's
+    /// stop, replace and start), on top of its own start.
+    restart_down: Duration,
 }
 
 fn parse_args() -> Result<Args> {
@@ -69,6 +80,8 @@ fn parse_args() -> Result<Args> {
         failure_rate: 0.0,
         runs: 1,
         coordinator_args: Vec::new(),
+        restart_after: None,
+        restart_down: Duration::ZERO,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -86,10 +99,27 @@ fn parse_args() -> Result<Args> {
             }
             "--runs" => a.runs = value()?.parse().context("--runs wants a whole number")?,
             "--coordinator-arg" => a.coordinator_args.push(value()?),
+            "--restart-after" => {
+                a.restart_after = Some(value()?.parse().context("--restart-after wants a whole number of nodes Done")?)
+            }
+            "--restart-down-ms" => {
+                a.restart_down = Duration::from_millis(
+                    value()?.parse().context("--restart-down-ms wants a whole number of milliseconds")?,
+                )
+            }
             "-h" | "--help" => {
                 println!(
                     "rollout-bench --nodes N --max-unavailable INT|PCT% --per-node-ms MS [--failure-rate 0..1] [--runs R]\n\
-                     [--coordinator-arg ARG]...\n\
+                     [--coordinator-arg ARG]... [--restart-after N [--restart-down-ms MS]]\n\
+                     \n\
+                     --restart-after N: kill the coordinator (SIGKILL) once N nodes of the rollout are Done, and\n\
+                     start it again on the same data directory and port, as a crash or an upgrade would. The\n\
+                     simulated nodes ride it out as the agent does (their watches reconnect; a failed report is\n\
+                     retried once the watch reaches the coordinator again, or after 5 s, doubling to 60 s). The\n\
+                     budget is checked throughout; the report adds\n\
+                     when the coordinator was back, when the fleet's watches were, and the retried requests.\n\
+                     --restart-down-ms MS: keep the killed coordinator down this long before starting it again\n\
+                     (an upgrade's stop, replace and start; default 0).\n\
                      \n\
                      --coordinator-arg ARG: one more argument for the coordinator's `serve` (repeat for more),\n\
                      e.g. `--coordinator-arg --event-ttl --coordinator-arg 30s`.\n\
@@ -116,6 +146,12 @@ fn parse_args() -> Result<Args> {
         bail!("--failure-rate must be from 0 to 1 (the share of nodes whose update fails), not {}", a.failure_rate);
     }
     budget(&a.max_unavailable, a.nodes)?;
+    if !a.restart_down.is_zero() && a.restart_after.is_none() {
+        bail!("--restart-down-ms needs --restart-after (when to kill the coordinator)");
+    }
+    if a.restart_after.is_some_and(|n| n >= a.nodes) {
+        bail!("--restart-after must be below --nodes ({}): the restart happens during the rollout", a.nodes);
+    }
     if a.runs > 1 && a.failure_rate > 0.0 {
         bail!("--runs above 1 needs --failure-rate 0: a failed node stays Degraded, so the next rollout would not be one of the whole fleet");
     }
@@ -156,6 +192,12 @@ struct Fleet {
     overslept: std::sync::Mutex<Vec<Duration>>,
     done: AtomicUsize,
     failures: AtomicUsize,
+    /// Requests that failed and were retried as the agent retries (with `--restart-after`).
+    retries: AtomicUsize,
+    /// ROLLOUT_BENCH_FIXED_BACKOFF=1: retry a failed request after the agent's whole backoff, as
+    /// the agent did before it learned to retry once the coordinator answers again (for the
+    /// comparison in BENCHMARKS.md).
+    fixed_backoff: bool,
 }
 
 /// One simulated node: the agent's protocol with a host that sleeps.
@@ -167,6 +209,41 @@ fn step(fleet: &Fleet, name: &str, what: Option<&'static str>) {
     };
 }
 
+/// How far a simulated node got with the update it was asked for: what it does again after a
+/// request failed (the coordinator away), as the agent's journal tells the agent.
+#[derive(Debug, Clone, PartialEq)]
+enum Turn {
+    /// Nothing under way.
+    Idle,
+    /// Picked for `target` and counted as updating; the inputs, the Working report and the
+    /// apply are still ahead.
+    Picked { target: String, seen: Instant },
+    /// `target` applied; its Done report is still to be written.
+    Applied { target: String, seen: Instant },
+}
+
+/// The agent's retry after a failed step (its run loop's backoff: 5 s, doubling to 60 s, cut
+/// short when the node's watch reaches the coordinator again after `links`), then a fresh read
+/// of the Node (retried the same way while it fails too). A failed request is expected only
+/// while the coordinator is away: the bench counts them rather than printing each.
+async fn recover(api: &NodeApi, fleet: &Fleet, backoff: &mut Duration, links: u64, _failed: anyhow::Error) -> NodeView {
+    fleet.retries.fetch_add(1, Ordering::Relaxed);
+    let mut links = links;
+    loop {
+        if fleet.fixed_backoff {
+            tokio::time::sleep(*backoff).await;
+        } else {
+            api.wait_reached(links, *backoff).await;
+        }
+        *backoff = (*backoff * 2).min(AGENT_BACKOFF_MAX);
+        links = api.links();
+        match api.get().await {
+            Ok(v) => return v,
+            Err(_) => fleet.retries.fetch_add(1, Ordering::Relaxed),
+        };
+    }
+}
+
 async fn node(
     name: String,
     api: NodeApi,
@@ -175,34 +252,71 @@ async fn node(
     failure_rate: f64,
     seed: u64,
 ) -> Result<()> {
-    let mut view = api.get().await?;
+    let mut backoff = AGENT_BACKOFF;
+    let links = api.links();
+    let mut view = match api.get().await {
+        Ok(v) => v,
+        Err(e) => recover(&api, &fleet, &mut backoff, links, e).await,
+    };
     let mut rng = seed;
+    let mut turn = Turn::Idle;
+    let mut marks: Vec<(&'static str, Instant)> = Vec::new();
     loop {
+        // As the agent's run loop: counted before the step, to tell whether a failure of it
+        // was the coordinator being away.
+        let links = api.links();
         let desired = view.annotation(ann::DESIRED_CONFIG).to_string();
         let current = view.annotation(ann::CURRENT_CONFIG).to_string();
-        if !desired.is_empty() && desired != current {
+        if let Turn::Applied { target, seen } = &turn {
+            if *target == current && view.annotation(ann::STATE) == "Done" {
+                // The Done report went through though its answer was lost (the coordinator
+                // killed after the commit): the Node read afresh says so.
+                let seen = *seen;
+                finish_turn(&fleet, &name, seen, &mut marks);
+                (turn, backoff) = (Turn::Idle, AGENT_BACKOFF);
+            }
+        }
+        if desired.is_empty() || desired == current {
+            view = match api.wait_change(&view.revision, Duration::from_secs(300)).await? {
+                Some(v) => v,
+                None => match api.get().await {
+                    Ok(v) => v,
+                    Err(e) => recover(&api, &fleet, &mut backoff, links, e).await,
+                },
+            };
+            continue;
+        }
+        if turn == Turn::Idle {
             let seen = Instant::now();
             fleet.seen_at.lock().unwrap_or_else(|e| e.into_inner()).push(seen);
-            let mut marks: Vec<(&str, Instant)> = Vec::new();
+            marks.clear();
             // A failed node still holds its slot (it is unavailable until someone acts, as MCO
             // counts a degraded one): the budget check counts it with the updating ones.
             let now = fleet.updating.fetch_add(1, Ordering::SeqCst) + 1 + fleet.failures.load(Ordering::SeqCst);
             fleet.max_updating.fetch_max(now, Ordering::SeqCst);
+            turn = Turn::Picked { target: desired.clone(), seen };
+        }
+        if let Turn::Picked { target, seen } = turn.clone() {
             // As the agent does: the config and the policy came with the pick on the watch
             // (`UPDATE_INPUTS`); read over the network only when they did not.
             step(&fleet, &name, Some("config and disruption policy"));
-            let (config, policy) = api.update_inputs(&desired).await;
-            config?;
-            policy?;
+            let (config, policy) = api.update_inputs(&target).await;
+            if let Err(e) = config.and(policy) {
+                view = recover(&api, &fleet, &mut backoff, links, e).await;
+                continue;
+            }
             marks.push(("inputs", Instant::now()));
             // As the agent does: the Working report is the drain request, and when the pick
             // answered that request already, it goes out without the update waiting for it.
-            let request = format!("drain-{desired}");
+            let request = format!("drain-{target}");
             step(&fleet, &name, Some("report Working, drain handshake"));
             if view.annotation(ann::LAST_APPLIED_DRAIN) == request {
                 api.report_working(&current, Some(&request)).await;
-            } else {
-                api.working_and_drain(&current, &request, Some(&desired), Duration::from_secs(3600)).await?;
+            } else if let Err(e) =
+                api.working_and_drain(&current, &request, Some(&target), Duration::from_secs(3600)).await
+            {
+                view = recover(&api, &fleet, &mut backoff, links, e).await;
+                continue;
             }
             marks.push(("working+drain", Instant::now()));
             step(&fleet, &name, Some("simulated apply"));
@@ -224,42 +338,53 @@ async fn node(
                 fleet.failures.fetch_add(1, Ordering::SeqCst);
                 step(&fleet, &name, None);
                 fleet.updating.fetch_sub(1, Ordering::SeqCst);
-                api.report_failure("Degraded", "simulated apply failure", &current, &desired).await?;
+                while let Err(e) = api.report_failure("Degraded", "simulated apply failure", &current, &target).await {
+                    recover(&api, &fleet, &mut backoff, links, e).await;
+                }
                 // The failed host stays Degraded until the run ends: a task that ended here was
                 // taken for a simulated node that stopped early, and every run with a failure
                 // rate ended in that error.
                 std::future::pending::<()>().await;
             }
-            // As the agent does: Done carries the uncordon request; the coordinator uncordons.
-            step(&fleet, &name, Some("report Done, ask for the uncordon"));
             fleet.updating.fetch_sub(1, Ordering::SeqCst);
-            view = api.report_done(&desired, true).await?;
-            marks.push(("done", Instant::now()));
-            if fleet.trace {
-                let mut last = seen;
-                let steps: Vec<String> = marks
-                    .iter()
-                    .map(|(what, t)| {
-                        let d = t.duration_since(last);
-                        last = *t;
-                        format!("{what} {:.1}", d.as_secs_f64() * 1000.0)
-                    })
-                    .collect();
-                eprintln!(
-                    "trace {name}: seen at {:.1} ms; {} (ms)",
-                    seen.duration_since(fleet.t0).as_secs_f64() * 1000.0,
-                    steps.join(", ")
-                );
-            }
-            step(&fleet, &name, None);
-            fleet.done.fetch_add(1, Ordering::SeqCst);
-            continue;
+            turn = Turn::Applied { target, seen };
         }
-        view = match api.wait_change(&view.revision, Duration::from_secs(300)).await? {
-            Some(v) => v,
-            None => api.get().await?,
+        let Turn::Applied { target, seen } = turn.clone() else { continue };
+        // As the agent does: Done carries the uncordon request; the coordinator uncordons.
+        step(&fleet, &name, Some("report Done, ask for the uncordon"));
+        view = match api.report_done(&target, true).await {
+            Ok(v) => v,
+            Err(e) => {
+                view = recover(&api, &fleet, &mut backoff, links, e).await;
+                continue;
+            }
         };
+        finish_turn(&fleet, &name, seen, &mut marks);
+        (turn, backoff) = (Turn::Idle, AGENT_BACKOFF);
     }
+}
+
+/// A node's Done report is written: counted, and traced with its steps' durations.
+fn finish_turn(fleet: &Fleet, name: &str, seen: Instant, marks: &mut Vec<(&'static str, Instant)>) {
+    marks.push(("done", Instant::now()));
+    if fleet.trace {
+        let mut last = seen;
+        let steps: Vec<String> = marks
+            .iter()
+            .map(|(what, t)| {
+                let d = t.duration_since(last);
+                last = *t;
+                format!("{what} {:.1}", d.as_secs_f64() * 1000.0)
+            })
+            .collect();
+        eprintln!(
+            "trace {name}: seen at {:.1} ms; {} (ms)",
+            seen.duration_since(fleet.t0).as_secs_f64() * 1000.0,
+            steps.join(", ")
+        );
+    }
+    step(fleet, name, None);
+    fleet.done.fetch_add(1, Ordering::SeqCst);
 }
 
 /// How fast this host runs the kind of work a rollout is made of: the best of five timings of
@@ -297,6 +422,30 @@ fn host_speed() -> Duration {
         })
         .min()
         .unwrap_or_default()
+}
+
+/// A coordinator killed and started again during a rollout (`--restart-after`): when, and what
+/// the killed process had used.
+struct Restart {
+    done_at_kill: usize,
+    killed_at: Duration,
+    back_at: Duration,
+    cpu_before: f64,
+    peak_rss_before_kb: u64,
+    first_done_after: Option<Duration>,
+    /// When every node's watch was open again (`apiserver_longrunning_requests`).
+    watches_back: Option<Duration>,
+    last_watch_poll: Instant,
+}
+
+/// The watches of Nodes open now (`apiserver_longrunning_requests` in `/metrics`).
+fn node_watches(metrics: &str) -> usize {
+    metrics
+        .lines()
+        .filter_map(|l| l.strip_prefix("apiserver_longrunning_requests{"))
+        .filter(|l| l.contains("verb=\"WATCH\"") && l.contains("resource=\"nodes\""))
+        .map(|l| value(l) as usize)
+        .sum()
 }
 
 /// The coordinator's `/metrics` text.
@@ -416,7 +565,12 @@ async fn main() -> Result<()> {
     let args = parse_args()?;
     let k = budget(&args.max_unavailable, args.nodes)?;
     let speed = host_speed();
-    let c = Coordinator::start_with(Options { args: args.coordinator_args.clone(), ..Options::default() });
+    // A restart keeps the port: the agents know the coordinator by its address.
+    let mut c = Coordinator::start_with(Options {
+        args: args.coordinator_args.clone(),
+        fixed_port: args.restart_after.is_some(),
+        ..Options::default()
+    });
     let admin = c.client();
     let pool = json!({"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfigPool",
         "metadata": {"name": "worker"},
@@ -511,6 +665,8 @@ async fn main() -> Result<()> {
         overslept: Default::default(),
         done: AtomicUsize::new(0),
         failures: AtomicUsize::new(0),
+        retries: AtomicUsize::new(0),
+        fixed_backoff: std::env::var_os("ROLLOUT_BENCH_FIXED_BACKOFF").is_some(),
     });
     let mut tasks = tokio::task::JoinSet::new();
     for (i, (name, api)) in apis.into_iter().enumerate() {
@@ -526,17 +682,18 @@ async fn main() -> Result<()> {
     eprintln!("rollout-bench: fleet settled after {:.1} s", settled.as_secs_f64());
     let rss_fleet_kb = proc_usage(c.pid()).rss_kb;
 
-    let bench = Bench { args: &args, k, c: &c, admin: admin.clone(), fleet, pool_path, rss_empty_kb, rss_fleet_kb };
+    let mut bench =
+        Bench { args: &args, k, c: &mut c, admin: admin.clone(), fleet, pool_path, rss_empty_kb, rss_fleet_kb };
     let mut ratios = Vec::with_capacity(args.runs);
     let mut speed = speed;
     for round in 1..=args.runs {
         if round > 1 {
             // The last rollout's tail (statuses, Events) is not the next one's.
-            let settled = settle(c.pid()).await;
+            let settled = settle(bench.c.pid()).await;
             eprintln!("rollout-bench: coordinator idle again after {:.1} s", settled.as_secs_f64());
             speed = tokio::task::block_in_place(host_speed);
         }
-        ratios.push(rollout(&bench, &mut tasks, round, speed).await?);
+        ratios.push(rollout(&mut bench, &mut tasks, round, speed).await?);
     }
     tasks.abort_all();
     if ratios.len() > 1 {
@@ -561,7 +718,7 @@ async fn main() -> Result<()> {
 struct Bench<'a> {
     args: &'a Args,
     k: usize,
-    c: &'a Coordinator,
+    c: &'a mut Coordinator,
     admin: Client,
     fleet: Arc<Fleet>,
     pool_path: String,
@@ -572,16 +729,17 @@ struct Bench<'a> {
 /// One rollout of the whole fleet to a new MachineConfig (the `round`-th), reported in full;
 /// returns its ratio. `speed` is the host's speed timed just before it.
 async fn rollout(
-    bench: &Bench<'_>,
+    bench: &mut Bench<'_>,
     tasks: &mut tokio::task::JoinSet<Result<()>>,
     round: usize,
     speed: Duration,
 ) -> Result<f64> {
     let Bench { args, k, c, admin, fleet, pool_path, rss_empty_kb, rss_fleet_kb } = bench;
-    let (args, k, c, admin, pool_path) = (*args, *k, *c, admin.clone(), pool_path.as_str());
+    let (args, k, admin, pool_path) = (*args, *k, admin.clone(), pool_path.as_str());
     let (rss_empty_kb, rss_fleet_kb) = (*rss_empty_kb, *rss_fleet_kb);
     fleet.done.store(0, Ordering::SeqCst);
     fleet.failures.store(0, Ordering::SeqCst);
+    fleet.retries.store(0, Ordering::SeqCst);
     fleet.max_updating.store(0, Ordering::SeqCst);
     fleet.seen_at.lock().unwrap_or_else(|e| e.into_inner()).clear();
     fleet.overslept.lock().unwrap_or_else(|e| e.into_inner()).clear();
@@ -595,9 +753,10 @@ async fn rollout(
     };
     let rev0 = revision(admin.clone()).await?;
     let metrics0 = scrape(&admin).await?;
-    let (requests0, passes0) = (node_requests(&metrics0), Passes::of(&metrics0));
-    let (coordinator0, sim0) = (proc_usage(c.pid()), proc_usage(std::process::id()));
-    let threads0 = threads(c.pid());
+    let (mut requests0, mut passes0) = (node_requests(&metrics0), Passes::of(&metrics0));
+    let (mut coordinator0, sim0) = (proc_usage(c.pid()), proc_usage(std::process::id()));
+    let mut threads0 = threads(c.pid());
+    let mut restart: Option<Restart> = None;
     let (cpu0, sim_cpu0) = (coordinator0.cpu_s, sim0.cpu_s);
     let start = Instant::now();
     if fleet.trace {
@@ -639,6 +798,48 @@ async fn rollout(
         let failed = fleet.failures.load(Ordering::SeqCst);
         if done + failed >= expected {
             break;
+        }
+        if restart.is_none() && args.restart_after.is_some_and(|n| done >= n) {
+            // What the killed process used is added to its successor's figures at the end.
+            let before = proc_usage(c.pid());
+            let killed_at = start.elapsed();
+            tokio::task::block_in_place(|| {
+                c.kill9();
+                std::thread::sleep(args.restart_down);
+                c.restart()
+            });
+            let back_at = start.elapsed();
+            eprintln!(
+                "rollout-bench: {:.1} s: coordinator killed at {done} done, serving again {:.2} s later",
+                killed_at.as_secs_f64(),
+                (back_at - killed_at).as_secs_f64()
+            );
+            restart = Some(Restart {
+                done_at_kill: done,
+                killed_at,
+                back_at,
+                cpu_before: before.cpu_s - coordinator0.cpu_s,
+                peak_rss_before_kb: before.peak_rss_kb,
+                first_done_after: None,
+                watches_back: None,
+                last_watch_poll: Instant::now(),
+            });
+            // A new process counts from zero.
+            (coordinator0, threads0) = (proc_usage(c.pid()), threads(c.pid()));
+            (requests0, passes0) = (Default::default(), Passes::default());
+        }
+        if let Some(r) = restart.as_mut() {
+            if r.first_done_after.is_none() && done > r.done_at_kill {
+                r.first_done_after = Some(start.elapsed());
+            }
+            if r.watches_back.is_none() && r.last_watch_poll.elapsed() > Duration::from_millis(250) {
+                r.last_watch_poll = Instant::now();
+                if let Ok(m) = scrape(&admin).await {
+                    if node_watches(&m) >= args.nodes {
+                        r.watches_back = Some(start.elapsed());
+                    }
+                }
+            }
         }
         if last_progress.elapsed() > STALLED {
             // A figure from a rollout that stopped is no figure: fail rather than wait forever
@@ -706,7 +907,11 @@ async fn rollout(
     let usage = proc_usage(c.pid());
     let threads1 = threads(c.pid());
     let sim_usage = proc_usage(std::process::id());
-    let coordinator_cpu = usage.cpu_s - cpu0;
+    let coordinator_cpu = match &restart {
+        Some(r) => r.cpu_before + usage.cpu_s - coordinator0.cpu_s,
+        None => usage.cpu_s - cpu0,
+    };
+    let peak_rss_kb = usage.peak_rss_kb.max(restart.as_ref().map_or(0, |r| r.peak_rss_before_kb));
     let sim_cpu = sim_usage.cpu_s - sim_cpu0;
     // The fleet is idle by now; the timing holds this thread only.
     let speed_after = tokio::task::block_in_place(host_speed);
@@ -760,8 +965,28 @@ async fn rollout(
         fleet.done.load(Ordering::SeqCst),
         fleet.failures.load(Ordering::SeqCst),
         coordinator_cpu,
-        usage.peak_rss_kb as f64 / 1024.0
+        peak_rss_kb as f64 / 1024.0
     );
+    if let Some(r) = &restart {
+        let at = |t: Option<Duration>| t.map_or("never".to_string(), |t| format!("{:.2} s", t.as_secs_f64()));
+        println!(
+            "  coordinator killed (SIGKILL) at {:.2} s with {} done, serving again at {:.2} s; the first Done after it \
+             at {}; all {} watches open again at {}; {} requests failed and were retried as the agent retries \
+             them{}",
+            r.killed_at.as_secs_f64(),
+            r.done_at_kill,
+            r.back_at.as_secs_f64(),
+            at(r.first_done_after),
+            args.nodes,
+            at(r.watches_back),
+            fleet.retries.load(Ordering::SeqCst),
+            if fleet.fixed_backoff { " (ROLLOUT_BENCH_FIXED_BACKOFF: after the whole backoff, as before 2026-12-01)" } else { "" }
+        );
+        println!(
+            "  (the coordinator's CPU and peak RSS above are both processes'; the counts below, from /metrics and \
+             /proc, are the restarted process's only)"
+        );
+    }
     println!(
         "  coordinator RSS: {:.1} MiB before the fleet connected, {:.1} MiB with it connected and watching \
          ({:.1} KiB per node), {:.1} MiB {}",
