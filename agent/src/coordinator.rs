@@ -665,19 +665,9 @@ async fn follow(
         }
         tokio::select! {
             _ = tx.closed() => return,
-            _ = tokio::time::sleep(jittered(backoff)) => {}
+            _ = tokio::time::sleep(backoff) => {}
         }
     }
-}
-
-/// A random wait from half of `backoff` to all of it. A coordinator restart breaks every node's
-/// watch in the same instant; with the same backoff each, the whole fleet reconnected in the
-/// same instants too, and at 10,000 nodes those bursts of TLS handshakes kept watches from
-/// opening for 4.5 s after the coordinator was back (client-go's reflector jitters its
-/// backoff for the same reason).
-fn jittered(backoff: Duration) -> Duration {
-    let half = backoff / 2;
-    half + half.mul_f64(rand::random::<f64>())
 }
 
 fn publish(tx: &watch::Sender<Option<Followed>>, v: NodeView) {
