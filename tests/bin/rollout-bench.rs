@@ -277,6 +277,13 @@ async fn node(
             }
         }
         if desired.is_empty() || desired == current {
+            if let Turn::Picked { .. } = turn {
+                // The pick was taken back before the apply (not something the bench does: the
+                // count stays right if it ever happens).
+                fleet.updating.fetch_sub(1, Ordering::SeqCst);
+                step(&fleet, &name, None);
+                turn = Turn::Idle;
+            }
             view = match api.wait_change(&view.revision, Duration::from_secs(300)).await? {
                 Some(v) => v,
                 None => match api.get().await {
