@@ -652,6 +652,42 @@ async fn a_refused_reboot_is_asked_again_and_the_update_finishes() {
     assert_eq!(hosts[0].fake.reboots().len(), 1, "{:?}", hosts[0].fake.call_strings());
 }
 
+/// The agent's run loop tries a failed step again as soon as the node's watch reaches the
+/// coordinator again, not only after its backoff: what makes a coordinator restart cost a
+/// node's turn the outage rather than 5-60 s. The step here fails on a refused reboot until
+/// the backoff has grown to 20 s (refusals at about 0, 5 and 15 s); then the coordinator
+/// restarts, and the next request comes with the watch's reconnect, logged, where without it
+/// it would come 20 s after the third.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_step_is_tried_again_when_the_coordinator_answers_again() {
+    let mut c = Coordinator::start_with(aloft_tests::Options { fixed_port: true, ..Default::default() });
+    let admin = c.client();
+    let (h, _token_file, _first) = one_node_on_a_file(&c, "worker-rc", "/etc/rc.conf", "one", "None").await;
+    let policy = json!({"spec": {"nodeDisruptionPolicy": {"files": [{"path": "/etc/rc.conf", "actions": [{"type": "Reboot"}]}]}}});
+    let policy_path = "/apis/operator.openshift.io/v1/machineconfigurations/cluster";
+    admin.patch(policy_path, "application/merge-patch+json", &policy).await.unwrap().into_result().unwrap();
+    h.fake.fail_calls("Reboot", None);
+    h.fake.clear_calls();
+    let mc_path = path_of(&MACHINE_CONFIG, Some("50-worker-rc"));
+    let mut mc = admin.get(&mc_path).await.unwrap().into_result().unwrap();
+    mc["spec"]["config"]["storage"]["files"][0]["contents"]["source"] = json!("data:,two");
+    admin.put(&mc_path, &mc).await.unwrap().into_result().unwrap();
+    let asked = |h: &Host| h.fake.call_strings().iter().filter(|c| c.starts_with("Reboot(")).count();
+    eventually(Duration::from_secs(60), "three refused reboots (the next wait 20 s)", || async {
+        Ok((asked(&h) >= 3).then_some(()))
+    })
+    .await;
+    let before = asked(&h);
+    const RETRIED: &str = "reached the coordinator (its watch connected); retrying now";
+    assert!(!h.log().contains(RETRIED), "no reconnect yet:\n{}", h.log());
+    tokio::task::block_in_place(|| c.restart());
+    // Well inside the 20 s the backoff has left: the watch retries after 0.4 s, then 0.8 s.
+    eventually(Duration::from_secs(12), "the reboot asked for again with the watch's reconnect", || async {
+        Ok((asked(&h) > before && h.log().contains(RETRIED)).then_some(()))
+    })
+    .await;
+}
+
 /// A reboot logind took but that does not happen (the shutdown cancelled, or stuck before it
 /// stopped the agent) does not leave the node Working for good: once the reboot timeout has
 /// passed with the host still up, the Node is Degraded saying so and the agent asks again; the
