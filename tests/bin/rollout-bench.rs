@@ -116,8 +116,8 @@ fn parse_args() -> Result<Args> {
                      start it again on the same data directory and port, as a crash or an upgrade would. The\n\
                      simulated nodes ride it out as the agent does (their watches reconnect; a failed report is\n\
                      retried once the watch reaches the coordinator again, or after 5 s, doubling to 60 s). The\n\
-                     budget is checked throughout; the report adds\n\
-                     when the coordinator was back, when the fleet's watches were, and the retried requests.\n\
+                     budget is checked throughout; the report adds when the coordinator was back, when the\n\
+                     fleet's watches were, and the retried requests.\n\
                      --restart-down-ms MS: keep the killed coordinator down this long before starting it again\n\
                      (an upgrade's stop, replace and start; default 0).\n\
                      \n\
