@@ -583,6 +583,23 @@ async fn annotation_of(c: &Coordinator, node: &str, key: &str) -> anyhow::Result
     Ok(node_annotation(&n, key))
 }
 
+/// For a node made by [`one_node_on_a_file`] with the file `path`: the next change of the file
+/// reboots, the test logind refuses every reboot (the calls recorded from here), and the file
+/// changes (its MachineConfig `50-<node>` rewritten).
+async fn change_needing_a_refused_reboot(c: &Coordinator, h: &Host, path: &str) {
+    let admin = c.client();
+    let policy =
+        json!({"spec": {"nodeDisruptionPolicy": {"files": [{"path": path, "actions": [{"type": "Reboot"}]}]}}});
+    let policy_path = "/apis/operator.openshift.io/v1/machineconfigurations/cluster";
+    admin.patch(policy_path, "application/merge-patch+json", &policy).await.unwrap().into_result().unwrap();
+    h.fake.fail_calls("Reboot", None);
+    h.fake.clear_calls();
+    let mc_path = path_of(&MACHINE_CONFIG, Some(&format!("50-{}", h.name)));
+    let mut mc = admin.get(&mc_path).await.unwrap().into_result().unwrap();
+    mc["spec"]["config"]["storage"]["files"][0]["contents"]["source"] = json!("data:,two");
+    admin.put(&mc_path, &mc).await.unwrap().into_result().unwrap();
+}
+
 /// A reboot that logind refuses (an inhibitor lock, logind not answering) leaves the update
 /// waiting for its reboot, not given up: the Node is Degraded naming the refusal and still on
 /// the config the node runs, while the agent asks again with backoff, as MCO's daemon retries
@@ -592,23 +609,13 @@ async fn annotation_of(c: &Coordinator, node: &str, key: &str) -> anyhow::Result
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_reboot_is_asked_again_and_the_update_finishes() {
     let c = Coordinator::start();
-    let admin = c.client();
     let (mut h, token_file, first) = one_node_on_a_file(&c, "worker-rb", "/etc/rb.conf", "one", "None").await;
     // Its metrics on a free loopback port, from the next start (the only agent of this test).
     h.stop_agent();
     h.metrics_listen = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
     h.start_agent(&c, token_file.path());
     let mut hosts = [h];
-    // The next change of the file reboots.
-    let policy = json!({"spec": {"nodeDisruptionPolicy": {"files": [{"path": "/etc/rb.conf", "actions": [{"type": "Reboot"}]}]}}});
-    let policy_path = "/apis/operator.openshift.io/v1/machineconfigurations/cluster";
-    admin.patch(policy_path, "application/merge-patch+json", &policy).await.unwrap().into_result().unwrap();
-    hosts[0].fake.fail_calls("Reboot", None);
-    hosts[0].fake.clear_calls();
-    let mc_path = path_of(&MACHINE_CONFIG, Some("50-worker-rb"));
-    let mut mc = admin.get(&mc_path).await.unwrap().into_result().unwrap();
-    mc["spec"]["config"]["storage"]["files"][0]["contents"]["source"] = json!("data:,two");
-    admin.put(&mc_path, &mc).await.unwrap().into_result().unwrap();
+    change_needing_a_refused_reboot(&c, &hosts[0], "/etc/rb.conf").await;
     let reason = eventually(Duration::from_secs(60), "worker-rb Degraded by the refused reboot", || async {
         let state = annotation_of(&c, "worker-rb", ann::STATE).await?;
         let reason = annotation_of(&c, "worker-rb", ann::REASON).await?;
@@ -618,9 +625,8 @@ async fn a_refused_reboot_is_asked_again_and_the_update_finishes() {
     assert!(reason.starts_with("reboot failed (retrying): ") && reason.contains("injected failure"), "{reason}");
     assert_eq!(annotation_of(&c, "worker-rb", ann::CURRENT_CONFIG).await.unwrap(), first, "not rebooted yet");
     assert_eq!(std::fs::read_to_string(hosts[0].path("/etc/rb.conf")).unwrap(), "two", "applied but for the reboot");
-    let asked = |h: &Host| h.fake.call_strings().iter().filter(|c| c.starts_with("Reboot(")).count();
     eventually(Duration::from_secs(30), "the reboot asked for again", || async {
-        Ok((asked(&hosts[0]) >= 2).then_some(()))
+        Ok((hosts[0].reboots_asked() >= 2).then_some(()))
     })
     .await;
     assert!(hosts[0].fake.reboots().is_empty(), "no reboot went through yet");
@@ -661,29 +667,19 @@ async fn a_refused_reboot_is_asked_again_and_the_update_finishes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_step_is_tried_again_when_the_coordinator_answers_again() {
     let mut c = Coordinator::start_with(aloft_tests::Options { fixed_port: true, ..Default::default() });
-    let admin = c.client();
     let (h, _token_file, _first) = one_node_on_a_file(&c, "worker-rc", "/etc/rc.conf", "one", "None").await;
-    let policy = json!({"spec": {"nodeDisruptionPolicy": {"files": [{"path": "/etc/rc.conf", "actions": [{"type": "Reboot"}]}]}}});
-    let policy_path = "/apis/operator.openshift.io/v1/machineconfigurations/cluster";
-    admin.patch(policy_path, "application/merge-patch+json", &policy).await.unwrap().into_result().unwrap();
-    h.fake.fail_calls("Reboot", None);
-    h.fake.clear_calls();
-    let mc_path = path_of(&MACHINE_CONFIG, Some("50-worker-rc"));
-    let mut mc = admin.get(&mc_path).await.unwrap().into_result().unwrap();
-    mc["spec"]["config"]["storage"]["files"][0]["contents"]["source"] = json!("data:,two");
-    admin.put(&mc_path, &mc).await.unwrap().into_result().unwrap();
-    let asked = |h: &Host| h.fake.call_strings().iter().filter(|c| c.starts_with("Reboot(")).count();
+    change_needing_a_refused_reboot(&c, &h, "/etc/rc.conf").await;
     eventually(Duration::from_secs(60), "three refused reboots (the next wait 20 s)", || async {
-        Ok((asked(&h) >= 3).then_some(()))
+        Ok((h.reboots_asked() >= 3).then_some(()))
     })
     .await;
-    let before = asked(&h);
+    let before = h.reboots_asked();
     const RETRIED: &str = "reached the coordinator (its watch connected); retrying now";
     assert!(!h.log().contains(RETRIED), "no reconnect yet:\n{}", h.log());
     tokio::task::block_in_place(|| c.restart());
     // Well inside the 20 s the backoff has left: the watch retries after 0.4 s, then 0.8 s.
     eventually(Duration::from_secs(12), "the reboot asked for again with the watch's reconnect", || async {
-        Ok((asked(&h) > before && h.log().contains(RETRIED)).then_some(()))
+        Ok((h.reboots_asked() > before && h.log().contains(RETRIED)).then_some(()))
     })
     .await;
 }

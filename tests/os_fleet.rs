@@ -386,9 +386,8 @@ async fn a_refused_reboot_into_a_staged_os_is_asked_again() {
     assert!(reason.starts_with("reboot failed (retrying): "), "{reason}");
     assert_eq!(current, first, "the node runs the old config until it reboots");
     assert_eq!(testkit::deployment_order(&host.sysroot()).unwrap(), vec![v2.clone(), v1.clone()], "v2 kept staged");
-    let asked = |h: &OsHost| h.host.fake.call_strings().iter().filter(|c| c.starts_with("Reboot(")).count();
     eventually(Duration::from_secs(30), "the reboot asked for again", || async {
-        Ok((asked(&host) >= 2).then_some(()))
+        Ok((host.host.reboots_asked() >= 2).then_some(()))
     })
     .await;
     host.host.fake.clear_failures();

@@ -113,6 +113,11 @@ impl Host {
         self.agent = Some(child);
     }
 
+    /// How many times the agent asked logind to reboot, refused requests included.
+    pub fn reboots_asked(&self) -> usize {
+        self.fake.call_strings().iter().filter(|c| c.starts_with("Reboot(")).count()
+    }
+
     /// Play a reboot: the agent stops, the host comes back with boot ID `boot_id`, and a fresh
     /// agent starts (enrolled already, it keeps its credential).
     pub fn reboot(&mut self, c: &Coordinator, bootstrap: &Path, boot_id: &str) {

@@ -226,7 +226,7 @@ enum Turn {
 /// short when the node's watch reaches the coordinator again after `links`), then a fresh read
 /// of the Node (retried the same way while it fails too). A failed request is expected only
 /// while the coordinator is away: the bench counts them rather than printing each.
-async fn recover(api: &NodeApi, fleet: &Fleet, backoff: &mut Duration, links: u64, _failed: anyhow::Error) -> NodeView {
+async fn recover(api: &NodeApi, fleet: &Fleet, backoff: &mut Duration, links: u64) -> NodeView {
     fleet.retries.fetch_add(1, Ordering::Relaxed);
     let mut links = links;
     loop {
@@ -256,7 +256,7 @@ async fn node(
     let links = api.links();
     let mut view = match api.get().await {
         Ok(v) => v,
-        Err(e) => recover(&api, &fleet, &mut backoff, links, e).await,
+        Err(_) => recover(&api, &fleet, &mut backoff, links).await,
     };
     let mut rng = seed;
     let mut turn = Turn::Idle;
@@ -288,7 +288,7 @@ async fn node(
                 Some(v) => v,
                 None => match api.get().await {
                     Ok(v) => v,
-                    Err(e) => recover(&api, &fleet, &mut backoff, links, e).await,
+                    Err(_) => recover(&api, &fleet, &mut backoff, links).await,
                 },
             };
             continue;
@@ -308,8 +308,8 @@ async fn node(
             // (`UPDATE_INPUTS`); read over the network only when they did not.
             step(&fleet, &name, Some("config and disruption policy"));
             let (config, policy) = api.update_inputs(&target).await;
-            if let Err(e) = config.and(policy) {
-                view = recover(&api, &fleet, &mut backoff, links, e).await;
+            if config.and(policy).is_err() {
+                view = recover(&api, &fleet, &mut backoff, links).await;
                 continue;
             }
             marks.push(("inputs", Instant::now()));
@@ -319,10 +319,9 @@ async fn node(
             step(&fleet, &name, Some("report Working, drain handshake"));
             if view.annotation(ann::LAST_APPLIED_DRAIN) == request {
                 api.report_working(&current, Some(&request)).await;
-            } else if let Err(e) =
-                api.working_and_drain(&current, &request, Some(&target), Duration::from_secs(3600)).await
+            } else if api.working_and_drain(&current, &request, Some(&target), Duration::from_secs(3600)).await.is_err()
             {
-                view = recover(&api, &fleet, &mut backoff, links, e).await;
+                view = recover(&api, &fleet, &mut backoff, links).await;
                 continue;
             }
             marks.push(("working+drain", Instant::now()));
@@ -345,8 +344,8 @@ async fn node(
                 fleet.failures.fetch_add(1, Ordering::SeqCst);
                 step(&fleet, &name, None);
                 fleet.updating.fetch_sub(1, Ordering::SeqCst);
-                while let Err(e) = api.report_failure("Degraded", "simulated apply failure", &current, &target).await {
-                    recover(&api, &fleet, &mut backoff, links, e).await;
+                while api.report_failure("Degraded", "simulated apply failure", &current, &target).await.is_err() {
+                    recover(&api, &fleet, &mut backoff, links).await;
                 }
                 // The failed host stays Degraded until the run ends: a task that ended here was
                 // taken for a simulated node that stopped early, and every run with a failure
@@ -361,8 +360,8 @@ async fn node(
         step(&fleet, &name, Some("report Done, ask for the uncordon"));
         view = match api.report_done(&target, true).await {
             Ok(v) => v,
-            Err(e) => {
-                view = recover(&api, &fleet, &mut backoff, links, e).await;
+            Err(_) => {
+                view = recover(&api, &fleet, &mut backoff, links).await;
                 continue;
             }
         };
