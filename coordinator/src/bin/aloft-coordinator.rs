@@ -11,7 +11,7 @@ use std::path::PathBuf;
 /// jemalloc instead of glibc's malloc: serving a fleet is allocation-heavy (JSON objects per
 /// request and per watch event), and glibc's malloc and free were a fifth of the coordinator's
 /// CPU in a 1,000-node rollout; jemalloc cut the CPU by about a quarter at the same peak RSS
-/// (mimalloc did as well on CPU, at +55 MiB of RSS). BENCHMARKS.md has the runs.
+/// (mimalloc did as well on CPU, at +55 MiB of RSS). docs/rollout-bench-history.md has the runs.
 #[global_allocator]
 static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 

@@ -11,7 +11,7 @@
 //! Only Nodes whose Ready condition an agent wrote (reason `AloftAgentReady`) are judged: a Node
 //! an administrator created by hand, with no agent, is left as it is. A hung agent whose
 //! connection stays open is not noticed (a Lease renewed by the agent would be): the limit is
-//! written in ARCHITECTURE.md.
+//! written in docs/design-notes.md ("Node liveness without heartbeat writes").
 
 use crate::store::{Store, StoreError};
 use serde_json::{json, Value};

@@ -1252,7 +1252,7 @@ mod tests {
     #[test]
     fn savepoint_journals_stay_out_of_temp_files() {
         // 2 = MEMORY. A statement journal in a temp file cost the writer a fifth of its time
-        // (BENCHMARKS.md, tenth session); a savepoint's undo pages must not go back to disk.
+        // (docs/rollout-bench-history.md, tenth session); a savepoint's undo pages must not go back to disk.
         let dir = tempfile::tempdir().unwrap();
         let conn = open_file(&dir.path().join("t.db")).unwrap();
         let mode: i64 = conn.query_row("PRAGMA temp_store", [], |r| r.get(0)).unwrap();
