@@ -587,12 +587,18 @@ async fn annotation_of(c: &Coordinator, node: &str, key: &str) -> anyhow::Result
 /// reboots, the test logind refuses every reboot (the calls recorded from here), and the file
 /// changes (its MachineConfig `50-<node>` rewritten).
 async fn change_needing_a_refused_reboot(c: &Coordinator, h: &Host, path: &str) {
+    h.fake.fail_calls("Reboot", None);
+    change_needing_a_reboot(c, h, path).await;
+}
+
+/// `h`'s file at `path` changed (its MachineConfig `50-<name>`), with a policy that reboots for
+/// it; the calls recorded so far forgotten.
+async fn change_needing_a_reboot(c: &Coordinator, h: &Host, path: &str) {
     let admin = c.client();
     let policy =
         json!({"spec": {"nodeDisruptionPolicy": {"files": [{"path": path, "actions": [{"type": "Reboot"}]}]}}});
     let policy_path = "/apis/operator.openshift.io/v1/machineconfigurations/cluster";
     admin.patch(policy_path, "application/merge-patch+json", &policy).await.unwrap().into_result().unwrap();
-    h.fake.fail_calls("Reboot", None);
     h.fake.clear_calls();
     let mc_path = path_of(&MACHINE_CONFIG, Some(&format!("50-{}", h.name)));
     let mut mc = admin.get(&mc_path).await.unwrap().into_result().unwrap();
@@ -730,6 +736,48 @@ async fn a_reboot_that_does_not_happen_is_said_and_asked_again() {
     // The reboot at last.
     hosts[0].reboot(&c, token_file.path(), "boot-2-worker-rt");
     let second = converge(&c, &hosts, Some(&first), "worker-rt Done on the new config after its reboot").await;
+    assert_ne!(second, first);
+}
+
+/// A reboot logind takes and then holds (an inhibitor in delay mode, held longer than logind's
+/// `InhibitDelayMaxSec`): once the reboot timeout has passed the agent says the reboot has not
+/// happened and asks again, and logind refuses that request as a shutdown already in progress.
+/// The Node's reason then says that logind holds a shutdown and how to see who holds it, beside
+/// logind's words (which alone read as if the reboot were under way). VM scenario e holds a real
+/// one the same way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_reboot_says_logind_holds_it_and_where_to_look() {
+    let c = Coordinator::start();
+    let (mut h, token_file, first) = one_node_on_a_file(&c, "worker-hr", "/etc/hr.conf", "one", "None").await;
+    h.stop_agent();
+    h.extra_args = vec!["--reboot-timeout-seconds".into(), "2".into()];
+    h.start_agent(&c, token_file.path());
+    h.fake.hold_reboots();
+    change_needing_a_reboot(&c, &h, "/etc/hr.conf").await;
+    let reason = eventually(Duration::from_secs(60), "worker-hr Degraded: logind holds the reboot", || async {
+        let state = annotation_of(&c, "worker-hr", ann::STATE).await?;
+        let reason = annotation_of(&c, "worker-hr", ann::REASON).await?;
+        Ok((state == "Degraded" && reason.contains("OperationInProgress")).then_some(reason))
+    })
+    .await;
+    assert!(
+        reason.starts_with("reboot failed (retrying): logind holds a shutdown it has not carried out")
+            && reason.contains("systemd-inhibit --list")
+            && reason.ends_with(
+                "logind Reboot failed: org.freedesktop.login1.OperationInProgress: \
+                 There's already a shutdown or sleep operation in progress"
+            ),
+        "{reason}"
+    );
+    // The first request was taken, and said to be overdue before it was asked again.
+    assert_eq!(h.fake.reboots().len(), 1, "logind took one request");
+    assert!(h.reboots_asked() >= 2, "asked again: {:?}", h.fake.call_strings());
+    assert!(h.log().contains("has not happened"), "the overdue reboot is said first:\n{}", h.log());
+    assert_eq!(annotation_of(&c, "worker-hr", ann::CURRENT_CONFIG).await.unwrap(), first, "not rebooted yet");
+    // The inhibitor lets go and the host reboots: Done on the new config.
+    let mut hosts = [h];
+    hosts[0].reboot(&c, token_file.path(), "boot-2-worker-hr");
+    let second = converge(&c, &hosts, Some(&first), "worker-hr Done on the new config after its held reboot").await;
     assert_ne!(second, first);
 }
 

@@ -1037,7 +1037,7 @@ impl Agent {
     /// logind refused the reboot of `target`'s update: Degraded with the reason, and an error
     /// for the loop's backoff.
     async fn reboot_refused(&mut self, target: &str, error: String) -> Result<()> {
-        let reason = self.degraded_for_reboot(target, format!("reboot failed (retrying): {error}")).await?;
+        let reason = self.degraded_for_reboot(target, refused_reboot_reason(&error)).await?;
         Err(anyhow::anyhow!(reason))
     }
 
@@ -1528,9 +1528,40 @@ pub async fn run(opts: Options) -> Result<()> {
     }
 }
 
+/// logind's error name for a shutdown request while it holds another (one it took and waits to
+/// carry out: a delay inhibitor, or a shutdown scheduled by someone else).
+const LOGIND_IN_PROGRESS: &str = "org.freedesktop.login1.OperationInProgress";
+
+/// The Node's reason for a reboot logind refused. When logind says a shutdown is already in
+/// progress, the reason says what that means on a host that is still up (the shutdown is held,
+/// most often by a delay inhibitor) and where to look: logind's own words alone read as if the
+/// reboot were under way.
+fn refused_reboot_reason(error: &str) -> String {
+    if error.contains(LOGIND_IN_PROGRESS) {
+        format!(
+            "reboot failed (retrying): logind holds a shutdown it has not carried out (an inhibitor in delay \
+             mode? `systemd-inhibit --list` shows them): {error}"
+        )
+    } else {
+        format!("reboot failed (retrying): {error}")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refused_reboot_says_when_logind_holds_a_shutdown() {
+        let held = "logind Reboot failed: org.freedesktop.login1.OperationInProgress: There's already a shutdown \
+                    or sleep operation in progress";
+        let reason = refused_reboot_reason(held);
+        assert!(reason.starts_with("reboot failed (retrying): logind holds a shutdown"), "{reason}");
+        assert!(reason.contains("`systemd-inhibit --list`") && reason.ends_with(held), "{reason}");
+        let inhibited = "logind Reboot failed: org.freedesktop.login1.BlockedByInhibitorLock: Operation inhibited by \
+                         \"backup\"";
+        assert_eq!(refused_reboot_reason(inhibited), format!("reboot failed (retrying): {inhibited}"));
+    }
 
     fn node(desired: &str, current: &str, state: &str) -> NodeView {
         NodeView {

@@ -180,8 +180,23 @@ impl SystemdError {
 }
 
 impl From<SystemdError> for ServiceError {
+    /// The message leaves out what the operation already names: a Node's reason reads
+    /// `restart crio.service failed: org.freedesktop.systemd1.NoSuchUnit: ...`, not the unit
+    /// (or a reboot's whole reason) twice.
     fn from(e: SystemdError) -> Self {
-        ServiceError::Call { operation: e.operation(), message: e.to_string() }
+        let operation = e.operation();
+        let message = match e {
+            SystemdError::Call { source, .. } => source.to_string(),
+            SystemdError::JobFailed { job, result, .. } => format!("systemd job {job} finished with result {result:?}"),
+            SystemdError::JobTimeout { job, timeout, .. } => {
+                format!("systemd job {job} did not finish within {timeout:?}")
+            }
+            SystemdError::SignalsLost { job, .. } => {
+                format!("lost systemd's JobRemoved signals while waiting for job {job}")
+            }
+            e @ SystemdError::Connect { .. } => e.to_string(),
+        };
+        ServiceError::Call { operation, message }
     }
 }
 
@@ -466,9 +481,10 @@ impl ServiceManager for SystemdDbus {
 
     async fn reboot(&self, reason: &str) -> Result<(), ServiceError> {
         tracing::warn!(reason, "asking logind to reboot");
+        // The reason is logged above; the error names only logind's method.
         self.logind.reboot(false).await.map_err(|source| SystemdError::Call {
-            method: "Reboot",
-            target: reason.to_string(),
+            method: "logind Reboot",
+            target: String::new(),
             source,
         })?;
         Ok(())

@@ -23,6 +23,11 @@ const UNIT_FILE: &str = "[Unit]\nDescription=aloft vm-tests unit (restarted by t
 const KARG: &str = "aloft.vmtest=os-v2";
 /// Masked and stopped by scenario e so that the agent's reboot request is refused.
 const LOGIND: &str = "systemd-logind.service";
+/// Scenario e's delay inhibitor (a transient service holding `systemd-inhibit --mode=delay`):
+/// logind takes the agent's reboot request and waits for it to let go.
+const INHIBITOR: &str = "aloft-vmtest-inhibit";
+/// The agent's `--reboot-timeout-seconds` while scenario e holds a reboot (900 s by default).
+const REBOOT_OVERDUE_AFTER_S: u64 = 20;
 
 /// Boot the fleet, enroll the nodes, and render a first (rebootless) config so every node is
 /// Done on something before the scenario's change; returns (boot ids, that config).
@@ -761,8 +766,11 @@ async fn named_cuts(fleet: &Fleet) -> Result<()> {
 /// the reboot path of scenarios b-d without an OS change. logind is masked and stopped first, so
 /// the agent's first requests are refused: the node is Degraded saying so, keeps its config and
 /// its rebooting phase, and asks again; once logind is started again the next request reboots it.
+/// Then a second such change, with a delay inhibitor holding the shutdown: logind takes the
+/// request and the host stays up, so the agent says so once its reboot timeout has passed
+/// (Degraded, asked again) and the node reboots when the inhibitor lets go.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn e_file_without_policy_reboots_once() -> Result<()> {
+async fn e_file_without_policy_reboots_through_logind() -> Result<()> {
     let Some(fleet) = Fleet::start("e_reboot", FleetOptions { vms: 1, ..Default::default() }).await? else {
         return Ok(());
     };
@@ -831,5 +839,99 @@ async fn reboot_for_file(fleet: &Fleet) -> Result<()> {
     ensure!(now == format!("{boot_id}\nafter reboot\n"), "in the guest: {now:?}");
     let node = fleet.nodes().await?.into_iter().next().context("the node")?;
     ensure!(!cluster::is_cordoned(&node), "the node is uncordoned after the reboot");
+    let second = cluster::pool_target(fleet, "worker").await?;
+    overdue_reboot(fleet, vm, &second).await
+}
+
+/// The reboot logind took and did not carry out: a delay inhibitor held longer than logind waits
+/// (`InhibitDelayMaxSec` raised to an hour, a runtime drop-in; 5 s by default), and the agent's
+/// reboot timeout lowered to [`REBOOT_OVERDUE_AFTER_S`]. The agent must notice that the host is
+/// still up, say so (Degraded) and ask again, and the node must reboot into its update once
+/// the inhibitor lets go. `previous` is the config the node is Done on.
+async fn overdue_reboot(fleet: &Fleet, vm: &Vm, previous: &str) -> Result<()> {
+    vm.sh(&format!(
+        "mkdir -p /run/systemd/logind.conf.d /run/systemd/system/aloft-agent.service.d && \
+         printf '[Login]\\nInhibitDelayMaxSec=3600\\n' > /run/systemd/logind.conf.d/50-aloft-vmtest.conf && \
+         printf '[Service]\\nEnvironment=ALOFT_REBOOT_TIMEOUT_SECONDS={REBOOT_OVERDUE_AFTER_S}\\n' \
+             > /run/systemd/system/aloft-agent.service.d/50-aloft-vmtest.conf && \
+         systemctl daemon-reload && systemctl restart {LOGIND} aloft-agent.service && \
+         systemd-run --unit {INHIBITOR} systemd-inhibit --what=shutdown --mode=delay --who=aloft-vmtest \
+             --why='scenario e holds the reboot' sleep infinity"
+    ))
+    .await?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let locks = vm.sh("systemd-inhibit --list --no-pager --no-legend || true").await?;
+        if locks.contains("aloft-vmtest") && locks.contains("delay") {
+            break;
+        }
+        ensure!(Instant::now() < deadline, "the delay inhibitor is not held within 60 s: {locks:?}");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let boots = vm.reboots();
+    machine_config(
+        fleet,
+        "70-worker-reboot",
+        json!({"config": {"storage": {"files": [file("/etc/aloft-reboot.conf", "after a held reboot\n")]}}}),
+    )
+    .await?;
+    // logind took the request: the agent's journal says it asked, and nothing refused it.
+    let deadline = Instant::now() + OS_ROLLOUT_PER_NODE;
+    while agent_log(vm, "the reboot did not happen; asking again", true).await?.is_empty() {
+        ensure!(
+            Instant::now() < deadline,
+            "the agent did not notice its reboot was held within {OS_ROLLOUT_PER_NODE:?}"
+        );
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    let said = vm
+        .sh("journalctl -b -u aloft-agent -o verbose | grep -E 'has not happened|reboot failed [(]retrying[)]' || true")
+        .await?;
+    ensure!(
+        said.lines().next().is_some_and(|l| l.contains("s ago has not happened (was the shutdown cancelled?)")),
+        "the agent's first word on the held reboot is that logind took it and it has not happened: {said:?}"
+    );
+    let node = wait_node(fleet, "Degraded for the held reboot", Duration::from_secs(60), |n| {
+        cluster::annotation(n, ann::STATE) == "Degraded"
+    })
+    .await?;
+    let target = cluster::pool_target(fleet, "worker").await?;
+    ensure!(
+        target != previous
+            && cluster::annotation(&node, ann::CURRENT_CONFIG) == previous
+            && cluster::annotation(&node, ann::DESIRED_CONFIG) == target,
+        "the node still runs {previous} and is asked for {target}: {}",
+        node["metadata"]
+    );
+    let reason = cluster::annotation(&node, ann::REASON);
+    tracing::info!(%reason, "the held reboot: the Node's reason");
+    // logind refuses the request asked again while it holds the first (systemd 252 does), and
+    // the reason says so; one that took it again would leave the overdue reason.
+    ensure!(
+        reason.contains("has not happened")
+            || (reason.starts_with("reboot failed (retrying): logind holds a shutdown it has not carried out")
+                && reason.contains("`systemd-inhibit --list`")
+                && reason.contains("org.freedesktop.login1.OperationInProgress")),
+        "the Degraded reason says logind holds the reboot: {reason:?}"
+    );
+    let status: serde_json::Value = serde_json::from_str(&vm.sh("aloft-agent status --json").await?)?;
+    ensure!(
+        status["progress"].as_str().unwrap_or("").starts_with("rebooting"),
+        "the agent keeps its rebooting phase while the reboot is held: {status}"
+    );
+    ensure!(vm.reboots() == boots, "{} rebooted while the inhibitor held: {:?}", vm.name, vm.boots());
+
+    // The inhibitor lets go: logind carries out the reboot it took, and the node finishes. (A
+    // timer stops it a moment later: the VM goes down before a direct stop could answer.)
+    vm.sh(&format!("systemd-run --on-active=2 --unit {INHIBITOR}-release systemctl stop {INHIBITOR}.service")).await?;
+    vm.wait_ready(u32::try_from(boots + 2)?, BOOT).await.context("the held reboot once the inhibitor let go")?;
+    wait_node(fleet, "Done after the held reboot", OS_ROLLOUT_PER_NODE, |n| {
+        cluster::annotation(n, ann::STATE) != "Degraded"
+    })
+    .await?;
+    wait_converged(fleet, previous, OS_ROLLOUT_PER_NODE).await.context("the change with the held reboot")?;
+    ensure!(vm.reboots() == boots + 1, "{} rebooted {} times, not once more: {:?}", vm.name, vm.reboots(), vm.boots());
+    let written = vm.sh("cat /etc/aloft-reboot.conf").await?;
+    ensure!(written == "after a held reboot\n", "the file after the held reboot: {written:?}");
     Ok(())
 }

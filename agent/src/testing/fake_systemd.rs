@@ -104,6 +104,27 @@ pub enum FakeError {
     Failed(String),
 }
 
+/// Errors of the fake logind, with logind's error names.
+#[derive(Debug, DBusError)]
+#[zbus(prefix = "org.freedesktop.login1")]
+pub enum FakeLoginError {
+    #[zbus(error)]
+    ZBus(zbus::Error),
+    /// What logind answers a shutdown request while it holds one it took (a delay inhibitor).
+    OperationInProgress(String),
+    /// A failure injected with [`FakeSystemd::fail_calls`].
+    Failed(String),
+}
+
+impl From<FakeError> for FakeLoginError {
+    fn from(e: FakeError) -> Self {
+        match e {
+            FakeError::ZBus(e) => FakeLoginError::ZBus(e),
+            FakeError::NoSuchUnit(s) | FakeError::UnitMasked(s) | FakeError::Failed(s) => FakeLoginError::Failed(s),
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 struct State {
     calls: Vec<Call>,
@@ -116,6 +137,9 @@ struct State {
     /// unit -> ActiveState.
     active: BTreeMap<String, String>,
     reboots: Vec<bool>,
+    /// Reboots are held, as a delay inhibitor holds logind's: the first request is taken and
+    /// nothing happens; later ones are refused as in progress.
+    hold_reboots: bool,
     next_job: u32,
 }
 
@@ -362,9 +386,15 @@ struct LogindManager {
 #[interface(name = "org.freedesktop.login1.Manager")]
 impl LogindManager {
     /// Records the reboot. Reboots nothing.
-    fn reboot(&self, interactive: bool) -> Result<(), FakeError> {
+    fn reboot(&self, interactive: bool) -> Result<(), FakeLoginError> {
         self.shared.record(Call::new("Reboot", [Arg::Bool(interactive)]))?;
-        self.shared.lock().reboots.push(interactive);
+        let mut st = self.shared.lock();
+        if st.hold_reboots && !st.reboots.is_empty() {
+            return Err(FakeLoginError::OperationInProgress(
+                "There's already a shutdown or sleep operation in progress".into(),
+            ));
+        }
+        st.reboots.push(interactive);
         Ok(())
     }
 }
@@ -449,12 +479,20 @@ impl FakeSystemd {
         self.shared.lock().call_failures.push((method.to_string(), unit.map(str::to_string)));
     }
 
-    /// Remove every injected failure and hang.
+    /// Hold reboots as logind does while a delay inhibitor holds the one it took: the first
+    /// request is taken (and recorded in [`reboots`](Self::reboots)), later ones fail with
+    /// `org.freedesktop.login1.OperationInProgress`. The calls are still recorded.
+    pub fn hold_reboots(&self) {
+        self.shared.lock().hold_reboots = true;
+    }
+
+    /// Remove every injected failure, hang and hold.
     pub fn clear_failures(&self) {
         let mut st = self.shared.lock();
         st.job_results.clear();
         st.hung.clear();
         st.call_failures.clear();
+        st.hold_reboots = false;
     }
 
     /// A unit's ActiveState as the fake reports it (`inactive` until a job ran).
