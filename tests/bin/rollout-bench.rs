@@ -344,7 +344,13 @@ async fn node(
                 fleet.failures.fetch_add(1, Ordering::SeqCst);
                 step(&fleet, &name, None);
                 fleet.updating.fetch_sub(1, Ordering::SeqCst);
-                while api.report_failure("Degraded", "simulated apply failure", &current, &target).await.is_err() {
+                // Each attempt counts the watch's connections before it, as the run loop does:
+                // with the count from before the first, a second failure would not wait at all.
+                loop {
+                    let links = api.links();
+                    if api.report_failure("Degraded", "simulated apply failure", &current, &target).await.is_ok() {
+                        break;
+                    }
                     recover(&api, &fleet, &mut backoff, links).await;
                 }
                 // The failed host stays Degraded until the run ends: a task that ended here was

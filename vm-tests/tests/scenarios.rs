@@ -875,7 +875,8 @@ async fn overdue_reboot(fleet: &Fleet, vm: &Vm, previous: &str) -> Result<()> {
         json!({"config": {"storage": {"files": [file("/etc/aloft-reboot.conf", "after a held reboot\n")]}}}),
     )
     .await?;
-    // logind took the request: the agent's journal says it asked, and nothing refused it.
+    // The agent's first word on this reboot: logind took the request and it has not happened
+    // (not a refusal).
     let deadline = Instant::now() + OS_ROLLOUT_PER_NODE;
     while agent_log(vm, "the reboot did not happen; asking again", true).await?.is_empty() {
         ensure!(
