@@ -764,7 +764,7 @@ async fn a_held_reboot_says_logind_holds_it_and_where_to_look() {
         reason.starts_with("reboot failed (retrying): logind holds a shutdown it has not carried out")
             && reason.contains("systemd-inhibit --list")
             && reason.ends_with(
-                "logind Reboot failed: org.freedesktop.login1.OperationInProgress: \
+                "): asking logind: org.freedesktop.login1.OperationInProgress: \
                  There's already a shutdown or sleep operation in progress"
             ),
         "{reason}"
@@ -1385,7 +1385,13 @@ async fn a_failed_rebootless_action_undoes_the_update_and_is_retried() {
             .then_some((annotation_of(&c, "worker-r", ann::REASON).await.unwrap_or_default(), failed)))
     })
     .await;
-    assert!(reason.contains("auditd.service"), "{reason}");
+    // The action and systemd's answer, each said once, and what the agent did about it.
+    assert!(reason.starts_with("rebootless action Restart auditd.service failed: systemd job "), "{reason}");
+    assert!(
+        reason.ends_with("finished with result \"failed\" (the update was undone: back on the previous config)"),
+        "{reason}"
+    );
+    assert_eq!(reason.matches("auditd.service").count(), 1, "{reason}");
     assert_ne!(failed_on, first, "the failure names the new config");
     // Still failing after its first retry: Degraded on the config before, its file written back.
     tokio::time::sleep(Duration::from_secs(8)).await;

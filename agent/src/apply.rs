@@ -141,11 +141,11 @@ pub enum ApplyError {
     #[error("refused: {0}")]
     Refused(Refusal),
     /// A journal from an earlier apply is not finished: call [`recover`] first.
-    #[error("an earlier apply is unfinished (journal phase {phase}); recover first")]
+    #[error("the last apply is unfinished ({phase}); it is recovered before any other")]
     Unfinished { phase: String },
     /// Failed while reading the host to plan; nothing on the node changed.
     #[error("failed to prepare the apply (nothing changed): {0}")]
-    Prepare(#[source] StepError),
+    Prepare(StepError),
     /// A step failed; the node is back on the old config. Degraded with this reason.
     #[error("{reason} (rolled back to the previous config)")]
     RolledBack { reason: String },
@@ -211,7 +211,7 @@ pub async fn apply_checked(
 /// Refuses to start over an unfinished apply.
 fn ensure_finished(journal: &Journal) -> Result<(), ApplyError> {
     match journal.phase()? {
-        Some(phase) if !phase.is_terminal() => Err(ApplyError::Unfinished { phase: format!("{phase:?}") }),
+        Some(phase) if !phase.is_terminal() => Err(ApplyError::Unfinished { phase: phase.describe() }),
         _ => Ok(()),
     }
 }

@@ -534,7 +534,7 @@ fn policy_of(machine_configuration: Option<&Value>) -> Result<crate::disruption:
         return Ok(crate::disruption::Policy::mco_defaults());
     };
     let user = crate::disruption::NodeDisruptionPolicy::from_machine_configuration(v)
-        .context("MachineConfiguration/cluster spec.nodeDisruptionPolicy is invalid")?;
+        .context("MachineConfiguration/cluster is invalid")?;
     Ok(crate::disruption::Policy::from_user(&user))
 }
 

@@ -769,7 +769,13 @@ impl Agent {
         let old = before.clone().unwrap_or_default();
         let (old_spec, new_spec) = match (crate::engine::normalize(&old.spec), crate::engine::normalize(&new.spec)) {
             (Ok(o), Ok(n)) => (o, n),
-            (Err(e), _) | (_, Err(e)) => return self.fail(target, e.to_string(), false).await,
+            // The field says where, and which of the two configs is at fault.
+            (Err(e), _) => {
+                let reason =
+                    format!("the current config {} is invalid: {}: {}", old.metadata.name, e.field(), e.message());
+                return self.fail(target, reason, false).await;
+            }
+            (_, Err(e)) => return self.fail(target, format!("{}: {}", e.field(), e.message()), false).await,
         };
         let checked = match crate::engine::validate(&self.root, &old_spec, &new_spec) {
             Ok(c) => c,
@@ -878,7 +884,7 @@ impl Agent {
         }
         self.enter(Phase::Acting { target: target.into() }, "running the rebootless actions")?;
         if let Err(e) = crate::engine::act(&plan, self.services.as_ref()).await {
-            return self.undo_failed_actions(target, before, &old_spec, format!("{e:#}")).await;
+            return self.undo_failed_actions(target, before, &old_spec, e.to_string()).await;
         }
         self.finish(target, plan.drain).await
     }
@@ -916,20 +922,34 @@ impl Agent {
         save_current(&self.root, mc)?;
         self.current = before;
         if let Err(e) = crate::engine::apply(&self.root, &new_spec, old_spec, self.services.as_ref()).await {
-            return self.apply_failed(target, format!("{reason}; undoing the update failed too: {e:#}")).await;
+            // The undo's own rollback went back to `target`'s files: "rolled back to the
+            // previous config" would say the opposite of where the disk is.
+            let undo = match e.downcast_ref::<crate::apply::ApplyError>() {
+                Some(crate::apply::ApplyError::RolledBack { reason }) => {
+                    format!("{reason}; the disk still holds {target}'s files")
+                }
+                _ => format!("{e:#}"),
+            };
+            return self.apply_failed(target, format!("{reason}; undoing the update failed too: {undo}")).await;
         }
-        self.fail(target, reason, false).await
+        self.fail(target, format!("{reason} (the update was undone: back on the previous config)"), false).await
     }
 
     /// An apply of `target` failed with `reason`: Degraded, and when its journal could not roll
     /// it back either, recovery is retried before anything else.
     async fn apply_failed(&mut self, target: &str, reason: String) -> Result<()> {
-        self.fail(target, reason.clone(), false).await?;
-        if crate::engine::apply_unfinished(&self.root) {
-            self.recovery_error = Some(reason);
+        // Marked before the report, which can fail: the step retried after that must be the
+        // recovery, not another apply over the half-applied disk (refused as unfinished, and
+        // that refusal reported in place of this reason).
+        let unfinished = crate::engine::apply_unfinished(&self.root);
+        if unfinished {
+            self.recovery_error = Some(reason.clone());
+        }
+        let reported = self.fail(target, reason, false).await;
+        if unfinished {
             self.write_status("")?;
         }
-        Ok(())
+        reported
     }
 
     /// A reboot the agent decided on after a restart: the drain handshake as for any disruptive
@@ -1007,7 +1027,7 @@ impl Agent {
     /// refused ([`Agent::reboot_refused`]).
     async fn ask_logind(&mut self, target: &str) -> Result<()> {
         if let Err(e) = self.services.reboot(&format!("aloft: applying {target}")).await {
-            return self.reboot_refused(target, e.to_string()).await;
+            return self.reboot_refused(target, &e).await;
         }
         self.reboot_asked = true;
         self.reboot_asked_at = Some(tokio::time::Instant::now());
@@ -1036,8 +1056,8 @@ impl Agent {
 
     /// logind refused the reboot of `target`'s update: Degraded with the reason, and an error
     /// for the loop's backoff.
-    async fn reboot_refused(&mut self, target: &str, error: String) -> Result<()> {
-        let reason = self.degraded_for_reboot(target, refused_reboot_reason(&error)).await?;
+    async fn reboot_refused(&mut self, target: &str, error: &crate::host::ServiceError) -> Result<()> {
+        let reason = self.degraded_for_reboot(target, refused_reboot_reason(error)).await?;
         Err(anyhow::anyhow!(reason))
     }
 
@@ -1148,7 +1168,8 @@ impl Agent {
         if let (crate::apply::Recovery::RolledBack { reason, .. }, Phase::Applying { target }) =
             (&recovered, &self.phase)
         {
-            let (target, reason) = (target.clone(), reason.clone());
+            // Said as a rollback during the apply says it.
+            let (target, reason) = (target.clone(), format!("{reason} (rolled back to the previous config)"));
             self.fail(&target, reason, false).await?;
         }
         self.refresh_os_status().await;
@@ -1166,7 +1187,14 @@ impl Agent {
     /// [`Agent::step`]). The persisted phase stays as it was, so that a later recovery resumes
     /// from it as at any start.
     async fn recovery_failed(&mut self, error: String) -> Result<()> {
-        let reason = format!("an interrupted apply could neither be finished nor rolled back (retrying): {error}");
+        // The recovery also clears the record of a finished apply and its backups: failing at
+        // that, no apply was interrupted.
+        let what = if crate::engine::apply_unfinished(&self.root) {
+            "an interrupted apply could neither be finished nor rolled back"
+        } else {
+            "the journal of the last apply cannot be cleared"
+        };
+        let reason = format!("{what} (retrying): {error}");
         tracing::error!(%reason, "recovery failed");
         self.current = load_current(&self.root)?;
         let target = self.phase.target().map(str::to_string).unwrap_or_else(|| self.current_name());
@@ -1532,19 +1560,25 @@ pub async fn run(opts: Options) -> Result<()> {
 /// carry out: a delay inhibitor, or a shutdown scheduled by someone else).
 const LOGIND_IN_PROGRESS: &str = "org.freedesktop.login1.OperationInProgress";
 
-/// The Node's reason for a reboot logind refused. When logind says a shutdown is already in
-/// progress, the reason says what that means on a host that is still up (the shutdown is held,
-/// most often by a delay inhibitor) and where to look: logind's own words alone read as if the
-/// reboot were under way.
-fn refused_reboot_reason(error: &str) -> String {
-    if error.contains(LOGIND_IN_PROGRESS) {
-        format!(
-            "reboot failed (retrying): logind holds a shutdown it has not carried out (an inhibitor in delay \
-             mode? `systemd-inhibit --list` shows them): {error}"
-        )
+/// logind's error name for a shutdown an inhibitor in block mode keeps from starting (a caller
+/// without the privilege to override it).
+const LOGIND_BLOCKED: &str = "org.freedesktop.login1.BlockedByInhibitorLock";
+
+/// The Node's reason for a reboot logind refused: what the agent does (retries), then logind's
+/// answer, said once. When logind says a shutdown is already in progress, the reason says what
+/// that means on a host that is still up (the shutdown is held, most often by a delay
+/// inhibitor) and where to look: logind's own words alone read as if the reboot were under way.
+fn refused_reboot_reason(error: &crate::host::ServiceError) -> String {
+    let crate::host::ServiceError::Call { message, .. } = error;
+    let hint = if message.contains(LOGIND_IN_PROGRESS) {
+        "logind holds a shutdown it has not carried out (an inhibitor in delay mode? `systemd-inhibit --list` \
+         shows them): "
+    } else if message.contains(LOGIND_BLOCKED) {
+        "an inhibitor in block mode holds the reboot off (`systemd-inhibit --list` shows them): "
     } else {
-        format!("reboot failed (retrying): {error}")
-    }
+        ""
+    };
+    format!("reboot failed (retrying): {hint}asking logind: {message}")
 }
 
 #[cfg(test)]
@@ -1553,14 +1587,30 @@ mod tests {
 
     #[test]
     fn a_refused_reboot_says_when_logind_holds_a_shutdown() {
-        let held = "logind Reboot failed: org.freedesktop.login1.OperationInProgress: There's already a shutdown \
-                    or sleep operation in progress";
-        let reason = refused_reboot_reason(held);
+        let refused = |message: &str| {
+            refused_reboot_reason(&crate::host::ServiceError::Call {
+                operation: "logind Reboot".into(),
+                message: message.into(),
+            })
+        };
+        let held = "org.freedesktop.login1.OperationInProgress: There's already a shutdown or sleep operation in \
+                    progress";
+        let reason = refused(held);
         assert!(reason.starts_with("reboot failed (retrying): logind holds a shutdown"), "{reason}");
-        assert!(reason.contains("`systemd-inhibit --list`") && reason.ends_with(held), "{reason}");
-        let inhibited = "logind Reboot failed: org.freedesktop.login1.BlockedByInhibitorLock: Operation inhibited by \
-                         \"backup\"";
-        assert_eq!(refused_reboot_reason(inhibited), format!("reboot failed (retrying): {inhibited}"));
+        assert!(reason.contains("`systemd-inhibit --list`"), "{reason}");
+        assert!(reason.ends_with(&format!(": asking logind: {held}")), "{reason}");
+        let inhibited = "org.freedesktop.login1.BlockedByInhibitorLock: Operation inhibited by \"backup\"";
+        assert_eq!(
+            refused(inhibited),
+            format!(
+                "reboot failed (retrying): an inhibitor in block mode holds the reboot off (`systemd-inhibit \
+                 --list` shows them): asking logind: {inhibited}"
+            )
+        );
+        // Anything else: logind's answer once, after what the agent does.
+        let gone = "org.freedesktop.DBus.Error.ServiceUnknown: The name org.freedesktop.login1 was not provided";
+        assert_eq!(refused(gone), format!("reboot failed (retrying): asking logind: {gone}"));
+        assert_eq!(refused(gone).matches("eboot").count(), 1, "{}", refused(gone));
     }
 
     fn node(desired: &str, current: &str, state: &str) -> NodeView {

@@ -55,13 +55,26 @@ impl AgentStatus {
     }
 }
 
-/// Errors serving or reading the status.
+/// Errors serving or reading the status. Each message quotes its cause, which is not also the
+/// error's source: formatted with its chain (`{:#}`) it would be said twice.
 #[derive(Debug, thiserror::Error)]
 pub enum StatusError {
     #[error("D-Bus: {0}")]
-    Bus(#[from] zbus::Error),
+    Bus(zbus::Error),
     #[error("status JSON: {0}")]
-    Json(#[from] serde_json::Error),
+    Json(serde_json::Error),
+}
+
+impl From<zbus::Error> for StatusError {
+    fn from(e: zbus::Error) -> Self {
+        StatusError::Bus(e)
+    }
+}
+
+impl From<serde_json::Error> for StatusError {
+    fn from(e: serde_json::Error) -> Self {
+        StatusError::Json(e)
+    }
 }
 
 /// The served object.

@@ -306,14 +306,28 @@ pub fn plan(changes: &Changes, policy: &Policy) -> Plan {
     Plan { actions, reboot: false, drain, causes }
 }
 
-/// A rebootless action that failed: names the action, so the Degraded reason says which. The
-/// systemd error is its source, which the reason's chain (`{:#}`) quotes once.
+/// A rebootless action that failed: names the action, so the Degraded reason says which, and
+/// then systemd's answer. The service error's own operation is left out where the action
+/// already names it (`Restart crio.service`); a Special action says what it ran (`reload
+/// crio.service`).
 #[derive(Debug, thiserror::Error)]
-#[error("rebootless action {action} failed")]
+#[error("rebootless action {} failed: {}", describe(action, error), error_message(error))]
 pub struct ExecuteError {
     pub action: Action,
-    #[source]
-    pub source: crate::host::ServiceError,
+    pub error: crate::host::ServiceError,
+}
+
+fn describe(action: &Action, error: &crate::host::ServiceError) -> String {
+    let crate::host::ServiceError::Call { operation, .. } = error;
+    match action {
+        Action::Special => format!("{action} ({operation})"),
+        other => other.to_string(),
+    }
+}
+
+fn error_message(error: &crate::host::ServiceError) -> &str {
+    let crate::host::ServiceError::Call { message, .. } = error;
+    message
 }
 
 /// Run a rebootless plan's actions in order: DaemonReload, reloads (Special reloads CRI-O, as
@@ -338,7 +352,7 @@ pub async fn execute(plan: &Plan, services: &dyn ServiceManager) -> Result<(), E
             Action::Restart { service } => services.restart_unit(service).await,
             Action::None | Action::Drain | Action::Reboot | Action::Special => Ok(()),
         };
-        result.map_err(|source| ExecuteError { action: action.clone(), source })?;
+        result.map_err(|error| ExecuteError { action: action.clone(), error })?;
         done.push(effective);
     }
     Ok(())

@@ -63,9 +63,10 @@ fn log_report(report: &apply::ApplyReport) {
     tracing::info!(files = report.changed_paths().len(), units = report.units_changed.len(), "applied");
 }
 
-/// Run the rebootless actions of `plan`.
-pub async fn act(plan: &Plan, services: &dyn ServiceManager) -> Result<()> {
-    disruption::execute(plan, services).await.context("running the node disruption actions")
+/// Run the rebootless actions of `plan`. The error names the action and systemd's answer; no
+/// more is needed in a Degraded reason.
+pub async fn act(plan: &Plan, services: &dyn ServiceManager) -> Result<(), disruption::ExecuteError> {
+    disruption::execute(plan, services).await
 }
 
 /// MCO's on-disk validation of `mc`, as its Degraded reason.

@@ -200,7 +200,7 @@ pub fn remove(fs: &HostFs, path: &str, action: RemoveAction) -> Result<(), FsErr
                 match fs.rename(&orig, &rel) {
                     Ok(()) => {}
                     // /var may be its own filesystem: copy, then drop the backup.
-                    Err(e) if e.source.kind() == io::ErrorKind::CrossesDevices => {
+                    Err(e) if e.error.kind() == io::ErrorKind::CrossesDevices => {
                         copy_entry(fs, &orig, &rel)?;
                         fs.remove(&orig)?;
                     }

@@ -14,25 +14,26 @@ use nix::unistd::{Gid, Uid};
 use std::io::{self, Read, Write};
 use std::path::{Component, Path, PathBuf};
 
-/// An I/O error with the operation and the root-relative path it happened on.
+/// An I/O error with the operation and the root-relative path it happened on. The message
+/// quotes the I/O error and it is not also the error's source: a reason formatted with its
+/// chain (`{:#}`) would say it twice.
 #[derive(Debug, thiserror::Error)]
-#[error("{op} /{}: {source}", path.display())]
+#[error("{op} /{}: {error}", path.strip_prefix("/").unwrap_or(path).display())]
 pub struct FsError {
     pub op: &'static str,
     pub path: PathBuf,
-    #[source]
-    pub source: io::Error,
+    pub error: io::Error,
 }
 
 impl FsError {
     /// `op` failed on the root-relative `path`.
     pub fn new(op: &'static str, path: impl Into<PathBuf>, source: io::Error) -> Self {
-        FsError { op, path: path.into(), source }
+        FsError { op, path: path.into(), error: source }
     }
 
     /// Whether cap-std refused the lookup because it would have left the root.
     pub fn is_escape(&self) -> bool {
-        is_escape(&self.source)
+        is_escape(&self.error)
     }
 }
 

@@ -23,13 +23,15 @@ use std::io::{self, Read, Write};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-/// Journal failures: the journal is the only record of progress, so these stop the apply.
+/// Journal failures: the journal is the only record of progress, so these stop the apply. Each
+/// message quotes its cause, which is not also the error's source (a reason formatted with its
+/// chain would say it twice).
 #[derive(Debug, thiserror::Error)]
 pub enum JournalError {
-    #[error("journal {path}: {source}")]
-    Io { path: PathBuf, source: io::Error },
-    #[error("journal record {path} is corrupt: {source}")]
-    Corrupt { path: PathBuf, source: serde_json::Error },
+    #[error("journal {path}: {error}")]
+    Io { path: PathBuf, error: io::Error },
+    #[error("journal record {path} is corrupt: {error}")]
+    Corrupt { path: PathBuf, error: serde_json::Error },
     #[error(
         "journal record {path} has version {found}, this agent understands {OLDEST_RECORD_VERSION} to {RECORD_VERSION}"
     )]
@@ -37,7 +39,7 @@ pub enum JournalError {
 }
 
 fn io_err(path: &Path) -> impl FnOnce(io::Error) -> JournalError + '_ {
-    move |source| JournalError::Io { path: path.to_path_buf(), source }
+    move |error| JournalError::Io { path: path.to_path_buf(), error }
 }
 
 /// Version of the record format this agent writes. Version 2 added [`Content::Inline`].
@@ -158,6 +160,16 @@ pub enum Phase {
 }
 
 impl Phase {
+    /// Where the apply stands, in words (for a reason a user reads; not the record's format).
+    pub fn describe(&self) -> String {
+        match self {
+            Phase::Forward => "it was writing the new config".into(),
+            Phase::Committed => "it wrote the new config".into(),
+            Phase::RollingBack { reason } => format!("it was rolling back after: {reason}"),
+            Phase::RolledBack { reason } => format!("it rolled back after: {reason}"),
+        }
+    }
+
     /// Terminal phases need no recovery.
     pub fn is_terminal(&self) -> bool {
         matches!(self, Phase::Committed | Phase::RolledBack { .. })
@@ -228,7 +240,7 @@ impl Journal {
         let path = self.record_path();
         let Some(bytes) = self.read_record()? else { return Ok(None) };
         self.check_version(&path, &bytes)?;
-        serde_json::from_slice(&bytes).map(Some).map_err(|source| JournalError::Corrupt { path, source })
+        serde_json::from_slice(&bytes).map(Some).map_err(|error| JournalError::Corrupt { path, error })
     }
 
     /// The current record's phase only, if there is a record: what an apply checks before it
@@ -243,7 +255,7 @@ impl Journal {
         self.check_version(&path, &bytes)?;
         serde_json::from_slice::<PhaseOnly>(&bytes)
             .map(|p| Some(p.phase))
-            .map_err(|source| JournalError::Corrupt { path, source })
+            .map_err(|error| JournalError::Corrupt { path, error })
     }
 
     fn read_record(&self) -> Result<Option<Vec<u8>>, JournalError> {
@@ -262,8 +274,8 @@ impl Journal {
             #[serde(default)]
             version: u32,
         }
-        let v: VersionOnly = serde_json::from_slice(bytes)
-            .map_err(|source| JournalError::Corrupt { path: path.to_path_buf(), source })?;
+        let v: VersionOnly =
+            serde_json::from_slice(bytes).map_err(|error| JournalError::Corrupt { path: path.to_path_buf(), error })?;
         if !(OLDEST_RECORD_VERSION..=RECORD_VERSION).contains(&v.version) {
             return Err(JournalError::Version { path: path.to_path_buf(), found: v.version });
         }
@@ -445,6 +457,27 @@ impl Read for VerifyingReader {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A full disk while the apply backs the originals up, as a Node's reason quotes it (the
+    /// daemon formats errors with their chain): the OS error once. It was said three times,
+    /// each layer both quoting and chaining its cause.
+    #[test]
+    fn a_journal_error_in_a_reason_says_its_cause_once() {
+        let full = JournalError::Io {
+            path: "/var/lib/aloft/journal/blobs/ab".into(),
+            error: io::Error::from_raw_os_error(28),
+        };
+        let e = crate::apply::ApplyError::Prepare(crate::apply::StepError::Journal(full));
+        let reason = format!("{:#}", anyhow::Error::from(e));
+        assert_eq!(reason.matches("os error 28").count(), 1, "{reason}");
+        assert!(reason
+            .starts_with("failed to prepare the apply (nothing changed): journal /var/lib/aloft/journal/blobs/ab: "));
+        let fs = crate::fsroot::FsError::new("write", "/etc/x", io::Error::from_raw_os_error(28));
+        let e = crate::apply::ApplyError::Prepare(crate::apply::StepError::Fs(fs));
+        let reason = format!("{:#}", anyhow::Error::from(e));
+        assert_eq!(reason.matches("os error 28").count(), 1, "{reason}");
+        assert!(reason.contains(": write /etc/x: "), "one slash before a path given absolute: {reason}");
+    }
 
     #[test]
     fn blobs_verify_and_gc() {

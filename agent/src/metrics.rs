@@ -57,14 +57,16 @@ struct ResultLabels {
 /// Errors of the metrics endpoint.
 #[derive(Debug, thiserror::Error)]
 pub enum MetricsError {
-    #[error("cannot listen for metrics on {addr}: {source}")]
-    Bind {
-        addr: String,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error("cannot listen for metrics on {addr}: {error}")]
+    Bind { addr: String, error: std::io::Error },
     #[error("encoding metrics: {0}")]
-    Encode(#[from] std::fmt::Error),
+    Encode(std::fmt::Error),
+}
+
+impl From<std::fmt::Error> for MetricsError {
+    fn from(e: std::fmt::Error) -> Self {
+        MetricsError::Encode(e)
+    }
 }
 
 /// The agent's metrics. Cheap to share (`Arc<Metrics>`); every update is lock-free except the
@@ -218,7 +220,7 @@ pub async fn serve(
     addr: &str,
     metrics: Arc<Metrics>,
 ) -> Result<(SocketAddr, tokio::task::JoinHandle<()>), MetricsError> {
-    let bind_err = |source| MetricsError::Bind { addr: addr.to_string(), source };
+    let bind_err = |error| MetricsError::Bind { addr: addr.to_string(), error };
     let listener = tokio::net::TcpListener::bind(addr).await.map_err(bind_err)?;
     let local = listener.local_addr().map_err(bind_err)?;
     tracing::info!(addr = %local, "serving metrics on /metrics");

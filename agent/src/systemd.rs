@@ -145,19 +145,10 @@ impl JobKind {
 /// Degraded reason a user reads says what to look at.
 #[derive(Debug, thiserror::Error)]
 pub enum SystemdError {
-    #[error("cannot connect to D-Bus at {bus}: {source}")]
-    Connect {
-        bus: String,
-        #[source]
-        source: zbus::Error,
-    },
-    #[error("{method}({target}): {source}")]
-    Call {
-        method: &'static str,
-        target: String,
-        #[source]
-        source: zbus::Error,
-    },
+    #[error("cannot connect to D-Bus at {bus}: {error}")]
+    Connect { bus: String, error: zbus::Error },
+    #[error("{method}({target}): {error}")]
+    Call { method: &'static str, target: String, error: zbus::Error },
     #[error("systemd job {job} to {verb} {unit} finished with result {result:?}")]
     JobFailed { verb: &'static str, unit: String, job: String, result: String },
     #[error("systemd job {job} to {verb} {unit} did not finish within {timeout:?}")]
@@ -186,7 +177,7 @@ impl From<SystemdError> for ServiceError {
     fn from(e: SystemdError) -> Self {
         let operation = e.operation();
         let message = match e {
-            SystemdError::Call { source, .. } => source.to_string(),
+            SystemdError::Call { error, .. } => error.to_string(),
             SystemdError::JobFailed { job, result, .. } => format!("systemd job {job} finished with result {result:?}"),
             SystemdError::JobTimeout { job, timeout, .. } => {
                 format!("systemd job {job} did not finish within {timeout:?}")
@@ -242,7 +233,7 @@ impl SystemdDbus {
     pub async fn system() -> Result<Self, SystemdError> {
         let conn = Connection::system()
             .await
-            .map_err(|source| SystemdError::Connect { bus: "the system bus".to_string(), source })?;
+            .map_err(|error| SystemdError::Connect { bus: "the system bus".to_string(), error })?;
         Self::from_connection(conn).await
     }
 
@@ -252,20 +243,20 @@ impl SystemdDbus {
         let conn = zbus::connection::Builder::address(address)
             .build()
             .await
-            .map_err(|source| SystemdError::Connect { bus: address.to_string(), source })?;
+            .map_err(|error| SystemdError::Connect { bus: address.to_string(), error })?;
         Self::from_connection(conn).await
     }
 
     /// Use an existing connection (e.g. one the agent shares with its status interface).
     pub async fn from_connection(conn: Connection) -> Result<Self, SystemdError> {
         let call = |method: &'static str| {
-            move |source| SystemdError::Call { method, target: SYSTEMD_SERVICE.to_string(), source }
+            move |error| SystemdError::Call { method, target: SYSTEMD_SERVICE.to_string(), error }
         };
         let systemd = SystemdManagerProxy::new(&conn).await.map_err(call("proxy"))?;
-        let logind = LogindManagerProxy::new(&conn).await.map_err(|source| SystemdError::Call {
+        let logind = LogindManagerProxy::new(&conn).await.map_err(|error| SystemdError::Call {
             method: "proxy",
             target: LOGIND_SERVICE.to_string(),
-            source,
+            error,
         })?;
         // systemd sends JobRemoved only while some client is subscribed; subscribe once per
         // connection (a second Subscribe from the same client is an error).
@@ -294,10 +285,10 @@ impl SystemdDbus {
     /// `systemctl is-enabled`: `enabled`, `disabled`, `static`, `masked`, ... An unknown unit is
     /// an error (systemd's NoSuchUnit / FileNotFound).
     pub async fn unit_file_state(&self, unit: &str) -> Result<String, SystemdError> {
-        self.systemd.get_unit_file_state(unit).await.map_err(|source| SystemdError::Call {
+        self.systemd.get_unit_file_state(unit).await.map_err(|error| SystemdError::Call {
             method: "GetUnitFileState",
             target: unit.to_string(),
-            source,
+            error,
         })
     }
 
@@ -305,7 +296,7 @@ impl SystemdDbus {
     async fn unit(&self, unit: &str) -> Result<SystemdUnitProxy<'static>, SystemdError> {
         let err = |method: &'static str| {
             let target = unit.to_string();
-            move |source| SystemdError::Call { method, target, source }
+            move |error| SystemdError::Call { method, target, error }
         };
         let path = self.systemd.load_unit(unit).await.map_err(err("LoadUnit"))?;
         SystemdUnitProxy::builder(&self.conn)
@@ -317,7 +308,7 @@ impl SystemdDbus {
     }
 
     fn get_err(unit: &str) -> impl FnOnce(zbus::Error) -> SystemdError + '_ {
-        move |source| SystemdError::Call { method: "Get", target: unit.to_string(), source }
+        move |error| SystemdError::Call { method: "Get", target: unit.to_string(), error }
     }
 
     /// `systemctl is-active`: `active`, `inactive`, `failed`, ... read fresh, for health checks
@@ -334,7 +325,7 @@ impl SystemdDbus {
     /// Queue a unit job and wait for it to finish. The JobRemoved stream is opened *before* the
     /// job is queued, so a job that finishes before its reply arrives is not missed.
     pub async fn run_job(&self, kind: JobKind, unit: &str) -> Result<(), SystemdError> {
-        let call_err = |source| SystemdError::Call { method: kind.method(), target: unit.to_string(), source };
+        let call_err = |error| SystemdError::Call { method: kind.method(), target: unit.to_string(), error };
         let mut removed = self.systemd.receive_job_removed().await.map_err(call_err)?;
         let started = Instant::now();
         let job = match kind {
@@ -370,7 +361,7 @@ impl SystemdDbus {
 
     fn batch_err(method: &'static str, units: &[String]) -> impl FnOnce(zbus::Error) -> SystemdError {
         let target = units.join(", ");
-        move |source| SystemdError::Call { method, target, source }
+        move |error| SystemdError::Call { method, target, error }
     }
 
     fn log_changes(method: &'static str, changes: &[UnitFileChange]) {
@@ -389,7 +380,8 @@ fn refs(units: &[String]) -> Vec<&str> {
 #[async_trait]
 impl ServiceManager for SystemdDbus {
     async fn daemon_reload(&self) -> Result<(), ServiceError> {
-        self.systemd.reload().await.map_err(Self::batch_err("Reload", &[]))?;
+        // Named as systemctl names it: "Reload failed" read as a unit's reload.
+        self.systemd.reload().await.map_err(Self::batch_err("daemon-reload", &[]))?;
         tracing::info!("systemd daemon-reload done");
         Ok(())
     }
@@ -482,10 +474,10 @@ impl ServiceManager for SystemdDbus {
     async fn reboot(&self, reason: &str) -> Result<(), ServiceError> {
         tracing::warn!(reason, "asking logind to reboot");
         // The reason is logged above; the error names only logind's method.
-        self.logind.reboot(false).await.map_err(|source| SystemdError::Call {
+        self.logind.reboot(false).await.map_err(|error| SystemdError::Call {
             method: "logind Reboot",
             target: String::new(),
-            source,
+            error,
         })?;
         Ok(())
     }

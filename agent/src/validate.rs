@@ -465,7 +465,7 @@ impl Owners {
         let read = |p: &str| -> Result<String, fsroot::FsError> {
             match fs.read_following(Path::new(p), 16 << 20) {
                 Ok(b) => Ok(String::from_utf8_lossy(&b).into_owned()),
-                Err(e) if e.source.kind() == std::io::ErrorKind::NotFound => Ok(String::new()),
+                Err(e) if e.error.kind() == std::io::ErrorKind::NotFound => Ok(String::new()),
                 Err(e) => Err(e),
             }
         };
@@ -523,7 +523,8 @@ fn check_host_path(fs: &HostFs, seen: &mut fsroot::Ancestors, path: &str, field:
             Refusal::degraded(field, format!("path {path:?} cannot be created: {e}"))
         }
     })?;
-    match fs.entry(&rel).map_err(|e| Refusal::degraded(field, format!("path {path:?}: {e}")))? {
+    // The I/O error names the operation and the path.
+    match fs.entry(&rel).map_err(|e| Refusal::degraded(field, e.to_string()))? {
         Entry::Dir { .. } => Err(Refusal::degraded(field, format!("path {path:?} exists and is a directory"))),
         Entry::Other { .. } => Err(Refusal::degraded(field, format!("path {path:?} exists and is a special file"))),
         _ => Ok(()),

@@ -19,25 +19,19 @@ pub const TARGET: &str = "aloft-workloads.target";
 #[derive(Debug, thiserror::Error)]
 pub enum WorkloadError {
     #[error("cannot list the workloads of {TARGET}: {0}")]
-    List(#[source] ServiceError),
-    #[error("failed to stop workload {unit}: {source}")]
-    Stop {
-        unit: String,
-        #[source]
-        source: ServiceError,
-    },
+    List(ServiceError),
+    /// The service error names the stop and the unit.
+    #[error("failed to stop a workload: {error}")]
+    Stop { unit: String, error: ServiceError },
     #[error("workloads did not stop within {} seconds (still stopping: {})", timeout.as_secs(), units.join(", "))]
     Timeout { timeout: Duration, units: Vec<String> },
-    #[error("failed to start the workloads again ({TARGET}): {0}")]
-    Start(#[source] ServiceError),
+    /// The service error names the start and the unit.
+    #[error("failed to start the workloads again: {0}")]
+    Start(ServiceError),
     #[error("workloads failed to start again: {}", units.join(", "))]
     Failed { units: Vec<String> },
-    #[error("cannot record that the workloads are stopped ({}): {source}", path.display())]
-    Mark {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error("cannot record that the workloads are stopped ({}): {error}", path.display())]
+    Mark { path: PathBuf, error: std::io::Error },
 }
 
 /// Says the agent stopped the workloads and has not started them again. The Node's drain request
@@ -64,7 +58,7 @@ pub async fn stop_marked(
         let f = std::fs::File::create(&path)?;
         f.sync_all()
     };
-    mark().map_err(|source| WorkloadError::Mark { path: path.clone(), source })?;
+    mark().map_err(|error| WorkloadError::Mark { path: path.clone(), error })?;
     stop(services, timeout).await
 }
 
@@ -96,7 +90,7 @@ pub async fn stop(services: &dyn ServiceManager, timeout: Duration) -> Result<Ve
     let stops = units.iter().map(|u| {
         let pending = &pending;
         async move {
-            services.stop_unit(u).await.map_err(|source| WorkloadError::Stop { unit: u.clone(), source })?;
+            services.stop_unit(u).await.map_err(|error| WorkloadError::Stop { unit: u.clone(), error })?;
             if let Ok(mut p) = pending.lock() {
                 p.retain(|x| x != u);
             }

@@ -76,6 +76,7 @@ async fn rebootless_actions_run_over_dbus_in_order() {
     let err = format!("{:#}", anyhow::Error::from(execute(&p, &services).await.unwrap_err()));
     assert!(err.starts_with("rebootless action Restart coreos-update-ca-trust.service failed: "), "{err}");
     assert_eq!(err.matches("result \"failed\"").count(), 1, "{err}");
+    assert_eq!(err.matches("coreos-update-ca-trust.service").count(), 1, "the unit named once: {err}");
     assert_eq!(fake.calls().len(), 3, "nothing after the failure: {:?}", fake.call_strings());
     assert!(fake.reboots().is_empty());
 }

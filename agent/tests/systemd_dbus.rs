@@ -186,9 +186,26 @@ async fn failed_calls_name_the_method_and_units() {
     assert!(h.services.reboot("x").await.is_err());
     assert!(h.fake.reboots().is_empty(), "a refused reboot is not recorded as one");
     h.fake.fail_calls("Reload", None);
-    assert!(h.services.daemon_reload().await.unwrap_err().to_string().contains("Reload"));
+    let err = h.services.daemon_reload().await.unwrap_err().to_string();
+    assert!(err.starts_with("daemon-reload failed: "), "named as systemctl names it: {err}");
     // Every call is recorded, failed or not.
     assert_eq!(h.fake.calls().len(), 4);
+}
+
+/// A workload that fails to stop, as a Node's reason quotes it (the daemon formats errors with
+/// their chain): the stop and the unit once, systemd's result once.
+#[tokio::test]
+async fn a_workload_that_fails_to_stop_is_said_once() {
+    let h = host().await;
+    let wants = h.root.path().join("etc/systemd/system/aloft-workloads.target.wants");
+    std::fs::create_dir_all(&wants).unwrap();
+    std::os::unix::fs::symlink("/etc/systemd/system/a.service", wants.join("a.service")).unwrap();
+    h.fake.fail_jobs_of("a.service", "failed");
+    let err = aloft_agent::workloads::stop(&h.services, Duration::from_secs(5)).await.unwrap_err();
+    let reason = format!("{:#}", anyhow::Error::from(err));
+    assert!(reason.starts_with("failed to stop a workload: stop a.service failed: systemd job "), "{reason}");
+    assert!(reason.ends_with(" finished with result \"failed\""), "{reason}");
+    assert_eq!(reason.matches("a.service").count(), 1, "{reason}");
 }
 
 #[tokio::test]

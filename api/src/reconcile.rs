@@ -254,9 +254,9 @@ pub fn unsupported_fields(spec: &MachineConfigSpec) -> Vec<FieldError> {
         out.push(FieldError {
             field: "spec.extensions".into(),
             message: format!(
-                "extensions {:?} cannot be installed: aloft deploys the OS image as one ostree commit and has no \
+                "extensions ({}) cannot be installed: aloft deploys the OS image as one ostree commit and has no \
                  rpm-ostree package layer; build them into the OS image (osImageURL) and leave extensions empty",
-                spec.extensions
+                spec.extensions.join(", ")
             ),
         });
     }

@@ -1000,7 +1000,7 @@ mod tests {
         assert_eq!(e.machine_config(), Some("71-ext"));
         assert!(
             e.to_string()
-                .starts_with("MachineConfig 71-ext: spec.extensions: extensions [\"usbguard\"] cannot be installed"),
+                .starts_with("MachineConfig 71-ext: spec.extensions: extensions (usbguard) cannot be installed"),
             "{e}"
         );
         let rt = mc("72-rt", "worker", json!({"kernelType": "realtime"}));

@@ -65,13 +65,26 @@ struct ControllerLabels {
     controller: String,
 }
 
-/// Errors of a scrape.
+/// Errors of a scrape. Each message quotes its cause, which is not also the error's source (a
+/// log line with the chain would say it twice).
 #[derive(Debug, thiserror::Error)]
 pub enum MetricsError {
     #[error("reading the store: {0}")]
-    Store(#[from] StoreError),
+    Store(StoreError),
     #[error("encoding metrics: {0}")]
-    Encode(#[from] std::fmt::Error),
+    Encode(std::fmt::Error),
+}
+
+impl From<StoreError> for MetricsError {
+    fn from(e: StoreError) -> Self {
+        MetricsError::Store(e)
+    }
+}
+
+impl From<std::fmt::Error> for MetricsError {
+    fn from(e: std::fmt::Error) -> Self {
+        MetricsError::Encode(e)
+    }
 }
 
 /// The exposition text: a fresh registry per scrape, filled from the store and `health`.

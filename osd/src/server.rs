@@ -28,9 +28,9 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
     #[error("waiting for connections on the OS helper's socket: {0}")]
-    Poll(#[source] nix::Error),
+    Poll(nix::Error),
     #[error("accepting a connection on the OS helper's socket: {0}")]
-    Accept(#[source] std::io::Error),
+    Accept(std::io::Error),
 }
 
 /// Whether a peer with `peer_uid` may use a helper running as `own_uid`: root always, and the

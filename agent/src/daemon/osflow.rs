@@ -81,10 +81,10 @@ fn without_os_helper(old: &MachineConfigSpec, new: &MachineConfigSpec, has_image
     if old.kernel_arguments != new.kernel_arguments && !new.kernel_arguments.is_empty() {
         return Err(refused(
             format!(
-                "spec.kernelArguments: kernelArguments {:?} need the OS helper (an ostree host) to be set; this node \
-                 has none (start aloft-agent with --os-helper pointing at aloft-os-helper's socket, or leave \
+                "spec.kernelArguments: kernel arguments ({}) need the OS helper (an ostree host) to be set; this \
+                 node has none (start aloft-agent with --os-helper pointing at aloft-os-helper's socket, or leave \
                  kernelArguments empty for this pool)",
-                new.kernel_arguments
+                new.kernel_arguments.join(" ")
             ),
             false,
         ));
@@ -252,7 +252,8 @@ impl Agent {
         let Some(os) = self.os.clone() else {
             return without_os_helper(old, new, image.is_some()).map(|()| None);
         };
-        let denied = denylist::refresh(&self.root, target).map_err(|e| refused(e.to_string(), false))?;
+        let denied = denylist::refresh(&self.root, target)
+            .map_err(|e| refused(format!("the OS commit denylist: {e}"), false))?;
         if let Some(img) = &image {
             if let Some(entry) = denied.find(&img.checksum) {
                 return Err(refused(
@@ -395,10 +396,10 @@ impl Agent {
 
     /// The booted commit (and, when the config has kernel arguments, the command line), read
     /// from the helper: what verifying the boot needs, or why the helper could not say.
-    async fn helper_answers(&mut self, os: &super::OsAgent, cur: &MachineConfig) -> Result<(), String> {
+    async fn helper_answers(&mut self, os: &super::OsAgent, cur: &MachineConfig) -> Result<(), OsError> {
         let booted = self.booted_checksum(os).await?;
         if booted.is_some() && !cur.spec.kernel_arguments.is_empty() && self.booted_os.cmdline.is_none() {
-            let c = os.handle.run_read(|b| b.booted_cmdline()).await.map_err(|e| e.to_string())?;
+            let c = os.handle.run_read(|b| b.booted_cmdline()).await?;
             self.booted_os.cmdline = Some(c);
         }
         Ok(())
@@ -408,10 +409,15 @@ impl Agent {
     /// Verifying, retried with backoff). Once that has lasted the health checks' timeout the Node
     /// says why, as Degraded on the update's config (the node is unavailable anyway), once;
     /// it goes Done when the helper answers and the checks pass.
-    async fn helper_out_of_reach(&mut self, os: &super::OsAgent, target: &str, error: String) -> Result<()> {
+    async fn helper_out_of_reach(&mut self, os: &super::OsAgent, target: &str, error: OsError) -> Result<()> {
         let (since, reported) = *self.helper_wait.get_or_insert((std::time::Instant::now(), false));
         if !reported && since.elapsed() >= os.health.timeout {
-            let reason = format!("cannot verify the booted OS: {error}; retrying until the OS helper answers");
+            // A helper that answered with an error is not waited for: its journal says more.
+            let retrying = match error {
+                OsError::Helper { .. } => "retrying until the OS helper answers",
+                _ => "retrying (`journalctl -u aloft-os-helper` says more)",
+            };
+            let reason = format!("cannot verify the booted OS: {error}; {retrying}");
             tracing::warn!(target, %reason, "reporting the wait for the OS helper");
             // Not verified yet: the Node keeps naming the config it said the node runs.
             let current = self.running_config();
@@ -487,7 +493,7 @@ impl Agent {
                 image.checksum, entry.reason
             ));
         }
-        match self.booted_checksum(os).await? {
+        match self.booted_checksum(os).await.map_err(|e| e.to_string())? {
             Some(b) => kargs::verify_booted(&cur.spec.os_image_url, &image.checksum, Some(&b))?,
             // A directory sysroot (tests) boots nothing: there is nothing to compare.
             None => return Ok(()),
@@ -531,7 +537,7 @@ impl Agent {
                 .await
                 .map(|st| st.deployments.first().map(|d| d.checksum.clone()))
                 .map_err(|e| e.to_string()),
-            booted => booted,
+            booted => booted.map_err(|e| e.to_string()),
         };
         match running {
             Ok(Some(running)) if deploys_other_commit(Some(want), &running) => {
@@ -549,11 +555,11 @@ impl Agent {
     /// The booted deployment's commit (`None` on a sysroot that boots nothing). Asked once per
     /// process: it cannot change before the next boot, which restarts the agent, so drift checks
     /// on an idle node do not wake the helper.
-    async fn booted_checksum(&mut self, os: &super::OsAgent) -> Result<Option<String>, String> {
+    async fn booted_checksum(&mut self, os: &super::OsAgent) -> Result<Option<String>, OsError> {
         if let Some(b) = &self.booted_os.checksum {
             return Ok(b.clone());
         }
-        let st = self.read_os_status(os).await.map_err(|e| e.to_string())?;
+        let st = self.read_os_status(os).await?;
         let b = st.booted.map(|d| d.checksum);
         self.booted_os.checksum = Some(b.clone());
         Ok(b)
@@ -626,8 +632,7 @@ mod tests {
         let r = without_os_helper(&spec(&[]), &spec(&["nosmt"]), false).unwrap_err();
         assert!(!r.unreconcilable, "Degraded: the node can take it once the helper runs");
         assert!(
-            r.message
-                .starts_with("spec.kernelArguments: kernelArguments [\"nosmt\"] need the OS helper (an ostree host)"),
+            r.message.starts_with("spec.kernelArguments: kernel arguments (nosmt) need the OS helper (an ostree host)"),
             "{}",
             r.message
         );

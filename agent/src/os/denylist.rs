@@ -47,12 +47,17 @@ impl Denylist {
                 )
             }),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Denylist::default()),
-            Err(e) => Err(e),
+            Err(e) => Err(std::io::Error::new(e.kind(), format!("reading {}: {e}", path(root).display()))),
         }
     }
 
-    /// Write atomically (temp, fsync, rename, fsync dir).
+    /// Write atomically (temp, fsync, rename, fsync dir). The error names the file: it becomes a
+    /// Node's reason.
     pub fn save(&self, root: &Root) -> std::io::Result<()> {
+        self.write(root).map_err(|e| std::io::Error::new(e.kind(), format!("writing {}: {e}", path(root).display())))
+    }
+
+    fn write(&self, root: &Root) -> std::io::Result<()> {
         let dir = root.state_dir();
         std::fs::create_dir_all(&dir)?;
         let tmp = dir.join(".os-denylist.json.tmp");
@@ -123,5 +128,21 @@ mod tests {
         assert!(Denylist::load(&root).unwrap().entries.is_empty(), "and the clearing is persisted");
         std::fs::write(root.state_dir().join("os-denylist.json"), "{nope").unwrap();
         assert!(Denylist::load(&root).is_err(), "corrupt is an error, not an empty list");
+    }
+
+    /// Its errors become a Node's reason: each names the file.
+    #[test]
+    fn errors_name_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = Root::new(dir.path());
+        let file = root.state_dir().join("os-denylist.json");
+        std::fs::create_dir_all(&file).unwrap();
+        let read = Denylist::load(&root).unwrap_err().to_string();
+        assert!(read.starts_with(&format!("reading {}: ", file.display())), "{read}");
+        // The state directory a file: nothing can be written under it.
+        std::fs::remove_dir_all(root.state_dir()).unwrap();
+        std::fs::write(root.state_dir(), "").unwrap();
+        let write = Denylist::default().save(&root).unwrap_err().to_string();
+        assert!(write.starts_with(&format!("writing {}: ", file.display())), "{write}");
     }
 }

@@ -39,8 +39,11 @@ pub struct HealthFailure {
     pub output: String,
 }
 
+/// The end of a check's output, on one line (its lines joined with ` | `): it becomes a Node's
+/// reason, which `aloftctl get nodes` shows in a column.
 fn tail(s: &str) -> String {
-    let s = s.trim();
+    let joined = s.lines().map(str::trim).filter(|l| !l.is_empty()).collect::<Vec<_>>().join(" | ");
+    let s = joined.as_str();
     if s.len() <= MAX_OUTPUT {
         return s.to_string();
     }
@@ -96,7 +99,8 @@ impl HealthChecks {
                 "activating" | "reloading" if tokio::time::Instant::now() < deadline => {
                     tokio::time::sleep(Duration::from_millis(500)).await
                 }
-                other => return Err(format!("{unit} is {other}, want active")),
+                // The check already names the unit.
+                other => return Err(format!("its state is {other}, want active")),
             }
         }
     }
@@ -194,7 +198,7 @@ mod tests {
         };
         assert_eq!(checks.run(&Units("active")).await.unwrap(), vec!["unit crio.service"], "nothing else to run");
         let f = checks.run(&Units("failed")).await.unwrap_err();
-        assert_eq!(f.to_string(), "health check unit crio.service failed: crio.service is failed, want active");
+        assert_eq!(f.to_string(), "health check unit crio.service failed: its state is failed, want active");
 
         script(root, "usr/lib/aloft/health.d", "10-ok", "exit 0", 0o755);
         script(root, "usr/lib/aloft/health.d", "20-bad", "echo disk is full; exit 3", 0o755);
@@ -202,6 +206,16 @@ mod tests {
         let f = checks.run(&Units("active")).await.unwrap_err();
         assert!(f.check.ends_with("usr/lib/aloft/health.d/20-bad"), "{f}");
         assert_eq!(f.output, "disk is full (exit status 3)");
+        // Output of many lines comes on one, the blank ones left out.
+        script(
+            root,
+            "usr/lib/aloft/health.d",
+            "20-bad",
+            "echo disk; echo; echo '  is full  '; echo x >&2; exit 3",
+            0o755,
+        );
+        let f = checks.run(&Units("active")).await.unwrap_err();
+        assert_eq!(f.output, "disk | is full | x (exit status 3)");
         // The admin overrides the OS's check of the same name.
         script(root, "etc/aloft/health.d", "20-bad", "exit 0", 0o755);
         let passed = checks.run(&Units("active")).await.unwrap();

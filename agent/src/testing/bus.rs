@@ -9,25 +9,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// Why a [`TestBus`] could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum TestBusError {
-    #[error("cannot create the bus directory {dir}: {source}")]
-    Dir {
-        dir: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("cannot run dbus-daemon ({source}); install it: apt-get install -y dbus-daemon")]
-    Spawn {
-        #[source]
-        source: std::io::Error,
-    },
+    #[error("cannot create the bus directory {dir}: {error}")]
+    Dir { dir: PathBuf, error: std::io::Error },
+    #[error("cannot run dbus-daemon ({error}); install it: apt-get install -y dbus-daemon")]
+    Spawn { error: std::io::Error },
     #[error("dbus-daemon exited without printing its address: {stderr}")]
     NoAddress { stderr: String },
-    #[error("cannot connect to the test bus {address}: {source}")]
-    Connect {
-        address: String,
-        #[source]
-        source: zbus::Error,
-    },
+    #[error("cannot connect to the test bus {address}: {error}")]
+    Connect { address: String, error: zbus::Error },
 }
 
 /// A running `dbus-daemon --session --nofork --print-address --address=unix:path=<dir>/bus`.
@@ -52,7 +41,7 @@ impl TestBus {
             SEQ.fetch_add(1, Ordering::Relaxed),
             std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0)
         ));
-        std::fs::create_dir_all(&dir).map_err(|source| TestBusError::Dir { dir: dir.clone(), source })?;
+        std::fs::create_dir_all(&dir).map_err(|error| TestBusError::Dir { dir: dir.clone(), error })?;
         let socket = dir.join("bus");
         let mut child = match Command::new("dbus-daemon")
             .args(["--session", "--nofork", "--print-address"])
@@ -63,9 +52,9 @@ impl TestBus {
             .spawn()
         {
             Ok(c) => c,
-            Err(source) => {
+            Err(error) => {
                 let _ = std::fs::remove_dir_all(&dir);
-                return Err(TestBusError::Spawn { source });
+                return Err(TestBusError::Spawn { error });
             }
         };
         let Some(stdout) = child.stdout.take() else {
@@ -109,7 +98,7 @@ impl TestBus {
         zbus::connection::Builder::address(self.address.as_str())
             .build()
             .await
-            .map_err(|source| TestBusError::Connect { address: self.address.clone(), source })
+            .map_err(|error| TestBusError::Connect { address: self.address.clone(), error })
     }
 }
 
