@@ -135,11 +135,20 @@ async fn apply_get_patch_describe_delete() {
     // Delete, and a second delete is a clear NotFound.
     let out = ok(&c, &["delete", "mc", "50-worker-chrony"]);
     assert!(out.contains("\"50-worker-chrony\" deleted"), "{out}");
-    let err = fails(&c, &["delete", "mc", "50-worker-chrony"]);
-    assert!(err.contains("not found"), "{err}");
+    // The server's errors as kubectl prints them: one line each, no `error: ` before them.
+    let err = fails(&c, &["delete", "mc", "50-worker-chrony", "70-worker-disks"]);
+    assert_eq!(
+        err,
+        "Error from server (NotFound): machineconfigs.machineconfiguration.openshift.io \"50-worker-chrony\" not \
+         found\nError from server (NotFound): machineconfigs.machineconfiguration.openshift.io \"70-worker-disks\" \
+         not found\n"
+    );
     ok(&c, &["delete", "mc", "50-worker-chrony", "--ignore-not-found"]);
     let err = fails(&c, &["get", "mc", "50-worker-chrony"]);
-    assert!(err.contains("NotFound") && err.contains("50-worker-chrony"), "{err}");
+    assert!(err.starts_with("Error from server (NotFound): ") && err.contains("50-worker-chrony"), "{err}");
+    // The client's own errors after `error: `.
+    let err = fails(&c, &["get", "nosuchkind"]);
+    assert!(err.starts_with("error: "), "{err}");
 }
 
 #[tokio::test]
@@ -802,13 +811,10 @@ async fn rollout_status_names_the_budget_that_blocks_the_pool() {
     let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
     assert!(
-        stdout.lines().last().is_some_and(|l| l.contains("; blocked: n1 wait(s): NodeDisruptionBudget frozen")),
+        stdout.lines().last().is_some_and(|l| l.contains("; blocked: n1 waits: NodeDisruptionBudget frozen")),
         "{stdout}"
     );
-    assert!(
-        stderr.contains("pool worker is not updated: blocked: n1 wait(s): NodeDisruptionBudget frozen"),
-        "{stderr}"
-    );
+    assert!(stderr.contains("pool worker is not updated: blocked: n1 waits: NodeDisruptionBudget frozen"), "{stderr}");
     assert!(stderr.contains("for good"), "{stderr}");
 }
 
@@ -973,6 +979,9 @@ async fn api_resources_resume_empty_apply_and_describe() {
         let out = ctl(&c, args);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
     }
+    // The likeliest slip, a bare pool name, is answered with the command to type.
+    let err = String::from_utf8_lossy(&ctl(&c, &["rollout", "status", "worker"]).stderr).to_string();
+    assert!(err.contains("(try: aloftctl rollout status mcp/worker)"), "{err}");
     // --timeout takes a duration as kubectl does.
     let out = ok(&c, &["rollout", "status", "mcp/worker", "--timeout", "1m"]);
     assert!(out.contains("pool worker is updated"), "{out}");

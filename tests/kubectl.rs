@@ -502,7 +502,7 @@ async fn kubectl_describe_shows_the_controllers_events_on_pools_and_nodes() {
         out.contains("machineconfiguration.openshift.io/desiredConfig: rendered-worker-"),
         "the annotations: {out}"
     );
-    assert!(out.contains(&format!("cordoned and drained for drain-{desired}")), "{out}");
+    assert!(out.contains(&format!("cordoned and drained for {desired}")), "{out}");
 
     // Another pool of the same name: the Events about the one before stay, but not on it.
     k.ok(&["delete", "mcp", "worker"]);

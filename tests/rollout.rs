@@ -152,7 +152,7 @@ async fn budget_blocks_a_drain_and_a_drain_past_its_timeout_degrades_the_node() 
     let msg = event_with(&admin, "Node", "n1", "BudgetBlocked", "NodeDisruptionBudget db").await;
     assert_eq!(
         msg,
-        "drain-rendered-worker-1 waits: NodeDisruptionBudget db allows 1 of 2 nodes unavailable and 1 already are"
+        "the drain for rendered-worker-1 waits: NodeDisruptionBudget db allows 1 of 2 nodes unavailable and 1 already are"
     );
     let n1 = node(&admin, "n1").await;
     assert!(!cordoned(&n1), "a blocked drain does not cordon");
@@ -169,10 +169,12 @@ async fn budget_blocks_a_drain_and_a_drain_past_its_timeout_degrades_the_node() 
         Ok(is_true(&p, "NodeDrainTimeout").then_some(p))
     })
     .await;
-    assert!(condition(&p, "NodeDrainTimeout").unwrap()["message"]
-        .as_str()
-        .unwrap()
-        .contains("Node n1: failed to drain node"));
+    // The mark (which names the node) as the message, under a fixed reason.
+    let timeout = condition(&p, "NodeDrainTimeout").unwrap();
+    assert_eq!(
+        (timeout["reason"].as_str(), timeout["message"].as_str()),
+        (Some("DrainTimedOut"), Some(failure.as_str()))
+    );
     assert!(is_true(&p, "NodeDegraded") && is_true(&p, "Degraded"), "{p}");
     assert_eq!(p["status"]["degradedMachineCount"], 1);
     event_with(&admin, "Node", "n1", "DrainTimeout", "failed to drain node: n1").await;
@@ -1127,6 +1129,13 @@ async fn drain_hook_failures_never_show_the_hooks_credentials() {
         Ok(is_true(&pool(&admin).await, "NodeDrainTimeout").then_some(()))
     })
     .await;
+    // What holds the drain changes: the mark follows it (it stayed at the first cause).
+    hook.set(HookMode::Status(503));
+    let now_503 = format!("failed to drain node: n1 after 2 seconds: drain hook {plain} answered HTTP 503: nope");
+    eventually(WAIT, "the mark to follow the hook's new answer", || async {
+        Ok((drain_failure(&admin, "n1").await == now_503).then_some(()))
+    })
+    .await;
     let text = readable(&admin).await;
     for s in ["s3cret", "admin:", "token="] {
         assert!(!text.contains(s), "{s:?} shown in:\n{text}");
@@ -1178,6 +1187,7 @@ async fn a_failing_uncordon_hook_is_retried_and_keeps_the_node_out_of_service() 
     })
     .await;
     assert_eq!(p["status"]["unavailableMachineCount"], 1, "cordoned: unavailable until the hook succeeds: {p}");
+    assert_eq!(condition(&p, "NodeDrainTimeout").unwrap()["reason"], "UncordonTimedOut", "{p}");
 
     // The hook recovers: the node goes back into service and the marks go.
     hook.set(HookMode::Ok);
@@ -1376,7 +1386,7 @@ async fn a_budget_that_stalls_the_rollout_is_a_pool_condition() {
     assert_eq!(cond["reason"], "NodeDisruptionBudget web", "{p}");
     assert_eq!(
         cond["message"],
-        "web1, web2 wait(s): NodeDisruptionBudget web allows 0 of 2 nodes (topology.kubernetes.io/zone=z1) \
+        "web1, web2 wait: NodeDisruptionBudget web allows 0 of 2 nodes (topology.kubernetes.io/zone=z1) \
          unavailable and 0 already are, which blocks the group for good",
         "{p}"
     );

@@ -156,7 +156,19 @@ fn config_arg(args: &[String]) -> Option<&str> {
     })
 }
 
-fn main() -> Result<()> {
+/// Errors on one line, the chain joined with `: ` (as aloftctl's and kubectl's), not Rust's
+/// multi-line `Error: ... Caused by:` that journald splits into entries.
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<()> {
     aloft_agent::reclaim::limit_heap_arenas();
     // A config file feeds the environment before clap reads it.
     let args: Vec<String> = std::env::args().collect();

@@ -155,7 +155,7 @@ pub fn decode(source: &str, compression: Option<&str>, hash: Option<&str>) -> Re
     if !scheme.eq_ignore_ascii_case("data") {
         return Err(DecodeError::NotDataUrl { scheme: scheme.to_string() });
     }
-    let url = data_url::DataUrl::process(source).map_err(|e| DecodeError::BadUrl(format!("{e:?}")))?;
+    let url = data_url::DataUrl::process(source).map_err(|e| DecodeError::BadUrl(e.to_string()))?;
     let (raw, _) = url.decode_to_vec().map_err(|_| DecodeError::BadBase64)?;
     match compression.unwrap_or("") {
         "" if raw.len() as u64 > MAX_FILE_SIZE => Err(DecodeError::TooLarge),
@@ -411,6 +411,8 @@ mod tests {
         assert_eq!(decode("data:text/plain;charset=utf-8;base64,aGk=", Some(""), None).unwrap(), b"hi");
         assert!(matches!(decode("http://evil/x", None, None), Err(DecodeError::NotDataUrl { .. })));
         assert_eq!(decode("data:;base64,!!!notbase64", None, None), Err(DecodeError::BadBase64));
+        let no_comma = decode("data:text/plain", None, None).unwrap_err().to_string();
+        assert_eq!(no_comma, "malformed data URL: data url is missing comma delimiting attributes and body");
         assert!(matches!(decode("data:,x", Some("bzip2"), None), Err(DecodeError::BadCompression(_))));
         assert!(matches!(decode("data:,notgzip", Some("gzip"), None), Err(DecodeError::BadGzip(_))));
         let h = format!("sha256-{}", hex::encode(Sha256::digest(b"hi")));

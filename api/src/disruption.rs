@@ -185,21 +185,23 @@ fn field_error(field: String, message: String) -> PolicyError {
     PolicyError::Field { field, message }
 }
 
-/// `field` is the entry's `actions` list, `what` names the entry for the message.
+/// `field` is the entry's `actions` list; `what` names the entry (its path or unit, which the
+/// field's index does not say), or is empty for the SSH key entry.
 fn check_actions(field: String, what: &str, actions: &[Action], special_ok: bool) -> Result<(), PolicyError> {
+    let what = if what.is_empty() { String::new() } else { format!("{what}: ") };
     if actions.is_empty() {
-        return Err(field_error(field, format!("{what}: actions must not be empty")));
+        return Err(field_error(field, format!("{what}actions must not be empty")));
     }
     if actions.len() > MAX_ACTIONS {
-        return Err(field_error(field, format!("{what}: at most {MAX_ACTIONS} actions")));
+        return Err(field_error(field, format!("{what}at most {MAX_ACTIONS} actions")));
     }
     for standalone in [Action::Reboot, Action::None] {
         if actions.contains(&standalone) && actions.len() > 1 {
-            return Err(field_error(field, format!("{what}: {} must be the only action", standalone.type_name())));
+            return Err(field_error(field, format!("{what}{} must be the only action", standalone.type_name())));
         }
     }
     if !special_ok && actions.contains(&Action::Special) {
-        return Err(field_error(field, format!("{what}: Special is reserved for {REGISTRIES_CONF}")));
+        return Err(field_error(field, format!("{what}Special is reserved for {REGISTRIES_CONF}")));
     }
     Ok(())
 }
@@ -233,21 +235,20 @@ impl NodeDisruptionPolicy {
         }
         for (i, f) in self.files.iter().enumerate() {
             let at = format!("{POLICY_FIELD}.files[{i}]");
-            let what = format!("files[{i}] ({})", f.path);
+            let what = f.path.as_str();
             if !f.path.starts_with('/') || components(&f.path).any(|c| c == "..") {
-                return Err(field_error(format!("{at}.path"), format!("{what}: path must be absolute, without ..")));
+                return Err(field_error(format!("{at}.path"), format!("{what:?}: must be absolute, without ..")));
             }
-            check_actions(format!("{at}.actions"), &what, &f.actions, normalize(&f.path) == REGISTRIES_CONF)?;
+            check_actions(format!("{at}.actions"), what, &f.actions, normalize(&f.path) == REGISTRIES_CONF)?;
         }
         for (i, u) in self.units.iter().enumerate() {
             let at = format!("{POLICY_FIELD}.units[{i}]");
-            let what = format!("units[{i}] ({})", u.name);
-            crate::content::check_unit_name(&u.name)
-                .map_err(|e| field_error(format!("{at}.name"), format!("{what}: {e}")))?;
-            check_actions(format!("{at}.actions"), &what, &u.actions, false)?;
+            let what = u.name.as_str();
+            crate::content::check_unit_name(&u.name).map_err(|e| field_error(format!("{at}.name"), e))?;
+            check_actions(format!("{at}.actions"), what, &u.actions, false)?;
         }
         if let Some(s) = &self.sshkey {
-            check_actions(format!("{POLICY_FIELD}.sshkey.actions"), "sshkey", &s.actions, false)?;
+            check_actions(format!("{POLICY_FIELD}.sshkey.actions"), "", &s.actions, false)?;
         }
         Ok(())
     }

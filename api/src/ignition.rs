@@ -205,7 +205,8 @@ fn decode<T: DeserializeOwned>(v: &Value, warnings: &mut Vec<String>) -> Result<
         |p: serde_ignored::Path| warnings.push(format!("{}: unknown field, ignored", field_path(&ignored_path(&p))));
     let de = serde_ignored::Deserializer::new(v, &mut on_unknown);
     serde_path_to_error::deserialize(de).map_err(|e| {
-        IgnitionError::new(field_path(&e.path().to_string()), format!("invalid Ignition config: {}", e.inner()))
+        // The field says where; the cause in JSON's words.
+        IgnitionError::new(field_path(&e.path().to_string()), crate::json_words::in_json_terms(&e.inner().to_string()))
     })
 }
 
@@ -256,7 +257,7 @@ fn validate(cfg: &Config) -> Result<(), IgnitionError> {
                 if !(0..=0o7777).contains(&m) {
                     return Err(IgnitionError::new(
                         format!("{field}.mode"),
-                        format!("mode {m} is not a file mode (0 to 0o7777; write it in decimal, e.g. 420 for 0644)"),
+                        format!("{m} is not a file mode (0 to 4095, i.e. 07777 octal; write it in decimal, e.g. 420 for 0644)"),
                     ));
                 }
             }
@@ -869,7 +870,7 @@ mod tests {
             (
                 json!({"storage": {"files": "nope"}}),
                 "spec.config.storage.files",
-                "invalid type: string \"nope\", expected a sequence",
+                "invalid type: string \"nope\", expected a list",
             ),
             (
                 json!({"storage": {"files": [{"path": "/a"}, {"path": "/b", "mode": "0644"}]}}),

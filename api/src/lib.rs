@@ -11,6 +11,7 @@ pub mod content;
 pub mod disruption;
 pub mod exposition;
 pub mod ignition;
+pub mod json_words;
 pub mod machineconfig;
 pub mod meta;
 pub mod node;

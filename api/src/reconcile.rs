@@ -298,7 +298,7 @@ pub fn validate_for_day2(spec: &MachineConfigSpec) -> Result<(), Vec<FieldError>
             errs.push(FieldError {
                 field: format!("spec.config.storage.files[{i}].mode"),
                 message: format!(
-                    "mode {mode:#o} of {path:?} is not allowed: setuid, setgid and sticky bits (modes above 0777) are refused"
+                    "{mode} (0{mode:o} octal) of {path:?} is not allowed: setuid, setgid and sticky bits (modes above 0777) are refused"
                 ),
             });
         }
@@ -537,7 +537,7 @@ mod tests {
             errs.iter().map(|e| e.field.as_str()).collect::<Vec<_>>(),
             ["spec.config.storage.files[1].mode", "spec.config.storage.files[3].mode"]
         );
-        assert!(errs[0].message.starts_with("mode 0o4755 of \"/b\""), "{}", errs[0]);
+        assert!(errs[0].message.starts_with("2541 (04755 octal) of \"/b\" is not allowed"), "{}", errs[0]);
         s.config["storage"]["files"][1]["mode"] = 493.into();
         s.config["storage"]["files"][3]["mode"] = 0.into();
         assert_eq!(validate_for_day2(&s), Ok(()));

@@ -21,15 +21,16 @@ pub const MAX_RENDERED_BYTES: usize = 1_572_864;
 /// Names of generated (rendered) configs start with this; they never feed a render.
 pub const RENDERED_PREFIX: &str = "rendered-";
 
-/// Why a pool could not be rendered. The text is what the pool's RenderDegraded condition shows,
-/// so it names the MachineConfig to fix whenever there is one.
+/// Why a pool could not be rendered. The text is what the pool's RenderDegraded condition shows
+/// after MCO's `Failed to render configuration for pool <pool>: `, so it names the MachineConfig
+/// to fix whenever there is one, and not the pool again.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RenderError {
-    #[error("pool {pool} has an empty machineConfigSelector: it would select every MachineConfig; set matchLabels such as machineconfiguration.openshift.io/role: {pool}")]
+    #[error("spec.machineConfigSelector is empty: it would select every MachineConfig; set matchLabels such as machineconfiguration.openshift.io/role: {pool}")]
     EmptySelector { pool: String },
-    #[error("pool {pool}: invalid spec.machineConfigSelector: {message}")]
+    #[error("invalid spec.machineConfigSelector: {message}")]
     BadSelector { pool: String, message: String },
-    #[error("no MachineConfigs found matching the machineConfigSelector of pool {pool}")]
+    #[error("no MachineConfigs found matching spec.machineConfigSelector")]
     NothingSelected { pool: String },
     #[error("MachineConfig {config}: {field}: {message}")]
     Invalid { config: String, field: String, message: String },
@@ -37,7 +38,7 @@ pub enum RenderError {
     KernelTypeConflict { first: String, first_type: String, second: String, second_type: String },
     #[error("the merged config is invalid: {field}: {message}")]
     Merged { field: String, message: String },
-    #[error("rendered config for pool {pool} is {size} bytes, over the limit of {limit} bytes: move large contents out of MachineConfigs")]
+    #[error("the rendered config is {size} bytes, over the limit of {limit} bytes: move large contents out of MachineConfigs")]
     TooLarge { pool: String, size: usize, limit: usize },
     #[error("the rendered config's name {name} would be {len} characters, over the {limit} a name may have: shorten the pool's name (to at most {pool_limit} characters)")]
     NameTooLong { name: String, len: usize, limit: usize, pool_limit: usize },
@@ -626,7 +627,7 @@ mod tests {
         p.spec.machine_config_selector = None;
         let e = select_and_order(&p, &all).unwrap_err();
         assert_eq!(e, RenderError::EmptySelector { pool: "custom".into() });
-        assert!(e.to_string().starts_with("pool custom has an empty machineConfigSelector"), "{e}");
+        assert!(e.to_string().starts_with("spec.machineConfigSelector is empty"), "{e}");
         p.spec.machine_config_selector = Some(Default::default());
         assert!(matches!(render(&p, &all, None), Err(RenderError::EmptySelector { .. })));
         let mut bad = pool("custom", &["worker"]);
@@ -1016,7 +1017,7 @@ mod tests {
     }
 
     #[test]
-    fn too_large_names_the_pool_and_size() {
+    fn too_large_names_the_size() {
         let p = pool("worker", &["worker"]);
         let half = "x".repeat(MAX_RENDERED_BYTES / 2);
         let a = with_config("00-a", json!({"storage": {"files": [file("/etc/a", &half)]}}));
@@ -1026,7 +1027,8 @@ mod tests {
         let RenderError::TooLarge { pool, size, limit } = &e else { panic!("{e}") };
         assert_eq!((pool.as_str(), *limit), ("worker", MAX_RENDERED_BYTES));
         assert!(*size > MAX_RENDERED_BYTES && *size < MAX_RENDERED_BYTES + 1000, "{size}");
-        assert!(e.to_string().contains(&format!("pool worker is {size} bytes")), "{e}");
+        // The condition's prefix names the pool.
+        assert!(e.to_string().starts_with(&format!("the rendered config is {size} bytes")), "{e}");
     }
 
     #[test]

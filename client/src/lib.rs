@@ -68,11 +68,9 @@ impl ClientConfig {
         }
         let ca_pem = if let Some(data) = cluster.pointer("/cluster/certificate-authority-data").and_then(Value::as_str)
         {
-            Some(
-                base64::engine::general_purpose::STANDARD
-                    .decode(data.trim())
-                    .context("certificate-authority-data is not base64")?,
-            )
+            Some(base64::engine::general_purpose::STANDARD.decode(data.trim()).with_context(|| {
+                format!("{}: cluster {cluster_name:?}: certificate-authority-data is not base64", path.display())
+            })?)
         } else if let Some(file) = cluster.pointer("/cluster/certificate-authority").and_then(Value::as_str) {
             Some(std::fs::read(file).with_context(|| format!("reading CA {file}"))?)
         } else {

@@ -80,7 +80,19 @@ fn bind(path: &std::path::Path) -> Result<UnixListener> {
     bound.with_context(|| format!("binding {}", path.display()))
 }
 
-fn main() -> Result<()> {
+/// Errors on one line, the chain joined with `: ` (as aloftctl's and kubectl's), not Rust's
+/// multi-line `Error: ... Caused by:` that journald splits into entries.
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<()> {
     let cli = Cli::parse();
     // Before any thread exists: take systemd's socket and keep LISTEN_* from gpg's children.
     // SAFETY: single-threaded here (clap does not spawn threads; logging is not set up yet).

@@ -255,8 +255,20 @@ fn init_tracing() {
         .init();
 }
 
+/// Errors on one line, the chain joined with `: ` (as aloftctl's and kubectl's), not Rust's
+/// multi-line `Error: ... Caused by:` that journald splits into entries.
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
 #[tokio::main]
-async fn main() -> Result<()> {
+async fn run() -> Result<()> {
     init_tracing();
     match Cli::parse().cmd {
         Cmd::Serve {
@@ -338,7 +350,7 @@ async fn main() -> Result<()> {
             Ok(())
         }
         Cmd::Token { cmd: TokenCmd::Revoke { data_dir, name } } => {
-            if name == "admin" {
+            if name.eq_ignore_ascii_case("admin") {
                 anyhow::bail!(
                     "the admin token is not revoked this way: `serve` puts it back from {} (or --admin-token-file) at its next start. \
                      To rotate it: stop the coordinator, remove that file, and start it again (a new admin token and admin.kubeconfig are written, and the old token stops working)",

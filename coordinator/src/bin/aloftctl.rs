@@ -9,7 +9,14 @@ fn main() {
         let _ = nix::sys::signal::signal(nix::sys::signal::Signal::SIGPIPE, nix::sys::signal::SigHandler::SigDfl);
     }
     if let Err(e) = run() {
-        eprintln!("error: {e:#}");
+        // As kubectl: the server's errors as the server said them (`Error from server
+        // (NotFound): ...`), the client's own after `error: `.
+        let message = format!("{e:#}");
+        if message.starts_with("Error from server") {
+            eprintln!("{message}");
+        } else {
+            eprintln!("error: {message}");
+        }
         let usage = e.downcast_ref::<aloft_coordinator::ctl::Usage>().is_some();
         std::process::exit(if usage { 2 } else { 1 });
     }

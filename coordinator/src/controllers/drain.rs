@@ -194,14 +194,14 @@ fn parse_start_mark(mark: &str, request: &str) -> Option<DateTime<Utc>> {
 
 /// `1 hour`, `90 seconds`: MCO's wording of drain timeouts.
 fn humanize(seconds: i64) -> String {
-    if seconds >= 3600 && seconds % 3600 == 0 {
-        let h = seconds / 3600;
-        format!("{h} hour{}", if h == 1 { "" } else { "s" })
+    let (n, unit) = if seconds >= 3600 && seconds % 3600 == 0 {
+        (seconds / 3600, "hour")
     } else if seconds >= 60 && seconds % 60 == 0 {
-        format!("{} minutes", seconds / 60)
+        (seconds / 60, "minute")
     } else {
-        format!("{seconds} seconds")
-    }
+        (seconds, "second")
+    };
+    format!("{n} {unit}{}", if n == 1 { "" } else { "s" })
 }
 
 #[derive(Clone)]
@@ -484,25 +484,29 @@ async fn pass(
             Request::Uncordon(r) => started_at(node, r),
         };
         if started.is_some_and(|t| (now - t).num_seconds() >= timeout) {
-            let msg = match node.annotation(ann::DRAIN_FAILURE) {
-                Some(marked) => marked.to_string(),
-                None => {
-                    let (what, default) = match &req {
-                        Request::Drain(_) => ("drain", "the drain has not finished"),
-                        Request::Uncordon(_) => ("uncordon", "the uncordon has not finished"),
-                    };
-                    let why = lock(&ctx.last_error).get(&name).cloned().unwrap_or_else(|| default.into());
-                    let msg = format!("failed to {what} node: {name} after {}: {why}", humanize(timeout));
-                    // `put` replaces in place: index `i` is still this node.
-                    if let Some(stored) = annotate(store, &st.nodes.raw[i], &[(ann::DRAIN_FAILURE, Some(&msg))]).await?
-                    {
-                        st.nodes.put(stored);
-                        track(&st.nodes, &mut st.asking, &name);
-                    }
-                    tracing::warn!(node = %name, %msg, "{what} timed out; still retrying");
-                    msg
-                }
+            let (what, default) = match &req {
+                Request::Drain(_) => ("drain", "the drain has not finished"),
+                Request::Uncordon(_) => ("uncordon", "the uncordon has not finished"),
             };
+            // Said afresh on every pass, so the mark follows what holds the drain now (a budget
+            // that freed up, then a hook that fails); after a restart, before this process has
+            // seen a failure of its own, the mark it finds stands.
+            let msg = match (lock(&ctx.last_error).get(&name).cloned(), node.annotation(ann::DRAIN_FAILURE)) {
+                (None, Some(marked)) => marked.to_string(),
+                (why, _) => format!(
+                    "failed to {what} node: {name} after {}: {}",
+                    humanize(timeout),
+                    why.as_deref().unwrap_or(default)
+                ),
+            };
+            if node.annotation(ann::DRAIN_FAILURE) != Some(msg.as_str()) {
+                // `put` replaces in place: index `i` is still this node.
+                if let Some(stored) = annotate(store, &st.nodes.raw[i], &[(ann::DRAIN_FAILURE, Some(&msg))]).await? {
+                    st.nodes.put(stored);
+                    track(&st.nodes, &mut st.asking, &name);
+                }
+                tracing::warn!(node = %name, %msg, "{what} timed out; still retrying");
+            }
             // Recorded on every retry while the drain stays stuck, with the message the node was
             // marked with: the recorder writes it once and then counts it again every half Event
             // TTL, so the Event lasts as long as the timeout does (a timeout recorded only once
@@ -551,7 +555,8 @@ async fn pass(
                             track(&st.nodes, &mut st.asking, &name);
                         }
                     }
-                    let msg = format!("{r} waits: {b}");
+                    // The config the drain is for, not the request's token.
+                    let msg = format!("the drain for {} waits: {b}", r.strip_prefix("drain-").unwrap_or(r));
                     lock(&ctx.last_error).insert(name.clone(), b.to_string());
                     ctx.events.emit(&Involved::node(&name), EventType::Normal, reasons::BUDGET_BLOCKED, &msg);
                     // Not a poll: whatever frees the budget (a node back in service, a budget
@@ -660,7 +665,12 @@ impl Job {
             lock(&self.ctx.last_error).remove(&self.node);
             self.ctx.events.forget(&Involved::node(&self.node), reasons::DRAIN_HOOK_FAILED);
             self.ctx.events.forget(&Involved::node(&self.node), reasons::DRAIN_TIMEOUT);
-            let msg = format!("cordoned and drained for {r} ({} hook(s) called)", self.hooks.len());
+            let called = match self.hooks.len() {
+                0 => String::new(),
+                1 => " (1 hook called)".to_string(),
+                n => format!(" ({n} hooks called)"),
+            };
+            let msg = format!("cordoned and drained for {}{called}", r.strip_prefix("drain-").unwrap_or(r));
             self.ctx.events.emit(&Involved::node(&self.node), EventType::Normal, reasons::DRAINED, &msg);
             tracing::info!(node = %self.node, request = %r, "drain acknowledged");
         }
@@ -888,6 +898,9 @@ mod tests {
         assert_eq!(humanize(3600), "1 hour");
         assert_eq!(humanize(120), "2 minutes");
         assert_eq!(humanize(5), "5 seconds");
+        assert_eq!(humanize(60), "1 minute");
+        assert_eq!(humanize(1), "1 second");
+        assert_eq!(humanize(7200), "2 hours");
     }
 
     /// A drain a task of one pass is granting holds the budget in the next pass, before the

@@ -33,7 +33,7 @@ pub struct HookRequest<'a> {
 pub enum HookError {
     #[error("drain hook {url} did not answer within {seconds} s")]
     Timeout { url: String, seconds: i64 },
-    #[error("drain hook {url} answered HTTP {code}{}: {body}", redirect_advice(*.code))]
+    #[error("drain hook {url} answered HTTP {code}{}{}", redirect_advice(*.code), if body.is_empty() { String::new() } else { format!(": {body}") })]
     Status { url: String, code: u16, body: String },
     #[error("drain hook {url} failed: {message}")]
     Request { url: String, message: String },
@@ -189,6 +189,7 @@ mod tests {
             DrainHook { url: format!("http://127.0.0.1:{port}/drain"), timeout_seconds: Some(5), ..Default::default() };
         let e = hooks.call(&hook, &req).await.expect_err("a redirect is not success").to_string();
         assert!(e.contains("answered HTTP 302") && e.contains("do not follow redirects"), "{e}");
+        assert!(e.ends_with("give the hook's final URL)"), "an empty body adds nothing: {e}");
         let lines = tokio::task::spawn_blocking(move || served.join().unwrap()).await.unwrap();
         assert_eq!(lines, vec!["POST /drain HTTP/1.1".to_string()], "only the hook's own URL was called");
     }

@@ -622,8 +622,9 @@ fn record_progress(events: &Recorder, pool: &MachineConfigPool, new: &MachineCon
 fn record_selector(events: &Recorder, pool: &MachineConfigPool) {
     let about = Involved::pool(&pool.metadata.name);
     if pool.spec.node_selector.as_ref().is_some_and(|s| s.is_empty()) {
-        let msg = "This machineconfigpool is selecting all nodes. A non-empty selector is required: \
-                   until it has one, it selects no node.";
+        // MCO's first words would say the opposite of what aloft does with it.
+        let msg = "This machineconfigpool's spec.nodeSelector is empty, which MCO reads as selecting all nodes. A \
+                   non-empty selector is required: until it has one, this pool selects no node.";
         events.emit(&about, EventType::Warning, reasons::SELECTING_ALL, msg);
     } else {
         events.forget(&about, reasons::SELECTING_ALL);
@@ -638,7 +639,7 @@ fn record_waits(events: &Recorder, pool_name: &str, pp: &PoolPlan, nodes: &[Node
     match &pp.breaker {
         // The trip, and a new one (more nodes failing than allowed, again or others): a Warning.
         Some(h @ HoldReason::CircuitBroken { failed, max_failures }) if failed.len() > *max_failures => {
-            let msg = format!("rollout of {} stopped: {}", pp.target, Wait::Policy(h.clone()));
+            let msg = format!("Rollout of {} stopped: {}", pp.target, Wait::Policy(h.clone()));
             events.emit(&about, EventType::Warning, reasons::CIRCUIT_BROKEN, &msg);
         }
         // Still open with fewer failing (nodes recovered): the trip's Event stands; a second
@@ -758,7 +759,7 @@ fn blocked_message<'a>(pp: &PoolPlan, name: impl Fn(usize) -> &'a str) -> String
         .iter()
         .map(|(b, held)| {
             let names: Vec<String> = held.iter().map(|&i| name(i).to_string()).collect();
-            format!("{} wait(s): {b}", names_text(&names))
+            format!("{} {}: {b}", names_text(&names), if names.len() == 1 { "waits" } else { "wait" })
         })
         .collect();
     parts.join("; ")
@@ -916,20 +917,23 @@ fn rollout_conditions(st: &mut MachineConfigPoolStatus, pool: &str, members: &[M
         None => condition(cond::CIRCUIT_BROKEN, false, "", String::new()),
     };
     set_condition(&mut st.conditions, broken, now);
-    let stuck: Vec<String> = members
-        .iter()
-        .filter(|(_, _, h)| h.drain_failed())
-        .map(|(n, f, _)| format!("Node {}: {}", n.metadata.name, f.drain_failure))
-        .collect();
+    // Each mark names its node; the reason is a fixed word (what alerts and filters match),
+    // the count and the names go in the message, the first five quoted.
+    let stuck: Vec<&str> =
+        members.iter().filter(|(_, _, h)| h.drain_failed()).map(|(_, f, _)| f.drain_failure.as_str()).collect();
     let drain = if stuck.is_empty() {
         condition(cond::NODE_DRAIN_TIMEOUT, false, "", String::new())
     } else {
-        condition(
-            cond::NODE_DRAIN_TIMEOUT,
-            true,
-            &format!("{} nodes could not drain in time", stuck.len()),
-            stuck.join(", "),
-        )
+        let reason = if stuck.iter().all(|f| f.starts_with("failed to uncordon")) {
+            "UncordonTimedOut"
+        } else {
+            "DrainTimedOut"
+        };
+        let mut message = stuck.iter().take(5).copied().collect::<Vec<_>>().join("; ");
+        if stuck.len() > 5 {
+            message.push_str(&format!("; and {} more", stuck.len() - 5));
+        }
+        condition(cond::NODE_DRAIN_TIMEOUT, true, reason, message)
     };
     set_condition(&mut st.conditions, drain, now);
     set_condition(&mut st.conditions, budget_condition(members, pp), now);
@@ -1199,7 +1203,7 @@ mod tests {
         assert!(c.is_true());
         assert_eq!(
             c.message,
-            "circuit breaker open: 1 node(s) failed on this config (a), more than maxFailures 0; resume with \
+            "circuit breaker open: 1 node failed on this config (a), more than maxFailures 0; resume with \
              `aloftctl rollout resume mcp/worker` or change the config"
         );
     }
@@ -1316,7 +1320,7 @@ mod tests {
         assert_eq!(c.reason, "NodeDisruptionBudget web");
         assert_eq!(
             c.message,
-            "a, b wait(s): NodeDisruptionBudget web allows 0 of 2 nodes (topology.kubernetes.io/zone=z1) unavailable \
+            "a, b wait: NodeDisruptionBudget web allows 0 of 2 nodes (topology.kubernetes.io/zone=z1) unavailable \
              and 0 already are, which blocks the group for good"
         );
         let st = status(&[]);
@@ -1348,8 +1352,8 @@ mod tests {
         assert_eq!(c.reason, "NodeDisruptionBudget web");
         assert_eq!(
             c.message,
-            "w2 wait(s): NodeDisruptionBudget web allows 0 of 1 nodes (zone=z2) unavailable and 0 already are, \
-             which blocks the group for good; w3 wait(s): NodeDisruptionBudget web allows 0 of 1 nodes (zone=z3) \
+            "w2 waits: NodeDisruptionBudget web allows 0 of 1 nodes (zone=z2) unavailable and 0 already are, \
+             which blocks the group for good; w3 waits: NodeDisruptionBudget web allows 0 of 1 nodes (zone=z3) \
              unavailable and 0 already are, which blocks the group for good"
         );
     }

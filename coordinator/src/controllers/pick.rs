@@ -62,13 +62,15 @@ impl std::fmt::Display for Wait {
             Wait::NotReady { nodes } => {
                 write!(
                     f,
-                    "{} node(s) left to update are not Ready or are cordoned; they are picked once Ready and uncordoned",
-                    nodes.len()
+                    "{} left to update {} not Ready or cordoned; they are picked once Ready and uncordoned",
+                    plural(nodes.len(), "node"),
+                    if nodes.len() == 1 { "is" } else { "are" }
                 )
             }
-            Wait::Policy(HoldReason::Canary { canaries }) => {
-                write!(f, "waiting for the {canaries} canary node(s) to finish updating")
-            }
+            Wait::Policy(HoldReason::Canary { canaries }) => match canaries {
+                1 => f.write_str("the canary node is still updating"),
+                n => write!(f, "the {n} canary nodes are still updating"),
+            },
             Wait::Policy(HoldReason::Soaking { until, failed }) => {
                 if failed.is_empty() {
                     f.write_str("canary nodes are updated")?;
@@ -86,8 +88,8 @@ impl std::fmt::Display for Wait {
             }
             Wait::Policy(HoldReason::CircuitBroken { failed, max_failures }) if failed.len() > *max_failures => write!(
                 f,
-                "circuit breaker open: {} node(s) failed on this config ({}), more than maxFailures {max_failures}",
-                failed.len(),
+                "circuit breaker open: {} failed on this config ({}), more than maxFailures {max_failures}",
+                plural(failed.len(), "node"),
                 names_text(failed)
             ),
             // Tripped, then nodes recovered or maxFailures was raised: it stays open until
@@ -143,6 +145,11 @@ pub struct FirstConfig {
 }
 
 /// Up to five names, then a count: messages stay short on big fleets.
+/// `1 node`, `2 nodes`.
+fn plural(n: usize, noun: &str) -> String {
+    format!("{n} {noun}{}", if n == 1 { "" } else { "s" })
+}
+
 pub fn names_text(names: &[String]) -> String {
     if names.len() <= 5 {
         names.join(", ")

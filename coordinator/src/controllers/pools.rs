@@ -156,12 +156,14 @@ impl NodeFacts {
     pub fn degraded(&self) -> bool {
         failing_state(&self.state) || !self.drain_failure.is_empty()
     }
-    /// Why the node is degraded: the agent's reason, or the drain controller's.
+    /// Why the node is degraded: the drain controller's mark (which names the budget or hook
+    /// that holds the drain, where the agent's own timeout only says it was not acknowledged),
+    /// or the agent's reason; as `aloftctl get nodes` shows it.
     pub fn degraded_reason(&self) -> &str {
-        if self.reason.is_empty() {
-            &self.drain_failure
-        } else {
+        if self.drain_failure.is_empty() {
             &self.reason
+        } else {
+            &self.drain_failure
         }
     }
     /// The rollout's reading of "unavailable", used for every pick and budget decision: not

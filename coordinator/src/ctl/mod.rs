@@ -562,8 +562,9 @@ fn get_targets(args: &[String]) -> Result<Vec<(&'static ResourceType, Vec<String
     Ok(groups)
 }
 
-/// The errors of the objects `get` could not read, after it printed the others (as kubectl).
-fn not_read(errors: Vec<String>) -> Result<()> {
+/// The errors of the objects a command could not read or delete, after it did the others (as
+/// kubectl), each on its line.
+fn objects_failed(errors: Vec<String>) -> Result<()> {
     if errors.is_empty() {
         return Ok(());
     }
@@ -631,7 +632,7 @@ async fn get_tables(
     if !printed && errors.is_empty() {
         eprintln!("No resources found.");
     }
-    not_read(errors)
+    objects_failed(errors)
 }
 
 /// One Table of the named objects: the first answer's columns and every answer's rows. What
@@ -708,7 +709,7 @@ async fn get_objects(
         let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items});
         print!("{}", if fmt == Output::Json { print::json(&list) } else { print::yaml_document(&list) });
     }
-    not_read(errors)
+    objects_failed(errors)
 }
 
 /// Items of a list carry no `apiVersion` and `kind` in Kubernetes; a `List` of several types
@@ -1105,7 +1106,9 @@ async fn delete(client: &Client, ns: &str, args: &[String], files: &[String], ig
     if items.is_empty() {
         bail!("nothing to delete: give TYPE NAME... or -f FILE");
     }
-    let mut failed = false;
+    // As kubectl: every object is tried, and the errors of those not deleted end the command,
+    // each on its line, after the others were deleted.
+    let mut errors = Vec::new();
     for (rt, name, n) in items {
         let r = client.delete(&resource_path(rt.path_ref(), Some(&n), Some(&name))).await?;
         if r.ok() {
@@ -1113,14 +1116,10 @@ async fn delete(client: &Client, ns: &str, args: &[String], files: &[String], ig
         } else if r.code == 404 && ignore_not_found {
             continue;
         } else {
-            eprintln!("{}", r.into_result().err().map(|e| e.to_string()).unwrap_or_default());
-            failed = true;
+            errors.extend(r.into_result().err().map(|e| e.to_string()));
         }
     }
-    if failed {
-        bail!("some objects were not deleted");
-    }
-    Ok(())
+    objects_failed(errors)
 }
 
 async fn patch_cmd(
@@ -1185,7 +1184,9 @@ fn pool_target(args: &[String], verb: &str) -> Result<(String, String, String)> 
 
 fn pool_target_of(args: &[String], verb: &str) -> Result<(String, String, String)> {
     let (kind, name) = match args {
-        [one] => one.split_once('/').ok_or_else(|| anyhow!("want mcp/NAME or mcp NAME, got {one:?}"))?,
+        [one] => one.split_once('/').ok_or_else(|| {
+            anyhow!("rollout {verb}: want mcp/NAME or mcp NAME, got {one:?} (try: aloftctl rollout {verb} mcp/{one})")
+        })?,
         [kind, name] if !kind.contains('/') => (kind.as_str(), name.as_str()),
         _ => bail!("rollout {verb} takes one pool, as mcp/NAME or mcp NAME, not {:?}", args.join(" ")),
     };
@@ -1706,7 +1707,9 @@ async fn rollout_status(client: &Client, target: &[String], timeout: u64, not_co
                 if unreachable.as_deref() != Some(e.as_str()) {
                     end_line(&last);
                     last.clear();
-                    eprintln!("warning: {e}; still waiting (--timeout {timeout} s)");
+                    // `--timeout 0` waits for good, as kubectl's.
+                    let until = if timeout == 0 { "no timeout".to_string() } else { format!("--timeout {timeout} s") };
+                    eprintln!("warning: {e}; still waiting ({until})");
                 }
                 unreachable = Some(e);
                 Progress::Waiting(String::new(), None)
@@ -1966,10 +1969,10 @@ mod tests {
             held_by(&p).as_deref(),
             Some("3 ready, 1 unavailable (cordoned or NotReady nodes: aloftctl get nodes)")
         );
-        let budget = "w0, w1 wait(s): NodeDisruptionBudget pct allows 0 of 4 nodes unavailable and 0 already are, which blocks the group for good";
+        let budget = "w0, w1 wait: NodeDisruptionBudget pct allows 0 of 4 nodes unavailable and 0 already are, which blocks the group for good";
         p["status"] = json!({"machineCount": 4, "updatedMachineCount": 0, "readyMachineCount": 0,
             "conditions": [{"type": "BudgetBlocked", "status": "True", "reason": "NodeDisruptionBudget pct",
-                "message": format!("{budget}; w2 wait(s): NodeDisruptionBudget other allows 0")}]});
+                "message": format!("{budget}; w2 waits: NodeDisruptionBudget other allows 0")}]});
         let line = progress_line(&p, "worker", None);
         assert!(line.contains("0/4 updated, 0 degraded, target r2; blocked: "), "{line}");
         assert!(line.ends_with(&format!("{budget} …")), "{line}");
@@ -2042,7 +2045,7 @@ mod tests {
                    path /etc/p/q is under the file /etc/p of MachineConfig 30-p.";
         assert_eq!(named_and_gone(msg, &mcs), ["31-pq"]);
         assert!(named_and_gone(msg, &[mc("30-p", "infra"), mc("31-pq", "infra")]).is_empty());
-        assert!(named_and_gone("no MachineConfigs found matching the machineConfigSelector", &mcs).is_empty());
+        assert!(named_and_gone("no MachineConfigs found matching spec.machineConfigSelector", &mcs).is_empty());
     }
 
     #[test]

@@ -49,7 +49,11 @@ fn typed<T: serde::de::DeserializeOwned>(obj: &Value, out: &mut Vec<StatusCause>
         Err(e) => {
             let field = e.path().to_string();
             let field = if field == "." { String::new() } else { field };
-            out.push(cause(&field, "FieldValueInvalid", e.into_inner().to_string()));
+            out.push(cause(
+                &field,
+                "FieldValueInvalid",
+                aloft_api::json_words::in_json_terms(&e.into_inner().to_string()),
+            ));
             None
         }
     }
@@ -573,7 +577,7 @@ mod tests {
         let causes = object_causes(&crate::resources::MACHINE_CONFIG, &mc);
         assert_eq!(causes.len(), 1);
         assert_eq!(causes[0].field, "spec.kernelArguments");
-        assert!(causes[0].message.contains("expected a sequence"), "{}", causes[0].message);
+        assert_eq!(causes[0].message, "invalid type: string \"nosmt\", expected a list");
     }
 
     #[test]
@@ -815,7 +819,7 @@ mod tests {
             assert_eq!(
                 got,
                 [format!(
-                    "spec.config.storage.files[0].mode: mode {shown} is not a file mode (0 to 0o7777; write it in decimal, e.g. 420 for 0644)"
+                    "spec.config.storage.files[0].mode: {shown} is not a file mode (0 to 4095, i.e. 07777 octal; write it in decimal, e.g. 420 for 0644)"
                 )]
             );
         }
@@ -856,7 +860,7 @@ mod tests {
         );
         assert_eq!(
             mcfg(serde_json::json!({"sshkey": {"actions": [{"type": "Reboot"}, {"type": "Drain"}]}})),
-            ["spec.nodeDisruptionPolicy.sshkey.actions: sshkey: Reboot must be the only action"]
+            ["spec.nodeDisruptionPolicy.sshkey.actions: Reboot must be the only action"]
         );
         // No policy at all is the defaults.
         let none = causes_of(

@@ -1,0 +1,67 @@
+//! serde's type errors in the words of the JSON (or YAML) a user wrote: a 422 cause or a
+//! refusal said `expected i64` or `expected struct LabelSelector`, Rust's names for what the
+//! user must write as an integer or an object.
+
+/// `message` with serde's names of types (in `invalid type: X, expected Y`) put as JSON names
+/// them; any other message unchanged.
+pub fn in_json_terms(message: &str) -> String {
+    let Some((head, expected)) = message.rsplit_once(", expected ") else { return message.to_string() };
+    let head = match head.strip_prefix("invalid type: ") {
+        Some(got) => format!("invalid type: {}", got_in_json(got)),
+        None => head.to_string(),
+    };
+    format!("{head}, expected {}", expected_in_json(expected))
+}
+
+fn got_in_json(got: &str) -> String {
+    match got {
+        "map" => "object".into(),
+        "sequence" => "list".into(),
+        "unit value" => "null".into(),
+        other => match other.strip_prefix("floating point ") {
+            Some(n) => format!("number {}", n.trim_matches('`')),
+            None => other.to_string(),
+        },
+    }
+}
+
+fn expected_in_json(expected: &str) -> &str {
+    match expected {
+        "i8" | "i16" | "i32" | "i64" | "i128" | "isize" | "u8" | "u16" | "u32" | "u64" | "u128" | "usize" => {
+            "an integer"
+        }
+        "f32" | "f64" => "a number",
+        "a sequence" => "a list",
+        "a map" => "an object",
+        other if other.starts_with("struct ") || other.starts_with("a map") => "an object",
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rust_type_names_become_json_ones() {
+        let cases = [
+            ("invalid type: string \"0644\", expected i64", "invalid type: string \"0644\", expected an integer"),
+            (
+                "invalid type: string \"x\", expected struct LabelSelector",
+                "invalid type: string \"x\", expected an object",
+            ),
+            ("invalid type: string \"nope\", expected a sequence", "invalid type: string \"nope\", expected a list"),
+            ("invalid type: map, expected a string", "invalid type: object, expected a string"),
+            ("invalid type: sequence, expected u32", "invalid type: list, expected an integer"),
+            ("invalid type: floating point `1.5`, expected i64", "invalid type: number 1.5, expected an integer"),
+            ("invalid value: integer `-1`, expected u32", "invalid value: integer `-1`, expected an integer"),
+            ("missing field `path`", "missing field `path`"),
+            ("invalid type: string \"yes\", expected a boolean", "invalid type: string \"yes\", expected a boolean"),
+        ];
+        for (serde, json) in cases {
+            assert_eq!(in_json_terms(serde), json, "{serde}");
+        }
+        // What is not serde's is left as it is.
+        assert_eq!(in_json_terms("path must be absolute"), "path must be absolute");
+    }
+}
