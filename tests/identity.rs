@@ -73,7 +73,7 @@ async fn a_deleted_node_registers_again_and_a_revoked_agent_says_why_it_stops() 
     eventually(Duration::from_secs(60), "the agent's ERROR about its revoked credential", || async {
         let log = h.log();
         let said = log.lines().any(|l| l.contains("ERROR") && l.contains("credential no longer works"));
-        let exited = log.lines().any(|l| l.starts_with("Error:") && l.contains("credential no longer works"));
+        let exited = log.lines().any(|l| l.starts_with("error: ") && l.contains("credential no longer works"));
         Ok((said && exited).then_some(()))
     })
     .await;

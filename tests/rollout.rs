@@ -1671,7 +1671,7 @@ async fn an_empty_node_selector_is_warned_about() {
     create(&admin, &MACHINE_CONFIG_POOL, &p).await;
     let msg =
         event_with(&admin, "MachineConfigPool", "worker", "SelectingAll", "A non-empty selector is required").await;
-    assert!(msg.contains("it selects no node"), "{msg}");
+    assert!(msg.contains("this pool selects no node"), "{msg}");
     let ev = events(&admin, "MachineConfigPool", "worker", "SelectingAll").await;
     assert_eq!(ev[0]["type"], "Warning");
     assert_eq!(pool(&admin).await.pointer("/status/machineCount"), Some(&json!(0)));

@@ -32,7 +32,10 @@ struct Compiled {
     node_group: Vec<Option<u32>>,
 }
 
-/// Why a node may not be disrupted now.
+/// Why a node may not be disrupted now. `group.unavailable` counts the other nodes of the group
+/// only: with the node itself they are more than the group allows. (Counting the node too, the
+/// words changed once it was unavailable for the wait itself: a drain past its timeout read
+/// "allows 1 ... and 2 already are", the second one the node held back.)
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Blocked {
     pub budget: String,
@@ -96,13 +99,14 @@ impl Ledger {
     /// that one (naming a budget that is merely full sent an operator to fix the wrong one);
     /// else the first by name.
     pub fn check(&self, i: usize) -> Result<(), Blocked> {
-        let extra = usize::from(!self.counted.get(i).copied().unwrap_or(false));
+        let counted = self.counted.get(i).copied().unwrap_or(false);
         let mut first: Option<Blocked> = None;
         for b in &self.budgets {
             if let Some(g) = b.node_group.get(i).copied().flatten() {
                 let g = &b.groups[g as usize];
-                if g.unavailable + extra > g.allowed {
-                    let blocked = Blocked { budget: b.name.clone(), group: g.clone() };
+                let others = g.unavailable.saturating_sub(usize::from(counted));
+                if others + 1 > g.allowed {
+                    let blocked = Blocked { budget: b.name.clone(), group: Group { unavailable: others, ..g.clone() } };
                     if g.allowed == 0 {
                         return Err(blocked);
                     }
