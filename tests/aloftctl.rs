@@ -910,7 +910,7 @@ async fn rollout_status_waits_for_a_reverted_node_to_report() {
     .await;
     // Still degraded by n1's report on the bad config: the window the wait must not fail in.
     pool_when(&c, "worker", "the pool still degraded", |p| pool_condition_true(p, "NodeDegraded")).await;
-    let waiting = format!("waiting for degraded node(s) n1 to take {old}");
+    let waiting = format!("waiting for degraded node n1 to take {old}: it failed on another config");
 
     // No report: the old failure stands once the grace is over.
     let out = ctl(&c, &["rollout", "status", "mcp/worker", "--timeout", "60"]);
@@ -982,6 +982,8 @@ async fn api_resources_resume_empty_apply_and_describe() {
     // The likeliest slip, a bare pool name, is answered with the command to type.
     let err = String::from_utf8_lossy(&ctl(&c, &["rollout", "status", "worker"]).stderr).to_string();
     assert!(err.contains("(try: aloftctl rollout status mcp/worker)"), "{err}");
+    let err = String::from_utf8_lossy(&ctl(&c, &["rollout", "resume", "mcp"]).stderr).to_string();
+    assert!(err.contains("no pool name in \"mcp\" (try: aloftctl rollout resume mcp/NAME)"), "{err}");
     // --timeout takes a duration as kubectl does.
     let out = ok(&c, &["rollout", "status", "mcp/worker", "--timeout", "1m"]);
     assert!(out.contains("pool worker is updated"), "{out}");

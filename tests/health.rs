@@ -470,7 +470,10 @@ async fn serve_keeps_the_data_dirs_mode_raises_its_file_limit_stops_cleanly_and_
     std::fs::remove_file(c.data_dir().join("ca.key")).unwrap();
     std::fs::remove_file(c.data_dir().join("admin.token")).unwrap();
     let err = serve_until_listening(&c.data_dir(), "", "").map(|_| ()).expect_err("refused without its CA");
-    assert!(err.contains("ca.crt") && err.contains("1 enrolled node(s)") && err.contains("--new-ca"), "{err}");
+    assert!(
+        err.contains("ca.crt") && err.contains("1 enrolled node, whose agents") && err.contains("--new-ca"),
+        "{err}"
+    );
     assert!(!c.data_dir().join("ca.crt").exists(), "nothing issued");
     assert!(!c.data_dir().join("admin.token").exists(), "a refused start writes no admin token");
     let (mut child, _) = serve_until_listening(&c.data_dir(), "", "--new-ca").expect("--new-ca serves");

@@ -218,7 +218,7 @@ impl NodeDisruptionPolicy {
         let p: Self = serde_path_to_error::deserialize(policy).map_err(|e| {
             let at = e.path().to_string();
             let field = if at == "." { POLICY_FIELD.to_string() } else { format!("{POLICY_FIELD}.{at}") };
-            field_error(field, e.into_inner().to_string())
+            field_error(field, crate::json_words::in_json_terms(&e.into_inner().to_string()))
         })?;
         p.validate()?;
         Ok(p)

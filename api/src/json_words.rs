@@ -6,11 +6,31 @@
 /// them; any other message unchanged.
 pub fn in_json_terms(message: &str) -> String {
     let Some((head, expected)) = message.rsplit_once(", expected ") else { return message.to_string() };
-    let head = match head.strip_prefix("invalid type: ") {
-        Some(got) => format!("invalid type: {}", got_in_json(got)),
-        None => head.to_string(),
-    };
+    if let Some(got) = head.strip_prefix("invalid type: ") {
+        return format!("invalid type: {}, expected {}", got_in_json(got), expected_in_json(expected));
+    }
+    // An integer out of the type's range: "expected an integer" would contradict it.
+    if head.starts_with("invalid value: ") {
+        if let Some(range) = integer_range(expected) {
+            return format!("{head}, expected an integer from {range}");
+        }
+    }
     format!("{head}, expected {}", expected_in_json(expected))
+}
+
+/// The range of a Rust integer type, as a user would write its bounds.
+fn integer_range(ty: &str) -> Option<String> {
+    Some(match ty {
+        "u8" => format!("0 to {}", u8::MAX),
+        "u16" => format!("0 to {}", u16::MAX),
+        "u32" => format!("0 to {}", u32::MAX),
+        "u64" | "usize" => format!("0 to {}", u64::MAX),
+        "i8" => format!("{} to {}", i8::MIN, i8::MAX),
+        "i16" => format!("{} to {}", i16::MIN, i16::MAX),
+        "i32" => format!("{} to {}", i32::MIN, i32::MAX),
+        "i64" | "isize" => format!("{} to {}", i64::MIN, i64::MAX),
+        _ => return None,
+    })
 }
 
 fn got_in_json(got: &str) -> String {
@@ -54,7 +74,15 @@ mod tests {
             ("invalid type: map, expected a string", "invalid type: object, expected a string"),
             ("invalid type: sequence, expected u32", "invalid type: list, expected an integer"),
             ("invalid type: floating point `1.5`, expected i64", "invalid type: number 1.5, expected an integer"),
-            ("invalid value: integer `-1`, expected u32", "invalid value: integer `-1`, expected an integer"),
+            (
+                "invalid value: integer `-1`, expected u32",
+                "invalid value: integer `-1`, expected an integer from 0 to 4294967295",
+            ),
+            (
+                "invalid value: integer `9223372036854775808`, expected i64",
+                "invalid value: integer `9223372036854775808`, expected an integer from -9223372036854775808 to \
+                 9223372036854775807",
+            ),
             ("missing field `path`", "missing field `path`"),
             ("invalid type: string \"yes\", expected a boolean", "invalid type: string \"yes\", expected a boolean"),
         ];

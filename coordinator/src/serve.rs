@@ -218,11 +218,12 @@ async fn check_ca(pki: &tls::Pki, store: &SqliteStore, new_ca: bool) -> Result<(
         return Ok(());
     }
     bail!(
-        "{} or {} is missing, but the store has {nodes} enrolled node(s), whose agents trust that CA: \
+        "{} or {} is missing, but the store has {nodes} enrolled {}, whose agents trust that CA: \
          restore both files from the backup of this data dir; or pass --new-ca to issue a new CA, \
          and then give every agent the new ca.crt (its --ca file)",
         pki.ca_cert.display(),
-        pki.ca_key.display()
+        pki.ca_key.display(),
+        if nodes == 1 { "node" } else { "nodes" }
     )
 }
 

@@ -350,7 +350,7 @@ async fn run() -> Result<()> {
             Ok(())
         }
         Cmd::Token { cmd: TokenCmd::Revoke { data_dir, name } } => {
-            if name.eq_ignore_ascii_case("admin") {
+            if name == "admin" {
                 anyhow::bail!(
                     "the admin token is not revoked this way: `serve` puts it back from {} (or --admin-token-file) at its next start. \
                      To rotate it: stop the coordinator, remove that file, and start it again (a new admin token and admin.kubeconfig are written, and the old token stops working)",

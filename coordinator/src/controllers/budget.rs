@@ -42,11 +42,15 @@ pub struct Blocked {
     pub group: Group,
 }
 
+/// How every [`Blocked`] message starts: the drain controller tells a budget's wait from a
+/// hook's failure by it.
+pub const BLOCKED_PREFIX: &str = "NodeDisruptionBudget ";
+
 impl std::fmt::Display for Blocked {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "NodeDisruptionBudget {} allows {} of {} nodes{} unavailable and {} already are",
+            "{BLOCKED_PREFIX}{} allows {} of {} nodes{} unavailable and {} already are",
             self.budget,
             self.group.allowed,
             self.group.total,
@@ -303,6 +307,13 @@ mod tests {
             "NodeDisruptionBudget db-per-zone allows 1 of 2 nodes (zone=a) unavailable and 1 already are"
         );
         assert!(l.check(0).is_ok(), "a node already counted does not count twice");
+        // A node counted as unavailable (a drain past its timeout) and held back: the message
+        // counts the others, as it did before the node was counted.
+        let both = Ledger::new(&budgets, &refs, &[true, true, false, false, false]);
+        assert_eq!(
+            both.check(1).unwrap_err().to_string(),
+            "NodeDisruptionBudget db-per-zone allows 1 of 2 nodes (zone=a) unavailable and 1 already are"
+        );
         assert!(l.check(2).is_ok(), "another zone is another group");
         l.take(2);
         assert!(l.check(3).is_err());

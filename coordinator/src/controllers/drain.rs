@@ -19,7 +19,7 @@
 //! every 2 s per stuck node for as long as it is down. The back-off delays nothing else: other
 //! nodes, the drain timeout (the controller wakes for it) and the retry after a success.
 
-use super::budget::Ledger;
+use super::budget::{self, Ledger};
 use super::cache::Cache;
 use super::events::{reasons, EventType, Involved, Recorder};
 use super::hooks::{HookRequest, Hooks, Phase};
@@ -570,6 +570,12 @@ async fn pass(
                     continue;
                 }
                 ledger.take(i);
+                // The budget lets it go now: a mark made from here on must not blame it (a
+                // hook's failure, recorded by its call, is kept).
+                let mut last = lock(&ctx.last_error);
+                if last.get(&name).is_some_and(|e| e.starts_with(budget::BLOCKED_PREFIX)) {
+                    last.remove(&name);
+                }
             }
             ctx.events.forget(&Involved::node(&name), reasons::BUDGET_BLOCKED);
         }

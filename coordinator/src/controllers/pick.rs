@@ -62,9 +62,10 @@ impl std::fmt::Display for Wait {
             Wait::NotReady { nodes } => {
                 write!(
                     f,
-                    "{} left to update {} not Ready or cordoned; they are picked once Ready and uncordoned",
+                    "{} left to update {} not Ready or cordoned; {} picked once Ready and uncordoned",
                     plural(nodes.len(), "node"),
-                    if nodes.len() == 1 { "is" } else { "are" }
+                    if nodes.len() == 1 { "is" } else { "are" },
+                    if nodes.len() == 1 { "it is" } else { "they are" }
                 )
             }
             Wait::Policy(HoldReason::Canary { canaries }) => match canaries {
@@ -144,12 +145,12 @@ pub struct FirstConfig {
     pub held: Held,
 }
 
-/// Up to five names, then a count: messages stay short on big fleets.
 /// `1 node`, `2 nodes`.
 fn plural(n: usize, noun: &str) -> String {
     format!("{n} {noun}{}", if n == 1 { "" } else { "s" })
 }
 
+/// Up to five names, then a count: messages stay short on big fleets.
 pub fn names_text(names: &[String]) -> String {
     if names.len() <= 5 {
         names.join(", ")

@@ -1110,7 +1110,15 @@ async fn delete(client: &Client, ns: &str, args: &[String], files: &[String], ig
     // each on its line, after the others were deleted.
     let mut errors = Vec::new();
     for (rt, name, n) in items {
-        let r = client.delete(&resource_path(rt.path_ref(), Some(&n), Some(&name))).await?;
+        let r = match client.delete(&resource_path(rt.path_ref(), Some(&n), Some(&name))).await {
+            Ok(r) => r,
+            // The server out of reach: nothing more is tried, and the errors so far are said too.
+            Err(e) if errors.is_empty() => return Err(e),
+            Err(e) => {
+                errors.push(format!("error: {e:#}"));
+                break;
+            }
+        };
         if r.ok() {
             println!("{} {name:?} deleted", rt.singular_qualified());
         } else if r.code == 404 && ignore_not_found {
@@ -1184,8 +1192,12 @@ fn pool_target(args: &[String], verb: &str) -> Result<(String, String, String)> 
 
 fn pool_target_of(args: &[String], verb: &str) -> Result<(String, String, String)> {
     let (kind, name) = match args {
-        [one] => one.split_once('/').ok_or_else(|| {
-            anyhow!("rollout {verb}: want mcp/NAME or mcp NAME, got {one:?} (try: aloftctl rollout {verb} mcp/{one})")
+        [one] => one.split_once('/').ok_or_else(|| match resolve(one) {
+            // A type without a name (`rollout resume mcp`).
+            Ok(_) => anyhow!("rollout {verb}: no pool name in {one:?} (try: aloftctl rollout {verb} {one}/NAME)"),
+            Err(_) => anyhow!(
+                "rollout {verb}: want mcp/NAME or mcp NAME, got {one:?} (try: aloftctl rollout {verb} mcp/{one})"
+            ),
         })?,
         [kind, name] if !kind.contains('/') => (kind.as_str(), name.as_str()),
         _ => bail!("rollout {verb} takes one pool, as mcp/NAME or mcp NAME, not {:?}", args.join(" ")),
@@ -1504,8 +1516,10 @@ async fn pool_progress(
             if let Some(nodes) = degraded_elsewhere(client, pool, want).await? {
                 if Grace::within(&mut grace.nodes) {
                     let why = format!(
-                        "waiting for degraded node(s) {} to take {want}: they failed on another config",
-                        crate::controllers::pick::names_text(&nodes)
+                        "waiting for degraded {} {} to take {want}: {} on another config",
+                        if nodes.len() == 1 { "node" } else { "nodes" },
+                        crate::controllers::pick::names_text(&nodes),
+                        if nodes.len() == 1 { "it failed" } else { "they failed" }
                     );
                     return Ok(Progress::Waiting(format!("pool {name}: {why}"), Some(why)));
                 }
