@@ -156,16 +156,8 @@ fn config_arg(args: &[String]) -> Option<&str> {
     })
 }
 
-/// Errors on one line, the chain joined with `: ` (as aloftctl's and kubectl's), not Rust's
-/// multi-line `Error: ... Caused by:` that journald splits into entries.
 fn main() -> std::process::ExitCode {
-    match run() {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    aloft_api::exit::report(run())
 }
 
 fn run() -> Result<()> {

@@ -9,6 +9,7 @@ pub mod budget;
 pub mod build;
 pub mod content;
 pub mod disruption;
+pub mod exit;
 pub mod exposition;
 pub mod ignition;
 pub mod json_words;

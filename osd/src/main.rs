@@ -80,16 +80,8 @@ fn bind(path: &std::path::Path) -> Result<UnixListener> {
     bound.with_context(|| format!("binding {}", path.display()))
 }
 
-/// Errors on one line, the chain joined with `: ` (as aloftctl's and kubectl's), not Rust's
-/// multi-line `Error: ... Caused by:` that journald splits into entries.
 fn main() -> std::process::ExitCode {
-    match run() {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    aloft_api::exit::report(run())
 }
 
 fn run() -> Result<()> {

@@ -255,16 +255,8 @@ fn init_tracing() {
         .init();
 }
 
-/// Errors on one line, the chain joined with `: ` (as aloftctl's and kubectl's), not Rust's
-/// multi-line `Error: ... Caused by:` that journald splits into entries.
 fn main() -> std::process::ExitCode {
-    match run() {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    aloft_api::exit::report(run())
 }
 
 #[tokio::main]
