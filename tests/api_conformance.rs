@@ -525,6 +525,15 @@ async fn invalid_objects_are_422_with_field_paths() {
     assert_eq!(cause_fields(&r.body), vec!["spec.maxUnavailable"], "{}", r.body);
     assert_eq!(r.body["details"]["name"], "bad-mu");
     assert_eq!(r.body["details"]["kind"], "MachineConfigPool");
+    // As kube-apiserver words it: the qualified kind, and the group in the details.
+    assert_eq!(r.body["details"]["group"], "machineconfiguration.openshift.io");
+    assert!(
+        r.body["message"].as_str().unwrap().starts_with(
+            "MachineConfigPool.machineconfiguration.openshift.io \"bad-mu\" is invalid: spec.maxUnavailable: "
+        ),
+        "{}",
+        r.body
+    );
 
     let mut p = machine_config_pool("bad-sel", "x");
     p["spec"]["machineConfigSelector"] =

@@ -849,7 +849,7 @@ async fn error_texts_name_the_field_and_kind() {
         assert_eq!(
             message(&r),
             format!(
-                "MachineConfigPool \"worker\" is invalid: spec.maxUnavailable: Invalid value: {shown}: must be an integer or a percentage like \"10%\""
+                "MachineConfigPool.machineconfiguration.openshift.io \"worker\" is invalid: spec.maxUnavailable: Invalid value: {shown}: must be an integer or a percentage like \"10%\""
             )
         );
     }

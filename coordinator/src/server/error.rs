@@ -125,15 +125,22 @@ impl ApiError {
     pub fn method_not_allowed(message: impl Into<String>) -> Self {
         Self::new(405, "MethodNotAllowed", message)
     }
-    /// 422 with one cause per field error.
+    /// 422 with one cause per field error, worded as kube-apiserver's `NewInvalid`: `kind` is
+    /// the qualified kind (`MachineConfigPool.machineconfiguration.openshift.io`, or `Node` for
+    /// the core group), the causes after it, in brackets when there are several; the details
+    /// carry the bare kind and the group.
     pub fn invalid(kind: &str, name: &str, causes: Vec<StatusCause>) -> Self {
-        let summary = causes
+        let each: Vec<String> = causes
             .iter()
             .map(|c| if c.field.is_empty() { c.message.clone() } else { format!("{}: {}", c.field, c.message) })
-            .collect::<Vec<_>>()
-            .join(", ");
+            .collect();
+        let summary = match each.as_slice() {
+            [one] => one.clone(),
+            many => format!("[{}]", many.join(", ")),
+        };
         let mut e = Self::new(422, "Invalid", format!("{kind} {name:?} is invalid: {summary}"));
-        e.status.details = Some(StatusDetails { name: name.into(), kind: kind.into(), causes, ..Default::default() });
+        let (bare, group) = kind.split_once('.').unwrap_or((kind, ""));
+        e.status.details = Some(StatusDetails { name: name.into(), kind: bare.into(), group: group.into(), causes });
         e
     }
     pub fn internal(message: impl Into<String>) -> Self {
@@ -173,5 +180,32 @@ impl IntoResponse for ApiError {
         let code = StatusCode::from_u16(self.status.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let response = (code, axum::Json(*self.status)).into_response();
         super::fields::with_warnings(response, &self.warnings)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// kube-apiserver's `NewInvalid`: one cause as it is, several in brackets; the details
+    /// split the qualified kind into kind and group.
+    #[test]
+    fn invalid_reads_as_kube_apiservers() {
+        let one = ApiError::invalid("Node", "n1", vec![cause("metadata.name", "FieldValueInvalid", "bad")]);
+        assert_eq!(one.status.message, "Node \"n1\" is invalid: metadata.name: bad");
+        let two = ApiError::invalid(
+            "MachineConfigPool.machineconfiguration.openshift.io",
+            "w",
+            vec![cause("spec.a", "FieldValueInvalid", "x"), cause("spec.b", "FieldValueRequired", "y")],
+        );
+        assert_eq!(
+            two.status.message,
+            "MachineConfigPool.machineconfiguration.openshift.io \"w\" is invalid: [spec.a: x, spec.b: y]"
+        );
+        let details = two.status.details.unwrap();
+        assert_eq!(
+            (details.kind.as_str(), details.group.as_str()),
+            ("MachineConfigPool", "machineconfiguration.openshift.io")
+        );
     }
 }

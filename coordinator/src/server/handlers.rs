@@ -87,7 +87,9 @@ impl Call<'_> {
         ApiError::from_store(e, &self.qualified(), name)
     }
     fn invalid(&self, name: &str, causes: Vec<aloft_api::StatusCause>) -> ApiError {
-        ApiError::invalid(self.path.rt.kind, name, causes)
+        let rt = self.path.rt;
+        let kind = if rt.group.is_empty() { rt.kind.to_string() } else { format!("{}.{}", rt.kind, rt.group) };
+        ApiError::invalid(&kind, name, causes)
     }
     /// Admission of `obj` (an update of `stored`, or a create): Ok with the warnings its
     /// finalizer names earn.
@@ -308,7 +310,7 @@ impl ListVersion {
         let rv = params.get("resourceVersion").map(String::as_str).unwrap_or("");
         let invalid = |message: &str, value: &str| {
             ApiError::invalid(
-                "ListOptions",
+                "ListOptions.meta.k8s.io",
                 "",
                 vec![super::error::cause("resourceVersionMatch", "FieldValueInvalid", format!("{value:?}: {message}"))],
             )

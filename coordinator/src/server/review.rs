@@ -157,7 +157,7 @@ fn check_type(review: Review, obj: &Value) -> Result<(), ApiError> {
 fn invalid(field: &str, value: &Value, message: &str) -> ApiError {
     let shown = serde_json::to_string(value).unwrap_or_default();
     ApiError::invalid(
-        "SelfSubjectAccessReview",
+        "SelfSubjectAccessReview.authorization.k8s.io",
         "",
         vec![cause(field, "FieldValueInvalid", format!("Invalid value: {shown}: {message}"))],
     )

@@ -247,7 +247,7 @@ pub async fn serve(
 /// kube-apiserver, it needs `resourceVersionMatch=NotOlderThan` and `allowWatchBookmarks=true`.
 fn send_initial_events(params: &HashMap<String, String>) -> Result<bool, ApiError> {
     let invalid = |field: &str, message: &str| {
-        ApiError::invalid("ListOptions", "", vec![super::error::cause(field, "FieldValueInvalid", message)])
+        ApiError::invalid("ListOptions.meta.k8s.io", "", vec![super::error::cause(field, "FieldValueInvalid", message)])
     };
     match params.get("sendInitialEvents").map(String::as_str) {
         None | Some("") | Some("false") => {
