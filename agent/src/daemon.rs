@@ -1569,7 +1569,7 @@ const LOGIND_BLOCKED: &str = "org.freedesktop.login1.BlockedByInhibitorLock";
 /// that means on a host that is still up (the shutdown is held, most often by a delay
 /// inhibitor) and where to look: logind's own words alone read as if the reboot were under way.
 fn refused_reboot_reason(error: &crate::host::ServiceError) -> String {
-    let crate::host::ServiceError::Call { message, .. } = error;
+    let message = error.message();
     let hint = if message.contains(LOGIND_IN_PROGRESS) {
         "logind holds a shutdown it has not carried out (an inhibitor in delay mode? `systemd-inhibit --list` \
          shows them): "

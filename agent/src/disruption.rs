@@ -311,23 +311,17 @@ pub fn plan(changes: &Changes, policy: &Policy) -> Plan {
 /// already names it (`Restart crio.service`); a Special action says what it ran (`reload
 /// crio.service`).
 #[derive(Debug, thiserror::Error)]
-#[error("rebootless action {} failed: {}", describe(action, error), error_message(error))]
+#[error("rebootless action {} failed: {}", describe(action, error), error.message())]
 pub struct ExecuteError {
     pub action: Action,
     pub error: crate::host::ServiceError,
 }
 
 fn describe(action: &Action, error: &crate::host::ServiceError) -> String {
-    let crate::host::ServiceError::Call { operation, .. } = error;
     match action {
-        Action::Special => format!("{action} ({operation})"),
+        Action::Special => format!("{action} ({})", error.operation()),
         other => other.to_string(),
     }
-}
-
-fn error_message(error: &crate::host::ServiceError) -> &str {
-    let crate::host::ServiceError::Call { message, .. } = error;
-    message
 }
 
 /// Run a rebootless plan's actions in order: DaemonReload, reloads (Special reloads CRI-O, as

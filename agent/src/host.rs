@@ -32,6 +32,20 @@ pub enum ServiceError {
     Call { operation: String, message: String },
 }
 
+impl ServiceError {
+    /// What was asked, e.g. `restart crio.service`.
+    pub fn operation(&self) -> &str {
+        let ServiceError::Call { operation, .. } = self;
+        operation
+    }
+
+    /// systemd's or logind's answer alone, for a reason that names the operation itself.
+    pub fn message(&self) -> &str {
+        let ServiceError::Call { message, .. } = self;
+        message
+    }
+}
+
 /// What the agent asks of systemd and logind. Each method is one D-Bus call (or a batch of one
 /// kind) so the journal can record it and replay it after a crash; all are idempotent.
 #[async_trait]

@@ -53,7 +53,7 @@ fn expected_in_json(expected: &str) -> &str {
         "f32" | "f64" => "a number",
         "a sequence" => "a list",
         "a map" => "an object",
-        other if other.starts_with("struct ") || other.starts_with("a map") => "an object",
+        other if other.starts_with("struct ") => "an object",
         other => other,
     }
 }

@@ -42,15 +42,11 @@ pub struct Blocked {
     pub group: Group,
 }
 
-/// How every [`Blocked`] message starts: the drain controller tells a budget's wait from a
-/// hook's failure by it.
-pub const BLOCKED_PREFIX: &str = "NodeDisruptionBudget ";
-
 impl std::fmt::Display for Blocked {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{BLOCKED_PREFIX}{} allows {} of {} nodes{} unavailable and {} already are",
+            "NodeDisruptionBudget {} allows {} of {} nodes{} unavailable and {} already are",
             self.budget,
             self.group.allowed,
             self.group.total,

@@ -19,7 +19,7 @@
 //! every 2 s per stuck node for as long as it is down. The back-off delays nothing else: other
 //! nodes, the drain timeout (the controller wakes for it) and the retry after a success.
 
-use super::budget::{self, Ledger};
+use super::budget::Ledger;
 use super::cache::Cache;
 use super::events::{reasons, EventType, Involved, Recorder};
 use super::hooks::{HookRequest, Hooks, Phase};
@@ -204,6 +204,22 @@ fn humanize(seconds: i64) -> String {
     format!("{n} {unit}{}", if n == 1 { "" } else { "s" })
 }
 
+/// Why a node's drain has not finished: a budget's wait, which ends when the budget lets the
+/// node go, or a hook call's failure, which stands until a call succeeds.
+#[derive(Debug, Clone)]
+enum Holdup {
+    Budget(String),
+    Hook(String),
+}
+
+impl Holdup {
+    fn text(&self) -> &str {
+        match self {
+            Holdup::Budget(t) | Holdup::Hook(t) => t,
+        }
+    }
+}
+
 #[derive(Clone)]
 struct Ctx {
     events: Recorder,
@@ -213,7 +229,7 @@ struct Ctx {
     /// The id of the next task ([`Running::id`]).
     next_id: Arc<std::sync::atomic::AtomicU64>,
     /// The last reason a node's drain did not finish (for the timeout message).
-    last_error: Arc<Mutex<HashMap<String, String>>>,
+    last_error: Arc<Mutex<HashMap<String, Holdup>>>,
     /// The back-off of the nodes whose call failed.
     backoffs: Arc<Mutex<Backoffs>>,
     /// Told when a drain or uncordon task ends, so that the controller takes its outcome into
@@ -491,7 +507,8 @@ async fn pass(
             // Said afresh on every pass, so the mark follows what holds the drain now (a budget
             // that freed up, then a hook that fails); after a restart, before this process has
             // seen a failure of its own, the mark it finds stands.
-            let msg = match (lock(&ctx.last_error).get(&name).cloned(), node.annotation(ann::DRAIN_FAILURE)) {
+            let why = lock(&ctx.last_error).get(&name).map(|h| h.text().to_string());
+            let msg = match (why, node.annotation(ann::DRAIN_FAILURE)) {
                 (None, Some(marked)) => marked.to_string(),
                 (why, _) => format!(
                     "failed to {what} node: {name} after {}: {}",
@@ -557,7 +574,7 @@ async fn pass(
                     }
                     // The config the drain is for, not the request's token.
                     let msg = format!("the drain for {} waits: {b}", r.strip_prefix("drain-").unwrap_or(r));
-                    lock(&ctx.last_error).insert(name.clone(), b.to_string());
+                    lock(&ctx.last_error).insert(name.clone(), Holdup::Budget(b.to_string()));
                     ctx.events.emit(&Involved::node(&name), EventType::Normal, reasons::BUDGET_BLOCKED, &msg);
                     // Not a poll: whatever frees the budget (a node back in service, a budget
                     // edited or deleted) is an event, and every event runs a pass. Due again for
@@ -573,7 +590,7 @@ async fn pass(
                 // The budget lets it go now: a mark made from here on must not blame it (a
                 // hook's failure, recorded by its call, is kept).
                 let mut last = lock(&ctx.last_error);
-                if last.get(&name).is_some_and(|e| e.starts_with(budget::BLOCKED_PREFIX)) {
+                if matches!(last.get(&name), Some(Holdup::Budget(_))) {
                     last.remove(&name);
                 }
             }
@@ -706,7 +723,7 @@ impl Job {
         }
         if let Err(e) = self.ctx.hooks.call_all(&self.hooks, &self.hook_request(Phase::Drain, r)).await {
             let msg = e.to_string();
-            lock(&self.ctx.last_error).insert(self.node.clone(), msg.clone());
+            lock(&self.ctx.last_error).insert(self.node.clone(), Holdup::Hook(msg.clone()));
             // The Event says which call failed: a failing uncordon call is another Event, not a
             // count on the drain's.
             let event = format!("draining: {msg}");
@@ -724,7 +741,7 @@ impl Job {
         // drain's is; past the pool's drain timeout it is marked as a drain would be.
         if let Err(e) = self.ctx.hooks.call_all(&self.hooks, &self.hook_request(Phase::Uncordon, r)).await {
             let msg = e.to_string();
-            lock(&self.ctx.last_error).insert(self.node.clone(), msg.clone());
+            lock(&self.ctx.last_error).insert(self.node.clone(), Holdup::Hook(msg.clone()));
             let event = format!("uncordoning: {msg}");
             self.ctx.events.emit(&Involved::node(&self.node), EventType::Warning, reasons::DRAIN_HOOK_FAILED, &event);
             // When the uncordon started, for its timeout (the drain's mark went with its answer).
