@@ -33,8 +33,14 @@ pub struct HookRequest<'a> {
 pub enum HookError {
     #[error("drain hook {url} did not answer within {seconds} s")]
     Timeout { url: String, seconds: i64 },
-    #[error("drain hook {url} answered HTTP {code}{}{}", redirect_advice(*.code), if body.is_empty() { String::new() } else { format!(": {body}") })]
-    Status { url: String, code: u16, body: String },
+    #[error("drain hook {url} answered HTTP {code}{}{}", redirect_advice(*.code, location.as_deref()), if body.is_empty() { String::new() } else { format!(": {body}") })]
+    Status {
+        url: String,
+        code: u16,
+        body: String,
+        /// Where a redirect pointed (without credentials): what the hook's URL should say.
+        location: Option<String>,
+    },
     #[error("drain hook {url} failed: {message}")]
     Request { url: String, message: String },
 }
@@ -80,8 +86,9 @@ impl Hooks {
         if code.is_success() {
             return Ok(());
         }
+        let location = code.is_redirection().then(|| redirect_target(&hook.url, &resp)).flatten();
         let body = tokio::time::timeout(timeout, body_start(resp)).await.unwrap_or_default();
-        Err(HookError::Status { url, code: code.as_u16(), body })
+        Err(HookError::Status { url, code: code.as_u16(), body, location })
     }
 }
 
@@ -104,13 +111,24 @@ async fn body_start(mut resp: reqwest::Response) -> String {
     String::from_utf8_lossy(&bytes).chars().take(BODY_CHARS).collect()
 }
 
-/// What a redirect answer needs said: the hook is not followed there.
-fn redirect_advice(code: u16) -> &'static str {
-    if (300..400).contains(&code) {
-        " (a redirect; drain hooks do not follow redirects: give the hook's final URL)"
-    } else {
-        ""
+/// What a redirect answer needs said: the hook is not followed there, and where it pointed, so
+/// the pool's spec can name that URL instead (a load balancer moved to HTTPS, a path renamed).
+fn redirect_advice(code: u16, location: Option<&str>) -> String {
+    if !(300..400).contains(&code) {
+        return String::new();
     }
+    match location {
+        Some(to) => format!(" (a redirect to {to}; drain hooks do not follow redirects: give the hook's final URL)"),
+        None => " (a redirect; drain hooks do not follow redirects: give the hook's final URL)".into(),
+    }
+}
+
+/// A redirect's `Location`, resolved against the hook's URL (it may be relative) and shown as
+/// [`redacted`] shows URLs: a token in its query must not reach Events either.
+fn redirect_target(hook_url: &str, resp: &reqwest::Response) -> Option<String> {
+    let location = resp.headers().get(reqwest::header::LOCATION)?.to_str().ok()?;
+    let absolute = reqwest::Url::parse(hook_url).ok()?.join(location).ok()?;
+    Some(redacted(absolute.as_str()))
 }
 
 /// A hook's URL as errors show it: `scheme://host[:port]/path`, without the user and password,
@@ -175,7 +193,8 @@ mod tests {
                 let text = String::from_utf8_lossy(&buf[..n]).into_owned();
                 lines.push(text.lines().next().unwrap_or_default().to_string());
                 let answer = if lines.len() == 1 {
-                    format!("HTTP/1.1 302 Found\r\nLocation: http://127.0.0.1:{port}/ok\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                    "HTTP/1.1 302 Found\r\nLocation: /ok?token=s3cret\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                        .to_string()
                 } else {
                     "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".to_string()
                 };
@@ -189,6 +208,9 @@ mod tests {
             DrainHook { url: format!("http://127.0.0.1:{port}/drain"), timeout_seconds: Some(5), ..Default::default() };
         let e = hooks.call(&hook, &req).await.expect_err("a redirect is not success").to_string();
         assert!(e.contains("answered HTTP 302") && e.contains("do not follow redirects"), "{e}");
+        // Where it pointed, resolved against the hook's URL and without the token in its query.
+        assert!(e.contains(&format!("a redirect to http://127.0.0.1:{port}/ok;")), "{e}");
+        assert!(!e.contains("s3cret"), "{e}");
         assert!(e.ends_with("give the hook's final URL)"), "an empty body adds nothing: {e}");
         let lines = tokio::task::spawn_blocking(move || served.join().unwrap()).await.unwrap();
         assert_eq!(lines, vec!["POST /drain HTTP/1.1".to_string()], "only the hook's own URL was called");
