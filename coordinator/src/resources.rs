@@ -53,6 +53,16 @@ impl ResourceType {
         }
     }
 
+    /// `Kind.group`, as kube-apiserver names the kind of an invalid object (422):
+    /// `MachineConfigPool.machineconfiguration.openshift.io "worker" is invalid: ...`.
+    pub fn qualified_kind(&self) -> String {
+        if self.group.is_empty() {
+            self.kind.to_string()
+        } else {
+            format!("{}.{}", self.kind, self.group)
+        }
+    }
+
     /// `plural.group`, as the API server names a resource in errors: `machineconfigpools.machineconfiguration.openshift.io`.
     pub fn qualified(&self) -> String {
         if self.group.is_empty() {

@@ -87,9 +87,7 @@ impl Call<'_> {
         ApiError::from_store(e, &self.qualified(), name)
     }
     fn invalid(&self, name: &str, causes: Vec<aloft_api::StatusCause>) -> ApiError {
-        let rt = self.path.rt;
-        let kind = if rt.group.is_empty() { rt.kind.to_string() } else { format!("{}.{}", rt.kind, rt.group) };
-        ApiError::invalid(&kind, name, causes)
+        ApiError::invalid(&self.path.rt.qualified_kind(), name, causes)
     }
     /// Admission of `obj` (an update of `stored`, or a create): Ok with the warnings its
     /// finalizer names earn.
@@ -741,9 +739,9 @@ async fn patch(call: Call<'_>) -> Result<Response, ApiError> {
     let kind = PatchType::from_content_type(ctype)?;
     let directive = Directive::from_params(&call.params)?;
     let (patch, problems) = objects::parse_patch(&call.body)?;
-    let object_kind = call.path.rt.kind;
+    let rt = call.path.rt;
     let (out, warnings) = read_modify_write(&call, &name, true, decision, (directive, &problems), |stored| {
-        let patched = objects::apply_patch(kind, object_kind, stored, &patch)?;
+        let patched = objects::apply_patch(kind, rt, stored, &patch)?;
         same_identity(&call, stored, &patched)?;
         Ok(patched)
     })

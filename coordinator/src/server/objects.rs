@@ -171,9 +171,10 @@ pub fn parse_patch(body: &[u8]) -> Result<(Value, Vec<String>), ApiError> {
     super::fields::parse_json(body).map_err(|e| ApiError::bad_request(format!("malformed patch: {e}")))
 }
 
-/// Apply a patch to a stored object of kind `object_kind` (named in errors, as kubectl shows
-/// them: `MachineConfigPool "worker" is invalid: ...`).
-pub fn apply_patch(kind: PatchType, object_kind: &str, target: &Value, patch: &Value) -> Result<Value, ApiError> {
+/// Apply a patch to a stored object of type `rt` (its kind named in errors as kube-apiserver's
+/// other 422s name it: `MachineConfigPool.machineconfiguration.openshift.io "worker" is invalid:
+/// ...`).
+pub fn apply_patch(kind: PatchType, rt: &ResourceType, target: &Value, patch: &Value) -> Result<Value, ApiError> {
     let mut out = target.clone();
     match kind {
         PatchType::Merge => {
@@ -183,7 +184,7 @@ pub fn apply_patch(kind: PatchType, object_kind: &str, target: &Value, patch: &V
             json_patch::merge(&mut out, patch);
         }
         PatchType::Strategic => {
-            super::strategic::apply(object_kind, &mut out, patch)
+            super::strategic::apply(rt.kind, &mut out, patch)
                 .map_err(|e| ApiError::bad_request(format!("malformed strategic merge patch: {e}")))?;
         }
         PatchType::Json => {
@@ -191,7 +192,7 @@ pub fn apply_patch(kind: PatchType, object_kind: &str, target: &Value, patch: &V
                 .map_err(|e| ApiError::bad_request(format!("malformed JSON patch: {e}")))?;
             json_patch::patch(&mut out, &p).map_err(|e| {
                 ApiError::invalid(
-                    object_kind,
+                    &rt.qualified_kind(),
                     name_of(target),
                     vec![super::error::cause("", "FieldValueInvalid", format!("JSON patch failed: {e}"))],
                 )
@@ -264,7 +265,7 @@ mod tests {
         let s = stored();
         let apply = |kind: PatchType, body: &[u8]| {
             let (patch, _) = parse_patch(body)?;
-            apply_patch(kind, "MachineConfigPool", &s, &patch)
+            apply_patch(kind, &MACHINE_CONFIG_POOL, &s, &patch)
         };
         let m = apply(PatchType::Merge, br#"{"spec":{"paused":true,"maxUnavailable":2}}"#).unwrap();
         assert_eq!(m["spec"], json!({"paused": true, "maxUnavailable": 2}));
@@ -273,11 +274,15 @@ mod tests {
         let e = apply(PatchType::Json, br#"[{"op":"test","path":"/spec/paused","value":true}]"#).unwrap_err();
         assert_eq!(e.status.code, 422);
         assert!(
-            e.status.message.starts_with("MachineConfigPool \"worker\" is invalid: "),
-            "the kind is named, as kubectl prints it: {}",
+            e.status.message.starts_with("MachineConfigPool.machineconfiguration.openshift.io \"worker\" is invalid: "),
+            "the kind is named as the API's other 422s name it: {}",
             e.status.message
         );
-        assert_eq!(e.status.details.as_ref().unwrap().kind, "MachineConfigPool");
+        let details = e.status.details.as_ref().unwrap();
+        assert_eq!(
+            (details.kind.as_str(), details.group.as_str()),
+            ("MachineConfigPool", "machineconfiguration.openshift.io")
+        );
         assert_eq!(apply(PatchType::Merge, b"[1]").unwrap_err().status.code, 400);
         assert_eq!(apply(PatchType::Merge, b"{oops").unwrap_err().status.code, 400);
         // Strategic: directives are applied (server/strategic.rs); a malformed one is a 400.
