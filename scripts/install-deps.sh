@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Install what building and testing aloft needs on Debian 12, as root (dbus-daemon: the agent's
 # tests run a private bus; libostree-dev/ostree/gpg: the OS helper (osd/) links libostree
-# 2022.7 and its tests build, sign and deploy real commits). Idempotent and quick when
+# 2022.7 and its tests build, sign and deploy real commits; systemd: its systemd-socket-activate
+# starts the OS helper as systemd's socket activation would). Idempotent and quick when
 # everything is already there. The Rust toolchain (stable 1.95) is expected on the machine.
 set -euo pipefail
 
 need=()
-for pkg in build-essential pkg-config ca-certificates dbus-daemon libostree-dev ostree gpg; do
+for pkg in build-essential pkg-config ca-certificates dbus-daemon libostree-dev ostree gpg systemd; do
   # Installed, not merely known to dpkg (`dpkg -s` also succeeds for a package removed with its
   # configuration files left behind).
   [[ "$(dpkg-query -W -f='${db:Status-Status}' "$pkg" 2>/dev/null)" == installed ]] || need+=("$pkg")

@@ -7,6 +7,8 @@ cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 bash scripts/install-vm-deps.sh
 export ALOFT_REQUIRE_KUBECTL=1
+# Tests that need root or a host tool (systemd-socket-activate) fail here instead of skipping.
+export ALOFT_REQUIRE_HOST_TOOLS=1
 # The binaries record which commit they were built from (`--version`, /version, the Nodes).
 source scripts/build-env.sh
 # A run from a clean checkout gains nothing from incremental state (1.4 GB of it); keep the disk

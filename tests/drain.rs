@@ -170,13 +170,11 @@ async fn a_foreign_budget_status_write_is_put_back_within_the_status_interval() 
     let status = format!("{}/status", path_of(&NODE_DISRUPTION_BUDGET, Some("db")));
     let forged = merge(&admin, &status, json!({"status": {"disruptionsAllowed": 77}})).await;
     assert_eq!(forged["status"]["disruptionsAllowed"], 77, "the write went through: {forged}");
-    let started = std::time::Instant::now();
     let b = eventually(Duration::from_secs(5), "the computed status back", || async {
         let b = admin.get(&path_of(&NODE_DISRUPTION_BUDGET, Some("db"))).await?.into_result()?;
         Ok((counts(&b["status"]) == (1, 1, 0, 1)).then_some(b))
     })
     .await;
-    assert!(started.elapsed() < Duration::from_secs(5), "took {:?}", started.elapsed());
     tokio::time::sleep(Duration::from_secs(3)).await;
     let after = admin.get(&path_of(&NODE_DISRUPTION_BUDGET, Some("db"))).await.unwrap().into_result().unwrap();
     assert_eq!(rv(&after), rv(&b), "written again although nothing changed: {after}");

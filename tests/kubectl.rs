@@ -16,7 +16,7 @@ fn kubectl_path() -> Option<PathBuf> {
         .and_then(|paths| std::env::split_paths(&paths).map(|d| d.join("kubectl")).find(|p| p.is_file()));
     match found {
         Some(p) => Some(p),
-        None if std::env::var_os("ALOFT_REQUIRE_KUBECTL").is_some() => {
+        None if std::env::var_os("ALOFT_REQUIRE_KUBECTL").is_some_and(|v| !v.is_empty() && v != "0") => {
             panic!(
                 "kubectl is not on PATH, and ALOFT_REQUIRE_KUBECTL is set: install kubectl (scripts/install-deps.sh)"
             )

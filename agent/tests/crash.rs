@@ -267,6 +267,8 @@ fn kill_again_during_recovery_then_recover() {
     for failing in [false, true] {
         cases.extend(counts(failing).into_keys().map(|point| (failing, point)));
     }
+    let total = cases.len();
+    let killed_twice = AtomicUsize::new(0);
     parallel(cases, |(failing, point)| {
         let (dir, root) = copy_of(template.path());
         let mut c = Child {
@@ -280,8 +282,16 @@ fn kill_again_during_recovery_then_recover() {
         assert!(run_child(&c));
         c.mode = "recover";
         let twice = run_child(&c);
+        if twice {
+            killed_twice.fetch_add(1, Ordering::SeqCst);
+        }
         let what =
             format!("{} at {point}#1, recovery killed: {twice}", if failing { "failing apply" } else { "apply" });
         recover_and_check(dir.path(), &root, failing, &old, &new, &what);
     });
+    // The recovery passes the failpoints of the steps it redoes: were none of them reached,
+    // this test would only repeat the single kill above.
+    let killed_twice = killed_twice.into_inner();
+    eprintln!("{killed_twice} of {total} recoveries killed at their failpoint");
+    assert!(killed_twice > 0, "no recovery reached the failpoint its apply was killed at ({total} cases)");
 }

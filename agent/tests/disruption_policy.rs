@@ -8,21 +8,13 @@ use aloft_agent::disruption::{execute, plan, Action, Changes, NodeDisruptionPoli
 use aloft_agent::systemd::SystemdDbus;
 use aloft_agent::testing::{FakeSystemd, TestBus};
 
-const FIXTURE: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../shared/testdata/mco/e2e-templates/machineconfigurations/nodedisruptionpolicy-rebootless-path.yaml"
-);
-
 fn files(paths: &[&str]) -> Changes {
     Changes { files: paths.iter().map(|s| s.to_string()).collect(), ..Default::default() }
 }
 
 #[test]
 fn mco_fixture_policy_makes_its_path_rebootless() {
-    let Ok(text) = std::fs::read_to_string(FIXTURE) else {
-        eprintln!("skipping: {FIXTURE} not present");
-        return;
-    };
+    let text = support::mco_fixture("e2e-templates/machineconfigurations/nodedisruptionpolicy-rebootless-path.yaml");
     let template = support::yaml_to_json(&text);
     let mc = &template["objects"][0];
     assert_eq!(mc["kind"], "MachineConfiguration");

@@ -273,10 +273,14 @@ fn missing_keyring_refuses_pulls() {
     assert!(e.to_string().contains("does not exist"), "{e}");
 }
 
-/// After an OS-update boot a failing health check makes the previous deployment the default and
-/// denylists the commit (the steps the daemon's Verifying phase takes, on real libostree).
+/// The parts the daemon's Verifying phase puts together after a failed health check, each on
+/// real libostree and a real host directory: the check's failure carries the script's words, the
+/// denylist entry keeps the commit from being retried under the same desired config (and a new
+/// one clears it), and the helper's rollback makes the previous deployment the default. That the
+/// phase calls them in this order on a failed check is tested end to end in
+/// `tests/os_fleet.rs` (an agent against a coordinator) and VM scenario c.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn failed_health_check_rolls_back_and_denylists() {
+async fn a_failed_health_check_its_denylist_entry_and_the_rollback_it_takes() {
     let fx = Fixture::new();
     let v2 = fx.commit("2", Some(&fx.key));
     fx.backend.pull(&fx.image(&v2)).unwrap();

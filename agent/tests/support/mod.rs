@@ -539,16 +539,16 @@ fn scalar(s: &str) -> Value {
 }
 
 /// An MCO fixture from the shared test data (`ALOFT_MCO_TESTDATA`, default
-/// `<workspace>/../shared/testdata/mco`); `None` (and a note) when it is not there.
-pub fn mco_fixture(rel: &str) -> Option<String> {
+/// `<workspace>/../shared/testdata/mco`). A missing fixture fails the test: a skip here passed
+/// silently wherever the data was not checked out beside the workspace.
+pub fn mco_fixture(rel: &str) -> String {
     let base = std::env::var_os("ALOFT_MCO_TESTDATA")
         .map(PathBuf::from)
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/testdata/mco"));
-    match std::fs::read_to_string(base.join(rel)) {
-        Ok(t) => Some(t),
-        Err(e) => {
-            eprintln!("skipping: MCO fixture {rel} not found under {}: {e}", base.display());
-            None
-        }
-    }
+    std::fs::read_to_string(base.join(rel)).unwrap_or_else(|e| {
+        panic!(
+            "MCO fixture {rel} not found under {} ({e}): check out shared/ beside the workspace or set ALOFT_MCO_TESTDATA",
+            base.display()
+        )
+    })
 }
