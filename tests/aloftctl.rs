@@ -126,6 +126,23 @@ async fn apply_get_patch_describe_delete() {
         ],
     );
     assert!(out.contains("patched"), "{out}");
+    // YAML, as kubectl takes it; a type aloftctl does not know is a usage error (2), a patch
+    // that is neither JSON nor YAML an error (1), and neither changes the pool.
+    let out = ok(&c, &["patch", "mcp", "worker", "-p", "spec: {paused: true}"]);
+    assert!(out.contains("patched") && !out.contains("no change"), "{out}");
+    let json: serde_json::Value = serde_json::from_str(&ok(&c, &["get", "mcp", "worker", "-o", "json"])).unwrap();
+    assert_eq!(json["spec"]["paused"], true, "the YAML patch applied");
+    let wrong = ctl(&c, &["patch", "mcp", "worker", "--type", "foo", "-p", "{}"]);
+    assert_eq!(wrong.status.code(), Some(2), "{}", String::from_utf8_lossy(&wrong.stderr));
+    assert!(String::from_utf8_lossy(&wrong.stderr).contains("--type \"foo\": want merge or json"));
+    let err = fails(&c, &["patch", "mcp", "worker", "-p", "spec: [unclosed"]);
+    assert!(err.contains("--patch is neither JSON (") && err.contains(") nor YAML ("), "{err}");
+    ok(&c, &["patch", "mcp", "worker", "-p", r#"{"spec":{"paused":false}}"#]);
+    // A selector with a name would show the named object whether or not it matched: refused.
+    let both = ctl(&c, &["get", "mcp", "worker", "-l", "x=y"]);
+    assert_eq!(both.status.code(), Some(2), "{}", String::from_utf8_lossy(&both.stdout));
+    assert!(String::from_utf8_lossy(&both.stderr).contains("name cannot be provided when a selector is specified"));
+    assert!(both.stdout.is_empty(), "nothing listed");
     let desc = ok(&c, &["describe", "mcp", "worker"]);
     assert!(
         desc.contains("Name:         worker") && desc.contains("Conditions:") && desc.contains("RenderDegraded"),
@@ -792,6 +809,37 @@ async fn rollout_status_says_a_cordoned_node_holds_an_updated_pool() {
     assert!(stderr.contains("(cordoned: n1; under pressure: n2 (DiskPressure))"), "{stderr}");
 }
 
+/// A rollout its status says nothing about (no condition, not every node updated): n1 cordoned
+/// and NotReady takes the only slot of `maxUnavailable: 1`, so n2 is never picked. The timeout's
+/// error counts the updated nodes and names what takes the slots, instead of a bare "not updated".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rollout_status_names_the_nodes_taking_the_slots() {
+    let c = Coordinator::start();
+    create_pool(&c, aloft_tests::machine_config_pool("worker", "worker")).await;
+    let old = settled(&c, "worker").await;
+    let admin = c.client();
+    let mut n1 = worker_node("n1", &old, "Done");
+    n1["spec"] = serde_json::json!({"unschedulable": true});
+    admin.post("/api/v1/nodes", &n1).await.unwrap().into_result().unwrap();
+    ready_worker_node(&admin, "n2", &old).await;
+    admin.post(MCS, &worker_file_config("99-worker-new")).await.unwrap().into_result().unwrap();
+    pool_when(&c, "worker", "a new target, nothing updated", |p| {
+        p.pointer("/spec/configuration/name").and_then(|v| v.as_str()).is_some_and(|t| t != old)
+            && p.pointer("/status/unavailableMachineCount").and_then(|v| v.as_i64()) == Some(1)
+    })
+    .await;
+    let out = ctl(&c, &["rollout", "status", "mcp/worker", "--timeout", "2"]);
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    assert!(
+        stderr.contains(
+            "timed out after 2 s: pool worker is not updated: 0 of 2 updated; unavailable (1 of maxUnavailable 1): n1 cordoned and NotReady"
+        ),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("n2"), "n2 waits for the slot, it does not take one: {stderr}");
+}
+
 /// A budget that blocks the rollout for good: the line and the timeout's error name it, from the
 /// pool's BudgetBlocked condition.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1301,6 +1349,7 @@ async fn a_wrong_scheme_in_server_says_which_url_to_use() {
     // would go out unencrypted), with the address to use.
     let err = with_server(&plain);
     assert!(err.contains("a CA was given") && err.contains(&format!("use {https}")), "{err}");
+    assert_eq!(err.matches("the coordinator's address").count(), 1, "the address named once: {err}");
     let ftp = https.replacen("https://", "ftp://", 1);
     let err = with_server(&ftp);
     assert!(err.contains("--server") && err.contains("not ftp://"), "{err}");

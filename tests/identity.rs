@@ -179,6 +179,19 @@ async fn token_commands_refuse_what_would_be_silently_wrong() {
             "key=value",
         ),
         (&["create", "--name", "x", "--role", "bootstrap", "--labels", "bad key=v"][..], "label \"bad key=v\""),
+        // Labels any node may carry: listing them would only take away the worker role.
+        (
+            &[
+                "create",
+                "--name",
+                "x",
+                "--role",
+                "bootstrap",
+                "--labels",
+                "example.com/x=y,topology.kubernetes.io/zone=a",
+            ][..],
+            "\"example.com/x\", \"topology.kubernetes.io/zone\" need no allowing",
+        ),
     ] {
         let out = run(args, &c.data_dir());
         let stderr = String::from_utf8_lossy(&out.stderr);

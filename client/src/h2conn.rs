@@ -40,6 +40,9 @@ struct Target {
     /// For an `http://` address: the same address as `https://`, to suggest when the server
     /// answers with TLS.
     https_hint: Option<String>,
+    /// Whether a CA was given (else the system's roots check the coordinator): what a failed
+    /// certificate check tells the user to look at.
+    ca_given: bool,
 }
 
 /// A lazily opened, shared HTTP/2 connection (clones of a `Client` share it), opened again when
@@ -54,7 +57,7 @@ impl Connection {
     /// `base` is the coordinator's URL and `origin` its `scheme://host[:port]`; `ca_pem` its CA
     /// (else the system's roots).
     pub(crate) fn new(base: &url::Url, origin: Uri, ca_pem: Option<&[u8]>) -> Result<Self> {
-        let host = base.host_str().context("the coordinator's address has no host")?;
+        let host = base.host_str().context("no host")?;
         // IPv6 literals come bracketed out of the URL.
         let host = host.trim_start_matches('[').trim_end_matches(']').to_string();
         let tls = match base.scheme() {
@@ -66,15 +69,15 @@ impl Connection {
                 let _ = https.set_scheme("https");
                 let _ = https.set_port(base.port_or_known_default());
                 bail!(
-                    "the coordinator's address {base} is http://, but a CA was given to check its certificate: \
-                     plain HTTP has none, and the token would go out unencrypted; use {}",
+                    "plain HTTP, but a CA was given to check the coordinator's certificate: plain HTTP has \
+                     none, and the token would go out unencrypted; use {}",
                     https.as_str().trim_end_matches('/')
                 )
             }
             "http" => None,
-            other => bail!("the coordinator's address has scheme {other:?}; use https:// (or http://)"),
+            other => bail!("scheme {other:?}: use https:// (or http://)"),
         };
-        let port = base.port_or_known_default().context("the coordinator's address has no port")?;
+        let port = base.port_or_known_default().context("no port")?;
         let https_hint = tls.is_none().then(|| {
             let mut https = base.clone();
             // Both are special schemes, so neither call can fail; the port is kept explicit (an
@@ -91,6 +94,7 @@ impl Connection {
                 origin,
                 proxy: hyper_util::client::proxy::matcher::Matcher::from_env(),
                 https_hint,
+                ca_given: ca_pem.is_some(),
             }),
             send: Arc::new(Mutex::new(None)),
         })
@@ -128,8 +132,10 @@ impl Connection {
             Some(tls) => {
                 let name = rustls::pki_types::ServerName::try_from(t.host.clone())
                     .with_context(|| format!("{:?} is not a host name for TLS", t.host))?;
-                let stream =
-                    tls.connect(name, tcp).await.with_context(|| format!("TLS handshake with {}", t.origin))?;
+                let stream = tls.connect(name, tcp).await.map_err(|e| {
+                    let hint = certificate_hint(&e, &t.host, t.ca_given);
+                    anyhow::Error::new(e).context(format!("TLS handshake with {}{hint}", t.origin))
+                })?;
                 if stream.get_ref().1.alpn_protocol() != Some(b"h2") {
                     bail!("{} does not speak HTTP/2 (ALPN h2); is it an aloft coordinator?", t.origin);
                 }
@@ -252,6 +258,29 @@ async fn tunnel(proxy: &hyper_util::client::proxy::matcher::Intercept, origin: &
     std::future::poll_fn(|cx| t.poll_ready(cx)).await.with_context(|| format!("proxy {via}"))?;
     let io = t.call(origin.clone()).await.with_context(|| format!("CONNECT {origin} through proxy {via}"))?;
     Ok(io.into_inner())
+}
+
+/// What to check when the coordinator's certificate was refused: which CA the client was given
+/// (the coordinator's `ca.crt`), or which name it must be valid for; empty for other failures.
+fn certificate_hint(e: &std::io::Error, host: &str, ca_given: bool) -> String {
+    use rustls::CertificateError as C;
+    let Some(rustls::Error::InvalidCertificate(cert)) = e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>())
+    else {
+        return String::new();
+    };
+    match cert {
+        C::UnknownIssuer | C::BadSignature if ca_given => " (its certificate is not signed by the CA given: use the \
+             coordinator's ca.crt, the agent's --ca, aloftctl's --certificate-authority or its kubeconfig's)"
+            .into(),
+        C::UnknownIssuer | C::BadSignature => " (its certificate is not signed by a CA this system trusts: give the \
+             coordinator's ca.crt, the agent's --ca or aloftctl's --certificate-authority)"
+            .into(),
+        C::NotValidForName | C::NotValidForNameContext { .. } => format!(
+            " (its certificate is not valid for {host:?}: reach it by a name it was issued for, or add this one \
+             with `aloft-coordinator serve --tls-san {host}`)"
+        ),
+        _ => String::new(),
+    }
 }
 
 fn tls_connector(ca_pem: Option<&[u8]>) -> Result<tokio_rustls::TlsConnector> {
@@ -414,5 +443,29 @@ impl tokio::io::AsyncWrite for PlainStream {
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<std::io::Result<()>> {
         std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(e: rustls::CertificateError) -> std::io::Error {
+        std::io::Error::new(std::io::ErrorKind::InvalidData, rustls::Error::InvalidCertificate(e))
+    }
+
+    /// A refused certificate says what to check; the CA case runs for real in
+    /// tests/api_conformance.rs (a client pinning another coordinator's CA).
+    #[test]
+    fn a_refused_certificate_says_what_to_check() {
+        let given = certificate_hint(&refused(rustls::CertificateError::UnknownIssuer), "c1", true);
+        assert!(given.contains("not signed by the CA given") && given.contains("--ca"), "{given}");
+        let system = certificate_hint(&refused(rustls::CertificateError::BadSignature), "c1", false);
+        assert!(system.contains("a CA this system trusts") && system.contains("--certificate-authority"), "{system}");
+        let name = certificate_hint(&refused(rustls::CertificateError::NotValidForName), "coord.example", true);
+        assert!(name.contains("not valid for \"coord.example\"") && name.contains("--tls-san coord.example"), "{name}");
+        let other = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset");
+        assert_eq!(certificate_hint(&other, "c1", true), "", "not a certificate's refusal");
+        assert_eq!(certificate_hint(&refused(rustls::CertificateError::Expired), "c1", true), "");
     }
 }

@@ -129,6 +129,13 @@ impl EnrollLabels {
         Ok(EnrollLabels(Some(out)))
     }
 
+    /// The listed labels a node may carry without being allowed them (outside Kubernetes'
+    /// namespaces, or ones a host says of itself): listing them changes nothing, and a list
+    /// that names only such labels takes away the worker role a token without a list allows.
+    pub fn needless(&self) -> Vec<&str> {
+        self.0.iter().flat_map(|m| m.keys()).map(String::as_str).filter(|k| !is_restricted_label(k)).collect()
+    }
+
     /// Whether a node enrolled with this token may carry the label `key=value`.
     pub fn allows(&self, key: &str, value: &str) -> bool {
         if !is_restricted_label(key) {

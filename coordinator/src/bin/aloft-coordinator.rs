@@ -311,6 +311,17 @@ async fn run() -> Result<()> {
                 ),
                 (_, None) => {}
             }
+            if let auth::Role::Bootstrap(scope) = &role {
+                let needless = scope.needless();
+                if !needless.is_empty() {
+                    anyhow::bail!(
+                        "--labels: {} need no allowing (a node may always carry labels outside kubernetes.io and k8s.io, \
+                         and the ones a host says of itself); list only the role labels it may give, e.g. \
+                         node-role.kubernetes.io/worker= (without --labels, that one alone)",
+                        needless.iter().map(|k| format!("{k:?}")).collect::<Vec<_>>().join(", ")
+                    );
+                }
+            }
             if let auth::Role::Node(n) = &role {
                 anyhow::bail!(
                     "--role node:{n} is refused: a node's credential comes from its enrollment (a bootstrap token), so that deleting the Node revokes it; create a bootstrap token instead"

@@ -588,6 +588,11 @@ async fn get(
         q.push(("labelSelector", s.clone()));
     }
     let groups = get_targets(args)?;
+    if selector.is_some() && groups.iter().any(|(_, names)| !names.is_empty()) {
+        // kubectl's refusal: a name would be read whether or not it matched, which looks like a
+        // match.
+        return Err(Usage("name cannot be provided when a selector is specified".into()).into());
+    }
     if watch {
         return match groups.as_slice() {
             [(rt, names)] if names.len() <= 1 => {
@@ -1141,10 +1146,10 @@ async fn patch_cmd(
     let ctype = match patch_type {
         "merge" => "application/merge-patch+json",
         "json" => "application/json-patch+json",
-        "strategic" => bail!("--type strategic is not supported by aloft: use merge or json"),
-        other => bail!("--type {other:?}: want merge or json"),
+        "strategic" => return Err(Usage("--type strategic is not supported by aloft: use merge or json".into()).into()),
+        other => return Err(Usage(format!("--type {other:?}: want merge or json")).into()),
     };
-    let body: Value = serde_json::from_str(patch).map_err(|e| anyhow!("--patch is not JSON: {e}"))?;
+    let body = patch_body(patch)?;
     for (rt, name) in targets(args)? {
         let name = name.ok_or_else(|| anyhow!("patch needs a name: aloftctl patch {} NAME -p ...", rt.singular))?;
         let mut path = resource_path(rt.path_ref(), Some(ns), Some(&name));
@@ -1159,6 +1164,17 @@ async fn patch_cmd(
         println!("{}/{name} {}", rt.singular_qualified(), if changed { "patched" } else { "patched (no change)" });
     }
     Ok(())
+}
+
+/// `--patch` as kubectl reads it: JSON, or YAML (`spec: {paused: true}`), which is turned into
+/// the same JSON (YAML 1.1 octal file modes included, as for `apply`).
+fn patch_body(patch: &str) -> Result<Value> {
+    match serde_json::from_str(patch) {
+        Ok(v) => Ok(v),
+        Err(json) => {
+            crate::yaml::from_str(patch).map_err(|yaml| anyhow!("--patch is neither JSON ({json}) nor YAML ({yaml})"))
+        }
+    }
 }
 
 fn condition_of<'a>(pool: &'a Value, type_: &str) -> Option<&'a Value> {
@@ -1647,6 +1663,62 @@ async fn named_holders(client: &Client, path: &str) -> Option<String> {
     (!parts.is_empty()).then(|| format!("({})", parts.join("; ")))
 }
 
+/// What a rollout that its status says nothing about is waiting for, read at its timeout: how
+/// many nodes are updated, and the members taking the pool's `maxUnavailable` slots with why
+/// (`worker-1 updating, worker-0 cordoned and NotReady`), as the NodeWaiting Event says it but
+/// without looking for it. None when the pool or the nodes cannot be read.
+async fn slots_taken(client: &Client, path: &str) -> Option<String> {
+    use crate::controllers::pools::{max_unavailable, membership, NodeFacts};
+    let pool: aloft_api::MachineConfigPool =
+        serde_json::from_value(client.get(path).await.ok()?.into_result().ok()?).ok()?;
+    fn typed<T: serde::de::DeserializeOwned>(list: &Value) -> Vec<T> {
+        let items = list.get("items").and_then(Value::as_array).into_iter().flatten();
+        items.filter_map(|v| serde_json::from_value(v.clone()).ok()).collect()
+    }
+    let pools_path = resource_path(resources::MACHINE_CONFIG_POOL.path_ref(), None, None);
+    let pools: Vec<aloft_api::MachineConfigPool> = typed(&list_in_pages(client, &pools_path, None).await.ok()?);
+    let nodes: Vec<aloft_api::Node> =
+        typed(&list_in_pages(client, &resource_path(resources::NODE.path_ref(), None, None), None).await.ok()?);
+    let (members, _) = membership(&pools, &nodes);
+    let members = members.get(&pool.metadata.name).cloned().unwrap_or_default();
+    let target = pool.spec.configuration.as_ref().map(|c| c.name.clone()).unwrap_or_default();
+    let mut updated = 0;
+    let mut taken = Vec::new();
+    for &i in &members {
+        let f = NodeFacts::of(&nodes[i]);
+        if f.updated_to(&target.as_str().into()) && f.ready && !f.cordoned {
+            updated += 1;
+            continue;
+        }
+        if !f.disrupted() && !f.cordoned {
+            continue;
+        }
+        let mut why = Vec::new();
+        if f.degraded() {
+            why.push("degraded");
+        } else if f.state == "Working" || (!f.desired.is_empty() && f.desired != f.current) {
+            why.push("updating");
+        }
+        if f.cordoned {
+            why.push("cordoned");
+        }
+        if !f.ready {
+            why.push("NotReady");
+        }
+        taken.push(format!("{} {}", nodes[i].metadata.name, why.join(" and ")));
+    }
+    let max = max_unavailable(pool.spec.max_unavailable.as_ref(), members.len());
+    let mut out = format!("{updated} of {} updated", members.len());
+    if !taken.is_empty() {
+        out.push_str(&format!(
+            "; unavailable ({} of maxUnavailable {max}): {}",
+            taken.len(),
+            crate::controllers::pick::names_text(&taken)
+        ));
+    }
+    Some(out)
+}
+
 /// What holds a pool that is not Updated, from its status (None: nothing it says, e.g. nodes
 /// still updating): the not-ready counts and the conditions of [`held_by_conditions`].
 fn held_by(pool: &Value) -> Option<String> {
@@ -1769,7 +1841,10 @@ async fn rollout_status(client: &Client, target: &[String], timeout: u64, not_co
                         };
                         bail!("timed out after {timeout} s: pool {name} is not updated: {why}")
                     }
-                    None => bail!("timed out after {timeout} s: pool {name} is not updated"),
+                    None => match slots_taken(client, &path).await {
+                        Some(what) => bail!("timed out after {timeout} s: pool {name} is not updated: {what}"),
+                        None => bail!("timed out after {timeout} s: pool {name} is not updated"),
+                    },
                 },
             }
         }
