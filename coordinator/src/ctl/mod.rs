@@ -1368,6 +1368,19 @@ impl Grace {
     }
 }
 
+/// Every pool and Node, typed, for the pool membership the controllers compute (objects that do
+/// not read as their type are left out, as the controllers leave them).
+async fn pools_and_nodes(client: &Client) -> Result<(Vec<aloft_api::MachineConfigPool>, Vec<aloft_api::Node>)> {
+    fn typed<T: serde::de::DeserializeOwned>(list: &Value) -> Vec<T> {
+        let items = list.get("items").and_then(Value::as_array).into_iter().flatten();
+        items.filter_map(|v| serde_json::from_value(v.clone()).ok()).collect()
+    }
+    let pools_path = resource_path(resources::MACHINE_CONFIG_POOL.path_ref(), None, None);
+    let pools = typed(&list_in_pages(client, &pools_path, None).await?);
+    let nodes = typed(&list_in_pages(client, &resource_path(resources::NODE.path_ref(), None, None), None).await?);
+    Ok((pools, nodes))
+}
+
 /// The pool's degraded nodes, when every one of them failed on a config other than `target`
 /// (the config its agent's failure report names): a failure the target no longer asks for, as
 /// right after a bad MachineConfig is deleted to revert it. The pool still counts those nodes
@@ -1377,15 +1390,7 @@ impl Grace {
 async fn degraded_elsewhere(client: &Client, pool: &Value, target: &str) -> Result<Option<Vec<String>>> {
     use crate::controllers::pools::{failing_state, membership, NodeFacts};
     let Ok(this) = serde_json::from_value::<aloft_api::MachineConfigPool>(pool.clone()) else { return Ok(None) };
-    fn typed<T: serde::de::DeserializeOwned>(list: &Value) -> Vec<T> {
-        let items = list.get("items").and_then(Value::as_array).into_iter().flatten();
-        items.filter_map(|v| serde_json::from_value(v.clone()).ok()).collect()
-    }
-    let pools: Vec<aloft_api::MachineConfigPool> = typed(
-        &list_in_pages(client, &resource_path(resources::MACHINE_CONFIG_POOL.path_ref(), None, None), None).await?,
-    );
-    let nodes: Vec<aloft_api::Node> =
-        typed(&list_in_pages(client, &resource_path(resources::NODE.path_ref(), None, None), None).await?);
+    let (pools, nodes) = pools_and_nodes(client).await?;
     let (members, _) = membership(&pools, &nodes);
     let mut names = Vec::new();
     for &i in members.get(&this.metadata.name).into_iter().flatten() {
@@ -1671,14 +1676,7 @@ async fn slots_taken(client: &Client, path: &str) -> Option<String> {
     use crate::controllers::pools::{max_unavailable, membership, NodeFacts};
     let pool: aloft_api::MachineConfigPool =
         serde_json::from_value(client.get(path).await.ok()?.into_result().ok()?).ok()?;
-    fn typed<T: serde::de::DeserializeOwned>(list: &Value) -> Vec<T> {
-        let items = list.get("items").and_then(Value::as_array).into_iter().flatten();
-        items.filter_map(|v| serde_json::from_value(v.clone()).ok()).collect()
-    }
-    let pools_path = resource_path(resources::MACHINE_CONFIG_POOL.path_ref(), None, None);
-    let pools: Vec<aloft_api::MachineConfigPool> = typed(&list_in_pages(client, &pools_path, None).await.ok()?);
-    let nodes: Vec<aloft_api::Node> =
-        typed(&list_in_pages(client, &resource_path(resources::NODE.path_ref(), None, None), None).await.ok()?);
+    let (pools, nodes) = pools_and_nodes(client).await.ok()?;
     let (members, _) = membership(&pools, &nodes);
     let members = members.get(&pool.metadata.name).cloned().unwrap_or_default();
     let target = pool.spec.configuration.as_ref().map(|c| c.name.clone()).unwrap_or_default();
