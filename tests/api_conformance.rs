@@ -120,6 +120,24 @@ async fn discovery_and_tls_pinning() {
     assert_eq!(wrong_pin.get("/api").await.unwrap().code, 401);
 }
 
+/// A restart without a `--tls-san` the last start had issues the serving certificate again
+/// without that name: the coordinator says so (clients reaching it by that name will refuse
+/// it), and says nothing when the names stay.
+#[tokio::test]
+async fn a_name_dropped_from_the_serving_certificate_is_warned_about() {
+    let mut c = Coordinator::start_with(aloft_tests::Options {
+        args: vec!["--tls-san".into(), "coord.example".into()],
+        ..Default::default()
+    });
+    c.set_args(Vec::new());
+    c.restart();
+    let warned = c.log_lines_with("without names it had");
+    assert_eq!(warned.len(), 1, "{}", c.log_tail());
+    assert!(warned[0].contains("dropped=coord.example"), "names the name: {}", warned[0]);
+    c.restart();
+    assert!(c.log_lines_with("issued again").is_empty(), "the same names: {}", c.log_tail());
+}
+
 #[tokio::test]
 async fn create_get_list_update_delete_with_selectors() {
     let c = Coordinator::start();

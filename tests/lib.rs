@@ -50,6 +50,23 @@ fn profile_dir() -> PathBuf {
     dir.to_path_buf()
 }
 
+/// The variables scripts/build-env.sh exports (the commit, the tree's state, the commit's date),
+/// read by sourcing it; values already in the environment are kept, as the script keeps them.
+fn build_identity() -> Vec<(String, String)> {
+    let script = workspace_root().join("scripts/build-env.sh");
+    let out = Command::new("bash").arg("-c").arg(r#"source "$1" && env"#).arg("bash").arg(&script).output();
+    let out = match out {
+        Ok(o) if o.status.success() => o,
+        _ => return Vec::new(),
+    };
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .filter(|(k, _)| matches!(*k, "ALOFT_GIT_COMMIT" | "ALOFT_GIT_TREE_STATE" | "ALOFT_BUILD_DATE"))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
 /// Path of a binary of the workspace (`aloft-coordinator`, `aloftctl`), built fresh once per test
 /// process unless `ALOFT_TEST_NO_BUILD` is set.
 pub fn bin(name: &str) -> PathBuf {
@@ -66,6 +83,10 @@ pub fn bin(name: &str) -> PathBuf {
         let build = |selection: &[&str]| -> std::result::Result<(), String> {
             let mut cmd = Command::new(env!("CARGO"));
             cmd.arg("build").args(selection).arg("--bins").current_dir(workspace_root());
+            // With the build's source identity, as scripts/build-env.sh gives the builds of the
+            // scripts: without it a test or bench run from a plain shell relinked the binaries
+            // saying their commit was not recorded.
+            cmd.envs(build_identity());
             // Build into the target dir this test was built in (it may be a --target-dir).
             if let Some(target) = dir.parent() {
                 cmd.arg("--target-dir").arg(target);
@@ -308,6 +329,11 @@ impl Coordinator {
     /// Whether the process is still running.
     pub fn is_running(&mut self) -> bool {
         self.child.as_mut().is_some_and(|c| c.try_wait().ok().flatten().is_none())
+    }
+
+    /// The extra `serve` arguments of the next start (a restart with other flags).
+    pub fn set_args(&mut self, args: Vec<String>) {
+        self.opts.args = args;
     }
 
     /// Kill (if running) and start again on the same data dir.

@@ -26,6 +26,28 @@ impl Pki {
     }
 }
 
+/// Say which names a certificate issued again gains and loses: a name dropped (a `--tls-san` left
+/// out of a restart) makes every agent reaching the coordinator by it refuse the new certificate,
+/// and the start gave no sign of it.
+fn announce_names(before: &str, names: &[String]) {
+    if before.is_empty() {
+        return;
+    }
+    let old: Vec<&str> = before.split(',').filter(|n| !n.is_empty()).collect();
+    let dropped: Vec<&str> = old.iter().copied().filter(|o| !names.iter().any(|n| n == o)).collect();
+    let added: Vec<&str> = names.iter().map(String::as_str).filter(|n| !old.contains(n)).collect();
+    if !dropped.is_empty() {
+        tracing::warn!(
+            dropped = %dropped.join(","),
+            added = %added.join(","),
+            "the serving certificate is issued again without names it had: clients reaching the coordinator by them \
+             will refuse it; give each with --tls-san to keep it"
+        );
+    } else if !added.is_empty() {
+        tracing::info!(added = %added.join(","), "the serving certificate is issued again with new names");
+    }
+}
+
 /// Make sure the CA and a serving certificate valid for `names` exist; keep what is there.
 /// Returns true when a serving certificate was (re)issued.
 pub fn ensure(pki: &Pki, names: &[String]) -> Result<bool> {
@@ -53,6 +75,7 @@ pub fn ensure(pki: &Pki, names: &[String]) -> Result<bool> {
     if pki.cert.exists() && pki.key.exists() && current == wanted {
         return Ok(false);
     }
+    announce_names(current.lines().next().unwrap_or(""), names);
     let ca_key_pem =
         std::fs::read_to_string(&pki.ca_key).with_context(|| format!("reading {}", pki.ca_key.display()))?;
     let ca_key = KeyPair::from_pem(&ca_key_pem).context("parsing the CA key")?;

@@ -18,7 +18,7 @@ use std::time::Duration;
 /// (aloft-os-helper.socket) and it exits after --idle-exit-seconds without requests.
 /// With --listen it binds the socket itself (tests, debugging) and does not exit when idle.
 #[derive(Parser)]
-#[command(name = "aloft-os-helper", version, verbatim_doc_comment)]
+#[command(name = "aloft-os-helper", version = aloft_api::long_version!(), verbatim_doc_comment)]
 struct Cli {
     /// The ostree sysroot: / on a booted node (libostree finds /sysroot), a directory in tests.
     #[arg(long, default_value = "/")]

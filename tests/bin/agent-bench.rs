@@ -55,8 +55,23 @@ fn baseline(dir: &std::path::Path, round: usize) -> Duration {
 
 #[tokio::main]
 async fn main() {
-    let idle_secs: u64 = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(60);
-    let rounds: usize = std::env::args().nth(2).and_then(|a| a.parse().ok()).unwrap_or(10);
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "-h" || a == "--help") {
+        println!(
+            "agent-bench [IDLE_SECONDS] [ROUNDS]: the agent's idle RSS and CPU over IDLE_SECONDS (60), then \
+             desiredConfig to Done of 100 files + 5 units, ROUNDS (10) times, against plain std::fs writes"
+        );
+        return;
+    }
+    let number = |i: usize, default: u64| match args.get(i) {
+        None => default,
+        Some(a) => a.parse().unwrap_or_else(|_| {
+            eprintln!("agent-bench: {a:?} is not a number (agent-bench [IDLE_SECONDS] [ROUNDS]; --help)");
+            std::process::exit(2)
+        }),
+    };
+    let idle_secs = number(0, 60);
+    let rounds = number(1, 10) as usize;
     let c = Coordinator::start();
     let admin = c.client();
     let root = tempfile::tempdir().unwrap();
@@ -158,8 +173,10 @@ async fn main() {
     let base_dir = tempfile::tempdir().unwrap();
     for round in 1..=rounds {
         bases.push(baseline(base_dir.path(), round));
+        // A merge patch of the spec: an update needs the stored resourceVersion, a patch does not.
+        let spec = json!({"spec": config(round)["spec"].clone()});
         admin
-            .put(&path_of(&MACHINE_CONFIG, Some("50-worker-bench")), &config(round))
+            .patch(&path_of(&MACHINE_CONFIG, Some("50-worker-bench")), "application/merge-patch+json", &spec)
             .await
             .unwrap()
             .into_result()

@@ -63,6 +63,13 @@ fn ms(d: Duration) -> f64 {
 }
 
 fn main() -> Result<()> {
+    if std::env::args().any(|a| a == "-h" || a == "--help") {
+        println!(
+            "os-bench [--files N] [--rounds R]: pull + stage of a small OS update through aloft-os-helper \
+             against ostree pull + ostree admin deploy, R rounds (5) on a base of N files (3000)"
+        );
+        return Ok(());
+    }
     let files = arg("--files", 3000)?;
     let rounds = arg("--rounds", 5)?;
     let dir = tempfile::tempdir()?;
