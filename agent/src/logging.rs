@@ -37,19 +37,33 @@ pub enum LoggingError {
     AlreadySet(String),
 }
 
-/// Parse a filter spec (the value of `ALOFT_LOG`); an empty spec means [`DEFAULT_FILTER`].
+/// Parse a filter spec (the value of `ALOFT_LOG`) by the words every aloft daemon reads
+/// ([`aloft_api::log_spec`]): empty means [`DEFAULT_FILTER`], `warning` is `warn`, and a lone
+/// word must be a level.
 pub fn filter(spec: &str) -> Result<Targets, LoggingError> {
-    let spec = if spec.trim().is_empty() { DEFAULT_FILTER } else { spec };
-    spec.parse().map_err(|e: tracing_subscriber::filter::ParseError| LoggingError::Filter {
-        spec: spec.to_string(),
-        message: e.to_string(),
-    })
+    let bad = |message: String| LoggingError::Filter { spec: spec.to_string(), message };
+    let words =
+        if spec.trim().is_empty() { DEFAULT_FILTER } else { aloft_api::log_spec::normalized(spec).map_err(bad)? };
+    words.parse().map_err(|e: tracing_subscriber::filter::ParseError| bad(e.to_string()))
 }
 
 /// Install the global subscriber: journald if its socket answers, else stderr. Call once, early.
 pub fn init() -> Result<LogTarget, LoggingError> {
     let spec = std::env::var(LOG_ENV).unwrap_or_default();
-    let filter = filter(&spec)?;
+    // A filter that does not parse is said once logging works, and `info` used: failing here left
+    // the agent with no log at all, errors included.
+    let (filter, refused) = match filter(&spec) {
+        Ok(f) => (f, None),
+        Err(e) => (Targets::new().with_default(tracing::Level::INFO), Some(e)),
+    };
+    let target = install(filter)?;
+    if let Some(e) = refused {
+        tracing::warn!("{e}; logging at info");
+    }
+    Ok(target)
+}
+
+fn install(filter: Targets) -> Result<LogTarget, LoggingError> {
     let already = |e: tracing_subscriber::util::TryInitError| LoggingError::AlreadySet(e.to_string());
     match tracing_journald::layer() {
         Ok(journald) => {
@@ -93,5 +107,10 @@ mod tests {
         assert!(f.would_enable("zbus", &Level::INFO));
         let err = filter("aloft_agent=loud").unwrap_err().to_string();
         assert!(err.contains("ALOFT_LOG") && err.contains("loud"), "{err}");
+        // The words every daemon reads alike: `warning` is warn, a lone non-level is refused.
+        let warning = filter("warning").unwrap();
+        assert_eq!(warning.default_level(), Some(Level::WARN.into()));
+        let err = filter("debg").unwrap_err().to_string();
+        assert!(err.contains("\"debg\"") && err.contains("a lone word must be a level"), "{err}");
     }
 }

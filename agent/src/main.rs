@@ -13,6 +13,9 @@ use std::time::Duration;
 ///
 /// First start enrolls with a bootstrap token and keeps the node's own credential in
 /// <root>/var/lib/aloft/credential.json (0600); later starts need no bootstrap token.
+///
+/// Logs go to the journal (else stderr), filtered by ALOFT_LOG (RUST_LOG syntax, default info;
+/// a lone word must be a level: `warn`, `debug`, ...).
 #[derive(Parser)]
 #[command(version = aloft_api::long_version!(), verbatim_doc_comment, args_conflicts_with_subcommands = true)]
 struct Cli {
@@ -71,7 +74,8 @@ struct RunArgs {
     /// executables in /usr/lib/aloft/health.d and /etc/aloft/health.d.
     #[arg(long, env = "ALOFT_HEALTH_REQUIRED_UNITS", default_value = "")]
     health_required_units: String,
-    /// How long each health check may take.
+    /// How long each health check may take; also how long, after an OS update's boot, the agent
+    /// waits for the OS helper before the Node says `cannot verify the booted OS`.
     #[arg(long, env = "ALOFT_HEALTH_TIMEOUT_SECONDS", default_value_t = 300)]
     health_timeout_seconds: u64,
     /// Environment-style config file (KEY=value lines for the ALOFT_* options above).
@@ -110,6 +114,7 @@ enum Cmd {
         /// Machine-readable JSON.
         #[arg(long)]
         json: bool,
+        /// The host's root directory, as given to the agent (its state is read under it).
         #[arg(long, env = "ALOFT_ROOT", default_value = "/")]
         root: PathBuf,
         /// D-Bus address where the agent serves org.aloft.Agent1 (default: the system bus).

@@ -13,6 +13,7 @@ pub mod exit;
 pub mod exposition;
 pub mod ignition;
 pub mod json_words;
+pub mod log_spec;
 pub mod machineconfig;
 pub mod meta;
 pub mod node;

@@ -17,6 +17,9 @@ use std::time::Duration;
 /// On a node systemd starts it on the first connection to /run/aloft/os-helper.sock
 /// (aloft-os-helper.socket) and it exits after --idle-exit-seconds without requests.
 /// With --listen it binds the socket itself (tests, debugging) and does not exit when idle.
+///
+/// Logs go to stderr (the journal under systemd), filtered by ALOFT_LOG (RUST_LOG syntax,
+/// default info; a lone word must be a level: `warn`, `debug`, ...).
 #[derive(Parser)]
 #[command(name = "aloft-os-helper", version = aloft_api::long_version!(), verbatim_doc_comment)]
 struct Cli {
@@ -45,8 +48,15 @@ struct Cli {
 }
 
 fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("ALOFT_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // The words every aloft daemon reads alike (aloft_api::log_spec); one refused is said, and
+    // `info` used (tracing read `warning` as a target, and logged nothing, warnings included).
+    let value = std::env::var("ALOFT_LOG").unwrap_or_default();
+    let (filter, refused) = match aloft_api::log_spec::normalized(&value)
+        .and_then(|w| tracing_subscriber::EnvFilter::try_new(w).map_err(|e| e.to_string()))
+    {
+        Ok(f) => (f, None),
+        Err(e) => (tracing_subscriber::EnvFilter::new("info"), Some(e)),
+    };
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
@@ -57,6 +67,9 @@ fn init_logging() {
         builder.without_time().init();
     } else {
         builder.init();
+    }
+    if let Some(e) = refused {
+        tracing::warn!("ALOFT_LOG={value:?} is not a log filter ({e}); logging at info");
     }
 }
 

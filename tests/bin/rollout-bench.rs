@@ -109,8 +109,11 @@ fn parse_args() -> Result<Args> {
             }
             "-h" | "--help" => {
                 println!(
-                    "rollout-bench --nodes N --max-unavailable INT|PCT% --per-node-ms MS [--failure-rate 0..1] [--runs R]\n\
-                     [--coordinator-arg ARG]... [--restart-after N [--restart-down-ms MS]]\n\
+                    "rollout-bench [--nodes N] [--max-unavailable INT|PCT%] [--per-node-ms MS] [--failure-rate 0..1]\n\
+                     [--runs R] [--coordinator-arg ARG]... [--restart-after N [--restart-down-ms MS]]\n\
+                     \n\
+                     Defaults: 1000 nodes, 10% of the pool, 500 ms per node, no failures, one run.\n\
+                     ROLLOUT_BENCH_TRACE=1 adds every node's step times.\n\
                      \n\
                      --restart-after N: kill the coordinator (SIGKILL) once N nodes of the rollout are Done, and\n\
                      start it again on the same data directory and port, as a crash or an upgrade would. The\n\

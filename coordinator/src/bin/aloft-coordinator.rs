@@ -112,8 +112,10 @@ enum BenchCmd {
     /// Load a coordinator (temp data dir, HTTPS on loopback) with nodes and MachineConfigs, then
     /// measure get / list / watch-delivery latency and the render time of the pool.
     Api {
+        /// Nodes created in the coordinator before the timings.
         #[arg(long, default_value_t = 10_000)]
         nodes: usize,
+        /// MachineConfigs of the worker pool (the render time grows with them).
         #[arg(long, default_value_t = 100)]
         configs: usize,
         /// Requests per latency figure.
@@ -219,17 +221,7 @@ fn open_store(data_dir: &std::path::Path) -> Result<SqliteStore> {
 /// The log filter `value` (RUST_LOG syntax; empty: info). A lone word is a level: RUST_LOG reads
 /// `warning` or `debg` as a target of that name, which logged nothing at all, errors included.
 fn log_filter(value: &str) -> Result<tracing_subscriber::EnvFilter, String> {
-    const LEVELS: [&str; 6] = ["trace", "debug", "info", "warn", "error", "off"];
-    let value = match value.trim() {
-        "" => "info",
-        "warning" => "warn",
-        v => v,
-    };
-    let lone = !value.contains(['=', ',', ':', '[']);
-    if lone && !LEVELS.contains(&value.to_ascii_lowercase().as_str()) {
-        return Err(format!("a lone word must be a level: {}", LEVELS.join(", ")));
-    }
-    tracing_subscriber::EnvFilter::try_new(value).map_err(|e| e.to_string())
+    tracing_subscriber::EnvFilter::try_new(aloft_api::log_spec::normalized(value)?).map_err(|e| e.to_string())
 }
 
 fn init_tracing() {

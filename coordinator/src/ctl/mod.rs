@@ -61,13 +61,15 @@ pub struct Cli {
 enum Cmd {
     /// List objects or show one (tables by default; -o yaml|json|wide|name).
     Get {
-        /// TYPE, TYPE/NAME, or TYPE NAME...
+        /// TYPE, TYPE,TYPE, TYPE/NAME, or TYPE NAME...
         #[arg(required_unless_present = "raw")]
         args: Vec<String>,
         /// Print what the server answers at this path, as it is (e.g. `/readyz?verbose`,
         /// `/metrics`, `/apis/machineconfiguration.openshift.io/v1/machineconfigpools`).
         #[arg(long, value_name = "PATH", conflicts_with_all = ["args", "output", "selector", "watch"])]
         raw: Option<String>,
+        /// Output format: a table (the default), a wider table, the objects as YAML or JSON, or
+        /// TYPE/NAME per line.
         #[arg(short = 'o', long, value_enum)]
         output: Option<Output>,
         /// Label selector, e.g. `machineconfiguration.openshift.io/role=worker`.
