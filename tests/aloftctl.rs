@@ -137,6 +137,9 @@ async fn apply_get_patch_describe_delete() {
     assert!(String::from_utf8_lossy(&wrong.stderr).contains("--type \"foo\": want merge or json"));
     let err = fails(&c, &["patch", "mcp", "worker", "-p", "spec: [unclosed"]);
     assert!(err.contains("--patch is neither JSON (") && err.contains(") nor YAML ("), "{err}");
+    // A YAML string is no patch: said by aloftctl, not sent.
+    let err = fails(&c, &["patch", "mcp", "worker", "-p", "spec.paused=true"]);
+    assert!(err.contains("--patch \"spec.paused=true\" is not a mapping"), "{err}");
     ok(&c, &["patch", "mcp", "worker", "-p", r#"{"spec":{"paused":false}}"#]);
     // A selector with a name would show the named object whether or not it matched: refused.
     let both = ctl(&c, &["get", "mcp", "worker", "-l", "x=y"]);
@@ -731,10 +734,7 @@ async fn rollout_status_says_paused_and_prints_no_blank_line() {
         }
     })
     .await;
-    let out = ctl(&c, &["rollout", "status", "mcp/worker", "--timeout", "2"]);
-    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(!out.status.success(), "{stdout}");
-    assert!(stderr.contains("timed out after 2 s"), "{stderr}");
+    let (stdout, _) = status_timing_out(&c);
     assert!(stdout.lines().last().is_some_and(|l| l.contains("0/1 updated") && l.contains(", paused")), "{stdout}");
     assert!(!stdout.contains("canary"), "{stdout}");
     assert!(!stdout.lines().any(|l| l.trim().is_empty()), "no blank line to a pipe: {stdout:?}");
@@ -749,6 +749,16 @@ async fn pool_when(c: &Coordinator, name: &str, what: &str, ok: impl Fn(&serde_j
         Ok(ok(&p).then_some(()))
     })
     .await;
+}
+
+/// `rollout status mcp/worker --timeout 2` on a pool that does not finish: it must fail with
+/// status 1; its stdout (the progress lines) and stderr (the timeout's error).
+fn status_timing_out(c: &Coordinator) -> (String, String) {
+    let out = ctl(c, &["rollout", "status", "mcp/worker", "--timeout", "2"]);
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    assert!(stderr.contains("timed out after 2 s"), "{stderr}");
+    (stdout.into_owned(), stderr.into_owned())
 }
 
 fn pool_condition_true(p: &serde_json::Value, type_: &str) -> bool {
@@ -783,9 +793,7 @@ async fn rollout_status_says_a_cordoned_node_holds_an_updated_pool() {
             && p.pointer("/status/unavailableMachineCount").and_then(|v| v.as_i64()) == Some(1)
     })
     .await;
-    let out = ctl(&c, &["rollout", "status", "mcp/worker", "--timeout", "2"]);
-    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    let (stdout, stderr) = status_timing_out(&c);
     assert!(
         stdout.lines().last().is_some_and(|l| l.contains("2/2 updated, 1 ready, 1 unavailable, 0 degraded")),
         "{stdout}"
@@ -804,8 +812,7 @@ async fn rollout_status_says_a_cordoned_node_holds_an_updated_pool() {
         p.pointer("/status/unavailableMachineCount").and_then(|v| v.as_i64()) == Some(2)
     })
     .await;
-    let out = ctl(&c, &["rollout", "status", "mcp/worker", "--timeout", "2"]);
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let (_, stderr) = status_timing_out(&c);
     assert!(stderr.contains("(cordoned: n1; under pressure: n2 (DiskPressure))"), "{stderr}");
 }
 
@@ -828,9 +835,7 @@ async fn rollout_status_names_the_nodes_taking_the_slots() {
             && p.pointer("/status/unavailableMachineCount").and_then(|v| v.as_i64()) == Some(1)
     })
     .await;
-    let out = ctl(&c, &["rollout", "status", "mcp/worker", "--timeout", "2"]);
-    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    let (_, stderr) = status_timing_out(&c);
     assert!(
         stderr.contains(
             "timed out after 2 s: pool worker is not updated: 0 of 2 updated; unavailable (1 of maxUnavailable 1): n1 cordoned and NotReady"
@@ -838,6 +843,16 @@ async fn rollout_status_names_the_nodes_taking_the_slots() {
         "{stderr}"
     );
     assert!(!stderr.contains("n2"), "n2 waits for the slot, it does not take one: {stderr}");
+    // Ready again but still cordoned: the slot is still taken, by a cordon alone.
+    let ready = serde_json::json!({"status": {"conditions": [{"type": "Ready", "status": "True"}]}});
+    admin
+        .patch("/api/v1/nodes/n1/status", "application/merge-patch+json", &ready)
+        .await
+        .unwrap()
+        .into_result()
+        .unwrap();
+    let (_, stderr) = status_timing_out(&c);
+    assert!(stderr.contains("unavailable (1 of maxUnavailable 1): n1 cordoned\n"), "{stderr}");
 }
 
 /// A budget that blocks the rollout for good: the line and the timeout's error name it, from the
@@ -855,9 +870,7 @@ async fn rollout_status_names_the_budget_that_blocks_the_pool() {
     admin.post(&path, &ndb).await.unwrap().into_result().unwrap();
     admin.post(MCS, &worker_file_config("99-worker-new")).await.unwrap().into_result().unwrap();
     pool_when(&c, "worker", "the pool blocked by the budget", |p| pool_condition_true(p, "BudgetBlocked")).await;
-    let out = ctl(&c, &["rollout", "status", "mcp/worker", "--timeout", "2"]);
-    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    let (stdout, stderr) = status_timing_out(&c);
     assert!(
         stdout.lines().last().is_some_and(|l| l.contains("; blocked: n1 waits: NodeDisruptionBudget frozen")),
         "{stdout}"

@@ -50,21 +50,22 @@ fn profile_dir() -> PathBuf {
     dir.to_path_buf()
 }
 
-/// The variables scripts/build-env.sh exports (the commit, the tree's state, the commit's date),
-/// read by sourcing it; values already in the environment are kept, as the script keeps them.
-fn build_identity() -> Vec<(String, String)> {
-    let script = workspace_root().join("scripts/build-env.sh");
-    let out = Command::new("bash").arg("-c").arg(r#"source "$1" && env"#).arg("bash").arg(&script).output();
-    let out = match out {
-        Ok(o) if o.status.success() => o,
-        _ => return Vec::new(),
-    };
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.split_once('='))
-        .filter(|(k, _)| matches!(*k, "ALOFT_GIT_COMMIT" | "ALOFT_GIT_TREE_STATE" | "ALOFT_BUILD_DATE"))
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
+/// The build identity this crate was compiled with (scripts/build-env.sh's variables, or none),
+/// for the binaries it builds: the same as the test or bench that runs them, so that the build is
+/// a no-op where `cargo build --workspace --bins` ran before with the same environment, and never
+/// takes the stamp off binaries built with one (a bench from a plain shell relinked them saying
+/// their commit was not recorded).
+fn build_identity(cmd: &mut Command) {
+    for (key, value) in [
+        ("ALOFT_GIT_COMMIT", option_env!("ALOFT_GIT_COMMIT")),
+        ("ALOFT_GIT_TREE_STATE", option_env!("ALOFT_GIT_TREE_STATE")),
+        ("ALOFT_BUILD_DATE", option_env!("ALOFT_BUILD_DATE")),
+    ] {
+        match value {
+            Some(v) => cmd.env(key, v),
+            None => cmd.env_remove(key),
+        };
+    }
 }
 
 /// Path of a binary of the workspace (`aloft-coordinator`, `aloftctl`), built fresh once per test
@@ -83,10 +84,7 @@ pub fn bin(name: &str) -> PathBuf {
         let build = |selection: &[&str]| -> std::result::Result<(), String> {
             let mut cmd = Command::new(env!("CARGO"));
             cmd.arg("build").args(selection).arg("--bins").current_dir(workspace_root());
-            // With the build's source identity, as scripts/build-env.sh gives the builds of the
-            // scripts: without it a test or bench run from a plain shell relinked the binaries
-            // saying their commit was not recorded.
-            cmd.envs(build_identity());
+            build_identity(&mut cmd);
             // Build into the target dir this test was built in (it may be a --target-dir).
             if let Some(target) = dir.parent() {
                 cmd.arg("--target-dir").arg(target);

@@ -69,8 +69,8 @@ impl Connection {
                 let _ = https.set_scheme("https");
                 let _ = https.set_port(base.port_or_known_default());
                 bail!(
-                    "plain HTTP, but a CA was given to check the coordinator's certificate: plain HTTP has \
-                     none, and the token would go out unencrypted; use {}",
+                    "plain HTTP, but a CA was given to check the coordinator's certificate, which plain HTTP \
+                     does not have (and the token would go out unencrypted); use {}",
                     https.as_str().trim_end_matches('/')
                 )
             }

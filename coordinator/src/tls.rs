@@ -40,11 +40,12 @@ fn announce_names(before: &str, names: &[String]) {
         tracing::warn!(
             dropped = %dropped.join(","),
             added = %added.join(","),
-            "the serving certificate is issued again without names it had: clients reaching the coordinator by them \
-             will refuse it; give each with --tls-san to keep it"
+            "the serving certificate was issued again without names it had (a --tls-san left out, or an address \
+             this host no longer has): clients reaching the coordinator by them will refuse it; give each one \
+             clients use with --tls-san"
         );
     } else if !added.is_empty() {
-        tracing::info!(added = %added.join(","), "the serving certificate is issued again with new names");
+        tracing::info!(added = %added.join(","), "the serving certificate was issued again with new names");
     }
 }
 
@@ -75,7 +76,6 @@ pub fn ensure(pki: &Pki, names: &[String]) -> Result<bool> {
     if pki.cert.exists() && pki.key.exists() && current == wanted {
         return Ok(false);
     }
-    announce_names(current.lines().next().unwrap_or(""), names);
     let ca_key_pem =
         std::fs::read_to_string(&pki.ca_key).with_context(|| format!("reading {}", pki.ca_key.display()))?;
     let ca_key = KeyPair::from_pem(&ca_key_pem).context("parsing the CA key")?;
@@ -94,5 +94,6 @@ pub fn ensure(pki: &Pki, names: &[String]) -> Result<bool> {
     crate::fsutil::write_private(&pki.key, key.serialize_pem().as_bytes())?;
     crate::fsutil::write_public(&pki.cert, cert.pem().as_bytes())?;
     crate::fsutil::write_public(&names_file, wanted.as_bytes())?;
+    announce_names(current.lines().next().unwrap_or(""), names);
     Ok(true)
 }

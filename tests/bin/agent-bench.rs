@@ -71,7 +71,7 @@ async fn main() {
         }),
     };
     let idle_secs = number(0, 60);
-    let rounds = number(1, 10) as usize;
+    let rounds = number(1, 10).max(1) as usize;
     let c = Coordinator::start();
     let admin = c.client();
     let root = tempfile::tempdir().unwrap();

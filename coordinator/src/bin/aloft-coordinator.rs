@@ -307,9 +307,10 @@ async fn run() -> Result<()> {
                 let needless = scope.needless();
                 if !needless.is_empty() {
                     anyhow::bail!(
-                        "--labels: {} need no allowing (a node may always carry labels outside kubernetes.io and k8s.io, \
-                         and the ones a host says of itself); list only the role labels it may give, e.g. \
-                         node-role.kubernetes.io/worker= (without --labels, that one alone)",
+                        "the bootstrap token's labels {} need no allowing (a node may always carry labels outside \
+                         kubernetes.io and k8s.io, and the ones a host says of itself); list only the role labels \
+                         it may give, e.g. node-role.kubernetes.io/worker= (without a list, that one alone; \
+                         --labels \"\" for none)",
                         needless.iter().map(|k| format!("{k:?}")).collect::<Vec<_>>().join(", ")
                     );
                 }

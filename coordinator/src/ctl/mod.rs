@@ -1151,9 +1151,10 @@ async fn patch_cmd(
         "strategic" => return Err(Usage("--type strategic is not supported by aloft: use merge or json".into()).into()),
         other => return Err(Usage(format!("--type {other:?}: want merge or json")).into()),
     };
-    let body = patch_body(patch)?;
+    let body = patch_body(patch, patch_type == "json")?;
     for (rt, name) in targets(args)? {
-        let name = name.ok_or_else(|| anyhow!("patch needs a name: aloftctl patch {} NAME -p ...", rt.singular))?;
+        let name =
+            name.ok_or_else(|| Usage(format!("patch needs a name: aloftctl patch {} NAME -p ...", rt.singular)))?;
         let mut path = resource_path(rt.path_ref(), Some(ns), Some(&name));
         if let Some(s) = &sub {
             path.push('/');
@@ -1169,14 +1170,27 @@ async fn patch_cmd(
 }
 
 /// `--patch` as kubectl reads it: JSON, or YAML (`spec: {paused: true}`), which is turned into
-/// the same JSON (YAML 1.1 octal file modes included, as for `apply`).
-fn patch_body(patch: &str) -> Result<Value> {
-    match serde_json::from_str(patch) {
-        Ok(v) => Ok(v),
-        Err(json) => {
-            crate::yaml::from_str(patch).map_err(|yaml| anyhow!("--patch is neither JSON ({json}) nor YAML ({yaml})"))
-        }
+/// the same JSON (YAML 1.1 octal file modes included, as for `apply`). A merge patch must be a
+/// mapping and a JSON patch a list: `-p foo` reads as a YAML string, which is no patch.
+fn patch_body(patch: &str, json_patch: bool) -> Result<Value> {
+    let body = match serde_json::from_str(patch) {
+        Ok(v) => v,
+        Err(json) => crate::yaml::from_str(patch)
+            .map_err(|yaml| anyhow!("--patch is neither JSON ({json}) nor YAML ({yaml})"))?,
+    };
+    let (fits, want) =
+        if json_patch { (body.is_array(), "a list of operations") } else { (body.is_object(), "a mapping") };
+    if !fits {
+        bail!(
+            "--patch {patch:?} is not {want} (want e.g. {})",
+            if json_patch {
+                r#"'[{"op":"replace","path":"/spec/paused","value":true}]'"#
+            } else {
+                r#"'{"spec":{"paused":true}}' or 'spec: {paused: true}'"#
+            }
+        );
     }
+    Ok(body)
 }
 
 fn condition_of<'a>(pool: &'a Value, type_: &str) -> Option<&'a Value> {
@@ -1681,16 +1695,18 @@ async fn slots_taken(client: &Client, path: &str) -> Option<String> {
     let (pools, nodes) = pools_and_nodes(client).await.ok()?;
     let (members, _) = membership(&pools, &nodes);
     let members = members.get(&pool.metadata.name).cloned().unwrap_or_default();
-    let target = pool.spec.configuration.as_ref().map(|c| c.name.clone()).unwrap_or_default();
+    let target: crate::controllers::config_name::ConfigName =
+        pool.spec.configuration.as_ref().map(|c| c.name.as_str()).unwrap_or("").into();
     let mut updated = 0;
     let mut taken = Vec::new();
     for &i in &members {
-        let f = NodeFacts::of(&nodes[i]);
-        if f.updated_to(&target.as_str().into()) && f.ready && !f.cordoned {
+        let (node, f) = (&nodes[i], NodeFacts::of(&nodes[i]));
+        // Counted as the pool's status counts it (updatedMachineCount), readiness aside.
+        if !target.is_empty() && f.updated_to(&target) {
             updated += 1;
-            continue;
         }
-        if !f.disrupted() && !f.cordoned {
+        // The rollout's reading of a slot taken (cordoned nodes are not Ready for it).
+        if !f.disrupted() {
             continue;
         }
         let mut why = Vec::new();
@@ -1702,10 +1718,12 @@ async fn slots_taken(client: &Client, path: &str) -> Option<String> {
         if f.cordoned {
             why.push("cordoned");
         }
-        if !f.ready {
+        if !node.is_ready() {
             why.push("NotReady");
+        } else if !node.is_ready_for_update() {
+            why.push("under pressure");
         }
-        taken.push(format!("{} {}", nodes[i].metadata.name, why.join(" and ")));
+        taken.push(format!("{} {}", node.metadata.name, why.join(" and ")));
     }
     let max = max_unavailable(pool.spec.max_unavailable.as_ref(), members.len());
     let mut out = format!("{updated} of {} updated", members.len());
