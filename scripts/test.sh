@@ -20,7 +20,7 @@ cargo build --workspace --bins
 cargo test --workspace --exclude aloft-vm-tests 2>&1
 # VM tests: a missing QEMU/mmdebstrap is a failure here, not a skip. The images are built (or
 # taken from /var/cache/aloft-images) by the first scenario. CI runs the six scenarios (about
-# 22-24 minutes on 2 cores): a (a rebootless change), b (a rollout with an OS update), c (a bad OS
+# 25-33 minutes on 2 cores with the image build): a (a rebootless change), b (a rollout with an OS update), c (a bad OS
 # rolled back, the rollout stopped), d (a power cut right after staging: it caught an agent that
 # went Degraded instead of staging again; then one held right after ostree finalized), e (a file with no policy reboots once) and f (power
 # cuts at five named moments of an OS update and its rollback, held there by the agent's
