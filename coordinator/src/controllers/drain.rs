@@ -789,9 +789,11 @@ impl Job {
     }
 }
 
-/// `<request>@<time>`, the value of `aloft.dev/drainStarted`.
+/// `<request>@<time>`, the value of `aloft.dev/drainStarted`. In milliseconds: a mark cut to the
+/// second put the start up to a second early, and a 1-second drain timeout fired at once, before
+/// the first hook call had a chance to fail (CI saw it 7 ms into a drain).
 fn start_mark(request: &str, now: DateTime<Utc>) -> String {
-    format!("{request}@{}", now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+    format!("{request}@{}", now.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
 }
 
 /// Cordon and acknowledge `r` in one edit (re-cordoning, in case someone uncordoned meanwhile);
@@ -918,6 +920,11 @@ mod tests {
         .unwrap();
         assert_eq!(started_at(&node, "drain-r2").map(|t| t.to_rfc3339()), Some("2026-01-01T00:00:00+00:00".into()));
         assert_eq!(started_at(&node, "drain-r3"), None, "a start for another request does not count");
+        // The mark keeps the start to the millisecond: read back, it is not a second early.
+        let t = DateTime::parse_from_rfc3339("2026-01-01T00:00:00.999Z").unwrap().with_timezone(&Utc);
+        let mark = start_mark("drain-r2", t);
+        assert_eq!(mark, "drain-r2@2026-01-01T00:00:00.999Z");
+        assert_eq!(parse_start_mark(&mark, "drain-r2"), Some(t));
         assert_eq!(humanize(3600), "1 hour");
         assert_eq!(humanize(120), "2 minutes");
         assert_eq!(humanize(5), "5 seconds");
