@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 use std::time::Duration;
 
 const MCO: &str = "/apis/machineconfiguration.openshift.io/v1";
-const T: Duration = Duration::from_secs(10);
+const T: Duration = Duration::from_secs(60);
 
 /// A DELETE of `path` with `options` (a DeleteOptions) as its body.
 async fn delete_with(admin: &Client, path: &str, options: &Value) -> aloft_client::Reply {

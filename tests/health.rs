@@ -300,8 +300,10 @@ fn under_systemd_it_notifies_ready_and_pings_the_watchdog() {
             pings.push(std::time::Instant::now());
         }
     }
+    // Two intervals of 500 ms: not a ping per check (a late first ping shortens the span a
+    // little, so the bound leaves room for it).
     let took = pings[2] - pings[0];
-    assert!(took >= Duration::from_millis(900), "two intervals of 500 ms took {took:?}");
+    assert!(took >= Duration::from_millis(600), "two intervals of 500 ms took {took:?}");
 }
 
 /// `--event-ttl 0` keeps Events forever (README): the sweep does nothing, and the coordinator

@@ -59,7 +59,7 @@ async fn the_follower_delivers_changes_in_order_times_out_and_survives_a_restart
     // at once, never one older than it asked about.
     set_label_annotation(&admin, "watch-0", "two").await;
     let r3 = set_label_annotation(&admin, "watch-0", "three").await;
-    let newest = aloft_tests::eventually(Duration::from_secs(10), "the newest view", || {
+    let newest = aloft_tests::eventually(Duration::from_secs(60), "the newest view", || {
         let api = api.clone();
         let rev = v1.revision.clone();
         async move {

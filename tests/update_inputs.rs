@@ -9,7 +9,7 @@ use aloft_tests::{Client, Coordinator, WatchStream};
 use serde_json::{json, Value};
 use std::time::Duration;
 
-const WAIT: Duration = Duration::from_secs(10);
+const WAIT: Duration = Duration::from_secs(60);
 
 /// A newly enrolled node `name`: its credential's client.
 async fn node_client(c: &Coordinator, name: &str) -> Client {

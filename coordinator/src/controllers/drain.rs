@@ -78,8 +78,9 @@ struct Failing {
 #[derive(Debug, Default)]
 struct Backoffs {
     nodes: HashMap<String, Failing>,
-    /// The longest step: a third of the Event TTL, so that the failure's standing Event, written
-    /// again on a retry once half the TTL old, never expires while the node is stuck.
+    /// The longest step: a sixth of the Event TTL, so that the failure's standing Event, written
+    /// again on a retry once a third of the TTL old, is written within half the TTL and never
+    /// expires while the node is stuck.
     max_step: Option<Duration>,
 }
 
@@ -276,7 +277,7 @@ pub async fn run(store: Arc<dyn Store>, events: Recorder, passes: super::passes:
             return;
         }
     };
-    let max_step = events.refresh_interval().map(|half_ttl| half_ttl * 2 / 3);
+    let max_step = events.refresh_interval().map(|third| third / 2);
     let backoffs = Arc::new(Mutex::new(Backoffs { max_step, ..Default::default() }));
     let ctx = Ctx {
         events,

@@ -54,8 +54,10 @@ fn parse_time(s: &str) -> Option<DateTime<Utc>> {
     DateTime::parse_from_rfc3339(s).ok().map(|t| t.with_timezone(&Utc))
 }
 
+/// To the millisecond (as a MicroTime is written): a start cut to the second ended every soak
+/// up to a second early.
 fn rfc3339(t: DateTime<Utc>) -> String {
-    t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+    t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 
 /// When a soak of `seconds` from `start` ends; None when that is past the last time chrono can
@@ -310,7 +312,7 @@ mod tests {
         f[0] = facts("r2", "r2", "Done");
         let e = eval(Some(&p), Some(&e.status), None, &ConfigName::new("r2"), &names, &f, t("2026-01-01T00:02:00Z"));
         assert_eq!(e.gate, Gate::Hold(HoldReason::Soaking { until: Some(t("2026-01-01T00:12:00Z")), failed: vec![] }));
-        assert_eq!(e.status.soak_start_time.as_deref(), Some("2026-01-01T00:02:00Z"));
+        assert_eq!(e.status.soak_start_time.as_deref(), Some("2026-01-01T00:02:00.000Z"));
 
         // A restart re-evaluates from the stored record: same deadline.
         let e = eval(Some(&p), Some(&e.status), None, &ConfigName::new("r2"), &names, &f, t("2026-01-01T00:11:59Z"));

@@ -425,8 +425,11 @@ impl SqliteStore {
     /// [`SqliteStore::open_with_retain`], keeping the objects of `cached` resources in memory
     /// (see [`ObjectCache`]; loaded here, before anything else can write).
     pub fn open_with(path: &Path, retain: u64, cached: &[CachedResource]) -> Result<Self, StoreError> {
-        let mut writer = open_conn(path)?;
+        // The format is checked before the tokens' file is attached (and created when missing),
+        // so that a store refused for its format is left as it was, tokens' file and all.
+        let mut writer = open_file(path)?;
         check_format(&writer, path)?;
+        attach_tokens(&writer, path)?;
         migrate_objects(&mut writer)?;
         writer.execute_batch(SCHEMA)?;
         writer.execute_batch(TOKENS_SCHEMA)?;
@@ -1619,8 +1622,13 @@ mod tests {
             assert_eq!(mode(&p), 0o600, "{}", p.display());
         }
         assert!(std::fs::metadata(wal(&path)).unwrap().len() > 0);
-        tokio::time::sleep(CHECKPOINT_AFTER + TRUNCATE_WHEN_IDLE + std::time::Duration::from_secs(1)).await;
-        assert_eq!(std::fs::metadata(wal(&path)).unwrap().len(), 0, "the log is truncated when idle");
+        // Truncated once idle: after CHECKPOINT_AFTER + TRUNCATE_WHEN_IDLE, later on a slow disk
+        // (a checkpoint running when the last commit came finishes first), so polled.
+        let idle = std::time::Instant::now();
+        while std::fs::metadata(wal(&path)).unwrap().len() > 0 {
+            assert!(idle.elapsed() < std::time::Duration::from_secs(60), "the log is truncated when idle");
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
         assert!(s.get(&Key::cluster("/nodes", "n299")).await.unwrap().is_some());
         drop(s);
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
@@ -1831,7 +1839,15 @@ mod tests {
             .execute("UPDATE meta SET value = ?1 WHERE key = 'format'", [STORE_FORMAT + 1])
             .unwrap();
         let bytes = std::fs::read(&path).unwrap();
+        // A data directory whose tokens' file is missing: the refusal does not create one.
+        let tokens = tokens_path(&path);
+        for suffix in ["", "-wal", "-shm"] {
+            let mut p = tokens.clone().into_os_string();
+            p.push(suffix);
+            let _ = std::fs::remove_file(p);
+        }
         let err = SqliteStore::open(&path).err().expect("refused").to_string();
+        assert!(!tokens.exists(), "the refusal created {}", tokens.display());
         assert!(err.contains("written by a newer aloft") && err.contains("restore a backup"), "{err}");
         assert!(err.contains(&format!("store format {}", STORE_FORMAT + 1)), "{err}");
         assert_eq!(std::fs::read(&path).unwrap(), bytes, "nothing was changed");
