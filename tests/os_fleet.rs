@@ -269,11 +269,28 @@ async fn os_update_health_check_and_rollback() {
     admin.put(&path, &mc).await.unwrap().into_result().unwrap();
     host.reboot_when_asked(c, "the v3 update").await;
     assert_eq!(testkit::deployment_order(&host.sysroot()).unwrap(), vec![v3.clone(), v2.clone()]);
+    // Before the reboot into v2 the node still runs v3: Degraded, the rollback under way.
+    let going = format!("; rolling back from OS commit {v3} to {v2}");
+    eventually(Duration::from_secs(240), "Degraded while rolling back", || async {
+        let a = node_annotations(c, &name).await?;
+        let reason = get(&a, ann::REASON);
+        Ok((get(&a, ann::STATE) == "Degraded"
+            && reason.contains("app does not answer on :8080")
+            && reason.ends_with(&going))
+        .then_some(()))
+    })
+    .await;
     host.reboot_when_asked(c, "the rollback").await;
     assert_eq!(testkit::deployment_order(&host.sysroot()).unwrap(), vec![v2.clone(), v3.clone()], "rolled back");
-    let (_, reason) = wait_state(c, &name, "Degraded", false, "Degraded after the rollback").await;
-    assert!(reason.contains("app does not answer on :8080"), "{reason}");
-    assert!(reason.contains(&format!("rolled back from OS commit {v3} to {v2}")), "{reason}");
+    // Booted into v2: the rollback is done, and the reason says so.
+    let done = format!("; rolled back from OS commit {v3} to {v2}");
+    let reason = eventually(Duration::from_secs(240), "Degraded after the rollback", || async {
+        let a = node_annotations(c, &name).await?;
+        let reason = get(&a, ann::REASON).to_string();
+        Ok((get(&a, ann::STATE) == "Degraded" && reason.ends_with(&done)).then_some(reason))
+    })
+    .await;
+    assert!(reason.contains("app does not answer on :8080") && !reason.contains("rolling back"), "{reason}");
     tokio::time::sleep(Duration::from_secs(5)).await;
     assert!(host.host.fake.reboots().is_empty(), "the failed commit is not retried");
     let denylist = std::fs::read_to_string(host.host.path("var/lib/aloft/os-denylist.json")).unwrap();

@@ -159,9 +159,26 @@ fn rollback_cut(denied: Option<&str>, booted: Option<&str>, checksum: &str) -> O
     }
 }
 
-/// The reason a node rolled back from `from` to `to` reports.
+/// The reason a node rolled back from `from` to `to` reports, once it runs `to`.
 fn rolled_back_reason(failure: &str, from: &str, to: &str) -> String {
     format!("{failure}; rolled back from OS commit {from} to {to}")
+}
+
+/// The reason a node rolling back from `from` to `to` reports until it has booted `to` (the
+/// previous deployment made the default, the reboot into it asked for). It said "rolled back"
+/// from the start, while the node still ran the failed commit (and for good when the reboot
+/// was refused).
+fn rolling_back_reason(failure: &str, from: &str, to: &str) -> String {
+    format!("{failure}; rolling back from OS commit {from} to {to}")
+}
+
+/// The reason of a rollback done, from the one it said while it went on ([`rolling_back_reason`]);
+/// a reason saved by an older agent (which said "rolled back" from the start) stays as it is.
+fn rolled_back(reason: &str) -> String {
+    match reason.rsplit_once("; rolling back from OS commit ") {
+        Some((failure, commits)) => format!("{failure}; rolled back from OS commit {commits}"),
+        None => reason.to_string(),
+    }
 }
 
 /// The staged deployment is staged again while attempts remain ([`state::MAX_RESTAGES`]) and its
@@ -464,7 +481,7 @@ impl Agent {
             Ok(d) => d,
             Err(e) => return self.fail(target, format!("{failure}; rolling back failed: {e}"), false).await,
         };
-        let reason = rolled_back_reason(&failure, checksum, &previous.checksum);
+        let reason = rolling_back_reason(&failure, checksum, &previous.checksum);
         let boot_id = state::boot_id(&self.root);
         self.enter(
             Phase::RollingBack { target: target.into(), boot_id, checksum: checksum.into(), reason: reason.clone() },
@@ -478,7 +495,7 @@ impl Agent {
     /// Booted back into the previous OS: Degraded with the health check's reason, until the
     /// desired config changes (the denylist keeps the commit from being retried).
     pub(super) async fn finish_rollback(&mut self, target: &str) -> Result<()> {
-        let reason = self.phase.reason().to_string();
+        let reason = rolled_back(self.phase.reason());
         self.fail(target, reason, false).await
     }
 
@@ -670,6 +687,16 @@ mod tests {
             rolled_back_reason("app does not answer on :8080", "c3", "c2"),
             "app does not answer on :8080; rolled back from OS commit c3 to c2"
         );
+        // Until the reboot into c2, the reason says the rollback is under way; after it, done.
+        let going = rolling_back_reason("app does not answer on :8080", "c3", "c2");
+        assert_eq!(going, "app does not answer on :8080; rolling back from OS commit c3 to c2");
+        assert_eq!(rolled_back(&going), rolled_back_reason("app does not answer on :8080", "c3", "c2"));
+        // The check's output may say anything: only the last (the agent's own) words change.
+        let odd = rolling_back_reason("x; rolling back from OS commit a to b", "c3", "c2");
+        assert_eq!(rolled_back(&odd), "x; rolling back from OS commit a to b; rolled back from OS commit c3 to c2");
+        // A phase an older agent saved said "rolled back" already.
+        let old = rolled_back_reason("app does not answer on :8080", "c3", "c2");
+        assert_eq!(rolled_back(&old), old);
         // A commit that never failed here is verified as usual.
         assert_eq!(rollback_cut(None, Some("c3"), "c3"), None);
         assert_eq!(rollback_cut(None, Some("c2"), "c3"), None);
