@@ -1394,15 +1394,20 @@ async fn a_failed_rebootless_action_undoes_the_update_and_is_retried() {
     assert_eq!(reason.matches("auditd.service").count(), 1, "{reason}");
     assert_ne!(failed_on, first, "the failure names the new config");
     // Still failing after its first retry: Degraded on the config before, its file written back.
+    // (Polled as one condition: between the retried action's failure and its undo the file
+    // reads "two" for a moment, and the state is still the first failure's Degraded.)
     let restarts = || h.fake.call_strings().iter().filter(|c| c.starts_with("RestartUnit(auditd.service")).count();
-    eventually(Duration::from_secs(60), "the update retried", || async { Ok((restarts() >= 2).then_some(())) }).await;
-    eventually(Duration::from_secs(60), "Degraded again after the retry", || async {
-        let state = annotation_of(&c, "worker-r", ann::STATE).await?;
-        Ok((state == "Degraded").then_some(()))
-    })
+    eventually(
+        Duration::from_secs(60),
+        "retried, and Degraded on the config before, its file written back",
+        || async {
+            let state = annotation_of(&c, "worker-r", ann::STATE).await?;
+            let current = annotation_of(&c, "worker-r", ann::CURRENT_CONFIG).await?;
+            let file = std::fs::read_to_string(h.path("/etc/r.conf"))?;
+            Ok((restarts() >= 2 && state == "Degraded" && current == first && file == "one").then_some(()))
+        },
+    )
     .await;
-    assert_eq!(annotation_of(&c, "worker-r", ann::CURRENT_CONFIG).await.unwrap(), first);
-    assert_eq!(std::fs::read_to_string(h.path("/etc/r.conf")).unwrap(), "one", "the update is undone");
 
     // The service restarts again: the retry takes the node to the new config.
     let mut w = aloft_tests::WatchStream::open(&admin, "/api/v1/nodes?watch=true").await.unwrap();

@@ -526,8 +526,8 @@ async fn pass(
                 tracing::warn!(node = %name, %msg, "{what} timed out; still retrying");
             }
             // Recorded on every retry while the drain stays stuck, with the message the node was
-            // marked with: the recorder writes it once and then counts it again every half Event
-            // TTL, so the Event lasts as long as the timeout does (a timeout recorded only once
+            // marked with: the recorder writes it once and then counts it again every third of the
+            // Event TTL, so the Event lasts as long as the timeout does (a timeout recorded only once
             // expired with the TTL while the node was still stuck).
             ctx.events.emit(&Involved::node(&name), EventType::Warning, reasons::DRAIN_TIMEOUT, &msg);
         } else if started.is_some() && node.annotation(ann::DRAIN_FAILURE).is_some() {

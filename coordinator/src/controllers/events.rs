@@ -146,9 +146,9 @@ impl Recorder {
         Recorder { last, queue, refresh }
     }
 
-    /// Record `message` unless it is what this (object, reason) said last, less than half the
-    /// Event TTL ago: a repeat after that is counted on the stored Event (at most one write per
-    /// (object, reason) per third of the TTL). The write happens in the background; one that fails is
+    /// Record `message` unless it is what this (object, reason) said last, less than a third of
+    /// the Event TTL ago: a repeat after that is counted on the stored Event (at most one write
+    /// per (object, reason) per third of the TTL). The write happens in the background; one that fails is
     /// logged, and the same message later is written again.
     pub fn emit(&self, about: &Involved, type_: EventType, reason: &'static str, message: &str) {
         let key = (about.clone(), reason);
@@ -309,8 +309,8 @@ async fn write_event(
         Err(StoreError::AlreadyExists(_)) => {}
         Err(e) => return Err(e),
     }
-    // The same decision again (after a restart emptied the recorder, or standing for half the
-    // Event TTL): count it.
+    // The same decision again (after a restart emptied the recorder, or standing for a third of
+    // the Event TTL): count it.
     let Some(mut existing) = store.get(&key).await?.map(Stored::into_value) else {
         // Expired or deleted between the two calls: it is new again.
         return match store.create(&key, build()).await {
