@@ -172,7 +172,9 @@ async fn os_update(fleet: &Fleet, prestage: bool) -> Result<()> {
         json!({"osImageURL": fleet.images.os_image_url("v2")?, "kernelArguments": [KARG]}),
     )
     .await?;
-    let converged = wait_converged(fleet, &first, OS_ROLLOUT_PER_NODE * 3).await.context("the OS rollout");
+    // 1,200 s for the three nodes (153-274 s measured): a VM that hangs after its ready line is
+    // not seen by the harness, and a longer wait would outlast CI's 90 minutes, report and all.
+    let converged = wait_converged(fleet, &first, OS_ROLLOUT_PER_NODE).await.context("the OS rollout");
     let (samples, errors) = sampler.stop();
     let target = converged?;
     let rollout = started.elapsed();
@@ -429,14 +431,17 @@ async fn power_cut(fleet: &Fleet) -> Result<()> {
             Ok(_) => tokio::time::sleep(Duration::from_millis(500)).await,
             Err(e) => {
                 // The channel closes as the guest goes down for its reboot, a moment before
-                // QEMU exits: give the supervisor time to see it.
+                // QEMU exits: give the supervisor time to see it. A guest still up after that
+                // was too busy to answer (staging, or a slow shutdown with the command service
+                // stopped): asked again, until the deadline.
                 let down = vm
                     .wait_for("down for the reboot", Duration::from_secs(30), |s| {
                         s.boot > 1 || !matches!(s.phase, aloft_vm_tests::Phase::Ready { .. })
                     })
                     .await;
                 if down.is_err() {
-                    return Err(e);
+                    tracing::warn!(error = %format!("{e:#}"), "no answer, and the VM is still up: asking again");
+                    continue;
                 }
                 break "during the reboot into v2";
             }
