@@ -524,8 +524,8 @@ async fn the_agent_counts_and_times_its_updates() {
     stored["spec"] = mc["spec"].clone();
     admin.put(&path, &stored).await.unwrap().into_result().unwrap();
     eventually(Duration::from_secs(60), "worker-m Done on the new config", || async {
-        let current = annotation_of(&c, "worker-m", ann::CURRENT_CONFIG).await?;
-        let state = annotation_of(&c, "worker-m", ann::STATE).await?;
+        let n = node_of(&c, "worker-m").await?;
+        let (current, state) = (node_annotation(&n, ann::CURRENT_CONFIG), node_annotation(&n, ann::STATE));
         Ok((current != first && state == "Done").then_some(()))
     })
     .await;
@@ -579,8 +579,13 @@ async fn an_edit_made_before_the_drift_watch_is_armed_is_found() {
 
 /// The Node's annotation `key` ("" when absent).
 async fn annotation_of(c: &Coordinator, node: &str, key: &str) -> anyhow::Result<String> {
-    let n = c.client().get(&path_of(&NODE, Some(node))).await?.into_result()?;
-    Ok(node_annotation(&n, key))
+    Ok(node_annotation(&node_of(c, node).await?, key))
+}
+
+/// The Node `node`, in one read: annotations taken from it agree with each other (read one by
+/// one, an agent's report between two reads mixed two states: a Degraded with an empty reason).
+async fn node_of(c: &Coordinator, node: &str) -> anyhow::Result<Value> {
+    c.client().get(&path_of(&NODE, Some(node))).await?.into_result()
 }
 
 /// For a node made by [`one_node_on_a_file`] with the file `path`: the next change of the file
@@ -623,8 +628,8 @@ async fn a_refused_reboot_is_asked_again_and_the_update_finishes() {
     let mut hosts = [h];
     change_needing_a_refused_reboot(&c, &hosts[0], "/etc/rb.conf").await;
     let reason = eventually(Duration::from_secs(60), "worker-rb Degraded by the refused reboot", || async {
-        let state = annotation_of(&c, "worker-rb", ann::STATE).await?;
-        let reason = annotation_of(&c, "worker-rb", ann::REASON).await?;
+        let n = node_of(&c, "worker-rb").await?;
+        let (state, reason) = (node_annotation(&n, ann::STATE), node_annotation(&n, ann::REASON));
         Ok((state == "Degraded").then_some(reason))
     })
     .await;
@@ -653,8 +658,8 @@ async fn a_refused_reboot_is_asked_again_and_the_update_finishes() {
     })
     .await;
     eventually(Duration::from_secs(30), "worker-rb Working again while it reboots", || async {
-        let state = annotation_of(&c, "worker-rb", ann::STATE).await?;
-        let reason = annotation_of(&c, "worker-rb", ann::REASON).await?;
+        let n = node_of(&c, "worker-rb").await?;
+        let (state, reason) = (node_annotation(&n, ann::STATE), node_annotation(&n, ann::REASON));
         Ok((state == "Working" && reason.is_empty()).then_some(()))
     })
     .await;
@@ -720,8 +725,8 @@ async fn a_reboot_that_does_not_happen_is_said_and_asked_again() {
     let said = annotation_of(&c, "worker-rt", ann::REASON).await.unwrap();
     assert!(state == "Working" || said.contains("has not happened"), "{state}: {said}");
     let reason = eventually(Duration::from_secs(60), "worker-rt Degraded: the reboot did not happen", || async {
-        let state = annotation_of(&c, "worker-rt", ann::STATE).await?;
-        let reason = annotation_of(&c, "worker-rt", ann::REASON).await?;
+        let n = node_of(&c, "worker-rt").await?;
+        let (state, reason) = (node_annotation(&n, ann::STATE), node_annotation(&n, ann::REASON));
         Ok((state == "Degraded").then_some(reason))
     })
     .await;
@@ -755,8 +760,8 @@ async fn a_held_reboot_says_logind_holds_it_and_where_to_look() {
     h.fake.hold_reboots();
     change_needing_a_reboot(&c, &h, "/etc/hr.conf").await;
     let reason = eventually(Duration::from_secs(60), "worker-hr Degraded: logind holds the reboot", || async {
-        let state = annotation_of(&c, "worker-hr", ann::STATE).await?;
-        let reason = annotation_of(&c, "worker-hr", ann::REASON).await?;
+        let n = node_of(&c, "worker-hr").await?;
+        let (state, reason) = (node_annotation(&n, ann::STATE), node_annotation(&n, ann::REASON));
         Ok((state == "Degraded" && reason.contains("OperationInProgress")).then_some(reason))
     })
     .await;
@@ -972,8 +977,8 @@ async fn a_drifted_node_is_not_updated_until_forced() {
     let force = h.path("/run/machine-config-daemon-force");
     let (desired, reason) =
         eventually(Duration::from_secs(120), "worker-f to refuse the update over its drift", || async {
-            let desired = annotation_of(&c, "worker-f", ann::DESIRED_CONFIG).await?;
-            let reason = annotation_of(&c, "worker-f", ann::REASON).await?;
+            let n = node_of(&c, "worker-f").await?;
+            let (desired, reason) = (node_annotation(&n, ann::DESIRED_CONFIG), node_annotation(&n, ann::REASON));
             Ok((desired != first && reason.contains("not updating to")).then_some((desired, reason)))
         })
         .await;
@@ -1379,10 +1384,11 @@ async fn a_failed_rebootless_action_undoes_the_update_and_is_retried() {
     mc["spec"]["config"]["storage"]["files"][0]["contents"]["source"] = json!("data:,two");
     admin.put(&mc_path, &mc).await.unwrap().into_result().unwrap();
     let (reason, failed_on) = eventually(Duration::from_secs(60), "worker-r Degraded by the restart", || async {
-        let state = annotation_of(&c, "worker-r", ann::STATE).await?;
-        let failed = annotation_of(&c, "worker-r", ann::FAILED_CONFIG).await?;
-        Ok((state == "Degraded" && !failed.is_empty())
-            .then_some((annotation_of(&c, "worker-r", ann::REASON).await.unwrap_or_default(), failed)))
+        let n = node_of(&c, "worker-r").await?;
+        let (state, failed) = (node_annotation(&n, ann::STATE), node_annotation(&n, ann::FAILED_CONFIG));
+        // One read for all three: the retry that follows at once could come between reads
+        // (seen once: Degraded and failedConfig read, then an empty reason).
+        Ok((state == "Degraded" && !failed.is_empty()).then(|| (node_annotation(&n, ann::REASON), failed)))
     })
     .await;
     // The action and systemd's answer, each said once, and what the agent did about it.
@@ -1401,8 +1407,8 @@ async fn a_failed_rebootless_action_undoes_the_update_and_is_retried() {
         Duration::from_secs(60),
         "retried, and Degraded on the config before, its file written back",
         || async {
-            let state = annotation_of(&c, "worker-r", ann::STATE).await?;
-            let current = annotation_of(&c, "worker-r", ann::CURRENT_CONFIG).await?;
+            let n = node_of(&c, "worker-r").await?;
+            let (state, current) = (node_annotation(&n, ann::STATE), node_annotation(&n, ann::CURRENT_CONFIG));
             let file = std::fs::read_to_string(h.path("/etc/r.conf"))?;
             Ok((restarts() >= 2 && state == "Degraded" && current == first && file == "one").then_some(()))
         },
