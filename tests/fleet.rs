@@ -1588,3 +1588,153 @@ async fn a_first_enrollment_waits_for_the_coordinator() {
     assert_eq!(st["state"], "Done", "{st}");
     assert_eq!(st["reason"], "", "{st}");
 }
+
+/// The unit `y.service`, enabled or not.
+fn unit_y(enabled: bool) -> Value {
+    json!({"units": [{"name": "y.service", "enabled": enabled,
+        "contents": "[Service]\nExecStart=/bin/true\n[Install]\nWantedBy=multi-user.target\n"}]})
+}
+
+/// One node on a config with `/etc/u.conf` "one" and `y.service` disabled, then an update to a
+/// config that changes the file (its policy restarts auditd.service, which fails) and enables
+/// `y.service`, whose undo fails too (systemd refuses to disable y.service): the node is Degraded
+/// on that update with the disk holding its files. Returns the host, the config it was on, the
+/// failed one and the MachineConfig of the config it was on.
+async fn a_node_whose_undo_failed(
+    c: &Coordinator,
+    name: &str,
+) -> (Host, tempfile::NamedTempFile, String, String, Value) {
+    let admin = c.client();
+    let (h, token, zero) = one_node_on_a_file(c, name, "/etc/u.conf", "one", "None").await;
+    let policy = json!({"spec": {"nodeDisruptionPolicy": {
+        "files": [{"path": "/etc/u.conf", "actions": [{"type": "Restart", "restart": {"serviceName": "auditd.service"}}]}],
+        "units": [{"name": "y.service", "actions": [{"type": "None"}]}]}}});
+    let policy_path = "/apis/operator.openshift.io/v1/machineconfigurations/cluster";
+    admin.patch(policy_path, "application/merge-patch+json", &policy).await.unwrap().into_result().unwrap();
+    let mc_path = path_of(&MACHINE_CONFIG, Some(&format!("50-{name}")));
+    let mut original = admin.get(&mc_path).await.unwrap().into_result().unwrap();
+    original["spec"]["config"]["systemd"] = unit_y(false);
+    original = admin.put(&mc_path, &original).await.unwrap().into_result().unwrap();
+    let hosts = [h];
+    let first = converge(c, &hosts, Some(&zero), "the node Done with y.service disabled").await;
+    let [h] = hosts;
+    h.fake.fail_jobs_of("auditd.service", "failed");
+    h.fake.fail_calls("DisableUnitFiles", Some("y.service"));
+    let mut mc = original.clone();
+    mc["spec"]["config"]["storage"]["files"][0]["contents"]["source"] = json!("data:,two");
+    mc["spec"]["config"]["systemd"] = unit_y(true);
+    admin.put(&mc_path, &mc).await.unwrap().into_result().unwrap();
+    let (reason, failed) = eventually(Duration::from_secs(60), "the update and its undo failed", || async {
+        let n = node_of(c, name).await?;
+        let (state, reason) = (node_annotation(&n, ann::STATE), node_annotation(&n, ann::REASON));
+        Ok((state == "Degraded" && reason.contains("undoing the update failed too"))
+            .then(|| (reason, node_annotation(&n, ann::FAILED_CONFIG))))
+    })
+    .await;
+    assert!(reason.starts_with("rebootless action Restart auditd.service failed"), "{reason}");
+    assert!(reason.contains("DisableUnitFiles"), "{reason}");
+    assert!(reason.ends_with(&format!("the disk still holds {failed}'s files")), "{reason}");
+    assert_ne!(failed, first);
+    // Where the disk is: on the failed update's files, its unit enabled (systemd refused to
+    // disable it after the restart, and the undo's rollback enabled it again).
+    assert_eq!(std::fs::read_to_string(h.path("/etc/u.conf")).unwrap(), "two");
+    let calls = h.fake.call_strings();
+    let restart = calls.iter().position(|c| c.starts_with("RestartUnit(auditd.service")).expect("the restart");
+    let y: Vec<&String> = calls[restart..].iter().filter(|c| c.contains("[y.service]")).collect();
+    assert!(y.len() >= 2 && y[0].starts_with("DisableUnitFiles("), "{calls:?}");
+    assert!(y[y.len() - 1].starts_with("EnableUnitFiles("), "{calls:?}");
+    (h, token, first, failed, original)
+}
+/// Wait until `name` is Done on `config`; a Degraded report on the way is a retry, not an end.
+async fn done_on(c: &Coordinator, name: &str, config: &str, what: &str) {
+    eventually(Duration::from_secs(240), what, || async {
+        let n = node_of(c, name).await?;
+        let done = node_annotation(&n, ann::STATE) == "Done"
+            && node_annotation(&n, ann::CURRENT_CONFIG) == config
+            && node_annotation(&n, ann::DESIRED_CONFIG) == config;
+        Ok(done.then_some(()))
+    })
+    .await;
+}
+
+/// The admin reverts after an update whose undo failed: the node is Done on the config it was
+/// on only once that config's files and units are back, and stays Degraded, saying why, while
+/// they cannot be written. It reported Done at once over the failed update's files (then drift
+/// made it Degraded a moment later).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revert_after_a_failed_undo_writes_the_config_back_before_done() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let (h, _token, first, failed, original) = a_node_whose_undo_failed(&c, "worker-u").await;
+    h.fake.clear_calls();
+    let mc_path = path_of(&MACHINE_CONFIG, Some("50-worker-u"));
+    let mut back = admin.get(&mc_path).await.unwrap().into_result().unwrap();
+    back["spec"] = original["spec"].clone();
+    admin.put(&mc_path, &back).await.unwrap().into_result().unwrap();
+    // systemd still refuses: not Done, and the reason says what the agent tries.
+    let reason = eventually(Duration::from_secs(60), "the revert waiting for the files to be written back", || async {
+        let n = node_of(&c, "worker-u").await?;
+        let reason = node_annotation(&n, ann::REASON);
+        let waiting = node_annotation(&n, ann::DESIRED_CONFIG) == first
+            && node_annotation(&n, ann::STATE) == "Degraded"
+            && reason.contains("writing");
+        Ok(waiting.then_some(reason))
+    })
+    .await;
+    assert!(
+        reason.starts_with(&format!(
+            "the last update's undo failed and left its files and units on disk; writing {first}'s back failed again: "
+        )),
+        "{reason}"
+    );
+    assert!(reason.contains("DisableUnitFiles") && reason.ends_with("the disk still holds its files"), "{reason}");
+    let n = node_of(&c, "worker-u").await.unwrap();
+    assert_eq!(node_annotation(&n, ann::FAILED_CONFIG), failed, "the failure is the undone update's");
+    assert_eq!(std::fs::read_to_string(h.path("/etc/u.conf")).unwrap(), "two");
+
+    h.fake.clear_failures();
+    h.fake.clear_calls();
+    done_on(&c, "worker-u", &first, "worker-u Done on the config it was on").await;
+    assert_eq!(std::fs::read_to_string(h.path("/etc/u.conf")).unwrap(), "one");
+    let calls = h.fake.call_strings();
+    assert!(calls.iter().any(|c| c.starts_with("DisableUnitFiles([y.service]")), "y.service disabled again: {calls:?}");
+    assert!(!aloft_agent::engine::apply_unfinished(&aloft_agent::host::Root::new(h.root.path())));
+}
+
+/// After an update whose undo failed, the admin asks for a third config instead: the agent first
+/// writes back the config it was on, as the undo would have, then updates from it. The third
+/// config was applied as a change from the config before, over the failed update's files: the
+/// unit that update enabled stayed enabled, with nothing reporting it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_config_after_a_failed_undo_starts_from_the_config_written_back() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let (h, _token, _first, failed, _original) = a_node_whose_undo_failed(&c, "worker-w").await;
+    let mc_path = path_of(&MACHINE_CONFIG, Some("50-worker-w"));
+    let mut third = admin.get(&mc_path).await.unwrap().into_result().unwrap();
+    third["spec"]["config"]["storage"]["files"][0]["contents"]["source"] = json!("data:,three");
+    third["spec"]["config"]["systemd"] = unit_y(false);
+    admin.put(&mc_path, &third).await.unwrap().into_result().unwrap();
+    let target = eventually(Duration::from_secs(60), "the third config Degraded on the write-back", || async {
+        let n = node_of(&c, "worker-w").await?;
+        let desired = node_annotation(&n, ann::DESIRED_CONFIG);
+        let waiting = desired != failed
+            && node_annotation(&n, ann::FAILED_CONFIG) == desired
+            && node_annotation(&n, ann::REASON).contains("writing");
+        Ok(waiting.then_some(desired))
+    })
+    .await;
+    assert_eq!(
+        std::fs::read_to_string(h.path("/etc/u.conf")).unwrap(),
+        "two",
+        "nothing applied over the failed update"
+    );
+    h.fake.clear_failures();
+    h.fake.clear_calls();
+    done_on(&c, "worker-w", &target, "worker-w Done on the third config").await;
+    assert_eq!(std::fs::read_to_string(h.path("/etc/u.conf")).unwrap(), "three");
+    // The third config has y.service disabled, as the config before: planned from that config
+    // alone, nothing disabled the unit the failed update had enabled.
+    let calls = h.fake.call_strings();
+    assert!(calls.iter().any(|c| c.starts_with("DisableUnitFiles([y.service]")), "y.service disabled again: {calls:?}");
+}

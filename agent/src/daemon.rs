@@ -128,6 +128,22 @@ fn may_be_given_up(target: &str, current: &str, apply_unfinished: bool) -> bool 
     target != current && !apply_unfinished
 }
 
+/// What [`Agent::finish_undo`] found and did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum UndoLeft {
+    /// No undo left unfinished (or the update retried is the one undone).
+    Nothing,
+    /// The current config's files and units were written back: the disk changed since any
+    /// validation before.
+    Finished,
+    /// Writing them back failed, and was reported.
+    Failed,
+    /// The disk holds the config the update asks for (the update undone, tried again): its
+    /// apply goes from it, over its own files, so that a rollback of that apply leaves the
+    /// journal saying where the disk is; its actions are still planned from the current config.
+    Kept,
+}
+
 /// The phase of a reboot the agent decided on: drain (`drain-<target>`), then reboot.
 fn drain_for_reboot(target: &str) -> Phase {
     Phase::DrainingForReboot { target: target.to_string(), request: format!("drain-{target}") }
@@ -546,6 +562,15 @@ impl Agent {
         if !may_be_given_up(target, &self.current_name(), crate::engine::apply_unfinished(&self.root)) {
             return None;
         }
+        // An undo that failed left the disk on `target`'s files, not on the current config's:
+        // given up, nothing said so, and the next step reported Done over them.
+        // (Normalized as every apply's specs are.)
+        if let Some(cur) = &self.current {
+            let spec = crate::engine::normalize(&cur.spec).unwrap_or_else(|_| cur.spec.clone());
+            if !crate::engine::journal_settled_on(&self.root, &spec) {
+                return None;
+            }
+        }
         let node = self.api.get().await.ok()?;
         let desired = node.annotation(ann::DESIRED_CONFIG);
         (!desired.is_empty() && desired != target).then(|| desired.to_string())
@@ -633,6 +658,13 @@ impl Agent {
         match &step {
             Step::Wait => {}
             Step::ReportDone => {
+                // The config is written back over an update whose undo failed before it is
+                // reported Done; the failure is that update's, retried with backoff until then.
+                let current = self.current_name();
+                let undone = self.phase.target().filter(|t| *t != current).unwrap_or(&current).to_string();
+                if self.finish_undo(&undone, None).await? == UndoLeft::Failed {
+                    return Ok(step);
+                }
                 // Drained and never uncordoned (e.g. the coordinator went back to this config
                 // mid-update): the workloads come back and the uncordon request goes with Done.
                 let drained = node.annotation(ann::DESIRED_DRAIN).starts_with("drain-");
@@ -829,6 +861,13 @@ impl Agent {
                 return self.fail(target, e.to_string(), false).await;
             }
         }
+        // An earlier update whose undo failed left its files: written back first, as its undo
+        // would have, so that this update goes from the config it was planned from (unless it is
+        // that update, tried again: its apply goes over its own files).
+        let undo = self.finish_undo(target, Some(&new_spec)).await?;
+        if undo == UndoLeft::Failed {
+            return Ok(());
+        }
         // A finished record of an earlier apply must not be mistaken for this apply's outcome
         // by a restart in the Applying phase (see `startup`): gone, durably, before that phase.
         // Normally `report_done` removed it already and this only looks.
@@ -842,7 +881,9 @@ impl Agent {
         // After a drain or an OS download (minutes) the host is validated again; straight after
         // the check it had no time to change, and each validation (Ignition decoding of both
         // configs, host lookups) was about a sixth of the agent's CPU in an update.
-        let applied = if plan.drain || os_work.is_some() {
+        let applied = if undo == UndoLeft::Kept {
+            crate::engine::apply(&self.root, &new_spec, &new_spec, self.services.as_ref()).await
+        } else if plan.drain || os_work.is_some() || undo == UndoLeft::Finished {
             crate::engine::apply(&self.root, &old_spec, &new_spec, self.services.as_ref()).await
         } else {
             crate::engine::apply_checked(&self.root, &checked, self.services.as_ref()).await
@@ -933,6 +974,41 @@ impl Agent {
             return self.apply_failed(target, format!("{reason}; undoing the update failed too: {undo}")).await;
         }
         self.fail(target, format!("{reason} (the update was undone: back on the previous config)"), false).await
+    }
+
+    /// Writes the current config's files and units back over those of an update whose undo
+    /// failed ([`crate::engine::undo_unfinished`]), as that undo would have, unless `keep` is
+    /// that update's config (tried again: its own apply goes over them). A failure is reported
+    /// as `target`'s (Degraded, retried with backoff), never given up: nothing else may be
+    /// planned from the current config while the disk holds another one.
+    async fn finish_undo(&mut self, target: &str, keep: Option<&aloft_api::MachineConfigSpec>) -> Result<UndoLeft> {
+        let Some(cur) = self.current.clone() else { return Ok(UndoLeft::Nothing) };
+        // Normalized as the undo's apply was (the current config's spec, as saved).
+        let Ok(cur_spec) = crate::engine::normalize(&cur.spec) else { return Ok(UndoLeft::Nothing) };
+        let Some(undone) = crate::engine::undo_unfinished(&self.root, &cur_spec) else {
+            return Ok(UndoLeft::Nothing);
+        };
+        if keep == Some(&undone) {
+            return Ok(UndoLeft::Kept);
+        }
+        let name = cur.metadata.name.clone();
+        tracing::warn!(config = %name, target, "writing the current config back over the files of an update whose undo failed");
+        self.write_status(&format!("writing {name}'s files and units back over those of an update whose undo failed"))?;
+        let Err(e) = crate::engine::apply(&self.root, &undone, &cur_spec, self.services.as_ref()).await else {
+            tracing::info!(config = %name, "the failed undo is finished: the disk holds the current config again");
+            return Ok(UndoLeft::Finished);
+        };
+        let why = match e.downcast_ref::<crate::apply::ApplyError>() {
+            Some(crate::apply::ApplyError::RolledBack { reason }) => {
+                format!("{reason}; the disk still holds its files")
+            }
+            _ => format!("{e:#}"),
+        };
+        let reason = format!(
+            "the last update's undo failed and left its files and units on disk; writing {name}'s back failed again: {why}"
+        );
+        self.apply_failed(target, reason).await?;
+        Ok(UndoLeft::Failed)
     }
 
     /// An apply of `target` failed with `reason`: Degraded, and when its journal could not roll
