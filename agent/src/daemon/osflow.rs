@@ -181,6 +181,19 @@ fn rolled_back(reason: &str) -> String {
     }
 }
 
+/// The reason a rollback from `failed` ends with, `reason` being the one it said while it went on:
+/// "rolled back", unless the boot after it runs `failed` again (`booted`; `None` when nothing is
+/// booted to compare, as on a directory sysroot, or a phase saved without the commit).
+fn rollback_outcome(reason: &str, failed: &str, booted: Option<&str>) -> String {
+    match booted {
+        Some(b) if !failed.is_empty() && b == failed => format!(
+            "{reason} did not take: the node came up on {failed} again after the reboot (is the previous \
+             deployment the bootloader's default? `ostree admin status` shows the deployments)"
+        ),
+        _ => rolled_back(reason),
+    }
+}
+
 /// The staged deployment is staged again while attempts remain ([`state::MAX_RESTAGES`]) and its
 /// commit never failed its health checks here (a denylisted commit is not retried); the
 /// reason of a node that runs out of attempts says so and where to look.
@@ -493,10 +506,28 @@ impl Agent {
     }
 
     /// Booted back into the previous OS: Degraded with the health check's reason, until the
-    /// desired config changes (the denylist keeps the commit from being retried).
+    /// desired config changes (the denylist keeps the commit from being retried). A boot that
+    /// came up on the failed commit again (the bootloader did not take the rollback's default)
+    /// says so rather than "rolled back": the node still runs the commit that failed. It is not
+    /// rolled back and rebooted again: a bootloader that keeps booting that entry would make a
+    /// reboot loop of it.
     pub(super) async fn finish_rollback(&mut self, target: &str) -> Result<()> {
-        let reason = rolled_back(self.phase.reason());
-        self.fail(target, reason, false).await
+        let (failed, reason) = match &self.phase {
+            Phase::RollingBack { checksum, reason, .. } => (checksum.clone(), reason.clone()),
+            other => (String::new(), other.reason().to_string()),
+        };
+        let booted = match self.os.clone() {
+            // The helper not answering says nothing about the boot: retried with backoff.
+            Some(os) => {
+                self.booted_checksum(&os).await.map_err(|e| anyhow::anyhow!("cannot read the booted OS yet: {e}"))?
+            }
+            None => None,
+        };
+        let outcome = rollback_outcome(&reason, &failed, booted.as_deref());
+        if booted.is_some_and(|b| b == failed) {
+            tracing::warn!(target, commit = %failed, "the reboot of the rollback came up on the failed commit again");
+        }
+        self.fail(target, outcome, false).await
     }
 
     /// MCO's OS checks for `cur` on the running boot.
@@ -697,6 +728,17 @@ mod tests {
         // A phase an older agent saved said "rolled back" already.
         let old = rolled_back_reason("app does not answer on :8080", "c3", "c2");
         assert_eq!(rolled_back(&old), old);
+        // The boot after the rollback: on the previous commit, done; on the failed one again,
+        // not rolled back, and the reason says so; nothing booted to compare: done.
+        assert_eq!(rollback_outcome(&going, "c3", Some("c2")), rolled_back(&going));
+        assert_eq!(rollback_outcome(&going, "c3", None), rolled_back(&going));
+        assert_eq!(rollback_outcome(&going, "", Some("c3")), rolled_back(&going), "a phase saved without the commit");
+        let again = rollback_outcome(&going, "c3", Some("c3"));
+        assert!(
+            again.starts_with("app does not answer on :8080; rolling back from OS commit c3 to c2 did not take: "),
+            "{again}"
+        );
+        assert!(again.contains("came up on c3 again"), "{again}");
         // A commit that never failed here is verified as usual.
         assert_eq!(rollback_cut(None, Some("c3"), "c3"), None);
         assert_eq!(rollback_cut(None, Some("c2"), "c3"), None);
