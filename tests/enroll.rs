@@ -254,7 +254,13 @@ async fn a_second_host_cannot_take_over_an_enrolled_node() {
     let (code, body) = enroll_with(&c, &bootstrap, "dup", json!({"node-role.kubernetes.io/infra": ""})).await;
     assert_eq!(code, 409, "{body}");
     let message = body["message"].as_str().unwrap_or_default();
-    assert!(message.contains("already enrolled") && message.contains("kubectl delete node dup"), "{body}");
+    assert!(
+        message.starts_with("Operation cannot be fulfilled on nodes \"dup\": the node is already enrolled: "),
+        "{body}"
+    );
+    assert!(message.contains("kubectl delete node dup"), "{body}");
+    // Named by kube's prefix, then in the two commands that replace the host; not once more.
+    assert_eq!(message.matches("dup").count(), 3, "{body}");
     assert_eq!(first.get(&format!("{NODES}/dup")).await.unwrap().code, 200, "the first agent keeps its credential");
     let node = admin.get(&format!("{NODES}/dup")).await.unwrap().into_result().unwrap();
     assert!(node["metadata"]["labels"].get("node-role.kubernetes.io/infra").is_none(), "not relabelled: {node}");

@@ -983,14 +983,14 @@ impl Agent {
     /// planned from the current config while the disk holds another one.
     async fn finish_undo(&mut self, target: &str, keep: Option<&aloft_api::MachineConfigSpec>) -> Result<UndoLeft> {
         let Some(cur) = self.current.clone() else { return Ok(UndoLeft::Nothing) };
-        // Normalized as the undo's apply was (the current config's spec, as saved).
-        let Ok(cur_spec) = crate::engine::normalize(&cur.spec) else { return Ok(UndoLeft::Nothing) };
-        let Some(undone) = crate::engine::undo_unfinished(&self.root, &cur_spec) else {
+        let Some(undone) = crate::engine::undo_unfinished(&self.root, &cur.spec) else {
             return Ok(UndoLeft::Nothing);
         };
         if keep == Some(&undone) {
             return Ok(UndoLeft::Kept);
         }
+        // Normalized as the undo's apply was (the current config's spec, as saved).
+        let cur_spec = crate::engine::normalize(&cur.spec).unwrap_or_else(|_| cur.spec.clone());
         let name = cur.metadata.name.clone();
         tracing::warn!(config = %name, target, "writing the current config back over the files of an update whose undo failed");
         self.write_status(&format!("writing {name}'s files and units back over those of an update whose undo failed"))?;

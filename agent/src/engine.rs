@@ -109,13 +109,17 @@ pub fn journal_settled_on(root: &Root, current: &MachineConfigSpec) -> bool {
 /// over its own files fails in turn. Without this the next update was planned from `current`
 /// over the other config's files: a revert reported Done over them, and another config left
 /// them on disk, unreported. `None` when the disk is on `current` as far as the journal knows
-/// (an unreadable journal is [`apply_unfinished`]'s to report).
+/// (an unreadable journal is [`apply_unfinished`]'s to report). `current` is normalized, as
+/// every apply's specs are, only when a rolled-back record is there to compare: it runs before
+/// every update and Done, and the journal is almost always empty then.
 pub fn undo_unfinished(root: &Root, current: &MachineConfigSpec) -> Option<MachineConfigSpec> {
     use crate::journal::Phase as J;
-    match Journal::new(root).load() {
-        Ok(Some(r)) if matches!(r.phase, J::RolledBack { .. }) && r.old != *current => Some(r.old),
-        _ => None,
-    }
+    let record = match Journal::new(root).load() {
+        Ok(Some(r)) if matches!(r.phase, J::RolledBack { .. }) => r,
+        _ => return None,
+    };
+    let current = normalize(current).unwrap_or_else(|_| current.clone());
+    (record.old != current).then_some(record.old)
 }
 
 /// Removes the journal record of a finished apply (committed or rolled back), durably; a
@@ -164,8 +168,14 @@ mod tests {
     use super::*;
     use crate::journal::{Phase, Record, RECORD_VERSION};
 
+    /// A spec as the agent saves and journals them: normalized.
     fn spec(url: &str) -> MachineConfigSpec {
-        MachineConfigSpec { os_image_url: url.into(), ..Default::default() }
+        let raw = MachineConfigSpec {
+            os_image_url: url.into(),
+            config: serde_json::json!({"ignition": {"version": "3.4.0"}}),
+            ..Default::default()
+        };
+        normalize(&raw).unwrap()
     }
 
     /// The journal tells a disk that must hold the current config from one an update or its

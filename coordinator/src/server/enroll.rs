@@ -136,8 +136,9 @@ pub async fn enroll(ctx: SharedCtx, tokens: SqliteStore, who: Identity, body: &[
 /// The refusal of an enrollment under a name whose Node has an enrolled agent: a WARN, a
 /// Warning Event on the Node, and a 409 that says how to replace the host on purpose.
 fn refuse(ctx: &SharedCtx, node: &str, by: &str) -> ApiError {
+    // After kube's "Operation cannot be fulfilled on nodes \"<name>\": ", which names the node.
     let message = format!(
-        "node {node:?} is already enrolled: another host holds its credential (two hosts with one \
+        "the node is already enrolled: another host holds its credential (two hosts with one \
          name?). To replace the host on purpose, stop its agent and run `kubectl delete node {node}` \
          (or `aloft-coordinator token revoke --name node:{node}`), then enroll again"
     );

@@ -236,6 +236,12 @@ fn make_private(path: &Path) -> Result<(), StoreError> {
 /// A connection to one SQLite file with the store's settings, nothing attached.
 fn open_file(path: &Path) -> Result<Connection, StoreError> {
     make_private(path)?;
+    open_file_as_is(path)
+}
+
+/// [`open_file`] without making the file private first: for a file that is checked before
+/// anything of it changes.
+fn open_file_as_is(path: &Path) -> Result<Connection, StoreError> {
     let conn = Connection::open(path)?;
     // Closing a connection does not copy the write-ahead log into the database file (the
     // checkpointer does that while serving, and the next open replays what is left): a start
@@ -425,10 +431,16 @@ impl SqliteStore {
     /// [`SqliteStore::open_with_retain`], keeping the objects of `cached` resources in memory
     /// (see [`ObjectCache`]; loaded here, before anything else can write).
     pub fn open_with(path: &Path, retain: u64, cached: &[CachedResource]) -> Result<Self, StoreError> {
-        // The format is checked before the tokens' file is attached (and created when missing),
-        // so that a store refused for its format is left as it was, tokens' file and all.
-        let mut writer = open_file(path)?;
+        // The format is checked before the tokens' file is attached (and created when missing)
+        // and before an existing file's mode is mended, so that a store refused for its format
+        // is left as it was, tokens' file and modes and all. A new file is created private
+        // first: SQLite would create it readable by all.
+        let existed = path.exists();
+        let mut writer = if existed { open_file_as_is(path)? } else { open_file(path)? };
         check_format(&writer, path)?;
+        if existed {
+            make_private(path)?;
+        }
         attach_tokens(&writer, path)?;
         migrate_objects(&mut writer)?;
         writer.execute_batch(SCHEMA)?;
@@ -1839,6 +1851,11 @@ mod tests {
             .execute("UPDATE meta SET value = ?1 WHERE key = 'format'", [STORE_FORMAT + 1])
             .unwrap();
         let bytes = std::fs::read(&path).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        // A file others may read: the refusal leaves its mode too (a store that opens is made
+        // private, `the_store_files_are_private`).
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
         // A data directory whose tokens' file is missing: the refusal does not create one.
         let tokens = tokens_path(&path);
         for suffix in ["", "-wal", "-shm"] {
@@ -1851,6 +1868,7 @@ mod tests {
         assert!(err.contains("written by a newer aloft") && err.contains("restore a backup"), "{err}");
         assert!(err.contains(&format!("store format {}", STORE_FORMAT + 1)), "{err}");
         assert_eq!(std::fs::read(&path).unwrap(), bytes, "nothing was changed");
+        assert_eq!(mode(&path), 0o644, "the refusal changed the file's mode");
         assert_eq!(format(&path), STORE_FORMAT + 1);
     }
 
