@@ -1665,7 +1665,12 @@ async fn done_on(c: &Coordinator, name: &str, config: &str, what: &str) {
 async fn a_revert_after_a_failed_undo_writes_the_config_back_before_done() {
     let c = Coordinator::start();
     let admin = c.client();
-    let (h, _token, first, failed, original) = a_node_whose_undo_failed(&c, "worker-u").await;
+    let (mut h, token, first, failed, original) = a_node_whose_undo_failed(&c, "worker-u").await;
+    // The journal's record of the undo's rollback goes as the next apply starts (and with a plan
+    // that fails, no record replaces it); the undo's own record outlives it, and a restart.
+    h.stop_agent();
+    aloft_agent::engine::forget_finished_apply(&aloft_agent::host::Root::new(h.root.path())).unwrap();
+    h.start_agent(&c, token.path());
     h.fake.clear_calls();
     let mc_path = path_of(&MACHINE_CONFIG, Some("50-worker-u"));
     let mut back = admin.get(&mc_path).await.unwrap().into_result().unwrap();

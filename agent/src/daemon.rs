@@ -271,21 +271,29 @@ pub fn load_current(root: &Root) -> Result<Option<MachineConfig>> {
 /// Durably replaces the on-disk current config (written, fsynced, renamed, directory fsynced):
 /// from then on a restart counts `mc` as what the node runs.
 fn save_current(root: &Root, mc: &MachineConfig) -> Result<()> {
+    write_private_durably(root, &current_config_path(root), &serde_json::to_vec(mc)?)?;
+    tracing::info!(config = mc.metadata.name.as_str(), "current config saved");
+    Ok(())
+}
+
+/// Durably replaces `path` (in the state directory) with `bytes`, readable by root alone:
+/// written to a temp file, fsynced, renamed over it, the directory fsynced.
+pub(crate) fn write_private_durably(root: &Root, path: &Path, bytes: &[u8]) -> Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let dir = root.state_dir();
     std::fs::create_dir_all(&dir)?;
-    let tmp = dir.join(".currentconfig.json.tmp");
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.tmp"));
     // Removed first: a temp file left by a crash keeps its mode through an open.
     let _ = std::fs::remove_file(&tmp);
     let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(CURRENT_CONFIG_MODE).open(&tmp)?;
-    f.write_all(&serde_json::to_vec(mc)?)?;
+    f.write_all(bytes)?;
     f.sync_all()?;
     drop(f);
-    crate::reclaim::hold_path(&current_config_path(root));
-    std::fs::rename(&tmp, current_config_path(root))?;
+    crate::reclaim::hold_path(path);
+    std::fs::rename(&tmp, path)?;
     std::fs::File::open(&dir)?.sync_all()?;
-    tracing::info!(config = mc.metadata.name.as_str(), "current config saved");
     Ok(())
 }
 
@@ -562,11 +570,16 @@ impl Agent {
         if !may_be_given_up(target, &self.current_name(), crate::engine::apply_unfinished(&self.root)) {
             return None;
         }
-        // An undo that failed left the disk on `target`'s files, not on the current config's:
-        // given up, nothing said so, and the next step reported Done over them.
-        // (Normalized as every apply's specs are.)
-        if let Some(cur) = &self.current {
-            let spec = crate::engine::normalize(&cur.spec).unwrap_or_else(|_| cur.spec.clone());
+        // An undo that failed left the disk on `target`'s files, not on the current config's
+        // (its own record says so, and the journal too until the next apply): given up, nothing
+        // said so, and the next step reported Done over them. (Normalized as every apply's
+        // specs are.)
+        let current = self.current.as_ref().map(|c| &c.spec);
+        if !matches!(crate::undo::pending(&self.root, current), Ok(None)) {
+            return None;
+        }
+        if let Some(cur) = current {
+            let spec = crate::engine::normalize(cur).unwrap_or_else(|_| cur.clone());
             if !crate::engine::journal_settled_on(&self.root, &spec) {
                 return None;
             }
@@ -604,6 +617,9 @@ impl Agent {
         // it replaced. Both go now, after the report, instead of at the start of the next
         // update, where they would delay it.
         crate::engine::forget_finished_apply(&self.root)?;
+        // Done: the disk holds the current config (an undo left unfinished was finished first,
+        // or the update it undid applied after all).
+        crate::undo::done(&self.root)?;
         release_replaced();
         crate::reclaim::trim_heap();
         Ok(())
@@ -889,7 +905,14 @@ impl Agent {
             crate::engine::apply_checked(&self.root, &checked, self.services.as_ref()).await
         };
         if let Err(e) = applied {
-            return self.apply_failed(target, format!("{e:#}")).await;
+            let reason = match e.downcast_ref::<crate::apply::ApplyError>() {
+                // Rolled back onto the files it went over: this update's own, left by its undo.
+                Some(crate::apply::ApplyError::RolledBack { reason }) if undo == UndoLeft::Kept => {
+                    format!("{reason}; the disk still holds {target}'s files (its undo failed before)")
+                }
+                _ => format!("{e:#}"),
+            };
+            return self.apply_failed(target, reason).await;
         }
         let staged = match os_work {
             Some(req) => {
@@ -960,6 +983,9 @@ impl Agent {
             self.current = None;
             return self.fail(target, reason, false).await;
         };
+        // Said before the config before is saved current: from then until the undo is done, the
+        // disk may hold the update's files (`crate::undo`).
+        crate::undo::begin(&self.root, &new_spec)?;
         save_current(&self.root, mc)?;
         self.current = before;
         if let Err(e) = crate::engine::apply(&self.root, &new_spec, old_spec, self.services.as_ref()).await {
@@ -973,18 +999,25 @@ impl Agent {
             };
             return self.apply_failed(target, format!("{reason}; undoing the update failed too: {undo}")).await;
         }
+        crate::undo::done(&self.root)?;
         self.fail(target, format!("{reason} (the update was undone: back on the previous config)"), false).await
     }
 
     /// Writes the current config's files and units back over those of an update whose undo
-    /// failed ([`crate::engine::undo_unfinished`]), as that undo would have, unless `keep` is
+    /// failed ([`crate::undo::pending`]), as that undo would have, unless `keep` is
     /// that update's config (tried again: its own apply goes over them). A failure is reported
     /// as `target`'s (Degraded, retried with backoff), never given up: nothing else may be
     /// planned from the current config while the disk holds another one.
     async fn finish_undo(&mut self, target: &str, keep: Option<&aloft_api::MachineConfigSpec>) -> Result<UndoLeft> {
         let Some(cur) = self.current.clone() else { return Ok(UndoLeft::Nothing) };
-        let Some(undone) = crate::engine::undo_unfinished(&self.root, &cur.spec) else {
-            return Ok(UndoLeft::Nothing);
+        let undone = match crate::undo::pending(&self.root, Some(&cur.spec)) {
+            Ok(Some(u)) => u,
+            Ok(None) => return Ok(UndoLeft::Nothing),
+            Err(e) => {
+                let reason = format!("{e:#}; remove it once the disk holds {}'s files", cur.metadata.name);
+                self.fail(target, reason, false).await?;
+                return Ok(UndoLeft::Failed);
+            }
         };
         if keep == Some(&undone) {
             return Ok(UndoLeft::Kept);
@@ -995,6 +1028,7 @@ impl Agent {
         tracing::warn!(config = %name, target, "writing the current config back over the files of an update whose undo failed");
         self.write_status(&format!("writing {name}'s files and units back over those of an update whose undo failed"))?;
         let Err(e) = crate::engine::apply(&self.root, &undone, &cur_spec, self.services.as_ref()).await else {
+            crate::undo::done(&self.root)?;
             tracing::info!(config = %name, "the failed undo is finished: the disk holds the current config again");
             return Ok(UndoLeft::Finished);
         };

@@ -102,26 +102,6 @@ pub fn journal_settled_on(root: &Root, current: &MachineConfigSpec) -> bool {
     }
 }
 
-/// The config whose files the disk still holds because an undo of it failed: the journal's last
-/// apply was rolled back onto a config that is not `current`. That happens when the undo of a
-/// failed rebootless action (an apply from the update's config back to `current`, saved before
-/// it) fails and rolls back, or its recovery after a crash does, and when the update retried
-/// over its own files fails in turn. Without this the next update was planned from `current`
-/// over the other config's files: a revert reported Done over them, and another config left
-/// them on disk, unreported. `None` when the disk is on `current` as far as the journal knows
-/// (an unreadable journal is [`apply_unfinished`]'s to report). `current` is normalized, as
-/// every apply's specs are, only when a rolled-back record is there to compare: it runs before
-/// every update and Done, and the journal is almost always empty then.
-pub fn undo_unfinished(root: &Root, current: &MachineConfigSpec) -> Option<MachineConfigSpec> {
-    use crate::journal::Phase as J;
-    let record = match Journal::new(root).load() {
-        Ok(Some(r)) if matches!(r.phase, J::RolledBack { .. }) => r,
-        _ => return None,
-    };
-    let current = normalize(current).unwrap_or_else(|_| current.clone());
-    (record.old != current).then_some(record.old)
-}
-
 /// Removes the journal record of a finished apply (committed or rolled back), durably; a
 /// record of an unfinished apply stays for [`recover`].
 pub fn forget_finished_apply(root: &Root) -> Result<()> {
@@ -207,19 +187,11 @@ mod tests {
         for (r, settled, what) in cases {
             journal.save(&r).unwrap();
             assert_eq!(journal_settled_on(&root, &cur), settled, "{what}");
-            // Only an apply rolled back onto another config than the current one leaves files
-            // to write back; none of these is one.
-            assert_eq!(undo_unfinished(&root, &cur), None, "{what}");
         }
         // The undo of `other` (an apply from it back to the current config) rolled back: the disk
-        // holds `other`, which is neither settled on the current config nor given up.
+        // holds `other`, not the current config.
         journal.save(&record(Phase::RolledBack { reason: "x".into() }, &other, &cur)).unwrap();
         assert!(!journal_settled_on(&root, &cur));
-        assert_eq!(undo_unfinished(&root, &cur), Some(other.clone()));
-        // The retry of `other` over its own files, rolled back: still on `other`.
-        journal.save(&record(Phase::RolledBack { reason: "x".into() }, &other, &other)).unwrap();
-        assert_eq!(undo_unfinished(&root, &cur), Some(other.clone()));
-        assert_eq!(undo_unfinished(&root, &other), None, "on the config it is saved as");
         std::fs::write(journal.dir().join("record.json"), "{nope").unwrap();
         assert!(!journal_settled_on(&root, &cur), "unreadable: not judged");
         crate::reclaim::release();

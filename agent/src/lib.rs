@@ -27,6 +27,7 @@ pub mod journal;
 pub mod ondisk;
 pub mod reclaim;
 pub mod ssh;
+pub mod undo;
 pub mod units;
 pub mod validate;
 

@@ -517,10 +517,17 @@ impl Agent {
             other => (String::new(), other.reason().to_string()),
         };
         let booted = match self.os.clone() {
-            // The helper not answering says nothing about the boot: retried with backoff.
-            Some(os) => {
-                self.booted_checksum(&os).await.map_err(|e| anyhow::anyhow!("cannot read the booted OS yet: {e}"))?
-            }
+            // Without the failed commit (a phase an older agent saved) there is nothing to compare.
+            Some(_) if failed.is_empty() => None,
+            // The helper not answering says nothing about the boot: retried with backoff, and
+            // said on the Node once that has lasted the health checks' timeout.
+            Some(os) => match self.booted_checksum(&os).await {
+                Ok(b) => {
+                    self.helper_wait = None;
+                    b
+                }
+                Err(e) => return self.helper_out_of_reach(&os, target, e).await,
+            },
             None => None,
         };
         let outcome = rollback_outcome(&reason, &failed, booted.as_deref());
