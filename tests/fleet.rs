@@ -1697,13 +1697,20 @@ async fn a_revert_after_a_failed_undo_writes_the_config_back_before_done() {
     assert_eq!(node_annotation(&n, ann::FAILED_CONFIG), failed, "the failure is the undone update's");
     assert_eq!(std::fs::read_to_string(h.path("/etc/u.conf")).unwrap(), "two");
 
+    written_back_once_systemd_answers(&c, &h, &first, "one").await;
+    assert!(!aloft_agent::engine::apply_unfinished(&aloft_agent::host::Root::new(h.root.path())));
+}
+
+/// systemd disables units again: `name` is Done on `config`, `/etc/u.conf` reads `contents`, and
+/// y.service, which the update undone had enabled, was disabled on the way (the config `name`
+/// ends on has it disabled, as the config before the update undone).
+async fn written_back_once_systemd_answers(c: &Coordinator, h: &Host, config: &str, contents: &str) {
     h.fake.clear_failures();
     h.fake.clear_calls();
-    done_on(&c, "worker-u", &first, "worker-u Done on the config it was on").await;
-    assert_eq!(std::fs::read_to_string(h.path("/etc/u.conf")).unwrap(), "one");
+    done_on(c, &h.name, config, &format!("{} Done on {config}", h.name)).await;
+    assert_eq!(std::fs::read_to_string(h.path("/etc/u.conf")).unwrap(), contents);
     let calls = h.fake.call_strings();
     assert!(calls.iter().any(|c| c.starts_with("DisableUnitFiles([y.service]")), "y.service disabled again: {calls:?}");
-    assert!(!aloft_agent::engine::apply_unfinished(&aloft_agent::host::Root::new(h.root.path())));
 }
 
 /// After an update whose undo failed, the admin asks for a third config instead: the agent first
@@ -1734,12 +1741,7 @@ async fn another_config_after_a_failed_undo_starts_from_the_config_written_back(
         "two",
         "nothing applied over the failed update"
     );
-    h.fake.clear_failures();
-    h.fake.clear_calls();
-    done_on(&c, "worker-w", &target, "worker-w Done on the third config").await;
-    assert_eq!(std::fs::read_to_string(h.path("/etc/u.conf")).unwrap(), "three");
     // The third config has y.service disabled, as the config before: planned from that config
     // alone, nothing disabled the unit the failed update had enabled.
-    let calls = h.fake.call_strings();
-    assert!(calls.iter().any(|c| c.starts_with("DisableUnitFiles([y.service]")), "y.service disabled again: {calls:?}");
+    written_back_once_systemd_answers(&c, &h, &target, "three").await;
 }
