@@ -131,7 +131,7 @@ fn may_be_given_up(target: &str, current: &str, apply_unfinished: bool) -> bool 
 /// What [`Agent::finish_undo`] found and did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum UndoLeft {
-    /// No undo left unfinished (or the update retried is the one undone).
+    /// No undo left unfinished: the disk holds the current config.
     Nothing,
     /// The current config's files and units were written back: the disk changed since any
     /// validation before.
@@ -139,8 +139,9 @@ enum UndoLeft {
     /// Writing them back failed, and was reported.
     Failed,
     /// The disk holds the config the update asks for (the update undone, tried again): its
-    /// apply goes from it, over its own files, so that a rollback of that apply leaves the
-    /// journal saying where the disk is; its actions are still planned from the current config.
+    /// apply goes from it, over its own files (a rollback of that apply leaves them, as the undo's
+    /// record says); its actions are still planned from the current config, so the action that
+    /// failed runs again.
     Kept,
 }
 
