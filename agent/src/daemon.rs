@@ -272,29 +272,8 @@ pub fn load_current(root: &Root) -> Result<Option<MachineConfig>> {
 /// Durably replaces the on-disk current config (written, fsynced, renamed, directory fsynced):
 /// from then on a restart counts `mc` as what the node runs.
 fn save_current(root: &Root, mc: &MachineConfig) -> Result<()> {
-    write_private_durably(root, &current_config_path(root), &serde_json::to_vec(mc)?)?;
+    crate::durable::replace_private(&current_config_path(root), &serde_json::to_vec(mc)?)?;
     tracing::info!(config = mc.metadata.name.as_str(), "current config saved");
-    Ok(())
-}
-
-/// Durably replaces `path` (in the state directory) with `bytes`, readable by root alone:
-/// written to a temp file, fsynced, renamed over it, the directory fsynced.
-pub(crate) fn write_private_durably(root: &Root, path: &Path, bytes: &[u8]) -> Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let dir = root.state_dir();
-    std::fs::create_dir_all(&dir)?;
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.tmp"));
-    // Removed first: a temp file left by a crash keeps its mode through an open.
-    let _ = std::fs::remove_file(&tmp);
-    let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(CURRENT_CONFIG_MODE).open(&tmp)?;
-    f.write_all(bytes)?;
-    f.sync_all()?;
-    drop(f);
-    crate::reclaim::hold_path(path);
-    std::fs::rename(&tmp, path)?;
-    std::fs::File::open(&dir)?.sync_all()?;
     Ok(())
 }
 

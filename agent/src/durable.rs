@@ -9,7 +9,29 @@
 
 use std::io;
 use std::os::fd::AsFd;
+use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// Durably replaces the file at `path` with `bytes`, readable by root alone (the agent's own
+/// records hold config files' contents, secrets included): written to a temp file beside it,
+/// fsynced, renamed over it, the directory fsynced. A crash leaves the old file or the new one.
+pub fn replace_private(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = path.parent().ok_or_else(|| io::Error::other(format!("{} has no directory", path.display())))?;
+    std::fs::create_dir_all(dir)?;
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.tmp"));
+    // Removed first: a temp file left by a crash keeps its mode through an open.
+    let _ = std::fs::remove_file(&tmp);
+    let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    drop(f);
+    crate::reclaim::hold_path(path);
+    std::fs::rename(&tmp, path)?;
+    std::fs::File::open(dir)?.sync_all()
+}
 
 /// At most this many fsyncs in flight: enough for group commit, few enough threads.
 const WORKERS: usize = 16;

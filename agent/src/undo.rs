@@ -1,7 +1,7 @@
 //! Which config's files the disk holds while an undo takes it back to the current config.
 //!
 //! When a rebootless action of an update fails, the update is undone: the config before is saved
-//! current again and its files and units are written back (`Agent::undo_update`). Should that
+//! current again and its files and units are written back (`Agent::undo_failed_actions`). Should that
 //! write fail (its journal then rolls it back), the disk holds the update's files while the
 //! config before is saved current: the next update would be planned from a config the disk does
 //! not hold, and a revert reported Done over the update's files. The apply journal says so only
@@ -28,17 +28,17 @@ fn path(root: &Root) -> PathBuf {
 /// either config, and [`pending`] then has the agent write the current config again either way.
 pub fn begin(root: &Root, from: &MachineConfigSpec) -> Result<()> {
     let bytes = serde_json::to_vec(from)?;
-    crate::daemon::write_private_durably(root, &path(root), &bytes).context("recording the undo")
+    crate::durable::replace_private(&path(root), &bytes)
+        .with_context(|| format!("recording the undo in {}", path(root).display()))
 }
 
 /// The disk holds the current config again: forget the undo (durably; nothing when there was none).
 pub fn done(root: &Root) -> Result<()> {
     let p = path(root);
     match std::fs::remove_file(&p) {
-        Ok(()) => {
-            std::fs::File::open(root.state_dir())?.sync_all()?;
-            Ok(())
-        }
+        Ok(()) => std::fs::File::open(root.state_dir())
+            .and_then(|d| d.sync_all())
+            .with_context(|| format!("syncing {} after removing {FILE}", root.state_dir().display())),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(e).with_context(|| format!("removing {}", p.display())),
     }
