@@ -1134,10 +1134,15 @@ async fn a_full_disk_is_reported_and_leaves_nothing_behind() {
         .await;
     assert!(reason.contains("No space left on device"), "{reason}");
     let h = &hosts[0];
-    assert!(!state.join("journal/blobs/.incoming").exists(), "no half-written blob");
-    let left: Vec<String> = std::fs::read_dir(state.join("journal/blobs"))
-        .map(|d| d.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect())
-        .unwrap_or_default();
+    // Looked at between two tries (the agent retries at once when the coordinator touches its
+    // Node, and a try in flight has its blob half written, as it should).
+    let (incoming, left) = h.while_agent_in("degraded", Duration::from_secs(60), || {
+        let left: Vec<String> = std::fs::read_dir(state.join("journal/blobs"))
+            .map(|d| d.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+            .unwrap_or_default();
+        (state.join("journal/blobs/.incoming").exists(), left)
+    });
+    assert!(!incoming, "no half-written blob");
     assert!(left.is_empty(), "the failed plan's blobs are gone: {left:?}");
     assert!(std::fs::read(h.path("/etc/big.bin")).unwrap() == vec![b'x'; 2 << 20], "nothing written");
     let conditions = pool["status"]["conditions"].as_array().cloned().unwrap_or_default();

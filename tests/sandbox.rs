@@ -131,6 +131,35 @@ impl Host {
         self.agent.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(Some(_))))
     }
 
+    /// Runs `check` with the agent process stopped (SIGSTOP) while its status file says it is
+    /// in `phase` (the progress' first word, e.g. `degraded`), then lets it go on (SIGCONT):
+    /// what is on disk is then what that phase left, not a retry's work in flight. Panics after
+    /// `timeout` without catching the agent in that phase.
+    pub fn while_agent_in<T>(&self, phase: &str, timeout: std::time::Duration, check: impl FnOnce() -> T) -> T {
+        let pid = self.agent.as_ref().expect("the agent runs").id().to_string();
+        let signal = |sig: &str| {
+            let ok = Command::new("kill").args([sig, &pid]).status().is_ok_and(|s| s.success());
+            assert!(ok, "kill {sig} {pid}");
+        };
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            signal("-STOP");
+            let status = std::fs::read_to_string(self.path("/var/lib/aloft/status.json")).unwrap_or_default();
+            let progress = serde_json::from_str::<serde_json::Value>(&status)
+                .ok()
+                .and_then(|v| v["progress"].as_str().map(str::to_string))
+                .unwrap_or_default();
+            if progress.split(':').next() == Some(phase) {
+                let out = check();
+                signal("-CONT");
+                return out;
+            }
+            signal("-CONT");
+            assert!(std::time::Instant::now() < deadline, "the agent never seen in phase {phase} (last: {progress:?})");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
     /// SIGKILL the agent.
     pub fn stop_agent(&mut self) {
         if let Some(mut c) = self.agent.take() {
