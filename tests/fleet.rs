@@ -1750,3 +1750,47 @@ async fn another_config_after_a_failed_undo_starts_from_the_config_written_back(
     // alone, nothing disabled the unit the failed update had enabled.
     written_back_once_systemd_answers(&c, &h, &target, "three").await;
 }
+
+/// After an update whose undo failed, the admin asks for a config the node refuses for good
+/// (Unreconcilable: an OS commit on a node without ostree): the config the node is on is written back first,
+/// and the refusal is reported once it is. The refusal came at once, and is never retried: the
+/// disk kept the failed update's files and the unit it enabled, with nothing saying so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_config_after_a_failed_undo_still_writes_the_config_back() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let (h, _token, first, failed, original) = a_node_whose_undo_failed(&c, "worker-r").await;
+    let mc_path = path_of(&MACHINE_CONFIG, Some("50-worker-r"));
+    let mut refused = admin.get(&mc_path).await.unwrap().into_result().unwrap();
+    refused["spec"] = original["spec"].clone();
+    refused["spec"]["osImageURL"] = json!(format!("ostree+http://127.0.0.1:9/repo#aloft/os@{}", "a".repeat(64)));
+    admin.put(&mc_path, &refused).await.unwrap().into_result().unwrap();
+    // systemd still refuses to disable y.service: the write-back is what the node reports.
+    let writing = format!("writing {first}'s back failed again");
+    let target = eventually(Duration::from_secs(60), "the refused config waiting for the write-back", || async {
+        let n = node_of(&c, "worker-r").await?;
+        let desired = node_annotation(&n, ann::DESIRED_CONFIG);
+        let waiting = desired != failed
+            && node_annotation(&n, ann::STATE) == "Degraded"
+            && node_annotation(&n, ann::REASON).contains(&writing);
+        Ok(waiting.then_some(desired))
+    })
+    .await;
+    assert_eq!(std::fs::read_to_string(h.path("/etc/u.conf")).unwrap(), "two");
+    h.fake.clear_failures();
+    h.fake.clear_calls();
+    let reason = eventually(Duration::from_secs(120), "the refusal once the config is written back", || async {
+        let n = node_of(&c, "worker-r").await?;
+        let refused =
+            node_annotation(&n, ann::STATE) == "Unreconcilable" && node_annotation(&n, ann::FAILED_CONFIG) == target;
+        Ok(refused.then(|| node_annotation(&n, ann::REASON)))
+    })
+    .await;
+    assert!(reason.contains("this node has no ostree sysroot"), "{reason}");
+    assert_eq!(std::fs::read_to_string(h.path("/etc/u.conf")).unwrap(), "one", "written back");
+    let calls = h.fake.call_strings();
+    assert!(calls.iter().any(|c| c.starts_with("DisableUnitFiles([y.service]")), "y.service disabled again: {calls:?}");
+    assert!(!h.path("/var/lib/aloft/undoing.json").exists(), "the undo is finished");
+    let n = node_of(&c, "worker-r").await.unwrap();
+    assert_eq!(node_annotation(&n, ann::CURRENT_CONFIG), first);
+}

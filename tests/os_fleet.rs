@@ -557,3 +557,67 @@ async fn a_power_cut_before_an_os_update_saves_its_config_is_recovered() {
         booted = v;
     }
 }
+
+/// An OS update whose staging fails after its files are written (here: the commit is in the
+/// node's repository, signed and whole as far as its commit object says, but one of its file
+/// objects is gone, so ostree's checkout fails) is undone as a failed rebootless action is: the
+/// files written back to the previous config's, nothing deployed, Degraded naming the stage's
+/// error. A revert is then Done on a disk that holds the previous config. (The update's files
+/// stayed: the node was Degraded on the target with its files on disk and the previous config
+/// current, and a revert reported Done over them.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_os_staging_undoes_the_updates_files() {
+    let w = OsWorld::new(5);
+    let (c, admin) = (&w.c, w.c.client());
+    let (v1, v2) = (w.commit("1"), w.commit("2"));
+    let host = w.running_host("worker-badstage", &v1, &["root=/dev/vda"]).await;
+    let sysroot = host.sysroot();
+    let name = host.host.name.clone();
+    let first = w.pool_done_on_ssh_config(&name).await;
+
+    // v2 in the node's repository, as a pre-staging fetch leaves it, less its file objects.
+    let repo = sysroot.join("ostree/repo");
+    let objects = |dir: &Path| -> std::collections::BTreeSet<PathBuf> {
+        // objects/<2 hex>/<62 hex>.<kind>
+        let fanout = std::fs::read_dir(dir.join("objects")).unwrap().map(|e| e.unwrap().path());
+        fanout.flat_map(|d| std::fs::read_dir(d).unwrap().map(|e| e.unwrap().path())).collect()
+    };
+    let before = objects(&repo);
+    let out = Command::new("ostree")
+        .arg(format!("--repo={}", repo.display()))
+        .arg("pull-local")
+        .arg(&w.server.path)
+        .arg(&v2)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let gone: Vec<PathBuf> =
+        objects(&repo).difference(&before).filter(|p| p.extension().is_some_and(|e| e == "file")).cloned().collect();
+    assert!(!gone.is_empty(), "v2 brought no file object of its own");
+    for p in &gone {
+        std::fs::remove_file(p).unwrap();
+    }
+
+    let mut mc = os_mc("50-os", &w.url(&v2), &[]);
+    mc["spec"]["config"]["storage"] = json!({"files": [{"path": "/etc/aloft-os-test", "mode": 420,
+        "contents": {"source": "data:,written%20with%20the%20OS%20update"}}]});
+    admin.post(&path_of(&MACHINE_CONFIG, None), &mc).await.unwrap().into_result().unwrap();
+    let (current, reason) = wait_state(c, &name, "Degraded", false, "Degraded by the failed staging").await;
+    assert_eq!(current, first, "{reason}");
+    assert!(reason.contains(&format!("deploying OS commit {v2}")), "{reason}");
+    assert!(reason.ends_with("(the update was undone: back on the previous config)"), "{reason}");
+    // Between two tries (each writes the files, fails to stage and undoes): the disk holds the
+    // previous config, nothing is deployed.
+    host.host.while_agent_in("degraded", Duration::from_secs(120), || {
+        assert!(!host.host.path("etc/aloft-os-test").exists(), "the update's file left on disk");
+        assert!(!host.host.path("var/lib/aloft/undoing.json").exists(), "the undo is finished");
+    });
+    assert_eq!(testkit::deployment_order(&sysroot).unwrap(), vec![v1.clone()], "nothing deployed");
+    assert!(host.host.fake.reboots().is_empty(), "no reboot");
+
+    // The revert: Done on the first config, with nothing of the update's on disk.
+    admin.delete(&path_of(&MACHINE_CONFIG, Some("50-os"))).await.unwrap().into_result().unwrap();
+    let (current, _) = wait_state(c, &name, "Done", true, "Done on the config before after the revert").await;
+    assert_eq!(current, first);
+    assert!(!host.host.path("etc/aloft-os-test").exists(), "the update's file left after the revert");
+}

@@ -133,8 +133,7 @@ fn may_be_given_up(target: &str, current: &str, apply_unfinished: bool) -> bool 
 enum UndoLeft {
     /// No undo left unfinished: the disk holds the current config.
     Nothing,
-    /// The current config's files and units were written back: the disk changed since any
-    /// validation before.
+    /// The current config's files and units were written back.
     Finished,
     /// Writing them back failed, and was reported.
     Failed,
@@ -805,6 +804,14 @@ impl Agent {
             }
             (_, Err(e)) => return self.fail(target, format!("{}: {}", e.field(), e.message()), false).await,
         };
+        // An earlier update whose undo failed left its files: written back first, as its undo
+        // would have, so that this update is validated and planned on the disk of the config it
+        // goes from, and a refusal of it leaves that disk (unless it is that update, tried
+        // again: its apply goes over its own files).
+        let undo = self.finish_undo(target, Some(&new_spec)).await?;
+        if undo == UndoLeft::Failed {
+            return Ok(());
+        }
         let checked = match crate::engine::validate(&self.root, &old_spec, &new_spec) {
             Ok(c) => c,
             Err(refusal) => return self.fail(target, refusal.message, refusal.unreconcilable).await,
@@ -857,13 +864,6 @@ impl Agent {
                 return self.fail(target, e.to_string(), false).await;
             }
         }
-        // An earlier update whose undo failed left its files: written back first, as its undo
-        // would have, so that this update goes from the config it was planned from (unless it is
-        // that update, tried again: its apply goes over its own files).
-        let undo = self.finish_undo(target, Some(&new_spec)).await?;
-        if undo == UndoLeft::Failed {
-            return Ok(());
-        }
         // A finished record of an earlier apply must not be mistaken for this apply's outcome
         // by a restart in the Applying phase (see `startup`): gone, durably, before that phase.
         // Normally `report_done` removed it already and this only looks.
@@ -879,7 +879,7 @@ impl Agent {
         // configs, host lookups) was about a sixth of the agent's CPU in an update.
         let applied = if undo == UndoLeft::Kept {
             crate::engine::apply(&self.root, &new_spec, &new_spec, self.services.as_ref()).await
-        } else if plan.drain || os_work.is_some() || undo == UndoLeft::Finished {
+        } else if plan.drain || os_work.is_some() {
             crate::engine::apply(&self.root, &old_spec, &new_spec, self.services.as_ref()).await
         } else {
             crate::engine::apply_checked(&self.root, &checked, self.services.as_ref()).await
@@ -899,7 +899,9 @@ impl Agent {
                 let record = crate::state::Staged::of(&req);
                 match self.os_stage(target, req).await {
                     Ok(checksum) => Some((checksum, record)),
-                    Err(e) => return self.fail(target, e, false).await,
+                    // The files are written and nothing is staged: undone, as MCO rolls the
+                    // files back when its OS update fails.
+                    Err(e) => return self.undo_update(target, before, &old_spec, &new_spec, e).await,
                 }
             }
             None => None,
@@ -928,27 +930,30 @@ impl Agent {
         }
         self.enter(Phase::Acting { target: target.into() }, "running the rebootless actions")?;
         if let Err(e) = crate::engine::act(&plan, self.services.as_ref()).await {
-            return self.undo_failed_actions(target, before, &old_spec, e.to_string()).await;
+            // What was applied: the current config until now.
+            let new_spec = self.current.as_ref().map(|c| c.spec.clone()).unwrap_or_default();
+            return self.undo_update(target, before, &old_spec, &new_spec, e.to_string()).await;
         }
         self.finish(target, plan.drain).await
     }
 
-    /// MCO's answer to a failed rebootless action (a restart or reload of the policy): the update
-    /// is undone, the config before it current again and its files and units written back, and
-    /// the node is Degraded on `target`, which is retried with backoff from the start. Left
-    /// current, the new config's failure read as drift on it that had cleared (its files were all
+    /// MCO's answer to a failed rebootless action (a restart or reload of the policy) or a failed
+    /// OS update, once `new_spec`'s files and units are written: the update is undone, the config
+    /// before it current (again) and its files and units written back, and the node is Degraded
+    /// on `target`, which is retried with backoff from the start. Left current after a failed
+    /// action, the new config's failure read as drift on it that had cleared (its files were all
     /// there), and a few seconds later the node reported Done with the action never run: a
-    /// broken service rolled through the whole pool, each node Done.
-    async fn undo_failed_actions(
+    /// broken service rolled through the whole pool, each node Done. Left on disk after a failed
+    /// staging, a revert reported Done over the update's files.
+    async fn undo_update(
         &mut self,
         target: &str,
         before: Option<MachineConfig>,
         old_spec: &aloft_api::MachineConfigSpec,
+        new_spec: &aloft_api::MachineConfigSpec,
         reason: String,
     ) -> Result<()> {
-        tracing::warn!(target, %reason, "a rebootless action failed: undoing the update");
-        // What was applied: the current config until now.
-        let new_spec = self.current.as_ref().map(|c| c.spec.clone()).unwrap_or_default();
+        tracing::warn!(target, %reason, "the update failed after its files were written: undoing it");
         // The config before first: a crash in the undo's apply is finished forward by the
         // journal's recovery, onto the config that is current then.
         let Some(mc) = &before else {
@@ -965,10 +970,10 @@ impl Agent {
         };
         // Said before the config before is saved current: from then until the undo is done, the
         // disk may hold the update's files (`crate::undo`).
-        crate::undo::begin(&self.root, &new_spec)?;
+        crate::undo::begin(&self.root, new_spec)?;
         save_current(&self.root, mc)?;
         self.current = before;
-        if let Err(e) = crate::engine::apply(&self.root, &new_spec, old_spec, self.services.as_ref()).await {
+        if let Err(e) = crate::engine::apply(&self.root, new_spec, old_spec, self.services.as_ref()).await {
             // The undo's own rollback went back to `target`'s files: "rolled back to the
             // previous config" would say the opposite of where the disk is.
             let undo = match e.downcast_ref::<crate::apply::ApplyError>() {
