@@ -1794,3 +1794,77 @@ async fn a_refused_config_after_a_failed_undo_still_writes_the_config_back() {
     let n = node_of(&c, "worker-r").await.unwrap();
     assert_eq!(node_annotation(&n, ann::CURRENT_CONFIG), first);
 }
+
+/// A failed rebootless action whose undo cannot start (the disk is full as the undo records
+/// itself) leaves the node Degraded saying so, and the undo is tried again until there is room:
+/// then the config before is written back and the node is Degraded on the update, undone. The
+/// step's error left the phase as the action left it (the update's config saved current), and
+/// the node went on as if the update were done: Working with no reason while the disk was full,
+/// Done on the update whose action had failed once there was room.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_undo_that_cannot_start_on_a_full_disk_is_tried_again() {
+    use std::io::Write;
+    let c = Coordinator::start();
+    let admin = c.client();
+    let (mut h, token, first) = one_node_on_a_file(&c, "worker-f", "/etc/u.conf", "one", "None").await;
+    // The agent's state dir moves to a small disk of its own, with what it holds.
+    h.stop_agent();
+    let state = h.path("/var/lib/aloft");
+    let saved = tempfile::tempdir().unwrap();
+    let cp = |from: &Path, to: &Path| {
+        let out = Command::new("cp").arg("-a").arg(from.join(".")).arg(to).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    };
+    cp(&state, saved.path());
+    let _disk = Tmpfs::mount(&state, "1m");
+    cp(saved.path(), &state);
+    h.start_agent(&c, token.path());
+    let policy = json!({"spec": {"nodeDisruptionPolicy": {
+        "files": [{"path": "/etc/u.conf", "actions": [{"type": "Restart", "restart": {"serviceName": "auditd.service"}}]}]}}});
+    let policy_path = "/apis/operator.openshift.io/v1/machineconfigurations/cluster";
+    admin.patch(policy_path, "application/merge-patch+json", &policy).await.unwrap().into_result().unwrap();
+    h.fake.fail_jobs_of("auditd.service", "failed");
+    h.fake.hold_jobs_of("auditd.service");
+    let mc_path = path_of(&MACHINE_CONFIG, Some("50-worker-f"));
+    let mut mc = admin.get(&mc_path).await.unwrap().into_result().unwrap();
+    mc["spec"]["config"]["storage"]["files"][0]["contents"]["source"] = json!("data:,two");
+    admin.put(&mc_path, &mc).await.unwrap().into_result().unwrap();
+    // The agent waits for the restart's job; the disk fills meanwhile, then the job fails.
+    eventually(Duration::from_secs(60), "the restart asked for", || async {
+        Ok(h.fake.call_strings().iter().any(|c| c.starts_with("RestartUnit(auditd.service")).then_some(()))
+    })
+    .await;
+    let filler = state.join("filler");
+    let mut f = std::fs::File::create(&filler).unwrap();
+    while f.write_all(&[0u8; 4096]).and_then(|()| f.sync_data()).is_ok() {}
+    drop(f);
+    h.fake.release_held_jobs();
+    let (reason, failed) = eventually(Duration::from_secs(60), "Degraded: the undo cannot start", || async {
+        let n = node_of(&c, "worker-f").await?;
+        let reason = node_annotation(&n, ann::REASON);
+        Ok((node_annotation(&n, ann::STATE) == "Degraded" && reason.contains("undoing the update cannot start"))
+            .then(|| (reason, node_annotation(&n, ann::FAILED_CONFIG))))
+    })
+    .await;
+    assert!(reason.starts_with("rebootless action Restart auditd.service failed"), "{reason}");
+    assert!(reason.contains("No space left on device"), "{reason}");
+    assert_ne!(failed, first);
+    assert_eq!(std::fs::read_to_string(h.path("/etc/u.conf")).unwrap(), "two", "not undone yet");
+
+    // Room again: the undo goes through, and the node is Degraded on the update, undone.
+    std::fs::remove_file(&filler).unwrap();
+    let reason = eventually(Duration::from_secs(120), "the update undone once there is room", || async {
+        let n = node_of(&c, "worker-f").await?;
+        let (state, reason) = (node_annotation(&n, ann::STATE), node_annotation(&n, ann::REASON));
+        assert_ne!(state, "Done", "Done on an update whose action failed: {n}");
+        Ok((state == "Degraded" && reason.ends_with("(the update was undone: back on the previous config)"))
+            .then_some(reason))
+    })
+    .await;
+    assert!(reason.starts_with("rebootless action Restart auditd.service failed"), "{reason}");
+    assert_eq!(std::fs::read_to_string(h.path("/etc/u.conf")).unwrap(), "one", "written back");
+    let n = node_of(&c, "worker-f").await.unwrap();
+    assert_eq!(node_annotation(&n, ann::CURRENT_CONFIG), first);
+    assert_eq!(node_annotation(&n, ann::FAILED_CONFIG), failed);
+    assert!(!state.join("undoing.json").exists(), "the undo is finished");
+}

@@ -144,6 +144,16 @@ enum UndoLeft {
     Kept,
 }
 
+/// What [`Agent::undo_update`] needs to be tried again.
+#[derive(Debug, Clone)]
+struct UndoToStart {
+    target: String,
+    before: Option<MachineConfig>,
+    old_spec: aloft_api::MachineConfigSpec,
+    new_spec: aloft_api::MachineConfigSpec,
+    reason: String,
+}
+
 /// The phase of a reboot the agent decided on: drain (`drain-<target>`), then reboot.
 fn drain_for_reboot(target: &str) -> Phase {
     Phase::DrainingForReboot { target: target.to_string(), request: format!("drain-{target}") }
@@ -391,6 +401,11 @@ pub struct Agent {
     /// Degraded with this reason and recovery is retried with backoff, instead of the daemon
     /// exiting (every start failed the same way: a crash loop, with the Node still saying Done).
     recovery_error: Option<String>,
+    /// The undo of a failed update that could not start (its record or the config before could
+    /// not be written: a full disk): tried again before anything else at each step, as a failed
+    /// recovery is. Left to the next step, the phase (Acting, the update's config saved current)
+    /// read as an update done: the node reported Done with its action failed.
+    undo_to_start: Option<UndoToStart>,
     /// The reboot an update waits for did not happen: logind refused it (an inhibitor lock,
     /// logind not answering), or took it and the host stayed up past [`Agent::reboot_timeout`].
     /// The node is reported Degraded with this reason, the phase stays, and the reboot is asked
@@ -435,6 +450,7 @@ impl Agent {
             drift_watch: None,
             recheck_at: None,
             recovery_error: None,
+            undo_to_start: None,
             reboot_error: None,
             started: None,
             reported_current: String::new(),
@@ -642,6 +658,10 @@ impl Agent {
             if self.recovery_error.is_some() {
                 return Ok(Step::Wait);
             }
+        }
+        if let Some(u) = self.undo_to_start.take() {
+            self.undo_update(&u.target, u.before, &u.old_spec, &u.new_spec, u.reason).await?;
+            return Ok(Step::Wait);
         }
         self.maybe_prestage(node);
         let mut step = decide(&self.phase, node, &self.current_name(), &state::boot_id(&self.root));
@@ -970,8 +990,24 @@ impl Agent {
         };
         // Said before the config before is saved current: from then until the undo is done, the
         // disk may hold the update's files (`crate::undo`).
-        crate::undo::begin(&self.root, new_spec)?;
-        save_current(&self.root, mc)?;
+        let started = crate::undo::begin(&self.root, new_spec).and_then(|()| save_current(&self.root, mc));
+        if let Err(e) = started {
+            // The phase stays (a restart drains and reboots, as after any interrupted action);
+            // the undo is tried again first at each step, and the failure said meanwhile.
+            let why = format!("{reason}; undoing the update cannot start (retrying): {e:#}");
+            tracing::warn!(target, reason = %why, "cannot start the undo of a failed update");
+            if let Err(report) = self.api.report_failure("Degraded", &why, &mc.metadata.name, target).await {
+                tracing::warn!(error = %format!("{report:#}"), "cannot report the failed undo");
+            }
+            self.undo_to_start = Some(UndoToStart {
+                target: target.to_string(),
+                before: before.clone(),
+                old_spec: old_spec.clone(),
+                new_spec: new_spec.clone(),
+                reason,
+            });
+            return Err(e.context("starting the undo of a failed update"));
+        }
         self.current = before;
         if let Err(e) = crate::engine::apply(&self.root, new_spec, old_spec, self.services.as_ref()).await {
             // The undo's own rollback went back to `target`'s files: "rolled back to the

@@ -132,6 +132,8 @@ struct State {
     job_results: BTreeMap<String, String>,
     /// Units whose jobs never finish (no JobRemoved).
     hung: BTreeSet<String>,
+    /// Units whose jobs finish only once the test releases them ([`FakeSystemd::release_held_jobs`]).
+    held: BTreeSet<String>,
     /// (method, unit or None for every call of the method).
     call_failures: Vec<(String, Option<String>)>,
     /// unit -> ActiveState.
@@ -147,6 +149,9 @@ struct State {
 struct Shared {
     state: Arc<Mutex<State>>,
     files: UnitFiles,
+    /// Raised by each release of the held jobs; a held job waits for a value above the one it
+    /// saw when it was queued.
+    releases: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 impl Shared {
@@ -201,7 +206,7 @@ impl Shared {
         emitter: &SignalEmitter<'_>,
     ) -> Result<ResponseDispatchNotifier<OwnedObjectPath>, FakeError> {
         self.record(Call::new(method, [Arg::Str(name.clone()), Arg::Str(mode)]))?;
-        let (id, result, hung) = {
+        let (id, result, hung, held) = {
             let mut st = self.lock();
             st.next_job += 1;
             let id = st.next_job;
@@ -212,14 +217,20 @@ impl Shared {
                 _ => "failed",
             };
             st.active.insert(name.clone(), state.to_string());
-            (id, result, st.hung.contains(&name))
+            (id, result, st.hung.contains(&name), st.held.contains(&name))
         };
+        // Seen now, not in the task: a release between the reply and the task must count.
+        let mut releases = self.releases.subscribe();
+        let queued_at = *releases.borrow_and_update();
         let path = OwnedObjectPath::try_from(format!("{SYSTEMD_PATH}/job/{id}")).map_err(FakeError::ZBus)?;
         let (reply, sent) = ResponseDispatchNotifier::new(path.clone());
         if !hung {
             let emitter = emitter.to_owned();
             tokio::spawn(async move {
                 sent.await;
+                if held {
+                    let _ = releases.wait_for(|r| *r > queued_at).await;
+                }
                 if let Err(e) = SystemdManager::job_removed(&emitter, id, path, &name, &result).await {
                     tracing::warn!(error = %e, "fake systemd could not emit JobRemoved");
                 }
@@ -418,7 +429,11 @@ impl FakeSystemd {
     /// Serve on the bus at `address`.
     pub async fn serve_at(address: &str, root: impl AsRef<Path>) -> Result<Self, zbus::Error> {
         let root = root.as_ref().to_path_buf();
-        let shared = Shared { state: Arc::default(), files: UnitFiles::new(&root) };
+        let shared = Shared {
+            state: Arc::default(),
+            files: UnitFiles::new(&root),
+            releases: Arc::new(tokio::sync::watch::Sender::new(0)),
+        };
         let conn = zbus::connection::Builder::address(address)
             .serve_at(SYSTEMD_PATH, SystemdManager { shared: shared.clone() })
             .serve_at(LOGIND_PATH, LogindManager { shared: shared.clone() })
@@ -472,6 +487,18 @@ impl FakeSystemd {
         self.shared.lock().hung.insert(unit.to_string());
     }
 
+    /// Jobs for `unit` wait (no JobRemoved) until [`release_held_jobs`](Self::release_held_jobs),
+    /// then finish as they would have: a test can change the host while the agent waits for one.
+    pub fn hold_jobs_of(&self, unit: &str) {
+        self.shared.lock().held.insert(unit.to_string());
+    }
+
+    /// Let the held jobs finish, and hold no more.
+    pub fn release_held_jobs(&self) {
+        self.shared.lock().held.clear();
+        self.shared.releases.send_modify(|r| *r += 1);
+    }
+
     /// Calls of `method` (e.g. `EnableUnitFiles`, `Reload`, `Reboot`) fail with
     /// `org.freedesktop.systemd1.Failed`: every call when `unit` is None, else those naming it.
     /// The call is still recorded.
@@ -491,8 +518,10 @@ impl FakeSystemd {
         let mut st = self.shared.lock();
         st.job_results.clear();
         st.hung.clear();
+        st.held.clear();
         st.call_failures.clear();
         st.hold_reboots = false;
+        self.shared.releases.send_modify(|r| *r += 1);
     }
 
     /// A unit's ActiveState as the fake reports it (`inactive` until a job ran).
