@@ -117,13 +117,39 @@ pub async fn wait_enrolled(fleet: &Fleet, n: usize, timeout: Duration) -> Result
     }
 }
 
+/// How long a node may stay Degraded on a rollout's target before [`wait_converged`] gives up
+/// on it. The agent retries a failed update with backoff (5 s doubling to 60 s), so a passing
+/// failure (a download cut short on QEMU's user network, the OS helper restarting) clears within
+/// a few tries; ending the wait on the first Degraded report failed a run the fleet was about to
+/// finish. Unreconcilable is never retried and ends the wait at once.
+pub const DEGRADED_GRACE: Duration = Duration::from_secs(180);
+
+/// Nodes seen Degraded on a target, and since when (a report that clears forgets it).
+#[derive(Debug, Default)]
+pub struct DegradedSince(BTreeMap<String, Instant>);
+
+impl DegradedSince {
+    /// Note whether `node` is Degraded `now`; returns how long it has been, once that is longer
+    /// than `grace`.
+    pub fn over(&mut self, node: &str, degraded: bool, now: Instant, grace: Duration) -> Option<Duration> {
+        if !degraded {
+            self.0.remove(node);
+            return None;
+        }
+        let since = *self.0.entry(node.to_string()).or_insert(now);
+        let for_ = now.saturating_duration_since(since);
+        (for_ > grace).then_some(for_)
+    }
+}
+
 /// Wait for the worker pool to render a target other than `previous` and for every node to be
-/// Done on it; returns the target. Fails early when a node goes Degraded or Unreconcilable on
-/// it (naming the reason).
+/// Done on it; returns the target. Fails early when a node is Unreconcilable on it, or has been
+/// Degraded on it for longer than [`DEGRADED_GRACE`] (naming the reason).
 pub async fn wait_converged(fleet: &Fleet, previous: &str, timeout: Duration) -> Result<String> {
     let deadline = Instant::now() + timeout;
     let mut last = String::new();
     let mut logged = String::new();
+    let mut degraded = DegradedSince::default();
     loop {
         for vm in &fleet.vms {
             match vm.status().phase {
@@ -140,18 +166,28 @@ pub async fn wait_converged(fleet: &Fleet, previous: &str, timeout: Duration) ->
             for n in &nodes {
                 let (state, current, desired) =
                     (annotation(n, ann::STATE), annotation(n, ann::CURRENT_CONFIG), annotation(n, ann::DESIRED_CONFIG));
-                if (state == "Degraded" || state == "Unreconcilable") && desired == target {
+                if state == "Unreconcilable" && desired == target {
                     bail!("node {} is {state} on {target}: {}", name(n), annotation(n, ann::REASON));
+                }
+                let on_target = state == "Degraded" && desired == target;
+                if let Some(for_) = degraded.over(name(n), on_target, Instant::now(), DEGRADED_GRACE) {
+                    bail!(
+                        "node {} has been Degraded on {target} for {}s: {}",
+                        name(n),
+                        for_.as_secs(),
+                        annotation(n, ann::REASON)
+                    );
                 }
                 // Done on the target and uncordoned (the coordinator uncordons after Done).
                 if state == "Done" && current == target && !is_cordoned(n) {
                     done += 1;
                 }
                 summary.push(format!(
-                    "{}={state}{}{}",
+                    "{}={state}{}{}{}",
                     name(n),
                     if current == target { "@target" } else { "" },
-                    if is_cordoned(n) { ",cordoned" } else { "" }
+                    if is_cordoned(n) { ",cordoned" } else { "" },
+                    if on_target { format!(" ({})", annotation(n, ann::REASON)) } else { String::new() }
                 ));
             }
             last = format!("target {target}: {}", summary.join(" "));
@@ -315,5 +351,26 @@ mod window_tests {
         assert_eq!(open["vm-0"], (Some(Duration::from_secs(2)), Some(Duration::from_secs(2))));
         let never = windows(&[s(0, false), s(1, false)]);
         assert_eq!(never["vm-0"], (None, None));
+    }
+}
+
+#[cfg(test)]
+mod degraded_tests {
+    use super::*;
+
+    #[test]
+    fn a_degraded_node_ends_the_wait_only_after_the_grace() {
+        let t = Instant::now();
+        let at = |secs: u64| t + Duration::from_secs(secs);
+        let grace = Duration::from_secs(180);
+        let mut d = DegradedSince::default();
+        assert_eq!(d.over("vm-0", true, at(0), grace), None, "a first Degraded report is a retry to wait for");
+        assert_eq!(d.over("vm-0", true, at(180), grace), None);
+        assert_eq!(d.over("vm-1", true, at(180), grace), None, "each node has its own clock");
+        assert_eq!(d.over("vm-0", true, at(181), grace), Some(Duration::from_secs(181)));
+        // Cleared (a retry went through): the next Degraded report starts afresh.
+        assert_eq!(d.over("vm-0", false, at(182), grace), None);
+        assert_eq!(d.over("vm-0", true, at(300), grace), None);
+        assert_eq!(d.over("vm-0", true, at(481), grace), Some(Duration::from_secs(181)));
     }
 }
