@@ -621,3 +621,62 @@ async fn a_failed_os_staging_undoes_the_updates_files() {
     assert_eq!(current, first);
     assert!(!host.host.path("etc/aloft-os-test").exists(), "the update's file left after the revert");
 }
+
+/// An OS update whose files were written and whose deployment was never staged (here: its
+/// staging failed and the undo could not start, then the agent restarted, which forgets that
+/// undo), and the admin reverts while the node is down: the node comes up Done on the config
+/// before only with that config's files written back (the apply journal says whose files the
+/// disk holds). It reported Done over the update's files, which the drift check then found.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revert_of_an_os_update_never_staged_writes_the_files_back() {
+    use aloft_agent::{host::Root, state};
+
+    let w = OsWorld::new(5);
+    let v1 = w.commit("1");
+    let mut host = w.running_host("worker-cutrev", &v1, &["root=/dev/vda"]).await;
+    let (c, admin) = (&w.c, w.c.client());
+    let name = host.host.name.clone();
+    let first = w.pool_done_on_ssh_config(&name).await;
+    let root = Root::new(host.host.root.path());
+    let v2 = w.commit("2");
+    host.host.stop_agent();
+    let mut mc = os_mc("50-os", &w.url(&v2), &[]);
+    mc["spec"]["config"]["storage"] = json!({"files": [{"path": "/etc/aloft-os-test", "mode": 420,
+        "contents": {"source": "data:,written%20with%20the%20OS%20update"}}]});
+    admin.post(&path_of(&MACHINE_CONFIG, None), &mc).await.unwrap().into_result().unwrap();
+    let desired = |want_first: bool| {
+        let (c, name, first) = (&c, &name, &first);
+        async move {
+            let what = if want_first {
+                "the coordinator's pick of the stopped node for the revert"
+            } else {
+                "the coordinator's pick of the stopped node"
+            };
+            eventually(Duration::from_secs(60), what, || async move {
+                let d = get(&node_annotations(c, name).await?, ann::DESIRED_CONFIG);
+                Ok((!d.is_empty() && (d == *first) == want_first).then_some(d))
+            })
+            .await
+        }
+    };
+    let target = desired(false).await;
+    // The disk as the cut leaves it, written by the agent's own code: the files, the phase.
+    aloft_tests::apply_as_the_agent(&admin, &root, &host.host.bus_address, &target).await;
+    state::save(&root, &state::Phase::Applying { target: target.clone() }).unwrap();
+    assert!(host.host.path("etc/aloft-os-test").exists());
+
+    // What the agent reported before it went down: the staging failed and its undo could not
+    // start. A failing node, drained: the revert moves it at once, as the way out of a bad config.
+    let failed = json!({"metadata": {"annotations": {ann::STATE: "Degraded", ann::REASON:
+        "deploying OS commit: ...; undoing the update cannot start (retrying): No space left on device"}}});
+    let node_path = path_of(&NODE, Some(&name));
+    admin.patch(&node_path, "application/merge-patch+json", &failed).await.unwrap().into_result().unwrap();
+    admin.delete(&path_of(&MACHINE_CONFIG, Some("50-os"))).await.unwrap().into_result().unwrap();
+    desired(true).await;
+    host.boot(c);
+    let (current, _) = wait_state(c, &name, "Done", true, "Done on the config before after the revert").await;
+    assert_eq!(current, first);
+    assert!(!host.host.path("etc/aloft-os-test").exists(), "the update's file left under Done");
+    assert_eq!(testkit::deployment_order(&host.sysroot()).unwrap(), vec![v1], "nothing deployed");
+    assert!(host.host.fake.reboots().is_empty(), "no reboot");
+}

@@ -152,6 +152,8 @@ struct UndoToStart {
     old_spec: aloft_api::MachineConfigSpec,
     new_spec: aloft_api::MachineConfigSpec,
     reason: String,
+    /// The reason reported meanwhile.
+    said: String,
 }
 
 /// The phase of a reboot the agent decided on: drain (`drain-<target>`), then reboot.
@@ -239,7 +241,7 @@ fn force_file_present(path: &Path) -> bool {
 /// or Degraded on it (drift, a failed check after its reboot, an OS rollback: all with its files
 /// written and saved). Any other phase has an update or its recovery in flight, and the disk may
 /// hold the target's files on purpose (a power cut after the files were written and before the
-/// current config was saved: Staging, RebootingStaged; a failed staging: Degraded on the
+/// current config was saved: Staging, RebootingStaged; an undo that failed: Degraded on the
 /// target): judging it against the current config would call that recovery drift.
 pub fn validates_before_update(phase: &Phase, current: &str) -> bool {
     match phase {
@@ -403,8 +405,9 @@ pub struct Agent {
     recovery_error: Option<String>,
     /// The undo of a failed update that could not start (its record or the config before could
     /// not be written: a full disk): tried again before anything else at each step, as a failed
-    /// recovery is. Left to the next step, the phase (Acting, the update's config saved current)
-    /// read as an update done: the node reported Done with its action failed.
+    /// recovery is. Left to the next step, the phase a failed action leaves (Acting, the update's
+    /// config saved current) read as an update done: the node reported Done with its action
+    /// failed.
     undo_to_start: Option<UndoToStart>,
     /// The reboot an update waits for did not happen: logind refused it (an inhibitor lock,
     /// logind not answering), or took it and the host stayed up past [`Agent::reboot_timeout`].
@@ -478,7 +481,8 @@ impl Agent {
 
     /// Publish the status: the local file, D-Bus, sd_notify STATUS= and the state metric.
     fn write_status(&self, progress: &str) -> Result<()> {
-        let (state, reason) = match self.recovery_error.as_ref().or(self.reboot_error.as_ref()) {
+        let undo = self.undo_to_start.as_ref().map(|u| &u.said);
+        let (state, reason) = match self.recovery_error.as_ref().or(self.reboot_error.as_ref()).or(undo) {
             Some(reason) => ("Degraded", reason.as_str()),
             None => (self.phase.mco_state(), self.phase.reason()),
         };
@@ -660,8 +664,11 @@ impl Agent {
             }
         }
         if let Some(u) = self.undo_to_start.take() {
+            let target = u.target.clone();
             self.undo_update(&u.target, u.before, &u.old_spec, &u.new_spec, u.reason).await?;
-            return Ok(Step::Wait);
+            // Not Wait: an undo given up for a revert (Idle, nothing written to the Node) must
+            // go on to report Done at once, not wait out the Node's idle watch.
+            return Ok(Step::Update { target });
         }
         self.maybe_prestage(node);
         let mut step = decide(&self.phase, node, &self.current_name(), &state::boot_id(&self.root));
@@ -992,8 +999,10 @@ impl Agent {
         // disk may hold the update's files (`crate::undo`).
         let started = crate::undo::begin(&self.root, new_spec).and_then(|()| save_current(&self.root, mc));
         if let Err(e) = started {
-            // The phase stays (a restart drains and reboots, as after any interrupted action);
-            // the undo is tried again first at each step, and the failure said meanwhile.
+            // The phase stays as the failure left it (from Acting a restart drains and reboots,
+            // as after any interrupted action; from Staging it does the update again, or writes
+            // the config before back for a revert: `finish_undo` reads the journal); the undo is
+            // tried again first at each step, and the failure said meanwhile.
             let why = format!("{reason}; undoing the update cannot start (retrying): {e:#}");
             tracing::warn!(target, reason = %why, "cannot start the undo of a failed update");
             if let Err(report) = self.api.report_failure("Degraded", &why, &mc.metadata.name, target).await {
@@ -1005,7 +1014,12 @@ impl Agent {
                 old_spec: old_spec.clone(),
                 new_spec: new_spec.clone(),
                 reason,
+                said: why,
             });
+            // Said locally as on the Node (the status file may be on the full disk: best effort).
+            if let Err(status) = self.write_status("") {
+                tracing::warn!(error = %format!("{status:#}"), "cannot write the status");
+            }
             return Err(e.context("starting the undo of a failed update"));
         }
         self.current = before;
@@ -1031,9 +1045,17 @@ impl Agent {
     /// planned from the current config while the disk holds another one.
     async fn finish_undo(&mut self, target: &str, keep: Option<&aloft_api::MachineConfigSpec>) -> Result<UndoLeft> {
         let Some(cur) = self.current.clone() else { return Ok(UndoLeft::Nothing) };
-        let undone = match crate::undo::pending(&self.root, Some(&cur.spec)) {
-            Ok(Some(u)) => u,
-            Ok(None) => return Ok(UndoLeft::Nothing),
+        // Normalized as every apply's specs are (the current config's spec, as saved).
+        let cur_spec = crate::engine::normalize(&cur.spec).unwrap_or_else(|_| cur.spec.clone());
+        let (undone, left) = match crate::undo::pending(&self.root, Some(&cur.spec)) {
+            Ok(Some(u)) => (u, "the last update's undo failed and left its files and units on disk"),
+            // No undo recorded, but the journal's last apply wrote another config's files: an OS
+            // update that never staged (a restart came between, or its undo could not start).
+            // A revert reported Done over them.
+            Ok(None) => match crate::engine::committed_other_than(&self.root, &cur_spec) {
+                Some(u) => (u, "the last update's files and units are on disk, its OS deployment never staged"),
+                None => return Ok(UndoLeft::Nothing),
+            },
             Err(e) => {
                 let reason = format!("{e:#}; remove it once the disk holds {}'s files", cur.metadata.name);
                 self.fail(target, reason, false).await?;
@@ -1043,11 +1065,9 @@ impl Agent {
         if keep == Some(&undone) {
             return Ok(UndoLeft::Kept);
         }
-        // Normalized as the undo's apply was (the current config's spec, as saved).
-        let cur_spec = crate::engine::normalize(&cur.spec).unwrap_or_else(|_| cur.spec.clone());
         let name = cur.metadata.name.clone();
-        tracing::warn!(config = %name, target, "writing the current config back over the files of an update whose undo failed");
-        self.write_status(&format!("writing {name}'s files and units back over those of an update whose undo failed"))?;
+        tracing::warn!(config = %name, target, left, "writing the current config back over another config's files");
+        self.write_status(&format!("writing {name}'s files and units back over those of the last update"))?;
         let Err(e) = crate::engine::apply(&self.root, &undone, &cur_spec, self.services.as_ref()).await else {
             crate::undo::done(&self.root)?;
             tracing::info!(config = %name, "the failed undo is finished: the disk holds the current config again");
@@ -1059,9 +1079,7 @@ impl Agent {
             }
             _ => format!("{e:#}"),
         };
-        let reason = format!(
-            "the last update's undo failed and left its files and units on disk; writing {name}'s back failed again: {why}"
-        );
+        let reason = format!("{left}; writing {name}'s back failed again: {why}");
         self.apply_failed(target, reason).await?;
         Ok(UndoLeft::Failed)
     }

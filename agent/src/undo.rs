@@ -1,7 +1,8 @@
 //! Which config's files the disk holds while an undo takes it back to the current config.
 //!
-//! When a rebootless action of an update fails, the update is undone: the config before is saved
-//! current again and its files and units are written back (`Agent::undo_failed_actions`). Should that
+//! When a rebootless action of an update fails, or its OS deployment cannot be staged after its
+//! files are written, the update is undone: the config before is saved current (again) and its
+//! files and units are written back (`Agent::undo_update`). Should that
 //! write fail (its journal then rolls it back), the disk holds the update's files while the
 //! config before is saved current: the next update would be planned from a config the disk does
 //! not hold, and a revert reported Done over the update's files. The apply journal says so only

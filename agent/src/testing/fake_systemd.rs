@@ -217,18 +217,19 @@ impl Shared {
                 _ => "failed",
             };
             st.active.insert(name.clone(), state.to_string());
-            (id, result, st.hung.contains(&name), st.held.contains(&name))
+            // Seen under the lock the releases are made under: a release after this job was
+            // held must count, and one before it must not.
+            let mut releases = self.releases.subscribe();
+            let queued_at = *releases.borrow_and_update();
+            (id, result, st.hung.contains(&name), st.held.contains(&name).then_some((releases, queued_at)))
         };
-        // Seen now, not in the task: a release between the reply and the task must count.
-        let mut releases = self.releases.subscribe();
-        let queued_at = *releases.borrow_and_update();
         let path = OwnedObjectPath::try_from(format!("{SYSTEMD_PATH}/job/{id}")).map_err(FakeError::ZBus)?;
         let (reply, sent) = ResponseDispatchNotifier::new(path.clone());
         if !hung {
             let emitter = emitter.to_owned();
             tokio::spawn(async move {
                 sent.await;
-                if held {
+                if let Some((mut releases, queued_at)) = held {
                     let _ = releases.wait_for(|r| *r > queued_at).await;
                 }
                 if let Err(e) = SystemdManager::job_removed(&emitter, id, path, &name, &result).await {
@@ -495,7 +496,8 @@ impl FakeSystemd {
 
     /// Let the held jobs finish, and hold no more.
     pub fn release_held_jobs(&self) {
-        self.shared.lock().held.clear();
+        let mut st = self.shared.lock();
+        st.held.clear();
         self.shared.releases.send_modify(|r| *r += 1);
     }
 
