@@ -1868,3 +1868,45 @@ async fn an_undo_that_cannot_start_on_a_full_disk_is_tried_again() {
     assert_eq!(node_annotation(&n, ann::FAILED_CONFIG), failed);
     assert!(!state.join("undoing.json").exists(), "the undo is finished");
 }
+
+/// An undo's record left behind after the undo finished (a crash between the write-back's apply
+/// and the record's removal): the journal's committed apply of the current config says the disk
+/// holds that config, so the record is dropped, not acted on. Acted on, the next update first
+/// wrote the current config "back" from the config undone, which the disk no longer held: a path
+/// only that config had counted as its file, and the host's own file there was deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_undo_record_left_after_its_undo_is_dropped() {
+    use aloft_agent::host::Root;
+    let c = Coordinator::start();
+    let admin = c.client();
+    let (mut h, token, first) = one_node_on_a_file(&c, "worker-s", "/etc/u.conf", "one", "None").await;
+    h.stop_agent();
+    // The host's own file, which no config of this pool has.
+    std::fs::write(h.path("/etc/host-own.conf"), "the host's").unwrap();
+    let root = Root::new(h.root.path());
+    // The disk as the crash leaves it: the journal's last apply committed the current config (the
+    // undo's write-back), and the record names the config undone, which had a file at that path.
+    let (_, current) = aloft_tests::apply_as_the_agent(&admin, &root, &h.bus_address, &first).await;
+    let mut undone = current.clone();
+    undone.config["storage"]["files"].as_array_mut().unwrap().push(
+        json!({"path": "/etc/host-own.conf", "mode": 420, "contents": {"source": "data:,the%20undone%20config's"}}),
+    );
+    let undone = aloft_agent::engine::normalize(&undone).unwrap();
+    aloft_agent::undo::begin(&root, &undone).unwrap();
+    h.start_agent(&c, token.path());
+
+    let mc_path = path_of(&MACHINE_CONFIG, Some("50-worker-s"));
+    let mut mc = admin.get(&mc_path).await.unwrap().into_result().unwrap();
+    mc["spec"]["config"]["storage"]["files"][0]["contents"]["source"] = json!("data:,two");
+    admin.put(&mc_path, &mc).await.unwrap().into_result().unwrap();
+    let hosts = [h];
+    converge(&c, &hosts, Some(&first), "the next update Done").await;
+    let [h] = hosts;
+    assert_eq!(std::fs::read_to_string(h.path("/etc/u.conf")).unwrap(), "two");
+    assert_eq!(
+        std::fs::read_to_string(h.path("/etc/host-own.conf")).ok().as_deref(),
+        Some("the host's"),
+        "the host's own file"
+    );
+    assert!(!h.path("/var/lib/aloft/undoing.json").exists(), "the record is gone");
+}

@@ -626,7 +626,9 @@ async fn a_failed_os_staging_undoes_the_updates_files() {
 /// staging failed and the undo could not start, then the agent restarted, which forgets that
 /// undo), and the admin reverts while the node is down: the node comes up Done on the config
 /// before only with that config's files written back (the apply journal says whose files the
-/// disk holds). It reported Done over the update's files, which the drift check then found.
+/// disk holds, and the write-back records it as an undo before its own apply clears the
+/// journal: a first write-back that fails is tried again). It reported Done over the update's
+/// files, which the drift check then found.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_revert_of_an_os_update_never_staged_writes_the_files_back() {
     use aloft_agent::{host::Root, state};
@@ -643,6 +645,8 @@ async fn a_revert_of_an_os_update_never_staged_writes_the_files_back() {
     let mut mc = os_mc("50-os", &w.url(&v2), &[]);
     mc["spec"]["config"]["storage"] = json!({"files": [{"path": "/etc/aloft-os-test", "mode": 420,
         "contents": {"source": "data:,written%20with%20the%20OS%20update"}}]});
+    mc["spec"]["config"]["systemd"] = json!({"units": [{"name": "y.service", "enabled": true,
+        "contents": "[Service]\nExecStart=/bin/true\n[Install]\nWantedBy=multi-user.target\n"}]});
     admin.post(&path_of(&MACHINE_CONFIG, None), &mc).await.unwrap().into_result().unwrap();
     let desired = |want_first: bool| {
         let (c, name, first) = (&c, &name, &first);
@@ -673,10 +677,26 @@ async fn a_revert_of_an_os_update_never_staged_writes_the_files_back() {
     admin.patch(&node_path, "application/merge-patch+json", &failed).await.unwrap().into_result().unwrap();
     admin.delete(&path_of(&MACHINE_CONFIG, Some("50-os"))).await.unwrap().into_result().unwrap();
     desired(true).await;
+    // The first write-back fails (systemd refuses its daemon-reload, and the write-back rolls
+    // back): Degraded saying so, and the next try still knows whose files
+    // the disk holds (the write-back's apply cleared the journal that said it first).
+    host.host.fake.fail_calls("Reload", None);
     host.boot(c);
+    let writing = format!("writing {first}'s back failed again");
+    let reason = eventually(Duration::from_secs(60), "the write-back failing", || async {
+        let a = node_annotations(c, &name).await?;
+        Ok((get(&a, ann::STATE) == "Degraded" && get(&a, ann::REASON).contains(&writing)).then(|| get(&a, ann::REASON)))
+    })
+    .await;
+    assert!(reason.starts_with("the last update's files and units are on disk"), "{reason}");
+    assert!(host.host.path("etc/aloft-os-test").exists(), "rolled back onto the update's files");
+    host.host.fake.clear_failures();
     let (current, _) = wait_state(c, &name, "Done", true, "Done on the config before after the revert").await;
     assert_eq!(current, first);
     assert!(!host.host.path("etc/aloft-os-test").exists(), "the update's file left under Done");
+    let calls = host.host.fake.call_strings();
+    assert!(calls.iter().any(|c| c.starts_with("PresetUnitFiles([y.service]")), "{calls:?}");
+    assert!(!host.host.path("var/lib/aloft/undoing.json").exists());
     assert_eq!(testkit::deployment_order(&host.sysroot()).unwrap(), vec![v1], "nothing deployed");
     assert!(host.host.fake.reboots().is_empty(), "no reboot");
 }

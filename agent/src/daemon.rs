@@ -762,7 +762,9 @@ impl Agent {
     async fn disk_matches_current(&mut self, target: &str) -> Result<bool> {
         let Some(cur) = self.current.clone() else { return Ok(true) };
         let name = cur.metadata.name.clone();
-        if !validates_before_update(&self.phase, &name) || !crate::engine::journal_settled_on(&self.root, &cur.spec) {
+        // Normalized, as every apply's specs are (the journal compares them).
+        let spec = crate::engine::normalize(&cur.spec).unwrap_or_else(|_| cur.spec.clone());
+        if !validates_before_update(&self.phase, &name) || !crate::engine::journal_settled_on(&self.root, &spec) {
             return Ok(true);
         }
         let force = self.root.path().join(FORCE_FILE);
@@ -1048,12 +1050,30 @@ impl Agent {
         // Normalized as every apply's specs are (the current config's spec, as saved).
         let cur_spec = crate::engine::normalize(&cur.spec).unwrap_or_else(|_| cur.spec.clone());
         let (undone, left) = match crate::undo::pending(&self.root, Some(&cur.spec)) {
+            // The journal's last apply committed the current config after the record was written
+            // (a crash or an error between the undo's apply and the record's removal): the disk
+            // holds it, and a write-back would apply a diff from a config it does not hold
+            // (deleting, for a path only the undone config had, the host's own file).
+            Ok(Some(_)) if crate::engine::committed_apply_of(&self.root, &cur_spec) => {
+                crate::undo::done(&self.root)?;
+                return Ok(UndoLeft::Nothing);
+            }
             Ok(Some(u)) => (u, "the last update's undo failed and left its files and units on disk"),
             // No undo recorded, but the journal's last apply wrote another config's files: an OS
             // update that never staged (a restart came between, or its undo could not start).
             // A revert reported Done over them.
             Ok(None) => match crate::engine::committed_other_than(&self.root, &cur_spec) {
-                Some(u) => (u, "the last update's files and units are on disk, its OS deployment never staged"),
+                Some(u) => {
+                    // Said as an undo says it before anything clears the journal (the write-back's
+                    // own apply does, and the update's): a write-back that fails, or a retry of
+                    // that update that fails, must find it again.
+                    if let Err(e) = crate::undo::begin(&self.root, &u) {
+                        let reason = format!("the last update's files and units are on disk: {e:#} (retrying)");
+                        self.fail(target, reason, false).await?;
+                        return Ok(UndoLeft::Failed);
+                    }
+                    (u, "the last update's files and units are on disk, its config never saved current")
+                }
                 None => return Ok(UndoLeft::Nothing),
             },
             Err(e) => {
@@ -1278,8 +1298,23 @@ impl Agent {
         self.current = load_current(&self.root)?;
         // A crash between the journal's commit and saving the current config: the journal says
         // which config the node is on now.
-        if let (crate::apply::Recovery::Applied { new, .. }, Phase::Applying { target }) = (&recovered, &self.phase) {
-            let target = target.clone();
+        let writes_current = |new: &aloft_api::MachineConfigSpec| {
+            self.current.as_ref().is_some_and(|c| crate::engine::normalize(&c.spec).is_ok_and(|s| s == *new))
+        };
+        let finished_target = match (&recovered, &self.phase) {
+            (crate::apply::Recovery::Applied { new, .. }, Phase::Applying { target })
+                if *target != self.current_name() && writes_current(new) =>
+            {
+                // The apply finished was a write-back of the current config over an update's
+                // files (`finish_undo`): the disk holds the current config, which stays saved
+                // under its own name; the update of `target` goes on as the Node asks.
+                tracing::info!(target = %target, "the interrupted apply wrote the current config back");
+                None
+            }
+            (crate::apply::Recovery::Applied { new, .. }, Phase::Applying { target }) => Some((target.clone(), new)),
+            _ => None,
+        };
+        if let Some((target, new)) = finished_target {
             let none = aloft_api::MachineConfigSpec::default();
             let os_pending = self.current_name() != target
                 && osflow::os_part_changed(self.current.as_ref().map_or(&none, |c| &c.spec), new);
