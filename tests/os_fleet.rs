@@ -682,7 +682,7 @@ async fn a_revert_of_an_os_update_never_staged_writes_the_files_back() {
     // the disk holds (the write-back's apply cleared the journal that said it first).
     host.host.fake.fail_calls("Reload", None);
     host.boot(c);
-    let writing = format!("writing {first}'s back failed again");
+    let writing = format!("writing {first}'s back failed: ");
     let reason = eventually(Duration::from_secs(60), "the write-back failing", || async {
         let a = node_annotations(c, &name).await?;
         Ok((get(&a, ann::STATE) == "Degraded" && get(&a, ann::REASON).contains(&writing)).then(|| get(&a, ann::REASON)))

@@ -615,10 +615,12 @@ impl Agent {
         // between the journal's commit and the current config's save), and so have the files
         // it replaced. Both go now, after the report, instead of at the start of the next
         // update, where they would delay it.
-        crate::engine::forget_finished_apply(&self.root)?;
         // Done: the disk holds the current config (an undo left unfinished was finished first,
-        // or the update it undid applied after all).
+        // or the update it undid applied after all). The record goes first: left behind with the
+        // journal gone (a crash between the two), nothing would say it is stale, and the next
+        // update would write its config "back" over a disk that does not hold it.
         crate::undo::done(&self.root)?;
+        crate::engine::forget_finished_apply(&self.root)?;
         release_replaced();
         crate::reclaim::trim_heap();
         Ok(())
@@ -1049,7 +1051,7 @@ impl Agent {
         let Some(cur) = self.current.clone() else { return Ok(UndoLeft::Nothing) };
         // Normalized as every apply's specs are (the current config's spec, as saved).
         let cur_spec = crate::engine::normalize(&cur.spec).unwrap_or_else(|_| cur.spec.clone());
-        let (undone, left) = match crate::undo::pending(&self.root, Some(&cur.spec)) {
+        let (undone, left, again) = match crate::undo::pending(&self.root, Some(&cur.spec)) {
             // The journal's last apply committed the current config after the record was written
             // (a crash or an error between the undo's apply and the record's removal): the disk
             // holds it, and a write-back would apply a diff from a config it does not hold
@@ -1058,7 +1060,7 @@ impl Agent {
                 crate::undo::done(&self.root)?;
                 return Ok(UndoLeft::Nothing);
             }
-            Ok(Some(u)) => (u, "the last update's undo failed and left its files and units on disk"),
+            Ok(Some(u)) => (u, "the last update's undo failed and left its files and units on disk", " again"),
             // No undo recorded, but the journal's last apply wrote another config's files: an OS
             // update that never staged (a restart came between, or its undo could not start).
             // A revert reported Done over them.
@@ -1072,7 +1074,7 @@ impl Agent {
                         self.fail(target, reason, false).await?;
                         return Ok(UndoLeft::Failed);
                     }
-                    (u, "the last update's files and units are on disk, its config never saved current")
+                    (u, "the last update's files and units are on disk, its config never saved current", "")
                 }
                 None => return Ok(UndoLeft::Nothing),
             },
@@ -1099,7 +1101,7 @@ impl Agent {
             }
             _ => format!("{e:#}"),
         };
-        let reason = format!("{left}; writing {name}'s back failed again: {why}");
+        let reason = format!("{left}; writing {name}'s back failed{again}: {why}");
         self.apply_failed(target, reason).await?;
         Ok(UndoLeft::Failed)
     }
@@ -1305,10 +1307,11 @@ impl Agent {
             (crate::apply::Recovery::Applied { new, .. }, Phase::Applying { target })
                 if *target != self.current_name() && writes_current(new) =>
             {
-                // The apply finished was a write-back of the current config over an update's
-                // files (`finish_undo`): the disk holds the current config, which stays saved
-                // under its own name; the update of `target` goes on as the Node asks.
-                tracing::info!(target = %target, "the interrupted apply wrote the current config back");
+                // The apply finished wrote the current config's spec (a write-back over an
+                // update's files, `finish_undo`, or a target that renders the same): the disk
+                // holds the current config, which stays saved under its own name; the update of
+                // `target` goes on as the Node asks (done again, or reported Done for a revert).
+                tracing::info!(target = %target, "the interrupted apply wrote the current config's files: nothing to save");
                 None
             }
             (crate::apply::Recovery::Applied { new, .. }, Phase::Applying { target }) => Some((target.clone(), new)),

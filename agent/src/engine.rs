@@ -105,9 +105,9 @@ pub fn journal_settled_on(root: &Root, current: &MachineConfigSpec) -> bool {
 /// The config whose files the journal's last apply wrote, when it committed and that config is
 /// not `current` (normalized): the files of an update written and its config never saved current
 /// (an OS update whose deployment was never staged: a restart between the two, or an undo that
-/// could not start), with the config before still current. Such files are written back as an undo's are (`crate::undo` says it for an undo in
-/// flight; the journal says this until the next apply starts). An unreadable journal is
-/// [`apply_unfinished`]'s to report.
+/// could not start), with the config before still current. Such files are written back as an
+/// undo's are (`crate::undo` says it for an undo in flight; the journal says this until the next
+/// apply starts). An unreadable journal is [`apply_unfinished`]'s to report.
 pub fn committed_other_than(root: &Root, current: &MachineConfigSpec) -> Option<MachineConfigSpec> {
     match Journal::new(root).load() {
         Ok(Some(r)) if matches!(r.phase, crate::journal::Phase::Committed) && r.new != *current => Some(r.new),
