@@ -3,7 +3,7 @@
 //! the one asked about, time out with `None` when nothing changes, and carry on across a
 //! coordinator restart.
 
-use aloft_agent::coordinator::NodeApi;
+use aloft_agent::coordinator::{NodeApi, Standing};
 use aloft_tests::{bin, Client, Coordinator, Options};
 use serde_json::json;
 use std::time::{Duration, Instant};
@@ -306,4 +306,24 @@ async fn the_follower_carries_on_after_the_store_is_restored_from_an_older_backu
     assert!(v.revision.parse::<u64>().unwrap() < last);
     // And the next wait, from that view, waits for a change as usual.
     assert!(api.wait_change(&v.revision, Duration::from_millis(300)).await.unwrap().is_none());
+}
+
+/// A Node deleted before this node's watch ever read it (right after the agent started): the
+/// follower's read is refused for good (404, then 401 once the credential is revoked), and a
+/// wait for the Node's next change ends at once so that the caller reads the Node and finds out.
+/// The follower retried the refusal as an outage while the wait ran to its timeout (the run
+/// loop's is 5 minutes: a deleted node registered again only then; the identity test saw it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wait_ends_when_the_node_is_deleted_before_the_watch_reads_it() {
+    let c = Coordinator::start();
+    let api = enroll(&c, "gone-0").await;
+    let rev = api.get().await.unwrap().revision;
+    c.client().delete("/api/v1/nodes/gone-0").await.unwrap().into_result().unwrap();
+    // The first wait starts the follower: its first read is refused.
+    let waited = tokio::time::timeout(Duration::from_secs(60), api.wait_change(&rev, Duration::from_secs(3600))).await;
+    assert!(matches!(waited, Ok(Ok(None))), "the wait did not end on the refusal: {waited:?}");
+    assert!(
+        matches!(api.standing().await, Ok(Standing::Revoked | Standing::NodeGone)),
+        "the caller's read finds out why"
+    );
 }

@@ -49,6 +49,12 @@ pub struct NodeApi {
     /// reached again. A step that failed while the coordinator was away is retried when this
     /// moves ([`NodeApi::wait_reached`]) rather than after the run loop's whole backoff.
     links: Arc<watch::Sender<u64>>,
+    /// What the follower's last read of the Node found when it was refused for good (401: the
+    /// credential revoked; 404: the Node deleted); `None` once a read succeeds. Waiters wake on
+    /// it: a Node deleted before the watch ever delivered it (right after the agent started)
+    /// left the follower retrying the refusal as an outage while the run loop waited on the
+    /// watch for the 5-minute idle timeout, its node gone.
+    refused: Arc<watch::Sender<Option<Standing>>>,
 }
 
 /// The inputs of an update as the watch delivered them, and when.
@@ -185,6 +191,7 @@ impl NodeApi {
             pending: Arc::default(),
             delivered: Arc::default(),
             links: Arc::new(watch::channel(0).0),
+            refused: Arc::new(watch::channel(None).0),
         }
     }
 
@@ -381,7 +388,16 @@ impl NodeApi {
             .ok()
             .and_then(|f| f.clone())
         };
-        // None: time is up, or the follower stopped (only when every NodeApi is gone).
+        // The follower's read refused for good: no change comes; the caller's next read says why.
+        let mut refused = self.refused.subscribe();
+        let newer = async {
+            tokio::select! {
+                v = newer => v,
+                _ = refused.wait_for(Option::is_some) => None,
+            }
+        };
+        // None: time is up, the follower's read was refused, or the follower stopped (only when
+        // every NodeApi is gone).
         let v = tokio::time::timeout(timeout, newer).await.ok().flatten().map(|f| NodeView::clone(&f.view));
         Ok(v.map(|v| self.issue(v)))
     }
@@ -395,6 +411,7 @@ impl NodeApi {
             self.delivered.clone(),
             self.issued.clone(),
             self.links.clone(),
+            self.refused.clone(),
         ));
         rx
     }
@@ -603,6 +620,7 @@ async fn follow(
     delivered: Arc<std::sync::Mutex<Option<Delivered>>>,
     issued: Arc<AtomicU64>,
     links: Arc<watch::Sender<u64>>,
+    refused: Arc<watch::Sender<Option<Standing>>>,
 ) {
     let mut from: Option<String> = None;
     let mut backoff = Duration::from_millis(200);
@@ -614,7 +632,16 @@ async fn follow(
             let rev = match from.take() {
                 Some(r) => r,
                 None => {
-                    let v = read_node(&client, &name).await?;
+                    let reply = client.get(&resource_path(NODES, None, Some(&name))).await?;
+                    let lost = match reply.code {
+                        401 => Some(Standing::Revoked),
+                        404 => Some(Standing::NodeGone),
+                        _ => None,
+                    };
+                    refused.send_if_modified(|r| std::mem::replace(r, lost) != lost);
+                    let v: WireNode = serde_json::from_value(reply.into_result()?)
+                        .context("the coordinator's answer is malformed")?;
+                    let v = NodeView::from(v);
                     let r = v.revision.clone();
                     let had = tx.borrow().as_ref().map_or(0, |f| f.view.rev());
                     if v.rev() < had {
