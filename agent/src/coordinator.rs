@@ -170,15 +170,26 @@ pub enum Standing {
     NodeGone,
 }
 
+impl Standing {
+    /// What a status code of a read of the own Node says when it is a refusal retrying never
+    /// mends.
+    fn refused(code: u16) -> Option<Standing> {
+        match code {
+            401 => Some(Standing::Revoked),
+            404 => Some(Standing::NodeGone),
+            _ => None,
+        }
+    }
+}
+
 impl NodeApi {
     /// Read the own Node to tell a lost credential or a deleted Node (which retrying never
     /// mends) from a transient failure (an `Err`: the coordinator unreachable, a 5xx).
     pub async fn standing(&self) -> Result<Standing> {
         let reply = self.client.get(&resource_path(NODES, None, Some(&self.name))).await?;
-        match reply.code {
-            401 => Ok(Standing::Revoked),
-            404 => Ok(Standing::NodeGone),
-            _ => reply.into_result().map(|_| Standing::Enrolled),
+        match Standing::refused(reply.code) {
+            Some(lost) => Ok(lost),
+            None => reply.into_result().map(|_| Standing::Enrolled),
         }
     }
 
@@ -633,11 +644,7 @@ async fn follow(
                 Some(r) => r,
                 None => {
                     let reply = client.get(&resource_path(NODES, None, Some(&name))).await?;
-                    let lost = match reply.code {
-                        401 => Some(Standing::Revoked),
-                        404 => Some(Standing::NodeGone),
-                        _ => None,
-                    };
+                    let lost = Standing::refused(reply.code);
                     refused.send_if_modified(|r| std::mem::replace(r, lost) != lost);
                     let v: WireNode = serde_json::from_value(reply.into_result()?)
                         .context("the coordinator's answer is malformed")?;

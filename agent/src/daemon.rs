@@ -1051,12 +1051,13 @@ impl Agent {
         let Some(cur) = self.current.clone() else { return Ok(UndoLeft::Nothing) };
         // Normalized as every apply's specs are (the current config's spec, as saved).
         let cur_spec = crate::engine::normalize(&cur.spec).unwrap_or_else(|_| cur.spec.clone());
+        let committed = crate::engine::last_committed(&self.root);
         let (undone, left, again) = match crate::undo::pending(&self.root, Some(&cur.spec)) {
             // The journal's last apply committed the current config after the record was written
             // (a crash or an error between the undo's apply and the record's removal): the disk
             // holds it, and a write-back would apply a diff from a config it does not hold
             // (deleting, for a path only the undone config had, the host's own file).
-            Ok(Some(_)) if crate::engine::committed_apply_of(&self.root, &cur_spec) => {
+            Ok(Some(_)) if committed.as_ref() == Some(&cur_spec) => {
                 crate::undo::done(&self.root)?;
                 return Ok(UndoLeft::Nothing);
             }
@@ -1064,7 +1065,7 @@ impl Agent {
             // No undo recorded, but the journal's last apply wrote another config's files: an OS
             // update that never staged (a restart came between, or its undo could not start).
             // A revert reported Done over them.
-            Ok(None) => match crate::engine::committed_other_than(&self.root, &cur_spec) {
+            Ok(None) => match committed.filter(|c| *c != cur_spec) {
                 Some(u) => {
                     // Said as an undo says it before anything clears the journal (the write-back's
                     // own apply does, and the update's): a write-back that fails, or a retry of

@@ -102,23 +102,18 @@ pub fn journal_settled_on(root: &Root, current: &MachineConfigSpec) -> bool {
     }
 }
 
-/// The config whose files the journal's last apply wrote, when it committed and that config is
-/// not `current` (normalized): the files of an update written and its config never saved current
-/// (an OS update whose deployment was never staged: a restart between the two, or an undo that
-/// could not start), with the config before still current. Such files are written back as an
-/// undo's are (`crate::undo` says it for an undo in flight; the journal says this until the next
-/// apply starts). An unreadable journal is [`apply_unfinished`]'s to report.
-pub fn committed_other_than(root: &Root, current: &MachineConfigSpec) -> Option<MachineConfigSpec> {
+/// The config whose files the journal's last apply wrote, when that apply committed (normalized,
+/// as every apply's specs are). Compared with the current config by `Agent::finish_undo`: another
+/// config's means its files are on disk with the config before still current (an OS update whose
+/// deployment was never staged: a restart between the two, or an undo that could not start), to
+/// be written back as an undo's are (`crate::undo` says it for an undo in flight; the journal says
+/// this until the next apply starts); the current config's means the disk holds it, whatever an
+/// older undo record says. An unreadable journal is [`apply_unfinished`]'s to report.
+pub fn last_committed(root: &Root) -> Option<MachineConfigSpec> {
     match Journal::new(root).load() {
-        Ok(Some(r)) if matches!(r.phase, crate::journal::Phase::Committed) && r.new != *current => Some(r.new),
+        Ok(Some(r)) if matches!(r.phase, crate::journal::Phase::Committed) => Some(r.new),
         _ => None,
     }
-}
-
-/// Whether the journal's last apply committed `current` (normalized): the disk holds it, whatever
-/// an older record says.
-pub fn committed_apply_of(root: &Root, current: &MachineConfigSpec) -> bool {
-    matches!(Journal::new(root).load(), Ok(Some(r)) if matches!(r.phase, crate::journal::Phase::Committed) && r.new == *current)
 }
 
 /// Removes the journal record of a finished apply (committed or rolled back), durably; a
