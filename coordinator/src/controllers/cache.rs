@@ -182,7 +182,7 @@ impl<T: Derive> Cache<T> {
         Ok(c)
     }
 
-    fn empty() -> Self {
+    pub(crate) fn empty() -> Self {
         Cache {
             index: HashMap::new(),
             raw: Vec::new(),

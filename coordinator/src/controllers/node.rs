@@ -1108,13 +1108,17 @@ fn collect_budget_statuses(st: &mut State) {
     }
 }
 
-/// Put the pools of a finished status write into the cache; false while one is under way.
+/// Put the pools of a finished status write into the cache (unless a newer version, or their
+/// deletion, came first); false while one is under way. Put unconditionally, a status write
+/// that finished after a newer spec (a pause, a lower maxUnavailable) had been applied from the
+/// watch put the older pool back: picks went on from the old spec, and every later status
+/// write conflicted with the newer revision and was dropped, until some other write of the pool.
 fn collect_statuses(st: &mut State) -> bool {
     let Some(job) = st.status_job.take_if(|j| j.is_finished()) else { return st.status_job.is_none() };
     match futures::FutureExt::now_or_never(job) {
         Some(Ok(stored)) => {
             for v in stored {
-                st.pools.put(v);
+                st.pools.put_if_newer(v);
             }
         }
         Some(Err(e)) => tracing::warn!(error = %e, "the pool status write failed"),
@@ -1138,6 +1142,54 @@ mod tests {
     }
     fn pool(max: serde_json::Value, paused: bool) -> MachineConfigPool {
         serde_json::from_value(json!({"metadata": {"name": "worker"}, "spec": {"maxUnavailable": max, "paused": paused, "configuration": {"name": "r2"}}})).unwrap()
+    }
+
+    fn state() -> State {
+        State {
+            nodes: Cache::empty(),
+            pools: Cache::empty(),
+            budgets: Cache::empty(),
+            layout: None,
+            os_images: Default::default(),
+            os_unknown: None,
+            status_job: None,
+            status_retry: None,
+            status_at: None,
+            budget_job: None,
+            budget_status_at: None,
+            budget_computed: Default::default(),
+            touched: None,
+        }
+    }
+
+    fn pool_at(revision: u64, paused: bool) -> Arc<Value> {
+        Arc::new(json!({"metadata": {"name": "worker", "resourceVersion": revision.to_string()},
+                        "spec": {"maxUnavailable": 1, "paused": paused, "configuration": {"name": "r2"}}}))
+    }
+
+    /// A status write that finishes after the watch brought a newer pool (here: paused) must not
+    /// put the older one back into the cache.
+    #[tokio::test]
+    async fn a_late_status_write_never_rolls_a_pool_back() {
+        let mut st = state();
+        st.pools.put(pool_at(12, true));
+        let job = tokio::spawn(async { vec![pool_at(11, false)] });
+        while !job.is_finished() {
+            tokio::task::yield_now().await;
+        }
+        st.status_job = Some(job);
+        assert!(collect_statuses(&mut st));
+        assert!(st.status_job.is_none(), "the finished job is collected");
+        let i = st.pools.index_of("worker").unwrap();
+        assert!(st.pools.typed[i].spec.paused, "the newer, paused pool stays: {}", st.pools.raw[i]);
+        assert_eq!(st.pools.raw[i]["metadata"]["resourceVersion"], "12");
+        // A write newer than the cache still goes in.
+        st.status_job = Some(tokio::spawn(async { vec![pool_at(13, true)] }));
+        while !st.status_job.as_ref().unwrap().is_finished() {
+            tokio::task::yield_now().await;
+        }
+        assert!(collect_statuses(&mut st));
+        assert_eq!(st.pools.raw[st.pools.index_of("worker").unwrap()]["metadata"]["resourceVersion"], "13");
     }
 
     #[test]
