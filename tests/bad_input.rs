@@ -924,3 +924,98 @@ async fn warnings_come_with_the_error_that_follows_them() {
     assert_eq!(r.code, 422, "{}", r.body);
     assert_eq!(r.warnings, [r#"299 - "unknown field \"spec.maxUnavailble\"""#], "{}", r.body);
 }
+
+/// Requests that are small but ask for too much, from the least trusted caller there is (a node's
+/// own credential, which may patch its own Node): a JSON patch whose copies double what they copy
+/// (40 copies in 3 KB asked for terabytes: the coordinator was killed for its memory), and objects
+/// nested deeper than the store can read back (they were stored, and the coordinator then did
+/// not start again: it reads every Node at start). Each is refused naming the limit, nothing is
+/// stored, and the coordinator still runs and starts again.
+#[tokio::test]
+async fn patches_that_multiply_or_nest_too_deep_are_refused_and_the_coordinator_still_starts() {
+    let mut c = Coordinator::start();
+    let admin = c.client();
+    let node = c.node_client("n1", json!({"node-role.kubernetes.io/worker": ""})).await;
+    let p = path_of(&NODE, Some("n1"));
+    let before = get_ok(&admin, &NODE, "n1").await;
+    let json_patch = |ops: Vec<Value>| Value::Array(ops);
+
+    // Copies that double what they copy.
+    let mut doubling = vec![json!({"op": "add", "path": "/status", "value": {"x": "y".repeat(100)}})];
+    doubling.extend((0..40).map(|i| json!({"op": "copy", "from": "/status", "path": format!("/status/a{i}")})));
+    let r = node.patch(&p, "application/json-patch+json", &json_patch(doubling)).await.unwrap();
+    assert_status(&r, 413, "RequestEntityTooLarge", "copies that double the Node's status");
+    assert!(message(&r).contains("accumulated size increase of copy"), "{}", r.body);
+    assert!(c.is_running(), "the coordinator survived the doubling patch");
+
+    // A value nested 110 levels under /status (the body itself parses: 114 levels).
+    let mut deep = json!({});
+    for _ in 0..110 {
+        deep = json!({"a": deep});
+    }
+    let r = node
+        .patch(
+            &p,
+            "application/json-patch+json",
+            &json_patch(vec![json!({"op": "add", "path": "/status", "value": {"z": deep}})]),
+        )
+        .await
+        .unwrap();
+    assert_status(&r, 422, "Invalid", "a value nested 113 levels deep");
+    assert!(message(&r).contains("levels deep"), "{}", r.body);
+    // Copies of a value into its own deepest point: each doubles the nesting.
+    let mut ops = vec![
+        json!({"op": "add", "path": "/status", "value": {}}),
+        json!({"op": "add", "path": "/status/z", "value": {"a": {}}}),
+    ];
+    let mut leaf = "/status/z/a".to_string();
+    for _ in 0..8 {
+        ops.push(json!({"op": "copy", "from": "/status/z", "path": leaf.clone()}));
+        leaf = format!("{leaf}{}", leaf.trim_start_matches("/status/z"));
+    }
+    let r = node.patch(&p, "application/json-patch+json", &json_patch(ops)).await.unwrap();
+    assert_status(&r, 422, "Invalid", "copies that double the nesting");
+    // A merge patch that nests too deep through the stored object's own depth.
+    let mut deep = json!({});
+    for _ in 0..110 {
+        deep = json!({"a": deep});
+    }
+    let status = format!("{p}/status");
+    let r = node.patch(&status, "application/merge-patch+json", &json!({"status": {"z": deep}})).await.unwrap();
+    assert_status(&r, 422, "Invalid", "a merge patch nesting 112 levels deep");
+    assert!(message(&r).contains("status.z.a.a"), "the cause names where: {}", r.body);
+    assert_eq!(get_ok(&admin, &NODE, "n1").await, before, "the Node is unchanged");
+
+    // YAML nests as deep as its parser lets it (128): refused too.
+    let before_head = head(&admin).await;
+    let mut yaml = String::from(
+        "apiVersion: machineconfiguration.openshift.io/v1\nkind: MachineConfig\nmetadata:\n  name: deep\nspec:\n  x:\n",
+    );
+    for i in 0..124 {
+        yaml.push_str(&format!("{}a:\n", " ".repeat(4 + 2 * i)));
+    }
+    yaml.push_str(&format!("{}b: 1\n", " ".repeat(4 + 2 * 124)));
+    let r = send(
+        &admin,
+        reqwest::Method::POST,
+        &format!("{}?fieldValidation=Ignore", path_of(&MACHINE_CONFIG, None)),
+        "application/yaml",
+        yaml.as_bytes(),
+    )
+    .await;
+    assert_ne!(r.code / 100, 2, "a MachineConfig nested 127 levels deep was stored: {}", r.body);
+    assert_eq!(head(&admin).await, before_head, "nothing stored");
+
+    // A patch at the limit still goes through, and the coordinator starts again on its store.
+    let r = node
+        .patch(
+            &status,
+            "application/json-patch+json",
+            &json_patch(vec![json!({"op": "add", "path": "/status", "value": {"ok": {"a": {"b": 1}}}})]),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.code, 200, "{}", r.body);
+    c.restart();
+    assert_eq!(get_ok(&c.client(), &NODE, "n1").await["status"]["ok"], json!({"a": {"b": 1}}));
+}

@@ -115,6 +115,10 @@ impl ApiError {
     pub fn too_large(limit: usize) -> Self {
         Self::new(413, "RequestEntityTooLarge", format!("Request entity too large: limit is {limit} bytes"))
     }
+    /// 413 for a request whose body fits but asks for too much (a JSON patch's operations).
+    pub fn too_large_because(message: impl Into<String>) -> Self {
+        Self::new(413, "RequestEntityTooLarge", message)
+    }
     pub fn unsupported_media(message: impl Into<String>) -> Self {
         Self::new(415, "UnsupportedMediaType", message)
     }

@@ -92,6 +92,15 @@ impl Call<'_> {
     /// Admission of `obj` (an update of `stored`, or a create): Ok with the warnings its
     /// finalizer names earn.
     fn validate(&self, obj: &Value, stored: Option<&Value>) -> Result<Vec<String>, ApiError> {
+        // First: nothing below walks an object the store could not read back.
+        if let Some(path) = objects::too_deep(obj) {
+            let cause = super::error::cause(
+                &path,
+                "FieldValueInvalid",
+                format!("nested more than {} levels deep (objects and arrays within each other)", objects::MAX_DEPTH),
+            );
+            return Err(self.invalid(objects::name_of(obj), vec![cause]));
+        }
         let mut causes = validate::object_causes(self.path.rt, obj);
         causes.extend(validate::annotation_causes(obj, stored));
         let (finalizer_causes, mut warnings) = finalizers::causes(obj, stored);
@@ -741,7 +750,7 @@ async fn patch(call: Call<'_>) -> Result<Response, ApiError> {
     let (patch, problems) = objects::parse_patch(&call.body)?;
     let rt = call.path.rt;
     let (out, warnings) = read_modify_write(&call, &name, true, decision, (directive, &problems), |stored| {
-        let patched = objects::apply_patch(kind, rt, stored, &patch)?;
+        let patched = objects::apply_patch(kind, rt, stored, &patch, call.ctx.limits.max_body)?;
         same_identity(&call, stored, &patched)?;
         Ok(patched)
     })

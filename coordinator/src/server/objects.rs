@@ -174,7 +174,16 @@ pub fn parse_patch(body: &[u8]) -> Result<(Value, Vec<String>), ApiError> {
 /// Apply a patch to a stored object of type `rt` (its kind named in errors as kube-apiserver's
 /// other 422s name it: `MachineConfigPool.machineconfiguration.openshift.io "worker" is invalid:
 /// ...`).
-pub fn apply_patch(kind: PatchType, rt: &ResourceType, target: &Value, patch: &Value) -> Result<Value, ApiError> {
+///
+/// `copy_limit`: the most bytes the `copy` operations of a JSON patch may add in all (the
+/// server's request body limit).
+pub fn apply_patch(
+    kind: PatchType,
+    rt: &ResourceType,
+    target: &Value,
+    patch: &Value,
+    copy_limit: usize,
+) -> Result<Value, ApiError> {
     let mut out = target.clone();
     match kind {
         PatchType::Merge => {
@@ -190,16 +199,148 @@ pub fn apply_patch(kind: PatchType, rt: &ResourceType, target: &Value, patch: &V
         PatchType::Json => {
             let p = json_patch::Patch::deserialize(patch)
                 .map_err(|e| ApiError::bad_request(format!("malformed JSON patch: {e}")))?;
-            json_patch::patch(&mut out, &p).map_err(|e| {
-                ApiError::invalid(
-                    &rt.qualified_kind(),
-                    name_of(target),
-                    vec![super::error::cause("", "FieldValueInvalid", format!("JSON patch failed: {e}"))],
-                )
-            })?;
+            apply_json_patch(&mut out, &p.0, rt, name_of(target), copy_limit)?;
         }
     }
     Ok(out)
+}
+
+/// At most this many operations in a JSON patch (kube-apiserver's limit, with its message).
+pub const MAX_JSON_PATCH_OPERATIONS: usize = 10_000;
+
+/// How deeply an object may nest (objects and arrays within each other). The store reads every
+/// object back with serde_json, which refuses more than 128 levels: an object stored deeper
+/// could not be read, and the coordinator, which loads Nodes and pools at start, would not start
+/// again. Kept well under that, and far over what any object of the API needs (~10).
+pub const MAX_DEPTH: usize = 100;
+
+/// A JSON patch, one operation at a time, within limits a small request could otherwise blow
+/// through: a `copy` doubles what it copies, so thirty copies of `/status` into itself in a 2 KB
+/// body asked for terabytes, and copies of a value into its own deepest leaf doubled the nesting
+/// each time (a recursive clone or drop of that overflows the stack: the process aborts). The
+/// bytes all copies add are capped at `copy_limit` (kube-apiserver caps them at its request body
+/// limit, answering 413), and no operation may put a value deeper than [`MAX_DEPTH`].
+fn apply_json_patch(
+    out: &mut Value,
+    ops: &[json_patch::PatchOperation],
+    rt: &ResourceType,
+    name: &str,
+    copy_limit: usize,
+) -> Result<(), ApiError> {
+    use json_patch::PatchOperation as Op;
+    if ops.len() > MAX_JSON_PATCH_OPERATIONS {
+        return Err(ApiError::too_large_because(format!(
+            "The allowed maximum operations in a JSON patch is {MAX_JSON_PATCH_OPERATIONS}, got {}",
+            ops.len()
+        )));
+    }
+    let invalid = |field: &str, message: String| {
+        ApiError::invalid(&rt.qualified_kind(), name, vec![super::error::cause(field, "FieldValueInvalid", message)])
+    };
+    let mut copied = 0usize;
+    for (i, op) in ops.iter().enumerate() {
+        let inserted = match op {
+            Op::Add(a) => Some((&a.path, measure(&a.value))),
+            Op::Replace(r) => Some((&r.path, measure(&r.value))),
+            Op::Copy(c) => out.pointer(c.from.as_str()).map(|v| (&c.path, measure(v))),
+            Op::Move(m) => out.pointer(m.from.as_str()).map(|v| (&m.path, measure(v))),
+            Op::Remove(_) | Op::Test(_) => None,
+        };
+        if let Some((path, size)) = inserted {
+            let at = path.as_str().matches('/').count();
+            if at + size.depth > MAX_DEPTH {
+                return Err(invalid(
+                    &field_of(path.as_str()),
+                    format!(
+                        "JSON patch operation '/{i}' would nest the object {} levels deep at path '{path}'; at most \
+                         {MAX_DEPTH} are stored",
+                        at + size.depth
+                    ),
+                ));
+            }
+            if matches!(op, Op::Copy(_)) {
+                copied = copied.saturating_add(size.bytes);
+                if copied > copy_limit {
+                    return Err(ApiError::too_large_because(format!(
+                        "Unable to copy, the accumulated size increase of copy is {copied}, exceeding the limit \
+                         {copy_limit} (JSON patch operation '/{i}')"
+                    )));
+                }
+            }
+        }
+        json_patch::patch(out, std::slice::from_ref(op)).map_err(|e| {
+            invalid("", format!("JSON patch failed: operation '/{i}' failed at path '{}': {}", e.path, e.kind))
+        })?;
+    }
+    Ok(())
+}
+
+/// A JSON pointer as the field path of an error cause (`/spec/x/0` -> `spec.x.0`).
+fn field_of(pointer: &str) -> String {
+    pointer.trim_start_matches('/').replace('/', ".").replace("~1", "/").replace("~0", "~")
+}
+
+/// How deep a value nests and about how many bytes it serializes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Size {
+    /// 0 for a scalar, 1 + the deepest member for an object or array.
+    pub depth: usize,
+    pub bytes: usize,
+}
+
+/// [`Size`] of `v`, without recursion (a value built by patches may nest deeper than the stack
+/// allows) and without serializing it.
+pub fn measure(v: &Value) -> Size {
+    let mut stack = vec![(v, 0usize)];
+    let mut size = Size { depth: 0, bytes: 0 };
+    while let Some((v, d)) = stack.pop() {
+        size.bytes += match v {
+            Value::Null | Value::Bool(_) | Value::Number(_) => 5,
+            Value::String(s) => s.len() + 2,
+            Value::Array(a) => {
+                size.depth = size.depth.max(d + 1);
+                stack.extend(a.iter().map(|x| (x, d + 1)));
+                2 + a.len()
+            }
+            Value::Object(m) => {
+                size.depth = size.depth.max(d + 1);
+                stack.extend(m.values().map(|x| (x, d + 1)));
+                2 + m.keys().map(|k| k.len() + 4).sum::<usize>()
+            }
+        };
+    }
+    size
+}
+
+/// The path of the first place `obj` nests deeper than [`MAX_DEPTH`] (as an error cause's field),
+/// or None. Recursion stops at the limit, so an object of any depth is safe to look at.
+pub fn too_deep(obj: &Value) -> Option<String> {
+    fn walk(v: &Value, depth: usize, path: &mut Vec<String>) -> bool {
+        let nested = |c: &Value| c.is_object() || c.is_array();
+        if !nested(v) {
+            return false;
+        }
+        if depth + 1 > MAX_DEPTH {
+            return true;
+        }
+        let into = |key: String, child: &Value, path: &mut Vec<String>| {
+            path.push(key);
+            let deep = walk(child, depth + 1, path);
+            if !deep {
+                path.pop();
+            }
+            deep
+        };
+        match v {
+            Value::Object(m) => m.iter().filter(|(_, c)| nested(c)).any(|(k, c)| into(k.clone(), c, path)),
+            Value::Array(a) => {
+                a.iter().enumerate().filter(|(_, c)| nested(c)).any(|(i, c)| into(i.to_string(), c, path))
+            }
+            _ => false,
+        }
+    }
+    let mut path = Vec::new();
+    walk(obj, 0, &mut path).then(|| path.join("."))
 }
 
 #[cfg(test)]
@@ -265,7 +406,7 @@ mod tests {
         let s = stored();
         let apply = |kind: PatchType, body: &[u8]| {
             let (patch, _) = parse_patch(body)?;
-            apply_patch(kind, &MACHINE_CONFIG_POOL, &s, &patch)
+            apply_patch(kind, &MACHINE_CONFIG_POOL, &s, &patch, 3 << 20)
         };
         let m = apply(PatchType::Merge, br#"{"spec":{"paused":true,"maxUnavailable":2}}"#).unwrap();
         assert_eq!(m["spec"], json!({"paused": true, "maxUnavailable": 2}));
@@ -290,5 +431,69 @@ mod tests {
         assert_eq!(r["spec"], json!({"paused": true}));
         assert_eq!(apply(PatchType::Strategic, br#"{"spec":{"$patch":"wipe"}}"#).unwrap_err().status.code, 400);
         assert_eq!(PatchType::from_content_type("application/apply-patch+yaml").unwrap_err().status.code, 415);
+    }
+
+    fn nested(levels: usize) -> Value {
+        (1..levels).fold(json!({}), |v, _| json!({"a": v}))
+    }
+
+    #[test]
+    fn sizes_and_depths_are_measured_without_recursion() {
+        assert_eq!(measure(&json!(1)).depth, 0);
+        assert_eq!(measure(&json!({})).depth, 1);
+        assert_eq!(measure(&json!({"a": [1, {"b": []}]})).depth, 4);
+        let big = json!({"s": "x".repeat(1000)});
+        assert!((1000..1100).contains(&measure(&big).bytes), "{:?}", measure(&big));
+        // Deeper than any recursion would survive (dropped iteratively by hand below).
+        let mut v = json!(null);
+        for _ in 0..200_000 {
+            v = Value::Array(vec![v]);
+        }
+        assert_eq!(measure(&v).depth, 200_000);
+        assert!(too_deep(&v).is_some());
+        while let Value::Array(mut a) = v {
+            v = a.pop().unwrap_or(Value::Null);
+        }
+        assert_eq!(too_deep(&nested(MAX_DEPTH)), None);
+        assert_eq!(too_deep(&nested(MAX_DEPTH + 1)).unwrap(), vec!["a"; MAX_DEPTH].join("."));
+    }
+
+    #[test]
+    fn json_patches_that_multiply_or_nest_too_deep_are_refused() {
+        let s = stored();
+        let apply = |ops: Value, limit: usize| apply_patch(PatchType::Json, &MACHINE_CONFIG_POOL, &s, &ops, limit);
+        let copies: Vec<Value> =
+            (0..40).map(|i| json!({"op": "copy", "from": "/spec", "path": format!("/spec/c{i}")})).collect();
+        let e = apply(Value::Array(copies), 1 << 20).unwrap_err();
+        assert_eq!((e.status.code, e.status.reason.as_str()), (413, "RequestEntityTooLarge"), "{}", e.status.message);
+        // A few copies within the limit are fine.
+        let few = json!([{"op": "copy", "from": "/spec", "path": "/spec/c0"}]);
+        assert!(apply(few, 1 << 20).unwrap()["spec"]["c0"].is_object());
+        let many: Vec<Value> = (0..MAX_JSON_PATCH_OPERATIONS + 1)
+            .map(|_| json!({"op": "test", "path": "/spec/paused", "value": false}))
+            .collect();
+        let e = apply(Value::Array(many), 1 << 20).unwrap_err();
+        assert_eq!(e.status.code, 413);
+        assert!(e.status.message.contains("maximum operations"), "{}", e.status.message);
+        // Nesting: an added value, a copy into its own leaf, a move.
+        let e = apply(json!([{"op": "add", "path": "/spec/x", "value": nested(MAX_DEPTH)}]), 1 << 20).unwrap_err();
+        assert_eq!(e.status.code, 422);
+        assert!(e.status.message.contains("levels deep"), "{}", e.status.message);
+        assert!(apply(json!([{"op": "add", "path": "/spec/x", "value": nested(MAX_DEPTH - 2)}]), 1 << 20).is_ok());
+        let e = apply(
+            json!([{"op": "add", "path": "/spec/x", "value": nested(60)},
+                   {"op": "copy", "from": "/spec/x", "path": format!("/spec/x{}", "/a".repeat(58))}]),
+            1 << 20,
+        )
+        .unwrap_err();
+        assert_eq!(e.status.code, 422, "{}", e.status.message);
+        // Errors still name the operation that failed.
+        let e = apply(
+            json!([{"op": "test", "path": "/spec/paused", "value": false},
+                             {"op": "remove", "path": "/nope"}]),
+            1 << 20,
+        )
+        .unwrap_err();
+        assert!(e.status.message.contains("operation '/1'"), "{}", e.status.message);
     }
 }
