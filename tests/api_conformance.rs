@@ -1123,14 +1123,19 @@ async fn finalizers_hold_a_deleted_object_until_they_are_removed() {
     let ts = r.body["metadata"]["deletionTimestamp"].as_str().unwrap_or_default().to_string();
     assert!(ts.len() == 20 && ts.ends_with('Z'), "RFC 3339 seconds, UTC: {}", r.body);
     assert_eq!(r.body["metadata"]["deletionGracePeriodSeconds"], 0);
+    // The mark moves the generation once, as kube-apiserver's does (controllers that act on
+    // generation changes only would not see the deletion otherwise).
+    let generation = created["metadata"]["generation"].as_i64().unwrap();
+    assert_eq!(r.body["metadata"]["generation"], generation + 1, "{}", r.body);
     let marked = admin.get(path).await.unwrap().into_result().unwrap();
     assert_eq!(marked, r.body, "the object stays, as the DELETE answered it");
     let ev = w.next(T).await.unwrap().unwrap();
     assert_eq!((ev["type"].as_str(), rv(&ev["object"])), (Some("MODIFIED"), rv(&marked)), "{ev}");
 
-    // Deleting again changes nothing; preconditions still hold.
+    // Deleting again changes nothing (the generation neither); preconditions still hold.
     let r = admin.delete(path).await.unwrap();
     assert_eq!((r.code, rv(&r.body)), (200, rv(&marked)), "{}", r.body);
+    assert_eq!(r.body["metadata"]["generation"], generation + 1, "{}", r.body);
     let stale = json!({"kind": "DeleteOptions", "apiVersion": "v1",
         "preconditions": {"resourceVersion": rv(&created).to_string()}});
     let r = delete_with(&admin, path, &stale).await;

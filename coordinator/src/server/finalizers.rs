@@ -190,6 +190,12 @@ pub fn marked(stored: &Value) -> Option<Value> {
     if let Some(meta) = next.get_mut("metadata").and_then(Value::as_object_mut) {
         meta.insert("deletionTimestamp".into(), super::objects::now().into());
         meta.insert("deletionGracePeriodSeconds".into(), 0.into());
+        // As kube-apiserver marks an object for deletion: its generation moves once, so a
+        // controller that acts only on generation changes (controller-runtime's
+        // GenerationChangedPredicate) sees the deletion and can remove its finalizer.
+        if let Some(g) = meta.get("generation").and_then(Value::as_i64).filter(|g| *g > 0) {
+            meta.insert("generation".into(), (g + 1).into());
+        }
     }
     Some(next)
 }
