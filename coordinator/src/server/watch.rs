@@ -114,8 +114,8 @@ pub async fn serve(
         (Vec::new(), from)
     };
     // A watch resumed with a selector an object can move out of starts from the objects that
-    // match now, as the ones the client has (the store's log keeps no older versions to say
-    // which matched at `from`).
+    // match now, as the ones the client has; the events replayed up to now fill in what the
+    // client may have had besides (see [`Tracked`]).
     let mut membership = match filters.can_change() {
         false => Membership::Unchanging,
         true if resumed && !send_initial => {
@@ -124,9 +124,13 @@ pub async fn serve(
                 .list(&resource, path.namespace.as_deref())
                 .await
                 .map_err(|e| ApiError::from_store(e, &rt.qualified(), ""))?;
-            Membership::Tracked(listing.items.iter().filter(|o| filters.matches(o)).map(member_key).collect())
+            Membership::Tracked(Tracked {
+                present: listing.items.iter().filter(|o| filters.matches(o)).map(member_key).collect(),
+                replayed_until: listing.revision,
+                told_gone: HashSet::new(),
+            })
         }
-        true => Membership::Tracked(HashSet::new()),
+        true => Membership::Tracked(Tracked::default()),
     };
     let filter = WatchFilter {
         resource: Some(resource),
@@ -280,32 +284,58 @@ fn send_initial_events(params: &HashMap<String, String>) -> Result<bool, ApiErro
 enum Membership {
     /// No selector a write can change the answer of (none, or only the name): events as they are.
     Unchanging,
-    /// The keys (namespace/name) sent as present.
-    Tracked(HashSet<String>),
+    Tracked(Tracked),
+}
+
+/// What a watch with a selector has told its client is present.
+#[derive(Default)]
+struct Tracked {
+    /// The keys (namespace/name) sent as present (for a resumed watch: those matching when it
+    /// was opened, at `replayed_until`).
+    present: HashSet<String>,
+    /// A resumed watch replays the writes after the client's resourceVersion up to this revision,
+    /// where `present` was read. The client may have had objects that are not in `present`:
+    /// deleted, or moved out of the selection, during the gap. The store keeps no version older
+    /// than the replay to say which, so a replayed event that leaves an object out of the
+    /// selection is sent as DELETED, once per object, as kube-apiserver's watch cache sends it
+    /// (client-go's informers ignore a DELETED for an object they do not have; before, such an
+    /// object stayed in the client's cache for good).
+    replayed_until: u64,
+    /// Keys told DELETED during the replay while not in `present`.
+    told_gone: HashSet<String>,
 }
 
 impl Membership {
     /// The event to send for a `kind` event of `obj`, if any.
     fn judge(&mut self, kind: EventType, obj: &Value, filters: &Filters) -> Option<EventType> {
-        let present = match self {
+        let t = match self {
             Membership::Unchanging => return filters.matches(obj).then_some(kind),
-            Membership::Tracked(present) => present,
+            Membership::Tracked(t) => t,
         };
         let key = member_key(obj);
+        let replayed = crate::store::revision_of(obj).is_some_and(|r| r <= t.replayed_until);
         if kind == EventType::Deleted {
-            return present.remove(&key).then_some(EventType::Deleted);
+            if t.present.remove(&key) {
+                return Some(EventType::Deleted);
+            }
+            // Its last state matched: the client may have had it since before the gap.
+            return (replayed && filters.matches(obj) && t.told_gone.insert(key)).then_some(EventType::Deleted);
         }
-        match (present.contains(&key), filters.matches(obj)) {
+        match (t.present.contains(&key), filters.matches(obj)) {
             (true, true) => Some(kind),
             (false, true) => {
-                present.insert(key);
+                t.told_gone.remove(&key);
+                t.present.insert(key);
                 Some(EventType::Added)
             }
             (true, false) => {
-                present.remove(&key);
+                t.present.remove(&key);
+                if replayed {
+                    t.told_gone.insert(key);
+                }
                 Some(EventType::Deleted)
             }
-            (false, false) => None,
+            (false, false) => (replayed && t.told_gone.insert(key)).then_some(EventType::Deleted),
         }
     }
 }
@@ -430,7 +460,7 @@ mod tests {
         let node = |name: &str, grp: &str, unschedulable: bool| json!({"metadata": {"name": name, "labels": {"grp": grp}}, "spec": {"unschedulable": unschedulable}});
         let by_label = filters(&[("labelSelector", "grp=a")]);
         assert!(by_label.can_change());
-        let mut m = Membership::Tracked(HashSet::new());
+        let mut m = Membership::Tracked(Tracked::default());
         let run = |m: &mut Membership, f: &Filters, steps: &[(EventType, Value)]| {
             steps.iter().map(|(k, o)| m.judge(*k, o, f)).collect::<Vec<_>>()
         };
@@ -452,9 +482,40 @@ mod tests {
         let by_field = filters(&[("fieldSelector", "spec.unschedulable=false")]);
         assert!(by_field.can_change());
         // Resumed: s1 matched when the watch opened.
-        let mut m = Membership::Tracked(["/s1".to_string()].into());
+        let resumed = |present: &[&str], until: u64| {
+            Membership::Tracked(Tracked {
+                present: present.iter().map(|n| format!("/{n}")).collect(),
+                replayed_until: until,
+                told_gone: HashSet::new(),
+            })
+        };
+        let mut m = resumed(&["s1"], 0);
         let steps = [(Modified, node("s1", "a", true)), (Modified, node("s1", "a", false))];
         assert_eq!(run(&mut m, &by_field, &steps), [Some(Deleted), Some(Added)]);
+
+        // Resumed after a gap in which s3 was deleted and s4 moved out of the selection (neither
+        // matches now, so neither is in the list the watch starts from): both are DELETED, once;
+        // s5, which never matched, too (the replay cannot tell), once. After the replay, an
+        // object that never matched is nobody's business again.
+        let at = |mut v: Value, rev: u64| {
+            v["metadata"]["resourceVersion"] = rev.to_string().into();
+            v
+        };
+        let mut m = resumed(&["s6"], 20);
+        let steps = [
+            (Deleted, at(node("s3", "a", false), 11)),
+            (Modified, at(node("s4", "b", false), 12)),
+            (Modified, at(node("s4", "b", false), 13)),
+            (Modified, at(node("s5", "b", false), 14)),
+            (Deleted, at(node("s4", "b", false), 15)),
+            (Modified, at(node("s6", "a", false), 16)),
+            (Modified, at(node("s7", "b", false), 21)),
+            (Deleted, at(node("s8", "a", false), 22)),
+        ];
+        assert_eq!(
+            run(&mut m, &by_label, &steps),
+            [Some(Deleted), Some(Deleted), None, Some(Deleted), None, Some(Modified), None, None]
+        );
 
         // Selecting by name only: nothing can move, events pass as they are.
         let by_name = filters(&[("fieldSelector", "metadata.name=s1")]);
