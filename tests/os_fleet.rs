@@ -703,3 +703,86 @@ async fn a_revert_of_an_os_update_never_staged_writes_the_files_back() {
     assert_eq!(testkit::deployment_order(&host.sysroot()).unwrap(), vec![v1], "nothing deployed");
     assert!(host.host.fake.reboots().is_empty(), "no reboot");
 }
+
+/// A power cut while a node that rolled back writes the files of its next config, when both
+/// configs name the commit it rolled back from (the fix of the application is a new file): the
+/// update deploys that commit (the node runs the previous one), and so must its restart. Before,
+/// the restart decided from the two configs alone ("no OS work"), saved the new config, rebooted
+/// into the old OS, and the OS check then reported the commit "failed on this node; not retried
+/// until the desired config changes" though the desired config had changed: Degraded for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_power_cut_in_the_update_after_a_rollback_deploys_the_commit_on_restart() {
+    use aloft_agent::{host::Root, state};
+
+    let w = OsWorld::new(5);
+    let v1 = w.commit("1");
+    let mut host = w.running_host("worker-rb-cut", &v1, &["root=/dev/vda"]).await;
+    let (c, admin) = (&w.c, w.c.client());
+    let sysroot = host.sysroot();
+    let name = host.host.name.clone();
+    w.pool_done_on_ssh_config(&name).await;
+
+    // v2 fails its health check after its reboot: rolled back to v1, Degraded on v2's config.
+    let checks = host.host.path("etc/aloft/health.d");
+    std::fs::create_dir_all(&checks).unwrap();
+    let script = checks.join("50-app");
+    std::fs::write(&script, "#!/bin/sh\necho app down\nexit 1\n").unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let v2 = w.commit("2");
+    admin
+        .post(&path_of(&MACHINE_CONFIG, None), &os_mc("50-os", &w.url(&v2), &[]))
+        .await
+        .unwrap()
+        .into_result()
+        .unwrap();
+    host.reboot_when_asked(c, "the v2 update").await;
+    host.reboot_when_asked(c, "the rollback").await;
+    let rolled_back = format!("; rolled back from OS commit {v2} to {v1}");
+    let failed = eventually(Duration::from_secs(240), "Degraded after the rollback", || async {
+        let a = node_annotations(c, &name).await?;
+        Ok((get(&a, ann::STATE) == "Degraded" && get(&a, ann::REASON).ends_with(&rolled_back))
+            .then(|| get(&a, ann::CURRENT_CONFIG)))
+    })
+    .await;
+    assert_eq!(testkit::deployment_order(&sysroot).unwrap()[0], v1, "rolled back");
+
+    // The application is fixed; the next config adds a file and still names v2. The agent is cut
+    // (SIGKILL) after writing its files, before staging v2.
+    std::fs::remove_file(&script).unwrap();
+    host.host.stop_agent();
+    let path = path_of(&MACHINE_CONFIG, Some("50-os"));
+    let mut mc = admin.get(&path).await.unwrap().into_result().unwrap();
+    mc["spec"]["config"]["storage"] =
+        json!({"files": [{"path": "/etc/app-fixed.conf", "mode": 420, "contents": {"source": "data:,fixed"}}]});
+    admin.put(&path, &mc).await.unwrap().into_result().unwrap();
+    let target = eventually(Duration::from_secs(60), "the pick of the stopped node", || {
+        let (c, name, was) = (&c, &name, failed.clone());
+        async move {
+            let d = get(&node_annotations(c, name).await?, ann::DESIRED_CONFIG);
+            Ok((!d.is_empty() && d != was).then_some(d))
+        }
+    })
+    .await;
+    let root = Root::new(host.host.root.path());
+    let (old_spec, new_spec) = aloft_tests::apply_as_the_agent(&admin, &root, &host.host.bus_address, &target).await;
+    assert_eq!(old_spec.os_image_url, new_spec.os_image_url, "both configs name v2");
+    state::save(&root, &state::Phase::Applying { target: target.clone() }).unwrap();
+
+    host.boot(c);
+    host.reboot_when_asked(c, "v2 staged by the restarted update").await;
+    let (current, _) = eventually(Duration::from_secs(240), "Done on the fixed config", || async {
+        let a = node_annotations(c, &name).await?;
+        let (state, current) = (get(&a, ann::STATE), get(&a, ann::CURRENT_CONFIG));
+        assert!(
+            !(state == "Degraded" && current == target),
+            "Degraded on {target}: {}\n{}",
+            get(&a, ann::REASON),
+            host.host.log()
+        );
+        Ok((state == "Done" && current == target).then(|| (current, get(&a, ann::REASON))))
+    })
+    .await;
+    assert_eq!(current, target);
+    assert_eq!(testkit::deployment_order(&sysroot).unwrap()[0], v2, "v2 deployed again");
+    assert_eq!(std::fs::read_to_string(host.host.path("etc/app-fixed.conf")).unwrap(), "fixed");
+}

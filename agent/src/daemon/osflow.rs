@@ -607,6 +607,13 @@ impl Agent {
         }
     }
 
+    /// [`Self::runs_other_commit`] for the commit `spec` names (none, or an osImageURL this node
+    /// cannot read: false, as for a config without one).
+    pub(super) async fn runs_other_commit_than(&mut self, spec: &MachineConfigSpec) -> bool {
+        let image = osimage::parse(&spec.os_image_url).ok().flatten();
+        self.runs_other_commit(image.as_ref().map(|i| i.checksum.as_str())).await
+    }
+
     /// The booted deployment's commit (`None` on a sysroot that boots nothing). Asked once per
     /// process: it cannot change before the next boot, which restarts the agent, so drift checks
     /// on an idle node do not wake the helper.
