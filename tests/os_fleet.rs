@@ -786,3 +786,71 @@ async fn a_power_cut_in_the_update_after_a_rollback_deploys_the_commit_on_restar
     assert_eq!(testkit::deployment_order(&sysroot).unwrap()[0], v2, "v2 deployed again");
     assert_eq!(std::fs::read_to_string(host.host.path("etc/app-fixed.conf")).unwrap(), "fixed");
 }
+
+/// A node rebooting into an OS that fails its health check while its pool moves on to a fix: the
+/// coordinator asks the node to pre-stage the fix meanwhile. The rollback goes ahead of that
+/// download. (The download held the OS helper, and the rollback waited behind it: here the fix's
+/// repository never answers, and the node sat on the failing OS, Working, with no reason.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollback_does_not_wait_for_a_pre_stage_download() {
+    let w = OsWorld::new(5);
+    let v1 = w.commit("1");
+    let mut host = w.running_host("worker-rb-pre", &v1, &["root=/dev/vda"]).await;
+    let (c, admin) = (&w.c, w.c.client());
+    let sysroot = host.sysroot();
+    let name = host.host.name.clone();
+    w.pool_done_on_ssh_config(&name).await;
+
+    let checks = host.host.path("etc/aloft/health.d");
+    std::fs::create_dir_all(&checks).unwrap();
+    let script = checks.join("50-app");
+    std::fs::write(&script, "#!/bin/sh\necho app down\nexit 1\n").unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let v2 = w.commit("2");
+    admin
+        .post(&path_of(&MACHINE_CONFIG, None), &os_mc("50-os", &w.url(&v2), &[]))
+        .await
+        .unwrap()
+        .into_result()
+        .unwrap();
+    eventually(Duration::from_secs(240), "the reboot into v2 asked", || async {
+        Ok((!host.host.fake.reboots().is_empty()).then_some(()))
+    })
+    .await;
+
+    // The fix, from a repository that accepts connections and never answers.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = silent.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for s in silent.incoming() {
+            held.push(s);
+        }
+    });
+    let path = path_of(&MACHINE_CONFIG, Some("50-os"));
+    let mut mc = admin.get(&path).await.unwrap().into_result().unwrap();
+    mc["spec"]["osImageURL"] = json!(format!("ostree+http://127.0.0.1:{port}/repo#{REF}@{}", "ab".repeat(32)));
+    admin.put(&path, &mc).await.unwrap().into_result().unwrap();
+    eventually(Duration::from_secs(60), "the fix's pre-stage asked of the rebooting node", || async {
+        let a = node_annotations(c, &name).await?;
+        Ok((!get(&a, ann::PRESTAGE_CONFIG).is_empty() && get(&a, ann::PRESTAGE_CONFIG) != get(&a, ann::DESIRED_CONFIG))
+            .then_some(()))
+    })
+    .await;
+
+    // The reboot into v2: its health check fails, and the rollback's reboot is asked at once.
+    host.host.stop_agent();
+    host.host.fake.clear_calls();
+    host.boot(c);
+    let asked = std::time::Instant::now();
+    while host.host.fake.reboots().is_empty() {
+        assert!(
+            asked.elapsed() < Duration::from_secs(20),
+            "no rollback within 20 s of the boot into v2:\n{}",
+            host.host.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!("the rollback's reboot was asked {:?} after the boot", asked.elapsed());
+    assert_eq!(testkit::deployment_order(&sysroot).unwrap()[0], v1, "the rollback made v1 the default");
+}

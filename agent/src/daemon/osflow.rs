@@ -259,6 +259,14 @@ impl Agent {
         {
             return;
         }
+        // Only while no update is under way: a download holds the OS helper for up to an hour,
+        // and the OS steps of an update wait behind it. A node rebooting into a bad OS, asked
+        // meanwhile to pre-stage the fix, started its rollback only once the fix had downloaded
+        // (its pool moved on while it rebooted). Asked again at the next step.
+        if !matches!(self.phase, Phase::Idle | Phase::Degraded { .. } | Phase::Unreconcilable { .. }) {
+            tracing::debug!(config = name, phase = ?self.phase, "pre-staging waits for the update under way");
+            return;
+        }
         self.prestage_started = Some(name.to_string());
         tracing::info!(config = name, "pre-staging the OS commit of a config in the background");
         tokio::spawn(prestage::run(self.api.clone(), os.handle.clone(), self.root.clone(), name.to_string()));
