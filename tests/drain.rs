@@ -257,3 +257,61 @@ async fn drains_granted_one_pass_after_another_stay_within_the_budget() {
         budget_when(&admin, "web", "every node back", |b| counts(&b["status"]) == (6, 6, 5, 1)).await;
     }
 }
+
+/// Two nodes picked for an update, both asking for their drain, under a budget that allows one
+/// disruption (it allowed two when they were picked: a covered node went since). One drain is
+/// answered, the other waits for it, and goes once the first node is back. (Each counted the
+/// other as unavailable, and both waited until their drain timeout and after: a deadlock.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_nodes_waiting_for_their_drains_do_not_hold_each_other() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    for n in ["w0", "w1", "w2", "w3", "w4"] {
+        ready_node(&admin, n, json!({"app": "web"})).await;
+    }
+    let ndb = json!({"apiVersion": "aloft.dev/v1", "kind": "NodeDisruptionBudget", "metadata": {"name": "web"},
+        "spec": {"selector": {"matchLabels": {"app": "web"}}, "minAvailable": 3}});
+    admin.post(&path_of(&NODE_DISRUPTION_BUDGET, None), &ndb).await.unwrap().into_result().unwrap();
+    budget_when(&admin, "web", "two disruptions allowed", |b| counts(&b["status"]) == (5, 5, 3, 2)).await;
+    // Picked (desired is not current) and Working, as agents are before they ask for the drain.
+    for n in ["w0", "w1"] {
+        let picked = json!({"metadata": {"annotations": {ann::DESIRED_CONFIG: "r2", ann::CURRENT_CONFIG: "r1",
+            ann::STATE: "Working"}}});
+        merge(&admin, &path_of(&NODE, Some(n)), picked).await;
+    }
+    // A covered node goes: the budget allows one disruption now, and both picked nodes ask.
+    admin.delete(&path_of(&NODE, Some("w4"))).await.unwrap().into_result().unwrap();
+    budget_when(&admin, "web", "w4 gone, w0 and w1 counted", |b| counts(&b["status"]) == (4, 2, 3, 0)).await;
+    for n in ["w0", "w1"] {
+        let ask = json!({"metadata": {"annotations": {ann::DESIRED_DRAIN: "drain-r2"}}});
+        merge(&admin, &path_of(&NODE, Some(n)), ask).await;
+    }
+    let answered = |n: &Value| {
+        n.pointer("/metadata/annotations").and_then(|a| a.get(ann::LAST_APPLIED_DRAIN)) == Some(&json!("drain-r2"))
+    };
+    let first = eventually(WAIT, "one drain answered", || async {
+        let mut got = Vec::new();
+        for n in ["w0", "w1"] {
+            let node = admin.get(&path_of(&NODE, Some(n))).await?.into_result()?;
+            if answered(&node) {
+                got.push(n);
+            }
+        }
+        assert!(got.len() < 2, "both drains answered under a budget of one: {got:?}");
+        Ok(got.first().map(|n| n.to_string()))
+    })
+    .await;
+    let second = if first == "w0" { "w1" } else { "w0" };
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let node = admin.get(&path_of(&NODE, Some(second))).await.unwrap().into_result().unwrap();
+    assert!(!answered(&node), "{second} drained while {first} is out: {node}");
+    // The first one is done and back in service: the second one's drain goes.
+    let done = json!({"metadata": {"annotations": {ann::CURRENT_CONFIG: "r2", ann::STATE: "Done",
+        ann::DESIRED_DRAIN: "uncordon-r2"}}});
+    merge(&admin, &path_of(&NODE, Some(&first)), done).await;
+    eventually(WAIT, "the second drain answered", || async {
+        let node = admin.get(&path_of(&NODE, Some(second))).await?.into_result()?;
+        Ok(answered(&node).then_some(()))
+    })
+    .await;
+}

@@ -437,7 +437,11 @@ async fn pass(
                 .derived
                 .iter()
                 .zip(&st.nodes.typed)
-                .map(|(f, n)| f.disrupted() || granting.contains(&n.metadata.name))
+                // A node that waits for its own drain is not out of service yet. Counted, two
+                // picked nodes of a budget that shrank after their picks (a covered node deleted
+                // or gone NotReady, the budget tightened) each held the other's drain, both until
+                // their drain timeout and on: a deadlock, where one drain at a time was allowed.
+                .map(|(f, n)| (f.disrupted() && !f.waits_for_its_drain()) || granting.contains(&n.metadata.name))
                 .collect(),
             st.nodes.typed.iter().map(|n| &n.metadata.labels).collect(),
         )

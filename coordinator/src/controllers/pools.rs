@@ -182,6 +182,16 @@ impl NodeFacts {
             || !self.drain_failure.is_empty()
             || (!self.desired.is_empty() && self.desired != self.current)
     }
+    /// Asks for a drain not answered yet, and is otherwise in service (Ready, not cordoned, not
+    /// failing): its agent disrupts nothing before the answer. Such nodes do not count against
+    /// each other's drains (see `controllers::drain`).
+    pub fn waits_for_its_drain(&self) -> bool {
+        self.ready
+            && !self.cordoned
+            && !failing_state(&self.state)
+            && self.drain_request.starts_with("drain-")
+            && self.drain_answer != self.drain_request
+    }
     /// Finished its last update: Done, on the config it was asked for.
     pub fn done(&self) -> bool {
         self.state == "Done" && self.current == self.desired
