@@ -880,12 +880,15 @@ impl Agent {
                 Phase::Draining { target: target.into(), request: request.clone() },
                 "waiting for the coordinator to drain this node",
             )?;
-            if self.drain_answer == request {
-                // Drained when the coordinator picked this node: nothing to wait for.
-                self.api.report_working(&current, Some(&request)).await;
-            } else if let Err(e) =
-                self.api.working_and_drain(&current, &request, Some(target), self.drain_timeout).await
-            {
+            // Drained when the coordinator picked this node (a pool without drain hooks), the
+            // answer is in the write's own reply and nothing is waited for. Not taken from the
+            // view the step started from: the coordinator takes a pick's answer back when drain
+            // hooks come to the pool before the node asks (so that they are called), and after
+            // an OS download of minutes the node went on from that old view, disrupting its
+            // workloads uncordoned while the hooks ran later. The Working write either lands
+            // before the take-back (which then no longer happens: the node has asked) or its
+            // reply shows the answer gone, and the drain is waited for.
+            if let Err(e) = self.api.working_and_drain(&current, &request, Some(target), self.drain_timeout).await {
                 return self.fail(target, format!("{e:#}"), false).await;
             }
             self.write_status("stopping the workloads of aloft-workloads.target")?;
@@ -1135,12 +1138,8 @@ impl Agent {
             "waiting for the coordinator to drain this node before the reboot",
         )?;
         let current = self.running_config();
-        let drained = if self.drain_answer == request {
-            self.api.report_working(&current, Some(&request)).await;
-            Ok(())
-        } else {
-            self.api.working_and_drain(&current, &request, None, self.drain_timeout).await
-        };
+        // The answer from the write's reply, not from an older view (see `update`).
+        let drained = self.api.working_and_drain(&current, &request, None, self.drain_timeout).await;
         let stopped = match drained {
             Ok(()) => {
                 self.write_status("stopping the workloads of aloft-workloads.target")?;
