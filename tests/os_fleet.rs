@@ -266,6 +266,8 @@ async fn os_update_health_check_and_rollback() {
     let v3 = commit("3");
     let mut mc = admin.get(&path).await.unwrap().into_result().unwrap();
     mc["spec"]["osImageURL"] = json!(url(&v3));
+    // ... which also drops the kernel argument (the rollback goes back to a deployment with it).
+    mc["spec"]["kernelArguments"] = json!([]);
     admin.put(&path, &mc).await.unwrap().into_result().unwrap();
     host.reboot_when_asked(c, "the v3 update").await;
     assert_eq!(testkit::deployment_order(&host.sysroot()).unwrap(), vec![v3.clone(), v2.clone()]);
@@ -329,6 +331,19 @@ async fn os_update_health_check_and_rollback() {
     assert_eq!(std::fs::read_to_string(host.host.path("etc/app-fixed.conf")).unwrap(), "fixed", "{fourth}");
     let log = host.host.log();
     assert!(log.contains("the node runs another OS commit than its config names"), "{log}");
+    // v3 came up without `mitigations=off`, which v2's deployment (the one rolled back to) had
+    // and the last two configs do not ask for. (It stayed: the update took the failed config's
+    // arguments, none, out of v2's, and kept the one no config names any more.)
+    let out = Command::new(bin("aloft-agent"))
+        .args(["status", "--json", "--bus-address", &host.host.bus_address])
+        .arg("--root")
+        .arg(host.host.root.path())
+        .output()
+        .unwrap();
+    let st: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(st["os"]["deployments"][0]["checksum"], v3.as_str(), "{st}");
+    assert_eq!(st["os"]["deployments"][0]["kernelArguments"], json!(["root=/dev/vda", "console=ttyS0"]), "{st}");
+    assert!(!host.host.path("var/lib/aloft/os-rolled-back-kargs.json").exists(), "the record is void on v3");
 }
 
 /// A node whose OS helper is not running: the OS update is refused before anything is drained or

@@ -11,6 +11,7 @@ use crate::host::Root;
 use crate::os::client::HelperClient;
 use crate::os::denylist::{self, Denylist};
 use crate::os::health::HealthChecks;
+use crate::os::rolled_back;
 use crate::os::{kargs, prestage, DeploymentInfo, OsError, OsHandle, OsStatus, StageRequest};
 use crate::state::{self, Phase, Staged};
 use aloft_api::osimage;
@@ -309,9 +310,12 @@ impl Agent {
         };
         let os_changed = os_changed
             || deploys_other_commit(image.as_ref().map(|i| i.checksum.as_str()), &booted_or_default.checksum);
+        // After a rollback the running deployment carries the arguments of the config before the
+        // failed one, not the current config's (`rolled_back`).
+        let old_kargs = rolled_back::load(&self.root).unwrap_or_else(|| old.kernel_arguments.clone());
         // Nothing to do when the running OS is already the commit with the right arguments.
         let image_checksum = image.as_ref().map(|i| i.checksum.as_str());
-        if booted_matches(status.booted.as_ref(), image_checksum, &old.kernel_arguments, &new.kernel_arguments) {
+        if booted_matches(status.booted.as_ref(), image_checksum, &old_kargs, &new.kernel_arguments) {
             tracing::info!(target, "the booted OS already matches osImageURL and kernelArguments");
             return Ok(None);
         }
@@ -333,7 +337,7 @@ impl Agent {
         Ok(Some(StageRequest {
             // A kernel-argument change alone redeploys the running commit.
             image: image.filter(|_| os_changed),
-            old_kargs: old.kernel_arguments.clone(),
+            old_kargs,
             new_kargs: new.kernel_arguments.clone(),
         }))
     }
@@ -427,7 +431,13 @@ impl Agent {
             };
         }
         match os.health.run(self.services.as_ref()).await {
-            Ok(_) => self.finish(target, true).await,
+            Ok(_) => {
+                // Running a deployment staged since any rollback: it carries its own arguments.
+                if let Err(e) = rolled_back::clear(&self.root) {
+                    tracing::warn!(error = %e, "cannot remove the rolled-back deployment's kernel arguments");
+                }
+                self.finish(target, true).await
+            }
             Err(failure) => self.roll_back(&os, target, &checksum, failure.to_string()).await,
         }
     }
@@ -502,6 +512,12 @@ impl Agent {
             Ok(d) => d,
             Err(e) => return self.fail(target, format!("{failure}; rolling back failed: {e}"), false).await,
         };
+        // The deployment gone back to carries the failed update's "old" arguments.
+        if let Phase::Verifying { staged: Some(staged), .. } = &self.phase {
+            if let Err(e) = rolled_back::save(&self.root, &staged.old_kargs) {
+                tracing::warn!(error = %e, "cannot record the rolled-back deployment's kernel arguments");
+            }
+        }
         let reason = rolling_back_reason(&failure, checksum, &previous.checksum);
         let boot_id = state::boot_id(&self.root);
         self.enter(

@@ -1,0 +1,82 @@
+//! The kernel arguments aloft's configs put on the deployment a rollback went back to.
+//!
+//! An OS update's kernel arguments are worked out from the deployment it starts from: the old
+//! config's arguments taken out, the new config's put in (MCO's arithmetic, `kargs`). After a
+//! rollback the node runs the deployment of the config *before* the failed one, while its current
+//! config is the failed one: taking the failed config's arguments out of that deployment left the
+//! arguments of the config before it in place (a `nosmt` two configs had removed stayed for good,
+//! and one both configs named was added twice, with a needless reboot). The rollback records here
+//! which arguments that deployment carries from aloft (the failed update's "old" ones), and the
+//! next update starts from them. The record holds until the node boots a deployment staged after
+//! it (verified), which carries the arguments its update computed.
+
+use crate::host::Root;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Record {
+    kernel_arguments: Vec<String>,
+}
+
+fn path(root: &Root) -> PathBuf {
+    root.state_dir().join("os-rolled-back-kargs.json")
+}
+
+/// Record that the running deployment (after a rollback) carries `kargs` from aloft.
+pub fn save(root: &Root, kargs: &[String]) -> std::io::Result<()> {
+    let bytes = serde_json::to_vec(&Record { kernel_arguments: kargs.to_vec() }).map_err(std::io::Error::other)?;
+    crate::durable::replace_private(&path(root), &bytes)
+        .map_err(|e| std::io::Error::new(e.kind(), format!("writing {}: {e}", path(root).display())))
+}
+
+/// The arguments a rollback recorded, if the node still runs the deployment it went back to. A
+/// record that cannot be read is said and ignored (the configs' arguments are used, as before
+/// there was a record).
+pub fn load(root: &Root) -> Option<Vec<String>> {
+    let bytes = match std::fs::read(path(root)) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+        Err(e) => {
+            tracing::warn!(file = %path(root).display(), error = %e, "cannot read the rolled-back deployment's kernel arguments");
+            return None;
+        }
+    };
+    match serde_json::from_slice::<Record>(&bytes) {
+        Ok(r) => Some(r.kernel_arguments),
+        Err(e) => {
+            tracing::warn!(file = %path(root).display(), error = %e, "ignoring a corrupt record of the rolled-back deployment's kernel arguments");
+            None
+        }
+    }
+}
+
+/// The node runs a deployment staged since the rollback: the record is void.
+pub fn clear(root: &Root) -> std::io::Result<()> {
+    match std::fs::remove_file(path(root)) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_is_kept_read_and_cleared() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = Root::new(dir.path());
+        assert_eq!(load(&root), None);
+        save(&root, &["nosmt".to_string()]).unwrap();
+        assert_eq!(load(&root), Some(vec!["nosmt".to_string()]));
+        save(&root, &[]).unwrap();
+        assert_eq!(load(&root), Some(vec![]), "an empty list is a record too");
+        clear(&root).unwrap();
+        assert_eq!(load(&root), None);
+        clear(&root).unwrap();
+        std::fs::write(path(&root), "{nope").unwrap();
+        assert_eq!(load(&root), None, "a corrupt record is ignored");
+    }
+}
