@@ -371,8 +371,6 @@ pub struct Agent {
     phase: Phase,
     current: Option<MachineConfig>,
     desired: String,
-    /// The coordinator's `lastAppliedDrain` in the newest view of the Node.
-    drain_answer: String,
     /// Feeds the D-Bus status object, when one is served.
     pub status_tx: Option<tokio::sync::watch::Sender<AgentStatus>>,
     pub metrics: Option<Arc<Metrics>>,
@@ -440,7 +438,6 @@ impl Agent {
             phase,
             current,
             desired: String::new(),
-            drain_answer: String::new(),
             status_tx: None,
             metrics: None,
             version: String::new(),
@@ -656,7 +653,6 @@ impl Agent {
             // do, `aloft-agent status` said `Desired: <none>` while the Node named a config.
             self.write_status("")?;
         }
-        self.drain_answer = node.annotation(ann::LAST_APPLIED_DRAIN).to_string();
         self.reported_current = node.annotation(ann::CURRENT_CONFIG).to_string();
         if self.recovery_error.is_some() {
             // Nothing else may run over a half-applied disk (nor report it Done): retry first.
@@ -1322,7 +1318,7 @@ impl Agent {
             let changed = osflow::os_part_changed(self.current.as_ref().map_or(&none, |c| &c.spec), new);
             // After a rollback both configs may name the commit the node rolled back from: the
             // update deploys it all the same (`os_prepare`), and so must its restart.
-            let os_pending = self.current_name() != target && (changed || self.runs_other_commit_than(new).await);
+            let os_pending = self.current_name() != target && (changed || self.may_run_other_commit_than(new).await);
             if os_pending {
                 // The files are the target's and its OS deployment was never staged (an update
                 // stages after writing the files). Finishing as below would save the current

@@ -312,7 +312,8 @@ impl Agent {
             || deploys_other_commit(image.as_ref().map(|i| i.checksum.as_str()), &booted_or_default.checksum);
         // After a rollback the running deployment carries the arguments of the config before the
         // failed one, not the current config's (`rolled_back`).
-        let old_kargs = rolled_back::load(&self.root).unwrap_or_else(|| old.kernel_arguments.clone());
+        let old_kargs =
+            rolled_back::load(&self.root, &booted_or_default).unwrap_or_else(|| old.kernel_arguments.clone());
         // Nothing to do when the running OS is already the commit with the right arguments.
         let image_checksum = image.as_ref().map(|i| i.checksum.as_str());
         if booted_matches(status.booted.as_ref(), image_checksum, &old_kargs, &new.kernel_arguments) {
@@ -420,6 +421,12 @@ impl Agent {
             Some(RollbackCut::Done { failure, booted }) => {
                 tracing::warn!(target, checksum, %booted,
                     "restarted on the deployment a rollback made the default, before the rollback saved its phase: the rollback is done");
+                // The record a finished rollback would have made (the cut came before it).
+                if let Ok(st) = self.read_os_status(&os).await {
+                    if let Some(running) = st.booted.or_else(|| st.deployments.first().cloned()) {
+                        self.record_rolled_back_kargs(&running);
+                    }
+                }
                 return self.fail(target, rolled_back_reason(&failure, &checksum, &booted), false).await;
             }
             None => {}
@@ -495,6 +502,16 @@ impl Agent {
         }
     }
 
+    /// The deployment gone back to (`to`) carries the failed update's "old" arguments
+    /// (`rolled_back`): said while the phase still holds the update's [`Staged`] request.
+    fn record_rolled_back_kargs(&self, to: &DeploymentInfo) {
+        if let Phase::Verifying { staged: Some(staged), .. } = &self.phase {
+            if let Err(e) = rolled_back::save(&self.root, to, &staged.old_kargs) {
+                tracing::warn!(error = %e, "cannot record the rolled-back deployment's kernel arguments");
+            }
+        }
+    }
+
     async fn roll_back(&mut self, os: &super::OsAgent, target: &str, checksum: &str, failure: String) -> Result<()> {
         tracing::warn!(target, checksum, %failure, "health checks failed: rolling back");
         let mut list = Denylist::load(&self.root).unwrap_or_default();
@@ -512,12 +529,7 @@ impl Agent {
             Ok(d) => d,
             Err(e) => return self.fail(target, format!("{failure}; rolling back failed: {e}"), false).await,
         };
-        // The deployment gone back to carries the failed update's "old" arguments.
-        if let Phase::Verifying { staged: Some(staged), .. } = &self.phase {
-            if let Err(e) = rolled_back::save(&self.root, &staged.old_kargs) {
-                tracing::warn!(error = %e, "cannot record the rolled-back deployment's kernel arguments");
-            }
-        }
+        self.record_rolled_back_kargs(&previous);
         let reason = rolling_back_reason(&failure, checksum, &previous.checksum);
         let boot_id = state::boot_id(&self.root);
         self.enter(
@@ -608,7 +620,18 @@ impl Agent {
     /// helper at most once per process on a booted host; when the helper cannot say, the update
     /// goes on as a file-only one and the drift check afterwards reports what runs.
     async fn runs_other_commit(&mut self, want: Option<&str>) -> bool {
-        let (Some(os), Some(want)) = (self.os.clone(), want) else { return false };
+        match self.commit_differs(want).await {
+            Ok(differs) => differs,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not read the running OS commit; updating as the configs say");
+                false
+            }
+        }
+    }
+
+    /// [`Self::runs_other_commit`], with the helper's failure to say returned.
+    async fn commit_differs(&mut self, want: Option<&str>) -> Result<bool, String> {
+        let (Some(os), Some(want)) = (self.os.clone(), want) else { return Ok(false) };
         let running = match self.booted_checksum(&os).await {
             // A sysroot that boots nothing runs its default deployment.
             Ok(None) => self
@@ -618,24 +641,28 @@ impl Agent {
                 .map_err(|e| e.to_string()),
             booted => booted.map_err(|e| e.to_string()),
         };
-        match running {
-            Ok(Some(running)) if deploys_other_commit(Some(want), &running) => {
+        match running? {
+            Some(running) if deploys_other_commit(Some(want), &running) => {
                 tracing::info!(running = %running, config = %want, "the node runs another OS commit than its config names (after a rollback): deploying the config's");
-                true
+                Ok(true)
             }
-            Ok(_) => false,
-            Err(e) => {
-                tracing::warn!(error = %e, "could not read the running OS commit; updating as the configs say");
-                false
-            }
+            _ => Ok(false),
         }
     }
 
-    /// [`Self::runs_other_commit`] for the commit `spec` names (none, or an osImageURL this node
-    /// cannot read: false, as for a config without one).
-    pub(super) async fn runs_other_commit_than(&mut self, spec: &MachineConfigSpec) -> bool {
+    /// Whether the node may run another commit than the one `spec` names (none, or an
+    /// osImageURL this node cannot read: no). When the helper cannot say, yes: the caller then
+    /// does the update again, which asks again and deploys only what differs, where taking it
+    /// for the same commit rebooted into the old OS for good.
+    pub(super) async fn may_run_other_commit_than(&mut self, spec: &MachineConfigSpec) -> bool {
         let image = osimage::parse(&spec.os_image_url).ok().flatten();
-        self.runs_other_commit(image.as_ref().map(|i| i.checksum.as_str())).await
+        match self.commit_differs(image.as_ref().map(|i| i.checksum.as_str())).await {
+            Ok(differs) => differs,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not read the running OS commit; doing the interrupted update again");
+                true
+            }
+        }
     }
 
     /// The booted deployment's commit (`None` on a sysroot that boots nothing). Asked once per

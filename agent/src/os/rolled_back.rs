@@ -11,6 +11,7 @@
 //! it (verified), which carries the arguments its update computed.
 
 use crate::host::Root;
+use crate::os::DeploymentInfo;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
@@ -18,23 +19,30 @@ use std::path::PathBuf;
 #[serde(rename_all = "camelCase")]
 struct Record {
     kernel_arguments: Vec<String>,
+    /// The deployment rolled back to: the record holds only while the node runs it (a reboot
+    /// that came up on another deployment, or a newer one, voids it).
+    checksum: String,
+    deploy_serial: i32,
 }
 
 fn path(root: &Root) -> PathBuf {
     root.state_dir().join("os-rolled-back-kargs.json")
 }
 
-/// Record that the running deployment (after a rollback) carries `kargs` from aloft.
-pub fn save(root: &Root, kargs: &[String]) -> std::io::Result<()> {
-    let bytes = serde_json::to_vec(&Record { kernel_arguments: kargs.to_vec() }).map_err(std::io::Error::other)?;
+/// Record that deployment `to` (rolled back to) carries `kargs` from aloft.
+pub fn save(root: &Root, to: &DeploymentInfo, kargs: &[String]) -> std::io::Result<()> {
+    let record =
+        Record { kernel_arguments: kargs.to_vec(), checksum: to.checksum.clone(), deploy_serial: to.deploy_serial };
+    let bytes = serde_json::to_vec(&record).map_err(std::io::Error::other)?;
     crate::durable::replace_private(&path(root), &bytes)
         .map_err(|e| std::io::Error::new(e.kind(), format!("writing {}: {e}", path(root).display())))
 }
 
-/// The arguments a rollback recorded, if the node still runs the deployment it went back to. A
-/// record that cannot be read is said and ignored (the configs' arguments are used, as before
-/// there was a record).
-pub fn load(root: &Root) -> Option<Vec<String>> {
+/// The arguments a rollback recorded, if the node still runs (`running`: the booted deployment,
+/// or the default one of a sysroot that boots nothing) the deployment it went back to. A record
+/// that cannot be read is said and ignored (the configs' arguments are used, as before there was
+/// a record).
+pub fn load(root: &Root, running: &DeploymentInfo) -> Option<Vec<String>> {
     let bytes = match std::fs::read(path(root)) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
@@ -44,7 +52,8 @@ pub fn load(root: &Root) -> Option<Vec<String>> {
         }
     };
     match serde_json::from_slice::<Record>(&bytes) {
-        Ok(r) => Some(r.kernel_arguments),
+        Ok(r) if r.checksum == running.checksum && r.deploy_serial == running.deploy_serial => Some(r.kernel_arguments),
+        Ok(_) => None,
         Err(e) => {
             tracing::warn!(file = %path(root).display(), error = %e, "ignoring a corrupt record of the rolled-back deployment's kernel arguments");
             None
@@ -64,19 +73,29 @@ pub fn clear(root: &Root) -> std::io::Result<()> {
 mod tests {
     use super::*;
 
+    fn deployment(checksum: &str, serial: i32) -> DeploymentInfo {
+        serde_json::from_value(serde_json::json!({"stateroot": "aloft", "checksum": checksum,
+            "deploySerial": serial, "index": 0, "origin": "", "kernelArguments": [],
+            "booted": true, "staged": false, "pinned": false}))
+        .unwrap()
+    }
+
     #[test]
-    fn a_record_is_kept_read_and_cleared() {
+    fn a_record_holds_for_the_deployment_rolled_back_to_only() {
         let dir = tempfile::tempdir().unwrap();
         let root = Root::new(dir.path());
-        assert_eq!(load(&root), None);
-        save(&root, &["nosmt".to_string()]).unwrap();
-        assert_eq!(load(&root), Some(vec!["nosmt".to_string()]));
-        save(&root, &[]).unwrap();
-        assert_eq!(load(&root), Some(vec![]), "an empty list is a record too");
+        let (v2, v3, v2_again) = (deployment("v2", 0), deployment("v3", 0), deployment("v2", 1));
+        assert_eq!(load(&root, &v2), None);
+        save(&root, &v2, &["nosmt".to_string()]).unwrap();
+        assert_eq!(load(&root, &v2), Some(vec!["nosmt".to_string()]));
+        assert_eq!(load(&root, &v3), None, "another commit runs");
+        assert_eq!(load(&root, &v2_again), None, "a newer deployment of the same commit runs");
+        save(&root, &v2, &[]).unwrap();
+        assert_eq!(load(&root, &v2), Some(vec![]), "an empty list is a record too");
         clear(&root).unwrap();
-        assert_eq!(load(&root), None);
+        assert_eq!(load(&root, &v2), None);
         clear(&root).unwrap();
         std::fs::write(path(&root), "{nope").unwrap();
-        assert_eq!(load(&root), None, "a corrupt record is ignored");
+        assert_eq!(load(&root, &v2), None, "a corrupt record is ignored");
     }
 }

@@ -237,17 +237,34 @@ fn apply_json_patch(
     let invalid = |field: &str, message: String| {
         ApiError::invalid(&rt.qualified_kind(), name, vec![super::error::cause(field, "FieldValueInvalid", message)])
     };
-    let mut copied = 0usize;
+    let tokens = |p: &json_patch::jsonptr::PointerBuf| p.as_str().matches('/').count();
+    // Bytes of the document walked to measure copies and moves: capped as the copies are, so
+    // that ten thousand moves of a large value cannot keep a worker busy for minutes.
+    let (mut copied, mut walked) = (0usize, 0usize);
     for (i, op) in ops.iter().enumerate() {
         let inserted = match op {
             Op::Add(a) => Some((&a.path, measure(&a.value))),
             Op::Replace(r) => Some((&r.path, measure(&r.value))),
             Op::Copy(c) => out.pointer(c.from.as_str()).map(|v| (&c.path, measure(v))),
-            Op::Move(m) => out.pointer(m.from.as_str()).map(|v| (&m.path, measure(v))),
-            Op::Remove(_) | Op::Test(_) => None,
+            // A move no deeper than where the value is keeps the document within the limit it
+            // is within already: nothing to measure.
+            Op::Move(m) if tokens(&m.path) > tokens(&m.from) => {
+                out.pointer(m.from.as_str()).map(|v| (&m.path, measure(v)))
+            }
+            Op::Move(_) | Op::Remove(_) | Op::Test(_) => None,
         };
         if let Some((path, size)) = inserted {
-            let at = path.as_str().matches('/').count();
+            if matches!(op, Op::Copy(_) | Op::Move(_)) {
+                walked = walked.saturating_add(size.bytes);
+                if walked > copy_limit.saturating_mul(2) {
+                    return Err(ApiError::too_large_because(format!(
+                        "the values a JSON patch copies and moves deeper add up to more than {} bytes (operation \
+                         '/{i}')",
+                        copy_limit.saturating_mul(2)
+                    )));
+                }
+            }
+            let at = tokens(path);
             if at + size.depth > MAX_DEPTH {
                 return Err(invalid(
                     &field_of(path.as_str()),
@@ -295,7 +312,9 @@ pub fn measure(v: &Value) -> Size {
     let mut size = Size { depth: 0, bytes: 0 };
     while let Some((v, d)) = stack.pop() {
         size.bytes += match v {
-            Value::Null | Value::Bool(_) | Value::Number(_) => 5,
+            Value::Null | Value::Bool(true) => 4,
+            Value::Bool(false) => 5,
+            Value::Number(n) => n.to_string().len(),
             Value::String(s) => s.len() + 2,
             Value::Array(a) => {
                 size.depth = size.depth.max(d + 1);
@@ -487,6 +506,25 @@ mod tests {
         )
         .unwrap_err();
         assert_eq!(e.status.code, 422, "{}", e.status.message);
+        // Moves deeper walk what they move: capped; moves up or sideways are not measured.
+        let big = Value::Array((0..40_000).map(|i| json!(i)).collect());
+        let mut ops = vec![
+            json!({"op": "add", "path": "/spec/big", "value": big}),
+            json!({"op": "add", "path": "/spec/d", "value": {}}),
+        ];
+        for _ in 0..20 {
+            ops.push(json!({"op": "move", "from": "/spec/big", "path": "/spec/d/big"}));
+            ops.push(json!({"op": "move", "from": "/spec/d/big", "path": "/spec/big"}));
+        }
+        let e = apply(Value::Array(ops.clone()), 1 << 20).unwrap_err();
+        assert_eq!(e.status.code, 413, "{}", e.status.message);
+        ops.truncate(6);
+        assert!(apply(Value::Array(ops), 1 << 20).is_ok(), "two moves down and back");
+        let sideways: Vec<Value> = (0..1000)
+            .map(|i| json!({"op": "move", "from": if i % 2 == 0 { "/spec/paused" } else { "/spec/p" }, "path": if i % 2 == 0 { "/spec/p" } else { "/spec/paused" }}))
+            .collect();
+        assert!(apply(Value::Array(sideways), 1 << 20).is_ok());
+        assert_eq!(measure(&json!([true, false, null, 12345, "ab"])).bytes, 2 + 5 + 4 + 5 + 4 + 5 + 4);
         // Errors still name the operation that failed.
         let e = apply(
             json!([{"op": "test", "path": "/spec/paused", "value": false},

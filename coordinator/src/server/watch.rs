@@ -295,11 +295,12 @@ struct Tracked {
     present: HashSet<String>,
     /// A resumed watch replays the writes after the client's resourceVersion up to this revision,
     /// where `present` was read. The client may have had objects that are not in `present`:
-    /// deleted, or moved out of the selection, during the gap. The store keeps no version older
-    /// than the replay to say which, so a replayed event that leaves an object out of the
-    /// selection is sent as DELETED, once per object, as kube-apiserver's watch cache sends it
-    /// (client-go's informers ignore a DELETED for an object they do not have; before, such an
-    /// object stayed in the client's cache for good).
+    /// deleted, or moved out of the selection, during the gap. The watch does not look up the
+    /// versions from before the replay to say which, so a replayed event that leaves an object
+    /// out of the selection is sent as DELETED, once per object (kube-apiserver's watch cache
+    /// sends one only when the earlier version matched; client-go's informers ignore a DELETED
+    /// for an object they do not have, `kubectl get -w` prints it). Before, such an object stayed
+    /// in the client's cache for good.
     replayed_until: u64,
     /// Keys told DELETED during the replay while not in `present`.
     told_gone: HashSet<String>,
