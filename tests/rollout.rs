@@ -1547,40 +1547,49 @@ async fn a_node_that_left_its_pool_is_uncordoned_through_the_hooks_that_drained_
 }
 
 /// Hooks added to a pool after its pick drained a node (no hooks then) and before the node's
-/// agent asked for that drain: the pick's answer is taken back, and the agent's request goes
-/// through the hooks. The audit's case: the hooks were never called for that node.
+/// agent asked for that drain: the pick's answer stands (the agent may have gone on from it
+/// already: it reads the answer with the pick, and an OS download can come between), the node
+/// stays cordoned until its Done report, and the hooks are called for the drains after it. (The
+/// answer was taken back, which uncordoned a node its agent was disrupting, and the hooks were
+/// called after the fact.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn hooks_added_after_the_pick_are_called_for_its_drain() {
+async fn hooks_added_after_the_pick_leave_its_drain_answer_standing() {
     let c = Coordinator::start();
     let admin = c.client();
-    let names = ["w0"];
+    let names = ["w0", "w1"];
     let t1 = fleet_on_a_first_config(&admin, &names, json!({"maxUnavailable": 1})).await;
     let mut b = machine_config("50-worker-b", "worker");
     b["spec"]["kernelArguments"] = json!(["nosmt"]);
     create(&admin, &MACHINE_CONFIG, &b).await;
     let t2 = new_target(&admin, &t1).await;
-    picked_all(&admin, &names, &t2, 1).await;
-    let w0 = node(&admin, "w0").await;
-    assert!(cordoned(&w0) && annotation(&w0, ann::LAST_APPLIED_DRAIN) == format!("drain-{t2}"), "{w0}");
+    let first =
+        eventually(WAIT, "a node picked", || async { Ok(picked(&admin, &names, &t2).await.first().cloned()) }).await;
+    let n = node(&admin, &first).await;
+    assert!(cordoned(&n) && annotation(&n, ann::LAST_APPLIED_DRAIN) == format!("drain-{t2}"), "{n}");
 
     let hook = HookServer::start().await;
     let hooks = json!({"spec": {"drain": {"hooks": [{"url": hook.url, "timeoutSeconds": 1}]}}});
     merge(&admin, &path_of(&MACHINE_CONFIG_POOL, Some("worker")), hooks).await;
-    eventually(WAIT, "the pick's drain answer taken back", || async {
-        let n = node(&admin, "w0").await;
-        Ok((annotation(&n, ann::LAST_APPLIED_DRAIN).is_empty() && !cordoned(&n)).then_some(()))
+    // Passes of the node controller run on the pool's change; the answer stands through them.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let n = node(&admin, &first).await;
+    assert!(cordoned(&n) && annotation(&n, ann::LAST_APPLIED_DRAIN) == format!("drain-{t2}"), "taken back: {n}");
+    working(&admin, &first, &t2).await;
+    finish(&admin, &first, &t2).await;
+    // The next node's drain goes through the hooks.
+    let second = if first == "w0" { "w1" } else { "w0" };
+    eventually(WAIT, "the second node picked", || async {
+        Ok((annotation(&node(&admin, second).await, ann::DESIRED_CONFIG) == t2).then_some(()))
     })
     .await;
-    assert_eq!(annotation(&node(&admin, "w0").await, ann::DESIRED_CONFIG), t2, "still picked");
-
-    working(&admin, "w0", &t2).await;
-    eventually(WAIT, "the drain answered through the hooks", || async {
-        let n = node(&admin, "w0").await;
-        Ok((annotation(&n, ann::LAST_APPLIED_DRAIN) == format!("drain-{t2}")).then_some(()))
+    working(&admin, second, &t2).await;
+    eventually(WAIT, "the second drain answered through the hooks", || async {
+        Ok((annotation(&node(&admin, second).await, ann::LAST_APPLIED_DRAIN) == format!("drain-{t2}")).then_some(()))
     })
     .await;
-    let drain = json!({"node": "w0", "pool": "worker", "phase": "drain", "request": format!("drain-{t2}")});
+    let drain = json!({"node": second, "pool": "worker", "phase": "drain", "request": format!("drain-{t2}")});
     assert!(hook.calls().contains(&drain), "{:?}", hook.calls());
+    assert!(!hook.calls().iter().any(|c| c["node"] == first.as_str() && c["phase"] == "drain"), "{:?}", hook.calls());
 }
 
 /// A node drained for a bad config and failed on it (still cordoned by that drain) is sent back

@@ -246,12 +246,13 @@ impl NodeApi {
         self.annotate_now(values).await
     }
 
-    /// Report Working on `current`, with the drain request `drain` if any, and go on without
-    /// waiting for the write: for an update that needs nothing from its answer (no drain: a
-    /// drain's answer is read from [`NodeApi::working_and_drain`]'s reply, as the coordinator
-    /// may take a pick's answer back until the node asks). The next write of this node waits
-    /// for this one. Saves the node's turn one round trip and one commit of the coordinator
-    /// before the apply starts.
+    /// Report Working on `current`, with the drain request `drain` when the update drains, and
+    /// go on without waiting for the write: the update needs nothing from its answer. Either no
+    /// drain is asked for, or the coordinator answered `drain` already, when it picked this node
+    /// (it cordons and acknowledges in the pick's write when the pool has no drain hooks, and it
+    /// never takes that answer back while the node is updating). The next write of this node
+    /// waits for this one. Saves the node's turn one round trip and one commit of the
+    /// coordinator before the apply starts.
     pub async fn report_working(&self, current: &str, drain: Option<&str>) {
         let mut pending = self.pending.lock().await;
         settle(pending.take()).await;
@@ -435,8 +436,7 @@ impl NodeApi {
 
     /// Report Working (on `current`) and ask for the drain `request` in one write, then wait for
     /// the answer: the update's first write is also its drain request, so the node's turn costs
-    /// the coordinator one commit less on the rollout's critical path. When the pick answered the
-    /// drain already, the write's reply says so and nothing more is waited for. With `update_of`, the
+    /// the coordinator one commit less on the rollout's critical path. With `update_of`, the
     /// wait ends as soon as `desiredConfig` names another config: a drain for an update taken
     /// back (an admin's edit of `desiredConfig` while the drain waited) would otherwise be waited
     /// for until the drain timeout, an hour by default, and then reported as a failure. (The node

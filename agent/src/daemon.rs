@@ -371,6 +371,9 @@ pub struct Agent {
     phase: Phase,
     current: Option<MachineConfig>,
     desired: String,
+    /// The coordinator's `lastAppliedDrain` in the newest view of the Node (a pick's answer is
+    /// never taken back while the node updates: the update may go on from it).
+    drain_answer: String,
     /// Feeds the D-Bus status object, when one is served.
     pub status_tx: Option<tokio::sync::watch::Sender<AgentStatus>>,
     pub metrics: Option<Arc<Metrics>>,
@@ -445,6 +448,7 @@ impl Agent {
             reboot_asked_at: None,
             os: None,
             prestage_started: None,
+            drain_answer: String::new(),
             os_status: serde_json::Value::Null,
             booted_os: osflow::BootedOs::default(),
             drift_watch: None,
@@ -653,6 +657,7 @@ impl Agent {
             // do, `aloft-agent status` said `Desired: <none>` while the Node named a config.
             self.write_status("")?;
         }
+        self.drain_answer = node.annotation(ann::LAST_APPLIED_DRAIN).to_string();
         self.reported_current = node.annotation(ann::CURRENT_CONFIG).to_string();
         if self.recovery_error.is_some() {
             // Nothing else may run over a half-applied disk (nor report it Done): retry first.
@@ -876,15 +881,12 @@ impl Agent {
                 Phase::Draining { target: target.into(), request: request.clone() },
                 "waiting for the coordinator to drain this node",
             )?;
-            // Drained when the coordinator picked this node (a pool without drain hooks), the
-            // answer is in the write's own reply and nothing is waited for. Not taken from the
-            // view the step started from: the coordinator takes a pick's answer back when drain
-            // hooks come to the pool before the node asks (so that they are called), and after
-            // an OS download of minutes the node went on from that old view, disrupting its
-            // workloads uncordoned while the hooks ran later. The Working write either lands
-            // before the take-back (which then no longer happens: the node has asked) or its
-            // reply shows the answer gone, and the drain is waited for.
-            if let Err(e) = self.api.working_and_drain(&current, &request, Some(target), self.drain_timeout).await {
+            if self.drain_answer == request {
+                // Drained when the coordinator picked this node: nothing to wait for.
+                self.api.report_working(&current, Some(&request)).await;
+            } else if let Err(e) =
+                self.api.working_and_drain(&current, &request, Some(target), self.drain_timeout).await
+            {
                 return self.fail(target, format!("{e:#}"), false).await;
             }
             self.write_status("stopping the workloads of aloft-workloads.target")?;
@@ -1134,8 +1136,12 @@ impl Agent {
             "waiting for the coordinator to drain this node before the reboot",
         )?;
         let current = self.running_config();
-        // The answer from the write's reply, not from an older view (see `update`).
-        let drained = self.api.working_and_drain(&current, &request, None, self.drain_timeout).await;
+        let drained = if self.drain_answer == request {
+            self.api.report_working(&current, Some(&request)).await;
+            Ok(())
+        } else {
+            self.api.working_and_drain(&current, &request, None, self.drain_timeout).await
+        };
         let stopped = match drained {
             Ok(()) => {
                 self.write_status("stopping the workloads of aloft-workloads.target")?;

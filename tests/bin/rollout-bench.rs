@@ -316,11 +316,14 @@ async fn node(
                 continue;
             }
             marks.push(("inputs", Instant::now()));
-            // As the agent does: the Working report is the drain request, and its reply says
-            // whether the pick answered it already (else the drain is waited for).
+            // As the agent does: the Working report is the drain request, and when the pick
+            // answered that request already, it goes out without the update waiting for it.
             let request = format!("drain-{target}");
             step(&fleet, &name, Some("report Working, drain handshake"));
-            if api.working_and_drain(&current, &request, Some(&target), Duration::from_secs(3600)).await.is_err() {
+            if view.annotation(ann::LAST_APPLIED_DRAIN) == request {
+                api.report_working(&current, Some(&request)).await;
+            } else if api.working_and_drain(&current, &request, Some(&target), Duration::from_secs(3600)).await.is_err()
+            {
                 view = recover(&api, &fleet, &mut backoff, links).await;
                 continue;
             }

@@ -456,14 +456,15 @@ fn release(st: &mut State) -> Vec<(usize, Arc<Value>)> {
             look.filter(move |&i| {
                 let f = &facts[i];
                 // With hooks, the drain controller answers the agent's uncordon request (it calls
-                // the hooks first); a drain the pick made and nobody asked for (hooks added to the
-                // pool since) is this controller's to undo, as in a pool without hooks.
-                // A drain made with hooks (of this pool or one the node has left) ends with them,
-                // in the drain controller.
+                // the hooks first). A drain made with hooks (of this pool or one the node has
+                // left) ends with them, in the drain controller. A drain the pick made stands
+                // until Done even when hooks come to the pool before the node asks for it: its
+                // agent may have gone on from that answer already (it reads it with the pick, and
+                // an OS download can come between), and taking it back uncordoned a node being
+                // disrupted, the hooks called after the fact.
                 let made_with_hooks = !f.drain_pool.is_empty();
                 (f.uncordon_due() && !made_with_hooks && (hookless || f.drain_request.is_empty()))
                     || f.failed_before_drain()
-                    || (!hookless && f.pick_drain_unasked())
             })
         })
         .collect();
@@ -475,9 +476,7 @@ fn release(st: &mut State) -> Vec<(usize, Arc<Value>)> {
             if facts.uncordon_due() {
                 uncordon_edit(&mut next, &facts.current);
             } else {
-                // Failed before the drain the pick made, or the pick's drain nobody asked for
-                // yet in a pool that has hooks since: the agent's request is then answered by
-                // the drain controller, which calls them.
+                // Failed before the drain the pick made: a retry asks for its drain again.
                 undo_drain_edit(&mut next);
             }
             st.nodes.put(next);

@@ -141,17 +141,6 @@ impl NodeFacts {
     pub fn cordoned_by_hand(&self) -> bool {
         self.cordoned && !self.drain_answer.starts_with("drain-") && !self.drain_request.starts_with("drain-")
     }
-    /// Cordoned and its drain answered by the pick for its desired config (a pool without
-    /// hooks then), and its agent has not asked for that drain yet: what the node controller
-    /// takes back when the pool has drain hooks since, so that they are called.
-    pub fn pick_drain_unasked(&self) -> bool {
-        self.cordoned
-            && self.drain_request.is_empty()
-            && !self.desired.is_empty()
-            && self.desired != self.current
-            && !failing_state(&self.state)
-            && self.drain_answer.strip_prefix("drain-") == Some(self.desired.as_str())
-    }
     /// Degraded or Unreconcilable (failing, not updating), or stuck in a drain past its timeout.
     pub fn degraded(&self) -> bool {
         failing_state(&self.state) || !self.drain_failure.is_empty()
