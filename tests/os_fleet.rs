@@ -188,6 +188,24 @@ impl OsWorld {
         host
     }
 
+    /// A running host on commit v1, Done on the SSH config, with a health check that fails, and
+    /// MachineConfig `50-os` naming v2 created: its update to v2 is under way (the reboot into v2
+    /// is the caller's to play). Returns the host, the check's path, v1 and v2.
+    async fn host_updating_to_a_failing_v2(&self, name: &str) -> (OsHost, PathBuf, String, String) {
+        let v1 = self.commit("1");
+        let host = self.running_host(name, &v1, &["root=/dev/vda"]).await;
+        self.pool_done_on_ssh_config(&host.host.name).await;
+        let checks = host.host.path("etc/aloft/health.d");
+        std::fs::create_dir_all(&checks).unwrap();
+        let script = checks.join("50-app");
+        std::fs::write(&script, "#!/bin/sh\necho app down\nexit 1\n").unwrap();
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let v2 = self.commit("2");
+        let mc = os_mc("50-os", &self.url(&v2), &[]);
+        self.c.client().post(&path_of(&MACHINE_CONFIG, None), &mc).await.unwrap().into_result().unwrap();
+        (host, script, v1, v2)
+    }
+
     /// The worker pool (maxUnavailable 1) and OpenShift's SSH MachineConfig; waits for node
     /// `name` to be Done on that config and returns its name.
     async fn pool_done_on_ssh_config(&self, name: &str) -> String {
@@ -730,26 +748,11 @@ async fn a_power_cut_in_the_update_after_a_rollback_deploys_the_commit_on_restar
     use aloft_agent::{host::Root, state};
 
     let w = OsWorld::new(5);
-    let v1 = w.commit("1");
-    let mut host = w.running_host("worker-rb-cut", &v1, &["root=/dev/vda"]).await;
+    let (mut host, script, v1, v2) = w.host_updating_to_a_failing_v2("worker-rb-cut").await;
     let (c, admin) = (&w.c, w.c.client());
     let sysroot = host.sysroot();
     let name = host.host.name.clone();
-    w.pool_done_on_ssh_config(&name).await;
-
     // v2 fails its health check after its reboot: rolled back to v1, Degraded on v2's config.
-    let checks = host.host.path("etc/aloft/health.d");
-    std::fs::create_dir_all(&checks).unwrap();
-    let script = checks.join("50-app");
-    std::fs::write(&script, "#!/bin/sh\necho app down\nexit 1\n").unwrap();
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let v2 = w.commit("2");
-    admin
-        .post(&path_of(&MACHINE_CONFIG, None), &os_mc("50-os", &w.url(&v2), &[]))
-        .await
-        .unwrap()
-        .into_result()
-        .unwrap();
     host.reboot_when_asked(c, "the v2 update").await;
     host.reboot_when_asked(c, "the rollback").await;
     let rolled_back = format!("; rolled back from OS commit {v2} to {v1}");
@@ -809,25 +812,10 @@ async fn a_power_cut_in_the_update_after_a_rollback_deploys_the_commit_on_restar
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rollback_does_not_wait_for_a_pre_stage_download() {
     let w = OsWorld::new(5);
-    let v1 = w.commit("1");
-    let mut host = w.running_host("worker-rb-pre", &v1, &["root=/dev/vda"]).await;
+    let (mut host, _script, v1, _v2) = w.host_updating_to_a_failing_v2("worker-rb-pre").await;
     let (c, admin) = (&w.c, w.c.client());
     let sysroot = host.sysroot();
     let name = host.host.name.clone();
-    w.pool_done_on_ssh_config(&name).await;
-
-    let checks = host.host.path("etc/aloft/health.d");
-    std::fs::create_dir_all(&checks).unwrap();
-    let script = checks.join("50-app");
-    std::fs::write(&script, "#!/bin/sh\necho app down\nexit 1\n").unwrap();
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let v2 = w.commit("2");
-    admin
-        .post(&path_of(&MACHINE_CONFIG, None), &os_mc("50-os", &w.url(&v2), &[]))
-        .await
-        .unwrap()
-        .into_result()
-        .unwrap();
     eventually(Duration::from_secs(240), "the reboot into v2 asked", || async {
         Ok((!host.host.fake.reboots().is_empty()).then_some(()))
     })

@@ -85,6 +85,25 @@ struct State {
 }
 
 impl State {
+    /// The node controller's state over the fleet's caches, nothing worked out yet.
+    fn new(nodes: Cache<Node>, pools: Cache<MachineConfigPool>, budgets: Cache<NodeDisruptionBudget>) -> State {
+        State {
+            nodes,
+            pools,
+            budgets,
+            layout: None,
+            os_images: Default::default(),
+            os_unknown: None,
+            status_job: None,
+            status_retry: None,
+            status_at: None,
+            budget_job: None,
+            budget_status_at: None,
+            budget_computed: Default::default(),
+            touched: None,
+        }
+    }
+
     /// The next wait for the status write a pass skipped.
     fn retry_statuses_later(&mut self) -> Duration {
         let next = self.status_retry.map_or(STATUS_RETRY, |d| (d * 2).min(Duration::from_secs(1)));
@@ -95,21 +114,7 @@ impl State {
 
 async fn follow(store: &Arc<dyn Store>, events: &Recorder, passes: &Passes) -> Result<(), StoreError> {
     let super::FleetFeed { keys, events: mut stream, nodes, pools, budgets } = super::FleetFeed::start(store).await?;
-    let mut st = State {
-        nodes,
-        pools,
-        budgets,
-        layout: None,
-        os_images: Default::default(),
-        os_unknown: None,
-        status_job: None,
-        status_retry: None,
-        status_at: None,
-        budget_job: None,
-        budget_status_at: None,
-        budget_computed: Default::default(),
-        touched: None,
-    };
+    let mut st = State::new(nodes, pools, budgets);
     let mut last = passes.time(0, reconcile(store, &mut st, events)).await?;
     let mut due = tokio::time::Instant::now() + last.wake;
     loop {
@@ -1144,21 +1149,7 @@ mod tests {
     }
 
     fn state() -> State {
-        State {
-            nodes: Cache::empty(),
-            pools: Cache::empty(),
-            budgets: Cache::empty(),
-            layout: None,
-            os_images: Default::default(),
-            os_unknown: None,
-            status_job: None,
-            status_retry: None,
-            status_at: None,
-            budget_job: None,
-            budget_status_at: None,
-            budget_computed: Default::default(),
-            touched: None,
-        }
+        State::new(Cache::empty(), Cache::empty(), Cache::empty())
     }
 
     fn pool_at(revision: u64, paused: bool) -> Arc<Value> {
