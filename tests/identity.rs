@@ -145,6 +145,40 @@ async fn a_node_whose_agent_is_gone_turns_ready_unknown_and_back() {
     assert_eq!(ready_of(&c, "by-hand").await, ("True".into(), "ByHand".into()), "no agent's Node: left alone");
 }
 
+/// An agent that writes its Node is there, watch or not, as a kubelet's status post is a
+/// heartbeat: after a reboot an agent writes Ready=True and its Done before its watch is open
+/// again, and judged by watches alone it was marked Unknown a round later, just after the
+/// rollout had picked the next node on its word (the VM test saw two nodes unavailable under
+/// `maxUnavailable: 1`). Once it stops, it is marked Unknown as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_writing_its_node_without_a_watch_stays_ready() {
+    let args = vec!["--node-monitor-grace-period".to_string(), "3s".to_string()];
+    let c = Coordinator::start_with(aloft_tests::Options { args, ..Default::default() });
+    let node = c.node_client("n1", serde_json::json!({"node-role.kubernetes.io/worker": ""})).await;
+    let ready = serde_json::json!({"status": {"conditions": [
+        {"type": "Ready", "status": "True", "reason": "AloftAgentReady", "message": "aloft-agent is running"}]}});
+    let path = path_of(&NODE, Some("n1"));
+    node.patch(&format!("{path}/status"), "application/merge-patch+json", &ready).await.unwrap().into_result().unwrap();
+    // Three grace periods of writes (an annotation each half second), no watch open.
+    let start = std::time::Instant::now();
+    let mut writes = 0;
+    while start.elapsed() < Duration::from_secs(9) {
+        let note = serde_json::json!({"metadata": {"annotations": {
+            "machineconfiguration.openshift.io/state": "Done",
+            "machineconfiguration.openshift.io/reason": format!("write {writes}")}}});
+        node.patch(&path, "application/merge-patch+json", &note).await.unwrap().into_result().unwrap();
+        writes += 1;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert_eq!(ready_of(&c, "n1").await, ("True".into(), "AloftAgentReady".into()), "after {writes} writes");
+    // Silent, it is marked gone.
+    let c2 = &c;
+    eventually(Duration::from_secs(30), "n1 Ready=Unknown once its agent is silent", || async move {
+        Ok((ready_of(c2, "n1").await == ("Unknown".to_string(), "NodeStatusUnknown".to_string())).then_some(()))
+    })
+    .await;
+}
+
 /// The token commands refuse what would be silently wrong: a node's role (only enrollment makes
 /// a node's credential, which deleting the Node revokes), a name a table cannot show on one line
 /// or that differs from a reserved one by case, revoking the admin token (`serve` puts it back

@@ -218,6 +218,9 @@ pub struct Sample {
 pub struct NodeSample {
     pub cordoned: bool,
     pub unavailable: bool,
+    pub ready: bool,
+    pub current: String,
+    pub desired: String,
     pub state: String,
     pub prestage: String,
     pub prestaged: String,
@@ -259,6 +262,9 @@ impl Sampler {
                                     NodeSample {
                                         cordoned: is_cordoned(n),
                                         unavailable: is_unavailable(n),
+                                        ready: is_ready(n),
+                                        current: annotation(n, ann::CURRENT_CONFIG).to_string(),
+                                        desired: annotation(n, ann::DESIRED_CONFIG).to_string(),
                                         state: annotation(n, ann::STATE).to_string(),
                                         prestage: annotation(n, ann::PRESTAGE_CONFIG).to_string(),
                                         prestaged: annotation(n, ann::PRESTAGED_CONFIG).to_string(),
@@ -290,6 +296,38 @@ pub fn max_concurrent(samples: &[Sample]) -> (usize, usize) {
         let unavailable = s.nodes.values().filter(|n| n.unavailable).count();
         (c.max(cordoned), u.max(unavailable))
     })
+}
+
+/// The first sample where more than `allowed` nodes were unavailable, each node as it was then
+/// (what a budget failure needs to be told apart from a slow agent or a lost heartbeat); empty
+/// when none was.
+pub fn first_over_budget(samples: &[Sample], allowed: usize) -> String {
+    let Some(at) = samples.iter().position(|s| s.nodes.values().filter(|n| n.unavailable).count() > allowed) else {
+        return String::new();
+    };
+    let show = |s: &Sample| {
+        s.nodes
+            .iter()
+            .map(|(name, n)| {
+                format!(
+                    "{name}: ready {} cordoned {} state {:?} current {:?} desired {:?}{}",
+                    n.ready,
+                    n.cordoned,
+                    n.state,
+                    n.current,
+                    n.desired,
+                    if n.unavailable { " UNAVAILABLE" } else { "" }
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
+    };
+    let start = samples[0].at;
+    let mut out = String::new();
+    for s in &samples[at.saturating_sub(1)..(at + 2).min(samples.len())] {
+        out.push_str(&format!("\n  at {:.0} s: {}", (s.at - start).as_secs_f64(), show(s)));
+    }
+    out
 }
 
 /// Per node, how long it was cordoned (first sample cordoned to the first sample after that
@@ -334,6 +372,9 @@ mod window_tests {
         let node = NodeSample {
             cordoned,
             unavailable: cordoned,
+            ready: true,
+            current: String::new(),
+            desired: String::new(),
             state: String::new(),
             prestage: String::new(),
             prestaged: String::new(),

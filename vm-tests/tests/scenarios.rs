@@ -184,7 +184,11 @@ async fn os_update(fleet: &Fleet, prestage: bool) -> Result<()> {
     tracing::info!(samples = samples.len(), errors, max_cordoned, max_unavailable, "budget over the rollout");
     ensure!(samples.len() > 60, "too few samples of the Nodes ({}, {errors} failed)", samples.len());
     ensure!(max_cordoned <= 1, "{max_cordoned} nodes were cordoned at once");
-    ensure!(max_unavailable <= 1, "{max_unavailable} nodes were unavailable at once");
+    ensure!(
+        max_unavailable <= 1,
+        "{max_unavailable} nodes were unavailable at once:{}",
+        cluster::first_over_budget(&samples, 1)
+    );
     let windows = cluster::windows(&samples);
     let mut report = Vec::new();
     for vm in &fleet.vms {

@@ -6,7 +6,9 @@
 //! of its own Node, reopened every 5 minutes, so the coordinator already knows without a
 //! heartbeat write: a node whose agent has had no watch open for the grace period is marked
 //! `Ready=Unknown` (reason `NodeStatusUnknown`), and `Ready=True` again once its agent is back.
-//! Watches are counted in memory on open and close, so a rollout's path gains no store write.
+//! Any request by the agent restarts the grace period too (its writes after a reboot come before
+//! its watch is open again). Watches and requests are counted in memory, so a rollout's path
+//! gains no store write.
 //!
 //! Only Nodes whose Ready condition an agent wrote (reason `AloftAgentReady`) are judged: a Node
 //! an administrator created by hand, with no agent, is left as it is. A hung agent whose
@@ -76,6 +78,23 @@ impl Presence {
         let s = seen.entry(node.to_string()).or_insert(Seen { open: 0, since: Instant::now() });
         s.open += 1;
         Open { presence: self.clone(), node: node.to_string() }
+    }
+
+    /// Counts a request by `node`'s agent as a sign of life, as the node lifecycle controller
+    /// counts a kubelet's status post: after a reboot an agent writes its Node (Ready=True, its
+    /// update Done) before its watch is open again, and judged by watches alone it was marked
+    /// Unknown again a round later, out of service just as the rollout had picked the next node
+    /// on its word (two unavailable under `maxUnavailable: 1`).
+    pub fn heard_from(&self, node: &str) {
+        let now = Instant::now();
+        let mut seen = self.lock();
+        match seen.get_mut(node) {
+            Some(s) if s.open == 0 => s.since = now,
+            Some(_) => {}
+            None => {
+                seen.insert(node.to_string(), Seen { open: 0, since: now });
+            }
+        }
     }
 
     /// How long ago `node`'s agent was last there at `now`: zero while it has a watch open, the
@@ -226,5 +245,21 @@ mod tests {
         assert_eq!(p.absent_for("n1", Instant::now()), None, "one still open");
         drop(b);
         assert!(p.absent_for("n1", Instant::now()).is_some());
+    }
+
+    #[test]
+    fn a_request_restarts_the_clock_of_an_agent_without_a_watch() {
+        let p = Arc::new(Presence::default());
+        let later = Instant::now() + Duration::from_secs(60);
+        assert!(p.absent_for("n1", later).is_some_and(|d| d >= Duration::from_secs(60)), "never seen");
+        p.heard_from("n1");
+        let away = p.absent_for("n1", later).unwrap_or_default();
+        assert!(away < Duration::from_secs(61) && away > Duration::from_secs(59), "{away:?}");
+        let just_now = p.absent_for("n1", Instant::now()).unwrap_or(Duration::MAX);
+        assert!(just_now < Duration::from_secs(5), "heard from just now: {just_now:?}");
+        let open = p.open("n1");
+        p.heard_from("n1");
+        assert_eq!(p.absent_for("n1", later), None, "a request does not close an open watch");
+        drop(open);
     }
 }

@@ -50,6 +50,9 @@ impl Call<'_> {
     }
     /// Decide, looking up the caller's own Node when the decision depends on it.
     async fn authorize(&self, verb: Verb) -> Result<Decision, ApiError> {
+        if let auth::Role::Node(node) = &self.who.role {
+            self.ctx.presence.heard_from(node);
+        }
         let field_name = match verb {
             Verb::List | Verb::Watch => {
                 self.params.get("fieldSelector").and_then(|f| FieldSelector::parse(self.path.rt, f).ok())
