@@ -58,8 +58,24 @@ impl OsAgent {
 #[derive(Debug, Clone, Default)]
 pub(super) struct BootedOs {
     /// `Some(None)`: read, and nothing is booted (a directory sysroot).
-    checksum: Option<Option<String>>,
+    deployment: Option<Option<Booted>>,
     cmdline: Option<String>,
+}
+
+/// The booted deployment: its commit and ostree's deploy serial, which tells two deployments of
+/// one commit apart (an update that changes only kernel arguments deploys the running commit
+/// again).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Booted {
+    checksum: String,
+    serial: i32,
+}
+
+/// Whether `booted` is the deployment that failed its health checks: commit `failed`, and the
+/// deploy serial the denylist recorded when it has one (an entry an older agent saved has none:
+/// the commit decides then, as it did).
+fn runs_failed_deployment(failed: &str, failed_serial: Option<i32>, booted: &Booted) -> bool {
+    !failed.is_empty() && booted.checksum == failed && failed_serial.is_none_or(|s| s == booted.serial)
 }
 
 fn refused(message: impl Into<String>, unreconcilable: bool) -> Refused {
@@ -146,23 +162,39 @@ enum RollbackCut {
     Done { failure: String, booted: String },
 }
 
-/// `denied` is the reason the denylist keeps for `checksum`, `booted` the running commit. `None`
+/// `denied` is the denylist's entry for `checksum`, `booted` the running deployment. `None`
 /// when the commit never failed here, or when nothing is booted to compare (a directory sysroot,
-/// or a phase saved by an older agent without a checksum).
-fn rollback_cut(denied: Option<&str>, booted: Option<&str>, checksum: &str) -> Option<RollbackCut> {
+/// or a phase saved by an older agent without a checksum). The failed *deployment* is compared,
+/// not its commit: after a kernel-argument update the deployment rolled back to has the same
+/// commit, and a restart there rolled back again, into the failed deployment.
+fn rollback_cut(denied: Option<&denylist::Entry>, booted: Option<&Booted>, checksum: &str) -> Option<RollbackCut> {
     match (denied, booted) {
-        (Some(reason), Some(b)) if !checksum.is_empty() && !b.is_empty() => Some(if b == checksum {
-            RollbackCut::Again { failure: reason.to_string() }
-        } else {
-            RollbackCut::Done { failure: reason.to_string(), booted: b.to_string() }
-        }),
+        (Some(entry), Some(b)) if !checksum.is_empty() && !b.checksum.is_empty() => {
+            let failure = entry.reason.clone();
+            Some(if runs_failed_deployment(checksum, entry.deploy_serial, b) {
+                RollbackCut::Again { failure }
+            } else {
+                RollbackCut::Done { failure, booted: b.checksum.clone() }
+            })
+        }
         _ => None,
+    }
+}
+
+/// What the agent's words after a health check's failure say of the two deployments: a rollback
+/// from one commit to another, or (an update that changed only kernel arguments) to the previous
+/// deployment of the same commit. "From OS commit c to c" read as a rollback that did nothing.
+fn rollback_words(from: &str, to: &str) -> String {
+    if from == to {
+        format!("to the previous deployment of OS commit {to} (the failed one was that commit with the update's kernel arguments)")
+    } else {
+        format!("from OS commit {from} to {to}")
     }
 }
 
 /// The reason a node rolled back from `from` to `to` reports, once it runs `to`.
 fn rolled_back_reason(failure: &str, from: &str, to: &str) -> String {
-    format!("{failure}; rolled back from OS commit {from} to {to}")
+    format!("{failure}; rolled back {}", rollback_words(from, to))
 }
 
 /// The reason a node rolling back from `from` to `to` reports until it has booted `to` (the
@@ -170,28 +202,37 @@ fn rolled_back_reason(failure: &str, from: &str, to: &str) -> String {
 /// from the start, while the node still ran the failed commit (and for good when the reboot
 /// was refused).
 fn rolling_back_reason(failure: &str, from: &str, to: &str) -> String {
-    format!("{failure}; rolling back from OS commit {from} to {to}")
+    format!("{failure}; rolling back {}", rollback_words(from, to))
 }
 
 /// The reason of a rollback done, from the one it said while it went on ([`rolling_back_reason`]);
 /// a reason saved by an older agent (which said "rolled back" from the start) stays as it is.
 fn rolled_back(reason: &str) -> String {
-    match reason.rsplit_once("; rolling back from OS commit ") {
-        Some((failure, commits)) => format!("{failure}; rolled back from OS commit {commits}"),
+    let last = ["; rolling back from OS commit ", "; rolling back to the previous deployment of OS commit "]
+        .iter()
+        .filter_map(|words| reason.rfind(words).map(|at| (at, *words)))
+        .max_by_key(|(at, _)| *at);
+    match last {
+        Some((at, words)) => {
+            let done = words.replacen("rolling back", "rolled back", 1);
+            format!("{}{done}{}", &reason[..at], &reason[at + words.len()..])
+        }
         None => reason.to_string(),
     }
 }
 
 /// The reason a rollback from `failed` ends with, `reason` being the one it said while it went on:
-/// "rolled back", unless the boot after it runs `failed` again (`booted`; `None` when nothing is
-/// booted to compare, as on a directory sysroot, or a phase saved without the commit).
-fn rollback_outcome(reason: &str, failed: &str, booted: Option<&str>) -> String {
-    match booted {
-        Some(b) if !failed.is_empty() && b == failed => format!(
-            "{reason} did not take: the node came up on {failed} again after the reboot (is the previous \
-             deployment the bootloader's default? `ostree admin status` shows the deployments)"
-        ),
-        _ => rolled_back(reason),
+/// "rolled back", unless the boot after it runs the failed deployment again (`failed_again`;
+/// false when nothing is booted to compare, as on a directory sysroot, or a phase saved without
+/// the commit).
+fn rollback_outcome(reason: &str, failed: &str, failed_again: bool) -> String {
+    if failed_again {
+        format!(
+            "{reason} did not take: the node came up on the failed deployment of {failed} again after the reboot \
+             (is the previous deployment the bootloader's default? `ostree admin status` shows the deployments)"
+        )
+    } else {
+        rolled_back(reason)
     }
 }
 
@@ -404,12 +445,12 @@ impl Agent {
             return self.helper_out_of_reach(&os, target, e).await;
         }
         self.helper_wait = None;
-        let denied = Denylist::load(&self.root).ok().and_then(|l| l.find(&checksum).map(|e| e.reason.clone()));
+        let denied = Denylist::load(&self.root).ok().and_then(|l| l.find(&checksum).cloned());
         let booted = match denied {
-            Some(_) => self.booted_checksum(&os).await.ok().flatten(),
+            Some(_) => self.booted_deployment(&os).await.ok().flatten(),
             None => None,
         };
-        match rollback_cut(denied.as_deref(), booted.as_deref(), &checksum) {
+        match rollback_cut(denied.as_ref(), booted.as_ref(), &checksum) {
             Some(RollbackCut::Again { failure }) => {
                 tracing::warn!(
                     target,
@@ -514,8 +555,12 @@ impl Agent {
 
     async fn roll_back(&mut self, os: &super::OsAgent, target: &str, checksum: &str, failure: String) -> Result<()> {
         tracing::warn!(target, checksum, %failure, "health checks failed: rolling back");
+        // The deployment that failed (the booted one), so that the boot after the rollback is
+        // not taken for it when the update kept the commit and changed kernel arguments.
+        let serial =
+            self.booted_deployment(os).await.ok().flatten().filter(|b| b.checksum == checksum).map(|b| b.serial);
         let mut list = Denylist::load(&self.root).unwrap_or_default();
-        list.deny(target, checksum, &failure);
+        list.deny(target, checksum, serial, &failure);
         if let Err(e) = list.save(&self.root) {
             tracing::warn!(error = %e, "cannot persist the OS commit denylist");
         }
@@ -557,7 +602,7 @@ impl Agent {
             Some(_) if failed.is_empty() => None,
             // The helper not answering says nothing about the boot: retried with backoff, and
             // said on the Node once that has lasted the health checks' timeout.
-            Some(os) => match self.booted_checksum(&os).await {
+            Some(os) => match self.booted_deployment(&os).await {
                 Ok(b) => {
                     self.helper_wait = None;
                     b
@@ -566,8 +611,10 @@ impl Agent {
             },
             None => None,
         };
-        let outcome = rollback_outcome(&reason, &failed, booted.as_deref());
-        if booted.is_some_and(|b| b == failed) {
+        let failed_serial = Denylist::load(&self.root).ok().and_then(|l| l.find(&failed).and_then(|e| e.deploy_serial));
+        let failed_again = booted.as_ref().is_some_and(|b| runs_failed_deployment(&failed, failed_serial, b));
+        let outcome = rollback_outcome(&reason, &failed, failed_again);
+        if failed_again {
             tracing::warn!(target, commit = %failed, "the reboot of the rollback came up on the failed commit again");
         }
         self.fail(target, outcome, false).await
@@ -669,12 +716,17 @@ impl Agent {
     /// process: it cannot change before the next boot, which restarts the agent, so drift checks
     /// on an idle node do not wake the helper.
     async fn booted_checksum(&mut self, os: &super::OsAgent) -> Result<Option<String>, OsError> {
-        if let Some(b) = &self.booted_os.checksum {
+        Ok(self.booted_deployment(os).await?.map(|b| b.checksum))
+    }
+
+    /// The booted deployment, read from the helper once per boot.
+    async fn booted_deployment(&mut self, os: &super::OsAgent) -> Result<Option<Booted>, OsError> {
+        if let Some(b) = &self.booted_os.deployment {
             return Ok(b.clone());
         }
         let st = self.read_os_status(os).await?;
-        let b = st.booted.map(|d| d.checksum);
-        self.booted_os.checksum = Some(b.clone());
+        let b = st.booted.map(|d| Booted { checksum: d.checksum, serial: d.deploy_serial });
+        self.booted_os.deployment = Some(b.clone());
         Ok(b)
     }
 
@@ -771,46 +823,95 @@ mod tests {
         assert!(!deploys_other_commit(None, "c2"));
     }
 
+    fn booted(checksum: &str, serial: i32) -> Booted {
+        Booted { checksum: checksum.into(), serial }
+    }
+
+    fn entry(reason: &str, serial: Option<i32>) -> crate::os::denylist::Entry {
+        crate::os::denylist::Entry {
+            checksum: "c3".into(),
+            deploy_serial: serial,
+            reason: reason.into(),
+            at: "2026-12-02T00:00:00Z".into(),
+        }
+    }
+
     #[test]
     fn a_restart_on_a_commit_that_failed_its_health_checks_rolls_back_again() {
-        let failed = Some("app does not answer on :8080");
-        let again = RollbackCut::Again { failure: "app does not answer on :8080".into() };
-        assert_eq!(rollback_cut(failed, Some("c3"), "c3"), Some(again));
+        let why = "app does not answer on :8080";
+        let failed = entry(why, Some(0));
+        let again = RollbackCut::Again { failure: why.into() };
+        assert_eq!(rollback_cut(Some(&failed), Some(&booted("c3", 0)), "c3"), Some(again.clone()));
         // Booted into the previous commit: the rollback went through; Degraded with its reason.
-        let done = RollbackCut::Done { failure: "app does not answer on :8080".into(), booted: "c2".into() };
-        assert_eq!(rollback_cut(failed, Some("c2"), "c3"), Some(done));
+        let done = RollbackCut::Done { failure: why.into(), booted: "c2".into() };
+        assert_eq!(rollback_cut(Some(&failed), Some(&booted("c2", 0)), "c3"), Some(done));
         assert_eq!(
-            rolled_back_reason("app does not answer on :8080", "c3", "c2"),
+            rolled_back_reason(why, "c3", "c2"),
             "app does not answer on :8080; rolled back from OS commit c3 to c2"
         );
         // Until the reboot into c2, the reason says the rollback is under way; after it, done.
-        let going = rolling_back_reason("app does not answer on :8080", "c3", "c2");
+        let going = rolling_back_reason(why, "c3", "c2");
         assert_eq!(going, "app does not answer on :8080; rolling back from OS commit c3 to c2");
-        assert_eq!(rolled_back(&going), rolled_back_reason("app does not answer on :8080", "c3", "c2"));
+        assert_eq!(rolled_back(&going), rolled_back_reason(why, "c3", "c2"));
         // The check's output may say anything: only the last (the agent's own) words change.
         let odd = rolling_back_reason("x; rolling back from OS commit a to b", "c3", "c2");
         assert_eq!(rolled_back(&odd), "x; rolling back from OS commit a to b; rolled back from OS commit c3 to c2");
         // A phase an older agent saved said "rolled back" already.
-        let old = rolled_back_reason("app does not answer on :8080", "c3", "c2");
+        let old = rolled_back_reason(why, "c3", "c2");
         assert_eq!(rolled_back(&old), old);
         // The boot after the rollback: on the previous commit, done; on the failed one again,
         // not rolled back, and the reason says so; nothing booted to compare: done.
-        assert_eq!(rollback_outcome(&going, "c3", Some("c2")), rolled_back(&going));
-        assert_eq!(rollback_outcome(&going, "c3", None), rolled_back(&going));
-        assert_eq!(rollback_outcome(&going, "", Some("c3")), rolled_back(&going), "a phase saved without the commit");
-        let again = rollback_outcome(&going, "c3", Some("c3"));
+        assert_eq!(rollback_outcome(&going, "c3", false), rolled_back(&going));
+        let again = rollback_outcome(&going, "c3", true);
         assert!(
             again.starts_with("app does not answer on :8080; rolling back from OS commit c3 to c2 did not take: "),
             "{again}"
         );
-        assert!(again.contains("came up on c3 again"), "{again}");
+        assert!(again.contains("came up on the failed deployment of c3 again"), "{again}");
         // A commit that never failed here is verified as usual.
-        assert_eq!(rollback_cut(None, Some("c3"), "c3"), None);
-        assert_eq!(rollback_cut(None, Some("c2"), "c3"), None);
+        assert_eq!(rollback_cut(None, Some(&booted("c3", 0)), "c3"), None);
+        assert_eq!(rollback_cut(None, Some(&booted("c2", 0)), "c3"), None);
         // A directory sysroot boots nothing; a phase saved by an older agent has no checksum.
-        assert_eq!(rollback_cut(failed, None, "c3"), None);
-        assert_eq!(rollback_cut(failed, Some(""), ""), None);
-        assert_eq!(rollback_cut(failed, Some("c2"), ""), None);
+        assert_eq!(rollback_cut(Some(&failed), None, "c3"), None);
+        assert_eq!(rollback_cut(Some(&failed), Some(&booted("", 0)), ""), None);
+        assert_eq!(rollback_cut(Some(&failed), Some(&booted("c2", 0)), ""), None);
+    }
+
+    /// An update that changed only kernel arguments deploys the running commit again (serial 1
+    /// next to serial 0): its failure is told from the deployment rolled back to by the serial.
+    /// By the commit alone, the boot after the rollback said "did not take: came up on c3 again",
+    /// and a restart cut between the rollback and its saved phase rolled back once more, into the
+    /// failed deployment.
+    #[test]
+    fn a_failed_kernel_argument_update_is_told_from_the_deployment_rolled_back_to() {
+        let why = "app does not answer on :8080";
+        let failed = entry(why, Some(1));
+        assert_eq!(
+            rollback_cut(Some(&failed), Some(&booted("c3", 1)), "c3"),
+            Some(RollbackCut::Again { failure: why.into() }),
+            "still on the failed deployment"
+        );
+        assert_eq!(
+            rollback_cut(Some(&failed), Some(&booted("c3", 0)), "c3"),
+            Some(RollbackCut::Done { failure: why.into(), booted: "c3".into() }),
+            "on the previous deployment of the same commit"
+        );
+        assert!(runs_failed_deployment("c3", Some(1), &booted("c3", 1)));
+        assert!(!runs_failed_deployment("c3", Some(1), &booted("c3", 0)));
+        assert!(!runs_failed_deployment("c3", Some(1), &booted("c2", 1)));
+        // An entry an older agent saved names no serial: the commit decides, as before.
+        assert!(runs_failed_deployment("c3", None, &booted("c3", 0)));
+        assert!(!runs_failed_deployment("", None, &booted("", 0)), "a phase saved without the commit");
+        // The words: not "from OS commit c3 to c3".
+        let going = rolling_back_reason(why, "c3", "c3");
+        assert_eq!(
+            going,
+            "app does not answer on :8080; rolling back to the previous deployment of OS commit c3 (the failed one \
+             was that commit with the update's kernel arguments)"
+        );
+        assert_eq!(rolled_back(&going), rolled_back_reason(why, "c3", "c3"));
+        assert!(rolled_back(&going).contains("; rolled back to the previous deployment of OS commit c3 ("));
+        assert_eq!(rollback_outcome(&going, "c3", false), rolled_back(&going));
     }
 
     #[test]

@@ -16,6 +16,11 @@ use std::path::PathBuf;
 #[serde(rename_all = "camelCase")]
 pub struct Entry {
     pub checksum: String,
+    /// The deployment of `checksum` that failed (ostree's deploy serial), when known: an update
+    /// that changes only kernel arguments fails on a new deployment of the commit the node ran
+    /// before, and the commit alone cannot tell the failed deployment from the one rolled back to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deploy_serial: Option<i32>,
     /// The failing check and its output.
     pub reason: String,
     /// RFC 3339.
@@ -73,8 +78,8 @@ impl Denylist {
         self.entries.iter().find(|e| e.checksum == checksum)
     }
 
-    /// Record `checksum` as failed under `desired`.
-    pub fn deny(&mut self, desired: &str, checksum: &str, reason: &str) {
+    /// Record `checksum` (its deployment `deploy_serial`, when known) as failed under `desired`.
+    pub fn deny(&mut self, desired: &str, checksum: &str, deploy_serial: Option<i32>, reason: &str) {
         if self.desired_config != desired {
             self.desired_config = desired.to_string();
             self.entries.clear();
@@ -82,6 +87,7 @@ impl Denylist {
         self.entries.retain(|e| e.checksum != checksum);
         self.entries.push(Entry {
             checksum: checksum.to_string(),
+            deploy_serial,
             reason: reason.to_string(),
             at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
         });
@@ -118,8 +124,14 @@ mod tests {
         let root = Root::new(dir.path());
         assert_eq!(Denylist::load(&root).unwrap(), Denylist::default());
         let mut l = Denylist::default();
-        l.deny("rendered-worker-2", "aa", "health check 10-fail failed");
+        l.deny("rendered-worker-2", "aa", Some(1), "health check 10-fail failed");
         l.save(&root).unwrap();
+        assert_eq!(Denylist::load(&root).unwrap().find("aa").and_then(|e| e.deploy_serial), Some(1));
+        // A list saved by an agent from before the serial still loads.
+        let old =
+            r#"{"desiredConfig": "rendered-worker-2", "entries": [{"checksum": "aa", "reason": "r", "at": "x"}]}"#;
+        std::fs::write(root.state_dir().join("os-denylist.json"), old).unwrap();
+        assert_eq!(Denylist::load(&root).unwrap().find("aa").map(|e| e.deploy_serial), Some(None));
         let l = refresh(&root, "rendered-worker-2").unwrap();
         assert!(l.find("aa").is_some(), "kept while desired is the same");
         assert!(l.find("bb").is_none());
