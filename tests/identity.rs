@@ -177,6 +177,14 @@ async fn an_agent_writing_its_node_without_a_watch_stays_ready() {
         Ok((ready_of(c2, "n1").await == ("Unknown".to_string(), "NodeStatusUnknown".to_string())).then_some(()))
     })
     .await;
+    // Its requests bring it back, watch or not (a Done report written before the watch is open
+    // again left it Unknown until the watch came).
+    let node = &node;
+    eventually(Duration::from_secs(30), "n1 Ready=True again on its agent's requests", || async move {
+        node.get(&path_of(&NODE, Some("n1"))).await?.into_result()?;
+        Ok((ready_of(c2, "n1").await == ("True".to_string(), "AloftAgentReady".to_string())).then_some(()))
+    })
+    .await;
 }
 
 /// The token commands refuse what would be silently wrong: a node's role (only enrollment makes

@@ -364,6 +364,65 @@ async fn os_update_health_check_and_rollback() {
     assert!(!host.host.path("var/lib/aloft/os-rolled-back-kargs.json").exists(), "the record is void on v3");
 }
 
+/// An update that changes only kernel arguments fails its health check: the node rolls back to
+/// the previous deployment of the same commit, and its reason says so (it said "from OS commit
+/// v1 to v1"). The fix that then changes only a file, keeping the failed config's osImageURL and
+/// kernel arguments, deploys the arguments: the node runs the deployment rolled back to, without
+/// them (the fix wrote its file and reported Done there).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_kernel_argument_update_rolls_back_and_its_file_only_fix_deploys_them() {
+    let w = OsWorld::new(5);
+    let (c, admin) = (&w.c, w.c.client());
+    let v1 = w.commit("1");
+    let mut host = w.running_host("worker-kargs", &v1, &["root=/dev/vda"]).await;
+    let name = host.host.name.clone();
+    w.pool_done_on_ssh_config(&name).await;
+    let checks = host.host.path("etc/aloft/health.d");
+    std::fs::create_dir_all(&checks).unwrap();
+    let script = checks.join("50-app");
+    std::fs::write(&script, "#!/bin/sh\necho app down\nexit 1\n").unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mc = os_mc("50-os", &w.url(&v1), &["nosmt"]);
+    admin.post(&path_of(&MACHINE_CONFIG, None), &mc).await.unwrap().into_result().unwrap();
+    host.reboot_when_asked(c, "the kernel-argument update").await;
+    host.reboot_when_asked(c, "the rollback").await;
+    let words = format!("; rolled back to the previous deployment of OS commit {v1} (");
+    let reason = eventually(Duration::from_secs(240), "Degraded after the rollback", || async {
+        let a = node_annotations(c, &name).await?;
+        let reason = get(&a, ann::REASON);
+        Ok((get(&a, ann::STATE) == "Degraded" && reason.contains(&words)).then_some(reason))
+    })
+    .await;
+    assert!(reason.contains("app down") && !reason.contains("from OS commit"), "{reason}");
+    let kargs = |host: &OsHost| {
+        let out = Command::new(bin("aloft-agent"))
+            .args(["status", "--json", "--bus-address", &host.host.bus_address])
+            .arg("--root")
+            .arg(host.host.root.path())
+            .output()
+            .unwrap();
+        let st: Value = serde_json::from_slice(&out.stdout).unwrap();
+        (
+            st["os"]["deployments"][0]["checksum"].as_str().unwrap_or_default().to_string(),
+            st["os"]["deployments"][0]["kernelArguments"].clone(),
+        )
+    };
+    assert_eq!(kargs(&host), (v1.clone(), json!(["root=/dev/vda"])), "the default is v1 without the argument");
+
+    // The fix: the check passes again, and the config adds a file, nothing else.
+    std::fs::remove_file(&script).unwrap();
+    let path = path_of(&MACHINE_CONFIG, Some("50-os"));
+    let mut mc = admin.get(&path).await.unwrap().into_result().unwrap();
+    mc["spec"]["config"]["storage"] =
+        json!({"files": [{"path": "/etc/app-fixed.conf", "mode": 420, "contents": {"source": "data:,fixed"}}]});
+    admin.put(&path, &mc).await.unwrap().into_result().unwrap();
+    host.reboot_when_asked(c, "the fix deploying the kernel argument").await;
+    let (fixed, _) = wait_state(c, &name, "Done", true, "Done on the fix").await;
+    assert_eq!(std::fs::read_to_string(host.host.path("etc/app-fixed.conf")).unwrap(), "fixed", "{fixed}");
+    assert_eq!(kargs(&host), (v1.clone(), json!(["root=/dev/vda", "nosmt"])), "v1 with the argument");
+    assert!(!host.host.path("var/lib/aloft/os-rolled-back-kargs.json").exists(), "the record is void now");
+}
+
 /// A node whose OS helper is not running: the OS update is refused before anything is drained or
 /// written — Degraded, with a reason naming the helper's socket — and `aloft-agent status` says
 /// why the deployments are missing instead of failing. Once the helper runs, the same config

@@ -1896,7 +1896,13 @@ mod tests {
             Phase::Staging { target: "r2".into() },
             Phase::RebootingStaged { target: "r2".into(), boot_id: "b1".into(), checksum: "c".into(), staged: None },
             Phase::Verifying { target: "r2".into(), checksum: "c".into(), staged: None },
-            Phase::RollingBack { target: "r2".into(), boot_id: "b".into(), checksum: "c".into(), reason: "x".into() },
+            Phase::RollingBack {
+                target: "r2".into(),
+                boot_id: "b".into(),
+                checksum: "c".into(),
+                serial: None,
+                reason: "x".into(),
+            },
             Phase::Unreconcilable { target: "r2".into(), reason: "fips".into() },
         ];
         for p in in_flight {
@@ -1934,8 +1940,13 @@ mod tests {
         );
         let verifying = Phase::Verifying { target: "r2".into(), checksum: "c".into(), staged: None };
         assert_eq!(decide(&verifying, &working, "r2", "b2"), Step::VerifyOs { target: "r2".into() }, "crash: again");
-        let back =
-            Phase::RollingBack { target: "r2".into(), boot_id: "b2".into(), checksum: "c".into(), reason: "x".into() };
+        let back = Phase::RollingBack {
+            target: "r2".into(),
+            boot_id: "b2".into(),
+            checksum: "c".into(),
+            serial: None,
+            reason: "x".into(),
+        };
         assert_eq!(decide(&back, &working, "r2", "b2"), Step::Reboot { target: "r2".into() });
         assert_eq!(decide(&back, &working, "r2", "b3"), Step::FinishRollback { target: "r2".into() });
         let degraded = Phase::Degraded { target: "r2".into(), reason: "health check failed".into() };

@@ -95,9 +95,17 @@ pub enum Phase {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         staged: Option<Staged>,
     },
-    /// Health checks failed on commit `checksum`: the previous deployment is the default and
-    /// logind was asked (from `boot_id`) to reboot into it; then Degraded with `reason`.
-    RollingBack { target: String, boot_id: String, checksum: String, reason: String },
+    /// Health checks failed on commit `checksum` (its deployment `serial`, when known): the
+    /// previous deployment is the default and logind was asked (from `boot_id`) to reboot into
+    /// it; then Degraded with `reason`.
+    RollingBack {
+        target: String,
+        boot_id: String,
+        checksum: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        serial: Option<i32>,
+        reason: String,
+    },
     /// Asked the coordinator to uncordon (`request`), waiting for the answer. No longer entered
     /// (the uncordon request now goes with the Done report); kept so that a phase saved by an
     /// older agent still loads, and then finishes as Done with the uncordon request.
@@ -265,6 +273,7 @@ mod tests {
             target: "t".into(),
             boot_id: "b".into(),
             checksum: "c".into(),
+            serial: Some(1),
             reason: "health check x failed".into(),
         };
         save(&root, &r).unwrap();

@@ -299,7 +299,7 @@ async fn a_failed_health_check_its_denylist_entry_and_the_rollback_it_takes() {
     assert!(failure.to_string().contains("app does not answer on :8080"), "{failure}");
 
     let mut list = Denylist::load(&root).unwrap();
-    list.deny("rendered-worker-2", &v2, &failure.to_string());
+    list.deny("rendered-worker-2", &v2, None, &failure.to_string());
     list.save(&root).unwrap();
     let back = fx.backend.rollback().unwrap();
     assert_eq!(back.checksum, fx.base);

@@ -325,7 +325,10 @@ impl Agent {
     ) -> Result<Option<StageRequest>, Refused> {
         let image = osimage::parse(&new.os_image_url).map_err(|e| refused(e.to_string(), true))?;
         never_applied(new)?;
-        if !os_part_changed(old, new) && !self.runs_other_commit(image.as_ref().map(|i| i.checksum.as_str())).await {
+        if !os_part_changed(old, new)
+            && !self.runs_other_commit(image.as_ref().map(|i| i.checksum.as_str())).await
+            && !self.runs_rolled_back_deployment().await
+        {
             return Ok(None);
         }
         let os_changed = old.os_image_url != new.os_image_url;
@@ -578,7 +581,13 @@ impl Agent {
         let reason = rolling_back_reason(&failure, checksum, &previous.checksum);
         let boot_id = state::boot_id(&self.root);
         self.enter(
-            Phase::RollingBack { target: target.into(), boot_id, checksum: checksum.into(), reason: reason.clone() },
+            Phase::RollingBack {
+                target: target.into(),
+                boot_id,
+                checksum: checksum.into(),
+                serial,
+                reason: reason.clone(),
+            },
             "rebooting into the previous OS deployment",
         )?;
         let current = self.current_name();
@@ -593,9 +602,9 @@ impl Agent {
     /// rolled back and rebooted again: a bootloader that keeps booting that entry would make a
     /// reboot loop of it.
     pub(super) async fn finish_rollback(&mut self, target: &str) -> Result<()> {
-        let (failed, reason) = match &self.phase {
-            Phase::RollingBack { checksum, reason, .. } => (checksum.clone(), reason.clone()),
-            other => (String::new(), other.reason().to_string()),
+        let (failed, serial, reason) = match &self.phase {
+            Phase::RollingBack { checksum, serial, reason, .. } => (checksum.clone(), *serial, reason.clone()),
+            other => (String::new(), None, other.reason().to_string()),
         };
         let booted = match self.os.clone() {
             // Without the failed commit (a phase an older agent saved) there is nothing to compare.
@@ -611,7 +620,9 @@ impl Agent {
             },
             None => None,
         };
-        let failed_serial = Denylist::load(&self.root).ok().and_then(|l| l.find(&failed).and_then(|e| e.deploy_serial));
+        // The phase names the failed deployment (a phase an older agent saved: the denylist).
+        let failed_serial = serial
+            .or_else(|| Denylist::load(&self.root).ok().and_then(|l| l.find(&failed).and_then(|e| e.deploy_serial)));
         let failed_again = booted.as_ref().is_some_and(|b| runs_failed_deployment(&failed, failed_serial, b));
         let outcome = rollback_outcome(&reason, &failed, failed_again);
         if failed_again {
@@ -671,6 +682,30 @@ impl Agent {
             Ok(differs) => differs,
             Err(e) => {
                 tracing::warn!(error = %e, "could not read the running OS commit; updating as the configs say");
+                false
+            }
+        }
+    }
+
+    /// Whether the node runs the deployment a rollback went back to ([`rolled_back`]): its
+    /// kernel arguments are the config's before the failed one, so a config that keeps the failed
+    /// one's osImageURL and kernel arguments still has OS work to do. After an update that
+    /// changed only kernel arguments failed, a fix that changed only a file wrote it and reported
+    /// Done on the deployment without the arguments (a booted host then went Degraded on the
+    /// drift check; one whose update removed an argument kept it for good). False when there is
+    /// no record (no helper call then) or the helper cannot say.
+    pub(super) async fn runs_rolled_back_deployment(&mut self) -> bool {
+        let Some(os) = self.os.clone() else { return false };
+        if !rolled_back::recorded(&self.root) {
+            return false;
+        }
+        match self.read_os_status(&os).await {
+            Ok(st) => st
+                .booted
+                .or_else(|| st.deployments.first().cloned())
+                .is_some_and(|running| rolled_back::load(&self.root, &running).is_some()),
+            Err(e) => {
+                tracing::warn!(error = %e, "could not read the running OS deployment; updating as the configs say");
                 false
             }
         }

@@ -61,6 +61,12 @@ pub fn load(root: &Root, running: &DeploymentInfo) -> Option<Vec<String>> {
     }
 }
 
+/// Whether a record is on disk (for whichever deployment): a cheap test before asking the
+/// helper which deployment runs.
+pub fn recorded(root: &Root) -> bool {
+    path(root).exists()
+}
+
 /// The node runs a deployment staged since the rollback: the record is void.
 pub fn clear(root: &Root) -> std::io::Result<()> {
     match std::fs::remove_file(path(root)) {
@@ -86,7 +92,9 @@ mod tests {
         let root = Root::new(dir.path());
         let (v2, v3, v2_again) = (deployment("v2", 0), deployment("v3", 0), deployment("v2", 1));
         assert_eq!(load(&root, &v2), None);
+        assert!(!recorded(&root));
         save(&root, &v2, &["nosmt".to_string()]).unwrap();
+        assert!(recorded(&root));
         assert_eq!(load(&root, &v2), Some(vec!["nosmt".to_string()]));
         assert_eq!(load(&root, &v3), None, "another commit runs");
         assert_eq!(load(&root, &v2_again), None, "a newer deployment of the same commit runs");

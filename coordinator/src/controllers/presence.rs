@@ -39,7 +39,7 @@ pub struct Presence {
 #[derive(Debug, Clone, Copy)]
 struct Seen {
     open: usize,
-    /// When `open` last fell to zero.
+    /// When `open` last fell to zero, or the agent's last request while none was open.
     since: Instant,
 }
 
@@ -104,8 +104,8 @@ impl Presence {
         self.lock().get(node).map(|s| if s.open > 0 { Duration::ZERO } else { now.saturating_duration_since(s.since) })
     }
 
-    /// How long `node`'s agent has had no watch open at `now` (since the coordinator started,
-    /// for an agent not seen since); `None` while it has one.
+    /// How long `node`'s agent has been silent at `now`: no watch open and no request (since the
+    /// coordinator started, for an agent not seen since); `None` while it has a watch open.
     pub fn absent_for(&self, node: &str, now: Instant) -> Option<Duration> {
         match self.lock().get(node) {
             Some(s) if s.open > 0 => None,
@@ -120,7 +120,8 @@ impl Presence {
 pub enum Verdict {
     /// Its agent is gone: Ready=Unknown.
     Lost,
-    /// Its agent is back after a Lost: Ready=True.
+    /// Its agent is back after a Lost (a watch open, or a request within the last round):
+    /// Ready=True.
     Back,
 }
 
@@ -130,9 +131,22 @@ pub fn judge(node: &Value, absent: Option<Duration>, grace: Duration) -> Option<
     let (status, reason) = (ready["status"].as_str()?, ready["reason"].as_str().unwrap_or(""));
     match (status, reason, absent) {
         ("True", AGENT_READY, Some(away)) if away >= grace => Some(Verdict::Lost),
-        ("Unknown", STATUS_UNKNOWN, None) => Some(Verdict::Back),
+        // Back on a request too, not only on a watch: an agent that writes (its Done report)
+        // before its watch is open again was left Unknown until the watch came.
+        ("Unknown", STATUS_UNKNOWN, away) if away.is_none_or(|a| a < back_within(grace)) => Some(Verdict::Back),
         _ => None,
     }
+}
+
+/// How recent a request must be to count as an agent back: a round's interval, so that one
+/// request is seen by the round after it.
+fn back_within(grace: Duration) -> Duration {
+    round_every(grace)
+}
+
+/// How often the Nodes are judged: every quarter of the grace period, at least once a second.
+fn round_every(grace: Duration) -> Duration {
+    (grace / 4).max(Duration::from_secs(1))
 }
 
 /// `node` with its Ready condition set for `verdict` (the other conditions kept).
@@ -140,7 +154,7 @@ fn with_ready(mut node: Value, verdict: &Verdict, grace: Duration) -> Value {
     let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     let cond = match verdict {
         Verdict::Lost => json!({"type": "Ready", "status": "Unknown", "reason": STATUS_UNKNOWN,
-            "message": format!("aloft-agent stopped posting node status: no connection from it for {} s", grace.as_secs()),
+            "message": format!("aloft-agent stopped posting node status: no watch and no request from it for {} s", grace.as_secs()),
             "lastHeartbeatTime": now, "lastTransitionTime": now}),
         Verdict::Back => json!({"type": "Ready", "status": "True", "reason": AGENT_READY,
             "message": "aloft-agent is running", "lastHeartbeatTime": now, "lastTransitionTime": now}),
@@ -161,7 +175,7 @@ pub async fn run(store: Arc<dyn Store>, presence: Arc<Presence>, grace: Duration
         tracing::info!("node presence is not watched (--node-monitor-grace-period 0)");
         return std::future::pending().await;
     }
-    let every = (grace / 4).max(Duration::from_secs(1));
+    let every = round_every(grace);
     loop {
         tokio::time::sleep(every).await;
         if let Err(e) = round(&*store, &presence, grace).await {
@@ -212,6 +226,8 @@ mod tests {
         assert_eq!(judge(&ready, None, grace), None, "connected");
         let lost = node("Unknown", STATUS_UNKNOWN);
         assert_eq!(judge(&lost, None, grace), Some(Verdict::Back));
+        assert_eq!(judge(&lost, Some(Duration::from_secs(2)), grace), Some(Verdict::Back), "a request just now");
+        assert_eq!(judge(&lost, Some(Duration::from_secs(20)), grace), None, "nothing for half the grace period");
         assert_eq!(judge(&lost, Some(grace * 2), grace), None, "still away: nothing to write");
         // A Node no agent wrote Ready for, or an agent's own NotReady, is left alone.
         assert_eq!(judge(&node("True", "ByHand"), Some(grace * 2), grace), None);

@@ -1,8 +1,9 @@
 //! A node's Lease, read-only. A kubelet renews `kube-node-lease/<node>` every 10 s and
 //! `kubectl describe node` prints its holder and renew time; an aloft agent renews nothing (the
-//! coordinator knows it is there from its open watch of its Node, see
+//! coordinator knows it is there from its open watch of its Node and its requests, see
 //! [`crate::controllers::presence`]), so the Lease is made from that on each read: holder the
-//! node, renewed now while its agent's watch is open, else when its last one closed. Without it
+//! node, renewed now while its agent's watch is open, else at its last request or when its last
+//! watch closed. Without it
 //! every `kubectl describe node` said `Failed to get lease: the server could not find the
 //! requested resource`. A Node no agent manages (made by hand) has no Lease, as a Node without a
 //! kubelet has none; nor has an agent not seen since the coordinator started (presence is kept
