@@ -31,6 +31,18 @@ struct OsHost {
 }
 
 impl OsHost {
+    /// `aloft-agent status --json` of this host (it must succeed).
+    fn agent_status(&self) -> Value {
+        let out = Command::new(bin("aloft-agent"))
+            .args(["status", "--json", "--bus-address", &self.host.bus_address])
+            .arg("--root")
+            .arg(self.host.root.path())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+
     async fn new(name: &str, bootstrap: &Path) -> OsHost {
         let mut host = Host::new(name).await;
         host.extra_args = ["--health-timeout-seconds", "30"].iter().map(|s| s.to_string()).collect();
@@ -260,13 +272,7 @@ async fn os_update_health_check_and_rollback() {
             < at(&format!("current config saved config=\"{second}\"")),
         "the current config was saved before the phase RebootingStaged:\n{log}"
     );
-    let out = Command::new(bin("aloft-agent"))
-        .args(["status", "--json", "--bus-address", &host.host.bus_address])
-        .arg("--root")
-        .arg(host.host.root.path())
-        .output()
-        .unwrap();
-    let st: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let st = host.agent_status();
     assert_eq!(st["os"]["deployments"][0]["checksum"], v2.as_str(), "{st}");
     assert_eq!(
         st["os"]["deployments"][0]["kernelArguments"],
@@ -352,13 +358,7 @@ async fn os_update_health_check_and_rollback() {
     // v3 came up without `mitigations=off`, which v2's deployment (the one rolled back to) had
     // and the last two configs do not ask for. (It stayed: the update took the failed config's
     // arguments, none, out of v2's, and kept the one no config names any more.)
-    let out = Command::new(bin("aloft-agent"))
-        .args(["status", "--json", "--bus-address", &host.host.bus_address])
-        .arg("--root")
-        .arg(host.host.root.path())
-        .output()
-        .unwrap();
-    let st: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let st = host.agent_status();
     assert_eq!(st["os"]["deployments"][0]["checksum"], v3.as_str(), "{st}");
     assert_eq!(st["os"]["deployments"][0]["kernelArguments"], json!(["root=/dev/vda", "console=ttyS0"]), "{st}");
     assert!(!host.host.path("var/lib/aloft/os-rolled-back-kargs.json").exists(), "the record is void on v3");
@@ -395,17 +395,9 @@ async fn a_failed_kernel_argument_update_rolls_back_and_its_file_only_fix_deploy
     .await;
     assert!(reason.contains("app down") && !reason.contains("from OS commit"), "{reason}");
     let kargs = |host: &OsHost| {
-        let out = Command::new(bin("aloft-agent"))
-            .args(["status", "--json", "--bus-address", &host.host.bus_address])
-            .arg("--root")
-            .arg(host.host.root.path())
-            .output()
-            .unwrap();
-        let st: Value = serde_json::from_slice(&out.stdout).unwrap();
-        (
-            st["os"]["deployments"][0]["checksum"].as_str().unwrap_or_default().to_string(),
-            st["os"]["deployments"][0]["kernelArguments"].clone(),
-        )
+        let st = host.agent_status();
+        let first = &st["os"]["deployments"][0];
+        (first["checksum"].as_str().unwrap_or_default().to_string(), first["kernelArguments"].clone())
     };
     assert_eq!(kargs(&host), (v1.clone(), json!(["root=/dev/vda"])), "the default is v1 without the argument");
 
@@ -441,14 +433,7 @@ async fn os_helper_not_running_is_degraded_and_changes_nothing() {
     let first = w.pool_done_on_ssh_config(&name).await;
 
     let not_running = format!("OS helper at {} is not running", socket.display());
-    let out = Command::new(bin("aloft-agent"))
-        .args(["status", "--json", "--bus-address", &host.host.bus_address])
-        .arg("--root")
-        .arg(host.host.root.path())
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let st: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let st = host.agent_status();
     assert!(st["os"]["error"].as_str().unwrap_or_default().starts_with(&not_running), "{st}");
 
     let mut mc = os_mc("50-os", &format!("ostree+{}#{REF}@{v2}", http.url("repo")), &["mitigations=off"]);
