@@ -1322,9 +1322,12 @@ impl Agent {
         if let Some((target, new)) = finished_target {
             let none = aloft_api::MachineConfigSpec::default();
             let changed = osflow::os_part_changed(self.current.as_ref().map_or(&none, |c| &c.spec), new);
-            // After a rollback both configs may name the commit the node rolled back from: the
-            // update deploys it all the same (`os_prepare`), and so must its restart.
-            let os_pending = self.current_name() != target && (changed || self.may_run_other_commit_than(new).await);
+            // After a rollback both configs may name the commit the node rolled back from, or
+            // (an update that changed only kernel arguments) the arguments the deployment rolled
+            // back to lacks: the update deploys them all the same (`os_prepare`), and so must its
+            // restart.
+            let os_pending = self.current_name() != target
+                && (changed || self.may_run_other_commit_than(new).await || self.runs_rolled_back_deployment().await);
             if os_pending {
                 // The files are the target's and its OS deployment was never staged (an update
                 // stages after writing the files). Finishing as below would save the current
