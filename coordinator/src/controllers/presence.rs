@@ -132,16 +132,11 @@ pub fn judge(node: &Value, absent: Option<Duration>, grace: Duration) -> Option<
     match (status, reason, absent) {
         ("True", AGENT_READY, Some(away)) if away >= grace => Some(Verdict::Lost),
         // Back on a request too, not only on a watch: an agent that writes (its Done report)
-        // before its watch is open again was left Unknown until the watch came.
-        ("Unknown", STATUS_UNKNOWN, away) if away.is_none_or(|a| a < back_within(grace)) => Some(Verdict::Back),
+        // before its watch is open again was left Unknown until the watch came. A request
+        // within one round's interval is seen by the round after it.
+        ("Unknown", STATUS_UNKNOWN, away) if away.is_none_or(|a| a < round_every(grace)) => Some(Verdict::Back),
         _ => None,
     }
-}
-
-/// How recent a request must be to count as an agent back: a round's interval, so that one
-/// request is seen by the round after it.
-fn back_within(grace: Duration) -> Duration {
-    round_every(grace)
 }
 
 /// How often the Nodes are judged: every quarter of the grace period, at least once a second.
