@@ -618,6 +618,7 @@ async fn a_power_cut_before_an_os_update_saves_its_config_is_recovered() {
                     old_kargs: old_spec.kernel_arguments.clone(),
                     new_kargs: new_spec.kernel_arguments.clone(),
                     restaged: 0,
+                    serial: None,
                 }),
             },
         };

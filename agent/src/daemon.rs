@@ -930,7 +930,7 @@ impl Agent {
             Some(req) => {
                 let record = crate::state::Staged::of(&req);
                 match self.os_stage(target, req).await {
-                    Ok(checksum) => Some((checksum, record)),
+                    Ok(d) => Some((d.checksum, crate::state::Staged { serial: Some(d.deploy_serial), ..record })),
                     // The files are written and nothing is staged: undone, as MCO rolls the
                     // files back when its OS update fails.
                     Err(e) => return self.undo_update(target, before, &old_spec, &new_spec, e).await,

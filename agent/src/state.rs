@@ -28,6 +28,13 @@ pub struct Staged {
     /// How many times it was staged again after a boot that did not come up on it.
     #[serde(default)]
     pub restaged: u32,
+    /// The deploy serial ostree gave the staged deployment (it keeps it through finalization):
+    /// the boot after the reboot must run that deployment. The commit alone does not tell: an
+    /// update that changes only kernel arguments deploys the running commit again, and one that
+    /// only removes arguments has none to look for on the command line, so a boot that lost it
+    /// looked like the update done. Absent in a record an older agent saved (or before staging).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serial: Option<i32>,
 }
 
 /// How many times a staged deployment lost with its boot is staged again before the node is
@@ -41,6 +48,7 @@ impl Staged {
             old_kargs: req.old_kargs.clone(),
             new_kargs: req.new_kargs.clone(),
             restaged: 0,
+            serial: None,
         }
     }
 
@@ -302,7 +310,7 @@ mod tests {
             target: "t".into(),
             boot_id: "b1".into(),
             checksum: "ab".repeat(32),
-            staged: Some(Staged { restaged: 1, ..staged.clone() }),
+            staged: Some(Staged { restaged: 1, serial: Some(4), ..staged.clone() }),
         };
         save(&root, &p).unwrap();
         assert_eq!(load(&root).unwrap(), p);

@@ -607,7 +607,8 @@ async fn wait_node(
 /// (1) the deployment staged and both durable writes made
 /// (phase RebootingStaged, current config saved), the reboot not asked for: the staged deployment
 /// is lost (ostree finalizes it at shutdown), the node boots the old OS, and the agent stages
-/// again; (2) a rollback cut short: v3 failed its health check and is denylisted, and the power
+/// again; the same in an update that only removes a kernel argument (the boot after the cut runs
+/// the config's commit, and no argument is left to look for: the deploy serial tells); (2) a rollback cut short: v3 failed its health check and is denylisted, and the power
 /// goes before v2 is made the default: the node boots v3 again, and the agent rolls back again
 /// rather than leaving the node on the failing commit; (3) the power goes after the rollback made
 /// v2 the default and before it saved its phase: the node boots v2, and the agent reports the
@@ -703,6 +704,38 @@ async fn named_cuts(fleet: &Fleet) -> Result<()> {
     ensure!(cmdline.split_whitespace().any(|a| a == KARG), "{KARG} not on /proc/cmdline: {cmdline}");
     let restaged = agent_log(vm, "staging it again", false).await?;
     ensure!(!restaged.trim().is_empty(), "the agent converged without staging again after the cut");
+
+    // (1b) The same cut in an update that only removes the kernel argument: it deploys v2 again
+    // without it. The boot after the cut runs the deployment from before (v2, with the
+    // argument), whose commit is the config's and whose command line the config (no arguments)
+    // says nothing against: only the deploy serial tells that the staged one did not come up.
+    // Before, the node reported Done with the argument still set.
+    let restages = restaged.lines().count();
+    arm(vm, &format!("{}=pause", os_points::AFTER_CURRENT_SAVED), Armed::ThisBoot).await?;
+    machine_config(fleet, "60-worker-os", json!({"osImageURL": fleet.images.os_image_url("v2")?})).await?;
+    wait_failpoint(fleet, vm, os_points::AFTER_CURRENT_SAVED, OS_ROLLOUT_PER_NODE).await?;
+    ensure!(staged_now().await?, "held after the argument's removal was staged, yet nothing is staged");
+    tracing::info!("power cut: v2 without {KARG} staged, phase and current config saved, reboot not asked for");
+    let (boot, _, release) = power_cycle(vm, "the cut in the argument's removal").await?;
+    ensure!(release == "2", "after the cut in the argument's removal the VM booted release {release}");
+    let cmdline = vm.sh("cat /proc/cmdline").await?;
+    ensure!(
+        cmdline.split_whitespace().any(|a| a == KARG),
+        "the staged deployment was never finalized, yet {KARG} is gone: {cmdline}"
+    );
+    let without = wait_converged(fleet, &on_v2, OS_ROLLOUT_PER_NODE).await.context("converging after that cut")?;
+    vm.wait_ready(boot + 1, UP_WAIT).await.context("the reboot into the deployment staged again")?;
+    os_is(vm, "2", &v2).await?;
+    let cmdline = vm.sh("cat /proc/cmdline").await?;
+    ensure!(
+        !cmdline.split_whitespace().any(|a| a == KARG),
+        "converged on {without}, yet {KARG} is still on /proc/cmdline: {cmdline}"
+    );
+    let restaged = agent_log(vm, "staging it again", false).await?;
+    ensure!(
+        restaged.lines().count() > restages,
+        "the agent converged on the removal without staging it again after the cut:\n{restaged}"
+    );
 
     // (2) A rollback cut short. Armed in /etc: the boot that fails the health check is v3's.
     arm(vm, &format!("{}=pause", os_points::AFTER_DENYLIST), Armed::Persistent).await?;

@@ -78,6 +78,23 @@ fn runs_failed_deployment(failed: &str, failed_serial: Option<i32>, booted: &Boo
     !failed.is_empty() && booted.checksum == failed && failed_serial.is_none_or(|s| s == booted.serial)
 }
 
+/// Whether the boot after staging runs the deployment staged (commit `checksum`, the deploy
+/// serial `staged` recorded), as ostree names it: `<commit>.<serial>`. Nothing to compare on a
+/// host that boots nothing (a directory sysroot) or for a record without a serial (saved by an
+/// older agent): the commit and argument checks decide then, as before.
+fn came_up_on_staged(staged: Option<&Staged>, checksum: &str, booted: Option<&Booted>) -> Result<(), String> {
+    let (Some(Staged { serial: Some(serial), .. }), Some(booted)) = (staged, booted) else {
+        return Ok(());
+    };
+    if booted.checksum == checksum && booted.serial == *serial {
+        return Ok(());
+    }
+    Err(format!(
+        "the node booted OS deployment {}.{}, not {checksum}.{serial}, the one staged for this update",
+        booted.checksum, booted.serial
+    ))
+}
+
 fn refused(message: impl Into<String>, unreconcilable: bool) -> Refused {
     Refused { message: message.into(), unreconcilable }
 }
@@ -387,14 +404,14 @@ impl Agent {
         }))
     }
 
-    /// Stage the deployment; returns its checksum.
-    pub(super) async fn os_stage(&mut self, target: &str, req: StageRequest) -> Result<String, String> {
+    /// Stage the deployment; returns it (its commit and deploy serial).
+    pub(super) async fn os_stage(&mut self, target: &str, req: StageRequest) -> Result<DeploymentInfo, String> {
         let Some(os) = self.os.clone() else { return Err("no OS backend".into()) };
         self.enter(Phase::Staging { target: target.into() }, "staging the OS deployment")
             .map_err(|e| format!("{e:#}"))?;
         let staged = os.handle.run(move |b| b.stage(&req)).await.map_err(|e| e.to_string());
         self.refresh_os_status().await;
-        Ok(staged?.checksum)
+        staged
     }
 
     /// Reboot into the staged deployment (`staged` is what was staged); the next boot verifies it.
@@ -475,7 +492,16 @@ impl Agent {
             }
             None => {}
         }
-        if let Err(reason) = self.verify_os(&os, &cur).await {
+        let verified = match self.verify_os(&os, &cur).await {
+            // The commit and arguments can match on the deployment booted before the update
+            // (one that only removed arguments): the staged one must be what runs.
+            Ok(()) => {
+                let booted = self.booted_deployment(&os).await.ok().flatten();
+                came_up_on_staged(staged.as_ref(), &checksum, booted.as_ref())
+            }
+            Err(reason) => Err(reason),
+        };
+        if let Err(reason) = verified {
             return match after_failed_verify(staged, denied.is_some(), reason) {
                 FailedVerify::StageAgain(staged, why) => self.restage(&os, target, staged, why).await,
                 FailedVerify::Degraded(reason) => self.fail(target, reason, false).await,
@@ -541,7 +567,10 @@ impl Agent {
         let result = os.handle.run(move |b| b.stage(&req)).await;
         self.refresh_os_status().await;
         match result {
-            Ok(d) => self.reboot_staged(target, d.checksum, staged).await,
+            Ok(d) => {
+                let staged = Staged { serial: Some(d.deploy_serial), ..staged };
+                self.reboot_staged(target, d.checksum, staged).await
+            }
             Err(e) => self.fail(target, format!("{why}; staging it again failed: {e}"), false).await,
         }
     }
@@ -820,7 +849,7 @@ mod tests {
     }
 
     fn staged(restaged: u32) -> Staged {
-        Staged { image: None, old_kargs: vec![], new_kargs: vec!["k=1".into()], restaged }
+        Staged { image: None, old_kargs: vec![], new_kargs: vec!["k=1".into()], restaged, serial: None }
     }
 
     #[test]
@@ -947,6 +976,28 @@ mod tests {
         assert_eq!(rolled_back(&going), rolled_back_reason(why, "c3", "c3"));
         assert!(rolled_back(&going).contains("; rolled back to the previous deployment of OS commit c3 ("));
         assert_eq!(rollback_outcome(&going, "c3", false), rolled_back(&going));
+    }
+
+    /// An update that only removed a kernel argument deploys the running commit again, and the
+    /// config has no argument left to look for: after a boot that lost the staged deployment
+    /// (power gone before ostree finalized it), the commit and the command line both passed, and
+    /// the node reported Done with the argument still set. The deploy serial tells the two
+    /// deployments apart.
+    #[test]
+    fn a_boot_is_judged_by_the_staged_deployments_serial() {
+        let c = "ab".repeat(32);
+        let with = |serial| Staged { old_kargs: vec!["k=1".into()], new_kargs: vec![], serial, ..staged(0) };
+        assert_eq!(came_up_on_staged(Some(&with(Some(3))), &c, Some(&booted(&c, 3))), Ok(()));
+        let lost = came_up_on_staged(Some(&with(Some(3))), &c, Some(&booted(&c, 2))).unwrap_err();
+        assert_eq!(lost, format!("the node booted OS deployment {c}.2, not {c}.3, the one staged for this update"));
+        // Another commit with the staged serial is not it either.
+        assert!(came_up_on_staged(Some(&with(Some(3))), &c, Some(&booted(&"cd".repeat(32), 3))).is_err());
+        // A lost deployment is staged again (this is the failure the restage path takes).
+        assert!(matches!(after_failed_verify(Some(with(Some(3))), false, lost), FailedVerify::StageAgain(..)));
+        // Nothing to compare: a record an older agent saved, a host that boots nothing, no record.
+        assert_eq!(came_up_on_staged(Some(&with(None)), &c, Some(&booted(&c, 2))), Ok(()));
+        assert_eq!(came_up_on_staged(Some(&with(Some(3))), &c, None), Ok(()));
+        assert_eq!(came_up_on_staged(None, &c, Some(&booted(&c, 2))), Ok(()));
     }
 
     #[test]
