@@ -607,8 +607,9 @@ async fn wait_node(
 /// (1) the deployment staged and both durable writes made
 /// (phase RebootingStaged, current config saved), the reboot not asked for: the staged deployment
 /// is lost (ostree finalizes it at shutdown), the node boots the old OS, and the agent stages
-/// again; the same in an update that only removes a kernel argument (the boot after the cut runs
-/// the config's commit, and no argument is left to look for: the deploy serial tells); (2) a rollback cut short: v3 failed its health check and is denylisted, and the power
+/// again; the same in an update that only removes a kernel argument (the boot after the cut
+/// runs the config's commit, and no argument is left to look for: the deploy serial tells); (2)
+/// a rollback cut short: v3 failed its health check and is denylisted, and the power
 /// goes before v2 is made the default: the node boots v3 again, and the agent rolls back again
 /// rather than leaving the node on the failing commit; (3) the power goes after the rollback made
 /// v2 the default and before it saved its phase: the node boots v2, and the agent reports the
@@ -716,12 +717,14 @@ async fn named_cuts(fleet: &Fleet) -> Result<()> {
     wait_failpoint(fleet, vm, os_points::AFTER_CURRENT_SAVED, OS_ROLLOUT_PER_NODE).await?;
     ensure!(staged_now().await?, "held after the argument's removal was staged, yet nothing is staged");
     tracing::info!("power cut: v2 without {KARG} staged, phase and current config saved, reboot not asked for");
-    let (boot, _, release) = power_cycle(vm, "the cut in the argument's removal").await?;
+    let (boot, boot_id, release) = power_cycle(vm, "the cut in the argument's removal").await?;
     ensure!(release == "2", "after the cut in the argument's removal the VM booted release {release}");
-    let cmdline = vm.sh("cat /proc/cmdline").await?;
+    // That boot's command line, from its journal: the agent may already have staged again and
+    // rebooted when the test asks.
+    let cmdline = vm.sh(&format!("journalctl -b {boot_id} -k -o cat | grep -m1 'Command line:'")).await?;
     ensure!(
         cmdline.split_whitespace().any(|a| a == KARG),
-        "the staged deployment was never finalized, yet {KARG} is gone: {cmdline}"
+        "the staged deployment was never finalized, yet {KARG} is gone from the boot after the cut: {cmdline}"
     );
     let without = wait_converged(fleet, &on_v2, OS_ROLLOUT_PER_NODE).await.context("converging after that cut")?;
     vm.wait_ready(boot + 1, UP_WAIT).await.context("the reboot into the deployment staged again")?;

@@ -83,15 +83,42 @@ fn runs_failed_deployment(failed: &str, failed_serial: Option<i32>, booted: &Boo
 /// host that boots nothing (a directory sysroot) or for a record without a serial (saved by an
 /// older agent): the commit and argument checks decide then, as before.
 fn came_up_on_staged(staged: Option<&Staged>, checksum: &str, booted: Option<&Booted>) -> Result<(), String> {
-    let (Some(Staged { serial: Some(serial), .. }), Some(booted)) = (staged, booted) else {
+    let (Some(staged @ Staged { serial: Some(serial), .. }), Some(booted)) = (staged, booted) else {
         return Ok(());
     };
-    if booted.checksum == checksum && booted.serial == *serial {
+    if !not_the_staged(staged, checksum, booted) {
         return Ok(());
     }
     Err(format!(
         "the node booted OS deployment {}.{}, not {checksum}.{serial}, the one staged for this update",
         booted.checksum, booted.serial
+    ))
+}
+
+/// Whether `booted` is known not to be the deployment staged (commit `checksum`, the serial
+/// `staged` recorded; without one, only another commit tells).
+fn not_the_staged(staged: &Staged, checksum: &str, booted: &Booted) -> bool {
+    booted.checksum != checksum || staged.serial.is_some_and(|s| s != booted.serial)
+}
+
+/// The node runs a deployment a rollback (or a staged deployment lost for good) left it on, which
+/// carries `recorded` from aloft ([`rolled_back`]): the config's arguments must be those. The
+/// command line alone cannot show it when the config removed an argument (nothing to look for):
+/// a node whose update only removed one, its staged deployment lost at every try, was Degraded,
+/// and the drift check then found its disk matching and reported it Done, the argument still set.
+fn carries_configs_kargs(recorded: &[String], want: &[String], running: &Booted) -> Result<(), String> {
+    let sorted = |v: &[String]| {
+        let mut v = v.to_vec();
+        v.sort();
+        v
+    };
+    if sorted(recorded) == sorted(want) {
+        return Ok(());
+    }
+    Err(format!(
+        "unexpected kernel arguments: the node runs OS deployment {}.{}, which carries {recorded:?} from the config \
+         before the update, not {want:?}",
+        running.checksum, running.serial
     ))
 }
 
@@ -504,7 +531,10 @@ impl Agent {
         if let Err(reason) = verified {
             return match after_failed_verify(staged, denied.is_some(), reason) {
                 FailedVerify::StageAgain(staged, why) => self.restage(&os, target, staged, why).await,
-                FailedVerify::Degraded(reason) => self.fail(target, reason, false).await,
+                FailedVerify::Degraded(reason) => {
+                    self.record_staged_lost(&os, &checksum).await;
+                    self.fail(target, reason, false).await
+                }
             };
         }
         match os.health.run(self.services.as_ref()).await {
@@ -560,9 +590,16 @@ impl Agent {
         let restaged = staged.restaged;
         tracing::warn!(target, restaged, reason = %why,
             "the staged OS deployment did not come up (the node went down before ostree finalized it?): staging it again");
+        let checksum = match &self.phase {
+            Phase::Verifying { checksum, .. } => checksum.clone(),
+            _ => String::new(),
+        };
         let req = match staged.request() {
             Ok(r) => r,
-            Err(e) => return self.fail(target, format!("{why}; staging it again: {e}"), false).await,
+            Err(e) => {
+                self.record_staged_lost(os, &checksum).await;
+                return self.fail(target, format!("{why}; staging it again: {e}"), false).await;
+            }
         };
         let result = os.handle.run(move |b| b.stage(&req)).await;
         self.refresh_os_status().await;
@@ -571,7 +608,32 @@ impl Agent {
                 let staged = Staged { serial: Some(d.deploy_serial), ..staged };
                 self.reboot_staged(target, d.checksum, staged).await
             }
-            Err(e) => self.fail(target, format!("{why}; staging it again failed: {e}"), false).await,
+            Err(e) => {
+                self.record_staged_lost(os, &checksum).await;
+                self.fail(target, format!("{why}; staging it again failed: {e}"), false).await
+            }
+        }
+    }
+
+    /// A staged deployment lost for good (not staged again): the node runs the deployment from
+    /// before the update, whose arguments from aloft are the update's "old" ones, as after a
+    /// rollback. Recorded as a rollback records it ([`rolled_back`]), so that the drift check
+    /// holds the node to them and the next update starts from them and does OS work. Only when
+    /// the booted deployment is known not to be the staged one (commit `checksum`).
+    async fn record_staged_lost(&mut self, os: &super::OsAgent, checksum: &str) {
+        let Phase::Verifying { staged: Some(staged), .. } = &self.phase else { return };
+        let staged = staged.clone();
+        let running = match self.read_os_status(os).await {
+            Ok(st) => st.booted,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the running OS deployment to record its kernel arguments");
+                return;
+            }
+        };
+        let Some(running) = running else { return };
+        let booted = Booted { checksum: running.checksum.clone(), serial: running.deploy_serial };
+        if not_the_staged(&staged, checksum, &booted) {
+            self.record_rolled_back_kargs(&running);
         }
     }
 
@@ -680,6 +742,13 @@ impl Agent {
     }
 
     async fn verify_kargs(&mut self, os: &super::OsAgent, cur: &MachineConfig) -> Result<(), String> {
+        if rolled_back::recorded(&self.root) {
+            if let Some(running) = self.booted_deployment(os).await.map_err(|e| e.to_string())? {
+                if let Some(recorded) = rolled_back::kargs_for(&self.root, &running.checksum, running.serial) {
+                    carries_configs_kargs(&recorded, &cur.spec.kernel_arguments, &running)?;
+                }
+            }
+        }
         if cur.spec.kernel_arguments.is_empty() {
             return Ok(());
         }
@@ -998,6 +1067,35 @@ mod tests {
         assert_eq!(came_up_on_staged(Some(&with(None)), &c, Some(&booted(&c, 2))), Ok(()));
         assert_eq!(came_up_on_staged(Some(&with(Some(3))), &c, None), Ok(()));
         assert_eq!(came_up_on_staged(None, &c, Some(&booted(&c, 2))), Ok(()));
+    }
+
+    /// A staged deployment lost for good leaves the node on the deployment from before the
+    /// update: recorded as a rollback, and the drift check then holds the node to the arguments
+    /// that deployment carries, whatever the config says (its removal included).
+    #[test]
+    fn a_deployment_left_by_a_lost_update_must_carry_the_configs_arguments() {
+        let c = "ab".repeat(32);
+        let staged = Staged { serial: Some(3), ..staged(0) };
+        assert!(not_the_staged(&staged, &c, &booted(&c, 2)), "an older deployment of the commit");
+        assert!(not_the_staged(&staged, &c, &booted(&"cd".repeat(32), 3)), "another commit");
+        assert!(!not_the_staged(&staged, &c, &booted(&c, 3)), "the staged one");
+        // Without a serial (an older agent's record) only another commit tells.
+        let unnumbered = Staged { serial: None, ..staged.clone() };
+        assert!(!not_the_staged(&unnumbered, &c, &booted(&c, 2)));
+        assert!(not_the_staged(&unnumbered, &c, &booted(&"cd".repeat(32), 2)));
+        let v = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let running = booted(&c, 2);
+        let err = carries_configs_kargs(&v(&["nosmt"]), &v(&[]), &running).unwrap_err();
+        assert_eq!(
+            err,
+            format!(
+                "unexpected kernel arguments: the node runs OS deployment {c}.2, which carries [\"nosmt\"] from the \
+                 config before the update, not []"
+            )
+        );
+        assert!(carries_configs_kargs(&v(&["a", "b"]), &v(&["b", "a"]), &running).is_ok(), "the order is not judged");
+        assert!(carries_configs_kargs(&v(&["a"]), &v(&["a", "a"]), &running).is_err(), "nor twice for once");
+        assert!(carries_configs_kargs(&v(&[]), &v(&[]), &running).is_ok());
     }
 
     #[test]

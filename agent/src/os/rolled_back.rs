@@ -43,6 +43,11 @@ pub fn save(root: &Root, to: &DeploymentInfo, kargs: &[String]) -> std::io::Resu
 /// that cannot be read is said and ignored (the configs' arguments are used, as before there was
 /// a record).
 pub fn load(root: &Root, running: &DeploymentInfo) -> Option<Vec<String>> {
+    kargs_for(root, &running.checksum, running.deploy_serial)
+}
+
+/// [`load`], for the deployment `checksum`.`deploy_serial`.
+pub fn kargs_for(root: &Root, checksum: &str, deploy_serial: i32) -> Option<Vec<String>> {
     let bytes = match std::fs::read(path(root)) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
@@ -52,7 +57,7 @@ pub fn load(root: &Root, running: &DeploymentInfo) -> Option<Vec<String>> {
         }
     };
     match serde_json::from_slice::<Record>(&bytes) {
-        Ok(r) if r.checksum == running.checksum && r.deploy_serial == running.deploy_serial => Some(r.kernel_arguments),
+        Ok(r) if r.checksum == checksum && r.deploy_serial == deploy_serial => Some(r.kernel_arguments),
         Ok(_) => None,
         Err(e) => {
             tracing::warn!(file = %path(root).display(), error = %e, "ignoring a corrupt record of the rolled-back deployment's kernel arguments");
