@@ -236,6 +236,29 @@ fn force_file_present(path: &Path) -> bool {
     }
 }
 
+/// What the OS part of an update changes, for its disruption plan: what the booted OS has to
+/// become (`os_work`, from `os_prepare`), not what the two configs say. The booted OS already as
+/// the config asks (on a node with the OS helper) needs no reboot for an osImageURL or
+/// kernel-argument change; OS work the configs do not show (a node on a deployment a rollback
+/// left, whose next config keeps the commit and the arguments) drains and reboots as any OS
+/// update does: planned from the configs' changes alone, a next config that changed only SSH keys
+/// (no disruption) staged and rebooted without a drain.
+fn os_work_changes(
+    changes: &mut crate::disruption::Changes,
+    os_work: Option<&aloft_api::os::StageRequest>,
+    has_os: bool,
+) {
+    match os_work {
+        None if has_os => {
+            changes.os_update = false;
+            changes.kernel_arguments = false;
+        }
+        None => {}
+        Some(w) if w.image.is_some() => changes.os_update = true,
+        Some(_) => changes.kernel_arguments = true,
+    }
+}
+
 /// Whether an update starting in `phase` validates the disk against the current config
 /// (`current`) first, as MCO does: only when the agent is settled on it, i.e. Done on it (Idle)
 /// or Degraded on it (drift, a failed check after its reboot, an OS rollback: all with its files
@@ -853,17 +876,7 @@ impl Agent {
             Ok(w) => w,
             Err(refusal) => return self.fail(target, refusal.message, refusal.unreconcilable).await,
         };
-        if os_work.is_none() && self.os.is_some() {
-            // The booted OS already is what the config asks for (commit and kernel arguments):
-            // an osImageURL or kernel-argument change alone needs no reboot.
-            changes.os_update = false;
-            changes.kernel_arguments = false;
-        }
-        if os_work.as_ref().is_some_and(|w| w.image.is_some()) {
-            // A commit is deployed although both configs name it (the node rolled back from it):
-            // the plan drains and reboots as for any OS update.
-            changes.os_update = true;
-        }
+        os_work_changes(&mut changes, os_work.as_ref(), self.os.is_some());
         let policy = match policy {
             Ok(p) => p,
             Err(e) => return self.fail(target, format!("{e:#}"), false).await,
@@ -1778,6 +1791,35 @@ fn refused_reboot_reason(error: &crate::host::ServiceError) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// OS work only the booted deployment shows (the configs keep the commit and the arguments:
+    /// a deployment a rollback left) is planned as an OS update: drained and rebooted, whatever
+    /// else the config changed. A next config that changed only SSH keys staged the arguments and
+    /// rebooted without a drain.
+    #[test]
+    fn os_work_the_configs_do_not_show_drains_and_reboots() {
+        let policy = crate::disruption::Policy::default();
+        let ssh_only = || crate::disruption::Changes { ssh_keys: true, ..Default::default() };
+        assert!(!crate::disruption::plan(&ssh_only(), &policy).reboot, "SSH keys alone need no reboot");
+        let kargs = aloft_api::os::StageRequest { image: None, old_kargs: vec![], new_kargs: vec!["nosmt".into()] };
+        let mut c = ssh_only();
+        os_work_changes(&mut c, Some(&kargs), true);
+        let plan = crate::disruption::plan(&c, &policy);
+        assert!(plan.reboot && plan.drain, "{plan:?}");
+        let url = format!("ostree+http://h/repo#r@{}", "ab".repeat(32));
+        let image = aloft_api::os::StageRequest { image: aloft_api::osimage::parse(&url).unwrap(), ..kargs };
+        let mut c = ssh_only();
+        os_work_changes(&mut c, Some(&image), true);
+        assert!(c.os_update && crate::disruption::plan(&c, &policy).reboot);
+        // The booted OS already as the config asks: an osImageURL change alone needs no reboot.
+        let mut c = crate::disruption::Changes { os_update: true, kernel_arguments: true, ..Default::default() };
+        os_work_changes(&mut c, None, true);
+        assert!(!crate::disruption::plan(&c, &policy).reboot);
+        // Without the OS helper the configs' changes stand (the update is refused before this).
+        let mut c = crate::disruption::Changes { os_update: true, ..Default::default() };
+        os_work_changes(&mut c, None, false);
+        assert!(c.os_update);
+    }
 
     #[test]
     fn a_refused_reboot_says_when_logind_holds_a_shutdown() {

@@ -107,18 +107,23 @@ fn not_the_staged(staged: &Staged, checksum: &str, booted: &Booted) -> bool {
 /// a node whose update only removed one, its staged deployment lost at every try, was Degraded,
 /// and the drift check then found its disk matching and reported it Done, the argument still set.
 fn carries_configs_kargs(recorded: &[String], want: &[String], running: &Booted) -> Result<(), String> {
-    let sorted = |v: &[String]| {
-        let mut v = v.to_vec();
+    // Split as the arithmetic splits them (`"a b"` is two arguments), in no particular order.
+    let words = |v: &[String]| {
+        let mut v: Vec<String> = v.iter().flat_map(|a| kargs::split(a)).collect();
         v.sort();
         v
     };
-    if sorted(recorded) == sorted(want) {
+    let (have, want) = (words(recorded), words(want));
+    if have == want {
         return Ok(());
     }
     Err(format!(
-        "unexpected kernel arguments: the node runs OS deployment {}.{}, which carries {recorded:?} from the config \
-         before the update, not {want:?}",
-        running.checksum, running.serial
+        "unexpected kernel arguments: the node runs OS deployment {}.{}, which carries [{}] from an earlier config, \
+         not [{}]",
+        running.checksum,
+        running.serial,
+        have.join(" "),
+        want.join(" ")
     ))
 }
 
@@ -406,6 +411,13 @@ impl Agent {
         let image_checksum = image.as_ref().map(|i| i.checksum.as_str());
         if booted_matches(status.booted.as_ref(), image_checksum, &old_kargs, &new.kernel_arguments) {
             tracing::info!(target, "the booted OS already matches osImageURL and kernelArguments");
+            // A deployment a rollback left carries the new config's arguments now, in the words
+            // the OS check compares.
+            if rolled_back::load(&self.root, &booted_or_default).is_some() {
+                if let Err(e) = rolled_back::save(&self.root, &booted_or_default, &new.kernel_arguments) {
+                    tracing::warn!(error = %e, "cannot record the running deployment's kernel arguments");
+                }
+            }
             return Ok(None);
         }
         if let Some(img) = image.clone().filter(|_| os_changed) {
@@ -519,14 +531,14 @@ impl Agent {
             }
             None => {}
         }
-        let verified = match self.verify_os(&os, &cur).await {
-            // The commit and arguments can match on the deployment booted before the update
-            // (one that only removed arguments): the staged one must be what runs.
-            Ok(()) => {
-                let booted = self.booted_deployment(&os).await.ok().flatten();
-                came_up_on_staged(staged.as_ref(), &checksum, booted.as_ref())
-            }
-            Err(reason) => Err(reason),
+        // The commit and arguments can match on the deployment booted before the update (one that
+        // only removed arguments): the staged one must be what runs. Another deployment of the
+        // staged commit is said as such; another commit gets MCO's words from the OS checks.
+        let booted = self.booted_deployment(&os).await.ok().flatten();
+        let on_staged = came_up_on_staged(staged.as_ref(), &checksum, booted.as_ref());
+        let verified = match on_staged {
+            Err(lost) if booted.as_ref().is_some_and(|b| b.checksum == checksum) => Err(lost),
+            on_staged => self.verify_os(&os, &cur).await.and(on_staged),
         };
         if let Err(reason) = verified {
             return match after_failed_verify(staged, denied.is_some(), reason) {
@@ -620,19 +632,26 @@ impl Agent {
     /// rollback. Recorded as a rollback records it ([`rolled_back`]), so that the drift check
     /// holds the node to them and the next update starts from them and does OS work. Only when
     /// the booted deployment is known not to be the staged one (commit `checksum`).
+    /// The booted deployment is the one read for the boot's verification (it cannot change within
+    /// a boot): the helper, which may be what just failed, is not asked again.
     async fn record_staged_lost(&mut self, os: &super::OsAgent, checksum: &str) {
         let Phase::Verifying { staged: Some(staged), .. } = &self.phase else { return };
         let staged = staged.clone();
-        let running = match self.read_os_status(os).await {
-            Ok(st) => st.booted,
+        let booted = match self.booted_deployment(os).await {
+            Ok(Some(b)) => b,
+            Ok(None) => return,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot read the running OS deployment to record its kernel arguments");
                 return;
             }
         };
-        let Some(running) = running else { return };
-        let booted = Booted { checksum: running.checksum.clone(), serial: running.deploy_serial };
         if not_the_staged(&staged, checksum, &booted) {
+            let running = DeploymentInfo {
+                checksum: booted.checksum.clone(),
+                deploy_serial: booted.serial,
+                booted: true,
+                ..Default::default()
+            };
             self.record_rolled_back_kargs(&running);
         }
     }
@@ -743,7 +762,8 @@ impl Agent {
 
     async fn verify_kargs(&mut self, os: &super::OsAgent, cur: &MachineConfig) -> Result<(), String> {
         if rolled_back::recorded(&self.root) {
-            if let Some(running) = self.booted_deployment(os).await.map_err(|e| e.to_string())? {
+            // A helper that cannot say which deployment runs is no finding (as below).
+            if let Ok(Some(running)) = self.booted_deployment(os).await {
                 if let Some(recorded) = rolled_back::kargs_for(&self.root, &running.checksum, running.serial) {
                     carries_configs_kargs(&recorded, &cur.spec.kernel_arguments, &running)?;
                 }
@@ -1089,12 +1109,13 @@ mod tests {
         assert_eq!(
             err,
             format!(
-                "unexpected kernel arguments: the node runs OS deployment {c}.2, which carries [\"nosmt\"] from the \
-                 config before the update, not []"
+                "unexpected kernel arguments: the node runs OS deployment {c}.2, which carries [nosmt] from an \
+                 earlier config, not []"
             )
         );
         assert!(carries_configs_kargs(&v(&["a", "b"]), &v(&["b", "a"]), &running).is_ok(), "the order is not judged");
         assert!(carries_configs_kargs(&v(&["a"]), &v(&["a", "a"]), &running).is_err(), "nor twice for once");
+        assert!(carries_configs_kargs(&v(&["a b"]), &v(&["b", "a"]), &running).is_ok(), "split as the arithmetic does");
         assert!(carries_configs_kargs(&v(&[]), &v(&[]), &running).is_ok());
     }
 

@@ -8,7 +8,10 @@
 //! and one both configs named was added twice, with a needless reboot). The rollback records here
 //! which arguments that deployment carries from aloft (the failed update's "old" ones), and the
 //! next update starts from them. The record holds until the node boots a deployment staged after
-//! it (verified), which carries the arguments its update computed.
+//! it (verified), which carries the arguments its update computed. A staged deployment lost for
+//! good (the power went before ostree finalized it, at every try) leaves the node on the
+//! deployment from before the update the same way, and is recorded the same way. While a record
+//! holds, the OS check requires the config's arguments to be the recorded ones.
 
 use crate::host::Root;
 use crate::os::DeploymentInfo;
