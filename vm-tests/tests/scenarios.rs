@@ -721,6 +721,8 @@ async fn named_cuts(fleet: &Fleet) -> Result<()> {
     ensure!(release == "2", "after the cut in the argument's removal the VM booted release {release}");
     // That boot's command line, from its journal: the agent may already have staged again and
     // rebooted when the test asks.
+    // (journalctl takes the boot id without its dashes.)
+    let boot_id = boot_id.replace('-', "");
     let cmdline = vm.sh(&format!("journalctl -b {boot_id} -k -o cat | grep -m1 'Command line:'")).await?;
     ensure!(
         cmdline.split_whitespace().any(|a| a == KARG),
