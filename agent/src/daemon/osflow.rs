@@ -632,6 +632,7 @@ impl Agent {
     /// rollback. Recorded as a rollback records it ([`rolled_back`]), so that the drift check
     /// holds the node to them and the next update starts from them and does OS work. Only when
     /// the booted deployment is known not to be the staged one (commit `checksum`).
+    ///
     /// The booted deployment is the one read for the boot's verification (it cannot change within
     /// a boot): the helper, which may be what just failed, is not asked again.
     async fn record_staged_lost(&mut self, os: &super::OsAgent, checksum: &str) {
