@@ -719,9 +719,8 @@ async fn named_cuts(fleet: &Fleet) -> Result<()> {
     tracing::info!("power cut: v2 without {KARG} staged, phase and current config saved, reboot not asked for");
     let (boot, boot_id, release) = power_cycle(vm, "the cut in the argument's removal").await?;
     ensure!(release == "2", "after the cut in the argument's removal the VM booted release {release}");
-    // That boot's command line, from its journal: the agent may already have staged again and
-    // rebooted when the test asks.
-    // (journalctl takes the boot id without its dashes.)
+    // That boot's command line, from its journal (whose `-b` takes the boot id without dashes):
+    // the agent may already have staged again and rebooted when the test asks.
     let boot_id = boot_id.replace('-', "");
     let cmdline = vm.sh(&format!("journalctl -b {boot_id} -k -o cat | grep -m1 'Command line:'")).await?;
     ensure!(
