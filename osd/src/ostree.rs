@@ -100,6 +100,18 @@ fn start_finalize_unit(checksum: &str) -> Result<(), OsError> {
     ))
 }
 
+/// Drop the staged deployment (under the caller's lock): libostree keeps a staged deployment
+/// only when it stays first in the list written, and otherwise removes it, its
+/// `/run/ostree/staged-deployment` record and its directory (ostree has no other call for it;
+/// `ostree admin undeploy 0` does the same).
+fn drop_staged(sysroot: &ostree::Sysroot) -> Result<(), glib::Error> {
+    sysroot.load(no_cancel())?;
+    let kept: Vec<ostree::Deployment> = sysroot.deployments().into_iter().filter(|d| !d.is_staged()).collect();
+    sysroot.write_deployments(&kept, no_cancel())?;
+    tracing::warn!("dropped the staged deployment");
+    Ok(())
+}
+
 fn no_cancel() -> Option<&'static gio::Cancellable> {
     None
 }
@@ -370,10 +382,19 @@ impl OsBackend for OstreeBackend {
         let argv: Vec<&str> = new_kargs.iter().map(String::as_str).collect();
         let opts = ostree::SysrootDeployTreeOpts { override_kernel_argv: Some(&argv), ..Default::default() };
         let deployment = if sysroot.is_booted() {
-            sysroot
+            let d = sysroot
                 .stage_tree_with_options(Some(osname), &checksum, Some(&origin), merge.as_ref(), &opts, no_cancel())
-                .map_err(|e| OsError::ostree(format!("staging OS commit {checksum}"), e))
-                .and_then(|d| start_finalize_unit(&checksum).map(|()| d))?
+                .map_err(|e| OsError::ostree(format!("staging OS commit {checksum}"), e))?;
+            if let Err(e) = start_finalize_unit(&checksum) {
+                // The agent undoes the update on this error: the deployment must not stay staged,
+                // where a later start of the unit (its path unit, on a host that keeps it) would
+                // finalize it and a reboot would boot the update the node reported as failed.
+                return Err(match drop_staged(&sysroot) {
+                    Ok(()) => e,
+                    Err(drop) => OsError::ostree(format!("{e}; dropping the staged deployment"), drop),
+                });
+            }
+            d
         } else {
             let d = sysroot
                 .deploy_tree_with_options(

@@ -414,6 +414,11 @@ const HELD_AFTER_FINALIZE: &str = "ALOFT-VMTEST-HELD-AFTER-FINALIZE";
 ///    and aloft-boot-sync checkpointed /boot's journal. A test drop-in holds the shutdown there.
 ///    The VM must boot the new entry, v1.
 ///
+/// Then, without a cut, an update to v2 whose finalizing unit cannot be started (masked for
+/// this boot): the staging fails, the OS helper drops the staged deployment (a later start of
+/// the unit would otherwise finalize an update the agent undid and reported as failed), the node
+/// is Degraded saying why and does not reboot; unmasked, the agent's retry goes through.
+///
 /// Held cuts before finalizing are scenario f's.
 async fn power_cut(fleet: &Fleet) -> Result<()> {
     let (_, first) = enrolled_and_done(fleet, 1, json!({})).await?;
@@ -490,6 +495,46 @@ async fn power_cut(fleet: &Fleet) -> Result<()> {
     let (_, _, release) = vm.wait_ready(boot, UP_WAIT).await?;
     ensure!(release == "1", "converged on {back} but running release {release}");
     os_is(vm, "1", &v1).await?;
+
+    // (3) The finalizing unit masked for this boot (`--runtime`: nothing of it reaches a
+    // deployment's /etc).
+    const FINALIZE: &str = "ostree-finalize-staged.service";
+    vm.sh(&format!("systemctl mask --runtime {FINALIZE} && systemctl daemon-reload")).await?;
+    let boots = vm.status().boot;
+    machine_config(
+        fleet,
+        "60-worker-os",
+        json!({"osImageURL": fleet.images.os_image_url("v2")?, "kernelArguments": [KARG]}),
+    )
+    .await?;
+    let node = wait_node(fleet, "Degraded for the masked finalizing unit", OS_ROLLOUT_PER_NODE, |n| {
+        cluster::annotation(n, ann::STATE) == "Degraded" && cluster::annotation(n, ann::REASON).contains(FINALIZE)
+    })
+    .await?;
+    tracing::info!(reason = cluster::annotation(&node, ann::REASON), "Degraded: the finalizing unit cannot start");
+    // The agent retries with backoff, staging for a moment each time: without the drop the
+    // deployment stays staged between the tries.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let staged = vm.sh("test -e /run/ostree/staged-deployment && echo staged || echo none").await?;
+        if staged.trim() == "none" {
+            break;
+        }
+        ensure!(Instant::now() < deadline, "the failed staging left the deployment staged:\n{}", {
+            vm.sh("ostree admin status").await?
+        });
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    ensure!(vm.status().boot == boots, "the node rebooted although its staging failed");
+    let dropped =
+        vm.sh("journalctl -b -u aloft-os-helper -o cat | grep -cF 'dropped the staged deployment' || true").await?;
+    ensure!(dropped.trim() != "0", "the OS helper never said it dropped a staged deployment");
+    vm.sh(&format!("systemctl unmask --runtime {FINALIZE} && systemctl daemon-reload")).await?;
+    let on_v2 =
+        wait_converged(fleet, &back, OS_ROLLOUT_PER_NODE).await.context("converging once the unit can start")?;
+    let (_, _, release) = vm.wait_ready(boots + 1, UP_WAIT).await?;
+    ensure!(release == "2", "converged on {on_v2} but running release {release}");
+    os_is(vm, "2", &v2).await?;
     Ok(())
 }
 
