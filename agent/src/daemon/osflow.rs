@@ -542,7 +542,7 @@ impl Agent {
         };
         if let Err(reason) = verified {
             return match after_failed_verify(staged, denied.is_some(), reason) {
-                FailedVerify::StageAgain(staged, why) => self.restage(&os, target, staged, why).await,
+                FailedVerify::StageAgain(staged, why) => self.restage(&os, target, &checksum, staged, why).await,
                 FailedVerify::Degraded(reason) => {
                     self.record_staged_lost(&os, &checksum).await;
                     self.fail(target, reason, false).await
@@ -595,21 +595,24 @@ impl Agent {
     }
 
     /// The boot after staging did not come up on the staged deployment (see [`Staged`]): stage
-    /// the same request again (`staged` counts this attempt already) and reboot. The phase stays
+    /// the same request again (`staged`, of commit `checksum`, counts this attempt already) and reboot. The phase stays
     /// Verifying until the reboot is asked for, so a crash meanwhile verifies (and stages) again
     /// rather than reporting Done on the old OS.
-    async fn restage(&mut self, os: &super::OsAgent, target: &str, staged: Staged, why: String) -> Result<()> {
+    async fn restage(
+        &mut self,
+        os: &super::OsAgent,
+        target: &str,
+        checksum: &str,
+        staged: Staged,
+        why: String,
+    ) -> Result<()> {
         let restaged = staged.restaged;
         tracing::warn!(target, restaged, reason = %why,
             "the staged OS deployment did not come up (the node went down before ostree finalized it?): staging it again");
-        let checksum = match &self.phase {
-            Phase::Verifying { checksum, .. } => checksum.clone(),
-            _ => String::new(),
-        };
         let req = match staged.request() {
             Ok(r) => r,
             Err(e) => {
-                self.record_staged_lost(os, &checksum).await;
+                self.record_staged_lost(os, checksum).await;
                 return self.fail(target, format!("{why}; staging it again: {e}"), false).await;
             }
         };
@@ -621,7 +624,7 @@ impl Agent {
                 self.reboot_staged(target, d.checksum, staged).await
             }
             Err(e) => {
-                self.record_staged_lost(os, &checksum).await;
+                self.record_staged_lost(os, checksum).await;
                 self.fail(target, format!("{why}; staging it again failed: {e}"), false).await
             }
         }
