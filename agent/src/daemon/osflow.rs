@@ -595,9 +595,9 @@ impl Agent {
     }
 
     /// The boot after staging did not come up on the staged deployment (see [`Staged`]): stage
-    /// the same request again (`staged`, of commit `checksum`, counts this attempt already) and reboot. The phase stays
-    /// Verifying until the reboot is asked for, so a crash meanwhile verifies (and stages) again
-    /// rather than reporting Done on the old OS.
+    /// the same request again (`staged`, of commit `checksum`, counts this attempt already) and
+    /// reboot. The phase stays Verifying until the reboot is asked for, so a crash meanwhile
+    /// verifies (and stages) again rather than reporting Done on the old OS.
     async fn restage(
         &mut self,
         os: &super::OsAgent,
