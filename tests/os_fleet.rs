@@ -619,6 +619,7 @@ async fn a_power_cut_before_an_os_update_saves_its_config_is_recovered() {
                     new_kargs: new_spec.kernel_arguments.clone(),
                     restaged: 0,
                     serial: None,
+                    from: None,
                 }),
             },
         };

@@ -941,7 +941,7 @@ impl Agent {
         }
         let staged = match os_work {
             Some(req) => {
-                let record = crate::state::Staged::of(&req);
+                let record = crate::state::Staged { from: self.staging_from().await, ..crate::state::Staged::of(&req) };
                 match self.os_stage(target, req).await {
                     Ok(d) => Some((d.checksum, crate::state::Staged { serial: Some(d.deploy_serial), ..record })),
                     // The files are written and nothing is staged: undone, as MCO rolls the

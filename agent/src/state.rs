@@ -35,6 +35,22 @@ pub struct Staged {
     /// looked like the update done. Absent in a record an older agent saved (or before staging).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub serial: Option<i32>,
+    /// The deployment the node ran when the update was first staged: the one a lost staging
+    /// (or a rollback) goes back to, and the only one known to carry the update's `old_kargs`
+    /// from aloft. A node that comes up on yet another (a boot-menu choice, a rollback that a
+    /// pinned deployment sent elsewhere) gets no such record. Absent in a record an older agent
+    /// saved, or where nothing is booted (a directory sysroot).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub from: Option<DeploymentId>,
+}
+
+/// One deployment: its commit and ostree's deploy serial (two deployments of one commit differ
+/// by serial only).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeploymentId {
+    pub checksum: String,
+    pub serial: i32,
 }
 
 /// How many times a staged deployment lost with its boot is staged again before the node is
@@ -49,6 +65,7 @@ impl Staged {
             new_kargs: req.new_kargs.clone(),
             restaged: 0,
             serial: None,
+            from: None,
         }
     }
 
@@ -310,10 +327,23 @@ mod tests {
             target: "t".into(),
             boot_id: "b1".into(),
             checksum: "ab".repeat(32),
-            staged: Some(Staged { restaged: 1, serial: Some(4), ..staged.clone() }),
+            staged: Some(Staged {
+                restaged: 1,
+                serial: Some(4),
+                from: Some(DeploymentId { checksum: "cd".repeat(32), serial: 3 }),
+                ..staged.clone()
+            }),
         };
         save(&root, &p).unwrap();
         assert_eq!(load(&root).unwrap(), p);
+        // A record saved before the deployment staged from was kept still loads, without it.
+        let older = r#"{"phase":"rebootingStaged","target":"t","boot_id":"b1","checksum":"c",
+            "staged":{"oldKargs":[],"newKargs":["x"],"restaged":0,"serial":2}}"#;
+        std::fs::write(root.state_dir().join("phase.json"), older).unwrap();
+        match load(&root).unwrap() {
+            Phase::RebootingStaged { staged: Some(s), .. } => assert_eq!((s.serial, s.from), (Some(2), None)),
+            other => panic!("{other:?}"),
+        }
         // A kernel-arguments-only change stages no image.
         let kargs_only = aloft_api::os::StageRequest { image: None, old_kargs: vec![], new_kargs: vec!["x".into()] };
         assert_eq!(Staged::of(&kargs_only).request().unwrap(), kargs_only);

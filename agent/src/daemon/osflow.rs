@@ -13,7 +13,7 @@ use crate::os::denylist::{self, Denylist};
 use crate::os::health::HealthChecks;
 use crate::os::rolled_back;
 use crate::os::{kargs, prestage, DeploymentInfo, OsError, OsHandle, OsStatus, StageRequest};
-use crate::state::{self, Phase, Staged};
+use crate::state::{self, DeploymentId, Phase, Staged};
 use aloft_api::osimage;
 use aloft_api::{MachineConfig, MachineConfigSpec};
 use anyhow::Result;
@@ -93,6 +93,12 @@ fn came_up_on_staged(staged: Option<&Staged>, checksum: &str, booted: Option<&Bo
         "the node booted OS deployment {}.{}, not {checksum}.{serial}, the one staged for this update",
         booted.checksum, booted.serial
     ))
+}
+
+/// Whether `to` is the deployment the update was staged from (the one known to carry its "old"
+/// arguments from aloft); a record without it (an older agent's) takes any deployment, as before.
+fn went_back_to_start(staged: &Staged, to: &DeploymentInfo) -> bool {
+    staged.from.as_ref().is_none_or(|f| f.checksum == to.checksum && f.serial == to.deploy_serial)
 }
 
 /// Whether `booted` is known not to be the deployment staged (commit `checksum`, the serial
@@ -453,6 +459,20 @@ impl Agent {
         staged
     }
 
+    /// The deployment running as an update is first staged ([`Staged::from`]), read once per
+    /// boot; none when nothing is booted or the helper cannot say (then the records are kept as
+    /// an older agent kept them).
+    pub(super) async fn staging_from(&mut self) -> Option<DeploymentId> {
+        let os = self.os.clone()?;
+        match self.booted_deployment(&os).await {
+            Ok(b) => b.map(|b| DeploymentId { checksum: b.checksum, serial: b.serial }),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the running OS deployment before staging");
+                None
+            }
+        }
+    }
+
     /// Reboot into the staged deployment (`staged` is what was staged); the next boot verifies it.
     pub(super) async fn reboot_staged(&mut self, target: &str, checksum: String, staged: Staged) -> Result<()> {
         self.enter_rebooting_staged(target, checksum, staged)?;
@@ -664,6 +684,13 @@ impl Agent {
     /// (`rolled_back`): said while the phase still holds the update's [`Staged`] request.
     fn record_rolled_back_kargs(&self, to: &DeploymentInfo) {
         if let Phase::Verifying { staged: Some(staged), .. } = &self.phase {
+            if !went_back_to_start(staged, to) {
+                // Its arguments from aloft are not known: the OS checks judge it by its commit
+                // and command line, as any deployment without a record.
+                tracing::warn!(deployment = %format_args!("{}.{}", to.checksum, to.deploy_serial),
+                    "the node runs a deployment other than the one the update started from: no kernel arguments recorded for it");
+                return;
+            }
             if let Err(e) = rolled_back::save(&self.root, to, &staged.old_kargs) {
                 tracing::warn!(error = %e, "cannot record the rolled-back deployment's kernel arguments");
             }
@@ -942,7 +969,7 @@ mod tests {
     }
 
     fn staged(restaged: u32) -> Staged {
-        Staged { image: None, old_kargs: vec![], new_kargs: vec!["k=1".into()], restaged, serial: None }
+        Staged { image: None, old_kargs: vec![], new_kargs: vec!["k=1".into()], restaged, serial: None, from: None }
     }
 
     #[test]
@@ -1091,6 +1118,26 @@ mod tests {
         assert_eq!(came_up_on_staged(Some(&with(None)), &c, Some(&booted(&c, 2))), Ok(()));
         assert_eq!(came_up_on_staged(Some(&with(Some(3))), &c, None), Ok(()));
         assert_eq!(came_up_on_staged(None, &c, Some(&booted(&c, 2))), Ok(()));
+    }
+
+    /// Only the deployment the update was staged from is known to carry its "old" arguments from
+    /// aloft: a node that comes up on a third one (chosen in the boot menu, or the rollback's
+    /// pick when a pinned deployment stands first) gets no record, which would hold it to
+    /// arguments it may never have had. A record an older agent saved (no `from`) takes any.
+    #[test]
+    fn only_the_deployment_staged_from_is_recorded_with_the_old_arguments() {
+        let (a, b) = ("ab".repeat(32), "cd".repeat(32));
+        let deployment = |checksum: &str, serial| DeploymentInfo {
+            checksum: checksum.into(),
+            deploy_serial: serial,
+            ..Default::default()
+        };
+        let staged = Staged { from: Some(DeploymentId { checksum: a.clone(), serial: 2 }), ..staged(0) };
+        assert!(went_back_to_start(&staged, &deployment(&a, 2)));
+        assert!(!went_back_to_start(&staged, &deployment(&a, 1)), "another deployment of the commit");
+        assert!(!went_back_to_start(&staged, &deployment(&b, 2)), "another commit");
+        let older = Staged { from: None, ..staged };
+        assert!(went_back_to_start(&older, &deployment(&b, 7)));
     }
 
     /// A staged deployment lost for good leaves the node on the deployment from before the
