@@ -208,6 +208,103 @@ async fn refused_input_changes_nothing() {
     assert!(fails(&c, &["get", "mcp", "worker"]).contains("NotFound"));
 }
 
+/// A command used wrongly exits 2 (as clap's own errors, so that a script tells a typo from a
+/// failure), says what to type, and changes nothing: a missing or empty name (`mcp/`, which the
+/// server would read as the collection's path), a patch that is no patch, a `--raw` path without
+/// its `/`, a watch of two types. `apply --dry-run` takes kubectl's `=server|client` and stores
+/// nothing either way.
+#[tokio::test]
+async fn misuse_exits_2_and_changes_nothing() {
+    let c = Coordinator::start();
+    create_pool(&c, aloft_tests::machine_config_pool("worker", "worker")).await;
+    settled(&c, "worker").await;
+    // Its spec (the controllers keep writing its status).
+    let spec = || {
+        let pool: serde_json::Value = serde_json::from_str(&ok(&c, &["get", "mcp", "worker", "-o", "json"])).unwrap();
+        pool["spec"].clone()
+    };
+    let pool_before = spec();
+    let cases: &[(&[&str], &str)] = &[
+        (&["describe", "mcp"], "describe needs a name: aloftctl describe machineconfigpool NAME"),
+        (&["describe", "mcp/"], "\"mcp/\": want TYPE/NAME, e.g. machineconfigpool/NAME"),
+        (&["delete"], "nothing to delete: give TYPE NAME... or -f FILE"),
+        (&["delete", "mcp"], "delete needs names"),
+        (&["delete", "mcp/"], "want TYPE/NAME"),
+        (&["delete", "mcp/worker/x"], "want TYPE/NAME"),
+        (&["patch", "mcp/", "-p", "{}"], "want TYPE/NAME"),
+        (&["patch", "mcp", "worker", "-p", "paused"], "is not a mapping"),
+        (&["patch", "mcp", "worker", "-p", "{spec: [unclosed"], "--patch is neither JSON"),
+        (&["patch", "mcp", "worker", "--type", "json", "-p", "{}"], "is not a list of operations"),
+        (&["get", "--raw", "metrics"], "starting with '/'"),
+        (&["get", "-w", "mcp,mc"], "watch is only supported on one object or one type's collection"),
+        (&["apply", "--dry-run=maybe", "-f", "x.yaml"], "invalid value 'maybe'"),
+    ];
+    for (args, says) in cases {
+        let out = ctl(&c, args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    }
+    assert_eq!(spec(), pool_before, "the pool is as it was");
+
+    let dir = tempfile::tempdir().unwrap();
+    let dry = write_in(
+        dir.path(),
+        "dry.yaml",
+        "apiVersion: machineconfiguration.openshift.io/v1\nkind: MachineConfig\nmetadata: {name: 50-dry, labels: {machineconfiguration.openshift.io/role: worker}}\nspec: {}\n",
+    );
+    for flag in ["--dry-run", "--dry-run=server", "--dry-run=client"] {
+        let out = ok(&c, &["apply", flag, "-f", &dry]);
+        assert!(
+            out.contains("machineconfig.machineconfiguration.openshift.io/50-dry created (server dry run)"),
+            "{flag}: {out}"
+        );
+        assert!(fails(&c, &["get", "mc", "50-dry"]).contains("NotFound"), "{flag}: nothing stored");
+    }
+    // A document without a name is refused by delete -f, naming the file, before anything goes.
+    let nameless = write_in(
+        dir.path(),
+        "nameless.yaml",
+        "apiVersion: machineconfiguration.openshift.io/v1\nkind: MachineConfigPool\nmetadata: {name: worker}\n---\napiVersion: machineconfiguration.openshift.io/v1\nkind: MachineConfigPool\nmetadata: {}\n",
+    );
+    let err = fails(&c, &["delete", "-f", &nameless]);
+    assert!(err.contains("nameless.yaml") && err.contains("has no metadata.name"), "{err}");
+    assert_eq!(spec(), pool_before, "nothing deleted");
+}
+
+/// `rollout status` waits through a coordinator restart, but a first request that reaches no
+/// coordinator (here: a port nothing listens on) is a mistake to say at once, not an hour's wait.
+#[tokio::test]
+async fn rollout_status_fails_at_once_when_it_never_reaches_the_coordinator() {
+    let c = Coordinator::start();
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let server = format!("https://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let mut follow = Command::new(bin("aloftctl"))
+        .arg("--kubeconfig")
+        .arg(c.kubeconfig_path())
+        .args(["--server", &server, "rollout", "status", "mcp/worker", "--timeout", "1h"])
+        .env_remove("ALOFT_KUBECONFIG")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn aloftctl");
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while follow.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = follow.kill();
+            panic!("rollout status still waits on a server it never reached");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let out = follow.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains(&format!("cannot reach the coordinator at {server}")), "{stderr}");
+    assert!(!stderr.contains("still waiting"), "{stderr}");
+}
+
 /// `adm prune renderedmachineconfigs`: a dry run by default; with --confirm, the unused rendered
 /// configs go (oldest first, --count of them), and what a pool or a node names stays, as do the
 /// user's own configs. An unknown pool is an error that deletes nothing.

@@ -66,13 +66,16 @@ impl ClientConfig {
         if server.is_empty() {
             bail!("{}: cluster {cluster_name:?} has no server", path.display());
         }
+        // Relative file names are the kubeconfig's own directory's, as kubectl resolves them.
+        let beside = |file: &str| path.parent().unwrap_or(Path::new("")).join(file);
         let ca_pem = if let Some(data) = cluster.pointer("/cluster/certificate-authority-data").and_then(Value::as_str)
         {
             Some(base64::engine::general_purpose::STANDARD.decode(data.trim()).with_context(|| {
                 format!("{}: cluster {cluster_name:?}: certificate-authority-data is not base64", path.display())
             })?)
         } else if let Some(file) = cluster.pointer("/cluster/certificate-authority").and_then(Value::as_str) {
-            Some(std::fs::read(file).with_context(|| format!("reading CA {file}"))?)
+            let file = beside(file);
+            Some(std::fs::read(&file).with_context(|| format!("reading CA {}", file.display()))?)
         } else {
             None
         };
@@ -83,9 +86,15 @@ impl ClientConfig {
                 u.pointer("/user/tokenFile").and_then(Value::as_str),
             ) {
                 (Some(t), _) => Some(t.to_string()),
-                (None, Some(f)) => Some(
-                    std::fs::read_to_string(f).with_context(|| format!("reading token file {f}"))?.trim().to_string(),
-                ),
+                (None, Some(f)) => {
+                    let f = beside(f);
+                    Some(
+                        std::fs::read_to_string(&f)
+                            .with_context(|| format!("reading token file {}", f.display()))?
+                            .trim()
+                            .to_string(),
+                    )
+                }
                 _ => None,
             },
             None => None,
@@ -202,6 +211,11 @@ pub fn install_crypto() {
 }
 
 impl Client {
+    /// The coordinator's address as configured, for messages that must say which one was asked.
+    pub fn server(&self) -> &str {
+        &self.base
+    }
+
     pub fn new(cfg: &ClientConfig) -> Result<Self> {
         install_crypto();
         let base = cfg.server.trim_end_matches('/').to_string();
@@ -489,6 +503,36 @@ mod tests {
         assert_eq!(warning_texts(r#"299 - "ok", 299 - "unterminated"#), ["ok"]);
         assert_eq!(warning_texts(r#"299 - "ok" junk, 299 - "after""#), Vec::<String>::new());
         assert!(warning_texts("").is_empty() && warning_texts("299").is_empty());
+    }
+
+    /// A kubeconfig's relative `certificate-authority` and `tokenFile` name files beside it (as
+    /// kubectl reads them), not in whatever directory the command runs from; absolute ones stay.
+    #[test]
+    fn relative_files_of_a_kubeconfig_are_beside_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let elsewhere = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("ca.crt"), "CA PEM").unwrap();
+        std::fs::write(elsewhere.path().join("token"), "abc.def\n").unwrap();
+        let kubeconfig = dir.path().join("config");
+        let write = |token_file: &str| {
+            let text = format!(
+                "apiVersion: v1\nkind: Config\ncurrent-context: c\n\
+                 clusters: [{{name: k, cluster: {{server: 'https://h:1', certificate-authority: ca.crt}}}}]\n\
+                 users: [{{name: u, user: {{tokenFile: '{token_file}'}}}}]\n\
+                 contexts: [{{name: c, context: {{cluster: k, user: u}}}}]\n"
+            );
+            std::fs::write(&kubeconfig, text).unwrap();
+        };
+        write(&elsewhere.path().join("token").display().to_string());
+        let cfg = ClientConfig::from_kubeconfig(&kubeconfig).unwrap();
+        assert_eq!(cfg.ca_pem.as_deref(), Some(&b"CA PEM"[..]));
+        assert_eq!(cfg.token.as_deref(), Some("abc.def"), "an absolute token file");
+        write("token");
+        let e = format!("{:#}", ClientConfig::from_kubeconfig(&kubeconfig).unwrap_err());
+        let beside = dir.path().join("token");
+        assert!(e.contains(&format!("reading token file {}", beside.display())), "{e}");
+        std::fs::write(&beside, "ghi.jkl").unwrap();
+        assert_eq!(ClientConfig::from_kubeconfig(&kubeconfig).unwrap().token.as_deref(), Some("ghi.jkl"));
     }
 
     #[test]

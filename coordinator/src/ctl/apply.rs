@@ -21,7 +21,8 @@ pub fn read_objects(path: &str) -> Result<Vec<(String, Value)>> {
     }
     let p = Path::new(path);
     if p.is_dir() {
-        let mut entries: Vec<_> = std::fs::read_dir(p)?
+        let mut entries: Vec<_> = std::fs::read_dir(p)
+            .with_context(|| format!("reading directory {path}"))?
             .filter_map(|e| e.ok().map(|e| e.path()))
             .filter(|e| e.extension().and_then(|x| x.to_str()).is_some_and(|x| matches!(x, "yaml" | "yml" | "json")))
             .collect();

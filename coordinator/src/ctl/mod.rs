@@ -93,9 +93,12 @@ enum Cmd {
         /// A file, a directory (its .yaml, .yml and .json files), or - for stdin; repeatable.
         #[arg(short = 'f', long = "filename", required = true)]
         files: Vec<String>,
-        /// Validate on the server without storing.
-        #[arg(long)]
-        dry_run: bool,
+        /// Validate on the server without storing: `--dry-run` or `--dry-run=server`
+        /// (`client` is taken as `server`: the coordinator checks more than a client could, and
+        /// still stores nothing; `none`, the default, applies).
+        #[arg(long, value_enum, value_name = "STRATEGY", num_args = 0..=1, require_equals = true,
+              default_value = "none", default_missing_value = "server")]
+        dry_run: DryRun,
         #[command(flatten)]
         validate: ValidateArg,
     },
@@ -134,8 +137,8 @@ enum Cmd {
     /// Print aloftctl's version and the coordinator's (its /version), each with the commit it
     /// was built from: after upgrading aloft, which build answers.
     ///
-    /// The nodes' agents report theirs as the Node's kubeletVersion (VERSION in
-    /// `kubectl get nodes`, `aloftctl get nodes -o wide`).
+    /// The nodes' agents report theirs as the Node's kubeletVersion (the VERSION column of
+    /// `aloftctl get nodes -o wide` and `kubectl get nodes -o wide`).
     Version {
         /// Only aloftctl's own version: no coordinator asked.
         #[arg(long)]
@@ -258,9 +261,11 @@ enum RolloutCmd {
     ///   aloftctl apply -f 99-worker-edited.yaml
     ///   aloftctl rollout status mcp/worker --not-config "$OLD"
     /// Fails when the pool is degraded or its circuit breaker is open (unless the target is
-    /// still the --not-config one); says so and waits while the pool is paused. Waits through
-    /// connection errors and server errors (a coordinator restart), with a warning, until the
-    /// timeout; fails at once on an unknown pool or a token without access. Exit status: 0 once
+    /// still the --not-config one); says so and waits while the pool is paused. Once the
+    /// coordinator has answered, waits through connection errors and server errors (a
+    /// coordinator restart), with a warning, until the timeout; fails at once when the first
+    /// request reaches no coordinator (a wrong --server, a CA it does not match), on an unknown
+    /// pool or a token without access. Exit status: 0 once
     /// updated, 1 on a failure or a timeout (the message says which), 2 on a usage error.
     #[command(
         verbatim_doc_comment,
@@ -362,7 +367,11 @@ fn targets(args: &[String]) -> Result<Vec<(&'static ResourceType, Option<String>
             .iter()
             .map(|a| {
                 let (t, n) = a.split_once('/').unwrap_or((a, ""));
-                Ok((resolve(t)?, Some(n.to_string())))
+                let rt = resolve(t)?;
+                if n.is_empty() || n.contains('/') {
+                    return Err(Usage(format!("{a:?}: want TYPE/NAME, e.g. {}/NAME", rt.singular)).into());
+                }
+                Ok((rt, Some(n.to_string())))
             })
             .collect();
     }
@@ -449,7 +458,9 @@ pub async fn main(build: BuildInfo) -> Result<()> {
             get(&client, &ns, &args, output, selector, watch).await
         }
         Cmd::Describe { args } => describe(&client, &ns, &args).await,
-        Cmd::Apply { files, dry_run, validate } => apply_files(&client, &ns, &files, dry_run, validate.mode).await,
+        Cmd::Apply { files, dry_run, validate } => {
+            apply_files(&client, &ns, &files, dry_run != DryRun::None, validate.mode).await
+        }
         Cmd::Delete { args, files, ignore_not_found } => delete(&client, &ns, &args, &files, ignore_not_found).await,
         Cmd::Patch { args, patch_type, patch, subresource, validate } => {
             patch_cmd(&client, &ns, &args, (&patch_type, &patch), subresource, validate.mode).await
@@ -521,7 +532,10 @@ fn print_warnings() -> crate::client::WarningHandler {
 /// the body (a failing `/readyz` lists its checks there).
 async fn get_raw(client: &Client, path: &str) -> Result<()> {
     if !path.starts_with('/') {
-        bail!("--raw takes a path from the server's root, starting with '/' (e.g. /readyz?verbose), not {path:?}");
+        return Err(Usage(format!(
+            "--raw takes a path from the server's root, starting with '/' (e.g. /readyz?verbose), not {path:?}"
+        ))
+        .into());
     }
     let (code, body) = client.get_raw(path).await?;
     let text = String::from_utf8_lossy(&body);
@@ -600,7 +614,11 @@ async fn get(
             [(rt, names)] if names.len() <= 1 => {
                 watch_get(client, ns, rt, names.first().map(String::as_str), &q, output).await
             }
-            _ => bail!("watch is only supported on one object or one type's collection, not {:?}", args.join(" ")),
+            _ => Err(Usage(format!(
+                "watch is only supported on one object or one type's collection, not {:?}",
+                args.join(" ")
+            ))
+            .into()),
         };
     }
     match output {
@@ -621,8 +639,16 @@ async fn get_tables(
     let mut printed = false;
     for (rt, names) in groups {
         let t = if names.is_empty() {
-            list_in_pages(client, &with_query(resource_path(rt.path_ref(), Some(ns), None), q), Some(TABLE_ACCEPT))
-                .await?
+            // One type that cannot be listed (a token without access to it) does not hide the
+            // others' tables: its error comes at the end, as kubectl's does.
+            let path = with_query(resource_path(rt.path_ref(), Some(ns), None), q);
+            match list_in_pages(client, &path, Some(TABLE_ACCEPT)).await {
+                Ok(t) => t,
+                Err(e) => {
+                    errors.push(format!("{e:#}"));
+                    continue;
+                }
+            }
         } else {
             named_table(client, ns, rt, names, q, &mut errors).await?
         };
@@ -688,7 +714,13 @@ async fn get_objects(
     for (rt, names) in groups {
         if names.is_empty() {
             let path = with_query(resource_path(rt.path_ref(), Some(ns), None), q);
-            let mut list = list_in_pages(client, &path, None).await?;
+            let mut list = match list_in_pages(client, &path, None).await {
+                Ok(l) => l,
+                Err(e) => {
+                    errors.push(format!("{e:#}"));
+                    continue;
+                }
+            };
             if let Some(Value::Array(all)) = list.get_mut("items").map(Value::take) {
                 items.extend(all.into_iter().map(|mut o| {
                     with_kind(rt, &mut o);
@@ -837,7 +869,8 @@ async fn follow(
 
 async fn describe(client: &Client, ns: &str, args: &[String]) -> Result<()> {
     for (rt, name) in targets(args)? {
-        let name = name.ok_or_else(|| anyhow!("describe needs a name: aloftctl describe {} NAME", rt.singular))?;
+        let name =
+            name.ok_or_else(|| Usage(format!("describe needs a name: aloftctl describe {} NAME", rt.singular)))?;
         let obj = client.get(&resource_path(rt.path_ref(), Some(ns), Some(&name))).await?.into_result()?;
         println!("Name:         {name}");
         println!("Kind:         {}", rt.kind);
@@ -984,6 +1017,14 @@ fn status_field(key: &str, v: &Value) -> String {
     }
 }
 
+/// `apply --dry-run[=STRATEGY]`, kubectl's values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DryRun {
+    None,
+    Server,
+    Client,
+}
+
 /// The longest nested status value `describe` prints.
 const DESCRIBE_LINES: usize = 40;
 
@@ -1100,18 +1141,22 @@ async fn delete(client: &Client, ns: &str, args: &[String], files: &[String], ig
             let kind = obj.get("kind").and_then(Value::as_str).unwrap_or("");
             let rt = resources::by_kind(av, kind).ok_or_else(|| anyhow!("{origin}: no resource for {av} {kind}"))?;
             let name = obj.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string();
+            if name.is_empty() {
+                bail!("{origin}: {kind} has no metadata.name: nothing to delete by");
+            }
             let n = obj.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or(ns).to_string();
             items.push((rt, name, n));
         }
     }
     if !args.is_empty() {
         for (rt, name) in targets(args)? {
-            let name = name.ok_or_else(|| anyhow!("delete needs names: aloftctl delete {} NAME", rt.singular))?;
+            let name =
+                name.ok_or_else(|| Usage(format!("delete needs names: aloftctl delete {} NAME", rt.singular)))?;
             items.push((rt, name, ns.to_string()));
         }
     }
     if items.is_empty() {
-        bail!("nothing to delete: give TYPE NAME... or -f FILE");
+        return Err(Usage("nothing to delete: give TYPE NAME... or -f FILE".into()).into());
     }
     // As kubectl: every object is tried, and the errors of those not deleted end the command,
     // each on its line, after the others were deleted.
@@ -1176,19 +1221,17 @@ fn patch_body(patch: &str, json_patch: bool) -> Result<Value> {
     let body = match serde_json::from_str(patch) {
         Ok(v) => v,
         Err(json) => crate::yaml::from_str(patch)
-            .map_err(|yaml| anyhow!("--patch is neither JSON ({json}) nor YAML ({yaml})"))?,
+            .map_err(|yaml| Usage(format!("--patch is neither JSON ({json}) nor YAML ({yaml})")))?,
     };
     let (fits, want) =
         if json_patch { (body.is_array(), "a list of operations") } else { (body.is_object(), "a mapping") };
     if !fits {
-        bail!(
-            "--patch {patch:?} is not {want} (want e.g. {})",
-            if json_patch {
-                r#"'[{"op":"replace","path":"/spec/paused","value":true}]'"#
-            } else {
-                r#"'{"spec":{"paused":true}}' or 'spec: {paused: true}'"#
-            }
-        );
+        let example = if json_patch {
+            r#"'[{"op":"replace","path":"/spec/paused","value":true}]'"#
+        } else {
+            r#"'{"spec":{"paused":true}}' or 'spec: {paused: true}'"#
+        };
+        return Err(Usage(format!("--patch {patch:?} is not {want} (want e.g. {example})")).into());
     }
     Ok(body)
 }
@@ -1207,8 +1250,9 @@ fn parse_timeout(s: &str) -> Result<u64, String> {
     if let Ok(secs) = s.parse::<u64>() {
         return Ok(secs);
     }
+    // Rounded up: `500ms` is a second, not 0 (which waits for good).
     humantime::parse_duration(s)
-        .map(|d| d.as_secs())
+        .map(|d| d.as_secs() + u64::from(d.subsec_nanos() > 0))
         .map_err(|e| format!("{e}: want seconds (300) or a duration (90s, 5m, 1h30m)"))
 }
 
@@ -1784,6 +1828,10 @@ async fn rollout_status(client: &Client, target: &[String], timeout: u64, not_co
     // What the pool's status last said holds it back.
     let mut held: Option<String> = None;
     let mut grace = Grace::default();
+    // Whether the coordinator has answered at all: a first request that reaches none is a setup
+    // mistake (a wrong address, a CA the server's certificate does not match), not a restart to
+    // wait out for an hour.
+    let mut answered = false;
     loop {
         // A connection error or a 5xx is waited through until the timeout, as kubectl's
         // reflector re-lists through them: a coordinator restart does not end a rollout, so it
@@ -1791,13 +1839,18 @@ async fn rollout_status(client: &Client, target: &[String], timeout: u64, not_co
         // at once.
         let progress = match client.get(&path).await {
             Ok(r) if r.code >= 500 || r.code == 429 => {
+                answered = true;
                 let code = r.code;
                 Err(r.into_result().err().map_or_else(|| format!("HTTP {code}"), |e| format!("{e:#}")))
             }
-            Ok(r) => match pool_progress(client, &r.into_result()?, &name, not_config, &mut grace).await {
-                Ok(p) => Ok(p),
-                Err(e) => Err(format!("{e:#}")),
-            },
+            Ok(r) => {
+                answered = true;
+                match pool_progress(client, &r.into_result()?, &name, not_config, &mut grace).await {
+                    Ok(p) => Ok(p),
+                    Err(e) => Err(format!("{e:#}")),
+                }
+            }
+            Err(e) if !answered => bail!("cannot reach the coordinator at {}: {e:#}", client.server()),
             Err(e) => Err(format!("{e:#}")),
         };
         let progress = match progress {
@@ -2161,6 +2214,10 @@ mod tests {
         assert_eq!(parse_timeout("90s"), Ok(90));
         assert_eq!(parse_timeout("5m"), Ok(300));
         assert_eq!(parse_timeout("1h30m"), Ok(5400));
+        // Under a second is a second, not 0 (which waits for good).
+        assert_eq!(parse_timeout("500ms"), Ok(1));
+        assert_eq!(parse_timeout("1500ms"), Ok(2));
+        assert_eq!(parse_timeout("0"), Ok(0));
         assert!(parse_timeout("5q").unwrap_err().contains("want seconds (300) or a duration"));
         assert!(parse_timeout("-1").is_err());
     }
