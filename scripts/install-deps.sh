@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Install what building and testing aloft needs on Debian 12, as root (dbus-daemon: the agent's
-# tests run a private bus; libostree-dev/ostree/gpg: the OS helper (osd/) links libostree
+# tests run a private bus; libostree-dev/ostree/gpg/gpg-agent: the OS helper (osd/) links libostree
 # 2022.7 and its tests build, sign and deploy real commits; systemd: its systemd-socket-activate
 # starts the OS helper as systemd's socket activation would). Idempotent and quick when
 # everything is already there. The Rust toolchain (stable 1.95) is expected on the machine.
 set -euo pipefail
 
 need=()
-for pkg in build-essential pkg-config ca-certificates dbus-daemon libostree-dev ostree gpg systemd; do
+for pkg in build-essential pkg-config ca-certificates dbus-daemon libostree-dev ostree gpg gpg-agent systemd; do
   # Installed, not merely known to dpkg (`dpkg -s` also succeeds for a package removed with its
   # configuration files left behind).
   [[ "$(dpkg-query -W -f='${db:Status-Status}' "$pkg" 2>/dev/null)" == installed ]] || need+=("$pkg")
@@ -20,8 +20,8 @@ fi
 if ((${#need[@]})); then
   echo "installing: ${need[*]}" >&2
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
   # Another apt (an image build) may hold the lock: wait for it rather than fail.
+  apt-get -o DPkg::Lock::Timeout=600 update -qq
   apt-get -o DPkg::Lock::Timeout=600 install -y -qq "${need[@]}" >/dev/null
 fi
 if ! command -v cargo >/dev/null 2>&1; then

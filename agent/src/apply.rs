@@ -521,7 +521,19 @@ async fn run_step(fs: &HostFs, journal: &Journal, services: &dyn ServiceManager,
             fail::fail_point!(points::RMDIR_AFTER);
         }
         Step::CleanTemp { path } => {
-            fs.remove(&fsroot::temp_name(&fsroot::rel(path)))?;
+            // A temp name the kernel cannot hold, or one on a read-only file system, was never
+            // made: nothing to clean, and a rollback must not stop on it (a journal left rolling
+            // back refuses every update). Validation refuses both; this is the second guard.
+            match fs.remove(&fsroot::temp_name(&fsroot::rel(path))) {
+                Err(e)
+                    if matches!(
+                        e.error.kind(),
+                        std::io::ErrorKind::InvalidFilename | std::io::ErrorKind::ReadOnlyFilesystem
+                    ) => {}
+                other => {
+                    other?;
+                }
+            }
         }
         Step::DaemonReload => {
             fail::fail_point!(points::DAEMON_RELOAD_BEFORE);

@@ -30,12 +30,16 @@ fn diff_keys(a: &BTreeMap<String, &Value>, b: &BTreeMap<String, &Value>) -> BTre
     out
 }
 
-fn core_keys(cfg: &Value) -> Option<&Value> {
-    cfg.pointer("/passwd/users")?
-        .as_array()?
-        .iter()
-        .find(|u| u.get("name").and_then(Value::as_str) == Some("core"))?
-        .get("sshAuthorizedKeys")
+/// What of the core user the `sshkey` policy covers: its keys and its password hash (MCO takes
+/// any change of the `passwd` section for its SSH key actions; core is the only user a config
+/// may name).
+fn core_keys(cfg: &Value) -> (Option<&Value>, Option<&Value>) {
+    let core = cfg
+        .pointer("/passwd/users")
+        .and_then(Value::as_array)
+        .and_then(|users| users.iter().find(|u| u.get("name").and_then(Value::as_str) == Some("core")));
+    let field = |k: &str| core.and_then(|u| u.get(k)).filter(|v| !v.is_null());
+    (field("sshAuthorizedKeys"), field("passwordHash"))
 }
 
 /// Unset and "default" are the same kernel.
@@ -103,5 +107,10 @@ mod tests {
         keys.kernel_arguments.push("b=2".into());
         let c = between(&new, &keys);
         assert!(c.ssh_keys && c.kernel_arguments && c.files.is_empty());
+        // A password change alone is the same kind of change (MCO's passwd diff).
+        let mut password = new.clone();
+        password.config["passwd"]["users"][0]["passwordHash"] = json!("$6$salt$hash");
+        let c = between(&new, &password);
+        assert!(c.ssh_keys && c.files.is_empty() && !c.kernel_arguments, "{c:?}");
     }
 }

@@ -299,6 +299,17 @@ impl HostFs {
         Ok(missing)
     }
 
+    /// Whether the existing directory `rel` ("" for the root) is on a file system mounted
+    /// read-only as this process sees it: an image-based host's /usr, and what the agent's unit
+    /// leaves read-only (ProtectSystem=strict). A write there would fail in the middle of an
+    /// update, after the drain.
+    pub fn read_only_dir(&self, rel: &Path) -> Result<bool, FsError> {
+        let dir = if rel.as_os_str().is_empty() { self.dir.try_clone() } else { self.dir.open_dir(rel) }
+            .map_err(|e| FsError::new("open", rel, e))?;
+        let st = nix::sys::statvfs::fstatvfs(&dir).map_err(|e| FsError::new("statvfs", rel, io::Error::from(e)))?;
+        Ok(st.flags().contains(nix::sys::statvfs::FsFlags::ST_RDONLY))
+    }
+
     /// Creates the missing ancestors of `rel` with `mode` (0755 for config files, as MCO),
     /// owned by root, each made durable in its parent.
     pub fn ensure_parent(&self, rel: &Path) -> Result<(), FsError> {

@@ -16,9 +16,9 @@ use aloft_api::content as dataurl;
 use aloft_api::reconcile::{self, ConfigDiff};
 use aloft_api::MachineConfigSpec;
 use serde_json::{Map, Value};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// Which annotation state a refusal leads to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -511,9 +511,15 @@ impl Owners {
 /// Checks that a path can be written beneath the root: every existing ancestor resolves (through
 /// symlinks, with cap-std) to a directory inside the root, and the path itself is not a
 /// directory or a special file.
-fn check_host_path(fs: &HostFs, seen: &mut fsroot::Ancestors, path: &str, field: &str) -> Result<(), Refusal> {
+fn check_host_path(
+    fs: &HostFs,
+    seen: &mut fsroot::Ancestors,
+    read_only: &mut HashMap<PathBuf, bool>,
+    path: &str,
+    field: &str,
+) -> Result<(), Refusal> {
     let rel = fsroot::rel(path);
-    fs.missing_ancestors_cached(&rel, seen).map_err(|e| {
+    let missing = fs.missing_ancestors_cached(&rel, seen).map_err(|e| {
         if e.is_escape() {
             Refusal::degraded(
                 field,
@@ -523,6 +529,26 @@ fn check_host_path(fs: &HostFs, seen: &mut fsroot::Ancestors, path: &str, field:
             Refusal::degraded(field, format!("path {path:?} cannot be created: {e}"))
         }
     })?;
+    // The deepest directory that exists: where the write (or the first directory made) lands.
+    let existing = missing.first().unwrap_or(&rel).parent().map(Path::to_path_buf).unwrap_or_default();
+    let ro = match read_only.get(&existing) {
+        Some(ro) => *ro,
+        None => {
+            let ro = fs.read_only_dir(&existing).map_err(|e| Refusal::degraded(field, e.to_string()))?;
+            read_only.insert(existing.clone(), ro);
+            ro
+        }
+    };
+    if ro {
+        return Err(Refusal::degraded(
+            field,
+            format!(
+                "path {path:?} is on a read-only file system (/{}): an image-based host's /usr comes with its OS \
+                 image (osImageURL); a config writes under /etc or /var",
+                existing.display()
+            ),
+        ));
+    }
     // The I/O error names the operation and the path.
     match fs.entry(&rel).map_err(|e| Refusal::degraded(field, e.to_string()))? {
         Entry::Dir { .. } => Err(Refusal::degraded(field, format!("path {path:?} exists and is a directory"))),
@@ -561,11 +587,12 @@ fn check_core_shadow(fs: &HostFs, d: &Desired) -> Result<(), Refusal> {
 
 pub fn check_host(fs: &HostFs, d: &Desired) -> Result<Owners, Refusal> {
     let mut seen = fsroot::Ancestors::default();
+    let mut read_only = HashMap::new();
     for (path, field) in written_paths(d) {
-        check_host_path(fs, &mut seen, &path, &field)?;
+        check_host_path(fs, &mut seen, &mut read_only, &path, &field)?;
         let (orig, noorig) = crate::files::backup_paths(&path);
-        check_host_path(fs, &mut seen, &orig, &field)?;
-        check_host_path(fs, &mut seen, &noorig, &field)?;
+        check_host_path(fs, &mut seen, &mut read_only, &orig, &field)?;
+        check_host_path(fs, &mut seen, &mut read_only, &noorig, &field)?;
     }
     check_core_shadow(fs, d)?;
     let owners = Owners::load(fs).map_err(|e| Refusal::degraded("spec.config.storage.files", e.to_string()))?;

@@ -190,6 +190,50 @@ fn a_symlink_at_the_path_itself_is_replaced_not_followed() {
     assert_eq!(snapshot(outside.path(), &[]), before_outside);
 }
 
+/// A file on a read-only file system (an image-based host's /usr, or what the agent's unit
+/// keeps read-only) is refused at validation, naming the field, before anything is written: the
+/// write would otherwise fail in the middle of the update, after the drain. Mounts a read-only
+/// tmpfs (needs root, as the tests that mount do).
+#[test]
+fn a_file_on_a_read_only_file_system_is_refused_with_nothing_written() {
+    let template = template();
+    let dir = copy_of(template.path());
+    let ro = dir.path().join("usr/share/ro");
+    std::fs::create_dir_all(&ro).unwrap();
+    let out = Command::new("mount").args(["-t", "tmpfs", "-o", "ro,size=1m", "tmpfs"]).arg(&ro).output().unwrap();
+    assert!(out.status.success(), "mount a read-only tmpfs (needs root): {}", String::from_utf8_lossy(&out.stderr));
+    struct Unmount<'a>(&'a Path);
+    impl Drop for Unmount<'_> {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg("-l").arg(self.0).output();
+        }
+    }
+    let _unmount = Unmount(&ro);
+    let root = Root::new(dir.path());
+    let svc = RecordingServices::on(dir.path());
+    for (i, path) in ["/usr/share/ro/aloft.conf", "/usr/share/ro/sub/dir/aloft.conf"].into_iter().enumerate() {
+        let mut cfg = old_config();
+        let files = cfg.config["storage"]["files"].as_array_mut().unwrap();
+        files.push(serde_json::json!({"path": path, "contents": {"source": "data:,x"}}));
+        let at = files.len() - 1;
+        let before = snapshot(dir.path(), &[]);
+        let applied = block_on(apply::apply(&root, &Journal::new(&root), &old_config(), &cfg, &svc));
+        match applied {
+            Err(ApplyError::Refused(r)) => {
+                assert_eq!(
+                    (r.kind, r.field.as_str()),
+                    (RefusalKind::Degraded, format!("spec.config.storage.files[{at}].path").as_str()),
+                    "{i}: {r:?}"
+                );
+                assert!(r.message.contains("is on a read-only file system (/usr/share/ro)"), "{i}: {}", r.message);
+            }
+            other => panic!("{path}: not refused: {other:?}"),
+        }
+        assert_eq!(snapshot(dir.path(), &[]), before, "{path}: the host changed");
+        assert!(svc.calls().is_empty(), "{path}: systemd was called: {:?}", svc.calls());
+    }
+}
+
 #[test]
 fn every_corpus_file_says_what_it_tries_and_expects() {
     let cases = corpus();

@@ -35,6 +35,9 @@ pub fn check_unit_name(name: &str) -> Result<(), String> {
     if name.len() > MAX_UNIT_NAME {
         return Err(format!("unit name is longer than {MAX_UNIT_NAME} bytes"));
     }
+    if let Some(m) = crate::node_limits::name_length_error(name) {
+        return Err(format!("unit {m}"));
+    }
     if name.contains('/') {
         return Err(format!("unit name {name:?} contains '/'"));
     }
@@ -60,6 +63,9 @@ pub fn check_dropin_name(name: &str) -> Result<(), String> {
     }
     if name.contains('\0') || name.len() > MAX_UNIT_NAME {
         return Err(format!("drop-in name {name:?} is not a valid file name"));
+    }
+    if let Some(m) = crate::node_limits::name_length_error(name) {
+        return Err(format!("drop-in {m}"));
     }
     if !name.ends_with(".conf") || name == ".conf" {
         return Err(format!("drop-in name {name:?} must be <name>.conf"));

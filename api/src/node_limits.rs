@@ -21,6 +21,31 @@ pub const RESERVED_PREFIXES: &[&str] = &[
 /// The suffix of the agent's temporary files, beside the file they replace.
 pub const TEMP_SUFFIX: &str = ".aloft-tmp";
 
+/// What the agent adds to a written file's name: MCO's backup suffix (`.mcdnoorig`, the longer
+/// one) and its own temp name around that (`.NAME.aloft-tmp`). A name that fits Linux's 255
+/// bytes but not with these would fail in the middle of an update (ENAMETOOLONG), after the
+/// drain: refused up front instead.
+pub const NAME_HEADROOM: usize = ".mcdnoorig".len() + 1 + TEMP_SUFFIX.len();
+
+/// The longest file, unit or drop-in name a node writes.
+pub const MAX_WRITTEN_NAME: usize = crate::ignition::MAX_PATH_COMPONENT - NAME_HEADROOM;
+
+/// The longest path a node writes: its backup lives under MCO's noorig tree, with the headroom.
+pub const MAX_WRITTEN_PATH: usize =
+    crate::ignition::MAX_PATH - "/etc/machine-config-daemon/noorig".len() - NAME_HEADROOM;
+
+/// Why a node cannot write a file named `name` (one path component), or `None`.
+pub fn name_length_error(name: &str) -> Option<String> {
+    (name.len() > MAX_WRITTEN_NAME).then(|| {
+        format!(
+            "name {:?}... is {} bytes long, over the {MAX_WRITTEN_NAME} bytes a node can write (Linux allows 255, and \
+             the backup and temporary names beside it add {NAME_HEADROOM})",
+            name.chars().take(16).collect::<String>(),
+            name.len()
+        )
+    })
+}
+
 /// Why a node would not write `path`, or `None`: absolute, clean (Ignition refuses "dirty"
 /// paths: no `.`, `..`, `//`, trailing `/`), a file name (not `/` itself), lengths Linux takes,
 /// not a temporary file's name and not in a reserved tree.
@@ -34,9 +59,19 @@ pub fn path_error(path: &str) -> Option<String> {
     if let Err(m) = crate::ignition::check_path_lengths(path) {
         return Some(m);
     }
+    if path.len() > MAX_WRITTEN_PATH {
+        return Some(format!(
+            "path is {} bytes long, over the {MAX_WRITTEN_PATH} bytes a node can write (its backup under \
+             /etc/machine-config-daemon/noorig must fit Linux's 4095)",
+            path.len()
+        ));
+    }
     let parts: Vec<&str> = path[1..].split('/').collect();
     if path == "/" || parts.iter().any(|p| p.is_empty() || *p == "." || *p == "..") {
         return Some(format!("path {path:?} is not clean (no '.', '..', '//' or trailing '/')"));
+    }
+    if let Some(m) = parts.last().and_then(|n| name_length_error(n)) {
+        return Some(m);
     }
     if parts.last().is_some_and(|n| n.ends_with(TEMP_SUFFIX)) {
         return Some(format!("path {path:?} ends in {TEMP_SUFFIX}, the agent's temp file suffix"));

@@ -673,9 +673,10 @@ mod tests {
             ]),
             "later contents, earlier mode and owner kept (Ignition's merge), position kept, new paths appended"
         );
-        // What the later entry sets wins, field by field.
+        // What the later entry sets wins, field by field. (Not `overwrite: true`: without a
+        // source of its own, Ignition refuses the entry, as it refuses it in MCO's parse.)
         let c =
-            with_config("02-c", json!({"storage": {"files": [{"path": "/etc/x", "mode": 420, "overwrite": true}]}}));
+            with_config("02-c", json!({"storage": {"files": [{"path": "/etc/x", "mode": 420, "overwrite": false}]}}));
         let s = merge(&[
             with_config(
                 "00-a",
@@ -687,7 +688,7 @@ mod tests {
         .unwrap();
         assert_eq!(
             s.config["storage"]["files"][0],
-            json!({"path": "/etc/x", "mode": 420, "overwrite": true, "user": {"name": "core"}, "contents": {"source": "data:,one"}})
+            json!({"path": "/etc/x", "mode": 420, "overwrite": false, "user": {"name": "core"}, "contents": {"source": "data:,one"}})
         );
     }
 
