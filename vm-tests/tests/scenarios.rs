@@ -22,6 +22,8 @@ const UNIT: &str = "aloft-vmtest.service";
 const UNIT_FILE: &str = "[Unit]\nDescription=aloft vm-tests unit (restarted by the disruption policy)\n\
     [Service]\nExecStart=/bin/sleep infinity\n[Install]\nWantedBy=multi-user.target\n";
 const KARG: &str = "aloft.vmtest=os-v2";
+/// A file of the first config outside /etc: the agent's unit must let it write /var.
+const VAR_FILE: &str = "/var/lib/aloft-vmtest/state.conf";
 /// Masked and stopped by scenario e so that the agent's reboot request is refused.
 const LOGIND: &str = "systemd-logind.service";
 /// Scenario e's delay inhibitor (a transient service holding `systemd-inhibit --mode=delay`):
@@ -47,6 +49,7 @@ async fn enrolled_and_done(
                 "metadata": {"name": "cluster"},
                 "spec": {"nodeDisruptionPolicy": {
                     "files": [{"path": "/etc/aloft-vmtest/none.conf", "actions": [{"type": "None"}]},
+                              {"path": VAR_FILE, "actions": [{"type": "None"}]},
                               {"path": "/etc/aloft-vmtest/restart.conf",
                                "actions": [{"type": "Restart", "restart": {"serviceName": UNIT}}]}],
                     "units": [{"name": UNIT, "actions": [{"type": "DaemonReload"},
@@ -59,7 +62,8 @@ async fn enrolled_and_done(
         "50-worker-vmtest",
         json!({"config": {
             "storage": {"files": [file("/etc/aloft-vmtest/none.conf", "none 1\n"),
-                                  file("/etc/aloft-vmtest/restart.conf", "restart 1\n")]},
+                                  file("/etc/aloft-vmtest/restart.conf", "restart 1\n"),
+                                  file(VAR_FILE, "var 1\n")]},
             "systemd": {"units": [{"name": UNIT, "enabled": true, "contents": UNIT_FILE}]}}}),
     )
     .await?;
@@ -102,15 +106,17 @@ async fn rebootless(fleet: &Fleet) -> Result<()> {
     );
     let mut before = Vec::new();
     for vm in &fleet.vms {
-        let files = vm.sh("cat /etc/aloft-vmtest/none.conf /etc/aloft-vmtest/restart.conf").await?;
-        ensure!(files == "none 1\nrestart 1\n", "{}: files of the first config: {files:?}", vm.name);
+        let files =
+            vm.sh(&format!("cat /etc/aloft-vmtest/none.conf /etc/aloft-vmtest/restart.conf {VAR_FILE}")).await?;
+        ensure!(files == "none 1\nrestart 1\nvar 1\n", "{}: files of the first config: {files:?}", vm.name);
         before.push(cluster::unit_invocation(vm, UNIT).await?);
     }
 
     // A file whose policy is None: written, nothing restarted.
     let config = |none: &str, restart: &str| {
         json!({"config": {
-            "storage": {"files": [file("/etc/aloft-vmtest/none.conf", none), file("/etc/aloft-vmtest/restart.conf", restart)]},
+            "storage": {"files": [file("/etc/aloft-vmtest/none.conf", none), file("/etc/aloft-vmtest/restart.conf", restart),
+                                  file(VAR_FILE, "var 1\n")]},
             "systemd": {"units": [{"name": UNIT, "enabled": true, "contents": UNIT_FILE}]}}})
     };
     machine_config(fleet, "50-worker-vmtest", config("none 2\n", "restart 1\n")).await?;
@@ -124,13 +130,15 @@ async fn rebootless(fleet: &Fleet) -> Result<()> {
 
     // A file whose policy restarts the unit.
     machine_config(fleet, "50-worker-vmtest", config("none 2\n", "restart 2\n")).await?;
-    wait_converged(fleet, &second, ROLLOUT_REBOOTLESS).await.context("the Restart-policy change")?;
+    let third = wait_converged(fleet, &second, ROLLOUT_REBOOTLESS).await.context("the Restart-policy change")?;
     for (vm, b) in fleet.vms.iter().zip(&before) {
         let files = vm.sh("cat /etc/aloft-vmtest/restart.conf").await?;
         ensure!(files == "restart 2\n", "{}: restart.conf {files:?}", vm.name);
         let now = cluster::unit_invocation(vm, UNIT).await?;
         ensure!(now.0 != b.0 && now.1 != b.1, "{}: {UNIT} was not restarted: {b:?} -> {now:?}", vm.name);
     }
+    read_only_file_refused(fleet, &third).await?;
+    drift_repaired_by_the_force_file(fleet).await?;
     no_reboot(fleet, &boot_ids).await?;
     for n in fleet.nodes().await? {
         ensure!(!cluster::is_cordoned(&n), "{} left cordoned", cluster::name(&n));
@@ -626,6 +634,70 @@ async fn wait_failpoint(fleet: &Fleet, vm: &Vm, name: &str, timeout: Duration) -
 async fn agent_log(vm: &Vm, text: &str, this_boot: bool) -> Result<String> {
     let boot = if this_boot { "-b" } else { "" };
     vm.sh(&format!("journalctl {boot} -u aloft-agent -o cat | grep -F {text:?} || true")).await
+}
+
+/// A file under /usr (read-only on the image, and to the agent's unit) is refused at validation
+/// on the first node picked, before the agent drains or writes anything: Degraded naming the
+/// field, nothing written, and the cordon of its pick released (it failed before its drain).
+/// Withdrawn, the pool goes back to `previous` and the node to Done.
+async fn read_only_file_refused(fleet: &Fleet, previous: &str) -> Result<()> {
+    const USR_FILE: &str = "/usr/lib/aloft-vmtest.conf";
+    machine_config(fleet, "51-worker-vmtest-usr", json!({"config": {"storage": {"files": [file(USR_FILE, "usr\n")]}}}))
+        .await?;
+    let refused = wait_node(fleet, "a node Degraded on the /usr file", ROLLOUT_REBOOTLESS, |n| {
+        cluster::annotation(n, ann::STATE) == "Degraded"
+    })
+    .await?;
+    let reason = cluster::annotation(&refused, ann::REASON).to_string();
+    ensure!(
+        reason.contains("spec.config.storage.files[") && reason.contains("is on a read-only file system (/usr"),
+        "the refusal names the field and the read-only file system: {reason:?}"
+    );
+    let node = cluster::name(&refused).to_string();
+    let vm = fleet.vms.iter().find(|v| v.name == node).with_context(|| format!("no VM {node}"))?;
+    let there = vm.sh(&format!("test -e {USR_FILE} && echo there || echo absent")).await?;
+    ensure!(there.trim() == "absent", "{node}: {USR_FILE} is {there:?}");
+    wait_node(fleet, "the refused node uncordoned", ROLLOUT_REBOOTLESS, |n| {
+        cluster::name(n) == node && !cluster::is_cordoned(n)
+    })
+    .await?;
+    tracing::info!(%node, %reason, "a file on the read-only /usr: refused before the drain");
+    fleet
+        .admin
+        .delete(&aloft_tests::path_of(&aloft_tests::MACHINE_CONFIG, Some("51-worker-vmtest-usr")))
+        .await?
+        .into_result()?;
+    let back = wait_converged(fleet, cluster::annotation(&refused, ann::DESIRED_CONFIG), ROLLOUT_REBOOTLESS)
+        .await
+        .context("the pool back on its config after the /usr file is withdrawn")?;
+    ensure!(back == previous, "withdrawn, the pool renders {back}, not {previous}");
+    Ok(())
+}
+
+/// A managed file edited by hand shows as Degraded (`content mismatch`) within moments; MCO's
+/// force file in /run (which the agent's unit must let it remove) writes the config again, and
+/// the node is Done with the file restored and the force file gone, no reboot.
+async fn drift_repaired_by_the_force_file(fleet: &Fleet) -> Result<()> {
+    let vm = &fleet.vms[0];
+    let expected = vm.sh("cat /etc/aloft-vmtest/none.conf").await?;
+    vm.sh("echo tampered > /etc/aloft-vmtest/none.conf").await?;
+    let name = vm.name.clone();
+    wait_node(fleet, "the hand edit seen as drift", ROLLOUT_REBOOTLESS, |n| {
+        cluster::name(n) == name
+            && cluster::annotation(n, ann::STATE) == "Degraded"
+            && cluster::annotation(n, ann::REASON).contains("content mismatch")
+    })
+    .await?;
+    vm.sh("touch /run/machine-config-daemon-force").await?;
+    wait_node(fleet, "the force file's repair", ROLLOUT_REBOOTLESS, |n| {
+        cluster::name(n) == name && cluster::annotation(n, ann::STATE) == "Done"
+    })
+    .await?;
+    let now = vm.sh("cat /etc/aloft-vmtest/none.conf").await?;
+    ensure!(now == expected, "{name}: after the repair none.conf is {now:?}, not {expected:?}");
+    let force = vm.sh("test -e /run/machine-config-daemon-force && echo there || echo gone").await?;
+    ensure!(force.trim() == "gone", "{name}: the force file stayed");
+    Ok(())
 }
 
 /// Wait until the (first) Node satisfies `pred`; returns it.
