@@ -180,9 +180,13 @@ impl OstreeBackend {
                 return Ok(());
             }
         }
+        // A remote the OS shipped verifying its summary keeps doing so (a plain `ostree admin
+        // upgrade` follows refs the summary lists); one made here pulls commits by checksum,
+        // whose own signatures are checked, and needs no signed summary from a mirror.
+        let verify_summary = exists && repo.remote_get_gpg_verify_summary(name).unwrap_or(false);
         let opts = glib::VariantDict::new(None);
         opts.insert("gpg-verify", true);
-        opts.insert("gpg-verify-summary", false);
+        opts.insert("gpg-verify-summary", verify_summary);
         opts.insert("gpgkeypath", keyring.as_str());
         let change = if exists { ostree::RepoRemoteChange::Replace } else { ostree::RepoRemoteChange::Add };
         repo.remote_change(None::<&gio::File>, change, name, Some(&url), Some(&opts.end()), no_cancel())

@@ -248,6 +248,14 @@ async fn os_update(fleet: &Fleet, prestage: bool) -> Result<()> {
         // one reboot above shows the staged deployment was not lost).
         let masked = vm.sh("systemctl is-enabled ostree-finalize-staged.path || true").await?;
         ensure!(masked.trim() == "masked", "{}: ostree-finalize-staged.path is {masked:?}, not masked", vm.name);
+        // The remote the OS shipped verified its summary; the helper's reconfiguration (its
+        // keyring) kept that, rather than turning it off for good.
+        let remote = vm.sh("cat /etc/ostree/remotes.d/aloft.conf").await?;
+        ensure!(
+            remote.lines().any(|l| l.trim() == "gpg-verify-summary=true"),
+            "{}: the node's remote no longer verifies its summary:\n{remote}",
+            vm.name
+        );
         let started = vm.sh("journalctl -u aloft-os-helper -o cat | grep -cF 'finalizing unit runs' || true").await?;
         ensure!(
             started.trim().parse::<u32>().unwrap_or(0) >= 1,
