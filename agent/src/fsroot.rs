@@ -299,6 +299,30 @@ impl HostFs {
         Ok(missing)
     }
 
+    /// Where `rel` lands on this host: its deepest existing ancestor resolved through symlinks
+    /// (inside the root), then the rest as written; the last component itself is not followed
+    /// (a symlink there is replaced, not written through). Two paths a config names apart can
+    /// be one file on the host (RHCOS' `/var/run -> ../run`, `/home -> var/home`), which checks
+    /// of the strings cannot see.
+    pub fn resolved(&self, rel: &Path) -> Result<PathBuf, FsError> {
+        let mut rest: Vec<&std::ffi::OsStr> = rel.file_name().into_iter().collect();
+        let mut existing = rel.parent().unwrap_or(Path::new(""));
+        while !existing.as_os_str().is_empty() {
+            match self.dir.canonicalize(existing) {
+                Ok(mut real) => {
+                    real.extend(rest.iter().rev());
+                    return Ok(real);
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    rest.extend(existing.file_name());
+                    existing = existing.parent().unwrap_or(Path::new(""));
+                }
+                Err(e) => return Err(FsError::new("resolve", existing, e)),
+            }
+        }
+        Ok(rest.iter().rev().collect())
+    }
+
     /// Whether the existing directory `rel` ("" for the root) is on a file system mounted
     /// read-only as this process sees it: an image-based host's /usr, and what the agent's unit
     /// leaves read-only (ProtectSystem=strict). A write there would fail in the middle of an

@@ -557,6 +557,40 @@ fn check_host_path(
     }
 }
 
+/// The checks made on the paths as written (reserved trees, MCO's force file, one writer per
+/// path), made again on where each lands on this host: through a root-owned symlink (RHCOS'
+/// `/var/run -> ../run`) a config could write the force file, or write core's SSH keys file
+/// under a second name, which then never matches and leaves the node Degraded for good.
+fn check_where_paths_land(fs: &HostFs, d: &Desired) -> Result<(), Refusal> {
+    let force = format!("/{}", crate::daemon::FORCE_FILE);
+    let mut seen: HashMap<PathBuf, (String, String)> = HashMap::new();
+    for (path, field) in written_paths(d) {
+        let real = fs.resolved(&fsroot::rel(&path)).map_err(|e| Refusal::degraded(&field, e.to_string()))?;
+        let shown = format!("/{}", real.display());
+        if shown != path {
+            if shown == force {
+                return Err(Refusal::degraded(
+                    field,
+                    format!("path {path:?} is {shown:?} on this host (through a symlink), MCO's force file: a config cannot write it"),
+                ));
+            }
+            if let Some(m) = aloft_api::node_limits::path_error(&shown) {
+                return Err(Refusal::degraded(
+                    field,
+                    format!("path {path:?} is {shown:?} on this host (through a symlink): {m}"),
+                ));
+            }
+        }
+        if let Some((first, first_field)) = seen.insert(real, (path.clone(), field.clone())) {
+            return Err(Refusal::degraded(
+                field,
+                format!("path {path:?} and {first:?} ({first_field}) are the same file on this host ({shown}, through a symlink)"),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Host-side checks of a parsed config: every written path (and its MCO backup locations) is
 /// safe to write, every owner name exists. Reads only.
 /// core's `passwordHash` goes into core's line of /etc/shadow. Without one (or without the file)
@@ -594,6 +628,7 @@ pub fn check_host(fs: &HostFs, d: &Desired) -> Result<Owners, Refusal> {
         check_host_path(fs, &mut seen, &mut read_only, &orig, &field)?;
         check_host_path(fs, &mut seen, &mut read_only, &noorig, &field)?;
     }
+    check_where_paths_land(fs, d)?;
     check_core_shadow(fs, d)?;
     let owners = Owners::load(fs).map_err(|e| Refusal::degraded("spec.config.storage.files", e.to_string()))?;
     for f in &d.files {

@@ -88,6 +88,9 @@ fn plant_traps(root: &Path, outside: &Path, ssh_trap: bool) {
     std::fs::create_dir(etc.join("adir")).unwrap();
     std::fs::write(etc.join("afile"), "a file\n").unwrap();
     symlink("nonexistent", etc.join("dangling")).unwrap();
+    // RHCOS' own alias: /var/run is /run, which string checks of paths cannot see.
+    std::fs::create_dir_all(root.join("run")).unwrap();
+    symlink("../run", root.join("var/run")).unwrap();
     if ssh_trap {
         std::fs::remove_dir_all(root.join("var/home/core/.ssh")).unwrap();
         symlink(outside, root.join("var/home/core/.ssh")).unwrap();
