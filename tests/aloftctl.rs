@@ -28,6 +28,38 @@ fn fails(c: &Coordinator, args: &[&str]) -> String {
     String::from_utf8(out.stderr).expect("utf8")
 }
 
+/// aloftctl started with `args` and left running, its stdout piped, its stderr to `stderr`.
+fn spawn_ctl_with(c: &Coordinator, args: &[&str], stderr: std::process::Stdio) -> std::process::Child {
+    Command::new(bin("aloftctl"))
+        .arg("--kubeconfig")
+        .arg(c.kubeconfig_path())
+        .args(args)
+        .env_remove("ALOFT_KUBECONFIG")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(stderr)
+        .spawn()
+        .expect("spawn aloftctl")
+}
+
+/// [`spawn_ctl_with`] both outputs piped (read them with `wait_with_output`).
+fn spawn_ctl(c: &Coordinator, args: &[&str]) -> std::process::Child {
+    spawn_ctl_with(c, args, std::process::Stdio::piped())
+}
+
+/// Waits for `child` to exit; kills it and fails the test if it is still running after `within`
+/// (a command that should end by itself, not a timing).
+fn exits_within(child: &mut std::process::Child, within: Duration, what: &str) {
+    let deadline = std::time::Instant::now() + within;
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("{what}: still running after {within:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// Writes `text` to `dir/name` and returns the path as aloftctl takes it.
 fn write_in(dir: &std::path::Path, name: &str, text: &str) -> String {
     let p = dir.join(name);
@@ -280,24 +312,8 @@ async fn rollout_status_fails_at_once_when_it_never_reaches_the_coordinator() {
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let server = format!("https://{}", closed.local_addr().unwrap());
     drop(closed);
-    let mut follow = Command::new(bin("aloftctl"))
-        .arg("--kubeconfig")
-        .arg(c.kubeconfig_path())
-        .args(["--server", &server, "rollout", "status", "mcp/worker", "--timeout", "1h"])
-        .env_remove("ALOFT_KUBECONFIG")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn aloftctl");
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while follow.try_wait().unwrap().is_none() {
-        if std::time::Instant::now() > deadline {
-            let _ = follow.kill();
-            panic!("rollout status still waits on a server it never reached");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let mut follow = spawn_ctl(&c, &["--server", &server, "rollout", "status", "mcp/worker", "--timeout", "1h"]);
+    exits_within(&mut follow, Duration::from_secs(60), "rollout status on a server it never reached");
     let out = follow.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
@@ -484,16 +500,7 @@ struct Background {
 
 impl Background {
     fn start(c: &Coordinator, args: &[&str]) -> Self {
-        let mut child = Command::new(bin("aloftctl"))
-            .arg("--kubeconfig")
-            .arg(c.kubeconfig_path())
-            .args(args)
-            .env_remove("ALOFT_KUBECONFIG")
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("spawn aloftctl");
+        let mut child = spawn_ctl_with(c, args, std::process::Stdio::null());
         let mut stdout = child.stdout.take().unwrap();
         let text = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
         let sink = text.clone();
@@ -1366,16 +1373,7 @@ async fn rollout_status_waits_through_a_coordinator_restart() {
         }
     })
     .await;
-    let mut follow = Command::new(bin("aloftctl"))
-        .arg("--kubeconfig")
-        .arg(c.kubeconfig_path())
-        .args(["rollout", "status", "mcp/worker", "--timeout", "60"])
-        .env_remove("ALOFT_KUBECONFIG")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn aloftctl");
+    let mut follow = spawn_ctl(&c, &["rollout", "status", "mcp/worker", "--timeout", "60"]);
     std::thread::sleep(Duration::from_millis(1000));
     assert!(follow.try_wait().unwrap().is_none(), "rollout status waits while n1 is behind");
     c.kill9();
@@ -1497,14 +1495,7 @@ fn every_program_answers_help_and_does_nothing_else() {
                 .spawn()
                 .unwrap();
             // A program that takes the flag for something else may serve forever.
-            let deadline = std::time::Instant::now() + Duration::from_secs(30);
-            while child.try_wait().unwrap().is_none() {
-                if std::time::Instant::now() > deadline {
-                    let _ = child.kill();
-                    panic!("{program} {flag} still running after 30 s");
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
+            exits_within(&mut child, Duration::from_secs(30), &format!("{program} {flag}"));
             let out = child.wait_with_output().unwrap();
             let stdout = String::from_utf8_lossy(&out.stdout);
             assert!(out.status.success(), "{program} {flag}: {}", String::from_utf8_lossy(&out.stderr));
