@@ -304,10 +304,10 @@ async fn misuse_exits_2_and_changes_nothing() {
     assert_eq!(spec(), pool_before, "nothing deleted");
 }
 
-/// `rollout status` waits through a coordinator restart, but a first request that reaches no
-/// coordinator (here: a port nothing listens on) is a mistake to say at once, not an hour's wait.
+/// `rollout status` waits through a coordinator restart, but a coordinator never reached (here: a
+/// port nothing listens on) is a mistake to say after a short grace, not an hour's wait.
 #[tokio::test]
-async fn rollout_status_fails_at_once_when_it_never_reaches_the_coordinator() {
+async fn rollout_status_fails_soon_when_it_never_reaches_the_coordinator() {
     let c = Coordinator::start();
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let server = format!("https://{}", closed.local_addr().unwrap());
@@ -317,8 +317,7 @@ async fn rollout_status_fails_at_once_when_it_never_reaches_the_coordinator() {
     let out = follow.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(stderr.contains(&format!("cannot reach the coordinator at {server}")), "{stderr}");
-    assert!(!stderr.contains("still waiting"), "{stderr}");
+    assert!(stderr.contains(&format!("cannot reach the coordinator at {server} (tried for 10 s)")), "{stderr}");
 }
 
 /// `adm prune renderedmachineconfigs`: a dry run by default; with --confirm, the unused rendered

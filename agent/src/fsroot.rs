@@ -310,6 +310,10 @@ impl HostFs {
         while !existing.as_os_str().is_empty() {
             match self.dir.canonicalize(existing) {
                 Ok(mut real) => {
+                    // cap-std says "." for the root itself.
+                    if real == Path::new(".") {
+                        real = PathBuf::new();
+                    }
                     real.extend(rest.iter().rev());
                     return Ok(real);
                 }
@@ -602,6 +606,28 @@ fn read_bounded(f: cap_std::fs::File, rel: &Path, limit: u64) -> Result<Vec<u8>,
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Where a path lands: its existing ancestors resolved through symlinks inside the root (one
+    /// to the root itself is the root, not "."), the missing rest and the name as written, the
+    /// name itself not followed.
+    #[test]
+    fn a_path_resolves_through_its_existing_ancestors_only() {
+        let dir = tempfile::tempdir().unwrap();
+        for d in ["run", "var", "etc"] {
+            std::fs::create_dir_all(dir.path().join(d)).unwrap();
+        }
+        std::os::unix::fs::symlink("../run", dir.path().join("var/run")).unwrap();
+        std::os::unix::fs::symlink("..", dir.path().join("etc/top")).unwrap();
+        std::os::unix::fs::symlink("/etc/hosts", dir.path().join("etc/name-link")).unwrap();
+        let fs = HostFs::open(&Root::new(dir.path())).unwrap();
+        let resolved = |p: &str| fs.resolved(Path::new(p)).unwrap();
+        assert_eq!(resolved("var/run/force"), Path::new("run/force"));
+        assert_eq!(resolved("var/run/new/dir/x"), Path::new("run/new/dir/x"), "missing directories kept as written");
+        assert_eq!(resolved("etc/top/x"), Path::new("x"), "a link to the root");
+        assert_eq!(resolved("etc/name-link"), Path::new("etc/name-link"), "the name itself is not followed");
+        assert_eq!(resolved("x"), Path::new("x"));
+        assert_eq!(resolved("no/such/dir/x"), Path::new("no/such/dir/x"));
+    }
 
     #[test]
     fn refuses_symlinks_that_leave_the_root_and_writes_atomically() {

@@ -574,10 +574,17 @@ fn check_where_paths_land(fs: &HostFs, d: &Desired) -> Result<(), Refusal> {
                     format!("path {path:?} is {shown:?} on this host (through a symlink), MCO's force file: a config cannot write it"),
                 ));
             }
-            if let Some(m) = aloft_api::node_limits::path_error(&shown) {
+            // The trees the agent reserves; not the length limits, which are for the backup
+            // names, made from the path as written.
+            let reserved = aloft_api::node_limits::RESERVED_PREFIXES
+                .iter()
+                .find(|r| shown == **r || shown.starts_with(&format!("{r}/")));
+            if let Some(r) = reserved {
                 return Err(Refusal::degraded(
                     field,
-                    format!("path {path:?} is {shown:?} on this host (through a symlink): {m}"),
+                    format!(
+                        "path {path:?} is {shown:?} on this host (through a symlink), in {r}, which the agent reserves"
+                    ),
                 ));
             }
         }

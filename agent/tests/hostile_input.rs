@@ -91,6 +91,8 @@ fn plant_traps(root: &Path, outside: &Path, ssh_trap: bool) {
     // RHCOS' own alias: /var/run is /run, which string checks of paths cannot see.
     std::fs::create_dir_all(root.join("run")).unwrap();
     symlink("../run", root.join("var/run")).unwrap();
+    std::fs::create_dir_all(root.join("var/lib/aloft")).unwrap();
+    symlink("../var/lib/aloft", etc.join("agent-state")).unwrap();
     if ssh_trap {
         std::fs::remove_dir_all(root.join("var/home/core/.ssh")).unwrap();
         symlink(outside, root.join("var/home/core/.ssh")).unwrap();

@@ -282,23 +282,6 @@ fn validate(cfg: &Config) -> Result<(), IgnitionError> {
             }
         }
         for (i, f) in st.files.iter().flatten().enumerate() {
-            // Ignition's own rules (and so MCO's): a file with nothing to write cannot replace
-            // what is there, and a hash needs something to check it against. aloft would have
-            // written an empty file over the host's, and dropped the hash.
-            let source = f.contents.as_ref().and_then(|c| c.source.as_ref());
-            if f.overwrite == Some(true) && source.is_none() {
-                return Err(IgnitionError::new(
-                    format!("{ROOT}.storage.files[{i}].overwrite"),
-                    "overwrite must be false if source is unspecified",
-                ));
-            }
-            let hash = f.contents.as_ref().and_then(|c| c.verification.as_ref()).and_then(|v| v.hash.as_ref());
-            if hash.is_some() && source.is_none() {
-                return Err(IgnitionError::new(
-                    format!("{ROOT}.storage.files[{i}].contents.verification.hash"),
-                    "source must be specified if verification is specified",
-                ));
-            }
             let resources = f.contents.iter().map(|c| ("contents".to_string(), c));
             let appends = f.append.iter().flatten().enumerate().map(|(j, c)| (format!("append[{j}]"), c));
             for (at, r) in resources.chain(appends) {

@@ -290,6 +290,23 @@ pub fn validate_for_day2(spec: &MachineConfigSpec) -> Result<(), Vec<FieldError>
     let mut errs = Vec::new();
     let cfg = normalised(&spec.config);
     for (i, f) in list(&cfg, "/storage/files").into_iter().enumerate() {
+        // Ignition's rules on a file without a source (and so MCO's, whose parse refuses them):
+        // nothing to write cannot replace what is there (aloft wrote an empty file over the
+        // host's), and a hash needs something to check (it was dropped). Here, not in the
+        // parse: a stored config or a node's current one that predates them still reads.
+        let source = f.pointer("/contents/source").is_some_and(|v| !v.is_null());
+        if !source && f.get("overwrite") == Some(&Value::Bool(true)) {
+            errs.push(FieldError {
+                field: format!("spec.config.storage.files[{i}].overwrite"),
+                message: "overwrite must be false if source is unspecified".into(),
+            });
+        }
+        if !source && f.pointer("/contents/verification/hash").is_some_and(|v| !v.is_null()) {
+            errs.push(FieldError {
+                field: format!("spec.config.storage.files[{i}].contents.verification.hash"),
+                message: "source must be specified if verification is specified".into(),
+            });
+        }
         let Some(mode) = f.get("mode").and_then(Value::as_i64) else { continue };
         // Outside 0..=0o7777 is not a file mode at all (type bits copied from `stat`, negative):
         // the Ignition check says so, and this one would add a wrong second cause.
@@ -526,6 +543,34 @@ mod tests {
             "storage": {"files": [{"path": "/etc/a", "overwrite": true, "contents": {"source": "data:,a"}}]},
             "systemd": {"units": [{"name": "x.service", "enabled": true}]}}));
         assert!(reconcilable(&v2, &v3).unwrap().is_empty());
+    }
+
+    /// Ignition's source rules are refused for a config admitted or applied, yet a stored or
+    /// current config that predates them still parses (refusing it there left a node unable to
+    /// take any update, the one removing the entry included, and a pool unable to render).
+    #[test]
+    fn a_file_without_a_source_may_not_overwrite_or_carry_a_hash() {
+        let s = spec(json!({"ignition": {"version": "3.2.0"}, "storage": {"files": [
+            {"path": "/etc/a", "overwrite": true},
+            {"path": "/etc/b", "contents": {"verification": {"hash": "sha512-00"}}},
+            {"path": "/etc/c", "overwrite": false},
+            {"path": "/etc/d", "overwrite": true, "contents": {"source": "data:,d", "verification": {"hash": "sha512-00"}}}]}}));
+        let errs = validate_for_day2(&s).unwrap_err();
+        assert_eq!(
+            errs.iter().map(|e| (e.field.as_str(), e.message.as_str())).collect::<Vec<_>>(),
+            [
+                ("spec.config.storage.files[0].overwrite", "overwrite must be false if source is unspecified"),
+                (
+                    "spec.config.storage.files[1].contents.verification.hash",
+                    "source must be specified if verification is specified"
+                ),
+            ]
+        );
+        assert!(crate::ignition::parse_config(&s.config).is_ok(), "a stored config still reads");
+        // A 2.x file without contents converts without `overwrite: true`.
+        let v2 = spec(json!({"ignition": {"version": "2.2.0"}, "storage": {"files": [
+            {"filesystem": "root", "path": "/etc/empty"}]}}));
+        assert_eq!(validate_for_day2(&v2), Ok(()));
     }
 
     #[test]

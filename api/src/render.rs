@@ -674,7 +674,7 @@ mod tests {
             "later contents, earlier mode and owner kept (Ignition's merge), position kept, new paths appended"
         );
         // What the later entry sets wins, field by field. (Not `overwrite: true`: without a
-        // source of its own, Ignition refuses the entry, as it refuses it in MCO's parse.)
+        // source of its own, admission refuses such an entry, as MCO's parse does.)
         let c =
             with_config("02-c", json!({"storage": {"files": [{"path": "/etc/x", "mode": 420, "overwrite": false}]}}));
         let s = merge(&[

@@ -172,18 +172,19 @@ impl OstreeBackend {
         }
         let name = self.cfg.remote.as_str();
         let exists = repo.remote_list().iter().any(|r| r.as_str() == name);
+        let same_url = exists && repo.remote_get_url(name).map(|u| u.as_str() == url).unwrap_or(false);
         if exists {
-            let same_url = repo.remote_get_url(name).map(|u| u.as_str() == url).unwrap_or(false);
             let verify = repo.remote_get_gpg_verify(name).unwrap_or(false);
             let keys = repo.remote_list_option(name, "gpgkeypath").map(|v| v.iter().any(|k| k.as_str() == keyring));
             if same_url && verify && keys.unwrap_or(false) {
                 return Ok(());
             }
         }
-        // A remote the OS shipped verifying its summary keeps doing so (a plain `ostree admin
-        // upgrade` follows refs the summary lists); one made here pulls commits by checksum,
-        // whose own signatures are checked, and needs no signed summary from a mirror.
-        let verify_summary = exists && repo.remote_get_gpg_verify_summary(name).unwrap_or(false);
+        // A remote the OS shipped verifying its summary keeps doing so at its own URL (a plain
+        // `ostree admin upgrade` follows refs the summary lists); pointed at another URL (a
+        // mirror) or made here, it pulls commits by checksum, whose own signatures are checked,
+        // and needs no signed summary.
+        let verify_summary = same_url && repo.remote_get_gpg_verify_summary(name).unwrap_or(false);
         let opts = glib::VariantDict::new(None);
         opts.insert("gpg-verify", true);
         opts.insert("gpg-verify-summary", verify_summary);

@@ -263,9 +263,9 @@ enum RolloutCmd {
     /// Fails when the pool is degraded or its circuit breaker is open (unless the target is
     /// still the --not-config one); says so and waits while the pool is paused. Once the
     /// coordinator has answered, waits through connection errors and server errors (a
-    /// coordinator restart), with a warning, until the timeout; fails at once when the first
-    /// request reaches no coordinator (a wrong --server, a CA it does not match), on an unknown
-    /// pool or a token without access. Exit status: 0 once
+    /// coordinator restart), with a warning, until the timeout; fails after 10 s when no request
+    /// has reached a coordinator yet (a wrong --server, a CA it does not match), and at once on
+    /// an unknown pool or a token without access. Exit status: 0 once
     /// updated, 1 on a failure or a timeout (the message says which), 2 on a usage error.
     #[command(
         verbatim_doc_comment,
@@ -1809,6 +1809,10 @@ fn shortened(message: &str) -> String {
     out
 }
 
+/// How long `rollout status` tries a coordinator that has not answered yet before it says so and
+/// fails (once answered, it waits through outages until --timeout).
+const FIRST_CONTACT_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
+
 async fn rollout_status(client: &Client, target: &[String], timeout: u64, not_config: Option<&str>) -> Result<()> {
     use std::io::Write;
     let (path, name, _) = pool_target(target, "status")?;
@@ -1828,10 +1832,12 @@ async fn rollout_status(client: &Client, target: &[String], timeout: u64, not_co
     // What the pool's status last said holds it back.
     let mut held: Option<String> = None;
     let mut grace = Grace::default();
-    // Whether the coordinator has answered at all: a first request that reaches none is a setup
-    // mistake (a wrong address, a CA the server's certificate does not match), not a restart to
-    // wait out for an hour.
+    // Whether the coordinator has answered at all: requests that reach none for
+    // FIRST_CONTACT_GRACE from the start are a setup mistake (a wrong address, a CA the server's
+    // certificate does not match), not a restart to wait out for an hour; the grace covers a
+    // coordinator still starting when the command is run.
     let mut answered = false;
+    let started = std::time::Instant::now();
     loop {
         // A connection error or a 5xx is waited through until the timeout, as kubectl's
         // reflector re-lists through them: a coordinator restart does not end a rollout, so it
@@ -1850,7 +1856,11 @@ async fn rollout_status(client: &Client, target: &[String], timeout: u64, not_co
                     Err(e) => Err(format!("{e:#}")),
                 }
             }
-            Err(e) if !answered => bail!("cannot reach the coordinator at {}: {e:#}", client.server()),
+            Err(e) if !answered && started.elapsed() >= FIRST_CONTACT_GRACE => bail!(
+                "cannot reach the coordinator at {} (tried for {} s): {e:#}",
+                client.server(),
+                FIRST_CONTACT_GRACE.as_secs()
+            ),
             Err(e) => Err(format!("{e:#}")),
         };
         let progress = match progress {
