@@ -561,11 +561,11 @@ fn check_host_path(
 /// path), made again on where each lands on this host: through a root-owned symlink (RHCOS'
 /// `/var/run -> ../run`) a config could write the force file, or write core's SSH keys file
 /// under a second name, which then never matches and leaves the node Degraded for good.
-fn check_where_paths_land(fs: &HostFs, d: &Desired) -> Result<(), Refusal> {
+fn check_where_paths_land(fs: &HostFs, written: &[(String, String)]) -> Result<(), Refusal> {
     let force = format!("/{}", crate::daemon::FORCE_FILE);
-    let mut seen: HashMap<PathBuf, (String, String)> = HashMap::new();
-    for (path, field) in written_paths(d) {
-        let real = fs.resolved(&fsroot::rel(&path)).map_err(|e| Refusal::degraded(&field, e.to_string()))?;
+    let mut seen: HashMap<PathBuf, (&str, &str)> = HashMap::new();
+    for (path, field) in written.iter().map(|(p, f)| (p.as_str(), f.as_str())) {
+        let real = fs.resolved(&fsroot::rel(path)).map_err(|e| Refusal::degraded(field, e.to_string()))?;
         let shown = format!("/{}", real.display());
         if shown != path {
             if shown == force {
@@ -588,7 +588,7 @@ fn check_where_paths_land(fs: &HostFs, d: &Desired) -> Result<(), Refusal> {
                 ));
             }
         }
-        if let Some((first, first_field)) = seen.insert(real, (path.clone(), field.clone())) {
+        if let Some((first, first_field)) = seen.insert(real, (path, field)) {
             return Err(Refusal::degraded(
                 field,
                 format!("path {path:?} and {first:?} ({first_field}) are the same file on this host ({shown}, through a symlink)"),
@@ -629,13 +629,14 @@ fn check_core_shadow(fs: &HostFs, d: &Desired) -> Result<(), Refusal> {
 pub fn check_host(fs: &HostFs, d: &Desired) -> Result<Owners, Refusal> {
     let mut seen = fsroot::Ancestors::default();
     let mut read_only = HashMap::new();
-    for (path, field) in written_paths(d) {
-        check_host_path(fs, &mut seen, &mut read_only, &path, &field)?;
-        let (orig, noorig) = crate::files::backup_paths(&path);
-        check_host_path(fs, &mut seen, &mut read_only, &orig, &field)?;
-        check_host_path(fs, &mut seen, &mut read_only, &noorig, &field)?;
+    let written = written_paths(d);
+    for (path, field) in &written {
+        check_host_path(fs, &mut seen, &mut read_only, path, field)?;
+        let (orig, noorig) = crate::files::backup_paths(path);
+        check_host_path(fs, &mut seen, &mut read_only, &orig, field)?;
+        check_host_path(fs, &mut seen, &mut read_only, &noorig, field)?;
     }
-    check_where_paths_land(fs, d)?;
+    check_where_paths_land(fs, &written)?;
     check_core_shadow(fs, d)?;
     let owners = Owners::load(fs).map_err(|e| Refusal::degraded("spec.config.storage.files", e.to_string()))?;
     for f in &d.files {
