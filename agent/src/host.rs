@@ -71,4 +71,44 @@ pub trait ServiceManager: Send + Sync {
     async fn active_state(&self, unit: &str) -> Result<String, ServiceError> {
         Err(ServiceError::Call { operation: format!("is-active {unit}"), message: "not supported".into() })
     }
+    /// `systemd-run --wait`: run a program to its end as a transient service of the host's
+    /// service manager, so that it sees the host as its own services do (every device, netlink,
+    /// raw sockets, all capabilities), not through this agent's sandbox. `None`: this
+    /// implementation cannot start services (tests without a service manager), and the caller
+    /// runs the program itself.
+    async fn run_transient(&self, run: &TransientRun) -> Result<Option<TransientEnd>, ServiceError> {
+        let _ = run;
+        Ok(None)
+    }
+}
+
+/// A program to run to its end as a transient service ([`ServiceManager::run_transient`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TransientRun {
+    /// The unit's name, unique per run: systemd refuses a second transient unit of a loaded name.
+    pub unit: String,
+    /// What `systemctl status` shows for it.
+    pub description: String,
+    /// The program's absolute path first.
+    pub argv: Vec<String>,
+    /// `KEY=VALUE` each.
+    pub env: Vec<String>,
+    /// Standard output and error both go here, the file truncated first
+    /// (`StandardOutput=truncate:`): where the caller reads the program's words back from, and
+    /// an admin finds the last run's.
+    pub output: PathBuf,
+    /// systemd stops the program once it has run this long (`TimeoutStartSec=` of a oneshot).
+    pub timeout: std::time::Duration,
+}
+
+/// How a transient run ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TransientEnd {
+    /// Exit status 0.
+    Succeeded,
+    /// It failed: systemd's `Result` (`exit-code`, `signal`, `core-dump`, ...) and the main
+    /// process's exit status or signal number, when systemd could say.
+    Failed { result: String, status: Option<i32> },
+    /// Still running at the timeout, and stopped.
+    TimedOut,
 }

@@ -11,12 +11,12 @@
 //! Tests run the same code against the test implementation of systemd1/login1 in
 //! `crate::testing` (feature `test-support`), served on a private `dbus-daemon`.
 
-use crate::host::{ServiceError, ServiceManager};
+use crate::host::{ServiceError, ServiceManager, TransientEnd, TransientRun};
 use async_trait::async_trait;
 use futures::StreamExt;
 use std::time::{Duration, Instant};
 use zbus::proxy::CacheProperties;
-use zbus::{proxy, Connection, OwnedObjectPath};
+use zbus::{proxy, Connection, OwnedObjectPath, Variant};
 
 /// systemd's bus name.
 pub const SYSTEMD_SERVICE: &str = "org.freedesktop.systemd1";
@@ -79,6 +79,16 @@ pub trait SystemdManager {
     fn get_unit_file_state(&self, file: &str) -> zbus::Result<String>;
     /// The unit's object path, loading the unit if needed.
     fn load_unit(&self, name: &str) -> zbus::Result<OwnedObjectPath>;
+    /// `systemd-run`: create a transient unit from `properties` and queue its start job.
+    fn start_transient_unit(
+        &self,
+        name: &str,
+        mode: &str,
+        properties: &[(&str, Variant<'_>)],
+        aux: &[(&str, Vec<(&str, Variant<'_>)>)],
+    ) -> zbus::Result<OwnedObjectPath>;
+    /// `systemctl reset-failed`: a failed transient unit is unloaded only by this.
+    fn reset_failed_unit(&self, name: &str) -> zbus::Result<()>;
     /// A job finished: `result` is `done`, `canceled`, `timeout`, `failed`, `dependency` or
     /// `skipped`.
     #[zbus(signal)]
@@ -97,6 +107,17 @@ pub trait SystemdUnit {
     /// Units this one wants (its `Wants=` and `.wants/` links).
     #[zbus(property)]
     fn wants(&self) -> zbus::Result<Vec<String>>;
+}
+
+/// `org.freedesktop.systemd1.Service`: how a transient run ended.
+#[proxy(interface = "org.freedesktop.systemd1.Service", default_service = "org.freedesktop.systemd1")]
+pub trait SystemdService {
+    /// `success`, `exit-code`, `signal`, `core-dump`, `timeout`, ...
+    #[zbus(property)]
+    fn result(&self) -> zbus::Result<String>;
+    /// The main process's exit status (or signal number).
+    #[zbus(property)]
+    fn exec_main_status(&self) -> zbus::Result<i32>;
 }
 
 /// `org.freedesktop.login1.Manager`: only the reboot.
@@ -359,6 +380,95 @@ impl SystemdDbus {
         }
     }
 
+    /// Run `run` as a transient oneshot service and wait for its end, as `systemd-run --wait`
+    /// does: the start job of a oneshot ends when its program does, `done` for exit status 0,
+    /// `timeout` when systemd stopped it at `TimeoutStartSec=`, `failed` otherwise (the
+    /// service's `Result` and `ExecMainStatus` then say how). A failed unit stays loaded until
+    /// reset, so it is reset once read.
+    pub async fn run_transient(&self, run: &TransientRun) -> Result<TransientEnd, SystemdError> {
+        let unit = run.unit.as_str();
+        let call_err =
+            |method: &'static str| move |error| SystemdError::Call { method, target: unit.to_string(), error };
+        let program = run.argv.first().cloned().unwrap_or_default();
+        let exec = vec![(program, run.argv.clone(), false)];
+        let output = run.output.to_string_lossy().into_owned();
+        let micros = u64::try_from(run.timeout.as_micros()).unwrap_or(u64::MAX);
+        let props: Vec<(&str, Variant<'_>)> = vec![
+            ("Description", Variant::from(run.description.as_str())),
+            ("Type", Variant::from("oneshot")),
+            ("ExecStart", Variant::from(exec)),
+            ("Environment", Variant::from(run.env.clone())),
+            ("StandardInput", Variant::from("null")),
+            // Standard error inherits standard output (systemd's default): one file, in order.
+            ("StandardOutputFileToTruncate", Variant::from(output.as_str())),
+            ("TimeoutStartUSec", Variant::from(micros)),
+        ];
+        let mut removed = self.systemd.receive_job_removed().await.map_err(call_err("StartTransientUnit"))?;
+        let job = self
+            .systemd
+            .start_transient_unit(unit, "fail", &props, &[])
+            .await
+            .map_err(call_err("StartTransientUnit"))?
+            .to_string();
+        tracing::debug!(unit, job = %job, program = %run.argv.join(" "), "transient unit started");
+        let wait = async {
+            while let Some(signal) = removed.next().await {
+                match signal.args() {
+                    Ok(args) if args.job.as_str() == job => return Some(args.result.clone()),
+                    Ok(_) => {}
+                    Err(e) => tracing::warn!(error = %e, "unreadable JobRemoved signal"),
+                }
+            }
+            None
+        };
+        // systemd stops the program at the timeout itself; the stop may take its own timeout
+        // (90 s by default) before SIGKILL.
+        let grace = Duration::from_secs(120);
+        let result = match tokio::time::timeout(run.timeout.saturating_add(grace), wait).await {
+            Ok(Some(result)) => result,
+            Ok(None) => return Err(SystemdError::SignalsLost { verb: "run", unit: unit.to_string(), job }),
+            Err(_) => {
+                if let Err(e) = self.systemd.stop_unit(unit, "replace").await {
+                    tracing::warn!(unit, error = %e, "cannot stop a transient unit past its timeout");
+                }
+                return Ok(TransientEnd::TimedOut);
+            }
+        };
+        let end = match result.as_str() {
+            "done" => return Ok(TransientEnd::Succeeded),
+            "timeout" => TransientEnd::TimedOut,
+            _ => {
+                let (service, status) = match self.service(unit).await {
+                    Ok(p) => (p.result().await.ok(), p.exec_main_status().await.ok()),
+                    Err(e) => {
+                        tracing::warn!(unit, error = %e, "cannot read how a transient unit ended");
+                        (None, None)
+                    }
+                };
+                TransientEnd::Failed { result: service.unwrap_or(result), status }
+            }
+        };
+        if let Err(e) = self.systemd.reset_failed_unit(unit).await {
+            tracing::warn!(unit, error = %e, "cannot reset a failed transient unit");
+        }
+        Ok(end)
+    }
+
+    /// A proxy on `unit`'s Service interface, never cached.
+    async fn service(&self, unit: &str) -> Result<SystemdServiceProxy<'static>, SystemdError> {
+        let err = |method: &'static str| {
+            let target = unit.to_string();
+            move |error| SystemdError::Call { method, target, error }
+        };
+        let path = self.systemd.load_unit(unit).await.map_err(err("LoadUnit"))?;
+        SystemdServiceProxy::builder(&self.conn)
+            .path(path)
+            .cache_properties(CacheProperties::No)
+            .build()
+            .await
+            .map_err(err("Get"))
+    }
+
     fn batch_err(method: &'static str, units: &[String]) -> impl FnOnce(zbus::Error) -> SystemdError {
         let target = units.join(", ");
         move |error| SystemdError::Call { method, target, error }
@@ -484,6 +594,10 @@ impl ServiceManager for SystemdDbus {
 
     async fn active_state(&self, unit: &str) -> Result<String, ServiceError> {
         Ok(SystemdDbus::active_state(self, unit).await?)
+    }
+
+    async fn run_transient(&self, run: &TransientRun) -> Result<Option<TransientEnd>, ServiceError> {
+        Ok(Some(SystemdDbus::run_transient(self, run).await?))
     }
 }
 

@@ -255,3 +255,111 @@ async fn no_systemd_on_the_bus_is_a_connect_time_error() {
     let err = SystemdDbus::connect(bus.address()).await.unwrap_err().to_string();
     assert!(err.contains("Subscribe"), "{err}");
 }
+
+fn script(dir: &Path, name: &str, body: &str) -> String {
+    use std::os::unix::fs::PermissionsExt;
+    let p = dir.join(name);
+    std::fs::write(&p, format!("#!/bin/sh\n{body}\n")).unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    p.to_string_lossy().into_owned()
+}
+
+fn transient(unit: &str, program: String, output: &Path, timeout: Duration) -> aloft_agent::host::TransientRun {
+    aloft_agent::host::TransientRun {
+        unit: unit.into(),
+        description: format!("test {unit}"),
+        argv: vec![program],
+        env: vec!["GREETING=hello there".into()],
+        output: output.to_path_buf(),
+        timeout,
+    }
+}
+
+/// A transient run: StartTransientUnit with the program, its environment, its output file and
+/// its timeout; the job's end read as the run's; a failed unit's Service properties read for
+/// how, and the unit reset so the name can be used again.
+#[tokio::test]
+async fn transient_runs_end_as_their_programs_do() {
+    use aloft_agent::host::TransientEnd;
+    let h = host().await;
+    let sm: &dyn ServiceManager = &h.services;
+    let dir = h.root.path();
+    let out = dir.join("out.log");
+    std::fs::write(&out, "left from before\n").unwrap();
+
+    let ok = script(dir, "ok", r#"echo "$GREETING"; echo to-stderr >&2; test -z "$HOME""#);
+    let run = transient("aloft-t-1.service", ok.clone(), &out, Duration::from_secs(10));
+    assert_eq!(sm.run_transient(&run).await.unwrap(), Some(TransientEnd::Succeeded));
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "hello there\nto-stderr\n", "truncated, both streams, in order");
+    assert_eq!(
+        h.fake.call_strings(),
+        vec![format!("StartTransientUnit(aloft-t-1.service, fail, [{ok}])")],
+        "a success leaves nothing to reset"
+    );
+
+    let bad = script(dir, "bad", "echo broken; exit 7");
+    let run = transient("aloft-t-2.service", bad, &out, Duration::from_secs(10));
+    let end = sm.run_transient(&run).await.unwrap();
+    assert_eq!(end, Some(TransientEnd::Failed { result: "exit-code".into(), status: Some(7) }));
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "broken\n");
+    assert_eq!(h.fake.call_strings().last().unwrap(), "ResetFailedUnit(aloft-t-2.service)");
+    // Reset: the name can be run again.
+    assert!(matches!(sm.run_transient(&run).await.unwrap(), Some(TransientEnd::Failed { .. })));
+
+    let hang = script(dir, "hang", "echo started; exec sleep 30");
+    let run = transient("aloft-t-3.service", hang, &out, Duration::from_millis(300));
+    let started = std::time::Instant::now();
+    assert_eq!(sm.run_transient(&run).await.unwrap(), Some(TransientEnd::TimedOut));
+    assert!(started.elapsed() < Duration::from_secs(20), "stopped at its timeout");
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "started\n");
+
+    // A name still loaded is refused, naming it.
+    let slow = script(dir, "slow", "sleep 2");
+    let first = transient("aloft-t-4.service", slow, &out, Duration::from_secs(10));
+    let services = &h.services;
+    let (a, b) = tokio::join!(services.run_transient(&first), async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        services.run_transient(&first).await
+    });
+    assert_eq!(a.unwrap(), TransientEnd::Succeeded);
+    let err = b.unwrap_err().to_string();
+    assert!(err.contains("StartTransientUnit(aloft-t-4.service)") && err.contains("UnitExists"), "{err}");
+}
+
+/// Health checks through systemd: each script is a transient unit, its output in
+/// /run/aloft/health/NAME.log beneath the root, its failure the Degraded reason.
+#[tokio::test]
+async fn health_check_scripts_run_as_transient_units() {
+    use aloft_agent::host::Root;
+    use aloft_agent::os::health::{HealthChecks, OUTPUT_DIR};
+    let h = host().await;
+    let dir = h.root.path().join("etc/aloft/health.d");
+    std::fs::create_dir_all(&dir).unwrap();
+    script(&dir, "10-root", r#"echo "root is $ALOFT_ROOT""#);
+    script(&dir, "20 disk?", "echo disk is full >&2; exit 3");
+    let checks =
+        HealthChecks { root: Root::new(h.root.path()), required_units: vec![], timeout: Duration::from_secs(10) };
+    let f = checks.run(&h.services).await.unwrap_err();
+    assert!(f.check.ends_with("etc/aloft/health.d/20 disk?"), "{f}");
+    assert_eq!(f.output, "disk is full (exit status 3)");
+    let logs = h.root.path().join(OUTPUT_DIR);
+    assert_eq!(
+        std::fs::read_to_string(logs.join("10-root.log")).unwrap(),
+        format!("root is {}\n", h.root.path().display())
+    );
+    assert_eq!(std::fs::read_to_string(logs.join("20_disk_.log")).unwrap(), "disk is full\n");
+    let calls = h.fake.call_strings();
+    let started: Vec<_> = calls.iter().filter(|c| c.starts_with("StartTransientUnit(aloft-health-")).collect();
+    assert_eq!(started.len(), 2, "{calls:?}");
+    assert!(started[1].starts_with("StartTransientUnit(aloft-health-20_disk_-"), "{calls:?}");
+    assert!(calls.last().unwrap().starts_with("ResetFailedUnit(aloft-health-20_disk_-"), "{calls:?}");
+
+    // A check that hangs is stopped at the timeout; what it said comes with the reason.
+    std::fs::remove_file(dir.join("20 disk?")).unwrap();
+    script(&dir, "30-hang", "echo waiting for the network; exec sleep 30");
+    let quick = HealthChecks { timeout: Duration::from_millis(500), ..checks.clone() };
+    let f = quick.run(&h.services).await.unwrap_err();
+    assert_eq!(f.output, "did not finish within 0.5 seconds: waiting for the network");
+    std::fs::remove_file(dir.join("30-hang")).unwrap();
+    assert_eq!(checks.run(&h.services).await.unwrap().len(), 1);
+}

@@ -256,6 +256,14 @@ async fn os_update(fleet: &Fleet, prestage: bool) -> Result<()> {
             "{}: the node's remote no longer verifies its summary:\n{remote}",
             vm.name
         );
+        // v2's health check sees the host's disk: it ran as a transient unit of systemd, not in
+        // the agent's sandbox (a private /dev), and its output is where an admin looks for it.
+        let check = vm.sh("cat /run/aloft/health/40-disk-visible.log").await?;
+        ensure!(
+            check.contains("aloft health: disk /dev/vda visible"),
+            "{}: v2's health check did not see the disk: {check:?}",
+            vm.name
+        );
         let started = vm.sh("journalctl -u aloft-os-helper -o cat | grep -cF 'finalizing unit runs' || true").await?;
         ensure!(
             started.trim().parse::<u32>().unwrap_or(0) >= 1,

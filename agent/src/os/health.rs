@@ -8,12 +8,18 @@
 //! disables a check. Checks run by name, one at a time: a check may depend on the ones before.
 //! The first failure stops the run and names the check with its output, which becomes the
 //! Degraded reason.
+//!
+//! A script runs as a transient unit of systemd, not as the agent's child: the agent's own unit
+//! is sandboxed (private /dev, no netlink, few capabilities, no W^X memory), and a check must see
+//! the host as the host's services do, or a sound OS update would be rolled back.
 
-use crate::host::{Root, ServiceManager};
+use crate::host::{Root, ServiceManager, TransientEnd, TransientRun};
 use std::collections::BTreeMap;
-use std::os::unix::fs::PermissionsExt;
-use std::path::PathBuf;
-use std::time::Duration;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Where the OS and the admin put health checks (relative to the root).
 pub const CHECK_DIRS: [&str; 2] = ["usr/lib/aloft/health.d", "etc/aloft/health.d"];
@@ -82,7 +88,9 @@ impl HealthChecks {
         }
         for script in self.scripts() {
             let check = script.display().to_string();
-            self.run_script(&script).await.map_err(|output| HealthFailure { check: check.clone(), output })?;
+            self.run_script(services, &script)
+                .await
+                .map_err(|output| HealthFailure { check: check.clone(), output })?;
             passed.push(check);
         }
         tracing::info!(checks = passed.len(), "health checks passed");
@@ -105,7 +113,51 @@ impl HealthChecks {
         }
     }
 
-    async fn run_script(&self, script: &std::path::Path) -> Result<(), String> {
+    /// A check runs as a transient service of systemd (greenboot runs its checks from a unit of
+    /// their own too): with the host's privileges, not the agent's sandbox, so that a check may
+    /// look at devices, ask netlink, ping, or start containers. Its output goes to
+    /// `/run/aloft/health/NAME.log`, where an admin finds the last run's whole text; a service
+    /// manager that cannot start services (tests without systemd) has the agent run it itself.
+    async fn run_script(&self, services: &dyn ServiceManager, script: &Path) -> Result<(), String> {
+        let name = script.file_name().map(|n| unit_word(&n.to_string_lossy())).unwrap_or_default();
+        let dir = self.root.path().join(OUTPUT_DIR);
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        let run = TransientRun {
+            unit: unit_name(&name),
+            description: format!("aloft health check {}", script.display()),
+            argv: vec![script.to_string_lossy().into_owned()],
+            env: vec![format!("ALOFT_ROOT={}", self.root.path().display())],
+            output: dir.join(format!("{name}.log")),
+            timeout: self.timeout,
+        };
+        let end = match services.run_transient(&run).await {
+            Err(e) => return Err(format!("cannot run: {e}")),
+            Ok(None) => return self.run_child(script).await,
+            Ok(Some(end)) => end,
+        };
+        let text = read_tail(&run.output);
+        match end {
+            TransientEnd::Succeeded => Ok(()),
+            TransientEnd::TimedOut => {
+                Err(with_output(format!("did not finish within {}", seconds(self.timeout)), &text))
+            }
+            TransientEnd::Failed { result, status } => {
+                let how = match (result.as_str(), status) {
+                    ("exit-code", Some(code)) => format!("exit status {code}"),
+                    ("signal" | "core-dump", Some(sig)) => format!("killed by signal {sig}"),
+                    (result, _) => format!("systemd result {result}"),
+                };
+                Err(format!("{} ({how})", tail(&text)).trim_start().to_string())
+            }
+        }
+    }
+
+    /// The check as the agent's own child: where no service manager can start it.
+    async fn run_child(&self, script: &Path) -> Result<(), String> {
         let mut cmd = tokio::process::Command::new(script);
         cmd.env("ALOFT_ROOT", self.root.path())
             .stdin(std::process::Stdio::null())
@@ -114,19 +166,71 @@ impl HealthChecks {
             .kill_on_drop(true);
         let child = cmd.spawn().map_err(|e| format!("cannot run: {e}"))?;
         match tokio::time::timeout(self.timeout, child.wait_with_output()).await {
-            Err(_) => Err(format!("did not finish within {} seconds", self.timeout.as_secs())),
+            Err(_) => Err(format!("did not finish within {}", seconds(self.timeout))),
             Ok(Err(e)) => Err(format!("cannot run: {e}")),
             Ok(Ok(out)) if out.status.success() => Ok(()),
             Ok(Ok(out)) => {
                 let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-                Err(format!(
-                    "{} (exit status {})",
-                    tail(&text),
-                    out.status.code().map_or("signal".into(), |c| c.to_string())
-                ))
+                let how = match (out.status.code(), out.status.signal()) {
+                    (Some(code), _) => format!("exit status {code}"),
+                    (None, Some(sig)) => format!("killed by signal {sig}"),
+                    (None, None) => "ended abnormally".to_string(),
+                };
+                Err(format!("{} ({how})", tail(&text)).trim_start().to_string())
             }
         }
     }
+}
+
+/// Where each check's output goes, relative to the root: `NAME.log` per check.
+pub const OUTPUT_DIR: &str = "run/aloft/health";
+
+/// `what`, and the check's output when it said anything.
+fn with_output(what: String, text: &str) -> String {
+    match tail(text) {
+        t if t.is_empty() => what,
+        t => format!("{what}: {t}"),
+    }
+}
+
+/// `5 seconds`, `0.3 seconds`.
+fn seconds(d: Duration) -> String {
+    if d.subsec_millis() == 0 {
+        format!("{} seconds", d.as_secs())
+    } else {
+        format!("{:.1} seconds", d.as_secs_f64())
+    }
+}
+
+/// The last 64 KiB of a check's output file, as text (missing: nothing said).
+fn read_tail(path: &Path) -> String {
+    use std::io::{Read, Seek, SeekFrom};
+    const KEEP: u64 = 64 * 1024;
+    let Ok(mut f) = std::fs::File::open(path) else { return String::new() };
+    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+    if f.seek(SeekFrom::Start(len.saturating_sub(KEEP))).is_err() {
+        return String::new();
+    }
+    let mut buf = Vec::new();
+    let _ = f.take(KEEP).read_to_end(&mut buf);
+    String::from_utf8_lossy(&buf).into_owned()
+}
+
+/// A check's file name as systemd allows in a unit name (ASCII letters, digits, `_`, `.`,
+/// `-`; the rest `_`), at most 64 bytes.
+fn unit_word(name: &str) -> String {
+    name.chars()
+        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-') { c } else { '_' })
+        .take(64)
+        .collect()
+}
+
+/// A unit name no earlier run has: systemd refuses a transient unit whose name is loaded, and a
+/// failed one stays loaded if the agent stopped before resetting it.
+fn unit_name(word: &str) -> String {
+    static RUNS: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or_default();
+    format!("aloft-health-{word}-{nanos:x}-{}.service", RUNS.fetch_add(1, Ordering::Relaxed))
 }
 
 #[cfg(test)]

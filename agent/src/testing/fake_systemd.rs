@@ -23,7 +23,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use zbus::object_server::{ObjectServer, ResponseDispatchNotifier, SignalEmitter};
-use zbus::{interface, Connection, DBusError, OwnedObjectPath};
+use zbus::{interface, Connection, DBusError, OwnedObjectPath, OwnedVariant};
 
 /// An argument of a recorded call.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -101,6 +101,8 @@ pub enum FakeError {
     ZBus(zbus::Error),
     NoSuchUnit(String),
     UnitMasked(String),
+    /// A transient unit of a name that is loaded (running, or failed and not reset).
+    UnitExists(String),
     Failed(String),
 }
 
@@ -120,7 +122,9 @@ impl From<FakeError> for FakeLoginError {
     fn from(e: FakeError) -> Self {
         match e {
             FakeError::ZBus(e) => FakeLoginError::ZBus(e),
-            FakeError::NoSuchUnit(s) | FakeError::UnitMasked(s) | FakeError::Failed(s) => FakeLoginError::Failed(s),
+            FakeError::NoSuchUnit(s) | FakeError::UnitMasked(s) | FakeError::UnitExists(s) | FakeError::Failed(s) => {
+                FakeLoginError::Failed(s)
+            }
         }
     }
 }
@@ -143,6 +147,16 @@ struct State {
     /// nothing happens; later ones are refused as in progress.
     hold_reboots: bool,
     next_job: u32,
+    /// Transient units still loaded: running, or failed and not reset (a successful one is
+    /// unloaded at its end, as systemd collects an inactive transient unit).
+    transient: BTreeMap<String, TransientEnded>,
+}
+
+/// How a transient unit's run ended, as its Service properties say (`running` until then).
+#[derive(Debug, Clone)]
+struct TransientEnded {
+    result: String,
+    status: i32,
 }
 
 #[derive(Clone)]
@@ -343,6 +357,80 @@ impl SystemdManager {
         Ok(path)
     }
 
+    /// Runs the program of a oneshot transient unit as a child of this test process (the
+    /// boundary: it cannot be systemd's), its output in the file to truncate, with only the
+    /// unit's environment and systemd's PATH, stopped at `TimeoutStartUSec`; JobRemoved says
+    /// `done`, `failed` or `timeout` when it ends. Properties the agent does not send are refused,
+    /// as systemd refuses unknown ones.
+    async fn start_transient_unit(
+        &self,
+        name: String,
+        mode: String,
+        properties: Vec<(String, OwnedVariant)>,
+        _aux: Vec<(String, Vec<(String, OwnedVariant)>)>,
+        #[zbus(signal_emitter)] emitter: SignalEmitter<'_>,
+        #[zbus(object_server)] server: &ObjectServer,
+    ) -> Result<ResponseDispatchNotifier<OwnedObjectPath>, FakeError> {
+        let spec = TransientSpec::parse(&properties)?;
+        self.shared.record(Call::new(
+            "StartTransientUnit",
+            [Arg::Str(name.clone()), Arg::Str(mode), Arg::List(spec.argv.clone())],
+        ))?;
+        let id = {
+            let mut st = self.shared.lock();
+            if st.transient.contains_key(&name) {
+                return Err(FakeError::UnitExists(format!("Unit {name} was already loaded or has a fragment file.")));
+            }
+            st.transient.insert(name.clone(), TransientEnded { result: "running".into(), status: 0 });
+            st.active.insert(name.clone(), "activating".into());
+            st.next_job += 1;
+            st.next_job
+        };
+        let unit_path = unit_object_path(&name);
+        let _existing =
+            server.at(unit_path.as_str(), SystemdUnit { name: name.clone(), shared: self.shared.clone() }).await;
+        let _existing =
+            server.at(unit_path.as_str(), SystemdService { name: name.clone(), shared: self.shared.clone() }).await;
+        let path = OwnedObjectPath::try_from(format!("{SYSTEMD_PATH}/job/{id}")).map_err(FakeError::ZBus)?;
+        let (reply, sent) = ResponseDispatchNotifier::new(path.clone());
+        let emitter = emitter.to_owned();
+        let shared = self.shared.clone();
+        tokio::spawn(async move {
+            sent.await;
+            let ended = spec.run().await;
+            let job_result = match ended.result.as_str() {
+                "success" => "done",
+                "timeout" => "timeout",
+                _ => "failed",
+            };
+            {
+                let mut st = shared.lock();
+                if ended.result == "success" {
+                    st.transient.remove(&name);
+                    st.active.insert(name.clone(), "inactive".into());
+                } else {
+                    st.transient.insert(name.clone(), ended);
+                    st.active.insert(name.clone(), "failed".into());
+                }
+            }
+            if let Err(e) = SystemdManager::job_removed(&emitter, id, path, &name, job_result).await {
+                tracing::warn!(error = %e, "fake systemd could not emit JobRemoved");
+            }
+        });
+        Ok(reply)
+    }
+
+    /// Unloads a failed transient unit.
+    fn reset_failed_unit(&self, name: String) -> Result<(), FakeError> {
+        self.shared.record(Call::new("ResetFailedUnit", [Arg::Str(name.clone())]))?;
+        let mut st = self.shared.lock();
+        if st.transient.get(&name).is_some_and(|t| t.result != "running") {
+            st.transient.remove(&name);
+            st.active.insert(name, "inactive".into());
+        }
+        Ok(())
+    }
+
     #[zbus(signal)]
     async fn job_removed(
         emitter: &SignalEmitter<'_>,
@@ -387,6 +475,115 @@ impl SystemdUnit {
             "not-found"
         }
         .to_string()
+    }
+}
+
+/// `org.freedesktop.systemd1.Service` of a transient unit: how its run ended.
+struct SystemdService {
+    name: String,
+    shared: Shared,
+}
+
+#[interface(name = "org.freedesktop.systemd1.Service")]
+impl SystemdService {
+    #[zbus(property)]
+    fn result(&self) -> String {
+        self.shared.lock().transient.get(&self.name).map_or_else(|| "success".to_string(), |t| t.result.clone())
+    }
+
+    #[zbus(property)]
+    fn exec_main_status(&self) -> i32 {
+        self.shared.lock().transient.get(&self.name).map_or(0, |t| t.status)
+    }
+}
+
+/// What a transient unit runs, read from its properties.
+struct TransientSpec {
+    argv: Vec<String>,
+    env: Vec<String>,
+    output: Option<PathBuf>,
+    timeout: Option<std::time::Duration>,
+}
+
+impl TransientSpec {
+    fn parse(properties: &[(String, OwnedVariant)]) -> Result<Self, FakeError> {
+        fn bad(name: &str, e: impl std::fmt::Display) -> FakeError {
+            FakeError::Failed(format!("invalid property {name}: {e}"))
+        }
+        let mut spec = TransientSpec { argv: Vec::new(), env: Vec::new(), output: None, timeout: None };
+        for (name, value) in properties {
+            let value = value.try_clone().map_err(|e| bad(name, e))?;
+            match name.as_str() {
+                "Description" | "Type" | "StandardInput" => {}
+                "ExecStart" => {
+                    let exec: Vec<(String, Vec<String>, bool)> = value.try_into().map_err(|e| bad(name, e))?;
+                    let [(path, argv, _)] = exec.as_slice() else {
+                        return Err(FakeError::Failed("a oneshot transient unit takes one ExecStart".into()));
+                    };
+                    if !path.starts_with('/') {
+                        return Err(FakeError::Failed(format!("Path {path} is not absolute.")));
+                    }
+                    spec.argv = argv.clone();
+                }
+                "Environment" => spec.env = value.try_into().map_err(|e| bad(name, e))?,
+                "StandardOutputFileToTruncate" => {
+                    let path: String = value.try_into().map_err(|e| bad(name, e))?;
+                    spec.output = Some(PathBuf::from(path));
+                }
+                "TimeoutStartUSec" => {
+                    let micros: u64 = value.try_into().map_err(|e| bad(name, e))?;
+                    spec.timeout = Some(std::time::Duration::from_micros(micros));
+                }
+                other => return Err(FakeError::Failed(format!("Cannot set property {other}, or unknown property."))),
+            }
+        }
+        if spec.argv.is_empty() {
+            return Err(FakeError::Failed("Service has no ExecStart=, ExecStop=, or SuccessAction=. Refusing.".into()));
+        }
+        Ok(spec)
+    }
+
+    /// Run it to its end (or its timeout) as systemd would run the service: a clean
+    /// environment, standard input from /dev/null, standard error where standard output goes.
+    async fn run(self) -> TransientEnded {
+        let failed = |result: &str, status: i32| TransientEnded { result: result.into(), status };
+        let mut cmd = tokio::process::Command::new(&self.argv[0]);
+        cmd.args(&self.argv[1..])
+            .env_clear()
+            .env("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+            .stdin(std::process::Stdio::null())
+            .kill_on_drop(true);
+        for kv in &self.env {
+            if let Some((k, v)) = kv.split_once('=') {
+                cmd.env(k, v);
+            }
+        }
+        if let Some(path) = &self.output {
+            let Ok(out) = std::fs::File::create(path) else { return failed("resources", 209) };
+            let Ok(err) = out.try_clone() else { return failed("resources", 209) };
+            cmd.stdout(out).stderr(err);
+        }
+        let Ok(mut child) = cmd.spawn() else { return failed("exit-code", 203) };
+        let status = match self.timeout {
+            Some(t) => match tokio::time::timeout(t, child.wait()).await {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = child.kill().await;
+                    return failed("timeout", 0);
+                }
+            },
+            None => child.wait().await,
+        };
+        use std::os::unix::process::ExitStatusExt;
+        match status {
+            Ok(s) if s.success() => failed("success", 0),
+            Ok(s) => match (s.code(), s.signal()) {
+                (Some(code), _) => failed("exit-code", code),
+                (None, Some(sig)) => failed("signal", sig),
+                (None, None) => failed("exit-code", 1),
+            },
+            Err(_) => failed("exit-code", 1),
+        }
     }
 }
 
