@@ -315,6 +315,9 @@ async fn create_get_list_update_delete_with_selectors() {
     let r = admin.post(&format!("{coll}?dryRun=All"), &machine_config("dry", "worker")).await.unwrap();
     assert_eq!(r.code, 201, "{}", r.body);
     assert_eq!(admin.get(&path_of(&MACHINE_CONFIG, Some("dry"))).await.unwrap().code, 404, "dry run stored nothing");
+    // A dry run of a create whose name is taken answers as the create would: 409.
+    let r = admin.post(&format!("{coll}?dryRun=All"), &machine_config("10-c", "worker")).await.unwrap();
+    assert_eq!((r.code, &r.body["reason"]), (409, &json!("AlreadyExists")), "{}", r.body);
 }
 
 #[tokio::test]
@@ -459,6 +462,21 @@ async fn status_subresource_rules() {
     let r = admin.get(&sp).await.unwrap();
     assert_eq!(r.code, 200, "GET /status: {}", r.body);
     assert_eq!(r.body["status"]["nodeInfo"]["osImage"], "from-status-patch");
+    // A status subresource is got, updated and patched, not deleted (405, the Node stays); a
+    // GET of one object is that object, `watch` or not.
+    let r = admin.delete(&sp).await.unwrap();
+    assert_eq!(r.code, 405, "DELETE /status: {}", r.body);
+    assert!(r.body["message"].as_str().unwrap_or("").contains("status subresource"), "{}", r.body);
+    assert_eq!(admin.get(&np).await.unwrap().code, 200, "the Node is still there");
+    for p in [&np, &sp] {
+        let r = admin.get(&format!("{p}?watch=true")).await.unwrap();
+        assert_eq!(
+            (r.code, &r.body["kind"], &r.body["metadata"]["name"]),
+            (200, &json!("Node"), &json!("n1")),
+            "{}",
+            r.body
+        );
+    }
 
     // Pools have /status too: a user's PUT of the pool cannot fake machine counts.
     let r = admin.post(&path_of(&MACHINE_CONFIG_POOL, None), &machine_config_pool("p1", "p1")).await.unwrap();

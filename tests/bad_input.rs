@@ -264,6 +264,25 @@ async fn bodies_over_the_limit_are_413() {
     );
     assert_eq!(list_names(&admin, &MACHINE_CONFIG).await, vec!["large"]);
     assert_eq!(head(&admin).await, before + 1);
+
+    // An object is stored up to 2 MiB (etcd refuses kube-apiserver's past 1.5 MiB): a node's
+    // credential cannot fill the store, 3 MiB a write, through its own status.
+    let node = dflt.node_client("n-big", json!({})).await;
+    let status = path_of(&NODE, Some("n-big")) + "/status";
+    let before = head(&admin).await;
+    let r = node
+        .patch(&status, "application/merge-patch+json", &json!({"status": {"filler": "x".repeat(2_500_000)}}))
+        .await
+        .unwrap();
+    assert_status(&r, 413, "RequestEntityTooLarge", "a 2.5 MB status");
+    assert!(message(&r).contains("the limit is 2097152 bytes"), "{}", r.body);
+    assert_eq!(head(&admin).await, before, "nothing stored");
+    let mut over = machine_config("over", "worker");
+    over["spec"]["config"]["storage"] = json!({"files": [{"path": "/etc/filler", "mode": 420,
+        "contents": {"source": format!("data:,{}", "x".repeat(2_200_000))}}]});
+    let r = admin.post(&path_of(&MACHINE_CONFIG, None), &over).await.unwrap();
+    assert_status(&r, 413, "RequestEntityTooLarge", "a 2.2 MB MachineConfig");
+    assert_eq!(list_names(&admin, &MACHINE_CONFIG).await, vec!["large"]);
 }
 
 #[tokio::test]

@@ -38,6 +38,11 @@ async fn drain_handshake_acknowledged_and_timed_out() {
     // A request nobody answers: the agent gives up after its timeout, with MCO's wording.
     let err = api.drain_handshake("evacuate-rendered-worker-2", Duration::from_secs(2)).await.unwrap_err();
     assert!(err.to_string().starts_with("failed to drain node: n1 after 2 seconds"), "{err}");
+    // Without a limit of the agent's own (its default), it waits on: the pool's drain timeout is
+    // the coordinator's to apply.
+    let waiting =
+        tokio::time::timeout(Duration::from_secs(3), api.drain_handshake("evacuate-rendered-worker-3", Duration::ZERO));
+    assert!(waiting.await.is_err(), "still waiting after 3 s, no error");
 }
 
 const WAIT: Duration = Duration::from_secs(60);

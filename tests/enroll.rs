@@ -409,3 +409,49 @@ async fn an_agent_that_cannot_run_here_does_not_enroll() {
         assert_eq!(c.client().get(&format!("{NODES}/nx")).await.unwrap().code, 404, "no Node");
     }
 }
+
+/// `token create --ttl`: a bootstrap token that works until its time, then is refused (401)
+/// and listed as expired; `--ttl 0` is refused, naming the flag.
+#[tokio::test]
+async fn a_bootstrap_token_with_a_ttl_stops_working_at_its_time() {
+    use std::process::Command;
+    let c = Coordinator::start();
+    let create = |name: &str, ttl: &str| {
+        Command::new(aloft_tests::bin("aloft-coordinator"))
+            .args(["token", "create", "--name", name, "--role", "bootstrap", "--ttl", ttl, "--data-dir"])
+            .arg(c.data_dir())
+            .env("ALOFT_LOG", "warn")
+            .output()
+            .unwrap()
+    };
+    let out = create("brief", "2s");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let brief = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    let out = create("day", "24h");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let day = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    let out = create("never-works", "0s");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--ttl 0"), "{}", String::from_utf8_lossy(&out.stderr));
+
+    let (code, body) = enroll(&c, &brief, "n-early").await;
+    assert_eq!(code, 201, "{body}");
+    tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
+    let (code, body) = enroll(&c, &brief, "n-late").await;
+    assert_eq!(code, 401, "an expired token: {body}");
+    assert_eq!(c.client().get(&format!("{NODES}/n-late")).await.unwrap().code, 404, "nothing created");
+    let (code, body) = enroll(&c, &day, "n-day").await;
+    assert_eq!(code, 201, "{body}");
+
+    let list = Command::new(aloft_tests::bin("aloft-coordinator"))
+        .args(["token", "list", "--data-dir"])
+        .arg(c.data_dir())
+        .env("ALOFT_LOG", "warn")
+        .output()
+        .unwrap();
+    let list = String::from_utf8_lossy(&list.stdout).into_owned();
+    let line = |name: &str| list.lines().find(|l| l.starts_with(&format!("{name} "))).unwrap_or_default().to_string();
+    assert!(line("brief").ends_with("(expired)"), "{list}");
+    assert!(!line("day").ends_with("(expired)") && !line("day").ends_with("never"), "{list}");
+    assert!(line("admin").ends_with("never"), "{list}");
+}

@@ -755,6 +755,21 @@ async fn kubectl_cannot_edit_a_rendered_config() {
         "metadata": {"name": "rendered-by-hand"}, "spec": {"config": {"ignition": {"version": "3.4.0"}}}});
     admin.post(&path_of(&MACHINE_CONFIG, None), &own).await.unwrap().into_result().unwrap();
     k.ok(&["patch", "machineconfig", "rendered-by-hand", "--type=merge", "-p", kargs]);
+    // One with no owner (orphaned, or imported from OpenShift) is marked by its annotation
+    // alone: a write of annotations only may not drop it either.
+    let imported = json!({"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfig",
+        "metadata": {"name": "rendered-worker-imported",
+            "annotations": {"machineconfiguration.openshift.io/generated-by-controller-version": "4.16.0"}},
+        "spec": {"config": {"ignition": {"version": "3.4.0"}}}});
+    admin.post(&path_of(&MACHINE_CONFIG, None), &imported).await.unwrap().into_result().unwrap();
+    let err = k.fails(&[
+        "annotate",
+        "machineconfig",
+        "rendered-worker-imported",
+        "machineconfiguration.openshift.io/generated-by-controller-version-",
+    ]);
+    assert!(err.contains("metadata: Forbidden"), "{err}");
+    k.ok(&["annotate", "machineconfig", "rendered-worker-imported", "note=kept"]);
 }
 
 /// Finalizers through kubectl: a name without a domain prefix is stored with kube-apiserver's

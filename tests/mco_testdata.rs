@@ -345,6 +345,43 @@ async fn worker_pool_renders_openshift_configs() {
     assert!(degraded.is_none_or(|c| c["status"] == "False"), "a pool that renders is not RenderDegraded: {degraded:?}");
 }
 
+/// A MachineConfig as MCO's controllers and the installer write it: Go's `json.Marshal` of an
+/// Ignition 3.2 config writes an unset `replace` as `{"verification": {}}` and empty
+/// `security`/`timeouts` structs, and the installer's manifests write nil lists as null and empty
+/// strings (openshift/installer's 99-worker-ssh). Accepted as it is, and rendered.
+#[tokio::test]
+async fn configs_as_go_writes_them_are_accepted_and_rendered() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    create_yaml_file(&admin, &mco().join("bootstrap/worker.machineconfigpool.yaml")).await;
+    let mc = json!({
+        "apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfig",
+        "metadata": {"name": "99-worker-ssh", "labels": {"machineconfiguration.openshift.io/role": "worker"}},
+        "spec": {
+            "config": {
+                "ignition": {"config": {"replace": {"verification": {}}}, "proxy": {}, "security": {"tls": {}},
+                    "timeouts": {}, "version": "3.2.0"},
+                "passwd": {"users": [{"name": "core", "sshAuthorizedKeys": ["ssh-ed25519 AAAA go"]}]},
+                "storage": {}, "systemd": {}
+            },
+            "extensions": null, "fips": false, "kernelArguments": null, "kernelType": "", "osImageURL": ""
+        }
+    });
+    let r = admin.post(&path_of(&MACHINE_CONFIG, None), &mc).await.unwrap();
+    assert_eq!(r.code, 201, "{}", r.body);
+    let pool = wait_rendered(&admin, "worker", None).await;
+    assert_eq!(sources(&pool), vec!["99-worker-ssh"]);
+    let rendered = get_ok(&admin, &MACHINE_CONFIG, pool["spec"]["configuration"]["name"].as_str().unwrap()).await;
+    assert!(rendered.to_string().contains("ssh-ed25519 AAAA go"), "{rendered}");
+    // A replace that names a source would be fetched: still refused, naming the field.
+    let mut fetch = mc.clone();
+    fetch["metadata"]["name"] = json!("98-fetch");
+    fetch["spec"]["config"]["ignition"]["config"]["replace"]["source"] = json!("https://example.com/x.ign");
+    let r = admin.post(&path_of(&MACHINE_CONFIG, None), &fetch).await.unwrap();
+    assert_eq!(r.code, 422, "{}", r.body);
+    assert!(r.body.to_string().contains("spec.config.ignition.config.replace"), "{}", r.body);
+}
+
 /// Wait until the pool's RenderDegraded condition has `status`; returns the pool.
 async fn wait_render_degraded(admin: &Client, pool: &str, status: &str) -> Value {
     eventually(RENDER_TIMEOUT, &format!("pool {pool} RenderDegraded={status}"), || {

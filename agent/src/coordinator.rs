@@ -439,8 +439,10 @@ impl NodeApi {
     /// the coordinator one commit less on the rollout's critical path. With `update_of`, the
     /// wait ends as soon as `desiredConfig` names another config: a drain for an update taken
     /// back (an admin's edit of `desiredConfig` while the drain waited) would otherwise be waited
-    /// for until the drain timeout, an hour by default, and then reported as a failure. (The node
-    /// controller itself does not move a node cordoned for its drain, as MCO's does not.)
+    /// for for good, or until the agent's own drain timeout, and then reported as a failure. (The
+    /// node controller itself does not move a node cordoned for its drain, as MCO's does not.)
+    /// A zero `timeout` sets no limit of the agent's own: the pool's drain timeout applies at the
+    /// coordinator.
     pub async fn working_and_drain(
         &self,
         current: &str,
@@ -479,7 +481,11 @@ impl NodeApi {
             if let Some(target) = update_of.filter(|t| !desired.is_empty() && desired != *t) {
                 bail!("not waiting for {request}: the coordinator no longer asks for {target} (desiredConfig is now {desired})");
             }
-            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            // No limit (zero): the pool's drain timeout is the coordinator's to apply.
+            let left = match timeout.is_zero() {
+                true => Duration::from_secs(60),
+                false => deadline.saturating_duration_since(tokio::time::Instant::now()),
+            };
             if left.is_zero() {
                 bail!(
                     "failed to drain node: {} after {}: the coordinator did not acknowledge {request}",

@@ -385,6 +385,8 @@ pub struct Agent {
     pub root: Root,
     pub api: NodeApi,
     pub services: Arc<dyn ServiceManager>,
+    /// The agent's own limit on waiting for its drain (zero: none; the pool's applies at the
+    /// coordinator).
     pub drain_timeout: Duration,
     /// Bound on stopping the units of aloft-workloads.target before a drained update.
     pub workload_stop_timeout: Duration,
@@ -1695,7 +1697,9 @@ pub async fn run(opts: Options) -> Result<()> {
     // that cannot run here must not enroll, or its Node stays in the pool NotReady, holding a
     // slot of maxUnavailable, and the pool's rollouts wait for it.
     crate::enroll::check_state_dir(&root)?;
-    let services = crate::engine::connect_services(opts.bus_address.as_deref()).await?;
+    // A workload's stop job may take its whole timeout (and a little for systemd's SIGKILL).
+    let job_timeout = opts.workload_stop_timeout.saturating_add(Duration::from_secs(30));
+    let services = crate::engine::connect_services_for(opts.bus_address.as_deref(), job_timeout).await?;
     let metrics = match &opts.metrics_listen {
         Some(addr) => {
             let metrics = Arc::new(Metrics::new(&opts.build));

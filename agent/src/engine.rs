@@ -149,12 +149,22 @@ pub async fn recover(root: &Root, services: &dyn ServiceManager) -> Result<Recov
 
 /// systemd and logind: on the system bus, or on `address` (tests, sandboxed hosts).
 pub async fn connect_services(address: Option<&str>) -> Result<Arc<dyn ServiceManager>> {
+    connect_services_for(address, crate::systemd::DEFAULT_JOB_TIMEOUT).await
+}
+
+/// [`connect_services`], waiting up to `job_timeout` for each unit job: a workload's stop may
+/// be given longer than systemd's default job wait (`--workload-stop-timeout-seconds` above
+/// 300 cut every graceful stop short at 300 s).
+pub async fn connect_services_for(
+    address: Option<&str>,
+    job_timeout: std::time::Duration,
+) -> Result<Arc<dyn ServiceManager>> {
     let s = match address {
         Some(a) => crate::systemd::SystemdDbus::connect(a).await,
         None => crate::systemd::SystemdDbus::system().await,
     }
     .context("connecting to systemd over D-Bus")?;
-    Ok(Arc::new(s))
+    Ok(Arc::new(s.with_job_timeout(job_timeout.max(crate::systemd::DEFAULT_JOB_TIMEOUT))))
 }
 
 #[cfg(test)]

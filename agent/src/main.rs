@@ -51,8 +51,13 @@ struct RunArgs {
     /// Serve Prometheus metrics here (empty to disable).
     #[arg(long, env = "ALOFT_METRICS_LISTEN", default_value = "127.0.0.1:9101")]
     metrics_listen: String,
-    /// How long to wait for the coordinator to drain this node before reporting Degraded.
-    #[arg(long, env = "ALOFT_DRAIN_TIMEOUT_SECONDS", default_value_t = 3600)]
+    /// How long to wait for the coordinator to drain this node before reporting Degraded
+    /// itself. 0 (the default): as long as the coordinator asks for the update; the pool's own
+    /// drain timeout (`spec.drain.timeoutSeconds`, default 1 h) applies there, which marks the
+    /// node and raises a condition on the pool (and keeps retrying). A limit of the agent's own
+    /// below a pool's made the node Degraded on the config, counted by the circuit breaker,
+    /// while its pool still allowed the drain.
+    #[arg(long, env = "ALOFT_DRAIN_TIMEOUT_SECONDS", default_value_t = 0)]
     drain_timeout_seconds: u64,
     /// How long the units wanted by aloft-workloads.target may take to stop before a drained
     /// update gives up (Degraded; retried).

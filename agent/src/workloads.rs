@@ -47,15 +47,41 @@ pub fn stopped(root: &Root) -> bool {
     marker(root).exists()
 }
 
-/// [`stop`], recorded first (durably) so that whatever comes next starts them again.
+/// What the record of stopped workloads says: the units that were running when they were
+/// stopped, the ones whose start again is the update's to judge.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct Record {
+    running: Vec<String>,
+}
+
+/// The units the record says were running at the stop; `None` without a readable record (one
+/// written by an older agent is empty): every wanted unit is judged then.
+fn running_at_stop(root: &Root) -> Option<Vec<String>> {
+    let text = std::fs::read(marker(root)).ok()?;
+    serde_json::from_slice::<Record>(&text).ok().map(|r| r.running)
+}
+
+/// [`stop`], recorded first (durably) so that whatever comes next starts them again, with the
+/// units that were running: a workload failed (or stopped by its admin) before the update is
+/// not the update's to bring back, and failed a sound update when it was judged.
 pub async fn stop_marked(
     root: &Root,
     services: &dyn ServiceManager,
     timeout: Duration,
 ) -> Result<Vec<String>, WorkloadError> {
     let path = marker(root);
+    let mut running = Vec::new();
+    for u in services.wants(TARGET).await.map_err(WorkloadError::List)? {
+        // A state that cannot be read is judged at the start, as one that was running.
+        let state = services.active_state(&u).await.unwrap_or_else(|_| "unknown".into());
+        if !matches!(state.as_str(), "inactive" | "failed") {
+            running.push(u);
+        }
+    }
     let mark = || -> std::io::Result<()> {
-        let f = std::fs::File::create(&path)?;
+        let text = serde_json::to_vec(&Record { running }).map_err(std::io::Error::other)?;
+        let mut f = std::fs::File::create(&path)?;
+        std::io::Write::write_all(&mut f, &text)?;
         f.sync_all()
     };
     mark().map_err(|error| WorkloadError::Mark { path: path.clone(), error })?;
@@ -63,12 +89,13 @@ pub async fn stop_marked(
 }
 
 /// Starts the workloads again when the update drained the node (`drained`) or the agent stopped
-/// them ([`stopped`]); the record goes once they started.
+/// them ([`stopped`]), judging the ones that were running at the stop; the record goes once
+/// they started.
 pub async fn start_after(root: &Root, services: &dyn ServiceManager, drained: bool) -> Result<(), WorkloadError> {
     if !drained && !stopped(root) {
         return Ok(());
     }
-    start(services).await?;
+    start(services, running_at_stop(root).as_deref()).await?;
     match std::fs::remove_file(marker(root)) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
             tracing::warn!(error = %e, "cannot remove the record of stopped workloads; they are started again next time too")
@@ -114,8 +141,9 @@ pub async fn stop(services: &dyn ServiceManager, timeout: Duration) -> Result<Ve
 /// The target's start job succeeds whatever its wanted units do (`Wants=`; a target waits for
 /// them, as it is ordered after what it wants), so each unit's state is read after it: a
 /// workload that failed to come back is a failed update, not a node reported Done without it.
-/// A unit whose state cannot be read is not judged.
-pub async fn start(services: &dyn ServiceManager) -> Result<(), WorkloadError> {
+/// Only the units of `judged` (all, without it) are: the ones that were running before. A unit
+/// whose state cannot be read is not judged.
+pub async fn start(services: &dyn ServiceManager, judged: Option<&[String]>) -> Result<(), WorkloadError> {
     let units = services.wants(TARGET).await.map_err(WorkloadError::Start)?;
     if units.is_empty() {
         return Ok(());
@@ -123,7 +151,7 @@ pub async fn start(services: &dyn ServiceManager) -> Result<(), WorkloadError> {
     tracing::info!("starting workloads");
     services.start_unit(TARGET).await.map_err(WorkloadError::Start)?;
     let mut failed = Vec::new();
-    for u in units {
+    for u in units.into_iter().filter(|u| judged.is_none_or(|j| j.contains(u))) {
         if services.active_state(&u).await.is_ok_and(|s| s == "failed") {
             failed.push(u);
         }
@@ -140,12 +168,13 @@ mod tests {
     use super::*;
     use async_trait::async_trait;
 
-    /// A systemd whose `aloft-workloads.target` wants `wants`; records starts. The units in
-    /// `failing` are `failed` once the target was started.
+    /// A systemd whose `aloft-workloads.target` wants `wants`; records starts and stops. The
+    /// units in `failing` are `failed` once the target was started, those in `broken` always.
     struct Systemd {
         wants: Vec<String>,
         started: std::sync::Mutex<Vec<String>>,
         failing: Vec<String>,
+        broken: Vec<String>,
     }
 
     #[async_trait]
@@ -185,7 +214,7 @@ mod tests {
             Ok(())
         }
         async fn stop_unit(&self, _: &str) -> Result<(), ServiceError> {
-            unreachable!()
+            Ok(())
         }
         async fn wants(&self, _: &str) -> Result<Vec<String>, ServiceError> {
             Ok(self.wants.clone())
@@ -195,17 +224,19 @@ mod tests {
         }
         async fn active_state(&self, unit: &str) -> Result<String, ServiceError> {
             let started = !self.started.lock().unwrap().is_empty();
-            Ok(if started && self.failing.iter().any(|f| f == unit) { "failed" } else { "active" }.to_string())
+            let failed = self.broken.iter().any(|f| f == unit) || (started && self.failing.iter().any(|f| f == unit));
+            Ok(if failed { "failed" } else { "active" }.to_string())
         }
     }
 
     #[tokio::test]
     async fn a_node_without_workloads_starts_nothing() {
-        let none = Systemd { wants: vec![], started: Default::default(), failing: vec![] };
-        start(&none).await.expect("no target: nothing to start, no error");
+        let none = Systemd { wants: vec![], started: Default::default(), failing: vec![], broken: vec![] };
+        start(&none, None).await.expect("no target: nothing to start, no error");
         assert!(none.started.lock().unwrap().is_empty());
-        let some = Systemd { wants: vec!["db.service".into()], started: Default::default(), failing: vec![] };
-        start(&some).await.unwrap();
+        let some =
+            Systemd { wants: vec!["db.service".into()], started: Default::default(), failing: vec![], broken: vec![] };
+        start(&some, None).await.unwrap();
         assert_eq!(*some.started.lock().unwrap(), vec![TARGET.to_string()]);
     }
 
@@ -214,8 +245,36 @@ mod tests {
     #[tokio::test]
     async fn a_workload_that_does_not_come_back_is_a_failure() {
         let wants = vec!["db.service".into(), "web.service".into()];
-        let sd = Systemd { wants, started: Default::default(), failing: vec!["web.service".into()] };
-        let e = start(&sd).await.unwrap_err();
+        let sd = Systemd { wants, started: Default::default(), failing: vec!["web.service".into()], broken: vec![] };
+        let e = start(&sd, None).await.unwrap_err();
         assert_eq!(e.to_string(), "workloads failed to start again: web.service");
+    }
+
+    /// A workload failed before the update is not the update's: the record of the stop names
+    /// the running ones, and only those are judged at the start; one that was running and does
+    /// not come back still fails it. A record from an older agent (empty) judges every one.
+    #[tokio::test]
+    async fn only_the_workloads_that_were_running_are_judged() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = Root::new(dir.path());
+        std::fs::create_dir_all(root.state_dir()).unwrap();
+        let wants = vec!["batch.service".into(), "db.service".into()];
+        let sd = Systemd { wants, started: Default::default(), failing: vec![], broken: vec!["batch.service".into()] };
+        stop_marked(&root, &sd, Duration::from_secs(5)).await.unwrap();
+        assert_eq!(running_at_stop(&root), Some(vec!["db.service".to_string()]));
+        start_after(&root, &sd, true).await.expect("batch.service was failed before: not judged");
+        assert!(!stopped(&root), "the record goes once they started");
+
+        let wants = vec!["batch.service".into(), "db.service".into()];
+        let sd = Systemd { wants, started: Default::default(), failing: vec!["db.service".into()], broken: vec![] };
+        stop_marked(&root, &sd, Duration::from_secs(5)).await.unwrap();
+        let e = start_after(&root, &sd, true).await.unwrap_err();
+        assert_eq!(e.to_string(), "workloads failed to start again: db.service");
+
+        let wants = vec!["batch.service".into()];
+        let sd = Systemd { wants, started: Default::default(), failing: vec![], broken: vec!["batch.service".into()] };
+        std::fs::write(marker(&root), "").unwrap();
+        let e = start_after(&root, &sd, false).await.unwrap_err();
+        assert_eq!(e.to_string(), "workloads failed to start again: batch.service");
     }
 }

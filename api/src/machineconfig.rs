@@ -29,15 +29,22 @@ pub struct MachineConfig {
 pub struct MachineConfigSpec {
     #[serde(default, skip_serializing_if = "Value::is_null")]
     pub config: Value,
-    #[serde(default, rename = "osImageURL", skip_serializing_if = "String::is_empty")]
+    // null reads as unset: the installer's manifests write `kernelArguments: null`,
+    // `extensions: null` (Go's nil slices), and MCO's CRD allows it.
+    #[serde(
+        default,
+        rename = "osImageURL",
+        skip_serializing_if = "String::is_empty",
+        deserialize_with = "null_as_default"
+    )]
     pub os_image_url: String,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty", deserialize_with = "null_as_empty")]
     pub kernel_arguments: Vec<String>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty", deserialize_with = "null_as_empty")]
     pub extensions: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fips: Option<bool>,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
+    #[serde(default, skip_serializing_if = "String::is_empty", deserialize_with = "null_as_default")]
     pub kernel_type: String,
     #[serde(flatten)]
     pub extra: Extra,
@@ -309,6 +316,14 @@ pub struct RolloutStatus {
     pub resume_token: String,
     #[serde(flatten)]
     pub extra: Extra,
+}
+
+fn null_as_default<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de> + Default,
+{
+    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
 }
 
 fn null_as_empty<'de, D, T>(d: D) -> Result<Vec<T>, D::Error>

@@ -111,15 +111,20 @@ pub fn password_hash_error(hash: &str) -> Option<&'static str> {
 pub const FETCH_REFUSED: &str =
     "configs referenced for merge/replace would have to be fetched; a running node never fetches";
 
-/// Which of `ignition.config.merge` and `replace` a config sets (non-empty), in that order.
+/// Which of `ignition.config.merge` and `replace` a config uses, in that order: `merge` when
+/// it lists any config, `replace` when it has a source. A `replace` without one is what Go's
+/// `json.Marshal` writes for an unset struct (`"replace": {"verification": {}}`), as in every
+/// MachineConfig MCO's controllers and the installer make: it fetches nothing.
 pub fn fetched_configs(config: &Value) -> Vec<&'static str> {
     let Some(c) = config.pointer("/ignition/config") else { return Vec::new() };
-    ["merge", "replace"]
-        .into_iter()
-        .filter(|k| {
-            c.get(*k).is_some_and(|v| !v.is_null() && v != &Value::Array(vec![]) && v != &Value::Object(Map::new()))
-        })
-        .collect()
+    let merge = c.get("merge").and_then(Value::as_array).is_some_and(|m| !m.is_empty())
+        || c.get("merge").is_some_and(|m| !m.is_null() && !m.is_array());
+    let replace = c.get("replace").is_some_and(|r| match r.get("source") {
+        Some(Value::String(s)) => !s.is_empty(),
+        Some(Value::Null) | None => !r.is_null() && !r.is_object(),
+        Some(_) => true,
+    });
+    [("merge", merge), ("replace", replace)].into_iter().filter(|(_, on)| *on).map(|(k, _)| k).collect()
 }
 
 /// The message for contents that name a compression and no source.
@@ -263,5 +268,12 @@ mod tests {
         let merge = json!({"ignition": {"config": {"merge": [{"source": "https://x/y.ign"}], "replace": {}}}});
         assert_eq!(fetched_configs(&merge), ["merge"]);
         assert!(fetched_configs(&json!({"ignition": {"config": {"merge": []}}})).is_empty());
+        // What Go's json.Marshal writes for configs MCO and the installer make.
+        let go = json!({"ignition": {"config": {"replace": {"verification": {}}}, "version": "3.2.0"}});
+        assert!(fetched_configs(&go).is_empty());
+        let go_null = json!({"ignition": {"config": {"merge": null, "replace": {"source": null, "verification": {}}}}});
+        assert!(fetched_configs(&go_null).is_empty());
+        let replace = json!({"ignition": {"config": {"replace": {"source": "https://x/y.ign", "verification": {}}}}});
+        assert_eq!(fetched_configs(&replace), ["replace"]);
     }
 }

@@ -136,6 +136,10 @@ impl Selector {
                     .strip_prefix('(')
                     .and_then(|r| r.strip_suffix(')'))
                     .ok_or_else(|| err("a set must be written as (v1,v2)"))?;
+                if inner.trim().is_empty() {
+                    // Kubernetes' words; read as one empty value, `in ()` matched `k=""`.
+                    return Err(err("for 'in', 'notin' operators, values set can't be empty"));
+                }
                 let mut vals = Vec::new();
                 for v in inner.split(',') {
                     vals.push(check_value(v.trim()).map_err(|m| err(&m))?);
@@ -450,9 +454,11 @@ mod tests {
 
     #[test]
     fn bad_string_selectors_are_errors() {
-        for bad in ["a in z1", "=1", "a=b c", "Bad_/x=1", "a in (x y)"] {
+        for bad in ["a in z1", "=1", "a=b c", "Bad_/x=1", "a in (x y)", "a in ()", "a notin ( )"] {
             assert!(Selector::parse(bad).is_err(), "{bad} should not parse");
         }
+        let e = Selector::parse("env in ()").unwrap_err().to_string();
+        assert!(e.contains("values set can't be empty"), "{e}");
     }
 
     #[test]

@@ -389,10 +389,12 @@ pub fn needs_own_node(who: &Identity, req: &Request<'_>) -> bool {
 }
 
 /// For [`Decision::AllowStatusAndAnnotations`]: true when `next` differs from `stored` only in
-/// annotations, status and the server-maintained metadata.
+/// annotations, status and the server-maintained metadata. Not `managedFields`: this server
+/// keeps none, so they are whatever clients wrote, and a node could forge another writer's
+/// record of the fields it owns.
 pub fn only_status_and_annotations(stored: &serde_json::Value, next: &serde_json::Value) -> bool {
     use crate::server::objects::equal_except;
-    const META: [&str; 4] = ["annotations", "resourceVersion", "generation", "managedFields"];
+    const META: [&str; 3] = ["annotations", "resourceVersion", "generation"];
     fn meta(v: &serde_json::Value) -> Option<Option<&serde_json::Value>> {
         v.as_object().map(|m| m.get("metadata"))
     }
@@ -532,6 +534,7 @@ mod tests {
         assert!(only_status_and_annotations(&stored, &next));
         for change in [
             serde_json::json!({"metadata": {"finalizers": ["x"]}}),
+            serde_json::json!({"metadata": {"managedFields": [{"manager": "kubectl", "operation": "Update"}]}}),
             serde_json::json!({"other": 1}),
             serde_json::json!({"spec": null}),
         ] {

@@ -154,7 +154,7 @@ pub async fn prepare(opts: &ServeOptions) -> Result<(SqliteStore, String, DataDi
     }
     let hash = auth::token_hash(&token);
     if store.token_hash_of("admin".into()).await?.as_deref() != Some(hash.as_str()) {
-        store.put_token(hash, "admin".into(), "admin".into()).await?;
+        store.put_token(hash, "admin".into(), "admin".into(), None).await?;
     }
     Ok((store, token, lock))
 }

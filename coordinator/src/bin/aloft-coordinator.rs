@@ -160,8 +160,14 @@ enum TokenCmd {
         /// architecture, instance type), are always allowed.
         #[arg(long, value_name = "KEY=VALUE,...")]
         labels: Option<String>,
+        /// Stop working this long from now (`24h`, `30m`, `7days`): a bootstrap token handed to
+        /// hosts being installed need not enroll nodes for good (kubeadm's expire after 24 h).
+        /// Without it the token works until revoked.
+        #[arg(long, value_parser = humantime::parse_duration, value_name = "DURATION")]
+        ttl: Option<std::time::Duration>,
     },
-    /// List the tokens: name, role and when each was created (never the tokens themselves).
+    /// List the tokens: name, role, when each was created and when it expires (never the
+    /// tokens themselves).
     List {
         #[arg(long, env = "ALOFT_DATA_DIR", default_value = "/var/lib/aloft-coordinator")]
         data_dir: PathBuf,
@@ -291,7 +297,12 @@ async fn run() -> Result<()> {
         Cmd::Bench { cmd: BenchCmd::EventTtl { events, rounds } } => {
             aloft_coordinator::bench::event_ttl(events, rounds.max(1)).await
         }
-        Cmd::Token { cmd: TokenCmd::Create { data_dir, name, role, labels } } => {
+        Cmd::Token { cmd: TokenCmd::Create { data_dir, name, role, labels, ttl } } => {
+            if ttl.is_some_and(|t| t.is_zero()) {
+                anyhow::bail!(
+                    "--ttl 0 would make a token that never works; leave --ttl out for one that never expires"
+                );
+            }
             if let Some(why) = reserved_token_name(&name) {
                 anyhow::bail!("{why}; choose another name");
             }
@@ -322,7 +333,7 @@ async fn run() -> Result<()> {
             }
             let store = open_store(&data_dir)?;
             let token = auth::generate_token();
-            store.put_token(auth::token_hash(&token), name, role.to_string()).await?;
+            store.put_token(auth::token_hash(&token), name, role.to_string(), ttl).await?;
             println!("{token}");
             Ok(())
         }
@@ -339,9 +350,14 @@ async fn run() -> Result<()> {
             };
             let width = tokens.iter().map(|t| t.name.len()).max().unwrap_or(0).max(4);
             let role_width = tokens.iter().map(|t| t.role.len()).max().unwrap_or(0).max(4);
-            println!("{:width$}  {:role_width$}  CREATED", "NAME", "ROLE");
+            println!("{:width$}  {:role_width$}  {:20}  EXPIRES", "NAME", "ROLE", "CREATED");
             for t in tokens {
-                println!("{:width$}  {:role_width$}  {}", t.name, t.role, t.created);
+                let expires = match &t.expires {
+                    None => "never".to_string(),
+                    Some(at) if t.expired() => format!("{at} (expired)"),
+                    Some(at) => at.clone(),
+                };
+                println!("{:width$}  {:role_width$}  {:20}  {expires}", t.name, t.role, t.created);
             }
             Ok(())
         }

@@ -9,7 +9,7 @@ use crate::store::{revision_of, Key, Store, StoreError};
 use aloft_api::machineconfig::conditions as cond;
 use aloft_api::meta::set_condition;
 use aloft_api::{
-    Condition, MachineConfig, MachineConfigPool, MachineConfigPoolStatus, OwnerReference, PoolConfiguration,
+    Condition, MachineConfig, MachineConfigPool, MachineConfigPoolStatus, ObjectMeta, OwnerReference, PoolConfiguration,
 };
 use serde_json::Value;
 use std::sync::Arc;
@@ -28,23 +28,74 @@ pub async fn run(store: Arc<dyn Store>, passes: super::passes::Passes) {
     super::run_loop("render", store, &watched, relevant, passes, |s| async move { reconcile_all(&s).await }).await
 }
 
+/// A stored MachineConfig that does not read as one (stored by an older aloft, before a rule
+/// admission now enforces): a pool that selects it cannot render, as MCO fails a render on a
+/// config it cannot use. Left out silently, its files and units would be deleted from the nodes.
+struct Unreadable {
+    meta: ObjectMeta,
+    error: String,
+}
+
 /// Render every pool against the current MachineConfigs.
 pub async fn reconcile_all(store: &Arc<dyn Store>) -> Result<(), StoreError> {
-    let mcs: Vec<MachineConfig> = store
-        .list(&MACHINE_CONFIG.store_key(), None)
-        .await?
-        .items
-        .into_iter()
-        .filter_map(|v| serde_json::from_value(v).ok())
-        .collect();
+    let mut mcs: Vec<MachineConfig> = Vec::new();
+    let mut unreadable = Vec::new();
+    for v in store.list(&MACHINE_CONFIG.store_key(), None).await?.items {
+        match serde_json::from_value::<MachineConfig>(v.clone()) {
+            Ok(mc) => mcs.push(mc),
+            Err(e) => {
+                let meta: ObjectMeta = serde_json::from_value(v["metadata"].clone()).unwrap_or_default();
+                tracing::warn!(config = %meta.name, error = %e, "a stored MachineConfig does not read");
+                unreadable.push(Unreadable { meta, error: e.to_string() });
+            }
+        }
+    }
     let pools = store.list(&MACHINE_CONFIG_POOL.store_key(), None).await?;
     for pool in pools.items {
         let name = objects::name_of(&pool).to_string();
-        if let Err(e) = reconcile_pool(store, &mcs, pool).await {
-            tracing::warn!(pool = %name, error = %e, "render failed to write");
+        let key = Key::cluster(&MACHINE_CONFIG_POOL.store_key(), &name);
+        let mut raw = pool;
+        // A write that lost to another (mostly the node controller's status, whose events do
+        // not wake this controller) is made again on a fresh read, not left to the resync.
+        for attempt in 1..=RACES {
+            match reconcile_pool(store, &mcs, &unreadable, raw).await {
+                Ok(Written::Done) => break,
+                Ok(Written::LostRace) if attempt < RACES => {}
+                Ok(Written::LostRace) => {
+                    tracing::warn!(pool = %name, "render lost {RACES} writes in a row; the next pass retries")
+                }
+                Err(e) => {
+                    tracing::warn!(pool = %name, error = %e, "render failed to write");
+                    break;
+                }
+            }
+            match store.get(&key).await? {
+                Some(fresh) => raw = (*fresh.object).clone(),
+                None => break,
+            }
         }
     }
     Ok(())
+}
+
+/// How many times a pass writes a pool again after losing the race for it.
+const RACES: u32 = 5;
+
+/// Whether a pool's write landed.
+#[derive(Debug, PartialEq, Eq)]
+enum Written {
+    /// Written, or nothing to write.
+    Done,
+    /// Another write came first: read again and redo.
+    LostRace,
+}
+
+/// The first config `pool` selects that does not read, and why.
+fn unreadable_selected<'a>(pool: &MachineConfigPool, unreadable: &'a [Unreadable]) -> Option<&'a Unreadable> {
+    let sel = pool.spec.machine_config_selector.as_ref().filter(|s| !s.is_empty())?.to_selector().ok()?;
+    unreadable
+        .iter()
+        .find(|u| !u.meta.owner_references.iter().any(|o| o.kind == "MachineConfigPool") && sel.matches(&u.meta.labels))
 }
 
 fn degraded_status(status: &mut MachineConfigPoolStatus, message: Option<String>) -> bool {
@@ -93,24 +144,32 @@ fn to_value<T: serde::Serialize>(v: &T) -> Result<Value, StoreError> {
     serde_json::to_value(v).map_err(|e| StoreError::Backend(e.to_string()))
 }
 
-async fn reconcile_pool(store: &Arc<dyn Store>, mcs: &[MachineConfig], raw: Value) -> Result<(), StoreError> {
+async fn reconcile_pool(
+    store: &Arc<dyn Store>,
+    mcs: &[MachineConfig],
+    unreadable: &[Unreadable],
+    raw: Value,
+) -> Result<Written, StoreError> {
     let rev = revision_of(&raw);
     let mut pool: MachineConfigPool = match serde_json::from_value(raw.clone()) {
         Ok(p) => p,
         Err(e) => {
             tracing::warn!(error = %e, "skipping a pool that does not parse");
-            return Ok(());
+            return Ok(Written::Done);
         }
     };
     if pool.metadata.deletion_timestamp.is_some() {
         // Being deleted (a finalizer holds it): as MCO's controllers, render nothing more for it.
         // A new rendered config would be rolled out to nodes the admin is taking the pool from,
         // and adopting its generated configs would undo an orphaning DELETE.
-        return Ok(());
+        return Ok(Written::Done);
     }
     let current = pool.spec.configuration.as_ref().and_then(|c| mcs.iter().find(|m| m.metadata.name == c.name));
     let mut status = pool.status.clone().unwrap_or_default();
-    let outcome = aloft_api::render::render(&pool, mcs, current);
+    let outcome = match unreadable_selected(&pool, unreadable) {
+        Some(u) => Err(format!("MachineConfig {:?} cannot be read: {}", u.meta.name, u.error)),
+        None => aloft_api::render::render(&pool, mcs, current).map_err(|e| e.to_string()),
+    };
     match outcome {
         Ok(rendered) => {
             let name = rendered.machine_config.metadata.name.clone();
@@ -137,13 +196,13 @@ async fn reconcile_pool(store: &Arc<dyn Store>, mcs: &[MachineConfig], raw: Valu
             }
             let status_changed = degraded_status(&mut status, None);
             if !spec_changed && !status_changed {
-                return Ok(());
+                return Ok(Written::Done);
             }
         }
         Err(e) => {
             let message = format!("Failed to render configuration for pool {}: {e}", pool.metadata.name);
             if !degraded_status(&mut status, Some(message.clone())) {
-                return Ok(());
+                return Ok(Written::Done);
             }
             tracing::warn!(pool = %pool.metadata.name, %message, "render degraded");
         }
@@ -166,8 +225,8 @@ async fn reconcile_pool(store: &Arc<dyn Store>, mcs: &[MachineConfig], raw: Valu
     obj["status"] = to_value(&status)?;
     let key = Key::cluster(&MACHINE_CONFIG_POOL.store_key(), &pool.metadata.name);
     match store.update(&key, obj, rev).await {
-        // Someone else wrote meanwhile: their event brings us back here.
-        Ok(_) | Err(StoreError::Conflict { .. }) | Err(StoreError::NotFound(_)) => Ok(()),
+        Ok(_) | Err(StoreError::NotFound(_)) => Ok(Written::Done),
+        Err(StoreError::Conflict { .. }) => Ok(Written::LostRace),
         Err(e) => Err(e),
     }
 }
@@ -382,6 +441,120 @@ mod tests {
         let pool = store.get(&Key::cluster(&MACHINE_CONFIG_POOL.store_key(), "worker")).await.unwrap().unwrap();
         let target = pool.object.pointer("/spec/configuration/name").and_then(Value::as_str).unwrap().to_string();
         (dir, store, target, uid)
+    }
+
+    /// A stored config the pool selects that does not read as a MachineConfig (an older aloft
+    /// stored it) fails the render, naming it, and the pool keeps its target: left out, its
+    /// files and units would be deleted from every node. One of no pool's is no concern.
+    #[tokio::test]
+    async fn a_selected_config_that_does_not_read_fails_the_render() {
+        use serde_json::json;
+        let (_dir, store, target, _) = worker_rendered(json!({"ignition": {"version": "3.4.0"}})).await;
+        let mut bad = json!({"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfig",
+            "metadata": {"name": "60-b", "labels": {"machineconfiguration.openshift.io/role": "worker"}},
+            "spec": {"config": {"ignition": {"version": "3.4.0"}}, "kernelArguments": 5}});
+        objects::prepare_create(&mut bad, "");
+        store.create(&Key::cluster(&MACHINE_CONFIG.store_key(), "60-b"), bad).await.unwrap();
+        reconcile_all(&store).await.unwrap();
+        let pool = store.get(&Key::cluster(&MACHINE_CONFIG_POOL.store_key(), "worker")).await.unwrap().unwrap();
+        let pool: MachineConfigPool = serde_json::from_value((*pool.object).clone()).unwrap();
+        assert_eq!(pool.spec.configuration.as_ref().map(|c| c.name.as_str()), Some(target.as_str()));
+        let c = find_condition(&pool.status.as_ref().unwrap().conditions, cond::RENDER_DEGRADED).unwrap();
+        assert!(c.is_true() && c.message.contains("MachineConfig \"60-b\" cannot be read"), "{c:?}");
+
+        // Relabelled for no pool: the worker pool renders again.
+        let key = Key::cluster(&MACHINE_CONFIG.store_key(), "60-b");
+        let mut other = (*store.get(&key).await.unwrap().unwrap().object).clone();
+        let rev = revision_of(&other);
+        other["metadata"]["labels"] = json!({"machineconfiguration.openshift.io/role": "infra"});
+        store.update(&key, other, rev).await.unwrap();
+        reconcile_all(&store).await.unwrap();
+        let pool = store.get(&Key::cluster(&MACHINE_CONFIG_POOL.store_key(), "worker")).await.unwrap().unwrap();
+        let pool: MachineConfigPool = serde_json::from_value((*pool.object).clone()).unwrap();
+        let c = find_condition(&pool.status.as_ref().unwrap().conditions, cond::RENDER_DEGRADED).unwrap();
+        assert!(!c.is_true(), "{c:?}");
+    }
+
+    /// The store, with a status write of the pool slipped in ahead of the pass's first write of
+    /// it (the node controller's, many a second in a rollout): the pass loses that race.
+    struct Racing {
+        inner: Arc<dyn Store>,
+        raced: std::sync::atomic::AtomicBool,
+    }
+
+    #[async_trait::async_trait]
+    impl Store for Racing {
+        async fn get(&self, key: &Key) -> Result<Option<crate::store::Stored>, StoreError> {
+            self.inner.get(key).await
+        }
+        async fn list(&self, resource: &str, ns: Option<&str>) -> Result<crate::store::Listing, StoreError> {
+            self.inner.list(resource, ns).await
+        }
+        async fn list_json(&self, resource: &str, ns: Option<&str>) -> Result<crate::store::JsonListing, StoreError> {
+            self.inner.list_json(resource, ns).await
+        }
+        async fn create(&self, key: &Key, object: Value) -> Result<crate::store::Stored, StoreError> {
+            self.inner.create(key, object).await
+        }
+        async fn update(
+            &self,
+            key: &Key,
+            object: Value,
+            expected: Option<u64>,
+        ) -> Result<crate::store::Stored, StoreError> {
+            if key.resource == MACHINE_CONFIG_POOL.store_key()
+                && !self.raced.swap(true, std::sync::atomic::Ordering::SeqCst)
+            {
+                let now = self.inner.get(key).await?.unwrap();
+                let mut o = (*now.object).clone();
+                o["status"]["machineCount"] = 7.into();
+                let rev = revision_of(&o);
+                self.inner.update(key, o, rev).await?;
+            }
+            self.inner.update(key, object, expected).await
+        }
+        async fn delete(&self, key: &Key, expected: Option<u64>) -> Result<crate::store::Stored, StoreError> {
+            self.inner.delete(key, expected).await
+        }
+        async fn watch(
+            &self,
+            filter: crate::store::WatchFilter,
+            from: u64,
+        ) -> Result<crate::store::WatchStream, StoreError> {
+            self.inner.watch(filter, from).await
+        }
+        async fn revision(&self) -> Result<u64, StoreError> {
+            self.inner.revision().await
+        }
+        async fn check_writes(&self) -> Result<(), StoreError> {
+            self.inner.check_writes().await
+        }
+        async fn update_all(
+            &self,
+            writes: Vec<(Key, Value, Option<u64>)>,
+        ) -> Result<Vec<crate::store::Stored>, StoreError> {
+            self.inner.update_all(writes).await
+        }
+    }
+
+    /// A pool write that lost to a status write is made again in the same pass, on a fresh
+    /// read: the status write's event does not wake this controller, so waiting for one left a
+    /// new target unset until the resync.
+    #[tokio::test]
+    async fn a_lost_pool_write_is_made_again_at_once() {
+        use serde_json::json;
+        let (_dir, inner, target, _) = worker_rendered(json!({"ignition": {"version": "3.4.0"}})).await;
+        let store: Arc<dyn Store> = Arc::new(Racing { inner: inner.clone(), raced: Default::default() });
+        let mut mc = json!({"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfig",
+            "metadata": {"name": "60-b", "labels": {"machineconfiguration.openshift.io/role": "worker"}},
+            "spec": {"config": {"ignition": {"version": "3.4.0"}}, "kernelArguments": ["x=1"]}});
+        objects::prepare_create(&mut mc, "");
+        store.create(&Key::cluster(&MACHINE_CONFIG.store_key(), "60-b"), mc).await.unwrap();
+        reconcile_all(&store).await.unwrap();
+        let pool = inner.get(&Key::cluster(&MACHINE_CONFIG_POOL.store_key(), "worker")).await.unwrap().unwrap();
+        let now = pool.object.pointer("/spec/configuration/name").and_then(Value::as_str).unwrap();
+        assert_ne!(now, target, "the new target is set in this pass");
+        assert_eq!(pool.object["status"]["machineCount"], 7, "the status write that came first is kept");
     }
 
     /// The pool's target stored with other contents than its name stands for (a delete and a

@@ -274,9 +274,10 @@ enum RolloutCmd {
     Status {
         #[arg(required = true, num_args = 1..=2, value_name = "POOL", help = POOL_HELP, long_help = POOL_LONG_HELP)]
         target: Vec<String>,
-        /// Give up after this long: seconds (`300`) or a duration (`90s`, `5m`, `1h30m`); 0 waits
-        /// for good.
-        #[arg(long, default_value = "3600", value_parser = parse_timeout, value_name = "DURATION")]
+        /// Give up after this long: seconds (`300`) or a duration (`90s`, `5m`, `1h30m`); 0 (the
+        /// default, as `kubectl rollout status`) waits for good: a 50-node pool of 4-minute
+        /// reboots, one at a time, takes over three hours.
+        #[arg(long, default_value = "0", value_parser = parse_timeout, value_name = "DURATION")]
         timeout: u64,
         /// Wait for a target other than this rendered config (the one before a change), and
         /// do not fail on a degradation while the target is still this one.
@@ -2230,6 +2231,9 @@ mod tests {
         assert_eq!(parse_timeout("0"), Ok(0));
         assert!(parse_timeout("5q").unwrap_err().contains("want seconds (300) or a duration"));
         assert!(parse_timeout("-1").is_err());
+        // `rollout status` waits for good unless told otherwise, as kubectl's.
+        let cli = Cli::try_parse_from(["aloftctl", "rollout", "status", "mcp/worker"]).unwrap();
+        assert!(matches!(cli.cmd, Cmd::Rollout { cmd: RolloutCmd::Status { timeout: 0, .. } }));
     }
 
     #[test]

@@ -156,6 +156,7 @@ impl ApiError {
             StoreError::AlreadyExists(_) => Self::already_exists(resource, name),
             StoreError::Conflict { .. } => Self::conflict(resource, name, &e.to_string()),
             StoreError::Gone { .. } => Self::gone(e.to_string()),
+            e @ StoreError::TooLarge { .. } => Self::too_large_because(format!("{resource} {name:?}: {e}")),
             StoreError::Backend(m) => Self::internal(m),
         }
     }

@@ -199,9 +199,24 @@ pub fn is_watch(params: &HashMap<String, String>) -> bool {
     params.get("watch").is_some_and(|v| v == "true" || v == "1")
 }
 
+/// Whether a request on `path` is a watch: one of a collection asking for it. A GET of a named
+/// object is that object, `watch` or not, as in kube-apiserver (a watch of one object is a
+/// collection's, with `fieldSelector=metadata.name=NAME`); it streamed the whole collection.
+pub fn watches(path: &super::request::ResourcePath, params: &HashMap<String, String>) -> bool {
+    path.name.is_none() && is_watch(params)
+}
+
 pub async fn dispatch(call: Call<'_>) -> Result<Response, ApiError> {
     let has_name = call.path.name.is_some();
-    let watching = is_watch(&call.params);
+    let watching = watches(&call.path, &call.params);
+    if call.path.subresource.is_some() && !matches!(call.method, Method::GET | Method::PUT | Method::PATCH) {
+        // Only get, update and patch are served on a status subresource, as discovery says;
+        // a DELETE of `nodes/NAME/status` deleted the Node (and revoked its agent).
+        return Err(ApiError::method_not_allowed(format!(
+            "{} is not supported on the status subresource: only GET, PUT and PATCH",
+            call.method
+        )));
+    }
     match (&call.method, has_name) {
         (&Method::GET, _) if watching => watch_handler(call).await,
         (&Method::GET, true) => get(call).await,
@@ -502,6 +517,12 @@ async fn create_judged(call: &Call<'_>, mut obj: Value) -> Result<Response, ApiE
     let warnings = call.validate(&obj, None)?;
     objects::prepare_create(&mut obj, &call.path.store_namespace());
     if call.dry_run() {
+        // As the create would answer: a taken name is 409 (kube-apiserver's dry run goes
+        // through its storage, which says so).
+        let key = call.key(&name);
+        if call.ctx.store.get(&key).await.map_err(|e| call.store_err(e, &name))?.is_some() {
+            return Err(call.store_err(StoreError::AlreadyExists(name.clone()), &name));
+        }
         return Ok(fields::with_warnings(respond(StatusCode::CREATED, obj), &warnings));
     }
     let created = call.ctx.store.create(&call.key(&name), obj).await.map_err(|e| call.store_err(e, &name))?;
@@ -564,7 +585,9 @@ async fn read_modify_write_warned(
         finalizers::keep_deletion_fields(&stored, &mut next);
         let mut found = problems.to_vec();
         let warnings = if validate::only_annotations_changed(&stored, &next) {
-            let causes = validate::annotation_causes(&next, Some(&stored));
+            let mut causes = validate::annotation_causes(&next, Some(&stored));
+            // A rendered config's mark is an annotation: dropping it is not a plain one.
+            causes.extend(validate::generated_config_causes(call.path.rt, &next, &stored));
             if !causes.is_empty() {
                 return Err(call.invalid(name, causes));
             }

@@ -165,7 +165,7 @@ async fn api_entry(
         Target::Group(g) => discovery(discovery::group(&g)),
         Target::ResourceList { group, version } => discovery(discovery::resource_list(&group, &version)),
         Target::Resource(path) => {
-            let asked = negotiate::output(headers.get(axum::http::header::ACCEPT), handlers::is_watch(&params))?;
+            let asked = negotiate::output(headers.get(axum::http::header::ACCEPT), handlers::watches(&path, &params))?;
             let body = read_body(body, &headers, ctx.limits.max_body).await?;
             let call = handlers::Call { ctx: &ctx, who: &who, method, path, params, headers, body, table: asked.table };
             let answer = handlers::dispatch(call).await;

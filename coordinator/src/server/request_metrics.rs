@@ -76,8 +76,8 @@ impl Route {
                 .is_some_and(|c| c.starts_with("application/apply-patch"))
         };
         let verb = match method_verb {
-            // A watch of one object (`.../nodes/n1?watch=true`) is served as a watch too.
-            "GET" if watching() => "WATCH",
+            // A GET of one object is a get, `watch` or not (`handlers::watches`).
+            "GET" if !named && watching() => "WATCH",
             "GET" if !named => "LIST",
             "PATCH" if applying() => "APPLY",
             v => v,
@@ -219,7 +219,7 @@ mod tests {
         let r = route(Method::GET, "/api/v1/nodes/n1", None);
         assert_eq!((r.verb, r.scope), ("GET", "resource"));
         let r = route(Method::GET, "/api/v1/nodes/n1?watch=1", None);
-        assert_eq!((r.verb, r.scope), ("WATCH", "resource"));
+        assert_eq!((r.verb, r.scope), ("GET", "resource"));
         for (query, verb) in [("watch=false", "LIST"), ("watch=%74rue", "WATCH"), ("watch=1&watch=0", "LIST")] {
             assert_eq!(route(Method::GET, &format!("/api/v1/nodes?{query}"), None).verb, verb, "{query}");
         }

@@ -293,6 +293,10 @@ fn pool_warnings(obj: &Value) -> Vec<String> {
     let rollout = obj.pointer("/spec/rollout");
     let int = |k: &str| rollout.and_then(|r| r.get(k)).and_then(Value::as_i64);
     match (int("canary"), int("maxFailures")) {
+        (Some(canary), None) if canary > 0 => vec![format!(
+            "spec.rollout.canary {canary} without spec.rollout.maxFailures: canaries that fail do not stop the \
+             rollout, the batches follow once they are done (set maxFailures to 0 to stop at the first failure)"
+        )],
         (Some(canary), Some(k)) if canary > 0 && k >= canary => vec![format!(
             "spec.rollout.maxFailures {k} is not below spec.rollout.canary {canary}: canaries that all fail \
              do not stop the rollout (set maxFailures to at most {})",
@@ -506,7 +510,9 @@ mod tests {
         assert!(w[0].contains("set maxFailures to at most 0"), "{}", w[0]);
         assert!(pool_warnings(&pool(serde_json::json!({"canary": 2, "maxFailures": 1}))).is_empty());
         assert!(pool_warnings(&pool(serde_json::json!({"canary": 0, "maxFailures": 3}))).is_empty());
-        assert!(pool_warnings(&pool(serde_json::json!({"canary": 2}))).is_empty(), "no breaker");
+        let w = pool_warnings(&pool(serde_json::json!({"canary": 2})));
+        assert!(w.len() == 1 && w[0].contains("without spec.rollout.maxFailures"), "no breaker: {w:?}");
+        assert!(pool_warnings(&pool(serde_json::json!({"canary": 2, "maxFailures": 0}))).is_empty());
         assert!(pool_warnings(&serde_json::json!({"spec": {}})).is_empty());
     }
 

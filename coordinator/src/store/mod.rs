@@ -184,9 +184,18 @@ pub enum StoreError {
     Conflict { have: u64, stored: u64 },
     #[error("too old resource version: {requested} (oldest available {oldest})")]
     Gone { requested: u64, oldest: u64 },
+    #[error("object is too large: {size} bytes as stored, the limit is {limit} bytes")]
+    TooLarge { size: usize, limit: usize },
     #[error("store: {0}")]
     Backend(String),
 }
+
+/// The most one object may take as stored JSON: a rendered config's most
+/// (`aloft_api::render::MAX_RENDERED_BYTES`, etcd's 1.5 MiB request limit) and room for its
+/// metadata. kube-apiserver's etcd refuses larger (413); here, without it, an identity that may
+/// write one object (a node, its own status) could fill the disk and every watcher's memory
+/// 3 MiB a request.
+pub const MAX_OBJECT_BYTES: usize = 2 * 1024 * 1024;
 
 impl From<rusqlite::Error> for StoreError {
     fn from(e: rusqlite::Error) -> Self {

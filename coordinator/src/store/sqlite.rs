@@ -281,10 +281,36 @@ INSERT OR IGNORE INTO meta (key, value) VALUES ('revision', 0), ('compacted', 0)
 
 /// The API tokens' table, in a database file of its own next to the store's (see
 /// [`tokens_path`]), attached to every connection as `tok`.
+/// `expires`: RFC 3339, or NULL for a token that never expires (added to older files by
+/// [`add_token_expiry`]).
 const TOKENS_SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS tok.tokens (
-    hash TEXT PRIMARY KEY, name TEXT NOT NULL UNIQUE, role TEXT NOT NULL, created TEXT NOT NULL);
+    hash TEXT PRIMARY KEY, name TEXT NOT NULL UNIQUE, role TEXT NOT NULL, created TEXT NOT NULL, expires TEXT);
 ";
+
+/// Whether the tokens table of `schema` on `c` has the `expires` column.
+fn has_token_expiry(c: &Connection, schema: &str) -> Result<bool, rusqlite::Error> {
+    let n: i64 =
+        c.query_row("SELECT count(*) FROM pragma_table_info('tokens', ?1) WHERE name = 'expires'", [schema], |r| {
+            r.get(0)
+        })?;
+    Ok(n > 0)
+}
+
+/// The `expires` column for a tokens file made before it: its tokens never expire. An older
+/// aloft still reads and writes the file (it names its columns).
+fn add_token_expiry(c: &Connection) -> Result<(), StoreError> {
+    if !has_token_expiry(c, "tok")? {
+        c.execute_batch("ALTER TABLE tok.tokens ADD COLUMN expires TEXT")?;
+    }
+    Ok(())
+}
+
+/// Whether a token whose `expires` is this has expired at `now`. An unreadable time is expired:
+/// refusing is the safe side.
+fn expired(expires: Option<&str>, now: chrono::DateTime<chrono::Utc>) -> bool {
+    expires.is_some_and(|e| chrono::DateTime::parse_from_rfc3339(e).map_or(true, |t| t <= now))
+}
 
 /// Where the tokens of the store at `path` live: `aloft.db` -> `aloft-tokens.db`.
 ///
@@ -445,6 +471,7 @@ impl SqliteStore {
         migrate_objects(&mut writer)?;
         writer.execute_batch(SCHEMA)?;
         writer.execute_batch(TOKENS_SCHEMA)?;
+        add_token_expiry(&writer)?;
         migrate_tokens(&mut writer)?;
         writer.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('format', ?1)", [STORE_FORMAT])?;
         // Checkpoints run on a thread of their own (see `checkpointer`), not inside a commit.
@@ -612,14 +639,33 @@ impl SqliteStore {
         rx.await.map_err(|_| StoreError::Backend("the store's writer has stopped".into()))?
     }
 
-    /// Store an API token's hash with its identity and role; see [`crate::auth`].
-    pub async fn put_token(&self, hash: String, name: String, role: String) -> Result<(), StoreError> {
+    /// Store an API token's hash with its identity and role; see [`crate::auth`]. With `ttl`, it
+    /// stops working that long from now (kubeadm's bootstrap tokens expire after 24 h).
+    pub async fn put_token(
+        &self,
+        hash: String,
+        name: String,
+        role: String,
+        ttl: Option<std::time::Duration>,
+    ) -> Result<(), StoreError> {
+        let now = chrono::Utc::now();
+        let expires = match ttl {
+            None => None,
+            Some(ttl) => {
+                let ttl = chrono::Duration::from_std(ttl)
+                    .map_err(|_| StoreError::Backend(format!("a token's time to live of {ttl:?} is too long")))?;
+                let at = now
+                    .checked_add_signed(ttl)
+                    .ok_or_else(|| StoreError::Backend("a token's time to live is too long".into()))?;
+                Some(at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+            }
+        };
         self.submit(Box::new(move |conn, _| {
-            let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+            let now = now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
             conn.execute(
-                "INSERT INTO tok.tokens (hash, name, role, created) VALUES (?1, ?2, ?3, ?4)
-                 ON CONFLICT (name) DO UPDATE SET hash = ?1, role = ?3, created = ?4",
-                params![hash, name, role, now],
+                "INSERT INTO tok.tokens (hash, name, role, created, expires) VALUES (?1, ?2, ?3, ?4, ?5)
+                 ON CONFLICT (name) DO UPDATE SET hash = ?1, role = ?3, created = ?4, expires = ?5",
+                params![hash, name, role, now, expires],
             )?;
             Ok(Vec::new())
         }))
@@ -657,15 +703,9 @@ impl SqliteStore {
         .await
     }
 
-    /// Every token's (name, role, created), by name; never the hashes.
+    /// Every token's (name, role, created, expires), by name; never the hashes.
     pub async fn list_tokens(&self) -> Result<Vec<TokenInfo>, StoreError> {
-        self.read(|c| {
-            let mut stmt = c.prepare("SELECT name, role, created FROM tok.tokens ORDER BY name")?;
-            let rows =
-                stmt.query_map([], |r| Ok(TokenInfo { name: r.get(0)?, role: r.get(1)?, created: r.get(2)? }))?;
-            Ok(rows.collect::<Result<Vec<_>, _>>()?)
-        })
-        .await
+        self.read(|c| Ok(tokens_in(c, "tok")?)).await
     }
 
     /// Delete the token named `name` (and, with `hash`, only if it still has that hash: a token
@@ -696,17 +736,24 @@ impl SqliteStore {
             Cached::Miss(generation) => generation,
         };
         let key = hash.clone();
-        let found: Option<(String, String)> = self
+        let found: Option<(String, String, Option<String>)> = self
             .read_point(move |c| {
-                Ok(c.prepare_cached("SELECT name, role FROM tok.tokens WHERE hash = ?1")?
-                    .query_row([key], |r| Ok((r.get(0)?, r.get(1)?)))
+                Ok(c.prepare_cached("SELECT name, role, expires FROM tok.tokens WHERE hash = ?1")?
+                    .query_row([key], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
                     .optional()?)
             })
             .await?;
-        if let Some(entry) = &found {
-            self.inner.tokens.put(generation, hash, entry.clone());
+        match found {
+            None => Ok(None),
+            // A token that expires is never kept in memory: it is read each time (a bootstrap
+            // token, used once per enrollment), so it stops working at its time.
+            Some((_, _, Some(expires))) if expired(Some(&expires), chrono::Utc::now()) => Ok(None),
+            Some((name, role, Some(_))) => Ok(Some((name, role))),
+            Some((name, role, None)) => {
+                self.inner.tokens.put(generation, hash, (name.clone(), role.clone()));
+                Ok(Some((name, role)))
+            }
         }
-        Ok(found)
     }
 }
 
@@ -722,7 +769,7 @@ pub fn list_tokens_read_only(path: &Path) -> Result<Option<Vec<TokenInfo>>, Stor
     }
     let uri = format!("file:{}?mode=ro", uri_path(&file));
     let read_only = Connection::open_with_flags(uri, OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_URI);
-    match read_only.and_then(|c| tokens_in(&c)) {
+    match read_only.and_then(|c| tokens_in(&c, "main")) {
         Ok(t) => Ok(Some(t)),
         // A WAL store on a read-only file system without its shared-memory file (SQLite cannot
         // make one there): read a copy of the database and its log where it can, so that tokens
@@ -746,13 +793,17 @@ fn list_tokens_from_copy(file: &Path) -> Result<Vec<TokenInfo>, StoreError> {
     if wal.exists() {
         copied(&wal, &copy.path().join("tokens.db-wal"))?;
     }
-    Ok(tokens_in(&Connection::open(&db)?)?)
+    Ok(tokens_in(&Connection::open(&db)?, "main")?)
 }
 
-/// The tokens table of a connection to a tokens file.
-fn tokens_in(c: &Connection) -> Result<Vec<TokenInfo>, rusqlite::Error> {
-    let mut stmt = c.prepare("SELECT name, role, created FROM tokens ORDER BY name")?;
-    let rows = stmt.query_map([], |r| Ok(TokenInfo { name: r.get(0)?, role: r.get(1)?, created: r.get(2)? }))?;
+/// The tokens table of `schema` on `c` (`main` on a connection to a tokens file; a file from
+/// before the `expires` column lists every token as never expiring).
+fn tokens_in(c: &Connection, schema: &str) -> Result<Vec<TokenInfo>, rusqlite::Error> {
+    let expires = if has_token_expiry(c, schema)? { "expires" } else { "NULL" };
+    let mut stmt = c.prepare(&format!("SELECT name, role, created, {expires} FROM {schema}.tokens ORDER BY name"))?;
+    let rows = stmt.query_map([], |r| {
+        Ok(TokenInfo { name: r.get(0)?, role: r.get(1)?, created: r.get(2)?, expires: r.get(3)? })
+    })?;
     rows.collect()
 }
 
@@ -776,6 +827,15 @@ pub struct TokenInfo {
     pub role: String,
     /// RFC 3339, seconds.
     pub created: String,
+    /// RFC 3339, seconds; `None`: never.
+    pub expires: Option<String>,
+}
+
+impl TokenInfo {
+    /// Whether it no longer works.
+    pub fn expired(&self) -> bool {
+        expired(self.expires.as_deref(), chrono::Utc::now())
+    }
 }
 
 /// Work for the writer thread: changes made on its connection inside the open transaction
@@ -951,6 +1011,9 @@ fn write_one(
     set_revision(&mut obj, rev);
     // One serialization: the rows below and the event's watchers share it.
     let json: Arc<str> = Arc::from(serde_json::to_string(&obj).map_err(|e| StoreError::Backend(e.to_string()))?);
+    if kind != EventType::Deleted && json.len() > super::MAX_OBJECT_BYTES {
+        return Err(StoreError::TooLarge { size: json.len(), limit: super::MAX_OBJECT_BYTES });
+    }
     let data: &str = &json;
     match (kind, rowid) {
         (EventType::Deleted, Some(id)) => {
@@ -1629,7 +1692,7 @@ mod tests {
         for i in 0..300 {
             s.create(&Key::cluster("/nodes", &format!("n{i}")), obj(&format!("n{i}"), 1)).await.unwrap();
         }
-        s.put_token("h1".into(), "t".into(), "viewer".into()).await.unwrap();
+        s.put_token("h1".into(), "t".into(), "viewer".into(), None).await.unwrap();
         for p in [path.clone(), wal(&path), tokens_path(&path), wal(&tokens_path(&path))] {
             assert_eq!(mode(&p), 0o600, "{}", p.display());
         }
@@ -1680,7 +1743,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("s.db");
         let s = SqliteStore::open(&path).unwrap();
-        s.put_token("h1".into(), "early".into(), "viewer".into()).await.unwrap();
+        s.put_token("h1".into(), "early".into(), "viewer".into(), None).await.unwrap();
         drop(s);
         let tokens = tokens_path(&path);
         let w = Connection::open(&tokens).unwrap();
@@ -1757,7 +1820,7 @@ mod tests {
         let server = SqliteStore::open(&path).unwrap();
         // The `token` subcommand opens the same files in another process while the server runs.
         let cli = SqliteStore::open(&path).unwrap();
-        cli.put_token("h1".into(), "viewer".into(), "view".into()).await.unwrap();
+        cli.put_token("h1".into(), "viewer".into(), "view".into(), None).await.unwrap();
         // Looked up twice: the second answer comes from the server's cache of lookups, which
         // must not outlive the change below.
         assert!(server.inner.tokens.is_on(), "the tokens' WAL is watched");
@@ -1766,7 +1829,7 @@ mod tests {
         }
         // Writes to the store in between do not matter to a lookup.
         server.create(&Key::cluster("/nodes", "a"), obj("a", 1)).await.unwrap();
-        cli.put_token("h2".into(), "viewer".into(), "view".into()).await.unwrap();
+        cli.put_token("h2".into(), "viewer".into(), "view".into(), None).await.unwrap();
         assert_eq!(server.find_token("h1".into()).await.unwrap(), None, "the replaced token stops working at once");
         assert_eq!(server.find_token("h2".into()).await.unwrap(), Some(("viewer".into(), "view".into())));
         assert!(tokens_path(&path).exists());
@@ -1782,7 +1845,7 @@ mod tests {
         let s = SqliteStore::open(&path).unwrap();
         let file = tokens_path(&path);
         let before = std::fs::metadata(&file).unwrap().len();
-        let puts = (0..2000).map(|i| s.put_token(format!("{i:064}"), format!("node:n{i}"), format!("node:n{i}")));
+        let puts = (0..2000).map(|i| s.put_token(format!("{i:064}"), format!("node:n{i}"), format!("node:n{i}"), None));
         futures::future::try_join_all(puts).await.unwrap();
         assert!(s.find_token(format!("{:064}", 7)).await.unwrap().is_some());
         assert_eq!(s.inner.tokens.kept(), 1);
