@@ -23,7 +23,7 @@ cargo test --workspace --exclude aloft-vm-tests 2>&1
 # 25-33 minutes on 2 cores with the image build): a (a rebootless change), b (a rollout with an OS update), c (a bad OS
 # rolled back, the rollout stopped), d (a power cut right after staging: it caught an agent that
 # went Degraded instead of staging again; then one held right after ostree finalized), e (a file with no policy reboots once) and f (power
-# cuts at five named moments of an OS update and its rollback, held there by the agent's
+# cuts at six named moments of an OS update and its rollback, held there by the agent's
 # failpoints, then a file-only config after the rollback). ALOFT_VM_TESTS names a subset
 # (test-name filters; '' means every test not ignored, the same six).
 export ALOFT_REQUIRE_VM=1

@@ -112,6 +112,30 @@ fn drop_staged(sysroot: &ostree::Sysroot) -> Result<(), glib::Error> {
     Ok(())
 }
 
+/// Write `path` whole or not at all (a temp file beside it, synced, renamed over it).
+fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mut tmp = tempfile_in(dir)?;
+    tmp.1.write_all(bytes)?;
+    tmp.1.sync_all()?;
+    std::fs::rename(&tmp.0, path)?;
+    Ok(())
+}
+
+/// A new file in `dir` no other writer names.
+fn tempfile_in(dir: &Path) -> std::io::Result<(PathBuf, std::fs::File)> {
+    for n in 0..100u32 {
+        let p = dir.join(format!(".aloft-keyring.{}.{n}.tmp", std::process::id()));
+        match std::fs::OpenOptions::new().write(true).create_new(true).open(&p) {
+            Ok(f) => return Ok((p, f)),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Err(std::io::Error::other("no temporary name left"))
+}
+
 fn no_cancel() -> Option<&'static gio::Cancellable> {
     None
 }
@@ -162,21 +186,42 @@ impl OstreeBackend {
     }
 
     /// Make the remote say what `image` needs; leave it alone when it already does.
+    ///
+    /// The trusted keys are the remote's own keyring (`<repo>/<remote>.trustedkeys.gpg`, a copy
+    /// of `--keyring`), not named by `gpgkeypath`: libostree trusts every keyring in its global
+    /// directory (`/usr/share/ostree/trusted.gpg.d`, or `$OSTREE_GPG_HOME`) besides a remote's
+    /// `gpgkeypath`, and stops only for a remote with a keyring of its own. So a `--keyring`
+    /// narrowed after a key leaked still let that key's commits in. A keyring that differs from
+    /// `--keyring` is written again whole, so a key taken out of it is distrusted too.
     fn ensure_remote(&self, repo: &ostree::Repo, image: &OstreeImage) -> Result<(), OsError> {
         let url = image.repo_url();
         let keyring = self.cfg.keyring.to_string_lossy().to_string();
-        if !self.cfg.keyring.is_file() {
+        let keys = std::fs::read(&self.cfg.keyring).map_err(|e| {
+            let what = match e.kind() {
+                std::io::ErrorKind::NotFound => "does not exist".to_string(),
+                _ => format!("cannot be read ({e})"),
+            };
+            OsError::Invalid(format!(
+                "the trusted keyring {keyring} {what}: OS commits cannot be verified, so none is pulled"
+            ))
+        })?;
+        if keys.is_empty() {
             return Err(OsError::Invalid(format!(
-                "the trusted keyring {keyring} does not exist: OS commits cannot be verified, so none is pulled"
+                "the trusted keyring {keyring} is empty: OS commits cannot be verified, so none is pulled"
             )));
         }
         let name = self.cfg.remote.as_str();
+        let own = gio::prelude::FileExt::path(&repo.path()).map(|dir| dir.join(format!("{name}.trustedkeys.gpg")));
+        let Some(own) = own else {
+            return Err(OsError::Invalid(format!("the ostree repository of remote {name} has no local path")));
+        };
         let exists = repo.remote_list().iter().any(|r| r.as_str() == name);
         let same_url = exists && repo.remote_get_url(name).map(|u| u.as_str() == url).unwrap_or(false);
+        let same_keys = std::fs::read(&own).is_ok_and(|k| k == keys);
         if exists {
             let verify = repo.remote_get_gpg_verify(name).unwrap_or(false);
-            let keys = repo.remote_list_option(name, "gpgkeypath").map(|v| v.iter().any(|k| k.as_str() == keyring));
-            if same_url && verify && keys.unwrap_or(false) {
+            let named = repo.remote_list_option(name, "gpgkeypath").map(|v| !v.is_empty()).unwrap_or(false);
+            if same_url && verify && !named && same_keys {
                 return Ok(());
             }
         }
@@ -188,10 +233,14 @@ impl OstreeBackend {
         let opts = glib::VariantDict::new(None);
         opts.insert("gpg-verify", true);
         opts.insert("gpg-verify-summary", verify_summary);
-        opts.insert("gpgkeypath", keyring.as_str());
         let change = if exists { ostree::RepoRemoteChange::Replace } else { ostree::RepoRemoteChange::Add };
         repo.remote_change(None::<&gio::File>, change, name, Some(&url), Some(&opts.end()), no_cancel())
             .map_err(|e| OsError::ostree(format!("configuring ostree remote {name} for {url}"), e))?;
+        if !same_keys {
+            write_atomically(&own, &keys).map_err(|e| {
+                OsError::Invalid(format!("cannot write remote {name}'s keyring {}: {e}", own.display()))
+            })?;
+        }
         tracing::info!(remote = name, %url, keyring = %keyring, "ostree remote configured");
         Ok(())
     }

@@ -233,6 +233,19 @@ impl HelperProcess {
 
     /// [`Self::start`] with more flags.
     pub fn start_with(bin: &Path, dir: &Path, sysroot: &Path, keyring: &Path, extra: &[&str]) -> Result<HelperProcess> {
+        Self::start_with_env(bin, dir, sysroot, keyring, extra, &[])
+    }
+
+    /// [`Self::start_with`] with more environment (e.g. `OSTREE_GPG_HOME`, libostree's global
+    /// keyring directory).
+    pub fn start_with_env(
+        bin: &Path,
+        dir: &Path,
+        sysroot: &Path,
+        keyring: &Path,
+        extra: &[&str],
+        env: &[(&str, &Path)],
+    ) -> Result<HelperProcess> {
         std::fs::create_dir_all(dir)?;
         let socket = dir.join("os-helper.sock");
         let log = dir.join("os-helper.log");
@@ -245,6 +258,7 @@ impl HelperProcess {
             .arg("--listen")
             .arg(&socket)
             .args(extra)
+            .envs(env.iter().map(|(k, v)| (*k, *v)))
             .env("ALOFT_LOG", std::env::var("ALOFT_TEST_HELPER_LOG").unwrap_or_else(|_| "info".into()))
             .stdin(Stdio::null())
             .stdout(Stdio::null())

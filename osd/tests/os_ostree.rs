@@ -219,6 +219,41 @@ fn commit_signed_by_another_key_is_refused() {
     assert_eq!((fx.order(), fx.deploy_dirs()), (order, dirs));
 }
 
+/// Only `--keyring` is trusted: a key in libostree's global keyring directory (here
+/// `$OSTREE_GPG_HOME`; on a host `/usr/share/ostree/trusted.gpg.d`) is not, so a keyring narrowed
+/// after a key leaked keeps that key's commits out. The remote's own keyring holds the trusted
+/// keys, and a changed `--keyring` replaces them (the old key's commits are refused too).
+#[test]
+fn only_the_helpers_keyring_is_trusted() {
+    let fx = Fixture::new();
+    let other = GpgKey::generate(fx.dir.path(), "global").unwrap();
+    let global = fx.dir.path().join("global-keyrings");
+    std::fs::create_dir_all(&global).unwrap();
+    std::fs::copy(&other.keyring, global.join("global.gpg")).unwrap();
+    let (order, dirs) = (fx.order(), fx.deploy_dirs());
+    let v2 = fx.commit("2", Some(&other));
+    let helper = HelperProcess::start_with_env(
+        helper_bin(),
+        &fx.dir.path().join("run-global"),
+        &fx.sysroot,
+        &fx.key.keyring,
+        &[],
+        &[("OSTREE_GPG_HOME", &global)],
+    )
+    .unwrap();
+    let e = helper.client().pull(&fx.image(&v2)).unwrap_err();
+    assert_untrusted(&e, "not signed by a key in the trusted keyring");
+    assert_eq!((fx.order(), fx.deploy_dirs()), (order.clone(), dirs.clone()));
+    // The keyring switched to the other key: its commits are trusted, the first key's no more.
+    let v3 = fx.commit("3", Some(&fx.key));
+    let switched =
+        HelperProcess::start(helper_bin(), &fx.dir.path().join("run-switched"), &fx.sysroot, &other.keyring).unwrap();
+    switched.client().pull(&fx.image(&v2)).unwrap();
+    let e = switched.client().pull(&fx.image(&v3)).unwrap_err();
+    assert!(matches!(e, OsError::Untrusted { .. }), "{e:?}");
+    drop(helper);
+}
+
 /// Tampering on the server is caught: a commit object replaced by another (its bytes no longer
 /// hash to the pinned checksum), and a valid signature copied onto a different commit.
 #[test]

@@ -97,14 +97,16 @@ impl HealthChecks {
         Ok(passed)
     }
 
-    /// A unit still starting after boot gets until the timeout to become active.
+    /// A unit still starting after boot gets until the timeout to become active: `inactive`
+    /// too, which is what a unit whose start job waits on others (kubelet after crio) reports
+    /// until its turn; only `failed` fails at once.
     async fn unit_active(&self, services: &dyn ServiceManager, unit: &str) -> Result<(), String> {
         let deadline = tokio::time::Instant::now() + self.timeout;
         loop {
             let state = services.active_state(unit).await.map_err(|e| e.to_string())?;
             match state.as_str() {
                 "active" => return Ok(()),
-                "activating" | "reloading" if tokio::time::Instant::now() < deadline => {
+                "activating" | "reloading" | "inactive" if tokio::time::Instant::now() < deadline => {
                     tokio::time::sleep(Duration::from_millis(500)).await
                 }
                 // The check already names the unit.
@@ -239,7 +241,8 @@ mod tests {
     use crate::host::ServiceError;
     use async_trait::async_trait;
 
-    struct Units(&'static str);
+    /// A systemd whose units are all in state `.0` (`.1`: until this instant, then active).
+    struct Units(&'static str, Option<std::time::Instant>);
     #[async_trait]
     impl ServiceManager for Units {
         async fn daemon_reload(&self) -> Result<(), ServiceError> {
@@ -279,7 +282,10 @@ mod tests {
             Ok(())
         }
         async fn active_state(&self, _: &str) -> Result<String, ServiceError> {
-            Ok(self.0.to_string())
+            match self.1 {
+                Some(until) if std::time::Instant::now() >= until => Ok("active".into()),
+                _ => Ok(self.0.to_string()),
+            }
         }
     }
 
@@ -300,14 +306,21 @@ mod tests {
             required_units: vec!["crio.service".into()],
             timeout: Duration::from_secs(5),
         };
-        assert_eq!(checks.run(&Units("active")).await.unwrap(), vec!["unit crio.service"], "nothing else to run");
-        let f = checks.run(&Units("failed")).await.unwrap_err();
+        assert_eq!(checks.run(&Units("active", None)).await.unwrap(), vec!["unit crio.service"], "nothing else to run");
+        let f = checks.run(&Units("failed", None)).await.unwrap_err();
         assert_eq!(f.to_string(), "health check unit crio.service failed: its state is failed, want active");
+        // A unit still waiting for its start job at boot (inactive) gets the timeout; one that
+        // never starts fails at it.
+        let soon = Some(std::time::Instant::now() + Duration::from_millis(700));
+        assert_eq!(checks.run(&Units("inactive", soon)).await.unwrap(), vec!["unit crio.service"]);
+        let quick = HealthChecks { timeout: Duration::from_millis(600), ..checks.clone() };
+        let f = quick.run(&Units("inactive", None)).await.unwrap_err();
+        assert_eq!(f.output, "its state is inactive, want active");
 
         script(root, "usr/lib/aloft/health.d", "10-ok", "exit 0", 0o755);
         script(root, "usr/lib/aloft/health.d", "20-bad", "echo disk is full; exit 3", 0o755);
         script(root, "usr/lib/aloft/health.d", "30-disabled", "exit 1", 0o644);
-        let f = checks.run(&Units("active")).await.unwrap_err();
+        let f = checks.run(&Units("active", None)).await.unwrap_err();
         assert!(f.check.ends_with("usr/lib/aloft/health.d/20-bad"), "{f}");
         assert_eq!(f.output, "disk is full (exit status 3)");
         // Output of many lines comes on one, the blank ones left out.
@@ -318,17 +331,17 @@ mod tests {
             "echo disk; echo; echo '  is full  '; echo x >&2; exit 3",
             0o755,
         );
-        let f = checks.run(&Units("active")).await.unwrap_err();
+        let f = checks.run(&Units("active", None)).await.unwrap_err();
         assert_eq!(f.output, "disk | is full | x (exit status 3)");
         // The admin overrides the OS's check of the same name.
         script(root, "etc/aloft/health.d", "20-bad", "exit 0", 0o755);
-        let passed = checks.run(&Units("active")).await.unwrap();
+        let passed = checks.run(&Units("active", None)).await.unwrap();
         assert_eq!(passed.len(), 3, "{passed:?}");
         assert!(passed[2].ends_with("etc/aloft/health.d/20-bad"));
         // A check that hangs fails at the timeout.
         script(root, "etc/aloft/health.d", "40-hang", "sleep 30", 0o755);
         let quick = HealthChecks { timeout: Duration::from_millis(300), ..checks.clone() };
-        let f = quick.run(&Units("active")).await.unwrap_err();
+        let f = quick.run(&Units("active", None)).await.unwrap_err();
         assert!(f.output.contains("did not finish within"), "{f}");
     }
 }
