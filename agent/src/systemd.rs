@@ -315,12 +315,21 @@ impl SystemdDbus {
 
     /// A proxy on `unit`'s object whose property reads always go to systemd (never cached).
     async fn unit(&self, unit: &str) -> Result<SystemdUnitProxy<'static>, SystemdError> {
+        self.fresh(unit).await
+    }
+
+    /// A proxy of kind `P` (an interface of the unit's object) on `unit`, loaded first, whose
+    /// property reads always go to systemd.
+    async fn fresh<P>(&self, unit: &str) -> Result<P, SystemdError>
+    where
+        P: From<zbus::Proxy<'static>> + zbus::proxy::Defaults,
+    {
         let err = |method: &'static str| {
             let target = unit.to_string();
             move |error| SystemdError::Call { method, target, error }
         };
         let path = self.systemd.load_unit(unit).await.map_err(err("LoadUnit"))?;
-        SystemdUnitProxy::builder(&self.conn)
+        zbus::proxy::Builder::<P>::new(&self.conn)
             .path(path)
             .cache_properties(CacheProperties::No)
             .build()
@@ -456,17 +465,7 @@ impl SystemdDbus {
 
     /// A proxy on `unit`'s Service interface, never cached.
     async fn service(&self, unit: &str) -> Result<SystemdServiceProxy<'static>, SystemdError> {
-        let err = |method: &'static str| {
-            let target = unit.to_string();
-            move |error| SystemdError::Call { method, target, error }
-        };
-        let path = self.systemd.load_unit(unit).await.map_err(err("LoadUnit"))?;
-        SystemdServiceProxy::builder(&self.conn)
-            .path(path)
-            .cache_properties(CacheProperties::No)
-            .build()
-            .await
-            .map_err(err("Get"))
+        self.fresh(unit).await
     }
 
     fn batch_err(method: &'static str, units: &[String]) -> impl FnOnce(zbus::Error) -> SystemdError {
