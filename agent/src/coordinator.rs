@@ -477,6 +477,17 @@ impl NodeApi {
             if node.annotation(ann::LAST_APPLIED_DRAIN) == request {
                 return Ok(());
             }
+            // Only the agent asks; the coordinator takes a request back when it picks the node
+            // for another config (the pick answers that config's drain instead). Waited for with
+            // no limit of the agent's own, such a request was waited for forever.
+            let asked = node.annotation(ann::DESIRED_DRAIN);
+            if asked != request {
+                bail!(
+                    "not waiting for {request}: the coordinator took the request back (desiredDrain is now {asked:?}, \
+                     lastAppliedDrain {:?})",
+                    node.annotation(ann::LAST_APPLIED_DRAIN)
+                );
+            }
             let desired = node.annotation(ann::DESIRED_CONFIG);
             if let Some(target) = update_of.filter(|t| !desired.is_empty() && desired != *t) {
                 bail!("not waiting for {request}: the coordinator no longer asks for {target} (desiredConfig is now {desired})");

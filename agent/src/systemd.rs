@@ -391,9 +391,9 @@ impl SystemdDbus {
 
     /// Run `run` as a transient oneshot service and wait for its end, as `systemd-run --wait`
     /// does: the start job of a oneshot ends when its program does, `done` for exit status 0,
-    /// `timeout` when systemd stopped it at `TimeoutStartSec=`, `failed` otherwise (the
-    /// service's `Result` and `ExecMainStatus` then say how). A failed unit stays loaded until
-    /// reset, so it is reset once read.
+    /// `failed` otherwise, the service's `Result` and `ExecMainStatus` then saying how
+    /// (`timeout` when systemd stopped it at `TimeoutStartSec=`). A failed unit stays loaded
+    /// until reset, so it is reset once read.
     pub async fn run_transient(&self, run: &TransientRun) -> Result<TransientEnd, SystemdError> {
         let unit = run.unit.as_str();
         let call_err =
@@ -435,16 +435,18 @@ impl SystemdDbus {
         let grace = Duration::from_secs(120);
         let result = match tokio::time::timeout(run.timeout.saturating_add(grace), wait).await {
             Ok(Some(result)) => result,
-            Ok(None) => return Err(SystemdError::SignalsLost { verb: "run", unit: unit.to_string(), job }),
+            Ok(None) => {
+                self.abandon_transient(unit).await;
+                return Err(SystemdError::SignalsLost { verb: "run", unit: unit.to_string(), job });
+            }
             Err(_) => {
-                if let Err(e) = self.systemd.stop_unit(unit, "replace").await {
-                    tracing::warn!(unit, error = %e, "cannot stop a transient unit past its timeout");
-                }
+                self.abandon_transient(unit).await;
                 return Ok(TransientEnd::TimedOut);
             }
         };
         let end = match result.as_str() {
             "done" => return Ok(TransientEnd::Succeeded),
+            // A job timeout (`JobTimeoutSec=`); the program's own shows as the Result below.
             "timeout" => TransientEnd::TimedOut,
             _ => {
                 let (service, status) = match self.service(unit).await {
@@ -454,13 +456,26 @@ impl SystemdDbus {
                         (None, None)
                     }
                 };
-                TransientEnd::Failed { result: service.unwrap_or(result), status }
+                match service.as_deref() {
+                    // `TimeoutStartSec=` of a oneshot: systemd stopped it, the job says `failed`.
+                    Some("timeout") => TransientEnd::TimedOut,
+                    _ => TransientEnd::Failed { result: service.unwrap_or(result), status },
+                }
             }
         };
         if let Err(e) = self.systemd.reset_failed_unit(unit).await {
             tracing::warn!(unit, error = %e, "cannot reset a failed transient unit");
         }
         Ok(end)
+    }
+
+    /// Stop a transient unit whose end was not seen, and unload it if it failed, so that it
+    /// neither runs on beside the next check nor stays loaded.
+    async fn abandon_transient(&self, unit: &str) {
+        if let Err(e) = self.run_job(JobKind::Stop, unit).await {
+            tracing::warn!(unit, error = %e, "cannot stop a transient unit whose end was not seen");
+        }
+        let _ = self.systemd.reset_failed_unit(unit).await;
     }
 
     /// A proxy on `unit`'s Service interface, never cached.

@@ -70,8 +70,13 @@ pub async fn stop_marked(
     timeout: Duration,
 ) -> Result<Vec<String>, WorkloadError> {
     let path = marker(root);
-    let mut running = Vec::new();
+    // A record standing from an earlier stop (a retried update: the workloads are still
+    // stopped) keeps its units: read now, they are inactive, and would no longer be judged.
+    let mut running = running_at_stop(root).unwrap_or_default();
     for u in services.wants(TARGET).await.map_err(WorkloadError::List)? {
+        if running.contains(&u) {
+            continue;
+        }
         // A state that cannot be read is judged at the start, as one that was running.
         let state = services.active_state(&u).await.unwrap_or_else(|_| "unknown".into());
         if !matches!(state.as_str(), "inactive" | "failed") {
@@ -268,6 +273,16 @@ mod tests {
         let wants = vec!["batch.service".into(), "db.service".into()];
         let sd = Systemd { wants, started: Default::default(), failing: vec!["db.service".into()], broken: vec![] };
         stop_marked(&root, &sd, Duration::from_secs(5)).await.unwrap();
+        // A retried update stops them again while they are stopped (inactive): the record keeps
+        // what was running at the first stop.
+        let stopped_now = Systemd {
+            wants: vec!["batch.service".into(), "db.service".into()],
+            started: Default::default(),
+            failing: vec![],
+            broken: vec!["batch.service".into(), "db.service".into()],
+        };
+        stop_marked(&root, &stopped_now, Duration::from_secs(5)).await.unwrap();
+        assert_eq!(running_at_stop(&root), Some(vec!["batch.service".to_string(), "db.service".to_string()]));
         let e = start_after(&root, &sd, true).await.unwrap_err();
         assert_eq!(e.to_string(), "workloads failed to start again: db.service");
 

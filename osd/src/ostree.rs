@@ -1,9 +1,12 @@
 //! The OS backend on libostree (the `ostree` crate, libostree 2022.7 as in Debian 12).
 //!
 //! - **Remote**: one remote (default `aloft`) whose `url` follows the `osImageURL` of the config
-//!   being applied, with `gpg-verify=true` and `gpgkeypath` pointing at the trusted keyring the OS
-//!   ships (`/usr/share/ostree/trusted.gpg.d/aloft.gpg` by default). Rewritten only when it
-//!   differs, so the OS's own `/etc/ostree/remotes.d/aloft.conf` is left alone when it agrees.
+//!   being applied, with `gpg-verify=true` and, as its own keyring (`<repo>/aloft.trustedkeys.gpg`),
+//!   a copy of the trusted keyring the OS ships (`/usr/share/ostree/trusted.gpg.d/aloft.gpg` by
+//!   default), which turns libostree's global keyring directory off for it. The remote is
+//!   rewritten only when its URL, verification or a `gpgkeypath` differs, and the keyring only
+//!   when its bytes do, so the OS's own `/etc/ostree/remotes.d/aloft.conf` is left alone when it
+//!   agrees.
 //! - **Pull**: exactly the pinned checksum (`override-commit-ids`), GPG verification required in
 //!   the pull options too, then the signature verified again against the remote's keys before
 //!   anything is deployed: a commit that was already in the repository (from another source)
@@ -218,12 +221,21 @@ impl OstreeBackend {
         let exists = repo.remote_list().iter().any(|r| r.as_str() == name);
         let same_url = exists && repo.remote_get_url(name).map(|u| u.as_str() == url).unwrap_or(false);
         let same_keys = std::fs::read(&own).is_ok_and(|k| k == keys);
-        if exists {
-            let verify = repo.remote_get_gpg_verify(name).unwrap_or(false);
+        let remote_ok = exists && same_url && repo.remote_get_gpg_verify(name).unwrap_or(false) && {
             let named = repo.remote_list_option(name, "gpgkeypath").map(|v| !v.is_empty()).unwrap_or(false);
-            if same_url && verify && !named && same_keys {
-                return Ok(());
-            }
+            !named
+        };
+        if remote_ok && same_keys {
+            return Ok(());
+        }
+        if remote_ok {
+            // Only the keys differ: the remote and its other options (a private CA's
+            // `tls-ca-path`, a `proxy`) stay as they are.
+            write_atomically(&own, &keys).map_err(|e| {
+                OsError::Invalid(format!("cannot write remote {name}'s keyring {}: {e}", own.display()))
+            })?;
+            tracing::info!(remote = name, keyring = %keyring, "ostree remote's keyring written");
+            return Ok(());
         }
         // A remote the OS shipped verifying its summary keeps doing so at its own URL (a plain
         // `ostree admin upgrade` follows refs the summary lists); pointed at another URL (a

@@ -121,6 +121,11 @@ impl HealthChecks {
     /// `/run/aloft/health/NAME.log`, where an admin finds the last run's whole text; a service
     /// manager that cannot start services (tests without systemd) has the agent run it itself.
     async fn run_script(&self, services: &dyn ServiceManager, script: &Path) -> Result<(), String> {
+        // D-Bus strings are UTF-8: a path that is not cannot be named to systemd as it is.
+        let Some(program) = script.to_str() else {
+            tracing::warn!(script = %script.display(), "a health check whose path is not UTF-8 runs as the agent's child");
+            return self.run_child(script).await;
+        };
         let name = script.file_name().map(|n| unit_word(&n.to_string_lossy())).unwrap_or_default();
         let dir = self.root.path().join(OUTPUT_DIR);
         std::fs::DirBuilder::new()
@@ -131,8 +136,8 @@ impl HealthChecks {
         let run = TransientRun {
             unit: unit_name(&name),
             description: format!("aloft health check {}", script.display()),
-            argv: vec![script.to_string_lossy().into_owned()],
-            env: vec![format!("ALOFT_ROOT={}", self.root.path().display())],
+            argv: vec![program.to_string()],
+            env: check_env(self.root.path()),
             output: dir.join(format!("{name}.log")),
             timeout: self.timeout,
         };
@@ -182,6 +187,19 @@ impl HealthChecks {
             }
         }
     }
+}
+
+/// A check's environment: `ALOFT_ROOT`, and the agent's proxy settings (from
+/// `/etc/aloft/agent.env`, the agent's own environment), so that a check reaching an endpoint
+/// goes the way the agent does.
+fn check_env(root: &Path) -> Vec<String> {
+    let mut env = vec![format!("ALOFT_ROOT={}", root.display())];
+    for k in ["HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy"] {
+        if let Ok(v) = std::env::var(k) {
+            env.push(format!("{k}={v}"));
+        }
+    }
+    env
 }
 
 /// Where each check's output goes, relative to the root: `NAME.log` per check.

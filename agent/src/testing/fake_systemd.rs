@@ -398,11 +398,9 @@ impl SystemdManager {
         tokio::spawn(async move {
             sent.await;
             let ended = spec.run().await;
-            let job_result = match ended.result.as_str() {
-                "success" => "done",
-                "timeout" => "timeout",
-                _ => "failed",
-            };
+            // As systemd: a oneshot stopped at `TimeoutStartSec=` fails its job; its Result
+            // says `timeout`.
+            let job_result = if ended.result == "success" { "done" } else { "failed" };
             {
                 let mut st = shared.lock();
                 if ended.result == "success" {
@@ -568,7 +566,16 @@ impl TransientSpec {
             Some(t) => match tokio::time::timeout(t, child.wait()).await {
                 Ok(s) => s,
                 Err(_) => {
-                    let _ = child.kill().await;
+                    // systemd's SIGTERM first, then SIGKILL after the stop timeout.
+                    if let Some(pid) = child.id() {
+                        let _ = nix::sys::signal::kill(
+                            nix::unistd::Pid::from_raw(pid as i32),
+                            nix::sys::signal::Signal::SIGTERM,
+                        );
+                    }
+                    if tokio::time::timeout(std::time::Duration::from_secs(5), child.wait()).await.is_err() {
+                        let _ = child.kill().await;
+                    }
                     return failed("timeout", 0);
                 }
             },

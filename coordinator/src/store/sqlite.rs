@@ -1012,7 +1012,18 @@ fn write_one(
     // One serialization: the rows below and the event's watchers share it.
     let json: Arc<str> = Arc::from(serde_json::to_string(&obj).map_err(|e| StoreError::Backend(e.to_string()))?);
     if kind != EventType::Deleted && json.len() > super::MAX_OBJECT_BYTES {
-        return Err(StoreError::TooLarge { size: json.len(), limit: super::MAX_OBJECT_BYTES });
+        // One stored before the limit (the body limit is larger) may still be written as long
+        // as it does not grow: its deletion mark, a finalizer's removal, a controller's status.
+        let stored_len: Option<i64> = match rowid {
+            Some(id) => conn
+                .prepare_cached("SELECT length(CAST(data AS BLOB)) FROM objects WHERE rowid = ?1")?
+                .query_row([id], |r| r.get(0))
+                .optional()?,
+            None => None,
+        };
+        if stored_len.is_none_or(|n| json.len() as i64 > n) {
+            return Err(StoreError::TooLarge { size: json.len(), limit: super::MAX_OBJECT_BYTES });
+        }
     }
     let data: &str = &json;
     match (kind, rowid) {
@@ -1397,6 +1408,37 @@ mod tests {
             let ev = tokio::time::timeout(std::time::Duration::from_secs(5), w.next()).await.unwrap().unwrap().unwrap();
             assert_eq!((ev.revision, ev.key.name.as_str(), ev.object["spec"]["v"].as_i64()), (rev, name, Some(3)));
         }
+    }
+
+    /// An object over `MAX_OBJECT_BYTES` is refused (nothing stored); one an older aloft
+    /// stored over it takes writes that do not grow it, and its deletion.
+    #[tokio::test]
+    async fn objects_past_the_size_limit_are_refused_unless_stored_so_and_not_growing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        let s = SqliteStore::open(&path).unwrap();
+        let key = Key::cluster("/nodes", "n1");
+        let sized = |n: usize| {
+            let mut o = obj("n1", 0);
+            o["spec"]["pad"] = "x".repeat(n).into();
+            o
+        };
+        s.create(&key, sized(1_000_000)).await.unwrap();
+        let e = s.update(&key, sized(2_200_000), None).await.unwrap_err();
+        assert!(matches!(e, StoreError::TooLarge { limit: crate::store::MAX_OBJECT_BYTES, .. }), "{e}");
+        assert!(s.get(&key).await.unwrap().unwrap().json.len() < 1_100_000, "nothing stored");
+        // As an older aloft stored it (up to the 3 MiB body limit): writes that do not grow it
+        // go through; one that grows it does not.
+        {
+            let c = Connection::open(&path).unwrap();
+            let mut big = sized(2_400_000);
+            big["metadata"]["resourceVersion"] = "99".into();
+            c.execute("UPDATE objects SET data = ?1 WHERE name = 'n1'", [big.to_string()]).unwrap();
+        }
+        s.update(&key, sized(2_300_000), None).await.unwrap();
+        let e = s.update(&key, sized(2_350_000), None).await.unwrap_err();
+        assert!(matches!(e, StoreError::TooLarge { .. }), "{e}");
+        s.delete(&key, None).await.unwrap();
     }
 
     /// Commits do not checkpoint (the writer's automatic checkpoint is off), the checkpointer
