@@ -212,6 +212,18 @@ impl From<SystemdError> for ServiceError {
     }
 }
 
+/// The result JobRemoved gives for `job` once it comes; `None` when the signals end.
+async fn job_result(removed: &mut JobRemovedStream, job: &str) -> Option<String> {
+    while let Some(signal) = removed.next().await {
+        match signal.args() {
+            Ok(args) if args.job.as_str() == job => return Some(args.result.clone()),
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "unreadable JobRemoved signal"),
+        }
+    }
+    None
+}
+
 /// The job results that mean "the unit is where it was asked to be". `skipped` is what systemd
 /// reports for e.g. a reload of a unit that is not running: nothing to do is not a failure.
 fn job_succeeded(result: &str) -> bool {
@@ -367,16 +379,7 @@ impl SystemdDbus {
         .map_err(call_err)?;
         let job = job.to_string();
         tracing::debug!(unit, job = %job, method = kind.method(), "systemd job queued");
-        let wait = async {
-            while let Some(signal) = removed.next().await {
-                match signal.args() {
-                    Ok(args) if args.job.as_str() == job => return Some(args.result.clone()),
-                    Ok(_) => {}
-                    Err(e) => tracing::warn!(error = %e, "unreadable JobRemoved signal"),
-                }
-            }
-            None
-        };
+        let wait = job_result(&mut removed, &job);
         let verb = kind.verb();
         match tokio::time::timeout(self.job_timeout, wait).await {
             Err(_) => Err(SystemdError::JobTimeout { verb, unit: unit.to_string(), job, timeout: self.job_timeout }),
@@ -420,16 +423,7 @@ impl SystemdDbus {
             .map_err(call_err("StartTransientUnit"))?
             .to_string();
         tracing::debug!(unit, job = %job, program = %run.argv.join(" "), "transient unit started");
-        let wait = async {
-            while let Some(signal) = removed.next().await {
-                match signal.args() {
-                    Ok(args) if args.job.as_str() == job => return Some(args.result.clone()),
-                    Ok(_) => {}
-                    Err(e) => tracing::warn!(error = %e, "unreadable JobRemoved signal"),
-                }
-            }
-            None
-        };
+        let wait = job_result(&mut removed, &job);
         // systemd stops the program at the timeout itself; the stop may take its own timeout
         // (90 s by default) before SIGKILL.
         let grace = Duration::from_secs(120);
