@@ -450,6 +450,11 @@ pub struct Agent {
     /// Since when the OS helper could not be asked to verify the boot after an OS update, and
     /// whether the Node has been told.
     helper_wait: Option<(std::time::Instant, bool)>,
+    /// A staged OS deployment no update of this process means to boot may exist: set at start
+    /// (a crash may have left one), when a stage failed (the helper may finish it after the
+    /// client gave up) and when the records of a stage could not be saved; cleared once the
+    /// helper says nothing is staged ([`Agent::drop_stray_stage`]).
+    maybe_stray_stage: bool,
 }
 
 impl Agent {
@@ -484,6 +489,7 @@ impl Agent {
             started: None,
             reported_current: String::new(),
             helper_wait: None,
+            maybe_stray_stage: true,
         })
     }
 
@@ -714,6 +720,11 @@ impl Agent {
                 let undone = self.phase.target().filter(|t| *t != current).unwrap_or(&current).to_string();
                 if self.finish_undo(&undone, None).await? == UndoLeft::Failed {
                     return Ok(step);
+                }
+                // An update taken back after its stage (the coordinator went back to this
+                // config while it crashed or failed) leaves nothing for the next reboot to boot.
+                if let Err(e) = self.drop_stray_stage("as the node goes back to its config").await {
+                    tracing::warn!(error = %e, "cannot drop a staged OS deployment an earlier update may have left");
                 }
                 // Drained and never uncordoned (e.g. the coordinator went back to this config
                 // mid-update): the workloads come back and the uncordon request goes with Done.
@@ -947,8 +958,15 @@ impl Agent {
                 match self.os_stage(target, req).await {
                     Ok(d) => Some((d.checksum, crate::state::Staged { serial: Some(d.deploy_serial), ..record })),
                     // The files are written and nothing is staged: undone, as MCO rolls the
-                    // files back when its OS update fails.
-                    Err(e) => return self.undo_update(target, before, &old_spec, &new_spec, e).await,
+                    // files back when its OS update fails. A stage the client gave up on may
+                    // still finish in the helper: it is dropped (waiting for it), never booted.
+                    Err(e) => {
+                        self.maybe_stray_stage = true;
+                        if let Err(drop) = self.drop_stray_stage("after the stage failed").await {
+                            tracing::warn!(error = %drop, "cannot drop what the failed stage may have left");
+                        }
+                        return self.undo_update(target, before, &old_spec, &new_spec, e).await;
+                    }
                 }
             }
             None => None,
@@ -961,12 +979,19 @@ impl Agent {
         // and stages again.
         if let Some((checksum, record)) = &staged {
             crate::failpoints::hit(os_points::AFTER_STAGE);
+            // Unsaved, the phase does not say the deployment is meant: whatever runs next
+            // (this update again, or another config) drops it unless it stages its own.
+            self.maybe_stray_stage = true;
             self.enter_rebooting_staged(target, checksum.clone(), record.clone())?;
             crate::failpoints::hit(os_points::AFTER_REBOOTING_STAGED);
         }
         let mut applied = new.clone();
         applied.spec = new_spec;
         save_current(&self.root, &applied)?;
+        if staged.is_some() {
+            // Phase and current config saved: the reboot is into this deployment.
+            self.maybe_stray_stage = false;
+        }
         self.current = Some(applied);
         if staged.is_some() {
             crate::failpoints::hit(os_points::AFTER_CURRENT_SAVED);
@@ -1192,6 +1217,9 @@ impl Agent {
     /// the asked one would. (Made Degraded with the phase gone, the node waited on a config it
     /// had not booted into, and stayed Degraded after any later reboot.)
     async fn ask_reboot(&mut self, target: &str) -> Result<()> {
+        if matches!(self.phase, Phase::Rebooting { .. }) {
+            self.no_stray_stage_before_reboot(target).await?;
+        }
         self.ask_logind(target).await?;
         if self.reboot_error.take().is_some() {
             tracing::info!(target, "the reboot went through after all");
@@ -1291,6 +1319,9 @@ impl Agent {
     /// After the change took effect: verify the disk, start the workloads again if drained,
     /// report Done (with the uncordon request when drained: the coordinator uncordons after Done).
     async fn finish(&mut self, target: &str, drained: bool) -> Result<()> {
+        if let Err(e) = self.drop_stray_stage("at the end of an update").await {
+            tracing::warn!(error = %e, "cannot drop a staged OS deployment an earlier update may have left");
+        }
         if let Some(cur) = self.current.clone() {
             if let Err(drift) = self.verify_current(&cur).await {
                 return self.fail(target, drift, false).await;
@@ -1380,6 +1411,19 @@ impl Agent {
             // Said as a rollback during the apply says it.
             let (target, reason) = (target.clone(), format!("{reason} (rolled back to the previous config)"));
             self.fail(&target, reason, false).await?;
+        }
+        // A staged deployment is meant only by a reboot into it that this boot still owes.
+        let boot_now = state::boot_id(&self.root);
+        let current = self.current_name();
+        match &self.phase {
+            Phase::RebootingStaged { target, boot_id, .. } if *target == current && *boot_id == boot_now => {
+                self.maybe_stray_stage = false;
+            }
+            _ => {
+                if let Err(e) = self.drop_stray_stage("at start").await {
+                    tracing::warn!(error = %e, "cannot drop a staged OS deployment a crash may have left; tried again before any reboot");
+                }
+            }
         }
         self.refresh_os_status().await;
         if let (Phase::Idle, Some(cur)) = (&self.phase, self.current.clone()) {

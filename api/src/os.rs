@@ -128,6 +128,11 @@ pub trait OsBackend: Send + Sync {
     fn stage(&self, req: &StageRequest) -> Result<DeploymentInfo, OsError>;
     /// Make the previous deployment the default (drops a staged one); returns the new default.
     fn rollback(&self) -> Result<DeploymentInfo, OsError>;
+    /// Remove a staged deployment, if there is one; returns it. A staged deployment boots at the
+    /// next reboot, whatever the reboot is for: one the agent no longer means to boot (its update
+    /// failed or was taken back after the stage) must not wait there for the next reboot of
+    /// another config or of an admin. Waits for a stage in progress (the sysroot's lock).
+    fn drop_staged(&self) -> Result<Option<DeploymentInfo>, OsError>;
     /// The kernel command line of the running boot (`/proc/cmdline`), for the after-boot check.
     fn booted_cmdline(&self) -> Result<String, OsError>;
 }

@@ -107,7 +107,7 @@ fn start_finalize_unit(checksum: &str) -> Result<(), OsError> {
 /// only when it stays first in the list written, and otherwise removes it, its
 /// `/run/ostree/staged-deployment` record and its directory (ostree has no other call for it;
 /// `ostree admin undeploy 0` does the same).
-fn drop_staged(sysroot: &ostree::Sysroot) -> Result<(), glib::Error> {
+fn remove_staged(sysroot: &ostree::Sysroot) -> Result<(), glib::Error> {
     sysroot.load(no_cancel())?;
     let kept: Vec<ostree::Deployment> = sysroot.deployments().into_iter().filter(|d| !d.is_staged()).collect();
     sysroot.write_deployments(&kept, no_cancel())?;
@@ -455,7 +455,7 @@ impl OsBackend for OstreeBackend {
                 // The agent undoes the update on this error: the deployment must not stay staged,
                 // where a later start of the unit (its path unit, on a host that keeps it) would
                 // finalize it and a reboot would boot the update the node reported as failed.
-                return Err(match drop_staged(&sysroot) {
+                return Err(match remove_staged(&sysroot) {
                     Ok(()) => e,
                     Err(drop) => OsError::ostree(format!("{e}; dropping the staged deployment"), drop),
                 });
@@ -523,6 +523,21 @@ impl OsBackend for OstreeBackend {
             .ok_or_else(|| OsError::Invalid("no deployments after the rollback".into()))?;
         tracing::warn!(checksum = %first.csum(), "rolled back: the previous deployment boots next");
         Ok(self.info(&sysroot, &first))
+    }
+
+    fn drop_staged(&self) -> Result<Option<DeploymentInfo>, OsError> {
+        let sysroot = self.open()?;
+        // Under the lock, read again: a stage that held it has finished, and is what is dropped.
+        let _lock = self.lock(&sysroot)?;
+        sysroot.load(no_cancel()).map_err(|e| OsError::ostree("reloading the ostree sysroot", e))?;
+        let Some(staged) = sysroot.deployments().into_iter().find(|d| d.is_staged()) else {
+            return Ok(None);
+        };
+        let info = self.info(&sysroot, &staged);
+        remove_staged(&sysroot).map_err(|e| {
+            OsError::ostree(format!("dropping the staged deployment of OS commit {}", info.checksum), e)
+        })?;
+        Ok(Some(info))
     }
 
     fn booted_cmdline(&self) -> Result<String, OsError> {

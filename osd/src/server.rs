@@ -12,7 +12,7 @@
 //!   long; under socket activation systemd keeps the listening socket and starts the helper
 //!   again on the next connection (connections arriving meanwhile wait in the backlog).
 
-use aloft_api::os::wire::{self, Call, Reply};
+use aloft_api::os::wire::{self, Call, Dropped, Reply};
 use aloft_api::os::{OsBackend, OsError};
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -220,6 +220,7 @@ impl Server {
             Call::Pull(image) => json(serde_json::to_value(b.pull(&image)?)),
             Call::Stage(req) => json(serde_json::to_value(b.stage(&req)?)),
             Call::Rollback => json(serde_json::to_value(b.rollback()?)),
+            Call::DropStaged => json(serde_json::to_value(Dropped { dropped: b.drop_staged()? })),
             Call::BootedCmdline => json(serde_json::to_value(b.booted_cmdline()?)),
         }
     }

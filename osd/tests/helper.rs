@@ -250,6 +250,7 @@ fn socket_activated_and_exits_when_idle() {
     assert_eq!(client.status().unwrap().deployments[0].checksum, fx.base);
     let e = client.rollback().unwrap_err();
     assert!(matches!(e, OsError::Invalid(_)) && e.to_string().contains("no previous deployment"), "{e:?}");
+    assert_eq!(client.drop_staged().unwrap(), None, "nothing staged: nothing dropped, over the socket");
     let exited = loop {
         if let Some(status) = child.try_wait().unwrap() {
             break status;

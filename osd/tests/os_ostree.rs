@@ -147,6 +147,20 @@ fn kernel_arguments_only_change_redeploys_the_same_commit() {
     assert_eq!(fx.order(), vec![fx.base.clone(), fx.base.clone()]);
 }
 
+/// With nothing staged, dropping the staged deployment changes nothing and says so (a directory
+/// sysroot cannot stage: the staged case is VM scenario f's first step).
+#[test]
+fn dropping_without_a_staged_deployment_changes_nothing() {
+    let fx = Fixture::new();
+    let v2 = fx.commit("2", Some(&fx.key));
+    fx.backend.pull(&fx.image(&v2)).unwrap();
+    fx.stage(&v2, &[], &[]).unwrap();
+    let before = fx.backend.status().unwrap();
+    assert_eq!(fx.backend.drop_staged().unwrap(), None);
+    assert_eq!(fx.backend.status().unwrap(), before, "the deployments are as they were");
+    assert_eq!(fx.order(), vec![v2.clone(), fx.base.clone()]);
+}
+
 /// Rollback makes the previous deployment the default again.
 #[test]
 fn rollback_makes_the_previous_deployment_the_default() {

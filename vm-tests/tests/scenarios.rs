@@ -734,8 +734,14 @@ async fn wait_node(
     }
 }
 
-/// Moments of an OS update and its rollback, each held by a failpoint of the real agent and ended
-/// by a power cut: (0) right after staging, and right after the phase RebootingStaged is saved:
+/// First, without a cut, an OS update taken back after its stage: the agent is held right
+/// after staging v2, the coordinator goes back to the config before (its MachineConfig deleted),
+/// and the held agent is killed. The restarted agent drops the staged deployment, which no
+/// update means to boot any more, and reports Done on the config before; an admin's reboot then
+/// boots v1. Before, the deployment stayed staged and that reboot booted v2, unchecked.
+///
+/// Then moments of an OS update and its rollback, each held by a failpoint of the real agent and
+/// ended by a power cut: (0) right after staging, and right after the phase RebootingStaged is saved:
 /// the node boots the old OS, and the agent does the update again (held at the same point again);
 /// (1) the deployment staged and both durable writes made
 /// (phase RebootingStaged, current config saved), the reboot not asked for: the staged deployment
@@ -792,13 +798,53 @@ async fn named_cuts(fleet: &Fleet) -> Result<()> {
     let (v2, v3) = (fleet.images.commit("v2")?.to_string(), fleet.images.commit("v3")?.to_string());
     let vm = &fleet.vms[0];
 
-    // (0) Right after staging (phase Staging, nothing else saved), then right after the phase
-    // RebootingStaged is saved (the current config not yet). Armed in /etc: v1's agent after each
-    // cut is held at the same point again, which shows that it did the update again.
     let staged_now = || async {
         let staged = vm.sh("test -e /run/ostree/staged-deployment && echo staged || echo none").await?;
         anyhow::Ok(staged.trim() == "staged")
     };
+
+    // (-) Taken back after the stage: nothing is left staged for the next reboot.
+    let v1 = fleet.images.commit("v1")?.to_string();
+    arm(vm, &format!("{}=pause", os_points::AFTER_STAGE), Armed::ThisBoot).await?;
+    machine_config(
+        fleet,
+        "60-worker-os",
+        json!({"osImageURL": fleet.images.os_image_url("v2")?, "kernelArguments": [KARG]}),
+    )
+    .await?;
+    wait_failpoint(fleet, vm, os_points::AFTER_STAGE, OS_ROLLOUT_PER_NODE).await?;
+    ensure!(staged_now().await?, "held after staging, yet nothing is staged");
+    cluster::delete_machine_config(fleet, "60-worker-os").await?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while cluster::pool_target(fleet, "worker").await? != first {
+        ensure!(Instant::now() < deadline, "the pool did not go back to {first}");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    tracing::info!("v2 staged and taken back; killing the held agent");
+    vm.sh("systemctl kill -s KILL aloft-agent").await?;
+    wait_node(fleet, "Done on the config before, after the agent's restart", OS_ROLLOUT_PER_NODE, |n| {
+        cluster::annotation(n, ann::STATE) == "Done"
+            && cluster::annotation(n, ann::CURRENT_CONFIG) == first
+            && cluster::annotation(n, ann::DESIRED_CONFIG) == first
+            && !cluster::is_cordoned(n)
+    })
+    .await?;
+    ensure!(!staged_now().await?, "Done on {first}, yet v2 is still staged for the next reboot");
+    let dropped = agent_log(vm, "dropped the staged OS deployment", true).await?;
+    ensure!(dropped.contains("at start"), "nothing staged, but not by the restarted agent's drop: {dropped:?}");
+    let boot = vm.status().boot;
+    vm.sh("systemd-run --on-active=1 --unit aloft-vmtest-reboot systemctl reboot").await?;
+    let (_, _, release) = vm.wait_ready(boot + 1, BOOT).await.context("the admin's reboot")?;
+    ensure!(release == "1", "the update was taken back, yet the admin's reboot booted release {release}");
+    os_is(vm, "1", &v1).await?;
+    wait_node(fleet, "Done on the config before, after the reboot", OS_ROLLOUT_PER_NODE, |n| {
+        cluster::annotation(n, ann::STATE) == "Done" && cluster::annotation(n, ann::CURRENT_CONFIG) == first
+    })
+    .await?;
+
+    // (0) Right after staging (phase Staging, nothing else saved), then right after the phase
+    // RebootingStaged is saved (the current config not yet). Armed in /etc: v1's agent after each
+    // cut is held at the same point again, which shows that it did the update again.
     arm(vm, &format!("{}=pause", os_points::AFTER_STAGE), Armed::Persistent).await?;
     machine_config(
         fleet,

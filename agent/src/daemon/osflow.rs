@@ -449,6 +449,62 @@ impl Agent {
         }))
     }
 
+    /// Drop a staged OS deployment no update of this process means to boot, when one may exist
+    /// ([`Agent::maybe_stray_stage`]). ostree boots a staged deployment at the next reboot,
+    /// whatever the reboot is for: one left by an update that failed, crashed or was taken back
+    /// after its stage would boot at the next reboot of another config or of an admin, an OS
+    /// no health check and no rollback looks at. A stage may still run in the helper only in
+    /// the phase Staging (the agent crashed or gave up in the call): then the drop is asked for
+    /// at once, and waits for the stage (the sysroot's lock). Otherwise the status is read first,
+    /// which does not wait behind a background pull the way a write does.
+    pub(super) async fn drop_stray_stage(&mut self, when: &str) -> Result<(), OsError> {
+        if !self.maybe_stray_stage {
+            return Ok(());
+        }
+        let Some(os) = self.os.clone() else {
+            self.maybe_stray_stage = false;
+            return Ok(());
+        };
+        if !matches!(self.phase, Phase::Staging { .. }) && self.read_os_status(&os).await?.staged.is_none() {
+            self.maybe_stray_stage = false;
+            return Ok(());
+        }
+        let dropped = os.handle.run(|b| b.drop_staged()).await?;
+        self.maybe_stray_stage = false;
+        if let Some(d) = dropped {
+            tracing::warn!(
+                checksum = %d.checksum,
+                serial = d.deploy_serial,
+                "dropped the staged OS deployment of an update that did not finish ({when}): it is not booted"
+            );
+            self.refresh_os_status().await;
+        }
+        Ok(())
+    }
+
+    /// Before a reboot that is not into a staged deployment of this update: a stray one is
+    /// dropped, and when that fails while the helper shows one staged, the reboot is not asked
+    /// for (Degraded saying why, retried with backoff). A helper that cannot say either way does
+    /// not hold up the reboot of an update that has no OS part.
+    pub(super) async fn no_stray_stage_before_reboot(&mut self, target: &str) -> anyhow::Result<()> {
+        let Err(e) = self.drop_stray_stage("before a reboot").await else { return Ok(()) };
+        let staged = match self.os.clone() {
+            Some(os) => self.read_os_status(&os).await.ok().and_then(|st| st.staged),
+            None => None,
+        };
+        let Some(staged) = staged else {
+            tracing::warn!(error = %e, "cannot drop a staged OS deployment an earlier update may have left; the helper shows none: rebooting");
+            return Ok(());
+        };
+        let what = format!(
+            "OS commit {} is staged by an update that did not finish and could not be dropped ({e}): a reboot now \
+             would boot it unchecked; asked again",
+            staged.checksum
+        );
+        let reason = self.degraded_for_reboot(target, what).await?;
+        Err(anyhow::anyhow!(reason))
+    }
+
     /// Stage the deployment; returns it (its commit and deploy serial).
     pub(super) async fn os_stage(&mut self, target: &str, req: StageRequest) -> Result<DeploymentInfo, String> {
         let Some(os) = self.os.clone() else { return Err("no OS backend".into()) };

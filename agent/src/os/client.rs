@@ -34,6 +34,8 @@ pub fn timeout_for(call: &Call) -> Duration {
         Call::Pull(_) => 3600,
         Call::Stage(_) => 1800,
         Call::Rollback => 600,
+        // Waits for the sysroot's lock, which a stage in progress holds.
+        Call::DropStaged => 1800,
     })
 }
 
@@ -148,6 +150,10 @@ impl OsBackend for HelperClient {
 
     fn rollback(&self) -> Result<DeploymentInfo, OsError> {
         self.call(&Call::Rollback)
+    }
+
+    fn drop_staged(&self) -> Result<Option<DeploymentInfo>, OsError> {
+        self.call::<wire::Dropped>(&Call::DropStaged).map(|d| d.dropped)
     }
 
     fn booted_cmdline(&self) -> Result<String, OsError> {

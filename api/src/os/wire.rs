@@ -55,6 +55,7 @@ pub enum Request {
         new_kargs: Vec<String>,
     },
     Rollback {},
+    DropStaged {},
     BootedCmdline {},
 }
 
@@ -88,6 +89,13 @@ impl Reply {
     }
 }
 
+/// The answer to `dropStaged`: the deployment dropped, if one was staged. An object, not a bare
+/// `null`, which the reply's `ok` could not carry (an absent `ok` is an empty reply).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Dropped {
+    pub dropped: Option<super::DeploymentInfo>,
+}
+
 /// A request after validation: what the helper actually runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Call {
@@ -96,6 +104,7 @@ pub enum Call {
     Pull(OstreeImage),
     Stage(StageRequest),
     Rollback,
+    DropStaged,
     BootedCmdline,
 }
 
@@ -114,6 +123,7 @@ impl Call {
             Call::Pull(_) => "pull",
             Call::Stage(_) => "stage",
             Call::Rollback => "rollback",
+            Call::DropStaged => "dropStaged",
             Call::BootedCmdline => "bootedCmdline",
         }
     }
@@ -132,6 +142,7 @@ impl Request {
                 new_kargs: r.new_kargs.clone(),
             },
             Call::Rollback => Request::Rollback {},
+            Call::DropStaged => Request::DropStaged {},
             Call::BootedCmdline => Request::BootedCmdline {},
         }
     }
@@ -155,6 +166,7 @@ impl Request {
                 Call::Stage(StageRequest { image: i.as_deref().map(image).transpose()?, old_kargs, new_kargs })
             }
             Request::Rollback {} => Call::Rollback,
+            Request::DropStaged {} => Call::DropStaged,
             Request::BootedCmdline {} => Call::BootedCmdline,
         })
     }
@@ -232,6 +244,7 @@ mod tests {
             Call::Stage(StageRequest { image: Some(image), old_kargs: vec!["a=1".into()], new_kargs: vec![] }),
             Call::Stage(StageRequest { image: None, old_kargs: vec![], new_kargs: vec!["b".into()] }),
             Call::Rollback,
+            Call::DropStaged,
             Call::BootedCmdline,
         ];
         for c in calls {
@@ -240,6 +253,17 @@ mod tests {
             assert_eq!(parse_request(&text).unwrap().into_call().unwrap(), c, "{text}");
         }
         assert_eq!(line(Request::Status {}), r#"{"v":1,"op":"status"}"#);
+        assert_eq!(line(Request::DropStaged {}), r#"{"v":1,"op":"dropStaged"}"#);
+        assert!(Call::DropStaged.writes(), "dropping a staged deployment writes the sysroot");
+    }
+
+    /// An answer of "nothing" still travels as an answer: `ok: null` reads as no answer.
+    #[test]
+    fn nothing_dropped_is_an_answer() {
+        let text = serde_json::to_string(&Reply::ok(serde_json::to_value(Dropped { dropped: None }).unwrap())).unwrap();
+        let back: Reply = serde_json::from_str(&text).unwrap();
+        let ok = back.ok.expect("an ok reply");
+        assert_eq!(serde_json::from_value::<Dropped>(ok).unwrap(), Dropped { dropped: None }, "{text}");
     }
 
     #[test]
