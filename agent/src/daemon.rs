@@ -455,6 +455,9 @@ pub struct Agent {
     /// client gave up) and when the records of a stage could not be saved; cleared once the
     /// helper says nothing is staged ([`Agent::drop_stray_stage`]).
     maybe_stray_stage: bool,
+    /// When this process started: a new OS deployment's time to reach the coordinator runs
+    /// from here ([`Agent::os_reach_left`]).
+    started_at: tokio::time::Instant,
 }
 
 impl Agent {
@@ -490,6 +493,7 @@ impl Agent {
             reported_current: String::new(),
             helper_wait: None,
             maybe_stray_stage: true,
+            started_at: tokio::time::Instant::now(),
         })
     }
 
@@ -1625,6 +1629,11 @@ impl Agent {
                         return Err(CredentialLost(lost).into());
                     }
                     tracing::warn!(error = %format!("{e:#}"), "cannot read own Node; retrying");
+                    if self.os_reach_left().is_some_and(|left| left.is_zero()) {
+                        if let Err(rb) = self.roll_back_unreached(&format!("{e:#}")).await {
+                            tracing::warn!(error = %format!("{rb:#}"), "cannot roll back the OS that does not reach the coordinator");
+                        }
+                    }
                     self.retry_after(links, backoff).await;
                     backoff = (backoff * 2).min(Duration::from_secs(60));
                     continue;
@@ -1794,7 +1803,27 @@ pub async fn run(opts: Options) -> Result<()> {
     crate::notify::ready("aloft-agent ready");
     crate::notify::spawn_watchdog();
     let node_info = crate::node_info::of(&agent.root, &opts.build);
-    agent.api.set_ready_waiting(true, "aloft-agent is running", Some(&node_info)).await?;
+    // A new OS deployment that cannot reach the coordinator is rolled back once its time is
+    // up, not waited on for good.
+    loop {
+        let ready = agent.api.set_ready_waiting(true, "aloft-agent is running", Some(&node_info));
+        let Some(left) = agent.os_reach_left() else {
+            ready.await?;
+            break;
+        };
+        match tokio::time::timeout(left, ready).await {
+            Ok(ready) => {
+                ready?;
+                break;
+            }
+            Err(_) => {
+                if let Err(e) = agent.roll_back_unreached("cannot mark the Node Ready").await {
+                    tracing::warn!(error = %format!("{e:#}"), "cannot roll back the OS that does not reach the coordinator");
+                    tokio::time::sleep(Duration::from_secs(30)).await;
+                }
+            }
+        }
+    }
     tracing::info!(node = %opts.node_name, os_image = %node_info["osImage"], version = %opts.build.long_version(),
         "aloft-agent ready");
     loop {

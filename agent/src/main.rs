@@ -83,6 +83,13 @@ struct RunArgs {
     /// waits for the OS helper before the Node says `cannot verify the booted OS`.
     #[arg(long, env = "ALOFT_HEALTH_TIMEOUT_SECONDS", default_value_t = 300)]
     health_timeout_seconds: u64,
+    /// How long a new OS deployment has, from the agent's start in its first boot, to let the
+    /// agent reach the coordinator. Past it the update is rolled back as a failed health check
+    /// (the commit denylisted, the previous deployment booted, the node Degraded saying why): an
+    /// OS that broke the network would otherwise keep the node out of reach for good. 0: wait
+    /// for the coordinator however long it takes.
+    #[arg(long, env = "ALOFT_OS_REACH_TIMEOUT_SECONDS", default_value_t = 900)]
+    os_reach_timeout_seconds: u64,
     /// Environment-style config file (KEY=value lines for the ALOFT_* options above).
     #[arg(long)]
     config: Option<PathBuf>,
@@ -109,6 +116,7 @@ fn os_options(a: &RunArgs) -> Result<Option<daemon::OsOptions>> {
             .map(String::from)
             .collect(),
         health_timeout: Duration::from_secs(a.health_timeout_seconds.max(1)),
+        reach_timeout: Duration::from_secs(a.os_reach_timeout_seconds),
     }))
 }
 

@@ -1181,3 +1181,102 @@ async fn overdue_reboot(fleet: &Fleet, vm: &Vm, previous: &str) -> Result<()> {
     ensure!(written == "after a held reboot\n", "the file after the held reboot: {written:?}");
     Ok(())
 }
+
+// ---------------------------------------------------------------- g: a new OS out of reach
+
+/// The agent's time for a new OS to reach the coordinator, lowered for scenario g (900 s by
+/// default).
+const REACH_TIMEOUT_S: u64 = 60;
+
+/// An OS update whose new OS cannot reach the coordinator is rolled back by the node itself. A
+/// unit in /etc (carried into the new deployment's /etc) runs only on v2 (its marker file) and
+/// unbinds the virtio network device before the agent starts, as a new OS with a broken NIC
+/// driver would: the agent on v2 never reaches the coordinator. After its reach timeout
+/// (lowered to [`REACH_TIMEOUT_S`] by a drop-in) it rolls back to v1 as it does for a failed
+/// health check; v1 reaches the coordinator, and the node is Degraded saying why. Before, the
+/// node stayed on v2 for good, out of reach, cordoned and holding the pool's only slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn g_new_os_out_of_reach_rolls_back() -> Result<()> {
+    let Some(fleet) = Fleet::start("g_out_of_reach", FleetOptions { vms: 1, ..Default::default() }).await? else {
+        return Ok(());
+    };
+    let result = out_of_reach(&fleet).await;
+    fleet.finish(result).await
+}
+
+async fn out_of_reach(fleet: &Fleet) -> Result<()> {
+    let (_, first) = enrolled_and_done(fleet, 1, json!({})).await?;
+    let (v1, v2) = (fleet.images.commit("v1")?.to_string(), fleet.images.commit("v2")?.to_string());
+    let vm = &fleet.vms[0];
+    // The unit and its script in /etc: kept across the update (ostree merges /etc into the new
+    // deployment), and run only where v2's marker file is.
+    // The driver may bind the device after this unit starts (udev loads virtio_net): wait for it.
+    let script = "dir=/sys/bus/virtio/drivers/virtio_net\n\
+                  for i in $(seq 120); do\n\
+                  \x20 for d in $dir/virtio*; do [ -e \"$d\" ] && echo \"${d##*/}\" > $dir/unbind && exit 0; done\n\
+                  \x20 sleep 0.5\n\
+                  done\n\
+                  exit 0\n";
+    let unit = "[Unit]\n\
+                ConditionPathExists=/usr/share/aloft/v2-marker\n\
+                DefaultDependencies=no\n\
+                After=systemd-udevd.service systemd-udev-trigger.service\n\
+                Before=aloft-agent.service network-online.target\n\
+                [Service]\n\
+                Type=oneshot\n\
+                RemainAfterExit=yes\n\
+                ExecStart=/bin/sh /etc/aloft-vmtest-nonet.sh\n\
+                [Install]\n\
+                WantedBy=multi-user.target\n";
+    let dropin = format!("[Service]\nEnvironment=ALOFT_OS_REACH_TIMEOUT_SECONDS={REACH_TIMEOUT_S}\n");
+    let b64 = |text: &str| {
+        use base64::Engine;
+        base64::engine::general_purpose::STANDARD.encode(text)
+    };
+    vm.sh(&format!(
+        "mkdir -p /etc/systemd/system/aloft-agent.service.d && \
+         echo {} | base64 -d > /etc/aloft-vmtest-nonet.sh && \
+         echo {} | base64 -d > /etc/systemd/system/aloft-vmtest-nonet.service && \
+         echo {} | base64 -d > /etc/systemd/system/aloft-agent.service.d/60-aloft-vmtest-reach.conf && \
+         systemctl daemon-reload && systemctl enable aloft-vmtest-nonet.service && \
+         systemctl is-enabled aloft-vmtest-nonet.service",
+        b64(script),
+        b64(unit),
+        b64(&dropin)
+    ))
+    .await?;
+    let boots_on_v1 = vm.status().boot;
+    machine_config(
+        fleet,
+        "60-worker-os",
+        json!({"osImageURL": fleet.images.os_image_url("v2")?, "kernelArguments": [KARG]}),
+    )
+    .await?;
+    let (_, _, release) = vm.wait_ready(boots_on_v1 + 1, OS_ROLLOUT_PER_NODE).await.context("booting v2")?;
+    ensure!(release == "2", "the update's boot runs release {release}");
+    let nics = vm.sh("ls /sys/bus/virtio/drivers/virtio_net/ | grep -c '^virtio' || true").await?;
+    ensure!(nics.trim() == "0", "v2 boots with its network device still bound ({nics:?}): the test unit did not run");
+    tracing::info!("v2 booted without its network; waiting for the agent to roll back");
+    let (_, _, release) = vm
+        .wait_ready(boots_on_v1 + 2, Duration::from_secs(REACH_TIMEOUT_S) + OS_ROLLOUT_PER_NODE)
+        .await
+        .context("the rollback's reboot")?;
+    ensure!(release == "1", "after the rollback the VM runs release {release}");
+    os_is(vm, "1", &v1).await?;
+    let target = cluster::pool_target(fleet, "worker").await?;
+    ensure!(target != first, "the pool's target is still {first}");
+    let node = wait_node(fleet, "Degraded after the rollback", OS_ROLLOUT_PER_NODE, |n| {
+        cluster::annotation(n, ann::STATE) == "Degraded" && cluster::annotation(n, ann::DESIRED_CONFIG) == target
+    })
+    .await?;
+    let reason = cluster::annotation(&node, ann::REASON);
+    ensure!(
+        reason.contains(&format!("rolled back from OS commit {v2} to {v1}"))
+            && reason.contains("did not reach the coordinator within 60 s"),
+        "Degraded with the rollback's reason: {reason:?}"
+    );
+    ensure!(cluster::annotation(&node, ann::CURRENT_CONFIG) == first, "currentConfig moved: {node}");
+    let denylist = vm.sh("cat /var/lib/aloft/os-denylist.json").await?;
+    ensure!(denylist.contains(&v2), "v2 is not denylisted after the rollback: {denylist}");
+    Ok(())
+}

@@ -31,6 +31,9 @@ pub struct OsOptions {
     pub required_units: Vec<String>,
     /// Per health check.
     pub health_timeout: Duration,
+    /// How long a new OS deployment has, from the agent's start in its first boot, to let the
+    /// agent reach the coordinator before it is rolled back; zero: no limit.
+    pub reach_timeout: Duration,
 }
 
 /// The OS backend and the health checks, as the daemon uses them.
@@ -38,6 +41,8 @@ pub struct OsOptions {
 pub struct OsAgent {
     pub handle: OsHandle,
     pub health: HealthChecks,
+    /// [`OsOptions::reach_timeout`].
+    pub reach_timeout: Duration,
 }
 
 impl OsAgent {
@@ -50,6 +55,7 @@ impl OsAgent {
                 required_units: opts.required_units.clone(),
                 timeout: opts.health_timeout,
             },
+            reach_timeout: opts.reach_timeout,
         }
     }
 }
@@ -505,6 +511,64 @@ impl Agent {
         Err(anyhow::anyhow!(reason))
     }
 
+    /// The OS update whose new deployment this boot runs unchecked: booted after the reboot into
+    /// it (`RebootingStaged` from an earlier boot), or its check begun (`Verifying`); its target
+    /// and commit.
+    fn unchecked_os_boot(&self) -> Option<(String, String)> {
+        let current = self.current_name();
+        match &self.phase {
+            Phase::RebootingStaged { target, boot_id, checksum, .. }
+                if *target == current && *boot_id != state::boot_id(&self.root) =>
+            {
+                Some((target.clone(), checksum.clone()))
+            }
+            Phase::Verifying { target, checksum, .. } if *target == current => Some((target.clone(), checksum.clone())),
+            _ => None,
+        }
+    }
+
+    /// How much longer the new OS deployment this boot runs unchecked may go without reaching the
+    /// coordinator ([`OsOptions::reach_timeout`], from this process's start); `None` when no such
+    /// deployment runs or there is no limit.
+    pub(super) fn os_reach_left(&self) -> Option<Duration> {
+        let os = self.os.as_ref()?;
+        if os.reach_timeout.is_zero() {
+            return None;
+        }
+        self.unchecked_os_boot()?;
+        Some(os.reach_timeout.saturating_sub(self.started_at.elapsed()))
+    }
+
+    /// The new OS deployment did not let the agent reach the coordinator in time: rolled back as
+    /// a failed health check (denylisted, the previous deployment made the default, rebooted), as
+    /// greenboot rolls back a boot whose checks fail and balenaOS one that cannot reach its cloud.
+    /// An update that broke the network, DNS, the clock or the agent's credential would otherwise
+    /// leave the node on it for good, out of reach and holding a slot of maxUnavailable. Nothing
+    /// is rolled back when the boot is not the staged deployment (it was lost: the node runs the
+    /// OS it ran before, and the check once the coordinator answers says so).
+    pub(super) async fn roll_back_unreached(&mut self, last_error: &str) -> Result<()> {
+        let (Some((target, checksum)), Some(os)) = (self.unchecked_os_boot(), self.os.clone()) else {
+            return Ok(());
+        };
+        let staged = match &self.phase {
+            Phase::RebootingStaged { staged, .. } | Phase::Verifying { staged, .. } => staged.clone(),
+            _ => None,
+        };
+        let booted = self.booted_deployment(&os).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+        let on_new = booted.as_ref().is_some_and(|b| b.checksum == checksum)
+            && came_up_on_staged(staged.as_ref(), &checksum, booted.as_ref()).is_ok();
+        if !on_new {
+            tracing::warn!(target, checksum, "the coordinator is out of reach, but this boot does not run the staged deployment: nothing to roll back");
+            return Ok(());
+        }
+        let failure = format!(
+            "the new OS did not reach the coordinator within {} s of the agent's start (--os-reach-timeout-seconds; \
+             last error: {last_error})",
+            os.reach_timeout.as_secs()
+        );
+        self.roll_back(&os, &target, &checksum, failure).await
+    }
+
     /// Stage the deployment; returns it (its commit and deploy serial).
     pub(super) async fn os_stage(&mut self, target: &str, req: StageRequest) -> Result<DeploymentInfo, String> {
         let Some(os) = self.os.clone() else { return Err("no OS backend".into()) };
@@ -788,7 +852,12 @@ impl Agent {
             "rebooting into the previous OS deployment",
         )?;
         let current = self.current_name();
-        self.api.report_failure("Degraded", &reason, &current, target).await.ok();
+        // Best effort, and not waited on for long: the boot after the rollback says it again,
+        // and a coordinator out of reach may be why the node rolls back.
+        let report = self.api.report_failure("Degraded", &reason, &current, target);
+        if !matches!(tokio::time::timeout(Duration::from_secs(30), report).await, Ok(Ok(_))) {
+            tracing::warn!(target, "the rollback is not on the Node yet; it is said after the reboot");
+        }
         self.ask_reboot(target).await
     }
 
