@@ -24,8 +24,8 @@ cargo test --workspace --exclude aloft-vm-tests 2>&1
 # rolled back, the rollout stopped), d (a power cut right after staging: it caught an agent that
 # went Degraded instead of staging again; then one held right after ostree finalized), e (a file with no policy reboots once), f (power
 # cuts at six named moments of an OS update and its rollback, held there by the agent's
-# failpoints, then a file-only config after the rollback; first, an update taken back after its
-# stage leaves nothing staged) and g (a new OS that cannot reach the coordinator rolls back by
+# failpoints, then a file-only config after the rollback; a restart after a stage drops the
+# staged deployment before staging again) and g (a new OS that cannot reach the coordinator rolls back by
 # itself). ALOFT_VM_TESTS names a subset (test-name filters; '' means every test not ignored,
 # the same seven).
 export ALOFT_REQUIRE_VM=1

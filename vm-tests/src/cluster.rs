@@ -81,12 +81,6 @@ pub async fn machine_config(fleet: &Fleet, mc_name: &str, mut spec: Value) -> Re
     Ok(())
 }
 
-/// Delete the MachineConfig `mc_name` (the pools that selected it render without it).
-pub async fn delete_machine_config(fleet: &Fleet, mc_name: &str) -> Result<()> {
-    fleet.admin.delete(&path_of(&MACHINE_CONFIG, Some(mc_name))).await?.into_result()?;
-    Ok(())
-}
-
 /// An Ignition file entry with `data:` contents (mode 0644).
 pub fn file(path: &str, contents: &str) -> Value {
     let encoded: String = contents
