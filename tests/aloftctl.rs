@@ -1351,6 +1351,36 @@ async fn describe_shows_the_objects_events() {
     assert!(desc.trim_end().ends_with("Events:  <none>"), "{desc}");
 }
 
+/// What nodes write (annotations, Event messages, a reason in a table cell) reaches the admin's
+/// terminal without its control sequences: ESC as `^[`, BEL as `^G`, a C1 CSI as `\u{9b}`, as
+/// kubectl escapes them. The object is still described when its Events cannot be listed.
+#[tokio::test]
+async fn node_written_text_cannot_drive_the_terminal() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let hostile = "ok\u{1b}]0;pwned\u{7}\u{1b}[2J\u{9b}31m";
+    let node = serde_json::json!({"apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": "n1", "annotations": {"machineconfiguration.openshift.io/reason": hostile,
+                                                   "machineconfiguration.openshift.io/state": "Degraded"}}});
+    let made = admin.post("/api/v1/nodes", &node).await.unwrap().into_result().unwrap();
+    let uid = made["metadata"]["uid"].as_str().unwrap_or_default().to_string();
+    let event = serde_json::json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "e1"},
+        "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": "n1", "uid": uid},
+        "type": "Warning", "reason": "Hostile", "message": hostile, "source": {"component": "x"},
+        "count": 1});
+    admin.post("/api/v1/namespaces/default/events", &event).await.unwrap().into_result().unwrap();
+    let escaped = "ok^[]0;pwned^G^[[2J\\u{9b}31m";
+    for args in [&["describe", "node", "n1"][..], &["get", "nodes"][..], &["get", "nodes", "-o", "wide"][..]] {
+        let out = ok(&c, args);
+        assert!(!out.contains('\u{1b}') && !out.contains('\u{7}') && !out.contains('\u{9b}'), "{args:?}: {out:?}");
+        assert!(out.contains(escaped), "{args:?} shows the text escaped: {out}");
+    }
+    // -o json keeps the data as it is (JSON escapes it).
+    let json = ok(&c, &["get", "node", "n1", "-o", "json"]);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["metadata"]["annotations"]["machineconfiguration.openshift.io/reason"], hostile);
+}
+
 /// A coordinator restart during `rollout status` (here: killed, down for a few polls, started
 /// again) is waited through with a warning, as kubectl's reflector re-lists through it; the
 /// command ends with the rollout, exit 0, not with the first refused connection.

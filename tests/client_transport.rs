@@ -34,3 +34,34 @@ async fn a_client_reconnects_after_the_coordinator_restarts() {
     let again = admin.get("/api/v1/nodes").await.unwrap().into_result().unwrap();
     assert_eq!(again["kind"], "NodeList");
 }
+
+/// A connection whose peer stops answering without closing it (here the coordinator stopped
+/// with SIGSTOP: its socket stays open, nothing is read or answered, as a host gone without a FIN
+/// or a NAT that forgot the flow) is found dead by its PING and closed: the watch on it ends
+/// instead of waiting for good, and once the coordinator answers again a request opens a new
+/// connection. A healthy idle watch answers its PINGs and stays open.
+#[tokio::test]
+async fn a_dead_connection_is_closed_by_its_keepalive() {
+    use nix::sys::signal::{kill, Signal};
+    use std::time::{Duration, Instant};
+    let c = Coordinator::start();
+    let pid = nix::unistd::Pid::from_raw(c.pid() as i32);
+    let keepalive =
+        aloft_client::Keepalive { read_idle: Duration::from_millis(500), ping_timeout: Duration::from_secs(1) };
+    let client = c.client().with_keepalive(keepalive);
+    let mut watch = client.watch("/api/v1/nodes?watch=true&timeoutSeconds=300", None).await.unwrap();
+    assert_eq!(watch.status(), 200);
+    let quiet = tokio::time::timeout(Duration::from_secs(3), watch.chunk()).await;
+    assert!(quiet.is_err(), "a healthy idle watch stays open across several PINGs: {quiet:?}");
+
+    kill(pid, Signal::SIGSTOP).unwrap();
+    let stopped = Instant::now();
+    let ended = tokio::time::timeout(Duration::from_secs(20), watch.chunk()).await;
+    let waited = stopped.elapsed();
+    kill(pid, Signal::SIGCONT).unwrap();
+    let ended = ended.expect("the watch on a dead connection ends within 20 s");
+    assert!(!matches!(ended, Ok(Some(_))), "no data came from a stopped coordinator: {ended:?}");
+    assert!(waited >= Duration::from_millis(500), "ended only after the idle time and a PING: {waited:?}");
+    let nodes = client.get("/api/v1/nodes").await.unwrap().into_result().unwrap();
+    assert_eq!(nodes["kind"], "NodeList", "a new connection once the coordinator answers again");
+}

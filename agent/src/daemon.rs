@@ -455,6 +455,9 @@ pub struct Agent {
     /// client gave up) and when the records of a stage could not be saved; cleared once the
     /// helper says nothing is staged ([`Agent::drop_stray_stage`]).
     maybe_stray_stage: bool,
+    /// A stage may still run in the helper: this process gave up on one (a client timeout), or
+    /// started in a phase whose stage an earlier process of this boot may have left running.
+    stage_may_run: bool,
     /// When this process started: a new OS deployment's time to reach the coordinator runs
     /// from here ([`Agent::os_reach_left`]).
     started_at: tokio::time::Instant,
@@ -493,6 +496,7 @@ impl Agent {
             reported_current: String::new(),
             helper_wait: None,
             maybe_stray_stage: true,
+            stage_may_run: true,
             started_at: tokio::time::Instant::now(),
         })
     }
@@ -685,6 +689,13 @@ impl Agent {
 
     /// One step of the loop; returns the step taken.
     pub async fn step(&mut self, node: &NodeView) -> Result<Step> {
+        // A drop that failed before (the helper away) is tried again at every step, whatever the
+        // node does: settled, nothing else would, and the next reboot of an admin would boot it.
+        if self.maybe_stray_stage {
+            if let Err(e) = self.drop_stray_stage("tried again").await {
+                tracing::warn!(error = %e, "cannot drop a staged OS deployment an earlier update may have left");
+            }
+        }
         let desired = node.annotation(ann::DESIRED_CONFIG);
         if desired != self.desired {
             self.desired = desired.to_string();
@@ -966,6 +977,7 @@ impl Agent {
                     // still finish in the helper: it is dropped (waiting for it), never booted.
                     Err(e) => {
                         self.maybe_stray_stage = true;
+                        self.stage_may_run = true;
                         if let Err(drop) = self.drop_stray_stage("after the stage failed").await {
                             tracing::warn!(error = %drop, "cannot drop what the failed stage may have left");
                         }
@@ -1422,8 +1434,15 @@ impl Agent {
         match &self.phase {
             Phase::RebootingStaged { target, boot_id, .. } if *target == current && *boot_id == boot_now => {
                 self.maybe_stray_stage = false;
+                self.stage_may_run = false;
             }
             _ => {
+                // Only a stage an earlier process of this boot left running is waited for; that
+                // may take longer than systemd waits for the start.
+                self.stage_may_run = matches!(self.phase, Phase::Staging { .. } | Phase::Verifying { .. });
+                if self.stage_may_run {
+                    crate::notify::extend_start(crate::os::client::timeout_for(&aloft_api::os::wire::Call::DropStaged));
+                }
                 if let Err(e) = self.drop_stray_stage("at start").await {
                     tracing::warn!(error = %e, "cannot drop a staged OS deployment a crash may have left; tried again before any reboot");
                 }

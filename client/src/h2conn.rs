@@ -20,7 +20,9 @@ use futures::Stream;
 use h2::client::SendRequest;
 use http::header::{HeaderValue, AUTHORIZATION, CONTENT_LENGTH, CONTENT_TYPE};
 use http::{Method, Request, Response, Uri};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::net::TcpStream;
 use tokio::sync::Mutex;
 
@@ -28,6 +30,32 @@ use tokio::sync::Mutex;
 /// for a WINDOW_UPDATE every 64 KB.
 const STREAM_WINDOW: u32 = 2 << 20;
 const CONNECTION_WINDOW: u32 = 5 << 20;
+
+/// How long opening a connection may take: the TCP connect (or the proxy's CONNECT), then the TLS
+/// and HTTP/2 handshakes. Without a limit a connect to an address that drops packets waited for
+/// the kernel's SYN retries, and a peer that accepted and never answered, for good.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// When an open connection is taken for dead, as client-go's HTTP/2 health check: after
+/// `read_idle` without a byte from the coordinator a PING is sent, and a connection whose PING is
+/// not answered within `ping_timeout` is closed, which fails every request and watch on it (they
+/// open a new connection). A watch is quiet most of the time, and a peer gone without a FIN or
+/// RST (a host powered off, a NAT or load balancer that forgot the flow, a failover) left it
+/// waiting for good: the node never heard of its next config, and a request on the same
+/// connection waited for TCP to give up, about 15 minutes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Keepalive {
+    pub read_idle: Duration,
+    pub ping_timeout: Duration,
+}
+
+impl Default for Keepalive {
+    /// client-go's `ReadIdleTimeout` and `PingTimeout`.
+    fn default() -> Self {
+        Keepalive { read_idle: Duration::from_secs(30), ping_timeout: Duration::from_secs(15) }
+    }
+}
 
 /// Where the coordinator is and how to reach it.
 struct Target {
@@ -51,6 +79,7 @@ struct Target {
 pub(crate) struct Connection {
     target: Arc<Target>,
     send: Arc<Mutex<Option<SendRequest<Bytes>>>>,
+    pub(crate) keepalive: Keepalive,
 }
 
 impl Connection {
@@ -97,6 +126,7 @@ impl Connection {
                 ca_given: ca_pem.is_some(),
             }),
             send: Arc::new(Mutex::new(None)),
+            keepalive: Keepalive::default(),
         })
     }
 
@@ -119,13 +149,30 @@ impl Connection {
 
     async fn open(&self) -> Result<SendRequest<Bytes>> {
         let t = &self.target;
-        let tcp = match t.proxy.intercept(&t.origin) {
-            Some(proxy) => tunnel(&proxy, &t.origin).await?,
-            None => TcpStream::connect((t.host.as_str(), t.port))
-                .await
-                .with_context(|| format!("connecting to {}", t.origin))?,
+        let connect = async {
+            match t.proxy.intercept(&t.origin) {
+                Some(proxy) => tunnel(&proxy, &t.origin).await,
+                None => TcpStream::connect((t.host.as_str(), t.port))
+                    .await
+                    .with_context(|| format!("connecting to {}", t.origin)),
+            }
         };
+        let tcp = tokio::time::timeout(CONNECT_TIMEOUT, connect).await.map_err(|_| {
+            anyhow!("connecting to {}: no connection within {} s", t.origin, CONNECT_TIMEOUT.as_secs())
+        })??;
         let _ = tcp.set_nodelay(true);
+        tokio::time::timeout(HANDSHAKE_TIMEOUT, self.handshake(tcp)).await.map_err(|_| {
+            anyhow!(
+                "{}: the TLS and HTTP/2 handshakes did not finish within {} s",
+                t.origin,
+                HANDSHAKE_TIMEOUT.as_secs()
+            )
+        })?
+    }
+
+    async fn handshake(&self, tcp: TcpStream) -> Result<SendRequest<Bytes>> {
+        let t = &self.target;
+        let last_read = Arc::new(LastRead::new());
         let mut b = h2::client::Builder::new();
         b.initial_window_size(STREAM_WINDOW).initial_connection_window_size(CONNECTION_WINDOW);
         let send = match &t.tls {
@@ -139,8 +186,9 @@ impl Connection {
                 if stream.get_ref().1.alpn_protocol() != Some(b"h2") {
                     bail!("{} does not speak HTTP/2 (ALPN h2); is it an aloft coordinator?", t.origin);
                 }
+                let stream = Watched { inner: stream, last_read: last_read.clone() };
                 let (send, conn) = b.handshake(stream).await.context("HTTP/2 handshake")?;
-                spawn_connection(conn);
+                spawn_connection(conn, last_read, self.keepalive, t.origin.to_string());
                 send
             }
             None => {
@@ -151,8 +199,9 @@ impl Connection {
                     origin: t.origin.to_string().trim_end_matches('/').to_string(),
                     https_hint: hint,
                 };
+                let plain = Watched { inner: plain, last_read: last_read.clone() };
                 let (send, conn) = b.handshake(plain).await.context("HTTP/2 handshake")?;
-                spawn_connection(conn);
+                spawn_connection(conn, last_read, self.keepalive, t.origin.to_string());
                 send
             }
         };
@@ -230,15 +279,124 @@ fn not_processed(e: &h2::Error) -> bool {
     e.is_reset() && e.reason() == Some(h2::Reason::REFUSED_STREAM)
 }
 
-fn spawn_connection<T>(conn: h2::client::Connection<T, Bytes>)
-where
+/// Drive the connection, and close it once it is found dead ([`Keepalive`]): dropping it fails
+/// its streams, and the next request opens a new one.
+fn spawn_connection<T>(
+    mut conn: h2::client::Connection<T, Bytes>,
+    last_read: Arc<LastRead>,
+    ka: Keepalive,
+    origin: String,
+) where
     T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
+    let ping_pong = conn.ping_pong();
     tokio::spawn(async move {
-        if let Err(e) = conn.await {
-            tracing::debug!(error = %e, "connection to the coordinator closed");
+        let dead = async {
+            let Some(mut ping_pong) = ping_pong else { return std::future::pending::<String>().await };
+            loop {
+                let idle = last_read.idle();
+                if idle < ka.read_idle {
+                    tokio::time::sleep(ka.read_idle - idle).await;
+                    continue;
+                }
+                match tokio::time::timeout(ka.ping_timeout, ping_pong.ping(h2::Ping::opaque())).await {
+                    Ok(Ok(_)) => last_read.touch(),
+                    Ok(Err(e)) => return format!("a PING failed: {e}"),
+                    Err(_) => {
+                        return format!(
+                            "no answer to a PING within {} s, after {} s without a frame",
+                            ka.ping_timeout.as_secs_f64(),
+                            idle.as_secs()
+                        )
+                    }
+                }
+            }
+        };
+        tokio::select! {
+            closed = &mut conn => if let Err(e) = closed {
+                tracing::debug!(error = %e, "connection to the coordinator closed");
+            },
+            why = dead => tracing::warn!(coordinator = %origin, "closing a dead connection to the coordinator: {why}"),
         }
     });
+}
+
+/// When the connection last read a byte, for [`Keepalive`].
+struct LastRead {
+    since: std::time::Instant,
+    millis: AtomicU64,
+}
+
+impl LastRead {
+    fn new() -> Self {
+        LastRead { since: std::time::Instant::now(), millis: AtomicU64::new(0) }
+    }
+
+    fn touch(&self) {
+        self.millis.store(self.since.elapsed().as_millis() as u64, Ordering::Relaxed);
+    }
+
+    fn idle(&self) -> Duration {
+        let last = Duration::from_millis(self.millis.load(Ordering::Relaxed));
+        self.since.elapsed().saturating_sub(last)
+    }
+}
+
+/// A stream that notes when it last read something.
+struct Watched<T> {
+    inner: T,
+    last_read: Arc<LastRead>,
+}
+
+impl<T: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Watched<T> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
+        if matches!(polled, std::task::Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            self.last_read.touch();
+        }
+        polled
+    }
+}
+
+impl<T: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Watched<T> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
 }
 
 /// A TCP connection to `origin` through the proxy's CONNECT tunnel.

@@ -6,7 +6,7 @@ mod h2conn;
 
 use anyhow::{anyhow, bail, Context, Result};
 use base64::Engine;
-pub use h2conn::StreamingResponse;
+pub use h2conn::{Keepalive, StreamingResponse};
 /// The request methods ([`Client::call`]).
 pub use http::Method;
 use serde_json::{json, Value};
@@ -253,6 +253,13 @@ impl Client {
             auth,
             warnings: None,
         })
+    }
+
+    /// Take a connection for dead after `keepalive` (client-go's 30 s without a frame, then
+    /// 15 s for the PING's answer, by default). For the connections this client opens from now.
+    pub fn with_keepalive(mut self, keepalive: Keepalive) -> Self {
+        self.conn.keepalive = keepalive;
+        self
     }
 
     /// Have `handler` told the text of every warning any answer carries, as client-go's warning

@@ -459,10 +459,11 @@ impl Agent {
     /// ([`Agent::maybe_stray_stage`]). ostree boots a staged deployment at the next reboot,
     /// whatever the reboot is for: one left by an update that failed, crashed or was taken back
     /// after its stage would boot at the next reboot of another config or of an admin, an OS
-    /// no health check and no rollback looks at. A stage may still run in the helper only in
-    /// the phase Staging (the agent crashed or gave up in the call): then the drop is asked for
-    /// at once, and waits for the stage (the sysroot's lock). Otherwise the status is read first,
-    /// which does not wait behind a background pull the way a write does.
+    /// no health check and no rollback looks at. While a stage may still run in the helper
+    /// ([`Agent::stage_may_run`]: the agent crashed in the call, or gave up on it) the drop is
+    /// asked for at once and waits for that stage (the sysroot's lock; up to the call's timeout,
+    /// behind a background pull too). Otherwise the status is read first, which does not wait
+    /// behind a pull the way a write does.
     pub(super) async fn drop_stray_stage(&mut self, when: &str) -> Result<(), OsError> {
         if !self.maybe_stray_stage {
             return Ok(());
@@ -471,12 +472,13 @@ impl Agent {
             self.maybe_stray_stage = false;
             return Ok(());
         };
-        if !matches!(self.phase, Phase::Staging { .. }) && self.read_os_status(&os).await?.staged.is_none() {
+        if !self.stage_may_run && self.read_os_status(&os).await?.staged.is_none() {
             self.maybe_stray_stage = false;
             return Ok(());
         }
         let dropped = os.handle.run(|b| b.drop_staged()).await?;
         self.maybe_stray_stage = false;
+        self.stage_may_run = false;
         if let Some(d) = dropped {
             tracing::warn!(
                 checksum = %d.checksum,
@@ -494,8 +496,18 @@ impl Agent {
     /// not hold up the reboot of an update that has no OS part.
     pub(super) async fn no_stray_stage_before_reboot(&mut self, target: &str) -> anyhow::Result<()> {
         let Err(e) = self.drop_stray_stage("before a reboot").await else { return Ok(()) };
+        // A helper that cannot say is no sign that nothing is staged: libostree's own record of
+        // a staged deployment is read then (the agent's unit may read /run).
         let staged = match self.os.clone() {
-            Some(os) => self.read_os_status(&os).await.ok().and_then(|st| st.staged),
+            Some(os) => match self.read_os_status(&os).await {
+                Ok(st) => st.staged.map(|d| d.checksum),
+                Err(_) => self
+                    .root
+                    .path()
+                    .join("run/ostree/staged-deployment")
+                    .exists()
+                    .then(|| "(unknown: the OS helper does not answer)".to_string()),
+            },
             None => None,
         };
         let Some(staged) = staged else {
@@ -503,9 +515,8 @@ impl Agent {
             return Ok(());
         };
         let what = format!(
-            "OS commit {} is staged by an update that did not finish and could not be dropped ({e}): a reboot now \
-             would boot it unchecked; asked again",
-            staged.checksum
+            "OS commit {staged} is staged by an update that did not finish and could not be dropped ({e}): a reboot \
+             now would boot it unchecked; asked again"
         );
         let reason = self.degraded_for_reboot(target, what).await?;
         Err(anyhow::anyhow!(reason))
@@ -591,12 +602,6 @@ impl Agent {
                 None
             }
         }
-    }
-
-    /// Reboot into the staged deployment (`staged` is what was staged); the next boot verifies it.
-    pub(super) async fn reboot_staged(&mut self, target: &str, checksum: String, staged: Staged) -> Result<()> {
-        self.enter_rebooting_staged(target, checksum, staged)?;
-        self.ask_reboot_staged(target).await
     }
 
     /// Record that the node reboots into the staged deployment of `checksum` from this boot.
@@ -761,9 +766,19 @@ impl Agent {
         match result {
             Ok(d) => {
                 let staged = Staged { serial: Some(d.deploy_serial), ..staged };
-                self.reboot_staged(target, d.checksum, staged).await
+                // Meant once the phase says so; a failed save leaves it stray.
+                self.maybe_stray_stage = true;
+                self.enter_rebooting_staged(target, d.checksum, staged)?;
+                self.maybe_stray_stage = false;
+                self.ask_reboot_staged(target).await
             }
             Err(e) => {
+                // The helper may still finish a stage this client gave up on.
+                self.maybe_stray_stage = true;
+                self.stage_may_run = true;
+                if let Err(drop) = self.drop_stray_stage("after staging again failed").await {
+                    tracing::warn!(error = %drop, "cannot drop what the failed stage may have left");
+                }
                 self.record_staged_lost(os, checksum).await;
                 self.fail(target, format!("{why}; staging it again failed: {e}"), false).await
             }

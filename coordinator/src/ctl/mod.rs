@@ -873,42 +873,54 @@ async fn describe(client: &Client, ns: &str, args: &[String]) -> Result<()> {
         let name =
             name.ok_or_else(|| Usage(format!("describe needs a name: aloftctl describe {} NAME", rt.singular)))?;
         let obj = client.get(&resource_path(rt.path_ref(), Some(ns), Some(&name))).await?.into_result()?;
-        println!("Name:         {name}");
-        println!("Kind:         {}", rt.kind);
+        use std::fmt::Write as _;
+        let mut out = String::new();
+        let _ = writeln!(out, "Name:         {name}");
+        let _ = writeln!(out, "Kind:         {}", rt.kind);
         let meta = obj.get("metadata").cloned().unwrap_or_default();
         for (title, key) in [("Labels:", "labels"), ("Annotations:", "annotations")] {
             let map = meta.get(key).and_then(Value::as_object).cloned().unwrap_or_default();
             if map.is_empty() {
-                println!("{title:<13} <none>");
+                let _ = writeln!(out, "{title:<13} <none>");
             }
             for (i, (k, v)) in map.iter().enumerate() {
                 let v = v.as_str().unwrap_or("");
                 let v = if v.len() > 100 { format!("{}...", &v[..v.floor_char_boundary(100)]) } else { v.to_string() };
-                println!("{:<13} {k}={v}", if i == 0 { title } else { "" });
+                let _ = writeln!(out, "{:<13} {k}={v}", if i == 0 { title } else { "" });
             }
         }
-        println!("Created:      {}", meta.get("creationTimestamp").and_then(Value::as_str).unwrap_or(""));
+        let _ = writeln!(out, "Created:      {}", meta.get("creationTimestamp").and_then(Value::as_str).unwrap_or(""));
         if let Some(spec) = obj.get("spec") {
-            println!("Spec:");
+            out.push_str("Spec:\n");
             for line in print::yaml(spec).lines() {
-                println!("  {line}");
+                let _ = writeln!(out, "  {line}");
             }
         }
         let conds = obj.pointer("/status/conditions").and_then(Value::as_array).cloned().unwrap_or_default();
         if let Some(status) = obj.get("status").and_then(Value::as_object) {
-            println!("Status:");
+            out.push_str("Status:\n");
             for (k, v) in status.iter().filter(|(k, _)| *k != "conditions") {
-                print!("{}", status_field(k, v));
+                out.push_str(&status_field(k, v));
             }
         }
         if !conds.is_empty() {
-            print!("{}", conditions_section(&conds));
+            out.push_str(&conditions_section(&conds));
         }
         let uid = meta.get("uid").and_then(Value::as_str).unwrap_or("");
-        let events = list_in_pages(client, &events_path(rt, ns, &name, uid), None).await?;
-        let items = events.get("items").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
-        print!("{}", events_section(items, chrono::Utc::now()));
-        println!();
+        // As kubectl: the object is described even when its Events cannot be listed.
+        match list_in_pages(client, &events_path(rt, ns, &name, uid), None).await {
+            Ok(events) => {
+                let items = events.get("items").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+                out.push_str(&events_section(items, chrono::Utc::now()));
+            }
+            Err(e) => {
+                let _ = writeln!(out, "Events:       <cannot be listed: {e:#}>");
+            }
+        }
+        out.push('\n');
+        // Labels, annotations, messages and Events are written by nodes too: no terminal
+        // control sequences of theirs reach the admin's terminal.
+        print!("{}", print::term_safe(&out));
     }
     Ok(())
 }
@@ -1886,7 +1898,7 @@ async fn rollout_status(client: &Client, target: &[String], timeout: u64, not_co
         match progress {
             Progress::Done(line) => {
                 end_line(&last);
-                println!("{line}");
+                println!("{}", print::term_safe(&line));
                 return Ok(());
             }
             Progress::Failed(why) => {
@@ -1895,10 +1907,11 @@ async fn rollout_status(client: &Client, target: &[String], timeout: u64, not_co
             }
             Progress::Waiting(line, why) if line != last && !line.is_empty() => {
                 held = why;
+                let shown = print::term_safe(&line);
                 if interactive {
-                    print!("\r{line}\x1b[K");
+                    print!("\r{shown}\x1b[K");
                 } else {
-                    println!("{line}");
+                    println!("{shown}");
                 }
                 std::io::stdout().flush()?;
                 last = line;

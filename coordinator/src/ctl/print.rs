@@ -93,14 +93,40 @@ impl TablePrinter {
     }
 }
 
+/// `text` with the terminal's control characters shown instead of sent: C0 controls other than
+/// newline and tab, DEL and the C1 controls, in caret notation (`^[` for ESC) or as `\u{9b}`.
+/// Node agents write their own annotations, conditions and Events, so what aloftctl prints for
+/// a human may come from a compromised host: an escape sequence there could retitle the
+/// terminal, hide lines or (on some terminals) write to the admin's clipboard. kubectl escapes
+/// them too (kubernetes#112553).
+pub fn term_safe(text: &str) -> std::borrow::Cow<'_, str> {
+    let unsafe_char = |c: char| (c.is_control() && c != '\n' && c != '\t') || c == '\u{7f}';
+    if !text.chars().any(unsafe_char) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match c {
+            c if !unsafe_char(c) => out.push(c),
+            '\u{7f}' => out.push_str("^?"),
+            c if (c as u32) < 0x20 => {
+                out.push('^');
+                out.push(char::from(b'@' + c as u8));
+            }
+            c => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 /// A cell's text on one line: as kubectl's table printer, a string is cut at its first line
 /// break and marked `...` (a multi-line reason, gpg's two lines in an OS refusal, broke the row
 /// in two).
 fn cell_text(v: Option<&Value>) -> String {
     match v {
         Some(Value::String(s)) => match s.find(['\n', '\r', '\x0c']) {
-            Some(at) => format!("{}...", &s[..at]),
-            None => s.clone(),
+            Some(at) => format!("{}...", term_safe(&s[..at])),
+            None => term_safe(s).into_owned(),
         },
         Some(Value::Null) | None => String::new(),
         Some(v) => v.to_string(),
