@@ -224,7 +224,9 @@ mod tests {
     use super::*;
 
     /// A listener that accepts and never answers: the attempt ends at its deadline (on tokio's
-    /// paused clock, at once), worth another.
+    /// paused clock, at once), worth another. Which deadline says so first (the attempt's, or the
+    /// client's handshake limit, both 30 s) is a race on the paused clock; either is an answer
+    /// that names the wait, no later than the attempt's.
     #[tokio::test(start_paused = true)]
     async fn an_attempt_that_gets_no_answer_ends_at_its_deadline() {
         install_crypto();
@@ -232,8 +234,11 @@ mod tests {
         let addr = listener.local_addr().unwrap();
         let client =
             Client::new(&ClientConfig { server: format!("https://{addr}"), ca_pem: None, token: None }).unwrap();
+        let started = tokio::time::Instant::now();
         let got = attempt(&client, &serde_json::json!({})).await;
-        assert_eq!(got.err().as_deref(), Some("no answer within 30 s"));
+        assert!(started.elapsed() <= ATTEMPT_TIMEOUT, "{:?}", started.elapsed());
+        let err = got.err().unwrap_or_default();
+        assert!(err.contains("within 30 s"), "{err}");
         drop(listener);
     }
 
