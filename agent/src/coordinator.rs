@@ -316,8 +316,9 @@ impl NodeApi {
                 }
                 Err(e) => e,
             };
-            outage.failed(&failure, wait);
-            tokio::time::sleep(wait).await;
+            let jittered = crate::backoff::jittered(wait);
+            outage.failed(&failure, jittered);
+            tokio::time::sleep(jittered).await;
             wait = (wait * 2).min(Duration::from_secs(10));
         }
     }
@@ -716,7 +717,7 @@ async fn follow(
         }
         tokio::select! {
             _ = tx.closed() => return,
-            _ = tokio::time::sleep(backoff) => {}
+            _ = tokio::time::sleep(crate::backoff::jittered(backoff)) => {}
         }
     }
 }

@@ -42,12 +42,38 @@ fn write_private(path: &Path, data: &[u8]) -> Result<()> {
     let dir = path.parent().ok_or_else(|| anyhow!("{} has no parent", path.display()))?;
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let tmp = dir.join(".credential.tmp");
-    let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
-    f.write_all(data)?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, path)?;
+    // A leftover of a write cut short is removed, and the file made anew (O_EXCL): whatever is
+    // at that name, a symlink among it, is never written through.
+    match std::fs::remove_file(&tmp) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("removing {}", tmp.display())),
+    }
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)
+        .with_context(|| format!("creating {}", tmp.display()))?;
+    f.write_all(data).with_context(|| format!("writing {}", tmp.display()))?;
+    f.sync_all().with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))?;
     std::fs::File::open(dir)?.sync_all()?;
     Ok(())
+}
+
+/// The stored credential, `None` when there is none yet. Any other failure to read it (its
+/// permissions, an I/O error) is an error: taken for "none", it sent the node to enroll again
+/// under a name its own Node already held, and the coordinator refused it for good (409).
+fn read_credential(path: &Path) -> Result<Option<Credential>> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e).with_context(|| format!("reading this node's credential {}", path.display())),
+    };
+    let cred = serde_json::from_str(&text)
+        .with_context(|| format!("{} is corrupt; delete it to enroll again", path.display()))?;
+    Ok(Some(cred))
 }
 
 /// Parse `k=v,k2=v2` (values may be empty: `node-role.kubernetes.io/worker=`).
@@ -90,9 +116,7 @@ pub async fn ensure(root: &Root, e: &Enrollment<'_>) -> Result<Credential> {
     let Enrollment { server, ca_pem, bootstrap_token, node_name, labels, status } = *e;
     install_crypto();
     let path = credential_path(root);
-    if let Ok(text) = std::fs::read_to_string(&path) {
-        let cred: Credential = serde_json::from_str(&text)
-            .with_context(|| format!("{} is corrupt; delete it to enroll again", path.display()))?;
+    if let Some(cred) = read_credential(&path)? {
         if cred.node_name == node_name && cred.server == server {
             return Ok(cred);
         }
@@ -139,7 +163,7 @@ fn answer_is_transient(code: u16) -> bool {
 /// The enrollment request, sent again while the coordinator cannot be reached or cannot answer
 /// now: a host's first boot may come before its network, or while its coordinator is being
 /// upgraded, and an agent that exited left its unit failing every 5 s until it was up. Waits 1 s,
-/// doubling to a minute, logging each failure and telling systemd what it waits for (STATUS=)
+/// doubling to a minute (each wait up to half again at random, [`crate::backoff`]), logging each failure and telling systemd what it waits for (STATUS=)
 /// and that the start goes on (EXTEND_TIMEOUT_USEC=, past the unit's start timeout). A refusal
 /// (401, 403, 409, 422) is final and returned.
 async fn post_until_answered(
@@ -148,7 +172,7 @@ async fn post_until_answered(
     body: &serde_json::Value,
     status: Option<&tokio::sync::watch::Sender<crate::dbus_status::AgentStatus>>,
 ) -> Result<Reply> {
-    let mut wait = Duration::from_secs(1);
+    let mut base = Duration::from_secs(1);
     let mut tries = 0u32;
     loop {
         let failure = match attempt(client, body).await {
@@ -156,6 +180,7 @@ async fn post_until_answered(
             Err(failure) => failure,
         };
         tries += 1;
+        let wait = crate::backoff::jittered(base);
         tracing::warn!(coordinator = server, error = %failure, retry_in_s = wait.as_secs(), "cannot enroll yet; retrying");
         // The wait, the next attempt at its longest, and room to spare.
         crate::notify::extend_start(wait + ATTEMPT_TIMEOUT + Duration::from_secs(30));
@@ -173,7 +198,7 @@ async fn post_until_answered(
             });
         }
         tokio::time::sleep(wait).await;
-        wait = (wait * 2).min(MOST_BETWEEN_ATTEMPTS);
+        base = (base * 2).min(MOST_BETWEEN_ATTEMPTS);
     }
 }
 
@@ -240,6 +265,31 @@ mod tests {
         let err = got.err().unwrap_or_default();
         assert!(err.contains("within 30 s"), "{err}");
         drop(listener);
+    }
+
+    /// The credential is written through no symlink left at its temporary name, and a credential
+    /// that cannot be read is an error, not "none yet" (which enrolled again, into a 409).
+    #[test]
+    fn the_credential_file_is_written_anew_and_read_failures_are_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state/credential.json");
+        assert!(read_credential(&path).unwrap().is_none(), "none yet");
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        let target = dir.path().join("elsewhere");
+        std::fs::write(&target, "untouched").unwrap();
+        std::os::unix::fs::symlink(&target, path.with_file_name(".credential.tmp")).unwrap();
+        let cred = Credential { server: "https://h:1".into(), node_name: "n".into(), token: "t.s".into() };
+        write_private(&path, serde_json::to_string(&cred).unwrap().as_bytes()).unwrap();
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "untouched");
+        assert!(!path.is_symlink());
+        assert_eq!(read_credential(&path).unwrap(), Some(cred));
+        let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&path).unwrap().permissions());
+        assert_eq!(mode & 0o777, 0o600);
+        // A directory at the credential's name: reading it fails, and that is said.
+        std::fs::remove_file(&path).unwrap();
+        std::fs::create_dir(&path).unwrap();
+        let e = format!("{:#}", read_credential(&path).unwrap_err());
+        assert!(e.contains("reading this node's credential"), "{e}");
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! files, units, journal, on-disk verification), the systemd/logind D-Bus client and the node
 //! disruption policy, and the daemon (enrollment, state machine, coordinator protocol).
 
+pub mod backoff;
 pub mod changes;
 pub mod coordinator;
 pub mod daemon;

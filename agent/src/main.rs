@@ -30,7 +30,8 @@ struct RunArgs {
     /// Coordinator URL, e.g. https://coordinator.example:6443.
     #[arg(long, env = "ALOFT_COORDINATOR")]
     coordinator: Option<String>,
-    /// CA certificate of the coordinator (its data dir's ca.crt). Without it, only http:// works.
+    /// CA certificate of the coordinator (its data dir's ca.crt). Without it, an https:// coordinator
+    /// must have a certificate the system's trusted roots accept.
     #[arg(long, env = "ALOFT_CA")]
     ca: Option<PathBuf>,
     /// File holding the fleet's bootstrap token (needed only until the node has enrolled).

@@ -55,9 +55,24 @@ impl ClientConfig {
         let find = |list: &str, name: &str| -> Option<Value> {
             doc.get(list)?.as_array()?.iter().find(|e| e.get("name").and_then(Value::as_str) == Some(name)).cloned()
         };
-        let ctx = find("contexts", current)
-            .or_else(|| doc.get("contexts")?.as_array()?.first().cloned())
-            .ok_or_else(|| anyhow!("{}: no context to use (current-context {current:?})", path.display()))?;
+        // As kubectl: a current-context that names no context is an error, never another
+        // context's cluster (commands meant for one fleet would go to another). Without a
+        // current-context, a kubeconfig of exactly one context means that one.
+        let contexts = doc.get("contexts").and_then(Value::as_array).map_or(&[][..], Vec::as_slice);
+        let ctx = if current.is_empty() {
+            match contexts {
+                [only] => only.clone(),
+                [] => bail!("{}: has no contexts", path.display()),
+                _ => bail!(
+                    "{}: current-context is not set and there are {} contexts to choose from",
+                    path.display(),
+                    contexts.len()
+                ),
+            }
+        } else {
+            find("contexts", current)
+                .ok_or_else(|| anyhow!("{}: context {current:?} (its current-context) was not found", path.display()))?
+        };
         let cluster_name = ctx.pointer("/context/cluster").and_then(Value::as_str).unwrap_or("");
         let user_name = ctx.pointer("/context/user").and_then(Value::as_str).unwrap_or("");
         let cluster = find("clusters", cluster_name)
@@ -79,7 +94,19 @@ impl ClientConfig {
         } else {
             None
         };
-        let user = find("users", user_name);
+        // A context's user that is not in the file is an error, as kubectl's: going on without
+        // its token only turned into a 401 that named nothing.
+        let user = if user_name.is_empty() {
+            None
+        } else {
+            Some(find("users", user_name).ok_or_else(|| {
+                anyhow!(
+                    "{}: user {user_name:?} (of context {:?}) was not found",
+                    path.display(),
+                    ctx.get("name").and_then(Value::as_str).unwrap_or("")
+                )
+            })?)
+        };
         let token = match user.as_ref() {
             Some(u) => match (
                 u.pointer("/user/token").and_then(Value::as_str),
@@ -540,6 +567,38 @@ mod tests {
         assert!(e.contains(&format!("reading token file {}", beside.display())), "{e}");
         std::fs::write(&beside, "ghi.jkl").unwrap();
         assert_eq!(ClientConfig::from_kubeconfig(&kubeconfig).unwrap().token.as_deref(), Some("ghi.jkl"));
+    }
+
+    /// A current-context or a user that names nothing in the file is an error naming it, as
+    /// kubectl's; a kubeconfig without a current-context means its only context.
+    #[test]
+    fn a_kubeconfig_that_names_what_it_lacks_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let kubeconfig = dir.path().join("config");
+        let write = |current: &str, user: &str, contexts: &str| {
+            let text = format!(
+                "apiVersion: v1\nkind: Config\n{current}\
+                 clusters: [{{name: k, cluster: {{server: 'https://h:1'}}}}, {{name: other, cluster: {{server: 'https://other:1'}}}}]\n\
+                 users: [{{name: u, user: {{token: abc.def}}}}]\n\
+                 contexts: [{{name: c, context: {{cluster: k, user: {user}}}}}{contexts}]\n"
+            );
+            std::fs::write(&kubeconfig, text).unwrap();
+        };
+        let read = || ClientConfig::from_kubeconfig(&kubeconfig).map_err(|e| format!("{e:#}"));
+        write("current-context: c\n", "u", "");
+        let cfg = read().unwrap();
+        assert_eq!((cfg.server.as_str(), cfg.token.as_deref()), ("https://h:1", Some("abc.def")));
+        write("current-context: gone\n", "u", ", {name: o, context: {cluster: other, user: u}}");
+        let e = read().unwrap_err();
+        assert!(e.contains("context \"gone\"") && e.contains("not found"), "{e}");
+        write("current-context: c\n", "nobody", "");
+        let e = read().unwrap_err();
+        assert!(e.contains("user \"nobody\"") && e.contains("not found"), "{e}");
+        write("", "u", "");
+        assert_eq!(read().unwrap().server, "https://h:1", "the only context");
+        write("", "u", ", {name: o, context: {cluster: other, user: u}}");
+        let e = read().unwrap_err();
+        assert!(e.contains("current-context is not set"), "{e}");
     }
 
     #[test]
