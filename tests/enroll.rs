@@ -411,28 +411,41 @@ async fn an_agent_that_cannot_run_here_does_not_enroll() {
 }
 
 /// `token create --ttl`: a bootstrap token that works until its time, then is refused (401)
-/// and listed as expired; `--ttl 0` is refused, naming the flag.
+/// and listed as expired. As kubeadm's: `--ttl 0` never expires, and a bootstrap token made
+/// without `--ttl` expires in 24 h (a viewer token does not); `token delete` revokes.
 #[tokio::test]
 async fn a_bootstrap_token_with_a_ttl_stops_working_at_its_time() {
     use std::process::Command;
     let c = Coordinator::start();
-    let create = |name: &str, ttl: &str| {
+    let token_cmd = |args: &[&str]| {
         Command::new(aloft_tests::bin("aloft-coordinator"))
-            .args(["token", "create", "--name", name, "--role", "bootstrap", "--ttl", ttl, "--data-dir"])
+            .arg("token")
+            .args(args)
+            .arg("--data-dir")
             .arg(c.data_dir())
             .env("ALOFT_LOG", "warn")
             .output()
             .unwrap()
     };
-    let out = create("brief", "2s");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let brief = String::from_utf8(out.stdout).unwrap().trim().to_string();
-    let out = create("day", "24h");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let day = String::from_utf8(out.stdout).unwrap().trim().to_string();
-    let out = create("never-works", "0s");
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--ttl 0"), "{}", String::from_utf8_lossy(&out.stderr));
+    let create = |name: &str, ttl: &str| {
+        let mut args = vec!["create", "--name", name, "--role", if name == "watcher" { "viewer" } else { "bootstrap" }];
+        if !ttl.is_empty() {
+            args.extend(["--ttl", ttl]);
+        }
+        let out = token_cmd(&args);
+        assert!(out.status.success(), "{name}: {}", String::from_utf8_lossy(&out.stderr));
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        (String::from_utf8(out.stdout).unwrap().trim().to_string(), stderr)
+    };
+    let (brief, said) = create("brief", "2s");
+    assert!(said.contains("expires in 2s"), "{said}");
+    let (day, _) = create("day", "24h");
+    let (_, said) = create("forever", "0s");
+    assert!(said.contains("never expires"), "{said}");
+    let (_, said) = create("default", "");
+    assert!(said.contains("expires in 1day") && said.contains("--ttl 0"), "{said}");
+    let (_, said) = create("watcher", "");
+    assert!(said.contains("never expires"), "{said}");
 
     let (code, body) = enroll(&c, &brief, "n-early").await;
     assert_eq!(code, 201, "{body}");
@@ -443,15 +456,18 @@ async fn a_bootstrap_token_with_a_ttl_stops_working_at_its_time() {
     let (code, body) = enroll(&c, &day, "n-day").await;
     assert_eq!(code, 201, "{body}");
 
-    let list = Command::new(aloft_tests::bin("aloft-coordinator"))
-        .args(["token", "list", "--data-dir"])
-        .arg(c.data_dir())
-        .env("ALOFT_LOG", "warn")
-        .output()
-        .unwrap();
-    let list = String::from_utf8_lossy(&list.stdout).into_owned();
+    let list = String::from_utf8_lossy(&token_cmd(&["list"]).stdout).into_owned();
     let line = |name: &str| list.lines().find(|l| l.starts_with(&format!("{name} "))).unwrap_or_default().to_string();
     assert!(line("brief").ends_with("(expired)"), "{list}");
-    assert!(!line("day").ends_with("(expired)") && !line("day").ends_with("never"), "{list}");
-    assert!(line("admin").ends_with("never"), "{list}");
+    for dated in ["day", "default"] {
+        assert!(!line(dated).ends_with("(expired)") && !line(dated).ends_with("never"), "{dated}: {list}");
+    }
+    for never in ["admin", "forever", "watcher"] {
+        assert!(line(never).ends_with("never"), "{never}: {list}");
+    }
+
+    let out = token_cmd(&["delete", "--name", "day"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let (code, body) = enroll(&c, &day, "n-after-delete").await;
+    assert_eq!(code, 401, "a deleted token: {body}");
 }

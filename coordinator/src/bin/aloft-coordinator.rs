@@ -160,9 +160,10 @@ enum TokenCmd {
         /// architecture, instance type), are always allowed.
         #[arg(long, value_name = "KEY=VALUE,...")]
         labels: Option<String>,
-        /// Stop working this long from now (`24h`, `30m`, `7days`): a bootstrap token handed to
-        /// hosts being installed need not enroll nodes for good (kubeadm's expire after 24 h).
-        /// Without it the token works until revoked.
+        /// Stop working this long from now (`24h`, `30m`, `7days`); `0` for never. A bootstrap
+        /// token handed to hosts being installed need not enroll nodes for good: as kubeadm's,
+        /// one expires after 24 h unless told otherwise. Admin and viewer tokens work until
+        /// revoked unless given a --ttl.
         #[arg(long, value_parser = humantime::parse_duration, value_name = "DURATION")]
         ttl: Option<std::time::Duration>,
     },
@@ -175,6 +176,8 @@ enum TokenCmd {
     /// Revoke (delete) the token named NAME; it stops working at the next request. An enrolled
     /// node's credential is `node:<node name>` (deleting the Node revokes it too). The admin
     /// token is rotated instead: stop the coordinator, remove DIR/admin.token, start it again.
+    /// `token delete` is the same (kubeadm's name for it).
+    #[command(visible_alias = "delete")]
     Revoke {
         #[arg(long, env = "ALOFT_DATA_DIR", default_value = "/var/lib/aloft-coordinator")]
         data_dir: PathBuf,
@@ -183,6 +186,21 @@ enum TokenCmd {
         name: String,
     },
 }
+
+/// How long a created token works: `--ttl 0` is never, as kubeadm's; without `--ttl`, a
+/// bootstrap token lasts kubeadm's 24 h (a token that enrolls hosts for good is a standing
+/// credential nobody remembers), other roles until revoked.
+fn token_ttl(role: &auth::Role, ttl: Option<std::time::Duration>) -> Option<std::time::Duration> {
+    match ttl {
+        Some(t) if t.is_zero() => None,
+        Some(t) => Some(t),
+        None if matches!(role, auth::Role::Bootstrap(_)) => Some(BOOTSTRAP_TOKEN_TTL),
+        None => None,
+    }
+}
+
+/// kubeadm's default for `kubeadm token create --ttl`.
+const BOOTSTRAP_TOKEN_TTL: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
 
 /// Why `token create` refuses `name`: not a name a table shows on one line, or one another part
 /// of aloft owns, which a created token would silently replace.
@@ -298,11 +316,6 @@ async fn run() -> Result<()> {
             aloft_coordinator::bench::event_ttl(events, rounds.max(1)).await
         }
         Cmd::Token { cmd: TokenCmd::Create { data_dir, name, role, labels, ttl } } => {
-            if ttl.is_some_and(|t| t.is_zero()) {
-                anyhow::bail!(
-                    "--ttl 0 would make a token that never works; leave --ttl out for one that never expires"
-                );
-            }
             if let Some(why) = reserved_token_name(&name) {
                 anyhow::bail!("{why}; choose another name");
             }
@@ -331,10 +344,21 @@ async fn run() -> Result<()> {
                     "--role node:{n} is refused: a node's credential comes from its enrollment (a bootstrap token), so that deleting the Node revokes it; create a bootstrap token instead"
                 );
             }
+            let ttl = token_ttl(&role, ttl);
             let store = open_store(&data_dir)?;
             let token = auth::generate_token();
-            store.put_token(auth::token_hash(&token), name, role.to_string(), ttl).await?;
+            store.put_token(auth::token_hash(&token), name.clone(), role.to_string(), ttl).await?;
             println!("{token}");
+            // On stderr: the token alone goes to stdout, for `> bootstrap.token`.
+            match ttl {
+                Some(ttl) => eprintln!(
+                    "token {name:?} ({role}) expires in {} (at {}); --ttl 0 for one that never expires",
+                    humantime::format_duration(ttl),
+                    (chrono::Utc::now() + chrono::Duration::from_std(ttl).unwrap_or_default())
+                        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+                ),
+                None => eprintln!("token {name:?} ({role}) never expires; revoke it with `aloft-coordinator token revoke --name {name}`"),
+            }
             Ok(())
         }
         Cmd::Token { cmd: TokenCmd::List { data_dir } } => {
