@@ -280,6 +280,35 @@ async fn a_second_host_cannot_take_over_an_enrolled_node() {
     assert_eq!(code, 201, "{body}");
 }
 
+/// Hosts enrolling under one new name at the same moment: one gets the Node and a credential
+/// that works, every other is refused (409), none is told it enrolled with a credential a later
+/// enrollment deleted. Rounds of 12 at once, on fresh names.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn of_hosts_enrolling_under_one_name_at_once_exactly_one_enrolls() {
+    let c = Coordinator::start();
+    let bootstrap = c.create_token("fleet", "bootstrap");
+    for round in 0..6 {
+        let name = format!("race-{round}");
+        let tries = (0..12).map(|_| {
+            let client = c.client_with_token(Some(&bootstrap));
+            let body = json!({"nodeName": name, "labels": {"node-role.kubernetes.io/worker": ""}});
+            tokio::spawn(async move { client.post("/aloft/v1/enroll", &body).await.map(|r| (r.code, r.body)) })
+        });
+        let mut enrolled = Vec::new();
+        for t in tries.collect::<Vec<_>>() {
+            let (code, body) = t.await.unwrap().unwrap();
+            match code {
+                201 => enrolled.push(body["token"].as_str().unwrap_or_default().to_string()),
+                409 => {}
+                other => panic!("{name}: {other} {body}"),
+            }
+        }
+        assert_eq!(enrolled.len(), 1, "{name}: {} hosts told they enrolled", enrolled.len());
+        let node = c.client_with_token(Some(&enrolled[0])).get(&format!("{NODES}/{name}")).await.unwrap();
+        assert_eq!(node.code, 200, "{name}: the credential of the one that enrolled works: {}", node.body);
+    }
+}
+
 /// Deleting a Node revokes its agent's credential (401, not 404: a decommissioned host's token
 /// must not take over a later Node of the same name), and the name can be enrolled afresh.
 #[tokio::test]

@@ -283,6 +283,7 @@ pub async fn run(opts: ServeOptions) -> Result<()> {
         allocator: opts.allocator,
         presence: presence.clone(),
         build: opts.build.clone(),
+        enrolling: Default::default(),
     });
     controllers::spawn_all(store.clone(), health.clone(), opts.event_ttl).context("starting the controllers")?;
     let (ttl_store, ttl) = (store.clone(), opts.event_ttl);

@@ -55,6 +55,34 @@ fn check_labels(labels: &BTreeMap<String, String>) -> Vec<aloft_api::StatusCause
         .collect()
 }
 
+/// The names being enrolled now. An enrollment reads whether the name has a Node and a
+/// credential, then claims one, then writes the Node: two at once under one name interleaved,
+/// and the second took the first's fresh credential (no Node yet) for a stale one and deleted
+/// it, so both hosts were told 201 and the first found its credential gone at its next request.
+/// One enrollment of a name at a time closes that; the other is refused as a second host.
+#[derive(Default)]
+pub struct InFlight(std::sync::Mutex<std::collections::HashSet<String>>);
+
+/// A name held by [`InFlight::hold`]; let go when dropped, however the enrollment ends.
+pub struct Held<'a> {
+    names: &'a InFlight,
+    name: String,
+}
+
+impl InFlight {
+    /// Hold `name`, or `None` while another enrollment holds it.
+    pub fn hold(&self, name: &str) -> Option<Held<'_>> {
+        let mut names = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        names.insert(name.to_string()).then(|| Held { names: self, name: name.to_string() })
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        self.names.0.lock().unwrap_or_else(|e| e.into_inner()).remove(&self.name);
+    }
+}
+
 /// Handle an enrollment. `tokens` is where the node credential is stored.
 pub async fn enroll(ctx: SharedCtx, tokens: SqliteStore, who: Identity, body: &[u8]) -> Result<Response, ApiError> {
     if auth::decide_path(&who, "post", "/aloft/v1/enroll") == auth::Decision::Deny {
@@ -70,6 +98,9 @@ pub async fn enroll(ctx: SharedCtx, tokens: SqliteStore, who: Identity, body: &[
     if !causes.is_empty() {
         return Err(ApiError::invalid("Enrollment", &req.node_name, causes));
     }
+    let Some(_held) = ctx.enrolling.hold(&req.node_name) else {
+        return Err(refuse(&ctx, &req.node_name, &who.name));
+    };
     let key = Key::cluster(&NODE.store_key(), &req.node_name);
     if let Role::Bootstrap(scope) = &who.role {
         // Judged on the labels the Node ends up with, as NodeRestriction judges them: an

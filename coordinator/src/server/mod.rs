@@ -90,6 +90,8 @@ pub struct Ctx {
     pub presence: Arc<crate::controllers::presence::Presence>,
     /// Which build serves (`/version`, `/metrics`).
     pub build: aloft_api::build::BuildInfo,
+    /// The node names being enrolled now (one enrollment of a name at a time).
+    pub enrolling: enroll::InFlight,
 }
 
 pub type SharedCtx = Arc<Ctx>;
