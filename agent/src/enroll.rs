@@ -116,11 +116,22 @@ pub async fn ensure(root: &Root, e: &Enrollment<'_>) -> Result<Credential> {
     let Enrollment { server, ca_pem, bootstrap_token, node_name, labels, status } = *e;
     install_crypto();
     let path = credential_path(root);
-    if let Some(cred) = read_credential(&path)? {
+    if let Some(mut cred) = read_credential(&path)? {
         if cred.node_name == node_name && cred.server == server {
             return Ok(cred);
         }
-        tracing::warn!(path = %path.display(), "stored credential is for another node name or coordinator; enrolling again");
+        if cred.node_name == node_name {
+            // The coordinator's address changed (a new DNS name, an IP for a name): the
+            // credential is the Node's, not the address's, and is kept, as a kubelet keeps its
+            // credential when its kubeconfig's server changes. Enrolling again was refused (the
+            // Node has an enrolled agent: this one) and locked the node out. A coordinator that
+            // does not know the credential answers 401, and the agent enrolls again then.
+            tracing::info!(from = %cred.server, to = server, "the coordinator's address changed; keeping this node's credential");
+            cred.server = server.to_string();
+            write_private(&path, serde_json::to_string_pretty(&cred)?.as_bytes())?;
+            return Ok(cred);
+        }
+        tracing::warn!(path = %path.display(), stored = %cred.node_name, "stored credential is for another node name; enrolling again");
     }
     let token = bootstrap_token.ok_or_else(|| {
         anyhow!("this node has no credential yet and no bootstrap token was given (--bootstrap-token-file)")
@@ -290,6 +301,32 @@ mod tests {
         std::fs::create_dir(&path).unwrap();
         let e = format!("{:#}", read_credential(&path).unwrap_err());
         assert!(e.contains("reading this node's credential"), "{e}");
+    }
+
+    /// A new address for the coordinator keeps the node's credential (saved with the new
+    /// address), with no bootstrap token and no request: enrolling again was refused with a 409.
+    #[tokio::test]
+    async fn a_new_coordinator_address_keeps_the_credential() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = Root::new(dir.path());
+        let path = credential_path(&root);
+        let cred = Credential { server: "https://10.0.0.1:6443".into(), node_name: "n1".into(), token: "t.s".into() };
+        write_private(&path, serde_json::to_string(&cred).unwrap().as_bytes()).unwrap();
+        let labels = BTreeMap::new();
+        let e = Enrollment {
+            server: "https://coordinator.example:6443",
+            ca_pem: None,
+            bootstrap_token: None,
+            node_name: "n1",
+            labels: &labels,
+            status: None,
+        };
+        let got = ensure(&root, &e).await.unwrap();
+        assert_eq!((got.server.as_str(), got.token.as_str()), ("https://coordinator.example:6443", "t.s"));
+        assert_eq!(read_credential(&path).unwrap(), Some(got));
+        // Another node name is another node: it needs enrolling (here, a token it lacks).
+        let err = ensure(&root, &Enrollment { node_name: "n2", ..e }).await.unwrap_err();
+        assert!(format!("{err:#}").contains("no bootstrap token"), "{err:#}");
     }
 
     #[test]
