@@ -236,6 +236,15 @@ async fn metrics_count_what_the_api_answered() {
     assert_eq!(sample(&text, &open), Some(1), "one watch open:\n{text}");
     let timed = format!("apiserver_request_duration_seconds_count{}}}", series("GET", "resource"));
     assert_eq!(sample(&text, &timed), Some(3), "{text}");
+    // kube-apiserver's buckets, written as Go writes them: the Kubernetes mixin's SLO rules read
+    // `le="1"` and `le="30"` of this family.
+    let bucket = |le: &str| {
+        format!("apiserver_request_duration_seconds_bucket{{le=\"{le}\",{}}}", &series("GET", "resource")[1..])
+    };
+    for le in ["1", "30", "60", "+Inf"] {
+        assert_eq!(sample(&text, &bucket(le)), Some(3), "{}:\n{text}", bucket(le));
+    }
+    assert!(sample(&text, &bucket("0.0005")).is_some() && !text.contains("le=\"1.0\""), "{text}");
     assert!(!text.contains("apiserver_request_duration_seconds_count{verb=\"WATCH\""), "a watch is not timed:\n{text}");
     let nowhere = "apiserver_request_total{verb=\"GET\",group=\"\",version=\"\",resource=\"\",subresource=\"\",scope=\"\",code=\"404\"}";
     assert_eq!(sample(&text, nowhere), Some(1), "{text}");

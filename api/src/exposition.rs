@@ -84,8 +84,32 @@ pub fn to_text_format(openmetrics: &str) -> String {
                 continue;
             }
         }
-        out.push_str(sample);
+        out.push_str(&go_bucket_bounds(sample));
         out.push('\n');
+    }
+    out
+}
+
+/// A sample's `le` (histogram bucket) and `quantile` values as Go's client writes them, the
+/// shortest form of the number (`le="1"`, not OpenMetrics' `le="1.0"`): Prometheus 2 keeps the
+/// classic format's label values as they are written, so a query or rule written against
+/// kube-apiserver's metrics (`le="1"`) matched no series of ours.
+fn go_bucket_bounds(sample: &str) -> std::borrow::Cow<'_, str> {
+    let mut out = std::borrow::Cow::Borrowed(sample);
+    for label in ["le", "quantile"] {
+        for sep in ['{', ','] {
+            let start = format!("{sep}{label}=\"");
+            let Some(at) = out.find(&start) else { continue };
+            let from = at + start.len();
+            let Some(len) = out[from..].find('"') else { continue };
+            let value = &out[from..from + len];
+            let Some(shortest) = value.parse::<f64>().ok().filter(|v| v.is_finite()).map(|v| v.to_string()) else {
+                continue;
+            };
+            if shortest != value {
+                out = std::borrow::Cow::Owned(format!("{}{shortest}{}", &out[..from], &out[from + len..]));
+            }
+        }
     }
     out
 }
@@ -142,6 +166,23 @@ mod tests {
         );
         assert_eq!(without_exemplar(r#"x{a="q\"}"} 1 # {t="1"} 2"#), r#"x{a="q\"}"} 1"#);
         assert_eq!(without_exemplar("x 1 # {t=\"1\"} 2"), "x 1");
+    }
+
+    /// Bucket bounds and quantiles in Go's shortest form, as kube-apiserver's `/metrics` has them
+    /// (`le="1"`, which the Kubernetes mixin's rules select); `+Inf`, other labels and label
+    /// values that only look alike are left as they are.
+    #[test]
+    fn bucket_bounds_are_written_as_go_writes_them() {
+        let om = "# TYPE d histogram\nd_bucket{verb=\"GET\",le=\"1.0\"} 3\nd_bucket{le=\"0.0005\"} 1\n\
+                  d_bucket{verb=\"GET\",le=\"60.0\"} 4\nd_bucket{verb=\"GET\",le=\"+Inf\"} 4\n# EOF\n";
+        assert_eq!(
+            to_text_format(om),
+            "# TYPE d histogram\nd_bucket{verb=\"GET\",le=\"1\"} 3\nd_bucket{le=\"0.0005\"} 1\n\
+             d_bucket{verb=\"GET\",le=\"60\"} 4\nd_bucket{verb=\"GET\",le=\"+Inf\"} 4\n"
+        );
+        assert_eq!(go_bucket_bounds(r#"s{quantile="0.50"} 1"#), r#"s{quantile="0.5"} 1"#);
+        let alike = r#"g{name="x,le=\"1.0\"",scale="1.0"} 1"#;
+        assert_eq!(go_bucket_bounds(alike), alike);
     }
 
     #[test]

@@ -355,6 +355,10 @@ async fn follow(
         let Some(batch) = super::next_batch_ready_or(&mut stream, idle, ctx.done.notified()).await? else { break };
         for ev in &batch {
             if ev.key.resource == keys[0] {
+                if ev.kind == crate::store::EventType::Deleted {
+                    // Its drain's Events hold nothing back about a new Node of its name.
+                    ctx.events.forget_object("Node", &ev.key.name);
+                }
                 // A node that neither asks nor asked is read again only when a drain needs the
                 // whole fleet (the budgets' counts): most Node events of a rollout are such.
                 st.nodes.apply_lazily(ev, |raw, old| old.drain_pending || asks(raw));
@@ -699,6 +703,9 @@ impl Job {
                 n => format!(" ({n} hooks called)"),
             };
             let msg = format!("cordoned and drained for {}{called}", r.strip_prefix("drain-").unwrap_or(r));
+            // Each drain is an occurrence, not a standing decision: the same request drained
+            // again (its update retried) is counted on the Event, as client-go counts repeats.
+            self.ctx.events.forget(&Involved::node(&self.node), reasons::DRAINED);
             self.ctx.events.emit(&Involved::node(&self.node), EventType::Normal, reasons::DRAINED, &msg);
             tracing::info!(node = %self.node, request = %r, "drain acknowledged");
         }

@@ -107,7 +107,7 @@ const QUEUE: usize = 16_384;
 /// (the picks of the next freed slots waited behind the Events of the last ones).
 #[derive(Clone)]
 pub struct Recorder {
-    last: Arc<Mutex<HashMap<(Involved, &'static str), Last>>>,
+    last: Arc<LastMap>,
     queue: tokio::sync::mpsc::Sender<Pending>,
     /// A third of the Event TTL: a standing decision's Event is written again (counted) on the
     /// first record once its last write is this old, so it never expires while the decision
@@ -118,13 +118,30 @@ pub struct Recorder {
     refresh: Option<Duration>,
 }
 
+/// How long a last message is kept when Events never expire (`--event-ttl 0`): after that a
+/// repeat of a standing decision is counted once more on its Event instead of the entry being
+/// kept for good (the entries of deleted objects and of one-off decisions were never dropped).
+const KEPT_WITHOUT_TTL: Duration = Duration::from_secs(3600);
+
+/// The last messages kept before the first look for old ones; each look sets the next at
+/// twice what it left, so a large fleet's live entries are looked over rarely.
+const PRUNE_AT: usize = 4096;
+
 /// What (object, reason) said last, and when that was queued for its write.
 struct Last {
     message: String,
     queued: Instant,
 }
 
-type LastMap = Mutex<HashMap<(Involved, &'static str), Last>>;
+type LastMap = Mutex<LastMessages>;
+
+/// What each (object, reason) said last, and the size at which the entries that can no longer
+/// hold anything back are dropped.
+#[derive(Default)]
+struct LastMessages {
+    by_key: HashMap<(Involved, &'static str), Last>,
+    prune_at: usize,
+}
 
 /// An event waiting for its write.
 struct Pending {
@@ -155,13 +172,20 @@ impl Recorder {
         {
             let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
             let now = Instant::now();
-            if let Some(l) = last.get_mut(&key).filter(|l| l.message == message) {
-                if self.refresh.is_none_or(|r| now.duration_since(l.queued) < r) {
+            let kept = self.refresh.unwrap_or(KEPT_WITHOUT_TTL);
+            if let Some(l) = last.by_key.get_mut(&key).filter(|l| l.message == message) {
+                if now.duration_since(l.queued) < kept {
                     return;
                 }
                 l.queued = now;
             } else {
-                last.insert(key.clone(), Last { message: message.to_string(), queued: now });
+                last.by_key.insert(key.clone(), Last { message: message.to_string(), queued: now });
+                if last.by_key.len() >= last.prune_at.max(PRUNE_AT) {
+                    // An entry older than `kept` holds nothing back (its repeat is written
+                    // again either way): dropped, the map holds the live decisions only.
+                    last.by_key.retain(|_, l| now.duration_since(l.queued) < kept);
+                    last.prune_at = last.by_key.len() * 2;
+                }
             }
         }
         let pending = Pending { about: about.clone(), type_, reason, message: message.to_string() };
@@ -180,15 +204,32 @@ impl Recorder {
 
     /// The decision behind (object, reason) is over: the same message later is a new decision.
     pub fn forget(&self, about: &Involved, reason: &'static str) {
-        self.last.lock().unwrap_or_else(|e| e.into_inner()).remove(&(about.clone(), reason));
+        self.last.lock().unwrap_or_else(|e| e.into_inner()).by_key.remove(&(about.clone(), reason));
+    }
+
+    /// The object is gone: what was said about it holds nothing back about a new object of its
+    /// name (a host replaced under its name whose drain hook fails with the same words as the
+    /// old one's had its Event held back for a third of the TTL, or for good without one).
+    pub fn forget_object(&self, kind: &str, name: &str) {
+        self.last
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .by_key
+            .retain(|(about, _), _| !(about.kind == kind && about.name == name));
+    }
+
+    /// How many last messages are kept (for tests of their pruning).
+    #[cfg(test)]
+    fn kept(&self) -> usize {
+        self.last.lock().unwrap_or_else(|e| e.into_inner()).by_key.len()
     }
 }
 
 /// Forget (object, reason) if `message` is still the last thing it said.
 fn forget_if(last: &LastMap, key: &(Involved, &'static str), message: &str) {
     let mut last = last.lock().unwrap_or_else(|e| e.into_inner());
-    if last.get(key).is_some_and(|l| l.message == message) {
-        last.remove(key);
+    if last.by_key.get(key).is_some_and(|l| l.message == message) {
+        last.by_key.remove(key);
     }
 }
 
@@ -320,11 +361,22 @@ async fn write_event(
     };
     let count = existing.get("count").and_then(Value::as_i64).unwrap_or(1) + 1;
     existing["count"] = count.into();
-    existing["lastTimestamp"] = now.into();
+    // Never earlier than it was: a clock stepped back (NTP) put a counted Event's last time
+    // before its first, and kubectl orders Events by it.
+    existing["lastTimestamp"] = later_time(existing.get("lastTimestamp").and_then(Value::as_str), now).into();
     let rev = revision_of(&existing);
     match store.update(&key, existing, rev).await {
         Ok(_) | Err(StoreError::Conflict { .. }) | Err(StoreError::NotFound(_)) => Ok(()),
         Err(e) => Err(e),
+    }
+}
+
+/// `now`, or `stored` when it is later (both RFC 3339; an unreadable `stored` loses).
+fn later_time(stored: Option<&str>, now: String) -> String {
+    let parse = |t: &str| chrono::DateTime::parse_from_rfc3339(t).ok();
+    match (stored.and_then(parse), parse(&now)) {
+        (Some(s), Some(n)) if s > n => stored.unwrap_or_default().to_string(),
+        _ => now,
     }
 }
 
@@ -441,7 +493,12 @@ mod tests {
         // Deleted and created again: the same decision is a new Event about the new pool.
         store.delete(&pool_key, None).await.unwrap();
         let second = put_pool().await;
-        rec.forget(&worker, reasons::SET_DESIRED_CONFIG);
+        // The same words before the controllers saw the delete: held back (TTL 0 keeps the last
+        // message an hour). The delete seen, the new pool's Event is written.
+        rec.emit(&worker, EventType::Normal, reasons::SET_DESIRED_CONFIG, "Targeted node n1");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(stored(&store).await.len(), 2, "held back as a repeat");
+        rec.forget_object("MachineConfigPool", "worker");
         rec.emit(&worker, EventType::Normal, reasons::SET_DESIRED_CONFIG, "Targeted node n1");
         let evs = wait_for(&store, "the new pool's event", |e| e.len() == 3).await;
         let mut uids: Vec<_> = about(&evs, "worker").iter().map(|o| o["uid"].as_str().unwrap().to_string()).collect();
@@ -449,6 +506,46 @@ mod tests {
         let mut want = vec![first, second];
         want.sort();
         assert_eq!(uids, want);
+    }
+
+    /// The last messages of decisions old enough to hold nothing back are dropped once there
+    /// are many (they were kept for good: every deleted node's, every one-off decision's), and
+    /// only those: a repeat of a recent one is still held back.
+    #[tokio::test]
+    async fn old_last_messages_are_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&dir.path().join("s.db")).unwrap());
+        // A third of 3 s: entries older than 1 s hold nothing back.
+        let rec = Recorder::new("test", store.clone(), Duration::from_secs(3));
+        for i in 0..PRUNE_AT - 1 {
+            rec.emit(&Involved::node(&format!("gone-{i}")), EventType::Normal, reasons::DRAINED, "drained");
+        }
+        assert_eq!(rec.kept(), PRUNE_AT - 1);
+        tokio::time::sleep(Duration::from_millis(1100)).await;
+        let fresh = Involved::node("fresh");
+        rec.emit(&fresh, EventType::Normal, reasons::DRAINED, "drained");
+        assert_eq!(rec.kept(), 1, "only the fresh decision's message is kept");
+        rec.emit(&fresh, EventType::Normal, reasons::DRAINED, "drained");
+        let count_fresh = |evs: &[Value]| {
+            evs.iter()
+                .filter(|e| e["involvedObject"]["name"] == "fresh")
+                .filter_map(|e| e["count"].as_i64())
+                .sum::<i64>()
+        };
+        wait_for(&store, "the fresh event", |e| count_fresh(e) == 1).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(count_fresh(&stored(&store).await), 1, "a recent repeat is still held back");
+    }
+
+    /// A counted Event's lastTimestamp never goes back, whatever the clock says now.
+    #[test]
+    fn last_timestamps_do_not_go_back() {
+        let later = "2026-12-03T10:00:00.000000Z";
+        let earlier = "2026-12-03T09:59:59.000000Z".to_string();
+        assert_eq!(later_time(Some(later), earlier.clone()), later);
+        assert_eq!(later_time(Some(&earlier), later.to_string()), later);
+        assert_eq!(later_time(None, earlier.clone()), earlier);
+        assert_eq!(later_time(Some("garbage"), earlier.clone()), earlier);
     }
 
     /// A decision that stands is written again (counted, lastTimestamp bumped) once its last

@@ -136,6 +136,20 @@ async fn follow(store: &Arc<dyn Store>, events: &Recorder, passes: &Passes) -> R
         }
         let mut foreign_budget_status = false;
         for ev in &batch {
+            if ev.kind == crate::store::EventType::Deleted {
+                // What was said about a deleted Node or pool holds nothing back about a new one
+                // of its name (a host replaced under its name).
+                let kind = if ev.key.resource == keys[0] {
+                    Some("Node")
+                } else if ev.key.resource == keys[1] {
+                    Some("MachineConfigPool")
+                } else {
+                    None
+                };
+                if let Some(kind) = kind {
+                    events.forget_object(kind, &ev.key.name);
+                }
+            }
             changed |= if ev.key.resource == keys[0] {
                 note_current_config(&mut st, ev);
                 let relevant = st.nodes.apply(ev);

@@ -958,6 +958,11 @@ async fn node_credential(call: &Call<'_>, name: &str) -> Result<Option<(String, 
 }
 
 async fn revoke_node_credential(call: &Call<'_>, token_name: String, hash: String) {
+    // What was said about the deleted Node (a refused enrollment) holds nothing back about a
+    // new Node of its name.
+    if let Some(node) = token_name.strip_prefix("node:") {
+        call.ctx.events.forget_object("Node", node);
+    }
     match call.ctx.token_store.delete_token(token_name.clone(), Some(hash)).await {
         Ok(true) => tracing::info!(token = %token_name, "Node deleted: its agent's credential is revoked"),
         Ok(false) => {}
