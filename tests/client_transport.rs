@@ -23,6 +23,22 @@ async fn plain_http_speaks_http2_with_prior_knowledge() {
     assert_eq!(patched["metadata"]["labels"]["a"], "b");
 }
 
+/// An `http://` address pointed at the coordinator's HTTPS port: the TLS answer to the HTTP/2
+/// preface is recognised and named, with the address to use, instead of h2's "frame with
+/// invalid size".
+#[tokio::test]
+async fn plain_http_at_an_https_port_says_to_use_https() {
+    let c = Coordinator::start();
+    assert!(c.url().starts_with("https://"), "{}", c.url());
+    let plain = c.url().replacen("https://", "http://", 1);
+    let client =
+        aloft_client::Client::new(&aloft_client::ClientConfig { server: plain.clone(), ca_pem: None, token: None })
+            .unwrap();
+    let e = format!("{:#}", client.get("/version").await.unwrap_err());
+    assert!(e.contains(&format!("{} answered with TLS", plain.trim_end_matches('/'))), "{e}");
+    assert!(e.contains(&format!("use {}", c.url().trim_end_matches('/'))), "{e}");
+}
+
 /// One client across a coordinator restart: its connection is gone, the next request opens
 /// another.
 #[tokio::test]

@@ -186,20 +186,17 @@ impl Connection {
                 if stream.get_ref().1.alpn_protocol() != Some(b"h2") {
                     bail!("{} does not speak HTTP/2 (ALPN h2); is it an aloft coordinator?", t.origin);
                 }
-                let stream = Watched { inner: stream, last_read: last_read.clone() };
+                let stream = Watched { inner: stream, last_read: last_read.clone(), tls_check: None };
                 let (send, conn) = b.handshake(stream).await.context("HTTP/2 handshake")?;
                 spawn_connection(conn, last_read, self.keepalive, t.origin.to_string());
                 send
             }
             None => {
-                let hint = t.https_hint.clone().unwrap_or_default();
-                let plain = PlainStream {
-                    inner: tcp,
-                    checked: false,
+                let check = TlsCheck {
                     origin: t.origin.to_string().trim_end_matches('/').to_string(),
-                    https_hint: hint,
+                    https_hint: t.https_hint.clone().unwrap_or_default(),
                 };
-                let plain = Watched { inner: plain, last_read: last_read.clone() };
+                let plain = Watched { inner: tcp, last_read: last_read.clone(), tls_check: Some(check) };
                 let (send, conn) = b.handshake(plain).await.context("HTTP/2 handshake")?;
                 spawn_connection(conn, last_read, self.keepalive, t.origin.to_string());
                 send
@@ -342,10 +339,25 @@ impl LastRead {
     }
 }
 
-/// A stream that notes when it last read something.
+/// A stream that notes when it last read something, and on a plain-HTTP connection looks at
+/// the first bytes it reads for a TLS server ([`TlsCheck`]).
 struct Watched<T> {
     inner: T,
     last_read: Arc<LastRead>,
+    /// Until the first bytes are read, on a plain-HTTP connection.
+    tls_check: Option<TlsCheck>,
+}
+
+/// A plain-HTTP connection recognises a TLS server in its first bytes. An `http://` address
+/// pointed at the coordinator's HTTPS port gets a TLS alert back for its HTTP/2 preface, which
+/// h2 would report as "frame with invalid size"; this says what happened and which URL to use.
+/// An HTTP/2 server's first frame is SETTINGS, whose 3-byte length never starts with 0x15 or 0x16
+/// followed by 0x03 (a TLS alert or handshake record of TLS 1.x): the check cannot misfire.
+struct TlsCheck {
+    /// `http://host:port`, for the message.
+    origin: String,
+    /// The address to use instead.
+    https_hint: String,
 }
 
 impl<T: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Watched<T> {
@@ -358,6 +370,14 @@ impl<T: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Watched<T> {
         let polled = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
         if matches!(polled, std::task::Poll::Ready(Ok(()))) && buf.filled().len() > before {
             self.last_read.touch();
+            if let Some(check) = self.tls_check.take() {
+                if matches!(&buf.filled()[before..], [0x15 | 0x16, 0x03, ..]) {
+                    return std::task::Poll::Ready(Err(std::io::Error::other(format!(
+                        "{} answered with TLS: the coordinator speaks HTTPS there, not plain HTTP; use {}",
+                        check.origin, check.https_hint
+                    ))));
+                }
+            }
         }
         polled
     }
@@ -529,78 +549,6 @@ impl StreamingResponse {
     /// The whole body.
     pub async fn bytes(self) -> Result<Bytes> {
         read_body(self.body).await
-    }
-}
-
-/// A plain-HTTP connection that recognises a TLS server in its first bytes. An `http://` address
-/// pointed at the coordinator's HTTPS port gets a TLS alert back for its HTTP/2 preface, which
-/// h2 would report as "frame with invalid size"; this says what happened and which URL to use.
-/// An HTTP/2 server's first frame is SETTINGS, whose 3-byte length never starts with 0x15 or 0x16
-/// followed by 0x03 (a TLS alert or handshake record of TLS 1.x): the check cannot misfire.
-struct PlainStream {
-    inner: TcpStream,
-    checked: bool,
-    /// `http://host:port`, for the message.
-    origin: String,
-    /// The address to use instead.
-    https_hint: String,
-}
-
-impl tokio::io::AsyncRead for PlainStream {
-    fn poll_read(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &mut tokio::io::ReadBuf<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        let before = buf.filled().len();
-        let polled = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
-        if !self.checked {
-            if let std::task::Poll::Ready(Ok(())) = &polled {
-                let new = &buf.filled()[before..];
-                if !new.is_empty() {
-                    self.checked = true;
-                    if matches!(new, [0x15 | 0x16, 0x03, ..]) {
-                        return std::task::Poll::Ready(Err(std::io::Error::other(format!(
-                            "{} answered with TLS: the coordinator speaks HTTPS there, not plain HTTP; use {}",
-                            self.origin, self.https_hint
-                        ))));
-                    }
-                }
-            }
-        }
-        polled
-    }
-}
-
-impl tokio::io::AsyncWrite for PlainStream {
-    fn poll_write(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &[u8],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        std::pin::Pin::new(&mut self.inner).poll_write(cx, buf)
-    }
-    fn poll_write_vectored(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        std::pin::Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
-    }
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
-    fn poll_flush(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
-    }
-    fn poll_shutdown(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
 
