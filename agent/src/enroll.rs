@@ -144,7 +144,11 @@ pub async fn ensure(root: &Root, e: &Enrollment<'_>) -> Result<Credential> {
     let body = serde_json::json!({"nodeName": node_name, "labels": labels});
     let reply = post_until_answered(&client, server, &body, status).await?;
     if reply.code == 401 {
-        bail!("the coordinator refused the bootstrap token (401 Unauthorized): check --bootstrap-token-file");
+        bail!(
+            "the coordinator refused the bootstrap token (401 Unauthorized): check --bootstrap-token-file, and whether \
+             the token expired or was revoked (`aloft-coordinator token list`; a bootstrap token expires 24 h after it \
+             was made unless made with --ttl, --ttl 0 for never)"
+        );
     }
     let v = reply.into_result().context("enrollment refused")?;
     let token =
