@@ -178,9 +178,10 @@ fn answer_is_transient(code: u16) -> bool {
 /// The enrollment request, sent again while the coordinator cannot be reached or cannot answer
 /// now: a host's first boot may come before its network, or while its coordinator is being
 /// upgraded, and an agent that exited left its unit failing every 5 s until it was up. Waits 1 s,
-/// doubling to a minute (each wait up to half again at random, [`crate::backoff`]), logging each failure and telling systemd what it waits for (STATUS=)
-/// and that the start goes on (EXTEND_TIMEOUT_USEC=, past the unit's start timeout). A refusal
-/// (401, 403, 409, 422) is final and returned.
+/// doubling to a minute (each wait up to half again at random, [`crate::backoff`]), logging each
+/// failure and telling systemd what it waits for (STATUS=) and that the start goes on
+/// (EXTEND_TIMEOUT_USEC=, past the unit's start timeout). A refusal (401, 403, 409, 422) is final
+/// and returned.
 async fn post_until_answered(
     client: &Client,
     server: &str,

@@ -96,19 +96,17 @@ pub fn to_text_format(openmetrics: &str) -> String {
 /// kube-apiserver's metrics (`le="1"`) matched no series of ours.
 fn go_bucket_bounds(sample: &str) -> std::borrow::Cow<'_, str> {
     let mut out = std::borrow::Cow::Borrowed(sample);
-    for label in ["le", "quantile"] {
-        for sep in ['{', ','] {
-            let start = format!("{sep}{label}=\"");
-            let Some(at) = out.find(&start) else { continue };
-            let from = at + start.len();
-            let Some(len) = out[from..].find('"') else { continue };
-            let value = &out[from..from + len];
-            let Some(shortest) = value.parse::<f64>().ok().filter(|v| v.is_finite()).map(|v| v.to_string()) else {
-                continue;
-            };
-            if shortest != value {
-                out = std::borrow::Cow::Owned(format!("{}{shortest}{}", &out[..from], &out[from + len..]));
-            }
+    // A label's name starts the set or follows a comma; inside a value a quote is escaped.
+    for start in ["{le=\"", ",le=\"", "{quantile=\"", ",quantile=\""] {
+        let Some(at) = out.find(start) else { continue };
+        let from = at + start.len();
+        let Some(len) = out[from..].find('"') else { continue };
+        let value = &out[from..from + len];
+        let Some(shortest) = value.parse::<f64>().ok().filter(|v| v.is_finite()).map(|v| v.to_string()) else {
+            continue;
+        };
+        if shortest != value {
+            out = std::borrow::Cow::Owned(format!("{}{shortest}{}", &out[..from], &out[from + len..]));
         }
     }
     out
