@@ -10,10 +10,14 @@
 //! no I/O.
 //!
 //! Module map: `kargs` (MCO's kernel-argument arithmetic and after-boot checks), `wire` (the
-//! versioned JSON-lines protocol on the helper's Unix socket).
+//! versioned JSON-lines protocol on the helper's Unix socket), `cancel` (stopping a download
+//! from another thread).
 
+pub mod cancel;
 pub mod kargs;
 pub mod wire;
+
+pub use cancel::Cancel;
 
 use crate::osimage::OstreeImage;
 use serde::{Deserialize, Serialize};
@@ -96,6 +100,11 @@ pub enum OsError {
     /// protocol. Nothing was changed by this call (or its outcome is unknown, for a timeout).
     #[error("OS helper at {socket} {message}")]
     Helper { socket: String, message: String },
+    /// The call was cancelled before it finished ([`Cancel`]): by the agent, for an update that
+    /// needed the helper more than a pre-stage download did, or because its client went away.
+    /// Nothing was deployed; what a pull had fetched stays in the repository.
+    #[error("{operation}: cancelled")]
+    Cancelled { operation: String },
 }
 
 impl OsError {
@@ -123,7 +132,12 @@ pub trait OsBackend: Send + Sync {
     fn has_verified_commit(&self, image: &OstreeImage) -> Result<bool, OsError>;
     /// Configure the remote for `image`'s repository (gpg-verify=true, the trusted keyring) and
     /// pull exactly `image.checksum`; refuses a commit without a valid trusted signature.
-    fn pull(&self, image: &OstreeImage) -> Result<PullReport, OsError>;
+    fn pull(&self, image: &OstreeImage) -> Result<PullReport, OsError> {
+        self.pull_cancellable(image, &Cancel::new())
+    }
+    /// [`Self::pull`], stopped with [`OsError::Cancelled`] once `cancel` is cancelled: a download
+    /// can take an hour, and nothing else that writes may run beside it.
+    fn pull_cancellable(&self, image: &OstreeImage, cancel: &Cancel) -> Result<PullReport, OsError>;
     /// Deploy (stage, on a booted host) the request's commit with its kernel arguments.
     fn stage(&self, req: &StageRequest) -> Result<DeploymentInfo, OsError>;
     /// Make the previous deployment the default (drops a staged one); returns the new default.

@@ -2,7 +2,7 @@
 //! on a Unix socket. See the crate documentation for why it is a process of its own.
 
 use aloft_osd::ostree::{self, OstreeBackend, OstreeConfig};
-use aloft_osd::server::Server;
+use aloft_osd::server::{self, Server};
 use anyhow::{bail, Context, Result};
 use clap::Parser;
 use std::os::fd::FromRawFd;
@@ -45,6 +45,10 @@ struct Cli {
     /// activation, never with --listen (nobody would start it again).
     #[arg(long)]
     idle_exit_seconds: Option<u64>,
+    /// Internal: run one pull read from stdin and answer on stdout (the helper runs each pull
+    /// in such a worker, so that cancelling it is a kill).
+    #[arg(long, hide = true)]
+    pull_worker: bool,
 }
 
 fn init_logging() {
@@ -105,6 +109,32 @@ fn run() -> Result<()> {
         .context("reading the sockets passed by systemd (LISTEN_FDS)")?
         .collect();
     init_logging();
+    let backend = OstreeBackend::new(OstreeConfig {
+        sysroot: cli.sysroot.clone(),
+        osname: cli.osname.clone(),
+        remote: cli.remote.clone(),
+        keyring: cli.keyring.clone(),
+        cmdline_path: cli.cmdline.clone(),
+    });
+    if cli.pull_worker {
+        return server::pull_worker_main(&backend, std::io::stdin().lock(), std::io::stdout().lock())
+            .context("answering the helper as its pull worker");
+    }
+    let worker = server::PullWorker {
+        program: std::env::current_exe().context("finding the helper's own binary for its pull worker")?,
+        args: vec![
+            "--sysroot".into(),
+            cli.sysroot.clone().into(),
+            "--osname".into(),
+            cli.osname.clone().into(),
+            "--remote".into(),
+            cli.remote.clone().into(),
+            "--keyring".into(),
+            cli.keyring.clone().into(),
+            "--cmdline".into(),
+            cli.cmdline.clone().into(),
+        ],
+    };
     let (listener, idle_default) = match (&cli.listen, activated.first()) {
         (Some(path), _) => (bind(path)?, None),
         (None, Some(&fd)) => {
@@ -124,13 +154,6 @@ fn run() -> Result<()> {
     if !ostree::is_sysroot(&cli.sysroot) {
         tracing::warn!(sysroot = %cli.sysroot.display(), "not an ostree sysroot (no ostree/repo and ostree/deploy): every OS call will fail");
     }
-    let backend = OstreeBackend::new(OstreeConfig {
-        sysroot: cli.sysroot.clone(),
-        osname: cli.osname,
-        remote: cli.remote,
-        keyring: cli.keyring.clone(),
-        cmdline_path: cli.cmdline,
-    });
     tracing::info!(
         sysroot = %cli.sysroot.display(),
         keyring = %cli.keyring.display(),
@@ -138,7 +161,7 @@ fn run() -> Result<()> {
         idle_exit_seconds = idle.map_or(0, |d| d.as_secs()),
         "aloft-os-helper serving"
     );
-    Server::new(Arc::new(backend)).serve(&listener, idle)?;
+    Server::with_pull_worker(Arc::new(backend), Some(worker)).serve(&listener, idle)?;
     tracing::info!("idle: exiting (systemd starts the helper again on the next connection)");
     Ok(())
 }

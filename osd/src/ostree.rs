@@ -10,7 +10,8 @@
 //! - **Pull**: exactly the pinned checksum (`override-commit-ids`), GPG verification required in
 //!   the pull options too, then the signature verified again against the remote's keys before
 //!   anything is deployed: a commit that was already in the repository (from another source)
-//!   gets the same check as a downloaded one.
+//!   gets the same check as a downloaded one. Cancellable ([`aloft_api::os::Cancel`], bridged to
+//!   a `GCancellable`); what it fetched stays in the repository for the next pull.
 //! - **Stage**: on a booted host `stage_tree` (the /etc merge and bootloader switch happen at
 //!   shutdown in `ostree-finalize-staged.service`, which is started right away, see
 //!   [`FINALIZE_UNIT`]); on a directory sysroot (tests, image builds)
@@ -24,9 +25,9 @@
 //!
 //! This runs inside `aloft-os-helper` (root, the host's mount namespace), never in the agent.
 
-use aloft_api::os::{kargs, DeploymentInfo, OsBackend, OsError, OsStatus, PullReport, StageRequest};
+use aloft_api::os::{kargs, Cancel, DeploymentInfo, OsBackend, OsError, OsStatus, PullReport, StageRequest};
 use aloft_api::osimage::OstreeImage;
-use ostree::gio;
+use ostree::gio::{self, prelude::CancellableExt};
 use ostree::glib;
 use std::path::{Path, PathBuf};
 
@@ -371,7 +372,11 @@ impl OsBackend for OstreeBackend {
         Ok(self.verify(&repo, image).is_ok())
     }
 
-    fn pull(&self, image: &OstreeImage) -> Result<PullReport, OsError> {
+    fn pull_cancellable(&self, image: &OstreeImage, cancel: &Cancel) -> Result<PullReport, OsError> {
+        let cancelled = || OsError::Cancelled { operation: format!("pulling OS commit {}", image.checksum) };
+        if cancel.is_cancelled() {
+            return Err(cancelled());
+        }
         let sysroot = self.open()?;
         let repo = sysroot.repo();
         self.ensure_remote(&repo, image)?;
@@ -382,9 +387,15 @@ impl OsBackend for OstreeBackend {
             opts.insert("refs", vec![image.ref_name.as_str()]);
             opts.insert("override-commit-ids", vec![image.checksum.as_str()]);
             opts.insert("gpg-verify", true);
-            repo.pull_with_options(&self.cfg.remote, &opts.end(), None, no_cancel()).map_err(|e| {
+            let gcancel = gio::Cancellable::new();
+            let hook = gcancel.clone();
+            cancel.on_cancel(move || hook.cancel());
+            repo.pull_with_options(&self.cfg.remote, &opts.end(), None, Some(&gcancel)).map_err(|e| {
                 let message = e.to_string();
-                if message.contains("ref binding") {
+                if e.matches(gio::IOErrorEnum::Cancelled) || cancel.is_cancelled() {
+                    tracing::info!(checksum = %image.checksum, elapsed_ms = started.elapsed().as_millis() as u64, "pull cancelled");
+                    cancelled()
+                } else if message.contains("ref binding") {
                     // The config names the wrong ref: no retry fixes that (as for a signature).
                     OsError::Untrusted {
                         checksum: image.checksum.clone(),

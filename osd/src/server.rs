@@ -7,17 +7,31 @@
 //! - **Concurrency**: a thread per connection; calls that write the repository or the sysroot
 //!   run one at a time (a pre-stage pull and an update's stage must not interleave), reads run
 //!   beside them so a status query never waits behind a long download.
+//! - **A client that goes away cancels its pull**: a download holds the write lock for up to an
+//!   hour, so a pull's connection is watched while it runs, and a hangup (the agent cancelled a
+//!   pre-stage for an update, timed out, or was restarted) cancels the pull, as `rpm-ostree
+//!   cancel` stops a transaction. Other calls run to the end: a stage or a rollback stopped
+//!   half-way would leave more to clean up than it saves.
+//! - **Pulls run in a worker process** ([`PullWorker`]: this binary again, `--pull-worker`),
+//!   killed on cancel. libostree 2022.7 looks at a pull's `GCancellable` only when one of its
+//!   HTTP requests completes, so a cancelled pull from a server that stopped sending kept the
+//!   write lock for good (measured: `tests/cancel.rs`). ostree's pulls survive being killed (the
+//!   next pull resumes; the repository lock is a file lock the kernel drops).
 //! - **Bad input** gets an `invalid` reply naming what was wrong, and the helper keeps serving.
 //! - **Idle exit**: with `idle_exit`, the loop returns once no connection has been open for that
 //!   long; under socket activation systemd keeps the listening socket and starts the helper
 //!   again on the next connection (connections arriving meanwhile wait in the backlog).
 
-use aloft_api::os::wire::{self, Call, Dropped, Reply};
-use aloft_api::os::{OsBackend, OsError};
+use aloft_api::os::wire::{self, Call, Dropped, Reply, Request, RequestMsg, PROTOCOL_VERSION};
+use aloft_api::os::{Cancel, OsBackend, OsError};
 use nix::poll::{PollFd, PollFlags, PollTimeout};
+use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::fd::AsFd;
 use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -62,6 +76,7 @@ struct Activity {
 /// Serves one backend.
 pub struct Server {
     backend: Arc<dyn OsBackend>,
+    pull_worker: Option<PullWorker>,
     writes: Mutex<()>,
     own_uid: u32,
     activity: Mutex<Activity>,
@@ -80,8 +95,15 @@ impl Drop for Open<'_> {
 impl Server {
     /// A server for `backend`, accepting root and the current effective uid.
     pub fn new(backend: Arc<dyn OsBackend>) -> Arc<Server> {
+        Self::with_pull_worker(backend, None)
+    }
+
+    /// [`Self::new`] whose pulls run in `worker` processes (none: in this process, through the
+    /// backend, cancelled only as far as libostree notices).
+    pub fn with_pull_worker(backend: Arc<dyn OsBackend>, worker: Option<PullWorker>) -> Arc<Server> {
         Arc::new(Server {
             backend,
+            pull_worker: worker,
             writes: Mutex::new(()),
             own_uid: nix::unistd::geteuid().as_raw(),
             activity: Mutex::new(Activity { open: 0, last: Instant::now() }),
@@ -178,13 +200,18 @@ impl Server {
                 wire::MAX_REQUEST_LEN
             )))
         } else {
-            self.handle_line(line.trim_end(), pid)
+            self.handle_line_on(line.trim_end(), pid, Some(&stream))
         };
         write_reply(&mut stream, &reply);
     }
 
     /// Parse, validate and run one request line; always a reply.
     pub fn handle_line(&self, line: &str, peer_pid: i32) -> Reply {
+        self.handle_line_on(line, peer_pid, None)
+    }
+
+    /// [`Self::handle_line`] for a request read from `conn`, whose hangup cancels a pull.
+    fn handle_line_on(&self, line: &str, peer_pid: i32, conn: Option<&UnixStream>) -> Reply {
         let call = match wire::parse_request(line).and_then(|r| r.into_call()) {
             Ok(c) => c,
             Err(e) => {
@@ -194,7 +221,12 @@ impl Server {
         };
         let op = call.name();
         let started = Instant::now();
-        let result = self.run(call);
+        let cancel = Cancel::new();
+        let _watch = match (&call, conn) {
+            (Call::Pull(_), Some(conn)) => HangupWatch::start(conn, cancel.clone(), peer_pid),
+            _ => None,
+        };
+        let result = self.run(call, &cancel);
         let elapsed_ms = started.elapsed().as_millis() as u64;
         match result {
             Ok(v) => {
@@ -208,8 +240,12 @@ impl Server {
         }
     }
 
-    fn run(&self, call: Call) -> Result<serde_json::Value, OsError> {
+    fn run(&self, call: Call, cancel: &Cancel) -> Result<serde_json::Value, OsError> {
         let _serial = call.writes().then(|| self.writes.lock().unwrap_or_else(|p| p.into_inner()));
+        if cancel.is_cancelled() {
+            // The client left while this call waited for another write.
+            return Err(OsError::Cancelled { operation: call.name().to_string() });
+        }
         let b = self.backend.as_ref();
         let json = |v: Result<serde_json::Value, serde_json::Error>| {
             v.map_err(|e| OsError::Invalid(format!("encoding the OS helper's reply: {e}")))
@@ -217,12 +253,160 @@ impl Server {
         match call {
             Call::Status => json(serde_json::to_value(b.status()?)),
             Call::HasVerifiedCommit(image) => json(serde_json::to_value(b.has_verified_commit(&image)?)),
-            Call::Pull(image) => json(serde_json::to_value(b.pull(&image)?)),
+            Call::Pull(image) => match &self.pull_worker {
+                Some(worker) => worker.pull(&image, cancel),
+                None => json(serde_json::to_value(b.pull_cancellable(&image, cancel)?)),
+            },
             Call::Stage(req) => json(serde_json::to_value(b.stage(&req)?)),
             Call::Rollback => json(serde_json::to_value(b.rollback()?)),
             Call::DropStaged => json(serde_json::to_value(Dropped { dropped: b.drop_staged()? })),
             Call::BootedCmdline => json(serde_json::to_value(b.booted_cmdline()?)),
         }
+    }
+}
+
+/// How to run a pull in a process of its own: `program args… --pull-worker`, which reads one
+/// pull request line on stdin and writes its reply line on stdout ([`pull_worker_main`]).
+#[derive(Debug, Clone)]
+pub struct PullWorker {
+    pub program: PathBuf,
+    /// The helper's own options (sysroot, keyring, remote, ...).
+    pub args: Vec<OsString>,
+}
+
+/// The flag that makes the helper binary a pull worker.
+pub const PULL_WORKER_FLAG: &str = "--pull-worker";
+
+impl PullWorker {
+    /// Pull `image` in a worker; `cancel` kills it.
+    fn pull(&self, image: &aloft_api::osimage::OstreeImage, cancel: &Cancel) -> Result<serde_json::Value, OsError> {
+        let operation = format!("pulling OS commit {}", image.checksum);
+        let failed = |what: String| OsError::Ostree { operation: operation.clone(), message: what };
+        let request = RequestMsg { v: PROTOCOL_VERSION, request: Request::Pull { image: image.to_string() } };
+        let mut line = serde_json::to_string(&request).map_err(|e| failed(format!("encoding the request: {e}")))?;
+        line.push('\n');
+        let mut child = Command::new(&self.program)
+            .args(&self.args)
+            .arg(PULL_WORKER_FLAG)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|e| failed(format!("starting the pull worker {}: {e}", self.program.display())))?;
+        let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+        // Killed by pid only until the child is reaped (below), so never another process that
+        // got its pid since.
+        let exited = Arc::new(Mutex::new(false));
+        let guard = exited.clone();
+        cancel.on_cancel(move || {
+            let exited = guard.lock().unwrap_or_else(|p| p.into_inner());
+            if !*exited {
+                tracing::info!(pid = pid.as_raw(), "stopping the pull worker");
+                let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+            }
+        });
+        if let Some(mut stdin) = child.stdin.take() {
+            // A worker killed already (cancelled) closed its end: the reply says nothing then.
+            let _ = stdin.write_all(line.as_bytes());
+        }
+        let mut reply = String::new();
+        let read = match child.stdout.take() {
+            Some(out) => out.take(wire::MAX_REQUEST_LEN as u64 * 16).read_to_string(&mut reply).map(|_| ()),
+            None => Ok(()),
+        };
+        *exited.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        let status = child.wait().map_err(|e| failed(format!("waiting for the pull worker: {e}")))?;
+        match serde_json::from_str::<Reply>(reply.trim_end()) {
+            Ok(Reply { error: Some(e), .. }) => Err(e),
+            Ok(Reply { ok: Some(v), .. }) => Ok(v),
+            _ if cancel.is_cancelled() => {
+                tracing::info!(checksum = %image.checksum, "pull cancelled");
+                Err(OsError::Cancelled { operation })
+            }
+            _ => Err(failed(format!(
+                "the pull worker ended ({status}) without an answer{}",
+                read.err().map(|e| format!(" ({e})")).unwrap_or_default()
+            ))),
+        }
+    }
+}
+
+/// The worker's side ([`PULL_WORKER_FLAG`]): one pull request from `input`, its reply on
+/// `output`. Only pulls: the worker is not another door into the helper.
+pub fn pull_worker_main(backend: &dyn OsBackend, input: impl Read, mut output: impl Write) -> std::io::Result<()> {
+    let mut line = String::new();
+    BufReader::new(input.take(wire::MAX_REQUEST_LEN as u64 + 1)).read_line(&mut line)?;
+    let reply = match wire::parse_request(line.trim_end()).and_then(|r| r.into_call()) {
+        Ok(Call::Pull(image)) => match backend.pull(&image) {
+            Ok(report) => match serde_json::to_value(report) {
+                Ok(v) => Reply::ok(v),
+                Err(e) => Reply::error(OsError::Invalid(format!("encoding the pull worker's reply: {e}"))),
+            },
+            Err(e) => Reply::error(e),
+        },
+        Ok(other) => Reply::error(OsError::Invalid(format!("the pull worker only pulls, not {}", other.name()))),
+        Err(e) => Reply::error(e),
+    };
+    let text = serde_json::to_string(&reply).map_err(std::io::Error::other)?;
+    writeln!(output, "{text}")?;
+    output.flush()
+}
+
+/// Watches a connection while its call runs, and cancels the call when the client hangs up. The
+/// request was read whole and the protocol has the client send nothing more, so the socket turns
+/// readable only at its end (or when a client breaks the protocol, which ends its call too); a
+/// hangup (POLLHUP) is reported whatever is asked.
+/// Stops looking when dropped (within [`HangupWatch::TICK`]).
+struct HangupWatch {
+    done: Arc<AtomicBool>,
+}
+
+impl HangupWatch {
+    const TICK: Duration = Duration::from_millis(200);
+
+    fn start(conn: &UnixStream, cancel: Cancel, peer_pid: i32) -> Option<HangupWatch> {
+        let conn = match conn.try_clone() {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot watch the connection for a hangup; the call runs to its end");
+                return None;
+            }
+        };
+        let done = Arc::new(AtomicBool::new(false));
+        let stop = done.clone();
+        let spawned = std::thread::Builder::new().name("os-helper-hangup".into()).spawn(move || {
+            let flags = PollFlags::POLLIN;
+            let tick = PollTimeout::try_from(Self::TICK.as_millis() as u64).unwrap_or(PollTimeout::MAX);
+            while !stop.load(Ordering::Acquire) {
+                let mut fds = [PollFd::new(conn.as_fd(), flags)];
+                match nix::poll::poll(&mut fds, tick) {
+                    Ok(0) | Err(nix::Error::EINTR) => continue,
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot watch the connection for a hangup; the call runs to its end");
+                        return;
+                    }
+                }
+                if !stop.load(Ordering::Acquire) {
+                    tracing::info!(peer_pid, "the client hung up: cancelling its call");
+                    cancel.cancel();
+                }
+                return;
+            }
+        });
+        match spawned {
+            Ok(_) => Some(HangupWatch { done }),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot watch the connection for a hangup; the call runs to its end");
+                None
+            }
+        }
+    }
+}
+
+impl Drop for HangupWatch {
+    fn drop(&mut self) {
+        self.done.store(true, Ordering::Release);
     }
 }
 

@@ -123,14 +123,21 @@ pub struct StaticServer {
 
 impl StaticServer {
     pub fn start(dir: &Path) -> Result<StaticServer> {
+        Self::start_gated(dir, None)
+    }
+
+    /// [`Self::start`] whose answers under an `objects/` directory wait while `gate` is shut: a download that
+    /// stays in flight for as long as a test needs, as on a slow link.
+    pub fn start_gated(dir: &Path, gate: Option<Gate>) -> Result<StaticServer> {
         let listener = TcpListener::bind("127.0.0.1:0")?;
         let port = listener.local_addr()?.port();
         let dir = dir.to_path_buf();
         std::thread::spawn(move || {
             for conn in listener.incoming().flatten() {
                 let dir = dir.clone();
+                let gate = gate.clone();
                 std::thread::spawn(move || {
-                    let _ = serve_conn(conn, &dir);
+                    let _ = serve_conn(conn, &dir, gate.as_ref());
                 });
             }
         });
@@ -143,7 +150,57 @@ impl StaticServer {
     }
 }
 
-fn serve_conn(conn: TcpStream, dir: &Path) -> std::io::Result<()> {
+/// Holds a [`StaticServer`]'s object downloads while shut; counts the requests it held.
+#[derive(Clone, Default)]
+pub struct Gate(std::sync::Arc<(std::sync::Mutex<GateState>, std::sync::Condvar)>);
+
+#[derive(Default)]
+struct GateState {
+    open: bool,
+    held: usize,
+}
+
+impl Gate {
+    /// A shut gate.
+    pub fn shut() -> Gate {
+        Gate::default()
+    }
+
+    /// Let every held request and all later ones through.
+    pub fn open(&self) {
+        let (state, cv) = &*self.0;
+        state.lock().unwrap_or_else(|p| p.into_inner()).open = true;
+        cv.notify_all();
+    }
+
+    /// Wait until at least one request is being held; false after `timeout`.
+    pub fn wait_held(&self, timeout: Duration) -> bool {
+        let (state, cv) = &*self.0;
+        let guard = state.lock().unwrap_or_else(|p| p.into_inner());
+        let (guard, _) = cv.wait_timeout_while(guard, timeout, |s| s.held == 0).unwrap_or_else(|p| p.into_inner());
+        guard.held > 0
+    }
+
+    /// How many requests were held so far.
+    pub fn held(&self) -> usize {
+        self.0 .0.lock().unwrap_or_else(|p| p.into_inner()).held
+    }
+
+    fn pass(&self) {
+        let (state, cv) = &*self.0;
+        let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
+        if s.open {
+            return;
+        }
+        s.held += 1;
+        cv.notify_all();
+        while !s.open {
+            s = cv.wait(s).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+}
+
+fn serve_conn(conn: TcpStream, dir: &Path, gate: Option<&Gate>) -> std::io::Result<()> {
     conn.set_nodelay(true)?;
     let mut reader = BufReader::new(conn.try_clone()?);
     let mut out = conn;
@@ -168,6 +225,9 @@ fn serve_conn(conn: TcpStream, dir: &Path) -> std::io::Result<()> {
         let mut parts = request.split_whitespace();
         let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or("/"));
         let rel = target.split('?').next().unwrap_or("").trim_start_matches('/');
+        if let Some(gate) = gate.filter(|_| rel.split('/').any(|seg| seg == "objects")) {
+            gate.pass();
+        }
         let body = if rel.split('/').any(|s| s == "..") { None } else { std::fs::read(dir.join(rel)).ok() };
         match body {
             Some(b) => {

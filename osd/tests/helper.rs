@@ -146,6 +146,47 @@ fn hostile_requests_are_refused_by_the_helper_and_change_nothing() {
     assert_eq!(testkit::deployment_order(&fx.sysroot).unwrap(), vec![fx.base.clone()]);
 }
 
+/// The pull worker (`--pull-worker`, what the helper runs each pull in) does pulls and nothing
+/// else: any other request, or a hostile one, is refused on its stdout and changes nothing.
+#[test]
+fn the_pull_worker_only_pulls() {
+    let fx = fixture();
+    let dirs = deploy_dirs(&fx.sysroot);
+    let sum = &fx.base;
+    let cases = [
+        (r#"{"v":1,"op":"dropStaged"}"#.to_string(), "only pulls, not dropStaged"),
+        (r#"{"v":1,"op":"rollback"}"#.to_string(), "only pulls, not rollback"),
+        (
+            format!(r#"{{"v":1,"op":"pull","image":"ostree+file:///etc/shadow#{REF}@{sum}"}}"#),
+            "refused by the OS helper",
+        ),
+        ("garbage".to_string(), "malformed request"),
+        (String::new(), "malformed request"),
+    ];
+    for (line, want) in cases {
+        let mut child = Command::new(helper_bin())
+            .arg("--sysroot")
+            .arg(&fx.sysroot)
+            .arg("--keyring")
+            .arg(&fx.keyring)
+            .arg("--pull-worker")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(format!("{line}\n").as_bytes()).unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "{line}: {}", String::from_utf8_lossy(&out.stderr));
+        let reply: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(reply["error"]["kind"], "invalid", "{line}: {reply}");
+        let msg = reply["error"]["detail"].as_str().unwrap();
+        assert!(msg.contains(want), "{line}: want {want:?} in {msg}");
+    }
+    assert_eq!(deploy_dirs(&fx.sysroot), dirs, "nothing deployed");
+    assert_eq!(testkit::deployment_order(&fx.sysroot).unwrap(), vec![fx.base.clone()]);
+}
+
 /// A test that cannot run here: a loud skip, or a failure where `ALOFT_REQUIRE_HOST_TOOLS` is
 /// set (scripts/test.sh sets it: CI runs as root with scripts/install-deps.sh's packages, so a
 /// skip there would hide a test that never ran).

@@ -356,16 +356,22 @@ impl Agent {
             }
             return;
         };
+        // A download another OS call cancelled is started again (below, once idle).
+        if let Some(cancelled) = os.handle.take_cancelled() {
+            if self.prestage_started.as_deref() == Some(cancelled.as_str()) {
+                self.prestage_started = None;
+            }
+        }
         if name.is_empty()
             || node.annotation(prestage::PRESTAGED_CONFIG) == name
             || self.prestage_started.as_deref() == Some(name)
         {
             return;
         }
-        // Only while no update is under way: a download holds the OS helper for up to an hour,
-        // and the OS steps of an update wait behind it. A node rebooting into a bad OS, asked
-        // meanwhile to pre-stage the fix, started its rollback only once the fix had downloaded
-        // (its pool moved on while it rebooted). Asked again at the next step.
+        // Only while no update is under way: a download holds the OS helper for up to an hour.
+        // The OS steps of an update cancel it rather than wait behind it (`OsHandle`), but one
+        // started in the middle of an update would only be cancelled by its next step. Asked
+        // again at the next step.
         if !matches!(self.phase, Phase::Idle | Phase::Degraded { .. } | Phase::Unreconcilable { .. }) {
             tracing::debug!(config = name, phase = ?self.phase, "pre-staging waits for the update under way");
             return;
@@ -436,7 +442,8 @@ impl Agent {
             self.enter(Phase::Preparing { target: target.into() }, &format!("downloading OS commit {}", img.checksum))
                 .map_err(|e| refused(format!("{e:#}"), false))?;
             let started = std::time::Instant::now();
-            let report = os.handle.run(move |b| b.pull(&img)).await.map_err(|e| {
+            let checksum = img.checksum.clone();
+            let report = os.handle.run_pull(&checksum, move |b| b.pull(&img)).await.map_err(|e| {
                 let untrusted = matches!(e, OsError::Untrusted { .. });
                 refused(e.to_string(), untrusted)
             })?;

@@ -8,15 +8,17 @@
 //! — does; the split is rpm-ostreed's (MCD) and bootc's.
 //!
 //! One request per connection ([`aloft_api::os::wire`]), each with its own timeout: short for
-//! reads, long for a pull. Transport failures are [`OsError::Helper`] naming the socket, so a
+//! reads, long for a pull. A pull is cancelled by shutting its connection: the helper watches a
+//! pull's connection and cancels the download when its client hangs up. Transport failures are [`OsError::Helper`] naming the socket, so a
 //! Degraded reason tells the admin which unit to look at; the helper's own errors arrive with
 //! their variant intact.
 
-use super::{DeploymentInfo, OsBackend, OsError, OsStatus, PullReport, StageRequest};
+use super::{Cancel, DeploymentInfo, OsBackend, OsError, OsStatus, PullReport, StageRequest};
 use aloft_api::os::wire::{self, Call, Reply, Request, RequestMsg, PROTOCOL_VERSION};
 use aloft_api::osimage::OstreeImage;
 use serde::de::DeserializeOwned;
 use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
+use std::net::Shutdown;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -67,7 +69,22 @@ impl HelperClient {
 
     /// [`Self::call`] with an explicit timeout.
     pub fn call_with_timeout<T: DeserializeOwned>(&self, call: &Call, timeout: Duration) -> Result<T, OsError> {
+        self.call_cancellable(call, timeout, None)
+    }
+
+    /// [`Self::call_with_timeout`] that `cancel` ends with [`OsError::Cancelled`]: it shuts the
+    /// connection, which makes the helper cancel the call (a pull) and this side stop waiting.
+    pub fn call_cancellable<T: DeserializeOwned>(
+        &self,
+        call: &Call,
+        timeout: Duration,
+        cancel: Option<&Cancel>,
+    ) -> Result<T, OsError> {
         let op = call.name();
+        let cancelled = || OsError::Cancelled { operation: format!("the OS helper's {op}") };
+        if cancel.is_some_and(Cancel::is_cancelled) {
+            return Err(cancelled());
+        }
         let stream = UnixStream::connect(&self.socket).map_err(|e| {
             self.err(match e.kind() {
                 ErrorKind::NotFound | ErrorKind::ConnectionRefused => format!(
@@ -83,10 +100,19 @@ impl HelperClient {
             s.set_write_timeout(Some(timeout))
         };
         set(&stream).map_err(|e| self.err(format!("cannot be reached: {e}")))?;
+        if let Some(cancel) = cancel {
+            let shut = stream.try_clone().map_err(|e| self.err(format!("cannot be reached: {e}")))?;
+            cancel.on_cancel(move || {
+                let _ = shut.shutdown(Shutdown::Both);
+            });
+        }
         let mut line = serde_json::to_string(&RequestMsg { v: PROTOCOL_VERSION, request: Request::from_call(call) })
             .map_err(|e| self.err(format!("cannot be sent the {op} request: {e}")))?;
         line.push('\n');
-        let reply = self.exchange(&stream, &line, op, timeout)?;
+        let reply = match self.exchange(&stream, &line, op, timeout) {
+            Err(_) if cancel.is_some_and(Cancel::is_cancelled) => return Err(cancelled()),
+            r => r?,
+        };
         let reply: Reply =
             serde_json::from_str(&reply).map_err(|e| self.err(format!("sent a malformed reply to {op}: {e}")))?;
         if reply.v != PROTOCOL_VERSION {
@@ -140,8 +166,9 @@ impl OsBackend for HelperClient {
         self.call(&Call::HasVerifiedCommit(image.clone()))
     }
 
-    fn pull(&self, image: &OstreeImage) -> Result<PullReport, OsError> {
-        self.call(&Call::Pull(image.clone()))
+    fn pull_cancellable(&self, image: &OstreeImage, cancel: &Cancel) -> Result<PullReport, OsError> {
+        let call = Call::Pull(image.clone());
+        self.call_cancellable(&call, timeout_for(&call), Some(cancel))
     }
 
     fn stage(&self, req: &StageRequest) -> Result<DeploymentInfo, OsError> {

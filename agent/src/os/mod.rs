@@ -19,24 +19,128 @@ pub mod health;
 pub mod prestage;
 pub mod rolled_back;
 
-pub use aloft_api::os::{kargs, DeploymentInfo, OsBackend, OsError, OsStatus, PullReport, StageRequest};
-use std::sync::Arc;
+pub use aloft_api::os::{kargs, Cancel, DeploymentInfo, OsBackend, OsError, OsStatus, PullReport, StageRequest};
+use std::sync::{Arc, Mutex, PoisonError};
 
 /// The daemon's handle on the backend: runs each call on a blocking thread, one at a time (a
 /// background pre-stage pull and an update must not race inside one repository).
+///
+/// A background call (a pre-stage download, [`Self::run_background`]) gives way: any other
+/// write cancels it rather than wait up to an hour behind a head start nobody needs now. The one
+/// exception is a pull of the commit the background call is downloading, which waits for it
+/// ([`Self::run_pull`]). Which background call was cancelled is kept for the daemon to start it
+/// again later ([`Self::take_cancelled`]).
 #[derive(Clone)]
 pub struct OsHandle {
     backend: Arc<dyn OsBackend>,
     lock: Arc<tokio::sync::Mutex<()>>,
+    background: Arc<Mutex<Background>>,
+}
+
+/// The background call, if one is queued or running, and the last one cancelled.
+#[derive(Default)]
+struct Background {
+    running: Option<Running>,
+    cancelled: Option<String>,
+}
+
+struct Running {
+    /// What the daemon calls it (the config being pre-staged).
+    key: String,
+    /// The commit it downloads.
+    checksum: String,
+    cancel: Cancel,
 }
 
 impl OsHandle {
     pub fn new(backend: Arc<dyn OsBackend>) -> Self {
-        OsHandle { backend, lock: Arc::new(tokio::sync::Mutex::new(())) }
+        OsHandle {
+            backend,
+            lock: Arc::new(tokio::sync::Mutex::new(())),
+            background: Arc::new(Mutex::new(Background::default())),
+        }
     }
 
-    /// Run `f` with the backend on a blocking thread, after any other OS call has finished.
+    /// Run `f` with the backend on a blocking thread, after any other OS call has finished; a
+    /// background call is cancelled first.
     pub async fn run<T, F>(&self, f: F) -> Result<T, OsError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&dyn OsBackend) -> Result<T, OsError> + Send + 'static,
+    {
+        self.cancel_background_unless(None);
+        self.run_locked(f).await
+    }
+
+    /// [`Self::run`] for a pull of `checksum`: a background call downloading that commit is
+    /// waited for instead of cancelled (this pull then finds it there).
+    pub async fn run_pull<T, F>(&self, checksum: &str, f: F) -> Result<T, OsError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&dyn OsBackend) -> Result<T, OsError> + Send + 'static,
+    {
+        self.cancel_background_unless(Some(checksum));
+        self.run_locked(f).await
+    }
+
+    /// Run `f` in the background as `key`, downloading `checksum`: after any other OS call, and
+    /// cancelled by any later one but a pull of the same commit. Returns
+    /// [`OsError::Cancelled`] when cancelled, whether it had started or not.
+    pub async fn run_background<T, F>(&self, key: &str, checksum: &str, f: F) -> Result<T, OsError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&dyn OsBackend, &Cancel) -> Result<T, OsError> + Send + 'static,
+    {
+        let cancel = Cancel::new();
+        let previous = {
+            let mut bg = self.background.lock().unwrap_or_else(PoisonError::into_inner);
+            bg.running.replace(Running { key: key.to_string(), checksum: checksum.to_string(), cancel: cancel.clone() })
+        };
+        // One background call at a time: a newer one replaces it.
+        if let Some(old) = previous {
+            self.note_cancelled(old);
+        }
+        let mine = cancel.clone();
+        let result = self
+            .run_locked(move |b| {
+                if mine.is_cancelled() {
+                    return Err(OsError::Cancelled { operation: "a background OS call".into() });
+                }
+                f(b, &mine)
+            })
+            .await;
+        let mut bg = self.background.lock().unwrap_or_else(PoisonError::into_inner);
+        if bg.running.as_ref().is_some_and(|r| r.cancel.same(&cancel)) {
+            bg.running = None;
+        }
+        result
+    }
+
+    /// The key of the last background call that was cancelled, once.
+    pub fn take_cancelled(&self) -> Option<String> {
+        self.background.lock().unwrap_or_else(PoisonError::into_inner).cancelled.take()
+    }
+
+    fn cancel_background_unless(&self, pulling: Option<&str>) {
+        let running = {
+            let mut bg = self.background.lock().unwrap_or_else(PoisonError::into_inner);
+            match &bg.running {
+                Some(r) if Some(r.checksum.as_str()) != pulling => bg.running.take(),
+                _ => None,
+            }
+        };
+        if let Some(r) = running {
+            self.note_cancelled(r);
+        }
+    }
+
+    fn note_cancelled(&self, r: Running) {
+        tracing::info!(config = %r.key, checksum = %r.checksum, "cancelling the background download: another OS call needs the helper");
+        r.cancel.cancel();
+        self.background.lock().unwrap_or_else(PoisonError::into_inner).cancelled = Some(r.key);
+    }
+
+    async fn run_locked<T, F>(&self, f: F) -> Result<T, OsError>
     where
         T: Send + 'static,
         F: FnOnce(&dyn OsBackend) -> Result<T, OsError> + Send + 'static,

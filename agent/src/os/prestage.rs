@@ -6,9 +6,12 @@
 //! `osImageURL` commit (verified, not deployed) in the background, then sets
 //! `aloft.dev/prestagedConfig: <name>` on its Node — or `aloft.dev/prestageError: <message>`.
 //! A config without an OS commit, or whose commit is already here, is reported prestaged at once.
+//!
+//! The download gives way to any other OS write ([`OsHandle::run_background`]): cancelled, it
+//! reports nothing (the request stays on the Node) and the daemon starts it again once idle.
 
 use super::denylist::Denylist;
-use super::OsHandle;
+use super::{OsError, OsHandle};
 use crate::coordinator::NodeApi;
 use crate::host::Root;
 use aloft_api::osimage;
@@ -18,17 +21,33 @@ pub use aloft_api::annotations::{PRESTAGED_CONFIG, PRESTAGE_CONFIG};
 /// Set by the agent when the download failed, with the reason.
 pub const PRESTAGE_ERROR: &str = "aloft.dev/prestageError";
 
-/// Download `name`'s OS commit; returns whether anything was downloaded. Errors are the message
-/// for `prestageError`.
-pub async fn download(api: &NodeApi, os: &OsHandle, root: &Root, name: &str) -> Result<bool, String> {
-    let mc = api.machine_config(name).await.map_err(|e| format!("{e:#}"))?;
-    let Some(image) = osimage::parse(&mc.spec.os_image_url).map_err(|e| e.to_string())? else {
+/// Why a pre-stage did not finish.
+#[derive(Debug, PartialEq, Eq)]
+pub enum NotStaged {
+    /// Another OS call needed the helper; nothing to report.
+    Cancelled,
+    /// The message for `prestageError`.
+    Failed(String),
+}
+
+/// Download `name`'s OS commit; returns whether anything was downloaded.
+pub async fn download(api: &NodeApi, os: &OsHandle, root: &Root, name: &str) -> Result<bool, NotStaged> {
+    let failed = |e: String| NotStaged::Failed(e);
+    let mc = api.machine_config(name).await.map_err(|e| failed(format!("{e:#}")))?;
+    let Some(image) = osimage::parse(&mc.spec.os_image_url).map_err(|e| failed(e.to_string()))? else {
         return Ok(false);
     };
-    if let Some(entry) = Denylist::load(root).map_err(|e| e.to_string())?.find(&image.checksum) {
-        return Err(format!("OS commit {} failed on this node before: {}", image.checksum, entry.reason));
+    if let Some(entry) = Denylist::load(root).map_err(|e| failed(e.to_string()))?.find(&image.checksum) {
+        return Err(failed(format!("OS commit {} failed on this node before: {}", image.checksum, entry.reason)));
     }
-    let report = os.run(move |b| b.pull(&image)).await.map_err(|e| e.to_string())?;
+    let checksum = image.checksum.clone();
+    let report = os
+        .run_background(name, &checksum, move |b, cancel| b.pull_cancellable(&image, cancel))
+        .await
+        .map_err(|e| match e {
+            OsError::Cancelled { .. } => NotStaged::Cancelled,
+            e => failed(e.to_string()),
+        })?;
     Ok(!report.already_present)
 }
 
@@ -41,7 +60,11 @@ pub async fn run(api: NodeApi, os: OsHandle, root: Root, name: String) {
             tracing::info!(config = %name, downloaded, elapsed_ms = started.elapsed().as_millis() as u64, "pre-staged");
             api.annotate(&[(PRESTAGED_CONFIG, Some(&name)), (PRESTAGE_ERROR, None)]).await
         }
-        Err(e) => {
+        Err(NotStaged::Cancelled) => {
+            tracing::info!(config = %name, "pre-stage cancelled for another OS call; started again once the node is idle");
+            return;
+        }
+        Err(NotStaged::Failed(e)) => {
             tracing::warn!(config = %name, error = %e, "pre-stage failed");
             api.annotate(&[(PRESTAGE_ERROR, Some(e))]).await
         }

@@ -273,6 +273,7 @@ mod tests {
             OsError::Pull { checksum: SUM.into(), url: "http://h/r".into(), message: "404".into() },
             OsError::ostree("staging", "no space"),
             OsError::Invalid("no previous deployment".into()),
+            OsError::Cancelled { operation: format!("pulling OS commit {SUM}") },
         ];
         for e in errors {
             let text = serde_json::to_string(&Reply::error(e.clone())).unwrap();
