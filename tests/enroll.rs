@@ -445,13 +445,14 @@ async fn an_agent_that_cannot_run_here_does_not_enroll() {
 #[tokio::test]
 async fn a_bootstrap_token_with_a_ttl_stops_working_at_its_time() {
     use std::process::Command;
-    let c = Coordinator::start();
+    let mut c = Coordinator::start();
+    let data_dir = c.data_dir();
     let token_cmd = |args: &[&str]| {
         Command::new(aloft_tests::bin("aloft-coordinator"))
             .arg("token")
             .args(args)
             .arg("--data-dir")
-            .arg(c.data_dir())
+            .arg(&data_dir)
             .env("ALOFT_LOG", "warn")
             .output()
             .unwrap()
@@ -499,4 +500,22 @@ async fn a_bootstrap_token_with_a_ttl_stops_working_at_its_time() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let (code, body) = enroll(&c, &day, "n-after-delete").await;
     assert_eq!(code, 401, "a deleted token: {body}");
+
+    // A running coordinator deletes expired tokens (tokencleaner's job): at its start, then every
+    // minute. Restarted, it deletes `brief` at once, and only `brief`.
+    c.restart();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let list = loop {
+        let list = String::from_utf8_lossy(&token_cmd(&["list"]).stdout).into_owned();
+        if !list.lines().any(|l| l.starts_with("brief ")) || std::time::Instant::now() > deadline {
+            break list;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    assert!(!list.lines().any(|l| l.starts_with("brief ")), "the expired token is deleted: {list}");
+    for kept in ["admin", "default", "forever", "watcher", "node:n-early", "node:n-day"] {
+        assert!(list.lines().any(|l| l.starts_with(&format!("{kept} "))), "{kept} kept: {list}");
+    }
+    let said = c.log_lines_with("expired token deleted");
+    assert!(said.len() == 1 && said[0].contains("brief"), "said so in the log: {said:?}");
 }

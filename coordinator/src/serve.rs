@@ -290,6 +290,10 @@ pub async fn run(opts: ServeOptions) -> Result<()> {
     tokio::spawn(controllers::supervise("event-ttl", health.clone(), move || {
         controllers::event_ttl::run(ttl_store.clone(), ttl)
     }));
+    let cleaner_store = ctx.token_store.clone();
+    tokio::spawn(controllers::supervise("token-cleaner", health.clone(), move || {
+        controllers::token_cleaner::run(cleaner_store.clone())
+    }));
     let (presence_store, grace) = (store.clone(), opts.node_monitor_grace);
     tokio::spawn(controllers::supervise("node-lifecycle", health.clone(), move || {
         controllers::presence::run(presence_store.clone(), presence.clone(), grace)

@@ -11,7 +11,7 @@
 //! Zincati to their system daemons.
 //!
 //! Module map: `ostree` (the libostree backend), `server` (socket, peer credentials, one
-//! request per connection, idle exit), `testkit` (feature `test-support`: signed commits, an
+//! request per connection, idle exit, pulls in a worker process cancelled by a hangup), `testkit` (feature `test-support`: signed commits, an
 //! HTTP server, directory sysroots, the helper as a child process).
 
 pub mod ostree;

@@ -18,6 +18,7 @@ pub mod pools;
 pub mod presence;
 pub mod render;
 pub mod rollout_policy;
+pub mod token_cleaner;
 pub mod uncordon;
 
 use crate::health::Health;

@@ -726,6 +726,35 @@ impl SqliteStore {
         Ok(deleted.load(std::sync::atomic::Ordering::Relaxed))
     }
 
+    /// Delete every token that has expired at `now` (one whose expiry cannot be read counts as
+    /// expired, as it does for a request); returns their names, sorted. Kubernetes' tokencleaner
+    /// deletes an expired bootstrap token the same way: it works no more, and kept it would be
+    /// listed for good, and its name taken.
+    pub async fn purge_expired_tokens(&self, now: chrono::DateTime<chrono::Utc>) -> Result<Vec<String>, StoreError> {
+        let purged = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let out = purged.clone();
+        self.submit(Box::new(move |conn, _| {
+            let doomed: Vec<(String, String)> = conn
+                .prepare_cached("SELECT name, expires FROM tok.tokens WHERE expires IS NOT NULL ORDER BY name")?
+                .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?
+                .collect::<Result<Vec<_>, _>>()?
+                .into_iter()
+                .filter(|(_, expires)| expired(Some(expires), now))
+                .collect();
+            let mut names = Vec::with_capacity(doomed.len());
+            for (name, expires) in doomed {
+                // Only the token that was read: one minted since under the name stays.
+                conn.execute("DELETE FROM tok.tokens WHERE name = ?1 AND expires = ?2", params![name, expires])?;
+                names.push(name);
+            }
+            *out.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = names;
+            Ok(Vec::new())
+        }))
+        .await?;
+        let names = std::mem::take(&mut *purged.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+        Ok(names)
+    }
+
     /// Look a token hash up: (name, role).
     /// From memory while the tokens' WAL is unwritten (see [`TokenCache`]): a token replaced
     /// by another process (the `token` subcommand on the same file) still stops working at
@@ -1752,6 +1781,29 @@ mod tests {
         let s = SqliteStore::open(&path).unwrap();
         assert_eq!(mode(&path), 0o600, "made private again");
         assert!(s.get(&Key::cluster("/nodes", "n0")).await.unwrap().is_some());
+    }
+
+    /// Expired tokens are purged, and only they: a token that never expires, one that expires
+    /// later, and a node's credential stay; a purged token no longer authenticates or lists.
+    #[tokio::test]
+    async fn only_expired_tokens_are_purged() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = SqliteStore::open(&dir.path().join("s.db")).unwrap();
+        let hour = std::time::Duration::from_secs(3600);
+        s.put_token("h-day".into(), "bootstrap-day".into(), "bootstrap".into(), Some(24 * hour)).await.unwrap();
+        s.put_token("h-hour".into(), "bootstrap-hour".into(), "bootstrap".into(), Some(hour)).await.unwrap();
+        s.put_token("h-never".into(), "admin".into(), "admin".into(), None).await.unwrap();
+        assert!(s.claim_token("h-node".into(), "node:n1".into(), "node:n1".into()).await.unwrap());
+        assert!(s.purge_expired_tokens(chrono::Utc::now()).await.unwrap().is_empty(), "nothing has expired yet");
+        let later = chrono::Utc::now() + chrono::Duration::hours(2);
+        assert_eq!(s.purge_expired_tokens(later).await.unwrap(), vec!["bootstrap-hour".to_string()]);
+        let names: Vec<String> = s.list_tokens().await.unwrap().into_iter().map(|t| t.name).collect();
+        assert_eq!(names, ["admin", "bootstrap-day", "node:n1"]);
+        assert_eq!(s.find_token("h-hour".into()).await.unwrap(), None);
+        assert!(s.find_token("h-day".into()).await.unwrap().is_some());
+        let much_later = chrono::Utc::now() + chrono::Duration::days(2);
+        assert_eq!(s.purge_expired_tokens(much_later).await.unwrap(), vec!["bootstrap-day".to_string()]);
+        assert_eq!(s.list_tokens().await.unwrap().len(), 2, "admin and the node's credential stay");
     }
 
     /// Closing the store's connections leaves its files as they are: a start refused for a
