@@ -316,7 +316,8 @@ impl PullWorker {
         };
         *exited.lock().unwrap_or_else(|p| p.into_inner()) = true;
         let status = child.wait().map_err(|e| failed(format!("waiting for the pull worker: {e}")))?;
-        match serde_json::from_str::<Reply>(reply.trim_end()) {
+        // The last line: anything a library printed before it is not the answer.
+        match serde_json::from_str::<Reply>(reply.trim_end().lines().last().unwrap_or_default()) {
             Ok(Reply { error: Some(e), .. }) => Err(e),
             Ok(Reply { ok: Some(v), .. }) => Ok(v),
             _ if cancel.is_cancelled() => {
