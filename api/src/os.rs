@@ -102,7 +102,7 @@ pub enum OsError {
     Helper { socket: String, message: String },
     /// The call was cancelled before it finished ([`Cancel`]): by the agent, for an update that
     /// needed the helper more than a pre-stage download did, or because its client went away.
-    /// Nothing was deployed; what a pull had fetched stays in the repository.
+    /// Nothing was deployed.
     #[error("{operation}: cancelled")]
     Cancelled { operation: String },
 }

@@ -11,7 +11,8 @@
 //!   the pull options too, then the signature verified again against the remote's keys before
 //!   anything is deployed: a commit that was already in the repository (from another source)
 //!   gets the same check as a downloaded one. Cancellable ([`aloft_api::os::Cancel`], bridged to
-//!   a `GCancellable`); what it fetched stays in the repository for the next pull.
+//!   a `GCancellable`, which libostree 2022.7 checks only as the pull's HTTP requests complete: the
+//!   helper runs pulls in a worker process it can kill instead, see `server`).
 //! - **Stage**: on a booted host `stage_tree` (the /etc merge and bootloader switch happen at
 //!   shutdown in `ostree-finalize-staged.service`, which is started right away, see
 //!   [`FINALIZE_UNIT`]); on a directory sysroot (tests, image builds)

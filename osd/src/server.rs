@@ -15,8 +15,9 @@
 //! - **Pulls run in a worker process** ([`PullWorker`]: this binary again, `--pull-worker`),
 //!   killed on cancel. libostree 2022.7 looks at a pull's `GCancellable` only when one of its
 //!   HTTP requests completes, so a cancelled pull from a server that stopped sending kept the
-//!   write lock for good (measured: `tests/cancel.rs`). ostree's pulls survive being killed (the
-//!   next pull resumes; the repository lock is a file lock the kernel drops).
+//!   write lock for good (seen with `tests/cancel.rs`'s server, which holds its answers). A
+//!   killed pull leaves the repository as it was (objects land in it only whole, and the
+//!   repository lock is a file lock the kernel drops): the next pull completes.
 //! - **Bad input** gets an `invalid` reply naming what was wrong, and the helper keeps serving.
 //! - **Idle exit**: with `idle_exit`, the loop returns once no connection has been open for that
 //!   long; under socket activation systemd keeps the listening socket and starts the helper

@@ -6,7 +6,7 @@
 //! queue behind it; and a pull whose client went away (an agent restarted, a call that timed
 //! out) must not keep the helper's write lock for nobody, as `rpm-ostree cancel` stops a
 //! transaction. What is cancelled depends on the side: the agent's client shuts its connection
-//! to the helper, the helper cancels libostree's pull (a `GCancellable`). This type knows neither:
+//! to the helper, the helper kills the pull's worker process. This type knows neither:
 //! it runs whatever each side registered, once. Pure `std`, so the agent does not link GLib.
 
 use std::sync::{Arc, Mutex, PoisonError};
