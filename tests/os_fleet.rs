@@ -903,3 +903,75 @@ async fn a_rollback_does_not_wait_for_a_pre_stage_download() {
     eprintln!("the rollback's reboot was asked {:?} after the boot", asked.elapsed());
     assert_eq!(testkit::deployment_order(&sysroot).unwrap()[0], v1, "the rollback made v1 the default");
 }
+
+/// A waiting node's pre-stage download gives way. Node b waits while a updates (a's reboot
+/// into v2 not played yet), and pre-stages v2 from a repository that holds every object request
+/// (a stalled mirror). The pool then moves on to v3, on a repository that answers: b's new
+/// pre-stage cancels the stalled one (the helper kills that pull's worker), and b updates when
+/// its turn comes. (Before, the stalled download held b's OS helper for up to an hour, and everything b
+/// had to do with its OS waited behind it.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_pre_stage_download_gives_way_to_the_next_target() {
+    let w = OsWorld::new(5);
+    let (c, admin) = (&w.c, w.c.client());
+    let v1 = w.commit("1");
+    let mut a = w.running_host("worker-a", &v1, &["root=/dev/vda"]).await;
+    let mut b = w.running_host("worker-b", &v1, &["root=/dev/vda"]).await;
+    w.pool_done_on_ssh_config(&a.host.name).await;
+    wait_state(c, &b.host.name, "Done", true, "b Done on the SSH config").await;
+    // a is picked first: nodes with a zone come first.
+    let node_a = path_of(&NODE, Some(&a.host.name));
+    let zone = json!({"metadata": {"labels": {"topology.kubernetes.io/zone": "a"}}});
+    admin.patch(&node_a, "application/merge-patch+json", &zone).await.unwrap().into_result().unwrap();
+
+    // v2 from the stalled mirror; a already holds it (no download), b does not.
+    let v2 = w.commit("2");
+    let repo = format!("--repo={}", a.sysroot().join("ostree/repo").display());
+    let out = Command::new("ostree").args([repo.as_str(), "pull-local"]).arg(&w.server.path).arg(&v2).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let gate = testkit::Gate::shut();
+    let stalled = StaticServer::start_gated(&w.work.path().join("srv"), Some(gate.clone())).unwrap();
+    let stalled_url = format!("ostree+{}#{REF}@{v2}", stalled.url("repo"));
+    admin
+        .post(&path_of(&MACHINE_CONFIG, None), &os_mc("50-os", &stalled_url, &[]))
+        .await
+        .unwrap()
+        .into_result()
+        .unwrap();
+    // a's reboot is not played yet: a holds the pool's one slot, and b waits, pre-staging.
+    let g = gate.clone();
+    let held = tokio::task::spawn_blocking(move || g.wait_held(Duration::from_secs(120))).await.unwrap();
+    assert!(held, "b never started pre-staging v2:\n{}", b.host.log());
+
+    // The pool moves on to v3, from the repository that answers.
+    let v3 = w.commit("3");
+    let path = path_of(&MACHINE_CONFIG, Some("50-os"));
+    let mut mc = admin.get(&path).await.unwrap().into_result().unwrap();
+    mc["spec"]["osImageURL"] = json!(w.url(&v3));
+    admin.put(&path, &mc).await.unwrap().into_result().unwrap();
+    let b_sysroot = b.sysroot();
+    let b_name = b.host.name.clone();
+    eventually(Duration::from_secs(300), "b Done on v3", || {
+        // Every reboot either host asks for is played.
+        for host in [&mut a, &mut b] {
+            if !host.host.fake.reboots().is_empty() {
+                host.host.stop_agent();
+                host.host.fake.clear_calls();
+                host.boot(c);
+            }
+        }
+        let (b_sysroot, b_name, v3) = (b_sysroot.clone(), b_name.clone(), v3.clone());
+        async move {
+            let ann = node_annotations(c, &b_name).await?;
+            let on_v3 = testkit::deployment_order(&b_sysroot)?.first() == Some(&v3);
+            Ok((get(&ann, ann::STATE) == "Done"
+                && get(&ann, ann::CURRENT_CONFIG) == get(&ann, ann::DESIRED_CONFIG)
+                && on_v3)
+                .then_some(()))
+        }
+    })
+    .await;
+    let log = b.host.log();
+    assert!(log.contains("cancelling the background download"), "{log}");
+    assert!(!log.contains("pre-stage failed"), "a cancelled download is not a failure: {log}");
+}

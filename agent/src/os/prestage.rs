@@ -61,7 +61,7 @@ pub async fn run(api: NodeApi, os: OsHandle, root: Root, name: String) {
             api.annotate(&[(PRESTAGED_CONFIG, Some(&name)), (PRESTAGE_ERROR, None)]).await
         }
         Err(NotStaged::Cancelled) => {
-            tracing::info!(config = %name, "pre-stage cancelled for another OS call; started again once the node is idle");
+            tracing::info!(config = %name, "pre-stage cancelled: another OS call needed the helper (started again once the node is idle), or a newer pre-stage replaced it");
             return;
         }
         Err(NotStaged::Failed(e)) => {
