@@ -9,9 +9,9 @@
 //!
 //! One request per connection ([`aloft_api::os::wire`]), each with its own timeout: short for
 //! reads, long for a pull. A pull is cancelled by shutting its connection: the helper watches a
-//! pull's connection and cancels the download when its client hangs up. Transport failures are [`OsError::Helper`] naming the socket, so a
-//! Degraded reason tells the admin which unit to look at; the helper's own errors arrive with
-//! their variant intact.
+//! pull's connection and cancels the download when its client hangs up. Transport failures are
+//! [`OsError::Helper`] naming the socket, so a Degraded reason tells the admin which unit to look
+//! at; the helper's own errors arrive with their variant intact.
 
 use super::{Cancel, DeploymentInfo, OsBackend, OsError, OsStatus, PullReport, StageRequest};
 use aloft_api::os::wire::{self, Call, Reply, Request, RequestMsg, PROTOCOL_VERSION};

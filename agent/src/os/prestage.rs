@@ -24,7 +24,7 @@ pub const PRESTAGE_ERROR: &str = "aloft.dev/prestageError";
 /// Why a pre-stage did not finish.
 #[derive(Debug, PartialEq, Eq)]
 pub enum NotStaged {
-    /// Another OS call needed the helper; nothing to report.
+    /// Another OS call needed the helper, or a newer pre-stage replaced it; nothing to report.
     Cancelled,
     /// The message for `prestageError`.
     Failed(String),
