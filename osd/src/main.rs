@@ -161,7 +161,7 @@ fn run() -> Result<()> {
         idle_exit_seconds = idle.map_or(0, |d| d.as_secs()),
         "aloft-os-helper serving"
     );
-    Server::with_pull_worker(Arc::new(backend), Some(worker)).serve(&listener, idle)?;
+    Server::new(Arc::new(backend), worker).serve(&listener, idle)?;
     tracing::info!("idle: exiting (systemd starts the helper again on the next connection)");
     Ok(())
 }

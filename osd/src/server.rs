@@ -77,7 +77,7 @@ struct Activity {
 /// Serves one backend.
 pub struct Server {
     backend: Arc<dyn OsBackend>,
-    pull_worker: Option<PullWorker>,
+    pull_worker: PullWorker,
     writes: Mutex<()>,
     own_uid: u32,
     activity: Mutex<Activity>,
@@ -94,17 +94,12 @@ impl Drop for Open<'_> {
 }
 
 impl Server {
-    /// A server for `backend`, accepting root and the current effective uid.
-    pub fn new(backend: Arc<dyn OsBackend>) -> Arc<Server> {
-        Self::with_pull_worker(backend, None)
-    }
-
-    /// [`Self::new`] whose pulls run in `worker` processes (none: in this process, through the
-    /// backend, cancelled only as far as libostree notices).
-    pub fn with_pull_worker(backend: Arc<dyn OsBackend>, worker: Option<PullWorker>) -> Arc<Server> {
+    /// A server for `backend` whose pulls run in `pull_worker` processes, accepting root and the
+    /// current effective uid.
+    pub fn new(backend: Arc<dyn OsBackend>, pull_worker: PullWorker) -> Arc<Server> {
         Arc::new(Server {
             backend,
-            pull_worker: worker,
+            pull_worker,
             writes: Mutex::new(()),
             own_uid: nix::unistd::geteuid().as_raw(),
             activity: Mutex::new(Activity { open: 0, last: Instant::now() }),
@@ -201,18 +196,14 @@ impl Server {
                 wire::MAX_REQUEST_LEN
             )))
         } else {
-            self.handle_line_on(line.trim_end(), pid, Some(&stream))
+            self.handle_line(line.trim_end(), pid, &stream)
         };
         write_reply(&mut stream, &reply);
     }
 
-    /// Parse, validate and run one request line; always a reply.
-    pub fn handle_line(&self, line: &str, peer_pid: i32) -> Reply {
-        self.handle_line_on(line, peer_pid, None)
-    }
-
-    /// [`Self::handle_line`] for a request read from `conn`, whose hangup cancels a pull.
-    fn handle_line_on(&self, line: &str, peer_pid: i32, conn: Option<&UnixStream>) -> Reply {
+    /// Parse, validate and run one request line read from `conn` (whose hangup cancels a pull);
+    /// always a reply.
+    fn handle_line(&self, line: &str, peer_pid: i32, conn: &UnixStream) -> Reply {
         let call = match wire::parse_request(line).and_then(|r| r.into_call()) {
             Ok(c) => c,
             Err(e) => {
@@ -223,8 +214,8 @@ impl Server {
         let op = call.name();
         let started = Instant::now();
         let cancel = Cancel::new();
-        let _watch = match (&call, conn) {
-            (Call::Pull(_), Some(conn)) => HangupWatch::start(conn, cancel.clone(), peer_pid),
+        let _watch = match &call {
+            Call::Pull(_) => HangupWatch::start(conn, cancel.clone(), peer_pid),
             _ => None,
         };
         let result = self.run(call, &cancel);
@@ -254,10 +245,7 @@ impl Server {
         match call {
             Call::Status => json(serde_json::to_value(b.status()?)),
             Call::HasVerifiedCommit(image) => json(serde_json::to_value(b.has_verified_commit(&image)?)),
-            Call::Pull(image) => match &self.pull_worker {
-                Some(worker) => worker.pull(&image, cancel),
-                None => json(serde_json::to_value(b.pull_cancellable(&image, cancel)?)),
-            },
+            Call::Pull(image) => self.pull_worker.pull(&image, cancel),
             Call::Stage(req) => json(serde_json::to_value(b.stage(&req)?)),
             Call::Rollback => json(serde_json::to_value(b.rollback()?)),
             Call::DropStaged => json(serde_json::to_value(Dropped { dropped: b.drop_staged()? })),
