@@ -45,6 +45,11 @@ struct Cli {
     /// activation, never with --listen (nobody would start it again).
     #[arg(long)]
     idle_exit_seconds: Option<u64>,
+    /// Stop a pull that gets no progress from the mirror for this many seconds (a mirror or proxy
+    /// that accepted the connection and stopped sending); the agent reports the error and tries
+    /// again. What arrived is kept.
+    #[arg(long, default_value_t = server::DEFAULT_PULL_STALL.as_secs(), value_parser = clap::value_parser!(u64).range(1..))]
+    pull_stall_seconds: u64,
     /// Internal: run one pull read from stdin and answer on stdout (the helper runs each pull
     /// in such a worker, so that cancelling it is a kill).
     #[arg(long, hide = true)]
@@ -134,6 +139,7 @@ fn run() -> Result<()> {
             "--cmdline".into(),
             cli.cmdline.clone().into(),
         ],
+        stall: Duration::from_secs(cli.pull_stall_seconds),
     };
     let (listener, idle_default) = match (&cli.listen, activated.first()) {
         (Some(path), _) => (bind(path)?, None),

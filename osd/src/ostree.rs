@@ -39,6 +39,17 @@ pub const DEFAULT_REMOTE: &str = "aloft";
 /// The keyring the OS ships for its commits' signatures.
 pub const DEFAULT_KEYRING: &str = "usr/share/ostree/trusted.gpg.d/aloft.gpg";
 
+/// How far a pull has come, as libostree counts it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PullProgress {
+    /// Bytes downloaded so far.
+    pub bytes: u64,
+    /// Objects downloaded so far, and found to be needed so far.
+    pub fetched: u32,
+    pub requested: u32,
+}
+
 /// Where and how.
 #[derive(Debug, Clone)]
 pub struct OstreeConfig {
@@ -345,6 +356,77 @@ fn explain_gpg(message: &str, keyring: &Path) -> String {
     format!("{why} ({message})")
 }
 
+impl OstreeBackend {
+    /// [`OsBackend::pull_cancellable`] that tells `progress` what the download has done each time
+    /// it moves (libostree's pull progress, at most about once a second): the helper's stall
+    /// guard reads it, since libostree 2022.7 has no timeout for a mirror that stops sending.
+    pub fn pull_observed(
+        &self,
+        image: &OstreeImage,
+        cancel: &Cancel,
+        progress: impl Fn(&PullProgress) + 'static,
+    ) -> Result<PullReport, OsError> {
+        let cancelled = || OsError::Cancelled { operation: format!("pulling OS commit {}", image.checksum) };
+        if cancel.is_cancelled() {
+            return Err(cancelled());
+        }
+        let sysroot = self.open()?;
+        let repo = sysroot.repo();
+        self.ensure_remote(&repo, image)?;
+        let already_present = Self::complete(&repo, &image.checksum);
+        if !already_present {
+            let started = std::time::Instant::now();
+            let opts = glib::VariantDict::new(None);
+            opts.insert("refs", vec![image.ref_name.as_str()]);
+            opts.insert("override-commit-ids", vec![image.checksum.as_str()]);
+            opts.insert("gpg-verify", true);
+            let gcancel = gio::Cancellable::new();
+            let hook = gcancel.clone();
+            cancel.on_cancel(move || hook.cancel());
+            // libostree calls this from the pull's own main loop, when the counts moved since
+            // its last call (a tick a second at most) and once at the end.
+            let observer = ostree::AsyncProgress::new();
+            observer.connect_changed(move |p| {
+                progress(&PullProgress {
+                    bytes: p.uint64("bytes-transferred"),
+                    fetched: p.uint("fetched"),
+                    requested: p.uint("requested"),
+                })
+            });
+            let result = repo.pull_with_options(&self.cfg.remote, &opts.end(), Some(&observer), Some(&gcancel));
+            observer.finish();
+            result.map_err(|e| {
+                let message = e.to_string();
+                if e.matches(gio::IOErrorEnum::Cancelled) || cancel.is_cancelled() {
+                    tracing::info!(checksum = %image.checksum, elapsed_ms = started.elapsed().as_millis() as u64, "pull cancelled");
+                    cancelled()
+                } else if message.contains("ref binding") {
+                    // The config names the wrong ref: no retry fixes that (as for a signature).
+                    OsError::Untrusted {
+                        checksum: image.checksum.clone(),
+                        url: image.repo_url(),
+                        reason: format!(
+                            "it is not bound to {:?}, the ref the osImageURL names: fix the ref after '#' ({message})",
+                            image.ref_name
+                        ),
+                    }
+                } else if message.contains("GPG") || message.contains("signature") {
+                    OsError::Untrusted {
+                        checksum: image.checksum.clone(),
+                        url: image.repo_url(),
+                        reason: explain_gpg(&message, &self.cfg.keyring),
+                    }
+                } else {
+                    OsError::Pull { checksum: image.checksum.clone(), url: image.repo_url(), message }
+                }
+            })?;
+            tracing::info!(checksum = %image.checksum, url = %image.repo_url(), elapsed_ms = started.elapsed().as_millis() as u64, "pulled OS commit");
+        }
+        self.verify(&repo, image)?;
+        Ok(PullReport { already_present })
+    }
+}
+
 impl OsBackend for OstreeBackend {
     fn status(&self) -> Result<OsStatus, OsError> {
         let sysroot = self.open()?;
@@ -374,52 +456,7 @@ impl OsBackend for OstreeBackend {
     }
 
     fn pull_cancellable(&self, image: &OstreeImage, cancel: &Cancel) -> Result<PullReport, OsError> {
-        let cancelled = || OsError::Cancelled { operation: format!("pulling OS commit {}", image.checksum) };
-        if cancel.is_cancelled() {
-            return Err(cancelled());
-        }
-        let sysroot = self.open()?;
-        let repo = sysroot.repo();
-        self.ensure_remote(&repo, image)?;
-        let already_present = Self::complete(&repo, &image.checksum);
-        if !already_present {
-            let started = std::time::Instant::now();
-            let opts = glib::VariantDict::new(None);
-            opts.insert("refs", vec![image.ref_name.as_str()]);
-            opts.insert("override-commit-ids", vec![image.checksum.as_str()]);
-            opts.insert("gpg-verify", true);
-            let gcancel = gio::Cancellable::new();
-            let hook = gcancel.clone();
-            cancel.on_cancel(move || hook.cancel());
-            repo.pull_with_options(&self.cfg.remote, &opts.end(), None, Some(&gcancel)).map_err(|e| {
-                let message = e.to_string();
-                if e.matches(gio::IOErrorEnum::Cancelled) || cancel.is_cancelled() {
-                    tracing::info!(checksum = %image.checksum, elapsed_ms = started.elapsed().as_millis() as u64, "pull cancelled");
-                    cancelled()
-                } else if message.contains("ref binding") {
-                    // The config names the wrong ref: no retry fixes that (as for a signature).
-                    OsError::Untrusted {
-                        checksum: image.checksum.clone(),
-                        url: image.repo_url(),
-                        reason: format!(
-                            "it is not bound to {:?}, the ref the osImageURL names: fix the ref after '#' ({message})",
-                            image.ref_name
-                        ),
-                    }
-                } else if message.contains("GPG") || message.contains("signature") {
-                    OsError::Untrusted {
-                        checksum: image.checksum.clone(),
-                        url: image.repo_url(),
-                        reason: explain_gpg(&message, &self.cfg.keyring),
-                    }
-                } else {
-                    OsError::Pull { checksum: image.checksum.clone(), url: image.repo_url(), message }
-                }
-            })?;
-            tracing::info!(checksum = %image.checksum, url = %image.repo_url(), elapsed_ms = started.elapsed().as_millis() as u64, "pulled OS commit");
-        }
-        self.verify(&repo, image)?;
-        Ok(PullReport { already_present })
+        self.pull_observed(image, cancel, |_| {})
     }
 
     fn stage(&self, req: &StageRequest) -> Result<DeploymentInfo, OsError> {

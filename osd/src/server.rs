@@ -18,20 +18,27 @@
 //!   write lock for good (seen with `tests/cancel.rs`'s server, which holds its answers). A
 //!   killed pull leaves the repository as it was (objects land in it only whole, and the
 //!   repository lock is a file lock the kernel drops): the next pull completes.
+//! - **A stalled pull is stopped**: the worker writes its libostree progress on stdout as it
+//!   moves, and a worker silent for [`PullWorker::stall`] is killed and answered with a Pull
+//!   error, since libostree's libsoup fetcher waits for a mirror that stopped sending for ever.
+//!   Silence, not duration: a slow mirror that keeps sending finishes.
 //! - **Bad input** gets an `invalid` reply naming what was wrong, and the helper keeps serving.
 //! - **Idle exit**: with `idle_exit`, the loop returns once no connection has been open for that
 //!   long; under socket activation systemd keeps the listening socket and starts the helper
 //!   again on the next connection (connections arriving meanwhile wait in the backlog).
 
+use crate::ostree::{OstreeBackend, PullProgress};
 use aloft_api::os::wire::{self, Call, Dropped, Reply, Request, RequestMsg, PROTOCOL_VERSION};
 use aloft_api::os::{Cancel, OsBackend, OsError};
 use nix::poll::{PollFd, PollFlags, PollTimeout};
+use std::cell::RefCell;
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::fd::AsFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
+use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -255,19 +262,45 @@ impl Server {
 }
 
 /// How to run a pull in a process of its own: `program args… --pull-worker`, which reads one
-/// pull request line on stdin and writes its reply line on stdout ([`pull_worker_main`]).
+/// pull request line on stdin and writes progress lines and then its reply line on stdout
+/// ([`pull_worker_main`]).
 #[derive(Debug, Clone)]
 pub struct PullWorker {
     pub program: PathBuf,
     /// The helper's own options (sysroot, keyring, remote, ...).
     pub args: Vec<OsString>,
+    /// How long a pull may go without any progress before it is stopped as stalled: libostree
+    /// 2022.7 waits for a mirror that stopped sending for ever (its libcurl backend's low-speed
+    /// limit is not in the libsoup build Debian ships), and the pull holds the helper's write
+    /// lock, and the node's update, for as long.
+    pub stall: Duration,
 }
 
 /// The flag that makes the helper binary a pull worker.
 pub const PULL_WORKER_FLAG: &str = "--pull-worker";
 
+/// The default of [`PullWorker::stall`]: libostree's progress moves at least once a second while
+/// anything arrives, so two minutes without it is a mirror that stopped, not a slow one.
+pub const DEFAULT_PULL_STALL: Duration = Duration::from_secs(120);
+
+/// How often a running pull's progress is logged.
+const PROGRESS_LOG_EVERY: Duration = Duration::from_secs(10);
+
+/// A worker's progress line, before its reply line.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct ProgressLine {
+    progress: PullProgress,
+}
+
+/// What a worker's stdout said, line by line.
+enum WorkerLine {
+    Progress(PullProgress),
+    Other(String),
+}
+
 impl PullWorker {
-    /// Pull `image` in a worker; `cancel` kills it.
+    /// Pull `image` in a worker; `cancel` kills it, and so does a pull without progress for
+    /// [`Self::stall`] (an [`OsError::Pull`] that says so: the agent tries again).
     fn pull(&self, image: &aloft_api::osimage::OstreeImage, cancel: &Cancel) -> Result<serde_json::Value, OsError> {
         let operation = format!("pulling OS commit {}", image.checksum);
         let failed = |what: String| OsError::Ostree { operation: operation.clone(), message: what };
@@ -286,27 +319,98 @@ impl PullWorker {
         // Killed by pid only until the child is reaped (below), so never another process that
         // got its pid since.
         let exited = Arc::new(Mutex::new(false));
-        let guard = exited.clone();
-        cancel.on_cancel(move || {
-            let exited = guard.lock().unwrap_or_else(|p| p.into_inner());
-            if !*exited {
-                tracing::info!(pid = pid.as_raw(), "stopping the pull worker");
-                let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
-            }
-        });
+        let kill = {
+            let exited = exited.clone();
+            Arc::new(move |why: &str| {
+                let exited = exited.lock().unwrap_or_else(|p| p.into_inner());
+                if !*exited {
+                    tracing::info!(pid = pid.as_raw(), "stopping the pull worker: {why}");
+                    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+                }
+            })
+        };
+        let on_cancel = kill.clone();
+        cancel.on_cancel(move || on_cancel("cancelled"));
         if let Some(mut stdin) = child.stdin.take() {
             // A worker killed already (cancelled) closed its end: the reply says nothing then.
             let _ = stdin.write_all(line.as_bytes());
         }
+        let (tx, lines) = std::sync::mpsc::channel();
+        let mut read_error = None;
+        if let Some(out) = child.stdout.take() {
+            let spawned = std::thread::Builder::new().name("os-helper-pull-out".into()).spawn(move || {
+                let mut out = BufReader::new(out);
+                loop {
+                    let mut line = String::new();
+                    match (&mut out).take(wire::MAX_REQUEST_LEN as u64 * 16).read_line(&mut line) {
+                        Ok(0) => return,
+                        Ok(_) => {}
+                        Err(e) => {
+                            let _ = tx.send(Err(e));
+                            return;
+                        }
+                    }
+                    let parsed = match serde_json::from_str::<ProgressLine>(line.trim_end()) {
+                        Ok(p) => WorkerLine::Progress(p.progress),
+                        Err(_) => WorkerLine::Other(line),
+                    };
+                    if tx.send(Ok(parsed)).is_err() {
+                        return;
+                    }
+                }
+            });
+            if let Err(e) = spawned {
+                kill("cannot read its answer");
+                read_error = Some(e);
+            }
+        }
+        let started = Instant::now();
         let mut reply = String::new();
-        let read = match child.stdout.take() {
-            Some(out) => out.take(wire::MAX_REQUEST_LEN as u64 * 16).read_to_string(&mut reply).map(|_| ()),
-            None => Ok(()),
-        };
+        let mut stalled = None;
+        let (mut last, mut logged) = (PullProgress::default(), Instant::now());
+        loop {
+            match lines.recv_timeout(self.stall) {
+                Ok(Ok(WorkerLine::Progress(p))) => {
+                    last = p;
+                    if logged.elapsed() >= PROGRESS_LOG_EVERY {
+                        logged = Instant::now();
+                        tracing::info!(
+                            checksum = %image.checksum,
+                            fetched = p.fetched,
+                            requested = p.requested,
+                            bytes = p.bytes,
+                            elapsed_s = started.elapsed().as_secs(),
+                            "downloading OS commit"
+                        );
+                    }
+                }
+                Ok(Ok(WorkerLine::Other(l))) => reply = l,
+                Ok(Err(e)) => read_error = Some(e),
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    stalled = Some(last);
+                    kill("stalled");
+                    // Not waiting for the end of its output: a process it started may hold that.
+                    break;
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+            }
+        }
         *exited.lock().unwrap_or_else(|p| p.into_inner()) = true;
         let status = child.wait().map_err(|e| failed(format!("waiting for the pull worker: {e}")))?;
-        // The last line: anything a library printed before it is not the answer.
-        match serde_json::from_str::<Reply>(reply.trim_end().lines().last().unwrap_or_default()) {
+        if let Some(p) = stalled {
+            let message = format!(
+                "stalled: nothing arrived from the mirror for {} s ({} of {} objects, {} bytes fetched in {} s); \
+                 stopped the download (what arrived is kept for the next try)",
+                self.stall.as_secs(),
+                p.fetched,
+                p.requested,
+                p.bytes,
+                started.elapsed().as_secs()
+            );
+            tracing::warn!(checksum = %image.checksum, "{message}");
+            return Err(OsError::Pull { checksum: image.checksum.clone(), url: image.repo_url(), message });
+        }
+        match serde_json::from_str::<Reply>(reply.trim_end()) {
             Ok(Reply { error: Some(e), .. }) => Err(e),
             Ok(Reply { ok: Some(v), .. }) => Ok(v),
             _ if cancel.is_cancelled() => {
@@ -315,19 +419,33 @@ impl PullWorker {
             }
             _ => Err(failed(format!(
                 "the pull worker ended ({status}) without an answer{}",
-                read.err().map(|e| format!(" ({e})")).unwrap_or_default()
+                read_error.map(|e| format!(" ({e})")).unwrap_or_default()
             ))),
         }
     }
 }
 
-/// The worker's side ([`PULL_WORKER_FLAG`]): one pull request from `input`, its reply on
-/// `output`. Only pulls: the worker is not another door into the helper.
-pub fn pull_worker_main(backend: &dyn OsBackend, input: impl Read, mut output: impl Write) -> std::io::Result<()> {
+/// The worker's side ([`PULL_WORKER_FLAG`]): one pull request from `input`, a progress line on
+/// `output` each time the download moves, then its reply. Only pulls: the worker is not another
+/// door into the helper.
+pub fn pull_worker_main(
+    backend: &OstreeBackend,
+    input: impl Read,
+    output: impl Write + 'static,
+) -> std::io::Result<()> {
     let mut line = String::new();
     BufReader::new(input.take(wire::MAX_REQUEST_LEN as u64 + 1)).read_line(&mut line)?;
+    let output = Rc::new(RefCell::new(output));
+    let progress_out = output.clone();
+    let progress = move |p: &PullProgress| {
+        if let Ok(text) = serde_json::to_string(&ProgressLine { progress: *p }) {
+            let mut out = progress_out.borrow_mut();
+            // A helper that went away (killed its worker) reads nothing more; the pull ends then.
+            let _ = writeln!(out, "{text}").and_then(|()| out.flush());
+        }
+    };
     let reply = match wire::parse_request(line.trim_end()).and_then(|r| r.into_call()) {
-        Ok(Call::Pull(image)) => match backend.pull(&image) {
+        Ok(Call::Pull(image)) => match backend.pull_observed(&image, &Cancel::new(), progress) {
             Ok(report) => match serde_json::to_value(report) {
                 Ok(v) => Reply::ok(v),
                 Err(e) => Reply::error(OsError::Invalid(format!("encoding the pull worker's reply: {e}"))),
@@ -338,8 +456,9 @@ pub fn pull_worker_main(backend: &dyn OsBackend, input: impl Read, mut output: i
         Err(e) => Reply::error(e),
     };
     let text = serde_json::to_string(&reply).map_err(std::io::Error::other)?;
-    writeln!(output, "{text}")?;
-    output.flush()
+    let mut out = output.borrow_mut();
+    writeln!(out, "{text}")?;
+    out.flush()
 }
 
 /// Watches a connection while its call runs, and cancels the call when the client hangs up. The

@@ -158,12 +158,23 @@ pub struct Gate(std::sync::Arc<(std::sync::Mutex<GateState>, std::sync::Condvar)
 struct GateState {
     open: bool,
     held: usize,
+    /// While shut, let one request through every this long (a slow link that still moves).
+    trickle: Option<Duration>,
+    next: Option<std::time::Instant>,
 }
 
 impl Gate {
     /// A shut gate.
     pub fn shut() -> Gate {
         Gate::default()
+    }
+
+    /// A gate that lets one request through every `interval` until opened: a mirror that is
+    /// slow but keeps sending.
+    pub fn trickle(interval: Duration) -> Gate {
+        let gate = Gate::default();
+        gate.0 .0.lock().unwrap_or_else(|p| p.into_inner()).trickle = Some(interval);
+        gate
     }
 
     /// Let every held request and all later ones through.
@@ -195,7 +206,17 @@ impl Gate {
         s.held += 1;
         cv.notify_all();
         while !s.open {
-            s = cv.wait(s).unwrap_or_else(|p| p.into_inner());
+            let Some(interval) = s.trickle else {
+                s = cv.wait(s).unwrap_or_else(|p| p.into_inner());
+                continue;
+            };
+            let now = std::time::Instant::now();
+            let at = s.next.unwrap_or(now);
+            if now >= at {
+                s.next = Some(now + interval);
+                return;
+            }
+            s = cv.wait_timeout(s, at - now).unwrap_or_else(|p| p.into_inner()).0;
         }
     }
 }

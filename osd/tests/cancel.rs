@@ -29,6 +29,12 @@ fn helper_bin() -> &'static Path {
 }
 
 fn fixture() -> Fx {
+    fixture_with(Gate::shut(), &[])
+}
+
+/// A fixture whose server holds object downloads behind `gate`, and whose helper runs with
+/// `flags`.
+fn fixture_with(gate: Gate, flags: &[&str]) -> Fx {
     let dir = tempfile::tempdir().unwrap();
     let key = GpgKey::generate(dir.path(), "k").unwrap();
     let server = ServerRepo::create(&dir.path().join("srv/repo")).unwrap();
@@ -41,9 +47,9 @@ fn fixture() -> Fx {
     let v2 = server.commit(&tree("2"), REF, "v2", Some(&key)).unwrap();
     let sysroot = dir.path().join("sysroot");
     testkit::init_sysroot(&sysroot, &server, &base, &["root=/dev/vda"]).unwrap();
-    let gate = Gate::shut();
     let http = StaticServer::start_gated(&dir.path().join("srv"), Some(gate.clone())).unwrap();
-    let helper = HelperProcess::start(helper_bin(), &dir.path().join("run"), &sysroot, &key.keyring).unwrap();
+    let helper =
+        HelperProcess::start_with(helper_bin(), &dir.path().join("run"), &sysroot, &key.keyring, flags).unwrap();
     Fx { dir, gate, http, v2, helper }
 }
 
@@ -93,6 +99,63 @@ fn a_pull_whose_client_hangs_up_is_cancelled_and_frees_the_helper() {
     fx.gate.open();
     let report = fx.client().pull(&fx.image(&fx.v2)).unwrap();
     assert!(!report.already_present);
+    assert!(fx.client().has_verified_commit(&fx.image(&fx.v2)).unwrap());
+}
+
+/// A mirror that accepts the connection and then sends nothing (a hung proxy, a broken CDN
+/// node) held a pull, the helper's write lock and the node's update for ever: libostree 2022.7
+/// has no timeout for it. The helper stops a pull whose progress has not moved for
+/// `--pull-stall-seconds`, says so in a Pull error (the agent reports it and tries again), and
+/// serves the next write at once; once the mirror sends again, the pull completes.
+#[test]
+fn a_pull_from_a_mirror_that_stopped_sending_is_stopped_as_stalled() {
+    let fx = fixture_with(Gate::shut(), &["--pull-stall-seconds", "2"]);
+    let client = fx.client();
+    let image = fx.image(&fx.v2);
+    let started = std::time::Instant::now();
+    let Some(result) = within(move || client.pull(&image)) else {
+        panic!("the stalled pull was never given up:\n{}", fx.helper.log_text());
+    };
+    let elapsed = started.elapsed();
+    assert!(fx.gate.held() > 0, "the pull never asked for an object");
+    let log = fx.helper.log_text();
+    match result {
+        Err(OsError::Pull { checksum, message, .. }) => {
+            assert_eq!(checksum, fx.v2);
+            assert!(message.contains("stalled: nothing arrived from the mirror for 2 s"), "{message}");
+        }
+        other => panic!("expected a stalled pull, got {other:?}\n{log}"),
+    }
+    assert!(elapsed >= Duration::from_secs(2), "given up after {elapsed:?}, before the stall time");
+    assert!(log.contains("stopping the pull worker: stalled"), "{log}");
+    assert_eq!(fx.client().drop_staged().unwrap(), None, "the next write is served");
+    assert!(!fx.client().has_verified_commit(&fx.image(&fx.v2)).unwrap(), "the commit is not complete");
+
+    fx.gate.open();
+    fx.client().pull(&fx.image(&fx.v2)).expect("the pull completes once the mirror sends");
+    assert!(fx.client().has_verified_commit(&fx.image(&fx.v2)).unwrap());
+}
+
+/// The stall guard is about silence, not duration: a mirror that sends one object at a time,
+/// the whole download taking longer than the stall time, is not stopped.
+#[test]
+fn a_slow_mirror_that_keeps_sending_is_not_stalled() {
+    let stall = Duration::from_secs(3);
+    let fx = fixture_with(Gate::trickle(Duration::from_millis(600)), &["--pull-stall-seconds", "3"]);
+    let client = fx.client();
+    let image = fx.image(&fx.v2);
+    let started = std::time::Instant::now();
+    let Some(result) = within(move || client.pull(&image)) else {
+        panic!("the slow pull never finished:\n{}", fx.helper.log_text());
+    };
+    let elapsed = started.elapsed();
+    let report = result.unwrap_or_else(|e| panic!("{e}\n{}", fx.helper.log_text()));
+    assert!(!report.already_present);
+    assert!(
+        elapsed > stall,
+        "the download took {elapsed:?}, not longer than the stall time: the test would not tell a timeout from a stall guard ({} objects held)",
+        fx.gate.held()
+    );
     assert!(fx.client().has_verified_commit(&fx.image(&fx.v2)).unwrap());
 }
 
