@@ -904,6 +904,94 @@ async fn a_rollback_does_not_wait_for_a_pre_stage_download() {
     assert_eq!(testkit::deployment_order(&sysroot).unwrap()[0], v1, "the rollback made v1 the default");
 }
 
+/// A node picked for the commit its pre-stage is fetching from a mirror that stopped sending
+/// waited for that download, and libostree 2022.7 has no timeout for a silent mirror: the update
+/// sat in Preparing for up to the agent's hour. With the helper's stall guard
+/// (`--pull-stall-seconds`, 3 s here) the pull is stopped, b is Degraded with a reason that says
+/// the mirror stalled, it tries again, and once the mirror sends again b updates.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_update_whose_mirror_stopped_sending_fails_as_stalled_and_completes_once_it_sends() {
+    let w = OsWorld::new(5);
+    let (c, admin) = (&w.c, w.c.client());
+    let v1 = w.commit("1");
+    let mut a = w.running_host("worker-a", &v1, &["root=/dev/vda"]).await;
+    let mut b = w.host("worker-b", &v1, &["root=/dev/vda"]).await;
+    b.host.os_helper_args = vec!["--pull-stall-seconds".into(), "3".into()];
+    let b_sysroot = b.sysroot();
+    b.host.start_os_helper(&b_sysroot, &w.key.keyring);
+    b.host.start_agent(c, w.token_file.path());
+    w.pool_done_on_ssh_config(&a.host.name).await;
+    wait_state(c, &b.host.name, "Done", true, "b Done on the SSH config").await;
+    // a is picked first: nodes with a zone come first.
+    let node_a = path_of(&NODE, Some(&a.host.name));
+    let zone = json!({"metadata": {"labels": {"topology.kubernetes.io/zone": "a"}}});
+    admin.patch(&node_a, "application/merge-patch+json", &zone).await.unwrap().into_result().unwrap();
+
+    // v2 from the stalled mirror; a already holds it (no download), b does not.
+    let v2 = w.commit("2");
+    let repo = format!("--repo={}", a.sysroot().join("ostree/repo").display());
+    let out = Command::new("ostree").args([repo.as_str(), "pull-local"]).arg(&w.server.path).arg(&v2).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let gate = testkit::Gate::shut();
+    let stalled = StaticServer::start_gated(&w.work.path().join("srv"), Some(gate.clone())).unwrap();
+    let stalled_url = format!("ostree+{}#{REF}@{v2}", stalled.url("repo"));
+    admin
+        .post(&path_of(&MACHINE_CONFIG, None), &os_mc("50-os", &stalled_url, &[]))
+        .await
+        .unwrap()
+        .into_result()
+        .unwrap();
+    let g = gate.clone();
+    let held = tokio::task::spawn_blocking(move || g.wait_held(Duration::from_secs(120))).await.unwrap();
+    assert!(held, "b never started pre-staging v2:\n{}", b.host.log());
+
+    // a's reboot is played; b's turn comes, and its pull of v2 meets the silent mirror.
+    let b_name = b.host.name.clone();
+    let started = std::time::Instant::now();
+    let reason = eventually(Duration::from_secs(120), "b Degraded: the mirror stalled", || {
+        play_reboots(c, [&mut a, &mut b]);
+        let b_name = b_name.clone();
+        async move {
+            let ann = node_annotations(c, &b_name).await?;
+            let reason = get(&ann, ann::REASON).to_string();
+            Ok((get(&ann, ann::STATE) == "Degraded"
+                && reason.contains("stalled: nothing arrived from the mirror for 3 s"))
+            .then_some(reason))
+        }
+    })
+    .await;
+    assert!(reason.contains(&v2), "the reason names the commit: {reason}");
+    let helper_log = b.host.os_helper.as_ref().map(|h| h.log_text()).unwrap_or_default();
+    assert!(helper_log.contains("stopping the pull worker: stalled"), "{helper_log}");
+    eprintln!("b Degraded on the stalled mirror {:?} after a's reboot was played", started.elapsed());
+
+    // The mirror sends again: b's next try completes.
+    gate.open();
+    eventually(Duration::from_secs(300), "b Done on v2", || {
+        play_reboots(c, [&mut a, &mut b]);
+        let (b_sysroot, b_name, v2) = (b_sysroot.clone(), b_name.clone(), v2.clone());
+        async move {
+            let ann = node_annotations(c, &b_name).await?;
+            let on_v2 = testkit::deployment_order(&b_sysroot)?.first() == Some(&v2);
+            Ok((get(&ann, ann::STATE) == "Done"
+                && get(&ann, ann::CURRENT_CONFIG) == get(&ann, ann::DESIRED_CONFIG)
+                && on_v2)
+                .then_some(()))
+        }
+    })
+    .await;
+}
+
+/// Plays every reboot `hosts` asked for: the agent is stopped and started on a new boot id.
+fn play_reboots<const N: usize>(c: &Coordinator, hosts: [&mut OsHost; N]) {
+    for host in hosts {
+        if !host.host.fake.reboots().is_empty() {
+            host.host.stop_agent();
+            host.host.fake.clear_calls();
+            host.boot(c);
+        }
+    }
+}
 /// A waiting node's pre-stage download gives way. Node b waits while a updates (a's reboot
 /// into v2 not played yet), and pre-stages v2 from a repository that holds every object request
 /// (a stalled mirror). The pool then moves on to v3, on a repository that answers: b's new
@@ -953,13 +1041,7 @@ async fn a_stalled_pre_stage_download_gives_way_to_the_next_target() {
     let b_name = b.host.name.clone();
     eventually(Duration::from_secs(300), "b Done on v3", || {
         // Every reboot either host asks for is played.
-        for host in [&mut a, &mut b] {
-            if !host.host.fake.reboots().is_empty() {
-                host.host.stop_agent();
-                host.host.fake.clear_calls();
-                host.boot(c);
-            }
-        }
+        play_reboots(c, [&mut a, &mut b]);
         let (b_sysroot, b_name, v3) = (b_sysroot.clone(), b_name.clone(), v3.clone());
         async move {
             let ann = node_annotations(c, &b_name).await?;

@@ -25,6 +25,8 @@ pub struct Host {
     pub metrics_listen: String,
     /// The OS helper serving this host's sysroot, when it has one.
     pub os_helper: Option<HelperProcess>,
+    /// More `aloft-os-helper` flags, for [`Host::start_os_helper`].
+    pub os_helper_args: Vec<String>,
     /// The agent's `--os-helper` (the helper's socket), once [`Host::start_os_helper`] or
     /// [`Host::use_os_helper_socket`] set it.
     os_helper_socket: Option<PathBuf>,
@@ -60,15 +62,19 @@ impl Host {
             extra_args: Vec::new(),
             metrics_listen: String::new(),
             os_helper: None,
+            os_helper_args: Vec::new(),
             os_helper_socket: None,
         }
     }
 
     /// Start `aloft-os-helper` on `sysroot`, trusting `keyring`, listening at
-    /// `<root>/run/aloft/os-helper.sock`; agents started afterwards use it (`--os-helper`).
+    /// `<root>/run/aloft/os-helper.sock`, with [`Host::os_helper_args`]; agents started
+    /// afterwards use it (`--os-helper`).
     pub fn start_os_helper(&mut self, sysroot: &Path, keyring: &Path) {
-        let helper = HelperProcess::start(&bin("aloft-os-helper"), &self.path("run/aloft"), sysroot, keyring)
-            .expect("start aloft-os-helper");
+        let args: Vec<&str> = self.os_helper_args.iter().map(String::as_str).collect();
+        let helper =
+            HelperProcess::start_with(&bin("aloft-os-helper"), &self.path("run/aloft"), sysroot, keyring, &args)
+                .expect("start aloft-os-helper");
         self.os_helper_socket = Some(helper.socket.clone());
         self.os_helper = Some(helper);
     }
