@@ -907,8 +907,9 @@ async fn a_rollback_does_not_wait_for_a_pre_stage_download() {
 /// A node picked for the commit its pre-stage is fetching from a mirror that stopped sending
 /// waited for that download, and libostree 2022.7 has no timeout for a silent mirror: the update
 /// sat in Preparing for up to the agent's hour. With the helper's stall guard
-/// (`--pull-stall-seconds`, 3 s here) the pull is stopped, b is Degraded with a reason that says
-/// the mirror stalled, it tries again, and once the mirror sends again b updates.
+/// (`--pull-stall-seconds`, 8 s here) the pull is stopped, b is Degraded with a reason that says
+/// the mirror stalled, it tries again, and once the mirror sends again b updates. Meanwhile b's
+/// status shows the download and how far it came.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_update_whose_mirror_stopped_sending_fails_as_stalled_and_completes_once_it_sends() {
     let w = OsWorld::new(5);
@@ -916,7 +917,7 @@ async fn an_update_whose_mirror_stopped_sending_fails_as_stalled_and_completes_o
     let v1 = w.commit("1");
     let mut a = w.running_host("worker-a", &v1, &["root=/dev/vda"]).await;
     let mut b = w.host("worker-b", &v1, &["root=/dev/vda"]).await;
-    b.host.os_helper_args = vec!["--pull-stall-seconds".into(), "3".into()];
+    b.host.os_helper_args = vec!["--pull-stall-seconds".into(), "8".into()];
     let b_sysroot = b.sysroot();
     b.host.start_os_helper(&b_sysroot, &w.key.keyring);
     b.host.start_agent(c, w.token_file.path());
@@ -948,18 +949,34 @@ async fn an_update_whose_mirror_stopped_sending_fails_as_stalled_and_completes_o
     // a's reboot is played; b's turn comes, and its pull of v2 meets the silent mirror.
     let b_name = b.host.name.clone();
     let started = std::time::Instant::now();
+    let mut progress = Vec::new();
     let reason = eventually(Duration::from_secs(120), "b Degraded: the mirror stalled", || {
         play_reboots(c, [&mut a, &mut b]);
+        let st = b.agent_status();
+        if st["progress"].as_str().is_some_and(|p| p.starts_with("preparing: downloading OS commit")) {
+            let seen = (st["progress"].clone(), st["os"]["download"].clone());
+            if progress.last() != Some(&seen) {
+                progress.push(seen);
+            }
+        }
         let b_name = b_name.clone();
         async move {
             let ann = node_annotations(c, &b_name).await?;
             let reason = get(&ann, ann::REASON).to_string();
             Ok((get(&ann, ann::STATE) == "Degraded"
-                && reason.contains("stalled: nothing arrived from the mirror for 3 s"))
+                && reason.contains("stalled: nothing arrived from the mirror for 8 s"))
             .then_some(reason))
         }
     })
     .await;
+    // Shown every 3 s: with the update's pull or the pre-stage it waits for under way.
+    let shown = format!("preparing: downloading OS commit {v2}: ");
+    assert!(
+        progress.iter().any(|(p, d)| p.as_str().is_some_and(|p| p.starts_with(&shown) && p.contains(" objects, "))
+            && d["checksum"] == json!(v2)),
+        "b's status never showed the download (the last of what it showed): {:?}",
+        &progress[progress.len().saturating_sub(5)..]
+    );
     assert!(reason.contains(&v2), "the reason names the commit: {reason}");
     let helper_log = b.host.os_helper.as_ref().map(|h| h.log_text()).unwrap_or_default();
     assert!(helper_log.contains("stopping the pull worker: stalled"), "{helper_log}");

@@ -56,6 +56,57 @@ pub struct OsStatus {
     pub rollback_queued: bool,
     /// Every deployment, in boot order.
     pub deployments: Vec<DeploymentInfo>,
+    /// The download the helper is running now, if any (an update's or a pre-stage's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub download: Option<Download>,
+}
+
+/// How far a pull has come, as libostree counts it (its `OstreeAsyncProgress`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PullProgress {
+    /// Bytes downloaded so far.
+    pub bytes: u64,
+    /// Objects downloaded so far, and found to be needed so far (it grows as the commit's
+    /// metadata arrives).
+    pub fetched: u32,
+    pub requested: u32,
+}
+
+/// A download under way, in the helper's status: a download may take minutes, and without it
+/// `aloft-agent status` and `systemctl status aloft-agent` could only say "downloading" (as
+/// `rpm-ostree status` shows its transaction's progress).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Download {
+    pub checksum: String,
+    #[serde(flatten)]
+    pub progress: PullProgress,
+    /// Since the download started.
+    pub elapsed_seconds: u64,
+}
+
+impl std::fmt::Display for Download {
+    /// `3 of 120 objects, 1.2 MB in 14 s`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let p = &self.progress;
+        write!(f, "{} of {} objects, {} in {} s", p.fetched, p.requested, size(p.bytes), self.elapsed_seconds)
+    }
+}
+
+/// Bytes in SI units with one decimal, as GLib's `g_format_size` (and so ostree) writes them.
+fn size(bytes: u64) -> String {
+    const UNITS: [&str; 4] = ["kB", "MB", "GB", "TB"];
+    if bytes < 1000 {
+        return format!("{bytes} bytes");
+    }
+    let mut value = bytes as f64 / 1000.0;
+    let mut unit = 0;
+    while value >= 1000.0 && unit + 1 < UNITS.len() {
+        value /= 1000.0;
+        unit += 1;
+    }
+    format!("{value:.1} {}", UNITS[unit])
 }
 
 impl OsStatus {
@@ -149,4 +200,35 @@ pub trait OsBackend: Send + Sync {
     fn drop_staged(&self) -> Result<Option<DeploymentInfo>, OsError>;
     /// The kernel command line of the running boot (`/proc/cmdline`), for the after-boot check.
     fn booted_cmdline(&self) -> Result<String, OsError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What `systemctl status aloft-agent` shows of a download, and that the status a helper
+    /// of before (no `download`) still reads.
+    #[test]
+    fn a_download_reads_as_ostree_counts_it() {
+        let d = |bytes| Download {
+            checksum: "c".into(),
+            progress: PullProgress { bytes, fetched: 3, requested: 120 },
+            elapsed_seconds: 14,
+        };
+        assert_eq!(d(0).to_string(), "3 of 120 objects, 0 bytes in 14 s");
+        assert_eq!(d(999).to_string(), "3 of 120 objects, 999 bytes in 14 s");
+        assert_eq!(d(1_234_567).to_string(), "3 of 120 objects, 1.2 MB in 14 s");
+        assert_eq!(d(5_000_000_000_000_000).to_string(), "3 of 120 objects, 5000.0 TB in 14 s");
+        let json = serde_json::to_value(d(1000)).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({"checksum": "c", "bytes": 1000, "fetched": 3, "requested": 120, "elapsedSeconds": 14})
+        );
+        let old: OsStatus = serde_json::from_value(serde_json::json!({
+            "booted": null, "staged": null, "rollback": null, "rollbackQueued": false, "deployments": []
+        }))
+        .unwrap();
+        assert_eq!(old.download, None);
+        assert!(serde_json::to_value(&old).unwrap().get("download").is_none(), "no download, no key");
+    }
 }

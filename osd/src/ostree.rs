@@ -39,16 +39,7 @@ pub const DEFAULT_REMOTE: &str = "aloft";
 /// The keyring the OS ships for its commits' signatures.
 pub const DEFAULT_KEYRING: &str = "usr/share/ostree/trusted.gpg.d/aloft.gpg";
 
-/// How far a pull has come, as libostree counts it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PullProgress {
-    /// Bytes downloaded so far.
-    pub bytes: u64,
-    /// Objects downloaded so far, and found to be needed so far.
-    pub fetched: u32,
-    pub requested: u32,
-}
+pub use aloft_api::os::PullProgress;
 
 /// Where and how.
 #[derive(Debug, Clone)]
@@ -442,7 +433,8 @@ impl OsBackend for OstreeBackend {
             .cloned();
         // The first deployment that is not staged boots next when nothing is staged.
         let rollback_queued = booted.is_some() && all.iter().find(|d| !d.staged).is_some_and(|d| !d.booted);
-        Ok(OsStatus { booted, staged, rollback, rollback_queued, deployments: all })
+        // The download under way is the server's to add: the backend does not know of it.
+        Ok(OsStatus { booted, staged, rollback, rollback_queued, deployments: all, download: None })
     }
 
     fn has_verified_commit(&self, image: &OstreeImage) -> Result<bool, OsError> {

@@ -29,7 +29,7 @@
 
 use crate::ostree::{OstreeBackend, PullProgress};
 use aloft_api::os::wire::{self, Call, Dropped, Reply, Request, RequestMsg, PROTOCOL_VERSION};
-use aloft_api::os::{Cancel, OsBackend, OsError};
+use aloft_api::os::{Cancel, Download, OsBackend, OsError};
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 use std::cell::RefCell;
 use std::ffi::OsString;
@@ -81,10 +81,40 @@ struct Activity {
     last: Instant,
 }
 
+/// The pull under way (pulls are writes: one at a time), for the status.
+#[derive(Default)]
+struct CurrentDownload(Mutex<Option<(String, Instant, PullProgress)>>);
+
+impl CurrentDownload {
+    fn begin(&self, checksum: &str) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some((checksum.to_string(), Instant::now(), PullProgress::default()));
+    }
+
+    fn update(&self, progress: &PullProgress) {
+        if let Some((_, _, p)) = self.0.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+            *p = *progress;
+        }
+    }
+
+    fn end(&self) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
+    fn get(&self) -> Option<Download> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map(|(checksum, started, progress)| Download {
+            checksum: checksum.clone(),
+            progress: *progress,
+            elapsed_seconds: started.elapsed().as_secs(),
+        })
+    }
+}
+
 /// Serves one backend.
 pub struct Server {
     backend: Arc<dyn OsBackend>,
     pull_worker: PullWorker,
+    download: CurrentDownload,
     writes: Mutex<()>,
     own_uid: u32,
     activity: Mutex<Activity>,
@@ -107,6 +137,7 @@ impl Server {
         Arc::new(Server {
             backend,
             pull_worker,
+            download: CurrentDownload::default(),
             writes: Mutex::new(()),
             own_uid: nix::unistd::geteuid().as_raw(),
             activity: Mutex::new(Activity { open: 0, last: Instant::now() }),
@@ -250,9 +281,18 @@ impl Server {
             v.map_err(|e| OsError::Invalid(format!("encoding the OS helper's reply: {e}")))
         };
         match call {
-            Call::Status => json(serde_json::to_value(b.status()?)),
+            Call::Status => {
+                let mut status = b.status()?;
+                status.download = self.download.get();
+                json(serde_json::to_value(status))
+            }
             Call::HasVerifiedCommit(image) => json(serde_json::to_value(b.has_verified_commit(&image)?)),
-            Call::Pull(image) => self.pull_worker.pull(&image, cancel),
+            Call::Pull(image) => {
+                self.download.begin(&image.checksum);
+                let result = self.pull_worker.pull(&image, cancel, &|p| self.download.update(p));
+                self.download.end();
+                result
+            }
             Call::Stage(req) => json(serde_json::to_value(b.stage(&req)?)),
             Call::Rollback => json(serde_json::to_value(b.rollback()?)),
             Call::DropStaged => json(serde_json::to_value(Dropped { dropped: b.drop_staged()? })),
@@ -301,7 +341,12 @@ enum WorkerLine {
 impl PullWorker {
     /// Pull `image` in a worker; `cancel` kills it, and so does a pull without progress for
     /// [`Self::stall`] (an [`OsError::Pull`] that says so: the agent tries again).
-    fn pull(&self, image: &aloft_api::osimage::OstreeImage, cancel: &Cancel) -> Result<serde_json::Value, OsError> {
+    fn pull(
+        &self,
+        image: &aloft_api::osimage::OstreeImage,
+        cancel: &Cancel,
+        on_progress: &dyn Fn(&PullProgress),
+    ) -> Result<serde_json::Value, OsError> {
         let operation = format!("pulling OS commit {}", image.checksum);
         let failed = |what: String| OsError::Ostree { operation: operation.clone(), message: what };
         let request = RequestMsg { v: PROTOCOL_VERSION, request: Request::Pull { image: image.to_string() } };
@@ -372,6 +417,7 @@ impl PullWorker {
             match lines.recv_timeout(self.stall) {
                 Ok(Ok(WorkerLine::Progress(p))) => {
                     last = p;
+                    on_progress(&p);
                     if logged.elapsed() >= PROGRESS_LOG_EVERY {
                         logged = Instant::now();
                         tracing::info!(

@@ -137,7 +137,9 @@ fn a_pull_from_a_mirror_that_stopped_sending_is_stopped_as_stalled() {
 }
 
 /// The stall guard is about silence, not duration: a mirror that sends one object at a time,
-/// the whole download taking longer than the stall time, is not stopped.
+/// the whole download taking longer than the stall time, is not stopped. Meanwhile the helper's
+/// status (a read, served beside the pull) shows how far the download has come, and once it is
+/// over shows none.
 #[test]
 fn a_slow_mirror_that_keeps_sending_is_not_stalled() {
     let stall = Duration::from_secs(3);
@@ -145,10 +147,31 @@ fn a_slow_mirror_that_keeps_sending_is_not_stalled() {
     let client = fx.client();
     let image = fx.image(&fx.v2);
     let started = std::time::Instant::now();
-    let Some(result) = within(move || client.pull(&image)) else {
-        panic!("the slow pull never finished:\n{}", fx.helper.log_text());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(client.pull(&image));
+    });
+    let mut seen = Vec::new();
+    let result = loop {
+        match rx.recv_timeout(Duration::from_millis(200)) {
+            Ok(result) => break result,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) if started.elapsed() < LONG => {}
+            Err(_) => panic!("the slow pull never finished:\n{}", fx.helper.log_text()),
+        }
+        if let Some(d) = fx.client().status().expect("the status is served during a pull").download {
+            seen.push(d);
+        }
     };
     let elapsed = started.elapsed();
+    assert!(seen.iter().all(|d| d.checksum == fx.v2), "{seen:?}");
+    let moved = seen.iter().find(|d| d.progress.fetched > 0 && d.progress.bytes > 0);
+    assert!(moved.is_some(), "the status never showed the download moving: {seen:?}");
+    assert!(seen.iter().all(|d| d.progress.fetched <= d.progress.requested), "{seen:?}");
+    assert!(
+        seen.windows(2).all(|w| w[0].progress.fetched <= w[1].progress.fetched),
+        "the fetched count went back: {seen:?}"
+    );
+    assert_eq!(fx.client().status().unwrap().download, None, "the download is over");
     let report = result.unwrap_or_else(|e| panic!("{e}\n{}", fx.helper.log_text()));
     assert!(!report.already_present);
     assert!(

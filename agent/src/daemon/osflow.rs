@@ -21,6 +21,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// How often an update's download shows its progress in the status (a status read of the
+/// helper, which runs beside the pull).
+const DOWNLOAD_STATUS_EVERY: Duration = Duration::from_secs(3);
+
 /// How the agent manages the OS (command-line flags `--os-helper`, `--health-*`).
 #[derive(Debug, Clone)]
 pub struct OsOptions {
@@ -442,8 +446,7 @@ impl Agent {
             self.enter(Phase::Preparing { target: target.into() }, &format!("downloading OS commit {}", img.checksum))
                 .map_err(|e| refused(format!("{e:#}"), false))?;
             let started = std::time::Instant::now();
-            let checksum = img.checksum.clone();
-            let report = os.handle.run_pull(&checksum, move |b| b.pull(&img)).await.map_err(|e| {
+            let report = self.pull_showing_progress(&os, img).await.map_err(|e| {
                 let untrusted = matches!(e, OsError::Untrusted { .. });
                 refused(e.to_string(), untrusted)
             })?;
@@ -460,6 +463,44 @@ impl Agent {
             old_kargs,
             new_kargs: new.kernel_arguments.clone(),
         }))
+    }
+
+    /// An update's pull of `img`, its progress in the status every [`DOWNLOAD_STATUS_EVERY`]
+    /// (`preparing: downloading OS commit …: 3 of 120 objects, 1.2 MB in 14 s`): a download may
+    /// take minutes, and the helper's status, read beside the pull, says how far it is.
+    async fn pull_showing_progress(
+        &mut self,
+        os: &super::OsAgent,
+        img: osimage::OstreeImage,
+    ) -> Result<aloft_api::os::PullReport, OsError> {
+        let checksum = img.checksum.clone();
+        let pull = os.handle.run_pull(&checksum, move |b| b.pull(&img));
+        tokio::pin!(pull);
+        let first = tokio::time::Instant::now() + DOWNLOAD_STATUS_EVERY;
+        let mut tick = tokio::time::interval_at(first, DOWNLOAD_STATUS_EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut shown = false;
+        let result = loop {
+            tokio::select! {
+                result = &mut pull => break result,
+                _ = tick.tick() => {
+                    // A status the helper cannot give now does not stop the download.
+                    let Ok(status) = self.read_os_status(os).await else { continue };
+                    let Some(download) = status.download.filter(|d| d.checksum == checksum) else { continue };
+                    shown = true;
+                    if let Err(e) = self.write_status(&format!("downloading OS commit {checksum}: {download}")) {
+                        tracing::warn!(error = %format!("{e:#}"), "cannot publish the download's progress");
+                    }
+                }
+            }
+        };
+        if shown {
+            // Over: the cached deployments no longer carry it.
+            if let Some(status) = self.os_status.as_object_mut() {
+                status.remove("download");
+            }
+        }
+        result
     }
 
     /// Drop a staged OS deployment no update of this process means to boot, when one may exist
