@@ -904,20 +904,16 @@ async fn a_rollback_does_not_wait_for_a_pre_stage_download() {
     assert_eq!(testkit::deployment_order(&sysroot).unwrap()[0], v1, "the rollback made v1 the default");
 }
 
-/// A node picked for the commit its pre-stage is fetching from a mirror that stopped sending
-/// waited for that download, and libostree 2022.7 has no timeout for a silent mirror: the update
-/// sat in Preparing for up to the agent's hour. With the helper's stall guard
-/// (`--pull-stall-seconds`, 8 s here) the pull is stopped, b is Degraded with a reason that says
-/// the mirror stalled, it tries again, and once the mirror sends again b updates. Meanwhile b's
-/// status shows the download and how far it came.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_update_whose_mirror_stopped_sending_fails_as_stalled_and_completes_once_it_sends() {
-    let w = OsWorld::new(5);
+/// Two running hosts on v1, Done on the SSH config; the pool's OS then moves to v2 served by a
+/// mirror that holds every object request (a stalled one). a holds v2 already and is picked
+/// first (its zone); its reboot is not played, so a keeps the pool's one slot while b waits and
+/// pre-stages v2 from the stalled mirror. b's helper runs with `b_helper_args`.
+async fn b_prestaging_from_a_stalled_mirror(w: &OsWorld, b_helper_args: &[&str]) -> StalledPrestage {
     let (c, admin) = (&w.c, w.c.client());
     let v1 = w.commit("1");
-    let mut a = w.running_host("worker-a", &v1, &["root=/dev/vda"]).await;
+    let a = w.running_host("worker-a", &v1, &["root=/dev/vda"]).await;
     let mut b = w.host("worker-b", &v1, &["root=/dev/vda"]).await;
-    b.host.os_helper_args = vec!["--pull-stall-seconds".into(), "8".into()];
+    b.host.os_helper_args = b_helper_args.iter().map(|s| s.to_string()).collect();
     let b_sysroot = b.sysroot();
     b.host.start_os_helper(&b_sysroot, &w.key.keyring);
     b.host.start_agent(c, w.token_file.path());
@@ -934,8 +930,8 @@ async fn an_update_whose_mirror_stopped_sending_fails_as_stalled_and_completes_o
     let out = Command::new("ostree").args([repo.as_str(), "pull-local"]).arg(&w.server.path).arg(&v2).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let gate = testkit::Gate::shut();
-    let stalled = StaticServer::start_gated(&w.work.path().join("srv"), Some(gate.clone())).unwrap();
-    let stalled_url = format!("ostree+{}#{REF}@{v2}", stalled.url("repo"));
+    let mirror = StaticServer::start_gated(&w.work.path().join("srv"), Some(gate.clone())).unwrap();
+    let stalled_url = format!("ostree+{}#{REF}@{v2}", mirror.url("repo"));
     admin
         .post(&path_of(&MACHINE_CONFIG, None), &os_mc("50-os", &stalled_url, &[]))
         .await
@@ -945,6 +941,49 @@ async fn an_update_whose_mirror_stopped_sending_fails_as_stalled_and_completes_o
     let g = gate.clone();
     let held = tokio::task::spawn_blocking(move || g.wait_held(Duration::from_secs(120))).await.unwrap();
     assert!(held, "b never started pre-staging v2:\n{}", b.host.log());
+    StalledPrestage { a, b, v2, gate, _mirror: mirror }
+}
+
+/// What [`b_prestaging_from_a_stalled_mirror`] set up.
+struct StalledPrestage {
+    a: OsHost,
+    b: OsHost,
+    v2: String,
+    /// The stalled mirror's: open, it sends.
+    gate: testkit::Gate,
+    _mirror: StaticServer,
+}
+
+/// Plays every reboot a and b ask for until b is Done with `commit` first in its boot order.
+async fn play_until_b_done_on(c: &Coordinator, a: &mut OsHost, b: &mut OsHost, commit: &str, what: &str) {
+    let (b_sysroot, b_name) = (b.sysroot(), b.host.name.clone());
+    eventually(Duration::from_secs(300), what, || {
+        play_reboots(c, [&mut *a, &mut *b]);
+        let (b_sysroot, b_name, commit) = (b_sysroot.clone(), b_name.clone(), commit.to_string());
+        async move {
+            let ann = node_annotations(c, &b_name).await?;
+            let on_commit = testkit::deployment_order(&b_sysroot)?.first() == Some(&commit);
+            Ok((get(&ann, ann::STATE) == "Done"
+                && get(&ann, ann::CURRENT_CONFIG) == get(&ann, ann::DESIRED_CONFIG)
+                && on_commit)
+                .then_some(()))
+        }
+    })
+    .await;
+}
+
+/// A node picked for the commit its pre-stage is fetching from a mirror that stopped sending
+/// waited for that download, and libostree 2022.7 has no timeout for a silent mirror: the update
+/// sat in Preparing for up to the agent's hour. With the helper's stall guard
+/// (`--pull-stall-seconds`, 8 s here) the pull is stopped, b is Degraded with a reason that says
+/// the mirror stalled, it tries again, and once the mirror sends again b updates. Meanwhile b's
+/// status shows the download and how far it came.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_update_whose_mirror_stopped_sending_fails_as_stalled_and_completes_once_it_sends() {
+    let w = OsWorld::new(5);
+    let c = &w.c;
+    let StalledPrestage { mut a, mut b, v2, gate, _mirror } =
+        b_prestaging_from_a_stalled_mirror(&w, &["--pull-stall-seconds", "8"]).await;
 
     // a's reboot is played; b's turn comes, and its pull of v2 meets the silent mirror.
     let b_name = b.host.name.clone();
@@ -984,19 +1023,7 @@ async fn an_update_whose_mirror_stopped_sending_fails_as_stalled_and_completes_o
 
     // The mirror sends again: b's next try completes.
     gate.open();
-    eventually(Duration::from_secs(300), "b Done on v2", || {
-        play_reboots(c, [&mut a, &mut b]);
-        let (b_sysroot, b_name, v2) = (b_sysroot.clone(), b_name.clone(), v2.clone());
-        async move {
-            let ann = node_annotations(c, &b_name).await?;
-            let on_v2 = testkit::deployment_order(&b_sysroot)?.first() == Some(&v2);
-            Ok((get(&ann, ann::STATE) == "Done"
-                && get(&ann, ann::CURRENT_CONFIG) == get(&ann, ann::DESIRED_CONFIG)
-                && on_v2)
-                .then_some(()))
-        }
-    })
-    .await;
+    play_until_b_done_on(c, &mut a, &mut b, &v2, "b Done on v2").await;
 }
 
 /// Plays every reboot `hosts` asked for: the agent is stopped and started on a new boot id.
@@ -1009,6 +1036,7 @@ fn play_reboots<const N: usize>(c: &Coordinator, hosts: [&mut OsHost; N]) {
         }
     }
 }
+
 /// A waiting node's pre-stage download gives way. Node b waits while a updates (a's reboot
 /// into v2 not played yet), and pre-stages v2 from a repository that holds every object request
 /// (a stalled mirror). The pool then moves on to v3, on a repository that answers: b's new
@@ -1019,34 +1047,7 @@ fn play_reboots<const N: usize>(c: &Coordinator, hosts: [&mut OsHost; N]) {
 async fn a_stalled_pre_stage_download_gives_way_to_the_next_target() {
     let w = OsWorld::new(5);
     let (c, admin) = (&w.c, w.c.client());
-    let v1 = w.commit("1");
-    let mut a = w.running_host("worker-a", &v1, &["root=/dev/vda"]).await;
-    let mut b = w.running_host("worker-b", &v1, &["root=/dev/vda"]).await;
-    w.pool_done_on_ssh_config(&a.host.name).await;
-    wait_state(c, &b.host.name, "Done", true, "b Done on the SSH config").await;
-    // a is picked first: nodes with a zone come first.
-    let node_a = path_of(&NODE, Some(&a.host.name));
-    let zone = json!({"metadata": {"labels": {"topology.kubernetes.io/zone": "a"}}});
-    admin.patch(&node_a, "application/merge-patch+json", &zone).await.unwrap().into_result().unwrap();
-
-    // v2 from the stalled mirror; a already holds it (no download), b does not.
-    let v2 = w.commit("2");
-    let repo = format!("--repo={}", a.sysroot().join("ostree/repo").display());
-    let out = Command::new("ostree").args([repo.as_str(), "pull-local"]).arg(&w.server.path).arg(&v2).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let gate = testkit::Gate::shut();
-    let stalled = StaticServer::start_gated(&w.work.path().join("srv"), Some(gate.clone())).unwrap();
-    let stalled_url = format!("ostree+{}#{REF}@{v2}", stalled.url("repo"));
-    admin
-        .post(&path_of(&MACHINE_CONFIG, None), &os_mc("50-os", &stalled_url, &[]))
-        .await
-        .unwrap()
-        .into_result()
-        .unwrap();
-    // a's reboot is not played yet: a holds the pool's one slot, and b waits, pre-staging.
-    let g = gate.clone();
-    let held = tokio::task::spawn_blocking(move || g.wait_held(Duration::from_secs(120))).await.unwrap();
-    assert!(held, "b never started pre-staging v2:\n{}", b.host.log());
+    let StalledPrestage { mut a, mut b, gate: _gate, _mirror, .. } = b_prestaging_from_a_stalled_mirror(&w, &[]).await;
 
     // The pool moves on to v3, from the repository that answers.
     let v3 = w.commit("3");
@@ -1054,22 +1055,7 @@ async fn a_stalled_pre_stage_download_gives_way_to_the_next_target() {
     let mut mc = admin.get(&path).await.unwrap().into_result().unwrap();
     mc["spec"]["osImageURL"] = json!(w.url(&v3));
     admin.put(&path, &mc).await.unwrap().into_result().unwrap();
-    let b_sysroot = b.sysroot();
-    let b_name = b.host.name.clone();
-    eventually(Duration::from_secs(300), "b Done on v3", || {
-        // Every reboot either host asks for is played.
-        play_reboots(c, [&mut a, &mut b]);
-        let (b_sysroot, b_name, v3) = (b_sysroot.clone(), b_name.clone(), v3.clone());
-        async move {
-            let ann = node_annotations(c, &b_name).await?;
-            let on_v3 = testkit::deployment_order(&b_sysroot)?.first() == Some(&v3);
-            Ok((get(&ann, ann::STATE) == "Done"
-                && get(&ann, ann::CURRENT_CONFIG) == get(&ann, ann::DESIRED_CONFIG)
-                && on_v3)
-                .then_some(()))
-        }
-    })
-    .await;
+    play_until_b_done_on(c, &mut a, &mut b, &v3, "b Done on v3").await;
     let log = b.host.log();
     assert!(log.contains("cancelling the background download"), "{log}");
     assert!(!log.contains("pre-stage failed"), "a cancelled download is not a failure: {log}");
