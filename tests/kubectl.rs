@@ -959,3 +959,39 @@ async fn kubectl_describe_node_shows_its_lease() {
     let r = admin.call(reqwest::Method::GET, path, None, Some(table)).await.unwrap();
     assert_status(&r, 406, "NotAcceptable", "a Table only");
 }
+
+/// kubectl (client-go) waits out a 429 of the in-flight limits (`Retry-After: 1`) and sends the
+/// request again: it gets its answer once a place is free, instead of failing.
+#[tokio::test(flavor = "multi_thread")]
+async fn kubectl_waits_out_the_in_flight_limit() {
+    let Some(exe) = kubectl_path() else { return };
+    let c = Coordinator::start_with(Options {
+        args: vec!["--max-requests-inflight".into(), "1".into()],
+        ..Default::default()
+    });
+    let token = c.create_token("kubectl-patient", "viewer");
+    let raw = reqwest::Client::builder()
+        .tls_certs_only([reqwest::Certificate::from_pem(&c.ca_pem()).expect("CA")])
+        .build()
+        .expect("reqwest client");
+    let probe = || async { raw.get(format!("{}/api/v1/nodes", c.url())).bearer_auth(&token).send().await.ok() };
+    for args in [vec!["get", "--raw", "/api/v1/nodes"], vec!["get", "mcp"]] {
+        let held = take_the_place(&c, &token, reqwest::Method::GET, "/api/v1/nodes", probe).await;
+        let kubectl = Kubectl::new(exe.clone(), &c, Auth::Flags { token: token.clone() });
+        let started = Instant::now();
+        let run = tokio::task::spawn_blocking(move || {
+            let out = kubectl.run(&args.iter().map(|s| &**s).collect::<Vec<_>>());
+            (out, args)
+        });
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        held.release().await;
+        let (out, args) = run.await.expect("kubectl ran");
+        let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "kubectl {args:?} after a 429: {stdout}\n{stderr}");
+        assert!(started.elapsed() >= Duration::from_secs(1), "it waited for the place ({:?})", started.elapsed());
+        // The list's answer (a fresh coordinator has no pools: kubectl says so).
+        let answered =
+            if args[1] == "--raw" { stdout.contains("NodeList") } else { stderr.contains("No resources found") };
+        assert!(answered, "kubectl {args:?} printed its answer: {stdout}\n{stderr}");
+    }
+}

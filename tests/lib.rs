@@ -315,6 +315,27 @@ impl Coordinator {
         token
     }
 
+    /// A request the coordinator holds in flight: its headers and the start of its body are
+    /// sent, the rest waits until [`HeldRequest::release`]. Meanwhile it keeps its place under the
+    /// in-flight limits (`--max-requests-inflight`, `--max-mutating-requests-inflight`).
+    pub async fn hold_request(&self, token: &str, method: reqwest::Method, path: &str) -> HeldRequest {
+        let http = reqwest::Client::builder()
+            .tls_certs_only([reqwest::Certificate::from_pem(&self.ca_pem()).expect("CA")])
+            .build()
+            .expect("reqwest client");
+        let (more, rx) = tokio::sync::mpsc::channel::<Result<Vec<u8>, std::io::Error>>(1);
+        more.send(Ok(b"{".to_vec())).await.expect("the body's start is queued");
+        let body = futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|chunk| (chunk, rx)) });
+        let send = http
+            .request(method, format!("{}{path}", self.url))
+            .bearer_auth(token)
+            .header("content-type", "application/json")
+            .body(reqwest::Body::wrap_stream(body))
+            .send();
+        let task = tokio::spawn(async move { send.await.map(|r| r.status().as_u16()).ok() });
+        HeldRequest { more: Some(more), task }
+    }
+
     /// SIGKILL the process (by its own PID) and reap it.
     pub fn kill9(&mut self) {
         if let Some(mut child) = self.child.take() {
@@ -930,4 +951,57 @@ fn clock_ticks_per_s() -> f64 {
 /// The number after `key` in a `key: value [unit]` file of /proc (status, io); 0 when absent.
 fn proc_field(text: &str, key: &str) -> u64 {
     text.lines().find_map(|l| l.strip_prefix(key)).and_then(|v| v.split_whitespace().next()?.parse().ok()).unwrap_or(0)
+}
+
+/// A request of `method` on `path` held in flight, once `probe` (a request of the same kind)
+/// is refused: the held one then has the kind's one place. A probe may take the place just as
+/// the held request arrives, which is then refused itself; it is sent again.
+pub async fn take_the_place<F, Fut>(
+    c: &Coordinator,
+    token: &str,
+    method: reqwest::Method,
+    path: &str,
+    probe: F,
+) -> HeldRequest
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Option<reqwest::Response>>,
+{
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let held = c.hold_request(token, method.clone(), path).await;
+        while !held.ended() {
+            assert!(Instant::now() < deadline, "no request kept {method} {path}'s place");
+            if probe().await.is_some_and(|r| r.status() == 429) {
+                return held;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// See [`Coordinator::hold_request`].
+pub struct HeldRequest {
+    more: Option<tokio::sync::mpsc::Sender<Result<Vec<u8>, std::io::Error>>>,
+    task: tokio::task::JoinHandle<Option<u16>>,
+}
+
+impl HeldRequest {
+    /// Whether the request was answered already (refused by a limit, or its body ended).
+    pub fn ended(&self) -> bool {
+        self.task.is_finished()
+    }
+
+    /// End the body (an incomplete JSON document: the coordinator answers it 400) and wait for the
+    /// answer's code: the request's place is free again once it returns.
+    pub async fn release(mut self) -> Option<u16> {
+        self.more.take();
+        (&mut self.task).await.ok().flatten()
+    }
+}
+
+impl Drop for HeldRequest {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
 }

@@ -211,7 +211,7 @@ impl Connection {
         method: Method,
         uri: Uri,
         auth: Option<&HeaderValue>,
-        body: Option<(&str, Vec<u8>)>,
+        body: Option<(&str, Bytes)>,
         accept: Option<&str>,
     ) -> Result<Response<h2::RecvStream>> {
         let mut req = Request::builder().method(method).uri(uri);
@@ -225,7 +225,7 @@ impl Connection {
             req = req.header(CONTENT_TYPE, *ctype).header(CONTENT_LENGTH, data.len());
         }
         let req = req.body(()).context("building the request")?;
-        let data = body.map(|(_, data)| Bytes::from(data));
+        let data = body.map(|(_, data)| data);
         // Sent again once, on a new connection: a request the coordinator never saw (it could
         // not be sent, the connection being found closed only now; or it was refused with
         // REFUSED_STREAM, which HTTP/2 promises was not processed), and a read that met a

@@ -2,6 +2,7 @@
 //! the same file), and the HTTP client speaks the coordinator's Kubernetes-style API. Used by
 //! aloftctl, the node agent and the tests.
 
+pub mod backoff;
 mod h2conn;
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -146,14 +147,41 @@ impl Reply {
         if self.ok() {
             Ok(self.body)
         } else {
-            let msg = self.body.get("message").and_then(Value::as_str).unwrap_or("").to_string();
+            // A text answer (a 429 of the in-flight limits, a proxy's error page) is its text.
+            let msg = match &self.body {
+                Value::String(text) => text.trim().to_string(),
+                body => body.get("message").and_then(Value::as_str).unwrap_or("").to_string(),
+            };
             let msg = if msg.is_empty() { self.body.to_string() } else { msg };
-            bail!(
-                "Error from server ({}): {msg}",
-                self.body.get("reason").and_then(Value::as_str).unwrap_or(&self.code.to_string())
-            )
+            let reason = match self.body.get("reason").and_then(Value::as_str) {
+                Some(r) => r.to_string(),
+                None if self.code == 429 => "TooManyRequests".to_string(),
+                None => self.code.to_string(),
+            };
+            bail!("Error from server ({reason}): {msg}")
         }
     }
+}
+
+/// How many times a request is sent again when the coordinator asks for it later: client-go's
+/// default (`maxRetries`, 10). After that the last answer (a 429) is the caller's.
+const MAX_SENT_AGAIN: u32 = 10;
+
+/// The longest wait a `Retry-After` is followed for; a longer one waits this long.
+const MAX_RETRY_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// How long to wait before sending a request again, when its answer asks for that: a 429, or a
+/// 5xx with a `Retry-After` in seconds, as client-go reads it (`checkWait`). A server sends
+/// `Retry-After` only with a request it did not serve (the coordinator's in-flight limits, a
+/// proxy's overload), so a write is not applied twice. An HTTP-date is read as 1 s.
+fn retry_after<B>(resp: &http::Response<B>) -> Option<std::time::Duration> {
+    let code = resp.status().as_u16();
+    if code != 429 && !(500..600).contains(&code) {
+        return None;
+    }
+    let value = resp.headers().get(http::header::RETRY_AFTER)?.to_str().ok()?.trim();
+    let seconds = value.parse::<u64>().unwrap_or(1);
+    Some(std::time::Duration::from_secs(seconds).min(MAX_RETRY_AFTER))
 }
 
 /// A [`Reply`] from a status code and a body: JSON, or the text as a JSON string.
@@ -348,7 +376,7 @@ impl Client {
         &self,
         method: &Method,
         path: &str,
-        body: Option<(&str, Vec<u8>)>,
+        body: Option<(&str, bytes::Bytes)>,
         accept: Option<&str>,
     ) -> Result<http::Response<h2::RecvStream>> {
         let uri = self.uri(path)?;
@@ -369,7 +397,27 @@ impl Client {
         body: Option<(&str, Vec<u8>)>,
         accept: Option<&str>,
     ) -> Result<(u16, bytes::Bytes)> {
-        let resp = self.start(&method, path, body, accept).await?;
+        let body = body.map(|(ctype, data)| (ctype, bytes::Bytes::from(data)));
+        let mut sent_again = 0;
+        let resp = loop {
+            let resp = self.start(&method, path, body.clone(), accept).await?;
+            match retry_after(&resp) {
+                Some(wait) if sent_again < MAX_SENT_AGAIN => {
+                    sent_again += 1;
+                    // Spread: a whole fleet told "1 s" at once would come back at once.
+                    let wait = backoff::jittered(wait);
+                    tracing::debug!(
+                        code = resp.status().as_u16(),
+                        attempt = sent_again,
+                        wait_ms = wait.as_millis() as u64,
+                        "{method} {path}: the coordinator asked for the request again later"
+                    );
+                    drop(resp);
+                    tokio::time::sleep(wait).await;
+                }
+                _ => break resp,
+            }
+        };
         let code = resp.status().as_u16();
         let bytes =
             h2conn::read_body(resp.into_body()).await.with_context(|| format!("{method} {}{path}", self.base))?;
@@ -523,6 +571,42 @@ mod tests {
                 assert_eq!(c.uri(p).unwrap().to_string(), whole.as_str(), "{server} {p}");
             }
         }
+    }
+
+    /// Sent again for a 429, or a 5xx that says when; the wait as the server names it, at most
+    /// a minute; never for other codes or without a `Retry-After`.
+    #[test]
+    fn retry_after_as_client_go_reads_it() {
+        let answer = |code: u16, retry_after: Option<&str>| {
+            let mut b = http::Response::builder().status(code);
+            if let Some(v) = retry_after {
+                b = b.header(http::header::RETRY_AFTER, v);
+            }
+            b.body(()).unwrap()
+        };
+        let secs = std::time::Duration::from_secs;
+        assert_eq!(retry_after(&answer(429, Some("1"))), Some(secs(1)));
+        assert_eq!(retry_after(&answer(429, Some(" 7 "))), Some(secs(7)));
+        assert_eq!(retry_after(&answer(503, Some("2"))), Some(secs(2)));
+        assert_eq!(retry_after(&answer(429, Some("86400"))), Some(MAX_RETRY_AFTER));
+        assert_eq!(retry_after(&answer(429, Some("Wed, 21 Oct 2015 07:28:00 GMT"))), Some(secs(1)));
+        assert_eq!(retry_after(&answer(429, None)), None, "no wait named: not sent again");
+        assert_eq!(retry_after(&answer(500, None)), None);
+        for code in [200, 201, 400, 404, 409, 413] {
+            assert_eq!(retry_after(&answer(code, Some("1"))), None, "{code}");
+        }
+    }
+
+    /// A text answer reads as its text; a 429 without a Status is TooManyRequests, as kubectl says.
+    #[test]
+    fn a_text_answer_is_its_text() {
+        let r = reply(429, b"Too many requests, please try again later.\n");
+        let err = r.into_result().unwrap_err().to_string();
+        assert_eq!(err, "Error from server (TooManyRequests): Too many requests, please try again later.");
+        let r = reply(502, b"<html>bad gateway</html>");
+        assert_eq!(r.into_result().unwrap_err().to_string(), "Error from server (502): <html>bad gateway</html>");
+        let r = reply(404, br#"{"kind":"Status","reason":"NotFound","message":"nodes \"x\" not found"}"#);
+        assert_eq!(r.into_result().unwrap_err().to_string(), r#"Error from server (NotFound): nodes "x" not found"#);
     }
 
     /// kube-apiserver's form, escapes, lists, dates; other codes and malformed tails dropped.

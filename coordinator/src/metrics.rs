@@ -91,7 +91,7 @@ impl From<std::fmt::Error> for MetricsError {
 pub async fn encode(
     store: &dyn Store,
     health: &Health,
-    requests: &RequestMetrics,
+    (requests, inflight): (&RequestMetrics, &crate::server::inflight::Inflight),
     allocator: Option<AllocatorProbe>,
     build: &BuildInfo,
 ) -> Result<String, MetricsError> {
@@ -134,6 +134,7 @@ pub async fn encode(
     revision.set(i64::try_from(pools.revision).unwrap_or(i64::MAX));
     registry.register("aloft_store_revision", "The store's newest revision", revision);
     requests.register(&mut registry);
+    inflight.register(&mut registry);
     crate::process_metrics::register(&mut registry, allocator);
     let info = Family::<[(&'static str, &'static str); 4], Gauge>::default();
     info.get_or_create(&build.metric_labels()).set(1);

@@ -284,6 +284,10 @@ pub async fn run(opts: ServeOptions) -> Result<()> {
         presence: presence.clone(),
         build: opts.build.clone(),
         enrolling: Default::default(),
+        inflight: server::inflight::Inflight::new(
+            opts.limits.max_requests_inflight,
+            opts.limits.max_mutating_requests_inflight,
+        ),
     });
     controllers::spawn_all(store.clone(), health.clone(), opts.event_ttl).context("starting the controllers")?;
     let (ttl_store, ttl) = (store.clone(), opts.event_ttl);

@@ -1042,6 +1042,19 @@ async fn rollout(
         "  the fleet's requests, as the coordinator counted them (/metrics, by verb and code): {}",
         per_verb.join(", ")
     );
+    // What `--max-requests-inflight` and `--max-mutating-requests-inflight` must leave room for.
+    let series = |name: &str, kind: &str| {
+        let prefix = format!("{name}{{request_kind=\"{kind}\"}} ");
+        metrics.lines().find_map(|l| l.strip_prefix(&prefix)?.trim().parse::<f64>().ok()).unwrap_or(0.0)
+    };
+    println!(
+        "  requests in flight at once (/metrics, the most since the coordinator started): {:.0} reads, {:.0} writes; \
+         answered 429 over the limits: {:.0} reads, {:.0} writes",
+        series("aloft_apiserver_inflight_requests_high_water", "readOnly"),
+        series("aloft_apiserver_inflight_requests_high_water", "mutating"),
+        series("apiserver_dropped_requests_total", "readOnly"),
+        series("apiserver_dropped_requests_total", "mutating"),
+    );
     // A freed slot waits for the node controller's pass, and a long pass is mostly the writes of
     // its picks it waits for: how the passes went shows where a generation's turns queued.
     println!(

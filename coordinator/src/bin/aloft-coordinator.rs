@@ -81,6 +81,16 @@ enum Cmd {
         /// Largest request body in bytes.
         #[arg(long, default_value_t = 3 * 1024 * 1024)]
         max_body_bytes: usize,
+        /// Reads (get, list) served at once; one more is answered 429 with Retry-After: 1 and
+        /// its client sends it again, as kube-apiserver's flag. Watches are not counted, and an
+        /// admin's request is always served. 0 is no limit. /metrics shows the most in flight
+        /// (aloft_apiserver_inflight_requests_high_water) to size it against.
+        #[arg(long, default_value_t = aloft_coordinator::server::inflight::DEFAULT_READ_ONLY)]
+        max_requests_inflight: usize,
+        /// Writes (create, update, patch, delete, enrollment) served at once; as
+        /// --max-requests-inflight, for writes.
+        #[arg(long, default_value_t = aloft_coordinator::server::inflight::DEFAULT_MUTATING)]
+        max_mutating_requests_inflight: usize,
         /// Revisions of history kept for watches; a client resuming from an older
         /// resourceVersion gets 410 Gone and re-lists.
         #[arg(long, default_value_t = aloft_coordinator::store::sqlite::DEFAULT_RETAIN)]
@@ -286,12 +296,19 @@ async fn run() -> Result<()> {
             admin_token_file,
             tls_san,
             max_body_bytes,
+            max_requests_inflight,
+            max_mutating_requests_inflight,
             watch_history,
             event_ttl,
             node_monitor_grace_period,
             new_ca,
         } => {
-            let limits = Limits { max_body: max_body_bytes, ..Limits::default() };
+            let limits = Limits {
+                max_body: max_body_bytes,
+                max_requests_inflight,
+                max_mutating_requests_inflight,
+                ..Limits::default()
+            };
             serve::run(ServeOptions {
                 data_dir,
                 listen,

@@ -8,6 +8,7 @@ pub mod explain;
 pub mod fields;
 pub mod finalizers;
 pub mod handlers;
+pub mod inflight;
 pub mod lease;
 mod negotiate;
 pub mod objects;
@@ -45,11 +46,20 @@ pub struct Limits {
     pub max_body: usize,
     /// A watch without `timeoutSeconds` ends after this; clients reconnect from their last version.
     pub watch_timeout: Duration,
+    /// Reads served at once before a 429 (`--max-requests-inflight`); 0 is no limit.
+    pub max_requests_inflight: usize,
+    /// Writes served at once before a 429 (`--max-mutating-requests-inflight`); 0 is no limit.
+    pub max_mutating_requests_inflight: usize,
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { max_body: 3 * 1024 * 1024, watch_timeout: Duration::from_secs(1800) }
+        Limits {
+            max_body: 3 * 1024 * 1024,
+            watch_timeout: Duration::from_secs(1800),
+            max_requests_inflight: inflight::DEFAULT_READ_ONLY,
+            max_mutating_requests_inflight: inflight::DEFAULT_MUTATING,
+        }
     }
 }
 
@@ -92,6 +102,9 @@ pub struct Ctx {
     pub build: aloft_api::build::BuildInfo,
     /// The node names being enrolled now (one enrollment of a name at a time).
     pub enrolling: enroll::InFlight,
+    /// The requests served now, against [`Limits::max_requests_inflight`] and
+    /// [`Limits::max_mutating_requests_inflight`].
+    pub inflight: inflight::Inflight,
 }
 
 pub type SharedCtx = Arc<Ctx>;
@@ -296,7 +309,15 @@ async fn metrics(ctx: &Ctx, who: &Identity, headers: &HeaderMap) -> Response {
         return ApiError::forbidden(who, "get", "/metrics", None, None).into_response();
     }
     let accept = headers.get(axum::http::header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("");
-    match crate::metrics::encode(ctx.store.as_ref(), &ctx.health, &ctx.requests, ctx.allocator, &ctx.build).await {
+    match crate::metrics::encode(
+        ctx.store.as_ref(),
+        &ctx.health,
+        (&ctx.requests, &ctx.inflight),
+        ctx.allocator,
+        &ctx.build,
+    )
+    .await
+    {
         Ok(text) if exposition::wants_openmetrics(accept) => {
             (StatusCode::OK, [("content-type", exposition::OPENMETRICS)], text).into_response()
         }
@@ -361,6 +382,8 @@ pub fn router(ctx: SharedCtx) -> Router {
         .route("/apis", any(api_root::<false>))
         .route("/apis/{*rest}", any(api_root::<false>))
         .fallback(|| async { ApiError::not_found_path().into_response() })
+        // Inside authentication: an admin is served over the limits.
+        .route_layer(middleware::from_fn_with_state(ctx.clone(), inflight::limit))
         .route_layer(middleware::from_fn_with_state(ctx.clone(), authenticate))
         .with_state(ctx.clone());
     Router::new()

@@ -190,10 +190,11 @@ impl Drop for OpenWatch {
 /// The middleware: every request through the router is counted with its answer's code.
 pub async fn observe(
     axum::extract::State(ctx): axum::extract::State<super::SharedCtx>,
-    req: axum::extract::Request,
+    mut req: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
     let route = Route::of(req.method(), req.uri(), req.headers());
+    req.extensions_mut().insert(super::inflight::Verb(route.verb));
     let start = std::time::Instant::now();
     let res = next.run(req).await;
     ctx.requests.answered(&route, res.status().as_u16(), start.elapsed());
