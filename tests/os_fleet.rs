@@ -914,6 +914,8 @@ async fn b_prestaging_from_a_stalled_mirror(w: &OsWorld, b_helper_args: &[&str])
     let a = w.running_host("worker-a", &v1, &["root=/dev/vda"]).await;
     let mut b = w.host("worker-b", &v1, &["root=/dev/vda"]).await;
     b.host.os_helper_args = b_helper_args.iter().map(|s| s.to_string()).collect();
+    // A download's progress reaches the Node once it has run 2 s (30 s by default).
+    b.host.extra_args.extend(["--os-progress-report-seconds".to_string(), "2".to_string()]);
     let b_sysroot = b.sysroot();
     b.host.start_os_helper(&b_sysroot, &w.key.keyring);
     b.host.start_agent(c, w.token_file.path());
@@ -989,6 +991,7 @@ async fn an_update_whose_mirror_stopped_sending_fails_as_stalled_and_completes_o
     let b_name = b.host.name.clone();
     let started = std::time::Instant::now();
     let mut progress = Vec::new();
+    let on_node = std::sync::Arc::new(std::sync::Mutex::new(Vec::<(String, String)>::new()));
     let reason = eventually(Duration::from_secs(120), "b Degraded: the mirror stalled", || {
         play_reboots(c, [&mut a, &mut b]);
         let st = b.agent_status();
@@ -998,16 +1001,31 @@ async fn an_update_whose_mirror_stopped_sending_fails_as_stalled_and_completes_o
                 progress.push(seen);
             }
         }
-        let b_name = b_name.clone();
+        let (b_name, on_node) = (b_name.clone(), on_node.clone());
         async move {
             let ann = node_annotations(c, &b_name).await?;
+            let shown = get(&ann, ann::PROGRESS).to_string();
+            if !shown.is_empty() {
+                on_node.lock().unwrap().push((get(&ann, ann::STATE).to_string(), shown.clone()));
+            }
             let reason = get(&ann, ann::REASON).to_string();
             Ok((get(&ann, ann::STATE) == "Degraded"
                 && reason.contains("stalled: nothing arrived from the mirror for 8 s"))
-            .then_some(reason))
+            .then_some((reason, shown)))
         }
     })
     .await;
+    let (reason, left_on_node) = reason;
+    // The Node showed the download while b updated (picked, it downloads before it reports
+    // Working: its state still says Done on v1), and not once it failed.
+    let on_node = on_node.lock().unwrap().clone();
+    let node_shown = format!("downloading OS commit {v2}: ");
+    assert!(
+        on_node.iter().any(|(state, p)| state != "Degraded" && p.starts_with(&node_shown) && p.contains(" objects, ")),
+        "b's Node never showed the download: {:?}",
+        &on_node[on_node.len().saturating_sub(5)..]
+    );
+    assert_eq!(left_on_node, "", "the failure report took the progress off the Node");
     // Shown every 3 s: with the update's pull or the pre-stage it waits for under way.
     let shown = format!("preparing: downloading OS commit {v2}: ");
     assert!(
@@ -1024,6 +1042,8 @@ async fn an_update_whose_mirror_stopped_sending_fails_as_stalled_and_completes_o
     // The mirror sends again: b's next try completes.
     gate.open();
     play_until_b_done_on(c, &mut a, &mut b, &v2, "b Done on v2").await;
+    let ann = node_annotations(c, &b_name).await.unwrap();
+    assert_eq!(get(&ann, ann::PROGRESS), "", "no progress on the Node once b is Done");
 }
 
 /// Plays every reboot `hosts` asked for: the agent is stopped and started on a new boot id.

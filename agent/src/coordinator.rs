@@ -521,6 +521,9 @@ fn working<'a>(current: &'a str, drain: Option<&'a str>) -> Vec<(&'static str, O
         (ann::REASON, Some("")),
         (ann::CURRENT_CONFIG, Some(current)),
         (ann::FAILED_CONFIG, None),
+        // The download is over once the update reports Working (one left by an agent stopped
+        // in it goes too).
+        (ann::PROGRESS, None),
     ];
     if let Some(d) = drain {
         values.push((ann::DESIRED_DRAIN, Some(d)));
@@ -536,6 +539,7 @@ fn done<'a>(current: &'a str, uncordon: Option<&'a str>) -> Vec<(&'static str, O
         (ann::REASON, Some("")),
         (ann::CURRENT_CONFIG, Some(current)),
         (ann::FAILED_CONFIG, None),
+        (ann::PROGRESS, None),
     ];
     if let Some(u) = uncordon {
         values.push((ann::DESIRED_DRAIN, Some(u)));
@@ -558,6 +562,7 @@ fn failure<'a>(
         (ann::REASON, Some(reason)),
         (ann::CURRENT_CONFIG, Some(current)),
         (ann::FAILED_CONFIG, Some(failed_on)),
+        (ann::PROGRESS, None),
     ]
 }
 
@@ -865,7 +870,8 @@ mod tests {
             let a = annotations(&failure(state, "boom", "r1", "r2"));
             assert_eq!(
                 a,
-                json!({ann::STATE: state, ann::REASON: "boom", ann::CURRENT_CONFIG: "r1", ann::FAILED_CONFIG: "r2"})
+                json!({ann::STATE: state, ann::REASON: "boom", ann::CURRENT_CONFIG: "r1", ann::FAILED_CONFIG: "r2",
+                    ann::PROGRESS: null})
             );
         }
         // Drift on the current config is a failure on that config.
@@ -880,6 +886,10 @@ mod tests {
             assert_eq!(a[ann::REASON], "", "{a}");
         }
         assert_eq!(annotations(&done("r2", Some("uncordon-r2")))[ann::DESIRED_DRAIN], "uncordon-r2");
+        // A download's progress an agent stopped in it left is taken off by every state report.
+        for a in [annotations(&working("r1", None)), annotations(&done("r2", None))] {
+            assert_eq!(a.get(ann::PROGRESS), Some(&Value::Null), "{a}");
+        }
         let long = "x".repeat(MAX_REASON + 10);
         assert_eq!(
             annotations(&failure("Degraded", &long, "r1", "r2"))[ann::REASON].as_str().unwrap().len(),

@@ -91,6 +91,11 @@ struct RunArgs {
     /// for the coordinator however long it takes.
     #[arg(long, env = "ALOFT_OS_REACH_TIMEOUT_SECONDS", default_value_t = 900)]
     os_reach_timeout_seconds: u64,
+    /// How often an update's OS download, once it has run this long, writes how far it is to
+    /// the Node (the aloft.dev/progress annotation: `aloftctl get nodes` shows it in REASON while
+    /// the node updates); the agent's own status shows it every 3 s. 0: never.
+    #[arg(long, env = "ALOFT_OS_PROGRESS_REPORT_SECONDS", default_value_t = 30)]
+    os_progress_report_seconds: u64,
     /// Environment-style config file (KEY=value lines for the ALOFT_* options above).
     #[arg(long)]
     config: Option<PathBuf>,
@@ -118,6 +123,7 @@ fn os_options(a: &RunArgs) -> Result<Option<daemon::OsOptions>> {
             .collect(),
         health_timeout: Duration::from_secs(a.health_timeout_seconds.max(1)),
         reach_timeout: Duration::from_secs(a.os_reach_timeout_seconds),
+        progress_report: Duration::from_secs(a.os_progress_report_seconds),
     }))
 }
 

@@ -50,6 +50,15 @@ pub const RESUME_ROLLOUT: &str = "aloft.dev/resumeRollout";
 /// Removed by that uncordon, or by any later pick or release.
 pub const UNCORDON_AT_DONE: &str = "aloft.dev/uncordonAtDone";
 
+/// Written by the agent while an update's OS download runs long: how far it is (`downloading
+/// OS commit <checksum>: 40 of 1,200 objects, 310 MB in 1m30s`), every
+/// `--os-progress-report-seconds` (30 s by default) once the download has taken that long, so
+/// `aloftctl get nodes` and `kubectl get nodes` show it in REASON while the node updates (a
+/// picked node downloads before its Working report). Removed when the download ends, and by
+/// every state report (Working, Done, a failure). MCO has no such
+/// annotation (its MachineConfigNode says which step a node is in, not how far a download is).
+pub const PROGRESS: &str = "aloft.dev/progress";
+
 /// Written by the agent with every Degraded or Unreconcilable report: the rendered config the
 /// failure is about (the update's target; for drift, the config the node runs). MCO's `state` and
 /// `reason` do not say, and a node retargeted while failing still carries the old config's

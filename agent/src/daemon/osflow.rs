@@ -38,6 +38,9 @@ pub struct OsOptions {
     /// How long a new OS deployment has, from the agent's start in its first boot, to let the
     /// agent reach the coordinator before it is rolled back; zero: no limit.
     pub reach_timeout: Duration,
+    /// How often an update's download, once it has run this long, writes how far it is to the
+    /// Node ([`aloft_api::annotations::PROGRESS`]); zero: never.
+    pub progress_report: Duration,
 }
 
 /// The OS backend and the health checks, as the daemon uses them.
@@ -47,6 +50,8 @@ pub struct OsAgent {
     pub health: HealthChecks,
     /// [`OsOptions::reach_timeout`].
     pub reach_timeout: Duration,
+    /// [`OsOptions::progress_report`].
+    pub progress_report: Duration,
 }
 
 impl OsAgent {
@@ -60,6 +65,7 @@ impl OsAgent {
                 timeout: opts.health_timeout,
             },
             reach_timeout: opts.reach_timeout,
+            progress_report: opts.progress_report,
         }
     }
 }
@@ -480,6 +486,10 @@ impl Agent {
         let mut tick = tokio::time::interval_at(first, DOWNLOAD_STATUS_EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut shown = false;
+        let started = tokio::time::Instant::now();
+        // The Node hears of a download only once it runs long, and then every `progress_report`:
+        // a fleet's quick downloads cost the coordinator no write.
+        let mut node_report = NodeProgress::new(os.progress_report, started);
         let result = loop {
             tokio::select! {
                 result = &mut pull => break result,
@@ -488,8 +498,12 @@ impl Agent {
                     let Ok(status) = self.read_os_status(os).await else { continue };
                     let Some(download) = status.download.filter(|d| d.checksum == checksum) else { continue };
                     shown = true;
-                    if let Err(e) = self.write_status(&format!("downloading OS commit {checksum}: {download}")) {
+                    let text = format!("downloading OS commit {checksum}: {download}");
+                    if let Err(e) = self.write_status(&text) {
                         tracing::warn!(error = %format!("{e:#}"), "cannot publish the download's progress");
+                    }
+                    if node_report.due(tokio::time::Instant::now()) {
+                        node_report.write(&self.api, text);
                     }
                 }
             }
@@ -500,6 +514,7 @@ impl Agent {
                 status.remove("download");
             }
         }
+        node_report.end(&self.api).await;
         result
     }
 
@@ -1116,6 +1131,51 @@ impl Agent {
 /// Whether the booted deployment already is what the update asks for: the commit (`image`, when
 /// the config names one) with the kernel arguments the change from `old_kargs` to `new_kargs`
 /// gives it. Nothing is booted on a directory sysroot (tests): that is never a match.
+/// The download's progress as the Node shows it ([`aloft_api::annotations::PROGRESS`]): written
+/// once the download has run `every`, then every `every`, each write in the background (the
+/// download goes on meanwhile, and a coordinator out of reach does not hold it up), and taken
+/// off when the download ends. Each write waits for the one before, and the last is waited for
+/// before the removal, so the Node never shows a progress after its download ended.
+struct NodeProgress {
+    every: Duration,
+    next: Option<tokio::time::Instant>,
+    written: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl NodeProgress {
+    fn new(every: Duration, started: tokio::time::Instant) -> Self {
+        NodeProgress { every, next: (!every.is_zero()).then(|| started + every), written: None }
+    }
+
+    /// Whether a write is due at `now` (and none is still under way).
+    fn due(&mut self, now: tokio::time::Instant) -> bool {
+        let due = self.next.is_some_and(|t| now >= t) && self.written.as_ref().is_none_or(|w| w.is_finished());
+        if due {
+            self.next = Some(now + self.every);
+        }
+        due
+    }
+
+    fn write(&mut self, api: &crate::coordinator::NodeApi, text: String) {
+        let api = api.clone();
+        self.written = Some(tokio::spawn(async move {
+            if let Err(e) = api.annotate(&[(aloft_api::annotations::PROGRESS, Some(&text))]).await {
+                tracing::debug!(error = %format!("{e:#}"), "the download's progress did not reach the Node");
+            }
+        }));
+    }
+
+    /// Take the progress off the Node, if it was put there.
+    async fn end(self, api: &crate::coordinator::NodeApi) {
+        let Some(last) = self.written else { return };
+        let _ = last.await;
+        if let Err(e) = api.annotate(&[(aloft_api::annotations::PROGRESS, None)]).await {
+            // The Done or failure report that follows takes it off too.
+            tracing::debug!(error = %format!("{e:#}"), "the download's progress is still on the Node");
+        }
+    }
+}
+
 fn booted_matches(
     booted: Option<&DeploymentInfo>,
     image: Option<&str>,

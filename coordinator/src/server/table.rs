@@ -47,7 +47,7 @@ fn columns(r: &ResourceType) -> Vec<Col> {
             col("Roles", "string", 0, "node-role.kubernetes.io/ labels"),
             col("Config", "string", 0, "currentConfig annotation"),
             col("State", "string", 0, "The agent's state annotation (Degraded while a drain is past its timeout)"),
-            col("Reason", "string", 0, "Why the node is in its state"),
+            col("Reason", "string", 0, "Why the node is in its state; while it updates, how far a long OS download is"),
             age,
             col("Desired", "string", 1, "desiredConfig annotation"),
             col("Failed Config", "string", 1, "The config the agent's last failure report was about (aloft.dev/failedConfig)"),
@@ -146,8 +146,12 @@ fn cells(r: &ResourceType, o: &Value, now: chrono::DateTime<chrono::Utc>) -> Vec
                 o.pointer("/metadata/annotations").and_then(|a| a.get(k)).and_then(Value::as_str).unwrap_or("")
             };
             let drain_failure = a(ann::DRAIN_FAILURE);
-            let (state, reason) =
-                if drain_failure.is_empty() { (a(ann::STATE), a(ann::REASON)) } else { ("Degraded", drain_failure) };
+            let (state, reason) = match (drain_failure, a(ann::STATE), a(ann::REASON)) {
+                // Picked, the node downloads before it reports Working: the progress shows then too.
+                ("", state, "") => (state, a(ann::PROGRESS)),
+                ("", state, reason) => (state, reason),
+                (failure, _, _) => ("Degraded", failure),
+            };
             vec![
                 name,
                 json!(status),
@@ -350,6 +354,35 @@ mod tests {
         assert_eq!(row_object(&[("includeObject", "None")]), Value::Null);
         let bogus = [("includeObject".to_string(), "Everything".to_string())].into();
         assert_eq!(IncludeObject::from_params(&bogus).unwrap_err().status.code, 400);
+    }
+
+    /// While a node updates, REASON says how far its long OS download is (the agent's
+    /// `aloft.dev/progress`; a picked node downloads before it reports Working, so it may still
+    /// say Done on its old config); a reason of its own or a drain past its timeout wins.
+    #[test]
+    fn a_working_node_shows_its_download_in_reason() {
+        let cells = |annotations: Value| {
+            let n = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "a", "annotations": annotations}});
+            let t = table(&crate::resources::NODE, TableVersion::V1, &[&n], None, true, IncludeObject::None);
+            let at =
+                |name: &str| t["columnDefinitions"].as_array().unwrap().iter().position(|c| c["name"] == name).unwrap();
+            let row = &t["rows"][0]["cells"];
+            (row[at("State")].clone(), row[at("Reason")].clone())
+        };
+        let progress = "downloading OS commit abc: 40 of 1200 objects, 310 MB in 1m30s";
+        let working = json!({ann::STATE: "Working", ann::REASON: "", ann::PROGRESS: progress});
+        assert_eq!(cells(working.clone()), (json!("Working"), json!(progress)));
+        let mut picked = working.clone();
+        picked[ann::STATE] = json!("Done");
+        assert_eq!(cells(picked), (json!("Done"), json!(progress)), "picked, downloading before its Working report");
+        let mut degraded = working.clone();
+        degraded[ann::STATE] = json!("Degraded");
+        degraded[ann::REASON] = json!("pull failed");
+        assert_eq!(cells(degraded), (json!("Degraded"), json!("pull failed")));
+        let mut draining = working.clone();
+        draining[ann::DRAIN_FAILURE] = json!("drain past its timeout");
+        assert_eq!(cells(draining), (json!("Degraded"), json!("drain past its timeout")));
+        assert_eq!(cells(json!({ann::STATE: "Working"})), (json!("Working"), json!("")));
     }
 
     /// A budget without a selector covers every node, as one with `selector: {}` does, and its
