@@ -112,14 +112,20 @@ async fn requests_over_the_in_flight_limits_are_answered_429_and_change_nothing(
     assert_eq!(r.status(), 200, "a read once the held one ended");
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn the_client_sends_a_429d_request_again_after_the_wait() {
+/// A coordinator serving one read at a time, that read held in flight, and a viewer's client.
+async fn a_viewer_behind_a_held_read() -> (Coordinator, aloft_client::Client, HeldRequest) {
     let c = one_at_a_time();
-    let viewer = c.client_with_token(Some(&c.create_token("patient-viewer", "viewer")));
+    let viewer = c.client_with_token(Some(&c.create_token("waiting-viewer", "viewer")));
     let raw = raw_client(&c);
     let token = c.create_token("probe-viewer", "viewer");
     let probe = || async { raw.get(format!("{}/api/v1/nodes", c.url())).bearer_auth(&token).send().await.ok() };
     let held = take_the_place(&c, &token, Method::GET, "/api/v1/nodes", probe).await;
+    (c, viewer, held)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_client_sends_a_429d_request_again_after_the_wait() {
+    let (_c, viewer, held) = a_viewer_behind_a_held_read().await;
     let release = tokio::spawn(async move {
         tokio::time::sleep(Duration::from_millis(1200)).await;
         held.release().await
@@ -135,12 +141,7 @@ async fn the_client_sends_a_429d_request_again_after_the_wait() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_client_told_to_wait_too_often_reports_the_429() {
-    let c = one_at_a_time();
-    let viewer = c.client_with_token(Some(&c.create_token("impatient-viewer", "viewer")));
-    let raw = raw_client(&c);
-    let token = c.create_token("probe-viewer", "viewer");
-    let probe = || async { raw.get(format!("{}/api/v1/nodes", c.url())).bearer_auth(&token).send().await.ok() };
-    let held = take_the_place(&c, &token, Method::GET, "/api/v1/nodes", probe).await;
+    let (_c, viewer, held) = a_viewer_behind_a_held_read().await;
     // Ten tries at 1-1.5 s each, then the 429 is the caller's, in kubectl's words.
     let started = Instant::now();
     let r = viewer.get("/api/v1/nodes").await.expect("an answer");
