@@ -114,7 +114,14 @@ impl Count {
     fn last_second(&self) -> usize {
         let now = self.now.load(Ordering::Acquire);
         let w = self.window.lock().unwrap_or_else(|e| e.into_inner());
-        let recent = if w.started.elapsed() >= Duration::from_secs(2) { 0 } else { w.last_second };
+        let recent = match w.started.elapsed().as_secs() {
+            // The window under way: the one before it is the last whole second.
+            0 => w.last_second,
+            // The window ended and no request has rolled it yet: it is the last whole second.
+            1 => w.most,
+            // Quiet since: only what is still in flight.
+            _ => 0,
+        };
         recent.max(now)
     }
 }
