@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 pub const DEFAULT_READ_ONLY: usize = 3000;
 /// The default of `--max-mutating-requests-inflight`: twice OpenShift's 1,000. Each updating
 /// node can have two reports in flight in one wave (Working and Done), and a 10,000-node
-/// rollout of 1,000 at a time had up to 745 writes in flight (rollout-bench): a 429 there would
+/// rollout of 1,000 at a time had up to 835 writes in flight (rollout-bench): a 429 there would
 /// cost a node's turn a second for nothing.
 pub const DEFAULT_MUTATING: usize = 2000;
 
