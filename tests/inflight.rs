@@ -20,13 +20,6 @@ fn one_at_a_time() -> Coordinator {
     })
 }
 
-fn raw_client(c: &Coordinator) -> reqwest::Client {
-    reqwest::Client::builder()
-        .tls_certs_only([reqwest::Certificate::from_pem(&c.ca_pem()).expect("CA")])
-        .build()
-        .expect("reqwest client")
-}
-
 /// The value of `name{request_kind="KIND"}` in the coordinator's `/metrics`.
 async fn series(admin: &aloft_client::Client, name: &str, kind: &str) -> f64 {
     let (code, body) = admin.get_raw("/metrics").await.expect("/metrics");
@@ -44,7 +37,7 @@ async fn requests_over_the_in_flight_limits_are_answered_429_and_change_nothing(
     let admin = c.client();
     let viewer_token = c.create_token("limited-viewer", "viewer");
     let boot_token = c.create_token("limited-boot", "bootstrap");
-    let raw = raw_client(&c);
+    let raw = c.http_client();
     let mcs = path_of(&MACHINE_CONFIG, None);
     let get = |path: &str| raw.get(format!("{}{path}", c.url())).bearer_auth(&viewer_token).send();
     let enroll = |name: &str| {
@@ -116,7 +109,7 @@ async fn requests_over_the_in_flight_limits_are_answered_429_and_change_nothing(
 async fn a_viewer_behind_a_held_read() -> (Coordinator, aloft_client::Client, HeldRequest) {
     let c = one_at_a_time();
     let viewer = c.client_with_token(Some(&c.create_token("waiting-viewer", "viewer")));
-    let raw = raw_client(&c);
+    let raw = c.http_client();
     let token = c.create_token("probe-viewer", "viewer");
     let probe = || async { raw.get(format!("{}/api/v1/nodes", c.url())).bearer_auth(&token).send().await.ok() };
     let held = take_the_place(&c, &token, Method::GET, "/api/v1/nodes", probe).await;

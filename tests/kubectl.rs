@@ -970,10 +970,7 @@ async fn kubectl_waits_out_the_in_flight_limit() {
         ..Default::default()
     });
     let token = c.create_token("kubectl-patient", "viewer");
-    let raw = reqwest::Client::builder()
-        .tls_certs_only([reqwest::Certificate::from_pem(&c.ca_pem()).expect("CA")])
-        .build()
-        .expect("reqwest client");
+    let raw = c.http_client();
     let probe = || async { raw.get(format!("{}/api/v1/nodes", c.url())).bearer_auth(&token).send().await.ok() };
     for args in [vec!["get", "--raw", "/api/v1/nodes"], vec!["get", "mcp"]] {
         let held = take_the_place(&c, &token, reqwest::Method::GET, "/api/v1/nodes", probe).await;

@@ -315,14 +315,20 @@ impl Coordinator {
         token
     }
 
+    /// A plain HTTP client (no aloft client behaviour: no retries) that trusts only this
+    /// coordinator's CA: for requests whose raw answer a test looks at.
+    pub fn http_client(&self) -> reqwest::Client {
+        reqwest::Client::builder()
+            .tls_certs_only([reqwest::Certificate::from_pem(&self.ca_pem()).expect("CA")])
+            .build()
+            .expect("reqwest client")
+    }
+
     /// A request the coordinator holds in flight: its headers and the start of its body are
     /// sent, the rest waits until [`HeldRequest::release`]. Meanwhile it keeps its place under the
     /// in-flight limits (`--max-requests-inflight`, `--max-mutating-requests-inflight`).
     pub async fn hold_request(&self, token: &str, method: reqwest::Method, path: &str) -> HeldRequest {
-        let http = reqwest::Client::builder()
-            .tls_certs_only([reqwest::Certificate::from_pem(&self.ca_pem()).expect("CA")])
-            .build()
-            .expect("reqwest client");
+        let http = self.http_client();
         let (more, rx) = tokio::sync::mpsc::channel::<Result<Vec<u8>, std::io::Error>>(1);
         more.send(Ok(b"{".to_vec())).await.expect("the body's start is queued");
         let body = futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|chunk| (chunk, rx)) });
@@ -969,6 +975,7 @@ where
 {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
+        assert!(Instant::now() < deadline, "no request kept {method} {path}'s place");
         let held = c.hold_request(token, method.clone(), path).await;
         while !held.ended() {
             assert!(Instant::now() < deadline, "no request kept {method} {path}'s place");

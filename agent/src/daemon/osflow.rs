@@ -1128,9 +1128,6 @@ impl Agent {
     }
 }
 
-/// Whether the booted deployment already is what the update asks for: the commit (`image`, when
-/// the config names one) with the kernel arguments the change from `old_kargs` to `new_kargs`
-/// gives it. Nothing is booted on a directory sysroot (tests): that is never a match.
 /// The download's progress as the Node shows it ([`aloft_api::annotations::PROGRESS`]): written
 /// once the download has run `every`, then every `every`, each write in the background (the
 /// download goes on meanwhile, and a coordinator out of reach does not hold it up), and taken
@@ -1176,6 +1173,9 @@ impl NodeProgress {
     }
 }
 
+/// Whether the booted deployment already is what the update asks for: the commit (`image`, when
+/// the config names one) with the kernel arguments the change from `old_kargs` to `new_kargs`
+/// gives it. Nothing is booted on a directory sysroot (tests): that is never a match.
 fn booted_matches(
     booted: Option<&DeploymentInfo>,
     image: Option<&str>,
