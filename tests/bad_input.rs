@@ -468,7 +468,8 @@ fn pool_with(name: &str, spec: Value) -> Value {
 }
 
 /// A pool's rollout numbers beyond any sane value (a soak of 292 billion years) would overflow
-/// the controllers' date arithmetic: admission refuses them, naming the field and the bound.
+/// the controllers' date arithmetic: admission refuses them, naming the field and the bound; and
+/// maintenance windows that cannot be read, naming each wrong field.
 #[tokio::test]
 async fn absurd_pool_numbers_are_422_naming_the_field() {
     let c = Coordinator::start();
@@ -490,6 +491,41 @@ async fn absurd_pool_numbers_are_422_naming_the_field() {
         let r = admin.post(&coll, &pool_with("worker", spec.clone())).await.unwrap();
         assert_status(&r, 422, "Invalid", &spec.to_string());
         assert_eq!(cause_fields(&r.body), [field], "{spec}: {}", r.body);
+    }
+    // Maintenance windows: every wrong field named, in the schedule's order.
+    let window = |w: Value| json!({"rollout": {"maintenance": {"windows": [w]}}});
+    let cases: Vec<(Value, Vec<&str>, &str)> = vec![
+        (
+            json!({"rollout": {"maintenance": {"timeZone": "Mars/Olympus",
+                "windows": [{"days": ["Sat"], "startTime": "23:30", "lengthMinutes": 60}]}}}),
+            vec!["spec.rollout.maintenance.timeZone"],
+            "Invalid value: \"Mars/Olympus\": not a time zone of this coordinator's database",
+        ),
+        (
+            window(json!({"days": ["Sat", "Funday"], "startTime": "25:00", "lengthMinutes": 0})),
+            vec![
+                "spec.rollout.maintenance.windows[0].days[1]",
+                "spec.rollout.maintenance.windows[0].startTime",
+                "spec.rollout.maintenance.windows[0].lengthMinutes",
+            ],
+            "Invalid value: \"Funday\": want Mon, Tue, Wed, Thu, Fri, Sat or Sun",
+        ),
+        (
+            window(json!({"days": ["Sun"], "startTime": "02:00", "lengthMinutes": 10081})),
+            vec!["spec.rollout.maintenance.windows[0].lengthMinutes"],
+            "must be from 1 to 10080 (a week)",
+        ),
+        (
+            json!({"rollout": {"maintenance": {"timeZone": "UTC"}}}),
+            vec!["spec.rollout.maintenance.windows"],
+            "Required value: at least one window",
+        ),
+    ];
+    for (spec, fields, words) in cases {
+        let r = admin.post(&coll, &pool_with("worker", spec.clone())).await.unwrap();
+        assert_status(&r, 422, "Invalid", &spec.to_string());
+        assert_eq!(cause_fields(&r.body), fields, "{spec}: {}", r.body);
+        assert!(message(&r).contains(words), "{spec}: {}", message(&r));
     }
     let r = admin.post(&coll, &pool_with("worker", json!({"rollout": {"soakSeconds": 9223372036854775807i64}}))).await;
     assert!(message(&r.unwrap()).contains("must be at most 31536000 (one year)"));

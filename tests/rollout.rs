@@ -431,6 +431,91 @@ async fn new_target(c: &Client, previous: &str) -> String {
     .await
 }
 
+/// `spec.rollout.maintenance` with one window opening at `at` (UTC) for an hour.
+fn window_at(at: chrono::DateTime<chrono::Utc>) -> Value {
+    json!({"rollout": {"maintenance": {"timeZone": "UTC",
+        "windows": [{"days": [at.format("%a").to_string()], "startTime": at.format("%H:%M").to_string(), "lengthMinutes": 60}]}}})
+}
+
+/// A maintenance window (`spec.rollout.maintenance`): while none is open a new config moves no
+/// node (condition MaintenanceWindowClosed with the next opening, its Event, `aloftctl rollout
+/// status` saying so), and the waiting nodes pre-stage it. Moved to a window that opens within
+/// the minute, the rollout starts once it opens, with no write to start it: the last write (the
+/// new schedule) was answered by a pass that still picked nothing. (The controller's timer at
+/// the window's edges is `node::tests::a_window_wakes_the_controller_at_its_edges_while_nodes_wait`;
+/// its 30 s resync would start the rollout too, a little later.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rollout_waits_for_its_maintenance_window_and_starts_when_it_opens() {
+    use chrono::{DurationRound, TimeDelta, Utc};
+    let c = Coordinator::start();
+    let admin = c.client();
+    let names = ["m0", "m1"];
+    // Three days from now: closed for the whole test. Nodes with no config get their first one
+    // all the same (as a pause lets them).
+    let far = (Utc::now() + TimeDelta::days(3)).duration_trunc(TimeDelta::minutes(1)).unwrap();
+    let mut spec = window_at(far);
+    spec["maxUnavailable"] = json!(2);
+    let first = fleet_on_a_first_config(&admin, &names, spec).await;
+    // A new OS image, which the waiting nodes are asked to pre-stage.
+    let mut os = machine_config("50-worker-os", "worker");
+    os["spec"]["osImageURL"] = json!(format!("ostree+http://127.0.0.1:1/repo#aloft/os/x86_64@{}", "b".repeat(64)));
+    create(&admin, &MACHINE_CONFIG, &os).await;
+    let t2 = new_target(&admin, &first).await;
+    let held = eventually(WAIT, "MaintenanceWindowClosed", || async {
+        let p = pool(&admin).await;
+        Ok(condition(&p, "MaintenanceWindowClosed").filter(|c| c["status"] == "True").cloned())
+    })
+    .await;
+    let local = far.format("%a %Y-%m-%d %H:%M UTC (UTC)").to_string();
+    assert_eq!(held["reason"], "OutsideWindow", "{held}");
+    assert_eq!(held["message"], format!("no maintenance window is open: the next opens {local}"), "{held}");
+    event_with(
+        &admin,
+        "MachineConfigPool",
+        "worker",
+        "MaintenanceWindowClosed",
+        &format!("nodes wait for {t2}: no maintenance window is open: the next opens {local}"),
+    )
+    .await;
+    for n in names {
+        eventually(WAIT, &format!("{n} pre-staging {t2}"), || async {
+            Ok((annotation(&node(&admin, n).await, ann::PRESTAGE_CONFIG) == t2).then_some(()))
+        })
+        .await;
+    }
+    assert!(picked(&admin, &names, &t2).await.is_empty(), "nothing picked outside the window");
+    let out = aloftctl(&c, &["rollout", "status", "mcp/worker", "--timeout", "2"]);
+    let said = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{said}");
+    assert!(said.contains(&format!("held: no maintenance window is open: the next opens {local}")), "{said}");
+
+    // A window opening at the first whole minute at least 5 s away.
+    let soon = (Utc::now() + TimeDelta::seconds(5 + 59)).duration_trunc(TimeDelta::minutes(1)).unwrap();
+    merge(&admin, &path_of(&MACHINE_CONFIG_POOL, Some("worker")), json!({"spec": window_at(soon)})).await;
+    let soon_local = soon.format("%a %Y-%m-%d %H:%M UTC (UTC)").to_string();
+    eventually(WAIT, "the condition naming the new opening", || async {
+        let p = pool(&admin).await;
+        let c = condition(&p, "MaintenanceWindowClosed").cloned().unwrap_or_default();
+        Ok(c["message"].as_str().is_some_and(|m| m.ends_with(&soon_local)).then_some(()))
+    })
+    .await;
+    while Utc::now() < soon - TimeDelta::seconds(1) {
+        assert!(picked(&admin, &names, &t2).await.is_empty(), "picked before the window opened at {soon}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    picked_all(&admin, &names, &t2, 2).await;
+    assert!(Utc::now() >= soon, "picked before {soon}");
+    eventually(WAIT, "MaintenanceWindowClosed False", || async {
+        let p = pool(&admin).await;
+        Ok(condition(&p, "MaintenanceWindowClosed").is_some_and(|c| c["status"] == "False").then_some(()))
+    })
+    .await;
+    for n in names {
+        finish(&admin, n, &t2).await;
+    }
+    eventually(WAIT, "the pool Updated", || async { Ok(is_true(&pool(&admin).await, "Updated").then_some(())) }).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn canary_soaks_before_batches_and_the_circuit_breaker_stops_a_rollout_until_resumed() {
     let c = Coordinator::start();

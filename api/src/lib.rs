@@ -32,7 +32,8 @@ pub use budget::{
 };
 pub use machineconfig::{
     DrainHook, DrainSettings, MachineConfig, MachineConfigPool, MachineConfigPoolSpec, MachineConfigPoolStatus,
-    MachineConfigSpec, PoolConfiguration, RolloutPhase, RolloutPolicy, RolloutStatus,
+    MachineConfigSpec, MaintenanceSchedule, MaintenanceWindow, PoolConfiguration, RolloutPhase, RolloutPolicy,
+    RolloutStatus,
 };
 pub use meta::{Condition, IntOrString, ObjectMeta, ObjectReference, OwnerReference};
 pub use node::{Node, NodeSpec, NodeStatus};

@@ -111,6 +111,42 @@ pub struct RolloutPolicy {
     /// window then includes the download: the vm-tests compare both).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prestage: Option<bool>,
+    /// When nodes may start an update (Zincati's periodic strategy, Flight Control's update
+    /// schedule): outside every window no node is picked; updates under way finish, and waiting
+    /// nodes still pre-stage, so the window is spent on drains and reboots, not downloads.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maintenance: Option<MaintenanceSchedule>,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// `spec.rollout.maintenance`: weekly windows in one time zone.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MaintenanceSchedule {
+    /// An IANA time zone name (`Europe/Berlin`), read from the coordinator's time zone database;
+    /// default `UTC`. Windows follow its daylight saving time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_zone: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub windows: Vec<MaintenanceWindow>,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// One weekly window: it opens at `start_time` on each of `days` and stays open
+/// `length_minutes` (past midnight if need be), as Zincati's `[[updates.periodic.window]]`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MaintenanceWindow {
+    /// `Mon` .. `Sun` (or the full names), the days the window opens on.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub days: Vec<String>,
+    /// `HH:MM`, 24-hour, in the schedule's time zone.
+    #[serde(default)]
+    pub start_time: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub length_minutes: Option<i64>,
     #[serde(flatten)]
     pub extra: Extra,
 }
@@ -350,6 +386,8 @@ pub mod conditions {
     /// aloft: a NodeDisruptionBudget holds back nodes the pool would pick now (the lasting
     /// record of what the `BudgetBlocked` Events say, which expire).
     pub const BUDGET_BLOCKED: &str = "BudgetBlocked";
+    /// aloft: nodes wait for the pool's next maintenance window (`spec.rollout.maintenance`).
+    pub const MAINTENANCE_WINDOW_CLOSED: &str = "MaintenanceWindowClosed";
 }
 
 #[cfg(test)]

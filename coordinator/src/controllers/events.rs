@@ -43,6 +43,9 @@ pub mod reasons {
     pub const DRAINED: &str = "Drained";
     pub const CANARY_SOAKING: &str = "CanarySoaking";
     pub const CIRCUIT_BROKEN: &str = "CircuitBroken";
+    /// On the pool: nodes wait for its next maintenance window (or for a schedule that can be
+    /// read).
+    pub const MAINTENANCE_WINDOW_CLOSED: &str = "MaintenanceWindowClosed";
     /// MCO's: a pool's `nodeSelector` is empty (it then selects no node).
     pub const SELECTING_ALL: &str = "SelectingAll";
     /// On the pool: a resume (`aloftctl rollout resume`) closed the circuit breaker.

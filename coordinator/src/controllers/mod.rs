@@ -11,6 +11,7 @@ pub mod event_ttl;
 pub mod events;
 pub mod gc;
 pub mod hooks;
+pub mod maintenance;
 pub mod node;
 pub mod passes;
 pub mod pick;

@@ -9,6 +9,7 @@ use super::budget::{self, Ledger};
 use super::cache::Cache;
 use super::config_name::ConfigName;
 use super::events::{reasons, EventType, Involved, Recorder};
+use super::maintenance::WindowState;
 use super::passes::Passes;
 use super::pick::{self, names_text, FirstConfig, PoolPlan, Snapshot, Wait};
 use super::pools::{NodeFacts, NodeHot};
@@ -307,6 +308,9 @@ async fn reconcile(store: &Arc<dyn Store>, st: &mut State, events: &Recorder) ->
         // end still changes its condition.
         if let Some(HoldReason::Soaking { until: Some(until), .. }) = &pp.soak {
             let left = (*until - now).to_std().unwrap_or_default() + Duration::from_millis(100);
+            wake = wake.min(left);
+        }
+        if let Some(left) = window_wake(pp, now) {
             wake = wake.min(left);
         }
     }
@@ -649,6 +653,18 @@ fn record_selector(events: &Recorder, pool: &MachineConfigPool) {
     }
 }
 
+/// How soon the pool's maintenance window changes in a way a pass must see: its next opening,
+/// for the nodes that wait for it; its closing, while nodes wait for anything (their condition
+/// and Event then name the window). A little after the edge, so the pass is past it.
+fn window_wake(pp: &PoolPlan, now: chrono::DateTime<chrono::Utc>) -> Option<Duration> {
+    let at = match (&pp.window, &pp.wait) {
+        (Some(WindowState::Closed { opens }), Some(Wait::MaintenanceWindow { .. })) => *opens,
+        (Some(WindowState::Open { closes: Some(closes) }), Some(_)) => *closes,
+        _ => return None,
+    };
+    Some((at - now).to_std().unwrap_or_default() + Duration::from_millis(100))
+}
+
 /// Events for what kept a pool's nodes waiting: one per change of reason or message.
 fn record_waits(events: &Recorder, pool_name: &str, pp: &PoolPlan, nodes: &[Node], hot: &[NodeHot]) {
     let about = Involved::pool(pool_name);
@@ -669,15 +685,18 @@ fn record_waits(events: &Recorder, pool_name: &str, pp: &PoolPlan, nodes: &[Node
     let wait = pp.wait.as_ref().filter(|w| !matches!(w, Wait::Policy(HoldReason::CircuitBroken { .. })));
     let reason = match wait {
         Some(Wait::Policy(HoldReason::Soaking { .. })) => reasons::CANARY_SOAKING,
+        Some(Wait::MaintenanceWindow { .. } | Wait::BadSchedule(_)) => reasons::MAINTENANCE_WINDOW_CLOSED,
         _ => reasons::NODE_WAITING,
     };
-    for r in [reasons::CANARY_SOAKING, reasons::NODE_WAITING] {
+    for r in [reasons::CANARY_SOAKING, reasons::MAINTENANCE_WINDOW_CLOSED, reasons::NODE_WAITING] {
         if wait.is_none() || r != reason {
             events.forget(&about, r);
         }
     }
     if let Some(w) = wait {
-        events.emit(&about, EventType::Normal, reason, &wait_message(pp, w, nodes, hot));
+        // A schedule that cannot be read holds the pool until someone fixes it.
+        let kind = if matches!(w, Wait::BadSchedule(_)) { EventType::Warning } else { EventType::Normal };
+        events.emit(&about, kind, reason, &wait_message(pp, w, nodes, hot));
     }
     if pp.blocked.is_empty() {
         events.forget(&about, reasons::BUDGET_BLOCKED);
@@ -935,6 +954,17 @@ fn rollout_conditions(st: &mut MachineConfigPoolStatus, pool: &str, members: &[M
         None => condition(cond::CIRCUIT_BROKEN, false, "", String::new()),
     };
     set_condition(&mut st.conditions, broken, now);
+    // True only while nodes wait for it: a closed window with nothing to do holds nothing.
+    let window = match &pp.wait {
+        Some(w @ Wait::MaintenanceWindow { .. }) => {
+            condition(cond::MAINTENANCE_WINDOW_CLOSED, true, "OutsideWindow", w.to_string())
+        }
+        Some(w @ Wait::BadSchedule(_)) => {
+            condition(cond::MAINTENANCE_WINDOW_CLOSED, true, "InvalidSchedule", w.to_string())
+        }
+        _ => condition(cond::MAINTENANCE_WINDOW_CLOSED, false, "", String::new()),
+    };
+    set_condition(&mut st.conditions, window, now);
     // Each mark names its node; the reason is a fixed word (what alerts and filters match),
     // the count and the names go in the message, the first five quoted.
     let stuck: Vec<&str> =
@@ -1243,7 +1273,31 @@ mod tests {
             rollout: None,
             membership_error: None,
             first_config: None,
+            window: None,
         }
+    }
+
+    /// The controller passes again when a window opens for the nodes waiting for it, and when
+    /// it closes on nodes still waiting; with nothing waiting, a window's edges wake nothing.
+    #[test]
+    fn a_window_wakes_the_controller_at_its_edges_while_nodes_wait() {
+        let t = |s: &str| chrono::DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&chrono::Utc);
+        let now = t("2026-01-01T00:00:00Z");
+        let opens = t("2026-01-01T00:00:30Z");
+        let mut pp = plan_for(2, Some(Wait::MaintenanceWindow { opens, local: String::new() }));
+        pp.window = Some(WindowState::Closed { opens });
+        assert_eq!(window_wake(&pp, now), Some(Duration::from_millis(30_100)));
+        pp.wait = None;
+        assert_eq!(window_wake(&pp, now), None, "nothing waits for it");
+        pp.window = Some(WindowState::Open { closes: Some(opens) });
+        pp.wait = Some(Wait::MaxUnavailable { max: 1, unavailable: vec![0] });
+        assert_eq!(window_wake(&pp, now), Some(Duration::from_millis(30_100)), "closing on waiting nodes");
+        pp.window = Some(WindowState::Open { closes: None });
+        assert_eq!(window_wake(&pp, now), None, "never closes");
+        // An edge already past (a slow pass) wakes at once, not never.
+        pp.window = Some(WindowState::Closed { opens: t("2025-12-31T23:59:00Z") });
+        pp.wait = Some(Wait::MaintenanceWindow { opens, local: String::new() });
+        assert_eq!(window_wake(&pp, now), Some(Duration::from_millis(100)));
     }
 
     #[test]

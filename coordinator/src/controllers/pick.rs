@@ -10,6 +10,7 @@
 
 use super::budget::{Blocked, Ledger};
 use super::config_name::ConfigName;
+use super::maintenance::{Schedule, WindowState};
 use super::pools::{self, NodeFacts, NodeHot};
 use super::rollout_policy::{self, Gate, HoldReason};
 use aloft_api::annotations as ann;
@@ -46,6 +47,16 @@ pub enum Wait {
     NotReady {
         nodes: Vec<usize>,
     },
+    /// `spec.rollout.maintenance` has no window open now; the next opens at `opens` (`local`:
+    /// that time as the schedule's time zone reads it).
+    MaintenanceWindow {
+        opens: DateTime<Utc>,
+        local: String,
+    },
+    /// `spec.rollout.maintenance` cannot be read (stored before admission checked it, or its
+    /// time zone has left the coordinator's database): nothing is picked until it is fixed, as
+    /// a pool whose owner wanted updates only at set times must not update at any time.
+    BadSchedule(String),
 }
 
 impl std::fmt::Display for Wait {
@@ -68,6 +79,10 @@ impl std::fmt::Display for Wait {
                     if nodes.len() == 1 { "it is" } else { "they are" }
                 )
             }
+            Wait::MaintenanceWindow { local, .. } => {
+                write!(f, "no maintenance window is open: the next opens {local}")
+            }
+            Wait::BadSchedule(why) => write!(f, "spec.rollout.maintenance cannot be read, so no node is picked: {why}"),
             Wait::Policy(HoldReason::Canary { canaries }) => match canaries {
                 1 => f.write_str("the canary node is still updating"),
                 n => write!(f, "the {n} canary nodes are still updating"),
@@ -118,6 +133,8 @@ pub enum Held {
     Canary,
     /// The rollout policy's soak after the canaries.
     Soaking,
+    /// No maintenance window is open (or the schedule cannot be read).
+    MaintenanceWindow,
 }
 
 impl std::fmt::Display for Held {
@@ -127,6 +144,7 @@ impl std::fmt::Display for Held {
             Held::CircuitBroken => "the circuit breaker is open",
             Held::Canary => "the canaries update",
             Held::Soaking => "the config soaks on the canaries",
+            Held::MaintenanceWindow => "no maintenance window is open",
         })
     }
 }
@@ -190,6 +208,9 @@ pub struct PoolPlan {
     /// Set while a pause or the open breaker holds the rollout and a node with no config is a
     /// candidate: the picks are such nodes, and get [`FirstConfig::config`], not `target`.
     pub first_config: Option<FirstConfig>,
+    /// The pool's maintenance window now (None: no schedule, or one that cannot be read): the
+    /// node controller passes again when it opens, or closes while nodes wait.
+    pub window: Option<WindowState>,
 }
 
 impl PoolPlan {
@@ -325,6 +346,7 @@ fn plan_pool(
         rollout: None,
         membership_error: None,
         first_config: None,
+        window: None,
     };
     if target.is_empty() {
         return pp;
@@ -373,11 +395,32 @@ fn plan_pool(
     // soaking) has no config at all (Ready and schedulable, but nothing applied): it gets the
     // config MCO's machine-config-server would serve ([`FirstConfig`]: the target only once some
     // node runs it), within maxUnavailable and the budgets.
+    // Outside every maintenance window the rollout is held as a pause holds it; updates under
+    // way go on, and waiting nodes still pre-stage.
+    let closed = match pool.spec.rollout.as_ref().and_then(|r| r.maintenance.as_ref()) {
+        None => None,
+        Some(m) => match Schedule::parse(m, "spec.rollout.maintenance") {
+            Ok(schedule) => {
+                let state = schedule.state(now);
+                pp.window = Some(state.clone());
+                match state {
+                    WindowState::Open { .. } => None,
+                    WindowState::Closed { opens } => {
+                        Some(Wait::MaintenanceWindow { opens, local: schedule.local(opens) })
+                    }
+                }
+            }
+            Err(errors) => {
+                Some(Wait::BadSchedule(errors.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")))
+            }
+        },
+    };
     let held = match (&eval.gate, pool.spec.paused) {
         (_, true) => Some(Held::Paused),
         (Gate::Hold(HoldReason::CircuitBroken { .. }), false) => Some(Held::CircuitBroken),
         (Gate::Hold(HoldReason::Canary { .. }), false) => Some(Held::Canary),
         (Gate::Hold(HoldReason::Soaking { .. }), false) => Some(Held::Soaking),
+        (Gate::Pick { .. }, false) if closed.is_some() => Some(Held::MaintenanceWindow),
         _ => None,
     };
     let fresh_only = held.is_some() && candidates.iter().any(|&i| hot[i].unconfigured());
@@ -396,6 +439,14 @@ fn plan_pool(
         }
         (Gate::Hold(h), false) => {
             pp.wait = waiting_any.then(|| Wait::Policy(h.clone()));
+            if fresh_only {
+                usize::MAX
+            } else {
+                0
+            }
+        }
+        (Gate::Pick { .. }, false) if closed.is_some() => {
+            pp.wait = if waiting_any { closed } else { None };
             if fresh_only {
                 usize::MAX
             } else {

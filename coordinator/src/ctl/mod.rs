@@ -1678,14 +1678,19 @@ fn not_all_ready(pool: &Value) -> Option<String> {
     (held && condition_true(pool, "Updated").is_none()).then(|| format!("{ready} ready, {unavailable} unavailable"))
 }
 
-/// The pool's True `BudgetBlocked` and `NodeDrainTimeout` conditions, shortened: what holds a
-/// rollout that is not a matter of waiting (a budget may block for good; a drain is stuck).
+/// The pool's True `MaintenanceWindowClosed`, `BudgetBlocked` and `NodeDrainTimeout` conditions,
+/// shortened: what holds a rollout beyond slots to free (a window to open, a budget that may
+/// block for good, a drain that is stuck).
 fn held_by_conditions(pool: &Value) -> Option<String> {
     use aloft_api::machineconfig::conditions as cond;
-    let parts: Vec<String> = [(cond::BUDGET_BLOCKED, "blocked"), (cond::NODE_DRAIN_TIMEOUT, "drain timed out")]
-        .into_iter()
-        .filter_map(|(type_, what)| condition_true(pool, type_).map(|m| format!("{what}: {}", shortened(&m))))
-        .collect();
+    let parts: Vec<String> = [
+        (cond::MAINTENANCE_WINDOW_CLOSED, "held"),
+        (cond::BUDGET_BLOCKED, "blocked"),
+        (cond::NODE_DRAIN_TIMEOUT, "drain timed out"),
+    ]
+    .into_iter()
+    .filter_map(|(type_, what)| condition_true(pool, type_).map(|m| format!("{what}: {}", shortened(&m))))
+    .collect();
     (!parts.is_empty()).then(|| parts.join("; "))
 }
 

@@ -85,6 +85,25 @@ fn pool_spec() -> Value {
                          never stop."),
                     "prestage": field("boolean",
                         "Ask waiting nodes to download the config's OS image ahead of their turn. Default true."),
+                    "maintenance": object(
+                        "When nodes may start an update: outside every window none is picked (condition \
+                         MaintenanceWindowClosed); updates under way finish, waiting nodes still pre-stage. \
+                         Unset: any time.",
+                        json!({
+                            "timeZone": field("string",
+                                "An IANA time zone name (Europe/Berlin) from the coordinator's database; \
+                                 default UTC. Windows follow its daylight saving time."),
+                            "windows": {"type": "array",
+                                "description": "Weekly windows; overlapping or touching ones make one.",
+                                "items": object("A window that opens on each of its days.", json!({
+                                    "days": {"type": "array", "description": "Mon .. Sun (or full names).",
+                                        "items": {"type": "string"}},
+                                    "startTime": field("string", "HH:MM, 24-hour, in timeZone."),
+                                    "lengthMinutes": field("integer",
+                                        "How long it stays open, 1 to 10080 (a week), past midnight if need be."),
+                                }))},
+                        }),
+                    ),
                 }),
             ),
             "drain": object(

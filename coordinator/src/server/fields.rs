@@ -145,7 +145,22 @@ const POOL_SPEC: Shape = Obj(&[
     ("configuration", POOL_CONFIGURATION),
     ("pinnedImageSets", List(&NAME_ONLY)),
     ("osImageStream", NAME_ONLY),
-    ("rollout", Obj(&[("canary", Any), ("soakSeconds", Any), ("maxFailures", Any), ("prestage", Any)])),
+    (
+        "rollout",
+        Obj(&[
+            ("canary", Any),
+            ("soakSeconds", Any),
+            ("maxFailures", Any),
+            ("prestage", Any),
+            (
+                "maintenance",
+                Obj(&[
+                    ("timeZone", Any),
+                    ("windows", List(&Obj(&[("days", Any), ("startTime", Any), ("lengthMinutes", Any)]))),
+                ]),
+            ),
+        ]),
+    ),
     ("drain", Obj(&[("timeoutSeconds", Any), ("hooks", List(&Obj(&[("url", Any), ("timeoutSeconds", Any)])))])),
 ]);
 

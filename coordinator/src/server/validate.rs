@@ -155,6 +155,15 @@ fn pool_extension_causes(p: &MachineConfigPool, out: &mut Vec<StatusCause>) {
         count_causes(r.canary, "spec.rollout.canary", COUNT, out);
         count_causes(r.soak_seconds, "spec.rollout.soakSeconds", DURATION, out);
         count_causes(r.max_failures, "spec.rollout.maxFailures", COUNT, out);
+        if let Some(m) = &r.maintenance {
+            let path = "spec.rollout.maintenance";
+            if let Err(errors) = crate::controllers::maintenance::Schedule::parse(m, path) {
+                for e in errors {
+                    let kind = if e.required { "FieldValueRequired" } else { "FieldValueInvalid" };
+                    out.push(cause(&e.field, kind, e.message));
+                }
+            }
+        }
     }
     if let Some(d) = &p.spec.drain {
         count_causes(d.timeout_seconds, "spec.drain.timeoutSeconds", TIMEOUT, out);

@@ -242,6 +242,65 @@ fn prestage_every_waiting_node_and_none_of_the_picked() {
     assert!(p.prestage.contains(&(1, None)), "the annotation goes once the node has desiredConfig");
 }
 
+/// `now()` is Thursday 2026-01-01 00:00 UTC. Outside every window nothing is picked but a node
+/// with no config (its first config, as a pause allows); waiting nodes still pre-stage, so the
+/// window is spent on drains and reboots.
+#[test]
+fn outside_the_maintenance_window_nothing_is_picked_and_waiting_nodes_prestage() {
+    let nodes = vec![
+        node("a", worker(), "r1", "r1", "Done", true),
+        node("b", worker(), "r1", "r1", "Done", true),
+        node("fresh", worker(), "", "", "", true),
+    ];
+    let windows = |tz: &str, days: serde_json::Value| json!({"rollout": {"maintenance": {"timeZone": tz, "windows": [{"days": days, "startTime": "23:30", "lengthMinutes": 60}]}}});
+    // Saturday 23:30 in Berlin is 22:30Z.
+    let closed = [running(pool("worker", json!(3), "r2", windows("Europe/Berlin", json!(["Sat"]))), "r1")];
+    let p = plan(Snapshot { nodes: &nodes, pools: &closed, budgets: &[] }, now()).remove(0);
+    assert_eq!(picked_names(&nodes, &p), vec!["fresh"], "only the node with no config");
+    assert_eq!(p.first_config, Some(FirstConfig { config: ConfigName::new("r1"), held: Held::MaintenanceWindow }));
+    let opens = DateTime::parse_from_rfc3339("2026-01-03T22:30:00Z").unwrap().with_timezone(&Utc);
+    assert_eq!(
+        p.wait,
+        Some(Wait::MaintenanceWindow { opens, local: "Sat 2026-01-03 23:30 CET (Europe/Berlin)".into() })
+    );
+    assert_eq!(p.window, Some(WindowState::Closed { opens }));
+    assert_eq!(
+        p.wait.as_ref().unwrap().to_string(),
+        "no maintenance window is open: the next opens Sat 2026-01-03 23:30 CET (Europe/Berlin)"
+    );
+    assert_eq!(
+        p.prestage,
+        vec![(0, Some("r2".to_string())), (1, Some("r2".to_string()))],
+        "a and b pre-stage meanwhile"
+    );
+    // Wednesday 23:30 in UTC opened 30 minutes ago: all three are picked.
+    let open = [running(pool("worker", json!(3), "r2", windows("UTC", json!(["Wed"]))), "r1")];
+    let p = plan(Snapshot { nodes: &nodes, pools: &open, budgets: &[] }, now()).remove(0);
+    assert_eq!(picked_names(&nodes, &p), vec!["a", "b", "fresh"]);
+    assert_eq!((p.wait, p.first_config), (None, None));
+    let closes = DateTime::parse_from_rfc3339("2026-01-01T00:30:00Z").unwrap().with_timezone(&Utc);
+    assert_eq!(p.window, Some(WindowState::Open { closes: Some(closes) }));
+    // A schedule that cannot be read (here, a zone this machine does not know) holds the pool.
+    let bad = [running(pool("worker", json!(3), "r2", windows("Nowhere/Atlantis", json!(["Thu"]))), "r1")];
+    let p = plan(Snapshot { nodes: &nodes, pools: &bad, budgets: &[] }, now()).remove(0);
+    assert_eq!(picked_names(&nodes, &p), vec!["fresh"]);
+    match &p.wait {
+        Some(w @ Wait::BadSchedule(why)) => {
+            assert!(why.contains("spec.rollout.maintenance.timeZone") && why.contains("Nowhere/Atlantis"), "{why}");
+            assert!(w.to_string().starts_with("spec.rollout.maintenance cannot be read, so no node is picked"), "{w}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // A pause says so first; an updated pool waits for nothing.
+    let mut paused = closed.clone();
+    paused[0].spec.paused = true;
+    let p = plan(Snapshot { nodes: &nodes, pools: &paused, budgets: &[] }, now()).remove(0);
+    assert_eq!(p.wait, Some(Wait::Paused));
+    let done: Vec<Node> = ["a", "b"].iter().map(|n| node(n, worker(), "r2", "r2", "Done", true)).collect();
+    let p = plan(Snapshot { nodes: &done, pools: &closed, budgets: &[] }, now()).remove(0);
+    assert_eq!((p.picks.len(), p.wait), (0, None));
+}
+
 #[test]
 fn no_prestage_of_a_target_on_the_os_a_node_runs() {
     let mut nodes: Vec<Node> = (0..3).map(|i| node(&format!("n{i}"), worker(), "r1", "r1", "Done", true)).collect();
