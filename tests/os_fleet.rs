@@ -1063,11 +1063,52 @@ fn play_reboots<const N: usize>(c: &Coordinator, hosts: [&mut OsHost; N]) {
 /// pre-stage cancels the stalled one (the helper kills that pull's worker), and b updates when
 /// its turn comes. (Before, the stalled download held b's OS helper for up to an hour, and everything b
 /// had to do with its OS waited behind it.)
+///
+/// While it waits, b's Node shows the pre-stage's progress (`aloftctl get nodes` REASON). b's
+/// agent is then killed mid-download: the progress stays on the Node, and the agent started
+/// again takes it off (its own pre-stage, started again, reports only after an hour).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_pre_stage_download_gives_way_to_the_next_target() {
     let w = OsWorld::new(5);
     let (c, admin) = (&w.c, w.c.client());
-    let StalledPrestage { mut a, mut b, gate: _gate, _mirror, .. } = b_prestaging_from_a_stalled_mirror(&w, &[]).await;
+    let StalledPrestage { mut a, mut b, gate: _gate, _mirror, v2 } = b_prestaging_from_a_stalled_mirror(&w, &[]).await;
+
+    // The pre-stage's progress on b's Node, named as one.
+    let b_name = b.host.name.clone();
+    let shown = eventually(Duration::from_secs(60), "b's Node showing its pre-stage", || async {
+        let ann = node_annotations(c, &b_name).await?;
+        let p = get(&ann, ann::PROGRESS).to_string();
+        Ok((p.contains(" objects, ")).then_some((p, get(&ann, ann::PRESTAGE_CONFIG).to_string())))
+    })
+    .await;
+    let (progress, prestage_config) = shown;
+    assert!(
+        progress.starts_with(&format!("pre-staging OS commit {v2} for {prestage_config}: ")),
+        "{progress} (pre-staging {prestage_config})"
+    );
+    let out = Command::new(bin("aloftctl"))
+        .arg("--kubeconfig")
+        .arg(c.kubeconfig_path())
+        .args(["get", "nodes"])
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        table.lines().any(|l| l.starts_with(&b_name) && l.contains(&format!("pre-staging OS commit {v2}"))),
+        "{table}"
+    );
+    // Killed mid-download, the agent leaves it behind; started again, it takes it off.
+    b.host.stop_agent();
+    let ann = node_annotations(c, &b_name).await.unwrap();
+    assert!(get(&ann, ann::PROGRESS).starts_with("pre-staging OS commit"), "left by the killed agent: {ann:?}");
+    let at = b.host.extra_args.iter().position(|a| a == "--os-progress-report-seconds").unwrap();
+    b.host.extra_args[at + 1] = "3600".into();
+    b.host.start_agent(c, &b.bootstrap);
+    eventually(Duration::from_secs(60), "the restarted agent taking the stale progress off", || async {
+        Ok(get(&node_annotations(c, &b_name).await?, ann::PROGRESS).is_empty().then_some(()))
+    })
+    .await;
+    assert!(b.host.log().contains("took off a download progress an earlier run left on the Node"), "{}", b.host.log());
 
     // The pool moves on to v3, from the repository that answers.
     let v3 = w.commit("3");

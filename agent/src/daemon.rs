@@ -413,6 +413,9 @@ pub struct Agent {
     pub os: Option<OsAgent>,
     /// The config a background pre-stage download was started for (not started twice).
     prestage_started: Option<String>,
+    /// Whether a download progress left on the Node by an earlier run of the agent (stopped
+    /// mid-download) was looked for, and taken off.
+    stale_progress_checked: bool,
     /// The deployments as last read from the OS helper, for the status (see `os_status_json`).
     os_status: serde_json::Value,
     /// The running boot's commit and command line, once read.
@@ -484,6 +487,7 @@ impl Agent {
             reboot_asked_at: None,
             os: None,
             prestage_started: None,
+            stale_progress_checked: false,
             drain_answer: String::new(),
             os_status: serde_json::Value::Null,
             booted_os: osflow::BootedOs::default(),
@@ -687,6 +691,26 @@ impl Agent {
         }
     }
 
+    /// Take off the download progress an earlier run of the agent left on the Node: stopped
+    /// mid-download (a crash, a restart, a power cut), it never ended it, and `get nodes` showed
+    /// a download nothing runs until the next state report. At the first step, before this
+    /// process starts a download of its own; one that fails (the coordinator away) is tried
+    /// again at the next step.
+    async fn drop_stale_progress(&mut self, node: &NodeView) {
+        let stale = node.annotation(ann::PROGRESS);
+        if stale.is_empty() {
+            self.stale_progress_checked = true;
+            return;
+        }
+        match self.api.annotate(&[(ann::PROGRESS, None)]).await {
+            Ok(_) => {
+                tracing::info!(progress = stale, "took off a download progress an earlier run left on the Node");
+                self.stale_progress_checked = true;
+            }
+            Err(e) => tracing::debug!(error = %format!("{e:#}"), "the stale download progress is still on the Node"),
+        }
+    }
+
     /// One step of the loop; returns the step taken.
     pub async fn step(&mut self, node: &NodeView) -> Result<Step> {
         // A drop that failed before (the helper away) is tried again at every step, whatever the
@@ -695,6 +719,9 @@ impl Agent {
             if let Err(e) = self.drop_stray_stage("tried again").await {
                 tracing::warn!(error = %e, "cannot drop a staged OS deployment an earlier update may have left");
             }
+        }
+        if !self.stale_progress_checked {
+            self.drop_stale_progress(node).await;
         }
         let desired = node.annotation(ann::DESIRED_CONFIG);
         if desired != self.desired {

@@ -388,7 +388,13 @@ impl Agent {
         }
         self.prestage_started = Some(name.to_string());
         tracing::info!(config = name, "pre-staging the OS commit of a config in the background");
-        tokio::spawn(prestage::run(self.api.clone(), os.handle.clone(), self.root.clone(), name.to_string()));
+        tokio::spawn(prestage::run(
+            self.api.clone(),
+            os.handle.clone(),
+            self.root.clone(),
+            name.to_string(),
+            os.progress_report,
+        ));
     }
 
     /// Before anything is written or drained: refuse an osImageURL this node cannot apply, refuse
@@ -489,7 +495,7 @@ impl Agent {
         let started = tokio::time::Instant::now();
         // The Node hears of a download only once it runs long, and then every `progress_report`:
         // a fleet's quick downloads cost the coordinator no write.
-        let mut node_report = NodeProgress::new(os.progress_report, started);
+        let mut node_report = crate::os::node_progress::NodeProgress::new(os.progress_report, started);
         let result = loop {
             tokio::select! {
                 result = &mut pull => break result,
@@ -1124,51 +1130,6 @@ impl Agent {
         match self.os.clone() {
             Some(os) => self.verify_os(&os, cur).await,
             None => Ok(()),
-        }
-    }
-}
-
-/// The download's progress as the Node shows it ([`aloft_api::annotations::PROGRESS`]): written
-/// once the download has run `every`, then every `every`, each write in the background (the
-/// download goes on meanwhile, and a coordinator out of reach does not hold it up), and taken
-/// off when the download ends. Each write waits for the one before, and the last is waited for
-/// before the removal, so the Node never shows a progress after its download ended.
-struct NodeProgress {
-    every: Duration,
-    next: Option<tokio::time::Instant>,
-    written: Option<tokio::task::JoinHandle<()>>,
-}
-
-impl NodeProgress {
-    fn new(every: Duration, started: tokio::time::Instant) -> Self {
-        NodeProgress { every, next: (!every.is_zero()).then(|| started + every), written: None }
-    }
-
-    /// Whether a write is due at `now` (and none is still under way).
-    fn due(&mut self, now: tokio::time::Instant) -> bool {
-        let due = self.next.is_some_and(|t| now >= t) && self.written.as_ref().is_none_or(|w| w.is_finished());
-        if due {
-            self.next = Some(now + self.every);
-        }
-        due
-    }
-
-    fn write(&mut self, api: &crate::coordinator::NodeApi, text: String) {
-        let api = api.clone();
-        self.written = Some(tokio::spawn(async move {
-            if let Err(e) = api.annotate(&[(aloft_api::annotations::PROGRESS, Some(&text))]).await {
-                tracing::debug!(error = %format!("{e:#}"), "the download's progress did not reach the Node");
-            }
-        }));
-    }
-
-    /// Take the progress off the Node, if it was put there.
-    async fn end(self, api: &crate::coordinator::NodeApi) {
-        let Some(last) = self.written else { return };
-        let _ = last.await;
-        if let Err(e) = api.annotate(&[(aloft_api::annotations::PROGRESS, None)]).await {
-            // The Done or failure report that follows takes it off too.
-            tracing::debug!(error = %format!("{e:#}"), "the download's progress is still on the Node");
         }
     }
 }

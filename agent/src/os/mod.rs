@@ -10,12 +10,14 @@
 //! Module map: `client` (the helper's socket client), `kargs` (MCO's kernel-argument arithmetic
 //! and after-boot checks, pure, from aloft-api), `health` (health checks after an OS-update
 //! boot), `denylist` (commits that failed their health checks, not retried until the desired
-//! config changes), `prestage` (download ahead of the node's turn), `rolled_back` (the kernel
+//! config changes), `node_progress` (a long download's progress on the Node), `prestage`
+//! (download ahead of the node's turn), `rolled_back` (the kernel
 //! arguments on the deployment a rollback went back to).
 
 pub mod client;
 pub mod denylist;
 pub mod health;
+pub mod node_progress;
 pub mod prestage;
 pub mod rolled_back;
 
