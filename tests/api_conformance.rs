@@ -1280,6 +1280,60 @@ async fn send_initial_events_ends_with_the_initial_events_end_bookmark() {
     assert_status(&r, 422, "Invalid", "sendInitialEvents without resourceVersionMatch=NotOlderThan");
 }
 
+/// `allowWatchBookmarks=true`: BOOKMARKs as kube-apiserver's watch cache sends them (every
+/// minute, and 2 s before the watch's timeout), at a resourceVersion past every event sent, and
+/// past writes of other kinds the watch does not carry: a client that resumes from it misses
+/// nothing and gets nothing twice. A watch that does not allow them gets none.
+#[tokio::test]
+async fn a_watch_that_allows_bookmarks_gets_one_before_it_times_out() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let node = |name: &str| json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}});
+    let a = admin.post("/api/v1/nodes", &node("bm-a")).await.unwrap().into_result().unwrap();
+    // 10 s: the BOOKMARK comes at 8 s, after the writes below however slow the machine.
+    let q = format!("/api/v1/nodes?watch=true&timeoutSeconds=10&resourceVersion={}", rv(&a));
+    let mut marked = WatchStream::open(&admin, &format!("{q}&allowWatchBookmarks=true")).await.unwrap();
+    let mut plain = WatchStream::open(&admin, &q).await.unwrap();
+    let b = admin.post("/api/v1/nodes", &node("bm-b")).await.unwrap().into_result().unwrap();
+    let mc = admin
+        .post("/apis/machineconfiguration.openshift.io/v1/machineconfigs", &machine_config("50-bm", "worker"))
+        .await
+        .unwrap()
+        .into_result()
+        .unwrap();
+    assert!(rv(&mc) > rv(&b));
+    let started = std::time::Instant::now();
+    let ev = marked.next(T).await.unwrap().unwrap();
+    assert_eq!((ev["type"].as_str(), rv(&ev["object"])), (Some("ADDED"), rv(&b)), "{ev}");
+    let mark = marked.next(T).await.unwrap().unwrap();
+    assert_eq!(mark["type"], "BOOKMARK", "{mark}");
+    assert_eq!(
+        mark["object"],
+        json!({"kind": "Node", "apiVersion": "v1", "metadata": {"resourceVersion": rv(&mc).to_string()}}),
+        "at the store's revision, past the MachineConfig"
+    );
+    assert_eq!(marked.next(T).await.unwrap(), None, "the watch ends at its timeout, after the BOOKMARK");
+    eprintln!("the BOOKMARK and the end came {:?} after the writes", started.elapsed());
+    let ev = plain.next(T).await.unwrap().unwrap();
+    assert_eq!(ev["type"], "ADDED", "{ev}");
+    assert_eq!(plain.next(T).await.unwrap(), None, "no BOOKMARK when not allowed");
+
+    // Resumed from the BOOKMARK: what came after it, and nothing before.
+    let d = admin.post("/api/v1/nodes", &node("bm-d")).await.unwrap().into_result().unwrap();
+    let from = mark["object"]["metadata"]["resourceVersion"].as_str().unwrap();
+    let mut again =
+        WatchStream::open(&admin, &format!("/api/v1/nodes?watch=true&timeoutSeconds=3&resourceVersion={from}"))
+            .await
+            .unwrap();
+    let ev = again.next(T).await.unwrap().unwrap();
+    assert_eq!((ev["type"].as_str(), rv(&ev["object"])), (Some("ADDED"), rv(&d)), "{ev}");
+    assert_eq!(again.next(T).await.unwrap(), None);
+
+    let r = admin.get("/api/v1/nodes?watch=true&allowWatchBookmarks=yes").await.unwrap();
+    assert_status(&r, 400, "BadRequest", "allowWatchBookmarks=yes");
+    assert!(r.body["message"].as_str().unwrap_or_default().contains("allowWatchBookmarks \"yes\""), "{}", r.body);
+}
+
 /// The reviews behind `kubectl auth whoami` / `can-i`: in discovery, open to every credential
 /// (not to none), decided as real requests are, and bad bodies refused naming the field.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,6 +9,10 @@
 //! ([`Membership`]), as Kubernetes does; a resourceVersion the store has not reached is refused
 //! ([`reached`]).
 //!
+//! `allowWatchBookmarks=true` adds BOOKMARKs ([`BOOKMARK_EVERY`], and 2 s before the watch's
+//! timeout) at the store's revision once every event before it is sent
+//! ([`crate::store::Store::watch_with_progress`]).
+//!
 //! `skipOwnWrites=true` (an aloft extension; the agent's watch of its own Node asks for it)
 //! leaves out the live events of the caller's own writes: it has those objects from its
 //! writes' answers already, and they were half of what a fleet's watches carried during a
@@ -28,7 +32,7 @@ use super::handlers::Filters;
 use super::request::ResourcePath;
 use super::{table, Ctx};
 use crate::auth::{self, Identity, Verb};
-use crate::store::{EventType, Key, WatchFilter};
+use crate::store::{EventType, Key, ProgressSchedule, WatchFilter, WatchItem};
 use aloft_api::annotations as ann;
 use axum::body::{Body, Bytes};
 use axum::response::Response;
@@ -43,11 +47,20 @@ enum Item {
     Event(EventType, Arc<Value>, Option<Arc<str>>),
     /// The BOOKMARK that ends the initial events (`sendInitialEvents=true`), at this revision.
     InitialEventsEnd(u64),
+    /// A BOOKMARK (`allowWatchBookmarks=true`): every event of the watch up to this revision is
+    /// sent.
+    Bookmark(u64),
     Error(ApiError),
 }
 
 /// The `UPDATE_INPUTS` event's type, ahead of a Node event that names a new desiredConfig.
 pub const UPDATE_INPUTS: &str = "UPDATE_INPUTS";
+
+/// How often a watch that allows BOOKMARKs gets one, as kube-apiserver's watch cache sends them
+/// (and one 2 s before the watch's timeout): a client's informer then resumes from a recent
+/// resourceVersion after its watch ends, not from its last event's, which on a busy store may be
+/// older than the kept history (410 Gone, and a full relist).
+pub const BOOKMARK_EVERY: Duration = Duration::from_secs(60);
 
 pub async fn serve(
     ctx: &Ctx,
@@ -92,6 +105,13 @@ pub async fn serve(
         None => ctx.limits.watch_timeout,
     };
     let send_initial = send_initial_events(params)?;
+    let bookmarks = match params.get("allowWatchBookmarks").map(String::as_str) {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(other) => {
+            return Err(ApiError::bad_request(format!("allowWatchBookmarks {other:?} is not true or false")))
+        }
+    };
     let resumed = !(rv.is_empty() || rv == "0");
     let (initial, from) = if !resumed || send_initial {
         if resumed {
@@ -138,18 +158,32 @@ pub async fn serve(
         name: filters.fields.name().map(str::to_string),
         skip_origin: skip_own,
     };
-    let live = ctx.store.watch(filter, from).await.map_err(|e| ApiError::from_store(e, &rt.qualified(), ""))?;
+    let store_error = |e| ApiError::from_store(e, &rt.qualified(), "");
+    let live: futures::stream::BoxStream<'static, Item> = if bookmarks {
+        let schedule =
+            ProgressSchedule { every: BOOKMARK_EVERY, deadline: Some(tokio::time::Instant::now() + timeout) };
+        let live = ctx.store.watch_with_progress(filter, from, schedule).await.map_err(store_error)?;
+        live.map(move |r| match r {
+            Ok(WatchItem::Event(ev)) => Item::Event(ev.kind, ev.object, Some(ev.json)),
+            Ok(WatchItem::Progress(rev)) => Item::Bookmark(rev),
+            Err(e) => Item::Error(ApiError::from_store(e, &rt.qualified(), "")),
+        })
+        .boxed()
+    } else {
+        // The caller's own writes (skipOwnWrites) are left out by the store, where they are published.
+        let live = ctx.store.watch(filter, from).await.map_err(store_error)?;
+        live.map(move |r| match r {
+            Ok(ev) => Item::Event(ev.kind, ev.object, Some(ev.json)),
+            Err(e) => Item::Error(ApiError::from_store(e, &rt.qualified(), "")),
+        })
+        .boxed()
+    };
     let initial = futures::stream::iter(
         initial
             .into_iter()
             .map(|o| Item::Event(EventType::Added, Arc::new(o), None))
             .chain(send_initial.then_some(Item::InitialEventsEnd(from))),
     );
-    // The caller's own writes (skipOwnWrites) are left out by the store, where they are published.
-    let live = live.map(move |r| match r {
-        Ok(ev) => Item::Event(ev.kind, ev.object, Some(ev.json)),
-        Err(e) => Item::Error(ApiError::from_store(e, &rt.qualified(), "")),
-    });
     let mut first = true;
     // The desiredConfig whose inputs went out last, per Node of the stream (one for an agent).
     let mut sent: HashMap<String, String> = HashMap::new();
@@ -209,17 +243,8 @@ pub async fn serve(
                     first = false;
                     event_line(kind, &t, None)
                 }
-                Item::InitialEventsEnd(rev) => {
-                    let bookmark = json!({"type": "BOOKMARK", "object": {
-                        "kind": rt.kind,
-                        "apiVersion": rt.api_version(),
-                        "metadata": {"resourceVersion": rev.to_string(),
-                            "annotations": {"k8s.io/initial-events-end": "true"}},
-                    }});
-                    let mut line = serde_json::to_vec(&bookmark).unwrap_or_default();
-                    line.push(b'\n');
-                    line
-                }
+                Item::InitialEventsEnd(rev) => bookmark_line(rt, rev, true),
+                Item::Bookmark(rev) => bookmark_line(rt, rev, false),
                 Item::Error(e) => {
                     let mut line =
                         serde_json::to_vec(&json!({"type": "ERROR", "object": e.status})).unwrap_or_default();
@@ -243,6 +268,23 @@ pub async fn serve(
         .header("cache-control", "no-cache, private")
         .body(Body::from_stream(body))
         .map_err(|e| ApiError::internal(e.to_string()))
+}
+
+/// A BOOKMARK event: an object of the watched kind with only its resourceVersion (and, ending
+/// the initial events, kube's annotation saying so).
+fn bookmark_line(rt: &crate::resources::ResourceType, rev: u64, initial_events_end: bool) -> Vec<u8> {
+    let mut metadata = json!({"resourceVersion": rev.to_string()});
+    if initial_events_end {
+        metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+    }
+    let bookmark = json!({"type": "BOOKMARK", "object": {
+        "kind": rt.kind,
+        "apiVersion": rt.api_version(),
+        "metadata": metadata,
+    }});
+    let mut line = serde_json::to_vec(&bookmark).unwrap_or_default();
+    line.push(b'\n');
+    line
 }
 
 /// `sendInitialEvents` (client-go's WatchList): with `true`, the watch starts with the current

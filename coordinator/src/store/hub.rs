@@ -226,6 +226,14 @@ impl Subscription {
         }
     }
 
+    /// The newest revision published, if nothing is queued for this subscription: then every
+    /// event up to it that this subscription wants has been received. Read under the hub's lock,
+    /// which a commit holds while it queues its events and moves the head.
+    pub(crate) fn caught_up(&self) -> Option<u64> {
+        let ix = self.hub.lock();
+        self.queue.events().is_empty().then_some(ix.head)
+    }
+
     /// The next event if one is queued already (tests: nothing more was delivered).
     #[cfg(test)]
     fn try_recv(&mut self) -> Option<Arc<Event>> {

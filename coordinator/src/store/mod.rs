@@ -174,6 +174,38 @@ impl WatchFilter {
 /// error item when it can no longer guarantee that no event is missed (the client re-lists).
 pub type WatchStream = BoxStream<'static, Result<Event, StoreError>>;
 
+/// What a watch with progress notes ([`Store::watch_with_progress`]) yields.
+#[derive(Debug, Clone)]
+pub enum WatchItem {
+    Event(Event),
+    /// Every event of the watch up to this revision has been yielded: a client that resumes
+    /// from it misses nothing (a Kubernetes watch BOOKMARK's resourceVersion).
+    Progress(u64),
+}
+
+pub type ProgressStream = BoxStream<'static, Result<WatchItem, StoreError>>;
+
+/// When a watch's progress notes fall due, as kube-apiserver's cacher schedules BOOKMARKs:
+/// every `every`, and 2 s before the watch's `deadline` (so that a client whose watch times out
+/// resumes from a revision no older than that).
+#[derive(Debug, Clone, Copy)]
+pub struct ProgressSchedule {
+    pub every: std::time::Duration,
+    pub deadline: Option<tokio::time::Instant>,
+}
+
+impl ProgressSchedule {
+    /// The next note after `now`; None once the watch is within 2 s of its end.
+    pub fn next(&self, now: tokio::time::Instant) -> Option<tokio::time::Instant> {
+        let mut at = now + self.every;
+        if let Some(d) = self.deadline {
+            let before_end = d.checked_sub(std::time::Duration::from_secs(2)).unwrap_or(d);
+            at = at.min(before_end);
+        }
+        (at > now).then_some(at)
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("{0} not found")]
@@ -244,6 +276,17 @@ pub trait Store: Send + Sync + 'static {
     async fn delete(&self, key: &Key, expected: Option<u64>) -> Result<Stored, StoreError>;
     /// Events with revision > `from`. Gone when `from` is older than the retained log.
     async fn watch(&self, filter: WatchFilter, from: u64) -> Result<WatchStream, StoreError>;
+    /// [`Store::watch`] with progress notes on `schedule`, each once every event before it is
+    /// yielded. A backend that cannot say gives none (a watch may go without BOOKMARKs).
+    async fn watch_with_progress(
+        &self,
+        filter: WatchFilter,
+        from: u64,
+        _schedule: ProgressSchedule,
+    ) -> Result<ProgressStream, StoreError> {
+        use futures::StreamExt;
+        Ok(Box::pin(self.watch(filter, from).await?.map(|r| r.map(WatchItem::Event))))
+    }
     /// The newest revision.
     async fn revision(&self) -> Result<u64, StoreError>;
     /// Returns once the write path takes work: for the health checks, since reads still answer

@@ -12,9 +12,11 @@
 use super::hub::{Hub, Subscription};
 use super::token_cache::{Cached, TokenCache};
 use super::{
-    set_revision, Event, EventType, JsonListing, Key, Listing, Store, StoreError, Stored, WatchFilter, WatchStream,
+    set_revision, Event, EventType, JsonListing, Key, Listing, ProgressSchedule, ProgressStream, Store, StoreError,
+    Stored, WatchFilter, WatchItem, WatchStream,
 };
 use async_trait::async_trait;
+use futures::StreamExt;
 use rusqlite::{params, Connection, OptionalExtension};
 use serde_json::Value;
 use std::collections::VecDeque;
@@ -1158,14 +1160,43 @@ struct WatchState {
     sub: Subscription,
     phase: Phase,
     buf: VecDeque<Event>,
+    /// Progress notes: when ([`ProgressSchedule`]), when the next falls due (None: no more),
+    /// and whether it is due, waiting for the events queued before it.
+    progress: Option<ProgressSchedule>,
+    note_at: Option<tokio::time::Instant>,
+    note_due: bool,
 }
 
 impl WatchState {
-    async fn next(mut self) -> Option<(Result<Event, StoreError>, WatchState)> {
+    fn new(store: SqliteStore, filter: WatchFilter, from: u64, sub: Subscription) -> Self {
+        WatchState {
+            store,
+            filter,
+            last: from,
+            sub,
+            phase: Phase::Replay,
+            buf: VecDeque::new(),
+            progress: None,
+            note_at: None,
+            note_due: false,
+        }
+    }
+
+    /// The next event, or progress note. A note is given only while following the broadcast
+    /// with nothing queued: every event the watch wants up to the hub's head has been yielded.
+    async fn next(mut self) -> Option<(Result<WatchItem, StoreError>, WatchState)> {
         loop {
             if let Some(e) = self.buf.pop_front() {
                 self.last = e.revision;
-                return Some((Ok(e), self));
+                return Some((Ok(WatchItem::Event(e)), self));
+            }
+            if self.note_due && matches!(self.phase, Phase::Live) {
+                if let Some(head) = self.sub.caught_up() {
+                    self.note_due = false;
+                    self.note_at = self.progress.and_then(|p| p.next(tokio::time::Instant::now()));
+                    let at = head.max(self.last);
+                    return Some((Ok(WatchItem::Progress(at)), self));
+                }
             }
             match self.phase {
                 Phase::Done => return None,
@@ -1193,23 +1224,42 @@ impl WatchState {
                         }
                     }
                 }
-                Phase::Live => match self.sub.recv().await {
-                    Some(ev) => {
+                Phase::Live => match self.receive().await {
+                    Received::NoteDue => self.note_due = true,
+                    Received::Event(Some(ev)) => {
                         if ev.revision > self.last && self.filter.wants(&ev) {
                             // The last watch to take it takes it without a copy.
                             self.buf.push_back(Arc::unwrap_or_clone(ev));
                         }
                     }
-                    None if self.sub.lagged() => {
+                    Received::Event(None) if self.sub.lagged() => {
                         // Subscribe again before reading the log, so nothing falls in between.
                         self.sub = self.store.inner.hub.subscribe(self.filter.clone());
                         self.phase = Phase::Replay;
                     }
-                    None => self.phase = Phase::Done,
+                    Received::Event(None) => self.phase = Phase::Done,
                 },
             }
         }
     }
+
+    /// The next queued event, or the next progress note's time coming first. Without notes (a
+    /// fleet's agents' watches) nothing but the queue is waited on.
+    async fn receive(&mut self) -> Received {
+        match self.note_at.filter(|_| !self.note_due) {
+            None => Received::Event(self.sub.recv().await),
+            Some(at) => tokio::select! {
+                // Cancel-safe: an event is taken only when it is returned.
+                ev = self.sub.recv() => Received::Event(ev),
+                _ = tokio::time::sleep_until(at) => Received::NoteDue,
+            },
+        }
+    }
+}
+
+enum Received {
+    Event(Option<Arc<Event>>),
+    NoteDue,
 }
 
 #[async_trait]
@@ -1319,8 +1369,31 @@ impl Store for SqliteStore {
         if from < compacted {
             return Err(StoreError::Gone { requested: from, oldest: compacted + 1 });
         }
-        let state =
-            WatchState { store: self.clone(), filter, last: from, sub, phase: Phase::Replay, buf: VecDeque::new() };
+        let state = WatchState::new(self.clone(), filter, from, sub);
+        // Without a schedule there are no notes: only events come out.
+        Ok(Box::pin(futures::stream::unfold(state, WatchState::next).filter_map(|r| {
+            futures::future::ready(match r {
+                Ok(WatchItem::Event(e)) => Some(Ok(e)),
+                Ok(WatchItem::Progress(_)) => None,
+                Err(e) => Some(Err(e)),
+            })
+        })))
+    }
+
+    async fn watch_with_progress(
+        &self,
+        filter: WatchFilter,
+        from: u64,
+        schedule: ProgressSchedule,
+    ) -> Result<ProgressStream, StoreError> {
+        let sub = self.inner.hub.subscribe(filter.clone());
+        let compacted = self.read_point(|c| meta_get(c, "compacted")).await?;
+        if from < compacted {
+            return Err(StoreError::Gone { requested: from, oldest: compacted + 1 });
+        }
+        let mut state = WatchState::new(self.clone(), filter, from, sub);
+        state.progress = Some(schedule);
+        state.note_at = schedule.next(tokio::time::Instant::now());
         Ok(Box::pin(futures::stream::unfold(state, WatchState::next)))
     }
 
@@ -1892,6 +1965,50 @@ mod tests {
             });
             futures::future::join_all(tasks).await;
         }
+    }
+
+    /// A progress note (a BOOKMARK's resourceVersion) never comes before an event it covers:
+    /// every Node event at or below a note's revision was yielded before it, notes never go
+    /// back, and they move past writes of other resources, which the watch does not carry.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn progress_notes_come_after_every_event_they_cover() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = SqliteStore::open(&dir.path().join("s.db")).unwrap();
+        let first = s.create(&Key::cluster("/nodes", "n"), obj("n", 0)).await.unwrap();
+        let from = crate::store::revision_of(&first.object).unwrap();
+        let schedule = ProgressSchedule { every: std::time::Duration::from_millis(1), deadline: None };
+        let mut w = s.watch_with_progress(WatchFilter::resource("/nodes"), from, schedule).await.unwrap();
+        let writer = {
+            let s = s.clone();
+            tokio::spawn(async move {
+                for i in 1..=200 {
+                    s.update(&Key::cluster("/nodes", "n"), obj("n", i), None).await.unwrap();
+                    s.create(&Key::cluster("/other", &format!("o{i}")), obj("o", i)).await.unwrap();
+                }
+                s.revision().await.unwrap()
+            })
+        };
+        let (mut events, mut notes) = (Vec::new(), Vec::new());
+        let head = loop {
+            match tokio::time::timeout(std::time::Duration::from_secs(30), w.next()).await {
+                Ok(Some(Ok(WatchItem::Event(e)))) => {
+                    assert!(e.key.resource == "/nodes", "{e:?}");
+                    assert!(notes.last().is_none_or(|&n| e.revision > n), "event {} after note {notes:?}", e.revision);
+                    events.push(e.revision);
+                }
+                Ok(Some(Ok(WatchItem::Progress(n)))) => {
+                    assert!(notes.last().is_none_or(|&l| n >= l), "notes went back: {notes:?} then {n}");
+                    assert!(events.last().is_none_or(|&e| n >= e), "note {n} below the last event {events:?}");
+                    notes.push(n);
+                    if writer.is_finished() && events.len() == 200 {
+                        break n;
+                    }
+                }
+                other => panic!("{other:?} after {} events and notes {notes:?}", events.len()),
+            }
+        };
+        assert_eq!(head, writer.await.unwrap(), "the last note is the store's revision, an /other write");
+        assert!(notes.len() > 1, "notes came during the writes too: {notes:?}");
     }
 
     #[tokio::test]
