@@ -992,3 +992,47 @@ async fn kubectl_waits_out_the_in_flight_limit() {
         assert!(answered, "kubectl {args:?} printed its answer: {stdout}\n{stderr}");
     }
 }
+
+/// FleetLock objects with kubectl: created from YAML, listed (`get flk`, the holders in a
+/// column), explained, and a dead host's slot freed with `patch --subresource=status`, as the
+/// README says to.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_manages_fleetlocks_and_frees_a_slot() {
+    let Some(exe) = kubectl_path() else { return };
+    let c = Coordinator::start();
+    let k = Kubectl::new(exe, &c, Auth::Kubeconfig);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("flk.yaml");
+    std::fs::write(
+        &file,
+        "apiVersion: aloft.dev/v1\nkind: FleetLock\nmetadata: {name: default}\nspec: {maxHolders: 2}\n",
+    )
+    .unwrap();
+    k.ok(&["apply", "-f", file.to_str().unwrap()]);
+    // Two holders, as two hosts' pre-reboot requests leave them (written here as the server does).
+    let admin = c.client();
+    let status = serde_json::json!({"status": {"holders": [
+        {"id": "m1", "since": "2026-12-04T05:00:00Z"}, {"id": "m2", "since": "2026-12-04T05:01:00Z"}]}});
+    admin
+        .patch("/apis/aloft.dev/v1/fleetlocks/default/status", "application/merge-patch+json", &status)
+        .await
+        .unwrap()
+        .into_result()
+        .unwrap();
+    let out = k.ok(&["get", "flk"]);
+    assert_eq!(header(&out), ["NAME", "MAX", "HOLDERS", "HOLDERS", "AGE"], "{out}");
+    assert_eq!(&row(&out, "default").unwrap()[..3], ["default", "2", "m1,m2"], "{out}");
+    let explained = k.ok(&["explain", "fleetlock.spec.maxHolders"]);
+    assert!(explained.contains("reboot"), "{explained}");
+    k.ok(&[
+        "patch",
+        "fleetlock",
+        "default",
+        "--subresource=status",
+        "--type=json",
+        "-p",
+        r#"[{"op":"test","path":"/status/holders/0/id","value":"m1"},{"op":"remove","path":"/status/holders/0"}]"#,
+    ]);
+    let out = k.ok(&["get", "fleetlock", "default"]);
+    assert_eq!(&row(&out, "default").unwrap()[..3], ["default", "2", "m2"], "{out}");
+}

@@ -11,6 +11,7 @@ pub mod content;
 pub mod disruption;
 pub mod exit;
 pub mod exposition;
+pub mod fleetlock;
 pub mod ignition;
 pub mod json_words;
 pub mod log_spec;

@@ -122,6 +122,7 @@ pub async fn run(opts: ApiBench) -> Result<()> {
         allocator: None,
         node_monitor_grace: crate::controllers::presence::DEFAULT_GRACE,
         new_ca: false,
+        fleetlock_listen: None,
         build: aloft_api::build::BuildInfo::new(env!("CARGO_PKG_VERSION"), None, None, None),
     };
     let server = tokio::spawn(serve::run(serve_opts));

@@ -148,9 +148,22 @@ pub const NODE_DISRUPTION_BUDGET: ResourceType = ResourceType {
     categories: &[],
 };
 
+/// A FleetLock group's reboot semaphore (see `crate::fleetlock`).
+pub const FLEET_LOCK: ResourceType = ResourceType {
+    group: aloft_api::ALOFT_GROUP,
+    version: "v1",
+    kind: "FleetLock",
+    plural: "fleetlocks",
+    singular: "fleetlock",
+    short_names: &["flk"],
+    namespaced: false,
+    status_subresource: true,
+    categories: &[],
+};
+
 /// Every served resource.
 pub const ALL: &[ResourceType] =
-    &[NODE, EVENT, MACHINE_CONFIG, MACHINE_CONFIG_POOL, MACHINE_CONFIGURATION, NODE_DISRUPTION_BUDGET];
+    &[NODE, EVENT, MACHINE_CONFIG, MACHINE_CONFIG_POOL, MACHINE_CONFIGURATION, NODE_DISRUPTION_BUDGET, FLEET_LOCK];
 
 /// Find by group, version and plural (the URL form).
 pub fn by_path(group: &str, version: &str, plural: &str) -> Option<&'static ResourceType> {

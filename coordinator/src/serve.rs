@@ -36,6 +36,8 @@ pub struct ServeOptions {
     /// Issue a new CA although the store has enrolled nodes (whose agents trust the one that
     /// is missing).
     pub new_ca: bool,
+    /// Where to serve the FleetLock protocol (`crate::fleetlock`), if anywhere.
+    pub fleetlock_listen: Option<SocketAddr>,
     /// Which build this is (`aloft_api::build_info!()` in the binary), for `/version`,
     /// `/metrics` and the log.
     pub build: aloft_api::build::BuildInfo,
@@ -302,6 +304,20 @@ pub async fn run(opts: ServeOptions) -> Result<()> {
     tokio::spawn(controllers::supervise("node-lifecycle", health.clone(), move || {
         controllers::presence::run(presence_store.clone(), presence.clone(), grace)
     }));
+    if let Some(at) = opts.fleetlock_listen {
+        // Bound before anything says "listening", as the API's listener is.
+        let listener =
+            tokio::net::TcpListener::bind(at).await.with_context(|| format!("binding {at} (--fleetlock-listen)"))?;
+        let bound = listener.local_addr()?;
+        let app = crate::fleetlock::router(store.clone(), ctx.events.clone());
+        tokio::spawn(async move {
+            if let Err(e) = axum::serve(listener, app).await {
+                tracing::error!(error = %e, "the FleetLock listener stopped");
+            }
+        });
+        tracing::info!(%bound, "serving FleetLock (Zincati's fleet_lock strategy)");
+        println!("FleetLock listening on http://{bound} (Zincati: [updates.fleet_lock] base_url)");
+    }
     let app = server::router(ctx).into_make_service();
     let serving_store = store.clone();
     tracing::info!(%addr, scheme, data_dir = %opts.data_dir.display(), version = %opts.build.long_version(),

@@ -72,6 +72,12 @@ enum Cmd {
         /// refuses to start in that case.
         #[arg(long)]
         new_ca: bool,
+        /// Also serve the FleetLock protocol (Zincati's fleet_lock strategy, as airlock) on this
+        /// address, in plain HTTP without credentials (Zincati sends none): hosts of a group
+        /// take and give back reboot slots of the FleetLock object named as their group. Off by
+        /// default; bind it to the hosts' own network. Example: 0.0.0.0:3333.
+        #[arg(long, value_name = "ADDR")]
+        fleetlock_listen: Option<std::net::SocketAddr>,
         /// Use the admin token in this file instead of generating one.
         #[arg(long)]
         admin_token_file: Option<PathBuf>,
@@ -302,6 +308,7 @@ async fn run() -> Result<()> {
             event_ttl,
             node_monitor_grace_period,
             new_ca,
+            fleetlock_listen,
         } => {
             let limits = Limits {
                 max_body: max_body_bytes,
@@ -321,6 +328,7 @@ async fn run() -> Result<()> {
                 allocator: Some(jemalloc_stats),
                 node_monitor_grace: node_monitor_grace_period,
                 new_ca,
+                fleetlock_listen,
                 build: aloft_api::build_info!(),
             })
             .await

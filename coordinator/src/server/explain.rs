@@ -163,6 +163,31 @@ fn budget_spec() -> Value {
     )
 }
 
+fn fleet_lock_spec() -> Value {
+    object(
+        "A FleetLock group (the object's name) whose hosts update with Zincati's fleet_lock strategy \
+         against the coordinator's FleetLock endpoint (serve --fleetlock-listen).",
+        json!({
+            "maxHolders": field("integer",
+                "How many hosts of the group may hold a slot (reboot) at once. Default 1. Lowering it \
+                 takes no slot back."),
+        }),
+    )
+}
+
+fn fleet_lock_status() -> Value {
+    object(
+        "The hosts holding a slot, as the FleetLock requests left them.",
+        json!({
+            "holders": {"type": "array", "description": "One per host holding a slot.",
+                "items": object("A holder.", json!({
+                    "id": field("string", "The host's FleetLock client_params.id (Zincati: its app-specific machine ID)."),
+                    "since": field("string", "When it took the slot (RFC 3339)."),
+                }))},
+        }),
+    )
+}
+
 fn budget_status() -> Value {
     let count = |what: &str| field("integer", what);
     object(
@@ -245,6 +270,7 @@ pub fn properties(kind: &str) -> Option<Value> {
     let (spec, status) = match kind {
         "MachineConfigPool" => (pool_spec(), pool_status()),
         "NodeDisruptionBudget" => (budget_spec(), budget_status()),
+        "FleetLock" => (fleet_lock_spec(), fleet_lock_status()),
         "Node" => (node_spec(), node_status()),
         "MachineConfig" => (machine_config_spec(), Value::Null),
         _ => return None,

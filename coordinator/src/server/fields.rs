@@ -185,6 +185,13 @@ const MACHINE_CONFIG: Shape =
 const BUDGET: Shape =
     Obj(&[("apiVersion", Any), ("kind", Any), ("metadata", META), ("spec", NDB_SPEC), ("status", Any)]);
 const NODE: Shape = Obj(&[("apiVersion", Any), ("kind", Any), ("metadata", META), ("spec", Any), ("status", Any)]);
+const FLEET_LOCK: Shape = Obj(&[
+    ("apiVersion", Any),
+    ("kind", Any),
+    ("metadata", META),
+    ("spec", Obj(&[("maxHolders", Any)])),
+    ("status", Any),
+]);
 
 /// core/v1 Event, every field Kubernetes gives it (`kubectl explain event`).
 const EVENT: Shape = Obj(&[
@@ -213,6 +220,7 @@ fn kind_shape(rt: &ResourceType) -> Option<&'static Shape> {
         "MachineConfigPool" => Some(&POOL),
         "MachineConfig" => Some(&MACHINE_CONFIG),
         "NodeDisruptionBudget" => Some(&BUDGET),
+        "FleetLock" => Some(&FLEET_LOCK),
         "Node" => Some(&NODE),
         "Event" => Some(&EVENT),
         _ => None,

@@ -64,6 +64,12 @@ fn columns(r: &ResourceType) -> Vec<Col> {
             col("Group By", "string", 1, "Label keys that split the selected nodes into groups"),
             col("Selector", "string", 1, "Which nodes the budget covers"),
         ],
+        "FleetLock" => vec![
+            name,
+            col("Max Holders", "integer", 0, "Hosts of the group that may reboot at once"),
+            col("Holders", "string", 0, "The hosts holding a slot (their FleetLock id)"),
+            age,
+        ],
         "Event" => vec![
             col("Last Seen", "string", 0, "When the event was last seen"),
             col("Type", "string", 0, "Normal or Warning"),
@@ -193,6 +199,23 @@ fn cells(r: &ResourceType, o: &Value, now: chrono::DateTime<chrono::Utc>) -> Vec
                 age,
                 json!(if group_by.is_empty() { "<none>".to_string() } else { group_by.join(",") }),
                 json!(selector),
+            ]
+        }
+        "FleetLock" => {
+            let max = o
+                .pointer("/spec/maxHolders")
+                .and_then(Value::as_i64)
+                .unwrap_or(aloft_api::fleetlock::DEFAULT_MAX_HOLDERS);
+            let holders: Vec<&str> = o
+                .pointer("/status/holders")
+                .and_then(Value::as_array)
+                .map(|a| a.iter().filter_map(|h| h.get("id").and_then(Value::as_str)).collect())
+                .unwrap_or_default();
+            vec![
+                name,
+                json!(max),
+                json!(if holders.is_empty() { "<none>".to_string() } else { holders.join(",") }),
+                age,
             ]
         }
         "Event" => {

@@ -454,6 +454,11 @@ pub fn object_causes(r: &ResourceType, obj: &Value) -> Vec<StatusCause> {
         "Node" => {
             typed::<Node>(obj, &mut out);
         }
+        "FleetLock" => {
+            if let Some(f) = typed::<aloft_api::fleetlock::FleetLock>(obj, &mut out) {
+                count_causes(f.spec.max_holders, "spec.maxHolders", COUNT, &mut out);
+            }
+        }
         "Event" => event_namespace_causes(obj, &mut out),
         "MachineConfiguration" => {
             // The agent's own check (shared in aloft-api): a policy it would refuse degrades every
