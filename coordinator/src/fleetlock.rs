@@ -61,8 +61,26 @@ pub fn router(store: Arc<dyn Store>, events: Recorder) -> Router {
 }
 
 /// An error answer: a status other than 200 and the protocol's `{kind, value}`.
-fn failure(code: StatusCode, kind: &str, value: impl Into<String>) -> Response {
-    (code, axum::Json(json!({"kind": kind, "value": value.into()}))).into_response()
+fn failure(code: StatusCode, kind: &'static str, value: impl Into<String>) -> Response {
+    Refusal { code, kind, value: value.into() }.into_response()
+}
+
+/// A request refused, as the protocol answers it.
+#[derive(Debug)]
+struct Refusal {
+    code: StatusCode,
+    kind: &'static str,
+    value: String,
+}
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        (self.code, axum::Json(json!({"kind": self.kind, "value": self.value}))).into_response()
+    }
+}
+
+fn refusal(code: StatusCode, kind: &'static str, value: impl Into<String>) -> Refusal {
+    Refusal { code, kind, value: value.into() }
 }
 
 #[derive(Debug, Deserialize)]
@@ -81,8 +99,8 @@ struct ClientParams {
 }
 
 /// The request's host and group, or the answer that says what is wrong with it.
-fn read_request(headers: &HeaderMap, body: &[u8]) -> Result<(String, String), Response> {
-    let bad = |kind: &str, value: String| Err(failure(StatusCode::BAD_REQUEST, kind, value));
+fn read_request(headers: &HeaderMap, body: &[u8]) -> Result<(String, String), Refusal> {
+    let bad = |kind: &'static str, value: String| Err(refusal(StatusCode::BAD_REQUEST, kind, value));
     if headers.get("fleet-lock-protocol").and_then(|v| v.to_str().ok()) != Some("true") {
         return bad("missing_header", "the header fleet-lock-protocol: true is required".into());
     }
@@ -157,13 +175,13 @@ enum Step<T> {
 }
 
 /// Read the group's lock, decide, and write the new status if any, retrying on a conflict.
-async fn with_lock<T>(s: &Shared, group: &str, decide: impl Fn(&FleetLock) -> Step<T>) -> Result<T, Response> {
+async fn with_lock<T>(s: &Shared, group: &str, decide: impl Fn(&FleetLock) -> Step<T>) -> Result<T, Refusal> {
     let key = Key::cluster(&FLEET_LOCK.store_key(), group);
     for _ in 0..ATTEMPTS {
         let stored = match s.store.get(&key).await {
             Ok(Some(stored)) => stored,
             Ok(None) => {
-                return Err(failure(
+                return Err(refusal(
                     StatusCode::NOT_FOUND,
                     "unknown_group",
                     format!(
@@ -172,11 +190,11 @@ async fn with_lock<T>(s: &Shared, group: &str, decide: impl Fn(&FleetLock) -> St
                     ),
                 ))
             }
-            Err(e) => return Err(failure(StatusCode::SERVICE_UNAVAILABLE, "store", e.to_string())),
+            Err(e) => return Err(refusal(StatusCode::SERVICE_UNAVAILABLE, "store", e.to_string())),
         };
         let lock: FleetLock = match serde_json::from_value((*stored.object).clone()) {
             Ok(l) => l,
-            Err(e) => return Err(failure(StatusCode::INTERNAL_SERVER_ERROR, "bad_object", e.to_string())),
+            Err(e) => return Err(refusal(StatusCode::INTERNAL_SERVER_ERROR, "bad_object", e.to_string())),
         };
         let revision = crate::store::revision_of(&stored.object);
         let (status, answer) = match decide(&lock) {
@@ -186,17 +204,17 @@ async fn with_lock<T>(s: &Shared, group: &str, decide: impl Fn(&FleetLock) -> St
         let mut next = (*stored.object).clone();
         next["status"] = match serde_json::to_value(&status) {
             Ok(v) => v,
-            Err(e) => return Err(failure(StatusCode::INTERNAL_SERVER_ERROR, "bad_object", e.to_string())),
+            Err(e) => return Err(refusal(StatusCode::INTERNAL_SERVER_ERROR, "bad_object", e.to_string())),
         };
         match s.store.update(&key, next, revision).await {
             Ok(_) => return Ok(answer),
             Err(StoreError::Conflict { .. }) => continue,
             // Deleted meanwhile: the next read says so.
             Err(StoreError::NotFound(_)) => continue,
-            Err(e) => return Err(failure(StatusCode::SERVICE_UNAVAILABLE, "store", e.to_string())),
+            Err(e) => return Err(refusal(StatusCode::SERVICE_UNAVAILABLE, "store", e.to_string())),
         }
     }
-    Err(failure(StatusCode::SERVICE_UNAVAILABLE, "busy", format!("FleetLock {group:?} kept changing; try again")))
+    Err(refusal(StatusCode::SERVICE_UNAVAILABLE, "busy", format!("FleetLock {group:?} kept changing; try again")))
 }
 
 fn about(group: &str) -> Involved {
@@ -211,7 +229,7 @@ fn about(group: &str) -> Involved {
 async fn pre_reboot(State(s): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
     let (id, group) = match read_request(&headers, &body) {
         Ok(r) => r,
-        Err(answer) => return answer,
+        Err(refusal) => return refusal.into_response(),
     };
     let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     let outcome = with_lock(&s, &group, |lock| match take(lock, &id, &now) {
@@ -220,7 +238,7 @@ async fn pre_reboot(State(s): State<Shared>, headers: HeaderMap, body: Bytes) ->
     })
     .await;
     match outcome {
-        Err(answer) => answer,
+        Err(refusal) => refusal.into_response(),
         Ok(Take::Held) => {
             tracing::info!(%group, %id, "FleetLock: the host already holds a slot");
             StatusCode::OK.into_response()
@@ -249,7 +267,7 @@ async fn pre_reboot(State(s): State<Shared>, headers: HeaderMap, body: Bytes) ->
 async fn steady_state(State(s): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
     let (id, group) = match read_request(&headers, &body) {
         Ok(r) => r,
-        Err(answer) => return answer,
+        Err(refusal) => return refusal.into_response(),
     };
     let released = with_lock(&s, &group, |lock| match release(lock, &id) {
         Some(status) => Step::Write(status, true),
@@ -257,7 +275,7 @@ async fn steady_state(State(s): State<Shared>, headers: HeaderMap, body: Bytes) 
     })
     .await;
     match released {
-        Err(answer) => answer,
+        Err(refusal) => refusal.into_response(),
         Ok(true) => {
             tracing::info!(%group, %id, "FleetLock: slot released");
             let msg = format!("Host {id} gave its slot back");
