@@ -391,10 +391,6 @@ fn plan_pool(
         pp.wait = waiting_any.then_some(Wait::Deleting);
         return pp;
     }
-    // A node that joins while the rollout is held (paused, breaker open, canaries out, config
-    // soaking) has no config at all (Ready and schedulable, but nothing applied): it gets the
-    // config MCO's machine-config-server would serve ([`FirstConfig`]: the target only once some
-    // node runs it), within maxUnavailable and the budgets.
     // Outside every maintenance window the rollout is held as a pause holds it; updates under
     // way go on, and waiting nodes still pre-stage.
     let closed = match pool.spec.rollout.as_ref().and_then(|r| r.maintenance.as_ref()) {
@@ -415,6 +411,10 @@ fn plan_pool(
             }
         },
     };
+    // A node that joins while the rollout is held (paused, breaker open, canaries out, config
+    // soaking, no maintenance window open) has no config at all (Ready and schedulable, but nothing applied): it gets the
+    // config MCO's machine-config-server would serve ([`FirstConfig`]: the target only once some
+    // node runs it), within maxUnavailable and the budgets.
     let held = match (&eval.gate, pool.spec.paused) {
         (_, true) => Some(Held::Paused),
         (Gate::Hold(HoldReason::CircuitBroken { .. }), false) => Some(Held::CircuitBroken),

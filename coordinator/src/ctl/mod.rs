@@ -19,7 +19,7 @@ const TABLE_ACCEPT: &str = "application/json;as=Table;v=v1;g=meta.k8s.io,applica
 /// Talk to an aloft coordinator: pools, machine configs, nodes.
 ///
 /// Resource types take kubectl's names: machineconfigpools (mcp), machineconfigs (mc), nodes (no),
-/// events (ev), nodedisruptionbudgets (ndb), also as TYPE/NAME.
+/// events (ev), nodedisruptionbudgets (ndb), fleetlocks (flk), also as TYPE/NAME.
 ///
 /// Examples:
 ///   aloftctl apply -f worker-pool.yaml
