@@ -94,6 +94,26 @@ async fn fleetlock_hands_out_reboot_slots_and_shows_who_holds_them() {
     .await;
     assert_eq!(taken, ["Host m1 took a slot to reboot (1 of 2 held)", "Host m2 took a slot to reboot (2 of 2 held)"]);
 
+    // On /metrics: slots held, slots, and how long the longest holder has held one.
+    let out = std::process::Command::new(bin("aloftctl"))
+        .arg("--kubeconfig")
+        .arg(c.kubeconfig_path())
+        .args(["get", "--raw", "/metrics"])
+        .output()
+        .unwrap();
+    let metrics = String::from_utf8_lossy(&out.stdout);
+    assert!(metrics.contains("aloft_fleetlock_holders{group=\"default\"} 2\n"), "{metrics}");
+    assert!(metrics.contains("aloft_fleetlock_max_holders{group=\"default\"} 2\n"), "{metrics}");
+    let oldest: i64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("aloft_fleetlock_oldest_hold_seconds{group=\"default\"} "))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{metrics}"));
+    let held_for = (chrono::Utc::now()
+        - chrono::DateTime::parse_from_rfc3339(since).unwrap().with_timezone(&chrono::Utc))
+    .num_seconds();
+    assert!((0..=held_for + 1).contains(&oldest), "{oldest} s, m1 has held for {held_for} s");
+
     // Steady state gives the slot back; a host holding none gets 200 and changes nothing.
     assert_eq!(lock(&http, &base, "steady-state", "m1", "default").await.0, 200);
     assert_eq!(holders(&admin, "default").await, ["m2"]);

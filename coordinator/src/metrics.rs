@@ -11,6 +11,10 @@
 //!   `..._degraded_machine_count{pool}`: the pool's status counts;
 //! - `aloft_pool_condition{pool,condition}`: 1 while the condition is True, else 0;
 //! - `aloft_pool_paused{pool}`: 1 when `spec.paused` is set;
+//! - `aloft_fleetlock_holders{group}`, `aloft_fleetlock_max_holders{group}` and
+//!   `aloft_fleetlock_oldest_hold_seconds{group}`: each FleetLock group's slots held, its slots,
+//!   and how long its longest holder has held one (0 with none): a host that never came back
+//!   keeps its slot, and this is what to alert on ([`crate::fleetlock`]);
 //! - `aloft_controller_up{controller}`: 1 while the loop runs, 0 while it waits to start again;
 //! - `aloft_controller_restarts_total{controller}`: times it stopped and was started again;
 //! - `aloft_controller_passes_total{controller,result}`,
@@ -29,7 +33,7 @@
 
 use crate::health::{Health, LoopState};
 use crate::process_metrics::AllocatorProbe;
-use crate::resources::MACHINE_CONFIG_POOL;
+use crate::resources::{FLEET_LOCK, MACHINE_CONFIG_POOL};
 use crate::server::request_metrics::RequestMetrics;
 use crate::store::{Store, StoreError};
 use aloft_api::build::BuildInfo;
@@ -52,6 +56,11 @@ const COUNTS: &[(&str, &str, &str)] = &[
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PoolLabels {
     pool: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct GroupLabels {
+    group: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -118,6 +127,7 @@ pub async fn encode(
     }
     registry.register("aloft_pool_condition", "A pool's status condition: 1 while True", conditions);
     registry.register("aloft_pool_paused", "1 while the pool's spec.paused is set", paused);
+    register_fleet_locks(&mut registry, store, chrono::Utc::now()).await?;
 
     let up = Family::<ControllerLabels, Gauge>::default();
     let restarts = Family::<ControllerLabels, Counter>::default();
@@ -143,6 +153,42 @@ pub async fn encode(
     let mut out = String::new();
     prometheus_client::encoding::text::encode(&mut out, &registry)?;
     Ok(out)
+}
+
+/// The FleetLock groups' series, from their stored objects.
+async fn register_fleet_locks(
+    registry: &mut Registry,
+    store: &dyn Store,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Result<(), MetricsError> {
+    let locks = store.list(&FLEET_LOCK.store_key(), None).await?;
+    let (held, max, oldest) = (
+        Family::<GroupLabels, Gauge>::default(),
+        Family::<GroupLabels, Gauge>::default(),
+        Family::<GroupLabels, Gauge>::default(),
+    );
+    for lock in &locks.items {
+        let labels = GroupLabels { group: name_of(lock) };
+        let holders: &[Value] = lock["status"]["holders"].as_array().map(Vec::as_slice).unwrap_or_default();
+        held.get_or_create(&labels).set(holders.len() as i64);
+        max.get_or_create(&labels)
+            .set(lock["spec"]["maxHolders"].as_i64().unwrap_or(aloft_api::fleetlock::DEFAULT_MAX_HOLDERS));
+        let longest = holders
+            .iter()
+            .filter_map(|h| chrono::DateTime::parse_from_rfc3339(h["since"].as_str()?).ok())
+            .map(|since| (now - since.with_timezone(&chrono::Utc)).num_seconds().max(0))
+            .max()
+            .unwrap_or(0);
+        oldest.get_or_create(&labels).set(longest);
+    }
+    registry.register("aloft_fleetlock_holders", "Hosts of the FleetLock group holding a slot", held);
+    registry.register("aloft_fleetlock_max_holders", "Slots of the FleetLock group (spec.maxHolders)", max);
+    registry.register(
+        "aloft_fleetlock_oldest_hold_seconds",
+        "How long the group's longest holder has held its slot (0 with none)",
+        oldest,
+    );
+    Ok(())
 }
 
 fn name_of(obj: &Value) -> String {
