@@ -35,6 +35,19 @@ async fn holders(c: &Client, group: &str) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// `aloftctl ARGS` against `c`; it must succeed; its stdout.
+fn aloftctl(c: &Coordinator, args: &[&str]) -> String {
+    let out = std::process::Command::new(bin("aloftctl"))
+        .arg("--kubeconfig")
+        .arg(c.kubeconfig_path())
+        .args(args)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "aloftctl {args:?}: {stdout}{}", String::from_utf8_lossy(&out.stderr));
+    stdout
+}
+
 fn fleet_lock(name: &str, max: i64) -> Value {
     json!({"apiVersion": "aloft.dev/v1", "kind": "FleetLock", "metadata": {"name": name}, "spec": {"maxHolders": max}})
 }
@@ -69,14 +82,7 @@ async fn fleetlock_hands_out_reboot_slots_and_shows_who_holds_them() {
     assert!(chrono::DateTime::parse_from_rfc3339(since).is_ok(), "{l}");
 
     // Who holds the slots, for the operator (airlock shows nobody).
-    let out = std::process::Command::new(bin("aloftctl"))
-        .arg("--kubeconfig")
-        .arg(c.kubeconfig_path())
-        .args(["get", "fleetlocks"])
-        .output()
-        .unwrap();
-    let table = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{table}{}", String::from_utf8_lossy(&out.stderr));
+    let table = aloftctl(&c, &["get", "fleetlocks"]);
     let row: Vec<&str> = table.lines().nth(1).unwrap_or_default().split_whitespace().collect();
     assert_eq!(&row[..3], ["default", "2", "m1,m2"], "{table}");
     let taken = eventually(T, "the SlotTaken Events", || async {
@@ -95,13 +101,7 @@ async fn fleetlock_hands_out_reboot_slots_and_shows_who_holds_them() {
     assert_eq!(taken, ["Host m1 took a slot to reboot (1 of 2 held)", "Host m2 took a slot to reboot (2 of 2 held)"]);
 
     // On /metrics: slots held, slots, and how long the longest holder has held one.
-    let out = std::process::Command::new(bin("aloftctl"))
-        .arg("--kubeconfig")
-        .arg(c.kubeconfig_path())
-        .args(["get", "--raw", "/metrics"])
-        .output()
-        .unwrap();
-    let metrics = String::from_utf8_lossy(&out.stdout);
+    let metrics = aloftctl(&c, &["get", "--raw", "/metrics"]);
     assert!(metrics.contains("aloft_fleetlock_holders{group=\"default\"} 2\n"), "{metrics}");
     assert!(metrics.contains("aloft_fleetlock_max_holders{group=\"default\"} 2\n"), "{metrics}");
     let oldest: i64 = metrics

@@ -51,7 +51,7 @@ pub fn router(store: Arc<dyn Store>, events: Recorder) -> Router {
         .route("/v1/pre-reboot", post(pre_reboot))
         .route("/v1/steady-state", post(steady_state))
         .fallback(|| async {
-            failure(
+            refusal(
                 StatusCode::NOT_FOUND,
                 "not_found",
                 "FleetLock serves POST /v1/pre-reboot and POST /v1/steady-state",
@@ -60,12 +60,7 @@ pub fn router(store: Arc<dyn Store>, events: Recorder) -> Router {
         .with_state(Shared { store, events })
 }
 
-/// An error answer: a status other than 200 and the protocol's `{kind, value}`.
-fn failure(code: StatusCode, kind: &'static str, value: impl Into<String>) -> Response {
-    Refusal { code, kind, value: value.into() }.into_response()
-}
-
-/// A request refused, as the protocol answers it.
+/// A request refused, as the protocol answers it: a status other than 200 and `{kind, value}`.
 #[derive(Debug)]
 struct Refusal {
     code: StatusCode,
@@ -251,7 +246,7 @@ async fn pre_reboot(State(s): State<Shared>, headers: HeaderMap, body: Bytes) ->
         }
         Ok(Take::Full { max, holders }) => {
             tracing::info!(%group, %id, max, "FleetLock: every slot is held");
-            failure(
+            refusal(
                 StatusCode::CONFLICT,
                 "failed_lock",
                 format!(
@@ -260,6 +255,7 @@ async fn pre_reboot(State(s): State<Shared>, headers: HeaderMap, body: Bytes) ->
                     crate::controllers::pick::names_text(&holders)
                 ),
             )
+            .into_response()
         }
     }
 }

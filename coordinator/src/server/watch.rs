@@ -159,25 +159,19 @@ pub async fn serve(
         skip_origin: skip_own,
     };
     let store_error = |e| ApiError::from_store(e, &rt.qualified(), "");
-    let live: futures::stream::BoxStream<'static, Item> = if bookmarks {
+    // The caller's own writes (skipOwnWrites) are left out by the store, where they are published.
+    let live = if bookmarks {
         let schedule =
             ProgressSchedule { every: BOOKMARK_EVERY, deadline: Some(tokio::time::Instant::now() + timeout) };
-        let live = ctx.store.watch_with_progress(filter, from, schedule).await.map_err(store_error)?;
-        live.map(move |r| match r {
-            Ok(WatchItem::Event(ev)) => Item::Event(ev.kind, ev.object, Some(ev.json)),
-            Ok(WatchItem::Progress(rev)) => Item::Bookmark(rev),
-            Err(e) => Item::Error(ApiError::from_store(e, &rt.qualified(), "")),
-        })
-        .boxed()
+        ctx.store.watch_with_progress(filter, from, schedule).await.map_err(store_error)?
     } else {
-        // The caller's own writes (skipOwnWrites) are left out by the store, where they are published.
-        let live = ctx.store.watch(filter, from).await.map_err(store_error)?;
-        live.map(move |r| match r {
-            Ok(ev) => Item::Event(ev.kind, ev.object, Some(ev.json)),
-            Err(e) => Item::Error(ApiError::from_store(e, &rt.qualified(), "")),
-        })
-        .boxed()
+        ctx.store.watch(filter, from).await.map_err(store_error)?.map(|r| r.map(WatchItem::Event)).boxed()
     };
+    let live = live.map(move |r| match r {
+        Ok(WatchItem::Event(ev)) => Item::Event(ev.kind, ev.object, Some(ev.json)),
+        Ok(WatchItem::Progress(rev)) => Item::Bookmark(rev),
+        Err(e) => Item::Error(ApiError::from_store(e, &rt.qualified(), "")),
+    });
     let initial = futures::stream::iter(
         initial
             .into_iter()

@@ -1168,7 +1168,13 @@ struct WatchState {
 }
 
 impl WatchState {
-    fn new(store: SqliteStore, filter: WatchFilter, from: u64, sub: Subscription) -> Self {
+    fn new(
+        store: SqliteStore,
+        filter: WatchFilter,
+        from: u64,
+        sub: Subscription,
+        progress: Option<ProgressSchedule>,
+    ) -> Self {
         WatchState {
             store,
             filter,
@@ -1176,8 +1182,8 @@ impl WatchState {
             sub,
             phase: Phase::Replay,
             buf: VecDeque::new(),
-            progress: None,
-            note_at: None,
+            progress,
+            note_at: progress.and_then(|p| p.next(tokio::time::Instant::now())),
             note_due: false,
         }
     }
@@ -1260,6 +1266,24 @@ impl WatchState {
 enum Received {
     Event(Option<Arc<Event>>),
     NoteDue,
+}
+
+impl SqliteStore {
+    /// A watch from `from`: subscribed before the log is read, so nothing committed in between
+    /// is missed; Gone when the log no longer reaches back that far.
+    async fn open_watch(
+        &self,
+        filter: WatchFilter,
+        from: u64,
+        progress: Option<ProgressSchedule>,
+    ) -> Result<WatchState, StoreError> {
+        let sub = self.inner.hub.subscribe(filter.clone());
+        let compacted = self.read_point(|c| meta_get(c, "compacted")).await?;
+        if from < compacted {
+            return Err(StoreError::Gone { requested: from, oldest: compacted + 1 });
+        }
+        Ok(WatchState::new(self.clone(), filter, from, sub, progress))
+    }
 }
 
 #[async_trait]
@@ -1363,13 +1387,7 @@ impl Store for SqliteStore {
         .await
     }
     async fn watch(&self, filter: WatchFilter, from: u64) -> Result<WatchStream, StoreError> {
-        // Subscribe before reading the log, so nothing committed in between is missed.
-        let sub = self.inner.hub.subscribe(filter.clone());
-        let compacted = self.read_point(|c| meta_get(c, "compacted")).await?;
-        if from < compacted {
-            return Err(StoreError::Gone { requested: from, oldest: compacted + 1 });
-        }
-        let state = WatchState::new(self.clone(), filter, from, sub);
+        let state = self.open_watch(filter, from, None).await?;
         // Without a schedule there are no notes: only events come out.
         Ok(Box::pin(futures::stream::unfold(state, WatchState::next).filter_map(|r| {
             futures::future::ready(match r {
@@ -1386,14 +1404,7 @@ impl Store for SqliteStore {
         from: u64,
         schedule: ProgressSchedule,
     ) -> Result<ProgressStream, StoreError> {
-        let sub = self.inner.hub.subscribe(filter.clone());
-        let compacted = self.read_point(|c| meta_get(c, "compacted")).await?;
-        if from < compacted {
-            return Err(StoreError::Gone { requested: from, oldest: compacted + 1 });
-        }
-        let mut state = WatchState::new(self.clone(), filter, from, sub);
-        state.progress = Some(schedule);
-        state.note_at = schedule.next(tokio::time::Instant::now());
+        let state = self.open_watch(filter, from, Some(schedule)).await?;
         Ok(Box::pin(futures::stream::unfold(state, WatchState::next)))
     }
 
@@ -1978,7 +1989,7 @@ mod tests {
         let from = crate::store::revision_of(&first.object).unwrap();
         let schedule = ProgressSchedule { every: std::time::Duration::from_millis(1), deadline: None };
         let mut w = s.watch_with_progress(WatchFilter::resource("/nodes"), from, schedule).await.unwrap();
-        let writer = {
+        let mut writer = {
             let s = s.clone();
             tokio::spawn(async move {
                 for i in 1..=200 {
@@ -1988,7 +1999,7 @@ mod tests {
                 s.revision().await.unwrap()
             })
         };
-        let (mut events, mut notes) = (Vec::new(), Vec::new());
+        let (mut events, mut notes, mut last_write) = (Vec::new(), Vec::new(), None);
         let head = loop {
             match tokio::time::timeout(std::time::Duration::from_secs(30), w.next()).await {
                 Ok(Some(Ok(WatchItem::Event(e)))) => {
@@ -2000,14 +2011,19 @@ mod tests {
                     assert!(notes.last().is_none_or(|&l| n >= l), "notes went back: {notes:?} then {n}");
                     assert!(events.last().is_none_or(|&e| n >= e), "note {n} below the last event {events:?}");
                     notes.push(n);
-                    if writer.is_finished() && events.len() == 200 {
+                    if last_write.is_none() && writer.is_finished() {
+                        last_write = Some((&mut writer).await.unwrap());
+                    }
+                    // A note read before the last write may arrive after the writer ended:
+                    // wait for one at least as new as that write.
+                    if last_write.is_some_and(|w| n >= w) && events.len() == 200 {
                         break n;
                     }
                 }
                 other => panic!("{other:?} after {} events and notes {notes:?}", events.len()),
             }
         };
-        assert_eq!(head, writer.await.unwrap(), "the last note is the store's revision, an /other write");
+        assert_eq!(Some(head), last_write, "the last note is the store's revision, an /other write");
         assert!(notes.len() > 1, "notes came during the writes too: {notes:?}");
     }
 
