@@ -20,6 +20,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 pub mod sandbox;
+pub mod update_service;
 
 pub use aloft_coordinator::client::{install_crypto, resource_path, Client, ClientConfig, Reply};
 pub use aloft_coordinator::resources::{self, ResourceType, EVENT, MACHINE_CONFIG, MACHINE_CONFIG_POOL, NODE};

@@ -1121,3 +1121,74 @@ async fn a_stalled_pre_stage_download_gives_way_to_the_next_target() {
     assert!(log.contains("cancelling the background download"), "{log}");
     assert!(!log.contains("pre-stage failed"), "a cancelled download is not a failure: {log}");
 }
+
+/// A release from an update graph reaches the node: the ClusterVersion takes release 1.0.0 (the
+/// OS commit the node runs) from a graph served on loopback, then `aloftctl adm upgrade --to
+/// 1.1.0` takes the next one; its OS commit goes out through the release MachineConfig and the
+/// worker pool, the node reboots into it, and the release completes once the pool runs it
+/// (`tests/releases.rs` covers the graph and the preconditions without agents).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_from_the_update_graph_reaches_the_node() {
+    use aloft_coordinator::resources::CLUSTER_VERSION;
+    use aloft_tests::update_service::{graph, UpdateService};
+    let w = OsWorld::new(20);
+    let (c, admin) = (&w.c, w.c.client());
+    let v1 = w.commit("1");
+    let mut host = w.running_host("worker-release", &v1, &["root=/dev/vda"]).await;
+    let name = host.host.name.clone();
+    w.pool_done_on_ssh_config(&name).await;
+    let v2 = w.commit("2");
+    let svc = UpdateService::start().await;
+    svc.set("stable-1", graph(&[("1.0.0", &w.url(&v1)), ("1.1.0", &w.url(&v2))], &[("1.0.0", "1.1.0")], &[]));
+    let cv = json!({"apiVersion": "config.openshift.io/v1", "kind": "ClusterVersion", "metadata": {"name": "version"},
+        "spec": {"upstream": svc.url, "channel": "stable-1", "desiredUpdate": {"version": "1.0.0"}}});
+    admin.post(&path_of(&CLUSTER_VERSION, None), &cv).await.unwrap().into_result().unwrap();
+    let path = path_of(&CLUSTER_VERSION, Some("version"));
+    // Plays the reboots the node asks for until the ClusterVersion satisfies `ok`.
+    async fn until(c: &Coordinator, host: &mut OsHost, path: &str, what: &str, ok: impl Fn(&Value) -> bool) -> Value {
+        for _ in 0..1200 {
+            play_reboots(c, [&mut *host]);
+            let v = c.client().get(path).await.unwrap().into_result().unwrap();
+            if ok(&v) {
+                return v;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        panic!("{what}: {}\n{}", c.client().get(path).await.unwrap().body, host.host.log());
+    }
+    let completed = |version: &'static str| {
+        move |v: &Value| {
+            v.pointer("/status/history/0").is_some_and(|h| h["state"] == "Completed" && h["version"] == version)
+        }
+    };
+    let v = until(c, &mut host, &path, "1.0.0 completed", |v| {
+        completed("1.0.0")(v) && v.pointer("/status/availableUpdates/0/version").is_some_and(|x| x == "1.1.0")
+    })
+    .await;
+    assert_eq!(v["status"]["desired"]["image"], w.url(&v1).as_str());
+    assert_eq!(testkit::deployment_order(&host.sysroot()).unwrap()[0], v1, "still on v1");
+
+    let out = Command::new(bin("aloftctl"))
+        .arg("--kubeconfig")
+        .arg(c.kubeconfig_path())
+        .args(["adm", "upgrade", "--to", "1.1.0"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // While the node updates, Progressing says how far the fleet is.
+    let v = until(c, &mut host, &path, "Progressing towards 1.1.0", |v| {
+        v["status"]["conditions"].as_array().into_iter().flatten().any(|c| {
+            c["type"] == "Progressing"
+                && c["status"] == "True"
+                && c["message"].as_str().is_some_and(|m| m.starts_with("Working towards 1.1.0: 0 of 1 nodes updated"))
+        })
+    })
+    .await;
+    assert_eq!(v["status"]["history"][0]["state"], "Partial");
+    host.reboot_when_asked(c, "the release's OS update").await;
+    let v = until(c, &mut host, &path, "1.1.0 completed", completed("1.1.0")).await;
+    assert_eq!(testkit::deployment_order(&host.sysroot()).unwrap()[0], v2, "the node runs the release's commit");
+    assert_eq!(v["status"]["history"][1]["version"], "1.0.0");
+    let (config, _) = wait_state(c, &name, "Done", true, "Done on the release").await;
+    assert!(config.starts_with("rendered-worker-"), "{config}");
+}

@@ -7,6 +7,7 @@
 pub mod annotations;
 pub mod budget;
 pub mod build;
+pub mod clusterversion;
 pub mod content;
 pub mod disruption;
 pub mod exit;
@@ -27,6 +28,7 @@ pub mod selector;
 pub mod status;
 #[cfg(test)]
 mod testutil;
+pub mod update_graph;
 
 pub use budget::{
     NodeDisruptionBudget, NodeDisruptionBudgetGroupStatus, NodeDisruptionBudgetSpec, NodeDisruptionBudgetStatus,

@@ -123,6 +123,7 @@ pub async fn run(opts: ApiBench) -> Result<()> {
         node_monitor_grace: crate::controllers::presence::DEFAULT_GRACE,
         new_ca: false,
         fleetlock_listen: None,
+        update_poll: crate::controllers::cluster_version::DEFAULT_POLL,
         build: aloft_api::build::BuildInfo::new(env!("CARGO_PKG_VERSION"), None, None, None),
     };
     let server = tokio::spawn(serve::run(serve_opts));

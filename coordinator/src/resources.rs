@@ -161,9 +161,31 @@ pub const FLEET_LOCK: ResourceType = ResourceType {
     categories: &[],
 };
 
+/// The fleet's release and its updates (see `crate::controllers::cluster_version`); one object,
+/// `version`, as in OpenShift.
+pub const CLUSTER_VERSION: ResourceType = ResourceType {
+    group: "config.openshift.io",
+    version: "v1",
+    kind: "ClusterVersion",
+    plural: "clusterversions",
+    singular: "clusterversion",
+    short_names: &[],
+    namespaced: false,
+    status_subresource: true,
+    categories: &[],
+};
+
 /// Every served resource.
-pub const ALL: &[ResourceType] =
-    &[NODE, EVENT, MACHINE_CONFIG, MACHINE_CONFIG_POOL, MACHINE_CONFIGURATION, NODE_DISRUPTION_BUDGET, FLEET_LOCK];
+pub const ALL: &[ResourceType] = &[
+    NODE,
+    EVENT,
+    MACHINE_CONFIG,
+    MACHINE_CONFIG_POOL,
+    MACHINE_CONFIGURATION,
+    NODE_DISRUPTION_BUDGET,
+    FLEET_LOCK,
+    CLUSTER_VERSION,
+];
 
 /// Find by group, version and plural (the URL form).
 pub fn by_path(group: &str, version: &str, plural: &str) -> Option<&'static ResourceType> {

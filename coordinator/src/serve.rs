@@ -38,6 +38,8 @@ pub struct ServeOptions {
     pub new_ca: bool,
     /// Where to serve the FleetLock protocol (`crate::fleetlock`), if anywhere.
     pub fleetlock_listen: Option<SocketAddr>,
+    /// How often the ClusterVersion's update graph is fetched again (`--update-poll-interval`).
+    pub update_poll: std::time::Duration,
     /// Which build this is (`aloft_api::build_info!()` in the binary), for `/version`,
     /// `/metrics` and the log.
     pub build: aloft_api::build::BuildInfo,
@@ -303,6 +305,17 @@ pub async fn run(opts: ServeOptions) -> Result<()> {
     let (presence_store, grace) = (store.clone(), opts.node_monitor_grace);
     tokio::spawn(controllers::supervise("node-lifecycle", health.clone(), move || {
         controllers::presence::run(presence_store.clone(), presence.clone(), grace)
+    }));
+    // On this runtime, not the rollout controllers' thread: a slow update service must not
+    // delay a pick.
+    let (cv_store, cv_events, cv_passes) = (
+        store.clone(),
+        controllers::events::Recorder::new(controllers::cluster_version::COMPONENT, store.clone(), opts.event_ttl),
+        health.passes().of("cluster-version"),
+    );
+    let cv_opts = controllers::cluster_version::Options { poll: opts.update_poll, ..Default::default() };
+    tokio::spawn(controllers::supervise("cluster-version", health.clone(), move || {
+        controllers::cluster_version::run(cv_store.clone(), cv_events.clone(), cv_opts.clone(), cv_passes.clone())
     }));
     if let Some(at) = opts.fleetlock_listen {
         // Bound before anything says "listening", as the API's listener is.

@@ -78,6 +78,12 @@ enum Cmd {
         /// default; bind it to the hosts' own network. Example: 0.0.0.0:3333.
         #[arg(long, value_name = "ADDR")]
         fleetlock_listen: Option<std::net::SocketAddr>,
+        /// How often the update graph of the ClusterVersion's spec.upstream and spec.channel is
+        /// fetched again while they stay the same (the CVO polls every 2-4 minutes). A change of
+        /// either, or of the current release, fetches at once; a failed fetch is tried again
+        /// within 30 s.
+        #[arg(long, default_value = "3m", value_parser = humantime::parse_duration, value_name = "DURATION")]
+        update_poll_interval: std::time::Duration,
         /// Use the admin token in this file instead of generating one.
         #[arg(long)]
         admin_token_file: Option<PathBuf>,
@@ -309,6 +315,7 @@ async fn run() -> Result<()> {
             node_monitor_grace_period,
             new_ca,
             fleetlock_listen,
+            update_poll_interval,
         } => {
             let limits = Limits {
                 max_body: max_body_bytes,
@@ -329,6 +336,7 @@ async fn run() -> Result<()> {
                 node_monitor_grace: node_monitor_grace_period,
                 new_ca,
                 fleetlock_listen,
+                update_poll: update_poll_interval,
                 build: aloft_api::build_info!(),
             })
             .await

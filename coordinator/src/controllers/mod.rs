@@ -5,6 +5,7 @@
 
 pub mod budget;
 pub mod cache;
+pub mod cluster_version;
 pub mod config_name;
 pub mod drain;
 pub mod event_ttl;

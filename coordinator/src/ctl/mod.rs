@@ -4,6 +4,7 @@
 pub mod apply;
 pub mod print;
 pub mod prune;
+pub mod upgrade;
 
 use crate::client::{resource_path, Client, ClientConfig};
 use crate::resources::{self, ResourceType};
@@ -149,7 +150,8 @@ enum Cmd {
         #[command(subcommand)]
         cmd: RolloutCmd,
     },
-    /// Administration: `adm prune renderedmachineconfigs`.
+    /// Administration: `adm upgrade` (the fleet's release and its updates), `adm prune
+    /// renderedmachineconfigs`.
     Adm {
         #[command(subcommand)]
         cmd: AdmCmd,
@@ -198,10 +200,55 @@ impl Validate {
 
 #[derive(Subcommand)]
 enum AdmCmd {
+    /// Show the fleet's release and the updates its update graph offers, or start one, as `oc
+    /// adm upgrade` does. The ClusterVersion named "version" holds it all.
+    ///
+    /// Examples:
+    ///   aloftctl adm upgrade
+    ///   aloftctl adm upgrade --include-not-recommended
+    ///   aloftctl adm upgrade --to 1.2.0
+    ///   aloftctl adm upgrade --to-image 'ostree+http://repo/os#aloft/x86_64@<sha256>' --to 1.2.0 --allow-explicit-upgrade
+    ///   aloftctl adm upgrade channel stable-1
+    ///   aloftctl rollout status mcp/worker        (follow the rollout the update starts)
+    #[command(verbatim_doc_comment, args_conflicts_with_subcommands = true)]
+    Upgrade {
+        #[command(subcommand)]
+        cmd: Option<UpgradeCmd>,
+        /// Update to this version, one of the available updates (or, with --to-image, the
+        /// version of that image).
+        #[arg(long, value_name = "VERSION")]
+        to: Option<String>,
+        /// Update to this payload (an osImageURL), which the graph need not offer.
+        #[arg(long, value_name = "IMAGE")]
+        to_image: Option<String>,
+        /// Needed with --to-image: the release may not be one the graph offers from this one.
+        #[arg(long)]
+        allow_explicit_upgrade: bool,
+        /// Update to a release the graph offers only with risks that apply (or could not be
+        /// evaluated).
+        #[arg(long)]
+        allow_not_recommended: bool,
+        /// Take the release although the coordinator's preconditions fail (a rollback, a hop over
+        /// a minor release); what was overridden is kept in the history.
+        #[arg(long)]
+        force: bool,
+        /// Also list the updates the graph offers with risks that apply.
+        #[arg(long)]
+        include_not_recommended: bool,
+    },
     /// Delete objects nothing needs any more.
     Prune {
         #[command(subcommand)]
         cmd: PruneCmd,
+    },
+}
+
+#[derive(Subcommand)]
+enum UpgradeCmd {
+    /// Follow another channel of the update service (an empty string: none).
+    Channel {
+        /// The channel, e.g. stable-1.
+        channel: String,
     },
 }
 
@@ -470,6 +517,34 @@ pub async fn main(build: BuildInfo) -> Result<()> {
             rollout_status(&client, &target, timeout, not_config.as_deref()).await
         }
         Cmd::Rollout { cmd: RolloutCmd::Resume { target } } => rollout_resume(&client, &target).await,
+        Cmd::Adm { cmd: AdmCmd::Upgrade { cmd: Some(UpgradeCmd::Channel { channel }), .. } } => {
+            upgrade::channel(&client, &channel).await
+        }
+        Cmd::Adm {
+            cmd:
+                AdmCmd::Upgrade {
+                    cmd: None,
+                    to,
+                    to_image,
+                    allow_explicit_upgrade,
+                    allow_not_recommended,
+                    force,
+                    include_not_recommended,
+                },
+        } => {
+            if to.is_none() && to_image.is_none() {
+                upgrade::show(&client, include_not_recommended).await
+            } else {
+                let req = upgrade::Request {
+                    to: to.as_deref(),
+                    to_image: to_image.as_deref(),
+                    allow_explicit_upgrade,
+                    allow_not_recommended,
+                    force,
+                };
+                upgrade::start(&client, &req).await
+            }
+        }
         Cmd::Adm {
             cmd: AdmCmd::Prune { cmd: PruneCmd::RenderedMachineConfigs { cmd, pool_name, count, confirm } },
         } => match cmd {

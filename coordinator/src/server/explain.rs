@@ -188,6 +188,82 @@ fn fleet_lock_status() -> Value {
     )
 }
 
+fn cluster_version_spec() -> Value {
+    let release = |what: &str| {
+        object(
+            what,
+            json!({
+                "version": field("string", "The release's semantic version, looked up in the update graph."),
+                "image": field("string",
+                    "The release's payload: an osImageURL agents deploy (ostree+http(s)://HOST/PATH#REF@CHECKSUM). \
+                     Needed for a release the graph does not offer; must agree with the graph otherwise."),
+                "force": field("boolean",
+                    "Take the release although a precondition fails (a rollback, a hop over a minor); what \
+                     was overridden is kept in the history's acceptedRisks."),
+            }),
+        )
+    };
+    object(
+        "The fleet's release and where its updates come from (the object named version).",
+        json!({
+            "clusterID": field("string", "A UUID sent to the update service as id."),
+            "channel": field("string", "The update service's channel to follow (lowercase letters, digits, '-' and '.')."),
+            "upstream": field("string",
+                "The update service's graph URL (Cincinnati protocol), e.g. \
+                 https://updates.example/api/upgrades_info/v1/graph. No default."),
+            "desiredUpdate": release(
+                "The release the fleet should run: setting it starts an update, written to the \
+                 00-master-release and 00-worker-release MachineConfigs and rolled out by the pools."),
+        }),
+    )
+}
+
+fn cluster_version_status() -> Value {
+    let release = || {
+        object(
+            "A release.",
+            json!({
+                "version": field("string", "Semantic version."),
+                "image": field("string", "The payload (osImageURL)."),
+                "url": field("string", "The release's notes."),
+                "channels": {"type": "array", "items": {"type": "string"}, "description": "The channels it is in."},
+            }),
+        )
+    };
+    object(
+        "What the coordinator found and did: the graph's updates and the rollout of the desired release.",
+        json!({
+            "desired": release(),
+            "history": {"type": "array", "description": "Releases taken, newest first (at most 100).",
+                "items": object("One release taken.", json!({
+                    "state": field("string", "Partial until every pool runs it, then Completed."),
+                    "startedTime": field("string", "When it was accepted (RFC 3339)."),
+                    "completionTime": field("string", "When every pool ran it, or it was superseded."),
+                    "version": field("string", "Semantic version."),
+                    "image": field("string", "The payload (osImageURL)."),
+                    "verified": field("boolean",
+                        "false: the coordinator does not check payload signatures; each agent checks the OS \
+                         commit's before deploying it."),
+                    "acceptedRisks": field("string", "What force overrode, or why the graph did not recommend it."),
+                }))},
+            "observedGeneration": field("integer", "The spec generation this status is about."),
+            "availableUpdates": {"type": "array", "items": release(),
+                "description": "Releases the graph recommends from the current one."},
+            "conditionalUpdates": {"type": "array", "description": "Releases offered with known risks.",
+                "items": object("A conditional update.", json!({
+                    "release": release(),
+                    "risks": {"type": "array", "description": "The graph's risks: name, message, url, matchingRules.",
+                        "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
+                    "conditions": {"type": "array", "description": "Recommended: True, False (a risk applies: \
+                        matchingRules Always) or Unknown (PromQL rules cannot be evaluated here).",
+                        "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
+                }))},
+            "conditions": {"type": "array", "description": "RetrievedUpdates, ReleaseAccepted, Progressing, \
+                Available, Failing.", "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
+        }),
+    )
+}
+
 fn budget_status() -> Value {
     let count = |what: &str| field("integer", what);
     object(
@@ -271,6 +347,7 @@ pub fn properties(kind: &str) -> Option<Value> {
         "MachineConfigPool" => (pool_spec(), pool_status()),
         "NodeDisruptionBudget" => (budget_spec(), budget_status()),
         "FleetLock" => (fleet_lock_spec(), fleet_lock_status()),
+        "ClusterVersion" => (cluster_version_spec(), cluster_version_status()),
         "Node" => (node_spec(), node_status()),
         "MachineConfig" => (machine_config_spec(), Value::Null),
         _ => return None,

@@ -193,6 +193,22 @@ const FLEET_LOCK: Shape = Obj(&[
     ("status", Any),
 ]);
 
+const CLUSTER_VERSION: Shape = Obj(&[
+    ("apiVersion", Any),
+    ("kind", Any),
+    ("metadata", META),
+    (
+        "spec",
+        Obj(&[
+            ("clusterID", Any),
+            ("channel", Any),
+            ("upstream", Any),
+            ("desiredUpdate", Obj(&[("version", Any), ("image", Any), ("force", Any)])),
+        ]),
+    ),
+    ("status", Any),
+]);
+
 /// core/v1 Event, every field Kubernetes gives it (`kubectl explain event`).
 const EVENT: Shape = Obj(&[
     ("apiVersion", Any),
@@ -221,6 +237,7 @@ fn kind_shape(rt: &ResourceType) -> Option<&'static Shape> {
         "MachineConfig" => Some(&MACHINE_CONFIG),
         "NodeDisruptionBudget" => Some(&BUDGET),
         "FleetLock" => Some(&FLEET_LOCK),
+        "ClusterVersion" => Some(&CLUSTER_VERSION),
         "Node" => Some(&NODE),
         "Event" => Some(&EVENT),
         _ => None,

@@ -64,6 +64,14 @@ fn columns(r: &ResourceType) -> Vec<Col> {
             col("Group By", "string", 1, "Label keys that split the selected nodes into groups"),
             col("Selector", "string", 1, "Which nodes the budget covers"),
         ],
+        "ClusterVersion" => vec![
+            name,
+            col("Version", "string", 0, "The release the fleet runs (the last completed)"),
+            col("Available", "string", 0, "Whether a release has been rolled out completely"),
+            col("Progressing", "string", 0, "Whether a release is being rolled out"),
+            col("Since", "date", 0, "When Progressing last changed"),
+            col("Status", "string", 0, "The Progressing (or Failing) condition's message"),
+        ],
         "FleetLock" => vec![
             name,
             col("Max Holders", "integer", 0, "Hosts of the group that may reboot at once"),
@@ -199,6 +207,36 @@ fn cells(r: &ResourceType, o: &Value, now: chrono::DateTime<chrono::Utc>) -> Vec
                 age,
                 json!(if group_by.is_empty() { "<none>".to_string() } else { group_by.join(",") }),
                 json!(selector),
+            ]
+        }
+        "ClusterVersion" => {
+            let cond = |t: &str| {
+                o.pointer("/status/conditions")
+                    .and_then(Value::as_array)
+                    .and_then(|cs| cs.iter().find(|c| c.get("type").and_then(Value::as_str) == Some(t)))
+                    .cloned()
+                    .unwrap_or(Value::Null)
+            };
+            let completed = o
+                .pointer("/status/history")
+                .and_then(Value::as_array)
+                .and_then(|h| h.iter().find(|e| e.get("state").and_then(Value::as_str) == Some("Completed")))
+                .and_then(|e| e.get("version").and_then(Value::as_str))
+                .unwrap_or("");
+            let (progressing, failing) = (cond("Progressing"), cond("Failing"));
+            let st = |c: &Value| c.get("status").and_then(Value::as_str).unwrap_or("").to_string();
+            let since = match progressing.get("lastTransitionTime").and_then(Value::as_str) {
+                Some(t) => crate::server::table::age(t, now),
+                None => String::new(),
+            };
+            let message = if st(&failing) == "True" { &failing } else { &progressing };
+            vec![
+                name,
+                json!(completed),
+                json!(st(&cond("Available"))),
+                json!(st(&progressing)),
+                json!(since),
+                json!(message.get("message").and_then(Value::as_str).unwrap_or("")),
             ]
         }
         "FleetLock" => {

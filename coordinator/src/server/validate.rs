@@ -108,6 +108,66 @@ fn int_or_percent_causes(mu: &Option<IntOrString>, field: &str, out: &mut Vec<St
 }
 
 /// A number that must be in `min..=max` when set; `unit` says what `max` is in words.
+/// What the ClusterVersion controller could not use: a name it does not read, a channel or URL
+/// the update service would refuse, a release that is no version or no OS an agent deploys.
+fn cluster_version_causes(c: &aloft_api::clusterversion::ClusterVersion, out: &mut Vec<StatusCause>) {
+    use aloft_api::clusterversion::{valid_channel, valid_cluster_id, NAME};
+    if c.metadata.name != NAME {
+        out.push(cause(
+            "metadata.name",
+            "FieldValueInvalid",
+            format!("Invalid value: {:?}: a fleet has one ClusterVersion, named {NAME:?}", c.metadata.name),
+        ));
+    }
+    let spec = &c.spec;
+    if !spec.channel.is_empty() && !valid_channel(&spec.channel) {
+        out.push(cause(
+            "spec.channel",
+            "FieldValueInvalid",
+            format!("Invalid value: {:?}: lowercase letters, digits, '-' and '.' only (at most 100)", spec.channel),
+        ));
+    }
+    if !spec.cluster_id.is_empty() && !valid_cluster_id(&spec.cluster_id) {
+        out.push(cause(
+            "spec.clusterID",
+            "FieldValueInvalid",
+            format!("Invalid value: {:?}: must be a UUID (8-4-4-4-12 hex digits)", spec.cluster_id),
+        ));
+    }
+    if !spec.upstream.is_empty() {
+        match reqwest::Url::parse(&spec.upstream) {
+            Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => {}
+            Ok(_) => out.push(cause(
+                "spec.upstream",
+                "FieldValueInvalid",
+                format!("Invalid value: {:?}: must be an http or https URL", spec.upstream),
+            )),
+            Err(e) => out.push(cause(
+                "spec.upstream",
+                "FieldValueInvalid",
+                format!("Invalid value: {:?}: {e}", spec.upstream),
+            )),
+        }
+    }
+    if let Some(u) = &spec.desired_update {
+        if u.version.is_empty() && u.image.is_empty() {
+            out.push(cause("spec.desiredUpdate", "FieldValueRequired", "Required value: a version, an image, or both"));
+        }
+        if !u.version.is_empty() && semver::Version::parse(&u.version).is_err() {
+            out.push(cause(
+                "spec.desiredUpdate.version",
+                "FieldValueInvalid",
+                format!("Invalid value: {:?}: must be a semantic version (e.g. 4.8.2)", u.version),
+            ));
+        }
+        if !u.image.is_empty() {
+            if let Err(e) = aloft_api::osimage::parse(&u.image) {
+                out.push(cause("spec.desiredUpdate.image", "FieldValueInvalid", format!("Invalid value: {e}")));
+            }
+        }
+    }
+}
+
 fn count_causes(v: Option<i64>, field: &str, (min, max, unit): (i64, i64, &str), out: &mut Vec<StatusCause>) {
     if let Some(n) = v.filter(|n| !(min..=max).contains(n)) {
         let why = if n < min { format!("must be >= {min}") } else { format!("must be at most {max}{unit}") };
@@ -457,6 +517,11 @@ pub fn object_causes(r: &ResourceType, obj: &Value) -> Vec<StatusCause> {
         "FleetLock" => {
             if let Some(f) = typed::<aloft_api::fleetlock::FleetLock>(obj, &mut out) {
                 count_causes(f.spec.max_holders, "spec.maxHolders", COUNT, &mut out);
+            }
+        }
+        "ClusterVersion" => {
+            if let Some(c) = typed::<aloft_api::clusterversion::ClusterVersion>(obj, &mut out) {
+                cluster_version_causes(&c, &mut out);
             }
         }
         "Event" => event_namespace_causes(obj, &mut out),

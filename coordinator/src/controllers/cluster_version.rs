@@ -1,0 +1,747 @@
+//! The ClusterVersion controller: the Cluster Version Operator's update half, for a fleet whose
+//! release is its OS.
+//!
+//! It polls the update service named in `spec.upstream` for `spec.channel` (the Cincinnati
+//! graph protocol OpenShift's update service and Fedora CoreOS's speak), shows what the graph
+//! offers from the current release in `status.availableUpdates` and `status.conditionalUpdates`,
+//! and, when `spec.desiredUpdate` names another release, checks the CVO's preconditions, writes
+//! the release's `osImageURL` into the release MachineConfigs (`00-<role>-release` for the
+//! master and worker roles) and follows the pools until every node runs it. The rollout itself
+//! is the pools' (maxUnavailable, budgets, canaries, windows): a release takes the same path as
+//! any config change, so there is one policy and one status chain.
+//!
+//! The graph is fetched from this runtime (the API server's), not the rollout controllers'
+//! thread: a slow update service must never delay a pick.
+
+use super::events::{EventType, Involved, Recorder};
+use crate::resources::{CLUSTER_VERSION, MACHINE_CONFIG, MACHINE_CONFIG_POOL};
+use crate::server::objects;
+use crate::store::{revision_of, Key, Store, StoreError};
+use aloft_api::clusterversion::{
+    self as cv, ClusterVersion, ClusterVersionStatus, ConditionalUpdate, Release, UpdateHistory,
+};
+use aloft_api::meta::{find_condition, set_condition, Condition};
+use aloft_api::update_graph::{self, Graph, Recommendation};
+use aloft_api::{MachineConfig, MachineConfigPool};
+use serde_json::{json, Value};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// How often the graph is fetched again while nothing changes (the CVO polls every 2-4 min).
+pub const DEFAULT_POLL: Duration = Duration::from_secs(180);
+/// How long a fetch may take.
+const FETCH_TIMEOUT: Duration = Duration::from_secs(30);
+/// The largest graph read (OpenShift's biggest channels serve a few MB).
+const MAX_GRAPH_BYTES: usize = 64 << 20;
+/// The component named in the ClusterVersion's Events.
+pub const COMPONENT: &str = "aloft-cluster-version";
+/// The roles whose pools get the release (MCO's two standard roles; custom pools usually
+/// select the worker role's configs as well).
+pub const ROLES: [&str; 2] = ["master", "worker"];
+/// The annotation naming the release a release MachineConfig carries.
+pub const RELEASE_ANNOTATION: &str = "aloft.dev/release";
+
+/// The MachineConfig that carries the release to a role's pools. Named `00-` so that a
+/// MachineConfig of the user's that sets `osImageURL` (sorted after it) overrides the release,
+/// as an OS layering MachineConfig does in OpenShift.
+pub fn release_config_name(role: &str) -> String {
+    format!("00-{role}-release")
+}
+
+/// What the controller keeps between passes: the last graph and what it was fetched for.
+#[derive(Default)]
+struct GraphCache {
+    fetched_for: Option<Query>,
+    fetched_at: Option<Instant>,
+    /// The last good graph (kept when a fetch fails, as the CVO keeps it).
+    graph: Option<Arc<Graph>>,
+    /// Why the last fetch failed: (reason, message).
+    failure: Option<(&'static str, String)>,
+}
+
+/// What a graph is fetched for; a change of any field fetches again at once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Query {
+    upstream: String,
+    channel: String,
+    arch: String,
+    id: String,
+    version: String,
+}
+
+/// The controller's settings.
+#[derive(Clone)]
+pub struct Options {
+    pub poll: Duration,
+    /// The architecture asked for (`amd64`, `arm64`, ... as the update service names them).
+    pub arch: String,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options { poll: DEFAULT_POLL, arch: graph_arch(std::env::consts::ARCH).to_string() }
+    }
+}
+
+/// Rust's name of an architecture as the update service names it (Go's).
+pub fn graph_arch(rust: &str) -> &str {
+    match rust {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        "powerpc64" => "ppc64le",
+        other => other,
+    }
+}
+
+/// Run forever: a pass after each change of the ClusterVersion or a pool, and at least every
+/// [`super::RESYNC`] (which is also how often a due poll is noticed).
+pub async fn run(store: Arc<dyn Store>, events: Recorder, opts: Options, passes: super::passes::Passes) {
+    let http = match http_client() {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot build the update service's HTTP client");
+            return;
+        }
+    };
+    let cache = Arc::new(Mutex::new(GraphCache::default()));
+    let watched = [CLUSTER_VERSION.store_key(), MACHINE_CONFIG_POOL.store_key()];
+    let relevant = || -> Box<dyn FnMut(&crate::store::Event) -> bool + Send> { Box::new(|_| true) };
+    super::run_loop("cluster-version", store, &watched, relevant, passes, move |s| {
+        let (http, cache, events, opts) = (http.clone(), cache.clone(), events.clone(), opts.clone());
+        async move { reconcile(&s, &http, &cache, &events, &opts).await }
+    })
+    .await
+}
+
+fn http_client() -> Result<reqwest::Client, reqwest::Error> {
+    crate::client::install_crypto();
+    reqwest::Client::builder().timeout(FETCH_TIMEOUT).build()
+}
+
+/// One pass over the ClusterVersion named `version`.
+async fn reconcile(
+    store: &Arc<dyn Store>,
+    http: &reqwest::Client,
+    cache: &Mutex<GraphCache>,
+    events: &Recorder,
+    opts: &Options,
+) -> Result<(), StoreError> {
+    let key = Key::cluster(&CLUSTER_VERSION.store_key(), cv::NAME);
+    let Some(stored) = store.get(&key).await? else { return Ok(()) };
+    let raw = (*stored.object).clone();
+    let cv: ClusterVersion = match serde_json::from_value(raw.clone()) {
+        Ok(cv) => cv,
+        Err(e) => {
+            tracing::warn!(error = %e, "the stored ClusterVersion does not read");
+            return Ok(());
+        }
+    };
+    let now = objects::now();
+    let mut status = cv.status.clone().unwrap_or_default();
+
+    let graph = refresh_graph(http, cache, &cv, opts).await;
+    show_updates(&cv, &mut status, graph.as_deref(), cache, &now);
+    if let Some(accepted) = consider_desired_update(&cv, &mut status, graph.as_deref(), &now) {
+        write_release_configs(store, &accepted).await?;
+        events.emit(
+            &involved(),
+            EventType::Normal,
+            "UpdateAccepted",
+            &format!("accepted release {} ({}){}", accepted.version, accepted.image, risks_note(&status)),
+        );
+    }
+    if let Some(done) = follow_progress(store, &mut status, &now).await? {
+        events.emit(&involved(), EventType::Normal, "UpdateCompleted", &format!("every pool runs release {done}"));
+    }
+    status.observed_generation = cv.metadata.generation.unwrap_or(0);
+
+    let mut next = raw.clone();
+    next["status"] = serde_json::to_value(&status).unwrap_or(Value::Null);
+    if next == raw {
+        return Ok(());
+    }
+    match store.update(&key, next, revision_of(&raw)).await {
+        Ok(_) | Err(StoreError::Conflict { .. }) | Err(StoreError::NotFound(_)) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+fn involved() -> Involved {
+    Involved { api_version: cv::API_VERSION.into(), kind: "ClusterVersion".into(), name: cv::NAME.into(), uid: None }
+}
+
+fn risks_note(status: &ClusterVersionStatus) -> String {
+    match status.history.first() {
+        Some(h) if !h.accepted_risks.is_empty() => format!("; accepted risks: {}", h.accepted_risks),
+        _ => String::new(),
+    }
+}
+
+/// The graph for the ClusterVersion's channel, fetched again when its inputs changed or the poll
+/// is due (a failed fetch is tried again on the next pass); None when there is nothing to fetch
+/// or no fetch has worked yet.
+async fn refresh_graph(
+    http: &reqwest::Client,
+    cache: &Mutex<GraphCache>,
+    cv: &ClusterVersion,
+    opts: &Options,
+) -> Option<Arc<Graph>> {
+    let spec = &cv.spec;
+    if spec.upstream.is_empty() || spec.channel.is_empty() {
+        if let Ok(mut c) = cache.lock() {
+            *c = GraphCache::default();
+        }
+        return None;
+    }
+    let query = Query {
+        upstream: spec.upstream.clone(),
+        channel: spec.channel.clone(),
+        arch: opts.arch.clone(),
+        id: spec.cluster_id.clone(),
+        version: cv.current().map(|r| r.version.clone()).unwrap_or_default(),
+    };
+    let due = match cache.lock() {
+        Ok(c) => {
+            c.fetched_for.as_ref() != Some(&query)
+                || c.failure.is_some()
+                || c.fetched_at.is_none_or(|at| at.elapsed() >= opts.poll)
+        }
+        Err(_) => true,
+    };
+    if due {
+        let outcome = fetch(http, &query).await;
+        if let Ok(mut c) = cache.lock() {
+            if c.fetched_for.as_ref().is_some_and(|q| q.upstream != query.upstream || q.channel != query.channel) {
+                // Another service or channel: the old graph says nothing of this one.
+                c.graph = None;
+            }
+            c.fetched_for = Some(query);
+            c.fetched_at = Some(Instant::now());
+            match outcome {
+                Ok(g) => {
+                    c.graph = Some(Arc::new(g));
+                    c.failure = None;
+                }
+                Err((reason, message)) => {
+                    tracing::warn!(%reason, %message, "fetching the update graph failed");
+                    c.failure = Some((reason, message));
+                }
+            }
+        }
+    }
+    cache.lock().ok().and_then(|c| c.graph.clone())
+}
+
+/// `GET <upstream>?channel=&arch=&id=&version=` with `Accept: application/json`, as the CVO asks.
+async fn fetch(http: &reqwest::Client, q: &Query) -> Result<Graph, (&'static str, String)> {
+    let mut url = reqwest::Url::parse(&q.upstream)
+        .map_err(|e| ("InvalidURI", format!("spec.upstream {:?} is not a URL: {e}", q.upstream)))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(("InvalidURI", format!("spec.upstream {:?}: only http and https are supported", q.upstream)));
+    }
+    {
+        let mut pairs = url.query_pairs_mut();
+        pairs.append_pair("channel", &q.channel).append_pair("arch", &q.arch);
+        if !q.id.is_empty() {
+            pairs.append_pair("id", &q.id);
+        }
+        if !q.version.is_empty() {
+            pairs.append_pair("version", &q.version);
+        }
+    }
+    let shown = url.to_string();
+    let response =
+        http.get(url).header(reqwest::header::ACCEPT, "application/json").send().await.map_err(|e| {
+            ("RemoteFailed", format!("Unable to retrieve available updates: {shown}: {}", error_chain(&e)))
+        })?;
+    let code = response.status();
+    let body = read_limited(response)
+        .await
+        .map_err(|e| ("RemoteFailed", format!("Unable to retrieve available updates: {shown}: {e}")))?;
+    if !code.is_success() {
+        // The update service's errors are `{kind, value}`.
+        let said = serde_json::from_slice::<Value>(&body)
+            .ok()
+            .and_then(|v| Some(format!("{}: {}", v.get("kind")?.as_str()?, v.get("value")?.as_str()?)))
+            .unwrap_or_else(|| String::from_utf8_lossy(&body).chars().take(200).collect());
+        return Err(("ResponseFailed", format!("Unable to retrieve available updates: {shown}: HTTP {code}: {said}")));
+    }
+    update_graph::parse(&body)
+        .map_err(|e| ("ResponseInvalid", format!("Unable to retrieve available updates: {shown}: {e}")))
+}
+
+async fn read_limited(mut response: reqwest::Response) -> Result<Vec<u8>, String> {
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(|e| error_chain(&e))? {
+        if body.len() + chunk.len() > MAX_GRAPH_BYTES {
+            return Err(format!("the graph is larger than {} MiB", MAX_GRAPH_BYTES >> 20));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}
+
+fn condition(type_: &str, status: &str, reason: &str, message: impl Into<String>) -> Condition {
+    Condition {
+        type_: type_.into(),
+        status: status.into(),
+        reason: reason.into(),
+        message: message.into(),
+        ..Default::default()
+    }
+}
+
+/// `RetrievedUpdates`, `availableUpdates` and `conditionalUpdates`, from the graph.
+fn show_updates(
+    cv: &ClusterVersion,
+    status: &mut ClusterVersionStatus,
+    graph: Option<&Graph>,
+    cache: &Mutex<GraphCache>,
+    now: &str,
+) {
+    let spec = &cv.spec;
+    let failure = cache.lock().ok().and_then(|c| c.failure.clone());
+    let retrieved = if spec.upstream.is_empty() {
+        status.available_updates.clear();
+        status.conditional_updates.clear();
+        condition(cv::RETRIEVED_UPDATES, "False", "NoUpstream", "No upstream server has been set to retrieve updates.")
+    } else if spec.channel.is_empty() {
+        status.available_updates.clear();
+        status.conditional_updates.clear();
+        condition(cv::RETRIEVED_UPDATES, "False", "NoChannel", "The update channel has not been configured.")
+    } else if let Some((reason, message)) = failure {
+        // The last good lists stay, as the CVO keeps them.
+        condition(cv::RETRIEVED_UPDATES, "False", reason, message)
+    } else if let (Some(graph), Some(current)) = (graph, cv.current()) {
+        match graph.updates_from(&current.version) {
+            Ok(updates) => {
+                let mut available: Vec<Release> = updates.available.iter().map(Release::from_graph).collect();
+                status.conditional_updates = updates
+                    .conditional
+                    .iter()
+                    .map(|c| {
+                        let (st, reason, message) = match update_graph::evaluate(&c.risks) {
+                            Recommendation::Recommended => (
+                                "True",
+                                "AsExpected".to_string(),
+                                "The update is recommended, because none of the conditional update risks apply to this cluster.".to_string(),
+                            ),
+                            Recommendation::NotRecommended { reason, message } => ("False", reason, message),
+                            Recommendation::Unknown { reason, message } => ("Unknown", reason, message),
+                        };
+                        let release = Release::from_graph(&c.release);
+                        if st == "True" {
+                            available.push(release.clone());
+                        }
+                        let mut conditions = previous_conditions(status, &release.version);
+                        set_condition(&mut conditions, condition(cv::RECOMMENDED, st, &reason, message), now);
+                        ConditionalUpdate { release, risks: c.risks.clone(), conditions, extra: Default::default() }
+                    })
+                    .collect();
+                status.available_updates = available;
+                condition(cv::RETRIEVED_UPDATES, "True", "", "")
+            }
+            Err(e) => {
+                status.available_updates.clear();
+                status.conditional_updates.clear();
+                let message = match &e {
+                    update_graph::GraphError::VersionNotFound { .. } => format!(
+                        "Unable to retrieve available updates: currently reconciling cluster version {} not found in the {:?} channel",
+                        current.version, spec.channel
+                    ),
+                    other => format!("Unable to retrieve available updates: {other}"),
+                };
+                condition(cv::RETRIEVED_UPDATES, "False", e.reason(), message)
+            }
+        }
+    } else if cv.current().is_none() {
+        condition(
+            cv::RETRIEVED_UPDATES,
+            "False",
+            "NoCurrentVersion",
+            "No release has been accepted yet: set spec.desiredUpdate to the release the fleet runs.",
+        )
+    } else {
+        condition(cv::RETRIEVED_UPDATES, "Unknown", "NotRetrievedYet", "The update graph has not been fetched yet.")
+    };
+    set_condition(&mut status.conditions, retrieved, now);
+}
+
+/// The conditions an entry had in the last status (kept so their transition times hold).
+fn previous_conditions(status: &ClusterVersionStatus, version: &str) -> Vec<Condition> {
+    status
+        .conditional_updates
+        .iter()
+        .find(|c| c.release.version == version)
+        .map(|c| c.conditions.clone())
+        .unwrap_or_default()
+}
+
+/// The release `spec.desiredUpdate` asks for, resolved against the graph: Err(reason, message)
+/// for a request that cannot be taken as it is.
+fn resolve(cv: &ClusterVersion, graph: Option<&Graph>) -> Option<Result<Release, (&'static str, String)>> {
+    let want = cv.spec.desired_update.as_ref()?;
+    if want.version.is_empty() && want.image.is_empty() {
+        return None;
+    }
+    let in_graph = |pick: &dyn Fn(&update_graph::Release) -> bool| graph.and_then(|g| g.nodes.iter().find(|n| pick(n)));
+    let where_from = || match graph {
+        Some(_) => format!("the update graph of channel {:?}", cv.spec.channel),
+        None => "the update graph (none has been retrieved: see the RetrievedUpdates condition)".to_string(),
+    };
+    let release = if want.image.is_empty() {
+        let wanted = semver::Version::parse(&want.version).ok();
+        match in_graph(&|n| Some(&n.version) == Some(&want.version) || (wanted.is_some() && semver::Version::parse(&n.version).ok() == wanted)) {
+            Some(n) => Release::from_graph(n),
+            None => {
+                return Some(Err((
+                    "RetrievePayload",
+                    format!(
+                        "Retrieving payload failed version={:?}: the version is not in {}; set spec.desiredUpdate.image to update to a release the graph does not offer",
+                        want.version,
+                        where_from()
+                    ),
+                )))
+            }
+        }
+    } else {
+        if let Err(e) = aloft_api::osimage::parse(&want.image) {
+            return Some(Err((
+                "RetrievePayload",
+                format!("spec.desiredUpdate.image: {e} (an aloft release is an OS commit agents can deploy)"),
+            )));
+        }
+        match (in_graph(&|n| n.payload == want.image), want.version.is_empty()) {
+            (Some(n), true) => Release::from_graph(n),
+            (Some(n), false) if n.version == want.version => Release::from_graph(n),
+            (Some(n), false) => {
+                return Some(Err((
+                    "VerifyPayloadVersion",
+                    format!(
+                    "Verifying payload failed version={:?} image={:?}: the update graph says that image is release {}",
+                    want.version, want.image, n.version
+                ),
+                )))
+            }
+            (None, true) => {
+                return Some(Err((
+                    "RetrievePayload",
+                    format!(
+                        "spec.desiredUpdate.image {:?} is not in {}: give its spec.desiredUpdate.version too",
+                        want.image,
+                        where_from()
+                    ),
+                )))
+            }
+            (None, false) => {
+                if semver::Version::parse(&want.version).is_err() {
+                    return Some(Err((
+                        "VerifyPayloadVersion",
+                        format!("spec.desiredUpdate.version {:?} is not a semantic version", want.version),
+                    )));
+                }
+                Release { version: want.version.clone(), image: want.image.clone(), ..Default::default() }
+            }
+        }
+    };
+    if let Err(e) = aloft_api::osimage::parse(&release.image) {
+        return Some(Err((
+            "RetrievePayload",
+            format!(
+                "the update graph's payload of {}: {e} (an aloft release is an OS commit agents can deploy)",
+                release.version
+            ),
+        )));
+    }
+    Some(Ok(release))
+}
+
+/// The CVO's preconditions for moving from `current` to `target`, in its order: what fails.
+fn precondition_failures(status: &ClusterVersionStatus, current: &Release, target: &Release) -> Vec<String> {
+    let (Ok(from), Ok(to)) = (semver::Version::parse(&current.version), semver::Version::parse(&target.version)) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    if to < from {
+        let previous = status.history.iter().skip(1).find(|h| h.version != current.version);
+        let back_one = previous.is_some_and(|p| p.version == target.version);
+        if !(back_one && to.major == from.major && to.minor == from.minor) {
+            out.push(format!(
+                "Rollback: release {} is older than {}; only a rollback to the previous release of the same minor ({}) is allowed",
+                target.version,
+                current.version,
+                previous.map(|p| p.version.as_str()).unwrap_or("none")
+            ));
+        }
+    }
+    if to.major != from.major || to.minor > from.minor + 1 {
+        out.push(format!(
+            "GiantHop: {} to {} skips a minor release; update one minor at a time",
+            current.version, target.version
+        ));
+    }
+    out
+}
+
+/// Why the graph does not recommend `target` from the current release, if it does not.
+fn not_recommended(status: &ClusterVersionStatus, target: &Release) -> Option<String> {
+    if status.available_updates.iter().any(|r| r.version == target.version) {
+        return None;
+    }
+    match status.conditional_updates.iter().find(|c| c.release.version == target.version) {
+        Some(c) => {
+            let why = find_condition(&c.conditions, cv::RECOMMENDED).map(|r| r.message.clone()).unwrap_or_default();
+            Some(format!("RecommendedUpdate: {} is not recommended: {why}", target.version))
+        }
+        None => Some(format!("RecommendedUpdate: {} is not a recommended update from this release", target.version)),
+    }
+}
+
+/// Take `spec.desiredUpdate` when it names another release and passes (or `force`s) the
+/// preconditions: the new `status.desired` and history entry. Some(the release) when one was
+/// accepted in this pass.
+fn consider_desired_update(
+    cv: &ClusterVersion,
+    status: &mut ClusterVersionStatus,
+    graph: Option<&Graph>,
+    now: &str,
+) -> Option<Release> {
+    let target = match resolve(cv, graph)? {
+        Ok(t) => t,
+        Err((reason, message)) => {
+            if cv.current().is_none_or(|c| !same_request(cv, c)) {
+                set_condition(&mut status.conditions, condition(cv::RELEASE_ACCEPTED, "False", reason, message), now);
+            }
+            return None;
+        }
+    };
+    if let Some(current) = cv.current() {
+        if current.version == target.version && current.image == target.image {
+            return None;
+        }
+    }
+    let force = cv.spec.desired_update.as_ref().is_some_and(|u| u.force);
+    let mut risks = Vec::new();
+    if let Some(current) = cv.current() {
+        let failures = precondition_failures(status, current, &target);
+        if !failures.is_empty() && !force {
+            let message = format!(
+                "Preconditions failed for payload loaded version={:?} image={:?}: {} (set spec.desiredUpdate.force to take it anyway)",
+                target.version,
+                target.image,
+                failures.join("; ")
+            );
+            set_condition(
+                &mut status.conditions,
+                condition(cv::RELEASE_ACCEPTED, "False", "PreconditionChecks", message),
+                now,
+            );
+            return None;
+        }
+        risks.extend(failures);
+        risks.extend(not_recommended(status, &target));
+    }
+    // A release superseded before it completed stays Partial, with the time it was left.
+    if let Some(h) = status.history.first_mut() {
+        if h.completion_time.is_none() {
+            h.completion_time = Some(now.to_string());
+        }
+    }
+    status.history.insert(
+        0,
+        UpdateHistory {
+            state: cv::PARTIAL.into(),
+            started_time: now.into(),
+            completion_time: None,
+            version: target.version.clone(),
+            image: target.image.clone(),
+            verified: false,
+            accepted_risks: risks.join("\n"),
+            extra: Default::default(),
+        },
+    );
+    status.history.truncate(cv::MAX_HISTORY);
+    status.desired = Some(target.clone());
+    set_condition(
+        &mut status.conditions,
+        condition(
+            cv::RELEASE_ACCEPTED,
+            "True",
+            "PayloadLoaded",
+            format!("Payload loaded version={:?} image={:?}", target.version, target.image),
+        ),
+        now,
+    );
+    Some(target)
+}
+
+/// Whether `spec.desiredUpdate` asks for the release already current (an unresolvable request
+/// for it changes nothing).
+fn same_request(cv: &ClusterVersion, current: &Release) -> bool {
+    cv.spec.desired_update.as_ref().is_some_and(|u| {
+        (u.version.is_empty() || u.version == current.version) && (u.image.is_empty() || u.image == current.image)
+    })
+}
+
+/// Create or update the release MachineConfigs with the release's `osImageURL`.
+async fn write_release_configs(store: &Arc<dyn Store>, release: &Release) -> Result<(), StoreError> {
+    for role in ROLES {
+        let name = release_config_name(role);
+        let key = Key::cluster(&MACHINE_CONFIG.store_key(), &name);
+        let want_spec = json!({"config": {"ignition": {"version": "3.2.0"}}, "osImageURL": release.image});
+        for _ in 0..3 {
+            let result = match store.get(&key).await? {
+                Some(existing) => {
+                    let mut next = (*existing.object).clone();
+                    next["spec"] = want_spec.clone();
+                    super::set_annotations(&mut next, &[(RELEASE_ANNOTATION, Some(&release.version))]);
+                    if next == *existing.object {
+                        break;
+                    }
+                    objects::set_generation(&existing.object, &mut next);
+                    store.update(&key, next, revision_of(&existing.object)).await.map(|_| ())
+                }
+                None => {
+                    let mut obj = json!({
+                        "apiVersion": aloft_api::MCO_API_VERSION,
+                        "kind": "MachineConfig",
+                        "metadata": {
+                            "name": name,
+                            "labels": {aloft_api::annotations::ROLE_LABEL: role},
+                            "annotations": {RELEASE_ANNOTATION: release.version},
+                        },
+                        "spec": want_spec,
+                    });
+                    objects::prepare_create(&mut obj, "");
+                    store.create(&key, obj).await.map(|_| ())
+                }
+            };
+            match result {
+                Ok(()) => break,
+                Err(StoreError::Conflict { .. }) | Err(StoreError::AlreadyExists(_)) | Err(StoreError::NotFound(_)) => {
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    Ok(())
+}
+
+/// How far the pools are with the desired release: `Progressing`, `Available`, `Failing`, and
+/// the history entry completed once every pool runs it. Some(version) when it completed in this
+/// pass.
+async fn follow_progress(
+    store: &Arc<dyn Store>,
+    status: &mut ClusterVersionStatus,
+    now: &str,
+) -> Result<Option<String>, StoreError> {
+    let Some(desired) = status.desired.clone() else {
+        set_condition(
+            &mut status.conditions,
+            condition(cv::AVAILABLE, "False", "NoRelease", "No release has been accepted yet."),
+            now,
+        );
+        return Ok(None);
+    };
+    let mut total = 0i64;
+    let mut updated = 0i64;
+    let mut waiting = Vec::new();
+    let mut degraded = Vec::new();
+    for raw in store.list(&MACHINE_CONFIG_POOL.store_key(), None).await?.items {
+        let Ok(pool) = serde_json::from_value::<MachineConfigPool>(raw) else { continue };
+        let name = pool.metadata.name.clone();
+        let st = pool.status.clone().unwrap_or_default();
+        total += st.machine_count;
+        let target = pool.spec.configuration.as_ref().map(|c| c.name.clone()).unwrap_or_default();
+        let target_image = match target.as_str() {
+            "" => None,
+            t => store
+                .get(&Key::cluster(&MACHINE_CONFIG.store_key(), t))
+                .await?
+                .and_then(|o| serde_json::from_value::<MachineConfig>((*o.object).clone()).ok())
+                .map(|mc| mc.spec.os_image_url),
+        };
+        if find_condition(&st.conditions, "Degraded").is_some_and(Condition::is_true) {
+            let why = find_condition(&st.conditions, "Degraded").map(|c| c.message.clone()).unwrap_or_default();
+            degraded.push(format!("pool {name} is degraded: {why}"));
+        }
+        match target_image {
+            Some(img) if img == desired.image => {
+                let at_target = st.configuration.as_ref().is_some_and(|c| c.name == target);
+                let done = if at_target { st.updated_machine_count } else { 0 };
+                updated += done;
+                if done < st.machine_count || !at_target {
+                    waiting.push(if pool.spec.paused {
+                        format!("{name} (paused)")
+                    } else {
+                        format!("{name} ({done} of {})", st.machine_count)
+                    });
+                }
+            }
+            Some(img) if !img.is_empty() && target.starts_with("rendered-") => {
+                waiting.push(format!("{name} (its config {target} has osImageURL {img})"));
+            }
+            _ => waiting.push(format!("{name} (not rendered with the release yet)")),
+        }
+    }
+    let failing = if degraded.is_empty() {
+        condition(cv::FAILING, "False", "", "")
+    } else {
+        condition(cv::FAILING, "True", "MachineConfigPoolDegraded", degraded.join("; "))
+    };
+    set_condition(&mut status.conditions, failing, now);
+    let partial = status.history.first().is_some_and(|h| h.state == cv::PARTIAL && h.version == desired.version);
+    if waiting.is_empty() {
+        let mut completed = None;
+        if let Some(h) = status.history.first_mut() {
+            if partial {
+                h.state = cv::COMPLETED.into();
+                h.completion_time = Some(now.to_string());
+                completed = Some(desired.version.clone());
+            }
+        }
+        set_condition(
+            &mut status.conditions,
+            condition(cv::PROGRESSING, "False", "", format!("Cluster version is {}", desired.version)),
+            now,
+        );
+        set_condition(
+            &mut status.conditions,
+            condition(cv::AVAILABLE, "True", "", format!("Done applying {}", desired.version)),
+            now,
+        );
+        return Ok(completed);
+    }
+    let percent = if total > 0 { updated * 100 / total } else { 0 };
+    let message = format!(
+        "Working towards {}: {updated} of {total} nodes updated ({percent}%); waiting on {}",
+        desired.version,
+        waiting.join(", ")
+    );
+    set_condition(&mut status.conditions, condition(cv::PROGRESSING, "True", "", message), now);
+    if find_condition(&status.conditions, cv::AVAILABLE).is_none_or(|c| c.reason == "NoRelease") {
+        set_condition(
+            &mut status.conditions,
+            condition(
+                cv::AVAILABLE,
+                "False",
+                "Progressing",
+                format!("Applying {} for the first time", desired.version),
+            ),
+            now,
+        );
+    }
+    Ok(None)
+}

@@ -1,0 +1,404 @@
+//! Releases and the update graph against a real coordinator on loopback: the ClusterVersion
+//! controller polls an update service (a real one's served graphs from
+//! shared/testdata/cincinnati-graphs, with each payload mapped to an OS commit URL, since aloft
+//! releases are OS commits), shows the updates the graph offers and the risks of the
+//! conditional ones, takes a desired release into the release MachineConfigs and completes it
+//! once the pools run it; `aloftctl adm upgrade` shows and starts updates. Releases that fail the
+//! CVO's preconditions, and ClusterVersions the controller could not use, are refused with the
+//! field or the precondition named, changing nothing.
+//!
+//! No node agents here (the worker pool is empty): the same flow with a real agent deploying the
+//! release's OS commit is `os_fleet.rs::a_release_from_the_update_graph_reaches_the_node`.
+
+use aloft_coordinator::resources::{CLUSTER_VERSION, MACHINE_CONFIG, MACHINE_CONFIG_POOL};
+use aloft_tests::update_service::{graph, UpdateService};
+use aloft_tests::*;
+use serde_json::{json, Value};
+use std::time::Duration;
+
+const CLUSTER_ID: &str = "5e5b4b5c-3a0e-4c8e-9f54-2c1d5a9e1f00";
+
+/// An OS commit URL standing for a payload (the checksum is the payload's digest).
+fn os_payload(digest: &str) -> String {
+    format!("ostree+http://127.0.0.1:9/repo#ocp/x86_64@{digest}")
+}
+
+/// A real served graph, each `quay.io/...@sha256:D` payload turned into an OS commit URL.
+fn real_graph(file: &str) -> Value {
+    let path = testdata().join("cincinnati-graphs").join(file);
+    let mut g: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    for n in g["nodes"].as_array_mut().unwrap() {
+        let digest = n["payload"].as_str().unwrap().rsplit_once("sha256:").unwrap().1.to_string();
+        n["payload"] = json!(os_payload(&digest));
+    }
+    g
+}
+
+/// The updates a graph offers from `version`, read from its JSON here: (unconditional
+/// destinations without the conditional ones, conditional destinations), each sorted.
+fn offered(g: &Value, version: &str) -> (Vec<String>, Vec<String>) {
+    let nodes = g["nodes"].as_array().unwrap();
+    let from = nodes.iter().position(|n| n["version"] == version).unwrap();
+    let mut conditional: Vec<String> = g["conditionalEdges"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|c| c["edges"].as_array().unwrap().iter())
+        .filter(|e| e["from"] == version)
+        .map(|e| e["to"].as_str().unwrap().to_string())
+        .collect();
+    conditional.sort();
+    conditional.dedup();
+    let mut plain: Vec<String> = g["edges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e[0].as_u64() == Some(from as u64))
+        .map(|e| nodes[e[1].as_u64().unwrap() as usize]["version"].as_str().unwrap().to_string())
+        .filter(|v| !conditional.contains(v))
+        .collect();
+    plain.sort();
+    (plain, conditional)
+}
+
+fn payload_of(g: &Value, version: &str) -> String {
+    g["nodes"].as_array().unwrap().iter().find(|n| n["version"] == version).unwrap()["payload"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+fn cluster_version(spec: Value) -> Value {
+    json!({"apiVersion": "config.openshift.io/v1", "kind": "ClusterVersion", "metadata": {"name": "version"},
+        "spec": spec})
+}
+
+async fn cv(c: &Client) -> Value {
+    c.get(&path_of(&CLUSTER_VERSION, Some("version"))).await.unwrap().into_result().unwrap()
+}
+
+fn versions(list: &Value) -> Vec<String> {
+    let mut v: Vec<String> =
+        list.as_array().into_iter().flatten().map(|r| r["version"].as_str().unwrap().to_string()).collect();
+    v.sort();
+    v
+}
+
+/// Wait for the ClusterVersion to satisfy `ok`; returns it.
+async fn wait_cv(c: &Client, what: &str, ok: impl Fn(&Value) -> bool) -> Value {
+    eventually(Duration::from_secs(60), what, || async {
+        let v = c.get(&path_of(&CLUSTER_VERSION, Some("version"))).await?.into_result()?;
+        Ok(ok(&v).then_some(v))
+    })
+    .await
+}
+
+fn cond_is(v: &Value, type_: &str, status: &str, reason: &str) -> bool {
+    condition(v, type_).is_some_and(|c| c["status"] == status && c["reason"].as_str().unwrap_or("") == reason)
+}
+
+fn completed(v: &Value, version: &str) -> bool {
+    v.pointer("/status/history/0").is_some_and(|h| h["state"] == "Completed" && h["version"] == version)
+}
+
+/// `aloftctl ARGS` against `c`: (exit code, stdout, stderr).
+fn aloftctl(c: &Coordinator, args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(bin("aloftctl"))
+        .arg("--kubeconfig")
+        .arg(c.kubeconfig_path())
+        .args(args)
+        .output()
+        .unwrap();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).to_string();
+    (out.status.code().unwrap_or(-1), text(&out.stdout), text(&out.stderr))
+}
+
+async fn release_config_image(c: &Client, role: &str) -> String {
+    let mc =
+        c.get(&path_of(&MACHINE_CONFIG, Some(&format!("00-{role}-release")))).await.unwrap().into_result().unwrap();
+    mc.pointer("/spec/osImageURL").and_then(Value::as_str).unwrap_or("").to_string()
+}
+
+fn start_coordinator() -> Coordinator {
+    Coordinator::start_with(Options { args: vec!["--update-poll-interval".into(), "3s".into()], ..Default::default() })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn releases_follow_a_real_update_graph() {
+    let c = start_coordinator();
+    let admin = c.client();
+    let svc = UpdateService::start().await;
+    let stable47 = real_graph("stable-4.7_amd64_v1.json");
+    svc.set("stable-4.7", stable47.clone());
+    admin
+        .post(&path_of(&MACHINE_CONFIG_POOL, None), &machine_config_pool("worker", "worker"))
+        .await
+        .unwrap()
+        .into_result()
+        .unwrap();
+
+    // The release the fleet runs, by version: looked up in the graph, taken as the first one.
+    let spec = json!({"clusterID": CLUSTER_ID, "upstream": svc.url, "channel": "stable-4.7",
+        "desiredUpdate": {"version": "4.7.2"}});
+    admin.post(&path_of(&CLUSTER_VERSION, None), &cluster_version(spec)).await.unwrap().into_result().unwrap();
+    let (plain, conditional) = offered(&stable47, "4.7.2");
+    assert!(plain.len() >= 3 && conditional == ["4.7.4"], "the data: {plain:?} {conditional:?}");
+    let v = wait_cv(&admin, "4.7.2 completed, its updates retrieved", |v| {
+        completed(v, "4.7.2")
+            && cond_is(v, "RetrievedUpdates", "True", "")
+            && !versions(&v["status"]["availableUpdates"]).is_empty()
+    })
+    .await;
+    let p472 = payload_of(&stable47, "4.7.2");
+    assert_eq!(v["status"]["desired"]["image"], p472.as_str(), "{v}");
+    assert!(v["status"]["desired"]["url"].as_str().unwrap().starts_with("https://access.redhat.com/errata/"), "{v}");
+    assert!(v["status"]["desired"]["channels"].as_array().unwrap().contains(&json!("stable-4.7")), "{v}");
+    assert_eq!(release_config_image(&admin, "worker").await, p472);
+    assert_eq!(release_config_image(&admin, "master").await, p472);
+    assert_eq!(v["status"]["history"][0]["verified"], false);
+    assert!(cond_is(&v, "Available", "True", "") && cond_is(&v, "Progressing", "False", ""), "{v}");
+    assert_eq!(condition(&v, "Progressing").unwrap()["message"], "Cluster version is 4.7.2");
+    assert_eq!(v["status"]["observedGeneration"], v["metadata"]["generation"]);
+
+    // What the graph offers from 4.7.2: its edges, less the conditional one, which has a PromQL
+    // risk aloft cannot evaluate (Recommended Unknown, not offered as available).
+    assert_eq!(versions(&v["status"]["availableUpdates"]), plain, "{v}");
+    let cu = &v["status"]["conditionalUpdates"];
+    assert_eq!(versions(&cu.as_array().unwrap().iter().map(|c| c["release"].clone()).collect()), conditional);
+    let rec = &cu[0]["conditions"][0];
+    assert_eq!(
+        (rec["type"].as_str(), rec["status"].as_str(), rec["reason"].as_str()),
+        (Some("Recommended"), Some("Unknown"), Some("EvaluationFailed")),
+        "{rec}"
+    );
+    assert!(rec["message"].as_str().unwrap().contains("VSphereNodeNameChanges"), "{rec}");
+    assert_eq!(cu[0]["risks"][0]["name"], "VSphereNodeNameChanges");
+
+    // The query, as the CVO sends it.
+    let q = svc.queries().last().cloned().unwrap();
+    assert_eq!(q["channel"], "stable-4.7");
+    assert_eq!(q["id"], CLUSTER_ID);
+    assert_eq!(q["version"], "4.7.2");
+    assert_eq!(q["accept"], "application/json");
+    assert!(!q["arch"].is_empty());
+
+    // `aloftctl adm upgrade` shows it all; the risky update is refused without
+    // --allow-not-recommended (exit 2: a usage error), and changes nothing.
+    let (code, out, err) = aloftctl(&c, &["adm", "upgrade"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.starts_with("Cluster version is 4.7.2\n"), "{out}");
+    assert!(out.contains(&format!("Upstream: {}\nChannel: stable-4.7\n", svc.url)), "{out}");
+    let newest = plain.iter().max_by_key(|v| semver(v)).unwrap().clone();
+    assert!(out.contains("Recommended updates:") && out.contains(&newest), "{out}");
+    assert!(out.contains("not recommended for this fleet are available (1)"), "{out}");
+    let (code, out, err) = aloftctl(&c, &["adm", "upgrade", "--include-not-recommended"]);
+    assert!(code == 0 && out.contains("Version: 4.7.4") && out.contains("Reason: EvaluationFailed"), "{out}{err}");
+    let (code, _, err) = aloftctl(&c, &["adm", "upgrade", "--to", "4.7.4"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("the update to 4.7.4 is not recommended") && err.contains("--allow-not-recommended"), "{err}");
+    let (code, _, err) = aloftctl(&c, &["adm", "upgrade", "--to", "9.9.9"]);
+    assert!(code == 2 && err.contains("9.9.9 is not one of the available updates"), "{err}");
+    assert!(cv(&admin).await["spec"]["desiredUpdate"] == json!({"version": "4.7.2"}), "nothing asked");
+
+    // The newest recommended update: taken, rolled out, completed; the history keeps both.
+    let (code, out, err) = aloftctl(&c, &["adm", "upgrade", "--to", &newest]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains(&format!("Requested update to {newest}")), "{out}");
+    let v = wait_cv(&admin, "the update completed", |v| completed(v, &newest)).await;
+    let h = v["status"]["history"].as_array().unwrap();
+    assert_eq!((h.len(), h[1]["version"].as_str(), h[1]["state"].as_str()), (2, Some("4.7.2"), Some("Completed")));
+    assert_eq!(h[0]["acceptedRisks"], Value::Null, "a recommended update has no risks: {v}");
+    assert_eq!(release_config_image(&admin, "worker").await, payload_of(&stable47, &newest));
+    assert!(cond_is(&v, "ReleaseAccepted", "True", "PayloadLoaded"), "{v}");
+    eventually(Duration::from_secs(30), "the query for the new release", || async {
+        Ok(svc.queries().iter().any(|q| q.get("version") == Some(&newest)).then_some(()))
+    })
+    .await;
+
+    // The update service fails: RetrievedUpdates says how, the last good lists stay.
+    svc.answer("stable-4.7", 503, json!({"kind": "upstream_unavailable", "value": "graph builder restarting"}));
+    let v =
+        wait_cv(&admin, "RetrievedUpdates False", |v| cond_is(v, "RetrievedUpdates", "False", "ResponseFailed")).await;
+    let m = condition(&v, "RetrievedUpdates").unwrap()["message"].as_str().unwrap().to_string();
+    assert!(m.contains("HTTP 503") && m.contains("upstream_unavailable: graph builder restarting"), "{m}");
+    let kept = versions(&v["status"]["availableUpdates"]);
+    assert_eq!(kept, versions(&wait_cv(&admin, "", |_| true).await["status"]["availableUpdates"]));
+    // Not JSON a graph: ResponseInvalid, naming what is wrong.
+    svc.set("stable-4.7", json!({"version": 1, "nodes": [{"version": "4.7.2", "payload": "p"}], "edges": [[0, 7]]}));
+    let v = wait_cv(&admin, "ResponseInvalid", |v| cond_is(v, "RetrievedUpdates", "False", "ResponseInvalid")).await;
+    assert!(condition(&v, "RetrievedUpdates").unwrap()["message"].as_str().unwrap().contains("edges[0]"), "{v}");
+
+    // Another channel: fetched at once, and this release is not in it.
+    svc.set("stable-4.8", real_graph("stable-4.8_amd64_v1.json"));
+    let (code, out, err) = aloftctl(&c, &["adm", "upgrade", "channel", "stable-4.8"]);
+    assert!(code == 0 && out.contains("Changed the channel from \"stable-4.7\" to \"stable-4.8\""), "{out}{err}");
+    let v = wait_cv(&admin, "the new channel retrieved", |v| {
+        svc.queries().last().is_some_and(|q| q["channel"] == "stable-4.8")
+            && condition(v, "RetrievedUpdates").is_some_and(|c| c["reason"] != "ResponseInvalid")
+    })
+    .await;
+    let in48 = offered(&real_graph("stable-4.8_amd64_v1.json"), &newest);
+    assert!(cond_is(&v, "RetrievedUpdates", "True", ""), "{newest} is in stable-4.8: {v}");
+    assert_eq!(versions(&v["status"]["availableUpdates"]), in48.0);
+}
+
+fn semver(v: &str) -> Vec<u64> {
+    v.split('.').map(|p| p.parse().unwrap_or(0)).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_is_checked_before_it_is_taken() {
+    let c = start_coordinator();
+    let admin = c.client();
+    let svc = UpdateService::start().await;
+    let p = |n: u8| os_payload(&format!("{n}").repeat(64));
+    svc.set(
+        "stable-1",
+        graph(
+            &[("1.0.0", &p(1)), ("1.1.0", &p(2)), ("1.2.0", &p(3))],
+            &[("1.0.0", "1.1.0")],
+            &[("1.0.0", "1.2.0", "DataLoss", "Nodes may lose /var on the first boot.")],
+        ),
+    );
+
+    // What the controller could not use is refused, naming the field; nothing is stored.
+    let bad = [
+        (json!({"metadata": {"name": "cluster"}}), "metadata.name"),
+        (json!({"spec": {"channel": "Stable-1"}}), "spec.channel"),
+        (json!({"spec": {"clusterID": "not-a-uuid"}}), "spec.clusterID"),
+        (json!({"spec": {"upstream": "ftp://updates.example/graph"}}), "spec.upstream"),
+        (json!({"spec": {"desiredUpdate": {}}}), "spec.desiredUpdate"),
+        (json!({"spec": {"desiredUpdate": {"version": "four"}}}), "spec.desiredUpdate.version"),
+        (json!({"spec": {"desiredUpdate": {"image": "quay.io/ocp/release@sha256:abc"}}}), "spec.desiredUpdate.image"),
+    ];
+    for (patch, field) in bad {
+        let mut obj = cluster_version(json!({}));
+        merge(&mut obj, &patch);
+        // Strict, as kubectl asks: an unknown field (overrides, which aloft does not read) too.
+        let strict = format!("{}?fieldValidation=Strict", path_of(&CLUSTER_VERSION, None));
+        let r = admin.post(&strict, &obj).await.unwrap();
+        assert_eq!(r.code, 422, "{field}: {}", r.body);
+        assert!(cause_fields(&r.body).iter().any(|f| f == field), "{field}: {}", r.body);
+    }
+    // A field aloft does not read (OpenShift's overrides) is refused under Strict, as
+    // kube-apiserver refuses an unknown field (400), rather than ignored.
+    let mut obj = cluster_version(json!({}));
+    obj["spec"]["overrides"] = json!([]);
+    let r = admin.post(&format!("{}?fieldValidation=Strict", path_of(&CLUSTER_VERSION, None)), &obj).await.unwrap();
+    assert!(
+        r.code == 400 && r.body["message"].as_str().unwrap().contains("unknown field \"spec.overrides\""),
+        "{}",
+        r.body
+    );
+    assert_eq!(list_names(&admin, &CLUSTER_VERSION).await, Vec::<String>::new());
+
+    admin
+        .post(&path_of(&MACHINE_CONFIG_POOL, None), &machine_config_pool("worker", "worker"))
+        .await
+        .unwrap()
+        .into_result()
+        .unwrap();
+    let spec = json!({"upstream": svc.url, "channel": "stable-1", "desiredUpdate": {"version": "1.0.0"}});
+    admin.post(&path_of(&CLUSTER_VERSION, None), &cluster_version(spec)).await.unwrap().into_result().unwrap();
+    let v = wait_cv(&admin, "1.0.0 completed", |v| completed(v, "1.0.0") && cond_is(v, "RetrievedUpdates", "True", ""))
+        .await;
+    assert_eq!(versions(&v["status"]["availableUpdates"]), ["1.1.0"]);
+    let rec = &v["status"]["conditionalUpdates"][0]["conditions"][0];
+    assert_eq!((rec["status"].as_str(), rec["reason"].as_str()), (Some("False"), Some("DataLoss")), "{v}");
+    assert_eq!(rec["message"], "Nodes may lose /var on the first boot. https://bugs.example/DataLoss");
+    let path = path_of(&CLUSTER_VERSION, Some("version"));
+    let ask = |update: Value| {
+        let admin = admin.clone();
+        let path = path.clone();
+        async move {
+            // Nulls take out what an earlier request set and this one does not name.
+            let mut all = json!({"version": null, "image": null, "force": null});
+            merge(&mut all, &update);
+            let patch = json!({"spec": {"desiredUpdate": all}});
+            admin.patch(&path, "application/merge-patch+json", &patch).await.unwrap().into_result().unwrap();
+        }
+    };
+    let refused = |reason: &'static str| move |v: &Value| cond_is(v, "ReleaseAccepted", "False", reason);
+
+    // A version the graph does not have, without an image: nothing to take.
+    ask(json!({"version": "1.5.0"})).await;
+    let v = wait_cv(&admin, "1.5.0 refused", refused("RetrievePayload")).await;
+    assert!(
+        condition(&v, "ReleaseAccepted").unwrap()["message"]
+            .as_str()
+            .unwrap()
+            .contains("not in the update graph of channel \"stable-1\""),
+        "{v}"
+    );
+    // An image the graph gives another version.
+    ask(json!({"version": "1.1.0", "image": p(3)})).await;
+    let v = wait_cv(&admin, "a version and image that disagree", refused("VerifyPayloadVersion")).await;
+    assert!(
+        condition(&v, "ReleaseAccepted").unwrap()["message"]
+            .as_str()
+            .unwrap()
+            .contains("the update graph says that image is release 1.2.0"),
+        "{v}"
+    );
+    // A hop over a minor release, off the graph: the precondition fails...
+    ask(json!({"version": "1.3.0", "image": p(4)})).await;
+    let v = wait_cv(&admin, "GiantHop refused", refused("PreconditionChecks")).await;
+    assert!(
+        condition(&v, "ReleaseAccepted").unwrap()["message"].as_str().unwrap().contains("GiantHop: 1.0.0 to 1.3.0"),
+        "{v}"
+    );
+    assert_eq!(v["status"]["desired"]["version"], "1.0.0", "nothing taken");
+    assert_eq!(release_config_image(&admin, "worker").await, p(1), "nothing written");
+    // ... and `force` takes it, keeping what it overrode.
+    ask(json!({"version": "1.3.0", "image": p(4), "force": true})).await;
+    let v = wait_cv(&admin, "1.3.0 completed", |v| completed(v, "1.3.0")).await;
+    let risks = v["status"]["history"][0]["acceptedRisks"].as_str().unwrap();
+    assert!(
+        risks.contains("GiantHop") && risks.contains("RecommendedUpdate: 1.3.0 is not a recommended update"),
+        "{risks}"
+    );
+    assert_eq!(release_config_image(&admin, "worker").await, p(4));
+    // 1.3.0 is not in the graph: VersionNotFound, and no updates offered.
+    let v = wait_cv(&admin, "VersionNotFound", |v| cond_is(v, "RetrievedUpdates", "False", "VersionNotFound")).await;
+    assert_eq!(versions(&v["status"]["availableUpdates"]), Vec::<String>::new());
+    // Back to 1.0.0: a rollback across minors is refused.
+    ask(json!({"version": "1.0.0"})).await;
+    let v = wait_cv(&admin, "Rollback refused", refused("PreconditionChecks")).await;
+    assert!(
+        condition(&v, "ReleaseAccepted").unwrap()["message"]
+            .as_str()
+            .unwrap()
+            .contains("Rollback: release 1.0.0 is older than 1.3.0"),
+        "{v}"
+    );
+    assert_eq!(v["status"]["desired"]["version"], "1.3.0");
+    // aloftctl asks anew: the last request's force is not carried into this one.
+    let (code, out, err) =
+        aloftctl(&c, &["adm", "upgrade", "--to-image", &p(2), "--to", "1.1.0", "--allow-explicit-upgrade"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let v = wait_cv(&admin, "1.1.0 refused", |v| {
+        condition(v, "ReleaseAccepted").is_some_and(|c| c["message"].as_str().unwrap_or("").contains("1.1.0 is older"))
+    })
+    .await;
+    assert_eq!(v["spec"]["desiredUpdate"], json!({"version": "1.1.0", "image": p(2)}));
+    let (code, _, err) = aloftctl(&c, &["adm", "upgrade", "--to-image", &p(2)]);
+    assert!(code == 2 && err.contains("add --allow-explicit-upgrade"), "{err}");
+
+    // `kubectl get clusterversion`'s columns, from aloftctl.
+    let (code, out, err) = aloftctl(&c, &["get", "clusterversion"]);
+    assert_eq!(code, 0, "{err}");
+    let row = out.lines().nth(1).unwrap_or("");
+    assert!(out.starts_with("NAME") && out.contains("VERSION") && out.contains("PROGRESSING"), "{out}");
+    assert!(row.starts_with("version") && row.contains("1.3.0") && row.contains("Cluster version is 1.3.0"), "{out}");
+}
+
+fn merge(into: &mut Value, patch: &Value) {
+    match (into, patch) {
+        (Value::Object(a), Value::Object(b)) => {
+            for (k, v) in b {
+                merge(a.entry(k.clone()).or_insert(Value::Null), v);
+            }
+        }
+        (slot, v) => *slot = v.clone(),
+    }
+}
