@@ -1036,3 +1036,48 @@ async fn kubectl_manages_fleetlocks_and_frees_a_slot() {
     let out = k.ok(&["get", "fleetlock", "default"]);
     assert_eq!(&row(&out, "default").unwrap()[..3], ["default", "2", "m2"], "{out}");
 }
+
+/// kubectl on the ClusterVersion as on OpenShift's: `apply`, `wait --for=condition=...`, `get
+/// clusterversion` with `oc get clusterversion`'s columns, `explain`, a merge patch of the
+/// channel; a release given by image and version (no update service) is taken and, with no pool
+/// to roll out to, completes at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_follows_the_cluster_version() {
+    let Some(exe) = kubectl_path() else { return };
+    let c = Coordinator::start();
+    let k = Kubectl::new(exe, &c, Auth::Kubeconfig);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("cv.yaml");
+    let image = format!("ostree+http://repo.example/os#aloft/x86_64@{}", "a".repeat(64));
+    std::fs::write(
+        &file,
+        format!(
+            "apiVersion: config.openshift.io/v1\nkind: ClusterVersion\nmetadata: {{name: version}}\n\
+             spec:\n  channel: stable-1\n  desiredUpdate: {{version: 1.0.0, image: \"{image}\"}}\n"
+        ),
+    )
+    .unwrap();
+    k.ok(&["apply", "-f", file.to_str().unwrap()]);
+    k.ok(&["wait", "--for=condition=Available", "clusterversion/version", "--timeout=60s"]);
+    let out = k.ok(&["get", "clusterversion"]);
+    assert_eq!(header(&out), ["NAME", "VERSION", "AVAILABLE", "PROGRESSING", "SINCE", "STATUS"], "{out}");
+    let r = row(&out, "version").unwrap();
+    assert_eq!(&r[..4], ["version", "1.0.0", "True", "False"], "{out}");
+    assert!(out.contains("Cluster version is 1.0.0"), "{out}");
+    // No upstream: said so, in the condition kubectl reads.
+    let reason = k.ok(&[
+        "get",
+        "clusterversion",
+        "version",
+        "-o",
+        "jsonpath={.status.conditions[?(@.type==\"RetrievedUpdates\")].reason}",
+    ]);
+    assert_eq!(reason.trim(), "NoUpstream");
+    let explained = k.ok(&["explain", "clusterversion.spec.desiredUpdate"]);
+    assert!(explained.contains("force") && explained.contains("osImageURL"), "{explained}");
+    k.ok(&["patch", "clusterversion", "version", "--type=merge", "-p", r#"{"spec":{"channel":"stable-2"}}"#]);
+    let channel = k.ok(&["get", "clusterversion", "version", "-o", "jsonpath={.spec.channel}"]);
+    assert_eq!(channel.trim(), "stable-2");
+    let mc = k.ok(&["get", "machineconfig", "00-worker-release", "-o", "jsonpath={.spec.osImageURL}"]);
+    assert_eq!(mc.trim(), image);
+}

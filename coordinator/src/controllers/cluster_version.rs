@@ -22,7 +22,7 @@ use aloft_api::clusterversion::{
 };
 use aloft_api::meta::{find_condition, set_condition, Condition};
 use aloft_api::update_graph::{self, Graph, Recommendation};
-use aloft_api::{MachineConfig, MachineConfigPool};
+use aloft_api::MachineConfigPool;
 use serde_json::{json, Value};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -30,6 +30,9 @@ use tokio::time::Instant;
 
 /// How often the graph is fetched again while nothing changes (the CVO polls every 2-4 min).
 pub const DEFAULT_POLL: Duration = Duration::from_secs(180);
+/// How soon a failed fetch is tried again (passes come with every pool status write in a
+/// rollout: each must not ask a failing update service again).
+const RETRY: Duration = Duration::from_secs(30);
 /// How long a fetch may take.
 const FETCH_TIMEOUT: Duration = Duration::from_secs(30);
 /// The largest graph read (OpenShift's biggest channels serve a few MB).
@@ -142,8 +145,13 @@ async fn reconcile(
 
     let graph = refresh_graph(http, cache, &cv, opts).await;
     show_updates(&cv, &mut status, graph.as_deref(), cache, &now);
-    if let Some(accepted) = consider_desired_update(&cv, &mut status, graph.as_deref(), &now) {
-        write_release_configs(store, &accepted).await?;
+    let accepted = consider_desired_update(&cv, &mut status, graph.as_deref(), &now);
+    // Every pass, as the CVO applies its manifests again and again: a release MachineConfig
+    // deleted or edited by hand is put back.
+    if let Some(desired) = &status.desired {
+        write_release_configs(store, desired).await?;
+    }
+    if let Some(accepted) = accepted {
         events.emit(
             &involved(),
             EventType::Normal,
@@ -203,9 +211,8 @@ async fn refresh_graph(
     };
     let due = match cache.lock() {
         Ok(c) => {
-            c.fetched_for.as_ref() != Some(&query)
-                || c.failure.is_some()
-                || c.fetched_at.is_none_or(|at| at.elapsed() >= opts.poll)
+            let every = if c.failure.is_some() { opts.poll.min(RETRY) } else { opts.poll };
+            c.fetched_for.as_ref() != Some(&query) || c.fetched_at.is_none_or(|at| at.elapsed() >= every)
         }
         Err(_) => true,
     };
@@ -595,7 +602,8 @@ fn same_request(cv: &ClusterVersion, current: &Release) -> bool {
     })
 }
 
-/// Create or update the release MachineConfigs with the release's `osImageURL`.
+/// Create or update the release MachineConfigs with the release's `osImageURL` (nothing is
+/// written when they already say it).
 async fn write_release_configs(store: &Arc<dyn Store>, release: &Release) -> Result<(), StoreError> {
     for role in ROLES {
         let name = release_config_name(role);
@@ -607,6 +615,10 @@ async fn write_release_configs(store: &Arc<dyn Store>, release: &Release) -> Res
                     let mut next = (*existing.object).clone();
                     next["spec"] = want_spec.clone();
                     super::set_annotations(&mut next, &[(RELEASE_ANNOTATION, Some(&release.version))]);
+                    if !next["metadata"]["labels"].is_object() {
+                        next["metadata"]["labels"] = json!({});
+                    }
+                    next["metadata"]["labels"][aloft_api::annotations::ROLE_LABEL] = json!(role);
                     if next == *existing.object {
                         break;
                     }
@@ -667,11 +679,11 @@ async fn follow_progress(
         let target = pool.spec.configuration.as_ref().map(|c| c.name.clone()).unwrap_or_default();
         let target_image = match target.as_str() {
             "" => None,
+            // Only the one field of a rendered config that may be a megabyte.
             t => store
                 .get(&Key::cluster(&MACHINE_CONFIG.store_key(), t))
                 .await?
-                .and_then(|o| serde_json::from_value::<MachineConfig>((*o.object).clone()).ok())
-                .map(|mc| mc.spec.os_image_url),
+                .map(|o| o.object.pointer("/spec/osImageURL").and_then(Value::as_str).unwrap_or("").to_string()),
         };
         if find_condition(&st.conditions, "Degraded").is_some_and(Condition::is_true) {
             let why = find_condition(&st.conditions, "Degraded").map(|c| c.message.clone()).unwrap_or_default();
@@ -744,4 +756,140 @@ async fn follow_progress(
         );
     }
     Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rel(version: &str, image: &str) -> Release {
+        Release { version: version.into(), image: image.into(), ..Default::default() }
+    }
+
+    fn image(n: u8) -> String {
+        format!("ostree+http://repo.example/os#aloft/x86_64@{}", format!("{n}").repeat(64))
+    }
+
+    fn history(versions: &[&str]) -> ClusterVersionStatus {
+        ClusterVersionStatus {
+            history: versions
+                .iter()
+                .map(|v| UpdateHistory { state: cv::COMPLETED.into(), version: v.to_string(), ..Default::default() })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn preconditions_allow_patches_the_next_minor_and_a_rollback_to_the_previous_patch_only() {
+        let st = history(&["4.8.3", "4.8.2", "4.7.9"]);
+        let fails = |from: &str, to: &str| precondition_failures(&st, &rel(from, ""), &rel(to, ""));
+        assert_eq!(fails("4.8.3", "4.8.9"), Vec::<String>::new());
+        assert_eq!(fails("4.8.3", "4.9.0"), Vec::<String>::new());
+        assert_eq!(fails("4.8.3", "4.8.2"), Vec::<String>::new(), "back to the previous release, same minor");
+        let giant = fails("4.8.3", "4.10.0");
+        assert!(giant.len() == 1 && giant[0].starts_with("GiantHop: 4.8.3 to 4.10.0"), "{giant:?}");
+        assert!(fails("4.8.3", "5.0.0")[0].starts_with("GiantHop"), "a new major is a giant hop");
+        let back = fails("4.8.3", "4.8.1");
+        assert!(
+            back.len() == 1 && back[0].contains("only a rollback to the previous release of the same minor (4.8.2)"),
+            "{back:?}"
+        );
+        let across = precondition_failures(&history(&["4.8.0", "4.7.9"]), &rel("4.8.0", ""), &rel("4.7.9", ""));
+        assert!(
+            across.len() == 1 && across[0].starts_with("Rollback: release 4.7.9 is older than 4.8.0"),
+            "{across:?}"
+        );
+        // Not semantic versions (an explicit image's version is checked before): no opinion.
+        assert_eq!(fails("4.8.3", "latest"), Vec::<String>::new());
+    }
+
+    fn graph() -> Graph {
+        let body = json!({"version": 1, "nodes": [
+            {"version": "1.0.0", "payload": image(1), "metadata": {"url": "https://notes/1.0.0"}},
+            {"version": "1.1.0", "payload": image(2)},
+            {"version": "1.2.0", "payload": "quay.io/ocp/release@sha256:abc"},
+        ], "edges": [[0, 1], [0, 2]]});
+        update_graph::parse(body.to_string().as_bytes()).expect("a graph")
+    }
+
+    fn asking(version: &str, img: &str) -> ClusterVersion {
+        let mut c = ClusterVersion::default();
+        c.spec.channel = "stable-1".into();
+        c.spec.desired_update = Some(cv::Update { version: version.into(), image: img.into(), ..Default::default() });
+        c
+    }
+
+    #[test]
+    fn a_desired_update_is_resolved_against_the_graph_or_refused_saying_why() {
+        let g = graph();
+        let ok = |v: &str, i: &str| resolve(&asking(v, i), Some(&g)).expect("asked").expect("resolved");
+        let r = ok("1.0.0", "");
+        assert_eq!((r.image.as_str(), r.url.as_str()), (image(1).as_str(), "https://notes/1.0.0"));
+        assert_eq!(ok("", &image(2)).version, "1.1.0", "an image the graph has gives its version");
+        assert_eq!(ok("1.5.0", &image(5)), rel("1.5.0", &image(5)), "explicit: off the graph");
+        let refused =
+            |v: &str, i: &str, g: Option<&Graph>| resolve(&asking(v, i), g).expect("asked").expect_err("refused");
+        let (reason, message) = refused("1.5.0", "", Some(&g));
+        assert_eq!(reason, "RetrievePayload");
+        assert!(
+            message.contains("not in the update graph of channel \"stable-1\"")
+                && message.contains("set spec.desiredUpdate.image"),
+            "{message}"
+        );
+        let (_, message) = refused("1.5.0", "", None);
+        assert!(message.contains("none has been retrieved"), "{message}");
+        let (reason, message) = refused("1.1.0", &image(1), Some(&g));
+        assert_eq!(reason, "VerifyPayloadVersion");
+        assert!(message.contains("the update graph says that image is release 1.0.0"), "{message}");
+        let (_, message) = refused("", &image(7), Some(&g));
+        assert!(message.contains("give its spec.desiredUpdate.version too"), "{message}");
+        let (_, message) = refused("1.2.0", "", Some(&g));
+        assert!(
+            message.contains("the update graph's payload of 1.2.0") && message.contains("not an ostree"),
+            "{message}"
+        );
+        let (_, message) = refused("", "quay.io/x@sha256:abc", Some(&g));
+        assert!(message.starts_with("spec.desiredUpdate.image"), "{message}");
+        assert!(resolve(&ClusterVersion::default(), Some(&g)).is_none(), "nothing asked");
+    }
+
+    #[test]
+    fn a_taken_release_goes_first_in_the_history_and_a_superseded_one_stays_partial() {
+        let g = graph();
+        let now = "2026-12-04T10:00:00Z";
+        let mut first = ClusterVersionStatus::default();
+        let taken = consider_desired_update(&asking("1.0.0", ""), &mut first, Some(&g), now).expect("taken");
+        assert_eq!(taken.version, "1.0.0");
+        assert_eq!(first.history[0].state, cv::PARTIAL);
+        assert_eq!(first.history[0].accepted_risks, "", "the first release has nothing to be checked against");
+        // Asked again: nothing new.
+        let mut c = asking("1.0.0", "");
+        c.status = Some(first.clone());
+        let mut again = first.clone();
+        assert!(consider_desired_update(&c, &mut again, Some(&g), now).is_none());
+        assert_eq!(again.history.len(), 1);
+        // The next one, before the first completed, off the graph's recommendations.
+        let mut c = asking("1.1.0", "");
+        c.status = Some(first.clone());
+        let mut next = first.clone();
+        consider_desired_update(&c, &mut next, Some(&g), "2026-12-04T11:00:00Z").expect("taken");
+        assert_eq!(next.history.len(), 2);
+        assert_eq!(
+            (next.history[1].state.as_str(), next.history[1].completion_time.as_deref()),
+            (cv::PARTIAL, Some("2026-12-04T11:00:00Z"))
+        );
+        assert!(next.history[0].accepted_risks.starts_with("RecommendedUpdate: 1.1.0 is not a recommended update"));
+        assert_eq!(
+            find_condition(&next.conditions, cv::RELEASE_ACCEPTED).map(|c| c.reason.as_str()),
+            Some("PayloadLoaded")
+        );
+    }
+
+    #[test]
+    fn architectures_are_named_as_the_update_service_names_them() {
+        assert_eq!(graph_arch("x86_64"), "amd64");
+        assert_eq!(graph_arch("aarch64"), "arm64");
+        assert_eq!(graph_arch("s390x"), "s390x");
+    }
 }
