@@ -50,11 +50,14 @@ async fn readyz_lists_the_store_and_every_controller_and_rejects_unknown_checks(
     let c = Coordinator::start();
     let body = eventually(WAIT, "/readyz?verbose listing the event-ttl loop", || async {
         let (code, _, body) = raw(&c, "/readyz?verbose", None).await;
-        Ok((code == 200 && body.contains("controller/event-ttl") && body.contains("controller/token-cleaner"))
-            .then_some(body))
+        Ok((code == 200
+            && body.contains("controller/event-ttl")
+            && body.contains("controller/token-cleaner")
+            && body.contains("controller/cluster-version"))
+        .then_some(body))
     })
     .await;
-    let want = "[+]ping ok\n[+]store ok\n[+]controllers ok\n[+]controller/drain ok\n\
+    let want = "[+]ping ok\n[+]store ok\n[+]controllers ok\n[+]controller/cluster-version ok\n[+]controller/drain ok\n\
                 [+]controller/event-ttl ok\n[+]controller/gc ok\n[+]controller/node ok\n[+]controller/node-lifecycle ok\n[+]controller/render ok\n[+]controller/token-cleaner ok\nreadyz check passed\n";
     assert_eq!(body, want, "no token needed; each check on its line");
 

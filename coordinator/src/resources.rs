@@ -241,6 +241,11 @@ mod tests {
         assert!(by_kind("machineconfiguration.openshift.io/v2", "MachineConfig").is_none());
         assert_eq!(by_name("ndb").map(|r| r.kind), Some("NodeDisruptionBudget"));
         assert_eq!(by_kind("aloft.dev/v1", "NodeDisruptionBudget"), Some(&NODE_DISRUPTION_BUDGET));
-        assert_eq!(groups(), vec!["aloft.dev", "machineconfiguration.openshift.io", "operator.openshift.io"]);
+        assert_eq!(
+            groups(),
+            vec!["aloft.dev", "config.openshift.io", "machineconfiguration.openshift.io", "operator.openshift.io"]
+        );
+        assert_eq!(by_name("clusterversion").map(|r| r.kind), Some("ClusterVersion"));
+        assert_eq!(by_kind("config.openshift.io/v1", "ClusterVersion"), Some(&CLUSTER_VERSION));
     }
 }
