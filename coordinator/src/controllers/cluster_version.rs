@@ -24,6 +24,7 @@ use aloft_api::meta::{find_condition, set_condition, Condition};
 use aloft_api::update_graph::{self, Graph, Recommendation};
 use aloft_api::MachineConfigPool;
 use serde_json::{json, Value};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::time::Instant;
@@ -109,10 +110,26 @@ pub async fn run(store: Arc<dyn Store>, events: Recorder, opts: Options, passes:
     };
     let cache = Arc::new(Mutex::new(GraphCache::default()));
     let watched = [CLUSTER_VERSION.store_key(), MACHINE_CONFIG_POOL.store_key()];
-    let relevant = || -> Box<dyn FnMut(&crate::store::Event) -> bool + Send> { Box::new(|_| true) };
+    // A pool's status is written many times a second in a rollout: its events wake this loop
+    // only while a release is rolling out (then they are its progress). Otherwise the resync
+    // notices what changed (a pool gone Degraded, for Failing).
+    let following = Arc::new(AtomicBool::new(false));
+    let pools = MACHINE_CONFIG_POOL.store_key();
+    let relevant = {
+        let following = following.clone();
+        move || -> Box<dyn FnMut(&crate::store::Event) -> bool + Send> {
+            let (following, pools) = (following.clone(), pools.clone());
+            Box::new(move |ev| ev.key.resource != pools || following.load(Ordering::Relaxed))
+        }
+    };
     super::run_loop("cluster-version", store, &watched, relevant, passes, move |s| {
         let (http, cache, events, opts) = (http.clone(), cache.clone(), events.clone(), opts.clone());
-        async move { reconcile(&s, &http, &cache, &events, &opts).await }
+        let following = following.clone();
+        async move {
+            let rolling_out = reconcile(&s, &http, &cache, &events, &opts).await?;
+            following.store(rolling_out, Ordering::Relaxed);
+            Ok(())
+        }
     })
     .await
 }
@@ -122,22 +139,23 @@ fn http_client() -> Result<reqwest::Client, reqwest::Error> {
     reqwest::Client::builder().timeout(FETCH_TIMEOUT).build()
 }
 
-/// One pass over the ClusterVersion named `version`.
+/// One pass over the ClusterVersion named `version`; whether a release is rolling out (its
+/// history's first entry Partial) once it is done.
 async fn reconcile(
     store: &Arc<dyn Store>,
     http: &reqwest::Client,
     cache: &Mutex<GraphCache>,
     events: &Recorder,
     opts: &Options,
-) -> Result<(), StoreError> {
+) -> Result<bool, StoreError> {
     let key = Key::cluster(&CLUSTER_VERSION.store_key(), cv::NAME);
-    let Some(stored) = store.get(&key).await? else { return Ok(()) };
+    let Some(stored) = store.get(&key).await? else { return Ok(false) };
     let raw = (*stored.object).clone();
     let cv: ClusterVersion = match serde_json::from_value(raw.clone()) {
         Ok(cv) => cv,
         Err(e) => {
             tracing::warn!(error = %e, "the stored ClusterVersion does not read");
-            return Ok(());
+            return Ok(false);
         }
     };
     let now = objects::now();
@@ -164,13 +182,14 @@ async fn reconcile(
     }
     status.observed_generation = cv.metadata.generation.unwrap_or(0);
 
+    let rolling_out = status.history.first().is_some_and(|h| h.state == cv::PARTIAL);
     let mut next = raw.clone();
     next["status"] = serde_json::to_value(&status).unwrap_or(Value::Null);
     if next == raw {
-        return Ok(());
+        return Ok(rolling_out);
     }
     match store.update(&key, next, revision_of(&raw)).await {
-        Ok(_) | Err(StoreError::Conflict { .. }) | Err(StoreError::NotFound(_)) => Ok(()),
+        Ok(_) | Err(StoreError::Conflict { .. }) | Err(StoreError::NotFound(_)) => Ok(rolling_out),
         Err(e) => Err(e),
     }
 }
