@@ -37,12 +37,7 @@ async fn holders(c: &Client, group: &str) -> Vec<String> {
 
 /// `aloftctl ARGS` against `c`; it must succeed; its stdout.
 fn aloftctl(c: &Coordinator, args: &[&str]) -> String {
-    let out = std::process::Command::new(bin("aloftctl"))
-        .arg("--kubeconfig")
-        .arg(c.kubeconfig_path())
-        .args(args)
-        .output()
-        .unwrap();
+    let out = c.aloftctl(args);
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(out.status.success(), "aloftctl {args:?}: {stdout}{}", String::from_utf8_lossy(&out.stderr));
     stdout

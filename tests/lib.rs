@@ -253,6 +253,16 @@ impl Coordinator {
         self.child.as_ref().expect("coordinator running").id()
     }
 
+    /// Run `aloftctl ARGS` against this coordinator (its admin kubeconfig).
+    pub fn aloftctl(&self, args: &[&str]) -> std::process::Output {
+        Command::new(bin("aloftctl"))
+            .arg("--kubeconfig")
+            .arg(self.kubeconfig_path())
+            .args(args)
+            .output()
+            .expect("run aloftctl")
+    }
+
     pub fn kubeconfig_path(&self) -> PathBuf {
         self.data_dir().join("admin.kubeconfig")
     }

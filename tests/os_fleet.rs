@@ -1168,12 +1168,7 @@ async fn a_release_from_the_update_graph_reaches_the_node() {
     assert_eq!(v["status"]["desired"]["image"], w.url(&v1).as_str());
     assert_eq!(testkit::deployment_order(&host.sysroot()).unwrap()[0], v1, "still on v1");
 
-    let out = Command::new(bin("aloftctl"))
-        .arg("--kubeconfig")
-        .arg(c.kubeconfig_path())
-        .args(["adm", "upgrade", "--to", "1.1.0"])
-        .output()
-        .unwrap();
+    let out = c.aloftctl(&["adm", "upgrade", "--to", "1.1.0"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     // While the node updates, Progressing says how far the fleet is.
     let v = until(c, &mut host, &path, "Progressing towards 1.1.0", |v| {

@@ -11,8 +11,7 @@ use aloft_api::annotations as ann;
 use aloft_coordinator::resources::{EVENT, MACHINE_CONFIG, MACHINE_CONFIG_POOL, NODE, NODE_DISRUPTION_BUDGET};
 use aloft_tests::sandbox::Host;
 use aloft_tests::{
-    bin, condition, eventually, machine_config, machine_config_pool, path_of, resource_path, Client, Coordinator,
-    Options,
+    condition, eventually, machine_config, machine_config_pool, path_of, resource_path, Client, Coordinator, Options,
 };
 use serde_json::{json, Value};
 use std::sync::{Arc, Mutex};
@@ -106,12 +105,7 @@ fn ndb(name: &str, spec: Value) -> Value {
 }
 
 fn aloftctl(c: &Coordinator, args: &[&str]) -> std::process::Output {
-    std::process::Command::new(bin("aloftctl"))
-        .arg("--kubeconfig")
-        .arg(c.kubeconfig_path())
-        .args(args)
-        .output()
-        .expect("run aloftctl")
+    c.aloftctl(args)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

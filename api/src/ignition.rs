@@ -138,14 +138,7 @@ fn strip_nulls(v: &mut Value) {
 }
 
 fn kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "a list",
-        Value::Object(_) => "an object",
-    }
+    crate::json_words::kind_of(v)
 }
 
 fn version_of(obj: &Map<String, Value>) -> Result<&str, IgnitionError> {

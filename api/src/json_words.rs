@@ -2,6 +2,19 @@
 //! refusal said `expected i64` or `expected struct LabelSelector`, Rust's names for what the
 //! user must write as an integer or an object.
 
+/// What a JSON value is, as an error message names it ("got a list").
+pub fn kind_of(v: &serde_json::Value) -> &'static str {
+    use serde_json::Value;
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
+    }
+}
+
 /// `message` with serde's names of types (in `invalid type: X, expected Y`) put as JSON names
 /// them; any other message unchanged.
 pub fn in_json_terms(message: &str) -> String {

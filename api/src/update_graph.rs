@@ -187,14 +187,7 @@ struct RawGraph {
 }
 
 fn json_kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "a list",
-        Value::Object(_) => "an object",
-    }
+    crate::json_words::kind_of(v)
 }
 
 /// Read a graph as the update service serves it (`application/json`, format version 1). Every

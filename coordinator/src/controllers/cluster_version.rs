@@ -277,10 +277,9 @@ async fn fetch(http: &reqwest::Client, q: &Query) -> Result<Graph, (&'static str
         }
     }
     let shown = url.to_string();
-    let response =
-        http.get(url).header(reqwest::header::ACCEPT, "application/json").send().await.map_err(|e| {
-            ("RemoteFailed", format!("Unable to retrieve available updates: {shown}: {}", error_chain(&e)))
-        })?;
+    let response = http.get(url).header(reqwest::header::ACCEPT, "application/json").send().await.map_err(|e| {
+        ("RemoteFailed", format!("Unable to retrieve available updates: {shown}: {}", super::error_chain(&e)))
+    })?;
     let code = response.status();
     let body = read_limited(response)
         .await
@@ -299,24 +298,13 @@ async fn fetch(http: &reqwest::Client, q: &Query) -> Result<Graph, (&'static str
 
 async fn read_limited(mut response: reqwest::Response) -> Result<Vec<u8>, String> {
     let mut body = Vec::new();
-    while let Some(chunk) = response.chunk().await.map_err(|e| error_chain(&e))? {
+    while let Some(chunk) = response.chunk().await.map_err(|e| super::error_chain(&e))? {
         if body.len() + chunk.len() > MAX_GRAPH_BYTES {
             return Err(format!("the graph is larger than {} MiB", MAX_GRAPH_BYTES >> 20));
         }
         body.extend_from_slice(&chunk);
     }
     Ok(body)
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        out.push_str(": ");
-        out.push_str(&s.to_string());
-        source = s.source();
-    }
-    out
 }
 
 fn condition(type_: &str, status: &str, reason: &str, message: impl Into<String>) -> Condition {

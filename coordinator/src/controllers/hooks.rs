@@ -80,7 +80,7 @@ impl Hooks {
         let resp = match send.await {
             Ok(r) => r,
             Err(e) if e.is_timeout() => return Err(HookError::Timeout { url, seconds }),
-            Err(e) => return Err(HookError::Request { url, message: error_chain(&e.without_url()) }),
+            Err(e) => return Err(HookError::Request { url, message: super::error_chain(&e.without_url()) }),
         };
         let code = resp.status();
         if code.is_success() {
@@ -143,18 +143,6 @@ pub fn redacted(url: &str) -> String {
         // Admission refuses such URLs; one stored before it did is named by nothing it holds.
         Err(_) => "(an invalid URL)".into(),
     }
-}
-
-/// An error and its causes on one line ("connection refused" hides in the source chain).
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut src = e.source();
-    while let Some(c) = src {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        src = c.source();
-    }
-    s
 }
 
 #[cfg(test)]

@@ -41,6 +41,19 @@ pub(crate) const BATCH_AT_MOST: Duration = Duration::from_secs(2);
 /// Reconcile even without events this often, so time-based conditions are noticed.
 pub(crate) const RESYNC: Duration = Duration::from_secs(30);
 
+/// An error and its causes on one line ("connection refused" hides in the source chain), for
+/// the controllers' HTTP calls (drain hooks, the update service).
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(c) = src {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        src = c.source();
+    }
+    s
+}
+
 /// Set (Some) or remove (None) annotations of a stored object, in place.
 pub(crate) fn set_annotations(obj: &mut Value, changes: &[(&str, Option<&str>)]) {
     if !obj["metadata"]["annotations"].is_object() {
