@@ -392,3 +392,63 @@ pub async fn event_ttl(events: usize, rounds: usize) -> Result<()> {
     println!("finding every Event as expired (before their deletes): {:.2} ms for {}", ms(t.elapsed()), all.len());
     Ok(())
 }
+
+/// `aloft-coordinator bench update-graph`: what reading a served update graph and working out
+/// the updates from every release in it cost, against reading the same bytes as untyped JSON
+/// (the floor of any reading of it), timed in the same run. The update service's own target is
+/// an answer within 0.5 s; the controller does one read per poll and one `updates_from` per pass.
+pub fn update_graph(path: &std::path::Path, rounds: usize) -> Result<()> {
+    use aloft_api::update_graph;
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let graph = update_graph::parse(&bytes).with_context(|| format!("{} is not an update graph", path.display()))?;
+    let time = |f: &mut dyn FnMut()| {
+        let mut samples: Vec<Duration> = (0..rounds)
+            .map(|_| {
+                let t = Instant::now();
+                f();
+                t.elapsed()
+            })
+            .collect();
+        samples.sort();
+        samples[samples.len() / 2]
+    };
+    let baseline = time(&mut || {
+        let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
+        std::hint::black_box(v);
+    });
+    let parse = time(&mut || {
+        std::hint::black_box(update_graph::parse(&bytes).ok());
+    });
+    let mut offered = 0usize;
+    let every = time(&mut || {
+        offered = 0;
+        for n in &graph.nodes {
+            if let Ok(u) = graph.updates_from(&n.version) {
+                offered += u.available.len() + u.conditional.len();
+            }
+        }
+    });
+    let per_version = every / graph.nodes.len().max(1) as u32;
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    println!(
+        "{}: {} bytes, {} releases, {} edges, {} conditional groups; median of {rounds} rounds",
+        path.display(),
+        bytes.len(),
+        graph.nodes.len(),
+        graph.edges.len(),
+        graph.conditional_edges.len()
+    );
+    println!("  baseline: read as untyped JSON        {:8.3} ms   1.00x", ms(baseline));
+    println!(
+        "  read as an update graph (checked)     {:8.3} ms   {:.2}x",
+        ms(parse),
+        parse.as_secs_f64() / baseline.as_secs_f64()
+    );
+    println!(
+        "  updates from one release (of {:>3})    {:8.3} ms   {:.2}x   ({offered} offered in all)",
+        graph.nodes.len(),
+        ms(per_version),
+        per_version.as_secs_f64() / baseline.as_secs_f64()
+    );
+    Ok(())
+}

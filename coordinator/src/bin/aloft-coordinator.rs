@@ -156,6 +156,17 @@ enum BenchCmd {
         #[arg(long, default_value_t = 5)]
         rounds: usize,
     },
+    /// Time what the ClusterVersion controller does with an update graph (a file as an update
+    /// service serves it, e.g. shared/testdata/cincinnati-graphs/stable-4.7_amd64_v1.json):
+    /// read it, and work out the updates from every release in it; against reading the same
+    /// bytes as untyped JSON.
+    UpdateGraph {
+        /// The graph's JSON file.
+        graph: PathBuf,
+        /// Times each step is timed.
+        #[arg(long, default_value_t = 200)]
+        rounds: usize,
+    },
 }
 
 #[derive(Subcommand)]
@@ -347,6 +358,9 @@ async fn run() -> Result<()> {
         }
         Cmd::Bench { cmd: BenchCmd::EventTtl { events, rounds } } => {
             aloft_coordinator::bench::event_ttl(events, rounds.max(1)).await
+        }
+        Cmd::Bench { cmd: BenchCmd::UpdateGraph { graph, rounds } } => {
+            aloft_coordinator::bench::update_graph(&graph, rounds.max(1))
         }
         Cmd::Token { cmd: TokenCmd::Create { data_dir, name, role, labels, ttl } } => {
             if let Some(why) = reserved_token_name(&name) {
