@@ -1180,6 +1180,8 @@ async fn a_release_from_the_update_graph_reaches_the_node() {
     })
     .await;
     assert_eq!(v["status"]["history"][0]["state"], "Partial");
+    let metrics = String::from_utf8_lossy(&c.aloftctl(&["get", "--raw", "/metrics"]).stdout).to_string();
+    assert!(metrics.contains("aloft_cluster_version_progressing_seconds{version=\"1.1.0\"} "), "{metrics}");
     host.reboot_when_asked(c, "the release's OS update").await;
     let v = until(c, &mut host, &path, "1.1.0 completed", completed("1.1.0")).await;
     assert_eq!(testkit::deployment_order(&host.sysroot()).unwrap()[0], v2, "the node runs the release's commit");

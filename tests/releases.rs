@@ -169,6 +169,20 @@ async fn releases_follow_a_real_update_graph() {
     assert!(rec["message"].as_str().unwrap().contains("VSphereNodeNameChanges"), "{rec}");
     assert_eq!(cu[0]["risks"][0]["name"], "VSphereNodeNameChanges");
 
+    // On /metrics, as the CVO exposes its own: what is offered, the conditions, no release
+    // rolling out.
+    let (code, metrics, err) = aloftctl(&c, &["get", "--raw", "/metrics"]);
+    assert_eq!(code, 0, "{err}");
+    let offered_line = format!(
+        "aloft_cluster_version_available_updates{{channel=\"stable-4.7\",upstream=\"{}\"}} {}\n",
+        svc.url,
+        plain.len()
+    );
+    assert!(metrics.contains(&offered_line), "{offered_line}\n{metrics}");
+    assert!(metrics.contains("aloft_cluster_version_condition{condition=\"Available\"} 1\n"), "{metrics}");
+    assert!(metrics.contains("aloft_cluster_version_condition{condition=\"Failing\"} 0\n"), "{metrics}");
+    assert!(!metrics.contains("aloft_cluster_version_progressing_seconds{"), "{metrics}");
+
     // The query, as the CVO sends it.
     let q = svc.queries().last().cloned().unwrap();
     assert_eq!(q["channel"], "stable-4.7");

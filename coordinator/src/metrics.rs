@@ -15,6 +15,11 @@
 //!   `aloft_fleetlock_oldest_hold_seconds{group}`: each FleetLock group's slots held, its slots,
 //!   and how long its longest holder has held one (0 with none): a host that never came back
 //!   keeps its slot, and this is what to alert on ([`crate::fleetlock`]);
+//! - `aloft_cluster_version_available_updates{channel,upstream}`,
+//!   `aloft_cluster_version_condition{condition}` (1 while True) and
+//!   `aloft_cluster_version_progressing_seconds{version}` (how long the release rolling out has
+//!   been, absent when none is): the ClusterVersion's, as the CVO exposes its own; what to alert
+//!   on for an update that does not finish ([`crate::controllers::cluster_version`]);
 //! - `aloft_controller_up{controller}`: 1 while the loop runs, 0 while it waits to start again;
 //! - `aloft_controller_restarts_total{controller}`: times it stopped and was started again;
 //! - `aloft_controller_passes_total{controller,result}`,
@@ -33,7 +38,7 @@
 
 use crate::health::{Health, LoopState};
 use crate::process_metrics::AllocatorProbe;
-use crate::resources::{FLEET_LOCK, MACHINE_CONFIG_POOL};
+use crate::resources::{CLUSTER_VERSION, FLEET_LOCK, MACHINE_CONFIG_POOL};
 use crate::server::request_metrics::RequestMetrics;
 use crate::store::{Store, StoreError};
 use aloft_api::build::BuildInfo;
@@ -56,6 +61,22 @@ const COUNTS: &[(&str, &str, &str)] = &[
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct PoolLabels {
     pool: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct UpstreamLabels {
+    channel: String,
+    upstream: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CvConditionLabels {
+    condition: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VersionLabels {
+    version: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -128,6 +149,7 @@ pub async fn encode(
     registry.register("aloft_pool_condition", "A pool's status condition: 1 while True", conditions);
     registry.register("aloft_pool_paused", "1 while the pool's spec.paused is set", paused);
     register_fleet_locks(&mut registry, store, chrono::Utc::now()).await?;
+    register_cluster_version(&mut registry, store, chrono::Utc::now()).await?;
 
     let up = Family::<ControllerLabels, Gauge>::default();
     let restarts = Family::<ControllerLabels, Counter>::default();
@@ -187,6 +209,51 @@ async fn register_fleet_locks(
         "aloft_fleetlock_oldest_hold_seconds",
         "How long the group's longest holder has held its slot (0 with none)",
         oldest,
+    );
+    Ok(())
+}
+
+/// The ClusterVersion's series, from the stored object (none without one).
+async fn register_cluster_version(
+    registry: &mut Registry,
+    store: &dyn Store,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Result<(), MetricsError> {
+    let key = crate::store::Key::cluster(&CLUSTER_VERSION.store_key(), aloft_api::clusterversion::NAME);
+    let (available, conditions, progressing) = (
+        Family::<UpstreamLabels, Gauge>::default(),
+        Family::<CvConditionLabels, Gauge>::default(),
+        Family::<VersionLabels, Gauge>::default(),
+    );
+    if let Some(cv) = store.get(&key).await? {
+        let (spec, status) = (&cv.object["spec"], &cv.object["status"]);
+        let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+        let labels = UpstreamLabels { channel: text(&spec["channel"]), upstream: text(&spec["upstream"]) };
+        available.get_or_create(&labels).set(status["availableUpdates"].as_array().map(Vec::len).unwrap_or(0) as i64);
+        for c in status["conditions"].as_array().into_iter().flatten() {
+            let Some(condition) = c["type"].as_str() else { continue };
+            conditions
+                .get_or_create(&CvConditionLabels { condition: condition.to_string() })
+                .set(i64::from(c["status"] == "True"));
+        }
+        let first = &status["history"][0];
+        if first["state"] == aloft_api::clusterversion::PARTIAL {
+            if let Ok(started) = chrono::DateTime::parse_from_rfc3339(first["startedTime"].as_str().unwrap_or("")) {
+                let seconds = (now - started.with_timezone(&chrono::Utc)).num_seconds().max(0);
+                progressing.get_or_create(&VersionLabels { version: text(&first["version"]) }).set(seconds);
+            }
+        }
+    }
+    registry.register(
+        "aloft_cluster_version_available_updates",
+        "Releases the update graph recommends from the current one",
+        available,
+    );
+    registry.register("aloft_cluster_version_condition", "A ClusterVersion condition: 1 while True", conditions);
+    registry.register(
+        "aloft_cluster_version_progressing_seconds",
+        "How long the release rolling out has been (absent when none is)",
+        progressing,
     );
     Ok(())
 }
