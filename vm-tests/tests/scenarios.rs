@@ -1260,3 +1260,63 @@ async fn out_of_reach(fleet: &Fleet) -> Result<()> {
     ensure!(denylist.contains(&v2), "v2 is not denylisted after the rollback: {denylist}");
     Ok(())
 }
+
+/// A release from an update graph, on a real VM: the ClusterVersion takes release 1.0.0 (the
+/// image's v1, which the VM runs) from a graph served on the host's loopback, then 1.1.0 (v2);
+/// the release MachineConfig carries v2 to the worker pool, the VM reboots once into it, and the
+/// release completes once the pool runs it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn h_release_from_the_update_graph() -> Result<()> {
+    let Some(fleet) = Fleet::start("h_release", FleetOptions { vms: 1, ..Default::default() }).await? else {
+        return Ok(());
+    };
+    let result = release_from_graph(&fleet).await;
+    fleet.finish(result).await
+}
+
+async fn release_from_graph(fleet: &Fleet) -> Result<()> {
+    use aloft_tests::update_service::{graph, UpdateService};
+    let (_, first) = enrolled_and_done(fleet, 1, json!({})).await?;
+    let v2 = fleet.images.commit("v2")?.to_string();
+    let (url1, url2) = (fleet.images.os_image_url("v1")?, fleet.images.os_image_url("v2")?);
+    let svc = UpdateService::start().await;
+    svc.set("stable-1", graph(&[("1.0.0", &url1), ("1.1.0", &url2)], &[("1.0.0", "1.1.0")], &[]));
+    let path = "/apis/config.openshift.io/v1/clusterversions/version";
+    let cv = json!({"apiVersion": "config.openshift.io/v1", "kind": "ClusterVersion", "metadata": {"name": "version"},
+        "spec": {"upstream": svc.url, "channel": "stable-1", "desiredUpdate": {"version": "1.0.0"}}});
+    cluster::apply(fleet, "/apis/config.openshift.io/v1/clusterversions", &cv).await?;
+    let completed = |v: &serde_json::Value, version: &str| {
+        v.pointer("/status/history/0").is_some_and(|h| h["state"] == "Completed" && h["version"] == version)
+    };
+    // 1.0.0 is v1, which the VM runs: its config changes (the osImageURL), its OS does not.
+    let deadline = Instant::now() + ROLLOUT_REBOOTLESS;
+    loop {
+        let v = fleet.admin.get(path).await?.into_result()?;
+        if completed(&v, "1.0.0") && v.pointer("/status/availableUpdates/0/version").is_some_and(|x| x == "1.1.0") {
+            break;
+        }
+        ensure!(Instant::now() < deadline, "1.0.0 did not complete with 1.1.0 offered: {v}");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    let on_v1 = wait_converged(fleet, &first, ROLLOUT_REBOOTLESS).await.context("the config naming v1")?;
+    let vm = &fleet.vms[0];
+    ensure!(vm.reboots() == 0, "{} rebooted for a release it already ran: {:?}", vm.name, vm.boots());
+
+    let patch = json!({"spec": {"desiredUpdate": {"version": "1.1.0"}}});
+    fleet.admin.patch(path, "application/merge-patch+json", &patch).await?.into_result()?;
+    wait_converged(fleet, &on_v1, OS_ROLLOUT_PER_NODE).await.context("the release's OS rollout")?;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let v = loop {
+        let v = fleet.admin.get(path).await?.into_result()?;
+        if completed(&v, "1.1.0") {
+            break v;
+        }
+        ensure!(Instant::now() < deadline, "1.1.0 did not complete: {v}");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    };
+    ensure!(v["status"]["history"][1]["version"] == "1.0.0", "the history: {}", v["status"]["history"]);
+    ensure!(vm.reboots() == 1, "{} rebooted {} times, not once: {:?}", vm.name, vm.reboots(), vm.boots());
+    let (_, _, release) = vm.wait_ready(2, UP_WAIT).await?;
+    ensure!(release == "2", "{}: ALOFT-READY says release {release}", vm.name);
+    os_is(vm, "2", &v2).await
+}
