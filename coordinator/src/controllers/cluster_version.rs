@@ -658,6 +658,20 @@ async fn write_release_configs(store: &Arc<dyn Store>, release: &Release) -> Res
     Ok(())
 }
 
+/// Whether a pool selects the release MachineConfigs (by their role labels), as the render
+/// controller selects configs for it (an empty selector renders nothing).
+fn takes_release(pool: &MachineConfigPool) -> bool {
+    let selector = pool.spec.machine_config_selector.as_ref().filter(|s| !s.is_empty());
+    let Some(selector) = selector.and_then(|s| s.to_selector().ok()) else {
+        return false;
+    };
+    ROLES.iter().any(|role| {
+        let labels =
+            std::collections::BTreeMap::from([(aloft_api::annotations::ROLE_LABEL.to_string(), role.to_string())]);
+        selector.matches(&labels)
+    })
+}
+
 /// How far the pools are with the desired release: `Progressing`, `Available`, `Failing`, and
 /// the history entry completed once every pool runs it. Some(version) when it completed in this
 /// pass.
@@ -680,6 +694,11 @@ async fn follow_progress(
     let mut degraded = Vec::new();
     for raw in store.list(&MACHINE_CONFIG_POOL.store_key(), None).await?.items {
         let Ok(pool) = serde_json::from_value::<MachineConfigPool>(raw) else { continue };
+        if !takes_release(&pool) {
+            // A pool of a role of its own (say, only `role: infra` configs) never renders the
+            // release: waiting on it would keep every release Partial for good.
+            continue;
+        }
         let name = pool.metadata.name.clone();
         let st = pool.status.clone().unwrap_or_default();
         total += st.machine_count;
@@ -891,6 +910,24 @@ mod tests {
             find_condition(&next.conditions, cv::RELEASE_ACCEPTED).map(|c| c.reason.as_str()),
             Some("PayloadLoaded")
         );
+    }
+
+    #[test]
+    fn only_pools_that_select_a_release_role_wait_for_the_release() {
+        let pool = |selector: Value| -> MachineConfigPool {
+            serde_json::from_value(json!({"metadata": {"name": "p"}, "spec": {"machineConfigSelector": selector}}))
+                .expect("a pool")
+        };
+        let role = aloft_api::annotations::ROLE_LABEL;
+        assert!(takes_release(&pool(json!({"matchLabels": {role: "worker"}}))));
+        assert!(takes_release(&pool(json!({"matchLabels": {role: "master"}}))));
+        assert!(takes_release(&pool(
+            json!({"matchExpressions": [{"key": role, "operator": "In", "values": ["worker", "infra"]}]})
+        )));
+        assert!(!takes_release(&pool(json!({"matchLabels": {role: "infra"}}))), "a role of its own");
+        let none: MachineConfigPool = serde_json::from_value(json!({"metadata": {"name": "p"}})).expect("a pool");
+        assert!(!takes_release(&none), "no selector selects nothing");
+        assert!(!takes_release(&pool(json!({}))), "an empty selector renders nothing");
     }
 
     #[test]
