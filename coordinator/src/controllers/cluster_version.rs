@@ -98,8 +98,9 @@ pub fn graph_arch(rust: &str) -> &str {
     }
 }
 
-/// Run forever: a pass after each change of the ClusterVersion or a pool, and at least every
-/// [`super::RESYNC`] (which is also how often a due poll is noticed).
+/// Run forever: a pass after each change of the ClusterVersion (and of a pool while a release
+/// rolls out), and at least every [`super::RESYNC`] (which is also how often a due poll is
+/// noticed).
 pub async fn run(store: Arc<dyn Store>, events: Recorder, opts: Options, passes: super::passes::Passes) {
     let http = match http_client() {
         Ok(c) => c,
