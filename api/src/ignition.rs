@@ -137,9 +137,7 @@ fn strip_nulls(v: &mut Value) {
     }
 }
 
-fn kind(v: &Value) -> &'static str {
-    crate::json_words::kind_of(v)
-}
+use crate::json_words::kind_of as kind;
 
 fn version_of(obj: &Map<String, Value>) -> Result<&str, IgnitionError> {
     let accepted = ACCEPTED_VERSIONS.join(", ");

@@ -2,6 +2,16 @@
 //! refusal said `expected i64` or `expected struct LabelSelector`, Rust's names for what the
 //! user must write as an integer or an object.
 
+/// `s` cut to 200 bytes (at a character boundary) with `...` after it: a value quoted in an
+/// error message comes from untrusted input and must keep the message readable.
+pub(crate) fn shown(s: &str) -> String {
+    if s.len() <= 200 {
+        s.to_string()
+    } else {
+        format!("{}...", &s[..s.floor_char_boundary(200)])
+    }
+}
+
 /// What a JSON value is, as an error message names it ("got a list").
 pub fn kind_of(v: &serde_json::Value) -> &'static str {
     use serde_json::Value;

@@ -98,13 +98,7 @@ pub enum OsImageError {
     Checksum { value: String },
 }
 
-fn shown(s: &str) -> String {
-    if s.len() <= 200 {
-        s.to_string()
-    } else {
-        format!("{}...", &s[..s.floor_char_boundary(200)])
-    }
-}
+use crate::json_words::shown;
 
 /// Parse an `osImageURL`: `Ok(None)` for the empty string (no OS management), `Ok(Some(_))`
 /// for a valid ostree reference, an error naming the defect otherwise.

@@ -7,14 +7,11 @@
 //! answer is unusable. This module is that computation and nothing else (no fetching, no clock),
 //! so it can be checked against graphs the service really served.
 
+use crate::json_words::{kind_of, shown};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write as _;
-
-/// Longest quoted value an error message carries: a graph is untrusted input, and a condition
-/// message has to stay readable.
-const SHOWN_MAX: usize = 200;
 
 /// One release in a graph (Cincinnati "node"), also the shape of ClusterVersion's
 /// `status.availableUpdates[]` entries' source.
@@ -167,14 +164,6 @@ fn invalid(reason: String) -> GraphError {
     GraphError::Invalid { reason }
 }
 
-/// `s` cut to [`SHOWN_MAX`] characters.
-fn shown(s: &str) -> String {
-    match s.char_indices().nth(SHOWN_MAX) {
-        None => s.to_string(),
-        Some((end, _)) => format!("{}...", &s[..end]),
-    }
-}
-
 /// The wire shape of the graph, checked further by [`parse`].
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -186,10 +175,6 @@ struct RawGraph {
     conditional_edges: Option<Vec<ConditionalEdges>>,
 }
 
-fn json_kind(v: &Value) -> &'static str {
-    crate::json_words::kind_of(v)
-}
-
 /// Read a graph as the update service serves it (`application/json`, format version 1). Every
 /// error is a [`GraphError::Invalid`] naming the field (and index) at fault, because the message
 /// becomes the `RetrievedUpdates` condition an operator reads to find what the service got wrong.
@@ -197,7 +182,7 @@ pub fn parse(bytes: &[u8]) -> Result<Graph, GraphError> {
     let doc: Value =
         serde_json::from_slice(bytes).map_err(|e| invalid(format!("not JSON: {}", shown(&e.to_string()))))?;
     let Value::Object(top) = &doc else {
-        return Err(invalid(format!("the graph must be a JSON object, got {}", json_kind(&doc))));
+        return Err(invalid(format!("the graph must be a JSON object, got {}", kind_of(&doc))));
     };
     match top.get("version") {
         None => return Err(invalid("version: missing (want 1)".into())),

@@ -411,14 +411,12 @@ fn resolve(cv: &ClusterVersion, graph: Option<&Graph>) -> Option<Result<Release,
     if want.version.is_empty() && want.image.is_empty() {
         return None;
     }
-    let in_graph = |pick: &dyn Fn(&update_graph::Release) -> bool| graph.and_then(|g| g.nodes.iter().find(|n| pick(n)));
     let where_from = || match graph {
         Some(_) => format!("the update graph of channel {:?}", cv.spec.channel),
         None => "the update graph (none has been retrieved: see the RetrievedUpdates condition)".to_string(),
     };
     let release = if want.image.is_empty() {
-        let wanted = semver::Version::parse(&want.version).ok();
-        match in_graph(&|n| Some(&n.version) == Some(&want.version) || (wanted.is_some() && semver::Version::parse(&n.version).ok() == wanted)) {
+        match graph.and_then(|g| g.find(&want.version)) {
             Some(n) => Release::from_graph(n),
             None => {
                 return Some(Err((
@@ -438,7 +436,8 @@ fn resolve(cv: &ClusterVersion, graph: Option<&Graph>) -> Option<Result<Release,
                 format!("spec.desiredUpdate.image: {e} (an aloft release is an OS commit agents can deploy)"),
             )));
         }
-        match (in_graph(&|n| n.payload == want.image), want.version.is_empty()) {
+        let by_image = graph.and_then(|g| g.nodes.iter().find(|n| n.payload == want.image));
+        match (by_image, want.version.is_empty()) {
             (Some(n), true) => Release::from_graph(n),
             (Some(n), false) if n.version == want.version => Release::from_graph(n),
             (Some(n), false) => {
