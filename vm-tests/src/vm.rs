@@ -102,8 +102,9 @@ pub struct BootRecord {
     pub release: Option<String>,
     /// How it ended (None while running): `guest-reset`, `guest-shutdown`, `power-cut`, ...
     pub end: Option<String>,
-    /// Its console log. A boot the harness power-cycled after a guest kernel hang is tried again
-    /// under the same number; the hung attempt's log is kept as `serial-N-hung-K.log`.
+    /// Its console log. A boot the harness power-cycled after a guest kernel hang or a crash of
+    /// QEMU is tried again under the same number; the lost attempt's log is kept as
+    /// `serial-N-hung-K.log` or `serial-N-crashed-K.log`.
     pub serial: PathBuf,
 }
 
@@ -162,6 +163,10 @@ enum Exit {
     /// The guest kernel reported a CPU stuck for minutes before the boot was ready (see
     /// [`kernel_hang`]); QEMU is killed.
     Hung(String),
+    /// QEMU itself ended without a `SHUTDOWN` event: neither the guest nor the test ended it (a
+    /// crash of the emulator, or a kill from outside such as the OOM killer). What it printed
+    /// and how it ended.
+    Crashed(String),
     Failed(String),
 }
 
@@ -179,6 +184,11 @@ const HANG_REPORT_LINES: usize = 20;
 /// How many hung boots a VM is power-cycled out of before its test fails: a real host's hardware
 /// watchdog resets it the same way, and a guest that hangs again is a finding, not an accident.
 const MAX_HANG_RESETS: u32 = 2;
+
+/// How many times a VM whose QEMU died under it is power-cycled before its test fails. A host's
+/// crash is a power cut to the guest, which aloft must survive anyway; a QEMU that cannot start
+/// at all fails again at once and is reported with its own words.
+const MAX_CRASH_RESETS: u32 = 1;
 
 /// The guest kernel's own report of a hang on the console: a soft lockup of at least `at_least`
 /// (`watchdog: BUG: soft lockup - CPU#1 stuck for 130s! [systemd:1]`), or with `at_least` zero,
@@ -499,12 +509,12 @@ impl Supervisor {
         }
     }
 
-    /// Keep a hung attempt's console and QEMU logs beside the retry's (which take the boot's
+    /// Keep a lost attempt's (hung or crashed) console and QEMU logs beside the retry's (which take the boot's
     /// usual names); the boot's record points at the kept console log.
-    fn keep_hung_logs(&self, boot: u32, attempt: u32) {
+    fn keep_lost_logs(&self, boot: u32, what: &str) {
         for log in ["serial", "qemu"] {
             let from = self.dir.join(format!("{log}-{boot}.log"));
-            let to = self.dir.join(format!("{log}-{boot}-hung-{attempt}.log"));
+            let to = self.dir.join(format!("{log}-{boot}-{what}.log"));
             if std::fs::rename(&from, &to).is_ok() && log == "serial" {
                 if let Some(b) = self.boots.lock().expect("boots").iter_mut().rev().find(|b| b.boot == boot) {
                     b.serial = to;
@@ -517,6 +527,7 @@ impl Supervisor {
         let mut files = first;
         let mut boot = 0;
         let mut hangs = 0;
+        let mut crashes = 0;
         let mut again = false;
         loop {
             if !std::mem::take(&mut again) {
@@ -528,6 +539,34 @@ impl Supervisor {
             };
             let power_cut = match exit {
                 Exit::Dropped => return,
+                Exit::Crashed(report) if crashes < MAX_CRASH_RESETS => {
+                    crashes += 1;
+                    tracing::warn!(
+                        vm = %self.name, boot, %report,
+                        "QEMU died under the guest: power-cycling the VM and booting again \
+                         ({crashes} of at most {MAX_CRASH_RESETS})"
+                    );
+                    self.keep_lost_logs(boot, &format!("crashed-{crashes}"));
+                    self.end_boot(boot, &format!("QEMU crashed ({report}); power-cycled by the harness"));
+                    self.set(boot, Phase::Rebooting);
+                    files = match self.read_boot_entry(boot).await {
+                        Ok(f) => f,
+                        Err(e) => {
+                            self.set(boot, Phase::Failed(format!("bootloader: {e:#}")));
+                            return;
+                        }
+                    };
+                    again = true;
+                    continue;
+                }
+                Exit::Crashed(report) => {
+                    self.end_boot(boot, "failed");
+                    let msg = format!(
+                        "{report}; the harness had power-cycled this VM out of {crashes} such crash(es) already"
+                    );
+                    self.set(boot, Phase::Failed(msg));
+                    return;
+                }
                 Exit::Hung(report) if hangs < MAX_HANG_RESETS => {
                     hangs += 1;
                     tracing::warn!(
@@ -535,7 +574,7 @@ impl Supervisor {
                         "the guest kernel hung before the boot was ready: power-cycling the VM and booting again \
                          ({hangs} of at most {MAX_HANG_RESETS})"
                     );
-                    self.keep_hung_logs(boot, hangs);
+                    self.keep_lost_logs(boot, &format!("hung-{hangs}"));
                     self.end_boot(boot, &format!("hung ({report}); power-cycled by the harness"));
                     self.set(boot, Phase::Rebooting);
                     // The firmware and bootloader run again: the same boot, read afresh.
@@ -697,11 +736,13 @@ impl Supervisor {
         let serial = self.dir.join(format!("serial-{boot}.log"));
         let ready_by = tokio::time::Instant::now() + self.opts.boot_timeout;
         let mut ready = false;
+        let mut exited = None;
         let exit = loop {
             tokio::select! {
                 status = child.wait() => {
                     let status = status.context("waiting for QEMU")?;
                     tracing::info!(vm = %self.name, boot, %status, "QEMU exited");
+                    exited = Some(status);
                     break None;
                 }
                 _ = tokio::time::sleep(Duration::from_millis(500)), if !ready => {
@@ -760,12 +801,36 @@ impl Supervisor {
             Some("guest-reset") => Exit::Reset,
             Some("guest-shutdown") => Exit::Poweroff,
             Some(other) => Exit::Failed(format!("QEMU shut down: {other}")),
-            None => Exit::Failed(format!(
-                "QEMU exited without a SHUTDOWN event (crashed?); see {}",
-                self.dir.join(format!("qemu-{boot}.log")).display()
-            )),
+            None => {
+                // CI keeps only the test's output: QEMU's own last words and how it ended (a
+                // signal it did not send itself, an error exit) go into the failure.
+                let log = self.dir.join(format!("qemu-{boot}.log"));
+                let said = log_tail(&log, QEMU_LOG_TAIL);
+                let how = exited.map_or_else(|| "with an unknown status".to_string(), |s| s.to_string());
+                Exit::Crashed(format!(
+                    "QEMU exited without a SHUTDOWN event ({how}, {:.0} s into boot {boot}, {}); its log {}: {}",
+                    started.elapsed().as_secs_f64(),
+                    if ready { "after the boot was ready" } else { "before the boot was ready" },
+                    log.display(),
+                    if said.is_empty() { "empty".to_string() } else { said.join(" | ") }
+                ))
+            }
         })
     }
+}
+
+/// How many of QEMU's own log lines (its stderr) a boot's failure quotes.
+const QEMU_LOG_TAIL: usize = 8;
+
+/// The last `n` non-empty lines of a log file (none if it cannot be read), each cut to 240
+/// characters.
+fn log_tail(path: &Path, n: usize) -> Vec<String> {
+    let text = String::from_utf8_lossy(&std::fs::read(path).unwrap_or_default()).into_owned();
+    let mut lines: Vec<String> =
+        text.lines().filter(|l| !l.trim().is_empty()).map(|l| l.chars().take(240).collect()).collect();
+    let skip = lines.len().saturating_sub(n);
+    lines.drain(..skip);
+    lines
 }
 
 /// The `images` module's guest address, re-exported for tests writing URLs.
