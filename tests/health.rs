@@ -53,12 +53,13 @@ async fn readyz_lists_the_store_and_every_controller_and_rejects_unknown_checks(
         Ok((code == 200
             && body.contains("controller/event-ttl")
             && body.contains("controller/token-cleaner")
-            && body.contains("controller/cluster-version"))
+            && body.contains("controller/cluster-version")
+            && body.contains("controller/olm"))
         .then_some(body))
     })
     .await;
     let want = "[+]ping ok\n[+]store ok\n[+]controllers ok\n[+]controller/cluster-version ok\n[+]controller/drain ok\n\
-                [+]controller/event-ttl ok\n[+]controller/gc ok\n[+]controller/node ok\n[+]controller/node-lifecycle ok\n[+]controller/render ok\n[+]controller/token-cleaner ok\nreadyz check passed\n";
+                [+]controller/event-ttl ok\n[+]controller/gc ok\n[+]controller/node ok\n[+]controller/node-lifecycle ok\n[+]controller/olm ok\n[+]controller/render ok\n[+]controller/token-cleaner ok\nreadyz check passed\n";
     assert_eq!(body, want, "no token needed; each check on its line");
 
     assert_eq!(raw(&c, "/readyz", None).await, (200, "text/plain; charset=utf-8".into(), "ok".into()));

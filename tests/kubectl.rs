@@ -10,24 +10,6 @@ use std::process::{Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-/// kubectl, or None (skip) when it is absent and not required.
-fn kubectl_path() -> Option<PathBuf> {
-    let found = std::env::var_os("PATH")
-        .and_then(|paths| std::env::split_paths(&paths).map(|d| d.join("kubectl")).find(|p| p.is_file()));
-    match found {
-        Some(p) => Some(p),
-        None if std::env::var_os("ALOFT_REQUIRE_KUBECTL").is_some_and(|v| !v.is_empty() && v != "0") => {
-            panic!(
-                "kubectl is not on PATH, and ALOFT_REQUIRE_KUBECTL is set: install kubectl (scripts/install-deps.sh)"
-            )
-        }
-        None => {
-            eprintln!("SKIPPED: kubectl is not on PATH (set ALOFT_REQUIRE_KUBECTL=1 to make this a failure)");
-            None
-        }
-    }
-}
-
 /// A child process killed (SIGKILL) and reaped when dropped, also when the test fails.
 struct KillOnDrop(std::process::Child);
 

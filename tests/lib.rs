@@ -19,6 +19,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+pub mod catalog_server;
 pub mod sandbox;
 pub mod update_service;
 
@@ -1019,6 +1020,48 @@ impl HeldRequest {
 }
 
 impl Drop for HeldRequest {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// kubectl, or None (skip) when it is absent and not required (ALOFT_REQUIRE_KUBECTL unset).
+pub fn kubectl_path() -> Option<PathBuf> {
+    let found = std::env::var_os("PATH")
+        .and_then(|paths| std::env::split_paths(&paths).map(|d| d.join("kubectl")).find(|p| p.is_file()));
+    match found {
+        Some(p) => Some(p),
+        None if std::env::var_os("ALOFT_REQUIRE_KUBECTL").is_some_and(|v| !v.is_empty() && v != "0") => {
+            panic!(
+                "kubectl is not on PATH, and ALOFT_REQUIRE_KUBECTL is set: install kubectl (scripts/install-deps.sh)"
+            )
+        }
+        None => {
+            eprintln!("SKIPPED: kubectl is not on PATH (set ALOFT_REQUIRE_KUBECTL=1 to make this a failure)");
+            None
+        }
+    }
+}
+
+/// An axum app served on a free loopback port, for the tests' stand-ins of servers aloft reads
+/// (update services, catalogs); it stops when dropped.
+pub struct LoopbackServer {
+    pub addr: std::net::SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl LoopbackServer {
+    pub async fn start(app: axum::Router) -> LoopbackServer {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a loopback port");
+        let addr = listener.local_addr().expect("its address");
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        LoopbackServer { addr, task }
+    }
+}
+
+impl Drop for LoopbackServer {
     fn drop(&mut self) {
         self.task.abort();
     }

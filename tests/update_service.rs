@@ -22,19 +22,16 @@ pub struct UpdateService {
     /// The graph URL, for `spec.upstream`.
     pub url: String,
     served: Arc<Mutex<Served>>,
-    task: tokio::task::JoinHandle<()>,
+    /// Serving until dropped.
+    _server: crate::LoopbackServer,
 }
 
 impl UpdateService {
     pub async fn start() -> UpdateService {
         let served = Arc::new(Mutex::new(Served::default()));
         let app = axum::Router::new().route("/graph", axum::routing::get(serve_graph)).with_state(served.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("a loopback port");
-        let at = listener.local_addr().expect("its address");
-        let task = tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
-        UpdateService { url: format!("http://{at}/graph"), served, task }
+        let server = crate::LoopbackServer::start(app).await;
+        UpdateService { url: format!("http://{}/graph", server.addr), served, _server: server }
     }
 
     /// Serve `graph` for `channel`.
@@ -50,12 +47,6 @@ impl UpdateService {
     /// The queries so far.
     pub fn queries(&self) -> Vec<BTreeMap<String, String>> {
         self.served.lock().expect("not poisoned").queries.clone()
-    }
-}
-
-impl Drop for UpdateService {
-    fn drop(&mut self) {
-        self.task.abort();
     }
 }
 

@@ -7,6 +7,7 @@
 pub mod annotations;
 pub mod budget;
 pub mod build;
+pub mod catalog;
 pub mod clusterversion;
 pub mod content;
 pub mod disruption;
@@ -20,6 +21,7 @@ pub mod machineconfig;
 pub mod meta;
 pub mod node;
 pub mod node_limits;
+pub mod olm;
 pub mod os;
 pub mod osimage;
 pub mod reconcile;

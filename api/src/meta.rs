@@ -87,6 +87,17 @@ pub struct Condition {
 }
 
 impl Condition {
+    /// A condition with no transition time yet: [`set_condition`] stamps it when it lands.
+    pub fn new(type_: &str, status: &str, reason: &str, message: impl Into<String>) -> Condition {
+        Condition {
+            type_: type_.into(),
+            status: status.into(),
+            reason: reason.into(),
+            message: message.into(),
+            ..Default::default()
+        }
+    }
+
     pub fn is_true(&self) -> bool {
         self.status == "True"
     }

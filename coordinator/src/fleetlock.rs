@@ -216,6 +216,7 @@ fn about(group: &str) -> Involved {
     Involved {
         api_version: aloft_api::fleetlock::API_VERSION.into(),
         kind: FLEET_LOCK.kind.into(),
+        namespace: String::new(),
         name: group.to_string(),
         uid: None,
     }

@@ -8,6 +8,7 @@ pub mod bench;
 pub mod config_use;
 pub mod controllers;
 pub mod ctl;
+pub mod fbc;
 pub mod fleetlock;
 pub mod fsutil;
 pub mod health;

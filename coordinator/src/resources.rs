@@ -175,6 +175,58 @@ pub const CLUSTER_VERSION: ResourceType = ResourceType {
     categories: &[],
 };
 
+/// OLM's catalog of operator bundles (see `crate::controllers::olm`), read over HTTP(S).
+pub const CATALOG_SOURCE: ResourceType = ResourceType {
+    group: aloft_api::olm::GROUP,
+    version: "v1alpha1",
+    kind: "CatalogSource",
+    plural: "catalogsources",
+    singular: "catalogsource",
+    short_names: &["catsrc"],
+    namespaced: true,
+    status_subresource: true,
+    categories: &["olm"],
+};
+
+/// A package followed on a catalog channel.
+pub const SUBSCRIPTION: ResourceType = ResourceType {
+    group: aloft_api::olm::GROUP,
+    version: "v1alpha1",
+    kind: "Subscription",
+    plural: "subscriptions",
+    singular: "subscription",
+    short_names: &["sub", "subs"],
+    namespaced: true,
+    status_subresource: true,
+    categories: &["olm"],
+};
+
+/// What installing a subscription's next bundle creates, waiting for approval if Manual.
+pub const INSTALL_PLAN: ResourceType = ResourceType {
+    group: aloft_api::olm::GROUP,
+    version: "v1alpha1",
+    kind: "InstallPlan",
+    plural: "installplans",
+    singular: "installplan",
+    short_names: &["ip"],
+    namespaced: true,
+    status_subresource: true,
+    categories: &["olm"],
+};
+
+/// An installed bundle's record and its install progress.
+pub const CLUSTER_SERVICE_VERSION: ResourceType = ResourceType {
+    group: aloft_api::olm::GROUP,
+    version: "v1alpha1",
+    kind: "ClusterServiceVersion",
+    plural: "clusterserviceversions",
+    singular: "clusterserviceversion",
+    short_names: &["csv", "csvs"],
+    namespaced: true,
+    status_subresource: true,
+    categories: &["olm"],
+};
+
 /// Every served resource.
 pub const ALL: &[ResourceType] = &[
     NODE,
@@ -185,6 +237,10 @@ pub const ALL: &[ResourceType] = &[
     NODE_DISRUPTION_BUDGET,
     FLEET_LOCK,
     CLUSTER_VERSION,
+    CATALOG_SOURCE,
+    SUBSCRIPTION,
+    INSTALL_PLAN,
+    CLUSTER_SERVICE_VERSION,
 ];
 
 /// Find by group, version and plural (the URL form).
@@ -243,9 +299,31 @@ mod tests {
         assert_eq!(by_kind("aloft.dev/v1", "NodeDisruptionBudget"), Some(&NODE_DISRUPTION_BUDGET));
         assert_eq!(
             groups(),
-            vec!["aloft.dev", "config.openshift.io", "machineconfiguration.openshift.io", "operator.openshift.io"]
+            vec![
+                "aloft.dev",
+                "config.openshift.io",
+                "machineconfiguration.openshift.io",
+                "operator.openshift.io",
+                "operators.coreos.com"
+            ]
         );
+        assert_eq!(by_name("csv").map(|r| r.kind), Some("ClusterServiceVersion"));
+        assert_eq!(by_name("sub").map(|r| r.kind), Some("Subscription"));
+        assert_eq!(by_name("ip").map(|r| r.kind), Some("InstallPlan"));
+        assert_eq!(by_name("catsrc").map(|r| r.kind), Some("CatalogSource"));
         assert_eq!(by_name("clusterversion").map(|r| r.kind), Some("ClusterVersion"));
         assert_eq!(by_kind("config.openshift.io/v1", "ClusterVersion"), Some(&CLUSTER_VERSION));
+        assert_eq!(by_kind("operators.coreos.com/v1alpha1", "ClusterServiceVersion"), Some(&CLUSTER_SERVICE_VERSION));
+    }
+
+    /// Discovery serves one version per group (its preferred one): a group whose resources
+    /// disagreed would list resources kubectl cannot find.
+    #[test]
+    fn each_group_is_served_at_one_version() {
+        for g in groups() {
+            let versions: std::collections::BTreeSet<&str> =
+                ALL.iter().filter(|r| r.group == g).map(|r| r.version).collect();
+            assert_eq!(versions.len(), 1, "{g}: {versions:?}");
+        }
     }
 }

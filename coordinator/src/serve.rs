@@ -317,6 +317,15 @@ pub async fn run(opts: ServeOptions) -> Result<()> {
     tokio::spawn(controllers::supervise("cluster-version", health.clone(), move || {
         controllers::cluster_version::run(cv_store.clone(), cv_events.clone(), cv_opts.clone(), cv_passes.clone())
     }));
+    // OLM on this runtime too: reading a catalog (up to hundreds of MB) must not delay a pick.
+    let (olm_store, olm_events, olm_passes) = (
+        store.clone(),
+        controllers::events::Recorder::new(controllers::olm::COMPONENT, store.clone(), opts.event_ttl),
+        health.passes().of("olm"),
+    );
+    tokio::spawn(controllers::supervise("olm", health.clone(), move || {
+        controllers::olm::run(olm_store.clone(), olm_events.clone(), olm_passes.clone())
+    }));
     if let Some(at) = opts.fleetlock_listen {
         // Bound before anything says "listening", as the API's listener is.
         let listener =

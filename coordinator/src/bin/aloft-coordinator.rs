@@ -122,6 +122,12 @@ enum Cmd {
         #[command(subcommand)]
         cmd: BenchCmd,
     },
+    /// Check and render file-based operator catalogs (what a CatalogSource reads), as `opm
+    /// validate` and `opm render` do.
+    Catalog {
+        #[command(subcommand)]
+        cmd: CatalogCmd,
+    },
     /// Manage API tokens (works while the coordinator runs).
     Token {
         #[command(subcommand)]
@@ -166,6 +172,28 @@ enum BenchCmd {
         /// Times each step is timed.
         #[arg(long, default_value_t = 200)]
         rounds: usize,
+    },
+}
+
+#[derive(Subcommand)]
+enum CatalogCmd {
+    /// Check a catalog (a directory of .json/.yaml files, or one file) as `opm validate` does;
+    /// prints every problem and exits 1 if there is any, else prints what it holds.
+    ///
+    ///   aloft-coordinator catalog validate ./catalog
+    #[command(verbatim_doc_comment)]
+    Validate {
+        /// The catalog directory or file.
+        path: PathBuf,
+    },
+    /// Print a catalog as one JSON stream (one blob per line, as `opm render -o json`), the
+    /// form a CatalogSource's address serves; refuses a catalog that does not validate.
+    ///
+    ///   aloft-coordinator catalog render ./catalog > /srv/www/catalogs/fleet.json
+    #[command(verbatim_doc_comment)]
+    Render {
+        /// The catalog directory or file.
+        path: PathBuf,
     },
 }
 
@@ -361,6 +389,21 @@ async fn run() -> Result<()> {
         }
         Cmd::Bench { cmd: BenchCmd::UpdateGraph { graph, rounds } } => {
             aloft_coordinator::bench::update_graph(&graph, rounds.max(1))
+        }
+        Cmd::Catalog { cmd: CatalogCmd::Validate { path } } => {
+            let summary = aloft_coordinator::fbc::check_path(&path)?;
+            println!("{}: valid: {summary}", path.display());
+            Ok(())
+        }
+        Cmd::Catalog { cmd: CatalogCmd::Render { path } } => {
+            use std::io::Write as _;
+            let blobs = aloft_coordinator::fbc::render_path(&path)?;
+            let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+            for b in blobs {
+                writeln!(out, "{b}")?;
+            }
+            out.flush()?;
+            Ok(())
         }
         Cmd::Token { cmd: TokenCmd::Create { data_dir, name, role, labels, ttl } } => {
             if let Some(why) = reserved_token_name(&name) {

@@ -111,18 +111,9 @@ pub async fn run(store: Arc<dyn Store>, events: Recorder, opts: Options, passes:
     };
     let cache = Arc::new(Mutex::new(GraphCache::default()));
     let watched = [CLUSTER_VERSION.store_key(), MACHINE_CONFIG_POOL.store_key()];
-    // A pool's status is written many times a second in a rollout: its events wake this loop
-    // only while a release is rolling out (then they are its progress). Otherwise the resync
-    // notices what changed (a pool gone Degraded, for Failing).
+    // Pools wake it only while a release is rolling out.
     let following = Arc::new(AtomicBool::new(false));
-    let pools = MACHINE_CONFIG_POOL.store_key();
-    let relevant = {
-        let following = following.clone();
-        move || -> Box<dyn FnMut(&crate::store::Event) -> bool + Send> {
-            let (following, pools) = (following.clone(), pools.clone());
-            Box::new(move |ev| ev.key.resource != pools || following.load(Ordering::Relaxed))
-        }
-    };
+    let relevant = super::pools_wake_while(following.clone());
     super::run_loop("cluster-version", store, &watched, relevant, passes, move |s| {
         let (http, cache, events, opts) = (http.clone(), cache.clone(), events.clone(), opts.clone());
         let following = following.clone();
@@ -196,7 +187,13 @@ async fn reconcile(
 }
 
 fn involved() -> Involved {
-    Involved { api_version: cv::API_VERSION.into(), kind: "ClusterVersion".into(), name: cv::NAME.into(), uid: None }
+    Involved {
+        api_version: cv::API_VERSION.into(),
+        kind: "ClusterVersion".into(),
+        namespace: String::new(),
+        name: cv::NAME.into(),
+        uid: None,
+    }
 }
 
 fn risks_note(status: &ClusterVersionStatus) -> String {
@@ -308,16 +305,6 @@ async fn read_limited(mut response: reqwest::Response) -> Result<Vec<u8>, String
     Ok(body)
 }
 
-fn condition(type_: &str, status: &str, reason: &str, message: impl Into<String>) -> Condition {
-    Condition {
-        type_: type_.into(),
-        status: status.into(),
-        reason: reason.into(),
-        message: message.into(),
-        ..Default::default()
-    }
-}
-
 /// `RetrievedUpdates`, `availableUpdates` and `conditionalUpdates`, from the graph.
 fn show_updates(
     cv: &ClusterVersion,
@@ -331,14 +318,19 @@ fn show_updates(
     let retrieved = if spec.upstream.is_empty() {
         status.available_updates.clear();
         status.conditional_updates.clear();
-        condition(cv::RETRIEVED_UPDATES, "False", "NoUpstream", "No upstream server has been set to retrieve updates.")
+        Condition::new(
+            cv::RETRIEVED_UPDATES,
+            "False",
+            "NoUpstream",
+            "No upstream server has been set to retrieve updates.",
+        )
     } else if spec.channel.is_empty() {
         status.available_updates.clear();
         status.conditional_updates.clear();
-        condition(cv::RETRIEVED_UPDATES, "False", "NoChannel", "The update channel has not been configured.")
+        Condition::new(cv::RETRIEVED_UPDATES, "False", "NoChannel", "The update channel has not been configured.")
     } else if let Some((reason, message)) = failure {
         // The last good lists stay, as the CVO keeps them.
-        condition(cv::RETRIEVED_UPDATES, "False", reason, message)
+        Condition::new(cv::RETRIEVED_UPDATES, "False", reason, message)
     } else if let (Some(graph), Some(current)) = (graph, cv.current()) {
         match graph.updates_from(&current.version) {
             Ok(updates) => {
@@ -361,12 +353,12 @@ fn show_updates(
                             available.push(release.clone());
                         }
                         let mut conditions = previous_conditions(status, &release.version);
-                        set_condition(&mut conditions, condition(cv::RECOMMENDED, st, &reason, message), now);
+                        set_condition(&mut conditions, Condition::new(cv::RECOMMENDED, st, &reason, message), now);
                         ConditionalUpdate { release, risks: c.risks.clone(), conditions, extra: Default::default() }
                     })
                     .collect();
                 status.available_updates = available;
-                condition(cv::RETRIEVED_UPDATES, "True", "", "")
+                Condition::new(cv::RETRIEVED_UPDATES, "True", "", "")
             }
             Err(e) => {
                 status.available_updates.clear();
@@ -378,18 +370,23 @@ fn show_updates(
                     ),
                     other => format!("Unable to retrieve available updates: {other}"),
                 };
-                condition(cv::RETRIEVED_UPDATES, "False", e.reason(), message)
+                Condition::new(cv::RETRIEVED_UPDATES, "False", e.reason(), message)
             }
         }
     } else if cv.current().is_none() {
-        condition(
+        Condition::new(
             cv::RETRIEVED_UPDATES,
             "False",
             "NoCurrentVersion",
             "No release has been accepted yet: set spec.desiredUpdate to the release the fleet runs.",
         )
     } else {
-        condition(cv::RETRIEVED_UPDATES, "Unknown", "NotRetrievedYet", "The update graph has not been fetched yet.")
+        Condition::new(
+            cv::RETRIEVED_UPDATES,
+            "Unknown",
+            "NotRetrievedYet",
+            "The update graph has not been fetched yet.",
+        )
     };
     set_condition(&mut status.conditions, retrieved, now);
 }
@@ -536,7 +533,11 @@ fn consider_desired_update(
         Ok(t) => t,
         Err((reason, message)) => {
             if cv.current().is_none_or(|c| !same_request(cv, c)) {
-                set_condition(&mut status.conditions, condition(cv::RELEASE_ACCEPTED, "False", reason, message), now);
+                set_condition(
+                    &mut status.conditions,
+                    Condition::new(cv::RELEASE_ACCEPTED, "False", reason, message),
+                    now,
+                );
             }
             return None;
         }
@@ -559,7 +560,7 @@ fn consider_desired_update(
             );
             set_condition(
                 &mut status.conditions,
-                condition(cv::RELEASE_ACCEPTED, "False", "PreconditionChecks", message),
+                Condition::new(cv::RELEASE_ACCEPTED, "False", "PreconditionChecks", message),
                 now,
             );
             return None;
@@ -590,7 +591,7 @@ fn consider_desired_update(
     status.desired = Some(target.clone());
     set_condition(
         &mut status.conditions,
-        condition(
+        Condition::new(
             cv::RELEASE_ACCEPTED,
             "True",
             "PayloadLoaded",
@@ -683,7 +684,7 @@ async fn follow_progress(
     let Some(desired) = status.desired.clone() else {
         set_condition(
             &mut status.conditions,
-            condition(cv::AVAILABLE, "False", "NoRelease", "No release has been accepted yet."),
+            Condition::new(cv::AVAILABLE, "False", "NoRelease", "No release has been accepted yet."),
             now,
         );
         return Ok(None);
@@ -735,9 +736,9 @@ async fn follow_progress(
         }
     }
     let failing = if degraded.is_empty() {
-        condition(cv::FAILING, "False", "", "")
+        Condition::new(cv::FAILING, "False", "", "")
     } else {
-        condition(cv::FAILING, "True", "MachineConfigPoolDegraded", degraded.join("; "))
+        Condition::new(cv::FAILING, "True", "MachineConfigPoolDegraded", degraded.join("; "))
     };
     set_condition(&mut status.conditions, failing, now);
     let partial = status.history.first().is_some_and(|h| h.state == cv::PARTIAL && h.version == desired.version);
@@ -752,12 +753,12 @@ async fn follow_progress(
         }
         set_condition(
             &mut status.conditions,
-            condition(cv::PROGRESSING, "False", "", format!("Cluster version is {}", desired.version)),
+            Condition::new(cv::PROGRESSING, "False", "", format!("Cluster version is {}", desired.version)),
             now,
         );
         set_condition(
             &mut status.conditions,
-            condition(cv::AVAILABLE, "True", "", format!("Done applying {}", desired.version)),
+            Condition::new(cv::AVAILABLE, "True", "", format!("Done applying {}", desired.version)),
             now,
         );
         return Ok(completed);
@@ -768,11 +769,11 @@ async fn follow_progress(
         desired.version,
         waiting.join(", ")
     );
-    set_condition(&mut status.conditions, condition(cv::PROGRESSING, "True", "", message), now);
+    set_condition(&mut status.conditions, Condition::new(cv::PROGRESSING, "True", "", message), now);
     if find_condition(&status.conditions, cv::AVAILABLE).is_none_or(|c| c.reason == "NoRelease") {
         set_condition(
             &mut status.conditions,
-            condition(
+            Condition::new(
                 cv::AVAILABLE,
                 "False",
                 "Progressing",

@@ -76,6 +76,9 @@ pub struct Involved {
     /// only knows from an ownerReference.
     pub api_version: Cow<'static, str>,
     pub kind: Cow<'static, str>,
+    /// Empty for a cluster-scoped object (its Events go to `default`); a namespaced object's
+    /// Events are written in its namespace, where `kubectl describe` looks for them.
+    pub namespace: String,
     pub name: String,
     /// The object's uid when the caller knows it (the garbage collector's gone owner, from its
     /// ownerReference); None: the writer reads the uid of the object stored under that name.
@@ -84,12 +87,19 @@ pub struct Involved {
 
 impl Involved {
     pub fn node(name: &str) -> Self {
-        Involved { api_version: "v1".into(), kind: "Node".into(), name: name.to_string(), uid: None }
+        Involved {
+            api_version: "v1".into(),
+            kind: "Node".into(),
+            namespace: String::new(),
+            name: name.to_string(),
+            uid: None,
+        }
     }
     pub fn pool(name: &str) -> Self {
         Involved {
             api_version: aloft_api::MCO_API_VERSION.into(),
             kind: "MachineConfigPool".into(),
+            namespace: String::new(),
             name: name.to_string(),
             uid: None,
         }
@@ -250,7 +260,8 @@ async fn write_queued(
     while rx.recv_many(&mut batch, BATCH).await > 0 {
         let uids = uids_of(&store, &batch).await;
         let writes = batch.iter().map(|p| {
-            let uid = p.about.uid.as_deref().or_else(|| uids.get(&(&*p.about.kind, p.about.name.as_str()))?.as_deref());
+            let id = (&*p.about.kind, stored_namespace(&p.about), p.about.name.as_str());
+            let uid = p.about.uid.as_deref().or_else(|| uids.get(&id)?.as_deref());
             write_event(&store, component, &p.about, uid, p.type_, p.reason, &p.message)
         });
         let results = futures::future::join_all(writes).await;
@@ -263,10 +274,22 @@ async fn write_queued(
     }
 }
 
+/// The namespace an Event's object is stored under: its own for a namespaced kind, none for a
+/// cluster-scoped one (whatever the caller wrote).
+fn stored_namespace(about: &Involved) -> &str {
+    match resources::by_kind(&about.api_version, &about.kind) {
+        Some(rt) if rt.namespaced => &about.namespace,
+        _ => "",
+    }
+}
+
 /// The uids of the objects a batch's Events are about and do not know the uid of, read once per
 /// object (a pool's Events in one batch share one read). Only the uid is decoded. An object that
 /// is not stored, or cannot be read, has none: its Events carry no uid.
-async fn uids_of<'a>(store: &Arc<dyn Store>, batch: &'a [Pending]) -> HashMap<(&'a str, &'a str), Option<String>> {
+async fn uids_of<'a>(
+    store: &Arc<dyn Store>,
+    batch: &'a [Pending],
+) -> HashMap<(&'a str, &'a str, &'a str), Option<String>> {
     #[derive(serde::Deserialize)]
     struct Object {
         metadata: Meta,
@@ -275,14 +298,15 @@ async fn uids_of<'a>(store: &Arc<dyn Store>, batch: &'a [Pending]) -> HashMap<(&
     struct Meta {
         uid: Option<String>,
     }
-    let mut wanted: HashMap<(&str, &str), Key> = HashMap::new();
+    let mut wanted: HashMap<(&str, &str, &str), Key> = HashMap::new();
     for p in batch.iter().filter(|p| p.about.uid.is_none()) {
-        let Some(rt) = resources::by_kind(&p.about.api_version, &p.about.kind).filter(|rt| !rt.namespaced) else {
+        let Some(rt) = resources::by_kind(&p.about.api_version, &p.about.kind) else {
             continue;
         };
+        let namespace = stored_namespace(&p.about);
         wanted
-            .entry((&*p.about.kind, p.about.name.as_str()))
-            .or_insert_with(|| Key::cluster(&rt.store_key(), &p.about.name));
+            .entry((&*p.about.kind, namespace, p.about.name.as_str()))
+            .or_insert_with(|| Key::new(&rt.store_key(), namespace, &p.about.name));
     }
     let reads = wanted.into_iter().map(|(id, key)| async move {
         let uid = match store.get_json(&key).await {
@@ -313,13 +337,17 @@ async fn write_event(
         format!("{}\0{}\0{}\0{reason}\0{message}", about.kind, about.name, uid.unwrap_or_default()).as_bytes(),
     );
     let name = format!("{}.{}", about.name, &hex::encode(digest)[..16]);
-    let key = Key::new(&EVENT.store_key(), NAMESPACE, &name);
+    let namespace = if about.namespace.is_empty() { NAMESPACE } else { about.namespace.as_str() };
+    let key = Key::new(&EVENT.store_key(), namespace, &name);
     // To the microsecond, as an Event's `eventTime` is written: `kubectl describe` and `kubectl
     // events` order Events by `lastTimestamp` alone, and the names (a hash of the decision) do
     // not sort by time, so at whole seconds the decisions of one second came out scrambled
     // (kubectl, like every RFC 3339 reader, takes the fraction).
     let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true);
     let mut involved = json!({"apiVersion": about.api_version, "kind": about.kind, "name": about.name});
+    if !about.namespace.is_empty() {
+        involved["namespace"] = about.namespace.clone().into();
+    }
     if let Some(uid) = uid {
         involved["uid"] = uid.into();
     }
@@ -338,7 +366,7 @@ async fn write_event(
         "lastTimestamp": now,
         "count": 1,
         });
-        objects::prepare_create(&mut ev, NAMESPACE);
+        objects::prepare_create(&mut ev, namespace);
         ev
     };
     // Create first: an event is almost always new (a read first cost every event a lookup).

@@ -226,6 +226,7 @@ pub async fn collect(store: &Arc<dyn Store>, events: &Recorder) -> Result<Collec
                 let about = Involved {
                     api_version: d.rt.api_version().into(),
                     kind: d.rt.kind.into(),
+                    namespace: key.namespace.clone(),
                     name: key.name.clone(),
                     uid: None,
                 };
@@ -280,6 +281,7 @@ pub async fn collect(store: &Arc<dyn Store>, events: &Recorder) -> Result<Collec
             let about = Involved {
                 api_version: owner.api_version.into(),
                 kind: owner.kind.into(),
+                namespace: String::new(),
                 name: owner.name,
                 uid: Some(owner.uid).filter(|u| !u.is_empty()),
             };

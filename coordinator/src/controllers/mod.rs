@@ -14,6 +14,7 @@ pub mod gc;
 pub mod hooks;
 pub mod maintenance;
 pub mod node;
+pub mod olm;
 pub mod passes;
 pub mod pick;
 pub mod pools;
@@ -30,6 +31,7 @@ use crate::store::{revision_of, Event, Key, Store, StoreError, WatchFilter};
 use futures::StreamExt;
 use serde_json::Value;
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -228,6 +230,18 @@ where
         health.stopped(name, wait);
         tokio::time::sleep(wait).await;
         wait = (wait * 2).min(RESTART_AT_MOST);
+    }
+}
+
+/// [`run_loop`]'s event filter for a loop that follows rollouts: every event of its resources
+/// wakes it, but a pool's only while `following` is set. Pools write their status many times a
+/// second in a rollout, which is progress to such a loop only while it follows one; otherwise
+/// its resync notices what changed.
+pub fn pools_wake_while(following: Arc<AtomicBool>) -> impl Fn() -> Box<dyn FnMut(&Event) -> bool + Send> {
+    let pools = crate::resources::MACHINE_CONFIG_POOL.store_key();
+    move || {
+        let (following, pools) = (following.clone(), pools.clone());
+        Box::new(move |ev: &Event| ev.key.resource != pools || following.load(Ordering::Relaxed))
     }
 }
 

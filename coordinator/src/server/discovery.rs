@@ -12,12 +12,18 @@ pub fn core_versions() -> Value {
     json!({"kind": "APIVersions", "apiVersion": "v1", "versions": ["v1"], "serverAddressByClientCIDRs": []})
 }
 
+/// A group's one served version: its resources' (OLM's are `v1alpha1`), else `v1` (the reviews').
+fn served_version(group: &str) -> &'static str {
+    resources::ALL.iter().find(|r| r.group == group).map_or("v1", |r| r.version)
+}
+
 fn group_entry(group: &str) -> Value {
-    let gv = format!("{group}/v1");
+    let version = served_version(group);
+    let gv = format!("{group}/{version}");
     json!({
         "name": group,
-        "versions": [{"groupVersion": gv, "version": "v1"}],
-        "preferredVersion": {"groupVersion": gv, "version": "v1"},
+        "versions": [{"groupVersion": gv, "version": version}],
+        "preferredVersion": {"groupVersion": gv, "version": version},
     })
 }
 

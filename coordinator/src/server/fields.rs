@@ -209,6 +209,56 @@ const CLUSTER_VERSION: Shape = Obj(&[
     ("status", Any),
 ]);
 
+/// What aloft reads of OLM's CatalogSource: an HTTP(S) catalog and how it is shown. OLM's pod
+/// settings (`grpcPodConfig`, `secrets`, `configMap`) are unknown here: no pod runs them.
+const CATALOG_SOURCE: Shape = Obj(&[
+    ("apiVersion", Any),
+    ("kind", Any),
+    ("metadata", META),
+    (
+        "spec",
+        Obj(&[
+            ("sourceType", Any),
+            ("address", Any),
+            ("image", Any),
+            ("displayName", Any),
+            ("publisher", Any),
+            ("description", Any),
+            ("icon", Obj(&[("base64data", Any), ("mediatype", Any)])),
+            ("priority", Any),
+            ("updateStrategy", Obj(&[("registryPoll", Obj(&[("interval", Any)]))])),
+        ]),
+    ),
+    ("status", Any),
+]);
+
+/// OLM's Subscription, without `spec.config` (the operator pod's settings: no pod runs here).
+const SUBSCRIPTION: Shape = Obj(&[
+    ("apiVersion", Any),
+    ("kind", Any),
+    ("metadata", META),
+    (
+        "spec",
+        Obj(&[
+            ("source", Any),
+            ("sourceNamespace", Any),
+            ("name", Any),
+            ("channel", Any),
+            ("startingCSV", Any),
+            ("installPlanApproval", Any),
+        ]),
+    ),
+    ("status", Any),
+]);
+
+const INSTALL_PLAN: Shape = Obj(&[
+    ("apiVersion", Any),
+    ("kind", Any),
+    ("metadata", META),
+    ("spec", Obj(&[("clusterServiceVersionNames", Any), ("approval", Any), ("approved", Any), ("generation", Any)])),
+    ("status", Any),
+]);
+
 /// core/v1 Event, every field Kubernetes gives it (`kubectl explain event`).
 const EVENT: Shape = Obj(&[
     ("apiVersion", Any),
@@ -238,6 +288,9 @@ fn kind_shape(rt: &ResourceType) -> Option<&'static Shape> {
         "NodeDisruptionBudget" => Some(&BUDGET),
         "FleetLock" => Some(&FLEET_LOCK),
         "ClusterVersion" => Some(&CLUSTER_VERSION),
+        "CatalogSource" => Some(&CATALOG_SOURCE),
+        "Subscription" => Some(&SUBSCRIPTION),
+        "InstallPlan" => Some(&INSTALL_PLAN),
         "Node" => Some(&NODE),
         "Event" => Some(&EVENT),
         _ => None,

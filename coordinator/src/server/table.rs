@@ -72,6 +72,38 @@ fn columns(r: &ResourceType) -> Vec<Col> {
             col("Since", "date", 0, "When Progressing last changed"),
             col("Status", "string", 0, "The Progressing (or Failing) condition's message"),
         ],
+        "CatalogSource" => vec![
+            name,
+            col("Display", "string", 0, "The pretty name of the catalog"),
+            col("Type", "string", 0, "The type of the catalog"),
+            col("Publisher", "string", 0, "The publisher of the catalog"),
+            age,
+            col("State", "string", 1, "The last read's state (READY or TRANSIENT_FAILURE)"),
+            col("Packages", "integer", 1, "Packages in the last good read"),
+        ],
+        "Subscription" => vec![
+            name,
+            col("Package", "string", 0, "The package subscribed to"),
+            col("Source", "string", 0, "The catalog source for the specified package"),
+            col("Channel", "string", 0, "The channel of updates to subscribe to"),
+            col("State", "string", 1, "AtLatestKnown, UpgradePending or UpgradeFailed"),
+            col("Installed", "string", 1, "The installed CSV"),
+        ],
+        "InstallPlan" => vec![
+            name,
+            col("CSV", "string", 0, "The first CSV in the list of clusterServiceVersionNames"),
+            col("Approval", "string", 0, "The approval mode"),
+            col("Approved", "boolean", 0, "Whether the plan may install"),
+            col("Phase", "string", 1, "RequiresApproval, Installing, Complete or Failed"),
+        ],
+        "ClusterServiceVersion" => vec![
+            name,
+            col("Display", "string", 0, "The name of the CSV"),
+            col("Version", "string", 0, "The version of the CSV"),
+            col("Replaces", "string", 0, "The name of a CSV that this one replaces"),
+            col("Phase", "string", 0, "The phase of the CSV"),
+            col("Message", "string", 1, "Why the CSV is in its phase"),
+        ],
         "FleetLock" => vec![
             name,
             col("Max Holders", "integer", 0, "Hosts of the group that may reboot at once"),
@@ -239,6 +271,38 @@ fn cells(r: &ResourceType, o: &Value, now: chrono::DateTime<chrono::Utc>) -> Vec
                 json!(message.get("message").and_then(Value::as_str).unwrap_or("")),
             ]
         }
+        "CatalogSource" => vec![
+            name,
+            json!(s(o, "/spec/displayName")),
+            json!(s(o, "/spec/sourceType")),
+            json!(s(o, "/spec/publisher")),
+            age,
+            json!(s(o, "/status/connectionState/lastObservedState")),
+            int("/status/packages"),
+        ],
+        "Subscription" => vec![
+            name,
+            json!(s(o, "/spec/name")),
+            json!(s(o, "/spec/source")),
+            json!(s(o, "/spec/channel")),
+            json!(s(o, "/status/state")),
+            json!(s(o, "/status/installedCSV")),
+        ],
+        "InstallPlan" => vec![
+            name,
+            json!(s(o, "/spec/clusterServiceVersionNames/0")),
+            json!(s(o, "/spec/approval")),
+            json!(o.pointer("/spec/approved").and_then(Value::as_bool).unwrap_or(false)),
+            json!(s(o, "/status/phase")),
+        ],
+        "ClusterServiceVersion" => vec![
+            name,
+            json!(s(o, "/spec/displayName")),
+            json!(s(o, "/spec/version")),
+            json!(s(o, "/spec/replaces")),
+            json!(s(o, "/status/phase")),
+            json!(s(o, "/status/message")),
+        ],
         "FleetLock" => {
             let max = o
                 .pointer("/spec/maxHolders")

@@ -107,7 +107,6 @@ fn int_or_percent_causes(mu: &Option<IntOrString>, field: &str, out: &mut Vec<St
     }
 }
 
-/// A number that must be in `min..=max` when set; `unit` says what `max` is in words.
 /// What the ClusterVersion controller could not use: a name it does not read, a channel or URL
 /// the update service would refuse, a release that is no version or no OS an agent deploys.
 fn cluster_version_causes(c: &aloft_api::clusterversion::ClusterVersion, out: &mut Vec<StatusCause>) {
@@ -168,6 +167,94 @@ fn cluster_version_causes(c: &aloft_api::clusterversion::ClusterVersion, out: &m
     }
 }
 
+/// What the catalog controller could not read: a catalog image (OLM runs it as a pod; aloft has
+/// none), an address that is no HTTP(S) URL, a poll interval that is no Go duration.
+fn catalog_source_causes(c: &aloft_api::olm::CatalogSource, out: &mut Vec<StatusCause>) {
+    use aloft_api::olm::SOURCE_TYPE_HTTP;
+    let spec = &c.spec;
+    match spec.source_type.as_str() {
+        "" => out.push(cause(
+            "spec.sourceType",
+            "FieldValueRequired",
+            format!("Required value: {SOURCE_TYPE_HTTP:?} (a file-based catalog read from spec.address)"),
+        )),
+        SOURCE_TYPE_HTTP => {}
+        other => {
+            let why = match other {
+                "grpc" | "configmap" | "internal" => {
+                    " (OLM runs such a catalog as a pod, and aloft runs no pods: serve the catalog's file-based \
+                     content over HTTP, e.g. `opm render <image> -o json`, and point spec.address at it)"
+                }
+                _ => "",
+            };
+            out.push(cause(
+                "spec.sourceType",
+                "FieldValueNotSupported",
+                format!("Unsupported value: {other:?}: supported values: {SOURCE_TYPE_HTTP:?}{why}"),
+            ));
+        }
+    }
+    if spec.source_type == SOURCE_TYPE_HTTP {
+        if spec.address.is_empty() {
+            out.push(cause(
+                "spec.address",
+                "FieldValueRequired",
+                "Required value: the http(s) URL of the catalog's file-based content (a JSON or YAML stream)",
+            ));
+        } else {
+            match reqwest::Url::parse(&spec.address) {
+                Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => {}
+                Ok(_) => out.push(cause(
+                    "spec.address",
+                    "FieldValueInvalid",
+                    format!("Invalid value: {:?}: must be an http or https URL", spec.address),
+                )),
+                Err(e) => out.push(cause(
+                    "spec.address",
+                    "FieldValueInvalid",
+                    format!("Invalid value: {:?}: {e}", spec.address),
+                )),
+            }
+        }
+    }
+    let interval = spec.update_strategy.as_ref().and_then(|u| u.registry_poll.as_ref()).map(|p| p.interval.as_str());
+    if let Some(i) = interval.filter(|i| !i.is_empty()) {
+        if aloft_api::olm::parse_go_duration(i).is_none() {
+            out.push(cause(
+                "spec.updateStrategy.registryPoll.interval",
+                "FieldValueInvalid",
+                format!("Invalid value: {i:?}: must be a duration such as 15m, 1h or 1h30m"),
+            ));
+        }
+    }
+}
+
+/// What OLM's Subscription CRD requires, and an approval it knows.
+fn subscription_causes(sub: &aloft_api::olm::Subscription, out: &mut Vec<StatusCause>) {
+    for (field, value, what) in [
+        ("spec.name", &sub.spec.name, "the package to install"),
+        ("spec.source", &sub.spec.source, "the CatalogSource's name"),
+        ("spec.sourceNamespace", &sub.spec.source_namespace, "the CatalogSource's namespace"),
+    ] {
+        if value.is_empty() {
+            out.push(cause(field, "FieldValueRequired", format!("Required value: {what}")));
+        }
+    }
+    approval_causes(&sub.spec.install_plan_approval, "spec.installPlanApproval", out);
+}
+
+fn approval_causes(approval: &str, field: &str, out: &mut Vec<StatusCause>) {
+    use aloft_api::olm::{AUTOMATIC, MANUAL};
+    if !approval.is_empty() && approval != AUTOMATIC && approval != MANUAL {
+        out.push(cause(
+            field,
+            "FieldValueNotSupported",
+            format!("Unsupported value: {approval:?}: supported values: {AUTOMATIC:?}, {MANUAL:?}"),
+        ));
+    }
+}
+
+/// A number that must be in `min..=max` when set; `unit` says what `max` is in words.
 fn count_causes(v: Option<i64>, field: &str, (min, max, unit): (i64, i64, &str), out: &mut Vec<StatusCause>) {
     if let Some(n) = v.filter(|n| !(min..=max).contains(n)) {
         let why = if n < min { format!("must be >= {min}") } else { format!("must be at most {max}{unit}") };
@@ -523,6 +610,24 @@ pub fn object_causes(r: &ResourceType, obj: &Value) -> Vec<StatusCause> {
             if let Some(c) = typed::<aloft_api::clusterversion::ClusterVersion>(obj, &mut out) {
                 cluster_version_causes(&c, &mut out);
             }
+        }
+        "CatalogSource" => {
+            if let Some(c) = typed::<aloft_api::olm::CatalogSource>(obj, &mut out) {
+                catalog_source_causes(&c, &mut out);
+            }
+        }
+        "Subscription" => {
+            if let Some(sub) = typed::<aloft_api::olm::Subscription>(obj, &mut out) {
+                subscription_causes(&sub, &mut out);
+            }
+        }
+        "InstallPlan" => {
+            if let Some(plan) = typed::<aloft_api::olm::InstallPlan>(obj, &mut out) {
+                approval_causes(&plan.spec.approval, "spec.approval", &mut out);
+            }
+        }
+        "ClusterServiceVersion" => {
+            typed::<aloft_api::olm::ClusterServiceVersion>(obj, &mut out);
         }
         "Event" => event_namespace_causes(obj, &mut out),
         "MachineConfiguration" => {

@@ -1,0 +1,516 @@
+//! The Operator Lifecycle Manager's objects (`operators.coreos.com/v1alpha1`): CatalogSource,
+//! Subscription, InstallPlan and ClusterServiceVersion, in OLM's shapes so that the YAML and the
+//! `oc`/`kubectl` habits of an OpenShift admin carry over.
+//!
+//! In aloft an operator bundle is a versioned set of MachineConfigs (with its CSV as the record
+//! of what is installed): a subscription follows a catalog channel, an InstallPlan (approved by
+//! hand or automatically) installs the next bundle, and the bundle's MachineConfigs reach the
+//! nodes through the pools like any other config. The coordinator runs no Kubernetes workloads,
+//! so a bundle that needs them (Deployments, CRDs) is refused by name instead of being half
+//! installed.
+
+use crate::meta::{Condition, Extra, ObjectMeta};
+use serde::{Deserialize, Serialize};
+
+/// The API group of OLM's objects.
+pub const GROUP: &str = "operators.coreos.com";
+/// `apiVersion` of CatalogSource, Subscription, InstallPlan and ClusterServiceVersion.
+pub const API_VERSION: &str = "operators.coreos.com/v1alpha1";
+
+/// The only `spec.sourceType` aloft reads: a file-based catalog fetched over HTTP(S) from
+/// `spec.address` (what `opm render` writes, or OLM v1's `<base>/api/v1/all`). OLM's `grpc`
+/// sources are catalog images run as pods, which aloft does not have.
+pub const SOURCE_TYPE_HTTP: &str = "http";
+/// OLM's default registry poll when the interval is missing or unreadable.
+pub const DEFAULT_POLL_SECS: u64 = 15 * 60;
+
+/// `status.connectionState.lastObservedState` (gRPC's connectivity states, as OLM shows them).
+pub const READY: &str = "READY";
+pub const TRANSIENT_FAILURE: &str = "TRANSIENT_FAILURE";
+pub const CONNECTING: &str = "CONNECTING";
+
+/// `spec.installPlanApproval`.
+pub const AUTOMATIC: &str = "Automatic";
+pub const MANUAL: &str = "Manual";
+
+/// Subscription `status.state`.
+pub const AT_LATEST_KNOWN: &str = "AtLatestKnown";
+pub const UPGRADE_PENDING: &str = "UpgradePending";
+pub const UPGRADE_FAILED: &str = "UpgradeFailed";
+
+/// Subscription condition types.
+pub const CATALOG_SOURCES_UNHEALTHY: &str = "CatalogSourcesUnhealthy";
+pub const RESOLUTION_FAILED: &str = "ResolutionFailed";
+pub const INSTALL_PLAN_PENDING: &str = "InstallPlanPending";
+pub const INSTALL_PLAN_FAILED: &str = "InstallPlanFailed";
+pub const DEPRECATED: &str = "Deprecated";
+pub const PACKAGE_DEPRECATED: &str = "PackageDeprecated";
+pub const CHANNEL_DEPRECATED: &str = "ChannelDeprecated";
+pub const BUNDLE_DEPRECATED: &str = "BundleDeprecated";
+
+/// InstallPlan `status.phase`.
+pub const PLAN_REQUIRES_APPROVAL: &str = "RequiresApproval";
+pub const PLAN_INSTALLING: &str = "Installing";
+pub const PLAN_COMPLETE: &str = "Complete";
+pub const PLAN_FAILED: &str = "Failed";
+
+/// ClusterServiceVersion `status.phase`.
+pub const CSV_PENDING: &str = "Pending";
+pub const CSV_INSTALLING: &str = "Installing";
+pub const CSV_SUCCEEDED: &str = "Succeeded";
+pub const CSV_FAILED: &str = "Failed";
+pub const CSV_REPLACING: &str = "Replacing";
+
+/// The labels aloft puts on the MachineConfigs an InstallPlan created: the CSV's name and
+/// namespace (a cluster-scoped MachineConfig cannot hold an owner reference to a namespaced
+/// CSV), so a bundle's configs are found, replaced on upgrade and removed with it.
+pub const OWNER_CSV_LABEL: &str = "olm.aloft.dev/csv";
+pub const OWNER_NAMESPACE_LABEL: &str = "olm.aloft.dev/namespace";
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CatalogSource {
+    #[serde(default)]
+    pub api_version: String,
+    #[serde(default)]
+    pub kind: String,
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub spec: CatalogSourceSpec,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<CatalogSourceStatus>,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CatalogSourceSpec {
+    #[serde(default)]
+    pub source_type: String,
+    /// For `http`: the URL of the catalog's FBC (a JSON or YAML stream of blobs).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub address: String,
+    /// A catalog image (OLM's `grpc` sources); aloft refuses it by name.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub image: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub display_name: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub publisher: String,
+    /// Breaks ties between catalogs offering the same package (higher first), as in OLM.
+    #[serde(default)]
+    pub priority: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub update_strategy: Option<UpdateStrategy>,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UpdateStrategy {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub registry_poll: Option<RegistryPoll>,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RegistryPoll {
+    /// A Go duration (`15m`, `1h30m`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub interval: String,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CatalogSourceStatus {
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub reason: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub connection_state: Option<ConnectionState>,
+    /// When the catalog was last read successfully.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latest_image_registry_poll: Option<String>,
+    /// aloft's: what the last good read held, so `kubectl get catsrc` shows it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub packages: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bundles: Option<u64>,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConnectionState {
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub address: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub last_observed_state: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_connect: Option<String>,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Subscription {
+    #[serde(default)]
+    pub api_version: String,
+    #[serde(default)]
+    pub kind: String,
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub spec: SubscriptionSpec,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<SubscriptionStatus>,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SubscriptionSpec {
+    /// The CatalogSource's name.
+    #[serde(default)]
+    pub source: String,
+    #[serde(default)]
+    pub source_namespace: String,
+    /// The package.
+    #[serde(default)]
+    pub name: String,
+    /// Empty: the package's default channel.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub channel: String,
+    #[serde(default, rename = "startingCSV", skip_serializing_if = "String::is_empty")]
+    pub starting_csv: String,
+    /// `Automatic` (the default) or `Manual`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub install_plan_approval: String,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+impl SubscriptionSpec {
+    /// Whether plans for this subscription wait for an admin's approval.
+    pub fn manual(&self) -> bool {
+        self.install_plan_approval == MANUAL
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SubscriptionStatus {
+    /// The newest bundle the catalog offers this subscription (what the plan installs).
+    #[serde(default, rename = "currentCSV", skip_serializing_if = "String::is_empty")]
+    pub current_csv: String,
+    #[serde(default, rename = "installedCSV", skip_serializing_if = "String::is_empty")]
+    pub installed_csv: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub install_plan_ref: Option<PlanReference>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub state: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_updated: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub catalog_health: Vec<CatalogHealth>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanReference {
+    #[serde(default)]
+    pub api_version: String,
+    #[serde(default)]
+    pub kind: String,
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub namespace: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub uid: String,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CatalogHealth {
+    pub catalog_source_ref: PlanReference,
+    pub healthy: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_updated: Option<String>,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InstallPlan {
+    #[serde(default)]
+    pub api_version: String,
+    #[serde(default)]
+    pub kind: String,
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub spec: InstallPlanSpec,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<InstallPlanStatus>,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InstallPlanSpec {
+    #[serde(default)]
+    pub cluster_service_version_names: Vec<String>,
+    #[serde(default)]
+    pub approval: String,
+    /// Set to true by an admin (`oc patch installplan X --type merge -p '{"spec":{"approved":true}}'`).
+    #[serde(default)]
+    pub approved: bool,
+    #[serde(default)]
+    pub generation: i64,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InstallPlanStatus {
+    #[serde(default)]
+    pub phase: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub catalog_sources: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub plan: Vec<Step>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<String>,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// One object a plan creates: the bundle's manifest, kept whole in `manifest` (a JSON string,
+/// as OLM keeps it) so approving a plan installs exactly what was shown.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Step {
+    /// The CSV (bundle) this step belongs to.
+    #[serde(default)]
+    pub resolving: String,
+    pub resource: StepResource,
+    /// `Unknown`, `NotPresent`, `Present`, `Created`.
+    #[serde(default)]
+    pub status: String,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StepResource {
+    #[serde(default)]
+    pub source_name: String,
+    #[serde(default)]
+    pub source_namespace: String,
+    #[serde(default)]
+    pub group: String,
+    #[serde(default)]
+    pub version: String,
+    #[serde(default)]
+    pub kind: String,
+    #[serde(default)]
+    pub name: String,
+    #[serde(default)]
+    pub manifest: String,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterServiceVersion {
+    #[serde(default)]
+    pub api_version: String,
+    #[serde(default)]
+    pub kind: String,
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    /// Kept as written by the bundle's author (a CSV has dozens of fields aloft only shows).
+    #[serde(default)]
+    pub spec: serde_json::Value,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<CsvStatus>,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+impl ClusterServiceVersion {
+    /// `spec.version`, `spec.displayName`, `spec.replaces`: what `get csv` shows.
+    pub fn spec_str(&self, field: &str) -> &str {
+        self.spec.get(field).and_then(serde_json::Value::as_str).unwrap_or("")
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CsvStatus {
+    #[serde(default)]
+    pub phase: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub reason: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_update_time: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_transition_time: Option<String>,
+    /// Every phase it went through, as OLM keeps it (newest last).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<CsvCondition>,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CsvCondition {
+    pub phase: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub reason: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_transition_time: Option<String>,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+/// How many phase changes a CSV's `status.conditions` keeps (OLM keeps a short history too).
+pub const MAX_CSV_CONDITIONS: usize = 20;
+
+impl CsvStatus {
+    /// Move to a phase: records the change in `conditions` when phase, reason or message
+    /// differ; returns whether anything changed.
+    pub fn set_phase(&mut self, phase: &str, reason: &str, message: &str, now: &str) -> bool {
+        if self.phase == phase && self.reason == reason && self.message == message {
+            return false;
+        }
+        if self.phase != phase {
+            self.last_transition_time = Some(now.to_string());
+        }
+        self.phase = phase.to_string();
+        self.reason = reason.to_string();
+        self.message = message.to_string();
+        self.last_update_time = Some(now.to_string());
+        self.conditions.push(CsvCondition {
+            phase: phase.to_string(),
+            reason: reason.to_string(),
+            message: message.to_string(),
+            last_transition_time: Some(now.to_string()),
+            extra: Extra::default(),
+        });
+        let skip = self.conditions.len().saturating_sub(MAX_CSV_CONDITIONS);
+        self.conditions.drain(..skip);
+        true
+    }
+}
+
+/// A Go duration as OLM's poll interval is written (`15m`, `1h30m`, `45s`); None if it does not
+/// read (OLM then falls back to [`DEFAULT_POLL_SECS`]).
+pub fn parse_go_duration(text: &str) -> Option<std::time::Duration> {
+    let mut rest = text.trim();
+    if rest.is_empty() {
+        return None;
+    }
+    let mut total = 0f64;
+    while !rest.is_empty() {
+        let digits = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
+        if digits == 0 {
+            return None;
+        }
+        let n: f64 = rest[..digits].parse().ok()?;
+        rest = &rest[digits..];
+        let unit_len = rest.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(rest.len());
+        let secs = match &rest[..unit_len] {
+            "h" => 3600.0,
+            "m" => 60.0,
+            "s" => 1.0,
+            "ms" => 0.001,
+            _ => return None,
+        };
+        total += n * secs;
+        rest = &rest[unit_len..];
+    }
+    (total.is_finite() && total > 0.0).then(|| std::time::Duration::from_secs_f64(total))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn go_durations_read_as_olm_reads_them() {
+        assert_eq!(parse_go_duration("15m"), Some(Duration::from_secs(900)));
+        assert_eq!(parse_go_duration("1h30m"), Some(Duration::from_secs(5400)));
+        assert_eq!(parse_go_duration("45s"), Some(Duration::from_secs(45)));
+        assert_eq!(parse_go_duration("1.5h"), Some(Duration::from_secs(5400)));
+        assert_eq!(parse_go_duration("500ms"), Some(Duration::from_millis(500)));
+        for bad in ["", "15", "m", "10x", "-5m", "1h-", "0s"] {
+            assert_eq!(parse_go_duration(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_subscription_reads_as_openshift_writes_it() {
+        let sub: Subscription = serde_json::from_value(serde_json::json!({
+            "apiVersion": API_VERSION, "kind": "Subscription",
+            "metadata": {"name": "etcd", "namespace": "operators"},
+            "spec": {"channel": "singlenamespace-alpha", "name": "etcd", "source": "operatorhubio-catalog",
+                     "sourceNamespace": "olm", "startingCSV": "etcdoperator.v0.9.2",
+                     "installPlanApproval": "Manual", "config": {"env": []}},
+        }))
+        .expect("reads");
+        assert_eq!(sub.spec.starting_csv, "etcdoperator.v0.9.2");
+        assert!(sub.spec.manual());
+        let back = serde_json::to_value(&sub).expect("writes");
+        assert_eq!(back["spec"]["startingCSV"], "etcdoperator.v0.9.2");
+        assert_eq!(back["spec"]["config"], serde_json::json!({"env": []}), "unknown fields are kept");
+    }
+
+    #[test]
+    fn a_csv_keeps_its_phase_history() {
+        let mut s = CsvStatus::default();
+        assert!(s.set_phase(CSV_PENDING, "RequirementsUnknown", "", "t0"));
+        assert!(!s.set_phase(CSV_PENDING, "RequirementsUnknown", "", "t1"), "no change, no entry");
+        assert!(s.set_phase(CSV_INSTALLING, "InstallWaiting", "worker: 0 of 2", "t2"));
+        assert!(s.set_phase(CSV_INSTALLING, "InstallWaiting", "worker: 1 of 2", "t3"));
+        assert_eq!(s.last_transition_time.as_deref(), Some("t2"), "the phase changed at t2");
+        assert_eq!(s.conditions.len(), 3);
+        for i in 0..30 {
+            s.set_phase(CSV_INSTALLING, "InstallWaiting", &format!("{i}"), "t");
+        }
+        assert_eq!(s.conditions.len(), MAX_CSV_CONDITIONS);
+    }
+}

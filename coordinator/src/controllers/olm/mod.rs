@@ -1,0 +1,143 @@
+//! The Operator Lifecycle Manager, for a fleet: catalogs, subscriptions, install plans with
+//! approval, and ClusterServiceVersions whose install is a rollout.
+//!
+//! One pass does what OLM's catalog operator and OLM operator do, in order:
+//! 1. [`catalogs`]: read each CatalogSource's file-based catalog over HTTP(S) when due, check it
+//!    as `opm validate` does, keep the last good read (a failed read never drops it);
+//! 2. [`subscriptions`]: resolve each Subscription against its catalog (the channel head on a
+//!    fresh install, the next bundle of the upgrade graph after that) and create the
+//!    InstallPlan, approved at once when `installPlanApproval` is Automatic;
+//! 3. [`plans`]: install each approved plan: the CSV, and the bundle's MachineConfigs (labelled
+//!    with their CSV), replacing those of the CSV it replaces in the same write so a pool rolls
+//!    out one change, not two;
+//! 4. [`csvs`]: follow each CSV's MachineConfigs through the pools (Installing until every pool
+//!    that selects them runs them, then Succeeded), retire the CSV it replaced, and remove the
+//!    MachineConfigs of a CSV that was deleted (the uninstall).
+//!
+//! It runs on the API server's runtime, as the ClusterVersion controller does: a slow catalog
+//! must never delay a rollout's pick.
+
+pub mod catalogs;
+pub mod csvs;
+pub mod plans;
+pub mod subscriptions;
+
+use super::events::{EventType, Involved, Recorder};
+use crate::resources::{
+    CATALOG_SOURCE, CLUSTER_SERVICE_VERSION, INSTALL_PLAN, MACHINE_CONFIG, MACHINE_CONFIG_POOL, SUBSCRIPTION,
+};
+use crate::store::{revision_of, Key, Store, StoreError};
+use serde_json::Value;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// The component named in OLM Events.
+pub const COMPONENT: &str = "aloft-olm";
+
+/// Run forever: a pass after each change of an OLM object (and of a pool or MachineConfig while
+/// a CSV is installing), and at least every [`super::RESYNC`] (which is also how often a due
+/// catalog poll is noticed).
+pub async fn run(store: Arc<dyn Store>, events: Recorder, passes: super::passes::Passes) {
+    let http = match catalogs::http_client() {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot build the catalogs' HTTP client");
+            return;
+        }
+    };
+    let cache = Arc::new(Mutex::new(catalogs::Cache::default()));
+    let watched = [
+        CATALOG_SOURCE.store_key(),
+        SUBSCRIPTION.store_key(),
+        INSTALL_PLAN.store_key(),
+        CLUSTER_SERVICE_VERSION.store_key(),
+        MACHINE_CONFIG_POOL.store_key(),
+    ];
+    // Pools wake it only while a CSV is installing.
+    let following = Arc::new(AtomicBool::new(false));
+    let relevant = super::pools_wake_while(following.clone());
+    super::run_loop("olm", store, &watched, relevant, passes, move |s| {
+        let (http, cache, events, following) = (http.clone(), cache.clone(), events.clone(), following.clone());
+        async move {
+            let installing = reconcile(&s, &http, &cache, &events).await?;
+            following.store(installing, Ordering::Relaxed);
+            Ok(())
+        }
+    })
+    .await
+}
+
+/// One pass; whether a CSV is installing when it is done.
+async fn reconcile(
+    store: &Arc<dyn Store>,
+    http: &reqwest::Client,
+    cache: &Mutex<catalogs::Cache>,
+    events: &Recorder,
+) -> Result<bool, StoreError> {
+    catalogs::reconcile(store, http, cache, events).await?;
+    let snapshot = catalogs::snapshot(cache);
+    subscriptions::reconcile(store, &snapshot, events).await?;
+    plans::reconcile(store, events).await?;
+    csvs::reconcile(store, events).await
+}
+
+/// The Events' subject for a namespaced OLM object.
+pub(crate) fn involved(kind: &'static str, namespace: &str, name: &str) -> Involved {
+    Involved {
+        api_version: aloft_api::olm::API_VERSION.into(),
+        kind: kind.into(),
+        namespace: namespace.to_string(),
+        name: name.to_string(),
+        uid: None,
+    }
+}
+
+/// Write `next` over `raw` if anything changed; a conflict or a deletion in between is left for
+/// the next pass (which reads the object again).
+pub(crate) async fn write_if_changed(
+    store: &Arc<dyn Store>,
+    key: &Key,
+    raw: &Value,
+    next: Value,
+) -> Result<bool, StoreError> {
+    if next == *raw {
+        return Ok(false);
+    }
+    match store.update(key, next, revision_of(raw)).await {
+        Ok(_) => Ok(true),
+        Err(StoreError::Conflict { .. }) | Err(StoreError::NotFound(_)) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// The key of a namespaced object as listed.
+pub(crate) fn key_of(resource: &crate::resources::ResourceType, obj: &Value) -> Key {
+    let ns = obj.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("");
+    let name = obj.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
+    Key::new(&resource.store_key(), ns, name)
+}
+
+/// The MachineConfigs a CSV installed (by their labels), with their stored objects.
+pub(crate) async fn configs_of(store: &Arc<dyn Store>, namespace: &str, csv: &str) -> Result<Vec<Value>, StoreError> {
+    use aloft_api::olm::{OWNER_CSV_LABEL, OWNER_NAMESPACE_LABEL};
+    Ok(store
+        .list(&MACHINE_CONFIG.store_key(), None)
+        .await?
+        .items
+        .into_iter()
+        .filter(|mc| {
+            let label = |k: &str| mc.pointer("/metadata/labels").and_then(|l| l.get(k)).and_then(Value::as_str);
+            label(OWNER_CSV_LABEL) == Some(csv) && label(OWNER_NAMESPACE_LABEL) == Some(namespace)
+        })
+        .collect())
+}
+
+/// Emit a Normal Event.
+pub(crate) fn note(events: &Recorder, about: &Involved, reason: &'static str, message: &str) {
+    events.emit(about, EventType::Normal, reason, message);
+}
+
+/// Emit a Warning Event.
+pub(crate) fn warn(events: &Recorder, about: &Involved, reason: &'static str, message: &str) {
+    events.emit(about, EventType::Warning, reason, message);
+}

@@ -1,0 +1,291 @@
+//! Subscriptions: what to install next, and the InstallPlan that installs it.
+//!
+//! OLM v0's choice (`aloft_api::catalog`): a fresh install takes the head of the channel (or
+//! `startingCSV`); an installed bundle moves to the entry that replaces, skips or skip-ranges
+//! it, nearest the head. One plan at a time per subscription: a plan that waits for approval
+//! or installs holds the next resolution back; a failed plan stays failed until the catalog
+//! offers another bundle (never retried in a loop), and deleting the plan asks for a new one.
+
+use super::catalogs::Snapshot;
+use super::{involved, key_of, note, write_if_changed};
+use crate::controllers::events::Recorder;
+use crate::resources::{CLUSTER_SERVICE_VERSION, INSTALL_PLAN, SUBSCRIPTION};
+use crate::server::objects;
+use crate::store::{Key, Store, StoreError};
+use aloft_api::catalog::{Bundle, Catalog};
+use aloft_api::meta::{set_condition, Condition};
+use aloft_api::olm::{self, CatalogHealth, InstallPlan, PlanReference, Subscription, SubscriptionStatus};
+use serde_json::{json, Value};
+use std::sync::Arc;
+
+pub async fn reconcile(store: &Arc<dyn Store>, catalogs: &Snapshot, events: &Recorder) -> Result<(), StoreError> {
+    for raw in store.list(&SUBSCRIPTION.store_key(), None).await?.items {
+        let Ok(sub) = serde_json::from_value::<Subscription>(raw.clone()) else { continue };
+        if sub.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        sync(store, catalogs, events, &raw, sub).await?;
+    }
+    Ok(())
+}
+
+async fn sync(
+    store: &Arc<dyn Store>,
+    catalogs: &Snapshot,
+    events: &Recorder,
+    raw: &Value,
+    sub: Subscription,
+) -> Result<(), StoreError> {
+    let now = objects::now();
+    let ns = sub.metadata.namespace.clone().unwrap_or_default();
+    let name = sub.metadata.name.clone();
+    let spec = &sub.spec;
+    let mut status = sub.status.clone().unwrap_or_default();
+    let about = involved("Subscription", &ns, &name);
+
+    // The catalog's health.
+    let id = (spec.source_namespace.clone(), spec.source.clone());
+    let view = catalogs.get(&id);
+    let healthy = view.is_some_and(|v| v.healthy);
+    let target_ref = PlanReference {
+        api_version: olm::API_VERSION.into(),
+        kind: "CatalogSource".into(),
+        name: spec.source.clone(),
+        namespace: spec.source_namespace.clone(),
+        ..Default::default()
+    };
+    let was_healthy = status.catalog_health.first().map(|h| h.healthy);
+    if was_healthy != Some(healthy) || status.catalog_health.len() != 1 {
+        status.catalog_health = vec![CatalogHealth {
+            catalog_source_ref: target_ref,
+            healthy,
+            last_updated: Some(now.clone()),
+            ..Default::default()
+        }];
+    }
+    let unhealthy = match view {
+        None => Some(format!("targeted catalogsource {}/{} missing", id.0, id.1)),
+        Some(v) if !v.healthy => Some(format!(
+            "targeted catalogsource {}/{} unhealthy: {}",
+            id.0,
+            id.1,
+            v.failure.as_deref().unwrap_or("not read yet")
+        )),
+        Some(_) => None,
+    };
+    set_condition(
+        &mut status.conditions,
+        match &unhealthy {
+            Some(m) => Condition::new(olm::CATALOG_SOURCES_UNHEALTHY, "True", "UnhealthyCatalogSourceFound", m),
+            None => Condition::new(
+                olm::CATALOG_SOURCES_UNHEALTHY,
+                "False",
+                "AllCatalogSourcesHealthy",
+                "all available catalogsources are healthy",
+            ),
+        },
+        &now,
+    );
+    let catalog = view.and_then(|v| v.catalog.clone());
+
+    // The plan in flight, if any.
+    let mut hold = false;
+    let mut failed_for: Option<String> = None;
+    if let Some(r) = status.install_plan_ref.clone() {
+        let key = Key::new(&INSTALL_PLAN.store_key(), &ns, &r.name);
+        let plan = store.get(&key).await?.and_then(|s| serde_json::from_value::<InstallPlan>((*s.object).clone()).ok());
+        match plan {
+            None => {
+                // Deleted: resolve again (a new plan for whatever is next).
+                status.install_plan_ref = None;
+                remove_condition(&mut status.conditions, olm::INSTALL_PLAN_PENDING);
+                remove_condition(&mut status.conditions, olm::INSTALL_PLAN_FAILED);
+            }
+            Some(plan) => {
+                let phase = plan.status.as_ref().map(|s| s.phase.clone()).unwrap_or_default();
+                let csv = plan.spec.cluster_service_version_names.first().cloned().unwrap_or_default();
+                match phase.as_str() {
+                    olm::PLAN_COMPLETE => {
+                        remove_condition(&mut status.conditions, olm::INSTALL_PLAN_PENDING);
+                        remove_condition(&mut status.conditions, olm::INSTALL_PLAN_FAILED);
+                        if status.installed_csv != csv {
+                            note(events, &about, "InstallPlanComplete", &format!("installed {csv} ({})", r.name));
+                        }
+                        status.installed_csv = csv;
+                    }
+                    olm::PLAN_FAILED => {
+                        remove_condition(&mut status.conditions, olm::INSTALL_PLAN_PENDING);
+                        let message = plan.status.as_ref().map(|s| s.message.clone()).unwrap_or_default();
+                        set_condition(
+                            &mut status.conditions,
+                            Condition::new(olm::INSTALL_PLAN_FAILED, "True", "InstallComponentFailed", &message),
+                            &now,
+                        );
+                        status.state = olm::UPGRADE_FAILED.into();
+                        failed_for = Some(csv);
+                    }
+                    phase => {
+                        let reason = if phase.is_empty() { olm::PLAN_INSTALLING } else { phase };
+                        set_condition(
+                            &mut status.conditions,
+                            Condition::new(olm::INSTALL_PLAN_PENDING, "True", reason, ""),
+                            &now,
+                        );
+                        status.state = olm::UPGRADE_PENDING.into();
+                        hold = true;
+                    }
+                }
+            }
+        }
+    }
+    // An installed CSV deleted by hand is installed again while the subscription stays (OLM's
+    // rule: delete the Subscription first to uninstall).
+    if !status.installed_csv.is_empty() && !hold {
+        let key = Key::new(&CLUSTER_SERVICE_VERSION.store_key(), &ns, &status.installed_csv);
+        if store.get(&key).await?.is_none() {
+            note(
+                events,
+                &about,
+                "InstalledCSVGone",
+                &format!(
+                    "{} was deleted; installing again (delete the Subscription first to uninstall)",
+                    status.installed_csv
+                ),
+            );
+            status.installed_csv.clear();
+            status.install_plan_ref = None;
+            remove_condition(&mut status.conditions, olm::INSTALL_PLAN_PENDING);
+            remove_condition(&mut status.conditions, olm::INSTALL_PLAN_FAILED);
+        }
+    }
+
+    if let (Some(catalog), false) = (catalog, hold) {
+        resolve(store, events, &sub, &catalog, &mut status, failed_for.as_deref(), &now).await?;
+    }
+    status.last_updated = status.last_updated.or_else(|| Some(now.clone()));
+    let mut next = raw.clone();
+    next["status"] = serde_json::to_value(&status).unwrap_or(Value::Null);
+    if next != *raw {
+        next["status"]["lastUpdated"] = json!(now);
+    }
+    write_if_changed(store, &key_of(&SUBSCRIPTION, raw), raw, next).await.map(|_| ())
+}
+
+/// Choose the next bundle and make its plan; the conditions and state say the outcome.
+async fn resolve(
+    store: &Arc<dyn Store>,
+    events: &Recorder,
+    sub: &Subscription,
+    catalog: &Catalog,
+    status: &mut SubscriptionStatus,
+    failed_for: Option<&str>,
+    now: &str,
+) -> Result<(), StoreError> {
+    let spec = &sub.spec;
+    let ns = sub.metadata.namespace.clone().unwrap_or_default();
+    let about = involved("Subscription", &ns, &sub.metadata.name);
+    let channel = (!spec.channel.is_empty()).then_some(spec.channel.as_str());
+    let chosen = if status.installed_csv.is_empty() {
+        let starting = (!spec.starting_csv.is_empty()).then_some(spec.starting_csv.as_str());
+        catalog.install_target(&spec.name, channel, starting).map(Some)
+    } else {
+        let version = catalog.bundle(&spec.name, &status.installed_csv).and_then(Bundle::version);
+        catalog.upgrade_target(&spec.name, channel, &status.installed_csv, version.as_ref())
+    };
+    deprecations(catalog, sub, status, now);
+    let chosen = match chosen {
+        Ok(c) => c,
+        Err(e) => {
+            let message = format!(
+                "constraints not satisfiable: subscription {} requires {}/{}/{}: {e}",
+                sub.metadata.name, spec.source_namespace, spec.source, spec.name
+            );
+            if set_condition(
+                &mut status.conditions,
+                Condition::new(olm::RESOLUTION_FAILED, "True", "ConstraintsNotSatisfiable", &message),
+                now,
+            ) {
+                super::warn(events, &about, "ResolutionFailed", &message);
+            }
+            return Ok(());
+        }
+    };
+    set_condition(&mut status.conditions, Condition::new(olm::RESOLUTION_FAILED, "False", "", ""), now);
+    let Some(bundle) = chosen else {
+        // Nothing newer: the installed bundle is the latest this channel knows.
+        status.current_csv = status.installed_csv.clone();
+        status.state = olm::AT_LATEST_KNOWN.into();
+        return Ok(());
+    };
+    status.current_csv = bundle.name.clone();
+    if failed_for == Some(bundle.name.as_str()) {
+        // Its plan failed: not tried again until the catalog offers something else.
+        return Ok(());
+    }
+    let plan = super::plans::create_for(store, sub, bundle, now).await?;
+    note(
+        events,
+        &about,
+        "InstallPlanCreated",
+        &format!(
+            "{} installs {}{}",
+            plan.name,
+            bundle.name,
+            if spec.manual() { "; it waits for approval (spec.approved: true)" } else { "" }
+        ),
+    );
+    remove_condition(&mut status.conditions, olm::INSTALL_PLAN_FAILED);
+    set_condition(&mut status.conditions, Condition::new(olm::INSTALL_PLAN_PENDING, "True", &plan.phase, ""), now);
+    status.state = olm::UPGRADE_PENDING.into();
+    status.install_plan_ref = Some(PlanReference {
+        api_version: olm::API_VERSION.into(),
+        kind: "InstallPlan".into(),
+        name: plan.name,
+        namespace: ns,
+        uid: plan.uid,
+        ..Default::default()
+    });
+    Ok(())
+}
+
+/// OLM's deprecation conditions: one per level (package, channel, the installed or chosen
+/// bundle) with the catalog's message, and `Deprecated` when any applies.
+fn deprecations(catalog: &Catalog, sub: &Subscription, status: &mut SubscriptionStatus, now: &str) {
+    let spec = &sub.spec;
+    let channel = if spec.channel.is_empty() {
+        catalog.default_channel(&spec.name).unwrap_or_default().to_string()
+    } else {
+        spec.channel.clone()
+    };
+    let bundle = if status.installed_csv.is_empty() { &status.current_csv } else { &status.installed_csv };
+    let found = catalog.deprecation_of(&spec.name, &channel, bundle);
+    let mut any = Vec::new();
+    for (kind, type_) in [
+        ("olm.package", olm::PACKAGE_DEPRECATED),
+        ("olm.channel", olm::CHANNEL_DEPRECATED),
+        ("olm.bundle", olm::BUNDLE_DEPRECATED),
+    ] {
+        let messages: Vec<&str> =
+            found.iter().filter(|d| d.reference.schema == kind).map(|d| d.message.as_str()).collect();
+        if messages.is_empty() {
+            remove_condition(&mut status.conditions, type_);
+        } else {
+            let message = messages.join("\n");
+            any.push(message.clone());
+            set_condition(&mut status.conditions, Condition::new(type_, "True", "Deprecated", &message), now);
+        }
+    }
+    if any.is_empty() {
+        remove_condition(&mut status.conditions, olm::DEPRECATED);
+    } else {
+        set_condition(
+            &mut status.conditions,
+            Condition::new(olm::DEPRECATED, "True", "Deprecated", any.join("\n")),
+            now,
+        );
+    }
+}
+
+fn remove_condition(conds: &mut Vec<Condition>, type_: &str) {
+    conds.retain(|c| c.type_ != type_);
+}

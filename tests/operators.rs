@@ -1,0 +1,539 @@
+//! OLM on a fleet: a real coordinator reads file-based catalogs over HTTP on loopback, resolves
+//! Subscriptions, waits for InstallPlan approval, and installs bundles whose MachineConfigs a
+//! real agent (on a sandboxed root, with its private dbus-daemon) applies; upgrades replace the
+//! CSV and its configs in one rollout, and an uninstall removes them. Catalogs are the tests'
+//! own (an aloft bundle carries MachineConfigs) and the real ones in shared/testdata (community
+//! operators, OLM's e2e catalogs), which aloft must read and refuse to half-install.
+
+use aloft_api::annotations as ann;
+use aloft_coordinator::resources::{
+    CATALOG_SOURCE, CLUSTER_SERVICE_VERSION, EVENT, INSTALL_PLAN, MACHINE_CONFIG, MACHINE_CONFIG_POOL, NODE,
+    SUBSCRIPTION,
+};
+use aloft_tests::catalog_server::CatalogServer;
+use aloft_tests::sandbox::Host;
+use aloft_tests::{condition, eventually, machine_config, path_of, resource_path, testdata, Client, Coordinator};
+use base64::Engine as _;
+use serde_json::{json, Value};
+use std::time::Duration;
+
+const CATALOG_NS: &str = "olm";
+const NS: &str = "operators";
+const PKG: &str = "node-exporter";
+const WAIT: Duration = Duration::from_secs(120);
+
+fn ns_path(rt: &aloft_tests::ResourceType, ns: &str, name: Option<&str>) -> String {
+    resource_path(rt.path_ref(), Some(ns), name)
+}
+
+/// One MachineConfig of a bundle: a file for the worker role.
+fn bundle_config(name: &str, path: &str, contents: &str) -> Value {
+    json!({
+        "apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfig",
+        "metadata": {"name": name, "labels": {ann::ROLE_LABEL: "worker"}},
+        "spec": {"config": {"ignition": {"version": "3.4.0"}, "storage": {"files": [
+            {"path": path, "mode": 420, "contents": {"source": format!("data:,{contents}")}}]}}},
+    })
+}
+
+/// A bundle blob of package [`PKG`] carrying its CSV and `configs` inline (olm.bundle.object,
+/// as catalogs built with `opm` from bundle directories carry them).
+fn bundle(version: &str, replaces: Option<&str>, configs: &[Value]) -> Value {
+    let name = format!("{PKG}.v{version}");
+    let mut csv = json!({
+        "apiVersion": "operators.coreos.com/v1alpha1", "kind": "ClusterServiceVersion",
+        "metadata": {"name": name},
+        "spec": {"displayName": "Node Exporter", "version": version,
+                 "install": {"strategy": "deployment", "spec": {"deployments": []}}},
+    });
+    if let Some(r) = replaces {
+        csv["spec"]["replaces"] = json!(r);
+    }
+    let object = |v: &Value| {
+        json!({"type": "olm.bundle.object",
+               "value": {"data": base64::engine::general_purpose::STANDARD.encode(v.to_string())}})
+    };
+    let mut properties =
+        vec![json!({"type": "olm.package", "value": {"packageName": PKG, "version": version}}), object(&csv)];
+    properties.extend(configs.iter().map(object));
+    json!({"schema": "olm.bundle", "name": name, "package": PKG,
+           "image": format!("quay.example/node-exporter-bundle:v{version}"), "properties": properties})
+}
+
+/// The catalog as `opm render` prints it: one JSON object after another.
+fn catalog(bundles: &[(Value, Option<&str>)]) -> String {
+    let entries: Vec<Value> = bundles
+        .iter()
+        .map(|(b, replaces)| {
+            let mut e = json!({"name": b["name"]});
+            if let Some(r) = replaces {
+                e["replaces"] = json!(r);
+            }
+            e
+        })
+        .collect();
+    let mut blobs = vec![
+        json!({"schema": "olm.package", "name": PKG, "defaultChannel": "stable"}),
+        json!({"schema": "olm.channel", "package": PKG, "name": "stable", "entries": entries}),
+    ];
+    blobs.extend(bundles.iter().map(|(b, _)| b.clone()));
+    blobs.iter().map(Value::to_string).collect::<Vec<_>>().join("\n")
+}
+
+fn catalog_source(name: &str, address: &str) -> Value {
+    json!({
+        "apiVersion": "operators.coreos.com/v1alpha1", "kind": "CatalogSource",
+        "metadata": {"name": name, "namespace": CATALOG_NS},
+        "spec": {"sourceType": "http", "address": address, "displayName": "Fleet operators",
+                 "publisher": "aloft tests", "updateStrategy": {"registryPoll": {"interval": "1s"}}},
+    })
+}
+
+fn subscription(name: &str, source: &str, package: &str, approval: &str) -> Value {
+    json!({
+        "apiVersion": "operators.coreos.com/v1alpha1", "kind": "Subscription",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {"source": source, "sourceNamespace": CATALOG_NS, "name": package, "channel": "stable",
+                 "installPlanApproval": approval},
+    })
+}
+
+fn s<'a>(v: &'a Value, ptr: &str) -> &'a str {
+    v.pointer(ptr).and_then(Value::as_str).unwrap_or("")
+}
+
+async fn get(c: &Client, path: &str) -> anyhow::Result<Option<Value>> {
+    let r = c.get(path).await?;
+    if r.code == 404 {
+        return Ok(None);
+    }
+    Ok(Some(r.into_result()?))
+}
+
+/// Wait for the subscription's plan for `csv` to reach `phase`; returns the plan.
+async fn plan_for(c: &Client, sub: &str, csv: &str, phase: &str) -> Value {
+    let (c, sub_path) = (c.clone(), ns_path(&SUBSCRIPTION, NS, Some(sub)));
+    eventually(WAIT, &format!("a {phase} plan for {csv}"), || {
+        let (c, sub_path) = (c.clone(), sub_path.clone());
+        async move {
+            let Some(sub) = get(&c, &sub_path).await? else { return Ok(None) };
+            let plan_name = s(&sub, "/status/installPlanRef/name");
+            if plan_name.is_empty() {
+                return Ok(None);
+            }
+            let Some(plan) = get(&c, &ns_path(&INSTALL_PLAN, NS, Some(plan_name))).await? else { return Ok(None) };
+            let ok = s(&plan, "/spec/clusterServiceVersionNames/0") == csv && s(&plan, "/status/phase") == phase;
+            Ok(ok.then_some(plan))
+        }
+    })
+    .await
+}
+
+async fn csv_phase(c: &Client, name: &str, phase: &str) -> Value {
+    let (c, path) = (c.clone(), ns_path(&CLUSTER_SERVICE_VERSION, NS, Some(name)));
+    eventually(WAIT, &format!("CSV {name} {phase}"), || {
+        let (c, path) = (c.clone(), path.clone());
+        async move { Ok(get(&c, &path).await?.filter(|csv| s(csv, "/status/phase") == phase)) }
+    })
+    .await
+}
+
+/// The node Done on the pool's target, which must be new; returns it.
+async fn converged(c: &Client, node: &str, previous: &str) -> String {
+    let (c, node) = (c.clone(), node.to_string());
+    let previous = previous.to_string();
+    eventually(Duration::from_secs(180), "the node Done on a new config", || {
+        let (c, node, previous) = (c.clone(), node.clone(), previous.clone());
+        async move {
+            let pool = c.get(&path_of(&MACHINE_CONFIG_POOL, Some("worker"))).await?.into_result()?;
+            let target = s(&pool, "/spec/configuration/name").to_string();
+            let n = c.get(&path_of(&NODE, Some(&node))).await?.into_result()?;
+            let a = |k: &str| s(&n, &format!("/metadata/annotations/{}", k.replace('/', "~1"))).to_string();
+            anyhow::ensure!(a(ann::STATE) != "Degraded", "node Degraded: {}", a(ann::REASON));
+            let done =
+                !target.is_empty() && target != previous && a(ann::STATE) == "Done" && a(ann::CURRENT_CONFIG) == target;
+            Ok(done.then_some(target))
+        }
+    })
+    .await
+}
+
+async fn approve(c: &Client, plan: &str) {
+    c.patch(
+        &ns_path(&INSTALL_PLAN, NS, Some(plan)),
+        "application/merge-patch+json",
+        &json!({"spec": {"approved": true}}),
+    )
+    .await
+    .unwrap()
+    .into_result()
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_is_approved_installed_upgraded_and_removed_through_the_pool() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let served = CatalogServer::start().await;
+    let (version_file, extra_file) = ("/etc/node-exporter/version", "/etc/node-exporter/extra.conf");
+
+    // One node on the worker pool; the exporter's files need no reboot.
+    let token_file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(token_file.path(), c.create_token("fleet", "bootstrap")).unwrap();
+    let mut host = Host::new("worker-0").await;
+    host.start_agent(&c, token_file.path());
+    let policy = json!({"apiVersion": "operator.openshift.io/v1", "kind": "MachineConfiguration",
+        "metadata": {"name": "cluster"},
+        "spec": {"nodeDisruptionPolicy": {"files": [
+            {"path": version_file, "actions": [{"type": "None"}]},
+            {"path": extra_file, "actions": [{"type": "None"}]}]}}});
+    admin.post("/apis/operator.openshift.io/v1/machineconfigurations", &policy).await.unwrap().into_result().unwrap();
+    let pool: Value = yaml_serde::from_str(
+        &std::fs::read_to_string(testdata().join("mco/bootstrap/worker.machineconfigpool.yaml")).unwrap(),
+    )
+    .unwrap();
+    admin.post(&path_of(&MACHINE_CONFIG_POOL, None), &pool).await.unwrap().into_result().unwrap();
+    admin
+        .post(&path_of(&MACHINE_CONFIG, None), &machine_config("00-worker", "worker"))
+        .await
+        .unwrap()
+        .into_result()
+        .unwrap();
+    let first = converged(&admin, "worker-0", "").await;
+
+    // A catalog with 1.0.0, read and shown.
+    let v1 = bundle(
+        "1.0.0",
+        None,
+        &[
+            bundle_config("50-node-exporter", version_file, "v1"),
+            bundle_config("51-node-exporter-extra", extra_file, "extra"),
+        ],
+    );
+    let url = served.set("catalogs/fleet.json", &catalog(&[(v1.clone(), None)]));
+    admin
+        .post(&ns_path(&CATALOG_SOURCE, CATALOG_NS, None), &catalog_source("fleet", &url))
+        .await
+        .unwrap()
+        .into_result()
+        .unwrap();
+    let catsrc = eventually(WAIT, "the catalog read", || {
+        let admin = admin.clone();
+        async move {
+            let cs = get(&admin, &ns_path(&CATALOG_SOURCE, CATALOG_NS, Some("fleet"))).await?;
+            Ok(cs.filter(|cs| s(cs, "/status/connectionState/lastObservedState") == "READY"))
+        }
+    })
+    .await;
+    assert_eq!(catsrc.pointer("/status/packages"), Some(&json!(1)), "{catsrc}");
+    assert_eq!(catsrc.pointer("/status/bundles"), Some(&json!(1)), "{catsrc}");
+    assert_eq!(s(&catsrc, "/status/connectionState/address"), url);
+
+    // A Manual subscription: the plan waits, showing what it will create; nothing is installed.
+    admin
+        .post(&ns_path(&SUBSCRIPTION, NS, None), &subscription(PKG, "fleet", PKG, "Manual"))
+        .await
+        .unwrap()
+        .into_result()
+        .unwrap();
+    let plan = plan_for(&admin, PKG, "node-exporter.v1.0.0", "RequiresApproval").await;
+    assert_eq!(plan.pointer("/spec/approved"), Some(&json!(false)));
+    assert_eq!(s(&plan, "/spec/approval"), "Manual");
+    let steps: Vec<(&str, &str)> = plan["status"]["plan"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|st| (s(st, "/resource/kind"), s(st, "/resource/name")))
+        .collect();
+    assert_eq!(
+        steps,
+        [
+            ("ClusterServiceVersion", "node-exporter.v1.0.0"),
+            ("MachineConfig", "50-node-exporter"),
+            ("MachineConfig", "51-node-exporter-extra")
+        ]
+    );
+    let sub = get(&admin, &ns_path(&SUBSCRIPTION, NS, Some(PKG))).await.unwrap().unwrap();
+    assert_eq!(s(&sub, "/status/state"), "UpgradePending", "{sub}");
+    assert_eq!(s(&sub, "/status/currentCSV"), "node-exporter.v1.0.0");
+    assert_eq!(s(&sub, "/status/installedCSV"), "");
+    let pending = condition(&sub, "InstallPlanPending").expect("InstallPlanPending");
+    assert_eq!((s(pending, "/status"), s(pending, "/reason")), ("True", "RequiresApproval"));
+    let healthy = condition(&sub, "CatalogSourcesUnhealthy").expect("CatalogSourcesUnhealthy");
+    assert_eq!(s(healthy, "/status"), "False", "{sub}");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(get(&admin, &ns_path(&CLUSTER_SERVICE_VERSION, NS, Some("node-exporter.v1.0.0"))).await.unwrap().is_none());
+    assert!(get(&admin, &path_of(&MACHINE_CONFIG, Some("50-node-exporter"))).await.unwrap().is_none());
+
+    // kubectl shows them with their short names and columns, and approves the plan as the
+    // README says (without kubectl on PATH and not required, through the API).
+    let plan_name = s(&plan, "/metadata/name");
+    if let Some(exe) = aloft_tests::kubectl_path() {
+        let home = tempfile::tempdir().unwrap();
+        let k = |args: &[&str]| {
+            let out = std::process::Command::new(&exe)
+                .arg(format!("--kubeconfig={}", c.kubeconfig_path().display()))
+                .args(args)
+                .env("HOME", home.path())
+                .env_remove("KUBECONFIG")
+                .output()
+                .unwrap();
+            let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+            assert!(out.status.success(), "kubectl {args:?}: {stderr}");
+            stdout.lines().map(|l| l.split_whitespace().map(str::to_string).collect()).collect::<Vec<Vec<String>>>()
+        };
+        let ip = k(&["get", "ip", "-n", NS]);
+        assert_eq!(ip[0], ["NAME", "CSV", "APPROVAL", "APPROVED"], "{ip:?}");
+        assert_eq!(ip[1], [plan_name, "node-exporter.v1.0.0", "Manual", "false"], "{ip:?}");
+        let sub = k(&["get", "sub", "-n", NS]);
+        assert_eq!(sub[1][..3], [PKG, PKG, "fleet"], "{sub:?}");
+        let catsrc = k(&["get", "catsrc", "-n", CATALOG_NS, "-o", "wide"]);
+        assert!(catsrc[0].contains(&"PACKAGES".to_string()), "{catsrc:?}");
+        assert!(catsrc[1].contains(&"READY".to_string()) && catsrc[1].contains(&"1".to_string()), "{catsrc:?}");
+        k(&["patch", "installplan", plan_name, "-n", NS, "--type", "merge", "-p", r#"{"spec":{"approved":true}}"#]);
+    } else {
+        approve(&admin, plan_name).await;
+    }
+
+    // Approved: the CSV and both configs; Installing until the node runs them, then Succeeded.
+    plan_for(&admin, PKG, "node-exporter.v1.0.0", "Complete").await;
+    let mc = get(&admin, &path_of(&MACHINE_CONFIG, Some("50-node-exporter"))).await.unwrap().expect("installed");
+    assert_eq!(s(&mc, "/metadata/labels/olm.aloft.dev~1csv"), "node-exporter.v1.0.0");
+    assert_eq!(s(&mc, "/metadata/labels/olm.aloft.dev~1namespace"), NS);
+    let second = converged(&admin, "worker-0", &first).await;
+    let csv = csv_phase(&admin, "node-exporter.v1.0.0", "Succeeded").await;
+    let phases: Vec<&str> = csv["status"]["conditions"].as_array().unwrap().iter().map(|c| s(c, "/phase")).collect();
+    assert_eq!(phases.first(), Some(&"Pending"), "{phases:?}");
+    assert_eq!(phases.last(), Some(&"Succeeded"), "{phases:?}");
+    assert_eq!(std::fs::read_to_string(host.path(version_file)).unwrap(), "v1");
+    assert_eq!(std::fs::read_to_string(host.path(extra_file)).unwrap(), "extra");
+    let sub = eventually(WAIT, "the subscription at the latest known", || {
+        let admin = admin.clone();
+        async move {
+            let sub = get(&admin, &ns_path(&SUBSCRIPTION, NS, Some(PKG))).await?;
+            Ok(sub.filter(|s_| s(s_, "/status/state") == "AtLatestKnown"))
+        }
+    })
+    .await;
+    assert_eq!(s(&sub, "/status/installedCSV"), "node-exporter.v1.0.0");
+    assert!(condition(&sub, "InstallPlanPending").is_none(), "{sub}");
+
+    // The catalog gains 1.1.0 (replaces 1.0.0, without the extra config): a new plan to approve;
+    // the upgrade is one rollout, after which the old CSV is gone.
+    let v2 = bundle("1.1.0", Some("node-exporter.v1.0.0"), &[bundle_config("50-node-exporter", version_file, "v2")]);
+    served.set("catalogs/fleet.json", &catalog(&[(v1, None), (v2, Some("node-exporter.v1.0.0"))]));
+    let plan = plan_for(&admin, PKG, "node-exporter.v1.1.0", "RequiresApproval").await;
+    assert_eq!(std::fs::read_to_string(host.path(version_file)).unwrap(), "v1", "nothing moves before approval");
+    approve(&admin, s(&plan, "/metadata/name")).await;
+    let third = converged(&admin, "worker-0", &second).await;
+    csv_phase(&admin, "node-exporter.v1.1.0", "Succeeded").await;
+    eventually(WAIT, "the replaced CSV deleted", || {
+        let admin = admin.clone();
+        async move {
+            let old = get(&admin, &ns_path(&CLUSTER_SERVICE_VERSION, NS, Some("node-exporter.v1.0.0"))).await?;
+            Ok(old.is_none().then_some(()))
+        }
+    })
+    .await;
+    assert_eq!(std::fs::read_to_string(host.path(version_file)).unwrap(), "v2");
+    assert!(!host.path(extra_file).exists(), "the config 1.1.0 dropped is gone from the node");
+    assert!(get(&admin, &path_of(&MACHINE_CONFIG, Some("51-node-exporter-extra"))).await.unwrap().is_none());
+    let pool = admin.get(&path_of(&MACHINE_CONFIG_POOL, Some("worker"))).await.unwrap().into_result().unwrap();
+    assert_eq!(s(&pool, "/status/configuration/name"), third, "one rollout for the upgrade");
+
+    // Events in the subscription's namespace say what happened.
+    let events = admin.get(&ns_path(&EVENT, NS, None)).await.unwrap().into_result().unwrap();
+    let reasons: Vec<&str> = events["items"].as_array().unwrap().iter().map(|e| s(e, "/reason")).collect();
+    for want in ["InstallPlanCreated", "Installed", "InstallSucceeded", "Replaced"] {
+        assert!(reasons.contains(&want), "no {want} Event in {reasons:?}");
+    }
+    assert!(events["items"].as_array().unwrap().iter().all(|e| s(e, "/involvedObject/namespace") == NS));
+
+    // Uninstall as OLM documents it: the Subscription, then the CSV; the configs leave the node.
+    admin.delete(&ns_path(&SUBSCRIPTION, NS, Some(PKG))).await.unwrap().into_result().unwrap();
+    admin
+        .delete(&ns_path(&CLUSTER_SERVICE_VERSION, NS, Some("node-exporter.v1.1.0")))
+        .await
+        .unwrap()
+        .into_result()
+        .unwrap();
+    converged(&admin, "worker-0", &third).await;
+    assert!(get(&admin, &path_of(&MACHINE_CONFIG, Some("50-node-exporter"))).await.unwrap().is_none());
+    assert!(!host.path(version_file).exists(), "uninstalled: {}", host.log());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catalogs_and_subscriptions_say_what_they_cannot_do() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let served = CatalogServer::start().await;
+
+    // Admission names each field it refuses, and stores nothing.
+    let refusals = [
+        (
+            json!({"sourceType": "grpc", "image": "registry.redhat.io/redhat/community-operator-index:v4.20"}),
+            "spec.sourceType",
+            "runs no pods",
+        ),
+        (json!({"sourceType": "http"}), "spec.address", "Required value"),
+        (json!({"sourceType": "http", "address": "ftp://catalog.example/all.json"}), "spec.address", "http or https"),
+        (
+            json!({"sourceType": "http", "address": "http://catalog.example/all.json", "updateStrategy": {"registryPoll": {"interval": "often"}}}),
+            "spec.updateStrategy.registryPoll.interval",
+            "duration",
+        ),
+    ];
+    for (spec, field, words) in refusals {
+        let mut cs = catalog_source("bad", "http://x.example/");
+        cs["spec"] = spec;
+        let r = admin.post(&ns_path(&CATALOG_SOURCE, CATALOG_NS, None), &cs).await.unwrap();
+        assert_eq!(r.code, 422, "{field}: {}", r.body);
+        let causes = &r.body["details"]["causes"];
+        assert!(
+            causes.as_array().unwrap().iter().any(|c| s(c, "/field") == field && s(c, "/message").contains(words)),
+            "{field}: {causes}"
+        );
+    }
+    let mut sub = subscription("bad", "fleet", "", "Sometimes");
+    sub["spec"]["sourceNamespace"] = json!("");
+    let r = admin.post(&ns_path(&SUBSCRIPTION, NS, None), &sub).await.unwrap();
+    assert_eq!(r.code, 422, "{}", r.body);
+    let fields: Vec<&str> = r.body["details"]["causes"].as_array().unwrap().iter().map(|c| s(c, "/field")).collect();
+    assert_eq!(fields, ["spec.name", "spec.sourceNamespace", "spec.installPlanApproval"]);
+    let mut with_config = subscription("bad", "fleet", PKG, "Automatic");
+    with_config["spec"]["config"] = json!({"env": [{"name": "A", "value": "b"}]});
+    let r = admin
+        .post(&format!("{}?fieldValidation=Strict", ns_path(&SUBSCRIPTION, NS, None)), &with_config)
+        .await
+        .unwrap();
+    assert_eq!(r.code, 400, "{}", r.body);
+    assert!(r.body["message"].as_str().unwrap().contains("unknown field \"spec.config\""), "{}", r.body);
+    let listed = admin.get(&ns_path(&SUBSCRIPTION, NS, None)).await.unwrap().into_result().unwrap();
+    assert_eq!(listed["items"].as_array().map(Vec::len), Some(0), "nothing stored");
+
+    // A catalog that cannot be read, and one opm would refuse: TRANSIENT_FAILURE, with why.
+    let missing = served.url("catalogs/missing.json");
+    admin
+        .post(&ns_path(&CATALOG_SOURCE, CATALOG_NS, None), &catalog_source("missing", &missing))
+        .await
+        .unwrap()
+        .into_result()
+        .unwrap();
+    let two_heads = "{\"schema\":\"olm.package\",\"name\":\"p\",\"defaultChannel\":\"s\"}\n\
+        {\"schema\":\"olm.channel\",\"package\":\"p\",\"name\":\"s\",\"entries\":[{\"name\":\"p.v1\"},{\"name\":\"p.v2\"}]}\n\
+        {\"schema\":\"olm.bundle\",\"name\":\"p.v1\",\"package\":\"p\",\"image\":\"i\",\"properties\":[{\"type\":\"olm.package\",\"value\":{\"packageName\":\"p\",\"version\":\"1.0.0\"}}]}\n\
+        {\"schema\":\"olm.bundle\",\"name\":\"p.v2\",\"package\":\"p\",\"image\":\"i\",\"properties\":[{\"type\":\"olm.package\",\"value\":{\"packageName\":\"p\",\"version\":\"2.0.0\"}}]}";
+    let invalid = served.set("catalogs/invalid.json", two_heads);
+    admin
+        .post(&ns_path(&CATALOG_SOURCE, CATALOG_NS, None), &catalog_source("invalid", &invalid))
+        .await
+        .unwrap()
+        .into_result()
+        .unwrap();
+    for (name, words) in [("missing", "404"), ("invalid", "multiple channel heads found in graph")] {
+        let cs = eventually(WAIT, &format!("catalog {name} to fail"), || {
+            let admin = admin.clone();
+            async move {
+                let cs = get(&admin, &ns_path(&CATALOG_SOURCE, CATALOG_NS, Some(name))).await?;
+                Ok(cs.filter(|cs| s(cs, "/status/connectionState/lastObservedState") == "TRANSIENT_FAILURE"))
+            }
+        })
+        .await;
+        assert!(s(&cs, "/status/message").contains(words), "{name}: {cs}");
+    }
+
+    // Real catalogs: a community operator (its bundles carry Deployments and CRDs) and OLM's
+    // e2e example operator (its bundles are images only). Both read; neither half-installs.
+    let community =
+        std::fs::read_to_string(testdata().join("fbc-community-operators/v4.12/ecr-secret-operator/catalog.yaml"))
+            .unwrap();
+    let community_url = served.set("catalogs/community.yaml", &community);
+    admin
+        .post(&ns_path(&CATALOG_SOURCE, CATALOG_NS, None), &catalog_source("community", &community_url))
+        .await
+        .unwrap()
+        .into_result()
+        .unwrap();
+    let example =
+        std::fs::read_to_string(testdata().join("olm-e2e/subscription/example-operator.v0.2.0-deprecations.yaml"))
+            .unwrap();
+    let example_url = served.set("catalogs/example.yaml", &example);
+    admin
+        .post(&ns_path(&CATALOG_SOURCE, CATALOG_NS, None), &catalog_source("example", &example_url))
+        .await
+        .unwrap()
+        .into_result()
+        .unwrap();
+
+    let mut community_sub = subscription("ecr", "community", "ecr-secret-operator", "Automatic");
+    community_sub["spec"]["channel"] = json!("");
+    admin.post(&ns_path(&SUBSCRIPTION, NS, None), &community_sub).await.unwrap().into_result().unwrap();
+    let failed = eventually(WAIT, "the community operator's plan to fail", || {
+        let admin = admin.clone();
+        async move {
+            let sub = get(&admin, &ns_path(&SUBSCRIPTION, NS, Some("ecr"))).await?;
+            Ok(sub.filter(|sub| s(sub, "/status/state") == "UpgradeFailed"))
+        }
+    })
+    .await;
+    let why = condition(&failed, "InstallPlanFailed").expect("InstallPlanFailed");
+    let message = s(why, "/message");
+    assert!(message.contains("runs Deployments") && message.contains("CustomResourceDefinition"), "{message}");
+    let csvs = admin.get(&ns_path(&CLUSTER_SERVICE_VERSION, NS, None)).await.unwrap().into_result().unwrap();
+    assert_eq!(csvs["items"].as_array().map(Vec::len), Some(0), "nothing half-installed: {csvs}");
+
+    let mut example_sub = subscription("example", "example", "test-package", "Automatic");
+    example_sub["spec"]["channel"] = json!("");
+    admin.post(&ns_path(&SUBSCRIPTION, NS, None), &example_sub).await.unwrap().into_result().unwrap();
+    let failed = eventually(WAIT, "the example operator's plan to fail", || {
+        let admin = admin.clone();
+        async move {
+            let sub = get(&admin, &ns_path(&SUBSCRIPTION, NS, Some("example"))).await?;
+            Ok(sub.filter(|sub| s(sub, "/status/state") == "UpgradeFailed"))
+        }
+    })
+    .await;
+    let message = s(condition(&failed, "InstallPlanFailed").expect("InstallPlanFailed"), "/message");
+    assert!(message.contains("carries no manifests"), "{message}");
+    // The catalog's deprecations are the subscription's conditions.
+    let deprecated = condition(&failed, "Deprecated").expect("Deprecated");
+    assert_eq!(s(deprecated, "/status"), "True", "{failed}");
+    assert!(condition(&failed, "PackageDeprecated").is_some(), "{failed}");
+
+    // A package the catalog does not have.
+    admin
+        .post(&ns_path(&SUBSCRIPTION, NS, None), &subscription("nope", "example", "no-such-package", "Automatic"))
+        .await
+        .unwrap()
+        .into_result()
+        .unwrap();
+    let unresolved = eventually(WAIT, "the resolution to fail", || {
+        let admin = admin.clone();
+        async move {
+            let sub = get(&admin, &ns_path(&SUBSCRIPTION, NS, Some("nope"))).await?;
+            Ok(sub.filter(|sub| condition(sub, "ResolutionFailed").is_some_and(|c| s(c, "/status") == "True")))
+        }
+    })
+    .await;
+    let why = condition(&unresolved, "ResolutionFailed").unwrap();
+    assert_eq!(s(why, "/reason"), "ConstraintsNotSatisfiable");
+    assert!(s(why, "/message").contains("no-such-package"), "{why}");
+
+    // A subscription to a catalog that does not exist says so.
+    admin
+        .post(&ns_path(&SUBSCRIPTION, NS, None), &subscription("orphan", "nowhere", PKG, "Automatic"))
+        .await
+        .unwrap()
+        .into_result()
+        .unwrap();
+    let orphan = eventually(WAIT, "the missing catalog reported", || {
+        let admin = admin.clone();
+        async move {
+            let sub = get(&admin, &ns_path(&SUBSCRIPTION, NS, Some("orphan"))).await?;
+            Ok(sub.filter(|sub| condition(sub, "CatalogSourcesUnhealthy").is_some_and(|c| s(c, "/status") == "True")))
+        }
+    })
+    .await;
+    let why = condition(&orphan, "CatalogSourcesUnhealthy").unwrap();
+    assert_eq!(s(why, "/message"), "targeted catalogsource olm/nowhere missing");
+}
