@@ -537,3 +537,38 @@ async fn catalogs_and_subscriptions_say_what_they_cannot_do() {
     let why = condition(&orphan, "CatalogSourcesUnhealthy").unwrap();
     assert_eq!(s(why, "/message"), "targeted catalogsource olm/nowhere missing");
 }
+
+/// `aloft-coordinator catalog validate|render` on catalogs written outside aloft: a real
+/// community catalog is valid and renders to the stream a CatalogSource reads back whole; the
+/// operator-registry's index directory (several catalogs of one package side by side) is not,
+/// and each problem is named; render refuses it and prints nothing.
+#[test]
+fn the_catalog_commands_check_and_render_real_catalogs() {
+    let exe = aloft_tests::bin("aloft-coordinator");
+    let run = |args: &[&str]| std::process::Command::new(&exe).args(args).output().unwrap();
+    let community = testdata().join("fbc-community-operators/v4.12");
+    let out = run(&["catalog", "validate", community.to_str().unwrap()]);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{said}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(said.trim_end().ends_with("valid: 10 packages, 164 bundles"), "{said}");
+
+    let out = run(&["catalog", "render", community.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let stream = String::from_utf8(out.stdout).unwrap();
+    let blobs = aloft_coordinator::fbc::blobs_of_stream(&stream, "all.json").expect("the rendered stream reads back");
+    let catalog = aloft_api::catalog::Catalog::from_blobs(blobs).expect("and is the valid catalog");
+    assert_eq!((catalog.packages.len(), catalog.bundles.len()), (10, 164));
+
+    let several = testdata().join("fbc-operator-registry/index-declcfgs");
+    let out = run(&["catalog", "validate", several.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains(r#"package "foo" has duplicate bundle "foo.v0.2.0""#), "{err}");
+    let out = run(&["catalog", "render", several.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty(), "nothing rendered from an invalid catalog");
+
+    let out = run(&["catalog", "validate", "/nonexistent/catalog"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/catalog"));
+}

@@ -94,7 +94,8 @@ pub fn check_path(path: &Path) -> anyhow::Result<String> {
     let blobs = blobs_of_path(path)?;
     let catalog = aloft_api::catalog::Catalog::from_blobs(blobs)
         .map_err(|e| anyhow::anyhow!("{}: invalid catalog:\n{e}", path.display()))?;
-    Ok(format!("{} packages, {} bundles", catalog.packages.len(), catalog.bundles.len()))
+    let plural = crate::controllers::pick::plural;
+    Ok(format!("{}, {}", plural(catalog.packages.len(), "package"), plural(catalog.bundles.len(), "bundle")))
 }
 
 /// The blobs of a valid catalog, in file order, for serving as one stream.

@@ -164,7 +164,7 @@ pub struct FirstConfig {
 }
 
 /// `1 node`, `2 nodes`.
-fn plural(n: usize, noun: &str) -> String {
+pub(crate) fn plural(n: usize, noun: &str) -> String {
     format!("{n} {noun}{}", if n == 1 { "" } else { "s" })
 }
 
