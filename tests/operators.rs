@@ -7,11 +7,12 @@
 
 use aloft_api::annotations as ann;
 use aloft_coordinator::resources::{
-    CATALOG_SOURCE, CLUSTER_SERVICE_VERSION, EVENT, INSTALL_PLAN, MACHINE_CONFIG, MACHINE_CONFIG_POOL, NODE,
-    SUBSCRIPTION,
+    CATALOG_SOURCE, CLUSTER_SERVICE_VERSION, CLUSTER_VERSION, EVENT, INSTALL_PLAN, MACHINE_CONFIG, MACHINE_CONFIG_POOL,
+    NODE, SUBSCRIPTION,
 };
 use aloft_tests::catalog_server::CatalogServer;
 use aloft_tests::sandbox::Host;
+use aloft_tests::update_service::{graph, UpdateService};
 use aloft_tests::{condition, eventually, machine_config, path_of, resource_path, testdata, Client, Coordinator};
 use base64::Engine as _;
 use serde_json::{json, Value};
@@ -571,4 +572,124 @@ fn the_catalog_commands_check_and_render_real_catalogs() {
     let out = run(&["catalog", "validate", "/nonexistent/catalog"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/catalog"));
+}
+
+/// An installed operator whose bundle says `olm.maxOpenShiftVersion: "1.0"` holds the fleet on
+/// release 1.0.x, as OLM's Upgradeable=False holds an OpenShift cluster: the ClusterVersion says
+/// why, a minor update is refused naming the CSV, a patch goes on; once
+/// the operator is upgraded to a bundle that supports 1.1, the minor update is taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_that_supports_no_newer_release_holds_back_minor_updates() {
+    let c = Coordinator::start_with(aloft_tests::Options {
+        args: vec!["--update-poll-interval".into(), "3s".into()],
+        ..Default::default()
+    });
+    let admin = c.client();
+    let served = CatalogServer::start().await;
+    let svc = UpdateService::start().await;
+    let payload = |n: u8| format!("ostree+http://127.0.0.1:9/repo#ocp/x86_64@{}", n.to_string().repeat(64));
+    svc.set(
+        "stable-1",
+        graph(
+            &[("1.0.0", &payload(1)), ("1.0.1", &payload(2)), ("1.1.0", &payload(3))],
+            &[("1.0.0", "1.0.1"), ("1.0.0", "1.1.0"), ("1.0.1", "1.1.0")],
+            &[],
+        ),
+    );
+    admin
+        .post(&path_of(&MACHINE_CONFIG_POOL, None), &aloft_tests::machine_config_pool("worker", "worker"))
+        .await
+        .unwrap()
+        .into_result()
+        .unwrap();
+    let cv_path = path_of(&CLUSTER_VERSION, Some("version"));
+    let ask = |version: &str, force: bool| {
+        let (admin, path) = (admin.clone(), cv_path.clone());
+        let patch = json!({"spec": {"desiredUpdate": {"version": version, "force": force}}});
+        async move { admin.patch(&path, "application/merge-patch+json", &patch).await.unwrap().into_result().unwrap() }
+    };
+    let wait_cv = |what: &'static str, ok: fn(&Value) -> bool| {
+        let (admin, path) = (admin.clone(), cv_path.clone());
+        eventually(WAIT, what, move || {
+            let (admin, path) = (admin.clone(), path.clone());
+            async move { Ok(get(&admin, &path).await?.filter(ok)) }
+        })
+    };
+    let cv = json!({"apiVersion": "config.openshift.io/v1", "kind": "ClusterVersion", "metadata": {"name": "version"},
+        "spec": {"upstream": svc.url, "channel": "stable-1", "desiredUpdate": {"version": "1.0.0"}}});
+    admin.post(&path_of(&CLUSTER_VERSION, None), &cv).await.unwrap().into_result().unwrap();
+    wait_cv("1.0.0 completed", |v| s(v, "/status/history/0/state") == "Completed").await;
+
+    // The operator, installed at once (Automatic), supports releases up to 1.0.
+    let limited = |version: &str, replaces: Option<&str>, max: &str| {
+        let mut b =
+            bundle(version, replaces, &[bundle_config("50-node-exporter", "/etc/node-exporter/version", version)]);
+        b["properties"].as_array_mut().unwrap().push(json!({"type": "olm.maxOpenShiftVersion", "value": max}));
+        b
+    };
+    let v1 = limited("1.0.0", None, "1.0");
+    let url = served.set("fleet.json", &catalog(&[(v1.clone(), None)]));
+    admin.post(&ns_path(&CATALOG_SOURCE, CATALOG_NS, None), &catalog_source("fleet", &url)).await.unwrap();
+    admin.post(&ns_path(&SUBSCRIPTION, NS, None), &subscription(PKG, "fleet", PKG, "Automatic")).await.unwrap();
+    let csv = csv_phase(&admin, "node-exporter.v1.0.0", "Succeeded").await;
+    let props = s(&csv, "/metadata/annotations/operatorframework.io~1properties");
+    assert!(props.contains("olm.maxOpenShiftVersion") && !props.contains("olm.bundle.object"), "{props}");
+
+    let v = wait_cv("Upgradeable=False", |v| condition(v, "Upgradeable").is_some_and(|c| c["status"] == "False")).await;
+    let up = condition(&v, "Upgradeable").unwrap();
+    assert_eq!(up["reason"], "IncompatibleOperatorsInstalled");
+    assert_eq!(
+        up["message"],
+        "ClusterServiceVersions blocking minor version updates to 1.1 or higher: \
+         maximum supported version for operators/node-exporter.v1.0.0 is 1.0"
+    );
+
+    // The minor update is refused, naming the operator; nothing is taken.
+    ask("1.1.0", false).await;
+    let v = wait_cv("1.1.0 refused", |v| {
+        condition(v, "ReleaseAccepted").is_some_and(|c| c["reason"] == "PreconditionChecks")
+    })
+    .await;
+    let said = s(condition(&v, "ReleaseAccepted").unwrap(), "/message");
+    assert!(said.contains("Upgradeable: IncompatibleOperatorsInstalled: ClusterServiceVersions blocking"), "{said}");
+    assert!(said.contains("operators/node-exporter.v1.0.0 is 1.0"), "{said}");
+    assert_eq!(s(&v, "/status/desired/version"), "1.0.0");
+    // A patch goes on.
+    ask("1.0.1", false).await;
+    wait_cv("1.0.1 completed", |v| {
+        s(v, "/status/history/0/version") == "1.0.1" && s(v, "/status/history/0/state") == "Completed"
+    })
+    .await;
+
+    // The operator's next bundle supports 1.1: once it replaced the old one, nothing holds the
+    // fleet back and the minor update is taken.
+    let v2 = limited("1.1.0", Some("node-exporter.v1.0.0"), "1.1");
+    served.set("fleet.json", &catalog(&[(v1, None), (v2, Some("node-exporter.v1.0.0"))]));
+    csv_phase(&admin, "node-exporter.v1.1.0", "Succeeded").await;
+    wait_cv("Upgradeable no longer False", |v| condition(v, "Upgradeable").is_none()).await;
+    ask("1.1.0", false).await;
+    let v = wait_cv("1.1.0 completed", |v| {
+        s(v, "/status/history/0/version") == "1.1.0" && s(v, "/status/history/0/state") == "Completed"
+    })
+    .await;
+    assert_eq!(s(&v, "/status/history/0/acceptedRisks"), "", "nothing overridden");
+
+    // On 1.1, the same operator holds back 1.2; a limit that does not read blocks too (OLM
+    // counts it incompatible), naming the CSV.
+    let v = wait_cv("1.2 held back", |v| condition(v, "Upgradeable").is_some_and(|c| c["status"] == "False")).await;
+    assert_eq!(
+        condition(&v, "Upgradeable").unwrap()["message"],
+        "ClusterServiceVersions blocking minor version updates to 1.2 or higher: \
+         maximum supported version for operators/node-exporter.v1.1.0 is 1.1"
+    );
+    let csv_path = ns_path(&CLUSTER_SERVICE_VERSION, NS, Some("node-exporter.v1.1.0"));
+    let patch = json!({"metadata": {"annotations": {"operatorframework.io/properties":
+        r#"{"properties":[{"type":"olm.maxOpenShiftVersion","value":"not-a-version"}]}"#}}});
+    admin.patch(&csv_path, "application/merge-patch+json", &patch).await.unwrap().into_result().unwrap();
+    let v = wait_cv("an unreadable limit blocks", |v| {
+        condition(v, "Upgradeable").is_some_and(|c| c["message"].as_str().unwrap_or("").contains("not-a-version"))
+    })
+    .await;
+    let said = s(condition(&v, "Upgradeable").unwrap(), "/message");
+    assert!(said.contains("operators/node-exporter.v1.1.0: failed to parse"), "{said}");
 }

@@ -23,6 +23,11 @@ pub const RELEASE_ACCEPTED: &str = "ReleaseAccepted";
 pub const PROGRESSING: &str = "Progressing";
 pub const AVAILABLE: &str = "Available";
 pub const FAILING: &str = "Failing";
+/// False while an installed operator cannot run on the next minor release (its
+/// `olm.maxOpenShiftVersion`); absent otherwise, as the CVO leaves it.
+pub const UPGRADEABLE: &str = "Upgradeable";
+/// Upgradeable's reason then, OLM's.
+pub const INCOMPATIBLE_OPERATORS: &str = "IncompatibleOperatorsInstalled";
 /// The condition of each `status.conditionalUpdates[]` entry.
 pub const RECOMMENDED: &str = "Recommended";
 

@@ -67,6 +67,36 @@ pub const CSV_REPLACING: &str = "Replacing";
 pub const OWNER_CSV_LABEL: &str = "olm.aloft.dev/csv";
 pub const OWNER_NAMESPACE_LABEL: &str = "olm.aloft.dev/namespace";
 
+/// The annotation OLM writes on a CSV with its bundle's properties (`{"properties": [...]}`);
+/// it is where `olm.maxOpenShiftVersion` is read from once the bundle is installed.
+pub const PROPERTIES_ANNOTATION: &str = "operatorframework.io/properties";
+
+/// The bundle properties an installed CSV carries in [`PROPERTIES_ANNOTATION`], without the
+/// manifests (`olm.bundle.object`): those are installed objects, not facts about the bundle.
+pub fn properties_annotation(bundle: &crate::catalog::Bundle) -> String {
+    let kept: Vec<&crate::catalog::Property> =
+        bundle.properties.iter().filter(|p| p.type_ != crate::catalog::PROPERTY_BUNDLE_OBJECT).collect();
+    serde_json::json!({ "properties": kept }).to_string()
+}
+
+/// The newest platform minor an installed CSV supports (`olm.maxOpenShiftVersion` in its
+/// [`PROPERTIES_ANNOTATION`]), read as OLM reads it: `Ok(None)` without one; an error naming
+/// what is wrong when the annotation or the value does not read, which OLM, and aloft, count as
+/// incompatible with any newer minor (a limit that cannot be read is not taken as no limit).
+pub fn max_platform_version(csv_name: &str, meta: &ObjectMeta) -> Result<Option<(u64, u64)>, String> {
+    let Some(text) = meta.annotations.get(PROPERTIES_ANNOTATION) else { return Ok(None) };
+    #[derive(Deserialize)]
+    struct Annotation {
+        #[serde(default)]
+        properties: Vec<crate::catalog::Property>,
+    }
+    let read: Annotation = serde_json::from_str(text)
+        .map_err(|e| format!("annotation {PROPERTIES_ANNOTATION} does not read as {{\"properties\": [...]}}: {e}"))?;
+    let bundle =
+        crate::catalog::Bundle { name: csv_name.to_string(), properties: read.properties, ..Default::default() };
+    bundle.max_openshift_version_checked().map_err(|e| e.message)
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CatalogSource {
@@ -469,6 +499,35 @@ pub fn parse_go_duration(text: &str) -> Option<std::time::Duration> {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    /// What a plan writes on a CSV reads back as the bundle's limit; no annotation is no limit;
+    /// an annotation or a value that does not read is an error naming it.
+    #[test]
+    fn a_csvs_platform_limit_comes_from_its_bundle_properties() {
+        let bundle: crate::catalog::Bundle = serde_json::from_value(serde_json::json!({
+            "schema": "olm.bundle", "name": "a.v1", "package": "a",
+            "properties": [
+                {"type": "olm.package", "value": {"packageName": "a", "version": "1.0.0"}},
+                {"type": "olm.maxOpenShiftVersion", "value": "4.8"},
+                {"type": "olm.bundle.object", "value": {"data": "e30="}},
+            ],
+        }))
+        .unwrap();
+        let written = properties_annotation(&bundle);
+        assert!(!written.contains("olm.bundle.object"), "{written}");
+        let meta = |a: Option<&str>| ObjectMeta {
+            annotations: a.map(|a| [(PROPERTIES_ANNOTATION.to_string(), a.to_string())].into()).unwrap_or_default(),
+            ..Default::default()
+        };
+        assert_eq!(max_platform_version("a.v1", &meta(Some(&written))), Ok(Some((4, 8))));
+        assert_eq!(max_platform_version("a.v1", &meta(None)), Ok(None));
+        assert_eq!(max_platform_version("a.v1", &meta(Some(r#"{"properties":[]}"#))), Ok(None));
+        let bad = max_platform_version("a.v1", &meta(Some("[")));
+        assert!(bad.as_ref().is_err_and(|e| e.contains(PROPERTIES_ANNOTATION)), "{bad:?}");
+        let patch = r#"{"properties":[{"type":"olm.maxOpenShiftVersion","value":"4.8.1"}]}"#;
+        let bad = max_platform_version("a.v1", &meta(Some(patch)));
+        assert!(bad.as_ref().is_err_and(|e| e.contains("only <major>.<minor>")), "{bad:?}");
+    }
 
     #[test]
     fn go_durations_read_as_olm_reads_them() {

@@ -14,13 +14,13 @@
 //! thread: a slow update service must never delay a pick.
 
 use super::events::{EventType, Involved, Recorder};
-use crate::resources::{CLUSTER_VERSION, MACHINE_CONFIG, MACHINE_CONFIG_POOL};
+use crate::resources::{CLUSTER_SERVICE_VERSION, CLUSTER_VERSION, MACHINE_CONFIG, MACHINE_CONFIG_POOL};
 use crate::server::objects;
 use crate::store::{revision_of, Key, Store, StoreError};
 use aloft_api::clusterversion::{
     self as cv, ClusterVersion, ClusterVersionStatus, ConditionalUpdate, Release, UpdateHistory,
 };
-use aloft_api::meta::{find_condition, set_condition, Condition};
+use aloft_api::meta::{find_condition, set_condition, Condition, ObjectMeta};
 use aloft_api::update_graph::{self, Graph, Recommendation};
 use aloft_api::MachineConfigPool;
 use serde_json::{json, Value};
@@ -98,8 +98,8 @@ pub fn graph_arch(rust: &str) -> &str {
     }
 }
 
-/// Run forever: a pass after each change of the ClusterVersion (and of a pool while a release
-/// rolls out), and at least every [`super::RESYNC`] (which is also how often a due poll is
+/// Run forever: a pass after each change of the ClusterVersion or of a CSV (whose platform
+/// limit sets Upgradeable), and of a pool while a release rolls out, and at least every [`super::RESYNC`] (which is also how often a due poll is
 /// noticed).
 pub async fn run(store: Arc<dyn Store>, events: Recorder, opts: Options, passes: super::passes::Passes) {
     let http = match http_client() {
@@ -110,7 +110,7 @@ pub async fn run(store: Arc<dyn Store>, events: Recorder, opts: Options, passes:
         }
     };
     let cache = Arc::new(Mutex::new(GraphCache::default()));
-    let watched = [CLUSTER_VERSION.store_key(), MACHINE_CONFIG_POOL.store_key()];
+    let watched = [CLUSTER_VERSION.store_key(), MACHINE_CONFIG_POOL.store_key(), CLUSTER_SERVICE_VERSION.store_key()];
     // Pools wake it only while a release is rolling out.
     let following = Arc::new(AtomicBool::new(false));
     let relevant = super::pools_wake_while(following.clone());
@@ -155,6 +155,17 @@ async fn reconcile(
 
     let graph = refresh_graph(http, cache, &cv, opts).await;
     show_updates(&cv, &mut status, graph.as_deref(), cache, &now);
+    let blocked = match cv.current() {
+        Some(current) => incompatible_operators(store, &current.version).await?,
+        None => None,
+    };
+    match blocked {
+        Some(message) => {
+            let c = Condition::new(cv::UPGRADEABLE, "False", cv::INCOMPATIBLE_OPERATORS, message);
+            set_condition(&mut status.conditions, c, &now);
+        }
+        None => status.conditions.retain(|c| c.type_ != cv::UPGRADEABLE),
+    }
     let accepted = consider_desired_update(&cv, &mut status, graph.as_deref(), &now);
     // Every pass, as the CVO applies its manifests again and again: a release MachineConfig
     // deleted or edited by hand is put back.
@@ -479,6 +490,39 @@ fn resolve(cv: &ClusterVersion, graph: Option<&Graph>) -> Option<Result<Release,
     Some(Ok(release))
 }
 
+/// Why the installed operators keep the fleet on `current`'s minor, as OLM tells the CVO
+/// (its ClusterOperator's Upgradeable=False): each CSV whose `olm.maxOpenShiftVersion` is older
+/// than the next minor, or cannot be read. None when nothing blocks, or `current` is no semver.
+async fn incompatible_operators(store: &Arc<dyn Store>, current: &str) -> Result<Option<String>, StoreError> {
+    let Ok(now) = semver::Version::parse(current) else { return Ok(None) };
+    let next = (now.major, now.minor + 1);
+    let mut blocking = Vec::new();
+    for raw in store.list(&CLUSTER_SERVICE_VERSION.store_key(), None).await?.items {
+        let Ok(meta) = serde_json::from_value::<ObjectMeta>(raw.get("metadata").cloned().unwrap_or_default()) else {
+            continue;
+        };
+        if meta.deletion_timestamp.is_some() {
+            continue;
+        }
+        let who = format!("{}/{}", meta.namespace.as_deref().unwrap_or(""), meta.name);
+        match aloft_api::olm::max_platform_version(&meta.name, &meta) {
+            Ok(Some(max)) if max < next => {
+                blocking.push(format!("maximum supported version for {who} is {}.{}", max.0, max.1));
+            }
+            Ok(_) => {}
+            Err(e) => blocking.push(format!("{who}: {e}")),
+        }
+    }
+    Ok((!blocking.is_empty()).then(|| {
+        format!(
+            "ClusterServiceVersions blocking minor version updates to {}.{} or higher: {}",
+            next.0,
+            next.1,
+            blocking.join("; ")
+        )
+    }))
+}
+
 /// The CVO's preconditions for moving from `current` to `target`, in its order: what fails.
 fn precondition_failures(status: &ClusterVersionStatus, current: &Release, target: &Release) -> Vec<String> {
     let (Ok(from), Ok(to)) = (semver::Version::parse(&current.version), semver::Version::parse(&target.version)) else {
@@ -502,6 +546,12 @@ fn precondition_failures(status: &ClusterVersionStatus, current: &Release, targe
             "GiantHop: {} to {} skips a minor release; update one minor at a time",
             current.version, target.version
         ));
+    }
+    // Upgradeable=False holds back a new minor or major, never a patch.
+    if (to.major, to.minor) > (from.major, from.minor) {
+        if let Some(c) = find_condition(&status.conditions, cv::UPGRADEABLE).filter(|c| c.status == "False") {
+            out.push(format!("Upgradeable: {}: {}", c.reason, c.message));
+        }
     }
     out
 }
@@ -829,6 +879,18 @@ mod tests {
         );
         // Not semantic versions (an explicit image's version is checked before): no opinion.
         assert_eq!(fails("4.8.3", "latest"), Vec::<String>::new());
+
+        // Upgradeable=False (an operator that supports no newer minor) holds back a minor or a
+        // major, named after GiantHop as the CVO orders them; never a patch or a rollback.
+        let mut held = history(&["4.8.3", "4.8.2"]);
+        let why = "ClusterServiceVersions blocking minor version updates to 4.9 or higher: maximum supported version for operators/a.v1 is 4.8";
+        held.conditions.push(Condition::new(cv::UPGRADEABLE, "False", cv::INCOMPATIBLE_OPERATORS, why));
+        let fails = |from: &str, to: &str| precondition_failures(&held, &rel(from, ""), &rel(to, ""));
+        assert_eq!(fails("4.8.3", "4.9.0"), [format!("Upgradeable: IncompatibleOperatorsInstalled: {why}")]);
+        assert_eq!(fails("4.8.3", "4.8.9"), Vec::<String>::new(), "a patch goes on");
+        assert_eq!(fails("4.8.3", "4.8.2"), Vec::<String>::new(), "so does the rollback");
+        let both = fails("4.8.3", "5.0.0");
+        assert!(both.len() == 2 && both[0].starts_with("GiantHop") && both[1].starts_with("Upgradeable"), "{both:?}");
     }
 
     fn graph() -> Graph {

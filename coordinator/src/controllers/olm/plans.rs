@@ -102,10 +102,20 @@ pub async fn create_for(
 /// The bundle's objects as steps, and everything that stops aloft from installing them.
 fn steps_of(bundle: &Bundle, source: &str, source_namespace: &str) -> (Vec<Step>, Vec<String>) {
     let mut problems = Vec::new();
-    let objects = match bundle.objects() {
+    let mut objects = match bundle.objects() {
         Ok(o) => o,
         Err(e) => return (Vec::new(), vec![e.to_string()]),
     };
+    // The CSV carries its bundle's properties, as OLM writes them: its platform limit
+    // (`olm.maxOpenShiftVersion`) is read from there once it is installed.
+    for csv in objects.iter_mut().filter(|o| o.get("kind").and_then(Value::as_str) == Some("ClusterServiceVersion")) {
+        if let Some(meta) = csv.get_mut("metadata").and_then(Value::as_object_mut) {
+            let annotations = meta.entry("annotations").or_insert_with(|| json!({}));
+            if let Some(a) = annotations.as_object_mut() {
+                a.insert(olm::PROPERTIES_ANNOTATION.into(), json!(olm::properties_annotation(bundle)));
+            }
+        }
+    }
     if objects.is_empty() {
         problems.push(format!(
             "it carries no manifests (no olm.bundle.object properties): aloft installs bundles whose \
