@@ -8,7 +8,7 @@
 use aloft_api::annotations as ann;
 use aloft_coordinator::resources::{
     CATALOG_SOURCE, CLUSTER_SERVICE_VERSION, CLUSTER_VERSION, EVENT, INSTALL_PLAN, MACHINE_CONFIG, MACHINE_CONFIG_POOL,
-    NODE, SUBSCRIPTION,
+    NODE, OPERATOR_GROUP, SUBSCRIPTION,
 };
 use aloft_tests::catalog_server::CatalogServer;
 use aloft_tests::sandbox::Host;
@@ -692,4 +692,128 @@ async fn an_operator_that_supports_no_newer_release_holds_back_minor_updates() {
     .await;
     let said = s(condition(&v, "Upgradeable").unwrap(), "/message");
     assert!(said.contains("operators/node-exporter.v1.1.0: failed to parse"), "{said}");
+}
+
+/// An OLM install manifest as OperatorHub gives it (an OperatorGroup beside the Subscription)
+/// applies with kubectl as it is; the group's `status.namespaces` is filled; a second group in
+/// the namespace holds the plan back, saying why, until one is deleted; what aloft cannot use of
+/// a group is refused naming the field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operator_groups_apply_as_olm_manifests_have_them_and_two_hold_an_install_back() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let served = CatalogServer::start().await;
+    let v1 = bundle("1.0.0", None, &[bundle_config("50-node-exporter", "/etc/node-exporter/version", "v1")]);
+    let url = served.set("fleet.json", &catalog(&[(v1, None)]));
+    admin.post(&ns_path(&CATALOG_SOURCE, CATALOG_NS, None), &catalog_source("fleet", &url)).await.unwrap();
+    let group = |name: &str, targets: Value| {
+        json!({"apiVersion": "operators.coreos.com/v1", "kind": "OperatorGroup",
+               "metadata": {"name": name, "namespace": NS}, "spec": {"targetNamespaces": targets}})
+    };
+    let og_path = |name: Option<&str>| resource_path(OPERATOR_GROUP.path_ref(), Some(NS), name);
+    admin
+        .post(&path_of(&MACHINE_CONFIG_POOL, None), &aloft_tests::machine_config_pool("worker", "worker"))
+        .await
+        .unwrap()
+        .into_result()
+        .unwrap();
+
+    // Refused, naming the field: a target that is no namespace name, a strategy OLM does not
+    // know; under strict validation, what scopes an operator pod's permissions.
+    let bad = [
+        (group("bad", json!(["Operators"])), "spec.targetNamespaces[0]"),
+        (
+            json!({"apiVersion": "operators.coreos.com/v1", "kind": "OperatorGroup",
+                   "metadata": {"name": "bad", "namespace": NS}, "spec": {"upgradeStrategy": {"name": "Fast"}}}),
+            "spec.upgradeStrategy.name",
+        ),
+    ];
+    for (obj, field) in bad {
+        let r = admin.post(&og_path(None), &obj).await.unwrap();
+        assert_eq!(r.code, 422, "{field}: {}", r.body);
+        assert!(aloft_tests::cause_fields(&r.body).iter().any(|f| f == field), "{field}: {}", r.body);
+    }
+    let mut pod_scoped = group("bad", json!([NS]));
+    pod_scoped["spec"]["serviceAccountName"] = json!("operator-sa");
+    let r = admin.post(&format!("{}?fieldValidation=Strict", og_path(None)), &pod_scoped).await.unwrap();
+    assert_eq!(r.code, 400, "{}", r.body);
+    assert!(r.body["message"].as_str().unwrap().contains("spec.serviceAccountName"), "{}", r.body);
+
+    // Two groups, then the subscription: the plan waits, saying why.
+    let manifest = [group("operators-og", json!([NS])), subscription(PKG, "fleet", PKG, "Automatic")];
+    let text: String = manifest.iter().map(|o| format!("---\n{}\n", yaml_serde::to_string(o).unwrap())).collect();
+    let applied = match aloft_tests::kubectl_path() {
+        Some(exe) => {
+            let file = tempfile::NamedTempFile::new().unwrap();
+            std::fs::write(file.path(), &text).unwrap();
+            let home = tempfile::tempdir().unwrap();
+            let out = std::process::Command::new(exe)
+                .arg(format!("--kubeconfig={}", c.kubeconfig_path().display()))
+                .args(["apply", "-f", file.path().to_str().unwrap()])
+                .env("HOME", home.path())
+                .env_remove("KUBECONFIG")
+                .output()
+                .unwrap();
+            let said = String::from_utf8_lossy(&out.stdout).to_string();
+            assert!(out.status.success(), "{said}{}", String::from_utf8_lossy(&out.stderr));
+            said
+        }
+        None => {
+            admin.post(&og_path(None), &manifest[0]).await.unwrap().into_result().unwrap();
+            admin.post(&ns_path(&SUBSCRIPTION, NS, None), &manifest[1]).await.unwrap().into_result().unwrap();
+            String::new()
+        }
+    };
+    assert!(
+        applied.is_empty() || applied.contains("operatorgroup.operators.coreos.com/operators-og created"),
+        "{applied}"
+    );
+    let og = eventually(WAIT, "the group's status", || {
+        let admin = admin.clone();
+        let path = og_path(Some("operators-og"));
+        async move { Ok(get(&admin, &path).await?.filter(|og| og.pointer("/status/namespaces").is_some())) }
+    })
+    .await;
+    assert_eq!(og["status"]["namespaces"], json!([NS]));
+    plan_for(&admin, PKG, "node-exporter.v1.0.0", "Complete").await;
+
+    // A second group, and a second subscription's plan waits until it is gone.
+    admin.post(&og_path(None), &group("all-namespaces", json!([]))).await.unwrap().into_result().unwrap();
+    let all = eventually(WAIT, "the second group's status", || {
+        let admin = admin.clone();
+        let path = og_path(Some("all-namespaces"));
+        async move { Ok(get(&admin, &path).await?.filter(|og| og.pointer("/status/namespaces").is_some())) }
+    })
+    .await;
+    assert_eq!(all["status"]["namespaces"], json!([""]), "every namespace, as OLM writes it");
+    admin.delete(&ns_path(&SUBSCRIPTION, NS, Some(PKG))).await.unwrap().into_result().unwrap();
+    admin
+        .delete(&ns_path(&CLUSTER_SERVICE_VERSION, NS, Some("node-exporter.v1.0.0")))
+        .await
+        .unwrap()
+        .into_result()
+        .unwrap();
+    let again = subscription("again", "fleet", PKG, "Automatic");
+    admin.post(&ns_path(&SUBSCRIPTION, NS, None), &again).await.unwrap().into_result().unwrap();
+    let held = eventually(WAIT, "the plan held back", || {
+        let admin = admin.clone();
+        async move {
+            let Some(sub) = get(&admin, &ns_path(&SUBSCRIPTION, NS, Some("again"))).await? else { return Ok(None) };
+            let name = s(&sub, "/status/installPlanRef/name").to_string();
+            if name.is_empty() {
+                return Ok(None);
+            }
+            let plan = get(&admin, &ns_path(&INSTALL_PLAN, NS, Some(&name))).await?;
+            Ok(plan.filter(|p| condition(p, "Installed").is_some_and(|c| c["reason"] == "TooManyOperatorGroups")))
+        }
+    })
+    .await;
+    let why = s(condition(&held, "Installed").unwrap(), "/message");
+    assert!(why.contains("has 2 OperatorGroups (all-namespaces, operators-og)"), "{why}");
+    assert_ne!(s(&held, "/status/phase"), "Complete");
+    assert!(get(&admin, &ns_path(&CLUSTER_SERVICE_VERSION, NS, Some("node-exporter.v1.0.0"))).await.unwrap().is_none());
+
+    admin.delete(&og_path(Some("all-namespaces"))).await.unwrap().into_result().unwrap();
+    plan_for(&admin, "again", "node-exporter.v1.0.0", "Complete").await;
+    csv_phase(&admin, "node-exporter.v1.0.0", "Succeeded").await;
 }

@@ -67,6 +67,79 @@ pub const CSV_REPLACING: &str = "Replacing";
 pub const OWNER_CSV_LABEL: &str = "olm.aloft.dev/csv";
 pub const OWNER_NAMESPACE_LABEL: &str = "olm.aloft.dev/namespace";
 
+/// OperatorGroup's API version: OLM serves it at `v1`, beside the `v1alpha1` kinds.
+pub const OPERATOR_GROUP_API_VERSION: &str = "operators.coreos.com/v1";
+/// The `upgradeStrategy.name`s OLM knows.
+pub const UPGRADE_STRATEGIES: &[&str] = &["Default", "TechPreviewUnsafeFailForward"];
+
+/// Which namespaces an operator of this namespace serves. Every OLM install manifest carries one
+/// beside its Subscription; aloft installs no workloads to scope, so it only shows the target
+/// namespaces and, as OLM does, refuses to install into a namespace with two or more.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OperatorGroup {
+    #[serde(default)]
+    pub api_version: String,
+    #[serde(default)]
+    pub kind: String,
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub spec: OperatorGroupSpec,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<OperatorGroupStatus>,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OperatorGroupSpec {
+    /// Empty (and no selector): every namespace, OLM's AllNamespaces mode.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub target_namespaces: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<crate::LabelSelector>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upgrade_strategy: Option<UpgradeStrategy>,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UpgradeStrategy {
+    #[serde(default)]
+    pub name: String,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OperatorGroupStatus {
+    /// The target namespaces; `[""]` for all, as OLM writes it.
+    #[serde(default)]
+    pub namespaces: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_updated: Option<String>,
+    #[serde(flatten)]
+    pub extra: Extra,
+}
+
+impl OperatorGroup {
+    /// What `status.namespaces` says: the target namespaces sorted, or `[""]` (all).
+    pub fn namespaces(&self) -> Vec<String> {
+        if self.spec.target_namespaces.is_empty() {
+            return vec![String::new()];
+        }
+        let mut ns = self.spec.target_namespaces.clone();
+        ns.sort();
+        ns.dedup();
+        ns
+    }
+}
+
 /// The annotation OLM writes on a CSV with its bundle's properties (`{"properties": [...]}`);
 /// it is where `olm.maxOpenShiftVersion` is read from once the bundle is installed.
 pub const PROPERTIES_ANNOTATION: &str = "operatorframework.io/properties";

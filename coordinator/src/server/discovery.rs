@@ -12,18 +12,43 @@ pub fn core_versions() -> Value {
     json!({"kind": "APIVersions", "apiVersion": "v1", "versions": ["v1"], "serverAddressByClientCIDRs": []})
 }
 
-/// A group's one served version: its resources' (OLM's are `v1alpha1`), else `v1` (the reviews').
-fn served_version(group: &str) -> &'static str {
-    resources::ALL.iter().find(|r| r.group == group).map_or("v1", |r| r.version)
+/// A group's served versions, preferred first: its resources' (OLM's group serves `v1` and
+/// `v1alpha1`), else `v1` (the reviews'), ordered as Kubernetes orders versions (GA before beta
+/// before alpha, then the higher number), as kube-apiserver lists them.
+fn served_versions(group: &str) -> Vec<&'static str> {
+    let mut versions: Vec<&'static str> =
+        resources::ALL.iter().filter(|r| r.group == group).map(|r| r.version).collect();
+    if versions.is_empty() {
+        versions.push("v1");
+    }
+    versions.sort_by_key(|v| std::cmp::Reverse(version_priority(v)));
+    versions.dedup();
+    versions
+}
+
+/// Kubernetes' version priority: `v2` > `v1` > `v1beta1` > `v1alpha2` > `v1alpha1`.
+fn version_priority(v: &str) -> (u8, u32, u32) {
+    let rest = v.strip_prefix('v').unwrap_or(v);
+    let digits = |s: &str| s.chars().take_while(char::is_ascii_digit).collect::<String>();
+    let major = digits(rest);
+    let tail = &rest[major.len()..];
+    let major = major.parse().unwrap_or(0);
+    let (stage, minor) = match tail {
+        "" => (2, 0),
+        t if t.starts_with("beta") => (1, digits(&t[4..]).parse().unwrap_or(0)),
+        t if t.starts_with("alpha") => (0, digits(&t[5..]).parse().unwrap_or(0)),
+        _ => (0, 0),
+    };
+    (stage, major, minor)
 }
 
 fn group_entry(group: &str) -> Value {
-    let version = served_version(group);
-    let gv = format!("{group}/{version}");
+    let versions = served_versions(group);
+    let entry = |v: &str| json!({"groupVersion": format!("{group}/{v}"), "version": v});
     json!({
         "name": group,
-        "versions": [{"groupVersion": gv, "version": version}],
-        "preferredVersion": {"groupVersion": gv, "version": version},
+        "versions": versions.iter().map(|v| entry(v)).collect::<Vec<_>>(),
+        "preferredVersion": entry(versions[0]),
     })
 }
 
@@ -102,4 +127,34 @@ pub fn version(build: &aloft_api::build::BuildInfo) -> Value {
         "compiler": "rustc",
         "platform": format!("{}/{}", std::env::consts::OS, std::env::consts::ARCH),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_group_lists_each_version_it_serves_preferred_first() {
+        let olm = group(aloft_api::olm::GROUP).expect("served");
+        assert_eq!(olm["preferredVersion"]["groupVersion"], "operators.coreos.com/v1");
+        let listed: Vec<&str> =
+            olm["versions"].as_array().unwrap().iter().map(|v| v["version"].as_str().unwrap()).collect();
+        assert_eq!(listed, ["v1", "v1alpha1"]);
+        let kinds = |v: &str| -> Vec<String> {
+            resource_list(aloft_api::olm::GROUP, v).expect("a list")["resources"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|r| !r["name"].as_str().unwrap().contains('/'))
+                .map(|r| r["kind"].as_str().unwrap().to_string())
+                .collect()
+        };
+        assert_eq!(kinds("v1"), ["OperatorGroup"]);
+        assert_eq!(kinds("v1alpha1"), ["CatalogSource", "Subscription", "InstallPlan", "ClusterServiceVersion"]);
+        let mut ordered = vec!["v1alpha1", "v2", "v1beta1", "v1", "v1alpha2", "v10"];
+        ordered.sort_by_key(|v| std::cmp::Reverse(version_priority(v)));
+        assert_eq!(ordered, ["v10", "v2", "v1", "v1beta1", "v1alpha2", "v1alpha1"]);
+        let mco = group("machineconfiguration.openshift.io").expect("served");
+        assert_eq!(mco["versions"].as_array().map(Vec::len), Some(1));
+    }
 }

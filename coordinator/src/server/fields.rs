@@ -251,6 +251,16 @@ const SUBSCRIPTION: Shape = Obj(&[
     ("status", Any),
 ]);
 
+/// OLM's OperatorGroup, without what scopes operator pods' permissions (`serviceAccountName`,
+/// `staticProvidedAPIs`): no pod runs here.
+const OPERATOR_GROUP: Shape = Obj(&[
+    ("apiVersion", Any),
+    ("kind", Any),
+    ("metadata", META),
+    ("spec", Obj(&[("targetNamespaces", Any), ("selector", SELECTOR), ("upgradeStrategy", Obj(&[("name", Any)]))])),
+    ("status", Any),
+]);
+
 const INSTALL_PLAN: Shape = Obj(&[
     ("apiVersion", Any),
     ("kind", Any),
@@ -291,6 +301,7 @@ fn kind_shape(rt: &ResourceType) -> Option<&'static Shape> {
         "CatalogSource" => Some(&CATALOG_SOURCE),
         "Subscription" => Some(&SUBSCRIPTION),
         "InstallPlan" => Some(&INSTALL_PLAN),
+        "OperatorGroup" => Some(&OPERATOR_GROUP),
         "Node" => Some(&NODE),
         "Event" => Some(&EVENT),
         _ => None,

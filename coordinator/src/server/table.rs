@@ -104,6 +104,11 @@ fn columns(r: &ResourceType) -> Vec<Col> {
             col("Phase", "string", 0, "The phase of the CSV"),
             col("Message", "string", 1, "Why the CSV is in its phase"),
         ],
+        "OperatorGroup" => vec![
+            name,
+            age,
+            col("Namespaces", "string", 1, "The target namespaces (* for every namespace)"),
+        ],
         "FleetLock" => vec![
             name,
             col("Max Holders", "integer", 0, "Hosts of the group that may reboot at once"),
@@ -303,6 +308,14 @@ fn cells(r: &ResourceType, o: &Value, now: chrono::DateTime<chrono::Utc>) -> Vec
             json!(s(o, "/status/phase")),
             json!(s(o, "/status/message")),
         ],
+        "OperatorGroup" => {
+            let ns: Vec<&str> = o
+                .pointer("/status/namespaces")
+                .and_then(Value::as_array)
+                .map(|a| a.iter().filter_map(Value::as_str).map(|n| if n.is_empty() { "*" } else { n }).collect())
+                .unwrap_or_default();
+            vec![name, age, json!(ns.join(","))]
+        }
         "FleetLock" => {
             let max = o
                 .pointer("/spec/maxHolders")

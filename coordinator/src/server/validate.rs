@@ -243,6 +243,41 @@ fn subscription_causes(sub: &aloft_api::olm::Subscription, out: &mut Vec<StatusC
     approval_causes(&sub.spec.install_plan_approval, "spec.installPlanApproval", out);
 }
 
+/// OLM's OperatorGroup: namespaces that could exist, a selector that reads, a strategy OLM knows.
+fn operator_group_causes(og: &aloft_api::olm::OperatorGroup, out: &mut Vec<StatusCause>) {
+    for (i, ns) in og.spec.target_namespaces.iter().enumerate() {
+        let b = ns.as_bytes();
+        let ok = !b.is_empty()
+            && b.len() <= 63
+            && b[0].is_ascii_alphanumeric()
+            && b[b.len() - 1].is_ascii_alphanumeric()
+            && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-');
+        if !ok {
+            out.push(cause(
+                &format!("spec.targetNamespaces[{i}]"),
+                "FieldValueInvalid",
+                format!(
+                    "Invalid value: {ns:?}: a namespace name is a lowercase RFC 1123 label (at most 63 characters)"
+                ),
+            ));
+        }
+    }
+    selector_causes(&og.spec.selector, "spec.selector", out);
+    if let Some(name) = og.spec.upgrade_strategy.as_ref().map(|u| u.name.as_str()) {
+        let known = aloft_api::olm::UPGRADE_STRATEGIES;
+        if !known.contains(&name) {
+            out.push(cause(
+                "spec.upgradeStrategy.name",
+                "FieldValueNotSupported",
+                format!(
+                    "Unsupported value: {name:?}: supported values: {}",
+                    known.iter().map(|k| format!("{k:?}")).collect::<Vec<_>>().join(", ")
+                ),
+            ));
+        }
+    }
+}
+
 fn approval_causes(approval: &str, field: &str, out: &mut Vec<StatusCause>) {
     use aloft_api::olm::{AUTOMATIC, MANUAL};
     if !approval.is_empty() && approval != AUTOMATIC && approval != MANUAL {
@@ -619,6 +654,11 @@ pub fn object_causes(r: &ResourceType, obj: &Value) -> Vec<StatusCause> {
         "Subscription" => {
             if let Some(sub) = typed::<aloft_api::olm::Subscription>(obj, &mut out) {
                 subscription_causes(&sub, &mut out);
+            }
+        }
+        "OperatorGroup" => {
+            if let Some(og) = typed::<aloft_api::olm::OperatorGroup>(obj, &mut out) {
+                operator_group_causes(&og, &mut out);
             }
         }
         "InstallPlan" => {

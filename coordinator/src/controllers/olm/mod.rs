@@ -7,7 +7,7 @@
 //! 2. [`subscriptions`]: resolve each Subscription against its catalog (the channel head on a
 //!    fresh install, the next bundle of the upgrade graph after that) and create the
 //!    InstallPlan, approved at once when `installPlanApproval` is Automatic;
-//! 3. [`plans`]: install each approved plan: the CSV, and the bundle's MachineConfigs (labelled
+//! 3. [`plans`]: install each approved plan (unless its namespace has several [`groups`]): the CSV, and the bundle's MachineConfigs (labelled
 //!    with their CSV), replacing those of the CSV it replaces in the same write so a pool rolls
 //!    out one change, not two;
 //! 4. [`csvs`]: follow each CSV's MachineConfigs through the pools (Installing until every pool
@@ -19,12 +19,14 @@
 
 pub mod catalogs;
 pub mod csvs;
+pub mod groups;
 pub mod plans;
 pub mod subscriptions;
 
 use super::events::{EventType, Involved, Recorder};
 use crate::resources::{
-    CATALOG_SOURCE, CLUSTER_SERVICE_VERSION, INSTALL_PLAN, MACHINE_CONFIG, MACHINE_CONFIG_POOL, SUBSCRIPTION,
+    CATALOG_SOURCE, CLUSTER_SERVICE_VERSION, INSTALL_PLAN, MACHINE_CONFIG, MACHINE_CONFIG_POOL, OPERATOR_GROUP,
+    SUBSCRIPTION,
 };
 use crate::store::{revision_of, Key, Store, StoreError};
 use serde_json::Value;
@@ -51,6 +53,7 @@ pub async fn run(store: Arc<dyn Store>, events: Recorder, passes: super::passes:
         SUBSCRIPTION.store_key(),
         INSTALL_PLAN.store_key(),
         CLUSTER_SERVICE_VERSION.store_key(),
+        OPERATOR_GROUP.store_key(),
         MACHINE_CONFIG_POOL.store_key(),
     ];
     // Pools wake it only while a CSV is installing.
@@ -75,6 +78,7 @@ async fn reconcile(
     events: &Recorder,
 ) -> Result<bool, StoreError> {
     catalogs::reconcile(store, http, cache, events).await?;
+    groups::reconcile(store).await?;
     let snapshot = catalogs::snapshot(cache);
     subscriptions::reconcile(store, &snapshot, events).await?;
     plans::reconcile(store, events).await?;

@@ -213,6 +213,18 @@ async fn install(store: &Arc<dyn Store>, events: &Recorder, raw: &Value, plan: I
     let mut status = plan.status.clone().unwrap_or_default();
     status.phase = olm::PLAN_INSTALLING.into();
     let csv_name = plan.spec.cluster_service_version_names.first().cloned().unwrap_or_default();
+    // Two OperatorGroups: the plan waits, saying why, and goes on once one is deleted (OLM
+    // fails the CSV instead, and a failed install does not recover by itself there).
+    if let Some(why) = super::groups::too_many(store, &ns).await? {
+        let mut waiting = plan.status.clone().unwrap_or_default();
+        let c = Condition::new("Installed", "False", "TooManyOperatorGroups", why.as_str());
+        if set_condition(&mut waiting.conditions, c, &now) {
+            warn(events, &about, "TooManyOperatorGroups", &format!("{csv_name} is not installed: {why}"));
+        }
+        let mut next = raw.clone();
+        next["status"] = serde_json::to_value(&waiting).unwrap_or(Value::Null);
+        return write_if_changed(store, &key_of(&INSTALL_PLAN, raw), raw, next).await.map(|_| ());
+    }
     let objects: Vec<(usize, Value)> = status
         .plan
         .iter()
