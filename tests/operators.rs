@@ -130,6 +130,19 @@ async fn plan_for(c: &Client, sub: &str, csv: &str, phase: &str) -> Value {
     .await
 }
 
+/// Create `sub` and wait until its condition `type_` is True; returns the subscription.
+async fn subscribe_until(c: &Client, sub: Value, type_: &'static str) -> Value {
+    c.post(&ns_path(&SUBSCRIPTION, NS, None), &sub).await.unwrap().into_result().unwrap();
+    let path = ns_path(&SUBSCRIPTION, NS, Some(s(&sub, "/metadata/name")));
+    eventually(WAIT, &format!("the subscription {type_}"), || {
+        let (c, path) = (c.clone(), path.clone());
+        async move {
+            Ok(get(&c, &path).await?.filter(|sub| condition(sub, type_).is_some_and(|c| s(c, "/status") == "True")))
+        }
+    })
+    .await
+}
+
 async fn csv_phase(c: &Client, name: &str, phase: &str) -> Value {
     let (c, path) = (c.clone(), ns_path(&CLUSTER_SERVICE_VERSION, NS, Some(name)));
     eventually(WAIT, &format!("CSV {name} {phase}"), || {
@@ -502,39 +515,16 @@ async fn catalogs_and_subscriptions_say_what_they_cannot_do() {
     assert!(condition(&failed, "PackageDeprecated").is_some(), "{failed}");
 
     // A package the catalog does not have.
-    admin
-        .post(&ns_path(&SUBSCRIPTION, NS, None), &subscription("nope", "example", "no-such-package", "Automatic"))
-        .await
-        .unwrap()
-        .into_result()
-        .unwrap();
-    let unresolved = eventually(WAIT, "the resolution to fail", || {
-        let admin = admin.clone();
-        async move {
-            let sub = get(&admin, &ns_path(&SUBSCRIPTION, NS, Some("nope"))).await?;
-            Ok(sub.filter(|sub| condition(sub, "ResolutionFailed").is_some_and(|c| s(c, "/status") == "True")))
-        }
-    })
-    .await;
+    let unresolved =
+        subscribe_until(&admin, subscription("nope", "example", "no-such-package", "Automatic"), "ResolutionFailed")
+            .await;
     let why = condition(&unresolved, "ResolutionFailed").unwrap();
     assert_eq!(s(why, "/reason"), "ConstraintsNotSatisfiable");
     assert!(s(why, "/message").contains("no-such-package"), "{why}");
 
     // A subscription to a catalog that does not exist says so.
-    admin
-        .post(&ns_path(&SUBSCRIPTION, NS, None), &subscription("orphan", "nowhere", PKG, "Automatic"))
-        .await
-        .unwrap()
-        .into_result()
-        .unwrap();
-    let orphan = eventually(WAIT, "the missing catalog reported", || {
-        let admin = admin.clone();
-        async move {
-            let sub = get(&admin, &ns_path(&SUBSCRIPTION, NS, Some("orphan"))).await?;
-            Ok(sub.filter(|sub| condition(sub, "CatalogSourcesUnhealthy").is_some_and(|c| s(c, "/status") == "True")))
-        }
-    })
-    .await;
+    let orphan =
+        subscribe_until(&admin, subscription("orphan", "nowhere", PKG, "Automatic"), "CatalogSourcesUnhealthy").await;
     let why = condition(&orphan, "CatalogSourcesUnhealthy").unwrap();
     assert_eq!(s(why, "/message"), "targeted catalogsource olm/nowhere missing");
 }

@@ -509,6 +509,22 @@ impl Supervisor {
         }
     }
 
+    /// Power-cycle a boot the harness lost (a hung guest kernel, a crashed QEMU): keep its logs
+    /// as `*-{lost}.log`, record why it ended, and run the firmware and bootloader again: the
+    /// same boot, its entry read afresh. None when the entry cannot be read (the VM is Failed).
+    async fn power_cycle(&self, boot: u32, lost: &str, why: &str) -> Option<BootFiles> {
+        self.keep_lost_logs(boot, lost);
+        self.end_boot(boot, why);
+        self.set(boot, Phase::Rebooting);
+        match self.read_boot_entry(boot).await {
+            Ok(f) => Some(f),
+            Err(e) => {
+                self.set(boot, Phase::Failed(format!("bootloader: {e:#}")));
+                None
+            }
+        }
+    }
+
     /// Keep a lost attempt's (hung or crashed) console and QEMU logs beside the retry's (which take the boot's
     /// usual names); the boot's record points at the kept console log.
     fn keep_lost_logs(&self, boot: u32, what: &str) {
@@ -546,16 +562,9 @@ impl Supervisor {
                         "QEMU died under the guest: power-cycling the VM and booting again \
                          ({crashes} of at most {MAX_CRASH_RESETS})"
                     );
-                    self.keep_lost_logs(boot, &format!("crashed-{crashes}"));
-                    self.end_boot(boot, &format!("QEMU crashed ({report}); power-cycled by the harness"));
-                    self.set(boot, Phase::Rebooting);
-                    files = match self.read_boot_entry(boot).await {
-                        Ok(f) => f,
-                        Err(e) => {
-                            self.set(boot, Phase::Failed(format!("bootloader: {e:#}")));
-                            return;
-                        }
-                    };
+                    let why = format!("QEMU crashed ({report}); power-cycled by the harness");
+                    let Some(f) = self.power_cycle(boot, &format!("crashed-{crashes}"), &why).await else { return };
+                    files = f;
                     again = true;
                     continue;
                 }
@@ -574,17 +583,9 @@ impl Supervisor {
                         "the guest kernel hung before the boot was ready: power-cycling the VM and booting again \
                          ({hangs} of at most {MAX_HANG_RESETS})"
                     );
-                    self.keep_lost_logs(boot, &format!("hung-{hangs}"));
-                    self.end_boot(boot, &format!("hung ({report}); power-cycled by the harness"));
-                    self.set(boot, Phase::Rebooting);
-                    // The firmware and bootloader run again: the same boot, read afresh.
-                    files = match self.read_boot_entry(boot).await {
-                        Ok(f) => f,
-                        Err(e) => {
-                            self.set(boot, Phase::Failed(format!("bootloader: {e:#}")));
-                            return;
-                        }
-                    };
+                    let why = format!("hung ({report}); power-cycled by the harness");
+                    let Some(f) = self.power_cycle(boot, &format!("hung-{hangs}"), &why).await else { return };
+                    files = f;
                     again = true;
                     continue;
                 }
