@@ -130,17 +130,20 @@ async fn plan_for(c: &Client, sub: &str, csv: &str, phase: &str) -> Value {
     .await
 }
 
-/// Create `sub` and wait until its condition `type_` is True; returns the subscription.
-async fn subscribe_until(c: &Client, sub: Value, type_: &'static str) -> Value {
+/// Create `sub` and wait until `ok` holds of it; returns the subscription.
+async fn subscribe_until(c: &Client, sub: Value, what: &str, ok: fn(&Value) -> bool) -> Value {
     c.post(&ns_path(&SUBSCRIPTION, NS, None), &sub).await.unwrap().into_result().unwrap();
     let path = ns_path(&SUBSCRIPTION, NS, Some(s(&sub, "/metadata/name")));
-    eventually(WAIT, &format!("the subscription {type_}"), || {
+    eventually(WAIT, what, || {
         let (c, path) = (c.clone(), path.clone());
-        async move {
-            Ok(get(&c, &path).await?.filter(|sub| condition(sub, type_).is_some_and(|c| s(c, "/status") == "True")))
-        }
+        async move { Ok(get(&c, &path).await?.filter(ok)) }
     })
     .await
+}
+
+/// Whether the subscription's condition `type_` is True.
+fn cond_true(sub: &Value, type_: &str) -> bool {
+    condition(sub, type_).is_some_and(|c| s(c, "/status") == "True")
 }
 
 async fn csv_phase(c: &Client, name: &str, phase: &str) -> Value {
@@ -481,13 +484,8 @@ async fn catalogs_and_subscriptions_say_what_they_cannot_do() {
 
     let mut community_sub = subscription("ecr", "community", "ecr-secret-operator", "Automatic");
     community_sub["spec"]["channel"] = json!("");
-    admin.post(&ns_path(&SUBSCRIPTION, NS, None), &community_sub).await.unwrap().into_result().unwrap();
-    let failed = eventually(WAIT, "the community operator's plan to fail", || {
-        let admin = admin.clone();
-        async move {
-            let sub = get(&admin, &ns_path(&SUBSCRIPTION, NS, Some("ecr"))).await?;
-            Ok(sub.filter(|sub| s(sub, "/status/state") == "UpgradeFailed"))
-        }
+    let failed = subscribe_until(&admin, community_sub, "the community operator's plan to fail", |sub| {
+        s(sub, "/status/state") == "UpgradeFailed"
     })
     .await;
     let why = condition(&failed, "InstallPlanFailed").expect("InstallPlanFailed");
@@ -498,13 +496,8 @@ async fn catalogs_and_subscriptions_say_what_they_cannot_do() {
 
     let mut example_sub = subscription("example", "example", "test-package", "Automatic");
     example_sub["spec"]["channel"] = json!("");
-    admin.post(&ns_path(&SUBSCRIPTION, NS, None), &example_sub).await.unwrap().into_result().unwrap();
-    let failed = eventually(WAIT, "the example operator's plan to fail", || {
-        let admin = admin.clone();
-        async move {
-            let sub = get(&admin, &ns_path(&SUBSCRIPTION, NS, Some("example"))).await?;
-            Ok(sub.filter(|sub| s(sub, "/status/state") == "UpgradeFailed"))
-        }
+    let failed = subscribe_until(&admin, example_sub, "the example operator's plan to fail", |sub| {
+        s(sub, "/status/state") == "UpgradeFailed"
     })
     .await;
     let message = s(condition(&failed, "InstallPlanFailed").expect("InstallPlanFailed"), "/message");
@@ -515,16 +508,25 @@ async fn catalogs_and_subscriptions_say_what_they_cannot_do() {
     assert!(condition(&failed, "PackageDeprecated").is_some(), "{failed}");
 
     // A package the catalog does not have.
-    let unresolved =
-        subscribe_until(&admin, subscription("nope", "example", "no-such-package", "Automatic"), "ResolutionFailed")
-            .await;
+    let unresolved = subscribe_until(
+        &admin,
+        subscription("nope", "example", "no-such-package", "Automatic"),
+        "the subscription ResolutionFailed",
+        |sub| cond_true(sub, "ResolutionFailed"),
+    )
+    .await;
     let why = condition(&unresolved, "ResolutionFailed").unwrap();
     assert_eq!(s(why, "/reason"), "ConstraintsNotSatisfiable");
     assert!(s(why, "/message").contains("no-such-package"), "{why}");
 
     // A subscription to a catalog that does not exist says so.
-    let orphan =
-        subscribe_until(&admin, subscription("orphan", "nowhere", PKG, "Automatic"), "CatalogSourcesUnhealthy").await;
+    let orphan = subscribe_until(
+        &admin,
+        subscription("orphan", "nowhere", PKG, "Automatic"),
+        "the subscription CatalogSourcesUnhealthy",
+        |sub| cond_true(sub, "CatalogSourcesUnhealthy"),
+    )
+    .await;
     let why = condition(&orphan, "CatalogSourcesUnhealthy").unwrap();
     assert_eq!(s(why, "/message"), "targeted catalogsource olm/nowhere missing");
 }
