@@ -4,8 +4,16 @@
 # QEMU booted from images/, scenarios a-h). Exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Each phase says how long it took (CI keeps only the tail of the output: the last phase's line
+# and the total are what show where a slow run spent its time).
+START=$SECONDS PHASE_START=$SECONDS
+phase() {
+  echo "[test.sh] $1: $((SECONDS - PHASE_START)) s (total $((SECONDS - START)) s)" >&2
+  PHASE_START=$SECONDS
+}
 bash scripts/install-deps.sh
 bash scripts/install-vm-deps.sh
+phase "installing the dependencies"
 export ALOFT_REQUIRE_KUBECTL=1
 # Tests that need root or a host tool (systemd-socket-activate) fail here instead of skipping.
 export ALOFT_REQUIRE_HOST_TOOLS=1
@@ -17,7 +25,9 @@ export CARGO_INCREMENTAL=${CARGO_INCREMENTAL-0}
 echo "disk before the build: $(df -h --output=avail . | tail -1 | tr -d ' ') free" >&2
 # The integration tests start the real binaries: build them first.
 cargo build --workspace --bins
+phase "building the binaries"
 cargo test --workspace --exclude aloft-vm-tests 2>&1
+phase "the workspace tests"
 # VM tests: a missing QEMU/mmdebstrap is a failure here, not a skip. The images are built (or
 # taken from /var/cache/aloft-images) by the first scenario. CI runs the eight scenarios (about
 # 30-40 minutes on 2 cores with the image build): a (a rebootless change), b (a rollout with an OS update), c (a bad OS
@@ -30,6 +40,8 @@ cargo test --workspace --exclude aloft-vm-tests 2>&1
 # the same eight).
 export ALOFT_REQUIRE_VM=1
 cargo test -p aloft-vm-tests --lib 2>&1
+phase "the VM harness's unit tests"
 # shellcheck disable=SC2086 # the filters are words
 cargo test -p aloft-vm-tests --test scenarios -- --test-threads=1 \
     ${ALOFT_VM_TESTS-a_rebootless b_os_update_one_node_at_a_time c_bad_os d_power_cut e_file_without f_power_cuts g_new_os h_release} 2>&1
+phase "the VM scenarios (with the image build)"

@@ -74,6 +74,11 @@ pub fn test_dir(test: &str) -> PathBuf {
     target_dir().join("vm-tests").join(test)
 }
 
+/// QEMU's CPU model: `max` unless `ALOFT_VM_CPU` says otherwise.
+pub fn cpu() -> String {
+    std::env::var("ALOFT_VM_CPU").ok().filter(|s| !s.is_empty()).unwrap_or_else(|| "max".into())
+}
+
 /// QEMU's accelerator: `tcg` unless `ALOFT_VM_ACCEL` says otherwise (e.g. `kvm`).
 pub fn accel() -> String {
     std::env::var("ALOFT_VM_ACCEL").ok().filter(|s| !s.is_empty()).unwrap_or_else(|| "tcg".into())

@@ -102,7 +102,7 @@ async fn build() -> Result<Images> {
     let script = env::workspace_root().join("images/build");
     tracing::info!(
         out = %out.display(), log = %log_path.display(),
-        "images/build --with-bad-commit --with-failpoints (seconds when cached, 4-8 minutes cold)"
+        "images/build --with-bad-commit --with-failpoints --cargo-profile vm-image (seconds when cached, 4-8 minutes cold)"
     );
     let started = Instant::now();
     let status = tokio::process::Command::new(&script)
@@ -110,6 +110,7 @@ async fn build() -> Result<Images> {
         .arg(&out)
         .arg("--with-bad-commit")
         .arg("--with-failpoints")
+        .args(["--cargo-profile", "vm-image"])
         .current_dir(env::workspace_root())
         .stdin(std::process::Stdio::null())
         .stdout(log.try_clone()?)

@@ -672,7 +672,7 @@ impl Supervisor {
         let cache = if o.durable_disk { "writeback" } else { "unsafe" };
         let log = std::fs::File::create(self.dir.join(format!("qemu-{boot}.log")))?;
         let mut cmd = tokio::process::Command::new("qemu-system-x86_64");
-        cmd.args(["-accel", &env::accel(), "-machine", "q35", "-cpu", "max"])
+        cmd.args(["-accel", &env::accel(), "-machine", "q35", "-cpu", &env::cpu()])
             .args(["-smp", &o.cpus.to_string(), "-m", &o.memory_mib.to_string()])
             .args(["-display", "none", "-no-reboot", "-monitor", "none"])
             .arg("-serial")
