@@ -26,11 +26,31 @@ echo "disk before the build: $(df -h --output=avail . | tail -1 | tr -d ' ') fre
 # The integration tests start the real binaries: build them first.
 cargo build --workspace --bins
 phase "building the binaries"
+cargo test --workspace --exclude aloft-vm-tests --no-run 2>&1
+phase "building the workspace tests"
+# The VM tests' OS images are built while the workspace tests run: those mostly wait on the
+# servers and agents they start (13 min of running took ~8 CPU-minutes of the 26 two cores give),
+# and the image build (cargo, mmdebstrap, ostree) fills that. Its own target directory keeps the
+# two cargo runs from waiting on each other's lock; the scenarios then take the images as they
+# are (ALOFT_VM_IMAGES). Its log: target/vm-tests/images-build.log.
+IMAGES=$PWD/target/vm-tests/images IMAGES_LOG=$PWD/target/vm-tests/images-build.log
+mkdir -p "$IMAGES"
+CARGO_TARGET_DIR=$PWD/target/vm-image-build images/build --out "$IMAGES" --with-bad-commit --with-failpoints \
+    --cargo-profile vm-image >"$IMAGES_LOG" 2>&1 &
+IMAGES_PID=$!
+trap 'kill "$IMAGES_PID" 2>/dev/null || true' EXIT
 cargo test --workspace --exclude aloft-vm-tests 2>&1
 phase "the workspace tests"
-# VM tests: a missing QEMU/mmdebstrap is a failure here, not a skip. The images are built (or
-# taken from /var/cache/aloft-images) by the first scenario. CI runs the eight scenarios (about
-# 30-40 minutes on 2 cores with the image build): a (a rebootless change), b (a rollout with an OS update), c (a bad OS
+if ! wait "$IMAGES_PID"; then
+  echo "images/build failed; the end of $IMAGES_LOG:" >&2
+  tail -40 "$IMAGES_LOG" >&2
+  exit 1
+fi
+trap - EXIT
+phase "the rest of the image build"
+export ALOFT_VM_IMAGES=$IMAGES
+# VM tests: a missing QEMU/mmdebstrap is a failure here, not a skip. CI runs the eight scenarios (about
+# 30-40 minutes on 2 cores): a (a rebootless change), b (a rollout with an OS update), c (a bad OS
 # rolled back, the rollout stopped), d (a power cut right after staging: it caught an agent that
 # went Degraded instead of staging again; then one held right after ostree finalized), e (a file with no policy reboots once), f (power
 # cuts at six named moments of an OS update and its rollback, held there by the agent's

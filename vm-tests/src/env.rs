@@ -74,9 +74,15 @@ pub fn test_dir(test: &str) -> PathBuf {
     target_dir().join("vm-tests").join(test)
 }
 
-/// QEMU's CPU model: `max` unless `ALOFT_VM_CPU` says otherwise.
+/// QEMU's CPU model: `qemu64` unless `ALOFT_VM_CPU` says otherwise (e.g. `max`, `host` with KVM).
+///
+/// Under TCG every instruction is emulated; `max` offers the guest every extension TCG knows
+/// (AVX2 among them, which glibc then picks), `qemu64` only x86-64's baseline. Measured on this
+/// machine, scenario e booted in 32-36 s with `qemu64` against 35-43 s with `max`, 180 s against
+/// 214 s in all (BENCHMARKS.md); why (which emulated instructions cost more) is not measured.
+/// The OS needs nothing above x86-64's baseline (Debian 12's, and rustc's default target).
 pub fn cpu() -> String {
-    std::env::var("ALOFT_VM_CPU").ok().filter(|s| !s.is_empty()).unwrap_or_else(|| "max".into())
+    std::env::var("ALOFT_VM_CPU").ok().filter(|s| !s.is_empty()).unwrap_or_else(|| "qemu64".into())
 }
 
 /// QEMU's accelerator: `tcg` unless `ALOFT_VM_ACCEL` says otherwise (e.g. `kvm`).
