@@ -30,12 +30,13 @@ cargo test --workspace --exclude aloft-vm-tests --no-run 2>&1
 phase "building the workspace tests"
 # The VM tests' OS images are built while the workspace tests run: those mostly wait on the
 # servers and agents they start (13 min of running took ~8 CPU-minutes of the 26 two cores give),
-# and the image build (cargo, mmdebstrap, ostree) fills that. Its own target directory keeps the
-# two cargo runs from waiting on each other's lock; the scenarios then take the images as they
+# and the image build (cargo, mmdebstrap, ostree) fills that, niced so that the tests' servers
+# and agents come first when both want the CPU. Its own target directory keeps the
+# two cargo runs apart (they share no artifacts: other profiles); the scenarios then take the images as they
 # are (ALOFT_VM_IMAGES). Its log: target/vm-tests/images-build.log.
 IMAGES=$PWD/target/vm-tests/images IMAGES_LOG=$PWD/target/vm-tests/images-build.log
 mkdir -p "$IMAGES"
-CARGO_TARGET_DIR=$PWD/target/vm-image-build images/build --out "$IMAGES" --with-bad-commit --with-failpoints \
+CARGO_TARGET_DIR=$PWD/target/vm-image-build nice -n 10 images/build --out "$IMAGES" --with-bad-commit --with-failpoints \
     --cargo-profile vm-image >"$IMAGES_LOG" 2>&1 &
 IMAGES_PID=$!
 trap 'kill "$IMAGES_PID" 2>/dev/null || true' EXIT
