@@ -33,7 +33,8 @@ phase "building the workspace tests"
 # and the image build (cargo, mmdebstrap, ostree) fills that, niced so that the tests' servers
 # and agents come first when both want the CPU. Its own target directory keeps the
 # two cargo runs apart (they share no artifacts: other profiles); the scenarios then take the images as they
-# are (ALOFT_VM_IMAGES). Its log: target/vm-tests/images-build.log.
+# are (ALOFT_VM_IMAGES). Its log: target/vm-tests/images-build.log. The arguments are those the
+# harness uses when it builds them itself (vm-tests/src/images.rs): keep the two the same.
 IMAGES=$PWD/target/vm-tests/images IMAGES_LOG=$PWD/target/vm-tests/images-build.log
 mkdir -p "$IMAGES"
 CARGO_TARGET_DIR=$PWD/target/vm-image-build nice -n 10 images/build --out "$IMAGES" --with-bad-commit --with-failpoints \
@@ -50,8 +51,8 @@ fi
 trap - EXIT
 phase "the rest of the image build"
 export ALOFT_VM_IMAGES=$IMAGES
-# VM tests: a missing QEMU/mmdebstrap is a failure here, not a skip. CI runs the eight scenarios (about
-# 30-40 minutes on 2 cores): a (a rebootless change), b (a rollout with an OS update), c (a bad OS
+# VM tests: a missing QEMU/mmdebstrap is a failure here, not a skip. CI runs the eight scenarios (51 minutes
+# on 2 cores in the 73rd session, BENCHMARKS.md): a (a rebootless change), b (a rollout with an OS update), c (a bad OS
 # rolled back, the rollout stopped), d (a power cut right after staging: it caught an agent that
 # went Degraded instead of staging again; then one held right after ostree finalized), e (a file with no policy reboots once), f (power
 # cuts at six named moments of an OS update and its rollback, held there by the agent's
@@ -65,4 +66,4 @@ phase "the VM harness's unit tests"
 # shellcheck disable=SC2086 # the filters are words
 cargo test -p aloft-vm-tests --test scenarios -- --test-threads=1 \
     ${ALOFT_VM_TESTS-a_rebootless b_os_update_one_node_at_a_time c_bad_os d_power_cut e_file_without f_power_cuts g_new_os h_release} 2>&1
-phase "the VM scenarios (with the image build)"
+phase "the VM scenarios"

@@ -77,7 +77,7 @@ pub fn test_dir(test: &str) -> PathBuf {
 /// QEMU's CPU model: `qemu64` unless `ALOFT_VM_CPU` says otherwise (e.g. `max`, `host` with KVM).
 ///
 /// Under TCG every instruction is emulated; `max` offers the guest every extension TCG knows
-/// (AVX2 among them, which glibc then picks), `qemu64` only x86-64's baseline. Measured on this
+/// (AVX2 among them), `qemu64` only x86-64's baseline. Measured on this
 /// machine, scenario e booted in 32-36 s with `qemu64` against 35-43 s with `max`, 180 s against
 /// 214 s in all (BENCHMARKS.md); why (which emulated instructions cost more) is not measured.
 /// The OS needs nothing above x86-64's baseline (Debian 12's, and rustc's default target).

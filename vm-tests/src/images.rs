@@ -110,6 +110,7 @@ async fn build() -> Result<Images> {
         .arg(&out)
         .arg("--with-bad-commit")
         .arg("--with-failpoints")
+        // scripts/test.sh builds the images with the same arguments (then passes ALOFT_VM_IMAGES).
         .args(["--cargo-profile", "vm-image"])
         .current_dir(env::workspace_root())
         .stdin(std::process::Stdio::null())
