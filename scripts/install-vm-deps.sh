@@ -8,9 +8,10 @@ set -euo pipefail
 # helper (osd/) links libostree; e2fsprogs: mkfs.ext4 -d and debugfs (no mounts); gpg: signing;
 # qemu-system-x86: boot under TCG; qemu-utils: qemu-img (per-VM qcow2 overlays, reading a VM's
 # disk); socat: host end of the virtio-serial command channel;
-# jq, bc: scripts; openssl: a test CA in smoke-boot; python3: smoke-boot --update serves the repo
+# jq, bc: scripts; curl: smoke-boot asks its coordinator for the Node; openssl: a test CA in
+# images/check; python3: smoke-boot --update serves the repo
 # over HTTP (host only, the image has no python); binutils: strip the agent's debuginfo.
-pkgs=(mmdebstrap ostree libostree-dev e2fsprogs gpg gpg-agent qemu-system-x86 qemu-utils socat jq bc openssl python3 binutils
+pkgs=(mmdebstrap ostree libostree-dev e2fsprogs gpg gpg-agent qemu-system-x86 qemu-utils socat jq bc curl openssl python3 binutils
       ca-certificates coreutils util-linux)
 missing() {
   need=()
