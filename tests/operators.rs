@@ -809,3 +809,124 @@ async fn operator_groups_apply_as_olm_manifests_have_them_and_two_hold_an_instal
     plan_for(&admin, "again", "node-exporter.v1.0.0", "Complete").await;
     csv_phase(&admin, "node-exporter.v1.0.0", "Succeeded").await;
 }
+
+/// A bundle of `package` at `version` with its CSV inline and the given extra properties.
+fn bundle_of(package: &str, version: &str, more: &[Value]) -> Value {
+    let name = format!("{package}.v{version}");
+    let csv = json!({
+        "apiVersion": "operators.coreos.com/v1alpha1", "kind": "ClusterServiceVersion",
+        "metadata": {"name": name},
+        "spec": {"displayName": package, "version": version, "install": {"strategy": "deployment", "spec": {"deployments": []}}},
+    });
+    let mut properties = vec![
+        json!({"type": "olm.package", "value": {"packageName": package, "version": version}}),
+        json!({"type": "olm.bundle.object",
+               "value": {"data": base64::engine::general_purpose::STANDARD.encode(csv.to_string())}}),
+    ];
+    properties.extend(more.iter().cloned());
+    json!({"schema": "olm.bundle", "name": name, "package": package,
+           "image": format!("quay.example/{package}-bundle:v{version}"), "properties": properties})
+}
+
+/// A bundle's dependencies (`olm.package.required`, `olm.gvk.required`) are checked against the
+/// operators installed in its namespace: unmet, the subscription fails resolution naming each
+/// one and what to do, and nothing is planned or installed; once the dependency is subscribed to
+/// and installed, the waiting subscription goes on by itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bundle_waits_for_the_operators_it_depends_on() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let served = CatalogServer::start().await;
+    let profile = json!({"group": "tuning.example.com", "version": "v1", "kind": "Profile"});
+    let base_old = bundle_of("base-tuning", "1.1.0", &[json!({"type": "olm.gvk", "value": profile})]);
+    let base = bundle_of("base-tuning", "1.3.0", &[json!({"type": "olm.gvk", "value": profile})]);
+    let wants = bundle_of(
+        "tuned-exporter",
+        "1.0.0",
+        &[
+            json!({"type": "olm.package.required", "value": {"packageName": "base-tuning", "versionRange": ">=1.2.0 <2.0.0"}}),
+            json!({"type": "olm.gvk.required", "value": profile}),
+        ],
+    );
+    let blobs = [
+        json!({"schema": "olm.package", "name": "base-tuning", "defaultChannel": "stable"}),
+        json!({"schema": "olm.channel", "package": "base-tuning", "name": "stable",
+               "entries": [{"name": "base-tuning.v1.1.0"}, {"name": "base-tuning.v1.3.0", "replaces": "base-tuning.v1.1.0"}]}),
+        json!({"schema": "olm.channel", "package": "base-tuning", "name": "old", "entries": [{"name": "base-tuning.v1.1.0"}]}),
+        base_old,
+        base,
+        json!({"schema": "olm.package", "name": "tuned-exporter", "defaultChannel": "stable"}),
+        json!({"schema": "olm.channel", "package": "tuned-exporter", "name": "stable", "entries": [{"name": "tuned-exporter.v1.0.0"}]}),
+        wants,
+    ];
+    let text = blobs.iter().map(Value::to_string).collect::<Vec<_>>().join("\n");
+    let url = served.set("fleet.json", &text);
+    admin
+        .post(&ns_path(&CATALOG_SOURCE, CATALOG_NS, None), &catalog_source("fleet", &url))
+        .await
+        .unwrap()
+        .into_result()
+        .unwrap();
+
+    // Nothing installed: resolution fails, naming both dependencies and what to do.
+    let sub = subscribe_until(
+        &admin,
+        subscription("tuned", "fleet", "tuned-exporter", "Automatic"),
+        "ResolutionFailed",
+        |s| cond_true(s, "ResolutionFailed"),
+    )
+    .await;
+    let why = s(condition(&sub, "ResolutionFailed").unwrap(), "/message").to_string();
+    for words in [
+        "bundle tuned-exporter.v1.0.0 requires",
+        r#"package "base-tuning" in range ">=1.2.0 <2.0.0" (olm.package.required)"#,
+        "API tuning.example.com/v1 Profile (olm.gvk.required)",
+        "subscribe to them in this namespace",
+    ] {
+        assert!(why.contains(words), "{words:?} in {why}");
+    }
+    assert_eq!(s(condition(&sub, "ResolutionFailed").unwrap(), "/reason"), "ConstraintsNotSatisfiable");
+    assert_eq!(s(&sub, "/status/installPlanRef/name"), "", "no plan: {sub}");
+
+    // base-tuning 1.1.0 (its old channel) provides the API but is out of the range: still waiting.
+    let mut old = subscription("base", "fleet", "base-tuning", "Automatic");
+    old["spec"]["channel"] = json!("old");
+    admin.post(&ns_path(&SUBSCRIPTION, NS, None), &old).await.unwrap().into_result().unwrap();
+    csv_phase(&admin, "base-tuning.v1.1.0", "Succeeded").await;
+    let sub_path = ns_path(&SUBSCRIPTION, NS, Some("tuned"));
+    let sub = eventually(WAIT, "the failure saying only the package's range", || {
+        let (admin, sub_path) = (admin.clone(), sub_path.clone());
+        async move {
+            let sub = get(&admin, &sub_path).await?;
+            Ok(sub.filter(|s| {
+                condition(s, "ResolutionFailed").is_some_and(|c| {
+                    let m = c["message"].as_str().unwrap_or("");
+                    m.contains("base-tuning") && !m.contains("Profile")
+                })
+            }))
+        }
+    })
+    .await;
+    assert_eq!(s(&sub, "/status/installPlanRef/name"), "", "no plan: {sub}");
+    let listed = admin.get(&ns_path(&CLUSTER_SERVICE_VERSION, NS, None)).await.unwrap().into_result().unwrap();
+    let csvs: Vec<&str> = listed["items"].as_array().unwrap().iter().map(|c| s(c, "/metadata/name")).collect();
+    assert_eq!(csvs, ["base-tuning.v1.1.0"], "nothing of tuned-exporter installed");
+
+    // Moved to the stable channel, base-tuning upgrades to 1.3.0, and tuned-exporter installs.
+    admin
+        .patch(
+            &ns_path(&SUBSCRIPTION, NS, Some("base")),
+            "application/merge-patch+json",
+            &json!({"spec": {"channel": "stable"}}),
+        )
+        .await
+        .unwrap()
+        .into_result()
+        .unwrap();
+    csv_phase(&admin, "base-tuning.v1.3.0", "Succeeded").await;
+    plan_for(&admin, "tuned", "tuned-exporter.v1.0.0", "Complete").await;
+    let csv = csv_phase(&admin, "tuned-exporter.v1.0.0", "Succeeded").await;
+    assert_eq!(s(&csv, "/metadata/namespace"), NS);
+    let sub = get(&admin, &sub_path).await.unwrap().unwrap();
+    assert!(!cond_true(&sub, "ResolutionFailed"), "resolved: {sub}");
+}

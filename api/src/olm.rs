@@ -170,6 +170,65 @@ pub fn max_platform_version(csv_name: &str, meta: &ObjectMeta) -> Result<Option<
     bundle.max_openshift_version_checked().map_err(|e| e.message)
 }
 
+/// The bundle properties an installed CSV carries ([`PROPERTIES_ANNOTATION`]), as a bundle of
+/// the CSV's name: what it provides to other bundles' dependencies is read from there, as OLM
+/// reads an installed operator's. A CSV without the annotation provides nothing; one whose
+/// annotation does not read, too (the reason is in its own conditions, not here).
+pub fn installed_bundle(csv_name: &str, meta: &ObjectMeta) -> crate::catalog::Bundle {
+    #[derive(Deserialize)]
+    struct Annotation {
+        #[serde(default)]
+        properties: Vec<crate::catalog::Property>,
+    }
+    let properties = meta
+        .annotations
+        .get(PROPERTIES_ANNOTATION)
+        .and_then(|text| serde_json::from_str::<Annotation>(text).ok())
+        .map(|a| a.properties)
+        .unwrap_or_default();
+    crate::catalog::Bundle { name: csv_name.to_string(), properties, ..Default::default() }
+}
+
+/// The dependencies of `bundle` (`olm.package.required`, `olm.gvk.required`) that none of
+/// `installed` (the namespace's installed operators, as [`installed_bundle`] reads them) meets,
+/// each said as a user would look for it. The bundle's own APIs meet its own `olm.gvk.required`.
+/// aloft checks dependencies but does not install them: a bundle whose dependencies are not
+/// installed is not installed either (OLM would add them to the plan), rather than installed
+/// without them.
+pub fn unmet_dependencies(bundle: &crate::catalog::Bundle, installed: &[crate::catalog::Bundle]) -> Vec<String> {
+    let mut unmet = Vec::new();
+    for required in bundle.required_packages() {
+        let range = match crate::catalog::Range::parse(&required.version_range) {
+            Ok(r) => r,
+            Err(e) => {
+                unmet.push(format!(
+                    "package {:?} in range {:?} (olm.package.required): the range does not read: {e}",
+                    required.package_name, required.version_range
+                ));
+                continue;
+            }
+        };
+        let met = installed.iter().any(|b| {
+            b.package_property().is_ok_and(|p| p.package_name == required.package_name)
+                && b.version().is_some_and(|v| range.contains(&v))
+        });
+        if !met {
+            unmet.push(format!(
+                "package {:?} in range {:?} (olm.package.required)",
+                required.package_name, required.version_range
+            ));
+        }
+    }
+    let own = bundle.provided_gvks();
+    for gvk in bundle.required_gvks() {
+        let met = own.contains(&gvk) || installed.iter().any(|b| b.provided_gvks().contains(&gvk));
+        if !met {
+            unmet.push(format!("API {}/{} {} (olm.gvk.required)", gvk.group, gvk.version, gvk.kind));
+        }
+    }
+    unmet
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CatalogSource {
@@ -572,6 +631,75 @@ pub fn parse_go_duration(text: &str) -> Option<std::time::Duration> {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    /// A bundle's dependencies are met only by installed operators of the right package and
+    /// version, or that provide the API (or by its own APIs); each unmet one is named, an
+    /// unreadable range too; an installed CSV is read from what a plan wrote on it.
+    #[test]
+    fn dependencies_are_met_by_installed_operators_only() {
+        let bundle = |name: &str, package: &str, version: &str, more: serde_json::Value| -> crate::catalog::Bundle {
+            let mut properties =
+                vec![serde_json::json!({"type": "olm.package", "value": {"packageName": package, "version": version}})];
+            properties.extend(more.as_array().cloned().unwrap_or_default());
+            serde_json::from_value(
+                serde_json::json!({"schema": "olm.bundle", "name": name, "package": package, "properties": properties}),
+            )
+            .unwrap()
+        };
+        let gvk = |kind: &str| serde_json::json!({"group": "tuning.example.com", "version": "v1", "kind": kind});
+        let wants = bundle(
+            "a.v1.0.0",
+            "a",
+            "1.0.0",
+            serde_json::json!([
+                {"type": "olm.package.required", "value": {"packageName": "base", "versionRange": ">=1.2.0 <2.0.0"}},
+                {"type": "olm.gvk.required", "value": gvk("Profile")},
+                {"type": "olm.gvk.required", "value": gvk("Own")},
+                {"type": "olm.gvk", "value": gvk("Own")},
+            ]),
+        );
+        let installed_as_csv = |b: &crate::catalog::Bundle| {
+            let meta = ObjectMeta {
+                annotations: [(PROPERTIES_ANNOTATION.to_string(), properties_annotation(b))].into(),
+                ..Default::default()
+            };
+            installed_bundle(&b.name, &meta)
+        };
+        let unmet = unmet_dependencies(&wants, &[]);
+        assert_eq!(
+            unmet,
+            [
+                r#"package "base" in range ">=1.2.0 <2.0.0" (olm.package.required)"#,
+                "API tuning.example.com/v1 Profile (olm.gvk.required)",
+            ]
+        );
+        let old_base =
+            bundle("base.v1.1.0", "base", "1.1.0", serde_json::json!([{"type": "olm.gvk", "value": gvk("Profile")}]));
+        let other = bundle("other.v1.5.0", "other", "1.5.0", serde_json::json!([]));
+        let unmet = unmet_dependencies(&wants, &[installed_as_csv(&old_base), installed_as_csv(&other)]);
+        assert_eq!(
+            unmet,
+            [r#"package "base" in range ">=1.2.0 <2.0.0" (olm.package.required)"#],
+            "1.1.0 is out of range"
+        );
+        let base =
+            bundle("base.v1.3.0", "base", "1.3.0", serde_json::json!([{"type": "olm.gvk", "value": gvk("Profile")}]));
+        assert_eq!(unmet_dependencies(&wants, &[installed_as_csv(&base)]), Vec::<String>::new());
+        let no_annotation = installed_bundle("base.v1.3.0", &ObjectMeta::default());
+        assert_eq!(
+            unmet_dependencies(&wants, &[no_annotation]).len(),
+            2,
+            "a CSV without its properties provides nothing"
+        );
+        let bad_range = bundle(
+            "b.v1.0.0",
+            "b",
+            "1.0.0",
+            serde_json::json!([{"type": "olm.package.required", "value": {"packageName": "base", "versionRange": "||"}}]),
+        );
+        let unmet = unmet_dependencies(&bad_range, &[installed_as_csv(&base)]);
+        assert!(unmet.len() == 1 && unmet[0].contains("the range does not read"), "{unmet:?}");
+    }
 
     /// What a plan writes on a CSV reads back as the bundle's limit; no annotation is no limit;
     /// an annotation or a value that does not read is an error naming it.

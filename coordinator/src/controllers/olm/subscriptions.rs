@@ -193,6 +193,15 @@ async fn resolve(
         catalog.upgrade_target(&spec.name, channel, &status.installed_csv, version.as_ref())
     };
     deprecations(catalog, sub, status, now);
+    let failed = |status: &mut SubscriptionStatus, message: &str| {
+        if set_condition(
+            &mut status.conditions,
+            Condition::new(olm::RESOLUTION_FAILED, "True", "ConstraintsNotSatisfiable", message),
+            now,
+        ) {
+            super::warn(events, &about, "ResolutionFailed", message);
+        }
+    };
     let chosen = match chosen {
         Ok(c) => c,
         Err(e) => {
@@ -200,16 +209,25 @@ async fn resolve(
                 "constraints not satisfiable: subscription {} requires {}/{}/{}: {e}",
                 sub.metadata.name, spec.source_namespace, spec.source, spec.name
             );
-            if set_condition(
-                &mut status.conditions,
-                Condition::new(olm::RESOLUTION_FAILED, "True", "ConstraintsNotSatisfiable", &message),
-                now,
-            ) {
-                super::warn(events, &about, "ResolutionFailed", &message);
-            }
+            failed(status, &message);
             return Ok(());
         }
     };
+    if let Some(bundle) = chosen {
+        let unmet = unmet_dependencies(store, &ns, bundle).await?;
+        if !unmet.is_empty() {
+            let message = format!(
+                "constraints not satisfiable: bundle {} requires {}, which no operator installed in namespace {ns:?} \
+                 provides; aloft checks dependencies but does not install them: subscribe to {} in this namespace \
+                 first, and this subscription goes on by itself once it is installed",
+                bundle.name,
+                unmet.join(" and "),
+                if unmet.len() == 1 { "it" } else { "them" }
+            );
+            failed(status, &message);
+            return Ok(());
+        }
+    }
     set_condition(&mut status.conditions, Condition::new(olm::RESOLUTION_FAILED, "False", "", ""), now);
     let Some(bundle) = chosen else {
         // Nothing newer: the installed bundle is the latest this channel knows.
@@ -246,6 +264,26 @@ async fn resolve(
         ..Default::default()
     });
     Ok(())
+}
+
+/// The dependencies of `bundle` that no CSV installed in `namespace` meets (see
+/// [`olm::unmet_dependencies`]); a CSV being deleted meets none.
+async fn unmet_dependencies(
+    store: &Arc<dyn Store>,
+    namespace: &str,
+    bundle: &Bundle,
+) -> Result<Vec<String>, StoreError> {
+    if bundle.required_packages().is_empty() && bundle.required_gvks().is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut installed = Vec::new();
+    for raw in store.list(&CLUSTER_SERVICE_VERSION.store_key(), Some(namespace)).await?.items {
+        let Ok(csv) = serde_json::from_value::<olm::ClusterServiceVersion>(raw) else { continue };
+        if csv.metadata.deletion_timestamp.is_none() {
+            installed.push(olm::installed_bundle(&csv.metadata.name, &csv.metadata));
+        }
+    }
+    Ok(olm::unmet_dependencies(bundle, &installed))
 }
 
 /// OLM's deprecation conditions: one per level (package, channel, the installed or chosen
