@@ -219,10 +219,11 @@ async fn resolve(
             let message = format!(
                 "constraints not satisfiable: bundle {} requires {}, which no operator installed in namespace {ns:?} \
                  provides; aloft checks dependencies but does not install them: subscribe to {} in this namespace \
-                 first, and this subscription goes on by itself once it is installed",
+                 first, and this subscription goes on by itself once {} installed",
                 bundle.name,
                 unmet.join(" and "),
-                if unmet.len() == 1 { "it" } else { "them" }
+                if unmet.len() == 1 { "it" } else { "them" },
+                if unmet.len() == 1 { "it is" } else { "they are" }
             );
             failed(status, &message);
             return Ok(());
