@@ -173,7 +173,8 @@ pub fn max_platform_version(csv_name: &str, meta: &ObjectMeta) -> Result<Option<
 /// The bundle properties an installed CSV carries ([`PROPERTIES_ANNOTATION`]), as a bundle of
 /// the CSV's name: what it provides to other bundles' dependencies is read from there, as OLM
 /// reads an installed operator's. A CSV without the annotation provides nothing; one whose
-/// annotation does not read, too (the reason is in its own conditions, not here).
+/// annotation does not read, too (the ClusterVersion's `Upgradeable=False` names that CSV and
+/// the error, see [`max_platform_version`]).
 pub fn installed_bundle(csv_name: &str, meta: &ObjectMeta) -> crate::catalog::Bundle {
     #[derive(Deserialize)]
     struct Annotation {
