@@ -40,25 +40,37 @@ fn bundle_config(name: &str, path: &str, contents: &str) -> Value {
 /// A bundle blob of package [`PKG`] carrying its CSV and `configs` inline (olm.bundle.object,
 /// as catalogs built with `opm` from bundle directories carry them).
 fn bundle(version: &str, replaces: Option<&str>, configs: &[Value]) -> Value {
-    let name = format!("{PKG}.v{version}");
-    let mut csv = json!({
-        "apiVersion": "operators.coreos.com/v1alpha1", "kind": "ClusterServiceVersion",
-        "metadata": {"name": name},
-        "spec": {"displayName": "Node Exporter", "version": version,
-                 "install": {"strategy": "deployment", "spec": {"deployments": []}}},
-    });
+    let mut csv = csv_of(PKG, version);
+    csv["spec"]["displayName"] = json!("Node Exporter");
     if let Some(r) = replaces {
         csv["spec"]["replaces"] = json!(r);
     }
-    let object = |v: &Value| {
-        json!({"type": "olm.bundle.object",
-               "value": {"data": base64::engine::general_purpose::STANDARD.encode(v.to_string())}})
-    };
+    bundle_blob(PKG, version, &csv, &configs.iter().map(bundle_object).collect::<Vec<_>>())
+}
+
+/// The CSV of `package` at `version` (no Deployments: aloft runs none).
+fn csv_of(package: &str, version: &str) -> Value {
+    json!({
+        "apiVersion": "operators.coreos.com/v1alpha1", "kind": "ClusterServiceVersion",
+        "metadata": {"name": format!("{package}.v{version}")},
+        "spec": {"displayName": package, "version": version,
+                 "install": {"strategy": "deployment", "spec": {"deployments": []}}},
+    })
+}
+
+/// A manifest as an `olm.bundle.object` property.
+fn bundle_object(manifest: &Value) -> Value {
+    json!({"type": "olm.bundle.object",
+           "value": {"data": base64::engine::general_purpose::STANDARD.encode(manifest.to_string())}})
+}
+
+/// The bundle blob of `package` at `version`: its `olm.package`, its CSV inline, then `more`.
+fn bundle_blob(package: &str, version: &str, csv: &Value, more: &[Value]) -> Value {
     let mut properties =
-        vec![json!({"type": "olm.package", "value": {"packageName": PKG, "version": version}}), object(&csv)];
-    properties.extend(configs.iter().map(object));
-    json!({"schema": "olm.bundle", "name": name, "package": PKG,
-           "image": format!("quay.example/node-exporter-bundle:v{version}"), "properties": properties})
+        vec![json!({"type": "olm.package", "value": {"packageName": package, "version": version}}), bundle_object(csv)];
+    properties.extend(more.iter().cloned());
+    json!({"schema": "olm.bundle", "name": format!("{package}.v{version}"), "package": package,
+           "image": format!("quay.example/{package}-bundle:v{version}"), "properties": properties})
 }
 
 /// The catalog as `opm render` prints it: one JSON object after another.
@@ -812,20 +824,7 @@ async fn operator_groups_apply_as_olm_manifests_have_them_and_two_hold_an_instal
 
 /// A bundle of `package` at `version` with its CSV inline and the given extra properties.
 fn bundle_of(package: &str, version: &str, more: &[Value]) -> Value {
-    let name = format!("{package}.v{version}");
-    let csv = json!({
-        "apiVersion": "operators.coreos.com/v1alpha1", "kind": "ClusterServiceVersion",
-        "metadata": {"name": name},
-        "spec": {"displayName": package, "version": version, "install": {"strategy": "deployment", "spec": {"deployments": []}}},
-    });
-    let mut properties = vec![
-        json!({"type": "olm.package", "value": {"packageName": package, "version": version}}),
-        json!({"type": "olm.bundle.object",
-               "value": {"data": base64::engine::general_purpose::STANDARD.encode(csv.to_string())}}),
-    ];
-    properties.extend(more.iter().cloned());
-    json!({"schema": "olm.bundle", "name": name, "package": package,
-           "image": format!("quay.example/{package}-bundle:v{version}"), "properties": properties})
+    bundle_blob(package, version, &csv_of(package, version), more)
 }
 
 /// A bundle's dependencies (`olm.package.required`, `olm.gvk.required`) are checked against the

@@ -152,11 +152,10 @@ pub fn properties_annotation(bundle: &crate::catalog::Bundle) -> String {
     serde_json::json!({ "properties": kept }).to_string()
 }
 
-/// The newest platform minor an installed CSV supports (`olm.maxOpenShiftVersion` in its
-/// [`PROPERTIES_ANNOTATION`]), read as OLM reads it: `Ok(None)` without one; an error naming
-/// what is wrong when the annotation or the value does not read, which OLM, and aloft, count as
-/// incompatible with any newer minor (a limit that cannot be read is not taken as no limit).
-pub fn max_platform_version(csv_name: &str, meta: &ObjectMeta) -> Result<Option<(u64, u64)>, String> {
+/// The bundle an installed CSV was made from, as far as its [`PROPERTIES_ANNOTATION`] tells:
+/// its properties under the CSV's name. `Ok(None)` without the annotation; an error naming it
+/// when it does not read.
+fn annotated_bundle(csv_name: &str, meta: &ObjectMeta) -> Result<Option<crate::catalog::Bundle>, String> {
     let Some(text) = meta.annotations.get(PROPERTIES_ANNOTATION) else { return Ok(None) };
     #[derive(Deserialize)]
     struct Annotation {
@@ -165,9 +164,18 @@ pub fn max_platform_version(csv_name: &str, meta: &ObjectMeta) -> Result<Option<
     }
     let read: Annotation = serde_json::from_str(text)
         .map_err(|e| format!("annotation {PROPERTIES_ANNOTATION} does not read as {{\"properties\": [...]}}: {e}"))?;
-    let bundle =
-        crate::catalog::Bundle { name: csv_name.to_string(), properties: read.properties, ..Default::default() };
-    bundle.max_openshift_version_checked().map_err(|e| e.message)
+    Ok(Some(crate::catalog::Bundle { name: csv_name.to_string(), properties: read.properties, ..Default::default() }))
+}
+
+/// The newest platform minor an installed CSV supports (`olm.maxOpenShiftVersion` in its
+/// [`PROPERTIES_ANNOTATION`]), read as OLM reads it: `Ok(None)` without one; an error naming
+/// what is wrong when the annotation or the value does not read, which OLM, and aloft, count as
+/// incompatible with any newer minor (a limit that cannot be read is not taken as no limit).
+pub fn max_platform_version(csv_name: &str, meta: &ObjectMeta) -> Result<Option<(u64, u64)>, String> {
+    match annotated_bundle(csv_name, meta)? {
+        None => Ok(None),
+        Some(bundle) => bundle.max_openshift_version_checked().map_err(|e| e.message),
+    }
 }
 
 /// The bundle properties an installed CSV carries ([`PROPERTIES_ANNOTATION`]), as a bundle of
@@ -176,18 +184,10 @@ pub fn max_platform_version(csv_name: &str, meta: &ObjectMeta) -> Result<Option<
 /// annotation does not read, too (the ClusterVersion's `Upgradeable=False` names that CSV and
 /// the error, see [`max_platform_version`]).
 pub fn installed_bundle(csv_name: &str, meta: &ObjectMeta) -> crate::catalog::Bundle {
-    #[derive(Deserialize)]
-    struct Annotation {
-        #[serde(default)]
-        properties: Vec<crate::catalog::Property>,
-    }
-    let properties = meta
-        .annotations
-        .get(PROPERTIES_ANNOTATION)
-        .and_then(|text| serde_json::from_str::<Annotation>(text).ok())
-        .map(|a| a.properties)
-        .unwrap_or_default();
-    crate::catalog::Bundle { name: csv_name.to_string(), properties, ..Default::default() }
+    annotated_bundle(csv_name, meta)
+        .ok()
+        .flatten()
+        .unwrap_or_else(|| crate::catalog::Bundle { name: csv_name.to_string(), ..Default::default() })
 }
 
 /// The dependencies of `bundle` (`olm.package.required`, `olm.gvk.required`) that none of
