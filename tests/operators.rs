@@ -827,36 +827,29 @@ fn bundle_of(package: &str, version: &str, more: &[Value]) -> Value {
     bundle_blob(package, version, &csv_of(package, version), more)
 }
 
-/// A bundle's dependencies (`olm.package.required`, `olm.gvk.required`) are checked against the
-/// operators installed in its namespace: unmet, the subscription fails resolution naming each
-/// one and what to do, and nothing is planned or installed; once the dependency is subscribed to
-/// and installed, the waiting subscription goes on by itself.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_bundle_waits_for_the_operators_it_depends_on() {
-    let c = Coordinator::start();
-    let admin = c.client();
-    let served = CatalogServer::start().await;
+/// A catalog whose tuned-exporter needs base-tuning 1.2 to 2.0 and the Profile API
+/// (base-tuning's channels: stable 1.1.0 -> 1.3.0, old 1.1.0; both versions provide Profile),
+/// and whose orphan-exporter also needs a package no catalog has; served at `fleet`.
+async fn dependency_catalog(admin: &Client, served: &CatalogServer) {
     let profile = json!({"group": "tuning.example.com", "version": "v1", "kind": "Profile"});
-    let base_old = bundle_of("base-tuning", "1.1.0", &[json!({"type": "olm.gvk", "value": profile})]);
-    let base = bundle_of("base-tuning", "1.3.0", &[json!({"type": "olm.gvk", "value": profile})]);
-    let wants = bundle_of(
-        "tuned-exporter",
-        "1.0.0",
-        &[
-            json!({"type": "olm.package.required", "value": {"packageName": "base-tuning", "versionRange": ">=1.2.0 <2.0.0"}}),
-            json!({"type": "olm.gvk.required", "value": profile}),
-        ],
-    );
+    let required = |package: &str, range: &str| json!({"type": "olm.package.required", "value": {"packageName": package, "versionRange": range}});
     let blobs = [
         json!({"schema": "olm.package", "name": "base-tuning", "defaultChannel": "stable"}),
         json!({"schema": "olm.channel", "package": "base-tuning", "name": "stable",
                "entries": [{"name": "base-tuning.v1.1.0"}, {"name": "base-tuning.v1.3.0", "replaces": "base-tuning.v1.1.0"}]}),
         json!({"schema": "olm.channel", "package": "base-tuning", "name": "old", "entries": [{"name": "base-tuning.v1.1.0"}]}),
-        base_old,
-        base,
+        bundle_of("base-tuning", "1.1.0", &[json!({"type": "olm.gvk", "value": profile})]),
+        bundle_of("base-tuning", "1.3.0", &[json!({"type": "olm.gvk", "value": profile})]),
         json!({"schema": "olm.package", "name": "tuned-exporter", "defaultChannel": "stable"}),
         json!({"schema": "olm.channel", "package": "tuned-exporter", "name": "stable", "entries": [{"name": "tuned-exporter.v1.0.0"}]}),
-        wants,
+        bundle_of(
+            "tuned-exporter",
+            "1.0.0",
+            &[required("base-tuning", ">=1.2.0 <2.0.0"), json!({"type": "olm.gvk.required", "value": profile})],
+        ),
+        json!({"schema": "olm.package", "name": "orphan-exporter", "defaultChannel": "stable"}),
+        json!({"schema": "olm.channel", "package": "orphan-exporter", "name": "stable", "entries": [{"name": "orphan-exporter.v1.0.0"}]}),
+        bundle_of("orphan-exporter", "1.0.0", &[required("base-tuning", ">=1.0.0"), required("missing-op", ">=1.0.0")]),
     ];
     let text = blobs.iter().map(Value::to_string).collect::<Vec<_>>().join("\n");
     let url = served.set("fleet.json", &text);
@@ -866,47 +859,169 @@ async fn a_bundle_waits_for_the_operators_it_depends_on() {
         .unwrap()
         .into_result()
         .unwrap();
+}
 
-    // Nothing installed: resolution fails, naming both dependencies and what to do.
-    let sub = subscribe_until(
+/// The names of the Subscriptions of the tests' namespace, sorted.
+async fn subscription_names(admin: &Client) -> Vec<String> {
+    let listed = admin.get(&ns_path(&SUBSCRIPTION, NS, None)).await.unwrap().into_result().unwrap();
+    let mut names: Vec<String> =
+        listed["items"].as_array().unwrap().iter().map(|x| s(x, "/metadata/name").to_string()).collect();
+    names.sort();
+    names
+}
+
+/// A bundle's dependencies (`olm.package.required`, `olm.gvk.required`) are subscribed to as
+/// OLM subscribes to them: a Subscription of their own, named as OLM names it, starting at the
+/// bundle nearest the default channel's head that meets them; the dependent bundle is planned
+/// only once they are installed. A dependency no catalog has fails the resolution, naming it,
+/// and nothing is subscribed to for the others (all or nothing, as a resolution is).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bundles_dependencies_are_subscribed_to_and_installed_first() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let served = CatalogServer::start().await;
+    dependency_catalog(&admin, &served).await;
+
+    // One dependency no catalog provides: resolution fails naming each, nothing is created.
+    let orphan = subscribe_until(
         &admin,
-        subscription("tuned", "fleet", "tuned-exporter", "Automatic"),
+        subscription("orphan", "fleet", "orphan-exporter", "Automatic"),
         "ResolutionFailed",
         |s| cond_true(s, "ResolutionFailed"),
     )
     .await;
-    let why = s(condition(&sub, "ResolutionFailed").unwrap(), "/message").to_string();
+    let why = s(condition(&orphan, "ResolutionFailed").unwrap(), "/message").to_string();
     for words in [
-        "bundle tuned-exporter.v1.0.0 requires",
-        r#"package "base-tuning" in range ">=1.2.0 <2.0.0" (olm.package.required)"#,
-        "API tuning.example.com/v1 Profile (olm.gvk.required)",
-        "subscribe to them in this namespace",
+        "constraints not satisfiable: bundle orphan-exporter.v1.0.0 requires",
+        r#"package "missing-op" in range ">=1.0.0" (olm.package.required): no bundle of the catalogs olm/fleet provides it"#,
+        r#"package "base-tuning" in range ">=1.0.0" (olm.package.required): base-tuning.v1.3.0 of olm/fleet meets it"#,
     ] {
         assert!(why.contains(words), "{words:?} in {why}");
     }
-    assert_eq!(s(condition(&sub, "ResolutionFailed").unwrap(), "/reason"), "ConstraintsNotSatisfiable");
-    assert_eq!(s(&sub, "/status/installPlanRef/name"), "", "no plan: {sub}");
+    assert_eq!(subscription_names(&admin).await, ["orphan"], "nothing subscribed for a resolution that fails");
 
-    // base-tuning 1.1.0 (its old channel) provides the API but is out of the range: still waiting.
+    // Both of tuned-exporter's dependencies are met by base-tuning 1.3.0: one Subscription,
+    // which asks for approval as its dependent does, and the dependent waits for it.
+    let tuned = subscribe_until(
+        &admin,
+        subscription("tuned", "fleet", "tuned-exporter", "Manual"),
+        "waiting for its dependencies",
+        |s| condition(s, "InstallPlanPending").is_some_and(|c| c["reason"] == "WaitingForDependencies"),
+    )
+    .await;
+    let generated = "base-tuning-stable-fleet-olm";
+    assert_eq!(subscription_names(&admin).await, [generated, "orphan", "tuned"]);
+    let dep = get(&admin, &ns_path(&SUBSCRIPTION, NS, Some(generated))).await.unwrap().unwrap();
+    for (ptr, want) in [
+        ("/spec/name", "base-tuning"),
+        ("/spec/channel", "stable"),
+        ("/spec/startingCSV", "base-tuning.v1.3.0"),
+        ("/spec/source", "fleet"),
+        ("/spec/sourceNamespace", CATALOG_NS),
+        ("/spec/installPlanApproval", "Manual"),
+        ("/metadata/annotations/aloft.dev~1requiredBy", "tuned (tuned-exporter.v1.0.0)"),
+    ] {
+        assert_eq!(s(&dep, ptr), want, "{ptr} of {dep}");
+    }
+    assert_eq!(s(&tuned, "/status/state"), "UpgradePending");
+    assert_eq!(s(&tuned, "/status/currentCSV"), "tuned-exporter.v1.0.0");
+    assert_eq!(s(&tuned, "/status/installPlanRef/name"), "", "no plan of its own yet: {tuned}");
+    let base_plan = plan_for(&admin, generated, "base-tuning.v1.3.0", "RequiresApproval").await;
+    let waiting = eventually(WAIT, "the wait naming the dependency's plan", || {
+        let admin = admin.clone();
+        async move {
+            let sub = get(&admin, &ns_path(&SUBSCRIPTION, NS, Some("tuned"))).await?;
+            Ok(sub
+                .and_then(|x| condition(&x, "InstallPlanPending").map(|c| s(c, "/message").to_string()))
+                .filter(|m| m.contains("RequiresApproval")))
+        }
+    })
+    .await;
+    assert_eq!(
+        waiting,
+        format!(
+            "tuned-exporter.v1.0.0 waits for its dependencies to be installed: \
+             package \"base-tuning\" in range \">=1.2.0 <2.0.0\" (olm.package.required) from Subscription \"{generated}\" \
+             (installing base-tuning.v1.3.0, its plan RequiresApproval); API tuning.example.com/v1 Profile \
+             (olm.gvk.required) from Subscription \"{generated}\" (installing base-tuning.v1.3.0, its plan RequiresApproval)"
+        )
+    );
+    approve(&admin, s(&base_plan, "/metadata/name")).await;
+    let base = csv_phase(&admin, "base-tuning.v1.3.0", "Succeeded").await;
+    let tuned_plan = plan_for(&admin, "tuned", "tuned-exporter.v1.0.0", "RequiresApproval").await;
+    approve(&admin, s(&tuned_plan, "/metadata/name")).await;
+    let dependent = csv_phase(&admin, "tuned-exporter.v1.0.0", "Succeeded").await;
+    // The dependency's plan came first: plans are numbered in the order they were made.
+    let plan_number = |csv: &str| {
+        let (admin, csv) = (admin.clone(), csv.to_string());
+        async move {
+            let listed = admin.get(&ns_path(&INSTALL_PLAN, NS, None)).await.unwrap().into_result().unwrap();
+            let plan = listed["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|p| s(p, "/spec/clusterServiceVersionNames/0") == csv)
+                .cloned()
+                .unwrap_or_else(|| panic!("no plan for {csv}: {listed}"));
+            plan["spec"]["generation"].as_i64().unwrap()
+        }
+    };
+    assert!(plan_number("base-tuning.v1.3.0").await < plan_number("tuned-exporter.v1.0.0").await);
+    assert_eq!(s(&dependent, "/metadata/namespace"), NS);
+    assert_eq!(s(&base, "/metadata/namespace"), NS);
+    let tuned = get(&admin, &ns_path(&SUBSCRIPTION, NS, Some("tuned"))).await.unwrap().unwrap();
+    assert!(!cond_true(&tuned, "ResolutionFailed"), "resolved: {tuned}");
+    assert_eq!(s(&tuned, "/status/installedCSV"), "tuned-exporter.v1.0.0");
+    let events = admin.get(&ns_path(&EVENT, NS, None)).await.unwrap().into_result().unwrap();
+    let subscribed: Vec<&str> = events["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| s(e, "/reason") == "DependencySubscribed")
+        .map(|e| s(e, "/message"))
+        .collect();
+    assert!(
+        subscribed.len() == 1
+            && subscribed[0].contains(generated)
+            && subscribed[0].contains("API tuning.example.com/v1 Profile"),
+        "one DependencySubscribed Event naming the Subscription and what it meets: {subscribed:?}"
+    );
+}
+
+/// A dependency the namespace already subscribes to is left to that Subscription: while it is
+/// settled on a bundle out of the range, the dependent fails resolution naming it and what to
+/// do, and nothing is planned or subscribed; moved to a channel that meets it, the dependent
+/// goes on by itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bundle_waits_for_a_dependency_its_namespace_holds_out_of_range() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let served = CatalogServer::start().await;
+    dependency_catalog(&admin, &served).await;
+
+    // base-tuning 1.1.0 (its old channel) provides the API but is out of the range.
     let mut old = subscription("base", "fleet", "base-tuning", "Automatic");
     old["spec"]["channel"] = json!("old");
     admin.post(&ns_path(&SUBSCRIPTION, NS, None), &old).await.unwrap().into_result().unwrap();
     csv_phase(&admin, "base-tuning.v1.1.0", "Succeeded").await;
-    let sub_path = ns_path(&SUBSCRIPTION, NS, Some("tuned"));
-    let sub = eventually(WAIT, "the failure saying only the package's range", || {
-        let (admin, sub_path) = (admin.clone(), sub_path.clone());
-        async move {
-            let sub = get(&admin, &sub_path).await?;
-            Ok(sub.filter(|s| {
-                condition(s, "ResolutionFailed").is_some_and(|c| {
-                    let m = c["message"].as_str().unwrap_or("");
-                    m.contains("base-tuning") && !m.contains("Profile")
-                })
-            }))
-        }
-    })
+    let sub = subscribe_until(
+        &admin,
+        subscription("tuned", "fleet", "tuned-exporter", "Automatic"),
+        "ResolutionFailed naming Subscription base",
+        |s| cond_true(s, "ResolutionFailed") && s.to_string().contains("moves no further"),
+    )
     .await;
+    let why = s(condition(&sub, "ResolutionFailed").unwrap(), "/message").to_string();
+    for words in [
+        r#"bundle tuned-exporter.v1.0.0 requires package "base-tuning" in range ">=1.2.0 <2.0.0" (olm.package.required)"#,
+        r#"Subscription "base" of this namespace (package "base-tuning") is the one to meet it, but installed base-tuning.v1.1.0"#,
+        "change its channel to one that reaches a bundle that meets it",
+    ] {
+        assert!(why.contains(words), "{words:?} in {why}");
+    }
+    assert!(!why.contains("Profile"), "the API is met by 1.1.0: {why}");
     assert_eq!(s(&sub, "/status/installPlanRef/name"), "", "no plan: {sub}");
+    assert_eq!(subscription_names(&admin).await, ["base", "tuned"], "no second Subscription for base-tuning");
     let listed = admin.get(&ns_path(&CLUSTER_SERVICE_VERSION, NS, None)).await.unwrap().into_result().unwrap();
     let csvs: Vec<&str> = listed["items"].as_array().unwrap().iter().map(|c| s(c, "/metadata/name")).collect();
     assert_eq!(csvs, ["base-tuning.v1.1.0"], "nothing of tuned-exporter installed");
@@ -926,6 +1041,7 @@ async fn a_bundle_waits_for_the_operators_it_depends_on() {
     plan_for(&admin, "tuned", "tuned-exporter.v1.0.0", "Complete").await;
     let csv = csv_phase(&admin, "tuned-exporter.v1.0.0", "Succeeded").await;
     assert_eq!(s(&csv, "/metadata/namespace"), NS);
-    let sub = get(&admin, &sub_path).await.unwrap().unwrap();
+    let sub = get(&admin, &ns_path(&SUBSCRIPTION, NS, Some("tuned"))).await.unwrap().unwrap();
     assert!(!cond_true(&sub, "ResolutionFailed"), "resolved: {sub}");
+    assert_eq!(subscription_names(&admin).await, ["base", "tuned"]);
 }

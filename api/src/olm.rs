@@ -191,43 +191,15 @@ pub fn installed_bundle(csv_name: &str, meta: &ObjectMeta) -> crate::catalog::Bu
 }
 
 /// The dependencies of `bundle` (`olm.package.required`, `olm.gvk.required`) that none of
-/// `installed` (the namespace's installed operators, as [`installed_bundle`] reads them) meets,
-/// each said as a user would look for it. The bundle's own APIs meet its own `olm.gvk.required`.
-/// aloft checks dependencies but does not install them: a bundle whose dependencies are not
-/// installed is not installed either (OLM would add them to the plan), rather than installed
-/// without them.
-pub fn unmet_dependencies(bundle: &crate::catalog::Bundle, installed: &[crate::catalog::Bundle]) -> Vec<String> {
-    let mut unmet = Vec::new();
-    for required in bundle.required_packages() {
-        let range = match crate::catalog::Range::parse(&required.version_range) {
-            Ok(r) => r,
-            Err(e) => {
-                unmet.push(format!(
-                    "package {:?} in range {:?} (olm.package.required): the range does not read: {e}",
-                    required.package_name, required.version_range
-                ));
-                continue;
-            }
-        };
-        let met = installed.iter().any(|b| {
-            b.package_property().is_ok_and(|p| p.package_name == required.package_name)
-                && b.version().is_some_and(|v| range.contains(&v))
-        });
-        if !met {
-            unmet.push(format!(
-                "package {:?} in range {:?} (olm.package.required)",
-                required.package_name, required.version_range
-            ));
-        }
-    }
-    let own = bundle.provided_gvks();
-    for gvk in bundle.required_gvks() {
-        let met = own.contains(&gvk) || installed.iter().any(|b| b.provided_gvks().contains(&gvk));
-        if !met {
-            unmet.push(format!("API {}/{} {} (olm.gvk.required)", gvk.group, gvk.version, gvk.kind));
-        }
-    }
-    unmet
+/// `installed` (the namespace's installed operators, as [`installed_bundle`] reads them) meets;
+/// each displays as a user would look for it. The bundle's own APIs meet its own
+/// `olm.gvk.required`. A bundle with unmet dependencies is not installed until they are (the
+/// coordinator subscribes to them, as OLM does), rather than installed without them.
+pub fn unmet_dependencies(
+    bundle: &crate::catalog::Bundle,
+    installed: &[crate::catalog::Bundle],
+) -> Vec<crate::catalog::Dependency> {
+    bundle.dependencies().into_iter().filter(|d| !installed.iter().any(|b| d.met_by(b))).collect()
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -666,7 +638,9 @@ mod tests {
             };
             installed_bundle(&b.name, &meta)
         };
-        let unmet = unmet_dependencies(&wants, &[]);
+        let texts =
+            |unmet: Vec<crate::catalog::Dependency>| -> Vec<String> { unmet.iter().map(ToString::to_string).collect() };
+        let unmet = texts(unmet_dependencies(&wants, &[]));
         assert_eq!(
             unmet,
             [
@@ -677,7 +651,7 @@ mod tests {
         let old_base =
             bundle("base.v1.1.0", "base", "1.1.0", serde_json::json!([{"type": "olm.gvk", "value": gvk("Profile")}]));
         let other = bundle("other.v1.5.0", "other", "1.5.0", serde_json::json!([]));
-        let unmet = unmet_dependencies(&wants, &[installed_as_csv(&old_base), installed_as_csv(&other)]);
+        let unmet = texts(unmet_dependencies(&wants, &[installed_as_csv(&old_base), installed_as_csv(&other)]));
         assert_eq!(
             unmet,
             [r#"package "base" in range ">=1.2.0 <2.0.0" (olm.package.required)"#],
@@ -685,7 +659,7 @@ mod tests {
         );
         let base =
             bundle("base.v1.3.0", "base", "1.3.0", serde_json::json!([{"type": "olm.gvk", "value": gvk("Profile")}]));
-        assert_eq!(unmet_dependencies(&wants, &[installed_as_csv(&base)]), Vec::<String>::new());
+        assert_eq!(texts(unmet_dependencies(&wants, &[installed_as_csv(&base)])), Vec::<String>::new());
         let no_annotation = installed_bundle("base.v1.3.0", &ObjectMeta::default());
         assert_eq!(
             unmet_dependencies(&wants, &[no_annotation]).len(),
@@ -698,7 +672,7 @@ mod tests {
             "1.0.0",
             serde_json::json!([{"type": "olm.package.required", "value": {"packageName": "base", "versionRange": "||"}}]),
         );
-        let unmet = unmet_dependencies(&bad_range, &[installed_as_csv(&base)]);
+        let unmet = texts(unmet_dependencies(&bad_range, &[installed_as_csv(&base)]));
         assert!(unmet.len() == 1 && unmet[0].contains("the range does not read"), "{unmet:?}");
     }
 

@@ -10,11 +10,13 @@
 //! included. This module is pure: the coordinator fetches and decodes the YAML or JSON streams
 //! and hands over the blobs; nothing here does I/O.
 
+mod dependencies;
 mod model;
 mod range;
 mod upgrade;
 mod validate;
 
+pub use dependencies::{Dependency, Provider};
 pub use model::*;
 pub use range::{parse_version, Range, RangeError};
 pub use upgrade::{ChannelSummary, PackageSummary, ResolveError};

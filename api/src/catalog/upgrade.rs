@@ -7,8 +7,8 @@
 //! entry that replaces or skips the installed bundle or whose skipRange holds its version. With
 //! only `replaces` that is one hop at a time; a head that skips or skipRange-covers the
 //! installed bundle is reached in one. No channel given means every channel, the default one
-//! first and the others by name, as OLM's resolver sorts them. Dependencies (the SAT part of
-//! OLM's resolver) are not resolved here.
+//! first and the others by name, as OLM's resolver sorts them. Dependencies are
+//! [`super::dependencies`]'s.
 
 use super::model::*;
 use super::range::Range;
@@ -267,7 +267,11 @@ impl Catalog {
 
     /// The channels a subscription looks in, in the order OLM's resolver ranks them; errors
     /// when the package or channel has no entries at all.
-    fn selected_channels(&self, package: &str, channel: Option<&str>) -> Result<Vec<&Channel>, ResolveError> {
+    pub(super) fn selected_channels(
+        &self,
+        package: &str,
+        channel: Option<&str>,
+    ) -> Result<Vec<&Channel>, ResolveError> {
         let has_entries = |c: &&Channel| c.entries.iter().any(|e| self.bundle(package, &e.name).is_some());
         let mut all: Vec<&Channel> = {
             let mut seen = HashSet::new();

@@ -5,8 +5,9 @@
 //! 1. [`catalogs`]: read each CatalogSource's file-based catalog over HTTP(S) when due, check it
 //!    as `opm validate` does, keep the last good read (a failed read never drops it);
 //! 2. [`subscriptions`]: resolve each Subscription against its catalog (the channel head on a
-//!    fresh install, the next bundle of the upgrade graph after that) and create the
-//!    InstallPlan, approved at once when `installPlanApproval` is Automatic;
+//!    fresh install, the next bundle of the upgrade graph after that), subscribe to the
+//!    operators that bundle depends on ([`dependencies`]) and, once they are installed, create
+//!    the InstallPlan, approved at once when `installPlanApproval` is Automatic;
 //! 3. [`plans`]: install each approved plan (unless its namespace has several [`groups`]): the CSV, and the bundle's MachineConfigs (labelled
 //!    with their CSV), replacing those of the CSV it replaces in the same write so a pool rolls
 //!    out one change, not two;
@@ -19,6 +20,7 @@
 
 pub mod catalogs;
 pub mod csvs;
+pub mod dependencies;
 pub mod groups;
 pub mod plans;
 pub mod subscriptions;

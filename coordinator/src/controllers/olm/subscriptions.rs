@@ -5,18 +5,25 @@
 //! it, nearest the head. One plan at a time per subscription: a plan that waits for approval
 //! or installs holds the next resolution back; a failed plan stays failed until the catalog
 //! offers another bundle (never retried in a loop), and deleting the plan asks for a new one.
+//! A bundle that needs operators the namespace lacks waits for them: [`super::dependencies`]
+//! subscribes to them.
 
 use super::catalogs::Snapshot;
+use super::dependencies::{self, Outcome};
 use super::{involved, key_of, note, write_if_changed};
 use crate::controllers::events::Recorder;
 use crate::resources::{CLUSTER_SERVICE_VERSION, INSTALL_PLAN, SUBSCRIPTION};
 use crate::server::objects;
 use crate::store::{Key, Store, StoreError};
-use aloft_api::catalog::{Bundle, Catalog};
-use aloft_api::meta::{set_condition, Condition};
+use aloft_api::catalog::{Bundle, Catalog, Dependency};
+use aloft_api::meta::{find_condition, set_condition, Condition};
 use aloft_api::olm::{self, CatalogHealth, InstallPlan, PlanReference, Subscription, SubscriptionStatus};
 use serde_json::{json, Value};
 use std::sync::Arc;
+
+/// The `InstallPlanPending` reason of a subscription whose bundle waits for the Subscriptions
+/// of its dependencies (OLM would put them in the same plan; aloft installs them first).
+pub const WAITING_FOR_DEPENDENCIES: &str = "WaitingForDependencies";
 
 pub async fn reconcile(store: &Arc<dyn Store>, catalogs: &Snapshot, events: &Recorder) -> Result<(), StoreError> {
     for raw in store.list(&SUBSCRIPTION.store_key(), None).await?.items {
@@ -160,7 +167,8 @@ async fn sync(
     }
 
     if let (Some(catalog), false) = (catalog, hold) {
-        resolve(store, events, &sub, &catalog, &mut status, failed_for.as_deref(), &now).await?;
+        let at = Resolution { catalog: &catalog, catalogs, failed_for: failed_for.as_deref(), now: &now };
+        resolve(store, events, &sub, at, &mut status).await?;
     }
     status.last_updated = status.last_updated.or_else(|| Some(now.clone()));
     let mut next = raw.clone();
@@ -171,16 +179,28 @@ async fn sync(
     write_if_changed(store, &key_of(&SUBSCRIPTION, raw), raw, next).await.map(|_| ())
 }
 
-/// Choose the next bundle and make its plan; the conditions and state say the outcome.
+/// What a resolution reads besides the subscription.
+#[derive(Clone, Copy)]
+struct Resolution<'a> {
+    /// The subscription's catalog.
+    catalog: &'a Catalog,
+    /// Every catalog, where dependencies are looked for.
+    catalogs: &'a Snapshot,
+    /// The bundle whose plan failed, if the last one did.
+    failed_for: Option<&'a str>,
+    now: &'a str,
+}
+
+/// Choose the next bundle, subscribe to what it depends on, and make its plan; the conditions
+/// and state say the outcome.
 async fn resolve(
     store: &Arc<dyn Store>,
     events: &Recorder,
     sub: &Subscription,
-    catalog: &Catalog,
+    at: Resolution<'_>,
     status: &mut SubscriptionStatus,
-    failed_for: Option<&str>,
-    now: &str,
 ) -> Result<(), StoreError> {
+    let Resolution { catalog, catalogs, failed_for, now } = at;
     let spec = &sub.spec;
     let ns = sub.metadata.namespace.clone().unwrap_or_default();
     let about = involved("Subscription", &ns, &sub.metadata.name);
@@ -216,20 +236,28 @@ async fn resolve(
     if let Some(bundle) = chosen {
         let unmet = unmet_dependencies(store, &ns, bundle).await?;
         if !unmet.is_empty() {
-            let message = format!(
-                "constraints not satisfiable: bundle {} requires {}, which no operator installed in namespace {ns:?} \
-                 provides; aloft checks dependencies but does not install them: subscribe to {} in this namespace \
-                 first, and this subscription goes on by itself once {} installed",
-                bundle.name,
-                unmet.join(" and "),
-                if unmet.len() == 1 { "it" } else { "them" },
-                if unmet.len() == 1 { "it is" } else { "they are" }
-            );
-            failed(status, &message);
+            match dependencies::arrange(store, catalogs, events, sub, bundle, &unmet).await? {
+                Outcome::Unsatisfiable(message) => failed(status, &message),
+                Outcome::Waiting(message) => {
+                    set_condition(&mut status.conditions, Condition::new(olm::RESOLUTION_FAILED, "False", "", ""), now);
+                    set_condition(
+                        &mut status.conditions,
+                        Condition::new(olm::INSTALL_PLAN_PENDING, "True", WAITING_FOR_DEPENDENCIES, message),
+                        now,
+                    );
+                    status.current_csv = bundle.name.clone();
+                    status.state = olm::UPGRADE_PENDING.into();
+                }
+            }
             return Ok(());
         }
     }
     set_condition(&mut status.conditions, Condition::new(olm::RESOLUTION_FAILED, "False", "", ""), now);
+    if find_condition(&status.conditions, olm::INSTALL_PLAN_PENDING)
+        .is_some_and(|c| c.reason == WAITING_FOR_DEPENDENCIES)
+    {
+        remove_condition(&mut status.conditions, olm::INSTALL_PLAN_PENDING);
+    }
     let Some(bundle) = chosen else {
         // Nothing newer: the installed bundle is the latest this channel knows.
         status.current_csv = status.installed_csv.clone();
@@ -273,7 +301,7 @@ async fn unmet_dependencies(
     store: &Arc<dyn Store>,
     namespace: &str,
     bundle: &Bundle,
-) -> Result<Vec<String>, StoreError> {
+) -> Result<Vec<Dependency>, StoreError> {
     if bundle.required_packages().is_empty() && bundle.required_gvks().is_empty() {
         return Ok(Vec::new());
     }

@@ -1,0 +1,209 @@
+//! A bundle's dependencies, and the bundle of a catalog that OLM v0 would install to meet one.
+//!
+//! OLM's resolver adds a bundle's dependencies (`olm.package.required`, `olm.gvk.required`) to
+//! the plan and gives each its own Subscription. aloft does the same in two steps: this module
+//! says what is needed and which catalog bundle meets it, the coordinator creates the
+//! Subscriptions and holds the dependent bundle back until they are installed. Among the
+//! bundles that meet a dependency, OLM prefers (after the subscription's own catalog, the
+//! caller's part) the package's default channel, then its other channels by name, and within
+//! a channel the entry nearest the head: the same order a fresh install reads channels in.
+
+use super::model::{Bundle, Catalog, Channel, Gvk};
+use super::range::Range;
+
+/// One dependency of a bundle, read.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Dependency {
+    /// `olm.package.required`: that package, at a version in the range.
+    Package { name: String, range: Range },
+    /// `olm.gvk.required`: some installed bundle providing that API.
+    Api(Gvk),
+    /// An `olm.package.required` whose range does not read: nothing can meet it.
+    Unreadable { name: String, range: String, error: String },
+}
+
+impl std::fmt::Display for Dependency {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Dependency::Package { name, range } => {
+                write!(f, "package {name:?} in range {:?} (olm.package.required)", range.as_str())
+            }
+            Dependency::Api(g) => write!(f, "API {}/{} {} (olm.gvk.required)", g.group, g.version, g.kind),
+            Dependency::Unreadable { name, range, error } => write!(
+                f,
+                "package {name:?} in range {range:?} (olm.package.required): the range does not read: {error}"
+            ),
+        }
+    }
+}
+
+impl Dependency {
+    /// Whether `bundle` meets this dependency.
+    pub fn met_by(&self, bundle: &Bundle) -> bool {
+        match self {
+            Dependency::Package { name, range } => {
+                bundle.package_property().is_ok_and(|p| p.package_name == *name)
+                    && bundle.version().is_some_and(|v| range.contains(&v))
+            }
+            Dependency::Api(gvk) => bundle.provided_gvks().contains(gvk),
+            Dependency::Unreadable { .. } => false,
+        }
+    }
+
+    /// The package a bundle meeting it must be of, when the dependency names one.
+    pub fn package(&self) -> Option<&str> {
+        match self {
+            Dependency::Package { name, .. } | Dependency::Unreadable { name, .. } => Some(name),
+            Dependency::Api(_) => None,
+        }
+    }
+}
+
+impl Bundle {
+    /// The bundle's dependencies: its required packages (in property order), then its required
+    /// APIs that it does not provide itself (a bundle meets its own `olm.gvk.required`).
+    pub fn dependencies(&self) -> Vec<Dependency> {
+        let mut out: Vec<Dependency> = self
+            .required_packages()
+            .into_iter()
+            .map(|r| match Range::parse(&r.version_range) {
+                Ok(range) => Dependency::Package { name: r.package_name, range },
+                Err(e) => Dependency::Unreadable { name: r.package_name, range: r.version_range, error: e.to_string() },
+            })
+            .collect();
+        let own = self.provided_gvks();
+        out.extend(self.required_gvks().into_iter().filter(|g| !own.contains(g)).map(Dependency::Api));
+        out
+    }
+}
+
+/// A catalog bundle that meets a dependency, and the channel it was found in (what the
+/// dependency's Subscription follows).
+#[derive(Debug, Clone, Copy)]
+pub struct Provider<'a> {
+    pub channel: &'a Channel,
+    pub bundle: &'a Bundle,
+}
+
+impl Catalog {
+    /// The bundle of this catalog OLM would install to meet `dependency`: in the required
+    /// package (for an API: in each package, by name), the default channel first and then the
+    /// others by name, the entry nearest the channel's head that meets it. Channels that cannot
+    /// be ordered (no single head, a cycle) are passed over: a validated catalog has none.
+    pub fn provider_of(&self, dependency: &Dependency) -> Option<Provider<'_>> {
+        let packages: Vec<&str> = match dependency.package() {
+            Some(p) => vec![p],
+            None => {
+                let mut names: Vec<&str> = self.packages.iter().map(|p| p.name.as_str()).collect();
+                names.sort_unstable();
+                names.dedup();
+                names
+            }
+        };
+        for package in packages {
+            let Ok(channels) = self.selected_channels(package, None) else { continue };
+            for channel in channels {
+                let Ok(order) = channel.order() else { continue };
+                for entry in order {
+                    if let Some(bundle) = self.bundle(package, &entry.name).filter(|b| dependency.met_by(b)) {
+                        return Some(Provider { channel, bundle });
+                    }
+                }
+            }
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{json, Value};
+
+    fn bundle(package: &str, version: &str, more: Value) -> Value {
+        let mut properties =
+            vec![json!({"type": "olm.package", "value": {"packageName": package, "version": version}})];
+        properties.extend(more.as_array().cloned().unwrap_or_default());
+        json!({"schema": "olm.bundle", "name": format!("{package}.v{version}"), "package": package,
+               "image": format!("example.com/{package}:{version}"), "properties": properties})
+    }
+
+    fn gvk(kind: &str) -> Value {
+        json!({"group": "tuning.example.com", "version": "v1", "kind": kind})
+    }
+
+    fn catalog(blobs: Vec<Value>) -> Catalog {
+        Catalog::from_blobs(blobs.into_iter().map(|b| ("catalog.json".to_string(), b))).expect("a valid catalog")
+    }
+
+    /// Two packages: base (stable: 1.1.0 -> 1.3.0 -> 2.0.0; fast, named after stable: 2.1.0;
+    /// old: 1.1.0), whose 1.x provides Profile; and alt, which provides Profile too.
+    fn two_packages() -> Catalog {
+        let profile = json!([{"type": "olm.gvk", "value": gvk("Profile")}]);
+        catalog(vec![
+            json!({"schema": "olm.package", "name": "base", "defaultChannel": "stable"}),
+            json!({"schema": "olm.channel", "package": "base", "name": "stable", "entries": [
+                {"name": "base.v1.1.0"}, {"name": "base.v1.3.0", "replaces": "base.v1.1.0"},
+                {"name": "base.v2.0.0", "replaces": "base.v1.3.0"}]}),
+            json!({"schema": "olm.channel", "package": "base", "name": "a-fast", "entries": [{"name": "base.v2.1.0"}]}),
+            json!({"schema": "olm.channel", "package": "base", "name": "old", "entries": [{"name": "base.v1.1.0"}]}),
+            bundle("base", "1.1.0", profile.clone()),
+            bundle("base", "1.3.0", profile.clone()),
+            bundle("base", "2.0.0", json!([])),
+            bundle("base", "2.1.0", json!([])),
+            json!({"schema": "olm.package", "name": "alt", "defaultChannel": "stable"}),
+            json!({"schema": "olm.channel", "package": "alt", "name": "stable", "entries": [{"name": "alt.v0.1.0"}]}),
+            bundle("alt", "0.1.0", profile),
+        ])
+    }
+
+    #[test]
+    fn a_bundles_dependencies_read_as_it_declares_them() {
+        let b: Bundle = serde_json::from_value(bundle(
+            "a",
+            "1.0.0",
+            json!([
+                {"type": "olm.package.required", "value": {"packageName": "base", "versionRange": ">=1.2.0 <2.0.0"}},
+                {"type": "olm.package.required", "value": {"packageName": "other", "versionRange": "||"}},
+                {"type": "olm.gvk.required", "value": gvk("Profile")},
+                {"type": "olm.gvk.required", "value": gvk("Own")},
+                {"type": "olm.gvk", "value": gvk("Own")},
+            ]),
+        ))
+        .unwrap();
+        let texts: Vec<String> = b.dependencies().iter().map(ToString::to_string).collect();
+        assert_eq!(texts.len(), 3, "its own API is no dependency: {texts:?}");
+        assert_eq!(texts[0], r#"package "base" in range ">=1.2.0 <2.0.0" (olm.package.required)"#);
+        assert!(
+            texts[1].starts_with(r#"package "other" in range "||" (olm.package.required): the range does not read"#)
+        );
+        assert_eq!(texts[2], "API tuning.example.com/v1 Profile (olm.gvk.required)");
+        let unreadable = &b.dependencies()[1];
+        assert!(two_packages().bundles.iter().all(|x| !unreadable.met_by(x)), "an unreadable range meets nothing");
+    }
+
+    #[test]
+    fn the_provider_is_the_entry_nearest_the_head_of_the_default_channel_first() {
+        let c = two_packages();
+        let package = |range: &str| Dependency::Package { name: "base".into(), range: Range::parse(range).unwrap() };
+        let found = c.provider_of(&package(">=1.2.0 <2.0.0")).expect("1.3.0 is in range");
+        assert_eq!((found.channel.name.as_str(), found.bundle.name.as_str()), ("stable", "base.v1.3.0"));
+        // The head of the default channel beats a higher version in another channel.
+        let found = c.provider_of(&package(">=2.0.0")).expect("2.x is in range");
+        assert_eq!((found.channel.name.as_str(), found.bundle.name.as_str()), ("stable", "base.v2.0.0"));
+        // Only another channel has it.
+        let found = c.provider_of(&package(">=2.1.0")).expect("2.1.0 is in range");
+        assert_eq!((found.channel.name.as_str(), found.bundle.name.as_str()), ("a-fast", "base.v2.1.0"));
+        assert!(c.provider_of(&package(">=3.0.0")).is_none(), "nothing in range");
+        let missing = Dependency::Package { name: "nope".into(), range: Range::parse(">=0.0.0").unwrap() };
+        assert!(c.provider_of(&missing).is_none(), "no such package");
+    }
+
+    #[test]
+    fn an_api_is_provided_by_the_first_package_by_name_that_has_it() {
+        let c = two_packages();
+        let found = c.provider_of(&Dependency::Api(serde_json::from_value(gvk("Profile")).unwrap())).unwrap();
+        assert_eq!(found.bundle.name, "alt.v0.1.0", "alt before base");
+        assert!(c.provider_of(&Dependency::Api(serde_json::from_value(gvk("Nobody")).unwrap())).is_none());
+    }
+}

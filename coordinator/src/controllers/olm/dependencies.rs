@@ -1,0 +1,291 @@
+//! A bundle's dependencies, installed as OLM installs them: each gets a Subscription of its own.
+//!
+//! When the bundle a Subscription would install needs operators the namespace does not have
+//! (`olm.package.required`, `olm.gvk.required`), OLM's resolver finds a bundle for each in the
+//! catalogs, adds them to the plan and creates their Subscriptions. aloft creates the same
+//! Subscriptions (named as OLM names them, `<package>-<channel>-<catalog>-<catalog namespace>`,
+//! starting at the bundle found) and holds the dependent bundle back until they are installed,
+//! so it is never installed without what it needs. All or nothing, as a resolution is: when one
+//! dependency cannot be met, no Subscription is created for the others.
+//!
+//! Where a dependency is looked for: a Subscription of the namespace already on that package
+//! (or on a package with that API) is the one that will meet it, if it still moves; otherwise
+//! the subscription's own catalog first, then the other catalogs of its catalog's namespace and
+//! of its own namespace, by name (OLM's catalog priorities are not read).
+
+use super::catalogs::Snapshot;
+use super::{involved, note};
+use crate::controllers::events::Recorder;
+use crate::resources::SUBSCRIPTION;
+use crate::server::objects;
+use crate::store::{Key, Store, StoreError};
+use aloft_api::catalog::{Bundle, Catalog, Dependency};
+use aloft_api::meta::find_condition;
+use aloft_api::olm::{self, Subscription};
+use serde_json::json;
+use std::sync::Arc;
+
+/// The annotation on a Subscription created for a dependency: the Subscription and bundle
+/// that needed it (OLM records nothing; a user asking "where did this come from" should not
+/// have to guess).
+pub const REQUIRED_BY: &str = "aloft.dev/requiredBy";
+
+/// What became of a bundle's unmet dependencies.
+#[derive(Debug)]
+pub enum Outcome {
+    /// Every one has a Subscription that will install it (some perhaps just created): the
+    /// bundle waits for them; the message says for what.
+    Waiting(String),
+    /// At least one cannot be met; nothing was created. The message says why, for each.
+    Unsatisfiable(String),
+}
+
+/// A dependency's way to be met.
+enum Way {
+    /// A Subscription of the namespace that still moves towards it.
+    Subscribed { name: String, detail: String },
+    /// A Subscription of the namespace that settled on a bundle that does not meet it.
+    Stuck { name: String, package: String, detail: String },
+    /// A bundle to subscribe to (index into the new Subscriptions).
+    New(usize),
+    /// Nothing in the catalogs provides it.
+    Missing,
+}
+
+/// A Subscription to create.
+struct NewSubscription<'a> {
+    catalog: (String, String),
+    channel: &'a str,
+    bundle: &'a Bundle,
+}
+
+/// Find a way to meet each of `unmet` (the dependencies of `bundle`, the bundle `sub` would
+/// install, that no installed operator meets) and create the Subscriptions that are missing.
+pub async fn arrange(
+    store: &Arc<dyn Store>,
+    catalogs: &Snapshot,
+    events: &Recorder,
+    sub: &Subscription,
+    bundle: &Bundle,
+    unmet: &[Dependency],
+) -> Result<Outcome, StoreError> {
+    let ns = sub.metadata.namespace.clone().unwrap_or_default();
+    let mut others = Vec::new();
+    for raw in store.list(&SUBSCRIPTION.store_key(), Some(&ns)).await?.items {
+        let Ok(s) = serde_json::from_value::<Subscription>(raw) else { continue };
+        if s.metadata.name != sub.metadata.name && s.metadata.deletion_timestamp.is_none() {
+            others.push(s);
+        }
+    }
+    let searched = search_order(catalogs, sub);
+    let mut new: Vec<NewSubscription> = Vec::new();
+    let mut ways = Vec::with_capacity(unmet.len());
+    for dep in unmet {
+        let way = if let Some(s) = others.iter().find(|s| subscribes_to(s, dep, catalogs)) {
+            let (moving, detail) = progress(s);
+            let name = s.metadata.name.clone();
+            if moving {
+                Way::Subscribed { name, detail }
+            } else {
+                Way::Stuck { name, package: s.spec.name.clone(), detail }
+            }
+        } else if let Some(k) = new.iter().position(|n| dep.met_by(n.bundle)) {
+            Way::New(k)
+        } else if let Some((id, p)) = searched.iter().find_map(|(id, c)| c.provider_of(dep).map(|p| (id, p))) {
+            new.push(NewSubscription { catalog: (*id).clone(), channel: &p.channel.name, bundle: p.bundle });
+            Way::New(new.len() - 1)
+        } else {
+            Way::Missing
+        };
+        ways.push(way);
+    }
+
+    let blocked = ways.iter().any(|w| matches!(w, Way::Stuck { .. } | Way::Missing));
+    if blocked {
+        let shown: Vec<String> = searched.iter().map(|(id, _)| format!("{}/{}", id.0, id.1)).collect();
+        let why: Vec<String> = unmet
+            .iter()
+            .zip(&ways)
+            .map(|(dep, way)| match way {
+                Way::Missing => format!("{dep}: no bundle of the catalogs {} provides it", shown.join(", ")),
+                Way::Stuck { name, package, detail } => format!(
+                    "{dep}: Subscription {name:?} of this namespace (package {package:?}) is the one to meet it, but \
+                     {detail}; change its channel to one that reaches a bundle that meets it"
+                ),
+                Way::Subscribed { name, detail } => format!("{dep}: Subscription {name:?} will meet it ({detail})"),
+                Way::New(k) => {
+                    format!("{dep}: {} of {}/{} meets it", new[*k].bundle.name, new[*k].catalog.0, new[*k].catalog.1)
+                }
+            })
+            .collect();
+        return Ok(Outcome::Unsatisfiable(format!(
+            "constraints not satisfiable: bundle {} requires {}; nothing is installed for it until every dependency \
+             can be met, and it goes on by itself once they can",
+            bundle.name,
+            why.join("; ")
+        )));
+    }
+
+    let about = involved("Subscription", &ns, &sub.metadata.name);
+    let mut names = Vec::with_capacity(new.len());
+    for n in &new {
+        let name = subscription_name(&n.bundle.package, n.channel, &n.catalog.1, &n.catalog.0);
+        let mut obj = json!({
+            "apiVersion": olm::API_VERSION,
+            "kind": "Subscription",
+            "metadata": {
+                "name": name,
+                "labels": {format!("operators.coreos.com/{}.{ns}", n.bundle.package): ""},
+                "annotations": {REQUIRED_BY: format!("{} ({})", sub.metadata.name, bundle.name)},
+            },
+            "spec": {
+                "source": n.catalog.1,
+                "sourceNamespace": n.catalog.0,
+                "name": n.bundle.package,
+                "channel": n.channel,
+                "startingCSV": n.bundle.name,
+                // OLM installs both in one plan: the dependency's waits for approval when its
+                // dependent's does.
+                "installPlanApproval": if sub.spec.manual() { olm::MANUAL } else { olm::AUTOMATIC },
+            },
+        });
+        objects::prepare_create(&mut obj, &ns);
+        match store.create(&Key::new(&SUBSCRIPTION.store_key(), &ns, &name), obj).await {
+            Ok(_) => {
+                let met: Vec<String> = unmet.iter().filter(|d| d.met_by(n.bundle)).map(ToString::to_string).collect();
+                note(
+                    events,
+                    &about,
+                    "DependencySubscribed",
+                    &format!(
+                        "created Subscription {name:?} for {} (it requires {}): installs {} from {}/{}, channel {:?}",
+                        bundle.name,
+                        met.join(" and "),
+                        n.bundle.name,
+                        n.catalog.0,
+                        n.catalog.1,
+                        n.channel
+                    ),
+                );
+            }
+            // Made by an earlier pass whose status write lost a race: the same thing.
+            Err(StoreError::AlreadyExists(_)) => {}
+            Err(e) => return Err(e),
+        }
+        names.push(name);
+    }
+    let waits: Vec<String> = unmet
+        .iter()
+        .zip(&ways)
+        .map(|(dep, way)| match way {
+            Way::Subscribed { name, detail } => format!("{dep} from Subscription {name:?} ({detail})"),
+            Way::New(k) => format!("{dep} from Subscription {:?} (installing {})", names[*k], new[*k].bundle.name),
+            Way::Stuck { .. } | Way::Missing => unreachable!("a blocked resolution returned above"),
+        })
+        .collect();
+    Ok(Outcome::Waiting(format!("{} waits for its dependencies to be installed: {}", bundle.name, waits.join("; "))))
+}
+
+/// The catalogs a dependency is looked for in, in order: the subscription's own, then the other
+/// healthy ones of its catalog's namespace and of its own namespace, by namespace and name.
+fn search_order<'a>(catalogs: &'a Snapshot, sub: &Subscription) -> Vec<(&'a (String, String), &'a Catalog)> {
+    let own = (sub.spec.source_namespace.clone(), sub.spec.source.clone());
+    let ns = sub.metadata.namespace.clone().unwrap_or_default();
+    let mut out: Vec<(&(String, String), &Catalog)> = catalogs
+        .iter()
+        .filter(|(id, v)| v.healthy && (**id == own || id.0 == own.0 || id.0 == ns))
+        .filter_map(|(id, v)| v.catalog.as_deref().map(|c| (id, c)))
+        .collect();
+    out.sort_by(|a, b| (*b.0 == own).cmp(&(*a.0 == own)).then_with(|| a.0.cmp(b.0)));
+    out
+}
+
+/// Whether `s` subscribes to what `dep` asks for: the package it names, or (for an API) a
+/// package whose bundles in `s`'s catalog provide it.
+fn subscribes_to(s: &Subscription, dep: &Dependency, catalogs: &Snapshot) -> bool {
+    match dep.package() {
+        Some(p) => s.spec.name == p,
+        None => catalogs
+            .get(&(s.spec.source_namespace.clone(), s.spec.source.clone()))
+            .and_then(|v| v.catalog.as_deref())
+            .is_some_and(|c| c.bundles_of(&s.spec.name).any(|b| dep.met_by(b))),
+    }
+}
+
+/// Whether a Subscription still moves (it may yet install a bundle that meets a dependency),
+/// and where it stands, in a few words.
+fn progress(s: &Subscription) -> (bool, String) {
+    let status = s.status.clone().unwrap_or_default();
+    let failed = |t: &str| find_condition(&status.conditions, t).filter(|c| c.status == "True");
+    if let Some(c) = failed(olm::RESOLUTION_FAILED) {
+        return (false, format!("its resolution failed: {}", c.message));
+    }
+    if status.state == olm::UPGRADE_FAILED {
+        return (false, format!("its install of {} failed", status.current_csv));
+    }
+    if status.state == olm::AT_LATEST_KNOWN {
+        return (false, format!("installed {} and moves no further on its channel", status.installed_csv));
+    }
+    let pending = find_condition(&status.conditions, olm::INSTALL_PLAN_PENDING)
+        .map(|c| format!(", its plan {}", c.reason))
+        .unwrap_or_default();
+    let target = if status.current_csv.is_empty() {
+        "resolving".to_string()
+    } else {
+        format!("installing {}", status.current_csv)
+    };
+    (true, format!("{target}{pending}"))
+}
+
+/// OLM's name for a dependency's Subscription, `<package>-<channel>-<catalog>-<catalog
+/// namespace>`, made a valid object name (lower case; anything but letters, digits, `-` and
+/// `.` becomes `-`; at most 253 characters).
+fn subscription_name(package: &str, channel: &str, catalog: &str, catalog_ns: &str) -> String {
+    let joined = format!("{package}-{channel}-{catalog}-{catalog_ns}").to_ascii_lowercase();
+    let cleaned: String =
+        joined.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c } else { '-' }).collect();
+    let trimmed = cleaned.trim_matches(|c: char| !c.is_ascii_alphanumeric());
+    let mut name: String = trimmed.chars().take(253).collect();
+    while name.ends_with(|c: char| !c.is_ascii_alphanumeric()) {
+        name.pop();
+    }
+    name
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dependencys_subscription_is_named_as_olm_names_it_and_valid() {
+        assert_eq!(
+            subscription_name("base-tuning", "stable", "fleet", "aloft-marketplace"),
+            "base-tuning-stable-fleet-aloft-marketplace"
+        );
+        assert_eq!(subscription_name("Base", "stable_V1.2", "c", "ns"), "base-stable-v1.2-c-ns");
+        let long = subscription_name(&"p".repeat(300), "s", "c", "n");
+        assert_eq!(long.len(), 253);
+        assert_eq!(subscription_name("_x", "y_", "c", "n."), "x-y--c-n");
+    }
+
+    #[test]
+    fn a_subscription_that_settled_or_failed_no_longer_moves() {
+        let sub = |state: &str, failed: bool| -> Subscription {
+            let mut conditions = vec![];
+            if failed {
+                conditions.push(json!({"type": "ResolutionFailed", "status": "True", "message": "no such channel"}));
+            }
+            serde_json::from_value(json!({"metadata": {"name": "base"}, "spec": {"name": "base"},
+                "status": {"state": state, "installedCSV": "base.v1.1.0", "currentCSV": "base.v1.3.0",
+                           "conditions": conditions}}))
+            .unwrap()
+        };
+        assert!(progress(&sub("UpgradePending", false)).0);
+        assert!(progress(&sub("", false)).0, "a new subscription moves");
+        let (moving, why) = progress(&sub("AtLatestKnown", false));
+        assert!(!moving && why.contains("installed base.v1.1.0"), "{why}");
+        let (moving, why) = progress(&sub("UpgradePending", true));
+        assert!(!moving && why.contains("no such channel"), "{why}");
+        assert!(!progress(&sub("UpgradeFailed", false)).0);
+    }
+}
