@@ -1063,3 +1063,85 @@ async fn kubectl_follows_the_cluster_version() {
     let mc = k.ok(&["get", "machineconfig", "00-worker-release", "-o", "jsonpath={.spec.osImageURL}"]);
     assert_eq!(mc.trim(), image);
 }
+
+/// PackageManifests as an OpenShift admin reads them, from a real community catalog: `kubectl
+/// get packagemanifests` lists each package with its catalog, jsonpath reads a package's default
+/// channel and that channel's current CSV (what a Subscription installs), label selectors pick
+/// a catalog, writes are refused, and deleting the CatalogSource removes them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_lists_the_package_manifests_of_a_real_catalog() {
+    let Some(exe) = kubectl_path() else { return };
+    let c = Coordinator::start();
+    let admin = c.client();
+    let k = Kubectl::new(exe, &c, Auth::Kubeconfig);
+    let rendered = Command::new(bin("aloft-coordinator"))
+        .args(["catalog", "render"])
+        .arg(testdata().join("fbc-community-operators/v4.12"))
+        .output()
+        .unwrap();
+    assert!(rendered.status.success(), "{}", String::from_utf8_lossy(&rendered.stderr));
+    let stream = String::from_utf8(rendered.stdout).unwrap();
+    let blobs = aloft_coordinator::fbc::blobs_of_stream(&stream, "all.json").unwrap();
+    let catalog = aloft_api::catalog::Catalog::from_blobs(blobs).unwrap();
+    let served = catalog_server::CatalogServer::start().await;
+    let url = served.set("community.json", &stream);
+    let source = json!({
+        "apiVersion": "operators.coreos.com/v1alpha1", "kind": "CatalogSource",
+        "metadata": {"name": "community", "namespace": "olm"},
+        "spec": {"sourceType": "http", "address": url, "displayName": "Community", "publisher": "tests"},
+    });
+    admin
+        .post("/apis/operators.coreos.com/v1alpha1/namespaces/olm/catalogsources", &source)
+        .await
+        .unwrap()
+        .into_result()
+        .unwrap();
+
+    let listed = eventually(Duration::from_secs(60), "a PackageManifest per package", || {
+        let out = k.ok(&["get", "packagemanifests", "-n", "olm"]);
+        async move { Ok((out.lines().count() == 1 + catalog_packages()).then_some(out)) }
+    })
+    .await;
+    assert_eq!(header(&listed), ["NAME", "CATALOG", "AGE"], "{listed}");
+    let summary = catalog.packages();
+    assert_eq!(summary.len(), catalog_packages());
+    for p in &summary {
+        let cols = row(&listed, &p.name).unwrap_or_else(|| panic!("{} in {listed}", p.name));
+        assert_eq!(cols[1], "Community", "{listed}");
+        let path = ["get", "packagemanifest", p.name.as_str(), "-n", "olm"];
+        let default = k.ok(&[&path[..], &["-o", "jsonpath={.status.defaultChannel}"]].concat());
+        assert_eq!(default, p.default_channel, "{}", p.name);
+        let query = format!("jsonpath={{.status.channels[?(@.name==\"{default}\")].currentCSV}}");
+        let current = k.ok(&[&path[..], &["-o", &query]].concat());
+        let head = &p.channels.iter().find(|ch| ch.name == p.default_channel).unwrap().head;
+        assert_eq!(&current, head, "{}: the default channel's head", p.name);
+    }
+    let wide = k.ok(&["get", "packagemanifests", "-n", "olm", "-o", "wide"]);
+    assert_eq!(header(&wide), ["NAME", "CATALOG", "AGE", "DEFAULT", "CHANNEL", "CHANNELS"], "{wide}");
+    let picked = k.ok(&["get", "packagemanifests", "-A", "-l", "catalog=community", "-o", "name"]);
+    assert_eq!(picked.lines().count(), catalog_packages(), "{picked}");
+    let none = k.run(&["get", "packagemanifests", "-A", "-l", "catalog=other"]);
+    assert!(String::from_utf8_lossy(&none.stderr).contains("No resources found"), "{none:?}");
+
+    // Read-only, as OLM's package server serves them.
+    let name = &summary[0].name;
+    let err = k.fails(&["delete", "packagemanifest", name, "-n", "olm"]);
+    assert!(err.contains("MethodNotAllowed") && err.contains("read-only"), "{err}");
+    let err = k.fails(&["label", "packagemanifest", name, "-n", "olm", "x=y"]);
+    assert!(err.contains("MethodNotAllowed"), "{err}");
+    let verbs = k.ok(&["api-resources", "--api-group=packages.operators.coreos.com", "-o", "wide"]);
+    assert!(verbs.contains("packagemanifests") && verbs.contains("get,list,watch"), "{verbs}");
+
+    // They go with their CatalogSource.
+    k.ok(&["delete", "catalogsource", "community", "-n", "olm"]);
+    eventually(Duration::from_secs(60), "the PackageManifests gone with their catalog", || {
+        let out = k.run(&["get", "packagemanifests", "-A", "-o", "name"]);
+        async move { Ok(out.stdout.is_empty().then_some(())) }
+    })
+    .await;
+}
+
+/// Packages in the community catalog of shared/testdata (v4.12).
+fn catalog_packages() -> usize {
+    10
+}

@@ -969,9 +969,16 @@ async fn a_bundles_dependencies_are_subscribed_to_and_installed_first() {
     assert!(plan_number("base-tuning.v1.3.0").await < plan_number("tuned-exporter.v1.0.0").await);
     assert_eq!(s(&dependent, "/metadata/namespace"), NS);
     assert_eq!(s(&base, "/metadata/namespace"), NS);
-    let tuned = get(&admin, &ns_path(&SUBSCRIPTION, NS, Some("tuned"))).await.unwrap().unwrap();
+    let tuned = eventually(WAIT, "tuned's status naming its installed CSV", || {
+        let admin = admin.clone();
+        async move {
+            let sub = get(&admin, &ns_path(&SUBSCRIPTION, NS, Some("tuned"))).await?;
+            Ok(sub.filter(|x| s(x, "/status/installedCSV") == "tuned-exporter.v1.0.0"))
+        }
+    })
+    .await;
     assert!(!cond_true(&tuned, "ResolutionFailed"), "resolved: {tuned}");
-    assert_eq!(s(&tuned, "/status/installedCSV"), "tuned-exporter.v1.0.0");
+    assert!(condition(&tuned, "InstallPlanPending").is_none(), "no longer waiting: {tuned}");
     let events = admin.get(&ns_path(&EVENT, NS, None)).await.unwrap().into_result().unwrap();
     let subscribed: Vec<&str> = events["items"]
         .as_array()

@@ -24,6 +24,7 @@ pub mod node_limits;
 pub mod olm;
 pub mod os;
 pub mod osimage;
+pub mod packages;
 pub mod reconcile;
 pub mod render;
 pub mod selector;

@@ -34,6 +34,13 @@ impl ResourceType {
         format!("{}/{}", self.group, self.plural)
     }
 
+    /// Served for reading only (get, list, watch): the coordinator writes these objects itself
+    /// and a client's write would only be overwritten, so it is refused (OLM's package server
+    /// serves PackageManifests so).
+    pub fn read_only(&self) -> bool {
+        *self == PACKAGE_MANIFEST
+    }
+
     /// How clients address it in URLs.
     pub fn path_ref(&self) -> aloft_client::ResourceRef<'static> {
         aloft_client::ResourceRef {
@@ -240,6 +247,20 @@ pub const OPERATOR_GROUP: ResourceType = ResourceType {
     categories: &["olm"],
 };
 
+/// What a catalog offers, per package (OLM's package server's kind). Read-only: the OLM
+/// controller writes them from its CatalogSources' reads (see [`ResourceType::read_only`]).
+pub const PACKAGE_MANIFEST: ResourceType = ResourceType {
+    group: aloft_api::packages::GROUP,
+    version: "v1",
+    kind: "PackageManifest",
+    plural: "packagemanifests",
+    singular: "packagemanifest",
+    short_names: &[],
+    namespaced: true,
+    status_subresource: false,
+    categories: &[],
+};
+
 /// Every served resource.
 pub const ALL: &[ResourceType] = &[
     NODE,
@@ -255,6 +276,7 @@ pub const ALL: &[ResourceType] = &[
     INSTALL_PLAN,
     CLUSTER_SERVICE_VERSION,
     OPERATOR_GROUP,
+    PACKAGE_MANIFEST,
 ];
 
 /// Find by group, version and plural (the URL form).
@@ -318,7 +340,8 @@ mod tests {
                 "config.openshift.io",
                 "machineconfiguration.openshift.io",
                 "operator.openshift.io",
-                "operators.coreos.com"
+                "operators.coreos.com",
+                "packages.operators.coreos.com"
             ]
         );
         assert_eq!(by_name("csv").map(|r| r.kind), Some("ClusterServiceVersion"));
@@ -328,6 +351,9 @@ mod tests {
         assert_eq!(by_name("clusterversion").map(|r| r.kind), Some("ClusterVersion"));
         assert_eq!(by_kind("config.openshift.io/v1", "ClusterVersion"), Some(&CLUSTER_VERSION));
         assert_eq!(by_kind("operators.coreos.com/v1alpha1", "ClusterServiceVersion"), Some(&CLUSTER_SERVICE_VERSION));
+        assert_eq!(by_name("packagemanifests").map(|r| r.kind), Some("PackageManifest"));
+        assert_eq!(by_kind("packages.operators.coreos.com/v1", "PackageManifest"), Some(&PACKAGE_MANIFEST));
+        assert!(ALL.iter().filter(|r| r.read_only()).eq([&PACKAGE_MANIFEST]));
     }
 
     /// A kind is served at one version, the one its API version names.

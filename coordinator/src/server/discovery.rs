@@ -84,7 +84,7 @@ fn entries(r: &ResourceType) -> Vec<Value> {
         "singularName": r.singular,
         "namespaced": r.namespaced,
         "kind": r.kind,
-        "verbs": VERBS,
+        "verbs": if r.read_only() { &["get", "list", "watch"][..] } else { VERBS },
         "shortNames": r.short_names,
         "categories": r.categories,
     })];

@@ -217,6 +217,14 @@ pub async fn dispatch(call: Call<'_>) -> Result<Response, ApiError> {
             call.method
         )));
     }
+    if call.path.rt.read_only() && call.method != Method::GET {
+        return Err(ApiError::method_not_allowed(format!(
+            "{} is not supported on {}: they are read-only, written by the coordinator from its \
+             CatalogSources' catalogs (change the catalog, or the CatalogSource, instead)",
+            call.method,
+            call.path.rt.qualified()
+        )));
+    }
     match (&call.method, has_name) {
         (&Method::GET, _) if watching => watch_handler(call).await,
         (&Method::GET, true) => get(call).await,

@@ -81,6 +81,13 @@ fn columns(r: &ResourceType) -> Vec<Col> {
             col("State", "string", 1, "The last read's state (READY or TRANSIENT_FAILURE)"),
             col("Packages", "integer", 1, "Packages in the last good read"),
         ],
+        "PackageManifest" => vec![
+            name,
+            col("Catalog", "string", 0, "The display name of the catalog the package is in"),
+            age,
+            col("Default Channel", "string", 1, "The channel a Subscription that names none follows"),
+            col("Channels", "string", 1, "Each channel and its current CSV"),
+        ],
         "Subscription" => vec![
             name,
             col("Package", "string", 0, "The package subscribed to"),
@@ -285,6 +292,20 @@ fn cells(r: &ResourceType, o: &Value, now: chrono::DateTime<chrono::Utc>) -> Vec
             json!(s(o, "/status/connectionState/lastObservedState")),
             int("/status/packages"),
         ],
+        "PackageManifest" => {
+            let channels: Vec<String> = o
+                .pointer("/status/channels")
+                .and_then(Value::as_array)
+                .map(|a| a.iter().map(|c| format!("{}={}", s(c, "/name"), s(c, "/currentCSV"))).collect())
+                .unwrap_or_default();
+            vec![
+                name,
+                json!(s(o, "/status/catalogSourceDisplayName")),
+                age,
+                json!(s(o, "/status/defaultChannel")),
+                json!(channels.join(",")),
+            ]
+        }
         "Subscription" => vec![
             name,
             json!(s(o, "/spec/name")),

@@ -7,11 +7,12 @@
 use super::{involved, key_of, note, warn, write_if_changed};
 use crate::controllers::events::Recorder;
 use crate::fbc;
-use crate::resources::CATALOG_SOURCE;
+use crate::resources::{CATALOG_SOURCE, PACKAGE_MANIFEST};
 use crate::server::objects;
-use crate::store::{Store, StoreError};
+use crate::store::{Key, Store, StoreError};
 use aloft_api::catalog::Catalog;
 use aloft_api::olm::{self, CatalogSource, CatalogSourceStatus, ConnectionState};
+use aloft_api::packages;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -42,6 +43,9 @@ struct Entry {
     digest: String,
     /// Why the last read failed.
     failure: Option<String>,
+    /// What the PackageManifests were last written from (see [`manifests_key`]); None: not
+    /// written yet, or to write again.
+    manifests: Option<String>,
 }
 
 /// What resolution sees of a catalog.
@@ -81,8 +85,10 @@ pub async fn reconcile(
 ) -> Result<(), StoreError> {
     let listed = store.list(&CATALOG_SOURCE.store_key(), None).await?.items;
     let mut seen = Vec::new();
+    let mut listed_sources = Vec::new();
     for raw in listed {
         let Ok(source) = serde_json::from_value::<CatalogSource>(raw.clone()) else { continue };
+        listed_sources.push(source.clone());
         let id = (source.metadata.namespace.clone().unwrap_or_default(), source.metadata.name.clone());
         seen.push(id.clone());
         if source.spec.source_type != olm::SOURCE_TYPE_HTTP || source.spec.address.is_empty() {
@@ -113,6 +119,7 @@ pub async fn reconcile(
                 catalog: None,
                 digest: String::new(),
                 failure: None,
+                manifests: None,
             });
             if entry.address != source.spec.address {
                 // Another catalog now: the old one's packages are not this one's.
@@ -157,9 +164,134 @@ pub async fn reconcile(
         }
         write_status(store, &raw, cache, &id, state, &message, &now).await?;
     }
-    let mut cache = cache.lock().unwrap_or_else(|e| e.into_inner());
-    cache.entries.retain(|k, _| seen.contains(k));
+    let sources = {
+        let mut cache = cache.lock().unwrap_or_else(|e| e.into_inner());
+        let before = cache.entries.len();
+        cache.entries.retain(|k, _| seen.contains(k));
+        if cache.entries.len() != before {
+            // A catalog went, and its PackageManifests with it (they are its dependents): a
+            // package another catalog of its namespace also has is written from that one now.
+            for e in cache.entries.values_mut() {
+                e.manifests = None;
+            }
+        }
+        cache
+            .entries
+            .iter()
+            .filter_map(|(id, e)| e.catalog.clone().map(|c| (id.clone(), c, e.manifests.clone())))
+            .collect::<Vec<_>>()
+    };
+    for (id, catalog, written) in sources {
+        let Some(source) = listed_sources
+            .iter()
+            .find(|s| s.metadata.namespace.as_deref().unwrap_or_default() == id.0 && s.metadata.name == id.1)
+        else {
+            continue;
+        };
+        let digest = {
+            let cache = cache.lock().unwrap_or_else(|e| e.into_inner());
+            cache.entries.get(&id).map(|e| e.digest.clone()).unwrap_or_default()
+        };
+        let key = manifests_key(source, &digest);
+        if written.as_deref() == Some(key.as_str()) {
+            continue;
+        }
+        write_manifests(store, source, &catalog, &listed_sources).await?;
+        let mut cache = cache.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(e) = cache.entries.get_mut(&id) {
+            e.manifests = Some(key);
+        }
+    }
     Ok(())
+}
+
+/// What a catalog's PackageManifests are made from besides the catalog's bytes: the
+/// CatalogSource's identity, names for people and labels (not its status, written every read).
+fn manifests_key(source: &CatalogSource, digest: &str) -> String {
+    format!(
+        "{digest}|{}|{}|{}|{:?}",
+        source.metadata.uid.as_deref().unwrap_or_default(),
+        source.spec.display_name,
+        source.spec.publisher,
+        source.metadata.labels
+    )
+}
+
+/// Write one PackageManifest per package of `catalog` in the CatalogSource's namespace (owned by
+/// it, so they go with it), update the ones that changed and delete the ones of packages it no
+/// longer has. A package two catalogs of a namespace have is the higher priority one's (then the
+/// one whose name sorts first): object names are unique per namespace, where OLM's package server
+/// lists both.
+async fn write_manifests(
+    store: &Arc<dyn Store>,
+    source: &CatalogSource,
+    catalog: &Catalog,
+    sources: &[CatalogSource],
+) -> Result<(), StoreError> {
+    let ns = source.metadata.namespace.clone().unwrap_or_default();
+    let rank = |name: &str| {
+        let priority = sources
+            .iter()
+            .find(|s| s.metadata.namespace.as_deref() == Some(ns.as_str()) && s.metadata.name == name)
+            .map_or(i64::MIN, |s| s.spec.priority);
+        (std::cmp::Reverse(priority), name.to_string())
+    };
+    let stored = store.list(&PACKAGE_MANIFEST.store_key(), Some(&ns)).await?.items;
+    let catalog_of = |v: &Value| {
+        v.pointer(&format!("/metadata/labels/{}", packages::CATALOG_LABEL)).and_then(Value::as_str).map(str::to_string)
+    };
+    let mut names = std::collections::HashSet::new();
+    for p in &catalog.packages {
+        if !names.insert(p.name.as_str()) {
+            continue;
+        }
+        let Some(mut want) = packages::package_manifest(source, catalog, &p.name) else { continue };
+        let key = Key::new(&PACKAGE_MANIFEST.store_key(), &ns, &p.name);
+        match stored.iter().find(|v| objects::name_of(v) == p.name) {
+            Some(have) => {
+                let owner = catalog_of(have).unwrap_or_default();
+                if owner != source.metadata.name && rank(&owner) < rank(&source.metadata.name) {
+                    continue;
+                }
+                let mut next = have.clone();
+                next["metadata"]["labels"] = want["metadata"]["labels"].take();
+                next["metadata"]["ownerReferences"] = owner_reference(source);
+                next["status"] = want["status"].take();
+                write_if_changed(store, &key, have, next).await?;
+            }
+            None => {
+                want["metadata"]["ownerReferences"] = owner_reference(source);
+                objects::prepare_create(&mut want, &ns);
+                match store.create(&key, want).await {
+                    Ok(_) | Err(StoreError::AlreadyExists(_)) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+    }
+    for gone in stored.iter().filter(|v| {
+        catalog_of(v).as_deref() == Some(source.metadata.name.as_str()) && !names.contains(objects::name_of(v))
+    }) {
+        let key = Key::new(&PACKAGE_MANIFEST.store_key(), &ns, objects::name_of(gone));
+        match store.delete(&key, crate::store::revision_of(gone)).await {
+            Ok(_) | Err(StoreError::NotFound(_)) | Err(StoreError::Conflict { .. }) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// A PackageManifest's reference to the CatalogSource it was read from: deleting the
+/// CatalogSource deletes its PackageManifests (the garbage collector's part).
+fn owner_reference(source: &CatalogSource) -> Value {
+    serde_json::json!([{
+        "apiVersion": olm::API_VERSION,
+        "kind": "CatalogSource",
+        "name": source.metadata.name,
+        "uid": source.metadata.uid.clone().unwrap_or_default(),
+        "controller": true,
+        "blockOwnerDeletion": false,
+    }])
 }
 
 async fn write_status(
