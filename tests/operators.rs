@@ -8,7 +8,7 @@
 use aloft_api::annotations as ann;
 use aloft_coordinator::resources::{
     CATALOG_SOURCE, CLUSTER_SERVICE_VERSION, CLUSTER_VERSION, EVENT, INSTALL_PLAN, MACHINE_CONFIG, MACHINE_CONFIG_POOL,
-    NODE, OPERATOR_GROUP, SUBSCRIPTION,
+    NODE, OPERATOR_GROUP, PACKAGE_MANIFEST, SUBSCRIPTION,
 };
 use aloft_tests::catalog_server::CatalogServer;
 use aloft_tests::sandbox::Host;
@@ -831,9 +831,20 @@ fn bundle_of(package: &str, version: &str, more: &[Value]) -> Value {
 /// (base-tuning's channels: stable 1.1.0 -> 1.3.0, old 1.1.0; both versions provide Profile),
 /// and whose orphan-exporter also needs a package no catalog has; served at `fleet`.
 async fn dependency_catalog(admin: &Client, served: &CatalogServer) {
+    let url = served.set("fleet.json", &stream_of(&dependency_blobs(), |_| true));
+    admin
+        .post(&ns_path(&CATALOG_SOURCE, CATALOG_NS, None), &catalog_source("fleet", &url))
+        .await
+        .unwrap()
+        .into_result()
+        .unwrap();
+}
+
+/// The blobs of the catalog [`dependency_catalog`] serves.
+fn dependency_blobs() -> Vec<Value> {
     let profile = json!({"group": "tuning.example.com", "version": "v1", "kind": "Profile"});
     let required = |package: &str, range: &str| json!({"type": "olm.package.required", "value": {"packageName": package, "versionRange": range}});
-    let blobs = [
+    vec![
         json!({"schema": "olm.package", "name": "base-tuning", "defaultChannel": "stable"}),
         json!({"schema": "olm.channel", "package": "base-tuning", "name": "stable",
                "entries": [{"name": "base-tuning.v1.1.0"}, {"name": "base-tuning.v1.3.0", "replaces": "base-tuning.v1.1.0"}]}),
@@ -850,15 +861,70 @@ async fn dependency_catalog(admin: &Client, served: &CatalogServer) {
         json!({"schema": "olm.package", "name": "orphan-exporter", "defaultChannel": "stable"}),
         json!({"schema": "olm.channel", "package": "orphan-exporter", "name": "stable", "entries": [{"name": "orphan-exporter.v1.0.0"}]}),
         bundle_of("orphan-exporter", "1.0.0", &[required("base-tuning", ">=1.0.0"), required("missing-op", ">=1.0.0")]),
-    ];
-    let text = blobs.iter().map(Value::to_string).collect::<Vec<_>>().join("\n");
-    let url = served.set("fleet.json", &text);
-    admin
-        .post(&ns_path(&CATALOG_SOURCE, CATALOG_NS, None), &catalog_source("fleet", &url))
-        .await
-        .unwrap()
-        .into_result()
-        .unwrap();
+    ]
+}
+
+/// The JSON stream of the blobs of the packages `keep` keeps.
+fn stream_of(blobs: &[Value], keep: impl Fn(&str) -> bool) -> String {
+    let package =
+        |b: &Value| if s(b, "/schema") == "olm.package" { s(b, "/name") } else { s(b, "/package") }.to_string();
+    blobs.iter().filter(|b| keep(&package(b))).map(Value::to_string).collect::<Vec<_>>().join("\n")
+}
+
+/// The PackageManifests of the catalogs' namespace: (name, the catalog label), sorted.
+async fn package_manifests(admin: &Client) -> anyhow::Result<Vec<(String, String)>> {
+    let listed = admin.get(&ns_path(&PACKAGE_MANIFEST, CATALOG_NS, None)).await?.into_result()?;
+    let mut out: Vec<(String, String)> = listed["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| (s(p, "/metadata/name").to_string(), s(p, "/metadata/labels/catalog").to_string()))
+        .collect();
+    out.sort();
+    Ok(out)
+}
+
+/// PackageManifests follow their catalogs: one per package as read; a package the catalog
+/// drops loses its PackageManifest; where two catalogs of a namespace have a package, the higher
+/// priority one's is served, and once that catalog is deleted the other's is again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn package_manifests_follow_their_catalogs_and_priorities() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let served = CatalogServer::start().await;
+    dependency_catalog(&admin, &served).await;
+    let until = |what: &'static str, want: Vec<(&'static str, &'static str)>| {
+        let admin = admin.clone();
+        async move {
+            let want: Vec<(String, String)> = want.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect();
+            eventually(WAIT, what, || {
+                let (admin, want) = (admin.clone(), want.clone());
+                async move { Ok((package_manifests(&admin).await? == want).then_some(())) }
+            })
+            .await
+        }
+    };
+    until("one per package", vec![("base-tuning", "fleet"), ("orphan-exporter", "fleet"), ("tuned-exporter", "fleet")])
+        .await;
+
+    // A second catalog with base-tuning, at a higher priority, serves it.
+    let url = served.set("mirror.json", &stream_of(&dependency_blobs(), |p| p == "base-tuning"));
+    let mut mirror = catalog_source("mirror", &url);
+    mirror["spec"]["priority"] = json!(5);
+    admin.post(&ns_path(&CATALOG_SOURCE, CATALOG_NS, None), &mirror).await.unwrap().into_result().unwrap();
+    until(
+        "base-tuning from the higher priority catalog",
+        vec![("base-tuning", "mirror"), ("orphan-exporter", "fleet"), ("tuned-exporter", "fleet")],
+    )
+    .await;
+
+    // The first catalog drops orphan-exporter (read again within its 1 s poll).
+    served.set("fleet.json", &stream_of(&dependency_blobs(), |p| p != "orphan-exporter"));
+    until("orphan-exporter gone with its package", vec![("base-tuning", "mirror"), ("tuned-exporter", "fleet")]).await;
+
+    // The mirror goes, and with it its PackageManifest: base-tuning is the first catalog's again.
+    admin.delete(&ns_path(&CATALOG_SOURCE, CATALOG_NS, Some("mirror"))).await.unwrap().into_result().unwrap();
+    until("base-tuning back from the first catalog", vec![("base-tuning", "fleet"), ("tuned-exporter", "fleet")]).await;
 }
 
 /// The names of the Subscriptions of the tests' namespace, sorted.

@@ -46,6 +46,8 @@ struct Entry {
     /// What the PackageManifests were last written from (see [`manifests_key`]); None: not
     /// written yet, or to write again.
     manifests: Option<String>,
+    /// The CatalogSource's `spec.priority`, as of this pass.
+    priority: i64,
 }
 
 /// What resolution sees of a catalog.
@@ -55,6 +57,9 @@ pub struct View {
     /// The last read succeeded.
     pub healthy: bool,
     pub failure: Option<String>,
+    /// The CatalogSource's `spec.priority`: among catalogs that offer the same thing, the
+    /// higher is preferred (OLM's rule).
+    pub priority: i64,
 }
 
 /// The catalogs as this pass saw them.
@@ -66,7 +71,13 @@ pub fn snapshot(cache: &Mutex<Cache>) -> Snapshot {
         .entries
         .iter()
         .map(|(k, e)| {
-            (k.clone(), View { catalog: e.catalog.clone(), healthy: e.failure.is_none(), failure: e.failure.clone() })
+            let view = View {
+                catalog: e.catalog.clone(),
+                healthy: e.failure.is_none(),
+                failure: e.failure.clone(),
+                priority: e.priority,
+            };
+            (k.clone(), view)
         })
         .collect()
 }
@@ -91,6 +102,9 @@ pub async fn reconcile(
         listed_sources.push(source.clone());
         let id = (source.metadata.namespace.clone().unwrap_or_default(), source.metadata.name.clone());
         seen.push(id.clone());
+        if let Some(e) = cache.lock().unwrap_or_else(|e| e.into_inner()).entries.get_mut(&id) {
+            e.priority = source.spec.priority;
+        }
         if source.spec.source_type != olm::SOURCE_TYPE_HTTP || source.spec.address.is_empty() {
             continue;
         }
@@ -120,6 +134,7 @@ pub async fn reconcile(
                 digest: String::new(),
                 failure: None,
                 manifests: None,
+                priority: source.spec.priority,
             });
             if entry.address != source.spec.address {
                 // Another catalog now: the old one's packages are not this one's.

@@ -11,7 +11,7 @@
 //! Where a dependency is looked for: a Subscription of the namespace already on that package
 //! (or on a package with that API) is the one that will meet it, if it still moves; otherwise
 //! the subscription's own catalog first, then the other catalogs of its catalog's namespace and
-//! of its own namespace, by name (OLM's catalog priorities are not read).
+//! of its own namespace, the higher `spec.priority` first (OLM's order), then by name.
 
 use super::catalogs::Snapshot;
 use super::{involved, note};
@@ -187,17 +187,18 @@ pub async fn arrange(
 }
 
 /// The catalogs a dependency is looked for in, in order: the subscription's own, then the other
-/// healthy ones of its catalog's namespace and of its own namespace, by namespace and name.
+/// healthy ones of its catalog's namespace and of its own namespace, the higher priority first,
+/// then by namespace and name.
 fn search_order<'a>(catalogs: &'a Snapshot, sub: &Subscription) -> Vec<(&'a (String, String), &'a Catalog)> {
     let own = (sub.spec.source_namespace.clone(), sub.spec.source.clone());
     let ns = sub.metadata.namespace.clone().unwrap_or_default();
-    let mut out: Vec<(&(String, String), &Catalog)> = catalogs
+    let mut out: Vec<(&(String, String), &Catalog, i64)> = catalogs
         .iter()
         .filter(|(id, v)| v.healthy && (**id == own || id.0 == own.0 || id.0 == ns))
-        .filter_map(|(id, v)| v.catalog.as_deref().map(|c| (id, c)))
+        .filter_map(|(id, v)| v.catalog.as_deref().map(|c| (id, c, v.priority)))
         .collect();
-    out.sort_by(|a, b| (*b.0 == own).cmp(&(*a.0 == own)).then_with(|| a.0.cmp(b.0)));
-    out
+    out.sort_by(|a, b| (*b.0 == own).cmp(&(*a.0 == own)).then(b.2.cmp(&a.2)).then_with(|| a.0.cmp(b.0)));
+    out.into_iter().map(|(id, c, _)| (id, c)).collect()
 }
 
 /// Whether `s` subscribes to what `dep` asks for: the package it names, or (for an API) a
@@ -266,6 +267,36 @@ mod tests {
         let long = subscription_name(&"p".repeat(300), "s", "c", "n");
         assert_eq!(long.len(), 253);
         assert_eq!(subscription_name("_x", "y_", "c", "n."), "x-y--c-n");
+    }
+
+    #[test]
+    fn dependencies_are_looked_for_in_the_own_catalog_first_then_by_priority() {
+        use super::super::catalogs::View;
+        let view = |healthy: bool, priority: i64| View {
+            catalog: Some(Arc::new(Catalog::default())),
+            healthy,
+            failure: None,
+            priority,
+        };
+        let id = |ns: &str, name: &str| (ns.to_string(), name.to_string());
+        let catalogs: Snapshot = [
+            (id("olm", "fleet"), view(true, -5)),
+            (id("olm", "a"), view(true, 0)),
+            (id("olm", "b"), view(true, 10)),
+            (id("olm", "broken"), view(false, 100)),
+            (id("operators", "c"), view(true, 0)),
+            (id("elsewhere", "d"), view(true, 100)),
+        ]
+        .into_iter()
+        .collect();
+        let sub: Subscription = serde_json::from_value(json!({
+            "metadata": {"name": "tuned", "namespace": "operators"},
+            "spec": {"source": "fleet", "sourceNamespace": "olm", "name": "tuned-exporter"},
+        }))
+        .unwrap();
+        let order: Vec<String> =
+            search_order(&catalogs, &sub).iter().map(|(id, _)| format!("{}/{}", id.0, id.1)).collect();
+        assert_eq!(order, ["olm/fleet", "olm/b", "olm/a", "operators/c"]);
     }
 
     #[test]
