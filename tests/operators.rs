@@ -142,15 +142,24 @@ async fn plan_for(c: &Client, sub: &str, csv: &str, phase: &str) -> Value {
     .await
 }
 
+/// Wait until the object at `path` exists and `ok` holds of it; returns it.
+async fn object_until(c: &Client, path: &str, what: &str, ok: impl Fn(&Value) -> bool + Clone) -> Value {
+    eventually(WAIT, what, || {
+        let (c, path, ok) = (c.clone(), path.to_string(), ok.clone());
+        async move { Ok(get(&c, &path).await?.filter(|v| ok(v))) }
+    })
+    .await
+}
+
+/// Create the CatalogSource `source` in the catalogs' namespace.
+async fn add_catalog(c: &Client, source: &Value) {
+    c.post(&ns_path(&CATALOG_SOURCE, CATALOG_NS, None), source).await.unwrap().into_result().unwrap();
+}
+
 /// Create `sub` and wait until `ok` holds of it; returns the subscription.
 async fn subscribe_until(c: &Client, sub: Value, what: &str, ok: fn(&Value) -> bool) -> Value {
     c.post(&ns_path(&SUBSCRIPTION, NS, None), &sub).await.unwrap().into_result().unwrap();
-    let path = ns_path(&SUBSCRIPTION, NS, Some(s(&sub, "/metadata/name")));
-    eventually(WAIT, what, || {
-        let (c, path) = (c.clone(), path.clone());
-        async move { Ok(get(&c, &path).await?.filter(ok)) }
-    })
-    .await
+    object_until(c, &ns_path(&SUBSCRIPTION, NS, Some(s(&sub, "/metadata/name"))), what, ok).await
 }
 
 /// Whether the subscription's condition `type_` is True.
@@ -159,12 +168,8 @@ fn cond_true(sub: &Value, type_: &str) -> bool {
 }
 
 async fn csv_phase(c: &Client, name: &str, phase: &str) -> Value {
-    let (c, path) = (c.clone(), ns_path(&CLUSTER_SERVICE_VERSION, NS, Some(name)));
-    eventually(WAIT, &format!("CSV {name} {phase}"), || {
-        let (c, path) = (c.clone(), path.clone());
-        async move { Ok(get(&c, &path).await?.filter(|csv| s(csv, "/status/phase") == phase)) }
-    })
-    .await
+    let path = ns_path(&CLUSTER_SERVICE_VERSION, NS, Some(name));
+    object_until(c, &path, &format!("CSV {name} {phase}"), |csv| s(csv, "/status/phase") == phase).await
 }
 
 /// The node Done on the pool's target, which must be new; returns it.
@@ -240,18 +245,9 @@ async fn an_operator_is_approved_installed_upgraded_and_removed_through_the_pool
         ],
     );
     let url = served.set("catalogs/fleet.json", &catalog(&[(v1.clone(), None)]));
-    admin
-        .post(&ns_path(&CATALOG_SOURCE, CATALOG_NS, None), &catalog_source("fleet", &url))
-        .await
-        .unwrap()
-        .into_result()
-        .unwrap();
-    let catsrc = eventually(WAIT, "the catalog read", || {
-        let admin = admin.clone();
-        async move {
-            let cs = get(&admin, &ns_path(&CATALOG_SOURCE, CATALOG_NS, Some("fleet"))).await?;
-            Ok(cs.filter(|cs| s(cs, "/status/connectionState/lastObservedState") == "READY"))
-        }
+    add_catalog(&admin, &catalog_source("fleet", &url)).await;
+    let catsrc = object_until(&admin, &ns_path(&CATALOG_SOURCE, CATALOG_NS, Some("fleet")), "the catalog read", |cs| {
+        s(cs, "/status/connectionState/lastObservedState") == "READY"
     })
     .await;
     assert_eq!(catsrc.pointer("/status/packages"), Some(&json!(1)), "{catsrc}");
@@ -336,14 +332,11 @@ async fn an_operator_is_approved_installed_upgraded_and_removed_through_the_pool
     assert_eq!(phases.last(), Some(&"Succeeded"), "{phases:?}");
     assert_eq!(std::fs::read_to_string(host.path(version_file)).unwrap(), "v1");
     assert_eq!(std::fs::read_to_string(host.path(extra_file)).unwrap(), "extra");
-    let sub = eventually(WAIT, "the subscription at the latest known", || {
-        let admin = admin.clone();
-        async move {
-            let sub = get(&admin, &ns_path(&SUBSCRIPTION, NS, Some(PKG))).await?;
-            Ok(sub.filter(|s_| s(s_, "/status/state") == "AtLatestKnown"))
-        }
-    })
-    .await;
+    let sub =
+        object_until(&admin, &ns_path(&SUBSCRIPTION, NS, Some(PKG)), "the subscription at the latest known", |x| {
+            s(x, "/status/state") == "AtLatestKnown"
+        })
+        .await;
     assert_eq!(s(&sub, "/status/installedCSV"), "node-exporter.v1.0.0");
     assert!(condition(&sub, "InstallPlanPending").is_none(), "{sub}");
 
@@ -442,30 +435,17 @@ async fn catalogs_and_subscriptions_say_what_they_cannot_do() {
 
     // A catalog that cannot be read, and one opm would refuse: TRANSIENT_FAILURE, with why.
     let missing = served.url("catalogs/missing.json");
-    admin
-        .post(&ns_path(&CATALOG_SOURCE, CATALOG_NS, None), &catalog_source("missing", &missing))
-        .await
-        .unwrap()
-        .into_result()
-        .unwrap();
+    add_catalog(&admin, &catalog_source("missing", &missing)).await;
     let two_heads = "{\"schema\":\"olm.package\",\"name\":\"p\",\"defaultChannel\":\"s\"}\n\
         {\"schema\":\"olm.channel\",\"package\":\"p\",\"name\":\"s\",\"entries\":[{\"name\":\"p.v1\"},{\"name\":\"p.v2\"}]}\n\
         {\"schema\":\"olm.bundle\",\"name\":\"p.v1\",\"package\":\"p\",\"image\":\"i\",\"properties\":[{\"type\":\"olm.package\",\"value\":{\"packageName\":\"p\",\"version\":\"1.0.0\"}}]}\n\
         {\"schema\":\"olm.bundle\",\"name\":\"p.v2\",\"package\":\"p\",\"image\":\"i\",\"properties\":[{\"type\":\"olm.package\",\"value\":{\"packageName\":\"p\",\"version\":\"2.0.0\"}}]}";
     let invalid = served.set("catalogs/invalid.json", two_heads);
-    admin
-        .post(&ns_path(&CATALOG_SOURCE, CATALOG_NS, None), &catalog_source("invalid", &invalid))
-        .await
-        .unwrap()
-        .into_result()
-        .unwrap();
+    add_catalog(&admin, &catalog_source("invalid", &invalid)).await;
     for (name, words) in [("missing", "404"), ("invalid", "multiple channel heads found in graph")] {
-        let cs = eventually(WAIT, &format!("catalog {name} to fail"), || {
-            let admin = admin.clone();
-            async move {
-                let cs = get(&admin, &ns_path(&CATALOG_SOURCE, CATALOG_NS, Some(name))).await?;
-                Ok(cs.filter(|cs| s(cs, "/status/connectionState/lastObservedState") == "TRANSIENT_FAILURE"))
-            }
+        let path = ns_path(&CATALOG_SOURCE, CATALOG_NS, Some(name));
+        let cs = object_until(&admin, &path, &format!("catalog {name} to fail"), |cs| {
+            s(cs, "/status/connectionState/lastObservedState") == "TRANSIENT_FAILURE"
         })
         .await;
         assert!(s(&cs, "/status/message").contains(words), "{name}: {cs}");
@@ -477,22 +457,12 @@ async fn catalogs_and_subscriptions_say_what_they_cannot_do() {
         std::fs::read_to_string(testdata().join("fbc-community-operators/v4.12/ecr-secret-operator/catalog.yaml"))
             .unwrap();
     let community_url = served.set("catalogs/community.yaml", &community);
-    admin
-        .post(&ns_path(&CATALOG_SOURCE, CATALOG_NS, None), &catalog_source("community", &community_url))
-        .await
-        .unwrap()
-        .into_result()
-        .unwrap();
+    add_catalog(&admin, &catalog_source("community", &community_url)).await;
     let example =
         std::fs::read_to_string(testdata().join("olm-e2e/subscription/example-operator.v0.2.0-deprecations.yaml"))
             .unwrap();
     let example_url = served.set("catalogs/example.yaml", &example);
-    admin
-        .post(&ns_path(&CATALOG_SOURCE, CATALOG_NS, None), &catalog_source("example", &example_url))
-        .await
-        .unwrap()
-        .into_result()
-        .unwrap();
+    add_catalog(&admin, &catalog_source("example", &example_url)).await;
 
     let mut community_sub = subscription("ecr", "community", "ecr-secret-operator", "Automatic");
     community_sub["spec"]["channel"] = json!("");
@@ -633,7 +603,7 @@ async fn an_operator_that_supports_no_newer_release_holds_back_minor_updates() {
     };
     let v1 = limited("1.0.0", None, "1.0");
     let url = served.set("fleet.json", &catalog(&[(v1.clone(), None)]));
-    admin.post(&ns_path(&CATALOG_SOURCE, CATALOG_NS, None), &catalog_source("fleet", &url)).await.unwrap();
+    add_catalog(&admin, &catalog_source("fleet", &url)).await;
     admin.post(&ns_path(&SUBSCRIPTION, NS, None), &subscription(PKG, "fleet", PKG, "Automatic")).await.unwrap();
     let csv = csv_phase(&admin, "node-exporter.v1.0.0", "Succeeded").await;
     let props = s(&csv, "/metadata/annotations/operatorframework.io~1properties");
@@ -709,7 +679,7 @@ async fn operator_groups_apply_as_olm_manifests_have_them_and_two_hold_an_instal
     let served = CatalogServer::start().await;
     let v1 = bundle("1.0.0", None, &[bundle_config("50-node-exporter", "/etc/node-exporter/version", "v1")]);
     let url = served.set("fleet.json", &catalog(&[(v1, None)]));
-    admin.post(&ns_path(&CATALOG_SOURCE, CATALOG_NS, None), &catalog_source("fleet", &url)).await.unwrap();
+    add_catalog(&admin, &catalog_source("fleet", &url)).await;
     let group = |name: &str, targets: Value| {
         json!({"apiVersion": "operators.coreos.com/v1", "kind": "OperatorGroup",
                "metadata": {"name": name, "namespace": NS}, "spec": {"targetNamespaces": targets}})
@@ -772,10 +742,8 @@ async fn operator_groups_apply_as_olm_manifests_have_them_and_two_hold_an_instal
         applied.is_empty() || applied.contains("operatorgroup.operators.coreos.com/operators-og created"),
         "{applied}"
     );
-    let og = eventually(WAIT, "the group's status", || {
-        let admin = admin.clone();
-        let path = og_path(Some("operators-og"));
-        async move { Ok(get(&admin, &path).await?.filter(|og| og.pointer("/status/namespaces").is_some())) }
+    let og = object_until(&admin, &og_path(Some("operators-og")), "the group's status", |og| {
+        og.pointer("/status/namespaces").is_some()
     })
     .await;
     assert_eq!(og["status"]["namespaces"], json!([NS]));
@@ -783,10 +751,8 @@ async fn operator_groups_apply_as_olm_manifests_have_them_and_two_hold_an_instal
 
     // A second group, and a second subscription's plan waits until it is gone.
     admin.post(&og_path(None), &group("all-namespaces", json!([]))).await.unwrap().into_result().unwrap();
-    let all = eventually(WAIT, "the second group's status", || {
-        let admin = admin.clone();
-        let path = og_path(Some("all-namespaces"));
-        async move { Ok(get(&admin, &path).await?.filter(|og| og.pointer("/status/namespaces").is_some())) }
+    let all = object_until(&admin, &og_path(Some("all-namespaces")), "the second group's status", |og| {
+        og.pointer("/status/namespaces").is_some()
     })
     .await;
     assert_eq!(all["status"]["namespaces"], json!([""]), "every namespace, as OLM writes it");
@@ -832,12 +798,7 @@ fn bundle_of(package: &str, version: &str, more: &[Value]) -> Value {
 /// and whose orphan-exporter also needs a package no catalog has; served at `fleet`.
 async fn dependency_catalog(admin: &Client, served: &CatalogServer) {
     let url = served.set("fleet.json", &stream_of(&dependency_blobs(), |_| true));
-    admin
-        .post(&ns_path(&CATALOG_SOURCE, CATALOG_NS, None), &catalog_source("fleet", &url))
-        .await
-        .unwrap()
-        .into_result()
-        .unwrap();
+    add_catalog(admin, &catalog_source("fleet", &url)).await;
 }
 
 /// The blobs of the catalog [`dependency_catalog`] serves.
@@ -911,7 +872,7 @@ async fn package_manifests_follow_their_catalogs_and_priorities() {
     let url = served.set("mirror.json", &stream_of(&dependency_blobs(), |p| p == "base-tuning"));
     let mut mirror = catalog_source("mirror", &url);
     mirror["spec"]["priority"] = json!(5);
-    admin.post(&ns_path(&CATALOG_SOURCE, CATALOG_NS, None), &mirror).await.unwrap().into_result().unwrap();
+    add_catalog(&admin, &mirror).await;
     until(
         "base-tuning from the higher priority catalog",
         vec![("base-tuning", "mirror"), ("orphan-exporter", "fleet"), ("tuned-exporter", "fleet")],
@@ -1035,12 +996,8 @@ async fn a_bundles_dependencies_are_subscribed_to_and_installed_first() {
     assert!(plan_number("base-tuning.v1.3.0").await < plan_number("tuned-exporter.v1.0.0").await);
     assert_eq!(s(&dependent, "/metadata/namespace"), NS);
     assert_eq!(s(&base, "/metadata/namespace"), NS);
-    let tuned = eventually(WAIT, "tuned's status naming its installed CSV", || {
-        let admin = admin.clone();
-        async move {
-            let sub = get(&admin, &ns_path(&SUBSCRIPTION, NS, Some("tuned"))).await?;
-            Ok(sub.filter(|x| s(x, "/status/installedCSV") == "tuned-exporter.v1.0.0"))
-        }
+    let tuned = object_until(&admin, &ns_path(&SUBSCRIPTION, NS, Some("tuned")), "tuned's installed CSV", |x| {
+        s(x, "/status/installedCSV") == "tuned-exporter.v1.0.0"
     })
     .await;
     assert!(!cond_true(&tuned, "ResolutionFailed"), "resolved: {tuned}");
