@@ -208,7 +208,7 @@ pub async fn reconcile(
             cache.entries.get(&id).map(|e| e.digest.clone()).unwrap_or_default()
         };
         let key = manifests_key(source, &digest);
-        if written.as_deref() == Some(key.as_str()) {
+        if written.as_deref() == Some(key.as_str()) && all_listed(store, catalog.as_ref(), &id.0).await? {
             continue;
         }
         write_manifests(store, source, &catalog, &listed_sources).await?;
@@ -257,10 +257,11 @@ async fn write_manifests(
     };
     let mut names = std::collections::HashSet::new();
     for p in &catalog.packages {
-        if !names.insert(p.name.as_str()) {
+        if names.contains(p.name.as_str()) {
             continue;
         }
         let Some(mut want) = packages::package_manifest(source, catalog, &p.name) else { continue };
+        names.insert(p.name.as_str());
         let key = Key::new(&PACKAGE_MANIFEST.store_key(), &ns, &p.name);
         match stored.iter().find(|v| objects::name_of(v) == p.name) {
             Some(have) => {
@@ -294,6 +295,15 @@ async fn write_manifests(
         }
     }
     Ok(())
+}
+
+/// Whether every package of `catalog` has a PackageManifest in `namespace` (this catalog's or
+/// another's): one deleted since it was written (the garbage collector taking a removed
+/// catalog's while another catalog took the package over) is written again.
+async fn all_listed(store: &Arc<dyn Store>, catalog: &Catalog, namespace: &str) -> Result<bool, StoreError> {
+    let stored = store.list(&PACKAGE_MANIFEST.store_key(), Some(namespace)).await?.items;
+    let have: std::collections::HashSet<&str> = stored.iter().map(|v| objects::name_of(v)).collect();
+    Ok(catalog.packages.iter().all(|p| have.contains(p.name.as_str())))
 }
 
 /// A PackageManifest's reference to the CatalogSource it was read from: deleting the
