@@ -302,7 +302,7 @@ async fn write_manifests(
 /// catalog's while another catalog took the package over) is written again.
 async fn all_listed(store: &Arc<dyn Store>, catalog: &Catalog, namespace: &str) -> Result<bool, StoreError> {
     let stored = store.list(&PACKAGE_MANIFEST.store_key(), Some(namespace)).await?.items;
-    let have: std::collections::HashSet<&str> = stored.iter().map(|v| objects::name_of(v)).collect();
+    let have: std::collections::HashSet<&str> = stored.iter().map(objects::name_of).collect();
     Ok(catalog.packages.iter().all(|p| have.contains(p.name.as_str())))
 }
 
