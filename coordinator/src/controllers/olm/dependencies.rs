@@ -177,10 +177,13 @@ pub async fn arrange(
     let waits: Vec<String> = unmet
         .iter()
         .zip(&ways)
-        .map(|(dep, way)| match way {
-            Way::Subscribed { name, detail } => format!("{dep} from Subscription {name:?} ({detail})"),
-            Way::New(k) => format!("{dep} from Subscription {:?} (installing {})", names[*k], new[*k].bundle.name),
-            Way::Stuck { .. } | Way::Missing => unreachable!("a blocked resolution returned above"),
+        .filter_map(|(dep, way)| match way {
+            Way::Subscribed { name, detail } => Some(format!("{dep} from Subscription {name:?} ({detail})")),
+            Way::New(k) => {
+                Some(format!("{dep} from Subscription {:?} (installing {})", names[*k], new[*k].bundle.name))
+            }
+            // A blocked resolution returned above.
+            Way::Stuck { .. } | Way::Missing => None,
         })
         .collect();
     Ok(Outcome::Waiting(format!("{} waits for its dependencies to be installed: {}", bundle.name, waits.join("; "))))
