@@ -641,12 +641,18 @@ async fn a_refused_reboot_is_asked_again_and_the_update_finishes() {
     })
     .await;
     assert!(hosts[0].fake.reboots().is_empty(), "no reboot went through yet");
-    let failures = scrape_metrics(hosts[0].metrics_listen.parse().unwrap());
-    let counted = failures
-        .lines()
-        .find_map(|l| l.strip_prefix("aloft_agent_reboot_failures_total "))
-        .and_then(|v| v.parse::<f64>().ok());
-    assert!(counted.is_some_and(|n| n >= 2.0), "each refusal counted: {failures}");
+    // The agent counts a refusal once logind's answer reaches it, after the fake recorded the
+    // call: read until the count catches up.
+    let metrics = hosts[0].metrics_listen.parse().unwrap();
+    eventually(Duration::from_secs(30), "each refusal counted", || async move {
+        let failures = scrape_metrics(metrics);
+        let counted = failures
+            .lines()
+            .find_map(|l| l.strip_prefix("aloft_agent_reboot_failures_total "))
+            .and_then(|v| v.parse::<f64>().ok());
+        Ok(counted.is_some_and(|n| n >= 2.0).then_some(()))
+    })
+    .await;
     let out = agent_status(&hosts[0]);
     let st: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(st["state"], "Degraded", "{st}");
