@@ -1099,12 +1099,12 @@ async fn kubectl_lists_the_package_manifests_of_a_real_catalog() {
 
     let listed = eventually(Duration::from_secs(60), "a PackageManifest per package", || {
         let out = k.ok(&["get", "packagemanifests", "-n", "olm"]);
-        async move { Ok((out.lines().count() == 1 + catalog_packages()).then_some(out)) }
+        async move { Ok((out.lines().count() == 1 + CATALOG_PACKAGES).then_some(out)) }
     })
     .await;
     assert_eq!(header(&listed), ["NAME", "CATALOG", "AGE"], "{listed}");
     let summary = catalog.packages();
-    assert_eq!(summary.len(), catalog_packages());
+    assert_eq!(summary.len(), CATALOG_PACKAGES);
     for p in &summary {
         let cols = row(&listed, &p.name).unwrap_or_else(|| panic!("{} in {listed}", p.name));
         assert_eq!(cols[1], "Community", "{listed}");
@@ -1119,7 +1119,7 @@ async fn kubectl_lists_the_package_manifests_of_a_real_catalog() {
     let wide = k.ok(&["get", "packagemanifests", "-n", "olm", "-o", "wide"]);
     assert_eq!(header(&wide), ["NAME", "CATALOG", "AGE", "DEFAULT", "CHANNEL", "CHANNELS"], "{wide}");
     let picked = k.ok(&["get", "packagemanifests", "-A", "-l", "catalog=community", "-o", "name"]);
-    assert_eq!(picked.lines().count(), catalog_packages(), "{picked}");
+    assert_eq!(picked.lines().count(), CATALOG_PACKAGES, "{picked}");
     let none = k.run(&["get", "packagemanifests", "-A", "-l", "catalog=other"]);
     assert!(String::from_utf8_lossy(&none.stderr).contains("No resources found"), "{none:?}");
 
@@ -1142,6 +1142,4 @@ async fn kubectl_lists_the_package_manifests_of_a_real_catalog() {
 }
 
 /// Packages in the community catalog of shared/testdata (v4.12).
-fn catalog_packages() -> usize {
-    10
-}
+const CATALOG_PACKAGES: usize = 10;

@@ -193,19 +193,15 @@ pub async fn reconcile(
         cache
             .entries
             .iter()
-            .filter_map(|(id, e)| e.catalog.clone().map(|c| (id.clone(), c, e.manifests.clone())))
+            .filter_map(|(id, e)| e.catalog.clone().map(|c| (id.clone(), c, e.digest.clone(), e.manifests.clone())))
             .collect::<Vec<_>>()
     };
-    for (id, catalog, written) in sources {
+    for (id, catalog, digest, written) in sources {
         let Some(source) = listed_sources
             .iter()
             .find(|s| s.metadata.namespace.as_deref().unwrap_or_default() == id.0 && s.metadata.name == id.1)
         else {
             continue;
-        };
-        let digest = {
-            let cache = cache.lock().unwrap_or_else(|e| e.into_inner());
-            cache.entries.get(&id).map(|e| e.digest.clone()).unwrap_or_default()
         };
         let key = manifests_key(source, &digest);
         if written.as_deref() == Some(key.as_str()) && all_listed(store, catalog.as_ref(), &id.0).await? {
