@@ -1075,3 +1075,83 @@ async fn a_bundle_waits_for_a_dependency_its_namespace_holds_out_of_range() {
     assert!(!cond_true(&sub, "ResolutionFailed"), "resolved: {sub}");
     assert_eq!(subscription_names(&admin).await, ["base", "tuned"]);
 }
+
+/// A catalog whose ruled-exporter declares its dependency with an `olm.constraint`: a bundle of
+/// certified-base in 1.x that carries a `certified` property (a CEL rule). certified-base's
+/// stable channel is 1.0.0 -> 1.1.0 (certified) -> 2.0.0 (certified, out of range), so the
+/// bundle that meets it is 1.1.0, not the head. broken-exporter's constraint does not compile.
+fn constraint_blobs() -> Vec<Value> {
+    let certified = json!({"type": "certified", "value": true});
+    let rule = |value: Value| json!({"type": "olm.constraint", "value": value});
+    vec![
+        json!({"schema": "olm.package", "name": "certified-base", "defaultChannel": "stable"}),
+        json!({"schema": "olm.channel", "package": "certified-base", "name": "stable", "entries": [
+            {"name": "certified-base.v1.0.0"},
+            {"name": "certified-base.v1.1.0", "replaces": "certified-base.v1.0.0"},
+            {"name": "certified-base.v2.0.0", "replaces": "certified-base.v1.1.0"}]}),
+        bundle_of("certified-base", "1.0.0", &[]),
+        bundle_of("certified-base", "1.1.0", std::slice::from_ref(&certified)),
+        bundle_of("certified-base", "2.0.0", &[certified]),
+        json!({"schema": "olm.package", "name": "ruled-exporter", "defaultChannel": "stable"}),
+        json!({"schema": "olm.channel", "package": "ruled-exporter", "name": "stable", "entries": [{"name": "ruled-exporter.v1.0.0"}]}),
+        bundle_of(
+            "ruled-exporter",
+            "1.0.0",
+            &[rule(json!({
+            "failureMessage": "ruled-exporter needs a certified certified-base 1.x",
+            "all": {"constraints": [
+                {"package": {"packageName": "certified-base", "versionRange": ">=1.0.0 <2.0.0"}},
+                {"cel": {"rule": "properties.exists(p, p.type == 'certified' && p.value == true)"}}]}}))],
+        ),
+        json!({"schema": "olm.package", "name": "broken-exporter", "defaultChannel": "stable"}),
+        json!({"schema": "olm.channel", "package": "broken-exporter", "name": "stable", "entries": [{"name": "broken-exporter.v1.0.0"}]}),
+        bundle_of("broken-exporter", "1.0.0", &[rule(json!({"cel": {"rule": "properties.exists(p, "}}))]),
+    ]
+}
+
+/// A dependency declared as an `olm.constraint` (a package range and a CEL rule that one bundle
+/// must both meet) is subscribed to at the bundle that meets it and installed first; one whose
+/// rule does not compile fails resolution saying where, and creates nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_olm_constraint_with_a_cel_rule_picks_the_bundle_that_meets_it() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let served = CatalogServer::start().await;
+    let url = served.set("rules.json", &stream_of(&constraint_blobs(), |_| true));
+    add_catalog(&admin, &catalog_source("rules", &url)).await;
+
+    let broken = subscribe_until(
+        &admin,
+        subscription("broken", "rules", "broken-exporter", "Automatic"),
+        "ResolutionFailed",
+        |s| cond_true(s, "ResolutionFailed"),
+    )
+    .await;
+    let why = s(condition(&broken, "ResolutionFailed").unwrap(), "/message").to_string();
+    for words in [
+        "constraints not satisfiable: bundle broken-exporter.v1.0.0 requires",
+        "olm.constraint that does not read: cel.rule: the CEL rule does not compile",
+    ] {
+        assert!(why.contains(words), "{words:?} in {why}");
+    }
+    assert_eq!(subscription_names(&admin).await, ["broken"], "nothing subscribed for a rule that does not compile");
+
+    admin
+        .post(&ns_path(&SUBSCRIPTION, NS, None), &subscription("ruled", "rules", "ruled-exporter", "Automatic"))
+        .await
+        .unwrap()
+        .into_result()
+        .unwrap();
+    let generated = "certified-base-stable-rules-olm";
+    let dep =
+        object_until(&admin, &ns_path(&SUBSCRIPTION, NS, Some(generated)), "the dependency's Subscription", |_| true)
+            .await;
+    assert_eq!(s(&dep, "/spec/name"), "certified-base");
+    assert_eq!(s(&dep, "/spec/startingCSV"), "certified-base.v1.1.0", "in range and certified, not the head: {dep}");
+    assert_eq!(s(&dep, "/metadata/annotations/aloft.dev~1requiredBy"), "ruled (ruled-exporter.v1.0.0)");
+    csv_phase(&admin, "certified-base.v1.1.0", "Succeeded").await;
+    csv_phase(&admin, "ruled-exporter.v1.0.0", "Succeeded").await;
+    let ruled = get(&admin, &ns_path(&SUBSCRIPTION, NS, Some("ruled"))).await.unwrap().unwrap();
+    assert!(!cond_true(&ruled, "ResolutionFailed"), "resolved: {ruled}");
+    assert_eq!(subscription_names(&admin).await, ["broken", generated, "ruled"]);
+}

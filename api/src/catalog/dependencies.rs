@@ -1,6 +1,7 @@
 //! A bundle's dependencies, and the bundle of a catalog that OLM v0 would install to meet one.
 //!
-//! OLM's resolver adds a bundle's dependencies (`olm.package.required`, `olm.gvk.required`) to
+//! OLM's resolver adds a bundle's dependencies (`olm.package.required`, `olm.gvk.required`,
+//! `olm.constraint`) to
 //! the plan and gives each its own Subscription. aloft does the same in two steps: this module
 //! says what is needed and which catalog bundle meets it, the coordinator creates the
 //! Subscriptions and holds the dependent bundle back until they are installed. Among the
@@ -8,7 +9,8 @@
 //! caller's part) the package's default channel, then its other channels by name, and within
 //! a channel the entry nearest the head: the same order a fresh install reads channels in.
 
-use super::model::{Bundle, Catalog, Channel, Gvk};
+use super::constraint::Constraint;
+use super::model::{Bundle, Catalog, Channel, Gvk, PROPERTY_CONSTRAINT};
 use super::range::Range;
 
 /// One dependency of a bundle, read.
@@ -20,6 +22,11 @@ pub enum Dependency {
     Api(Gvk),
     /// An `olm.package.required` whose range does not read: nothing can meet it.
     Unreadable { name: String, range: String, error: String },
+    /// `olm.constraint`: some bundle satisfying the rule.
+    Constraint(Constraint),
+    /// An `olm.constraint` that does not read (OLM fails the resolution on it): nothing can
+    /// meet it.
+    UnreadableConstraint { error: String },
 }
 
 impl std::fmt::Display for Dependency {
@@ -33,6 +40,10 @@ impl std::fmt::Display for Dependency {
                 f,
                 "package {name:?} in range {range:?} (olm.package.required): the range does not read: {error}"
             ),
+            Dependency::Constraint(c) => write!(f, "{c} ({PROPERTY_CONSTRAINT})"),
+            Dependency::UnreadableConstraint { error } => {
+                write!(f, "{PROPERTY_CONSTRAINT} that does not read: {error}")
+            }
         }
     }
 }
@@ -46,7 +57,8 @@ impl Dependency {
                     && bundle.version().is_some_and(|v| range.contains(&v))
             }
             Dependency::Api(gvk) => bundle.provided_gvks().contains(gvk),
-            Dependency::Unreadable { .. } => false,
+            Dependency::Constraint(c) => c.met_by(bundle),
+            Dependency::Unreadable { .. } | Dependency::UnreadableConstraint { .. } => false,
         }
     }
 
@@ -54,14 +66,17 @@ impl Dependency {
     pub fn package(&self) -> Option<&str> {
         match self {
             Dependency::Package { name, .. } | Dependency::Unreadable { name, .. } => Some(name),
-            Dependency::Api(_) => None,
+            Dependency::Constraint(c) => c.rule.package(),
+            Dependency::Api(_) | Dependency::UnreadableConstraint { .. } => None,
         }
     }
 }
 
 impl Bundle {
     /// The bundle's dependencies: its required packages (in property order), then its required
-    /// APIs that it does not provide itself (a bundle meets its own `olm.gvk.required`).
+    /// APIs that it does not provide itself (a bundle meets its own `olm.gvk.required`), then
+    /// its `olm.constraint`s that it does not satisfy itself (as OLM's solver, where the
+    /// bundle is among the candidates of its own constraint).
     pub fn dependencies(&self) -> Vec<Dependency> {
         let mut out: Vec<Dependency> = self
             .required_packages()
@@ -73,6 +88,13 @@ impl Bundle {
             .collect();
         let own = self.provided_gvks();
         out.extend(self.required_gvks().into_iter().filter(|g| !own.contains(g)).map(Dependency::Api));
+        for p in self.properties_of(PROPERTY_CONSTRAINT) {
+            match Constraint::parse(p.value.as_ref().unwrap_or(&serde_json::Value::Null)) {
+                Ok(c) if c.met_by(self) => {}
+                Ok(c) => out.push(Dependency::Constraint(c)),
+                Err(error) => out.push(Dependency::UnreadableConstraint { error }),
+            }
+        }
         out
     }
 }
@@ -205,5 +227,40 @@ mod tests {
         let found = c.provider_of(&Dependency::Api(serde_json::from_value(gvk("Profile")).unwrap())).unwrap();
         assert_eq!(found.bundle.name, "alt.v0.1.0", "alt before base");
         assert!(c.provider_of(&Dependency::Api(serde_json::from_value(gvk("Nobody")).unwrap())).is_none());
+    }
+
+    #[test]
+    fn constraints_are_dependencies_and_find_their_bundle() {
+        let b: Bundle = serde_json::from_value(bundle(
+            "a",
+            "1.0.0",
+            json!([
+                {"type": "olm.constraint", "value": {"failureMessage": "a needs base 1.x with Profile",
+                    "all": {"constraints": [
+                        {"package": {"packageName": "base", "versionRange": ">=1.0.0"}},
+                        {"gvk": gvk("Profile")}]}}},
+                {"type": "olm.constraint", "value": {"cel": {"rule": "properties.exists(p, p.type == 'olm.package' && p.value.packageName == 'a')"}}},
+                {"type": "olm.constraint", "value": {"any": {"constraints": [{"gvk": gvk("Profile")}]}}},
+                {"type": "olm.constraint", "value": {"gvk": gvk("Profile"), "extra": 1}},
+            ]),
+        ))
+        .unwrap();
+        let deps = b.dependencies();
+        let texts: Vec<String> = deps.iter().map(ToString::to_string).collect();
+        assert_eq!(texts.len(), 3, "the CEL rule a meets itself is no dependency: {texts:?}");
+        assert_eq!(
+            texts[0],
+            r#""a needs base 1.x with Profile" (all of [package "base" in range ">=1.0.0", API tuning.example.com/v1 Profile]) (olm.constraint)"#
+        );
+        assert_eq!(texts[1], "any of [API tuning.example.com/v1 Profile] (olm.constraint)");
+        assert!(texts[2].starts_with(r#"olm.constraint that does not read: the constraint: unknown field "extra""#));
+        let c = two_packages();
+        // base's head (2.0.0) provides no Profile: the entry nearest it that does, of base only.
+        let found = c.provider_of(&deps[0]).expect("base 1.3.0 has both");
+        assert_eq!((found.channel.name.as_str(), found.bundle.name.as_str()), ("stable", "base.v1.3.0"));
+        // No package named: every package, by name.
+        assert_eq!(c.provider_of(&deps[1]).map(|p| p.bundle.name.as_str()), Some("alt.v0.1.0"));
+        assert!(c.provider_of(&deps[2]).is_none(), "an unreadable constraint is met by nothing");
+        assert!(c.bundles.iter().all(|x| !deps[2].met_by(x)));
     }
 }

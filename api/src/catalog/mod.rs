@@ -10,15 +10,17 @@
 //! included. This module is pure: the coordinator fetches and decodes the YAML or JSON streams
 //! and hands over the blobs; nothing here does I/O.
 
+mod constraint;
 mod dependencies;
 mod model;
 mod range;
 mod upgrade;
 mod validate;
 
+pub use constraint::{Constraint, Rule};
 pub use dependencies::{Dependency, Provider};
 pub use model::*;
-pub use range::{parse_version, Range, RangeError};
+pub use range::{parse_version, parse_version_tolerant, Range, RangeError};
 pub use upgrade::{ChannelSummary, PackageSummary, ResolveError};
 pub use validate::HeadError;
 

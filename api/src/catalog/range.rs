@@ -260,6 +260,39 @@ fn alphanum(c: char) -> bool {
     c.is_ascii_alphanumeric() || c == '-'
 }
 
+/// Read a version as blang's `semver.ParseTolerant` does (what OLM's CEL `semver_compare`
+/// uses): surrounding spaces and a leading `v` are dropped, leading zeroes of each part are
+/// dropped, and a short `1` or `1.2` is filled up with zeroes (a short one cannot carry a
+/// pre-release or build); the rest is [`parse_version`].
+pub fn parse_version_tolerant(s: &str) -> Result<Version, String> {
+    let s = s.trim();
+    let s = s.strip_prefix('v').unwrap_or(s);
+    let mut parts: Vec<String> = s
+        .splitn(3, '.')
+        .map(|p| {
+            if p.len() > 1 {
+                let trimmed = p.trim_start_matches('0');
+                if trimmed.chars().next().is_some_and(|c| c.is_ascii_digit()) {
+                    trimmed.to_string()
+                } else {
+                    format!("0{trimmed}")
+                }
+            } else {
+                p.to_string()
+            }
+        })
+        .collect();
+    if parts.len() < 3 {
+        if parts.last().is_some_and(|p| p.contains(['+', '-'])) {
+            return Err("Short version cannot contain PreRelease/Build meta data".into());
+        }
+        while parts.len() < 3 {
+            parts.push("0".into());
+        }
+    }
+    parse_version(&parts.join("."))
+}
+
 /// Read a version as blang's `semver.Parse` does (what opm uses for `olm.package` versions and
 /// inside ranges), with its error messages; the result is a [`semver::Version`].
 pub fn parse_version(s: &str) -> Result<Version, String> {

@@ -302,7 +302,7 @@ async fn unmet_dependencies(
     namespace: &str,
     bundle: &Bundle,
 ) -> Result<Vec<Dependency>, StoreError> {
-    if bundle.required_packages().is_empty() && bundle.required_gvks().is_empty() {
+    if bundle.dependencies().is_empty() {
         return Ok(Vec::new());
     }
     let mut installed = Vec::new();

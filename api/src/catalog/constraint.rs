@@ -1,0 +1,437 @@
+//! `olm.constraint`: the dependency a bundle declares with a rule rather than a bare package or
+//! API, as OLM v0's resolver reads it.
+//!
+//! A constraint is a predicate over one bundle: `gvk` (it provides the API), `package` (it is of
+//! the package, at a version in the range), `cel` (a Common Expression Language rule over its
+//! properties), or `all`, `any` and `not` of nested constraints, all of which apply to that same
+//! bundle. The dependency is met when some installed bundle satisfies it, and OLM installs one
+//! from a catalog when none does: aloft does the same ([`super::Dependency::Constraint`]).
+//!
+//! Read as OLM reads it: unknown fields anywhere refuse the whole constraint, a value over
+//! 128 KiB is refused, the first kind in the order gvk, package, all, any, not (and its
+//! deprecated spelling `none`), cel is the one used, and a constraint with none of them is of an
+//! unknown type. A CEL rule sees `properties`, the bundle's properties as a list of
+//! `{type, value}` maps, and `semver_compare(a, b)` (-1, 0 or 1, each side read as blang's
+//! `ParseTolerant` reads a version); a rule must give a bool, and one that fails on a bundle
+//! (a missing key, a value that is no version) is not met by it.
+
+use std::sync::Arc;
+
+use serde_json::{Map, Value};
+
+use super::model::{Bundle, Gvk, PROPERTY_CONSTRAINT};
+use super::range::{parse_version_tolerant, Range};
+
+/// The largest `olm.constraint` value OLM reads, in bytes of JSON (its `maxConstraintSize`).
+pub const MAX_CONSTRAINT_SIZE: usize = 2 << 16;
+
+/// One `olm.constraint`, read: what the bundle must satisfy and the message its author gave
+/// for when nothing does.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Constraint {
+    /// `failureMessage`; empty when not given.
+    pub failure_message: String,
+    pub rule: Rule,
+}
+
+/// What a constraint asks of one bundle.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Rule {
+    /// `gvk`: the bundle provides this API (`olm.gvk`).
+    Api(Gvk),
+    /// `package`: the bundle is of this package, at a version in the range.
+    Package { name: String, range: Range },
+    /// `all`: every nested constraint holds for the bundle (none given: always).
+    All(Vec<Constraint>),
+    /// `any`: at least one nested constraint holds (none given: never).
+    Any(Vec<Constraint>),
+    /// `not` (or the deprecated `none`): no nested constraint holds.
+    Not(Vec<Constraint>),
+    /// `cel`: the rule gives true for the bundle's properties.
+    Cel(CelRule),
+}
+
+/// A compiled CEL rule and its text (compared and shown by its text).
+#[derive(Clone)]
+pub struct CelRule {
+    text: String,
+    program: Arc<cel::Program>,
+}
+
+impl std::fmt::Debug for CelRule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("CelRule").field(&self.text).finish()
+    }
+}
+
+impl PartialEq for CelRule {
+    fn eq(&self, other: &Self) -> bool {
+        self.text == other.text
+    }
+}
+
+impl CelRule {
+    /// Compile `text`; the error is the parser's, with where in the rule it is.
+    pub fn compile(text: &str) -> Result<CelRule, String> {
+        let program = cel::Program::compile(text).map_err(|e| e.to_string().trim_end().to_string())?;
+        Ok(CelRule { text: text.to_string(), program: Arc::new(program) })
+    }
+
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// The rule's answer for `bundle`: an error when it fails on it or gives no bool.
+    pub fn evaluate(&self, bundle: &Bundle) -> Result<bool, String> {
+        let properties: Vec<Value> = bundle
+            .properties
+            .iter()
+            .map(|p| {
+                let mut m = Map::new();
+                m.insert("type".into(), Value::String(p.type_.clone()));
+                m.insert("value".into(), p.value.clone().unwrap_or(Value::Null));
+                Value::Object(m)
+            })
+            .collect();
+        let mut context = cel::Context::default();
+        context.add_variable("properties", Value::Array(properties)).map_err(|e| e.to_string())?;
+        context.add_function("semver_compare", semver_compare).map_err(|e| e.to_string())?;
+        match self.program.execute(&context) {
+            Ok(cel::Value::Bool(b)) => Ok(b),
+            Ok(other) => Err(format!("cel expression evaluated to {}, not bool", type_name(&other))),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+}
+
+/// `semver_compare(a, b)`: blang's `Compare` of the two sides read tolerantly (build metadata
+/// ignored), as OLM's CEL library defines it.
+fn semver_compare(a: cel::Value, b: cel::Value) -> Result<i64, cel::ExecutionError> {
+    let read = |v: &cel::Value| {
+        let text = match v {
+            cel::Value::String(s) => s.to_string(),
+            cel::Value::Int(i) => i.to_string(),
+            cel::Value::UInt(u) => u.to_string(),
+            cel::Value::Float(f) => f.to_string(),
+            other => format!("{other:?}"),
+        };
+        parse_version_tolerant(&text).map_err(|_| cel::ExecutionError::FunctionError {
+            function: "semver_compare".into(),
+            message: format!("unable to parse '{text}' to semver format"),
+        })
+    };
+    Ok(read(&a)?.cmp_precedence(&read(&b)?) as i64)
+}
+
+fn type_name(v: &cel::Value) -> &'static str {
+    match v {
+        cel::Value::Int(_) => "int",
+        cel::Value::UInt(_) => "uint",
+        cel::Value::Float(_) => "double",
+        cel::Value::String(_) => "string",
+        cel::Value::Bytes(_) => "bytes",
+        cel::Value::List(_) => "list",
+        cel::Value::Map(_) => "map",
+        cel::Value::Null => "null",
+        _ => "a value of another type",
+    }
+}
+
+impl Constraint {
+    /// Read an `olm.constraint` property's value; the error says what is wrong and where
+    /// (`all.constraints[1].package.versionRange`).
+    pub fn parse(value: &Value) -> Result<Constraint, String> {
+        let size = serde_json::to_vec(value).map(|v| v.len()).unwrap_or(usize::MAX);
+        if size > MAX_CONSTRAINT_SIZE {
+            return Err(format!(
+                "{PROPERTY_CONSTRAINT} value is greater than max constraint size {MAX_CONSTRAINT_SIZE} bytes"
+            ));
+        }
+        read_constraint(value, "")
+    }
+
+    /// Whether `bundle` satisfies the constraint.
+    pub fn met_by(&self, bundle: &Bundle) -> bool {
+        self.rule.met_by(bundle)
+    }
+}
+
+impl Rule {
+    pub fn met_by(&self, bundle: &Bundle) -> bool {
+        match self {
+            Rule::Api(gvk) => bundle.provided_gvks().contains(gvk),
+            Rule::Package { name, range } => {
+                bundle.package_property().is_ok_and(|p| p.package_name == *name)
+                    && bundle.version().is_some_and(|v| range.contains(&v))
+            }
+            Rule::All(cs) => cs.iter().all(|c| c.met_by(bundle)),
+            Rule::Any(cs) => cs.iter().any(|c| c.met_by(bundle)),
+            Rule::Not(cs) => !cs.iter().any(|c| c.met_by(bundle)),
+            Rule::Cel(rule) => rule.evaluate(bundle).unwrap_or(false),
+        }
+    }
+
+    /// The package every bundle satisfying the rule is of, when the rule says: a package
+    /// rule's, one of `all`'s, or the one all of `any`'s alternatives name. Where a catalog
+    /// must be searched for a bundle, only that package is.
+    pub fn package(&self) -> Option<&str> {
+        match self {
+            Rule::Package { name, .. } => Some(name),
+            Rule::All(cs) => cs.iter().find_map(|c| c.rule.package()),
+            Rule::Any(cs) => {
+                let first = cs.first()?.rule.package()?;
+                cs.iter().all(|c| c.rule.package() == Some(first)).then_some(first)
+            }
+            Rule::Api(_) | Rule::Not(_) | Rule::Cel(_) => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Constraint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.failure_message.is_empty() {
+            write!(f, "{}", self.rule)
+        } else {
+            write!(f, "{:?} ({})", self.failure_message, self.rule)
+        }
+    }
+}
+
+impl std::fmt::Display for Rule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let list = |cs: &[Constraint]| cs.iter().map(|c| c.rule.to_string()).collect::<Vec<_>>().join(", ");
+        match self {
+            Rule::Api(g) => write!(f, "API {}/{} {}", g.group, g.version, g.kind),
+            Rule::Package { name, range } => write!(f, "package {name:?} in range {:?}", range.as_str()),
+            Rule::All(cs) => write!(f, "all of [{}]", list(cs)),
+            Rule::Any(cs) => write!(f, "any of [{}]", list(cs)),
+            Rule::Not(cs) => write!(f, "none of [{}]", list(cs)),
+            Rule::Cel(rule) => write!(f, "CEL rule {:?}", rule.text),
+        }
+    }
+}
+
+const CONSTRAINT_FIELDS: &[&str] = &["failureMessage", "cel", "package", "gvk", "all", "any", "not", "none"];
+
+fn at(path: &str, field: &str) -> String {
+    if path.is_empty() {
+        field.to_string()
+    } else {
+        format!("{path}.{field}")
+    }
+}
+
+fn object<'a>(value: &'a Value, path: &str, fields: &[&str]) -> Result<&'a Map<String, Value>, String> {
+    let shown = if path.is_empty() { "the constraint" } else { path };
+    let Value::Object(m) = value else { return Err(format!("{shown}: must be an object")) };
+    if let Some(unknown) = m.keys().find(|k| !fields.contains(&k.as_str())) {
+        return Err(format!("{shown}: unknown field {unknown:?} (known: {})", fields.join(", ")));
+    }
+    Ok(m)
+}
+
+fn string(m: &Map<String, Value>, path: &str, field: &str) -> Result<String, String> {
+    match m.get(field) {
+        None | Some(Value::Null) => Ok(String::new()),
+        Some(Value::String(s)) => Ok(s.clone()),
+        Some(_) => Err(format!("{}: must be a string", at(path, field))),
+    }
+}
+
+/// A field that is present and not null (Go's pointer fields take null as absent).
+fn given<'a>(m: &'a Map<String, Value>, field: &str) -> Option<&'a Value> {
+    m.get(field).filter(|v| !v.is_null())
+}
+
+fn read_constraint(value: &Value, path: &str) -> Result<Constraint, String> {
+    let m = object(value, path, CONSTRAINT_FIELDS)?;
+    let failure_message = string(m, path, "failureMessage")?;
+    // Every part is read (and refused when it does not read) whichever is used, as a strict
+    // JSON decoding of the whole value does.
+    let gvk = given(m, "gvk").map(|v| read_gvk(v, &at(path, "gvk"))).transpose()?;
+    let package = given(m, "package").map(|v| read_package(v, &at(path, "package"))).transpose()?;
+    let compound = |field: &str| given(m, field).map(|v| read_compound(v, &at(path, field))).transpose();
+    let (all, any, not, none) = (compound("all")?, compound("any")?, compound("not")?, compound("none")?);
+    let cel = given(m, "cel").map(|v| read_cel(v, &at(path, "cel"))).transpose()?;
+    let rule = if let Some(g) = gvk {
+        Rule::Api(g)
+    } else if let Some(p) = package {
+        p
+    } else if let Some(cs) = all {
+        Rule::All(cs)
+    } else if let Some(cs) = any {
+        Rule::Any(cs)
+    } else if let Some(cs) = not.or(none) {
+        Rule::Not(cs)
+    } else if let Some(c) = cel {
+        Rule::Cel(c)
+    } else {
+        let shown = if path.is_empty() { "the constraint" } else { path };
+        return Err(format!("{shown}: unknown constraint type: give one of gvk, package, cel, all, any, not"));
+    };
+    Ok(Constraint { failure_message, rule })
+}
+
+fn read_gvk(value: &Value, path: &str) -> Result<Gvk, String> {
+    let m = object(value, path, &["group", "version", "kind"])?;
+    Ok(Gvk { group: string(m, path, "group")?, version: string(m, path, "version")?, kind: string(m, path, "kind")? })
+}
+
+fn read_package(value: &Value, path: &str) -> Result<Rule, String> {
+    let m = object(value, path, &["packageName", "versionRange"])?;
+    let name = string(m, path, "packageName")?;
+    let text = string(m, path, "versionRange")?;
+    let range =
+        Range::parse(&text).map_err(|e| format!("{}: {text:?} does not read: {e}", at(path, "versionRange")))?;
+    Ok(Rule::Package { name, range })
+}
+
+fn read_compound(value: &Value, path: &str) -> Result<Vec<Constraint>, String> {
+    let m = object(value, path, &["constraints"])?;
+    match given(m, "constraints") {
+        None => Ok(Vec::new()),
+        Some(Value::Array(items)) => items
+            .iter()
+            .enumerate()
+            .map(|(i, v)| read_constraint(v, &format!("{}[{i}]", at(path, "constraints"))))
+            .collect(),
+        Some(_) => Err(format!("{}: must be a list", at(path, "constraints"))),
+    }
+}
+
+fn read_cel(value: &Value, path: &str) -> Result<CelRule, String> {
+    let m = object(value, path, &["rule"])?;
+    let text = string(m, path, "rule")?;
+    if text.trim().is_empty() {
+        return Err(format!("{}: an empty CEL rule", at(path, "rule")));
+    }
+    CelRule::compile(&text).map_err(|e| format!("{}: the CEL rule does not compile: {e}", at(path, "rule")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn bundle(package: &str, version: &str, more: Value) -> Bundle {
+        let mut properties =
+            vec![json!({"type": "olm.package", "value": {"packageName": package, "version": version}})];
+        properties.extend(more.as_array().cloned().unwrap_or_default());
+        serde_json::from_value(json!({"schema": "olm.bundle", "name": format!("{package}.v{version}"),
+            "package": package, "image": "example.com/x", "properties": properties}))
+        .expect("a bundle")
+    }
+
+    fn green() -> Value {
+        json!({"type": "olm.gvk", "value": {"group": "greens.example.com", "version": "v1", "kind": "Green"}})
+    }
+
+    #[test]
+    fn compiled_rules_can_cross_threads() {
+        fn send_sync<T: Send + Sync>() {}
+        send_sync::<Constraint>();
+    }
+
+    #[test]
+    fn each_kind_reads_and_applies_to_one_bundle() {
+        let blue_green = bundle("blue", "1.2.0", json!([green(), {"type": "certified", "value": true}]));
+        let blue_old = bundle("blue", "0.9.0", json!([green()]));
+        let red = bundle("red", "2.0.0", json!([]));
+        let all = Constraint::parse(&json!({"failureMessage": "blue and Green for Red", "all": {"constraints": [
+            {"failureMessage": "blue is needed", "package": {"packageName": "blue", "versionRange": ">=1.0.0"}},
+            {"gvk": {"group": "greens.example.com", "version": "v1", "kind": "Green"}}]}}))
+        .unwrap();
+        assert!(all.met_by(&blue_green));
+        assert!(!all.met_by(&blue_old), "out of range");
+        assert!(!all.met_by(&red));
+        assert_eq!(all.rule.package(), Some("blue"));
+        assert_eq!(
+            all.to_string(),
+            r#""blue and Green for Red" (all of [package "blue" in range ">=1.0.0", API greens.example.com/v1 Green])"#
+        );
+
+        let any = Constraint::parse(&json!({"any": {"constraints": [
+            {"package": {"packageName": "red", "versionRange": ">=2.0.0"}},
+            {"gvk": {"group": "greens.example.com", "version": "v1", "kind": "Green"}}]}}))
+        .unwrap();
+        assert!(any.met_by(&red) && any.met_by(&blue_old));
+        assert_eq!(any.rule.package(), None, "two kinds of bundle meet it");
+
+        let not = Constraint::parse(&json!({"not": {"constraints": [{"package":
+            {"packageName": "red", "versionRange": ">=0.0.0"}}]}}))
+        .unwrap();
+        assert!(!not.met_by(&red) && not.met_by(&blue_old));
+        let deprecated = Constraint::parse(&json!({"none": {"constraints": [{"package":
+            {"packageName": "red", "versionRange": ">=0.0.0"}}]}}))
+        .unwrap();
+        assert_eq!(deprecated.rule, not.rule, "none is the old spelling of not");
+
+        let empty_all = Constraint::parse(&json!({"all": {}})).unwrap();
+        let empty_any = Constraint::parse(&json!({"any": {"constraints": []}})).unwrap();
+        assert!(empty_all.met_by(&red) && !empty_any.met_by(&red));
+    }
+
+    #[test]
+    fn cel_rules_see_the_properties_and_compare_versions() {
+        let certified = bundle("blue", "1.2.0", json!([{"type": "certified", "value": true}]));
+        let plain = bundle("blue", "1.0.0", json!([]));
+        let rule = |r: &str| Constraint::parse(&json!({"cel": {"rule": r}})).unwrap();
+        let has = rule(r#"properties.exists(p, p.type == "certified")"#);
+        assert!(has.met_by(&certified) && !has.met_by(&plain));
+        let newer =
+            rule(r#"properties.exists(p, p.type == "olm.package" && semver_compare(p.value.version, "v1.1") >= 0)"#);
+        assert!(newer.met_by(&certified) && !newer.met_by(&plain), "1.2.0 >= v1.1 (read as 1.1.0), 1.0.0 is not");
+        let Rule::Cel(c) = &rule(r#"semver_compare("1.0.0+build.1", "01.0") == 0"#).rule else { panic!() };
+        assert_eq!(c.evaluate(&plain), Ok(true), "build metadata and leading zeroes do not count");
+        let Rule::Cel(c) = &rule(r#"semver_compare("one", "1.0.0") == 0"#).rule else { panic!() };
+        let err = c.evaluate(&plain).unwrap_err();
+        assert!(err.contains("unable to parse 'one' to semver format"), "{err}");
+        assert!(!rule(r#"semver_compare("one", "1.0.0") == 0"#).met_by(&plain), "a failing rule is not met");
+        let Rule::Cel(c) = &rule("properties.size()").rule else { panic!() };
+        assert_eq!(c.evaluate(&plain), Err("cel expression evaluated to int, not bool".to_string()));
+        assert!(!rule("properties.size()").met_by(&plain));
+    }
+
+    #[test]
+    fn bad_constraints_are_refused_naming_the_field() {
+        let err = |v: Value| Constraint::parse(&v).unwrap_err();
+        assert_eq!(
+            err(json!({"failureMessage": "x"})),
+            "the constraint: unknown constraint type: give one of gvk, package, cel, all, any, not"
+        );
+        assert!(err(json!({"gvk": {"group": "g", "version": "v1", "kind": "K", "plural": "ks"}}))
+            .starts_with(r#"gvk: unknown field "plural""#));
+        assert!(err(json!({"package": {"packageName": "blue"}, "tags": []}))
+            .starts_with(r#"the constraint: unknown field "tags""#));
+        let e = err(json!({"all": {"constraints": [{"gvk": {"group": "g", "version": "v1", "kind": "K"}},
+            {"package": {"packageName": "blue", "versionRange": "||"}}]}}));
+        assert!(e.starts_with(r#"all.constraints[1].package.versionRange: "||" does not read"#), "{e}");
+        let e = err(json!({"cel": {"rule": "properties.exists(p, "}}));
+        assert!(e.starts_with("cel.rule: the CEL rule does not compile: "), "{e}");
+        assert_eq!(err(json!({"cel": {"rule": " "}})), "cel.rule: an empty CEL rule");
+        assert_eq!(err(json!({"any": {"constraints": {}}})), "any.constraints: must be a list");
+        assert_eq!(err(json!("blue")), "the constraint: must be an object");
+        let big = "x".repeat(MAX_CONSTRAINT_SIZE);
+        assert_eq!(
+            err(json!({"failureMessage": big, "gvk": {}})),
+            "olm.constraint value is greater than max constraint size 131072 bytes"
+        );
+        // A part that is not used must read too; the first kind in OLM's order is the one used.
+        assert!(err(json!({"gvk": {"group": "g", "version": "v1", "kind": "K"}, "cel": {"rule": "1 +"}}))
+            .starts_with("cel.rule"));
+        let both = Constraint::parse(&json!({"cel": {"rule": "true"},
+            "package": {"packageName": "blue", "versionRange": ">=1.0.0"}}))
+        .unwrap();
+        assert_eq!(both.rule.package(), Some("blue"), "package comes before cel");
+    }
+
+    #[test]
+    fn tolerant_versions_read_as_blang_reads_them() {
+        let v = |s: &str| parse_version_tolerant(s).map(|v| v.to_string());
+        assert_eq!(v(" v1.2 ").as_deref(), Ok("1.2.0"));
+        assert_eq!(v("1").as_deref(), Ok("1.0.0"));
+        assert_eq!(v("01.002.0003-rc.1").as_deref(), Ok("1.2.3-rc.1"));
+        assert_eq!(v("1.2-rc"), Err("Short version cannot contain PreRelease/Build meta data".to_string()));
+        assert!(v("x.y").is_err());
+    }
+}
