@@ -1155,3 +1155,93 @@ async fn an_olm_constraint_with_a_cel_rule_picks_the_bundle_that_meets_it() {
     assert!(!cond_true(&ruled, "ResolutionFailed"), "resolved: {ruled}");
     assert_eq!(subscription_names(&admin).await, ["broken", generated, "ruled"]);
 }
+
+/// An upgrade of a dependency is checked against the operators that depend on it, as OLM's
+/// solver checks a namespace as a whole: base-tuning's channel gains 1.4.0 and 2.0.0 (whose
+/// skipRange covers 1.3.0); tuned-exporter needs base-tuning below 2.0.0, so base-tuning moves to 1.4.0
+/// (an Event says why not 2.0.0) and is then held there, its Subscription saying so
+/// (`UpgradeHeld`), until tuned-exporter is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upgrade_that_would_break_a_dependent_is_held_back() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let served = CatalogServer::start().await;
+    dependency_catalog(&admin, &served).await;
+    admin
+        .post(&ns_path(&SUBSCRIPTION, NS, None), &subscription("tuned", "fleet", "tuned-exporter", "Automatic"))
+        .await
+        .unwrap()
+        .into_result()
+        .unwrap();
+    csv_phase(&admin, "base-tuning.v1.3.0", "Succeeded").await;
+    csv_phase(&admin, "tuned-exporter.v1.0.0", "Succeeded").await;
+
+    let profile =
+        json!({"type": "olm.gvk", "value": {"group": "tuning.example.com", "version": "v1", "kind": "Profile"}});
+    let mut blobs: Vec<Value> = dependency_blobs()
+        .into_iter()
+        .filter(|b| {
+            !(s(b, "/schema") == "olm.channel" && s(b, "/package") == "base-tuning" && s(b, "/name") == "stable")
+        })
+        .collect();
+    blobs.extend([
+        json!({"schema": "olm.channel", "package": "base-tuning", "name": "stable", "entries": [
+            {"name": "base-tuning.v1.1.0"}, {"name": "base-tuning.v1.3.0", "replaces": "base-tuning.v1.1.0"},
+            {"name": "base-tuning.v1.4.0", "replaces": "base-tuning.v1.3.0"},
+            {"name": "base-tuning.v2.0.0", "replaces": "base-tuning.v1.4.0", "skipRange": ">=1.3.0 <1.4.0"}]}),
+        bundle_of("base-tuning", "1.4.0", std::slice::from_ref(&profile)),
+        bundle_of("base-tuning", "2.0.0", &[profile]),
+    ]);
+    served.set("fleet.json", &stream_of(&blobs, |_| true));
+    let changed = std::time::Instant::now();
+
+    let generated = "base-tuning-stable-fleet-olm";
+    csv_phase(&admin, "base-tuning.v1.4.0", "Succeeded").await;
+    // The catalog polls every second: its new bundles are read when that falls due, not at the
+    // OLM controller's 30 s resync (printed, not asserted: a timing).
+    eprintln!("catalog changed -> base-tuning.v1.4.0 Succeeded in {:.1} s", changed.elapsed().as_secs_f64());
+    let held = object_until(&admin, &ns_path(&SUBSCRIPTION, NS, Some(generated)), "UpgradeHeld", |x| {
+        cond_true(x, "UpgradeHeld") && s(x, "/status/installedCSV") == "base-tuning.v1.4.0"
+    })
+    .await;
+    let why = condition(&held, "UpgradeHeld").unwrap();
+    assert_eq!(s(why, "/reason"), "RequiredByDependents");
+    assert_eq!(
+        s(why, "/message"),
+        "base-tuning.v1.4.0 stays installed: base-tuning.v2.0.0 would leave unmet what base-tuning.v1.4.0 meets \
+         now: tuned-exporter.v1.0.0 requires package \"base-tuning\" in range \">=1.2.0 <2.0.0\" \
+         (olm.package.required); the upgrade goes on by itself once its dependents allow it"
+    );
+    assert_eq!(s(&held, "/status/state"), "AtLatestKnown");
+    assert_eq!(s(&held, "/status/currentCSV"), "base-tuning.v1.4.0");
+    let events = admin.get(&ns_path(&EVENT, NS, None)).await.unwrap().into_result().unwrap();
+    let passed: Vec<&str> = events["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| s(e, "/reason") == "UpgradeHeld")
+        .map(|e| s(e, "/message"))
+        .collect();
+    assert!(
+        passed.iter().any(|m| m.starts_with("base-tuning.v1.4.0 is installed instead of base-tuning.v2.0.0: ")),
+        "an Event says why 1.4.0 rather than the head: {passed:?}"
+    );
+    let listed = admin.get(&ns_path(&CLUSTER_SERVICE_VERSION, NS, None)).await.unwrap().into_result().unwrap();
+    let csvs: Vec<&str> = listed["items"].as_array().unwrap().iter().map(|c| s(c, "/metadata/name")).collect();
+    assert!(!csvs.contains(&"base-tuning.v2.0.0"), "2.0.0 never installed: {csvs:?}");
+
+    // Without the dependent, nothing holds the upgrade.
+    admin.delete(&ns_path(&SUBSCRIPTION, NS, Some("tuned"))).await.unwrap().into_result().unwrap();
+    admin
+        .delete(&ns_path(&CLUSTER_SERVICE_VERSION, NS, Some("tuned-exporter.v1.0.0")))
+        .await
+        .unwrap()
+        .into_result()
+        .unwrap();
+    csv_phase(&admin, "base-tuning.v2.0.0", "Succeeded").await;
+    let sub = object_until(&admin, &ns_path(&SUBSCRIPTION, NS, Some(generated)), "at 2.0.0", |x| {
+        s(x, "/status/installedCSV") == "base-tuning.v2.0.0"
+    })
+    .await;
+    assert!(condition(&sub, "UpgradeHeld").is_none(), "no longer held: {sub}");
+}

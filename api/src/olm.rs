@@ -202,6 +202,38 @@ pub fn unmet_dependencies(
     bundle.dependencies().into_iter().filter(|d| !installed.iter().any(|b| d.met_by(b))).collect()
 }
 
+/// One dependency of an installed operator that an upgrade would leave unmet.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Broken {
+    /// The installed operator that depends on it (its CSV's name).
+    pub dependent: String,
+    pub dependency: crate::catalog::Dependency,
+}
+
+/// What installing `to` in place of the installed CSV `from` would take from the namespace's
+/// other installed operators (`installed`, as [`installed_bundle`] reads them, `from` among
+/// them): each dependency that some installed operator meets today and none would after.
+/// OLM's solver resolves a namespace as a whole and does not choose such an upgrade; a
+/// dependency already unmet is not this upgrade's doing and is left out.
+pub fn broken_by_replacing(
+    from: &str,
+    to: &crate::catalog::Bundle,
+    installed: &[crate::catalog::Bundle],
+) -> Vec<Broken> {
+    let after: Vec<&crate::catalog::Bundle> =
+        installed.iter().filter(|b| b.name != from).chain(std::iter::once(to)).collect();
+    let mut out = Vec::new();
+    for dependent in installed.iter().filter(|b| b.name != from) {
+        for dependency in dependent.dependencies() {
+            let met_now = installed.iter().any(|b| dependency.met_by(b));
+            if met_now && !after.iter().any(|b| dependency.met_by(b)) {
+                out.push(Broken { dependent: dependent.name.clone(), dependency });
+            }
+        }
+    }
+    out
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CatalogSource {
@@ -674,6 +706,54 @@ mod tests {
         );
         let unmet = texts(unmet_dependencies(&bad_range, &[installed_as_csv(&base)]));
         assert!(unmet.len() == 1 && unmet[0].contains("the range does not read"), "{unmet:?}");
+    }
+
+    /// An upgrade that would take a dependency away from another installed operator is
+    /// named with that operator and dependency; one that keeps it met, or a dependency met by
+    /// another operator too, or one unmet already, is not.
+    #[test]
+    fn upgrades_that_break_an_installed_dependent_are_named() {
+        let bundle = |package: &str, version: &str, more: serde_json::Value| -> crate::catalog::Bundle {
+            let mut properties =
+                vec![serde_json::json!({"type": "olm.package", "value": {"packageName": package, "version": version}})];
+            properties.extend(more.as_array().cloned().unwrap_or_default());
+            serde_json::from_value(serde_json::json!({"schema": "olm.bundle", "name": format!("{package}.v{version}"),
+                "package": package, "properties": properties}))
+            .unwrap()
+        };
+        let profile = serde_json::json!({"type": "olm.gvk", "value": {"group": "t.example.com", "version": "v1", "kind": "Profile"}});
+        let dependent = bundle(
+            "tuned",
+            "1.0.0",
+            serde_json::json!([
+                {"type": "olm.package.required", "value": {"packageName": "base", "versionRange": ">=1.2.0 <2.0.0"}},
+                {"type": "olm.gvk.required", "value": {"group": "t.example.com", "version": "v1", "kind": "Profile"}},
+                {"type": "olm.package.required", "value": {"packageName": "gone", "versionRange": ">=1.0.0"}},
+            ]),
+        );
+        let base13 = bundle("base", "1.3.0", serde_json::json!([profile.clone()]));
+        let installed = [dependent.clone(), base13.clone()];
+        let shown = |b: Vec<Broken>| -> Vec<String> {
+            b.iter().map(|b| format!("{}: {}", b.dependent, b.dependency)).collect()
+        };
+        let base14 = bundle("base", "1.4.0", serde_json::json!([profile.clone()]));
+        assert_eq!(shown(broken_by_replacing("base.v1.3.0", &base14, &installed)), Vec::<String>::new());
+        let base20 = bundle("base", "2.0.0", serde_json::json!([]));
+        assert_eq!(
+            shown(broken_by_replacing("base.v1.3.0", &base20, &installed)),
+            [
+                r#"tuned.v1.0.0: package "base" in range ">=1.2.0 <2.0.0" (olm.package.required)"#,
+                "tuned.v1.0.0: API t.example.com/v1 Profile (olm.gvk.required)",
+            ],
+            "the missing package was unmet before: not this upgrade's doing"
+        );
+        let other = bundle("alt", "0.1.0", serde_json::json!([profile]));
+        let with_other = [dependent, base13, other];
+        assert_eq!(
+            shown(broken_by_replacing("base.v1.3.0", &base20, &with_other)),
+            [r#"tuned.v1.0.0: package "base" in range ">=1.2.0 <2.0.0" (olm.package.required)"#],
+            "alt still provides Profile"
+        );
     }
 
     /// What a plan writes on a CSV reads back as the bundle's limit; no annotation is no limit;

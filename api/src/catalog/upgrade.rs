@@ -196,8 +196,23 @@ impl Catalog {
         installed_name: &str,
         installed_version: Option<&Version>,
     ) -> Result<Option<&Bundle>, ResolveError> {
+        Ok(self.upgrade_candidates(package, channel, installed_name, installed_version)?.into_iter().next())
+    }
+
+    /// Every bundle an installed one can move to, the preferred first: the entries of the
+    /// first channel (in OLM's order) that replace, skip or skipRange-cover it, nearest the
+    /// head first, down to the installed entry itself. OLM's solver takes the first that the
+    /// namespace's other operators allow; [`Catalog::upgrade_target`] is the first.
+    pub fn upgrade_candidates(
+        &self,
+        package: &str,
+        channel: Option<&str>,
+        installed_name: &str,
+        installed_version: Option<&Version>,
+    ) -> Result<Vec<&Bundle>, ResolveError> {
         let channels = self.selected_channels(package, channel)?;
         for order in orders(&channels)? {
+            let mut found = Vec::new();
             for e in order {
                 let covers = e.replaces == installed_name
                     || e.skips.iter().any(|s| s == installed_name)
@@ -208,14 +223,15 @@ impl Catalog {
                     continue;
                 }
                 if e.name == installed_name {
-                    return Ok(None);
+                    return Ok(found);
                 }
-                if let Some(b) = self.bundle(package, &e.name) {
-                    return Ok(Some(b));
-                }
+                found.extend(self.bundle(package, &e.name));
+            }
+            if !found.is_empty() {
+                return Ok(found);
             }
         }
-        Ok(None)
+        Ok(Vec::new())
     }
 
     /// The deprecation messages that apply to a subscription on `channel` with `bundle`
@@ -375,6 +391,18 @@ mod tests {
         assert_eq!(c.upgrade_target("p", None, "p.v1.0.5", None).unwrap(), None);
         // A pre-release of the head's version is below it, so the range holds it (blang).
         assert_eq!(up(&c, None, "p.v1.3.0-rc.1").as_deref(), Some("p.v1.3.0"));
+        // Every bundle that can follow, the preferred first: the head, then what it replaces.
+        let all = |from: &str| {
+            let v = Version::parse(from.trim_start_matches("p.v")).ok();
+            c.upgrade_candidates("p", None, from, v.as_ref())
+                .unwrap()
+                .iter()
+                .map(|b| b.name.clone())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(all("p.v1.0.0"), ["p.v1.3.0", "p.v1.2.0"]);
+        assert_eq!(all("p.v1.2.0"), ["p.v1.3.0"]);
+        assert_eq!(all("p.v1.3.0"), Vec::<String>::new());
     }
 
     #[test]

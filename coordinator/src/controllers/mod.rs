@@ -260,8 +260,28 @@ pub async fn run_loop<F, Fut, R>(
     Fut: Future<Output = Result<(), StoreError>>,
     R: Fn() -> Box<dyn FnMut(&Event) -> bool + Send>,
 {
+    run_loop_woken(name, store, resources, relevant, passes, None, reconcile).await
+}
+
+/// [`run_loop`], with a pass also whenever `wake` is notified: for a controller with work
+/// that falls due on a clock of its own (a catalog's poll), not on a change in the store.
+pub async fn run_loop_woken<F, Fut, R>(
+    name: &'static str,
+    store: Arc<dyn Store>,
+    resources: &[String],
+    relevant: R,
+    passes: passes::Passes,
+    wake: Option<Arc<tokio::sync::Notify>>,
+    reconcile: F,
+) where
+    F: Fn(Arc<dyn Store>) -> Fut,
+    Fut: Future<Output = Result<(), StoreError>>,
+    R: Fn() -> Box<dyn FnMut(&Event) -> bool + Send>,
+{
     loop {
-        if let Err(e) = watch_and_reconcile(&store, resources, &mut *relevant(), &passes, &reconcile).await {
+        if let Err(e) =
+            watch_and_reconcile(&store, resources, &mut *relevant(), &passes, wake.as_deref(), &reconcile).await
+        {
             tracing::warn!(controller = name, error = %e, "controller restarting");
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
@@ -273,6 +293,7 @@ async fn watch_and_reconcile<F, Fut>(
     resources: &[String],
     relevant: &mut (dyn FnMut(&Event) -> bool + Send),
     passes: &passes::Passes,
+    wake: Option<&tokio::sync::Notify>,
     reconcile: &F,
 ) -> Result<(), StoreError>
 where
@@ -286,10 +307,19 @@ where
     }
     let mut events = futures::stream::select_all(watches);
     passes.time(0, reconcile(store.clone())).await?;
-    while let Some(batch) = next_batch_debounced(&mut events, RESYNC, QUIET, BATCH_AT_MOST, relevant).await? {
+    loop {
+        let next = next_batch_debounced(&mut events, RESYNC, QUIET, BATCH_AT_MOST, relevant);
+        let batch = match wake {
+            // A batch cut short by the wake is not lost: a pass reads the store whole.
+            Some(wake) => tokio::select! {
+                batch = next => batch?,
+                _ = wake.notified() => Some(Vec::new()),
+            },
+            None => next.await?,
+        };
+        let Some(batch) = batch else { return Ok(()) };
         passes.time(batch.len(), reconcile(store.clone())).await?;
     }
-    Ok(())
 }
 
 /// Whether an event changed an object's `metadata.generation` (its spec), or created or deleted

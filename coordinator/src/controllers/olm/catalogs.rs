@@ -48,6 +48,17 @@ struct Entry {
     manifests: Option<String>,
     /// The CatalogSource's `spec.priority`, as of this pass.
     priority: i64,
+    /// Its registry poll interval, as of this pass.
+    poll: Duration,
+}
+
+impl Cache {
+    /// When the next read falls due (a good read's poll interval after it, a failed one's
+    /// retry): the OLM controller wakes then, so that a catalog's new bundles are resolved
+    /// within its poll interval, not at the next resync.
+    pub fn next_due(&self) -> Option<Instant> {
+        self.entries.values().map(|e| e.read_at + if e.failure.is_some() { RETRY } else { e.poll }).min()
+    }
 }
 
 /// What resolution sees of a catalog.
@@ -104,6 +115,7 @@ pub async fn reconcile(
         seen.push(id.clone());
         if let Some(e) = cache.lock().unwrap_or_else(|e| e.into_inner()).entries.get_mut(&id) {
             e.priority = source.spec.priority;
+            e.poll = poll_interval(&source);
         }
         if source.spec.source_type != olm::SOURCE_TYPE_HTTP || source.spec.address.is_empty() {
             continue;
@@ -135,6 +147,7 @@ pub async fn reconcile(
                 failure: None,
                 manifests: None,
                 priority: source.spec.priority,
+                poll: poll_interval(&source),
             });
             if entry.address != source.spec.address {
                 // Another catalog now: the old one's packages are not this one's.
@@ -409,4 +422,37 @@ fn cut(text: &str, at_most: usize) -> String {
         end -= 1;
     }
     format!("{}… ({} more bytes)", &text[..end], text.len() - end)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(read_at: Instant, poll: Duration, failure: Option<&str>) -> Entry {
+        Entry {
+            address: "http://127.0.0.1/c.json".into(),
+            read_at,
+            catalog: None,
+            digest: String::new(),
+            failure: failure.map(str::to_string),
+            manifests: None,
+            priority: 0,
+            poll,
+        }
+    }
+
+    /// The next read falls due at the soonest of the catalogs' polls; a failed read is retried
+    /// after [`RETRY`] whatever its poll; no catalog, no due time.
+    #[test]
+    fn the_next_read_is_due_at_the_soonest_poll() {
+        let t = Instant::now();
+        let mut cache = Cache::default();
+        assert_eq!(cache.next_due(), None);
+        cache.entries.insert(("olm".into(), "slow".into()), entry(t, Duration::from_secs(900), None));
+        assert_eq!(cache.next_due(), Some(t + Duration::from_secs(900)));
+        cache.entries.insert(("olm".into(), "failing".into()), entry(t, Duration::from_secs(900), Some("404")));
+        assert_eq!(cache.next_due(), Some(t + RETRY));
+        cache.entries.insert(("olm".into(), "fast".into()), entry(t, Duration::from_secs(1), None));
+        assert_eq!(cache.next_due(), Some(t + Duration::from_secs(1)));
+    }
 }

@@ -39,8 +39,7 @@ use std::sync::{Arc, Mutex};
 pub const COMPONENT: &str = "aloft-olm";
 
 /// Run forever: a pass after each change of an OLM object (and of a pool or MachineConfig while
-/// a CSV is installing), and at least every [`super::RESYNC`] (which is also how often a due
-/// catalog poll is noticed).
+/// a CSV is installing), when a catalog's poll falls due, and at least every [`super::RESYNC`].
 pub async fn run(store: Arc<dyn Store>, events: Recorder, passes: super::passes::Passes) {
     let http = match catalogs::http_client() {
         Ok(c) => c,
@@ -61,7 +60,9 @@ pub async fn run(store: Arc<dyn Store>, events: Recorder, passes: super::passes:
     // Pools wake it only while a CSV is installing.
     let following = Arc::new(AtomicBool::new(false));
     let relevant = super::pools_wake_while(following.clone());
-    super::run_loop("olm", store, &watched, relevant, passes, move |s| {
+    let wake = Arc::new(tokio::sync::Notify::new());
+    tokio::spawn(wake_for_polls(Arc::downgrade(&cache), wake.clone()));
+    super::run_loop_woken("olm", store, &watched, relevant, passes, Some(wake), move |s| {
         let (http, cache, events, following) = (http.clone(), cache.clone(), events.clone(), following.clone());
         async move {
             let installing = reconcile(&s, &http, &cache, &events).await?;
@@ -71,6 +72,36 @@ pub async fn run(store: Arc<dyn Store>, events: Recorder, passes: super::passes:
     })
     .await
 }
+
+/// Wake the controller when a catalog's read falls due ([`catalogs::Cache::next_due`]), so a
+/// catalog with new bundles is read, and its subscriptions resolved, within its poll interval
+/// rather than at the next resync. Checks every [`POLL_CHECK_AT_LEAST`] to
+/// [`POLL_CHECK_AT_MOST`] (a pass may have read the catalog meanwhile, or added one), and ends
+/// with the controller (its cache gone).
+async fn wake_for_polls(cache: std::sync::Weak<Mutex<catalogs::Cache>>, wake: Arc<tokio::sync::Notify>) {
+    loop {
+        let Some(cache) = cache.upgrade() else { return };
+        let next = cache.lock().unwrap_or_else(|e| e.into_inner()).next_due();
+        drop(cache);
+        let now = tokio::time::Instant::now();
+        match next {
+            Some(due) if due <= now => {
+                wake.notify_one();
+                tokio::time::sleep(POLL_CHECK_AT_LEAST).await;
+            }
+            // A pass may add a catalog that falls due sooner: checked again within the most.
+            Some(due) => tokio::time::sleep((due - now).clamp(POLL_CHECK_AT_LEAST, POLL_CHECK_AT_MOST)).await,
+            None => tokio::time::sleep(POLL_CHECK_AT_MOST).await,
+        }
+    }
+}
+
+/// The shortest wait between two checks of [`wake_for_polls`]: a catalog polled every second
+/// costs a pass a second at most, not a loop.
+const POLL_CHECK_AT_LEAST: std::time::Duration = std::time::Duration::from_millis(500);
+/// The longest: how late a catalog's read can be past its due time (a lock and a minimum over
+/// the catalogs each time).
+const POLL_CHECK_AT_MOST: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// One pass; whether a CSV is installing when it is done.
 async fn reconcile(

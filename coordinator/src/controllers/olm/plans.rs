@@ -27,11 +27,13 @@ pub struct Created {
 }
 
 /// Make the plan that installs `bundle` for `sub`, or find the one made before (a pass that
-/// created it and did not get to write the subscription's status).
+/// created it and did not get to write the subscription's status). `replaces` is the CSV the
+/// subscription has installed, which the new one replaces (deleted once the new one is in).
 pub async fn create_for(
     store: &Arc<dyn Store>,
     sub: &Subscription,
     bundle: &Bundle,
+    replaces: Option<&str>,
     now: &str,
 ) -> Result<Created, StoreError> {
     let ns = sub.metadata.namespace.clone().unwrap_or_default();
@@ -53,7 +55,7 @@ pub async fn create_for(
         .max()
         .unwrap_or(0)
         + 1;
-    let (steps, problems) = steps_of(bundle, &sub.spec.source, &sub.spec.source_namespace);
+    let (steps, problems) = steps_of(bundle, replaces, &sub.spec.source, &sub.spec.source_namespace);
     let manual = sub.spec.manual();
     let mut status = InstallPlanStatus {
         catalog_sources: vec![sub.spec.source.clone()],
@@ -100,7 +102,7 @@ pub async fn create_for(
 }
 
 /// The bundle's objects as steps, and everything that stops aloft from installing them.
-fn steps_of(bundle: &Bundle, source: &str, source_namespace: &str) -> (Vec<Step>, Vec<String>) {
+fn steps_of(bundle: &Bundle, replaces: Option<&str>, source: &str, source_namespace: &str) -> (Vec<Step>, Vec<String>) {
     let mut problems = Vec::new();
     let mut objects = match bundle.objects() {
         Ok(o) => o,
@@ -114,6 +116,12 @@ fn steps_of(bundle: &Bundle, source: &str, source_namespace: &str) -> (Vec<Step>
             if let Some(a) = annotations.as_object_mut() {
                 a.insert(olm::PROPERTIES_ANNOTATION.into(), json!(olm::properties_annotation(bundle)));
             }
+        }
+        // As OLM does, the CSV replaces the one installed now, whatever its manifest says: an
+        // upgrade that skips (or skipRange-covers) the installed bundle names another, and the
+        // installed CSV must still be deleted once this one is in.
+        if let (Some(installed), Some(spec)) = (replaces, csv.get_mut("spec").and_then(Value::as_object_mut)) {
+            spec.insert("replaces".into(), json!(installed));
         }
     }
     if objects.is_empty() {

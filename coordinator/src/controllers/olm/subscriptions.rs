@@ -25,6 +25,14 @@ use std::sync::Arc;
 /// of its dependencies (OLM would put them in the same plan; aloft installs them first).
 pub const WAITING_FOR_DEPENDENCIES: &str = "WaitingForDependencies";
 
+/// aloft's Subscription condition (and Event reason) for an upgrade held back, or taken to an
+/// older bundle than the channel's preferred one, because the preferred one would leave
+/// another installed operator's dependency unmet. OLM's solver makes the same choice
+/// silently; aloft says why.
+pub const UPGRADE_HELD: &str = "UpgradeHeld";
+/// [`UPGRADE_HELD`]'s reason.
+pub const REQUIRED_BY_DEPENDENTS: &str = "RequiredByDependents";
+
 pub async fn reconcile(store: &Arc<dyn Store>, catalogs: &Snapshot, events: &Recorder) -> Result<(), StoreError> {
     for raw in store.list(&SUBSCRIPTION.store_key(), None).await?.items {
         let Ok(sub) = serde_json::from_value::<Subscription>(raw.clone()) else { continue };
@@ -205,13 +213,35 @@ async fn resolve(
     let ns = sub.metadata.namespace.clone().unwrap_or_default();
     let about = involved("Subscription", &ns, &sub.metadata.name);
     let channel = (!spec.channel.is_empty()).then_some(spec.channel.as_str());
+    let mut held: Option<String> = None;
     let chosen = if status.installed_csv.is_empty() {
         let starting = (!spec.starting_csv.is_empty()).then_some(spec.starting_csv.as_str());
         catalog.install_target(&spec.name, channel, starting).map(Some)
     } else {
         let version = catalog.bundle(&spec.name, &status.installed_csv).and_then(Bundle::version);
-        catalog.upgrade_target(&spec.name, channel, &status.installed_csv, version.as_ref())
+        match catalog.upgrade_candidates(&spec.name, channel, &status.installed_csv, version.as_ref()) {
+            Ok(candidates) if !candidates.is_empty() => {
+                let installed = installed_bundles(store, &ns).await?;
+                let allowed = allowed_upgrade(&status.installed_csv, &candidates, &installed);
+                if let Some(message) = &allowed.passed_over {
+                    note(events, &about, UPGRADE_HELD, message);
+                }
+                held = allowed.passed_over.filter(|_| allowed.chosen.is_none());
+                Ok(allowed.chosen)
+            }
+            other => other.map(|c| c.into_iter().next()),
+        }
     };
+    match &held {
+        Some(message) => {
+            set_condition(
+                &mut status.conditions,
+                Condition::new(UPGRADE_HELD, "True", REQUIRED_BY_DEPENDENTS, message),
+                now,
+            );
+        }
+        None => remove_condition(&mut status.conditions, UPGRADE_HELD),
+    }
     deprecations(catalog, sub, status, now);
     let failed = |status: &mut SubscriptionStatus, message: &str| {
         if set_condition(
@@ -269,7 +299,8 @@ async fn resolve(
         // Its plan failed: not tried again until the catalog offers something else.
         return Ok(());
     }
-    let plan = super::plans::create_for(store, sub, bundle, now).await?;
+    let replaces = (!status.installed_csv.is_empty()).then_some(status.installed_csv.as_str());
+    let plan = super::plans::create_for(store, sub, bundle, replaces, now).await?;
     note(
         events,
         &about,
@@ -305,14 +336,59 @@ async fn unmet_dependencies(
     if bundle.dependencies().is_empty() {
         return Ok(Vec::new());
     }
-    let mut installed = Vec::new();
-    for raw in store.list(&CLUSTER_SERVICE_VERSION.store_key(), Some(namespace)).await?.items {
-        let Ok(csv) = serde_json::from_value::<olm::ClusterServiceVersion>(raw) else { continue };
-        if csv.metadata.deletion_timestamp.is_none() {
-            installed.push(olm::installed_bundle(&csv.metadata.name, &csv.metadata));
+    Ok(olm::unmet_dependencies(bundle, &installed_bundles(store, namespace).await?))
+}
+
+/// The operators installed in `namespace`, as their CSVs' properties say. CSVs on their way
+/// out are left out: those being deleted, and those another CSV replaces (kept, Replacing,
+/// only until their successor is in).
+async fn installed_bundles(store: &Arc<dyn Store>, namespace: &str) -> Result<Vec<Bundle>, StoreError> {
+    let csvs: Vec<olm::ClusterServiceVersion> = store
+        .list(&CLUSTER_SERVICE_VERSION.store_key(), Some(namespace))
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|raw| serde_json::from_value(raw).ok())
+        .collect();
+    let replaced: Vec<&str> = csvs.iter().map(|c| c.spec_str("replaces")).filter(|r| !r.is_empty()).collect();
+    Ok(csvs
+        .iter()
+        .filter(|c| c.metadata.deletion_timestamp.is_none() && !replaced.contains(&c.metadata.name.as_str()))
+        .map(|c| olm::installed_bundle(&c.metadata.name, &c.metadata))
+        .collect())
+}
+
+/// The upgrade an installed bundle takes, and what was passed over on the way.
+#[derive(Debug, PartialEq)]
+struct Allowed<'a> {
+    chosen: Option<&'a Bundle>,
+    /// Why the preferred candidate is not the one taken (or why none is), when it is not.
+    passed_over: Option<String>,
+}
+
+/// The first of `candidates` (the preferred first) that leaves every other installed
+/// operator's dependencies met, as OLM's solver, which resolves the namespace as a whole,
+/// would choose; with the reason each one before it was passed over.
+fn allowed_upgrade<'a>(from: &str, candidates: &[&'a Bundle], installed: &[Bundle]) -> Allowed<'a> {
+    let mut reasons = Vec::new();
+    for candidate in candidates {
+        let broken = olm::broken_by_replacing(from, candidate, installed);
+        if broken.is_empty() {
+            let passed_over = (!reasons.is_empty()).then(|| {
+                format!("{} is installed instead of {}: {}", candidate.name, candidates[0].name, reasons.join("; "))
+            });
+            return Allowed { chosen: Some(candidate), passed_over };
         }
+        let why: Vec<String> = broken.iter().map(|b| format!("{} requires {}", b.dependent, b.dependency)).collect();
+        reasons.push(format!("{} would leave unmet what {from} meets now: {}", candidate.name, why.join(", ")));
     }
-    Ok(olm::unmet_dependencies(bundle, &installed))
+    let passed_over = (!reasons.is_empty()).then(|| {
+        format!(
+            "{from} stays installed: {}; the upgrade goes on by itself once its dependents allow it",
+            reasons.join("; ")
+        )
+    });
+    Allowed { chosen: None, passed_over }
 }
 
 /// OLM's deprecation conditions: one per level (package, channel, the installed or chosen
@@ -355,4 +431,47 @@ fn deprecations(catalog: &Catalog, sub: &Subscription, status: &mut Subscription
 
 fn remove_condition(conds: &mut Vec<Condition>, type_: &str) {
     conds.retain(|c| c.type_ != type_);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bundle(package: &str, version: &str, more: Value) -> Bundle {
+        let mut properties =
+            vec![json!({"type": "olm.package", "value": {"packageName": package, "version": version}})];
+        properties.extend(more.as_array().cloned().unwrap_or_default());
+        serde_json::from_value(json!({"schema": "olm.bundle", "name": format!("{package}.v{version}"),
+            "package": package, "properties": properties}))
+        .expect("a bundle")
+    }
+
+    /// The preferred upgrade that keeps every installed dependent's dependencies met is taken,
+    /// saying what was passed over; when none does, none is taken, saying why.
+    #[test]
+    fn the_upgrade_taken_is_the_first_its_dependents_allow() {
+        let dependent = bundle(
+            "tuned",
+            "1.0.0",
+            json!([{"type": "olm.package.required", "value": {"packageName": "base", "versionRange": "<2.0.0"}}]),
+        );
+        let installed = [dependent, bundle("base", "1.3.0", json!([]))];
+        let (v14, v20) = (bundle("base", "1.4.0", json!([])), bundle("base", "2.0.0", json!([])));
+        let allowed = allowed_upgrade("base.v1.3.0", &[&v20, &v14], &installed);
+        assert_eq!(allowed.chosen.map(|b| b.name.as_str()), Some("base.v1.4.0"));
+        assert_eq!(
+            allowed.passed_over.as_deref(),
+            Some(
+                "base.v1.4.0 is installed instead of base.v2.0.0: base.v2.0.0 would leave unmet what base.v1.3.0 \
+                 meets now: tuned.v1.0.0 requires package \"base\" in range \"<2.0.0\" (olm.package.required)"
+            )
+        );
+        let first = allowed_upgrade("base.v1.3.0", &[&v14, &v20], &installed);
+        assert_eq!((first.chosen.map(|b| b.name.as_str()), first.passed_over), (Some("base.v1.4.0"), None));
+        let none = allowed_upgrade("base.v1.3.0", &[&v20], &installed);
+        assert!(none.chosen.is_none());
+        assert!(none.passed_over.is_some_and(|m| m.starts_with("base.v1.3.0 stays installed: base.v2.0.0 would")));
+        let alone = allowed_upgrade("base.v1.3.0", &[&v20], &installed[1..]);
+        assert_eq!((alone.chosen.map(|b| b.name.as_str()), alone.passed_over), (Some("base.v2.0.0"), None));
+    }
 }
