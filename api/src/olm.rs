@@ -714,12 +714,7 @@ mod tests {
     #[test]
     fn upgrades_that_break_an_installed_dependent_are_named() {
         let bundle = |package: &str, version: &str, more: serde_json::Value| -> crate::catalog::Bundle {
-            let mut properties =
-                vec![serde_json::json!({"type": "olm.package", "value": {"packageName": package, "version": version}})];
-            properties.extend(more.as_array().cloned().unwrap_or_default());
-            serde_json::from_value(serde_json::json!({"schema": "olm.bundle", "name": format!("{package}.v{version}"),
-                "package": package, "properties": properties}))
-            .unwrap()
+            serde_json::from_value(crate::catalog::test_bundle(package, version, more)).unwrap()
         };
         let profile = serde_json::json!({"type": "olm.gvk", "value": {"group": "t.example.com", "version": "v1", "kind": "Profile"}});
         let dependent = bundle(

@@ -314,12 +314,7 @@ mod tests {
     use serde_json::json;
 
     fn bundle(package: &str, version: &str, more: Value) -> Bundle {
-        let mut properties =
-            vec![json!({"type": "olm.package", "value": {"packageName": package, "version": version}})];
-        properties.extend(more.as_array().cloned().unwrap_or_default());
-        serde_json::from_value(json!({"schema": "olm.bundle", "name": format!("{package}.v{version}"),
-            "package": package, "image": "example.com/x", "properties": properties}))
-        .expect("a bundle")
+        serde_json::from_value(crate::catalog::test_bundle(package, version, more)).expect("a bundle")
     }
 
     fn green() -> Value {

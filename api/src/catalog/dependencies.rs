@@ -142,13 +142,7 @@ mod tests {
     use super::*;
     use serde_json::{json, Value};
 
-    fn bundle(package: &str, version: &str, more: Value) -> Value {
-        let mut properties =
-            vec![json!({"type": "olm.package", "value": {"packageName": package, "version": version}})];
-        properties.extend(more.as_array().cloned().unwrap_or_default());
-        json!({"schema": "olm.bundle", "name": format!("{package}.v{version}"), "package": package,
-               "image": format!("example.com/{package}:{version}"), "properties": properties})
-    }
+    use crate::catalog::test_bundle as bundle;
 
     fn gvk(kind: &str) -> Value {
         json!({"group": "tuning.example.com", "version": "v1", "kind": kind})

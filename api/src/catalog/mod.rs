@@ -24,6 +24,16 @@ pub use range::{parse_version, parse_version_tolerant, Range, RangeError};
 pub use upgrade::{ChannelSummary, PackageSummary, ResolveError};
 pub use validate::HeadError;
 
+/// A bundle blob for tests: `<package>.v<version>` with its `olm.package` property, then `more`.
+#[cfg(test)]
+pub(crate) fn test_bundle(package: &str, version: &str, more: serde_json::Value) -> serde_json::Value {
+    let mut properties =
+        vec![serde_json::json!({"type": "olm.package", "value": {"packageName": package, "version": version}})];
+    properties.extend(more.as_array().cloned().unwrap_or_default());
+    serde_json::json!({"schema": "olm.bundle", "name": format!("{package}.v{version}"), "package": package,
+           "image": format!("example.com/{package}:{version}"), "properties": properties})
+}
+
 /// One problem with a catalog, in opm's words. The three kinds follow opm's three stages, so a
 /// message can be found in opm's output and its code: reading a blob, building the model from
 /// the blobs, and checking the model's graph.

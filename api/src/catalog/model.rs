@@ -662,7 +662,7 @@ impl Bundle {
         if raw.is_empty() {
             return Err(self.error("value cannot be \"\" (an empty string)".into()));
         }
-        let v = parse_tolerant(&raw)
+        let v = super::range::parse_version_tolerant(&raw)
             .map_err(|e| self.error(format!("failed to parse {} as semver: {e}", go_quote(&raw))))?;
         if v.patch != 0 || !v.pre.is_empty() {
             return Err(self.error(format!(
@@ -707,33 +707,6 @@ impl Bundle {
         let csv = objects.iter().find(|o| o.get("kind").and_then(Value::as_str) == Some("ClusterServiceVersion"))?;
         csv.pointer(&format!("/spec/{field}")).and_then(Value::as_str).map(str::to_string)
     }
-}
-
-/// blang's `ParseTolerant`: spaces and a `v` prefix trimmed, leading zeros dropped, missing
-/// minor or patch filled with 0.
-fn parse_tolerant(s: &str) -> Result<Version, String> {
-    let s = s.trim();
-    let s = s.strip_prefix('v').unwrap_or(s);
-    let mut parts: Vec<String> = s.splitn(3, '.').map(str::to_string).collect();
-    for p in parts.iter_mut() {
-        if p.len() > 1 {
-            let trimmed = p.trim_start_matches('0');
-            *p = if trimmed.starts_with(|c: char| c.is_ascii_digit()) {
-                trimmed.to_string()
-            } else {
-                format!("0{trimmed}")
-            };
-        }
-    }
-    if parts.len() < 3 {
-        if parts.last().is_some_and(|p| p.contains(['+', '-'])) {
-            return Err("Short version cannot contain PreRelease/Build meta data".into());
-        }
-        while parts.len() < 3 {
-            parts.push("0".into());
-        }
-    }
-    parse_version(&parts.join("."))
 }
 
 #[cfg(test)]
