@@ -227,6 +227,9 @@ fn progress(s: &Subscription) -> (bool, String) {
     if status.state == olm::UPGRADE_FAILED {
         return (false, format!("its install of {} failed", status.current_csv));
     }
+    if let Some(c) = failed(super::subscriptions::UPGRADE_HELD) {
+        return (false, format!("its upgrade is held: {}", c.message));
+    }
     if status.state == olm::AT_LATEST_KNOWN {
         return (false, format!("installed {} and moves no further on its channel", status.installed_csv));
     }
@@ -321,5 +324,13 @@ mod tests {
         let (moving, why) = progress(&sub("UpgradePending", true));
         assert!(!moving && why.contains("no such channel"), "{why}");
         assert!(!progress(&sub("UpgradeFailed", false)).0);
+        let mut held = sub("AtLatestKnown", false);
+        if let Some(status) = held.status.as_mut() {
+            status.conditions = serde_json::from_value(json!([{"type": "UpgradeHeld", "status": "True",
+                "message": "base.v1.1.0 stays installed: tuned needs it"}]))
+            .unwrap();
+        }
+        let (moving, why) = progress(&held);
+        assert_eq!((moving, why.as_str()), (false, "its upgrade is held: base.v1.1.0 stays installed: tuned needs it"));
     }
 }
