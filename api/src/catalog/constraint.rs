@@ -13,9 +13,12 @@
 //! unknown type. A CEL rule sees `properties`, the bundle's properties as a list of
 //! `{type, value}` maps, and `semver_compare(a, b)` (-1, 0 or 1, each side read as blang's
 //! `ParseTolerant` reads a version); a rule must give a bool, and one that fails on a bundle
-//! (a missing key, a value that is no version) is not met by it.
+//! (a missing key, a value that is no version) is not met by it. Rules run on a thread of their
+//! own with a deep stack and are limited to 8 KiB, so no rule a catalog carries can overflow a
+//! coordinator thread's stack.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{mpsc, Mutex, OnceLock};
 
 use serde_json::{Map, Value};
 
@@ -51,30 +54,107 @@ pub enum Rule {
     Cel(CelRule),
 }
 
-/// A compiled CEL rule and its text (compared and shown by its text).
-#[derive(Clone)]
+/// A CEL rule, checked to compile. Rules are compiled and run on one thread of their own
+/// ([`cel_worker`]): the CEL parser and interpreter recurse once per level of an expression,
+/// and a deeply nested rule from a catalog must not overflow the stack of the coordinator's
+/// threads (it aborts the process). Rules are also limited to [`MAX_CEL_RULE_BYTES`], which
+/// that thread's stack holds at any nesting.
+#[derive(Debug, Clone, PartialEq)]
 pub struct CelRule {
     text: String,
-    program: Arc<cel::Program>,
 }
 
-impl std::fmt::Debug for CelRule {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_tuple("CelRule").field(&self.text).finish()
+/// The longest CEL rule read. OLM sets no limit below the constraint's 128 KiB; real rules are
+/// a line or two.
+pub const MAX_CEL_RULE_BYTES: usize = 8 << 10;
+
+/// The CEL thread's stack: a rule of [`MAX_CEL_RULE_BYTES`] nested as deep as it can be needs
+/// ~80 MiB in a debug build (an unoptimized frame per level is tens of KiB). Only the pages
+/// used are ever committed.
+const CEL_STACK_BYTES: usize = 256 << 20;
+
+/// Compiled programs kept by the CEL thread, by rule text; past this, it starts over.
+const CEL_PROGRAMS_KEPT: usize = 256;
+
+enum CelJob {
+    Compile { text: String, reply: mpsc::Sender<Result<(), String>> },
+    Evaluate { text: String, properties: Value, reply: mpsc::Sender<Result<bool, String>> },
+}
+
+/// The thread that compiles and runs CEL rules, started on first use; `None` if it could not
+/// be started (every rule then fails to compile, saying so).
+fn cel_worker() -> Option<&'static Mutex<mpsc::Sender<CelJob>>> {
+    static WORKER: OnceLock<Option<Mutex<mpsc::Sender<CelJob>>>> = OnceLock::new();
+    WORKER
+        .get_or_init(|| {
+            let (tx, rx) = mpsc::channel::<CelJob>();
+            std::thread::Builder::new()
+                .name("cel".into())
+                .stack_size(CEL_STACK_BYTES)
+                .spawn(move || run_cel_jobs(rx))
+                .ok()
+                .map(|_| Mutex::new(tx))
+        })
+        .as_ref()
+}
+
+fn run_cel_jobs(jobs: mpsc::Receiver<CelJob>) {
+    let mut programs: HashMap<String, cel::Program> = HashMap::new();
+    for job in jobs {
+        // A panic in the CEL crate on some rule fails that job only.
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match job {
+            CelJob::Compile { text, reply } => {
+                let _ = reply.send(compiled(&mut programs, &text).map(|_| ()));
+            }
+            CelJob::Evaluate { text, properties, reply } => {
+                let _ = reply.send(compiled(&mut programs, &text).and_then(|p| run(p, properties)));
+            }
+        }));
     }
 }
 
-impl PartialEq for CelRule {
-    fn eq(&self, other: &Self) -> bool {
-        self.text == other.text
+fn compiled<'a>(programs: &'a mut HashMap<String, cel::Program>, text: &str) -> Result<&'a cel::Program, String> {
+    if !programs.contains_key(text) {
+        let program = cel::Program::compile(text).map_err(|e| e.to_string().trim_end().to_string())?;
+        if programs.len() >= CEL_PROGRAMS_KEPT {
+            programs.clear();
+        }
+        programs.insert(text.to_string(), program);
     }
+    programs.get(text).ok_or_else(|| "the compiled rule is gone".to_string())
+}
+
+fn run(program: &cel::Program, properties: Value) -> Result<bool, String> {
+    let mut context = cel::Context::default();
+    context.add_variable("properties", properties).map_err(|e| e.to_string())?;
+    context.add_function("semver_compare", semver_compare).map_err(|e| e.to_string())?;
+    match program.execute(&context) {
+        Ok(cel::Value::Bool(b)) => Ok(b),
+        Ok(other) => Err(format!("cel expression evaluated to {}, not bool", type_name(&other))),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Hand `job` (made with its reply channel) to the CEL thread and wait for the answer.
+fn ask<T>(job: impl FnOnce(mpsc::Sender<Result<T, String>>) -> CelJob) -> Result<T, String> {
+    let worker = cel_worker().ok_or("the CEL evaluator could not be started")?;
+    let (reply, answer) = mpsc::channel();
+    worker
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .send(job(reply))
+        .map_err(|_| "the CEL evaluator stopped".to_string())?;
+    answer.recv().unwrap_or_else(|_| Err("the CEL evaluator failed on this rule".to_string()))
 }
 
 impl CelRule {
-    /// Compile `text`; the error is the parser's, with where in the rule it is.
+    /// Check that `text` compiles; the error is the parser's, with where in the rule it is.
     pub fn compile(text: &str) -> Result<CelRule, String> {
-        let program = cel::Program::compile(text).map_err(|e| e.to_string().trim_end().to_string())?;
-        Ok(CelRule { text: text.to_string(), program: Arc::new(program) })
+        if text.len() > MAX_CEL_RULE_BYTES {
+            return Err(format!("the rule is {} bytes, longer than the {MAX_CEL_RULE_BYTES} read", text.len()));
+        }
+        ask(|reply| CelJob::Compile { text: text.to_string(), reply })?;
+        Ok(CelRule { text: text.to_string() })
     }
 
     pub fn text(&self) -> &str {
@@ -93,14 +173,7 @@ impl CelRule {
                 Value::Object(m)
             })
             .collect();
-        let mut context = cel::Context::default();
-        context.add_variable("properties", Value::Array(properties)).map_err(|e| e.to_string())?;
-        context.add_function("semver_compare", semver_compare).map_err(|e| e.to_string())?;
-        match self.program.execute(&context) {
-            Ok(cel::Value::Bool(b)) => Ok(b),
-            Ok(other) => Err(format!("cel expression evaluated to {}, not bool", type_name(&other))),
-            Err(e) => Err(e.to_string()),
-        }
+        ask(|reply| CelJob::Evaluate { text: self.text.clone(), properties: Value::Array(properties), reply })
     }
 }
 
@@ -418,6 +491,36 @@ mod tests {
             "package": {"packageName": "blue", "versionRange": ">=1.0.0"}}))
         .unwrap();
         assert_eq!(both.rule.package(), Some("blue"), "package comes before cel");
+    }
+
+    /// Rules nested as deep as the length limit allows compile or are refused, and run, on the
+    /// CEL thread without taking the caller's stack (a debug build's test thread has 2 MiB); a
+    /// longer rule is refused by its length.
+    #[test]
+    fn deeply_nested_rules_do_not_overflow_the_callers_stack() {
+        let n = MAX_CEL_RULE_BYTES;
+        let plain = bundle("blue", "1.0.0", json!([]));
+        for rule in [
+            format!("{}1{} == 1", "[".repeat(n / 2 - 4), "]".repeat(n / 2 - 4)),
+            format!("{}1{} == 1", "(".repeat(n / 2 - 4), ")".repeat(n / 2 - 4)),
+            format!("{}1 == 1", "1 + ".repeat(n / 4 - 2)),
+            format!("{}true", "!".repeat(n - 4)),
+            format!("{}true", "true ? true : ".repeat(n / 14 - 1)),
+            format!("{}true{}", "properties.exists(p, ".repeat(n / 22), ")".repeat(n / 22)),
+        ] {
+            assert!(rule.len() <= n, "{}", rule.len());
+            // Refused by the parser, or run: either way an answer, not an abort.
+            if let Ok(c) = Constraint::parse(&json!({"cel": {"rule": rule}})) {
+                let Rule::Cel(r) = &c.rule else { panic!() };
+                let _ = r.evaluate(&plain);
+            }
+        }
+        let long = format!("{}true", " ".repeat(n));
+        let e = Constraint::parse(&json!({"cel": {"rule": long}})).unwrap_err();
+        assert_eq!(
+            e,
+            format!("cel.rule: the CEL rule does not compile: the rule is {} bytes, longer than the 8192 read", n + 4)
+        );
     }
 
     #[test]
