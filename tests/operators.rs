@@ -1160,7 +1160,8 @@ async fn an_olm_constraint_with_a_cel_rule_picks_the_bundle_that_meets_it() {
 /// solver checks a namespace as a whole: base-tuning's channel gains 1.4.0 and 2.0.0 (whose
 /// skipRange covers 1.3.0); tuned-exporter needs base-tuning below 2.0.0, so base-tuning moves to 1.4.0
 /// (an Event says why not 2.0.0) and is then held there, its Subscription saying so
-/// (`UpgradeHeld`), until tuned-exporter is gone.
+/// (`UpgradeHeld`), until tuned-exporter 2.0.0, which needs base-tuning 2.x, is offered: then
+/// both move, base-tuning first.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_upgrade_that_would_break_a_dependent_is_held_back() {
     let c = Coordinator::start();
@@ -1230,18 +1231,55 @@ async fn an_upgrade_that_would_break_a_dependent_is_held_back() {
     let csvs: Vec<&str> = listed["items"].as_array().unwrap().iter().map(|c| s(c, "/metadata/name")).collect();
     assert!(!csvs.contains(&"base-tuning.v2.0.0"), "2.0.0 never installed: {csvs:?}");
 
-    // Without the dependent, nothing holds the upgrade.
-    admin.delete(&ns_path(&SUBSCRIPTION, NS, Some("tuned"))).await.unwrap().into_result().unwrap();
-    admin
-        .delete(&ns_path(&CLUSTER_SERVICE_VERSION, NS, Some("tuned-exporter.v1.0.0")))
-        .await
-        .unwrap()
-        .into_result()
-        .unwrap();
+    // tuned-exporter 2.0.0 needs base-tuning 2.x: the two move together, as OLM's one plan
+    // moves them, base-tuning first.
+    blobs.retain(|b| !(s(b, "/schema") == "olm.channel" && s(b, "/package") == "tuned-exporter"));
+    blobs.extend([
+        json!({"schema": "olm.channel", "package": "tuned-exporter", "name": "stable", "entries": [
+            {"name": "tuned-exporter.v1.0.0"}, {"name": "tuned-exporter.v2.0.0", "replaces": "tuned-exporter.v1.0.0"}]}),
+        bundle_of(
+            "tuned-exporter",
+            "2.0.0",
+            &[json!({"type": "olm.package.required", "value": {"packageName": "base-tuning", "versionRange": ">=2.0.0"}})],
+        ),
+    ]);
+    served.set("fleet.json", &stream_of(&blobs, |_| true));
     csv_phase(&admin, "base-tuning.v2.0.0", "Succeeded").await;
+    csv_phase(&admin, "tuned-exporter.v2.0.0", "Succeeded").await;
     let sub = object_until(&admin, &ns_path(&SUBSCRIPTION, NS, Some(generated)), "at 2.0.0", |x| {
         s(x, "/status/installedCSV") == "base-tuning.v2.0.0"
     })
     .await;
     assert!(condition(&sub, "UpgradeHeld").is_none(), "no longer held: {sub}");
+    let events = admin.get(&ns_path(&EVENT, NS, None)).await.unwrap().into_result().unwrap();
+    let first: Vec<&str> = events["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| s(e, "/reason") == "UpgradeBeforeDependents")
+        .map(|e| s(e, "/message"))
+        .collect();
+    assert_eq!(
+        first,
+        ["base-tuning.v2.0.0 is installed first: tuned-exporter.v1.0.0 (Subscription \"tuned\") moves to \
+          tuned-exporter.v2.0.0 after it"]
+    );
+    let csvs = eventually_csvs(&admin, &["base-tuning.v2.0.0", "tuned-exporter.v2.0.0"]).await;
+    assert_eq!(csvs, ["base-tuning.v2.0.0", "tuned-exporter.v2.0.0"], "the replaced CSVs are gone");
+}
+
+/// The namespace's CSV names once they are `want` (sorted), waiting for replaced ones to go.
+async fn eventually_csvs(admin: &Client, want: &[&str]) -> Vec<String> {
+    let want: Vec<String> = want.iter().map(|w| w.to_string()).collect();
+    eventually(WAIT, "the namespace's CSVs", || {
+        let (admin, want) = (admin.clone(), want.clone());
+        async move {
+            let listed = admin.get(&ns_path(&CLUSTER_SERVICE_VERSION, NS, None)).await?.into_result()?;
+            let mut names: Vec<String> =
+                listed["items"].as_array().into_iter().flatten().map(|c| s(c, "/metadata/name").to_string()).collect();
+            names.sort();
+            Ok((names == want).then_some(names))
+        }
+    })
+    .await
 }

@@ -222,9 +222,16 @@ async fn resolve(
         match catalog.upgrade_candidates(&spec.name, channel, &status.installed_csv, version.as_ref()) {
             Ok(candidates) if !candidates.is_empty() => {
                 let installed = installed_bundles(store, &ns).await?;
-                let allowed = allowed_upgrade(&status.installed_csv, &candidates, &installed);
+                let subs = namespace_subscriptions(store, &ns).await?;
+                let from = status.installed_csv.clone();
+                let next =
+                    |to: &Bundle, broken: &[olm::Broken]| followers(&from, to, broken, &installed, &subs, catalogs);
+                let allowed = allowed_upgrade(&status.installed_csv, &candidates, &installed, &next);
                 if let Some(message) = &allowed.passed_over {
                     note(events, &about, UPGRADE_HELD, message);
+                }
+                if let Some(message) = &allowed.followed_by {
+                    note(events, &about, "UpgradeBeforeDependents", message);
                 }
                 held = allowed.passed_over.filter(|_| allowed.chosen.is_none());
                 Ok(allowed.chosen)
@@ -358,26 +365,80 @@ async fn installed_bundles(store: &Arc<dyn Store>, namespace: &str) -> Result<Ve
         .collect())
 }
 
+/// The Subscriptions of `namespace`, those being deleted left out.
+async fn namespace_subscriptions(store: &Arc<dyn Store>, namespace: &str) -> Result<Vec<Subscription>, StoreError> {
+    Ok(store
+        .list(&SUBSCRIPTION.store_key(), Some(namespace))
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|raw| serde_json::from_value::<Subscription>(raw).ok())
+        .filter(|s| s.metadata.deletion_timestamp.is_none())
+        .collect())
+}
+
+/// When every dependent that moving `from` to `to` would break has a Subscription whose next
+/// bundle works with `to` (its dependencies met once `to` is in), the two move together, as
+/// OLM's solver moves them in one plan: `to` first, then each dependent. Returns what each
+/// dependent moves to, or `None` when one cannot follow.
+fn followers(
+    from: &str,
+    to: &Bundle,
+    broken: &[olm::Broken],
+    installed: &[Bundle],
+    subs: &[Subscription],
+    catalogs: &Snapshot,
+) -> Option<String> {
+    let mut dependents: Vec<&str> = broken.iter().map(|b| b.dependent.as_str()).collect();
+    dependents.dedup();
+    let mut moves = Vec::new();
+    for dependent in dependents {
+        let sub = subs.iter().find(|s| s.status.as_ref().is_some_and(|st| st.installed_csv == dependent))?;
+        let catalog =
+            catalogs.get(&(sub.spec.source_namespace.clone(), sub.spec.source.clone()))?.catalog.as_deref()?;
+        let channel = (!sub.spec.channel.is_empty()).then_some(sub.spec.channel.as_str());
+        let version = catalog.bundle(&sub.spec.name, dependent).and_then(Bundle::version);
+        let candidates = catalog.upgrade_candidates(&sub.spec.name, channel, dependent, version.as_ref()).ok()?;
+        let next = candidates.into_iter().find(|next| {
+            let after: Vec<&Bundle> =
+                installed.iter().filter(|b| b.name != from && b.name != dependent).chain([to, *next]).collect();
+            next.dependencies().iter().all(|d| after.iter().any(|b| d.met_by(b)))
+        })?;
+        moves.push(format!("{dependent} (Subscription {:?}) moves to {} after it", sub.metadata.name, next.name));
+    }
+    Some(moves.join(", "))
+}
+
 /// The upgrade an installed bundle takes, and what was passed over on the way.
 #[derive(Debug, PartialEq)]
 struct Allowed<'a> {
     chosen: Option<&'a Bundle>,
     /// Why the preferred candidate is not the one taken (or why none is), when it is not.
     passed_over: Option<String>,
+    /// The dependents that move after the chosen one, which they need (or no longer refuse).
+    followed_by: Option<String>,
 }
 
 /// The first of `candidates` (the preferred first) that leaves every other installed
-/// operator's dependencies met, as OLM's solver, which resolves the namespace as a whole,
+/// operator's dependencies met, or whose dependents it would break can all move after it
+/// (`follow` says how, or `None`), as OLM's solver, which resolves the namespace as a whole,
 /// would choose; with the reason each one before it was passed over.
-fn allowed_upgrade<'a>(from: &str, candidates: &[&'a Bundle], installed: &[Bundle]) -> Allowed<'a> {
+fn allowed_upgrade<'a>(
+    from: &str,
+    candidates: &[&'a Bundle],
+    installed: &[Bundle],
+    follow: &dyn Fn(&Bundle, &[olm::Broken]) -> Option<String>,
+) -> Allowed<'a> {
     let mut reasons = Vec::new();
     for candidate in candidates {
         let broken = olm::broken_by_replacing(from, candidate, installed);
-        if broken.is_empty() {
+        let followed_by = if broken.is_empty() { None } else { follow(candidate, &broken) };
+        if broken.is_empty() || followed_by.is_some() {
             let passed_over = (!reasons.is_empty()).then(|| {
                 format!("{} is installed instead of {}: {}", candidate.name, candidates[0].name, reasons.join("; "))
             });
-            return Allowed { chosen: Some(candidate), passed_over };
+            let followed_by = followed_by.map(|moves| format!("{} is installed first: {moves}", candidate.name));
+            return Allowed { chosen: Some(candidate), passed_over, followed_by };
         }
         let why: Vec<String> = broken.iter().map(|b| format!("{} requires {}", b.dependent, b.dependency)).collect();
         reasons.push(format!("{} would leave unmet what {from} meets now: {}", candidate.name, why.join(", ")));
@@ -388,7 +449,7 @@ fn allowed_upgrade<'a>(from: &str, candidates: &[&'a Bundle], installed: &[Bundl
             reasons.join("; ")
         )
     });
-    Allowed { chosen: None, passed_over }
+    Allowed { chosen: None, passed_over, followed_by: None }
 }
 
 /// OLM's deprecation conditions: one per level (package, channel, the installed or chosen
@@ -457,7 +518,8 @@ mod tests {
         );
         let installed = [dependent, bundle("base", "1.3.0", json!([]))];
         let (v14, v20) = (bundle("base", "1.4.0", json!([])), bundle("base", "2.0.0", json!([])));
-        let allowed = allowed_upgrade("base.v1.3.0", &[&v20, &v14], &installed);
+        let stays = |_: &Bundle, _: &[olm::Broken]| None;
+        let allowed = allowed_upgrade("base.v1.3.0", &[&v20, &v14], &installed, &stays);
         assert_eq!(allowed.chosen.map(|b| b.name.as_str()), Some("base.v1.4.0"));
         assert_eq!(
             allowed.passed_over.as_deref(),
@@ -466,12 +528,20 @@ mod tests {
                  meets now: tuned.v1.0.0 requires package \"base\" in range \"<2.0.0\" (olm.package.required)"
             )
         );
-        let first = allowed_upgrade("base.v1.3.0", &[&v14, &v20], &installed);
+        let first = allowed_upgrade("base.v1.3.0", &[&v14, &v20], &installed, &stays);
         assert_eq!((first.chosen.map(|b| b.name.as_str()), first.passed_over), (Some("base.v1.4.0"), None));
-        let none = allowed_upgrade("base.v1.3.0", &[&v20], &installed);
+        let none = allowed_upgrade("base.v1.3.0", &[&v20], &installed, &stays);
         assert!(none.chosen.is_none());
         assert!(none.passed_over.is_some_and(|m| m.starts_with("base.v1.3.0 stays installed: base.v2.0.0 would")));
-        let alone = allowed_upgrade("base.v1.3.0", &[&v20], &installed[1..]);
+        let alone = allowed_upgrade("base.v1.3.0", &[&v20], &installed[1..], &stays);
         assert_eq!((alone.chosen.map(|b| b.name.as_str()), alone.passed_over), (Some("base.v2.0.0"), None));
+        // The dependent moves after it: taken, saying so.
+        let moves = |_: &Bundle, _: &[olm::Broken]| Some("tuned.v1.0.0 moves to tuned.v2.0.0 after it".to_string());
+        let together = allowed_upgrade("base.v1.3.0", &[&v20], &installed, &moves);
+        assert_eq!(together.chosen.map(|b| b.name.as_str()), Some("base.v2.0.0"));
+        assert_eq!(
+            together.followed_by.as_deref(),
+            Some("base.v2.0.0 is installed first: tuned.v1.0.0 moves to tuned.v2.0.0 after it")
+        );
     }
 }
