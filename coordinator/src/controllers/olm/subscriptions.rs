@@ -377,10 +377,11 @@ async fn namespace_subscriptions(store: &Arc<dyn Store>, namespace: &str) -> Res
         .collect())
 }
 
-/// When every dependent that moving `from` to `to` would break has a Subscription whose next
-/// bundle works with `to` (its dependencies met once `to` is in), the two move together, as
-/// OLM's solver moves them in one plan: `to` first, then each dependent. Returns what each
-/// dependent moves to, or `None` when one cannot follow.
+/// When every dependent that moving `from` to `to` would break has an Automatic Subscription
+/// whose next bundle works with `to` (its dependencies met once `to` is in), the two move
+/// together, as OLM's solver moves them in one plan: `to` first, then each dependent. Returns
+/// what each dependent moves to, or `None` when one cannot follow (a Manual one is not
+/// followed: it would run against `to` until someone approves its plan).
 fn followers(
     from: &str,
     to: &Bundle,
@@ -394,6 +395,10 @@ fn followers(
     let mut moves = Vec::new();
     for dependent in dependents {
         let sub = subs.iter().find(|s| s.status.as_ref().is_some_and(|st| st.installed_csv == dependent))?;
+        // A dependent whose plans wait for a person would run against `to` until approved.
+        if sub.spec.manual() {
+            return None;
+        }
         let catalog =
             catalogs.get(&(sub.spec.source_namespace.clone(), sub.spec.source.clone()))?.catalog.as_deref()?;
         let channel = (!sub.spec.channel.is_empty()).then_some(sub.spec.channel.as_str());
@@ -543,5 +548,52 @@ mod tests {
             together.followed_by.as_deref(),
             Some("base.v2.0.0 is installed first: tuned.v1.0.0 moves to tuned.v2.0.0 after it")
         );
+    }
+
+    /// A dependent follows its dependency's upgrade when its Automatic Subscription's next
+    /// bundle works with it; a Manual one, or one whose next bundle still refuses it, does not.
+    #[test]
+    fn dependents_follow_only_on_their_own_and_only_to_a_bundle_that_works() {
+        let needs = |range: &str| json!([{"type": "olm.package.required", "value": {"packageName": "base", "versionRange": range}}]);
+        let blob = |p: &str, v: &str, more: Value| {
+            let mut b = bundle(p, v, more);
+            b.schema = "olm.bundle".into();
+            b.package = p.into();
+            b.image = format!("example.com/{p}:{v}");
+            serde_json::to_value(b).unwrap()
+        };
+        let catalog = |next_needs: &str| {
+            let blobs = vec![
+                json!({"schema": "olm.package", "name": "tuned", "defaultChannel": "stable"}),
+                json!({"schema": "olm.channel", "package": "tuned", "name": "stable", "entries": [
+                    {"name": "tuned.v1.0.0"}, {"name": "tuned.v2.0.0", "replaces": "tuned.v1.0.0"}]}),
+                blob("tuned", "1.0.0", needs("<2.0.0")),
+                blob("tuned", "2.0.0", needs(next_needs)),
+            ];
+            let c = Catalog::from_blobs(blobs.into_iter().map(|b| ("c.json".to_string(), b))).expect("a catalog");
+            let view =
+                super::super::catalogs::View { catalog: Some(Arc::new(c)), healthy: true, failure: None, priority: 0 };
+            Snapshot::from([(("olm".to_string(), "fleet".to_string()), view)])
+        };
+        let sub = |approval: &str| -> Subscription {
+            serde_json::from_value(json!({"metadata": {"name": "tuned", "namespace": "operators"},
+                "spec": {"name": "tuned", "source": "fleet", "sourceNamespace": "olm", "channel": "stable",
+                         "installPlanApproval": approval},
+                "status": {"installedCSV": "tuned.v1.0.0"}}))
+            .unwrap()
+        };
+        let installed = [bundle("tuned", "1.0.0", needs("<2.0.0")), bundle("base", "1.3.0", json!([]))];
+        let to = bundle("base", "2.0.0", json!([]));
+        let broken = olm::broken_by_replacing("base.v1.3.0", &to, &installed);
+        assert_eq!(broken.len(), 1);
+        let works = catalog(">=2.0.0");
+        assert_eq!(
+            followers("base.v1.3.0", &to, &broken, &installed, &[sub("Automatic")], &works).as_deref(),
+            Some("tuned.v1.0.0 (Subscription \"tuned\") moves to tuned.v2.0.0 after it")
+        );
+        assert_eq!(followers("base.v1.3.0", &to, &broken, &installed, &[sub("Manual")], &works), None);
+        let refuses = catalog("<2.0.0");
+        assert_eq!(followers("base.v1.3.0", &to, &broken, &installed, &[sub("Automatic")], &refuses), None);
+        assert_eq!(followers("base.v1.3.0", &to, &broken, &installed, &[], &works), None, "no Subscription");
     }
 }
