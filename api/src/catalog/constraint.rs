@@ -507,6 +507,11 @@ mod tests {
             format!("{}true", "!".repeat(n - 4)),
             format!("{}true", "true ? true : ".repeat(n / 14 - 1)),
             format!("{}true{}", "properties.exists(p, ".repeat(n / 22), ")".repeat(n / 22)),
+            format!("{}1 == 1", "-".repeat(n - 6)),
+            format!("{}1{} == 1", "size(".repeat(n / 6 - 1), ")".repeat(n / 6 - 1)),
+            format!("{}1{} == 1", "{1: ".repeat(n / 5 - 2), "}".repeat(n / 5 - 2)),
+            format!("properties{} == 1", "[0]".repeat(n / 3 - 5)),
+            format!("properties{} == 1", ".a".repeat(n / 2 - 10)),
         ] {
             assert!(rule.len() <= n, "{}", rule.len());
             // Refused by the parser, or run: either way an answer, not an abort.
