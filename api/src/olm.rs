@@ -199,7 +199,16 @@ pub fn unmet_dependencies(
     bundle: &crate::catalog::Bundle,
     installed: &[crate::catalog::Bundle],
 ) -> Vec<crate::catalog::Dependency> {
-    bundle.dependencies().into_iter().filter(|d| !installed.iter().any(|b| d.met_by(b))).collect()
+    unmet_of(bundle.dependencies(), installed)
+}
+
+/// Those of `dependencies` that none of `installed` meets (see [`unmet_dependencies`]), for a
+/// caller that has read a bundle's dependencies already.
+pub fn unmet_of(
+    dependencies: Vec<crate::catalog::Dependency>,
+    installed: &[crate::catalog::Bundle],
+) -> Vec<crate::catalog::Dependency> {
+    dependencies.into_iter().filter(|d| !installed.iter().any(|b| d.met_by(b))).collect()
 }
 
 /// One dependency of an installed operator that an upgrade would leave unmet.

@@ -9,7 +9,7 @@
 //! caller's part) the package's default channel, then its other channels by name, and within
 //! a channel the entry nearest the head: the same order a fresh install reads channels in.
 
-use super::constraint::Constraint;
+use super::constraint::{of_package_in_range, Constraint};
 use super::model::{Bundle, Catalog, Channel, Gvk, PROPERTY_CONSTRAINT};
 use super::range::Range;
 
@@ -52,10 +52,7 @@ impl Dependency {
     /// Whether `bundle` meets this dependency.
     pub fn met_by(&self, bundle: &Bundle) -> bool {
         match self {
-            Dependency::Package { name, range } => {
-                bundle.package_property().is_ok_and(|p| p.package_name == *name)
-                    && bundle.version().is_some_and(|v| range.contains(&v))
-            }
+            Dependency::Package { name, range } => of_package_in_range(bundle, name, range),
             Dependency::Api(gvk) => bundle.provided_gvks().contains(gvk),
             Dependency::Constraint(c) => c.met_by(bundle),
             Dependency::Unreadable { .. } | Dependency::UnreadableConstraint { .. } => false,

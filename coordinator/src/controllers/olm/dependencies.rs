@@ -70,13 +70,8 @@ pub async fn arrange(
     unmet: &[Dependency],
 ) -> Result<Outcome, StoreError> {
     let ns = sub.metadata.namespace.clone().unwrap_or_default();
-    let mut others = Vec::new();
-    for raw in store.list(&SUBSCRIPTION.store_key(), Some(&ns)).await?.items {
-        let Ok(s) = serde_json::from_value::<Subscription>(raw) else { continue };
-        if s.metadata.name != sub.metadata.name && s.metadata.deletion_timestamp.is_none() {
-            others.push(s);
-        }
-    }
+    let mut others = super::subscriptions::namespace_subscriptions(store, &ns).await?;
+    others.retain(|s| s.metadata.name != sub.metadata.name);
     let searched = search_order(catalogs, sub);
     let mut new: Vec<NewSubscription> = Vec::new();
     let mut ways = Vec::with_capacity(unmet.len());

@@ -214,6 +214,8 @@ async fn resolve(
     let about = involved("Subscription", &ns, &sub.metadata.name);
     let channel = (!spec.channel.is_empty()).then_some(spec.channel.as_str());
     let mut held: Option<String> = None;
+    // The namespace's installed operators, read once a resolution when it needs them.
+    let mut installed: Option<Vec<Bundle>> = None;
     let chosen = if status.installed_csv.is_empty() {
         let starting = (!spec.starting_csv.is_empty()).then_some(spec.starting_csv.as_str());
         catalog.install_target(&spec.name, channel, starting).map(Some)
@@ -221,12 +223,12 @@ async fn resolve(
         let version = catalog.bundle(&spec.name, &status.installed_csv).and_then(Bundle::version);
         match catalog.upgrade_candidates(&spec.name, channel, &status.installed_csv, version.as_ref()) {
             Ok(candidates) if !candidates.is_empty() => {
-                let installed = installed_bundles(store, &ns).await?;
+                let listed = installed_bundles(store, &ns).await?;
                 let subs = namespace_subscriptions(store, &ns).await?;
                 let from = status.installed_csv.clone();
-                let next =
-                    |to: &Bundle, broken: &[olm::Broken]| followers(&from, to, broken, &installed, &subs, catalogs);
-                let allowed = allowed_upgrade(&status.installed_csv, &candidates, &installed, &next);
+                let next = |to: &Bundle, broken: &[olm::Broken]| followers(&from, to, broken, &listed, &subs, catalogs);
+                let allowed = allowed_upgrade(&status.installed_csv, &candidates, &listed, &next);
+                installed = Some(listed);
                 if let Some(message) = &allowed.passed_over {
                     note(events, &about, UPGRADE_HELD, message);
                 }
@@ -271,7 +273,7 @@ async fn resolve(
         }
     };
     if let Some(bundle) = chosen {
-        let unmet = unmet_dependencies(store, &ns, bundle).await?;
+        let unmet = unmet_dependencies(store, &ns, bundle, installed).await?;
         if !unmet.is_empty() {
             match dependencies::arrange(store, catalogs, events, sub, bundle, &unmet).await? {
                 Outcome::Unsatisfiable(message) => failed(status, &message),
@@ -334,16 +336,23 @@ async fn resolve(
 }
 
 /// The dependencies of `bundle` that no CSV installed in `namespace` meets (see
-/// [`olm::unmet_dependencies`]); a CSV being deleted meets none.
+/// [`olm::unmet_dependencies`]); `installed` when this resolution read them already (see
+/// [`installed_bundles`]).
 async fn unmet_dependencies(
     store: &Arc<dyn Store>,
     namespace: &str,
     bundle: &Bundle,
+    installed: Option<Vec<Bundle>>,
 ) -> Result<Vec<Dependency>, StoreError> {
-    if bundle.dependencies().is_empty() {
+    let dependencies = bundle.dependencies();
+    if dependencies.is_empty() {
         return Ok(Vec::new());
     }
-    Ok(olm::unmet_dependencies(bundle, &installed_bundles(store, namespace).await?))
+    let installed = match installed {
+        Some(i) => i,
+        None => installed_bundles(store, namespace).await?,
+    };
+    Ok(olm::unmet_of(dependencies, &installed))
 }
 
 /// The operators installed in `namespace`, as their CSVs' properties say. CSVs on their way
@@ -366,7 +375,10 @@ async fn installed_bundles(store: &Arc<dyn Store>, namespace: &str) -> Result<Ve
 }
 
 /// The Subscriptions of `namespace`, those being deleted left out.
-async fn namespace_subscriptions(store: &Arc<dyn Store>, namespace: &str) -> Result<Vec<Subscription>, StoreError> {
+pub(super) async fn namespace_subscriptions(
+    store: &Arc<dyn Store>,
+    namespace: &str,
+) -> Result<Vec<Subscription>, StoreError> {
     Ok(store
         .list(&SUBSCRIPTION.store_key(), Some(namespace))
         .await?
