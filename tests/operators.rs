@@ -1018,6 +1018,57 @@ async fn a_bundles_dependencies_are_subscribed_to_and_installed_first() {
     );
 }
 
+/// A dependency is looked for in the global catalog namespace's catalogs too
+/// (`--olm-global-namespace`), as OLM's resolver does: a Subscription of `operators` on a
+/// catalog of its own namespace that has only tuned-exporter gets base-tuning from the global
+/// namespace's catalog, subscribed to there. With the global namespace turned off (an empty
+/// value), the same resolution fails, naming the only catalog it looked in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dependency_is_met_from_the_global_catalog_namespace() {
+    const GLOBAL: &str = "fleet-marketplace";
+    let served = CatalogServer::start().await;
+    let apps = served.set("apps.json", &stream_of(&dependency_blobs(), |p| p == "tuned-exporter"));
+    let base = served.set("base.json", &stream_of(&dependency_blobs(), |p| p == "base-tuning"));
+    let mut sub = subscription("tuned", "apps", "tuned-exporter", "Manual");
+    sub["spec"]["sourceNamespace"] = json!(NS);
+    for global in [GLOBAL, ""] {
+        let c = Coordinator::start_with(aloft_tests::Options {
+            args: vec!["--olm-global-namespace".into(), global.into()],
+            ..Default::default()
+        });
+        let admin = c.client();
+        for (ns, name, url) in [(NS, "apps", &apps), (GLOBAL, "base", &base)] {
+            let mut source = catalog_source(name, url);
+            source["metadata"]["namespace"] = json!(ns);
+            admin.post(&ns_path(&CATALOG_SOURCE, ns, None), &source).await.unwrap().into_result().unwrap();
+        }
+        if global.is_empty() {
+            let failed =
+                subscribe_until(&admin, sub.clone(), "ResolutionFailed", |s| cond_true(s, "ResolutionFailed")).await;
+            let why = s(condition(&failed, "ResolutionFailed").unwrap(), "/message").to_string();
+            let words = r#"package "base-tuning" in range ">=1.2.0 <2.0.0" (olm.package.required): no bundle of the catalogs operators/apps provides it"#;
+            assert!(why.contains(words), "{words:?} in {why}");
+            assert_eq!(subscription_names(&admin).await, ["tuned"], "nothing subscribed without a global namespace");
+            continue;
+        }
+        subscribe_until(&admin, sub.clone(), "waiting for its dependencies", |s| {
+            condition(s, "InstallPlanPending").is_some_and(|c| c["reason"] == "WaitingForDependencies")
+        })
+        .await;
+        let generated = format!("base-tuning-stable-base-{GLOBAL}");
+        assert_eq!(subscription_names(&admin).await, [generated.as_str(), "tuned"]);
+        let dep = get(&admin, &ns_path(&SUBSCRIPTION, NS, Some(&generated))).await.unwrap().unwrap();
+        for (ptr, want) in [
+            ("/spec/source", "base"),
+            ("/spec/sourceNamespace", GLOBAL),
+            ("/spec/startingCSV", "base-tuning.v1.3.0"),
+            ("/metadata/namespace", NS),
+        ] {
+            assert_eq!(s(&dep, ptr), want, "{ptr} of {dep}");
+        }
+    }
+}
+
 /// A dependency the namespace already subscribes to is left to that Subscription: while it is
 /// settled on a bundle out of the range, the dependent fails resolution naming it and what to
 /// do, and nothing is planned or subscribed; moved to a channel that meets it, the dependent

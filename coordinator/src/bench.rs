@@ -124,6 +124,7 @@ pub async fn run(opts: ApiBench) -> Result<()> {
         new_ca: false,
         fleetlock_listen: None,
         update_poll: crate::controllers::cluster_version::DEFAULT_POLL,
+        olm_global_namespace: Some(crate::controllers::olm::DEFAULT_GLOBAL_NAMESPACE.to_string()),
         build: aloft_api::build::BuildInfo::new(env!("CARGO_PKG_VERSION"), None, None, None),
     };
     let server = tokio::spawn(serve::run(serve_opts));

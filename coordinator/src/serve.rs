@@ -40,6 +40,8 @@ pub struct ServeOptions {
     pub fleetlock_listen: Option<SocketAddr>,
     /// How often the ClusterVersion's update graph is fetched again (`--update-poll-interval`).
     pub update_poll: std::time::Duration,
+    /// OLM's global catalog namespace (`--olm-global-namespace`), if any.
+    pub olm_global_namespace: Option<String>,
     /// Which build this is (`aloft_api::build_info!()` in the binary), for `/version`,
     /// `/metrics` and the log.
     pub build: aloft_api::build::BuildInfo,
@@ -323,8 +325,9 @@ pub async fn run(opts: ServeOptions) -> Result<()> {
         controllers::events::Recorder::new(controllers::olm::COMPONENT, store.clone(), opts.event_ttl),
         health.passes().of("olm"),
     );
+    let olm_global = opts.olm_global_namespace.clone();
     tokio::spawn(controllers::supervise("olm", health.clone(), move || {
-        controllers::olm::run(olm_store.clone(), olm_events.clone(), olm_passes.clone())
+        controllers::olm::run(olm_store.clone(), olm_events.clone(), olm_passes.clone(), olm_global.clone())
     }));
     if let Some(at) = opts.fleetlock_listen {
         // Bound before anything says "listening", as the API's listener is.

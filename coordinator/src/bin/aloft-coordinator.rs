@@ -84,6 +84,19 @@ enum Cmd {
         /// within 30 s.
         #[arg(long, default_value = "3m", value_parser = humantime::parse_duration, value_name = "DURATION")]
         update_poll_interval: std::time::Duration,
+        /// OLM's global catalog namespace: its CatalogSources serve every namespace. A bundle's
+        /// dependencies are looked for in its catalogs too (after the Subscription's own catalog
+        /// and, at equal priority, after the catalogs of the Subscription's namespace), as OLM's
+        /// resolver does. OLM's own default is olm; OpenShift's is openshift-marketplace. An
+        /// empty value turns it off (a dependency is then looked for in the Subscription's
+        /// namespace and its catalog's only).
+        #[arg(
+            long,
+            default_value = aloft_coordinator::controllers::olm::DEFAULT_GLOBAL_NAMESPACE,
+            value_name = "NAMESPACE",
+            value_parser = parse_global_namespace
+        )]
+        olm_global_namespace: GlobalNamespace,
         /// Use the admin token in this file instead of generating one.
         #[arg(long)]
         admin_token_file: Option<PathBuf>,
@@ -305,6 +318,14 @@ fn open_store(data_dir: &std::path::Path) -> Result<SqliteStore> {
 
 /// The log filter `value` (RUST_LOG syntax; empty: info). A lone word is a level: RUST_LOG reads
 /// `warning` or `debg` as a target of that name, which logged nothing at all, errors included.
+/// `--olm-global-namespace`'s value: a namespace, or none (empty).
+#[derive(Debug, Clone)]
+struct GlobalNamespace(Option<String>);
+
+fn parse_global_namespace(value: &str) -> Result<GlobalNamespace, String> {
+    aloft_coordinator::controllers::olm::global_namespace(value).map(GlobalNamespace)
+}
+
 fn log_filter(value: &str) -> Result<tracing_subscriber::EnvFilter, String> {
     tracing_subscriber::EnvFilter::try_new(aloft_api::log_spec::normalized(value)?).map_err(|e| e.to_string())
 }
@@ -355,6 +376,7 @@ async fn run() -> Result<()> {
             new_ca,
             fleetlock_listen,
             update_poll_interval,
+            olm_global_namespace,
         } => {
             let limits = Limits {
                 max_body: max_body_bytes,
@@ -376,6 +398,7 @@ async fn run() -> Result<()> {
                 new_ca,
                 fleetlock_listen,
                 update_poll: update_poll_interval,
+                olm_global_namespace: olm_global_namespace.0,
                 build: aloft_api::build_info!(),
             })
             .await

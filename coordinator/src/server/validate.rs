@@ -243,16 +243,21 @@ fn subscription_causes(sub: &aloft_api::olm::Subscription, out: &mut Vec<StatusC
     approval_causes(&sub.spec.install_plan_approval, "spec.installPlanApproval", out);
 }
 
+/// Whether `s` could name a namespace: a lowercase RFC 1123 label, as Kubernetes requires (a
+/// name that no namespace could have is a typo, better refused than matched by nothing).
+pub fn is_namespace_name(s: &str) -> bool {
+    let b = s.as_bytes();
+    !b.is_empty()
+        && b.len() <= 63
+        && b[0].is_ascii_alphanumeric()
+        && b[b.len() - 1].is_ascii_alphanumeric()
+        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+}
+
 /// OLM's OperatorGroup: namespaces that could exist, a selector that reads, a strategy OLM knows.
 fn operator_group_causes(og: &aloft_api::olm::OperatorGroup, out: &mut Vec<StatusCause>) {
     for (i, ns) in og.spec.target_namespaces.iter().enumerate() {
-        let b = ns.as_bytes();
-        let ok = !b.is_empty()
-            && b.len() <= 63
-            && b[0].is_ascii_alphanumeric()
-            && b[b.len() - 1].is_ascii_alphanumeric()
-            && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-');
-        if !ok {
+        if !is_namespace_name(ns) {
             out.push(cause(
                 &format!("spec.targetNamespaces[{i}]"),
                 "FieldValueInvalid",

@@ -10,8 +10,11 @@
 //!
 //! Where a dependency is looked for: a Subscription of the namespace already on that package
 //! (or on a package with that API) is the one that will meet it, if it still moves; otherwise
-//! the subscription's own catalog first, then the other catalogs of its catalog's namespace and
-//! of its own namespace, the higher `spec.priority` first (OLM's order), then by name.
+//! the subscription's own catalog first, then the other catalogs of its own namespace, of its
+//! catalog's namespace and of the global catalog namespace (`--olm-global-namespace`), the
+//! higher `spec.priority` first, at equal priority the subscription's own namespace first, then
+//! by namespace and name: the order of OLM's resolver, which looks in the namespace's catalogs
+//! and the global ones.
 
 use super::catalogs::Snapshot;
 use super::{involved, note};
@@ -64,6 +67,7 @@ struct NewSubscription<'a> {
 pub async fn arrange(
     store: &Arc<dyn Store>,
     catalogs: &Snapshot,
+    global: Option<&str>,
     events: &Recorder,
     sub: &Subscription,
     bundle: &Bundle,
@@ -72,7 +76,7 @@ pub async fn arrange(
     let ns = sub.metadata.namespace.clone().unwrap_or_default();
     let mut others = super::subscriptions::namespace_subscriptions(store, &ns).await?;
     others.retain(|s| s.metadata.name != sub.metadata.name);
-    let searched = search_order(catalogs, sub);
+    let searched = search_order(catalogs, sub, global);
     let mut new: Vec<NewSubscription> = Vec::new();
     let mut ways = Vec::with_capacity(unmet.len());
     for dep in unmet {
@@ -185,17 +189,29 @@ pub async fn arrange(
 }
 
 /// The catalogs a dependency is looked for in, in order: the subscription's own, then the other
-/// healthy ones of its catalog's namespace and of its own namespace, the higher priority first,
+/// healthy ones of its own namespace, of its catalog's namespace and of the global catalog
+/// namespace `global`, the higher priority first, then those of the subscription's namespace,
 /// then by namespace and name.
-fn search_order<'a>(catalogs: &'a Snapshot, sub: &Subscription) -> Vec<(&'a (String, String), &'a Catalog)> {
+fn search_order<'a>(
+    catalogs: &'a Snapshot,
+    sub: &Subscription,
+    global: Option<&str>,
+) -> Vec<(&'a (String, String), &'a Catalog)> {
     let own = (sub.spec.source_namespace.clone(), sub.spec.source.clone());
     let ns = sub.metadata.namespace.clone().unwrap_or_default();
+    let searched = |id: &(String, String)| *id == own || id.0 == own.0 || id.0 == ns || Some(id.0.as_str()) == global;
     let mut out: Vec<(&(String, String), &Catalog, i64)> = catalogs
         .iter()
-        .filter(|(id, v)| v.healthy && (**id == own || id.0 == own.0 || id.0 == ns))
+        .filter(|(id, v)| v.healthy && searched(id))
         .filter_map(|(id, v)| v.catalog.as_deref().map(|c| (id, c, v.priority)))
         .collect();
-    out.sort_by(|a, b| (*b.0 == own).cmp(&(*a.0 == own)).then(b.2.cmp(&a.2)).then_with(|| a.0.cmp(b.0)));
+    out.sort_by(|a, b| {
+        (*b.0 == own)
+            .cmp(&(*a.0 == own))
+            .then(b.2.cmp(&a.2))
+            .then_with(|| (b.0 .0 == ns).cmp(&(a.0 .0 == ns)))
+            .then_with(|| a.0.cmp(b.0))
+    });
     out.into_iter().map(|(id, c, _)| (id, c)).collect()
 }
 
@@ -295,9 +311,24 @@ mod tests {
             "spec": {"source": "fleet", "sourceNamespace": "olm", "name": "tuned-exporter"},
         }))
         .unwrap();
-        let order: Vec<String> =
-            search_order(&catalogs, &sub).iter().map(|(id, _)| format!("{}/{}", id.0, id.1)).collect();
-        assert_eq!(order, ["olm/fleet", "olm/b", "olm/a", "operators/c"]);
+        let order = |sub: &Subscription, global: Option<&str>| -> Vec<String> {
+            search_order(&catalogs, sub, global).iter().map(|(id, _)| format!("{}/{}", id.0, id.1)).collect()
+        };
+        // Equal priorities: the subscription's namespace first ("operators/c" before "olm/a").
+        assert_eq!(order(&sub, None), ["olm/fleet", "olm/b", "operators/c", "olm/a"]);
+        // "olm" is global already as the catalog's namespace; another global namespace adds its
+        // catalogs by priority, a broken one still left out.
+        assert_eq!(order(&sub, Some("olm")), ["olm/fleet", "olm/b", "operators/c", "olm/a"]);
+        assert_eq!(order(&sub, Some("elsewhere")), ["olm/fleet", "elsewhere/d", "olm/b", "operators/c", "olm/a"]);
+        // A subscription whose catalog is in its own namespace sees the global catalogs too,
+        // after its own namespace's at equal priority; without a global namespace, only its own.
+        let local: Subscription = serde_json::from_value(json!({
+            "metadata": {"name": "tuned", "namespace": "operators"},
+            "spec": {"source": "c", "sourceNamespace": "operators", "name": "tuned-exporter"},
+        }))
+        .unwrap();
+        assert_eq!(order(&local, Some("olm")), ["operators/c", "olm/b", "olm/a", "olm/fleet"]);
+        assert_eq!(order(&local, None), ["operators/c"]);
     }
 
     #[test]

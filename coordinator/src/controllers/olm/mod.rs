@@ -38,9 +38,30 @@ use std::sync::{Arc, Mutex};
 /// The component named in OLM Events.
 pub const COMPONENT: &str = "aloft-olm";
 
+/// OLM's own global catalog namespace (its install manifests'; OpenShift's is
+/// `openshift-marketplace`): the default of `--olm-global-namespace`.
+pub const DEFAULT_GLOBAL_NAMESPACE: &str = "olm";
+
+/// Read `--olm-global-namespace`: a namespace name, or none when empty. A name no namespace
+/// could have is refused with the reason rather than matching nothing for good.
+pub fn global_namespace(value: &str) -> Result<Option<String>, String> {
+    if value.is_empty() {
+        return Ok(None);
+    }
+    if !crate::server::validate::is_namespace_name(value) {
+        return Err(format!(
+            "{value:?} is not a namespace name (a lowercase RFC 1123 label of at most 63 characters: a-z, 0-9 and \
+             '-', starting and ending with a letter or digit); an empty value turns the global catalog namespace off"
+        ));
+    }
+    Ok(Some(value.to_string()))
+}
+
 /// Run forever: a pass after each change of an OLM object (and of a pool or MachineConfig while
 /// a CSV is installing), when a catalog's poll falls due, and at least every [`super::RESYNC`].
-pub async fn run(store: Arc<dyn Store>, events: Recorder, passes: super::passes::Passes) {
+/// `global` is the global catalog namespace (`--olm-global-namespace`): its catalogs serve the
+/// Subscriptions of every namespace.
+pub async fn run(store: Arc<dyn Store>, events: Recorder, passes: super::passes::Passes, global: Option<String>) {
     let http = match catalogs::http_client() {
         Ok(c) => c,
         Err(e) => {
@@ -64,8 +85,9 @@ pub async fn run(store: Arc<dyn Store>, events: Recorder, passes: super::passes:
     tokio::spawn(wake_for_polls(Arc::downgrade(&cache), wake.clone()));
     super::run_loop_woken("olm", store, &watched, relevant, passes, Some(wake), move |s| {
         let (http, cache, events, following) = (http.clone(), cache.clone(), events.clone(), following.clone());
+        let global = global.clone();
         async move {
-            let installing = reconcile(&s, &http, &cache, &events).await?;
+            let installing = reconcile(&s, &http, &cache, &events, global.as_deref()).await?;
             following.store(installing, Ordering::Relaxed);
             Ok(())
         }
@@ -109,11 +131,12 @@ async fn reconcile(
     http: &reqwest::Client,
     cache: &Mutex<catalogs::Cache>,
     events: &Recorder,
+    global: Option<&str>,
 ) -> Result<bool, StoreError> {
     catalogs::reconcile(store, http, cache, events).await?;
     groups::reconcile(store).await?;
     let snapshot = catalogs::snapshot(cache);
-    subscriptions::reconcile(store, &snapshot, events).await?;
+    subscriptions::reconcile(store, &snapshot, global, events).await?;
     plans::reconcile(store, events).await?;
     csvs::reconcile(store, events).await
 }
@@ -177,4 +200,20 @@ pub(crate) fn note(events: &Recorder, about: &Involved, reason: &'static str, me
 /// Emit a Warning Event.
 pub(crate) fn warn(events: &Recorder, about: &Involved, reason: &'static str, message: &str) {
     events.emit(about, EventType::Warning, reason, message);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_global_namespace_is_a_namespace_name_or_none() {
+        assert_eq!(global_namespace("olm"), Ok(Some("olm".to_string())));
+        assert_eq!(global_namespace("openshift-marketplace"), Ok(Some("openshift-marketplace".to_string())));
+        assert_eq!(global_namespace(""), Ok(None));
+        for bad in ["OLM", "-olm", "olm-", "olm/x", "a.b", " olm", &"a".repeat(64)] {
+            let e = global_namespace(bad).expect_err(bad);
+            assert!(e.contains("is not a namespace name") && e.contains(&format!("{bad:?}")), "{e}");
+        }
+    }
 }

@@ -33,13 +33,20 @@ pub const UPGRADE_HELD: &str = "UpgradeHeld";
 /// [`UPGRADE_HELD`]'s reason.
 pub const REQUIRED_BY_DEPENDENTS: &str = "RequiredByDependents";
 
-pub async fn reconcile(store: &Arc<dyn Store>, catalogs: &Snapshot, events: &Recorder) -> Result<(), StoreError> {
+/// Resolve every Subscription; `global` is the global catalog namespace, whose catalogs a
+/// dependency is looked for in too.
+pub async fn reconcile(
+    store: &Arc<dyn Store>,
+    catalogs: &Snapshot,
+    global: Option<&str>,
+    events: &Recorder,
+) -> Result<(), StoreError> {
     for raw in store.list(&SUBSCRIPTION.store_key(), None).await?.items {
         let Ok(sub) = serde_json::from_value::<Subscription>(raw.clone()) else { continue };
         if sub.metadata.deletion_timestamp.is_some() {
             continue;
         }
-        sync(store, catalogs, events, &raw, sub).await?;
+        sync(store, catalogs, global, events, &raw, sub).await?;
     }
     Ok(())
 }
@@ -47,6 +54,7 @@ pub async fn reconcile(store: &Arc<dyn Store>, catalogs: &Snapshot, events: &Rec
 async fn sync(
     store: &Arc<dyn Store>,
     catalogs: &Snapshot,
+    global: Option<&str>,
     events: &Recorder,
     raw: &Value,
     sub: Subscription,
@@ -175,7 +183,7 @@ async fn sync(
     }
 
     if let (Some(catalog), false) = (catalog, hold) {
-        let at = Resolution { catalog: &catalog, catalogs, failed_for: failed_for.as_deref(), now: &now };
+        let at = Resolution { catalog: &catalog, catalogs, global, failed_for: failed_for.as_deref(), now: &now };
         resolve(store, events, &sub, at, &mut status).await?;
     }
     status.last_updated = status.last_updated.or_else(|| Some(now.clone()));
@@ -194,6 +202,8 @@ struct Resolution<'a> {
     catalog: &'a Catalog,
     /// Every catalog, where dependencies are looked for.
     catalogs: &'a Snapshot,
+    /// The global catalog namespace, whose catalogs dependencies are looked for in too.
+    global: Option<&'a str>,
     /// The bundle whose plan failed, if the last one did.
     failed_for: Option<&'a str>,
     now: &'a str,
@@ -208,7 +218,7 @@ async fn resolve(
     at: Resolution<'_>,
     status: &mut SubscriptionStatus,
 ) -> Result<(), StoreError> {
-    let Resolution { catalog, catalogs, failed_for, now } = at;
+    let Resolution { catalog, catalogs, global, failed_for, now } = at;
     let spec = &sub.spec;
     let ns = sub.metadata.namespace.clone().unwrap_or_default();
     let about = involved("Subscription", &ns, &sub.metadata.name);
@@ -275,7 +285,7 @@ async fn resolve(
     if let Some(bundle) = chosen {
         let unmet = unmet_dependencies(store, &ns, bundle, installed).await?;
         if !unmet.is_empty() {
-            match dependencies::arrange(store, catalogs, events, sub, bundle, &unmet).await? {
+            match dependencies::arrange(store, catalogs, global, events, sub, bundle, &unmet).await? {
                 Outcome::Unsatisfiable(message) => failed(status, &message),
                 Outcome::Waiting(message) => {
                     set_condition(&mut status.conditions, Condition::new(olm::RESOLUTION_FAILED, "False", "", ""), now);
