@@ -888,6 +888,125 @@ async fn package_manifests_follow_their_catalogs_and_priorities() {
     until("base-tuning back from the first catalog", vec![("base-tuning", "fleet"), ("tuned-exporter", "fleet")]).await;
 }
 
+/// The global catalog namespace's PackageManifests are listed in every namespace, as OLM's
+/// package server lists them: after the namespace's own, moved into it (no owner reference to a
+/// CatalogSource it does not have; `status.catalogSourceNamespace` says where they come from);
+/// a get answers the namespace's own first; a watch of another namespace follows them too. The
+/// global namespace's own list, and a list of every namespace, are the stored objects.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_global_catalog_namespaces_packages_are_listed_in_every_namespace() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let served = CatalogServer::start().await;
+    dependency_catalog(&admin, &served).await;
+    let apps = served.set("apps.json", &stream_of(&dependency_blobs(), |p| p == "tuned-exporter"));
+    let mut own = catalog_source("apps", &apps);
+    own["metadata"]["namespace"] = json!(NS);
+    admin.post(&ns_path(&CATALOG_SOURCE, NS, None), &own).await.unwrap().into_result().unwrap();
+    let listed = |ns: &'static str, query: &'static str| {
+        let admin = admin.clone();
+        async move {
+            let l = admin.get(&format!("{}{query}", ns_path(&PACKAGE_MANIFEST, ns, None))).await?.into_result()?;
+            anyhow::Ok(l["items"].as_array().cloned().unwrap_or_default())
+        }
+    };
+    let shown = |items: &[Value]| -> Vec<String> {
+        items
+            .iter()
+            .map(|p| {
+                format!(
+                    "{}/{} {}",
+                    s(p, "/metadata/namespace"),
+                    s(p, "/metadata/name"),
+                    s(p, "/metadata/labels/catalog")
+                )
+            })
+            .collect()
+    };
+    let items = eventually(WAIT, "both catalogs' packages in the namespace", || async {
+        let items = listed(NS, "").await?;
+        Ok((items.len() == 4).then_some(items))
+    })
+    .await;
+    assert_eq!(
+        shown(&items),
+        [
+            "operators/tuned-exporter apps",
+            "operators/base-tuning fleet",
+            "operators/orphan-exporter fleet",
+            "operators/tuned-exporter fleet"
+        ],
+        "the namespace's own first, then the global namespace's, moved into it"
+    );
+    let base = &items[1];
+    assert_eq!(s(base, "/status/catalogSourceNamespace"), CATALOG_NS);
+    assert!(base["metadata"].get("ownerReferences").is_none(), "{base}");
+    assert!(items[0]["metadata"]["ownerReferences"].is_array(), "the namespace's own is as stored: {}", items[0]);
+
+    // Any namespace, even one with no object of its own.
+    assert_eq!(
+        shown(&listed("team-b", "").await.unwrap()),
+        ["team-b/base-tuning fleet", "team-b/orphan-exporter fleet", "team-b/tuned-exporter fleet"]
+    );
+    assert_eq!(shown(&listed(NS, "?labelSelector=catalog%3Dapps").await.unwrap()), ["operators/tuned-exporter apps"]);
+    assert_eq!(
+        shown(&listed(CATALOG_NS, "").await.unwrap()),
+        ["olm/base-tuning fleet", "olm/orphan-exporter fleet", "olm/tuned-exporter fleet"],
+        "the global namespace lists its own"
+    );
+    let every =
+        admin.get("/apis/packages.operators.coreos.com/v1/packagemanifests").await.unwrap().into_result().unwrap();
+    assert_eq!(
+        shown(every["items"].as_array().unwrap()),
+        [
+            "olm/base-tuning fleet",
+            "olm/orphan-exporter fleet",
+            "olm/tuned-exporter fleet",
+            "operators/tuned-exporter apps"
+        ],
+        "every namespace: the stored objects, once each"
+    );
+
+    // A get: the namespace's own, else the global one's; nothing for a package neither has.
+    let got = |ns: &'static str, name: &'static str| {
+        let admin = admin.clone();
+        async move { get(&admin, &ns_path(&PACKAGE_MANIFEST, ns, Some(name))).await.unwrap() }
+    };
+    let tuned = got(NS, "tuned-exporter").await.unwrap();
+    assert_eq!(s(&tuned, "/metadata/labels/catalog"), "apps");
+    let base = got(NS, "base-tuning").await.unwrap();
+    assert_eq!((s(&base, "/metadata/namespace"), s(&base, "/metadata/labels/catalog")), (NS, "fleet"));
+    assert!(got(NS, "missing-op").await.is_none());
+
+    // A watch of another namespace: the global ones as ADDED, then the change of a global
+    // catalog, in that namespace.
+    let mut w =
+        aloft_tests::WatchStream::open(&admin, &format!("{}?watch=true", ns_path(&PACKAGE_MANIFEST, "team-b", None)))
+            .await
+            .unwrap();
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        let ev = w.next(WAIT).await.unwrap().expect("an event");
+        seen.push(format!(
+            "{} {}/{}",
+            s(&ev, "/type"),
+            s(&ev, "/object/metadata/namespace"),
+            s(&ev, "/object/metadata/name")
+        ));
+    }
+    seen.sort();
+    assert_eq!(seen, ["ADDED team-b/base-tuning", "ADDED team-b/orphan-exporter", "ADDED team-b/tuned-exporter"]);
+    served.set("fleet.json", &stream_of(&dependency_blobs(), |p| p != "orphan-exporter"));
+    let gone = loop {
+        let ev = w.next(WAIT).await.unwrap().expect("an event");
+        assert_eq!(s(&ev, "/object/metadata/namespace"), "team-b", "{ev}");
+        if s(&ev, "/type") != "MODIFIED" {
+            break ev;
+        }
+    };
+    assert_eq!((s(&gone, "/type"), s(&gone, "/object/metadata/name")), ("DELETED", "orphan-exporter"), "{gone}");
+}
+
 /// The names of the Subscriptions of the tests' namespace, sorted.
 async fn subscription_names(admin: &Client) -> Vec<String> {
     let listed = admin.get(&ns_path(&SUBSCRIPTION, NS, None)).await.unwrap().into_result().unwrap();

@@ -294,6 +294,7 @@ pub async fn run(opts: ServeOptions) -> Result<()> {
             opts.limits.max_requests_inflight,
             opts.limits.max_mutating_requests_inflight,
         ),
+        global_catalog_namespace: opts.olm_global_namespace.clone(),
     });
     controllers::spawn_all(store.clone(), health.clone(), opts.event_ttl).context("starting the controllers")?;
     let (ttl_store, ttl) = (store.clone(), opts.event_ttl);

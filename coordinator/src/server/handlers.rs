@@ -4,6 +4,7 @@
 use super::error::ApiError;
 use super::fields::{self, Directive};
 use super::finalizers::{self, Deleted};
+use super::global_packages::GlobalPackages;
 use super::objects::{self, PatchType};
 use super::request::{self, FieldSelector, ResourcePath};
 use super::{pages, table, validate, watch, Ctx};
@@ -278,7 +279,14 @@ async fn get(call: Call<'_>) -> Result<Response, ApiError> {
             watch::reached(call.ctx, rv).await?;
         }
     }
-    let obj = call.stored(&name).await?;
+    let obj = match GlobalPackages::of(call.ctx, &call.path) {
+        Some(view) => view
+            .get(&*call.ctx.store, &name)
+            .await
+            .map_err(|e| call.store_err(e, &name))?
+            .ok_or_else(|| ApiError::not_found(&call.qualified(), &name))?,
+        None => call.stored(&name).await?,
+    };
     Ok(respond_one(&call, StatusCode::OK, obj))
 }
 
@@ -394,8 +402,11 @@ async fn list(call: Call<'_>) -> Result<Response, ApiError> {
     let page = match &paging.from {
         Some(from) => call.ctx.pages.next(&query, from, paging.limit)?,
         None => {
-            let listing =
-                call.ctx.store.list_json(&store_key, ns.as_deref()).await.map_err(|e| call.store_err(e, ""))?;
+            let listing = match GlobalPackages::of(call.ctx, &call.path) {
+                Some(view) => view.list_json(&*call.ctx.store).await,
+                None => call.ctx.store.list_json(&store_key, ns.as_deref()).await,
+            }
+            .map_err(|e| call.store_err(e, ""))?;
             if let (Some(rv), true) = (version.at_least, version.exact) {
                 if rv != listing.revision {
                     return Err(ApiError::gone(format!(

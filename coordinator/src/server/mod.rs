@@ -7,6 +7,7 @@ pub mod error;
 pub mod explain;
 pub mod fields;
 pub mod finalizers;
+pub mod global_packages;
 pub mod handlers;
 pub mod inflight;
 pub mod lease;
@@ -105,6 +106,9 @@ pub struct Ctx {
     /// The requests served now, against [`Limits::max_requests_inflight`] and
     /// [`Limits::max_mutating_requests_inflight`].
     pub inflight: inflight::Inflight,
+    /// OLM's global catalog namespace (`--olm-global-namespace`): its PackageManifests are
+    /// listed in every namespace ([`global_packages`]).
+    pub global_catalog_namespace: Option<String>,
 }
 
 pub type SharedCtx = Arc<Ctx>;

@@ -28,6 +28,7 @@
 //! the policy is the one stored when the event is sent.
 
 use super::error::ApiError;
+use super::global_packages::{GlobalPackages, Seen};
 use super::handlers::Filters;
 use super::request::ResourcePath;
 use super::{table, Ctx};
@@ -92,6 +93,7 @@ pub async fn serve(
     };
     let include = if as_table { table::IncludeObject::from_params(params)? } else { Default::default() };
     let rt = path.rt;
+    let view = GlobalPackages::of(ctx, &path);
     let resource = rt.store_key();
     let rv = params.get("resourceVersion").map(String::as_str).unwrap_or("");
     // 0 is the server's default, as in kube-apiserver: taken as no time at all, the watch ended
@@ -120,11 +122,11 @@ pub async fn serve(
             })?;
             reached(ctx, at_least).await?;
         }
-        let listing = ctx
-            .store
-            .list(&resource, path.namespace.as_deref())
-            .await
-            .map_err(|e| ApiError::from_store(e, &rt.qualified(), ""))?;
+        let listing = match &view {
+            Some(v) => v.list(&*ctx.store).await,
+            None => ctx.store.list(&resource, path.namespace.as_deref()).await,
+        }
+        .map_err(|e| ApiError::from_store(e, &rt.qualified(), ""))?;
         (listing.items, listing.revision)
     } else {
         let from = rv.parse::<u64>().map_err(|_| {
@@ -139,11 +141,11 @@ pub async fn serve(
     let mut membership = match filters.can_change() {
         false => Membership::Unchanging,
         true if resumed && !send_initial => {
-            let listing = ctx
-                .store
-                .list(&resource, path.namespace.as_deref())
-                .await
-                .map_err(|e| ApiError::from_store(e, &rt.qualified(), ""))?;
+            let listing = match &view {
+                Some(v) => v.list(&*ctx.store).await,
+                None => ctx.store.list(&resource, path.namespace.as_deref()).await,
+            }
+            .map_err(|e| ApiError::from_store(e, &rt.qualified(), ""))?;
             Membership::Tracked(Tracked {
                 present: listing.items.iter().filter(|o| filters.matches(o)).map(member_key).collect(),
                 replayed_until: listing.revision,
@@ -154,7 +156,9 @@ pub async fn serve(
     };
     let filter = WatchFilter {
         resource: Some(resource),
-        namespace: path.namespace.clone(),
+        // A view with the global namespace's PackageManifests follows every namespace's, and
+        // keeps its two below.
+        namespace: if view.is_some() { None } else { path.namespace.clone() },
         name: filters.fields.name().map(str::to_string),
         skip_origin: skip_own,
     };
@@ -167,10 +171,16 @@ pub async fn serve(
     } else {
         ctx.store.watch(filter, from).await.map_err(store_error)?.map(|r| r.map(WatchItem::Event)).boxed()
     };
-    let live = live.map(move |r| match r {
-        Ok(WatchItem::Event(ev)) => Item::Event(ev.kind, ev.object, Some(ev.json)),
-        Ok(WatchItem::Progress(rev)) => Item::Bookmark(rev),
-        Err(e) => Item::Error(ApiError::from_store(e, &rt.qualified(), "")),
+    let live = live.filter_map(move |r| {
+        futures::future::ready(match r {
+            Ok(WatchItem::Event(ev)) => match view.as_ref().map(|v| v.see(&ev.object)) {
+                None | Some(Seen::Own) => Some(Item::Event(ev.kind, ev.object, Some(ev.json))),
+                Some(Seen::Global(moved)) => Some(Item::Event(ev.kind, Arc::new(moved), None)),
+                Some(Seen::Out) => None,
+            },
+            Ok(WatchItem::Progress(rev)) => Some(Item::Bookmark(rev)),
+            Err(e) => Some(Item::Error(ApiError::from_store(e, &rt.qualified(), ""))),
+        })
     });
     let initial = futures::stream::iter(
         initial
