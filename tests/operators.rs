@@ -156,6 +156,13 @@ async fn add_catalog(c: &Client, source: &Value) {
     c.post(&ns_path(&CATALOG_SOURCE, CATALOG_NS, None), source).await.unwrap().into_result().unwrap();
 }
 
+/// Create the CatalogSource `name` of `address` in `namespace` (not the catalogs' usual one).
+async fn add_catalog_in(c: &Client, namespace: &str, name: &str, address: &str) {
+    let mut source = catalog_source(name, address);
+    source["metadata"]["namespace"] = json!(namespace);
+    c.post(&ns_path(&CATALOG_SOURCE, namespace, None), &source).await.unwrap().into_result().unwrap();
+}
+
 /// Create `sub` and wait until `ok` holds of it; returns the subscription.
 async fn subscribe_until(c: &Client, sub: Value, what: &str, ok: fn(&Value) -> bool) -> Value {
     c.post(&ns_path(&SUBSCRIPTION, NS, None), &sub).await.unwrap().into_result().unwrap();
@@ -900,9 +907,7 @@ async fn the_global_catalog_namespaces_packages_are_listed_in_every_namespace() 
     let served = CatalogServer::start().await;
     dependency_catalog(&admin, &served).await;
     let apps = served.set("apps.json", &stream_of(&dependency_blobs(), |p| p == "tuned-exporter"));
-    let mut own = catalog_source("apps", &apps);
-    own["metadata"]["namespace"] = json!(NS);
-    admin.post(&ns_path(&CATALOG_SOURCE, NS, None), &own).await.unwrap().into_result().unwrap();
+    add_catalog_in(&admin, NS, "apps", &apps).await;
     let listed = |ns: &'static str, query: &'static str| {
         let admin = admin.clone();
         async move {
@@ -1157,9 +1162,7 @@ async fn a_dependency_is_met_from_the_global_catalog_namespace() {
         });
         let admin = c.client();
         for (ns, name, url) in [(NS, "apps", &apps), (GLOBAL, "base", &base)] {
-            let mut source = catalog_source(name, url);
-            source["metadata"]["namespace"] = json!(ns);
-            admin.post(&ns_path(&CATALOG_SOURCE, ns, None), &source).await.unwrap().into_result().unwrap();
+            add_catalog_in(&admin, ns, name, url).await;
         }
         if global.is_empty() {
             let failed =

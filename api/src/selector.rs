@@ -221,7 +221,10 @@ fn is_label_name(s: &str) -> bool {
         && b.iter().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
 }
 
-fn is_dns_label(s: &str) -> bool {
+/// Whether `s` is an RFC 1123 label as Kubernetes requires of a label key's prefix parts and of
+/// a namespace's name: lowercase letters, digits and '-', at most 63 characters, starting and
+/// ending with a letter or digit.
+pub fn is_dns_label(s: &str) -> bool {
     let b = s.as_bytes();
     !b.is_empty()
         && b.len() <= 63

@@ -246,12 +246,7 @@ fn subscription_causes(sub: &aloft_api::olm::Subscription, out: &mut Vec<StatusC
 /// Whether `s` could name a namespace: a lowercase RFC 1123 label, as Kubernetes requires (a
 /// name that no namespace could have is a typo, better refused than matched by nothing).
 pub fn is_namespace_name(s: &str) -> bool {
-    let b = s.as_bytes();
-    !b.is_empty()
-        && b.len() <= 63
-        && b[0].is_ascii_alphanumeric()
-        && b[b.len() - 1].is_ascii_alphanumeric()
-        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+    aloft_api::selector::is_dns_label(s)
 }
 
 /// OLM's OperatorGroup: namespaces that could exist, a selector that reads, a strategy OLM knows.
