@@ -1067,7 +1067,8 @@ async fn kubectl_follows_the_cluster_version() {
 /// PackageManifests as an OpenShift admin reads them, from a real community catalog: `kubectl
 /// get packagemanifests` lists each package with its catalog, jsonpath reads a package's default
 /// channel and that channel's current CSV (what a Subscription installs), label selectors pick
-/// a catalog, writes are refused, and deleting the CatalogSource removes them.
+/// a catalog, another namespace lists the global catalog namespace's too, writes are refused,
+/// and deleting the CatalogSource removes them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_lists_the_package_manifests_of_a_real_catalog() {
     let Some(exe) = kubectl_path() else { return };
@@ -1123,6 +1124,22 @@ async fn kubectl_lists_the_package_manifests_of_a_real_catalog() {
     let none = k.run(&["get", "packagemanifests", "-A", "-l", "catalog=other"]);
     assert!(String::from_utf8_lossy(&none.stderr).contains("No resources found"), "{none:?}");
 
+    // `olm` is the global catalog namespace: its packages are listed in every namespace, as
+    // OLM's package server lists them, each shown in that namespace and saying where it is from.
+    let elsewhere = k.ok(&["get", "packagemanifests", "-n", "operators"]);
+    assert_eq!(elsewhere.lines().count(), 1 + CATALOG_PACKAGES, "{elsewhere}");
+    assert!(summary.iter().all(|p| row(&elsewhere, &p.name).is_some_and(|c| c[1] == "Community")), "{elsewhere}");
+    let from = k.ok(&[
+        "get",
+        "packagemanifest",
+        &summary[0].name,
+        "-n",
+        "operators",
+        "-o",
+        "jsonpath={.metadata.namespace} {.status.catalogSourceNamespace}",
+    ]);
+    assert_eq!(from, "operators olm");
+
     // Read-only, as OLM's package server serves them.
     let name = &summary[0].name;
     let err = k.fails(&["delete", "packagemanifest", name, "-n", "olm"]);
@@ -1135,8 +1152,11 @@ async fn kubectl_lists_the_package_manifests_of_a_real_catalog() {
     // They go with their CatalogSource.
     k.ok(&["delete", "catalogsource", "community", "-n", "olm"]);
     eventually(Duration::from_secs(60), "the PackageManifests gone with their catalog", || {
-        let out = k.run(&["get", "packagemanifests", "-A", "-o", "name"]);
-        async move { Ok(out.stdout.is_empty().then_some(())) }
+        let (all, elsewhere) = (
+            k.run(&["get", "packagemanifests", "-A", "-o", "name"]),
+            k.run(&["get", "packagemanifests", "-n", "operators", "-o", "name"]),
+        );
+        async move { Ok((all.stdout.is_empty() && elsewhere.stdout.is_empty()).then_some(())) }
     })
     .await;
 }
