@@ -1782,7 +1782,11 @@ async fn a_refused_config_after_a_failed_undo_still_writes_the_config_back() {
         Ok(waiting.then_some(desired))
     })
     .await;
-    assert_eq!(std::fs::read_to_string(h.path("/etc/u.conf")).unwrap(), "two");
+    // The failed update's file, or the config before's while a retry of the write-back runs (it
+    // writes it, then the failing systemd call rolls it back: the suite read it once in that
+    // window, as the test above says); nothing else.
+    let on_disk = std::fs::read_to_string(h.path("/etc/u.conf")).unwrap();
+    assert!(on_disk == "two" || on_disk == "one", "{on_disk:?}");
     h.fake.clear_failures();
     h.fake.clear_calls();
     let reason = eventually(Duration::from_secs(120), "the refusal once the config is written back", || async {
