@@ -316,9 +316,8 @@ fn open_store(data_dir: &std::path::Path) -> Result<SqliteStore> {
     SqliteStore::open(&db).with_context(|| format!("opening {}", db.display()))
 }
 
-/// The log filter `value` (RUST_LOG syntax; empty: info). A lone word is a level: RUST_LOG reads
-/// `warning` or `debg` as a target of that name, which logged nothing at all, errors included.
-/// `--olm-global-namespace`'s value: a namespace, or none (empty).
+/// `--olm-global-namespace`'s value: a namespace, or none (empty). A type of its own: clap
+/// reads an `Option` field as a flag that may be left out, not as a value that may be empty.
 #[derive(Debug, Clone)]
 struct GlobalNamespace(Option<String>);
 
@@ -326,6 +325,8 @@ fn parse_global_namespace(value: &str) -> Result<GlobalNamespace, String> {
     aloft_coordinator::controllers::olm::global_namespace(value).map(GlobalNamespace)
 }
 
+/// The log filter `value` (RUST_LOG syntax; empty: info). A lone word is a level: RUST_LOG reads
+/// `warning` or `debg` as a target of that name, which logged nothing at all, errors included.
 fn log_filter(value: &str) -> Result<tracing_subscriber::EnvFilter, String> {
     tracing_subscriber::EnvFilter::try_new(aloft_api::log_spec::normalized(value)?).map_err(|e| e.to_string())
 }

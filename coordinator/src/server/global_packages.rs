@@ -9,7 +9,9 @@
 //! complaining about a namespace mismatch"), without their owner reference (the CatalogSource it
 //! names is not in that namespace; `status.catalogSourceNamespace` says where it is). A
 //! namespace whose own catalog has a package the global one also has lists both, its own first,
-//! and a get answers its own, as OLM's does; the `catalog` label tells them apart.
+//! and a get answers its own, as OLM's does; the `catalog` label tells them apart. (Those two
+//! share a namespace and name in the view: a watch with a label selector tracks what it sent by
+//! namespace and name, so for such a package it may say one left when the other did.)
 
 use super::request::ResourcePath;
 use super::Ctx;

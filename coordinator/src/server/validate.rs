@@ -243,16 +243,10 @@ fn subscription_causes(sub: &aloft_api::olm::Subscription, out: &mut Vec<StatusC
     approval_causes(&sub.spec.install_plan_approval, "spec.installPlanApproval", out);
 }
 
-/// Whether `s` could name a namespace: a lowercase RFC 1123 label, as Kubernetes requires (a
-/// name that no namespace could have is a typo, better refused than matched by nothing).
-pub fn is_namespace_name(s: &str) -> bool {
-    aloft_api::selector::is_dns_label(s)
-}
-
 /// OLM's OperatorGroup: namespaces that could exist, a selector that reads, a strategy OLM knows.
 fn operator_group_causes(og: &aloft_api::olm::OperatorGroup, out: &mut Vec<StatusCause>) {
     for (i, ns) in og.spec.target_namespaces.iter().enumerate() {
-        if !is_namespace_name(ns) {
+        if !aloft_api::selector::is_dns_label(ns) {
             out.push(cause(
                 &format!("spec.targetNamespaces[{i}]"),
                 "FieldValueInvalid",

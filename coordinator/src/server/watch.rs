@@ -122,11 +122,7 @@ pub async fn serve(
             })?;
             reached(ctx, at_least).await?;
         }
-        let listing = match &view {
-            Some(v) => v.list(&*ctx.store).await,
-            None => ctx.store.list(&resource, path.namespace.as_deref()).await,
-        }
-        .map_err(|e| ApiError::from_store(e, &rt.qualified(), ""))?;
+        let listing = current(ctx, view.as_ref(), &path).await?;
         (listing.items, listing.revision)
     } else {
         let from = rv.parse::<u64>().map_err(|_| {
@@ -141,11 +137,7 @@ pub async fn serve(
     let mut membership = match filters.can_change() {
         false => Membership::Unchanging,
         true if resumed && !send_initial => {
-            let listing = match &view {
-                Some(v) => v.list(&*ctx.store).await,
-                None => ctx.store.list(&resource, path.namespace.as_deref()).await,
-            }
-            .map_err(|e| ApiError::from_store(e, &rt.qualified(), ""))?;
+            let listing = current(ctx, view.as_ref(), &path).await?;
             Membership::Tracked(Tracked {
                 present: listing.items.iter().filter(|o| filters.matches(o)).map(member_key).collect(),
                 replayed_until: listing.revision,
@@ -272,6 +264,20 @@ pub async fn serve(
         .header("cache-control", "no-cache, private")
         .body(Body::from_stream(body))
         .map_err(|e| ApiError::internal(e.to_string()))
+}
+
+/// What the watched collection holds now: the stored objects of the path's namespace (or of all),
+/// or the namespace's view with the global catalog namespace's PackageManifests.
+async fn current(
+    ctx: &Ctx,
+    view: Option<&GlobalPackages>,
+    path: &ResourcePath,
+) -> Result<crate::store::Listing, ApiError> {
+    match view {
+        Some(v) => v.list(&*ctx.store).await,
+        None => ctx.store.list(&path.rt.store_key(), path.namespace.as_deref()).await,
+    }
+    .map_err(|e| ApiError::from_store(e, &path.rt.qualified(), ""))
 }
 
 /// A BOOKMARK event: an object of the watched kind with only its resourceVersion (and, ending

@@ -48,7 +48,7 @@ pub fn global_namespace(value: &str) -> Result<Option<String>, String> {
     if value.is_empty() {
         return Ok(None);
     }
-    if !crate::server::validate::is_namespace_name(value) {
+    if !aloft_api::selector::is_dns_label(value) {
         return Err(format!(
             "{value:?} is not a namespace name (a lowercase RFC 1123 label of at most 63 characters: a-z, 0-9 and \
              '-', starting and ending with a letter or digit); an empty value turns the global catalog namespace off"
