@@ -1142,6 +1142,112 @@ async fn a_bundles_dependencies_are_subscribed_to_and_installed_first() {
     );
 }
 
+/// A catalog with a chain: app needs mid; mid's channel head (2.0.0) needs leaf, which no
+/// catalog has, its 1.0.0 needs leaf2, which this one has; strict needs mid 2.x.
+fn chain_blobs() -> Vec<Value> {
+    let required = |package: &str, range: &str| json!({"type": "olm.package.required", "value": {"packageName": package, "versionRange": range}});
+    let channel = |package: &str, entries: Value| json!({"schema": "olm.channel", "package": package, "name": "stable", "entries": entries});
+    let mut blobs = Vec::new();
+    for package in ["app", "strict", "mid", "leaf2"] {
+        blobs.push(json!({"schema": "olm.package", "name": package, "defaultChannel": "stable"}));
+    }
+    blobs.extend([
+        channel("app", json!([{"name": "app.v1.0.0"}])),
+        bundle_of("app", "1.0.0", &[required("mid", ">=1.0.0")]),
+        channel("strict", json!([{"name": "strict.v1.0.0"}])),
+        bundle_of("strict", "1.0.0", &[required("mid", ">=2.0.0")]),
+        channel("mid", json!([{"name": "mid.v1.0.0"}, {"name": "mid.v2.0.0", "replaces": "mid.v1.0.0"}])),
+        bundle_of("mid", "1.0.0", &[required("leaf2", ">=1.0.0")]),
+        bundle_of("mid", "2.0.0", &[required("leaf", ">=1.0.0")]),
+        channel("leaf2", json!([{"name": "leaf2.v1.0.0"}])),
+        bundle_of("leaf2", "1.0.0", &[]),
+    ]);
+    blobs
+}
+
+/// A dependency's own dependencies are resolved with it, as OLM's solver resolves a chain at
+/// once: a chain that cannot be completed fails the dependent's resolution, naming where it
+/// breaks, with nothing subscribed to; where the preferred bundle of a dependency needs what
+/// no catalog has, the next one that can be installed is taken, and everything the chain needs
+/// is subscribed to at once and installed before what needs it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dependency_chain_is_resolved_whole_and_installed_leaf_first() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let served = CatalogServer::start().await;
+    let url = served.set("chain.json", &stream_of(&chain_blobs(), |_| true));
+    add_catalog(&admin, &catalog_source("chain", &url)).await;
+
+    // strict needs mid 2.x, and mid 2.0.0 needs leaf: nothing is subscribed to.
+    let strict =
+        subscribe_until(&admin, subscription("strict", "chain", "strict", "Automatic"), "ResolutionFailed", |s| {
+            cond_true(s, "ResolutionFailed")
+        })
+        .await;
+    let why = s(condition(&strict, "ResolutionFailed").unwrap(), "/message").to_string();
+    let words = r#"constraints not satisfiable: bundle strict.v1.0.0 requires package "mid" in range ">=2.0.0" (olm.package.required): mid.v2.0.0 of olm/chain provides it, but it requires package "leaf" in range ">=1.0.0" (olm.package.required), which no bundle of the catalogs provides"#;
+    assert!(why.starts_with(words), "{words:?} in {why}");
+    assert_eq!(subscription_names(&admin).await, ["strict"], "nothing subscribed for a chain that breaks");
+    admin.delete(&ns_path(&SUBSCRIPTION, NS, Some("strict"))).await.unwrap().into_result().unwrap();
+
+    // app takes mid 1.0.0, whose leaf2 is subscribed to in the same pass.
+    let app = subscribe_until(
+        &admin,
+        subscription("app", "chain", "app", "Automatic"),
+        "waiting for its dependencies",
+        |s| condition(s, "InstallPlanPending").is_some_and(|c| c["reason"] == "WaitingForDependencies"),
+    )
+    .await;
+    let (mid, leaf2) = ("mid-stable-chain-olm", "leaf2-stable-chain-olm");
+    assert_eq!(subscription_names(&admin).await, ["app", leaf2, mid]);
+    let waits = s(condition(&app, "InstallPlanPending").unwrap(), "/message").to_string();
+    assert!(
+        waits.starts_with(&format!(
+            "app.v1.0.0 waits for its dependencies to be installed: package \"mid\" in range \">=1.0.0\" \
+             (olm.package.required) from Subscription \"{mid}\" (installing mid.v1.0.0); and what those need: \
+             leaf2.v1.0.0 for mid.v1.0.0 from Subscription \"{leaf2}\""
+        )),
+        "{waits}"
+    );
+    for (name, csv, by) in
+        [(mid, "mid.v1.0.0", "app (app.v1.0.0)"), (leaf2, "leaf2.v1.0.0", "mid-stable-chain-olm (mid.v1.0.0)")]
+    {
+        let sub = get(&admin, &ns_path(&SUBSCRIPTION, NS, Some(name))).await.unwrap().unwrap();
+        assert_eq!(s(&sub, "/spec/startingCSV"), csv, "{sub}");
+        assert_eq!(s(&sub, "/metadata/annotations/aloft.dev~1requiredBy"), by, "{sub}");
+        assert_eq!(s(&sub, "/spec/installPlanApproval"), "Automatic", "{sub}");
+    }
+    for csv in ["leaf2.v1.0.0", "mid.v1.0.0", "app.v1.0.0"] {
+        csv_phase(&admin, csv, "Succeeded").await;
+    }
+    // Each was planned only once what it needs was installed.
+    let listed = admin.get(&ns_path(&INSTALL_PLAN, NS, None)).await.unwrap().into_result().unwrap();
+    let generation = |csv: &str| {
+        listed["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| s(p, "/spec/clusterServiceVersionNames/0") == csv)
+            .and_then(|p| p["spec"]["generation"].as_i64())
+            .unwrap_or_else(|| panic!("no plan for {csv}: {listed}"))
+    };
+    assert!(generation("leaf2.v1.0.0") < generation("mid.v1.0.0"), "{listed}");
+    assert!(generation("mid.v1.0.0") < generation("app.v1.0.0"), "{listed}");
+    let events = admin.get(&ns_path(&EVENT, NS, None)).await.unwrap().into_result().unwrap();
+    let subscribed: Vec<&str> = events["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| s(e, "/reason") == "DependencySubscribed")
+        .map(|e| s(e, "/message"))
+        .collect();
+    assert!(
+        subscribed.iter().any(|m| m
+            .starts_with(&format!("created Subscription \"{leaf2}\" for mid.v1.0.0 (it requires package \"leaf2\""))),
+        "{subscribed:?}"
+    );
+}
+
 /// A dependency is looked for in the global catalog namespace's catalogs too
 /// (`--olm-global-namespace`), as OLM's resolver does: a Subscription of `operators` on a
 /// catalog of its own namespace that has only tuned-exporter gets base-tuning from the global

@@ -105,11 +105,25 @@ pub struct Provider<'a> {
 }
 
 impl Catalog {
-    /// The bundle of this catalog OLM would install to meet `dependency`: in the required
-    /// package (for an API: in each package, by name), the default channel first and then the
-    /// others by name, the entry nearest the channel's head that meets it. Channels that cannot
-    /// be ordered (no single head, a cycle) are passed over: a validated catalog has none.
-    pub fn provider_of(&self, dependency: &Dependency) -> Option<Provider<'_>> {
+    /// The bundle of this catalog OLM would install to meet `dependency`: the first of
+    /// [`Catalog::providers_of`].
+    pub fn provider_of<'c>(&'c self, dependency: &Dependency) -> Option<Provider<'c>> {
+        self.providers_of(dependency).next()
+    }
+
+    /// Every bundle of this catalog that meets `dependency`, in the order OLM prefers them: in
+    /// the required package (for an API: in each package, by name), the default channel first
+    /// and then the others by name, within a channel the entry nearest its head first; a bundle
+    /// in several channels comes once, in the first. The dependency is evaluated lazily, so a caller that
+    /// takes the first does not run it on the rest (a CEL rule runs once per bundle it is asked
+    /// about). Why all
+    /// of them: when the preferred bundle has a dependency of its own that cannot be met, OLM's
+    /// solver takes the next one. Channels that cannot be ordered (no single head, a cycle) are
+    /// passed over: a validated catalog has none.
+    pub fn providers_of<'c, 'd>(
+        &'c self,
+        dependency: &'d Dependency,
+    ) -> impl Iterator<Item = Provider<'c>> + use<'c, 'd> {
         let packages: Vec<&str> = match dependency.package() {
             Some(p) => vec![p],
             None => {
@@ -119,18 +133,22 @@ impl Catalog {
                 names
             }
         };
+        let mut seen = std::collections::HashSet::new();
+        let mut ordered: Vec<Provider<'c>> = Vec::new();
         for package in packages {
             let Ok(channels) = self.selected_channels(package, None) else { continue };
             for channel in channels {
                 let Ok(order) = channel.order() else { continue };
                 for entry in order {
-                    if let Some(bundle) = self.bundle(package, &entry.name).filter(|b| dependency.met_by(b)) {
-                        return Some(Provider { channel, bundle });
+                    if let Some(bundle) = self.bundle(package, &entry.name) {
+                        if seen.insert((bundle.package.as_str(), bundle.name.as_str())) {
+                            ordered.push(Provider { channel, bundle });
+                        }
                     }
                 }
             }
         }
-        None
+        ordered.into_iter().filter(move |p| dependency.met_by(p.bundle))
     }
 }
 
@@ -210,6 +228,28 @@ mod tests {
         assert!(c.provider_of(&package(">=3.0.0")).is_none(), "nothing in range");
         let missing = Dependency::Package { name: "nope".into(), range: Range::parse(">=0.0.0").unwrap() };
         assert!(c.provider_of(&missing).is_none(), "no such package");
+    }
+
+    #[test]
+    fn every_provider_comes_once_in_the_order_olm_prefers() {
+        let c = two_packages();
+        let package = Dependency::Package { name: "base".into(), range: Range::parse(">=1.0.0").unwrap() };
+        let found: Vec<(&str, &str)> =
+            c.providers_of(&package).map(|p| (p.channel.name.as_str(), p.bundle.name.as_str())).collect();
+        // The default channel from its head down, then the others by name; 1.1.0, also in
+        // "old", comes once.
+        assert_eq!(
+            found,
+            [
+                ("stable", "base.v2.0.0"),
+                ("stable", "base.v1.3.0"),
+                ("stable", "base.v1.1.0"),
+                ("a-fast", "base.v2.1.0")
+            ]
+        );
+        let api = Dependency::Api(serde_json::from_value(gvk("Profile")).unwrap());
+        let found: Vec<&str> = c.providers_of(&api).map(|p| p.bundle.name.as_str()).collect();
+        assert_eq!(found, ["alt.v0.1.0", "base.v1.3.0", "base.v1.1.0"], "packages by name, each as above");
     }
 
     #[test]

@@ -5,8 +5,9 @@
 //! catalogs, adds them to the plan and creates their Subscriptions. aloft creates the same
 //! Subscriptions (named as OLM names them, `<package>-<channel>-<catalog>-<catalog namespace>`,
 //! starting at the bundle found) and holds the dependent bundle back until they are installed,
-//! so it is never installed without what it needs. All or nothing, as a resolution is: when one
-//! dependency cannot be met, no Subscription is created for the others.
+//! so it is never installed without what it needs. What those bundles need in turn is found the
+//! same way, all the way down ([`closure`]). All or nothing, as a resolution is: when one
+//! dependency, at any depth, cannot be met, no Subscription is created for the others.
 //!
 //! Where a dependency is looked for: a Subscription of the namespace already on that package
 //! (or on a package with that API) is the one that will meet it, if it still moves; otherwise
@@ -17,13 +18,13 @@
 //! and the global ones.
 
 use super::catalogs::Snapshot;
+use super::closure::{self, Resolver, Way};
 use super::{involved, note};
 use crate::controllers::events::Recorder;
 use crate::resources::SUBSCRIPTION;
 use crate::server::objects;
 use crate::store::{Key, Store, StoreError};
 use aloft_api::catalog::{Bundle, Catalog, Dependency};
-use aloft_api::meta::find_condition;
 use aloft_api::olm::{self, Subscription};
 use serde_json::json;
 use std::sync::Arc;
@@ -43,27 +44,10 @@ pub enum Outcome {
     Unsatisfiable(String),
 }
 
-/// A dependency's way to be met.
-enum Way {
-    /// A Subscription of the namespace that still moves towards it.
-    Subscribed { name: String, detail: String },
-    /// A Subscription of the namespace that settled on a bundle that does not meet it.
-    Stuck { name: String, package: String, detail: String },
-    /// A bundle to subscribe to (index into the new Subscriptions).
-    New(usize),
-    /// Nothing in the catalogs provides it.
-    Missing,
-}
-
-/// A Subscription to create.
-struct NewSubscription<'a> {
-    catalog: (String, String),
-    channel: &'a str,
-    bundle: &'a Bundle,
-}
-
 /// Find a way to meet each of `unmet` (the dependencies of `bundle`, the bundle `sub` would
-/// install, that no installed operator meets) and create the Subscriptions that are missing.
+/// install, that none of `installed`, the namespace's operators, meets), and what those ways
+/// need in turn ([`closure`]), and create the Subscriptions that are missing.
+#[allow(clippy::too_many_arguments)]
 pub async fn arrange(
     store: &Arc<dyn Store>,
     catalogs: &Snapshot,
@@ -72,34 +56,17 @@ pub async fn arrange(
     sub: &Subscription,
     bundle: &Bundle,
     unmet: &[Dependency],
+    installed: &[Bundle],
 ) -> Result<Outcome, StoreError> {
     let ns = sub.metadata.namespace.clone().unwrap_or_default();
     let mut others = super::subscriptions::namespace_subscriptions(store, &ns).await?;
     others.retain(|s| s.metadata.name != sub.metadata.name);
     let searched = search_order(catalogs, sub, global);
-    let mut new: Vec<NewSubscription> = Vec::new();
-    let mut ways = Vec::with_capacity(unmet.len());
-    for dep in unmet {
-        let way = if let Some(s) = others.iter().find(|s| subscribes_to(s, dep, catalogs)) {
-            let (moving, detail) = progress(s);
-            let name = s.metadata.name.clone();
-            if moving {
-                Way::Subscribed { name, detail }
-            } else {
-                Way::Stuck { name, package: s.spec.name.clone(), detail }
-            }
-        } else if let Some(k) = new.iter().position(|n| dep.met_by(n.bundle)) {
-            Way::New(k)
-        } else if let Some((id, p)) = searched.iter().find_map(|(id, c)| c.provider_of(dep).map(|p| (id, p))) {
-            new.push(NewSubscription { catalog: (*id).clone(), channel: &p.channel.name, bundle: p.bundle });
-            Way::New(new.len() - 1)
-        } else {
-            Way::Missing
-        };
-        ways.push(way);
-    }
+    let mut resolver = Resolver::new(installed, &others, catalogs, &searched, &sub.metadata.name, bundle);
+    let ways: Vec<Way> = unmet.iter().map(|dep| resolver.way(dep)).collect();
+    let planned = resolver.planned;
 
-    let blocked = ways.iter().any(|w| matches!(w, Way::Stuck { .. } | Way::Missing));
+    let blocked = ways.iter().any(|w| matches!(w, Way::Stuck { .. } | Way::Missing | Way::Unmet { .. }));
     if blocked {
         let shown: Vec<String> = searched.iter().map(|(id, _)| format!("{}/{}", id.0, id.1)).collect();
         let why: Vec<String> = unmet
@@ -107,14 +74,16 @@ pub async fn arrange(
             .zip(&ways)
             .map(|(dep, way)| match way {
                 Way::Missing => format!("{dep}: no bundle of the catalogs {} provides it", shown.join(", ")),
+                Way::Unmet { first, why, others } => format!("{dep}: {}", closure::unmet_text(first, why, *others)),
                 Way::Stuck { name, package, detail } => format!(
                     "{dep}: Subscription {name:?} of this namespace (package {package:?}) is the one to meet it, but \
                      {detail}; change its channel to one that reaches a bundle that meets it"
                 ),
                 Way::Subscribed { name, detail } => format!("{dep}: Subscription {name:?} will meet it ({detail})"),
-                Way::New(k) => {
-                    format!("{dep}: {} of {}/{} meets it", new[*k].bundle.name, new[*k].catalog.0, new[*k].catalog.1)
-                }
+                Way::New(k) => format!(
+                    "{dep}: {} of {}/{} meets it",
+                    planned[*k].bundle.name, planned[*k].catalog.0, planned[*k].catalog.1
+                ),
             })
             .collect();
         return Ok(Outcome::Unsatisfiable(format!(
@@ -126,16 +95,15 @@ pub async fn arrange(
     }
 
     let about = involved("Subscription", &ns, &sub.metadata.name);
-    let mut names = Vec::with_capacity(new.len());
-    for n in &new {
-        let name = subscription_name(&n.bundle.package, n.channel, &n.catalog.1, &n.catalog.0);
+    // What each needs is planned before it, so it is created first.
+    for n in &planned {
         let mut obj = json!({
             "apiVersion": olm::API_VERSION,
             "kind": "Subscription",
             "metadata": {
-                "name": name,
+                "name": n.name,
                 "labels": {format!("operators.coreos.com/{}.{ns}", n.bundle.package): ""},
-                "annotations": {REQUIRED_BY: format!("{} ({})", sub.metadata.name, bundle.name)},
+                "annotations": {REQUIRED_BY: format!("{} ({})", n.needed_by.0, n.needed_by.1)},
             },
             "spec": {
                 "source": n.catalog.1,
@@ -143,48 +111,53 @@ pub async fn arrange(
                 "name": n.bundle.package,
                 "channel": n.channel,
                 "startingCSV": n.bundle.name,
-                // OLM installs both in one plan: the dependency's waits for approval when its
+                // OLM installs them all in one plan: each waits for approval when the
                 // dependent's does.
                 "installPlanApproval": if sub.spec.manual() { olm::MANUAL } else { olm::AUTOMATIC },
             },
         });
         objects::prepare_create(&mut obj, &ns);
-        match store.create(&Key::new(&SUBSCRIPTION.store_key(), &ns, &name), obj).await {
-            Ok(_) => {
-                let met: Vec<String> = unmet.iter().filter(|d| d.met_by(n.bundle)).map(ToString::to_string).collect();
-                note(
-                    events,
-                    &about,
-                    "DependencySubscribed",
-                    &format!(
-                        "created Subscription {name:?} for {} (it requires {}): installs {} from {}/{}, channel {:?}",
-                        bundle.name,
-                        met.join(" and "),
-                        n.bundle.name,
-                        n.catalog.0,
-                        n.catalog.1,
-                        n.channel
-                    ),
-                );
-            }
+        match store.create(&Key::new(&SUBSCRIPTION.store_key(), &ns, &n.name), obj).await {
+            Ok(_) => note(
+                events,
+                &about,
+                "DependencySubscribed",
+                &format!(
+                    "created Subscription {:?} for {} (it requires {}): installs {} from {}/{}, channel {:?}",
+                    n.name,
+                    n.needed_by.1,
+                    n.meets.join(" and "),
+                    n.bundle.name,
+                    n.catalog.0,
+                    n.catalog.1,
+                    n.channel
+                ),
+            ),
             // Made by an earlier pass whose status write lost a race: the same thing.
             Err(StoreError::AlreadyExists(_)) => {}
             Err(e) => return Err(e),
         }
-        names.push(name);
     }
-    let waits: Vec<String> = unmet
+    let mut waits: Vec<String> = unmet
         .iter()
         .zip(&ways)
         .filter_map(|(dep, way)| match way {
             Way::Subscribed { name, detail } => Some(format!("{dep} from Subscription {name:?} ({detail})")),
             Way::New(k) => {
-                Some(format!("{dep} from Subscription {:?} (installing {})", names[*k], new[*k].bundle.name))
+                Some(format!("{dep} from Subscription {:?} (installing {})", planned[*k].name, planned[*k].bundle.name))
             }
             // A blocked resolution returned above.
-            Way::Stuck { .. } | Way::Missing => None,
+            Way::Stuck { .. } | Way::Missing | Way::Unmet { .. } => None,
         })
         .collect();
+    let deeper: Vec<String> = planned
+        .iter()
+        .filter(|n| n.needed_by.0 != sub.metadata.name)
+        .map(|n| format!("{} for {} from Subscription {:?}", n.bundle.name, n.needed_by.1, n.name))
+        .collect();
+    if !deeper.is_empty() {
+        waits.push(format!("and what those need: {}", deeper.join(", ")));
+    }
     Ok(Outcome::Waiting(format!("{} waits for its dependencies to be installed: {}", bundle.name, waits.join("; "))))
 }
 
@@ -215,50 +188,10 @@ fn search_order<'a>(
     out.into_iter().map(|(id, c, _)| (id, c)).collect()
 }
 
-/// Whether `s` subscribes to what `dep` asks for: the package it names, or (for an API) a
-/// package whose bundles in `s`'s catalog provide it.
-fn subscribes_to(s: &Subscription, dep: &Dependency, catalogs: &Snapshot) -> bool {
-    match dep.package() {
-        Some(p) => s.spec.name == p,
-        None => catalogs
-            .get(&(s.spec.source_namespace.clone(), s.spec.source.clone()))
-            .and_then(|v| v.catalog.as_deref())
-            .is_some_and(|c| c.bundles_of(&s.spec.name).any(|b| dep.met_by(b))),
-    }
-}
-
-/// Whether a Subscription still moves (it may yet install a bundle that meets a dependency),
-/// and where it stands, in a few words.
-fn progress(s: &Subscription) -> (bool, String) {
-    let status = s.status.clone().unwrap_or_default();
-    let failed = |t: &str| find_condition(&status.conditions, t).filter(|c| c.status == "True");
-    if let Some(c) = failed(olm::RESOLUTION_FAILED) {
-        return (false, format!("its resolution failed: {}", c.message));
-    }
-    if status.state == olm::UPGRADE_FAILED {
-        return (false, format!("its install of {} failed", status.current_csv));
-    }
-    if let Some(c) = failed(super::subscriptions::UPGRADE_HELD) {
-        return (false, format!("its upgrade is held: {}", c.message));
-    }
-    if status.state == olm::AT_LATEST_KNOWN {
-        return (false, format!("installed {} and moves no further on its channel", status.installed_csv));
-    }
-    let pending = find_condition(&status.conditions, olm::INSTALL_PLAN_PENDING)
-        .map(|c| format!(", its plan {}", c.reason))
-        .unwrap_or_default();
-    let target = if status.current_csv.is_empty() {
-        "resolving".to_string()
-    } else {
-        format!("installing {}", status.current_csv)
-    };
-    (true, format!("{target}{pending}"))
-}
-
 /// OLM's name for a dependency's Subscription, `<package>-<channel>-<catalog>-<catalog
 /// namespace>`, made a valid object name (lower case; anything but letters, digits, `-` and
 /// `.` becomes `-`; at most 253 characters).
-fn subscription_name(package: &str, channel: &str, catalog: &str, catalog_ns: &str) -> String {
+pub(super) fn subscription_name(package: &str, channel: &str, catalog: &str, catalog_ns: &str) -> String {
     let joined = format!("{package}-{channel}-{catalog}-{catalog_ns}").to_ascii_lowercase();
     let cleaned: String =
         joined.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c } else { '-' }).collect();
@@ -329,34 +262,5 @@ mod tests {
         .unwrap();
         assert_eq!(order(&local, Some("olm")), ["operators/c", "olm/b", "olm/a", "olm/fleet"]);
         assert_eq!(order(&local, None), ["operators/c"]);
-    }
-
-    #[test]
-    fn a_subscription_that_settled_or_failed_no_longer_moves() {
-        let sub = |state: &str, failed: bool| -> Subscription {
-            let mut conditions = vec![];
-            if failed {
-                conditions.push(json!({"type": "ResolutionFailed", "status": "True", "message": "no such channel"}));
-            }
-            serde_json::from_value(json!({"metadata": {"name": "base"}, "spec": {"name": "base"},
-                "status": {"state": state, "installedCSV": "base.v1.1.0", "currentCSV": "base.v1.3.0",
-                           "conditions": conditions}}))
-            .unwrap()
-        };
-        assert!(progress(&sub("UpgradePending", false)).0);
-        assert!(progress(&sub("", false)).0, "a new subscription moves");
-        let (moving, why) = progress(&sub("AtLatestKnown", false));
-        assert!(!moving && why.contains("installed base.v1.1.0"), "{why}");
-        let (moving, why) = progress(&sub("UpgradePending", true));
-        assert!(!moving && why.contains("no such channel"), "{why}");
-        assert!(!progress(&sub("UpgradeFailed", false)).0);
-        let mut held = sub("AtLatestKnown", false);
-        if let Some(status) = held.status.as_mut() {
-            status.conditions = serde_json::from_value(json!([{"type": "UpgradeHeld", "status": "True",
-                "message": "base.v1.1.0 stays installed: tuned needs it"}]))
-            .unwrap();
-        }
-        let (moving, why) = progress(&held);
-        assert_eq!((moving, why.as_str()), (false, "its upgrade is held: base.v1.1.0 stays installed: tuned needs it"));
     }
 }

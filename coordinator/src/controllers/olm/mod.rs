@@ -19,6 +19,7 @@
 //! must never delay a rollout's pick.
 
 pub mod catalogs;
+pub mod closure;
 pub mod csvs;
 pub mod dependencies;
 pub mod groups;

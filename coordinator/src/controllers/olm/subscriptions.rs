@@ -283,9 +283,9 @@ async fn resolve(
         }
     };
     if let Some(bundle) = chosen {
-        let unmet = unmet_dependencies(store, &ns, bundle, installed).await?;
+        let (unmet, installed) = unmet_dependencies(store, &ns, bundle, installed).await?;
         if !unmet.is_empty() {
-            match dependencies::arrange(store, catalogs, global, events, sub, bundle, &unmet).await? {
+            match dependencies::arrange(store, catalogs, global, events, sub, bundle, &unmet, &installed).await? {
                 Outcome::Unsatisfiable(message) => failed(status, &message),
                 Outcome::Waiting(message) => {
                     set_condition(&mut status.conditions, Condition::new(olm::RESOLUTION_FAILED, "False", "", ""), now);
@@ -346,23 +346,24 @@ async fn resolve(
 }
 
 /// The dependencies of `bundle` that no CSV installed in `namespace` meets (see
-/// [`olm::unmet_dependencies`]); `installed` when this resolution read them already (see
-/// [`installed_bundles`]).
+/// [`olm::unmet_dependencies`]), and those CSVs' bundles when there are any unmet (what is
+/// needed in turn is checked against them); `installed` when this resolution read them already
+/// (see [`installed_bundles`]).
 async fn unmet_dependencies(
     store: &Arc<dyn Store>,
     namespace: &str,
     bundle: &Bundle,
     installed: Option<Vec<Bundle>>,
-) -> Result<Vec<Dependency>, StoreError> {
+) -> Result<(Vec<Dependency>, Vec<Bundle>), StoreError> {
     let dependencies = bundle.dependencies();
     if dependencies.is_empty() {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), Vec::new()));
     }
     let installed = match installed {
         Some(i) => i,
         None => installed_bundles(store, namespace).await?,
     };
-    Ok(olm::unmet_of(dependencies, &installed))
+    Ok((olm::unmet_of(dependencies, &installed), installed))
 }
 
 /// The operators installed in `namespace`, as their CSVs' properties say. CSVs on their way

@@ -1,0 +1,507 @@
+//! The bundles a bundle's dependencies pull in, all the way down, chosen as OLM's resolver
+//! chooses them.
+//!
+//! Why not one level: a dependency's bundle may need operators of its own. OLM's solver
+//! resolves the whole chain at once, so a chain that cannot be completed fails the dependent's
+//! resolution with nothing installed, and where the preferred bundle of a dependency needs
+//! something no catalog has, it takes the next bundle that meets the dependency and whose own
+//! needs can be met. Looking one level down, aloft created the first dependency's Subscription,
+//! that Subscription then failed, and the dependent waited on it for ever.
+//!
+//! What aloft does not do that OLM's solver does: install a dependency cycle (two bundles that
+//! each need the other; aloft installs a dependency before what needs it, so a cycle is
+//! refused, saying so), and choose between the candidates of several Subscriptions together.
+
+use super::catalogs::Snapshot;
+use aloft_api::catalog::{Bundle, Catalog, Dependency, Provider};
+use aloft_api::meta::find_condition;
+use aloft_api::olm::{self, Subscription};
+use std::collections::HashMap;
+
+/// How deep a chain of dependencies may go (a bundle's dependency's dependency's ...): far
+/// beyond any real catalog's, and a bound on what a hostile catalog can make one resolution do.
+pub const MAX_DEPTH: usize = 16;
+
+/// How many candidate bundles one resolution may try before it gives up: each try reads the
+/// candidate's dependencies (and may run its CEL rules), so a catalog whose chains branch
+/// everywhere cannot keep the OLM controller busy.
+pub const MAX_TRIES: usize = 512;
+
+/// One dependency's way to be met.
+#[derive(Debug)]
+pub enum Way {
+    /// A Subscription of the namespace that still moves towards it.
+    Subscribed { name: String, detail: String },
+    /// A Subscription of the namespace that settled on a bundle that does not meet it.
+    Stuck { name: String, package: String, detail: String },
+    /// A bundle to subscribe to: an index into [`Resolver::planned`].
+    New(usize),
+    /// Nothing in the catalogs searched provides it.
+    Missing,
+    /// Bundles provide it, but none of them can be installed: why the first (the one OLM
+    /// prefers) cannot, and how many others were tried.
+    Unmet { first: String, why: String, others: usize },
+}
+
+/// A Subscription to create for a bundle the chain needs.
+#[derive(Debug)]
+pub struct Planned<'a> {
+    /// (namespace, name) of its CatalogSource.
+    pub catalog: &'a (String, String),
+    pub channel: &'a str,
+    pub bundle: &'a Bundle,
+    /// The name OLM gives its Subscription.
+    pub name: String,
+    /// The Subscription and bundle that need it (for its `aloft.dev/requiredBy` annotation and
+    /// the Event): the dependent's, or another planned one's.
+    pub needed_by: (String, String),
+    /// What of `needed_by`'s bundle it meets, as the messages name dependencies.
+    pub meets: Vec<String>,
+}
+
+/// A bundle that meets a dependency, and the (namespace, name) of the CatalogSource it is in.
+type Candidate<'a> = (&'a (String, String), Provider<'a>);
+
+/// One resolution of a bundle's unmet dependencies, transitively.
+pub struct Resolver<'a> {
+    installed: &'a [Bundle],
+    others: &'a [Subscription],
+    catalogs: &'a Snapshot,
+    searched: &'a [(&'a (String, String), &'a Catalog)],
+    /// The Subscription and bundle being resolved.
+    root: (String, String),
+    root_package: String,
+    /// Dependency-first: a planned bundle comes after everything it needs.
+    pub planned: Vec<Planned<'a>>,
+    tries: usize,
+    /// Each dependency's candidates, by its text, found once a resolution: a search that
+    /// backtracks meets the same dependencies again, and finding them may run CEL rules over
+    /// every bundle of a catalog.
+    found: HashMap<String, Vec<Candidate<'a>>>,
+}
+
+impl<'a> Resolver<'a> {
+    /// A resolution of `bundle`, which Subscription `sub` would install, in a namespace with
+    /// `installed` operators and `others` Subscriptions, looking in `searched` (in order).
+    pub fn new(
+        installed: &'a [Bundle],
+        others: &'a [Subscription],
+        catalogs: &'a Snapshot,
+        searched: &'a [(&'a (String, String), &'a Catalog)],
+        sub: &str,
+        bundle: &Bundle,
+    ) -> Self {
+        Resolver {
+            installed,
+            others,
+            catalogs,
+            searched,
+            root: (sub.to_string(), bundle.name.clone()),
+            root_package: bundle.package.clone(),
+            planned: Vec::new(),
+            tries: 0,
+            found: HashMap::new(),
+        }
+    }
+
+    /// The way to meet `dep`, one of the bundle's own unmet dependencies; what it needs in
+    /// turn is planned too.
+    pub fn way(&mut self, dep: &Dependency) -> Way {
+        let mut path = vec![self.root_package.clone()];
+        let root = self.root.clone();
+        self.way_at(dep, &mut path, &root)
+    }
+
+    /// `path`: the packages of the chain from the dependent down to the bundle that has `dep`
+    /// (a candidate of one of them would be a cycle); `needer`: that bundle's Subscription and
+    /// name.
+    fn way_at(&mut self, dep: &Dependency, path: &mut Vec<String>, needer: &(String, String)) -> Way {
+        if let Some(s) = self.others.iter().find(|s| subscribes_to(s, dep, self.catalogs)) {
+            let (moving, detail) = progress(s);
+            let name = s.metadata.name.clone();
+            return if moving {
+                Way::Subscribed { name, detail }
+            } else {
+                Way::Stuck { name, package: s.spec.name.clone(), detail }
+            };
+        }
+        if let Some(k) = self.planned.iter().position(|n| dep.met_by(n.bundle)) {
+            let p = &mut self.planned[k];
+            if p.needed_by == *needer && !p.meets.contains(&dep.to_string()) {
+                p.meets.push(dep.to_string());
+            }
+            return Way::New(k);
+        }
+        let searched = self.searched;
+        let candidates = self
+            .found
+            .entry(dep.to_string())
+            .or_insert_with(|| searched.iter().flat_map(|(id, c)| c.providers_of(dep).map(move |p| (*id, p))).collect())
+            .clone();
+        if candidates.is_empty() {
+            return Way::Missing;
+        }
+        let mut first: Option<(String, String)> = None;
+        let mut others = 0;
+        for (id, p) in candidates {
+            let what = format!("{} of {}/{}", p.bundle.name, id.0, id.1);
+            let package = p.bundle.package.as_str();
+            let refused = if path.iter().any(|x| x == package) {
+                Some(format!(
+                    "it is of package {package:?}, which needs it itself (a dependency cycle: aloft installs a \
+                     dependency before what needs it)"
+                ))
+            } else if let Some(n) = self.planned.iter().find(|n| n.bundle.package == package) {
+                Some(format!(
+                    "{} of the same package is needed already (by {}), and a namespace has one Subscription a \
+                     package",
+                    n.bundle.name, n.needed_by.1
+                ))
+            } else if let Some(s) = self.others.iter().find(|s| s.spec.name == package) {
+                Some(format!("Subscription {:?} of this namespace holds package {package:?}", s.metadata.name))
+            } else if self.tries >= MAX_TRIES {
+                Some(format!("the resolution gave up after trying {MAX_TRIES} bundles"))
+            } else {
+                None
+            };
+            let why = match refused {
+                Some(why) => why,
+                None => {
+                    self.tries += 1;
+                    let name = super::dependencies::subscription_name(package, &p.channel.name, &id.1, &id.0);
+                    let mark = self.planned.len();
+                    path.push(package.to_string());
+                    let needs = self.needs_of(p.bundle, path, &(name.clone(), p.bundle.name.clone()));
+                    path.pop();
+                    match needs {
+                        Ok(()) => {
+                            self.planned.push(Planned {
+                                catalog: id,
+                                channel: &p.channel.name,
+                                bundle: p.bundle,
+                                name,
+                                needed_by: needer.clone(),
+                                meets: vec![dep.to_string()],
+                            });
+                            return Way::New(self.planned.len() - 1);
+                        }
+                        Err(why) => {
+                            self.planned.truncate(mark);
+                            why
+                        }
+                    }
+                }
+            };
+            if first.is_none() {
+                first = Some((what, why));
+            } else {
+                others += 1;
+            }
+        }
+        let (first, why) = first.unwrap_or_default();
+        Way::Unmet { first, why, others }
+    }
+
+    /// Plan what `bundle` (a candidate, `me` its Subscription and name) needs beyond what is
+    /// installed; why it cannot be installed when something cannot be met.
+    fn needs_of(&mut self, bundle: &Bundle, path: &mut Vec<String>, me: &(String, String)) -> Result<(), String> {
+        let unmet = olm::unmet_of(bundle.dependencies(), self.installed);
+        if !unmet.is_empty() && path.len() > MAX_DEPTH {
+            return Err(format!("its chain of dependencies is deeper than {MAX_DEPTH}"));
+        }
+        for dep in &unmet {
+            match self.way_at(dep, path, me) {
+                Way::Subscribed { .. } | Way::New(_) => {}
+                Way::Stuck { name, detail, .. } => {
+                    return Err(format!("it requires {dep}, and Subscription {name:?} of this namespace, which holds that package, {detail}"));
+                }
+                Way::Missing => return Err(format!("it requires {dep}, which no bundle of the catalogs provides")),
+                Way::Unmet { first, why, others } => {
+                    return Err(format!("it requires {dep}: {}", unmet_text(&first, &why, others)));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// "`first` provides it, but `why`", with how many more were tried.
+pub fn unmet_text(first: &str, why: &str, others: usize) -> String {
+    match others {
+        0 => format!("{first} provides it, but {why}"),
+        1 => format!("{first} provides it, but {why}; 1 other bundle that provides it cannot be installed either"),
+        n => format!("{first} provides it, but {why}; {n} other bundles that provide it cannot be installed either"),
+    }
+}
+
+/// Whether `s` subscribes to what `dep` asks for: the package it names, or (for an API) a
+/// package whose bundles in `s`'s catalog provide it.
+fn subscribes_to(s: &Subscription, dep: &Dependency, catalogs: &Snapshot) -> bool {
+    match dep.package() {
+        Some(p) => s.spec.name == p,
+        None => catalogs
+            .get(&(s.spec.source_namespace.clone(), s.spec.source.clone()))
+            .and_then(|v| v.catalog.as_deref())
+            .is_some_and(|c| c.bundles_of(&s.spec.name).any(|b| dep.met_by(b))),
+    }
+}
+
+/// Whether a Subscription still moves (it may yet install a bundle that meets a dependency),
+/// and where it stands, in a few words.
+fn progress(s: &Subscription) -> (bool, String) {
+    let status = s.status.clone().unwrap_or_default();
+    let failed = |t: &str| find_condition(&status.conditions, t).filter(|c| c.status == "True");
+    if let Some(c) = failed(olm::RESOLUTION_FAILED) {
+        return (false, format!("its resolution failed: {}", c.message));
+    }
+    if status.state == olm::UPGRADE_FAILED {
+        return (false, format!("its install of {} failed", status.current_csv));
+    }
+    if let Some(c) = failed(super::subscriptions::UPGRADE_HELD) {
+        return (false, format!("its upgrade is held: {}", c.message));
+    }
+    if status.state == olm::AT_LATEST_KNOWN {
+        return (false, format!("installed {} and moves no further on its channel", status.installed_csv));
+    }
+    let pending = find_condition(&status.conditions, olm::INSTALL_PLAN_PENDING)
+        .map(|c| format!(", its plan {}", c.reason))
+        .unwrap_or_default();
+    let target = if status.current_csv.is_empty() {
+        "resolving".to_string()
+    } else {
+        format!("installing {}", status.current_csv)
+    };
+    (true, format!("{target}{pending}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::catalogs::View;
+    use super::*;
+    use serde_json::{json, Value};
+    use std::sync::Arc;
+
+    /// A bundle of `package` at `version` that requires each (package, range) of `requires`.
+    fn bundle(package: &str, version: &str, requires: &[(&str, &str)]) -> Value {
+        let mut properties =
+            vec![json!({"type": "olm.package", "value": {"packageName": package, "version": version}})];
+        properties.extend(
+            requires
+                .iter()
+                .map(|(p, r)| json!({"type": "olm.package.required", "value": {"packageName": p, "versionRange": r}})),
+        );
+        json!({"schema": "olm.bundle", "name": format!("{package}.v{version}"), "package": package,
+               "image": format!("example.com/{package}:{version}"), "properties": properties})
+    }
+
+    /// A package whose channel `stable` goes through `versions` in order (the last is its
+    /// head), each bundle requiring what `requires` says for its version.
+    fn package(name: &str, versions: &[&str], requires: impl Fn(&str) -> Vec<(&'static str, String)>) -> Vec<Value> {
+        let entries: Vec<Value> = versions
+            .iter()
+            .enumerate()
+            .map(|(i, v)| match i {
+                0 => json!({"name": format!("{name}.v{v}")}),
+                _ => json!({"name": format!("{name}.v{v}"), "replaces": format!("{name}.v{}", versions[i - 1])}),
+            })
+            .collect();
+        let mut out = vec![
+            json!({"schema": "olm.package", "name": name, "defaultChannel": "stable"}),
+            json!({"schema": "olm.channel", "package": name, "name": "stable", "entries": entries}),
+        ];
+        for v in versions {
+            let needs = requires(v);
+            let needs: Vec<(&str, &str)> = needs.iter().map(|(p, r)| (*p, r.as_str())).collect();
+            out.push(bundle(name, v, &needs));
+        }
+        out
+    }
+
+    fn needs(p: &'static str) -> Vec<(&'static str, String)> {
+        vec![(p, ">=1.0.0".to_string())]
+    }
+
+    /// app needs mid; mid's head (2.0.0) needs leaf, which no catalog has, its 1.0.0 needs
+    /// leaf2, which it has; bad needs mid 2.x; cyc-a and cyc-b need each other.
+    fn catalog() -> Catalog {
+        let mut blobs = Vec::new();
+        blobs.extend(package("app", &["1.0.0"], |_| needs("mid")));
+        blobs.extend(package("bad", &["1.0.0"], |_| vec![("mid", ">=2.0.0".to_string())]));
+        blobs.extend(package(
+            "mid",
+            &["1.0.0", "2.0.0"],
+            |v| if v == "2.0.0" { needs("leaf") } else { needs("leaf2") },
+        ));
+        blobs.extend(package("leaf2", &["1.0.0"], |_| vec![]));
+        blobs.extend(package("cyc-a", &["1.0.0"], |_| needs("cyc-b")));
+        blobs.extend(package("cyc-b", &["1.0.0"], |_| needs("cyc-a")));
+        Catalog::from_blobs(blobs.into_iter().map(|b| ("c.json".to_string(), b))).expect("a valid catalog")
+    }
+
+    fn snapshot(c: Catalog) -> Snapshot {
+        let view = View { catalog: Some(Arc::new(c)), healthy: true, failure: None, priority: 0 };
+        [(("olm".to_string(), "c".to_string()), view)].into_iter().collect()
+    }
+
+    /// The ways to meet the unmet dependencies of `package`'s head, what is planned (bundle,
+    /// the bundle that needs it), with `installed` operators and `others` Subscriptions.
+    fn resolve(
+        catalogs: &Snapshot,
+        package: &str,
+        installed: &[Bundle],
+        others: &[Subscription],
+    ) -> (Vec<Way>, Vec<(String, String)>) {
+        let searched: Vec<(&(String, String), &Catalog)> =
+            catalogs.iter().filter_map(|(id, v)| v.catalog.as_deref().map(|c| (id, c))).collect();
+        let c = searched[0].1;
+        let root = c.bundles_of(package).last().expect("the package");
+        let unmet = olm::unmet_of(root.dependencies(), installed);
+        let mut r = Resolver::new(installed, others, catalogs, &searched, "root-sub", root);
+        let ways = unmet.iter().map(|d| r.way(d)).collect();
+        let planned = r.planned.iter().map(|p| (p.bundle.name.clone(), p.needed_by.1.clone())).collect();
+        (ways, planned)
+    }
+
+    fn pair(a: &str, b: &str) -> (String, String) {
+        (a.to_string(), b.to_string())
+    }
+
+    #[test]
+    fn a_dependency_whose_preferred_bundle_needs_what_no_catalog_has_takes_the_next() {
+        let catalogs = snapshot(catalog());
+        let (ways, planned) = resolve(&catalogs, "app", &[], &[]);
+        assert!(matches!(ways[..], [Way::New(1)]), "{ways:?}");
+        // What mid 1.0.0 needs comes before it, so its Subscription is created first.
+        assert_eq!(planned, [pair("leaf2.v1.0.0", "mid.v1.0.0"), pair("mid.v1.0.0", "app.v1.0.0")]);
+        let searched: Vec<(&(String, String), &Catalog)> =
+            catalogs.iter().filter_map(|(id, v)| v.catalog.as_deref().map(|c| (id, c))).collect();
+        let app = searched[0].1.bundles_of("app").next().unwrap();
+        let mut r = Resolver::new(&[], &[], &catalogs, &searched, "root-sub", app);
+        r.way(&app.dependencies()[0]);
+        assert_eq!(r.planned[0].name, "leaf2-stable-c-olm");
+        assert_eq!(r.planned[0].needed_by, pair("mid-stable-c-olm", "mid.v1.0.0"), "its requiredBy");
+        assert_eq!(r.planned[1].needed_by, pair("root-sub", "app.v1.0.0"));
+        assert_eq!(r.planned[1].meets, [r#"package "mid" in range ">=1.0.0" (olm.package.required)"#]);
+    }
+
+    #[test]
+    fn a_chain_that_cannot_be_completed_plans_nothing_and_says_where_it_breaks() {
+        let catalogs = snapshot(catalog());
+        let (ways, planned) = resolve(&catalogs, "bad", &[], &[]);
+        assert!(planned.is_empty(), "nothing planned: {planned:?}");
+        let [Way::Unmet { first, why, others }] = &ways[..] else { panic!("{ways:?}") };
+        assert_eq!((first.as_str(), *others), ("mid.v2.0.0 of olm/c", 0));
+        assert_eq!(
+            why,
+            r#"it requires package "leaf" in range ">=1.0.0" (olm.package.required), which no bundle of the catalogs provides"#
+        );
+        // Installed, leaf meets it, and mid's head is taken.
+        let leaf: Bundle = serde_json::from_value(bundle("leaf", "1.0.0", &[])).unwrap();
+        let (ways, planned) = resolve(&catalogs, "bad", &[leaf], &[]);
+        assert!(matches!(ways[..], [Way::New(0)]), "{ways:?}");
+        assert_eq!(planned, [pair("mid.v2.0.0", "bad.v1.0.0")]);
+    }
+
+    #[test]
+    fn a_subscription_of_the_namespace_meets_what_a_dependency_needs() {
+        let catalogs = snapshot(catalog());
+        let sub = |name: &str, package: &str, state: &str| -> Subscription {
+            serde_json::from_value(json!({"metadata": {"name": name, "namespace": "ns"},
+                "spec": {"name": package, "source": "c", "sourceNamespace": "olm"},
+                "status": {"state": state, "installedCSV": format!("{package}.v1.0.0")}}))
+            .unwrap()
+        };
+        let (ways, planned) = resolve(&catalogs, "app", &[], &[sub("mine", "leaf2", "UpgradePending")]);
+        assert!(matches!(ways[..], [Way::New(0)]), "{ways:?}");
+        assert_eq!(planned, [pair("mid.v1.0.0", "app.v1.0.0")], "leaf2 is left to its Subscription");
+        // Settled on a bundle that cannot move: mid 1.0.0 cannot be installed either.
+        let (ways, planned) = resolve(&catalogs, "app", &[], &[sub("mine", "leaf2", "AtLatestKnown")]);
+        assert!(planned.is_empty(), "{planned:?}");
+        let [Way::Unmet { first, why, others }] = &ways[..] else { panic!("{ways:?}") };
+        assert_eq!((first.as_str(), *others), ("mid.v2.0.0 of olm/c", 1), "{why}");
+    }
+
+    #[test]
+    fn a_dependency_cycle_is_refused_saying_so() {
+        let catalogs = snapshot(catalog());
+        let (ways, planned) = resolve(&catalogs, "cyc-a", &[], &[]);
+        assert!(planned.is_empty(), "{planned:?}");
+        let [Way::Unmet { first, why, .. }] = &ways[..] else { panic!("{ways:?}") };
+        assert_eq!(first, "cyc-b.v1.0.0 of olm/c");
+        assert!(
+            why.starts_with(r#"it requires package "cyc-a" in range ">=1.0.0" (olm.package.required): cyc-a.v1.0.0 of olm/c provides it, but it is of package "cyc-a", which needs it itself (a dependency cycle"#),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn a_chain_deeper_than_the_bound_is_refused() {
+        let names: Vec<String> = (0..=MAX_DEPTH + 2).map(|i| format!("p{i:02}")).collect();
+        let mut blobs = Vec::new();
+        for (i, name) in names.iter().enumerate() {
+            let next: Vec<(&str, &str)> = names.get(i + 1).map(|n| vec![(n.as_str(), ">=1.0.0")]).unwrap_or_default();
+            blobs.push(json!({"schema": "olm.package", "name": name, "defaultChannel": "stable"}));
+            blobs.push(json!({"schema": "olm.channel", "package": name, "name": "stable", "entries": [{"name": format!("{name}.v1.0.0")}]}));
+            blobs.push(bundle(name, "1.0.0", &next));
+        }
+        let c = Catalog::from_blobs(blobs.into_iter().map(|b| ("c.json".to_string(), b))).expect("a valid catalog");
+        let catalogs = snapshot(c);
+        let (ways, planned) = resolve(&catalogs, "p00", &[], &[]);
+        assert!(planned.is_empty(), "{planned:?}");
+        let [Way::Unmet { why, .. }] = &ways[..] else { panic!("{ways:?}") };
+        assert!(why.ends_with(&format!("its chain of dependencies is deeper than {MAX_DEPTH}")), "{why}");
+        // At the bound exactly: p02 needs MAX_DEPTH bundles in a chain (p03 to p18), p01 one more.
+        let (_, planned) = resolve(&catalogs, "p02", &[], &[]);
+        assert_eq!(planned.len(), MAX_DEPTH, "{planned:?}");
+        let (ways, planned) = resolve(&catalogs, "p01", &[], &[]);
+        assert!(planned.is_empty() && matches!(ways[..], [Way::Unmet { .. }]), "{ways:?}");
+    }
+
+    #[test]
+    fn a_catalog_that_branches_everywhere_is_given_up_on() {
+        // wide needs w, which has 700 versions, each needing a package no catalog has.
+        let versions: Vec<String> = (0..700).map(|i| format!("1.0.{i}")).collect();
+        let versions: Vec<&str> = versions.iter().map(String::as_str).collect();
+        let mut blobs = package("wide", &["1.0.0"], |_| needs("w"));
+        blobs.extend(package("w", &versions, |_| needs("nowhere")));
+        let c = Catalog::from_blobs(blobs.into_iter().map(|b| ("c.json".to_string(), b))).expect("a valid catalog");
+        let catalogs = snapshot(c);
+        let searched: Vec<(&(String, String), &Catalog)> =
+            catalogs.iter().filter_map(|(id, v)| v.catalog.as_deref().map(|c| (id, c))).collect();
+        let wide = searched[0].1.bundles_of("wide").next().unwrap();
+        let mut r = Resolver::new(&[], &[], &catalogs, &searched, "root-sub", wide);
+        let way = r.way(&wide.dependencies()[0]);
+        assert_eq!(r.tries, MAX_TRIES, "it stopped at the bound");
+        let Way::Unmet { first, others, .. } = way else { panic!("{way:?}") };
+        assert_eq!((first.as_str(), others), ("w.v1.0.699 of olm/c", 699));
+    }
+
+    #[test]
+    fn a_subscription_that_settled_or_failed_no_longer_moves() {
+        let sub = |state: &str, failed: bool| -> Subscription {
+            let mut conditions = vec![];
+            if failed {
+                conditions.push(json!({"type": "ResolutionFailed", "status": "True", "message": "no such channel"}));
+            }
+            serde_json::from_value(json!({"metadata": {"name": "base"}, "spec": {"name": "base"},
+                "status": {"state": state, "installedCSV": "base.v1.1.0", "currentCSV": "base.v1.3.0",
+                           "conditions": conditions}}))
+            .unwrap()
+        };
+        assert!(progress(&sub("UpgradePending", false)).0);
+        assert!(progress(&sub("", false)).0, "a new subscription moves");
+        let (moving, why) = progress(&sub("AtLatestKnown", false));
+        assert!(!moving && why.contains("installed base.v1.1.0"), "{why}");
+        let (moving, why) = progress(&sub("UpgradePending", true));
+        assert!(!moving && why.contains("no such channel"), "{why}");
+        assert!(!progress(&sub("UpgradeFailed", false)).0);
+        let mut held = sub("AtLatestKnown", false);
+        if let Some(status) = held.status.as_mut() {
+            status.conditions = serde_json::from_value(json!([{"type": "UpgradeHeld", "status": "True",
+                "message": "base.v1.1.0 stays installed: tuned needs it"}]))
+            .unwrap();
+        }
+        let (moving, why) = progress(&held);
+        assert_eq!((moving, why.as_str()), (false, "its upgrade is held: base.v1.1.0 stays installed: tuned needs it"));
+    }
+}
