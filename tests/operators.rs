@@ -1385,12 +1385,21 @@ fn constraint_blobs() -> Vec<Value> {
         json!({"schema": "olm.package", "name": "broken-exporter", "defaultChannel": "stable"}),
         json!({"schema": "olm.channel", "package": "broken-exporter", "name": "stable", "entries": [{"name": "broken-exporter.v1.0.0"}]}),
         bundle_of("broken-exporter", "1.0.0", &[rule(json!({"cel": {"rule": "properties.exists(p, "}}))]),
+        // Reads, but gives an int: OLM's type checker refuses it.
+        json!({"schema": "olm.package", "name": "typo-exporter", "defaultChannel": "stable"}),
+        json!({"schema": "olm.channel", "package": "typo-exporter", "name": "stable", "entries": [{"name": "typo-exporter.v1.0.0"}]}),
+        bundle_of(
+            "typo-exporter",
+            "1.0.0",
+            &[rule(json!({"cel": {"rule":
+                "properties.exists(p, p.type == 'olm.package') ? semver_compare('1.0.0', '1.0.0') : 1"}}))],
+        ),
     ]
 }
 
 /// A dependency declared as an `olm.constraint` (a package range and a CEL rule that one bundle
 /// must both meet) is subscribed to at the bundle that meets it and installed first; one whose
-/// rule does not compile fails resolution saying where, and creates nothing.
+/// rule does not compile, or gives no bool, fails resolution saying where, and creates nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_olm_constraint_with_a_cel_rule_picks_the_bundle_that_meets_it() {
     let c = Coordinator::start();
@@ -1399,21 +1408,35 @@ async fn an_olm_constraint_with_a_cel_rule_picks_the_bundle_that_meets_it() {
     let url = served.set("rules.json", &stream_of(&constraint_blobs(), |_| true));
     add_catalog(&admin, &catalog_source("rules", &url)).await;
 
-    let broken = subscribe_until(
-        &admin,
-        subscription("broken", "rules", "broken-exporter", "Automatic"),
-        "ResolutionFailed",
-        |s| cond_true(s, "ResolutionFailed"),
-    )
-    .await;
-    let why = s(condition(&broken, "ResolutionFailed").unwrap(), "/message").to_string();
-    for words in [
-        "constraints not satisfiable: bundle broken-exporter.v1.0.0 requires",
-        "olm.constraint that does not read: cel.rule: the CEL rule does not compile",
+    for (name, package, words) in [
+        ("broken", "broken-exporter", "cel.rule: the CEL rule does not compile: ERROR: <input>:"),
+        (
+            "typo",
+            "typo-exporter",
+            "cel.rule: the CEL rule does not compile: the rule gives an int, not a bool (OLM: cel expressions must \
+             have type Bool)",
+        ),
     ] {
-        assert!(why.contains(words), "{words:?} in {why}");
+        let broken =
+            subscribe_until(&admin, subscription(name, "rules", package, "Automatic"), "ResolutionFailed", |s| {
+                cond_true(s, "ResolutionFailed")
+            })
+            .await;
+        let why = s(condition(&broken, "ResolutionFailed").unwrap(), "/message").to_string();
+        for words in [
+            &format!(
+                "constraints not satisfiable: bundle {package}.v1.0.0 requires olm.constraint that does not read: "
+            ),
+            words,
+        ] {
+            assert!(why.contains(words), "{words:?} in {why}");
+        }
     }
-    assert_eq!(subscription_names(&admin).await, ["broken"], "nothing subscribed for a rule that does not compile");
+    assert_eq!(
+        subscription_names(&admin).await,
+        ["broken", "typo"],
+        "nothing subscribed for a rule that does not compile"
+    );
 
     admin
         .post(&ns_path(&SUBSCRIPTION, NS, None), &subscription("ruled", "rules", "ruled-exporter", "Automatic"))
@@ -1432,7 +1455,24 @@ async fn an_olm_constraint_with_a_cel_rule_picks_the_bundle_that_meets_it() {
     csv_phase(&admin, "ruled-exporter.v1.0.0", "Succeeded").await;
     let ruled = get(&admin, &ns_path(&SUBSCRIPTION, NS, Some("ruled"))).await.unwrap().unwrap();
     assert!(!cond_true(&ruled, "ResolutionFailed"), "resolved: {ruled}");
-    assert_eq!(subscription_names(&admin).await, ["broken", generated, "ruled"]);
+    assert_eq!(subscription_names(&admin).await, ["broken", generated, "ruled", "typo"]);
+    // certified-base's channel goes on to 2.0.0, which ruled-exporter's constraint refuses: the
+    // dependency is held at 1.1.0, from the moment it was installed (ruled-exporter was being
+    // installed then, waiting for it) and on.
+    let held = object_until(&admin, &ns_path(&SUBSCRIPTION, NS, Some(generated)), "the dependency held", |x| {
+        cond_true(x, "UpgradeHeld")
+    })
+    .await;
+    let why = s(condition(&held, "UpgradeHeld").unwrap(), "/message");
+    assert!(
+        why.starts_with("certified-base.v1.1.0 stays installed: certified-base.v2.0.0 would leave unmet what certified-base.v1.1.0 meets now: ruled-exporter.v1.0.0"),
+        "{why}"
+    );
+    assert_eq!(s(&held, "/status/installedCSV"), "certified-base.v1.1.0", "{held}");
+    assert_eq!(
+        eventually_csvs(&admin, &["certified-base.v1.1.0", "ruled-exporter.v1.0.0"]).await,
+        ["certified-base.v1.1.0", "ruled-exporter.v1.0.0"]
+    );
 }
 
 /// An upgrade of a dependency is checked against the operators that depend on it, as OLM's

@@ -221,18 +221,23 @@ pub struct Broken {
 
 /// What installing `to` in place of the installed CSV `from` would take from the namespace's
 /// other installed operators (`installed`, as [`installed_bundle`] reads them, `from` among
-/// them): each dependency that some installed operator meets today and none would after.
-/// OLM's solver resolves a namespace as a whole and does not choose such an upgrade; a
-/// dependency already unmet is not this upgrade's doing and is left out.
+/// them) and from the bundles its Subscriptions are installing (`coming`: chosen, not yet
+/// installed, perhaps waiting for this very dependency): each dependency that some installed
+/// operator meets today and none would after. OLM's solver resolves a namespace as a whole and
+/// does not choose such an upgrade; a dependency already unmet is not this upgrade's doing and
+/// is left out. Why `coming` counts: a dependency is installed before what needs it, so without
+/// it the dependency's own Subscription could move past the range its dependent needs in the
+/// moment between the two installs.
 pub fn broken_by_replacing(
     from: &str,
     to: &crate::catalog::Bundle,
     installed: &[crate::catalog::Bundle],
+    coming: &[crate::catalog::Bundle],
 ) -> Vec<Broken> {
     let after: Vec<&crate::catalog::Bundle> =
         installed.iter().filter(|b| b.name != from).chain(std::iter::once(to)).collect();
     let mut out = Vec::new();
-    for dependent in installed.iter().filter(|b| b.name != from) {
+    for dependent in installed.iter().filter(|b| b.name != from).chain(coming) {
         for dependency in dependent.dependencies() {
             let met_now = installed.iter().any(|b| dependency.met_by(b));
             if met_now && !after.iter().any(|b| dependency.met_by(b)) {
@@ -741,10 +746,10 @@ mod tests {
             b.iter().map(|b| format!("{}: {}", b.dependent, b.dependency)).collect()
         };
         let base14 = bundle("base", "1.4.0", serde_json::json!([profile.clone()]));
-        assert_eq!(shown(broken_by_replacing("base.v1.3.0", &base14, &installed)), Vec::<String>::new());
+        assert_eq!(shown(broken_by_replacing("base.v1.3.0", &base14, &installed, &[])), Vec::<String>::new());
         let base20 = bundle("base", "2.0.0", serde_json::json!([]));
         assert_eq!(
-            shown(broken_by_replacing("base.v1.3.0", &base20, &installed)),
+            shown(broken_by_replacing("base.v1.3.0", &base20, &installed, &[])),
             [
                 r#"tuned.v1.0.0: package "base" in range ">=1.2.0 <2.0.0" (olm.package.required)"#,
                 "tuned.v1.0.0: API t.example.com/v1 Profile (olm.gvk.required)",
@@ -754,9 +759,17 @@ mod tests {
         let other = bundle("alt", "0.1.0", serde_json::json!([profile]));
         let with_other = [dependent, base13, other];
         assert_eq!(
-            shown(broken_by_replacing("base.v1.3.0", &base20, &with_other)),
+            shown(broken_by_replacing("base.v1.3.0", &base20, &with_other, &[])),
             [r#"tuned.v1.0.0: package "base" in range ">=1.2.0 <2.0.0" (olm.package.required)"#],
             "alt still provides Profile"
+        );
+        // Not installed yet, but chosen (its plan waits for base): it counts as a dependent.
+        let [dependent, base13, other] = with_other;
+        let installed = [base13, other];
+        assert_eq!(shown(broken_by_replacing("base.v1.3.0", &base20, &installed, &[])), Vec::<String>::new());
+        assert_eq!(
+            shown(broken_by_replacing("base.v1.3.0", &base20, &installed, std::slice::from_ref(&dependent))),
+            [r#"tuned.v1.0.0: package "base" in range ">=1.2.0 <2.0.0" (olm.package.required)"#]
         );
     }
 

@@ -116,6 +116,7 @@ fn run_cel_jobs(jobs: mpsc::Receiver<CelJob>) {
 fn compiled<'a>(programs: &'a mut HashMap<String, cel::Program>, text: &str) -> Result<&'a cel::Program, String> {
     if !programs.contains_key(text) {
         let program = cel::Program::compile(text).map_err(|e| e.to_string().trim_end().to_string())?;
+        super::cel_check::check(program.expression())?;
         if programs.len() >= CEL_PROGRAMS_KEPT {
             programs.clear();
         }
@@ -449,9 +450,18 @@ mod tests {
         let err = c.evaluate(&plain).unwrap_err();
         assert!(err.contains("unable to parse 'one' to semver format"), "{err}");
         assert!(!rule(r#"semver_compare("one", "1.0.0") == 0"#).met_by(&plain), "a failing rule is not met");
-        let Rule::Cel(c) = &rule("properties.size()").rule else { panic!() };
-        assert_eq!(c.evaluate(&plain), Err("cel expression evaluated to int, not bool".to_string()));
-        assert!(!rule("properties.size()").met_by(&plain));
+        // A rule that gives no bool is refused when it is read, as OLM's type checker does ...
+        let e = Constraint::parse(&json!({"cel": {"rule": "properties.size()"}})).unwrap_err();
+        assert_eq!(
+            e,
+            "cel.rule: the CEL rule does not compile: the rule gives an int, not a bool (OLM: cel expressions must \
+             have type Bool)"
+        );
+        // ... and one whose type only its run tells is not met when it gives no bool.
+        let either = r#"size(properties) >= 0 ? "yes" : false"#;
+        let Rule::Cel(c) = &rule(either).rule else { panic!() };
+        assert_eq!(c.evaluate(&plain), Err("cel expression evaluated to string, not bool".to_string()));
+        assert!(!rule(either).met_by(&plain));
     }
 
     #[test]

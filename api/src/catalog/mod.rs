@@ -10,6 +10,7 @@
 //! included. This module is pure: the coordinator fetches and decodes the YAML or JSON streams
 //! and hands over the blobs; nothing here does I/O.
 
+mod cel_check;
 mod constraint;
 mod dependencies;
 mod model;

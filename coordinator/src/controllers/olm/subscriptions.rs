@@ -235,9 +235,10 @@ async fn resolve(
             Ok(candidates) if !candidates.is_empty() => {
                 let listed = installed_bundles(store, &ns).await?;
                 let subs = namespace_subscriptions(store, &ns).await?;
+                let coming = coming_bundles(&subs, &sub.metadata.name, catalogs);
                 let from = status.installed_csv.clone();
                 let next = |to: &Bundle, broken: &[olm::Broken]| followers(&from, to, broken, &listed, &subs, catalogs);
-                let allowed = allowed_upgrade(&status.installed_csv, &candidates, &listed, &next);
+                let allowed = allowed_upgrade(&status.installed_csv, &candidates, (&listed, &coming), &next);
                 installed = Some(listed);
                 if let Some(message) = &allowed.passed_over {
                     note(events, &about, UPGRADE_HELD, message);
@@ -437,6 +438,30 @@ fn followers(
     Some(moves.join(", "))
 }
 
+/// The bundles the namespace's other Subscriptions (all but `own`) have chosen and not yet
+/// installed: each one's `currentCSV` when it is not its `installedCSV`, unless its resolution
+/// or install failed, read from its catalog. An upgrade must not take away what they are
+/// waiting for (see [`olm::broken_by_replacing`]).
+fn coming_bundles(subs: &[Subscription], own: &str, catalogs: &Snapshot) -> Vec<Bundle> {
+    subs.iter()
+        .filter(|s| s.metadata.name != own)
+        .filter_map(|s| {
+            let status = s.status.as_ref()?;
+            let failed = find_condition(&status.conditions, olm::RESOLUTION_FAILED).is_some_and(|c| c.status == "True");
+            if status.current_csv.is_empty()
+                || status.current_csv == status.installed_csv
+                || failed
+                || status.state == olm::UPGRADE_FAILED
+            {
+                return None;
+            }
+            let catalog =
+                catalogs.get(&(s.spec.source_namespace.clone(), s.spec.source.clone()))?.catalog.as_deref()?;
+            catalog.bundle(&s.spec.name, &status.current_csv).cloned()
+        })
+        .collect()
+}
+
 /// The upgrade an installed bundle takes, and what was passed over on the way.
 #[derive(Debug, PartialEq)]
 struct Allowed<'a> {
@@ -454,12 +479,12 @@ struct Allowed<'a> {
 fn allowed_upgrade<'a>(
     from: &str,
     candidates: &[&'a Bundle],
-    installed: &[Bundle],
+    (installed, coming): (&[Bundle], &[Bundle]),
     follow: &dyn Fn(&Bundle, &[olm::Broken]) -> Option<String>,
 ) -> Allowed<'a> {
     let mut reasons = Vec::new();
     for candidate in candidates {
-        let broken = olm::broken_by_replacing(from, candidate, installed);
+        let broken = olm::broken_by_replacing(from, candidate, installed, coming);
         let followed_by = if broken.is_empty() { None } else { follow(candidate, &broken) };
         if broken.is_empty() || followed_by.is_some() {
             let passed_over = (!reasons.is_empty()).then(|| {
@@ -468,7 +493,13 @@ fn allowed_upgrade<'a>(
             let followed_by = followed_by.map(|moves| format!("{} is installed first: {moves}", candidate.name));
             return Allowed { chosen: Some(candidate), passed_over, followed_by };
         }
-        let why: Vec<String> = broken.iter().map(|b| format!("{} requires {}", b.dependent, b.dependency)).collect();
+        let why: Vec<String> = broken
+            .iter()
+            .map(|b| {
+                let being = if coming.iter().any(|c| c.name == b.dependent) { " (being installed)" } else { "" };
+                format!("{}{being} requires {}", b.dependent, b.dependency)
+            })
+            .collect();
         reasons.push(format!("{} would leave unmet what {from} meets now: {}", candidate.name, why.join(", ")));
     }
     let passed_over = (!reasons.is_empty()).then(|| {
@@ -547,7 +578,7 @@ mod tests {
         let installed = [dependent, bundle("base", "1.3.0", json!([]))];
         let (v14, v20) = (bundle("base", "1.4.0", json!([])), bundle("base", "2.0.0", json!([])));
         let stays = |_: &Bundle, _: &[olm::Broken]| None;
-        let allowed = allowed_upgrade("base.v1.3.0", &[&v20, &v14], &installed, &stays);
+        let allowed = allowed_upgrade("base.v1.3.0", &[&v20, &v14], (&installed, &[]), &stays);
         assert_eq!(allowed.chosen.map(|b| b.name.as_str()), Some("base.v1.4.0"));
         assert_eq!(
             allowed.passed_over.as_deref(),
@@ -556,16 +587,27 @@ mod tests {
                  meets now: tuned.v1.0.0 requires package \"base\" in range \"<2.0.0\" (olm.package.required)"
             )
         );
-        let first = allowed_upgrade("base.v1.3.0", &[&v14, &v20], &installed, &stays);
+        let first = allowed_upgrade("base.v1.3.0", &[&v14, &v20], (&installed, &[]), &stays);
         assert_eq!((first.chosen.map(|b| b.name.as_str()), first.passed_over), (Some("base.v1.4.0"), None));
-        let none = allowed_upgrade("base.v1.3.0", &[&v20], &installed, &stays);
+        let none = allowed_upgrade("base.v1.3.0", &[&v20], (&installed, &[]), &stays);
         assert!(none.chosen.is_none());
         assert!(none.passed_over.is_some_and(|m| m.starts_with("base.v1.3.0 stays installed: base.v2.0.0 would")));
-        let alone = allowed_upgrade("base.v1.3.0", &[&v20], &installed[1..], &stays);
+        let alone = allowed_upgrade("base.v1.3.0", &[&v20], (&installed[1..], &[]), &stays);
         assert_eq!((alone.chosen.map(|b| b.name.as_str()), alone.passed_over), (Some("base.v2.0.0"), None));
+        // The dependent chosen by its Subscription and not installed yet holds it as well.
+        let coming = allowed_upgrade("base.v1.3.0", &[&v20], (&installed[1..], &installed[..1]), &stays);
+        assert!(coming.chosen.is_none());
+        assert_eq!(
+            coming.passed_over.as_deref(),
+            Some(
+                "base.v1.3.0 stays installed: base.v2.0.0 would leave unmet what base.v1.3.0 meets now: tuned.v1.0.0 \
+                 (being installed) requires package \"base\" in range \"<2.0.0\" (olm.package.required); the upgrade goes \
+                 on by itself once its dependents allow it"
+            )
+        );
         // The dependent moves after it: taken, saying so.
         let moves = |_: &Bundle, _: &[olm::Broken]| Some("tuned.v1.0.0 moves to tuned.v2.0.0 after it".to_string());
-        let together = allowed_upgrade("base.v1.3.0", &[&v20], &installed, &moves);
+        let together = allowed_upgrade("base.v1.3.0", &[&v20], (&installed, &[]), &moves);
         assert_eq!(together.chosen.map(|b| b.name.as_str()), Some("base.v2.0.0"));
         assert_eq!(
             together.followed_by.as_deref(),
@@ -607,7 +649,7 @@ mod tests {
         };
         let installed = [bundle("tuned", "1.0.0", needs("<2.0.0")), bundle("base", "1.3.0", json!([]))];
         let to = bundle("base", "2.0.0", json!([]));
-        let broken = olm::broken_by_replacing("base.v1.3.0", &to, &installed);
+        let broken = olm::broken_by_replacing("base.v1.3.0", &to, &installed, &[]);
         assert_eq!(broken.len(), 1);
         let works = catalog(">=2.0.0");
         assert_eq!(
