@@ -1021,6 +1021,33 @@ async fn subscription_names(admin: &Client) -> Vec<String> {
     names
 }
 
+/// Where the namespace's plan for a CSV comes among its plans: they are numbered in the order
+/// they were made (`spec.generation`).
+async fn plan_order(admin: &Client) -> impl Fn(&str) -> i64 {
+    let listed = admin.get(&ns_path(&INSTALL_PLAN, NS, None)).await.unwrap().into_result().unwrap();
+    move |csv: &str| {
+        listed["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|p| s(p, "/spec/clusterServiceVersionNames/0") == csv)
+            .and_then(|p| p["spec"]["generation"].as_i64())
+            .unwrap_or_else(|| panic!("no plan for {csv}: {listed}"))
+    }
+}
+
+/// The messages of the namespace's Events with `reason`.
+async fn event_messages(admin: &Client, reason: &str) -> Vec<String> {
+    let events = admin.get(&ns_path(&EVENT, NS, None)).await.unwrap().into_result().unwrap();
+    events["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| s(e, "/reason") == reason)
+        .map(|e| s(e, "/message").to_string())
+        .collect()
+}
+
 /// A bundle's dependencies (`olm.package.required`, `olm.gvk.required`) are subscribed to as
 /// OLM subscribes to them: a Subscription of their own, named as OLM names it, starting at the
 /// bundle nearest the default channel's head that meets them; the dependent bundle is planned
@@ -1102,22 +1129,9 @@ async fn a_bundles_dependencies_are_subscribed_to_and_installed_first() {
     let tuned_plan = plan_for(&admin, "tuned", "tuned-exporter.v1.0.0", "RequiresApproval").await;
     approve(&admin, s(&tuned_plan, "/metadata/name")).await;
     let dependent = csv_phase(&admin, "tuned-exporter.v1.0.0", "Succeeded").await;
-    // The dependency's plan came first: plans are numbered in the order they were made.
-    let plan_number = |csv: &str| {
-        let (admin, csv) = (admin.clone(), csv.to_string());
-        async move {
-            let listed = admin.get(&ns_path(&INSTALL_PLAN, NS, None)).await.unwrap().into_result().unwrap();
-            let plan = listed["items"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|p| s(p, "/spec/clusterServiceVersionNames/0") == csv)
-                .cloned()
-                .unwrap_or_else(|| panic!("no plan for {csv}: {listed}"));
-            plan["spec"]["generation"].as_i64().unwrap()
-        }
-    };
-    assert!(plan_number("base-tuning.v1.3.0").await < plan_number("tuned-exporter.v1.0.0").await);
+    // The dependency's plan came first.
+    let order = plan_order(&admin).await;
+    assert!(order("base-tuning.v1.3.0") < order("tuned-exporter.v1.0.0"));
     assert_eq!(s(&dependent, "/metadata/namespace"), NS);
     assert_eq!(s(&base, "/metadata/namespace"), NS);
     let tuned = object_until(&admin, &ns_path(&SUBSCRIPTION, NS, Some("tuned")), "tuned's installed CSV", |x| {
@@ -1126,14 +1140,7 @@ async fn a_bundles_dependencies_are_subscribed_to_and_installed_first() {
     .await;
     assert!(!cond_true(&tuned, "ResolutionFailed"), "resolved: {tuned}");
     assert!(condition(&tuned, "InstallPlanPending").is_none(), "no longer waiting: {tuned}");
-    let events = admin.get(&ns_path(&EVENT, NS, None)).await.unwrap().into_result().unwrap();
-    let subscribed: Vec<&str> = events["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| s(e, "/reason") == "DependencySubscribed")
-        .map(|e| s(e, "/message"))
-        .collect();
+    let subscribed = event_messages(&admin, "DependencySubscribed").await;
     assert!(
         subscribed.len() == 1
             && subscribed[0].contains(generated)
@@ -1221,26 +1228,9 @@ async fn a_dependency_chain_is_resolved_whole_and_installed_leaf_first() {
         csv_phase(&admin, csv, "Succeeded").await;
     }
     // Each was planned only once what it needs was installed.
-    let listed = admin.get(&ns_path(&INSTALL_PLAN, NS, None)).await.unwrap().into_result().unwrap();
-    let generation = |csv: &str| {
-        listed["items"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|p| s(p, "/spec/clusterServiceVersionNames/0") == csv)
-            .and_then(|p| p["spec"]["generation"].as_i64())
-            .unwrap_or_else(|| panic!("no plan for {csv}: {listed}"))
-    };
-    assert!(generation("leaf2.v1.0.0") < generation("mid.v1.0.0"), "{listed}");
-    assert!(generation("mid.v1.0.0") < generation("app.v1.0.0"), "{listed}");
-    let events = admin.get(&ns_path(&EVENT, NS, None)).await.unwrap().into_result().unwrap();
-    let subscribed: Vec<&str> = events["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| s(e, "/reason") == "DependencySubscribed")
-        .map(|e| s(e, "/message"))
-        .collect();
+    let order = plan_order(&admin).await;
+    assert!(order("leaf2.v1.0.0") < order("mid.v1.0.0") && order("mid.v1.0.0") < order("app.v1.0.0"));
+    let subscribed = event_messages(&admin, "DependencySubscribed").await;
     assert!(
         subscribed.iter().any(|m| m
             .starts_with(&format!("created Subscription \"{leaf2}\" for mid.v1.0.0 (it requires package \"leaf2\""))),
