@@ -20,6 +20,9 @@ use cel::common::ast::{operators as op, Expr, IdedExpr, LiteralValue};
 /// The variable OLM's environment declares: the bundle's properties, each `{type, value}`.
 const PROPERTIES: &str = "properties";
 
+/// The type names CEL's standard library declares as identifiers (`type(x) == list`).
+const TYPE_NAMES: &[&str] = &["int", "uint", "double", "bool", "string", "bytes", "list", "map", "null_type", "type"];
+
 /// The functions OLM's environment declares: cel-go's standard library (its operators, as the
 /// parser names them, and its functions) and OLM's `semver_compare`.
 const FUNCTIONS: &[&str] = &[
@@ -150,6 +153,8 @@ fn type_of(e: &IdedExpr, scope: &mut Vec<(String, Type)>, undeclared: &mut Vec<S
                 *t
             } else if name == PROPERTIES {
                 Type::List
+            } else if TYPE_NAMES.contains(&name.as_str()) {
+                Type::Other
             } else {
                 note(name, undeclared);
                 Type::Unknown
@@ -273,6 +278,7 @@ mod tests {
             "properties.map(p, p.type).exists(t, t.startsWith('olm.'))",
             "'a' in ['a', 'b']",
             "properties.size() > 0 ? true : false",
+            "type(properties) == list && type(1) != string",
             "true",
             // What the check cannot tell is let through.
             "size(properties) > 0 ? properties[0].value.flag : false",
