@@ -1248,6 +1248,52 @@ async fn a_dependency_chain_is_resolved_whole_and_installed_leaf_first() {
     );
 }
 
+/// An upgrade that cannot be installed (its head needs what no catalog has) is passed over for
+/// the next one that can, as OLM's solver passes over a bundle it cannot satisfy: mid's channel
+/// goes 1.0.0 -> 1.5.0 -> 2.0.0, 2.0.0 skipping everything below it and needing `leaf`; a
+/// Subscription installed at 1.0.0 moves to 1.5.0, saying why not 2.0.0, and then stays there,
+/// its resolution saying what 2.0.0 lacks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upgrade_that_cannot_be_installed_is_passed_over_for_one_that_can() {
+    let required = |package: &str| json!({"type": "olm.package.required", "value": {"packageName": package, "versionRange": ">=1.0.0"}});
+    let mut blobs: Vec<Value> =
+        chain_blobs().into_iter().filter(|b| b["package"] != "mid" || s(b, "/schema") == "olm.package").collect();
+    blobs.extend([
+        json!({"schema": "olm.channel", "package": "mid", "name": "stable", "entries": [
+            {"name": "mid.v1.0.0"},
+            {"name": "mid.v1.5.0", "replaces": "mid.v1.0.0"},
+            {"name": "mid.v2.0.0", "replaces": "mid.v1.5.0", "skipRange": ">=1.0.0 <2.0.0"}]}),
+        bundle_of("mid", "1.0.0", &[]),
+        bundle_of("mid", "1.5.0", &[required("leaf2")]),
+        bundle_of("mid", "2.0.0", &[required("leaf")]),
+    ]);
+    let c = Coordinator::start();
+    let admin = c.client();
+    let served = CatalogServer::start().await;
+    let url = served.set("chain.json", &stream_of(&blobs, |_| true));
+    add_catalog(&admin, &catalog_source("chain", &url)).await;
+    let mut sub = subscription("mid", "chain", "mid", "Automatic");
+    sub["spec"]["startingCSV"] = json!("mid.v1.0.0");
+    let settled = subscribe_until(&admin, sub, "mid settled on 1.5.0", |x| {
+        s(x, "/status/installedCSV") == "mid.v1.5.0" && cond_true(x, "ResolutionFailed")
+    })
+    .await;
+    let why = s(condition(&settled, "ResolutionFailed").unwrap(), "/message");
+    assert!(
+        why.starts_with(r#"constraints not satisfiable: bundle mid.v2.0.0 requires package "leaf" in range ">=1.0.0" (olm.package.required): no bundle of the catalogs olm/chain provides it"#),
+        "{why}"
+    );
+    // 1.5.0 needed leaf2, subscribed to and installed first.
+    assert_eq!(eventually_csvs(&admin, &["leaf2.v1.0.0", "mid.v1.5.0"]).await, ["leaf2.v1.0.0", "mid.v1.5.0"]);
+    let held = event_messages(&admin, "UpgradeHeld").await;
+    assert!(
+        held.iter().any(|m| m.starts_with(
+            r#"mid.v1.5.0 is installed instead of mid.v2.0.0: mid.v2.0.0 cannot be installed: bundle mid.v2.0.0 requires package "leaf""#
+        )),
+        "{held:?}"
+    );
+}
+
 /// A dependency is looked for in the global catalog namespace's catalogs too
 /// (`--olm-global-namespace`), as OLM's resolver does: a Subscription of `operators` on a
 /// catalog of its own namespace that has only tuned-exporter gets base-tuning from the global

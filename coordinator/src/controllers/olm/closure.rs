@@ -82,7 +82,8 @@ pub struct Resolver<'a> {
 
 impl<'a> Resolver<'a> {
     /// A resolution of `bundle`, which Subscription `sub` would install, in a namespace with
-    /// `installed` operators and `others` Subscriptions, looking in `searched` (in order).
+    /// `installed` operators and `others` Subscriptions (`sub` among them or not), looking in
+    /// `searched` (in order).
     pub fn new(
         installed: &'a [Bundle],
         others: &'a [Subscription],
@@ -116,7 +117,10 @@ impl<'a> Resolver<'a> {
     /// (a candidate of one of them would be a cycle); `needer`: that bundle's Subscription and
     /// name.
     fn way_at(&mut self, dep: &Dependency, path: &mut Vec<String>, needer: &(String, String)) -> Way {
-        if let Some(s) = self.others.iter().find(|s| subscribes_to(s, dep, self.catalogs)) {
+        let root = self.root.0.as_str();
+        if let Some(s) =
+            self.others.iter().filter(|s| s.metadata.name != root).find(|s| subscribes_to(s, dep, self.catalogs))
+        {
             let (moving, detail) = progress(s);
             let name = s.metadata.name.clone();
             return if moving {
@@ -157,7 +161,9 @@ impl<'a> Resolver<'a> {
                      package",
                     n.bundle.name, n.needed_by.1
                 ))
-            } else if let Some(s) = self.others.iter().find(|s| s.spec.name == package) {
+            } else if let Some(s) =
+                self.others.iter().find(|s| s.spec.name == package && s.metadata.name != self.root.0)
+            {
                 Some(format!("Subscription {:?} of this namespace holds package {package:?}", s.metadata.name))
             } else if self.tries >= MAX_TRIES {
                 Some(format!("the resolution gave up after trying {MAX_TRIES} bundles"))

@@ -18,7 +18,7 @@
 //! and the global ones.
 
 use super::catalogs::Snapshot;
-use super::closure::{self, Resolver, Way};
+use super::closure::{self, Planned, Resolver, Way};
 use super::{involved, note};
 use crate::controllers::events::Recorder;
 use crate::resources::SUBSCRIPTION;
@@ -59,40 +59,18 @@ pub async fn arrange(
     installed: &[Bundle],
 ) -> Result<Outcome, StoreError> {
     let ns = sub.metadata.namespace.clone().unwrap_or_default();
-    let mut others = super::subscriptions::namespace_subscriptions(store, &ns).await?;
-    others.retain(|s| s.metadata.name != sub.metadata.name);
+    let others = super::subscriptions::namespace_subscriptions(store, &ns).await?;
     let searched = search_order(catalogs, sub, global);
-    let mut resolver = Resolver::new(installed, &others, catalogs, &searched, &sub.metadata.name, bundle);
-    let ways: Vec<Way> = unmet.iter().map(|dep| resolver.way(dep)).collect();
-    let planned = resolver.planned;
-
-    let blocked = ways.iter().any(|w| matches!(w, Way::Stuck { .. } | Way::Missing | Way::Unmet { .. }));
-    if blocked {
-        let shown: Vec<String> = searched.iter().map(|(id, _)| format!("{}/{}", id.0, id.1)).collect();
-        let why: Vec<String> = unmet
-            .iter()
-            .zip(&ways)
-            .map(|(dep, way)| match way {
-                Way::Missing => format!("{dep}: no bundle of the catalogs {} provides it", shown.join(", ")),
-                Way::Unmet { first, why, others } => format!("{dep}: {}", closure::unmet_text(first, why, *others)),
-                Way::Stuck { name, package, detail } => format!(
-                    "{dep}: Subscription {name:?} of this namespace (package {package:?}) is the one to meet it, but \
-                     {detail}; change its channel to one that reaches a bundle that meets it"
-                ),
-                Way::Subscribed { name, detail } => format!("{dep}: Subscription {name:?} will meet it ({detail})"),
-                Way::New(k) => format!(
-                    "{dep}: {} of {}/{} meets it",
-                    planned[*k].bundle.name, planned[*k].catalog.0, planned[*k].catalog.1
-                ),
-            })
-            .collect();
-        return Ok(Outcome::Unsatisfiable(format!(
-            "constraints not satisfiable: bundle {} requires {}; nothing is installed for it until every dependency \
-             can be met, and it goes on by itself once they can",
-            bundle.name,
-            why.join("; ")
-        )));
-    }
+    let (ways, planned) =
+        match resolve(sub, bundle, unmet, Context { catalogs, searched: &searched, others: &others, installed }) {
+            Ok(resolved) => resolved,
+            Err(why) => {
+                return Ok(Outcome::Unsatisfiable(format!(
+                "constraints not satisfiable: {why}; nothing is installed for it until every dependency can be met, \
+                 and it goes on by itself once they can"
+            )))
+            }
+        };
 
     let about = involved("Subscription", &ns, &sub.metadata.name);
     // What each needs is planned before it, so it is created first.
@@ -161,11 +139,70 @@ pub async fn arrange(
     Ok(Outcome::Waiting(format!("{} waits for its dependencies to be installed: {}", bundle.name, waits.join("; "))))
 }
 
+/// What a resolution of a bundle's dependencies reads.
+#[derive(Clone, Copy)]
+pub struct Context<'a> {
+    pub catalogs: &'a Snapshot,
+    /// The catalogs dependencies are looked for in, in order ([`search_order`]).
+    pub searched: &'a [(&'a (String, String), &'a Catalog)],
+    /// The namespace's Subscriptions (the one resolving among them or not).
+    pub others: &'a [Subscription],
+    /// The namespace's installed operators.
+    pub installed: &'a [Bundle],
+}
+
+/// The way to meet each of `unmet` (dependencies of `bundle`, which `sub` would install) and
+/// the Subscriptions that would have to be created, what each needs first; or, when one cannot
+/// be met at any depth, why ("bundle X requires D: why; ..."), each dependency named.
+fn resolve<'a>(
+    sub: &Subscription,
+    bundle: &Bundle,
+    unmet: &[Dependency],
+    at: Context<'a>,
+) -> Result<(Vec<Way>, Vec<Planned<'a>>), String> {
+    let mut resolver = Resolver::new(at.installed, at.others, at.catalogs, at.searched, &sub.metadata.name, bundle);
+    let ways: Vec<Way> = unmet.iter().map(|dep| resolver.way(dep)).collect();
+    let planned = resolver.planned;
+    if !ways.iter().any(|w| matches!(w, Way::Stuck { .. } | Way::Missing | Way::Unmet { .. })) {
+        return Ok((ways, planned));
+    }
+    let shown: Vec<String> = at.searched.iter().map(|(id, _)| format!("{}/{}", id.0, id.1)).collect();
+    let why: Vec<String> = unmet
+        .iter()
+        .zip(&ways)
+        .map(|(dep, way)| match way {
+            Way::Missing => format!("{dep}: no bundle of the catalogs {} provides it", shown.join(", ")),
+            Way::Unmet { first, why, others } => format!("{dep}: {}", closure::unmet_text(first, why, *others)),
+            Way::Stuck { name, package, detail } => format!(
+                "{dep}: Subscription {name:?} of this namespace (package {package:?}) is the one to meet it, but \
+                 {detail}; change its channel to one that reaches a bundle that meets it"
+            ),
+            Way::Subscribed { name, detail } => format!("{dep}: Subscription {name:?} will meet it ({detail})"),
+            Way::New(k) => format!(
+                "{dep}: {} of {}/{} meets it",
+                planned[*k].bundle.name, planned[*k].catalog.0, planned[*k].catalog.1
+            ),
+        })
+        .collect();
+    Err(format!("bundle {} requires {}", bundle.name, why.join("; ")))
+}
+
+/// Whether `bundle`, which `sub` would install, can be installed with everything it needs, at
+/// any depth (nothing is created): why not, when it cannot. An upgrade candidate that cannot be
+/// is passed over for the next one, as OLM's solver passes over a bundle it cannot satisfy.
+pub fn installable(sub: &Subscription, bundle: &Bundle, at: Context<'_>) -> Result<(), String> {
+    let unmet = olm::unmet_of(bundle.dependencies(), at.installed);
+    if unmet.is_empty() {
+        return Ok(());
+    }
+    resolve(sub, bundle, &unmet, at).map(|_| ())
+}
+
 /// The catalogs a dependency is looked for in, in order: the subscription's own, then the other
 /// healthy ones of its own namespace, of its catalog's namespace and of the global catalog
 /// namespace `global`, the higher priority first, then those of the subscription's namespace,
 /// then by namespace and name.
-fn search_order<'a>(
+pub fn search_order<'a>(
     catalogs: &'a Snapshot,
     sub: &Subscription,
     global: Option<&str>,

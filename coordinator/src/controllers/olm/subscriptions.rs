@@ -238,7 +238,10 @@ async fn resolve(
                 let coming = coming_bundles(&subs, &sub.metadata.name, catalogs);
                 let from = status.installed_csv.clone();
                 let next = |to: &Bundle, broken: &[olm::Broken]| followers(&from, to, broken, &listed, &subs, catalogs);
-                let allowed = allowed_upgrade(&status.installed_csv, &candidates, (&listed, &coming), &next);
+                let searched = dependencies::search_order(catalogs, sub, global);
+                let at = dependencies::Context { catalogs, searched: &searched, others: &subs, installed: &listed };
+                let can = |to: &Bundle| dependencies::installable(sub, to, at);
+                let allowed = allowed_upgrade(&status.installed_csv, &candidates, (&listed, &coming), &next, &can);
                 installed = Some(listed);
                 if let Some(message) = &allowed.passed_over {
                     note(events, &about, UPGRADE_HELD, message);
@@ -481,9 +484,16 @@ fn allowed_upgrade<'a>(
     candidates: &[&'a Bundle],
     (installed, coming): (&[Bundle], &[Bundle]),
     follow: &dyn Fn(&Bundle, &[olm::Broken]) -> Option<String>,
+    installable: &dyn Fn(&Bundle) -> Result<(), String>,
 ) -> Allowed<'a> {
     let mut reasons = Vec::new();
+    let mut cannot = 0;
     for candidate in candidates {
+        if let Err(why) = installable(candidate) {
+            reasons.push(format!("{} cannot be installed: {why}", candidate.name));
+            cannot += 1;
+            continue;
+        }
         let broken = olm::broken_by_replacing(from, candidate, installed, coming);
         let followed_by = if broken.is_empty() { None } else { follow(candidate, &broken) };
         if broken.is_empty() || followed_by.is_some() {
@@ -501,6 +511,11 @@ fn allowed_upgrade<'a>(
             })
             .collect();
         reasons.push(format!("{} would leave unmet what {from} meets now: {}", candidate.name, why.join(", ")));
+    }
+    if cannot == candidates.len() {
+        // Not one can be installed: the preferred one is resolved, and its resolution fails
+        // saying why (a dependency the catalogs lack is nobody's dependents' doing).
+        return Allowed { chosen: candidates.first().copied(), passed_over: None, followed_by: None };
     }
     let passed_over = (!reasons.is_empty()).then(|| {
         format!(
@@ -578,7 +593,8 @@ mod tests {
         let installed = [dependent, bundle("base", "1.3.0", json!([]))];
         let (v14, v20) = (bundle("base", "1.4.0", json!([])), bundle("base", "2.0.0", json!([])));
         let stays = |_: &Bundle, _: &[olm::Broken]| None;
-        let allowed = allowed_upgrade("base.v1.3.0", &[&v20, &v14], (&installed, &[]), &stays);
+        let any = |_: &Bundle| Ok(());
+        let allowed = allowed_upgrade("base.v1.3.0", &[&v20, &v14], (&installed, &[]), &stays, &any);
         assert_eq!(allowed.chosen.map(|b| b.name.as_str()), Some("base.v1.4.0"));
         assert_eq!(
             allowed.passed_over.as_deref(),
@@ -587,15 +603,15 @@ mod tests {
                  meets now: tuned.v1.0.0 requires package \"base\" in range \"<2.0.0\" (olm.package.required)"
             )
         );
-        let first = allowed_upgrade("base.v1.3.0", &[&v14, &v20], (&installed, &[]), &stays);
+        let first = allowed_upgrade("base.v1.3.0", &[&v14, &v20], (&installed, &[]), &stays, &any);
         assert_eq!((first.chosen.map(|b| b.name.as_str()), first.passed_over), (Some("base.v1.4.0"), None));
-        let none = allowed_upgrade("base.v1.3.0", &[&v20], (&installed, &[]), &stays);
+        let none = allowed_upgrade("base.v1.3.0", &[&v20], (&installed, &[]), &stays, &any);
         assert!(none.chosen.is_none());
         assert!(none.passed_over.is_some_and(|m| m.starts_with("base.v1.3.0 stays installed: base.v2.0.0 would")));
-        let alone = allowed_upgrade("base.v1.3.0", &[&v20], (&installed[1..], &[]), &stays);
+        let alone = allowed_upgrade("base.v1.3.0", &[&v20], (&installed[1..], &[]), &stays, &any);
         assert_eq!((alone.chosen.map(|b| b.name.as_str()), alone.passed_over), (Some("base.v2.0.0"), None));
         // The dependent chosen by its Subscription and not installed yet holds it as well.
-        let coming = allowed_upgrade("base.v1.3.0", &[&v20], (&installed[1..], &installed[..1]), &stays);
+        let coming = allowed_upgrade("base.v1.3.0", &[&v20], (&installed[1..], &installed[..1]), &stays, &any);
         assert!(coming.chosen.is_none());
         assert_eq!(
             coming.passed_over.as_deref(),
@@ -607,12 +623,40 @@ mod tests {
         );
         // The dependent moves after it: taken, saying so.
         let moves = |_: &Bundle, _: &[olm::Broken]| Some("tuned.v1.0.0 moves to tuned.v2.0.0 after it".to_string());
-        let together = allowed_upgrade("base.v1.3.0", &[&v20], (&installed, &[]), &moves);
+        let together = allowed_upgrade("base.v1.3.0", &[&v20], (&installed, &[]), &moves, &any);
         assert_eq!(together.chosen.map(|b| b.name.as_str()), Some("base.v2.0.0"));
         assert_eq!(
             together.followed_by.as_deref(),
             Some("base.v2.0.0 is installed first: tuned.v1.0.0 moves to tuned.v2.0.0 after it")
         );
+    }
+
+    /// A candidate that cannot be installed (something it needs, at any depth, cannot be met) is
+    /// passed over for the next one, saying why; when none can be, the preferred one is taken, so
+    /// its resolution fails naming what it lacks.
+    #[test]
+    fn an_upgrade_that_cannot_be_installed_is_passed_over() {
+        let installed = [bundle("base", "1.3.0", json!([]))];
+        let (v14, v20) = (bundle("base", "1.4.0", json!([])), bundle("base", "2.0.0", json!([])));
+        let stays = |_: &Bundle, _: &[olm::Broken]| None;
+        let not_20 = |b: &Bundle| {
+            if b.name == "base.v2.0.0" {
+                Err("bundle base.v2.0.0 requires package \"leaf\": no bundle of the catalogs olm/c provides it".into())
+            } else {
+                Ok(())
+            }
+        };
+        let allowed = allowed_upgrade("base.v1.3.0", &[&v20, &v14], (&installed, &[]), &stays, &not_20);
+        assert_eq!(allowed.chosen.map(|b| b.name.as_str()), Some("base.v1.4.0"));
+        assert_eq!(
+            allowed.passed_over.as_deref(),
+            Some(
+                "base.v1.4.0 is installed instead of base.v2.0.0: base.v2.0.0 cannot be installed: bundle base.v2.0.0 \
+                 requires package \"leaf\": no bundle of the catalogs olm/c provides it"
+            )
+        );
+        let alone = allowed_upgrade("base.v1.3.0", &[&v20], (&installed, &[]), &stays, &not_20);
+        assert_eq!((alone.chosen.map(|b| b.name.as_str()), alone.passed_over), (Some("base.v2.0.0"), None));
     }
 
     /// A dependent follows its dependency's upgrade when its Automatic Subscription's next
