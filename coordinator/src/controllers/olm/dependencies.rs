@@ -61,16 +61,15 @@ pub async fn arrange(
     let ns = sub.metadata.namespace.clone().unwrap_or_default();
     let others = super::subscriptions::namespace_subscriptions(store, &ns).await?;
     let searched = search_order(catalogs, sub, global);
-    let (ways, planned) =
-        match resolve(sub, bundle, unmet, Context { catalogs, searched: &searched, others: &others, installed }) {
-            Ok(resolved) => resolved,
-            Err(why) => {
-                return Ok(Outcome::Unsatisfiable(format!(
-                "constraints not satisfiable: {why}; nothing is installed for it until every dependency can be met, \
-                 and it goes on by itself once they can"
-            )))
-            }
-        };
+    let at = Context { catalogs, searched: &searched, others: &others, installed };
+    let (ways, planned) = match resolve(sub, bundle, unmet, at) {
+        Ok(resolved) => resolved,
+        Err(why) => {
+            let more = "nothing is installed for it until every dependency can be met, and it goes on by itself once \
+                        they can";
+            return Ok(Outcome::Unsatisfiable(format!("constraints not satisfiable: {why}; {more}")));
+        }
+    };
 
     let about = involved("Subscription", &ns, &sub.metadata.name);
     // What each needs is planned before it, so it is created first.
