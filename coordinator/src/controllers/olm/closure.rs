@@ -105,18 +105,26 @@ impl<'a> Resolver<'a> {
         }
     }
 
-    /// The way to meet `dep`, one of the bundle's own unmet dependencies; what it needs in
-    /// turn is planned too.
-    pub fn way(&mut self, dep: &Dependency) -> Way {
+    /// The way to meet `dep`, one of `unmet`, the bundle's own unmet dependencies; what it needs
+    /// in turn is planned too.
+    pub fn way(&mut self, dep: &Dependency, unmet: &[Dependency]) -> Way {
         let mut path = vec![self.root_package.clone()];
         let root = self.root.clone();
-        self.way_at(dep, &mut path, &root)
+        self.way_at(dep, unmet, &mut path, &root)
     }
 
-    /// `path`: the packages of the chain from the dependent down to the bundle that has `dep`
-    /// (a candidate of one of them would be a cycle); `needer`: that bundle's Subscription and
-    /// name.
-    fn way_at(&mut self, dep: &Dependency, path: &mut Vec<String>, needer: &(String, String)) -> Way {
+    /// `siblings`: the unmet dependencies of the bundle that has `dep` (`dep` among them): a
+    /// candidate of a package another of them names must meet that one too, since the package
+    /// gets one Subscription (OLM's solver looks for such a bundle the same way); `path`: the
+    /// packages of the chain from the dependent down to that bundle (a candidate of one of them
+    /// would be a cycle); `needer`: that bundle's Subscription and name.
+    fn way_at(
+        &mut self,
+        dep: &Dependency,
+        siblings: &[Dependency],
+        path: &mut Vec<String>,
+        needer: &(String, String),
+    ) -> Way {
         let root = self.root.0.as_str();
         if let Some(s) =
             self.others.iter().filter(|s| s.metadata.name != root).find(|s| subscribes_to(s, dep, self.catalogs))
@@ -165,6 +173,10 @@ impl<'a> Resolver<'a> {
                 self.others.iter().find(|s| s.spec.name == package && s.metadata.name != self.root.0)
             {
                 Some(format!("Subscription {:?} of this namespace holds package {package:?}", s.metadata.name))
+            } else if let Some(other) =
+                siblings.iter().find(|d| d.package() == Some(package) && *d != dep && !d.met_by(p.bundle))
+            {
+                Some(format!("it does not also meet {other}, which the same package's one Subscription must"))
             } else if self.tries >= MAX_TRIES {
                 Some(format!("the resolution gave up after trying {MAX_TRIES} bundles"))
             } else {
@@ -216,7 +228,7 @@ impl<'a> Resolver<'a> {
             return Err(format!("its chain of dependencies is deeper than {MAX_DEPTH}"));
         }
         for dep in &unmet {
-            match self.way_at(dep, path, me) {
+            match self.way_at(dep, &unmet, path, me) {
                 Way::Subscribed { .. } | Way::New(_) => {}
                 Way::Stuck { name, detail, .. } => {
                     return Err(format!("it requires {dep}, and Subscription {name:?} of this namespace, which holds that package, {detail}"));
@@ -328,7 +340,8 @@ mod tests {
     }
 
     /// app needs mid; mid's head (2.0.0) needs leaf, which no catalog has, its 1.0.0 needs
-    /// leaf2, which it has; bad needs mid 2.x; cyc-a and cyc-b need each other.
+    /// leaf2, which it has; bad needs mid 2.x; cyc-a and cyc-b need each other; two needs ranged
+    /// (1.0.0, 2.0.0) both at 1.0.0 or later and below 2.0.0.
     fn catalog() -> Catalog {
         let mut blobs = Vec::new();
         blobs.extend(package("app", &["1.0.0"], |_| needs("mid")));
@@ -341,6 +354,8 @@ mod tests {
         blobs.extend(package("leaf2", &["1.0.0"], |_| vec![]));
         blobs.extend(package("cyc-a", &["1.0.0"], |_| needs("cyc-b")));
         blobs.extend(package("cyc-b", &["1.0.0"], |_| needs("cyc-a")));
+        blobs.extend(package("ranged", &["1.0.0", "2.0.0"], |_| vec![]));
+        blobs.extend(package("two", &["1.0.0"], |_| vec![("ranged", ">=1.0.0".into()), ("ranged", "<2.0.0".into())]));
         Catalog::from_blobs(blobs.into_iter().map(|b| ("c.json".to_string(), b))).expect("a valid catalog")
     }
 
@@ -363,7 +378,7 @@ mod tests {
         let root = c.bundles_of(package).last().expect("the package");
         let unmet = olm::unmet_of(root.dependencies(), installed);
         let mut r = Resolver::new(installed, others, catalogs, &searched, "root-sub", root);
-        let ways = unmet.iter().map(|d| r.way(d)).collect();
+        let ways = unmet.iter().map(|d| r.way(d, &unmet)).collect();
         let planned = r.planned.iter().map(|p| (p.bundle.name.clone(), p.needed_by.1.clone())).collect();
         (ways, planned)
     }
@@ -383,7 +398,7 @@ mod tests {
             catalogs.iter().filter_map(|(id, v)| v.catalog.as_deref().map(|c| (id, c))).collect();
         let app = searched[0].1.bundles_of("app").next().unwrap();
         let mut r = Resolver::new(&[], &[], &catalogs, &searched, "root-sub", app);
-        r.way(&app.dependencies()[0]);
+        r.way(&app.dependencies()[0], &app.dependencies());
         assert_eq!(r.planned[0].name, "leaf2-stable-c-olm");
         assert_eq!(r.planned[0].needed_by, pair("mid-stable-c-olm", "mid.v1.0.0"), "its requiredBy");
         assert_eq!(r.planned[1].needed_by, pair("root-sub", "app.v1.0.0"));
@@ -425,6 +440,15 @@ mod tests {
         assert!(planned.is_empty(), "{planned:?}");
         let [Way::Unmet { first, why, others }] = &ways[..] else { panic!("{ways:?}") };
         assert_eq!((first.as_str(), *others), ("mid.v2.0.0 of olm/c", 1), "{why}");
+    }
+
+    #[test]
+    fn two_dependencies_on_one_package_get_one_bundle_that_meets_both() {
+        let catalogs = snapshot(catalog());
+        let (ways, planned) = resolve(&catalogs, "two", &[], &[]);
+        // ranged's head, 2.0.0, meets the first and not the second: 1.0.0 meets both.
+        assert!(matches!(ways[..], [Way::New(0), Way::New(0)]), "{ways:?}");
+        assert_eq!(planned, [pair("ranged.v1.0.0", "two.v1.0.0")]);
     }
 
     #[test]
@@ -476,7 +500,7 @@ mod tests {
             catalogs.iter().filter_map(|(id, v)| v.catalog.as_deref().map(|c| (id, c))).collect();
         let wide = searched[0].1.bundles_of("wide").next().unwrap();
         let mut r = Resolver::new(&[], &[], &catalogs, &searched, "root-sub", wide);
-        let way = r.way(&wide.dependencies()[0]);
+        let way = r.way(&wide.dependencies()[0], &wide.dependencies());
         assert_eq!(r.tries, MAX_TRIES, "it stopped at the bound");
         let Way::Unmet { first, others, .. } = way else { panic!("{way:?}") };
         assert_eq!((first.as_str(), others), ("w.v1.0.699 of olm/c", 699));

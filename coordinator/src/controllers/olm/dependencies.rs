@@ -160,7 +160,7 @@ fn resolve<'a>(
     at: Context<'a>,
 ) -> Result<(Vec<Way>, Vec<Planned<'a>>), String> {
     let mut resolver = Resolver::new(at.installed, at.others, at.catalogs, at.searched, &sub.metadata.name, bundle);
-    let ways: Vec<Way> = unmet.iter().map(|dep| resolver.way(dep)).collect();
+    let ways: Vec<Way> = unmet.iter().map(|dep| resolver.way(dep, unmet)).collect();
     let planned = resolver.planned;
     if !ways.iter().any(|w| matches!(w, Way::Stuck { .. } | Way::Missing | Way::Unmet { .. })) {
         return Ok((ways, planned));
