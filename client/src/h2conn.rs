@@ -240,7 +240,14 @@ impl Connection {
                     if let Some(data) = &data {
                         // Queued with the HEADERS: both leave in the connection task's next write.
                         if let Err(e) = stream.send_data(data.clone(), true) {
-                            return Err(e).context("sending the request body");
+                            // The coordinator may answer before it reads a body it has no use
+                            // for (a 401 for a request without a credential) and end the stream,
+                            // and on a busy machine that can happen between the HEADERS and
+                            // this call: then its answer is the answer.
+                            return match response.await {
+                                Ok(r) => Ok(r),
+                                Err(_) => Err(e).context("sending the request body"),
+                            };
                         }
                     }
                     match response.await {
