@@ -84,6 +84,9 @@ enum Type {
     Bytes,
     Null,
     List,
+    /// `properties` itself: a list whose elements are maps of string to any value, so an element
+    /// is `dyn` to select from.
+    Properties,
     Map,
     /// A type, a duration or a timestamp: none of them a bool.
     Other,
@@ -104,7 +107,7 @@ impl Type {
             Type::String => "a string",
             Type::Bytes => "bytes",
             Type::Null => "null",
-            Type::List => "a list",
+            Type::List | Type::Properties => "a list",
             Type::Map => "a map",
             Type::Other => "a type, duration or timestamp",
             Type::Dyn => "dyn (a value known only when it runs, such as a property's field)",
@@ -152,7 +155,7 @@ fn type_of(e: &IdedExpr, scope: &mut Vec<(String, Type)>, undeclared: &mut Vec<S
             if let Some((_, t)) = scope.iter().rev().find(|(n, _)| n == name) {
                 *t
             } else if name == PROPERTIES {
-                Type::List
+                Type::Properties
             } else if TYPE_NAMES.contains(&name.as_str()) {
                 Type::Other
             } else {
@@ -176,11 +179,13 @@ fn type_of(e: &IdedExpr, scope: &mut Vec<(String, Type)>, undeclared: &mut Vec<S
             Type::Map
         }
         Expr::Select(s) => {
-            type_of(&s.operand, scope, undeclared);
-            if s.test {
-                Type::Bool
-            } else {
-                Type::Dyn
+            let operand = type_of(&s.operand, scope, undeclared);
+            match (s.test, operand) {
+                (true, _) => Type::Bool,
+                // A field of a property (or of anything dyn) is dyn; a field of a map literal
+                // has the type of its values, which the check does not follow.
+                (false, Type::Dyn) => Type::Dyn,
+                (false, _) => Type::Unknown,
             }
         }
         Expr::Comprehension(c) => {
@@ -236,7 +241,12 @@ fn type_of(e: &IdedExpr, scope: &mut Vec<(String, Type)>, undeclared: &mut Vec<S
                     t @ (Type::Int | Type::Double | Type::Unknown) => t,
                     _ => Type::Dyn,
                 },
-                op::INDEX => Type::Dyn,
+                // An element of `properties`, or of anything dyn, is dyn; of a literal list or
+                // map, the type of its elements, which the check does not follow.
+                op::INDEX => match args.first() {
+                    Some(Type::Properties | Type::Dyn) => Type::Dyn,
+                    _ => Type::Unknown,
+                },
                 op::CONDITIONAL => match (args.get(1).copied(), args.get(2).copied()) {
                     (Some(a), Some(b)) if a == b => a,
                     _ => Type::Unknown,
@@ -280,8 +290,10 @@ mod tests {
             "properties.size() > 0 ? true : false",
             "type(properties) == list && type(1) != string",
             "true",
-            // What the check cannot tell is let through.
+            // What the check cannot tell is let through (cel-go types these two as bool).
             "size(properties) > 0 ? properties[0].value.flag : false",
+            "{'a': true}['a'] && [true][0]",
+            "{'a': true}.a",
         ] {
             assert_eq!(checked(rule), Ok(()), "{rule}");
         }
