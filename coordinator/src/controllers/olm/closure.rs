@@ -10,7 +10,9 @@
 //!
 //! What aloft does not do that OLM's solver does: install a dependency cycle (two bundles that
 //! each need the other; aloft installs a dependency before what needs it, so a cycle is
-//! refused, saying so), and choose between the candidates of several Subscriptions together.
+//! refused, saying so), look again for one bundle of a package when two bundles of a chain need
+//! it in ranges the first choice does not both meet (refused: a namespace has one Subscription a
+//! package), and choose between the candidates of several Subscriptions together.
 
 use super::catalogs::Snapshot;
 use aloft_api::catalog::{Bundle, Catalog, Dependency, Provider};
