@@ -366,6 +366,11 @@ mod tests {
         [(("olm".to_string(), "c".to_string()), view)].into_iter().collect()
     }
 
+    /// Every catalog of `catalogs`, as the resolver searches them.
+    fn searched(catalogs: &Snapshot) -> Vec<(&(String, String), &Catalog)> {
+        catalogs.iter().filter_map(|(id, v)| v.catalog.as_deref().map(|c| (id, c))).collect()
+    }
+
     /// The ways to meet the unmet dependencies of `package`'s head, what is planned (bundle,
     /// the bundle that needs it), with `installed` operators and `others` Subscriptions.
     fn resolve(
@@ -374,8 +379,7 @@ mod tests {
         installed: &[Bundle],
         others: &[Subscription],
     ) -> (Vec<Way>, Vec<(String, String)>) {
-        let searched: Vec<(&(String, String), &Catalog)> =
-            catalogs.iter().filter_map(|(id, v)| v.catalog.as_deref().map(|c| (id, c))).collect();
+        let searched = searched(catalogs);
         let c = searched[0].1;
         let root = c.bundles_of(package).last().expect("the package");
         let unmet = olm::unmet_of(root.dependencies(), installed);
@@ -396,8 +400,7 @@ mod tests {
         assert!(matches!(ways[..], [Way::New(1)]), "{ways:?}");
         // What mid 1.0.0 needs comes before it, so its Subscription is created first.
         assert_eq!(planned, [pair("leaf2.v1.0.0", "mid.v1.0.0"), pair("mid.v1.0.0", "app.v1.0.0")]);
-        let searched: Vec<(&(String, String), &Catalog)> =
-            catalogs.iter().filter_map(|(id, v)| v.catalog.as_deref().map(|c| (id, c))).collect();
+        let searched = searched(&catalogs);
         let app = searched[0].1.bundles_of("app").next().unwrap();
         let mut r = Resolver::new(&[], &[], &catalogs, &searched, "root-sub", app);
         r.way(&app.dependencies()[0], &app.dependencies());
@@ -498,8 +501,7 @@ mod tests {
         blobs.extend(package("w", &versions, |_| needs("nowhere")));
         let c = Catalog::from_blobs(blobs.into_iter().map(|b| ("c.json".to_string(), b))).expect("a valid catalog");
         let catalogs = snapshot(c);
-        let searched: Vec<(&(String, String), &Catalog)> =
-            catalogs.iter().filter_map(|(id, v)| v.catalog.as_deref().map(|c| (id, c))).collect();
+        let searched = searched(&catalogs);
         let wide = searched[0].1.bundles_of("wide").next().unwrap();
         let mut r = Resolver::new(&[], &[], &catalogs, &searched, "root-sub", wide);
         let way = r.way(&wide.dependencies()[0], &wide.dependencies());

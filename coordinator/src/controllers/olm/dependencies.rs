@@ -45,23 +45,17 @@ pub enum Outcome {
 }
 
 /// Find a way to meet each of `unmet` (the dependencies of `bundle`, the bundle `sub` would
-/// install, that none of `installed`, the namespace's operators, meets), and what those ways
-/// need in turn ([`closure`]), and create the Subscriptions that are missing.
-#[allow(clippy::too_many_arguments)]
+/// install, that none of the namespace's installed operators meets), and what those ways need
+/// in turn ([`closure`]), and create the Subscriptions that are missing.
 pub async fn arrange(
     store: &Arc<dyn Store>,
-    catalogs: &Snapshot,
-    global: Option<&str>,
     events: &Recorder,
     sub: &Subscription,
     bundle: &Bundle,
     unmet: &[Dependency],
-    installed: &[Bundle],
+    at: Context<'_>,
 ) -> Result<Outcome, StoreError> {
     let ns = sub.metadata.namespace.clone().unwrap_or_default();
-    let others = super::subscriptions::namespace_subscriptions(store, &ns).await?;
-    let searched = search_order(catalogs, sub, global);
-    let at = Context { catalogs, searched: &searched, others: &others, installed };
     let (ways, planned) = match resolve(sub, bundle, unmet, at) {
         Ok(resolved) => resolved,
         Err(why) => {

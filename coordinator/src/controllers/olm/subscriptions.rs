@@ -224,8 +224,10 @@ async fn resolve(
     let about = involved("Subscription", &ns, &sub.metadata.name);
     let channel = (!spec.channel.is_empty()).then_some(spec.channel.as_str());
     let mut held: Option<String> = None;
-    // The namespace's installed operators, read once a resolution when it needs them.
+    // The namespace's installed operators and its Subscriptions, read once a resolution when it
+    // needs them.
     let mut installed: Option<Vec<Bundle>> = None;
+    let mut subscriptions: Option<Vec<Subscription>> = None;
     let chosen = if status.installed_csv.is_empty() {
         let starting = (!spec.starting_csv.is_empty()).then_some(spec.starting_csv.as_str());
         catalog.install_target(&spec.name, channel, starting).map(Some)
@@ -243,6 +245,7 @@ async fn resolve(
                 let can = |to: &Bundle| dependencies::installable(sub, to, at);
                 let allowed = allowed_upgrade(&status.installed_csv, &candidates, (&listed, &coming), &next, &can);
                 installed = Some(listed);
+                subscriptions = Some(subs);
                 if let Some(message) = &allowed.passed_over {
                     note(events, &about, UPGRADE_HELD, message);
                 }
@@ -289,7 +292,13 @@ async fn resolve(
     if let Some(bundle) = chosen {
         let (unmet, installed) = unmet_dependencies(store, &ns, bundle, installed).await?;
         if !unmet.is_empty() {
-            match dependencies::arrange(store, catalogs, global, events, sub, bundle, &unmet, &installed).await? {
+            let others = match subscriptions {
+                Some(s) => s,
+                None => namespace_subscriptions(store, &ns).await?,
+            };
+            let searched = dependencies::search_order(catalogs, sub, global);
+            let at = dependencies::Context { catalogs, searched: &searched, others: &others, installed: &installed };
+            match dependencies::arrange(store, events, sub, bundle, &unmet, at).await? {
                 Outcome::Unsatisfiable(message) => failed(status, &message),
                 Outcome::Waiting(message) => {
                     set_condition(&mut status.conditions, Condition::new(olm::RESOLUTION_FAILED, "False", "", ""), now);
