@@ -105,12 +105,6 @@ pub struct Provider<'a> {
 }
 
 impl Catalog {
-    /// The bundle of this catalog OLM would install to meet `dependency`: the first of
-    /// [`Catalog::providers_of`].
-    pub fn provider_of<'c>(&'c self, dependency: &Dependency) -> Option<Provider<'c>> {
-        self.providers_of(dependency).next()
-    }
-
     /// Every bundle of this catalog that meets `dependency`, in the order OLM prefers them: in
     /// the required package (for an API: in each package, by name), the default channel first
     /// and then the others by name, within a channel the entry nearest its head first; a bundle
@@ -217,17 +211,17 @@ mod tests {
     fn the_provider_is_the_entry_nearest_the_head_of_the_default_channel_first() {
         let c = two_packages();
         let package = |range: &str| Dependency::Package { name: "base".into(), range: Range::parse(range).unwrap() };
-        let found = c.provider_of(&package(">=1.2.0 <2.0.0")).expect("1.3.0 is in range");
+        let found = c.providers_of(&package(">=1.2.0 <2.0.0")).next().expect("1.3.0 is in range");
         assert_eq!((found.channel.name.as_str(), found.bundle.name.as_str()), ("stable", "base.v1.3.0"));
         // The head of the default channel beats a higher version in another channel.
-        let found = c.provider_of(&package(">=2.0.0")).expect("2.x is in range");
+        let found = c.providers_of(&package(">=2.0.0")).next().expect("2.x is in range");
         assert_eq!((found.channel.name.as_str(), found.bundle.name.as_str()), ("stable", "base.v2.0.0"));
         // Only another channel has it.
-        let found = c.provider_of(&package(">=2.1.0")).expect("2.1.0 is in range");
+        let found = c.providers_of(&package(">=2.1.0")).next().expect("2.1.0 is in range");
         assert_eq!((found.channel.name.as_str(), found.bundle.name.as_str()), ("a-fast", "base.v2.1.0"));
-        assert!(c.provider_of(&package(">=3.0.0")).is_none(), "nothing in range");
+        assert!(c.providers_of(&package(">=3.0.0")).next().is_none(), "nothing in range");
         let missing = Dependency::Package { name: "nope".into(), range: Range::parse(">=0.0.0").unwrap() };
-        assert!(c.provider_of(&missing).is_none(), "no such package");
+        assert!(c.providers_of(&missing).next().is_none(), "no such package");
     }
 
     #[test]
@@ -255,9 +249,9 @@ mod tests {
     #[test]
     fn an_api_is_provided_by_the_first_package_by_name_that_has_it() {
         let c = two_packages();
-        let found = c.provider_of(&Dependency::Api(serde_json::from_value(gvk("Profile")).unwrap())).unwrap();
+        let found = c.providers_of(&Dependency::Api(serde_json::from_value(gvk("Profile")).unwrap())).next().unwrap();
         assert_eq!(found.bundle.name, "alt.v0.1.0", "alt before base");
-        assert!(c.provider_of(&Dependency::Api(serde_json::from_value(gvk("Nobody")).unwrap())).is_none());
+        assert!(c.providers_of(&Dependency::Api(serde_json::from_value(gvk("Nobody")).unwrap())).next().is_none());
     }
 
     #[test]
@@ -287,11 +281,11 @@ mod tests {
         assert!(texts[2].starts_with(r#"olm.constraint that does not read: the constraint: unknown field "extra""#));
         let c = two_packages();
         // base's head (2.0.0) provides no Profile: the entry nearest it that does, of base only.
-        let found = c.provider_of(&deps[0]).expect("base 1.3.0 has both");
+        let found = c.providers_of(&deps[0]).next().expect("base 1.3.0 has both");
         assert_eq!((found.channel.name.as_str(), found.bundle.name.as_str()), ("stable", "base.v1.3.0"));
         // No package named: every package, by name.
-        assert_eq!(c.provider_of(&deps[1]).map(|p| p.bundle.name.as_str()), Some("alt.v0.1.0"));
-        assert!(c.provider_of(&deps[2]).is_none(), "an unreadable constraint is met by nothing");
+        assert_eq!(c.providers_of(&deps[1]).next().map(|p| p.bundle.name.as_str()), Some("alt.v0.1.0"));
+        assert!(c.providers_of(&deps[2]).next().is_none(), "an unreadable constraint is met by nothing");
         assert!(c.bundles.iter().all(|x| !deps[2].met_by(x)));
     }
 }
