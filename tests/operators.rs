@@ -1226,17 +1226,13 @@ async fn a_dependency_chain_is_resolved_whole_and_installed_leaf_first() {
     for csv in ["leaf2.v1.0.0", "mid.v1.0.0", "app.v1.0.0"] {
         csv_phase(&admin, csv, "Succeeded").await;
     }
-    // mid stays on 1.0.0: its channel's 2.0.0 needs leaf, and its Subscription says so.
-    let stays = object_until(&admin, &ns_path(&SUBSCRIPTION, NS, Some(mid)), "mid's upgrade refused", |x| {
-        cond_true(x, "ResolutionFailed")
+    // mid stays on 1.0.0, as OLM's solver keeps it: its channel's 2.0.0 needs leaf, and its
+    // Subscription says so without failing.
+    let stays = object_until(&admin, &ns_path(&SUBSCRIPTION, NS, Some(mid)), "mid's upgrade held", |x| {
+        cond_true(x, "UpgradeHeld")
     })
     .await;
-    let why = s(condition(&stays, "ResolutionFailed").unwrap(), "/message");
-    assert!(
-        why.starts_with(r#"constraints not satisfiable: bundle mid.v2.0.0 requires package "leaf" in range ">=1.0.0" (olm.package.required): no bundle of the catalogs olm/chain provides it"#),
-        "{why}"
-    );
-    assert_eq!(s(&stays, "/status/installedCSV"), "mid.v1.0.0");
+    assert_not_installable(&stays, "mid.v1.0.0");
     // Each was planned only once what it needs was installed.
     let order = plan_order(&admin).await;
     assert!(order("leaf2.v1.0.0") < order("mid.v1.0.0") && order("mid.v1.0.0") < order("app.v1.0.0"));
@@ -1248,11 +1244,31 @@ async fn a_dependency_chain_is_resolved_whole_and_installed_leaf_first() {
     );
 }
 
+/// A Subscription that stays on `installed` because its channel's 2.0.0 needs `leaf`, which no
+/// catalog has: not failed (OLM's solver keeps the installed bundle), `AtLatestKnown`, and
+/// `UpgradeHeld` saying what 2.0.0 lacks.
+fn assert_not_installable(sub: &Value, installed: &str) {
+    let held = condition(sub, "UpgradeHeld").unwrap();
+    assert_eq!(s(held, "/reason"), "NotInstallable", "{sub}");
+    let why = s(held, "/message");
+    let words = format!(
+        r#"{installed} stays installed: mid.v2.0.0 cannot be installed: bundle mid.v2.0.0 requires package "leaf" in range ">=1.0.0" (olm.package.required): no bundle of the catalogs olm/chain provides it"#
+    );
+    assert!(why.starts_with(&words), "{words:?} in {why}");
+    assert!(why.ends_with("the upgrade goes on by itself once what it needs can be installed"), "{why}");
+    assert!(!cond_true(sub, "ResolutionFailed"), "not a failure: {sub}");
+    for (ptr, want) in
+        [("/status/installedCSV", installed), ("/status/currentCSV", installed), ("/status/state", "AtLatestKnown")]
+    {
+        assert_eq!(s(sub, ptr), want, "{ptr} of {sub}");
+    }
+}
+
 /// An upgrade that cannot be installed (its head needs what no catalog has) is passed over for
 /// the next one that can, as OLM's solver passes over a bundle it cannot satisfy: mid's channel
 /// goes 1.0.0 -> 1.5.0 -> 2.0.0, 2.0.0 skipping everything below it and needing `leaf`; a
 /// Subscription installed at 1.0.0 moves to 1.5.0, saying why not 2.0.0, and then stays there,
-/// its resolution saying what 2.0.0 lacks.
+/// saying what 2.0.0 lacks.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_upgrade_that_cannot_be_installed_is_passed_over_for_one_that_can() {
     let required = |package: &str| json!({"type": "olm.package.required", "value": {"packageName": package, "versionRange": ">=1.0.0"}});
@@ -1275,14 +1291,10 @@ async fn an_upgrade_that_cannot_be_installed_is_passed_over_for_one_that_can() {
     let mut sub = subscription("mid", "chain", "mid", "Automatic");
     sub["spec"]["startingCSV"] = json!("mid.v1.0.0");
     let settled = subscribe_until(&admin, sub, "mid settled on 1.5.0", |x| {
-        s(x, "/status/installedCSV") == "mid.v1.5.0" && cond_true(x, "ResolutionFailed")
+        s(x, "/status/installedCSV") == "mid.v1.5.0" && cond_true(x, "UpgradeHeld")
     })
     .await;
-    let why = s(condition(&settled, "ResolutionFailed").unwrap(), "/message");
-    assert!(
-        why.starts_with(r#"constraints not satisfiable: bundle mid.v2.0.0 requires package "leaf" in range ">=1.0.0" (olm.package.required): no bundle of the catalogs olm/chain provides it"#),
-        "{why}"
-    );
+    assert_not_installable(&settled, "mid.v1.5.0");
     // 1.5.0 needed leaf2, subscribed to and installed first.
     assert_eq!(eventually_csvs(&admin, &["leaf2.v1.0.0", "mid.v1.5.0"]).await, ["leaf2.v1.0.0", "mid.v1.5.0"]);
     let held = event_messages(&admin, "UpgradeHeld").await;
@@ -1292,6 +1304,52 @@ async fn an_upgrade_that_cannot_be_installed_is_passed_over_for_one_that_can() {
         )),
         "{held:?}"
     );
+}
+
+/// A new Subscription whose channel head cannot be installed (mid 2.0.0 needs `leaf`, which no
+/// catalog has) gets the newest bundle of the channel that can, as OLM's solver, for which
+/// every entry of the channel is a candidate: mid 1.0.0, with its `leaf2` subscribed to and
+/// installed first, saying why not 2.0.0; then it stays there, held. A Subscription whose
+/// channel has nothing that can be installed (strict) still fails its resolution.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_subscription_whose_head_cannot_be_installed_gets_the_newest_that_can() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let served = CatalogServer::start().await;
+    let url = served.set("chain.json", &stream_of(&chain_blobs(), |_| true));
+    add_catalog(&admin, &catalog_source("chain", &url)).await;
+    let waiting =
+        subscribe_until(&admin, subscription("mid", "chain", "mid", "Automatic"), "mid waits for leaf2", |x| {
+            condition(x, "InstallPlanPending").is_some_and(|c| c["reason"] == "WaitingForDependencies")
+        })
+        .await;
+    assert_eq!(s(&waiting, "/status/currentCSV"), "mid.v1.0.0", "{waiting}");
+    assert!(!cond_true(&waiting, "ResolutionFailed"), "{waiting}");
+    let held = event_messages(&admin, "UpgradeHeld").await;
+    assert!(
+        held.iter().any(|m| m.starts_with(
+            r#"mid.v1.0.0 is installed instead of mid.v2.0.0: mid.v2.0.0 cannot be installed: bundle mid.v2.0.0 requires package "leaf""#
+        )),
+        "{held:?}"
+    );
+    assert_eq!(subscription_names(&admin).await, ["leaf2-stable-chain-olm", "mid"]);
+    for csv in ["leaf2.v1.0.0", "mid.v1.0.0"] {
+        csv_phase(&admin, csv, "Succeeded").await;
+    }
+    let stays = object_until(&admin, &ns_path(&SUBSCRIPTION, NS, Some("mid")), "mid held at 1.0.0", |x| {
+        s(x, "/status/installedCSV") == "mid.v1.0.0" && cond_true(x, "UpgradeHeld")
+    })
+    .await;
+    assert_not_installable(&stays, "mid.v1.0.0");
+    let order = plan_order(&admin).await;
+    assert!(order("leaf2.v1.0.0") < order("mid.v1.0.0"));
+
+    let strict =
+        subscribe_until(&admin, subscription("strict", "chain", "strict", "Automatic"), "ResolutionFailed", |x| {
+            cond_true(x, "ResolutionFailed")
+        })
+        .await;
+    assert_eq!(s(&strict, "/status/installedCSV"), "", "{strict}");
 }
 
 /// A dependency is looked for in the global catalog namespace's catalogs too

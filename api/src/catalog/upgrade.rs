@@ -156,19 +156,38 @@ pub struct ChannelSummary {
 impl Catalog {
     /// The bundle a new Subscription installs: with `starting_csv`, that entry (searched in the
     /// channels OLM would search); else the head of the channel (of the default channel when
-    /// `channel` is `None`).
+    /// `channel` is `None`). The first of [`Catalog::install_candidates`].
     pub fn install_target(
         &self,
         package: &str,
         channel: Option<&str>,
         starting_csv: Option<&str>,
     ) -> Result<&Bundle, ResolveError> {
+        let candidates = self.install_candidates(package, channel, starting_csv)?;
+        candidates.into_iter().next().ok_or_else(|| ResolveError::NoChannel {
+            package: shown(package),
+            channel: shown(channel.unwrap_or_default()),
+        })
+    }
+
+    /// Every bundle a new Subscription can install, the preferred first, as OLM's resolver
+    /// lists them for its solver: with `starting_csv`, that entry alone; else each selected
+    /// channel's entries in its order (head first, entries some entry skips left out), the
+    /// default channel first when `channel` is `None`, each bundle once. OLM's solver takes the
+    /// first whose dependencies can be met, so a head that needs what no catalog has leaves the
+    /// Subscription on the newest entry that can be installed.
+    pub fn install_candidates(
+        &self,
+        package: &str,
+        channel: Option<&str>,
+        starting_csv: Option<&str>,
+    ) -> Result<Vec<&Bundle>, ResolveError> {
         let channels = self.selected_channels(package, channel)?;
         if let Some(name) = starting_csv {
             for c in &channels {
                 if c.entry(name).is_some() {
                     if let Some(b) = self.bundle(package, name) {
-                        return Ok(b);
+                        return Ok(vec![b]);
                     }
                 }
             }
@@ -178,12 +197,22 @@ impl Catalog {
                 name: shown(name),
             });
         }
+        let mut seen = HashSet::new();
+        let mut found = Vec::new();
         for order in orders(&channels)? {
-            if let Some(b) = order.iter().find_map(|e| self.bundle(package, &e.name)) {
-                return Ok(b);
+            for e in order {
+                if seen.insert(e.name.as_str()) {
+                    found.extend(self.bundle(package, &e.name));
+                }
             }
         }
-        Err(ResolveError::NoChannel { package: shown(package), channel: shown(channel.unwrap_or_default()) })
+        if found.is_empty() {
+            return Err(ResolveError::NoChannel {
+                package: shown(package),
+                channel: shown(channel.unwrap_or_default()),
+            });
+        }
+        Ok(found)
     }
 
     /// The bundle an installed one moves to next; `Ok(None)` when nothing replaces, skips or
@@ -383,6 +412,8 @@ mod tests {
         c.validate().unwrap();
         // The skipped p.v1.1.0 is out of OLM's order: never a candidate, even for what it replaces.
         assert_eq!(names(&c.channel("p", "stable").unwrap().order().unwrap()), ["p.v1.3.0", "p.v1.2.0", "p.v1.0.0"]);
+        let fresh: Vec<&str> = c.install_candidates("p", None, None).unwrap().iter().map(|b| b.name.as_str()).collect();
+        assert_eq!(fresh, ["p.v1.3.0", "p.v1.2.0", "p.v1.0.0"], "nor for a new Subscription");
         for from in ["p.v1.0.0", "p.v1.1.0", "p.v1.2.0", "p.v1.0.5"] {
             assert_eq!(up(&c, None, from).as_deref(), Some("p.v1.3.0"), "{from}");
         }
@@ -419,6 +450,14 @@ mod tests {
         assert_eq!(up(&c, Some("beta"), "p.v1.0.0").as_deref(), Some("p.v1.5.0"));
         // A starting CSV only in another channel is found when no channel is named.
         assert_eq!(c.install_target("p", None, Some("p.v1.5.0")).unwrap().name, "p.v1.5.0");
+        // What a new Subscription can install, the preferred first: the default channel's
+        // entries, then the other channels' by name, each bundle once; a named channel's alone.
+        let fresh = |channel: Option<&str>, starting: Option<&str>| -> Vec<String> {
+            c.install_candidates("p", channel, starting).unwrap().iter().map(|b| b.name.clone()).collect()
+        };
+        assert_eq!(fresh(None, None), ["p.v1.1.0", "p.v1.0.0", "p.v2.0.0-alpha", "p.v1.5.0"]);
+        assert_eq!(fresh(Some("beta"), None), ["p.v1.5.0", "p.v1.0.0"]);
+        assert_eq!(fresh(Some("beta"), Some("p.v1.0.0")), ["p.v1.0.0"]);
         // Switching channel: only an entry of the new channel that replaces the installed one.
         assert_eq!(up(&c, Some("alpha"), "p.v1.1.0"), None);
         let summary = c.packages();

@@ -1,8 +1,9 @@
 //! Subscriptions: what to install next, and the InstallPlan that installs it.
 //!
 //! OLM v0's choice (`aloft_api::catalog`): a fresh install takes the head of the channel (or
-//! `startingCSV`); an installed bundle moves to the entry that replaces, skips or skip-ranges
-//! it, nearest the head. One plan at a time per subscription: a plan that waits for approval
+//! `startingCSV`), or, when the head cannot be installed with everything it needs, the entry
+//! nearest it that can; an installed bundle moves to the entry that replaces, skips or
+//! skip-ranges it, nearest the head, of those that can be installed, and stays when none can. One plan at a time per subscription: a plan that waits for approval
 //! or installs holds the next resolution back; a failed plan stays failed until the catalog
 //! offers another bundle (never retried in a loop), and deleting the plan asks for a new one.
 //! A bundle that needs operators the namespace lacks waits for them: [`super::dependencies`]
@@ -25,13 +26,21 @@ use std::sync::Arc;
 /// of its dependencies (OLM would put them in the same plan; aloft installs them first).
 pub const WAITING_FOR_DEPENDENCIES: &str = "WaitingForDependencies";
 
-/// aloft's Subscription condition (and Event reason) for an upgrade held back, or taken to an
-/// older bundle than the channel's preferred one, because the preferred one would leave
-/// another installed operator's dependency unmet. OLM's solver makes the same choice
-/// silently; aloft says why.
+/// aloft's Subscription condition (and Event reason) for an upgrade held back, or a bundle
+/// taken that is older than the channel's preferred one, because the preferred one would leave
+/// another installed operator's dependency unmet, or cannot be installed. OLM's solver makes
+/// the same choice silently; aloft says why.
 pub const UPGRADE_HELD: &str = "UpgradeHeld";
-/// [`UPGRADE_HELD`]'s reason.
+/// [`UPGRADE_HELD`]'s reason when an upgrade that could be installed would break a dependent.
 pub const REQUIRED_BY_DEPENDENTS: &str = "RequiredByDependents";
+/// [`UPGRADE_HELD`]'s reason when no upgrade can be installed: each needs, at some depth, what
+/// no catalog provides. OLM's solver keeps the installed bundle then, and says nothing.
+pub const NOT_INSTALLABLE: &str = "NotInstallable";
+
+/// The most bundles of a channel one resolution considers for a Subscription (each may take a
+/// resolution of its whole chain of dependencies), so no catalog can keep the OLM controller
+/// busy; past it, the preferred one is resolved and fails, saying what it lacks.
+const MAX_CANDIDATES: usize = 64;
 
 /// Resolve every Subscription; `global` is the global catalog namespace, whose catalogs a
 /// dependency is looked for in too.
@@ -223,14 +232,32 @@ async fn resolve(
     let ns = sub.metadata.namespace.clone().unwrap_or_default();
     let about = involved("Subscription", &ns, &sub.metadata.name);
     let channel = (!spec.channel.is_empty()).then_some(spec.channel.as_str());
-    let mut held: Option<String> = None;
+    let mut held: Option<(&str, String)> = None;
     // The namespace's installed operators and its Subscriptions, read once a resolution when it
     // needs them.
     let mut installed: Option<Vec<Bundle>> = None;
     let mut subscriptions: Option<Vec<Subscription>> = None;
     let chosen = if status.installed_csv.is_empty() {
         let starting = (!spec.starting_csv.is_empty()).then_some(spec.starting_csv.as_str());
-        catalog.install_target(&spec.name, channel, starting).map(Some)
+        match catalog.install_candidates(&spec.name, channel, starting) {
+            // The preferred bundle needs nothing: it is the one, with nothing to read.
+            Ok(candidates) if candidates.len() > 1 && !candidates[0].dependencies().is_empty() => {
+                let listed = installed_bundles(store, &ns).await?;
+                let subs = namespace_subscriptions(store, &ns).await?;
+                let searched = dependencies::search_order(catalogs, sub, global);
+                let at = dependencies::Context { catalogs, searched: &searched, others: &subs, installed: &listed };
+                let can = |to: &Bundle| dependencies::installable(sub, to, at);
+                let first = first_installable(&candidates, &can);
+                if let Some(message) = &first.passed_over {
+                    note(events, &about, UPGRADE_HELD, message);
+                }
+                installed = Some(listed);
+                subscriptions = Some(subs);
+                Ok(first.chosen)
+            }
+            Ok(candidates) => Ok(candidates.first().copied()),
+            Err(e) => Err(e),
+        }
     } else {
         let version = catalog.bundle(&spec.name, &status.installed_csv).and_then(Bundle::version);
         match catalog.upgrade_candidates(&spec.name, channel, &status.installed_csv, version.as_ref()) {
@@ -243,7 +270,8 @@ async fn resolve(
                 let searched = dependencies::search_order(catalogs, sub, global);
                 let at = dependencies::Context { catalogs, searched: &searched, others: &subs, installed: &listed };
                 let can = |to: &Bundle| dependencies::installable(sub, to, at);
-                let allowed = allowed_upgrade(&status.installed_csv, &candidates, (&listed, &coming), &next, &can);
+                let considered = &candidates[..candidates.len().min(MAX_CANDIDATES)];
+                let allowed = allowed_upgrade(&status.installed_csv, considered, (&listed, &coming), &next, &can);
                 installed = Some(listed);
                 subscriptions = Some(subs);
                 if let Some(message) = &allowed.passed_over {
@@ -252,19 +280,15 @@ async fn resolve(
                 if let Some(message) = &allowed.followed_by {
                     note(events, &about, "UpgradeBeforeDependents", message);
                 }
-                held = allowed.passed_over.filter(|_| allowed.chosen.is_none());
+                held = allowed.passed_over.filter(|_| allowed.chosen.is_none()).map(|m| (allowed.reason, m));
                 Ok(allowed.chosen)
             }
             other => other.map(|c| c.into_iter().next()),
         }
     };
     match &held {
-        Some(message) => {
-            set_condition(
-                &mut status.conditions,
-                Condition::new(UPGRADE_HELD, "True", REQUIRED_BY_DEPENDENTS, message),
-                now,
-            );
+        Some((reason, message)) => {
+            set_condition(&mut status.conditions, Condition::new(UPGRADE_HELD, "True", reason, message), now);
         }
         None => remove_condition(&mut status.conditions, UPGRADE_HELD),
     }
@@ -474,7 +498,7 @@ fn coming_bundles(subs: &[Subscription], own: &str, catalogs: &Snapshot) -> Vec<
         .collect()
 }
 
-/// The upgrade an installed bundle takes, and what was passed over on the way.
+/// The bundle a Subscription takes, and what was passed over on the way.
 #[derive(Debug, PartialEq)]
 struct Allowed<'a> {
     chosen: Option<&'a Bundle>,
@@ -482,12 +506,38 @@ struct Allowed<'a> {
     passed_over: Option<String>,
     /// The dependents that move after the chosen one, which they need (or no longer refuse).
     followed_by: Option<String>,
+    /// [`UPGRADE_HELD`]'s reason when none is taken: [`NOT_INSTALLABLE`] when not one could be
+    /// installed, else [`REQUIRED_BY_DEPENDENTS`].
+    reason: &'static str,
 }
 
-/// The first of `candidates` (the preferred first) that leaves every other installed
-/// operator's dependencies met, or whose dependents it would break can all move after it
-/// (`follow` says how, or `None`), as OLM's solver, which resolves the namespace as a whole,
-/// would choose; with the reason each one before it was passed over.
+/// The first of a new Subscription's `candidates` (the preferred first) that can be installed
+/// with everything it needs, as OLM's solver takes it; when none can be, the preferred one, so
+/// its resolution fails saying what it lacks.
+fn first_installable<'a>(
+    candidates: &[&'a Bundle],
+    installable: &dyn Fn(&Bundle) -> Result<(), String>,
+) -> Allowed<'a> {
+    let mut reasons = Vec::new();
+    for candidate in candidates.iter().take(MAX_CANDIDATES) {
+        match installable(candidate) {
+            Ok(()) => {
+                let passed_over = (!reasons.is_empty()).then(|| {
+                    format!("{} is installed instead of {}: {}", candidate.name, candidates[0].name, reasons.join("; "))
+                });
+                return Allowed { chosen: Some(candidate), passed_over, followed_by: None, reason: NOT_INSTALLABLE };
+            }
+            Err(why) => reasons.push(format!("{} cannot be installed: {why}", candidate.name)),
+        }
+    }
+    Allowed { chosen: candidates.first().copied(), passed_over: None, followed_by: None, reason: NOT_INSTALLABLE }
+}
+
+/// The first of `candidates` (the preferred first) that can be installed and leaves every other
+/// installed operator's dependencies met, or whose dependents it would break can all move after
+/// it (`follow` says how, or `None`), as OLM's solver, which resolves the namespace as a whole,
+/// would choose; with the reason each one before it was passed over. None when none qualifies:
+/// the installed bundle stays.
 fn allowed_upgrade<'a>(
     from: &str,
     candidates: &[&'a Bundle],
@@ -510,7 +560,7 @@ fn allowed_upgrade<'a>(
                 format!("{} is installed instead of {}: {}", candidate.name, candidates[0].name, reasons.join("; "))
             });
             let followed_by = followed_by.map(|moves| format!("{} is installed first: {moves}", candidate.name));
-            return Allowed { chosen: Some(candidate), passed_over, followed_by };
+            return Allowed { chosen: Some(candidate), passed_over, followed_by, reason: REQUIRED_BY_DEPENDENTS };
         }
         let why: Vec<String> = broken
             .iter()
@@ -521,18 +571,16 @@ fn allowed_upgrade<'a>(
             .collect();
         reasons.push(format!("{} would leave unmet what {from} meets now: {}", candidate.name, why.join(", ")));
     }
-    if cannot == candidates.len() {
-        // Not one can be installed: the preferred one is resolved, and its resolution fails
-        // saying why (a dependency the catalogs lack is nobody's dependents' doing).
-        return Allowed { chosen: candidates.first().copied(), passed_over: None, followed_by: None };
-    }
-    let passed_over = (!reasons.is_empty()).then(|| {
-        format!(
-            "{from} stays installed: {}; the upgrade goes on by itself once its dependents allow it",
-            reasons.join("; ")
-        )
-    });
-    Allowed { chosen: None, passed_over, followed_by: None }
+    // None is taken: the installed bundle stays, as OLM's solver keeps it (it is always one of
+    // the solver's choices), and the condition says why.
+    let (reason, until) = match cannot {
+        0 => (REQUIRED_BY_DEPENDENTS, "its dependents allow it"),
+        n if n == candidates.len() => (NOT_INSTALLABLE, "what it needs can be installed"),
+        _ => (REQUIRED_BY_DEPENDENTS, "its dependents allow it or what it needs can be installed"),
+    };
+    let passed_over = (!reasons.is_empty())
+        .then(|| format!("{from} stays installed: {}; the upgrade goes on by itself once {until}", reasons.join("; ")));
+    Allowed { chosen: None, passed_over, followed_by: None, reason }
 }
 
 /// OLM's deprecation conditions: one per level (package, channel, the installed or chosen
@@ -641,8 +689,8 @@ mod tests {
     }
 
     /// A candidate that cannot be installed (something it needs, at any depth, cannot be met) is
-    /// passed over for the next one, saying why; when none can be, the preferred one is taken, so
-    /// its resolution fails naming what it lacks.
+    /// passed over for the next one, saying why; when none can be, the installed one stays,
+    /// saying what the candidates lack, as OLM's solver keeps it.
     #[test]
     fn an_upgrade_that_cannot_be_installed_is_passed_over() {
         let installed = [bundle("base", "1.3.0", json!([]))];
@@ -665,7 +713,67 @@ mod tests {
             )
         );
         let alone = allowed_upgrade("base.v1.3.0", &[&v20], (&installed, &[]), &stays, &not_20);
-        assert_eq!((alone.chosen.map(|b| b.name.as_str()), alone.passed_over), (Some("base.v2.0.0"), None));
+        assert_eq!(alone.chosen, None);
+        assert_eq!(alone.reason, NOT_INSTALLABLE);
+        assert_eq!(
+            alone.passed_over.as_deref(),
+            Some(
+                "base.v1.3.0 stays installed: base.v2.0.0 cannot be installed: bundle base.v2.0.0 requires package \
+                 \"leaf\": no bundle of the catalogs olm/c provides it; the upgrade goes on by itself once what it \
+                 needs can be installed"
+            )
+        );
+        // One cannot be installed, the other would break a dependent: held for the dependent.
+        let dependent = bundle(
+            "tuned",
+            "1.0.0",
+            json!([{"type": "olm.package.required", "value": {"packageName": "base", "versionRange": "<1.4.0"}}]),
+        );
+        let with_dependent = [dependent, installed[0].clone()];
+        let both = allowed_upgrade("base.v1.3.0", &[&v20, &v14], (&with_dependent, &[]), &stays, &not_20);
+        assert_eq!((both.chosen, both.reason), (None, REQUIRED_BY_DEPENDENTS));
+        let message = both.passed_over.unwrap_or_default();
+        assert!(message.contains("base.v2.0.0 cannot be installed: "), "{message}");
+        assert!(
+            message.contains("base.v1.4.0 would leave unmet what base.v1.3.0 meets now: tuned.v1.0.0"),
+            "{message}"
+        );
+        assert!(message.ends_with("once its dependents allow it or what it needs can be installed"), "{message}");
+    }
+
+    /// A new Subscription takes the first bundle of its channel that can be installed, saying
+    /// which it passed over and why; when none can be, the preferred one, whose resolution then
+    /// fails naming what it lacks.
+    #[test]
+    fn a_new_subscription_takes_the_newest_bundle_that_can_be_installed() {
+        let (v10, v15, v20) =
+            (bundle("mid", "1.0.0", json!([])), bundle("mid", "1.5.0", json!([])), bundle("mid", "2.0.0", json!([])));
+        let only_10 = |b: &Bundle| {
+            if b.name == "mid.v1.0.0" {
+                Ok(())
+            } else {
+                Err(format!("{} lacks leaf", b.name))
+            }
+        };
+        let first = first_installable(&[&v20, &v15, &v10], &only_10);
+        assert_eq!(first.chosen.map(|b| b.name.as_str()), Some("mid.v1.0.0"));
+        assert_eq!(
+            first.passed_over.as_deref(),
+            Some(
+                "mid.v1.0.0 is installed instead of mid.v2.0.0: mid.v2.0.0 cannot be installed: mid.v2.0.0 lacks \
+                 leaf; mid.v1.5.0 cannot be installed: mid.v1.5.0 lacks leaf"
+            )
+        );
+        let head = first_installable(&[&v10, &v20], &only_10);
+        assert_eq!((head.chosen.map(|b| b.name.as_str()), head.passed_over), (Some("mid.v1.0.0"), None));
+        let none = first_installable(&[&v20, &v15], &only_10);
+        assert_eq!((none.chosen.map(|b| b.name.as_str()), none.passed_over), (Some("mid.v2.0.0"), None));
+        // Past MAX_CANDIDATES, nothing more is tried: the preferred one is taken.
+        let many: Vec<Bundle> = (0..MAX_CANDIDATES).map(|i| bundle("mid", &format!("3.0.{i}"), json!([]))).collect();
+        let mut listed: Vec<&Bundle> = many.iter().collect();
+        listed.push(&v10);
+        let far = first_installable(&listed, &only_10);
+        assert_eq!((far.chosen.map(|b| b.name.as_str()), far.passed_over), (Some("mid.v3.0.0"), None));
     }
 
     /// A dependent follows its dependency's upgrade when its Automatic Subscription's next
