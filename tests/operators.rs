@@ -1352,6 +1352,69 @@ async fn a_new_subscription_whose_head_cannot_be_installed_gets_the_newest_that_
     assert_eq!(s(&strict, "/status/installedCSV"), "", "{strict}");
 }
 
+/// One operator of a package, and one provider of an API, in a namespace, as OLM's solver
+/// allows: with base-tuning installed (it provides Profile), a second Subscription of
+/// base-tuning, and one of alt-tuning (it provides Profile too), each fail their resolution
+/// naming what holds it, with nothing planned and base-tuning untouched; once base-tuning is
+/// uninstalled, alt-tuning goes on by itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_has_one_operator_of_a_package_and_one_provider_of_an_api() {
+    let profile = json!({"group": "tuning.example.com", "version": "v1", "kind": "Profile"});
+    let mut blobs = dependency_blobs();
+    blobs.extend([
+        json!({"schema": "olm.package", "name": "alt-tuning", "defaultChannel": "stable"}),
+        json!({"schema": "olm.channel", "package": "alt-tuning", "name": "stable", "entries": [{"name": "alt-tuning.v1.0.0"}]}),
+        bundle_of("alt-tuning", "1.0.0", &[json!({"type": "olm.gvk", "value": profile})]),
+    ]);
+    let c = Coordinator::start();
+    let admin = c.client();
+    let served = CatalogServer::start().await;
+    let url = served.set("fleet.json", &stream_of(&blobs, |_| true));
+    add_catalog(&admin, &catalog_source("fleet", &url)).await;
+    admin
+        .post(&ns_path(&SUBSCRIPTION, NS, None), &subscription("base", "fleet", "base-tuning", "Automatic"))
+        .await
+        .unwrap()
+        .into_result()
+        .unwrap();
+    csv_phase(&admin, "base-tuning.v1.3.0", "Succeeded").await;
+
+    let mut again = subscription("base-old", "fleet", "base-tuning", "Automatic");
+    again["spec"]["channel"] = json!("old");
+    let again = subscribe_until(&admin, again, "base-old ResolutionFailed", |x| cond_true(x, "ResolutionFailed")).await;
+    let why = s(condition(&again, "ResolutionFailed").unwrap(), "/message").to_string();
+    let words = r#"constraints not satisfiable: Subscription "base" of this namespace holds package "base-tuning" (installed base-tuning.v1.3.0), and there can be only one operator from package base-tuning in a namespace"#;
+    assert!(why.starts_with(words), "{words:?} in {why}");
+    let alt =
+        subscribe_until(&admin, subscription("alt", "fleet", "alt-tuning", "Automatic"), "alt ResolutionFailed", |x| {
+            cond_true(x, "ResolutionFailed")
+        })
+        .await;
+    let why = s(condition(&alt, "ResolutionFailed").unwrap(), "/message").to_string();
+    let words = "constraints not satisfiable: base-tuning.v1.3.0 and alt-tuning.v1.0.0 provide Profile (tuning.example.com/v1), and a namespace has one provider of an API; nothing is installed for it, and it goes on by itself once the other is uninstalled";
+    assert!(why.starts_with(words), "{words:?} in {why}");
+    for refused in [&again, &alt] {
+        assert_eq!(s(refused, "/status/installPlanRef/name"), "", "no plan: {refused}");
+    }
+    // base-tuning's own Subscription is not disturbed by either.
+    let base = get(&admin, &ns_path(&SUBSCRIPTION, NS, Some("base"))).await.unwrap().unwrap();
+    assert!(!cond_true(&base, "ResolutionFailed"), "{base}");
+    assert_eq!(s(&base, "/status/state"), "AtLatestKnown", "{base}");
+    let listed = admin.get(&ns_path(&CLUSTER_SERVICE_VERSION, NS, None)).await.unwrap().into_result().unwrap();
+    let csvs: Vec<&str> = listed["items"].as_array().unwrap().iter().map(|c| s(c, "/metadata/name")).collect();
+    assert_eq!(csvs, ["base-tuning.v1.3.0"]);
+
+    // Uninstalled (the second Subscription of its package first), base-tuning makes room.
+    for path in [
+        ns_path(&SUBSCRIPTION, NS, Some("base-old")),
+        ns_path(&SUBSCRIPTION, NS, Some("base")),
+        ns_path(&CLUSTER_SERVICE_VERSION, NS, Some("base-tuning.v1.3.0")),
+    ] {
+        admin.delete(&path).await.unwrap().into_result().unwrap();
+    }
+    csv_phase(&admin, "alt-tuning.v1.0.0", "Succeeded").await;
+}
+
 /// A dependency is looked for in the global catalog namespace's catalogs too
 /// (`--olm-global-namespace`), as OLM's resolver does: a Subscription of `operators` on a
 /// catalog of its own namespace that has only tuned-exporter gets base-tuning from the global

@@ -248,6 +248,35 @@ pub fn broken_by_replacing(
     out
 }
 
+/// The package a bundle is of: its `package` field, or, for an installed operator read from
+/// its CSV (see [`installed_bundle`]), its `olm.package` property.
+pub fn package_of(bundle: &crate::catalog::Bundle) -> String {
+    if !bundle.package.is_empty() {
+        return bundle.package.clone();
+    }
+    bundle.package_property().map(|p| p.package_name).unwrap_or_default()
+}
+
+/// The first API `bundle` provides (`olm.gvk`) that one of `others` of another package (the
+/// namespace's operators, installed or being installed) provides already, in OLM's words:
+/// "base-tuning.v1.3.0 and alt-tuning.v1.0.0 provide Profile (tuning.example.com/v1)". OLM's
+/// solver allows one provider of an API in a namespace, so such a bundle is not installed
+/// there; a bundle of the same package is the one it replaces, not a second provider.
+pub fn api_provided_already<'a>(
+    bundle: &crate::catalog::Bundle,
+    others: impl IntoIterator<Item = &'a crate::catalog::Bundle>,
+) -> Option<String> {
+    let mine = bundle.provided_gvks();
+    if mine.is_empty() {
+        return None;
+    }
+    let package = package_of(bundle);
+    others.into_iter().filter(|o| o.name != bundle.name && package_of(o) != package).find_map(|other| {
+        let gvk = other.provided_gvks().into_iter().find(|g| mine.contains(g))?;
+        Some(format!("{} and {} provide {} ({}/{})", other.name, bundle.name, gvk.kind, gvk.group, gvk.version))
+    })
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct CatalogSource {
@@ -650,6 +679,41 @@ pub fn parse_go_duration(text: &str) -> Option<std::time::Duration> {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    /// One provider of an API in a namespace: a bundle of another package that provides one of
+    /// the same APIs is named, with the API, in OLM's words; one of the same package (the one it
+    /// replaces), one providing other APIs, and one read from an installed CSV's annotation
+    /// without a package field are told apart.
+    #[test]
+    fn a_second_provider_of_an_api_is_named() {
+        let gvk = |kind: &str| serde_json::json!({"type": "olm.gvk", "value": {"group": "tuning.example.com", "version": "v1", "kind": kind}});
+        let bundle = |package: &str, version: &str, provides: &[&str]| -> crate::catalog::Bundle {
+            let mut properties =
+                vec![serde_json::json!({"type": "olm.package", "value": {"packageName": package, "version": version}})];
+            properties.extend(provides.iter().map(|k| gvk(k)));
+            serde_json::from_value(serde_json::json!({"schema": "olm.bundle", "name": format!("{package}.v{version}"),
+                "package": package, "properties": properties}))
+            .unwrap()
+        };
+        let alt = bundle("alt", "1.0.0", &["Tuned", "Profile"]);
+        let base = bundle("base", "1.3.0", &["Profile"]);
+        let meta = ObjectMeta {
+            annotations: [(PROPERTIES_ANNOTATION.to_string(), properties_annotation(&base))].into(),
+            ..Default::default()
+        };
+        let installed = installed_bundle("base.v1.3.0", &meta);
+        assert_eq!(installed.package, "", "read from the CSV");
+        assert_eq!(package_of(&installed), "base");
+        assert_eq!(
+            api_provided_already(&alt, [&installed]).as_deref(),
+            Some("base.v1.3.0 and alt.v1.0.0 provide Profile (tuning.example.com/v1)")
+        );
+        let base2 = bundle("base", "2.0.0", &["Profile"]);
+        assert_eq!(api_provided_already(&base2, [&installed]), None, "the bundle it replaces");
+        let other = bundle("other", "1.0.0", &["Other"]);
+        assert_eq!(api_provided_already(&alt, [&other]), None);
+        assert_eq!(api_provided_already(&bundle("plain", "1.0.0", &[]), [&installed]), None);
+    }
 
     /// A bundle's dependencies are met only by installed operators of the right package and
     /// version, or that provide the API (or by its own APIs); each unmet one is named, an

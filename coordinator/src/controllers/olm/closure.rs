@@ -12,10 +12,12 @@
 //! each need the other; aloft installs a dependency before what needs it, so a cycle is
 //! refused, saying so), look again for one bundle of a package when two bundles of a chain need
 //! it in ranges the first choice does not both meet (refused: a namespace has one Subscription a
-//! package), and choose between the candidates of several Subscriptions together.
+//! package), and choose between the candidates of several Subscriptions together. As OLM's
+//! solver, it takes no bundle that provides an API an operator of the namespace provides
+//! already, or another bundle of the chain does: a namespace has one provider of an API.
 
 use super::catalogs::Snapshot;
-use aloft_api::catalog::{Bundle, Catalog, Dependency, Provider};
+use aloft_api::catalog::{Bundle, Catalog, Dependency, Gvk, Provider};
 use aloft_api::meta::find_condition;
 use aloft_api::olm::{self, Subscription};
 use std::collections::HashMap;
@@ -73,6 +75,8 @@ pub struct Resolver<'a> {
     /// The Subscription and bundle being resolved.
     root: (String, String),
     root_package: String,
+    /// The APIs the bundle being resolved provides: no bundle it pulls in may provide one too.
+    root_apis: Vec<Gvk>,
     /// Dependency-first: a planned bundle comes after everything it needs.
     pub planned: Vec<Planned<'a>>,
     tries: usize,
@@ -101,6 +105,7 @@ impl<'a> Resolver<'a> {
             searched,
             root: (sub.to_string(), bundle.name.clone()),
             root_package: bundle.package.clone(),
+            root_apis: bundle.provided_gvks(),
             planned: Vec::new(),
             tries: 0,
             found: HashMap::new(),
@@ -179,6 +184,8 @@ impl<'a> Resolver<'a> {
                 siblings.iter().find(|d| d.package() == Some(package) && *d != dep && !d.met_by(p.bundle))
             {
                 Some(format!("it does not also meet {other}, which the same package's one Subscription must"))
+            } else if let Some(why) = self.api_taken(p.bundle) {
+                Some(format!("{why}, and a namespace has one provider of an API"))
             } else if self.tries >= MAX_TRIES {
                 Some(format!("the resolution gave up after trying {MAX_TRIES} bundles"))
             } else {
@@ -220,6 +227,20 @@ impl<'a> Resolver<'a> {
         }
         let (first, why) = first.unwrap_or_default();
         Way::Unmet { first, why, others }
+    }
+
+    /// Which bundle already provides an API that `bundle`, a candidate, provides too: an
+    /// operator installed in the namespace (but those of the package being resolved, which it
+    /// replaces), a bundle planned already, or the bundle being resolved. OLM's solver allows
+    /// one provider of an API in a namespace.
+    fn api_taken(&self, bundle: &Bundle) -> Option<String> {
+        let installed = self.installed.iter().filter(|b| olm::package_of(b) != self.root_package);
+        olm::api_provided_already(bundle, installed.chain(self.planned.iter().map(|n| n.bundle))).or_else(|| {
+            let gvk = bundle.provided_gvks().into_iter().find(|g| self.root_apis.contains(g))?;
+            (bundle.package != self.root_package).then(|| {
+                format!("{} and {} provide {} ({}/{})", self.root.1, bundle.name, gvk.kind, gvk.group, gvk.version)
+            })
+        })
     }
 
     /// Plan what `bundle` (a candidate, `me` its Subscription and name) needs beyond what is
@@ -391,6 +412,51 @@ mod tests {
 
     fn pair(a: &str, b: &str) -> (String, String) {
         (a.to_string(), b.to_string())
+    }
+
+    /// A bundle providing an API that an installed operator of another package, the bundle
+    /// being resolved, or another planned bundle provides is not taken: the next one that does
+    /// not is, and when none is left the dependency is unmet, naming the two providers.
+    #[test]
+    fn a_second_provider_of_an_api_is_not_pulled_in() {
+        let profile =
+            json!({"type": "olm.gvk", "value": {"group": "tuning.example.com", "version": "v1", "kind": "Profile"}});
+        let provides = |blobs: &mut Vec<Value>, name: &str| {
+            for b in blobs.iter_mut().filter(|b| b["name"] == name) {
+                b["properties"].as_array_mut().unwrap().push(profile.clone());
+            }
+        };
+        let mut blobs = Vec::new();
+        blobs.extend(package("app", &["1.0.0"], |_| needs("tuner")));
+        // tuner's head provides Profile; its 1.0.0 does not.
+        blobs.extend(package("tuner", &["1.0.0", "2.0.0"], |_| vec![]));
+        provides(&mut blobs, "tuner.v2.0.0");
+        blobs.extend(package("own", &["1.0.0"], |_| needs("only")));
+        provides(&mut blobs, "own.v1.0.0");
+        blobs.extend(package("only", &["1.0.0"], |_| vec![]));
+        provides(&mut blobs, "only.v1.0.0");
+        let c = Catalog::from_blobs(blobs.into_iter().map(|b| ("c.json".to_string(), b))).expect("a valid catalog");
+        let catalogs = snapshot(c);
+        let base: Bundle =
+            serde_json::from_value(json!({"schema": "olm.bundle", "name": "base.v1.3.0", "properties": [
+            {"type": "olm.package", "value": {"packageName": "base", "version": "1.3.0"}}, profile]}))
+            .unwrap();
+        // Nothing installed provides Profile: tuner's head is taken.
+        let (_, planned) = resolve(&catalogs, "app", &[], &[]);
+        assert_eq!(planned, [pair("tuner.v2.0.0", "app.v1.0.0")]);
+        // base provides it: tuner 1.0.0, which does not.
+        let (_, planned) = resolve(&catalogs, "app", std::slice::from_ref(&base), &[]);
+        assert_eq!(planned, [pair("tuner.v1.0.0", "app.v1.0.0")]);
+        // own provides Profile itself, and only has nothing else to offer.
+        let (ways, planned) = resolve(&catalogs, "own", &[], &[]);
+        assert!(planned.is_empty(), "{planned:?}");
+        let [Way::Unmet { first, why, others: 0 }] = &ways[..] else { panic!("{ways:?}") };
+        assert_eq!(first, "only.v1.0.0 of olm/c");
+        assert_eq!(
+            why,
+            "own.v1.0.0 and only.v1.0.0 provide Profile (tuning.example.com/v1), and a namespace has one provider of \
+             an API"
+        );
     }
 
     #[test]

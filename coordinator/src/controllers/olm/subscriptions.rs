@@ -233,29 +233,45 @@ async fn resolve(
     let about = involved("Subscription", &ns, &sub.metadata.name);
     let channel = (!spec.channel.is_empty()).then_some(spec.channel.as_str());
     let mut held: Option<(&str, String)> = None;
-    // The namespace's installed operators and its Subscriptions, read once a resolution when it
-    // needs them.
+    let subs = namespace_subscriptions(store, &ns).await?;
+    if let Some(why) = package_held(sub, &subs) {
+        deprecations(catalog, sub, status, now);
+        resolution_failed(events, &about, status, &format!("constraints not satisfiable: {why}"), now);
+        return Ok(());
+    }
+    // The namespace's installed operators, read once a resolution when it needs them.
     let mut installed: Option<Vec<Bundle>> = None;
-    let mut subscriptions: Option<Vec<Subscription>> = None;
+    // Why the bundle chosen cannot be installed beside the namespace's operators, when none of
+    // the candidates can and this is why the preferred one cannot.
+    let mut api_refusal: Option<String> = None;
     let chosen = if status.installed_csv.is_empty() {
         let starting = (!spec.starting_csv.is_empty()).then_some(spec.starting_csv.as_str());
         match catalog.install_candidates(&spec.name, channel, starting) {
-            // The preferred bundle needs nothing: it is the one, with nothing to read.
-            Ok(candidates) if candidates.len() > 1 && !candidates[0].dependencies().is_empty() => {
+            // The preferred bundle needs nothing and provides no API: it is the one, with
+            // nothing to read.
+            Ok(candidates)
+                if candidates.first().is_none_or(|b| b.dependencies().is_empty() && b.provided_gvks().is_empty()) =>
+            {
+                Ok(candidates.first().copied())
+            }
+            Ok(candidates) => {
                 let listed = installed_bundles(store, &ns).await?;
-                let subs = namespace_subscriptions(store, &ns).await?;
+                let coming = coming_bundles(&subs, &sub.metadata.name, catalogs);
+                let taken = |to: &Bundle| olm::api_provided_already(to, listed.iter().chain(&coming));
                 let searched = dependencies::search_order(catalogs, sub, global);
                 let at = dependencies::Context { catalogs, searched: &searched, others: &subs, installed: &listed };
-                let can = |to: &Bundle| dependencies::installable(sub, to, at);
+                let can = |to: &Bundle| match taken(to) {
+                    Some(why) => Err(one_provider(&why)),
+                    None => dependencies::installable(sub, to, at),
+                };
                 let first = first_installable(&candidates, &can);
                 if let Some(message) = &first.passed_over {
                     note(events, &about, UPGRADE_HELD, message);
                 }
+                api_refusal = first.chosen.and_then(taken);
                 installed = Some(listed);
-                subscriptions = Some(subs);
                 Ok(first.chosen)
             }
-            Ok(candidates) => Ok(candidates.first().copied()),
             Err(e) => Err(e),
         }
     } else {
@@ -263,17 +279,18 @@ async fn resolve(
         match catalog.upgrade_candidates(&spec.name, channel, &status.installed_csv, version.as_ref()) {
             Ok(candidates) if !candidates.is_empty() => {
                 let listed = installed_bundles(store, &ns).await?;
-                let subs = namespace_subscriptions(store, &ns).await?;
                 let coming = coming_bundles(&subs, &sub.metadata.name, catalogs);
                 let from = status.installed_csv.clone();
                 let next = |to: &Bundle, broken: &[olm::Broken]| followers(&from, to, broken, &listed, &subs, catalogs);
                 let searched = dependencies::search_order(catalogs, sub, global);
                 let at = dependencies::Context { catalogs, searched: &searched, others: &subs, installed: &listed };
-                let can = |to: &Bundle| dependencies::installable(sub, to, at);
+                let can = |to: &Bundle| match olm::api_provided_already(to, listed.iter().chain(&coming)) {
+                    Some(why) => Err(one_provider(&why)),
+                    None => dependencies::installable(sub, to, at),
+                };
                 let considered = &candidates[..candidates.len().min(MAX_CANDIDATES)];
                 let allowed = allowed_upgrade(&status.installed_csv, considered, (&listed, &coming), &next, &can);
                 installed = Some(listed);
-                subscriptions = Some(subs);
                 if let Some(message) = &allowed.passed_over {
                     note(events, &about, UPGRADE_HELD, message);
                 }
@@ -293,15 +310,13 @@ async fn resolve(
         None => remove_condition(&mut status.conditions, UPGRADE_HELD),
     }
     deprecations(catalog, sub, status, now);
-    let failed = |status: &mut SubscriptionStatus, message: &str| {
-        if set_condition(
-            &mut status.conditions,
-            Condition::new(olm::RESOLUTION_FAILED, "True", "ConstraintsNotSatisfiable", message),
-            now,
-        ) {
-            super::warn(events, &about, "ResolutionFailed", message);
-        }
-    };
+    let failed =
+        |status: &mut SubscriptionStatus, message: &str| resolution_failed(events, &about, status, message, now);
+    if let Some(why) = api_refusal {
+        let more = "nothing is installed for it, and it goes on by itself once the other is uninstalled";
+        failed(status, &format!("constraints not satisfiable: {}; {more}", one_provider(&why)));
+        return Ok(());
+    }
     let chosen = match chosen {
         Ok(c) => c,
         Err(e) => {
@@ -316,12 +331,8 @@ async fn resolve(
     if let Some(bundle) = chosen {
         let (unmet, installed) = unmet_dependencies(store, &ns, bundle, installed).await?;
         if !unmet.is_empty() {
-            let others = match subscriptions {
-                Some(s) => s,
-                None => namespace_subscriptions(store, &ns).await?,
-            };
             let searched = dependencies::search_order(catalogs, sub, global);
-            let at = dependencies::Context { catalogs, searched: &searched, others: &others, installed: &installed };
+            let at = dependencies::Context { catalogs, searched: &searched, others: &subs, installed: &installed };
             match dependencies::arrange(store, events, sub, bundle, &unmet, at).await? {
                 Outcome::Unsatisfiable(message) => failed(status, &message),
                 Outcome::Waiting(message) => {
@@ -380,6 +391,51 @@ async fn resolve(
         ..Default::default()
     });
     Ok(())
+}
+
+/// Set `ResolutionFailed` with `message`, and say it in a Warning Event when it is new.
+fn resolution_failed(
+    events: &Recorder,
+    about: &crate::controllers::events::Involved,
+    status: &mut SubscriptionStatus,
+    message: &str,
+    now: &str,
+) {
+    if set_condition(
+        &mut status.conditions,
+        Condition::new(olm::RESOLUTION_FAILED, "True", "ConstraintsNotSatisfiable", message),
+        now,
+    ) {
+        super::warn(events, about, "ResolutionFailed", message);
+    }
+}
+
+/// `why` (two bundles provide one API, see [`olm::api_provided_already`]) with OLM's rule.
+fn one_provider(why: &str) -> String {
+    format!("{why}, and a namespace has one provider of an API")
+}
+
+/// Another Subscription of the namespace on the same package that holds it, in a few words:
+/// OLM's solver allows one operator of a package in a namespace. One holds it when it has
+/// installed a bundle, or, when neither has, when it was created first (then by name), so of
+/// two new ones exactly one goes on. (OLM fails the whole namespace's resolution instead, the
+/// installed operator's Subscription too.)
+fn package_held(sub: &Subscription, subs: &[Subscription]) -> Option<String> {
+    let installed = |s: &Subscription| s.status.as_ref().map(|st| st.installed_csv.clone()).unwrap_or_default();
+    let created = |s: &Subscription| (s.metadata.creation_timestamp.clone(), s.metadata.name.clone());
+    let mine = installed(sub);
+    subs.iter().filter(|o| o.metadata.name != sub.metadata.name && o.spec.name == sub.spec.name).find_map(|o| {
+        let theirs = installed(o);
+        let holds = !theirs.is_empty() || (mine.is_empty() && created(o) < created(sub));
+        holds.then(|| {
+            let how = if theirs.is_empty() { "created first".to_string() } else { format!("installed {theirs}") };
+            format!(
+                "Subscription {:?} of this namespace holds package {:?} ({how}), and there can be only one operator \
+                 from package {} in a namespace; delete one of the two Subscriptions",
+                o.metadata.name, sub.spec.name, sub.spec.name
+            )
+        })
+    })
 }
 
 /// The dependencies of `bundle` that no CSV installed in `namespace` meets (see
@@ -774,6 +830,47 @@ mod tests {
         listed.push(&v10);
         let far = first_installable(&listed, &only_10);
         assert_eq!((far.chosen.map(|b| b.name.as_str()), far.passed_over), (Some("mid.v3.0.0"), None));
+    }
+
+    /// One operator of a package in a namespace: a Subscription that has installed it holds
+    /// the package; of two that have not, the one created first (then by name).
+    #[test]
+    fn a_package_is_held_by_the_installed_or_the_first_subscription() {
+        let sub = |name: &str, package: &str, created: &str, installed: &str| -> Subscription {
+            serde_json::from_value(
+                json!({"metadata": {"name": name, "namespace": "operators", "creationTimestamp": created},
+                "spec": {"name": package, "source": "fleet", "sourceNamespace": "olm"},
+                "status": {"installedCSV": installed}}),
+            )
+            .unwrap()
+        };
+        let early = "2026-12-05T10:00:00Z";
+        let late = "2026-12-05T11:00:00Z";
+        let base = sub("base", "base-tuning", late, "base-tuning.v1.3.0");
+        let again = sub("again", "base-tuning", early, "");
+        let other = sub("other", "tuned-exporter", early, "");
+        let subs = [base.clone(), again.clone(), other.clone()];
+        assert_eq!(
+            package_held(&again, &subs).as_deref(),
+            Some(
+                "Subscription \"base\" of this namespace holds package \"base-tuning\" (installed base-tuning.v1.3.0), \
+                 and there can be only one operator from package base-tuning in a namespace; delete one of the two \
+                 Subscriptions"
+            )
+        );
+        assert_eq!(package_held(&base, &subs), None, "the installed one goes on, though created later");
+        assert_eq!(package_held(&other, &subs), None);
+        // Neither installed: the first created holds it, then the first by name.
+        let first = sub("first", "p", early, "");
+        let second = sub("second", "p", late, "");
+        let twin = sub("a-twin", "p", late, "");
+        let subs = [first.clone(), second.clone(), twin.clone()];
+        assert_eq!(package_held(&first, &subs), None);
+        assert!(package_held(&second, &subs)
+            .is_some_and(|m| m.contains("\"first\" of this namespace holds package \"p\" (created first)")));
+        assert!(package_held(&twin, &subs).is_some_and(|m| m.starts_with("Subscription \"first\"")));
+        assert!(package_held(&second, &[second.clone(), twin.clone()])
+            .is_some_and(|m| m.starts_with("Subscription \"a-twin\"")));
     }
 
     /// A dependent follows its dependency's upgrade when its Automatic Subscription's next
