@@ -1415,6 +1415,59 @@ async fn a_namespace_has_one_operator_of_a_package_and_one_provider_of_an_api() 
     csv_phase(&admin, "alt-tuning.v1.0.0", "Succeeded").await;
 }
 
+/// An operator's Subscription and its dependency's, applied together, get bundles that work
+/// together, as OLM's solver chooses for a namespace's Subscriptions at once: base-tuning's
+/// channel head 2.0.0 is out of tuned-exporter's range (`>=1.2.0 <2.0.0`), so the Subscription
+/// of base-tuning installs 1.3.0, saying why not 2.0.0, whichever of the two is resolved first
+/// (both exist before their catalog does; "base" sorts before "tuned", "zz-base" after), and
+/// then holds there; no second Subscription of base-tuning is made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscriptions_applied_together_get_bundles_that_work_together() {
+    let profile =
+        json!({"type": "olm.gvk", "value": {"group": "tuning.example.com", "version": "v1", "kind": "Profile"}});
+    let mut blobs: Vec<Value> = dependency_blobs()
+        .into_iter()
+        .filter(|b| {
+            !(s(b, "/schema") == "olm.channel" && s(b, "/package") == "base-tuning" && s(b, "/name") == "stable")
+        })
+        .collect();
+    blobs.extend([
+        json!({"schema": "olm.channel", "package": "base-tuning", "name": "stable", "entries": [
+            {"name": "base-tuning.v1.1.0"}, {"name": "base-tuning.v1.3.0", "replaces": "base-tuning.v1.1.0"},
+            {"name": "base-tuning.v2.0.0", "replaces": "base-tuning.v1.3.0"}]}),
+        bundle_of("base-tuning", "2.0.0", &[profile]),
+    ]);
+    for base in ["base", "zz-base"] {
+        let c = Coordinator::start();
+        let admin = c.client();
+        let served = CatalogServer::start().await;
+        for sub in [
+            subscription(base, "fleet", "base-tuning", "Automatic"),
+            subscription("tuned", "fleet", "tuned-exporter", "Automatic"),
+        ] {
+            admin.post(&ns_path(&SUBSCRIPTION, NS, None), &sub).await.unwrap().into_result().unwrap();
+        }
+        let url = served.set("fleet.json", &stream_of(&blobs, |_| true));
+        add_catalog(&admin, &catalog_source("fleet", &url)).await;
+        csv_phase(&admin, "base-tuning.v1.3.0", "Succeeded").await;
+        csv_phase(&admin, "tuned-exporter.v1.0.0", "Succeeded").await;
+        let held = object_until(&admin, &ns_path(&SUBSCRIPTION, NS, Some(base)), "base held at 1.3.0", |x| {
+            cond_true(x, "UpgradeHeld") && s(x, "/status/installedCSV") == "base-tuning.v1.3.0"
+        })
+        .await;
+        assert_eq!(s(condition(&held, "UpgradeHeld").unwrap(), "/reason"), "RequiredByDependents", "{held}");
+        let passed = event_messages(&admin, "UpgradeHeld").await;
+        let words = r#"base-tuning.v1.3.0 is installed instead of base-tuning.v2.0.0: base-tuning.v2.0.0 cannot be installed: tuned-exporter.v1.0.0 requires package "base-tuning" in range ">=1.2.0 <2.0.0" (olm.package.required), which it does not meet"#;
+        assert!(passed.iter().any(|m| m == words), "{base}: {words:?} in {passed:?}");
+        let listed = admin.get(&ns_path(&CLUSTER_SERVICE_VERSION, NS, None)).await.unwrap().into_result().unwrap();
+        let csvs: Vec<&str> = listed["items"].as_array().unwrap().iter().map(|c| s(c, "/metadata/name")).collect();
+        assert_eq!(csvs, ["base-tuning.v1.3.0", "tuned-exporter.v1.0.0"], "{base}: never 2.0.0");
+        let mut names = vec![base, "tuned"];
+        names.sort();
+        assert_eq!(subscription_names(&admin).await, names, "{base}");
+    }
+}
+
 /// A dependency is looked for in the global catalog namespace's catalogs too
 /// (`--olm-global-namespace`), as OLM's resolver does: a Subscription of `operators` on a
 /// catalog of its own namespace that has only tuned-exporter gets base-tuning from the global

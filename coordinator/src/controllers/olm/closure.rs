@@ -277,7 +277,7 @@ pub fn unmet_text(first: &str, why: &str, others: usize) -> String {
 
 /// Whether `s` subscribes to what `dep` asks for: the package it names, or (for an API) a
 /// package whose bundles in `s`'s catalog provide it.
-fn subscribes_to(s: &Subscription, dep: &Dependency, catalogs: &Snapshot) -> bool {
+pub(super) fn subscribes_to(s: &Subscription, dep: &Dependency, catalogs: &Snapshot) -> bool {
     match dep.package() {
         Some(p) => s.spec.name == p,
         None => catalogs

@@ -246,23 +246,37 @@ async fn resolve(
     let mut api_refusal: Option<String> = None;
     let chosen = if status.installed_csv.is_empty() {
         let starting = (!spec.starting_csv.is_empty()).then_some(spec.starting_csv.as_str());
+        let coming = coming_bundles(&subs, &sub.metadata.name, catalogs);
+        let mut dependents = fresh_targets(&subs, &sub.metadata.name, catalogs);
+        dependents.extend(coming.iter().cloned());
+        let needed = needed_of(sub, &dependents, catalogs);
         match catalog.install_candidates(&spec.name, channel, starting) {
-            // The preferred bundle needs nothing and provides no API: it is the one, with
-            // nothing to read.
+            // The preferred bundle needs nothing, provides no API and nothing waits for this
+            // Subscription: it is the one, with nothing to read.
             Ok(candidates)
-                if candidates.first().is_none_or(|b| b.dependencies().is_empty() && b.provided_gvks().is_empty()) =>
+                if needed.is_empty()
+                    && candidates
+                        .first()
+                        .is_none_or(|b| b.dependencies().is_empty() && b.provided_gvks().is_empty()) =>
             {
                 Ok(candidates.first().copied())
             }
             Ok(candidates) => {
                 let listed = installed_bundles(store, &ns).await?;
-                let coming = coming_bundles(&subs, &sub.metadata.name, catalogs);
+                // What an installed operator meets already is not this Subscription's to meet.
+                let needed: Vec<&(String, Dependency)> =
+                    needed.iter().filter(|(_, d)| !listed.iter().any(|b| d.met_by(b))).collect();
                 let taken = |to: &Bundle| olm::api_provided_already(to, listed.iter().chain(&coming));
                 let searched = dependencies::search_order(catalogs, sub, global);
                 let at = dependencies::Context { catalogs, searched: &searched, others: &subs, installed: &listed };
-                let can = |to: &Bundle| match taken(to) {
-                    Some(why) => Err(one_provider(&why)),
-                    None => dependencies::installable(sub, to, at),
+                let can = |to: &Bundle| {
+                    if let Some(why) = taken(to) {
+                        return Err(one_provider(&why));
+                    }
+                    if let Some((who, _)) = needed.iter().find(|(_, d)| !d.met_by(to)) {
+                        return Err(format!("{who}, which it does not meet"));
+                    }
+                    dependencies::installable(sub, to, at)
                 };
                 let first = first_installable(&candidates, &can);
                 if let Some(message) = &first.passed_over {
@@ -280,6 +294,11 @@ async fn resolve(
             Ok(candidates) if !candidates.is_empty() => {
                 let listed = installed_bundles(store, &ns).await?;
                 let coming = coming_bundles(&subs, &sub.metadata.name, catalogs);
+                // Their dependencies hold an upgrade back as the chosen ones' do; only the
+                // chosen ones count as providers of an API (two new Subscriptions would each
+                // refuse the other's).
+                let mut dependents = coming.clone();
+                dependents.extend(fresh_targets(&subs, &sub.metadata.name, catalogs));
                 let from = status.installed_csv.clone();
                 let next = |to: &Bundle, broken: &[olm::Broken]| followers(&from, to, broken, &listed, &subs, catalogs);
                 let searched = dependencies::search_order(catalogs, sub, global);
@@ -289,7 +308,7 @@ async fn resolve(
                     None => dependencies::installable(sub, to, at),
                 };
                 let considered = &candidates[..candidates.len().min(MAX_CANDIDATES)];
-                let allowed = allowed_upgrade(&status.installed_csv, considered, (&listed, &coming), &next, &can);
+                let allowed = allowed_upgrade(&status.installed_csv, considered, (&listed, &dependents), &next, &can);
                 installed = Some(listed);
                 if let Some(message) = &allowed.passed_over {
                     note(events, &about, UPGRADE_HELD, message);
@@ -551,6 +570,41 @@ fn coming_bundles(subs: &[Subscription], own: &str, catalogs: &Snapshot) -> Vec<
                 catalogs.get(&(s.spec.source_namespace.clone(), s.spec.source.clone()))?.catalog.as_deref()?;
             catalog.bundle(&s.spec.name, &status.current_csv).cloned()
         })
+        .collect()
+}
+
+/// The bundle each of the namespace's other new Subscriptions (all but `own`: nothing installed
+/// or chosen yet, its resolution not failed) would install first, its `startingCSV` or its
+/// channel's head, read from its catalog. OLM's solver chooses for every Subscription of a
+/// namespace at once, so the one resolved first must not take a bundle another's cannot work
+/// with (`oc apply` of an operator's Subscription and its dependency's together).
+fn fresh_targets(subs: &[Subscription], own: &str, catalogs: &Snapshot) -> Vec<Bundle> {
+    subs.iter()
+        .filter(|s| s.metadata.name != own)
+        .filter_map(|s| {
+            let status = s.status.clone().unwrap_or_default();
+            let failed = find_condition(&status.conditions, olm::RESOLUTION_FAILED).is_some_and(|c| c.status == "True");
+            if !status.installed_csv.is_empty() || !status.current_csv.is_empty() || failed {
+                return None;
+            }
+            let catalog =
+                catalogs.get(&(s.spec.source_namespace.clone(), s.spec.source.clone()))?.catalog.as_deref()?;
+            let channel = (!s.spec.channel.is_empty()).then_some(s.spec.channel.as_str());
+            let starting = (!s.spec.starting_csv.is_empty()).then_some(s.spec.starting_csv.as_str());
+            catalog.install_target(&s.spec.name, channel, starting).ok().cloned()
+        })
+        .collect()
+}
+
+/// The dependencies of `dependents` (bundles other Subscriptions of the namespace are
+/// installing, or will install first) that `sub` is the one to meet (on its package, or on an
+/// API its package's bundles provide), as "BUNDLE requires DEPENDENCY" with the dependency:
+/// a new Subscription takes a bundle that meets them all when one can be installed.
+fn needed_of(sub: &Subscription, dependents: &[Bundle], catalogs: &Snapshot) -> Vec<(String, Dependency)> {
+    dependents
+        .iter()
+        .flat_map(|b| b.dependencies().into_iter().map(move |d| (format!("{} requires {d}", b.name), d)))
+        .filter(|(_, d)| super::closure::subscribes_to(sub, d, catalogs))
         .collect()
 }
 
@@ -871,6 +925,53 @@ mod tests {
         assert!(package_held(&twin, &subs).is_some_and(|m| m.starts_with("Subscription \"first\"")));
         assert!(package_held(&second, &[second.clone(), twin.clone()])
             .is_some_and(|m| m.starts_with("Subscription \"a-twin\"")));
+    }
+
+    /// A new Subscription sees what the namespace's other new Subscriptions will install first
+    /// (not those installed, chosen or failed, nor itself), and of their dependencies those on
+    /// its own package.
+    #[test]
+    fn new_subscriptions_see_what_the_others_will_install_first() {
+        let needs =
+            json!([{"type": "olm.package.required", "value": {"packageName": "base", "versionRange": "<2.0.0"}}]);
+        let blob = |p: &str, v: &str, more: Value| {
+            let mut b = bundle(p, v, more);
+            b.schema = "olm.bundle".into();
+            b.image = format!("example.com/{p}:{v}");
+            serde_json::to_value(b).unwrap()
+        };
+        let blobs = vec![
+            json!({"schema": "olm.package", "name": "tuned", "defaultChannel": "stable"}),
+            json!({"schema": "olm.channel", "package": "tuned", "name": "stable", "entries": [{"name": "tuned.v1.0.0"}]}),
+            blob("tuned", "1.0.0", needs),
+            json!({"schema": "olm.package", "name": "base", "defaultChannel": "stable"}),
+            json!({"schema": "olm.channel", "package": "base", "name": "stable", "entries": [{"name": "base.v2.0.0"}]}),
+            blob("base", "2.0.0", json!([])),
+        ];
+        let c = Catalog::from_blobs(blobs.into_iter().map(|b| ("c.json".to_string(), b))).expect("a catalog");
+        let view =
+            super::super::catalogs::View { catalog: Some(Arc::new(c)), healthy: true, failure: None, priority: 0 };
+        let catalogs = Snapshot::from([(("olm".to_string(), "fleet".to_string()), view)]);
+        let sub = |name: &str, package: &str, status: Value| -> Subscription {
+            serde_json::from_value(json!({"metadata": {"name": name, "namespace": "operators"},
+                "spec": {"name": package, "source": "fleet", "sourceNamespace": "olm", "channel": "stable"},
+                "status": status}))
+            .unwrap()
+        };
+        let failed = json!({"conditions": [{"type": "ResolutionFailed", "status": "True", "message": "x"}]});
+        let subs = [
+            sub("base", "base", json!({})),
+            sub("tuned", "tuned", json!({})),
+            sub("chosen", "tuned", json!({"currentCSV": "tuned.v1.0.0"})),
+            sub("failed", "tuned", failed),
+        ];
+        let fresh = fresh_targets(&subs, "base", &catalogs);
+        let names: Vec<&str> = fresh.iter().map(|b| b.name.as_str()).collect();
+        assert_eq!(names, ["tuned.v1.0.0"], "only the other new one's");
+        let needed = needed_of(&subs[0], &fresh, &catalogs);
+        let texts: Vec<&str> = needed.iter().map(|(t, _)| t.as_str()).collect();
+        assert_eq!(texts, ["tuned.v1.0.0 requires package \"base\" in range \"<2.0.0\" (olm.package.required)"]);
+        assert!(needed_of(&subs[1], &fresh, &catalogs).is_empty(), "nothing needs tuned");
     }
 
     /// A dependent follows its dependency's upgrade when its Automatic Subscription's next
