@@ -3,9 +3,10 @@
 //! OLM v0's choice (`aloft_api::catalog`): a fresh install takes the head of the channel (or
 //! `startingCSV`), or, when the head cannot be installed with everything it needs, the entry
 //! nearest it that can; an installed bundle moves to the entry that replaces, skips or
-//! skip-ranges it, nearest the head, of those that can be installed, and stays when none can. One plan at a time per subscription: a plan that waits for approval
-//! or installs holds the next resolution back; a failed plan stays failed until the catalog
-//! offers another bundle (never retried in a loop), and deleting the plan asks for a new one.
+//! skip-ranges it, nearest the head, of those that can be installed, and stays when none can.
+//! One plan at a time per subscription: a plan that waits for approval or installs holds the
+//! next resolution back; a failed plan stays failed until the catalog offers another bundle
+//! (never retried in a loop), and deleting the plan asks for a new one.
 //! A bundle that needs operators the namespace lacks waits for them: [`super::dependencies`]
 //! subscribes to them.
 
