@@ -832,6 +832,19 @@ fn dependency_blobs() -> Vec<Value> {
     ]
 }
 
+/// [`dependency_blobs`] with base-tuning's stable channel made of `entries`, and a bundle, which
+/// provides Profile as the others do, for each of the new `versions`.
+fn with_base_tuning_stable(entries: Value, versions: &[&str]) -> Vec<Value> {
+    let profile =
+        json!({"type": "olm.gvk", "value": {"group": "tuning.example.com", "version": "v1", "kind": "Profile"}});
+    let stable =
+        |b: &Value| s(b, "/schema") == "olm.channel" && s(b, "/package") == "base-tuning" && s(b, "/name") == "stable";
+    let mut blobs: Vec<Value> = dependency_blobs().into_iter().filter(|b| !stable(b)).collect();
+    blobs.push(json!({"schema": "olm.channel", "package": "base-tuning", "name": "stable", "entries": entries}));
+    blobs.extend(versions.iter().map(|v| bundle_of("base-tuning", v, std::slice::from_ref(&profile))));
+    blobs
+}
+
 /// The JSON stream of the blobs of the packages `keep` keeps.
 fn stream_of(blobs: &[Value], keep: impl Fn(&str) -> bool) -> String {
     let package =
@@ -1423,20 +1436,11 @@ async fn a_namespace_has_one_operator_of_a_package_and_one_provider_of_an_api() 
 /// then holds there; no second Subscription of base-tuning is made.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn subscriptions_applied_together_get_bundles_that_work_together() {
-    let profile =
-        json!({"type": "olm.gvk", "value": {"group": "tuning.example.com", "version": "v1", "kind": "Profile"}});
-    let mut blobs: Vec<Value> = dependency_blobs()
-        .into_iter()
-        .filter(|b| {
-            !(s(b, "/schema") == "olm.channel" && s(b, "/package") == "base-tuning" && s(b, "/name") == "stable")
-        })
-        .collect();
-    blobs.extend([
-        json!({"schema": "olm.channel", "package": "base-tuning", "name": "stable", "entries": [
-            {"name": "base-tuning.v1.1.0"}, {"name": "base-tuning.v1.3.0", "replaces": "base-tuning.v1.1.0"},
-            {"name": "base-tuning.v2.0.0", "replaces": "base-tuning.v1.3.0"}]}),
-        bundle_of("base-tuning", "2.0.0", &[profile]),
-    ]);
+    let blobs = with_base_tuning_stable(
+        json!([{"name": "base-tuning.v1.1.0"}, {"name": "base-tuning.v1.3.0", "replaces": "base-tuning.v1.1.0"},
+               {"name": "base-tuning.v2.0.0", "replaces": "base-tuning.v1.3.0"}]),
+        &["2.0.0"],
+    );
     for base in ["base", "zz-base"] {
         let c = Coordinator::start();
         let admin = c.client();
@@ -1716,22 +1720,12 @@ async fn an_upgrade_that_would_break_a_dependent_is_held_back() {
     csv_phase(&admin, "base-tuning.v1.3.0", "Succeeded").await;
     csv_phase(&admin, "tuned-exporter.v1.0.0", "Succeeded").await;
 
-    let profile =
-        json!({"type": "olm.gvk", "value": {"group": "tuning.example.com", "version": "v1", "kind": "Profile"}});
-    let mut blobs: Vec<Value> = dependency_blobs()
-        .into_iter()
-        .filter(|b| {
-            !(s(b, "/schema") == "olm.channel" && s(b, "/package") == "base-tuning" && s(b, "/name") == "stable")
-        })
-        .collect();
-    blobs.extend([
-        json!({"schema": "olm.channel", "package": "base-tuning", "name": "stable", "entries": [
-            {"name": "base-tuning.v1.1.0"}, {"name": "base-tuning.v1.3.0", "replaces": "base-tuning.v1.1.0"},
-            {"name": "base-tuning.v1.4.0", "replaces": "base-tuning.v1.3.0"},
-            {"name": "base-tuning.v2.0.0", "replaces": "base-tuning.v1.4.0", "skipRange": ">=1.3.0 <1.4.0"}]}),
-        bundle_of("base-tuning", "1.4.0", std::slice::from_ref(&profile)),
-        bundle_of("base-tuning", "2.0.0", &[profile]),
-    ]);
+    let mut blobs = with_base_tuning_stable(
+        json!([{"name": "base-tuning.v1.1.0"}, {"name": "base-tuning.v1.3.0", "replaces": "base-tuning.v1.1.0"},
+               {"name": "base-tuning.v1.4.0", "replaces": "base-tuning.v1.3.0"},
+               {"name": "base-tuning.v2.0.0", "replaces": "base-tuning.v1.4.0", "skipRange": ">=1.3.0 <1.4.0"}]),
+        &["1.4.0", "2.0.0"],
+    );
     served.set("fleet.json", &stream_of(&blobs, |_| true));
     let changed = std::time::Instant::now();
 
