@@ -453,3 +453,137 @@ pub fn update_graph(path: &std::path::Path, rounds: usize) -> Result<()> {
     );
     Ok(())
 }
+
+/// `aloft-coordinator bench olm`: what the OLM controller's resolution of a new Subscription
+/// costs on a real catalog (e.g. shared/testdata/fbc-community-operators/v4.20), with no store:
+/// for every package, the first entry of its default channel that can be installed with its
+/// whole chain of dependencies, as `subscriptions::first_installable` finds it; then the worst
+/// a catalog can make one resolution do (the catalog plus a package of 70 entries, each needing
+/// a CEL rule no bundle meets, so each of the 64 entries tried scans every bundle). Against
+/// decoding the same catalog, timed in the same run.
+pub fn olm(path: &std::path::Path, rounds: usize) -> Result<()> {
+    use crate::controllers::olm::catalogs::{Snapshot, View};
+    use crate::controllers::olm::{dependencies, subscriptions};
+    use aloft_api::catalog::{Bundle, Catalog};
+    use aloft_api::olm::Subscription;
+    use std::sync::Arc;
+
+    let blobs = crate::fbc::blobs_of_path(path).with_context(|| format!("reading {}", path.display()))?;
+    let time = |f: &mut dyn FnMut()| {
+        let mut samples: Vec<Duration> = (0..rounds.max(1))
+            .map(|_| {
+                let t = Instant::now();
+                f();
+                t.elapsed()
+            })
+            .collect();
+        samples.sort();
+        samples[samples.len() / 2]
+    };
+    let baseline = time(&mut || {
+        std::hint::black_box(Catalog::from_blobs(blobs.clone()).ok());
+    });
+    let catalog = Catalog::from_blobs(blobs.clone()).map_err(|e| anyhow::anyhow!("{e}"))?;
+    // A package whose every entry needs what a CEL rule no bundle meets describes, each entry
+    // its own rule (so nothing found for one entry serves the next).
+    const ENTRIES: usize = 70;
+    let rule =
+        |i: usize| format!("properties.exists(p, p.type == 'olm.package' && p.value.packageName == 'none-such-{i}')");
+    let mut hostile = blobs.clone();
+    hostile.push(("bound".into(), json!({"schema": "olm.package", "name": "bound", "defaultChannel": "stable"})));
+    let entries: Vec<Value> = (0..ENTRIES)
+        .map(|i| match i {
+            0 => json!({"name": "bound.v1.0.0"}),
+            _ => json!({"name": format!("bound.v1.0.{i}"), "replaces": if i == 1 { "bound.v1.0.0".to_string() } else { format!("bound.v1.0.{}", i - 1) }}),
+        })
+        .collect();
+    hostile.push((
+        "bound".into(),
+        json!({"schema": "olm.channel", "package": "bound", "name": "stable", "entries": entries}),
+    ));
+    for i in 0..ENTRIES {
+        let version = if i == 0 { "1.0.0".to_string() } else { format!("1.0.{i}") };
+        hostile.push((
+            "bound".into(),
+            json!({"schema": "olm.bundle", "package": "bound", "name": format!("bound.v{version}"), "image": format!("example.com/bound:{version}"),
+                   "properties": [{"type": "olm.package", "value": {"packageName": "bound", "version": version}},
+                                  {"type": "olm.constraint", "value": {"failureMessage": "none such", "cel": {"rule": rule(i)}}}]}),
+        ));
+    }
+    let hostile = Catalog::from_blobs(hostile).map_err(|e| anyhow::anyhow!("{e}"))?;
+
+    let snapshot = |c: Catalog| -> Snapshot {
+        let view = View { catalog: Some(Arc::new(c)), healthy: true, failure: None, priority: 0 };
+        [(("olm".to_string(), "bench".to_string()), view)].into_iter().collect()
+    };
+    let subscription = |package: &str| -> Result<Subscription> {
+        Ok(serde_json::from_value(json!({"metadata": {"name": package, "namespace": "operators"},
+            "spec": {"name": package, "source": "bench", "sourceNamespace": "olm"}}))?)
+    };
+    // One new Subscription's resolution: the entry taken, how many were tried before it.
+    fn resolve_one<'c>(catalogs: &'c Snapshot, catalog: &'c Catalog, sub: &Subscription) -> (Option<&'c Bundle>, bool) {
+        let searched = dependencies::search_order(catalogs, sub, None);
+        let at = dependencies::Context { catalogs, searched: &searched, others: &[], installed: &[] };
+        let Ok(candidates) = catalog.install_candidates(&sub.spec.name, None, None) else { return (None, false) };
+        let memo = dependencies::Memo::default();
+        let can = |to: &Bundle| dependencies::installable(sub, to, at, &memo);
+        let first = subscriptions::first_installable(&candidates, &can);
+        let fell_back = first.passed_over.is_some();
+        (first.chosen.filter(|b| can(b).is_ok()), fell_back)
+    }
+
+    let real = snapshot(catalog.clone());
+    let subs: Vec<Subscription> = catalog.packages.iter().map(|p| subscription(&p.name)).collect::<Result<_>>()?;
+    let (mut installable, mut fell_back, mut slowest) = (0, 0, (Duration::ZERO, String::new()));
+    let every = time(&mut || {
+        installable = 0;
+        fell_back = 0;
+        slowest = (Duration::ZERO, String::new());
+        for sub in &subs {
+            let t = Instant::now();
+            let (chosen, back) = resolve_one(&real, &catalog, sub);
+            let took = t.elapsed();
+            installable += usize::from(chosen.is_some());
+            fell_back += usize::from(back);
+            if took > slowest.0 {
+                slowest = (took, sub.spec.name.clone());
+            }
+        }
+    });
+    let bound_catalogs = snapshot(hostile.clone());
+    let bound = subscription("bound")?;
+    let mut refused = false;
+    let worst = time(&mut || {
+        refused = resolve_one(&bound_catalogs, &hostile, &bound).0.is_none();
+    });
+
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let x = |d: Duration| d.as_secs_f64() / baseline.as_secs_f64().max(1e-9);
+    println!(
+        "{}: {} packages, {} bundles, {} channels; median of {} rounds",
+        path.display(),
+        catalog.packages.len(),
+        catalog.bundles.len(),
+        catalog.channels.len(),
+        rounds.max(1)
+    );
+    let line =
+        |what: &str, d: Duration, more: String| println!("  {what:<52} {:9.3} ms  {:7.2}x   {more}", ms(d), x(d));
+    line("baseline: decode the catalog", baseline, String::new());
+    line(
+        "a new Subscription of every package",
+        every,
+        format!("({installable} installable, {fell_back} on an entry below the head)"),
+    );
+    line(&format!("the slowest of them ({})", slowest.1), slowest.0, String::new());
+    line(
+        &format!("the bound: {ENTRIES} entries, each needing its own CEL rule"),
+        worst,
+        format!(
+            "(a scan is {} bundles; at most {} CEL evaluations a resolution; refused: {refused})",
+            hostile.bundles.len(),
+            crate::controllers::olm::closure::MAX_CEL_EVALUATIONS
+        ),
+    );
+    Ok(())
+}

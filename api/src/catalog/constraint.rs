@@ -208,6 +208,15 @@ fn type_name(v: &cel::Value) -> &'static str {
 }
 
 impl Constraint {
+    /// Whether the constraint, or one nested in it, is a CEL rule.
+    pub fn uses_cel(&self) -> bool {
+        match &self.rule {
+            Rule::Cel(_) => true,
+            Rule::All(c) | Rule::Any(c) | Rule::Not(c) => c.iter().any(Constraint::uses_cel),
+            Rule::Api(_) | Rule::Package { .. } => false,
+        }
+    }
+
     /// Read an `olm.constraint` property's value; the error says what is wrong and where
     /// (`all.constraints[1].package.versionRange`).
     pub fn parse(value: &Value) -> Result<Constraint, String> {
@@ -432,6 +441,13 @@ mod tests {
         let empty_all = Constraint::parse(&json!({"all": {}})).unwrap();
         let empty_any = Constraint::parse(&json!({"any": {"constraints": []}})).unwrap();
         assert!(empty_all.met_by(&red) && !empty_any.met_by(&red));
+
+        // Only a CEL rule, at any depth, makes finding what meets a constraint costly.
+        assert!(![&all, &any, &not, &empty_all].iter().any(|c| c.uses_cel()));
+        let nested = Constraint::parse(&json!({"not": {"constraints": [{"any": {"constraints": [
+            {"cel": {"rule": "properties.exists(p, p.type == 'certified')"}}]}}]}}))
+        .unwrap();
+        assert!(nested.uses_cel());
     }
 
     #[test]

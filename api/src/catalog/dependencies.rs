@@ -49,6 +49,15 @@ impl std::fmt::Display for Dependency {
 }
 
 impl Dependency {
+    /// Whether finding what meets it runs a CEL rule on each bundle looked at: the costly kind
+    /// of dependency, which a resolver bounds.
+    pub fn uses_cel(&self) -> bool {
+        match self {
+            Dependency::Constraint(c) => c.uses_cel(),
+            _ => false,
+        }
+    }
+
     /// Whether `bundle` meets this dependency.
     pub fn met_by(&self, bundle: &Bundle) -> bool {
         match self {

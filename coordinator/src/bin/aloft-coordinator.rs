@@ -186,6 +186,18 @@ enum BenchCmd {
         #[arg(long, default_value_t = 200)]
         rounds: usize,
     },
+    /// Time the OLM controller's resolution of a new Subscription of every package of a catalog
+    /// (a file-based catalog's directory or file, e.g.
+    /// shared/testdata/fbc-community-operators/v4.20), and the most one resolution can be made
+    /// to do (64 entries tried, each scanning every bundle with a CEL rule); against decoding
+    /// the same catalog.
+    Olm {
+        /// The catalog: a directory of FBC files, or one file.
+        catalog: PathBuf,
+        /// Times each step is timed.
+        #[arg(long, default_value_t = 5)]
+        rounds: usize,
+    },
 }
 
 #[derive(Subcommand)]
@@ -414,6 +426,7 @@ async fn run() -> Result<()> {
         Cmd::Bench { cmd: BenchCmd::UpdateGraph { graph, rounds } } => {
             aloft_coordinator::bench::update_graph(&graph, rounds.max(1))
         }
+        Cmd::Bench { cmd: BenchCmd::Olm { catalog, rounds } } => aloft_coordinator::bench::olm(&catalog, rounds.max(1)),
         Cmd::Catalog { cmd: CatalogCmd::Validate { path } } => {
             let summary = aloft_coordinator::fbc::check_path(&path)?;
             println!("{}: valid: {summary}", path.display());

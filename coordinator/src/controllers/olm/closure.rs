@@ -42,6 +42,8 @@ pub enum Way {
     New(usize),
     /// Nothing in the catalogs searched provides it.
     Missing,
+    /// Finding what provides it would take the resolution past [`MAX_CEL_EVALUATIONS`].
+    TooCostly,
     /// Bundles provide it, but none of them can be installed: why the first (the one OLM
     /// prefers) cannot, and how many others were tried.
     Unmet { first: String, why: String, others: usize },
@@ -66,6 +68,24 @@ pub struct Planned<'a> {
 /// A bundle that meets a dependency, and the (namespace, name) of the CatalogSource it is in.
 type Candidate<'a> = (&'a (String, String), Provider<'a>);
 
+/// How many CEL evaluations (a rule on one bundle) the resolutions sharing one [`Found`] may
+/// run in all: finding what meets a CEL rule runs it on every bundle of the catalogs searched,
+/// ~0.15 ms each on this project's 2-core machine, so a catalog whose channel entries each
+/// need a rule of their own could otherwise keep the OLM controller busy for seconds a pass.
+/// 8,192 is ~1.2 s there, and several scans of a catalog of a thousand bundles; one scan of
+/// catalogs larger than that is always allowed.
+pub const MAX_CEL_EVALUATIONS: usize = 8192;
+
+/// Each dependency's candidates, by its text: found once and shared by every resolution that
+/// searches the same catalogs in the same order (the bundles one Subscription tries in turn), as
+/// finding them may run a CEL rule over every bundle of a catalog; and the CEL evaluations
+/// spent on finding them.
+#[derive(Default)]
+pub struct Found<'a> {
+    candidates: HashMap<String, Vec<Candidate<'a>>>,
+    cel_evaluations: usize,
+}
+
 /// One resolution of a bundle's unmet dependencies, transitively.
 pub struct Resolver<'a> {
     installed: &'a [Bundle],
@@ -80,23 +100,23 @@ pub struct Resolver<'a> {
     /// Dependency-first: a planned bundle comes after everything it needs.
     pub planned: Vec<Planned<'a>>,
     tries: usize,
-    /// Each dependency's candidates, by its text, found once a resolution: a search that
-    /// backtracks meets the same dependencies again, and finding them may run CEL rules over
-    /// every bundle of a catalog.
-    found: HashMap<String, Vec<Candidate<'a>>>,
+    /// Each dependency's candidates, found once: a search that backtracks meets the same
+    /// dependencies again (see [`Found`]).
+    found: Found<'a>,
 }
 
 impl<'a> Resolver<'a> {
     /// A resolution of `bundle`, which Subscription `sub` would install, in a namespace with
     /// `installed` operators and `others` Subscriptions (`sub` among them or not), looking in
-    /// `searched` (in order).
+    /// `searched` (in order); `found`, what earlier resolutions over the same `searched` found
+    /// (see [`Resolver::found`]).
     pub fn new(
         installed: &'a [Bundle],
         others: &'a [Subscription],
         catalogs: &'a Snapshot,
         searched: &'a [(&'a (String, String), &'a Catalog)],
-        sub: &str,
-        bundle: &Bundle,
+        (sub, bundle): (&str, &Bundle),
+        found: Found<'a>,
     ) -> Self {
         Resolver {
             installed,
@@ -108,8 +128,14 @@ impl<'a> Resolver<'a> {
             root_apis: bundle.provided_gvks(),
             planned: Vec::new(),
             tries: 0,
-            found: HashMap::new(),
+            found,
         }
+    }
+
+    /// The dependencies' candidates this resolution found, for the next one over the same
+    /// catalogs.
+    pub fn found(&mut self) -> Found<'a> {
+        std::mem::take(&mut self.found)
     }
 
     /// The way to meet `dep`, one of `unmet`, the bundle's own unmet dependencies; what it needs
@@ -152,11 +178,24 @@ impl<'a> Resolver<'a> {
             return Way::New(k);
         }
         let searched = self.searched;
-        let candidates = self
-            .found
-            .entry(dep.to_string())
-            .or_insert_with(|| searched.iter().flat_map(|(id, c)| c.providers_of(dep).map(move |p| (*id, p))).collect())
-            .clone();
+        let key = dep.to_string();
+        let candidates = match self.found.candidates.get(&key) {
+            Some(found) => found.clone(),
+            None => {
+                if dep.uses_cel() {
+                    // One scan of the catalogs is always allowed, however large they are.
+                    let cost: usize = searched.iter().map(|(_, c)| c.bundles.len()).sum();
+                    if self.found.cel_evaluations + cost > MAX_CEL_EVALUATIONS.max(cost) {
+                        return Way::TooCostly;
+                    }
+                    self.found.cel_evaluations += cost;
+                }
+                let found: Vec<Candidate<'a>> =
+                    searched.iter().flat_map(|(id, c)| c.providers_of(dep).map(move |p| (*id, p))).collect();
+                self.found.candidates.insert(key, found.clone());
+                found
+            }
+        };
         if candidates.is_empty() {
             return Way::Missing;
         }
@@ -257,6 +296,7 @@ impl<'a> Resolver<'a> {
                     return Err(format!("it requires {dep}, and Subscription {name:?} of this namespace, which holds that package, {detail}"));
                 }
                 Way::Missing => return Err(format!("it requires {dep}, which no bundle of the catalogs provides")),
+                Way::TooCostly => return Err(format!("it requires {dep}: {}", too_costly())),
                 Way::Unmet { first, why, others } => {
                     return Err(format!("it requires {dep}: {}", unmet_text(&first, &why, others)));
                 }
@@ -264,6 +304,14 @@ impl<'a> Resolver<'a> {
         }
         Ok(())
     }
+}
+
+/// Why a dependency was not looked for: its CEL rule would take the resolution past its bound.
+pub fn too_costly() -> String {
+    format!(
+        "finding what meets its CEL rule would take the resolution past {MAX_CEL_EVALUATIONS} CEL evaluations (a rule on \
+         one bundle), where it stops"
+    )
 }
 
 /// "`first` provides it, but `why`", with how many more were tried.
@@ -404,7 +452,7 @@ mod tests {
         let c = searched[0].1;
         let root = c.bundles_of(package).last().expect("the package");
         let unmet = olm::unmet_of(root.dependencies(), installed);
-        let mut r = Resolver::new(installed, others, catalogs, &searched, "root-sub", root);
+        let mut r = Resolver::new(installed, others, catalogs, &searched, ("root-sub", root), Found::default());
         let ways = unmet.iter().map(|d| r.way(d, &unmet)).collect();
         let planned = r.planned.iter().map(|p| (p.bundle.name.clone(), p.needed_by.1.clone())).collect();
         (ways, planned)
@@ -459,6 +507,42 @@ mod tests {
         );
     }
 
+    /// A CEL rule's scan of the catalogs is not started when it would take the resolutions
+    /// sharing what they found past MAX_CEL_EVALUATIONS: the dependency is left unmet, saying
+    /// why; a rule scanned already costs nothing more.
+    #[test]
+    fn cel_scans_stop_at_their_bound() {
+        let rule = json!({"type": "olm.constraint", "value": {"cel": {"rule": "properties.exists(p, p.type == 'none-such')"}}});
+        let mut blobs = package("ruled", &["1.0.0"], |_| vec![]);
+        for b in blobs.iter_mut().filter(|b| b["schema"] == "olm.bundle") {
+            b["properties"].as_array_mut().unwrap().push(rule.clone());
+        }
+        blobs.extend(package("leaf2", &["1.0.0"], |_| vec![]));
+        let c = Catalog::from_blobs(blobs.into_iter().map(|b| ("c.json".to_string(), b))).expect("a valid catalog");
+        let catalogs = snapshot(c);
+        let searched = searched(&catalogs);
+        let ruled = searched[0].1.bundles_of("ruled").next().unwrap();
+        let deps = ruled.dependencies();
+        let way = |spent: usize| {
+            let found = Found { candidates: HashMap::new(), cel_evaluations: spent };
+            let mut r = Resolver::new(&[], &[], &catalogs, &searched, ("root-sub", ruled), found);
+            let way = r.way(&deps[0], &deps);
+            (way, r.found())
+        };
+        let (first, found) = way(0);
+        assert!(matches!(first, Way::Missing), "{first:?}");
+        assert_eq!(found.cel_evaluations, 2, "one evaluation a bundle");
+        let (stopped, found) = way(MAX_CEL_EVALUATIONS - 1);
+        assert!(matches!(stopped, Way::TooCostly), "{stopped:?}");
+        assert_eq!(found.cel_evaluations, MAX_CEL_EVALUATIONS - 1, "nothing evaluated");
+        assert!(too_costly().contains("8192 CEL evaluations"));
+        // Found already: no scan, whatever was spent.
+        let mut again = Found { candidates: HashMap::new(), cel_evaluations: MAX_CEL_EVALUATIONS };
+        again.candidates.insert(deps[0].to_string(), Vec::new());
+        let mut r = Resolver::new(&[], &[], &catalogs, &searched, ("root-sub", ruled), again);
+        assert!(matches!(r.way(&deps[0], &deps), Way::Missing));
+    }
+
     #[test]
     fn a_dependency_whose_preferred_bundle_needs_what_no_catalog_has_takes_the_next() {
         let catalogs = snapshot(catalog());
@@ -468,7 +552,7 @@ mod tests {
         assert_eq!(planned, [pair("leaf2.v1.0.0", "mid.v1.0.0"), pair("mid.v1.0.0", "app.v1.0.0")]);
         let searched = searched(&catalogs);
         let app = searched[0].1.bundles_of("app").next().unwrap();
-        let mut r = Resolver::new(&[], &[], &catalogs, &searched, "root-sub", app);
+        let mut r = Resolver::new(&[], &[], &catalogs, &searched, ("root-sub", app), Found::default());
         r.way(&app.dependencies()[0], &app.dependencies());
         assert_eq!(r.planned[0].name, "leaf2-stable-c-olm");
         assert_eq!(r.planned[0].needed_by, pair("mid-stable-c-olm", "mid.v1.0.0"), "its requiredBy");
@@ -569,7 +653,7 @@ mod tests {
         let catalogs = snapshot(c);
         let searched = searched(&catalogs);
         let wide = searched[0].1.bundles_of("wide").next().unwrap();
-        let mut r = Resolver::new(&[], &[], &catalogs, &searched, "root-sub", wide);
+        let mut r = Resolver::new(&[], &[], &catalogs, &searched, ("root-sub", wide), Found::default());
         let way = r.way(&wide.dependencies()[0], &wide.dependencies());
         assert_eq!(r.tries, MAX_TRIES, "it stopped at the bound");
         let Way::Unmet { first, others, .. } = way else { panic!("{way:?}") };

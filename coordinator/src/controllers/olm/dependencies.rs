@@ -18,7 +18,7 @@
 //! and the global ones.
 
 use super::catalogs::Snapshot;
-use super::closure::{self, Planned, Resolver, Way};
+use super::closure::{self, Found, Planned, Resolver, Way};
 use super::{involved, note};
 use crate::controllers::events::Recorder;
 use crate::resources::SUBSCRIPTION;
@@ -56,7 +56,7 @@ pub async fn arrange(
     at: Context<'_>,
 ) -> Result<Outcome, StoreError> {
     let ns = sub.metadata.namespace.clone().unwrap_or_default();
-    let (ways, planned) = match resolve(sub, bundle, unmet, at) {
+    let (ways, planned) = match resolve(sub, bundle, unmet, at, &Memo::default()) {
         Ok(resolved) => resolved,
         Err(why) => {
             let more = "nothing is installed for it until every dependency can be met, and it goes on by itself once \
@@ -118,7 +118,7 @@ pub async fn arrange(
                 Some(format!("{dep} from Subscription {:?} (installing {})", planned[*k].name, planned[*k].bundle.name))
             }
             // A blocked resolution returned above.
-            Way::Stuck { .. } | Way::Missing | Way::Unmet { .. } => None,
+            Way::Stuck { .. } | Way::Missing | Way::TooCostly | Way::Unmet { .. } => None,
         })
         .collect();
     let deeper: Vec<String> = planned
@@ -144,6 +144,11 @@ pub struct Context<'a> {
     pub installed: &'a [Bundle],
 }
 
+/// What the resolutions of the bundles one Subscription tries in turn share: each dependency's
+/// candidates, found once (a channel's entries often need the same things, and finding what
+/// meets a CEL rule runs it over every bundle of the catalogs).
+pub type Memo<'a> = std::cell::RefCell<Found<'a>>;
+
 /// The way to meet each of `unmet` (dependencies of `bundle`, which `sub` would install) and
 /// the Subscriptions that would have to be created, what each needs first; or, when one cannot
 /// be met at any depth, why ("bundle X requires D: why; ..."), each dependency named.
@@ -152,11 +157,15 @@ fn resolve<'a>(
     bundle: &Bundle,
     unmet: &[Dependency],
     at: Context<'a>,
+    memo: &Memo<'a>,
 ) -> Result<(Vec<Way>, Vec<Planned<'a>>), String> {
-    let mut resolver = Resolver::new(at.installed, at.others, at.catalogs, at.searched, &sub.metadata.name, bundle);
+    let found = memo.take();
+    let mut resolver =
+        Resolver::new(at.installed, at.others, at.catalogs, at.searched, (&sub.metadata.name, bundle), found);
     let ways: Vec<Way> = unmet.iter().map(|dep| resolver.way(dep, unmet)).collect();
+    memo.replace(resolver.found());
     let planned = resolver.planned;
-    if !ways.iter().any(|w| matches!(w, Way::Stuck { .. } | Way::Missing | Way::Unmet { .. })) {
+    if !ways.iter().any(|w| matches!(w, Way::Stuck { .. } | Way::Missing | Way::TooCostly | Way::Unmet { .. })) {
         return Ok((ways, planned));
     }
     let shown: Vec<String> = at.searched.iter().map(|(id, _)| format!("{}/{}", id.0, id.1)).collect();
@@ -165,6 +174,7 @@ fn resolve<'a>(
         .zip(&ways)
         .map(|(dep, way)| match way {
             Way::Missing => format!("{dep}: no bundle of the catalogs {} provides it", shown.join(", ")),
+            Way::TooCostly => format!("{dep}: {}", closure::too_costly()),
             Way::Unmet { first, why, others } => format!("{dep}: {}", closure::unmet_text(first, why, *others)),
             Way::Stuck { name, package, detail } => format!(
                 "{dep}: Subscription {name:?} of this namespace (package {package:?}) is the one to meet it, but \
@@ -182,13 +192,14 @@ fn resolve<'a>(
 
 /// Whether `bundle`, which `sub` would install, can be installed with everything it needs, at
 /// any depth (nothing is created): why not, when it cannot. An upgrade candidate that cannot be
-/// is passed over for the next one, as OLM's solver passes over a bundle it cannot satisfy.
-pub fn installable(sub: &Subscription, bundle: &Bundle, at: Context<'_>) -> Result<(), String> {
+/// is passed over for the next one, as OLM's solver passes over a bundle it cannot satisfy;
+/// `memo` is shared by the candidates of one resolution.
+pub fn installable<'a>(sub: &Subscription, bundle: &Bundle, at: Context<'a>, memo: &Memo<'a>) -> Result<(), String> {
     let unmet = olm::unmet_of(bundle.dependencies(), at.installed);
     if unmet.is_empty() {
         return Ok(());
     }
-    resolve(sub, bundle, &unmet, at).map(|_| ())
+    resolve(sub, bundle, &unmet, at, memo).map(|_| ())
 }
 
 /// The catalogs a dependency is looked for in, in order: the subscription's own, then the other

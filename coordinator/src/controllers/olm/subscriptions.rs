@@ -270,6 +270,7 @@ async fn resolve(
                 let taken = |to: &Bundle| olm::api_provided_already(to, listed.iter().chain(&coming));
                 let searched = dependencies::search_order(catalogs, sub, global);
                 let at = dependencies::Context { catalogs, searched: &searched, others: &subs, installed: &listed };
+                let memo = dependencies::Memo::default();
                 let can = |to: &Bundle| {
                     if let Some(why) = taken(to) {
                         return Err(one_provider(&why));
@@ -277,7 +278,7 @@ async fn resolve(
                     if let Some((who, _)) = needed.iter().find(|(_, d)| !d.met_by(to)) {
                         return Err(format!("{who}, which it does not meet"));
                     }
-                    dependencies::installable(sub, to, at)
+                    dependencies::installable(sub, to, at, &memo)
                 };
                 let first = first_installable(&candidates, &can);
                 if let Some(message) = &first.passed_over {
@@ -304,9 +305,10 @@ async fn resolve(
                 let next = |to: &Bundle, broken: &[olm::Broken]| followers(&from, to, broken, &listed, &subs, catalogs);
                 let searched = dependencies::search_order(catalogs, sub, global);
                 let at = dependencies::Context { catalogs, searched: &searched, others: &subs, installed: &listed };
+                let memo = dependencies::Memo::default();
                 let can = |to: &Bundle| match olm::api_provided_already(to, listed.iter().chain(&coming)) {
                     Some(why) => Err(one_provider(&why)),
-                    None => dependencies::installable(sub, to, at),
+                    None => dependencies::installable(sub, to, at, &memo),
                 };
                 let considered = &candidates[..candidates.len().min(MAX_CANDIDATES)];
                 let allowed = allowed_upgrade(&status.installed_csv, considered, (&listed, &dependents), &next, &can);
@@ -611,10 +613,10 @@ fn needed_of(sub: &Subscription, dependents: &[Bundle], catalogs: &Snapshot) -> 
 
 /// The bundle a Subscription takes, and what was passed over on the way.
 #[derive(Debug, PartialEq)]
-struct Allowed<'a> {
-    chosen: Option<&'a Bundle>,
+pub(crate) struct Allowed<'a> {
+    pub(crate) chosen: Option<&'a Bundle>,
     /// Why the preferred candidate is not the one taken (or why none is), when it is not.
-    passed_over: Option<String>,
+    pub(crate) passed_over: Option<String>,
     /// The dependents that move after the chosen one, which they need (or no longer refuse).
     followed_by: Option<String>,
     /// [`UPGRADE_HELD`]'s reason when none is taken: [`NOT_INSTALLABLE`] when not one could be
@@ -625,7 +627,7 @@ struct Allowed<'a> {
 /// The first of a new Subscription's `candidates` (the preferred first) that can be installed
 /// with everything it needs, as OLM's solver takes it; when none can be, the preferred one, so
 /// its resolution fails saying what it lacks.
-fn first_installable<'a>(
+pub(crate) fn first_installable<'a>(
     candidates: &[&'a Bundle],
     installable: &dyn Fn(&Bundle) -> Result<(), String>,
 ) -> Allowed<'a> {
