@@ -402,17 +402,7 @@ pub fn update_graph(path: &std::path::Path, rounds: usize) -> Result<()> {
     use aloft_api::update_graph;
     let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
     let graph = update_graph::parse(&bytes).with_context(|| format!("{} is not an update graph", path.display()))?;
-    let time = |f: &mut dyn FnMut()| {
-        let mut samples: Vec<Duration> = (0..rounds)
-            .map(|_| {
-                let t = Instant::now();
-                f();
-                t.elapsed()
-            })
-            .collect();
-        samples.sort();
-        samples[samples.len() / 2]
-    };
+    let time = |f: &mut dyn FnMut()| median_time(rounds, f);
     let baseline = time(&mut || {
         let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
         std::hint::black_box(v);
@@ -454,6 +444,19 @@ pub fn update_graph(path: &std::path::Path, rounds: usize) -> Result<()> {
     Ok(())
 }
 
+/// The median of `rounds` (at least one) timings of `f`.
+fn median_time(rounds: usize, f: &mut dyn FnMut()) -> Duration {
+    let mut samples: Vec<Duration> = (0..rounds.max(1))
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed()
+        })
+        .collect();
+    samples.sort();
+    samples[samples.len() / 2]
+}
+
 /// `aloft-coordinator bench olm`: what the OLM controller's resolution of a new Subscription
 /// costs on a real catalog (e.g. shared/testdata/fbc-community-operators/v4.20), with no store:
 /// for every package, the first entry of its default channel that can be installed with its
@@ -469,17 +472,7 @@ pub fn olm(path: &std::path::Path, rounds: usize) -> Result<()> {
     use std::sync::Arc;
 
     let blobs = crate::fbc::blobs_of_path(path).with_context(|| format!("reading {}", path.display()))?;
-    let time = |f: &mut dyn FnMut()| {
-        let mut samples: Vec<Duration> = (0..rounds.max(1))
-            .map(|_| {
-                let t = Instant::now();
-                f();
-                t.elapsed()
-            })
-            .collect();
-        samples.sort();
-        samples[samples.len() / 2]
-    };
+    let time = |f: &mut dyn FnMut()| median_time(rounds, f);
     let baseline = time(&mut || {
         std::hint::black_box(Catalog::from_blobs(blobs.clone()).ok());
     });
