@@ -267,14 +267,11 @@ async fn resolve(
                 // What an installed operator meets already is not this Subscription's to meet.
                 let needed: Vec<&(String, Dependency)> =
                     needed.iter().filter(|(_, d)| !listed.iter().any(|b| d.met_by(b))).collect();
-                let taken = |to: &Bundle| olm::api_provided_already(to, listed.iter().chain(&coming));
                 let searched = dependencies::search_order(catalogs, sub, global);
                 let at = dependencies::Context { catalogs, searched: &searched, others: &subs, installed: &listed };
                 let memo = dependencies::Memo::default();
                 let can = |to: &Bundle| {
-                    if let Some(why) = taken(to) {
-                        return Err(one_provider(&why));
-                    }
+                    sole_provider(to, &listed, &coming)?;
                     if let Some((who, _)) = needed.iter().find(|(_, d)| !d.met_by(to)) {
                         return Err(format!("{who}, which it does not meet"));
                     }
@@ -284,7 +281,7 @@ async fn resolve(
                 if let Some(message) = &first.passed_over {
                     note(events, &about, UPGRADE_HELD, message);
                 }
-                api_refusal = first.chosen.and_then(taken);
+                api_refusal = first.chosen.and_then(|b| sole_provider(b, &listed, &coming).err());
                 installed = Some(listed);
                 Ok(first.chosen)
             }
@@ -306,12 +303,11 @@ async fn resolve(
                 let searched = dependencies::search_order(catalogs, sub, global);
                 let at = dependencies::Context { catalogs, searched: &searched, others: &subs, installed: &listed };
                 let memo = dependencies::Memo::default();
-                let can = |to: &Bundle| match olm::api_provided_already(to, listed.iter().chain(&coming)) {
-                    Some(why) => Err(one_provider(&why)),
-                    None => dependencies::installable(sub, to, at, &memo),
+                let can = |to: &Bundle| {
+                    sole_provider(to, &listed, &coming)?;
+                    dependencies::installable(sub, to, at, &memo)
                 };
-                let considered = &candidates[..candidates.len().min(MAX_CANDIDATES)];
-                let allowed = allowed_upgrade(&status.installed_csv, considered, (&listed, &dependents), &next, &can);
+                let allowed = allowed_upgrade(&status.installed_csv, &candidates, (&listed, &dependents), &next, &can);
                 installed = Some(listed);
                 if let Some(message) = &allowed.passed_over {
                     note(events, &about, UPGRADE_HELD, message);
@@ -336,7 +332,7 @@ async fn resolve(
         |status: &mut SubscriptionStatus, message: &str| resolution_failed(events, &about, status, message, now);
     if let Some(why) = api_refusal {
         let more = "nothing is installed for it, and it goes on by itself once the other is uninstalled";
-        failed(status, &format!("constraints not satisfiable: {}; {more}", one_provider(&why)));
+        failed(status, &format!("constraints not satisfiable: {why}; {more}"));
         return Ok(());
     }
     let chosen = match chosen {
@@ -432,9 +428,14 @@ fn resolution_failed(
     }
 }
 
-/// `why` (two bundles provide one API, see [`olm::api_provided_already`]) with OLM's rule.
-fn one_provider(why: &str) -> String {
-    format!("{why}, and a namespace has one provider of an API")
+/// Refuses `to` when an operator of another package, installed or chosen by another
+/// Subscription, provides one of its APIs already (see [`olm::api_provided_already`]), saying
+/// so with OLM's rule.
+fn sole_provider(to: &Bundle, installed: &[Bundle], coming: &[Bundle]) -> Result<(), String> {
+    match olm::api_provided_already(to, installed.iter().chain(coming)) {
+        Some(why) => Err(format!("{why}, and a namespace has one provider of an API")),
+        None => Ok(()),
+    }
 }
 
 /// Another Subscription of the namespace on the same package that holds it, in a few words:
@@ -650,7 +651,7 @@ pub(crate) fn first_installable<'a>(
 /// installed operator's dependencies met, or whose dependents it would break can all move after
 /// it (`follow` says how, or `None`), as OLM's solver, which resolves the namespace as a whole,
 /// would choose; with the reason each one before it was passed over. None when none qualifies:
-/// the installed bundle stays.
+/// the installed bundle stays. At most [`MAX_CANDIDATES`] are considered.
 fn allowed_upgrade<'a>(
     from: &str,
     candidates: &[&'a Bundle],
@@ -658,6 +659,7 @@ fn allowed_upgrade<'a>(
     follow: &dyn Fn(&Bundle, &[olm::Broken]) -> Option<String>,
     installable: &dyn Fn(&Bundle) -> Result<(), String>,
 ) -> Allowed<'a> {
+    let candidates = &candidates[..candidates.len().min(MAX_CANDIDATES)];
     let mut reasons = Vec::new();
     let mut cannot = 0;
     for candidate in candidates {
