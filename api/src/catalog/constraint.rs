@@ -22,7 +22,7 @@ use std::sync::{mpsc, Mutex, OnceLock};
 
 use serde_json::{Map, Value};
 
-use super::model::{Bundle, Gvk, PROPERTY_CONSTRAINT};
+use super::model::{Bundle, Gvk, PROPERTY_BUNDLE_OBJECT, PROPERTY_CONSTRAINT, PROPERTY_CSV_METADATA};
 use super::range::{parse_version_tolerant, Range};
 
 /// The largest `olm.constraint` value OLM reads, in bytes of JSON (its `maxConstraintSize`).
@@ -64,6 +64,10 @@ pub struct CelRule {
     text: String,
 }
 
+/// Property types a rule does not see: operator-registry's `convertModelPropertiesToAPIProperties`
+/// drops them from what it serves OLM.
+const HIDDEN_FROM_RULES: [&str; 2] = [PROPERTY_BUNDLE_OBJECT, PROPERTY_CSV_METADATA];
+
 /// The longest CEL rule read. OLM sets no limit below the constraint's 128 KiB; real rules are
 /// a line or two.
 pub const MAX_CEL_RULE_BYTES: usize = 8 << 10;
@@ -77,8 +81,17 @@ const CEL_STACK_BYTES: usize = 256 << 20;
 const CEL_PROGRAMS_KEPT: usize = 256;
 
 enum CelJob {
-    Compile { text: String, reply: mpsc::Sender<Result<(), String>> },
-    Evaluate { text: String, properties: Value, reply: mpsc::Sender<Result<bool, String>> },
+    Compile {
+        text: String,
+        reply: mpsc::Sender<Result<(), String>>,
+    },
+    /// One rule over many bundles' properties: a scan of a catalog is one job, not one hand-off
+    /// to the CEL thread (two context switches) per bundle.
+    Evaluate {
+        text: String,
+        each: Vec<Value>,
+        reply: mpsc::Sender<Result<Vec<Result<bool, String>>, String>>,
+    },
 }
 
 /// The thread that compiles and runs CEL rules, started on first use; `None` if it could not
@@ -100,14 +113,22 @@ fn cel_worker() -> Option<&'static Mutex<mpsc::Sender<CelJob>>> {
 
 fn run_cel_jobs(jobs: mpsc::Receiver<CelJob>) {
     let mut programs: HashMap<String, cel::Program> = HashMap::new();
+    // Made once: a context holds CEL's standard library, which takes longer to build than a
+    // typical rule takes to run. Each evaluation binds `properties` in a scope of its own.
+    let mut root = cel::Context::default();
+    let semver = root.add_function("semver_compare", semver_compare).map_err(|e| e.to_string());
     for job in jobs {
         // A panic in the CEL crate on some rule fails that job only.
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match job {
             CelJob::Compile { text, reply } => {
                 let _ = reply.send(compiled(&mut programs, &text).map(|_| ()));
             }
-            CelJob::Evaluate { text, properties, reply } => {
-                let _ = reply.send(compiled(&mut programs, &text).and_then(|p| run(p, properties)));
+            CelJob::Evaluate { text, each, reply } => {
+                let answers = semver
+                    .clone()
+                    .and_then(|()| compiled(&mut programs, &text))
+                    .map(|program| each.into_iter().map(|properties| run(program, &root, properties)).collect());
+                let _ = reply.send(answers);
             }
         }));
     }
@@ -125,10 +146,9 @@ fn compiled<'a>(programs: &'a mut HashMap<String, cel::Program>, text: &str) -> 
     programs.get(text).ok_or_else(|| "the compiled rule is gone".to_string())
 }
 
-fn run(program: &cel::Program, properties: Value) -> Result<bool, String> {
-    let mut context = cel::Context::default();
+fn run(program: &cel::Program, root: &cel::Context, properties: Value) -> Result<bool, String> {
+    let mut context = root.new_inner_scope();
     context.add_variable("properties", properties).map_err(|e| e.to_string())?;
-    context.add_function("semver_compare", semver_compare).map_err(|e| e.to_string())?;
     match program.execute(&context) {
         Ok(cel::Value::Bool(b)) => Ok(b),
         Ok(other) => Err(format!("cel expression evaluated to {}, not bool", type_name(&other))),
@@ -160,18 +180,59 @@ impl CelRule {
 
     /// The rule's answer for `bundle`: an error when it fails on it or gives no bool.
     pub fn evaluate(&self, bundle: &Bundle) -> Result<bool, String> {
-        let properties: Vec<Value> = bundle
-            .properties
-            .iter()
-            .map(|p| {
-                let mut m = Map::new();
-                m.insert("type".into(), Value::String(p.type_.clone()));
-                m.insert("value".into(), p.value.clone().unwrap_or(Value::Null));
-                Value::Object(m)
-            })
-            .collect();
-        ask(|reply| CelJob::Evaluate { text: self.text.clone(), properties: Value::Array(properties), reply })
+        self.evaluate_each(&[bundle]).pop().unwrap_or_else(|| Err("the CEL evaluator gave no answer".into()))
     }
+
+    /// The rule's answer for each of `bundles`, in their order, run as one job.
+    ///
+    /// The rule sees the properties OLM's resolver sees: the catalog's gRPC API leaves out
+    /// `olm.bundle.object` and `olm.csv.metadata` (the CSV, whole or its display fields), so a
+    /// rule can never test them, and converting them (14 KiB a bundle in the community catalog)
+    /// was most of an evaluation's cost.
+    pub fn evaluate_each(&self, bundles: &[&Bundle]) -> Vec<Result<bool, String>> {
+        if bundles.is_empty() {
+            return Vec::new();
+        }
+        let each = bundles.iter().map(|b| rule_view(b)).collect();
+        match ask(|reply| CelJob::Evaluate { text: self.text.clone(), each, reply }) {
+            Ok(answers) if answers.len() == bundles.len() => answers,
+            Ok(_) => vec![Err("the CEL evaluator gave too few answers".into()); bundles.len()],
+            Err(e) => vec![Err(e); bundles.len()],
+        }
+    }
+}
+
+/// A bundle's properties as a rule sees them: a list of `{type, value}` maps, without the
+/// types OLM does not serve.
+fn rule_view(bundle: &Bundle) -> Value {
+    let properties = bundle
+        .properties
+        .iter()
+        .filter(|p| !HIDDEN_FROM_RULES.contains(&p.type_.as_str()))
+        .map(|p| {
+            let mut m = Map::new();
+            m.insert("type".into(), Value::String(p.type_.clone()));
+            m.insert("value".into(), p.value.clone().unwrap_or(Value::Null));
+            Value::Object(m)
+        })
+        .collect();
+    Value::Array(properties)
+}
+
+/// For each bundle asked about, whether one of `constraints` holds; each is asked only about
+/// the bundles none before it held for.
+fn any_holds(constraints: &[Constraint], bundles: &[&Bundle], asked: &[bool]) -> Vec<bool> {
+    let mut held = vec![false; bundles.len()];
+    let mut open = asked.to_vec();
+    for c in constraints {
+        for (i, h) in c.rule.holds(bundles, &open).into_iter().enumerate() {
+            if h {
+                held[i] = true;
+                open[i] = false;
+            }
+        }
+    }
+    held
 }
 
 /// `semver_compare(a, b)`: blang's `Compare` of the two sides read tolerantly (build metadata
@@ -233,6 +294,13 @@ impl Constraint {
     pub fn met_by(&self, bundle: &Bundle) -> bool {
         self.rule.met_by(bundle)
     }
+
+    /// Whether each of `bundles` satisfies the constraint, in their order: the same answers as
+    /// [`Constraint::met_by`] on each, with every CEL rule run once over the bundles it is
+    /// asked about (those an enclosing `all`, `any` or `not` has not decided already).
+    pub fn met_by_each(&self, bundles: &[&Bundle]) -> Vec<bool> {
+        self.rule.holds(bundles, &vec![true; bundles.len()])
+    }
 }
 
 impl Rule {
@@ -244,6 +312,26 @@ impl Rule {
             Rule::Any(cs) => cs.iter().any(|c| c.met_by(bundle)),
             Rule::Not(cs) => !cs.iter().any(|c| c.met_by(bundle)),
             Rule::Cel(rule) => rule.evaluate(bundle).unwrap_or(false),
+        }
+    }
+
+    /// For each bundle `asked` about, whether the rule holds (false where not asked).
+    fn holds(&self, bundles: &[&Bundle], asked: &[bool]) -> Vec<bool> {
+        let each = |f: &dyn Fn(&Bundle) -> bool| bundles.iter().zip(asked).map(|(b, a)| *a && f(b)).collect();
+        match self {
+            Rule::Api(gvk) => each(&|b| b.provided_gvks().contains(gvk)),
+            Rule::Package { name, range } => each(&|b| of_package_in_range(b, name, range)),
+            Rule::All(cs) => cs.iter().fold(asked.to_vec(), |holding, c| c.rule.holds(bundles, &holding)),
+            Rule::Any(cs) => any_holds(cs, bundles, asked),
+            Rule::Not(cs) => {
+                let any = any_holds(cs, bundles, asked);
+                asked.iter().zip(any).map(|(a, x)| *a && !x).collect()
+            }
+            Rule::Cel(rule) => {
+                let picked: Vec<&Bundle> = bundles.iter().zip(asked).filter(|(_, a)| **a).map(|(b, _)| *b).collect();
+                let mut answers = rule.evaluate_each(&picked).into_iter();
+                asked.iter().map(|a| *a && answers.next().is_some_and(|r| r.unwrap_or(false))).collect()
+            }
         }
     }
 
@@ -478,6 +566,76 @@ mod tests {
         let Rule::Cel(c) = &rule(either).rule else { panic!() };
         assert_eq!(c.evaluate(&plain), Err("cel expression evaluated to string, not bool".to_string()));
         assert!(!rule(either).met_by(&plain));
+    }
+
+    #[test]
+    fn a_constraint_over_many_bundles_answers_as_over_each() {
+        let bundles = [
+            bundle("blue", "1.2.0", json!([{"type": "certified", "value": true}, green()])),
+            bundle("blue", "1.0.0", json!([])),
+            bundle("red", "2.0.0", json!([{"type": "certified", "value": false}])),
+            bundle("red", "0.9.0", json!([green()])),
+        ];
+        let refs: Vec<&Bundle> = bundles.iter().collect();
+        let certified = json!({"cel": {"rule": r#"properties.exists(p, p.type == "certified" && p.value)"#}});
+        let recent = json!({"cel": {"rule": r#"properties.exists(p, p.type == "olm.package" &&
+            semver_compare(p.value.version, "1.1.0") >= 0)"#}});
+        let failing = json!({"cel": {"rule": r#"properties.exists(p, p.type == "olm.package" &&
+            semver_compare(p.value.packageName, "1.0.0") >= 0)"#}});
+        let blue = json!({"package": {"packageName": "blue", "versionRange": ">=1.0.0"}});
+        let api = json!({"gvk": {"group": "greens.example.com", "version": "v1", "kind": "Green"}});
+        for (value, expected) in [
+            (certified.clone(), [true, false, false, false]),
+            (recent.clone(), [true, false, true, false]),
+            (failing.clone(), [false; 4]),
+            (json!({"all": {"constraints": [blue.clone(), recent.clone()]}}), [true, false, false, false]),
+            (json!({"any": {"constraints": [api.clone(), recent.clone()]}}), [true, false, true, true]),
+            (json!({"not": {"constraints": [certified.clone(), failing.clone()]}}), [false, true, true, true]),
+            (
+                json!({"all": {"constraints": [{"not": {"constraints": [blue]}}, {"any": {"constraints":
+                [certified, api]}}]}}),
+                [false, false, false, true],
+            ),
+            (json!({"all": {}}), [true; 4]),
+            (json!({"any": {}}), [false; 4]),
+        ] {
+            let c = Constraint::parse(&value).unwrap_or_else(|e| panic!("{value}: {e}"));
+            let one_by_one: Vec<bool> = refs.iter().map(|b| c.met_by(b)).collect();
+            assert_eq!(one_by_one, expected, "{value}");
+            assert_eq!(c.met_by_each(&refs), expected, "{value}, over all four at once");
+        }
+        let c = Constraint::parse(&recent).expect("reads");
+        assert!(c.met_by_each(&[]).is_empty());
+        let Rule::Cel(rule) = &Constraint::parse(&failing).expect("reads").rule else { panic!("a cel rule") };
+        let answers = rule.evaluate_each(&refs[..2]);
+        assert_eq!(answers.len(), 2);
+        assert!(answers.iter().all(|a| a.as_ref().is_err_and(|e| e.contains("unable to parse 'blue'"))), "{answers:?}");
+    }
+
+    #[test]
+    fn cel_rules_do_not_see_the_csv_as_olm_serves_bundles_without_it() {
+        let csv = json!({"kind": "ClusterServiceVersion", "metadata": {"name": "blue.v1.0.0"}});
+        let encoded = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, csv.to_string());
+        let carrying = bundle(
+            "blue",
+            "1.0.0",
+            json!([
+                {"type": "olm.csv.metadata", "value": {"displayName": "Blue"}},
+                {"type": "olm.bundle.object", "value": {"data": encoded}},
+                {"type": "certified", "value": true}
+            ]),
+        );
+        let count = |t: &str| {
+            let r = format!(r#"properties.filter(p, p.type == "{t}").size() == 1"#);
+            let Rule::Cel(c) = Constraint::parse(&json!({"cel": {"rule": r}})).expect("compiles").rule else {
+                panic!("a cel rule")
+            };
+            c.evaluate(&carrying)
+        };
+        assert_eq!(count("certified"), Ok(true));
+        assert_eq!(count("olm.package"), Ok(true));
+        assert_eq!(count("olm.csv.metadata"), Ok(false));
+        assert_eq!(count("olm.bundle.object"), Ok(false));
     }
 
     #[test]

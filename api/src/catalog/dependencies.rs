@@ -68,6 +68,15 @@ impl Dependency {
         }
     }
 
+    /// Whether each of `bundles` meets this dependency, in their order: a constraint's CEL rules
+    /// run once over them all ([`Constraint::met_by_each`]).
+    pub fn met_by_each(&self, bundles: &[&Bundle]) -> Vec<bool> {
+        match self {
+            Dependency::Constraint(c) => c.met_by_each(bundles),
+            _ => bundles.iter().map(|b| self.met_by(b)).collect(),
+        }
+    }
+
     /// The package a bundle meeting it must be of, when the dependency names one.
     pub fn package(&self) -> Option<&str> {
         match self {
@@ -117,16 +126,12 @@ impl Catalog {
     /// Every bundle of this catalog that meets `dependency`, in the order OLM prefers them: in
     /// the required package (for an API: in each package, by name), the default channel first
     /// and then the others by name, within a channel the entry nearest its head first; a bundle
-    /// in several channels comes once, in the first. The dependency is evaluated lazily, so a caller that
-    /// takes the first does not run it on the rest (a CEL rule runs once per bundle it is asked
-    /// about). Why all
-    /// of them: when the preferred bundle has a dependency of its own that cannot be met, OLM's
-    /// solver takes the next one. Channels that cannot be ordered (no single head, a cycle) are
-    /// passed over: a validated catalog has none.
-    pub fn providers_of<'c, 'd>(
-        &'c self,
-        dependency: &'d Dependency,
-    ) -> impl Iterator<Item = Provider<'c>> + use<'c, 'd> {
+    /// in several channels comes once, in the first. Why all of them: when the preferred bundle
+    /// has a dependency of its own that cannot be met, OLM's solver takes the next one. The
+    /// dependency is evaluated on every bundle of the package (for an API, of the catalog) at
+    /// once, so a CEL rule runs as one job. Channels that cannot be ordered (no single head, a
+    /// cycle) are passed over: a validated catalog has none.
+    pub fn providers_of<'c>(&'c self, dependency: &Dependency) -> impl Iterator<Item = Provider<'c>> + use<'c> {
         let packages: Vec<&str> = match dependency.package() {
             Some(p) => vec![p],
             None => {
@@ -151,7 +156,9 @@ impl Catalog {
                 }
             }
         }
-        ordered.into_iter().filter(move |p| dependency.met_by(p.bundle))
+        let bundles: Vec<&Bundle> = ordered.iter().map(|p| p.bundle).collect();
+        let met = dependency.met_by_each(&bundles);
+        ordered.into_iter().zip(met).filter_map(|(p, met)| met.then_some(p))
     }
 }
 
