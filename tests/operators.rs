@@ -1426,6 +1426,56 @@ async fn a_namespace_has_one_operator_of_a_package_and_one_provider_of_an_api() 
     csv_phase(&admin, "alt-tuning.v1.0.0", "Succeeded").await;
 }
 
+/// An operator whose Subscription was deleted (its CSV kept, as OLM keeps it) is taken as
+/// installed by a new Subscription of its package, which upgrades it along its own channel:
+/// the new CSV replaces the kept one, and the package never has two operators side by side.
+/// (OLM fails that Subscription instead: "clusterserviceversion base-tuning.v1.1.0 exists and
+/// is not referenced by a subscription", until someone deletes the running operator.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_subscription_takes_over_the_operator_its_package_left_behind() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let served = CatalogServer::start().await;
+    dependency_catalog(&admin, &served).await;
+    let mut old = subscription("first", "fleet", "base-tuning", "Automatic");
+    old["spec"]["channel"] = json!("old");
+    admin.post(&ns_path(&SUBSCRIPTION, NS, None), &old).await.unwrap().into_result().unwrap();
+    csv_phase(&admin, "base-tuning.v1.1.0", "Succeeded").await;
+    admin.delete(&ns_path(&SUBSCRIPTION, NS, Some("first"))).await.unwrap().into_result().unwrap();
+    eventually(WAIT, "the Subscription gone", || {
+        let admin = admin.clone();
+        async move { Ok(get(&admin, &ns_path(&SUBSCRIPTION, NS, Some("first"))).await?.is_none().then_some(())) }
+    })
+    .await;
+    assert_eq!(eventually_csvs(&admin, &["base-tuning.v1.1.0"]).await, ["base-tuning.v1.1.0"], "the CSV stays");
+
+    admin
+        .post(&ns_path(&SUBSCRIPTION, NS, None), &subscription("again", "fleet", "base-tuning", "Automatic"))
+        .await
+        .unwrap()
+        .into_result()
+        .unwrap();
+    let upgraded = csv_phase(&admin, "base-tuning.v1.3.0", "Succeeded").await;
+    assert_eq!(s(&upgraded, "/spec/replaces"), "base-tuning.v1.1.0", "an upgrade of the kept one: {upgraded}");
+    assert_eq!(eventually_csvs(&admin, &["base-tuning.v1.3.0"]).await, ["base-tuning.v1.3.0"]);
+    let again = object_until(&admin, &ns_path(&SUBSCRIPTION, NS, Some("again")), "again at 1.3.0", |x| {
+        s(x, "/status/installedCSV") == "base-tuning.v1.3.0" && s(x, "/status/state") == "AtLatestKnown"
+    })
+    .await;
+    assert!(!cond_true(&again, "ResolutionFailed"), "{again}");
+    assert_eq!(
+        event_messages(&admin, "AdoptedCSV").await,
+        ["base-tuning.v1.1.0 of package base-tuning is installed and no Subscription holds it: this Subscription \
+          takes it as installed, and upgrades it along channel \"stable\""]
+    );
+    let plans = admin.get(&ns_path(&INSTALL_PLAN, NS, None)).await.unwrap().into_result().unwrap();
+    let planned: Vec<&str> =
+        plans["items"].as_array().unwrap().iter().map(|p| s(p, "/spec/clusterServiceVersionNames/0")).collect();
+    // The first Subscription's plan went with it (its owner); the new one made one, the upgrade.
+    assert_eq!(planned, ["base-tuning.v1.3.0"], "{plans}");
+    assert_eq!(s(&plans["items"][0], "/metadata/ownerReferences/0/name"), "again", "{plans}");
+}
+
 /// An operator's Subscription and its dependency's, applied together, get bundles that work
 /// together, as OLM's solver chooses for a namespace's Subscriptions at once: base-tuning's
 /// channel head 2.0.0 is out of tuned-exporter's range (`>=1.2.0 <2.0.0`), so the Subscription

@@ -23,6 +23,10 @@ use aloft_api::olm::{self, CatalogHealth, InstallPlan, PlanReference, Subscripti
 use serde_json::{json, Value};
 use std::sync::Arc;
 
+/// The Event reason of a new Subscription that takes an operator no Subscription holds as its
+/// installed one ([`freestanding`]).
+pub const ADOPTED: &str = "AdoptedCSV";
+
 /// The `InstallPlanPending` reason of a subscription whose bundle waits for the Subscriptions
 /// of its dependencies (OLM would put them in the same plan; aloft installs them first).
 pub const WAITING_FOR_DEPENDENCIES: &str = "WaitingForDependencies";
@@ -242,6 +246,46 @@ async fn resolve(
     }
     // The namespace's installed operators, read once a resolution when it needs them.
     let mut installed: Option<Vec<Bundle>> = None;
+    if status.installed_csv.is_empty() {
+        let csvs = current_csvs(store, &ns).await?;
+        let adoptable = freestanding(&spec.name, &csvs, &subs, failed_for);
+        installed = Some(csvs.iter().map(|c| olm::installed_bundle(&c.metadata.name, &c.metadata)).collect());
+        match adoptable.as_slice() {
+            [] => {}
+            [one] => {
+                note(
+                    events,
+                    &about,
+                    ADOPTED,
+                    &format!(
+                        "{one} of package {} is installed and no Subscription holds it: this Subscription takes it \
+                         as installed, and upgrades it along {}",
+                        spec.name,
+                        if spec.channel.is_empty() {
+                            "the package's default channel".to_string()
+                        } else {
+                            format!("channel {:?}", spec.channel)
+                        }
+                    ),
+                );
+                status.installed_csv = one.clone();
+                status.current_csv = one.clone();
+            }
+            many => {
+                deprecations(catalog, sub, status, now);
+                let message = format!(
+                    "constraints not satisfiable: clusterserviceversions {} of package {} exist and are not referenced \
+                     by a subscription, and there can be only one operator from package {} in a namespace; delete \
+                     all but one of them, and this Subscription takes that one",
+                    many.join(", "),
+                    spec.name,
+                    spec.name
+                );
+                resolution_failed(events, &about, status, &message, now);
+                return Ok(());
+            }
+        }
+    }
     // Why the bundle chosen cannot be installed beside the namespace's operators, when none of
     // the candidates can and this is why the preferred one cannot.
     let mut api_refusal: Option<String> = None;
@@ -263,7 +307,10 @@ async fn resolve(
                 Ok(candidates.first().copied())
             }
             Ok(candidates) => {
-                let listed = installed_bundles(store, &ns).await?;
+                let listed = match installed.take() {
+                    Some(listed) => listed,
+                    None => installed_bundles(store, &ns).await?,
+                };
                 // What an installed operator meets already is not this Subscription's to meet.
                 let needed: Vec<&(String, Dependency)> =
                     needed.iter().filter(|(_, d)| !listed.iter().any(|b| d.met_by(b))).collect();
@@ -288,10 +335,18 @@ async fn resolve(
             Err(e) => Err(e),
         }
     } else {
-        let version = catalog.bundle(&spec.name, &status.installed_csv).and_then(Bundle::version);
+        // A CSV the catalog no longer has (or never had: one taken as installed) is placed by
+        // the version its own properties give, so a skipRange can still cover it.
+        let version = catalog
+            .bundle(&spec.name, &status.installed_csv)
+            .and_then(Bundle::version)
+            .or_else(|| installed.as_ref()?.iter().find(|b| b.name == status.installed_csv).and_then(Bundle::version));
         match catalog.upgrade_candidates(&spec.name, channel, &status.installed_csv, version.as_ref()) {
             Ok(candidates) if !candidates.is_empty() => {
-                let listed = installed_bundles(store, &ns).await?;
+                let listed = match installed.take() {
+                    Some(listed) => listed,
+                    None => installed_bundles(store, &ns).await?,
+                };
                 let coming = coming_bundles(&subs, &sub.metadata.name, catalogs);
                 // Their dependencies hold an upgrade back as the chosen ones' do; only the
                 // chosen ones count as providers of an API (two new Subscriptions would each
@@ -482,10 +537,19 @@ async fn unmet_dependencies(
     Ok((olm::unmet_of(dependencies, &installed), installed))
 }
 
-/// The operators installed in `namespace`, as their CSVs' properties say. CSVs on their way
-/// out are left out: those being deleted, and those another CSV replaces (kept, Replacing,
-/// only until their successor is in).
+/// The operators installed in `namespace`, as their CSVs' properties say (see
+/// [`current_csvs`]).
 async fn installed_bundles(store: &Arc<dyn Store>, namespace: &str) -> Result<Vec<Bundle>, StoreError> {
+    Ok(current_csvs(store, namespace)
+        .await?
+        .iter()
+        .map(|c| olm::installed_bundle(&c.metadata.name, &c.metadata))
+        .collect())
+}
+
+/// The CSVs of `namespace` that are not on their way out: those being deleted, and those
+/// another CSV replaces (kept, Replacing, only until their successor is in), are left out.
+async fn current_csvs(store: &Arc<dyn Store>, namespace: &str) -> Result<Vec<olm::ClusterServiceVersion>, StoreError> {
     let csvs: Vec<olm::ClusterServiceVersion> = store
         .list(&CLUSTER_SERVICE_VERSION.store_key(), Some(namespace))
         .await?
@@ -493,12 +557,40 @@ async fn installed_bundles(store: &Arc<dyn Store>, namespace: &str) -> Result<Ve
         .into_iter()
         .filter_map(|raw| serde_json::from_value(raw).ok())
         .collect();
-    let replaced: Vec<&str> = csvs.iter().map(|c| c.spec_str("replaces")).filter(|r| !r.is_empty()).collect();
+    let replaced: Vec<String> =
+        csvs.iter().map(|c| c.spec_str("replaces").to_string()).filter(|r| !r.is_empty()).collect();
     Ok(csvs
-        .iter()
-        .filter(|c| c.metadata.deletion_timestamp.is_none() && !replaced.contains(&c.metadata.name.as_str()))
-        .map(|c| olm::installed_bundle(&c.metadata.name, &c.metadata))
+        .into_iter()
+        .filter(|c| c.metadata.deletion_timestamp.is_none() && !replaced.contains(&c.metadata.name))
         .collect())
+}
+
+/// The CSVs of `package` among `csvs` that no Subscription of `subs` has installed, by name:
+/// an operator left behind when its Subscription was deleted, or one installed by hand. OLM's
+/// solver requires such a CSV in every solution ("clusterserviceversion X exists and is not
+/// referenced by a subscription"), so a new Subscription of its package fails until someone
+/// deletes it, the running operator with it. aloft's new Subscription takes it as its
+/// installed CSV instead, and upgrades it from there. The CSV of the Subscription's own
+/// failed plan (`failed_for`) is not taken: that plan failed.
+fn freestanding(
+    package: &str,
+    csvs: &[olm::ClusterServiceVersion],
+    subs: &[Subscription],
+    failed_for: Option<&str>,
+) -> Vec<String> {
+    if package.is_empty() {
+        return Vec::new();
+    }
+    let held = |name: &str| subs.iter().any(|s| s.status.as_ref().is_some_and(|st| st.installed_csv == name));
+    let mut names: Vec<String> = csvs
+        .iter()
+        .map(|c| &c.metadata)
+        .filter(|m| !held(&m.name) && failed_for != Some(m.name.as_str()))
+        .filter(|m| olm::package_of(&olm::installed_bundle(&m.name, m)) == package)
+        .map(|m| m.name.clone())
+        .collect();
+    names.sort();
+    names
 }
 
 /// The Subscriptions of `namespace`, those being deleted left out.
@@ -930,6 +1022,38 @@ mod tests {
         assert!(package_held(&twin, &subs).is_some_and(|m| m.starts_with("Subscription \"first\"")));
         assert!(package_held(&second, &[second.clone(), twin.clone()])
             .is_some_and(|m| m.starts_with("Subscription \"a-twin\"")));
+    }
+
+    /// A CSV no Subscription has installed is found by the package its properties name: not
+    /// one a Subscription holds, not the one whose plan failed, not one of another package or
+    /// of none; several are all named, in order.
+    #[test]
+    fn an_operator_no_subscription_holds_is_found_by_its_package() {
+        let csv = |name: &str, package: &str| -> olm::ClusterServiceVersion {
+            let annotations = match package {
+                "" => json!({}),
+                p => json!({olm::PROPERTIES_ANNOTATION: olm::properties_annotation(&bundle(p, "1.0.0", json!([])))}),
+            };
+            serde_json::from_value(json!({"metadata": {"name": name, "namespace": "operators",
+                "annotations": annotations}, "spec": {}}))
+            .expect("a CSV")
+        };
+        let holder: Subscription = serde_json::from_value(json!({"metadata": {"name": "kept"},
+            "spec": {"name": "base"}, "status": {"installedCSV": "base.v1.2.0"}}))
+        .expect("a Subscription");
+        let csvs = [
+            csv("base.v1.1.0", "base"),
+            csv("tuned.v1.0.0", "tuned"),
+            csv("by-hand", ""),
+            csv("base.v1.0.0", "base"),
+            csv("base.v1.2.0", "base"),
+        ];
+        let subs = [holder];
+        assert_eq!(freestanding("base", &csvs, &subs, None), ["base.v1.0.0", "base.v1.1.0"]);
+        assert_eq!(freestanding("base", &csvs, &subs, Some("base.v1.0.0")), ["base.v1.1.0"]);
+        assert_eq!(freestanding("tuned", &csvs, &subs, None), ["tuned.v1.0.0"]);
+        assert!(freestanding("", &csvs, &subs, None).is_empty(), "a CSV of no known package is nobody's");
+        assert!(freestanding("base", &csvs[1..3], &subs, None).is_empty());
     }
 
     /// A new Subscription sees what the namespace's other new Subscriptions will install first
