@@ -465,6 +465,64 @@ fn median_time(rounds: usize, f: &mut dyn FnMut()) -> Duration {
 /// a CEL rule no bundle meets, so each of the 64 entries tried scans every bundle). Against
 /// decoding the same catalog, timed in the same run.
 pub fn olm(path: &std::path::Path, rounds: usize) -> Result<()> {
+    let f = olm_figures(path, rounds)?;
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let x = |d: Duration| d.as_secs_f64() / f.decode.as_secs_f64().max(1e-9);
+    println!(
+        "{}: {} packages, {} bundles, {} channels; median of {} rounds",
+        path.display(),
+        f.packages,
+        f.bundles,
+        f.channels,
+        rounds.max(1)
+    );
+    let line =
+        |what: &str, d: Duration, more: String| println!("  {what:<52} {:9.3} ms  {:7.2}x   {more}", ms(d), x(d));
+    line("baseline: decode the catalog", f.decode, String::new());
+    line(
+        "a new Subscription of every package",
+        f.every,
+        format!("({} installable, {} on an entry below the head)", f.installable, f.fell_back),
+    );
+    line(&format!("the slowest of them ({})", f.slowest.1), f.slowest.0, String::new());
+    line(
+        &format!("the bound: {} entries, each needing its own CEL rule", f.bound_entries),
+        f.bound,
+        format!(
+            "(a scan is {} bundles; at most {} CEL evaluations a resolution; refused: {})",
+            f.bound_bundles,
+            crate::controllers::olm::closure::MAX_CEL_EVALUATIONS,
+            f.refused
+        ),
+    );
+    Ok(())
+}
+
+/// What `bench olm` measures and finds, each time the median of its rounds.
+#[derive(Debug)]
+struct OlmFigures {
+    packages: usize,
+    bundles: usize,
+    channels: usize,
+    /// Decoding the catalog: the baseline.
+    decode: Duration,
+    /// Resolving a new Subscription of every package.
+    every: Duration,
+    /// Packages a new Subscription gets a bundle of.
+    installable: usize,
+    /// Packages whose new Subscription gets an entry below the head.
+    fell_back: usize,
+    /// The slowest package's resolution.
+    slowest: (Duration, String),
+    /// The bound's package's entries, and the bundles one of its scans looks at.
+    bound_entries: usize,
+    bound_bundles: usize,
+    bound: Duration,
+    /// Whether the bound's resolution was refused (no bundle meets its rules).
+    refused: bool,
+}
+
+fn olm_figures(path: &std::path::Path, rounds: usize) -> Result<OlmFigures> {
     use crate::controllers::olm::catalogs::{Snapshot, View};
     use crate::controllers::olm::{dependencies, subscriptions};
     use aloft_api::catalog::{Bundle, Catalog};
@@ -550,33 +608,38 @@ pub fn olm(path: &std::path::Path, rounds: usize) -> Result<()> {
         refused = resolve_one(&bound_catalogs, &hostile, &bound).0.is_none();
     });
 
-    let ms = |d: Duration| d.as_secs_f64() * 1e3;
-    let x = |d: Duration| d.as_secs_f64() / baseline.as_secs_f64().max(1e-9);
-    println!(
-        "{}: {} packages, {} bundles, {} channels; median of {} rounds",
-        path.display(),
-        catalog.packages.len(),
-        catalog.bundles.len(),
-        catalog.channels.len(),
-        rounds.max(1)
-    );
-    let line =
-        |what: &str, d: Duration, more: String| println!("  {what:<52} {:9.3} ms  {:7.2}x   {more}", ms(d), x(d));
-    line("baseline: decode the catalog", baseline, String::new());
-    line(
-        "a new Subscription of every package",
+    Ok(OlmFigures {
+        packages: catalog.packages.len(),
+        bundles: catalog.bundles.len(),
+        channels: catalog.channels.len(),
+        decode: baseline,
         every,
-        format!("({installable} installable, {fell_back} on an entry below the head)"),
-    );
-    line(&format!("the slowest of them ({})", slowest.1), slowest.0, String::new());
-    line(
-        &format!("the bound: {ENTRIES} entries, each needing its own CEL rule"),
-        worst,
-        format!(
-            "(a scan is {} bundles; at most {} CEL evaluations a resolution; refused: {refused})",
-            hostile.bundles.len(),
-            crate::controllers::olm::closure::MAX_CEL_EVALUATIONS
-        ),
-    );
-    Ok(())
+        installable,
+        fell_back,
+        slowest,
+        bound_entries: ENTRIES,
+        bound_bundles: hostile.bundles.len(),
+        bound: worst,
+        refused,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `bench olm` on a real catalog finds what the OLM controller would: every package of
+    /// community v4.12 gets its channel head, and the bound's package, whose every entry needs
+    /// what no bundle has, gets nothing, within the CEL budget.
+    #[test]
+    fn the_olm_bench_resolves_a_real_catalog_and_refuses_its_bound() {
+        let catalog = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../shared/testdata/fbc-community-operators/v4.12");
+        let f = olm_figures(&catalog, 1).expect("the bench runs on the catalog");
+        assert_eq!((f.packages, f.bundles), (10, 164), "{f:?}");
+        assert_eq!((f.installable, f.fell_back), (f.packages, 0), "every head installable: {f:?}");
+        assert!(!f.slowest.1.is_empty(), "{f:?}");
+        assert_eq!(f.bound_bundles, f.bundles + f.bound_entries, "{f:?}");
+        assert!(f.refused, "no entry of the bound's package can be installed: {f:?}");
+    }
 }
