@@ -8,11 +8,12 @@
 //! needs can be met. Looking one level down, aloft created the first dependency's Subscription,
 //! that Subscription then failed, and the dependent waited on it for ever.
 //!
-//! What aloft does not do that OLM's solver does: install a dependency cycle (two bundles that
-//! each need the other; aloft installs a dependency before what needs it, so a cycle is
-//! refused, saying so), look again for one bundle of a package when two bundles of a chain need
-//! it in ranges the first choice does not both meet (refused: a namespace has one Subscription a
-//! package), and choose between the candidates of several Subscriptions together. As OLM's
+//! When two bundles of a chain need one package in ranges the bundle chosen first for it does
+//! not both meet, it looks again for one that meets both, as OLM's solver does
+//! ([`Resolver::ways`]). What aloft does not do that OLM's solver does: install a dependency
+//! cycle (two bundles that each need the other; aloft installs a dependency before what needs
+//! it, so a cycle is refused, saying so), and choose between the candidates of several
+//! Subscriptions together. As OLM's
 //! solver, it takes no bundle that provides an API an operator of the namespace provides
 //! already, or another bundle of the chain does: a namespace has one provider of an API.
 
@@ -103,6 +104,23 @@ pub struct Resolver<'a> {
     /// Each dependency's candidates, found once: a search that backtracks meets the same
     /// dependencies again (see [`Found`]).
     found: Found<'a>,
+    /// What a bundle of a package must also meet, learned from earlier rounds (see
+    /// [`Resolver::ways`]): the dependency of one bundle of the chain that the bundle chosen
+    /// for another's dependency on the same package did not meet.
+    also: Vec<Dependency>,
+    /// Such dependencies met in this round, for the next.
+    learned: Vec<Dependency>,
+}
+
+/// How many times [`Resolver::ways`] starts over with what it learned: each round learns at
+/// least one more dependency a package must meet, and real chains need one or two.
+pub const MAX_ROUNDS: usize = 4;
+
+impl Way {
+    /// Whether the dependency is met (or will be) this way.
+    pub fn settles(&self) -> bool {
+        matches!(self, Way::Subscribed { .. } | Way::New(_))
+    }
 }
 
 impl<'a> Resolver<'a> {
@@ -129,6 +147,36 @@ impl<'a> Resolver<'a> {
             planned: Vec::new(),
             tries: 0,
             found,
+            also: Vec::new(),
+            learned: Vec::new(),
+        }
+    }
+
+    /// The ways to meet each of `unmet`, the bundle's own unmet dependencies, what they need in
+    /// turn planned in [`Resolver::planned`]. Two bundles of the chain may need one package in
+    /// ranges the bundle chosen first for it does not both meet (app needs `base >=1.0.0`, and
+    /// so gets its head 2.0.0; its other dependency needs `base <2.0.0`). A namespace has one
+    /// operator of a package, so OLM's solver chooses one that meets both; so does this: it
+    /// starts over, every bundle of that package then having to meet both, until a round
+    /// settles every dependency, learns nothing new, or [`MAX_ROUNDS`] have run. The rounds
+    /// share [`MAX_TRIES`] and the CEL budget: a resolution does no more than it did in one.
+    pub fn ways(&mut self, unmet: &[Dependency]) -> Vec<Way> {
+        let mut round = 1;
+        loop {
+            let ways: Vec<Way> = unmet.iter().map(|dep| self.way(dep, unmet)).collect();
+            let fresh: Vec<Dependency> =
+                self.learned.drain(..).filter(|d| !self.also.contains(d)).fold(Vec::new(), |mut out, d| {
+                    if !out.contains(&d) {
+                        out.push(d);
+                    }
+                    out
+                });
+            if ways.iter().all(Way::settles) || fresh.is_empty() || round >= MAX_ROUNDS {
+                return ways;
+            }
+            self.also.extend(fresh);
+            self.planned.clear();
+            round += 1;
         }
     }
 
@@ -209,7 +257,15 @@ impl<'a> Resolver<'a> {
                     "it is of package {package:?}, which needs it itself (a dependency cycle: aloft installs a \
                      dependency before what needs it)"
                 ))
+            } else if let Some(other) = self.also.iter().find(|d| d.package() == Some(package) && !d.met_by(p.bundle)) {
+                Some(format!("it does not also meet {other}, which the same package's one Subscription must"))
             } else if let Some(n) = self.planned.iter().find(|n| n.bundle.package == package) {
+                // Another bundle of the chain needs this package too, and the bundle chosen
+                // for it does not meet `dep`: the next round has every bundle of the package
+                // meet `dep` as well.
+                if dep.package() == Some(package) {
+                    self.learned.push(dep.clone());
+                }
                 Some(format!(
                     "{} of the same package is needed already (by {}), and a namespace has one Subscription a \
                      package",
@@ -453,7 +509,7 @@ mod tests {
         let root = c.bundles_of(package).last().expect("the package");
         let unmet = olm::unmet_of(root.dependencies(), installed);
         let mut r = Resolver::new(installed, others, catalogs, &searched, ("root-sub", root), Found::default());
-        let ways = unmet.iter().map(|d| r.way(d, &unmet)).collect();
+        let ways = r.ways(&unmet);
         let planned = r.planned.iter().map(|p| (p.bundle.name.clone(), p.needed_by.1.clone())).collect();
         (ways, planned)
     }
@@ -604,6 +660,54 @@ mod tests {
         // ranged's head, 2.0.0, meets the first and not the second: 1.0.0 meets both.
         assert!(matches!(ways[..], [Way::New(0), Way::New(0)]), "{ways:?}");
         assert_eq!(planned, [pair("ranged.v1.0.0", "two.v1.0.0")]);
+    }
+
+    /// Two bundles of a chain need one package in ranges its head does not both meet: the
+    /// first gets the head, the second cannot, and the resolution starts over with every bundle
+    /// of that package meeting both, whichever needer comes first. Ranges nothing meets both
+    /// of still fail, naming the bundle of the package that is needed already.
+    #[test]
+    fn two_bundles_needing_one_package_get_one_bundle_that_meets_both() {
+        let mut blobs = Vec::new();
+        blobs.extend(package("app", &["1.0.0"], |_| vec![("wide", ">=1.0.0".into()), ("narrow", ">=1.0.0".into())]));
+        blobs.extend(package("rev", &["1.0.0"], |_| vec![("narrow", ">=1.0.0".into()), ("wide", ">=1.0.0".into())]));
+        blobs.extend(package("wide", &["1.0.0"], |_| vec![("base", ">=1.0.0".into())]));
+        blobs.extend(package("narrow", &["1.0.0"], |_| vec![("base", "<2.0.0".into())]));
+        blobs.extend(package("never", &["1.0.0"], |_| vec![("strict", ">=1.0.0".into()), ("old", ">=1.0.0".into())]));
+        blobs.extend(package("strict", &["1.0.0"], |_| vec![("base", ">=1.5.0".into())]));
+        blobs.extend(package("old", &["1.0.0"], |_| vec![("base", "<1.2.0".into())]));
+        blobs.extend(package("base", &["1.0.0", "1.5.0", "2.0.0"], |_| vec![]));
+        let c = Catalog::from_blobs(blobs.into_iter().map(|b| ("c.json".to_string(), b))).expect("a valid catalog");
+        let catalogs = snapshot(c);
+        let (ways, planned) = resolve(&catalogs, "app", &[], &[]);
+        assert!(ways.iter().all(Way::settles), "{ways:?}");
+        assert_eq!(
+            planned,
+            [
+                pair("base.v1.5.0", "wide.v1.0.0"),
+                pair("wide.v1.0.0", "app.v1.0.0"),
+                pair("narrow.v1.0.0", "app.v1.0.0")
+            ]
+        );
+        let (ways, planned) = resolve(&catalogs, "rev", &[], &[]);
+        assert!(ways.iter().all(Way::settles), "{ways:?}");
+        assert_eq!(
+            planned,
+            [
+                pair("base.v1.5.0", "narrow.v1.0.0"),
+                pair("narrow.v1.0.0", "rev.v1.0.0"),
+                pair("wide.v1.0.0", "rev.v1.0.0")
+            ]
+        );
+        // strict needs base 1.5.0 or later, old below 1.2.0: no base meets both, and the
+        // second round says so of strict's.
+        let (ways, _) = resolve(&catalogs, "never", &[], &[]);
+        let [Way::Unmet { first, why, others }, Way::New(_)] = &ways[..] else { panic!("{ways:?}") };
+        assert_eq!((first.as_str(), *others), ("strict.v1.0.0 of olm/c", 0));
+        assert!(
+            why.ends_with(r#"base.v2.0.0 of olm/c provides it, but it does not also meet package "base" in range "<1.2.0" (olm.package.required), which the same package's one Subscription must; 1 other bundle that provides it cannot be installed either"#),
+            "{why}"
+        );
     }
 
     #[test]

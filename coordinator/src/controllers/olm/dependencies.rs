@@ -162,10 +162,10 @@ fn resolve<'a>(
     let found = memo.take();
     let mut resolver =
         Resolver::new(at.installed, at.others, at.catalogs, at.searched, (&sub.metadata.name, bundle), found);
-    let ways: Vec<Way> = unmet.iter().map(|dep| resolver.way(dep, unmet)).collect();
+    let ways = resolver.ways(unmet);
     memo.replace(resolver.found());
     let planned = resolver.planned;
-    if !ways.iter().any(|w| matches!(w, Way::Stuck { .. } | Way::Missing | Way::TooCostly | Way::Unmet { .. })) {
+    if ways.iter().all(Way::settles) {
         return Ok((ways, planned));
     }
     let shown: Vec<String> = at.searched.iter().map(|(id, _)| format!("{}/{}", id.0, id.1)).collect();
