@@ -1474,6 +1474,29 @@ async fn a_new_subscription_takes_over_the_operator_its_package_left_behind() {
     // The first Subscription's plan went with it (its owner); the new one made one, the upgrade.
     assert_eq!(planned, ["base-tuning.v1.3.0"], "{plans}");
     assert_eq!(s(&plans["items"][0], "/metadata/ownerReferences/0/name"), "again", "{plans}");
+
+    // Two operators of the package that no Subscription holds (one installed by hand): which
+    // to take is the user's to say, and nothing is planned meanwhile.
+    admin.delete(&ns_path(&SUBSCRIPTION, NS, Some("again"))).await.unwrap().into_result().unwrap();
+    let mut by_hand = csv_of("base-tuning", "1.2.0");
+    by_hand["metadata"]["annotations"] = json!({"operatorframework.io/properties":
+        json!({"properties": [{"type": "olm.package", "value": {"packageName": "base-tuning", "version": "1.2.0"}}]}).to_string()});
+    admin.post(&ns_path(&CLUSTER_SERVICE_VERSION, NS, None), &by_hand).await.unwrap().into_result().unwrap();
+    let third = subscribe_until(
+        &admin,
+        subscription("third", "fleet", "base-tuning", "Automatic"),
+        "third ResolutionFailed",
+        |x| cond_true(x, "ResolutionFailed"),
+    )
+    .await;
+    assert_eq!(
+        s(condition(&third, "ResolutionFailed").unwrap(), "/message"),
+        "constraints not satisfiable: clusterserviceversions base-tuning.v1.2.0, base-tuning.v1.3.0 of package \
+         base-tuning exist and are not referenced by a subscription, and there can be only one operator from package \
+         base-tuning in a namespace; delete all but one of them, and this Subscription takes that one"
+    );
+    assert_eq!((s(&third, "/status/installedCSV"), s(&third, "/status/installPlanRef/name")), ("", ""), "{third}");
+    assert_eq!(eventually_csvs(&admin, &["base-tuning.v1.2.0", "base-tuning.v1.3.0"]).await.len(), 2);
 }
 
 /// An operator's Subscription and its dependency's, applied together, get bundles that work
