@@ -1499,6 +1499,70 @@ async fn a_new_subscription_takes_over_the_operator_its_package_left_behind() {
     assert_eq!(eventually_csvs(&admin, &["base-tuning.v1.2.0", "base-tuning.v1.3.0"]).await.len(), 2);
 }
 
+/// The blobs of a catalog whose ring-a and ring-b each need the other (`olm.package.required`).
+fn cycle_blobs() -> Vec<Value> {
+    let required = |package: &str| json!({"type": "olm.package.required", "value": {"packageName": package, "versionRange": ">=1.0.0"}});
+    let mut blobs = Vec::new();
+    for (package, other) in [("ring-a", "ring-b"), ("ring-b", "ring-a")] {
+        blobs.push(json!({"schema": "olm.package", "name": package, "defaultChannel": "stable"}));
+        blobs.push(json!({"schema": "olm.channel", "package": package, "name": "stable", "entries": [{"name": format!("{package}.v1.0.0")}]}));
+        blobs.push(bundle_of(package, "1.0.0", &[required(other)]));
+    }
+    blobs
+}
+
+/// Two bundles that need each other are both installed, as OLM installs a dependency cycle (in
+/// one plan): subscribed to alone, ring-a gets ring-b subscribed to and is installed without
+/// waiting for it, saying why; subscribed to together, whichever resolves second sees the other
+/// waiting for it and goes first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_operators_that_need_each_other_are_both_installed() {
+    for together in [false, true] {
+        let c = Coordinator::start();
+        let admin = c.client();
+        let served = CatalogServer::start().await;
+        let url = served.set("ring.json", &stream_of(&cycle_blobs(), |_| true));
+        add_catalog(&admin, &catalog_source("ring", &url)).await;
+        let mut subs = vec![subscription("ring-a", "ring", "ring-a", "Automatic")];
+        if together {
+            subs.push(subscription("ring-b", "ring", "ring-b", "Automatic"));
+        }
+        for sub in &subs {
+            admin.post(&ns_path(&SUBSCRIPTION, NS, None), sub).await.unwrap().into_result().unwrap();
+        }
+        for csv in ["ring-a.v1.0.0", "ring-b.v1.0.0"] {
+            csv_phase(&admin, csv, "Succeeded").await;
+        }
+        let names = subscription_names(&admin).await;
+        let want: &[&str] = if together { &["ring-a", "ring-b"] } else { &["ring-a", "ring-b-stable-ring-olm"] };
+        assert_eq!(names, want, "together: {together}");
+        for name in want {
+            let sub = object_until(&admin, &ns_path(&SUBSCRIPTION, NS, Some(name)), "installed", |x| {
+                s(x, "/status/state") == "AtLatestKnown"
+            })
+            .await;
+            assert!(!cond_true(&sub, "ResolutionFailed"), "{sub}");
+        }
+        let cycle = event_messages(&admin, "DependencyCycle").await;
+        let head = |me: &str| {
+            format!("{me}.v1.0.0 is installed without waiting for its dependencies, which need it in turn (a dependency cycle, which OLM installs in one plan): ")
+        };
+        let said: Vec<String> = if together {
+            // The one resolved second goes first (by name, ring-b; either way one of them).
+            [("ring-b", "ring-a"), ("ring-a", "ring-b")]
+                .iter()
+                .map(|(me, other)| format!(r#"{}Subscription "{other}" meets package "{other}" in range ">=1.0.0" (olm.package.required) and waits for {me}.v1.0.0 itself"#, head(me)))
+                .collect()
+        } else {
+            vec![format!(
+                r#"{}ring-b.v1.0.0 (Subscription "ring-b-stable-ring-olm") meets package "ring-b" in range ">=1.0.0" (olm.package.required) and needs ring-a.v1.0.0 in turn"#,
+                head("ring-a")
+            )]
+        };
+        assert!(cycle.iter().any(|m| said.contains(m)), "together: {together}: one of {said:?} in {cycle:?}");
+    }
+}
+
 /// An operator's Subscription and its dependency's, applied together, get bundles that work
 /// together, as OLM's solver chooses for a namespace's Subscriptions at once: base-tuning's
 /// channel head 2.0.0 is out of tuned-exporter's range (`>=1.2.0 <2.0.0`), so the Subscription

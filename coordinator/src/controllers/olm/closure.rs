@@ -10,10 +10,12 @@
 //!
 //! When two bundles of a chain need one package in ranges the bundle chosen first for it does
 //! not both meet, it looks again for one that meets both, as OLM's solver does
-//! ([`Resolver::ways`]). What aloft does not do that OLM's solver does: install a dependency
-//! cycle (two bundles that each need the other; aloft installs a dependency before what needs
-//! it, so a cycle is refused, saying so), and choose between the candidates of several
-//! Subscriptions together. As OLM's
+//! ([`Resolver::ways`]). A dependency cycle through the bundle being resolved (it needs a
+//! bundle that needs it back) is planned: aloft installs a dependency before what needs it,
+//! except where it needs that bundle back ([`Way::Root`], [`Planned::needs_root`]). What aloft
+//! does not do that OLM's solver does: install a cycle below that bundle (two of its
+//! dependencies that need each other: refused, saying so), and choose between the candidates of
+//! several Subscriptions together. As OLM's
 //! solver, it takes no bundle that provides an API an operator of the namespace provides
 //! already, or another bundle of the chain does: a namespace has one provider of an API.
 
@@ -41,6 +43,10 @@ pub enum Way {
     Stuck { name: String, package: String, detail: String },
     /// A bundle to subscribe to: an index into [`Resolver::planned`].
     New(usize),
+    /// The bundle being resolved meets it: a bundle of the chain needs the one that needs it
+    /// (a cycle through it). OLM installs a cycle's bundles in one plan; aloft installs the
+    /// bundle being resolved without waiting for the ones of the cycle.
+    Root,
     /// Nothing in the catalogs searched provides it.
     Missing,
     /// Finding what provides it would take the resolution past [`MAX_CEL_EVALUATIONS`].
@@ -64,6 +70,9 @@ pub struct Planned<'a> {
     pub needed_by: (String, String),
     /// What of `needed_by`'s bundle it meets, as the messages name dependencies.
     pub meets: Vec<String>,
+    /// Whether it needs, itself or through what it needs, the bundle being resolved: a cycle,
+    /// whose bundles must not wait for each other.
+    pub needs_root: bool,
 }
 
 /// A bundle that meets a dependency, and the (namespace, name) of the CatalogSource it is in.
@@ -96,6 +105,8 @@ pub struct Resolver<'a> {
     /// The Subscription and bundle being resolved.
     root: (String, String),
     root_package: String,
+    /// The bundle being resolved, which meets a dependency of the chain that needs it back.
+    root_bundle: Bundle,
     /// The APIs the bundle being resolved provides: no bundle it pulls in may provide one too.
     root_apis: Vec<Gvk>,
     /// Dependency-first: a planned bundle comes after everything it needs.
@@ -119,7 +130,7 @@ pub const MAX_ROUNDS: usize = 4;
 impl Way {
     /// Whether the dependency is met (or will be) this way.
     pub fn settles(&self) -> bool {
-        matches!(self, Way::Subscribed { .. } | Way::New(_))
+        matches!(self, Way::Subscribed { .. } | Way::New(_) | Way::Root)
     }
 }
 
@@ -143,6 +154,7 @@ impl<'a> Resolver<'a> {
             searched,
             root: (sub.to_string(), bundle.name.clone()),
             root_package: bundle.package.clone(),
+            root_bundle: bundle.clone(),
             root_apis: bundle.provided_gvks(),
             planned: Vec::new(),
             tries: 0,
@@ -217,6 +229,9 @@ impl<'a> Resolver<'a> {
             } else {
                 Way::Stuck { name, package: s.spec.name.clone(), detail }
             };
+        }
+        if path.len() > 1 && dep.met_by(&self.root_bundle) {
+            return Way::Root;
         }
         if let Some(k) = self.planned.iter().position(|n| dep.met_by(n.bundle)) {
             let p = &mut self.planned[k];
@@ -296,7 +311,7 @@ impl<'a> Resolver<'a> {
                     let needs = self.needs_of(p.bundle, path, &(name.clone(), p.bundle.name.clone()));
                     path.pop();
                     match needs {
-                        Ok(()) => {
+                        Ok(needs_root) => {
                             self.planned.push(Planned {
                                 catalog: id,
                                 channel: &p.channel.name,
@@ -304,6 +319,7 @@ impl<'a> Resolver<'a> {
                                 name,
                                 needed_by: needer.clone(),
                                 meets: vec![dep.to_string()],
+                                needs_root,
                             });
                             return Way::New(self.planned.len() - 1);
                         }
@@ -339,15 +355,19 @@ impl<'a> Resolver<'a> {
     }
 
     /// Plan what `bundle` (a candidate, `me` its Subscription and name) needs beyond what is
-    /// installed; why it cannot be installed when something cannot be met.
-    fn needs_of(&mut self, bundle: &Bundle, path: &mut Vec<String>, me: &(String, String)) -> Result<(), String> {
+    /// installed, and say whether it needs the bundle being resolved (see [`Planned::needs_root`]);
+    /// why it cannot be installed when something cannot be met.
+    fn needs_of(&mut self, bundle: &Bundle, path: &mut Vec<String>, me: &(String, String)) -> Result<bool, String> {
         let unmet = olm::unmet_of(bundle.dependencies(), self.installed);
         if !unmet.is_empty() && path.len() > MAX_DEPTH {
             return Err(format!("its chain of dependencies is deeper than {MAX_DEPTH}"));
         }
+        let mut needs_root = false;
         for dep in &unmet {
             match self.way_at(dep, &unmet, path, me) {
-                Way::Subscribed { .. } | Way::New(_) => {}
+                Way::Subscribed { .. } => {}
+                Way::Root => needs_root = true,
+                Way::New(k) => needs_root |= self.planned[k].needs_root,
                 Way::Stuck { name, detail, .. } => {
                     return Err(format!("it requires {dep}, and Subscription {name:?} of this namespace, which holds that package, {detail}"));
                 }
@@ -358,7 +378,7 @@ impl<'a> Resolver<'a> {
                 }
             }
         }
-        Ok(())
+        Ok(needs_root)
     }
 }
 
@@ -710,15 +730,30 @@ mod tests {
         );
     }
 
+    /// A cycle through the bundle being resolved (cyc-a needs cyc-b, which needs cyc-a) plans
+    /// cyc-b, marked as needing it back, so neither waits for the other; a cycle below it (app
+    /// needs cyc-a, which needs cyc-b, which needs cyc-a) is refused, saying so.
     #[test]
-    fn a_dependency_cycle_is_refused_saying_so() {
-        let catalogs = snapshot(catalog());
-        let (ways, planned) = resolve(&catalogs, "cyc-a", &[], &[]);
+    fn a_dependency_cycle_through_the_bundle_is_planned_and_one_below_it_refused() {
+        let mut blobs = Vec::new();
+        blobs.extend(package("cyc-a", &["1.0.0"], |_| needs("cyc-b")));
+        blobs.extend(package("cyc-b", &["1.0.0"], |_| needs("cyc-a")));
+        blobs.extend(package("app", &["1.0.0"], |_| needs("cyc-a")));
+        let c = Catalog::from_blobs(blobs.into_iter().map(|b| ("c.json".to_string(), b))).expect("a valid catalog");
+        let catalogs = snapshot(c);
+        let searched = searched(&catalogs);
+        let root = searched[0].1.bundles_of("cyc-a").next().expect("cyc-a");
+        let mut r = Resolver::new(&[], &[], &catalogs, &searched, ("root-sub", root), Found::default());
+        let ways = r.ways(&root.dependencies());
+        assert!(matches!(ways[..], [Way::New(0)]), "{ways:?}");
+        assert_eq!((r.planned[0].bundle.name.as_str(), r.planned[0].needs_root), ("cyc-b.v1.0.0", true));
+
+        let (ways, planned) = resolve(&catalogs, "app", &[], &[]);
         assert!(planned.is_empty(), "{planned:?}");
         let [Way::Unmet { first, why, .. }] = &ways[..] else { panic!("{ways:?}") };
-        assert_eq!(first, "cyc-b.v1.0.0 of olm/c");
+        assert_eq!(first, "cyc-a.v1.0.0 of olm/c");
         assert!(
-            why.starts_with(r#"it requires package "cyc-a" in range ">=1.0.0" (olm.package.required): cyc-a.v1.0.0 of olm/c provides it, but it is of package "cyc-a", which needs it itself (a dependency cycle"#),
+            why.starts_with(r#"it requires package "cyc-b" in range ">=1.0.0" (olm.package.required): cyc-b.v1.0.0 of olm/c provides it, but it requires package "cyc-a" in range ">=1.0.0" (olm.package.required): cyc-a.v1.0.0 of olm/c provides it, but it is of package "cyc-a", which needs it itself (a dependency cycle"#),
             "{why}"
         );
     }

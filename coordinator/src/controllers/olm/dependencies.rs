@@ -25,6 +25,7 @@ use crate::resources::SUBSCRIPTION;
 use crate::server::objects;
 use crate::store::{Key, Store, StoreError};
 use aloft_api::catalog::{Bundle, Catalog, Dependency};
+use aloft_api::meta::find_condition;
 use aloft_api::olm::{self, Subscription};
 use serde_json::json;
 use std::sync::Arc;
@@ -42,6 +43,10 @@ pub enum Outcome {
     Waiting(String),
     /// At least one cannot be met; nothing was created. The message says why, for each.
     Unsatisfiable(String),
+    /// Every one has a Subscription that will install it, and each of those needs the bundle
+    /// in turn (a dependency cycle): the bundle is installed now, without waiting for them,
+    /// which then find it installed. The message names the cycle.
+    Cycle(String),
 }
 
 /// Find a way to meet each of `unmet` (the dependencies of `bundle`, the bundle `sub` would
@@ -109,18 +114,41 @@ pub async fn arrange(
             Err(e) => return Err(e),
         }
     }
+    let mut cycle: Vec<String> = Vec::new();
     let mut waits: Vec<String> = unmet
         .iter()
         .zip(&ways)
         .filter_map(|(dep, way)| match way {
+            Way::Subscribed { name, .. } if waits_for(at, name, bundle) => {
+                cycle.push(format!("Subscription {name:?} meets {dep} and waits for {} itself", bundle.name));
+                None
+            }
             Way::Subscribed { name, detail } => Some(format!("{dep} from Subscription {name:?} ({detail})")),
+            Way::New(k) if planned[*k].needs_root => {
+                let n = &planned[*k];
+                cycle.push(format!(
+                    "{} (Subscription {:?}) meets {dep} and needs {} in turn",
+                    n.bundle.name, n.name, bundle.name
+                ));
+                None
+            }
             Way::New(k) => {
                 Some(format!("{dep} from Subscription {:?} (installing {})", planned[*k].name, planned[*k].bundle.name))
             }
+            // Not a dependency of the bundle itself: only one of the chain's.
+            Way::Root => None,
             // A blocked resolution returned above.
             Way::Stuck { .. } | Way::Missing | Way::TooCostly | Way::Unmet { .. } => None,
         })
         .collect();
+    if waits.is_empty() && !cycle.is_empty() {
+        return Ok(Outcome::Cycle(format!(
+            "{} is installed without waiting for its dependencies, which need it in turn (a dependency cycle, which \
+             OLM installs in one plan): {}",
+            bundle.name,
+            cycle.join("; ")
+        )));
+    }
     let deeper: Vec<String> = planned
         .iter()
         .filter(|n| n.needed_by.0 != sub.metadata.name)
@@ -130,6 +158,25 @@ pub async fn arrange(
         waits.push(format!("and what those need: {}", deeper.join(", ")));
     }
     Ok(Outcome::Waiting(format!("{} waits for its dependencies to be installed: {}", bundle.name, waits.join("; "))))
+}
+
+/// Whether Subscription `name` of the namespace waits for its dependencies to be installed
+/// and `bundle` meets every one of them that is not installed: the two wait for each other.
+fn waits_for(at: Context<'_>, name: &str, bundle: &Bundle) -> bool {
+    let Some(s) = at.others.iter().find(|s| s.metadata.name == name) else { return false };
+    let status = s.status.clone().unwrap_or_default();
+    let waiting = find_condition(&status.conditions, olm::INSTALL_PLAN_PENDING)
+        .is_some_and(|c| c.reason == super::subscriptions::WAITING_FOR_DEPENDENCIES);
+    let Some(theirs) = at
+        .catalogs
+        .get(&(s.spec.source_namespace.clone(), s.spec.source.clone()))
+        .and_then(|v| v.catalog.as_deref())
+        .and_then(|c| c.bundle(&s.spec.name, &status.current_csv))
+    else {
+        return false;
+    };
+    let unmet = olm::unmet_of(theirs.dependencies(), at.installed);
+    waiting && !unmet.is_empty() && unmet.iter().all(|d| d.met_by(bundle))
 }
 
 /// What a resolution of a bundle's dependencies reads.
@@ -181,6 +228,7 @@ fn resolve<'a>(
                  {detail}; change its channel to one that reaches a bundle that meets it"
             ),
             Way::Subscribed { name, detail } => format!("{dep}: Subscription {name:?} will meet it ({detail})"),
+            Way::Root => format!("{dep}: {} meets it", bundle.name),
             Way::New(k) => format!(
                 "{dep}: {} of {}/{} meets it",
                 planned[*k].bundle.name, planned[*k].catalog.0, planned[*k].catalog.1

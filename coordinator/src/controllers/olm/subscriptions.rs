@@ -23,6 +23,10 @@ use aloft_api::olm::{self, CatalogHealth, InstallPlan, PlanReference, Subscripti
 use serde_json::{json, Value};
 use std::sync::Arc;
 
+/// The Event reason of a bundle installed without waiting for its dependencies, because they
+/// need it in turn ([`Outcome::Cycle`]).
+pub const DEPENDENCY_CYCLE: &str = "DependencyCycle";
+
 /// The Event reason of a new Subscription that takes an operator no Subscription holds as its
 /// installed one ([`freestanding`]).
 pub const ADOPTED: &str = "AdoptedCSV";
@@ -407,7 +411,10 @@ async fn resolve(
             let searched = dependencies::search_order(catalogs, sub, global);
             let at = dependencies::Context { catalogs, searched: &searched, others: &subs, installed: &installed };
             match dependencies::arrange(store, events, sub, bundle, &unmet, at).await? {
-                Outcome::Unsatisfiable(message) => failed(status, &message),
+                Outcome::Unsatisfiable(message) => {
+                    failed(status, &message);
+                    return Ok(());
+                }
                 Outcome::Waiting(message) => {
                     set_condition(&mut status.conditions, Condition::new(olm::RESOLUTION_FAILED, "False", "", ""), now);
                     set_condition(
@@ -417,9 +424,11 @@ async fn resolve(
                     );
                     status.current_csv = bundle.name.clone();
                     status.state = olm::UPGRADE_PENDING.into();
+                    return Ok(());
                 }
+                // Planned now, below.
+                Outcome::Cycle(message) => note(events, &about, DEPENDENCY_CYCLE, &message),
             }
-            return Ok(());
         }
     }
     set_condition(&mut status.conditions, Condition::new(olm::RESOLUTION_FAILED, "False", "", ""), now);
