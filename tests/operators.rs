@@ -1499,6 +1499,48 @@ async fn a_new_subscription_takes_over_the_operator_its_package_left_behind() {
     assert_eq!(eventually_csvs(&admin, &["base-tuning.v1.2.0", "base-tuning.v1.3.0"]).await.len(), 2);
 }
 
+/// An operator installed by hand, at a version its catalog does not have, is taken over by a
+/// new Subscription, which stays there while nothing newer covers it; once the catalog
+/// publishes an entry whose skipRange covers the version the CSV's properties give (the
+/// catalog cannot say it), the Subscription upgrades to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_installed_by_hand_is_upgraded_by_the_skip_range_that_covers_it() {
+    let before: Vec<Value> = with_base_tuning_stable(json!([{"name": "base-tuning.v1.1.0"}]), &[])
+        .into_iter()
+        .filter(|b| s(b, "/name") != "base-tuning.v1.3.0")
+        .collect();
+    let after = with_base_tuning_stable(
+        json!([{"name": "base-tuning.v1.1.0"},
+               {"name": "base-tuning.v1.3.0", "replaces": "base-tuning.v1.1.0", "skipRange": ">=1.0.0 <1.3.0"}]),
+        &[],
+    );
+    let c = Coordinator::start();
+    let admin = c.client();
+    let served = CatalogServer::start().await;
+    let url = served.set("fleet.json", &stream_of(&before, |_| true));
+    add_catalog(&admin, &catalog_source("fleet", &url)).await;
+    let mut by_hand = csv_of("base-tuning", "1.2.0");
+    by_hand["metadata"]["annotations"] = json!({"operatorframework.io/properties":
+        json!({"properties": [{"type": "olm.package", "value": {"packageName": "base-tuning", "version": "1.2.0"}}]}).to_string()});
+    admin.post(&ns_path(&CLUSTER_SERVICE_VERSION, NS, None), &by_hand).await.unwrap().into_result().unwrap();
+    csv_phase(&admin, "base-tuning.v1.2.0", "Succeeded").await;
+    let sub =
+        subscribe_until(&admin, subscription("base", "fleet", "base-tuning", "Automatic"), "base took 1.2.0", |x| {
+            s(x, "/status/installedCSV") == "base-tuning.v1.2.0" && s(x, "/status/state") == "AtLatestKnown"
+        })
+        .await;
+    assert!(!cond_true(&sub, "ResolutionFailed"), "{sub}");
+
+    served.set("fleet.json", &stream_of(&after, |_| true));
+    let upgraded = csv_phase(&admin, "base-tuning.v1.3.0", "Succeeded").await;
+    assert_eq!(s(&upgraded, "/spec/replaces"), "base-tuning.v1.2.0", "{upgraded}");
+    assert_eq!(eventually_csvs(&admin, &["base-tuning.v1.3.0"]).await, ["base-tuning.v1.3.0"]);
+    object_until(&admin, &ns_path(&SUBSCRIPTION, NS, Some("base")), "base at 1.3.0", |x| {
+        s(x, "/status/installedCSV") == "base-tuning.v1.3.0" && s(x, "/status/state") == "AtLatestKnown"
+    })
+    .await;
+}
+
 /// The blobs of a catalog whose ring-a and ring-b each need the other (`olm.package.required`).
 fn cycle_blobs() -> Vec<Value> {
     let required = |package: &str| json!({"type": "olm.package.required", "value": {"packageName": package, "versionRange": ">=1.0.0"}});

@@ -341,10 +341,18 @@ async fn resolve(
     } else {
         // A CSV the catalog no longer has (or never had: one taken as installed) is placed by
         // the version its own properties give, so a skipRange can still cover it.
-        let version = catalog
-            .bundle(&spec.name, &status.installed_csv)
-            .and_then(Bundle::version)
-            .or_else(|| installed.as_ref()?.iter().find(|b| b.name == status.installed_csv).and_then(Bundle::version));
+        let version = match catalog.bundle(&spec.name, &status.installed_csv) {
+            Some(b) => b.version(),
+            None => {
+                let listed = match installed.take() {
+                    Some(listed) => listed,
+                    None => installed_bundles(store, &ns).await?,
+                };
+                let version = listed.iter().find(|b| b.name == status.installed_csv).and_then(Bundle::version);
+                installed = Some(listed);
+                version
+            }
+        };
         match catalog.upgrade_candidates(&spec.name, channel, &status.installed_csv, version.as_ref()) {
             Ok(candidates) if !candidates.is_empty() => {
                 let listed = match installed.take() {
