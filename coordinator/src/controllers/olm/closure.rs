@@ -80,10 +80,10 @@ type Candidate<'a> = (&'a (String, String), Provider<'a>);
 
 /// How many CEL evaluations (a rule on one bundle) the resolutions sharing one [`Found`] may
 /// run in all: finding what meets a CEL rule runs it on every bundle of the catalogs searched,
-/// ~0.15 ms each on this project's 2-core machine, so a catalog whose channel entries each
-/// need a rule of their own could otherwise keep the OLM controller busy for seconds a pass.
-/// 8,192 is ~1.2 s there, and several scans of a catalog of a thousand bundles; one scan of
-/// catalogs larger than that is always allowed.
+/// ~25 µs each on this project's 2-core machine (a scan is one job on the CEL thread), so a
+/// catalog whose channel entries each need a rule of their own could otherwise keep the OLM
+/// controller busy for seconds a pass. 8,192 is ~0.2 s there (`bench olm`), and several scans
+/// of a catalog of a thousand bundles; one scan of catalogs larger than that is always allowed.
 pub const MAX_CEL_EVALUATIONS: usize = 8192;
 
 /// Each dependency's candidates, by its text: found once and shared by every resolution that
