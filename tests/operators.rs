@@ -1556,29 +1556,55 @@ fn cycle_blobs() -> Vec<Value> {
 /// Two bundles that need each other are both installed, as OLM installs a dependency cycle (in
 /// one plan): subscribed to alone, ring-a gets ring-b subscribed to and is installed without
 /// waiting for it, saying why; subscribed to together, whichever resolves second sees the other
-/// waiting for it and goes first.
+/// waiting for it and goes first; needed by hub (a cycle below the bundle subscribed to), both
+/// get Subscriptions, one goes first as when subscribed to together, and hub is installed after
+/// both.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_operators_that_need_each_other_are_both_installed() {
-    for together in [false, true] {
+    let mut blobs = cycle_blobs();
+    blobs.extend([
+        json!({"schema": "olm.package", "name": "hub", "defaultChannel": "stable"}),
+        json!({"schema": "olm.channel", "package": "hub", "name": "stable", "entries": [{"name": "hub.v1.0.0"}]}),
+        bundle_of(
+            "hub",
+            "1.0.0",
+            &[json!({"type": "olm.package.required", "value": {"packageName": "ring-a", "versionRange": ">=1.0.0"}})],
+        ),
+    ]);
+    for case in ["alone", "together", "below"] {
         let c = Coordinator::start();
         let admin = c.client();
         let served = CatalogServer::start().await;
-        let url = served.set("ring.json", &stream_of(&cycle_blobs(), |_| true));
+        let url = served.set("ring.json", &stream_of(&blobs, |_| true));
         add_catalog(&admin, &catalog_source("ring", &url)).await;
-        let mut subs = vec![subscription("ring-a", "ring", "ring-a", "Automatic")];
-        if together {
-            subs.push(subscription("ring-b", "ring", "ring-b", "Automatic"));
-        }
+        let subs = match case {
+            "alone" => vec![subscription("ring-a", "ring", "ring-a", "Automatic")],
+            "together" => vec![
+                subscription("ring-a", "ring", "ring-a", "Automatic"),
+                subscription("ring-b", "ring", "ring-b", "Automatic"),
+            ],
+            _ => vec![subscription("hub", "ring", "hub", "Automatic")],
+        };
         for sub in &subs {
             admin.post(&ns_path(&SUBSCRIPTION, NS, None), sub).await.unwrap().into_result().unwrap();
         }
         for csv in ["ring-a.v1.0.0", "ring-b.v1.0.0"] {
             csv_phase(&admin, csv, "Succeeded").await;
         }
-        let names = subscription_names(&admin).await;
-        let want: &[&str] = if together { &["ring-a", "ring-b"] } else { &["ring-a", "ring-b-stable-ring-olm"] };
-        assert_eq!(names, want, "together: {together}");
-        for name in want {
+        let (a, b) = match case {
+            "alone" => ("ring-a", "ring-b-stable-ring-olm"),
+            "together" => ("ring-a", "ring-b"),
+            _ => ("ring-a-stable-ring-olm", "ring-b-stable-ring-olm"),
+        };
+        let mut want = vec![a, b];
+        if case == "below" {
+            csv_phase(&admin, "hub.v1.0.0", "Succeeded").await;
+            let order = plan_order(&admin).await;
+            assert!(order("hub.v1.0.0") > order("ring-a.v1.0.0").max(order("ring-b.v1.0.0")), "hub after both");
+            want.insert(0, "hub");
+        }
+        assert_eq!(subscription_names(&admin).await, want, "{case}");
+        for name in &want {
             let sub = object_until(&admin, &ns_path(&SUBSCRIPTION, NS, Some(name)), "installed", |x| {
                 s(x, "/status/state") == "AtLatestKnown"
             })
@@ -1589,19 +1615,19 @@ async fn two_operators_that_need_each_other_are_both_installed() {
         let head = |me: &str| {
             format!("{me}.v1.0.0 is installed without waiting for its dependencies, which need it in turn (a dependency cycle, which OLM installs in one plan): ")
         };
-        let said: Vec<String> = if together {
-            // The one resolved second goes first (by name, ring-b; either way one of them).
-            [("ring-b", "ring-a"), ("ring-a", "ring-b")]
-                .iter()
-                .map(|(me, other)| format!(r#"{}Subscription "{other}" meets package "{other}" in range ">=1.0.0" (olm.package.required) and waits for {me}.v1.0.0 itself"#, head(me)))
-                .collect()
-        } else {
+        let said: Vec<String> = if case == "alone" {
             vec![format!(
                 r#"{}ring-b.v1.0.0 (Subscription "ring-b-stable-ring-olm") meets package "ring-b" in range ">=1.0.0" (olm.package.required) and needs ring-a.v1.0.0 in turn"#,
                 head("ring-a")
             )]
+        } else {
+            // The one resolved second goes first (either way one of them).
+            [("ring-b", "ring-a", a), ("ring-a", "ring-b", b)]
+                .iter()
+                .map(|(me, other, name)| format!(r#"{}Subscription "{name}" meets package "{other}" in range ">=1.0.0" (olm.package.required) and waits for {me}.v1.0.0 itself"#, head(me)))
+                .collect()
         };
-        assert!(cycle.iter().any(|m| said.contains(m)), "together: {together}: one of {said:?} in {cycle:?}");
+        assert!(cycle.iter().any(|m| said.contains(m)), "{case}: one of {said:?} in {cycle:?}");
     }
 }
 

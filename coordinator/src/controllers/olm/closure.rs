@@ -12,10 +12,11 @@
 //! not both meet, it looks again for one that meets both, as OLM's solver does
 //! ([`Resolver::ways`]). A dependency cycle through the bundle being resolved (it needs a
 //! bundle that needs it back) is planned: aloft installs a dependency before what needs it,
-//! except where it needs that bundle back ([`Way::Root`], [`Planned::needs_root`]). What aloft
-//! does not do that OLM's solver does: install a cycle below that bundle (two of its
-//! dependencies that need each other: refused, saying so), and choose between the candidates of
-//! several Subscriptions together. As OLM's
+//! except where it needs that bundle back ([`Way::Root`], [`Planned::needs_root`]); a cycle
+//! below it (two of its dependencies that need each other) is planned too ([`Way::Chain`]),
+//! their Subscriptions then installing without waiting for each other. What aloft does not do
+//! that OLM's solver does: choose between the candidates of several Subscriptions together. As
+//! OLM's
 //! solver, it takes no bundle that provides an API an operator of the namespace provides
 //! already, or another bundle of the chain does: a namespace has one provider of an API.
 
@@ -47,6 +48,10 @@ pub enum Way {
     /// (a cycle through it). OLM installs a cycle's bundles in one plan; aloft installs the
     /// bundle being resolved without waiting for the ones of the cycle.
     Root,
+    /// A bundle of the chain being planned, above this one, meets it: a cycle below the bundle
+    /// being resolved. Their Subscriptions are created together; each installs without waiting
+    /// for the other once it sees the other wait for it.
+    Chain(String),
     /// Nothing in the catalogs searched provides it.
     Missing,
     /// Finding what provides it would take the resolution past [`MAX_CEL_EVALUATIONS`].
@@ -121,6 +126,9 @@ pub struct Resolver<'a> {
     also: Vec<Dependency>,
     /// Such dependencies met in this round, for the next.
     learned: Vec<Dependency>,
+    /// The bundles being planned, from the bundle being resolved's dependency down to the one
+    /// whose dependencies are being looked for (the bundles of `path` but the first).
+    chain: Vec<&'a Bundle>,
 }
 
 /// How many times [`Resolver::ways`] starts over with what it learned: each round learns at
@@ -130,7 +138,7 @@ pub const MAX_ROUNDS: usize = 4;
 impl Way {
     /// Whether the dependency is met (or will be) this way.
     pub fn settles(&self) -> bool {
-        matches!(self, Way::Subscribed { .. } | Way::New(_) | Way::Root)
+        matches!(self, Way::Subscribed { .. } | Way::New(_) | Way::Root | Way::Chain(_))
     }
 }
 
@@ -161,6 +169,7 @@ impl<'a> Resolver<'a> {
             found,
             also: Vec::new(),
             learned: Vec::new(),
+            chain: Vec::new(),
         }
     }
 
@@ -240,6 +249,9 @@ impl<'a> Resolver<'a> {
             }
             return Way::New(k);
         }
+        if let Some(b) = self.chain.iter().find(|b| dep.met_by(b)) {
+            return Way::Chain(b.name.clone());
+        }
         let searched = self.searched;
         let key = dep.to_string();
         let candidates = match self.found.candidates.get(&key) {
@@ -267,10 +279,12 @@ impl<'a> Resolver<'a> {
         for (id, p) in candidates {
             let what = format!("{} of {}/{}", p.bundle.name, id.0, id.1);
             let package = p.bundle.package.as_str();
-            let refused = if path.iter().any(|x| x == package) {
+            let refused = if let Some(k) = path.iter().position(|x| x == package) {
+                // A cycle back to a package of the chain, whose bundle there does not meet it.
+                let held = if k == 0 { self.root.1.as_str() } else { self.chain[k - 1].name.as_str() };
                 Some(format!(
-                    "it is of package {package:?}, which needs it itself (a dependency cycle: aloft installs a \
-                     dependency before what needs it)"
+                    "it is of package {package:?}, which needs it itself, as {held} (a dependency cycle to another \
+                     bundle of the package, and a namespace has one operator of a package)"
                 ))
             } else if let Some(other) = self.also.iter().find(|d| d.package() == Some(package) && !d.met_by(p.bundle)) {
                 Some(format!("it does not also meet {other}, which the same package's one Subscription must"))
@@ -308,7 +322,9 @@ impl<'a> Resolver<'a> {
                     let name = super::dependencies::subscription_name(package, &p.channel.name, &id.1, &id.0);
                     let mark = self.planned.len();
                     path.push(package.to_string());
+                    self.chain.push(p.bundle);
                     let needs = self.needs_of(p.bundle, path, &(name.clone(), p.bundle.name.clone()));
+                    self.chain.pop();
                     path.pop();
                     match needs {
                         Ok(needs_root) => {
@@ -365,7 +381,7 @@ impl<'a> Resolver<'a> {
         let mut needs_root = false;
         for dep in &unmet {
             match self.way_at(dep, &unmet, path, me) {
-                Way::Subscribed { .. } => {}
+                Way::Subscribed { .. } | Way::Chain(_) => {}
                 Way::Root => needs_root = true,
                 Way::New(k) => needs_root |= self.planned[k].needs_root,
                 Way::Stuck { name, detail, .. } => {
@@ -732,13 +748,18 @@ mod tests {
 
     /// A cycle through the bundle being resolved (cyc-a needs cyc-b, which needs cyc-a) plans
     /// cyc-b, marked as needing it back, so neither waits for the other; a cycle below it (app
-    /// needs cyc-a, which needs cyc-b, which needs cyc-a) is refused, saying so.
+    /// needs cyc-a, which needs cyc-b, which needs cyc-a) plans both, the second met by the
+    /// first; a bundle of a package of the chain that the chain's bundle does not stand for
+    /// (cyc-b needing cyc-a 2.x, which there is not) is refused, saying so.
     #[test]
-    fn a_dependency_cycle_through_the_bundle_is_planned_and_one_below_it_refused() {
+    fn a_dependency_cycle_is_planned_through_the_bundle_and_below_it() {
         let mut blobs = Vec::new();
         blobs.extend(package("cyc-a", &["1.0.0"], |_| needs("cyc-b")));
         blobs.extend(package("cyc-b", &["1.0.0"], |_| needs("cyc-a")));
         blobs.extend(package("app", &["1.0.0"], |_| needs("cyc-a")));
+        blobs.extend(package("odd-a", &["1.0.0", "2.0.0"], |v| if v == "1.0.0" { needs("odd-b") } else { vec![] }));
+        blobs.extend(package("odd-b", &["1.0.0"], |_| vec![("odd-a", ">=2.0.0".to_string())]));
+        blobs.extend(package("odd", &["1.0.0"], |_| vec![("odd-a", "<2.0.0".to_string())]));
         let c = Catalog::from_blobs(blobs.into_iter().map(|b| ("c.json".to_string(), b))).expect("a valid catalog");
         let catalogs = snapshot(c);
         let searched = searched(&catalogs);
@@ -749,11 +770,15 @@ mod tests {
         assert_eq!((r.planned[0].bundle.name.as_str(), r.planned[0].needs_root), ("cyc-b.v1.0.0", true));
 
         let (ways, planned) = resolve(&catalogs, "app", &[], &[]);
+        assert!(matches!(ways[..], [Way::New(1)]), "{ways:?}");
+        assert_eq!(planned, [pair("cyc-b.v1.0.0", "cyc-a.v1.0.0"), pair("cyc-a.v1.0.0", "app.v1.0.0")]);
+
+        let (ways, planned) = resolve(&catalogs, "odd", &[], &[]);
         assert!(planned.is_empty(), "{planned:?}");
         let [Way::Unmet { first, why, .. }] = &ways[..] else { panic!("{ways:?}") };
-        assert_eq!(first, "cyc-a.v1.0.0 of olm/c");
+        assert_eq!(first, "odd-a.v1.0.0 of olm/c");
         assert!(
-            why.starts_with(r#"it requires package "cyc-b" in range ">=1.0.0" (olm.package.required): cyc-b.v1.0.0 of olm/c provides it, but it requires package "cyc-a" in range ">=1.0.0" (olm.package.required): cyc-a.v1.0.0 of olm/c provides it, but it is of package "cyc-a", which needs it itself (a dependency cycle"#),
+            why.starts_with(r#"it requires package "odd-b" in range ">=1.0.0" (olm.package.required): odd-b.v1.0.0 of olm/c provides it, but it requires package "odd-a" in range ">=2.0.0" (olm.package.required): odd-a.v2.0.0 of olm/c provides it, but it is of package "odd-a", which needs it itself, as odd-a.v1.0.0 (a dependency cycle to another bundle of the package, and a namespace has one operator of a package)"#),
             "{why}"
         );
     }

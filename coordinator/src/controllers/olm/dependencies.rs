@@ -136,7 +136,7 @@ pub async fn arrange(
                 Some(format!("{dep} from Subscription {:?} (installing {})", planned[*k].name, planned[*k].bundle.name))
             }
             // Not a dependency of the bundle itself: only one of the chain's.
-            Way::Root => None,
+            Way::Root | Way::Chain(_) => None,
             // A blocked resolution returned above.
             Way::Stuck { .. } | Way::Missing | Way::TooCostly | Way::Unmet { .. } => None,
         })
@@ -229,6 +229,7 @@ fn resolve<'a>(
             ),
             Way::Subscribed { name, detail } => format!("{dep}: Subscription {name:?} will meet it ({detail})"),
             Way::Root => format!("{dep}: {} meets it", bundle.name),
+            Way::Chain(name) => format!("{dep}: {name} meets it"),
             Way::New(k) => format!(
                 "{dep}: {} of {}/{} meets it",
                 planned[*k].bundle.name, planned[*k].catalog.0, planned[*k].catalog.1
