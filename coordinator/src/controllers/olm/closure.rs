@@ -503,7 +503,7 @@ mod tests {
     }
 
     /// app needs mid; mid's head (2.0.0) needs leaf, which no catalog has, its 1.0.0 needs
-    /// leaf2, which it has; bad needs mid 2.x; cyc-a and cyc-b need each other; two needs ranged
+    /// leaf2, which it has; bad needs mid 2.x; cyc-a and cyc-b need each other (a cycle); two needs ranged
     /// (1.0.0, 2.0.0) both at 1.0.0 or later and below 2.0.0.
     fn catalog() -> Catalog {
         let mut blobs = Vec::new();
@@ -700,8 +700,8 @@ mod tests {
 
     /// Two bundles of a chain need one package in ranges its head does not both meet: the
     /// first gets the head, the second cannot, and the resolution starts over with every bundle
-    /// of that package meeting both, whichever needer comes first. Ranges nothing meets both
-    /// of still fail, naming the bundle of the package that is needed already.
+    /// of that package meeting both, whichever needer comes first. Ranges no bundle meets both
+    /// of still fail, naming the range the bundle passed over does not also meet.
     #[test]
     fn two_bundles_needing_one_package_get_one_bundle_that_meets_both() {
         let mut blobs = Vec::new();
