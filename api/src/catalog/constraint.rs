@@ -124,10 +124,14 @@ fn run_cel_jobs(jobs: mpsc::Receiver<CelJob>) {
                 let _ = reply.send(compiled(&mut programs, &text).map(|_| ()));
             }
             CelJob::Evaluate { text, each, reply } => {
-                let answers = semver
-                    .clone()
-                    .and_then(|()| compiled(&mut programs, &text))
-                    .map(|program| each.into_iter().map(|properties| run(program, &root, properties)).collect());
+                let answers = semver.clone().and_then(|()| compiled(&mut programs, &text)).map(|program| {
+                    // A panic on one bundle's properties fails that bundle's answer only.
+                    let one = |properties| {
+                        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(program, &root, properties)))
+                            .unwrap_or_else(|_| Err("the CEL evaluator failed on this bundle".to_string()))
+                    };
+                    each.into_iter().map(one).collect()
+                });
                 let _ = reply.send(answers);
             }
         }));
