@@ -58,6 +58,16 @@ fn csv_of(package: &str, version: &str) -> Value {
     })
 }
 
+/// Create a CSV of `package` at `version` as a user would by hand, with no Subscription, its
+/// package named in its properties annotation as an installed operator's is.
+async fn install_by_hand(c: &Client, package: &str, version: &str) {
+    let mut csv = csv_of(package, version);
+    let properties =
+        json!({"properties": [{"type": "olm.package", "value": {"packageName": package, "version": version}}]});
+    csv["metadata"]["annotations"] = json!({"operatorframework.io/properties": properties.to_string()});
+    c.post(&ns_path(&CLUSTER_SERVICE_VERSION, NS, None), &csv).await.unwrap().into_result().unwrap();
+}
+
 /// A manifest as an `olm.bundle.object` property.
 fn bundle_object(manifest: &Value) -> Value {
     json!({"type": "olm.bundle.object",
@@ -1478,10 +1488,7 @@ async fn a_new_subscription_takes_over_the_operator_its_package_left_behind() {
     // Two operators of the package that no Subscription holds (one installed by hand): which
     // to take is the user's to say, and nothing is planned meanwhile.
     admin.delete(&ns_path(&SUBSCRIPTION, NS, Some("again"))).await.unwrap().into_result().unwrap();
-    let mut by_hand = csv_of("base-tuning", "1.2.0");
-    by_hand["metadata"]["annotations"] = json!({"operatorframework.io/properties":
-        json!({"properties": [{"type": "olm.package", "value": {"packageName": "base-tuning", "version": "1.2.0"}}]}).to_string()});
-    admin.post(&ns_path(&CLUSTER_SERVICE_VERSION, NS, None), &by_hand).await.unwrap().into_result().unwrap();
+    install_by_hand(&admin, "base-tuning", "1.2.0").await;
     let third = subscribe_until(
         &admin,
         subscription("third", "fleet", "base-tuning", "Automatic"),
@@ -1519,10 +1526,7 @@ async fn an_operator_installed_by_hand_is_upgraded_by_the_skip_range_that_covers
     let served = CatalogServer::start().await;
     let url = served.set("fleet.json", &stream_of(&before, |_| true));
     add_catalog(&admin, &catalog_source("fleet", &url)).await;
-    let mut by_hand = csv_of("base-tuning", "1.2.0");
-    by_hand["metadata"]["annotations"] = json!({"operatorframework.io/properties":
-        json!({"properties": [{"type": "olm.package", "value": {"packageName": "base-tuning", "version": "1.2.0"}}]}).to_string()});
-    admin.post(&ns_path(&CLUSTER_SERVICE_VERSION, NS, None), &by_hand).await.unwrap().into_result().unwrap();
+    install_by_hand(&admin, "base-tuning", "1.2.0").await;
     csv_phase(&admin, "base-tuning.v1.2.0", "Succeeded").await;
     let sub =
         subscribe_until(&admin, subscription("base", "fleet", "base-tuning", "Automatic"), "base took 1.2.0", |x| {

@@ -185,13 +185,12 @@ impl<'a> Resolver<'a> {
         let mut round = 1;
         loop {
             let ways: Vec<Way> = unmet.iter().map(|dep| self.way(dep, unmet)).collect();
-            let fresh: Vec<Dependency> =
-                self.learned.drain(..).filter(|d| !self.also.contains(d)).fold(Vec::new(), |mut out, d| {
-                    if !out.contains(&d) {
-                        out.push(d);
-                    }
-                    out
-                });
+            let mut fresh: Vec<Dependency> = Vec::new();
+            for d in std::mem::take(&mut self.learned) {
+                if !self.also.contains(&d) && !fresh.contains(&d) {
+                    fresh.push(d);
+                }
+            }
             if ways.iter().all(Way::settles) || fresh.is_empty() || round >= MAX_ROUNDS {
                 return ways;
             }
@@ -519,6 +518,10 @@ mod tests {
         blobs.extend(package("cyc-b", &["1.0.0"], |_| needs("cyc-a")));
         blobs.extend(package("ranged", &["1.0.0", "2.0.0"], |_| vec![]));
         blobs.extend(package("two", &["1.0.0"], |_| vec![("ranged", ">=1.0.0".into()), ("ranged", "<2.0.0".into())]));
+        catalog_of(blobs)
+    }
+
+    fn catalog_of(blobs: Vec<Value>) -> Catalog {
         Catalog::from_blobs(blobs.into_iter().map(|b| ("c.json".to_string(), b))).expect("a valid catalog")
     }
 
@@ -575,8 +578,7 @@ mod tests {
         provides(&mut blobs, "own.v1.0.0");
         blobs.extend(package("only", &["1.0.0"], |_| vec![]));
         provides(&mut blobs, "only.v1.0.0");
-        let c = Catalog::from_blobs(blobs.into_iter().map(|b| ("c.json".to_string(), b))).expect("a valid catalog");
-        let catalogs = snapshot(c);
+        let catalogs = snapshot(catalog_of(blobs));
         let base: Bundle =
             serde_json::from_value(json!({"schema": "olm.bundle", "name": "base.v1.3.0", "properties": [
             {"type": "olm.package", "value": {"packageName": "base", "version": "1.3.0"}}, profile]}))
@@ -610,8 +612,7 @@ mod tests {
             b["properties"].as_array_mut().unwrap().push(rule.clone());
         }
         blobs.extend(package("leaf2", &["1.0.0"], |_| vec![]));
-        let c = Catalog::from_blobs(blobs.into_iter().map(|b| ("c.json".to_string(), b))).expect("a valid catalog");
-        let catalogs = snapshot(c);
+        let catalogs = snapshot(catalog_of(blobs));
         let searched = searched(&catalogs);
         let ruled = searched[0].1.bundles_of("ruled").next().unwrap();
         let deps = ruled.dependencies();
@@ -713,8 +714,7 @@ mod tests {
         blobs.extend(package("strict", &["1.0.0"], |_| vec![("base", ">=1.5.0".into())]));
         blobs.extend(package("old", &["1.0.0"], |_| vec![("base", "<1.2.0".into())]));
         blobs.extend(package("base", &["1.0.0", "1.5.0", "2.0.0"], |_| vec![]));
-        let c = Catalog::from_blobs(blobs.into_iter().map(|b| ("c.json".to_string(), b))).expect("a valid catalog");
-        let catalogs = snapshot(c);
+        let catalogs = snapshot(catalog_of(blobs));
         let (ways, planned) = resolve(&catalogs, "app", &[], &[]);
         assert!(ways.iter().all(Way::settles), "{ways:?}");
         assert_eq!(
@@ -760,8 +760,7 @@ mod tests {
         blobs.extend(package("odd-a", &["1.0.0", "2.0.0"], |v| if v == "1.0.0" { needs("odd-b") } else { vec![] }));
         blobs.extend(package("odd-b", &["1.0.0"], |_| vec![("odd-a", ">=2.0.0".to_string())]));
         blobs.extend(package("odd", &["1.0.0"], |_| vec![("odd-a", "<2.0.0".to_string())]));
-        let c = Catalog::from_blobs(blobs.into_iter().map(|b| ("c.json".to_string(), b))).expect("a valid catalog");
-        let catalogs = snapshot(c);
+        let catalogs = snapshot(catalog_of(blobs));
         let searched = searched(&catalogs);
         let root = searched[0].1.bundles_of("cyc-a").next().expect("cyc-a");
         let mut r = Resolver::new(&[], &[], &catalogs, &searched, ("root-sub", root), Found::default());
@@ -793,8 +792,7 @@ mod tests {
             blobs.push(json!({"schema": "olm.channel", "package": name, "name": "stable", "entries": [{"name": format!("{name}.v1.0.0")}]}));
             blobs.push(bundle(name, "1.0.0", &next));
         }
-        let c = Catalog::from_blobs(blobs.into_iter().map(|b| ("c.json".to_string(), b))).expect("a valid catalog");
-        let catalogs = snapshot(c);
+        let catalogs = snapshot(catalog_of(blobs));
         let (ways, planned) = resolve(&catalogs, "p00", &[], &[]);
         assert!(planned.is_empty(), "{planned:?}");
         let [Way::Unmet { why, .. }] = &ways[..] else { panic!("{ways:?}") };
@@ -813,8 +811,7 @@ mod tests {
         let versions: Vec<&str> = versions.iter().map(String::as_str).collect();
         let mut blobs = package("wide", &["1.0.0"], |_| needs("w"));
         blobs.extend(package("w", &versions, |_| needs("nowhere")));
-        let c = Catalog::from_blobs(blobs.into_iter().map(|b| ("c.json".to_string(), b))).expect("a valid catalog");
-        let catalogs = snapshot(c);
+        let catalogs = snapshot(catalog_of(blobs));
         let searched = searched(&catalogs);
         let wide = searched[0].1.bundles_of("wide").next().unwrap();
         let mut r = Resolver::new(&[], &[], &catalogs, &searched, ("root-sub", wide), Found::default());

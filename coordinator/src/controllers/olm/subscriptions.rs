@@ -311,18 +311,15 @@ async fn resolve(
                 Ok(candidates.first().copied())
             }
             Ok(candidates) => {
-                let listed = match installed.take() {
-                    Some(listed) => listed,
-                    None => installed_bundles(store, &ns).await?,
-                };
+                let listed = installed_once(&mut installed, store, &ns).await?;
                 // What an installed operator meets already is not this Subscription's to meet.
                 let needed: Vec<&(String, Dependency)> =
                     needed.iter().filter(|(_, d)| !listed.iter().any(|b| d.met_by(b))).collect();
                 let searched = dependencies::search_order(catalogs, sub, global);
-                let at = dependencies::Context { catalogs, searched: &searched, others: &subs, installed: &listed };
+                let at = dependencies::Context { catalogs, searched: &searched, others: &subs, installed: listed };
                 let memo = dependencies::Memo::default();
                 let can = |to: &Bundle| {
-                    sole_provider(to, &listed, &coming)?;
+                    sole_provider(to, listed, &coming)?;
                     if let Some((who, _)) = needed.iter().find(|(_, d)| !d.met_by(to)) {
                         return Err(format!("{who}, which it does not meet"));
                     }
@@ -332,8 +329,7 @@ async fn resolve(
                 if let Some(message) = &first.passed_over {
                     note(events, &about, UPGRADE_HELD, message);
                 }
-                api_refusal = first.chosen.and_then(|b| sole_provider(b, &listed, &coming).err());
-                installed = Some(listed);
+                api_refusal = first.chosen.and_then(|b| sole_provider(b, listed, &coming).err());
                 Ok(first.chosen)
             }
             Err(e) => Err(e),
@@ -344,21 +340,13 @@ async fn resolve(
         let version = match catalog.bundle(&spec.name, &status.installed_csv) {
             Some(b) => b.version(),
             None => {
-                let listed = match installed.take() {
-                    Some(listed) => listed,
-                    None => installed_bundles(store, &ns).await?,
-                };
-                let version = listed.iter().find(|b| b.name == status.installed_csv).and_then(Bundle::version);
-                installed = Some(listed);
-                version
+                let listed = installed_once(&mut installed, store, &ns).await?;
+                listed.iter().find(|b| b.name == status.installed_csv).and_then(Bundle::version)
             }
         };
         match catalog.upgrade_candidates(&spec.name, channel, &status.installed_csv, version.as_ref()) {
             Ok(candidates) if !candidates.is_empty() => {
-                let listed = match installed.take() {
-                    Some(listed) => listed,
-                    None => installed_bundles(store, &ns).await?,
-                };
+                let listed = installed_once(&mut installed, store, &ns).await?;
                 let coming = coming_bundles(&subs, &sub.metadata.name, catalogs);
                 // Their dependencies hold an upgrade back as the chosen ones' do; only the
                 // chosen ones count as providers of an API (two new Subscriptions would each
@@ -366,16 +354,15 @@ async fn resolve(
                 let mut dependents = coming.clone();
                 dependents.extend(fresh_targets(&subs, &sub.metadata.name, catalogs));
                 let from = status.installed_csv.clone();
-                let next = |to: &Bundle, broken: &[olm::Broken]| followers(&from, to, broken, &listed, &subs, catalogs);
+                let next = |to: &Bundle, broken: &[olm::Broken]| followers(&from, to, broken, listed, &subs, catalogs);
                 let searched = dependencies::search_order(catalogs, sub, global);
-                let at = dependencies::Context { catalogs, searched: &searched, others: &subs, installed: &listed };
+                let at = dependencies::Context { catalogs, searched: &searched, others: &subs, installed: listed };
                 let memo = dependencies::Memo::default();
                 let can = |to: &Bundle| {
-                    sole_provider(to, &listed, &coming)?;
+                    sole_provider(to, listed, &coming)?;
                     dependencies::installable(sub, to, at, &memo)
                 };
-                let allowed = allowed_upgrade(&status.installed_csv, &candidates, (&listed, &dependents), &next, &can);
-                installed = Some(listed);
+                let allowed = allowed_upgrade(&status.installed_csv, &candidates, (listed, &dependents), &next, &can);
                 if let Some(message) = &allowed.passed_over {
                     note(events, &about, UPGRADE_HELD, message);
                 }
@@ -552,6 +539,19 @@ async fn unmet_dependencies(
         None => installed_bundles(store, namespace).await?,
     };
     Ok((olm::unmet_of(dependencies, &installed), installed))
+}
+
+/// The namespace's installed operators, read into `slot` the first time a resolution needs
+/// them.
+async fn installed_once<'s>(
+    slot: &'s mut Option<Vec<Bundle>>,
+    store: &Arc<dyn Store>,
+    namespace: &str,
+) -> Result<&'s [Bundle], StoreError> {
+    if slot.is_none() {
+        *slot = Some(installed_bundles(store, namespace).await?);
+    }
+    Ok(slot.as_deref().unwrap_or(&[]))
 }
 
 /// The operators installed in `namespace`, as their CSVs' properties say (see
