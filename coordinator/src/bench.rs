@@ -125,6 +125,8 @@ pub async fn run(opts: ApiBench) -> Result<()> {
         fleetlock_listen: None,
         update_poll: crate::controllers::cluster_version::DEFAULT_POLL,
         olm_global_namespace: Some(crate::controllers::olm::DEFAULT_GLOBAL_NAMESPACE.to_string()),
+        etcd: None,
+        active_lease_duration: std::time::Duration::from_secs(15),
         build: aloft_api::build::BuildInfo::new(env!("CARGO_PKG_VERSION"), None, None, None),
     };
     let server = tokio::spawn(serve::run(serve_opts));

@@ -81,3 +81,22 @@ pub fn stopping(why: &str) {
         send(&[NotifyState::Stopping, NotifyState::Status(&status)]);
     }
 }
+
+/// READY=1 with a STATUS= saying this coordinator is a standby, and the watchdog's pings while
+/// it waits (a standby may wait for days): `systemctl status` shows it waiting, and units
+/// ordered after it are not held up. The task ends when the handle is aborted (it became the
+/// active one, and [`serving`] takes over).
+pub fn standby(etcd: String) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        if std::env::var_os("NOTIFY_SOCKET").is_none() {
+            return;
+        }
+        let status = format!("standby: another coordinator is active on etcd at {etcd}; waiting for it to stop");
+        send(&[NotifyState::Ready, NotifyState::Status(&status)]);
+        let Some(every) = sd_notify::watchdog_enabled().filter(|d| !d.is_zero()).map(|d| d / 2) else { return };
+        loop {
+            tokio::time::sleep(every).await;
+            send(&[NotifyState::Watchdog]);
+        }
+    })
+}

@@ -2,7 +2,7 @@
 //! client config exist, start the controllers, and serve the API.
 
 use crate::server::{self, Ctx, Limits};
-use crate::store::SqliteStore;
+use crate::store::{EtcdStore, SqliteStore, Store, Tokens};
 use crate::{auth, controllers, fsutil, tls};
 use aloft_client::{install_crypto, ClientConfig};
 use anyhow::{bail, Context, Result};
@@ -42,6 +42,11 @@ pub struct ServeOptions {
     pub update_poll: std::time::Duration,
     /// OLM's global catalog namespace (`--olm-global-namespace`), if any.
     pub olm_global_namespace: Option<String>,
+    /// Keep the store on etcd instead of the data directory's SQLite file; several coordinators
+    /// may share it, one active at a time (see [`crate::store::etcd`]).
+    pub etcd: Option<crate::store::EtcdOptions>,
+    /// How long the active coordinator's lease in etcd lasts unrenewed.
+    pub active_lease_duration: std::time::Duration,
     /// Which build this is (`aloft_api::build_info!()` in the binary), for `/version`,
     /// `/metrics` and the log.
     pub build: aloft_api::build::BuildInfo,
@@ -119,29 +124,49 @@ impl DataDirLock {
     }
 }
 
-/// Lock the data directory, open the store and make sure an admin token exists; returns the
-/// store, the token and the lock (held while serving).
-pub async fn prepare(opts: &ServeOptions) -> Result<(SqliteStore, String, DataDirLock)> {
+/// The store a coordinator serves from, and where its tokens are.
+pub struct Backend {
+    pub store: Arc<dyn Store>,
+    pub tokens: Arc<dyn Tokens>,
+    /// Set when the store is on etcd: the coordinator must become the active one first.
+    pub etcd: Option<EtcdStore>,
+}
+
+/// Lock the data directory, open the store (the data directory's, or etcd) and read or make the
+/// admin token; returns the store, the token and the lock (held while serving). The admin token
+/// is stored by [`keep_admin_token`], once this coordinator may write.
+pub async fn prepare(opts: &ServeOptions) -> Result<(Backend, String, DataDirLock)> {
     data_dir_ready(&opts.data_dir)?;
     let lock = DataDirLock::take(&opts.data_dir)?;
     let files = DataDir::new(&opts.data_dir);
-    // In memory as well: what a fleet reads on every step of an update (its Node, on every
-    // report; the rendered config and the disruption policy it fetches; the pools).
-    // MachineConfigs as their text only: large, all kept (every rendered config), and mostly
-    // sent on as they are (see `store::sqlite::CachedResource`).
-    use crate::store::sqlite::CachedResource;
-    let cached = [
-        CachedResource::parsed(crate::resources::NODE.store_key()),
-        CachedResource::text(crate::resources::MACHINE_CONFIG.store_key()),
-        CachedResource::parsed(crate::resources::MACHINE_CONFIG_POOL.store_key()),
-        CachedResource::parsed(crate::resources::MACHINE_CONFIGURATION.store_key()),
-    ];
-    let store = SqliteStore::open_with(&files.db, opts.watch_history, &cached)
-        .with_context(|| format!("opening store {}", files.db.display()))?;
+    let backend = match &opts.etcd {
+        Some(etcd) => {
+            let store = EtcdStore::connect(etcd)
+                .await
+                .with_context(|| format!("connecting to etcd at {} (--etcd-servers)", etcd.endpoints.join(",")))?;
+            Backend { store: Arc::new(store.clone()), tokens: Arc::new(store.clone()), etcd: Some(store) }
+        }
+        None => {
+            // In memory as well: what a fleet reads on every step of an update (its Node, on
+            // every report; the rendered config and the disruption policy it fetches; the
+            // pools). MachineConfigs as their text only: large, all kept (every rendered
+            // config), and mostly sent on as they are (see `store::sqlite::CachedResource`).
+            use crate::store::sqlite::CachedResource;
+            let cached = [
+                CachedResource::parsed(crate::resources::NODE.store_key()),
+                CachedResource::text(crate::resources::MACHINE_CONFIG.store_key()),
+                CachedResource::parsed(crate::resources::MACHINE_CONFIG_POOL.store_key()),
+                CachedResource::parsed(crate::resources::MACHINE_CONFIGURATION.store_key()),
+            ];
+            let store = SqliteStore::open_with(&files.db, opts.watch_history, &cached)
+                .with_context(|| format!("opening store {}", files.db.display()))?;
+            Backend { store: Arc::new(store.clone()), tokens: Arc::new(store), etcd: None }
+        }
+    };
     // Before anything is written: a refused start changes nothing (the admin token of a restored
     // store keeps working).
     if !opts.insecure_http {
-        check_ca(&tls::Pki::in_dir(&opts.data_dir), &store, opts.new_ca).await?;
+        check_ca(&tls::Pki::in_dir(&opts.data_dir), backend.tokens.as_ref(), opts.new_ca).await?;
     }
     let token = match &opts.admin_token_file {
         Some(f) => read_token_file(f)?,
@@ -158,11 +183,64 @@ pub async fn prepare(opts: &ServeOptions) -> Result<(SqliteStore, String, DataDi
     for secret in [&files.admin_token, &files.kubeconfig, &pki.ca_key, &pki.key] {
         fsutil::keep_private(secret)?;
     }
-    let hash = auth::token_hash(&token);
-    if store.token_hash_of("admin".into()).await?.as_deref() != Some(hash.as_str()) {
-        store.put_token(hash, "admin".into(), "admin".into(), None).await?;
+    if backend.etcd.is_none() {
+        keep_admin_token(backend.tokens.as_ref(), &token).await?;
     }
-    Ok((store, token, lock))
+    Ok((backend, token, lock))
+}
+
+/// Store the admin token's hash (under the name `admin`) unless it is there already.
+pub async fn keep_admin_token(tokens: &dyn Tokens, token: &str) -> Result<()> {
+    let hash = auth::token_hash(token);
+    if tokens.token_hash_of("admin".into()).await?.as_deref() != Some(hash.as_str()) {
+        tokens.put_token(hash, "admin".into(), "admin".into(), None).await?;
+    }
+    Ok(())
+}
+
+/// With the store on etcd: wait until this coordinator is the active one (another may be),
+/// then store the admin token and keep etcd's history to `--watch-history` revisions.
+async fn become_active(opts: &ServeOptions, etcd: &EtcdStore, token: &str) -> Result<crate::store::etcd::Active> {
+    let identity = format!(
+        "{} (pid {}, {})",
+        nix::unistd::gethostname().ok().and_then(|h| h.into_string().ok()).unwrap_or_else(|| "?".into()),
+        std::process::id(),
+        opts.listen
+    );
+    let standby = crate::notify::standby(etcd.endpoints().to_string());
+    let active = etcd
+        .become_active(&identity, opts.active_lease_duration, |holder| {
+            tracing::info!(
+                active = holder,
+                etcd = etcd.endpoints(),
+                "standby: another coordinator is active; waiting for it to stop"
+            );
+            println!("standby: {holder} is the active coordinator on etcd; waiting for it to stop");
+        })
+        .await
+        .with_context(|| format!("becoming the active coordinator on etcd at {}", etcd.endpoints()))?;
+    standby.abort();
+    tracing::info!(%identity, etcd = etcd.endpoints(), "this coordinator is the active one");
+    println!("active: this coordinator ({identity}) holds the store on etcd at {}", etcd.endpoints());
+    keep_admin_token(etcd, token).await?;
+    let (compactor, keep) = (etcd.clone(), opts.watch_history);
+    tokio::spawn(async move {
+        // As kube-apiserver compacts etcd: every five minutes, to what the history keeps.
+        let mut tick = tokio::time::interval(std::time::Duration::from_secs(300));
+        loop {
+            tick.tick().await;
+            match compactor.revision().await {
+                Ok(head) if head > keep => {
+                    if let Err(e) = compactor.compact(head - keep).await {
+                        tracing::warn!(error = %e, "compacting etcd's history failed; trying again later");
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "reading etcd's revision failed"),
+            }
+        }
+    });
+    Ok(active)
 }
 
 /// Create the data directory when it is missing, private (0700, parents as the umask has them).
@@ -215,7 +293,7 @@ fn raise_open_files_limit() -> Option<u64> {
 /// Refuse to issue a new CA for a store whose nodes trust the one that is missing (a restore
 /// that left out `ca.crt`/`ca.key`): every agent pins the CA, so a new one cut the whole fleet
 /// off, silently. `--new-ca` issues one anyway.
-async fn check_ca(pki: &tls::Pki, store: &SqliteStore, new_ca: bool) -> Result<()> {
+async fn check_ca(pki: &tls::Pki, store: &dyn Tokens, new_ca: bool) -> Result<()> {
     if new_ca || (pki.ca_cert.exists() && pki.ca_key.exists()) {
         return Ok(());
     }
@@ -243,7 +321,11 @@ pub async fn run(opts: ServeOptions) -> Result<()> {
     if let Some(limit) = raise_open_files_limit() {
         tracing::debug!(limit, "open files limit");
     }
-    let (store, token, _lock) = prepare(&opts).await?;
+    let (backend, token, _lock) = prepare(&opts).await?;
+    let active = match &backend.etcd {
+        Some(etcd) => Some(become_active(&opts, etcd, &token).await?),
+        None => None,
+    };
     let files = DataDir::new(&opts.data_dir);
     let listener = std::net::TcpListener::bind(opts.listen).with_context(|| format!("binding {}", opts.listen))?;
     listener.set_nonblocking(true)?;
@@ -272,9 +354,8 @@ pub async fn run(opts: ServeOptions) -> Result<()> {
         fsutil::write_private(&files.kubeconfig, kubeconfig.as_bytes())?;
     }
 
-    let tokens = Arc::new(store.clone());
-    let token_store = store.clone();
-    let store: Arc<dyn crate::store::Store> = Arc::new(store);
+    let (store, token_store) = (backend.store, backend.tokens);
+    let tokens: Arc<dyn server::TokenLookup> = Arc::new(token_store.clone());
     let health = Arc::new(crate::health::Health::default());
     let presence = Arc::new(controllers::presence::Presence::default());
     let ctx = Arc::new(Ctx {
@@ -361,15 +442,37 @@ pub async fn run(opts: ServeOptions) -> Result<()> {
     // The listener is bound (connections queue from here on), so systemd may start what waits
     // for the coordinator once the serving certificate has loaded.
     let ready = crate::notify::serving(client.server.clone(), health, serving_store);
-    match serving {
-        None => {
-            ready.await;
-            axum_server::from_tcp(listener)?.acceptor(nodelay).handle(handle).serve(app).await?;
+    let serve = async move {
+        match serving {
+            None => {
+                ready.await;
+                axum_server::from_tcp(listener)?.acceptor(nodelay).handle(handle).serve(app).await?;
+            }
+            Some(cfg) => {
+                let tls = axum_server::tls_rustls::RustlsAcceptor::new(cfg).acceptor(nodelay);
+                ready.await;
+                axum_server::from_tcp(listener)?.acceptor(tls).handle(handle).serve(app).await?;
+            }
         }
-        Some(cfg) => {
-            let tls = axum_server::tls_rustls::RustlsAcceptor::new(cfg).acceptor(nodelay);
-            ready.await;
-            axum_server::from_tcp(listener)?.acceptor(tls).handle(handle).serve(app).await?;
+        anyhow::Ok(())
+    };
+    match active {
+        None => serve.await?,
+        Some(mut active) => {
+            let lost = tokio::select! {
+                r = serve => { r?; false }
+                _ = active.lost() => true,
+            };
+            if lost {
+                crate::notify::stopping("lost the active lease in etcd");
+                bail!(
+                    "this coordinator is no longer the active one: its lease in etcd could not be renewed within \
+                     --active-lease-duration (etcd unreachable, or this process paused), so a standby may have \
+                     taken over; it stops here (nothing more is written), and waits as a standby when started again"
+                );
+            }
+            // Stopped normally: a standby takes over now, not after the lease runs out.
+            active.resign().await;
         }
     }
     tracing::info!("aloft-coordinator stopped");

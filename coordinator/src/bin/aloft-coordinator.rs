@@ -129,6 +129,14 @@ enum Cmd {
         /// node is no longer picked; as kube-controller-manager's flag. 0 turns it off.
         #[arg(long, default_value = "40s", value_parser = humantime::parse_duration)]
         node_monitor_grace_period: std::time::Duration,
+        #[command(flatten)]
+        etcd: EtcdArgs,
+        /// With --etcd-servers: how long the active coordinator's lease in etcd lasts without
+        /// being renewed (it is renewed every third of it). A standby takes over this long at
+        /// most after the active one stopped answering etcd; one that stops normally hands over
+        /// at once. As kube-controller-manager's --leader-elect-lease-duration.
+        #[arg(long, default_value = "15s", value_parser = humantime::parse_duration, value_name = "DURATION")]
+        active_lease_duration: std::time::Duration,
     },
     /// Benchmarks (not tests): each prints figures with a baseline measured in the same run.
     Bench {
@@ -146,6 +154,46 @@ enum Cmd {
         #[command(subcommand)]
         cmd: TokenCmd,
     },
+}
+
+/// Where the store lives when it is not the data directory's SQLite file: an etcd cluster, as
+/// kube-apiserver's flags of the same names say. Several coordinators may share one etcd: one
+/// is active, the others wait as standbys and take over when it stops.
+#[derive(clap::Args, Debug, Clone)]
+struct EtcdArgs {
+    /// etcd members to keep the store on instead of the data directory's aloft.db, comma
+    /// separated (e.g. https://10.0.0.1:2379,https://10.0.0.2:2379). The data directory still
+    /// holds the PKI, the admin token and its client config: give every coordinator on one etcd
+    /// the same ca.crt, ca.key and admin.token.
+    #[arg(long, env = "ALOFT_ETCD_SERVERS", value_delimiter = ',', value_name = "URL,...")]
+    etcd_servers: Vec<String>,
+    /// The prefix of every key aloft writes in etcd.
+    #[arg(long, default_value = "/aloft", value_name = "PREFIX")]
+    etcd_prefix: String,
+    /// The CA that signed the etcd members' certificates (PEM).
+    #[arg(long, value_name = "FILE")]
+    etcd_cafile: Option<PathBuf>,
+    /// This client's certificate for etcd (PEM), with --etcd-keyfile.
+    #[arg(long, value_name = "FILE")]
+    etcd_certfile: Option<PathBuf>,
+    /// The key of --etcd-certfile (PEM).
+    #[arg(long, value_name = "FILE")]
+    etcd_keyfile: Option<PathBuf>,
+}
+
+impl EtcdArgs {
+    fn options(&self) -> Option<aloft_coordinator::store::EtcdOptions> {
+        if self.etcd_servers.is_empty() {
+            return None;
+        }
+        Some(aloft_coordinator::store::EtcdOptions {
+            endpoints: self.etcd_servers.clone(),
+            prefix: self.etcd_prefix.clone(),
+            ca: self.etcd_cafile.clone(),
+            cert: self.etcd_certfile.clone(),
+            key: self.etcd_keyfile.clone(),
+        })
+    }
 }
 
 #[derive(Subcommand)]
@@ -229,6 +277,8 @@ enum TokenCmd {
     Create {
         #[arg(long, env = "ALOFT_DATA_DIR", default_value = "/var/lib/aloft-coordinator")]
         data_dir: PathBuf,
+        #[command(flatten)]
+        etcd: EtcdArgs,
         /// A name for the token's holder; creating the same name again replaces its token.
         /// Letters, digits and `-_.:@`. Reserved (in any case): `admin` (the token `serve` writes
         /// to admin.token), `node:*` (enrolled nodes' credentials) and `system:*`.
@@ -258,6 +308,8 @@ enum TokenCmd {
     List {
         #[arg(long, env = "ALOFT_DATA_DIR", default_value = "/var/lib/aloft-coordinator")]
         data_dir: PathBuf,
+        #[command(flatten)]
+        etcd: EtcdArgs,
     },
     /// Revoke (delete) the token named NAME; it stops working at the next request. An enrolled
     /// node's credential is `node:<node name>` (deleting the Node revokes it too). The admin
@@ -267,6 +319,8 @@ enum TokenCmd {
     Revoke {
         #[arg(long, env = "ALOFT_DATA_DIR", default_value = "/var/lib/aloft-coordinator")]
         data_dir: PathBuf,
+        #[command(flatten)]
+        etcd: EtcdArgs,
         /// The token's name, as `token list` shows it.
         #[arg(long)]
         name: String,
@@ -328,6 +382,21 @@ fn open_store(data_dir: &std::path::Path) -> Result<SqliteStore> {
     SqliteStore::open(&db).with_context(|| format!("opening {}", db.display()))
 }
 
+/// The tokens the token commands work on: etcd's with --etcd-servers, else the data directory's.
+async fn open_tokens(
+    data_dir: &std::path::Path,
+    etcd: &EtcdArgs,
+) -> Result<std::sync::Arc<dyn aloft_coordinator::store::Tokens>> {
+    match etcd.options() {
+        Some(opts) => Ok(std::sync::Arc::new(
+            aloft_coordinator::store::EtcdStore::connect(&opts)
+                .await
+                .with_context(|| format!("connecting to etcd at {}", opts.endpoints.join(",")))?,
+        )),
+        None => Ok(std::sync::Arc::new(open_store(data_dir)?)),
+    }
+}
+
 /// `--olm-global-namespace`'s value: a namespace, or none (empty). A type of its own: clap
 /// reads an `Option` field as a flag that may be left out, not as a value that may be empty.
 #[derive(Debug, Clone)]
@@ -386,6 +455,8 @@ async fn run() -> Result<()> {
             watch_history,
             event_ttl,
             node_monitor_grace_period,
+            etcd,
+            active_lease_duration,
             new_ca,
             fleetlock_listen,
             update_poll_interval,
@@ -412,6 +483,8 @@ async fn run() -> Result<()> {
                 fleetlock_listen,
                 update_poll: update_poll_interval,
                 olm_global_namespace: olm_global_namespace.0,
+                etcd: etcd.options(),
+                active_lease_duration,
                 build: aloft_api::build_info!(),
             })
             .await
@@ -442,7 +515,7 @@ async fn run() -> Result<()> {
             out.flush()?;
             Ok(())
         }
-        Cmd::Token { cmd: TokenCmd::Create { data_dir, name, role, labels, ttl } } => {
+        Cmd::Token { cmd: TokenCmd::Create { data_dir, etcd, name, role, labels, ttl } } => {
             if let Some(why) = reserved_token_name(&name) {
                 anyhow::bail!("{why}; choose another name");
             }
@@ -472,7 +545,7 @@ async fn run() -> Result<()> {
                 );
             }
             let ttl = token_ttl(&role, ttl);
-            let store = open_store(&data_dir)?;
+            let store = open_tokens(&data_dir, &etcd).await?;
             let token = auth::generate_token();
             store.put_token(auth::token_hash(&token), name.clone(), role.to_string(), ttl).await?;
             println!("{token}");
@@ -488,16 +561,17 @@ async fn run() -> Result<()> {
             }
             Ok(())
         }
-        Cmd::Token { cmd: TokenCmd::List { data_dir } } => {
+        Cmd::Token { cmd: TokenCmd::List { data_dir, etcd } } => {
             let db = serve::DataDir::new(&data_dir).db;
             let listed = match aloft_coordinator::store::sqlite::list_tokens_read_only(&db) {
+                _ if etcd.options().is_some() => None,
                 Ok(t) if db.exists() => t,
                 Ok(_) => None,
                 Err(e) => return Err(e).with_context(|| format!("reading the tokens beside {}", db.display())),
             };
             let tokens = match listed {
                 Some(t) => t,
-                None => open_store(&data_dir)?.list_tokens().await?,
+                None => open_tokens(&data_dir, &etcd).await?.list_tokens().await?,
             };
             let width = tokens.iter().map(|t| t.name.len()).max().unwrap_or(0).max(4);
             let role_width = tokens.iter().map(|t| t.role.len()).max().unwrap_or(0).max(4);
@@ -512,7 +586,7 @@ async fn run() -> Result<()> {
             }
             Ok(())
         }
-        Cmd::Token { cmd: TokenCmd::Revoke { data_dir, name } } => {
+        Cmd::Token { cmd: TokenCmd::Revoke { data_dir, etcd, name } } => {
             if name == "admin" {
                 anyhow::bail!(
                     "the admin token is not revoked this way: `serve` puts it back from {} (or --admin-token-file) at its next start. \
@@ -520,7 +594,7 @@ async fn run() -> Result<()> {
                     serve::DataDir::new(&data_dir).admin_token.display()
                 );
             }
-            if !open_store(&data_dir)?.delete_token(name.clone(), None).await? {
+            if !open_tokens(&data_dir, &etcd).await?.delete_token(name.clone(), None).await? {
                 anyhow::bail!("no token named {name:?} (see `aloft-coordinator token list`)");
             }
             println!("token {name:?} revoked");

@@ -4,14 +4,15 @@
 //! tokens that work and frees its name. Bootstrap tokens expire after 24 h by default, so a fleet
 //! that enrolls a few hosts a day left a row for each, for good.
 
-use crate::store::sqlite::SqliteStore;
+use crate::store::Tokens;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// How often to look: an expired token is listed (as expired) at most this long.
 pub const PERIOD: Duration = Duration::from_secs(60);
 
 /// Purge every [`PERIOD`] forever, the first time at once.
-pub async fn run(store: SqliteStore) {
+pub async fn run(store: Arc<dyn Tokens>) {
     loop {
         match store.purge_expired_tokens(chrono::Utc::now()).await {
             Ok(names) => {

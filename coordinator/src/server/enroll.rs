@@ -16,13 +16,14 @@ use super::{objects, validate, SharedCtx};
 use crate::auth::{self, Identity, Role};
 use crate::controllers::events::{reasons, EventType, Involved};
 use crate::resources::NODE;
-use crate::store::{Key, SqliteStore, StoreError};
+use crate::store::{Key, StoreError, Tokens};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// What an agent sends.
 #[derive(Debug, Deserialize, Serialize)]
@@ -84,7 +85,7 @@ impl Drop for Held<'_> {
 }
 
 /// Handle an enrollment. `tokens` is where the node credential is stored.
-pub async fn enroll(ctx: SharedCtx, tokens: SqliteStore, who: Identity, body: &[u8]) -> Result<Response, ApiError> {
+pub async fn enroll(ctx: SharedCtx, tokens: Arc<dyn Tokens>, who: Identity, body: &[u8]) -> Result<Response, ApiError> {
     if auth::decide_path(&who, "post", "/aloft/v1/enroll") == auth::Decision::Deny {
         return Err(ApiError::forbidden(&who, "create", "enrollments", None, None));
     }

@@ -25,7 +25,7 @@ pub mod watch;
 
 use crate::auth::{self, Identity};
 use crate::health::{self as health_checks, Health};
-use crate::store::{SqliteStore, Store, StoreError};
+use crate::store::{Store, StoreError, Tokens};
 use async_trait::async_trait;
 use axum::body::Body;
 use axum::extract::{Query, RawQuery, Request, State};
@@ -71,7 +71,7 @@ pub trait TokenLookup: Send + Sync + 'static {
 }
 
 #[async_trait]
-impl TokenLookup for SqliteStore {
+impl TokenLookup for Arc<dyn Tokens> {
     async fn lookup(&self, token: &str) -> Result<Option<Identity>, StoreError> {
         Ok(self.find_token(auth::token_hash(token)).await?.and_then(|(name, role)| {
             // A row with a role this build does not know grants nothing.
@@ -85,7 +85,7 @@ pub struct Ctx {
     pub store: Arc<dyn Store>,
     pub tokens: Arc<dyn TokenLookup>,
     /// Where enrollment stores the node credentials it mints.
-    pub token_store: SqliteStore,
+    pub token_store: Arc<dyn Tokens>,
     /// Events the API itself records (a refused enrollment).
     pub events: crate::controllers::events::Recorder,
     pub limits: Limits,

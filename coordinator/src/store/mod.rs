@@ -6,6 +6,7 @@
 //! the write log from a revision, then live writes. That is etcd's model, so an etcd-backed
 //! implementation can sit behind the same trait without touching the API server or controllers.
 
+pub mod etcd;
 mod hub;
 pub mod sqlite;
 mod token_cache;
@@ -15,6 +16,7 @@ use futures::stream::BoxStream;
 use serde_json::Value;
 use std::sync::Arc;
 
+pub use etcd::{EtcdOptions, EtcdStore};
 pub use sqlite::{SqliteStore, TokenInfo};
 
 /// Where an object lives.
@@ -323,4 +325,52 @@ pub(crate) fn set_revision(obj: &mut Value, rev: u64) {
     if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
         meta.insert("resourceVersion".into(), Value::String(rev.to_string()));
     }
+}
+
+/// Where API tokens live (their hashes only; see [`crate::auth`]): beside the objects, in the
+/// same backend, so that every coordinator on one etcd knows every node's credential.
+#[async_trait]
+pub trait Tokens: Send + Sync + 'static {
+    /// Store a token's hash with its identity and role, replacing the token of that name. With
+    /// `ttl`, it stops working that long from now (kubeadm's bootstrap tokens expire after 24 h).
+    async fn put_token(
+        &self,
+        hash: String,
+        name: String,
+        role: String,
+        ttl: Option<std::time::Duration>,
+    ) -> Result<(), StoreError>;
+    /// Store a token under `name` only if no token has that name: true if stored. Enrollment
+    /// claims a node's credential this way, so two hosts enrolling under one name at the same
+    /// time cannot both get one.
+    async fn claim_token(&self, hash: String, name: String, role: String) -> Result<bool, StoreError>;
+    /// The hash of the token named `name`, if there is one.
+    async fn token_hash_of(&self, name: String) -> Result<Option<String>, StoreError>;
+    /// Every token's (name, role, created, expires), by name; never the hashes.
+    async fn list_tokens(&self) -> Result<Vec<TokenInfo>, StoreError>;
+    /// Delete the token named `name` (with `hash`, only if it still has that hash). True if one
+    /// was deleted.
+    async fn delete_token(&self, name: String, hash: Option<String>) -> Result<bool, StoreError>;
+    /// Delete every token that has expired at `now`; returns their names, sorted.
+    async fn purge_expired_tokens(&self, now: chrono::DateTime<chrono::Utc>) -> Result<Vec<String>, StoreError>;
+    /// Look a token hash up: (name, role), if it exists and has not expired.
+    async fn find_token(&self, hash: String) -> Result<Option<(String, String)>, StoreError>;
+}
+
+/// A time as tokens record it: RFC 3339, whole seconds, UTC.
+pub(crate) fn rfc3339(t: chrono::DateTime<chrono::Utc>) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+/// When a token minted `now` with `ttl` expires.
+pub(crate) fn token_expiry(
+    now: chrono::DateTime<chrono::Utc>,
+    ttl: Option<std::time::Duration>,
+) -> Result<Option<String>, StoreError> {
+    let Some(ttl) = ttl else { return Ok(None) };
+    let ttl = chrono::Duration::from_std(ttl)
+        .map_err(|_| StoreError::Backend(format!("a token's time to live of {ttl:?} is too long")))?;
+    let at =
+        now.checked_add_signed(ttl).ok_or_else(|| StoreError::Backend("a token's time to live is too long".into()))?;
+    Ok(Some(rfc3339(at)))
 }

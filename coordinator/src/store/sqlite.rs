@@ -310,7 +310,7 @@ fn add_token_expiry(c: &Connection) -> Result<(), StoreError> {
 
 /// Whether a token whose `expires` is this has expired at `now`. An unreadable time is expired:
 /// refusing is the safe side.
-fn expired(expires: Option<&str>, now: chrono::DateTime<chrono::Utc>) -> bool {
+pub(crate) fn expired(expires: Option<&str>, now: chrono::DateTime<chrono::Utc>) -> bool {
     expires.is_some_and(|e| chrono::DateTime::parse_from_rfc3339(e).map_or(true, |t| t <= now))
 }
 
@@ -651,19 +651,9 @@ impl SqliteStore {
         ttl: Option<std::time::Duration>,
     ) -> Result<(), StoreError> {
         let now = chrono::Utc::now();
-        let expires = match ttl {
-            None => None,
-            Some(ttl) => {
-                let ttl = chrono::Duration::from_std(ttl)
-                    .map_err(|_| StoreError::Backend(format!("a token's time to live of {ttl:?} is too long")))?;
-                let at = now
-                    .checked_add_signed(ttl)
-                    .ok_or_else(|| StoreError::Backend("a token's time to live is too long".into()))?;
-                Some(at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
-            }
-        };
+        let expires = super::token_expiry(now, ttl)?;
         self.submit(Box::new(move |conn, _| {
-            let now = now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+            let now = super::rfc3339(now);
             conn.execute(
                 "INSERT INTO tok.tokens (hash, name, role, created, expires) VALUES (?1, ?2, ?3, ?4, ?5)
                  ON CONFLICT (name) DO UPDATE SET hash = ?1, role = ?3, created = ?4, expires = ?5",
@@ -785,6 +775,37 @@ impl SqliteStore {
                 Ok(Some((name, role)))
             }
         }
+    }
+}
+
+#[async_trait]
+impl super::Tokens for SqliteStore {
+    async fn put_token(
+        &self,
+        hash: String,
+        name: String,
+        role: String,
+        ttl: Option<std::time::Duration>,
+    ) -> Result<(), StoreError> {
+        SqliteStore::put_token(self, hash, name, role, ttl).await
+    }
+    async fn claim_token(&self, hash: String, name: String, role: String) -> Result<bool, StoreError> {
+        SqliteStore::claim_token(self, hash, name, role).await
+    }
+    async fn token_hash_of(&self, name: String) -> Result<Option<String>, StoreError> {
+        SqliteStore::token_hash_of(self, name).await
+    }
+    async fn list_tokens(&self) -> Result<Vec<TokenInfo>, StoreError> {
+        SqliteStore::list_tokens(self).await
+    }
+    async fn delete_token(&self, name: String, hash: Option<String>) -> Result<bool, StoreError> {
+        SqliteStore::delete_token(self, name, hash).await
+    }
+    async fn purge_expired_tokens(&self, now: chrono::DateTime<chrono::Utc>) -> Result<Vec<String>, StoreError> {
+        SqliteStore::purge_expired_tokens(self, now).await
+    }
+    async fn find_token(&self, hash: String) -> Result<Option<(String, String)>, StoreError> {
+        SqliteStore::find_token(self, hash).await
     }
 }
 

@@ -1,0 +1,1159 @@
+//! The etcd backend: the store on an etcd v3 cluster, as kube-apiserver keeps a cluster's
+//! objects, so that the store survives the loss of a machine and a standby coordinator can take
+//! over (`serve --etcd-endpoints`).
+//!
+//! The mapping is etcd's own model, which the [`Store`] trait was shaped after: an object is one
+//! key (`<prefix>/registry/<group>/<plural>/<namespace>/<name>`), its `resourceVersion` is the
+//! key's `mod_revision`, a compare-and-swap is a transaction comparing it, and a watch is an
+//! etcd watch from a revision (410 Gone once etcd has compacted past it). Objects are stored
+//! without `resourceVersion`, which is set from the revision on every read, as kube-apiserver
+//! does. Tokens (hashes only) live under `<prefix>/tokens/`.
+//!
+//! One coordinator acts at a time ([`EtcdStore::become_active`]): it holds a key on a lease,
+//! and every write it makes is a transaction that also compares that key's creation revision,
+//! so a coordinator that lost its lease (paused, cut off from etcd) cannot write even once
+//! after another took over. Kubernetes' controller leader election has no such fence; two node
+//! controllers writing at once could take more nodes down than `maxUnavailable` allows.
+
+use super::{
+    set_revision, Event, EventType, JsonListing, Key, Listing, Store, StoreError, Stored, TokenInfo, Tokens,
+    WatchFilter, WatchStream, MAX_OBJECT_BYTES,
+};
+use async_trait::async_trait;
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, DeleteOptions, GetOptions, KvClient, PutOptions, Txn, TxnOp,
+    TxnOpResponse, TxnResponse, WatchOptions,
+};
+use serde_json::Value;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// How large a response the client takes: a list of every Node of a large fleet (10,000 nodes
+/// of ~1 KB) is far over gRPC's default of 4 MiB.
+const MAX_RESPONSE_BYTES: usize = 1 << 30;
+
+/// How to reach etcd.
+#[derive(Debug, Clone)]
+pub struct EtcdOptions {
+    /// `http://host:2379` or `https://host:2379`, one per member.
+    pub endpoints: Vec<String>,
+    /// Where aloft's keys live, e.g. `/aloft`: several aloft installations (or a Kubernetes
+    /// cluster) can share one etcd under different prefixes.
+    pub prefix: String,
+    /// PEM files for TLS to etcd: the CA that signed etcd's certificate, and this client's
+    /// certificate and key (etcd's `--client-cert-auth`).
+    pub ca: Option<std::path::PathBuf>,
+    pub cert: Option<std::path::PathBuf>,
+    pub key: Option<std::path::PathBuf>,
+}
+
+impl EtcdOptions {
+    pub fn new(endpoints: Vec<String>) -> Self {
+        EtcdOptions { endpoints, prefix: "/aloft".into(), ca: None, cert: None, key: None }
+    }
+}
+
+/// The key of the active coordinator ([`EtcdStore::become_active`]) and the revision it was
+/// created at: every write compares it.
+#[derive(Debug, Clone)]
+struct Fence {
+    key: Vec<u8>,
+    created: i64,
+}
+
+/// The store on etcd. Cheap to clone: every clone shares one connection.
+#[derive(Clone)]
+pub struct EtcdStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    client: Client,
+    kv: KvClient,
+    /// `<prefix>/registry/`
+    registry: String,
+    /// `<prefix>/tokens/hash/` and `<prefix>/tokens/name/`
+    token_hashes: String,
+    token_names: String,
+    /// `<prefix>/active`: the active coordinator's key.
+    active: String,
+    endpoints: String,
+    fence: Mutex<Option<Fence>>,
+    /// Set when a write found the fence gone: this coordinator is no longer the active one.
+    fenced_out: tokio::sync::watch::Sender<bool>,
+}
+
+fn backend(e: etcd_client::Error) -> StoreError {
+    let text = e.to_string();
+    if text.contains("too many operations in txn request") {
+        return StoreError::Backend(format!(
+            "etcd refused a write of many objects at once ({text}): start etcd with a larger --max-txn-ops \
+             (at least twice the largest pool's maxUnavailable)"
+        ));
+    }
+    if text.contains("request is too large") {
+        return StoreError::Backend(format!(
+            "etcd refused a write as too large ({text}): start etcd with --max-request-bytes of at least {}",
+            MAX_OBJECT_BYTES + (1 << 20)
+        ));
+    }
+    StoreError::Backend(format!("etcd: {text}"))
+}
+
+/// `/` and `%` of a namespace or name, escaped so that a key splits back into its parts.
+fn escape(part: &str) -> String {
+    part.replace('%', "%25").replace('/', "%2F")
+}
+
+fn unescape(part: &str) -> String {
+    percent_encoding::percent_decode_str(part).decode_utf8_lossy().into_owned()
+}
+
+fn describe(key: &Key) -> String {
+    if key.namespace.is_empty() {
+        format!("{} {:?}", key.resource, key.name)
+    } else {
+        format!("{} {}/{}", key.resource, key.namespace, key.name)
+    }
+}
+
+/// The JSON etcd keeps: the object without `resourceVersion` (its key's revision is).
+fn encode(object: &Value) -> Result<Vec<u8>, StoreError> {
+    let mut object = object.clone();
+    if let Some(meta) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.remove("resourceVersion");
+    }
+    let bytes = serde_json::to_vec(&object).map_err(|e| StoreError::Backend(e.to_string()))?;
+    if bytes.len() > MAX_OBJECT_BYTES {
+        return Err(StoreError::TooLarge { size: bytes.len(), limit: MAX_OBJECT_BYTES });
+    }
+    Ok(bytes)
+}
+
+/// An object as read from etcd, with its revision as its `resourceVersion`.
+fn decode(value: &[u8], revision: i64) -> Result<Stored, StoreError> {
+    let mut object: Value =
+        serde_json::from_slice(value).map_err(|e| StoreError::Backend(format!("a stored object is not JSON: {e}")))?;
+    set_revision(&mut object, revision as u64);
+    Ok(Stored::new(object))
+}
+
+/// What a write returns: the object written, at the transaction's revision.
+fn written(mut object: Value, revision: i64) -> Stored {
+    set_revision(&mut object, revision as u64);
+    Stored::new(object)
+}
+
+fn header_revision(resp: &TxnResponse) -> i64 {
+    resp.header().map(|h| h.revision()).unwrap_or_default()
+}
+
+impl EtcdStore {
+    /// Connect to etcd (and check that it answers).
+    pub async fn connect(opts: &EtcdOptions) -> Result<EtcdStore, StoreError> {
+        if opts.endpoints.is_empty() {
+            return Err(StoreError::Backend("no etcd endpoint given".into()));
+        }
+        let prefix = opts.prefix.trim_end_matches('/');
+        if !prefix.starts_with('/') {
+            return Err(StoreError::Backend(format!("the etcd prefix {:?} must start with '/'", opts.prefix)));
+        }
+        let mut connect = ConnectOptions::new()
+            .with_connect_timeout(Duration::from_secs(5))
+            .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5));
+        if opts.ca.is_some() || opts.cert.is_some() {
+            connect = connect.with_tls(tls_options(opts)?);
+        }
+        let client = Client::connect(&opts.endpoints, Some(connect)).await.map_err(backend)?;
+        let kv = client.kv_client().max_decoding_message_size(MAX_RESPONSE_BYTES);
+        let (fenced_out, _) = tokio::sync::watch::channel(false);
+        let store = EtcdStore {
+            inner: Arc::new(Inner {
+                client,
+                kv,
+                registry: format!("{prefix}/registry/"),
+                token_hashes: format!("{prefix}/tokens/hash/"),
+                token_names: format!("{prefix}/tokens/name/"),
+                active: format!("{prefix}/active"),
+                endpoints: opts.endpoints.join(","),
+                fence: Mutex::new(None),
+                fenced_out,
+            }),
+        };
+        store
+            .revision()
+            .await
+            .map_err(|e| StoreError::Backend(format!("etcd at {} does not answer: {e}", store.inner.endpoints)))?;
+        Ok(store)
+    }
+
+    fn kv(&self) -> KvClient {
+        self.inner.kv.clone()
+    }
+
+    fn key_of(&self, key: &Key) -> String {
+        format!("{}{}/{}/{}", self.inner.registry, key.resource, escape(&key.namespace), escape(&key.name))
+    }
+
+    /// The key of an etcd key under the registry; None for anything else.
+    fn parse_key(&self, raw: &[u8]) -> Option<Key> {
+        let rest = std::str::from_utf8(raw).ok()?.strip_prefix(self.inner.registry.as_str())?;
+        let mut parts = rest.rsplitn(3, '/');
+        let name = parts.next()?;
+        let namespace = parts.next()?;
+        let resource = parts.next()?;
+        Some(Key { resource: resource.to_string(), namespace: unescape(namespace), name: unescape(name) })
+    }
+
+    /// The key range a watch or list of `resource` (in `namespace`) covers.
+    fn prefix_of(&self, resource: Option<&str>, namespace: Option<&str>) -> String {
+        match (resource, namespace) {
+            (None, _) => self.inner.registry.clone(),
+            (Some(r), None) => format!("{}{r}/", self.inner.registry),
+            (Some(r), Some(ns)) => format!("{}{r}/{}/", self.inner.registry, escape(ns)),
+        }
+    }
+
+    fn fence(&self) -> Option<Fence> {
+        self.inner.fence.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// A transaction of `ops` when `compares` hold, fenced by the active key if this coordinator
+    /// holds one. On failure the `else` branch reads the fence's key first, then `reads`.
+    async fn txn(&self, compares: Vec<Compare>, ops: Vec<TxnOp>, reads: Vec<TxnOp>) -> Result<TxnResponse, StoreError> {
+        let fence = self.fence();
+        let mut when = Vec::with_capacity(compares.len() + 1);
+        let mut otherwise = Vec::with_capacity(reads.len() + 1);
+        if let Some(f) = &fence {
+            when.push(Compare::create_revision(f.key.clone(), CompareOp::Equal, f.created));
+            otherwise.push(TxnOp::get(f.key.clone(), None));
+        }
+        when.extend(compares);
+        otherwise.extend(reads);
+        let resp = self.kv().txn(Txn::new().when(when).and_then(ops).or_else(otherwise)).await.map_err(backend)?;
+        if !resp.succeeded() {
+            if let Some(f) = &fence {
+                let still = match resp.op_responses().first() {
+                    Some(TxnOpResponse::Get(g)) => g.kvs().first().map(|kv| kv.create_revision()) == Some(f.created),
+                    _ => false,
+                };
+                if !still {
+                    self.inner.fenced_out.send_replace(true);
+                    return Err(StoreError::Backend(
+                        "this coordinator is no longer the active one (its lease in etcd expired or was taken over); \
+                         nothing was written"
+                            .into(),
+                    ));
+                }
+            }
+        }
+        Ok(resp)
+    }
+
+    /// The get responses of a failed transaction's `else` branch, after the fence's.
+    fn reads_of(&self, resp: &TxnResponse) -> Vec<Option<(i64, i64)>> {
+        let skip = usize::from(self.fence().is_some());
+        resp.op_responses()
+            .into_iter()
+            .skip(skip)
+            .map(|r| match r {
+                TxnOpResponse::Get(g) => g.kvs().first().map(|kv| (kv.create_revision(), kv.mod_revision())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Why a compare-and-swap of `key` expecting `expected` failed, from what the store holds.
+    fn refusal(key: &Key, expected: Option<u64>, held: Option<(i64, i64)>) -> StoreError {
+        match held {
+            None => StoreError::NotFound(describe(key)),
+            Some((_, stored)) => StoreError::Conflict { have: expected.unwrap_or_default(), stored: stored as u64 },
+        }
+    }
+
+    fn compares_for(k: &str, expected: Option<u64>) -> Vec<Compare> {
+        let mut c = vec![Compare::create_revision(k, CompareOp::Greater, 0)];
+        if let Some(e) = expected {
+            c.push(Compare::mod_revision(k, CompareOp::Equal, e as i64));
+        }
+        c
+    }
+
+    /// Becomes the active coordinator: waits while another holds the active key, then holds
+    /// it on a lease of `ttl` kept alive in the background, and fences every write of this
+    /// store with it. `waiting` is called once when another is active (with its identity).
+    /// The returned [`Active`] says when the lease is lost; dropping it lets the key go at once.
+    pub async fn become_active(
+        &self,
+        identity: &str,
+        ttl: Duration,
+        mut waiting: impl FnMut(&str),
+    ) -> Result<Active, StoreError> {
+        let key = self.inner.active.clone();
+        let ttl_s = ttl.as_secs().max(2) as i64;
+        let mut told = false;
+        loop {
+            let mut lease_client = self.inner.client.lease_client();
+            let lease = lease_client.grant(ttl_s, None).await.map_err(backend)?.id();
+            let put = TxnOp::put(key.clone(), identity, Some(PutOptions::new().with_lease(lease)));
+            let resp = self
+                .kv()
+                .txn(
+                    Txn::new()
+                        .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
+                        .and_then([put])
+                        .or_else([TxnOp::get(key.clone(), None)]),
+                )
+                .await
+                .map_err(backend)?;
+            if resp.succeeded() {
+                let created = header_revision(&resp);
+                *self.inner.fence.lock().unwrap_or_else(|e| e.into_inner()) =
+                    Some(Fence { key: key.clone().into_bytes(), created });
+                self.inner.fenced_out.send_replace(false);
+                return Ok(Active::start(self.clone(), lease, ttl));
+            }
+            let _ = lease_client.revoke(lease).await;
+            let holder = match resp.op_responses().first() {
+                Some(TxnOpResponse::Get(g)) => {
+                    g.kvs().first().map(|kv| (String::from_utf8_lossy(kv.value()).into_owned(), kv.mod_revision()))
+                }
+                _ => None,
+            };
+            let Some((holder, at)) = holder else { continue };
+            if !told {
+                waiting(&holder);
+                told = true;
+            }
+            // Until the key is deleted (its holder stopped, or its lease expired).
+            let mut watch = self
+                .inner
+                .client
+                .watch_client()
+                .watch(key.clone(), Some(WatchOptions::new().with_start_revision(at + 1)))
+                .await
+                .map_err(backend)?;
+            loop {
+                match watch.message().await.map_err(backend)? {
+                    Some(r) if r.events().iter().any(|e| e.event_type() == etcd_client::EventType::Delete) => break,
+                    Some(r) if r.canceled() => break,
+                    Some(_) => {}
+                    None => break,
+                }
+            }
+        }
+    }
+
+    /// Removes the history before `revision` (etcd's compaction), as kube-apiserver compacts
+    /// every few minutes: etcd keeps every version otherwise.
+    pub async fn compact(&self, revision: u64) -> Result<(), StoreError> {
+        match self.kv().compact(revision as i64, None).await {
+            Ok(_) => Ok(()),
+            Err(e) if e.to_string().contains("compacted") => Ok(()),
+            Err(e) => Err(backend(e)),
+        }
+    }
+
+    /// The endpoints, for messages.
+    pub fn endpoints(&self) -> &str {
+        &self.inner.endpoints
+    }
+
+    async fn token_record(&self, hash: &str) -> Result<Option<(TokenRecord, i64)>, StoreError> {
+        let k = format!("{}{hash}", self.inner.token_hashes);
+        let resp = self.kv().get(k, None).await.map_err(backend)?;
+        let Some(kv) = resp.kvs().first() else { return Ok(None) };
+        let rec: TokenRecord =
+            serde_json::from_slice(kv.value()).map_err(|e| StoreError::Backend(format!("a stored token: {e}")))?;
+        Ok(Some((rec, kv.mod_revision())))
+    }
+
+    /// The hash the token `name` has, and its key's revision.
+    async fn token_name(&self, name: &str) -> Result<Option<(String, i64)>, StoreError> {
+        let k = format!("{}{}", self.inner.token_names, escape(name));
+        let resp = self.kv().get(k, None).await.map_err(backend)?;
+        Ok(resp.kvs().first().map(|kv| (String::from_utf8_lossy(kv.value()).into_owned(), kv.mod_revision())))
+    }
+
+    /// Deletes the token `name` if its name key is still at `at` (nothing minted since).
+    async fn delete_token_at(&self, name: &str, hash: &str, at: i64) -> Result<bool, StoreError> {
+        let nk = format!("{}{}", self.inner.token_names, escape(name));
+        let hk = format!("{}{hash}", self.inner.token_hashes);
+        let resp = self
+            .txn(
+                vec![Compare::mod_revision(nk.clone(), CompareOp::Equal, at)],
+                vec![TxnOp::delete(nk, None), TxnOp::delete(hk, None)],
+                Vec::new(),
+            )
+            .await?;
+        Ok(resp.succeeded())
+    }
+}
+
+fn tls_options(opts: &EtcdOptions) -> Result<etcd_client::TlsOptions, StoreError> {
+    use etcd_client::{Certificate, Identity, TlsOptions};
+    let read = |p: &std::path::Path| {
+        std::fs::read(p).map_err(|e| StoreError::Backend(format!("reading {}: {e}", p.display())))
+    };
+    let mut tls = TlsOptions::new();
+    if let Some(ca) = &opts.ca {
+        tls = tls.ca_certificate(Certificate::from_pem(read(ca)?));
+    }
+    match (&opts.cert, &opts.key) {
+        (Some(c), Some(k)) => tls = tls.identity(Identity::from_pem(read(c)?, read(k)?)),
+        (None, None) => {}
+        _ => {
+            return Err(StoreError::Backend(
+                "an etcd client certificate needs its key, and a key its certificate".into(),
+            ))
+        }
+    }
+    Ok(tls)
+}
+
+/// A token as etcd keeps it, under its hash.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct TokenRecord {
+    name: String,
+    role: String,
+    created: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    expires: Option<String>,
+}
+
+/// This coordinator is the active one while this lives: its lease is kept alive in the
+/// background. [`Active::lost`] returns when it is not any more.
+pub struct Active {
+    store: EtcdStore,
+    lease: i64,
+    keeper: tokio::task::JoinHandle<()>,
+    lost: tokio::sync::watch::Receiver<bool>,
+}
+
+impl Active {
+    fn start(store: EtcdStore, lease: i64, ttl: Duration) -> Active {
+        let (lost_tx, lost) = tokio::sync::watch::channel(false);
+        let fenced = store.inner.fenced_out.subscribe();
+        let client = store.inner.client.clone();
+        let keeper = tokio::spawn(keep_alive(client, lease, ttl, lost_tx, fenced));
+        Active { store, lease, keeper, lost }
+    }
+
+    /// Returns once the lease is lost (it expired, etcd could not be reached for its time to
+    /// live, or a write found another coordinator active).
+    pub async fn lost(&mut self) {
+        let _ = self.lost.wait_for(|l| *l).await;
+    }
+
+    /// Lets the active key go now, so that a standby takes over at once instead of after the
+    /// lease's time to live.
+    pub async fn resign(self) {
+        self.keeper.abort();
+        // The fence stays: with the key gone, every later write of this store is refused.
+        let _ = self.store.inner.client.lease_client().revoke(self.lease).await;
+    }
+}
+
+async fn keep_alive(
+    client: Client,
+    lease: i64,
+    ttl: Duration,
+    lost: tokio::sync::watch::Sender<bool>,
+    mut fenced: tokio::sync::watch::Receiver<bool>,
+) {
+    let every = (ttl / 3).max(Duration::from_millis(500));
+    // The lease holds until `deadline` at least; past it, without a renewal, another may be active.
+    let mut deadline = tokio::time::Instant::now() + ttl;
+    let mut stream = None;
+    loop {
+        if stream.is_none() {
+            stream = client.lease_client().keep_alive(lease).await.ok();
+        }
+        let renewed = match stream.as_mut() {
+            Some((keeper, responses)) => match keeper.keep_alive().await {
+                Ok(()) => match tokio::time::timeout(every, responses.message()).await {
+                    Ok(Ok(Some(r))) if r.ttl() > 0 => Some(r.ttl()),
+                    Ok(Ok(Some(_))) => {
+                        tracing::error!(lease, "the active coordinator's lease in etcd expired");
+                        lost.send_replace(true);
+                        return;
+                    }
+                    _ => None,
+                },
+                Err(_) => None,
+            },
+            None => None,
+        };
+        match renewed {
+            Some(_) => deadline = tokio::time::Instant::now() + ttl,
+            None => {
+                stream = None;
+                tracing::warn!(lease, "could not renew the active coordinator's lease in etcd; trying again");
+            }
+        }
+        if tokio::time::Instant::now() + every >= deadline {
+            tracing::error!(lease, "the active coordinator's lease in etcd could not be renewed in time");
+            lost.send_replace(true);
+            return;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = fenced.wait_for(|f| *f) => {
+                lost.send_replace(true);
+                return;
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Store for EtcdStore {
+    async fn get(&self, key: &Key) -> Result<Option<Stored>, StoreError> {
+        let resp = self.kv().get(self.key_of(key), None).await.map_err(backend)?;
+        resp.kvs().first().map(|kv| decode(kv.value(), kv.mod_revision())).transpose()
+    }
+
+    async fn list(&self, resource: &str, namespace: Option<&str>) -> Result<Listing, StoreError> {
+        let (items, revision) = self.list_stored(resource, namespace).await?;
+        Ok(Listing { items: items.into_iter().map(Stored::into_value).collect(), revision })
+    }
+
+    async fn list_json(&self, resource: &str, namespace: Option<&str>) -> Result<JsonListing, StoreError> {
+        let (items, revision) = self.list_stored(resource, namespace).await?;
+        Ok(JsonListing { items: items.into_iter().map(|s| s.json).collect(), revision })
+    }
+
+    async fn create(&self, key: &Key, object: Value) -> Result<Stored, StoreError> {
+        let k = self.key_of(key);
+        let value = encode(&object)?;
+        let resp = self
+            .txn(
+                vec![Compare::create_revision(k.clone(), CompareOp::Equal, 0)],
+                vec![TxnOp::put(k.clone(), value, None)],
+                vec![TxnOp::get(k, Some(GetOptions::new().with_keys_only()))],
+            )
+            .await?;
+        if !resp.succeeded() {
+            return Err(StoreError::AlreadyExists(describe(key)));
+        }
+        Ok(written(object, header_revision(&resp)))
+    }
+
+    async fn update(&self, key: &Key, object: Value, expected: Option<u64>) -> Result<Stored, StoreError> {
+        let mut out = self.update_all(vec![(key.clone(), object, expected)]).await?;
+        out.pop().ok_or_else(|| StoreError::Backend("etcd answered a write with nothing".into()))
+    }
+
+    async fn delete(&self, key: &Key, expected: Option<u64>) -> Result<Stored, StoreError> {
+        let k = self.key_of(key);
+        let resp = self
+            .txn(
+                Self::compares_for(&k, expected),
+                vec![TxnOp::delete(k.clone(), Some(DeleteOptions::new().with_prev_key()))],
+                vec![TxnOp::get(k, Some(GetOptions::new().with_keys_only()))],
+            )
+            .await?;
+        if !resp.succeeded() {
+            let held = self.reads_of(&resp).into_iter().next().flatten();
+            return Err(Self::refusal(key, expected, held));
+        }
+        let revision = header_revision(&resp);
+        let prev = resp.op_responses().into_iter().find_map(|r| match r {
+            TxnOpResponse::Delete(d) => d.prev_kvs().first().map(|kv| kv.value().to_vec()),
+            _ => None,
+        });
+        let prev = prev.ok_or_else(|| StoreError::NotFound(describe(key)))?;
+        decode(&prev, revision)
+    }
+
+    async fn watch(&self, filter: WatchFilter, from: u64) -> Result<WatchStream, StoreError> {
+        let prefix = match (&filter.resource, &filter.namespace, &filter.name) {
+            (Some(r), Some(ns), Some(n)) => {
+                self.key_of(&Key { resource: r.clone(), namespace: ns.clone(), name: n.clone() })
+            }
+            (Some(r), None, Some(n)) if !n.is_empty() => {
+                // A cluster-scoped object's key; a namespaced one is filtered below.
+                self.prefix_of(Some(r), None)
+            }
+            (r, ns, _) => self.prefix_of(r.as_deref(), ns.as_deref()),
+        };
+        let exact = filter.resource.is_some() && filter.namespace.is_some() && filter.name.is_some();
+        let mut opts = WatchOptions::new().with_start_revision(from as i64 + 1).with_prev_key();
+        if !exact {
+            opts = opts.with_prefix();
+        }
+        let mut client = self.inner.client.watch_client().max_decoding_message_size(MAX_RESPONSE_BYTES);
+        let stream = client.watch(prefix, Some(opts)).await.map_err(backend)?;
+        let state = WatchState { store: self.clone(), filter, from, stream, queue: Default::default(), done: false };
+        Ok(Box::pin(futures::stream::unfold(state, WatchState::next)))
+    }
+
+    async fn revision(&self) -> Result<u64, StoreError> {
+        let resp = self
+            .kv()
+            .get(self.inner.active.clone(), Some(GetOptions::new().with_count_only()))
+            .await
+            .map_err(backend)?;
+        Ok(resp.header().map(|h| h.revision()).unwrap_or_default() as u64)
+    }
+
+    /// A linearizable read: it goes through etcd's leader and a quorum, which is what a write
+    /// needs (etcd has no write that takes no revision).
+    async fn check_writes(&self) -> Result<(), StoreError> {
+        self.revision().await.map(|_| ())
+    }
+
+    /// One transaction: every write or none. Its writes share the transaction's revision (etcd
+    /// gives a transaction one), not consecutive ones.
+    async fn update_all(&self, writes: Vec<(Key, Value, Option<u64>)>) -> Result<Vec<Stored>, StoreError> {
+        let mut compares = Vec::new();
+        let mut ops = Vec::new();
+        let mut reads = Vec::new();
+        for (key, object, expected) in &writes {
+            let k = self.key_of(key);
+            compares.extend(Self::compares_for(&k, *expected));
+            ops.push(TxnOp::put(k.clone(), encode(object)?, None));
+            reads.push(TxnOp::get(k, Some(GetOptions::new().with_keys_only())));
+        }
+        let resp = self.txn(compares, ops, reads).await?;
+        if !resp.succeeded() {
+            let held = self.reads_of(&resp);
+            for ((key, _, expected), held) in writes.iter().zip(held) {
+                let fails = match (held, expected) {
+                    (None, _) => true,
+                    (Some((_, stored)), Some(e)) => stored as u64 != *e,
+                    (Some(_), None) => false,
+                };
+                if fails {
+                    return Err(Self::refusal(key, *expected, held));
+                }
+            }
+            return Err(StoreError::Backend("etcd refused a write whose conditions all hold".into()));
+        }
+        let revision = header_revision(&resp);
+        Ok(writes.into_iter().map(|(_, object, _)| written(object, revision)).collect())
+    }
+}
+
+impl EtcdStore {
+    async fn list_stored(&self, resource: &str, namespace: Option<&str>) -> Result<(Vec<Stored>, u64), StoreError> {
+        let prefix = self.prefix_of(Some(resource), namespace);
+        let resp = self.kv().get(prefix, Some(GetOptions::new().with_prefix())).await.map_err(backend)?;
+        let revision = resp.header().map(|h| h.revision()).unwrap_or_default() as u64;
+        let mut items = Vec::with_capacity(resp.kvs().len());
+        for kv in resp.kvs() {
+            let Some(key) = self.parse_key(kv.key()) else { continue };
+            items.push(((key.namespace, key.name), decode(kv.value(), kv.mod_revision())?));
+        }
+        // By namespace, then name: etcd orders by key, where `a-b/` sorts before `a/`.
+        items.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok((items.into_iter().map(|(_, s)| s).collect(), revision))
+    }
+}
+
+/// An open etcd watch, as a [`WatchStream`].
+struct WatchState {
+    store: EtcdStore,
+    filter: WatchFilter,
+    from: u64,
+    stream: etcd_client::WatchStream,
+    queue: std::collections::VecDeque<Event>,
+    done: bool,
+}
+
+impl WatchState {
+    async fn next(mut self) -> Option<(Result<Event, StoreError>, WatchState)> {
+        loop {
+            if let Some(ev) = self.queue.pop_front() {
+                return Some((Ok(ev), self));
+            }
+            if self.done {
+                return None;
+            }
+            match self.stream.message().await {
+                Err(e) => {
+                    self.done = true;
+                    return Some((Err(backend(e)), self));
+                }
+                Ok(None) => {
+                    self.done = true;
+                    return Some((Err(StoreError::Backend("etcd ended the watch".into())), self));
+                }
+                Ok(Some(resp)) => {
+                    if resp.compact_revision() > 0 {
+                        self.done = true;
+                        let oldest = resp.compact_revision() as u64;
+                        return Some((Err(StoreError::Gone { requested: self.from, oldest }), self));
+                    }
+                    if resp.canceled() {
+                        self.done = true;
+                        let why = format!("etcd canceled the watch: {}", resp.cancel_reason());
+                        return Some((Err(StoreError::Backend(why)), self));
+                    }
+                    for e in resp.events() {
+                        match self.event_of(e) {
+                            Ok(Some(ev)) => self.queue.push_back(ev),
+                            Ok(None) => {}
+                            Err(err) => {
+                                self.done = true;
+                                return Some((Err(err), self));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn event_of(&self, e: &etcd_client::Event) -> Result<Option<Event>, StoreError> {
+        let Some(kv) = e.kv() else { return Ok(None) };
+        let Some(key) = self.store.parse_key(kv.key()) else { return Ok(None) };
+        if !self.filter.matches(&key) {
+            return Ok(None);
+        }
+        let revision = kv.mod_revision();
+        let (kind, stored) = match e.event_type() {
+            etcd_client::EventType::Put => {
+                let kind = if kv.create_revision() == revision { EventType::Added } else { EventType::Modified };
+                (kind, decode(kv.value(), revision)?)
+            }
+            etcd_client::EventType::Delete => {
+                let Some(prev) = e.prev_kv() else {
+                    return Err(StoreError::Backend("etcd sent a deletion without the object's last state".into()));
+                };
+                (EventType::Deleted, decode(prev.value(), revision)?)
+            }
+        };
+        Ok(Some(Event { revision: revision as u64, key, kind, object: stored.object, json: stored.json, origin: None }))
+    }
+}
+
+#[async_trait]
+impl Tokens for EtcdStore {
+    async fn put_token(
+        &self,
+        hash: String,
+        name: String,
+        role: String,
+        ttl: Option<Duration>,
+    ) -> Result<(), StoreError> {
+        let now = chrono::Utc::now();
+        let expires = super::token_expiry(now, ttl)?;
+        let rec = TokenRecord { name: name.clone(), role, created: super::rfc3339(now), expires };
+        let value = serde_json::to_vec(&rec).map_err(|e| StoreError::Backend(e.to_string()))?;
+        let nk = format!("{}{}", self.inner.token_names, escape(&name));
+        let hk = format!("{}{hash}", self.inner.token_hashes);
+        loop {
+            let old = self.token_name(&name).await?;
+            let (compare, mut ops) = match &old {
+                Some((old_hash, at)) => (
+                    Compare::mod_revision(nk.clone(), CompareOp::Equal, *at),
+                    vec![TxnOp::delete(format!("{}{old_hash}", self.inner.token_hashes), None)],
+                ),
+                None => (Compare::create_revision(nk.clone(), CompareOp::Equal, 0), Vec::new()),
+            };
+            ops.push(TxnOp::put(nk.clone(), hash.clone(), None));
+            ops.push(TxnOp::put(hk.clone(), value.clone(), None));
+            if self.txn(vec![compare], ops, Vec::new()).await?.succeeded() {
+                return Ok(());
+            }
+        }
+    }
+
+    async fn claim_token(&self, hash: String, name: String, role: String) -> Result<bool, StoreError> {
+        let rec = TokenRecord { name: name.clone(), role, created: super::rfc3339(chrono::Utc::now()), expires: None };
+        let value = serde_json::to_vec(&rec).map_err(|e| StoreError::Backend(e.to_string()))?;
+        let nk = format!("{}{}", self.inner.token_names, escape(&name));
+        let hk = format!("{}{hash}", self.inner.token_hashes);
+        let resp = self
+            .txn(
+                vec![Compare::create_revision(nk.clone(), CompareOp::Equal, 0)],
+                vec![TxnOp::put(nk, hash, None), TxnOp::put(hk, value, None)],
+                Vec::new(),
+            )
+            .await?;
+        Ok(resp.succeeded())
+    }
+
+    async fn token_hash_of(&self, name: String) -> Result<Option<String>, StoreError> {
+        Ok(self.token_name(&name).await?.map(|(h, _)| h))
+    }
+
+    async fn list_tokens(&self) -> Result<Vec<TokenInfo>, StoreError> {
+        let resp = self
+            .kv()
+            .get(self.inner.token_hashes.clone(), Some(GetOptions::new().with_prefix()))
+            .await
+            .map_err(backend)?;
+        let mut out = Vec::new();
+        for kv in resp.kvs() {
+            let rec: TokenRecord =
+                serde_json::from_slice(kv.value()).map_err(|e| StoreError::Backend(format!("a stored token: {e}")))?;
+            out.push(TokenInfo { name: rec.name, role: rec.role, created: rec.created, expires: rec.expires });
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+
+    async fn delete_token(&self, name: String, hash: Option<String>) -> Result<bool, StoreError> {
+        loop {
+            let Some((held, at)) = self.token_name(&name).await? else { return Ok(false) };
+            if hash.as_ref().is_some_and(|h| *h != held) {
+                return Ok(false);
+            }
+            if self.delete_token_at(&name, &held, at).await? {
+                return Ok(true);
+            }
+        }
+    }
+
+    async fn purge_expired_tokens(&self, now: chrono::DateTime<chrono::Utc>) -> Result<Vec<String>, StoreError> {
+        let mut purged = Vec::new();
+        for t in self.list_tokens().await? {
+            if t.expires.is_none() || !super::sqlite::expired(t.expires.as_deref(), now) {
+                continue;
+            }
+            let Some((hash, at)) = self.token_name(&t.name).await? else { continue };
+            // Only the token that was read: one minted since under the name stays.
+            let same = self.token_record(&hash).await?.is_some_and(|(r, _)| r.expires == t.expires);
+            if same && self.delete_token_at(&t.name, &hash, at).await? {
+                purged.push(t.name);
+            }
+        }
+        Ok(purged)
+    }
+
+    async fn find_token(&self, hash: String) -> Result<Option<(String, String)>, StoreError> {
+        let Some((rec, _)) = self.token_record(&hash).await? else { return Ok(None) };
+        if rec.expires.is_some() && super::sqlite::expired(rec.expires.as_deref(), chrono::Utc::now()) {
+            return Ok(None);
+        }
+        Ok(Some((rec.name, rec.role)))
+    }
+}
+
+/// A real etcd for tests: Debian's `etcd` (package etcd-server, which `scripts/install-deps.sh`
+/// installs) on loopback ports of its own, with its data in a temp directory; killed when
+/// dropped.
+pub mod testing {
+    use std::process::{Child, Command, Stdio};
+    use std::time::{Duration, Instant};
+
+    pub struct EtcdServer {
+        child: Child,
+        endpoint: String,
+        _dir: tempfile::TempDir,
+    }
+
+    fn free_port() -> u16 {
+        std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap_or(0)
+    }
+
+    impl EtcdServer {
+        /// Starts etcd and waits until it answers. Panics (naming what to install) when there
+        /// is no `etcd` on PATH: the tests that need it are part of the suite, not optional.
+        pub fn start() -> EtcdServer {
+            let dir = tempfile::Builder::new().prefix("aloft-etcd-").tempdir().expect("tempdir");
+            let (client, peer) = (free_port(), free_port());
+            let endpoint = format!("http://127.0.0.1:{client}");
+            let peer_url = format!("http://127.0.0.1:{peer}");
+            let log = std::fs::File::create(dir.path().join("etcd.log")).expect("etcd log");
+            let child = Command::new("etcd")
+                .arg("--name=test")
+                .arg(format!("--data-dir={}", dir.path().join("data").display()))
+                .arg(format!("--listen-client-urls={endpoint}"))
+                .arg(format!("--advertise-client-urls={endpoint}"))
+                .arg(format!("--listen-peer-urls={peer_url}"))
+                .arg(format!("--initial-advertise-peer-urls={peer_url}"))
+                .arg(format!("--initial-cluster=test={peer_url}"))
+                // The node controller frees and refills slots in one transaction.
+                .arg("--max-txn-ops=4096")
+                .arg("--max-request-bytes=3145728")
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::from(log))
+                .spawn()
+                .unwrap_or_else(|e| {
+                    panic!("starting etcd ({e}): install it with scripts/install-deps.sh (package etcd-server)")
+                });
+            let mut server = EtcdServer { child, endpoint, _dir: dir };
+            server.wait_ready();
+            server
+        }
+
+        fn wait_ready(&mut self) {
+            let deadline = Instant::now() + Duration::from_secs(30);
+            let health = format!("{}/health", self.endpoint);
+            while Instant::now() < deadline {
+                if let Ok(Some(status)) = self.child.try_wait() {
+                    panic!("etcd exited at start ({status}); its log:\n{}", self.log());
+                }
+                let up = std::process::Command::new("curl").args(["-sf", "-m", "2", &health]).output();
+                match up {
+                    Ok(o) if o.status.success() => return,
+                    Ok(_) => {}
+                    // No curl: a TCP connect is enough to go on (the client retries).
+                    Err(_) => {
+                        if std::net::TcpStream::connect(self.endpoint.trim_start_matches("http://")).is_ok() {
+                            return;
+                        }
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            panic!("etcd did not answer within 30 s; its log:\n{}", self.log());
+        }
+
+        /// `http://127.0.0.1:PORT`
+        pub fn endpoint(&self) -> &str {
+            &self.endpoint
+        }
+
+        fn log(&self) -> String {
+            std::fs::read_to_string(self._dir.path().join("etcd.log")).unwrap_or_default()
+        }
+    }
+
+    impl Drop for EtcdServer {
+        fn drop(&mut self) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::EtcdServer;
+    use super::*;
+    use crate::store::{revision_of, Tokens};
+    use futures::StreamExt;
+    use serde_json::json;
+
+    fn obj(name: &str, v: i64) -> Value {
+        json!({"metadata": {"name": name, "resourceVersion": "999"}, "spec": {"v": v}})
+    }
+
+    async fn store(etcd: &EtcdServer) -> EtcdStore {
+        EtcdStore::connect(&EtcdOptions::new(vec![etcd.endpoint().to_string()])).await.unwrap()
+    }
+
+    #[tokio::test]
+    async fn crud_and_cas_on_etcd() {
+        let etcd = EtcdServer::start();
+        let s = store(&etcd).await;
+        let k = Key::cluster("/nodes", "a");
+        let created = s.create(&k, obj("a", 1)).await.unwrap();
+        let r1 = revision_of(&created).unwrap();
+        assert!(r1 > 0);
+        assert!(matches!(s.create(&k, obj("a", 1)).await, Err(StoreError::AlreadyExists(_))));
+        let read = s.get(&k).await.unwrap().unwrap();
+        assert_eq!(revision_of(&read), Some(r1), "the revision read is the write's");
+        assert_eq!(read.json.as_ref(), serde_json::to_string(&*read.object).unwrap());
+        let upd = s.update(&k, obj("a", 2), Some(r1)).await.unwrap();
+        let r2 = revision_of(&upd).unwrap();
+        assert!(r2 > r1);
+        match s.update(&k, obj("a", 3), Some(r1)).await {
+            Err(StoreError::Conflict { have, stored }) => assert_eq!((have, stored), (r1, r2)),
+            other => panic!("a stale update: {other:?}"),
+        }
+        assert_eq!(s.get(&k).await.unwrap().unwrap()["spec"]["v"], 2, "the stale update changed nothing");
+        assert!(matches!(
+            s.update(&Key::cluster("/nodes", "none"), obj("none", 1), None).await,
+            Err(StoreError::NotFound(_))
+        ));
+        // Listed by namespace, then name, whatever etcd's key order says (`a-b/` before `a/`).
+        for (ns, name) in [("a-b", "x"), ("a", "y"), ("a", "x"), ("", "c")] {
+            s.create(&Key::new("/leases", ns, name), obj(name, 0)).await.unwrap();
+        }
+        let l = s.list("/leases", None).await.unwrap();
+        let order: Vec<(String, String)> = l
+            .items
+            .iter()
+            .map(|o| (o["metadata"]["name"].as_str().unwrap().to_string(), revision_of(o).unwrap().to_string()))
+            .collect();
+        assert_eq!(order.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(), ["c", "x", "y", "x"]);
+        assert_eq!(s.list("/leases", Some("a")).await.unwrap().items.len(), 2);
+        assert_eq!(l.revision, s.revision().await.unwrap());
+        let del = s.delete(&k, Some(r2)).await.unwrap();
+        assert!(revision_of(&del).unwrap() > r2, "a deletion has its own revision");
+        assert_eq!(del["spec"]["v"], 2, "a deletion returns the last state");
+        assert!(s.get(&k).await.unwrap().is_none());
+        assert!(matches!(s.delete(&k, None).await, Err(StoreError::NotFound(_))));
+        // A name that could break the key layout stays one name.
+        let odd = Key::new("/leases", "ns", "a/b%2F");
+        s.create(&odd, obj("a/b%2F", 0)).await.unwrap();
+        assert!(s.get(&odd).await.unwrap().is_some());
+        assert!(s.get(&Key::new("/leases", "ns", "a")).await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn too_large_objects_are_refused_before_etcd() {
+        let etcd = EtcdServer::start();
+        let s = store(&etcd).await;
+        let big = json!({"metadata": {"name": "big"}, "data": "x".repeat(MAX_OBJECT_BYTES)});
+        let before = s.revision().await.unwrap();
+        assert!(matches!(s.create(&Key::cluster("/configmaps", "big"), big).await, Err(StoreError::TooLarge { .. })));
+        assert_eq!(s.revision().await.unwrap(), before, "nothing was written");
+    }
+
+    #[tokio::test]
+    async fn a_watch_replays_then_follows_and_says_when_history_is_gone() {
+        let etcd = EtcdServer::start();
+        let s = store(&etcd).await;
+        let start = s.revision().await.unwrap();
+        for i in 0..3 {
+            s.create(&Key::cluster("/nodes", &format!("n{i}")), obj("n", i)).await.unwrap();
+        }
+        s.create(&Key::cluster("/other", "o"), obj("o", 0)).await.unwrap();
+        let mut w = s.watch(WatchFilter::resource("/nodes"), start + 1).await.unwrap();
+        let replayed: Vec<Event> = (&mut w).take(2).map(|e| e.unwrap()).collect().await;
+        assert_eq!(replayed.iter().map(|e| e.key.name.as_str()).collect::<Vec<_>>(), ["n1", "n2"]);
+        assert!(replayed.iter().all(|e| e.kind == EventType::Added));
+        assert_eq!(revision_of(&replayed[0].object), Some(replayed[0].revision));
+        let n1 = Key::cluster("/nodes", "n1");
+        let upd = s.update(&n1, obj("n", 10), None).await.unwrap();
+        let ev = w.next().await.unwrap().unwrap();
+        assert_eq!((ev.kind, ev.revision), (EventType::Modified, revision_of(&upd).unwrap()));
+        let del = s.delete(&n1, None).await.unwrap();
+        let ev = w.next().await.unwrap().unwrap();
+        assert_eq!((ev.kind, ev.revision), (EventType::Deleted, revision_of(&del).unwrap()));
+        assert_eq!(ev.object["spec"]["v"], 10, "a deletion's event carries the last state");
+        // One object's watch sees that object only.
+        let mut one = s
+            .watch(
+                WatchFilter {
+                    name: Some("n2".into()),
+                    namespace: Some(String::new()),
+                    ..WatchFilter::resource("/nodes")
+                },
+                start,
+            )
+            .await
+            .unwrap();
+        let ev = one.next().await.unwrap().unwrap();
+        assert_eq!(ev.key.name, "n2");
+        s.update(&Key::cluster("/nodes", "n0"), obj("n", 5), None).await.unwrap();
+        let n2 = s.update(&Key::cluster("/nodes", "n2"), obj("n", 5), None).await.unwrap();
+        assert_eq!(one.next().await.unwrap().unwrap().revision, revision_of(&n2).unwrap());
+        // Compacted: a watch from before is told, as a client is with 410 Gone.
+        let head = s.revision().await.unwrap();
+        s.compact(head).await.unwrap();
+        let mut old = s.watch(WatchFilter::resource("/nodes"), start).await.unwrap();
+        match old.next().await {
+            Some(Err(StoreError::Gone { requested, oldest })) => {
+                assert_eq!(requested, start);
+                assert_eq!(oldest, head);
+            }
+            other => panic!("a watch from compacted history: {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn update_all_writes_everything_or_nothing_at_one_revision() {
+        let etcd = EtcdServer::start();
+        let s = store(&etcd).await;
+        let (a, b) = (Key::cluster("/nodes", "a"), Key::cluster("/nodes", "b"));
+        let ra = revision_of(&s.create(&a, obj("a", 1)).await.unwrap()).unwrap();
+        let rb = revision_of(&s.create(&b, obj("b", 1)).await.unwrap()).unwrap();
+        let before = s.revision().await.unwrap();
+        match s.update_all(vec![(a.clone(), obj("a", 2), Some(ra)), (b.clone(), obj("b", 2), Some(ra))]).await {
+            Err(StoreError::Conflict { have, stored }) => assert_eq!((have, stored), (ra, rb), "names b's conflict"),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(s.revision().await.unwrap(), before, "a refused group writes nothing");
+        assert_eq!(s.get(&a).await.unwrap().unwrap()["spec"]["v"], 1);
+        let gone = Key::cluster("/nodes", "gone");
+        assert!(matches!(
+            s.update_all(vec![(a.clone(), obj("a", 2), None), (gone, obj("gone", 1), None)]).await,
+            Err(StoreError::NotFound(_))
+        ));
+        let written =
+            s.update_all(vec![(a.clone(), obj("a", 3), Some(ra)), (b.clone(), obj("b", 3), Some(rb))]).await.unwrap();
+        let revs: Vec<u64> = written.iter().map(|o| revision_of(o).unwrap()).collect();
+        assert_eq!(revs[0], revs[1], "one transaction, one revision");
+        assert_eq!(s.get(&b).await.unwrap().unwrap()["spec"]["v"], 3);
+    }
+
+    #[tokio::test]
+    async fn tokens_on_etcd() {
+        let etcd = EtcdServer::start();
+        let s = store(&etcd).await;
+        s.put_token("h1".into(), "ci".into(), "viewer".into(), None).await.unwrap();
+        assert_eq!(s.find_token("h1".into()).await.unwrap(), Some(("ci".into(), "viewer".into())));
+        // Replaced under its name: the old hash stops working.
+        s.put_token("h2".into(), "ci".into(), "admin".into(), None).await.unwrap();
+        assert_eq!(s.find_token("h1".into()).await.unwrap(), None);
+        assert_eq!(s.token_hash_of("ci".into()).await.unwrap().as_deref(), Some("h2"));
+        assert!(s.claim_token("h3".into(), "node:n1".into(), "node:n1".into()).await.unwrap());
+        assert!(!s.claim_token("h4".into(), "node:n1".into(), "node:n1".into()).await.unwrap(), "one claim a name");
+        assert_eq!(s.find_token("h4".into()).await.unwrap(), None);
+        s.put_token("h5".into(), "boot".into(), "bootstrap".into(), Some(Duration::from_secs(3600))).await.unwrap();
+        let names: Vec<String> = s.list_tokens().await.unwrap().into_iter().map(|t| t.name).collect();
+        assert_eq!(names, ["boot", "ci", "node:n1"]);
+        assert!(!s.delete_token("ci".into(), Some("h1".into())).await.unwrap(), "a stale hash deletes nothing");
+        assert!(s.delete_token("ci".into(), Some("h2".into())).await.unwrap());
+        assert_eq!(s.find_token("h2".into()).await.unwrap(), None);
+        assert!(!s.delete_token("ci".into(), None).await.unwrap());
+        let later = chrono::Utc::now() + chrono::Duration::hours(2);
+        assert_eq!(s.purge_expired_tokens(chrono::Utc::now()).await.unwrap(), Vec::<String>::new());
+        assert_eq!(s.purge_expired_tokens(later).await.unwrap(), ["boot"]);
+        let names: Vec<String> = s.list_tokens().await.unwrap().into_iter().map(|t| t.name).collect();
+        assert_eq!(names, ["node:n1"]);
+    }
+
+    /// One coordinator acts at a time, and one whose key was taken from it cannot write again.
+    #[tokio::test]
+    async fn one_store_is_active_and_one_that_lost_its_lease_writes_nothing() {
+        let etcd = EtcdServer::start();
+        let (a, b) = (store(&etcd).await, store(&etcd).await);
+        let mut active_a =
+            a.become_active("a", Duration::from_secs(10), |_| panic!("nobody else is active")).await.unwrap();
+        a.create(&Key::cluster("/nodes", "x"), obj("x", 1)).await.unwrap();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let waiter = tokio::spawn({
+            let b = b.clone();
+            async move {
+                let mut tx = Some(tx);
+                b.become_active("b", Duration::from_secs(10), move |holder| {
+                    if let Some(tx) = tx.take() {
+                        let _ = tx.send(holder.to_string());
+                    }
+                })
+                .await
+            }
+        });
+        assert_eq!(rx.await.unwrap(), "a", "b waits, naming the active one");
+        assert!(!waiter.is_finished());
+        // The key taken from a behind its back (its lease ran out while it was paused).
+        let mut raw = Client::connect([etcd.endpoint()], None).await.unwrap();
+        raw.delete("/aloft/active", None).await.unwrap();
+        let _active_b = tokio::time::timeout(Duration::from_secs(10), waiter).await.unwrap().unwrap().unwrap();
+        let before = b.revision().await.unwrap();
+        match a.update(&Key::cluster("/nodes", "x"), obj("x", 2), None).await {
+            Err(StoreError::Backend(why)) => assert!(why.contains("no longer the active one"), "{why}"),
+            other => panic!("a write of the coordinator that lost its key: {other:?}"),
+        }
+        assert_eq!(b.revision().await.unwrap(), before, "nothing was written");
+        tokio::time::timeout(Duration::from_secs(5), active_a.lost()).await.expect("a learns it lost");
+        b.update(&Key::cluster("/nodes", "x"), obj("x", 3), None).await.unwrap();
+        assert_eq!(b.get(&Key::cluster("/nodes", "x")).await.unwrap().unwrap()["spec"]["v"], 3);
+    }
+
+    /// A coordinator that stops hands over at once, not after its lease's time to live.
+    #[tokio::test]
+    async fn a_resigning_store_hands_over_at_once() {
+        let etcd = EtcdServer::start();
+        let (a, b) = (store(&etcd).await, store(&etcd).await);
+        let active_a = a.become_active("a", Duration::from_secs(60), |_| {}).await.unwrap();
+        let waiter = tokio::spawn(async move { b.become_active("b", Duration::from_secs(60), |_| {}).await });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(!waiter.is_finished());
+        active_a.resign().await;
+        tokio::time::timeout(Duration::from_secs(5), waiter).await.expect("b took over at once").unwrap().unwrap();
+        assert!(
+            a.create(&Key::cluster("/nodes", "late"), obj("late", 1)).await.is_err(),
+            "a resigned store writes nothing"
+        );
+    }
+}
