@@ -131,6 +131,12 @@ pub struct Options {
     pub fixed_port: bool,
     /// Extra environment for the process (e.g. `NOTIFY_SOCKET`).
     pub env: Vec<(String, String)>,
+    /// The loopback port to listen on (instead of a free one): two coordinators on one etcd
+    /// take turns on one address, as they would behind one virtual IP.
+    pub listen_port: Option<u16>,
+    /// Files written into the data directory before the first start (name, contents): a
+    /// second coordinator on one etcd gets the first one's CA and admin token this way.
+    pub data_files: Vec<(String, Vec<u8>)>,
 }
 
 /// A running `aloft-coordinator serve` on its own temp data dir, on a free loopback port.
@@ -143,6 +149,8 @@ pub struct Coordinator {
     starts: usize,
     /// The port of the first start, reused by later ones when `fixed_port` is set.
     port: Option<u16>,
+    /// The URL line of the running process, once it prints one.
+    url_rx: Option<std::sync::mpsc::Receiver<String>>,
 }
 
 impl Coordinator {
@@ -152,11 +160,58 @@ impl Coordinator {
     }
 
     pub fn start_with(opts: Options) -> Self {
-        install_crypto();
-        let root = tempfile::Builder::new().prefix("aloft-test-").tempdir().expect("tempdir");
-        let mut c = Coordinator { root, opts, child: None, url: String::new(), starts: 0, port: None };
+        let mut c = Self::unstarted(opts);
         c.spawn();
         c
+    }
+
+    fn unstarted(opts: Options) -> Self {
+        install_crypto();
+        let root = tempfile::Builder::new().prefix("aloft-test-").tempdir().expect("tempdir");
+        if !opts.data_files.is_empty() {
+            let data = root.path().join("data");
+            std::fs::create_dir(&data).expect("data dir");
+            std::fs::set_permissions(&data, std::os::unix::fs::PermissionsExt::from_mode(0o700)).expect("chmod");
+            for (name, bytes) in &opts.data_files {
+                std::fs::write(data.join(name), bytes).expect("data file");
+                let private = std::os::unix::fs::PermissionsExt::from_mode(0o600);
+                std::fs::set_permissions(data.join(name), private).expect("chmod");
+            }
+        }
+        Coordinator { root, opts, child: None, url: String::new(), starts: 0, port: None, url_rx: None }
+    }
+
+    /// Start without waiting for it to serve: a standby on etcd serves only once the active
+    /// coordinator stops ([`Self::wait_serving`]).
+    pub fn start_standby(opts: Options) -> Self {
+        let mut c = Self::unstarted(opts);
+        c.launch();
+        c
+    }
+
+    /// Wait until the process serves (it printed its URL and answers /healthz).
+    pub fn wait_serving(&mut self, timeout: Duration) {
+        let rx = self.url_rx.take().expect("a started coordinator");
+        let url = match rx.recv_timeout(timeout) {
+            Ok(u) => u,
+            Err(_) => {
+                let status = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten());
+                panic!("aloft-coordinator did not print its URL (exit status {status:?}); log:\n{}", self.log_tail());
+            }
+        };
+        self.port = url.rsplit(':').next().and_then(|p| p.trim_end_matches('/').parse().ok());
+        self.url = url;
+        self.wait_healthy();
+    }
+
+    /// Whether the process printed its URL yet (without waiting).
+    pub fn serving_yet(&self) -> bool {
+        !self.url.is_empty()
+    }
+
+    /// The exit status, once it has exited.
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.as_mut().and_then(|c| c.try_wait().ok().flatten())
     }
 
     /// The data directory (`--data-dir`).
@@ -169,10 +224,15 @@ impl Coordinator {
     }
 
     fn spawn(&mut self) {
+        self.launch();
+        self.wait_serving(START_TIMEOUT);
+    }
+
+    fn launch(&mut self) {
         self.starts += 1;
         let log = File::create(self.log_path()).expect("create log file");
         let mut cmd = Command::new(bin("aloft-coordinator"));
-        let listen = match self.port.filter(|_| self.opts.fixed_port) {
+        let listen = match self.port.filter(|_| self.opts.fixed_port).or(self.opts.listen_port) {
             Some(p) => format!("127.0.0.1:{p}"),
             None => "127.0.0.1:0".to_string(),
         };
@@ -204,16 +264,7 @@ impl Coordinator {
             }
         });
         self.child = Some(child);
-        let url = match rx.recv_timeout(START_TIMEOUT) {
-            Ok(u) => u,
-            Err(_) => {
-                let status = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten());
-                panic!("aloft-coordinator did not print its URL (exit status {status:?}); log:\n{}", self.log_tail());
-            }
-        };
-        self.port = url.rsplit(':').next().and_then(|p| p.trim_end_matches('/').parse().ok());
-        self.url = url;
-        self.wait_healthy();
+        self.url_rx = Some(rx);
     }
 
     fn wait_healthy(&mut self) {
@@ -315,9 +366,15 @@ impl Coordinator {
 
     /// `aloft-coordinator token create --role ROLE` on this data dir; returns the token.
     pub fn create_token(&self, name: &str, role: &str) -> String {
+        // A coordinator on etcd keeps its tokens there: the command goes there too.
+        let etcd: Vec<&String> = match self.opts.args.iter().position(|a| a == "--etcd-servers") {
+            Some(i) => self.opts.args[i..].iter().take(2).collect(),
+            None => Vec::new(),
+        };
         let out = Command::new(bin("aloft-coordinator"))
             .args(["token", "create", "--name", name, "--role", role, "--data-dir"])
             .arg(self.data_dir())
+            .args(etcd)
             .env("ALOFT_LOG", "warn")
             .output()
             .expect("run token create");
