@@ -182,10 +182,20 @@ impl EtcdStore {
                 fenced_out,
             }),
         };
-        store
-            .revision()
-            .await
-            .map_err(|e| StoreError::Backend(format!("etcd at {} does not answer: {e}", store.inner.endpoints)))?;
+        // Bounded: an address that takes the connection and never answers must not hold a
+        // start (or a token command) for good.
+        match tokio::time::timeout(Duration::from_secs(10), store.revision()).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => {
+                return Err(StoreError::Backend(format!("etcd at {} does not answer: {e}", store.inner.endpoints)));
+            }
+            Err(_) => {
+                return Err(StoreError::Backend(format!(
+                    "etcd at {} did not answer within 10 s",
+                    store.inner.endpoints
+                )));
+            }
+        }
         Ok(store)
     }
 
