@@ -7,7 +7,7 @@
 use aloft_api::annotations as ann;
 use aloft_coordinator::resources::{MACHINE_CONFIG, MACHINE_CONFIG_POOL, NODE};
 use aloft_coordinator::store::etcd::testing::EtcdServer;
-use aloft_tests::sandbox::Host;
+use aloft_tests::sandbox::{converge, Host};
 use aloft_tests::{eventually, machine_config, path_of, Coordinator, Options};
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
@@ -28,37 +28,6 @@ fn shared_files(first: &Coordinator) -> Vec<(String, Vec<u8>)> {
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-/// Every host's Node Done on the worker pool's target (other than `previous`), uncordoned.
-async fn converge(c: &Coordinator, hosts: &[Host], previous: Option<&str>, what: &str) -> String {
-    let client = c.client();
-    let names: Vec<String> = hosts.iter().map(|h| h.name.clone()).collect();
-    let previous = previous.map(str::to_string);
-    eventually(Duration::from_secs(120), what, || {
-        let (client, names, previous) = (client.clone(), names.clone(), previous.clone());
-        async move {
-            let pool = client.get(&path_of(&MACHINE_CONFIG_POOL, Some("worker"))).await?.into_result()?;
-            let Some(target) = pool.pointer("/spec/configuration/name").and_then(Value::as_str) else {
-                return Ok(None);
-            };
-            if previous.as_deref() == Some(target) {
-                return Ok(None);
-            }
-            for n in &names {
-                let node = client.get(&path_of(&NODE, Some(n))).await?.into_result()?;
-                let a = |k: &str| node.pointer("/metadata/annotations").and_then(|x| x.get(k)).and_then(Value::as_str);
-                if a(ann::STATE) != Some("Done")
-                    || a(ann::CURRENT_CONFIG) != Some(target)
-                    || node.pointer("/spec/unschedulable") == Some(&json!(true))
-                {
-                    return Ok(None);
-                }
-            }
-            Ok(Some(target.to_string()))
-        }
-    })
-    .await
 }
 
 /// A change the nodes take without a reboot (the sandboxed hosts do not reboot by themselves):

@@ -6,7 +6,7 @@
 
 use aloft_api::annotations as ann;
 use aloft_coordinator::resources::{MACHINE_CONFIG, MACHINE_CONFIG_POOL, NODE};
-use aloft_tests::sandbox::Host;
+use aloft_tests::sandbox::{converge, Host};
 use aloft_tests::{bin, eventually, path_of, testdata, Coordinator};
 use serde_json::{json, Value};
 use std::os::unix::fs::PermissionsExt;
@@ -16,49 +16,6 @@ use std::time::Duration;
 
 fn yaml(path: &Path) -> Value {
     yaml_serde::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
-}
-
-/// Wait until every host's Node is Done on the worker pool's current target; returns it.
-async fn converge(c: &Coordinator, hosts: &[Host], previous: Option<&str>, what: &str) -> String {
-    let previous = previous.map(str::to_string);
-    let client = c.client();
-    eventually(Duration::from_secs(240), what, || {
-        let client = client.clone();
-        let names: Vec<String> = hosts.iter().map(|h| h.name.clone()).collect();
-        let previous = previous.clone();
-        async move {
-            let pool = client.get(&path_of(&MACHINE_CONFIG_POOL, Some("worker"))).await?.into_result()?;
-            let Some(target) = pool.pointer("/spec/configuration/name").and_then(Value::as_str) else {
-                return Ok(None);
-            };
-            if previous.as_deref() == Some(target) {
-                return Ok(None);
-            }
-            for n in &names {
-                let node = client.get(&path_of(&NODE, Some(n))).await?.into_result()?;
-                let a = |k: &str| {
-                    node.pointer("/metadata/annotations")
-                        .and_then(|x| x.get(k))
-                        .and_then(Value::as_str)
-                        .unwrap_or("")
-                        .to_string()
-                };
-                if a(ann::STATE) == "Degraded" || a(ann::STATE) == "Unreconcilable" {
-                    anyhow::bail!("node {n} is {}: {}", a(ann::STATE), a(ann::REASON));
-                }
-                // Converged: Done on the target and uncordoned (the coordinator uncordons after
-                // the Done report).
-                if a(ann::STATE) != "Done"
-                    || a(ann::CURRENT_CONFIG) != target
-                    || node.pointer("/spec/unschedulable") == Some(&json!(true))
-                {
-                    return Ok(None);
-                }
-            }
-            Ok(Some(target.to_string()))
-        }
-    })
-    .await
 }
 
 fn mode(p: &Path) -> u32 {

@@ -4,11 +4,15 @@
 //! `aloft-os-helper` on a socket under its root ([`Host::start_os_helper`]), as systemd would
 //! start it on a node.
 
-use crate::{bin, Coordinator};
+use crate::{bin, eventually, path_of, Coordinator};
 use aloft_agent::testing::{FakeSystemd, TestBus};
+use aloft_api::annotations as ann;
+use aloft_coordinator::resources::{MACHINE_CONFIG_POOL, NODE};
 use aloft_osd::testkit::HelperProcess;
+use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::time::Duration;
 
 /// One host. Dropping it kills its agent (and prints the agent's log tail if the test failed).
 pub struct Host {
@@ -206,4 +210,47 @@ impl Drop for Host {
         }
         self.stop_os_helper();
     }
+}
+
+/// Wait until every host's Node is Done on the worker pool's current target; returns it.
+pub async fn converge(c: &Coordinator, hosts: &[Host], previous: Option<&str>, what: &str) -> String {
+    let previous = previous.map(str::to_string);
+    let client = c.client();
+    eventually(Duration::from_secs(240), what, || {
+        let client = client.clone();
+        let names: Vec<String> = hosts.iter().map(|h| h.name.clone()).collect();
+        let previous = previous.clone();
+        async move {
+            let pool = client.get(&path_of(&MACHINE_CONFIG_POOL, Some("worker"))).await?.into_result()?;
+            let Some(target) = pool.pointer("/spec/configuration/name").and_then(Value::as_str) else {
+                return Ok(None);
+            };
+            if previous.as_deref() == Some(target) {
+                return Ok(None);
+            }
+            for n in &names {
+                let node = client.get(&path_of(&NODE, Some(n))).await?.into_result()?;
+                let a = |k: &str| {
+                    node.pointer("/metadata/annotations")
+                        .and_then(|x| x.get(k))
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_string()
+                };
+                if a(ann::STATE) == "Degraded" || a(ann::STATE) == "Unreconcilable" {
+                    anyhow::bail!("node {n} is {}: {}", a(ann::STATE), a(ann::REASON));
+                }
+                // Converged: Done on the target and uncordoned (the coordinator uncordons after
+                // the Done report).
+                if a(ann::STATE) != "Done"
+                    || a(ann::CURRENT_CONFIG) != target
+                    || node.pointer("/spec/unschedulable") == Some(&json!(true))
+                {
+                    return Ok(None);
+                }
+            }
+            Ok(Some(target.to_string()))
+        }
+    })
+    .await
 }

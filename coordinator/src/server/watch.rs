@@ -150,7 +150,13 @@ pub async fn serve(
         resource: Some(resource),
         // A view with the global namespace's PackageManifests follows every namespace's, and
         // keeps its two below.
-        namespace: if view.is_some() { None } else { path.namespace.clone() },
+        // A cluster-scoped kind's objects have no namespace: saying so lets a store watch one
+        // key for one object (etcd) instead of the whole kind.
+        namespace: match (&view, &path.namespace) {
+            (Some(_), _) => None,
+            (None, None) if !rt.namespaced => Some(String::new()),
+            (None, ns) => ns.clone(),
+        },
         name: filters.fields.name().map(str::to_string),
         skip_origin: skip_own,
     };

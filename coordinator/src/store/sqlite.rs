@@ -640,10 +640,13 @@ impl SqliteStore {
             .map_err(|_| StoreError::Backend("the store's writer has stopped".into()))?;
         rx.await.map_err(|_| StoreError::Backend("the store's writer has stopped".into()))?
     }
+}
 
+#[async_trait]
+impl super::Tokens for SqliteStore {
     /// Store an API token's hash with its identity and role; see [`crate::auth`]. With `ttl`, it
     /// stops working that long from now (kubeadm's bootstrap tokens expire after 24 h).
-    pub async fn put_token(
+    async fn put_token(
         &self,
         hash: String,
         name: String,
@@ -668,7 +671,7 @@ impl SqliteStore {
     /// Store a token under `name` only if no token has that name: true if stored. Enrollment
     /// claims a node's credential this way, so two hosts enrolling under one name at the same
     /// time cannot both get one (the second is refused, not silently replacing the first).
-    pub async fn claim_token(&self, hash: String, name: String, role: String) -> Result<bool, StoreError> {
+    async fn claim_token(&self, hash: String, name: String, role: String) -> Result<bool, StoreError> {
         let stored = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let flag = stored.clone();
         self.submit(Box::new(move |conn, _| {
@@ -686,7 +689,7 @@ impl SqliteStore {
     }
 
     /// The hash of the token named `name`, if there is one.
-    pub async fn token_hash_of(&self, name: String) -> Result<Option<String>, StoreError> {
+    async fn token_hash_of(&self, name: String) -> Result<Option<String>, StoreError> {
         self.read_point(move |c| {
             Ok(c.prepare_cached("SELECT hash FROM tok.tokens WHERE name = ?1")?
                 .query_row([name], |r| r.get(0))
@@ -696,14 +699,14 @@ impl SqliteStore {
     }
 
     /// Every token's (name, role, created, expires), by name; never the hashes.
-    pub async fn list_tokens(&self) -> Result<Vec<TokenInfo>, StoreError> {
+    async fn list_tokens(&self) -> Result<Vec<TokenInfo>, StoreError> {
         self.read(|c| Ok(tokens_in(c, "tok")?)).await
     }
 
     /// Delete the token named `name` (and, with `hash`, only if it still has that hash: a token
     /// minted since under the same name stays). True if one was deleted. A deleted token stops
     /// working at the next request, also in a coordinator running in another process.
-    pub async fn delete_token(&self, name: String, hash: Option<String>) -> Result<bool, StoreError> {
+    async fn delete_token(&self, name: String, hash: Option<String>) -> Result<bool, StoreError> {
         let deleted = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let flag = deleted.clone();
         self.submit(Box::new(move |conn, _| {
@@ -722,7 +725,7 @@ impl SqliteStore {
     /// expired, as it does for a request); returns their names, sorted. Kubernetes' tokencleaner
     /// deletes an expired bootstrap token the same way: it works no more, and kept it would be
     /// listed for good, and its name taken.
-    pub async fn purge_expired_tokens(&self, now: chrono::DateTime<chrono::Utc>) -> Result<Vec<String>, StoreError> {
+    async fn purge_expired_tokens(&self, now: chrono::DateTime<chrono::Utc>) -> Result<Vec<String>, StoreError> {
         let purged = Arc::new(std::sync::Mutex::new(Vec::new()));
         let out = purged.clone();
         self.submit(Box::new(move |conn, _| {
@@ -751,7 +754,7 @@ impl SqliteStore {
     /// From memory while the tokens' WAL is unwritten (see [`TokenCache`]): a token replaced
     /// by another process (the `token` subcommand on the same file) still stops working at
     /// the next request.
-    pub async fn find_token(&self, hash: String) -> Result<Option<(String, String)>, StoreError> {
+    async fn find_token(&self, hash: String) -> Result<Option<(String, String)>, StoreError> {
         let generation = match self.inner.tokens.get(&hash) {
             Cached::Hit(entry) => return Ok(Some(entry)),
             Cached::Miss(generation) => generation,
@@ -775,37 +778,6 @@ impl SqliteStore {
                 Ok(Some((name, role)))
             }
         }
-    }
-}
-
-#[async_trait]
-impl super::Tokens for SqliteStore {
-    async fn put_token(
-        &self,
-        hash: String,
-        name: String,
-        role: String,
-        ttl: Option<std::time::Duration>,
-    ) -> Result<(), StoreError> {
-        SqliteStore::put_token(self, hash, name, role, ttl).await
-    }
-    async fn claim_token(&self, hash: String, name: String, role: String) -> Result<bool, StoreError> {
-        SqliteStore::claim_token(self, hash, name, role).await
-    }
-    async fn token_hash_of(&self, name: String) -> Result<Option<String>, StoreError> {
-        SqliteStore::token_hash_of(self, name).await
-    }
-    async fn list_tokens(&self) -> Result<Vec<TokenInfo>, StoreError> {
-        SqliteStore::list_tokens(self).await
-    }
-    async fn delete_token(&self, name: String, hash: Option<String>) -> Result<bool, StoreError> {
-        SqliteStore::delete_token(self, name, hash).await
-    }
-    async fn purge_expired_tokens(&self, now: chrono::DateTime<chrono::Utc>) -> Result<Vec<String>, StoreError> {
-        SqliteStore::purge_expired_tokens(self, now).await
-    }
-    async fn find_token(&self, hash: String) -> Result<Option<(String, String)>, StoreError> {
-        SqliteStore::find_token(self, hash).await
     }
 }
 
@@ -1465,6 +1437,7 @@ impl Store for SqliteStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::Tokens;
     use futures::StreamExt;
     use serde_json::json;
 
