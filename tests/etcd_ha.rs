@@ -4,7 +4,6 @@
 //! the takeover with the credentials they enrolled for at the first. A coordinator paused past
 //! its lease stops by itself when it wakes, instead of acting beside the one that took over.
 
-use aloft_api::annotations as ann;
 use aloft_coordinator::resources::{MACHINE_CONFIG, MACHINE_CONFIG_POOL, NODE};
 use aloft_coordinator::store::etcd::testing::EtcdServer;
 use aloft_tests::sandbox::{converge, Host};
