@@ -138,6 +138,25 @@ async fn a_standby_coordinator_takes_over_the_fleet_when_the_active_one_dies() {
     .await;
     assert!(!status.success(), "it stops with an error");
     assert!(!second.log_lines_with("no longer the active one").is_empty(), "it says why: {}", second.log_tail());
+    // A standby stops at SIGTERM while it waits (systemctl stop), at once and cleanly.
+    let mut fourth = Coordinator::start_standby(Options {
+        args: etcd_args(&etcd),
+        data_files: shared_files(&third),
+        ..Default::default()
+    });
+    eventually(Duration::from_secs(30), "the fourth coordinator to wait as a standby", || {
+        let waiting = fourth.log_lines_with("standby: another coordinator is active").len();
+        async move { Ok((waiting == 1).then_some(())) }
+    })
+    .await;
+    let pid = nix::unistd::Pid::from_raw(fourth.pid() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let status = eventually(Duration::from_secs(10), "the standby to stop at SIGTERM", || {
+        let status = fourth.exited();
+        async move { Ok(status) }
+    })
+    .await;
+    assert!(status.success(), "a standby stopped by SIGTERM exits cleanly: {}", fourth.log_tail());
     // The one that took over answers, with the fleet's state.
     let nodes = third.client().get(&path_of(&NODE, None)).await.unwrap().into_result().unwrap();
     assert_eq!(nodes["items"].as_array().map(Vec::len), Some(2));

@@ -323,7 +323,16 @@ pub async fn run(opts: ServeOptions) -> Result<()> {
     }
     let (backend, token, _lock) = prepare(&opts).await?;
     let active = match &backend.etcd {
-        Some(etcd) => Some(become_active(&opts, etcd, &token).await?),
+        // A standby may wait for days: a stop while it waits ends it at once (the server's
+        // graceful stop reaches only a server that listens).
+        Some(etcd) => tokio::select! {
+            a = become_active(&opts, etcd, &token) => Some(a?),
+            why = stop_requested() => {
+                tracing::info!(signal = why, "stopping while a standby");
+                crate::notify::stopping(why);
+                return Ok(());
+            }
+        },
         None => None,
     };
     let files = DataDir::new(&opts.data_dir);
@@ -504,6 +513,18 @@ fn stop_on_signal(handle: axum_server::Handle<std::net::SocketAddr>) {
         let _ = handle.listening().await;
         stop(&handle, why);
     });
+}
+
+/// Returns at SIGTERM or SIGINT (never, if they cannot be caught).
+async fn stop_requested() -> &'static str {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
+    }
 }
 
 fn stop(handle: &axum_server::Handle<std::net::SocketAddr>, why: &str) {
