@@ -25,6 +25,15 @@ fn shared_files(first: &Coordinator) -> Vec<(String, Vec<u8>)> {
         .collect()
 }
 
+/// Until `c` says it waits for the active coordinator.
+async fn waits_as_standby(c: &Coordinator) {
+    eventually(Duration::from_secs(30), "a coordinator to say it waits as a standby", || {
+        let waiting = c.log_lines_with("standby: another coordinator is active").len();
+        async move { Ok((waiting == 1).then_some(())) }
+    })
+    .await;
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
@@ -65,11 +74,7 @@ async fn a_standby_coordinator_takes_over_the_fleet_when_the_active_one_dies() {
         data_files: shared_files(&first),
         ..Default::default()
     });
-    eventually(Duration::from_secs(30), "the second coordinator to say it is a standby", || {
-        let waiting = second.log_lines_with("standby: another coordinator is active").len();
-        async move { Ok((waiting == 1).then_some(())) }
-    })
-    .await;
+    waits_as_standby(&second).await;
 
     let mut hosts = Vec::new();
     for i in 0..2 {
@@ -144,11 +149,7 @@ async fn a_standby_coordinator_takes_over_the_fleet_when_the_active_one_dies() {
         data_files: shared_files(&third),
         ..Default::default()
     });
-    eventually(Duration::from_secs(30), "the fourth coordinator to wait as a standby", || {
-        let waiting = fourth.log_lines_with("standby: another coordinator is active").len();
-        async move { Ok((waiting == 1).then_some(())) }
-    })
-    .await;
+    waits_as_standby(&fourth).await;
     let pid = nix::unistd::Pid::from_raw(fourth.pid() as i32);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
     let status = eventually(Duration::from_secs(10), "the standby to stop at SIGTERM", || {
