@@ -182,6 +182,26 @@ struct EtcdArgs {
 }
 
 impl EtcdArgs {
+    /// Refuses etcd settings given without `--etcd-servers`: they would be silently unused, and
+    /// the store would be the data directory's instead of the etcd the user meant.
+    fn check(&self) -> Result<()> {
+        if self.etcd_servers.is_empty() {
+            let stray: Vec<&str> = [
+                (self.etcd_prefix != "/aloft", "--etcd-prefix"),
+                (self.etcd_cafile.is_some(), "--etcd-cafile"),
+                (self.etcd_certfile.is_some(), "--etcd-certfile"),
+                (self.etcd_keyfile.is_some(), "--etcd-keyfile"),
+            ]
+            .into_iter()
+            .filter_map(|(given, flag)| given.then_some(flag))
+            .collect();
+            if !stray.is_empty() {
+                anyhow::bail!("{} given without --etcd-servers: name the etcd members to use", stray.join(", "));
+            }
+        }
+        Ok(())
+    }
+
     fn options(&self) -> Option<aloft_coordinator::store::EtcdOptions> {
         if self.etcd_servers.is_empty() {
             return None;
@@ -387,6 +407,7 @@ async fn open_tokens(
     data_dir: &std::path::Path,
     etcd: &EtcdArgs,
 ) -> Result<std::sync::Arc<dyn aloft_coordinator::store::Tokens>> {
+    etcd.check()?;
     match etcd.options() {
         Some(opts) => Ok(std::sync::Arc::new(
             aloft_coordinator::store::EtcdStore::connect(&opts)
@@ -462,6 +483,13 @@ async fn run() -> Result<()> {
             update_poll_interval,
             olm_global_namespace,
         } => {
+            etcd.check()?;
+            if active_lease_duration < std::time::Duration::from_secs(2) {
+                anyhow::bail!(
+                    "--active-lease-duration {} is too short: at least 2s (the lease is renewed every third of it)",
+                    humantime::format_duration(active_lease_duration)
+                );
+            }
             let limits = Limits {
                 max_body: max_body_bytes,
                 max_requests_inflight,
@@ -562,6 +590,7 @@ async fn run() -> Result<()> {
             Ok(())
         }
         Cmd::Token { cmd: TokenCmd::List { data_dir, etcd } } => {
+            etcd.check()?;
             let db = serve::DataDir::new(&data_dir).db;
             let listed = match aloft_coordinator::store::sqlite::list_tokens_read_only(&db) {
                 _ if etcd.options().is_some() => None,
@@ -606,6 +635,23 @@ async fn run() -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// etcd settings without `--etcd-servers` are refused by name, not silently left unused
+    /// (the data directory's store would be used instead of the etcd meant).
+    #[test]
+    fn etcd_settings_without_servers_are_refused() {
+        let etcd_of = |args: &[&str]| match Cli::try_parse_from(args).unwrap().cmd {
+            Cmd::Token { cmd: TokenCmd::List { etcd, .. } } => etcd,
+            _ => unreachable!(),
+        };
+        let stray = etcd_of(&["aloft-coordinator", "token", "list", "--etcd-cafile", "ca.crt", "--etcd-prefix", "/x"]);
+        let err = stray.check().unwrap_err().to_string();
+        assert!(err.contains("--etcd-prefix, --etcd-cafile given without --etcd-servers"), "{err}");
+        assert!(etcd_of(&["aloft-coordinator", "token", "list"]).check().is_ok());
+        let full = etcd_of(&["aloft-coordinator", "token", "list", "--etcd-servers", "http://a:2379,http://b:2379"]);
+        assert!(full.check().is_ok());
+        assert_eq!(full.options().unwrap().endpoints, ["http://a:2379", "http://b:2379"]);
+    }
 
     /// A lone word is a level or refused (it logged nothing, errors included); `warning` is
     /// `warn`; filters with targets pass through.
