@@ -7,7 +7,7 @@
 use aloft_coordinator::resources::{MACHINE_CONFIG, MACHINE_CONFIG_POOL, NODE};
 use aloft_coordinator::store::etcd::testing::EtcdServer;
 use aloft_tests::sandbox::{converge, Host};
-use aloft_tests::{eventually, machine_config, path_of, Coordinator, Options};
+use aloft_tests::{eventually, free_port, machine_config, path_of, Coordinator, Options};
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
@@ -32,10 +32,6 @@ async fn waits_as_standby(c: &Coordinator) {
         async move { Ok((waiting == 1).then_some(())) }
     })
     .await;
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 /// A change the nodes take without a reboot (the sandboxed hosts do not reboot by themselves):

@@ -10,10 +10,6 @@ use serde_json::{json, Value};
 
 const FLEETLOCKS: &str = "/apis/aloft.dev/v1/fleetlocks";
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
 /// A FleetLock request as Zincati sends it: the code and the body (null when not JSON).
 async fn lock(http: &reqwest::Client, base: &str, op: &str, id: &str, group: &str) -> (u16, Value) {
     let r = http

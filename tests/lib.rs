@@ -33,6 +33,11 @@ pub const TABLE_ACCEPT: &str = "application/json;as=Table;v=v1;g=meta.k8s.io,app
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The workspace root (the parent of this crate's directory).
+/// A loopback port free at the time of asking (for a server that must listen on a known port).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port")
+}
+
 pub fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ has a parent").to_path_buf()
 }

@@ -364,12 +364,10 @@ pub async fn run(opts: ServeOptions) -> Result<()> {
     }
 
     let (store, token_store) = (backend.store, backend.tokens);
-    let tokens: Arc<dyn server::TokenLookup> = Arc::new(token_store.clone());
     let health = Arc::new(crate::health::Health::default());
     let presence = Arc::new(controllers::presence::Presence::default());
     let ctx = Arc::new(Ctx {
         store: store.clone(),
-        tokens,
         token_store,
         events: controllers::events::Recorder::new("aloft-coordinator", store.clone(), opts.event_ttl),
         limits: opts.limits.clone(),

@@ -26,7 +26,6 @@ pub mod watch;
 use crate::auth::{self, Identity};
 use crate::health::{self as health_checks, Health};
 use crate::store::{Store, StoreError, Tokens};
-use async_trait::async_trait;
 use axum::body::Body;
 use axum::extract::{Query, RawQuery, Request, State};
 use axum::http::{HeaderMap, Method, StatusCode};
@@ -64,26 +63,17 @@ impl Default for Limits {
     }
 }
 
-/// Turns a bearer token into an identity.
-#[async_trait]
-pub trait TokenLookup: Send + Sync + 'static {
-    async fn lookup(&self, token: &str) -> Result<Option<Identity>, StoreError>;
-}
-
-#[async_trait]
-impl TokenLookup for Arc<dyn Tokens> {
-    async fn lookup(&self, token: &str) -> Result<Option<Identity>, StoreError> {
-        Ok(self.find_token(auth::token_hash(token)).await?.and_then(|(name, role)| {
-            // A row with a role this build does not know grants nothing.
-            role.parse().ok().map(|role| Identity { name, role })
-        }))
-    }
+/// The identity a bearer token stands for, if any.
+async fn identity_of(tokens: &dyn Tokens, token: &str) -> Result<Option<Identity>, StoreError> {
+    Ok(tokens.find_token(auth::token_hash(token)).await?.and_then(|(name, role)| {
+        // A row with a role this build does not know grants nothing.
+        role.parse().ok().map(|role| Identity { name, role })
+    }))
 }
 
 /// Everything a request handler needs.
 pub struct Ctx {
     pub store: Arc<dyn Store>,
-    pub tokens: Arc<dyn TokenLookup>,
     /// Where enrollment stores the node credentials it mints.
     pub token_store: Arc<dyn Tokens>,
     /// Events the API itself records (a refused enrollment).
@@ -129,7 +119,7 @@ fn impersonation(headers: &HeaderMap) -> Option<&str> {
 async fn authenticate(State(ctx): State<SharedCtx>, mut req: Request, next: Next) -> Response {
     let token = req.headers().get("authorization").and_then(|v| v.to_str().ok()).and_then(bearer_token);
     let Some(token) = token else { return ApiError::unauthorized().into_response() };
-    match ctx.tokens.lookup(token).await {
+    match identity_of(ctx.token_store.as_ref(), token).await {
         // Refused, not ignored: answered as the caller, `kubectl auth can-i --as=X` reported the
         // caller's rights as X's, and `kubectl --as=<viewer> apply` (run to make sure a change
         // is read-only) wrote with the admin's.

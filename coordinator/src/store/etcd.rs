@@ -854,7 +854,7 @@ pub mod testing {
     pub struct EtcdServer {
         child: Child,
         endpoint: String,
-        _dir: tempfile::TempDir,
+        dir: tempfile::TempDir,
     }
 
     fn free_port() -> u16 {
@@ -906,18 +906,18 @@ pub mod testing {
                 .unwrap_or_else(|e| {
                     panic!("starting etcd ({e}): install it with scripts/install-deps.sh (package etcd-server)")
                 });
-            let mut server = EtcdServer { child, endpoint, _dir: dir };
+            let mut server = EtcdServer { child, endpoint, dir };
             server.wait_ready();
             server
         }
 
         fn wait_ready(&mut self) {
             let deadline = Instant::now() + Duration::from_secs(30);
+            let address = self.endpoint.split("://").nth(1).unwrap_or_default().to_string();
             while Instant::now() < deadline {
                 if let Ok(Some(status)) = self.child.try_wait() {
                     panic!("etcd exited at start ({status}); its log:\n{}", self.log());
                 }
-                let address = self.endpoint.split("://").nth(1).unwrap_or_default().to_string();
                 // Listening is enough to go on: a single member elects itself at once, and the
                 // client waits for it.
                 if std::net::TcpStream::connect(&address).is_ok() {
@@ -929,13 +929,13 @@ pub mod testing {
             panic!("etcd did not answer within 30 s; its log:\n{}", self.log());
         }
 
-        /// `http://127.0.0.1:PORT`
+        /// `http://127.0.0.1:PORT` (`https://` from [`Self::start_tls`])
         pub fn endpoint(&self) -> &str {
             &self.endpoint
         }
 
         fn log(&self) -> String {
-            std::fs::read_to_string(self._dir.path().join("etcd.log")).unwrap_or_default()
+            std::fs::read_to_string(self.dir.path().join("etcd.log")).unwrap_or_default()
         }
     }
 
