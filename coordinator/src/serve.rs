@@ -147,18 +147,7 @@ pub async fn prepare(opts: &ServeOptions) -> Result<(Backend, String, DataDirLoc
             Backend { store: Arc::new(store.clone()), tokens: Arc::new(store.clone()), etcd: Some(store) }
         }
         None => {
-            // In memory as well: what a fleet reads on every step of an update (its Node, on
-            // every report; the rendered config and the disruption policy it fetches; the
-            // pools). MachineConfigs as their text only: large, all kept (every rendered
-            // config), and mostly sent on as they are (see `store::sqlite::CachedResource`).
-            use crate::store::sqlite::CachedResource;
-            let cached = [
-                CachedResource::parsed(crate::resources::NODE.store_key()),
-                CachedResource::text(crate::resources::MACHINE_CONFIG.store_key()),
-                CachedResource::parsed(crate::resources::MACHINE_CONFIG_POOL.store_key()),
-                CachedResource::parsed(crate::resources::MACHINE_CONFIGURATION.store_key()),
-            ];
-            let store = SqliteStore::open_with(&files.db, opts.watch_history, &cached)
+            let store = SqliteStore::open_with(&files.db, opts.watch_history, &cached_resources())
                 .with_context(|| format!("opening store {}", files.db.display()))?;
             Backend { store: Arc::new(store.clone()), tokens: Arc::new(store), etcd: None }
         }
@@ -187,6 +176,21 @@ pub async fn prepare(opts: &ServeOptions) -> Result<(Backend, String, DataDirLoc
         keep_admin_token(backend.tokens.as_ref(), &token).await?;
     }
     Ok((backend, token, lock))
+}
+
+/// What the SQLite store keeps in memory as well: what a fleet reads on every step of an update
+/// (its Node, on every report; the rendered config and the disruption policy it fetches; the
+/// pools). MachineConfigs as their text only: large, all kept (every rendered config), and
+/// mostly sent on as they are (see `store::sqlite::CachedResource`). The watch cache in front
+/// of etcd keeps everything, these MachineConfigs as text too.
+fn cached_resources() -> [crate::store::sqlite::CachedResource; 4] {
+    use crate::store::sqlite::CachedResource;
+    [
+        CachedResource::parsed(crate::resources::NODE.store_key()),
+        CachedResource::text(crate::resources::MACHINE_CONFIG.store_key()),
+        CachedResource::parsed(crate::resources::MACHINE_CONFIG_POOL.store_key()),
+        CachedResource::parsed(crate::resources::MACHINE_CONFIGURATION.store_key()),
+    ]
 }
 
 /// Store the admin token's hash (under the name `admin`) unless it is there already.
@@ -321,18 +325,26 @@ pub async fn run(opts: ServeOptions) -> Result<()> {
     if let Some(limit) = raise_open_files_limit() {
         tracing::debug!(limit, "open files limit");
     }
-    let (backend, token, _lock) = prepare(&opts).await?;
-    let active = match &backend.etcd {
+    let (mut backend, token, _lock) = prepare(&opts).await?;
+    let active = match backend.etcd.clone() {
         // A standby may wait for days: a stop while it waits ends it at once (the server's
         // graceful stop reaches only a server that listens).
-        Some(etcd) => tokio::select! {
-            a = become_active(&opts, etcd, &token) => Some(a?),
-            why = stop_requested() => {
-                tracing::info!(signal = why, "stopping while a standby");
-                crate::notify::stopping(why);
-                return Ok(());
-            }
-        },
+        Some(etcd) => {
+            let active = tokio::select! {
+                a = become_active(&opts, &etcd, &token) => a?,
+                why = stop_requested() => {
+                    tracing::info!(signal = why, "stopping while a standby");
+                    crate::notify::stopping(why);
+                    return Ok(());
+                }
+            };
+            // Read only once active: what a standby read would be stale by the time it served.
+            let cache = crate::store::WatchCache::start(etcd, &cached_resources())
+                .await
+                .context("reading the store from etcd into the coordinator's watch cache")?;
+            backend.store = Arc::new(cache.clone());
+            Some((active, cache))
+        }
         None => None,
     };
     let files = DataDir::new(&opts.data_dir);
@@ -465,10 +477,17 @@ pub async fn run(opts: ServeOptions) -> Result<()> {
     };
     match active {
         None => serve.await?,
-        Some(mut active) => {
+        Some((mut active, cache)) => {
             let lost = tokio::select! {
                 r = serve => { r?; false }
                 _ = active.lost() => true,
+                why = cache.failed() => {
+                    crate::notify::stopping("the watch cache lost track of etcd");
+                    bail!(
+                        "the coordinator's watch cache stopped following etcd ({why}); it stops here, and reads \
+                         everything from etcd again when started again"
+                    );
+                }
             };
             if lost {
                 crate::notify::stopping("lost the active lease in etcd");

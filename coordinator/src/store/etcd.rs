@@ -703,7 +703,7 @@ impl WatchState {
                         return Some((Err(StoreError::Backend(why)), self));
                     }
                     for e in resp.events() {
-                        match self.event_of(e) {
+                        match self.store.event_of(e, &self.filter) {
                             Ok(Some(ev)) => self.queue.push_back(ev),
                             Ok(None) => {}
                             Err(err) => {
@@ -716,11 +716,15 @@ impl WatchState {
             }
         }
     }
+}
 
-    fn event_of(&self, e: &etcd_client::Event) -> Result<Option<Event>, StoreError> {
+impl EtcdStore {
+    /// The etcd event `e` as the store's event, when it is of an object `filter` wants (every
+    /// registry object without one).
+    fn event_of(&self, e: &etcd_client::Event, filter: &WatchFilter) -> Result<Option<Event>, StoreError> {
         let Some(kv) = e.kv() else { return Ok(None) };
-        let Some(key) = self.store.parse_key(kv.key()) else { return Ok(None) };
-        if !self.filter.matches(&key) {
+        let Some(key) = self.parse_key(kv.key()) else { return Ok(None) };
+        if !filter.matches(&key) {
             return Ok(None);
         }
         let revision = kv.mod_revision();
@@ -737,6 +741,61 @@ impl WatchState {
             }
         };
         Ok(Some(Event { revision: revision as u64, key, kind, object: stored.object, json: stored.json, origin: None }))
+    }
+
+    /// Every object of the registry, at one revision (returned), read a page at a time: the
+    /// watch cache's starting point.
+    pub(crate) async fn snapshot(&self) -> Result<(Vec<(Key, Stored)>, u64), StoreError> {
+        const PAGE: i64 = 2000;
+        let prefix = self.inner.registry.as_bytes();
+        // The end of the prefix's range: its last byte, plus one ('/' becomes '0').
+        let mut end = prefix.to_vec();
+        if let Some(last) = end.last_mut() {
+            *last += 1;
+        }
+        let mut from = prefix.to_vec();
+        let mut at = 0i64;
+        let mut out = Vec::new();
+        loop {
+            let mut opts = GetOptions::new().with_range(end.clone()).with_limit(PAGE);
+            if at > 0 {
+                opts = opts.with_revision(at);
+            }
+            let resp = self.kv().get(from.clone(), Some(opts)).await.map_err(backend)?;
+            if at == 0 {
+                at = resp.header().map(|h| h.revision()).unwrap_or_default();
+            }
+            for kv in resp.kvs() {
+                let Some(key) = self.parse_key(kv.key()) else { continue };
+                out.push((key, decode(kv.value(), kv.mod_revision())?));
+            }
+            match resp.kvs().last() {
+                Some(kv) if resp.more() => {
+                    from = kv.key().to_vec();
+                    from.push(0);
+                }
+                _ => break,
+            }
+        }
+        Ok((out, at as u64))
+    }
+
+    /// An etcd watch of every registry object after revision `after`, with each deleted
+    /// object's last state.
+    pub(crate) async fn watch_registry(&self, after: u64) -> Result<etcd_client::WatchStream, StoreError> {
+        let opts = WatchOptions::new().with_start_revision(after as i64 + 1).with_prev_key().with_prefix();
+        let mut client = self.inner.client.watch_client().max_decoding_message_size(MAX_RESPONSE_BYTES);
+        client.watch(self.inner.registry.clone(), Some(opts)).await.map_err(backend)
+    }
+
+    /// The registry events of one watch response, in order.
+    pub(crate) fn events_of(&self, resp: &etcd_client::WatchResponse) -> Result<Vec<Event>, StoreError> {
+        let all = WatchFilter::default();
+        let mut out = Vec::with_capacity(resp.events().len());
+        for e in resp.events() {
+            out.extend(self.event_of(e, &all)?);
+        }
+        Ok(out)
     }
 }
 

@@ -161,15 +161,18 @@ impl Hub {
                 let Some(ids) = ix.slots.get(slot) else { continue };
                 for id in ids {
                     let Some(sub) = ix.subs.get(id) else { continue };
-                    if !sub.filter.wants(ev) || reached.get(id) == Some(&true) {
+                    if !sub.filter.wants(ev) {
                         continue;
                     }
                     let mut queue = sub.queue.events();
-                    let full = queue.len() >= QUEUE;
+                    // Whether a watch lags is decided once a commit, at its first event for
+                    // it: a queue holds whole commits, so a watch that lags stops at the end of
+                    // one and resumes from its last revision without missing the rest of it
+                    // (on etcd a transaction's writes share one revision).
+                    let full = *reached.entry(*id).or_insert(queue.len() >= QUEUE);
                     if !full {
                         queue.push_back(shared.get_or_insert_with(|| Arc::new(ev.clone())).clone());
                     }
-                    reached.insert(*id, full);
                 }
             }
         }
@@ -378,6 +381,29 @@ mod tests {
             assert_eq!(e.revision, got);
         }
         assert_eq!(got, QUEUE as u64);
+        assert!(s.lagged());
+    }
+
+    /// A commit that finds a watch's queue short of full is queued whole, past the limit: a
+    /// watch never lags in the middle of a commit (whose writes may share a revision).
+    #[tokio::test]
+    async fn a_watch_lags_only_between_commits() {
+        let hub = Arc::new(Hub::default());
+        let mut s = hub.subscribe(WatchFilter::default());
+        for rev in 1..QUEUE as u64 {
+            hub.publish(&ev(rev, "/nodes", "a"));
+        }
+        let commit: Vec<Event> = (0..3).map(|i| ev(QUEUE as u64, "/nodes", &format!("n{i}"))).collect();
+        hub.publish_all(&commit);
+        assert_eq!(hub.len(), 1, "not dropped: its queue was short of full when the commit came");
+        hub.publish(&ev(QUEUE as u64 + 1, "/nodes", "a"));
+        assert_eq!(hub.len(), 0, "dropped at the next commit");
+        let mut got = Vec::new();
+        while let Some(e) = s.recv().await {
+            got.push(e.revision);
+        }
+        assert_eq!(got.len(), QUEUE + 2, "the whole commit was queued");
+        assert_eq!(got.last(), Some(&(QUEUE as u64)));
         assert!(s.lagged());
     }
 

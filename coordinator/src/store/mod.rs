@@ -7,9 +7,12 @@
 //! implementation can sit behind the same trait without touching the API server or controllers.
 
 pub mod etcd;
+mod follow;
 mod hub;
+mod object_cache;
 pub mod sqlite;
 mod token_cache;
+pub mod watch_cache;
 
 use async_trait::async_trait;
 use futures::stream::BoxStream;
@@ -18,6 +21,7 @@ use std::sync::Arc;
 
 pub use etcd::{EtcdOptions, EtcdStore};
 pub use sqlite::{SqliteStore, TokenInfo};
+pub use watch_cache::WatchCache;
 
 /// Where an object lives.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -9,17 +9,18 @@
 //! losing events. The log keeps the newest `retain` revisions; a watch from an older
 //! revision gets `Gone` (HTTP 410), exactly as Kubernetes clients expect after etcd compaction.
 
+use super::follow::{self, History};
 use super::hub::{Hub, Subscription};
+pub use super::object_cache::CachedResource;
+use super::object_cache::{parse, stored_of, Kept, ObjectCache};
 use super::token_cache::{Cached, TokenCache};
 use super::{
     set_revision, Event, EventType, JsonListing, Key, Listing, ProgressSchedule, ProgressStream, Store, StoreError,
-    Stored, WatchFilter, WatchItem, WatchStream,
+    Stored, WatchFilter, WatchStream,
 };
 use async_trait::async_trait;
-use futures::StreamExt;
 use rusqlite::{params, Connection, OptionalExtension};
 use serde_json::Value;
-use std::collections::VecDeque;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -41,155 +42,11 @@ struct Inner {
     tokens: TokenCache,
 }
 
-/// The newest committed version of every object of some resources, in memory, as
-/// kube-apiserver's watch cache keeps them: a point read of such an object costs a map lookup
-/// instead of an SQLite read and a JSON parse. With every write of a commit the SQLite file
-/// changes, so each reader connection found its page cache stale and read the b-tree's pages
-/// again: a fleet's GETs and PATCHes of Nodes and fetches of rendered configs spent more in
-/// SQLite than in anything else of the request. The writer thread updates the cache after each
-/// commit and before acknowledging it, and objects are written by this process only, so a read
-/// never sees a version older than one acknowledged, nor one not committed.
-///
-/// A list of such a resource is answered from here too, at the revision of the last commit
-/// applied (a commit is applied whole, under one lock, so a list sees all of it or none), and
-/// its items are the cache's own JSON, shared: a paged list's later pages then pin no copy of
-/// the fleet (a `limit=1` list of 10,000 Nodes kept ~10 MB for five minutes), and a list reads
-/// no SQLite rows (kube-apiserver serves lists from its watch cache the same way).
-///
-/// Some resources are kept as their JSON text only ([`CachedResource::parsed`] false): a
-/// MachineConfig's object tree took up to 17 times its text (a map per file entry; 147 KiB for
-/// a config of 100 small files whose text is 8.7 KB, by the allocator's count:
-/// `scripts/mc-memory.py`), every rendered config is kept, and what reads them (an agent's fetch,
-/// the update inputs sent with a pick) sends the text. A point read of one parses it.
-#[derive(Default)]
-struct ObjectCache {
-    resources: Vec<CachedResource>,
-    state: Mutex<CacheState>,
-}
-
-/// A resource the store keeps in memory (see [`ObjectCache`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CachedResource {
-    pub resource: String,
-    /// Keep each object parsed as well as its text: for what is read often and is small
-    /// (Nodes, pools), not for what is large and mostly sent on as it is (rendered configs).
-    pub parsed: bool,
-}
-
-impl CachedResource {
-    pub fn parsed(resource: String) -> Self {
-        CachedResource { resource, parsed: true }
-    }
-    pub fn text(resource: String) -> Self {
-        CachedResource { resource, parsed: false }
-    }
-}
-
-/// One cached object: parsed and its text, or its text only.
-#[derive(Debug, Clone)]
-enum Kept {
-    Parsed(Stored),
-    Text(Arc<str>),
-}
-
-impl Kept {
-    fn json(&self) -> &Arc<str> {
-        match self {
-            Kept::Parsed(s) => &s.json,
-            Kept::Text(t) => t,
-        }
-    }
-    fn stored(&self) -> Result<Stored, StoreError> {
-        match self {
-            Kept::Parsed(s) => Ok(s.clone()),
-            Kept::Text(t) => Ok(Stored { object: Arc::new(parse(t)?), json: t.clone() }),
-        }
-    }
-}
-
-#[derive(Default)]
-struct CacheState {
-    /// By key: a point read or a write is a hash lookup (an ordered map's string comparisons
-    /// down the tree cost the 10,000-node rollout 3% more coordinator CPU).
-    objects: std::collections::HashMap<Key, Kept>,
-    /// The same keys in order (resource, namespace, name), moved only when an object is added
-    /// or deleted: a list is a range of it, already sorted as SQLite's listing is (a list that
-    /// filtered and sorted the map took longer than SQLite's ordered read).
-    order: std::collections::BTreeSet<Key>,
-    /// The store's revision once the last commit applied here was made.
-    revision: u64,
-}
-
-impl CacheState {
-    fn put(&mut self, key: Key, stored: Kept) {
-        if let Some(old) = self.objects.get_mut(&key) {
-            *old = stored;
-        } else {
-            self.order.insert(key.clone());
-            self.objects.insert(key, stored);
-        }
-    }
-}
-
-impl ObjectCache {
-    fn covers(&self, resource: &str) -> bool {
-        self.resources.iter().any(|r| r.resource == resource)
-    }
-
-    /// How to keep an object of `resource`; None when it is not cached.
-    fn keeps_parsed(&self, resource: &str) -> Option<bool> {
-        self.resources.iter().find(|r| r.resource == resource).map(|r| r.parsed)
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, CacheState> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Apply one commit's events (in revision order); `revision`: the store's revision after it.
-    fn apply_commit<'a>(&self, events: impl IntoIterator<Item = &'a Event>, revision: u64) {
-        let mut st = self.lock();
-        for ev in events {
-            let Some(parsed) = self.keeps_parsed(&ev.key.resource) else { continue };
-            match ev.kind {
-                EventType::Deleted => {
-                    if st.objects.remove(&ev.key).is_some() {
-                        st.order.remove(&ev.key);
-                    }
-                }
-                _ if parsed => st.put(ev.key.clone(), Kept::Parsed(stored_of(ev))),
-                _ => st.put(ev.key.clone(), Kept::Text(ev.json.clone())),
-            }
-        }
-        st.revision = st.revision.max(revision);
-    }
-
-    /// Every cached object of `resource` (in `namespace` when given), sorted by namespace and
-    /// name as the SQLite listing is, with the revision they are at. Only for a resource it
-    /// [`covers`](Self::covers).
-    fn listing(&self, resource: &str, namespace: Option<&str>) -> JsonListing {
-        let from = Key::new(resource, namespace.unwrap_or(""), "");
-        let st = self.lock();
-        let items = st
-            .order
-            .range(from..)
-            .take_while(|k| k.resource == resource && namespace.is_none_or(|ns| k.namespace == ns))
-            .filter_map(|k| st.objects.get(k).map(|c| c.json().clone()))
-            .collect();
-        JsonListing { items, revision: st.revision }
-    }
-}
-
 /// An object's stored JSON, from the file.
 fn read_text(c: &Connection, key: &Key) -> Result<Option<String>, StoreError> {
     Ok(c.prepare_cached("SELECT data FROM objects WHERE resource = ?1 AND namespace = ?2 AND name = ?3")?
         .query_row(params![key.resource, key.namespace, key.name], |r| r.get(0))
         .optional()?)
-}
-
-/// What a committed write's event says is stored now (its JSON is the writer's, serialized once
-/// for the rows and shared).
-fn stored_of(ev: &Event) -> Stored {
-    Stored { object: ev.object.clone(), json: ev.json.clone() }
 }
 
 /// SQLite-backed [`Store`]. Cheap to clone.
@@ -434,10 +291,6 @@ fn meta_get(conn: &Connection, key: &str) -> Result<u64, StoreError> {
     Ok(v as u64)
 }
 
-fn parse(data: &str) -> Result<Value, StoreError> {
-    serde_json::from_str(data).map_err(|e| StoreError::Backend(format!("corrupt object in store: {e}")))
-}
-
 fn describe(key: &Key) -> String {
     if key.namespace.is_empty() {
         format!("{} {:?}", key.resource, key.name)
@@ -481,7 +334,7 @@ impl SqliteStore {
         let checkpoints = open_conn(path)?;
         let readers = (0..READERS).map(|_| open_conn(path).map(Mutex::new)).collect::<Result<Vec<_>, _>>()?;
         let hub = Arc::new(Hub::new(meta_get(&writer, "revision")?));
-        let cache = Arc::new(ObjectCache { resources: cached.to_vec(), state: Default::default() });
+        let cache = Arc::new(ObjectCache::of(cached));
         {
             let mut st = cache.lock();
             st.revision = meta_get(&writer, "revision")?;
@@ -1138,144 +991,28 @@ fn read_log(conn: &Connection, filter: &WatchFilter, after: u64) -> Result<Vec<E
     Ok(out)
 }
 
-enum Phase {
-    /// Reading the persisted log after `last`.
-    Replay,
-    /// Following the broadcast.
-    Live,
-    Done,
-}
-
-struct WatchState {
-    store: SqliteStore,
-    filter: WatchFilter,
-    last: u64,
-    sub: Subscription,
-    phase: Phase,
-    buf: VecDeque<Event>,
-    /// Progress notes: when ([`ProgressSchedule`]), when the next falls due (None: no more),
-    /// and whether it is due, waiting for the events queued before it.
-    progress: Option<ProgressSchedule>,
-    note_at: Option<tokio::time::Instant>,
-    note_due: bool,
-}
-
-impl WatchState {
-    fn new(
-        store: SqliteStore,
-        filter: WatchFilter,
-        from: u64,
-        sub: Subscription,
-        progress: Option<ProgressSchedule>,
-    ) -> Self {
-        WatchState {
-            store,
-            filter,
-            last: from,
-            sub,
-            phase: Phase::Replay,
-            buf: VecDeque::new(),
-            progress,
-            note_at: progress.and_then(|p| p.next(tokio::time::Instant::now())),
-            note_due: false,
-        }
+#[async_trait]
+impl History for SqliteStore {
+    fn hub(&self) -> &Arc<Hub> {
+        &self.inner.hub
     }
 
-    /// The next event, or progress note. A note is given only while following the broadcast
-    /// with nothing queued: every event the watch wants up to the hub's head has been yielded.
-    async fn next(mut self) -> Option<(Result<WatchItem, StoreError>, WatchState)> {
-        loop {
-            if let Some(e) = self.buf.pop_front() {
-                self.last = e.revision;
-                return Some((Ok(WatchItem::Event(e)), self));
-            }
-            if self.note_due && matches!(self.phase, Phase::Live) {
-                if let Some(head) = self.sub.caught_up() {
-                    self.note_due = false;
-                    self.note_at = self.progress.and_then(|p| p.next(tokio::time::Instant::now()));
-                    let at = head.max(self.last);
-                    return Some((Ok(WatchItem::Progress(at)), self));
-                }
-            }
-            match self.phase {
-                Phase::Done => return None,
-                Phase::Replay if self.last >= self.sub.head() => {
-                    // Everything after `last` reaches the subscription: no log to read.
-                    self.phase = Phase::Live;
-                }
-                Phase::Replay => {
-                    let filter = self.filter.clone();
-                    let after = self.last;
-                    match self.store.read(move |c| read_log(c, &filter, after)).await {
-                        Ok(events) => {
-                            if events.is_empty() {
-                                // Caught up. `last` stays what it is: the log may have gained a
-                                // write of ours since the SELECT; its copy in the subscription
-                                // is newer than `last`, so it is delivered, and anything older
-                                // than `last` was delivered from the log already.
-                                self.phase = Phase::Live;
-                            }
-                            self.buf.extend(events);
-                        }
-                        Err(e) => {
-                            self.phase = Phase::Done;
-                            return Some((Err(e), self));
-                        }
-                    }
-                }
-                Phase::Live => match self.receive().await {
-                    Received::NoteDue => self.note_due = true,
-                    Received::Event(Some(ev)) => {
-                        if ev.revision > self.last && self.filter.wants(&ev) {
-                            // The last watch to take it takes it without a copy.
-                            self.buf.push_back(Arc::unwrap_or_clone(ev));
-                        }
-                    }
-                    Received::Event(None) if self.sub.lagged() => {
-                        // Subscribe again before reading the log, so nothing falls in between.
-                        self.sub = self.store.inner.hub.subscribe(self.filter.clone());
-                        self.phase = Phase::Replay;
-                    }
-                    Received::Event(None) => self.phase = Phase::Done,
-                },
-            }
-        }
+    async fn after(&self, filter: &WatchFilter, after: u64) -> Result<Vec<Event>, StoreError> {
+        let filter = filter.clone();
+        self.read(move |c| read_log(c, &filter, after)).await
     }
-
-    /// The next queued event, or the next progress note's time coming first. Without notes (a
-    /// fleet's agents' watches) nothing but the queue is waited on.
-    async fn receive(&mut self) -> Received {
-        match self.note_at.filter(|_| !self.note_due) {
-            None => Received::Event(self.sub.recv().await),
-            Some(at) => tokio::select! {
-                // Cancel-safe: an event is taken only when it is returned.
-                ev = self.sub.recv() => Received::Event(ev),
-                _ = tokio::time::sleep_until(at) => Received::NoteDue,
-            },
-        }
-    }
-}
-
-enum Received {
-    Event(Option<Arc<Event>>),
-    NoteDue,
 }
 
 impl SqliteStore {
-    /// A watch from `from`: subscribed before the log is read, so nothing committed in between
-    /// is missed; Gone when the log no longer reaches back that far.
-    async fn open_watch(
-        &self,
-        filter: WatchFilter,
-        from: u64,
-        progress: Option<ProgressSchedule>,
-    ) -> Result<WatchState, StoreError> {
+    /// Subscribed before the log is checked, so nothing committed in between is missed; Gone
+    /// when the log no longer reaches back to `from`.
+    async fn subscribe(&self, filter: &WatchFilter, from: u64) -> Result<Subscription, StoreError> {
         let sub = self.inner.hub.subscribe(filter.clone());
         let compacted = self.read_point(|c| meta_get(c, "compacted")).await?;
         if from < compacted {
             return Err(StoreError::Gone { requested: from, oldest: compacted + 1 });
         }
-        Ok(WatchState::new(self.clone(), filter, from, sub, progress))
+        Ok(sub)
     }
 }
 
@@ -1380,15 +1117,8 @@ impl Store for SqliteStore {
         .await
     }
     async fn watch(&self, filter: WatchFilter, from: u64) -> Result<WatchStream, StoreError> {
-        let state = self.open_watch(filter, from, None).await?;
-        // Without a schedule there are no notes: only events come out.
-        Ok(Box::pin(futures::stream::unfold(state, WatchState::next).filter_map(|r| {
-            futures::future::ready(match r {
-                Ok(WatchItem::Event(e)) => Some(Ok(e)),
-                Ok(WatchItem::Progress(_)) => None,
-                Err(e) => Some(Err(e)),
-            })
-        })))
+        let sub = self.subscribe(&filter, from).await?;
+        Ok(follow::events(self.clone(), filter, from, sub))
     }
 
     async fn watch_with_progress(
@@ -1397,8 +1127,8 @@ impl Store for SqliteStore {
         from: u64,
         schedule: ProgressSchedule,
     ) -> Result<ProgressStream, StoreError> {
-        let state = self.open_watch(filter, from, Some(schedule)).await?;
-        Ok(Box::pin(futures::stream::unfold(state, WatchState::next)))
+        let sub = self.subscribe(&filter, from).await?;
+        Ok(follow::with_progress(self.clone(), filter, from, sub, schedule))
     }
 
     async fn revision(&self) -> Result<u64, StoreError> {
@@ -1438,6 +1168,7 @@ impl Store for SqliteStore {
 mod tests {
     use super::*;
     use crate::store::Tokens;
+    use crate::store::WatchItem;
     use futures::StreamExt;
     use serde_json::json;
 
