@@ -156,6 +156,9 @@ pub struct Coordinator {
     port: Option<u16>,
     /// The URL line of the running process, once it prints one.
     url_rx: Option<std::sync::mpsc::Receiver<String>>,
+    /// The etcd it keeps its store in, with `ALOFT_TEST_STORE=etcd` (see [`Self::start_with`]).
+    /// Dropped after the process is killed (fields drop in order).
+    _etcd: Option<aloft_coordinator::store::etcd::testing::EtcdServer>,
 }
 
 impl Coordinator {
@@ -170,8 +173,18 @@ impl Coordinator {
         c
     }
 
-    fn unstarted(opts: Options) -> Self {
+    /// With `ALOFT_TEST_STORE=etcd` in the environment, a coordinator whose test did not choose
+    /// etcd itself keeps its store in an etcd of its own (started here, on loopback), so that a
+    /// test written for the SQLite store can be run against the etcd backend as well.
+    fn unstarted(mut opts: Options) -> Self {
         install_crypto();
+        let on_etcd = std::env::var("ALOFT_TEST_STORE").is_ok_and(|s| s == "etcd");
+        let mut etcd = None;
+        if on_etcd && !opts.args.iter().any(|a| a == "--etcd-servers") {
+            let server = aloft_coordinator::store::etcd::testing::EtcdServer::start();
+            opts.args.extend(["--etcd-servers".to_string(), server.endpoint().to_string()]);
+            etcd = Some(server);
+        }
         let root = tempfile::Builder::new().prefix("aloft-test-").tempdir().expect("tempdir");
         if !opts.data_files.is_empty() {
             let data = root.path().join("data");
@@ -183,7 +196,7 @@ impl Coordinator {
                 std::fs::set_permissions(data.join(name), private).expect("chmod");
             }
         }
-        Coordinator { root, opts, child: None, url: String::new(), starts: 0, port: None, url_rx: None }
+        Coordinator { root, opts, child: None, url: String::new(), starts: 0, port: None, url_rx: None, _etcd: etcd }
     }
 
     /// Start without waiting for it to serve: a standby on etcd serves only once the active

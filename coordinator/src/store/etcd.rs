@@ -784,8 +784,24 @@ impl EtcdStore {
     /// object's last state.
     pub(crate) async fn watch_registry(&self, after: u64) -> Result<etcd_client::WatchStream, StoreError> {
         let opts = WatchOptions::new().with_start_revision(after as i64 + 1).with_prev_key().with_prefix();
-        let mut client = self.inner.client.watch_client().max_decoding_message_size(MAX_RESPONSE_BYTES);
-        client.watch(self.inner.registry.clone(), Some(opts)).await.map_err(backend)
+        for attempt in 1..=5 {
+            let mut client = self.inner.client.watch_client().max_decoding_message_size(MAX_RESPONSE_BYTES);
+            let mut stream = client.watch(self.inner.registry.clone(), Some(opts.clone())).await.map_err(backend)?;
+            match tokio::time::timeout(Duration::from_secs(2), stream.message()).await {
+                Ok(Ok(Some(r))) if r.created() => return Ok(stream),
+                Ok(Ok(Some(r))) => {
+                    return Err(StoreError::Backend(format!(
+                        "etcd answered a new watch with something else than its creation (canceled: {}, {})",
+                        r.canceled(),
+                        r.cancel_reason()
+                    )))
+                }
+                Ok(Ok(None)) => return Err(StoreError::Backend("etcd ended a new watch".into())),
+                Ok(Err(e)) => return Err(backend(e)),
+                Err(_) => tracing::warn!(attempt, "etcd did not confirm a new watch within 2 s; opening it again"),
+            }
+        }
+        Err(StoreError::Backend("etcd confirmed none of 5 new watches within 2 s".into()))
     }
 
     /// The registry events of one watch response, in order.

@@ -76,14 +76,20 @@ struct Inner {
     window: Mutex<Window>,
     limits: WindowLimits,
     failed: tokio::sync::watch::Sender<Option<String>>,
-    follower: tokio::task::AbortHandle,
+    follower: Mutex<Option<tokio::task::AbortHandle>>,
     /// Woken when a write on behalf of an identity has its answer from etcd.
     resolved: tokio::sync::Notify,
+    /// Tests: how long the follower holds each etcd response before applying it (a cache that
+    /// lags etcd, as under load).
+    #[cfg(test)]
+    lag_ms: std::sync::atomic::AtomicU64,
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        self.follower.abort();
+        if let Some(f) = self.follower.get_mut().ok().and_then(Option::take) {
+            f.abort();
+        }
     }
 }
 
@@ -135,19 +141,21 @@ impl WatchCache {
         objects.load(items, revision);
         let stream = etcd.watch_registry(revision).await?;
         let (failed, _) = tokio::sync::watch::channel(None);
-        let inner = Arc::new_cyclic(|weak: &Weak<Inner>| {
-            let follower = tokio::spawn(follow_etcd(weak.clone(), etcd.clone(), stream)).abort_handle();
-            Inner {
-                etcd,
-                objects,
-                hub: Arc::new(Hub::new(revision)),
-                window: Mutex::new(Window { floor: revision, head: revision, ..Window::default() }),
-                limits,
-                failed,
-                follower,
-                resolved: tokio::sync::Notify::new(),
-            }
+        let inner = Arc::new(Inner {
+            etcd: etcd.clone(),
+            objects,
+            hub: Arc::new(Hub::new(revision)),
+            window: Mutex::new(Window { floor: revision, head: revision, ..Window::default() }),
+            limits,
+            failed,
+            follower: Mutex::new(None),
+            resolved: tokio::sync::Notify::new(),
+            #[cfg(test)]
+            lag_ms: Default::default(),
         });
+        // Spawned once the cache exists: a follower that found it gone would stop at once.
+        let follower = tokio::spawn(follow_etcd(Arc::downgrade(&inner), etcd, stream)).abort_handle();
+        *inner.follower.lock().unwrap_or_else(|e| e.into_inner()) = Some(follower);
         tracing::info!(objects = count, revision, "the watch cache holds the store from etcd");
         Ok(WatchCache { inner })
     }
@@ -170,32 +178,62 @@ impl WatchCache {
     async fn seen(&self, stored: Stored) -> Result<Stored, StoreError> {
         let revision = revision_of(&stored.object)
             .ok_or_else(|| StoreError::Backend("etcd answered a write without its revision".into()))?;
-        let rx = {
-            let mut w = self.inner.lock();
-            if w.head >= revision {
-                None
-            } else if let Some(why) = &w.failed {
-                return Err(unseen(revision, why));
-            } else {
-                let (tx, rx) = oneshot::channel();
-                w.waiters.entry(revision).or_default().push(tx);
-                Some(rx)
-            }
-        };
-        if let Some(rx) = rx {
-            match tokio::time::timeout(SEEN_WITHIN, rx).await {
-                Ok(Ok(())) => {}
-                Ok(Err(_)) => {
-                    let why = self.inner.lock().failed.clone().unwrap_or_else(|| "it stopped".into());
-                    return Err(unseen(revision, &why));
-                }
-                Err(_) => return Err(unseen(revision, "its etcd watch has not delivered it within 10 s")),
-            }
-        }
+        self.applied(revision).await?;
         Ok(stored)
     }
 
-    async fn seen_all(&self, stored: Vec<Stored>) -> Result<Vec<Stored>, StoreError> {
+    /// Returns once the cache has applied `revision`.
+    async fn applied(&self, revision: u64) -> Result<(), StoreError> {
+        let rx = {
+            let mut w = self.inner.lock();
+            if w.head >= revision {
+                return Ok(());
+            }
+            if let Some(why) = &w.failed {
+                return Err(unseen(revision, why));
+            }
+            let (tx, rx) = oneshot::channel();
+            w.waiters.entry(revision).or_default().push(tx);
+            rx
+        };
+        match tokio::time::timeout(SEEN_WITHIN, rx).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(_)) => {
+                let why = self.inner.lock().failed.clone().unwrap_or_else(|| "it stopped".into());
+                Err(unseen(revision, &why))
+            }
+            Err(_) => Err(unseen(revision, "its etcd watch has not delivered it within 10 s")),
+        }
+    }
+
+    /// A write etcd refused, answered once the cache holds what refused it: a caller that
+    /// reads again and retries (a PATCH, on a conflict) must read the write it lost to, not
+    /// the version it had, or it would lose again until the cache caught up.
+    async fn refused<T>(&self, e: StoreError) -> Result<T, StoreError> {
+        let revision = match &e {
+            StoreError::Conflict { stored, .. } => Some(*stored),
+            StoreError::NotFound(_) | StoreError::AlreadyExists(_) => self.inner.etcd.revision().await.ok(),
+            _ => None,
+        };
+        if let Some(r) = revision {
+            self.applied(r).await?;
+        }
+        Err(e)
+    }
+
+    /// The answer to a write: once the cache has it, or once it holds what refused it.
+    async fn answer(&self, written: Result<Stored, StoreError>) -> Result<Stored, StoreError> {
+        match written {
+            Ok(stored) => self.seen(stored).await,
+            Err(e) => self.refused(e).await,
+        }
+    }
+
+    async fn seen_all(&self, written: Result<Vec<Stored>, StoreError>) -> Result<Vec<Stored>, StoreError> {
+        let stored = match written {
+            Ok(stored) => stored,
+            Err(e) => return self.refused(e).await,
+        };
         // One transaction, one revision: waiting for the last is waiting for all.
         if let Some(last) = stored.last() {
             self.seen(last.clone()).await?;
@@ -231,6 +269,36 @@ impl WatchCache {
     }
 }
 
+/// A write of an object on behalf of an identity, sent to etcd and not answered yet (see
+/// [`Inner::origins_ready`]); counted off when dropped, also when the request is given up
+/// half-way (its client went away).
+struct Pending<'a> {
+    inner: &'a Inner,
+    key: Key,
+}
+
+impl<'a> Pending<'a> {
+    fn new(inner: &'a Inner, key: &Key) -> Self {
+        *inner.lock().pending.entry(key.clone()).or_default() += 1;
+        Pending { inner, key: key.clone() }
+    }
+}
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        {
+            let mut w = self.inner.lock();
+            if let Some(n) = w.pending.get_mut(&self.key) {
+                *n -= 1;
+                if *n == 0 {
+                    w.pending.remove(&self.key);
+                }
+            }
+        }
+        self.inner.resolved.notify_waiters();
+    }
+}
+
 /// A write etcd committed that the cache has not seen.
 fn unseen(revision: u64, why: &str) -> StoreError {
     StoreError::Backend(format!(
@@ -241,21 +309,6 @@ fn unseen(revision: u64, why: &str) -> StoreError {
 impl Inner {
     fn lock(&self) -> MutexGuard<'_, Window> {
         self.window.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// One more (`1`) or one less (`-1`) write of `key` on behalf of an identity in flight.
-    fn pending(&self, key: &Key, change: isize) {
-        {
-            let mut w = self.lock();
-            let n = w.pending.entry(key.clone()).or_default();
-            *n = n.saturating_add_signed(change);
-            if *n == 0 {
-                w.pending.remove(key);
-            }
-        }
-        if change < 0 {
-            self.resolved.notify_waiters();
-        }
     }
 
     /// Waits while an event of `events` may be the write of an identity whose answer from etcd
@@ -348,6 +401,14 @@ async fn follow_etcd(cache: Weak<Inner>, etcd: EtcdStore, mut stream: etcd_clien
     let why = loop {
         let message = stream.message().await;
         let Some(inner) = cache.upgrade() else { return };
+        if let Ok(Some(resp)) = &message {
+            tracing::trace!(
+                events = resp.events().len(),
+                header = resp.header().map(|h| h.revision()),
+                created = resp.created(),
+                "etcd watch response"
+            );
+        }
         let broken = match message {
             Ok(Some(resp)) if resp.compact_revision() > 0 => {
                 break format!(
@@ -359,6 +420,11 @@ async fn follow_etcd(cache: Weak<Inner>, etcd: EtcdStore, mut stream: etcd_clien
             Ok(Some(resp)) if resp.canceled() => format!("etcd canceled the watch: {}", resp.cancel_reason()),
             Ok(Some(resp)) => match etcd.events_of(&resp) {
                 Ok(events) => {
+                    #[cfg(test)]
+                    {
+                        let lag = inner.lag_ms.load(std::sync::atomic::Ordering::SeqCst);
+                        tokio::time::sleep(Duration::from_millis(lag)).await;
+                    }
                     inner.origins_ready(&events).await;
                     inner.apply(events);
                     continue;
@@ -450,13 +516,13 @@ impl Store for WatchCache {
     }
 
     async fn create(&self, key: &Key, object: Value) -> Result<Stored, StoreError> {
-        let stored = self.inner.etcd.create(key, object).await?;
-        self.seen(stored).await
+        let written = self.inner.etcd.create(key, object).await;
+        self.answer(written).await
     }
 
     async fn update(&self, key: &Key, object: Value, expected: Option<u64>) -> Result<Stored, StoreError> {
-        let stored = self.inner.etcd.update(key, object, expected).await?;
-        self.seen(stored).await
+        let written = self.inner.etcd.update(key, object, expected).await;
+        self.answer(written).await
     }
 
     async fn update_by(
@@ -468,7 +534,7 @@ impl Store for WatchCache {
     ) -> Result<Stored, StoreError> {
         // Its event must say who made it (so that a watch leaving out that identity's writes
         // does not get it), and etcd's watch may bring the event before the answer.
-        self.inner.pending(key, 1);
+        let in_flight = Pending::new(&self.inner, key);
         let written = self.inner.etcd.update(key, object, expected).await;
         if let Ok(stored) = &written {
             if let Some(revision) = revision_of(&stored.object) {
@@ -478,13 +544,13 @@ impl Store for WatchCache {
                 }
             }
         }
-        self.inner.pending(key, -1);
-        self.seen(written?).await
+        drop(in_flight);
+        self.answer(written).await
     }
 
     async fn delete(&self, key: &Key, expected: Option<u64>) -> Result<Stored, StoreError> {
-        let stored = self.inner.etcd.delete(key, expected).await?;
-        self.seen(stored).await
+        let written = self.inner.etcd.delete(key, expected).await;
+        self.answer(written).await
     }
 
     async fn watch(&self, filter: WatchFilter, from: u64) -> Result<WatchStream, StoreError> {
@@ -511,8 +577,8 @@ impl Store for WatchCache {
     }
 
     async fn update_all(&self, writes: Vec<(Key, Value, Option<u64>)>) -> Result<Vec<Stored>, StoreError> {
-        let stored = self.inner.etcd.update_all(writes).await?;
-        self.seen_all(stored).await
+        let written = self.inner.etcd.update_all(writes).await;
+        self.seen_all(written).await
     }
 }
 
@@ -595,6 +661,30 @@ mod tests {
             .map(|o| o["metadata"]["name"].as_str().unwrap().to_string())
             .collect();
         assert_eq!(names.len(), 50, "49 written and the one from before");
+        let direct_names = direct.list("/nodes", None).await.unwrap().items.len();
+        assert_eq!(direct_names, 50, "etcd holds what the cache says");
+        // A write refused for another's newer write is answered once the cache holds that
+        // write: the caller's next read sees what it lost to, and its retry can succeed. The
+        // cache is made to lag etcd by 30 ms, as it may under load.
+        cache.inner.lag_ms.store(30, std::sync::atomic::Ordering::SeqCst);
+        for v in 0..5 {
+            let held = revision_of(&cache.get(&node("n04")).await.unwrap().unwrap().object).unwrap();
+            let theirs = direct.update(&node("n04"), obj("n", 1000 + v), None).await.unwrap();
+            match cache.update(&node("n04"), obj("n", v), Some(held)).await {
+                Err(StoreError::Conflict { stored, .. }) => assert_eq!(Some(stored), revision_of(&theirs.object)),
+                other => panic!("a stale update: {other:?}"),
+            }
+            let now = cache.get(&node("n04")).await.unwrap().unwrap();
+            assert_eq!(now.object["spec"]["v"], 1000 + v, "read after a conflict: the write it lost to");
+            let gone = direct.create(&node(&format!("x{v}")), obj("x", v)).await.unwrap();
+            assert!(matches!(
+                cache.create(&node(&format!("x{v}")), obj("x", v)).await,
+                Err(StoreError::AlreadyExists(_))
+            ));
+            let seen = cache.get(&node(&format!("x{v}"))).await.unwrap().expect("what the create lost to");
+            assert_eq!(revision_of(&seen.object), revision_of(&gone.object));
+        }
+        cache.inner.lag_ms.store(0, std::sync::atomic::Ordering::SeqCst);
         // Someone else's write reaches the cache through its watch.
         direct.create(&node("elsewhere"), obj("x", 1)).await.unwrap();
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
