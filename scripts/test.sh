@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install what the tests need, then run them all: unit tests, API conformance over HTTPS, real
-# kubectl against the coordinator, crash recovery, bad input; then the VM tests (real VMs under
+# kubectl against the coordinator, crash recovery, bad input; the fleet's tests again on etcd; then the VM tests (real VMs under
 # QEMU booted from images/, scenarios a-h). Exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -45,6 +45,12 @@ trap 'kill "$IMAGES_PID" 2>/dev/null || true' EXIT
 # longest binaries, aloftctl and fleet, took 14-17% less time with four than with two, BENCHMARKS.md).
 cargo test --workspace --exclude aloft-vm-tests -- --test-threads=4 2>&1
 phase "the workspace tests"
+# The fleet's own tests again with every coordinator's store on etcd (an etcd of its own per
+# coordinator, on loopback): the API, watches, rollouts, drains and agents through the watch
+# cache in front of etcd, as `serve --etcd-servers` runs them.
+ALOFT_TEST_STORE=etcd cargo test -p aloft-tests --test kubectl --test node_watch --test rollout --test drain \
+    --test fleet -- --test-threads=4 2>&1
+phase "the fleet's tests on etcd"
 if ! wait "$IMAGES_PID"; then
   echo "images/build failed; the end of $IMAGES_LOG:" >&2
   tail -40 "$IMAGES_LOG" >&2

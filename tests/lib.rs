@@ -124,6 +124,13 @@ pub fn bin(name: &str) -> PathBuf {
     path
 }
 
+/// Whether this run keeps the coordinators' stores on etcd (`ALOFT_TEST_STORE=etcd`, see
+/// [`Coordinator::start_with`]). A test of the SQLite files themselves (a restore from a copy
+/// of the data directory) says so and passes over that part.
+pub fn stores_on_etcd() -> bool {
+    std::env::var("ALOFT_TEST_STORE").is_ok_and(|s| s == "etcd")
+}
+
 /// Options for starting a coordinator.
 #[derive(Debug, Clone, Default)]
 pub struct Options {
@@ -178,9 +185,8 @@ impl Coordinator {
     /// test written for the SQLite store can be run against the etcd backend as well.
     fn unstarted(mut opts: Options) -> Self {
         install_crypto();
-        let on_etcd = std::env::var("ALOFT_TEST_STORE").is_ok_and(|s| s == "etcd");
         let mut etcd = None;
-        if on_etcd && !opts.args.iter().any(|a| a == "--etcd-servers") {
+        if stores_on_etcd() && !opts.args.iter().any(|a| a == "--etcd-servers") {
             let server = aloft_coordinator::store::etcd::testing::EtcdServer::start();
             opts.args.extend(["--etcd-servers".to_string(), server.endpoint().to_string()]);
             etcd = Some(server);
