@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install what the tests need, then run them all: unit tests, API conformance over HTTPS, real
-# kubectl against the coordinator, crash recovery, bad input; the fleet's tests again on etcd; then the VM tests (real VMs under
-# QEMU booted from images/, scenarios a-h). Exits non-zero on any failure.
+# kubectl against the coordinator, crash recovery, bad input; the fleet's tests again on etcd;
+# then the VM tests (real VMs under QEMU booted from images/, scenarios a-h). Exits non-zero on
+# any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Each phase says how long it took (CI keeps only the tail of the output: the last phase's line
