@@ -238,6 +238,11 @@ impl Coordinator {
         self.child.as_mut().and_then(|c| c.try_wait().ok().flatten())
     }
 
+    /// The etcd this coordinator was given by `ALOFT_TEST_STORE=etcd`, if any.
+    pub fn etcd_pid(&self) -> Option<u32> {
+        self._etcd.as_ref().map(|e| e.pid())
+    }
+
     /// The data directory (`--data-dir`).
     pub fn data_dir(&self) -> PathBuf {
         self.root.path().join("data")

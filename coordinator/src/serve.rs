@@ -339,7 +339,9 @@ pub async fn run(opts: ServeOptions) -> Result<()> {
                 }
             };
             // Read only once active: what a standby read would be stale by the time it served.
-            let cache = crate::store::WatchCache::start(etcd, &cached_resources())
+            let window =
+                crate::store::watch_cache::WindowLimits { revisions: opts.watch_history, ..Default::default() };
+            let cache = crate::store::WatchCache::start_with(etcd, &cached_resources(), window)
                 .await
                 .context("reading the store from etcd into the coordinator's watch cache")?;
             backend.store = Arc::new(cache.clone());

@@ -113,7 +113,9 @@ fn parse_args() -> Result<Args> {
                      [--runs R] [--coordinator-arg ARG]... [--restart-after N [--restart-down-ms MS]]\n\
                      \n\
                      Defaults: 1000 nodes, 10% of the pool, 500 ms per node, no failures, one run.\n\
-                     ROLLOUT_BENCH_TRACE=1 adds every node's step times.\n\
+                     ROLLOUT_BENCH_TRACE=1 adds every node's step times. ALOFT_TEST_STORE=etcd keeps the\n\
+                     coordinator's store on an etcd of its own (one member, started on loopback), whose CPU\n\
+                     is reported too.\n\
                      \n\
                      --restart-after N: kill the coordinator (SIGKILL) once N nodes of the rollout are Done, and\n\
                      start it again on the same data directory and port, as a crash or an upgrade would. The\n\
@@ -773,6 +775,7 @@ async fn rollout(
     let mut threads0 = threads(c.pid());
     let mut restart: Option<Restart> = None;
     let (cpu0, sim_cpu0) = (coordinator0.cpu_s, sim0.cpu_s);
+    let etcd_cpu0 = c.etcd_pid().map(|p| proc_usage(p).cpu_s);
     let start = Instant::now();
     if fleet.trace {
         eprintln!("trace start at {:.1} ms", start.duration_since(fleet.t0).as_secs_f64() * 1000.0);
@@ -982,6 +985,15 @@ async fn rollout(
         coordinator_cpu,
         peak_rss_kb as f64 / 1024.0
     );
+    if let (Some(pid), Some(cpu0)) = (c.etcd_pid(), etcd_cpu0) {
+        let etcd_cpu = proc_usage(pid).cpu_s - cpu0;
+        println!(
+            "  store on etcd (ALOFT_TEST_STORE=etcd, one member on this machine): etcd CPU {etcd_cpu:.2} s, {:.2} ms \
+             per node update; with the coordinator's {:.2} ms",
+            etcd_cpu * 1000.0 / args.nodes as f64,
+            (etcd_cpu + coordinator_cpu) * 1000.0 / args.nodes as f64
+        );
+    }
     if let Some(r) = &restart {
         let at = |t: Option<Duration>| t.map_or("never".to_string(), |t| format!("{:.2} s", t.as_secs_f64()));
         println!(

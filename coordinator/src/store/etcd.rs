@@ -986,6 +986,11 @@ pub mod testing {
             server
         }
 
+        /// The etcd process (a benchmark counts its CPU with the coordinator's).
+        pub fn pid(&self) -> u32 {
+            self.child.id()
+        }
+
         fn wait_ready(&mut self) {
             let deadline = Instant::now() + Duration::from_secs(30);
             let address = self.endpoint.split("://").nth(1).unwrap_or_default().to_string();

@@ -44,6 +44,9 @@ use tokio::sync::oneshot;
 /// How far back the window of events reaches.
 #[derive(Debug, Clone, Copy)]
 pub struct WindowLimits {
+    /// Revisions back from the newest (`serve --watch-history`, which etcd's compaction keeps
+    /// too): a watch from before is Gone, whichever store answers it.
+    pub revisions: u64,
     pub events: usize,
     /// Of the events' JSON: what a window costs in memory (a Node's event is ~1-3 KB).
     pub bytes: usize,
@@ -52,7 +55,7 @@ pub struct WindowLimits {
 impl Default for WindowLimits {
     /// Enough for a 10,000-node rollout (about six events a node) to be replayed from its start.
     fn default() -> Self {
-        WindowLimits { events: 100_000, bytes: 96 << 20 }
+        WindowLimits { revisions: super::sqlite::DEFAULT_RETAIN, events: 100_000, bytes: 96 << 20 }
     }
 }
 
@@ -358,9 +361,10 @@ impl Inner {
                 });
             }
             // Whole revisions out of the front, so that the window's start is a revision's end.
-            while w.entries.len() > self.limits.events || w.bytes > self.limits.bytes {
-                let Some(oldest) = w.entries.front().map(|e| e.revision) else { break };
-                if oldest >= last {
+            let keep_after = last.saturating_sub(self.limits.revisions.max(1));
+            while let Some(oldest) = w.entries.front().map(|e| e.revision) {
+                let over = w.entries.len() > self.limits.events || w.bytes > self.limits.bytes;
+                if oldest >= last || !(over || oldest <= keep_after) {
                     break; // the newest revision stays, however large
                 }
                 while w.entries.front().is_some_and(|e| e.revision == oldest) {
@@ -370,6 +374,8 @@ impl Inner {
                 }
                 w.floor = oldest;
             }
+            // Revisions of nothing (another prefix's writes, the active key) age out too.
+            w.floor = w.floor.max(keep_after);
         }
         self.hub.publish_all(events.iter());
         let done = {
@@ -769,7 +775,7 @@ mod tests {
     #[tokio::test]
     async fn a_watch_from_before_the_window_is_gone_unless_its_object_is_unchanged() {
         let etcd = EtcdServer::start();
-        let limits = WindowLimits { events: 10, bytes: 1 << 20 };
+        let limits = WindowLimits { events: 10, ..WindowLimits::default() };
         let cache = WatchCache::start_with(etcd_store(&etcd).await, &[], limits).await.unwrap();
         let quiet = cache.create(&node("quiet"), obj("q", 0)).await.unwrap();
         let quiet_rev = revision_of(&quiet.object).unwrap();
@@ -806,6 +812,19 @@ mod tests {
         assert_eq!(next(&mut q).await.unwrap().revision, revision_of(&w.object).unwrap());
         // A watch from just before the transaction gets all five of its writes, or the window
         // has dropped the transaction whole.
+        // `--watch-history` revisions back at most, however few events they hold.
+        let short = WindowLimits { revisions: 5, ..WindowLimits::default() };
+        let recent = WatchCache::start_with(etcd_store(&etcd).await, &[], short).await.unwrap();
+        for v in 0..20 {
+            recent.update(&busy, obj("b", 100 + v), None).await.unwrap();
+        }
+        let head = recent.revision().await.unwrap();
+        assert_eq!(recent.inner.lock().floor, head - 5);
+        assert!(matches!(recent.watch(WatchFilter::resource("/nodes"), head - 6).await, Err(StoreError::Gone { .. })));
+        let mut last5 = recent.watch(WatchFilter::resource("/nodes"), head - 5).await.unwrap();
+        for _ in 0..5 {
+            next(&mut last5).await.unwrap();
+        }
         match cache.watch(WatchFilter::resource("/nodes"), txn_rev - 1).await {
             Ok(mut s) => {
                 for _ in 0..5 {
