@@ -216,6 +216,7 @@ async fn a_bootstrap_token_gives_only_the_pool_labels_it_allows() {
     let out = std::process::Command::new(aloft_tests::bin("aloft-coordinator"))
         .args(["token", "revoke", "--name", "node:m1", "--data-dir"])
         .arg(c.data_dir())
+        .args(c.store_args())
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -446,13 +447,14 @@ async fn an_agent_that_cannot_run_here_does_not_enroll() {
 async fn a_bootstrap_token_with_a_ttl_stops_working_at_its_time() {
     use std::process::Command;
     let mut c = Coordinator::start();
-    let data_dir = c.data_dir();
+    let (data_dir, store_args) = (c.data_dir(), c.store_args());
     let token_cmd = |args: &[&str]| {
         Command::new(aloft_tests::bin("aloft-coordinator"))
             .arg("token")
             .args(args)
             .arg("--data-dir")
             .arg(&data_dir)
+            .args(&store_args)
             .env("ALOFT_LOG", "warn")
             .output()
             .unwrap()

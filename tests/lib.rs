@@ -188,7 +188,8 @@ impl Coordinator {
         let mut etcd = None;
         if stores_on_etcd() && !opts.args.iter().any(|a| a == "--etcd-servers") {
             let server = aloft_coordinator::store::etcd::testing::EtcdServer::start();
-            opts.args.extend(["--etcd-servers".to_string(), server.endpoint().to_string()]);
+            // A restart after a kill waits for the killed one's lease: 3 s, not 15.
+            opts.args.extend(["--etcd-servers", server.endpoint(), "--active-lease-duration", "3s"].map(String::from));
             etcd = Some(server);
         }
         let root = tempfile::Builder::new().prefix("aloft-test-").tempdir().expect("tempdir");
@@ -394,16 +395,20 @@ impl Coordinator {
     }
 
     /// `aloft-coordinator token create --role ROLE` on this data dir; returns the token.
-    pub fn create_token(&self, name: &str, role: &str) -> String {
-        // A coordinator on etcd keeps its tokens there: the command goes there too.
-        let etcd: Vec<&String> = match self.opts.args.iter().position(|a| a == "--etcd-servers") {
-            Some(i) => self.opts.args[i..].iter().take(2).collect(),
+    /// What an `aloft-coordinator token` command needs besides `--data-dir` to reach this
+    /// coordinator's store: `--etcd-servers URL` when it is on etcd (its tokens are there).
+    pub fn store_args(&self) -> Vec<String> {
+        match self.opts.args.iter().position(|a| a == "--etcd-servers") {
+            Some(i) => self.opts.args[i..].iter().take(2).cloned().collect(),
             None => Vec::new(),
-        };
+        }
+    }
+
+    pub fn create_token(&self, name: &str, role: &str) -> String {
         let out = Command::new(bin("aloft-coordinator"))
             .args(["token", "create", "--name", name, "--role", role, "--data-dir"])
             .arg(self.data_dir())
-            .args(etcd)
+            .args(self.store_args())
             .env("ALOFT_LOG", "warn")
             .output()
             .expect("run token create");

@@ -211,7 +211,9 @@ async fn become_active(opts: &ServeOptions, etcd: &EtcdStore, token: &str) -> Re
         std::process::id(),
         opts.listen
     );
-    let standby = crate::notify::standby(etcd.endpoints().to_string());
+    // Told to systemd only once another is found active: one that becomes active at once says
+    // READY=1 when it serves, and never that it is a standby.
+    let mut standby = None;
     let active = etcd
         .become_active(&identity, opts.active_lease_duration, |holder| {
             tracing::info!(
@@ -220,10 +222,13 @@ async fn become_active(opts: &ServeOptions, etcd: &EtcdStore, token: &str) -> Re
                 "standby: another coordinator is active; waiting for it to stop"
             );
             println!("standby: {holder} is the active coordinator on etcd; waiting for it to stop");
+            standby = Some(crate::notify::standby(etcd.endpoints().to_string()));
         })
         .await
         .with_context(|| format!("becoming the active coordinator on etcd at {}", etcd.endpoints()))?;
-    standby.abort();
+    if let Some(s) = standby {
+        s.abort();
+    }
     tracing::info!(%identity, etcd = etcd.endpoints(), "this coordinator is the active one");
     println!("active: this coordinator ({identity}) holds the store on etcd at {}", etcd.endpoints());
     keep_admin_token(etcd, token).await?;

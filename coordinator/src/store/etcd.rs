@@ -77,6 +77,8 @@ struct Inner {
     token_names: String,
     /// `<prefix>/active`: the active coordinator's key.
     active: String,
+    /// `<prefix>/`: everything of this installation.
+    base: String,
     endpoints: String,
     fence: Mutex<Option<Fence>>,
     /// Set when a write found the fence gone: this coordinator is no longer the active one.
@@ -177,6 +179,7 @@ impl EtcdStore {
                 token_hashes: format!("{prefix}/tokens/hash/"),
                 token_names: format!("{prefix}/tokens/name/"),
                 active: format!("{prefix}/active"),
+                base: format!("{prefix}/"),
                 endpoints: opts.endpoints.join(","),
                 fence: Mutex::new(None),
                 fenced_out,
@@ -802,6 +805,52 @@ impl EtcdStore {
             }
         }
         Err(StoreError::Backend("etcd confirmed none of 5 new watches within 2 s".into()))
+    }
+
+    /// The registry events etcd still holds with revisions in (`after`, `to`], oldest first,
+    /// and the revision after which they are complete: `after`, or later when etcd compacted
+    /// past it. What a restarted coordinator's watch cache starts its window with, so that a
+    /// watch from before the restart need not be Gone.
+    ///
+    /// A watch says nothing when nothing happens (and etcd 3.4's progress notes may come before
+    /// the history they cover), so this first writes a marker key under the prefix, at a
+    /// revision past `to`, and reads the whole prefix's history up to it.
+    pub(crate) async fn history(&self, after: u64, to: u64) -> Result<(u64, Vec<Event>), StoreError> {
+        let marker = format!("{}watch-cache-start", self.inner.base);
+        let resp = self.txn(Vec::new(), vec![TxnOp::put(marker, Vec::new(), None)], Vec::new()).await?;
+        if !resp.succeeded() {
+            return Err(StoreError::Backend("etcd refused the watch cache's start marker".into()));
+        }
+        let end = header_revision(&resp) as u64;
+        let mut after = after;
+        'open: loop {
+            let mut out = Vec::new();
+            if after >= to {
+                return Ok((to, out));
+            }
+            let opts = WatchOptions::new().with_start_revision(after as i64 + 1).with_prev_key().with_prefix();
+            let mut client = self.inner.client.watch_client().max_decoding_message_size(MAX_RESPONSE_BYTES);
+            let mut stream = client.watch(self.inner.base.clone(), Some(opts)).await.map_err(backend)?;
+            let all = WatchFilter::default();
+            while let Some(resp) = stream.message().await.map_err(backend)? {
+                if resp.compact_revision() > 0 {
+                    // The oldest revision etcd holds is the compaction's: from there.
+                    after = (resp.compact_revision() as u64).saturating_sub(1).max(after + 1);
+                    continue 'open;
+                }
+                if resp.canceled() {
+                    return Err(StoreError::Backend(format!("etcd canceled a watch: {}", resp.cancel_reason())));
+                }
+                for e in resp.events() {
+                    let revision = e.kv().map(|kv| kv.mod_revision()).unwrap_or_default() as u64;
+                    if revision > to || revision >= end {
+                        return Ok((after, out));
+                    }
+                    out.extend(self.event_of(e, &all)?);
+                }
+            }
+            return Err(StoreError::Backend("etcd ended a watch".into()));
+        }
     }
 
     /// The registry events of one watch response, in order.

@@ -47,6 +47,9 @@ pub struct WindowLimits {
     /// Revisions back from the newest (`serve --watch-history`, which etcd's compaction keeps
     /// too): a watch from before is Gone, whichever store answers it.
     pub revisions: u64,
+    /// Revisions of etcd's history read into the window at start (fewer if etcd compacted
+    /// them): a watch from before a restart or a takeover resumes instead of being Gone.
+    pub prefill: u64,
     pub events: usize,
     /// Of the events' JSON: what a window costs in memory (a Node's event is ~1-3 KB).
     pub bytes: usize,
@@ -55,9 +58,12 @@ pub struct WindowLimits {
 impl Default for WindowLimits {
     /// Enough for a 10,000-node rollout (about six events a node) to be replayed from its start.
     fn default() -> Self {
-        WindowLimits { revisions: super::sqlite::DEFAULT_RETAIN, events: 100_000, bytes: 96 << 20 }
+        WindowLimits { revisions: super::sqlite::DEFAULT_RETAIN, prefill: 10_000, events: 100_000, bytes: 96 << 20 }
     }
 }
+
+/// How long a start may spend reading etcd's recent history into the window.
+const PREFILL_WITHIN: Duration = Duration::from_secs(10);
 
 /// Events a replay hands to a watch at once (whole revisions: a page may run over).
 const PAGE: usize = 1000;
@@ -126,6 +132,18 @@ struct Window {
     failed: Option<String>,
 }
 
+impl Window {
+    /// A window of `history` (every event after `floor`), at `head`.
+    fn of_history(history: Vec<Event>, floor: u64, head: u64) -> Window {
+        let mut w = Window { floor, head, ..Window::default() };
+        for ev in history {
+            w.bytes += ev.json.len();
+            w.entries.push_back(Entry { revision: ev.revision, key: ev.key, kind: ev.kind, json: ev.json });
+        }
+        w
+    }
+}
+
 impl WatchCache {
     /// Read every object from `etcd` and follow it from there. `text`: the resources to keep
     /// as JSON text only (large ones sent on as they are); everything else is kept parsed.
@@ -140,6 +158,23 @@ impl WatchCache {
     ) -> Result<WatchCache, StoreError> {
         let (items, revision) = etcd.snapshot().await?;
         let count = items.len();
+        let back = limits.prefill.min(limits.revisions);
+        let (floor, history) = match tokio::time::timeout(
+            PREFILL_WITHIN,
+            etcd.history(revision.saturating_sub(back), revision),
+        )
+        .await
+        {
+            Ok(Ok(h)) => h,
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "reading etcd's recent history failed; watches from before now are Gone");
+                (revision, Vec::new())
+            }
+            Err(_) => {
+                tracing::warn!("reading etcd's recent history took over 10 s; watches from before now are Gone");
+                (revision, Vec::new())
+            }
+        };
         let objects = ObjectCache::of_everything(text);
         objects.load(items, revision);
         let stream = etcd.watch_registry(revision).await?;
@@ -148,7 +183,7 @@ impl WatchCache {
             etcd: etcd.clone(),
             objects,
             hub: Arc::new(Hub::new(revision)),
-            window: Mutex::new(Window { floor: revision, head: revision, ..Window::default() }),
+            window: Mutex::new(Window::of_history(history, floor, revision)),
             limits,
             failed,
             follower: Mutex::new(None),
@@ -159,7 +194,7 @@ impl WatchCache {
         // Spawned once the cache exists: a follower that found it gone would stop at once.
         let follower = tokio::spawn(follow_etcd(Arc::downgrade(&inner), etcd, stream)).abort_handle();
         *inner.follower.lock().unwrap_or_else(|e| e.into_inner()) = Some(follower);
-        tracing::info!(objects = count, revision, "the watch cache holds the store from etcd");
+        tracing::info!(objects = count, revision, history_from = floor, "the watch cache holds the store from etcd");
         Ok(WatchCache { inner })
     }
 
@@ -768,6 +803,43 @@ mod tests {
             }
         }
         assert!(got_event);
+    }
+
+    /// A cache started on an etcd with history (a restart, a takeover) reads the recent part
+    /// into its window: a watch from before it started resumes; from before etcd's compaction,
+    /// or past what it reads, it is Gone.
+    #[tokio::test]
+    async fn a_new_cache_replays_etcds_recent_history() {
+        let etcd = EtcdServer::start();
+        let first = WatchCache::start(etcd_store(&etcd).await, &[]).await.unwrap();
+        let mut revs = Vec::new();
+        first.create(&node("a"), obj("a", 0)).await.unwrap();
+        for v in 1..=30 {
+            revs.push(revision_of(&first.update(&node("a"), obj("a", v), None).await.unwrap().object).unwrap());
+        }
+        drop(first);
+        let second = WatchCache::start(etcd_store(&etcd).await, &[]).await.unwrap();
+        let mut w = second.watch(WatchFilter::resource("/nodes"), revs[9]).await.unwrap();
+        for (i, rev) in revs[10..].iter().enumerate() {
+            let ev = next(&mut w).await.unwrap();
+            assert_eq!((ev.revision, &ev.object["spec"]["v"]), (*rev, &json!(i + 11)));
+        }
+        // etcd compacted: the window starts there.
+        let direct = etcd_store(&etcd).await;
+        direct.compact(revs[19]).await.unwrap();
+        let third = WatchCache::start(etcd_store(&etcd).await, &[]).await.unwrap();
+        assert!(matches!(third.watch(WatchFilter::resource("/nodes"), revs[5]).await, Err(StoreError::Gone { .. })));
+        let mut w = third.watch(WatchFilter::resource("/nodes"), revs[19]).await.unwrap();
+        assert_eq!(next(&mut w).await.unwrap().revision, revs[20]);
+        // No more than `prefill` revisions back.
+        let short = WindowLimits { prefill: 3, ..WindowLimits::default() };
+        let fourth = WatchCache::start_with(etcd_store(&etcd).await, &[], short).await.unwrap();
+        let head = fourth.revision().await.unwrap();
+        assert!(matches!(fourth.watch(WatchFilter::resource("/nodes"), head - 4).await, Err(StoreError::Gone { .. })));
+        // (The two starts before wrote their marker key after the last node write.)
+        assert_eq!(head, revs[29] + 2);
+        let mut w = fourth.watch(WatchFilter::resource("/nodes"), head - 3).await.unwrap();
+        assert_eq!(next(&mut w).await.unwrap().revision, revs[29]);
     }
 
     /// The window keeps whole revisions up to its limits; a watch from before it is Gone, except
