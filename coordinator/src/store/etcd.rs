@@ -1,13 +1,15 @@
 //! The etcd backend: the store on an etcd v3 cluster, as kube-apiserver keeps a cluster's
 //! objects, so that the store survives the loss of a machine and a standby coordinator can take
-//! over (`serve --etcd-endpoints`).
+//! over (`serve --etcd-servers`).
 //!
 //! The mapping is etcd's own model, which the [`Store`] trait was shaped after: an object is one
 //! key (`<prefix>/registry/<group>/<plural>/<namespace>/<name>`), its `resourceVersion` is the
 //! key's `mod_revision`, a compare-and-swap is a transaction comparing it, and a watch is an
 //! etcd watch from a revision (410 Gone once etcd has compacted past it). Objects are stored
 //! without `resourceVersion`, which is set from the revision on every read, as kube-apiserver
-//! does. Tokens (hashes only) live under `<prefix>/tokens/`.
+//! does. Tokens (hashes only) live under `<prefix>/tokens/`. The active coordinator serves from
+//! a watch cache in front of this store ([`super::watch_cache`]), which marks each of its starts
+//! by writing `<prefix>/watch-cache-start` (see [`EtcdStore::history`]).
 //!
 //! One coordinator acts at a time ([`EtcdStore::become_active`]): it holds a key on a lease,
 //! and every write it makes is a transaction that also compares that key's creation revision,
