@@ -485,17 +485,24 @@ pub async fn run(opts: ServeOptions) -> Result<()> {
     match active {
         None => serve.await?,
         Some((mut active, cache)) => {
+            let mut cache_failed = None;
             let lost = tokio::select! {
                 r = serve => { r?; false }
                 _ = active.lost() => true,
                 why = cache.failed() => {
-                    crate::notify::stopping("the watch cache lost track of etcd");
-                    bail!(
-                        "the coordinator's watch cache stopped following etcd ({why}); it stops here, and reads \
-                         everything from etcd again when started again"
-                    );
+                    cache_failed = Some(why);
+                    false
                 }
             };
+            if let Some(why) = cache_failed {
+                crate::notify::stopping("the watch cache lost track of etcd");
+                // A standby takes over now: this one serves nothing more.
+                active.resign().await;
+                bail!(
+                    "the coordinator's watch cache stopped following etcd ({why}); it stops here, and reads \
+                     everything from etcd again when started again"
+                );
+            }
             if lost {
                 crate::notify::stopping("lost the active lease in etcd");
                 bail!(
