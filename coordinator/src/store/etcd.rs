@@ -789,24 +789,20 @@ impl EtcdStore {
     /// object's last state.
     pub(crate) async fn watch_registry(&self, after: u64) -> Result<etcd_client::WatchStream, StoreError> {
         let opts = WatchOptions::new().with_start_revision(after as i64 + 1).with_prev_key().with_prefix();
-        for attempt in 1..=5 {
-            let mut client = self.inner.client.watch_client().max_decoding_message_size(MAX_RESPONSE_BYTES);
-            let mut stream = client.watch(self.inner.registry.clone(), Some(opts.clone())).await.map_err(backend)?;
-            match tokio::time::timeout(Duration::from_secs(2), stream.message()).await {
-                Ok(Ok(Some(r))) if r.created() => return Ok(stream),
-                Ok(Ok(Some(r))) => {
-                    return Err(StoreError::Backend(format!(
-                        "etcd answered a new watch with something else than its creation (canceled: {}, {})",
-                        r.canceled(),
-                        r.cancel_reason()
-                    )))
-                }
-                Ok(Ok(None)) => return Err(StoreError::Backend("etcd ended a new watch".into())),
-                Ok(Err(e)) => return Err(backend(e)),
-                Err(_) => tracing::warn!(attempt, "etcd did not confirm a new watch within 2 s; opening it again"),
-            }
+        let mut client = self.inner.client.watch_client().max_decoding_message_size(MAX_RESPONSE_BYTES);
+        let mut stream = client.watch(self.inner.registry.clone(), Some(opts)).await.map_err(backend)?;
+        // Confirmed before the cache serves: from here on etcd sends every event after `after`.
+        match tokio::time::timeout(Duration::from_secs(10), stream.message()).await {
+            Ok(Ok(Some(r))) if r.created() => Ok(stream),
+            Ok(Ok(Some(r))) => Err(StoreError::Backend(format!(
+                "etcd answered a new watch with something else than its creation (canceled: {}, {})",
+                r.canceled(),
+                r.cancel_reason()
+            ))),
+            Ok(Ok(None)) => Err(StoreError::Backend("etcd ended a new watch".into())),
+            Ok(Err(e)) => Err(backend(e)),
+            Err(_) => Err(StoreError::Backend("etcd did not confirm a new watch within 10 s".into())),
         }
-        Err(StoreError::Backend("etcd confirmed none of 5 new watches within 2 s".into()))
     }
 
     /// The registry events etcd still holds with revisions in (`after`, `to`], oldest first,
@@ -818,6 +814,9 @@ impl EtcdStore {
     /// the history they cover), so this first writes a marker key under the prefix, at a
     /// revision past `to`, and reads the whole prefix's history up to it.
     pub(crate) async fn history(&self, after: u64, to: u64) -> Result<(u64, Vec<Event>), StoreError> {
+        if after >= to {
+            return Ok((to, Vec::new()));
+        }
         let marker = format!("{}watch-cache-start", self.inner.base);
         let resp = self.txn(Vec::new(), vec![TxnOp::put(marker, Vec::new(), None)], Vec::new()).await?;
         if !resp.succeeded() {

@@ -136,11 +136,21 @@ impl Window {
     /// A window of `history` (every event after `floor`), at `head`.
     fn of_history(history: Vec<Event>, floor: u64, head: u64) -> Window {
         let mut w = Window { floor, head, ..Window::default() };
-        for ev in history {
-            w.bytes += ev.json.len();
-            w.entries.push_back(Entry { revision: ev.revision, key: ev.key, kind: ev.kind, json: ev.json });
+        for ev in &history {
+            w.push(ev);
         }
         w
+    }
+
+    /// `ev` at the window's end (its JSON only).
+    fn push(&mut self, ev: &Event) {
+        self.bytes += ev.json.len();
+        self.entries.push_back(Entry {
+            revision: ev.revision,
+            key: ev.key.clone(),
+            kind: ev.kind,
+            json: ev.json.clone(),
+        });
     }
 }
 
@@ -377,24 +387,14 @@ impl Inner {
     fn apply(&self, mut events: Vec<Event>) {
         let Some(last) = events.last().map(|e| e.revision) else { return };
         {
+            // The window first (a watch replaying it ahead of the objects or the hub gets the
+            // hub's copies of the same events after, and drops them as not newer).
             let mut w = self.lock();
             for ev in &mut events {
                 ev.origin = w.origins.remove(&ev.revision);
+                w.push(ev);
             }
             w.origins_taken = last;
-        }
-        self.objects.apply_commit(events.iter(), last);
-        {
-            let mut w = self.lock();
-            for ev in &events {
-                w.bytes += ev.json.len();
-                w.entries.push_back(Entry {
-                    revision: ev.revision,
-                    key: ev.key.clone(),
-                    kind: ev.kind,
-                    json: ev.json.clone(),
-                });
-            }
             // Whole revisions out of the front, so that the window's start is a revision's end.
             let keep_after = last.saturating_sub(self.limits.revisions.max(1));
             while let Some(oldest) = w.entries.front().map(|e| e.revision) {
@@ -412,6 +412,7 @@ impl Inner {
             // Revisions of nothing (another prefix's writes, the active key) age out too.
             w.floor = w.floor.max(keep_after);
         }
+        self.objects.apply_commit(events.iter(), last);
         self.hub.publish_all(events.iter());
         let done = {
             let mut w = self.lock();
