@@ -244,6 +244,11 @@ impl Coordinator {
         self._etcd.as_ref().map(|e| e.pid())
     }
 
+    /// That etcd's client URL (where it also serves `/metrics`).
+    pub fn etcd_endpoint(&self) -> Option<&str> {
+        self._etcd.as_ref().map(|e| e.endpoint())
+    }
+
     /// The data directory (`--data-dir`).
     pub fn data_dir(&self) -> PathBuf {
         self.root.path().join("data")
@@ -488,8 +493,22 @@ impl Drop for Coordinator {
     fn drop(&mut self) {
         if std::thread::panicking() {
             eprintln!("--- coordinator log (tail) ---\n{}\n---", self.log_tail());
+        } else if let Some(status) = self.exited().filter(|s| !s.success()) {
+            // Died on its own, e.g. under a bench that returns an error rather than panicking.
+            eprintln!("--- coordinator exited ({status}); its log (tail) ---\n{}\n---", self.log_tail());
         }
         self.kill9();
+        // `ALOFT_TEST_KEEP_LOGS=DIR`: every start's log, kept past the temp dir.
+        if let Some(dir) = std::env::var_os("ALOFT_TEST_KEEP_LOGS") {
+            let dir = PathBuf::from(dir);
+            let _ = std::fs::create_dir_all(&dir);
+            for start in 1..=self.starts {
+                let from = self.root.path().join(format!("coordinator-{start}.log"));
+                let root = self.root.path().file_name().unwrap_or_default().to_string_lossy();
+                let to = dir.join(format!("coordinator-{root}-{start}.log"));
+                let _ = std::fs::copy(from, to);
+            }
+        }
     }
 }
 

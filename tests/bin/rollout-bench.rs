@@ -501,6 +501,20 @@ fn node_requests(metrics: &str) -> std::collections::BTreeMap<String, u64> {
     out
 }
 
+/// The requests etcd answered, by gRPC method (`grpc_server_handled_total` in its `/metrics`):
+/// what the coordinator asked of its store.
+async fn etcd_requests(endpoint: &str) -> Result<std::collections::BTreeMap<String, u64>> {
+    let text = reqwest::get(format!("{endpoint}/metrics")).await?.error_for_status()?.text().await?;
+    let mut out = std::collections::BTreeMap::new();
+    for line in text.lines() {
+        let Some(labels) = line.strip_prefix("grpc_server_handled_total{") else { continue };
+        if let Some(method) = label(labels, "grpc_method") {
+            *out.entry(method.to_string()).or_insert(0) += value(line) as u64;
+        }
+    }
+    Ok(out)
+}
+
 /// The node controller's passes so far, from `aloft_controller_pass*` in `/metrics`.
 #[derive(Default)]
 struct Passes {
@@ -776,6 +790,10 @@ async fn rollout(
     let mut restart: Option<Restart> = None;
     let (cpu0, sim_cpu0) = (coordinator0.cpu_s, sim0.cpu_s);
     let etcd_cpu0 = c.etcd_pid().map(|p| proc_usage(p).cpu_s);
+    let etcd_requests0 = match c.etcd_endpoint() {
+        Some(e) => Some(etcd_requests(e).await?),
+        None => None,
+    };
     let start = Instant::now();
     if fleet.trace {
         eprintln!("trace start at {:.1} ms", start.duration_since(fleet.t0).as_secs_f64() * 1000.0);
@@ -993,6 +1011,17 @@ async fn rollout(
             etcd_cpu * 1000.0 / args.nodes as f64,
             (etcd_cpu + coordinator_cpu) * 1000.0 / args.nodes as f64
         );
+    }
+    if let (Some(e), Some(before)) = (c.etcd_endpoint(), &etcd_requests0) {
+        let after = etcd_requests(e).await?;
+        let per_node: Vec<String> = after
+            .iter()
+            .filter_map(|(m, n)| {
+                let d = n.saturating_sub(before.get(m).copied().unwrap_or(0));
+                (d > 0).then(|| format!("{m} {:.2}", d as f64 / args.nodes as f64))
+            })
+            .collect();
+        println!("  etcd's requests per node update (gRPC, by method): {}", per_node.join(", "));
     }
     if let Some(r) = &restart {
         let at = |t: Option<Duration>| t.map_or("never".to_string(), |t| format!("{:.2} s", t.as_secs_f64()));

@@ -17,6 +17,7 @@
 //! after another took over. Kubernetes' controller leader election has no such fence; two node
 //! controllers writing at once could take more nodes down than `maxUnavailable` allows.
 
+use super::read_batch::{ReadBatch, ReadMany};
 use super::{
     set_revision, Event, EventType, JsonListing, Key, Listing, Store, StoreError, Stored, TokenInfo, Tokens,
     WatchFilter, WatchStream, MAX_OBJECT_BYTES,
@@ -85,6 +86,11 @@ struct Inner {
     fence: Mutex<Option<Fence>>,
     /// Set when a write found the fence gone: this coordinator is no longer the active one.
     fenced_out: tokio::sync::watch::Sender<bool>,
+    /// Token lookups, many requests' in one read (see [`super::read_batch`]).
+    token_reads: ReadBatch,
+    /// How to open another connection: the active coordinator keeps its lease alive on one of
+    /// its own, so that renewals do not queue behind a burst of writes on the shared one.
+    connect: (Vec<String>, ConnectOptions),
 }
 
 fn backend(e: etcd_client::Error) -> StoreError {
@@ -148,6 +154,39 @@ fn written(mut object: Value, revision: i64) -> Stored {
     Stored::new(object)
 }
 
+/// Etcd's default `--max-txn-ops`: a batched read of more keys is several transactions.
+const MAX_READS_PER_TXN: usize = 128;
+
+/// Reads keys for a [`ReadBatch`]: one key a plain get, more a read-only transaction of gets
+/// (linearizable, like a get, and no new revision), at most [`MAX_READS_PER_TXN`] a
+/// transaction, the transactions at once.
+fn read_many(kv: KvClient) -> ReadMany {
+    Arc::new(move |keys: Vec<String>| {
+        let kv = kv.clone();
+        Box::pin(async move {
+            if let [key] = keys.as_slice() {
+                let resp = kv.clone().get(key.as_str(), None).await.map_err(backend)?;
+                return Ok(vec![resp.kvs().first().map(|kv| kv.value().to_vec())]);
+            }
+            let reads = keys.chunks(MAX_READS_PER_TXN).map(|chunk| {
+                let mut kv = kv.clone();
+                let ops: Vec<TxnOp> = chunk.iter().map(|k| TxnOp::get(k.as_str(), None)).collect();
+                async move { kv.txn(Txn::new().and_then(ops)).await.map_err(backend) }
+            });
+            let mut values = Vec::with_capacity(keys.len());
+            for resp in futures::future::try_join_all(reads).await? {
+                for op in resp.op_responses() {
+                    values.push(match op {
+                        TxnOpResponse::Get(g) => g.kvs().first().map(|kv| kv.value().to_vec()),
+                        _ => None,
+                    });
+                }
+            }
+            Ok(values)
+        })
+    })
+}
+
 fn header_revision(resp: &TxnResponse) -> i64 {
     resp.header().map(|h| h.revision()).unwrap_or_default()
 }
@@ -168,10 +207,11 @@ impl EtcdStore {
         if opts.ca.is_some() || opts.cert.is_some() {
             connect = connect.with_tls(tls_options(opts)?);
         }
-        let client = Client::connect(&opts.endpoints, Some(connect))
+        let client = Client::connect(&opts.endpoints, Some(connect.clone()))
             .await
             .map_err(|e| StoreError::Backend(format!("connecting to etcd at {}: {e}", opts.endpoints.join(","))))?;
         let kv = client.kv_client().max_decoding_message_size(MAX_RESPONSE_BYTES);
+        let kv_for_reads = kv.clone();
         let (fenced_out, _) = tokio::sync::watch::channel(false);
         let store = EtcdStore {
             inner: Arc::new(Inner {
@@ -185,6 +225,8 @@ impl EtcdStore {
                 endpoints: opts.endpoints.join(","),
                 fence: Mutex::new(None),
                 fenced_out,
+                token_reads: ReadBatch::new(read_many(kv_for_reads)),
+                connect: (opts.endpoints.clone(), connect),
             }),
         };
         // Bounded: an address that takes the connection and never answers must not hold a
@@ -308,9 +350,13 @@ impl EtcdStore {
     ) -> Result<Active, StoreError> {
         let key = self.inner.active.clone();
         let ttl_s = ttl.as_secs().max(2) as i64;
+        let (endpoints, options) = &self.inner.connect;
+        let lease_connection = Client::connect(endpoints, Some(options.clone())).await.map_err(backend)?;
         let mut told = false;
         loop {
-            let mut lease_client = self.inner.client.lease_client();
+            let mut lease_client = lease_connection.lease_client();
+            // The lease runs from before it was asked for, at the latest.
+            let asked = tokio::time::Instant::now();
             let lease = lease_client.grant(ttl_s, None).await.map_err(backend)?.id();
             let put = TxnOp::put(key.clone(), identity, Some(PutOptions::new().with_lease(lease)));
             let resp = self
@@ -328,7 +374,8 @@ impl EtcdStore {
                 *self.inner.fence.lock().unwrap_or_else(|e| e.into_inner()) =
                     Some(Fence { key: key.clone().into_bytes(), created });
                 self.inner.fenced_out.send_replace(false);
-                return Ok(Active::start(self.clone(), lease, ttl));
+                let ttl = Duration::from_secs(ttl_s as u64);
+                return Ok(Active::start(self, lease_connection, lease, ttl, asked + ttl));
             }
             let _ = lease_client.revoke(lease).await;
             let holder = match resp.op_responses().first() {
@@ -374,6 +421,14 @@ impl EtcdStore {
     /// The endpoints, for messages.
     pub fn endpoints(&self) -> &str {
         &self.inner.endpoints
+    }
+
+    /// What API requests authenticate with: the token's record, read with others' (one read in
+    /// flight at a time, each started after its lookups were asked for).
+    async fn token_of_request(&self, hash: &str) -> Result<Option<TokenRecord>, StoreError> {
+        let k = format!("{}{hash}", self.inner.token_hashes);
+        let Some(value) = self.inner.token_reads.get(k).await? else { return Ok(None) };
+        serde_json::from_slice(&value).map(Some).map_err(|e| StoreError::Backend(format!("a stored token: {e}")))
     }
 
     async fn token_record(&self, hash: &str) -> Result<Option<(TokenRecord, i64)>, StoreError> {
@@ -441,19 +496,22 @@ struct TokenRecord {
 /// This coordinator is the active one while this lives: its lease is kept alive in the
 /// background. [`Active::lost`] returns when it is not any more.
 pub struct Active {
-    store: EtcdStore,
+    /// Kept for its fence: `fenced_out`, which the keeper waits on, lives in the store.
+    _store: EtcdStore,
+    /// The lease's own connection.
+    client: Client,
     lease: i64,
     keeper: tokio::task::JoinHandle<()>,
     lost: tokio::sync::watch::Receiver<bool>,
 }
 
 impl Active {
-    fn start(store: EtcdStore, lease: i64, ttl: Duration) -> Active {
+    /// `until`: when the lease runs out unless renewed (measured from before it was granted).
+    fn start(store: &EtcdStore, client: Client, lease: i64, ttl: Duration, until: tokio::time::Instant) -> Active {
         let (lost_tx, lost) = tokio::sync::watch::channel(false);
         let fenced = store.inner.fenced_out.subscribe();
-        let client = store.inner.client.clone();
-        let keeper = tokio::spawn(keep_alive(client, lease, ttl, lost_tx, fenced));
-        Active { store, lease, keeper, lost }
+        let keeper = tokio::spawn(keep_alive(client.clone(), lease, ttl, until, lost_tx, fenced));
+        Active { _store: store.clone(), client, lease, keeper, lost }
     }
 
     /// Returns once the lease is lost (it expired, etcd could not be reached for its time to
@@ -467,60 +525,92 @@ impl Active {
     pub async fn resign(self) {
         self.keeper.abort();
         // The fence stays: with the key gone, every later write of this store is refused.
-        let _ = self.store.inner.client.lease_client().revoke(self.lease).await;
+        let _ = self.client.lease_client().revoke(self.lease).await;
     }
 }
 
+/// What one renewal of the lease came to.
+enum Renewal {
+    /// Renewed by a request sent at this instant: the lease holds until then + its TTL.
+    Renewed(tokio::time::Instant),
+    /// etcd no longer has the lease.
+    Expired,
+    Failed(String),
+}
+
+type LeaseStream = (etcd_client::LeaseKeeper, etcd_client::LeaseKeepAliveStream);
+
+async fn renew(client: &Client, lease: i64, stream: &mut Option<LeaseStream>) -> Renewal {
+    let sent = tokio::time::Instant::now();
+    let Some((keeper, responses)) = stream.as_mut() else {
+        // Opening the stream renews the lease once (its first answer is the renewal's).
+        return match client.lease_client().keep_alive(lease).await {
+            Ok(opened) => {
+                *stream = Some(opened);
+                Renewal::Renewed(sent)
+            }
+            Err(etcd_client::Error::LeaseKeepAliveError(e)) if e.contains("not found") => Renewal::Expired,
+            Err(e) => Renewal::Failed(e.to_string()),
+        };
+    };
+    if let Err(e) = keeper.keep_alive().await {
+        return Renewal::Failed(e.to_string());
+    }
+    match responses.message().await {
+        Ok(Some(r)) if r.ttl() > 0 => Renewal::Renewed(sent),
+        Ok(Some(_)) => Renewal::Expired,
+        Ok(None) => Renewal::Failed("etcd closed the lease's stream".into()),
+        Err(e) => Renewal::Failed(e.to_string()),
+    }
+}
+
+/// Renews the lease every third of its TTL; after a failure, again soon, for as long as the
+/// lease holds. Lost (and `lost` says so) when etcd no longer has the lease, when it ran out
+/// before a renewal was answered, or when a write found the fence gone. A late answer still
+/// counts: the lease then holds from when its request was sent, never from when the answer
+/// came. (The first version gave up when one answer took more than a third of the TTL: 10,000
+/// agents connecting to a coordinator on etcd made one answer late by a second and stopped it.)
 async fn keep_alive(
     client: Client,
     lease: i64,
     ttl: Duration,
+    mut deadline: tokio::time::Instant,
     lost: tokio::sync::watch::Sender<bool>,
     mut fenced: tokio::sync::watch::Receiver<bool>,
 ) {
     let every = (ttl / 3).max(Duration::from_millis(500));
-    // The lease holds until `deadline` at least; past it, without a renewal, another may be active.
-    let mut deadline = tokio::time::Instant::now() + ttl;
+    let retry = (ttl / 15).clamp(Duration::from_millis(100), Duration::from_secs(1));
     let mut stream = None;
     loop {
-        if stream.is_none() {
-            stream = client.lease_client().keep_alive(lease).await.ok();
-        }
-        let renewed = match stream.as_mut() {
-            Some((keeper, responses)) => match keeper.keep_alive().await {
-                Ok(()) => match tokio::time::timeout(every, responses.message()).await {
-                    Ok(Ok(Some(r))) if r.ttl() > 0 => Some(r.ttl()),
-                    Ok(Ok(Some(_))) => {
-                        tracing::error!(lease, "the active coordinator's lease in etcd expired");
-                        lost.send_replace(true);
-                        return;
-                    }
-                    _ => None,
-                },
-                Err(_) => None,
+        let wait = tokio::select! {
+            renewal = tokio::time::timeout_at(deadline, renew(&client, lease, &mut stream)) => match renewal {
+                Ok(Renewal::Renewed(sent)) => {
+                    deadline = deadline.max(sent + ttl);
+                    every
+                }
+                Ok(Renewal::Expired) => {
+                    tracing::error!(lease, "the active coordinator's lease in etcd expired");
+                    break;
+                }
+                Ok(Renewal::Failed(why)) => {
+                    stream = None;
+                    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                    tracing::warn!(lease, %why, ?left, "could not renew the active coordinator's lease in etcd; trying again");
+                    retry
+                }
+                Err(_) => {
+                    tracing::error!(lease, "the active coordinator's lease in etcd could not be renewed in time");
+                    break;
+                }
             },
-            None => None,
+            _ = fenced.wait_for(|f| *f) => break,
         };
-        match renewed {
-            Some(_) => deadline = tokio::time::Instant::now() + ttl,
-            None => {
-                stream = None;
-                tracing::warn!(lease, "could not renew the active coordinator's lease in etcd; trying again");
-            }
-        }
-        if tokio::time::Instant::now() + every >= deadline {
-            tracing::error!(lease, "the active coordinator's lease in etcd could not be renewed in time");
-            lost.send_replace(true);
-            return;
-        }
         tokio::select! {
-            _ = tokio::time::sleep(every) => {}
-            _ = fenced.wait_for(|f| *f) => {
-                lost.send_replace(true);
-                return;
-            }
+            _ = tokio::time::sleep(wait) => {}
+            _ = fenced.wait_for(|f| *f) => break,
         }
     }
+    lost.send_replace(true);
 }
 
 #[async_trait]
@@ -961,7 +1051,7 @@ impl Tokens for EtcdStore {
     }
 
     async fn find_token(&self, hash: String) -> Result<Option<(String, String)>, StoreError> {
-        let Some((rec, _)) = self.token_record(&hash).await? else { return Ok(None) };
+        let Some(rec) = self.token_of_request(&hash).await? else { return Ok(None) };
         if rec.expires.is_some() && super::sqlite::expired(rec.expires.as_deref(), chrono::Utc::now()) {
             return Ok(None);
         }
@@ -1257,6 +1347,49 @@ mod tests {
         assert_eq!(names, ["node:n1"]);
     }
 
+    /// API requests' token lookups share reads (a read-only transaction of many gets, in
+    /// several past etcd's 128 operations), and a token another process revoked stops at the
+    /// next lookup even while reads are in flight.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn token_lookups_share_reads_and_see_a_revocation_at_once() {
+        let etcd = EtcdServer::start();
+        let (s, command) = (store(&etcd).await, store(&etcd).await);
+        for i in 0..300 {
+            s.put_token(format!("h{i}"), format!("t{i}"), "viewer".into(), None).await.unwrap();
+        }
+        let mut lookups = Vec::new();
+        for i in 0..900 {
+            let s = s.clone();
+            let hash = if i % 3 == 0 { format!("none{i}") } else { format!("h{}", i % 300) };
+            lookups.push(tokio::spawn(async move { (hash.clone(), s.find_token(hash).await) }));
+        }
+        for l in lookups {
+            let (hash, found) = l.await.unwrap();
+            let want = hash.strip_prefix('h').map(|n| (format!("t{n}"), "viewer".to_string()));
+            assert_eq!(found.unwrap(), want, "{hash}");
+        }
+        let reads = s.inner.token_reads.reads();
+        assert!(reads < 300, "900 concurrent lookups took {reads} reads");
+
+        // Lookups of another token keep reads in flight all along.
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let busy = {
+            let (s, stop) = (s.clone(), stop.clone());
+            tokio::spawn(async move {
+                while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    assert!(s.find_token("h2".into()).await.unwrap().is_some());
+                }
+            })
+        };
+        for i in [5, 6, 7] {
+            assert!(s.find_token(format!("h{i}")).await.unwrap().is_some());
+            assert!(command.delete_token(format!("t{i}"), None).await.unwrap());
+            assert_eq!(s.find_token(format!("h{i}")).await.unwrap(), None, "t{i} revoked by another process");
+        }
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        busy.await.unwrap();
+    }
+
     /// One coordinator acts at a time, and one whose key was taken from it cannot write again.
     #[tokio::test]
     async fn one_store_is_active_and_one_that_lost_its_lease_writes_nothing() {
@@ -1293,6 +1426,39 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(5), active_a.lost()).await.expect("a learns it lost");
         b.update(&Key::cluster("/nodes", "x"), obj("x", 3), None).await.unwrap();
         assert_eq!(b.get(&Key::cluster("/nodes", "x")).await.unwrap().unwrap()["spec"]["v"], 3);
+    }
+
+    /// A renewal answered late, but while the lease still held, keeps the coordinator active
+    /// (etcd frozen for 1.5 s of a 4 s lease); one that cannot be answered before the lease runs
+    /// out loses it, by the lease's own time, even with etcd frozen and answering nothing.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_late_renewal_keeps_the_lease_and_a_frozen_etcd_loses_it_in_time() {
+        use nix::sys::signal::{kill, Signal};
+        use nix::unistd::Pid;
+        let etcd = EtcdServer::start();
+        let pid = Pid::from_raw(etcd.pid() as i32);
+        let a = store(&etcd).await;
+        let mut active =
+            a.become_active("a", Duration::from_secs(4), |_| panic!("nobody else is active")).await.unwrap();
+        for round in 0..3 {
+            tokio::time::sleep(Duration::from_millis(300 + 400 * round)).await;
+            kill(pid, Signal::SIGSTOP).unwrap();
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            kill(pid, Signal::SIGCONT).unwrap();
+        }
+        assert!(
+            tokio::time::timeout(Duration::from_secs(3), active.lost()).await.is_err(),
+            "late renewals within the lease lost it"
+        );
+        a.create(&Key::cluster("/nodes", "x"), obj("x", 1)).await.expect("still active: a fenced write");
+
+        kill(pid, Signal::SIGSTOP).unwrap();
+        let frozen = std::time::Instant::now();
+        let lost = tokio::time::timeout(Duration::from_secs(8), active.lost()).await;
+        let after = frozen.elapsed();
+        kill(pid, Signal::SIGCONT).unwrap();
+        assert!(lost.is_ok(), "a frozen etcd for 8 s of a 4 s lease did not lose it");
+        assert!(after <= Duration::from_millis(4500), "lost {after:?} after etcd froze, past the 4 s lease");
     }
 
     /// etcd over TLS with client certificates, as a production etcd runs: the store connects

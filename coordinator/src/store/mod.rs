@@ -10,6 +10,7 @@ pub mod etcd;
 mod follow;
 mod hub;
 mod object_cache;
+mod read_batch;
 pub mod sqlite;
 mod token_cache;
 pub mod watch_cache;
