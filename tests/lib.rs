@@ -188,8 +188,11 @@ impl Coordinator {
         let mut etcd = None;
         if stores_on_etcd() && !opts.args.iter().any(|a| a == "--etcd-servers") {
             let server = aloft_coordinator::store::etcd::testing::EtcdServer::start();
-            // A restart after a kill waits for the killed one's lease: 3 s, not 15.
-            opts.args.extend(["--etcd-servers", server.endpoint(), "--active-lease-duration", "3s"].map(String::from));
+            opts.args.extend(["--etcd-servers", server.endpoint()].map(String::from));
+            if !opts.args.iter().any(|a| a == "--active-lease-duration") {
+                // A restart after a kill waits for the killed one's lease: 3 s, not 15.
+                opts.args.extend(["--active-lease-duration", "3s"].map(String::from));
+            }
             etcd = Some(server);
         }
         let root = tempfile::Builder::new().prefix("aloft-test-").tempdir().expect("tempdir");

@@ -596,9 +596,18 @@ async fn main() -> Result<()> {
     let args = parse_args()?;
     let k = budget(&args.max_unavailable, args.nodes)?;
     let speed = host_speed();
+    let mut coordinator_args = args.coordinator_args.clone();
+    if aloft_tests::stores_on_etcd()
+        && args.restart_after.is_none()
+        && !coordinator_args.iter().any(|a| a == "--active-lease-duration")
+    {
+        // serve's default, not the tests' 3 s (there for quick takeovers): an etcd taking
+        // 10,000 agents' writes on the same two cores answers a lease renewal seconds late.
+        coordinator_args.extend(["--active-lease-duration".to_string(), "15s".to_string()]);
+    }
     // A restart keeps the port: the agents know the coordinator by its address.
     let mut c = Coordinator::start_with(Options {
-        args: args.coordinator_args.clone(),
+        args: coordinator_args,
         fixed_port: args.restart_after.is_some(),
         ..Options::default()
     });
