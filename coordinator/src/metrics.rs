@@ -27,6 +27,9 @@
 //!   `aloft_controller_pass_events_total{controller}`: each controller's reconcile passes
 //!   ([`crate::controllers::passes`]);
 //! - `aloft_store_revision`: the store's newest revision (a write counter);
+//! - on etcd, `etcd_request_duration_seconds{operation}` (kube-apiserver's name) and
+//!   `aloft_watch_cache_write_wait_seconds`: how long etcd took to answer, and how long a write
+//!   it answered then waited for the watch cache ([`crate::store::etcd`]);
 //! - `aloft_build_info{version,git_commit,git_tree_state,build_date}`: 1, which build serves
 //!   (as `kubernetes_build_info`), so a half-done upgrade of the coordinators shows;
 //! - `apiserver_request_total{verb,group,version,resource,subresource,scope,code}`,
@@ -167,6 +170,7 @@ pub async fn encode(
     registry.register("aloft_store_revision", "The store's newest revision", revision);
     requests.register(&mut registry);
     inflight.register(&mut registry);
+    store.register_metrics(&mut registry);
     crate::process_metrics::register(&mut registry, allocator);
     let info = Family::<[(&'static str, &'static str); 4], Gauge>::default();
     info.get_or_create(&build.metric_labels()).set(1);

@@ -501,6 +501,11 @@ fn node_requests(metrics: &str) -> std::collections::BTreeMap<String, u64> {
     out
 }
 
+/// The value of one series (its name and labels, e.g. `x_count{operation="txn"}`), 0 without it.
+fn sample(metrics: &str, series: &str) -> f64 {
+    metrics.lines().find(|l| l.strip_prefix(series).is_some_and(|rest| rest.starts_with(' '))).map_or(0.0, value)
+}
+
 /// The requests etcd answered, by gRPC method (`grpc_server_handled_total` in its `/metrics`):
 /// what the coordinator asked of its store.
 async fn etcd_requests(endpoint: &str) -> Result<std::collections::BTreeMap<String, u64>> {
@@ -1031,6 +1036,24 @@ async fn rollout(
             })
             .collect();
         println!("  etcd's requests per node update (gRPC, by method): {}", per_node.join(", "));
+        // The coordinator's own timings of them (`etcd_request_duration_seconds` and the
+        // watch cache's wait), as means over the rollout.
+        let mean_ms = |name: &str, labels: &str| {
+            let of = |m: &str, part: &str| sample(m, &format!("{name}_{part}{labels}"));
+            let n = of(&metrics, "count") - of(&metrics0, "count");
+            if n > 0.0 {
+                format!("{:.2} ms", (of(&metrics, "sum") - of(&metrics0, "sum")) * 1000.0 / n)
+            } else {
+                "none".to_string()
+            }
+        };
+        println!(
+            "  on etcd, a write took {} on average for etcd to answer, then {} until the watch cache had it; a \
+             batch of token lookups {}",
+            mean_ms("etcd_request_duration_seconds", "{operation=\"txn\"}"),
+            mean_ms("aloft_watch_cache_write_wait_seconds", ""),
+            mean_ms("etcd_request_duration_seconds", "{operation=\"tokens\"}"),
+        );
     }
     if let Some(r) = &restart {
         let at = |t: Option<Duration>| t.map_or("never".to_string(), |t| format!("{:.2} s", t.as_secs_f64()));

@@ -17,6 +17,7 @@
 //! after another took over. Kubernetes' controller leader election has no such fence; two node
 //! controllers writing at once could take more nodes down than `maxUnavailable` allows.
 
+use super::etcd_metrics::EtcdMetrics;
 use super::read_batch::{ReadBatch, ReadMany};
 use super::{
     set_revision, Event, EventType, JsonListing, Key, Listing, Store, StoreError, Stored, TokenInfo, Tokens,
@@ -91,6 +92,7 @@ struct Inner {
     /// How to open another connection: the active coordinator keeps its lease alive on one of
     /// its own, so that renewals do not queue behind a burst of writes on the shared one.
     connect: (Vec<String>, ConnectOptions),
+    metrics: EtcdMetrics,
 }
 
 fn backend(e: etcd_client::Error) -> StoreError {
@@ -160,31 +162,38 @@ const MAX_READS_PER_TXN: usize = 128;
 /// Reads keys for a [`ReadBatch`]: one key a plain get, more a read-only transaction of gets
 /// (linearizable, like a get, and no new revision), at most [`MAX_READS_PER_TXN`] a
 /// transaction, the transactions at once.
-fn read_many(kv: KvClient) -> ReadMany {
+fn read_many(kv: KvClient, metrics: EtcdMetrics) -> ReadMany {
     Arc::new(move |keys: Vec<String>| {
-        let kv = kv.clone();
+        let (kv, metrics) = (kv.clone(), metrics.clone());
         Box::pin(async move {
-            if let [key] = keys.as_slice() {
-                let resp = kv.clone().get(key.as_str(), None).await.map_err(backend)?;
-                return Ok(vec![resp.kvs().first().map(|kv| kv.value().to_vec())]);
-            }
-            let reads = keys.chunks(MAX_READS_PER_TXN).map(|chunk| {
-                let mut kv = kv.clone();
-                let ops: Vec<TxnOp> = chunk.iter().map(|k| TxnOp::get(k.as_str(), None)).collect();
-                async move { kv.txn(Txn::new().and_then(ops)).await.map_err(backend) }
-            });
-            let mut values = Vec::with_capacity(keys.len());
-            for resp in futures::future::try_join_all(reads).await? {
-                for op in resp.op_responses() {
-                    values.push(match op {
-                        TxnOpResponse::Get(g) => g.kvs().first().map(|kv| kv.value().to_vec()),
-                        _ => None,
-                    });
-                }
-            }
-            Ok(values)
+            let began = std::time::Instant::now();
+            let values = read_keys(kv, keys).await;
+            metrics.request("tokens", began);
+            values
         })
     })
+}
+
+async fn read_keys(kv: KvClient, keys: Vec<String>) -> Result<Vec<Option<Vec<u8>>>, StoreError> {
+    if let [key] = keys.as_slice() {
+        let resp = kv.clone().get(key.as_str(), None).await.map_err(backend)?;
+        return Ok(vec![resp.kvs().first().map(|kv| kv.value().to_vec())]);
+    }
+    let reads = keys.chunks(MAX_READS_PER_TXN).map(|chunk| {
+        let mut kv = kv.clone();
+        let ops: Vec<TxnOp> = chunk.iter().map(|k| TxnOp::get(k.as_str(), None)).collect();
+        async move { kv.txn(Txn::new().and_then(ops)).await.map_err(backend) }
+    });
+    let mut values = Vec::with_capacity(keys.len());
+    for resp in futures::future::try_join_all(reads).await? {
+        for op in resp.op_responses() {
+            values.push(match op {
+                TxnOpResponse::Get(g) => g.kvs().first().map(|kv| kv.value().to_vec()),
+                _ => None,
+            });
+        }
+    }
+    Ok(values)
 }
 
 fn header_revision(resp: &TxnResponse) -> i64 {
@@ -212,6 +221,7 @@ impl EtcdStore {
             .map_err(|e| StoreError::Backend(format!("connecting to etcd at {}: {e}", opts.endpoints.join(","))))?;
         let kv = client.kv_client().max_decoding_message_size(MAX_RESPONSE_BYTES);
         let kv_for_reads = kv.clone();
+        let metrics = EtcdMetrics::default();
         let (fenced_out, _) = tokio::sync::watch::channel(false);
         let store = EtcdStore {
             inner: Arc::new(Inner {
@@ -225,8 +235,9 @@ impl EtcdStore {
                 endpoints: opts.endpoints.join(","),
                 fence: Mutex::new(None),
                 fenced_out,
-                token_reads: ReadBatch::new(read_many(kv_for_reads)),
+                token_reads: ReadBatch::new(read_many(kv_for_reads, metrics.clone())),
                 connect: (opts.endpoints.clone(), connect),
+                metrics,
             }),
         };
         // Bounded: an address that takes the connection and never answers must not hold a
@@ -248,6 +259,11 @@ impl EtcdStore {
 
     fn kv(&self) -> KvClient {
         self.inner.kv.clone()
+    }
+
+    /// How long etcd takes to answer, for `/metrics`.
+    pub fn metrics(&self) -> &EtcdMetrics {
+        &self.inner.metrics
     }
 
     fn key_of(&self, key: &Key) -> String {
@@ -289,7 +305,10 @@ impl EtcdStore {
         }
         when.extend(compares);
         otherwise.extend(reads);
-        let resp = self.kv().txn(Txn::new().when(when).and_then(ops).or_else(otherwise)).await.map_err(backend)?;
+        let began = std::time::Instant::now();
+        let resp = self.kv().txn(Txn::new().when(when).and_then(ops).or_else(otherwise)).await.map_err(backend);
+        self.inner.metrics.request("txn", began);
+        let resp = resp?;
         if !resp.succeeded() {
             if let Some(f) = &fence {
                 let still = match resp.op_responses().first() {
@@ -622,7 +641,10 @@ async fn keep_alive(
 #[async_trait]
 impl Store for EtcdStore {
     async fn get(&self, key: &Key) -> Result<Option<Stored>, StoreError> {
-        let resp = self.kv().get(self.key_of(key), None).await.map_err(backend)?;
+        let began = std::time::Instant::now();
+        let resp = self.kv().get(self.key_of(key), None).await.map_err(backend);
+        self.inner.metrics.request("get", began);
+        let resp = resp?;
         resp.kvs().first().map(|kv| decode(kv.value(), kv.mod_revision())).transpose()
     }
 
@@ -702,11 +724,11 @@ impl Store for EtcdStore {
     }
 
     async fn revision(&self) -> Result<u64, StoreError> {
-        let resp = self
-            .kv()
-            .get(self.inner.active.clone(), Some(GetOptions::new().with_count_only()))
-            .await
-            .map_err(backend)?;
+        let began = std::time::Instant::now();
+        let resp =
+            self.kv().get(self.inner.active.clone(), Some(GetOptions::new().with_count_only())).await.map_err(backend);
+        self.inner.metrics.request("revision", began);
+        let resp = resp?;
         Ok(resp.header().map(|h| h.revision()).unwrap_or_default() as u64)
     }
 
@@ -751,7 +773,10 @@ impl Store for EtcdStore {
 impl EtcdStore {
     async fn list_stored(&self, resource: &str, namespace: Option<&str>) -> Result<(Vec<Stored>, u64), StoreError> {
         let prefix = self.prefix_of(Some(resource), namespace);
-        let resp = self.kv().get(prefix, Some(GetOptions::new().with_prefix())).await.map_err(backend)?;
+        let began = std::time::Instant::now();
+        let resp = self.kv().get(prefix, Some(GetOptions::new().with_prefix())).await.map_err(backend);
+        self.inner.metrics.request("list", began);
+        let resp = resp?;
         let revision = resp.header().map(|h| h.revision()).unwrap_or_default() as u64;
         let mut items = Vec::with_capacity(resp.kvs().len());
         for kv in resp.kvs() {

@@ -7,6 +7,7 @@
 //! implementation can sit behind the same trait without touching the API server or controllers.
 
 pub mod etcd;
+mod etcd_metrics;
 mod follow;
 mod hub;
 mod object_cache;
@@ -304,6 +305,8 @@ pub trait Store: Send + Sync + 'static {
     /// only safe together: a slot freed and refilled in one write, never refilled before it is
     /// freed.
     async fn update_all(&self, writes: Vec<(Key, Value, Option<u64>)>) -> Result<Vec<Stored>, StoreError>;
+    /// The backend's own series for `/metrics` (etcd's request durations); none by default.
+    fn register_metrics(&self, _registry: &mut prometheus_client::registry::Registry) {}
 }
 
 /// [`Store::written_by`] over objects' JSON, parsing each: for a backend that has no cheaper way.

@@ -232,9 +232,11 @@ impl WatchCache {
 
     /// Returns once the cache has applied `revision`.
     async fn applied(&self, revision: u64) -> Result<(), StoreError> {
+        let answered = std::time::Instant::now();
         let rx = {
             let mut w = self.inner.lock();
             if w.head >= revision {
+                self.inner.etcd.metrics().cache_applied(answered);
                 return Ok(());
             }
             if let Some(why) = &w.failed {
@@ -245,7 +247,10 @@ impl WatchCache {
             rx
         };
         match tokio::time::timeout(SEEN_WITHIN, rx).await {
-            Ok(Ok(())) => Ok(()),
+            Ok(Ok(())) => {
+                self.inner.etcd.metrics().cache_applied(answered);
+                Ok(())
+            }
             Ok(Err(_)) => {
                 let why = self.inner.lock().failed.clone().unwrap_or_else(|| "it stopped".into());
                 Err(unseen(revision, &why))
@@ -538,6 +543,10 @@ impl History for WatchCache {
 
 #[async_trait]
 impl Store for WatchCache {
+    fn register_metrics(&self, registry: &mut prometheus_client::registry::Registry) {
+        self.inner.etcd.metrics().register(registry);
+    }
+
     async fn get(&self, key: &Key) -> Result<Option<Stored>, StoreError> {
         let kept = self.inner.objects.lock().objects.get(key).cloned();
         kept.map(|k| k.stored()).transpose()
@@ -727,6 +736,20 @@ mod tests {
             assert_eq!(revision_of(&seen.object), revision_of(&gone.object));
         }
         cache.inner.lag_ms.store(0, std::sync::atomic::Ordering::SeqCst);
+        // `/metrics` says how long etcd took and how long the writes then waited for the cache:
+        // the five conflicts above waited its 30 ms of lag at least.
+        let mut registry = prometheus_client::registry::Registry::default();
+        cache.register_metrics(&mut registry);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        let sample = |prefix: &str| -> f64 {
+            let line = text.lines().find(|l| l.starts_with(prefix)).unwrap_or_else(|| panic!("no {prefix} in\n{text}"));
+            line.rsplit(' ').next().unwrap().parse().unwrap()
+        };
+        assert!(sample("etcd_request_duration_seconds_count{operation=\"txn\"}") >= 100.0, "{text}");
+        let waits = sample("aloft_watch_cache_write_wait_seconds_count");
+        assert!(waits >= 100.0, "{text}");
+        assert!(sample("aloft_watch_cache_write_wait_seconds_bucket{le=\"0.025\"}") <= waits - 5.0, "{text}");
         // Someone else's write reaches the cache through its watch.
         direct.create(&node("elsewhere"), obj("x", 1)).await.unwrap();
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
