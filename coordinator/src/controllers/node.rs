@@ -253,34 +253,32 @@ async fn reconcile(store: &Arc<dyn Store>, st: &mut State, events: &Recorder) ->
         }))
         .await?
     } else {
-        // A freed slot must never be refilled before it is freed: uncordons and picks are one
-        // all-or-nothing write, and one commit on the rollout's critical path instead of two
-        // (the uncordon's, then the next pick's after its event came back).
-        let batch = writes
+        // A freed slot must never be refilled before it is freed: the uncordons (with the picks
+        // of nodes that are both) are written first, the other picks only once all of them
+        // are, in one call on the rollout's critical path instead of two passes (the
+        // uncordon's, then the next pick's after its event came back). `order` has the
+        // released nodes first.
+        let mut first: Vec<crate::store::CasWrite> = writes
             .into_iter()
             .map(|(i, v)| {
                 let raw = &st.nodes.raw[i];
                 (Key::cluster(&NODE.store_key(), objects::name_of(raw)), v, revision_of(raw))
             })
             .collect();
-        match store.update_all(batch).await {
-            Ok(vs) => order.iter().copied().zip(vs.into_iter().map(|s| Some(s.object))).collect(),
-            Err(e) => {
-                // Back to what is stored: the next pass decides again, from the newer version
-                // that made this write fail (its event is already queued).
-                for (_, stored) in released {
-                    st.nodes.put(stored);
-                }
+        let then = first.split_off(released.len());
+        // An error (not a lost race) ends this controller's run: it starts again from a fresh
+        // read of the fleet, which has whatever was written.
+        let outcomes = store.update_in_order(first, then).await?;
+        // A write not made goes back to what is stored: the next pass decides again, from the
+        // newer version that made it fail (its event is already queued).
+        for ((_, stored), outcome) in released.iter().zip(&outcomes) {
+            if outcome.is_none() {
+                tracing::debug!(node = %objects::name_of(stored), "an uncordon lost a race; deciding again");
+                st.nodes.put(stored.clone());
                 st.touched = None;
-                match e {
-                    StoreError::Conflict { .. } | StoreError::NotFound(_) => {
-                        tracing::debug!(error = %e, "uncordons and picks lost a race; deciding again");
-                        return Ok(Pass { wake: super::RESYNC, again: true });
-                    }
-                    e => return Err(e),
-                }
             }
         }
+        order.iter().copied().zip(outcomes.into_iter().map(|o| o.map(|s| s.object))).collect()
     };
     let picked: std::collections::HashMap<usize, usize> = picks.iter().map(|&(k, i)| (i, k)).collect();
     // The nodes this pass moved to each plan's pick config (by plan), for its Event.

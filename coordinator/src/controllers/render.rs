@@ -529,11 +529,12 @@ mod tests {
         async fn check_writes(&self) -> Result<(), StoreError> {
             self.inner.check_writes().await
         }
-        async fn update_all(
+        async fn update_in_order(
             &self,
-            writes: Vec<(Key, Value, Option<u64>)>,
-        ) -> Result<Vec<crate::store::Stored>, StoreError> {
-            self.inner.update_all(writes).await
+            first: Vec<crate::store::CasWrite>,
+            then: Vec<crate::store::CasWrite>,
+        ) -> Result<Vec<Option<crate::store::Stored>>, StoreError> {
+            self.inner.update_in_order(first, then).await
         }
     }
 

@@ -20,7 +20,7 @@
 use super::etcd_metrics::EtcdMetrics;
 use super::read_batch::{ReadBatch, ReadMany};
 use super::{
-    set_revision, Event, EventType, JsonListing, Key, Listing, Store, StoreError, Stored, TokenInfo, Tokens,
+    set_revision, CasWrite, Event, EventType, JsonListing, Key, Listing, Store, StoreError, Stored, TokenInfo, Tokens,
     WatchFilter, WatchStream, MAX_OBJECT_BYTES,
 };
 use async_trait::async_trait;
@@ -99,8 +99,8 @@ fn backend(e: etcd_client::Error) -> StoreError {
     let text = e.to_string();
     if text.contains("too many operations in txn request") {
         return StoreError::Backend(format!(
-            "etcd refused a write of many objects at once ({text}): start etcd with a larger --max-txn-ops \
-             (at least twice the largest pool's maxUnavailable)"
+            "etcd refused a transaction of {MAX_READS_PER_TXN} operations ({text}): start etcd with \
+             --max-txn-ops of at least {MAX_READS_PER_TXN} (its default)"
         ));
     }
     if text.contains("request is too large") {
@@ -675,8 +675,28 @@ impl Store for EtcdStore {
     }
 
     async fn update(&self, key: &Key, object: Value, expected: Option<u64>) -> Result<Stored, StoreError> {
-        let mut out = self.update_all(vec![(key.clone(), object, expected)]).await?;
-        out.pop().ok_or_else(|| StoreError::Backend("etcd answered a write with nothing".into()))
+        let k = self.key_of(key);
+        let value = encode(&object)?;
+        let resp = self
+            .txn(
+                Self::compares_for(&k, expected),
+                vec![TxnOp::put(k.clone(), value, None)],
+                vec![TxnOp::get(k, Some(GetOptions::new().with_keys_only()))],
+            )
+            .await?;
+        if !resp.succeeded() {
+            let held = self.reads_of(&resp).into_iter().next().flatten();
+            let fails = match (held, expected) {
+                (None, _) => true,
+                (Some((_, stored)), Some(e)) => stored as u64 != e,
+                (Some(_), None) => false,
+            };
+            if !fails {
+                return Err(StoreError::Backend("etcd refused a write whose conditions all hold".into()));
+            }
+            return Err(Self::refusal(key, expected, held));
+        }
+        Ok(written(object, header_revision(&resp)))
     }
 
     async fn delete(&self, key: &Key, expected: Option<u64>) -> Result<Stored, StoreError> {
@@ -738,35 +758,66 @@ impl Store for EtcdStore {
         self.revision().await.map(|_| ())
     }
 
-    /// One transaction: every write or none. Its writes share the transaction's revision (etcd
-    /// gives a transaction one), not consecutive ones.
-    async fn update_all(&self, writes: Vec<(Key, Value, Option<u64>)>) -> Result<Vec<Stored>, StoreError> {
-        let mut compares = Vec::new();
-        let mut ops = Vec::new();
-        let mut reads = Vec::new();
-        for (key, object, expected) in &writes {
-            let k = self.key_of(key);
-            compares.extend(Self::compares_for(&k, *expected));
-            ops.push(TxnOp::put(k.clone(), encode(object)?, None));
-            reads.push(TxnOp::get(k, Some(GetOptions::new().with_keys_only())));
+    async fn update_in_order(
+        &self,
+        first: Vec<CasWrite>,
+        then: Vec<CasWrite>,
+    ) -> Result<Vec<Option<Stored>>, StoreError> {
+        outcomes_of(self.write_in_order(first, then).await)
+    }
+}
+
+/// What [`EtcdStore::write_in_order`] made of each write: `None` for one not tried.
+pub(crate) type Outcomes = Vec<Option<Result<Stored, StoreError>>>;
+
+/// [`Store::update_in_order`]'s answer from each write's outcome: the first error that is not
+/// a lost condition, if any.
+pub(crate) fn outcomes_of(outcomes: Outcomes) -> Result<Vec<Option<Stored>>, StoreError> {
+    outcomes
+        .into_iter()
+        .map(|o| match o {
+            Some(Ok(stored)) => Ok(Some(stored)),
+            None | Some(Err(StoreError::Conflict { .. } | StoreError::NotFound(_))) => Ok(None),
+            Some(Err(e)) => Err(e),
+        })
+        .collect()
+}
+
+impl EtcdStore {
+    /// [`Store::update_in_order`], with every write's own outcome, so that a cache in front
+    /// can wait for each write made before it answers. Each write is a transaction of its
+    /// own: etcd gives one revision to every write of a transaction, and a watcher resuming
+    /// at that revision would miss the objects it had not received yet. `then` is sent once
+    /// etcd has answered every write of `first` (an answer means committed): one more round
+    /// trip than a single transaction, the price of every object's own revision.
+    pub(crate) async fn write_in_order(&self, first: Vec<CasWrite>, then: Vec<CasWrite>) -> Outcomes {
+        let mut out: Outcomes = self.write_each(first).await.into_iter().map(Some).collect();
+        if out.iter().all(|o| matches!(o, Some(Ok(_)))) {
+            out.extend(self.write_each(then).await.into_iter().map(Some));
+        } else {
+            out.extend(then.iter().map(|_| None));
         }
-        let resp = self.txn(compares, ops, reads).await?;
-        if !resp.succeeded() {
-            let held = self.reads_of(&resp);
-            for ((key, _, expected), held) in writes.iter().zip(held) {
-                let fails = match (held, expected) {
-                    (None, _) => true,
-                    (Some((_, stored)), Some(e)) => stored as u64 != *e,
-                    (Some(_), None) => false,
-                };
-                if fails {
-                    return Err(Self::refusal(key, *expected, held));
-                }
-            }
-            return Err(StoreError::Backend("etcd refused a write whose conditions all hold".into()));
-        }
-        let revision = header_revision(&resp);
-        Ok(writes.into_iter().map(|(_, object, _)| written(object, revision)).collect())
+        out
+    }
+
+    /// Independent writes, sent at once (etcd commits concurrent ones together).
+    async fn write_each(&self, writes: Vec<CasWrite>) -> Vec<Result<Stored, StoreError>> {
+        futures::future::join_all(
+            writes.into_iter().map(|(key, object, expected)| async move { self.update(&key, object, expected).await }),
+        )
+        .await
+    }
+
+    /// Writes `objects` in one transaction, at one revision (returned), as another client of
+    /// etcd may: what the watch cache must still take whole.
+    #[cfg(test)]
+    pub(crate) async fn put_together(&self, objects: Vec<(Key, Value)>) -> Result<u64, StoreError> {
+        let ops = objects
+            .iter()
+            .map(|(key, object)| Ok(TxnOp::put(self.key_of(key), encode(object)?, None)))
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        let resp = self.txn(Vec::new(), ops, Vec::new()).await?;
+        Ok(header_revision(&resp) as u64)
     }
 }
 
@@ -1142,8 +1193,6 @@ pub mod testing {
                 .arg(format!("--listen-peer-urls={peer_url}"))
                 .arg(format!("--initial-advertise-peer-urls={peer_url}"))
                 .arg(format!("--initial-cluster=test={peer_url}"))
-                // The node controller frees and refills slots in one transaction.
-                .arg("--max-txn-ops=4096")
                 .arg("--max-request-bytes=3145728")
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
@@ -1325,30 +1374,57 @@ mod tests {
         }
     }
 
+    /// `then` only after all of `first`, each write at a revision of its own.
     #[tokio::test]
-    async fn update_all_writes_everything_or_nothing_at_one_revision() {
+    async fn writes_in_order_take_a_revision_each_and_then_waits_for_first() {
         let etcd = EtcdServer::start();
         let s = store(&etcd).await;
-        let (a, b) = (Key::cluster("/nodes", "a"), Key::cluster("/nodes", "b"));
-        let ra = revision_of(&s.create(&a, obj("a", 1)).await.unwrap()).unwrap();
-        let rb = revision_of(&s.create(&b, obj("b", 1)).await.unwrap()).unwrap();
-        let before = s.revision().await.unwrap();
-        match s.update_all(vec![(a.clone(), obj("a", 2), Some(ra)), (b.clone(), obj("b", 2), Some(ra))]).await {
-            Err(StoreError::Conflict { have, stored }) => assert_eq!((have, stored), (ra, rb), "names b's conflict"),
-            other => panic!("{other:?}"),
+        let keys: Vec<Key> = ["a", "b", "c", "d"].iter().map(|n| Key::cluster("/nodes", n)).collect();
+        let mut revs = Vec::new();
+        for (k, n) in keys.iter().zip(["a", "b", "c", "d"]) {
+            revs.push(revision_of(&s.create(k, obj(n, 1)).await.unwrap()).unwrap());
         }
-        assert_eq!(s.revision().await.unwrap(), before, "a refused group writes nothing");
-        assert_eq!(s.get(&a).await.unwrap().unwrap()["spec"]["v"], 1);
-        let gone = Key::cluster("/nodes", "gone");
-        assert!(matches!(
-            s.update_all(vec![(a.clone(), obj("a", 2), None), (gone, obj("gone", 1), None)]).await,
-            Err(StoreError::NotFound(_))
-        ));
-        let written =
-            s.update_all(vec![(a.clone(), obj("a", 3), Some(ra)), (b.clone(), obj("b", 3), Some(rb))]).await.unwrap();
-        let revs: Vec<u64> = written.iter().map(|o| revision_of(o).unwrap()).collect();
-        assert_eq!(revs[0], revs[1], "one transaction, one revision");
-        assert_eq!(s.get(&b).await.unwrap().unwrap()["spec"]["v"], 3);
+        let write = |i: usize, v: i64, expected: Option<u64>| (keys[i].clone(), obj(&keys[i].name, v), expected);
+        // b's condition fails: a (independent of it) is made, c and d are not tried.
+        let before = s.revision().await.unwrap();
+        let out = s.update_in_order(
+            vec![write(0, 2, Some(revs[0])), write(1, 2, Some(revs[0]))],
+            vec![write(2, 2, None), write(3, 2, Some(revs[3]))],
+        );
+        let out = out.await.unwrap();
+        assert!(out[0].is_some() && out[1..].iter().all(Option::is_none), "{out:?}");
+        assert_eq!(s.revision().await.unwrap(), before + 1, "a's write alone");
+        for (i, v) in [(0, 2), (1, 1), (2, 1), (3, 1)] {
+            assert_eq!(s.get(&keys[i]).await.unwrap().unwrap()["spec"]["v"], v, "{}", keys[i].name);
+        }
+        // A missing object in `first` stops `then` the same way.
+        let gone = (Key::cluster("/nodes", "gone"), obj("gone", 1), None);
+        let out = s.update_in_order(vec![gone], vec![write(2, 3, None)]).await.unwrap();
+        assert!(out.iter().all(Option::is_none));
+        assert_eq!(s.get(&keys[2]).await.unwrap().unwrap()["spec"]["v"], 1);
+        // All made: four revisions, `then`'s after `first`'s; a lost condition in `then` fails
+        // that write alone.
+        let a = revision_of(&s.get(&keys[0]).await.unwrap().unwrap()).unwrap();
+        let out = s
+            .update_in_order(
+                vec![write(0, 4, Some(a)), write(1, 4, Some(revs[1]))],
+                vec![write(2, 4, Some(revs[2])), write(3, 4, Some(revs[3])), write(3, 5, Some(revs[3]))],
+            )
+            .await
+            .unwrap();
+        let made: Vec<u64> = out.iter().flatten().map(|o| revision_of(o).unwrap()).collect();
+        assert_eq!(made.len(), 4, "d's second write lost to its first: {out:?}");
+        assert!(out[3].is_some() != out[4].is_some(), "one of d's two writes");
+        let mut distinct = made.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(distinct.len(), 4, "a revision each: {made:?}");
+        assert!(made[..2].iter().max() < made[2..].iter().min(), "`then` after `first`: {made:?}");
+        for (i, k) in keys.iter().enumerate() {
+            let stored = s.get(k).await.unwrap().unwrap();
+            assert!(made.contains(&revision_of(&stored).unwrap()), "{} as written", k.name);
+            assert_ne!(stored["spec"]["v"], 1, "{i}");
+        }
     }
 
     #[tokio::test]

@@ -132,6 +132,10 @@ impl std::ops::Deref for Stored {
     }
 }
 
+/// A compare-and-swap update for [`Store::update_in_order`]: the key, the new object, and the
+/// revision the object must still have (`None`: any, as long as it exists).
+pub type CasWrite = (Key, Value, Option<u64>);
+
 /// A list at one consistent revision.
 #[derive(Debug, Clone)]
 pub struct Listing {
@@ -300,11 +304,20 @@ pub trait Store: Send + Sync + 'static {
     /// Returns once the write path takes work: for the health checks, since reads still answer
     /// while a commit that never returns holds every write.
     async fn check_writes(&self) -> Result<(), StoreError>;
-    /// Several compare-and-swap updates as one: all are written, in order and with consecutive
-    /// revisions, or none is (the first failure is returned). For a decision whose parts are
-    /// only safe together: a slot freed and refilled in one write, never refilled before it is
-    /// freed.
-    async fn update_all(&self, writes: Vec<(Key, Value, Option<u64>)>) -> Result<Vec<Stored>, StoreError>;
+    /// Compare-and-swap updates in two steps, for a decision whose parts are only safe in that
+    /// order (slots freed, then refilled): no write of `then` is made before every write of
+    /// `first` is, nor at all unless all of `first` were. Every object takes a revision of its
+    /// own, as every write does in Kubernetes, so a watch resumed at any one's
+    /// `resourceVersion` misses none of the others. Answers one entry a write, `first` then
+    /// `then`: the object as stored, or `None` where a condition failed (the object changed or
+    /// went meanwhile) or the step was not taken. A backend may also leave every write unmade
+    /// when one fails: SQLite makes them in one transaction. An error other than a lost
+    /// condition (the backend's) is returned as such; writes may have been made before it.
+    async fn update_in_order(
+        &self,
+        first: Vec<CasWrite>,
+        then: Vec<CasWrite>,
+    ) -> Result<Vec<Option<Stored>>, StoreError>;
     /// The backend's own series for `/metrics` (etcd's request durations); none by default.
     fn register_metrics(&self, _registry: &mut prometheus_client::registry::Registry) {}
 }

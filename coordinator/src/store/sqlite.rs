@@ -15,8 +15,8 @@ pub use super::object_cache::CachedResource;
 use super::object_cache::{parse, stored_of, Kept, ObjectCache};
 use super::token_cache::{Cached, TokenCache};
 use super::{
-    set_revision, Event, EventType, JsonListing, Key, Listing, ProgressSchedule, ProgressStream, Store, StoreError,
-    Stored, WatchFilter, WatchStream,
+    set_revision, CasWrite, Event, EventType, JsonListing, Key, Listing, ProgressSchedule, ProgressStream, Store,
+    StoreError, Stored, WatchFilter, WatchStream,
 };
 use async_trait::async_trait;
 use rusqlite::{params, Connection, OptionalExtension};
@@ -1142,8 +1142,16 @@ impl Store for SqliteStore {
         self.submit(Box::new(|_, _| Ok(Vec::new()))).await.map(|_| ())
     }
 
-    async fn update_all(&self, writes: Vec<(Key, Value, Option<u64>)>) -> Result<Vec<Stored>, StoreError> {
+    /// One job of the writer, so one savepoint: every write or none, at consecutive revisions
+    /// (stronger than the order the trait asks for).
+    async fn update_in_order(
+        &self,
+        first: Vec<CasWrite>,
+        then: Vec<CasWrite>,
+    ) -> Result<Vec<Option<Stored>>, StoreError> {
         let retain = self.inner.retain;
+        let count = first.len() + then.len();
+        let writes: Vec<CasWrite> = first.into_iter().chain(then).collect();
         let events = self
             .submit(Box::new(move |conn, head| {
                 let mut events = Vec::with_capacity(writes.len());
@@ -1159,8 +1167,12 @@ impl Store for SqliteStore {
                 }
                 Ok(events)
             }))
-            .await?;
-        Ok(events.iter().map(stored_of).collect())
+            .await;
+        match events {
+            Ok(events) => Ok(events.iter().map(|e| Some(stored_of(e))).collect()),
+            Err(StoreError::Conflict { .. } | StoreError::NotFound(_)) => Ok(vec![None; count]),
+            Err(e) => Err(e),
+        }
     }
 }
 
@@ -1217,7 +1229,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn update_all_writes_everything_or_nothing() {
+    async fn writes_in_order_are_made_all_or_none() {
         let dir = tempfile::tempdir().unwrap();
         let s = SqliteStore::open(&dir.path().join("s.db")).unwrap();
         let (a, b) = (Key::cluster("/nodes", "a"), Key::cluster("/nodes", "b"));
@@ -1226,19 +1238,22 @@ mod tests {
         let mut w = s.watch(WatchFilter::resource("/nodes"), 2).await.unwrap();
 
         // A stale revision on the second write: the first is not written either.
-        let r = s.update_all(vec![(a.clone(), obj("a", 2), Some(1)), (b.clone(), obj("b", 2), Some(1))]).await;
-        assert!(matches!(r, Err(StoreError::Conflict { have: 1, stored: 2 })), "{r:?}");
+        let r =
+            s.update_in_order(vec![(a.clone(), obj("a", 2), Some(1))], vec![(b.clone(), obj("b", 2), Some(1))]).await;
+        assert!(matches!(r.as_deref(), Ok([None, None])), "{r:?}");
         assert_eq!(s.get(&a).await.unwrap().unwrap()["spec"]["v"], 1);
         assert_eq!(s.revision().await.unwrap(), 2, "a failed group takes no revision");
         // A missing object fails the group the same way.
         let gone = Key::cluster("/nodes", "gone");
-        let r = s.update_all(vec![(a.clone(), obj("a", 2), None), (gone, obj("gone", 1), None)]).await;
-        assert!(matches!(r, Err(StoreError::NotFound(_))), "{r:?}");
+        let r = s.update_in_order(vec![(a.clone(), obj("a", 2), None)], vec![(gone, obj("gone", 1), None)]).await;
+        assert!(matches!(r.as_deref(), Ok([None, None])), "{r:?}");
         assert_eq!(s.get(&a).await.unwrap().unwrap()["spec"]["v"], 1);
 
-        let stored =
-            s.update_all(vec![(a.clone(), obj("a", 3), Some(1)), (b.clone(), obj("b", 3), Some(2))]).await.unwrap();
-        let revs: Vec<_> = stored.iter().map(|v| super::super::revision_of(v).unwrap()).collect();
+        let stored = s
+            .update_in_order(vec![(a.clone(), obj("a", 3), Some(1))], vec![(b.clone(), obj("b", 3), Some(2))])
+            .await
+            .unwrap();
+        let revs: Vec<_> = stored.iter().map(|v| super::super::revision_of(v.as_ref().unwrap()).unwrap()).collect();
         assert_eq!(revs, vec![3, 4], "in order, consecutive revisions");
         assert_eq!(s.get(&b).await.unwrap().unwrap()["spec"]["v"], 3);
         // Only the committed writes reach a watch, in order.
@@ -1382,8 +1397,8 @@ mod tests {
         assert_eq!(s.get(&a).await.unwrap().unwrap()["spec"]["v"], 2);
         // All or nothing: a batch with one stale write leaves both as they were.
         s.create(&b, obj("b", 1)).await.unwrap();
-        let stale = vec![(a.clone(), obj("a", 4), None), (b.clone(), obj("b", 4), Some(1))];
-        assert!(s.update_all(stale).await.is_err());
+        let stale = s.update_in_order(vec![(a.clone(), obj("a", 4), None)], vec![(b.clone(), obj("b", 4), Some(1))]);
+        assert!(stale.await.unwrap().iter().all(Option::is_none));
         assert_eq!(s.get(&a).await.unwrap().unwrap()["spec"]["v"], 2);
         assert_eq!(s.get(&b).await.unwrap().unwrap()["spec"]["v"], 1);
         s.delete(&a, None).await.unwrap();
@@ -1418,8 +1433,9 @@ mod tests {
         }
         cached.update(&lease("a", "y"), obj("y", 2), None).await.unwrap();
         cached.delete(&lease("b", "z"), None).await.unwrap();
-        let stale = vec![(lease("a", "b"), obj("b", 9), None), (lease("b", "a"), obj("a", 9), Some(1))];
-        assert!(cached.update_all(stale).await.is_err());
+        let stale = cached
+            .update_in_order(vec![(lease("a", "b"), obj("b", 9), None)], vec![(lease("b", "a"), obj("a", 9), Some(1))]);
+        assert!(stale.await.unwrap().iter().all(Option::is_none));
         // A write elsewhere moves the revision a list reports.
         cached.create(&Key::cluster("/events", "e"), obj("e", 1)).await.unwrap();
         let file = SqliteStore::open(&path).unwrap();

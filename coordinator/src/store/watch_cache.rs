@@ -26,13 +26,13 @@
 //! past that, the cache cannot know what it missed and says so ([`WatchCache::failed`]): the
 //! coordinator stops, and its next start lists everything again.
 
-use super::etcd::EtcdStore;
+use super::etcd::{outcomes_of, EtcdStore};
 use super::follow::{self, History};
 use super::hub::{Hub, Subscription};
 use super::object_cache::{parse, CachedResource, ObjectCache};
 use super::{
-    revision_of, Event, EventType, JsonListing, Key, Listing, ProgressSchedule, ProgressStream, Store, StoreError,
-    Stored, WatchFilter, WatchStream,
+    revision_of, CasWrite, Event, EventType, JsonListing, Key, Listing, ProgressSchedule, ProgressStream, Store,
+    StoreError, Stored, WatchFilter, WatchStream,
 };
 use async_trait::async_trait;
 use serde_json::Value;
@@ -324,18 +324,6 @@ impl WatchCache {
             Ok(stored) => self.seen(stored).await,
             Err(e) => self.refused(e).await,
         }
-    }
-
-    async fn seen_all(&self, written: Result<Vec<Stored>, StoreError>) -> Result<Vec<Stored>, StoreError> {
-        let stored = match written {
-            Ok(stored) => stored,
-            Err(e) => return self.refused(e).await,
-        };
-        // One transaction, one revision: waiting for the last is waiting for all.
-        if let Some(last) = stored.last() {
-            self.seen(last.clone()).await?;
-        }
-        Ok(stored)
     }
 
     /// A subscription for a watch of `filter` from `from`, and the revision it follows from:
@@ -662,9 +650,34 @@ impl Store for WatchCache {
         self.inner.etcd.check_writes().await
     }
 
-    async fn update_all(&self, writes: Vec<(Key, Value, Option<u64>)>) -> Result<Vec<Stored>, StoreError> {
-        let written = self.inner.etcd.update_all(writes).await;
-        self.seen_all(written).await
+    /// Answered once the cache holds every write made and what refused the others, as a
+    /// single write is ([`Self::answer`]).
+    async fn update_in_order(
+        &self,
+        first: Vec<CasWrite>,
+        then: Vec<CasWrite>,
+    ) -> Result<Vec<Option<Stored>>, StoreError> {
+        let outcomes = self.inner.etcd.write_in_order(first, then).await;
+        let mut wait = 0;
+        let mut missing = false;
+        for outcome in outcomes.iter().flatten() {
+            match outcome {
+                Ok(stored) => wait = wait.max(revision_of(&stored.object).unwrap_or_default()),
+                Err(StoreError::Conflict { stored, .. }) => wait = wait.max(*stored),
+                Err(StoreError::NotFound(_)) => missing = true,
+                Err(_) => {}
+            }
+        }
+        if missing {
+            if let Ok(head) = self.inner.etcd.revision().await {
+                wait = wait.max(head);
+            }
+        }
+        // The cache applies revisions in order: the last one is all of them.
+        if wait > 0 {
+            self.applied(wait).await?;
+        }
+        outcomes_of(outcomes)
     }
 }
 
@@ -695,6 +708,47 @@ mod tests {
     /// Bounded: a watch that never delivers fails the test instead of hanging it.
     async fn next<S: futures::Stream + Unpin>(s: &mut S) -> S::Item {
         tokio::time::timeout(Duration::from_secs(10), s.next()).await.expect("an item within 10 s").expect("more")
+    }
+
+    /// Writes made together (a rollout's uncordons, then the picks they make room for) take a
+    /// revision each, as every write does in Kubernetes: a watcher that resumes from any one's
+    /// resourceVersion gets exactly the writes after it. With one revision for the group, a
+    /// watcher cut off after the group's first event resumed past the others.
+    #[tokio::test]
+    async fn a_watch_resumed_after_any_write_of_a_group_misses_none_of_the_others() {
+        let etcd = EtcdServer::start();
+        let cache = WatchCache::start_with(etcd_store(&etcd).await, &[], WindowLimits::default()).await.unwrap();
+        for i in 0..4 {
+            cache.create(&node(&format!("g{i}")), obj("g", 0)).await.unwrap();
+        }
+        let from = cache.revision().await.unwrap();
+        let write = |i: usize| (node(&format!("g{i}")), obj("g", 1), None);
+        let made = cache.update_in_order(vec![write(0), write(1)], vec![write(2), write(3)]).await.unwrap();
+        assert!(made.iter().all(Option::is_some), "{made:?}");
+        let mut all = cache.watch(WatchFilter::resource("/nodes"), from).await.unwrap();
+        let mut seen = Vec::new();
+        for _ in 0..4 {
+            let ev = next(&mut all).await.unwrap();
+            seen.push((ev.revision, ev.key.name.clone()));
+        }
+        let firsts: Vec<&str> = seen[..2].iter().map(|(_, n)| n.as_str()).collect();
+        assert!(firsts.contains(&"g0") && firsts.contains(&"g1"), "`first` before `then`: {seen:?}");
+        for (k, (revision, _)) in seen.iter().enumerate() {
+            let mut resumed = cache.watch(WatchFilter::resource("/nodes"), *revision).await.unwrap();
+            // A marker write after the group: a resumed watch gets the rest, then the marker.
+            let marker = cache.update(&node("g0"), obj("g", 10 + k as i64), None).await.unwrap();
+            let mut got = Vec::new();
+            loop {
+                let ev = next(&mut resumed).await.unwrap();
+                if ev.revision == revision_of(&marker.object).unwrap() {
+                    break;
+                }
+                got.push((ev.revision, ev.key.name.clone()));
+            }
+            let want: Vec<_> = seen[k + 1..].to_vec();
+            let got: Vec<_> = got.into_iter().filter(|(r, _)| *r <= seen[3].0).collect();
+            assert_eq!(got, want, "resumed at the event of {}", seen[k].1);
+        }
     }
 
     /// A watch of one object replays from the object's own index what a scan of the whole
@@ -778,10 +832,12 @@ mod tests {
             other => panic!("a stale update: {other:?}"),
         }
         assert_eq!(cache.get(&node("n00")).await.unwrap().unwrap().object["spec"]["v"], 100);
-        let both =
-            cache.update_all(vec![(node("n01"), obj("n", 7), None), (node("n02"), obj("n", 8), None)]).await.unwrap();
-        assert_eq!(both.len(), 2);
-        assert_eq!(cache.get(&node("n02")).await.unwrap().unwrap().object["spec"]["v"], 8);
+        let both = cache
+            .update_in_order(vec![(node("n01"), obj("n", 7), None)], vec![(node("n02"), obj("n", 8), None)])
+            .await
+            .unwrap();
+        assert!(both.len() == 2 && both.iter().all(Option::is_some));
+        assert_eq!(cache.get(&node("n02")).await.unwrap().unwrap().object["spec"]["v"], 8, "read once answered");
         let deleted = cache.delete(&node("n03"), None).await.unwrap();
         assert_eq!(deleted.object["spec"]["v"], 103);
         assert!(cache.get(&node("n03")).await.unwrap().is_none());
@@ -966,8 +1022,9 @@ mod tests {
         for i in 0..5 {
             cache.create(&node(&format!("t{i}")), obj("t", 0)).await.unwrap();
         }
-        let txn: Vec<_> = (0..5).map(|i| (node(&format!("t{i}")), obj("t", 1), None)).collect();
-        let txn_rev = revision_of(&cache.update_all(txn).await.unwrap()[0].object).unwrap();
+        let txn: Vec<_> = (0..5).map(|i| (node(&format!("t{i}")), obj("t", 1))).collect();
+        let txn_rev = cache.inner.etcd.put_together(txn).await.unwrap();
+        cache.applied(txn_rev).await.unwrap();
         for v in 30..36 {
             cache.update(&busy, obj("b", v), None).await.unwrap();
         }
