@@ -41,7 +41,7 @@ pub struct NodeApi {
     issued: Arc<AtomicU64>,
     /// A write sent without waiting for it ([`NodeApi::report_working`]); every later write
     /// waits for it first, so the coordinator sees this node's writes in the order they were made.
-    pending: Arc<tokio::sync::Mutex<Option<tokio::task::JoinHandle<Result<NodeView>>>>>,
+    pending: Arc<tokio::sync::Mutex<Option<Background>>>,
     /// What the coordinator sent on the watch ahead of a new desiredConfig (`UPDATE_INPUTS`):
     /// the update then reads neither object over the network.
     delivered: Arc<std::sync::Mutex<Option<Delivered>>>,
@@ -242,8 +242,8 @@ impl NodeApi {
     /// under way in the background.
     pub async fn annotate(&self, values: &[(&str, Option<&str>)]) -> Result<NodeView> {
         let mut pending = self.pending.lock().await;
-        settle(pending.take()).await;
-        self.annotate_now(values).await
+        let lost = settle(pending.take()).await;
+        self.annotate_now(&carried(&lost, values)).await
     }
 
     /// Report Working on `current`, with the drain request `drain` when the update drains, and
@@ -255,14 +255,16 @@ impl NodeApi {
     /// coordinator before the apply starts.
     pub async fn report_working(&self, current: &str, drain: Option<&str>) {
         let mut pending = self.pending.lock().await;
-        settle(pending.take()).await;
+        let lost = settle(pending.take()).await;
         let values: Vec<(&'static str, Option<String>)> =
-            working(current, drain).into_iter().map(|(k, v)| (k, v.map(str::to_string))).collect();
+            carried(&lost, &working(current, drain)).into_iter().map(|(k, v)| (k, v.map(str::to_string))).collect();
         let api = self.clone();
-        *pending = Some(tokio::spawn(async move {
+        let sent = values.clone();
+        let write = tokio::spawn(async move {
             let values: Vec<(&str, Option<&str>)> = values.iter().map(|(k, v)| (*k, v.as_deref())).collect();
             api.annotate_now(&values).await
-        }));
+        });
+        *pending = Some((write, sent));
     }
 
     async fn annotate_now(&self, values: &[(&str, Option<&str>)]) -> Result<NodeView> {
@@ -589,15 +591,33 @@ fn policy_of(machine_configuration: Option<&Value>) -> Result<crate::disruption:
     Ok(crate::disruption::Policy::from_user(&user))
 }
 
-/// Wait for a background write (see [`NodeApi::report_working`]) before the next one. Its
-/// failure is only logged: the write that follows carries the newer state.
-async fn settle(write: Option<tokio::task::JoinHandle<Result<NodeView>>>) {
-    let Some(write) = write else { return };
+/// A write sent without waiting for it, and the annotations it sets.
+type Background = (tokio::task::JoinHandle<Result<NodeView>>, Vec<(&'static str, Option<String>)>);
+
+/// Wait for a background write (see [`NodeApi::report_working`]) before the next one. Returns
+/// what it set if it failed, for the next write to carry ([`carried`]); the failure is logged.
+async fn settle(write: Option<Background>) -> Vec<(&'static str, Option<String>)> {
+    let Some((write, values)) = write else { return Vec::new() };
     match write.await {
-        Ok(Ok(_)) => {}
-        Ok(Err(e)) => tracing::warn!(error = %format!("{e:#}"), "a background report failed"),
-        Err(e) => tracing::warn!(error = %e, "a background report did not finish"),
+        Ok(Ok(_)) => return Vec::new(),
+        Ok(Err(e)) => tracing::warn!(error = %format!("{e:#}"), "a background report failed; the next one carries it"),
+        Err(e) => tracing::warn!(error = %e, "a background report did not finish; the next one carries it"),
     }
+    values
+}
+
+/// `values`, with what a failed background write (`lost`) set that `values` does not: the
+/// next write says it too. A Working report's drain request lost that way, then a failure
+/// report without it, read as a node that failed before its drain, and the coordinator put a
+/// drained node with its workloads stopped back into service.
+fn carried<'k, 'v>(
+    lost: &'v [(&'static str, Option<String>)],
+    values: &[(&'k str, Option<&'v str>)],
+) -> Vec<(&'k str, Option<&'v str>)> {
+    let mut out: Vec<(&str, Option<&str>)> =
+        lost.iter().filter(|(k, _)| !values.iter().any(|(v, _)| v == k)).map(|(k, v)| (*k, v.as_deref())).collect();
+    out.extend_from_slice(values);
+    out
 }
 
 /// How long the coordinator may be out of reach before the agent says so: a coordinator restart
@@ -805,6 +825,25 @@ pub fn humanize(d: Duration) -> String {
 
 #[cfg(test)]
 mod tests {
+    /// A lost Working report's drain request goes with the failure report that follows; what
+    /// the later report says itself wins.
+    #[test]
+    fn a_failed_background_report_is_carried_by_the_next() {
+        let lost: Vec<(&'static str, Option<String>)> =
+            super::working("r1", Some("drain-r2")).into_iter().map(|(k, v)| (k, v.map(str::to_string))).collect();
+        let failure = super::failure("Degraded", "staging failed", "r1", "r2");
+        let next = super::carried(&lost, &failure);
+        let get = |k: &str| next.iter().rev().find(|(n, _)| *n == k).map(|(_, v)| *v);
+        assert_eq!(get(ann::DESIRED_DRAIN), Some(Some("drain-r2")), "{next:?}");
+        assert_eq!(get(ann::STATE), Some(Some("Degraded")), "{next:?}");
+        let keys: Vec<&str> = next.iter().map(|(k, _)| *k).collect();
+        let mut unique = keys.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        assert_eq!(unique.len(), keys.len(), "each annotation once: {keys:?}");
+        assert_eq!(super::carried(&[], &failure), failure, "nothing lost, nothing added");
+    }
+
     use super::*;
 
     #[test]

@@ -46,7 +46,8 @@ pub(crate) fn uncordon_edit(node: &mut Value, config: &str) {
 /// is Done on its config, still cordoned by the pick's drain, uncordon it in the same write.
 /// Returns whether it did. The test is the node controller's own for a node due for its uncordon
 /// ([`super::pools::NodeFacts::uncordon_due`]), read from the JSON (this runs on the request
-/// path), with the grant's config in place of the node's current one. A node Done on that config
+/// path), with the grant's config in place of the node's current one; a drain made with a
+/// pool's hooks is left to the drain controller, which calls them. A node Done on that config
 /// that someone uncordoned meanwhile loses the grant instead (nothing else changes).
 pub fn at_done(next: &mut Value) -> bool {
     let grant = annotation(next, ann::UNCORDON_AT_DONE);
@@ -62,6 +63,16 @@ pub fn at_done(next: &mut Value) -> bool {
         && annotation(next, ann::DESIRED_CONFIG) == grant
         && answer.strip_prefix("drain-") == Some(grant)
         && (request.is_empty() || request == answer || request.strip_prefix("uncordon-") == Some(grant));
+    if due && !annotation(next, ann::DRAIN_POOL).is_empty() {
+        // Drained with a pool's hooks (before the node moved to a pool without): that drain ends
+        // with those hooks, in the drain controller, as the node controller leaves it. A node
+        // that did not ask for its uncordon is asked for here, or nobody would end its cordon.
+        if request.is_empty() || request == answer {
+            let r = format!("uncordon-{grant}");
+            set_annotations(next, &[(ann::DESIRED_DRAIN, Some(&r))]);
+        }
+        return false;
+    }
     if due {
         let config = grant.to_string();
         uncordon_edit(next, &config);
@@ -158,6 +169,11 @@ mod tests {
                 n["metadata"]["annotations"][ann::LAST_APPLIED_DRAIN] = "drain-r1".into();
                 n
             }),
+            ("drained with another pool's hooks", {
+                let mut n = node("Done", "r2", "uncordon-r2");
+                n["metadata"]["annotations"][ann::DRAIN_POOL] = "infra".into();
+                n
+            }),
             ("retargeted", {
                 let mut n = node("Done", "r2", "uncordon-r2");
                 n["metadata"]["annotations"][ann::DESIRED_CONFIG] = "r3".into();
@@ -168,6 +184,25 @@ mod tests {
             let before = n.clone();
             assert!(!at_done(&mut n), "{what}");
             assert_eq!(n, before, "{what}: unchanged");
+        }
+    }
+
+    /// Drained with another pool's hooks before the pick (a node that failed there, then moved
+    /// to a pool without hooks): its Done report is not uncordoned, so the drain controller ends
+    /// the drain with those hooks; a node that did not ask is asked for.
+    #[test]
+    fn a_drain_made_with_hooks_is_left_to_the_drain_controller() {
+        for request in ["", "drain-r2", "uncordon-r2"] {
+            let mut n = node("Done", "r2", request);
+            n["metadata"]["annotations"][ann::DRAIN_POOL] = "infra".into();
+            assert!(!at_done(&mut n), "{request:?}");
+            assert!(facts(&n).cordoned, "{request:?}: still cordoned");
+            assert_eq!(annotation(&n, ann::DRAIN_POOL), "infra");
+            assert_eq!(
+                crate::controllers::drain::pending(&n),
+                Some(crate::controllers::drain::Request::Uncordon("uncordon-r2".into())),
+                "{request:?}: an uncordon the drain controller answers"
+            );
         }
     }
 

@@ -522,6 +522,8 @@ pub struct Active {
     lease: i64,
     keeper: tokio::task::JoinHandle<()>,
     lost: tokio::sync::watch::Receiver<bool>,
+    /// Set by [`Active::resign`]: the lease is revoked already.
+    resigned: bool,
 }
 
 impl Active {
@@ -530,7 +532,7 @@ impl Active {
         let (lost_tx, lost) = tokio::sync::watch::channel(false);
         let fenced = store.inner.fenced_out.subscribe();
         let keeper = tokio::spawn(keep_alive(client.clone(), lease, ttl, until, lost_tx, fenced));
-        Active { _store: store.clone(), client, lease, keeper, lost }
+        Active { _store: store.clone(), client, lease, keeper, lost, resigned: false }
     }
 
     /// Returns once the lease is lost (it expired, etcd could not be reached for its time to
@@ -541,10 +543,36 @@ impl Active {
 
     /// Lets the active key go now, so that a standby takes over at once instead of after the
     /// lease's time to live.
-    pub async fn resign(self) {
+    pub async fn resign(mut self) {
         self.keeper.abort();
+        self.resigned = true;
         // The fence stays: with the key gone, every later write of this store is refused.
         let _ = self.client.lease_client().revoke(self.lease).await;
+    }
+}
+
+impl Drop for Active {
+    /// Dropped without [`Active::resign`] (`serve` leaving on an error after it became active:
+    /// a port taken, its TLS files unreadable): the key still goes at once rather than after
+    /// the lease's time to live, so a standby takes over now. The revoke is waited for (2 s at
+    /// most) where the runtime can block a thread, since the process is about to exit and
+    /// would drop a task spawned for it.
+    fn drop(&mut self) {
+        self.keeper.abort();
+        if self.resigned {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+        let mut leases = self.client.lease_client();
+        let lease = self.lease;
+        let revoke = async move {
+            let _ = tokio::time::timeout(Duration::from_secs(2), leases.revoke(lease)).await;
+        };
+        if runtime.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread {
+            tokio::task::block_in_place(|| runtime.block_on(revoke));
+        } else {
+            runtime.spawn(revoke);
+        }
     }
 }
 
@@ -1622,5 +1650,20 @@ mod tests {
             a.create(&Key::cluster("/nodes", "late"), obj("late", 1)).await.is_err(),
             "a resigned store writes nothing"
         );
+    }
+
+    /// Dropped without resigning (`serve` leaving on an error once active) hands over at once
+    /// as well, on the multi-threaded runtime `serve` runs on.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_dropped_active_hands_over_at_once() {
+        let etcd = EtcdServer::start();
+        let (a, b) = (store(&etcd).await, store(&etcd).await);
+        let active_a = a.become_active("a", Duration::from_secs(60), |_| {}).await.unwrap();
+        let waiter = tokio::spawn(async move { b.become_active("b", Duration::from_secs(60), |_| {}).await });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(!waiter.is_finished());
+        drop(active_a);
+        tokio::time::timeout(Duration::from_secs(5), waiter).await.expect("b took over at once").unwrap().unwrap();
+        assert!(a.create(&Key::cluster("/nodes", "late"), obj("late", 1)).await.is_err(), "a writes nothing");
     }
 }

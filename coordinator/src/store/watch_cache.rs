@@ -277,10 +277,16 @@ impl WatchCache {
     /// Returns once the cache has applied `revision`.
     async fn applied(&self, revision: u64) -> Result<(), StoreError> {
         let answered = std::time::Instant::now();
+        self.reached(revision).await?;
+        self.inner.etcd.metrics().cache_applied(answered);
+        Ok(())
+    }
+
+    /// [`Self::applied`], without counting the wait as a write's.
+    async fn reached(&self, revision: u64) -> Result<(), StoreError> {
         let rx = {
             let mut w = self.inner.lock();
             if w.head >= revision {
-                self.inner.etcd.metrics().cache_applied(answered);
                 return Ok(());
             }
             if let Some(why) = &w.failed {
@@ -291,10 +297,7 @@ impl WatchCache {
             rx
         };
         match tokio::time::timeout(SEEN_WITHIN, rx).await {
-            Ok(Ok(())) => {
-                self.inner.etcd.metrics().cache_applied(answered);
-                Ok(())
-            }
+            Ok(Ok(())) => Ok(()),
             Ok(Err(_)) => {
                 let why = self.inner.lock().failed.clone().unwrap_or_else(|| "it stopped".into());
                 Err(unseen(revision, &why))
@@ -303,26 +306,57 @@ impl WatchCache {
         }
     }
 
-    /// A write etcd refused, answered once the cache holds what refused it: a caller that
-    /// reads again and retries (a PATCH, on a conflict) must read the write it lost to, not
-    /// the version it had, or it would lose again until the cache caught up.
-    async fn refused<T>(&self, e: StoreError) -> Result<T, StoreError> {
-        let revision = match &e {
-            StoreError::Conflict { stored, .. } => Some(*stored),
-            StoreError::NotFound(_) | StoreError::AlreadyExists(_) => self.inner.etcd.revision().await.ok(),
-            _ => None,
-        };
-        if let Some(r) = revision {
-            self.applied(r).await?;
+    /// A write of `key` etcd refused, answered once the cache holds what refused it: a caller
+    /// that reads again and retries (a PATCH, on a conflict) must read the write it lost to,
+    /// not the version it had, or it would lose again until the cache caught up. The refusal
+    /// is the answer whatever the wait comes to.
+    async fn refused<T>(&self, key: &Key, e: StoreError) -> Result<T, StoreError> {
+        match &e {
+            StoreError::Conflict { stored, .. } => {
+                let _ = self.applied(*stored).await;
+            }
+            StoreError::AlreadyExists(_) => self.caught_up_on(key, true).await,
+            StoreError::NotFound(_) => self.caught_up_on(key, false).await,
+            _ => {}
         }
         Err(e)
     }
 
-    /// The answer to a write: once the cache has it, or once it holds what refused it.
-    async fn answer(&self, written: Result<Stored, StoreError>) -> Result<Stored, StoreError> {
+    /// Waits (at most [`SEEN_WITHIN`]) until the cache holds `key` (`present`) or holds it no
+    /// more, or has applied a write of it since the wait began: etcd refused a write for a
+    /// state of `key` that the cache had not applied yet, or has now. The revision of that
+    /// state is not known: etcd's current one may be a write outside the registry (a token,
+    /// the marker of a start), which the cache never sees, and waiting for it stalled such a
+    /// refusal until the next registry write, up to 10 s, then failed it.
+    async fn caught_up_on(&self, key: &Key, present: bool) {
+        let deadline = tokio::time::Instant::now() + SEEN_WITHIN;
+        let last_write = |w: &Window| w.by_key.get(key).and_then(|r| r.back()).map(|(revision, _)| *revision);
+        let began = last_write(&self.inner.lock());
+        loop {
+            // The head first: what is checked next is at least that new, and an apply in
+            // between makes the wait below return at once.
+            let head = {
+                let w = self.inner.lock();
+                if last_write(&w) != began {
+                    return;
+                }
+                w.head
+            };
+            if self.inner.objects.lock().objects.contains_key(key) == present {
+                return;
+            }
+            match tokio::time::timeout_at(deadline, self.reached(head + 1)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) | Err(_) => return,
+            }
+        }
+    }
+
+    /// The answer to a write of `key`: once the cache has it, or once it holds what refused it.
+    async fn answer(&self, key: &Key, written: Result<Stored, StoreError>) -> Result<Stored, StoreError> {
         match written {
             Ok(stored) => self.seen(stored).await,
-            Err(e) => self.refused(e).await,
+            Err(e) => self.refused(key, e).await,
         }
     }
 
@@ -591,12 +625,12 @@ impl Store for WatchCache {
 
     async fn create(&self, key: &Key, object: Value) -> Result<Stored, StoreError> {
         let written = self.inner.etcd.create(key, object).await;
-        self.answer(written).await
+        self.answer(key, written).await
     }
 
     async fn update(&self, key: &Key, object: Value, expected: Option<u64>) -> Result<Stored, StoreError> {
         let written = self.inner.etcd.update(key, object, expected).await;
-        self.answer(written).await
+        self.answer(key, written).await
     }
 
     async fn update_by(
@@ -619,12 +653,12 @@ impl Store for WatchCache {
             }
         }
         drop(in_flight);
-        self.answer(written).await
+        self.answer(key, written).await
     }
 
     async fn delete(&self, key: &Key, expected: Option<u64>) -> Result<Stored, StoreError> {
         let written = self.inner.etcd.delete(key, expected).await;
-        self.answer(written).await
+        self.answer(key, written).await
     }
 
     async fn watch(&self, filter: WatchFilter, from: u64) -> Result<WatchStream, StoreError> {
@@ -657,25 +691,22 @@ impl Store for WatchCache {
         first: Vec<CasWrite>,
         then: Vec<CasWrite>,
     ) -> Result<Vec<Option<Stored>>, StoreError> {
+        let keys: Vec<Key> = first.iter().chain(&then).map(|(key, _, _)| key.clone()).collect();
         let outcomes = self.inner.etcd.write_in_order(first, then).await;
-        let mut wait = 0;
-        let mut missing = false;
-        for outcome in outcomes.iter().flatten() {
+        let (mut made, mut refused) = (0, 0);
+        for (key, outcome) in keys.iter().zip(&outcomes) {
             match outcome {
-                Ok(stored) => wait = wait.max(revision_of(&stored.object).unwrap_or_default()),
-                Err(StoreError::Conflict { stored, .. }) => wait = wait.max(*stored),
-                Err(StoreError::NotFound(_)) => missing = true,
-                Err(_) => {}
-            }
-        }
-        if missing {
-            if let Ok(head) = self.inner.etcd.revision().await {
-                wait = wait.max(head);
+                Some(Ok(stored)) => made = made.max(revision_of(&stored.object).unwrap_or_default()),
+                Some(Err(StoreError::Conflict { stored, .. })) => refused = refused.max(*stored),
+                Some(Err(StoreError::NotFound(_))) => self.caught_up_on(key, false).await,
+                _ => {}
             }
         }
         // The cache applies revisions in order: the last one is all of them.
-        if wait > 0 {
-            self.applied(wait).await?;
+        if made > 0 {
+            self.applied(made.max(refused)).await?;
+        } else if refused > 0 {
+            let _ = self.applied(refused).await;
         }
         outcomes_of(outcomes)
     }
@@ -708,6 +739,47 @@ mod tests {
     /// Bounded: a watch that never delivers fails the test instead of hanging it.
     async fn next<S: futures::Stream + Unpin>(s: &mut S) -> S::Item {
         tokio::time::timeout(Duration::from_secs(10), s.next()).await.expect("an item within 10 s").expect("more")
+    }
+
+    /// A refused write is answered with its refusal, also when etcd's last write was outside
+    /// the registry (a token), which the cache never sees: waiting for etcd's revision held
+    /// such a refusal until the next registry write, up to 10 s, then answered that the write
+    /// was committed but not seen.
+    #[tokio::test]
+    async fn a_refusal_after_a_write_outside_the_registry_is_answered_as_such() {
+        use crate::store::Tokens;
+        let etcd = EtcdServer::start();
+        let cache = WatchCache::start_with(etcd_store(&etcd).await, &[], WindowLimits::default()).await.unwrap();
+        let there = node("there");
+        cache.create(&there, obj("t", 1)).await.unwrap();
+        let token = |n: &str| cache.inner.etcd.put_token(format!("hash-{n}"), n.to_string(), "viewer".into(), None);
+        token("a").await.unwrap();
+        match cache.create(&there, obj("t", 2)).await {
+            Err(StoreError::AlreadyExists(_)) => {}
+            other => panic!("a create of an object there: {other:?}"),
+        }
+        for missing in
+            [cache.delete(&node("missing"), None).await, cache.update(&node("missing"), obj("m", 1), None).await]
+        {
+            assert!(matches!(missing, Err(StoreError::NotFound(_))), "{missing:?}");
+        }
+        let out = cache.update_in_order(vec![(node("missing"), obj("m", 1), None)], Vec::new()).await.unwrap();
+        assert!(out.len() == 1 && out[0].is_none(), "{out:?}");
+        // Deleted by another client of etcd, then a token written: the refusal is answered
+        // once the cache holds the deletion, so a read after it agrees.
+        let direct = etcd_store(&etcd).await;
+        direct.delete(&there, None).await.unwrap();
+        token("b").await.unwrap();
+        match cache.update(&there, obj("t", 3), None).await {
+            Err(StoreError::NotFound(_)) => {}
+            other => panic!("an update of an object deleted meanwhile: {other:?}"),
+        }
+        assert!(cache.get(&there).await.unwrap().is_none(), "read after the refusal: gone");
+        // And created again elsewhere: the refused create is answered once the cache has it.
+        direct.create(&there, obj("t", 4)).await.unwrap();
+        token("c").await.unwrap();
+        assert!(matches!(cache.create(&there, obj("t", 5)).await, Err(StoreError::AlreadyExists(_))));
+        assert_eq!(cache.get(&there).await.unwrap().unwrap().object["spec"]["v"], 4, "read after the refusal");
     }
 
     /// Writes made together (a rollout's uncordons, then the picks they make room for) take a
