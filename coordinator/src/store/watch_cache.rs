@@ -447,7 +447,10 @@ impl Inner {
                 }
             }
             if tokio::time::timeout_at(deadline, resolved).await.is_err() {
-                tracing::warn!("a write's answer from etcd came 5 s after its event");
+                tracing::warn!(
+                    "events of objects with a write on an identity's behalf still unanswered by etcd waited 5 s \
+                     for its origin; they go out without (a watch leaving out that identity's writes may get one)"
+                );
                 return;
             }
         }
@@ -466,27 +469,15 @@ impl Inner {
                 w.push(ev);
             }
             w.origins_taken = last;
-            // Whole revisions out of the front, so that the window's start is a revision's end.
-            let keep_after = last.saturating_sub(self.limits.revisions.max(1));
-            while let Some(oldest) = w.entries.front().map(|e| e.revision) {
-                let over = w.entries.len() > self.limits.events || w.bytes > self.limits.bytes;
-                if oldest >= last || !(over || oldest <= keep_after) {
-                    break; // the newest revision stays, however large
-                }
-                while w.entries.front().is_some_and(|e| e.revision == oldest) {
-                    if let Some(e) = w.entries.pop_front() {
-                        w.pop_key(&e);
-                    }
-                }
-                w.floor = oldest;
-            }
-            // Revisions of nothing (another prefix's writes, the active key) age out too.
-            w.floor = w.floor.max(keep_after);
         }
         self.objects.apply_commit(events.iter(), last);
         self.hub.publish_all(events.iter());
         let done = {
             let mut w = self.lock();
+            // Only now may the floor pass these revisions: a watch of one object from before
+            // them that found the floor past its revision and its object unchanged (in the
+            // objects, not yet applied) would follow from after an event it never got.
+            self.evict(&mut w, last);
             w.head = last;
             let later = w.waiters.split_off(&(last + 1));
             std::mem::replace(&mut w.waiters, later)
@@ -494,6 +485,26 @@ impl Inner {
         for tx in done.into_values().flatten() {
             let _ = tx.send(());
         }
+    }
+
+    /// Whole revisions out of the window's front, so that its start is a revision's end, down
+    /// to its limits; the newest revision stays, however large.
+    fn evict(&self, w: &mut Window, last: u64) {
+        let keep_after = last.saturating_sub(self.limits.revisions.max(1));
+        while let Some(oldest) = w.entries.front().map(|e| e.revision) {
+            let over = w.entries.len() > self.limits.events || w.bytes > self.limits.bytes;
+            if oldest >= last || !(over || oldest <= keep_after) {
+                break;
+            }
+            while w.entries.front().is_some_and(|e| e.revision == oldest) {
+                if let Some(e) = w.entries.pop_front() {
+                    w.pop_key(&e);
+                }
+            }
+            w.floor = oldest;
+        }
+        // Revisions of nothing (another prefix's writes, the active key) age out too.
+        w.floor = w.floor.max(keep_after);
     }
 
     fn fail(&self, why: String) {
