@@ -184,6 +184,26 @@ impl Window {
         w
     }
 
+    /// Whole revisions out of the front, so that the window's start is a revision's end, down
+    /// to `limits` (`last`: the newest revision, which stays however large).
+    fn evict(&mut self, limits: &WindowLimits, last: u64) {
+        let keep_after = last.saturating_sub(limits.revisions.max(1));
+        while let Some(oldest) = self.entries.front().map(|e| e.revision) {
+            let over = self.entries.len() > limits.events || self.bytes > limits.bytes;
+            if oldest >= last || !(over || oldest <= keep_after) {
+                break;
+            }
+            while self.entries.front().is_some_and(|e| e.revision == oldest) {
+                if let Some(e) = self.entries.pop_front() {
+                    self.pop_key(&e);
+                }
+            }
+            self.floor = oldest;
+        }
+        // Revisions of nothing (another prefix's writes, the active key) age out too.
+        self.floor = self.floor.max(keep_after);
+    }
+
     /// `ev` at the window's end (its JSON only).
     fn push(&mut self, ev: &Event) {
         self.bytes += ev.json.len();
@@ -229,6 +249,9 @@ impl WatchCache {
                 (revision, Vec::new())
             }
         };
+        // Within the limits from the start, not only from the first event on.
+        let mut window = Window::of_history(history, floor, revision);
+        window.evict(&limits, revision);
         let objects = ObjectCache::of_everything(text);
         objects.load(items, revision);
         let stream = etcd.watch_registry(revision).await?;
@@ -237,7 +260,7 @@ impl WatchCache {
             etcd: etcd.clone(),
             objects,
             hub: Arc::new(Hub::new(revision)),
-            window: Mutex::new(Window::of_history(history, floor, revision)),
+            window: Mutex::new(window),
             limits,
             failed,
             follower: Mutex::new(None),
@@ -477,7 +500,7 @@ impl Inner {
             // Only now may the floor pass these revisions: a watch of one object from before
             // them that found the floor past its revision and its object unchanged (in the
             // objects, not yet applied) would follow from after an event it never got.
-            self.evict(&mut w, last);
+            w.evict(&self.limits, last);
             w.head = last;
             let later = w.waiters.split_off(&(last + 1));
             std::mem::replace(&mut w.waiters, later)
@@ -485,26 +508,6 @@ impl Inner {
         for tx in done.into_values().flatten() {
             let _ = tx.send(());
         }
-    }
-
-    /// Whole revisions out of the window's front, so that its start is a revision's end, down
-    /// to its limits; the newest revision stays, however large.
-    fn evict(&self, w: &mut Window, last: u64) {
-        let keep_after = last.saturating_sub(self.limits.revisions.max(1));
-        while let Some(oldest) = w.entries.front().map(|e| e.revision) {
-            let over = w.entries.len() > self.limits.events || w.bytes > self.limits.bytes;
-            if oldest >= last || !(over || oldest <= keep_after) {
-                break;
-            }
-            while w.entries.front().is_some_and(|e| e.revision == oldest) {
-                if let Some(e) = w.entries.pop_front() {
-                    w.pop_key(&e);
-                }
-            }
-            w.floor = oldest;
-        }
-        // Revisions of nothing (another prefix's writes, the active key) age out too.
-        w.floor = w.floor.max(keep_after);
     }
 
     fn fail(&self, why: String) {
@@ -1085,6 +1088,15 @@ mod tests {
         assert_eq!(head, revs[29] + 2);
         let mut w = fourth.watch(WatchFilter::resource("/nodes"), head - 3).await.unwrap();
         assert_eq!(next(&mut w).await.unwrap().revision, revs[29]);
+        // The window's own limits hold from the start: no more than `events` of that history.
+        let few = WindowLimits { events: 4, ..WindowLimits::default() };
+        let fifth = WatchCache::start_with(etcd_store(&etcd).await, &[], few).await.unwrap();
+        let (kept, floor) = {
+            let w = fifth.inner.lock();
+            (w.entries.iter().map(|e| e.revision).collect::<Vec<_>>(), w.floor)
+        };
+        assert_eq!(kept, revs[26..].to_vec(), "the newest four");
+        assert_eq!(floor, revs[25], "and Gone from before them");
     }
 
     /// The window keeps whole revisions up to its limits; a watch from before it is Gone, except
