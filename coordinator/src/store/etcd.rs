@@ -1635,35 +1635,29 @@ mod tests {
         assert!(err.to_string().contains("no etcd endpoint"), "{err}");
     }
 
-    /// A coordinator that stops hands over at once, not after its lease's time to live.
-    #[tokio::test]
-    async fn a_resigning_store_hands_over_at_once() {
-        let etcd = EtcdServer::start();
-        let (a, b) = (store(&etcd).await, store(&etcd).await);
-        let active_a = a.become_active("a", Duration::from_secs(60), |_| {}).await.unwrap();
-        let waiter = tokio::spawn(async move { b.become_active("b", Duration::from_secs(60), |_| {}).await });
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        assert!(!waiter.is_finished());
-        active_a.resign().await;
-        tokio::time::timeout(Duration::from_secs(5), waiter).await.expect("b took over at once").unwrap().unwrap();
-        assert!(
-            a.create(&Key::cluster("/nodes", "late"), obj("late", 1)).await.is_err(),
-            "a resigned store writes nothing"
-        );
-    }
-
-    /// Dropped without resigning (`serve` leaving on an error once active) hands over at once
-    /// as well, on the multi-threaded runtime `serve` runs on.
+    /// A coordinator that stops hands over at once, not after its lease's time to live: by
+    /// resigning, or by dropping its `Active` without (`serve` leaving on an error once
+    /// active), on the multi-threaded runtime `serve` runs on.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_dropped_active_hands_over_at_once() {
+    async fn a_resigning_or_dropped_active_hands_over_at_once() {
         let etcd = EtcdServer::start();
-        let (a, b) = (store(&etcd).await, store(&etcd).await);
-        let active_a = a.become_active("a", Duration::from_secs(60), |_| {}).await.unwrap();
-        let waiter = tokio::spawn(async move { b.become_active("b", Duration::from_secs(60), |_| {}).await });
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        assert!(!waiter.is_finished());
-        drop(active_a);
-        tokio::time::timeout(Duration::from_secs(5), waiter).await.expect("b took over at once").unwrap().unwrap();
-        assert!(a.create(&Key::cluster("/nodes", "late"), obj("late", 1)).await.is_err(), "a writes nothing");
+        let stores = [store(&etcd).await, store(&etcd).await, store(&etcd).await];
+        let mut active = stores[0].become_active("s0", Duration::from_secs(60), |_| {}).await.unwrap();
+        for next in 1..3 {
+            let waiting = stores[next].clone();
+            let waiter =
+                tokio::spawn(async move { waiting.become_active("next", Duration::from_secs(60), |_| {}).await });
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            assert!(!waiter.is_finished(), "s{next} waits while s{} is active", next - 1);
+            if next == 1 {
+                active.resign().await;
+            } else {
+                drop(active);
+            }
+            let took_over = tokio::time::timeout(Duration::from_secs(5), waiter);
+            active = took_over.await.expect("the next took over at once").unwrap().unwrap();
+            let late = stores[next - 1].create(&Key::cluster("/nodes", "late"), obj("late", 1)).await;
+            assert!(late.is_err(), "s{} writes nothing once it let go", next - 1);
+        }
     }
 }
