@@ -826,6 +826,16 @@ async fn watch_from_zero_starts_with_added_for_every_object() {
         }
     };
     assert!(ended && n == 7, "timeoutSeconds=1 ends the watch after the 7 initial events (got {n})");
+    // A timeout past any clock, with bookmarks: a watch like any other (the deadline overflowed,
+    // and the request failed).
+    let mut w = WatchStream::open(
+        &admin,
+        &format!("{coll}?watch=true&allowWatchBookmarks=true&resourceVersion=0&timeoutSeconds={}", u64::MAX),
+    )
+    .await
+    .unwrap();
+    let first = w.next(T).await.unwrap().expect("the initial events");
+    assert_eq!(first["type"], "ADDED", "{first}");
 }
 
 #[tokio::test]
@@ -1047,6 +1057,13 @@ async fn lists_in_pages_are_one_snapshot() {
     let again = admin.get(&format!("{coll}?limit=100")).await.unwrap();
     assert_eq!(item_names(&again.body), ["p-00", "p-01", "p-02", "p-03", "p-04", "p-06", "p-07"]);
     assert_eq!(again.body["metadata"]["continue"], json!(null));
+    // A limit past any list, with a token that has an offset: the rest (the two overflowed,
+    // and the request failed).
+    let page = admin.get(&format!("{coll}?limit=2")).await.unwrap();
+    let t = page.body["metadata"]["continue"].as_str().unwrap().to_string();
+    let rest = admin.get(&format!("{coll}?limit={}&continue={t}", u64::MAX)).await.unwrap();
+    assert_eq!(rest.code, 200, "{}", rest.body);
+    assert_eq!(item_names(&rest.body), ["p-02", "p-03", "p-04", "p-06", "p-07"]);
 
     // Selectors page too, and a token is only good for the list it came from.
     let sel = admin.get(&format!("{coll}?limit=2&labelSelector=batch%3Dp")).await.unwrap();

@@ -157,7 +157,7 @@ impl Pages {
         if from.offset > kept.items.len() {
             return Err(ApiError::bad_request("continue key is not valid: it points past the list"));
         }
-        let end = if limit == 0 { kept.items.len() } else { (from.offset + limit).min(kept.items.len()) };
+        let end = if limit == 0 { kept.items.len() } else { from.offset.saturating_add(limit).min(kept.items.len()) };
         let items = kept.items[from.offset..end].to_vec();
         let remaining = kept.items.len() - end;
         let revision = kept.revision;

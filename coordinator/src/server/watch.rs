@@ -164,7 +164,7 @@ pub async fn serve(
     // The caller's own writes (skipOwnWrites) are left out by the store, where they are published.
     let live = if bookmarks {
         let schedule =
-            ProgressSchedule { every: BOOKMARK_EVERY, deadline: Some(tokio::time::Instant::now() + timeout) };
+            ProgressSchedule { every: BOOKMARK_EVERY, deadline: tokio::time::Instant::now().checked_add(timeout) };
         ctx.store.watch_with_progress(filter, from, schedule).await.map_err(store_error)?
     } else {
         ctx.store.watch(filter, from).await.map_err(store_error)?.map(|r| r.map(WatchItem::Event)).boxed()
