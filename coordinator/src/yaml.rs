@@ -36,9 +36,17 @@ fn parse_octal(s: &str) -> Option<u64> {
 
 /// One YAML document into JSON, with 1.1 octal modes.
 pub fn from_str(text: &str) -> Result<Value, yaml_serde::Error> {
-    let mut v: Value = yaml_serde::from_str(text)?;
+    let mut v = read(yaml_serde::Deserializer::from_str(text), None, budget(text))?.0;
     octal_modes(&mut v);
     Ok(v)
+}
+
+/// How many values (members of sequences and mappings) a document of `text` may read as: a
+/// document without aliases has fewer than it has bytes. Aliases are expanded where they stand,
+/// so a large anchored list named by many aliases read as anchor × aliases values (the "billion
+/// laughs" of CVE-2019-11253): a request body of a few KB took the coordinator's memory.
+fn budget(text: &str) -> usize {
+    text.len().saturating_add(1024)
 }
 
 /// A key a YAML mapping repeats, worded as kube-apiserver and kubectl word it (Go's YAML
@@ -57,7 +65,7 @@ const LINES_AT_MOST: usize = 16;
 /// `fieldValidation=Strict` and aloftctl's apply must be able to.
 pub fn from_str_checked(text: &str) -> Result<(Value, Vec<String>), yaml_serde::Error> {
     let doc = || Some(yaml_serde::Deserializer::from_str(text));
-    checked(doc)
+    checked(doc, budget(text))
 }
 
 /// Every document of a multi-document `text`, as [`from_str_checked`] reads one, up to the first
@@ -65,13 +73,13 @@ pub fn from_str_checked(text: &str) -> Result<(Value, Vec<String>), yaml_serde::
 pub fn documents_checked(text: &str) -> Vec<Result<(Value, Vec<String>), yaml_serde::Error>> {
     let mut out = Vec::new();
     for (i, de) in yaml_serde::Deserializer::from_str(text).enumerate() {
-        let read = read(de, None).map(|(v, keys)| {
+        let read = read(de, None, budget(text)).map(|(v, keys)| {
             if keys.is_empty() {
                 return finish(v, Vec::new());
             }
             // Only a document that repeats keys is read again (to name their lines).
             let doc = || yaml_serde::Deserializer::from_str(text).nth(i);
-            finish(v, name_lines(&keys, doc))
+            finish(v, name_lines(&keys, doc, budget(text)))
         });
         let failed = read.is_err();
         out.push(read);
@@ -85,10 +93,11 @@ pub fn documents_checked(text: &str) -> Vec<Result<(Value, Vec<String>), yaml_se
 
 fn checked<'a>(
     doc: impl Fn() -> Option<yaml_serde::Deserializer<'a>>,
+    budget: usize,
 ) -> Result<(Value, Vec<String>), yaml_serde::Error> {
     let Some(de) = doc() else { return Ok((Value::Null, Vec::new())) };
-    let (v, keys) = read(de, None)?;
-    let found = if keys.is_empty() { Vec::new() } else { name_lines(&keys, doc) };
+    let (v, keys) = read(de, None, budget)?;
+    let found = if keys.is_empty() { Vec::new() } else { name_lines(&keys, doc, budget) };
     Ok(finish(v, found))
 }
 
@@ -100,11 +109,15 @@ fn finish(mut v: Value, found: Vec<String>) -> (Value, Vec<String>) {
 /// The repeated `keys` (in reading order) worded with their lines. The reader knows where a key
 /// is only while it reads it: to name the line of repeat `i`, the document is read again and
 /// stopped there.
-fn name_lines<'a>(keys: &[String], doc: impl Fn() -> Option<yaml_serde::Deserializer<'a>>) -> Vec<String> {
+fn name_lines<'a>(
+    keys: &[String],
+    doc: impl Fn() -> Option<yaml_serde::Deserializer<'a>>,
+    budget: usize,
+) -> Vec<String> {
     keys.iter()
         .enumerate()
         .map(|(i, key)| {
-            let stopped = if i < LINES_AT_MOST { doc().map(|de| read(de, Some(i))) } else { None };
+            let stopped = if i < LINES_AT_MOST { doc().map(|de| read(de, Some(i), budget)) } else { None };
             match stopped.and_then(|r| r.err()).and_then(|e| e.location()) {
                 Some(at) => duplicate_key(at.line(), key),
                 None => format!("key {key:?} already set in map"),
@@ -114,12 +127,13 @@ fn name_lines<'a>(keys: &[String], doc: impl Fn() -> Option<yaml_serde::Deserial
 }
 
 /// Read a document, noting repeated keys (the last value wins); with `fail_at`, fail at that
-/// repeat instead (its error carries the key's location).
+/// repeat instead (its error carries the key's location). Fails past `budget` values.
 fn read<'de>(
     de: yaml_serde::Deserializer<'de>,
     fail_at: Option<usize>,
+    budget: usize,
 ) -> Result<(Value, Vec<String>), yaml_serde::Error> {
-    let repeats = Repeats { keys: RefCell::new(Vec::new()), fail_at };
+    let repeats = Repeats { keys: RefCell::new(Vec::new()), fail_at, left: std::cell::Cell::new(budget) };
     let v = serde::de::DeserializeSeed::deserialize(Seed { repeats: &repeats }, de)?;
     Ok((v, repeats.keys.into_inner()))
 }
@@ -127,6 +141,22 @@ fn read<'de>(
 struct Repeats {
     keys: RefCell<Vec<String>>,
     fail_at: Option<usize>,
+    /// Values still allowed (see [`budget`]).
+    left: std::cell::Cell<usize>,
+}
+
+impl Repeats {
+    /// One more value read, or the error once the budget is spent.
+    fn take<E: serde::de::Error>(&self) -> Result<(), E> {
+        let left = self.left.get();
+        if left == 0 {
+            return Err(E::custom(
+                "the document expands to more values than it has bytes (YAML aliases repeated): refused",
+            ));
+        }
+        self.left.set(left - 1);
+        Ok(())
+    }
 }
 
 /// Reads a value as serde_json's `Value` does, noting repeated keys in [`Repeats`].
@@ -154,6 +184,7 @@ impl<'de> serde::de::Visitor<'de> for Seed<'_> {
     fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
         let mut out = Vec::new();
         while let Some(v) = seq.next_element_seed(self)? {
+            self.repeats.take()?;
             out.push(v);
         }
         Ok(Value::Array(out))
@@ -162,6 +193,7 @@ impl<'de> serde::de::Visitor<'de> for Seed<'_> {
         let mut out = serde_json::Map::new();
         while let Some(k) = map.next_key_seed(Key { repeats: self.repeats, seen: &out })? {
             let v = map.next_value_seed(self)?;
+            self.repeats.take()?;
             out.insert(k, v);
         }
         Ok(Value::Object(out))
@@ -219,6 +251,26 @@ mod tests {
         assert_eq!(docs[1].0["spec"]["files"][0]["mode"], 384, "octal modes still read");
         assert!(from_str_checked(two).is_err(), "a request body is one document");
         assert!(from_str_checked("a: [").is_err(), "malformed YAML is still an error");
+    }
+
+    /// Aliases are read where they stand, up to the document's own size: a few aliases of a
+    /// small anchor read, a "billion laughs" is refused without being expanded.
+    #[test]
+    fn aliases_expanding_past_the_documents_size_are_refused() {
+        let ok = from_str("a: &x [1, 2, 3]\nb: [*x, *x]\n").unwrap();
+        assert_eq!(ok["b"][1][2], 3);
+        let mut laughs = String::from("a: &a [x, x, x, x, x, x, x, x, x, x]\n");
+        for (name, prev) in
+            ["b", "c", "d", "e", "f", "g", "h", "i"].into_iter().zip(["a", "b", "c", "d", "e", "f", "g", "h"])
+        {
+            let refs = vec![format!("*{prev}"); 10].join(", ");
+            laughs.push_str(&format!("{name}: &{name} [{refs}]\n"));
+        }
+        for read in [from_str(&laughs).map(|_| ()), from_str_checked(&laughs).map(|_| ())] {
+            let err = read.expect_err("10^9 values from a few hundred bytes");
+            assert!(err.to_string().contains("more values than it has bytes"), "{err}");
+        }
+        assert!(documents_checked(&laughs)[0].is_err());
     }
 
     #[test]
