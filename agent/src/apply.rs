@@ -356,7 +356,7 @@ async fn rollback(
     record.phase = Phase::RollingBack { reason: reason.clone() };
     journal.save(record)?;
     fail::fail_point!(points::JOURNAL_AFTER_ROLLBACK);
-    if let Err(e) = run(fs, journal, services, &record.rollback).await {
+    if let Err(e) = run_rollback(fs, journal, services, &record.rollback).await {
         tracing::error!(id = %record.id, error = %e, "rollback failed; recovery will retry it");
         return Err(ApplyError::RollbackFailed { reason, rollback: e.to_string() });
     }
@@ -382,6 +382,149 @@ async fn run(fs: &HostFs, journal: &Journal, services: &dyn ServiceManager, step
         }
     }
     Ok(())
+}
+
+/// The steps of a rollback that failed, each with its error: every other step ran.
+#[derive(Debug)]
+struct RollbackErrors {
+    failed: Vec<(String, StepError)>,
+    steps: usize,
+}
+
+impl std::fmt::Display for RollbackErrors {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        const SHOWN: usize = 5;
+        write!(f, "{} of {} steps failed (the others were made): ", self.failed.len(), self.steps)?;
+        for (i, (what, e)) in self.failed.iter().take(SHOWN).enumerate() {
+            write!(f, "{}{what}: {e}", if i == 0 { "" } else { "; " })?;
+        }
+        if self.failed.len() > SHOWN {
+            write!(f, "; and {} more", self.failed.len() - SHOWN)?;
+        }
+        Ok(())
+    }
+}
+
+/// Runs every step of a rollback, past the ones that fail, and skips a restore whose path holds
+/// its pre-apply state already. Why: the path that failed the apply (an immutable file, a bind
+/// mount, a full disk) was never changed, and writing it back failed the same way; stopping
+/// there left the files before it new and the journal rolling back, which refuses every later
+/// config, a revert included. Now the node gets back all it can, the error names each path that
+/// could not be, and recovery retries only those (the others hold their state by then).
+async fn run_rollback(
+    fs: &HostFs,
+    journal: &Journal,
+    services: &dyn ServiceManager,
+    steps: &[Step],
+) -> Result<(), RollbackErrors> {
+    let mut failed = Vec::new();
+    let todo: Vec<&Step> = steps
+        .iter()
+        .filter(|s| match s {
+            Step::Restore { path, content } => match holds(fs, journal, path, content) {
+                Ok(held) => !held,
+                Err(e) => {
+                    tracing::debug!(%path, error = %e, "cannot compare with the pre-apply state; restoring");
+                    true
+                }
+            },
+            _ => true,
+        })
+        .collect();
+    let mut rest = &todo[..];
+    while !rest.is_empty() {
+        let batch = rest.iter().take_while(|s| file_write(s).is_some()).count();
+        if batch > 1 {
+            let steps: Vec<Step> = rest[..batch].iter().map(|s| (*s).clone()).collect();
+            if write_batch(fs, journal, &steps).is_err() {
+                // One by one, to find which paths fail and to put back all the others.
+                for step in &steps {
+                    if let Err(e) = run_step(fs, journal, services, step).await {
+                        failed.push((describe(step), e));
+                    }
+                }
+            }
+            rest = &rest[batch..];
+        } else {
+            if let Err(e) = run_step(fs, journal, services, rest[0]).await {
+                failed.push((describe(rest[0]), e));
+            }
+            rest = &rest[1..];
+        }
+    }
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(RollbackErrors { failed, steps: todo.len() })
+    }
+}
+
+/// A step as an error names it.
+fn describe(step: &Step) -> String {
+    match step {
+        Step::Backup { path, .. } => format!("back up {path}"),
+        Step::Write { path, .. } => format!("write {path}"),
+        Step::Remove { path, .. } => format!("remove {path}"),
+        Step::Restore { path, .. } => format!("restore {path}"),
+        Step::RemoveDir { path } => format!("remove directory {path}"),
+        Step::CleanTemp { path } => format!("clean the temp file of {path}"),
+        Step::DaemonReload => "daemon-reload".to_string(),
+        Step::Service { op, units, .. } => format!("{} {}", format!("{op:?}").to_lowercase(), units.join(" ")),
+    }
+}
+
+/// Whether `path` holds `content` already: the same kind, mode, owner and bytes (or target).
+fn holds(fs: &HostFs, journal: &Journal, path: &str, content: &Content) -> Result<bool, StepError> {
+    let rel = fsroot::rel(path);
+    let entry = fs.entry(&rel)?;
+    let same_meta = |mode: u32, uid: u32, gid: u32, m: u32, u: u32, g: u32| (mode & 0o7777, uid, gid) == (m, u, g);
+    Ok(match (content, entry) {
+        (Content::Absent, Entry::Absent) => true,
+        (Content::Symlink { target }, Entry::Symlink { target: t }) => t == Path::new(target),
+        (Content::Dir { mode, uid, gid }, Entry::Dir { mode: m, uid: u, gid: g }) => {
+            same_meta(*mode, *uid, *gid, m, u, g)
+        }
+        (Content::Inline { data, mode, uid, gid }, Entry::File { mode: m, uid: u, gid: g, len }) => {
+            same_meta(*mode, *uid, *gid, m, u, g)
+                && len == data.len() as u64
+                && same_bytes(&mut &data[..], &mut fs.open_read(&rel)?).map_err(|e| FsError::new("read", &rel, e))?
+        }
+        (Content::File { blob, mode, uid, gid }, Entry::File { mode: m, uid: u, gid: g, .. }) => {
+            same_meta(*mode, *uid, *gid, m, u, g)
+                && same_bytes(&mut journal.open_blob(blob)?, &mut fs.open_read(&rel)?)
+                    .map_err(|e| FsError::new("read", &rel, e))?
+        }
+        _ => false,
+    })
+}
+
+/// Whether two readers give the same bytes.
+fn same_bytes(a: &mut dyn std::io::Read, b: &mut dyn std::io::Read) -> std::io::Result<bool> {
+    let (mut x, mut y) = (vec![0u8; 64 << 10], vec![0u8; 64 << 10]);
+    loop {
+        let n = read_full(a, &mut x)?;
+        let m = read_full(b, &mut y)?;
+        if n != m || x[..n] != y[..m] {
+            return Ok(false);
+        }
+        if n == 0 {
+            return Ok(true);
+        }
+    }
+}
+
+/// Reads until `buf` is full or the reader ends; the count read.
+fn read_full(r: &mut dyn std::io::Read, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
 }
 
 /// A step that puts a regular file's bytes at a path: (path, failpoints, content).

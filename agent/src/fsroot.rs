@@ -43,6 +43,28 @@ pub fn is_escape(e: &io::Error) -> bool {
     e.kind() == io::ErrorKind::PermissionDenied && e.to_string().contains("outside of the filesystem")
 }
 
+/// What keeps root from replacing a path ([`HostFs::lock_on`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lock {
+    /// `chattr +i`: no rename over it, no removal, and in a directory no new entry.
+    Immutable,
+    /// `chattr +a`: no rename over it, no removal.
+    AppendOnly,
+    /// Something is mounted over it (a bind mount): a rename over it fails with EBUSY.
+    MountPoint,
+}
+
+impl Lock {
+    /// What it is and how an admin lifts it, for a refusal.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Lock::Immutable => "is immutable (chattr +i; lift it with chattr -i)",
+            Lock::AppendOnly => "is append-only (chattr +a; lift it with chattr -a)",
+            Lock::MountPoint => "has a file system mounted over it (unmount it first)",
+        }
+    }
+}
+
 /// What is at a path (the final component not followed).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Entry {
@@ -336,6 +358,41 @@ impl HostFs {
             .map_err(|e| FsError::new("open", rel, e))?;
         let st = nix::sys::statvfs::fstatvfs(&dir).map_err(|e| FsError::new("statvfs", rel, io::Error::from(e)))?;
         Ok(st.flags().contains(nix::sys::statvfs::FsFlags::ST_RDONLY))
+    }
+
+    /// What keeps even root from replacing or removing the existing `rel` ("" for the root): an
+    /// inode flag (`chattr +i` / `+a`) or something mounted over it. None when nothing does,
+    /// when `rel` does not exist, or when the kernel or file system cannot say. Why: the apply
+    /// replaces every file with a rename, and such a path fails it after the drain, with half
+    /// the files written.
+    pub fn lock_on(&self, rel: &Path) -> Result<Option<Lock>, FsError> {
+        use rustix::fs::{statx, AtFlags, StatxAttributes, StatxFlags};
+        let flags = AtFlags::SYMLINK_NOFOLLOW;
+        let found = if rel.as_os_str().is_empty() {
+            statx(&self.dir, "", flags | AtFlags::EMPTY_PATH, StatxFlags::BASIC_STATS)
+        } else {
+            let (parent, name) = match self.parent_dir(rel) {
+                Ok(p) => p,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+                Err(e) => return Err(FsError::new("open parent", rel, e)),
+            };
+            statx(&parent, name.as_os_str(), flags, StatxFlags::BASIC_STATS)
+        };
+        let st = match found {
+            Ok(st) => st,
+            Err(rustix::io::Errno::NOENT) | Err(rustix::io::Errno::NOSYS) => return Ok(None),
+            Err(e) => return Err(FsError::new("statx", rel, e.into())),
+        };
+        let has = |a: StatxAttributes| st.stx_attributes_mask.contains(a) && st.stx_attributes.contains(a);
+        Ok(if has(StatxAttributes::IMMUTABLE) {
+            Some(Lock::Immutable)
+        } else if has(StatxAttributes::APPEND) {
+            Some(Lock::AppendOnly)
+        } else if has(StatxAttributes::MOUNT_ROOT) && !rel.as_os_str().is_empty() {
+            Some(Lock::MountPoint)
+        } else {
+            None
+        })
     }
 
     /// Creates the missing ancestors of `rel` with `mode` (0755 for config files, as MCO),

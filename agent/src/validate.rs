@@ -510,11 +510,13 @@ impl Owners {
 
 /// Checks that a path can be written beneath the root: every existing ancestor resolves (through
 /// symlinks, with cap-std) to a directory inside the root, and the path itself is not a
-/// directory or a special file.
+/// directory or a special file, nor kept from being replaced (an inode flag, a mount over it,
+/// on the file or the directory it goes in).
 fn check_host_path(
     fs: &HostFs,
     seen: &mut fsroot::Ancestors,
     read_only: &mut HashMap<PathBuf, bool>,
+    locked: &mut HashMap<PathBuf, Option<fsroot::Lock>>,
     path: &str,
     field: &str,
 ) -> Result<(), Refusal> {
@@ -549,10 +551,33 @@ fn check_host_path(
             ),
         ));
     }
+    // A directory that takes no new entry (or no rename in it) fails the write after the
+    // drain, as would the file itself.
+    let dir_lock = match locked.get(&existing) {
+        Some(l) => *l,
+        None => {
+            let l = fs
+                .lock_on(&existing)
+                .map_err(|e| Refusal::degraded(field, e.to_string()))?
+                .filter(|l| *l != fsroot::Lock::MountPoint);
+            locked.insert(existing.clone(), l);
+            l
+        }
+    };
+    if let Some(l) = dir_lock {
+        return Err(Refusal::degraded(
+            field,
+            format!("path {path:?} cannot be written: directory /{} {}", existing.display(), l.describe()),
+        ));
+    }
     // The I/O error names the operation and the path.
     match fs.entry(&rel).map_err(|e| Refusal::degraded(field, e.to_string()))? {
         Entry::Dir { .. } => Err(Refusal::degraded(field, format!("path {path:?} exists and is a directory"))),
         Entry::Other { .. } => Err(Refusal::degraded(field, format!("path {path:?} exists and is a special file"))),
+        Entry::File { .. } => match fs.lock_on(&rel).map_err(|e| Refusal::degraded(field, e.to_string()))? {
+            Some(l) => Err(Refusal::degraded(field, format!("path {path:?} cannot be replaced: it {}", l.describe()))),
+            None => Ok(()),
+        },
         _ => Ok(()),
     }
 }
@@ -628,13 +653,13 @@ fn check_core_shadow(fs: &HostFs, d: &Desired) -> Result<(), Refusal> {
 
 pub fn check_host(fs: &HostFs, d: &Desired) -> Result<Owners, Refusal> {
     let mut seen = fsroot::Ancestors::default();
-    let mut read_only = HashMap::new();
+    let (mut read_only, mut locked) = (HashMap::new(), HashMap::new());
     let written = written_paths(d);
     for (path, field) in &written {
-        check_host_path(fs, &mut seen, &mut read_only, path, field)?;
+        check_host_path(fs, &mut seen, &mut read_only, &mut locked, path, field)?;
         let (orig, noorig) = crate::files::backup_paths(path);
-        check_host_path(fs, &mut seen, &mut read_only, &orig, field)?;
-        check_host_path(fs, &mut seen, &mut read_only, &noorig, field)?;
+        check_host_path(fs, &mut seen, &mut read_only, &mut locked, &orig, field)?;
+        check_host_path(fs, &mut seen, &mut read_only, &mut locked, &noorig, field)?;
     }
     check_where_paths_land(fs, &written)?;
     check_core_shadow(fs, d)?;

@@ -485,3 +485,153 @@ fn shadow_date_back(r: &std::path::Path) {
     let text = std::fs::read_to_string(&path).unwrap();
     std::fs::write(&path, text.replace(&format!(":{}:", days_since_epoch()), ":19000:")).unwrap();
 }
+
+/// Runs `chattr <flag> path` (root, on a file system with inode flags: ext4 here).
+fn chattr(path: &Path, flag: &str) {
+    let out = std::process::Command::new("chattr").arg(flag).arg(path).output().expect("chattr");
+    assert!(out.status.success(), "chattr {flag} {}: {}", path.display(), String::from_utf8_lossy(&out.stderr));
+}
+
+/// The inode flags and bind mounts a test puts on its root, lifted when it ends, passed or not:
+/// an immutable file left behind keeps the temp root from being removed.
+#[derive(Default)]
+struct HostLocks {
+    flagged: Vec<std::path::PathBuf>,
+    mounts: Vec<std::path::PathBuf>,
+}
+
+impl HostLocks {
+    fn flag(&mut self, path: &Path, flag: &str) {
+        self.flagged.push(path.to_path_buf());
+        chattr(path, flag);
+    }
+    /// Registers a path something else flags, to be lifted here.
+    fn lifts(&mut self, path: &Path) {
+        self.flagged.push(path.to_path_buf());
+    }
+    fn bind(&mut self, from: &Path, to: &Path) {
+        let out = std::process::Command::new("mount").arg("--bind").arg(from).arg(to).output().expect("mount");
+        assert!(out.status.success(), "mount --bind: {}", String::from_utf8_lossy(&out.stderr));
+        self.mounts.push(to.to_path_buf());
+    }
+    fn lift(&mut self) {
+        for m in self.mounts.drain(..) {
+            let _ = std::process::Command::new("umount").arg(&m).output();
+        }
+        for p in self.flagged.drain(..) {
+            let _ = std::process::Command::new("chattr").args(["-i", "-a"]).arg(&p).output();
+        }
+    }
+}
+
+impl Drop for HostLocks {
+    fn drop(&mut self) {
+        self.lift();
+    }
+}
+
+/// A path even root cannot replace (an immutable or append-only file or directory, a file
+/// system mounted over it) is refused by the check made before the drain, naming the field and
+/// how to lift it, and nothing is written. The apply replaces every file with a rename, which
+/// such a path fails after the drain.
+#[test]
+fn a_path_root_cannot_replace_is_refused_before_anything_is_written() {
+    let (dir, root, journal) = node_on_old();
+    let r = dir.path();
+    let spare = r.join("spare");
+    std::fs::write(&spare, "mounted\n").unwrap();
+    let before = snapshot(r, &[]);
+    let mut locks = HostLocks::default();
+    type Lock = Box<dyn Fn(&mut HostLocks)>;
+    let change = r.join("etc/aloft-test/change.conf");
+    let (test_dir, hosts) = (r.join("etc/aloft-test"), r.join("etc/hosts"));
+    let cases: [(Lock, &str, &str); 3] = [
+        (
+            Box::new(move |l| l.flag(&change, "+i")),
+            "spec.config.storage.files[1].path",
+            "\"/etc/aloft-test/change.conf\" cannot be replaced: it is immutable (chattr +i; lift it with chattr -i)",
+        ),
+        (
+            Box::new(move |l| l.flag(&test_dir, "+a")),
+            "spec.config.storage.files[0].path",
+            "\"/etc/aloft-test/keep.conf\" cannot be written: directory /etc/aloft-test is append-only",
+        ),
+        (
+            Box::new(move |l| l.bind(&spare, &hosts)),
+            "spec.config.storage.files[3].path",
+            "\"/etc/hosts\" cannot be replaced: it has a file system mounted over it",
+        ),
+    ];
+    for (lock, field, said) in cases {
+        lock(&mut locks);
+        let refusal = apply::check(&root, &old_config(), &new_config()).unwrap_err();
+        assert_eq!((refusal.kind, refusal.field.as_str()), (RefusalKind::Degraded, field), "{}", refusal.message);
+        assert!(refusal.message.contains(said), "{}", refusal.message);
+        let svc = RecordingServices::on(r);
+        let err = block_on(apply::apply(&root, &journal, &old_config(), &new_config(), &svc)).unwrap_err();
+        assert!(matches!(err, ApplyError::Refused(_)), "{err}");
+        assert!(svc.calls().is_empty(), "{:?}", svc.calls());
+        locks.lift();
+        assert_eq!(snapshot(r, &[]), before, "something was written");
+    }
+    // Lifted, the same config applies.
+    block_on(apply::apply(&root, &journal, &old_config(), &new_config(), &RecordingServices::on(r))).unwrap();
+}
+
+/// The path whose write failed the apply (made immutable between the check and the apply, as
+/// during a drain) still holds its old bytes: the rollback leaves it as it is, and the node is
+/// back on exactly the old config. Written back, it failed the same way, and the journal stayed
+/// rolling back, refusing every later config.
+#[test]
+fn a_path_the_apply_could_not_replace_is_left_by_the_rollback() {
+    let (dir, root, journal) = node_on_old();
+    let r = dir.path();
+    let checked = apply::check(&root, &old_config(), &new_config()).unwrap();
+    let mut locks = HostLocks::default();
+    locks.flag(&r.join("etc/aloft-test/change.conf"), "+i");
+    let before = snapshot(r, &[AGENT_STATE]);
+    let err = block_on(apply::apply_checked(&root, &journal, &checked, &RecordingServices::on(r))).unwrap_err();
+    let ApplyError::RolledBack { reason } = &err else { panic!("{err}") };
+    assert!(reason.contains("rename /etc/aloft-test/change.conf") && reason.contains("not permitted"), "{reason}");
+    let after = snapshot(r, &[AGENT_STATE]);
+    assert_eq!(after, before, "{}", diff(&before, &after));
+    assert!(matches!(journal.load().unwrap().unwrap().phase, Phase::RolledBack { .. }));
+    ondisk::verify(&root, &old_config()).unwrap();
+}
+
+/// A rollback goes on past a path it cannot put back (made immutable while the apply ran): every
+/// other path is back, the error names the one that is not, and the journal keeps the rollback,
+/// which recovery finishes once the path can be written.
+#[test]
+fn a_rollback_puts_back_every_path_it_can_and_names_the_rest() {
+    let (dir, root, journal) = node_on_old();
+    let r = dir.path();
+    let before = snapshot(r, &[AGENT_STATE]);
+    let added = r.join("etc/aloft-test/new/deep/added.conf");
+    let mut locks = HostLocks::default();
+    locks.lifts(&added);
+    let flagged = added.clone();
+    let svc = RecordingServices::on(r).failing_enable_of("new.service").and_then(move || chattr(&flagged, "+i"));
+    let err = block_on(apply::apply(&root, &journal, &old_config(), &new_config(), &svc)).unwrap_err();
+    let ApplyError::RollbackFailed { reason, rollback } = &err else { panic!("{err}") };
+    assert!(reason.contains("new.service: injected failure"), "{reason}");
+    assert!(rollback.starts_with("1 of "), "{rollback}");
+    assert!(rollback.contains("restore /etc/aloft-test/new/deep/added.conf: "), "{rollback}");
+    // Everything else is as before the apply (the locked file keeps its directories).
+    let after = snapshot(r, &[AGENT_STATE, "etc/aloft-test/new"]);
+    assert_eq!(after, before, "{}", diff(&before, &after));
+    assert!(matches!(journal.load().unwrap().unwrap().phase, Phase::RollingBack { .. }));
+    let svc = RecordingServices::on(r);
+    let refused = block_on(apply::apply(&root, &journal, &old_config(), &new_config(), &svc)).unwrap_err();
+    assert!(matches!(refused, ApplyError::Unfinished { .. }), "{refused}");
+    // Recovery retries while the path stays locked, and finishes once it is not.
+    let again = block_on(apply::recover(&root, &journal, &svc)).unwrap_err();
+    assert!(again.to_string().contains("1 of "), "{again}");
+    locks.lift();
+    match block_on(apply::recover(&root, &journal, &svc)).unwrap() {
+        Recovery::RolledBack { reason: r2, .. } => assert_eq!(&r2, reason),
+        other => panic!("{other:?}"),
+    }
+    let after = snapshot(r, &[AGENT_STATE]);
+    assert_eq!(after, before, "{}", diff(&before, &after));
+}

@@ -32,11 +32,13 @@ pub struct RecordingServices {
     root: Option<PathBuf>,
     pub calls: Mutex<Vec<Call>>,
     pub fail_enable_of: Option<String>,
+    /// Run as the injected enable failure happens: what the host does meanwhile.
+    pub on_failure: Option<Box<dyn Fn() + Send + Sync>>,
 }
 
 impl RecordingServices {
     pub fn new() -> Self {
-        RecordingServices { root: None, calls: Mutex::new(Vec::new()), fail_enable_of: None }
+        RecordingServices { root: None, calls: Mutex::new(Vec::new()), fail_enable_of: None, on_failure: None }
     }
 
     /// Also emulate the enablement symlinks beneath `root`.
@@ -46,6 +48,12 @@ impl RecordingServices {
 
     pub fn failing_enable_of(mut self, unit: &str) -> Self {
         self.fail_enable_of = Some(unit.to_string());
+        self
+    }
+
+    /// Also runs `f` when the injected failure happens (e.g. a file made immutable meanwhile).
+    pub fn and_then(mut self, f: impl Fn() + Send + Sync + 'static) -> Self {
+        self.on_failure = Some(Box::new(f));
         self
     }
 
@@ -114,6 +122,9 @@ impl ServiceManager for RecordingServices {
         self.record("enable", units);
         if let Some(bad) = &self.fail_enable_of {
             if units.contains(bad) {
+                if let Some(f) = &self.on_failure {
+                    f();
+                }
                 return Err(ServiceError::Call {
                     operation: "EnableUnitFiles".into(),
                     message: format!("{bad}: injected failure"),
