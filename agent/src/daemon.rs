@@ -185,7 +185,12 @@ pub fn decide(phase: &Phase, node: &NodeView, current: &str, boot_id: &str) -> S
         }
         _ => {}
     }
-    if let Phase::DrainingForReboot { target, .. } = phase {
+    // The update's files are written and its config saved, and what should follow (the
+    // rebootless actions, or the reboot) may not have run: its phase was not saved (a full disk
+    // failed the save and the step), so this process goes on from the phase before. Reported
+    // Done from there, the node ran the new config's files without its restarts or its reboot.
+    // As after a restart ([`resume_after_restart`]), it drains and reboots to be safe.
+    if let Phase::DrainingForReboot { target, .. } | Phase::Applying { target } | Phase::Acting { target } = phase {
         if target == current {
             return Step::DrainAndReboot { target: target.clone() };
         }
@@ -2040,8 +2045,12 @@ mod tests {
             decide(resumed.as_ref().unwrap(), &node("r3", "r1", "Working"), "r2", "b1"),
             Step::DrainAndReboot { target: "r2".into() }
         );
-        // Without it, the restarted agent would have reported Done with the actions never run.
-        assert_eq!(decide(&acting, &working, "r2", "b1"), Step::ReportDone);
+        // In the same process too (the save of the next phase failed): never Done with the
+        // actions (or the reboot) not known to have run.
+        assert_eq!(decide(&acting, &working, "r2", "b1"), Step::DrainAndReboot { target: "r2".into() });
+        let applying = Phase::Applying { target: "r2".into() };
+        assert_eq!(decide(&applying, &working, "r2", "b1"), Step::DrainAndReboot { target: "r2".into() });
+        assert_eq!(decide(&applying, &working, "r1", "b1"), Step::Update { target: "r2".into() }, "not saved yet");
         for other in [Phase::Idle, Phase::Applying { target: "r2".into() }, Phase::Acting { target: "r3".into() }] {
             assert_eq!(resume_after_restart(&other, "r2"), None, "{other:?}");
         }
