@@ -1634,6 +1634,48 @@ async fn a_node_that_left_its_pool_is_uncordoned_through_the_hooks_that_drained_
     assert!(hook.calls().contains(&uncordon), "{:?}", hook.calls());
 }
 
+/// A node's uncordon request lifts only a cordon a drain made. An admin's cordon stays: the
+/// request is answered (the agent goes on), an Event says why the node is still cordoned, and
+/// no hook puts it back into the load balancer. (It was lifted, the node read as available and
+/// its pool could take another node down.) After a drain, the uncordon lifts the drain's cordon.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_uncordon_request_lifts_only_a_cordon_a_drain_made() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let hook = HookServer::start().await;
+    let hooks = json!({"drain": {"hooks": [{"url": hook.url, "timeoutSeconds": 1}]}});
+    create(&admin, &MACHINE_CONFIG_POOL, &worker_pool(true, hooks)).await;
+    fake_node(&admin, "n1", json!({"node-role.kubernetes.io/worker": ""}), true).await;
+    merge(&admin, &path_of(&NODE, Some("n1")), json!({"spec": {"unschedulable": true}})).await;
+
+    annotate(&admin, "n1", json!({ann::DESIRED_DRAIN: "uncordon-rendered-worker-1"})).await;
+    let n1 = eventually(WAIT, "n1's uncordon request answered", || async {
+        let n = node(&admin, "n1").await;
+        Ok((annotation(&n, ann::LAST_APPLIED_DRAIN) == "uncordon-rendered-worker-1").then_some(n))
+    })
+    .await;
+    assert!(cordoned(&n1), "an admin's cordon lifted at the node's request: {n1}");
+    let said = event_with(&admin, "Node", "n1", "CordonKept", "uncordon-rendered-worker-1").await;
+    assert!(said.contains("no drain cordoned it"), "{said}");
+    assert!(hook.calls().is_empty(), "{:?}", hook.calls());
+
+    // A drain (through the hooks), then its uncordon: lifted, through the hooks.
+    annotate(&admin, "n1", json!({ann::DESIRED_DRAIN: "drain-rendered-worker-2"})).await;
+    eventually(WAIT, "n1's drain answered", || async {
+        Ok((annotation(&node(&admin, "n1").await, ann::LAST_APPLIED_DRAIN) == "drain-rendered-worker-2").then_some(()))
+    })
+    .await;
+    annotate(&admin, "n1", json!({ann::DESIRED_DRAIN: "uncordon-rendered-worker-2"})).await;
+    let n1 = eventually(WAIT, "n1 uncordoned", || async {
+        let n = node(&admin, "n1").await;
+        Ok((annotation(&n, ann::LAST_APPLIED_DRAIN) == "uncordon-rendered-worker-2").then_some(n))
+    })
+    .await;
+    assert!(!cordoned(&n1), "{n1}");
+    let phases: Vec<Value> = hook.calls().iter().map(|c| c["phase"].clone()).collect();
+    assert_eq!(phases, [json!("drain"), json!("uncordon")], "{:?}", hook.calls());
+}
+
 /// Hooks added to a pool after its pick drained a node (no hooks then) and before the node's
 /// agent asked for that drain: the pick's answer stands (the agent may have gone on from it
 /// already: it reads the answer with the pick, and an OS download can come between), the node

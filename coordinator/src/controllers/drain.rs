@@ -748,6 +748,9 @@ impl Job {
 
     /// True when acknowledged.
     async fn uncordon(&self, r: &str) -> Result<bool, StoreError> {
+        if !cordoned_by_a_drain(&self.cached) {
+            return self.answer_keeping_the_cordon(r).await;
+        }
         // The hooks put the node back (e.g. into the load balancer): until every one has
         // succeeded it stays cordoned and counts as unavailable, and the request is retried as a
         // drain's is; past the pool's drain timeout it is marked as a drain would be.
@@ -772,7 +775,7 @@ impl Job {
         }
         let acked = self
             .update(Some(&self.cached), |n| {
-                if pending(n).as_ref().map(Request::value) != Some(r) {
+                if pending(n).as_ref().map(Request::value) != Some(r) || !cordoned_by_a_drain(n) {
                     return false;
                 }
                 if let Some(spec) = n.get_mut("spec").and_then(Value::as_object_mut) {
@@ -799,6 +802,54 @@ impl Job {
         }
         Ok(acked)
     }
+}
+
+impl Job {
+    /// Answers an uncordon request of a node this controller did not cordon (no drain answered,
+    /// none under way): the answer without the uncordon and without the hooks. The cordon is
+    /// someone else's (an admin's `kubectl cordon`): lifted at a node's request, the node read as
+    /// available again and the pool took another node down in its place, and the hooks put a
+    /// node into its load balancer that nobody had taken out.
+    async fn answer_keeping_the_cordon(&self, r: &str) -> Result<bool, StoreError> {
+        let cordoned = self.cached.pointer("/spec/unschedulable") == Some(&Value::Bool(true));
+        let acked = self
+            .update(Some(&self.cached), |n| {
+                if pending(n).as_ref().map(Request::value) != Some(r) || cordoned_by_a_drain(n) {
+                    return false;
+                }
+                set_annotations(
+                    n,
+                    &[
+                        (ann::LAST_APPLIED_DRAIN, Some(r)),
+                        (ann::DRAIN_STARTED, None),
+                        (ann::DRAIN_FAILURE, None),
+                        (ann::UNCORDON_AT_DONE, None),
+                    ],
+                );
+                true
+            })
+            .await?;
+        if acked {
+            lock(&self.ctx.last_error).remove(&self.node);
+            if cordoned {
+                let msg = format!(
+                    "{r} answered and the node left cordoned: no drain cordoned it (uncordon it with kubectl uncordon)"
+                );
+                self.ctx.events.emit(&Involved::node(&self.node), EventType::Normal, reasons::CORDON_KEPT, &msg);
+            }
+            tracing::info!(node = %self.node, request = %r, cordoned, "uncordon answered; no drain of ours to end");
+        }
+        Ok(acked)
+    }
+}
+
+/// Whether the node's cordon is a drain's of this controller: one answered (`lastAppliedDrain`
+/// says `drain-…`), or one with hooks under way (its pool recorded with the cordon). Only such
+/// a cordon is lifted at the node's request.
+fn cordoned_by_a_drain(n: &Value) -> bool {
+    let ann = crate::server::objects::at(n, &["metadata", "annotations"]);
+    let get = |k: &str| ann.and_then(|a| a.get(k)).and_then(Value::as_str).unwrap_or("");
+    get(ann::LAST_APPLIED_DRAIN).starts_with("drain-") || !get(ann::DRAIN_POOL).is_empty()
 }
 
 /// `<request>@<time>`, the value of `aloft.dev/drainStarted`. In milliseconds: a mark cut to the

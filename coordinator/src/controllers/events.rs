@@ -41,6 +41,9 @@ pub mod reasons {
     pub const DRAIN_HOOK_FAILED: &str = "DrainHookFailed";
     pub const DRAIN_TIMEOUT: &str = "DrainTimeout";
     pub const DRAINED: &str = "Drained";
+    /// On a Node: its uncordon request was answered, and a cordon no drain made (an admin's)
+    /// left in place.
+    pub const CORDON_KEPT: &str = "CordonKept";
     pub const CANARY_SOAKING: &str = "CanarySoaking";
     pub const CIRCUIT_BROKEN: &str = "CircuitBroken";
     /// On the pool: nodes wait for its next maintenance window (or for a schedule that can be
