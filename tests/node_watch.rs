@@ -331,3 +331,52 @@ async fn a_wait_ends_when_the_node_is_deleted_before_the_watch_reads_it() {
         "the caller's read finds out why"
     );
 }
+
+/// An open watch ends with its credential. A node agent's watch of its Node ends with that
+/// Node's DELETED event (deleting a Node revokes its agent's credential): open on, it streamed
+/// the Node enrolled again under the name, a new host's, to the old host. Any other watch ends
+/// within `CREDENTIAL_RECHECK` of its token's revocation (here by the CLI, another process):
+/// it went on until its timeout, however long the client had asked for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_watch_ends_when_its_credential_is_revoked_or_its_node_deleted() {
+    use aloft_tests::WatchStream;
+    let c = Coordinator::start();
+    let admin = c.client();
+    let node = node_client(&c, "w-old").await;
+    let own = "/api/v1/nodes?watch=true&fieldSelector=metadata.name%3Dw-old&timeoutSeconds=3600";
+    let mut agent = WatchStream::open(&node, own).await.unwrap();
+    let first = agent.next(Duration::from_secs(30)).await.unwrap().expect("the Node");
+    assert_eq!((first["type"].as_str(), first["object"]["metadata"]["name"].as_str()), (Some("ADDED"), Some("w-old")));
+    let viewer = c.client_with_token(Some(&c.create_token("watcher", "viewer")));
+    let mut watching = WatchStream::open(&viewer, "/api/v1/nodes?watch=true&timeoutSeconds=3600").await.unwrap();
+    assert_eq!(watching.next(Duration::from_secs(30)).await.unwrap().expect("the Node")["type"], "ADDED");
+
+    admin.delete("/api/v1/nodes/w-old").await.unwrap().into_result().unwrap();
+    let deleted = agent.next(Duration::from_secs(30)).await.unwrap().expect("the deletion");
+    assert_eq!(deleted["type"], "DELETED", "{deleted}");
+    let after = agent.next(Duration::from_secs(10)).await;
+    assert!(matches!(after, Ok(None)), "the agent's watch went on after its Node's deletion: {after:?}");
+    let refused = node.get("/api/v1/nodes/w-old").await.unwrap();
+    assert_eq!(refused.code, 401, "the deleted Node's credential is revoked: {}", refused.body);
+
+    let out = std::process::Command::new(bin("aloft-coordinator"))
+        .args(["token", "revoke", "--name", "watcher", "--data-dir"])
+        .arg(c.data_dir())
+        .args(c.store_args())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let revoked = Instant::now();
+    loop {
+        match watching.next(Duration::from_secs(40)).await {
+            Ok(Some(ev)) => assert_eq!(ev["type"], "DELETED", "{ev}"),
+            Ok(None) => {
+                eprintln!("the revoked viewer's watch ended {:?} after", revoked.elapsed());
+                break;
+            }
+            Err(e) => panic!("the revoked viewer's watch is still open {:?} after: {e:#}", revoked.elapsed()),
+        }
+    }
+    let refused = viewer.get("/api/v1/nodes").await.unwrap();
+    assert_eq!(refused.code, 401, "{}", refused.body);
+}

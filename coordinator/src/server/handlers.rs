@@ -479,7 +479,14 @@ fn parse_stored(text: &str) -> Result<Value, ApiError> {
 async fn watch_handler(call: Call<'_>) -> Result<Response, ApiError> {
     call.authorize(Verb::Watch).await?;
     let filters = Filters::from_params(call.path.rt, &call.params)?;
-    watch::serve(call.ctx, call.path.clone(), &call.params, filters, call.table, call.who).await
+    // The credential the watch was opened with, checked again while it is open.
+    let credential = call
+        .headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(super::bearer_token)
+        .map(crate::auth::token_hash);
+    watch::serve(call.ctx, call.path.clone(), &call.params, filters, call.table, call.who, credential).await
 }
 
 async fn create(call: Call<'_>) -> Result<Response, ApiError> {

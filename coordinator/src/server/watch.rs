@@ -26,6 +26,12 @@
 //! agent that has them reads neither on its update's critical path (MCO's daemon reads both from
 //! its informers' caches for the same reason). Rendered configs never change under their name;
 //! the policy is the one stored when the event is sent.
+//!
+//! A watch ends once its credential no longer stands for the caller it was opened by (revoked,
+//! expired, replaced: checked every [`CREDENTIAL_RECHECK`]), and a node agent's watch ends
+//! with the DELETED event of its own Node (deleting a Node revokes its agent's credential).
+//! Open until their timeout, a decommissioned host's watch went on, and a Node enrolled again
+//! under its name (a new host, other labels) streamed to the old host, update inputs included.
 
 use super::error::ApiError;
 use super::global_packages::{GlobalPackages, Seen};
@@ -63,6 +69,11 @@ pub const UPDATE_INPUTS: &str = "UPDATE_INPUTS";
 /// older than the kept history (410 Gone, and a full relist).
 pub const BOOKMARK_EVERY: Duration = Duration::from_secs(60);
 
+/// How often an open watch checks that its credential still stands: a token lookup, which the
+/// stores answer from memory (SQLite's token cache) or in batches (etcd), so a fleet's watches
+/// cost a few hundred lookups a second at 10,000 nodes.
+pub const CREDENTIAL_RECHECK: Duration = Duration::from_secs(15);
+
 pub async fn serve(
     ctx: &Ctx,
     path: ResourcePath,
@@ -70,6 +81,7 @@ pub async fn serve(
     filters: Filters,
     table: Option<table::TableVersion>,
     who: &Identity,
+    credential: Option<String>,
 ) -> Result<Response, ApiError> {
     let skip_own = match params.get("skipOwnWrites").map(String::as_str) {
         None | Some("false") => None,
@@ -195,6 +207,23 @@ pub async fn serve(
         crate::auth::Role::Node(node) => Some(ctx.presence.open(node)),
         _ => None,
     };
+    // An agent's watch ends with its own Node's deletion, which revokes its credential.
+    let own_node = match &who.role {
+        crate::auth::Role::Node(node) if rt.kind == crate::resources::NODE.kind => Some(node.clone()),
+        _ => None,
+    };
+    let lapsed = credential.map(|hash| credential_lapses(ctx.token_store.clone(), hash, who.clone()));
+    let ends = async move {
+        match lapsed {
+            Some(lapsed) => {
+                tokio::select! {
+                    () = tokio::time::sleep(timeout) => {}
+                    () = lapsed => {}
+                }
+            }
+            None => tokio::time::sleep(timeout).await,
+        }
+    };
     let (store, who) = (ctx.store.clone(), Arc::new(who.clone()));
     let body = initial
         .chain(live)
@@ -205,14 +234,20 @@ pub async fn serve(
             };
             futures::future::ready(item)
         })
-        // End the stream after an error event.
-        .scan(false, |ended, item| {
-            if *ended {
-                return futures::future::ready(None);
-            }
-            *ended = matches!(item, Item::Error(_));
-            futures::future::ready(Some(item))
+        // End the stream with an error event, or with the deletion of the caller's own Node: at
+        // once, not when the next event comes (none may come: the Node is gone).
+        .flat_map(move |item| {
+            let last = match &item {
+                Item::Error(_) => true,
+                Item::Event(EventType::Deleted, o, _) => {
+                    own_node.as_deref().is_some_and(|n| crate::server::objects::name_of(o) == n)
+                }
+                _ => false,
+            };
+            futures::stream::iter(std::iter::once(Some(item)).chain(last.then_some(None)))
         })
+        .take_while(|item| futures::future::ready(item.is_some()))
+        .filter_map(futures::future::ready)
         .then(move |item| {
             let due = match &item {
                 Item::Event(EventType::Added | EventType::Modified, obj, _) if with_inputs => {
@@ -264,12 +299,29 @@ pub async fn serve(
             };
             Ok::<_, std::convert::Infallible>(Bytes::from(line))
         })
-        .take_until(tokio::time::sleep(timeout));
+        .take_until(ends);
     Response::builder()
         .header("content-type", "application/json")
         .header("cache-control", "no-cache, private")
         .body(Body::from_stream(body))
         .map_err(|e| ApiError::internal(e.to_string()))
+}
+
+/// Resolves once the credential `hash` no longer stands for `who`: revoked, expired, or
+/// replaced by another. A lookup that fails (the store away a moment) keeps the watch: its own
+/// events then fail it if the store stays away.
+async fn credential_lapses(tokens: Arc<dyn crate::store::Tokens>, hash: String, who: Identity) {
+    loop {
+        tokio::time::sleep(CREDENTIAL_RECHECK).await;
+        match tokens.find_token(hash.clone()).await {
+            Ok(Some((name, role))) if name == who.name && role.parse().ok().as_ref() == Some(&who.role) => {}
+            Ok(_) => {
+                tracing::info!(caller = %who.name, "the credential of an open watch was revoked; ending the watch");
+                return;
+            }
+            Err(e) => tracing::debug!(error = %e, "cannot check an open watch's credential; checked again later"),
+        }
+    }
 }
 
 /// What the watched collection holds now: the stored objects of the path's namespace (or of all),
