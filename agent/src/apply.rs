@@ -540,7 +540,12 @@ fn file_write(step: &Step) -> Option<(&str, (&'static str, &'static str), &Conte
     }
 }
 
-/// Runs consecutive file writes together: every temp file first, their fsyncs concurrently,
+/// Temp files a batch keeps open at once (written, then fsynced together): enough for the
+/// fsyncs' group commit, far below any limit of open files.
+const TEMPS_OPEN_AT_ONCE: usize = 128;
+
+/// Runs consecutive file writes together: every temp file first ([`TEMPS_OPEN_AT_ONCE`] open at
+/// a time), their fsyncs concurrently,
 /// every rename, then one fsync per directory. The same guarantee as writing them one by one
 /// (each path holds its old or its new bytes at every instant, and re-running the batch after a
 /// crash finishes it), at a few journal commits per batch instead of two per file.
@@ -548,22 +553,34 @@ fn write_batch(fs: &HostFs, journal: &Journal, steps: &[Step]) -> Result<(), Ste
     let writes: Vec<_> = steps.iter().filter_map(file_write).collect();
     let rels: Vec<std::path::PathBuf> = writes.iter().map(|(path, _, _)| fsroot::rel(path)).collect();
     let written = (|| -> Result<(), StepError> {
-        let mut temps = Vec::with_capacity(writes.len());
-        for ((path, (_before, _after), content), rel) in writes.iter().zip(&rels) {
-            tracing::debug!(%path, "write (batched)");
-            fail::fail_point!(_before);
-            fs.ensure_parent(rel)?;
-            let temp = match content {
-                Content::File { blob, mode, uid, gid } => {
-                    fs.write_temp(rel, &mut journal.open_blob(blob)?, *mode, *uid, *gid)?
-                }
-                Content::Inline { data, mode, uid, gid } => fs.write_temp(rel, &mut &data[..], *mode, *uid, *gid)?,
-                // file_write only lets regular files through.
-                _ => continue,
-            };
-            temps.push(temp);
+        // A chunk at a time, each fsynced and closed before the next: a config of thousands of
+        // files held a descriptor per file and failed at the agent's limit of open files
+        // (systemd's default soft limit is 1024), after the drain.
+        let mut start = 0;
+        for chunk in writes.chunks(TEMPS_OPEN_AT_ONCE) {
+            let mut temps = Vec::with_capacity(chunk.len());
+            let chunk_rels = &rels[start..start + chunk.len()];
+            for ((path, (_before, _after), content), rel) in chunk.iter().zip(chunk_rels) {
+                tracing::debug!(%path, "write (batched)");
+                fail::fail_point!(_before);
+                fs.ensure_parent(rel)?;
+                let temp = match content {
+                    Content::File { blob, mode, uid, gid } => {
+                        fs.write_temp(rel, &mut journal.open_blob(blob)?, *mode, *uid, *gid)?
+                    }
+                    Content::Inline { data, mode, uid, gid } => {
+                        fs.write_temp(rel, &mut &data[..], *mode, *uid, *gid)?
+                    }
+                    // file_write only lets regular files through.
+                    _ => continue,
+                };
+                temps.push((temp, rel));
+            }
+            let files: Vec<&cap_std::fs::File> = temps.iter().map(|(f, _)| f).collect();
+            crate::durable::fsync_all(&files)
+                .map_err(|(i, e)| FsError::new("fsync", fsroot::temp_name(temps[i].1), e))?;
+            start += chunk.len();
         }
-        crate::durable::fsync_all(&temps).map_err(|(i, e)| FsError::new("fsync", fsroot::temp_name(&rels[i]), e))?;
         Ok(())
     })();
     if let Err(e) = written {

@@ -635,3 +635,43 @@ fn a_rollback_puts_back_every_path_it_can_and_names_the_rest() {
     let after = snapshot(r, &[AGENT_STATE]);
     assert_eq!(after, before, "{}", diff(&before, &after));
 }
+
+/// A config of more files than the agent may have open at once (1024, systemd's default soft
+/// limit, set here for this process) applies and rolls back: a batch keeps a bounded number of
+/// temp files open. It kept one per file, and such a config failed after the drain.
+#[test]
+fn a_config_of_more_files_than_open_descriptors_applies_and_rolls_back() {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let (_, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
+    setrlimit(Resource::RLIMIT_NOFILE, 1024.min(hard), hard).unwrap();
+    let (dir, root) = node();
+    let r = dir.path();
+    let journal = Journal::new(&root);
+    let many = |text: &str| {
+        let files: Vec<_> = (0..1500)
+            .map(|i| {
+                json!({"path": format!("/etc/many/f{i}.conf"), "mode": 420,
+                            "contents": {"source": format!("data:,{text}{i}")}})
+            })
+            .collect();
+        let mut s = spec(json!({"storage": {"files": files}}));
+        s.config["systemd"] = json!({"units": [{"name": "new.service", "enabled": true, "contents": UNIT_NEW}]});
+        s
+    };
+    let (first, second) = (many("a"), many("b"));
+    block_on(apply::apply(&root, &journal, &MachineConfigSpec::default(), &first, &RecordingServices::on(r))).unwrap();
+    assert_eq!(read(r, "etc/many/f1499.conf"), "a1499");
+    let before = snapshot(r, &[AGENT_STATE]);
+    block_on(apply::apply(&root, &journal, &first, &second, &RecordingServices::on(r))).unwrap();
+    assert_eq!(read(r, "etc/many/f0.conf"), "b0");
+    // And back, through a rollback of all 1,500.
+    let svc = RecordingServices::on(r).failing_enable_of("extra.service");
+    let mut third = many("c");
+    let extra = json!({"name": "extra.service", "enabled": true, "contents": UNIT_NEW});
+    third.config["systemd"]["units"].as_array_mut().unwrap().push(extra);
+    block_on(apply::apply(&root, &journal, &second, &first, &RecordingServices::on(r))).unwrap();
+    let err = block_on(apply::apply(&root, &journal, &first, &third, &svc)).unwrap_err();
+    assert!(matches!(err, ApplyError::RolledBack { .. }), "{err}");
+    let after = snapshot(r, &[AGENT_STATE]);
+    assert_eq!(after, before, "{}", diff(&before, &after));
+}
