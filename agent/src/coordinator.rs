@@ -661,6 +661,10 @@ impl Outage {
     }
 }
 
+/// A node watch the coordinator ended sooner than this after it was opened is reopened after a
+/// back-off, not at once.
+const QUICK_END: Duration = Duration::from_secs(1);
+
 /// Keeps `tx` at the newest view of node `name`: a GET, then one watch from its revision,
 /// reopened from the last revision seen when the coordinator ends it, and re-read from scratch
 /// when the coordinator refuses the watch: compacted past it (410 Gone), or not there yet (504
@@ -682,6 +686,7 @@ async fn follow(
     // minutes before it ends.
     let outage = std::sync::Mutex::new(Outage::default());
     loop {
+        let opened = tokio::time::Instant::now();
         let step = async {
             let rev = match from.take() {
                 Some(r) => r,
@@ -726,8 +731,14 @@ async fn follow(
             Ok(Some(rev)) => {
                 outage.lock().unwrap_or_else(|e| e.into_inner()).over();
                 from = Some(rev);
-                backoff = Duration::from_millis(200);
-                continue;
+                if opened.elapsed() >= QUICK_END {
+                    backoff = Duration::from_millis(200);
+                    continue;
+                }
+                // Ended as soon as it was opened (a proxy that cuts streams, a coordinator going
+                // down): reopened at once, the agent spun on it, a request at a time.
+                tracing::debug!("the node watch ended as soon as it was opened; reopening after a pause");
+                backoff = (backoff * 2).min(Duration::from_secs(10));
             }
             // Gone: start again from a fresh read.
             Ok(None) => {
@@ -825,6 +836,38 @@ pub fn humanize(d: Duration) -> String {
 
 #[cfg(test)]
 mod tests {
+    /// A coordinator (here, what a proxy in front of it makes of it) that ends every watch as
+    /// soon as it opens: the follower reopens it after a growing pause, not in a loop.
+    #[tokio::test]
+    async fn a_watch_ended_as_soon_as_it_opens_is_reopened_after_a_pause() {
+        use std::sync::atomic::AtomicUsize;
+        let watches = Arc::new(AtomicUsize::new(0));
+        let counted = watches.clone();
+        let app = axum::Router::new().route(
+            "/api/v1/nodes/n1",
+            axum::routing::get(|| async {
+                axum::Json(json!({"apiVersion": "v1", "kind": "Node",
+                    "metadata": {"name": "n1", "resourceVersion": "5"}}))
+            }),
+        );
+        let app = app.route(
+            "/api/v1/nodes",
+            axum::routing::get(move || {
+                counted.fetch_add(1, Ordering::Relaxed);
+                async { "" }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let server = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let client = Client::new(&aloft_client::ClientConfig { server, ca_pem: None, token: None }).unwrap();
+        let api = NodeApi::new(client, "n1");
+        let changed = api.wait_change("5", Duration::from_secs(3)).await.unwrap();
+        assert!(changed.is_none(), "nothing changed");
+        let opened = watches.load(Ordering::Relaxed);
+        assert!((1..=8).contains(&opened), "{opened} watches opened in 3 s");
+    }
+
     /// A lost Working report's drain request goes with the failure report that follows; what
     /// the later report says itself wins.
     #[test]
