@@ -68,11 +68,14 @@ impl Route {
         };
         let Ok(Target::Resource(p)) = parsed else { return plain };
         let named = p.name.is_some();
-        // As the handler reads it: the last `watch` parameter, percent-decoded.
+        // As the handler reads it, with the same parser: the last `watch` parameter, its name
+        // and value decoded. Read with the name as written, `watch=true&%77atch=false` was a
+        // watch here and a list in the handler: a list free of the in-flight limit.
         let watching = || {
-            let last = uri.query().unwrap_or_default().split('&').rev().find_map(|kv| kv.strip_prefix("watch="));
-            last.map(|v| percent_encoding::percent_decode_str(v).decode_utf8_lossy())
-                .is_some_and(|v| v == "true" || v == "1")
+            axum::extract::Query::<Vec<(String, String)>>::try_from_uri(uri)
+                .ok()
+                .and_then(|q| q.0.into_iter().rev().find(|(k, _)| k == "watch"))
+                .is_some_and(|(_, v)| v == "true" || v == "1")
         };
         let applying = || {
             headers
@@ -226,7 +229,14 @@ mod tests {
         assert_eq!((r.verb, r.scope), ("GET", "resource"));
         let r = route(Method::GET, "/api/v1/nodes/n1?watch=1", None);
         assert_eq!((r.verb, r.scope), ("GET", "resource"));
-        for (query, verb) in [("watch=false", "LIST"), ("watch=%74rue", "WATCH"), ("watch=1&watch=0", "LIST")] {
+        for (query, verb) in [
+            ("watch=false", "LIST"),
+            ("watch=%74rue", "WATCH"),
+            ("watch=1&watch=0", "LIST"),
+            // The handler decodes names too: a list, whatever the first one says.
+            ("watch=true&%77atch=false", "LIST"),
+            ("%77atch=true", "WATCH"),
+        ] {
             assert_eq!(route(Method::GET, &format!("/api/v1/nodes?{query}"), None).verb, verb, "{query}");
         }
         let r = route(Method::PATCH, "/api/v1/nodes/n1/status", Some("application/merge-patch+json"));
