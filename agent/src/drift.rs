@@ -67,7 +67,7 @@ pub fn directories(root: &Root, mc: &MachineConfig, force_file: bool) -> BTreeSe
         for entry in std::fs::read_dir(&units).into_iter().flatten().flatten() {
             let name = entry.file_name();
             let name = name.to_string_lossy();
-            if name.ends_with(".wants") || name.ends_with(".requires") {
+            if crate::ondisk::ENABLEMENT_DIRS.iter().any(|suffix| name.ends_with(suffix)) {
                 dirs.insert(entry.path());
             }
         }

@@ -114,14 +114,16 @@ fn check_file(fs: &HostFs, path: &str, contents: &[u8], mode: u32) -> Result<(),
     Ok(())
 }
 
-/// Symlinks to `unit` in any `<target>.wants/` or `<target>.requires/` of /etc/systemd/system.
+/// Symlinks to `unit` in any `<target>.wants/`, `.requires/` or `.upholds/` of
+/// /etc/systemd/system: where `systemctl enable` links a unit for its `WantedBy=`, `RequiredBy=`
+/// and `UpheldBy=` (a unit enabled by `UpheldBy=` alone read as not enabled: drift, for good).
 fn enablement_links(fs: &HostFs, unit: &str) -> Result<Vec<String>, Drift> {
     let dir = fsroot::rel(UNIT_DIR);
     let names = fs.list_dir(&dir).map_err(|e| Drift::new(UNIT_DIR, format!("could not read {UNIT_DIR}: {e}")))?;
     let mut out = Vec::new();
     for n in names {
         let n = n.to_string_lossy();
-        if !(n.ends_with(".wants") || n.ends_with(".requires")) {
+        if !ENABLEMENT_DIRS.iter().any(|suffix| n.ends_with(suffix)) {
             continue;
         }
         let link = dir.join(n.as_ref()).join(unit);
@@ -131,6 +133,9 @@ fn enablement_links(fs: &HostFs, unit: &str) -> Result<Vec<String>, Drift> {
     }
     Ok(out)
 }
+
+/// The suffixes of the directories `systemctl enable` links units into.
+pub(crate) const ENABLEMENT_DIRS: [&str; 3] = [".wants", ".requires", ".upholds"];
 
 /// Where systemd looks for unit files on the host, in its order of precedence.
 const UNIT_SEARCH_PATH: &[&str] = &[
