@@ -4,7 +4,6 @@
 //! module only finds and decodes them, naming each blob's file and position so a catalog
 //! author can find the one that is wrong.
 
-use serde::Deserialize;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
@@ -33,8 +32,8 @@ pub fn blobs_of_stream(text: &str, source_name: &str) -> Result<Vec<(String, Val
             out.push((format!("{source_name}#{}", i + 1), v));
         }
     } else {
-        for (i, doc) in yaml_serde::Deserializer::from_str(text).enumerate() {
-            let v = Value::deserialize(doc).map_err(|e| decode(i + 1, e.to_string()))?;
+        for (i, doc) in crate::yaml::documents(text).enumerate() {
+            let v = doc.map_err(|e| decode(i + 1, e.to_string()))?;
             if !v.is_null() {
                 out.push((format!("{source_name}#{}", i + 1), v));
             }
@@ -128,6 +127,14 @@ mod tests {
         assert!(bad.to_string().starts_with("x.json: blob 2: "), "{bad}");
         let bad = blobs_of_stream("schema: [unclosed\n", "y.yaml").expect_err("bad YAML");
         assert!(bad.to_string().starts_with("y.yaml: blob 1: "), "{bad}");
+        // Aliases that expand past the file's own size (a billion laughs in a catalog image).
+        let mut laughs = String::from("a: &a [x, x, x, x, x, x, x, x, x, x]\n");
+        for (name, prev) in [("b", "a"), ("c", "b"), ("d", "c"), ("e", "d"), ("f", "e"), ("g", "f")] {
+            laughs.push_str(&format!("{name}: &{name} [*{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}]\n"));
+        }
+        let refused =
+            blobs_of_stream(&format!("---\nschema: olm.package\n---\n{laughs}"), "l.yaml").expect_err("laughs");
+        assert!(refused.to_string().starts_with("l.yaml: blob 2: "), "{refused}");
     }
 
     #[test]

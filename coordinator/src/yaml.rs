@@ -91,6 +91,14 @@ pub fn documents_checked(text: &str) -> Vec<Result<(Value, Vec<String>), yaml_se
     out
 }
 
+/// Every document of a multi-document `text` as JSON, as written (no 1.1 octal modes), each
+/// within the same alias budget as a request body: for files the coordinator is pointed at
+/// (file-based catalogs), which an image's author writes, not the admin.
+pub fn documents(text: &str) -> impl Iterator<Item = Result<Value, yaml_serde::Error>> + '_ {
+    let budget = budget(text);
+    yaml_serde::Deserializer::from_str(text).map(move |de| read(de, None, budget).map(|(v, _)| v))
+}
+
 fn checked<'a>(
     doc: impl Fn() -> Option<yaml_serde::Deserializer<'a>>,
     budget: usize,
