@@ -418,44 +418,39 @@ async fn run_rollback(
     steps: &[Step],
 ) -> Result<(), RollbackErrors> {
     let mut failed = Vec::new();
-    let todo: Vec<&Step> = steps
-        .iter()
-        .filter(|s| match s {
-            Step::Restore { path, content } => match holds(fs, journal, path, content) {
-                Ok(held) => !held,
-                Err(e) => {
-                    tracing::debug!(%path, error = %e, "cannot compare with the pre-apply state; restoring");
-                    true
-                }
-            },
-            _ => true,
-        })
-        .collect();
-    let mut rest = &todo[..];
+    // Each restore is compared when its turn comes, after the steps before it ran.
+    let needed = |step: &Step| match step {
+        Step::Restore { path, content } => match holds(fs, journal, path, content) {
+            Ok(held) => !held,
+            Err(e) => {
+                tracing::debug!(%path, error = %e, "cannot compare with the pre-apply state; restoring");
+                true
+            }
+        },
+        _ => true,
+    };
+    let mut rest = steps;
     while !rest.is_empty() {
-        let batch = rest.iter().take_while(|s| file_write(s).is_some()).count();
-        if batch > 1 {
-            let steps: Vec<Step> = rest[..batch].iter().map(|s| (*s).clone()).collect();
-            if write_batch(fs, journal, &steps).is_err() {
-                // One by one, to find which paths fail and to put back all the others.
-                for step in &steps {
-                    if let Err(e) = run_step(fs, journal, services, step).await {
-                        failed.push((describe(step), e));
-                    }
-                }
+        let batch = rest.iter().take_while(|s| file_write(s).is_some()).count().max(1);
+        let todo: Vec<&Step> = rest[..batch].iter().filter(|s| needed(s)).collect();
+        rest = &rest[batch..];
+        if todo.len() > 1 {
+            let writes: Vec<Step> = todo.iter().map(|s| (*s).clone()).collect();
+            if write_batch(fs, journal, &writes).is_ok() {
+                continue;
             }
-            rest = &rest[batch..];
-        } else {
-            if let Err(e) = run_step(fs, journal, services, rest[0]).await {
-                failed.push((describe(rest[0]), e));
+            // One by one, to find which paths fail and to put back all the others.
+        }
+        for step in todo {
+            if let Err(e) = run_step(fs, journal, services, step).await {
+                failed.push((describe(step), e));
             }
-            rest = &rest[1..];
         }
     }
     if failed.is_empty() {
         Ok(())
     } else {
-        Err(RollbackErrors { failed, steps: todo.len() })
+        Err(RollbackErrors { failed, steps: steps.len() })
     }
 }
 
@@ -828,7 +823,21 @@ impl Planner<'_> {
                     Content::File { blob: self.journal.put_blob(&mut head.as_slice().chain(f))?, mode, uid, gid }
                 }
             }
-            Entry::Symlink { target } => Content::Symlink { target: target.to_string_lossy().into_owned() },
+            // Kept as text in the record: a target that is not UTF-8 would be put back as
+            // another one by a rollback, so the apply stops here, before anything is written.
+            Entry::Symlink { target } => match target.to_str() {
+                Some(t) => Content::Symlink { target: t.to_string() },
+                None => {
+                    return Err(StepError::Fs(FsError::new(
+                        "snapshot",
+                        rel,
+                        std::io::Error::new(
+                            std::io::ErrorKind::InvalidData,
+                            "a symlink whose target is not UTF-8 cannot be kept for a rollback",
+                        ),
+                    )))
+                }
+            },
             Entry::Dir { mode, uid, gid } => Content::Dir { mode, uid, gid },
             Entry::Other { .. } => {
                 return Err(StepError::Fs(FsError::new(
@@ -1015,7 +1024,7 @@ fn plan_ssh(p: &mut Planner, v: &Validated, report: &mut ApplyReport) -> Result<
         let rel = fsroot::rel(ssh::SHADOW);
         let edited = match p.fs.entry(&rel)? {
             Entry::File { mode, uid, gid, .. } => {
-                let current = String::from_utf8_lossy(&p.fs.read_limited(&rel, 16 << 20)?).into_owned();
+                let current = p.fs.read_limited(&rel, 16 << 20)?;
                 ssh::shadow_with_hash(&current, new.password_hash.as_deref()).map(|s| (s, mode, uid, gid))
             }
             _ => None,
@@ -1023,7 +1032,7 @@ fn plan_ssh(p: &mut Planner, v: &Validated, report: &mut ApplyReport) -> Result<
         match edited {
             Some((s, mode, uid, gid)) => {
                 p.touch(ssh::SHADOW)?;
-                let content = p.file(s.as_bytes(), mode, uid, gid)?;
+                let content = p.file(&s, mode, uid, gid)?;
                 p.forward.push(Step::Write { path: ssh::SHADOW.into(), kind: Kind::Shadow, content });
             }
             None => report.warnings.push(format!("user core is not in {}: password hash not set", ssh::SHADOW)),

@@ -40,30 +40,42 @@ pub fn core_ids(owners: &Owners, warnings: &mut Vec<String>) -> (u32, u32) {
 }
 
 /// `/etc/shadow` with core's hash replaced (MCO locks the password with `*` when the hash is
-/// removed); `None` when core has no line.
-pub fn shadow_with_hash(shadow: &str, hash: Option<&str>) -> Option<String> {
-    let hash = hash.unwrap_or("*");
+/// removed); `None` when core has no line. Bytes, not text: another user's line that is not
+/// UTF-8 (a name or hash in Latin-1) is kept as it is, byte for byte; read as text, it was
+/// written back with replacement characters, and that user could no longer log in.
+pub fn shadow_with_hash(shadow: &[u8], hash: Option<&str>) -> Option<Vec<u8>> {
+    let hash = hash.unwrap_or("*").as_bytes();
+    let split_once = |s: &[u8]| s.iter().position(|b| *b == b':').map(|i| (i, i + 1));
     let mut found = false;
-    let mut out = String::with_capacity(shadow.len() + hash.len());
-    for line in shadow.split_inclusive('\n') {
-        let body = line.trim_end_matches('\n');
-        match body.split_once(':') {
-            Some(("core", rest)) if !found => {
+    let mut out = Vec::with_capacity(shadow.len() + hash.len());
+    for line in shadow.split_inclusive(|b| *b == b'\n') {
+        let body = line.strip_suffix(b"\n").unwrap_or(line);
+        match body.strip_prefix(b"core:") {
+            Some(rest) if !found => {
                 found = true;
-                let (old, tail) = rest.split_once(':').unwrap_or((rest, ""));
+                let (old, tail) = match split_once(rest) {
+                    Some((i, j)) => (&rest[..i], &rest[j..]),
+                    None => (rest, &b""[..]),
+                };
+                out.extend_from_slice(b"core:");
+                out.extend_from_slice(hash);
+                out.push(b':');
                 // A changed password changes the date of the last change (field 3, days since
                 // the epoch), as `usermod -p` (MCO's way) does: with password aging on, the
                 // old date made the new password expired at once.
-                let tail = match tail.split_once(':') {
-                    Some((_, rest)) if old != hash => format!("{}:{rest}", days_since_epoch()),
-                    _ => tail.to_string(),
-                };
-                out.push_str(&format!("core:{hash}:{tail}"));
-                if line.ends_with('\n') {
-                    out.push('\n');
+                match split_once(tail) {
+                    Some((_, j)) if old != hash => {
+                        out.extend_from_slice(days_since_epoch().to_string().as_bytes());
+                        out.push(b':');
+                        out.extend_from_slice(&tail[j..]);
+                    }
+                    _ => out.extend_from_slice(tail),
+                }
+                if line.ends_with(b"\n") {
+                    out.push(b'\n');
                 }
             }
-            _ => out.push_str(line),
+            _ => out.extend_from_slice(line),
         }
     }
     found.then_some(out)
@@ -84,16 +96,21 @@ mod tests {
 
     #[test]
     fn shadow_edit_keeps_other_lines_and_fields() {
-        let s = "root:!:19000:0:99999:7:::\ncore:*:19000:0:99999:7:::\n";
+        let s = b"root:!:19000:0:99999:7:::\ncore:*:19000:0:99999:7:::\n";
         let today = days_since_epoch();
         assert_eq!(
             shadow_with_hash(s, Some("$6$x$y")).unwrap(),
-            format!("root:!:19000:0:99999:7:::\ncore:$6$x$y:{today}:0:99999:7:::\n")
+            format!("root:!:19000:0:99999:7:::\ncore:$6$x$y:{today}:0:99999:7:::\n").into_bytes()
         );
         // The same hash again: the date of the last change stays.
-        let same = "core:$6$x$y:19000:0:90:7:::\n";
+        let same = b"core:$6$x$y:19000:0:90:7:::\n";
         assert_eq!(shadow_with_hash(same, Some("$6$x$y")).unwrap(), same);
-        assert_eq!(shadow_with_hash("root:!:1::::::\n", Some("h")), None);
+        assert_eq!(shadow_with_hash(b"root:!:1::::::\n", Some("h")), None);
+        // Another user's line that is not UTF-8 is kept byte for byte; no final newline stays so.
+        let latin1 = b"j\xf6rg:$6$a$b:19000:0:99999:7:::\ncore:*:19000:0:99999:7:::";
+        let edited = shadow_with_hash(latin1, Some("h")).unwrap();
+        assert!(edited.starts_with(b"j\xf6rg:$6$a$b:19000:0:99999:7:::\ncore:h:"), "{edited:?}");
+        assert!(edited.ends_with(b":0:99999:7:::"), "{edited:?}");
         assert_eq!(keys_file(&["ssh-rsa A".into(), "ssh-ed25519 B c".into()]), b"ssh-rsa A\nssh-ed25519 B c\n");
     }
 }

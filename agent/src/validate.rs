@@ -637,7 +637,7 @@ fn check_core_shadow(fs: &HostFs, d: &Desired) -> Result<(), Refusal> {
         Entry::File { .. } => fs.read_limited(&rel, 16 << 20).map_err(|e| Refusal::degraded(&field, e.to_string()))?,
         _ => Vec::new(),
     };
-    if crate::ssh::shadow_with_hash(&String::from_utf8_lossy(&shadow), Some(hash)).is_none() {
+    if crate::ssh::shadow_with_hash(&shadow, Some(hash)).is_none() {
         return Err(Refusal::degraded(
             field,
             format!(

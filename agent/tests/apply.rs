@@ -354,6 +354,11 @@ fn ondisk_verification_reports_drift_like_mco() {
         ondisk::verify(&root, &disabled).unwrap_err().message,
         "unit \"common.service\" is enabled (/etc/systemd/system/multi-user.target.wants/common.service) but the config disables it"
     );
+    // A unit enabled through `UpheldBy=` is linked in `<target>.upholds/`, and is enabled there.
+    std::fs::create_dir(sd.join("multi-user.target.upholds")).unwrap();
+    std::os::unix::fs::symlink("/etc/systemd/system/new.service", sd.join("multi-user.target.upholds/new.service"))
+        .unwrap();
+    ondisk::verify(&root, &new_config()).unwrap();
 }
 
 #[test]
@@ -674,4 +679,24 @@ fn a_config_of_more_files_than_open_descriptors_applies_and_rolls_back() {
     assert!(matches!(err, ApplyError::RolledBack { .. }), "{err}");
     let after = snapshot(r, &[AGENT_STATE]);
     assert_eq!(after, before, "{}", diff(&before, &after));
+}
+
+/// A path the config writes that is a symlink with a target that is not UTF-8 cannot be kept
+/// for a rollback (the journal keeps targets as text): the apply stops before writing anything,
+/// saying why. (The target was kept with replacement characters, and a rollback put back a
+/// link to somewhere else.)
+#[test]
+fn a_symlink_whose_target_is_not_utf8_stops_the_apply_before_any_write() {
+    use std::os::unix::ffi::OsStrExt;
+    let (dir, root, journal) = node_on_old();
+    let r = dir.path();
+    std::fs::remove_file(r.join("etc/hosts")).unwrap();
+    std::os::unix::fs::symlink(std::ffi::OsStr::from_bytes(b"/etc/h\xf6sts"), r.join("etc/hosts")).unwrap();
+    let before = snapshot(r, &[AGENT_STATE]);
+    let svc = RecordingServices::on(r);
+    let err = block_on(apply::apply(&root, &journal, &old_config(), &new_config(), &svc)).unwrap_err();
+    let ApplyError::Prepare(e) = &err else { panic!("{err}") };
+    assert!(e.to_string().contains("/etc/hosts") && e.to_string().contains("not UTF-8"), "{e}");
+    assert!(svc.calls().is_empty(), "{:?}", svc.calls());
+    assert_eq!(snapshot(r, &[AGENT_STATE]), before);
 }
