@@ -418,10 +418,24 @@ async fn run_rollback(
     steps: &[Step],
 ) -> Result<(), RollbackErrors> {
     let mut failed = Vec::new();
-    // Each restore is compared when its turn comes, after the steps before it ran.
+    // Each restore is compared when its turn comes, after the steps before it ran. One skipped
+    // is made durable all the same: what it holds may be a rename or an unlink an interrupted
+    // rollback made and never synced (the page cache shows it, a power cut would undo it).
+    let synced = std::sync::Mutex::new(BTreeSet::new());
     let needed = |step: &Step| match step {
         Step::Restore { path, content } => match holds(fs, journal, path, content) {
-            Ok(held) => !held,
+            Ok(true) => {
+                let rel = fsroot::rel(path);
+                let parent = rel.parent().map(Path::to_path_buf).unwrap_or_default();
+                if synced.lock().unwrap_or_else(|e| e.into_inner()).insert(parent) {
+                    if let Err(e) = fs.sync_parent(&rel) {
+                        tracing::debug!(%path, error = %e, "cannot sync the directory of a path already restored; restoring it");
+                        return true;
+                    }
+                }
+                false
+            }
+            Ok(false) => true,
             Err(e) => {
                 tracing::debug!(%path, error = %e, "cannot compare with the pre-apply state; restoring");
                 true
