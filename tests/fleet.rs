@@ -888,6 +888,38 @@ async fn an_apply_cut_short_after_its_files_drains_and_reboots_before_done() {
     assert_eq!(hosts[0].fake.reboots().len(), 1, "{:?}", hosts[0].fake.call_strings());
 }
 
+/// A crash in a re-apply of the current config (the force file's repair) before it wrote
+/// anything (the phase says Applying on the current config; the journal holds no record): the
+/// restarted agent has nothing to finish and nothing to reboot for, and reports Done without a
+/// reboot. (From Applying on the current config the agent reboots to be safe when the files may
+/// be written; with no record they are not.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repair_cut_short_before_it_wrote_anything_reboots_nothing() {
+    use aloft_agent::{host::Root, state};
+    let c = Coordinator::start();
+    let (mut h, token_file, current) = one_node_on_a_file(&c, "worker-f", "/etc/f.conf", "f", "None").await;
+    h.stop_agent();
+    let root = Root::new(h.root.path());
+    aloft_agent::engine::forget_finished_apply(&root).unwrap();
+    state::save(&root, &state::Phase::Applying { target: current.clone() }).unwrap();
+    h.start_agent(&c, token_file.path());
+    // Long enough for the agent to start, drain and ask for a reboot, had it decided on one.
+    let asked = tokio::time::timeout(Duration::from_secs(15), async {
+        while h.fake.reboots().is_empty() {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await;
+    assert!(asked.is_err(), "rebooted: {:?}", h.fake.call_strings());
+    assert!(h.log().contains("restarted before a re-apply of the current config wrote anything"), "{}", h.log());
+    let hosts = [h];
+    let done = converge(&c, &hosts, None, "worker-f Done after the restart").await;
+    assert_eq!(done, current);
+    let node = c.client().get(&path_of(&NODE, Some("worker-f"))).await.unwrap().into_result().unwrap();
+    assert_eq!(node_annotation(&node, ann::STATE), "Done", "{node}");
+    assert!(!node_annotation(&node, ann::DESIRED_DRAIN).starts_with("drain-"), "drained: {node}");
+}
+
 /// `aloft-agent status` after the agent restarted with nothing to do names the Node's
 /// desiredConfig (it said `<none>` until the next update), and with the agent stopped it shows
 /// the status the agent last wrote but fails saying the agent is not running (it passed for live).

@@ -1449,6 +1449,16 @@ impl Agent {
                 self.enter(drain_for_reboot(&target), "the interrupted apply finished; draining to reboot to be safe")?;
             }
         }
+        if let (crate::apply::Recovery::Nothing, Phase::Applying { target }) = (&recovered, &self.phase) {
+            if *target == self.current_name() {
+                // A re-apply of the current config (the force file's repair) that had written
+                // nothing yet: no record of it. Nothing to finish and nothing to reboot for
+                // (`decide` reboots from Applying on the current config, as the files may be
+                // written): it goes on as the Node asks.
+                tracing::info!(target = %target, "restarted before a re-apply of the current config wrote anything");
+                self.enter(Phase::Idle, "")?;
+            }
+        }
         if let Some(resumed) = resume_after_restart(&self.phase, &self.current_name()) {
             tracing::warn!(phase = ?self.phase, "restarted while running the rebootless actions; draining to reboot to be safe");
             self.enter(resumed, "interrupted while running the rebootless actions; draining to reboot to be safe")?;
