@@ -380,7 +380,16 @@ impl HostFs {
         };
         let st = match found {
             Ok(st) => st,
-            Err(rustix::io::Errno::NOENT) | Err(rustix::io::Errno::NOSYS) => return Ok(None),
+            // The kernel, a seccomp filter or the file system cannot say (older container
+            // runtimes answer statx with EPERM): not refused on that account.
+            Err(
+                rustix::io::Errno::NOENT
+                | rustix::io::Errno::NOSYS
+                | rustix::io::Errno::PERM
+                | rustix::io::Errno::ACCESS
+                | rustix::io::Errno::OPNOTSUPP
+                | rustix::io::Errno::INVAL,
+            ) => return Ok(None),
             Err(e) => return Err(FsError::new("statx", rel, e.into())),
         };
         let has = |a: StatxAttributes| st.stx_attributes_mask.contains(a) && st.stx_attributes.contains(a);

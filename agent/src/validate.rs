@@ -574,6 +574,11 @@ fn check_host_path(
     match fs.entry(&rel).map_err(|e| Refusal::degraded(field, e.to_string()))? {
         Entry::Dir { .. } => Err(Refusal::degraded(field, format!("path {path:?} exists and is a directory"))),
         Entry::Other { .. } => Err(Refusal::degraded(field, format!("path {path:?} exists and is a special file"))),
+        // The journal keeps a link's target as text, for the rollback.
+        Entry::Symlink { target } if target.to_str().is_none() => Err(Refusal::degraded(
+            field,
+            format!("path {path:?} is a symlink whose target is not UTF-8: the apply could not keep it for a rollback"),
+        )),
         Entry::File { .. } => match fs.lock_on(&rel).map_err(|e| Refusal::degraded(field, e.to_string()))? {
             Some(l) => Err(Refusal::degraded(field, format!("path {path:?} cannot be replaced: it {}", l.describe()))),
             None => Ok(()),

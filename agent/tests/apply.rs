@@ -682,9 +682,9 @@ fn a_config_of_more_files_than_open_descriptors_applies_and_rolls_back() {
 }
 
 /// A path the config writes that is a symlink with a target that is not UTF-8 cannot be kept
-/// for a rollback (the journal keeps targets as text): the apply stops before writing anything,
-/// saying why. (The target was kept with replacement characters, and a rollback put back a
-/// link to somewhere else.)
+/// for a rollback (the journal keeps targets as text): the check made before the drain refuses
+/// it, naming the field, and nothing is written. (The target was kept with replacement
+/// characters, and a rollback put back a link to somewhere else.)
 #[test]
 fn a_symlink_whose_target_is_not_utf8_stops_the_apply_before_any_write() {
     use std::os::unix::ffi::OsStrExt;
@@ -694,9 +694,11 @@ fn a_symlink_whose_target_is_not_utf8_stops_the_apply_before_any_write() {
     std::os::unix::fs::symlink(std::ffi::OsStr::from_bytes(b"/etc/h\xf6sts"), r.join("etc/hosts")).unwrap();
     let before = snapshot(r, &[AGENT_STATE]);
     let svc = RecordingServices::on(r);
+    let refusal = apply::check(&root, &old_config(), &new_config()).unwrap_err();
+    assert_eq!(refusal.field, "spec.config.storage.files[3].path");
+    assert!(refusal.message.contains("\"/etc/hosts\" is a symlink whose target is not UTF-8"), "{}", refusal.message);
     let err = block_on(apply::apply(&root, &journal, &old_config(), &new_config(), &svc)).unwrap_err();
-    let ApplyError::Prepare(e) = &err else { panic!("{err}") };
-    assert!(e.to_string().contains("/etc/hosts") && e.to_string().contains("not UTF-8"), "{e}");
+    assert!(matches!(err, ApplyError::Refused(_)), "{err}");
     assert!(svc.calls().is_empty(), "{:?}", svc.calls());
     assert_eq!(snapshot(r, &[AGENT_STATE]), before);
 }
