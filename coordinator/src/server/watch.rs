@@ -227,15 +227,10 @@ pub async fn serve(
     let (store, who) = (ctx.store.clone(), Arc::new(who.clone()));
     let body = initial
         .chain(live)
-        .filter_map(move |item| {
-            let item = match item {
-                Item::Event(kind, o, json) => membership.judge(kind, &o, &filters).map(|k| Item::Event(k, o, json)),
-                other => Some(other),
-            };
-            futures::future::ready(item)
-        })
-        // End the stream with an error event, or with the deletion of the caller's own Node: at
-        // once, not when the next event comes (none may come: the Node is gone).
+        // End the stream with an error event, or with the deletion of the caller's own Node (the
+        // store's deletion, before the selector's judgement: a Node that only stopped matching
+        // a selector is still there): at once, not when the next event comes (none may: the
+        // Node is gone).
         .flat_map(move |item| {
             let last = match &item {
                 Item::Error(_) => true,
@@ -248,6 +243,13 @@ pub async fn serve(
         })
         .take_while(|item| futures::future::ready(item.is_some()))
         .filter_map(futures::future::ready)
+        .filter_map(move |item| {
+            let item = match item {
+                Item::Event(kind, o, json) => membership.judge(kind, &o, &filters).map(|k| Item::Event(k, o, json)),
+                other => Some(other),
+            };
+            futures::future::ready(item)
+        })
         .then(move |item| {
             let due = match &item {
                 Item::Event(EventType::Added | EventType::Modified, obj, _) if with_inputs => {
