@@ -41,12 +41,15 @@ pub fn from_str(text: &str) -> Result<Value, yaml_serde::Error> {
     Ok(v)
 }
 
-/// How many values (members of sequences and mappings) a document of `text` may read as: a
-/// document without aliases has fewer than it has bytes. Aliases are expanded where they stand,
-/// so a large anchored list named by many aliases read as anchor × aliases values (the "billion
-/// laughs" of CVE-2019-11253): a request body of a few KB took the coordinator's memory.
+/// How much a document of `text` may read as, counting each value (member of a sequence or
+/// mapping) and each byte of a string once: a document without aliases reads as less than twice
+/// its size. Aliases are expanded where they stand, so a large anchored list (or string) named
+/// by many aliases read as anchor × aliases (the "billion laughs" of CVE-2019-11253): a request
+/// body of a few KB took the coordinator's memory.
 fn budget(text: &str) -> usize {
-    text.len().saturating_add(1024)
+    // Twice the size: a value is one, a string's byte is one, and an escape may grow (`\L`,
+    // two bytes, is U+2028, three); only aliases make a document read as more.
+    text.len().saturating_mul(2).saturating_add(1024)
 }
 
 /// A key a YAML mapping repeats, worded as kube-apiserver and kubectl word it (Go's YAML
@@ -156,13 +159,15 @@ struct Repeats {
 impl Repeats {
     /// One more value read, or the error once the budget is spent.
     fn take<E: serde::de::Error>(&self) -> Result<(), E> {
-        let left = self.left.get();
-        if left == 0 {
-            return Err(E::custom(
-                "the document expands to more values than it has bytes (YAML aliases repeated): refused",
-            ));
-        }
-        self.left.set(left - 1);
+        self.take_n(1)
+    }
+
+    /// `n` more of the budget (a string's bytes), or the error once it is spent.
+    fn take_n<E: serde::de::Error>(&self, n: usize) -> Result<(), E> {
+        let Some(left) = self.left.get().checked_sub(n) else {
+            return Err(E::custom("the document expands to more than twice its size (YAML aliases repeated): refused"));
+        };
+        self.left.set(left);
         Ok(())
     }
 }
@@ -185,7 +190,32 @@ impl<'de> serde::de::Visitor<'de> for Seed<'_> {
     fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
         f.write_str("any YAML value")
     }
-    crate::value_visit::scalar_visits!();
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Value, E> {
+        self.repeats.take_n(v.len())?;
+        Ok(Value::String(v.to_string()))
+    }
+    fn visit_string<E: serde::de::Error>(self, v: String) -> Result<Value, E> {
+        self.repeats.take_n(v.len())?;
+        Ok(Value::String(v))
+    }
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
     fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
         d.deserialize_any(self)
     }
@@ -227,6 +257,7 @@ impl<'de> serde::de::Visitor<'de> for Key<'_> {
         f.write_str("a string key")
     }
     fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<String, E> {
+        self.repeats.take_n(v.len())?;
         if self.seen.contains_key(v) {
             let mut keys = self.repeats.keys.borrow_mut();
             if self.repeats.fail_at == Some(keys.len()) {
@@ -276,9 +307,18 @@ mod tests {
         }
         for read in [from_str(&laughs).map(|_| ()), from_str_checked(&laughs).map(|_| ())] {
             let err = read.expect_err("10^9 values from a few hundred bytes");
-            assert!(err.to_string().contains("more values than it has bytes"), "{err}");
+            assert!(err.to_string().contains("more than twice its size"), "{err}");
         }
         assert!(documents_checked(&laughs)[0].is_err());
+        // A large anchored string named by many aliases: 64 KiB, 1,000 times.
+        let big = format!("a: &s \"{}\"\nb: [{}]\n", "x".repeat(64 << 10), vec!["*s"; 1000].join(", "));
+        let err = from_str(&big).expect_err("64 MiB from 68 KiB");
+        assert!(err.to_string().contains("more than twice its size"), "{err}");
+        // Strings as written, escapes that grow included, still read.
+        let grows = format!("a: \"{}\"\n", "\\L".repeat(10_000));
+        assert_eq!(from_str(&grows).unwrap()["a"].as_str().map(str::len), Some(30_000));
+        let keys: String = (0..2000).map(|i| format!("key-number-{i}: value-number-{i}\n")).collect();
+        assert_eq!(from_str(&keys).unwrap().as_object().map(|m| m.len()), Some(2000));
     }
 
     #[test]
