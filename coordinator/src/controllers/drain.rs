@@ -817,15 +817,7 @@ impl Job {
                 if pending(n).as_ref().map(Request::value) != Some(r) || cordoned_by_a_drain(n) {
                     return false;
                 }
-                set_annotations(
-                    n,
-                    &[
-                        (ann::LAST_APPLIED_DRAIN, Some(r)),
-                        (ann::DRAIN_STARTED, None),
-                        (ann::DRAIN_FAILURE, None),
-                        (ann::UNCORDON_AT_DONE, None),
-                    ],
-                );
+                mark_answered(n, r);
                 true
             })
             .await?;
@@ -867,6 +859,12 @@ fn acknowledge_drain(n: &mut Value, r: &str) -> bool {
     }
     n["spec"]["unschedulable"] = true.into();
     // A drain made with the hooks is ended with them: no uncordon inside the Done report.
+    mark_answered(n, r);
+    true
+}
+
+/// `r` answered (`lastAppliedDrain`), and the marks of a request under way gone with it.
+fn mark_answered(n: &mut Value, r: &str) {
     set_annotations(
         n,
         &[
@@ -876,7 +874,6 @@ fn acknowledge_drain(n: &mut Value, r: &str) -> bool {
             (ann::UNCORDON_AT_DONE, None),
         ],
     );
-    true
 }
 
 /// Let `change` edit the node (false: nothing to do) and write it with compare-and-swap: first
