@@ -426,6 +426,19 @@ impl Coordinator {
         token
     }
 
+    /// `aloft-coordinator token revoke --name NAME` on this coordinator's store (another
+    /// process, as an admin runs it).
+    pub fn revoke_token(&self, name: &str) {
+        let out = Command::new(bin("aloft-coordinator"))
+            .args(["token", "revoke", "--name", name, "--data-dir"])
+            .arg(self.data_dir())
+            .args(self.store_args())
+            .env("ALOFT_LOG", "warn")
+            .output()
+            .expect("run token revoke");
+        assert!(out.status.success(), "token revoke failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+
     /// A plain HTTP client (no aloft client behaviour: no retries) that trusts only this
     /// coordinator's CA: for requests whose raw answer a test looks at.
     pub fn http_client(&self) -> reqwest::Client {

@@ -359,13 +359,7 @@ async fn an_open_watch_ends_when_its_credential_is_revoked_or_its_node_deleted()
     let refused = node.get("/api/v1/nodes/w-old").await.unwrap();
     assert_eq!(refused.code, 401, "the deleted Node's credential is revoked: {}", refused.body);
 
-    let out = std::process::Command::new(bin("aloft-coordinator"))
-        .args(["token", "revoke", "--name", "watcher", "--data-dir"])
-        .arg(c.data_dir())
-        .args(c.store_args())
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    c.revoke_token("watcher");
     let revoked = Instant::now();
     loop {
         match watching.next(Duration::from_secs(40)).await {
