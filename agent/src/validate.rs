@@ -564,11 +564,24 @@ fn check_host_path(
             l
         }
     };
-    if let Some(l) = dir_lock {
-        return Err(Refusal::degraded(
-            field,
-            format!("path {path:?} cannot be written: directory /{} {}", existing.display(), l.describe()),
-        ));
+    match dir_lock {
+        // An ostree deployment's root is immutable on purpose: only its directories take files.
+        Some(fsroot::Lock::Immutable) if existing.as_os_str().is_empty() => {
+            return Err(Refusal::degraded(
+                field,
+                format!(
+                    "path {path:?} cannot be written: the root directory is immutable (an image-based host's \
+                     root comes with its OS image); a config writes under /etc or /var"
+                ),
+            ))
+        }
+        Some(l) => {
+            return Err(Refusal::degraded(
+                field,
+                format!("path {path:?} cannot be written: directory /{} {}", existing.display(), l.describe()),
+            ))
+        }
+        None => {}
     }
     // The I/O error names the operation and the path.
     match fs.entry(&rel).map_err(|e| Refusal::degraded(field, e.to_string()))? {

@@ -579,6 +579,18 @@ fn a_path_root_cannot_replace_is_refused_before_anything_is_written() {
         locks.lift();
         assert_eq!(snapshot(r, &[]), before, "something was written");
     }
+    // An immutable root (an ostree deployment's) takes no new top-level directory; the
+    // refusal does not tell the admin to lift it.
+    let top = spec(json!({"storage": {"files": [{"path": "/newtop/f.conf", "contents": {"source": "data:,f"}}]}}));
+    locks.flag(r, "+i");
+    let refusal = apply::check(&root, &old_config(), &top).unwrap_err();
+    assert_eq!(refusal.field, "spec.config.storage.files[0].path", "{}", refusal.message);
+    assert!(
+        refusal.message.contains("the root directory is immutable") && !refusal.message.contains("chattr"),
+        "{}",
+        refusal.message
+    );
+    locks.lift();
     // Lifted, the same config applies.
     block_on(apply::apply(&root, &journal, &old_config(), &new_config(), &RecordingServices::on(r))).unwrap();
 }
