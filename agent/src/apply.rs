@@ -494,9 +494,7 @@ fn holds(fs: &HostFs, journal: &Journal, path: &str, content: &Content) -> Resul
             same_meta(*mode, *uid, *gid, m, u, g)
         }
         (Content::Inline { data, mode, uid, gid }, Entry::File { mode: m, uid: u, gid: g, len }) => {
-            same_meta(*mode, *uid, *gid, m, u, g)
-                && len == data.len() as u64
-                && same_bytes(&mut &data[..], &mut fs.open_read(&rel)?).map_err(|e| FsError::new("read", &rel, e))?
+            same_meta(*mode, *uid, *gid, m, u, g) && len == data.len() as u64 && fs.read_limited(&rel, len)? == *data
         }
         (Content::File { blob, mode, uid, gid }, Entry::File { mode: m, uid: u, gid: g, .. }) => {
             same_meta(*mode, *uid, *gid, m, u, g)
@@ -507,7 +505,7 @@ fn holds(fs: &HostFs, journal: &Journal, path: &str, content: &Content) -> Resul
     })
 }
 
-/// Whether two readers give the same bytes.
+/// Whether two readers give the same bytes (a blob, up to any size, against the file).
 fn same_bytes(a: &mut dyn std::io::Read, b: &mut dyn std::io::Read) -> std::io::Result<bool> {
     let (mut x, mut y) = (vec![0u8; 64 << 10], vec![0u8; 64 << 10]);
     loop {

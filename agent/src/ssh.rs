@@ -45,7 +45,9 @@ pub fn core_ids(owners: &Owners, warnings: &mut Vec<String>) -> (u32, u32) {
 /// written back with replacement characters, and that user could no longer log in.
 pub fn shadow_with_hash(shadow: &[u8], hash: Option<&str>) -> Option<Vec<u8>> {
     let hash = hash.unwrap_or("*").as_bytes();
-    let split_once = |s: &[u8]| s.iter().position(|b| *b == b':').map(|i| (i, i + 1));
+    fn split_once(s: &[u8]) -> Option<(&[u8], &[u8])> {
+        s.iter().position(|b| *b == b':').map(|i| (&s[..i], &s[i + 1..]))
+    }
     let mut found = false;
     let mut out = Vec::with_capacity(shadow.len() + hash.len());
     for line in shadow.split_inclusive(|b| *b == b'\n') {
@@ -53,10 +55,7 @@ pub fn shadow_with_hash(shadow: &[u8], hash: Option<&str>) -> Option<Vec<u8>> {
         match body.strip_prefix(b"core:") {
             Some(rest) if !found => {
                 found = true;
-                let (old, tail) = match split_once(rest) {
-                    Some((i, j)) => (&rest[..i], &rest[j..]),
-                    None => (rest, &b""[..]),
-                };
+                let (old, tail) = split_once(rest).unwrap_or((rest, &b""[..]));
                 out.extend_from_slice(b"core:");
                 out.extend_from_slice(hash);
                 out.push(b':');
@@ -64,10 +63,10 @@ pub fn shadow_with_hash(shadow: &[u8], hash: Option<&str>) -> Option<Vec<u8>> {
                 // the epoch), as `usermod -p` (MCO's way) does: with password aging on, the
                 // old date made the new password expired at once.
                 match split_once(tail) {
-                    Some((_, j)) if old != hash => {
+                    Some((_, after)) if old != hash => {
                         out.extend_from_slice(days_since_epoch().to_string().as_bytes());
                         out.push(b':');
-                        out.extend_from_slice(&tail[j..]);
+                        out.extend_from_slice(after);
                     }
                     _ => out.extend_from_slice(tail),
                 }

@@ -515,8 +515,7 @@ impl Owners {
 fn check_host_path(
     fs: &HostFs,
     seen: &mut fsroot::Ancestors,
-    read_only: &mut HashMap<PathBuf, bool>,
-    locked: &mut HashMap<PathBuf, Option<fsroot::Lock>>,
+    dirs: &mut HashMap<PathBuf, (bool, Option<fsroot::Lock>)>,
     path: &str,
     field: &str,
 ) -> Result<(), Refusal> {
@@ -533,12 +532,18 @@ fn check_host_path(
     })?;
     // The deepest directory that exists: where the write (or the first directory made) lands.
     let existing = missing.first().unwrap_or(&rel).parent().map(Path::to_path_buf).unwrap_or_default();
-    let ro = match read_only.get(&existing) {
-        Some(ro) => *ro,
+    // What the directory allows, read once per directory: a read-only file system, or an inode
+    // flag that takes no new entry (or no rename in it), fails the write after the drain.
+    let (ro, dir_lock) = match dirs.get(&existing) {
+        Some(d) => *d,
         None => {
             let ro = fs.read_only_dir(&existing).map_err(|e| Refusal::degraded(field, e.to_string()))?;
-            read_only.insert(existing.clone(), ro);
-            ro
+            let lock = fs
+                .lock_on(&existing)
+                .map_err(|e| Refusal::degraded(field, e.to_string()))?
+                .filter(|l| *l != fsroot::Lock::MountPoint);
+            dirs.insert(existing.clone(), (ro, lock));
+            (ro, lock)
         }
     };
     if ro {
@@ -551,19 +556,6 @@ fn check_host_path(
             ),
         ));
     }
-    // A directory that takes no new entry (or no rename in it) fails the write after the
-    // drain, as would the file itself.
-    let dir_lock = match locked.get(&existing) {
-        Some(l) => *l,
-        None => {
-            let l = fs
-                .lock_on(&existing)
-                .map_err(|e| Refusal::degraded(field, e.to_string()))?
-                .filter(|l| *l != fsroot::Lock::MountPoint);
-            locked.insert(existing.clone(), l);
-            l
-        }
-    };
     match dir_lock {
         // An ostree deployment's root is immutable on purpose: only its directories take files.
         Some(fsroot::Lock::Immutable) if existing.as_os_str().is_empty() => {
@@ -671,13 +663,13 @@ fn check_core_shadow(fs: &HostFs, d: &Desired) -> Result<(), Refusal> {
 
 pub fn check_host(fs: &HostFs, d: &Desired) -> Result<Owners, Refusal> {
     let mut seen = fsroot::Ancestors::default();
-    let (mut read_only, mut locked) = (HashMap::new(), HashMap::new());
+    let mut dirs = HashMap::new();
     let written = written_paths(d);
     for (path, field) in &written {
-        check_host_path(fs, &mut seen, &mut read_only, &mut locked, path, field)?;
+        check_host_path(fs, &mut seen, &mut dirs, path, field)?;
         let (orig, noorig) = crate::files::backup_paths(path);
-        check_host_path(fs, &mut seen, &mut read_only, &mut locked, &orig, field)?;
-        check_host_path(fs, &mut seen, &mut read_only, &mut locked, &noorig, field)?;
+        check_host_path(fs, &mut seen, &mut dirs, &orig, field)?;
+        check_host_path(fs, &mut seen, &mut dirs, &noorig, field)?;
     }
     check_where_paths_land(fs, &written)?;
     check_core_shadow(fs, d)?;

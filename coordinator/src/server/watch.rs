@@ -212,16 +212,11 @@ pub async fn serve(
         crate::auth::Role::Node(node) if rt.kind == crate::resources::NODE.kind => Some(node.clone()),
         _ => None,
     };
-    let lapsed = credential.map(|hash| credential_lapses(ctx.token_store.clone(), hash, who.clone()));
+    let lapsed = credential_lapses(ctx.token_store.clone(), credential, who.clone());
     let ends = async move {
-        match lapsed {
-            Some(lapsed) => {
-                tokio::select! {
-                    () = tokio::time::sleep(timeout) => {}
-                    () = lapsed => {}
-                }
-            }
-            None => tokio::time::sleep(timeout).await,
+        tokio::select! {
+            () = tokio::time::sleep(timeout) => {}
+            () = lapsed => {}
         }
     };
     let (store, who) = (ctx.store.clone(), Arc::new(who.clone()));
@@ -310,9 +305,10 @@ pub async fn serve(
 }
 
 /// Resolves once the credential `hash` no longer stands for `who`: revoked, expired, or
-/// replaced by another. A lookup that fails (the store away a moment) keeps the watch: its own
-/// events then fail it if the store stays away.
-async fn credential_lapses(tokens: Arc<dyn crate::store::Tokens>, hash: String, who: Identity) {
+/// replaced by another (never without one). A lookup that fails (the store away a moment) keeps
+/// the watch: its own events then fail it if the store stays away.
+async fn credential_lapses(tokens: Arc<dyn crate::store::Tokens>, hash: Option<String>, who: Identity) {
+    let Some(hash) = hash else { return std::future::pending().await };
     loop {
         tokio::time::sleep(CREDENTIAL_RECHECK).await;
         match tokens.find_token(hash.clone()).await {
