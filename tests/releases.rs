@@ -329,10 +329,25 @@ async fn a_release_is_checked_before_it_is_taken() {
     };
     let refused = |reason: &'static str| move |v: &Value| cond_is(v, "ReleaseAccepted", "False", reason);
 
-    // A version the graph does not have, without an image: nothing to take.
+    // A version alone that is no available update (nor in the history): the CVO's Invalid, the
+    // request ignored, what runs still loaded.
     ask(json!({"version": "1.5.0"})).await;
-    let v = wait_cv(&admin, "1.5.0 refused", refused("RetrievePayload")).await;
-    assert!(accepted_message(&v).contains("not in the update graph of channel \"stable-1\""), "{v}");
+    let v = wait_cv(&admin, "1.5.0 invalid", |v| cond_is(v, "Invalid", "True", "InvalidClusterVersion")).await;
+    let invalid = condition(&v, "Invalid").and_then(|c| c["message"].as_str()).unwrap_or("").to_string();
+    assert!(
+        invalid.contains("when image is empty the update must be a previous version or an available update")
+            && invalid.contains("--allow-explicit-upgrade"),
+        "{v}"
+    );
+    assert_eq!(v["status"]["desired"]["version"], "1.0.0", "nothing taken");
+    // The conditional 1.2.0 by version alone: invalid too, saying how to take it knowingly.
+    ask(json!({"version": "1.2.0"})).await;
+    let v = wait_cv(&admin, "1.2.0 invalid", |v| {
+        condition(v, "Invalid")
+            .is_some_and(|c| c["message"].as_str().unwrap_or("").contains("1.2.0 is a conditional update"))
+    })
+    .await;
+    assert_eq!(v["status"]["desired"]["version"], "1.0.0", "nothing taken");
     // An image the graph gives another version.
     ask(json!({"version": "1.1.0", "image": p(3)})).await;
     let v = wait_cv(&admin, "a version and image that disagree", refused("VerifyPayloadVersion")).await;
@@ -343,6 +358,11 @@ async fn a_release_is_checked_before_it_is_taken() {
     assert!(accepted_message(&v).contains("GiantHop: 1.0.0 to 1.3.0"), "{v}");
     assert_eq!(v["status"]["desired"]["version"], "1.0.0", "nothing taken");
     assert_eq!(release_config_image(&admin, "worker").await, p(1), "nothing written");
+    // Reverted to the release that runs: the refusal is lifted, and Invalid is gone.
+    ask(json!({"version": "1.0.0"})).await;
+    let v = wait_cv(&admin, "the refusal lifted", |v| cond_is(v, "ReleaseAccepted", "True", "PayloadLoaded")).await;
+    assert!(accepted_message(&v).contains("version=\"1.0.0\""), "{v}");
+    assert!(condition(&v, "Invalid").is_none(), "{v}");
     // ... and `force` takes it, keeping what it overrode.
     ask(json!({"version": "1.3.0", "image": p(4), "force": true})).await;
     let v = wait_cv(&admin, "1.3.0 completed", |v| completed(v, "1.3.0")).await;

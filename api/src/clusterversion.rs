@@ -26,6 +26,9 @@ pub const FAILING: &str = "Failing";
 /// False while an installed operator cannot run on the next minor release (its
 /// `olm.maxOpenShiftVersion`); absent otherwise, as the CVO leaves it.
 pub const UPGRADEABLE: &str = "Upgradeable";
+/// True while `spec.desiredUpdate` cannot name a release (a version alone that is neither an
+/// available update nor in the history); the request is ignored meanwhile, as the CVO ignores it.
+pub const INVALID: &str = "Invalid";
 /// Upgradeable's reason then, OLM's.
 pub const INCOMPATIBLE_OPERATORS: &str = "IncompatibleOperatorsInstalled";
 /// The condition of each `status.conditionalUpdates[]` entry.

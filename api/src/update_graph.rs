@@ -340,6 +340,16 @@ pub fn evaluate(risks: &[Risk]) -> Recommendation {
                     }
                     None => unknown.push_str("it has no matching rules aloft can evaluate"),
                 }
+                // What the risk is, so the reader can judge it where aloft cannot.
+                let about = [risk.message.as_str(), risk.url.as_str()]
+                    .iter()
+                    .map(|p| p.split_whitespace().collect::<Vec<_>>().join(" "))
+                    .filter(|p| !p.is_empty())
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                if !about.is_empty() {
+                    let _ = write!(unknown, "; {}: {about}", risk.name);
+                }
             }
         }
     }
@@ -790,18 +800,38 @@ mod tests {
         let u = g.updates_from("4.6.20").unwrap();
         let vsphere_q =
             "cluster_infrastructure_provider{type=~\"VSphere|None\"} or 0 * cluster_infrastructure_provider";
+        let vsphere_names =
+            "VSphereNodeNameChanges: vSphere clusters leveraging the vSphere cloud provider may lose node \
+                             names which can have serious impacts on the stability of the control plane and workloads. \
+                             https://bugzilla.redhat.com/show_bug.cgi?id=1942207#c3";
+        let Recommendation::Unknown { reason, message } = evaluate(&u.conditional[0].risks) else {
+            panic!("PromQL rules only: Unknown")
+        };
+        assert_eq!(reason, "EvaluationFailed");
+        let lines: Vec<&str> = message.lines().collect();
+        assert_eq!(lines.len(), 3, "a line a risk: {message}");
+        assert!(
+            lines[0].starts_with(
+                "could not evaluate exposure to AuthOAuthProxyLeakedConnections: aloft does not evaluate PromQL rules \
+                 (max(cluster_proxy_enabled{type=~\"https?\"})); AuthOAuthProxyLeakedConnections: "
+            ),
+            "{}",
+            lines[0]
+        );
+        // Each risk's own message and URL come with it: what the reader needs to judge it.
+        for (line, risk) in lines.iter().zip(&u.conditional[0].risks) {
+            assert!(
+                line.ends_with(&format!(
+                    "{} {}",
+                    risk.message.split_whitespace().collect::<Vec<_>>().join(" "),
+                    risk.url
+                )),
+                "{line}"
+            );
+        }
         assert_eq!(
-            evaluate(&u.conditional[0].risks),
-            Recommendation::Unknown {
-                reason: "EvaluationFailed".into(),
-                message: format!(
-                    "could not evaluate exposure to AuthOAuthProxyLeakedConnections: aloft does not evaluate PromQL rules \
-                     (max(cluster_proxy_enabled{{type=~\"https?\"}}))\n\
-                     could not evaluate exposure to VSphereHW14CrossNodeNetworkingError: aloft does not evaluate PromQL \
-                     rules ({vsphere_q})\n\
-                     could not evaluate exposure to VSphereNodeNameChanges: aloft does not evaluate PromQL rules ({vsphere_q})"
-                ),
-            }
+            lines[2],
+            format!("could not evaluate exposure to VSphereNodeNameChanges: aloft does not evaluate PromQL rules ({vsphere_q}); {vsphere_names}")
         );
         let (g8, _) = load("stable-4.8_amd64_v1.json");
         let mut risks = g8.updates_from("4.7.0").unwrap().conditional.remove(0).risks;
@@ -810,7 +840,7 @@ mod tests {
             Recommendation::Unknown {
                 reason: "EvaluationFailed".into(),
                 message: format!(
-                    "could not evaluate exposure to VSphereNodeNameChanges: aloft does not evaluate PromQL rules ({vsphere_q})"
+                    "could not evaluate exposure to VSphereNodeNameChanges: aloft does not evaluate PromQL rules ({vsphere_q}); {vsphere_names}"
                 ),
             }
         );
@@ -864,9 +894,12 @@ mod tests {
             evaluate(&[only_promql, no_rules, only_unknown]),
             Recommendation::Unknown {
                 reason: "EvaluationFailed".into(),
-                message: "could not evaluate exposure to OnlyPromQL: aloft does not evaluate PromQL rules (a or b)\n\
-                          could not evaluate exposure to NoRules: it has no matching rules aloft can evaluate\n\
-                          could not evaluate exposure to OnlyUnknown: it has no matching rules aloft can evaluate"
+                message: "could not evaluate exposure to OnlyPromQL: aloft does not evaluate PromQL rules (a or b); \
+                          OnlyPromQL: OnlyPromQL breaks things. https://example.com/OnlyPromQL\n\
+                          could not evaluate exposure to NoRules: it has no matching rules aloft can evaluate; \
+                          NoRules: NoRules breaks things. https://example.com/NoRules\n\
+                          could not evaluate exposure to OnlyUnknown: it has no matching rules aloft can evaluate; \
+                          OnlyUnknown: OnlyUnknown breaks things. https://example.com/OnlyUnknown"
                     .into(),
             }
         );

@@ -36,6 +36,9 @@ pub const DEFAULT_POLL: Duration = Duration::from_secs(180);
 const RETRY: Duration = Duration::from_secs(30);
 /// How long a fetch may take.
 const FETCH_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long the last good graph is kept through failed fetches (the CVO's 24 h); past that, its
+/// lists describe a service no longer heard from, and are dropped.
+const KEEP_GOOD: Duration = Duration::from_secs(24 * 3600);
 /// The largest graph read (OpenShift's biggest channels serve a few MB).
 const MAX_GRAPH_BYTES: usize = 64 << 20;
 /// The component named in the ClusterVersion's Events.
@@ -58,8 +61,10 @@ pub fn release_config_name(role: &str) -> String {
 struct GraphCache {
     fetched_for: Option<Query>,
     fetched_at: Option<Instant>,
-    /// The last good graph (kept when a fetch fails, as the CVO keeps it).
+    /// The last good graph (kept when a fetch fails, as the CVO keeps it, for [`KEEP_GOOD`]).
     graph: Option<Arc<Graph>>,
+    /// When `graph` was fetched.
+    good_at: Option<Instant>,
     /// Why the last fetch failed: (reason, message).
     failure: Option<(&'static str, String)>,
 }
@@ -256,6 +261,7 @@ async fn refresh_graph(
             match outcome {
                 Ok(g) => {
                     c.graph = Some(Arc::new(g));
+                    c.good_at = Some(Instant::now());
                     c.failure = None;
                 }
                 Err((reason, message)) => {
@@ -265,7 +271,12 @@ async fn refresh_graph(
             }
         }
     }
-    cache.lock().ok().and_then(|c| c.graph.clone())
+    let mut c = cache.lock().ok()?;
+    if c.good_at.is_some_and(|at| at.elapsed() >= KEEP_GOOD) {
+        c.graph = None;
+        c.good_at = None;
+    }
+    c.graph.clone()
 }
 
 /// `GET <upstream>?channel=&arch=&id=&version=` with `Accept: application/json`, as the CVO asks.
@@ -340,37 +351,20 @@ fn show_updates(
         status.conditional_updates.clear();
         Condition::new(cv::RETRIEVED_UPDATES, "False", "NoChannel", "The update channel has not been configured.")
     } else if let Some((reason, message)) = failure {
-        // The last good lists stay, as the CVO keeps them.
+        // The last good graph's lists stay, as the CVO keeps them, computed again for the
+        // release current now; none when no graph of this upstream and channel was kept.
+        let listed = match (graph, cv.current()) {
+            (Some(graph), Some(current)) => list_updates(status, graph, &current.version, now).is_ok(),
+            _ => false,
+        };
+        if !listed {
+            status.available_updates.clear();
+            status.conditional_updates.clear();
+        }
         Condition::new(cv::RETRIEVED_UPDATES, "False", reason, message)
     } else if let (Some(graph), Some(current)) = (graph, cv.current()) {
-        match graph.updates_from(&current.version) {
-            Ok(updates) => {
-                let mut available: Vec<Release> = updates.available.iter().map(Release::from_graph).collect();
-                status.conditional_updates = updates
-                    .conditional
-                    .iter()
-                    .map(|c| {
-                        let (st, reason, message) = match update_graph::evaluate(&c.risks) {
-                            Recommendation::Recommended => (
-                                "True",
-                                "AsExpected".to_string(),
-                                "The update is recommended, because none of the conditional update risks apply to this cluster.".to_string(),
-                            ),
-                            Recommendation::NotRecommended { reason, message } => ("False", reason, message),
-                            Recommendation::Unknown { reason, message } => ("Unknown", reason, message),
-                        };
-                        let release = Release::from_graph(&c.release);
-                        if st == "True" {
-                            available.push(release.clone());
-                        }
-                        let mut conditions = previous_conditions(status, &release.version);
-                        set_condition(&mut conditions, Condition::new(cv::RECOMMENDED, st, &reason, message), now);
-                        ConditionalUpdate { release, risks: c.risks.clone(), conditions, extra: Default::default() }
-                    })
-                    .collect();
-                status.available_updates = available;
-                Condition::new(cv::RETRIEVED_UPDATES, "True", "", "")
-            }
+        match list_updates(status, graph, &current.version, now) {
+            Ok(()) => Condition::new(cv::RETRIEVED_UPDATES, "True", "", ""),
             Err(e) => {
                 status.available_updates.clear();
                 status.conditional_updates.clear();
@@ -402,6 +396,42 @@ fn show_updates(
     set_condition(&mut status.conditions, retrieved, now);
 }
 
+/// `availableUpdates` and `conditionalUpdates` from `graph`, for the fleet at `current`.
+fn list_updates(
+    status: &mut ClusterVersionStatus,
+    graph: &Graph,
+    current: &str,
+    now: &str,
+) -> Result<(), update_graph::GraphError> {
+    let updates = graph.updates_from(current)?;
+    let mut available: Vec<Release> = updates.available.iter().map(Release::from_graph).collect();
+    status.conditional_updates = updates
+        .conditional
+        .iter()
+        .map(|c| {
+            let (st, reason, message) = match update_graph::evaluate(&c.risks) {
+                Recommendation::Recommended => (
+                    "True",
+                    "AsExpected".to_string(),
+                    "The update is recommended, because none of the conditional update risks apply to this cluster."
+                        .to_string(),
+                ),
+                Recommendation::NotRecommended { reason, message } => ("False", reason, message),
+                Recommendation::Unknown { reason, message } => ("Unknown", reason, message),
+            };
+            let release = Release::from_graph(&c.release);
+            if st == "True" {
+                available.push(release.clone());
+            }
+            let mut conditions = previous_conditions(status, &release.version);
+            set_condition(&mut conditions, Condition::new(cv::RECOMMENDED, st, &reason, message), now);
+            ConditionalUpdate { release, risks: c.risks.clone(), conditions, extra: Default::default() }
+        })
+        .collect();
+    status.available_updates = available;
+    Ok(())
+}
+
 /// The conditions an entry had in the last status (kept so their transition times hold).
 fn previous_conditions(status: &ClusterVersionStatus, version: &str) -> Vec<Condition> {
     status
@@ -412,9 +442,16 @@ fn previous_conditions(status: &ClusterVersionStatus, version: &str) -> Vec<Cond
         .unwrap_or_default()
 }
 
-/// The release `spec.desiredUpdate` asks for, resolved against the graph: Err(reason, message)
-/// for a request that cannot be taken as it is.
-fn resolve(cv: &ClusterVersion, graph: Option<&Graph>) -> Option<Result<Release, (&'static str, String)>> {
+/// The reason of a request the CVO calls invalid (its `Invalid` condition), not merely refused.
+const INVALID_REASON: &str = "InvalidClusterVersion";
+
+/// The release `spec.desiredUpdate` asks for, resolved against the graph and `status` (the lists
+/// this pass computed): Err(reason, message) for a request that cannot be taken as it is.
+fn resolve(
+    cv: &ClusterVersion,
+    status: &ClusterVersionStatus,
+    graph: Option<&Graph>,
+) -> Option<Result<Release, (&'static str, String)>> {
     let want = cv.spec.desired_update.as_ref()?;
     if want.version.is_empty() && want.image.is_empty() {
         return None;
@@ -423,7 +460,17 @@ fn resolve(cv: &ClusterVersion, graph: Option<&Graph>) -> Option<Result<Release,
         Some(_) => format!("the update graph of channel {:?}", cv.spec.channel),
         None => "the update graph (none has been retrieved: see the RetrievedUpdates condition)".to_string(),
     };
-    let release = if want.image.is_empty() {
+    let release = if want.image.is_empty() && cv.current().is_some() {
+        // As the CVO validates it: a version alone names a recommended update or a release in
+        // the history, never any node of the graph (an edge the graph's maintainers blocked,
+        // or a conditional update whose risks were not looked at, would otherwise be one
+        // patch away).
+        match by_version_only(status, &want.version) {
+            Ok(r) => r,
+            Err(message) => return Some(Err((INVALID_REASON, message))),
+        }
+    } else if want.image.is_empty() {
+        // The first release: the fleet runs it already, the graph gives its image.
         match graph.and_then(|g| g.find(&want.version)) {
             Some(n) => Release::from_graph(n),
             None => {
@@ -490,6 +537,34 @@ fn resolve(cv: &ClusterVersion, graph: Option<&Graph>) -> Option<Result<Release,
     Some(Ok(release))
 }
 
+/// The release a version alone names once the fleet has a release: one of `availableUpdates`, or
+/// one in the history. Err: the CVO's `Invalid` message, and what to do instead.
+fn by_version_only(status: &ClusterVersionStatus, version: &str) -> Result<Release, String> {
+    if let Some(r) = status.available_updates.iter().find(|r| r.version == version && !r.image.is_empty()) {
+        return Ok(r.clone());
+    }
+    if let Some(h) = status.history.iter().find(|h| h.version == version && !h.image.is_empty()) {
+        return Ok(Release { version: h.version.clone(), image: h.image.clone(), ..Default::default() });
+    }
+    let invalid = format!(
+        "The cluster version is invalid: spec.desiredUpdate.version: Invalid value: {version:?}: when image is empty the update must be a previous version or an available update"
+    );
+    Err(match status.conditional_updates.iter().find(|c| c.release.version == version) {
+        Some(c) => {
+            let why = find_condition(&c.conditions, cv::RECOMMENDED)
+                .map(|r| format!("{}: {}", r.reason, r.message))
+                .unwrap_or_default();
+            format!(
+                "{invalid}; {version} is a conditional update, not recommended ({why}); to take it anyway, set spec.desiredUpdate.image to {:?} too (aloftctl adm upgrade --to {version} --allow-not-recommended)",
+                c.release.image
+            )
+        }
+        None => format!(
+            "{invalid}; to update to a release the graph does not recommend from this one, set spec.desiredUpdate.image too (aloftctl adm upgrade --to-image IMAGE --allow-explicit-upgrade)"
+        ),
+    })
+}
+
 /// Why the installed operators keep the fleet on `current`'s minor, as OLM tells the CVO
 /// (its ClusterOperator's Upgradeable=False): each CSV whose `olm.maxOpenShiftVersion` is older
 /// than the next minor, or cannot be read. None when nothing blocks, or `current` is no semver.
@@ -532,9 +607,15 @@ fn precondition_failures(status: &ClusterVersionStatus, current: &Release, targe
     if to < from {
         let previous = status.history.iter().skip(1).find(|h| h.version != current.version);
         let back_one = previous.is_some_and(|p| p.version == target.version);
-        if !(back_one && to.major == from.major && to.minor == from.minor) {
+        let same_minor = to.major == from.major && to.minor == from.minor;
+        if back_one && !same_minor {
             out.push(format!(
-                "Rollback: release {} is older than {}; only a rollback to the previous release of the same minor ({}) is allowed",
+                "Rollback: release {} is older than {} and is the previous release, but a rollback may not change the major or minor version",
+                target.version, current.version
+            ));
+        } else if !back_one {
+            out.push(format!(
+                "Rollback: release {} is older than {}, and the only rollback allowed is to the previous release ({}) within the same minor",
                 target.version,
                 current.version,
                 previous.map(|p| p.version.as_str()).unwrap_or("none")
@@ -579,10 +660,24 @@ fn consider_desired_update(
     graph: Option<&Graph>,
     now: &str,
 ) -> Option<Release> {
-    let target = match resolve(cv, graph)? {
-        Ok(t) => t,
-        Err((reason, message)) => {
-            if cv.current().is_none_or(|c| !same_request(cv, c)) {
+    let resolved = resolve(cv, status, graph);
+    if !matches!(&resolved, Some(Err((INVALID_REASON, _)))) {
+        status.conditions.retain(|c| c.type_ != cv::INVALID);
+    }
+    let target = match resolved {
+        None => {
+            loaded_current(status, now);
+            return None;
+        }
+        Some(Ok(t)) => t,
+        Some(Err((reason, message))) => {
+            if cv.current().is_some_and(|c| same_request(cv, c)) {
+                loaded_current(status, now);
+            } else if reason == INVALID_REASON {
+                // Ignored, as the CVO ignores an invalid request: what was loaded stays loaded.
+                set_condition(&mut status.conditions, Condition::new(cv::INVALID, "True", reason, message), now);
+                loaded_current(status, now);
+            } else {
                 set_condition(
                     &mut status.conditions,
                     Condition::new(cv::RELEASE_ACCEPTED, "False", reason, message),
@@ -594,6 +689,7 @@ fn consider_desired_update(
     };
     if let Some(current) = cv.current() {
         if current.version == target.version && current.image == target.image {
+            loaded_current(status, now);
             return None;
         }
     }
@@ -650,6 +746,20 @@ fn consider_desired_update(
         now,
     );
     Some(target)
+}
+
+/// `ReleaseAccepted` back to the release that is loaded, once nothing else is asked for (a
+/// refused request reverted or cleared): the refusal no longer describes the request.
+fn loaded_current(status: &mut ClusterVersionStatus, now: &str) {
+    let Some(current) = status.desired.clone() else { return };
+    if find_condition(&status.conditions, cv::RELEASE_ACCEPTED).is_some_and(|c| c.status == "False") {
+        let message = format!("Payload loaded version={:?} image={:?}", current.version, current.image);
+        set_condition(
+            &mut status.conditions,
+            Condition::new(cv::RELEASE_ACCEPTED, "True", "PayloadLoaded", message),
+            now,
+        );
+    }
 }
 
 /// Whether `spec.desiredUpdate` asks for the release already current (an unresolvable request
@@ -869,13 +979,17 @@ mod tests {
         assert!(fails("4.8.3", "5.0.0")[0].starts_with("GiantHop"), "a new major is a giant hop");
         let back = fails("4.8.3", "4.8.1");
         assert!(
-            back.len() == 1 && back[0].contains("only a rollback to the previous release of the same minor (4.8.2)"),
+            back.len() == 1
+                && back[0]
+                    .contains("the only rollback allowed is to the previous release (4.8.2) within the same minor"),
             "{back:?}"
         );
         let across = precondition_failures(&history(&["4.8.0", "4.7.9"]), &rel("4.8.0", ""), &rel("4.7.9", ""));
         assert!(
-            across.len() == 1 && across[0].starts_with("Rollback: release 4.7.9 is older than 4.8.0"),
-            "{across:?}"
+            across.len() == 1
+                && across[0]
+                    == "Rollback: release 4.7.9 is older than 4.8.0 and is the previous release, but a rollback may not change the major or minor version",
+            "the release asked for is the previous one; the rule it breaks is the minor: {across:?}"
         );
         // Not semantic versions (an explicit image's version is checked before): no opinion.
         assert_eq!(fails("4.8.3", "latest"), Vec::<String>::new());
@@ -912,13 +1026,16 @@ mod tests {
     #[test]
     fn a_desired_update_is_resolved_against_the_graph_or_refused_saying_why() {
         let g = graph();
-        let ok = |v: &str, i: &str| resolve(&asking(v, i), Some(&g)).expect("asked").expect("resolved");
+        // No release yet: a version alone is looked up in the graph (the fleet's first).
+        let none = ClusterVersionStatus::default();
+        let ok = |v: &str, i: &str| resolve(&asking(v, i), &none, Some(&g)).expect("asked").expect("resolved");
         let r = ok("1.0.0", "");
         assert_eq!((r.image.as_str(), r.url.as_str()), (image(1).as_str(), "https://notes/1.0.0"));
         assert_eq!(ok("", &image(2)).version, "1.1.0", "an image the graph has gives its version");
         assert_eq!(ok("1.5.0", &image(5)), rel("1.5.0", &image(5)), "explicit: off the graph");
-        let refused =
-            |v: &str, i: &str, g: Option<&Graph>| resolve(&asking(v, i), g).expect("asked").expect_err("refused");
+        let refused = |v: &str, i: &str, g: Option<&Graph>| {
+            resolve(&asking(v, i), &none, g).expect("asked").expect_err("refused")
+        };
         let (reason, message) = refused("1.5.0", "", Some(&g));
         assert_eq!(reason, "RetrievePayload");
         assert!(
@@ -940,7 +1057,7 @@ mod tests {
         );
         let (_, message) = refused("", "quay.io/x@sha256:abc", Some(&g));
         assert!(message.starts_with("spec.desiredUpdate.image"), "{message}");
-        assert!(resolve(&ClusterVersion::default(), Some(&g)).is_none(), "nothing asked");
+        assert!(resolve(&ClusterVersion::default(), &none, Some(&g)).is_none(), "nothing asked");
     }
 
     #[test]
@@ -958,8 +1075,9 @@ mod tests {
         let mut again = first.clone();
         assert!(consider_desired_update(&c, &mut again, Some(&g), now).is_none());
         assert_eq!(again.history.len(), 1);
-        // The next one, before the first completed, off the graph's recommendations.
-        let mut c = asking("1.1.0", "");
+        // The next one, before the first completed, off the graph's recommendations (so named
+        // by its image: a version alone must be an available update).
+        let mut c = asking("1.1.0", &image(2));
         c.status = Some(first.clone());
         let mut next = first.clone();
         consider_desired_update(&c, &mut next, Some(&g), "2026-12-04T11:00:00Z").expect("taken");
@@ -973,6 +1091,156 @@ mod tests {
             find_condition(&next.conditions, cv::RELEASE_ACCEPTED).map(|c| c.reason.as_str()),
             Some("PayloadLoaded")
         );
+    }
+
+    /// 1.0.0 → 1.0.1; 1.0.9 in the graph with its edge blocked; 1.1.0 a conditional update with
+    /// a risk that applies.
+    fn blocked_graph() -> Graph {
+        let body = json!({"version": 1, "nodes": [
+            {"version": "1.0.0", "payload": image(1)},
+            {"version": "1.0.1", "payload": image(2)},
+            {"version": "1.0.9", "payload": image(3)},
+            {"version": "1.1.0", "payload": image(4)},
+        ], "edges": [[0, 1]], "conditionalEdges": [{"edges": [{"from": "1.0.0", "to": "1.1.0"}],
+            "risks": [{"name": "DataLoss", "message": "Nodes may lose /var.", "url": "https://bugs.example/1",
+                       "matchingRules": [{"type": "Always"}]}]}]});
+        update_graph::parse(body.to_string().as_bytes()).expect("a graph")
+    }
+
+    /// The status of a fleet that took 1.0.0, with the lists the graph gives it there.
+    fn at_first_release(g: &Graph, now: &str) -> ClusterVersionStatus {
+        let mut st = ClusterVersionStatus::default();
+        consider_desired_update(&asking("1.0.0", ""), &mut st, Some(g), now).expect("the first release");
+        list_updates(&mut st, g, "1.0.0", now).expect("1.0.0 is in the graph");
+        st
+    }
+
+    fn with_status(mut c: ClusterVersion, st: &ClusterVersionStatus) -> ClusterVersion {
+        c.status = Some(st.clone());
+        c
+    }
+
+    #[test]
+    fn a_version_alone_names_an_available_update_or_a_past_release_and_anything_else_is_invalid() {
+        let g = blocked_graph();
+        let now = "2026-12-06T10:00:00Z";
+        let st = at_first_release(&g, now);
+        assert_eq!(st.available_updates.iter().map(|r| r.version.as_str()).collect::<Vec<_>>(), ["1.0.1"]);
+
+        // A node of the graph whose edge was blocked: invalid, ignored, nothing else moves.
+        let mut next = st.clone();
+        assert!(consider_desired_update(&with_status(asking("1.0.9", ""), &st), &mut next, Some(&g), now).is_none());
+        let invalid = find_condition(&next.conditions, cv::INVALID).expect("Invalid set").clone();
+        assert_eq!((invalid.status.as_str(), invalid.reason.as_str()), ("True", INVALID_REASON));
+        assert!(
+            invalid.message.starts_with(
+                "The cluster version is invalid: spec.desiredUpdate.version: Invalid value: \"1.0.9\": when image is empty the update must be a previous version or an available update"
+            ),
+            "{}",
+            invalid.message
+        );
+        assert_eq!((next.history.len(), next.desired.as_ref().map(|d| d.version.as_str())), (1, Some("1.0.0")));
+        assert_eq!(find_condition(&next.conditions, cv::RELEASE_ACCEPTED).map(|c| c.status.as_str()), Some("True"));
+
+        // A conditional update asked by version: invalid too, saying how to take it knowingly.
+        let mut next = st.clone();
+        assert!(consider_desired_update(&with_status(asking("1.1.0", ""), &st), &mut next, Some(&g), now).is_none());
+        let message = &find_condition(&next.conditions, cv::INVALID).expect("Invalid set").message;
+        assert!(
+            message.contains("1.1.0 is a conditional update, not recommended (DataLoss: Nodes may lose /var. https://bugs.example/1)")
+                && message.contains(&format!("set spec.desiredUpdate.image to {:?}", image(4)))
+                && message.contains("--allow-not-recommended"),
+            "{message}"
+        );
+        // ... and with its image it is taken, the risk recorded.
+        let mut taken = st.clone();
+        consider_desired_update(&with_status(asking("1.1.0", &image(4)), &st), &mut taken, Some(&g), now)
+            .expect("taken with its image");
+        assert!(taken.history[0].accepted_risks.contains("1.1.0 is not recommended"), "{:?}", taken.history[0]);
+
+        // An available update: taken, and the Invalid condition goes.
+        let mut next2 = next.clone();
+        let c = with_status(asking("1.0.1", ""), &next);
+        assert_eq!(consider_desired_update(&c, &mut next2, Some(&g), now), Some(rel("1.0.1", &image(2))));
+        assert!(find_condition(&next2.conditions, cv::INVALID).is_none(), "{:?}", next2.conditions);
+
+        // Back to the previous release by version alone: it is in the history.
+        let mut back = next2.clone();
+        let c = with_status(asking("1.0.0", ""), &next2);
+        let to = consider_desired_update(&c, &mut back, Some(&g), now).expect("a rollback to the previous patch");
+        assert_eq!(to.image, image(1));
+    }
+
+    #[test]
+    fn a_refusal_is_lifted_once_the_request_is_reverted_or_cleared() {
+        let g = blocked_graph();
+        let now = "2026-12-06T10:00:00Z";
+        let st = at_first_release(&g, now);
+        let refused = |st: &ClusterVersionStatus| {
+            let mut next = st.clone();
+            // Two minors up, off the graph: a GiantHop.
+            let c = with_status(asking("1.2.5", &image(5)), st);
+            assert!(consider_desired_update(&c, &mut next, Some(&g), now).is_none());
+            let a = find_condition(&next.conditions, cv::RELEASE_ACCEPTED).expect("ReleaseAccepted").clone();
+            assert_eq!((a.status.as_str(), a.reason.as_str()), ("False", "PreconditionChecks"), "{}", a.message);
+            next
+        };
+        let loaded = |st: &ClusterVersionStatus| {
+            let a = find_condition(&st.conditions, cv::RELEASE_ACCEPTED).expect("ReleaseAccepted").clone();
+            (a.status, a.reason, a.message)
+        };
+        let want = (
+            "True".to_string(),
+            "PayloadLoaded".to_string(),
+            format!("Payload loaded version=\"1.0.0\" image={:?}", image(1)),
+        );
+        // Reverted to the release that runs.
+        let no = refused(&st);
+        let mut next = no.clone();
+        assert!(consider_desired_update(&with_status(asking("1.0.0", ""), &no), &mut next, Some(&g), now).is_none());
+        assert_eq!(loaded(&next), want);
+        // Cleared.
+        let no = refused(&st);
+        let mut next = no.clone();
+        let mut cleared = with_status(asking("", ""), &no);
+        cleared.spec.desired_update = None;
+        assert!(consider_desired_update(&cleared, &mut next, Some(&g), now).is_none());
+        assert_eq!(loaded(&next), want);
+        assert_eq!(next.history.len(), 1, "nothing else moved");
+    }
+
+    #[test]
+    fn after_a_failed_fetch_the_lists_are_the_kept_graphs_for_the_release_that_runs_now() {
+        let g = blocked_graph();
+        let now = "2026-12-06T10:00:00Z";
+        let st = at_first_release(&g, now);
+        let mut c = with_status(asking("1.0.0", ""), &st);
+        c.spec.upstream = "http://127.0.0.1:9/graph.json".into();
+        let failed = Mutex::new(GraphCache {
+            failure: Some(("RemoteFailed", "Unable to retrieve available updates: refused".into())),
+            ..Default::default()
+        });
+        // No graph kept (another upstream or channel, or none yet): no lists, however old.
+        let mut next = st.clone();
+        show_updates(&c, &mut next, None, &failed, now);
+        assert!(next.available_updates.is_empty() && next.conditional_updates.is_empty(), "{next:?}");
+        let r = find_condition(&next.conditions, cv::RETRIEVED_UPDATES).expect("RetrievedUpdates");
+        assert_eq!((r.status.as_str(), r.reason.as_str()), ("False", "RemoteFailed"));
+        // The same upstream's graph kept, the fleet since moved to 1.0.1: its lists, not 1.0.0's.
+        let mut moved = st.clone();
+        moved.desired = Some(rel("1.0.1", &image(2)));
+        let c = with_status(c.clone(), &moved);
+        let mut next = moved.clone();
+        show_updates(&c, &mut next, Some(&g), &failed, now);
+        assert!(next.available_updates.is_empty(), "1.0.1 has no edge out: {:?}", next.available_updates);
+        assert!(next.conditional_updates.is_empty(), "{:?}", next.conditional_updates);
+        // And at 1.0.0 again, the kept graph's lists for it.
+        let c = with_status(c, &st);
+        let mut next = st.clone();
+        next.available_updates.clear();
+        show_updates(&c, &mut next, Some(&g), &failed, now);
+        assert_eq!(next.available_updates, vec![rel("1.0.1", &image(2))]);
+        assert_eq!(next.conditional_updates.len(), 1);
     }
 
     #[test]

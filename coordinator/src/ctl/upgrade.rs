@@ -50,6 +50,9 @@ pub fn describe(cv: &ClusterVersion, include_not_recommended: bool) -> String {
     if let Some(f) = cond(cv::FAILING).filter(|c| c.is_true()) {
         out.push_str(&format!("warning: {} ({})\n\n", f.message, f.reason));
     }
+    if let Some(i) = cond(cv::INVALID).filter(|c| c.is_true()) {
+        out.push_str(&format!("error: the desired update is ignored: {}\n\n", i.message));
+    }
     if let Some(a) = cond(cv::RELEASE_ACCEPTED).filter(|c| c.status == "False") {
         out.push_str(&format!("error: the desired update was not accepted ({}): {}\n\n", a.reason, a.message));
     }
@@ -130,9 +133,12 @@ pub async fn start(client: &Client, req: &Request<'_>) -> Result<()> {
                     .into());
                 }
                 json!({"version": c.release.version, "image": c.release.image})
-            } else if req.force {
-                json!({"version": v})
+            } else if let Some(h) = status.history.iter().find(|h| h.version == v && !h.image.is_empty()) {
+                // A release the fleet ran (a rollback, which the preconditions judge).
+                json!({"version": h.version, "image": h.image})
             } else {
+                // --force included: the CVO takes a version alone only from these lists or the
+                // history, so the request would be Invalid; a release off them needs its image.
                 let offered: Vec<&str> = status.available_updates.iter().map(|r| r.version.as_str()).collect();
                 return Err(Usage(format!(
                     "{v} is not one of the available updates ({}); to update to a release the graph does not offer, \
