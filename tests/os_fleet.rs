@@ -162,7 +162,11 @@ struct OsWorld {
 
 impl OsWorld {
     fn new(files: usize) -> OsWorld {
-        let c = Coordinator::start();
+        OsWorld::with(files, aloft_tests::Options::default())
+    }
+
+    fn with(files: usize, opts: aloft_tests::Options) -> OsWorld {
+        let c = Coordinator::start_with(opts);
         let token_file = tempfile::NamedTempFile::new().unwrap();
         std::fs::write(token_file.path(), c.create_token("fleet", "bootstrap")).unwrap();
         let work = tempfile::tempdir().unwrap();
@@ -541,6 +545,55 @@ async fn the_os_helper_out_of_reach_after_the_reboot_is_waited_for() {
     wait_state(c, &name, "Done", true, "Done once the helper answers").await;
     assert!(host.host.fake.reboots().is_empty(), "no reboot for a helper out of reach");
     assert_eq!(testkit::deployment_order(&sysroot).unwrap(), vec![v2.clone(), v1.clone()]);
+}
+
+/// The staged deployment lost (a power cut before ostree finalized it: the node boots the OS it
+/// ran) in an outage that keeps the coordinator away past the agent's reach limit. There is
+/// nothing to roll back, and the agent waits for the coordinator without the limit. Before, a
+/// limit of zero left made its start-up loop ask, warn and give up at once, forever: it never
+/// reached the coordinator once it was back, and the node kept its slot of maxUnavailable.
+/// (A directory sysroot boots nothing, so every boot here is one off the staged deployment.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_staged_deployment_past_the_reach_limit_waits_for_the_coordinator() {
+    let mut w = OsWorld::with(5, aloft_tests::Options { fixed_port: true, ..Default::default() });
+    let (v1, v2) = (w.commit("1"), w.commit("2"));
+    let mut host = w.host("worker-lost-stage", &v1, &["root=/dev/vda"]).await;
+    host.host.extra_args =
+        ["--health-timeout-seconds", "30", "--os-reach-timeout-seconds", "1"].iter().map(|s| s.to_string()).collect();
+    let sysroot = host.sysroot();
+    host.host.start_os_helper(&sysroot, &w.key.keyring);
+    host.host.start_agent(&w.c, w.token_file.path());
+    let name = host.host.name.clone();
+    w.pool_done_on_ssh_config(&name).await;
+    let mc = os_mc("50-os", &w.url(&v2), &[]);
+    w.c.client().post(&path_of(&MACHINE_CONFIG, None), &mc).await.unwrap().into_result().unwrap();
+    eventually(Duration::from_secs(240), "the OS update's reboot asked", || async {
+        Ok((!host.host.fake.reboots().is_empty()).then_some(()))
+    })
+    .await;
+    host.host.stop_agent();
+    host.host.fake.clear_calls();
+    w.c.kill9();
+    host.boot(&w.c);
+    let gave_up = "nothing to roll back";
+    eventually(Duration::from_secs(60), "the reach limit passed", || async {
+        Ok(host.host.log().contains(gave_up).then_some(()))
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let times = host.host.log().matches(gave_up).count();
+    assert_eq!(times, 1, "judged once, then the wait goes on without the limit:\n{}", host.host.log());
+    assert!(host.host.fake.reboots().is_empty(), "nothing rolled back, nothing rebooted");
+
+    let ready = "aloft-agent ready";
+    let before = host.host.log().matches(ready).count();
+    w.c.restart();
+    // The coordinator back: the agent marks its Node Ready and follows it again.
+    eventually(Duration::from_secs(120), "the agent reaching the coordinator again", || async {
+        Ok((host.host.log().matches(ready).count() > before).then_some(()))
+    })
+    .await;
+    assert_eq!(host.host.log().matches(gave_up).count(), 1, "{}", host.host.log());
 }
 
 /// Where a power cut can fall in an OS update, after the agent's durable writes: each leaves

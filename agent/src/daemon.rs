@@ -469,6 +469,9 @@ pub struct Agent {
     /// When this process started: a new OS deployment's time to reach the coordinator runs
     /// from here ([`Agent::os_reach_left`]).
     started_at: tokio::time::Instant,
+    /// The boot's OS is not the staged deployment the reach limit is for (that deployment was
+    /// lost): nothing to roll back, so the limit no longer applies in this process.
+    os_reach_moot: bool,
 }
 
 impl Agent {
@@ -507,6 +510,7 @@ impl Agent {
             maybe_stray_stage: true,
             stage_may_run: true,
             started_at: tokio::time::Instant::now(),
+            os_reach_moot: false,
         })
     }
 

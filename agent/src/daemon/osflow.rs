@@ -612,7 +612,7 @@ impl Agent {
     /// deployment runs or there is no limit.
     pub(super) fn os_reach_left(&self) -> Option<Duration> {
         let os = self.os.as_ref()?;
-        if os.reach_timeout.is_zero() {
+        if os.reach_timeout.is_zero() || self.os_reach_moot {
             return None;
         }
         self.unchecked_os_boot()?;
@@ -625,7 +625,8 @@ impl Agent {
     /// An update that broke the network, DNS, the clock or the agent's credential would otherwise
     /// leave the node on it for good, out of reach and holding a slot of maxUnavailable. Nothing
     /// is rolled back when the boot is not the staged deployment (it was lost: the node runs the
-    /// OS it ran before, and the check once the coordinator answers says so).
+    /// OS it ran before, and the check once the coordinator answers says so), and the limit is
+    /// then lifted for this process.
     pub(super) async fn roll_back_unreached(&mut self, last_error: &str) -> Result<()> {
         let (Some((target, checksum)), Some(os)) = (self.unchecked_os_boot(), self.os.clone()) else {
             return Ok(());
@@ -638,7 +639,10 @@ impl Agent {
         let on_new = booted.as_ref().is_some_and(|b| b.checksum == checksum)
             && came_up_on_staged(staged.as_ref(), &checksum, booted.as_ref()).is_ok();
         if !on_new {
-            tracing::warn!(target, checksum, "the coordinator is out of reach, but this boot does not run the staged deployment: nothing to roll back");
+            tracing::warn!(target, checksum, "the coordinator is out of reach, but this boot does not run the staged deployment: nothing to roll back; waiting for the coordinator");
+            // Asked again, the answer would be the same: the wait for the coordinator goes on
+            // without the limit (a limit of zero left would otherwise be a busy loop).
+            self.os_reach_moot = true;
             return Ok(());
         }
         let failure = format!(
