@@ -366,6 +366,7 @@ fn plan_pool(
         pool.spec.rollout.as_ref(),
         pool.status.as_ref().and_then(|st| st.rollout.as_ref()),
         pool.metadata.annotations.get(ann::RESUME_ROLLOUT).map(String::as_str),
+        pool.status.as_ref().and_then(|st| st.configuration.as_ref()).map(|c| c.name.as_str()),
         &target,
         &rollout_policy::Members { index: &pp.members, hot, name: &name },
         now,

@@ -96,11 +96,13 @@ fn reopened(st: &RolloutStatus, canary: usize) -> RolloutPhase {
 }
 
 /// Evaluate the policy for `target` over the pool's members; `resume` is the pool's
-/// `aloft.dev/resumeRollout` annotation.
+/// `aloft.dev/resumeRollout` annotation, `completed` its `status.configuration` (the last config
+/// every member ran).
 pub fn evaluate(
     policy: Option<&RolloutPolicy>,
     previous: Option<&RolloutStatus>,
     resume: Option<&str>,
+    completed: Option<&str>,
     target: &ConfigName,
     members: &Members<'_>,
     now: DateTime<Utc>,
@@ -112,13 +114,13 @@ pub fn evaluate(
         Some(p) if *target == *p.config => p.clone(),
         _ => RolloutStatus {
             config: target.to_string(),
-            // A config already run by as many members as the canary batch (the config the pool
-            // ran before a bad one, when the bad one is reverted) is proven: soaking it again
-            // would only keep the nodes that failed on the bad one out of service. Run, not
-            // updated to: at the revert those nodes are still asked for the bad config (the
-            // ones that failed on it, and the ones not picked for it yet), and `currentConfig`
-            // names a config only once the node reported Done on it.
-            phase: if canary > 0 && members.iter().filter(|f| f.runs(target)).count() < canary {
+            // A config the pool completed (the config it ran before a bad one, when the bad one
+            // is reverted) is proven: soaking it again would only keep the nodes that failed on
+            // the bad one out of service. Only completed: a config some members run may be one
+            // whose soak a newer config cut short (reverted to, it would skip the rest of its
+            // soak), or the pool was made again mid-rollout; such a config goes through its
+            // canaries (the members that run it count) and its whole soak again.
+            phase: if canary > 0 && completed != Some(&**target) {
                 RolloutPhase::Canary
             } else {
                 RolloutPhase::Batches
@@ -281,10 +283,25 @@ mod tests {
         facts: &[NodeFacts],
         now: DateTime<Utc>,
     ) -> Evaluation {
+        eval_completed(policy, previous, resume, None, target, names, facts, now)
+    }
+
+    /// [`eval`] for a pool whose `status.configuration` is `completed`.
+    #[allow(clippy::too_many_arguments)]
+    fn eval_completed(
+        policy: Option<&RolloutPolicy>,
+        previous: Option<&RolloutStatus>,
+        resume: Option<&str>,
+        completed: Option<&str>,
+        target: &ConfigName,
+        names: &[&str],
+        facts: &[NodeFacts],
+        now: DateTime<Utc>,
+    ) -> Evaluation {
         let index: Vec<usize> = (0..facts.len()).collect();
         let hot: Vec<NodeHot> = facts.iter().map(NodeHot::of).collect();
         let name = |i: usize| names[i];
-        evaluate(policy, previous, resume, target, &Members { index: &index, hot: &hot, name: &name }, now)
+        evaluate(policy, previous, resume, completed, target, &Members { index: &index, hot: &hot, name: &name }, now)
     }
 
     fn policy(canary: i64, soak: i64, max_failures: Option<i64>) -> RolloutPolicy {
@@ -511,16 +528,24 @@ mod tests {
         assert_eq!(e.gate, Gate::Hold(HoldReason::Soaking { until: Some(t("2026-01-01T00:01:00Z")), failed: vec![] }));
     }
 
-    /// A config that a canary's worth of members already run when it becomes the target (the
-    /// config before a bad one, reverted) is proven: no canary and no soak, so the nodes that
-    /// failed on the bad one are moved back at once.
+    /// A config the pool completed when it becomes the target again (the config before a bad
+    /// one, reverted) is proven: no canary and no soak, so the nodes that failed on the bad one
+    /// are moved back at once.
     #[test]
-    fn a_reverted_config_the_pool_already_runs_is_not_soaked_again() {
+    fn a_reverted_config_the_pool_completed_is_not_soaked_again() {
         let names = ["a", "b", "c"];
         let mut f: Vec<NodeFacts> = (0..3).map(|_| facts("r1", "r1", "Done")).collect();
         f[0] = facts("r2", "r1", "Degraded");
         let bad = RolloutStatus { config: "r2".into(), phase: RolloutPhase::CircuitBroken, ..Default::default() };
         let p = policy(1, 600, Some(0));
+        let eval =
+            |p: Option<&RolloutPolicy>,
+             prev: Option<&RolloutStatus>,
+             resume: Option<&str>,
+             target: &ConfigName,
+             names: &[&str],
+             f: &[NodeFacts],
+             now: DateTime<Utc>| eval_completed(p, prev, resume, Some("r1"), target, names, f, now);
         let e = eval(Some(&p), Some(&bad), None, &ConfigName::new("r1"), &names, &f, t("2026-01-01T00:00:00Z"));
         assert_eq!(e.status.phase, RolloutPhase::Batches, "{e:?}");
         assert_eq!(e.gate, Gate::Pick { limit: None });
@@ -534,10 +559,49 @@ mod tests {
         let e = eval(Some(&p), Some(&bad), None, &ConfigName::new("r1"), &names, &f, t("2026-01-01T00:00:00Z"));
         assert_eq!(e.status.phase, RolloutPhase::Batches, "{e:?}");
         assert_eq!(e.gate, Gate::Pick { limit: None });
-        // With a canary batch larger than what runs r1, it is canaried as any config.
-        let p3 = policy(2, 600, None);
+        // Completed is what proves it, whatever the canary batch and however few run it now.
+        let p3 = policy(3, 600, None);
         let e = eval(Some(&p3), Some(&bad), None, &ConfigName::new("r1"), &names, &f, t("2026-01-01T00:00:00Z"));
+        assert_eq!(e.status.phase, RolloutPhase::Batches, "{e:?}");
+        // Not completed (the pool's last complete config is another): canaried as any config.
+        let e = eval_completed(
+            Some(&p3),
+            Some(&bad),
+            None,
+            Some("r0"),
+            &ConfigName::new("r1"),
+            &names,
+            &f,
+            t("2026-01-01T00:00:00Z"),
+        );
         assert_eq!(e.status.phase, RolloutPhase::Canary, "{e:?}");
+    }
+
+    /// A config that some members run but the pool never completed (its soak cut short by a
+    /// newer config, now reverted; or the pool made again mid-soak) is not proven: it goes
+    /// through its canaries and soaks in full, rather than going on in batches at once.
+    #[test]
+    fn a_config_reverted_to_in_the_middle_of_its_soak_soaks_again() {
+        let names = ["a", "b", "c", "d"];
+        let now = t("2026-01-01T00:00:09Z");
+        let p = policy(1, 3600, Some(0));
+        // r1 completed; a ran r2 as its canary (soaking), then was r3's canary and failed on it.
+        let mut f: Vec<NodeFacts> = (0..4).map(|_| facts("r1", "r1", "Done")).collect();
+        f[0] = NodeFacts { failed_config: "r3".into(), ..facts("r3", "r2", "Degraded") };
+        let bad = RolloutStatus { config: "r3".into(), phase: RolloutPhase::CircuitBroken, ..Default::default() };
+        let e = eval_completed(Some(&p), Some(&bad), None, Some("r1"), &ConfigName::new("r2"), &names, &f, now);
+        assert_eq!(e.status.phase, RolloutPhase::Canary, "{e:?}");
+        assert_eq!(e.gate, Gate::Pick { limit: Some(1) }, "one canary, not every node at once");
+        // The pool made again mid-soak: no status at all, and a runs r2.
+        let f: Vec<NodeFacts> = vec![
+            facts("r2", "r2", "Done"),
+            facts("r1", "r1", "Done"),
+            facts("r1", "r1", "Done"),
+            facts("r1", "r1", "Done"),
+        ];
+        let e = eval_completed(Some(&p), None, None, None, &ConfigName::new("r2"), &names, &f, now);
+        assert_eq!(e.status.phase, RolloutPhase::Soaking, "its canary runs it: the soak starts, in full: {e:?}");
+        assert_eq!(e.gate, Gate::Hold(HoldReason::Soaking { until: Some(t("2026-01-01T01:00:09Z")), failed: vec![] }));
     }
 
     #[test]
