@@ -122,9 +122,11 @@ async fn fleetlock_hands_out_reboot_slots_and_shows_who_holds_them() {
         .unwrap();
     assert_eq!(no_header.status().as_u16(), 400);
     assert_eq!(no_header.json::<Value>().await.unwrap()["kind"], "missing_header");
-    let (code, body) = lock(&http, &base, "pre-reboot", "m4", "Default").await;
+    let (code, body) = lock(&http, &base, "pre-reboot", "m4", "-default").await;
     assert_eq!((code, body["kind"].as_str()), (400, Some("bad_body")), "{body}");
-    assert!(body["value"].as_str().unwrap().starts_with("client_params.group: Invalid value: \"Default\""), "{body}");
+    assert!(body["value"].as_str().unwrap().starts_with("client_params.group: Invalid value: \"-default\""), "{body}");
+    let (code, body) = lock(&http, &base, "pre-reboot", "m4", "de/fault").await;
+    assert_eq!((code, body["kind"].as_str()), (400, Some("bad_body")), "{body}");
     let (code, body) = lock(&http, &base, "pre-reboot", "", "default").await;
     assert_eq!((code, body["value"].as_str()), (400, Some("client_params.id: Required value")), "{body}");
     let garbage = http
@@ -146,6 +148,34 @@ async fn fleetlock_hands_out_reboot_slots_and_shows_who_holds_them() {
     let r = admin.patch(&format!("{FLEETLOCKS}/default/status"), "application/json-patch+json", &patch).await.unwrap();
     assert_eq!(r.code, 200, "{}", r.body);
     assert_eq!(holders(&admin, "default").await, ["m3"]);
+
+    // A group written with capitals (the protocol allows them, Zincati sends the configured
+    // group as written) is the FleetLock object of its lowercase name.
+    assert_eq!(lock(&http, &base, "steady-state", "m3", "Default").await.0, 200);
+    assert_eq!(holders(&admin, "default").await, Vec::<String>::new(), "m3 gave back its slot of \"default\"");
+
+    // A host that reboots again takes and gives back its slot again: each occurrence counts on
+    // its Event (the same message, held back as a repeated decision before).
+    for _ in 0..2 {
+        assert_eq!(lock(&http, &base, "pre-reboot", "m7", "default").await.0, 200);
+        assert_eq!(lock(&http, &base, "steady-state", "m7", "default").await.0, 200);
+    }
+    let counts = eventually(T, "m7's Events counted twice", || async {
+        let events = admin.get("/api/v1/events").await?.into_result()?;
+        let count = |msg: &str| {
+            events["items"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|e| e["involvedObject"]["kind"] == "FleetLock" && e["message"] == msg)
+                .map(|e| e["count"].as_i64().unwrap_or(1))
+                .sum::<i64>()
+        };
+        let counts = (count("Host m7 took a slot to reboot (1 of 2 held)"), count("Host m7 gave its slot back"));
+        Ok((counts == (2, 2)).then_some(counts))
+    })
+    .await;
+    assert_eq!(counts, (2, 2));
 
     // Hosts racing for the last slots: exactly as many get one as there are.
     admin.post(FLEETLOCKS, &fleet_lock("race", 3)).await.unwrap().into_result().unwrap();

@@ -110,17 +110,29 @@ fn read_request(headers: &HeaderMap, body: &[u8]) -> Result<(String, String), Re
     if id.len() > 253 || id.chars().any(|c| c.is_control()) {
         return bad("bad_body", "client_params.id: at most 253 characters, no control characters".into());
     }
-    // The protocol's group pattern, narrowed to what can name an object (lowercase).
+    // The protocol's group pattern (`^[a-zA-Z0-9.-]+$`; Zincati sends its configured group as
+    // written). The FleetLock object is named as the group in lowercase, since object names are.
     let valid = !group.is_empty()
         && group.len() <= 253
-        && group.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-');
+        && group.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-');
     if !valid {
         return bad(
             "bad_body",
-            format!("client_params.group: Invalid value: {group:?}: want lowercase letters, digits, '.' and '-' (the FleetLock object's name)"),
+            format!("client_params.group: Invalid value: {group:?}: want letters, digits, '.' and '-' (the FleetLock protocol's group)"),
         );
     }
-    Ok((id, group))
+    let name = group.to_ascii_lowercase();
+    if !crate::server::validate::name_causes(&name).is_empty() {
+        // Otherwise a 404 would ask the admin for a FleetLock object whose name admission refuses.
+        return bad(
+            "bad_body",
+            format!(
+                "client_params.group: Invalid value: {group:?}: names the FleetLock object {name:?}, which must start and end \
+                 with a letter or digit, each '.'-separated part too"
+            ),
+        );
+    }
+    Ok((id, name))
 }
 
 /// What a pre-reboot found.
@@ -243,6 +255,9 @@ async fn pre_reboot(State(s): State<Shared>, headers: HeaderMap, body: Bytes) ->
             let msg = format!("Host {id} took a slot to reboot ({held} of {max} held)");
             tracing::info!(%group, %id, held, max, "FleetLock: slot taken");
             s.events.emit(&about(&group), EventType::Normal, reasons::SLOT_TAKEN, &msg);
+            // Each take is an occurrence, not a decision to say once: the next one by the same
+            // host (its next reboot) counts on the Event instead of being held back.
+            s.events.forget(&about(&group), reasons::SLOT_TAKEN);
             StatusCode::OK.into_response()
         }
         Ok(Take::Full { max, holders }) => {
@@ -277,6 +292,7 @@ async fn steady_state(State(s): State<Shared>, headers: HeaderMap, body: Bytes) 
             tracing::info!(%group, %id, "FleetLock: slot released");
             let msg = format!("Host {id} gave its slot back");
             s.events.emit(&about(&group), EventType::Normal, reasons::SLOT_RELEASED, &msg);
+            s.events.forget(&about(&group), reasons::SLOT_RELEASED);
             StatusCode::OK.into_response()
         }
         // Zincati reports steady state at every start: holding nothing is success.
@@ -319,7 +335,7 @@ mod tests {
     }
 
     #[test]
-    fn requests_need_the_header_an_id_and_a_group_that_names_an_object() {
+    fn requests_need_the_header_an_id_and_a_group_that_names_an_object_in_lowercase() {
         let mut h = HeaderMap::new();
         let body = br#"{"client_params": {"id": "m1", "group": "default"}}"#;
         assert!(read_request(&h, body).is_err(), "no header");
@@ -327,10 +343,15 @@ mod tests {
         assert_eq!(read_request(&h, body).unwrap(), ("m1".to_string(), "default".to_string()));
         let more = br#"{"client_params": {"id": "m1", "group": "g", "later": 1}, "also": true}"#;
         assert_eq!(read_request(&h, more).unwrap(), ("m1".to_string(), "g".to_string()), "unknown fields ignored");
+        // The protocol allows capitals; the object is named in lowercase.
+        let capital = br#"{"client_params": {"id": "m1", "group": "Workers.EU-1"}}"#;
+        assert_eq!(read_request(&h, capital).unwrap(), ("m1".to_string(), "workers.eu-1".to_string()));
         for bad in [
             &br#"{"client_params": {"group": "default"}}"#[..],
-            br#"{"client_params": {"id": "m1", "group": "Default"}}"#,
             br#"{"client_params": {"id": "m1", "group": "a/b"}}"#,
+            br#"{"client_params": {"id": "m1", "group": "-workers"}}"#,
+            br#"{"client_params": {"id": "m1", "group": "workers."}}"#,
+            br#"{"client_params": {"id": "m1", "group": "a..b"}}"#,
             br#"{"client_params": {"id": "m1"}}"#,
             br#"{"id": "m1"}"#,
             b"not json",
