@@ -1258,6 +1258,16 @@ async fn out_of_reach(fleet: &Fleet) -> Result<()> {
     ensure!(cluster::annotation(&node, ann::CURRENT_CONFIG) == target, "currentConfig is not {target}: {node}");
     let denylist = vm.sh("cat /var/lib/aloft/os-denylist.json").await?;
     ensure!(denylist.contains(&v2), "v2 is not denylisted after the rollback: {denylist}");
+    // The rollback recorded which kernel arguments aloft had put on the deployment gone back to
+    // (the first config's: none), as a failed health check's does: without the record, the
+    // config before taken again would add them a second time, and a fix would keep v2's.
+    let record = vm.sh("cat /var/lib/aloft/os-rolled-back-kargs.json").await?;
+    let record: serde_json::Value =
+        serde_json::from_str(&record).with_context(|| format!("the kernel-argument record: {record:?}"))?;
+    ensure!(
+        record["checksum"] == v1.as_str() && record["kernelArguments"] == json!([]),
+        "the kernel-argument record is not v1's with none: {record}"
+    );
     Ok(())
 }
 

@@ -889,9 +889,14 @@ impl Agent {
     }
 
     /// The deployment gone back to (`to`) carries the failed update's "old" arguments
-    /// (`rolled_back`): said while the phase still holds the update's [`Staged`] request.
+    /// (`rolled_back`): said while the phase still holds the update's [`Staged`] request. From
+    /// Verifying (a failed health check) and from RebootingStaged (the new OS never reached the
+    /// coordinator, so it was never verified): without the record, going back to the config
+    /// before would add its arguments a second time, and a fix would keep ones it dropped.
     fn record_rolled_back_kargs(&self, to: &DeploymentInfo) {
-        if let Phase::Verifying { staged: Some(staged), .. } = &self.phase {
+        if let Phase::Verifying { staged: Some(staged), .. } | Phase::RebootingStaged { staged: Some(staged), .. } =
+            &self.phase
+        {
             if !went_back_to_start(staged, to) {
                 // Its arguments from aloft are not known: the OS checks judge it by its commit
                 // and command line, as any deployment without a record.
