@@ -415,3 +415,36 @@ fn merge(into: &mut Value, patch: &Value) {
         (slot, v) => *slot = v.clone(),
     }
 }
+
+/// The graph is asked for the architecture the fleet's Nodes report, not the coordinator's own
+/// (an amd64 server may run the coordinator of arm64 hosts: its own would offer them releases
+/// they cannot boot); a fleet of two architectures gets no graph, saying why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_graph_is_asked_for_the_fleets_architecture() {
+    let c = start_coordinator();
+    let admin = c.client();
+    let svc = UpdateService::start().await;
+    let p = |n: u8| os_payload(&format!("{n}").repeat(64));
+    svc.set("stable-1", graph(&[("1.0.0", &p(1)), ("1.1.0", &p(2))], &[("1.0.0", "1.1.0")], &[]));
+    let report_arch = |node: Client, name: &'static str, arch: &'static str| async move {
+        let patch = json!({"status": {"nodeInfo": {"architecture": arch}}});
+        let path = format!("/api/v1/nodes/{name}/status");
+        node.patch(&path, "application/merge-patch+json", &patch).await.unwrap().into_result().unwrap();
+    };
+    report_arch(c.node_client("edge-1", json!({})).await, "edge-1", "arm64").await;
+    let spec = json!({"upstream": svc.url, "channel": "stable-1", "desiredUpdate": {"version": "1.0.0"}});
+    admin.post(&path_of(&CLUSTER_VERSION, None), &cluster_version(spec)).await.unwrap().into_result().unwrap();
+    let v = wait_cv(&admin, "the graph retrieved", |v| cond_is(v, "RetrievedUpdates", "True", "")).await;
+    assert_eq!(versions(&v["status"]["availableUpdates"]), ["1.1.0"]);
+    let archs: Vec<String> = svc.queries().iter().map(|q| q["arch"].clone()).collect();
+    assert!(!archs.is_empty() && archs.iter().all(|a| a == "arm64"), "asked for {archs:?}");
+
+    // A node of another architecture joins: no graph fits the fleet (one OS commit per release).
+    report_arch(c.node_client("edge-2", json!({})).await, "edge-2", "amd64").await;
+    let v =
+        wait_cv(&admin, "MultipleArchitectures", |v| cond_is(v, "RetrievedUpdates", "False", "MultipleArchitectures"))
+            .await;
+    let message = condition(&v, "RetrievedUpdates").and_then(|c| c["message"].as_str()).unwrap_or("").to_string();
+    assert!(message.contains("(1 amd64, 1 arm64)"), "{message}");
+    assert_eq!(versions(&v["status"]["availableUpdates"]), Vec::<String>::new(), "no other architecture's lists");
+}

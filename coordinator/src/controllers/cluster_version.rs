@@ -14,7 +14,7 @@
 //! thread: a slow update service must never delay a pick.
 
 use super::events::{EventType, Involved, Recorder};
-use crate::resources::{CLUSTER_SERVICE_VERSION, CLUSTER_VERSION, MACHINE_CONFIG, MACHINE_CONFIG_POOL};
+use crate::resources::{CLUSTER_SERVICE_VERSION, CLUSTER_VERSION, MACHINE_CONFIG, MACHINE_CONFIG_POOL, NODE};
 use crate::server::objects;
 use crate::store::{revision_of, Key, Store, StoreError};
 use aloft_api::clusterversion::{
@@ -158,7 +158,7 @@ async fn reconcile(
     let now = objects::now();
     let mut status = cv.status.clone().unwrap_or_default();
 
-    let graph = refresh_graph(http, cache, &cv, opts).await;
+    let graph = refresh_graph(store, http, cache, &cv, opts).await;
     show_updates(&cv, &mut status, graph.as_deref(), cache, &now);
     let blocked = match cv.current() {
         Some(current) => incompatible_operators(store, &current.version).await?,
@@ -223,6 +223,7 @@ fn risks_note(status: &ClusterVersionStatus) -> String {
 /// is due (a failed fetch is tried again on the next pass); None when there is nothing to fetch
 /// or no fetch has worked yet.
 async fn refresh_graph(
+    store: &Arc<dyn Store>,
     http: &reqwest::Client,
     cache: &Mutex<GraphCache>,
     cv: &ClusterVersion,
@@ -235,22 +236,36 @@ async fn refresh_graph(
         }
         return None;
     }
-    let query = Query {
+    let mut query = Query {
         upstream: spec.upstream.clone(),
         channel: spec.channel.clone(),
-        arch: opts.arch.clone(),
+        arch: String::new(),
         id: spec.cluster_id.clone(),
         version: cv.current().map(|r| r.version.clone()).unwrap_or_default(),
     };
+    // The architecture is read from the Nodes only when a fetch is due anyway (a fleet's Nodes
+    // are many; the passes while a release rolls out are frequent).
     let due = match cache.lock() {
         Ok(c) => {
             let every = if c.failure.is_some() { opts.poll.min(RETRY) } else { opts.poll };
-            c.fetched_for.as_ref() != Some(&query) || c.fetched_at.is_none_or(|at| at.elapsed() >= every)
+            let same = c.fetched_for.as_ref().is_some_and(|q| Query { arch: String::new(), ..q.clone() } == query);
+            !same || c.fetched_at.is_none_or(|at| at.elapsed() >= every)
         }
         Err(_) => true,
     };
     if due {
-        let outcome = fetch(http, &query).await;
+        let outcome = match fleet_arch(store, &opts.arch).await {
+            Ok(Ok(arch)) => {
+                query.arch = arch;
+                fetch(http, &query).await
+            }
+            Ok(Err(mixed)) => Err(("MultipleArchitectures", mixed)),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the Nodes' architecture; asking for the coordinator's");
+                query.arch = opts.arch.clone();
+                fetch(http, &query).await
+            }
+        };
         if let Ok(mut c) = cache.lock() {
             if c.fetched_for.as_ref().is_some_and(|q| q.upstream != query.upstream || q.channel != query.channel) {
                 // Another service or channel: the old graph says nothing of this one.
@@ -266,6 +281,11 @@ async fn refresh_graph(
                 }
                 Err((reason, message)) => {
                     tracing::warn!(%reason, %message, "fetching the update graph failed");
+                    if reason == "MultipleArchitectures" {
+                        // No graph fits the fleet: none of another architecture's lists stay.
+                        c.graph = None;
+                        c.good_at = None;
+                    }
                     c.failure = Some((reason, message));
                 }
             }
@@ -277,6 +297,33 @@ async fn refresh_graph(
         c.good_at = None;
     }
     c.graph.clone()
+}
+
+/// The architecture the update graph is asked for: the one every Node reports
+/// (`status.nodeInfo.architecture`), else (no Node reports one yet) the coordinator's own. The
+/// CVO asks for the cluster's, which it runs on; a coordinator may well run on another (an amd64
+/// server for arm64 edge hosts), and its own would offer the fleet releases it cannot boot.
+/// Ok(Err(why)) when the Nodes run more than one: an aloft release is one OS commit, for one
+/// architecture.
+async fn fleet_arch(store: &Arc<dyn Store>, own: &str) -> Result<Result<String, String>, StoreError> {
+    let mut seen: std::collections::BTreeMap<String, usize> = std::collections::BTreeMap::new();
+    for raw in store.list(&NODE.store_key(), None).await?.items {
+        if let Some(arch) = raw.pointer("/status/nodeInfo/architecture").and_then(Value::as_str) {
+            if !arch.is_empty() {
+                *seen.entry(arch.to_string()).or_default() += 1;
+            }
+        }
+    }
+    let mut archs = seen.keys();
+    Ok(match (archs.next(), archs.next()) {
+        (None, _) => Ok(own.to_string()),
+        (Some(one), None) => Ok(one.clone()),
+        _ => Err(format!(
+            "The fleet's nodes run more than one architecture ({}): an aloft release is one OS commit, for one \
+             architecture; no update graph fits the fleet",
+            seen.iter().map(|(a, n)| format!("{n} {a}")).collect::<Vec<_>>().join(", ")
+        )),
+    })
 }
 
 /// `GET <upstream>?channel=&arch=&id=&version=` with `Accept: application/json`, as the CVO asks.
