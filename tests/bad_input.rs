@@ -802,6 +802,14 @@ async fn machine_configs_an_agent_refuses_are_422() {
             "spec.config.ignition.config.merge",
         ),
         (
+            // The same in Ignition 2.x, where it is `append`: it was stored and rendered (as
+            // `merge`), and every node refused it.
+            "append",
+            json!({"ignition": {"version": "2.2.0", "config": {"append": [{"source": "https://evil.example/x.ign"}]}},
+                "storage": {"files": [{"path": "/etc/x", "filesystem": "root", "contents": {"source": "data:,x"}}]}}),
+            "spec.config.ignition.config.append",
+        ),
+        (
             "ssh-two-lines",
             ign(
                 json!({"passwd": {"users": [{"name": "core", "sshAuthorizedKeys": ["ssh-rsa AAA x\nssh-rsa BBB y"]}]}}),

@@ -99,7 +99,7 @@ pub fn parse_with_warnings(raw: &Value) -> Result<Parsed, IgnitionError> {
         "3.3.0" => upgrade(decode::<v3_3::Config>(raw, &mut warnings)?)?,
         "3.4.0" => upgrade(decode::<v3_4::Config>(raw, &mut warnings)?)?,
         "3.5.0" => decode::<Config>(raw, &mut warnings)?,
-        "2.0.0" | "2.1.0" | "2.2.0" => decode::<Config>(&convert_v2(obj)?, &mut warnings)?,
+        "2.0.0" | "2.1.0" | "2.2.0" => decode::<Config>(&convert_v2(&without_v2_duplicates(obj))?, &mut warnings)?,
         "" => {
             return Err(IgnitionError::new(
                 VERSION_FIELD,
@@ -393,6 +393,75 @@ fn non_empty(v: Option<&Value>) -> bool {
         Some(Value::Object(o)) => !o.is_empty(),
         _ => true,
     }
+}
+
+/// A 2.x config with its repeated entries folded as MCO folds them before converting (3.x refuses
+/// them; 2.x-era MachineConfigs had them): of files repeated by path and units repeated by name
+/// the last is kept, in its place, and a repeated unit's drop-ins the kept one lacks (by name)
+/// are added to it; repeated `core` users become the last one, the others' SSH keys appended.
+/// Nothing changes for a config without repeats (its rendered name stays the same).
+fn without_v2_duplicates(src: &Map<String, Value>) -> Map<String, Value> {
+    let mut out = src.clone();
+    let keyed = |item: &Value, key: &str| item.get(key).and_then(Value::as_str).map(str::to_string);
+    // Of each key, the last entry; the entries before it are handed to `fold` into it.
+    let fold_last = |items: &mut Vec<Value>, key: &str, fold: &dyn Fn(&mut Value, &Value)| {
+        let mut last: HashMap<String, usize> = HashMap::new();
+        for (i, item) in items.iter().enumerate() {
+            if let Some(k) = keyed(item, key) {
+                last.insert(k, i);
+            }
+        }
+        if last.len() == items.iter().filter(|i| keyed(i, key).is_some()).count() {
+            return;
+        }
+        let original = items.clone();
+        for i in (0..original.len()).rev() {
+            let Some(k) = keyed(&original[i], key) else { continue };
+            let kept = last[&k];
+            if kept != i {
+                fold(&mut items[kept], &original[i]);
+            }
+        }
+        let mut i = 0;
+        items.retain(|item| {
+            let keep = keyed(item, key).is_none_or(|k| last[&k] == i);
+            i += 1;
+            keep
+        });
+    };
+    if let Some(files) = out.get_mut("storage").and_then(|s| s.get_mut("files")).and_then(Value::as_array_mut) {
+        fold_last(files, "path", &|_, _| {});
+    }
+    if let Some(units) = out.get_mut("systemd").and_then(|s| s.get_mut("units")).and_then(Value::as_array_mut) {
+        fold_last(units, "name", &|kept, earlier| {
+            let Some(theirs) = earlier.get("dropins").and_then(Value::as_array) else { return };
+            let Some(unit) = kept.as_object_mut() else { return };
+            let ours = unit.entry("dropins").or_insert_with(|| Value::Array(Vec::new()));
+            let Some(ours) = ours.as_array_mut() else { return };
+            for d in theirs {
+                let name = d.get("name");
+                if !ours.iter().any(|o| o.get("name") == name) {
+                    ours.push(d.clone());
+                }
+            }
+        });
+    }
+    if let Some(users) = out.get_mut("passwd").and_then(|p| p.get_mut("users")).and_then(Value::as_array_mut) {
+        let core = users.iter().all(|u| u.get("name").and_then(Value::as_str) == Some("core"));
+        if users.len() > 1 && core {
+            let mut kept = users[users.len() - 1].clone();
+            let mut keys: Vec<Value> =
+                kept.get("sshAuthorizedKeys").and_then(Value::as_array).cloned().unwrap_or_default();
+            for earlier in users[..users.len() - 1].iter().rev() {
+                keys.extend(earlier.get("sshAuthorizedKeys").and_then(Value::as_array).into_iter().flatten().cloned());
+            }
+            if let Some(u) = kept.as_object_mut() {
+                u.insert("sshAuthorizedKeys".into(), Value::Array(keys));
+            }
+            *users = vec![kept];
+        }
+    }
+    out
 }
 
 /// Ignition 2.x -> 3.5 JSON, for what a MachineConfig can carry (files, links and directories on
@@ -784,6 +853,56 @@ mod tests {
             let e = parse_config(&c).unwrap_err().to_string();
             assert!(e.contains("unsupported Ignition version") && !e.contains("2.3.0,"), "{v}: {e}");
         }
+    }
+
+    /// As MCO folds a 2.x config's repeats before converting it (3.x refuses them): the last file
+    /// and unit of each name, in its place; a repeated unit's other drop-ins added; the core
+    /// user's keys gathered. A 3.x config with the same repeats is still refused.
+    #[test]
+    fn v2_repeated_files_units_and_core_users_fold_as_mco_folds_them() {
+        let file = |path: &str, data: &str| json!({"filesystem": "root", "path": path, "contents": {"source": format!("data:,{data}")}});
+        let cfg = json!({"ignition": {"version": "2.2.0"},
+            "storage": {"files": [file("/etc/dup", "old"), file("/etc/other", "o"), file("/etc/dup", "new")]},
+            "systemd": {"units": [
+                {"name": "bar.service", "dropins": [{"name": "a.conf", "contents": "[Service]\n"}, {"name": "c.conf", "contents": "[Unit]\n"}]},
+                {"name": "baz.service", "enable": true},
+                {"name": "bar.service", "contents": "[Service]\nExecStart=/bin/true\n",
+                 "dropins": [{"name": "b.conf", "contents": "[Install]\n"}, {"name": "c.conf", "contents": "[Service]\n"}]}]},
+            "passwd": {"users": [
+                {"name": "core", "sshAuthorizedKeys": ["d"]},
+                {"name": "core", "sshAuthorizedKeys": ["e"]}]}});
+        let out = parse_config(&cfg).unwrap();
+        let files = out["storage"]["files"].as_array().unwrap();
+        let paths: Vec<&str> = files.iter().map(|f| f["path"].as_str().unwrap()).collect();
+        assert_eq!(paths, ["/etc/other", "/etc/dup"], "the last of each, in its place");
+        assert_eq!(files[1]["contents"]["source"], "data:,new");
+        let units = out["systemd"]["units"].as_array().unwrap();
+        let names: Vec<&str> = units.iter().map(|u| u["name"].as_str().unwrap()).collect();
+        assert_eq!(names, ["baz.service", "bar.service"]);
+        let dropins: Vec<(&str, &str)> = units[1]["dropins"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| (d["name"].as_str().unwrap(), d["contents"].as_str().unwrap()))
+            .collect();
+        assert_eq!(dropins, [("b.conf", "[Install]\n"), ("c.conf", "[Service]\n"), ("a.conf", "[Service]\n")]);
+        assert_eq!(units[1]["contents"], "[Service]\nExecStart=/bin/true\n");
+        assert_eq!(out["passwd"]["users"], json!([{"name": "core", "sshAuthorizedKeys": ["e", "d"]}]));
+
+        // Without repeats nothing moves (the rendered name of an existing 2.x config stays).
+        let plain = json!({"ignition": {"version": "2.2.0"},
+            "storage": {"files": [file("/etc/b", "b"), file("/etc/a", "a")]}});
+        let paths: Vec<String> = parse_config(&plain).unwrap()["storage"]["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f["path"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(paths, ["/etc/b", "/etc/a"]);
+        // 3.x: still a duplicate.
+        let v3 = json!({"ignition": {"version": "3.2.0"}, "storage": {"files": [
+            {"path": "/etc/dup", "contents": {"source": "data:,a"}}, {"path": "/etc/dup", "contents": {"source": "data:,b"}}]}});
+        assert!(parse_config(&v3).unwrap_err().to_string().contains("duplicate path \"/etc/dup\""));
     }
 
     #[test]

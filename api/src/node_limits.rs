@@ -107,24 +107,31 @@ pub fn password_hash_error(hash: &str) -> Option<&'static str> {
         .then_some("a password hash may not contain ':' or control characters")
 }
 
-/// The message for `ignition.config.merge` or `replace` naming configs.
+/// The message for `ignition.config.merge` (2.x: `append`) or `replace` naming configs.
 pub const FETCH_REFUSED: &str =
     "configs referenced for merge/replace would have to be fetched; a running node never fetches";
 
-/// Which of `ignition.config.merge` and `replace` a config uses, in that order: `merge` when
-/// it lists any config, `replace` when it has a source. A `replace` without one is what Go's
+/// Which of `ignition.config.merge` (`append` in Ignition 2.x, checked on the config as its
+/// author wrote it) and `replace` a config uses, in that order: `merge`/`append` when it lists
+/// any config, `replace` when it has a source. A `replace` without one is what Go's
 /// `json.Marshal` writes for an unset struct (`"replace": {"verification": {}}`), as in every
 /// MachineConfig MCO's controllers and the installer make: it fetches nothing.
 pub fn fetched_configs(config: &Value) -> Vec<&'static str> {
     let Some(c) = config.pointer("/ignition/config") else { return Vec::new() };
-    let merge = c.get("merge").and_then(Value::as_array).is_some_and(|m| !m.is_empty())
-        || c.get("merge").is_some_and(|m| !m.is_null() && !m.is_array());
+    let lists = |key: &str| {
+        c.get(key).and_then(Value::as_array).is_some_and(|m| !m.is_empty())
+            || c.get(key).is_some_and(|m| !m.is_null() && !m.is_array())
+    };
     let replace = c.get("replace").is_some_and(|r| match r.get("source") {
         Some(Value::String(s)) => !s.is_empty(),
         Some(Value::Null) | None => !r.is_null() && !r.is_object(),
         Some(_) => true,
     });
-    [("merge", merge), ("replace", replace)].into_iter().filter(|(_, on)| *on).map(|(k, _)| k).collect()
+    [("merge", lists("merge")), ("append", lists("append")), ("replace", replace)]
+        .into_iter()
+        .filter(|(_, on)| *on)
+        .map(|(k, _)| k)
+        .collect()
 }
 
 /// The message for contents that name a compression and no source.
@@ -267,6 +274,10 @@ mod tests {
         assert!(storage_collision(&enabled_only).is_none(), "a unit without contents writes no file");
         let merge = json!({"ignition": {"config": {"merge": [{"source": "https://x/y.ign"}], "replace": {}}}});
         assert_eq!(fetched_configs(&merge), ["merge"]);
+        // Ignition 2.x's name for it, as the config's author wrote it.
+        let append = json!({"ignition": {"version": "2.2.0", "config": {"append": [{"source": "https://x/y.ign"}]}}});
+        assert_eq!(fetched_configs(&append), ["append"]);
+        assert!(fetched_configs(&json!({"ignition": {"config": {"append": []}}})).is_empty());
         assert!(fetched_configs(&json!({"ignition": {"config": {"merge": []}}})).is_empty());
         // What Go's json.Marshal writes for configs MCO and the installer make.
         let go = json!({"ignition": {"config": {"replace": {"verification": {}}}, "version": "3.2.0"}});
