@@ -466,11 +466,31 @@ impl<'de> Visitor<'de> for Seed<'_> {
     }
 }
 
+/// How many characters of warnings a response carries before they are cut short, and how
+/// short, as kube-apiserver cuts them: a write with 20,000 odd finalizers answered with 3.4 MB
+/// of headers, more than clients read.
+const WARNINGS_TOTAL_CHARS: usize = 4 * 1024;
+const WARNING_CUT_CHARS: usize = 256;
+
 /// `response` with one `Warning: 299 - "<text>"` header per warning, as kube-apiserver sends
-/// them (kubectl prints each as `Warning: <text>`).
+/// them (kubectl prints each as `Warning: <text>`): each text once; past 4 Ki characters in all,
+/// each cut to 256, and the rest left out once the cut ones reach 4 Ki too.
 pub fn with_warnings(mut response: Response, warnings: &[String]) -> Response {
-    for w in warnings {
-        let text: String = w.chars().flat_map(char::escape_default).collect();
+    let mut seen = std::collections::HashSet::new();
+    let unique: Vec<&String> = warnings.iter().filter(|w| seen.insert(w.as_str())).collect();
+    let cutting = unique.iter().map(|w| w.chars().count()).sum::<usize>() > WARNINGS_TOTAL_CHARS;
+    let mut total = 0;
+    for w in unique {
+        if cutting && total >= WARNINGS_TOTAL_CHARS {
+            break;
+        }
+        let shown: String = if cutting && w.chars().count() > WARNING_CUT_CHARS {
+            w.chars().take(WARNING_CUT_CHARS - 3).chain("...".chars()).collect()
+        } else {
+            w.clone()
+        };
+        total += shown.chars().count();
+        let text: String = shown.chars().flat_map(char::escape_default).collect();
         if let Ok(v) = HeaderValue::from_str(&format!("299 - \"{text}\"")) {
             response.headers_mut().append("warning", v);
         }
@@ -483,6 +503,21 @@ mod tests {
     use super::*;
     use crate::resources::{MACHINE_CONFIG as MC, MACHINE_CONFIG_POOL, NODE_DISRUPTION_BUDGET};
     use serde_json::json;
+
+    #[test]
+    fn warnings_are_said_once_and_cut_short_past_4ki_characters() {
+        let headers = |warnings: &[String]| -> Vec<String> {
+            let r = with_warnings(axum::response::IntoResponse::into_response(()), warnings);
+            r.headers().get_all("warning").iter().map(|v| v.to_str().unwrap_or("").to_string()).collect()
+        };
+        let few = vec!["a".to_string(), "b".to_string(), "a".to_string()];
+        assert_eq!(headers(&few), ["299 - \"a\"", "299 - \"b\""], "each text once");
+        let many: Vec<String> = (0..20_000).map(|i| format!("finalizer {i}: {}", "x".repeat(300))).collect();
+        let cut = headers(&many);
+        let chars: usize = cut.iter().map(|h| h.len() - "299 - \"\"".len()).sum();
+        assert!(chars < WARNINGS_TOTAL_CHARS + WARNING_CUT_CHARS, "{chars} characters in {} headers", cut.len());
+        assert!(cut[0].ends_with("...\"") && cut[0].len() == WARNING_CUT_CHARS + "299 - \"\"".len(), "{}", cut[0]);
+    }
 
     #[test]
     fn unknown_fields_are_found_where_the_schema_is_known() {
