@@ -85,6 +85,11 @@ fn bundle_blob(package: &str, version: &str, csv: &Value, more: &[Value]) -> Val
 
 /// The catalog as `opm render` prints it: one JSON object after another.
 fn catalog(bundles: &[(Value, Option<&str>)]) -> String {
+    package_blobs(PKG, bundles).iter().map(Value::to_string).collect::<Vec<_>>().join("\n")
+}
+
+/// The blobs of `package` with one channel, `stable`, of `bundles` (each with what it replaces).
+fn package_blobs(package: &str, bundles: &[(Value, Option<&str>)]) -> Vec<Value> {
     let entries: Vec<Value> = bundles
         .iter()
         .map(|(b, replaces)| {
@@ -96,11 +101,20 @@ fn catalog(bundles: &[(Value, Option<&str>)]) -> String {
         })
         .collect();
     let mut blobs = vec![
-        json!({"schema": "olm.package", "name": PKG, "defaultChannel": "stable"}),
-        json!({"schema": "olm.channel", "package": PKG, "name": "stable", "entries": entries}),
+        json!({"schema": "olm.package", "name": package, "defaultChannel": "stable"}),
+        json!({"schema": "olm.channel", "package": package, "name": "stable", "entries": entries}),
     ];
     blobs.extend(bundles.iter().map(|(b, _)| b.clone()));
-    blobs.iter().map(Value::to_string).collect::<Vec<_>>().join("\n")
+    blobs
+}
+
+/// The bundle blob of `package` at `version`, replacing `replaces`, carrying `configs`.
+fn bundle_with(package: &str, version: &str, replaces: Option<&str>, configs: &[Value]) -> Value {
+    let mut csv = csv_of(package, version);
+    if let Some(r) = replaces {
+        csv["spec"]["replaces"] = json!(r);
+    }
+    bundle_blob(package, version, &csv, &configs.iter().map(bundle_object).collect::<Vec<_>>())
 }
 
 fn catalog_source(name: &str, address: &str) -> Value {
@@ -420,6 +434,12 @@ async fn catalogs_and_subscriptions_say_what_they_cannot_do() {
             json!({"sourceType": "http", "address": "http://catalog.example/all.json", "updateStrategy": {"registryPoll": {"interval": "often"}}}),
             "spec.updateStrategy.registryPoll.interval",
             "duration",
+        ),
+        // Longer than a Duration holds: refused, not a panic (and an empty reply).
+        (
+            json!({"sourceType": "http", "address": "http://catalog.example/all.json", "updateStrategy": {"registryPoll": {"interval": "9999999999999999h"}}}),
+            "spec.updateStrategy.registryPoll.interval",
+            "at most 2562047h",
         ),
     ];
     for (spec, field, words) in refusals {
@@ -2022,4 +2042,205 @@ async fn eventually_csvs(admin: &Client, want: &[&str]) -> Vec<String> {
         }
     })
     .await
+}
+
+/// Whether the object at `path` is stored.
+async fn exists(admin: &Client, path: &str) -> bool {
+    get(admin, path).await.unwrap().is_some()
+}
+
+/// A plan that cannot write its whole bundle (a MachineConfig of the same name is the
+/// admin's) fails having created nothing, and stays failed: an upgrade's plan leaves the
+/// installed bundle as it was (its CSV, its config's content), makes no CSV of the new bundle
+/// to replace it, and the Subscription says `UpgradeFailed` with the installed CSV kept. A
+/// fresh install's plan leaves no CSV either, so deleting the failed plan (the retry) makes a
+/// new plan rather than adopting half an install, which installs once the name is free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plan_that_cannot_write_its_whole_bundle_creates_nothing_and_stays_failed() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let served = CatalogServer::start().await;
+    let mc = |name: &str| path_of(&MACHINE_CONFIG, Some(name));
+    let csv = |name: &str| ns_path(&CLUSTER_SERVICE_VERSION, NS, Some(name));
+    for (name, path) in [("90-up-b", "/etc/up/b"), ("90-admin", "/etc/admin")] {
+        let mine = bundle_config(name, path, "admin");
+        admin.post(&path_of(&MACHINE_CONFIG, None), &mine).await.unwrap().into_result().unwrap();
+    }
+    let up_v1 = bundle_with("up", "1.0.0", None, &[bundle_config("90-up-a", "/etc/up/a", "v1")]);
+    let fresh = bundle_with(
+        "fresh",
+        "1.0.0",
+        None,
+        &[bundle_config("91-fresh-a", "/etc/fresh/a", "v1"), bundle_config("90-admin", "/etc/admin", "fresh")],
+    );
+    let fresh_blobs = package_blobs("fresh", &[(fresh, None)]);
+    let blobs = [package_blobs("up", &[(up_v1.clone(), None)]), fresh_blobs.clone()].concat();
+    let url = served.set("fleet.json", &stream_of(&blobs, |_| true));
+    add_catalog(&admin, &catalog_source("fleet", &url)).await;
+    subscribe_until(&admin, subscription("up", "fleet", "up", "Automatic"), "up at 1.0.0", |x| {
+        s(x, "/status/installedCSV") == "up.v1.0.0" && s(x, "/status/state") == "AtLatestKnown"
+    })
+    .await;
+    let a_before = get(&admin, &mc("90-up-a")).await.unwrap().expect("up.v1.0.0's config");
+    assert_eq!(s(&a_before, "/metadata/labels/olm.aloft.dev~1csv"), "up.v1.0.0");
+
+    // 2.0.0 would rewrite 90-up-a and take the admin's 90-up-b: the plan fails, naming it.
+    let up_v2 = bundle_with(
+        "up",
+        "2.0.0",
+        Some("up.v1.0.0"),
+        &[bundle_config("90-up-a", "/etc/up/a", "v2"), bundle_config("90-up-b", "/etc/up/b", "v2")],
+    );
+    let blobs = [package_blobs("up", &[(up_v1, None), (up_v2, Some("up.v1.0.0"))]), fresh_blobs].concat();
+    served.set("fleet.json", &stream_of(&blobs, |_| true));
+    let plan = plan_for(&admin, "up", "up.v2.0.0", "Failed").await;
+    assert_eq!(
+        s(&plan, "/status/message"),
+        "bundle up.v2.0.0 cannot be installed: MachineConfig \"90-up-b\" exists and was not installed by an operator \
+         bundle"
+    );
+    let sub = object_until(&admin, &ns_path(&SUBSCRIPTION, NS, Some("up")), "up UpgradeFailed", |x| {
+        s(x, "/status/state") == "UpgradeFailed"
+    })
+    .await;
+    assert_eq!(s(&sub, "/status/installedCSV"), "up.v1.0.0", "{sub}");
+    assert!(cond_true(&sub, "InstallPlanFailed"), "{sub}");
+    // A few passes later, still nothing of 2.0.0, and 1.0.0 as it was.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(!exists(&admin, &csv("up.v2.0.0")).await, "no CSV of the failed plan");
+    let v1 = get(&admin, &csv("up.v1.0.0")).await.unwrap().expect("up.v1.0.0 stays");
+    assert_ne!(s(&v1, "/status/phase"), "Replacing", "{v1}");
+    let a_after = get(&admin, &mc("90-up-a")).await.unwrap().expect("90-up-a stays");
+    assert_eq!(a_after["spec"], a_before["spec"], "up.v1.0.0's config untouched: {a_after}");
+    assert_eq!(a_after["metadata"]["labels"], a_before["metadata"]["labels"], "{a_after}");
+    let b = get(&admin, &mc("90-up-b")).await.unwrap().expect("the admin's 90-up-b");
+    assert!(b.to_string().contains("data:,admin") && s(&b, "/metadata/labels/olm.aloft.dev~1csv").is_empty(), "{b}");
+    let sub = get(&admin, &ns_path(&SUBSCRIPTION, NS, Some("up"))).await.unwrap().unwrap();
+    assert_eq!((s(&sub, "/status/state"), s(&sub, "/status/installedCSV")), ("UpgradeFailed", "up.v1.0.0"), "{sub}");
+    assert!(event_messages(&admin, "InstalledCSVGone").await.is_empty());
+
+    // A fresh install that would take the admin's 90-admin: nothing created.
+    admin
+        .post(&ns_path(&SUBSCRIPTION, NS, None), &subscription("fresh", "fleet", "fresh", "Automatic"))
+        .await
+        .unwrap()
+        .into_result()
+        .unwrap();
+    let failed = plan_for(&admin, "fresh", "fresh.v1.0.0", "Failed").await;
+    assert!(s(&failed, "/status/message").contains("MachineConfig \"90-admin\" exists and was not installed"));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(!exists(&admin, &csv("fresh.v1.0.0")).await, "no CSV of the failed plan");
+    assert!(!exists(&admin, &mc("91-fresh-a")).await, "no config of the failed plan");
+
+    // The retry: the failed plan deleted, a new one is made (nothing to adopt), which fails
+    // the same way while the name is taken.
+    let plan_path = |p: &Value| ns_path(&INSTALL_PLAN, NS, Some(s(p, "/metadata/name")));
+    admin.delete(&plan_path(&failed)).await.unwrap().into_result().unwrap();
+    let again = plan_for(&admin, "fresh", "fresh.v1.0.0", "Failed").await;
+    assert_ne!(s(&again, "/metadata/name"), s(&failed, "/metadata/name"));
+    let sub = get(&admin, &ns_path(&SUBSCRIPTION, NS, Some("fresh"))).await.unwrap().unwrap();
+    assert_eq!(s(&sub, "/status/installedCSV"), "", "nothing adopted: {sub}");
+    assert!(event_messages(&admin, "AdoptedCSV").await.is_empty());
+    assert!(!exists(&admin, &csv("fresh.v1.0.0")).await);
+
+    // The name freed and the plan deleted: installed.
+    admin.delete(&mc("90-admin")).await.unwrap().into_result().unwrap();
+    admin.delete(&plan_path(&again)).await.unwrap().into_result().unwrap();
+    plan_for(&admin, "fresh", "fresh.v1.0.0", "Complete").await;
+    assert!(exists(&admin, &csv("fresh.v1.0.0")).await);
+    let taken = get(&admin, &mc("90-admin")).await.unwrap().expect("the bundle's 90-admin");
+    assert_eq!(s(&taken, "/metadata/labels/olm.aloft.dev~1csv"), "fresh.v1.0.0");
+}
+
+/// An installed CSV deleted while its Subscription stays is installed again, as OLM does
+/// (delete the Subscription first to uninstall): a new plan, the CSV and its MachineConfig
+/// back, and the Subscription at the latest known again, not pointed at the old plan.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_installed_csv_deleted_by_hand_is_installed_again() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let served = CatalogServer::start().await;
+    let v1 = bundle("1.0.0", None, &[bundle_config("50-node-exporter", "/etc/node-exporter/version", "v1")]);
+    let url = served.set("fleet.json", &catalog(&[(v1, None)]));
+    add_catalog(&admin, &catalog_source("fleet", &url)).await;
+    admin
+        .post(&ns_path(&SUBSCRIPTION, NS, None), &subscription(PKG, "fleet", PKG, "Automatic"))
+        .await
+        .unwrap()
+        .into_result()
+        .unwrap();
+    let first = plan_for(&admin, PKG, "node-exporter.v1.0.0", "Complete").await;
+    let csv_path = ns_path(&CLUSTER_SERVICE_VERSION, NS, Some("node-exporter.v1.0.0"));
+    let installed = object_until(&admin, &csv_path, "the CSV", |_| true).await;
+    admin.delete(&csv_path).await.unwrap().into_result().unwrap();
+
+    let uid = s(&installed, "/metadata/uid").to_string();
+    let again = object_until(&admin, &csv_path, "the CSV installed again", move |x| s(x, "/metadata/uid") != uid).await;
+    assert_eq!(s(&again, "/spec/version"), "1.0.0");
+    let sub_path = ns_path(&SUBSCRIPTION, NS, Some(PKG));
+    let first_name = s(&first, "/metadata/name").to_string();
+    let sub = object_until(&admin, &sub_path, "the Subscription at the latest known", move |x| {
+        s(x, "/status/state") == "AtLatestKnown" && s(x, "/status/installPlanRef/name") != first_name
+    })
+    .await;
+    assert_eq!(s(&sub, "/status/installedCSV"), "node-exporter.v1.0.0", "{sub}");
+    assert!(condition(&sub, "InstallPlanPending").is_none(), "{sub}");
+    let mc = object_until(&admin, &path_of(&MACHINE_CONFIG, Some("50-node-exporter")), "its config back", |m| {
+        s(m, "/metadata/labels/olm.aloft.dev~1csv") == "node-exporter.v1.0.0"
+    })
+    .await;
+    assert!(mc.to_string().contains("data:,v1"), "{mc}");
+}
+
+/// A multi-hop upgrade (1.0.0 <- 1.1.0 <- 1.2.0, each hop planned as soon as the last plan is
+/// complete, before its CSV succeeds) leaves one CSV once the newest has succeeded: every CSV
+/// on the replaces chain behind it is deleted, not only its direct predecessor, as OLM deletes
+/// a CSV whose replacement chain leads to a Succeeded one. A leftover would keep its old
+/// platform limit blocking cluster updates.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_hop_upgrade_leaves_only_the_newest_csv() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let served = CatalogServer::start().await;
+    let hop = |version: &str, replaces: Option<&str>| {
+        bundle_with("hop", version, replaces, &[bundle_config("50-hop", "/etc/hop/version", version)])
+    };
+    let blobs = package_blobs(
+        "hop",
+        &[
+            (hop("1.0.0", None), None),
+            (hop("1.1.0", Some("hop.v1.0.0")), Some("hop.v1.0.0")),
+            (hop("1.2.0", Some("hop.v1.1.0")), Some("hop.v1.1.0")),
+        ],
+    );
+    let url = served.set("fleet.json", &stream_of(&blobs, |_| true));
+    add_catalog(&admin, &catalog_source("fleet", &url)).await;
+    // No pool selects the configs yet: every CSV stays Installing while the hops are planned.
+    let mut sub = subscription("hop", "fleet", "hop", "Automatic");
+    sub["spec"]["startingCSV"] = json!("hop.v1.0.0");
+    subscribe_until(&admin, sub, "hop at 1.2.0", |x| s(x, "/status/installedCSV") == "hop.v1.2.0").await;
+    let all = ["hop.v1.0.0", "hop.v1.1.0", "hop.v1.2.0"];
+    assert_eq!(eventually_csvs(&admin, &all).await, all, "the old ones wait, Replacing");
+    csv_phase(&admin, "hop.v1.0.0", "Replacing").await;
+
+    // A worker pool (no nodes yet) renders the config: 1.2.0 succeeds, and both others go.
+    let pool: Value = yaml_serde::from_str(
+        &std::fs::read_to_string(testdata().join("mco/bootstrap/worker.machineconfigpool.yaml")).unwrap(),
+    )
+    .unwrap();
+    admin.post(&path_of(&MACHINE_CONFIG_POOL, None), &pool).await.unwrap().into_result().unwrap();
+    csv_phase(&admin, "hop.v1.2.0", "Succeeded").await;
+    assert_eq!(eventually_csvs(&admin, &["hop.v1.2.0"]).await, ["hop.v1.2.0"]);
+    let mc = get(&admin, &path_of(&MACHINE_CONFIG, Some("50-hop"))).await.unwrap().expect("the config stays");
+    assert_eq!(s(&mc, "/metadata/labels/olm.aloft.dev~1csv"), "hop.v1.2.0", "{mc}");
+    eventually(WAIT, "a Replaced Event for each", || {
+        let admin = admin.clone();
+        async move {
+            let replaced = event_messages(&admin, "Replaced").await;
+            let both =
+                ["hop.v1.0.0", "hop.v1.1.0"].iter().all(|old| replaced.contains(&format!("replaced {NS}/{old}")));
+            Ok(both.then_some(()))
+        }
+    })
+    .await;
 }

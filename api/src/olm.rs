@@ -66,6 +66,10 @@ pub const CSV_REPLACING: &str = "Replacing";
 /// CSV), so a bundle's configs are found, replaced on upgrade and removed with it.
 pub const OWNER_CSV_LABEL: &str = "olm.aloft.dev/csv";
 pub const OWNER_NAMESPACE_LABEL: &str = "olm.aloft.dev/namespace";
+/// The annotation aloft puts on a CSV an InstallPlan created, naming the plan: a plan takes
+/// only its own CSV as written (a retry after a pass cut short), refuses any other of that
+/// name, and deletes its own when it fails, so a failed plan leaves no CSV to adopt or succeed.
+pub const INSTALL_PLAN_ANNOTATION: &str = "olm.aloft.dev/install-plan";
 
 /// OperatorGroup's API version: OLM serves it at `v1`, beside the `v1alpha1` kinds.
 pub const OPERATOR_GROUP_API_VERSION: &str = "operators.coreos.com/v1";
@@ -646,8 +650,14 @@ impl CsvStatus {
     }
 }
 
+/// The longest duration Go reads (`time.Duration` is an int64 of nanoseconds, about 292
+/// years): a longer one is an error there, so OLM's CRD refuses it. Capping it here also keeps
+/// the catalog poller's `read_at + interval` from overflowing an `Instant`.
+pub const MAX_GO_DURATION: std::time::Duration = std::time::Duration::from_nanos(i64::MAX as u64);
+
 /// A Go duration as OLM's poll interval is written (`15m`, `1h30m`, `45s`); None if it does not
-/// read (OLM then falls back to [`DEFAULT_POLL_SECS`]).
+/// read, or is longer than Go reads ([`MAX_GO_DURATION`]); OLM then falls back to
+/// [`DEFAULT_POLL_SECS`].
 pub fn parse_go_duration(text: &str) -> Option<std::time::Duration> {
     let mut rest = text.trim();
     if rest.is_empty() {
@@ -672,7 +682,11 @@ pub fn parse_go_duration(text: &str) -> Option<std::time::Duration> {
         total += n * secs;
         rest = &rest[unit_len..];
     }
-    (total.is_finite() && total > 0.0).then(|| std::time::Duration::from_secs_f64(total))
+    if !(total.is_finite() && total > 0.0) {
+        return None;
+    }
+    // `try_`: a sum past what a Duration holds is refused, never a panic on a request path.
+    std::time::Duration::try_from_secs_f64(total).ok().filter(|d| *d <= MAX_GO_DURATION)
 }
 
 #[cfg(test)]
@@ -876,6 +890,18 @@ mod tests {
         for bad in ["", "15", "m", "10x", "-5m", "1h-", "0s"] {
             assert_eq!(parse_go_duration(bad), None, "{bad:?}");
         }
+    }
+
+    /// A duration longer than Go reads is refused, as Go's `time.ParseDuration` refuses it,
+    /// and never panics: one past what a `Duration` holds, one past `f64`, and one just past
+    /// Go's int64 of nanoseconds; Go's largest (2562047h) still reads.
+    #[test]
+    fn a_duration_longer_than_go_reads_is_refused_not_a_panic() {
+        for huge in ["9999999999999999h", &format!("{}h", "9".repeat(400)), "2562048h", "9223372037s"] {
+            assert_eq!(parse_go_duration(huge), None, "{huge:?}");
+        }
+        assert_eq!(parse_go_duration("2562047h"), Some(Duration::from_secs(2_562_047 * 3600)));
+        assert!(parse_go_duration("2562047h").is_some_and(|d| d <= MAX_GO_DURATION));
     }
 
     #[test]

@@ -223,7 +223,7 @@ fn catalog_source_causes(c: &aloft_api::olm::CatalogSource, out: &mut Vec<Status
             out.push(cause(
                 "spec.updateStrategy.registryPoll.interval",
                 "FieldValueInvalid",
-                format!("Invalid value: {i:?}: must be a duration such as 15m, 1h or 1h30m"),
+                format!("Invalid value: {i:?}: must be a duration such as 15m, 1h or 1h30m, of at most 2562047h"),
             ));
         }
     }

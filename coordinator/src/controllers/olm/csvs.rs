@@ -3,8 +3,11 @@
 //! A CSV is Installing until every pool that selects its MachineConfigs runs a rendered config
 //! made with them on all its nodes, then Succeeded; a degraded pool on the way makes it Failed
 //! (and Installing again once the pool recovers), with the pool's words. The CSV it replaces
-//! stays, Replacing, until then, and is deleted after. MachineConfigs whose CSV is gone (an
-//! uninstall: `delete csv`) are removed, which rolls the pools back without them.
+//! stays, Replacing, until then, and is deleted after, with every CSV behind it on the
+//! `replaces` chain (an upgrade of several hops plans the next before the last has succeeded),
+//! as OLM deletes a CSV whose chain of replacements leads to a Succeeded one. MachineConfigs
+//! whose CSV is gone (an uninstall: `delete csv`) are removed, which rolls the pools back
+//! without them.
 
 use super::{configs_of, involved, key_of, note, warn, write_if_changed};
 use crate::controllers::events::{EventType, Involved, Recorder};
@@ -33,7 +36,24 @@ pub async fn reconcile(store: &Arc<dyn Store>, events: &Recorder) -> Result<bool
         .filter_map(|p| serde_json::from_value(p).ok())
         .collect();
     let mut installing = false;
-    for (raw, csv) in &csvs {
+    // The upgrades done: every CSV behind a Succeeded one goes, the oldest first, so that a
+    // deletion cut short leaves the rest of the chain to find it by in the next pass.
+    let mut retiring = HashSet::new();
+    for (head, behind) in replaced_chains(&csvs) {
+        let (_, new) = &csvs[head];
+        let ns = new.metadata.namespace.clone().unwrap_or_default();
+        retiring.extend(behind.iter().copied());
+        for old in behind.iter().rev() {
+            let (raw, csv) = &csvs[*old];
+            if !delete_replaced(store, events, raw, &ns, &csv.metadata.name, &new.metadata.name).await? {
+                break;
+            }
+        }
+    }
+    for (i, (raw, csv)) in csvs.iter().enumerate() {
+        if retiring.contains(&i) {
+            continue;
+        }
         let ns = csv.metadata.namespace.clone().unwrap_or_default();
         let name = &csv.metadata.name;
         let about = involved("ClusterServiceVersion", &ns, name);
@@ -43,11 +63,6 @@ pub async fn reconcile(store: &Arc<dyn Store>, events: &Recorder) -> Result<bool
             c.metadata.namespace.as_deref() == Some(ns.as_str()) && c.spec_str("replaces") == name.as_str()
         });
         if let Some((_, new)) = successor {
-            let new_phase = new.status.as_ref().map(|s| s.phase.as_str()).unwrap_or("");
-            if new_phase == olm::CSV_SUCCEEDED {
-                delete_replaced(store, events, raw, &ns, name, &new.metadata.name).await?;
-                continue;
-            }
             status.set_phase(
                 olm::CSV_REPLACING,
                 "BeingReplaced",
@@ -149,7 +164,39 @@ fn progress(configs: &[Value], pools: &[MachineConfigPool]) -> Progress {
     }
 }
 
+/// For each Succeeded CSV that replaces another, the CSVs behind it on its `replaces` chain
+/// (by index into `csvs`), nearest first: all of them are done with. A chain is followed in
+/// the Succeeded CSV's namespace, each CSV once (a cycle ends it).
+fn replaced_chains(csvs: &[(Value, ClusterServiceVersion)]) -> Vec<(usize, Vec<usize>)> {
+    let index: BTreeMap<(&str, &str), usize> = csvs
+        .iter()
+        .enumerate()
+        .map(|(i, (_, c))| ((c.metadata.namespace.as_deref().unwrap_or(""), c.metadata.name.as_str()), i))
+        .collect();
+    let mut chains = Vec::new();
+    for (head, (_, csv)) in csvs.iter().enumerate() {
+        if csv.status.as_ref().map(|s| s.phase.as_str()) != Some(olm::CSV_SUCCEEDED) {
+            continue;
+        }
+        let ns = csv.metadata.namespace.as_deref().unwrap_or("");
+        let mut behind = Vec::new();
+        let mut next = csv.spec_str("replaces");
+        while let Some(&i) = index.get(&(ns, next)) {
+            if i == head || behind.contains(&i) {
+                break;
+            }
+            behind.push(i);
+            next = csvs[i].1.spec_str("replaces");
+        }
+        if !behind.is_empty() {
+            chains.push((head, behind));
+        }
+    }
+    chains
+}
+
 /// The upgrade is done: the old CSV goes (its configs were replaced or removed by the plan).
+/// Whether it is gone.
 async fn delete_replaced(
     store: &Arc<dyn Store>,
     events: &Recorder,
@@ -157,14 +204,19 @@ async fn delete_replaced(
     ns: &str,
     name: &str,
     by: &str,
-) -> Result<(), StoreError> {
+) -> Result<bool, StoreError> {
     for mc in configs_of(store, ns, name).await? {
         delete(store, &Key::cluster(&MACHINE_CONFIG.store_key(), objects::name_of(&mc)), &mc).await?;
     }
-    if delete(store, &key_of(&CLUSTER_SERVICE_VERSION, raw), raw).await? {
-        note(events, &involved("ClusterServiceVersion", ns, by), "Replaced", &format!("replaced {ns}/{name}"));
+    match store.delete(&key_of(&CLUSTER_SERVICE_VERSION, raw), revision_of(raw)).await {
+        Ok(_) => {
+            note(events, &involved("ClusterServiceVersion", ns, by), "Replaced", &format!("replaced {ns}/{name}"));
+            Ok(true)
+        }
+        Err(StoreError::NotFound(_)) => Ok(true),
+        Err(StoreError::Conflict { .. }) => Ok(false),
+        Err(e) => Err(e),
     }
-    Ok(())
 }
 
 /// An uninstall: MachineConfigs whose CSV no longer exists are deleted.
@@ -265,5 +317,34 @@ mod tests {
         assert!(
             matches!(progress(&configs, &[sick]), Progress::Degraded(m) if m.contains("pool worker is degraded: 1 nodes"))
         );
+    }
+
+    /// Every CSV behind a Succeeded one on its `replaces` chain is done with, nearest first:
+    /// not only its direct predecessor (a multi-hop upgrade plans each hop before the last has
+    /// succeeded); nothing while the newest has not succeeded; a chain stays in its namespace,
+    /// and a cycle ends.
+    #[test]
+    fn every_csv_behind_a_succeeded_one_is_done_with() {
+        let csv = |ns: &str, name: &str, replaces: &str, phase: &str| -> (Value, ClusterServiceVersion) {
+            let raw = json!({"metadata": {"name": name, "namespace": ns}, "spec": {"replaces": replaces},
+                "status": {"phase": phase}});
+            (raw.clone(), serde_json::from_value(raw).expect("a CSV"))
+        };
+        let hops = |head_phase: &str| {
+            vec![
+                csv("operators", "hop.v1.0.0", "", olm::CSV_REPLACING),
+                csv("operators", "hop.v1.1.0", "hop.v1.0.0", olm::CSV_REPLACING),
+                csv("operators", "hop.v1.2.0", "hop.v1.1.0", head_phase),
+                csv("elsewhere", "hop.v1.0.0", "", olm::CSV_SUCCEEDED),
+            ]
+        };
+        assert_eq!(replaced_chains(&hops(olm::CSV_SUCCEEDED)), [(2, vec![1, 0])]);
+        assert!(replaced_chains(&hops(olm::CSV_INSTALLING)).is_empty());
+        let cycle = [
+            csv("operators", "a", "b", olm::CSV_SUCCEEDED),
+            csv("operators", "b", "c", olm::CSV_REPLACING),
+            csv("operators", "c", "b", olm::CSV_REPLACING),
+        ];
+        assert_eq!(replaced_chains(&cycle), [(0, vec![1, 2])]);
     }
 }

@@ -12,8 +12,9 @@
 //!    with their CSV), replacing those of the CSV it replaces in the same write so a pool rolls
 //!    out one change, not two;
 //! 4. [`csvs`]: follow each CSV's MachineConfigs through the pools (Installing until every pool
-//!    that selects them runs them, then Succeeded), retire the CSV it replaced, and remove the
-//!    MachineConfigs of a CSV that was deleted (the uninstall).
+//!    that selects them runs them, then Succeeded), retire the CSVs it replaced (the whole
+//!    `replaces` chain behind it), and remove the MachineConfigs of a CSV that was deleted
+//!    (the uninstall).
 //!
 //! It runs on the API server's runtime, as the ClusterVersion controller does: a slow catalog
 //! must never delay a rollout's pick.

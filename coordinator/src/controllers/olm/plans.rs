@@ -3,7 +3,11 @@
 //! The steps are fixed when the plan is made (each manifest kept whole), so approving a plan
 //! installs exactly what was shown. A bundle aloft cannot install whole (objects of kinds it
 //! does not run, a CSV that asks for Deployments, MachineConfigs an agent would refuse, no
-//! manifests at all) gives a Failed plan that names every reason and creates nothing.
+//! manifests at all) gives a Failed plan that names every reason and creates nothing. So does
+//! a name the install finds taken (a MachineConfig of the admin's or of another operator, a CSV
+//! the plan did not make): every object is checked before any is written, and what a plan
+//! wrote before a name was taken under it (a race) is undone, so a failed plan never leaves a
+//! half-installed bundle, nor a CSV for its Subscription to adopt or to see succeed.
 
 use super::{configs_of, involved, key_of, note, warn, write_if_changed};
 use crate::controllers::events::Recorder;
@@ -29,6 +33,8 @@ pub struct Created {
 /// Make the plan that installs `bundle` for `sub`, or find the one made before (a pass that
 /// created it and did not get to write the subscription's status). `replaces` is the CSV the
 /// subscription has installed, which the new one replaces (deleted once the new one is in).
+/// A Failed plan is not taken, nor a Complete one whose CSV is gone: the installed CSV was
+/// deleted while the Subscription stays, and it is installed again (OLM's rule) by a new plan.
 pub async fn create_for(
     store: &Arc<dyn Store>,
     sub: &Subscription,
@@ -42,9 +48,13 @@ pub async fn create_for(
         let Ok(plan) = serde_json::from_value::<InstallPlan>(raw) else { continue };
         let owned = plan.metadata.owner_references.iter().any(|o| o.kind == "Subscription" && o.uid == sub_uid);
         let phase = plan.status.as_ref().map(|s| s.phase.clone()).unwrap_or_default();
-        if owned && plan.spec.cluster_service_version_names == [bundle.name.clone()] && phase != olm::PLAN_FAILED {
-            return Ok(Created { name: plan.metadata.name, uid: plan.metadata.uid.unwrap_or_default(), phase });
+        if !owned || plan.spec.cluster_service_version_names != [bundle.name.clone()] || phase == olm::PLAN_FAILED {
+            continue;
         }
+        if phase == olm::PLAN_COMPLETE && store.get(&csv_key(&ns, &bundle.name)).await?.is_none() {
+            continue;
+        }
+        return Ok(Created { name: plan.metadata.name, uid: plan.metadata.uid.unwrap_or_default(), phase });
     }
     let generation = store
         .list(&INSTALL_PLAN.store_key(), Some(&ns))
@@ -217,7 +227,8 @@ pub async fn reconcile(store: &Arc<dyn Store>, events: &Recorder) -> Result<(), 
 async fn install(store: &Arc<dyn Store>, events: &Recorder, raw: &Value, plan: InstallPlan) -> Result<(), StoreError> {
     let now = objects::now();
     let ns = plan.metadata.namespace.clone().unwrap_or_default();
-    let about = involved("InstallPlan", &ns, &plan.metadata.name);
+    let plan_name = plan.metadata.name.clone();
+    let about = involved("InstallPlan", &ns, &plan_name);
     let mut status = plan.status.clone().unwrap_or_default();
     status.phase = olm::PLAN_INSTALLING.into();
     let csv_name = plan.spec.cluster_service_version_names.first().cloned().unwrap_or_default();
@@ -239,42 +250,55 @@ async fn install(store: &Arc<dyn Store>, events: &Recorder, raw: &Value, plan: I
         .enumerate()
         .filter_map(|(i, s)| serde_json::from_str::<Value>(&s.resource.manifest).ok().map(|v| (i, v)))
         .collect();
-    // The CSV first: the MachineConfigs name it, and the sweep of an uninstalled CSV's configs
-    // must never see them without it.
-    let mut replaces = String::new();
-    for (i, obj) in
-        objects.iter().filter(|(_, o)| o.get("kind").and_then(Value::as_str) == Some("ClusterServiceVersion"))
-    {
-        replaces = obj.pointer("/spec/replaces").and_then(Value::as_str).unwrap_or("").to_string();
-        let key = Key::new(&CLUSTER_SERVICE_VERSION.store_key(), &ns, objects::name_of(obj));
-        status.plan[*i].status = if store.get(&key).await?.is_some() {
-            "Present".into()
-        } else {
-            let mut csv = obj.clone();
-            csv["status"] = json!({
-                "phase": olm::CSV_PENDING, "reason": "RequirementsUnknown",
-                "message": "requirements not yet checked", "lastUpdateTime": now, "lastTransitionTime": now,
-                "conditions": [{"phase": olm::CSV_PENDING, "reason": "RequirementsUnknown",
-                                "message": "requirements not yet checked", "lastTransitionTime": now}],
-            });
-            objects::prepare_create(&mut csv, &ns);
-            match store.create(&key, csv).await {
-                Ok(_) | Err(StoreError::AlreadyExists(_)) => "Created".into(),
-                Err(e) => return Err(e),
-            }
-        };
-    }
-    let mut installed_configs = Vec::new();
+    let kind_is = |o: &Value, kind: &str| o.get("kind").and_then(Value::as_str) == Some(kind);
+    let csvs: Vec<&(usize, Value)> = objects.iter().filter(|(_, o)| kind_is(o, "ClusterServiceVersion")).collect();
+    let configs: Vec<&(usize, Value)> = objects.iter().filter(|(_, o)| kind_is(o, "MachineConfig")).collect();
+    let replaces =
+        csvs.first().and_then(|(_, o)| o.pointer("/spec/replaces")).and_then(Value::as_str).unwrap_or("").to_string();
+    let target = Target { ns: &ns, plan: &plan_name, csv: &csv_name, replaces: &replaces };
+
+    // Every object is checked before any is written: a name the plan may not take (a
+    // MachineConfig of the admin's or of another operator, a CSV it did not make) fails it
+    // with nothing written, so an upgrade's plan leaves the installed bundle as it was and a
+    // fresh install leaves no CSV for a Subscription to adopt.
     let mut refused = Vec::new();
-    for (i, obj) in objects.iter().filter(|(_, o)| o.get("kind").and_then(Value::as_str) == Some("MachineConfig")) {
-        let name = objects::name_of(obj).to_string();
-        installed_configs.push(name.clone());
-        match put_config(store, obj, &ns, &csv_name, &replaces).await? {
-            Ok(step) => status.plan[*i].status = step.into(),
-            Err(why) => refused.push(why),
+    for (_, csv) in &csvs {
+        if let Some(existing) = store.get(&csv_key(&ns, objects::name_of(csv))).await? {
+            if let Some(why) = csv_not_ours(&existing.object, target) {
+                refused.push(why);
+            }
         }
     }
+    for (_, mc) in &configs {
+        let name = objects::name_of(mc);
+        if let Some(existing) = store.get(&config_key(name)).await? {
+            if let Some(why) = config_not_ours(&existing.object, name, target) {
+                refused.push(why);
+            }
+        }
+    }
+    // Then written, the CSV first: the MachineConfigs name it, and the sweep of an uninstalled
+    // CSV's configs must never see them without it. A name taken between the check and the
+    // write (a race) undoes what this plan wrote, as a store error does (the next pass then
+    // tries the whole plan again).
+    let mut written = Written::default();
+    if refused.is_empty() {
+        match write_all(store, target, &csvs, &configs, &mut status, &mut written, &now).await {
+            Ok(Ok(())) => {}
+            Ok(Err(why)) => refused.push(why),
+            Err(e) => {
+                if let Err(undo) = undo(store, target, &written).await {
+                    tracing::warn!(plan = %plan_name, error = %undo, "cannot undo a plan's writes after a store error");
+                }
+                return Err(e);
+            }
+        }
+    }
+    let installed_configs: Vec<&str> = configs.iter().map(|(_, o)| objects::name_of(o)).collect();
     if !refused.is_empty() {
+        undo(store, target, &written).await?;
+        // Nothing it shows as written stays written.
+        status.plan = plan.status.clone().unwrap_or_default().plan;
         status.phase = olm::PLAN_FAILED.into();
         status.message = format!("bundle {csv_name} cannot be installed: {}", refused.join("; "));
         set_condition(
@@ -289,9 +313,8 @@ async fn install(store: &Arc<dyn Store>, events: &Recorder, raw: &Value, plan: I
         if !replaces.is_empty() {
             for old in configs_of(store, &ns, &replaces).await? {
                 let name = objects::name_of(&old).to_string();
-                if !installed_configs.contains(&name) {
-                    let key = Key::cluster(&MACHINE_CONFIG.store_key(), &name);
-                    match store.delete(&key, revision_of(&old)).await {
+                if !installed_configs.contains(&name.as_str()) {
+                    match store.delete(&config_key(&name), revision_of(&old)).await {
                         Ok(_) | Err(StoreError::NotFound(_)) | Err(StoreError::Conflict { .. }) => {}
                         Err(e) => return Err(e),
                     }
@@ -316,45 +339,219 @@ async fn install(store: &Arc<dyn Store>, events: &Recorder, raw: &Value, plan: I
     write_if_changed(store, &key_of(&INSTALL_PLAN, raw), raw, next).await.map(|_| ())
 }
 
-/// Create or take over one MachineConfig for `csv`: the step's status, or why it is refused (a
-/// config of that name the admin wrote, or another operator's that this CSV does not replace).
-async fn put_config(
+/// Who installs: the plan, into its namespace, the CSV it installs and the one that replaces.
+#[derive(Clone, Copy)]
+struct Target<'a> {
+    ns: &'a str,
+    plan: &'a str,
+    csv: &'a str,
+    /// Empty on a fresh install.
+    replaces: &'a str,
+}
+
+/// What an install has written so far, so that a plan that cannot finish undoes it: each
+/// MachineConfig with what it replaced (None: created), in the order written.
+#[derive(Default)]
+struct Written {
+    configs: Vec<(String, Option<Value>)>,
+}
+
+fn csv_key(ns: &str, name: &str) -> Key {
+    Key::new(&CLUSTER_SERVICE_VERSION.store_key(), ns, name)
+}
+
+fn config_key(name: &str) -> Key {
+    Key::cluster(&MACHINE_CONFIG.store_key(), name)
+}
+
+/// Whether `csv` (stored) was created by the plan `plan`: a retry of a pass cut short finds
+/// its own CSV written.
+fn made_by(csv: &Value, plan: &str) -> bool {
+    csv.pointer("/metadata/annotations")
+        .and_then(|a| a.get(olm::INSTALL_PLAN_ANNOTATION))
+        .and_then(Value::as_str)
+        .is_some_and(|p| p == plan)
+}
+
+/// Why the plan may not take the stored CSV of its CSV's name: it did not create it.
+fn csv_not_ours(existing: &Value, t: Target<'_>) -> Option<String> {
+    if made_by(existing, t.plan) {
+        return None;
+    }
+    let by = existing
+        .pointer("/metadata/annotations")
+        .and_then(|a| a.get(olm::INSTALL_PLAN_ANNOTATION))
+        .and_then(Value::as_str)
+        .map(|p| format!("by InstallPlan {p}"))
+        .unwrap_or_else(|| "by hand, not by an InstallPlan".to_string());
+    Some(format!("ClusterServiceVersion {}/{} exists, created {by}", t.ns, objects::name_of(existing)))
+}
+
+/// The owner a stored MachineConfig's labels name: (namespace, CSV).
+fn config_owner(mc: &Value) -> (Option<&str>, Option<&str>) {
+    use aloft_api::olm::{OWNER_CSV_LABEL, OWNER_NAMESPACE_LABEL};
+    let label = |k: &str| mc.pointer("/metadata/labels").and_then(|l| l.get(k)).and_then(Value::as_str);
+    (label(OWNER_NAMESPACE_LABEL), label(OWNER_CSV_LABEL))
+}
+
+/// Why the plan may not take the stored MachineConfig `name`: the admin wrote it, or another
+/// operator installed it (one this plan's CSV does not replace). Never taken over.
+fn config_not_ours(existing: &Value, name: &str, t: Target<'_>) -> Option<String> {
+    let owner = config_owner(existing);
+    let ours =
+        owner == (Some(t.ns), Some(t.csv)) || (!t.replaces.is_empty() && owner == (Some(t.ns), Some(t.replaces)));
+    if ours {
+        return None;
+    }
+    Some(match owner {
+        (Some(n), Some(c)) => format!("MachineConfig {name:?} belongs to ClusterServiceVersion {n}/{c}"),
+        _ => format!("MachineConfig {name:?} exists and was not installed by an operator bundle"),
+    })
+}
+
+/// Write the plan's CSV, then its MachineConfigs, noting each write in `written` and each
+/// step's status in `status`; `Ok(Err)` names an object found taken at its write.
+async fn write_all(
     store: &Arc<dyn Store>,
-    obj: &Value,
-    ns: &str,
-    csv: &str,
-    replaces: &str,
-) -> Result<Result<&'static str, String>, StoreError> {
+    t: Target<'_>,
+    csvs: &[&(usize, Value)],
+    configs: &[&(usize, Value)],
+    status: &mut InstallPlanStatus,
+    written: &mut Written,
+    now: &str,
+) -> Result<Result<(), String>, StoreError> {
+    for (i, obj) in csvs {
+        let key = csv_key(t.ns, objects::name_of(obj));
+        // Stored already: this plan's own, from a pass cut short, unless made since the check.
+        if let Some(existing) = store.get(&key).await? {
+            if let Some(why) = csv_not_ours(&existing.object, t) {
+                return Ok(Err(why));
+            }
+        } else {
+            let mut csv = obj.clone();
+            csv["status"] = json!({
+                "phase": olm::CSV_PENDING, "reason": "RequirementsUnknown",
+                "message": "requirements not yet checked", "lastUpdateTime": now, "lastTransitionTime": now,
+                "conditions": [{"phase": olm::CSV_PENDING, "reason": "RequirementsUnknown",
+                                "message": "requirements not yet checked", "lastTransitionTime": now}],
+            });
+            if !csv["metadata"]["annotations"].is_object() {
+                csv["metadata"]["annotations"] = json!({});
+            }
+            csv["metadata"]["annotations"][olm::INSTALL_PLAN_ANNOTATION] = json!(t.plan);
+            objects::prepare_create(&mut csv, t.ns);
+            match store.create(&key, csv).await {
+                Ok(_) => {}
+                Err(StoreError::AlreadyExists(_)) => {
+                    // Created since the check: by whom?
+                    if let Some(why) = store.get(&key).await?.and_then(|e| csv_not_ours(&e.object, t)) {
+                        return Ok(Err(why));
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        status.plan[*i].status = "Created".into();
+    }
+    for (i, obj) in configs {
+        let name = objects::name_of(obj).to_string();
+        match put_config(store, obj, t).await? {
+            Ok(Put::Present) => status.plan[*i].status = "Present".into(),
+            Ok(put) => {
+                written.configs.push((name, if let Put::Updated(before) = put { Some(before) } else { None }));
+                status.plan[*i].status = "Created".into();
+            }
+            Err(why) => return Ok(Err(why)),
+        }
+    }
+    Ok(Ok(()))
+}
+
+/// Undo what a plan that cannot finish wrote: each MachineConfig it wrote goes back to what it
+/// replaced (or is deleted, if it created it), newest first, unless changed since by someone
+/// else; then its CSV, if it made it, is deleted. A CSV of a plan cut short earlier (its
+/// configs' old contents lost with that pass) is deleted too, and the sweep of uninstalled
+/// CSVs removes what is labelled with it: no failed plan leaves a CSV to adopt or to succeed.
+async fn undo(store: &Arc<dyn Store>, t: Target<'_>, written: &Written) -> Result<(), StoreError> {
+    for (name, before) in written.configs.iter().rev() {
+        let key = config_key(name);
+        for _ in 0..3 {
+            let Some(now) = store.get(&key).await? else { break };
+            if config_owner(&now.object) != (Some(t.ns), Some(t.csv)) {
+                break;
+            }
+            let result = match before {
+                None => store.delete(&key, revision_of(&now.object)).await.map(|_| ()),
+                Some(old) => {
+                    let mut next = (*now.object).clone();
+                    next["spec"] = old["spec"].clone();
+                    next["metadata"]["labels"] = old.pointer("/metadata/labels").cloned().unwrap_or_else(|| json!({}));
+                    match (old.pointer("/metadata/annotations"), next["metadata"].as_object_mut()) {
+                        (Some(a), Some(meta)) => {
+                            meta.insert("annotations".into(), a.clone());
+                        }
+                        (None, Some(meta)) => {
+                            meta.remove("annotations");
+                        }
+                        _ => {}
+                    }
+                    objects::set_generation(&now.object, &mut next);
+                    store.update(&key, next, revision_of(&now.object)).await.map(|_| ())
+                }
+            };
+            match result {
+                Ok(()) | Err(StoreError::NotFound(_)) => break,
+                Err(StoreError::Conflict { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    let key = csv_key(t.ns, t.csv);
+    for _ in 0..3 {
+        let Some(stored) = store.get(&key).await? else { break };
+        if !made_by(&stored.object, t.plan) {
+            break;
+        }
+        match store.delete(&key, revision_of(&stored.object)).await {
+            Ok(_) | Err(StoreError::NotFound(_)) => break,
+            Err(StoreError::Conflict { .. }) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// What [`put_config`] did.
+enum Put {
+    Created,
+    /// Rewrote a stored config (the replaced CSV's, or its own): what was stored before.
+    Updated(Value),
+    /// It was stored as the bundle has it.
+    Present,
+}
+
+/// Create or take over one MachineConfig for the plan's CSV, or say why it is refused (see
+/// [`config_not_ours`]): checked again at the write, since the check before may be stale.
+async fn put_config(store: &Arc<dyn Store>, obj: &Value, t: Target<'_>) -> Result<Result<Put, String>, StoreError> {
     use aloft_api::olm::{OWNER_CSV_LABEL, OWNER_NAMESPACE_LABEL};
     let name = objects::name_of(obj).to_string();
-    let key = Key::cluster(&MACHINE_CONFIG.store_key(), &name);
+    let key = config_key(&name);
     let mut want = obj.clone();
     if !want["metadata"]["labels"].is_object() {
         want["metadata"]["labels"] = json!({});
     }
-    want["metadata"]["labels"][OWNER_CSV_LABEL] = json!(csv);
-    want["metadata"]["labels"][OWNER_NAMESPACE_LABEL] = json!(ns);
+    want["metadata"]["labels"][OWNER_CSV_LABEL] = json!(t.csv);
+    want["metadata"]["labels"][OWNER_NAMESPACE_LABEL] = json!(t.ns);
     for _ in 0..3 {
         let result = match store.get(&key).await? {
             None => {
                 let mut created = want.clone();
                 objects::prepare_create(&mut created, "");
-                store.create(&key, created).await.map(|_| "Created")
+                store.create(&key, created).await.map(|_| Put::Created)
             }
             Some(existing) => {
-                let label = |k: &str| {
-                    existing.object.pointer("/metadata/labels").and_then(|l| l.get(k)).and_then(Value::as_str)
-                };
-                let owner = (label(OWNER_NAMESPACE_LABEL), label(OWNER_CSV_LABEL));
-                let ours =
-                    owner == (Some(ns), Some(csv)) || (!replaces.is_empty() && owner == (Some(ns), Some(replaces)));
-                if !ours {
-                    return Ok(Err(match owner {
-                        (Some(n), Some(c)) => {
-                            format!("MachineConfig {name:?} belongs to ClusterServiceVersion {n}/{c}")
-                        }
-                        _ => format!("MachineConfig {name:?} exists and was not installed by an operator bundle"),
-                    }));
+                if let Some(why) = config_not_ours(&existing.object, &name, t) {
+                    return Ok(Err(why));
                 }
                 let mut next = (*existing.object).clone();
                 next["spec"] = want["spec"].clone();
@@ -363,18 +560,252 @@ async fn put_config(
                     next["metadata"]["annotations"] = a.clone();
                 }
                 if next == *existing.object {
-                    return Ok(Ok("Present"));
+                    return Ok(Ok(Put::Present));
                 }
                 objects::set_generation(&existing.object, &mut next);
-                store.update(&key, next, revision_of(&existing.object)).await.map(|_| "Created")
+                store
+                    .update(&key, next, revision_of(&existing.object))
+                    .await
+                    .map(|_| Put::Updated((*existing.object).clone()))
             }
         };
         match result {
-            Ok(step) => return Ok(Ok(step)),
+            Ok(put) => return Ok(Ok(put)),
             Err(StoreError::Conflict { .. }) | Err(StoreError::AlreadyExists(_)) | Err(StoreError::NotFound(_)) => {}
             Err(e) => return Err(e),
         }
     }
     // Written under it three times over: the pass ends and the next one tries again.
     Err(StoreError::Conflict { have: 0, stored: 0 })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::SqliteStore;
+    use std::time::Duration;
+
+    const NS: &str = "operators";
+
+    /// A MachineConfig for the worker role with one file, labelled as `csv`'s when given.
+    fn config(name: &str, contents: &str, csv: Option<&str>) -> Value {
+        let mut mc = json!({
+            "apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfig",
+            "metadata": {"name": name, "labels": {"machineconfiguration.openshift.io/role": "worker"}},
+            "spec": {"config": {"ignition": {"version": "3.4.0"}, "storage": {"files": [
+                {"path": format!("/etc/{name}"), "mode": 420, "contents": {"source": format!("data:,{contents}")}}]}}},
+        });
+        if let Some(csv) = csv {
+            mc["metadata"]["labels"][olm::OWNER_CSV_LABEL] = json!(csv);
+            mc["metadata"]["labels"][olm::OWNER_NAMESPACE_LABEL] = json!(NS);
+        }
+        mc
+    }
+
+    /// An approved plan of `csv` (replacing `replaces`) whose steps are its CSV and `configs`.
+    fn plan(name: &str, csv: &str, replaces: &str, configs: &[Value]) -> Value {
+        let csv_obj = json!({"apiVersion": olm::API_VERSION, "kind": "ClusterServiceVersion",
+            "metadata": {"name": csv}, "spec": {"version": "2.0.0", "replaces": replaces}});
+        let steps: Vec<Value> = std::iter::once(&csv_obj)
+            .chain(configs)
+            .map(|o| {
+                json!({"resolving": csv, "status": "Unknown", "resource": {
+                    "kind": o["kind"], "name": o["metadata"]["name"], "manifest": o.to_string()}})
+            })
+            .collect();
+        json!({"apiVersion": olm::API_VERSION, "kind": "InstallPlan", "metadata": {"name": name},
+            "spec": {"clusterServiceVersionNames": [csv], "approval": "Automatic", "approved": true},
+            "status": {"phase": olm::PLAN_INSTALLING, "plan": steps}})
+    }
+
+    async fn put(store: &Arc<dyn Store>, rt: &crate::resources::ResourceType, ns: &str, mut obj: Value) {
+        let name = objects::name_of(&obj).to_string();
+        objects::prepare_create(&mut obj, ns);
+        let key =
+            if ns.is_empty() { Key::cluster(&rt.store_key(), &name) } else { Key::new(&rt.store_key(), ns, &name) };
+        store.create(&key, obj).await.expect("created");
+    }
+
+    async fn get(store: &Arc<dyn Store>, key: Key) -> Option<Value> {
+        store.get(&key).await.expect("read").map(|s| (*s.object).clone())
+    }
+
+    /// up.v1.0.0 installed with 90-up-a, and 90-up-b the admin's: the store before the
+    /// upgrade to up.v2.0.0, which carries 89-up-new, 90-up-a and 90-up-b.
+    async fn installed_v1(store: &Arc<dyn Store>) -> Value {
+        let v1 = json!({"apiVersion": olm::API_VERSION, "kind": "ClusterServiceVersion",
+            "metadata": {"name": "up.v1.0.0"}, "spec": {"version": "1.0.0"}});
+        put(store, &CLUSTER_SERVICE_VERSION, NS, v1).await;
+        put(store, &MACHINE_CONFIG, "", config("90-up-a", "v1", Some("up.v1.0.0"))).await;
+        put(store, &MACHINE_CONFIG, "", config("90-up-b", "admin", None)).await;
+        let upgrade = plan(
+            "install-up2",
+            "up.v2.0.0",
+            "up.v1.0.0",
+            &[config("89-up-new", "v2", None), config("90-up-a", "v2", None), config("90-up-b", "v2", None)],
+        );
+        put(store, &INSTALL_PLAN, NS, upgrade).await;
+        get(store, Key::cluster(&MACHINE_CONFIG.store_key(), "90-up-a")).await.expect("90-up-a")
+    }
+
+    /// The plan's phase and message.
+    async fn outcome(store: &Arc<dyn Store>) -> (String, String) {
+        let plan = get(store, Key::new(&INSTALL_PLAN.store_key(), NS, "install-up2")).await.expect("the plan");
+        let at = |p: &str| plan.pointer(p).and_then(Value::as_str).unwrap_or("").to_string();
+        (at("/status/phase"), at("/status/message"))
+    }
+
+    /// An upgrade's plan that would take the admin's MachineConfig fails having written
+    /// nothing, whatever comes first in it: no CSV of the new bundle (which would replace the
+    /// installed one once it succeeded), the installed bundle's config as it was.
+    #[tokio::test]
+    async fn a_plan_that_finds_a_name_taken_writes_nothing() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&dir.path().join("s.db")).expect("store"));
+        let events = Recorder::new("test", store.clone(), Duration::from_secs(3600));
+        let before = installed_v1(&store).await;
+        reconcile(&store, &events).await.expect("a pass");
+        let (phase, message) = outcome(&store).await;
+        assert_eq!(phase, olm::PLAN_FAILED, "{message}");
+        assert_eq!(
+            message,
+            "bundle up.v2.0.0 cannot be installed: MachineConfig \"90-up-b\" exists and was not installed by an \
+             operator bundle"
+        );
+        assert_eq!(get(&store, csv_key(NS, "up.v2.0.0")).await, None, "no CSV of the failed plan");
+        assert_eq!(get(&store, config_key("89-up-new")).await, None, "no config of the failed plan");
+        assert_eq!(get(&store, config_key("90-up-a")).await, Some(before), "the installed bundle's, untouched");
+        let admins = get(&store, config_key("90-up-b")).await.expect("90-up-b");
+        assert!(admins.to_string().contains("data:,admin"), "{admins}");
+        assert!(get(&store, csv_key(NS, "up.v1.0.0")).await.is_some());
+    }
+
+    /// The store, with the admin's MachineConfig `90-up-b` created right after the plan's CSV:
+    /// the name is free when the plan checks it and taken when it writes it.
+    struct Racing {
+        inner: Arc<dyn Store>,
+    }
+
+    #[async_trait::async_trait]
+    impl Store for Racing {
+        async fn get(&self, key: &Key) -> Result<Option<crate::store::Stored>, StoreError> {
+            self.inner.get(key).await
+        }
+        async fn list(&self, resource: &str, ns: Option<&str>) -> Result<crate::store::Listing, StoreError> {
+            self.inner.list(resource, ns).await
+        }
+        async fn list_json(&self, resource: &str, ns: Option<&str>) -> Result<crate::store::JsonListing, StoreError> {
+            self.inner.list_json(resource, ns).await
+        }
+        async fn create(&self, key: &Key, object: Value) -> Result<crate::store::Stored, StoreError> {
+            let created = self.inner.create(key, object).await?;
+            if key.resource == CLUSTER_SERVICE_VERSION.store_key() {
+                let mut admins = config("90-up-b", "admin", None);
+                objects::prepare_create(&mut admins, "");
+                self.inner.create(&config_key("90-up-b"), admins).await?;
+            }
+            Ok(created)
+        }
+        async fn update(
+            &self,
+            key: &Key,
+            object: Value,
+            expected: Option<u64>,
+        ) -> Result<crate::store::Stored, StoreError> {
+            self.inner.update(key, object, expected).await
+        }
+        async fn delete(&self, key: &Key, expected: Option<u64>) -> Result<crate::store::Stored, StoreError> {
+            self.inner.delete(key, expected).await
+        }
+        async fn watch(
+            &self,
+            filter: crate::store::WatchFilter,
+            from: u64,
+        ) -> Result<crate::store::WatchStream, StoreError> {
+            self.inner.watch(filter, from).await
+        }
+        async fn revision(&self) -> Result<u64, StoreError> {
+            self.inner.revision().await
+        }
+        async fn check_writes(&self) -> Result<(), StoreError> {
+            self.inner.check_writes().await
+        }
+        async fn update_in_order(
+            &self,
+            first: Vec<crate::store::CasWrite>,
+            then: Vec<crate::store::CasWrite>,
+        ) -> Result<Vec<Option<crate::store::Stored>>, StoreError> {
+            self.inner.update_in_order(first, then).await
+        }
+    }
+
+    /// A name taken between the check and the write undoes what the plan wrote before it: the
+    /// config it created is deleted, the installed bundle's config is back as it was (its
+    /// content and its CSV label), and the new CSV is deleted, so it never replaces the
+    /// installed one.
+    #[tokio::test]
+    async fn a_name_taken_during_the_install_undoes_what_the_plan_wrote() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let inner: Arc<dyn Store> = Arc::new(SqliteStore::open(&dir.path().join("s.db")).expect("store"));
+        let before = installed_v1(&inner).await;
+        inner.delete(&config_key("90-up-b"), None).await.expect("the admin's config gone for now");
+        let store: Arc<dyn Store> = Arc::new(Racing { inner: inner.clone() });
+        let events = Recorder::new("test", inner.clone(), Duration::from_secs(3600));
+        reconcile(&store, &events).await.expect("a pass");
+        let (phase, message) = outcome(&inner).await;
+        assert_eq!(phase, olm::PLAN_FAILED, "{message}");
+        assert!(message.contains("MachineConfig \"90-up-b\" exists and was not installed"), "{message}");
+        assert_eq!(get(&inner, csv_key(NS, "up.v2.0.0")).await, None, "the new CSV undone");
+        assert_eq!(get(&inner, config_key("89-up-new")).await, None, "the config it created undone");
+        let restored = get(&inner, config_key("90-up-a")).await.expect("90-up-a");
+        assert_eq!(restored["spec"], before["spec"], "{restored}");
+        assert_eq!(restored["metadata"]["labels"], before["metadata"]["labels"], "{restored}");
+        let plan = get(&inner, Key::new(&INSTALL_PLAN.store_key(), NS, "install-up2")).await.expect("the plan");
+        let steps: Vec<&str> =
+            plan["status"]["plan"].as_array().into_iter().flatten().filter_map(|s| s["status"].as_str()).collect();
+        assert!(steps.iter().all(|s| *s == "Unknown"), "no step shows a write that was undone: {steps:?}");
+    }
+
+    /// A CSV of the plan's CSV's name that the plan did not make (one created by hand) fails
+    /// the plan, named, with nothing written and that CSV kept; one the plan made itself (a
+    /// pass cut short after writing it) is taken, and the install goes on.
+    #[tokio::test]
+    async fn a_plan_takes_only_its_own_csv() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&dir.path().join("s.db")).expect("store"));
+        let events = Recorder::new("test", store.clone(), Duration::from_secs(3600));
+        let before = installed_v1(&store).await;
+        store.delete(&config_key("90-up-b"), None).await.expect("the admin's config gone");
+        let by_hand = json!({"apiVersion": olm::API_VERSION, "kind": "ClusterServiceVersion",
+            "metadata": {"name": "up.v2.0.0"}, "spec": {"version": "2.0.0"}});
+        put(&store, &CLUSTER_SERVICE_VERSION, NS, by_hand).await;
+        reconcile(&store, &events).await.expect("a pass");
+        let (phase, message) = outcome(&store).await;
+        assert_eq!(phase, olm::PLAN_FAILED, "{message}");
+        assert_eq!(
+            message,
+            "bundle up.v2.0.0 cannot be installed: ClusterServiceVersion operators/up.v2.0.0 exists, created by hand, \
+             not by an InstallPlan"
+        );
+        assert!(get(&store, csv_key(NS, "up.v2.0.0")).await.is_some(), "the CSV made by hand is kept");
+        assert_eq!(get(&store, config_key("90-up-a")).await, Some(before));
+
+        // The plan's own CSV, as a pass cut short left it: taken, and the install completes.
+        store.delete(&csv_key(NS, "up.v2.0.0"), None).await.expect("deleted");
+        let own = json!({"apiVersion": olm::API_VERSION, "kind": "ClusterServiceVersion",
+            "metadata": {"name": "up.v2.0.0", "annotations": {olm::INSTALL_PLAN_ANNOTATION: "install-up2"}},
+            "spec": {"version": "2.0.0", "replaces": "up.v1.0.0"}});
+        put(&store, &CLUSTER_SERVICE_VERSION, NS, own).await;
+        let key = Key::new(&INSTALL_PLAN.store_key(), NS, "install-up2");
+        let mut plan = get(&store, key.clone()).await.expect("the plan");
+        plan["status"]["phase"] = json!(olm::PLAN_INSTALLING);
+        let rev = revision_of(&plan);
+        store.update(&key, plan, rev).await.expect("installing again");
+        reconcile(&store, &events).await.expect("a pass");
+        let (phase, message) = outcome(&store).await;
+        assert_eq!(phase, olm::PLAN_COMPLETE, "{message}");
+        let upgraded = get(&store, config_key("90-up-a")).await.expect("90-up-a");
+        assert_eq!(upgraded["metadata"]["labels"][olm::OWNER_CSV_LABEL], "up.v2.0.0", "{upgraded}");
+        assert!(upgraded.to_string().contains("data:,v2"), "{upgraded}");
+    }
 }
