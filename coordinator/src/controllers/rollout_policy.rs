@@ -119,8 +119,10 @@ pub fn evaluate(
             // the bad one out of service. Only completed: a config some members run may be one
             // whose soak a newer config cut short (reverted to, it would skip the rest of its
             // soak), or the pool was made again mid-rollout; such a config goes through its
-            // canaries (the members that run it count) and its whole soak again.
-            phase: if canary > 0 && completed != Some(&**target) {
+            // canaries (the members that run it count) and its whole soak again. And completed
+            // by members that run it: an empty pool "completes" every config it renders, and
+            // the nodes labelled into it next are that config's rollout, canaries included.
+            phase: if canary > 0 && !(completed == Some(&**target) && members.iter().any(|f| f.runs(target))) {
                 RolloutPhase::Canary
             } else {
                 RolloutPhase::Batches
@@ -592,6 +594,11 @@ mod tests {
         let e = eval_completed(Some(&p), Some(&bad), None, Some("r1"), &ConfigName::new("r2"), &names, &f, now);
         assert_eq!(e.status.phase, RolloutPhase::Canary, "{e:?}");
         assert_eq!(e.gate, Gate::Pick { limit: Some(1) }, "one canary, not every node at once");
+        // An empty pool "completed" r2 when it rendered it; nodes labelled into it since do not
+        // run it: they are its canaries.
+        let fresh: Vec<NodeFacts> = (0..4).map(|_| facts("", "", "")).collect();
+        let e = eval_completed(Some(&p), None, None, Some("r2"), &ConfigName::new("r2"), &names, &fresh, now);
+        assert_eq!(e.status.phase, RolloutPhase::Canary, "{e:?}");
         // The pool made again mid-soak: no status at all, and a runs r2.
         let f: Vec<NodeFacts> = vec![
             facts("r2", "r2", "Done"),
