@@ -381,6 +381,27 @@ impl ListVersion {
     }
 }
 
+/// The list of the one object at `key`, at the store's revision read first (a write in between
+/// is then newer than the list, as a list's items may be).
+async fn one_json(store: &dyn crate::store::Store, key: &Key) -> Result<crate::store::JsonListing, StoreError> {
+    let revision = store.revision().await?;
+    let items = store.get_json(key).await?.into_iter().collect();
+    Ok(crate::store::JsonListing { items, revision })
+}
+
+/// The one key a list or watch of `path` pinned to `name` (a `metadata.name=` field selector)
+/// can hold: its object is read alone, not picked out of the whole collection. An agent's watch
+/// or list of its own Node read and parsed every Node of the fleet, at no cost to the agent.
+/// None across the namespaces of a namespaced kind (one name may be in several).
+pub fn pinned_key(path: &ResourcePath, name: Option<&str>) -> Option<Key> {
+    let name = name?;
+    match (&path.namespace, path.rt.namespaced) {
+        (Some(ns), true) => Some(Key::new(&path.rt.store_key(), ns, name)),
+        (None, false) => Some(Key::cluster(&path.rt.store_key(), name)),
+        _ => None,
+    }
+}
+
 async fn list(call: Call<'_>) -> Result<Response, ApiError> {
     call.authorize(Verb::List).await?;
     let filters = Filters::from_params(call.path.rt, &call.params)?;
@@ -402,9 +423,11 @@ async fn list(call: Call<'_>) -> Result<Response, ApiError> {
     let page = match &paging.from {
         Some(from) => call.ctx.pages.next(&query, from, paging.limit)?,
         None => {
-            let listing = match GlobalPackages::of(call.ctx, &call.path) {
-                Some(view) => view.list_json(&*call.ctx.store).await,
-                None => call.ctx.store.list_json(&store_key, ns.as_deref()).await,
+            let view = GlobalPackages::of(call.ctx, &call.path);
+            let listing = match (view, pinned_key(&call.path, filters.fields.name())) {
+                (Some(view), _) => view.list_json(&*call.ctx.store).await,
+                (None, Some(key)) => one_json(&*call.ctx.store, &key).await,
+                (None, None) => call.ctx.store.list_json(&store_key, ns.as_deref()).await,
             }
             .map_err(|e| call.store_err(e, ""))?;
             if let (Some(rv), true) = (version.at_least, version.exact) {

@@ -134,7 +134,7 @@ pub async fn serve(
             })?;
             reached(ctx, at_least).await?;
         }
-        let listing = current(ctx, view.as_ref(), &path).await?;
+        let listing = current(ctx, view.as_ref(), &path, filters.fields.name()).await?;
         (listing.items, listing.revision)
     } else {
         let from = rv.parse::<u64>().map_err(|_| {
@@ -149,7 +149,7 @@ pub async fn serve(
     let mut membership = match filters.can_change() {
         false => Membership::Unchanging,
         true if resumed && !send_initial => {
-            let listing = current(ctx, view.as_ref(), &path).await?;
+            let listing = current(ctx, view.as_ref(), &path, filters.fields.name()).await?;
             Membership::Tracked(Tracked {
                 present: listing.items.iter().filter(|o| filters.matches(o)).map(member_key).collect(),
                 replayed_until: listing.revision,
@@ -323,12 +323,22 @@ async fn credential_lapses(tokens: Arc<dyn crate::store::Tokens>, hash: Option<S
 }
 
 /// What the watched collection holds now: the stored objects of the path's namespace (or of all),
-/// or the namespace's view with the global catalog namespace's PackageManifests.
+/// or the namespace's view with the global catalog namespace's PackageManifests; for a field
+/// selector that pins one name (an agent's watch of its Node), that one object.
 async fn current(
     ctx: &Ctx,
     view: Option<&GlobalPackages>,
     path: &ResourcePath,
+    name: Option<&str>,
 ) -> Result<crate::store::Listing, ApiError> {
+    if let (None, Some(key)) = (view, super::handlers::pinned_key(path, name)) {
+        // The revision first: an object written in between is then sent again by the watch from
+        // it, never missed.
+        let failed = |e| ApiError::from_store(e, &path.rt.qualified(), "");
+        let revision = ctx.store.revision().await.map_err(failed)?;
+        let items = ctx.store.get(&key).await.map_err(failed)?;
+        return Ok(crate::store::Listing { items: items.map(|s| (*s.object).clone()).into_iter().collect(), revision });
+    }
     match view {
         Some(v) => v.list(&*ctx.store).await,
         None => ctx.store.list(&path.rt.store_key(), path.namespace.as_deref()).await,
