@@ -430,7 +430,11 @@ fn without_v2_duplicates(src: &Map<String, Value>) -> Map<String, Value> {
         });
     };
     if let Some(files) = out.get_mut("storage").and_then(|s| s.get_mut("files")).and_then(Value::as_array_mut) {
-        fold_last(files, "path", &|_, _| {});
+        // A file to append to is refused whole (no 3.x form), not dropped by the fold, and
+        // neither is the rest: the errors name the entries as written.
+        if !files.iter().any(|f| f.get("append").is_some_and(|a| a != &Value::Bool(false))) {
+            fold_last(files, "path", &|_, _| {});
+        }
     }
     if let Some(units) = out.get_mut("systemd").and_then(|s| s.get_mut("units")).and_then(Value::as_array_mut) {
         fold_last(units, "name", &|kept, earlier| {
@@ -899,6 +903,11 @@ mod tests {
             .map(|f| f["path"].as_str().unwrap().to_string())
             .collect();
         assert_eq!(paths, ["/etc/b", "/etc/a"]);
+        // A repeated file that appends is not folded away: it is refused, naming it.
+        let mut appending = cfg.clone();
+        appending["storage"]["files"][0]["append"] = json!(true);
+        let e = parse_config(&appending).unwrap_err();
+        assert!(e.field().ends_with("storage.files[0].append"), "{}: {e}", e.field());
         // 3.x: still a duplicate.
         let v3 = json!({"ignition": {"version": "3.2.0"}, "storage": {"files": [
             {"path": "/etc/dup", "contents": {"source": "data:,a"}}, {"path": "/etc/dup", "contents": {"source": "data:,b"}}]}});

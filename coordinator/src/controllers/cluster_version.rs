@@ -65,6 +65,12 @@ struct GraphCache {
     graph: Option<Arc<Graph>>,
     /// When `graph` was fetched.
     good_at: Option<Instant>,
+    /// The last fetch asked for the coordinator's own architecture, no Node reporting one: the
+    /// Nodes are looked at again on every pass until one does.
+    arch_guessed: bool,
+    /// The lists in the status are not this query's (its upstream or channel changed, or the
+    /// fleet runs two architectures): a failed fetch clears them rather than keep them.
+    lists_stale: bool,
     /// Why the last fetch failed: (reason, message).
     failure: Option<(&'static str, String)>,
 }
@@ -243,20 +249,34 @@ async fn refresh_graph(
         id: spec.cluster_id.clone(),
         version: cv.current().map(|r| r.version.clone()).unwrap_or_default(),
     };
-    // The architecture is read from the Nodes only when a fetch is due anyway (a fleet's Nodes
-    // are many; the passes while a release rolls out are frequent).
-    let due = match cache.lock() {
+    // The architecture is read from the Nodes when a fetch is due anyway (a fleet's Nodes are
+    // many; the passes while a release rolls out are frequent), or while the last fetch had to
+    // guess it (a graph of the coordinator's architecture must not be offered for long to a
+    // fleet that reports another).
+    let (mut due, guessed) = match cache.lock() {
         Ok(c) => {
             let every = if c.failure.is_some() { opts.poll.min(RETRY) } else { opts.poll };
             let same = c.fetched_for.as_ref().is_some_and(|q| Query { arch: String::new(), ..q.clone() } == query);
-            !same || c.fetched_at.is_none_or(|at| at.elapsed() >= every)
+            (!same || c.fetched_at.is_none_or(|at| at.elapsed() >= every), c.arch_guessed)
         }
-        Err(_) => true,
+        Err(_) => (true, false),
     };
+    let mut arch = None;
+    if !due && guessed {
+        let now = fleet_arch(store).await;
+        due = !matches!(now, Ok(Ok(None)));
+        arch = Some(now);
+    }
     if due {
-        let outcome = match fleet_arch(store, &opts.arch).await {
+        let arch = match arch {
+            Some(known) => known,
+            None => fleet_arch(store).await,
+        };
+        let mut guessed = false;
+        let outcome = match arch {
             Ok(Ok(arch)) => {
-                query.arch = arch;
+                guessed = arch.is_none();
+                query.arch = arch.unwrap_or_else(|| opts.arch.clone());
                 fetch(http, &query).await
             }
             Ok(Err(mixed)) => Err(("MultipleArchitectures", mixed)),
@@ -270,14 +290,17 @@ async fn refresh_graph(
             if c.fetched_for.as_ref().is_some_and(|q| q.upstream != query.upstream || q.channel != query.channel) {
                 // Another service or channel: the old graph says nothing of this one.
                 c.graph = None;
+                c.lists_stale = true;
             }
             c.fetched_for = Some(query);
             c.fetched_at = Some(Instant::now());
+            c.arch_guessed = guessed;
             match outcome {
                 Ok(g) => {
                     c.graph = Some(Arc::new(g));
                     c.good_at = Some(Instant::now());
                     c.failure = None;
+                    c.lists_stale = false;
                 }
                 Err((reason, message)) => {
                     tracing::warn!(%reason, %message, "fetching the update graph failed");
@@ -285,6 +308,7 @@ async fn refresh_graph(
                         // No graph fits the fleet: none of another architecture's lists stay.
                         c.graph = None;
                         c.good_at = None;
+                        c.lists_stale = true;
                     }
                     c.failure = Some((reason, message));
                 }
@@ -292,20 +316,23 @@ async fn refresh_graph(
         }
     }
     let mut c = cache.lock().ok()?;
-    if c.good_at.is_some_and(|at| at.elapsed() >= KEEP_GOOD) {
+    // Kept through failed fetches for a day, then dropped with its lists; a graph that is
+    // merely old (a long poll interval) is fetched again when due, not dropped.
+    if c.failure.is_some() && c.good_at.is_some_and(|at| at.elapsed() >= KEEP_GOOD) {
         c.graph = None;
         c.good_at = None;
+        c.lists_stale = true;
     }
     c.graph.clone()
 }
 
 /// The architecture the update graph is asked for: the one every Node reports
-/// (`status.nodeInfo.architecture`), else (no Node reports one yet) the coordinator's own. The
-/// CVO asks for the cluster's, which it runs on; a coordinator may well run on another (an amd64
-/// server for arm64 edge hosts), and its own would offer the fleet releases it cannot boot.
-/// Ok(Err(why)) when the Nodes run more than one: an aloft release is one OS commit, for one
-/// architecture.
-async fn fleet_arch(store: &Arc<dyn Store>, own: &str) -> Result<Result<String, String>, StoreError> {
+/// (`status.nodeInfo.architecture`); None while no Node reports one (the coordinator's own is
+/// asked for then). The CVO asks for the cluster's, which it runs on; a coordinator may well run
+/// on another (an amd64 server for arm64 edge hosts), and its own would offer the fleet releases
+/// it cannot boot. Ok(Err(why)) when the Nodes run more than one: an aloft release is one OS
+/// commit, for one architecture.
+async fn fleet_arch(store: &Arc<dyn Store>) -> Result<Result<Option<String>, String>, StoreError> {
     let mut seen: std::collections::BTreeMap<String, usize> = std::collections::BTreeMap::new();
     for raw in store.list(&NODE.store_key(), None).await?.items {
         if let Some(arch) = raw.pointer("/status/nodeInfo/architecture").and_then(Value::as_str) {
@@ -316,8 +343,8 @@ async fn fleet_arch(store: &Arc<dyn Store>, own: &str) -> Result<Result<String, 
     }
     let mut archs = seen.keys();
     Ok(match (archs.next(), archs.next()) {
-        (None, _) => Ok(own.to_string()),
-        (Some(one), None) => Ok(one.clone()),
+        (None, _) => Ok(None),
+        (Some(one), None) => Ok(Some(one.clone())),
         _ => Err(format!(
             "The fleet's nodes run more than one architecture ({}): an aloft release is one OS commit, for one \
              architecture; no update graph fits the fleet",
@@ -383,7 +410,7 @@ fn show_updates(
     now: &str,
 ) {
     let spec = &cv.spec;
-    let failure = cache.lock().ok().and_then(|c| c.failure.clone());
+    let (failure, stale) = cache.lock().map(|c| (c.failure.clone(), c.lists_stale)).unwrap_or((None, true));
     let retrieved = if spec.upstream.is_empty() {
         status.available_updates.clear();
         status.conditional_updates.clear();
@@ -399,10 +426,12 @@ fn show_updates(
         Condition::new(cv::RETRIEVED_UPDATES, "False", "NoChannel", "The update channel has not been configured.")
     } else if let Some((reason, message)) = failure {
         // The last good graph's lists stay, as the CVO keeps them, computed again for the
-        // release current now; none when no graph of this upstream and channel was kept.
+        // release current now; none when they are another query's (a new upstream or channel,
+        // two architectures, or kept past a day). With no graph fetched since the coordinator
+        // started, the stored lists stay as they are.
         let listed = match (graph, cv.current()) {
             (Some(graph), Some(current)) => list_updates(status, graph, &current.version, now).is_ok(),
-            _ => false,
+            _ => !stale,
         };
         if !listed {
             status.available_updates.clear();
@@ -1265,12 +1294,22 @@ mod tests {
         c.spec.upstream = "http://127.0.0.1:9/graph.json".into();
         let failed = Mutex::new(GraphCache {
             failure: Some(("RemoteFailed", "Unable to retrieve available updates: refused".into())),
+            lists_stale: true,
             ..Default::default()
         });
-        // No graph kept (another upstream or channel, or none yet): no lists, however old.
+        // No graph kept of this query (another upstream or channel): no lists, however old.
         let mut next = st.clone();
         show_updates(&c, &mut next, None, &failed, now);
         assert!(next.available_updates.is_empty() && next.conditional_updates.is_empty(), "{next:?}");
+        // None fetched yet since the coordinator started (an outage across a restart): the
+        // stored lists stay.
+        let restarted = Mutex::new(GraphCache {
+            failure: Some(("RemoteFailed", "Unable to retrieve available updates: refused".into())),
+            ..Default::default()
+        });
+        let mut next = st.clone();
+        show_updates(&c, &mut next, None, &restarted, now);
+        assert_eq!(next.available_updates, st.available_updates);
         let r = find_condition(&next.conditions, cv::RETRIEVED_UPDATES).expect("RetrievedUpdates");
         assert_eq!((r.status.as_str(), r.reason.as_str()), ("False", "RemoteFailed"));
         // The same upstream's graph kept, the fleet since moved to 1.0.1: its lists, not 1.0.0's.
