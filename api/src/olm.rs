@@ -70,6 +70,10 @@ pub const OWNER_NAMESPACE_LABEL: &str = "olm.aloft.dev/namespace";
 /// only its own CSV as written (a retry after a pass cut short), refuses any other of that
 /// name, and deletes its own when it fails, so a failed plan leaves no CSV to adopt or succeed.
 pub const INSTALL_PLAN_ANNOTATION: &str = "olm.aloft.dev/install-plan";
+/// The annotation an upgrade's plan puts on a MachineConfig it took over from the CSV it
+/// replaces, naming that CSV: if the plan fails after a pass cut short, the config is handed
+/// back to it rather than left to the sweep of uninstalled CSVs' configs.
+pub const TAKEN_OVER_ANNOTATION: &str = "olm.aloft.dev/taken-over-from";
 
 /// OperatorGroup's API version: OLM serves it at `v1`, beside the `v1alpha1` kinds.
 pub const OPERATOR_GROUP_API_VERSION: &str = "operators.coreos.com/v1";

@@ -469,9 +469,12 @@ async fn write_all(
 
 /// Undo what a plan that cannot finish wrote: each MachineConfig it wrote goes back to what it
 /// replaced (or is deleted, if it created it), newest first, unless changed since by someone
-/// else; then its CSV, if it made it, is deleted. A CSV of a plan cut short earlier (its
-/// configs' old contents lost with that pass) is deleted too, and the sweep of uninstalled
-/// CSVs removes what is labelled with it: no failed plan leaves a CSV to adopt or to succeed.
+/// else; then its CSV, if it made it, is deleted. A CSV of a plan cut short earlier is deleted
+/// too: no failed plan leaves a CSV to adopt or to succeed. The configs that earlier pass took
+/// over from the CSV being replaced (their old contents were lost with it) are handed back to
+/// that CSV, still installed, as they are: left labelled with the deleted CSV, the sweep of
+/// uninstalled CSVs would delete them, rolling an installed bundle's files off every node. A
+/// config that earlier pass created is the sweep's to delete.
 async fn undo(store: &Arc<dyn Store>, t: Target<'_>, written: &Written) -> Result<(), StoreError> {
     for (name, before) in written.configs.iter().rev() {
         let key = config_key(name);
@@ -502,6 +505,28 @@ async fn undo(store: &Arc<dyn Store>, t: Target<'_>, written: &Written) -> Resul
             match result {
                 Ok(()) | Err(StoreError::NotFound(_)) => break,
                 Err(StoreError::Conflict { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    if !t.replaces.is_empty() && store.get(&csv_key(t.ns, t.replaces)).await?.is_some() {
+        for mc in configs_of(store, t.ns, t.csv).await? {
+            if !mc
+                .pointer("/metadata/annotations")
+                .and_then(|a| a.get(olm::TAKEN_OVER_ANNOTATION))
+                .is_some_and(|v| v == t.replaces)
+            {
+                continue;
+            }
+            let mut next = mc.clone();
+            next["metadata"]["labels"][olm::OWNER_CSV_LABEL] = json!(t.replaces);
+            if let Some(a) = next["metadata"]["annotations"].as_object_mut() {
+                a.remove(olm::TAKEN_OVER_ANNOTATION);
+            }
+            let key = config_key(objects::name_of(&mc));
+            match store.update(&key, next, revision_of(&mc)).await {
+                // Changed since: it is no longer this undo's to hand back.
+                Ok(_) | Err(StoreError::NotFound(_)) | Err(StoreError::Conflict { .. }) => {}
                 Err(e) => return Err(e),
             }
         }
@@ -558,6 +583,12 @@ async fn put_config(store: &Arc<dyn Store>, obj: &Value, t: Target<'_>) -> Resul
                 next["metadata"]["labels"] = want["metadata"]["labels"].clone();
                 if let Some(a) = want.pointer("/metadata/annotations") {
                     next["metadata"]["annotations"] = a.clone();
+                }
+                if !t.replaces.is_empty() && config_owner(&existing.object) == (Some(t.ns), Some(t.replaces)) {
+                    if !next["metadata"]["annotations"].is_object() {
+                        next["metadata"]["annotations"] = json!({});
+                    }
+                    next["metadata"]["annotations"][olm::TAKEN_OVER_ANNOTATION] = json!(t.replaces);
                 }
                 if next == *existing.object {
                     return Ok(Ok(Put::Present));
@@ -764,6 +795,44 @@ mod tests {
         let steps: Vec<&str> =
             plan["status"]["plan"].as_array().into_iter().flatten().filter_map(|s| s["status"].as_str()).collect();
         assert!(steps.iter().all(|s| *s == "Unknown"), "no step shows a write that was undone: {steps:?}");
+    }
+
+    /// A pass cut short (a crash) wrote the new CSV, took 90-up-a over from the installed CSV
+    /// and created 89-up-new; the next pass finds 90-up-b taken and undoes: the new CSV goes,
+    /// and 90-up-a is handed back to the installed CSV as it is (its old contents were lost with
+    /// that pass) instead of being left for the sweep of uninstalled CSVs to delete, which
+    /// would roll an installed bundle's files off every node.
+    #[tokio::test]
+    async fn a_config_taken_over_by_a_pass_cut_short_goes_back_to_the_installed_csv() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&dir.path().join("s.db")).expect("store"));
+        let events = Recorder::new("test", store.clone(), Duration::from_secs(3600));
+        let taken = installed_v1(&store).await;
+        let v2 = json!({"apiVersion": olm::API_VERSION, "kind": "ClusterServiceVersion",
+            "metadata": {"name": "up.v2.0.0", "annotations": {olm::INSTALL_PLAN_ANNOTATION: "install-up2"}},
+            "spec": {"version": "2.0.0", "replaces": "up.v1.0.0"}});
+        put(&store, &CLUSTER_SERVICE_VERSION, NS, v2).await;
+        let mut a = config("90-up-a", "v2", Some("up.v2.0.0"));
+        a["metadata"]["annotations"] = json!({olm::TAKEN_OVER_ANNOTATION: "up.v1.0.0"});
+        a["metadata"]["resourceVersion"] = taken["metadata"]["resourceVersion"].clone();
+        store.update(&config_key("90-up-a"), a, revision_of(&taken)).await.expect("taken over");
+        put(&store, &MACHINE_CONFIG, "", config("89-up-new", "v2", Some("up.v2.0.0"))).await;
+
+        reconcile(&store, &events).await.expect("a pass");
+        let (phase, message) = outcome(&store).await;
+        assert_eq!(phase, olm::PLAN_FAILED, "{message}");
+        assert_eq!(get(&store, csv_key(NS, "up.v2.0.0")).await, None, "no CSV of the failed plan");
+        let back = get(&store, config_key("90-up-a")).await.expect("90-up-a kept");
+        assert_eq!(config_owner(&back), (Some(NS), Some("up.v1.0.0")), "{back}");
+        assert!(back
+            .pointer(&format!("/metadata/annotations/{}", olm::TAKEN_OVER_ANNOTATION.replace('/', "~1")))
+            .is_none());
+        let created = get(&store, config_key("89-up-new")).await.expect("the sweep's to delete");
+        assert_eq!(
+            config_owner(&created).1,
+            Some("up.v2.0.0"),
+            "a config the cut-short pass created stays the new CSV's"
+        );
     }
 
     /// A CSV of the plan's CSV's name that the plan did not make (one created by hand) fails
