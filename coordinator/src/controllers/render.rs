@@ -477,65 +477,28 @@ mod tests {
 
     /// The store, with a status write of the pool slipped in ahead of the pass's first write of
     /// it (the node controller's, many a second in a rollout): the pass loses that race.
-    struct Racing {
-        inner: Arc<dyn Store>,
-        raced: std::sync::atomic::AtomicBool,
-    }
-
-    #[async_trait::async_trait]
-    impl Store for Racing {
-        async fn get(&self, key: &Key) -> Result<Option<crate::store::Stored>, StoreError> {
-            self.inner.get(key).await
-        }
-        async fn list(&self, resource: &str, ns: Option<&str>) -> Result<crate::store::Listing, StoreError> {
-            self.inner.list(resource, ns).await
-        }
-        async fn list_json(&self, resource: &str, ns: Option<&str>) -> Result<crate::store::JsonListing, StoreError> {
-            self.inner.list_json(resource, ns).await
-        }
-        async fn create(&self, key: &Key, object: Value) -> Result<crate::store::Stored, StoreError> {
-            self.inner.create(key, object).await
-        }
-        async fn update(
-            &self,
-            key: &Key,
-            object: Value,
-            expected: Option<u64>,
-        ) -> Result<crate::store::Stored, StoreError> {
-            if key.resource == MACHINE_CONFIG_POOL.store_key()
-                && !self.raced.swap(true, std::sync::atomic::Ordering::SeqCst)
-            {
-                let now = self.inner.get(key).await?.unwrap();
-                let mut o = (*now.object).clone();
-                o["status"]["machineCount"] = 7.into();
-                let rev = revision_of(&o);
-                self.inner.update(key, o, rev).await?;
-            }
-            self.inner.update(key, object, expected).await
-        }
-        async fn delete(&self, key: &Key, expected: Option<u64>) -> Result<crate::store::Stored, StoreError> {
-            self.inner.delete(key, expected).await
-        }
-        async fn watch(
-            &self,
-            filter: crate::store::WatchFilter,
-            from: u64,
-        ) -> Result<crate::store::WatchStream, StoreError> {
-            self.inner.watch(filter, from).await
-        }
-        async fn revision(&self) -> Result<u64, StoreError> {
-            self.inner.revision().await
-        }
-        async fn check_writes(&self) -> Result<(), StoreError> {
-            self.inner.check_writes().await
-        }
-        async fn update_in_order(
-            &self,
-            first: Vec<crate::store::CasWrite>,
-            then: Vec<crate::store::CasWrite>,
-        ) -> Result<Vec<Option<crate::store::Stored>>, StoreError> {
-            self.inner.update_in_order(first, then).await
-        }
+    fn racing(inner: Arc<dyn Store>) -> Arc<dyn Store> {
+        use crate::store::hooked::{Hooked, Moment};
+        let raced = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        Arc::new(Hooked {
+            inner,
+            hook: Box::new(move |inner, moment, key| {
+                let raced = raced.clone();
+                Box::pin(async move {
+                    if moment == Moment::BeforeUpdate
+                        && key.resource == MACHINE_CONFIG_POOL.store_key()
+                        && !raced.swap(true, std::sync::atomic::Ordering::SeqCst)
+                    {
+                        let now = inner.get(&key).await?.unwrap();
+                        let mut o = (*now.object).clone();
+                        o["status"]["machineCount"] = 7.into();
+                        let rev = revision_of(&o);
+                        inner.update(&key, o, rev).await?;
+                    }
+                    Ok(())
+                })
+            }),
+        })
     }
 
     /// A pool write that lost to a status write is made again in the same pass, on a fresh
@@ -545,7 +508,7 @@ mod tests {
     async fn a_lost_pool_write_is_made_again_at_once() {
         use serde_json::json;
         let (_dir, inner, target, _) = worker_rendered(json!({"ignition": {"version": "3.4.0"}})).await;
-        let store: Arc<dyn Store> = Arc::new(Racing { inner: inner.clone(), raced: Default::default() });
+        let store = racing(inner.clone());
         let mut mc = json!({"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfig",
             "metadata": {"name": "60-b", "labels": {"machineconfiguration.openshift.io/role": "worker"}},
             "spec": {"config": {"ignition": {"version": "3.4.0"}}, "kernelArguments": ["x=1"]}});

@@ -9,6 +9,8 @@
 pub mod etcd;
 mod etcd_metrics;
 mod follow;
+#[cfg(test)]
+pub mod hooked;
 mod hub;
 mod object_cache;
 mod read_batch;

@@ -713,61 +713,21 @@ mod tests {
 
     /// The store, with the admin's MachineConfig `90-up-b` created right after the plan's CSV:
     /// the name is free when the plan checks it and taken when it writes it.
-    struct Racing {
-        inner: Arc<dyn Store>,
-    }
-
-    #[async_trait::async_trait]
-    impl Store for Racing {
-        async fn get(&self, key: &Key) -> Result<Option<crate::store::Stored>, StoreError> {
-            self.inner.get(key).await
-        }
-        async fn list(&self, resource: &str, ns: Option<&str>) -> Result<crate::store::Listing, StoreError> {
-            self.inner.list(resource, ns).await
-        }
-        async fn list_json(&self, resource: &str, ns: Option<&str>) -> Result<crate::store::JsonListing, StoreError> {
-            self.inner.list_json(resource, ns).await
-        }
-        async fn create(&self, key: &Key, object: Value) -> Result<crate::store::Stored, StoreError> {
-            let created = self.inner.create(key, object).await?;
-            if key.resource == CLUSTER_SERVICE_VERSION.store_key() {
-                let mut admins = config("90-up-b", "admin", None);
-                objects::prepare_create(&mut admins, "");
-                self.inner.create(&config_key("90-up-b"), admins).await?;
-            }
-            Ok(created)
-        }
-        async fn update(
-            &self,
-            key: &Key,
-            object: Value,
-            expected: Option<u64>,
-        ) -> Result<crate::store::Stored, StoreError> {
-            self.inner.update(key, object, expected).await
-        }
-        async fn delete(&self, key: &Key, expected: Option<u64>) -> Result<crate::store::Stored, StoreError> {
-            self.inner.delete(key, expected).await
-        }
-        async fn watch(
-            &self,
-            filter: crate::store::WatchFilter,
-            from: u64,
-        ) -> Result<crate::store::WatchStream, StoreError> {
-            self.inner.watch(filter, from).await
-        }
-        async fn revision(&self) -> Result<u64, StoreError> {
-            self.inner.revision().await
-        }
-        async fn check_writes(&self) -> Result<(), StoreError> {
-            self.inner.check_writes().await
-        }
-        async fn update_in_order(
-            &self,
-            first: Vec<crate::store::CasWrite>,
-            then: Vec<crate::store::CasWrite>,
-        ) -> Result<Vec<Option<crate::store::Stored>>, StoreError> {
-            self.inner.update_in_order(first, then).await
-        }
+    fn racing(inner: Arc<dyn Store>) -> Arc<dyn Store> {
+        use crate::store::hooked::{Hooked, Moment};
+        Arc::new(Hooked {
+            inner,
+            hook: Box::new(|inner, moment, key| {
+                Box::pin(async move {
+                    if moment == Moment::AfterCreate && key.resource == CLUSTER_SERVICE_VERSION.store_key() {
+                        let mut admins = config("90-up-b", "admin", None);
+                        objects::prepare_create(&mut admins, "");
+                        inner.create(&config_key("90-up-b"), admins).await?;
+                    }
+                    Ok(())
+                })
+            }),
+        })
     }
 
     /// A name taken between the check and the write undoes what the plan wrote before it: the
@@ -780,7 +740,7 @@ mod tests {
         let inner: Arc<dyn Store> = Arc::new(SqliteStore::open(&dir.path().join("s.db")).expect("store"));
         let before = installed_v1(&inner).await;
         inner.delete(&config_key("90-up-b"), None).await.expect("the admin's config gone for now");
-        let store: Arc<dyn Store> = Arc::new(Racing { inner: inner.clone() });
+        let store = racing(inner.clone());
         let events = Recorder::new("test", inner.clone(), Duration::from_secs(3600));
         reconcile(&store, &events).await.expect("a pass");
         let (phase, message) = outcome(&inner).await;
