@@ -646,11 +646,20 @@ fn convert_v2_systemd(sd: &Map<String, Value>) -> Result<Value, IgnitionError> {
             .map(|u| match u {
                 Value::Object(m) => {
                     let mut c = m.clone();
-                    // `enable` is 2.x's deprecated spelling of `enabled`; `enabled` wins when both are set.
+                    // `enable` is 2.x's deprecated spelling of `enabled`; `enabled` wins when both
+                    // are set. As MCO's converter reads 2.x's plain (not optional) fields, a false
+                    // `enable` or `mask` and an empty `contents` say nothing: they are left unset,
+                    // so a config merged before keeps what it set.
                     if let Some(e) = c.remove("enable") {
-                        if c.get("enabled").is_none_or(Value::is_null) && !e.is_null() {
+                        if c.get("enabled").is_none_or(Value::is_null) && e == Value::Bool(true) {
                             c.insert("enabled".into(), e);
                         }
+                    }
+                    if c.get("mask") == Some(&Value::Bool(false)) {
+                        c.remove("mask");
+                    }
+                    if c.get("contents").and_then(Value::as_str) == Some("") {
+                        c.remove("contents");
                     }
                     Value::Object(c)
                 }
@@ -814,6 +823,20 @@ mod tests {
         assert_eq!(u[0], json!({"name": "a.service", "enabled": true}));
         assert_eq!(u[1], json!({"name": "b.service", "enabled": false}), "enabled wins over the deprecated alias");
         assert_eq!(u[2], json!({"name": "c.service", "mask": true}));
+    }
+
+    /// A 2.x unit's false `enable` or `mask` and empty `contents` are unset, as MCO's converter
+    /// reads them: a 3.x config before it that enables the unit keeps it enabled in the render.
+    #[test]
+    fn v2_false_and_empty_unit_fields_say_nothing() {
+        let cfg = json!({"ignition": {"version": "2.2.0"}, "systemd": {"units": [
+            {"name": "a.service", "enable": false, "mask": false, "contents": "",
+             "dropins": [{"name": "d.conf", "contents": "[Service]\n"}]},
+            {"name": "b.service", "enabled": false}]}});
+        let out = parse_config(&cfg).unwrap();
+        let u = &out["systemd"]["units"];
+        assert_eq!(u[0], json!({"name": "a.service", "dropins": [{"name": "d.conf", "contents": "[Service]\n"}]}));
+        assert_eq!(u[1], json!({"name": "b.service", "enabled": false}), "2.2's optional enabled says false");
     }
 
     #[test]
