@@ -381,12 +381,15 @@ impl ListVersion {
     }
 }
 
-/// The list of the one object at `key`, at the store's revision read first (a write in between
-/// is then newer than the list, as a list's items may be).
-async fn one_json(store: &dyn crate::store::Store, key: &Key) -> Result<crate::store::JsonListing, StoreError> {
+/// The one object at `key` and the revision a list of it is at: the store's, read first (a
+/// write in between is then newer than the list, as a list's items may be, and a watch from it
+/// sends that write again rather than miss it).
+pub async fn one_object(
+    store: &dyn crate::store::Store,
+    key: &Key,
+) -> Result<(Option<crate::store::Stored>, u64), StoreError> {
     let revision = store.revision().await?;
-    let items = store.get_json(key).await?.into_iter().collect();
-    Ok(crate::store::JsonListing { items, revision })
+    Ok((store.get(key).await?, revision))
 }
 
 /// The one key a list or watch of `path` pinned to `name` (a `metadata.name=` field selector)
@@ -426,7 +429,9 @@ async fn list(call: Call<'_>) -> Result<Response, ApiError> {
             let view = GlobalPackages::of(call.ctx, &call.path);
             let listing = match (view, pinned_key(&call.path, filters.fields.name())) {
                 (Some(view), _) => view.list_json(&*call.ctx.store).await,
-                (None, Some(key)) => one_json(&*call.ctx.store, &key).await,
+                (None, Some(key)) => one_object(&*call.ctx.store, &key).await.map(|(item, revision)| {
+                    crate::store::JsonListing { items: item.map(|s| s.json).into_iter().collect(), revision }
+                }),
                 (None, None) => call.ctx.store.list_json(&store_key, ns.as_deref()).await,
             }
             .map_err(|e| call.store_err(e, ""))?;

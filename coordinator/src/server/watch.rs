@@ -332,12 +332,10 @@ async fn current(
     name: Option<&str>,
 ) -> Result<crate::store::Listing, ApiError> {
     if let (None, Some(key)) = (view, super::handlers::pinned_key(path, name)) {
-        // The revision first: an object written in between is then sent again by the watch from
-        // it, never missed.
-        let failed = |e| ApiError::from_store(e, &path.rt.qualified(), "");
-        let revision = ctx.store.revision().await.map_err(failed)?;
-        let items = ctx.store.get(&key).await.map_err(failed)?;
-        return Ok(crate::store::Listing { items: items.map(|s| (*s.object).clone()).into_iter().collect(), revision });
+        let (item, revision) = super::handlers::one_object(&*ctx.store, &key)
+            .await
+            .map_err(|e| ApiError::from_store(e, &path.rt.qualified(), ""))?;
+        return Ok(crate::store::Listing { items: item.map(|s| (*s.object).clone()).into_iter().collect(), revision });
     }
     match view {
         Some(v) => v.list(&*ctx.store).await,

@@ -181,17 +181,20 @@ pub(crate) fn key_of(resource: &crate::resources::ResourceType, obj: &Value) -> 
 
 /// The MachineConfigs a CSV installed (by their labels), with their stored objects.
 pub(crate) async fn configs_of(store: &Arc<dyn Store>, namespace: &str, csv: &str) -> Result<Vec<Value>, StoreError> {
-    use aloft_api::olm::{OWNER_CSV_LABEL, OWNER_NAMESPACE_LABEL};
     Ok(store
         .list(&MACHINE_CONFIG.store_key(), None)
         .await?
         .items
         .into_iter()
-        .filter(|mc| {
-            let label = |k: &str| mc.pointer("/metadata/labels").and_then(|l| l.get(k)).and_then(Value::as_str);
-            label(OWNER_CSV_LABEL) == Some(csv) && label(OWNER_NAMESPACE_LABEL) == Some(namespace)
-        })
+        .filter(|mc| config_owner(mc) == (Some(namespace), Some(csv)))
         .collect())
+}
+
+/// The owner a stored MachineConfig's labels name: (namespace, CSV).
+pub(crate) fn config_owner(mc: &Value) -> (Option<&str>, Option<&str>) {
+    use aloft_api::olm::{OWNER_CSV_LABEL, OWNER_NAMESPACE_LABEL};
+    let label = |k: &str| mc.pointer("/metadata/labels").and_then(|l| l.get(k)).and_then(Value::as_str);
+    (label(OWNER_NAMESPACE_LABEL), label(OWNER_CSV_LABEL))
 }
 
 /// Emit a Normal Event.

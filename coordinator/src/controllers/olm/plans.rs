@@ -9,7 +9,7 @@
 //! wrote before a name was taken under it (a race) is undone, so a failed plan never leaves a
 //! half-installed bundle, nor a CSV for its Subscription to adopt or to see succeed.
 
-use super::{configs_of, involved, key_of, note, warn, write_if_changed};
+use super::{config_owner, configs_of, involved, key_of, note, warn, write_if_changed};
 use crate::controllers::events::Recorder;
 use crate::resources::{CLUSTER_SERVICE_VERSION, INSTALL_PLAN, MACHINE_CONFIG};
 use crate::server::objects;
@@ -385,13 +385,6 @@ fn csv_not_ours(existing: &Value, t: Target<'_>) -> Option<String> {
         .map(|p| format!("by InstallPlan {p}"))
         .unwrap_or_else(|| "by hand, not by an InstallPlan".to_string());
     Some(format!("ClusterServiceVersion {}/{} exists, created {by}", t.ns, objects::name_of(existing)))
-}
-
-/// The owner a stored MachineConfig's labels name: (namespace, CSV).
-fn config_owner(mc: &Value) -> (Option<&str>, Option<&str>) {
-    use aloft_api::olm::{OWNER_CSV_LABEL, OWNER_NAMESPACE_LABEL};
-    let label = |k: &str| mc.pointer("/metadata/labels").and_then(|l| l.get(k)).and_then(Value::as_str);
-    (label(OWNER_NAMESPACE_LABEL), label(OWNER_CSV_LABEL))
 }
 
 /// Why the plan may not take the stored MachineConfig `name`: the admin wrote it, or another
