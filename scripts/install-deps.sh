@@ -4,12 +4,13 @@
 # 2022.7 and its tests build, sign and deploy real commits; systemd: its systemd-socket-activate
 # starts the OS helper as systemd's socket activation would; tzdata: the time zones of pools'
 # maintenance windows; protobuf-compiler: the etcd client's build compiles etcd's gRPC API; etcd-server: the
-# etcd store backend's tests run a real etcd on loopback). Idempotent and quick when
+# etcd store backend's tests run a real etcd on loopback; grub-common: grub-editenv, which the OS
+# helper's boot-counting test reads and writes GRUB's environment block with). Idempotent and quick when
 # everything is already there. The Rust toolchain (stable 1.95) is expected on the machine.
 set -euo pipefail
 
 need=()
-for pkg in build-essential pkg-config ca-certificates dbus-daemon libostree-dev ostree gpg gpg-agent systemd tzdata protobuf-compiler etcd-server; do
+for pkg in build-essential pkg-config ca-certificates dbus-daemon libostree-dev ostree gpg gpg-agent systemd tzdata protobuf-compiler etcd-server grub-common; do
   # Installed, not merely known to dpkg (`dpkg -s` also succeeds for a package removed with its
   # configuration files left behind).
   [[ "$(dpkg-query -W -f='${db:Status-Status}' "$pkg" 2>/dev/null)" == installed ]] || need+=("$pkg")

@@ -1272,6 +1272,9 @@ impl Agent {
         if matches!(self.phase, Phase::Rebooting { .. }) {
             self.no_stray_stage_before_reboot(target).await?;
         }
+        if matches!(self.phase, Phase::RebootingStaged { .. }) {
+            self.arm_boot_counter().await;
+        }
         self.ask_logind(target).await?;
         if self.reboot_error.take().is_some() {
             tracing::info!(target, "the reboot went through after all");
@@ -1494,6 +1497,7 @@ impl Agent {
                 }
             }
         }
+        self.settle_boot_counting().await;
         self.refresh_os_status().await;
         if let (Phase::Idle, Some(cur)) = (&self.phase, self.current.clone()) {
             if let Err(drift) = self.verify_current(&cur).await {

@@ -91,6 +91,14 @@ struct RunArgs {
     /// for the coordinator however long it takes.
     #[arg(long, env = "ALOFT_OS_REACH_TIMEOUT_SECONDS", default_value_t = 900)]
     os_reach_timeout_seconds: u64,
+    /// How many boots a new OS deployment gets from the bootloader before it boots the previous
+    /// one (greenboot's boot counting: armed in GRUB's environment block before the reboot into
+    /// an update, disarmed once the boot is healthy; a kernel panic or a root that never mounts
+    /// is then rolled back). Takes effect on hosts whose bootloader counts (the OS helper's
+    /// --grubenv). 0: not armed.
+    #[arg(long, env = "ALOFT_BOOT_ATTEMPTS", default_value_t = 3,
+          value_parser = clap::value_parser!(u32).range(0..=aloft_api::os::MAX_BOOT_ATTEMPTS as i64))]
+    boot_attempts: u32,
     /// How often an update's OS download, once it has run this long, writes how far it is to
     /// the Node (the aloft.dev/progress annotation: `aloftctl get nodes` shows it in REASON while
     /// the node updates); the agent's own status shows it every 3 s. 0: never.
@@ -124,6 +132,7 @@ fn os_options(a: &RunArgs) -> Result<Option<daemon::OsOptions>> {
         health_timeout: Duration::from_secs(a.health_timeout_seconds.max(1)),
         reach_timeout: Duration::from_secs(a.os_reach_timeout_seconds),
         progress_report: Duration::from_secs(a.os_progress_report_seconds),
+        boot_attempts: a.boot_attempts,
     }))
 }
 

@@ -14,6 +14,7 @@
 //! from another thread).
 
 pub mod cancel;
+pub mod grubenv;
 pub mod kargs;
 pub mod wire;
 
@@ -59,7 +60,45 @@ pub struct OsStatus {
     /// The download the helper is running now, if any (an update's or a pre-stage's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub download: Option<Download>,
+    /// The bootloader's boot counting, when the host has it (a GRUB environment block).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_counting: Option<BootCounting>,
 }
+
+/// The boot counting greenboot keeps in GRUB's environment block ([`grubenv`]), as read: what
+/// `aloft-agent status` shows, and what tells the agent that the bootloader fell back.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BootCounting {
+    /// The environment block's path on the host.
+    pub grubenv: String,
+    /// `boot_counter`: boots left for the entry booted after an update; `-1` once the bootloader
+    /// fell back to the previous entry; absent when nothing is counted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_counter: Option<String>,
+    /// `boot_success`: `1` once the running boot was found healthy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_success: Option<String>,
+}
+
+impl BootCounting {
+    /// The bootloader ran out of attempts for the new entry and booted the previous one.
+    pub fn fell_back(&self) -> bool {
+        self.boot_counter.as_deref() == Some("-1")
+    }
+}
+
+/// A change to the boot counting ([`OsBackend::boot_counter`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BootCount {
+    /// Before the reboot into a staged deployment: this many boots for it.
+    Arm(u32),
+    /// The boot is healthy, or the update will not boot: nothing is counted any more.
+    Disarm,
+}
+
+/// The most boot attempts the helper arms (greenboot's default is 3).
+pub const MAX_BOOT_ATTEMPTS: u32 = 99;
 
 /// How far a pull has come, as libostree counts it (its `OstreeAsyncProgress`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -200,6 +239,12 @@ pub trait OsBackend: Send + Sync {
     fn drop_staged(&self) -> Result<Option<DeploymentInfo>, OsError>;
     /// The kernel command line of the running boot (`/proc/cmdline`), for the after-boot check.
     fn booted_cmdline(&self) -> Result<String, OsError>;
+    /// Arm or disarm the bootloader's boot counting; the counting as it is now, or `None` when
+    /// the host has none (no environment block: nothing was changed).
+    fn boot_counter(&self, change: BootCount) -> Result<Option<BootCounting>, OsError>;
+    /// Make the booted deployment the default (after the bootloader fell back to it, so that the
+    /// deployment it gave up on does not boot again); returns it.
+    fn keep_booted(&self) -> Result<DeploymentInfo, OsError>;
 }
 
 #[cfg(test)]

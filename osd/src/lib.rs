@@ -10,10 +10,11 @@
 //! between updates it costs nothing. MCO's daemon hands the same job to rpm-ostreed, bootc and
 //! Zincati to their system daemons.
 //!
-//! Module map: `ostree` (the libostree backend), `server` (socket, peer credentials, one
+//! Module map: `ostree` (the libostree backend), `bootcount` (GRUB's boot counting), `server` (socket, peer credentials, one
 //! request per connection, idle exit, pulls in a worker process cancelled by a hangup), `testkit` (feature `test-support`: signed commits, an
 //! HTTP server, directory sysroots, the helper as a child process).
 
+pub mod bootcount;
 pub mod ostree;
 pub mod server;
 #[cfg(feature = "test-support")]

@@ -38,6 +38,13 @@ struct Cli {
     /// The running boot's kernel command line.
     #[arg(long, default_value = "/proc/cmdline")]
     cmdline: PathBuf,
+    /// GRUB's environment block, where boot attempts are counted as greenboot counts them: armed
+    /// before the reboot into an update, so that a GRUB with greenboot's fallback-counting script
+    /// boots the previous deployment once they run out (a kernel that panics, a root that never
+    /// mounts). Default: boot/grub2/grubenv under --sysroot. No file there, or an empty value: no
+    /// boot counting.
+    #[arg(long)]
+    grubenv: Option<PathBuf>,
     /// Bind and listen on this socket (mode 0600) instead of taking systemd's (LISTEN_FDS).
     #[arg(long)]
     listen: Option<PathBuf>,
@@ -120,6 +127,11 @@ fn run() -> Result<()> {
         remote: cli.remote.clone(),
         keyring: cli.keyring.clone(),
         cmdline_path: cli.cmdline.clone(),
+        grubenv: match &cli.grubenv {
+            Some(p) if p.as_os_str().is_empty() => None,
+            Some(p) => Some(p.clone()),
+            None => Some(cli.sysroot.join(aloft_osd::bootcount::DEFAULT_GRUBENV)),
+        },
     });
     if cli.pull_worker {
         return server::pull_worker_main(&backend, std::io::stdin().lock(), std::io::stdout().lock())

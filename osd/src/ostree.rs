@@ -19,14 +19,18 @@
 //!   `deploy_tree` + `simple_write_deployment`, which writes the new default at once. Kernel
 //!   arguments come from the merge deployment's boot entry by MCO's rule ([`aloft_api::os::kargs`]).
 //! - **Rollback**: reorder the deployments so the previous one boots next, as
-//!   `ostree admin rollback`/`bootc rollback` do.
+//!   `ostree admin rollback`/`bootc rollback` do. After the bootloader fell back to the previous
+//!   deployment by itself (boot counting, see `bootcount`), the booted one is made the default,
+//!   as greenboot's `rpm-ostree rollback` does then.
 //!
 //! libostree objects are not `Send`: every method opens and loads the sysroot on the calling
 //! thread (the helper runs each request on its own thread); a load is a few milliseconds.
 //!
 //! This runs inside `aloft-os-helper` (root, the host's mount namespace), never in the agent.
 
-use aloft_api::os::{kargs, Cancel, DeploymentInfo, OsBackend, OsError, OsStatus, PullReport, StageRequest};
+use aloft_api::os::{
+    kargs, BootCount, BootCounting, Cancel, DeploymentInfo, OsBackend, OsError, OsStatus, PullReport, StageRequest,
+};
 use aloft_api::osimage::OstreeImage;
 use ostree::gio::{self, prelude::CancellableExt};
 use ostree::glib;
@@ -52,12 +56,16 @@ pub struct OstreeConfig {
     pub keyring: PathBuf,
     /// The running boot's command line: `/proc/cmdline` on a node.
     pub cmdline_path: PathBuf,
+    /// GRUB's environment block, where boot attempts are counted; `None`, or no file there: the
+    /// host has no boot counting.
+    pub grubenv: Option<PathBuf>,
 }
 
 impl OstreeConfig {
     /// Defaults for a host whose root is `root`.
     pub fn for_root(root: &Path, sysroot: PathBuf) -> Self {
         OstreeConfig {
+            grubenv: Some(sysroot.join(crate::bootcount::DEFAULT_GRUBENV)),
             sysroot,
             osname: DEFAULT_OSNAME.into(),
             remote: DEFAULT_REMOTE.into(),
@@ -434,7 +442,8 @@ impl OsBackend for OstreeBackend {
         // The first deployment that is not staged boots next when nothing is staged.
         let rollback_queued = booted.is_some() && all.iter().find(|d| !d.staged).is_some_and(|d| !d.booted);
         // The download under way is the server's to add: the backend does not know of it.
-        Ok(OsStatus { booted, staged, rollback, rollback_queued, deployments: all, download: None })
+        let boot_counting = crate::bootcount::read(self.cfg.grubenv.as_deref());
+        Ok(OsStatus { booted, staged, rollback, rollback_queued, deployments: all, download: None, boot_counting })
     }
 
     fn has_verified_commit(&self, image: &OstreeImage) -> Result<bool, OsError> {
@@ -584,6 +593,36 @@ impl OsBackend for OstreeBackend {
     fn booted_cmdline(&self) -> Result<String, OsError> {
         std::fs::read_to_string(&self.cfg.cmdline_path)
             .map_err(|e| OsError::ostree(format!("reading {}", self.cfg.cmdline_path.display()), e))
+    }
+
+    fn boot_counter(&self, change: BootCount) -> Result<Option<BootCounting>, OsError> {
+        crate::bootcount::change(self.cfg.grubenv.as_deref(), change)
+    }
+
+    fn keep_booted(&self) -> Result<DeploymentInfo, OsError> {
+        let sysroot = self.open()?;
+        let _lock = self.lock(&sysroot)?;
+        sysroot.load(no_cancel()).map_err(|e| OsError::ostree("reloading the ostree sysroot", e))?;
+        let booted = sysroot.booted_deployment().ok_or_else(|| {
+            OsError::Invalid("no deployment is booted (not an ostree-booted host): nothing to keep".into())
+        })?;
+        let all: Vec<ostree::Deployment> = sysroot.deployments().into_iter().filter(|d| !d.is_staged()).collect();
+        if all.first().is_some_and(|d| d.equal(&booted)) {
+            return Ok(self.info(&sysroot, &booted));
+        }
+        let mut order = vec![booted.clone()];
+        order.extend(all.into_iter().filter(|d| !d.equal(&booted)));
+        sysroot
+            .write_deployments(&order, no_cancel())
+            .map_err(|e| OsError::ostree(format!("making the booted deployment {} the default", booted.csum()), e))?;
+        sysroot.load(no_cancel()).map_err(|e| OsError::ostree("reloading the ostree sysroot", e))?;
+        let first = sysroot
+            .deployments()
+            .into_iter()
+            .next()
+            .ok_or_else(|| OsError::Invalid("no deployments after making the booted one the default".into()))?;
+        tracing::warn!(checksum = %first.csum(), "the booted deployment boots next again (the bootloader fell back to it)");
+        Ok(self.info(&sysroot, &first))
     }
 }
 

@@ -28,7 +28,7 @@
 //!   again on the next connection (connections arriving meanwhile wait in the backlog).
 
 use crate::ostree::{OstreeBackend, PullProgress};
-use aloft_api::os::wire::{self, Call, Dropped, Reply, Request, RequestMsg, PROTOCOL_VERSION};
+use aloft_api::os::wire::{self, Call, Counting, Dropped, Reply, Request, RequestMsg, PROTOCOL_VERSION};
 use aloft_api::os::{Cancel, Download, OsBackend, OsError};
 use nix::poll::{PollFd, PollFlags, PollTimeout};
 use std::cell::RefCell;
@@ -297,6 +297,8 @@ impl Server {
             Call::Rollback => json(serde_json::to_value(b.rollback()?)),
             Call::DropStaged => json(serde_json::to_value(Dropped { dropped: b.drop_staged()? })),
             Call::BootedCmdline => json(serde_json::to_value(b.booted_cmdline()?)),
+            Call::BootCounter(change) => json(serde_json::to_value(Counting { counting: b.boot_counter(change)? })),
+            Call::KeepBooted => json(serde_json::to_value(b.keep_booted()?)),
         }
     }
 }

@@ -310,3 +310,51 @@ fn which(name: &str) -> Result<PathBuf, ()> {
         .and_then(|p| std::env::split_paths(&p).map(|d| d.join(name)).find(|p| p.is_file()))
         .ok_or(())
 }
+
+/// Boot counting through the real helper, on an environment block GRUB's own `grub-editenv`
+/// created: the agent's client arms it, `grub-editenv list` reads what GRUB would, a fallback
+/// written as GRUB writes it shows in the status, disarming ends it; `keepBooted` on a directory
+/// sysroot (nothing booted) is refused and changes no order. Without the block nothing is counted.
+#[test]
+fn boot_counting_is_what_grub_editenv_reads_and_writes() {
+    use aloft_api::os::BootCount;
+    let Ok(editenv) = which("grub-editenv") else {
+        return skip_or_fail("grub-editenv not found (package grub-common)");
+    };
+    let fx = fixture();
+    let grubenv = fx.sysroot.join("boot/grub2/grubenv");
+    let helper = HelperProcess::start(helper_bin(), &fx.dir.path().join("run"), &fx.sysroot, &fx.keyring).unwrap();
+    let client = helper.client();
+    assert_eq!(client.boot_counter(BootCount::Arm(3)).unwrap(), None, "no block: no counting");
+    assert_eq!(client.status().unwrap().boot_counting, None);
+    assert!(!grubenv.exists(), "no block is created");
+
+    std::fs::create_dir_all(grubenv.parent().unwrap()).unwrap();
+    let grub = |args: &[&str]| {
+        let out = Command::new(&editenv).arg(&grubenv).args(args).output().unwrap();
+        assert!(out.status.success(), "grub-editenv {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    grub(&["create"]);
+    grub(&["set", "saved_entry=aloft-1"]);
+    let armed = client.boot_counter(BootCount::Arm(3)).unwrap().expect("counting");
+    assert_eq!(armed.grubenv, grubenv.display().to_string());
+    assert_eq!(grub(&["list"]), "saved_entry=aloft-1\nboot_counter=3\nboot_success=0\n");
+    assert_eq!(std::fs::metadata(&grubenv).unwrap().len(), 1024, "the block keeps its size");
+    // What GRUB's script leaves once it gave up on the new entry.
+    grub(&["set", "boot_counter=-1"]);
+    let status = client.status().unwrap().boot_counting.expect("counting in the status");
+    assert!(status.fell_back(), "{status:?}");
+    let order = testkit::deployment_order(&fx.sysroot).unwrap();
+    let refused = client.keep_booted().unwrap_err();
+    assert!(matches!(&refused, OsError::Invalid(m) if m.contains("no deployment is booted")), "{refused}");
+    assert_eq!(testkit::deployment_order(&fx.sysroot).unwrap(), order, "the order is left alone");
+    client.boot_counter(BootCount::Disarm).unwrap().expect("counting");
+    assert_eq!(grub(&["list"]), "saved_entry=aloft-1\nboot_success=1\n");
+    // A block GRUB would not read: refused by name, the file left as it was.
+    std::fs::write(&grubenv, b"boot_counter=3\n").unwrap();
+    let e = client.boot_counter(BootCount::Arm(3)).unwrap_err().to_string();
+    assert!(e.contains("not a GRUB environment block"), "{e}");
+    assert_eq!(std::fs::read(&grubenv).unwrap(), b"boot_counter=3\n");
+    assert_eq!(client.status().unwrap().boot_counting, None);
+}

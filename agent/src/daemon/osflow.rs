@@ -14,6 +14,7 @@ use crate::os::health::HealthChecks;
 use crate::os::rolled_back;
 use crate::os::{kargs, prestage, DeploymentInfo, OsError, OsHandle, OsStatus, StageRequest};
 use crate::state::{self, DeploymentId, Phase, Staged};
+use aloft_api::os::{BootCount, BootCounting};
 use aloft_api::osimage;
 use aloft_api::{MachineConfig, MachineConfigSpec};
 use anyhow::Result;
@@ -41,6 +42,8 @@ pub struct OsOptions {
     /// How often an update's download, once it has run this long, writes how far it is to the
     /// Node ([`aloft_api::annotations::PROGRESS`]); zero: never.
     pub progress_report: Duration,
+    /// Boots the bootloader gives a new OS deployment before it falls back; zero: not armed.
+    pub boot_attempts: u32,
 }
 
 /// The OS backend and the health checks, as the daemon uses them.
@@ -52,6 +55,8 @@ pub struct OsAgent {
     pub reach_timeout: Duration,
     /// [`OsOptions::progress_report`].
     pub progress_report: Duration,
+    /// [`OsOptions::boot_attempts`].
+    pub boot_attempts: u32,
 }
 
 impl OsAgent {
@@ -66,6 +71,7 @@ impl OsAgent {
             },
             reach_timeout: opts.reach_timeout,
             progress_report: opts.progress_report,
+            boot_attempts: opts.boot_attempts,
         }
     }
 }
@@ -266,6 +272,22 @@ fn rollback_words(from: &str, to: &str) -> String {
 /// The reason a node rolled back from `from` to `to` reports, once it runs `to`.
 fn rolled_back_reason(failure: &str, from: &str, to: &str) -> String {
     format!("{failure}; rolled back {}", rollback_words(from, to))
+}
+
+/// Why a new OS deployment failed when the bootloader gave up on it (boot counting ran out):
+/// nothing on the node ran long enough to say more, so the reason says where to look.
+fn fell_back_failure(checksum: &str, attempts: u32, counting: &BootCounting) -> String {
+    let tries = match attempts {
+        0 => "the boots it was given".to_string(),
+        1 => "1 boot".to_string(),
+        n => format!("{n} boots"),
+    };
+    format!(
+        "the new OS deployment of commit {checksum} never came up: the bootloader gave up on it after {tries} \
+         (boot counting in {}) and booted the previous deployment; not retried until the desired config changes \
+         (its kernel's console or `journalctl --list-boots` shows why the boots failed)",
+        counting.grubenv
+    )
 }
 
 /// The reason a node rolling back from `from` to `to` reports until it has booted `to` (the
@@ -722,6 +744,11 @@ impl Agent {
             return self.helper_out_of_reach(&os, target, e).await;
         }
         self.helper_wait = None;
+        // Before anything else: a boot the bootloader fell back to would otherwise read as a lost
+        // staged deployment, and staged again into the same failure.
+        if let Some((counting, booted)) = self.bootloader_fell_back(&os, &checksum, staged.as_ref()).await {
+            return self.keep_fallback(&os, target, &checksum, staged.as_ref(), &counting, &booted).await;
+        }
         let denied = Denylist::load(&self.root).ok().and_then(|l| l.find(&checksum).cloned());
         let booted = match denied {
             Some(_) => self.booted_deployment(&os).await.ok().flatten(),
@@ -745,6 +772,7 @@ impl Agent {
                         self.record_rolled_back_kargs(&running);
                     }
                 }
+                self.disarm_boot_counter().await;
                 return self.fail(target, rolled_back_reason(&failure, &checksum, &booted), false).await;
             }
             None => {}
@@ -763,6 +791,7 @@ impl Agent {
                 FailedVerify::StageAgain(staged, why) => self.restage(&os, target, &checksum, staged, why).await,
                 FailedVerify::Degraded(reason) => {
                     self.record_staged_lost(&os, &checksum).await;
+                    self.disarm_boot_counter().await;
                     self.fail(target, reason, false).await
                 }
             };
@@ -773,6 +802,8 @@ impl Agent {
                 if let Err(e) = rolled_back::clear(&self.root) {
                     tracing::warn!(error = %e, "cannot remove the rolled-back deployment's kernel arguments");
                 }
+                // The boot is good: the bootloader stops counting (greenboot's set-success).
+                self.disarm_boot_counter().await;
                 self.finish(target, true).await
             }
             Err(failure) => self.roll_back(&os, target, &checksum, failure.to_string()).await,
@@ -858,6 +889,98 @@ impl Agent {
         }
     }
 
+    /// Before the reboot into the staged deployment: the bootloader gets
+    /// [`OsOptions::boot_attempts`] boots for it, counted in its environment block, before it
+    /// boots the previous deployment by itself. Best effort: without it (a host whose bootloader
+    /// does not count, a helper from before boot counting) the update goes on as before.
+    pub(super) async fn arm_boot_counter(&mut self) {
+        let Some(os) = self.os.clone() else { return };
+        let attempts = os.boot_attempts;
+        if attempts == 0 {
+            return;
+        }
+        match os.handle.run(move |b| b.boot_counter(BootCount::Arm(attempts))).await {
+            Ok(Some(c)) => tracing::info!(attempts, grubenv = %c.grubenv, "boot counting armed for the new OS deployment"),
+            Ok(None) => tracing::info!(
+                "the bootloader counts no boots here (no GRUB environment block): a new OS that never comes up is not rolled back by it"
+            ),
+            Err(e) => tracing::warn!(error = %e, "cannot arm the bootloader's boot counting; rebooting without it"),
+        }
+    }
+
+    /// The bootloader stops counting and this boot is marked good: after a verified OS update,
+    /// before a rollback's reboot, and at every start of the agent outside an unchecked OS boot
+    /// (a counter left armed by an update given up before its reboot would otherwise run out on
+    /// unrelated reboots, and boot the previous deployment). Best effort; logged.
+    pub(super) async fn disarm_boot_counter(&mut self) {
+        let Some(os) = self.os.clone() else { return };
+        if let Err(e) = os.handle.run(|b| b.boot_counter(BootCount::Disarm)).await {
+            tracing::warn!(error = %e, "cannot mark the boot good in the bootloader's boot counting");
+        }
+    }
+
+    /// At the agent's start: the boot is good unless it is an OS update's first, which
+    /// [`Self::verify_os_boot`] judges.
+    pub(super) async fn settle_boot_counting(&mut self) {
+        if self.unchecked_os_boot().is_none() {
+            self.disarm_boot_counter().await;
+        }
+    }
+
+    /// The bootloader ran out of boots for the staged deployment of `checksum` and booted the
+    /// previous one: the counting and the booted deployment. `None` when it did not, when the
+    /// helper cannot say, or when the staged deployment runs after all.
+    async fn bootloader_fell_back(
+        &mut self,
+        os: &super::OsAgent,
+        checksum: &str,
+        staged: Option<&Staged>,
+    ) -> Option<(BootCounting, DeploymentInfo)> {
+        let status = self.read_os_status(os).await.ok()?;
+        let counting = status.boot_counting.filter(BootCounting::fell_back)?;
+        let booted = status.booted?;
+        let running = Booted { checksum: booted.checksum.clone(), serial: booted.deploy_serial };
+        if booted.checksum == checksum && came_up_on_staged(staged, checksum, Some(&running)).is_ok() {
+            return None;
+        }
+        Some((counting, booted))
+    }
+
+    /// After the bootloader fell back: the failed commit is denylisted (so the update is not
+    /// staged again into the same failure), the running deployment made the default (else the
+    /// next reboot with the counting disarmed boots the failed one), the counting disarmed, and
+    /// the node Degraded saying so, as greenboot's fallback check does with `rpm-ostree rollback`.
+    /// In that order: a crash midway does it again (the counter still says -1), and after the
+    /// disarm the denylist and the order say the rollback is done.
+    async fn keep_fallback(
+        &mut self,
+        os: &super::OsAgent,
+        target: &str,
+        checksum: &str,
+        staged: Option<&Staged>,
+        counting: &BootCounting,
+        booted: &DeploymentInfo,
+    ) -> Result<()> {
+        let failure = fell_back_failure(checksum, os.boot_attempts, counting);
+        tracing::warn!(target, checksum, booted = %booted.checksum, "the bootloader fell back from the new OS deployment");
+        let mut list = Denylist::load(&self.root).unwrap_or_default();
+        list.deny(target, checksum, staged.and_then(|s| s.serial), &failure);
+        if let Err(e) = list.save(&self.root) {
+            tracing::warn!(error = %e, "cannot persist the OS commit denylist");
+        }
+        let kept = os.handle.run(|b| b.keep_booted()).await;
+        self.refresh_os_status().await;
+        match kept {
+            Ok(d) => self.record_rolled_back_kargs(&d),
+            Err(e) => {
+                let reason = format!("{failure}; making the running deployment the default failed: {e}");
+                return self.fail(target, reason, false).await;
+            }
+        }
+        self.disarm_boot_counter().await;
+        self.fail(target, rolled_back_reason(&failure, checksum, &booted.checksum), false).await
+    }
+
     /// A staged deployment lost for good (not staged again): the node runs the deployment from
     /// before the update, whose arguments from aloft are the update's "old" ones, as after a
     /// rollback. Recorded as a rollback records it ([`rolled_back`]), so that the drift check
@@ -932,6 +1055,9 @@ impl Agent {
             Err(e) => return self.fail(target, format!("{failure}; rolling back failed: {e}"), false).await,
         };
         self.record_rolled_back_kargs(&previous);
+        // The order is the rollback's now: a counter still armed would, once run out, send the
+        // bootloader to the second entry, the deployment that failed.
+        self.disarm_boot_counter().await;
         let reason = rolling_back_reason(&failure, checksum, &previous.checksum);
         let boot_id = state::boot_id(&self.root);
         self.enter(

@@ -15,6 +15,7 @@
 
 use super::{Cancel, DeploymentInfo, OsBackend, OsError, OsStatus, PullReport, StageRequest};
 use aloft_api::os::wire::{self, Call, Reply, Request, RequestMsg, PROTOCOL_VERSION};
+use aloft_api::os::{BootCount, BootCounting};
 use aloft_api::osimage::OstreeImage;
 use serde::de::DeserializeOwned;
 use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
@@ -35,7 +36,8 @@ pub fn timeout_for(call: &Call) -> Duration {
         Call::HasVerifiedCommit(_) => 120,
         Call::Pull(_) => 3600,
         Call::Stage(_) => 1800,
-        Call::Rollback => 600,
+        Call::Rollback | Call::KeepBooted => 600,
+        Call::BootCounter(_) => 30,
         // Waits for the sysroot's lock, which a stage in progress holds.
         Call::DropStaged => 1800,
     })
@@ -185,6 +187,14 @@ impl OsBackend for HelperClient {
 
     fn booted_cmdline(&self) -> Result<String, OsError> {
         self.call(&Call::BootedCmdline)
+    }
+
+    fn boot_counter(&self, change: BootCount) -> Result<Option<BootCounting>, OsError> {
+        self.call::<wire::Counting>(&Call::BootCounter(change)).map(|c| c.counting)
+    }
+
+    fn keep_booted(&self) -> Result<DeploymentInfo, OsError> {
+        self.call(&Call::KeepBooted)
     }
 }
 

@@ -18,7 +18,7 @@
 //! `osImageURL` text and are parsed again by the helper ([`Request::into_call`]): the helper
 //! runs as root with the sysroot in its hands and trusts nothing its client validated.
 
-use super::{kargs, OsError, StageRequest};
+use super::{kargs, BootCount, OsError, StageRequest, MAX_BOOT_ATTEMPTS};
 use crate::osimage::{self, OstreeImage};
 use serde::{Deserialize, Serialize};
 
@@ -57,6 +57,12 @@ pub enum Request {
     Rollback {},
     DropStaged {},
     BootedCmdline {},
+    /// `arm`: boots for the staged deployment; absent: disarm.
+    BootCounter {
+        #[serde(default)]
+        arm: Option<u32>,
+    },
+    KeepBooted {},
 }
 
 /// A request with its protocol version: one line on the socket.
@@ -96,6 +102,12 @@ pub struct Dropped {
     pub dropped: Option<super::DeploymentInfo>,
 }
 
+/// The answer to `bootCounter`: the counting after the change, `None` when the host has none.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Counting {
+    pub counting: Option<super::BootCounting>,
+}
+
 /// A request after validation: what the helper actually runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Call {
@@ -106,6 +118,8 @@ pub enum Call {
     Rollback,
     DropStaged,
     BootedCmdline,
+    BootCounter(BootCount),
+    KeepBooted,
 }
 
 impl Call {
@@ -125,6 +139,8 @@ impl Call {
             Call::Rollback => "rollback",
             Call::DropStaged => "dropStaged",
             Call::BootedCmdline => "bootedCmdline",
+            Call::BootCounter(_) => "bootCounter",
+            Call::KeepBooted => "keepBooted",
         }
     }
 }
@@ -144,6 +160,9 @@ impl Request {
             Call::Rollback => Request::Rollback {},
             Call::DropStaged => Request::DropStaged {},
             Call::BootedCmdline => Request::BootedCmdline {},
+            Call::BootCounter(BootCount::Arm(n)) => Request::BootCounter { arm: Some(*n) },
+            Call::BootCounter(BootCount::Disarm) => Request::BootCounter { arm: None },
+            Call::KeepBooted => Request::KeepBooted {},
         }
     }
 
@@ -168,6 +187,16 @@ impl Request {
             Request::Rollback {} => Call::Rollback,
             Request::DropStaged {} => Call::DropStaged,
             Request::BootedCmdline {} => Call::BootedCmdline,
+            Request::BootCounter { arm: None } => Call::BootCounter(BootCount::Disarm),
+            Request::BootCounter { arm: Some(n) } if (1..=MAX_BOOT_ATTEMPTS).contains(&n) => {
+                Call::BootCounter(BootCount::Arm(n))
+            }
+            Request::BootCounter { arm: Some(n) } => {
+                return Err(OsError::Invalid(format!(
+                    "refused by the OS helper: arm: {n} boot attempts (1 to {MAX_BOOT_ATTEMPTS})"
+                )))
+            }
+            Request::KeepBooted {} => Call::KeepBooted,
         })
     }
 }
@@ -246,6 +275,9 @@ mod tests {
             Call::Rollback,
             Call::DropStaged,
             Call::BootedCmdline,
+            Call::BootCounter(BootCount::Arm(3)),
+            Call::BootCounter(BootCount::Disarm),
+            Call::KeepBooted,
         ];
         for c in calls {
             let text = line(Request::from_call(&c));
@@ -314,5 +346,12 @@ mod tests {
         }
         let many = vec!["a".to_string(); MAX_KARGS + 1];
         assert!(refused(Request::Stage { image: None, old_kargs: many, new_kargs: vec![] }).contains("oldKargs"));
+        for n in [0, MAX_BOOT_ATTEMPTS + 1, u32::MAX] {
+            let msg = refused(Request::BootCounter { arm: Some(n) });
+            assert!(msg.contains(&format!("arm: {n} boot attempts")), "{msg}");
+        }
+        let bad = |l: &str| parse_request(l).unwrap_err().to_string();
+        assert!(bad(r#"{"v":1,"op":"bootCounter","arm":-1}"#).starts_with("malformed request"));
+        assert!(bad(r#"{"v":1,"op":"bootCounter","arm":"3"}"#).starts_with("malformed request"));
     }
 }
