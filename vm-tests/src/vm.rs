@@ -6,6 +6,8 @@
 //! the supervisor reads the boot entries from the overlay again (`qemu-img convert` to a
 //! temporary raw image, then `images/boot-entry`, which picks the highest-`version` BLS entry
 //! with debugfs, without mounting anything) and starts QEMU with that kernel, initrd and options.
+//! Before it picks, it counts the boot as GRUB with greenboot's script does, in the disk's
+//! `/boot/grub2/grubenv`: once the counter the OS armed runs out, it boots the previous entry.
 //!
 //! Every QEMU process is killed by its own PID: when a boot does not reach `ALOFT-READY` in
 //! time, when the VM's whole life exceeds its limit, when a test cuts the power, and when the
@@ -16,7 +18,8 @@ use crate::channel::{Channel, Output};
 use crate::images::Images;
 use crate::qmp::{self, EventLog};
 use crate::{env, images};
-use anyhow::{anyhow, bail, Context, Result};
+use aloft_api::os::grubenv::{self, BootChoice};
+use anyhow::{anyhow, bail, ensure, Context, Result};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use std::path::{Path, PathBuf};
@@ -650,17 +653,78 @@ impl Supervisor {
         if !converted.status.success() {
             bail!("qemu-img convert: {}", String::from_utf8_lossy(&converted.stderr));
         }
+        let counted = self.count_boot(&raw).await;
         let script = env::workspace_root().join("images/boot-entry");
-        let picked = tokio::process::Command::new(&script).arg(&raw).arg(&out_dir).output().await;
+        let mut pick = tokio::process::Command::new(&script);
+        pick.arg(&raw).arg(&out_dir);
+        if let Ok(Some((BootChoice::Fallback, _))) = &counted {
+            pick.arg("--rollback");
+        }
+        let picked = pick.output().await;
         let _ = std::fs::remove_file(&raw);
+        let counted = counted?;
         let picked = picked.with_context(|| format!("running {}", script.display()))?;
         if !picked.status.success() {
             bail!("images/boot-entry: {}", String::from_utf8_lossy(&picked.stderr));
         }
-        let entry = String::from_utf8_lossy(&picked.stdout).trim().to_string();
+        let mut entry = String::from_utf8_lossy(&picked.stdout).trim().to_string();
         let cmdline = std::fs::read_to_string(out_dir.join("cmdline"))?.trim().to_string();
-        tracing::info!(vm = %self.name, boot, %entry, "bootloader: booting the default entry");
+        if let Some((choice, counter)) = &counted {
+            let which = match choice {
+                BootChoice::Default => "default entry",
+                BootChoice::Fallback => "previous entry (fallback)",
+            };
+            entry = format!("{entry} [{which}; boot counting: {counter}]");
+        }
+        tracing::info!(vm = %self.name, boot, %entry, "bootloader: booting");
         Ok(BootFiles { kernel: out_dir.join("vmlinuz"), initrd: out_dir.join("initramfs.img"), cmdline, entry })
+    }
+
+    /// GRUB's boot counting with greenboot's scripts, run on the disk's environment block
+    /// (`/boot/grub2/grubenv`) before an entry is picked ([`grubenv::bootloader_pass`]). The
+    /// changed block is written back in place, into the blocks the file has, as GRUB's
+    /// `save_env` does: found with debugfs in `raw` (the overlay's copy), written into the
+    /// overlay with `qemu-io`. `None` without a block (or one GRUB could not read): no counting;
+    /// else the choice and what the counter did.
+    async fn count_boot(&self, raw: &Path) -> Result<Option<(BootChoice, String)>> {
+        const FILE: &str = "/boot/grub2/grubenv";
+        let debugfs = |req: String| async move {
+            tokio::process::Command::new("debugfs").args(["-c", "-R", &req]).arg(raw).output().await
+        };
+        let bytes = debugfs(format!("cat {FILE}")).await.context("running debugfs")?.stdout;
+        let Ok(mut env) = grubenv::EnvBlock::parse(&bytes) else {
+            return Ok(None);
+        };
+        let before = env.get(grubenv::BOOT_COUNTER).unwrap_or("unset").to_string();
+        let choice = grubenv::bootloader_pass(&mut env).context("GRUB's boot counting")?;
+        let after = env.get(grubenv::BOOT_COUNTER).unwrap_or("unset").to_string();
+        let new = env.to_bytes().context("GRUB's boot counting")?;
+        if new != bytes {
+            let field = |out: &str, key: &str| -> Option<u64> {
+                out.lines().find_map(|l| l.trim().strip_prefix(key)).and_then(|v| v.trim().parse().ok())
+            };
+            let stats = String::from_utf8_lossy(&debugfs("stats".into()).await?.stdout).into_owned();
+            let block_size = field(&stats, "Block size:").context("debugfs stats: no block size")?;
+            let bmap = String::from_utf8_lossy(&debugfs(format!("bmap {FILE} 0")).await?.stdout).into_owned();
+            let block: u64 = bmap.trim().parse().with_context(|| format!("debugfs bmap {FILE}: {bmap:?}"))?;
+            ensure!(block > 0 && new.len() as u64 <= block_size, "{FILE}: block {block}, {} bytes", new.len());
+            let tmp = raw.with_file_name("grubenv.new");
+            std::fs::write(&tmp, &new)?;
+            let write = format!("write -q -s {} {} {}", tmp.display(), block * block_size, new.len());
+            let out = tokio::process::Command::new("qemu-io")
+                .args(["-f", "qcow2", "-c", &write])
+                .arg(&self.overlay)
+                .output()
+                .await
+                .context("running qemu-io")?;
+            let _ = std::fs::remove_file(&tmp);
+            ensure!(
+                out.status.success() && out.stderr.is_empty(),
+                "qemu-io {write}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(Some((choice, format!("boot_counter {before} -> {after}"))))
     }
 
     fn qemu_command(&self, boot: u32, files: &BootFiles) -> Result<tokio::process::Command> {

@@ -1330,3 +1330,99 @@ async fn release_from_graph(fleet: &Fleet) -> Result<()> {
     ensure!(release == "2", "{}: ALOFT-READY says release {release}", vm.name);
     os_is(vm, "2", &v2).await
 }
+
+// ---------------------------------------------------------------- i: boot counting
+
+/// A new OS whose kernel panics at every boot (v4: its initramfs holds no init), so the agent
+/// never runs in it and no health check can roll it back. The agent armed the bootloader's boot
+/// counting before the reboot (3 boots, greenboot's default, in /boot/grub2/grubenv); the
+/// harness's bootloader counts as GRUB with greenboot's script does: three boots of v4, each a
+/// panic that reboots (`panic=10`, a kernel argument of the update's config), then the previous
+/// entry. The agent on v1 finds the fallback: v4 denylisted, v1 made the default again (ostree's
+/// order, which the next boot follows), the counting disarmed, and the node Degraded saying
+/// the new OS never came up. The admin then names v1 again, and the node is Done on it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn i_kernel_panic_falls_back_by_boot_counting() -> Result<()> {
+    let Some(fleet) = Fleet::start("i_boot_counting", FleetOptions { vms: 1, ..Default::default() }).await? else {
+        return Ok(());
+    };
+    let result = boot_counting(&fleet).await;
+    fleet.finish(result).await
+}
+
+async fn boot_counting(fleet: &Fleet) -> Result<()> {
+    let (_, first) = enrolled_and_done(fleet, 1, json!({})).await?;
+    let (v1, v4) = (fleet.images.commit("v1")?.to_string(), fleet.images.commit("v4")?.to_string());
+    let vm = &fleet.vms[0];
+    let grubenv = vm.sh("grep -a = /boot/grub2/grubenv || true").await?;
+    ensure!(!grubenv.contains("boot_counter"), "nothing is counted before the update: {grubenv:?}");
+    let boots_on_v1 = vm.status().boot;
+    machine_config(
+        fleet,
+        "60-worker-os",
+        json!({"osImageURL": fleet.images.os_image_url("v4")?, "kernelArguments": ["panic=10"]}),
+    )
+    .await?;
+    // Three boots of v4 that panic, then the fallback's boot, which comes up.
+    let (boot, _, release) = vm.wait_ready(boots_on_v1 + 4, OS_ROLLOUT_PER_NODE).await.context("the fallback boot")?;
+    ensure!(release == "1", "the fallback boot runs release {release}");
+    let boots: Vec<_> = vm.boots().into_iter().filter(|b| b.boot > boots_on_v1).collect();
+    let entries: Vec<&str> = boots.iter().map(|b| b.entry.as_str()).collect();
+    tracing::info!(?entries, "the boots after the update");
+    ensure!(boot == boots_on_v1 + 4, "the fallback came at boot {boot}, not the fourth after the update: {entries:#?}");
+    for (i, b) in boots.iter().take(3).enumerate() {
+        let counted = format!("[default entry; boot counting: boot_counter {} -> {}]", 3 - i, 2 - i);
+        ensure!(b.entry.contains(&counted) && b.entry.contains("panic=10"), "boot {}: {:?}", b.boot, b.entry);
+        ensure!(b.end.as_deref() == Some("guest-reset") && b.ready_after.is_none(), "boot {}: {b:?}", b.boot);
+        let serial = String::from_utf8_lossy(&std::fs::read(&b.serial)?).into_owned();
+        ensure!(serial.contains("Kernel panic"), "boot {} did not panic: {}", b.boot, b.serial.display());
+    }
+    let fallback = &boots[3];
+    ensure!(
+        fallback.entry.contains("[previous entry (fallback); boot counting: boot_counter 0 -> -1]")
+            && !fallback.entry.contains("panic=10"),
+        "the fourth boot is not the previous entry: {:?}",
+        fallback.entry
+    );
+    os_is(vm, "1", &v1).await?;
+    let target = cluster::pool_target(fleet, "worker").await?;
+    let node = wait_node(fleet, "Degraded after the fallback", Duration::from_secs(300), |n| {
+        cluster::annotation(n, ann::STATE) == "Degraded"
+            && cluster::annotation(n, ann::REASON).contains(&format!("rolled back from OS commit {v4} to {v1}"))
+    })
+    .await?;
+    let reason = cluster::annotation(&node, ann::REASON);
+    ensure!(
+        reason.contains(&format!("the new OS deployment of commit {v4} never came up"))
+            && reason.contains("after 3 boots (boot counting in /boot/grub2/grubenv)"),
+        "the reason says why: {reason:?}"
+    );
+    ensure!(cluster::annotation(&node, ann::DESIRED_CONFIG) == target, "desired is not {target}: {node}");
+    let denylist = vm.sh("cat /var/lib/aloft/os-denylist.json").await?;
+    ensure!(denylist.contains(&v4), "v4 is not denylisted after the fallback: {denylist}");
+    // v1 boots next (ostree's order, the BLS entries the bootloader reads), and nothing is counted.
+    let status = vm.sh("ostree admin status").await?;
+    let first_deployment = status.lines().find(|l| l.contains(" aloft ")).unwrap_or_default();
+    ensure!(
+        first_deployment.starts_with("* ") && first_deployment.contains(&v1),
+        "v1 is not both booted and the default:\n{status}"
+    );
+    let grubenv = vm.sh("grep -a = /boot/grub2/grubenv").await?;
+    ensure!(
+        !grubenv.contains("boot_counter") && grubenv.lines().any(|l| l == "boot_success=1"),
+        "the counting is not disarmed: {grubenv:?}"
+    );
+    let record = vm.sh("cat /var/lib/aloft/os-rolled-back-kargs.json").await?;
+    let record: serde_json::Value =
+        serde_json::from_str(&record).with_context(|| format!("the kernel-argument record: {record:?}"))?;
+    ensure!(
+        record["checksum"] == v1.as_str() && record["kernelArguments"] == json!([]),
+        "the kernel-argument record is not v1's with none: {record}"
+    );
+    // The admin names the OS that runs: the node is Done on it.
+    machine_config(fleet, "60-worker-os", json!({"osImageURL": fleet.images.os_image_url("v1")?})).await?;
+    let fixed = wait_converged(fleet, &target, OS_ROLLOUT_PER_NODE).await.context("back to v1")?;
+    ensure!(fixed != first && fixed != target, "a new target: {fixed}");
+    os_is(vm, "1", &v1).await?;
+    Ok(())
+}
