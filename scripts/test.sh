@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install what the tests need, then run them all: unit tests, API conformance over HTTPS, real
 # kubectl against the coordinator, crash recovery, bad input; the fleet's tests again on etcd;
-# then the VM tests (real VMs under QEMU booted from images/, scenarios a-h). Exits non-zero on
+# then the VM tests (real VMs under QEMU booted from images/, scenarios a-i). Exits non-zero on
 # any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -60,19 +60,20 @@ fi
 trap - EXIT
 phase "the rest of the image build"
 export ALOFT_VM_IMAGES=$IMAGES
-# VM tests: a missing QEMU/mmdebstrap is a failure here, not a skip. CI runs the eight scenarios (51 minutes
+# VM tests: a missing QEMU/mmdebstrap is a failure here, not a skip. CI runs the nine scenarios (a-h took 51 minutes
 # on 2 cores in the 73rd session, BENCHMARKS.md): a (a rebootless change), b (a rollout with an OS update), c (a bad OS
 # rolled back, the rollout stopped), d (a power cut right after staging: it caught an agent that
 # went Degraded instead of staging again; then one held right after ostree finalized), e (a file with no policy reboots once), f (power
 # cuts at six named moments of an OS update and its rollback, held there by the agent's
 # failpoints, then a file-only config after the rollback; a restart after a stage drops the
 # staged deployment before staging again), g (a new OS that cannot reach the coordinator rolls back by
-# itself) and h (a release from an update graph: the ClusterVersion takes v2 and it reaches the VM). ALOFT_VM_TESTS names a subset (test-name filters; '' means every test not ignored,
-# the same eight).
+# itself), h (a release from an update graph: the ClusterVersion takes v2 and it reaches the VM) and i (a
+# kernel that panics: the bootloader's boot counting falls back, the agent keeps the previous OS).
+# ALOFT_VM_TESTS names a subset (test-name filters; '' means every test not ignored, the same nine).
 export ALOFT_REQUIRE_VM=1
 cargo test -p aloft-vm-tests --lib 2>&1
 phase "the VM harness's unit tests"
 # shellcheck disable=SC2086 # the filters are words
 cargo test -p aloft-vm-tests --test scenarios -- --test-threads=1 \
-    ${ALOFT_VM_TESTS-a_rebootless b_os_update_one_node_at_a_time c_bad_os d_power_cut e_file_without f_power_cuts g_new_os h_release} 2>&1
+    ${ALOFT_VM_TESTS-a_rebootless b_os_update_one_node_at_a_time c_bad_os d_power_cut e_file_without f_power_cuts g_new_os h_release i_kernel_panic} 2>&1
 phase "the VM scenarios"

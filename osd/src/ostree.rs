@@ -560,7 +560,8 @@ impl OsBackend for OstreeBackend {
         .ok_or_else(|| {
             OsError::Invalid(format!("no previous deployment of stateroot {} to roll back to", self.cfg.osname))
         })?;
-        let mut order = vec![target.clone()];
+        // `Clone::clone`: the object itself (see keep_booted), not ostree_deployment_clone's copy.
+        let mut order = vec![Clone::clone(&target)];
         order.extend(all.into_iter().filter(|d| !d.equal(&target)));
         sysroot
             .write_deployments(&order, no_cancel())
@@ -610,7 +611,10 @@ impl OsBackend for OstreeBackend {
         if all.first().is_some_and(|d| d.equal(&booted)) {
             return Ok(self.info(&sysroot, &booted));
         }
-        let mut order = vec![booted.clone()];
+        // The same objects, reordered: libostree finds the booted deployment in the new order by
+        // identity and refuses an order without it ("Attempting to remove booted deployment").
+        // `Deployment::clone` is ostree_deployment_clone, a new object, hence `Clone::clone`.
+        let mut order = vec![Clone::clone(&booted)];
         order.extend(all.into_iter().filter(|d| !d.equal(&booted)));
         sysroot
             .write_deployments(&order, no_cancel())

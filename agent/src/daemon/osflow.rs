@@ -274,6 +274,19 @@ fn rolled_back_reason(failure: &str, from: &str, to: &str) -> String {
     format!("{failure}; rolled back {}", rollback_words(from, to))
 }
 
+/// The counting and the booted deployment when `status` says the bootloader fell back from the
+/// staged deployment of `checksum`: the counter at -1 and another deployment booted. A fallback
+/// counter with the staged deployment running (someone picked it by hand) is no fallback.
+fn fell_back_from(status: OsStatus, checksum: &str, staged: Option<&Staged>) -> Option<(BootCounting, DeploymentInfo)> {
+    let counting = status.boot_counting.filter(BootCounting::fell_back)?;
+    let booted = status.booted?;
+    let running = Booted { checksum: booted.checksum.clone(), serial: booted.deploy_serial };
+    if booted.checksum == checksum && came_up_on_staged(staged, checksum, Some(&running)).is_ok() {
+        return None;
+    }
+    Some((counting, booted))
+}
+
 /// Why a new OS deployment failed when the bootloader gave up on it (boot counting ran out):
 /// nothing on the node ran long enough to say more, so the reason says where to look.
 fn fell_back_failure(checksum: &str, attempts: u32, counting: &BootCounting) -> String {
@@ -937,13 +950,7 @@ impl Agent {
         staged: Option<&Staged>,
     ) -> Option<(BootCounting, DeploymentInfo)> {
         let status = self.read_os_status(os).await.ok()?;
-        let counting = status.boot_counting.filter(BootCounting::fell_back)?;
-        let booted = status.booted?;
-        let running = Booted { checksum: booted.checksum.clone(), serial: booted.deploy_serial };
-        if booted.checksum == checksum && came_up_on_staged(staged, checksum, Some(&running)).is_ok() {
-            return None;
-        }
-        Some((counting, booted))
+        fell_back_from(status, checksum, staged)
     }
 
     /// After the bootloader fell back: the failed commit is denylisted (so the update is not
@@ -1512,6 +1519,45 @@ mod tests {
         assert!(carries_configs_kargs(&v(&["a"]), &v(&["a", "a"]), &running).is_err(), "nor twice for once");
         assert!(carries_configs_kargs(&v(&["a b"]), &v(&["b", "a"]), &running).is_ok(), "split as the arithmetic does");
         assert!(carries_configs_kargs(&v(&[]), &v(&[]), &running).is_ok());
+    }
+
+    /// Only a counter at -1 with another deployment booted is a fallback; the reason says how
+    /// many boots and where the counting is.
+    #[test]
+    fn a_fallback_is_the_counter_run_out_with_another_deployment_booted() {
+        let deployment = |checksum: &str, serial: i32| DeploymentInfo {
+            checksum: checksum.into(),
+            deploy_serial: serial,
+            booted: true,
+            ..Default::default()
+        };
+        let counting = |counter: Option<&str>| BootCounting {
+            grubenv: "/boot/grub2/grubenv".into(),
+            boot_counter: counter.map(str::to_string),
+            boot_success: Some("0".into()),
+        };
+        let status = |booted: Option<DeploymentInfo>, c: Option<BootCounting>| OsStatus {
+            booted,
+            boot_counting: c,
+            ..Default::default()
+        };
+        let staged = Staged { serial: Some(1), ..staged(0) };
+        let fell = |st: OsStatus| fell_back_from(st, "new", Some(&staged));
+        let (c, booted) = fell(status(Some(deployment("old", 0)), Some(counting(Some("-1"))))).expect("a fallback");
+        assert_eq!((c.boot_counter.as_deref(), booted.checksum.as_str()), (Some("-1"), "old"));
+        assert!(fell(status(Some(deployment("old", 0)), Some(counting(Some("0"))))).is_none(), "attempts left");
+        assert!(fell(status(Some(deployment("old", 0)), Some(counting(None)))).is_none(), "nothing armed");
+        assert!(fell(status(Some(deployment("old", 0)), None)).is_none(), "no counting on this host");
+        assert!(fell(status(None, Some(counting(Some("-1"))))).is_none(), "nothing booted");
+        assert!(fell(status(Some(deployment("new", 1)), Some(counting(Some("-1"))))).is_none(), "the staged one runs");
+        // Another deployment of the staged commit (a kernel-argument update): still a fallback.
+        assert!(fell(status(Some(deployment("new", 0)), Some(counting(Some("-1"))))).is_some());
+        let reason = fell_back_failure("new", 3, &counting(Some("-1")));
+        assert!(
+            reason.starts_with("the new OS deployment of commit new never came up: the bootloader gave up on it after 3 boots (boot counting in /boot/grub2/grubenv)"),
+            "{reason}"
+        );
+        assert!(fell_back_failure("new", 1, &counting(None)).contains("after 1 boot ("));
     }
 
     #[test]
