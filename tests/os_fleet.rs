@@ -12,6 +12,7 @@
 //! helper's refusals and its socket are tested in osd/tests/.)
 
 use aloft_api::annotations as ann;
+use aloft_api::os::grubenv;
 use aloft_coordinator::resources::{MACHINE_CONFIG, MACHINE_CONFIG_POOL, NODE};
 use aloft_osd::testkit::{self, GpgKey, ServerRepo, StaticServer, REF};
 use aloft_tests::sandbox::Host;
@@ -28,6 +29,9 @@ struct OsHost {
     host: Host,
     boots: u32,
     bootstrap: PathBuf,
+    /// `boot_counter` in the sysroot's GRUB environment block at each reboot the agent asked
+    /// for (only on a host given one, `None` for unset).
+    counters: Vec<Option<String>>,
 }
 
 impl OsHost {
@@ -47,11 +51,20 @@ impl OsHost {
         let mut host = Host::new(name).await;
         host.extra_args = ["--health-timeout-seconds", "30"].iter().map(|s| s.to_string()).collect();
         std::fs::write(host.path("proc/sys/kernel/random/boot_id"), "boot-0\n").unwrap();
-        OsHost { host, boots: 0, bootstrap: bootstrap.to_path_buf() }
+        OsHost { host, boots: 0, bootstrap: bootstrap.to_path_buf(), counters: Vec::new() }
     }
 
     fn sysroot(&self) -> PathBuf {
         self.host.path("sysroot")
+    }
+
+    fn grubenv(&self) -> PathBuf {
+        self.sysroot().join("boot/grub2/grubenv")
+    }
+
+    /// The GRUB environment block, if the host has one.
+    fn grub_env(&self) -> Option<grubenv::EnvBlock> {
+        std::fs::read(self.grubenv()).ok().map(|b| grubenv::EnvBlock::parse(&b).unwrap())
     }
 
     /// Wait for the agent to ask logind for a reboot, then play it: new boot id, agent restarted
@@ -61,6 +74,9 @@ impl OsHost {
             if !self.host.fake.reboots().is_empty() {
                 self.host.stop_agent();
                 self.host.fake.clear_calls();
+                if let Some(env) = self.grub_env() {
+                    self.counters.push(env.get(grubenv::BOOT_COUNTER).map(str::to_string));
+                }
                 self.boot(c);
                 return;
             }
@@ -69,8 +85,14 @@ impl OsHost {
         panic!("no reboot asked: {what}\n{}", self.host.log());
     }
 
-    /// The next boot, with the agent stopped before it: a new boot id, the agent started.
+    /// The next boot, with the agent stopped before it: a new boot id, the agent started. A host
+    /// with a GRUB environment block has its boot counted first, as GRUB with greenboot's script
+    /// counts it (a directory sysroot boots nothing: the fallback itself is VM scenario i's).
     fn boot(&mut self, c: &Coordinator) {
+        if let Some(mut env) = self.grub_env() {
+            grubenv::bootloader_pass(&mut env).unwrap();
+            std::fs::write(self.grubenv(), env.to_bytes().unwrap()).unwrap();
+        }
         self.boots += 1;
         std::fs::write(self.host.path("proc/sys/kernel/random/boot_id"), format!("boot-{}\n", self.boots)).unwrap();
         self.host.start_agent(c, &self.bootstrap);
@@ -247,6 +269,9 @@ async fn os_update_health_check_and_rollback() {
     let mut host = w.running_host("worker-os", &v1, &["root=/dev/vda", "console=ttyS0"]).await;
     let name = host.host.name.clone();
     let first = w.pool_done_on_ssh_config(&name).await;
+    // The host's bootloader counts boots (an empty environment block, as `grub-editenv create`).
+    std::fs::create_dir_all(host.grubenv().parent().unwrap()).unwrap();
+    std::fs::write(host.grubenv(), grubenv::EnvBlock::default().to_bytes().unwrap()).unwrap();
 
     // 1. A container reference (OpenShift YAML) renders, but the agent refuses it.
     let quay = os_mc("50-os", &format!("quay.io/openshift/okd-content@sha256:{}", "a".repeat(64)), &[]);
@@ -278,6 +303,12 @@ async fn os_update_health_check_and_rollback() {
     );
     let st = host.agent_status();
     assert_eq!(st["os"]["deployments"][0]["checksum"], v2.as_str(), "{st}");
+    // Boot counting: armed for the reboot into v2 (greenboot's 3 boots), disarmed once v2 was
+    // verified (this boot marked good), and shown in the agent's status.
+    assert_eq!(host.counters, vec![Some("3".to_string())], "boot_counter at the reboot into v2");
+    let env = host.grub_env().unwrap();
+    assert_eq!((env.get(grubenv::BOOT_COUNTER), env.get(grubenv::BOOT_SUCCESS)), (None, Some("1")));
+    assert_eq!(st["os"]["bootCounting"]["bootSuccess"], "1", "{st}");
     assert_eq!(
         st["os"]["deployments"][0]["kernelArguments"],
         json!(["root=/dev/vda", "console=ttyS0", "mitigations=off"])
@@ -312,6 +343,9 @@ async fn os_update_health_check_and_rollback() {
     .await;
     host.reboot_when_asked(c, "the rollback").await;
     assert_eq!(testkit::deployment_order(&host.sysroot()).unwrap(), vec![v2.clone(), v3.clone()], "rolled back");
+    // Armed for the reboot into v3; disarmed before the rollback's reboot: a counter that ran out
+    // there would send the bootloader to the second entry, which is v3 now.
+    assert_eq!(host.counters, vec![Some("3".to_string()), Some("3".to_string()), None]);
     // Booted into v2: the rollback is done, and the reason says so.
     let done = format!("; rolled back from OS commit {v3} to {v2}");
     let reason = eventually(Duration::from_secs(240), "Degraded after the rollback", || async {

@@ -913,7 +913,10 @@ impl Agent {
             return;
         }
         match os.handle.run(move |b| b.boot_counter(BootCount::Arm(attempts))).await {
-            Ok(Some(c)) => tracing::info!(attempts, grubenv = %c.grubenv, "boot counting armed for the new OS deployment"),
+            Ok(Some(c)) => {
+                tracing::info!(attempts, grubenv = %c.grubenv, "boot counting armed for the new OS deployment");
+                self.refresh_os_status().await;
+            }
             Ok(None) => tracing::info!(
                 "the bootloader counts no boots here (no GRUB environment block): a new OS that never comes up is not rolled back by it"
             ),
@@ -927,8 +930,11 @@ impl Agent {
     /// unrelated reboots, and boot the previous deployment). Best effort; logged.
     pub(super) async fn disarm_boot_counter(&mut self) {
         let Some(os) = self.os.clone() else { return };
-        if let Err(e) = os.handle.run(|b| b.boot_counter(BootCount::Disarm)).await {
-            tracing::warn!(error = %e, "cannot mark the boot good in the bootloader's boot counting");
+        match os.handle.run(|b| b.boot_counter(BootCount::Disarm)).await {
+            // The status shows the counting: read again once it changed.
+            Ok(Some(_)) => self.refresh_os_status().await,
+            Ok(None) => {}
+            Err(e) => tracing::warn!(error = %e, "cannot mark the boot good in the bootloader's boot counting"),
         }
     }
 
