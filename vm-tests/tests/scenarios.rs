@@ -1256,17 +1256,23 @@ async fn out_of_reach(fleet: &Fleet) -> Result<()> {
     // As after a failed health check: the node keeps the failed config's files, so that is its
     // currentConfig (what the next update diffs against).
     ensure!(cluster::annotation(&node, ann::CURRENT_CONFIG) == target, "currentConfig is not {target}: {node}");
+    rolled_back_records(vm, &v2, &v1).await
+}
+
+/// After a rollback from commit `failed` to `to` (v1, under a first config without kernel
+/// arguments): `failed` is on the node's OS denylist, and the rollback recorded which kernel
+/// arguments aloft had put on the deployment gone back to (none), as a failed health check's
+/// does: without the record, the config before taken again would add them a second time, and a
+/// fix would keep the failed config's.
+async fn rolled_back_records(vm: &Vm, failed: &str, to: &str) -> Result<()> {
     let denylist = vm.sh("cat /var/lib/aloft/os-denylist.json").await?;
-    ensure!(denylist.contains(&v2), "v2 is not denylisted after the rollback: {denylist}");
-    // The rollback recorded which kernel arguments aloft had put on the deployment gone back to
-    // (the first config's: none), as a failed health check's does: without the record, the
-    // config before taken again would add them a second time, and a fix would keep v2's.
+    ensure!(denylist.contains(failed), "{failed} is not denylisted after the rollback: {denylist}");
     let record = vm.sh("cat /var/lib/aloft/os-rolled-back-kargs.json").await?;
     let record: serde_json::Value =
         serde_json::from_str(&record).with_context(|| format!("the kernel-argument record: {record:?}"))?;
     ensure!(
-        record["checksum"] == v1.as_str() && record["kernelArguments"] == json!([]),
-        "the kernel-argument record is not v1's with none: {record}"
+        record["checksum"] == to && record["kernelArguments"] == json!([]),
+        "the kernel-argument record is not {to}'s with none: {record}"
     );
     Ok(())
 }
@@ -1398,8 +1404,6 @@ async fn boot_counting(fleet: &Fleet) -> Result<()> {
         "the reason says why: {reason:?}"
     );
     ensure!(cluster::annotation(&node, ann::DESIRED_CONFIG) == target, "desired is not {target}: {node}");
-    let denylist = vm.sh("cat /var/lib/aloft/os-denylist.json").await?;
-    ensure!(denylist.contains(&v4), "v4 is not denylisted after the fallback: {denylist}");
     // v1 boots next (ostree's order, the BLS entries the bootloader reads), and nothing is counted.
     let status = vm.sh("ostree admin status").await?;
     let first_deployment = status.lines().find(|l| l.contains(" aloft ")).unwrap_or_default();
@@ -1412,13 +1416,7 @@ async fn boot_counting(fleet: &Fleet) -> Result<()> {
         !grubenv.contains("boot_counter") && grubenv.lines().any(|l| l == "boot_success=1"),
         "the counting is not disarmed: {grubenv:?}"
     );
-    let record = vm.sh("cat /var/lib/aloft/os-rolled-back-kargs.json").await?;
-    let record: serde_json::Value =
-        serde_json::from_str(&record).with_context(|| format!("the kernel-argument record: {record:?}"))?;
-    ensure!(
-        record["checksum"] == v1.as_str() && record["kernelArguments"] == json!([]),
-        "the kernel-argument record is not v1's with none: {record}"
-    );
+    rolled_back_records(vm, &v4, &v1).await?;
     // The admin names the OS that runs: the node is Done on it.
     machine_config(fleet, "60-worker-os", json!({"osImageURL": fleet.images.os_image_url("v1")?})).await?;
     let fixed = wait_converged(fleet, &target, OS_ROLLOUT_PER_NODE).await.context("back to v1")?;
