@@ -287,6 +287,12 @@ fn fell_back_from(status: OsStatus, checksum: &str, staged: Option<&Staged>) -> 
     Some((counting, booted))
 }
 
+/// The bootloader fell back to the booted deployment (`boot_counter=-1`), and the one it gave
+/// up on is still ostree's default: the next boot with the counting disarmed would start it.
+fn fallback_not_kept(status: &OsStatus) -> bool {
+    status.boot_counting.as_ref().is_some_and(BootCounting::fell_back) && status.rollback_queued
+}
+
 /// Why a new OS deployment failed when the bootloader gave up on it (boot counting ran out):
 /// nothing on the node ran long enough to say more, so the reason says where to look.
 fn fell_back_failure(checksum: &str, attempts: u32, counting: &BootCounting) -> String {
@@ -939,11 +945,33 @@ impl Agent {
     }
 
     /// At the agent's start: the boot is good unless it is an OS update's first, which
-    /// [`Self::verify_os_boot`] judges.
+    /// [`Self::verify_os_boot`] judges. A boot the bootloader fell back to while the failed
+    /// deployment is still the default (the fallback's own handling was cut short, or failed)
+    /// first gets the booted deployment made the default, as greenboot's fallback check does at
+    /// every boot; until that works the counter stays at -1, which keeps the bootloader on the
+    /// previous entry (disarmed, the next reboot would boot the failed deployment again).
     pub(super) async fn settle_boot_counting(&mut self) {
-        if self.unchecked_os_boot().is_none() {
-            self.disarm_boot_counter().await;
+        if self.unchecked_os_boot().is_some() {
+            return;
         }
+        let Some(os) = self.os.clone() else { return };
+        let status = match self.read_os_status(&os).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the boot counting at start");
+                return;
+            }
+        };
+        if fallback_not_kept(&status) {
+            tracing::warn!("the bootloader fell back to this deployment, and the failed one is still the default: keeping this one");
+            let kept = os.handle.run(|b| b.keep_booted()).await;
+            self.refresh_os_status().await;
+            if let Err(e) = kept {
+                tracing::warn!(error = %e, "cannot make the booted deployment the default; the boot counting stays at -1");
+                return;
+            }
+        }
+        self.disarm_boot_counter().await;
     }
 
     /// The bootloader ran out of boots for the staged deployment of `checksum` and booted the
@@ -986,6 +1014,8 @@ impl Agent {
         match kept {
             Ok(d) => self.record_rolled_back_kargs(&d),
             Err(e) => {
+                // The counter stays at -1 (the bootloader stays on this deployment); the next
+                // start tries again ([`Self::settle_boot_counting`]).
                 let reason = format!("{failure}; making the running deployment the default failed: {e}");
                 return self.fail(target, reason, false).await;
             }
@@ -1564,6 +1594,15 @@ mod tests {
             "{reason}"
         );
         assert!(fell_back_failure("new", 1, &counting(None)).contains("after 1 boot ("));
+        // At a start outside an update: kept only while the failed deployment is the default.
+        let queued = |c: Option<&str>, rollback_queued: bool| OsStatus {
+            rollback_queued,
+            ..status(Some(deployment("old", 0)), Some(counting(c)))
+        };
+        assert!(fallback_not_kept(&queued(Some("-1"), true)));
+        assert!(!fallback_not_kept(&queued(Some("-1"), false)), "the booted one is the default already");
+        assert!(!fallback_not_kept(&queued(Some("2"), true)), "no fallback: a rollback the agent queued");
+        assert!(!fallback_not_kept(&queued(None, true)));
     }
 
     #[test]
