@@ -16,6 +16,11 @@ use std::path::Path;
 
 /// The default place under the sysroot (GRUB on BIOS, and on EFI hosts that keep it in /boot).
 pub const DEFAULT_GRUBENV: &str = "boot/grub2/grubenv";
+/// A file an OS carries when its agent disarms the counting once a boot is judged. Only a
+/// deployment that has it is armed: an OS whose agent predates boot counting (a downgrade
+/// across it) would leave the counter armed, and a few unrelated reboots later the bootloader
+/// would fall back to the deployment before it.
+pub const DISARMS_MARKER: &str = "usr/lib/aloft/boot-counting";
 
 fn counting(path: &Path, env: &EnvBlock) -> BootCounting {
     BootCounting {

@@ -308,6 +308,29 @@ impl OstreeBackend {
         metadata.lookup_value("ostree.ref-binding", Some(glib::VariantTy::STRING_ARRAY))?.get::<Vec<String>>()
     }
 
+    /// The deployment the next boot starts (the staged one, else the first) carries
+    /// [`crate::bootcount::DISARMS_MARKER`]; else arming is refused, naming the commit.
+    fn next_boot_disarms(&self) -> Result<(), OsError> {
+        let sysroot = self.open()?;
+        let all = sysroot.deployments();
+        let next = all
+            .iter()
+            .find(|d| d.is_staged())
+            .or_else(|| all.first())
+            .ok_or_else(|| OsError::Invalid("no deployment to count boots for".into()))?;
+        let dir = sysroot.deployment_directory(next);
+        let marker = gio::prelude::FileExt::path(&dir).map(|p| p.join(crate::bootcount::DISARMS_MARKER));
+        if marker.as_deref().is_some_and(Path::exists) {
+            return Ok(());
+        }
+        Err(OsError::Invalid(format!(
+            "boot counting not armed: OS commit {} lacks /{} (its agent would never disarm it, and the \
+             bootloader would fall back after a few reboots)",
+            next.csum(),
+            crate::bootcount::DISARMS_MARKER
+        )))
+    }
+
     fn deployments(&self, sysroot: &ostree::Sysroot) -> Vec<ostree::Deployment> {
         sysroot.deployments().into_iter().filter(|d| d.osname().as_str() == self.cfg.osname).collect()
     }
@@ -597,6 +620,9 @@ impl OsBackend for OstreeBackend {
     }
 
     fn boot_counter(&self, change: BootCount) -> Result<Option<BootCounting>, OsError> {
+        if matches!(change, BootCount::Arm(_)) && self.cfg.grubenv.as_deref().is_some_and(Path::exists) {
+            self.next_boot_disarms()?;
+        }
         crate::bootcount::change(self.cfg.grubenv.as_deref(), change)
     }
 

@@ -107,6 +107,9 @@ pub fn write_tree(dir: &Path, version: &str, files: usize) -> Result<()> {
     std::fs::write(dir.join("usr/etc/os-release"), format!("ID=aloft\nVERSION_ID={version}\n"))?;
     std::fs::create_dir_all(dir.join("usr/bin"))?;
     std::fs::write(dir.join("usr/bin/aloft-version"), format!("#!/bin/sh\necho {version}\n"))?;
+    // An aloft OS: its agent disarms the bootloader's boot counting.
+    std::fs::create_dir_all(dir.join("usr/lib/aloft"))?;
+    std::fs::write(dir.join(crate::bootcount::DISARMS_MARKER), "1\n")?;
     let share = dir.join("usr/share/aloft-test");
     std::fs::create_dir_all(&share)?;
     for i in 0..files {

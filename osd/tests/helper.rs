@@ -341,6 +341,16 @@ fn boot_counting_is_what_grub_editenv_reads_and_writes() {
     assert_eq!(armed.grubenv, grubenv.display().to_string());
     assert_eq!(grub(&["list"]), "saved_entry=aloft-1\nboot_counter=3\nboot_success=0\n");
     assert_eq!(std::fs::metadata(&grubenv).unwrap().len(), 1024, "the block keeps its size");
+    // An OS whose agent would never disarm (no marker in the deployment that boots next) is not
+    // armed, and the block is left as it was.
+    let deploy = fx.sysroot.join(format!("ostree/deploy/aloft/deploy/{}.0", fx.base));
+    let marker = deploy.join(aloft_osd::bootcount::DISARMS_MARKER);
+    std::fs::remove_file(&marker).unwrap();
+    let before = std::fs::read(&grubenv).unwrap();
+    let refused = client.boot_counter(BootCount::Arm(3)).unwrap_err().to_string();
+    assert!(refused.contains("lacks /usr/lib/aloft/boot-counting") && refused.contains(&fx.base), "{refused}");
+    assert_eq!(std::fs::read(&grubenv).unwrap(), before);
+    std::fs::write(&marker, "1\n").unwrap();
     // What GRUB's script leaves once it gave up on the new entry.
     grub(&["set", "boot_counter=-1"]);
     let status = client.status().unwrap().boot_counting.expect("counting in the status");

@@ -765,8 +765,13 @@ impl Agent {
         self.helper_wait = None;
         // Before anything else: a boot the bootloader fell back to would otherwise read as a lost
         // staged deployment, and staged again into the same failure.
-        if let Some((counting, booted)) = self.bootloader_fell_back(&os, &checksum, staged.as_ref()).await {
-            return self.keep_fallback(&os, target, &checksum, staged.as_ref(), &counting, &booted).await;
+        match self.bootloader_fell_back(&os, &checksum, staged.as_ref()).await {
+            Ok(Some((counting, booted))) => {
+                return self.keep_fallback(&os, target, &checksum, staged.as_ref(), &counting, &booted).await
+            }
+            Ok(None) => {}
+            // Not known: judged as no fallback, the boot would be staged again into the failure.
+            Err(e) => return self.helper_out_of_reach(&os, target, e).await,
         }
         let denied = Denylist::load(&self.root).ok().and_then(|l| l.find(&checksum).cloned());
         let booted = match denied {
@@ -936,6 +941,14 @@ impl Agent {
     /// unrelated reboots, and boot the previous deployment). Best effort; logged.
     pub(super) async fn disarm_boot_counter(&mut self) {
         let Some(os) = self.os.clone() else { return };
+        // Never while the deployment the bootloader gave up on is the default: disarmed, the next
+        // reboot would start it again, uncounted.
+        if self.read_os_status(&os).await.is_ok_and(|st| fallback_not_kept(&st)) {
+            tracing::warn!(
+                "the boot counting stays at -1: the deployment the bootloader fell back from is still the default"
+            );
+            return;
+        }
         match os.handle.run(|b| b.boot_counter(BootCount::Disarm)).await {
             // The status shows the counting: read again once it changed.
             Ok(Some(_)) => self.refresh_os_status().await,
@@ -951,7 +964,10 @@ impl Agent {
     /// every boot; until that works the counter stays at -1, which keeps the bootloader on the
     /// previous entry (disarmed, the next reboot would boot the failed deployment again).
     pub(super) async fn settle_boot_counting(&mut self) {
-        if self.unchecked_os_boot().is_some() {
+        // An update's first boot is judged by verify_os_boot; a reboot into a staged deployment
+        // still owed by this boot arms the counting again when it is asked for (disarmed here,
+        // a reboot logind had already taken would start the new deployment uncounted).
+        if self.unchecked_os_boot().is_some() || matches!(self.phase, Phase::RebootingStaged { .. }) {
             return;
         }
         let Some(os) = self.os.clone() else { return };
@@ -975,16 +991,16 @@ impl Agent {
     }
 
     /// The bootloader ran out of boots for the staged deployment of `checksum` and booted the
-    /// previous one: the counting and the booted deployment. `None` when it did not, when the
-    /// helper cannot say, or when the staged deployment runs after all.
+    /// previous one: the counting and the booted deployment. `None` when it did not, or when the
+    /// staged deployment runs after all; an error when the helper cannot say.
     async fn bootloader_fell_back(
         &mut self,
         os: &super::OsAgent,
         checksum: &str,
         staged: Option<&Staged>,
-    ) -> Option<(BootCounting, DeploymentInfo)> {
-        let status = self.read_os_status(os).await.ok()?;
-        fell_back_from(status, checksum, staged)
+    ) -> Result<Option<(BootCounting, DeploymentInfo)>, OsError> {
+        let status = self.read_os_status(os).await?;
+        Ok(fell_back_from(status, checksum, staged))
     }
 
     /// After the bootloader fell back: the failed commit is denylisted (so the update is not
@@ -1014,10 +1030,14 @@ impl Agent {
         match kept {
             Ok(d) => self.record_rolled_back_kargs(&d),
             Err(e) => {
-                // The counter stays at -1 (the bootloader stays on this deployment); the next
-                // start tries again ([`Self::settle_boot_counting`]).
-                let reason = format!("{failure}; making the running deployment the default failed: {e}");
-                return self.fail(target, reason, false).await;
+                // The counter stays at -1 (the bootloader stays on this deployment) and so does
+                // the phase: the step is retried with backoff, and the Node says why meanwhile.
+                let reason = format!("{failure}; making the running deployment the default failed (retrying): {e}");
+                let current = self.running_config();
+                if let Err(report) = self.api.report_failure("Degraded", &reason, &current, target).await {
+                    tracing::warn!(error = %format!("{report:#}"), "cannot report the failed fallback");
+                }
+                anyhow::bail!(reason);
             }
         }
         self.disarm_boot_counter().await;

@@ -33,7 +33,7 @@ pub const BOOT_SUCCESS: &str = "boot_success";
 pub enum GrubEnvError {
     #[error("not a GRUB environment block (it does not start with {:?})", SIGNATURE.trim_end())]
     NoSignature,
-    #[error("GRUB environment block: line {line} is neither a comment nor name=value")]
+    #[error("GRUB environment block: line {line} is neither a comment nor name=value in UTF-8")]
     Malformed { line: usize },
     #[error("GRUB environment block: the variables take {need} bytes, more than the block's {size}")]
     TooLarge { need: usize, size: usize },
@@ -71,7 +71,9 @@ impl EnvBlock {
             }
             let eq = rest[i..].iter().position(|&b| b == b'=' || b == b'\n').map(|n| i + n);
             let Some(eq) = eq.filter(|&e| rest[e] == b'=') else { return Err(GrubEnvError::Malformed { line }) };
-            let name = String::from_utf8_lossy(&rest[i..eq]).into_owned();
+            // Not UTF-8: refused rather than rewritten with replacement characters.
+            let text = |b: Vec<u8>| String::from_utf8(b).map_err(|_| GrubEnvError::Malformed { line });
+            let name = text(rest[i..eq].to_vec())?;
             let mut value = Vec::new();
             let mut j = eq + 1;
             loop {
@@ -88,7 +90,7 @@ impl EnvBlock {
                     }
                 }
             }
-            let value = String::from_utf8_lossy(&value).into_owned();
+            let value = text(value)?;
             match vars.iter_mut().find(|(n, _)| *n == name) {
                 Some(v) => v.1 = value,
                 None => vars.push((name, value)),
@@ -244,6 +246,8 @@ mod tests {
         assert_eq!(EnvBlock::parse(&no_eq), Err(GrubEnvError::Malformed { line: 2 }));
         let cut = [SIGNATURE.as_bytes(), b"boot_counter=3"].concat();
         assert_eq!(EnvBlock::parse(&cut), Err(GrubEnvError::Malformed { line: 2 }));
+        let latin1 = [SIGNATURE.as_bytes(), b"x=1\ntitle=caf\xe9\n###"].concat();
+        assert_eq!(EnvBlock::parse(&latin1), Err(GrubEnvError::Malformed { line: 3 }), "not rewritten lossily");
         let mut env = EnvBlock::default();
         for bad in ["", "a=b", "a\nb", "a b"] {
             assert_eq!(env.set(bad, "1"), Err(GrubEnvError::InvalidName(bad.into())));
