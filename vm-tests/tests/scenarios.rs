@@ -1334,7 +1334,17 @@ async fn release_from_graph(fleet: &Fleet) -> Result<()> {
     ensure!(vm.reboots() == 1, "{} rebooted {} times, not once: {:?}", vm.name, vm.reboots(), vm.boots());
     let (_, _, release) = vm.wait_ready(2, UP_WAIT).await?;
     ensure!(release == "2", "{}: ALOFT-READY says release {release}", vm.name);
-    os_is(vm, "2", &v2).await
+    os_is(vm, "2", &v2).await?;
+    // The reboot into v2 was counted (the harness's bootloader took one off the 3 the agent
+    // armed), and the verified boot disarmed the counting.
+    let boot2 = vm.boots().into_iter().find(|b| b.boot == 2).context("boot 2")?;
+    ensure!(boot2.entry.contains("boot_counter 3 -> 2"), "the reboot into v2 was not counted: {:?}", boot2.entry);
+    let grubenv = vm.sh("grep -a = /boot/grub2/grubenv").await?;
+    ensure!(
+        !grubenv.contains("boot_counter") && grubenv.lines().any(|l| l == "boot_success=1"),
+        "the counting is not disarmed after the verified boot: {grubenv:?}"
+    );
+    Ok(())
 }
 
 // ---------------------------------------------------------------- i: boot counting
