@@ -93,8 +93,8 @@ struct RunArgs {
     os_reach_timeout_seconds: u64,
     /// How many boots a new OS deployment gets from the bootloader before it boots the previous
     /// one (greenboot's boot counting: armed in GRUB's environment block before the reboot into
-    /// an update, disarmed once the boot is healthy; a kernel panic or a root that never mounts
-    /// is then rolled back). Takes effect on hosts whose bootloader counts (the OS helper's
+    /// an update, disarmed once the boot is judged; a kernel that panics and reboots, with
+    /// panic=N, is then rolled back). Takes effect on hosts whose bootloader counts (the OS helper's
     /// --grubenv). 0: not armed.
     #[arg(long, env = "ALOFT_BOOT_ATTEMPTS", default_value_t = 3,
           value_parser = clap::value_parser!(u32).range(0..=aloft_api::os::MAX_BOOT_ATTEMPTS as i64))]

@@ -40,8 +40,8 @@ struct Cli {
     cmdline: PathBuf,
     /// GRUB's environment block, where boot attempts are counted as greenboot counts them: armed
     /// before the reboot into an update, so that a GRUB with greenboot's fallback-counting script
-    /// boots the previous deployment once they run out (a kernel that panics, a root that never
-    /// mounts). Default: boot/grub2/grubenv under --sysroot. No file there, or an empty value: no
+    /// boots the previous deployment once they run out (a kernel that panics and reboots, with
+    /// panic=N). Default: boot/grub2/grubenv under --sysroot. No file there, or an empty value: no
     /// boot counting.
     #[arg(long)]
     grubenv: Option<PathBuf>,
