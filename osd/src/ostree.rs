@@ -331,6 +331,43 @@ impl OstreeBackend {
         )))
     }
 
+    /// Write the deployments `all` (none staged) with `target` first, under the caller's lock;
+    /// returns the new default. `what` names `target` in the error.
+    fn make_default(
+        &self,
+        sysroot: &ostree::Sysroot,
+        all: Vec<ostree::Deployment>,
+        target: &ostree::Deployment,
+        what: &str,
+    ) -> Result<DeploymentInfo, OsError> {
+        // The same objects, reordered: libostree finds the booted deployment in the new order by
+        // identity and refuses an order without it ("Attempting to remove booted deployment").
+        // `Deployment::clone` is ostree_deployment_clone, a new object, hence `Clone::clone`.
+        let mut order = vec![Clone::clone(target)];
+        order.extend(all.into_iter().filter(|d| !d.equal(target)));
+        sysroot
+            .write_deployments(&order, no_cancel())
+            .map_err(|e| OsError::ostree(format!("making {what} {} the default", target.csum()), e))?;
+        sysroot.load(no_cancel()).map_err(|e| OsError::ostree("reloading the ostree sysroot", e))?;
+        let first = sysroot
+            .deployments()
+            .into_iter()
+            .next()
+            .ok_or_else(|| OsError::Invalid(format!("no deployments after making {what} the default")))?;
+        Ok(self.info(sysroot, &first))
+    }
+
+    /// The bootloader fell back (`boot_counter=-1`) and the deployment it gave up on is still
+    /// ostree's default: disarmed now, the next reboot would start it again, uncounted.
+    fn fallback_not_kept(&self) -> Result<bool, OsError> {
+        if !crate::bootcount::read(self.cfg.grubenv.as_deref()).is_some_and(|c| c.fell_back()) {
+            return Ok(false);
+        }
+        let sysroot = self.open()?;
+        let Some(booted) = sysroot.booted_deployment() else { return Ok(false) };
+        Ok(sysroot.deployments().iter().find(|d| !d.is_staged()).is_some_and(|d| !d.equal(&booted)))
+    }
+
     fn deployments(&self, sysroot: &ostree::Sysroot) -> Vec<ostree::Deployment> {
         sysroot.deployments().into_iter().filter(|d| d.osname().as_str() == self.cfg.osname).collect()
     }
@@ -583,20 +620,9 @@ impl OsBackend for OstreeBackend {
         .ok_or_else(|| {
             OsError::Invalid(format!("no previous deployment of stateroot {} to roll back to", self.cfg.osname))
         })?;
-        // `Clone::clone`: the object itself (see keep_booted), not ostree_deployment_clone's copy.
-        let mut order = vec![Clone::clone(&target)];
-        order.extend(all.into_iter().filter(|d| !d.equal(&target)));
-        sysroot
-            .write_deployments(&order, no_cancel())
-            .map_err(|e| OsError::ostree(format!("making deployment {} the default", target.csum()), e))?;
-        sysroot.load(no_cancel()).map_err(|e| OsError::ostree("reloading the ostree sysroot", e))?;
-        let first = sysroot
-            .deployments()
-            .into_iter()
-            .next()
-            .ok_or_else(|| OsError::Invalid("no deployments after the rollback".into()))?;
-        tracing::warn!(checksum = %first.csum(), "rolled back: the previous deployment boots next");
-        Ok(self.info(&sysroot, &first))
+        let first = self.make_default(&sysroot, all, &target, "deployment")?;
+        tracing::warn!(checksum = %first.checksum, "rolled back: the previous deployment boots next");
+        Ok(first)
     }
 
     fn drop_staged(&self) -> Result<Option<DeploymentInfo>, OsError> {
@@ -623,6 +649,10 @@ impl OsBackend for OstreeBackend {
         if matches!(change, BootCount::Arm(_)) && self.cfg.grubenv.as_deref().is_some_and(Path::exists) {
             self.next_boot_disarms()?;
         }
+        if change == BootCount::Disarm && self.fallback_not_kept()? {
+            tracing::warn!("not disarmed: the deployment the bootloader fell back from is still the default");
+            return Ok(crate::bootcount::read(self.cfg.grubenv.as_deref()));
+        }
         crate::bootcount::change(self.cfg.grubenv.as_deref(), change)
     }
 
@@ -637,22 +667,9 @@ impl OsBackend for OstreeBackend {
         if all.first().is_some_and(|d| d.equal(&booted)) {
             return Ok(self.info(&sysroot, &booted));
         }
-        // The same objects, reordered: libostree finds the booted deployment in the new order by
-        // identity and refuses an order without it ("Attempting to remove booted deployment").
-        // `Deployment::clone` is ostree_deployment_clone, a new object, hence `Clone::clone`.
-        let mut order = vec![Clone::clone(&booted)];
-        order.extend(all.into_iter().filter(|d| !d.equal(&booted)));
-        sysroot
-            .write_deployments(&order, no_cancel())
-            .map_err(|e| OsError::ostree(format!("making the booted deployment {} the default", booted.csum()), e))?;
-        sysroot.load(no_cancel()).map_err(|e| OsError::ostree("reloading the ostree sysroot", e))?;
-        let first = sysroot
-            .deployments()
-            .into_iter()
-            .next()
-            .ok_or_else(|| OsError::Invalid("no deployments after making the booted one the default".into()))?;
-        tracing::warn!(checksum = %first.csum(), "the booted deployment boots next again (the bootloader fell back to it)");
-        Ok(self.info(&sysroot, &first))
+        let first = self.make_default(&sysroot, all, &booted, "the booted deployment")?;
+        tracing::warn!(checksum = %first.checksum, "the booted deployment boots next again (the bootloader fell back to it)");
+        Ok(first)
     }
 }
 

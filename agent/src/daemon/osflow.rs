@@ -941,14 +941,8 @@ impl Agent {
     /// unrelated reboots, and boot the previous deployment). Best effort; logged.
     pub(super) async fn disarm_boot_counter(&mut self) {
         let Some(os) = self.os.clone() else { return };
-        // Never while the deployment the bootloader gave up on is the default: disarmed, the next
-        // reboot would start it again, uncounted.
-        if self.read_os_status(&os).await.is_ok_and(|st| fallback_not_kept(&st)) {
-            tracing::warn!(
-                "the boot counting stays at -1: the deployment the bootloader fell back from is still the default"
-            );
-            return;
-        }
+        // The helper leaves the counter at -1 while the deployment the bootloader gave up on is
+        // still the default (disarmed, the next reboot would start it again, uncounted).
         match os.handle.run(|b| b.boot_counter(BootCount::Disarm)).await {
             // The status shows the counting: read again once it changed.
             Ok(Some(_)) => self.refresh_os_status().await,
