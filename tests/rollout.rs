@@ -1758,6 +1758,67 @@ async fn a_reverted_node_still_cordoned_by_its_failed_update_comes_back_into_ser
     .await;
 }
 
+/// A revert to a config whose rollout a bad config cut short: the reverted config proves itself
+/// again (its canaries, its whole soak), and the node that failed on the bad one, which runs the
+/// reverted config already, is sent back to it at once instead of staying Degraded and cordoned
+/// for the canaries and the soak (it applies nothing, spreads nothing). The nodes still on the
+/// older config keep waiting for the soak.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revert_through_a_soak_takes_the_failed_node_back_at_once() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let names = ["w1", "w2", "w3", "w4", "w5"];
+    let spec = json!({"maxUnavailable": 2, "rollout": {"canary": 1, "soakSeconds": 1}});
+    let t0 = fleet_on_a_first_config(&admin, &names, spec).await;
+    let mut b = machine_config("60-worker-b", "worker");
+    b["spec"]["kernelArguments"] = json!(["nosmt"]);
+    create(&admin, &MACHINE_CONFIG, &b).await;
+    let t1 = new_target(&admin, &t0).await;
+    let canary = picked_all(&admin, &names, &t1, 1).await.remove(0);
+    finish(&admin, &canary, &t1).await;
+    // After the one-second soak, batches of two: one node finishes, two are on their way when
+    // the bad config arrives, and one never got t1.
+    let batch = picked_all(&admin, &names, &t1, 3).await;
+    let done = batch.iter().find(|n| **n != canary).unwrap().clone();
+    finish(&admin, &done, &t1).await;
+    let all = picked_all(&admin, &names, &t1, 4).await;
+    let on_the_way: Vec<String> = all.iter().filter(|n| **n != canary && **n != done).cloned().collect();
+    let left = names.iter().find(|n| !all.iter().any(|a| a == *n)).unwrap().to_string();
+    let mut bad = machine_config("70-worker-bad", "worker");
+    bad["spec"]["kernelArguments"] = json!(["broken"]);
+    create(&admin, &MACHINE_CONFIG, &bad).await;
+    let t2 = new_target(&admin, &t1).await;
+    // Room for the bad config's canary beside the two on their way (raised once t2 is the
+    // target: before, it would have taken the last node to t1), and a soak the test outlasts.
+    let pool_path = path_of(&MACHINE_CONFIG_POOL, Some("worker"));
+    merge(&admin, &pool_path, json!({"spec": {"maxUnavailable": 3, "rollout": {"soakSeconds": 3600}}})).await;
+    let failed = picked_all(&admin, &names, &t2, 1).await.remove(0);
+    assert_eq!(annotation(&node(&admin, &failed).await, ann::CURRENT_CONFIG), t1, "the bad config's canary runs t1");
+    working(&admin, &failed, &t2).await;
+    fail(&admin, &failed, &t2).await;
+    admin.delete(&path_of(&MACHINE_CONFIG, Some("70-worker-bad"))).await.unwrap().into_result().unwrap();
+    assert_eq!(new_target(&admin, &t2).await, t1, "the revert renders the config before");
+    // The reverted config waits for its nodes on their way (its canary phase): the failed node
+    // is sent back all the same.
+    eventually(WAIT, "the failed node sent back to the config it runs", || async {
+        Ok((annotation(&node(&admin, &failed).await, ann::DESIRED_CONFIG) == t1).then_some(()))
+    })
+    .await;
+    finish(&admin, &failed, &t1).await;
+    for n in &on_the_way {
+        finish(&admin, n, &t1).await;
+    }
+    eventually(WAIT, "the failed node back in service while the reverted config soaks", || async {
+        let p = pool(&admin).await;
+        let n = node(&admin, &failed).await;
+        Ok((p["status"]["rollout"]["phase"] == "Soaking" && !cordoned(&n) && annotation(&n, ann::STATE) == "Done")
+            .then_some(()))
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(annotation(&node(&admin, &left).await, ann::DESIRED_CONFIG), t0, "{left} waits for the soak");
+}
+
 /// The audit's story in Events: a trip of the breaker is one Warning (a node recovering while it
 /// is open is no second trip), `rollout resume` answers once the coordinator has acted on it (a
 /// `rollout status` right after read the breaker from before it) and leaves an Event, and a

@@ -429,6 +429,10 @@ fn plan_pool(
         candidates.retain(|&i| hot[i].unconfigured());
         pp.first_config = held.map(|held| FirstConfig { config: served_config(pool, &pp.members, hot, &target), held });
     }
+    // A held pool's first configs go first; the reverts then follow in the next pass (a plan's
+    // picks all get one config).
+    let reverts_through_holds =
+        matches!(eval.gate, Gate::Hold(_)) && !pool.spec.paused && closed.is_none() && pp.first_config.is_none();
     let limit = match (&eval.gate, pool.spec.paused) {
         (_, true) => {
             pp.wait = waiting_any.then_some(Wait::Paused);
@@ -538,6 +542,13 @@ fn plan_pool(
                 Wait::Policy(HoldReason::Canary { canaries })
             });
         }
+    } else if limit == 0 && reverts_through_holds {
+        // A failing node sent back to the config it runs has nothing to apply and lowers every
+        // count (see the loop above): the policy's hold is about spreading the target, which it
+        // does not. Held, it stayed Degraded, cordoned and out of service for the whole soak of
+        // a reverted config that must prove itself again (one whose soak a newer config cut
+        // short). Not through a pause or a closed maintenance window: those hold every change.
+        pp.picks.extend(candidates.iter().copied().filter(|&c| failing_unavailable(c) && hot[c].runs(&pp.target)));
     } else if limit > 0 && waiting_any {
         // Candidates exist only once nodes are Ready again: that is what they wait for, not a
         // slot (there may be every slot free).

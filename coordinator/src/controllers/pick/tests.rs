@@ -150,6 +150,52 @@ fn a_revert_takes_failed_nodes_back_even_over_the_limit() {
     assert_eq!(picked_names(&nodes, &p), vec!["w2", "w3"]);
 }
 
+/// A revert to a config that must prove itself again (its soak was cut short by the bad config
+/// now reverted): the nodes that failed on the bad config run the reverted one already, and go
+/// back to it through the soak, the canaries and an open breaker (they stayed Degraded and
+/// cordoned for the whole soak); the nodes that still run an older config wait for the soak.
+/// Not through a pause or a closed maintenance window, which hold every change.
+#[test]
+fn a_revert_goes_through_the_policys_holds_but_not_a_pause_or_a_closed_window() {
+    let mut failed = node("w2", worker(), "r1", "r2", "Degraded", true);
+    set_ann(&mut failed, ann::FAILED_CONFIG, Some("r2"));
+    failed.spec.unschedulable = true;
+    set_ann(&mut failed, ann::LAST_APPLIED_DRAIN, Some("drain-r2"));
+    let nodes =
+        vec![node("w1", worker(), "r1", "r1", "Done", true), failed, node("w3", worker(), "r0", "r0", "Done", true)];
+    let policy = json!({"rollout": {"canary": 1, "soakSeconds": 3600}});
+    let with_record = |extra: serde_json::Value, phase: &str| {
+        let mut p = pool("worker", json!(1), "r1", extra);
+        p.status = Some(
+            serde_json::from_value(json!({"rollout": {
+                "config": "r1", "phase": phase, "soakStartTime": "2026-01-01T00:00:00.000Z"}}))
+            .unwrap(),
+        );
+        p
+    };
+    let soaking = [with_record(policy.clone(), "Soaking")];
+    let p = plan(Snapshot { nodes: &nodes, pools: &soaking, budgets: &[] }, now()).remove(0);
+    assert_eq!(picked_names(&nodes, &p), vec!["w2"], "only the revert goes during the soak");
+    assert!(matches!(p.wait, Some(Wait::Policy(HoldReason::Soaking { .. }))), "{:?}", p.wait);
+    assert_eq!(p.pick_config(), "r1");
+    let mut breaker = policy.clone();
+    breaker["rollout"]["maxFailures"] = json!(0);
+    let p = plan(Snapshot { nodes: &nodes, pools: &[with_record(breaker, "CircuitBroken")], budgets: &[] }, now())
+        .remove(0);
+    assert_eq!(picked_names(&nodes, &p), vec!["w2"], "the breaker holds the spread of r1, not a revert to it");
+    assert!(p.breaker.is_some(), "{:?}", p.rollout);
+    let mut paused = policy.clone();
+    paused["paused"] = json!(true);
+    let p = plan(Snapshot { nodes: &nodes, pools: &[with_record(paused, "Soaking")], budgets: &[] }, now()).remove(0);
+    assert!(p.picks.is_empty(), "paused: {:?}", picked_names(&nodes, &p));
+    assert_eq!(p.wait, Some(Wait::Paused));
+    let mut closed = policy.clone();
+    closed["rollout"]["maintenance"] =
+        json!({"timeZone": "UTC", "windows": [{"days": ["Sat"], "startTime": "02:00", "lengthMinutes": 60}]});
+    let p = plan(Snapshot { nodes: &nodes, pools: &[with_record(closed, "Soaking")], budgets: &[] }, now()).remove(0);
+    assert!(p.picks.is_empty(), "window closed: {:?}", picked_names(&nodes, &p));
+}
+
 #[test]
 fn picks_within_max_unavailable_counting_other_unavailable_nodes() {
     let nodes = vec![
