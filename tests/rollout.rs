@@ -1314,6 +1314,65 @@ async fn a_failing_uncordon_hook_is_retried_and_keeps_the_node_out_of_service() 
     .await;
 }
 
+/// An admin's `kubectl cordon` made after the pick and before the drain (a pool with drain
+/// hooks: the drain controller cordons, not the pick) outlasts the update: the drain and
+/// uncordon hooks are called as for any drain, and the uncordon answers the node but leaves it
+/// cordoned, with an Event saying why. Before, the two cordons were one, and the Done lifted the
+/// admin's. A node no one cordoned is uncordoned as ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cordon_made_between_the_pick_and_the_drain_outlasts_the_update() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let hook = HookServer::start().await;
+    let spec = json!({"drain": {"timeoutSeconds": 60, "hooks": [{"url": hook.url, "timeoutSeconds": 5}]}});
+    create(&admin, &MACHINE_CONFIG_POOL, &worker_pool(true, spec)).await;
+    for n in ["n1", "n2"] {
+        fake_node(&admin, n, json!({"node-role.kubernetes.io/worker": ""}), true).await;
+    }
+    let nodes = path_of(&NODE, Some("n1"));
+    merge(&admin, &nodes, json!({"spec": {"unschedulable": true}})).await;
+    for n in ["n1", "n2"] {
+        annotate(&admin, n, json!({ann::DESIRED_DRAIN: "drain-rendered-worker-1"})).await;
+    }
+    for n in ["n1", "n2"] {
+        eventually(WAIT, &format!("{n}'s drain acknowledged"), || async {
+            let v = node(&admin, n).await;
+            Ok((annotation(&v, ann::LAST_APPLIED_DRAIN) == "drain-rendered-worker-1").then_some(()))
+        })
+        .await;
+    }
+    assert_eq!(annotation(&node(&admin, "n1").await, ann::CORDONED_BEFORE_DRAIN), "true");
+    assert_eq!(annotation(&node(&admin, "n2").await, ann::CORDONED_BEFORE_DRAIN), "");
+    for n in ["n1", "n2"] {
+        annotate(&admin, n, json!({ann::DESIRED_DRAIN: "uncordon-rendered-worker-1"})).await;
+    }
+    for n in ["n1", "n2"] {
+        let v = eventually(WAIT, &format!("{n}'s uncordon answered"), || async {
+            let v = node(&admin, n).await;
+            Ok((annotation(&v, ann::LAST_APPLIED_DRAIN) == "uncordon-rendered-worker-1").then_some(v))
+        })
+        .await;
+        assert_eq!(cordoned(&v), n == "n1", "only the admin's cordon stays: {v}");
+        assert_eq!(annotation(&v, ann::CORDONED_BEFORE_DRAIN), "", "{v}");
+        assert_eq!(annotation(&v, ann::DRAIN_POOL), "", "{v}");
+    }
+    let msg = event_with(&admin, "Node", "n1", "CordonKept", "cordoned before its drain").await;
+    assert!(msg.contains("kubectl uncordon"), "{msg}");
+    for n in ["n1", "n2"] {
+        for phase in ["drain", "uncordon"] {
+            assert!(
+                hook.calls().iter().any(|b| b["node"] == n && b["phase"] == phase),
+                "{n}'s {phase} hook called: {:?}",
+                hook.calls()
+            );
+        }
+    }
+    // The node is the admin's again: `kubectl uncordon` ends it, and nothing puts it back.
+    merge(&admin, &nodes, json!({"spec": {"unschedulable": null}})).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(!cordoned(&node(&admin, "n1").await));
+}
+
 /// A drain hook that keeps failing is retried with a back-off of the node's own (2 s, doubling,
 /// up to MCO's 1 min; reference/mco.md "Drain controller"), not every 2 s for as long as it fails;
 /// the back-off does not hold the drain timeout back (the node is marked when it is due, between

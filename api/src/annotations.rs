@@ -38,6 +38,12 @@ pub const DRAIN_FAILURE: &str = "aloft.dev/drainFailure";
 /// has left that pool since (a label or a selector changed): a load balancer told to drain the
 /// node is told to take it back. Removed by the uncordon.
 pub const DRAIN_POOL: &str = "aloft.dev/drainPool";
+/// Written by the drain controller when it drains a node someone had cordoned already (a
+/// `kubectl cordon` made after the node controller picked the node and before the drain): the
+/// uncordon that ends the drain leaves that cordon standing, as it leaves a cordon no drain
+/// made. Without it the admin's cordon, indistinguishable from the drain's, was lifted at Done.
+/// Removed by that uncordon.
+pub const CORDONED_BEFORE_DRAIN: &str = "aloft.dev/cordonedBeforeDrain";
 /// On a MachineConfigPool: set by `aloftctl rollout resume` (any new value, a timestamp) to
 /// close a tripped circuit breaker. The controller remembers the last value it honoured in
 /// `status.rollout.resumeToken`, so each new value resumes exactly once.

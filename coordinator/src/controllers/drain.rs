@@ -24,6 +24,7 @@ use super::cache::Cache;
 use super::events::{reasons, EventType, Involved, Recorder};
 use super::hooks::{HookRequest, Hooks, Phase};
 use super::pools::{self, NodeFacts};
+use super::uncordon::{cordon_for_drain, end_drain};
 use super::{annotate, set_annotations};
 use crate::resources::NODE;
 use crate::store::{revision_of, Key, Store, StoreError, Stored};
@@ -720,7 +721,7 @@ impl Job {
                 if pending(n).as_ref().map(Request::value) != Some(r) {
                     return false;
                 }
-                n["spec"]["unschedulable"] = true.into();
+                cordon_for_drain(n);
                 let mark = n["metadata"]["annotations"].get(ann::DRAIN_STARTED).and_then(Value::as_str);
                 if mark.and_then(|m| parse_start_mark(m, r)).is_none() {
                     set_annotations(n, &[(ann::DRAIN_STARTED, Some(&self.start))]);
@@ -773,24 +774,14 @@ impl Job {
             .await?;
             return Ok(false);
         }
+        // Whether the written version kept a cordon made before the drain (the last try's say).
+        let kept = std::sync::atomic::AtomicBool::new(false);
         let acked = self
             .update(Some(&self.cached), |n| {
                 if pending(n).as_ref().map(Request::value) != Some(r) || !cordoned_by_a_drain(n) {
                     return false;
                 }
-                if let Some(spec) = n.get_mut("spec").and_then(Value::as_object_mut) {
-                    spec.remove("unschedulable");
-                }
-                set_annotations(
-                    n,
-                    &[
-                        (ann::LAST_APPLIED_DRAIN, Some(r)),
-                        (ann::DRAIN_STARTED, None),
-                        (ann::DRAIN_FAILURE, None),
-                        (ann::UNCORDON_AT_DONE, None),
-                        (ann::DRAIN_POOL, None),
-                    ],
-                );
+                kept.store(end_drain(n, r), std::sync::atomic::Ordering::Relaxed);
                 true
             })
             .await?;
@@ -798,7 +789,15 @@ impl Job {
             lock(&self.ctx.last_error).remove(&self.node);
             self.ctx.events.forget(&Involved::node(&self.node), reasons::DRAIN_HOOK_FAILED);
             self.ctx.events.forget(&Involved::node(&self.node), reasons::DRAIN_TIMEOUT);
-            tracing::info!(node = %self.node, request = %r, "uncordon acknowledged");
+            let kept = kept.load(std::sync::atomic::Ordering::Relaxed);
+            if kept {
+                let msg = format!(
+                    "{r} answered and the node left cordoned: it was cordoned before its drain, not by it (uncordon it \
+                     with kubectl uncordon)"
+                );
+                self.ctx.events.emit(&Involved::node(&self.node), EventType::Normal, reasons::CORDON_KEPT, &msg);
+            }
+            tracing::info!(node = %self.node, request = %r, cordon_kept = kept, "uncordon acknowledged");
         }
         Ok(acked)
     }
@@ -857,7 +856,7 @@ fn acknowledge_drain(n: &mut Value, r: &str) -> bool {
     if pending(n).as_ref().map(Request::value) != Some(r) {
         return false;
     }
-    n["spec"]["unschedulable"] = true.into();
+    cordon_for_drain(n);
     // A drain made with the hooks is ended with them: no uncordon inside the Done report.
     mark_answered(n, r);
     true

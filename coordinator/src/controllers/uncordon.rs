@@ -25,21 +25,46 @@ fn annotation<'a>(node: &'a Value, key: &str) -> &'a str {
 /// Back into service after Done on `config`: no cordon, the handshake answered
 /// (`uncordon-<config>`, whether or not the agent asked), and no grant left standing.
 pub(crate) fn uncordon_edit(node: &mut Value, config: &str) {
-    if let Some(spec) = node.get_mut("spec").and_then(Value::as_object_mut) {
-        spec.remove("unschedulable");
-    }
     let r = format!("uncordon-{config}");
+    set_annotations(node, &[(ann::DESIRED_DRAIN, Some(&r))]);
+    end_drain(node, &r);
+}
+
+/// The drain's end, answering `answer`: its cordon lifted, unless someone else's cordon was
+/// there before it ([`ann::CORDONED_BEFORE_DRAIN`]), and its marks gone. Returns whether a
+/// cordon was kept.
+pub(crate) fn end_drain(node: &mut Value, answer: &str) -> bool {
+    let kept = !annotation(node, ann::CORDONED_BEFORE_DRAIN).is_empty();
+    if !kept {
+        if let Some(spec) = node.get_mut("spec").and_then(Value::as_object_mut) {
+            spec.remove("unschedulable");
+        }
+    }
     set_annotations(
         node,
         &[
-            (ann::DESIRED_DRAIN, Some(&r)),
-            (ann::LAST_APPLIED_DRAIN, Some(&r)),
+            (ann::LAST_APPLIED_DRAIN, Some(answer)),
             (ann::DRAIN_STARTED, None),
             (ann::DRAIN_FAILURE, None),
             (ann::UNCORDON_AT_DONE, None),
             (ann::DRAIN_POOL, None),
+            (ann::CORDONED_BEFORE_DRAIN, None),
         ],
     );
+    kept
+}
+
+/// The cordon a drain is about to make, on `node` as stored: when the node is cordoned already
+/// and not by a drain (none answered, none with hooks under way), the cordon is someone else's
+/// and is marked to outlast the drain ([`ann::CORDONED_BEFORE_DRAIN`]).
+pub(crate) fn cordon_for_drain(node: &mut Value) {
+    let cordoned = node.get("spec").and_then(|s| s.get("unschedulable")) == Some(&Value::Bool(true));
+    let by_a_drain = annotation(node, ann::LAST_APPLIED_DRAIN).starts_with("drain-")
+        || !annotation(node, ann::DRAIN_POOL).is_empty();
+    if cordoned && !by_a_drain {
+        set_annotations(node, &[(ann::CORDONED_BEFORE_DRAIN, Some("true"))]);
+    }
+    node["spec"]["unschedulable"] = true.into();
 }
 
 /// Applied by the API server to every Node about to be written: when `next` carries a grant and
@@ -98,6 +123,7 @@ pub const COORDINATOR_ONLY: &[&str] = &[
     ann::DRAIN_STARTED,
     ann::DRAIN_FAILURE,
     ann::DRAIN_POOL,
+    ann::CORDONED_BEFORE_DRAIN,
 ];
 
 /// The first of [`COORDINATOR_ONLY`] that differs between `stored` and `next`.
@@ -236,5 +262,66 @@ mod tests {
         assert_eq!(coordinator_only_changed(&stored, &n), Some(ann::UNCORDON_AT_DONE));
         n["metadata"]["annotations"].as_object_mut().unwrap().remove(ann::UNCORDON_AT_DONE);
         assert_eq!(coordinator_only_changed(&stored, &n), Some(ann::UNCORDON_AT_DONE), "nor drop it");
+    }
+
+    /// A cordon someone made before the drain (after the pick, before the drain controller's
+    /// cordon) is marked by the drain and outlasts its end, on every path that ends a drain; a
+    /// drain of an uncordoned node, or a drain again over its own cordon, marks nothing.
+    #[test]
+    fn a_cordon_made_before_the_drain_outlasts_it() {
+        let picked = || {
+            json!({"metadata": {"name": "a", "annotations": {
+                    ann::DESIRED_CONFIG: "r2", ann::CURRENT_CONFIG: "r1", ann::STATE: "Working",
+                    ann::DESIRED_DRAIN: "drain-r2"}},
+                "spec": {},
+                "status": {"conditions": [{"type": "Ready", "status": "True"}]}})
+        };
+        let mut plain = picked();
+        cordon_for_drain(&mut plain);
+        assert_eq!(annotation(&plain, ann::CORDONED_BEFORE_DRAIN), "", "{plain}");
+        assert!(!end_drain(&mut plain, "uncordon-r2"), "nothing kept");
+        assert!(!facts(&plain).cordoned);
+
+        let mut admin = picked();
+        admin["spec"]["unschedulable"] = true.into();
+        cordon_for_drain(&mut admin);
+        assert_eq!(annotation(&admin, ann::CORDONED_BEFORE_DRAIN), "true", "{admin}");
+        // The drain's own retry (its pool recorded with the first cordon) marks no more, and
+        // unmarks nothing.
+        set_annotations(&mut admin, &[(ann::DRAIN_POOL, Some("worker"))]);
+        cordon_for_drain(&mut admin);
+        assert_eq!(annotation(&admin, ann::CORDONED_BEFORE_DRAIN), "true");
+        set_annotations(&mut admin, &[(ann::LAST_APPLIED_DRAIN, Some("drain-r2"))]);
+        // Done, the agent asks for its uncordon.
+        set_annotations(&mut admin, &[(ann::DESIRED_DRAIN, Some("uncordon-r2")), (ann::CURRENT_CONFIG, Some("r2"))]);
+        let mut ended = admin.clone();
+        assert!(end_drain(&mut ended, "uncordon-r2"), "kept");
+        let f = facts(&ended);
+        assert!(f.cordoned && f.cordoned_by_hand(), "{f:?}");
+        assert_eq!(annotation(&ended, ann::CORDONED_BEFORE_DRAIN), "", "the mark goes with the drain");
+        assert_eq!(annotation(&ended, ann::DRAIN_POOL), "");
+
+        // A drain the node's own earlier drain cordoned is no one else's.
+        let mut again = picked();
+        again["spec"]["unschedulable"] = true.into();
+        set_annotations(&mut again, &[(ann::LAST_APPLIED_DRAIN, Some("drain-r1"))]);
+        cordon_for_drain(&mut again);
+        assert_eq!(annotation(&again, ann::CORDONED_BEFORE_DRAIN), "");
+
+        // The uncordon inside a Done report keeps it too.
+        let mut done = node("Done", "r2", "uncordon-r2");
+        set_annotations(&mut done, &[(ann::CORDONED_BEFORE_DRAIN, Some("true"))]);
+        assert!(at_done(&mut done));
+        let f = facts(&done);
+        assert!(f.cordoned && f.cordoned_by_hand() && f.done(), "{f:?}");
+        assert!(!f.uncordon_due(), "and nothing is due any more");
+    }
+
+    #[test]
+    fn only_the_coordinator_may_mark_a_cordon_as_made_before_the_drain() {
+        let stored = node("Working", "r1", "drain-r2");
+        let mut n = stored.clone();
+        n["metadata"]["annotations"][ann::CORDONED_BEFORE_DRAIN] = "true".into();
+        assert_eq!(coordinator_only_changed(&stored, &n), Some(ann::CORDONED_BEFORE_DRAIN));
     }
 }
