@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install what the tests need, then run them all: unit tests, API conformance over HTTPS, real
 # kubectl against the coordinator, crash recovery, bad input; the fleet's tests again on etcd;
-# then the VM tests (real VMs under QEMU booted from images/, scenarios a-i). Exits non-zero on
+# then the VM tests (real VMs under QEMU booted from images/, scenarios a-j). Exits non-zero on
 # any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -75,5 +75,5 @@ cargo test -p aloft-vm-tests --lib 2>&1
 phase "the VM harness's unit tests"
 # shellcheck disable=SC2086 # the filters are words
 cargo test -p aloft-vm-tests --test scenarios -- --test-threads=1 \
-    ${ALOFT_VM_TESTS-a_rebootless b_os_update_one_node_at_a_time c_bad_os d_power_cut e_file_without f_power_cuts g_new_os h_release i_kernel_panic} 2>&1
+    ${ALOFT_VM_TESTS-a_rebootless b_os_update_one_node_at_a_time c_bad_os d_power_cut e_file_without f_power_cuts g_new_os h_release i_kernel_panic j_failing_agent} 2>&1
 phase "the VM scenarios"

@@ -1347,7 +1347,7 @@ async fn release_from_graph(fleet: &Fleet) -> Result<()> {
     Ok(())
 }
 
-// ---------------------------------------------------------------- i: boot counting
+// ---------------------------------------------------------------- i, j: boot counting
 
 /// A new OS whose kernel panics at every boot (v4: its initramfs holds no init), so the agent
 /// never runs in it and no health check can roll it back. The agent armed the bootloader's boot
@@ -1362,36 +1362,90 @@ async fn i_kernel_panic_falls_back_by_boot_counting() -> Result<()> {
     let Some(fleet) = Fleet::start("i_boot_counting", FleetOptions { vms: 1, ..Default::default() }).await? else {
         return Ok(());
     };
-    let result = boot_counting(&fleet).await;
+    let result = boot_counting(&fleet, BadOs::Panics).await;
     fleet.finish(result).await
 }
 
-async fn boot_counting(fleet: &Fleet) -> Result<()> {
+/// A new OS that boots but whose agent fails at every start (v5), so nothing in it can judge
+/// the boot or roll it back. The agent unit's hook (`ExecStopPost`, greenboot's red boot) counts
+/// the failures while the boot is counted and reboots after the fifth: three such boots of v5,
+/// then the previous entry, and on v1 the same fallback as scenario i's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn j_failing_agent_falls_back_by_boot_counting() -> Result<()> {
+    let Some(fleet) = Fleet::start("j_red_boot", FleetOptions { vms: 1, ..Default::default() }).await? else {
+        return Ok(());
+    };
+    let result = boot_counting(&fleet, BadOs::AgentFails).await;
+    fleet.finish(result).await
+}
+
+/// How the new OS of a boot-counting scenario fails to come up.
+#[derive(Clone, Copy, PartialEq)]
+enum BadOs {
+    /// v4: its kernel panics at every boot (`panic=10` reboots it); the agent never runs.
+    Panics,
+    /// v5: it boots, and its agent fails at every start; the agent unit's red-boot hook reboots
+    /// after its fifth failure.
+    AgentFails,
+}
+
+async fn boot_counting(fleet: &Fleet, bad: BadOs) -> Result<()> {
     let (_, first) = enrolled_and_done(fleet, 1, json!({})).await?;
-    let (v1, v4) = (fleet.images.commit("v1")?.to_string(), fleet.images.commit("v4")?.to_string());
+    let (version, release) = match bad {
+        BadOs::Panics => ("v4", "4"),
+        BadOs::AgentFails => ("v5", "5"),
+    };
+    let (v1, failed) = (fleet.images.commit("v1")?.to_string(), fleet.images.commit(version)?.to_string());
     let vm = &fleet.vms[0];
     let grubenv = vm.sh("grep -a = /boot/grub2/grubenv || true").await?;
     ensure!(!grubenv.contains("boot_counter"), "nothing is counted before the update: {grubenv:?}");
     let boots_on_v1 = vm.status().boot;
-    machine_config(
-        fleet,
-        "60-worker-os",
-        json!({"osImageURL": fleet.images.os_image_url("v4")?, "kernelArguments": ["panic=10"]}),
-    )
-    .await?;
-    // Three boots of v4 that panic, then the fallback's boot, which comes up.
-    let (boot, _, release) = vm.wait_ready(boots_on_v1 + 4, OS_ROLLOUT_PER_NODE).await.context("the fallback boot")?;
-    ensure!(release == "1", "the fallback boot runs release {release}");
+    let os = match bad {
+        BadOs::Panics => json!({"osImageURL": fleet.images.os_image_url(version)?, "kernelArguments": ["panic=10"]}),
+        BadOs::AgentFails => json!({"osImageURL": fleet.images.os_image_url(version)?}),
+    };
+    machine_config(fleet, "60-worker-os", os).await?;
+    // Three boots of the bad OS, then the fallback's boot, which comes up as v1.
+    let mut boot = 0;
+    let mut up_on = String::new();
+    while up_on != "1" {
+        (boot, _, up_on) =
+            vm.wait_ready(boot.max(boots_on_v1 + 1), OS_ROLLOUT_PER_NODE).await.context("the fallback boot")?;
+        if up_on != "1" {
+            // A bad OS that comes up (its agent fails): the next boot.
+            vm.wait_for("its reboot", OS_ROLLOUT_PER_NODE, |s| s.boot > boot).await?;
+            boot += 1;
+        }
+    }
     let boots: Vec<_> = vm.boots().into_iter().filter(|b| b.boot > boots_on_v1).collect();
     let entries: Vec<&str> = boots.iter().map(|b| b.entry.as_str()).collect();
     tracing::info!(?entries, "the boots after the update");
     ensure!(boot == boots_on_v1 + 4, "the fallback came at boot {boot}, not the fourth after the update: {entries:#?}");
     for (i, b) in boots.iter().take(3).enumerate() {
         let counted = format!("[default entry; boot counting: boot_counter {} -> {}]", 3 - i, 2 - i);
-        ensure!(b.entry.contains(&counted) && b.entry.contains("panic=10"), "boot {}: {:?}", b.boot, b.entry);
-        ensure!(b.end.as_deref() == Some("guest-reset") && b.ready_after.is_none(), "boot {}: {b:?}", b.boot);
-        let serial = String::from_utf8_lossy(&std::fs::read(&b.serial)?).into_owned();
-        ensure!(serial.contains("Kernel panic"), "boot {} did not panic: {}", b.boot, b.serial.display());
+        ensure!(b.entry.contains(&counted), "boot {}: {:?}", b.boot, b.entry);
+        ensure!(b.end.as_deref() == Some("guest-reset"), "boot {}: {b:?}", b.boot);
+        match bad {
+            BadOs::Panics => {
+                ensure!(b.entry.contains("panic=10") && b.ready_after.is_none(), "boot {}: {b:?}", b.boot);
+                let serial = String::from_utf8_lossy(&std::fs::read(&b.serial)?).into_owned();
+                ensure!(serial.contains("Kernel panic"), "boot {} did not panic: {}", b.boot, b.serial.display());
+            }
+            BadOs::AgentFails => {
+                ensure!(b.release.as_deref() == Some(release), "boot {} ran release {:?}", b.boot, b.release);
+                // Its journal (the stateroot's /var is shared): five failures, then the reboot.
+                let id = b.boot_id.as_deref().context("a boot that came up has an id")?.replace('-', "");
+                let log = vm.sh(&format!("journalctl -b {id} -u aloft-agent -o cat || true")).await?;
+                ensure!(
+                    log.contains("aloft-agent: intentional failure in v5")
+                        && log.contains("failure 4 of 5 before a reboot")
+                        && log.contains("aloft-agent failed 5 times during a counted boot")
+                        && log.contains("rebooting, so that the bootloader counts this boot"),
+                    "boot {}: the agent's journal does not show the red boot:\n{log}",
+                    b.boot
+                );
+            }
+        }
     }
     let fallback = &boots[3];
     ensure!(
@@ -1404,12 +1458,12 @@ async fn boot_counting(fleet: &Fleet) -> Result<()> {
     let target = cluster::pool_target(fleet, "worker").await?;
     let node = wait_node(fleet, "Degraded after the fallback", Duration::from_secs(300), |n| {
         cluster::annotation(n, ann::STATE) == "Degraded"
-            && cluster::annotation(n, ann::REASON).contains(&format!("rolled back from OS commit {v4} to {v1}"))
+            && cluster::annotation(n, ann::REASON).contains(&format!("rolled back from OS commit {failed} to {v1}"))
     })
     .await?;
     let reason = cluster::annotation(&node, ann::REASON);
     ensure!(
-        reason.contains(&format!("the new OS deployment of commit {v4} never came up"))
+        reason.contains(&format!("the new OS deployment of commit {failed} never came up"))
             && reason.contains("after 3 boots (boot counting in /boot/grub2/grubenv)"),
         "the reason says why: {reason:?}"
     );
@@ -1426,7 +1480,7 @@ async fn boot_counting(fleet: &Fleet) -> Result<()> {
         !grubenv.contains("boot_counter") && grubenv.lines().any(|l| l == "boot_success=1"),
         "the counting is not disarmed: {grubenv:?}"
     );
-    rolled_back_records(vm, &v4, &v1).await?;
+    rolled_back_records(vm, &failed, &v1).await?;
     // The admin names the OS that runs: the node is Done on it.
     machine_config(fleet, "60-worker-os", json!({"osImageURL": fleet.images.os_image_url("v1")?})).await?;
     let fixed = wait_converged(fleet, &target, OS_ROLLOUT_PER_NODE).await.context("back to v1")?;
