@@ -1718,7 +1718,10 @@ async fn an_uncordon_request_lifts_only_a_cordon_a_drain_made() {
     assert!(said.contains("no drain cordoned it"), "{said}");
     assert!(hook.calls().is_empty(), "{:?}", hook.calls());
 
-    // A drain (through the hooks), then its uncordon: lifted, through the hooks.
+    // The admin lifts theirs; a drain (through the hooks), then its uncordon: lifted, through
+    // the hooks. (A drain made over the admin's cordon would keep it: see
+    // `a_cordon_made_between_the_pick_and_the_drain_outlasts_the_update`.)
+    merge(&admin, &path_of(&NODE, Some("n1")), json!({"spec": {"unschedulable": null}})).await;
     annotate(&admin, "n1", json!({ann::DESIRED_DRAIN: "drain-rendered-worker-2"})).await;
     eventually(WAIT, "n1's drain answered", || async {
         Ok((annotation(&node(&admin, "n1").await, ann::LAST_APPLIED_DRAIN) == "drain-rendered-worker-2").then_some(()))
