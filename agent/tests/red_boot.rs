@@ -88,6 +88,23 @@ fn a_counted_boot_reboots_after_the_fifth_failure() {
     assert_eq!(host.systemctl_calls(), "reboot\n");
 }
 
+/// Failures counted under one arming do not carry into another (a new counter value): the
+/// count starts again from none.
+#[test]
+fn each_arming_counts_its_own_failures() {
+    let host = Host::new();
+    host.write_env(&counted_boot());
+    for _ in 0..4 {
+        host.stopped("exit-code");
+    }
+    let mut again = counted_boot();
+    grubenv::arm(&mut again, 3).unwrap();
+    host.write_env(&again);
+    let out = host.stopped("exit-code");
+    assert!(out.contains("(boot_counter=3): failure 1 of 5 before a reboot"), "{out}");
+    assert_eq!(host.systemctl_calls(), "");
+}
+
 #[test]
 fn a_clean_stop_counts_nothing() {
     let host = Host::new();
@@ -113,6 +130,8 @@ fn outside_a_counted_boot_nothing_reboots() {
     assert!(grubenv::fell_back(&fell_back), "{fell_back:?}");
     let mut garbled = EnvBlock::default();
     garbled.set(grubenv::BOOT_COUNTER, "x1").unwrap();
+    let mut judged_good = counted_boot();
+    judged_good.set(grubenv::BOOT_SUCCESS, "1").unwrap();
     for (what, env) in [
         ("never armed", Some(EnvBlock::default())),
         ("disarmed", Some(judged)),

@@ -519,19 +519,17 @@ fn pick_edit(node: &mut Value, target: &str, drain: bool) {
             // The Done report on this target comes back uncordoned (see `uncordon::at_done`)
             // when the pick made the drain; otherwise a grant of an earlier pick is void.
             (ann::UNCORDON_AT_DONE, drain.then_some(target)),
+            // A stuck drain's mark is about the config the node leaves: kept, a node sent back
+            // to the config it runs read as failing on it (a breaker of that config counted it).
+            (ann::DRAIN_FAILURE, None),
         ],
     );
     if drain {
         let r = format!("drain-{target}");
-        node["spec"]["unschedulable"] = true.into();
+        super::uncordon::cordon_for_drain(node);
         set_annotations(
             node,
-            &[
-                (ann::DESIRED_DRAIN, None),
-                (ann::LAST_APPLIED_DRAIN, Some(&r)),
-                (ann::DRAIN_STARTED, None),
-                (ann::DRAIN_FAILURE, None),
-            ],
+            &[(ann::DESIRED_DRAIN, None), (ann::LAST_APPLIED_DRAIN, Some(&r)), (ann::DRAIN_STARTED, None)],
         );
     }
 }
@@ -1237,6 +1235,34 @@ mod tests {
         // Past the interval (a second reading of the clock that crossed it panicked here).
         assert_eq!(status_wait(STATUS_EVERY + Duration::from_nanos(1)), None);
         assert_eq!(status_wait(Duration::from_secs(3600)), None);
+    }
+
+    /// A pick clears what an earlier drain left about the config the node leaves: a stuck
+    /// drain's mark (kept, a node sent back to the config it runs read as failing on it), and the
+    /// mark of an admin's cordon lifted since (kept, it would have held the pick's own cordon for
+    /// good). An admin's cordon still standing under a stuck node's drain stays marked.
+    #[test]
+    fn a_pick_drops_what_an_earlier_drain_left_about_the_config_left() {
+        let stale = || {
+            json!({"metadata": {"name": "a", "annotations": {
+                ann::CURRENT_CONFIG: "r1", ann::DESIRED_CONFIG: "r2", ann::STATE: "Degraded",
+                ann::LAST_APPLIED_DRAIN: "uncordon-r2", ann::DRAIN_FAILURE: "failed to drain node: a",
+                ann::CORDONED_BEFORE_DRAIN: "true"}}, "spec": {}})
+        };
+        let mark = |n: &Value, k: &str| objects::at(n, &["metadata", "annotations", k]).cloned();
+        let mut n = stale();
+        pick_edit(&mut n, "r1", false);
+        assert_eq!(mark(&n, ann::DRAIN_FAILURE), None, "{n}");
+        let mut n = stale();
+        pick_edit(&mut n, "r3", true);
+        assert_eq!((mark(&n, ann::DRAIN_FAILURE), mark(&n, ann::CORDONED_BEFORE_DRAIN)), (None, None), "{n}");
+        assert_eq!(n["spec"]["unschedulable"], true);
+        // Still cordoned by the admin under its failed update's drain: the mark stays.
+        let mut n = stale();
+        n["spec"]["unschedulable"] = true.into();
+        n["metadata"]["annotations"][ann::LAST_APPLIED_DRAIN] = "drain-r2".into();
+        pick_edit(&mut n, "r3", true);
+        assert_eq!(mark(&n, ann::CORDONED_BEFORE_DRAIN), Some(json!("true")), "{n}");
     }
 
     #[test]

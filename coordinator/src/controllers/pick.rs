@@ -424,15 +424,16 @@ fn plan_pool(
         (Gate::Pick { .. }, false) if closed.is_some() => Some(Held::MaintenanceWindow),
         _ => None,
     };
-    let fresh_only = held.is_some() && candidates.iter().any(|&i| hot[i].unconfigured());
+    // A failing node sent back to the config it runs goes through the policy's holds (below);
+    // before any first config, which could wait for a slot such a node holds.
+    let policy_hold = matches!(eval.gate, Gate::Hold(_)) && !pool.spec.paused && closed.is_none();
+    let reverts_through_holds =
+        policy_hold && candidates.iter().any(|&c| failing_unavailable(c) && hot[c].runs(&target));
+    let fresh_only = held.is_some() && !reverts_through_holds && candidates.iter().any(|&i| hot[i].unconfigured());
     if fresh_only {
         candidates.retain(|&i| hot[i].unconfigured());
         pp.first_config = held.map(|held| FirstConfig { config: served_config(pool, &pp.members, hot, &target), held });
     }
-    // A held pool's first configs go first; the reverts then follow in the next pass (a plan's
-    // picks all get one config).
-    let reverts_through_holds =
-        matches!(eval.gate, Gate::Hold(_)) && !pool.spec.paused && closed.is_none() && pp.first_config.is_none();
     let limit = match (&eval.gate, pool.spec.paused) {
         (_, true) => {
             pp.wait = waiting_any.then_some(Wait::Paused);
@@ -548,6 +549,7 @@ fn plan_pool(
         // does not. Held, it stayed Degraded, cordoned and out of service for the whole soak of
         // a reverted config that must prove itself again (one whose soak a newer config cut
         // short). Not through a pause or a closed maintenance window: those hold every change.
+        // Nodes with no config get theirs in the next pass (a plan's picks all get one config).
         pp.picks.extend(candidates.iter().copied().filter(|&c| failing_unavailable(c) && hot[c].runs(&pp.target)));
     } else if limit > 0 && waiting_any {
         // Candidates exist only once nodes are Ready again: that is what they wait for, not a

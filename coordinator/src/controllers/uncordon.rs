@@ -34,7 +34,9 @@ pub(crate) fn uncordon_edit(node: &mut Value, config: &str) {
 /// there before it ([`ann::CORDONED_BEFORE_DRAIN`]), and its marks gone. Returns whether a
 /// cordon was kept.
 pub(crate) fn end_drain(node: &mut Value, answer: &str) -> bool {
-    let kept = !annotation(node, ann::CORDONED_BEFORE_DRAIN).is_empty();
+    // Kept only while there is a cordon to keep: one lifted meanwhile (`kubectl uncordon` during
+    // the drain) stays lifted, and nothing says it was kept.
+    let kept = !annotation(node, ann::CORDONED_BEFORE_DRAIN).is_empty() && is_cordoned(node);
     if !kept {
         if let Some(spec) = node.get_mut("spec").and_then(Value::as_object_mut) {
             spec.remove("unschedulable");
@@ -54,15 +56,23 @@ pub(crate) fn end_drain(node: &mut Value, answer: &str) -> bool {
     kept
 }
 
-/// The cordon a drain is about to make, on `node` as stored: when the node is cordoned already
-/// and not by a drain (none answered, none with hooks under way), the cordon is someone else's
-/// and is marked to outlast the drain ([`ann::CORDONED_BEFORE_DRAIN`]).
+fn is_cordoned(node: &Value) -> bool {
+    node.get("spec").and_then(|s| s.get("unschedulable")) == Some(&Value::Bool(true))
+}
+
+/// The cordon a drain is about to make (the drain controller's, or the pick's), on `node` as
+/// stored: when the node is cordoned already and not by a drain (none answered, none with hooks
+/// under way), the cordon is someone else's and is marked to outlast the drain
+/// ([`ann::CORDONED_BEFORE_DRAIN`]). An uncordoned node loses a mark an earlier drain left (the
+/// admin lifted that cordon since): kept, it would hold this drain's own cordon for good.
 pub(crate) fn cordon_for_drain(node: &mut Value) {
-    let cordoned = node.get("spec").and_then(|s| s.get("unschedulable")) == Some(&Value::Bool(true));
+    let cordoned = is_cordoned(node);
     let by_a_drain = annotation(node, ann::LAST_APPLIED_DRAIN).starts_with("drain-")
         || !annotation(node, ann::DRAIN_POOL).is_empty();
     if cordoned && !by_a_drain {
         set_annotations(node, &[(ann::CORDONED_BEFORE_DRAIN, Some("true"))]);
+    } else if !cordoned && !annotation(node, ann::CORDONED_BEFORE_DRAIN).is_empty() {
+        set_annotations(node, &[(ann::CORDONED_BEFORE_DRAIN, None)]);
     }
     node["spec"]["unschedulable"] = true.into();
 }
@@ -79,7 +89,7 @@ pub fn at_done(next: &mut Value) -> bool {
     if grant.is_empty() {
         return false;
     }
-    let cordoned = next.get("spec").and_then(|s| s.get("unschedulable")) == Some(&Value::Bool(true));
+    let cordoned = is_cordoned(next);
     let request = annotation(next, ann::DESIRED_DRAIN);
     let answer = annotation(next, ann::LAST_APPLIED_DRAIN);
     let due = cordoned
@@ -103,8 +113,9 @@ pub fn at_done(next: &mut Value) -> bool {
         uncordon_edit(next, &config);
     } else if !cordoned && annotation(next, ann::STATE) == "Done" && annotation(next, ann::CURRENT_CONFIG) == grant {
         // Uncordoned by someone else before its Done report: the grant is void, and must not
-        // end a cordon made later for another reason.
-        set_annotations(next, &[(ann::UNCORDON_AT_DONE, None)]);
+        // end a cordon made later for another reason (nor a mark of a cordon since lifted keep
+        // one).
+        set_annotations(next, &[(ann::UNCORDON_AT_DONE, None), (ann::CORDONED_BEFORE_DRAIN, None)]);
     }
     due
 }
@@ -315,6 +326,27 @@ mod tests {
         let f = facts(&done);
         assert!(f.cordoned && f.cordoned_by_hand() && f.done(), "{f:?}");
         assert!(!f.uncordon_due(), "and nothing is due any more");
+    }
+
+    /// A mark whose cordon is gone (the admin lifted it) keeps nothing: the next drain drops it,
+    /// a drain's end reports nothing kept, and a Done report voiding its grant drops it.
+    #[test]
+    fn a_mark_of_a_lifted_cordon_keeps_nothing() {
+        let mut n = node("Working", "r1", "drain-r2");
+        n["spec"] = json!({});
+        set_annotations(&mut n, &[(ann::CORDONED_BEFORE_DRAIN, Some("true")), (ann::LAST_APPLIED_DRAIN, None)]);
+        let mut drained = n.clone();
+        cordon_for_drain(&mut drained);
+        assert_eq!(annotation(&drained, ann::CORDONED_BEFORE_DRAIN), "", "{drained}");
+        let mut ended = n.clone();
+        assert!(!end_drain(&mut ended, "uncordon-r2"), "nothing to keep: {ended}");
+        assert_eq!(annotation(&ended, ann::CORDONED_BEFORE_DRAIN), "");
+        let mut done = node("Done", "r2", "uncordon-r2");
+        done["spec"] = json!({});
+        set_annotations(&mut done, &[(ann::CORDONED_BEFORE_DRAIN, Some("true"))]);
+        assert!(!at_done(&mut done));
+        assert_eq!(annotation(&done, ann::CORDONED_BEFORE_DRAIN), "", "{done}");
+        assert_eq!(annotation(&done, ann::UNCORDON_AT_DONE), "");
     }
 
     #[test]

@@ -196,6 +196,30 @@ fn a_revert_goes_through_the_policys_holds_but_not_a_pause_or_a_closed_window() 
     assert!(p.picks.is_empty(), "window closed: {:?}", picked_names(&nodes, &p));
 }
 
+/// A held pool with both a revert and a node that joined with no config: the revert first, as
+/// it may hold the slot the first config waits for (given first, the first config waited for
+/// that slot on every pass, and the revert with it, until the hold ended).
+#[test]
+fn a_revert_goes_before_a_first_config_in_a_held_pool() {
+    let mut failed = node("w2", worker(), "r1", "r2", "Degraded", true);
+    set_ann(&mut failed, ann::FAILED_CONFIG, Some("r2"));
+    failed.spec.unschedulable = true;
+    set_ann(&mut failed, ann::LAST_APPLIED_DRAIN, Some("drain-r2"));
+    let nodes = vec![node("w1", worker(), "r1", "r1", "Done", true), failed, node("fresh", worker(), "", "", "", true)];
+    let mut p = running(pool("worker", json!(1), "r1", json!({"rollout": {"canary": 1, "soakSeconds": 3600}})), "r0");
+    p.status.as_mut().unwrap().rollout = Some(
+        serde_json::from_value(
+            json!({"config": "r1", "phase": "Soaking", "soakStartTime": "2026-01-01T00:00:00.000Z"}),
+        )
+        .unwrap(),
+    );
+    let pools = [p];
+    let plan1 = plan(Snapshot { nodes: &nodes, pools: &pools, budgets: &[] }, now()).remove(0);
+    assert_eq!(picked_names(&nodes, &plan1), vec!["w2"]);
+    assert_eq!(plan1.first_config, None);
+    assert_eq!(plan1.pick_config(), "r1");
+}
+
 #[test]
 fn picks_within_max_unavailable_counting_other_unavailable_nodes() {
     let nodes = vec![
