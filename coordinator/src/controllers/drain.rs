@@ -781,7 +781,7 @@ impl Job {
                 if pending(n).as_ref().map(Request::value) != Some(r) || !cordoned_by_a_drain(n) {
                     return false;
                 }
-                kept.store(end_drain(n, r), std::sync::atomic::Ordering::Relaxed);
+                kept.store(end_drain(n, Some(r)), std::sync::atomic::Ordering::Relaxed);
                 true
             })
             .await?;

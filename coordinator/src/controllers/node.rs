@@ -537,23 +537,8 @@ fn pick_edit(node: &mut Value, target: &str, drain: bool) {
 /// Back into service after failing before the drain the pick made: no cordon and no answer (a
 /// retry asks for its drain again, and the drain controller answers it).
 fn undo_drain_edit(node: &mut Value) {
-    // A cordon from before an earlier drain of this update stays (see `uncordon::end_drain`).
-    let kept = objects::at(node, &["metadata", "annotations", ann::CORDONED_BEFORE_DRAIN]).is_some();
-    if !kept {
-        if let Some(spec) = node.get_mut("spec").and_then(Value::as_object_mut) {
-            spec.remove("unschedulable");
-        }
-    }
-    set_annotations(
-        node,
-        &[
-            (ann::LAST_APPLIED_DRAIN, None),
-            (ann::DRAIN_STARTED, None),
-            (ann::DRAIN_FAILURE, None),
-            (ann::UNCORDON_AT_DONE, None),
-            (ann::CORDONED_BEFORE_DRAIN, None),
-        ],
-    );
+    // A cordon from before an earlier drain of this update stays.
+    super::uncordon::end_drain(node, None);
 }
 
 /// Remember the config a node event says the node runs, when its OS image is not known yet.

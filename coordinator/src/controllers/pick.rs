@@ -383,6 +383,9 @@ fn plan_pool(
     // candidate too: see `stuck` below. Not one an admin cordoned: that cordon is theirs to lift
     // (drained, updated and uncordoned at Done, it was lost).
     let failing_unavailable = |i: usize| hot[i].failing() && hot[i].disrupted() && !hot[i].cordoned_by_hand();
+    // A failing node sent back to the config it runs (a revert): nothing to apply, every count
+    // lowered.
+    let revert = |i: usize| failing_unavailable(i) && hot[i].runs(&target);
     let mut candidates: Vec<usize> =
         ordered.iter().copied().filter(|&i| behind[i] && (hot[i].ready() || failing_unavailable(i))).collect();
     // As MCO's node controller (`syncMachineConfigPool`: `syncStatusOnly` once the pool has a
@@ -427,8 +430,7 @@ fn plan_pool(
     // A failing node sent back to the config it runs goes through the policy's holds (below);
     // before any first config, which could wait for a slot such a node holds.
     let policy_hold = matches!(eval.gate, Gate::Hold(_)) && !pool.spec.paused && closed.is_none();
-    let reverts_through_holds =
-        policy_hold && candidates.iter().any(|&c| failing_unavailable(c) && hot[c].runs(&target));
+    let reverts_through_holds = policy_hold && candidates.iter().any(|&c| revert(c));
     let fresh_only = held.is_some() && !reverts_through_holds && candidates.iter().any(|&i| hot[i].unconfigured());
     if fresh_only {
         candidates.retain(|&i| hot[i].unconfigured());
@@ -497,7 +499,7 @@ fn plan_pool(
             // goes even when the pool or a budget is over its limit (failed nodes more than
             // maxUnavailable, or maxUnavailable lowered since): such a pool could take neither
             // a fix nor its revert until maxUnavailable was raised.
-            if failing_unavailable(c) && hot[c].runs(&pp.target) {
+            if revert(c) {
                 pp.picks.push(c);
                 continue;
             }
@@ -550,7 +552,7 @@ fn plan_pool(
         // a reverted config that must prove itself again (one whose soak a newer config cut
         // short). Not through a pause or a closed maintenance window: those hold every change.
         // Nodes with no config get theirs in the next pass (a plan's picks all get one config).
-        pp.picks.extend(candidates.iter().copied().filter(|&c| failing_unavailable(c) && hot[c].runs(&pp.target)));
+        pp.picks.extend(candidates.iter().copied().filter(|&c| revert(c)));
     } else if limit > 0 && waiting_any {
         // Candidates exist only once nodes are Ready again: that is what they wait for, not a
         // slot (there may be every slot free).

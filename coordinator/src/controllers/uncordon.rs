@@ -27,13 +27,14 @@ fn annotation<'a>(node: &'a Value, key: &str) -> &'a str {
 pub(crate) fn uncordon_edit(node: &mut Value, config: &str) {
     let r = format!("uncordon-{config}");
     set_annotations(node, &[(ann::DESIRED_DRAIN, Some(&r))]);
-    end_drain(node, &r);
+    end_drain(node, Some(&r));
 }
 
-/// The drain's end, answering `answer`: its cordon lifted, unless someone else's cordon was
-/// there before it ([`ann::CORDONED_BEFORE_DRAIN`]), and its marks gone. Returns whether a
-/// cordon was kept.
-pub(crate) fn end_drain(node: &mut Value, answer: &str) -> bool {
+/// The drain's end, answering `answer` (None: the answer taken back, for a node that failed
+/// before the drain the pick made): its cordon lifted, unless someone else's cordon was there
+/// before it ([`ann::CORDONED_BEFORE_DRAIN`]), and its marks gone. Returns whether a cordon was
+/// kept.
+pub(crate) fn end_drain(node: &mut Value, answer: Option<&str>) -> bool {
     // Kept only while there is a cordon to keep: one lifted meanwhile (`kubectl uncordon` during
     // the drain) stays lifted, and nothing says it was kept.
     let kept = !annotation(node, ann::CORDONED_BEFORE_DRAIN).is_empty() && is_cordoned(node);
@@ -45,7 +46,7 @@ pub(crate) fn end_drain(node: &mut Value, answer: &str) -> bool {
     set_annotations(
         node,
         &[
-            (ann::LAST_APPLIED_DRAIN, Some(answer)),
+            (ann::LAST_APPLIED_DRAIN, answer),
             (ann::DRAIN_STARTED, None),
             (ann::DRAIN_FAILURE, None),
             (ann::UNCORDON_AT_DONE, None),
@@ -290,7 +291,7 @@ mod tests {
         let mut plain = picked();
         cordon_for_drain(&mut plain);
         assert_eq!(annotation(&plain, ann::CORDONED_BEFORE_DRAIN), "", "{plain}");
-        assert!(!end_drain(&mut plain, "uncordon-r2"), "nothing kept");
+        assert!(!end_drain(&mut plain, Some("uncordon-r2")), "nothing kept");
         assert!(!facts(&plain).cordoned);
 
         let mut admin = picked();
@@ -306,7 +307,7 @@ mod tests {
         // Done, the agent asks for its uncordon.
         set_annotations(&mut admin, &[(ann::DESIRED_DRAIN, Some("uncordon-r2")), (ann::CURRENT_CONFIG, Some("r2"))]);
         let mut ended = admin.clone();
-        assert!(end_drain(&mut ended, "uncordon-r2"), "kept");
+        assert!(end_drain(&mut ended, Some("uncordon-r2")), "kept");
         let f = facts(&ended);
         assert!(f.cordoned && f.cordoned_by_hand(), "{f:?}");
         assert_eq!(annotation(&ended, ann::CORDONED_BEFORE_DRAIN), "", "the mark goes with the drain");
@@ -339,7 +340,7 @@ mod tests {
         cordon_for_drain(&mut drained);
         assert_eq!(annotation(&drained, ann::CORDONED_BEFORE_DRAIN), "", "{drained}");
         let mut ended = n.clone();
-        assert!(!end_drain(&mut ended, "uncordon-r2"), "nothing to keep: {ended}");
+        assert!(!end_drain(&mut ended, Some("uncordon-r2")), "nothing to keep: {ended}");
         assert_eq!(annotation(&ended, ann::CORDONED_BEFORE_DRAIN), "");
         let mut done = node("Done", "r2", "uncordon-r2");
         done["spec"] = json!({});

@@ -150,6 +150,15 @@ fn a_revert_takes_failed_nodes_back_even_over_the_limit() {
     assert_eq!(picked_names(&nodes, &p), vec!["w2", "w3"]);
 }
 
+/// w2: failed on r2 (Degraded, still cordoned by r2's drain), running r1.
+fn failed_on_r2_running_r1() -> Node {
+    let mut failed = node("w2", worker(), "r1", "r2", "Degraded", true);
+    set_ann(&mut failed, ann::FAILED_CONFIG, Some("r2"));
+    failed.spec.unschedulable = true;
+    set_ann(&mut failed, ann::LAST_APPLIED_DRAIN, Some("drain-r2"));
+    failed
+}
+
 /// A revert to a config that must prove itself again (its soak was cut short by the bad config
 /// now reverted): the nodes that failed on the bad config run the reverted one already, and go
 /// back to it through the soak, the canaries and an open breaker (they stayed Degraded and
@@ -157,10 +166,7 @@ fn a_revert_takes_failed_nodes_back_even_over_the_limit() {
 /// Not through a pause or a closed maintenance window, which hold every change.
 #[test]
 fn a_revert_goes_through_the_policys_holds_but_not_a_pause_or_a_closed_window() {
-    let mut failed = node("w2", worker(), "r1", "r2", "Degraded", true);
-    set_ann(&mut failed, ann::FAILED_CONFIG, Some("r2"));
-    failed.spec.unschedulable = true;
-    set_ann(&mut failed, ann::LAST_APPLIED_DRAIN, Some("drain-r2"));
+    let failed = failed_on_r2_running_r1();
     let nodes =
         vec![node("w1", worker(), "r1", "r1", "Done", true), failed, node("w3", worker(), "r0", "r0", "Done", true)];
     let policy = json!({"rollout": {"canary": 1, "soakSeconds": 3600}});
@@ -201,10 +207,7 @@ fn a_revert_goes_through_the_policys_holds_but_not_a_pause_or_a_closed_window() 
 /// that slot on every pass, and the revert with it, until the hold ended).
 #[test]
 fn a_revert_goes_before_a_first_config_in_a_held_pool() {
-    let mut failed = node("w2", worker(), "r1", "r2", "Degraded", true);
-    set_ann(&mut failed, ann::FAILED_CONFIG, Some("r2"));
-    failed.spec.unschedulable = true;
-    set_ann(&mut failed, ann::LAST_APPLIED_DRAIN, Some("drain-r2"));
+    let failed = failed_on_r2_running_r1();
     let nodes = vec![node("w1", worker(), "r1", "r1", "Done", true), failed, node("fresh", worker(), "", "", "", true)];
     let mut p = running(pool("worker", json!(1), "r1", json!({"rollout": {"canary": 1, "soakSeconds": 3600}})), "r0");
     p.status.as_mut().unwrap().rollout = Some(
