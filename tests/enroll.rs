@@ -398,6 +398,28 @@ async fn a_granted_done_report_comes_back_uncordoned_and_the_grant_is_the_coordi
         done["metadata"]["annotations"]["machineconfiguration.openshift.io/lastAppliedDrain"],
         "drain-rendered-worker-2"
     );
+
+    // A pick over an admin's cordon marks it (`aloft.dev/cordonedBeforeDrain`): the granted Done
+    // report ends the drain but keeps the cordon, and an Event says so and how to lift it.
+    const MARK: &str = "aloft.dev/cordonedBeforeDrain";
+    let mut marked = picked.clone();
+    marked["metadata"]["annotations"][MARK] = json!("true");
+    merge_patch(&admin, &path, &marked).await;
+    let done = merge_patch(&node_a, &path, &report("Done", "rendered-worker-2", "uncordon-rendered-worker-2")).await;
+    assert_eq!(done.pointer("/spec/unschedulable"), Some(&json!(true)), "the admin's cordon stays: {done}");
+    let ann = &done["metadata"]["annotations"];
+    assert_eq!(ann["machineconfiguration.openshift.io/lastAppliedDrain"], "uncordon-rendered-worker-2", "{done}");
+    assert!(ann.get(GRANT).is_none() && ann.get(MARK).is_none(), "the drain's marks are gone: {done}");
+    let kept = aloft_tests::eventually(std::time::Duration::from_secs(10), "the CordonKept event", || async {
+        let events = admin.get("/api/v1/namespaces/default/events").await?.into_result()?;
+        let found = events["items"].as_array().into_iter().flatten().find_map(|e| {
+            (e["reason"] == "CordonKept" && e["involvedObject"]["name"] == "node-a")
+                .then(|| e["message"].as_str().unwrap_or_default().to_string())
+        });
+        Ok(found)
+    })
+    .await;
+    assert!(kept.contains("uncordon-rendered-worker-2 answered") && kept.contains("kubectl uncordon"), "{kept}");
 }
 
 /// An agent that cannot run on its host (here: no D-Bus at `--bus-address`; a metrics address

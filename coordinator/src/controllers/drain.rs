@@ -791,10 +791,7 @@ impl Job {
             self.ctx.events.forget(&Involved::node(&self.node), reasons::DRAIN_TIMEOUT);
             let kept = kept.load(std::sync::atomic::Ordering::Relaxed);
             if kept {
-                let msg = format!(
-                    "{r} answered and the node left cordoned: it was cordoned before its drain, not by it (uncordon it \
-                     with kubectl uncordon)"
-                );
+                let msg = super::uncordon::cordon_kept_message(Some(r));
                 self.ctx.events.emit(&Involved::node(&self.node), EventType::Normal, reasons::CORDON_KEPT, &msg);
             }
             tracing::info!(node = %self.node, request = %r, cordon_kept = kept, "uncordon acknowledged");

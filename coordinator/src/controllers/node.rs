@@ -292,8 +292,19 @@ async fn reconcile(store: &Arc<dyn Store>, st: &mut State, events: &Recorder) ->
         st.nodes.put(v);
         let node_name = st.nodes.typed[i].metadata.name.clone();
         if released.iter().any(|(r, _)| *r == i) {
-            let why = if st.nodes.derived[i].done() { "after Done" } else { "after failing before its drain" };
-            tracing::info!(node = %node_name, config = %st.nodes.derived[i].current, "uncordoned {why}");
+            let f = &st.nodes.derived[i];
+            let why = if f.done() { "after Done" } else { "after failing before its drain" };
+            if f.cordoned && !picked.contains_key(&i) {
+                // The cordon was someone else's, made before the drain (see `uncordon::end_drain`).
+                // (A node picked again in this write is cordoned by that pick, which marks the
+                // cordon kept for its own drain.)
+                tracing::info!(node = %node_name, config = %f.current, "drain ended {why}; the node stays cordoned, as it was before its drain");
+                let answer = f.done().then(|| format!("uncordon-{}", f.current));
+                let msg = super::uncordon::cordon_kept_message(answer.as_deref());
+                events.emit(&Involved::node(&node_name), EventType::Normal, reasons::CORDON_KEPT, &msg);
+            } else {
+                tracing::info!(node = %node_name, config = %f.current, "uncordoned {why}");
+            }
         }
         let Some(&k) = picked.get(&i) else { continue };
         let pool = &st.pools.typed[plans[k].pool];

@@ -23,11 +23,26 @@ fn annotation<'a>(node: &'a Value, key: &str) -> &'a str {
 }
 
 /// Back into service after Done on `config`: no cordon, the handshake answered
-/// (`uncordon-<config>`, whether or not the agent asked), and no grant left standing.
-pub(crate) fn uncordon_edit(node: &mut Value, config: &str) {
+/// (`uncordon-<config>`, whether or not the agent asked), and no grant left standing. Returns
+/// whether a cordon made before the drain was kept (see [`end_drain`]).
+pub(crate) fn uncordon_edit(node: &mut Value, config: &str) -> bool {
     let r = format!("uncordon-{config}");
     set_annotations(node, &[(ann::DESIRED_DRAIN, Some(&r))]);
-    end_drain(node, Some(&r));
+    end_drain(node, Some(&r))
+}
+
+/// The `CordonKept` Event's message, the same whichever path ended the drain (the drain
+/// controller, the node controller, a Done report): the admin reading it learns why the node is
+/// still out of service and how to bring it back. `answer` as given to [`end_drain`].
+pub(crate) fn cordon_kept_message(answer: Option<&str>) -> String {
+    let ended = match answer {
+        Some(r) => format!("{r} answered"),
+        None => "the drain taken back (the node failed before it)".to_string(),
+    };
+    format!(
+        "{ended} and the node left cordoned: it was cordoned before its drain, not by it (uncordon it with kubectl \
+         uncordon)"
+    )
 }
 
 /// The drain's end, answering `answer` (None: the answer taken back, for a node that failed
@@ -78,17 +93,29 @@ pub(crate) fn cordon_for_drain(node: &mut Value) {
     node["spec"]["unschedulable"] = true.into();
 }
 
+/// What a Done report's write did with the drain its pick made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AtDone {
+    /// Nothing ended here (no grant, not Done on it, or a drain left to the drain controller).
+    Unchanged,
+    /// The drain ended and the node is back in service.
+    Uncordoned,
+    /// The drain ended but the node stays cordoned: the cordon was someone else's, made before
+    /// the drain ([`ann::CORDONED_BEFORE_DRAIN`]).
+    CordonKept,
+}
+
 /// Applied by the API server to every Node about to be written: when `next` carries a grant and
-/// is Done on its config, still cordoned by the pick's drain, uncordon it in the same write.
-/// Returns whether it did. The test is the node controller's own for a node due for its uncordon
+/// is Done on its config, still cordoned by the pick's drain, end that drain in the same write
+/// (uncordoned, unless the cordon was there before the drain). The test is the node controller's own for a node due for its uncordon
 /// ([`super::pools::NodeFacts::uncordon_due`]), read from the JSON (this runs on the request
 /// path), with the grant's config in place of the node's current one; a drain made with a
 /// pool's hooks is left to the drain controller, which calls them. A node Done on that config
 /// that someone uncordoned meanwhile loses the grant instead (nothing else changes).
-pub fn at_done(next: &mut Value) -> bool {
+pub fn at_done(next: &mut Value) -> AtDone {
     let grant = annotation(next, ann::UNCORDON_AT_DONE);
     if grant.is_empty() {
-        return false;
+        return AtDone::Unchanged;
     }
     let cordoned = is_cordoned(next);
     let request = annotation(next, ann::DESIRED_DRAIN);
@@ -107,18 +134,19 @@ pub fn at_done(next: &mut Value) -> bool {
             let r = format!("uncordon-{grant}");
             set_annotations(next, &[(ann::DESIRED_DRAIN, Some(&r))]);
         }
-        return false;
+        return AtDone::Unchanged;
     }
     if due {
         let config = grant.to_string();
-        uncordon_edit(next, &config);
-    } else if !cordoned && annotation(next, ann::STATE) == "Done" && annotation(next, ann::CURRENT_CONFIG) == grant {
+        return if uncordon_edit(next, &config) { AtDone::CordonKept } else { AtDone::Uncordoned };
+    }
+    if !cordoned && annotation(next, ann::STATE) == "Done" && annotation(next, ann::CURRENT_CONFIG) == grant {
         // Uncordoned by someone else before its Done report: the grant is void, and must not
         // end a cordon made later for another reason (nor a mark of a cordon since lifted keep
         // one).
         set_annotations(next, &[(ann::UNCORDON_AT_DONE, None), (ann::CORDONED_BEFORE_DRAIN, None)]);
     }
-    due
+    AtDone::Unchanged
 }
 
 /// The annotations only the coordinator writes on a Node, which a node's own token may not
@@ -175,13 +203,13 @@ mod tests {
         for request in ["uncordon-r2", "", "drain-r2"] {
             let mut n = node("Done", "r2", request);
             assert!(facts(&n).uncordon_due(), "the controller's rule agrees ({request:?})");
-            assert!(at_done(&mut n), "{request:?}");
+            assert_eq!(at_done(&mut n), AtDone::Uncordoned, "{request:?}");
             let f = facts(&n);
             assert!(!f.cordoned && f.ready && f.done() && !f.unavailable(), "{f:?}");
             assert_eq!((f.drain_request.as_str(), f.drain_answer.as_str()), ("uncordon-r2", "uncordon-r2"));
             assert_eq!(annotation(&n, ann::UNCORDON_AT_DONE), "", "the grant is used up");
             assert_eq!(annotation(&n, ann::DRAIN_STARTED), "");
-            assert!(!at_done(&mut n), "and a second write changes nothing");
+            assert_eq!(at_done(&mut n), AtDone::Unchanged, "and a second write changes nothing");
         }
     }
 
@@ -220,7 +248,7 @@ mod tests {
         ];
         for (what, mut n) in cases {
             let before = n.clone();
-            assert!(!at_done(&mut n), "{what}");
+            assert_eq!(at_done(&mut n), AtDone::Unchanged, "{what}");
             assert_eq!(n, before, "{what}: unchanged");
         }
     }
@@ -233,7 +261,7 @@ mod tests {
         for request in ["", "drain-r2", "uncordon-r2"] {
             let mut n = node("Done", "r2", request);
             n["metadata"]["annotations"][ann::DRAIN_POOL] = "infra".into();
-            assert!(!at_done(&mut n), "{request:?}");
+            assert_eq!(at_done(&mut n), AtDone::Unchanged, "{request:?}");
             assert!(facts(&n).cordoned, "{request:?}: still cordoned");
             assert_eq!(annotation(&n, ann::DRAIN_POOL), "infra");
             assert_eq!(
@@ -248,18 +276,18 @@ mod tests {
     fn a_grant_outlived_by_an_uncordon_is_dropped_at_done() {
         let mut n = node("Done", "r2", "uncordon-r2");
         n["spec"] = json!({});
-        assert!(!at_done(&mut n), "nothing to uncordon");
+        assert_eq!(at_done(&mut n), AtDone::Unchanged, "nothing to uncordon");
         assert_eq!(annotation(&n, ann::UNCORDON_AT_DONE), "", "but the grant is void: {n}");
         assert_eq!(annotation(&n, ann::LAST_APPLIED_DRAIN), "drain-r2", "nothing else changes");
         // Cordoned again later, for another reason: that cordon stays.
         n["spec"]["unschedulable"] = true.into();
         let before = n.clone();
-        assert!(!at_done(&mut n));
+        assert_eq!(at_done(&mut n), AtDone::Unchanged);
         assert_eq!(n, before);
         // Not yet Done: the grant stays for the Done report.
         let mut w = node("Working", "r1", "drain-r2");
         w["spec"] = json!({});
-        assert!(!at_done(&mut w));
+        assert_eq!(at_done(&mut w), AtDone::Unchanged);
         assert_eq!(annotation(&w, ann::UNCORDON_AT_DONE), "r2");
     }
 
@@ -323,7 +351,7 @@ mod tests {
         // The uncordon inside a Done report keeps it too.
         let mut done = node("Done", "r2", "uncordon-r2");
         set_annotations(&mut done, &[(ann::CORDONED_BEFORE_DRAIN, Some("true"))]);
-        assert!(at_done(&mut done));
+        assert_eq!(at_done(&mut done), AtDone::CordonKept);
         let f = facts(&done);
         assert!(f.cordoned && f.cordoned_by_hand() && f.done(), "{f:?}");
         assert!(!f.uncordon_due(), "and nothing is due any more");
@@ -345,7 +373,7 @@ mod tests {
         let mut done = node("Done", "r2", "uncordon-r2");
         done["spec"] = json!({});
         set_annotations(&mut done, &[(ann::CORDONED_BEFORE_DRAIN, Some("true"))]);
-        assert!(!at_done(&mut done));
+        assert_eq!(at_done(&mut done), AtDone::Unchanged);
         assert_eq!(annotation(&done, ann::CORDONED_BEFORE_DRAIN), "", "{done}");
         assert_eq!(annotation(&done, ann::UNCORDON_AT_DONE), "");
     }

@@ -9,6 +9,7 @@ use super::objects::{self, PatchType};
 use super::request::{self, FieldSelector, ResourcePath};
 use super::{pages, table, validate, watch, Ctx};
 use crate::auth::{self, Decision, Identity, Verb};
+use crate::controllers::events::{reasons, EventType, Involved};
 use crate::controllers::uncordon;
 use crate::resources::ResourceType;
 use crate::store::{revision_of, Key, StoreError, Stored};
@@ -668,8 +669,11 @@ async fn read_modify_write_warned(
             }
         }
         // A Done report the node controller's pick granted its uncordon is written uncordoned.
-        let uncordoned = *call.path.rt == crate::resources::NODE && uncordon::at_done(&mut next);
-        if uncordoned {
+        let ended = match *call.path.rt == crate::resources::NODE {
+            true => uncordon::at_done(&mut next),
+            false => uncordon::AtDone::Unchanged,
+        };
+        if ended == uncordon::AtDone::Uncordoned {
             objects::set_generation(&stored, &mut next);
         }
         if next == *stored {
@@ -690,9 +694,20 @@ async fn read_modify_write_warned(
         }
         match call.ctx.store.update_by(&key, next, Some(stored_rev), &call.who.name).await {
             Ok(v) => {
-                if uncordoned {
+                match ended {
                     // At debug: one per node update; the Done report is the record.
-                    tracing::debug!(node = %name, "uncordoned with its Done report");
+                    uncordon::AtDone::Uncordoned => tracing::debug!(node = %name, "uncordoned with its Done report"),
+                    uncordon::AtDone::CordonKept => {
+                        tracing::info!(node = %name, "drain ended with its Done report; the node stays cordoned, as it was before its drain");
+                        let answer = objects::at(
+                            &v.object,
+                            &["metadata", "annotations", aloft_api::annotations::LAST_APPLIED_DRAIN],
+                        )
+                        .and_then(Value::as_str);
+                        let msg = uncordon::cordon_kept_message(answer);
+                        call.ctx.events.emit(&Involved::node(name), EventType::Normal, reasons::CORDON_KEPT, &msg);
+                    }
+                    uncordon::AtDone::Unchanged => {}
                 }
                 return Ok((v, warnings));
             }
