@@ -1820,6 +1820,54 @@ async fn a_reverted_node_still_cordoned_by_its_failed_update_comes_back_into_ser
     .await;
 }
 
+/// The same in a pool with drain hooks, where the pick makes no drain: the node drained through
+/// the hooks for the bad config and failed on it is sent back to the config it runs, and its
+/// Done report asks for no uncordon (the revert drained nothing). The coordinator asks for it,
+/// and the drain controller ends the bad config's drain through the hooks that made it. Before,
+/// the node stayed cordoned for good, holding the pool's one slot, and the pool never Updated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reverted_node_drained_through_hooks_comes_back_into_service_through_them() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let hook = HookServer::start().await;
+    let names = ["w1", "w2"];
+    let spec = json!({"maxUnavailable": 1, "drain": {"hooks": [{"url": hook.url, "timeoutSeconds": 5}]}});
+    let t0 = fleet_on_a_first_config(&admin, &names, spec).await;
+    let mut b = machine_config("60-worker-bad", "worker");
+    b["spec"]["kernelArguments"] = json!(["broken"]);
+    create(&admin, &MACHINE_CONFIG, &b).await;
+    let bad = new_target(&admin, &t0).await;
+    let first = eventually(WAIT, "a node picked for the bad config", || async {
+        Ok(picked(&admin, &names, &bad).await.first().cloned())
+    })
+    .await;
+    working(&admin, &first, &bad).await;
+    eventually(WAIT, "the bad config's drain answered through the hooks", || async {
+        let n = node(&admin, &first).await;
+        Ok((annotation(&n, ann::LAST_APPLIED_DRAIN) == format!("drain-{bad}") && cordoned(&n)).then_some(()))
+    })
+    .await;
+    fail(&admin, &first, &bad).await;
+
+    let r = admin.delete(&path_of(&MACHINE_CONFIG, Some("60-worker-bad"))).await.unwrap();
+    assert!(r.ok(), "{}", r.body);
+    eventually(WAIT, "the failed node sent back to the config it runs", || async {
+        Ok((annotation(&node(&admin, &first).await, ann::DESIRED_CONFIG) == t0).then_some(()))
+    })
+    .await;
+    finish(&admin, &first, &t0).await;
+    let n = eventually(WAIT, "the pool Updated with the node back in service", || async {
+        let n = node(&admin, &first).await;
+        Ok((!cordoned(&n) && is_true(&pool(&admin).await, "Updated")).then_some(n))
+    })
+    .await;
+    let request = format!("uncordon-{t0}");
+    assert_eq!(annotation(&n, ann::LAST_APPLIED_DRAIN), request, "{n}");
+    assert_eq!(annotation(&n, ann::DRAIN_POOL), "", "{n}");
+    let call = json!({"node": first, "pool": "worker", "phase": "uncordon", "request": request});
+    assert!(hook.calls().contains(&call), "{:?}", hook.calls());
+}
+
 /// A revert to a config whose rollout a bad config cut short: the reverted config proves itself
 /// again (its canaries, its whole soak), and the node that failed on the bad one, which runs the
 /// reverted config already, is sent back to it at once instead of staying Degraded and cordoned

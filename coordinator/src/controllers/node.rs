@@ -225,9 +225,12 @@ async fn reconcile(store: &Arc<dyn Store>, st: &mut State, events: &Recorder) ->
         plans.iter().enumerate().flat_map(|(k, pp)| pp.picks.iter().map(move |&i| (k, i))).collect();
     // What to write, by node: the uncordons first, then the picks (a node can be both: freed
     // from its last target and picked for a newer one, in one write).
-    let mut order: Vec<usize> = released.iter().map(|(i, _)| *i).collect();
+    let mut order: Vec<usize> = released.iter().map(|(i, _, _)| *i).collect();
     let mut edits: std::collections::HashMap<usize, Value> =
         order.iter().map(|&i| (i, Value::clone(&st.nodes.raw[i]))).collect();
+    // The plans some of whose picks were not cordoned (sent to the config they run), for the
+    // pick Event's words.
+    let mut not_cordoned = vec![false; plans.len()];
     for &(k, i) in &picks {
         let pool = &st.pools.typed[plans[k].pool];
         let v = edits.entry(i).or_insert_with(|| {
@@ -240,6 +243,7 @@ async fn reconcile(store: &Arc<dyn Store>, st: &mut State, events: &Recorder) ->
         // report ends (the old answer, for the failed config, would hold it for good).
         let f = &st.nodes.derived[i];
         let nothing_to_do = f.current == *plans[k].pick_config() && !f.cordoned;
+        not_cordoned[k] |= nothing_to_do;
         pick_edit(v, plans[k].pick_config(), drains_at_pick(pool) && !nothing_to_do);
     }
     let writes: Vec<(usize, Value)> = order.iter().filter_map(|i| edits.remove(i).map(|v| (*i, v))).collect();
@@ -271,7 +275,7 @@ async fn reconcile(store: &Arc<dyn Store>, st: &mut State, events: &Recorder) ->
         let outcomes = store.update_in_order(first, then).await?;
         // A write not made goes back to what is stored: the next pass decides again, from the
         // newer version that made it fail (its event is already queued).
-        for ((_, stored), outcome) in released.iter().zip(&outcomes) {
+        for ((_, stored, _), outcome) in released.iter().zip(&outcomes) {
             if outcome.is_none() {
                 tracing::debug!(node = %objects::name_of(stored), "an uncordon lost a race; deciding again");
                 st.nodes.put(stored.clone());
@@ -291,20 +295,8 @@ async fn reconcile(store: &Arc<dyn Store>, st: &mut State, events: &Recorder) ->
         };
         st.nodes.put(v);
         let node_name = st.nodes.typed[i].metadata.name.clone();
-        if released.iter().any(|(r, _)| *r == i) {
-            let f = &st.nodes.derived[i];
-            let why = if f.done() { "after Done" } else { "after failing before its drain" };
-            if f.cordoned && !picked.contains_key(&i) {
-                // The cordon was someone else's, made before the drain (see `uncordon::end_drain`).
-                // (A node picked again in this write is cordoned by that pick, which marks the
-                // cordon kept for its own drain.)
-                tracing::info!(node = %node_name, config = %f.current, "drain ended {why}; the node stays cordoned, as it was before its drain");
-                let answer = f.done().then(|| format!("uncordon-{}", f.current));
-                let msg = super::uncordon::cordon_kept_message(answer.as_deref());
-                events.emit(&Involved::node(&node_name), EventType::Normal, reasons::CORDON_KEPT, &msg);
-            } else {
-                tracing::info!(node = %node_name, config = %f.current, "uncordoned {why}");
-            }
+        if let Some(&(_, _, how)) = released.iter().find(|(r, _, _)| *r == i) {
+            log_release(events, &node_name, &st.nodes.derived[i], how, picked.contains_key(&i));
         }
         let Some(&k) = picked.get(&i) else { continue };
         let pool = &st.pools.typed[plans[k].pool];
@@ -366,7 +358,7 @@ async fn reconcile(store: &Arc<dyn Store>, st: &mut State, events: &Recorder) ->
         let config = plans[k].pick_config();
         tracing::info!(pool = %pool.metadata.name, config = %config, count = names.len(),
             nodes = %names_text(names), "nodes picked for update");
-        let mut msg = set_target_message(names, config, drains_at_pick(pool));
+        let mut msg = set_target_message(names, config, drains_at_pick(pool) && !not_cordoned[k]);
         if let Some(fc) = &plans[k].first_config {
             msg.push_str(&first_config_why(fc, &plans[k].target));
         }
@@ -460,12 +452,54 @@ fn drains_at_pick(pool: &MachineConfigPool) -> bool {
     pool.spec.drain.as_ref().is_none_or(|d| d.hooks.is_empty())
 }
 
+/// Say what [`release`] did once it is written: a cordon kept (someone else's, made before the
+/// drain; see `uncordon::end_drain`) is an Event, as the drain controller's is. A node picked
+/// again in the same write is cordoned by that pick, which marks the cordon kept for its own
+/// drain.
+fn log_release(events: &Recorder, node: &str, f: &NodeFacts, how: Release, picked: bool) {
+    let why = match how {
+        Release::AfterDone => "after Done",
+        Release::FailedBeforeDrain => "after failing before its drain",
+        Release::AfterAnOlderDrain => "after Done on a config its drain was not for",
+        Release::AskUncordon => {
+            tracing::info!(node = %node, config = %f.current, "Done on a config its drain was not for; its uncordon asked for, through the hooks that drained it");
+            return;
+        }
+    };
+    if f.cordoned && !picked {
+        tracing::info!(node = %node, config = %f.current, "drain ended {why}; the node stays cordoned, as it was before its drain");
+        let answer = f.done().then(|| format!("uncordon-{}", f.current));
+        let msg = super::uncordon::cordon_kept_message(answer.as_deref());
+        events.emit(&Involved::node(node), EventType::Normal, reasons::CORDON_KEPT, &msg);
+    } else {
+        tracing::info!(node = %node, config = %f.current, "uncordoned {why}");
+    }
+}
+
+/// How [`release`] ends a node's drain.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Release {
+    /// Done on the config it was drained for: uncordoned.
+    AfterDone,
+    /// Failed before the drain its pick made: uncordoned, the drain's answer taken back.
+    FailedBeforeDrain,
+    /// Done on a config other than the one its drain was for ([`NodeFacts::cordoned_by_an_older_drain`]),
+    /// drained without hooks: uncordoned.
+    AfterAnOlderDrain,
+    /// The same, drained through hooks: its uncordon asked for (`uncordon-<current>`), which the
+    /// drain controller answers through the hooks that drained it. The node stays cordoned,
+    /// and unavailable, until then.
+    AskUncordon,
+}
+
 /// Uncordon, in the cache, every node Done on the config it was drained for
 /// ([`NodeFacts::uncordon_due`]; in a pool with drain hooks only when the drain was the pick's
-/// and nobody asked for it) or that failed before the drain its pick made
-/// ([`NodeFacts::failed_before_drain`]); returns them with their stored versions
-/// (what the write compares against, and what goes back into the cache if it fails).
-fn release(st: &mut State) -> Vec<(usize, Arc<Value>)> {
+/// and nobody asked for it), that failed before the drain its pick made
+/// ([`NodeFacts::failed_before_drain`]), or that is Done on a config its drain was not for
+/// ([`NodeFacts::cordoned_by_an_older_drain`]; a drain made through hooks gets its uncordon
+/// asked for instead); returns them with their stored versions (what the write compares
+/// against, and what goes back into the cache if it fails).
+fn release(st: &mut State) -> Vec<(usize, Arc<Value>, Release)> {
     let Some((_, layout)) = &st.layout else { return Vec::new() };
     let facts = &st.nodes.derived;
     let touched = st.touched.as_mut().map(|t| {
@@ -497,6 +531,7 @@ fn release(st: &mut State) -> Vec<(usize, Arc<Value>)> {
                 let made_with_hooks = !f.drain_pool.is_empty();
                 (f.uncordon_due() && !made_with_hooks && (hookless || f.drain_request.is_empty()))
                     || f.failed_before_drain()
+                    || f.cordoned_by_an_older_drain()
             })
         })
         .collect();
@@ -505,14 +540,25 @@ fn release(st: &mut State) -> Vec<(usize, Arc<Value>)> {
             let stored = st.nodes.raw[i].clone();
             let mut next = Value::clone(&stored);
             let facts = &st.nodes.derived[i];
-            if facts.uncordon_due() {
+            let how = if facts.uncordon_due() {
                 uncordon_edit(&mut next, &facts.current);
-            } else {
-                // Failed before the drain the pick made: a retry asks for its drain again.
+                Release::AfterDone
+            } else if facts.failed_before_drain() {
+                // A retry asks for its drain again.
                 undo_drain_edit(&mut next);
-            }
+                Release::FailedBeforeDrain
+            } else if facts.drain_pool.is_empty() {
+                uncordon_edit(&mut next, &facts.current);
+                Release::AfterAnOlderDrain
+            } else {
+                // Asked as the agent would have; the drain controller ends the drain through the
+                // hooks that made it (its `uncordon` reads the pool from `aloft.dev/drainPool`).
+                let r = format!("uncordon-{}", facts.current);
+                set_annotations(&mut next, &[(ann::DESIRED_DRAIN, Some(&r))]);
+                Release::AskUncordon
+            };
             st.nodes.put(next);
-            (i, stored)
+            (i, stored, how)
         })
         .collect()
 }
