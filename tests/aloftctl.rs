@@ -320,6 +320,61 @@ async fn rollout_status_fails_soon_when_it_never_reaches_the_coordinator() {
     assert!(stderr.contains(&format!("cannot reach the coordinator at {server} (tried for 10 s)")), "{stderr}");
 }
 
+/// `rollout status --timeout` bounds the whole wait, a coordinator that stops answering
+/// included (here: stopped with SIGSTOP, its socket open): the command ends at its timeout
+/// instead of waiting out the client's keepalive (over a minute). `--watch=false` says where the
+/// rollout stands once and exits 0, as kubectl's; a usage error is exit status 2 with no
+/// configuration at all.
+#[tokio::test]
+async fn rollout_status_keeps_its_timeout_when_the_coordinator_hangs() {
+    let c = Coordinator::start();
+    ok(&c, &["apply", "-f", &example("worker-pool.yaml"), "-f", &example("50-worker-chrony.yaml")]);
+    // A worker that never updates: the pool waits for it.
+    let admin = c.client();
+    let node = serde_json::json!({"apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": "n1", "labels": {"node-role.kubernetes.io/worker": ""}}});
+    admin.post("/api/v1/nodes", &node).await.unwrap().into_result().unwrap();
+    let line = eventually(Duration::from_secs(30), "the pool to target its rendered config", || {
+        let out = ctl(&c, &["rollout", "status", "mcp/worker", "--watch=false"]);
+        async move {
+            assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+            let line = String::from_utf8_lossy(&out.stdout).to_string();
+            Ok(line.contains("0/1 updated").then_some(line))
+        }
+    })
+    .await;
+    assert_eq!(line.lines().count(), 1, "one line, once: {line}");
+    assert!(line.starts_with("pool worker: "), "{line}");
+
+    let mut follow = spawn_ctl(&c, &["rollout", "status", "mcp/worker", "--timeout", "4"]);
+    std::thread::sleep(Duration::from_millis(1500));
+    let pid = nix::unistd::Pid::from_raw(c.pid() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).unwrap();
+    let ended = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        exits_within(&mut follow, Duration::from_secs(30), "rollout status --timeout 4 on a stopped coordinator")
+    }));
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).unwrap();
+    if let Err(e) = ended {
+        std::panic::resume_unwind(e);
+    }
+    let out = follow.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("timed out after 4 s"), "{stderr}");
+
+    let home = tempfile::tempdir().unwrap();
+    let out = Command::new(bin("aloftctl"))
+        .args(["rollout", "status", "node/n1"])
+        .env_remove("ALOFT_KUBECONFIG")
+        .env_remove("KUBECONFIG")
+        .env("HOME", home.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "a usage error before a missing configuration: {stderr}");
+    assert!(stderr.contains("works on MachineConfigPools"), "{stderr}");
+}
+
 /// `adm prune renderedmachineconfigs`: a dry run by default; with --confirm, the unused rendered
 /// configs go (oldest first, --count of them), and what a pool or a node names stays, as do the
 /// user's own configs. An unknown pool is an error that deletes nothing.

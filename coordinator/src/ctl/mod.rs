@@ -312,8 +312,11 @@ enum RolloutCmd {
     /// coordinator has answered, waits through connection errors and server errors (a
     /// coordinator restart), with a warning, until the timeout; fails after 10 s when no request
     /// has reached a coordinator yet (a wrong --server, a CA it does not match), and at once on
-    /// an unknown pool or a token without access. Exit status: 0 once
-    /// updated, 1 on a failure or a timeout (the message says which), 2 on a usage error.
+    /// an unknown pool or a token without access. The timeout bounds the whole wait, a
+    /// coordinator that stops answering included. With --watch=false, prints where the rollout
+    /// stands once and exits (0 unless it failed), as `kubectl rollout status --watch=false`.
+    /// Exit status: 0 once updated, 1 on a failure or a timeout (the message says which), 2 on a
+    /// usage error.
     #[command(
         verbatim_doc_comment,
         override_usage = "aloftctl rollout status [OPTIONS] mcp/NAME\n       aloftctl rollout status [OPTIONS] mcp NAME"
@@ -330,6 +333,10 @@ enum RolloutCmd {
         /// do not fail on a degradation while the target is still this one.
         #[arg(long, value_name = "OLD")]
         not_config: Option<String>,
+        /// Follow the rollout until it ends (the default); `--watch=false` prints where it
+        /// stands once and exits.
+        #[arg(short = 'w', long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+        watch: bool,
     },
     /// Close a pool's circuit breaker: the nodes that failed so far are forgiven and the
     /// rollout of the same config continues. e.g. `aloftctl rollout resume mcp/worker`. A pool
@@ -498,6 +505,13 @@ pub async fn main(build: BuildInfo) -> Result<()> {
         println!("Client Version: {}", build.long_version());
         return Ok(());
     }
+    // A usage error is one whatever the configuration: said before a missing one is.
+    if let Cmd::Rollout { cmd: RolloutCmd::Status { target, .. } } = &cli.cmd {
+        pool_target(target, "status")?;
+    }
+    if let Cmd::Rollout { cmd: RolloutCmd::Resume { target } } = &cli.cmd {
+        pool_target(target, "resume")?;
+    }
     let client = Client::new(&client_config(&cli)?)?.on_warning(print_warnings());
     let ns = cli.namespace.clone();
     match cli.cmd {
@@ -513,8 +527,8 @@ pub async fn main(build: BuildInfo) -> Result<()> {
         Cmd::Patch { args, patch_type, patch, subresource, validate } => {
             patch_cmd(&client, &ns, &args, (&patch_type, &patch), subresource, validate.mode).await
         }
-        Cmd::Rollout { cmd: RolloutCmd::Status { target, timeout, not_config } } => {
-            rollout_status(&client, &target, timeout, not_config.as_deref()).await
+        Cmd::Rollout { cmd: RolloutCmd::Status { target, timeout, not_config, watch } } => {
+            rollout_status(&client, &target, timeout, not_config.as_deref(), watch).await
         }
         Cmd::Rollout { cmd: RolloutCmd::Resume { target } } => rollout_resume(&client, &target).await,
         Cmd::Adm { cmd: AdmCmd::Upgrade { cmd: Some(UpgradeCmd::Channel { channel }), .. } } => {
@@ -1906,11 +1920,35 @@ fn shortened(message: &str) -> String {
 /// fails (once answered, it waits through outages until --timeout).
 const FIRST_CONTACT_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
 
-async fn rollout_status(client: &Client, target: &[String], timeout: u64, not_config: Option<&str>) -> Result<()> {
+/// `line` cut to fit in `width` columns (one character a column; the last one an ellipsis where
+/// it is cut), for a line redrawn in place.
+fn fit_to_width(line: &str, width: usize) -> std::borrow::Cow<'_, str> {
+    let width = width.max(2);
+    if line.chars().count() < width {
+        return std::borrow::Cow::Borrowed(line);
+    }
+    // One column short of the width: a line that fills the last column wraps on some terminals.
+    let kept: String = line.chars().take(width - 2).collect();
+    std::borrow::Cow::Owned(format!("{kept}…"))
+}
+
+/// How long the names of the nodes holding a pool back are looked for once `rollout status`
+/// has timed out: the timeout is the user's, a coordinator that stopped answering must not
+/// stretch it.
+const AFTER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+
+async fn rollout_status(
+    client: &Client,
+    target: &[String],
+    timeout: u64,
+    not_config: Option<&str>,
+    watch: bool,
+) -> Result<()> {
     use std::io::Write;
+    use std::time::{Duration, Instant};
     let (path, name, _) = pool_target(target, "status")?;
     // 0 waits for good, as kubectl's `--timeout=0`.
-    let deadline = (timeout > 0).then(|| std::time::Instant::now() + std::time::Duration::from_secs(timeout));
+    let deadline = (timeout > 0).then(|| Instant::now() + Duration::from_secs(timeout));
     // On a terminal one line is redrawn in place; to a pipe, each new line is printed.
     let interactive = std::io::IsTerminal::is_terminal(&std::io::stdout());
     let mut last = String::new();
@@ -1936,73 +1974,119 @@ async fn rollout_status(client: &Client, target: &[String], timeout: u64, not_co
         // reflector re-lists through them: a coordinator restart does not end a rollout, so it
         // must not fail the command following it. Anything else (no such pool, no access) fails
         // at once.
-        let progress = match client.get(&path).await {
-            Ok(r) if r.code >= 500 || r.code == 429 => {
-                answered = true;
-                let code = r.code;
-                Err(r.into_result().err().map_or_else(|| format!("HTTP {code}"), |e| format!("{e:#}")))
-            }
-            Ok(r) => {
-                answered = true;
-                match pool_progress(client, &r.into_result()?, &name, not_config, &mut grace).await {
-                    Ok(p) => Ok(p),
-                    Err(e) => Err(format!("{e:#}")),
-                }
-            }
-            Err(e) if !answered && started.elapsed() >= FIRST_CONTACT_GRACE => bail!(
-                "cannot reach the coordinator at {} (tried for {} s): {e:#}",
-                client.server(),
-                FIRST_CONTACT_GRACE.as_secs()
-            ),
-            Err(e) => Err(format!("{e:#}")),
+        // Every request is bounded by the timeout (and, before a first answer, by the grace): a
+        // coordinator that hangs (stopped, its host cut off) holds a request until the client's
+        // own keepalive gives up, over a minute.
+        let first_contact = (!answered).then(|| started + FIRST_CONTACT_GRACE);
+        let limit = match (deadline, first_contact) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
         };
-        let progress = match progress {
-            Ok(p) => {
-                if unreachable.take().is_some() {
-                    eprintln!("reached the coordinator again");
+        let ask = async {
+            match client.get(&path).await {
+                Ok(r) if r.code >= 500 || r.code == 429 => {
+                    let code = r.code;
+                    Ok((true, Err(r.into_result().err().map_or_else(|| format!("HTTP {code}"), |e| format!("{e:#}")))))
                 }
-                p
+                Ok(r) => {
+                    let p = pool_progress(client, &r.into_result()?, &name, not_config, &mut grace).await;
+                    Ok((true, p.map_err(|e| format!("{e:#}"))))
+                }
+                Err(e) => anyhow::Ok((false, Err(format!("{e:#}")))),
             }
-            Err(e) => {
-                if unreachable.as_deref() != Some(e.as_str()) {
+        };
+        let asked = match limit {
+            Some(at) => tokio::time::timeout_at(at.into(), ask).await.ok().transpose()?,
+            None => Some(ask.await?),
+        };
+        let no_answer = || format!("no answer from the coordinator at {} in time", client.server());
+        // None: cut at the deadline after an answer, when what the last answer said stands.
+        let progress = match asked {
+            Some((true, progress)) => {
+                answered = true;
+                Some(progress)
+            }
+            Some((false, progress)) => Some(progress),
+            None if answered => None,
+            None => Some(Err(no_answer())),
+        };
+        if let Some(Err(e)) = &progress {
+            if !answered && started.elapsed() >= FIRST_CONTACT_GRACE {
+                bail!(
+                    "cannot reach the coordinator at {} (tried for {} s): {e}",
+                    client.server(),
+                    FIRST_CONTACT_GRACE.as_secs()
+                );
+            }
+        }
+        if !watch {
+            // Where it stands, once: a failure fails, anything else is said and is not one.
+            return match progress.unwrap_or_else(|| Err(no_answer())) {
+                Ok(Progress::Done(line) | Progress::Waiting(line, _)) => {
+                    println!("{}", print::term_safe(&line));
+                    Ok(())
+                }
+                Ok(Progress::Failed(why)) => bail!("{why}"),
+                Err(e) => bail!("could not tell whether pool {name} is updated: {e}"),
+            };
+        }
+        if let Some(progress) = progress {
+            let progress = match progress {
+                Ok(p) => {
+                    if unreachable.take().is_some() {
+                        eprintln!("reached the coordinator again");
+                    }
+                    p
+                }
+                Err(e) => {
+                    if unreachable.as_deref() != Some(e.as_str()) {
+                        end_line(&last);
+                        last.clear();
+                        // `--timeout 0` waits for good, as kubectl's; a coordinator never reached
+                        // is tried for the first contact's grace only.
+                        let until = match (answered, timeout) {
+                            (false, _) => format!("retrying for up to {} s", FIRST_CONTACT_GRACE.as_secs()),
+                            (true, 0) => "no timeout".to_string(),
+                            (true, t) => format!("--timeout {t} s"),
+                        };
+                        eprintln!("warning: {e}; still waiting ({until})");
+                    }
+                    unreachable = Some(e);
+                    Progress::Waiting(String::new(), None)
+                }
+            };
+            match progress {
+                Progress::Done(line) => {
                     end_line(&last);
-                    last.clear();
-                    // `--timeout 0` waits for good, as kubectl's.
-                    let until = if timeout == 0 { "no timeout".to_string() } else { format!("--timeout {timeout} s") };
-                    eprintln!("warning: {e}; still waiting ({until})");
+                    println!("{}", print::term_safe(&line));
+                    return Ok(());
                 }
-                unreachable = Some(e);
-                Progress::Waiting(String::new(), None)
-            }
-        };
-        match progress {
-            Progress::Done(line) => {
-                end_line(&last);
-                println!("{}", print::term_safe(&line));
-                return Ok(());
-            }
-            Progress::Failed(why) => {
-                end_line(&last);
-                bail!("{why}");
-            }
-            Progress::Waiting(line, why) if line != last && !line.is_empty() => {
-                held = why;
-                let shown = print::term_safe(&line);
-                if interactive {
-                    print!("\r{shown}\x1b[K");
-                } else {
-                    println!("{shown}");
+                Progress::Failed(why) => {
+                    end_line(&last);
+                    bail!("{why}");
                 }
-                std::io::stdout().flush()?;
-                last = line;
-            }
-            Progress::Waiting(_, why) => {
-                if unreachable.is_none() {
+                Progress::Waiting(line, why) if line != last && !line.is_empty() => {
                     held = why;
+                    let shown = print::term_safe(&line);
+                    if interactive {
+                        // Within the terminal's width: a line that wraps is redrawn from its last
+                        // row only, and every redraw left the rows above behind.
+                        let width = terminal_size::terminal_size().map_or(80, |(w, _)| usize::from(w.0));
+                        print!("\r{}\x1b[K", fit_to_width(&shown, width));
+                    } else {
+                        println!("{shown}");
+                    }
+                    std::io::stdout().flush()?;
+                    last = line;
+                }
+                Progress::Waiting(_, why) => {
+                    if unreachable.is_none() {
+                        held = why;
+                    }
                 }
             }
         }
-        if deadline.is_some_and(|d| std::time::Instant::now() > d) {
+        if deadline.is_some_and(|d| Instant::now() >= d) {
             end_line(&last);
             match unreachable {
                 Some(e) => bail!("timed out after {timeout} s: could not tell whether pool {name} is updated: {e}"),
@@ -2010,16 +2094,19 @@ async fn rollout_status(client: &Client, target: &[String], timeout: u64, not_co
                     Some(why) => {
                         // Named once, here: listing the fleet on every redraw would cost a big
                         // fleet's coordinator a list every 300 ms.
-                        let why = match named_holders(client, &path).await {
-                            Some(names) => why.replace(SEE_NODES, &names),
-                            None => why,
+                        let names = tokio::time::timeout(AFTER_TIMEOUT, named_holders(client, &path)).await;
+                        let why = match names {
+                            Ok(Some(names)) => why.replace(SEE_NODES, &names),
+                            _ => why,
                         };
                         bail!("timed out after {timeout} s: pool {name} is not updated: {why}")
                     }
-                    None => match slots_taken(client, &path).await {
-                        Some(what) => bail!("timed out after {timeout} s: pool {name} is not updated: {what}"),
-                        None => bail!("timed out after {timeout} s: pool {name} is not updated"),
-                    },
+                    None => {
+                        match tokio::time::timeout(AFTER_TIMEOUT, slots_taken(client, &path)).await.ok().flatten() {
+                            Some(what) => bail!("timed out after {timeout} s: pool {name} is not updated: {what}"),
+                            None => bail!("timed out after {timeout} s: pool {name} is not updated"),
+                        }
+                    }
                 },
             }
         }
@@ -2219,6 +2306,18 @@ mod tests {
 
     /// Every node updated but one cordoned (or NotReady): the full bar says what holds the pool;
     /// a budget's condition is shown shortened, and both make the timeout's reason.
+    #[test]
+    fn a_redrawn_line_fits_the_terminal() {
+        assert_eq!(fit_to_width("pool worker: 1/3 updated", 80), "pool worker: 1/3 updated");
+        let cut = fit_to_width("pool worker: [####------] 1/3 updated, target rendered-worker-0123456789", 40);
+        assert_eq!(cut.chars().count(), 39, "{cut}");
+        assert!(cut.starts_with("pool worker: [####------] 1/3 updated,") && cut.ends_with('…'), "{cut}");
+        // Exactly the width: cut too (it would fill the last column).
+        assert_eq!(fit_to_width("abcd", 4), "ab…");
+        assert_eq!(fit_to_width("abc", 4), "abc");
+        assert_eq!(fit_to_width("héllo wörld", 0), "…");
+    }
+
     #[test]
     fn progress_line_says_what_holds_the_pool() {
         let mut p = json!({"spec": {"configuration": {"name": "r2"}},
