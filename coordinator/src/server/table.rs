@@ -44,7 +44,7 @@ fn columns(r: &ResourceType) -> Vec<Col> {
         "Node" => vec![
             name,
             col("Status", "string", 0, "Ready condition and scheduling"),
-            col("Roles", "string", 0, "node-role.kubernetes.io/ labels"),
+            col("Roles", "string", 0, "node-role.kubernetes.io/ and kubernetes.io/role labels"),
             col("Config", "string", 0, "currentConfig annotation"),
             col("State", "string", 0, "The agent's state annotation (Degraded while a drain is past its timeout)"),
             col("Reason", "string", 0, "Why the node is in its state; while it updates, how far a long OS download is"),
@@ -147,15 +147,36 @@ fn condition(v: &Value, type_: &str) -> String {
         .to_string()
 }
 
-/// `5m`, `3h`, `2d` as kubectl prints ages.
+/// An age as kubectl prints it (apimachinery's `duration.HumanDuration`): precise while it is
+/// short (`95s`, `5m30s`, `5h20m`, `3d4h`), coarser as it grows (`150m`, `20h`, `45d`, `2y30d`),
+/// so that `get` tables read the same from aloftctl and from kubectl.
 pub fn age(created: &str, now: chrono::DateTime<chrono::Utc>) -> String {
     let Ok(t) = chrono::DateTime::parse_from_rfc3339(created) else { return "<unknown>".into() };
-    let secs = (now - t.with_timezone(&chrono::Utc)).num_seconds().max(0);
-    match secs {
-        0..120 => format!("{secs}s"),
-        120..7200 => format!("{}m", secs / 60),
-        7200..172800 => format!("{}h", secs / 3600),
-        _ => format!("{}d", secs / 86400),
+    human_duration((now - t.with_timezone(&chrono::Utc)).num_seconds())
+}
+
+fn human_duration(secs: i64) -> String {
+    // A clock a second ahead of the server's reads as now; more is an error.
+    if secs < -1 {
+        return "<invalid>".into();
+    }
+    let secs = secs.max(0);
+    let with = |big: i64, unit: &str, small: i64, small_unit: &str| match small {
+        0 => format!("{big}{unit}"),
+        _ => format!("{big}{unit}{small}{small_unit}"),
+    };
+    let (minutes, hours) = (secs / 60, secs / 3600);
+    let days = hours / 24;
+    match () {
+        _ if secs < 120 => format!("{secs}s"),
+        _ if minutes < 10 => with(minutes, "m", secs % 60, "s"),
+        _ if minutes < 180 => format!("{minutes}m"),
+        _ if hours < 8 => with(hours, "h", minutes % 60, "m"),
+        _ if hours < 48 => format!("{hours}h"),
+        _ if hours < 24 * 8 => with(days, "d", hours % 24, "h"),
+        _ if hours < 24 * 365 * 2 => format!("{days}d"),
+        _ if hours < 24 * 365 * 8 => with(days / 365, "y", days % 365, "d"),
+        _ => format!("{}y", days / 365),
     }
 }
 
@@ -187,18 +208,32 @@ fn cells(r: &ResourceType, o: &Value, now: chrono::DateTime<chrono::Utc>) -> Vec
             json!(s(o, "/spec/osImageURL")),
         ],
         "Node" => {
+            // As kubectl's: no Ready condition (a node that never reported) is Unknown.
             let mut status = match condition(o, "Ready").as_str() {
                 "True" => "Ready".to_string(),
+                "" => "Unknown".to_string(),
                 _ => "NotReady".to_string(),
             };
             if o.pointer("/spec/unschedulable").and_then(Value::as_bool) == Some(true) {
                 status.push_str(",SchedulingDisabled");
             }
-            let roles: Vec<&str> = o
+            // As kubectl's: `node-role.kubernetes.io/<role>` labels, and the older
+            // `kubernetes.io/role: <role>`; sorted, each once.
+            let roles: std::collections::BTreeSet<&str> = o
                 .pointer("/metadata/labels")
                 .and_then(Value::as_object)
-                .map(|l| l.keys().filter_map(|k| k.strip_prefix("node-role.kubernetes.io/")).collect())
+                .map(|l| {
+                    l.iter()
+                        .filter_map(|(k, v)| match k.strip_prefix("node-role.kubernetes.io/") {
+                            Some(role) => Some(role),
+                            None if k == "kubernetes.io/role" => v.as_str(),
+                            None => None,
+                        })
+                        .filter(|role| !role.is_empty())
+                        .collect()
+                })
                 .unwrap_or_default();
+            let roles: Vec<&str> = roles.into_iter().collect();
             let roles = if roles.is_empty() { "<none>".to_string() } else { roles.join(",") };
             let a = |k: &str| {
                 o.pointer("/metadata/annotations").and_then(|a| a.get(k)).and_then(Value::as_str).unwrap_or("")
@@ -518,6 +553,69 @@ mod tests {
     /// While a node updates, REASON says how far its long OS download is (the agent's
     /// `aloft.dev/progress`; a picked node downloads before it reports Working, so it may still
     /// say Done on its old config); a reason of its own or a drain past its timeout wins.
+    #[test]
+    /// kubectl's ages (apimachinery's `duration.HumanDuration`), at each of its edges.
+    #[test]
+    fn ages_read_as_kubectl_prints_them() {
+        let (m, h, d) = (60, 3600, 86400);
+        for (secs, want) in [
+            (-5, "<invalid>"),
+            (-1, "0s"),
+            (0, "0s"),
+            (119, "119s"),
+            (120, "2m"),
+            (5 * m + 30, "5m30s"),
+            (10 * m + 30, "10m"),
+            (150 * m, "150m"),
+            (3 * h, "3h"),
+            (5 * h + 20 * m, "5h20m"),
+            (8 * h + 20 * m, "8h"),
+            (47 * h, "47h"),
+            (2 * d, "2d"),
+            (3 * d + 4 * h, "3d4h"),
+            (8 * d + 4 * h, "8d"),
+            (729 * d, "729d"),
+            (2 * 365 * d + 30 * d, "2y30d"),
+            (3 * 365 * d, "3y"),
+            (9 * 365 * d + 40 * d, "9y"),
+        ] {
+            assert_eq!(human_duration(secs), want, "{secs} s");
+        }
+        let now = chrono::DateTime::parse_from_rfc3339("2026-01-01T01:00:00Z").unwrap().with_timezone(&chrono::Utc);
+        assert_eq!(age("2026-01-01T00:54:30Z", now), "5m30s");
+        assert_eq!(age("yesterday", now), "<unknown>");
+    }
+
+    /// A node's STATUS and ROLES as kubectl's `get nodes` prints them.
+    #[test]
+    fn node_status_and_roles_read_as_kubectl_prints_them() {
+        let cells = |node: Value| {
+            let t = table(&crate::resources::NODE, TableVersion::V1, &[&node], None, true, IncludeObject::None);
+            let at =
+                |name: &str| t["columnDefinitions"].as_array().unwrap().iter().position(|c| c["name"] == name).unwrap();
+            let row = &t["rows"][0]["cells"];
+            (row[at("Status")].clone(), row[at("Roles")].clone())
+        };
+        let node = |labels: Value, ready: Option<&str>, cordoned: bool| {
+            let mut n = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "a", "labels": labels},
+                "spec": {"unschedulable": cordoned}});
+            if let Some(r) = ready {
+                n["status"] = json!({"conditions": [{"type": "Ready", "status": r}]});
+            }
+            n
+        };
+        assert_eq!(cells(node(json!({}), None, false)), (json!("Unknown"), json!("<none>")));
+        assert_eq!(
+            cells(node(json!({}), Some("Unknown"), true)),
+            (json!("NotReady,SchedulingDisabled"), json!("<none>"))
+        );
+        let labels = json!({"node-role.kubernetes.io/worker": "", "node-role.kubernetes.io/infra": "",
+            "kubernetes.io/role": "worker", "node-role.kubernetes.io/": ""});
+        assert_eq!(cells(node(labels, Some("True"), false)), (json!("Ready"), json!("infra,worker")));
+        let legacy = json!({"kubernetes.io/role": "master", "kubernetes.io/hostname": "a"});
+        assert_eq!(cells(node(legacy, Some("False"), false)), (json!("NotReady"), json!("master")));
+    }
+
     #[test]
     fn a_working_node_shows_its_download_in_reason() {
         let cells = |annotations: Value| {
