@@ -550,10 +550,6 @@ mod tests {
         assert_eq!(IncludeObject::from_params(&bogus).unwrap_err().status.code, 400);
     }
 
-    /// While a node updates, REASON says how far its long OS download is (the agent's
-    /// `aloft.dev/progress`; a picked node downloads before it reports Working, so it may still
-    /// say Done on its old config); a reason of its own or a drain past its timeout wins.
-    #[test]
     /// kubectl's ages (apimachinery's `duration.HumanDuration`), at each of its edges.
     #[test]
     fn ages_read_as_kubectl_prints_them() {
@@ -616,6 +612,9 @@ mod tests {
         assert_eq!(cells(node(legacy, Some("False"), false)), (json!("NotReady"), json!("master")));
     }
 
+    /// While a node updates, REASON says how far its long OS download is (the agent's
+    /// `aloft.dev/progress`; a picked node downloads before it reports Working, so it may still
+    /// say Done on its old config); a reason of its own or a drain past its timeout wins.
     #[test]
     fn a_working_node_shows_its_download_in_reason() {
         let cells = |annotations: Value| {
