@@ -368,6 +368,11 @@ async fn reconcile(store: &Arc<dyn Store>, st: &mut State, events: &Recorder) ->
         record_waits(events, &st.pools.typed[pp.pool].metadata.name, pp, &st.nodes.typed, &st.nodes.hot);
         record_selector(events, &st.pools.typed[pp.pool]);
     }
+    if plans.iter().any(|pp| pp.resume_unrecorded) {
+        // Its picks wait for the status that records the resume (being written, or written
+        // in this pass); no event of that write brings the next pass.
+        wake = wake.min(STATUS_RETRY);
+    }
     if let (true, Some(left)) = (status_free, throttled) {
         wake = wake.min(left);
     } else if status_free {
@@ -1345,6 +1350,7 @@ mod tests {
             membership_error: None,
             first_config: None,
             window: None,
+            resume_unrecorded: false,
         }
     }
 

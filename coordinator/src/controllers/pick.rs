@@ -211,6 +211,12 @@ pub struct PoolPlan {
     /// The pool's maintenance window now (None: no schedule, or one that cannot be read): the
     /// node controller passes again when it opens, or closes while nodes wait.
     pub window: Option<WindowState>,
+    /// A resume (`aloft.dev/resumeRollout`) this pass took that the stored status does not
+    /// record yet: nothing is picked until it does, and the node controller passes again soon.
+    /// Picked before, a node failing while the status write was throttled or lost was taken as
+    /// failed before the resume by the next pass (which read the old token and took the same
+    /// resume again), and forgiven.
+    pub resume_unrecorded: bool,
 }
 
 impl PoolPlan {
@@ -347,6 +353,7 @@ fn plan_pool(
         membership_error: None,
         first_config: None,
         window: None,
+        resume_unrecorded: false,
     };
     if target.is_empty() {
         return pp;
@@ -371,6 +378,8 @@ fn plan_pool(
         &rollout_policy::Members { index: &pp.members, hot, name: &name },
         now,
     );
+    let recorded = pool.status.as_ref().and_then(|st| st.rollout.as_ref()).map_or("", |r| r.resume_token.as_str());
+    pp.resume_unrecorded = eval.status.resume_token != recorded;
     pp.rollout = Some(eval.status);
     match &eval.gate {
         Gate::Hold(h @ HoldReason::CircuitBroken { .. }) => pp.breaker = Some(h.clone()),
@@ -561,6 +570,9 @@ fn plan_pool(
         if !nodes.is_empty() {
             pp.wait = Some(Wait::NotReady { nodes });
         }
+    }
+    if pp.resume_unrecorded {
+        pp.picks.clear();
     }
     // Pre-stage the target on every member that waits for its turn; never for a paused pool, a
     // config whose rollout the breaker stopped, or a pool that turned it off

@@ -202,6 +202,41 @@ fn a_revert_goes_through_the_policys_holds_but_not_a_pause_or_a_closed_window() 
     assert!(p.picks.is_empty(), "window closed: {:?}", picked_names(&nodes, &p));
 }
 
+/// A resume is acted on once the stored status records it: the pass that takes it picks
+/// nothing and says so (`resume_unrecorded`); the pass after the status carrying its token is
+/// stored picks. (Picked at once, a node failing before that status write landed was forgiven
+/// by the next pass, which read the old token and took the same resume again.)
+#[test]
+fn a_resume_picks_once_its_status_is_recorded() {
+    let nodes = vec![
+        failed_on_r2_running_r1(),
+        node("w1", worker(), "r1", "r1", "Done", true),
+        node("w3", worker(), "r1", "r1", "Done", true),
+    ];
+    let broken = |token: &str| {
+        let mut p = pool("worker", json!(2), "r2", json!({"rollout": {"maxFailures": 0}}));
+        p.metadata.annotations.insert(ann::RESUME_ROLLOUT.into(), "t1".into());
+        p.status = Some(
+            serde_json::from_value(json!({"rollout": {
+                "config": "r2", "phase": "CircuitBroken", "failedNodes": ["w2"], "resumeToken": token}}))
+            .unwrap(),
+        );
+        p
+    };
+    let p = plan(Snapshot { nodes: &nodes, pools: &[broken("")], budgets: &[] }, now()).remove(0);
+    assert!(p.resume_unrecorded);
+    assert!(p.picks.is_empty(), "nothing picked before the resume is recorded: {:?}", picked_names(&nodes, &p));
+    let r = p.rollout.as_ref().unwrap();
+    assert_eq!((r.resume_token.as_str(), r.forgiven_nodes.clone()), ("t1", vec!["w2".to_string()]), "{r:?}");
+    // As the status write left it: the token recorded, the breaker closed.
+    let mut recorded = broken("t1");
+    recorded.status.as_mut().unwrap().rollout = p.rollout.clone();
+    let p = plan(Snapshot { nodes: &nodes, pools: &[recorded], budgets: &[] }, now()).remove(0);
+    assert!(!p.resume_unrecorded);
+    // One slot of two: the failed node holds the other.
+    assert_eq!(picked_names(&nodes, &p), vec!["w1"], "{:?}", p.wait);
+}
+
 /// A held pool with both a revert and a node that joined with no config: the revert first, as
 /// it may hold the slot the first config waits for (given first, the first config waited for
 /// that slot on every pass, and the revert with it, until the hold ended).
