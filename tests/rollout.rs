@@ -1784,6 +1784,38 @@ async fn hooks_added_after_the_pick_leave_its_drain_answer_standing() {
     assert!(!hook.calls().iter().any(|c| c["node"] == first.as_str() && c["phase"] == "drain"), "{:?}", hook.calls());
 }
 
+/// A bad MachineConfig (`60-worker-bad`) for the fleet on `t0`: its rendered config, and the
+/// first of `names` picked for it.
+async fn a_bad_config_picks_one(admin: &Client, names: &[&str], t0: &str) -> (String, String) {
+    let mut b = machine_config("60-worker-bad", "worker");
+    b["spec"]["kernelArguments"] = json!(["broken"]);
+    create(admin, &MACHINE_CONFIG, &b).await;
+    let bad = new_target(admin, t0).await;
+    let first = eventually(WAIT, "a node picked for the bad config", || async {
+        Ok(picked(admin, names, &bad).await.first().cloned())
+    })
+    .await;
+    (bad, first)
+}
+
+/// The bad MachineConfig deleted (the revert): `node` failed on it is sent back to `t0`, and once
+/// it reports Done there (as the agent does, asking for no uncordon: it drained nothing), the
+/// pool is Updated with the node uncordoned. Returns the node then.
+async fn reverted_and_back_in_service(admin: &Client, failed: &str, t0: &str) -> Value {
+    let r = admin.delete(&path_of(&MACHINE_CONFIG, Some("60-worker-bad"))).await.unwrap();
+    assert!(r.ok(), "{}", r.body);
+    eventually(WAIT, "the failed node sent back to the config it runs", || async {
+        Ok((annotation(&node(admin, failed).await, ann::DESIRED_CONFIG) == t0).then_some(()))
+    })
+    .await;
+    finish(admin, failed, t0).await;
+    eventually(WAIT, "the pool Updated with the node back in service", || async {
+        let n = node(admin, failed).await;
+        Ok((!cordoned(&n) && is_true(&pool(admin).await, "Updated")).then_some(n))
+    })
+    .await
+}
+
 /// A node drained for a bad config and failed on it (still cordoned by that drain) is sent back
 /// by the revert to the config it runs: its Done report puts it back into service, and the pool
 /// is Updated. (Picked for the config it runs, a node is not cordoned again, unless the drain of
@@ -1794,30 +1826,12 @@ async fn a_reverted_node_still_cordoned_by_its_failed_update_comes_back_into_ser
     let admin = c.client();
     let names = ["w1", "w2"];
     let t0 = fleet_on_a_first_config(&admin, &names, json!({"maxUnavailable": 1})).await;
-    let mut b = machine_config("60-worker-bad", "worker");
-    b["spec"]["kernelArguments"] = json!(["broken"]);
-    create(&admin, &MACHINE_CONFIG, &b).await;
-    let bad = new_target(&admin, &t0).await;
-    let first = eventually(WAIT, "a node picked for the bad config", || async {
-        Ok(picked(&admin, &names, &bad).await.first().cloned())
-    })
-    .await;
+    let (bad, first) = a_bad_config_picks_one(&admin, &names, &t0).await;
     working(&admin, &first, &bad).await;
     fail(&admin, &first, &bad).await;
     assert!(cordoned(&node(&admin, &first).await), "drained for the bad config");
 
-    let r = admin.delete(&path_of(&MACHINE_CONFIG, Some("60-worker-bad"))).await.unwrap();
-    assert!(r.ok(), "{}", r.body);
-    eventually(WAIT, "the failed node sent back to the config it runs", || async {
-        Ok((annotation(&node(&admin, &first).await, ann::DESIRED_CONFIG) == t0).then_some(()))
-    })
-    .await;
-    finish(&admin, &first, &t0).await;
-    eventually(WAIT, "the pool Updated with the node back in service", || async {
-        let n = node(&admin, &first).await;
-        Ok((!cordoned(&n) && is_true(&pool(&admin).await, "Updated")).then_some(()))
-    })
-    .await;
+    reverted_and_back_in_service(&admin, &first, &t0).await;
 }
 
 /// The same in a pool with drain hooks, where the pick makes no drain: the node drained through
@@ -1833,14 +1847,7 @@ async fn a_reverted_node_drained_through_hooks_comes_back_into_service_through_t
     let names = ["w1", "w2"];
     let spec = json!({"maxUnavailable": 1, "drain": {"hooks": [{"url": hook.url, "timeoutSeconds": 5}]}});
     let t0 = fleet_on_a_first_config(&admin, &names, spec).await;
-    let mut b = machine_config("60-worker-bad", "worker");
-    b["spec"]["kernelArguments"] = json!(["broken"]);
-    create(&admin, &MACHINE_CONFIG, &b).await;
-    let bad = new_target(&admin, &t0).await;
-    let first = eventually(WAIT, "a node picked for the bad config", || async {
-        Ok(picked(&admin, &names, &bad).await.first().cloned())
-    })
-    .await;
+    let (bad, first) = a_bad_config_picks_one(&admin, &names, &t0).await;
     working(&admin, &first, &bad).await;
     eventually(WAIT, "the bad config's drain answered through the hooks", || async {
         let n = node(&admin, &first).await;
@@ -1849,18 +1856,7 @@ async fn a_reverted_node_drained_through_hooks_comes_back_into_service_through_t
     .await;
     fail(&admin, &first, &bad).await;
 
-    let r = admin.delete(&path_of(&MACHINE_CONFIG, Some("60-worker-bad"))).await.unwrap();
-    assert!(r.ok(), "{}", r.body);
-    eventually(WAIT, "the failed node sent back to the config it runs", || async {
-        Ok((annotation(&node(&admin, &first).await, ann::DESIRED_CONFIG) == t0).then_some(()))
-    })
-    .await;
-    finish(&admin, &first, &t0).await;
-    let n = eventually(WAIT, "the pool Updated with the node back in service", || async {
-        let n = node(&admin, &first).await;
-        Ok((!cordoned(&n) && is_true(&pool(&admin).await, "Updated")).then_some(n))
-    })
-    .await;
+    let n = reverted_and_back_in_service(&admin, &first, &t0).await;
     let request = format!("uncordon-{t0}");
     assert_eq!(annotation(&n, ann::LAST_APPLIED_DRAIN), request, "{n}");
     assert_eq!(annotation(&n, ann::DRAIN_POOL), "", "{n}");
