@@ -1841,6 +1841,19 @@ async fn a_reverted_node_still_cordoned_by_its_failed_update_comes_back_into_ser
 /// the node stayed cordoned for good, holding the pool's one slot, and the pool never Updated.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reverted_node_drained_through_hooks_comes_back_into_service_through_them() {
+    drained_through_hooks_failed_and_reverted(false).await;
+}
+
+/// The same, with the failed node uncordoned by hand before the revert (`kubectl uncordon`): the
+/// drain's marks still go when the node is Done, through the hooks (the load balancer told to
+/// drain it is told it is back). Left, they made the admin's next cordon look like that drain's,
+/// which the next pass then lifted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_old_drain_uncordoned_by_hand_leaves_nothing_to_lift_the_next_cordon() {
+    drained_through_hooks_failed_and_reverted(true).await;
+}
+
+async fn drained_through_hooks_failed_and_reverted(uncordoned_by_hand: bool) {
     let c = Coordinator::start();
     let admin = c.client();
     let hook = HookServer::start().await;
@@ -1855,6 +1868,10 @@ async fn a_reverted_node_drained_through_hooks_comes_back_into_service_through_t
     })
     .await;
     fail(&admin, &first, &bad).await;
+    let path = path_of(&NODE, Some(&first));
+    if uncordoned_by_hand {
+        merge(&admin, &path, json!({"spec": {"unschedulable": false}})).await;
+    }
 
     let n = reverted_and_back_in_service(&admin, &first, &t0).await;
     let request = format!("uncordon-{t0}");
@@ -1862,6 +1879,15 @@ async fn a_reverted_node_drained_through_hooks_comes_back_into_service_through_t
     assert_eq!(annotation(&n, ann::DRAIN_POOL), "", "{n}");
     let call = json!({"node": first, "pool": "worker", "phase": "uncordon", "request": request});
     assert!(hook.calls().contains(&call), "{:?}", hook.calls());
+    if uncordoned_by_hand {
+        // The admin's next cordon is theirs: a few passes later (each node event brings one, and
+        // the cordon is one), still there, and no uncordon hook called again.
+        merge(&admin, &path, json!({"spec": {"unschedulable": true}})).await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert!(cordoned(&node(&admin, &first).await), "the admin's cordon stands");
+        let uncordons = hook.calls().iter().filter(|b| b["node"] == first && b["phase"] == "uncordon").count();
+        assert_eq!(uncordons, 1, "{:?}", hook.calls());
+    }
 }
 
 /// A revert to a config whose rollout a bad config cut short: the reverted config proves itself

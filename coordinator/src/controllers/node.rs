@@ -296,7 +296,7 @@ async fn reconcile(store: &Arc<dyn Store>, st: &mut State, events: &Recorder) ->
         st.nodes.put(v);
         let node_name = st.nodes.typed[i].metadata.name.clone();
         if let Some(&(_, _, how)) = released.iter().find(|(r, _, _)| *r == i) {
-            log_release(events, &node_name, &st.nodes.derived[i], how, picked.contains_key(&i));
+            log_release(events, &node_name, &st.nodes.derived[i], how);
         }
         let Some(&k) = picked.get(&i) else { continue };
         let pool = &st.pools.typed[plans[k].pool];
@@ -370,8 +370,9 @@ async fn reconcile(store: &Arc<dyn Store>, st: &mut State, events: &Recorder) ->
     }
     if plans.iter().any(|pp| pp.resume_unrecorded) {
         // Its picks wait for the status that records the resume (being written, or written
-        // in this pass); no event of that write brings the next pass.
-        wake = wake.min(STATUS_RETRY);
+        // in this pass); no event of that write brings the next pass. Every STATUS_EVERY: a
+        // timer's pass reads the whole fleet, and a resume is a person's, not the fleet's.
+        wake = wake.min(STATUS_EVERY);
     }
     if let (true, Some(left)) = (status_free, throttled) {
         wake = wake.min(left);
@@ -458,20 +459,20 @@ fn drains_at_pick(pool: &MachineConfigPool) -> bool {
 }
 
 /// Say what [`release`] did once it is written: a cordon kept (someone else's, made before the
-/// drain; see `uncordon::end_drain`) is an Event, as the drain controller's is. A node picked
-/// again in the same write is cordoned by that pick, which marks the cordon kept for its own
-/// drain.
-fn log_release(events: &Recorder, node: &str, f: &NodeFacts, how: Release, picked: bool) {
-    let why = match how {
-        Release::AfterDone => "after Done",
-        Release::FailedBeforeDrain => "after failing before its drain",
-        Release::AfterAnOlderDrain => "after Done on a config its drain was not for",
+/// drain; see `uncordon::end_drain`) is an Event, as the drain controller's is.
+fn log_release(events: &Recorder, node: &str, f: &NodeFacts, how: Release) {
+    let (why, kept) = match how {
+        Release::Ended { why, kept } => (why, kept),
+        Release::Cleared => {
+            tracing::info!(node = %node, config = %f.current, "cleared what a drain for another config left on a node uncordoned since");
+            return;
+        }
         Release::AskUncordon => {
             tracing::info!(node = %node, config = %f.current, "Done on a config its drain was not for; its uncordon asked for, through the hooks that drained it");
             return;
         }
     };
-    if f.cordoned && !picked {
+    if kept {
         tracing::info!(node = %node, config = %f.current, "drain ended {why}; the node stays cordoned, as it was before its drain");
         let answer = f.done().then(|| format!("uncordon-{}", f.current));
         let msg = super::uncordon::cordon_kept_message(answer.as_deref());
@@ -484,16 +485,14 @@ fn log_release(events: &Recorder, node: &str, f: &NodeFacts, how: Release, picke
 /// How [`release`] ends a node's drain.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Release {
-    /// Done on the config it was drained for: uncordoned.
-    AfterDone,
-    /// Failed before the drain its pick made: uncordoned, the drain's answer taken back.
-    FailedBeforeDrain,
-    /// Done on a config other than the one its drain was for ([`NodeFacts::cordoned_by_an_older_drain`]),
-    /// drained without hooks: uncordoned.
-    AfterAnOlderDrain,
-    /// The same, drained through hooks: its uncordon asked for (`uncordon-<current>`), which the
-    /// drain controller answers through the hooks that drained it. The node stays cordoned,
-    /// and unavailable, until then.
+    /// The drain ended, `why`; `kept`: a cordon made before it stays.
+    Ended { why: &'static str, kept: bool },
+    /// Done on a config its drain was not for ([`NodeFacts::left_by_an_older_drain`]), drained
+    /// without hooks and uncordoned by hand since: only the drain's answer is cleared.
+    Cleared,
+    /// The same, drained through hooks: its uncordon asked for (`uncordon-<current>`), which
+    /// the drain controller answers through the hooks that drained it (and lifts the cordon,
+    /// if it still stands). The node is unavailable until then.
     AskUncordon,
 }
 
@@ -501,8 +500,8 @@ enum Release {
 /// ([`NodeFacts::uncordon_due`]; in a pool with drain hooks only when the drain was the pick's
 /// and nobody asked for it), that failed before the drain its pick made
 /// ([`NodeFacts::failed_before_drain`]), or that is Done on a config its drain was not for
-/// ([`NodeFacts::cordoned_by_an_older_drain`]; a drain made through hooks gets its uncordon
-/// asked for instead); returns them with their stored versions (what the write compares
+/// ([`NodeFacts::left_by_an_older_drain`]; a drain made through hooks gets its uncordon asked
+/// for instead); returns them with their stored versions (what the write compares
 /// against, and what goes back into the cache if it fails).
 fn release(st: &mut State) -> Vec<(usize, Arc<Value>, Release)> {
     let Some((_, layout)) = &st.layout else { return Vec::new() };
@@ -536,7 +535,7 @@ fn release(st: &mut State) -> Vec<(usize, Arc<Value>, Release)> {
                 let made_with_hooks = !f.drain_pool.is_empty();
                 (f.uncordon_due() && !made_with_hooks && (hookless || f.drain_request.is_empty()))
                     || f.failed_before_drain()
-                    || f.cordoned_by_an_older_drain()
+                    || f.left_by_an_older_drain()
             })
         })
         .collect();
@@ -546,15 +545,16 @@ fn release(st: &mut State) -> Vec<(usize, Arc<Value>, Release)> {
             let mut next = Value::clone(&stored);
             let facts = &st.nodes.derived[i];
             let how = if facts.uncordon_due() {
-                uncordon_edit(&mut next, &facts.current);
-                Release::AfterDone
+                Release::Ended { why: "after Done", kept: uncordon_edit(&mut next, &facts.current) }
             } else if facts.failed_before_drain() {
                 // A retry asks for its drain again.
-                undo_drain_edit(&mut next);
-                Release::FailedBeforeDrain
+                Release::Ended { why: "after failing before its drain", kept: undo_drain_edit(&mut next) }
             } else if facts.drain_pool.is_empty() {
-                uncordon_edit(&mut next, &facts.current);
-                Release::AfterAnOlderDrain
+                let kept = uncordon_edit(&mut next, &facts.current);
+                match facts.cordoned {
+                    true => Release::Ended { why: "after Done on a config its drain was not for", kept },
+                    false => Release::Cleared,
+                }
             } else {
                 // Asked as the agent would have; the drain controller ends the drain through the
                 // hooks that made it (its `uncordon` reads the pool from `aloft.dev/drainPool`).
@@ -598,9 +598,9 @@ fn pick_edit(node: &mut Value, target: &str, drain: bool) {
 
 /// Back into service after failing before the drain the pick made: no cordon and no answer (a
 /// retry asks for its drain again, and the drain controller answers it).
-fn undo_drain_edit(node: &mut Value) {
+fn undo_drain_edit(node: &mut Value) -> bool {
     // A cordon from before an earlier drain of this update stays.
-    super::uncordon::end_drain(node, None);
+    super::uncordon::end_drain(node, None)
 }
 
 /// Remember the config a node event says the node runs, when its OS image is not known yet.

@@ -124,16 +124,17 @@ impl NodeFacts {
                 || self.drain_request == self.drain_answer
                 || self.drain_request.strip_prefix("uncordon-") == Some(self.current.as_str()))
     }
-    /// Done on its desired config and still cordoned by a drain made for another config: an
-    /// update that failed after its drain, then a revert or a newer config whose update needed no
-    /// drain (in a pool with drain hooks the pick makes none), or a drain asked for an older
-    /// config answered after the node moved on. MCO's daemon asks for the uncordon at the end of
-    /// every update; nobody asked here, and the node stayed cordoned for good, holding a slot
-    /// of maxUnavailable. (Not an admin's cordon: that one has no drain answer. Not a node with
-    /// no config yet: as MCO's `isNodeDone`, it is not done with anything.)
-    pub fn cordoned_by_an_older_drain(&self) -> bool {
-        self.cordoned
-            && self.done()
+    /// Done on its desired config while a drain of ours made for another config still stands
+    /// (its answer, or the pool whose hooks made it): an update that failed after its drain,
+    /// then a revert or a newer config whose update needed no drain (in a pool with drain hooks
+    /// the pick makes none), or a drain asked for an older config answered after the node moved
+    /// on. MCO's daemon asks for the uncordon at the end of every update; nobody asked here, and
+    /// the node stayed cordoned for good, holding a slot of maxUnavailable. Uncordoned by hand
+    /// meanwhile, the drain's marks still stand, and must go too: left, they made the next
+    /// cordon, the admin's own, look like that drain's. (Not a node with no config yet: as MCO's
+    /// `isNodeDone`, it is not done with anything.)
+    pub fn left_by_an_older_drain(&self) -> bool {
+        self.done()
             && !self.current.is_empty()
             && (self.drain_answer.starts_with("drain-") || !self.drain_pool.is_empty())
             && self.drain_answer.strip_prefix("drain-") != Some(self.current.as_str())
@@ -492,7 +493,8 @@ mod tests {
     }
 
     /// A drain made for a config the node is no longer on: the update it was for failed after
-    /// the drain, and a revert (or a newer config) needed none. Done, the node is due to end it.
+    /// the drain, and a revert (or a newer config) needed none. Done, the node is due to end it,
+    /// cordoned still or uncordoned by hand since (its marks go).
     #[test]
     fn a_drain_for_another_config_ends_once_the_node_is_done_on_its_own() {
         let f = |state: &str, cordoned: bool, request: &str, answer: &str, pool: &str| NodeFacts {
@@ -505,24 +507,26 @@ mod tests {
             drain_pool: pool.into(),
             ..Default::default()
         };
-        // Drained for r2 (through hooks, or not), failed, sent back to r1 and Done there.
-        assert!(f("Done", true, "drain-r2", "drain-r2", "worker").cordoned_by_an_older_drain());
-        assert!(f("Done", true, "drain-r2", "drain-r2", "").cordoned_by_an_older_drain());
+        // Drained for r2 (through hooks, or not), failed, sent on to r1 and Done there.
+        assert!(f("Done", true, "drain-r2", "drain-r2", "worker").left_by_an_older_drain());
+        assert!(f("Done", true, "drain-r2", "drain-r2", "").left_by_an_older_drain());
         // A drain of hooks under way for a request the node has moved past.
-        assert!(f("Done", true, "drain-r2", "uncordon-r0", "worker").cordoned_by_an_older_drain());
-        // Not Done, not cordoned, or its own drain (the usual uncordon's), or its uncordon asked.
-        assert!(!f("Degraded", true, "drain-r2", "drain-r2", "worker").cordoned_by_an_older_drain());
-        assert!(!f("Working", true, "drain-r2", "drain-r2", "worker").cordoned_by_an_older_drain());
-        assert!(!f("Done", false, "drain-r2", "drain-r2", "worker").cordoned_by_an_older_drain());
-        assert!(!f("Done", true, "uncordon-r1", "drain-r1", "").cordoned_by_an_older_drain());
-        assert!(!f("Done", true, "uncordon-r1", "drain-r2", "worker").cordoned_by_an_older_drain());
+        assert!(f("Done", true, "drain-r2", "uncordon-r0", "worker").left_by_an_older_drain());
+        // Uncordoned by hand since: the marks still go.
+        assert!(f("Done", false, "drain-r2", "drain-r2", "worker").left_by_an_older_drain());
+        assert!(f("Done", false, "drain-r2", "drain-r2", "").left_by_an_older_drain());
+        // Not Done, or its own drain (the usual uncordon's), or its uncordon asked.
+        assert!(!f("Degraded", true, "drain-r2", "drain-r2", "worker").left_by_an_older_drain());
+        assert!(!f("Working", true, "drain-r2", "drain-r2", "worker").left_by_an_older_drain());
+        assert!(!f("Done", true, "uncordon-r1", "drain-r1", "").left_by_an_older_drain());
+        assert!(!f("Done", true, "uncordon-r1", "drain-r2", "worker").left_by_an_older_drain());
         // A node with no config yet is done with nothing (a drain asked by hand, for one).
         let mut fresh = f("Done", true, "drain-r2", "drain-r2", "worker");
         (fresh.current, fresh.desired) = ("".into(), "".into());
-        assert!(!fresh.cordoned_by_an_older_drain());
-        // An admin's cordon: no drain of ours answered or under way.
-        assert!(!f("Done", true, "uncordon-r0", "uncordon-r0", "").cordoned_by_an_older_drain());
-        assert!(!f("Done", true, "", "", "").cordoned_by_an_older_drain());
+        assert!(!fresh.left_by_an_older_drain());
+        // An admin's cordon with no drain of ours standing: nothing to end.
+        assert!(!f("Done", true, "uncordon-r0", "uncordon-r0", "").left_by_an_older_drain());
+        assert!(!f("Done", true, "", "", "").left_by_an_older_drain());
     }
 
     #[test]

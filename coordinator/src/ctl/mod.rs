@@ -1982,8 +1982,13 @@ async fn rollout_status(
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
+        // Set once the pool's GET answers: a follow-up request that is slow (the
+        // MachineConfigs' list) is not a coordinator never reached.
+        let reached = std::cell::Cell::new(false);
         let ask = async {
-            match client.get(&path).await {
+            let got = client.get(&path).await;
+            reached.set(got.is_ok());
+            match got {
                 Ok(r) if r.code >= 500 || r.code == 429 => {
                     let code = r.code;
                     Ok((true, Err(r.into_result().err().map_or_else(|| format!("HTTP {code}"), |e| format!("{e:#}")))))
@@ -1999,6 +2004,7 @@ async fn rollout_status(
             Some(at) => tokio::time::timeout_at(at.into(), ask).await.ok().transpose()?,
             None => Some(ask.await?),
         };
+        answered |= reached.get();
         let no_answer = || format!("no answer from the coordinator at {} in time", client.server());
         // None: cut at the deadline after an answer, when what the last answer said stands.
         let progress = match asked {
@@ -2045,7 +2051,10 @@ async fn rollout_status(
                         // `--timeout 0` waits for good, as kubectl's; a coordinator never reached
                         // is tried for the first contact's grace only.
                         let until = match (answered, timeout) {
-                            (false, _) => format!("retrying for up to {} s", FIRST_CONTACT_GRACE.as_secs()),
+                            (false, t) => {
+                                let grace = FIRST_CONTACT_GRACE.as_secs();
+                                format!("retrying for up to {} s", if t > 0 { t.min(grace) } else { grace })
+                            }
                             (true, 0) => "no timeout".to_string(),
                             (true, t) => format!("--timeout {t} s"),
                         };
@@ -2304,8 +2313,6 @@ mod tests {
         );
     }
 
-    /// Every node updated but one cordoned (or NotReady): the full bar says what holds the pool;
-    /// a budget's condition is shown shortened, and both make the timeout's reason.
     #[test]
     fn a_redrawn_line_fits_the_terminal() {
         assert_eq!(fit_to_width("pool worker: 1/3 updated", 80), "pool worker: 1/3 updated");
@@ -2318,6 +2325,8 @@ mod tests {
         assert_eq!(fit_to_width("héllo wörld", 0), "…");
     }
 
+    /// Every node updated but one cordoned (or NotReady): the full bar says what holds the pool;
+    /// a budget's condition is shown shortened, and both make the timeout's reason.
     #[test]
     fn progress_line_says_what_holds_the_pool() {
         let mut p = json!({"spec": {"configuration": {"name": "r2"}},
