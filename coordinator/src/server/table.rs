@@ -208,11 +208,16 @@ fn cells(r: &ResourceType, o: &Value, now: chrono::DateTime<chrono::Utc>) -> Vec
             json!(s(o, "/spec/osImageURL")),
         ],
         "Node" => {
-            // As kubectl's: no Ready condition (a node that never reported) is Unknown.
-            let mut status = match condition(o, "Ready").as_str() {
-                "True" => "Ready".to_string(),
-                "" => "Unknown".to_string(),
-                _ => "NotReady".to_string(),
+            // As kubectl's: no Ready condition (a node that never reported) is Unknown; one that
+            // is not True, whatever its status says, NotReady.
+            let has_ready = o
+                .pointer("/status/conditions")
+                .and_then(Value::as_array)
+                .is_some_and(|cs| cs.iter().any(|c| c.get("type").and_then(Value::as_str) == Some("Ready")));
+            let mut status = match (has_ready, condition(o, "Ready").as_str()) {
+                (true, "True") => "Ready".to_string(),
+                (true, _) => "NotReady".to_string(),
+                (false, _) => "Unknown".to_string(),
             };
             if o.pointer("/spec/unschedulable").and_then(Value::as_bool) == Some(true) {
                 status.push_str(",SchedulingDisabled");
@@ -601,6 +606,7 @@ mod tests {
             n
         };
         assert_eq!(cells(node(json!({}), None, false)), (json!("Unknown"), json!("<none>")));
+        assert_eq!(cells(node(json!({}), Some(""), false)), (json!("NotReady"), json!("<none>")));
         assert_eq!(
             cells(node(json!({}), Some("Unknown"), true)),
             (json!("NotReady,SchedulingDisabled"), json!("<none>"))
