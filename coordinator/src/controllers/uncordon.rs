@@ -107,7 +107,8 @@ pub enum AtDone {
 
 /// Applied by the API server to every Node about to be written: when `next` carries a grant and
 /// is Done on its config, still cordoned by the pick's drain, end that drain in the same write
-/// (uncordoned, unless the cordon was there before the drain). The test is the node controller's own for a node due for its uncordon
+/// (uncordoned, unless the cordon was there before the drain). The test is the node
+/// controller's own for a node due for its uncordon
 /// ([`super::pools::NodeFacts::uncordon_due`]), read from the JSON (this runs on the request
 /// path), with the grant's config in place of the node's current one; a drain made with a
 /// pool's hooks is left to the drain controller, which calls them. A node Done on that config

@@ -1968,7 +1968,7 @@ async fn rollout_status(
     // certificate does not match), not a restart to wait out for an hour; the grace covers a
     // coordinator still starting when the command is run.
     let mut answered = false;
-    let started = std::time::Instant::now();
+    let started = Instant::now();
     loop {
         // A connection error or a 5xx is waited through until the timeout, as kubectl's
         // reflector re-lists through them: a coordinator restart does not end a rollout, so it
@@ -1991,13 +1991,13 @@ async fn rollout_status(
             match got {
                 Ok(r) if r.code >= 500 || r.code == 429 => {
                     let code = r.code;
-                    Ok((true, Err(r.into_result().err().map_or_else(|| format!("HTTP {code}"), |e| format!("{e:#}")))))
+                    Ok(Err(r.into_result().err().map_or_else(|| format!("HTTP {code}"), |e| format!("{e:#}"))))
                 }
                 Ok(r) => {
                     let p = pool_progress(client, &r.into_result()?, &name, not_config, &mut grace).await;
-                    Ok((true, p.map_err(|e| format!("{e:#}"))))
+                    Ok(p.map_err(|e| format!("{e:#}")))
                 }
-                Err(e) => anyhow::Ok((false, Err(format!("{e:#}")))),
+                Err(e) => anyhow::Ok(Err(format!("{e:#}"))),
             }
         };
         let asked = match limit {
@@ -2008,11 +2008,7 @@ async fn rollout_status(
         let no_answer = || format!("no answer from the coordinator at {} in time", client.server());
         // None: cut at the deadline after an answer, when what the last answer said stands.
         let progress = match asked {
-            Some((true, progress)) => {
-                answered = true;
-                Some(progress)
-            }
-            Some((false, progress)) => Some(progress),
+            Some(progress) => Some(progress),
             None if answered => None,
             None => Some(Err(no_answer())),
         };
