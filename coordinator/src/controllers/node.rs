@@ -886,7 +886,7 @@ fn compute_status(
             ready += usize::from(h.ready());
         }
         unavailable += usize::from(h.status_unavailable());
-        if h.degraded() {
+        if h.status_degraded() {
             degraded.push(m);
         }
     }
@@ -1453,7 +1453,7 @@ mod tests {
     }
 
     /// As MCO counts: nothing is updated before the pool has a config (a node with none is
-    /// not done on an empty target), a node degraded on the config it runs (drift) is
+    /// not done on an empty target, nor on any other), a node degraded on the config it runs (drift) is
     /// unavailable, and one that gives no reason is counted but not quoted.
     #[test]
     fn counts_and_messages_follow_mco_for_unrendered_pools_drift_and_no_reason() {
@@ -1463,6 +1463,17 @@ mod tests {
         let hot: Vec<NodeHot> = facts.iter().map(NodeHot::of).collect();
         let st = compute_status(&p, &members_of(&nodes, &facts, &hot), &ConfigName::new(""), None, None);
         assert_eq!((st.updated_machine_count, st.ready_machine_count), (0, 0));
+        // MCO's isNodeDone wants both configs: a node with none yet is not done, so it counts
+        // as unavailable, failing or not (isNodeMCDFailing is false where both configs are
+        // equal); and getDegradedMachines wants a desired config, so one failing before it
+        // was given any is not counted degraded.
+        let nodes = vec![node("fresh", "", "", "Done", true), node("broken", "", "", "Degraded", true)];
+        let facts: Vec<NodeFacts> = nodes.iter().map(NodeFacts::of).collect();
+        let hot: Vec<NodeHot> = facts.iter().map(NodeHot::of).collect();
+        let st = compute_status(&p, &members_of(&nodes, &facts, &hot), &ConfigName::new("r2"), None, None);
+        let counts = (st.updated_machine_count, st.unavailable_machine_count, st.degraded_machine_count);
+        assert_eq!(counts, (0, 2, 0), "{st:?}");
+        assert!(find_condition(&st.conditions, cond::NODE_DEGRADED).is_some_and(|c| c.status == "False"), "{st:?}");
         let mut drifted = node("a", "r1", "r1", "Degraded", true);
         drifted.metadata.annotations.insert(ann::REASON.into(), "content mismatch".into());
         let mut silent = node("b", "r1", "r2", "Degraded", true);

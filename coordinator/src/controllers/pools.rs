@@ -161,6 +161,13 @@ impl NodeFacts {
     pub fn degraded(&self) -> bool {
         failing_state(&self.state) || !self.drain_failure.is_empty()
     }
+    /// Counted in the pool's `degradedMachineCount` and named by its NodeDegraded condition:
+    /// as MCO's `getDegradedMachines`, a node failing only once it has a desired config (one
+    /// failing before it was given any has failed at no update of the pool's); and aloft's
+    /// drains stuck past their timeout, whatever asked for them.
+    pub fn status_degraded(&self) -> bool {
+        (failing_state(&self.state) && !self.desired.is_empty()) || !self.drain_failure.is_empty()
+    }
     /// Why the node is degraded: the drain controller's mark (which names the budget or hook
     /// that holds the drain, where the agent's own timeout only says it was not acknowledged),
     /// or the agent's reason; as `aloftctl get nodes` shows it.
@@ -197,13 +204,16 @@ impl NodeFacts {
             && self.drain_request.starts_with("drain-")
             && self.drain_answer != self.drain_request
     }
-    /// Finished its last update: Done, on the config it was asked for.
+    /// Finished its last update: Done, on the config it was asked for. As MCO's `isNodeDone`,
+    /// a node with no config yet (one that joined and waits for its first) is done with nothing.
     pub fn done(&self) -> bool {
-        self.state == "Done" && self.current == self.desired
+        self.state == "Done" && !self.current.is_empty() && self.current == self.desired
     }
     /// MCO (`IsUnavailableForUpdate`): not ready, or neither done nor failing on its way to its
     /// desired config. A node failing on the config it runs (drift found on it: current ==
-    /// desired) is not on its way anywhere, so MCO counts it, and so does this.
+    /// desired) is not on its way anywhere, so MCO counts it, and so does this; a node with no
+    /// config yet is not done ([`NodeFacts::done`]), so it counts too, as in MCO. (The pick
+    /// reads [`NodeFacts::disrupted`], which lets such a node be given its first config.)
     pub fn unavailable(&self) -> bool {
         let failing_on_the_way = failing_state(&self.state) && self.current != self.desired;
         !self.ready || (!self.done() && !failing_on_the_way && self.drain_failure.is_empty())
@@ -238,6 +248,7 @@ const HOT_DRAIN_FAILED: u16 = 1 << 7;
 const HOT_FAILING_ON_DESIRED: u16 = 1 << 8;
 const HOT_UNCONFIGURED: u16 = 1 << 9;
 const HOT_CORDONED_BY_HAND: u16 = 1 << 10;
+const HOT_STATUS_DEGRADED: u16 = 1 << 11;
 
 impl NodeHot {
     pub fn of(f: &NodeFacts) -> Self {
@@ -256,7 +267,8 @@ impl NodeHot {
                 | flag(!f.drain_failure.is_empty(), HOT_DRAIN_FAILED)
                 | flag(f.failing_on_desired(), HOT_FAILING_ON_DESIRED)
                 | flag(f.current.is_empty() && f.desired.is_empty(), HOT_UNCONFIGURED)
-                | flag(f.cordoned_by_hand(), HOT_CORDONED_BY_HAND),
+                | flag(f.cordoned_by_hand(), HOT_CORDONED_BY_HAND)
+                | flag(f.status_degraded(), HOT_STATUS_DEGRADED),
         }
     }
     fn has(&self, bit: u16) -> bool {
@@ -293,6 +305,10 @@ impl NodeHot {
     /// [`NodeFacts::unavailable`], MCO's count for the pool's status.
     pub fn status_unavailable(&self) -> bool {
         self.has(HOT_STATUS_UNAVAILABLE)
+    }
+    /// [`NodeFacts::status_degraded`], MCO's degraded count for the pool's status.
+    pub fn status_degraded(&self) -> bool {
+        self.has(HOT_STATUS_DEGRADED)
     }
     /// The drain controller gave up waiting for this node's drain ([`NodeFacts::drain_failure`]).
     pub fn drain_failed(&self) -> bool {
@@ -720,7 +736,13 @@ mod tests {
             n.metadata.annotations.insert(k.into(), v.into());
         };
         set(&mut n, ann::STATE, "Done");
-        assert!(!NodeFacts::of(&n).unavailable(), "fresh node, Done, no configs: available");
+        // As MCO's isNodeDone: no config yet is done with nothing, so counted unavailable.
+        let fresh = NodeFacts::of(&n);
+        assert!(!fresh.done() && fresh.unavailable() && !fresh.disrupted(), "fresh node, Done, no configs");
+        set(&mut n, ann::STATE, "Degraded");
+        let fresh = NodeFacts::of(&n);
+        assert!(fresh.degraded() && !fresh.status_degraded(), "failing with no desired config: not counted degraded");
+        set(&mut n, ann::STATE, "Done");
         set(&mut n, ann::DESIRED_CONFIG, "r2");
         assert!(NodeFacts::of(&n).unavailable(), "asked to update: unavailable");
         set(&mut n, ann::CURRENT_CONFIG, "r2");
@@ -729,7 +751,7 @@ mod tests {
         // the count (it is counted as degraded); one failing on the config it runs (drift) is not.
         set(&mut n, ann::STATE, "Degraded");
         let f = NodeFacts::of(&n);
-        assert!(f.degraded() && f.unavailable(), "degraded on the config it runs");
+        assert!(f.degraded() && f.status_degraded() && f.unavailable(), "degraded on the config it runs");
         set(&mut n, ann::DESIRED_CONFIG, "r3");
         let f = NodeFacts::of(&n);
         assert!(f.degraded() && !f.unavailable(), "degraded on its way to r3");
@@ -771,6 +793,7 @@ mod tests {
                     assert_eq!(h.degraded(), f.degraded(), "{case}");
                     assert_eq!(h.failing(), failing_state(&f.state), "{case}");
                     assert_eq!(h.status_unavailable(), f.unavailable(), "{case}");
+                    assert_eq!(h.status_degraded(), f.status_degraded(), "{case}");
                     assert_eq!(h.drain_failed(), !f.drain_failure.is_empty(), "{case}");
                     assert_eq!(h.failing_on_desired(), f.failing_on_desired(), "{case}");
                     assert_eq!(h.moving(), f.desired != f.current, "{case}");
