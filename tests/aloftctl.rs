@@ -882,6 +882,28 @@ async fn rollout_status_does_not_fail_on_a_render_failure_the_apply_fixes() {
     panic!("aloftctl never saw the old render failure before the render");
 }
 
+/// `rollout status --watch=false` right after an apply that does not fix a failed render: the
+/// failure could be stale for a few seconds (the render has not said yet), so the one look waits
+/// them out and then fails naming the config at fault. Before, it printed "waiting for the render
+/// of MachineConfig 50-worker-extra" and exited 0, as if the rollout were going on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rollout_status_once_fails_on_a_render_failure_an_apply_leaves_standing() {
+    let c = Coordinator::start();
+    let dir = tempfile::tempdir().unwrap();
+    ok(&c, &["apply", "-f", &example("worker-pool.yaml"), "-f", &example("50-worker-chrony.yaml")]);
+    ok(&c, &["rollout", "status", "mcp/worker", "--timeout", "30"]);
+    let disks = "apiVersion: machineconfiguration.openshift.io/v1\nkind: MachineConfig\nmetadata:\n  name: 70-worker-disks\n  labels: {machineconfiguration.openshift.io/role: worker}\nspec:\n  config:\n    ignition: {version: 3.4.0}\n    storage: {disks: [{device: /dev/vdb, wipeTable: true}]}\n";
+    ok(&c, &["apply", "-f", &write_in(dir.path(), "disks.yaml", disks)]);
+    pool_when(&c, "worker", "its render failed on 70-worker-disks", |p| pool_condition_true(p, "RenderDegraded")).await;
+    let extra = "apiVersion: machineconfiguration.openshift.io/v1\nkind: MachineConfig\nmetadata:\n  name: 50-worker-extra\n  labels: {machineconfiguration.openshift.io/role: worker}\nspec:\n  kernelArguments: [nosmt]\n";
+    ok(&c, &["apply", "-f", &write_in(dir.path(), "extra.yaml", extra)]);
+    let out = ctl(&c, &["rollout", "status", "mcp/worker", "--watch=false"]);
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    assert!(stderr.contains("70-worker-disks"), "the failure names the config at fault: {stderr}");
+    assert!(!stdout.contains("waiting"), "{stdout}");
+}
+
 /// A paused pool: the progress line says so (and not "canary"), the wait goes on until the
 /// timeout, and nothing but progress lines goes to a pipe (no blank line before the error).
 #[tokio::test]

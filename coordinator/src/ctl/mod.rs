@@ -334,7 +334,8 @@ enum RolloutCmd {
         #[arg(long, value_name = "OLD")]
         not_config: Option<String>,
         /// Follow the rollout until it ends (the default); `--watch=false` prints where it
-        /// stands once and exits.
+        /// stands once and exits (a failure a change just made may have made stale is looked
+        /// at again for up to 10 s first).
         #[arg(short = 'w', long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
         watch: bool,
     },
@@ -1505,6 +1506,10 @@ enum Progress {
     /// Still going: the line to show, and what holds the pool back when its status says (for
     /// the timeout's error).
     Waiting(String, Option<String>),
+    /// A failure the pool shows that a change just made may have made stale, within
+    /// [`STALE_GRACE`]: waited through as [`Progress::Waiting`] (the same line and reason),
+    /// and not taken as where the rollout stands by a `--watch=false` look.
+    Settling(String, Option<String>),
     Done(String),
     Failed(String),
 }
@@ -1678,7 +1683,7 @@ async fn pool_progress(
                         gone.join(", ")
                     ),
                 };
-                return Ok(Progress::Waiting(format!("pool {name}: {why}"), Some(why)));
+                return Ok(Progress::Settling(format!("pool {name}: {why}"), Some(why)));
             }
             return Ok(Progress::Failed(f.clone()));
         }
@@ -1704,7 +1709,7 @@ async fn pool_progress(
                         crate::controllers::pick::names_text(&nodes),
                         if nodes.len() == 1 { "it failed" } else { "they failed" }
                     );
-                    return Ok(Progress::Waiting(format!("pool {name}: {why}"), Some(why)));
+                    return Ok(Progress::Settling(format!("pool {name}: {why}"), Some(why)));
                 }
             }
         }
@@ -2022,15 +2027,24 @@ async fn rollout_status(
             }
         }
         if !watch {
-            // Where it stands, once: a failure fails, anything else is said and is not one.
-            return match progress.unwrap_or_else(|| Err(no_answer())) {
-                Ok(Progress::Done(line) | Progress::Waiting(line, _)) => {
+            // Where it stands, once: a failure fails, anything else is said and is not one. A
+            // failure that may be stale is looked at again until its grace is over (seconds),
+            // within the timeout: said as waiting, it read as a rollout going on (exit 0) where
+            // the pool had failed.
+            let settled_by = |d: Option<Instant>| d.is_some_and(|d| Instant::now() >= d);
+            match progress.unwrap_or_else(|| Err(no_answer())) {
+                Ok(Progress::Settling(line, _)) if !settled_by(deadline) => {
+                    tracing::debug!(%line, "a failure that may be stale; looking again");
+                }
+                Ok(Progress::Done(line) | Progress::Waiting(line, _) | Progress::Settling(line, _)) => {
                     println!("{}", print::term_safe(&line));
-                    Ok(())
+                    return Ok(());
                 }
                 Ok(Progress::Failed(why)) => bail!("{why}"),
                 Err(e) => bail!("could not tell whether pool {name} is updated: {e}"),
-            };
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+            continue;
         }
         if let Some(progress) = progress {
             let progress = match progress {
@@ -2070,7 +2084,7 @@ async fn rollout_status(
                     end_line(&last);
                     bail!("{why}");
                 }
-                Progress::Waiting(line, why) if line != last && !line.is_empty() => {
+                Progress::Waiting(line, why) | Progress::Settling(line, why) if line != last && !line.is_empty() => {
                     held = why;
                     let shown = print::term_safe(&line);
                     if interactive {
@@ -2084,7 +2098,7 @@ async fn rollout_status(
                     std::io::stdout().flush()?;
                     last = line;
                 }
-                Progress::Waiting(_, why) => {
+                Progress::Waiting(_, why) | Progress::Settling(_, why) => {
                     if unreachable.is_none() {
                         held = why;
                     }
