@@ -1925,15 +1925,27 @@ fn shortened(message: &str) -> String {
 /// fails (once answered, it waits through outages until --timeout).
 const FIRST_CONTACT_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// `line` cut to fit in `width` columns (one character a column; the last one an ellipsis where
-/// it is cut), for a line redrawn in place.
+/// `line` cut to fit in `width` columns (as the terminal draws it: a wide character, CJK or an
+/// emoji, takes two; the last column kept an ellipsis where it is cut), for a line redrawn in
+/// place.
 fn fit_to_width(line: &str, width: usize) -> std::borrow::Cow<'_, str> {
+    use unicode_width::{UnicodeWidthChar, UnicodeWidthStr};
     let width = width.max(2);
-    if line.chars().count() < width {
+    if line.width() < width {
         return std::borrow::Cow::Borrowed(line);
     }
     // One column short of the width: a line that fills the last column wraps on some terminals.
-    let kept: String = line.chars().take(width - 2).collect();
+    let room = width - 2;
+    let mut used = 0;
+    let mut kept = String::new();
+    for c in line.chars() {
+        let w = c.width().unwrap_or(0);
+        if used + w > room {
+            break;
+        }
+        used += w;
+        kept.push(c);
+    }
     std::borrow::Cow::Owned(format!("{kept}…"))
 }
 
@@ -2333,6 +2345,15 @@ mod tests {
         assert_eq!(fit_to_width("abcd", 4), "ab…");
         assert_eq!(fit_to_width("abc", 4), "abc");
         assert_eq!(fit_to_width("héllo wörld", 0), "…");
+        // Wide characters take two columns each: cut by what the terminal draws, not by count.
+        use unicode_width::UnicodeWidthStr;
+        let wide = "pool 工作节点: 更新中";
+        assert_eq!(wide.width(), 21);
+        assert_eq!(fit_to_width(wide, 22), wide);
+        let cut = fit_to_width(wide, 12);
+        assert_eq!((cut.as_ref(), cut.width()), ("pool 工作…", 10), "never half a character");
+        let cut = fit_to_width(wide, 13);
+        assert_eq!((cut.as_ref(), cut.width()), ("pool 工作节…", 12));
     }
 
     /// Every node updated but one cordoned (or NotReady): the full bar says what holds the pool;
