@@ -1897,6 +1897,37 @@ async fn drained_through_hooks_failed_and_reverted(uncordoned_by_hand: bool) {
     }
 }
 
+/// A node drained at the pick for a bad config, failed on it, then taken out of its pool (its
+/// role label removed) and sent back by hand to the config it runs: Done there, in no pool, it
+/// comes back into service, as MCO's daemon ends every update with an uncordon. Before, only
+/// pool members were looked at, and it stayed cordoned for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_taken_out_of_its_pool_after_a_failed_update_comes_back_into_service() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let names = ["w1", "w2"];
+    let t0 = fleet_on_a_first_config(&admin, &names, json!({"maxUnavailable": 1})).await;
+    let (bad, first) = a_bad_config_picks_one(&admin, &names, &t0).await;
+    working(&admin, &first, &bad).await;
+    fail(&admin, &first, &bad).await;
+    assert!(cordoned(&node(&admin, &first).await), "drained for the bad config at the pick");
+    let path = path_of(&NODE, Some(&first));
+    merge(&admin, &path, json!({"metadata": {"labels": {"node-role.kubernetes.io/worker": null}}})).await;
+    eventually(WAIT, "the pool to count the node out", || async {
+        Ok((pool(&admin).await["status"]["machineCount"] == 1).then_some(()))
+    })
+    .await;
+    annotate(&admin, &first, json!({ann::DESIRED_CONFIG: t0, ann::DESIRED_DRAIN: null})).await;
+    finish(&admin, &first, &t0).await;
+    let n = eventually(WAIT, "the node in no pool back in service", || async {
+        let n = node(&admin, &first).await;
+        Ok((!cordoned(&n)).then_some(n))
+    })
+    .await;
+    assert_eq!(annotation(&n, ann::DESIRED_CONFIG), t0, "no pool moves it: {n}");
+    assert_eq!(annotation(&n, ann::STATE), "Done", "{n}");
+}
+
 /// A revert to a config whose rollout a bad config cut short: the reverted config proves itself
 /// again (its canaries, its whole soak), and the node that failed on the bad one, which runs the
 /// reverted config already, is sent back to it at once instead of staying Degraded and cordoned

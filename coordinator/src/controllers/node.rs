@@ -511,14 +511,15 @@ fn release(st: &mut State) -> Vec<(usize, Arc<Value>, Release)> {
         t.dedup();
         &*t
     });
-    let due: Vec<usize> = st
-        .pools
-        .typed
-        .iter()
-        .flat_map(|p| {
-            let hookless = drains_at_pick(p);
+    // Every pool's members, and the nodes in no pool (left by an update, or placed in two
+    // custom pools): a drain of ours ends on them too, as MCO's daemon ends every update with an
+    // uncordon. Their drains at the pick were made without hooks (one made with hooks names its
+    // pool in `aloft.dev/drainPool`, and ends with them).
+    let groups = st.pools.typed.iter().map(|p| (drains_at_pick(p), layout.members_of(&p.metadata.name)));
+    let due: Vec<usize> = groups
+        .chain(std::iter::once((true, layout.unpooled())))
+        .flat_map(|(hookless, members)| {
             // Members are in node order: a touched node is looked up, not the whole pool read.
-            let members = layout.members_of(&p.metadata.name);
             let look: Box<dyn Iterator<Item = usize>> = match touched {
                 Some(t) => Box::new(t.iter().copied().filter(|i| members.binary_search(i).is_ok())),
                 None => Box::new(members.iter().copied()),

@@ -265,6 +265,9 @@ pub struct Layout {
     ordered: BTreeMap<String, Vec<usize>>,
     /// Pool name -> why a node could not be placed in it.
     errors: BTreeMap<String, String>,
+    /// Nodes in no pool (none selects them, or two custom pools do), in node order: no pick
+    /// moves them, but a drain of ours may still have to end on them.
+    unpooled: Vec<usize>,
 }
 
 impl Layout {
@@ -278,13 +281,23 @@ impl Layout {
                 (name.clone(), idx)
             })
             .collect();
+        let mut pooled = vec![false; nodes.len()];
+        for &i in members.values().flatten() {
+            pooled[i] = true;
+        }
+        let unpooled = (0..nodes.len()).filter(|&i| !pooled[i]).collect();
         let members = members.into_iter().map(|(name, idx)| (name, idx.into())).collect();
-        Layout { members, ordered, errors }
+        Layout { members, ordered, errors, unpooled }
     }
 
     /// The members of pool `name`, in node order.
     pub fn members_of(&self, name: &str) -> &[usize] {
         self.members.get(name).map(|m| &m[..]).unwrap_or_default()
+    }
+
+    /// The nodes in no pool, in node order.
+    pub fn unpooled(&self) -> &[usize] {
+        &self.unpooled
     }
 }
 
