@@ -784,6 +784,63 @@ fn worker_file_config(name: &str) -> serde_json::Value {
     mc
 }
 
+/// What scripts written for `oc get` ask for: `-o jsonpath` (one object or the `List` of all,
+/// ranges, annotation keys with escaped dots, a condition by type), `-o custom-columns` (from the
+/// flag or a file, `<none>` where a path finds nothing), and `--no-headers`. A bad template or
+/// format is a usage error (exit 2) naming what is wrong, before anything is asked.
+#[tokio::test]
+async fn get_prints_jsonpath_templates_and_custom_columns() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    for (name, state) in [("n1", "Done"), ("n2", "Working")] {
+        admin
+            .post("/api/v1/nodes", &worker_node(name, "rendered-worker-a", state))
+            .await
+            .unwrap()
+            .into_result()
+            .unwrap();
+    }
+    let state = r"machineconfiguration\.openshift\.io/state";
+    let one = ok(&c, &["get", "node", "n2", "-o", &format!("jsonpath={{.metadata.annotations.{state}}}")]);
+    assert_eq!(one, "Working", "the object itself, and no newline added (as kubectl)");
+    let all =
+        format!(r#"jsonpath={{range .items[*]}}{{.metadata.name}} {{.metadata.annotations.{state}}}{{"\n"}}{{end}}"#);
+    assert_eq!(ok(&c, &["get", "nodes", "-o", &all]), "n1 Done\nn2 Working\n");
+    let names = ok(&c, &["get", "nodes", "-o", r#"jsonpath={.items[?(@.metadata.name!="n1")].metadata.name}"#]);
+    assert_eq!(names, "n2");
+    assert_eq!(ok(&c, &["get", "nodes", "-o", "jsonpath={.items[*].spec.nothing}"]), "", "missing prints nothing");
+
+    let cols = format!("custom-columns=NAME:.metadata.name,STATE:.metadata.annotations.{state},TAINTS:.spec.taints");
+    assert_eq!(
+        ok(&c, &["get", "nodes", "-o", &cols]),
+        "NAME   STATE     TAINTS\nn1     Done      <none>\nn2     Working   <none>\n"
+    );
+    assert_eq!(
+        ok(&c, &["get", "nodes", "-o", &cols, "--no-headers"]),
+        "n1    Done      <none>\nn2    Working   <none>\n"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let file = write_in(dir.path(), "cols", &format!("NAME   STATE\n.metadata.name   .metadata.annotations.{state}\n"));
+    let from_file = ok(&c, &["get", "node", "n1", "-o", &format!("custom-columns-file={file}")]);
+    assert_eq!(from_file, "NAME   STATE\nn1     Done\n");
+    let table = ok(&c, &["get", "nodes", "--no-headers"]);
+    assert!(table.starts_with("n1 ") && table.lines().count() == 2, "{table}");
+
+    for (format, want) in [
+        ("jsonpath={.metadata.name", "unclosed action"),
+        ("jsonpath={range .items[*]}{.x}", "{range} without an {end}"),
+        ("xml", "unknown output format \"xml\""),
+        ("custom-columns=NAME", "is not HEADER:PATH"),
+        ("jsonpath", "needs a value"),
+        ("custom-columns-file=/nonexistent/cols", "cannot read /nonexistent/cols"),
+    ] {
+        let out = ctl(&c, &["get", "nodes", "-o", format]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{format}: {err}");
+        assert!(err.contains(want), "{format}: {err}");
+    }
+}
+
 fn worker_node(name: &str, current: &str, state: &str) -> serde_json::Value {
     serde_json::json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name,
         "labels": {"node-role.kubernetes.io/worker": ""}, "annotations": {

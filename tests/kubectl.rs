@@ -904,6 +904,58 @@ async fn yaml_aloft_writes_is_read_back_by_kubectl_as_it_was() {
     }
 }
 
+/// aloftctl's `-o jsonpath` and `-o custom-columns` print what kubectl's print, for the same
+/// templates over the same objects: a script written for `oc get` or `kubectl get` reads the
+/// same with `aloftctl get`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aloftctl_templates_print_what_kubectls_print() {
+    let Some(exe) = kubectl_path() else { return };
+    let c = Coordinator::start();
+    let admin = c.client();
+    let k = Kubectl::new(exe, &c, Auth::Kubeconfig);
+    for (name, state, zone) in [("n1", "Done", "a"), ("n2", "Working", "b"), ("node-three", "Degraded", "a")] {
+        let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name,
+            "labels": {"node-role.kubernetes.io/worker": "", "topology.kubernetes.io/zone": zone},
+            "annotations": {"machineconfiguration.openshift.io/state": state,
+                "machineconfiguration.openshift.io/currentConfig": "rendered-worker-1"}},
+            "status": {"conditions": [{"type": "Ready", "status": if state == "Degraded" { "False" } else { "True" }}]}});
+        assert_eq!(admin.post(&path_of(&NODE, None), &node).await.unwrap().code, 201);
+    }
+    let aloftctl = |args: &[&str]| {
+        let out = std::process::Command::new(aloft_tests::bin("aloftctl"))
+            .args(args)
+            .env("ALOFT_KUBECONFIG", c.kubeconfig_path())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "aloftctl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let state = r"machineconfiguration\.openshift\.io/state";
+    let templates = [
+        "{.items[*].metadata.name}".to_string(),
+        format!("{{.items[*].metadata.annotations.{state}}}"),
+        r#"{range .items[*]}{.metadata.name}{"\t"}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}"#.into(),
+        r#"{.items[?(@.metadata.labels.topology\.kubernetes\.io/zone=="a")].metadata.name}"#.into(),
+        "{.items[0].metadata.name} and {.items[-1].metadata.name}".into(),
+        "{.items[0:2].metadata.name}".into(),
+        "{.items[*]['metadata.name']}".into(),
+        "{.kind}: {..currentConfig}".into(),
+        "{.items[*].spec.nothing}".into(),
+    ];
+    for t in &templates {
+        let arg = format!("jsonpath={t}");
+        assert_eq!(aloftctl(&["get", "nodes", "-o", &arg]), k.ok(&["get", "nodes", "-o", &arg]), "{t}");
+    }
+    let one = format!("jsonpath={{.metadata.name}} {{.metadata.annotations.{state}}}");
+    assert_eq!(aloftctl(&["get", "node", "n2", "-o", &one]), k.ok(&["get", "node", "n2", "-o", &one]));
+    let cols = format!("custom-columns=Z:.metadata.labels.topology\\.kubernetes\\.io/zone,NAME:.metadata.name,STATE:.metadata.annotations.{state},TAINTS:.spec.taints");
+    for extra in [None, Some("--no-headers")] {
+        let mut args = vec!["get", "nodes", "-o", &cols];
+        args.extend(extra);
+        assert_eq!(aloftctl(&args), k.ok(&args), "{args:?}");
+    }
+}
+
 /// `kubectl describe node` shows the node's Lease, made from its agent's presence: held by the
 /// node and renewed while its agent follows its Node. A Node no agent manages has none (as a
 /// Node without a kubelet), another node's credential may not read it, and it cannot be written.

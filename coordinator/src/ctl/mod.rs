@@ -2,6 +2,7 @@
 //! writes (a kubeconfig), or --server/--token/--certificate-authority, or ALOFT_* variables.
 
 pub mod apply;
+pub mod jsonpath;
 pub mod print;
 pub mod prune;
 pub mod upgrade;
@@ -60,7 +61,13 @@ pub struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// List objects or show one (tables by default; -o yaml|json|wide|name).
+    /// List objects or show one (tables by default; -o yaml|json|wide|name|jsonpath=|custom-columns=).
+    ///
+    /// Templates are kubectl's JSONPath: `-o jsonpath='{.status.machineCount}'`,
+    /// `-o jsonpath='{range .items[*]}{.metadata.name}{"\n"}{end}'`, a dot in a key escaped
+    /// (`{.metadata.annotations.machineconfiguration\.openshift\.io/state}`), a condition by
+    /// its type (`{.status.conditions[?(@.type=="Updated")].status}`). A path that finds
+    /// nothing prints nothing (`<none>` in a column).
     Get {
         /// TYPE, TYPE,TYPE, TYPE/NAME, or TYPE NAME...
         #[arg(required_unless_present = "raw")]
@@ -69,10 +76,15 @@ enum Cmd {
         /// `/metrics`, `/apis/machineconfiguration.openshift.io/v1/machineconfigpools`).
         #[arg(long, value_name = "PATH", conflicts_with_all = ["args", "output", "selector", "watch"])]
         raw: Option<String>,
-        /// Output format: a table (the default), a wider table, the objects as YAML or JSON, or
-        /// TYPE/NAME per line.
-        #[arg(short = 'o', long, value_enum)]
+        /// Output format: a table (the default), a wider table, the objects as YAML or JSON,
+        /// TYPE/NAME per line, a JSONPath template (`jsonpath=TEMPLATE`, `jsonpath-file=FILE`),
+        /// or columns of your own (`custom-columns=NAME:.metadata.name,STATE:.metadata.annotations.machineconfiguration\.openshift\.io/state`,
+        /// `custom-columns-file=FILE`: headers on its first line, paths on its second).
+        #[arg(short = 'o', long, value_parser = Output::parse, value_name = "FORMAT")]
         output: Option<Output>,
+        /// Print tables and custom columns without their header line.
+        #[arg(long)]
+        no_headers: bool,
         /// Label selector, e.g. `machineconfiguration.openshift.io/role=worker`.
         #[arg(short = 'l', long)]
         selector: Option<String>,
@@ -517,8 +529,8 @@ pub async fn main(build: BuildInfo) -> Result<()> {
     let ns = cli.namespace.clone();
     match cli.cmd {
         Cmd::Get { raw: Some(path), .. } => get_raw(&client, &path).await,
-        Cmd::Get { args, output, selector, watch, raw: None } => {
-            get(&client, &ns, &args, output, selector, watch).await
+        Cmd::Get { args, output, no_headers, selector, watch, raw: None } => {
+            get(&client, &ns, &args, output, no_headers, selector, watch).await
         }
         Cmd::Describe { args } => describe(&client, &ns, &args).await,
         Cmd::Apply { files, dry_run, validate } => {
@@ -687,6 +699,7 @@ async fn get(
     ns: &str,
     args: &[String],
     output: Option<Output>,
+    no_headers: bool,
     selector: Option<String>,
     watch: bool,
 ) -> Result<()> {
@@ -703,7 +716,7 @@ async fn get(
     if watch {
         return match groups.as_slice() {
             [(rt, names)] if names.len() <= 1 => {
-                watch_get(client, ns, rt, names.first().map(String::as_str), &q, output).await
+                watch_get(client, ns, rt, names.first().map(String::as_str), &q, output, no_headers).await
             }
             _ => Err(Usage(format!(
                 "watch is only supported on one object or one type's collection, not {:?}",
@@ -713,8 +726,18 @@ async fn get(
         };
     }
     match output {
-        None | Some(Output::Wide) => get_tables(client, ns, &groups, &q, output == Some(Output::Wide)).await,
-        Some(fmt) => get_objects(client, ns, &groups, &q, fmt).await,
+        None | Some(Output::Wide) => {
+            let printer = || {
+                let p = print::TablePrinter::new(output == Some(Output::Wide));
+                if no_headers {
+                    p.without_header()
+                } else {
+                    p
+                }
+            };
+            get_tables(client, ns, &groups, &q, printer).await
+        }
+        Some(fmt) => get_objects(client, ns, &groups, &q, &fmt, no_headers).await,
     }
 }
 
@@ -724,7 +747,7 @@ async fn get_tables(
     ns: &str,
     groups: &[(&'static ResourceType, Vec<String>)],
     q: &[(&str, String)],
-    wide: bool,
+    printer: impl Fn() -> print::TablePrinter,
 ) -> Result<()> {
     let mut errors = Vec::new();
     let mut printed = false;
@@ -743,7 +766,7 @@ async fn get_tables(
         } else {
             named_table(client, ns, rt, names, q, &mut errors).await?
         };
-        let text = print::TablePrinter::new(wide).rows(&t);
+        let text = printer().rows(&t);
         if text.is_empty() {
             continue;
         }
@@ -791,14 +814,15 @@ async fn named_table(
     Ok(whole.unwrap_or_default())
 }
 
-/// Objects as YAML, JSON or names: one object asked for by name as itself, anything else as one
-/// `List`, as kubectl prints them.
+/// Objects as YAML, JSON, names or a template's text: one object asked for by name as itself,
+/// anything else as one `List`, as kubectl prints them; custom columns a row per object.
 async fn get_objects(
     client: &Client,
     ns: &str,
     groups: &[(&'static ResourceType, Vec<String>)],
     q: &[(&str, String)],
-    fmt: Output,
+    fmt: &Output,
+    no_headers: bool,
 ) -> Result<()> {
     let mut errors = Vec::new();
     let mut items: Vec<(&'static ResourceType, Value)> = Vec::new();
@@ -829,15 +853,27 @@ async fn get_objects(
         }
     }
     let single = matches!(groups, [(_, names)] if names.len() == 1);
-    if single || fmt == Output::Name {
-        let mut printer = print::ObjectPrinter::new(fmt);
+    if let Output::CustomColumns(cols) = fmt {
+        let objects: Vec<&Value> = items.iter().map(|(_, o)| o).collect();
+        let printer = print::TablePrinter::new(false);
+        let mut printer = if no_headers { printer.without_header() } else { printer };
+        print!("{}", printer.rows(&print::custom_table(cols, &objects)));
+        if items.is_empty() && errors.is_empty() {
+            eprintln!("No resources found.");
+        }
+    } else if single || *fmt == Output::Name {
+        let mut printer = print::ObjectPrinter::new(fmt.clone(), no_headers);
         for (rt, o) in &items {
             print!("{}", printer.text(rt, o));
         }
     } else if !items.is_empty() || errors.is_empty() {
         let items: Vec<Value> = items.into_iter().map(|(_, o)| o).collect();
         let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items});
-        print!("{}", if fmt == Output::Json { print::json(&list) } else { print::yaml_document(&list) });
+        match fmt {
+            Output::Json => print!("{}", print::json(&list)),
+            Output::JsonPath(t) => print!("{}", print::term_safe(&t.render(&list))),
+            _ => print!("{}", print::yaml_document(&list)),
+        }
     }
     objects_failed(errors)
 }
@@ -859,6 +895,7 @@ async fn watch_get(
     name: Option<&str>,
     q: &[(&str, String)],
     output: Option<Output>,
+    no_headers: bool,
 ) -> Result<()> {
     use std::io::Write;
     let path = with_query(resource_path(rt.path_ref(), Some(ns), name), q);
@@ -868,7 +905,8 @@ async fn watch_get(
                 Some(_) => client.call(reqwest::Method::GET, &path, None, Some(TABLE_ACCEPT)).await?.into_result()?,
                 None => list_in_pages(client, &path, Some(TABLE_ACCEPT)).await?,
             };
-            let mut printer = print::TablePrinter::new(output == Some(Output::Wide));
+            let printer = print::TablePrinter::new(output == Some(Output::Wide));
+            let mut printer = if no_headers { printer.without_header() } else { printer };
             let text = printer.rows(&t);
             if text.is_empty() {
                 eprintln!("No resources found.");
@@ -893,7 +931,7 @@ async fn watch_get(
                     }
                 }
             };
-            let mut printer = print::ObjectPrinter::new(fmt);
+            let mut printer = print::ObjectPrinter::new(fmt, no_headers);
             for mut o in objects {
                 with_kind(rt, &mut o);
                 print!("{}", printer.text(rt, &o));

@@ -1,16 +1,110 @@
 //! Printing what the server returns: aligned tables from server-side Table responses (one column
 //! definition for kubectl and aloftctl alike), YAML, JSON and names.
 
+use super::jsonpath::Template;
 use crate::resources::ResourceType;
 use serde_json::Value;
 
-/// Output formats of `get`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+/// Output formats of `get`, as kubectl's `-o`.
+#[derive(Debug, Clone, PartialEq)]
 pub enum Output {
     Yaml,
     Json,
     Wide,
     Name,
+    /// `jsonpath=TEMPLATE` or `jsonpath-file=FILE`: the template over the object asked for by
+    /// name, or over the `List` of all of them, as kubectl applies it.
+    JsonPath(Template),
+    /// `custom-columns=HEADER:PATH,...` or `custom-columns-file=FILE`: a table of the paths.
+    CustomColumns(Vec<(String, Template)>),
+}
+
+/// What `-o` takes, for its error and help.
+pub const OUTPUT_FORMATS: &str =
+    "yaml, json, wide, name, jsonpath=TEMPLATE, jsonpath-file=FILE, custom-columns=HEADER:PATH,..., custom-columns-file=FILE";
+
+impl Output {
+    /// Reads `-o`'s value; a template is parsed here, so a bad one fails before any request.
+    pub fn parse(value: &str) -> Result<Self, String> {
+        let read = |file: &str| std::fs::read_to_string(file).map_err(|e| format!("cannot read {file}: {e}"));
+        let template = |t: &str| Template::parse(t).map_err(|e| e.to_string());
+        match value.split_once('=') {
+            None => match value {
+                "yaml" => Ok(Output::Yaml),
+                "json" => Ok(Output::Json),
+                "wide" => Ok(Output::Wide),
+                "name" => Ok(Output::Name),
+                "jsonpath" | "jsonpath-file" | "custom-columns" | "custom-columns-file" => {
+                    Err(format!("{value} needs a value: -o {value}=..."))
+                }
+                _ => Err(format!("unknown output format {value:?}; one of {OUTPUT_FORMATS}")),
+            },
+            Some(("jsonpath", t)) => template(t).map(Output::JsonPath),
+            Some(("jsonpath-file", f)) => template(read(f)?.trim_end_matches('\n')).map(Output::JsonPath),
+            Some(("custom-columns", spec)) => custom_columns(spec).map(Output::CustomColumns),
+            Some(("custom-columns-file", f)) => custom_columns_file(&read(f)?).map(Output::CustomColumns),
+            Some((other, _)) => Err(format!("unknown output format {other:?}; one of {OUTPUT_FORMATS}")),
+        }
+    }
+}
+
+/// `HEADER:PATH,HEADER:PATH`, split as kubectl splits it (at every comma, then at the first
+/// colon).
+fn custom_columns(spec: &str) -> Result<Vec<(String, Template)>, String> {
+    if spec.trim().is_empty() {
+        return Err("custom-columns needs at least one HEADER:PATH".into());
+    }
+    spec.split(',')
+        .map(|col| {
+            let (header, path) = col
+                .split_once(':')
+                .ok_or_else(|| format!("custom-columns: {col:?} is not HEADER:PATH (e.g. NAME:.metadata.name)"))?;
+            let t = Template::parse_relaxed(path).map_err(|e| format!("custom-columns {header}: {e}"))?;
+            Ok((header.to_string(), t))
+        })
+        .collect()
+}
+
+/// kubectl's column file: the headers on its first line, their paths on the second, each
+/// separated by blanks.
+fn custom_columns_file(text: &str) -> Result<Vec<(String, Template)>, String> {
+    let mut lines = text.lines().filter(|l| !l.trim().is_empty());
+    let (Some(headers), Some(paths), None) = (lines.next(), lines.next(), lines.next()) else {
+        return Err("a custom-columns file has two lines: the headers, then their paths".into());
+    };
+    let (headers, paths): (Vec<&str>, Vec<&str>) =
+        (headers.split_whitespace().collect(), paths.split_whitespace().collect());
+    if headers.len() != paths.len() {
+        return Err(format!("custom-columns file: {} headers and {} paths", headers.len(), paths.len()));
+    }
+    headers
+        .iter()
+        .zip(paths)
+        .map(|(h, p)| {
+            let t = Template::parse_relaxed(p).map_err(|e| format!("custom-columns {h}: {e}"))?;
+            Ok((h.to_string(), t))
+        })
+        .collect()
+}
+
+/// A Table of `columns` over `objects`, for [`TablePrinter`]: what a column finds, joined by
+/// commas, or `<none>`, as kubectl's custom columns print it.
+pub fn custom_table(columns: &[(String, Template)], objects: &[&Value]) -> Value {
+    let defs: Vec<Value> = columns.iter().map(|(h, _)| serde_json::json!({"name": h})).collect();
+    let rows: Vec<Value> = objects
+        .iter()
+        .map(|o| {
+            let cells: Vec<String> = columns
+                .iter()
+                .map(|(_, t)| match t.values(o) {
+                    v if v.is_empty() => "<none>".to_string(),
+                    v => v.join(","),
+                })
+                .collect();
+            serde_json::json!({"cells": cells})
+        })
+        .collect();
+    serde_json::json!({"columnDefinitions": defs, "rows": rows})
 }
 
 /// A table printed in parts: a listing, then a row per watch event. kube-apiserver sends a
@@ -30,6 +124,12 @@ impl TablePrinter {
     /// `wide` shows priority > 0 columns too.
     pub fn new(wide: bool) -> Self {
         TablePrinter { wide, ..Default::default() }
+    }
+
+    /// Rows only (`--no-headers`), for scripts.
+    pub fn without_header(mut self) -> Self {
+        self.headed = true;
+        self
     }
 
     /// The text of the rows of `t` (a `meta.k8s.io/v1` Table), after the header if none was
@@ -84,7 +184,10 @@ impl TablePrinter {
             if c + 1 == cells.len() {
                 line.push_str(cell);
             } else {
-                line.push_str(&format!("{cell:<w$}   ", w = self.widths.get(c).copied().unwrap_or(0)));
+                // kubectl's tabwriter: three blanks after the widest cell, and a column six
+                // wide at least (its minimum width, padding included).
+                let w = self.widths.get(c).copied().unwrap_or(0).max(3);
+                line.push_str(&format!("{cell:<w$}   "));
             }
         }
         let mut line = line.trim_end().to_string();
@@ -141,26 +244,34 @@ pub fn plain_table(header: &[&str], rows: &[Vec<String>]) -> String {
 }
 
 /// Objects one after another, as `get -w` prints them (and `get` several names with `-o name`):
-/// YAML documents separated by `---`, JSON objects, or `TYPE/NAME` lines.
+/// YAML documents separated by `---`, JSON objects, `TYPE/NAME` lines, a template's text for
+/// each, or a row of custom columns each (under one header).
 #[derive(Debug)]
 pub struct ObjectPrinter {
     fmt: Output,
     printed: usize,
+    table: TablePrinter,
 }
 
 impl ObjectPrinter {
-    pub fn new(fmt: Output) -> Self {
-        ObjectPrinter { fmt, printed: 0 }
+    /// `no_headers`: custom columns without their header.
+    pub fn new(fmt: Output, no_headers: bool) -> Self {
+        let table = if no_headers { TablePrinter::new(false).without_header() } else { TablePrinter::new(false) };
+        ObjectPrinter { fmt, printed: 0, table }
     }
 
     /// The text of `obj`, an object of type `rt`.
     pub fn text(&mut self, rt: &ResourceType, obj: &Value) -> String {
         let first = self.printed == 0;
         self.printed += 1;
-        match self.fmt {
+        match &self.fmt {
             Output::Yaml if first => yaml_document(obj),
             Output::Yaml => format!("---\n{}", yaml_document(obj)),
             Output::Json => json(obj),
+            // What the template writes, as it writes it (kubectl adds no newline either), with
+            // the terminal's controls shown: a node's agent writes what it may print.
+            Output::JsonPath(t) => term_safe(&t.render(obj)).into_owned(),
+            Output::CustomColumns(cols) => self.table.rows(&custom_table(cols, &[obj])),
             // Wide is a table: it never comes here; a name is what it would show of an object.
             Output::Name | Output::Wide => format!(
                 "{}/{}\n",
@@ -227,6 +338,13 @@ mod tests {
         let t = json!({"columnDefinitions": [{"name": "Name"}, {"name": "Reason"}],
             "rows": [{"cells": ["n1", "key ID 67\nCan't check signature"]}]});
         assert_eq!(TablePrinter::new(false).rows(&t), "NAME   REASON\nn1     key ID 67...\n");
+    }
+
+    /// As kubectl's tabwriter, a narrow column is six wide, its padding included.
+    #[test]
+    fn a_narrow_column_is_six_wide() {
+        let rows = vec![vec!["a".to_string(), "n1".to_string()], vec!["b".into(), "node-three".into()]];
+        assert_eq!(plain_table(&["Z", "NAME"], &rows), "Z     NAME\na     n1\nb     node-three\n");
     }
 
     #[test]

@@ -1,0 +1,647 @@
+//! kubectl's JSONPath templates, for `get -o jsonpath=...` and `-o custom-columns=...`: what
+//! OpenShift users script against (`oc get mcp worker -o jsonpath='{.status.machineCount}'`),
+//! so the dialect is kubectl's (k8s.io/client-go/util/jsonpath), not RFC 9535's: text outside
+//! braces is printed as it is, `{range EXPR}...{end}` iterates, `{"\n"}` is text, field names
+//! hold `-` and `/` and escape a dot as `\.`, and the leading `$` is optional. No crate speaks
+//! this dialect; the RFC's crates refuse `.node-role\.kubernetes\.io/worker` and know no
+//! templates.
+//!
+//! As `kubectl get` does by default (`--allow-missing-template-keys=true`), a path that finds
+//! nothing prints nothing. Strings print as they are; numbers, booleans, null, and (where kubectl
+//! prints Go's `map[...]`) objects and arrays as JSON, which reads back.
+
+use serde_json::Value;
+
+/// A template or expression that does not parse; names the part at fault.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum Error {
+    #[error("unclosed action in template {0:?}: a `{{` without its `}}`")]
+    Unclosed(String),
+    #[error("{{end}} without a {{range}} in template {0:?}")]
+    EndWithoutRange(String),
+    #[error("{{range}} without an {{end}} in template {0:?}")]
+    RangeWithoutEnd(String),
+    #[error("bad JSONPath expression {expr:?}: {why}")]
+    Syntax { expr: String, why: String },
+}
+
+fn syntax(expr: &str, why: impl Into<String>) -> Error {
+    Error::Syntax { expr: expr.to_string(), why: why.into() }
+}
+
+/// A parsed template, evaluated against each object printed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Template(Vec<Part>);
+
+#[derive(Debug, Clone, PartialEq)]
+enum Part {
+    Text(String),
+    Path(Path),
+    Range(Path, Vec<Part>),
+}
+
+/// Where a path starts: the object printed (`$`), or the element a `range` is at (`@`, or a
+/// path with neither; at the top, that is the object).
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Start {
+    Root,
+    Current,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct Path {
+    start: Start,
+    steps: Vec<Step>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Step {
+    Field(String),
+    /// `*`: every value of an object, every element of an array.
+    Wildcard,
+    /// `..`: the value and everything under it, for the next step to select from.
+    Descend,
+    /// `[i]`, `[i,j]`, `['a','b']`.
+    Union(Vec<Key>),
+    Slice(Option<i64>, Option<i64>, Option<i64>),
+    Filter(Box<Filter>),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Key {
+    Index(i64),
+    /// A quoted name, which kubectl reads as a path of fields: `['metadata.name']` is the name
+    /// in the metadata, and a dot in a key is escaped there too (`['kubernetes\.io/role']`).
+    Fields(Vec<String>),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct Filter {
+    left: Operand,
+    /// None: the left side exists (`[?(@.ready)]`).
+    cmp: Option<(Cmp, Operand)>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Operand {
+    Path(Path),
+    Literal(Value),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Cmp {
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+}
+
+impl Template {
+    /// Parses a template such as `{range .items[*]}{.metadata.name}{"\n"}{end}`.
+    pub fn parse(text: &str) -> Result<Self, Error> {
+        let mut stack: Vec<(Path, Vec<Part>)> = Vec::new();
+        let mut parts = Vec::new();
+        let mut rest = text;
+        while !rest.is_empty() {
+            let Some(open) = rest.find('{') else {
+                parts.push(Part::Text(rest.to_string()));
+                break;
+            };
+            if open > 0 {
+                parts.push(Part::Text(rest[..open].to_string()));
+            }
+            let inner_len = closing(&rest[open + 1..], '}').ok_or_else(|| Error::Unclosed(text.to_string()))?;
+            let action = rest[open + 1..open + 1 + inner_len].trim();
+            rest = &rest[open + 1 + inner_len + 1..];
+            if action == "end" {
+                let (path, outer) = stack.pop().ok_or_else(|| Error::EndWithoutRange(text.to_string()))?;
+                let body = std::mem::replace(&mut parts, outer);
+                parts.push(Part::Range(path, body));
+            } else if let Some(expr) = action.strip_prefix("range ").or_else(|| action.strip_prefix("range\t")) {
+                stack.push((Path::parse(expr.trim())?, std::mem::take(&mut parts)));
+            } else if action.starts_with('"') || action.starts_with('\'') {
+                let text = unquote(action).ok_or_else(|| syntax(action, "text in an action is one quoted string"))?;
+                parts.push(Part::Text(text));
+            } else if !action.is_empty() {
+                parts.push(Part::Path(Path::parse(action)?));
+            }
+        }
+        if !stack.is_empty() {
+            return Err(Error::RangeWithoutEnd(text.to_string()));
+        }
+        Ok(Template(parts))
+    }
+
+    /// A column of `-o custom-columns`: `.a.b`, `a.b`, `{.a.b}` alike, as kubectl relaxes them.
+    pub fn parse_relaxed(expr: &str) -> Result<Self, Error> {
+        let e = expr.trim();
+        let e = e.strip_prefix('{').and_then(|e| e.strip_suffix('}')).unwrap_or(e);
+        let e = if e.starts_with(['.', '$', '@', '[']) { e.to_string() } else { format!(".{e}") };
+        Ok(Template(vec![Part::Path(Path::parse(&e)?)]))
+    }
+
+    /// The template's text for `obj`.
+    pub fn render(&self, obj: &Value) -> String {
+        let mut out = String::new();
+        render_parts(&self.0, obj, obj, &mut out);
+        out
+    }
+
+    /// What a one-path template finds in `obj`, each as text; for custom columns.
+    pub fn values(&self, obj: &Value) -> Vec<String> {
+        let mut found = Vec::new();
+        for p in &self.0 {
+            if let Part::Path(path) = p {
+                found.extend(path.eval(obj, obj).into_iter().map(text_of));
+            }
+        }
+        found
+    }
+}
+
+fn render_parts(parts: &[Part], root: &Value, cur: &Value, out: &mut String) {
+    for p in parts {
+        match p {
+            Part::Text(t) => out.push_str(t),
+            Part::Path(path) => {
+                let texts: Vec<String> = path.eval(root, cur).into_iter().map(text_of).collect();
+                out.push_str(&texts.join(" "));
+            }
+            Part::Range(path, body) => {
+                for v in path.eval(root, cur) {
+                    match v {
+                        Value::Array(items) => items.iter().for_each(|item| render_parts(body, root, item, out)),
+                        v => render_parts(body, root, v, out),
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn text_of(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        v => v.to_string(),
+    }
+}
+
+/// The length of `s` up to the first `close` outside quotes, brackets and parentheses.
+fn closing(s: &str, close: char) -> Option<usize> {
+    let mut quote: Option<char> = None;
+    let mut depth = 0usize;
+    let mut escaped = false;
+    for (i, c) in s.char_indices() {
+        if escaped {
+            escaped = false;
+            continue;
+        }
+        match (quote, c) {
+            (_, '\\') => escaped = true,
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), _) => {}
+            (None, '"' | '\'') => quote = Some(c),
+            (None, c) if c == close && depth == 0 => return Some(i),
+            (None, '[' | '(') => depth += 1,
+            (None, ']' | ')') => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    None
+}
+
+/// A quoted string's text, with `\n`, `\t`, `\\` and escaped quotes; None when not one whole
+/// quoted string.
+fn unquote(s: &str) -> Option<String> {
+    let q = s.chars().next().filter(|c| *c == '"' || *c == '\'')?;
+    let body = s.strip_prefix(q)?.strip_suffix(q)?;
+    let mut out = String::new();
+    let mut chars = body.chars();
+    while let Some(c) = chars.next() {
+        if c == q {
+            return None;
+        }
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        match chars.next()? {
+            'n' => out.push('\n'),
+            't' => out.push('\t'),
+            'r' => out.push('\r'),
+            c => out.push(c),
+        }
+    }
+    Some(out)
+}
+
+impl Path {
+    fn parse(expr: &str) -> Result<Self, Error> {
+        let (start, mut rest) = match expr.as_bytes().first() {
+            Some(b'$') => (Start::Root, &expr[1..]),
+            Some(b'@') => (Start::Current, &expr[1..]),
+            _ => (Start::Current, expr),
+        };
+        let mut steps = Vec::new();
+        while !rest.is_empty() {
+            if let Some(r) = rest.strip_prefix("..") {
+                steps.push(Step::Descend);
+                rest = r;
+                if !rest.starts_with('[') {
+                    let (name, r) = field_name(rest);
+                    steps.push(if name == "*" { Step::Wildcard } else { Step::Field(name) });
+                    rest = r;
+                }
+            } else if let Some(r) = rest.strip_prefix('.') {
+                let (name, r) = field_name(r);
+                match name.as_str() {
+                    "" if r.is_empty() => {}
+                    "" => return Err(syntax(expr, "a `.` with no field name after it")),
+                    "*" => steps.push(Step::Wildcard),
+                    _ => steps.push(Step::Field(name)),
+                }
+                rest = r;
+            } else if let Some(r) = rest.strip_prefix('[') {
+                let len = closing(r, ']').ok_or_else(|| syntax(expr, "a `[` without its `]`"))?;
+                steps.push(bracket(expr, r[..len].trim())?);
+                rest = &r[len + 1..];
+            } else if steps.is_empty() && start == Start::Current {
+                // `metadata.name` as `.metadata.name`, in a filter's `@` or after `$` none.
+                let (name, r) = field_name(rest);
+                steps.push(Step::Field(name));
+                rest = r;
+            } else {
+                return Err(syntax(expr, format!("unexpected {:?}", rest.chars().next().unwrap_or(' '))));
+            }
+        }
+        Ok(Path { start, steps })
+    }
+
+    fn eval<'a>(&self, root: &'a Value, cur: &'a Value) -> Vec<&'a Value> {
+        let mut at = vec![if self.start == Start::Root { root } else { cur }];
+        for step in &self.steps {
+            at = match step {
+                // As kubectl's: each member of a union over every value found so far, in turn.
+                Step::Union(keys) => keys.iter().flat_map(|k| at.iter().flat_map(move |v| k.select(v))).collect(),
+                step => at.into_iter().flat_map(|v| select(step, root, v)).collect(),
+            };
+        }
+        at
+    }
+}
+
+/// A field name up to the next unescaped `.` or `[`; `\.` is a dot in the name.
+fn field_name(s: &str) -> (String, &str) {
+    let mut name = String::new();
+    let mut chars = s.char_indices().peekable();
+    while let Some((i, c)) = chars.next() {
+        match c {
+            '\\' => {
+                if let Some((_, n)) = chars.next() {
+                    name.push(n);
+                }
+            }
+            '.' | '[' => return (name, &s[i..]),
+            c => name.push(c),
+        }
+    }
+    (name, "")
+}
+
+fn bracket(expr: &str, inner: &str) -> Result<Step, Error> {
+    if inner == "*" {
+        return Ok(Step::Wildcard);
+    }
+    if let Some(f) = inner.strip_prefix('?') {
+        let f = f.trim();
+        let f = f
+            .strip_prefix('(')
+            .and_then(|f| f.strip_suffix(')'))
+            .ok_or_else(|| syntax(expr, "a filter is `[?(...)]`"))?;
+        return Ok(Step::Filter(Box::new(Filter::parse(expr, f.trim())?)));
+    }
+    if inner.contains(':') && !inner.starts_with(['\'', '"']) {
+        let bounds: Vec<&str> = inner.split(':').collect();
+        if bounds.len() > 3 {
+            return Err(syntax(expr, format!("a slice has at most three parts: [{inner}]")));
+        }
+        let num = |s: &str| -> Result<Option<i64>, Error> {
+            let s = s.trim();
+            if s.is_empty() {
+                return Ok(None);
+            }
+            s.parse().map(Some).map_err(|_| syntax(expr, format!("{s:?} is not a number")))
+        };
+        let step = bounds.get(2).map(|s| num(s)).transpose()?.flatten();
+        if step == Some(0) {
+            return Err(syntax(expr, "a slice's step cannot be 0"));
+        }
+        return Ok(Step::Slice(num(bounds[0])?, num(bounds[1])?, step));
+    }
+    let mut keys = Vec::new();
+    let mut rest = inner;
+    while !rest.is_empty() {
+        let len = closing(rest, ',').unwrap_or(rest.len());
+        let item = rest[..len].trim();
+        let quoted = item.chars().next().filter(|c| *c == '"' || *c == '\'');
+        keys.push(match quoted.and_then(|q| item[1..].strip_suffix(q)) {
+            Some(mut path) => {
+                let mut fields = Vec::new();
+                loop {
+                    let (name, rest) = field_name(path);
+                    fields.push(name);
+                    match rest.strip_prefix('.') {
+                        Some(r) => path = r,
+                        None if rest.is_empty() => break,
+                        None => return Err(syntax(expr, format!("unexpected {rest:?} in the name {item}"))),
+                    }
+                }
+                Key::Fields(fields)
+            }
+            None => Key::Index(
+                item.parse().map_err(|_| syntax(expr, format!("{item:?} is not an index or a quoted name")))?,
+            ),
+        });
+        rest = rest.get(len + 1..).unwrap_or("");
+    }
+    if keys.is_empty() {
+        return Err(syntax(expr, "an empty `[]`"));
+    }
+    Ok(Step::Union(keys))
+}
+
+impl Filter {
+    fn parse(expr: &str, f: &str) -> Result<Self, Error> {
+        const OPS: [(&str, Cmp); 6] =
+            [("==", Cmp::Eq), ("!=", Cmp::Ne), ("<=", Cmp::Le), (">=", Cmp::Ge), ("<", Cmp::Lt), (">", Cmp::Gt)];
+        // The first operator outside quotes and brackets.
+        let mut found = None;
+        let mut i = 0;
+        while i < f.len() {
+            let rest = &f[i..];
+            let skip = match rest.chars().next() {
+                Some(q @ ('"' | '\'')) => closing(&rest[1..], q).map_or(rest.len(), |n| n + 2),
+                Some('[') => closing(&rest[1..], ']').map_or(rest.len(), |n| n + 2),
+                Some(c) => {
+                    if let Some((op, cmp)) = OPS.iter().find(|(op, _)| rest.starts_with(op)) {
+                        found = Some((i, op.len(), *cmp));
+                        break;
+                    }
+                    c.len_utf8()
+                }
+                None => break,
+            };
+            i += skip;
+        }
+        let operand = |s: &str| -> Result<Operand, Error> {
+            let s = s.trim();
+            if s.starts_with(['@', '$', '.']) {
+                return Ok(Operand::Path(Path::parse(s)?));
+            }
+            if let Some(text) = unquote(s) {
+                return Ok(Operand::Literal(Value::String(text)));
+            }
+            serde_json::from_str::<Value>(s)
+                .ok()
+                .filter(|v| !v.is_object() && !v.is_array())
+                .map(Operand::Literal)
+                .ok_or_else(|| {
+                    syntax(expr, format!("{s:?} is neither a path, a quoted string, a number nor a boolean"))
+                })
+        };
+        match found {
+            None => Ok(Filter { left: operand(f)?, cmp: None }),
+            Some((at, len, cmp)) => Ok(Filter { left: operand(&f[..at])?, cmp: Some((cmp, operand(&f[at + len..])?)) }),
+        }
+    }
+
+    fn holds(&self, root: &Value, item: &Value) -> bool {
+        let values = |o: &Operand| -> Vec<Value> {
+            match o {
+                Operand::Path(p) => p.eval(root, item).into_iter().cloned().collect(),
+                Operand::Literal(v) => vec![v.clone()],
+            }
+        };
+        let left = values(&self.left);
+        let Some((cmp, right)) = &self.cmp else { return !left.is_empty() };
+        let right = values(right);
+        left.iter().any(|l| right.iter().any(|r| compare(*cmp, l, r)))
+    }
+}
+
+fn compare(cmp: Cmp, l: &Value, r: &Value) -> bool {
+    use std::cmp::Ordering;
+    let order = match (l, r) {
+        (Value::Number(a), Value::Number(b)) => a.as_f64().zip(b.as_f64()).and_then(|(a, b)| a.partial_cmp(&b)),
+        (Value::String(a), Value::String(b)) => Some(a.cmp(b)),
+        (a, b) if a == b => Some(Ordering::Equal),
+        _ => None,
+    };
+    match cmp {
+        Cmp::Eq => order == Some(Ordering::Equal),
+        Cmp::Ne => order != Some(Ordering::Equal),
+        Cmp::Lt => order == Some(Ordering::Less),
+        Cmp::Le => matches!(order, Some(Ordering::Less | Ordering::Equal)),
+        Cmp::Gt => order == Some(Ordering::Greater),
+        Cmp::Ge => matches!(order, Some(Ordering::Greater | Ordering::Equal)),
+    }
+}
+
+fn select<'a>(step: &Step, root: &'a Value, v: &'a Value) -> Vec<&'a Value> {
+    match step {
+        Step::Field(name) => v.get(name.as_str()).into_iter().collect(),
+        Step::Wildcard => match v {
+            Value::Object(m) => m.values().collect(),
+            Value::Array(a) => a.iter().collect(),
+            _ => Vec::new(),
+        },
+        Step::Descend => {
+            let mut all = Vec::new();
+            descend(v, &mut all);
+            all
+        }
+        Step::Union(keys) => keys.iter().flat_map(|k| k.select(v)).collect(),
+        Step::Slice(start, end, step) => match v {
+            Value::Array(a) => slice(a.len(), *start, *end, step.unwrap_or(1)).into_iter().map(|i| &a[i]).collect(),
+            _ => Vec::new(),
+        },
+        Step::Filter(f) => match v {
+            Value::Array(a) => a.iter().filter(|item| f.holds(root, item)).collect(),
+            _ => Vec::new(),
+        },
+    }
+}
+
+impl Key {
+    fn select<'a>(&self, v: &'a Value) -> Option<&'a Value> {
+        match (self, v) {
+            (Key::Fields(fields), v) => fields.iter().try_fold(v, |v, f| v.get(f.as_str())),
+            (Key::Index(i), Value::Array(a)) => index(a.len(), *i).map(|i| &a[i]),
+            _ => None,
+        }
+    }
+}
+
+fn descend<'a>(v: &'a Value, all: &mut Vec<&'a Value>) {
+    all.push(v);
+    match v {
+        Value::Object(m) => m.values().for_each(|c| descend(c, all)),
+        Value::Array(a) => a.iter().for_each(|c| descend(c, all)),
+        _ => {}
+    }
+}
+
+/// An index from the end when negative, as kubectl's (no wrapping past the start).
+fn index(len: usize, i: i64) -> Option<usize> {
+    let i = if i < 0 { len as i64 + i } else { i };
+    (0..len as i64).contains(&i).then_some(i as usize)
+}
+
+fn slice(len: usize, start: Option<i64>, end: Option<i64>, step: i64) -> Vec<usize> {
+    let n = len as i64;
+    let clamp = |i: i64, lo: i64, hi: i64| (if i < 0 { n + i } else { i }).clamp(lo, hi);
+    if step > 0 {
+        let (s, e) = (start.map_or(0, |s| clamp(s, 0, n)), end.map_or(n, |e| clamp(e, 0, n)));
+        (s..e).step_by(step as usize).map(|i| i as usize).collect()
+    } else {
+        let (s, e) = (start.map_or(n - 1, |s| clamp(s, -1, n - 1)), end.map_or(-1, |e| clamp(e, -1, n - 1)));
+        let mut out = Vec::new();
+        let mut i = s;
+        while i > e {
+            out.push(i as usize);
+            i += step;
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// kubectl's documented example input (kubernetes.io/docs/reference/kubectl/jsonpath).
+    fn doc() -> Value {
+        json!({
+            "kind": "List",
+            "items": [
+                {"kind": "None", "metadata": {"name": "127.0.0.1", "labels": {"kubernetes.io/hostname": "127.0.0.1"}},
+                 "status": {"capacity": {"cpu": "4"}, "addresses": [{"type": "LegacyHostIP", "address": "127.0.0.1"}]}},
+                {"kind": "None", "metadata": {"name": "127.0.0.2"},
+                 "status": {"capacity": {"cpu": "8"}, "addresses": [{"type": "LegacyHostIP", "address": "127.0.0.2"},
+                                                                    {"type": "another", "address": "127.0.0.3"}]}}
+            ],
+            "users": [{"name": "myself", "user": {}}, {"name": "e2e", "user": {"username": "admin", "password": "secret"}}]
+        })
+    }
+
+    fn render(t: &str, v: &Value) -> String {
+        Template::parse(t).unwrap_or_else(|e| panic!("{t}: {e}")).render(v)
+    }
+
+    /// Every row of kubectl's documented function table gives kubectl's result (objects as JSON
+    /// where kubectl prints Go's `map[...]`).
+    #[test]
+    fn kubectls_documented_examples() {
+        let d = doc();
+        assert_eq!(render("kind is {.kind}", &d), "kind is List");
+        assert_eq!(render("{.kind}", &d), "List");
+        assert_eq!(render("{['kind']}", &d), "List");
+        assert_eq!(render("{$.kind}", &d), "List");
+        assert_eq!(render("{..name}", &d), "127.0.0.1 127.0.0.2 myself e2e");
+        assert_eq!(render("{.items[*].metadata.name}", &d), "127.0.0.1 127.0.0.2");
+        assert_eq!(render("{.users[0].name}", &d), "myself");
+        assert_eq!(
+            render("{.items[*]['metadata.name', 'status.capacity']}", &d),
+            r#"127.0.0.1 127.0.0.2 {"cpu":"4"} {"cpu":"8"}"#
+        );
+        assert_eq!(render("{.items[*].status.capacity}", &d), r#"{"cpu":"4"} {"cpu":"8"}"#);
+        assert_eq!(render(r#"{.users[?(@.name=="e2e")].user.password}"#, &d), "secret");
+        assert_eq!(
+            render(r#"{range .items[*]}[{.metadata.name}, {.status.capacity}] {end}"#, &d),
+            r#"[127.0.0.1, {"cpu":"4"}] [127.0.0.2, {"cpu":"8"}] "#
+        );
+        assert_eq!(render(r#"{range .items[*]}{.metadata.name}{"\t"}{end}"#, &d), "127.0.0.1\t127.0.0.2\t");
+        assert_eq!(render("{.items[-1:].metadata.name}", &d), "127.0.0.2");
+        assert_eq!(render(r#"{.items[0].metadata.labels.kubernetes\.io/hostname}"#, &d), "127.0.0.1");
+        assert_eq!(render("{@}", &json!("x")), "x");
+    }
+
+    /// What aloft's users write: annotation keys with dots, dashes and slashes, conditions by
+    /// type, ranges with text, numbers and booleans, slices and unions.
+    #[test]
+    fn the_paths_an_mco_user_writes() {
+        let pool = json!({
+            "metadata": {"name": "worker", "labels": {"pools.operator.machineconfiguration.openshift.io/worker": "w"}},
+            "status": {"machineCount": 3, "updatedMachineCount": 2,
+                "conditions": [{"type": "Updated", "status": "False"}, {"type": "Updating", "status": "True"}]},
+        });
+        assert_eq!(render(r#"{.status.conditions[?(@.type=="Updating")].status}"#, &pool), "True");
+        assert_eq!(render(r#"{.status.conditions[?(@.status!='True')].type}"#, &pool), "Updated");
+        assert_eq!(render("{.status.machineCount}/{.status.updatedMachineCount}", &pool), "3/2");
+        assert_eq!(render("{.status.conditions[?(@.type)].type}", &pool), "Updated Updating");
+        assert_eq!(render("{.status.conditions[*].type}", &pool), "Updated Updating");
+        assert_eq!(render("{.status.conditions[0,1].status}", &pool), "False True");
+        assert_eq!(render("{.status.conditions[::-1].type}", &pool), "Updating Updated");
+        assert_eq!(render("{.status.conditions[5].type}", &pool), "", "out of range finds nothing");
+        assert_eq!(render("{.status.nothing.here}", &pool), "", "missing finds nothing, as kubectl's default");
+        assert_eq!(
+            render(r#"{.metadata.labels.pools\.operator\.machineconfiguration\.openshift\.io/worker}"#, &pool),
+            "w"
+        );
+        let t = r#"{.metadata.labels['pools\.operator\.machineconfiguration\.openshift\.io/worker']}"#;
+        assert_eq!(render(t, &pool), "w");
+        // As kubectl's, a quoted name is a path: its dots must be escaped to be part of a key.
+        assert_eq!(render("{.metadata.labels['pools.operator.machineconfiguration.openshift.io/worker']}", &pool), "");
+        let list = json!({"items": [
+            {"metadata": {"name": "a", "annotations": {"machineconfiguration.openshift.io/state": "Done"}}, "n": 1},
+            {"metadata": {"name": "b", "annotations": {"machineconfiguration.openshift.io/state": "Working"}}, "n": 5},
+        ]});
+        let t = r#"{range .items[*]}{.metadata.name}={.metadata.annotations.machineconfiguration\.openshift\.io/state}{"\n"}{end}"#;
+        assert_eq!(render(t, &list), "a=Done\nb=Working\n");
+        assert_eq!(render("{.items[?(@.n>2)].metadata.name}", &list), "b");
+        assert_eq!(render("{.items[?(@.n<=1)].metadata.name}", &list), "a");
+        // `$` inside a range is the object printed, `@` and bare paths the element.
+        assert_eq!(render("{range .items[*]}{$.items[0].n}{@.n}{end}", &list), "1115");
+        // Nested ranges, and a range over an array given whole.
+        let t = "{range .items}{.metadata.name}:{range .metadata.annotations.*}{@};{end}{end}";
+        assert_eq!(render(t, &list), "a:Done;b:Working;");
+    }
+
+    /// Bad templates are refused with what is wrong, before anything is asked of the server.
+    #[test]
+    fn bad_templates_say_what_is_wrong() {
+        for (t, want) in [
+            ("{.metadata.name", "unclosed action"),
+            ("{end}", "{end} without a {range}"),
+            ("{range .items[*]}{.x}", "{range} without an {end}"),
+            ("{.items[}", "unclosed action"),
+            ("{.items[0}]}", "\"0}\" is not an index"),
+            ("{.items[abc]}", "\"abc\" is not an index or a quoted name"),
+            ("{.items[1:2:0]}", "step cannot be 0"),
+            ("{.items[?(@.a==)]}", "is neither a path"),
+            ("{.items[?@.a]}", "a filter is `[?(...)]`"),
+            ("{.a.}x{.b..}", ""),
+            ("{\"unterminated}", "unclosed action"),
+            ("{\"a\"b}", "text in an action is one quoted string"),
+        ] {
+            match Template::parse(t) {
+                Err(e) => assert!(!want.is_empty() && e.to_string().contains(want), "{t}: {e}"),
+                Ok(_) => assert!(want.is_empty(), "{t} parsed"),
+            }
+        }
+    }
+
+    #[test]
+    fn custom_columns_take_relaxed_paths() {
+        let v = json!({"metadata": {"name": "n1", "annotations": {"a.b/c": "x"}}, "list": [1, 2]});
+        for e in ["metadata.name", ".metadata.name", "{.metadata.name}", "{metadata.name}"] {
+            assert_eq!(Template::parse_relaxed(e).unwrap().values(&v), vec!["n1"], "{e}");
+        }
+        assert_eq!(Template::parse_relaxed(r"metadata.annotations.a\.b/c").unwrap().values(&v), vec!["x"]);
+        assert_eq!(Template::parse_relaxed(".list[*]").unwrap().values(&v), vec!["1", "2"]);
+        assert!(Template::parse_relaxed(".missing").unwrap().values(&v).is_empty());
+    }
+}
