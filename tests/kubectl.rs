@@ -914,8 +914,14 @@ async fn aloftctl_templates_print_what_kubectls_print() {
     let admin = c.client();
     let k = Kubectl::new(exe, &c, Auth::Kubeconfig);
     for (name, state, zone) in [("n1", "Done", "a"), ("n2", "Working", "b"), ("node-three", "Degraded", "a")] {
-        let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name,
-            "labels": {"node-role.kubernetes.io/worker": "", "topology.kubernetes.io/zone": zone},
+        let mut labels = json!({"node-role.kubernetes.io/worker": "", "topology.kubernetes.io/zone": zone});
+        // A field some objects lack (sorted first), the others' values apart.
+        match name {
+            "n2" => labels["tier"] = json!("db"),
+            "node-three" => labels["tier"] = json!("app"),
+            _ => {}
+        }
+        let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels,
             "annotations": {"machineconfiguration.openshift.io/state": state,
                 "machineconfiguration.openshift.io/currentConfig": "rendered-worker-1"}},
             "status": {"conditions": [{"type": "Ready", "status": if state == "Degraded" { "False" } else { "True" }}]}});
@@ -954,6 +960,31 @@ async fn aloftctl_templates_print_what_kubectls_print() {
         args.extend(extra);
         assert_eq!(aloftctl(&args), k.ok(&args), "{args:?}");
     }
+    // Sorted by a field (text, or missing on some), in a column or a template.
+    let by_state = format!("--sort-by=.metadata.annotations.{state}");
+    for sort in [
+        by_state.as_str(),
+        "--sort-by={.metadata.labels.topology\\.kubernetes\\.io/zone}",
+        "--sort-by=.metadata.labels.tier",
+    ] {
+        for o in [cols.as_str(), "jsonpath={.items[*].metadata.name}"] {
+            let args = ["get", "nodes", "-o", o, sort];
+            assert_eq!(aloftctl(&args), k.ok(&args), "{args:?}");
+        }
+    }
+    let sorted = aloftctl(&["get", "nodes", "--no-headers", &by_state]);
+    let names: Vec<&str> = sorted.lines().filter_map(|l| l.split_whitespace().next()).collect();
+    assert_eq!(names, ["node-three", "n1", "n2"], "Degraded, Done, Working:\n{sorted}");
+    // A path no object has is an error, in both.
+    let args = ["get", "nodes", "-o", "name", "--sort-by=.spec.taints"];
+    let want = "couldn't find any field with path \"{.spec.taints}\" in the list of objects";
+    assert!(k.fails(&args).contains(want));
+    let out = std::process::Command::new(aloft_tests::bin("aloftctl"))
+        .args(args)
+        .env("ALOFT_KUBECONFIG", c.kubeconfig_path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains(want), "{out:?}");
 }
 
 /// `kubectl describe node` shows the node's Lease, made from its agent's presence: held by the

@@ -31,7 +31,11 @@ fn syntax(expr: &str, why: impl Into<String>) -> Error {
 
 /// A parsed template, evaluated against each object printed.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Template(Vec<Part>);
+pub struct Template {
+    parts: Vec<Part>,
+    /// As given (a relaxed path as `{...}`), for errors.
+    text: String,
+}
 
 #[derive(Debug, Clone, PartialEq)]
 enum Part {
@@ -131,7 +135,7 @@ impl Template {
         if !stack.is_empty() {
             return Err(Error::RangeWithoutEnd(text.to_string()));
         }
-        Ok(Template(parts))
+        Ok(Template { parts, text: text.to_string() })
     }
 
     /// A column of `-o custom-columns`: `.a.b`, `a.b`, `{.a.b}` alike, as kubectl relaxes them.
@@ -139,25 +143,52 @@ impl Template {
         let e = expr.trim();
         let e = e.strip_prefix('{').and_then(|e| e.strip_suffix('}')).unwrap_or(e);
         let e = if e.starts_with(['.', '$', '@', '[']) { e.to_string() } else { format!(".{e}") };
-        Ok(Template(vec![Part::Path(Path::parse(&e)?)]))
+        Ok(Template { parts: vec![Part::Path(Path::parse(&e)?)], text: format!("{{{e}}}") })
+    }
+
+    /// The template as given; a relaxed path as kubectl writes it back, `{.a.b}`.
+    pub fn text(&self) -> &str {
+        &self.text
     }
 
     /// The template's text for `obj`.
     pub fn render(&self, obj: &Value) -> String {
         let mut out = String::new();
-        render_parts(&self.0, obj, obj, &mut out);
+        render_parts(&self.parts, obj, obj, &mut out);
         out
     }
 
     /// What a one-path template finds in `obj`, each as text; for custom columns.
     pub fn values(&self, obj: &Value) -> Vec<String> {
+        self.find(obj).into_iter().map(text_of).collect()
+    }
+
+    /// What a one-path template finds in `obj`.
+    pub fn find<'a>(&self, obj: &'a Value) -> Vec<&'a Value> {
         let mut found = Vec::new();
-        for p in &self.0 {
+        for p in &self.parts {
             if let Part::Path(path) = p {
-                found.extend(path.eval(obj, obj).into_iter().map(text_of));
+                found.extend(path.eval(obj, obj));
             }
         }
         found
+    }
+
+    /// `a` before `b` by what a one-path template finds in them, as kubectl's `--sort-by`:
+    /// numbers by value, strings (names, RFC 3339 times) as text, false before true, and an
+    /// object where it finds nothing first.
+    pub fn order(&self, a: &Value, b: &Value) -> std::cmp::Ordering {
+        use std::cmp::Ordering;
+        match (self.find(a).first(), self.find(b).first()) {
+            (None, None) => Ordering::Equal,
+            (None, Some(_)) => Ordering::Less,
+            (Some(_), None) => Ordering::Greater,
+            (Some(Value::Number(x)), Some(Value::Number(y))) => {
+                x.as_f64().zip(y.as_f64()).and_then(|(x, y)| x.partial_cmp(&y)).unwrap_or(Ordering::Equal)
+            }
+            (Some(Value::Bool(x)), Some(Value::Bool(y))) => x.cmp(y),
+            (Some(x), Some(y)) => text_of(x).cmp(&text_of(y)),
+        }
     }
 }
 
@@ -638,10 +669,28 @@ mod tests {
     fn custom_columns_take_relaxed_paths() {
         let v = json!({"metadata": {"name": "n1", "annotations": {"a.b/c": "x"}}, "list": [1, 2]});
         for e in ["metadata.name", ".metadata.name", "{.metadata.name}", "{metadata.name}"] {
-            assert_eq!(Template::parse_relaxed(e).unwrap().values(&v), vec!["n1"], "{e}");
+            let t = Template::parse_relaxed(e).unwrap();
+            assert_eq!((t.values(&v), t.text()), (vec!["n1".to_string()], "{.metadata.name}"), "{e}");
         }
         assert_eq!(Template::parse_relaxed(r"metadata.annotations.a\.b/c").unwrap().values(&v), vec!["x"]);
         assert_eq!(Template::parse_relaxed(".list[*]").unwrap().values(&v), vec!["1", "2"]);
         assert!(Template::parse_relaxed(".missing").unwrap().values(&v).is_empty());
+    }
+
+    #[test]
+    fn sort_keys_order_as_kubectls() {
+        let mut items = vec![
+            json!({"n": "b", "count": 10}),
+            json!({"n": "a", "count": 9}),
+            json!({"n": "c"}),
+            json!({"n": "a2", "count": 9.5}),
+        ];
+        let by = |e: &str, items: &mut Vec<Value>| {
+            let t = Template::parse_relaxed(e).unwrap();
+            items.sort_by(|a, b| t.order(a, b));
+            items.iter().map(|i| i["n"].as_str().unwrap().to_string()).collect::<Vec<_>>().join(" ")
+        };
+        assert_eq!(by(".count", &mut items), "c a a2 b", "numbers by value (10 after 9.5), none first");
+        assert_eq!(by("{.n}", &mut items), "a a2 b c");
     }
 }

@@ -85,6 +85,11 @@ enum Cmd {
         /// Print tables and custom columns without their header line.
         #[arg(long)]
         no_headers: bool,
+        /// Sort what is listed by a JSONPath (`.metadata.name`, `{.status.machineCount}`,
+        /// `.metadata.creationTimestamp`): numbers by value, text as text, objects without the
+        /// field first. With -w, changes come in the order they happen.
+        #[arg(long, value_name = "JSONPATH", value_parser = |s: &str| jsonpath::Template::parse_relaxed(s).map_err(|e| e.to_string()))]
+        sort_by: Option<jsonpath::Template>,
         /// Label selector, e.g. `machineconfiguration.openshift.io/role=worker`.
         #[arg(short = 'l', long)]
         selector: Option<String>,
@@ -529,8 +534,9 @@ pub async fn main(build: BuildInfo) -> Result<()> {
     let ns = cli.namespace.clone();
     match cli.cmd {
         Cmd::Get { raw: Some(path), .. } => get_raw(&client, &path).await,
-        Cmd::Get { args, output, no_headers, selector, watch, raw: None } => {
-            get(&client, &ns, &args, output, no_headers, selector, watch).await
+        Cmd::Get { args, output, no_headers, sort_by, selector, watch, raw: None } => {
+            let how = Listing { output, no_headers, sort_by };
+            get(&client, &ns, &args, how, selector, watch).await
         }
         Cmd::Describe { args } => describe(&client, &ns, &args).await,
         Cmd::Apply { files, dry_run, validate } => {
@@ -694,12 +700,58 @@ fn resource_version(v: &Value) -> String {
     v.pointer("/metadata/resourceVersion").and_then(Value::as_str).unwrap_or("0").to_string()
 }
 
+/// How `get` prints what it reads.
+struct Listing {
+    output: Option<Output>,
+    no_headers: bool,
+    sort_by: Option<jsonpath::Template>,
+}
+
+impl Listing {
+    fn table_printer(&self) -> print::TablePrinter {
+        let p = print::TablePrinter::new(self.output == Some(Output::Wide));
+        if self.no_headers {
+            p.without_header()
+        } else {
+            p
+        }
+    }
+
+    /// Asks table rows to carry their objects when they are to be sorted by them.
+    fn table_query<'a>(&self, q: &[(&'a str, String)]) -> Vec<(&'a str, String)> {
+        let mut q = q.to_vec();
+        if self.sort_by.is_some() {
+            q.push(("includeObject", "Object".into()));
+        }
+        q
+    }
+
+    /// A Table's rows in `--sort-by`'s order.
+    fn sort_rows(&self, t: &mut Value) -> Result<()> {
+        static NONE: Value = Value::Null;
+        match t.get_mut("rows").and_then(Value::as_array_mut) {
+            Some(rows) => self.sort_objects(rows, |r| r.get("object").unwrap_or(&NONE)),
+            None => Ok(()),
+        }
+    }
+
+    /// Objects in `--sort-by`'s order; as kubectl, a path none of them has is an error (a
+    /// typo would otherwise print the list unsorted, as if it were).
+    fn sort_objects<T>(&self, items: &mut [T], object: impl Fn(&T) -> &Value) -> Result<()> {
+        let Some(key) = &self.sort_by else { return Ok(()) };
+        if !items.is_empty() && items.iter().all(|i| key.find(object(i)).is_empty()) {
+            bail!("couldn't find any field with path {:?} in the list of objects", key.text());
+        }
+        items.sort_by(|a, b| key.order(object(a), object(b)));
+        Ok(())
+    }
+}
+
 async fn get(
     client: &Client,
     ns: &str,
     args: &[String],
-    output: Option<Output>,
-    no_headers: bool,
+    how: Listing,
     selector: Option<String>,
     watch: bool,
 ) -> Result<()> {
@@ -716,7 +768,7 @@ async fn get(
     if watch {
         return match groups.as_slice() {
             [(rt, names)] if names.len() <= 1 => {
-                watch_get(client, ns, rt, names.first().map(String::as_str), &q, output, no_headers).await
+                watch_get(client, ns, rt, names.first().map(String::as_str), &q, &how).await
             }
             _ => Err(Usage(format!(
                 "watch is only supported on one object or one type's collection, not {:?}",
@@ -725,19 +777,9 @@ async fn get(
             .into()),
         };
     }
-    match output {
-        None | Some(Output::Wide) => {
-            let printer = || {
-                let p = print::TablePrinter::new(output == Some(Output::Wide));
-                if no_headers {
-                    p.without_header()
-                } else {
-                    p
-                }
-            };
-            get_tables(client, ns, &groups, &q, printer).await
-        }
-        Some(fmt) => get_objects(client, ns, &groups, &q, &fmt, no_headers).await,
+    match &how.output {
+        None | Some(Output::Wide) => get_tables(client, ns, &groups, &how.table_query(&q), &how).await,
+        Some(fmt) => get_objects(client, ns, &groups, &q, fmt, &how).await,
     }
 }
 
@@ -747,12 +789,12 @@ async fn get_tables(
     ns: &str,
     groups: &[(&'static ResourceType, Vec<String>)],
     q: &[(&str, String)],
-    printer: impl Fn() -> print::TablePrinter,
+    how: &Listing,
 ) -> Result<()> {
     let mut errors = Vec::new();
     let mut printed = false;
     for (rt, names) in groups {
-        let t = if names.is_empty() {
+        let mut t = if names.is_empty() {
             // One type that cannot be listed (a token without access to it) does not hide the
             // others' tables: its error comes at the end, as kubectl's does.
             let path = with_query(resource_path(rt.path_ref(), Some(ns), None), q);
@@ -766,7 +808,8 @@ async fn get_tables(
         } else {
             named_table(client, ns, rt, names, q, &mut errors).await?
         };
-        let text = printer().rows(&t);
+        how.sort_rows(&mut t)?;
+        let text = how.table_printer().rows(&t);
         if text.is_empty() {
             continue;
         }
@@ -822,7 +865,7 @@ async fn get_objects(
     groups: &[(&'static ResourceType, Vec<String>)],
     q: &[(&str, String)],
     fmt: &Output,
-    no_headers: bool,
+    how: &Listing,
 ) -> Result<()> {
     let mut errors = Vec::new();
     let mut items: Vec<(&'static ResourceType, Value)> = Vec::new();
@@ -853,16 +896,17 @@ async fn get_objects(
         }
     }
     let single = matches!(groups, [(_, names)] if names.len() == 1);
+    how.sort_objects(&mut items, |(_, o)| o)?;
     if let Output::CustomColumns(cols) = fmt {
         let objects: Vec<&Value> = items.iter().map(|(_, o)| o).collect();
         let printer = print::TablePrinter::new(false);
-        let mut printer = if no_headers { printer.without_header() } else { printer };
+        let mut printer = if how.no_headers { printer.without_header() } else { printer };
         print!("{}", printer.rows(&print::custom_table(cols, &objects)));
         if items.is_empty() && errors.is_empty() {
             eprintln!("No resources found.");
         }
     } else if single || *fmt == Output::Name {
-        let mut printer = print::ObjectPrinter::new(fmt.clone(), no_headers);
+        let mut printer = print::ObjectPrinter::new(fmt.clone(), how.no_headers);
         for (rt, o) in &items {
             print!("{}", printer.text(rt, o));
         }
@@ -894,19 +938,21 @@ async fn watch_get(
     rt: &'static ResourceType,
     name: Option<&str>,
     q: &[(&str, String)],
-    output: Option<Output>,
-    no_headers: bool,
+    how: &Listing,
 ) -> Result<()> {
     use std::io::Write;
     let path = with_query(resource_path(rt.path_ref(), Some(ns), name), q);
-    match output {
+    match &how.output {
         None | Some(Output::Wide) => {
-            let t = match name {
-                Some(_) => client.call(reqwest::Method::GET, &path, None, Some(TABLE_ACCEPT)).await?.into_result()?,
-                None => list_in_pages(client, &path, Some(TABLE_ACCEPT)).await?,
+            let listing = with_query(resource_path(rt.path_ref(), Some(ns), name), &how.table_query(q));
+            let mut t = match name {
+                Some(_) => {
+                    client.call(reqwest::Method::GET, &listing, None, Some(TABLE_ACCEPT)).await?.into_result()?
+                }
+                None => list_in_pages(client, &listing, Some(TABLE_ACCEPT)).await?,
             };
-            let printer = print::TablePrinter::new(output == Some(Output::Wide));
-            let mut printer = if no_headers { printer.without_header() } else { printer };
+            how.sort_rows(&mut t)?;
+            let mut printer = how.table_printer();
             let text = printer.rows(&t);
             if text.is_empty() {
                 eprintln!("No resources found.");
@@ -916,7 +962,7 @@ async fn watch_get(
             follow(client, rt, ns, name, q, &resource_version(&t), Some(TABLE_ACCEPT), |ev| printer.rows(ev)).await
         }
         Some(fmt) => {
-            let (objects, rv) = match name {
+            let (mut objects, rv) = match name {
                 Some(_) => {
                     let o = client.get(&path).await?.into_result()?;
                     let rv = resource_version(&o);
@@ -931,7 +977,8 @@ async fn watch_get(
                     }
                 }
             };
-            let mut printer = print::ObjectPrinter::new(fmt, no_headers);
+            how.sort_objects(&mut objects, |o| o)?;
+            let mut printer = print::ObjectPrinter::new(fmt.clone(), how.no_headers);
             for mut o in objects {
                 with_kind(rt, &mut o);
                 print!("{}", printer.text(rt, &o));
