@@ -959,6 +959,12 @@ async fn rollout_status_once_fails_on_a_render_failure_an_apply_leaves_standing(
     assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
     assert!(stderr.contains("70-worker-disks"), "the failure names the config at fault: {stderr}");
     assert!(!stdout.contains("waiting"), "{stdout}");
+    // A timeout shorter than the grace: the failure seen until then is the answer, not "could
+    // not tell".
+    let out = ctl(&c, &["rollout", "status", "mcp/worker", "--watch=false", "--timeout", "2"]);
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    assert!(stderr.contains("70-worker-disks") && !stderr.contains("could not tell"), "{stderr}");
 }
 
 /// A paused pool: the progress line says so (and not "canary"), the wait goes on until the

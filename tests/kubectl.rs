@@ -946,6 +946,8 @@ async fn aloftctl_templates_print_what_kubectls_print() {
         "{.items[0:2].metadata.name}".into(),
         "{.items[*]['metadata.name']}".into(),
         "{.kind}: {..currentConfig}".into(),
+        "{range .items}{.metadata.name};{end}".into(),
+        "{.items[-1:].metadata.name}{.items[1:1].metadata.name}".into(),
         "{.items[*].spec.nothing}".into(),
     ];
     for t in &templates {
@@ -975,6 +977,24 @@ async fn aloftctl_templates_print_what_kubectls_print() {
     let sorted = aloftctl(&["get", "nodes", "--no-headers", &by_state]);
     let names: Vec<&str> = sorted.lines().filter_map(|l| l.split_whitespace().next()).collect();
     assert_eq!(names, ["node-three", "n1", "n2"], "Degraded, Done, Working:\n{sorted}");
+    // Custom columns' headers are the user's, as given.
+    let args = [
+        "get",
+        "nodes",
+        "-o",
+        "custom-columns=name:.metadata.name,Zone:.metadata.labels.topology\\.kubernetes\\.io/zone",
+    ];
+    assert_eq!(aloftctl(&args), k.ok(&args), "{args:?}");
+    // An index out of bounds fails the template in both.
+    let args = ["get", "nodes", "-o", "jsonpath={.items[7].metadata.name}"];
+    assert!(k.fails(&args).contains("array index out of bounds: index 7, length 3"));
+    let out = std::process::Command::new(aloft_tests::bin("aloftctl"))
+        .args(args)
+        .env("ALOFT_KUBECONFIG", c.kubeconfig_path())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("array index out of bounds: index 7, length 3"), "{err}");
     // A path no object has is an error, in both.
     let args = ["get", "nodes", "-o", "name", "--sort-by=.spec.taints"];
     let want = "couldn't find any field with path \"{.spec.taints}\" in the list of objects";

@@ -57,7 +57,11 @@ const COUNTS: &[(&str, &str, &str)] = &[
     ("aloft_pool_machine_count", "machineCount", "Nodes in the pool"),
     ("aloft_pool_ready_machine_count", "readyMachineCount", "Nodes on the pool's config and Ready"),
     ("aloft_pool_updated_machine_count", "updatedMachineCount", "Nodes on the pool's config"),
-    ("aloft_pool_unavailable_machine_count", "unavailableMachineCount", "Nodes counted against maxUnavailable"),
+    (
+        "aloft_pool_unavailable_machine_count",
+        "unavailableMachineCount",
+        "Nodes unavailable as MCO counts them: not Ready, cordoned, updating, or with no config yet",
+    ),
     ("aloft_pool_degraded_machine_count", "degradedMachineCount", "Nodes that failed to update"),
 ];
 

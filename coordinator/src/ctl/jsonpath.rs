@@ -7,8 +7,9 @@
 //! templates.
 //!
 //! As `kubectl get` does by default (`--allow-missing-template-keys=true`), a path that finds
-//! nothing prints nothing. Strings print as they are; numbers, booleans, null, and (where kubectl
-//! prints Go's `map[...]`) objects and arrays as JSON, which reads back.
+//! nothing prints nothing; as kubectl's, an index out of an array's bounds, or an index or
+//! filter over what is no array, fails the template. Strings print as they are; numbers,
+//! booleans, null, objects and arrays as JSON, as kubectl's JSONPath prints them.
 
 use serde_json::Value;
 
@@ -23,6 +24,8 @@ pub enum Error {
     RangeWithoutEnd(String),
     #[error("bad JSONPath expression {expr:?}: {why}")]
     Syntax { expr: String, why: String },
+    #[error("error executing jsonpath {template:?}: {why}")]
+    Exec { template: String, why: String },
 }
 
 fn syntax(expr: &str, why: impl Into<String>) -> Error {
@@ -151,65 +154,73 @@ impl Template {
         &self.text
     }
 
-    /// The template's text for `obj`.
-    pub fn render(&self, obj: &Value) -> String {
+    /// The template's text for `obj`; an error where kubectl's execution fails (an index out
+    /// of an array's bounds, a filter or an index over what is not an array).
+    pub fn render(&self, obj: &Value) -> Result<String, Error> {
         let mut out = String::new();
-        render_parts(&self.parts, obj, obj, &mut out);
-        out
+        render_parts(&self.parts, obj, obj, &mut out).map_err(|why| self.failed(why))?;
+        Ok(out)
     }
 
     /// What a one-path template finds in `obj`, each as text; for custom columns.
-    pub fn values(&self, obj: &Value) -> Vec<String> {
-        self.find(obj).into_iter().map(text_of).collect()
+    pub fn values(&self, obj: &Value) -> Result<Vec<String>, Error> {
+        Ok(self.find(obj)?.into_iter().map(text_of).collect())
     }
 
     /// What a one-path template finds in `obj`.
-    pub fn find<'a>(&self, obj: &'a Value) -> Vec<&'a Value> {
+    pub fn find<'a>(&self, obj: &'a Value) -> Result<Vec<&'a Value>, Error> {
         let mut found = Vec::new();
         for p in &self.parts {
             if let Part::Path(path) = p {
-                found.extend(path.eval(obj, obj));
+                found.extend(path.eval(obj, obj).map_err(|why| self.failed(why))?);
             }
         }
-        found
+        Ok(found)
     }
 
-    /// `a` before `b` by what a one-path template finds in them, as kubectl's `--sort-by`:
-    /// numbers by value, strings (names, RFC 3339 times) as text, false before true, and an
-    /// object where it finds nothing first.
-    pub fn order(&self, a: &Value, b: &Value) -> std::cmp::Ordering {
-        use std::cmp::Ordering;
-        match (self.find(a).first(), self.find(b).first()) {
-            (None, None) => Ordering::Equal,
-            (None, Some(_)) => Ordering::Less,
-            (Some(_), None) => Ordering::Greater,
-            (Some(Value::Number(x)), Some(Value::Number(y))) => {
-                x.as_f64().zip(y.as_f64()).and_then(|(x, y)| x.partial_cmp(&y)).unwrap_or(Ordering::Equal)
-            }
-            (Some(Value::Bool(x)), Some(Value::Bool(y))) => x.cmp(y),
-            (Some(x), Some(y)) => text_of(x).cmp(&text_of(y)),
-        }
+    fn failed(&self, why: String) -> Error {
+        Error::Exec { template: self.text.clone(), why }
     }
 }
 
-fn render_parts(parts: &[Part], root: &Value, cur: &Value, out: &mut String) {
+/// `a` before `b` as kubectl's `--sort-by` orders what its path found in them (the first
+/// value): numbers by value, strings (names, RFC 3339 times) as text, false before true, and
+/// nothing found first.
+pub fn sort_order(a: Option<&Value>, b: Option<&Value>) -> std::cmp::Ordering {
+    use std::cmp::Ordering;
+    match (a, b) {
+        (None, None) => Ordering::Equal,
+        (None, Some(_)) => Ordering::Less,
+        (Some(_), None) => Ordering::Greater,
+        (Some(Value::Number(x)), Some(Value::Number(y))) => {
+            x.as_f64().zip(y.as_f64()).and_then(|(x, y)| x.partial_cmp(&y)).unwrap_or(Ordering::Equal)
+        }
+        (Some(Value::Bool(x)), Some(Value::Bool(y))) => x.cmp(y),
+        (Some(x), Some(y)) => text_of(x).cmp(&text_of(y)),
+    }
+}
+
+/// Why evaluating failed, as kubectl says it.
+type Failure = String;
+
+fn render_parts(parts: &[Part], root: &Value, cur: &Value, out: &mut String) -> Result<(), Failure> {
     for p in parts {
         match p {
             Part::Text(t) => out.push_str(t),
             Part::Path(path) => {
-                let texts: Vec<String> = path.eval(root, cur).into_iter().map(text_of).collect();
+                let texts: Vec<String> = path.eval(root, cur)?.into_iter().map(text_of).collect();
                 out.push_str(&texts.join(" "));
             }
+            // Each value the path finds, as kubectl's: `{range .items}` is the list once,
+            // `{range .items[*]}` each item.
             Part::Range(path, body) => {
-                for v in path.eval(root, cur) {
-                    match v {
-                        Value::Array(items) => items.iter().for_each(|item| render_parts(body, root, item, out)),
-                        v => render_parts(body, root, v, out),
-                    }
+                for v in path.eval(root, cur)? {
+                    render_parts(body, root, v, out)?;
                 }
             }
         }
     }
+    Ok(())
 }
 
 fn text_of(v: &Value) -> String {
@@ -310,16 +321,28 @@ impl Path {
         Ok(Path { start, steps })
     }
 
-    fn eval<'a>(&self, root: &'a Value, cur: &'a Value) -> Vec<&'a Value> {
+    fn eval<'a>(&self, root: &'a Value, cur: &'a Value) -> Result<Vec<&'a Value>, Failure> {
         let mut at = vec![if self.start == Start::Root { root } else { cur }];
         for step in &self.steps {
-            at = match step {
+            let mut next = Vec::new();
+            match step {
                 // As kubectl's: each member of a union over every value found so far, in turn.
-                Step::Union(keys) => keys.iter().flat_map(|k| at.iter().flat_map(move |v| k.select(v))).collect(),
-                step => at.into_iter().flat_map(|v| select(step, root, v)).collect(),
-            };
+                Step::Union(keys) => {
+                    for k in keys {
+                        for v in &at {
+                            next.extend(k.select(v)?);
+                        }
+                    }
+                }
+                step => {
+                    for v in at {
+                        next.extend(select(step, root, v)?);
+                    }
+                }
+            }
+            at = next;
         }
-        at
+        Ok(at)
     }
 }
 
@@ -366,8 +389,8 @@ fn bracket(expr: &str, inner: &str) -> Result<Step, Error> {
             s.parse().map(Some).map_err(|_| syntax(expr, format!("{s:?} is not a number")))
         };
         let step = bounds.get(2).map(|s| num(s)).transpose()?.flatten();
-        if step == Some(0) {
-            return Err(syntax(expr, "a slice's step cannot be 0"));
+        if step.is_some_and(|s| s <= 0) {
+            return Err(syntax(expr, "a slice's step must be > 0"));
         }
         return Ok(Step::Slice(num(bounds[0])?, num(bounds[1])?, step));
     }
@@ -413,12 +436,18 @@ impl Filter {
         while i < f.len() {
             let rest = &f[i..];
             let skip = match rest.chars().next() {
-                Some(q @ ('"' | '\'')) => closing(&rest[1..], q).map_or(rest.len(), |n| n + 2),
+                // A quoted literal is skipped whole, to its closing quote.
+                Some(q @ ('"' | '\'')) => rest[1..].find(q).map_or(rest.len(), |n| n + 2),
                 Some('[') => closing(&rest[1..], ']').map_or(rest.len(), |n| n + 2),
                 Some(c) => {
                     if let Some((op, cmp)) = OPS.iter().find(|(op, _)| rest.starts_with(op)) {
                         found = Some((i, op.len(), *cmp));
                         break;
+                    }
+                    if c == '=' {
+                        // `@.a="b"`, a common slip: kubectl refuses it too, rather than match
+                        // nothing.
+                        return Err(syntax(expr, "unrecognized filter operator = (== compares)"));
                     }
                     c.len_utf8()
                 }
@@ -448,17 +477,17 @@ impl Filter {
         }
     }
 
-    fn holds(&self, root: &Value, item: &Value) -> bool {
-        let values = |o: &Operand| -> Vec<Value> {
-            match o {
-                Operand::Path(p) => p.eval(root, item).into_iter().cloned().collect(),
+    fn holds(&self, root: &Value, item: &Value) -> Result<bool, Failure> {
+        let values = |o: &Operand| -> Result<Vec<Value>, Failure> {
+            Ok(match o {
+                Operand::Path(p) => p.eval(root, item)?.into_iter().cloned().collect(),
                 Operand::Literal(v) => vec![v.clone()],
-            }
+            })
         };
-        let left = values(&self.left);
-        let Some((cmp, right)) = &self.cmp else { return !left.is_empty() };
-        let right = values(right);
-        left.iter().any(|l| right.iter().any(|r| compare(*cmp, l, r)))
+        let left = values(&self.left)?;
+        let Some((cmp, right)) = &self.cmp else { return Ok(!left.is_empty()) };
+        let right = values(right)?;
+        Ok(left.iter().any(|l| right.iter().any(|r| compare(*cmp, l, r))))
     }
 }
 
@@ -480,8 +509,8 @@ fn compare(cmp: Cmp, l: &Value, r: &Value) -> bool {
     }
 }
 
-fn select<'a>(step: &Step, root: &'a Value, v: &'a Value) -> Vec<&'a Value> {
-    match step {
+fn select<'a>(step: &Step, root: &'a Value, v: &'a Value) -> Result<Vec<&'a Value>, Failure> {
+    Ok(match step {
         Step::Field(name) => v.get(name.as_str()).into_iter().collect(),
         Step::Wildcard => match v {
             Value::Object(m) => m.values().collect(),
@@ -493,24 +522,59 @@ fn select<'a>(step: &Step, root: &'a Value, v: &'a Value) -> Vec<&'a Value> {
             descend(v, &mut all);
             all
         }
-        Step::Union(keys) => keys.iter().flat_map(|k| k.select(v)).collect(),
+        Step::Union(keys) => {
+            let mut found = Vec::new();
+            for k in keys {
+                found.extend(k.select(v)?);
+            }
+            found
+        }
         Step::Slice(start, end, step) => match v {
-            Value::Array(a) => slice(a.len(), *start, *end, step.unwrap_or(1)).into_iter().map(|i| &a[i]).collect(),
-            _ => Vec::new(),
+            Value::Null => Vec::new(),
+            Value::Array(a) => {
+                slice(a.len(), *start, *end)?.step_by(step.unwrap_or(1) as usize).map(|i| &a[i]).collect()
+            }
+            v => return Err(format!("{} is not an array", kind_of(v))),
         },
         Step::Filter(f) => match v {
-            Value::Array(a) => a.iter().filter(|item| f.holds(root, item)).collect(),
-            _ => Vec::new(),
+            Value::Null => Vec::new(),
+            Value::Array(a) => {
+                let mut kept = Vec::new();
+                for item in a {
+                    if f.holds(root, item)? {
+                        kept.push(item);
+                    }
+                }
+                kept
+            }
+            v => return Err(format!("{} is not an array and cannot be filtered", kind_of(v))),
         },
+    })
+}
+
+/// What a JSON value is, for errors.
+fn kind_of(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
     }
 }
 
 impl Key {
-    fn select<'a>(&self, v: &'a Value) -> Option<&'a Value> {
+    fn select<'a>(&self, v: &'a Value) -> Result<Option<&'a Value>, Failure> {
         match (self, v) {
-            (Key::Fields(fields), v) => fields.iter().try_fold(v, |v, f| v.get(f.as_str())),
-            (Key::Index(i), Value::Array(a)) => index(a.len(), *i).map(|i| &a[i]),
-            _ => None,
+            (Key::Fields(fields), v) => Ok(fields.iter().try_fold(v, |v, f| v.get(f.as_str()))),
+            (Key::Index(_), Value::Null) => Ok(None),
+            (Key::Index(i), Value::Array(a)) => {
+                // `[i]` is `[i:i+1]`, and `[-1]` the last one: to the end.
+                let end = (*i != -1).then(|| i.saturating_add(1));
+                Ok(slice(a.len(), Some(*i), end)?.next().map(|i| &a[i]))
+            }
+            (Key::Index(_), v) => Err(format!("{} is not an array", kind_of(v))),
         }
     }
 }
@@ -524,28 +588,27 @@ fn descend<'a>(v: &'a Value, all: &mut Vec<&'a Value>) {
     }
 }
 
-/// An index from the end when negative, as kubectl's (no wrapping past the start).
-fn index(len: usize, i: i64) -> Option<usize> {
-    let i = if i < 0 { len as i64 + i } else { i };
-    (0..len as i64).contains(&i).then_some(i as usize)
-}
-
-fn slice(len: usize, start: Option<i64>, end: Option<i64>, step: i64) -> Vec<usize> {
+/// The indexes `[start:end]` takes of an array of `len`, as kubectl's: a negative bound counts
+/// from the end (`[-1]` is the last), a bound out of the array is an error (no clamping), and
+/// an empty range is nothing.
+fn slice(len: usize, start: Option<i64>, end: Option<i64>) -> Result<std::ops::Range<usize>, Failure> {
     let n = len as i64;
-    let clamp = |i: i64, lo: i64, hi: i64| (if i < 0 { n + i } else { i }).clamp(lo, hi);
-    if step > 0 {
-        let (s, e) = (start.map_or(0, |s| clamp(s, 0, n)), end.map_or(n, |e| clamp(e, 0, n)));
-        (s..e).step_by(step as usize).map(|i| i as usize).collect()
-    } else {
-        let (s, e) = (start.map_or(n - 1, |s| clamp(s, -1, n - 1)), end.map_or(-1, |e| clamp(e, -1, n - 1)));
-        let mut out = Vec::new();
-        let mut i = s;
-        while i > e {
-            out.push(i as usize);
-            i += step;
-        }
-        out
+    let from_end = |i: i64| if i < 0 { i.saturating_add(n) } else { i };
+    let s = from_end(start.unwrap_or(0));
+    let e = end.map_or(n, from_end);
+    if s == e {
+        return Ok(0..0);
     }
+    if !(0..n).contains(&s) {
+        return Err(format!("array index out of bounds: index {s}, length {len}"));
+    }
+    if !(0..=n).contains(&e) {
+        return Err(format!("array index out of bounds: index {}, length {len}", e - 1));
+    }
+    if s > e {
+        return Err(format!("starting index {s} is greater than ending index {e}"));
+    }
+    Ok(s as usize..e as usize)
 }
 
 #[cfg(test)]
@@ -569,7 +632,7 @@ mod tests {
     }
 
     fn render(t: &str, v: &Value) -> String {
-        Template::parse(t).unwrap_or_else(|e| panic!("{t}: {e}")).render(v)
+        Template::parse(t).and_then(|t| t.render(v)).unwrap_or_else(|e| panic!("{t}: {e}"))
     }
 
     /// Every row of kubectl's documented function table gives kubectl's result (objects as JSON
@@ -615,8 +678,9 @@ mod tests {
         assert_eq!(render("{.status.conditions[?(@.type)].type}", &pool), "Updated Updating");
         assert_eq!(render("{.status.conditions[*].type}", &pool), "Updated Updating");
         assert_eq!(render("{.status.conditions[0,1].status}", &pool), "False True");
-        assert_eq!(render("{.status.conditions[::-1].type}", &pool), "Updating Updated");
-        assert_eq!(render("{.status.conditions[5].type}", &pool), "", "out of range finds nothing");
+        assert_eq!(render("{.status.conditions[0:2:2].type}", &pool), "Updated");
+        assert_eq!(render("{.status.conditions[-1].type} {.status.conditions[0:-1].type}", &pool), "Updating Updated");
+        assert_eq!(render("{.status.conditions[1:1].type}", &pool), "", "an empty range is nothing");
         assert_eq!(render("{.status.nothing.here}", &pool), "", "missing finds nothing, as kubectl's default");
         assert_eq!(
             render(r#"{.metadata.labels.pools\.operator\.machineconfiguration\.openshift\.io/worker}"#, &pool),
@@ -634,11 +698,36 @@ mod tests {
         assert_eq!(render(t, &list), "a=Done\nb=Working\n");
         assert_eq!(render("{.items[?(@.n>2)].metadata.name}", &list), "b");
         assert_eq!(render("{.items[?(@.n<=1)].metadata.name}", &list), "a");
+        // A literal on the left, holding what reads as an operator.
+        assert_eq!(render(r#"{.items[?("a==b"!=@.metadata.name)].n}"#, &list), "1 5");
+        assert_eq!(render(r#"{.items[?('Working'==@.metadata.annotations.*)].n}"#, &list), "5");
         // `$` inside a range is the object printed, `@` and bare paths the element.
         assert_eq!(render("{range .items[*]}{$.items[0].n}{@.n}{end}", &list), "1115");
-        // Nested ranges, and a range over an array given whole.
-        let t = "{range .items}{.metadata.name}:{range .metadata.annotations.*}{@};{end}{end}";
+        // Nested ranges; a range over the array itself runs once, with the array.
+        let t = "{range .items[*]}{.metadata.name}:{range .metadata.annotations.*}{@};{end}{end}";
         assert_eq!(render(t, &list), "a:Done;b:Working;");
+        assert_eq!(render("{range .items}{.metadata.name};{end}", &list), ";");
+        assert_eq!(render("{range .items}{[*].n};{end}", &list), "1 5;");
+    }
+
+    /// Where kubectl's execution fails, so does this, saying why: an index out of the array
+    /// (no clamping), a range that runs backwards, an index or filter on what is no array.
+    #[test]
+    fn what_kubectl_cannot_execute_is_an_error() {
+        let v = json!({"list": [1, 2], "obj": {"a": 1}, "none": null});
+        for (t, want) in [
+            ("{.list[5]}", "array index out of bounds: index 5, length 2"),
+            ("{.list[-3]}", "array index out of bounds: index -1, length 2"),
+            ("{.list[0:5]}", "array index out of bounds: index 4, length 2"),
+            ("{.list[1:0]}", "starting index 1 is greater than ending index 0"),
+            ("{.obj[0]}", "an object is not an array"),
+            ("{.obj[?(@.a)]}", "an object is not an array and cannot be filtered"),
+        ] {
+            let err = Template::parse(t).unwrap().render(&v).unwrap_err().to_string();
+            assert!(err.contains(want) && err.contains(&format!("error executing jsonpath {t:?}")), "{t}: {err}");
+        }
+        // Null is nothing to index or filter, and nothing found is nothing printed.
+        assert_eq!(render("{.none[0]}{.none[?(@.a)]}{.missing[3]}", &v), "");
     }
 
     /// Bad templates are refused with what is wrong, before anything is asked of the server.
@@ -651,7 +740,9 @@ mod tests {
             ("{.items[}", "unclosed action"),
             ("{.items[0}]}", "\"0}\" is not an index"),
             ("{.items[abc]}", "\"abc\" is not an index or a quoted name"),
-            ("{.items[1:2:0]}", "step cannot be 0"),
+            ("{.items[1:2:0]}", "step must be > 0"),
+            ("{.items[::-1]}", "step must be > 0"),
+            (r#"{.items[?(@.a="b")]}"#, "unrecognized filter operator ="),
             ("{.items[?(@.a==)]}", "is neither a path"),
             ("{.items[?@.a]}", "a filter is `[?(...)]`"),
             ("{.a.}x{.b..}", ""),
@@ -670,11 +761,11 @@ mod tests {
         let v = json!({"metadata": {"name": "n1", "annotations": {"a.b/c": "x"}}, "list": [1, 2]});
         for e in ["metadata.name", ".metadata.name", "{.metadata.name}", "{metadata.name}"] {
             let t = Template::parse_relaxed(e).unwrap();
-            assert_eq!((t.values(&v), t.text()), (vec!["n1".to_string()], "{.metadata.name}"), "{e}");
+            assert_eq!((t.values(&v).unwrap(), t.text()), (vec!["n1".to_string()], "{.metadata.name}"), "{e}");
         }
-        assert_eq!(Template::parse_relaxed(r"metadata.annotations.a\.b/c").unwrap().values(&v), vec!["x"]);
-        assert_eq!(Template::parse_relaxed(".list[*]").unwrap().values(&v), vec!["1", "2"]);
-        assert!(Template::parse_relaxed(".missing").unwrap().values(&v).is_empty());
+        assert_eq!(Template::parse_relaxed(r"metadata.annotations.a\.b/c").unwrap().values(&v), Ok(vec!["x".into()]));
+        assert_eq!(Template::parse_relaxed(".list[*]").unwrap().values(&v), Ok(vec!["1".into(), "2".into()]));
+        assert_eq!(Template::parse_relaxed(".missing").unwrap().values(&v), Ok(vec![]));
     }
 
     #[test]
@@ -687,7 +778,7 @@ mod tests {
         ];
         let by = |e: &str, items: &mut Vec<Value>| {
             let t = Template::parse_relaxed(e).unwrap();
-            items.sort_by(|a, b| t.order(a, b));
+            items.sort_by(|a, b| sort_order(t.find(a).unwrap().first().copied(), t.find(b).unwrap().first().copied()));
             items.iter().map(|i| i["n"].as_str().unwrap().to_string()).collect::<Vec<_>>().join(" ")
         };
         assert_eq!(by(".count", &mut items), "c a a2 b", "numbers by value (10 after 9.5), none first");

@@ -700,6 +700,24 @@ fn resource_version(v: &Value) -> String {
     v.pointer("/metadata/resourceVersion").and_then(Value::as_str).unwrap_or("0").to_string()
 }
 
+/// What `--sort-by` found in an object, ordered as [`jsonpath::sort_order`] orders it.
+#[derive(PartialEq)]
+struct SortKey(Option<Value>);
+
+impl Eq for SortKey {}
+
+impl Ord for SortKey {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        jsonpath::sort_order(self.0.as_ref(), other.0.as_ref())
+    }
+}
+
+impl PartialOrd for SortKey {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
 /// How `get` prints what it reads.
 struct Listing {
     output: Option<Output>,
@@ -739,10 +757,17 @@ impl Listing {
     /// typo would otherwise print the list unsorted, as if it were).
     fn sort_objects<T>(&self, items: &mut [T], object: impl Fn(&T) -> &Value) -> Result<()> {
         let Some(key) = &self.sort_by else { return Ok(()) };
-        if !items.is_empty() && items.iter().all(|i| key.find(object(i)).is_empty()) {
+        let mut found_any = false;
+        for item in items.iter() {
+            found_any |= !key.find(object(item))?.is_empty();
+        }
+        if !items.is_empty() && !found_any {
             bail!("couldn't find any field with path {:?} in the list of objects", key.text());
         }
-        items.sort_by(|a, b| key.order(object(a), object(b)));
+        // Stable: objects with equal keys keep the server's order.
+        items.sort_by_cached_key(|item| {
+            SortKey(key.find(object(item)).ok().and_then(|found| found.first().map(|v| Value::clone(v))))
+        });
         Ok(())
     }
 }
@@ -899,23 +924,23 @@ async fn get_objects(
     how.sort_objects(&mut items, |(_, o)| o)?;
     if let Output::CustomColumns(cols) = fmt {
         let objects: Vec<&Value> = items.iter().map(|(_, o)| o).collect();
-        let printer = print::TablePrinter::new(false);
+        let printer = print::TablePrinter::new(false).headers_as_given();
         let mut printer = if how.no_headers { printer.without_header() } else { printer };
-        print!("{}", printer.rows(&print::custom_table(cols, &objects)));
+        print!("{}", printer.rows(&print::custom_table(cols, &objects)?));
         if items.is_empty() && errors.is_empty() {
             eprintln!("No resources found.");
         }
     } else if single || *fmt == Output::Name {
         let mut printer = print::ObjectPrinter::new(fmt.clone(), how.no_headers);
         for (rt, o) in &items {
-            print!("{}", printer.text(rt, o));
+            print!("{}", printer.text(rt, o)?);
         }
     } else if !items.is_empty() || errors.is_empty() {
         let items: Vec<Value> = items.into_iter().map(|(_, o)| o).collect();
         let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": items});
         match fmt {
             Output::Json => print!("{}", print::json(&list)),
-            Output::JsonPath(t) => print!("{}", print::term_safe(&t.render(&list))),
+            Output::JsonPath(t) => print!("{}", print::term_safe(&t.render(&list)?)),
             _ => print!("{}", print::yaml_document(&list)),
         }
     }
@@ -959,7 +984,7 @@ async fn watch_get(
             }
             print!("{text}");
             std::io::stdout().flush()?;
-            follow(client, rt, ns, name, q, &resource_version(&t), Some(TABLE_ACCEPT), |ev| printer.rows(ev)).await
+            follow(client, rt, ns, name, q, &resource_version(&t), Some(TABLE_ACCEPT), |ev| Ok(printer.rows(ev))).await
         }
         Some(fmt) => {
             let (mut objects, rv) = match name {
@@ -981,10 +1006,10 @@ async fn watch_get(
             let mut printer = print::ObjectPrinter::new(fmt.clone(), how.no_headers);
             for mut o in objects {
                 with_kind(rt, &mut o);
-                print!("{}", printer.text(rt, &o));
+                print!("{}", printer.text(rt, &o)?);
             }
             std::io::stdout().flush()?;
-            follow(client, rt, ns, name, q, &rv, None, |o| printer.text(rt, o)).await
+            follow(client, rt, ns, name, q, &rv, None, |o| Ok(printer.text(rt, o)?)).await
         }
     }
 }
@@ -1000,7 +1025,7 @@ async fn follow(
     q: &[(&str, String)],
     rv: &str,
     accept: Option<&str>,
-    mut show: impl FnMut(&Value) -> String,
+    mut show: impl FnMut(&Value) -> Result<String>,
 ) -> Result<()> {
     use futures::StreamExt;
     use std::io::Write;
@@ -1036,7 +1061,7 @@ async fn follow(
                 if let Some(r) = obj.pointer("/metadata/resourceVersion").and_then(Value::as_str) {
                     rv = r.to_string();
                 }
-                print!("{}", show(&obj));
+                print!("{}", show(&obj)?);
                 std::io::stdout().flush()?;
             }
         }
@@ -1593,8 +1618,9 @@ enum Progress {
     Waiting(String, Option<String>),
     /// A failure the pool shows that a change just made may have made stale, within
     /// [`STALE_GRACE`]: waited through as [`Progress::Waiting`] (the same line and reason),
-    /// and not taken as where the rollout stands by a `--watch=false` look.
-    Settling(String, Option<String>),
+    /// and not taken as where the rollout stands by a `--watch=false` look until the grace or
+    /// the timeout ends (then the failure, the third field, is).
+    Settling(String, Option<String>, String),
     Done(String),
     Failed(String),
 }
@@ -1647,7 +1673,7 @@ async fn degraded_elsewhere(client: &Client, pool: &Value, target: &str) -> Resu
     let mut names = Vec::new();
     for &i in members.get(&this.metadata.name).into_iter().flatten() {
         let facts = NodeFacts::of(&nodes[i]);
-        if !facts.degraded() {
+        if !facts.status_degraded() {
             continue;
         }
         let elsewhere = facts.drain_failure.is_empty()
@@ -1768,7 +1794,7 @@ async fn pool_progress(
                         gone.join(", ")
                     ),
                 };
-                return Ok(Progress::Settling(format!("pool {name}: {why}"), Some(why)));
+                return Ok(Progress::Settling(format!("pool {name}: {why}"), Some(why), f.clone()));
             }
             return Ok(Progress::Failed(f.clone()));
         }
@@ -1794,7 +1820,7 @@ async fn pool_progress(
                         crate::controllers::pick::names_text(&nodes),
                         if nodes.len() == 1 { "it failed" } else { "they failed" }
                     );
-                    return Ok(Progress::Settling(format!("pool {name}: {why}"), Some(why)));
+                    return Ok(Progress::Settling(format!("pool {name}: {why}"), Some(why), f));
                 }
             }
         }
@@ -2065,6 +2091,8 @@ async fn rollout_status(
     // What the pool's status last said holds it back.
     let mut held: Option<String> = None;
     let mut grace = Grace::default();
+    // With --watch=false, the failure last seen within its grace.
+    let mut stale_failure: Option<String> = None;
     // Whether the coordinator has answered at all: requests that reach none for
     // FIRST_CONTACT_GRACE from the start are a setup mistake (a wrong address, a CA the server's
     // certificate does not match), not a restart to wait out for an hour; the grace covers a
@@ -2129,16 +2157,31 @@ async fn rollout_status(
             // within the timeout: said as waiting, it read as a rollout going on (exit 0) where
             // the pool had failed.
             let settled_by = |d: Option<Instant>| d.is_some_and(|d| Instant::now() >= d);
-            match progress.unwrap_or_else(|| Err(no_answer())) {
-                Ok(Progress::Settling(line, _)) if !settled_by(deadline) => {
+            match progress {
+                Some(Ok(Progress::Settling(line, _, failure))) => {
+                    if settled_by(deadline) {
+                        bail!("{failure}");
+                    }
                     tracing::debug!(%line, "a failure that may be stale; looking again");
+                    stale_failure = Some(failure);
                 }
-                Ok(Progress::Done(line) | Progress::Waiting(line, _) | Progress::Settling(line, _)) => {
+                Some(Ok(Progress::Done(line) | Progress::Waiting(line, _))) => {
                     println!("{}", print::term_safe(&line));
                     return Ok(());
                 }
-                Ok(Progress::Failed(why)) => bail!("{why}"),
-                Err(e) => bail!("could not tell whether pool {name} is updated: {e}"),
+                Some(Ok(Progress::Failed(why))) => bail!("{why}"),
+                other => {
+                    // Cut at the timeout (or no answer) while a failure was being looked at
+                    // again: it stood until then, and is the answer.
+                    if let Some(failure) = stale_failure {
+                        bail!("{failure}");
+                    }
+                    let e = match other {
+                        Some(Err(e)) => e,
+                        _ => no_answer(),
+                    };
+                    bail!("could not tell whether pool {name} is updated: {e}")
+                }
             }
             tokio::time::sleep(std::time::Duration::from_millis(300)).await;
             continue;
@@ -2181,7 +2224,7 @@ async fn rollout_status(
                     end_line(&last);
                     bail!("{why}");
                 }
-                Progress::Waiting(line, why) | Progress::Settling(line, why) if line != last && !line.is_empty() => {
+                Progress::Waiting(line, why) | Progress::Settling(line, why, _) if line != last && !line.is_empty() => {
                     held = why;
                     let shown = print::term_safe(&line);
                     if interactive {
@@ -2195,7 +2238,7 @@ async fn rollout_status(
                     std::io::stdout().flush()?;
                     last = line;
                 }
-                Progress::Waiting(_, why) | Progress::Settling(_, why) => {
+                Progress::Waiting(_, why) | Progress::Settling(_, why, _) => {
                     if unreachable.is_none() {
                         held = why;
                     }

@@ -40,7 +40,7 @@ impl Output {
                 _ => Err(format!("unknown output format {value:?}; one of {OUTPUT_FORMATS}")),
             },
             Some(("jsonpath", t)) => template(t).map(Output::JsonPath),
-            Some(("jsonpath-file", f)) => template(read(f)?.trim_end_matches('\n')).map(Output::JsonPath),
+            Some(("jsonpath-file", f)) => template(&read(f)?).map(Output::JsonPath),
             Some(("custom-columns", spec)) => custom_columns(spec).map(Output::CustomColumns),
             Some(("custom-columns-file", f)) => custom_columns_file(&read(f)?).map(Output::CustomColumns),
             Some((other, _)) => Err(format!("unknown output format {other:?}; one of {OUTPUT_FORMATS}")),
@@ -66,10 +66,10 @@ fn custom_columns(spec: &str) -> Result<Vec<(String, Template)>, String> {
 }
 
 /// kubectl's column file: the headers on its first line, their paths on the second, each
-/// separated by blanks.
+/// separated by blanks (what follows is not read).
 fn custom_columns_file(text: &str) -> Result<Vec<(String, Template)>, String> {
-    let mut lines = text.lines().filter(|l| !l.trim().is_empty());
-    let (Some(headers), Some(paths), None) = (lines.next(), lines.next(), lines.next()) else {
+    let mut lines = text.lines();
+    let (Some(headers), Some(paths)) = (lines.next(), lines.next()) else {
         return Err("a custom-columns file has two lines: the headers, then their paths".into());
     };
     let (headers, paths): (Vec<&str>, Vec<&str>) =
@@ -87,24 +87,21 @@ fn custom_columns_file(text: &str) -> Result<Vec<(String, Template)>, String> {
         .collect()
 }
 
-/// A Table of `columns` over `objects`, for [`TablePrinter`]: what a column finds, joined by
-/// commas, or `<none>`, as kubectl's custom columns print it.
-pub fn custom_table(columns: &[(String, Template)], objects: &[&Value]) -> Value {
+/// A Table of `columns` over `objects`, for a [`TablePrinter`] that keeps the headers as
+/// given: what a column finds, joined by commas, or `<none>`, as kubectl's custom columns print
+/// it (objects and arrays as JSON, where kubectl prints Go's `map[...]`).
+pub fn custom_table(columns: &[(String, Template)], objects: &[&Value]) -> Result<Value, super::jsonpath::Error> {
     let defs: Vec<Value> = columns.iter().map(|(h, _)| serde_json::json!({"name": h})).collect();
-    let rows: Vec<Value> = objects
-        .iter()
-        .map(|o| {
-            let cells: Vec<String> = columns
-                .iter()
-                .map(|(_, t)| match t.values(o) {
-                    v if v.is_empty() => "<none>".to_string(),
-                    v => v.join(","),
-                })
-                .collect();
-            serde_json::json!({"cells": cells})
-        })
-        .collect();
-    serde_json::json!({"columnDefinitions": defs, "rows": rows})
+    let mut rows = Vec::with_capacity(objects.len());
+    for o in objects {
+        let mut cells = Vec::with_capacity(columns.len());
+        for (_, t) in columns {
+            let found = t.values(o)?;
+            cells.push(if found.is_empty() { "<none>".to_string() } else { found.join(",") });
+        }
+        rows.push(serde_json::json!({"cells": cells}));
+    }
+    Ok(serde_json::json!({"columnDefinitions": defs, "rows": rows}))
 }
 
 /// A table printed in parts: a listing, then a row per watch event. kube-apiserver sends a
@@ -114,6 +111,8 @@ pub fn custom_table(columns: &[(String, Template)], objects: &[&Value]) -> Value
 #[derive(Debug, Default)]
 pub struct TablePrinter {
     wide: bool,
+    /// Headers as given (custom columns), not upper-cased as a server's Table's are.
+    as_given: bool,
     /// The names of the columns shown (priority 0, or all with `wide`) and their indexes.
     columns: Vec<(usize, String)>,
     widths: Vec<usize>,
@@ -129,6 +128,13 @@ impl TablePrinter {
     /// Rows only (`--no-headers`), for scripts.
     pub fn without_header(mut self) -> Self {
         self.headed = true;
+        self
+    }
+
+    /// Headers as the columns name them: custom columns' are the user's, and kubectl prints
+    /// `name:.metadata.name` under `name`.
+    pub fn headers_as_given(mut self) -> Self {
+        self.as_given = true;
         self
     }
 
@@ -170,7 +176,10 @@ impl TablePrinter {
             .iter()
             .enumerate()
             .filter(|(_, d)| self.wide || d.get("priority").and_then(Value::as_u64).unwrap_or(0) == 0)
-            .map(|(i, d)| (i, d.get("name").and_then(Value::as_str).unwrap_or("").to_ascii_uppercase()))
+            .map(|(i, d)| {
+                let name = d.get("name").and_then(Value::as_str).unwrap_or("");
+                (i, if self.as_given { name.to_string() } else { name.to_ascii_uppercase() })
+            })
             .collect();
         if columns != self.columns {
             self.columns = columns;
@@ -256,29 +265,31 @@ pub struct ObjectPrinter {
 impl ObjectPrinter {
     /// `no_headers`: custom columns without their header.
     pub fn new(fmt: Output, no_headers: bool) -> Self {
-        let table = if no_headers { TablePrinter::new(false).without_header() } else { TablePrinter::new(false) };
+        let table = TablePrinter::new(false).headers_as_given();
+        let table = if no_headers { table.without_header() } else { table };
         ObjectPrinter { fmt, printed: 0, table }
     }
 
-    /// The text of `obj`, an object of type `rt`.
-    pub fn text(&mut self, rt: &ResourceType, obj: &Value) -> String {
+    /// The text of `obj`, an object of type `rt`; an error where a template cannot be executed
+    /// on it.
+    pub fn text(&mut self, rt: &ResourceType, obj: &Value) -> Result<String, super::jsonpath::Error> {
         let first = self.printed == 0;
         self.printed += 1;
-        match &self.fmt {
+        Ok(match &self.fmt {
             Output::Yaml if first => yaml_document(obj),
             Output::Yaml => format!("---\n{}", yaml_document(obj)),
             Output::Json => json(obj),
             // What the template writes, as it writes it (kubectl adds no newline either), with
             // the terminal's controls shown: a node's agent writes what it may print.
-            Output::JsonPath(t) => term_safe(&t.render(obj)).into_owned(),
-            Output::CustomColumns(cols) => self.table.rows(&custom_table(cols, &[obj])),
+            Output::JsonPath(t) => term_safe(&t.render(obj)?).into_owned(),
+            Output::CustomColumns(cols) => self.table.rows(&custom_table(cols, &[obj])?),
             // Wide is a table: it never comes here; a name is what it would show of an object.
             Output::Name | Output::Wide => format!(
                 "{}/{}\n",
                 rt.singular_qualified(),
                 obj.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("")
             ),
-        }
+        })
     }
 }
 
