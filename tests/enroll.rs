@@ -162,6 +162,36 @@ async fn nodes_are_confined_to_their_own_objects() {
 /// secret key. Refused with 403 naming the label and the command that makes a token for it;
 /// nothing is created (no Node, no credential), and an existing Node is not relabelled. The
 /// labels a host says of itself, and others' labels, are always allowed.
+/// A node's credential holds 16 watches at once at most (its agent keeps one): the 17th is a
+/// 429 naming the limit, and one closed makes room again. An admin's watches are not counted.
+/// Before, a host taken over could open any number, each holding memory on the coordinator.
+#[tokio::test]
+async fn a_node_credential_holds_a_bounded_number_of_watches() {
+    let c = Coordinator::start();
+    let bootstrap = c.create_token("fleet", "bootstrap");
+    let (code, a) = enroll(&c, &bootstrap, "node-a").await;
+    assert_eq!(code, 201, "{a}");
+    let node_a = c.client_with_token(Some(a["token"].as_str().unwrap()));
+    let own = format!("{NODES}?watch=true&fieldSelector=metadata.name%3Dnode-a");
+    let mut open = Vec::new();
+    for i in 0..16 {
+        open.push(node_a.watch(&own, None).await.unwrap_or_else(|e| panic!("watch {i}: {e:#}")));
+    }
+    let err = match node_a.watch(&own, None).await {
+        Ok(_) => panic!("a 17th watch was served"),
+        Err(e) => format!("{e:#}"),
+    };
+    assert!(err.contains("node node-a has 16 watches open already"), "{err}");
+    // An admin's are not counted against the node's.
+    let _admin = c.client().watch(&own, None).await.unwrap();
+    // One closed: room again, once the coordinator has seen the stream end.
+    open.pop();
+    aloft_tests::eventually(std::time::Duration::from_secs(10), "a watch to be served again", || async {
+        Ok(node_a.watch(&own, None).await.ok())
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn a_bootstrap_token_gives_only_the_pool_labels_it_allows() {
     let c = Coordinator::start();

@@ -80,6 +80,18 @@ impl Presence {
         Open { presence: self.clone(), node: node.to_string() }
     }
 
+    /// [`Presence::open`], unless `node` has `most` watches open already: then None, and
+    /// nothing counted.
+    pub fn open_within(self: &Arc<Self>, node: &str, most: usize) -> Option<Open> {
+        let mut seen = self.lock();
+        let s = seen.entry(node.to_string()).or_insert(Seen { open: 0, since: Instant::now() });
+        if s.open >= most {
+            return None;
+        }
+        s.open += 1;
+        Some(Open { presence: self.clone(), node: node.to_string() })
+    }
+
     /// Counts a request by `node`'s agent as a sign of life, as the node lifecycle controller
     /// counts a kubelet's status post: after a reboot an agent writes its Node (Ready=True, its
     /// update Done) before its watch is open again, and judged by watches alone it was marked

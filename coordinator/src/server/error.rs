@@ -112,6 +112,12 @@ impl ApiError {
         });
         e
     }
+    /// 429 for what a caller already holds too much of (a node's open watches): no
+    /// `Retry-After`, as the in-flight limits' 429 has, since waiting a second frees nothing;
+    /// the caller closes what it holds first.
+    pub fn too_many_requests(message: impl Into<String>) -> Self {
+        Self::new(429, "TooManyRequests", message)
+    }
     pub fn too_large(limit: usize) -> Self {
         Self::new(413, "RequestEntityTooLarge", format!("Request entity too large: limit is {limit} bytes"))
     }

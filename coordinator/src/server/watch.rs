@@ -74,6 +74,9 @@ pub const BOOKMARK_EVERY: Duration = Duration::from_secs(60);
 /// cost a few hundred lookups a second at 10,000 nodes.
 pub const CREDENTIAL_RECHECK: Duration = Duration::from_secs(15);
 
+/// The watches one node's credential may hold open at once ([`serve`]).
+pub const MAX_NODE_WATCHES: usize = 16;
+
 pub async fn serve(
     ctx: &Ctx,
     path: ResourcePath,
@@ -83,6 +86,20 @@ pub async fn serve(
     who: &Identity,
     credential: Option<String>,
 ) -> Result<Response, ApiError> {
+    // A watch by a node's agent counts as the agent being there while it is open (the body is
+    // dropped when the watch ends): see `controllers::presence`. A node's credential holds a
+    // few at once: its agent keeps one of its own Node (two for a moment when it reopens it).
+    // Unbounded, a host taken over could open them by the thousand, each holding memory and a
+    // share of every event's fan-out, where kube-apiserver's only bound is the whole server's.
+    let held = match &who.role {
+        crate::auth::Role::Node(node) => Some(ctx.presence.open_within(node, MAX_NODE_WATCHES).ok_or_else(|| {
+            ApiError::too_many_requests(format!(
+                "node {node} has {MAX_NODE_WATCHES} watches open already, the most a node's credential may hold; \
+                 close one first"
+            ))
+        })?),
+        _ => None,
+    };
     let skip_own = match params.get("skipOwnWrites").map(String::as_str) {
         None | Some("false") => None,
         Some("true") => Some(Arc::<str>::from(who.name.as_str())),
@@ -201,12 +218,6 @@ pub async fn serve(
     let mut first = true;
     // The desiredConfig whose inputs went out last, per Node of the stream (one for an agent).
     let mut sent: HashMap<String, String> = HashMap::new();
-    // A watch by a node's agent counts as the agent being there while it is open (the body is
-    // dropped when the watch ends): see `controllers::presence`.
-    let held = match &who.role {
-        crate::auth::Role::Node(node) => Some(ctx.presence.open(node)),
-        _ => None,
-    };
     // An agent's watch ends with its own Node's deletion, which revokes its credential.
     let own_node = match &who.role {
         crate::auth::Role::Node(node) if rt.kind == crate::resources::NODE.kind => Some(node.clone()),
