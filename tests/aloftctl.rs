@@ -841,6 +841,40 @@ async fn get_prints_jsonpath_templates_and_custom_columns() {
     }
 }
 
+/// `get -A` lists a namespaced kind across namespaces, with a NAMESPACE column first as
+/// kubectl's; `-n` picks one; a cluster-scoped kind is listed as it is; a name with `-A` is
+/// refused as kubectl refuses it.
+#[tokio::test]
+async fn get_all_namespaces_lists_every_namespace() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    for (ns, name) in [("default", "e-default"), ("team-a", "e-team")] {
+        let event = serde_json::json!({"apiVersion": "v1", "kind": "Event", "metadata": {"name": name},
+            "involvedObject": {"apiVersion": "operators.coreos.com/v1alpha1", "kind": "Subscription", "name": "s",
+                "namespace": ns}, "type": "Normal",
+            "reason": "Test", "message": format!("in {ns}")});
+        admin.post(&format!("/api/v1/namespaces/{ns}/events"), &event).await.unwrap().into_result().unwrap();
+    }
+    let names = |args: &[&str]| {
+        let mut all = vec!["get", "events", "-o", "jsonpath={.items[*].metadata.name}"];
+        all.extend(args);
+        ok(&c, &all)
+    };
+    assert_eq!(names(&[]), "e-default");
+    assert_eq!(names(&["-n", "team-a"]), "e-team");
+    assert_eq!(names(&["-A"]), "e-default e-team");
+    let table = ok(&c, &["get", "events", "--all-namespaces"]);
+    let mut lines = table.lines();
+    assert!(lines.next().is_some_and(|h| h.starts_with("NAMESPACE ")), "{table}");
+    let first: Vec<&str> = lines.map(|l| l.split_whitespace().next().unwrap_or("")).collect();
+    assert_eq!(first, ["default", "team-a"], "{table}");
+    let pools = ok(&c, &["get", "mcp", "-A"]);
+    assert!(!pools.contains("NAMESPACE"), "cluster-scoped: {pools}");
+    let out = ctl(&c, &["get", "events", "e-team", "-A"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot be retrieved by name across all namespaces"));
+}
+
 fn worker_node(name: &str, current: &str, state: &str) -> serde_json::Value {
     serde_json::json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name,
         "labels": {"node-role.kubernetes.io/worker": ""}, "annotations": {

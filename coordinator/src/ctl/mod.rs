@@ -85,6 +85,10 @@ enum Cmd {
         /// Print tables and custom columns without their header line.
         #[arg(long)]
         no_headers: bool,
+        /// List the objects of every namespace (namespaced kinds: events, OLM's), with a
+        /// NAMESPACE column first in tables.
+        #[arg(short = 'A', long)]
+        all_namespaces: bool,
         /// Sort what is listed by a JSONPath (`.metadata.name`, `{.status.machineCount}`,
         /// `.metadata.creationTimestamp`): numbers by value, text as text, objects without the
         /// field first. With -w, changes come in the order they happen.
@@ -534,9 +538,10 @@ pub async fn main(build: BuildInfo) -> Result<()> {
     let ns = cli.namespace.clone();
     match cli.cmd {
         Cmd::Get { raw: Some(path), .. } => get_raw(&client, &path).await,
-        Cmd::Get { args, output, no_headers, sort_by, selector, watch, raw: None } => {
-            let how = Listing { output, no_headers, sort_by };
-            get(&client, &ns, &args, how, selector, watch).await
+        Cmd::Get { args, output, no_headers, all_namespaces, sort_by, selector, watch, raw: None } => {
+            let how = Listing { output, no_headers, sort_by, all_namespaces };
+            // "" is every namespace, as Kubernetes' NamespaceAll.
+            get(&client, if all_namespaces { "" } else { &ns }, &args, how, selector, watch).await
         }
         Cmd::Describe { args } => describe(&client, &ns, &args).await,
         Cmd::Apply { files, dry_run, validate } => {
@@ -718,21 +723,35 @@ impl PartialOrd for SortKey {
     }
 }
 
+/// The path of `rt`'s objects in namespace `ns` (of every namespace when `ns` is empty, as
+/// Kubernetes' NamespaceAll), or of the one named.
+fn ns_path(rt: &ResourceType, ns: &str, name: Option<&str>) -> String {
+    let mut r = rt.path_ref();
+    if ns.is_empty() {
+        r.namespaced = false;
+    }
+    resource_path(r, Some(ns), name)
+}
+
 /// How `get` prints what it reads.
 struct Listing {
     output: Option<Output>,
     no_headers: bool,
     sort_by: Option<jsonpath::Template>,
+    all_namespaces: bool,
 }
 
 impl Listing {
-    fn table_printer(&self) -> print::TablePrinter {
-        let p = print::TablePrinter::new(self.output == Some(Output::Wide));
+    /// The table printer for objects of `rt`.
+    fn table_printer(&self, rt: &ResourceType) -> print::TablePrinter {
+        let mut p = print::TablePrinter::new(self.output == Some(Output::Wide));
         if self.no_headers {
-            p.without_header()
-        } else {
-            p
+            p = p.without_header();
         }
+        if self.all_namespaces && rt.namespaced {
+            p = p.with_namespace();
+        }
+        p
     }
 
     /// Asks table rows to carry their objects when they are to be sorted by them.
@@ -785,6 +804,10 @@ async fn get(
         q.push(("labelSelector", s.clone()));
     }
     let groups = get_targets(args)?;
+    if how.all_namespaces && groups.iter().any(|(rt, names)| rt.namespaced && !names.is_empty()) {
+        // kubectl's refusal: a name is one object, in one namespace.
+        return Err(Usage("a resource cannot be retrieved by name across all namespaces".into()).into());
+    }
     if selector.is_some() && groups.iter().any(|(_, names)| !names.is_empty()) {
         // kubectl's refusal: a name would be read whether or not it matched, which looks like a
         // match.
@@ -822,7 +845,7 @@ async fn get_tables(
         let mut t = if names.is_empty() {
             // One type that cannot be listed (a token without access to it) does not hide the
             // others' tables: its error comes at the end, as kubectl's does.
-            let path = with_query(resource_path(rt.path_ref(), Some(ns), None), q);
+            let path = with_query(ns_path(rt, ns, None), q);
             match list_in_pages(client, &path, Some(TABLE_ACCEPT)).await {
                 Ok(t) => t,
                 Err(e) => {
@@ -834,7 +857,7 @@ async fn get_tables(
             named_table(client, ns, rt, names, q, &mut errors).await?
         };
         how.sort_rows(&mut t)?;
-        let text = how.table_printer().rows(&t);
+        let text = how.table_printer(rt).rows(&t);
         if text.is_empty() {
             continue;
         }
@@ -862,7 +885,7 @@ async fn named_table(
 ) -> Result<Value> {
     let mut whole: Option<Value> = None;
     for n in names {
-        let path = with_query(resource_path(rt.path_ref(), Some(ns), Some(n)), q);
+        let path = with_query(ns_path(rt, ns, Some(n)), q);
         let mut t = match client.call(reqwest::Method::GET, &path, None, Some(TABLE_ACCEPT)).await?.into_result() {
             Ok(t) => t,
             Err(e) => {
@@ -896,7 +919,7 @@ async fn get_objects(
     let mut items: Vec<(&'static ResourceType, Value)> = Vec::new();
     for (rt, names) in groups {
         if names.is_empty() {
-            let path = with_query(resource_path(rt.path_ref(), Some(ns), None), q);
+            let path = with_query(ns_path(rt, ns, None), q);
             let mut list = match list_in_pages(client, &path, None).await {
                 Ok(l) => l,
                 Err(e) => {
@@ -913,7 +936,7 @@ async fn get_objects(
             continue;
         }
         for n in names {
-            let path = with_query(resource_path(rt.path_ref(), Some(ns), Some(n)), q);
+            let path = with_query(ns_path(rt, ns, Some(n)), q);
             match client.get(&path).await?.into_result() {
                 Ok(o) => items.push((*rt, o)),
                 Err(e) => errors.push(format!("{e:#}")),
@@ -966,10 +989,10 @@ async fn watch_get(
     how: &Listing,
 ) -> Result<()> {
     use std::io::Write;
-    let path = with_query(resource_path(rt.path_ref(), Some(ns), name), q);
+    let path = with_query(ns_path(rt, ns, name), q);
     match &how.output {
         None | Some(Output::Wide) => {
-            let listing = with_query(resource_path(rt.path_ref(), Some(ns), name), &how.table_query(q));
+            let listing = with_query(ns_path(rt, ns, name), &how.table_query(q));
             let mut t = match name {
                 Some(_) => {
                     client.call(reqwest::Method::GET, &listing, None, Some(TABLE_ACCEPT)).await?.into_result()?
@@ -977,7 +1000,7 @@ async fn watch_get(
                 None => list_in_pages(client, &listing, Some(TABLE_ACCEPT)).await?,
             };
             how.sort_rows(&mut t)?;
-            let mut printer = how.table_printer();
+            let mut printer = how.table_printer(rt);
             let text = printer.rows(&t);
             if text.is_empty() {
                 eprintln!("No resources found.");
@@ -1037,7 +1060,7 @@ async fn follow(
         if let Some(n) = name {
             query.push(("fieldSelector", format!("metadata.name={n}")));
         }
-        let path = with_query(resource_path(rt.path_ref(), Some(ns), None), &query);
+        let path = with_query(ns_path(rt, ns, None), &query);
         let resp = client.watch(&path, accept).await?;
         let mut stream = resp.bytes_stream();
         let mut buf = Vec::new();

@@ -113,6 +113,8 @@ pub struct TablePrinter {
     wide: bool,
     /// Headers as given (custom columns), not upper-cased as a server's Table's are.
     as_given: bool,
+    /// A NAMESPACE column first, from each row's object (`-A`), as kubectl adds it.
+    namespace: bool,
     /// The names of the columns shown (priority 0, or all with `wide`) and their indexes.
     columns: Vec<(usize, String)>,
     widths: Vec<usize>,
@@ -128,6 +130,12 @@ impl TablePrinter {
     /// Rows only (`--no-headers`), for scripts.
     pub fn without_header(mut self) -> Self {
         self.headed = true;
+        self
+    }
+
+    /// A NAMESPACE column first, read from the metadata each row carries (`--all-namespaces`).
+    pub fn with_namespace(mut self) -> Self {
+        self.namespace = true;
         self
     }
 
@@ -151,7 +159,8 @@ impl TablePrinter {
             .flatten()
             .map(|r| {
                 let cells = r.get("cells").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
-                self.columns.iter().map(|(i, _)| cell_text(cells.get(*i))).collect()
+                let ns = self.namespace.then(|| cell_text(r.pointer("/object/metadata/namespace")));
+                ns.into_iter().chain(self.columns.iter().map(|(i, _)| cell_text(cells.get(*i)))).collect()
             })
             .collect();
         if rows.is_empty() || self.columns.is_empty() {
@@ -160,13 +169,13 @@ impl TablePrinter {
         let mut lines = Vec::new();
         if !self.headed {
             self.headed = true;
-            lines.push(self.columns.iter().map(|(_, n)| n.clone()).collect());
+            let ns = self.namespace.then(|| "NAMESPACE".to_string());
+            lines.push(ns.into_iter().chain(self.columns.iter().map(|(_, n)| n.clone())).collect());
         }
         lines.extend(rows);
         if self.widths.is_empty() {
-            self.widths = (0..self.columns.len())
-                .map(|c| lines.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
-                .collect();
+            self.widths =
+                (0..lines[0].len()).map(|c| lines.iter().map(|r| r[c].chars().count()).max().unwrap_or(0)).collect();
         }
         lines.iter().map(|r| self.line(r)).collect()
     }
