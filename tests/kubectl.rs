@@ -927,12 +927,15 @@ async fn aloftctl_templates_print_what_kubectls_print() {
             "status": {"conditions": [{"type": "Ready", "status": if state == "Degraded" { "False" } else { "True" }}]}});
         assert_eq!(admin.post(&path_of(&NODE, None), &node).await.unwrap().code, 201);
     }
-    let aloftctl = |args: &[&str]| {
-        let out = std::process::Command::new(aloft_tests::bin("aloftctl"))
+    let run = |args: &[&str]| {
+        let ctl = std::process::Command::new(aloft_tests::bin("aloftctl"))
             .args(args)
             .env("ALOFT_KUBECONFIG", c.kubeconfig_path())
-            .output()
-            .unwrap();
+            .output();
+        ctl.unwrap()
+    };
+    let aloftctl = |args: &[&str]| {
+        let out = run(args);
         assert!(out.status.success(), "aloftctl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8(out.stdout).unwrap()
     };
@@ -988,22 +991,14 @@ async fn aloftctl_templates_print_what_kubectls_print() {
     // An index out of bounds fails the template in both.
     let args = ["get", "nodes", "-o", "jsonpath={.items[7].metadata.name}"];
     assert!(k.fails(&args).contains("array index out of bounds: index 7, length 3"));
-    let out = std::process::Command::new(aloft_tests::bin("aloftctl"))
-        .args(args)
-        .env("ALOFT_KUBECONFIG", c.kubeconfig_path())
-        .output()
-        .unwrap();
+    let out = run(&args);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("array index out of bounds: index 7, length 3"), "{err}");
     // A path no object has is an error, in both.
     let args = ["get", "nodes", "-o", "name", "--sort-by=.spec.taints"];
     let want = "couldn't find any field with path \"{.spec.taints}\" in the list of objects";
     assert!(k.fails(&args).contains(want));
-    let out = std::process::Command::new(aloft_tests::bin("aloftctl"))
-        .args(args)
-        .env("ALOFT_KUBECONFIG", c.kubeconfig_path())
-        .output()
-        .unwrap();
+    let out = run(&args);
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains(want), "{out:?}");
 }
 

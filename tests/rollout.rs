@@ -1816,6 +1816,19 @@ async fn reverted_and_back_in_service(admin: &Client, failed: &str, t0: &str) ->
     .await
 }
 
+/// Two workers on a first config (returned) with `maxUnavailable: 1`, then a bad config: the
+/// node picked for it (returned) is drained at the pick, Working, and fails on it, still
+/// cordoned by that drain.
+async fn failed_on_a_bad_config_drained_at_the_pick(admin: &Client) -> (String, String) {
+    let names = ["w1", "w2"];
+    let t0 = fleet_on_a_first_config(admin, &names, json!({"maxUnavailable": 1})).await;
+    let (bad, first) = a_bad_config_picks_one(admin, &names, &t0).await;
+    working(admin, &first, &bad).await;
+    fail(admin, &first, &bad).await;
+    assert!(cordoned(&node(admin, &first).await), "drained for the bad config at the pick");
+    (t0, first)
+}
+
 /// A node drained for a bad config and failed on it (still cordoned by that drain) is sent back
 /// by the revert to the config it runs: its Done report puts it back into service, and the pool
 /// is Updated. (Picked for the config it runs, a node is not cordoned again, unless the drain of
@@ -1824,13 +1837,7 @@ async fn reverted_and_back_in_service(admin: &Client, failed: &str, t0: &str) ->
 async fn a_reverted_node_still_cordoned_by_its_failed_update_comes_back_into_service() {
     let c = Coordinator::start();
     let admin = c.client();
-    let names = ["w1", "w2"];
-    let t0 = fleet_on_a_first_config(&admin, &names, json!({"maxUnavailable": 1})).await;
-    let (bad, first) = a_bad_config_picks_one(&admin, &names, &t0).await;
-    working(&admin, &first, &bad).await;
-    fail(&admin, &first, &bad).await;
-    assert!(cordoned(&node(&admin, &first).await), "drained for the bad config");
-
+    let (t0, first) = failed_on_a_bad_config_drained_at_the_pick(&admin).await;
     reverted_and_back_in_service(&admin, &first, &t0).await;
 }
 
@@ -1905,12 +1912,7 @@ async fn drained_through_hooks_failed_and_reverted(uncordoned_by_hand: bool) {
 async fn a_node_taken_out_of_its_pool_after_a_failed_update_comes_back_into_service() {
     let c = Coordinator::start();
     let admin = c.client();
-    let names = ["w1", "w2"];
-    let t0 = fleet_on_a_first_config(&admin, &names, json!({"maxUnavailable": 1})).await;
-    let (bad, first) = a_bad_config_picks_one(&admin, &names, &t0).await;
-    working(&admin, &first, &bad).await;
-    fail(&admin, &first, &bad).await;
-    assert!(cordoned(&node(&admin, &first).await), "drained for the bad config at the pick");
+    let (t0, first) = failed_on_a_bad_config_drained_at_the_pick(&admin).await;
     let path = path_of(&NODE, Some(&first));
     merge(&admin, &path, json!({"metadata": {"labels": {"node-role.kubernetes.io/worker": null}}})).await;
     eventually(WAIT, "the pool to count the node out", || async {
