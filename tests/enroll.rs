@@ -156,12 +156,6 @@ async fn nodes_are_confined_to_their_own_objects() {
     assert_eq!(node_a.get(&format!("{NODES}/node-a")).await.unwrap().code, 200);
 }
 
-/// A bootstrap token gives only the labels of Kubernetes' own namespaces it was made for: they
-/// choose a node's pool, and so which rendered configs, secrets included, its credential reads.
-/// The audit's case: the fleet's bootstrap token enrolled a "master" and read the master pool's
-/// secret key. Refused with 403 naming the label and the command that makes a token for it;
-/// nothing is created (no Node, no credential), and an existing Node is not relabelled. The
-/// labels a host says of itself, and others' labels, are always allowed.
 /// A node's credential holds 16 watches at once at most (its agent keeps one): the 17th is a
 /// 429 naming the limit, and one closed makes room again. An admin's watches are not counted.
 /// Before, a host taken over could open any number, each holding memory on the coordinator.
@@ -192,6 +186,12 @@ async fn a_node_credential_holds_a_bounded_number_of_watches() {
     .await;
 }
 
+/// A bootstrap token gives only the labels of Kubernetes' own namespaces it was made for: they
+/// choose a node's pool, and so which rendered configs, secrets included, its credential reads.
+/// The audit's case: the fleet's bootstrap token enrolled a "master" and read the master pool's
+/// secret key. Refused with 403 naming the label and the command that makes a token for it;
+/// nothing is created (no Node, no credential), and an existing Node is not relabelled. The
+/// labels a host says of itself, and others' labels, are always allowed.
 #[tokio::test]
 async fn a_bootstrap_token_gives_only_the_pool_labels_it_allows() {
     let c = Coordinator::start();

@@ -185,18 +185,24 @@ impl Template {
 
 /// `a` before `b` as kubectl's `--sort-by` orders what its path found in them (the first
 /// value): numbers by value, strings (names, RFC 3339 times) as text, false before true, and
-/// nothing found first.
+/// nothing found first. A total order, whatever mix of kinds one path finds (nothing found,
+/// then booleans, numbers, and the rest as text): a sort given an inconsistent one may panic.
 pub fn sort_order(a: Option<&Value>, b: Option<&Value>) -> std::cmp::Ordering {
-    use std::cmp::Ordering;
+    fn rank(v: Option<&Value>) -> u8 {
+        match v {
+            None => 0,
+            Some(Value::Bool(_)) => 1,
+            Some(Value::Number(_)) => 2,
+            Some(_) => 3,
+        }
+    }
     match (a, b) {
-        (None, None) => Ordering::Equal,
-        (None, Some(_)) => Ordering::Less,
-        (Some(_), None) => Ordering::Greater,
         (Some(Value::Number(x)), Some(Value::Number(y))) => {
-            x.as_f64().zip(y.as_f64()).and_then(|(x, y)| x.partial_cmp(&y)).unwrap_or(Ordering::Equal)
+            x.as_f64().unwrap_or(f64::NAN).total_cmp(&y.as_f64().unwrap_or(f64::NAN))
         }
         (Some(Value::Bool(x)), Some(Value::Bool(y))) => x.cmp(y),
-        (Some(x), Some(y)) => text_of(x).cmp(&text_of(y)),
+        (Some(x), Some(y)) if rank(a) == 3 && rank(b) == 3 => text_of(x).cmp(&text_of(y)),
+        _ => rank(a).cmp(&rank(b)),
     }
 }
 
@@ -366,7 +372,8 @@ fn field_name(s: &str) -> (String, &str) {
 
 fn bracket(expr: &str, inner: &str) -> Result<Step, Error> {
     if inner == "*" {
-        return Ok(Step::Wildcard);
+        // kubectl reads `[*]` as `[:]`: every element of an array (an object's values are `.*`).
+        return Ok(Step::Slice(None, None, None));
     }
     if let Some(f) = inner.strip_prefix('?') {
         let f = f.trim();
@@ -536,8 +543,8 @@ fn select<'a>(step: &Step, root: &'a Value, v: &'a Value) -> Result<Vec<&'a Valu
             }
             v => return Err(format!("{} is not an array", kind_of(v))),
         },
+        // Not null either: kubectl fails a filter over `conditions: null` too.
         Step::Filter(f) => match v {
-            Value::Null => Vec::new(),
             Value::Array(a) => {
                 let mut kept = Vec::new();
                 for item in a {
@@ -726,8 +733,14 @@ mod tests {
             let err = Template::parse(t).unwrap().render(&v).unwrap_err().to_string();
             assert!(err.contains(want) && err.contains(&format!("error executing jsonpath {t:?}")), "{t}: {err}");
         }
-        // Null is nothing to index or filter, and nothing found is nothing printed.
-        assert_eq!(render("{.none[0]}{.none[?(@.a)]}{.missing[3]}", &v), "");
+        // Null is nothing to index (but no array to filter), and nothing found is nothing printed.
+        assert_eq!(render("{.none[0]}{.none[*]}{.missing[3]}", &v), "");
+        let err = Template::parse("{.none[?(@.a)]}").unwrap().render(&v).unwrap_err().to_string();
+        assert!(err.contains("null is not an array and cannot be filtered"), "{err}");
+        // `[*]` is every element of an array; an object's values are `.*`.
+        let err = Template::parse("{.obj[*]}").unwrap().render(&v).unwrap_err().to_string();
+        assert!(err.contains("an object is not an array"), "{err}");
+        assert_eq!(render("{.obj.*}", &v), "1");
     }
 
     /// Bad templates are refused with what is wrong, before anything is asked of the server.
@@ -783,5 +796,13 @@ mod tests {
         };
         assert_eq!(by(".count", &mut items), "c a a2 b", "numbers by value (10 after 9.5), none first");
         assert_eq!(by("{.n}", &mut items), "a a2 b c");
+        // Mixed kinds at one path still sort, in a total order: none, booleans, numbers, text.
+        let mut mixed: Vec<Value> = ["x", "10.5", "b", "n", "a", "c"]
+            .iter()
+            .zip([json!("10.5"), json!(10), json!(true), json!(null), json!(9), json!("10")])
+            .map(|(n, v)| json!({"n": n, "v": v}))
+            .collect();
+        mixed.push(json!({"n": "none"}));
+        assert_eq!(by(".v", &mut mixed), "none b a 10.5 c x n");
     }
 }

@@ -535,7 +535,9 @@ pub async fn main(build: BuildInfo) -> Result<()> {
         pool_target(target, "resume")?;
     }
     let client = Client::new(&client_config(&cli)?)?.on_warning(print_warnings());
-    let ns = cli.namespace.clone();
+    // `-n ''` is the default namespace, as kubectl takes it (an empty one is every namespace
+    // to the API, which is `-A`'s to ask for).
+    let ns = if cli.namespace.is_empty() { "default".to_string() } else { cli.namespace.clone() };
     match cli.cmd {
         Cmd::Get { raw: Some(path), .. } => get_raw(&client, &path).await,
         Cmd::Get { args, output, no_headers, all_namespaces, sort_by, selector, watch, raw: None } => {
@@ -706,8 +708,13 @@ fn resource_version(v: &Value) -> String {
 }
 
 /// What `--sort-by` found in an object, ordered as [`jsonpath::sort_order`] orders it.
-#[derive(PartialEq)]
 struct SortKey(Option<Value>);
+
+impl PartialEq for SortKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == std::cmp::Ordering::Equal
+    }
+}
 
 impl Eq for SortKey {}
 
@@ -2063,9 +2070,12 @@ const FIRST_CONTACT_GRACE: std::time::Duration = std::time::Duration::from_secs(
 /// emoji, takes two; the last column kept an ellipsis where it is cut), for a line redrawn in
 /// place.
 fn fit_to_width(line: &str, width: usize) -> std::borrow::Cow<'_, str> {
-    use unicode_width::{UnicodeWidthChar, UnicodeWidthStr};
+    use unicode_width::UnicodeWidthChar;
     let width = width.max(2);
-    if line.width() < width {
+    // Measured as it is cut, a character at a time (a whole string's width can differ where a
+    // selector joins an emoji to the character before it).
+    let columns = |s: &str| s.chars().map(|c| c.width().unwrap_or(0)).sum::<usize>();
+    if columns(line) < width {
         return std::borrow::Cow::Borrowed(line);
     }
     // One column short of the width: a line that fills the last column wraps on some terminals.
