@@ -1454,8 +1454,8 @@ mod tests {
     }
 
     /// As MCO counts: nothing is updated before the pool has a config (a node with none is
-    /// not done on an empty target, nor on any other), a node degraded on the config it runs (drift) is
-    /// unavailable, and one that gives no reason is counted but not quoted.
+    /// not done on an empty target, nor on any other), a node degraded on the config it runs
+    /// (drift) is unavailable, and one that gives no reason is counted but not quoted.
     #[test]
     fn counts_and_messages_follow_mco_for_unrendered_pools_drift_and_no_reason() {
         let p = pool(json!(1), false);

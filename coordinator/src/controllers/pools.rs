@@ -135,7 +135,6 @@ impl NodeFacts {
     /// `isNodeDone`, it is not done with anything.)
     pub fn left_by_an_older_drain(&self) -> bool {
         self.done()
-            && !self.current.is_empty()
             && (self.drain_answer.starts_with("drain-") || !self.drain_pool.is_empty())
             && self.drain_answer.strip_prefix("drain-") != Some(self.current.as_str())
             && self.drain_request.strip_prefix("uncordon-") != Some(self.current.as_str())

@@ -72,17 +72,9 @@ impl Presence {
         self.seen.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Counts a watch opened by `node`'s agent until the returned value is dropped.
-    pub fn open(self: &Arc<Self>, node: &str) -> Open {
-        let mut seen = self.lock();
-        let s = seen.entry(node.to_string()).or_insert(Seen { open: 0, since: Instant::now() });
-        s.open += 1;
-        Open { presence: self.clone(), node: node.to_string() }
-    }
-
-    /// [`Presence::open`], unless `node` has `most` watches open already: then None, and
-    /// nothing counted.
-    pub fn open_within(self: &Arc<Self>, node: &str, most: usize) -> Option<Open> {
+    /// Counts a watch opened by `node`'s agent until the returned value is dropped; None, and
+    /// nothing counted, when `node` has `most` open already.
+    pub fn open(self: &Arc<Self>, node: &str, most: usize) -> Option<Open> {
         let mut seen = self.lock();
         let s = seen.entry(node.to_string()).or_insert(Seen { open: 0, since: Instant::now() });
         if s.open >= most {
@@ -261,8 +253,9 @@ mod tests {
         let p = Arc::new(Presence::default());
         let now = Instant::now();
         assert!(p.absent_for("n1", now).is_some(), "never seen: away since the start");
-        let a = p.open("n1");
-        let b = p.open("n1");
+        let a = p.open("n1", 2).unwrap();
+        let b = p.open("n1", 2).unwrap();
+        assert!(p.open("n1", 2).is_none(), "two at most");
         assert_eq!(p.absent_for("n1", Instant::now()), None);
         drop(a);
         assert_eq!(p.absent_for("n1", Instant::now()), None, "one still open");
@@ -280,7 +273,7 @@ mod tests {
         assert!(away < Duration::from_secs(61) && away > Duration::from_secs(59), "{away:?}");
         let just_now = p.absent_for("n1", Instant::now()).unwrap_or(Duration::MAX);
         assert!(just_now < Duration::from_secs(5), "heard from just now: {just_now:?}");
-        let open = p.open("n1");
+        let open = p.open("n1", 1).unwrap();
         p.heard_from("n1");
         assert_eq!(p.absent_for("n1", later), None, "a request does not close an open watch");
         drop(open);

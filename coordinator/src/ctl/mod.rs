@@ -954,8 +954,7 @@ async fn get_objects(
     how.sort_objects(&mut items, |(_, o)| o)?;
     if let Output::CustomColumns(cols) = fmt {
         let objects: Vec<&Value> = items.iter().map(|(_, o)| o).collect();
-        let printer = print::TablePrinter::new(false).headers_as_given();
-        let mut printer = if how.no_headers { printer.without_header() } else { printer };
+        let mut printer = print::TablePrinter::for_custom_columns(how.no_headers);
         print!("{}", printer.rows(&print::custom_table(cols, &objects)?));
         if items.is_empty() && errors.is_empty() {
             eprintln!("No resources found.");
@@ -996,15 +995,12 @@ async fn watch_get(
     how: &Listing,
 ) -> Result<()> {
     use std::io::Write;
-    let path = with_query(ns_path(rt, ns, name), q);
     match &how.output {
         None | Some(Output::Wide) => {
-            let listing = with_query(ns_path(rt, ns, name), &how.table_query(q));
+            let path = with_query(ns_path(rt, ns, name), &how.table_query(q));
             let mut t = match name {
-                Some(_) => {
-                    client.call(reqwest::Method::GET, &listing, None, Some(TABLE_ACCEPT)).await?.into_result()?
-                }
-                None => list_in_pages(client, &listing, Some(TABLE_ACCEPT)).await?,
+                Some(_) => client.call(reqwest::Method::GET, &path, None, Some(TABLE_ACCEPT)).await?.into_result()?,
+                None => list_in_pages(client, &path, Some(TABLE_ACCEPT)).await?,
             };
             how.sort_rows(&mut t)?;
             let mut printer = how.table_printer(rt);
@@ -1017,6 +1013,7 @@ async fn watch_get(
             follow(client, rt, ns, name, q, &resource_version(&t), Some(TABLE_ACCEPT), |ev| Ok(printer.rows(ev))).await
         }
         Some(fmt) => {
+            let path = with_query(ns_path(rt, ns, name), q);
             let (mut objects, rv) = match name {
                 Some(_) => {
                     let o = client.get(&path).await?.into_result()?;

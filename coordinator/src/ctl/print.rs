@@ -139,11 +139,10 @@ impl TablePrinter {
         self
     }
 
-    /// Headers as the columns name them: custom columns' are the user's, and kubectl prints
-    /// `name:.metadata.name` under `name`.
-    pub fn headers_as_given(mut self) -> Self {
-        self.as_given = true;
-        self
+    /// For custom columns: headers as the user named them (kubectl prints
+    /// `name:.metadata.name` under `name`), and none with `no_headers`.
+    pub fn for_custom_columns(no_headers: bool) -> Self {
+        TablePrinter { as_given: true, headed: no_headers, ..Default::default() }
     }
 
     /// The text of the rows of `t` (a `meta.k8s.io/v1` Table), after the header if none was
@@ -274,9 +273,7 @@ pub struct ObjectPrinter {
 impl ObjectPrinter {
     /// `no_headers`: custom columns without their header.
     pub fn new(fmt: Output, no_headers: bool) -> Self {
-        let table = TablePrinter::new(false).headers_as_given();
-        let table = if no_headers { table.without_header() } else { table };
-        ObjectPrinter { fmt, printed: 0, table }
+        ObjectPrinter { fmt, printed: 0, table: TablePrinter::for_custom_columns(no_headers) }
     }
 
     /// The text of `obj`, an object of type `rt`; an error where a template cannot be executed

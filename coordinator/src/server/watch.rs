@@ -92,7 +92,7 @@ pub async fn serve(
     // Unbounded, a host taken over could open them by the thousand, each holding memory and a
     // share of every event's fan-out, where kube-apiserver's only bound is the whole server's.
     let held = match &who.role {
-        crate::auth::Role::Node(node) => Some(ctx.presence.open_within(node, MAX_NODE_WATCHES).ok_or_else(|| {
+        crate::auth::Role::Node(node) => Some(ctx.presence.open(node, MAX_NODE_WATCHES).ok_or_else(|| {
             ApiError::too_many_requests(format!(
                 "node {node} has {MAX_NODE_WATCHES} watches open already, the most a node's credential may hold; \
                  close one first"
