@@ -1508,9 +1508,19 @@ async fn describe_shows_the_objects_events() {
         .map(|l| l.split("  ").filter(|c| !c.is_empty()).map(str::trim).collect())
         .collect();
     assert_eq!(lines[0], ["Type", "Reason", "Age", "From", "Message"], "{desc}");
-    assert_eq!(lines[2], ["Normal", "Drained", "5m", "drain-controller", "drained for rendered-worker-1"], "{desc}");
-    // Its last time was 30 s before `now` (cut to the second): 30 s and however long describe took.
-    let most = 32 + (chrono::Utc::now() - now).num_seconds();
+    // Its time was 300 s before `now` (cut to the second), plus however long describe took:
+    // kubectl's age prints seconds under ten minutes ("5m", then "5m1s", ...).
+    let took = (chrono::Utc::now() - now).num_seconds();
+    let ages: Vec<String> =
+        (0..=took + 1).map(|s| if s == 0 { "5m".to_string() } else { format!("5m{s}s") }).collect();
+    assert!(ages.iter().any(|a| a == lines[2][2]), "{desc}");
+    assert_eq!(
+        [lines[2][0], lines[2][1], lines[2][3], lines[2][4]],
+        ["Normal", "Drained", "drain-controller", "drained for rendered-worker-1"],
+        "{desc}"
+    );
+    // Its last time was 30 s before `now`: 30 s and however long describe took.
+    let most = 32 + took;
     let (last, rest) = lines[3][2].split_once("s ").unwrap_or_else(|| panic!("{desc}"));
     assert!(last.parse::<i64>().is_ok_and(|s| (30..=most).contains(&s)) && rest == "(x4 over 10m)", "{desc}");
     assert_eq!(
