@@ -1511,8 +1511,7 @@ async fn describe_shows_the_objects_events() {
     // Its time was 300 s before `now` (cut to the second), plus however long describe took:
     // kubectl's age prints seconds under ten minutes ("5m", then "5m1s", ...).
     let took = (chrono::Utc::now() - now).num_seconds();
-    let ages: Vec<String> =
-        (0..=took + 1).map(|s| if s == 0 { "5m".to_string() } else { format!("5m{s}s") }).collect();
+    let ages: Vec<String> = (0..=took + 1).map(|s| if s == 0 { "5m".to_string() } else { format!("5m{s}s") }).collect();
     assert!(ages.iter().any(|a| a == lines[2][2]), "{desc}");
     assert_eq!(
         [lines[2][0], lines[2][1], lines[2][3], lines[2][4]],

@@ -186,6 +186,158 @@ async fn a_node_credential_holds_a_bounded_number_of_watches() {
     .await;
 }
 
+/// A TCP relay on loopback that can stop passing bytes while keeping both of its connections
+/// open: what a coordinator sees of a host that vanished (powered off, cut off the network)
+/// without closing its connection. The kernel still acknowledges what the coordinator sends, as
+/// a router's buffers would for a while; only an answer the host itself must give (an HTTP/2
+/// ping's) goes missing.
+struct FreezingRelay {
+    port: u16,
+    frozen: tokio::sync::watch::Sender<bool>,
+    _accept: tokio::task::JoinHandle<()>,
+}
+
+impl FreezingRelay {
+    async fn start(to: std::net::SocketAddr) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (frozen, _) = tokio::sync::watch::channel(false);
+        let on = frozen.clone();
+        let accept = tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let Ok(server) = tokio::net::TcpStream::connect(to).await else { return };
+                let (cr, cw) = client.into_split();
+                let (sr, sw) = server.into_split();
+                tokio::spawn(pass(cr, sw, on.subscribe()));
+                tokio::spawn(pass(sr, cw, on.subscribe()));
+            }
+        });
+        FreezingRelay { port, frozen, _accept: accept }
+    }
+
+    fn freeze(&self) {
+        self.frozen.send_replace(true);
+    }
+}
+
+/// Copy `from` to `to` until frozen, then hold both halves open (dropping them would close the
+/// connection, which is what a vanished host does not do) until the test ends.
+async fn pass(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    mut frozen: tokio::sync::watch::Receiver<bool>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        tokio::select! {
+            _ = async {
+                while !*frozen.borrow_and_update() {
+                    if frozen.changed().await.is_err() {
+                        break;
+                    }
+                }
+            } => break,
+            n = from.read(&mut buf) => match n {
+                Ok(0) | Err(_) => return,
+                Ok(n) => if to.write_all(&buf[..n]).await.is_err() { return },
+            },
+        }
+    }
+    std::future::pending::<()>().await;
+    drop((from, to));
+}
+
+/// The TCP states of the coordinator's side of its connections (`/proc/net/tcp`, shared by
+/// every process on this network): whether each has its keepalive timer running (`tr` 2).
+fn keepalive_timers_on_port(port: u16) -> Vec<bool> {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let local_port = f.get(1)?.rsplit(':').next().and_then(|p| u16::from_str_radix(p, 16).ok())?;
+            // 01: ESTABLISHED.
+            (local_port == port && f.get(3) == Some(&"01")).then(|| f.get(5).is_some_and(|t| t.starts_with("02:")))
+        })
+        .collect()
+}
+
+/// A host that vanishes without closing its connection gives back its watches (and with them
+/// its node's share of the 16 a credential may hold) once it leaves the coordinator's HTTP/2
+/// ping unanswered: before, they stayed until each watch's timeout (30 minutes by default), and
+/// the host, back on another connection, got 429 for its own watch. With pings turned off the
+/// slots stay taken, which shows it is the ping that frees them. Every connection of the
+/// coordinator also has TCP keepalive, which finds a vanished peer on a connection idle both
+/// ways (HTTP/1.1 ones too).
+#[tokio::test]
+async fn a_vanished_hosts_watches_end_when_it_leaves_a_ping_unanswered() {
+    for pings in [true, false] {
+        let interval = if pings { "1s" } else { "0s" };
+        let args = ["--http2-ping-interval", interval, "--http2-ping-timeout", "1s"].map(String::from).to_vec();
+        let c = Coordinator::start_with(aloft_tests::Options { args, ..Default::default() });
+        let bootstrap = c.create_token("fleet", "bootstrap");
+        let (code, a) = enroll(&c, &bootstrap, "node-a").await;
+        assert_eq!(code, 201, "{a}");
+        let token = a["token"].as_str().unwrap().to_string();
+        let port: u16 = c.url().rsplit(':').next().and_then(|p| p.parse().ok()).unwrap();
+        let relay = FreezingRelay::start(([127, 0, 0, 1], port).into()).await;
+        let via_relay = aloft_tests::Client::new(&aloft_tests::ClientConfig {
+            server: format!("https://127.0.0.1:{}", relay.port),
+            ca_pem: Some(c.ca_pem()),
+            token: Some(token.clone()),
+        })
+        .unwrap();
+        let own = format!("{NODES}?watch=true&fieldSelector=metadata.name%3Dnode-a");
+        let mut open = Vec::new();
+        for i in 0..16 {
+            open.push(via_relay.watch(&own, None).await.unwrap_or_else(|e| panic!("watch {i}: {e:#}")));
+        }
+        let direct = c.client_with_token(Some(&token));
+        let err = format!("{:#}", direct.watch(&own, None).await.err().expect("a 17th watch was served"));
+        assert!(err.contains("16 watches open already"), "{err}");
+        // (A connection with bytes not yet acknowledged shows its retransmission timer instead.)
+        aloft_tests::eventually(std::time::Duration::from_secs(10), "keepalive on every connection", || async {
+            let timers = keepalive_timers_on_port(port);
+            Ok((timers.len() >= 2 && timers.iter().all(|t| *t)).then_some(()))
+        })
+        .await;
+
+        relay.freeze();
+        if pings {
+            aloft_tests::eventually(
+                std::time::Duration::from_secs(20),
+                "the watches of the vanished connection to end",
+                || async { Ok(direct.watch(&own, None).await.ok()) },
+            )
+            .await;
+        } else {
+            // Four times what the pinging coordinator needs (a ping after 1 s, 1 s for its answer).
+            tokio::time::sleep(std::time::Duration::from_secs(8)).await;
+            let err = format!("{:#}", direct.watch(&own, None).await.err().expect("served without pings"));
+            assert!(err.contains("16 watches open already"), "{err}");
+        }
+        drop(open);
+    }
+}
+
+/// A ping timeout of zero would close every connection at its first ping: refused, naming the
+/// flag, before anything is made.
+#[test]
+fn a_ping_timeout_of_zero_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let out = std::process::Command::new(aloft_tests::bin("aloft-coordinator"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--http2-ping-timeout", "0s", "--data-dir"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("--http2-ping-timeout 0s"), "{err}");
+    assert!(!data.exists(), "nothing made");
+}
+
 /// A bootstrap token gives only the labels of Kubernetes' own namespaces it was made for: they
 /// choose a node's pool, and so which rendered configs, secrets included, its credential reads.
 /// The audit's case: the fleet's bootstrap token enrolled a "master" and read the master pool's

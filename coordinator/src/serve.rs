@@ -320,6 +320,33 @@ async fn check_ca(pki: &tls::Pki, store: &dyn Tokens, new_ca: bool) -> Result<()
     )
 }
 
+/// How accepted connections are set up. TCP_NODELAY: small responses must not wait for the
+/// client's delayed ACK (40 ms each). TCP keepalive, as Go's servers (kube-apiserver's) have by
+/// default: a peer that is gone is found by the kernel on a connection idle in both directions,
+/// HTTP/1.1 ones included, which [`ping_idle_connections`] does not reach.
+fn tcp_acceptor() -> axum_server::accept::TcpConfigAcceptor {
+    use axum_server::accept::{TcpConfigAcceptor, TcpKeepaliveConfig, TcpSocketConfig};
+    let keepalive = TcpKeepaliveConfig::new()
+        .time(std::time::Duration::from_secs(30))
+        .interval(std::time::Duration::from_secs(10))
+        .retries(3);
+    TcpConfigAcceptor::new(TcpSocketConfig::new().nodelay(true).keepalive(keepalive))
+}
+
+/// HTTP/2 pings on a connection the client has sent nothing on for `interval` (zero: none),
+/// closed when one is not answered within `timeout`: a host that vanished gives back its
+/// watches (and its node's share of [`crate::server::watch::MAX_NODE_WATCHES`]) then, not at
+/// each watch's timeout. TCP keepalive alone does not see it while the coordinator has events
+/// unacknowledged on the connection.
+fn ping_idle_connections(
+    builder: &mut hyper_util::server::conn::auto::Builder<hyper_util::rt::TokioExecutor>,
+    (interval, timeout): (std::time::Duration, std::time::Duration),
+) {
+    if !interval.is_zero() {
+        builder.http2().keep_alive_interval(interval).keep_alive_timeout(timeout);
+    }
+}
+
 /// Run until the process is stopped.
 pub async fn run(opts: ServeOptions) -> Result<()> {
     install_crypto();
@@ -463,8 +490,8 @@ pub async fn run(opts: ServeOptions) -> Result<()> {
         "aloftctl --kubeconfig FILE, or kubectl --kubeconfig FILE"
     };
     println!("client config: {} ({clients})", files.kubeconfig.display());
-    // TCP_NODELAY: small responses must not wait for the client's delayed ACK (40 ms each).
-    let nodelay = axum_server::accept::NoDelayAcceptor::new();
+    let tcp = tcp_acceptor();
+    let pings = (opts.limits.ping_interval, opts.limits.ping_timeout);
     // The listener is bound (connections queue from here on), so systemd may start what waits
     // for the coordinator once the serving certificate has loaded.
     let ready = crate::notify::serving(client.server.clone(), health, serving_store);
@@ -472,12 +499,16 @@ pub async fn run(opts: ServeOptions) -> Result<()> {
         match serving {
             None => {
                 ready.await;
-                axum_server::from_tcp(listener)?.acceptor(nodelay).handle(handle).serve(app).await?;
+                let mut server = axum_server::from_tcp(listener)?.acceptor(tcp).handle(handle);
+                ping_idle_connections(server.http_builder(), pings);
+                server.serve(app).await?;
             }
             Some(cfg) => {
-                let tls = axum_server::tls_rustls::RustlsAcceptor::new(cfg).acceptor(nodelay);
+                let tls = axum_server::tls_rustls::RustlsAcceptor::new(cfg).acceptor(tcp);
                 ready.await;
-                axum_server::from_tcp(listener)?.acceptor(tls).handle(handle).serve(app).await?;
+                let mut server = axum_server::from_tcp(listener)?.acceptor(tls).handle(handle);
+                ping_idle_connections(server.http_builder(), pings);
+                server.serve(app).await?;
             }
         }
         anyhow::Ok(())

@@ -116,6 +116,16 @@ enum Cmd {
         /// --max-requests-inflight, for writes.
         #[arg(long, default_value_t = aloft_coordinator::server::inflight::DEFAULT_MUTATING)]
         max_mutating_requests_inflight: usize,
+        /// How long an HTTP/2 connection may send nothing before the coordinator pings it; a
+        /// ping not answered within --http2-ping-timeout closes the connection, and so ends the
+        /// watches of a host that vanished without closing it (powered off, cut off the
+        /// network) instead of at their timeout. client-go pings from its side on the same
+        /// figures. 0 sends no pings.
+        #[arg(long, default_value = "30s", value_parser = humantime::parse_duration, value_name = "DURATION")]
+        http2_ping_interval: std::time::Duration,
+        /// How long an HTTP/2 ping of --http2-ping-interval may go unanswered.
+        #[arg(long, default_value = "15s", value_parser = humantime::parse_duration, value_name = "DURATION")]
+        http2_ping_timeout: std::time::Duration,
         /// Revisions of history kept for watches; a client resuming from an older
         /// resourceVersion gets 410 Gone and re-lists.
         #[arg(long, default_value_t = aloft_coordinator::store::sqlite::DEFAULT_RETAIN)]
@@ -476,6 +486,8 @@ async fn run() -> Result<()> {
             max_body_bytes,
             max_requests_inflight,
             max_mutating_requests_inflight,
+            http2_ping_interval,
+            http2_ping_timeout,
             watch_history,
             event_ttl,
             node_monitor_grace_period,
@@ -493,10 +505,18 @@ async fn run() -> Result<()> {
                     humantime::format_duration(active_lease_duration)
                 );
             }
+            if !http2_ping_interval.is_zero() && http2_ping_timeout.is_zero() {
+                anyhow::bail!(
+                    "--http2-ping-timeout 0s would close every connection at its first ping: give the time an \
+                     answer may take (default 15s), or --http2-ping-interval 0s to send no pings"
+                );
+            }
             let limits = Limits {
                 max_body: max_body_bytes,
                 max_requests_inflight,
                 max_mutating_requests_inflight,
+                ping_interval: http2_ping_interval,
+                ping_timeout: http2_ping_timeout,
                 ..Limits::default()
             };
             serve::run(ServeOptions {

@@ -50,7 +50,20 @@ pub struct Limits {
     pub max_requests_inflight: usize,
     /// Writes served at once before a 429 (`--max-mutating-requests-inflight`); 0 is no limit.
     pub max_mutating_requests_inflight: usize,
+    /// How long an HTTP/2 connection may send nothing before the coordinator pings it
+    /// (`--http2-ping-interval`); zero sends none. A host that vanished without closing its
+    /// connection (powered off, cut off) otherwise keeps its watches, and the slots they take of
+    /// its node's [`watch::MAX_NODE_WATCHES`], until each watch's own timeout.
+    pub ping_interval: Duration,
+    /// How long a ping may go unanswered before its connection is closed, with every request
+    /// and watch on it (`--http2-ping-timeout`).
+    pub ping_timeout: Duration,
 }
+
+/// client-go's figures for its own side of the connection (ReadIdleTimeout, PingTimeout): a
+/// connection that is gone is found within 45 s from either end.
+pub const DEFAULT_PING_INTERVAL: Duration = Duration::from_secs(30);
+pub const DEFAULT_PING_TIMEOUT: Duration = Duration::from_secs(15);
 
 impl Default for Limits {
     fn default() -> Self {
@@ -59,6 +72,8 @@ impl Default for Limits {
             watch_timeout: Duration::from_secs(1800),
             max_requests_inflight: inflight::DEFAULT_READ_ONLY,
             max_mutating_requests_inflight: inflight::DEFAULT_MUTATING,
+            ping_interval: DEFAULT_PING_INTERVAL,
+            ping_timeout: DEFAULT_PING_TIMEOUT,
         }
     }
 }
