@@ -921,10 +921,16 @@ async fn aloftctl_templates_print_what_kubectls_print() {
             "node-three" => labels["tier"] = json!("app"),
             _ => {}
         }
-        let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels,
+        let mut node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels,
             "annotations": {"machineconfiguration.openshift.io/state": state,
                 "machineconfiguration.openshift.io/currentConfig": "rendered-worker-1"}},
             "status": {"conditions": [{"type": "Ready", "status": if state == "Degraded" { "False" } else { "True" }}]}});
+        if name == "n2" {
+            // Objects, arrays and a number, which custom columns print as Go does.
+            node["spec"] = json!({"taints": [{"key": "dedicated", "value": "db", "effect": "NoSchedule"}],
+                                  "podCIDRs": ["10.0.0.0/24", "10.0.1.0/24"]});
+            node["status"]["daemonEndpoints"] = json!({"kubeletEndpoint": {"Port": 10250}});
+        }
         assert_eq!(admin.post(&path_of(&NODE, None), &node).await.unwrap().code, 201);
     }
     let run = |args: &[&str]| {
@@ -959,7 +965,7 @@ async fn aloftctl_templates_print_what_kubectls_print() {
     }
     let one = format!("jsonpath={{.metadata.name}} {{.metadata.annotations.{state}}}");
     assert_eq!(aloftctl(&["get", "node", "n2", "-o", &one]), k.ok(&["get", "node", "n2", "-o", &one]));
-    let cols = format!("custom-columns=Z:.metadata.labels.topology\\.kubernetes\\.io/zone,NAME:.metadata.name,STATE:.metadata.annotations.{state},TAINTS:.spec.taints");
+    let cols = format!("custom-columns=Z:.metadata.labels.topology\\.kubernetes\\.io/zone,NAME:.metadata.name,STATE:.metadata.annotations.{state},TAINTS:.spec.taints,LABELS:.metadata.labels,CIDRS:.spec.podCIDRs,CIDR:.spec.podCIDRs[*],PORT:.status.daemonEndpoints.kubeletEndpoint.Port");
     for extra in [None, Some("--no-headers")] {
         let mut args = vec!["get", "nodes", "-o", &cols];
         args.extend(extra);
@@ -995,8 +1001,8 @@ async fn aloftctl_templates_print_what_kubectls_print() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("array index out of bounds: index 7, length 3"), "{err}");
     // A path no object has is an error, in both.
-    let args = ["get", "nodes", "-o", "name", "--sort-by=.spec.taints"];
-    let want = "couldn't find any field with path \"{.spec.taints}\" in the list of objects";
+    let args = ["get", "nodes", "-o", "name", "--sort-by=.spec.providerID"];
+    let want = "couldn't find any field with path \"{.spec.providerID}\" in the list of objects";
     assert!(k.fails(&args).contains(want));
     let out = run(&args);
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains(want), "{out:?}");

@@ -162,9 +162,11 @@ impl Template {
         Ok(out)
     }
 
-    /// What a one-path template finds in `obj`, each as text; for custom columns.
+    /// What a one-path template finds in `obj`, each as kubectl's custom columns print it
+    /// (Go's `%v`: an object as `map[key:value ...]`, an array as `[a b]`), where a template
+    /// prints objects and arrays as JSON.
     pub fn values(&self, obj: &Value) -> Result<Vec<String>, Error> {
-        Ok(self.find(obj)?.into_iter().map(text_of).collect())
+        Ok(self.find(obj)?.into_iter().map(go_text).collect())
     }
 
     /// What a one-path template finds in `obj`.
@@ -229,11 +231,67 @@ fn render_parts(parts: &[Part], root: &Value, cur: &Value, out: &mut String) -> 
     Ok(())
 }
 
+/// A value as kubectl's templates print it: text as itself, a number as Go prints it, objects
+/// and arrays as JSON.
 fn text_of(v: &Value) -> String {
     match v {
         Value::String(s) => s.clone(),
+        Value::Number(n) => go_number(n),
         v => v.to_string(),
     }
+}
+
+/// A value as Go's `fmt` prints what kubectl decoded it to (`%v`): `<nil>`, `map[k:v ...]` with
+/// the keys sorted, `[a b]`, numbers as [`go_number`].
+fn go_text(v: &Value) -> String {
+    match v {
+        Value::Null => "<nil>".into(),
+        Value::Bool(b) => b.to_string(),
+        Value::Number(n) => go_number(n),
+        Value::String(s) => s.clone(),
+        Value::Array(a) => format!("[{}]", a.iter().map(go_text).collect::<Vec<_>>().join(" ")),
+        Value::Object(m) => {
+            let mut pairs: Vec<(&String, &Value)> = m.iter().collect();
+            pairs.sort_by(|a, b| a.0.cmp(b.0));
+            let pairs: Vec<String> = pairs.into_iter().map(|(k, v)| format!("{k}:{}", go_text(v))).collect();
+            format!("map[{}]", pairs.join(" "))
+        }
+    }
+}
+
+/// A JSON number as kubectl prints it: Kubernetes decodes one without a fraction or exponent
+/// as an integer, any other as a float64, which Go's `%v` prints in the fewest digits that
+/// read back, with an exponent below 1e-4 and from 1e6 (`strconv`'s `'g'`, shortest, whose
+/// threshold is 6 digits whatever the number's).
+fn go_number(n: &serde_json::Number) -> String {
+    if n.is_i64() || n.is_u64() {
+        return n.to_string();
+    }
+    let Some(f) = n.as_f64() else { return n.to_string() };
+    if f == 0.0 {
+        return if f.is_sign_negative() { "-0".into() } else { "0".into() };
+    }
+    // Rust's `{:e}` is the shortest that reads back too: "-1.5e-7", "1e21".
+    let sci = format!("{f:e}");
+    let Some((mantissa, exp)) = sci.split_once('e') else { return sci };
+    let Ok(exp) = exp.parse::<i32>() else { return sci };
+    let (sign, mantissa) = mantissa.strip_prefix('-').map_or(("", mantissa), |m| ("-", m));
+    let digits: String = mantissa.chars().filter(|c| *c != '.').collect();
+    if !(-4..6).contains(&exp) {
+        let tail = if digits.len() > 1 { format!(".{}", &digits[1..]) } else { String::new() };
+        let esign = if exp < 0 { '-' } else { '+' };
+        return format!("{sign}{}{tail}e{esign}{:02}", &digits[..1], exp.abs());
+    }
+    // Where the point falls among the digits.
+    let point = exp + 1;
+    let text = if point <= 0 {
+        format!("0.{}{digits}", "0".repeat(point.unsigned_abs() as usize))
+    } else if point as usize >= digits.len() {
+        format!("{digits}{}", "0".repeat(point as usize - digits.len()))
+    } else {
+        format!("{}.{}", &digits[..point as usize], &digits[point as usize..])
+    };
+    format!("{sign}{text}")
 }
 
 /// The length of `s` up to the first `close` outside quotes, brackets and parentheses.
@@ -642,8 +700,8 @@ mod tests {
         Template::parse(t).and_then(|t| t.render(v)).unwrap_or_else(|e| panic!("{t}: {e}"))
     }
 
-    /// Every row of kubectl's documented function table gives kubectl's result (objects as JSON
-    /// where kubectl prints Go's `map[...]`).
+    /// Every row of kubectl's documented function table gives kubectl's result (objects as
+    /// JSON, as kubectl 1.32 prints them, where the table shows Go's `map[...]`).
     #[test]
     fn kubectls_documented_examples() {
         let d = doc();
@@ -779,6 +837,56 @@ mod tests {
         assert_eq!(Template::parse_relaxed(r"metadata.annotations.a\.b/c").unwrap().values(&v), Ok(vec!["x".into()]));
         assert_eq!(Template::parse_relaxed(".list[*]").unwrap().values(&v), Ok(vec!["1".into(), "2".into()]));
         assert_eq!(Template::parse_relaxed(".missing").unwrap().values(&v), Ok(vec![]));
+    }
+
+    /// Custom columns print what they find as Go's `%v` prints kubectl's decoded values.
+    #[test]
+    fn custom_columns_print_values_as_go_does() {
+        let v = json!({"labels": {"z": "1", "a": "", "b/c": "x"}, "taints": [{"key": "k", "effect": "NoSchedule"}],
+                       "cidrs": ["10.0.0.0/24", "10.0.1.0/24"], "port": 10250, "on": true, "none": null,
+                       "nested": {"list": [1, {"x": null}], "empty": {}, "no": []}});
+        let col = |p: &str| Template::parse_relaxed(p).unwrap().values(&v).unwrap().join(",");
+        assert_eq!(col(".labels"), "map[a: b/c:x z:1]");
+        assert_eq!(col(".taints"), "[map[effect:NoSchedule key:k]]");
+        assert_eq!(col(".cidrs"), "[10.0.0.0/24 10.0.1.0/24]");
+        assert_eq!(col(".cidrs[*]"), "10.0.0.0/24,10.0.1.0/24");
+        assert_eq!((col(".port"), col(".on"), col(".none")), ("10250".into(), "true".into(), "<nil>".into()));
+        assert_eq!(col(".nested"), "map[empty:map[] list:[1 map[x:<nil>]] no:[]]");
+    }
+
+    /// Go's shortest `%v` of a float64: exponents below 1e-4 and from 1e6, as Go prints them
+    /// (`fmt.Println(1e6)` prints `1e+06`); integers as integers, as Kubernetes decodes them.
+    #[test]
+    fn numbers_print_as_go_prints_them() {
+        let cases = [
+            ("1.5", "1.5"),
+            ("-2.25", "-2.25"),
+            ("1.0", "1"),
+            ("1000000.0", "1e+06"),
+            ("999999.5", "999999.5"),
+            ("1234567.0", "1.234567e+06"),
+            ("608863452348.1149", "6.088634523481149e+11"),
+            ("1000000", "1000000"),
+            ("123456.789", "123456.789"),
+            ("0.0001", "0.0001"),
+            ("0.00001", "1e-05"),
+            ("-0.000012", "-1.2e-05"),
+            ("1e20", "1e+20"),
+            ("1e21", "1e+21"),
+            ("1.25e22", "1.25e+22"),
+            ("1e100", "1e+100"),
+            ("0.1", "0.1"),
+            ("0.0", "0"),
+            ("-0.0", "-0"),
+            ("42", "42"),
+            ("-7", "-7"),
+            ("18446744073709551615", "18446744073709551615"),
+        ];
+        for (json, go) in cases {
+            let v: Value = serde_json::from_str(json).unwrap();
+            assert_eq!(go_text(&v), go, "{json}");
+            assert_eq!(text_of(&v), go, "{json}");
+        }
     }
 
     #[test]
