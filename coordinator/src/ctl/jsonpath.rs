@@ -839,6 +839,47 @@ mod tests {
         assert_eq!(Template::parse_relaxed(".missing").unwrap().values(&v), Ok(vec![]));
     }
 
+    proptest::proptest! {
+        /// Whatever a user types, a template parses or is refused with a message naming it, and
+        /// a parsed one renders or fails with one: never a panic (a slice past a multi-byte
+        /// character, an index overflow, a step of zero).
+        #[test]
+        fn any_template_parses_or_is_refused_with_a_message(
+            text in "[{}\\[\\]().*?@$:,'\"=!<>\\\\ a-z0-9é-]{0,24}"
+        ) {
+            check_any(&text)?;
+        }
+
+        /// The same, from pieces of real templates put together at random.
+        #[test]
+        fn any_template_of_pieces_parses_or_is_refused_with_a_message(
+            pieces in proptest::collection::vec(proptest::sample::select(vec![
+                "{", "}", ".", "..", "items", "[*]", "[0]", "[-1]", "[7]", "[1:2]", "[::2]", "[-9:]", "[:99999999999]",
+                "[?(@.name==\"e2e\")]", "[?(@.x)]", "[?(@.n<3)]", "['a','b']", "['metadata.name']", "{range .items[*]}",
+                "{end}", "\\.", "é", "\"t\"", "$", "@", "metadata", "name", "users", "status", ",", " ",
+            ]), 0..12)
+        ) {
+            check_any(&pieces.concat())?;
+        }
+    }
+
+    /// What [`any_template_parses_or_is_refused_with_a_message`] checks of one text.
+    fn check_any(text: &str) -> Result<(), proptest::test_runner::TestCaseError> {
+        let doc = doc();
+        for parsed in [Template::parse(text), Template::parse_relaxed(text)] {
+            match parsed {
+                Ok(t) => {
+                    if let Err(e) = t.render(&doc) {
+                        proptest::prop_assert!(!e.to_string().is_empty());
+                    }
+                    let _ = t.values(&doc);
+                }
+                Err(e) => proptest::prop_assert!(!e.to_string().is_empty(), "{text:?}"),
+            }
+        }
+        Ok(())
+    }
+
     /// Custom columns print what they find as Go's `%v` prints kubectl's decoded values.
     #[test]
     fn custom_columns_print_values_as_go_does() {
