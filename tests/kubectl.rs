@@ -925,6 +925,9 @@ async fn aloftctl_templates_print_what_kubectls_print() {
             "annotations": {"machineconfiguration.openshift.io/state": state,
                 "machineconfiguration.openshift.io/currentConfig": "rendered-worker-1"}},
             "status": {"conditions": [{"type": "Ready", "status": if state == "Degraded" { "False" } else { "True" }}]}});
+        if name == "n1" {
+            node["metadata"]["annotations"]["note"] = json!("say \"hi\"");
+        }
         if name == "n2" {
             // Objects, arrays and a number, which custom columns print as Go does.
             node["spec"] = json!({"taints": [{"key": "dedicated", "value": "db", "effect": "NoSchedule"}],
@@ -958,6 +961,8 @@ async fn aloftctl_templates_print_what_kubectls_print() {
         "{range .items}{.metadata.name};{end}".into(),
         "{.items[-1:].metadata.name}{.items[1:1].metadata.name}".into(),
         "{.items[*].spec.nothing}".into(),
+        r#"{.items[?(@.metadata.annotations.note=="say \"hi\"")].metadata.name}"#.into(),
+        r#"{range .items[*]}{.metadata.annotations.note}{"\"\t'"}{end}"#.into(),
     ];
     for t in &templates {
         let arg = format!("jsonpath={t}");

@@ -318,6 +318,21 @@ fn closing(s: &str, close: char) -> Option<usize> {
     None
 }
 
+/// The length of the quoted literal `s` starts with (quote `q`), to its closing quote; an
+/// escaped quote does not close it, as in kubectl's parser. The rest of `s` when unclosed.
+fn quoted_len(s: &str, q: char) -> usize {
+    let mut escaped = false;
+    for (i, c) in s.char_indices().skip(1) {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' => escaped = true,
+            c if c == q => return i + c.len_utf8(),
+            _ => {}
+        }
+    }
+    s.len()
+}
+
 /// A quoted string's text, with `\n`, `\t`, `\\` and escaped quotes; None when not one whole
 /// quoted string.
 fn unquote(s: &str) -> Option<String> {
@@ -501,8 +516,8 @@ impl Filter {
         while i < f.len() {
             let rest = &f[i..];
             let skip = match rest.chars().next() {
-                // A quoted literal is skipped whole, to its closing quote.
-                Some(q @ ('"' | '\'')) => rest[1..].find(q).map_or(rest.len(), |n| n + 2),
+                // A quoted literal is skipped whole, to its closing quote (`\"` is not one).
+                Some(q @ ('"' | '\'')) => quoted_len(rest, q),
                 Some('[') => closing(&rest[1..], ']').map_or(rest.len(), |n| n + 2),
                 Some(c) => {
                     if let Some((op, cmp)) = OPS.iter().find(|(op, _)| rest.starts_with(op)) {
@@ -878,6 +893,21 @@ mod tests {
             }
         }
         Ok(())
+    }
+
+    /// A quote escaped inside a filter's quoted literal is part of the text, as in kubectl's
+    /// parser: the literal does not end there, and the operator after it is still found.
+    #[test]
+    fn a_filters_literal_may_hold_an_escaped_quote() {
+        let v = json!({"items": [{"n": "a", "note": "say \"hi\""}, {"n": "b", "note": "it's"}, {"n": "c", "note": "x==y"}]});
+        assert_eq!(render(r#"{.items[?(@.note=="say \"hi\"")].n}"#, &v), "a");
+        assert_eq!(render(r#"{.items[?(@.note!="say \"hi\"")].n}"#, &v), "b c");
+        assert_eq!(render(r#"{.items[?(@.note=='it\'s')].n}"#, &v), "b");
+        assert_eq!(render(r#"{.items[?("say \"hi\""==@.note)].n}"#, &v), "a");
+        assert_eq!(render(r#"{.items[?(@.note=="x==y")].n}"#, &v), "c");
+        // Left of the operator, the literal's escaped quote does not end it early.
+        let w = json!({"items": [{"n": "d", "note": "a\"==b"}]});
+        assert_eq!(render(r#"{.items[?("a\"==b"==@.note)].n}"#, &w), "d");
     }
 
     /// Custom columns print what they find as Go's `%v` prints kubectl's decoded values.
