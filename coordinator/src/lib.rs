@@ -4,6 +4,7 @@
 //! interface and its SQLite implementation) and [`controllers`] (reconcile loops fed by watches).
 
 pub mod auth;
+pub mod backup;
 pub mod bench;
 pub mod config_use;
 pub mod controllers;

@@ -50,8 +50,8 @@ enum Cmd {
     ///   aloftctl --kubeconfig DIR/admin.kubeconfig get mcp
     ///   kubectl --kubeconfig DIR/admin.kubeconfig get mcp
     ///
-    /// Back up the whole directory: aloft.db and aloft-tokens.db (sqlite3 .backup while it
-    /// runs), and ca.crt, ca.key and admin.token (every agent pins the CA).
+    /// Back it up with `aloft-coordinator backup` (while it runs); every agent pins the CA, which
+    /// a backup keeps.
     ///
     /// Logs go to stderr; ALOFT_LOG sets what is logged (RUST_LOG syntax: info, debug,
     /// aloft_coordinator=debug,info; default info).
@@ -150,6 +150,38 @@ enum Cmd {
         /// kube-controller-manager's --leader-elect-lease-duration.
         #[arg(long, default_value = "15s", value_parser = humantime::parse_duration, value_name = "DURATION")]
         active_lease_duration: std::time::Duration,
+    },
+    /// Copy the data directory into a new or empty directory, while the coordinator serves: the
+    /// store and the tokens as one consistent copy each (no sqlite3 tool needed), the CA, the
+    /// admin token and client config, the serving certificate. The copy holds every secret the
+    /// data directory does (made 0700, its secrets 0600): keep it as you keep the CA key.
+    ///
+    ///   aloft-coordinator backup --data-dir /var/lib/aloft-coordinator /root/aloft-backup-$(date +%F)
+    ///
+    /// With the store on etcd (--etcd-servers), this copies the CA and tokens files; take
+    /// `etcdctl snapshot save` of the store as well.
+    #[command(verbatim_doc_comment)]
+    Backup {
+        #[arg(long, env = "ALOFT_DATA_DIR", default_value = "/var/lib/aloft-coordinator")]
+        data_dir: PathBuf,
+        /// Where the copy goes: a directory that does not exist yet, or an empty one.
+        to: PathBuf,
+    },
+    /// Put a backup back into the data directory, with the coordinator stopped (refused while
+    /// one serves from it). Every file of the backup is checked before anything is changed; the
+    /// files it replaces are moved into DATA_DIR/pre-restore-<time>/, not deleted. Then start
+    /// `serve` again: agents that had seen newer revisions are told so, read their Node afresh
+    /// and carry on.
+    ///
+    ///   systemctl stop aloft-coordinator
+    ///   aloft-coordinator restore --data-dir /var/lib/aloft-coordinator /root/aloft-backup-2026-12-07
+    ///   systemctl start aloft-coordinator
+    #[command(verbatim_doc_comment)]
+    Restore {
+        #[arg(long, env = "ALOFT_DATA_DIR", default_value = "/var/lib/aloft-coordinator")]
+        data_dir: PathBuf,
+        /// The directory `aloft-coordinator backup` wrote.
+        from: PathBuf,
     },
     /// Benchmarks (not tests): each prints figures with a baseline measured in the same run.
     Bench {
@@ -564,6 +596,33 @@ async fn run() -> Result<()> {
                 writeln!(out, "{b}")?;
             }
             out.flush()?;
+            Ok(())
+        }
+        Cmd::Backup { data_dir, to } => {
+            let report = aloft_coordinator::backup::backup(&data_dir, &to)
+                .with_context(|| format!("backing up {} into {}", data_dir.display(), to.display()))?;
+            for line in &report.lines {
+                println!("{line}");
+            }
+            println!(
+                "backed up {} into {}; restore with: aloft-coordinator restore --data-dir {} {}",
+                data_dir.display(),
+                to.display(),
+                data_dir.display(),
+                to.display()
+            );
+            Ok(())
+        }
+        Cmd::Restore { data_dir, from } => {
+            let report = aloft_coordinator::backup::restore(&from, &data_dir)
+                .with_context(|| format!("restoring {} into {}", from.display(), data_dir.display()))?;
+            for line in &report.lines {
+                println!("{line}");
+            }
+            if let Some(aside) = &report.moved_aside {
+                println!("the files it replaced are in {}", aside.display());
+            }
+            println!("restored {} into {}; start `aloft-coordinator serve` on it", from.display(), data_dir.display());
             Ok(())
         }
         Cmd::Token { cmd: TokenCmd::Create { data_dir, etcd, name, role, labels, ttl } } => {

@@ -1,0 +1,282 @@
+//! `aloft-coordinator backup` and `restore`: the data directory copied whole and consistent
+//! while the coordinator serves, and put back while it is stopped, without the `sqlite3` tool
+//! (an RHCOS-like host has none). OpenShift's counterpart is `cluster-backup.sh` (an etcd
+//! snapshot and the static pods' resources); a store on etcd is backed up with `etcdctl snapshot
+//! save`, and this copies the rest of its data directory (the CA, the admin token).
+//!
+//! The databases are copied by SQLite's `VACUUM INTO`: one read transaction, so the copy is the
+//! store at one revision, taken while the writer goes on (a reader does not block it in WAL
+//! mode). The store is copied before the tokens, so every node credential of a Node in the copy
+//! is in the tokens' copy too (a token made between the two is there as well, and harmless).
+//! A restore checks every file of the backup before it touches the data directory, and moves
+//! what was there aside (WAL files included: one left beside a restored database would be
+//! replayed into it) rather than deleting it.
+
+use anyhow::{bail, Context, Result};
+use rusqlite::{Connection, OpenFlags};
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+/// The store's file, then the tokens' file: the order they are copied in.
+const DATABASES: [&str; 2] = ["aloft.db", "aloft-tokens.db"];
+
+/// The data directory's other files, and whether each holds a secret (kept 0600). The serving
+/// certificate (and the names it was issued for) is issued again at start when missing; it is
+/// copied so that a restore serves the same one.
+const FILES: [(&str, bool); 7] = [
+    ("ca.crt", false),
+    ("ca.key", true),
+    ("admin.token", true),
+    ("admin.kubeconfig", true),
+    ("serving.crt", false),
+    ("serving.key", true),
+    ("serving.names", false),
+];
+
+/// What a backup or a restore copied: a line a file.
+#[derive(Debug, Default)]
+pub struct Report {
+    pub lines: Vec<String>,
+    /// Where a restore moved the files it replaced.
+    pub moved_aside: Option<PathBuf>,
+}
+
+/// Copy the coordinator's data directory `data` into `to`, a new or empty directory (made
+/// 0700: the copy holds every secret the data directory does). Works while `serve` runs.
+pub fn backup(data: &Path, to: &Path) -> Result<Report> {
+    let has_store = data.join(DATABASES[0]).is_file();
+    if !has_store && !data.join("ca.crt").is_file() {
+        bail!(
+            "{} holds no coordinator data (no aloft.db, no ca.crt): give the --data-dir of `aloft-coordinator serve`",
+            data.display()
+        );
+    }
+    empty_target(to)?;
+    let mut report = Report::default();
+    for name in DATABASES {
+        let from = data.join(name);
+        if !from.is_file() {
+            continue;
+        }
+        let copy = to.join(name);
+        let tmp = to.join(format!(".{name}.tmp"));
+        copy_database(&from, &tmp).with_context(|| format!("copying {}", from.display()))?;
+        let what = check_database(name, &tmp).with_context(|| format!("checking the copy of {}", from.display()))?;
+        finish(&tmp, &copy, true)?;
+        report.lines.push(format!("{name}: {what}"));
+    }
+    for (name, secret) in FILES {
+        let from = data.join(name);
+        if !from.is_file() {
+            continue;
+        }
+        let tmp = to.join(format!(".{name}.tmp"));
+        std::fs::copy(&from, &tmp).with_context(|| format!("copying {}", from.display()))?;
+        finish(&tmp, &to.join(name), secret)?;
+        report.lines.push(format!("{name}: {} bytes", std::fs::metadata(to.join(name))?.len()));
+    }
+    sync_dir(to)?;
+    if !has_store {
+        report.lines.push(
+            "no aloft.db: the store is on etcd (--etcd-servers); take `etcdctl snapshot save` of it as well".into(),
+        );
+    }
+    Ok(report)
+}
+
+/// Put the backup in `from` into the data directory `data`, which no coordinator may be
+/// serving from (its lock is taken for the whole restore). Every file of the backup is checked
+/// first; the files it replaces are moved into `data/pre-restore-<time>/`.
+pub fn restore(from: &Path, data: &Path) -> Result<Report> {
+    if !from.is_dir() {
+        bail!("{} is not a directory: give the directory `aloft-coordinator backup` wrote", from.display());
+    }
+    if !from.join(DATABASES[0]).is_file() && !from.join("ca.crt").is_file() {
+        bail!(
+            "{} holds no backup (no aloft.db, no ca.crt): give the directory `aloft-coordinator backup` wrote",
+            from.display()
+        );
+    }
+    if from.join(DATABASES[0]).is_file() != from.join(DATABASES[1]).is_file() {
+        bail!(
+            "{} has one of aloft.db and aloft-tokens.db without the other: a store without its tokens (or tokens \
+             without their store) is no backup to restore",
+            from.display()
+        );
+    }
+    if let (Ok(a), Ok(b)) = (from.canonicalize(), data.canonicalize()) {
+        if a == b {
+            bail!(
+                "{} is the data directory itself: give the directory `aloft-coordinator backup` wrote",
+                from.display()
+            );
+        }
+    }
+    let mut report = Report::default();
+    for name in DATABASES {
+        let path = from.join(name);
+        if path.is_file() {
+            let what = check_database(name, &path).with_context(|| format!("checking {}", path.display()))?;
+            report.lines.push(format!("{name}: {what}"));
+        }
+    }
+    let data_existed = data.exists();
+    if !data_existed {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(data)
+            .with_context(|| format!("creating {}", data.display()))?;
+    }
+    let _lock = crate::serve::DataDirLock::take(data).context("a restore needs the coordinator stopped")?;
+    // What the restore replaces: what the backup has, and a database's WAL and shared-memory
+    // files with it. A file the backup lacks stays as it is.
+    let mut replaced: Vec<String> = Vec::new();
+    for name in DATABASES.into_iter().filter(|n| from.join(n).is_file()) {
+        for suffix in ["", "-wal", "-shm"] {
+            replaced.push(format!("{name}{suffix}"));
+        }
+    }
+    replaced.extend(FILES.iter().map(|(n, _)| n.to_string()).filter(|n| from.join(n).is_file()));
+    let present: Vec<&String> = replaced.iter().filter(|n| data.join(n).exists()).collect();
+    if !present.is_empty() {
+        let aside = data.join(format!("pre-restore-{}", chrono::Utc::now().format("%Y%m%dT%H%M%SZ")));
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&aside)
+            .with_context(|| format!("creating {}", aside.display()))?;
+        for name in present {
+            std::fs::rename(data.join(name), aside.join(name))
+                .with_context(|| format!("moving {} into {}", name, aside.display()))?;
+        }
+        sync_dir(&aside)?;
+        report.moved_aside = Some(aside);
+    }
+    for name in DATABASES.iter().copied().chain(FILES.iter().map(|(n, _)| *n)) {
+        let path = from.join(name);
+        if !path.is_file() {
+            continue;
+        }
+        let secret = DATABASES.contains(&name) || FILES.iter().any(|(n, s)| *n == name && *s);
+        let tmp = data.join(format!(".{name}.restore.tmp"));
+        std::fs::copy(&path, &tmp).with_context(|| format!("copying {}", path.display()))?;
+        finish(&tmp, &data.join(name), secret)?;
+        if !DATABASES.contains(&name) {
+            report.lines.push(format!("{name}: {} bytes", std::fs::metadata(data.join(name))?.len()));
+        }
+    }
+    sync_dir(data)?;
+    Ok(report)
+}
+
+/// `to` is made (0700) when missing; one that exists must be an empty directory: a backup never
+/// overwrites.
+fn empty_target(to: &Path) -> Result<()> {
+    match std::fs::read_dir(to) {
+        Ok(mut entries) => {
+            if entries.next().is_some() {
+                bail!(
+                    "{} is not empty: a backup goes into a new or empty directory, and overwrites nothing",
+                    to.display()
+                );
+            }
+            Ok(())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(to)
+            .with_context(|| format!("creating {}", to.display())),
+        Err(e) => Err(e).with_context(|| format!("reading {}", to.display())),
+    }
+}
+
+/// A consistent copy of the SQLite file `from` at `to`, taken in one read transaction.
+fn copy_database(from: &Path, to: &Path) -> Result<()> {
+    let _ = std::fs::remove_file(to);
+    // Read-write without create: a WAL reader needs the shared-memory file, and a missing
+    // database is an error, not a new empty one.
+    let conn = Connection::open_with_flags(from, OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX)?;
+    conn.busy_timeout(std::time::Duration::from_secs(30))?;
+    conn.execute("VACUUM INTO ?1", [to.to_string_lossy()])?;
+    Ok(())
+}
+
+/// Whether the SQLite file at `path` is whole and is what `name` holds; what it holds, in
+/// words.
+fn check_database(name: &str, path: &Path) -> Result<String> {
+    let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX)?;
+    let check: String = conn.query_row("PRAGMA quick_check", [], |r| r.get(0))?;
+    if check != "ok" {
+        bail!("it is damaged: {check}");
+    }
+    let has = |table: &str| -> Result<bool> {
+        let n: i64 =
+            conn.query_row("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?1", [table], |r| {
+                r.get(0)
+            })?;
+        Ok(n > 0)
+    };
+    if name == DATABASES[0] {
+        if !has("objects")? || !has("meta")? {
+            bail!("it is not an aloft store (no objects and meta tables)");
+        }
+        let objects: i64 = conn.query_row("SELECT count(*) FROM objects", [], |r| r.get(0))?;
+        let revision: i64 = conn.query_row("SELECT value FROM meta WHERE key = 'revision'", [], |r| r.get(0))?;
+        Ok(format!("{objects} objects at revision {revision}"))
+    } else {
+        if !has("tokens")? {
+            bail!("it is not an aloft tokens file (no tokens table)");
+        }
+        let tokens: i64 = conn.query_row("SELECT count(*) FROM tokens", [], |r| r.get(0))?;
+        Ok(format!("{tokens} tokens"))
+    }
+}
+
+/// Give `tmp` its mode, flush it and rename it to `path`.
+fn finish(tmp: &Path, path: &Path, secret: bool) -> Result<()> {
+    let mode = if secret { 0o600 } else { 0o644 };
+    std::fs::set_permissions(tmp, std::fs::Permissions::from_mode(mode))?;
+    std::fs::File::open(tmp)?.sync_all().with_context(|| format!("flushing {}", tmp.display()))?;
+    std::fs::rename(tmp, path).with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))?;
+    Ok(())
+}
+
+/// Make the directory's new entries durable.
+fn sync_dir(dir: &Path) -> Result<()> {
+    std::fs::File::open(dir)?.sync_all().with_context(|| format!("flushing {}", dir.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store_file(path: &Path, objects: usize) {
+        let c = Connection::open(path).unwrap();
+        c.execute_batch(
+            "PRAGMA journal_mode=WAL;
+             CREATE TABLE objects (resource TEXT, namespace TEXT, name TEXT, revision INTEGER, data TEXT);
+             CREATE TABLE meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+             INSERT INTO meta VALUES ('revision', 42);",
+        )
+        .unwrap();
+        for i in 0..objects {
+            c.execute("INSERT INTO objects VALUES ('nodes', '', ?1, 1, '{}')", [format!("n{i}")]).unwrap();
+        }
+    }
+
+    /// A copy is the file's content, checked; a file that is not a store is refused by name.
+    #[test]
+    fn a_database_is_copied_and_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        store_file(&dir.path().join("aloft.db"), 3);
+        let copy = dir.path().join("copy.db");
+        copy_database(&dir.path().join("aloft.db"), &copy).unwrap();
+        assert_eq!(check_database("aloft.db", &copy).unwrap(), "3 objects at revision 42");
+        let err = format!("{:#}", check_database("aloft-tokens.db", &copy).unwrap_err());
+        assert!(err.contains("not an aloft tokens file"), "{err}");
+        std::fs::write(dir.path().join("junk.db"), vec![7u8; 8192]).unwrap();
+        let err = format!("{:#}", check_database("aloft.db", &dir.path().join("junk.db")).unwrap_err());
+        assert!(err.contains("not a database"), "{err}");
+    }
+}
