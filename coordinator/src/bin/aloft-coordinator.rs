@@ -151,14 +151,16 @@ enum Cmd {
         #[arg(long, default_value = "15s", value_parser = humantime::parse_duration, value_name = "DURATION")]
         active_lease_duration: std::time::Duration,
     },
-    /// Copy the data directory into a new or empty directory, while the coordinator serves: the
-    /// store and the tokens as one consistent copy each (no sqlite3 tool needed), the CA, the
-    /// admin token and client config, the serving certificate. The copy holds every secret the
-    /// data directory does (made 0700, its secrets 0600): keep it as you keep the CA key.
+    /// Copy the data directory while the coordinator serves, for `restore`.
+    ///
+    /// Into a new or empty directory: the store and the tokens as one consistent copy each (no
+    /// sqlite3 tool needed), the CA, the admin token and client config, the serving
+    /// certificate. The copy holds every secret the data directory does (made 0700, its secrets
+    /// 0600): keep it as you keep the CA key.
     ///
     ///   aloft-coordinator backup --data-dir /var/lib/aloft-coordinator /root/aloft-backup-$(date +%F)
     ///
-    /// With the store on etcd (--etcd-servers), this copies the CA and tokens files; take
+    /// With the store on etcd (--etcd-servers), this copies the CA, the admin token and the certificates; take
     /// `etcdctl snapshot save` of the store as well.
     #[command(verbatim_doc_comment)]
     Backup {
@@ -167,11 +169,12 @@ enum Cmd {
         /// Where the copy goes: a directory that does not exist yet, or an empty one.
         to: PathBuf,
     },
-    /// Put a backup back into the data directory, with the coordinator stopped (refused while
-    /// one serves from it). Every file of the backup is checked before anything is changed; the
-    /// files it replaces are moved into DATA_DIR/pre-restore-<time>/, not deleted. Then start
-    /// `serve` again: agents that had seen newer revisions are told so, read their Node afresh
-    /// and carry on.
+    /// Put a backup back into the data directory of a stopped coordinator.
+    ///
+    /// Refused while one serves from it. Every file of the backup is checked before anything
+    /// is changed; the files it replaces are moved into DATA_DIR/pre-restore-<time>/, not
+    /// deleted. Then start `serve` again: agents that had seen newer revisions are told so,
+    /// read their Node afresh and carry on.
     ///
     ///   systemctl stop aloft-coordinator
     ///   aloft-coordinator restore --data-dir /var/lib/aloft-coordinator /root/aloft-backup-2026-12-07
