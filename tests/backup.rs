@@ -132,6 +132,14 @@ async fn a_backup_overwrites_nothing_and_a_bad_backup_is_not_restored() {
     assert!(!out.status.success() && text(&out).contains("holds no coordinator data"), "{}", text(&out));
     assert!(!root.path().join("b0").exists(), "no backup directory made");
 
+    // A data directory whose store is on etcd: its files, and a word about etcd's snapshot.
+    let on_etcd = root.path().join("on-etcd");
+    std::fs::create_dir(&on_etcd).unwrap();
+    std::fs::copy(data.join("ca.crt"), on_etcd.join("ca.crt")).unwrap();
+    let out = coordinator(&["backup", "--data-dir"], &[&on_etcd, &root.path().join("b-etcd")]);
+    assert!(out.status.success() && text(&out).contains("etcdctl snapshot save"), "{}", text(&out));
+    assert!(root.path().join("b-etcd").join("ca.crt").is_file());
+
     let good = root.path().join("good");
     let out = coordinator(&["backup", "--data-dir"], &[&data, &good]);
     assert!(out.status.success(), "{}", text(&out));
