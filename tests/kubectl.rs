@@ -999,6 +999,29 @@ async fn aloftctl_templates_print_what_kubectls_print() {
         "custom-columns=name:.metadata.name,Zone:.metadata.labels.topology\\.kubernetes\\.io/zone",
     ];
     assert_eq!(aloftctl(&args), k.ok(&args), "{args:?}");
+    // With --allow-missing-template-keys=false, a field not found fails the template in both,
+    // naming the field; one found everywhere prints as by default.
+    for (t, missing) in [
+        ("{.items[*].metadata.name}", None),
+        ("{.items[*].metadata.nothing}", Some("nothing")),
+        // A filter that keeps nothing is no missing field.
+        (r#"{.items[?(@.metadata.name=="zzz")].metadata.name}"#, None),
+        ("{range .items[*]}{.metadata.labels.tier}{end}", Some("tier")),
+    ] {
+        let arg = format!("jsonpath={t}");
+        let args = ["get", "nodes", "-o", &arg, "--allow-missing-template-keys=false"];
+        let out = run(&args);
+        match missing {
+            None => assert_eq!(aloftctl(&args), k.ok(&args), "{t}"),
+            Some(field) => {
+                let want = format!("{field} is not found");
+                let theirs = k.fails(&args);
+                let ours = String::from_utf8_lossy(&out.stderr);
+                assert!(theirs.contains(&want), "kubectl, {t}: {theirs}");
+                assert!(!out.status.success() && ours.contains(&want), "aloftctl, {t}: {ours}");
+            }
+        }
+    }
     // An index out of bounds fails the template in both.
     let args = ["get", "nodes", "-o", "jsonpath={.items[7].metadata.name}"];
     assert!(k.fails(&args).contains("array index out of bounds: index 7, length 3"));

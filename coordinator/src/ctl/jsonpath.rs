@@ -7,9 +7,11 @@
 //! templates.
 //!
 //! As `kubectl get` does by default (`--allow-missing-template-keys=true`), a path that finds
-//! nothing prints nothing; as kubectl's, an index out of an array's bounds, or an index or
-//! filter over what is no array, fails the template. Strings print as they are; numbers,
-//! booleans, null, objects and arrays as JSON, as kubectl's JSONPath prints them.
+//! nothing prints nothing (with `=false`, a field not found fails the template); as kubectl's,
+//! an index out of an array's bounds, or an index or filter over what is no array, fails the
+//! template. Strings print as they are, numbers as Go prints them, booleans, null, objects and
+//! arrays as JSON, as kubectl's JSONPath prints them; custom columns print every value as Go's
+//! `%v` does (`map[key:value]`).
 
 use serde_json::Value;
 
@@ -38,6 +40,9 @@ pub struct Template {
     parts: Vec<Part>,
     /// As given (a relaxed path as `{...}`), for errors.
     text: String,
+    /// Whether a field a path does not find prints nothing (kubectl's default) rather than
+    /// failing the template (`--allow-missing-template-keys=false`).
+    allow_missing: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -138,7 +143,7 @@ impl Template {
         if !stack.is_empty() {
             return Err(Error::RangeWithoutEnd(text.to_string()));
         }
-        Ok(Template { parts, text: text.to_string() })
+        Ok(Template { parts, text: text.to_string(), allow_missing: true })
     }
 
     /// A column of `-o custom-columns`: `.a.b`, `a.b`, `{.a.b}` alike, as kubectl relaxes them.
@@ -146,7 +151,7 @@ impl Template {
         let e = expr.trim();
         let e = e.strip_prefix('{').and_then(|e| e.strip_suffix('}')).unwrap_or(e);
         let e = if e.starts_with(['.', '$', '@', '[']) { e.to_string() } else { format!(".{e}") };
-        Ok(Template { parts: vec![Part::Path(Path::parse(&e)?)], text: format!("{{{e}}}") })
+        Ok(Template { parts: vec![Part::Path(Path::parse(&e)?)], text: format!("{{{e}}}"), allow_missing: true })
     }
 
     /// The template as given; a relaxed path as kubectl writes it back, `{.a.b}`.
@@ -154,11 +159,17 @@ impl Template {
         &self.text
     }
 
+    /// The template, failing where a path names a field it does not find
+    /// (`--allow-missing-template-keys=false`) instead of printing nothing there.
+    pub fn missing_keys_fail(self) -> Self {
+        Template { allow_missing: false, ..self }
+    }
+
     /// The template's text for `obj`; an error where kubectl's execution fails (an index out
     /// of an array's bounds, a filter or an index over what is not an array).
     pub fn render(&self, obj: &Value) -> Result<String, Error> {
         let mut out = String::new();
-        render_parts(&self.parts, obj, obj, &mut out).map_err(|why| self.failed(why))?;
+        render_parts(&self.parts, obj, obj, self.allow_missing, &mut out).map_err(|why| self.failed(why))?;
         Ok(out)
     }
 
@@ -174,7 +185,7 @@ impl Template {
         let mut found = Vec::new();
         for p in &self.parts {
             if let Part::Path(path) = p {
-                found.extend(path.eval(obj, obj).map_err(|why| self.failed(why))?);
+                found.extend(path.eval(obj, obj, true).map_err(|why| self.failed(why))?);
             }
         }
         Ok(found)
@@ -211,19 +222,25 @@ pub fn sort_order(a: Option<&Value>, b: Option<&Value>) -> std::cmp::Ordering {
 /// Why evaluating failed, as kubectl says it.
 type Failure = String;
 
-fn render_parts(parts: &[Part], root: &Value, cur: &Value, out: &mut String) -> Result<(), Failure> {
+fn render_parts(
+    parts: &[Part],
+    root: &Value,
+    cur: &Value,
+    allow_missing: bool,
+    out: &mut String,
+) -> Result<(), Failure> {
     for p in parts {
         match p {
             Part::Text(t) => out.push_str(t),
             Part::Path(path) => {
-                let texts: Vec<String> = path.eval(root, cur)?.into_iter().map(text_of).collect();
+                let texts: Vec<String> = path.eval(root, cur, allow_missing)?.into_iter().map(text_of).collect();
                 out.push_str(&texts.join(" "));
             }
             // Each value the path finds, as kubectl's: `{range .items}` is the list once,
             // `{range .items[*]}` each item.
             Part::Range(path, body) => {
-                for v in path.eval(root, cur)? {
-                    render_parts(body, root, v, out)?;
+                for v in path.eval(root, cur, allow_missing)? {
+                    render_parts(body, root, v, allow_missing, out)?;
                 }
             }
         }
@@ -400,9 +417,12 @@ impl Path {
         Ok(Path { start, steps })
     }
 
-    fn eval<'a>(&self, root: &'a Value, cur: &'a Value) -> Result<Vec<&'a Value>, Failure> {
+    /// What the path finds; with `allow_missing` false, a field found in none of the values
+    /// the step before found fails it, as kubectl's `evalField` does.
+    fn eval<'a>(&self, root: &'a Value, cur: &'a Value, allow_missing: bool) -> Result<Vec<&'a Value>, Failure> {
         let mut at = vec![if self.start == Start::Root { root } else { cur }];
         for step in &self.steps {
+            let had_input = !at.is_empty();
             let mut next = Vec::new();
             match step {
                 // As kubectl's: each member of a union over every value found so far, in turn.
@@ -418,6 +438,10 @@ impl Path {
                         next.extend(select(step, root, v)?);
                     }
                 }
+            }
+            // (Nothing in, nothing out: a filter that kept nothing is not a missing field.)
+            if let (false, Step::Field(name), true, true) = (allow_missing, step, had_input, next.is_empty()) {
+                return Err(format!("{name} is not found"));
             }
             at = next;
         }
@@ -560,7 +584,7 @@ impl Filter {
     fn holds(&self, root: &Value, item: &Value) -> Result<bool, Failure> {
         let values = |o: &Operand| -> Result<Vec<Value>, Failure> {
             Ok(match o {
-                Operand::Path(p) => p.eval(root, item)?.into_iter().cloned().collect(),
+                Operand::Path(p) => p.eval(root, item, true)?.into_iter().cloned().collect(),
                 Operand::Literal(v) => vec![v.clone()],
             })
         };
@@ -893,6 +917,26 @@ mod tests {
             }
         }
         Ok(())
+    }
+
+    /// `--allow-missing-template-keys=false`: a field found nowhere fails the template, naming
+    /// it, where kubectl's default prints nothing; what is found prints as before.
+    #[test]
+    fn missing_keys_fail_when_asked() {
+        let d = doc();
+        let strict = |t: &str| Template::parse(t).unwrap().missing_keys_fail().render(&d);
+        assert_eq!(strict("{.items[*].metadata.name}").unwrap(), "127.0.0.1 127.0.0.2");
+        assert_eq!(strict("{range .items[*]}{.status.capacity.cpu};{end}").unwrap(), "4;8;");
+        for (t, missing) in [
+            ("{.items[*].metadata.nothing}", "nothing"),
+            ("{.kind}{.spec}", "spec"),
+            ("{range .items[*]}{.metadata.labels.x}{end}", "x"),
+        ] {
+            let err = strict(t).unwrap_err().to_string();
+            assert!(err.contains(&format!("{missing} is not found")) && err.contains(t), "{t}: {err}");
+            assert!(Template::parse(t).unwrap().render(&d).is_ok(), "{t} prints by default");
+        }
+        assert_eq!(strict(r#"{.items[?(@.metadata.name=="zzz")].metadata.name}"#).unwrap(), "");
     }
 
     /// A quote escaped inside a filter's quoted literal is part of the text, as in kubectl's

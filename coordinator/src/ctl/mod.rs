@@ -85,6 +85,11 @@ enum Cmd {
         /// Print tables and custom columns without their header line.
         #[arg(long)]
         no_headers: bool,
+        /// With -o jsonpath: =false fails the template where an object lacks a field it names,
+        /// instead of printing nothing there (kubectl's flag; true by default).
+        #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1,
+              default_missing_value = "true", require_equals = true, value_name = "BOOL")]
+        allow_missing_template_keys: bool,
         /// List the objects of every namespace (namespaced kinds: events, OLM's), with a
         /// NAMESPACE column first in tables.
         #[arg(short = 'A', long)]
@@ -540,7 +545,23 @@ pub async fn main(build: BuildInfo) -> Result<()> {
     let ns = if cli.namespace.is_empty() { "default".to_string() } else { cli.namespace.clone() };
     match cli.cmd {
         Cmd::Get { raw: Some(path), .. } => get_raw(&client, &path).await,
-        Cmd::Get { args, output, no_headers, all_namespaces, sort_by, selector, watch, raw: None } => {
+        Cmd::Get {
+            args,
+            output,
+            no_headers,
+            allow_missing_template_keys,
+            all_namespaces,
+            sort_by,
+            selector,
+            watch,
+            raw: None,
+        } => {
+            let output = match output {
+                Some(print::Output::JsonPath(t)) if !allow_missing_template_keys => {
+                    Some(print::Output::JsonPath(t.missing_keys_fail()))
+                }
+                o => o,
+            };
             let how = Listing { output, no_headers, sort_by, all_namespaces };
             // "" is every namespace, as Kubernetes' NamespaceAll.
             get(&client, if all_namespaces { "" } else { &ns }, &args, how, selector, watch).await
