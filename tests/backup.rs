@@ -105,6 +105,17 @@ async fn a_backup_taken_while_serving_restores_the_store_tokens_and_ca() {
     let viewer = c.client_with_token(Some(&viewer));
     assert_eq!(viewer.get(&mcs).await.unwrap().code, 200, "the token revoked after the backup works again");
     assert_eq!(std::fs::read(data.join("ca.crt")).unwrap(), ca, "the same CA, which every agent pins");
+
+    // Undone: the files the restore moved aside, restored back. The killed coordinator's last
+    // writes are in its WAL file there (no checkpoint ran), and come back with the store.
+    c.kill9();
+    assert!(aside.join("aloft.db-wal").is_file(), "the WAL was moved aside with its database");
+    let out = coordinator(&["restore", "--data-dir"], &[&data, &aside]);
+    assert!(out.status.success(), "{}", text(&out));
+    c.restart();
+    let names = aloft_tests::list_names(&c.client(), &MACHINE_CONFIG).await;
+    assert!(names.contains(&"70-after".to_string()) && !names.contains(&"50-kept".to_string()), "{names:?}");
+    assert_eq!(viewer.get(&mcs).await.unwrap().code, 401, "the token revoked after the backup is revoked again");
 }
 
 /// Bad input is refused with a message naming what is wrong, and changes nothing: a target with

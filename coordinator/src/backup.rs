@@ -138,13 +138,40 @@ pub fn restore(from: &Path, data: &Path) -> Result<Report> {
         }
     }
     replaced.extend(FILES.iter().map(|(n, _)| n.to_string()).filter(|n| from.join(n).is_file()));
+    // Everything copied in under temporary names first: a copy that fails (a full disk) leaves
+    // the data directory as it was. A database is copied as SQLite reads it, WAL included (a
+    // `pre-restore-*` directory restored back has its databases' WAL files beside them).
+    let mut staged: Vec<(PathBuf, PathBuf)> = Vec::new();
+    let staging = (|| -> Result<()> {
+        for name in DATABASES.iter().copied().chain(FILES.iter().map(|(n, _)| *n)) {
+            let path = from.join(name);
+            if !path.is_file() {
+                continue;
+            }
+            let tmp = data.join(format!(".{name}.restore.tmp"));
+            staged.push((tmp.clone(), data.join(name)));
+            if DATABASES.contains(&name) {
+                copy_database(&path, &tmp).with_context(|| format!("copying {}", path.display()))?;
+            } else {
+                std::fs::copy(&path, &tmp).with_context(|| format!("copying {}", path.display()))?;
+                report.lines.push(format!("{name}: {} bytes", std::fs::metadata(&tmp)?.len()));
+            }
+            let secret = DATABASES.contains(&name) || FILES.iter().any(|(n, s)| *n == name && *s);
+            let mode = if secret { 0o600 } else { 0o644 };
+            std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(mode))?;
+            std::fs::File::open(&tmp)?.sync_all().with_context(|| format!("flushing {}", tmp.display()))?;
+        }
+        Ok(())
+    })();
+    if let Err(e) = staging {
+        for (tmp, _) in &staged {
+            let _ = std::fs::remove_file(tmp);
+        }
+        return Err(e.context(format!("nothing in {} was changed", data.display())));
+    }
     let present: Vec<&String> = replaced.iter().filter(|n| data.join(n).exists()).collect();
     if !present.is_empty() {
-        let aside = data.join(format!("pre-restore-{}", chrono::Utc::now().format("%Y%m%dT%H%M%SZ")));
-        std::fs::DirBuilder::new()
-            .mode(0o700)
-            .create(&aside)
-            .with_context(|| format!("creating {}", aside.display()))?;
+        let aside = new_dir_beside(data, &format!("pre-restore-{}", chrono::Utc::now().format("%Y%m%dT%H%M%SZ")))?;
         for name in present {
             std::fs::rename(data.join(name), aside.join(name))
                 .with_context(|| format!("moving {} into {}", name, aside.display()))?;
@@ -152,21 +179,25 @@ pub fn restore(from: &Path, data: &Path) -> Result<Report> {
         sync_dir(&aside)?;
         report.moved_aside = Some(aside);
     }
-    for name in DATABASES.iter().copied().chain(FILES.iter().map(|(n, _)| *n)) {
-        let path = from.join(name);
-        if !path.is_file() {
-            continue;
-        }
-        let secret = DATABASES.contains(&name) || FILES.iter().any(|(n, s)| *n == name && *s);
-        let tmp = data.join(format!(".{name}.restore.tmp"));
-        std::fs::copy(&path, &tmp).with_context(|| format!("copying {}", path.display()))?;
-        finish(&tmp, &data.join(name), secret)?;
-        if !DATABASES.contains(&name) {
-            report.lines.push(format!("{name}: {} bytes", std::fs::metadata(data.join(name))?.len()));
-        }
+    for (tmp, path) in &staged {
+        std::fs::rename(tmp, path).with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))?;
     }
     sync_dir(data)?;
     Ok(report)
+}
+
+/// A new directory (0700) in `dir` named `name`, or `name-2`, `name-3`, ... when taken (two
+/// restores within a second).
+fn new_dir_beside(dir: &Path, name: &str) -> Result<PathBuf> {
+    for n in 1..1000 {
+        let path = if n == 1 { dir.join(name) } else { dir.join(format!("{name}-{n}")) };
+        match std::fs::DirBuilder::new().mode(0o700).create(&path) {
+            Ok(()) => return Ok(path),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e).with_context(|| format!("creating {}", path.display())),
+        }
+    }
+    bail!("{} has a thousand directories named {name}-*: move some away", dir.display())
 }
 
 /// `to` is made (0700) when missing; one that exists must be an empty directory: a backup never
@@ -195,8 +226,12 @@ fn empty_target(to: &Path) -> Result<()> {
 fn copy_database(from: &Path, to: &Path) -> Result<()> {
     let _ = std::fs::remove_file(to);
     // Read-write without create: a WAL reader needs the shared-memory file, and a missing
-    // database is an error, not a new empty one.
-    let conn = Connection::open_with_flags(from, OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX)?;
+    // database is an error, not a new empty one. Read-only where it may not write (a backup on
+    // read-only media).
+    let conn = Connection::open_with_flags(from, OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX)
+        .or_else(|_| {
+        Connection::open_with_flags(from, OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX)
+    })?;
     conn.busy_timeout(std::time::Duration::from_secs(30))?;
     conn.execute("VACUUM INTO ?1", [to.to_string_lossy()])?;
     Ok(())
