@@ -36,7 +36,8 @@ fn mc(name: &str) -> serde_json::Value {
 /// The whole round: a backup taken while the coordinator serves (and writes), changes made
 /// after it, a restore with the coordinator stopped, and a start on the restored directory
 /// that serves the store as it was at the backup, with its tokens and its CA.
-#[tokio::test]
+// Multi-threaded: the writer below runs while the test's thread waits for the backup.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backup_taken_while_serving_restores_the_store_tokens_and_ca() {
     if stores_on_etcd() {
         return; // The store is etcd's to back up (`etcdctl snapshot save`).
@@ -151,9 +152,14 @@ async fn a_backup_overwrites_nothing_and_a_bad_backup_is_not_restored() {
     assert!(out.status.success() && text(&out).contains("etcdctl snapshot save"), "{}", text(&out));
     assert!(root.path().join("b-etcd").join("ca.crt").is_file());
 
+    // An empty directory made beforehand (readable by others) is used, and made 0700.
     let good = root.path().join("good");
+    std::fs::create_dir(&good).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&good, std::fs::Permissions::from_mode(0o755)).unwrap();
     let out = coordinator(&["backup", "--data-dir"], &[&data, &good]);
     assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(std::fs::metadata(&good).unwrap().permissions().mode() & 0o777, 0o700);
     c.kill9();
     let before = files_of(&data);
 
@@ -176,12 +182,35 @@ async fn a_backup_overwrites_nothing_and_a_bad_backup_is_not_restored() {
     std::fs::copy(good.join("aloft.db"), damaged.join("aloft.db")).unwrap();
     let out = coordinator(&["restore", "--data-dir"], &[&data, &damaged]);
     assert!(!out.status.success() && text(&out).contains("without the other"), "{}", text(&out));
+    // A CA certificate without its key.
+    std::fs::copy(good.join("aloft-tokens.db"), damaged.join("aloft-tokens.db")).unwrap();
+    std::fs::remove_file(damaged.join("ca.key")).unwrap();
+    let out = coordinator(&["restore", "--data-dir"], &[&data, &damaged]);
+    assert!(!out.status.success() && text(&out).contains("ca.crt and ca.key without the other"), "{}", text(&out));
     // Not a backup at all, and the data directory itself.
     let out = coordinator(&["restore", "--data-dir"], &[&data, &nothing]);
     assert!(!out.status.success() && text(&out).contains("holds no backup"), "{}", text(&out));
     let out = coordinator(&["restore", "--data-dir"], &[&data, &data]);
     assert!(!out.status.success() && text(&out).contains("is the data directory itself"), "{}", text(&out));
     assert_eq!(files_of(&data), before, "refused restores change nothing");
+
+    // A restore interrupted between moving the old files aside and putting the backup's in
+    // leaves its marker: `serve` refuses the directory (it would make an empty store and a new
+    // CA) and says what to do.
+    std::fs::write(data.join("restore-in-progress"), "/somewhere/pre-restore-x\n").unwrap();
+    let out = Command::new(bin("aloft-coordinator"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert!(!out.status.success() && text(&out).contains("was interrupted"), "{}", text(&out));
+    assert!(text(&out).contains("/somewhere/pre-restore-x"), "{}", text(&out));
+    std::fs::remove_file(data.join("restore-in-progress")).unwrap();
+    // (Its lock file took the refused process's pid: the lock is taken before the check.)
+    let unlocked = |files: Vec<(String, Vec<u8>)>| -> Vec<String> {
+        files.into_iter().filter(|(n, _)| n != "coordinator.lock").map(|(n, b)| format!("{n}:{}", b.len())).collect()
+    };
+    assert_eq!(unlocked(files_of(&data)), unlocked(before.clone()), "a refused start changes nothing");
 
     // The good one restores into a data directory that does not exist yet (a new machine).
     let fresh = root.path().join("new-machine").join("data");

@@ -1007,6 +1007,10 @@ async fn aloftctl_templates_print_what_kubectls_print() {
         // A filter that keeps nothing is no missing field.
         (r#"{.items[?(@.metadata.name=="zzz")].metadata.name}"#, None),
         ("{range .items[*]}{.metadata.labels.tier}{end}", Some("tier")),
+        // Inside a filter's comparison, over a label some nodes lack; a quoted key.
+        (r#"{.items[?(@.metadata.labels.tier=="app")].metadata.name}"#, Some("tier")),
+        ("{.items[*]['metadata.nothing']}", Some("nothing")),
+        ("{.items[?(@.metadata.labels.tier)].metadata.name}", None),
     ] {
         let arg = format!("jsonpath={t}");
         let args = ["get", "nodes", "-o", &arg, "--allow-missing-template-keys=false"];

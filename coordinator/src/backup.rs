@@ -14,7 +14,7 @@
 
 use anyhow::{bail, Context, Result};
 use rusqlite::{Connection, OpenFlags};
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 /// The store's file, then the tokens' file: the order they are copied in.
@@ -32,6 +32,27 @@ const FILES: [(&str, bool); 7] = [
     ("serving.key", true),
     ("serving.names", false),
 ];
+
+/// Present in a data directory while a restore swaps its files: `serve` refuses to start on
+/// it (see [`refuse_interrupted_restore`]). Holds the path of the files the restore moved aside.
+pub const RESTORING: &str = "restore-in-progress";
+
+/// An error when a restore of `data` was interrupted (a power cut, a kill) between moving the
+/// old files aside and putting the backup's in: serving it would make an empty store and a new
+/// CA, which no agent trusts.
+pub fn refuse_interrupted_restore(data: &Path) -> Result<()> {
+    let marker = data.join(RESTORING);
+    if let Ok(aside) = std::fs::read_to_string(&marker) {
+        bail!(
+            "a restore of {} was interrupted: run `aloft-coordinator restore` again, or move the files in {} back \
+             and delete {}",
+            data.display(),
+            aside.trim(),
+            marker.display()
+        );
+    }
+    Ok(())
+}
 
 /// What a backup or a restore copied: a line a file.
 #[derive(Debug, Default)]
@@ -51,7 +72,21 @@ pub fn backup(data: &Path, to: &Path) -> Result<Report> {
             data.display()
         );
     }
+    let made = !to.exists();
     empty_target(to)?;
+    backup_into(data, to, has_store).inspect_err(|_| {
+        // Nothing half-made left behind: a retry into the same directory would be refused.
+        if made {
+            let _ = std::fs::remove_dir_all(to);
+        } else if let Ok(entries) = std::fs::read_dir(to) {
+            for e in entries.flatten() {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    })
+}
+
+fn backup_into(data: &Path, to: &Path, has_store: bool) -> Result<Report> {
     let mut report = Report::default();
     for name in DATABASES {
         let from = data.join(name);
@@ -97,6 +132,13 @@ pub fn restore(from: &Path, data: &Path) -> Result<Report> {
             from.display()
         );
     }
+    if from.join("ca.crt").is_file() != from.join("ca.key").is_file() {
+        bail!(
+            "{} has one of ca.crt and ca.key without the other: every agent pins the CA, and a restored CA \
+             certificate without its key (or a key without its certificate) cannot sign the serving certificate",
+            from.display()
+        );
+    }
     if from.join(DATABASES[0]).is_file() != from.join(DATABASES[1]).is_file() {
         bail!(
             "{} has one of aloft.db and aloft-tokens.db without the other: a store without its tokens (or tokens \
@@ -128,7 +170,11 @@ pub fn restore(from: &Path, data: &Path) -> Result<Report> {
             .create(data)
             .with_context(|| format!("creating {}", data.display()))?;
     }
-    let _lock = crate::serve::DataDirLock::take(data).context("a restore needs the coordinator stopped")?;
+    let _lock = crate::serve::DataDirLock::take(data).map_err(|e| {
+        anyhow::anyhow!(
+            "{e:#}\na restore needs the coordinator stopped: stop it (systemctl stop aloft-coordinator), then restore"
+        )
+    })?;
     // What the restore replaces: what the backup has, and a database's WAL and shared-memory
     // files with it. A file the backup lacks stays as it is.
     let mut replaced: Vec<String> = Vec::new();
@@ -170,19 +216,57 @@ pub fn restore(from: &Path, data: &Path) -> Result<Report> {
         return Err(e.context(format!("nothing in {} was changed", data.display())));
     }
     let present: Vec<&String> = replaced.iter().filter(|n| data.join(n).exists()).collect();
-    if !present.is_empty() {
-        let aside = new_dir_beside(data, &format!("pre-restore-{}", chrono::Utc::now().format("%Y%m%dT%H%M%SZ")))?;
-        for name in present {
+    let aside = new_dir_beside(data, &format!("pre-restore-{}", chrono::Utc::now().format("%Y%m%dT%H%M%SZ")))?;
+    // From here the directory is between two states: a marker says so, and `serve` refuses to
+    // start on it (it would make an empty store and a new CA) until a restore has finished.
+    let marker = data.join(RESTORING);
+    crate::fsutil::write_private(&marker, format!("{}\n", aside.display()).as_bytes())?;
+    sync_dir(data)?;
+    let mut moved: Vec<&String> = Vec::new();
+    let swapped = (|| -> Result<()> {
+        for name in &present {
             std::fs::rename(data.join(name), aside.join(name))
                 .with_context(|| format!("moving {} into {}", name, aside.display()))?;
+            moved.push(name);
         }
         sync_dir(&aside)?;
+        for (tmp, path) in &staged {
+            std::fs::rename(tmp, path).with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))?;
+        }
+        sync_dir(data)
+    })();
+    if let Err(e) = swapped {
+        // Back as it was: the staged copies out, the moved files in.
+        for (tmp, _) in &staged {
+            let _ = std::fs::remove_file(tmp);
+        }
+        let mut stuck = Vec::new();
+        for name in &moved {
+            if std::fs::rename(aside.join(name), data.join(name)).is_err() {
+                stuck.push(name.as_str());
+            }
+        }
+        if stuck.is_empty() {
+            let _ = std::fs::remove_file(&marker);
+            let _ = std::fs::remove_dir(&aside);
+            return Err(e.context(format!("nothing in {} was changed", data.display())));
+        }
+        return Err(e.context(format!(
+            "the restore stopped half-way and {} could not be moved back from {}: move them back into {} by hand \
+             (then delete {}), or run the restore again",
+            stuck.join(", "),
+            aside.display(),
+            data.display(),
+            marker.display()
+        )));
+    }
+    std::fs::remove_file(&marker).with_context(|| format!("removing {}", marker.display()))?;
+    sync_dir(data)?;
+    if present.is_empty() {
+        let _ = std::fs::remove_dir(&aside);
+    } else {
         report.moved_aside = Some(aside);
     }
-    for (tmp, path) in &staged {
-        std::fs::rename(tmp, path).with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))?;
-    }
-    sync_dir(data)?;
     Ok(report)
 }
 
@@ -211,7 +295,9 @@ fn empty_target(to: &Path) -> Result<()> {
                     to.display()
                 );
             }
-            Ok(())
+            // It will hold every secret of the data directory.
+            std::fs::set_permissions(to, std::fs::Permissions::from_mode(0o700))
+                .with_context(|| format!("making {} 0700", to.display()))
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => std::fs::DirBuilder::new()
             .recursive(true)
@@ -232,7 +318,18 @@ fn copy_database(from: &Path, to: &Path) -> Result<()> {
         .or_else(|_| {
         Connection::open_with_flags(from, OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX)
     })?;
+    // Closing the last connection would copy the source's WAL into it and delete the WAL: the
+    // source (a stopped coordinator's directory, a `pre-restore-*` one) is left as it is.
+    conn.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)?;
     conn.busy_timeout(std::time::Duration::from_secs(30))?;
+    // The copy holds every secret of the store: made 0600 before SQLite writes into it (it
+    // keeps an empty file's mode).
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(to)
+        .with_context(|| format!("creating {}", to.display()))?;
     conn.execute("VACUUM INTO ?1", [to.to_string_lossy()])?;
     Ok(())
 }

@@ -138,6 +138,7 @@ pub struct Backend {
 pub async fn prepare(opts: &ServeOptions) -> Result<(Backend, String, DataDirLock)> {
     data_dir_ready(&opts.data_dir)?;
     let lock = DataDirLock::take(&opts.data_dir)?;
+    crate::backup::refuse_interrupted_restore(&opts.data_dir)?;
     let files = DataDir::new(&opts.data_dir);
     let backend = match &opts.etcd {
         Some(etcd) => {

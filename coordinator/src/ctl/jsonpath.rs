@@ -277,11 +277,12 @@ fn go_text(v: &Value) -> String {
 }
 
 /// A JSON number as kubectl prints it: Kubernetes decodes one without a fraction or exponent
-/// as an integer, any other as a float64, which Go's `%v` prints in the fewest digits that
+/// as an integer when it fits in an int64, any other as a float64, which Go's `%v` prints in the fewest digits that
 /// read back, with an exponent below 1e-4 and from 1e6 (`strconv`'s `'g'`, shortest, whose
 /// threshold is 6 digits whatever the number's).
 fn go_number(n: &serde_json::Number) -> String {
-    if n.is_i64() || n.is_u64() {
+    // An int64 when it fits, as Kubernetes decodes one; a larger one is a float64.
+    if n.is_i64() {
         return n.to_string();
     }
     let Some(f) = n.as_f64() else { return n.to_string() };
@@ -428,14 +429,30 @@ impl Path {
                 // As kubectl's: each member of a union over every value found so far, in turn.
                 Step::Union(keys) => {
                     for k in keys {
-                        for v in &at {
-                            next.extend(k.select(v)?);
+                        match k {
+                            // Strict: each key's fields over every value, as a path's are.
+                            Key::Fields(fields) if !allow_missing => {
+                                let mut found = at.clone();
+                                for f in fields {
+                                    let had = !found.is_empty();
+                                    found = found.into_iter().filter_map(|v| v.get(f.as_str())).collect();
+                                    if had && found.is_empty() {
+                                        return Err(format!("{f} is not found"));
+                                    }
+                                }
+                                next.extend(found);
+                            }
+                            k => {
+                                for v in &at {
+                                    next.extend(k.select(v)?);
+                                }
+                            }
                         }
                     }
                 }
                 step => {
                     for v in at {
-                        next.extend(select(step, root, v)?);
+                        next.extend(select(step, root, v, allow_missing)?);
                     }
                 }
             }
@@ -581,10 +598,13 @@ impl Filter {
         }
     }
 
-    fn holds(&self, root: &Value, item: &Value) -> Result<bool, Failure> {
+    /// Whether `item` passes. Strict (`allow_missing` false), a compared path that finds nothing
+    /// fails the template, as kubectl's; an existence test never does.
+    fn holds(&self, root: &Value, item: &Value, allow_missing: bool) -> Result<bool, Failure> {
+        let strict = !allow_missing && self.cmp.is_some();
         let values = |o: &Operand| -> Result<Vec<Value>, Failure> {
             Ok(match o {
-                Operand::Path(p) => p.eval(root, item, true)?.into_iter().cloned().collect(),
+                Operand::Path(p) => p.eval(root, item, !strict)?.into_iter().cloned().collect(),
                 Operand::Literal(v) => vec![v.clone()],
             })
         };
@@ -613,7 +633,7 @@ fn compare(cmp: Cmp, l: &Value, r: &Value) -> bool {
     }
 }
 
-fn select<'a>(step: &Step, root: &'a Value, v: &'a Value) -> Result<Vec<&'a Value>, Failure> {
+fn select<'a>(step: &Step, root: &'a Value, v: &'a Value, allow_missing: bool) -> Result<Vec<&'a Value>, Failure> {
     Ok(match step {
         Step::Field(name) => v.get(name.as_str()).into_iter().collect(),
         Step::Wildcard => match v {
@@ -645,7 +665,7 @@ fn select<'a>(step: &Step, root: &'a Value, v: &'a Value) -> Result<Vec<&'a Valu
             Value::Array(a) => {
                 let mut kept = Vec::new();
                 for item in a {
-                    if f.holds(root, item)? {
+                    if f.holds(root, item, allow_missing)? {
                         kept.push(item);
                     }
                 }
@@ -937,6 +957,14 @@ mod tests {
             assert!(Template::parse(t).unwrap().render(&d).is_ok(), "{t} prints by default");
         }
         assert_eq!(strict(r#"{.items[?(@.metadata.name=="zzz")].metadata.name}"#).unwrap(), "");
+        // A compared path inside a filter, and a quoted key, are paths too; an existence test is
+        // not.
+        let err = strict(r#"{.items[?(@.metadata.labels.kubernetes\.io/hostname=="x")].kind}"#).unwrap_err();
+        assert!(err.to_string().contains("labels is not found"), "{err}");
+        let err = strict("{.items[*]['metadata.nothing']}").unwrap_err();
+        assert!(err.to_string().contains("nothing is not found"), "{err}");
+        assert_eq!(strict("{.items[*]['metadata.name']}").unwrap(), "127.0.0.1 127.0.0.2");
+        assert_eq!(strict("{.items[?(@.metadata.labels)].metadata.name}").unwrap(), "127.0.0.1");
     }
 
     /// A quote escaped inside a filter's quoted literal is part of the text, as in kubectl's
@@ -949,7 +977,8 @@ mod tests {
         assert_eq!(render(r#"{.items[?(@.note=='it\'s')].n}"#, &v), "b");
         assert_eq!(render(r#"{.items[?("say \"hi\""==@.note)].n}"#, &v), "a");
         assert_eq!(render(r#"{.items[?(@.note=="x==y")].n}"#, &v), "c");
-        // Left of the operator, the literal's escaped quote does not end it early.
+        // Left of the operator, the literal's escaped quote does not end it early (aloftctl's
+        // reading: kubectl splits a filter at its first `=`, quoted or not, and fails here).
         let w = json!({"items": [{"n": "d", "note": "a\"==b"}]});
         assert_eq!(render(r#"{.items[?("a\"==b"==@.note)].n}"#, &w), "d");
     }
@@ -995,7 +1024,8 @@ mod tests {
             ("-0.0", "-0"),
             ("42", "42"),
             ("-7", "-7"),
-            ("18446744073709551615", "18446744073709551615"),
+            ("9223372036854775807", "9223372036854775807"),
+            ("18446744073709551615", "1.8446744073709552e+19"),
         ];
         for (json, go) in cases {
             let v: Value = serde_json::from_str(json).unwrap();

@@ -89,7 +89,7 @@ fn custom_columns_file(text: &str) -> Result<Vec<(String, Template)>, String> {
 
 /// A Table of `columns` over `objects`, for a [`TablePrinter`] that keeps the headers as
 /// given: what a column finds, joined by commas, or `<none>`, as kubectl's custom columns print
-/// it (objects and arrays as JSON, where kubectl prints Go's `map[...]`).
+/// it (each value as Go's `%v`: `map[key:value ...]`, `[a b]`).
 pub fn custom_table(columns: &[(String, Template)], objects: &[&Value]) -> Result<Value, super::jsonpath::Error> {
     let defs: Vec<Value> = columns.iter().map(|(h, _)| serde_json::json!({"name": h})).collect();
     let mut rows = Vec::with_capacity(objects.len());

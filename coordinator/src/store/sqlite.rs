@@ -757,9 +757,13 @@ fn checkpointer(conn: Connection, commits: std::sync::mpsc::Receiver<()>) {
                 // Quiet for a while: the log goes back to nothing. SQLite reuses a log from its
                 // start but never shrinks it, so a burst (a rollout, a disk filled and freed)
                 // left it at its largest for good, many times the store's size.
+                // Without waiting: a TRUNCATE that waits for a long reader (a backup's copy, a
+                // large list) holds off every writer meanwhile.
+                let _ = conn.busy_timeout(std::time::Duration::ZERO);
                 if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(())) {
                     tracing::debug!(error = %e, "store log truncation failed; tried again when next idle");
                 }
+                let _ = conn.busy_timeout(std::time::Duration::from_secs(10));
                 commits.recv().is_ok()
             }
         };
