@@ -8,7 +8,8 @@
 //! store at one revision, taken while the writer goes on (a reader does not block it in WAL
 //! mode). The store is copied before the tokens, so every node credential of a Node in the copy
 //! is in the tokens' copy too (a token made between the two is there as well, and harmless).
-//! A restore checks every file of the backup before it touches the data directory, and moves
+//! A restore checks the backup (its databases, the store with its tokens, the CA certificate
+//! with its key) and copies it in before it touches the data directory's files, and moves
 //! what was there aside (WAL files included: one left beside a restored database would be
 //! replayed into it) rather than deleting it.
 
@@ -120,7 +121,7 @@ fn backup_into(data: &Path, to: &Path, has_store: bool) -> Result<Report> {
 }
 
 /// Put the backup in `from` into the data directory `data`, which no coordinator may be
-/// serving from (its lock is taken for the whole restore). Every file of the backup is checked
+/// serving from (its lock is taken for the whole restore). The backup is checked and copied in
 /// first; the files it replaces are moved into `data/pre-restore-<time>/`.
 pub fn restore(from: &Path, data: &Path) -> Result<Report> {
     if !from.is_dir() {

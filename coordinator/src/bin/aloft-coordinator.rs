@@ -171,9 +171,9 @@ enum Cmd {
     },
     /// Put a backup back into the data directory of a stopped coordinator.
     ///
-    /// Refused while one serves from it. Every file of the backup is checked before anything
-    /// is changed; the files it replaces are moved into DATA_DIR/pre-restore-<time>/, not
-    /// deleted. Then start `serve` again: agents that had seen newer revisions are told so,
+    /// Refused while one serves from it. The backup is checked before anything is changed
+    /// (its databases whole, the store with its tokens, the CA certificate with its key); the
+    /// files it replaces are moved into DATA_DIR/pre-restore-<time>/, not deleted. Then start `serve` again: agents that had seen newer revisions are told so,
     /// read their Node afresh and carry on.
     ///
     ///   systemctl stop aloft-coordinator
