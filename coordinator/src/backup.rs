@@ -224,6 +224,7 @@ pub fn restore(from: &Path, data: &Path) -> Result<Report> {
     crate::fsutil::write_private(&marker, format!("{}\n", aside.display()).as_bytes())?;
     sync_dir(data)?;
     let mut moved: Vec<&String> = Vec::new();
+    let mut put_in: Vec<&PathBuf> = Vec::new();
     let swapped = (|| -> Result<()> {
         for name in &present {
             std::fs::rename(data.join(name), aside.join(name))
@@ -233,13 +234,17 @@ pub fn restore(from: &Path, data: &Path) -> Result<Report> {
         sync_dir(&aside)?;
         for (tmp, path) in &staged {
             std::fs::rename(tmp, path).with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))?;
+            put_in.push(path);
         }
         sync_dir(data)
     })();
     if let Err(e) = swapped {
-        // Back as it was: the staged copies out, the moved files in.
+        // Back as it was: the backup's files out (staged or put in), the moved files in.
         for (tmp, _) in &staged {
             let _ = std::fs::remove_file(tmp);
+        }
+        for path in &put_in {
+            let _ = std::fs::remove_file(path);
         }
         let mut stuck = Vec::new();
         for name in &moved {
