@@ -98,17 +98,17 @@ fn backup_into(data: &Path, to: &Path, has_store: bool) -> Result<Report> {
         let tmp = to.join(format!(".{name}.tmp"));
         copy_database(&from, &tmp).with_context(|| format!("copying {}", from.display()))?;
         let what = check_database(name, &tmp).with_context(|| format!("checking the copy of {}", from.display()))?;
-        finish(&tmp, &copy, true)?;
+        finish(&tmp, &copy, is_secret(name))?;
         report.lines.push(format!("{name}: {what}"));
     }
-    for (name, secret) in FILES {
+    for (name, _) in FILES {
         let from = data.join(name);
         if !from.is_file() {
             continue;
         }
         let tmp = to.join(format!(".{name}.tmp"));
         std::fs::copy(&from, &tmp).with_context(|| format!("copying {}", from.display()))?;
-        finish(&tmp, &to.join(name), secret)?;
+        finish(&tmp, &to.join(name), is_secret(name))?;
         report.lines.push(format!("{name}: {} bytes", std::fs::metadata(to.join(name))?.len()));
     }
     sync_dir(to)?;
@@ -163,8 +163,7 @@ pub fn restore(from: &Path, data: &Path) -> Result<Report> {
             report.lines.push(format!("{name}: {what}"));
         }
     }
-    let data_existed = data.exists();
-    if !data_existed {
+    if !data.exists() {
         std::fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
@@ -203,10 +202,7 @@ pub fn restore(from: &Path, data: &Path) -> Result<Report> {
                 std::fs::copy(&path, &tmp).with_context(|| format!("copying {}", path.display()))?;
                 report.lines.push(format!("{name}: {} bytes", std::fs::metadata(&tmp)?.len()));
             }
-            let secret = DATABASES.contains(&name) || FILES.iter().any(|(n, s)| *n == name && *s);
-            let mode = if secret { 0o600 } else { 0o644 };
-            std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(mode))?;
-            std::fs::File::open(&tmp)?.sync_all().with_context(|| format!("flushing {}", tmp.display()))?;
+            seal(&tmp, is_secret(name))?;
         }
         Ok(())
     })();
@@ -371,13 +367,23 @@ fn check_database(name: &str, path: &Path) -> Result<String> {
     }
 }
 
-/// Give `tmp` its mode, flush it and rename it to `path`.
-fn finish(tmp: &Path, path: &Path, secret: bool) -> Result<()> {
+/// Whether the data directory's file `name` holds a secret: the databases (every
+/// MachineConfig's files, the tokens' hashes) and the [`FILES`] marked so.
+fn is_secret(name: &str) -> bool {
+    DATABASES.contains(&name) || FILES.iter().any(|(n, secret)| *n == name && *secret)
+}
+
+/// Give a copy its mode (0600 for a secret) and flush it.
+fn seal(tmp: &Path, secret: bool) -> Result<()> {
     let mode = if secret { 0o600 } else { 0o644 };
     std::fs::set_permissions(tmp, std::fs::Permissions::from_mode(mode))?;
-    std::fs::File::open(tmp)?.sync_all().with_context(|| format!("flushing {}", tmp.display()))?;
-    std::fs::rename(tmp, path).with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))?;
-    Ok(())
+    std::fs::File::open(tmp)?.sync_all().with_context(|| format!("flushing {}", tmp.display()))
+}
+
+/// [`seal`] `tmp`, then rename it to `path`.
+fn finish(tmp: &Path, path: &Path, secret: bool) -> Result<()> {
+    seal(tmp, secret)?;
+    std::fs::rename(tmp, path).with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))
 }
 
 /// Make the directory's new entries durable.

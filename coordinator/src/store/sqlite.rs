@@ -92,6 +92,9 @@ fn make_private(path: &Path) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// How long a store connection waits for a lock another holds before giving up.
+const BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// A connection to one SQLite file with the store's settings, nothing attached.
 fn open_file(path: &Path) -> Result<Connection, StoreError> {
     make_private(path)?;
@@ -107,7 +110,7 @@ fn open_file_as_is(path: &Path) -> Result<Connection, StoreError> {
     // refused for a damaged store rewrote `aloft.db` and deleted its log on the way out, the
     // very files a recovery or a forensic copy needs.
     conn.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true)?;
-    conn.busy_timeout(std::time::Duration::from_secs(10))?;
+    conn.busy_timeout(BUSY_TIMEOUT)?;
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(None, "synchronous", "FULL")?;
     conn.pragma_update(None, "foreign_keys", "ON")?;
@@ -763,7 +766,7 @@ fn checkpointer(conn: Connection, commits: std::sync::mpsc::Receiver<()>) {
                 if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(())) {
                     tracing::debug!(error = %e, "store log truncation failed; tried again when next idle");
                 }
-                let _ = conn.busy_timeout(std::time::Duration::from_secs(10));
+                let _ = conn.busy_timeout(BUSY_TIMEOUT);
                 commits.recv().is_ok()
             }
         };
