@@ -10,7 +10,7 @@
 //! No node agents here (the worker pool is empty): the same flow with a real agent deploying the
 //! release's OS commit is `os_fleet.rs::a_release_from_the_update_graph_reaches_the_node`.
 
-use aloft_coordinator::resources::{CLUSTER_VERSION, MACHINE_CONFIG, MACHINE_CONFIG_POOL};
+use aloft_coordinator::resources::{CLUSTER_VERSION, MACHINE_CONFIG, MACHINE_CONFIG_POOL, NODE};
 use aloft_tests::update_service::{graph, UpdateService};
 use aloft_tests::*;
 use serde_json::{json, Value};
@@ -418,7 +418,9 @@ fn merge(into: &mut Value, patch: &Value) {
 
 /// The graph is asked for the architecture the fleet's Nodes report, not the coordinator's own
 /// (an amd64 server may run the coordinator of arm64 hosts: its own would offer them releases
-/// they cannot boot); a fleet of two architectures gets no graph, saying why.
+/// they cannot boot); a fleet of two architectures gets no graph, saying which nodes differ.
+/// Only Nodes that take the release count, and a node's credential cannot change the
+/// architecture it reported: one node must not be able to hold the whole fleet's graph back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_graph_is_asked_for_the_fleets_architecture() {
     let c = start_coordinator();
@@ -426,12 +428,26 @@ async fn the_graph_is_asked_for_the_fleets_architecture() {
     let svc = UpdateService::start().await;
     let p = |n: u8| os_payload(&format!("{n}").repeat(64));
     svc.set("stable-1", graph(&[("1.0.0", &p(1)), ("1.1.0", &p(2))], &[("1.0.0", "1.1.0")], &[]));
-    let report_arch = |node: Client, name: &'static str, arch: &'static str| async move {
-        let patch = json!({"status": {"nodeInfo": {"architecture": arch}}});
-        let path = format!("/api/v1/nodes/{name}/status");
-        node.patch(&path, "application/merge-patch+json", &patch).await.unwrap().into_result().unwrap();
+    admin
+        .post(&path_of(&MACHINE_CONFIG_POOL, None), &machine_config_pool("worker", "worker"))
+        .await
+        .unwrap()
+        .into_result()
+        .unwrap();
+    let report_arch = |node: &Client, name: &'static str, arch: &'static str| {
+        let node = node.clone();
+        async move {
+            let patch = json!({"status": {"nodeInfo": {"architecture": arch}}});
+            let path = format!("/api/v1/nodes/{name}/status");
+            node.patch(&path, "application/merge-patch+json", &patch).await.unwrap()
+        }
     };
-    report_arch(c.node_client("edge-1", json!({})).await, "edge-1", "arm64").await;
+    let worker = json!({"node-role.kubernetes.io/worker": ""});
+    let edge1 = c.node_client("edge-1", worker.clone()).await;
+    report_arch(&edge1, "edge-1", "arm64").await.into_result().unwrap();
+    // A node in no pool gets no release: its architecture is not the fleet's.
+    let stray = c.node_client("stray", json!({})).await;
+    report_arch(&stray, "stray", "amd64").await.into_result().unwrap();
     let spec = json!({"upstream": svc.url, "channel": "stable-1", "desiredUpdate": {"version": "1.0.0"}});
     admin.post(&path_of(&CLUSTER_VERSION, None), &cluster_version(spec)).await.unwrap().into_result().unwrap();
     let v = wait_cv(&admin, "the graph retrieved", |v| cond_is(v, "RetrievedUpdates", "True", "")).await;
@@ -439,12 +455,32 @@ async fn the_graph_is_asked_for_the_fleets_architecture() {
     let archs: Vec<String> = svc.queries().iter().map(|q| q["arch"].clone()).collect();
     assert!(!archs.is_empty() && archs.iter().all(|a| a == "arm64"), "asked for {archs:?}");
 
-    // A node of another architecture joins: no graph fits the fleet (one OS commit per release).
-    report_arch(c.node_client("edge-2", json!({})).await, "edge-2", "amd64").await;
+    // A node's credential may not change the architecture it reported; the admin's may.
+    let refused = report_arch(&edge1, "edge-1", "amd64").await;
+    assert_status(&refused, 403, "Forbidden", "a node changing its architecture");
+    let said = refused.body["message"].as_str().unwrap_or_default();
+    assert!(said.contains("status.nodeInfo.architecture"), "{said}");
+    let node = get_ok(&admin, &NODE, "edge-1").await;
+    assert_eq!(node["status"]["nodeInfo"]["architecture"], "arm64");
+
+    // A node of another architecture that does take the release: no graph fits the fleet
+    // (one OS commit per release), and the message names the nodes.
+    let edge2 = c.node_client("edge-2", worker.clone()).await;
+    report_arch(&edge2, "edge-2", "amd64").await.into_result().unwrap();
     let v =
         wait_cv(&admin, "MultipleArchitectures", |v| cond_is(v, "RetrievedUpdates", "False", "MultipleArchitectures"))
             .await;
     let message = condition(&v, "RetrievedUpdates").and_then(|c| c["message"].as_str()).unwrap_or("").to_string();
-    assert!(message.contains("(1 amd64, 1 arm64)"), "{message}");
+    assert!(message.contains("(1 amd64: edge-2; 1 arm64: edge-1)"), "{message}");
     assert_eq!(versions(&v["status"]["availableUpdates"]), Vec::<String>::new(), "no other architecture's lists");
+
+    // Replaced by an arm64 host under the same name (its Node's credential revoked, enrolled
+    // again): the new host reports its own architecture, and the fleet has one again.
+    c.revoke_token("node:edge-2");
+    let edge2 = c.node_client("edge-2", worker.clone()).await;
+    let node = get_ok(&admin, &NODE, "edge-2").await;
+    assert_eq!(node["status"]["nodeInfo"].get("architecture"), None, "enrolling again clears it: {node}");
+    report_arch(&edge2, "edge-2", "arm64").await.into_result().unwrap();
+    let v = wait_cv(&admin, "the graph retrieved again", |v| cond_is(v, "RetrievedUpdates", "True", "")).await;
+    assert_eq!(versions(&v["status"]["availableUpdates"]), ["1.1.0"]);
 }

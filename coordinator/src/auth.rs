@@ -407,9 +407,41 @@ pub fn only_status_and_annotations(stored: &serde_json::Value, next: &serde_json
     same_meta && equal_except(stored, next, &["status", "metadata"])
 }
 
+/// Where a Node's architecture is reported.
+pub const NODE_ARCH_POINTER: &str = "/status/nodeInfo/architecture";
+
+/// For [`Decision::AllowStatusAndAnnotations`] on a Node: true when `next` changes an
+/// architecture `stored` already reports. A machine does not change architecture: a host
+/// replaced by another kind enrolls again, which clears it. A node's credential that could
+/// change it could hold the whole fleet's update graph back (it is asked for the one
+/// architecture its Nodes report), where otherwise it can only disturb its own pool.
+pub fn node_arch_changed(stored: &serde_json::Value, next: &serde_json::Value) -> bool {
+    let arch =
+        |v: &serde_json::Value| v.pointer(NODE_ARCH_POINTER).and_then(serde_json::Value::as_str).map(str::to_string);
+    match arch(stored) {
+        Some(was) if !was.is_empty() => arch(next).as_deref() != Some(was.as_str()),
+        _ => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_node_may_report_its_architecture_once() {
+        use serde_json::json;
+        let with = |arch: Value| json!({"status": {"nodeInfo": {"architecture": arch, "osImage": "x"}}});
+        use serde_json::Value;
+        let none = json!({"status": {}});
+        assert!(!node_arch_changed(&none, &with(json!("arm64"))), "the first report");
+        assert!(!node_arch_changed(&with(json!("")), &with(json!("arm64"))), "an empty one is none");
+        assert!(!node_arch_changed(&with(json!("arm64")), &with(json!("arm64"))), "the same again");
+        assert!(node_arch_changed(&with(json!("arm64")), &with(json!("amd64"))));
+        assert!(node_arch_changed(&with(json!("arm64")), &with(json!(""))), "emptied");
+        assert!(node_arch_changed(&with(json!("arm64")), &none), "removed");
+        assert!(node_arch_changed(&with(json!("arm64")), &with(json!(7))), "not a string");
+    }
 
     /// The rules a SelfSubjectRulesReview lists are the ones `decide` follows: for every role,
     /// resource, verb, name and subresource, a request is allowed exactly when a rule covers it.

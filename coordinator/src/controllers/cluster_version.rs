@@ -125,7 +125,16 @@ pub async fn run(store: Arc<dyn Store>, events: Recorder, opts: Options, passes:
     // Pools wake it only while a release is rolling out.
     let following = Arc::new(AtomicBool::new(false));
     let relevant = super::pools_wake_while(following.clone());
-    super::run_loop("cluster-version", store, &watched, relevant, passes, move |s| {
+    // A poll shorter than the resync (a test's, a lab's) is honoured by a wake of its own: the
+    // resync alone noticed a due fetch up to 30 s late, and a fleet's architecture (its Nodes,
+    // which do not wake this controller) only at a fetch.
+    let every = opts.poll.min(RETRY);
+    let wake = (every < super::RESYNC).then(|| {
+        let wake = Arc::new(tokio::sync::Notify::new());
+        tokio::spawn(wake_every(Arc::downgrade(&wake), every));
+        wake
+    });
+    super::run_loop_woken("cluster-version", store, &watched, relevant, passes, wake, move |s| {
         let (http, cache, events, opts) = (http.clone(), cache.clone(), events.clone(), opts.clone());
         let following = following.clone();
         async move {
@@ -135,6 +144,18 @@ pub async fn run(store: Arc<dyn Store>, events: Recorder, opts: Options, passes:
         }
     })
     .await
+}
+
+/// Notify `wake` every `every`, until the controller that holds it is gone.
+async fn wake_every(wake: std::sync::Weak<tokio::sync::Notify>, every: Duration) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        let Some(wake) = wake.upgrade() else { return };
+        wake.notify_one();
+    }
 }
 
 fn http_client() -> Result<reqwest::Client, reqwest::Error> {
@@ -326,31 +347,87 @@ async fn refresh_graph(
     c.graph.clone()
 }
 
-/// The architecture the update graph is asked for: the one every Node reports
-/// (`status.nodeInfo.architecture`); None while no Node reports one (the coordinator's own is
-/// asked for then). The CVO asks for the cluster's, which it runs on; a coordinator may well run
-/// on another (an amd64 server for arm64 edge hosts), and its own would offer the fleet releases
-/// it cannot boot. Ok(Err(why)) when the Nodes run more than one: an aloft release is one OS
-/// commit, for one architecture.
+/// The architecture the update graph is asked for: the one every Node that takes the release
+/// reports (`status.nodeInfo.architecture`; a Node in a pool that selects a release role's
+/// configs); None while no such Node reports one (the coordinator's own is asked for then). The
+/// CVO asks for the cluster's, which it runs on; a coordinator may well run on another (an amd64
+/// server for arm64 edge hosts), and its own would offer the fleet releases it cannot boot.
+/// Ok(Err(why)) when those Nodes run more than one: an aloft release is one OS commit, for one
+/// architecture. A Node in no such pool gets no release, so its architecture cannot hold the
+/// fleet's graph back.
 async fn fleet_arch(store: &Arc<dyn Store>) -> Result<Result<Option<String>, String>, StoreError> {
-    let mut seen: std::collections::BTreeMap<String, usize> = std::collections::BTreeMap::new();
+    let pools: Vec<MachineConfigPool> = store
+        .list(&MACHINE_CONFIG_POOL.store_key(), None)
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|raw| serde_json::from_value(Value::clone(&raw)).ok())
+        .collect();
+    if !pools.iter().any(takes_release) {
+        return Ok(Ok(None));
+    }
+    let mut nodes = Vec::new();
     for raw in store.list(&NODE.store_key(), None).await?.items {
-        if let Some(arch) = raw.pointer("/status/nodeInfo/architecture").and_then(Value::as_str) {
-            if !arch.is_empty() {
-                *seen.entry(arch.to_string()).or_default() += 1;
+        let arch = raw.pointer("/status/nodeInfo/architecture").and_then(Value::as_str).unwrap_or_default();
+        if arch.is_empty() {
+            continue;
+        }
+        // Only what pool membership reads: a whole Node's status is not needed here.
+        let Some(metadata) = raw.get("metadata").and_then(|m| serde_json::from_value(m.clone()).ok()) else {
+            continue;
+        };
+        nodes.push((aloft_api::Node { metadata, ..Default::default() }, arch.to_string()));
+    }
+    Ok(arch_of(&pools, &nodes))
+}
+
+/// [`fleet_arch`]'s judgement over parsed pools and (Node, architecture) pairs. When they
+/// disagree, the message names the Nodes of every architecture but the most common one (up to
+/// five each; all of them in a tie): those are the ones an admin looks at (a host enrolled into the wrong pool, a
+/// machine replaced by another kind).
+fn arch_of(pools: &[MachineConfigPool], nodes: &[(aloft_api::Node, String)]) -> Result<Option<String>, String> {
+    const NAMED: usize = 5;
+    let rules = super::pools::Membership::new(pools);
+    let mut seen: std::collections::BTreeMap<&str, Vec<&str>> = std::collections::BTreeMap::new();
+    for (node, arch) in nodes {
+        if let Ok(Some(p)) = rules.pool_of(node) {
+            if takes_release(&pools[p]) {
+                seen.entry(arch.as_str()).or_default().push(node.metadata.name.as_str());
             }
         }
     }
     let mut archs = seen.keys();
-    Ok(match (archs.next(), archs.next()) {
-        (None, _) => Ok(None),
-        (Some(one), None) => Ok(Some(one.clone())),
-        _ => Err(format!(
-            "The fleet's nodes run more than one architecture ({}): an aloft release is one OS commit, for one \
-             architecture; no update graph fits the fleet",
-            seen.iter().map(|(a, n)| format!("{n} {a}")).collect::<Vec<_>>().join(", ")
-        )),
-    })
+    match (archs.next(), archs.next()) {
+        (None, _) => return Ok(None),
+        (Some(one), None) => return Ok(Some(one.to_string())),
+        _ => {}
+    }
+    let most = seen.values().map(Vec::len).max().unwrap_or(0);
+    let unique_most = seen.values().filter(|n| n.len() == most).count() == 1;
+    let parts: Vec<String> = seen
+        .iter()
+        .map(|(arch, names)| {
+            let mut part = format!("{} {arch}", names.len());
+            // The most common architecture is counted, not named (it may be thousands); in a
+            // tie, none is the fleet's, and every one is named.
+            if unique_most && names.len() == most {
+                return part;
+            }
+            let mut names = names.clone();
+            names.sort_unstable();
+            part.push_str(&format!(": {}", names.iter().take(NAMED).copied().collect::<Vec<_>>().join(", ")));
+            if names.len() > NAMED {
+                part.push_str(&format!(" and {} more", names.len() - NAMED));
+            }
+            part
+        })
+        .collect();
+    Err(format!(
+        "The fleet's nodes run more than one architecture ({}): an aloft release is one OS commit, for one \
+         architecture; no update graph fits the fleet. Move the nodes of the other architecture to a pool \
+         that does not take the release, or delete their Nodes",
+        parts.join("; ")
+    ))
 }
 
 /// `GET <upstream>?channel=&arch=&id=&version=` with `Accept: application/json`, as the CVO asks.
@@ -1345,6 +1422,50 @@ mod tests {
         let none: MachineConfigPool = serde_json::from_value(json!({"metadata": {"name": "p"}})).expect("a pool");
         assert!(!takes_release(&none), "no selector selects nothing");
         assert!(!takes_release(&pool(json!({}))), "an empty selector renders nothing");
+    }
+
+    #[test]
+    fn the_graphs_architecture_is_that_of_the_nodes_that_take_the_release() {
+        let role = aloft_api::annotations::ROLE_LABEL;
+        let pool = |name: &str, roles: Value, node_role: &str| -> MachineConfigPool {
+            serde_json::from_value(json!({"metadata": {"name": name}, "spec": {
+                "machineConfigSelector": {"matchExpressions": [{"key": role, "operator": "In", "values": roles}]},
+                "nodeSelector": {"matchLabels": {format!("node-role.kubernetes.io/{node_role}"): ""}}}}))
+            .expect("a pool")
+        };
+        let pools = [pool("worker", json!(["worker"]), "worker"), pool("lab", json!(["lab"]), "lab")];
+        let node = |name: &str, node_role: Option<&str>, arch: &str| {
+            let labels = node_role.map(|r| json!({format!("node-role.kubernetes.io/{r}"): ""})).unwrap_or(json!({}));
+            let n: aloft_api::Node =
+                serde_json::from_value(json!({"metadata": {"name": name, "labels": labels}})).expect("a node");
+            (n, arch.to_string())
+        };
+        assert_eq!(arch_of(&pools, &[]), Ok(None), "no node reports one");
+        let mut fleet = vec![node("w1", Some("worker"), "arm64"), node("w2", Some("worker"), "arm64")];
+        assert_eq!(arch_of(&pools, &fleet), Ok(Some("arm64".into())));
+        // A node in no pool, or in a pool of a role of its own, gets no release: it does not count.
+        fleet.push(node("stray", None, "amd64"));
+        fleet.push(node("bench", Some("lab"), "s390x"));
+        assert_eq!(arch_of(&pools, &fleet), Ok(Some("arm64".into())));
+        assert_eq!(arch_of(&pools[1..], &fleet), Ok(None), "no pool takes the release");
+        // One that does disagrees: no graph, and the message names it, not the many.
+        fleet.push(node("w9", Some("worker"), "amd64"));
+        let why = arch_of(&pools, &fleet).expect_err("two architectures");
+        assert!(why.contains("(1 amd64: w9; 2 arm64)"), "{why}");
+        // A tie: none is the fleet's; all are named.
+        fleet.push(node("w8", Some("worker"), "amd64"));
+        let why = arch_of(&pools, &fleet).expect_err("two architectures");
+        assert!(why.contains("(2 amd64: w8, w9; 2 arm64: w1, w2)"), "{why}");
+        // Many of another: five named, then a count.
+        for i in 0..7 {
+            fleet.push(node(&format!("x{i}"), Some("worker"), "ppc64le"));
+        }
+        let why = arch_of(&pools, &fleet).expect_err("three architectures");
+        assert!(why.contains("(2 amd64: w8, w9; 2 arm64: w1, w2; 7 ppc64le)"), "{why}");
+        fleet.push(node("w3", Some("worker"), "arm64"));
+        fleet.extend((0..5).map(|i| node(&format!("y{i}"), Some("worker"), "arm64")));
+        let why = arch_of(&pools, &fleet).expect_err("three architectures");
+        assert!(why.contains("(2 amd64: w8, w9; 8 arm64; 7 ppc64le: x0, x1, x2, x3, x4 and 2 more)"), "{why}");
     }
 
     #[test]

@@ -335,7 +335,10 @@ fn node_status() -> Value {
                 "systemUUID": field("string", "The DMI product UUID, where the host has one."),
                 "bootID": field("string", "The boot's ID: changes with every reboot."),
                 "operatingSystem": field("string", "linux."),
-                "architecture": field("string", "amd64, arm64, ppc64le, s390x, ..."),
+                "architecture": field("string",
+                    "amd64, arm64, ppc64le, s390x, ...: the update graph is asked for the one the Nodes that take \
+                     the release report. Reported once: the node's credential may not change it (enrolling again \
+                     clears it)."),
             })),
         }),
     )

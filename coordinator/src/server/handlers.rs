@@ -668,6 +668,19 @@ async fn read_modify_write_warned(
                 return Err(e);
             }
         }
+        // On the status subresource too, which a node may write whole.
+        if matches!(call.who.role, auth::Role::Node(_))
+            && *call.path.rt == crate::resources::NODE
+            && auth::node_arch_changed(&stored, &next)
+        {
+            let mut e = call.forbidden(Verb::Update);
+            e.status.message.push_str(
+                ": status.nodeInfo.architecture, once reported, is the machine's and does not change; a host \
+                 replaced by one of another architecture enrolls again (delete its Node, or revoke node:NAME \
+                 first)",
+            );
+            return Err(e);
+        }
         // A Done report the node controller's pick granted its uncordon is written uncordoned.
         let ended = match *call.path.rt == crate::resources::NODE {
             true => uncordon::at_done(&mut next),
