@@ -124,6 +124,15 @@ fn backup_into(data: &Path, to: &Path, has_store: bool) -> Result<Report> {
 /// serving from (its lock is taken for the whole restore). The backup is checked and copied in
 /// first; the files it replaces are moved into `data/pre-restore-<time>/`.
 pub fn restore(from: &Path, data: &Path) -> Result<Report> {
+    restore_with(from, data, &mut |a, b| std::fs::rename(a, b))
+}
+
+/// [`restore`], renaming with `rename` (see [`swap_in`]).
+fn restore_with(
+    from: &Path,
+    data: &Path,
+    rename: &mut dyn FnMut(&Path, &Path) -> std::io::Result<()>,
+) -> Result<Report> {
     if !from.is_dir() {
         bail!("{} is not a directory: give the directory `aloft-coordinator backup` wrote", from.display());
     }
@@ -219,49 +228,7 @@ pub fn restore(from: &Path, data: &Path) -> Result<Report> {
     let marker = data.join(RESTORING);
     crate::fsutil::write_private(&marker, format!("{}\n", aside.display()).as_bytes())?;
     sync_dir(data)?;
-    let mut moved: Vec<&String> = Vec::new();
-    let mut put_in: Vec<&PathBuf> = Vec::new();
-    let swapped = (|| -> Result<()> {
-        for name in &present {
-            std::fs::rename(data.join(name), aside.join(name))
-                .with_context(|| format!("moving {} into {}", name, aside.display()))?;
-            moved.push(name);
-        }
-        sync_dir(&aside)?;
-        for (tmp, path) in &staged {
-            std::fs::rename(tmp, path).with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))?;
-            put_in.push(path);
-        }
-        sync_dir(data)
-    })();
-    if let Err(e) = swapped {
-        // Back as it was: the backup's files out (staged or put in), the moved files in.
-        for (tmp, _) in &staged {
-            let _ = std::fs::remove_file(tmp);
-        }
-        for path in &put_in {
-            let _ = std::fs::remove_file(path);
-        }
-        let mut stuck = Vec::new();
-        for name in &moved {
-            if std::fs::rename(aside.join(name), data.join(name)).is_err() {
-                stuck.push(name.as_str());
-            }
-        }
-        if stuck.is_empty() {
-            let _ = std::fs::remove_file(&marker);
-            let _ = std::fs::remove_dir(&aside);
-            return Err(e.context(format!("nothing in {} was changed", data.display())));
-        }
-        return Err(e.context(format!(
-            "the restore stopped half-way and {} could not be moved back from {}: move them back into {} by hand \
-             (then delete {}), or run the restore again",
-            stuck.join(", "),
-            aside.display(),
-            data.display(),
-            marker.display()
-        )));
-    }
+    swap_in(data, &aside, &present, &staged, &marker, rename)?;
     std::fs::remove_file(&marker).with_context(|| format!("removing {}", marker.display()))?;
     sync_dir(data)?;
     if present.is_empty() {
@@ -270,6 +237,63 @@ pub fn restore(from: &Path, data: &Path) -> Result<Report> {
         report.moved_aside = Some(aside);
     }
     Ok(report)
+}
+
+/// Move `present` (names in `data`) into `aside`, then each staged (temporary, final) file
+/// into place. When a rename fails, puts everything back as it was (the backup's files out, the
+/// moved ones in, the marker gone) and says nothing was changed; when even that fails, says
+/// which files are left where. `rename` is `std::fs::rename` but in the tests, which make each
+/// rename in turn fail: no failing rename can be made on demand on a real file system.
+fn swap_in(
+    data: &Path,
+    aside: &Path,
+    present: &[&String],
+    staged: &[(PathBuf, PathBuf)],
+    marker: &Path,
+    rename: &mut dyn FnMut(&Path, &Path) -> std::io::Result<()>,
+) -> Result<()> {
+    let mut moved: Vec<&String> = Vec::new();
+    let mut put_in: Vec<&PathBuf> = Vec::new();
+    let swapped = (|| -> Result<()> {
+        for name in present {
+            rename(&data.join(name), &aside.join(name))
+                .with_context(|| format!("moving {} into {}", name, aside.display()))?;
+            moved.push(name);
+        }
+        sync_dir(aside)?;
+        for (tmp, path) in staged {
+            rename(tmp, path).with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))?;
+            put_in.push(path);
+        }
+        sync_dir(data)
+    })();
+    let Err(e) = swapped else { return Ok(()) };
+    // Back as it was: the backup's files out (staged or put in), the moved files in.
+    for (tmp, _) in staged {
+        let _ = std::fs::remove_file(tmp);
+    }
+    for path in &put_in {
+        let _ = std::fs::remove_file(path);
+    }
+    let mut stuck = Vec::new();
+    for name in &moved {
+        if rename(&aside.join(name), &data.join(name)).is_err() {
+            stuck.push(name.as_str());
+        }
+    }
+    if stuck.is_empty() {
+        let _ = std::fs::remove_file(marker);
+        let _ = std::fs::remove_dir(aside);
+        return Err(e.context(format!("nothing in {} was changed", data.display())));
+    }
+    Err(e.context(format!(
+        "the restore stopped half-way and {} could not be moved back from {}: move them back into {} by hand \
+         (then delete {}), or run the restore again",
+        stuck.join(", "),
+        aside.display(),
+        data.display(),
+        marker.display()
+    )))
 }
 
 /// A new directory (0700) in `dir` named `name`, or `name-2`, `name-3`, ... when taken (two
@@ -407,6 +431,115 @@ mod tests {
         for i in 0..objects {
             c.execute("INSERT INTO objects VALUES ('nodes', '', ?1, 1, '{}')", [format!("n{i}")]).unwrap();
         }
+    }
+
+    fn tokens_file(path: &Path, tokens: usize) {
+        let c = Connection::open(path).unwrap();
+        c.execute_batch("CREATE TABLE tokens (hash TEXT PRIMARY KEY, name TEXT, role TEXT);").unwrap();
+        for i in 0..tokens {
+            c.execute("INSERT INTO tokens VALUES (?1, ?1, 'admin')", [format!("t{i}")]).unwrap();
+        }
+    }
+
+    /// Every entry of `dir`, with its bytes' digest (a directory's: its own entries, named).
+    fn tree(dir: &Path) -> Vec<(String, String)> {
+        use sha2::Digest;
+        let mut out = Vec::new();
+        for e in std::fs::read_dir(dir).unwrap() {
+            let e = e.unwrap();
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name == "coordinator.lock" {
+                // Taken by the restore, as by every coordinator: the lock, not data.
+                continue;
+            }
+            if e.file_type().unwrap().is_dir() {
+                for (inner, bytes) in tree(&e.path()) {
+                    out.push((format!("{name}/{inner}"), bytes));
+                }
+                out.push((format!("{name}/"), String::new()));
+            } else {
+                out.push((name, format!("{:x}", sha2::Sha256::digest(std::fs::read(e.path()).unwrap()))));
+            }
+        }
+        out.sort();
+        out
+    }
+
+    /// A data directory with a store, its tokens, a CA and an admin token; a backup that
+    /// replaces each and adds two files.
+    fn directories(root: &Path) -> (PathBuf, PathBuf) {
+        let (data, from) = (root.join("data"), root.join("backup"));
+        for (dir, objects, word) in [(&data, 2, "old"), (&from, 5, "new")] {
+            std::fs::create_dir(dir).unwrap();
+            store_file(&dir.join("aloft.db"), objects);
+            tokens_file(&dir.join("aloft-tokens.db"), objects);
+            for file in ["ca.crt", "ca.key", "admin.token"] {
+                std::fs::write(dir.join(file), format!("{word} {file}")).unwrap();
+            }
+        }
+        // Two the data directory lacks: a failure to put in the second must take out the first.
+        std::fs::write(from.join("serving.crt"), "new serving.crt").unwrap();
+        std::fs::write(from.join("serving.names"), "new serving.names").unwrap();
+        (data, from)
+    }
+
+    /// A restore whose Nth rename fails, for every N: the data directory is left byte for byte
+    /// as it was (the files moved aside back in, the backup's files put in taken out, no
+    /// marker, no aside directory), and the error says nothing was changed. When the renames
+    /// back fail too, the marker stays (serve refuses the directory) and the error names what
+    /// is where.
+    #[test]
+    fn a_restore_whose_rename_fails_puts_everything_back() {
+        let mut renames = None;
+        for fail_at in 0.. {
+            let root = tempfile::tempdir().unwrap();
+            let (data, from) = directories(root.path());
+            let before = tree(&data);
+            let mut n = 0;
+            let result = restore_with(&from, &data, &mut |a, b| {
+                n += 1;
+                if n == fail_at + 1 {
+                    return Err(std::io::Error::other("injected failure"));
+                }
+                std::fs::rename(a, b)
+            });
+            match result {
+                Ok(_) => {
+                    renames = Some(n);
+                    assert!(data.join("serving.crt").is_file(), "a whole restore puts the backup in");
+                    break;
+                }
+                Err(e) => {
+                    let said = format!("{e:#}");
+                    assert!(
+                        said.contains("injected failure") && said.contains("nothing in"),
+                        "rename {fail_at}: {said}"
+                    );
+                    assert_eq!(tree(&data), before, "rename {fail_at} failed: the directory is as it was");
+                }
+            }
+        }
+        // Five files moved aside (the two databases, the CA's two files, the admin token), then
+        // seven put in (those, and two of the serving certificate's files, which the data
+        // directory did not have): every one of them failed once.
+        assert_eq!(renames, Some(12), "the renames a restore makes");
+
+        // The first rename into place fails, and so does every rename back.
+        let root = tempfile::tempdir().unwrap();
+        let (data, from) = directories(root.path());
+        let mut n = 0;
+        let e = restore_with(&from, &data, &mut |a, b| {
+            n += 1;
+            if n > 5 {
+                return Err(std::io::Error::other("injected failure"));
+            }
+            std::fs::rename(a, b)
+        })
+        .expect_err("the rename fails");
+        let said = format!("{e:#}");
+        assert!(said.contains("stopped half-way") && said.contains("aloft.db"), "{said}");
+        let refused = format!("{:#}", refuse_interrupted_restore(&data).expect_err("the marker stays"));
+        assert!(refused.contains("pre-restore-"), "{refused}");
     }
 
     /// A copy is the file's content, checked; a file that is not a store is refused by name.
