@@ -484,3 +484,89 @@ async fn the_graph_is_asked_for_the_fleets_architecture() {
     let v = wait_cv(&admin, "the graph retrieved again", |v| cond_is(v, "RetrievedUpdates", "True", "")).await;
     assert_eq!(versions(&v["status"]["availableUpdates"]), ["1.1.0"]);
 }
+
+/// With `--release-keyring`, a release is taken only when its OS commit is signed by a key of
+/// the keyring, as the CVO verifies a payload before it takes it: the coordinator fetches the
+/// commit (checked against its checksum) and its detached signatures from the release's
+/// repository. Real commits signed by `ostree commit --gpg-sign`, served on loopback. An
+/// unsigned release and one signed by another key are refused, saying why, and nothing moves;
+/// `force` takes one anyway, recording the risk; a keyring that does not read stops the start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_is_verified_against_the_keyring_before_it_is_taken() {
+    use aloft_osd::testkit::{self, GpgKey, ServerRepo, StaticServer, REF};
+    let work = tempfile::tempdir().unwrap();
+    let trusted = GpgKey::generate(work.path(), "release").unwrap();
+    let stranger = GpgKey::generate(work.path(), "stranger").unwrap();
+    let repo = ServerRepo::create(&work.path().join("srv/repo")).unwrap();
+    let http = StaticServer::start(&work.path().join("srv")).unwrap();
+    let commit = |v: &str, key: Option<&GpgKey>| {
+        let tree = work.path().join(format!("tree-{v}"));
+        testkit::write_tree(&tree, v, 2).unwrap();
+        let sum = repo.commit(&tree, REF, v, key).unwrap();
+        format!("ostree+{}#{REF}@{sum}", http.url("repo"))
+    };
+    let (signed, unsigned, foreign, signed2) =
+        (commit("1", Some(&trusted)), commit("2", None), commit("3", Some(&stranger)), commit("4", Some(&trusted)));
+
+    // A keyring that does not read: the coordinator does not start, naming the flag.
+    let junk = work.path().join("junk.gpg");
+    std::fs::write(&junk, b"not a key").unwrap();
+    let out = std::process::Command::new(bin("aloft-coordinator"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(work.path().join("never"))
+        .arg("--release-keyring")
+        .arg(&junk)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && said.contains("--release-keyring: the keyring"), "{said}");
+
+    let keyring = trusted.keyring.to_string_lossy().into_owned();
+    let c = Coordinator::start_with(Options {
+        args: vec!["--update-poll-interval".into(), "3s".into(), "--release-keyring".into(), keyring.clone()],
+        ..Default::default()
+    });
+    let admin = c.client();
+    let svc = UpdateService::start().await;
+    let releases = [
+        ("1.0.0", signed.as_str()),
+        ("1.1.0", unsigned.as_str()),
+        ("1.2.0", foreign.as_str()),
+        ("1.3.0", signed2.as_str()),
+    ];
+    let edges = [("1.0.0", "1.1.0"), ("1.0.0", "1.2.0"), ("1.0.0", "1.3.0")];
+    svc.set("stable-1", graph(&releases, &edges, &[]));
+    let spec = json!({"upstream": svc.url, "channel": "stable-1", "desiredUpdate": {"version": "1.0.0"}});
+    admin.post(&path_of(&CLUSTER_VERSION, None), &cluster_version(spec)).await.unwrap().into_result().unwrap();
+    let v = wait_cv(&admin, "1.0.0 taken", |v| v["status"]["desired"]["version"] == "1.0.0").await;
+    assert_eq!(v["status"]["history"][0]["verified"], true, "{}", v["status"]["history"]);
+    let cv_path = path_of(&CLUSTER_VERSION, Some("version"));
+    let ask = |version: &str, force: bool| json!({"spec": {"desiredUpdate": {"version": version, "force": force}}});
+
+    // Unsigned: refused, the reason the CVO gives, 1.0.0 still the release.
+    admin.patch(&cv_path, "application/merge-patch+json", &ask("1.1.0", false)).await.unwrap().into_result().unwrap();
+    let v = wait_cv(&admin, "1.1.0 refused", |v| cond_is(v, "ReleaseAccepted", "False", "RetrievePayload")).await;
+    let message = condition(&v, "ReleaseAccepted").and_then(|c| c["message"].as_str()).unwrap_or("").to_string();
+    assert!(message.contains("The update cannot be verified") && message.contains("has no signatures"), "{message}");
+    assert_eq!(v["status"]["desired"]["version"], "1.0.0");
+    assert_eq!(v["status"]["history"].as_array().map(Vec::len), Some(1));
+
+    // Signed, by a key the keyring does not hold: refused, naming who signed it.
+    admin.patch(&cv_path, "application/merge-patch+json", &ask("1.2.0", false)).await.unwrap().into_result().unwrap();
+    let v = wait_cv(&admin, "1.2.0 refused", |v| {
+        cond_is(v, "ReleaseAccepted", "False", "RetrievePayload")
+            && condition(v, "ReleaseAccepted").and_then(|c| c["message"].as_str()).is_some_and(|m| m.contains("1.2.0"))
+    })
+    .await;
+    let message = condition(&v, "ReleaseAccepted").and_then(|c| c["message"].as_str()).unwrap_or("").to_string();
+    assert!(message.contains("none by a key of") && message.contains(&keyring), "{message}");
+    assert!(message.contains(&stranger.key_id[stranger.key_id.len() - 16..]), "names the signer: {message}");
+    assert_eq!(v["status"]["desired"]["version"], "1.0.0");
+
+    // Forced: taken unverified, the failure among its accepted risks.
+    admin.patch(&cv_path, "application/merge-patch+json", &ask("1.1.0", true)).await.unwrap().into_result().unwrap();
+    let v = wait_cv(&admin, "1.1.0 forced", |v| v["status"]["desired"]["version"] == "1.1.0").await;
+    let h = &v["status"]["history"][0];
+    assert_eq!((h["version"].as_str(), h["verified"].as_bool()), (Some("1.1.0"), Some(false)), "{h}");
+    assert!(h["acceptedRisks"].as_str().unwrap_or("").contains("The update cannot be verified"), "{h}");
+}

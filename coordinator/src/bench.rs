@@ -124,6 +124,7 @@ pub async fn run(opts: ApiBench) -> Result<()> {
         new_ca: false,
         fleetlock_listen: None,
         update_poll: crate::controllers::cluster_version::DEFAULT_POLL,
+        release_keyring: None,
         olm_global_namespace: Some(crate::controllers::olm::DEFAULT_GLOBAL_NAMESPACE.to_string()),
         etcd: None,
         active_lease_duration: std::time::Duration::from_secs(15),

@@ -16,6 +16,7 @@ pub mod health;
 pub mod metrics;
 pub mod notify;
 pub mod process_metrics;
+pub mod release_signature;
 pub mod resources;
 pub mod serve;
 pub mod server;

@@ -40,6 +40,8 @@ pub struct ServeOptions {
     pub fleetlock_listen: Option<SocketAddr>,
     /// How often the ClusterVersion's update graph is fetched again (`--update-poll-interval`).
     pub update_poll: std::time::Duration,
+    /// The keys a release must be signed by before it is taken (`--release-keyring`).
+    pub release_keyring: Option<std::sync::Arc<crate::release_signature::Keyring>>,
     /// OLM's global catalog namespace (`--olm-global-namespace`), if any.
     pub olm_global_namespace: Option<String>,
     /// Keep the store on etcd instead of the data directory's SQLite file; several coordinators
@@ -451,7 +453,11 @@ pub async fn run(opts: ServeOptions) -> Result<()> {
         controllers::events::Recorder::new(controllers::cluster_version::COMPONENT, store.clone(), opts.event_ttl),
         health.passes().of("cluster-version"),
     );
-    let cv_opts = controllers::cluster_version::Options { poll: opts.update_poll, ..Default::default() };
+    let cv_opts = controllers::cluster_version::Options {
+        poll: opts.update_poll,
+        keyring: opts.release_keyring.clone(),
+        ..Default::default()
+    };
     tokio::spawn(controllers::supervise("cluster-version", health.clone(), move || {
         controllers::cluster_version::run(cv_store.clone(), cv_events.clone(), cv_opts.clone(), cv_passes.clone())
     }));

@@ -39,6 +39,8 @@ struct Cli {
     cmd: Cmd,
 }
 
+// Parsed once at start: `serve`'s many flags make its variant large, which costs nothing here.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Cmd {
     /// Serve the API and run the controllers.
@@ -84,6 +86,17 @@ enum Cmd {
         /// within 30 s.
         #[arg(long, default_value = "3m", value_parser = humantime::parse_duration, value_name = "DURATION")]
         update_poll_interval: std::time::Duration,
+        /// OpenPGP public keys (binary, as `gpg --export` writes them, or ASCII-armored) that a
+        /// release's OS commit must be signed by before the ClusterVersion takes it, as the CVO
+        /// verifies a payload: the coordinator fetches the commit and its detached signatures
+        /// from the release's repository and one must be by a key here; otherwise the release
+        /// is refused (ReleaseAccepted=False, reason RetrievePayload) unless
+        /// spec.desiredUpdate.force is set. Give the keyring the nodes trust
+        /// (/usr/share/ostree/trusted.gpg.d/aloft.gpg in aloft's images). Without it releases are
+        /// taken unverified (history verified: false); each agent still verifies the commit
+        /// before it deploys it.
+        #[arg(long, value_name = "FILE")]
+        release_keyring: Option<std::path::PathBuf>,
         /// OLM's global catalog namespace: its CatalogSources serve every namespace. A bundle's
         /// dependencies are looked for in its catalogs too (after the Subscription's own catalog
         /// and, at equal priority, after the catalogs of the Subscription's namespace), as OLM's
@@ -531,9 +544,17 @@ async fn run() -> Result<()> {
             new_ca,
             fleetlock_listen,
             update_poll_interval,
+            release_keyring,
             olm_global_namespace,
         } => {
             etcd.check()?;
+            let release_keyring = match release_keyring {
+                Some(path) => Some(std::sync::Arc::new(
+                    aloft_coordinator::release_signature::Keyring::load(&path)
+                        .map_err(|e| anyhow::anyhow!("--release-keyring: {e}"))?,
+                )),
+                None => None,
+            };
             if active_lease_duration < std::time::Duration::from_secs(2) {
                 anyhow::bail!(
                     "--active-lease-duration {} is too short: at least 2s (the lease is renewed every third of it)",
@@ -568,6 +589,7 @@ async fn run() -> Result<()> {
                 new_ca,
                 fleetlock_listen,
                 update_poll: update_poll_interval,
+                release_keyring,
                 olm_global_namespace: olm_global_namespace.0,
                 etcd: etcd.options(),
                 active_lease_duration,

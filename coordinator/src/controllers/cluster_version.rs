@@ -14,6 +14,7 @@
 //! thread: a slow update service must never delay a pick.
 
 use super::events::{EventType, Involved, Recorder};
+use crate::release_signature::{self, Keyring};
 use crate::resources::{CLUSTER_SERVICE_VERSION, CLUSTER_VERSION, MACHINE_CONFIG, MACHINE_CONFIG_POOL, NODE};
 use crate::server::objects;
 use crate::store::{revision_of, Key, Store, StoreError};
@@ -73,6 +74,10 @@ struct GraphCache {
     lists_stale: bool,
     /// Why the last fetch failed: (reason, message).
     failure: Option<(&'static str, String)>,
+    /// Releases checked against the keyring, by payload: a verified one for good (a commit is
+    /// its checksum), one that failed until [`RETRY`] has passed (the repository may have been
+    /// unreachable).
+    verified: std::collections::HashMap<String, (Instant, Verification)>,
 }
 
 /// What a graph is fetched for; a change of any field fetches again at once.
@@ -91,13 +96,20 @@ pub struct Options {
     pub poll: Duration,
     /// The architecture asked for (`amd64`, `arm64`, ... as the update service names them).
     pub arch: String,
+    /// The keys a release's OS commit must be signed by before it is taken (`serve
+    /// --release-keyring`); None takes releases unverified (history `verified: false`).
+    pub keyring: Option<Arc<Keyring>>,
 }
 
 impl Default for Options {
     fn default() -> Self {
-        Options { poll: DEFAULT_POLL, arch: graph_arch(std::env::consts::ARCH).to_string() }
+        Options { poll: DEFAULT_POLL, arch: graph_arch(std::env::consts::ARCH).to_string(), keyring: None }
     }
 }
+
+/// What checking a release's signatures found: the signing key's fingerprint, or why it
+/// cannot be verified.
+type Verification = Result<String, String>;
 
 /// Rust's name of an architecture as the update service names it (Go's).
 pub fn graph_arch(rust: &str) -> &str {
@@ -198,7 +210,18 @@ async fn reconcile(
         }
         None => status.conditions.retain(|c| c.type_ != cv::UPGRADEABLE),
     }
-    let accepted = consider_desired_update(&cv, &mut status, graph.as_deref(), &now);
+    let verification = match &opts.keyring {
+        Some(keyring) => match resolve(&cv, &status, graph.as_deref()) {
+            Some(Ok(target))
+                if !cv.current().is_some_and(|c| c.version == target.version && c.image == target.image) =>
+            {
+                Some(verify_release(http, cache, keyring, &target.image).await)
+            }
+            _ => None,
+        },
+        None => None,
+    };
+    let accepted = consider_desired_update(&cv, &mut status, graph.as_deref(), verification.as_ref(), &now);
     // Every pass, as the CVO applies its manifests again and again: a release MachineConfig
     // deleted or edited by hand is put back.
     if let Some(desired) = &status.desired {
@@ -804,13 +827,49 @@ fn not_recommended(status: &ClusterVersionStatus, target: &Release) -> Option<St
     }
 }
 
+/// Check `image`'s signatures against `keyring`, or recall the last check (see
+/// [`GraphCache::verified`]).
+async fn verify_release(
+    http: &reqwest::Client,
+    cache: &Mutex<GraphCache>,
+    keyring: &Keyring,
+    image: &str,
+) -> Verification {
+    if let Ok(c) = cache.lock() {
+        if let Some((at, known)) = c.verified.get(image) {
+            if known.is_ok() || at.elapsed() < RETRY {
+                return known.clone();
+            }
+        }
+    }
+    let outcome = release_signature::verify(http, keyring, image).await.map_err(|e| e.to_string());
+    match &outcome {
+        Ok(signer) => tracing::info!(%image, %signer, "release verified"),
+        Err(why) => tracing::warn!(%image, %why, "the release cannot be verified"),
+    }
+    if let Ok(mut c) = cache.lock() {
+        // Bounded: a graph names a few hundred releases at most, but a spec edited in a loop
+        // could name any number.
+        if c.verified.len() >= 256 {
+            c.verified.retain(|_, (_, v)| v.is_ok());
+            if c.verified.len() >= 256 {
+                c.verified.clear();
+            }
+        }
+        c.verified.insert(image.to_string(), (Instant::now(), outcome.clone()));
+    }
+    outcome
+}
+
 /// Take `spec.desiredUpdate` when it names another release and passes (or `force`s) the
-/// preconditions: the new `status.desired` and history entry. Some(the release) when one was
-/// accepted in this pass.
+/// checks: its signatures (`verification`, when a keyring is configured), then the
+/// preconditions. Sets the new `status.desired` and history entry; Some(the release) when one
+/// was accepted in this pass.
 fn consider_desired_update(
     cv: &ClusterVersion,
     status: &mut ClusterVersionStatus,
     graph: Option<&Graph>,
+    verification: Option<&Verification>,
     now: &str,
 ) -> Option<Release> {
     let resolved = resolve(cv, status, graph);
@@ -848,6 +907,23 @@ fn consider_desired_update(
     }
     let force = cv.spec.desired_update.as_ref().is_some_and(|u| u.force);
     let mut risks = Vec::new();
+    // The CVO's order: the payload is retrieved and verified before the preconditions.
+    if let Some(Err(why)) = verification {
+        if !force {
+            let message = format!(
+                "Retrieving payload failed version={:?} image={:?} failure=The update cannot be verified: {why} (set \
+                 spec.desiredUpdate.force to take it anyway)",
+                target.version, target.image
+            );
+            set_condition(
+                &mut status.conditions,
+                Condition::new(cv::RELEASE_ACCEPTED, "False", "RetrievePayload", message),
+                now,
+            );
+            return None;
+        }
+        risks.push(format!("The update cannot be verified: {why}"));
+    }
     if let Some(current) = cv.current() {
         let failures = precondition_failures(status, current, &target);
         if !failures.is_empty() && !force {
@@ -881,7 +957,7 @@ fn consider_desired_update(
             completion_time: None,
             version: target.version.clone(),
             image: target.image.clone(),
-            verified: false,
+            verified: matches!(verification, Some(Ok(_))),
             accepted_risks: risks.join("\n"),
             extra: Default::default(),
         },
@@ -1214,11 +1290,46 @@ mod tests {
     }
 
     #[test]
+    fn a_release_that_cannot_be_verified_is_refused_unless_forced() {
+        let g = graph();
+        let now = "2026-12-07T10:00:00Z";
+        let unverified: Verification = Err("commit 11 has no signatures".into());
+        let mut st = ClusterVersionStatus::default();
+        assert!(consider_desired_update(&asking("1.0.0", ""), &mut st, Some(&g), Some(&unverified), now).is_none());
+        let c = find_condition(&st.conditions, cv::RELEASE_ACCEPTED).expect("ReleaseAccepted").clone();
+        assert_eq!((c.status.as_str(), c.reason.as_str()), ("False", "RetrievePayload"));
+        assert!(
+            c.message.starts_with("Retrieving payload failed version=\"1.0.0\"")
+                && c.message.contains("failure=The update cannot be verified: commit 11 has no signatures")
+                && c.message.contains("spec.desiredUpdate.force"),
+            "{}",
+            c.message
+        );
+        assert!(st.history.is_empty() && st.desired.is_none(), "nothing taken: {st:?}");
+        // Forced: taken, unverified, the failure among the accepted risks.
+        let mut forced = asking("1.0.0", "");
+        if let Some(u) = forced.spec.desired_update.as_mut() {
+            u.force = true;
+        }
+        let mut st = ClusterVersionStatus::default();
+        consider_desired_update(&forced, &mut st, Some(&g), Some(&unverified), now).expect("forced");
+        assert!(!st.history[0].verified);
+        assert_eq!(st.history[0].accepted_risks, "The update cannot be verified: commit 11 has no signatures");
+        // Verified: history says so; without a keyring it says not.
+        let mut st = ClusterVersionStatus::default();
+        consider_desired_update(&asking("1.0.0", ""), &mut st, Some(&g), Some(&Ok("ABCD".into())), now).expect("taken");
+        assert!(st.history[0].verified && st.history[0].accepted_risks.is_empty(), "{:?}", st.history[0]);
+        let mut st = ClusterVersionStatus::default();
+        consider_desired_update(&asking("1.0.0", ""), &mut st, Some(&g), None, now).expect("taken");
+        assert!(!st.history[0].verified);
+    }
+
+    #[test]
     fn a_taken_release_goes_first_in_the_history_and_a_superseded_one_stays_partial() {
         let g = graph();
         let now = "2026-12-04T10:00:00Z";
         let mut first = ClusterVersionStatus::default();
-        let taken = consider_desired_update(&asking("1.0.0", ""), &mut first, Some(&g), now).expect("taken");
+        let taken = consider_desired_update(&asking("1.0.0", ""), &mut first, Some(&g), None, now).expect("taken");
         assert_eq!(taken.version, "1.0.0");
         assert_eq!(first.history[0].state, cv::PARTIAL);
         assert_eq!(first.history[0].accepted_risks, "", "the first release has nothing to be checked against");
@@ -1226,14 +1337,14 @@ mod tests {
         let mut c = asking("1.0.0", "");
         c.status = Some(first.clone());
         let mut again = first.clone();
-        assert!(consider_desired_update(&c, &mut again, Some(&g), now).is_none());
+        assert!(consider_desired_update(&c, &mut again, Some(&g), None, now).is_none());
         assert_eq!(again.history.len(), 1);
         // The next one, before the first completed, off the graph's recommendations (so named
         // by its image: a version alone must be an available update).
         let mut c = asking("1.1.0", &image(2));
         c.status = Some(first.clone());
         let mut next = first.clone();
-        consider_desired_update(&c, &mut next, Some(&g), "2026-12-04T11:00:00Z").expect("taken");
+        consider_desired_update(&c, &mut next, Some(&g), None, "2026-12-04T11:00:00Z").expect("taken");
         assert_eq!(next.history.len(), 2);
         assert_eq!(
             (next.history[1].state.as_str(), next.history[1].completion_time.as_deref()),
@@ -1263,7 +1374,7 @@ mod tests {
     /// The status of a fleet that took 1.0.0, with the lists the graph gives it there.
     fn at_first_release(g: &Graph, now: &str) -> ClusterVersionStatus {
         let mut st = ClusterVersionStatus::default();
-        consider_desired_update(&asking("1.0.0", ""), &mut st, Some(g), now).expect("the first release");
+        consider_desired_update(&asking("1.0.0", ""), &mut st, Some(g), None, now).expect("the first release");
         list_updates(&mut st, g, "1.0.0", now).expect("1.0.0 is in the graph");
         st
     }
@@ -1282,7 +1393,9 @@ mod tests {
 
         // A node of the graph whose edge was blocked: invalid, ignored, nothing else moves.
         let mut next = st.clone();
-        assert!(consider_desired_update(&with_status(asking("1.0.9", ""), &st), &mut next, Some(&g), now).is_none());
+        assert!(
+            consider_desired_update(&with_status(asking("1.0.9", ""), &st), &mut next, Some(&g), None, now).is_none()
+        );
         let invalid = find_condition(&next.conditions, cv::INVALID).expect("Invalid set").clone();
         assert_eq!((invalid.status.as_str(), invalid.reason.as_str()), ("True", INVALID_REASON));
         assert!(
@@ -1297,7 +1410,9 @@ mod tests {
 
         // A conditional update asked by version: invalid too, saying how to take it knowingly.
         let mut next = st.clone();
-        assert!(consider_desired_update(&with_status(asking("1.1.0", ""), &st), &mut next, Some(&g), now).is_none());
+        assert!(
+            consider_desired_update(&with_status(asking("1.1.0", ""), &st), &mut next, Some(&g), None, now).is_none()
+        );
         let message = &find_condition(&next.conditions, cv::INVALID).expect("Invalid set").message;
         assert!(
             message.contains("1.1.0 is a conditional update, not recommended (DataLoss: Nodes may lose /var. https://bugs.example/1)")
@@ -1307,20 +1422,20 @@ mod tests {
         );
         // ... and with its image it is taken, the risk recorded.
         let mut taken = st.clone();
-        consider_desired_update(&with_status(asking("1.1.0", &image(4)), &st), &mut taken, Some(&g), now)
+        consider_desired_update(&with_status(asking("1.1.0", &image(4)), &st), &mut taken, Some(&g), None, now)
             .expect("taken with its image");
         assert!(taken.history[0].accepted_risks.contains("1.1.0 is not recommended"), "{:?}", taken.history[0]);
 
         // An available update: taken, and the Invalid condition goes.
         let mut next2 = next.clone();
         let c = with_status(asking("1.0.1", ""), &next);
-        assert_eq!(consider_desired_update(&c, &mut next2, Some(&g), now), Some(rel("1.0.1", &image(2))));
+        assert_eq!(consider_desired_update(&c, &mut next2, Some(&g), None, now), Some(rel("1.0.1", &image(2))));
         assert!(find_condition(&next2.conditions, cv::INVALID).is_none(), "{:?}", next2.conditions);
 
         // Back to the previous release by version alone: it is in the history.
         let mut back = next2.clone();
         let c = with_status(asking("1.0.0", ""), &next2);
-        let to = consider_desired_update(&c, &mut back, Some(&g), now).expect("a rollback to the previous patch");
+        let to = consider_desired_update(&c, &mut back, Some(&g), None, now).expect("a rollback to the previous patch");
         assert_eq!(to.image, image(1));
     }
 
@@ -1333,7 +1448,7 @@ mod tests {
             let mut next = st.clone();
             // Two minors up, off the graph: a GiantHop.
             let c = with_status(asking("1.2.5", &image(5)), st);
-            assert!(consider_desired_update(&c, &mut next, Some(&g), now).is_none());
+            assert!(consider_desired_update(&c, &mut next, Some(&g), None, now).is_none());
             let a = find_condition(&next.conditions, cv::RELEASE_ACCEPTED).expect("ReleaseAccepted").clone();
             assert_eq!((a.status.as_str(), a.reason.as_str()), ("False", "PreconditionChecks"), "{}", a.message);
             next
@@ -1350,14 +1465,16 @@ mod tests {
         // Reverted to the release that runs.
         let no = refused(&st);
         let mut next = no.clone();
-        assert!(consider_desired_update(&with_status(asking("1.0.0", ""), &no), &mut next, Some(&g), now).is_none());
+        assert!(
+            consider_desired_update(&with_status(asking("1.0.0", ""), &no), &mut next, Some(&g), None, now).is_none()
+        );
         assert_eq!(loaded(&next), want);
         // Cleared.
         let no = refused(&st);
         let mut next = no.clone();
         let mut cleared = with_status(asking("", ""), &no);
         cleared.spec.desired_update = None;
-        assert!(consider_desired_update(&cleared, &mut next, Some(&g), now).is_none());
+        assert!(consider_desired_update(&cleared, &mut next, Some(&g), None, now).is_none());
         assert_eq!(loaded(&next), want);
         assert_eq!(next.history.len(), 1, "nothing else moved");
     }
