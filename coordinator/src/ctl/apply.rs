@@ -2,6 +2,9 @@
 //! with the same `last-applied-configuration` annotation, so the two tools can take turns on one
 //! object), and report created / configured / unchanged.
 
+use super::{with_query, Validate};
+use crate::client::{resource_path, Client};
+use crate::resources::{self, ResourceType};
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::{Map, Value};
 use std::path::Path;
@@ -137,6 +140,117 @@ pub fn annotate_last_applied(obj: &mut Value) -> Result<bool> {
 pub fn last_applied(live: &Value) -> Option<Value> {
     let s = live.pointer("/metadata/annotations")?.get(LAST_APPLIED)?.as_str()?;
     serde_json::from_str(s).ok()
+}
+
+pub(super) async fn apply_files(
+    client: &Client,
+    ns: &str,
+    files: &[String],
+    dry_run: bool,
+    validate: Validate,
+) -> Result<()> {
+    let mut objects = Vec::new();
+    for f in files {
+        objects.extend(read_objects(f)?);
+    }
+    if objects.is_empty() {
+        bail!("no objects passed to apply");
+    }
+    // Check every document before changing anything.
+    let mut plan = Vec::new();
+    for (origin, obj) in objects {
+        let av = obj.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+        let kind = obj.get("kind").and_then(Value::as_str).unwrap_or("");
+        let rt = resources::by_kind(av, kind).ok_or_else(|| {
+            anyhow!("{origin}: no resource for apiVersion {av:?} kind {kind:?} (see `aloftctl api-resources`)")
+        })?;
+        let name = obj.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string();
+        if name.is_empty() {
+            bail!("{origin}: {kind} has no metadata.name");
+        }
+        plan.push((origin, rt, name, obj));
+    }
+    let mut q = vec![("fieldValidation", validate.param().to_string())];
+    if dry_run {
+        q.push(("dryRun", "All".to_string()));
+    }
+    let suffix = if dry_run { " (server dry run)" } else { "" };
+    // As kubectl: one by one, a refused object does not stop the others; errors at the end.
+    let total = plan.len();
+    let (mut applied, mut errors) = (Vec::new(), Vec::new());
+    for (origin, rt, name, obj) in plan {
+        let what = format!("{}/{}", rt.singular_qualified(), name);
+        match apply_one(client, ns, rt, &name, obj, &q).await {
+            Ok(verb) => {
+                println!("{what} {verb}{suffix}");
+                applied.push(what);
+            }
+            Err(e) => errors.push(format!("{origin}, {what}: {e:#}")),
+        }
+    }
+    not_applied(total, &applied, errors)
+}
+
+/// The errors of the objects apply could not apply, and (of several) which it did apply.
+fn not_applied(total: usize, applied: &[String], errors: Vec<String>) -> Result<()> {
+    if errors.is_empty() {
+        return Ok(());
+    }
+    let mut msg = errors.join("\n");
+    if total > 1 {
+        let done = if applied.is_empty() { "none".to_string() } else { applied.join(", ") };
+        msg.push_str(&format!("\n{} of {total} objects not applied; applied: {done}", errors.len()));
+    }
+    Err(anyhow!(msg))
+}
+
+/// Create `obj`, or patch the live object to it (three-way, as kubectl); what was done
+/// (`created`, `configured`, `unchanged`). `q` is the writes' query (fieldValidation, dryRun).
+async fn apply_one(
+    client: &Client,
+    ns: &str,
+    rt: &ResourceType,
+    name: &str,
+    mut obj: Value,
+    q: &[(&str, String)],
+) -> Result<&'static str> {
+    let obj_ns = obj.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or(ns).to_string();
+    let recorded = annotate_last_applied(&mut obj)?;
+    if !recorded {
+        eprintln!(
+            "Warning: {} {name:?} is too large to keep its applied configuration in an annotation \
+             (256 KiB for all of them): applied without it, so a field later removed from the file \
+             is not removed from the object (use `kubectl replace`, or patch it away)",
+            rt.kind
+        );
+    }
+    let path = resource_path(rt.path_ref(), Some(&obj_ns), Some(name));
+    let live = client.get(&path).await?;
+    if live.code == 404 {
+        // A file exported from a coordinator (`get -o yaml`) carries that store's
+        // resourceVersion, which a create refuses: it means nothing for an object made here,
+        // and kubectl's create and apply clear it too.
+        if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+            meta.remove("resourceVersion");
+        }
+        client.post(&with_query(resource_path(rt.path_ref(), Some(&obj_ns), None), q), &obj).await?.into_result()?;
+        return Ok("created");
+    }
+    let live = live.into_result()?;
+    let last = last_applied(&live);
+    let mut patch = three_way_patch(last.as_ref(), &obj);
+    if !recorded && last.is_some() {
+        // An earlier, smaller record would now be stale: it goes.
+        patch["metadata"]["annotations"][LAST_APPLIED] = Value::Null;
+    }
+    // As kubectl: a patch that changes nothing on the live object is not sent.
+    let mut patched = live.clone();
+    json_patch::merge(&mut patched, &patch);
+    if patched == live {
+        return Ok("unchanged");
+    }
+    client.patch(&with_query(path, q), "application/merge-patch+json", &patch).await?.into_result()?;
+    Ok("configured")
 }
 
 #[cfg(test)]

@@ -8,7 +8,10 @@
 //! gets deleted anyway (a change racing the prune) is rendered again by the render controller;
 //! a config only nodes name is never deleted, since nothing could render it again.
 
+use crate::client::{resource_path, Client};
 pub use crate::config_use::{owner_pool, rendered, users, Rendered, NODE_CONFIG_ANNOTATIONS};
+use crate::resources::{self, ResourceType};
+use anyhow::{bail, Result};
 use serde_json::Value;
 
 /// Every rendered config among `mcs`, with what uses it, by pool, oldest first.
@@ -25,6 +28,84 @@ pub fn plan(inv: &[Rendered], count: Option<usize>) -> (Vec<&Rendered>, Vec<&Ren
     unused.sort_by(|a, b| (&a.created, &a.name).cmp(&(&b.created, &b.name)));
     let delete = unused.into_iter().take(count.unwrap_or(usize::MAX)).collect();
     (delete, used)
+}
+
+/// The rendered configs (of `pool`, when given) and what uses them; an unknown pool is an error.
+async fn rendered_inventory(client: &Client, pool: Option<&str>) -> Result<Vec<Rendered>> {
+    let items = |v: Value| v.get("items").and_then(Value::as_array).cloned().unwrap_or_default();
+    let list = |rt: &'static ResourceType| async move {
+        Ok::<_, anyhow::Error>(items(client.get(&resource_path(rt.path_ref(), None, None)).await?.into_result()?))
+    };
+    let pools = list(&resources::MACHINE_CONFIG_POOL).await?;
+    if let Some(p) = pool {
+        if !pools.iter().any(|v| v.pointer("/metadata/name").and_then(Value::as_str) == Some(p)) {
+            bail!("machineconfigpool {p:?} not found (aloftctl get mcp lists them)");
+        }
+    }
+    let (mcs, nodes) = (list(&resources::MACHINE_CONFIG).await?, list(&resources::NODE).await?);
+    let mut inv = inventory(&mcs, &pools, &nodes);
+    inv.retain(|r| pool.is_none_or(|p| r.pool == p));
+    Ok(inv)
+}
+
+pub(super) async fn list_rendered(client: &Client, pool: Option<&str>, in_use: Option<bool>) -> Result<()> {
+    let inv = rendered_inventory(client, pool).await?;
+    let mut last_pool = None;
+    for r in inv.iter().filter(|r| in_use.is_none_or(|u| r.in_use() == u)) {
+        if last_pool != Some(&r.pool) {
+            println!("{}", r.pool);
+            last_pool = Some(&r.pool);
+        }
+        println!("  {} -- {} (Currently in use: {})", r.name, r.created, r.in_use());
+    }
+    if last_pool.is_none() {
+        eprintln!("No rendered MachineConfigs found.");
+    }
+    Ok(())
+}
+
+pub(super) async fn prune_rendered(
+    client: &Client,
+    pool: Option<&str>,
+    count: Option<usize>,
+    confirm: bool,
+) -> Result<()> {
+    let inv = rendered_inventory(client, pool).await?;
+    let (delete, keep) = plan(&inv, count);
+    let dry = if confirm { "" } else { "DRY RUN: " };
+    if !confirm {
+        println!("Dry run enabled - no modifications will be made. Add --confirm to remove rendered machine configs.");
+    }
+    for r in &keep {
+        println!(
+            "{dry}Skipping deletion of rendered MachineConfig {} as it's currently in use ({})",
+            r.name,
+            r.used_by()
+        );
+    }
+    let mut failed = 0;
+    for r in &delete {
+        if confirm {
+            let path = resource_path(resources::MACHINE_CONFIG.path_ref(), None, Some(&r.name));
+            let reply = client.call(reqwest::Method::DELETE, &path, None, None).await?;
+            // Gone already (another prune) is what was wanted.
+            if reply.code != 404 {
+                if let Err(e) = reply.into_result() {
+                    eprintln!("error: deleting rendered MachineConfig {}: {e}", r.name);
+                    failed += 1;
+                    continue;
+                }
+            }
+        }
+        println!("{dry}Deleted rendered MachineConfig {}", r.name);
+    }
+    if delete.is_empty() {
+        println!("No unused rendered MachineConfigs to delete.");
+    }
+    if failed > 0 {
+        bail!("{failed} rendered MachineConfig(s) not deleted");
+    }
+    Ok(())
 }
 
 #[cfg(test)]
