@@ -267,6 +267,7 @@ async fn misuse_exits_2_and_changes_nothing() {
         (&["patch", "mcp", "worker", "-p", "paused"], "is not a mapping"),
         (&["patch", "mcp", "worker", "-p", "{spec: [unclosed"], "--patch is neither JSON"),
         (&["patch", "mcp", "worker", "--type", "json", "-p", "{}"], "is not a list of operations"),
+        (&["get", "mcp/"], "\"mcp/\": no name after the '/' (TYPE/NAME)"),
         (&["get", "--raw", "metrics"], "starting with '/'"),
         (&["get", "-w", "mcp,mc"], "watch is only supported on one object or one type's collection"),
         (&["apply", "--dry-run=maybe", "-f", "x.yaml"], "invalid value 'maybe'"),

@@ -6,7 +6,7 @@ use super::print::{self, Output};
 use super::{jsonpath, list_in_pages, objects_failed, resolve, with_query, Usage};
 use crate::client::{resource_path, Client};
 use crate::resources::ResourceType;
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{bail, Context, Result};
 use serde_json::Value;
 
 const TABLE_ACCEPT: &str = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json";
@@ -44,12 +44,13 @@ fn get_targets(args: &[String]) -> Result<Vec<(&'static ResourceType, Vec<String
         for a in args {
             let (t, n) = a.split_once('/').unwrap_or((a, ""));
             if n.is_empty() {
-                bail!("{a:?}: no name after the '/' (TYPE/NAME)");
+                // A usage error (exit 2), as describe, delete and patch answer it.
+                return Err(Usage(format!("{a:?}: no name after the '/' (TYPE/NAME)")).into());
             }
             add(resolve(t)?, Some(n));
         }
     } else {
-        let first = args.first().ok_or_else(|| anyhow!("get needs a TYPE (see `aloftctl api-resources`)"))?;
+        let first = args.first().ok_or_else(|| Usage("get needs a TYPE (see `aloftctl api-resources`)".into()))?;
         for t in first.split(',') {
             let rt = resolve(t)?;
             add(rt, None);
