@@ -569,4 +569,27 @@ async fn a_release_is_verified_against_the_keyring_before_it_is_taken() {
     let h = &v["status"]["history"][0];
     assert_eq!((h["version"].as_str(), h["verified"].as_bool()), (Some("1.1.0"), Some(false)), "{h}");
     assert!(h["acceptedRisks"].as_str().unwrap_or("").contains("The update cannot be verified"), "{h}");
+    drop(c);
+
+    // The keyring ASCII-armored (`gpg --export --armor`), named by the environment as a
+    // systemd drop-in would: 1.3.0, signed by the trusted key, is verified.
+    let armored = work.path().join("release.asc");
+    let out = std::process::Command::new("gpg")
+        .env("GNUPGHOME", &trusted.home)
+        .args(["--batch", "--export", "--armor", &trusted.key_id])
+        .output()
+        .unwrap();
+    assert!(out.status.success() && out.stdout.starts_with(b"-----BEGIN PGP PUBLIC KEY BLOCK"), "{out:?}");
+    std::fs::write(&armored, &out.stdout).unwrap();
+    let c = Coordinator::start_with(Options {
+        args: vec!["--update-poll-interval".into(), "3s".into()],
+        env: vec![("ALOFT_RELEASE_KEYRING".into(), armored.to_string_lossy().into_owned())],
+        ..Default::default()
+    });
+    let admin = c.client();
+    let spec =
+        json!({"upstream": svc.url, "channel": "stable-1", "desiredUpdate": {"version": "1.3.0", "image": signed2}});
+    admin.post(&path_of(&CLUSTER_VERSION, None), &cluster_version(spec)).await.unwrap().into_result().unwrap();
+    let v = wait_cv(&admin, "1.3.0 taken", |v| v["status"]["desired"]["version"] == "1.3.0").await;
+    assert_eq!(v["status"]["history"][0]["verified"], true, "{}", v["status"]["history"]);
 }

@@ -430,9 +430,8 @@ mod tests {
 
     #[test]
     fn a_node_may_report_its_architecture_once() {
-        use serde_json::json;
+        use serde_json::{json, Value};
         let with = |arch: Value| json!({"status": {"nodeInfo": {"architecture": arch, "osImage": "x"}}});
-        use serde_json::Value;
         let none = json!({"status": {}});
         assert!(!node_arch_changed(&none, &with(json!("arm64"))), "the first report");
         assert!(!node_arch_changed(&with(json!("")), &with(json!("arm64"))), "an empty one is none");

@@ -5,7 +5,9 @@
 //! detached metadata (`objects/XX/YYYY.commitmeta`, a GVariant `a{sv}` whose `ostree.gpgsigs` is
 //! an `aay` of signature packets). This reads the same two files an agent's pull reads, over
 //! HTTP, and checks them against a keyring of trusted OpenPGP keys (the one the nodes trust), so
-//! the coordinator refuses what every agent would refuse, before a single node is drained.
+//! the coordinator refuses a commit no agent would deploy (unsigned, or signed only by other
+//! keys) before a single node is drained. Key expiry and revocation are left to the agents'
+//! libostree (a signature's mathematics is what is checked here).
 //!
 //! The commit object is checked against its checksum (SHA-256 of its bytes, ostree's content
 //! address) before its signatures are: a signature over other bytes proves nothing about the
@@ -188,4 +190,58 @@ async fn fetch(http: &reqwest::Client, url: &str) -> Result<Option<Vec<u8>>, Ver
         body.extend_from_slice(&chunk);
     }
     Ok(Some(body))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `a{sv}` with one entry, `key` holding a variant of type `ty` with `data`, serialized as
+    /// GLib does (the data, a nul, the type; the entry's key offset framing it; the array's
+    /// one-byte framing offset for its only element).
+    fn dict_of_one(key: &str, ty: &str, data: &[u8]) -> Vec<u8> {
+        let mut entry = key.as_bytes().to_vec();
+        entry.push(0);
+        let key_end = entry.len();
+        while entry.len() % 8 != 0 {
+            entry.push(0);
+        }
+        entry.extend_from_slice(data);
+        entry.push(0);
+        entry.extend_from_slice(ty.as_bytes());
+        entry.push(key_end as u8);
+        let mut out = entry.clone();
+        out.push(entry.len() as u8);
+        out
+    }
+
+    #[test]
+    fn metadata_without_signatures_has_none_and_a_wrong_type_is_named() {
+        assert!(signatures_of(&[]).expect("an empty dictionary").is_empty());
+        let other = dict_of_one("version", "s", b"1.0\0");
+        assert!(signatures_of(&other).expect("another key only").is_empty());
+        let wrong = dict_of_one("ostree.gpgsigs", "s", b"nope\0");
+        let why = signatures_of(&wrong).expect_err("not aay");
+        assert!(why.contains("ostree.gpgsigs is of type \"s\", not aay"), "{why}");
+        // One "signature" that is no OpenPGP packet: refused, naming which.
+        // (An `aay` of one element: its bytes, then its end as a one-byte framing offset.)
+        let bad = dict_of_one("ostree.gpgsigs", "aay", &[1, 2, 3, 4, 4]);
+        let why = signatures_of(&bad).expect_err("not a signature");
+        assert!(why.starts_with("signature 1 of ostree.gpgsigs"), "{why}");
+    }
+
+    proptest::proptest! {
+        /// A repository is not trusted to serve well-formed metadata: any bytes read as
+        /// signatures or are refused with a message, never a panic.
+        #[test]
+        fn any_metadata_reads_or_is_refused(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..512)) {
+            let _ = signatures_of(&bytes);
+        }
+
+        /// Bytes in the right place: whatever a repository puts where a signature goes.
+        #[test]
+        fn any_signature_bytes_read_or_are_refused(sig in proptest::collection::vec(proptest::num::u8::ANY, 0..200)) {
+            let _ = signatures_of(&dict_of_one("ostree.gpgsigs", "aay", &sig));
+        }
+    }
 }

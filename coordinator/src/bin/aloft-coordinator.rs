@@ -92,10 +92,11 @@ enum Cmd {
         /// from the release's repository and one must be by a key here; otherwise the release
         /// is refused (ReleaseAccepted=False, reason RetrievePayload) unless
         /// spec.desiredUpdate.force is set. Give the keyring the nodes trust
-        /// (/usr/share/ostree/trusted.gpg.d/aloft.gpg in aloft's images). Without it releases are
+        /// (/usr/share/ostree/trusted.gpg.d/aloft.gpg in aloft's images); the coordinator must
+        /// reach the release's repository at the URL its payload names. Without it releases are
         /// taken unverified (history verified: false); each agent still verifies the commit
-        /// before it deploys it.
-        #[arg(long, value_name = "FILE")]
+        /// before it deploys it, and alone checks key expiry and revocation.
+        #[arg(long, env = "ALOFT_RELEASE_KEYRING", value_name = "FILE")]
         release_keyring: Option<std::path::PathBuf>,
         /// OLM's global catalog namespace: its CatalogSources serve every namespace. A bundle's
         /// dependencies are looked for in its catalogs too (after the Subscription's own catalog

@@ -33,8 +33,12 @@ pub fn plan(inv: &[Rendered], count: Option<usize>) -> (Vec<&Rendered>, Vec<&Ren
 /// The rendered configs (of `pool`, when given) and what uses them; an unknown pool is an error.
 async fn rendered_inventory(client: &Client, pool: Option<&str>) -> Result<Vec<Rendered>> {
     let items = |v: Value| v.get("items").and_then(Value::as_array).cloned().unwrap_or_default();
+    // In pages, as every other list of aloftctl: a fleet's Nodes in one response would hold
+    // the whole fleet at once, on both sides.
     let list = |rt: &'static ResourceType| async move {
-        Ok::<_, anyhow::Error>(items(client.get(&resource_path(rt.path_ref(), None, None)).await?.into_result()?))
+        Ok::<_, anyhow::Error>(items(
+            super::list_in_pages(client, &resource_path(rt.path_ref(), None, None), None).await?,
+        ))
     };
     let pools = list(&resources::MACHINE_CONFIG_POOL).await?;
     if let Some(p) = pool {
