@@ -203,7 +203,7 @@ mod tests {
         let mut entry = key.as_bytes().to_vec();
         entry.push(0);
         let key_end = entry.len();
-        while entry.len() % 8 != 0 {
+        while !entry.len().is_multiple_of(8) {
             entry.push(0);
         }
         entry.extend_from_slice(data);
