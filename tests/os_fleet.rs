@@ -1218,7 +1218,12 @@ async fn a_stalled_pre_stage_download_gives_way_to_the_next_target() {
 async fn a_release_from_the_update_graph_reaches_the_node() {
     use aloft_coordinator::resources::CLUSTER_VERSION;
     use aloft_tests::update_service::{graph, UpdateService};
-    let w = OsWorld::new(20);
+    let mut w = OsWorld::new(20);
+    // The coordinator verifies each release against the keyring the node trusts, as one started
+    // with the nodes' keyring does: both check the same signatures, one before the rollout.
+    let keyring = w.key.keyring.to_string_lossy().into_owned();
+    w.c.set_args(vec!["--release-keyring".into(), keyring]);
+    w.c.restart();
     let (c, admin) = (&w.c, w.c.client());
     let v1 = w.commit("1");
     let mut host = w.running_host("worker-release", &v1, &["root=/dev/vda"]).await;
@@ -1273,6 +1278,8 @@ async fn a_release_from_the_update_graph_reaches_the_node() {
     let v = until(c, &mut host, &path, "1.1.0 completed", completed("1.1.0")).await;
     assert_eq!(testkit::deployment_order(&host.sysroot()).unwrap()[0], v2, "the node runs the release's commit");
     assert_eq!(v["status"]["history"][1]["version"], "1.0.0");
+    let verified: Vec<&Value> = (0..2).map(|i| &v["status"]["history"][i]["verified"]).collect();
+    assert_eq!(verified, [&json!(true), &json!(true)], "both releases verified: {}", v["status"]["history"]);
     let (config, _) = wait_state(c, &name, "Done", true, "Done on the release").await;
     assert!(config.starts_with("rendered-worker-"), "{config}");
 }
