@@ -455,11 +455,20 @@ async fn the_graph_is_asked_for_the_fleets_architecture() {
     let archs: Vec<String> = svc.queries().iter().map(|q| q["arch"].clone()).collect();
     assert!(!archs.is_empty() && archs.iter().all(|a| a == "arm64"), "asked for {archs:?}");
 
-    // A node's credential may not change the architecture it reported; the admin's may.
-    let refused = report_arch(&edge1, "edge-1", "amd64").await;
-    assert_status(&refused, 403, "Forbidden", "a node changing its architecture");
-    let said = refused.body["message"].as_str().unwrap_or_default();
-    assert!(said.contains("status.nodeInfo.architecture"), "{said}");
+    // A node's credential may not change the architecture it reported, nor report one that is
+    // no architecture's name: the rest of its write stands (an agent's Ready report carries its
+    // nodeInfo), the architecture does not, and the coordinator says so.
+    let kept = report_arch(&edge1, "edge-1", "amd64").await.into_result().unwrap();
+    assert_eq!(kept["status"]["nodeInfo"]["architecture"], "arm64", "{kept}");
+    let made_up = c.node_client("edge-3", worker.clone()).await;
+    let dropped = report_arch(&made_up, "edge-3", "quantum").await.into_result().unwrap();
+    assert_eq!(dropped["status"]["nodeInfo"].get("architecture"), None, "{dropped}");
+    let logged = c.log_lines_with("a node's reported architecture was not taken");
+    assert!(
+        logged.iter().any(|l| l.contains("edge-1") && l.contains("stays"))
+            && logged.iter().any(|l| l.contains("edge-3") && l.contains("Go's architecture names")),
+        "{logged:?}"
+    );
     let node = get_ok(&admin, &NODE, "edge-1").await;
     assert_eq!(node["status"]["nodeInfo"]["architecture"], "arm64");
 
@@ -499,12 +508,14 @@ async fn a_release_is_verified_against_the_keyring_before_it_is_taken() {
     let stranger = GpgKey::generate(work.path(), "stranger").unwrap();
     let repo = ServerRepo::create(&work.path().join("srv/repo")).unwrap();
     let http = StaticServer::start(&work.path().join("srv")).unwrap();
-    let commit = |v: &str, key: Option<&GpgKey>| {
+    // A commit of `branch`, named as a release of REF.
+    let commit_on = |branch: &str, v: &str, key: Option<&GpgKey>| {
         let tree = work.path().join(format!("tree-{v}"));
         testkit::write_tree(&tree, v, 2).unwrap();
-        let sum = repo.commit(&tree, REF, v, key).unwrap();
+        let sum = repo.commit(&tree, branch, v, key).unwrap();
         format!("ostree+{}#{REF}@{sum}", http.url("repo"))
     };
+    let commit = |v: &str, key: Option<&GpgKey>| commit_on(REF, v, key);
     let (signed, unsigned, foreign, signed2) =
         (commit("1", Some(&trusted)), commit("2", None), commit("3", Some(&stranger)), commit("4", Some(&trusted)));
 
@@ -520,6 +531,13 @@ async fn a_release_is_verified_against_the_keyring_before_it_is_taken() {
         .unwrap();
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && said.contains("--release-keyring: the keyring"), "{said}");
+    let out = std::process::Command::new(bin("aloft-coordinator"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--update-poll-interval", "0s", "--data-dir"])
+        .arg(work.path().join("never"))
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && said.contains("--update-poll-interval 0s is too short"), "{said}");
 
     let keyring = trusted.keyring.to_string_lossy().into_owned();
     let c = Coordinator::start_with(Options {
@@ -571,25 +589,133 @@ async fn a_release_is_verified_against_the_keyring_before_it_is_taken() {
     assert!(h["acceptedRisks"].as_str().unwrap_or("").contains("The update cannot be verified"), "{h}");
     drop(c);
 
-    // The keyring ASCII-armored (`gpg --export --armor`), named by the environment as a
-    // systemd drop-in would: 1.3.0, signed by the trusted key, is verified.
-    let armored = work.path().join("release.asc");
-    let out = std::process::Command::new("gpg")
-        .env("GNUPGHOME", &trusted.home)
-        .args(["--batch", "--export", "--armor", &trusted.key_id])
-        .output()
-        .unwrap();
-    assert!(out.status.success() && out.stdout.starts_with(b"-----BEGIN PGP PUBLIC KEY BLOCK"), "{out:?}");
-    std::fs::write(&armored, &out.stdout).unwrap();
+    // Keys as they come: the trusted key gets a signing subkey (which then signs, as most keys
+    // do), the stranger certifies it, and the keyring is both keys armored one block after the
+    // other, named by the environment as a systemd drop-in would. A commit of another ref
+    // named as a release of this one is refused.
+    let gpg = |home: &std::path::Path, args: &[&str]| {
+        let out = std::process::Command::new("gpg")
+            .env("GNUPGHOME", home)
+            .args(["--batch", "--yes", "--quiet", "--pinentry-mode", "loopback", "--passphrase", ""])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "gpg {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        out.stdout
+    };
+    gpg(&trusted.home, &["--quick-add-key", &trusted.key_id, "ed25519", "sign", "never"]);
+    let by_subkey = commit("5", Some(&trusted));
+    let other_ref = commit_on("aloft/other/x86_64", "6", Some(&trusted));
+    let trusted_asc = work.path().join("trusted.asc");
+    std::fs::write(&trusted_asc, gpg(&trusted.home, &["--export", "--armor", &trusted.key_id])).unwrap();
+    gpg(&stranger.home, &["--import", &trusted_asc.to_string_lossy()]);
+    gpg(&stranger.home, &["--quick-sign-key", &trusted.key_id]);
+    let mut armored_keys = gpg(&stranger.home, &["--export", "--armor", &stranger.key_id]);
+    armored_keys.extend(gpg(&stranger.home, &["--export", "--armor", &trusted.key_id]));
+    let armored = work.path().join("keys.asc");
+    std::fs::write(&armored, &armored_keys).unwrap();
+    let releases = [("1.4.0", by_subkey.as_str()), ("1.4.1", foreign.as_str()), ("1.4.2", other_ref.as_str())];
+    svc.set("stable-1", graph(&releases, &[("1.4.0", "1.4.1"), ("1.4.1", "1.4.2")], &[]));
     let c = Coordinator::start_with(Options {
         args: vec!["--update-poll-interval".into(), "3s".into()],
         env: vec![("ALOFT_RELEASE_KEYRING".into(), armored.to_string_lossy().into_owned())],
         ..Default::default()
     });
     let admin = c.client();
-    let spec =
-        json!({"upstream": svc.url, "channel": "stable-1", "desiredUpdate": {"version": "1.3.0", "image": signed2}});
+    let spec = json!({"upstream": svc.url, "channel": "stable-1", "desiredUpdate": {"version": "1.4.0"}});
     admin.post(&path_of(&CLUSTER_VERSION, None), &cluster_version(spec)).await.unwrap().into_result().unwrap();
-    let v = wait_cv(&admin, "1.3.0 taken", |v| v["status"]["desired"]["version"] == "1.3.0").await;
+    let v = wait_cv(&admin, "1.4.0 taken", |v| v["status"]["desired"]["version"] == "1.4.0").await;
     assert_eq!(v["status"]["history"][0]["verified"], true, "{}", v["status"]["history"]);
+    let signers = c.log_lines_with("release verified");
+    assert!(
+        signers.iter().any(|l| l.contains("signer=") && !l.contains(&trusted.key_id)),
+        "signed by the subkey, not the primary key: {signers:?}"
+    );
+    // The stranger's key is in this keyring: its release is verified too.
+    admin.patch(&cv_path, "application/merge-patch+json", &ask("1.4.1", false)).await.unwrap().into_result().unwrap();
+    let v = wait_cv(&admin, "1.4.1 taken", |v| v["status"]["desired"]["version"] == "1.4.1").await;
+    assert_eq!(v["status"]["history"][0]["verified"], true, "{}", v["status"]["history"]);
+    // Another ref's commit, signed by a trusted key: refused, naming the ref it is bound to.
+    admin.patch(&cv_path, "application/merge-patch+json", &ask("1.4.2", true)).await.unwrap().into_result().unwrap();
+    let v = wait_cv(&admin, "1.4.2 forced", |v| v["status"]["desired"]["version"] == "1.4.2").await;
+    let h = &v["status"]["history"][0];
+    assert_eq!(h["verified"], false, "{h}");
+    assert!(h["acceptedRisks"].as_str().unwrap_or("").contains("is bound to ref aloft/other/x86_64, not"), "{h}");
+}
+
+/// `spec.automaticUpdates` walks a real channel (OpenShift's stable-4.7 graph): once a release
+/// completes, the newest recommended update newer than every release run is asked for and
+/// taken, until the graph offers nothing newer; never a conditional update. Each step says so
+/// in an Event. A malformed setting is refused, naming the field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn automatic_updates_walk_a_real_channel_to_its_newest_recommended_release() {
+    let c = start_coordinator();
+    let admin = c.client();
+    let svc = UpdateService::start().await;
+    let g = real_graph("stable-4.7_amd64_v1.json");
+    svc.set("stable-4.7", g.clone());
+    admin
+        .post(&path_of(&MACHINE_CONFIG_POOL, None), &machine_config_pool("worker", "worker"))
+        .await
+        .unwrap()
+        .into_result()
+        .unwrap();
+    // What the graph says the walk is: from each release, the newest recommended destination.
+    let mut chain = vec!["4.7.2".to_string()];
+    loop {
+        let (plain, _) = offered(&g, chain.last().unwrap());
+        let newest_run = chain.iter().map(|v| semver(v)).max().unwrap();
+        match plain.into_iter().filter(|v| semver(v) > newest_run).max_by_key(|v| semver(v)) {
+            Some(next) => chain.push(next),
+            None => break,
+        }
+    }
+    assert!(chain.len() >= 2, "the data offers an update from 4.7.2: {chain:?}");
+    let (_, conditional) = offered(&g, "4.7.2");
+
+    // Malformed: refused, nothing stored.
+    let bad = json!({"upstream": svc.url, "channel": "stable-4.7", "automaticUpdates": {"enabled": "yes"}});
+    let r = admin.post(&path_of(&CLUSTER_VERSION, None), &cluster_version(bad)).await.unwrap();
+    assert!(r.code == 422 || r.code == 400, "{} {}", r.code, r.body);
+    assert!(r.body.to_string().contains("automaticUpdates"), "names the field: {}", r.body);
+
+    let spec = json!({"upstream": svc.url, "channel": "stable-4.7", "desiredUpdate": {"version": "4.7.2"},
+        "automaticUpdates": {"enabled": true}});
+    admin.post(&path_of(&CLUSTER_VERSION, None), &cluster_version(spec)).await.unwrap().into_result().unwrap();
+    let last = chain.last().unwrap().clone();
+    let v = eventually(Duration::from_secs(120), "the walk to its end", || {
+        let (admin, last) = (admin.clone(), last.clone());
+        async move {
+            let v = admin.get(&path_of(&CLUSTER_VERSION, Some("version"))).await?.into_result()?;
+            Ok(completed(&v, &last).then_some(v))
+        }
+    })
+    .await;
+    let run: Vec<String> = v["status"]["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .map(|h| h["version"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(run, chain, "the releases taken, oldest first");
+    assert!(run.iter().all(|r| !conditional.contains(r)), "no conditional update taken: {run:?}");
+    assert_eq!(v["spec"]["desiredUpdate"]["version"], last.as_str());
+    assert_eq!(v["status"]["observedGeneration"], v["metadata"]["generation"]);
+    // Nothing newer: it stays.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let again = admin.get(&path_of(&CLUSTER_VERSION, Some("version"))).await.unwrap().into_result().unwrap();
+    assert_eq!(again["status"]["history"].as_array().map(Vec::len), Some(chain.len()));
+    let events = admin.get("/api/v1/events").await.unwrap().into_result().unwrap();
+    let said: Vec<&str> = events["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["reason"] == "AutomaticUpdate")
+        .filter_map(|e| e["message"].as_str())
+        .collect();
+    assert!(
+        said.iter().any(|m| m.contains(&format!("4.7.2 completed; asking for {}", chain[1]))),
+        "the first step's Event: {said:?}"
+    );
 }

@@ -73,8 +73,23 @@ pub struct ClusterVersionSpec {
     /// The release the fleet should run. Setting it starts an update.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub desired_update: Option<Update>,
+    /// aloft's: take updates as they are offered, as Zincati does for a Fedora CoreOS host
+    /// (OpenShift waits for an admin, or for OSD's upgrade policies).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub automatic_updates: Option<AutomaticUpdates>,
     #[serde(flatten)]
     pub extra: Extra,
+}
+
+/// When on, the controller sets `desiredUpdate` to the newest recommended update once the
+/// current release has completed, newer than every release in the history (so a rollback by
+/// hand holds until a newer release is offered) and passing the preconditions. The pools'
+/// maintenance windows, canaries and budgets pace the rollout as for any release.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AutomaticUpdates {
+    #[serde(default)]
+    pub enabled: bool,
 }
 
 /// A release asked for by version (looked up in the update graph), by image (the payload

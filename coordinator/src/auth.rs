@@ -410,17 +410,53 @@ pub fn only_status_and_annotations(stored: &serde_json::Value, next: &serde_json
 /// Where a Node's architecture is reported.
 pub const NODE_ARCH_POINTER: &str = "/status/nodeInfo/architecture";
 
-/// For [`Decision::AllowStatusAndAnnotations`] on a Node: true when `next` changes an
-/// architecture `stored` already reports. A machine does not change architecture: a host
-/// replaced by another kind enrolls again, which clears it. A node's credential that could
-/// change it could hold the whole fleet's update graph back (it is asked for the one
-/// architecture its Nodes report), where otherwise it can only disturb its own pool.
-pub fn node_arch_changed(stored: &serde_json::Value, next: &serde_json::Value) -> bool {
-    let arch =
-        |v: &serde_json::Value| v.pointer(NODE_ARCH_POINTER).and_then(serde_json::Value::as_str).map(str::to_string);
-    match arch(stored) {
-        Some(was) if !was.is_empty() => arch(next).as_deref() != Some(was.as_str()),
-        _ => false,
+/// Go's names of the architectures Linux runs on (`GOARCH`), as a kubelet and the agent report
+/// them.
+pub const NODE_ARCHITECTURES: [&str; 13] = [
+    "386", "amd64", "arm", "arm64", "loong64", "mips", "mipsle", "mips64", "mips64le", "ppc64", "ppc64le", "riscv64",
+    "s390x",
+];
+
+/// For a Node's own write: keep the architecture `stored` reports, or drop one that is no
+/// architecture's name, and say so (a warning for the writer); None when `next` may stand.
+/// A machine does not change architecture: a host replaced by another kind enrolls again, which
+/// clears it. A node's credential that could change it, or report a made-up one, could hold the
+/// whole fleet's update graph back (it is asked for the one architecture the Nodes report),
+/// where otherwise it can only disturb its own pool.
+pub fn keep_node_arch(stored: &serde_json::Value, next: &mut serde_json::Value) -> Option<String> {
+    let arch = |v: &serde_json::Value| v.pointer(NODE_ARCH_POINTER).cloned();
+    let (was, now) = (arch(stored), arch(next));
+    if was == now {
+        return None;
+    }
+    let was_str = was.as_ref().and_then(serde_json::Value::as_str).filter(|s| !s.is_empty());
+    let said = now.as_ref().map(|v| v.to_string()).unwrap_or_else(|| "none".into());
+    let info = next.pointer_mut("/status/nodeInfo").and_then(serde_json::Value::as_object_mut);
+    match was_str {
+        Some(was_str) => {
+            // Reported before: it stays.
+            if let Some(info) = info {
+                info.insert("architecture".into(), was_str.into());
+            } else if let Some(status) = next.get_mut("status").and_then(serde_json::Value::as_object_mut) {
+                status.insert("nodeInfo".into(), serde_json::json!({"architecture": was_str}));
+            }
+            Some(format!(
+                "status.nodeInfo.architecture stays {was_str:?} (not {said}): a node reports it once; a host \
+                 replaced by one of another architecture enrolls again (delete its Node, or revoke node:NAME first)"
+            ))
+        }
+        None => match now.as_ref().and_then(serde_json::Value::as_str) {
+            Some(name) if NODE_ARCHITECTURES.contains(&name) => None,
+            _ => {
+                if let Some(info) = info {
+                    info.remove("architecture");
+                }
+                Some(format!(
+                    "status.nodeInfo.architecture {said} is not taken: not one of Go's architecture names ({})",
+                    NODE_ARCHITECTURES.join(", ")
+                ))
+            }
+        },
     }
 }
 
@@ -429,17 +465,35 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_node_may_report_its_architecture_once() {
+    fn a_node_reports_its_architecture_once_and_by_its_name() {
         use serde_json::{json, Value};
         let with = |arch: Value| json!({"status": {"nodeInfo": {"architecture": arch, "osImage": "x"}}});
-        let none = json!({"status": {}});
-        assert!(!node_arch_changed(&none, &with(json!("arm64"))), "the first report");
-        assert!(!node_arch_changed(&with(json!("")), &with(json!("arm64"))), "an empty one is none");
-        assert!(!node_arch_changed(&with(json!("arm64")), &with(json!("arm64"))), "the same again");
-        assert!(node_arch_changed(&with(json!("arm64")), &with(json!("amd64"))));
-        assert!(node_arch_changed(&with(json!("arm64")), &with(json!(""))), "emptied");
-        assert!(node_arch_changed(&with(json!("arm64")), &none), "removed");
-        assert!(node_arch_changed(&with(json!("arm64")), &with(json!(7))), "not a string");
+        let none = json!({"status": {"nodeInfo": {"osImage": "x"}}});
+        let kept = |stored: &Value, next: Value| {
+            let mut next = next;
+            let warning = keep_node_arch(stored, &mut next);
+            (next.pointer(NODE_ARCH_POINTER).cloned(), warning)
+        };
+        // The first report, by a name Go has: taken.
+        assert_eq!(kept(&none, with(json!("arm64"))), (Some(json!("arm64")), None));
+        assert_eq!(kept(&with(json!("")), with(json!("riscv64"))), (Some(json!("riscv64")), None), "empty is none");
+        // A made-up one, or not a string: not taken, said why.
+        for bad in [json!("quantum"), json!(7), json!("")] {
+            let (arch, warning) = kept(&none, with(bad.clone()));
+            assert_eq!(arch, None, "{bad}");
+            assert!(warning.is_some_and(|w| w.contains("not one of Go's architecture names")), "{bad}");
+        }
+        // Reported: the same again stands; another, none or emptied keeps it, with a warning;
+        // the rest of the write stands.
+        assert_eq!(kept(&with(json!("arm64")), with(json!("arm64"))), (Some(json!("arm64")), None));
+        for next in [with(json!("amd64")), with(json!("")), none.clone(), json!({"status": {}})] {
+            let (arch, warning) = kept(&with(json!("arm64")), next.clone());
+            assert_eq!(arch, Some(json!("arm64")), "{next}");
+            assert!(warning.is_some_and(|w| w.starts_with("status.nodeInfo.architecture stays \"arm64\"")), "{next}");
+        }
+        let mut next = with(json!("amd64"));
+        keep_node_arch(&with(json!("arm64")), &mut next);
+        assert_eq!(next["status"]["nodeInfo"]["osImage"], "x");
     }
 
     /// The rules a SelfSubjectRulesReview lists are the ones `decide` follows: for every role,

@@ -6,8 +6,8 @@
 //! an `aay` of signature packets). This reads the same two files an agent's pull reads, over
 //! HTTP, and checks them against a keyring of trusted OpenPGP keys (the one the nodes trust), so
 //! the coordinator refuses a commit no agent would deploy (unsigned, or signed only by other
-//! keys) before a single node is drained. Key expiry and revocation are left to the agents'
-//! libostree (a signature's mathematics is what is checked here).
+//! keys, or bound to another ref) before a single node is drained. The expiry of keys is left
+//! to the agents' libostree.
 //!
 //! The commit object is checked against its checksum (SHA-256 of its bytes, ostree's content
 //! address) before its signatures are: a signature over other bytes proves nothing about the
@@ -22,6 +22,9 @@ use thiserror::Error;
 /// The largest commit object or detached metadata read (a commit is a few KB; its metadata a
 /// signature or two).
 const MAX_OBJECT_BYTES: usize = 1 << 20;
+/// How long each of the two reads may take: the check runs in the ClusterVersion controller's
+/// pass, which an unreachable repository must not hold for long.
+const FETCH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Why a release is not verified. The messages finish the CVO's "The update cannot be
 /// verified: ...".
@@ -43,9 +46,15 @@ pub enum VerifyError {
     BadMetadata { checksum: String, why: String },
     #[error("commit {checksum} has {count} signature(s), none by a key of {keyring}{issuers}")]
     NoTrustedSignature { checksum: String, count: usize, keyring: String, issuers: String },
+    #[error("commit {checksum} is bound to ref {bound}, not {named}, the ref the release names")]
+    OtherRef { checksum: String, named: String, bound: String },
+    #[error("the commit object {checksum} does not read: {why}")]
+    BadCommit { checksum: String, why: String },
 }
 
-/// The trusted keys, read once at start.
+/// The trusted keys, read once at start: each primary key of the keyring (the keyring is the
+/// root of trust, as a remote's keyring is to libostree), and those of its subkeys that are
+/// bound to it, may sign and are not revoked (as GnuPG picks them).
 #[derive(Debug)]
 pub struct Keyring {
     path: String,
@@ -54,23 +63,37 @@ pub struct Keyring {
 
 impl Keyring {
     /// Read `path`: OpenPGP public keys, binary (as `gpg --export` writes them, and as
-    /// `/usr/share/ostree/trusted.gpg.d/*.gpg` holds them) or ASCII-armored. Keys whose
-    /// self-signatures or subkey bindings do not verify are refused with the file.
+    /// `/usr/share/ostree/trusted.gpg.d/*.gpg` holds them) or ASCII-armored (one block or
+    /// several, one after another). Certifications by other keys do not matter; a key revoked
+    /// by itself is left out.
     pub fn load(path: &Path) -> Result<Keyring, VerifyError> {
         let shown = path.display().to_string();
         let bad = |why: String| VerifyError::Keyring { path: shown.clone(), why };
         let bytes = std::fs::read(path).map_err(|e| bad(e.to_string()))?;
-        let armored = bytes.trim_ascii_start().starts_with(b"-----BEGIN PGP");
-        let parsed: Vec<_> = if armored {
-            SignedPublicKey::from_armor_many(std::io::Cursor::new(&bytes)).map_err(|e| bad(e.to_string()))?.0.collect()
+        let mut parsed = Vec::new();
+        if bytes.trim_ascii_start().starts_with(b"-----BEGIN PGP") {
+            // Every armored block: `cat a.asc b.asc` is a keyring of two.
+            const BEGIN: &[u8] = b"-----BEGIN PGP";
+            let starts: Vec<usize> = (0..bytes.len()).filter(|&i| bytes[i..].starts_with(BEGIN)).collect();
+            for (n, &at) in starts.iter().enumerate() {
+                let block = &bytes[at..starts.get(n + 1).copied().unwrap_or(bytes.len())];
+                let (keys, _) = SignedPublicKey::from_armor_many(std::io::Cursor::new(block))
+                    .map_err(|e| bad(format!("armored block {}: {e}", n + 1)))?;
+                parsed.extend(keys);
+            }
         } else {
-            SignedPublicKey::from_bytes_many(std::io::Cursor::new(&bytes)).map_err(|e| bad(e.to_string()))?.collect()
-        };
+            parsed.extend(
+                SignedPublicKey::from_bytes_many(std::io::Cursor::new(&bytes)).map_err(|e| bad(e.to_string()))?,
+            );
+        }
         let mut keys = Vec::new();
         for key in parsed {
             let key = key.map_err(|e| bad(e.to_string()))?;
-            key.verify_bindings()
-                .map_err(|e| bad(format!("key {:X}: its signatures do not verify: {e}", key.fingerprint())))?;
+            let revoked = key.details.revocation_signatures.iter().any(|sig| sig.verify_key(&key.primary_key).is_ok());
+            if revoked {
+                tracing::warn!(path = %shown, key = %format!("{:X}", key.fingerprint()), "a key of the release keyring is revoked: left out");
+                continue;
+            }
             keys.push(key);
         }
         if keys.is_empty() {
@@ -84,15 +107,23 @@ impl Keyring {
         &self.path
     }
 
-    /// The fingerprint of the key (primary or subkey) that made one of `signatures` over
-    /// `data`, if any did.
+    /// The fingerprint of the key (primary or signing subkey) that made one of `signatures`
+    /// over `data`, if any did. Only signatures as ostree makes them count: over binary data,
+    /// with SHA-256 or stronger.
     fn signer_of(&self, data: &[u8], signatures: &[DetachedSignature]) -> Option<String> {
+        use pgp::crypto::hash::HashAlgorithm as H;
+        use pgp::packet::SignatureType;
         for sig in signatures {
+            let strong =
+                matches!(sig.signature.hash_alg(), Some(H::Sha256 | H::Sha384 | H::Sha512 | H::Sha3_256 | H::Sha3_512));
+            if sig.signature.typ() != Some(SignatureType::Binary) || !strong {
+                continue;
+            }
             for key in &self.keys {
                 if sig.verify(key, data).is_ok() {
                     return Some(format!("{:X}", key.fingerprint()));
                 }
-                for sub in &key.public_subkeys {
+                for sub in key.public_subkeys.iter().filter(|sub| signing_subkey(&key.primary_key, sub)) {
                     if sig.verify(sub, data).is_ok() {
                         return Some(format!("{:X}", sub.key.fingerprint()));
                     }
@@ -101,6 +132,15 @@ impl Keyring {
         }
         None
     }
+}
+
+/// Whether `sub` may sign for `primary`: bound to it (a signing subkey's binding carries its
+/// back-signature), flagged for signing, and not revoked.
+fn signing_subkey(primary: &pgp::packet::PublicKey, sub: &pgp::composed::SignedPublicSubKey) -> bool {
+    use pgp::packet::SignatureType;
+    sub.verify_bindings(primary).is_ok()
+        && sub.signatures.iter().any(|s| s.typ() == Some(SignatureType::SubkeyBinding) && s.key_flags().sign())
+        && !sub.signatures.iter().any(|s| s.typ() == Some(SignatureType::SubkeyRevocation))
 }
 
 /// Verify the release whose payload is `image` (`ostree+http(s)://...#REF@CHECKSUM`): its
@@ -122,38 +162,58 @@ pub async fn verify(http: &reqwest::Client, keyring: &Keyring, image: &str) -> R
     if got != parsed.checksum {
         return Err(VerifyError::WrongChecksum { url: commit_url, want: parsed.checksum, got });
     }
+    // A signed commit of another ref (another architecture's, an older stream's) named by a
+    // graph under this ref: the agents' pulls refuse it, so it is no release of this ref.
+    let bound = ref_bindings(&commit).map_err(|why| VerifyError::BadCommit { checksum: got.clone(), why })?;
+    if !bound.is_empty() && !bound.contains(&parsed.ref_name) {
+        return Err(VerifyError::OtherRef { checksum: got, named: parsed.ref_name, bound: bound.join(", ") });
+    }
     let meta = fetch(http, &format!("{base}.commitmeta"))
         .await?
         .ok_or_else(|| VerifyError::Unsigned(parsed.checksum.clone()))?;
-    let signatures =
+    let Signatures { read: signatures, unreadable } =
         signatures_of(&meta).map_err(|why| VerifyError::BadMetadata { checksum: parsed.checksum.clone(), why })?;
-    if signatures.is_empty() {
+    if signatures.is_empty() && unreadable.is_empty() {
         return Err(VerifyError::Unsigned(parsed.checksum));
     }
     keyring.signer_of(&commit, &signatures).ok_or_else(|| {
+        // Each signature's issuer: its fingerprint, else its key ID.
         let issuers: Vec<String> = signatures
             .iter()
-            .flat_map(|s| {
-                let fingerprints = s.signature.issuer_fingerprint().into_iter().map(|f| format!("{f:X}"));
-                let ids = s.signature.issuer_key_id().into_iter().map(|k| hex::encode_upper(k.as_ref()));
-                fingerprints.chain(ids).collect::<Vec<_>>()
+            .filter_map(|s| {
+                let fingerprint = s.signature.issuer_fingerprint().first().map(|f| format!("{f:X}"));
+                fingerprint.or_else(|| s.signature.issuer_key_id().first().map(|k| hex::encode_upper(k.as_ref())))
             })
             .collect();
+        let mut issuers = if issuers.is_empty() { String::new() } else { format!(" (made by {})", issuers.join(", ")) };
+        if !unreadable.is_empty() {
+            issuers.push_str(&format!("; unreadable: {}", unreadable.join("; ")));
+        }
         VerifyError::NoTrustedSignature {
             checksum: parsed.checksum,
-            count: signatures.len(),
+            count: signatures.len() + unreadable.len(),
             keyring: keyring.path.clone(),
-            issuers: if issuers.is_empty() { String::new() } else { format!(" (made by {})", issuers.join(", ")) },
+            issuers,
         }
     })
 }
 
+/// The signatures of a commit's detached metadata: those that read as OpenPGP signatures, and
+/// a word on each that did not (a co-signature in a form this reader does not know must not
+/// hide a good one, as libostree skips what it cannot check).
+#[derive(Debug, Default)]
+pub struct Signatures {
+    pub read: Vec<DetachedSignature>,
+    pub unreadable: Vec<String>,
+}
+
 /// The OpenPGP signatures in a commit's detached metadata (`ostree.gpgsigs`); none when it has
-/// no such key. An entry of another type, or a signature that does not parse, is an error.
-pub fn signatures_of(meta: &[u8]) -> Result<Vec<DetachedSignature>, String> {
+/// no such key. Metadata that is not an `a{sv}`, or an `ostree.gpgsigs` of another type, is an
+/// error.
+pub fn signatures_of(meta: &[u8]) -> Result<Signatures, String> {
     use gvariant::{gv, Marker, Structure};
     let dict = gv!("a{sv}").deserialize(std::io::Cursor::new(meta)).map_err(|e| e.to_string())?;
-    let mut out = Vec::new();
+    let mut out = Signatures::default();
     for entry in dict.iter() {
         let (key, value) = entry.to_tuple();
         if key.to_str() != "ostree.gpgsigs" {
@@ -164,18 +224,43 @@ pub fn signatures_of(meta: &[u8]) -> Result<Vec<DetachedSignature>, String> {
         })?;
         for (i, bytes) in sigs.iter().enumerate() {
             let bytes: &[u8] = bytes;
-            let sig = DetachedSignature::from_bytes(std::io::Cursor::new(bytes))
-                .map_err(|e| format!("signature {} of ostree.gpgsigs: {e}", i + 1))?;
-            out.push(sig);
+            let parsed = DetachedSignature::from_bytes_many(std::io::Cursor::new(bytes))
+                .map_err(|e| e.to_string())
+                .and_then(|many| many.collect::<Result<Vec<_>, _>>().map_err(|e| e.to_string()));
+            match parsed {
+                Ok(many) if !many.is_empty() => out.read.extend(many),
+                Ok(_) => out.unreadable.push(format!("signature {} of ostree.gpgsigs holds none", i + 1)),
+                Err(e) => out.unreadable.push(format!("signature {} of ostree.gpgsigs: {e}", i + 1)),
+            }
         }
     }
     Ok(out)
 }
 
+/// The refs a commit object is bound to (`ostree.ref-binding` in its metadata); none when it
+/// names none (commits made before ostree bound them).
+pub fn ref_bindings(commit: &[u8]) -> Result<Vec<String>, String> {
+    use gvariant::{gv, Marker, Structure};
+    let commit = gv!("(a{sv}aya(say)sstayay)").deserialize(std::io::Cursor::new(commit)).map_err(|e| e.to_string())?;
+    let (meta, ..) = commit.to_tuple();
+    for entry in meta.iter() {
+        let (key, value) = entry.to_tuple();
+        if key.to_str() != "ostree.ref-binding" {
+            continue;
+        }
+        let refs = value.get(gv!("as")).ok_or_else(|| {
+            format!("ostree.ref-binding is of type {:?}, not as", String::from_utf8_lossy(value.split().0))
+        })?;
+        return Ok(refs.iter().map(|r| r.to_str().to_string()).collect());
+    }
+    Ok(Vec::new())
+}
+
 /// GET `url`: Some(body), None on 404, an error otherwise or past [`MAX_OBJECT_BYTES`].
 async fn fetch(http: &reqwest::Client, url: &str) -> Result<Option<Vec<u8>>, VerifyError> {
     let fail = |why: String| VerifyError::Fetch { url: url.to_string(), why };
-    let mut response = http.get(url).send().await.map_err(|e| fail(crate::controllers::error_chain(&e)))?;
+    let mut response =
+        http.get(url).timeout(FETCH_TIMEOUT).send().await.map_err(|e| fail(crate::controllers::error_chain(&e)))?;
     if response.status() == reqwest::StatusCode::NOT_FOUND {
         return Ok(None);
     }
@@ -217,17 +302,20 @@ mod tests {
 
     #[test]
     fn metadata_without_signatures_has_none_and_a_wrong_type_is_named() {
-        assert!(signatures_of(&[]).expect("an empty dictionary").is_empty());
+        let none = |s: Signatures| s.read.is_empty() && s.unreadable.is_empty();
+        assert!(none(signatures_of(&[]).expect("an empty dictionary")));
         let other = dict_of_one("version", "s", b"1.0\0");
-        assert!(signatures_of(&other).expect("another key only").is_empty());
+        assert!(none(signatures_of(&other).expect("another key only")));
         let wrong = dict_of_one("ostree.gpgsigs", "s", b"nope\0");
         let why = signatures_of(&wrong).expect_err("not aay");
         assert!(why.contains("ostree.gpgsigs is of type \"s\", not aay"), "{why}");
-        // One "signature" that is no OpenPGP packet: refused, naming which.
+        // One "signature" that is no OpenPGP packet: counted as unreadable, naming which (a
+        // good one beside it would still count).
         // (An `aay` of one element: its bytes, then its end as a one-byte framing offset.)
         let bad = dict_of_one("ostree.gpgsigs", "aay", &[1, 2, 3, 4, 4]);
-        let why = signatures_of(&bad).expect_err("not a signature");
-        assert!(why.starts_with("signature 1 of ostree.gpgsigs"), "{why}");
+        let sigs = signatures_of(&bad).expect("read");
+        assert!(sigs.read.is_empty() && sigs.unreadable.len() == 1, "{sigs:?}");
+        assert!(sigs.unreadable[0].starts_with("signature 1 of ostree.gpgsigs"), "{sigs:?}");
     }
 
     proptest::proptest! {
@@ -236,6 +324,7 @@ mod tests {
         #[test]
         fn any_metadata_reads_or_is_refused(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..512)) {
             let _ = signatures_of(&bytes);
+            let _ = ref_bindings(&bytes);
         }
 
         /// Bytes in the right place: whatever a repository puts where a signature goes.

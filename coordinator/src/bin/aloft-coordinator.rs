@@ -95,7 +95,7 @@ enum Cmd {
         /// (/usr/share/ostree/trusted.gpg.d/aloft.gpg in aloft's images); the coordinator must
         /// reach the release's repository at the URL its payload names. Without it releases are
         /// taken unverified (history verified: false); each agent still verifies the commit
-        /// before it deploys it, and alone checks key expiry and revocation.
+        /// before it deploys it, and alone checks the expiry of keys.
         #[arg(long, env = "ALOFT_RELEASE_KEYRING", value_name = "FILE")]
         release_keyring: Option<std::path::PathBuf>,
         /// OLM's global catalog namespace: its CatalogSources serve every namespace. A bundle's
@@ -549,6 +549,12 @@ async fn run() -> Result<()> {
             olm_global_namespace,
         } => {
             etcd.check()?;
+            if update_poll_interval < std::time::Duration::from_secs(1) {
+                anyhow::bail!(
+                    "--update-poll-interval {} is too short: at least 1s (the update service is asked again at every poll)",
+                    humantime::format_duration(update_poll_interval)
+                );
+            }
             let release_keyring = match release_keyring {
                 Some(path) => Some(std::sync::Arc::new(
                     aloft_coordinator::release_signature::Keyring::load(&path)

@@ -140,7 +140,8 @@ pub async fn run(store: Arc<dyn Store>, events: Recorder, opts: Options, passes:
     // A poll shorter than the resync (a test's, a lab's) is honoured by a wake of its own: the
     // resync alone noticed a due fetch up to 30 s late, and a fleet's architecture (its Nodes,
     // which do not wake this controller) only at a fetch.
-    let every = opts.poll.min(RETRY);
+    // At least a second: a pass lists the Nodes while the architecture is guessed.
+    let every = opts.poll.min(RETRY).max(Duration::from_secs(1));
     let wake = (every < super::RESYNC).then(|| {
         let wake = Arc::new(tokio::sync::Notify::new());
         tokio::spawn(wake_every(Arc::downgrade(&wake), every));
@@ -243,13 +244,68 @@ async fn reconcile(
     let rolling_out = status.history.first().is_some_and(|h| h.state == cv::PARTIAL);
     let mut next = raw.clone();
     next["status"] = serde_json::to_value(&status).unwrap_or(Value::Null);
+    // In the same write as the status it was chosen from: the write wakes the next pass, which
+    // takes it as any desiredUpdate (verified, preconditions checked).
+    let automatic = automatic_update(&cv, &status);
+    if let Some(target) = &automatic {
+        if let Some(spec) = next.get_mut("spec").and_then(Value::as_object_mut) {
+            spec.insert("desiredUpdate".into(), json!({"version": target.version, "image": target.image}));
+        }
+        // A spec change, as an admin's would be: a new generation.
+        objects::set_generation(&raw, &mut next);
+    }
     if next == raw {
         return Ok(rolling_out);
     }
     match store.update(&key, next, revision_of(&raw)).await {
-        Ok(_) | Err(StoreError::Conflict { .. }) | Err(StoreError::NotFound(_)) => Ok(rolling_out),
+        Ok(_) => {
+            if let (Some(target), Some(current)) = (&automatic, cv.current()) {
+                events.emit(
+                    &involved(),
+                    EventType::Normal,
+                    "AutomaticUpdate",
+                    &format!(
+                        "spec.automaticUpdates: {} completed; asking for {}, the newest recommended update",
+                        current.version, target.version
+                    ),
+                );
+            }
+            Ok(rolling_out)
+        }
+        Err(StoreError::Conflict { .. }) | Err(StoreError::NotFound(_)) => Ok(rolling_out),
         Err(e) => Err(e),
     }
+}
+
+/// The update `spec.automaticUpdates` asks for now, if any: once the current release has
+/// completed (nothing rolling out, nothing refused or failing), the newest of
+/// `status.availableUpdates` (recommended ones only) that is newer than every release in the
+/// history and passes the preconditions. Newer than the history, so that a release rolled back
+/// from by hand is not taken again, nor any older one: a rollback holds until the graph offers
+/// something newer, as Zincati never goes back to a release it left.
+fn automatic_update(cv: &ClusterVersion, status: &ClusterVersionStatus) -> Option<Release> {
+    if !cv.spec.automatic_updates.as_ref().is_some_and(|a| a.enabled) {
+        return None;
+    }
+    let current = status.desired.as_ref().filter(|d| !d.version.is_empty())?;
+    let last = status.history.first()?;
+    if last.state != cv::COMPLETED || last.version != current.version || last.image != current.image {
+        return None;
+    }
+    let holding = |t: &str| find_condition(&status.conditions, t);
+    if holding(cv::RELEASE_ACCEPTED).is_some_and(|c| c.status == "False")
+        || holding(cv::FAILING).is_some_and(Condition::is_true)
+    {
+        return None;
+    }
+    let newest_run = status.history.iter().filter_map(|h| semver::Version::parse(&h.version).ok()).max()?;
+    status
+        .available_updates
+        .iter()
+        .filter_map(|r| semver::Version::parse(&r.version).ok().map(|v| (v, r)))
+        .filter(|(v, r)| *v > newest_run && precondition_failures(status, current, r).is_empty())
+        .max_by(|a, b| a.0.cmp(&b.0))
+        .map(|(_, r)| r.clone())
 }
 
 fn involved() -> Involved {
@@ -1287,6 +1343,49 @@ mod tests {
         let (_, message) = refused("", "quay.io/x@sha256:abc", Some(&g));
         assert!(message.starts_with("spec.desiredUpdate.image"), "{message}");
         assert!(resolve(&ClusterVersion::default(), &none, Some(&g)).is_none(), "nothing asked");
+    }
+
+    #[test]
+    fn automatic_updates_take_the_newest_recommended_update_once_the_release_completed() {
+        let entry = |version: &str, n: u8, state: &str| UpdateHistory {
+            state: state.into(),
+            version: version.into(),
+            image: image(n),
+            ..Default::default()
+        };
+        let mut st = ClusterVersionStatus {
+            desired: Some(rel("1.0.0", &image(1))),
+            history: vec![entry("1.0.0", 1, cv::COMPLETED)],
+            available_updates: vec![rel("1.0.1", &image(2)), rel("1.1.0", &image(4)), rel("2.0.0", &image(5))],
+            ..Default::default()
+        };
+        let mut c = asking("1.0.0", "");
+        assert_eq!(automatic_update(&c, &st), None, "off unless asked for");
+        c.spec.automatic_updates = Some(cv::AutomaticUpdates { enabled: true });
+        // The newest that passes the preconditions: 2.0.0 is a hop over minors.
+        assert_eq!(automatic_update(&c, &st), Some(rel("1.1.0", &image(4))));
+
+        // Not while a release rolls out, is refused, or a pool fails.
+        let mut partial = st.clone();
+        partial.history[0].state = cv::PARTIAL.into();
+        assert_eq!(automatic_update(&c, &partial), None, "rolling out");
+        for (type_, status) in [(cv::RELEASE_ACCEPTED, "False"), (cv::FAILING, "True")] {
+            let mut held = st.clone();
+            set_condition(&mut held.conditions, Condition::new(type_, status, "X", "y"), "2026-12-07T10:00:00Z");
+            assert_eq!(automatic_update(&c, &held), None, "{type_}={status}");
+        }
+        // Nothing newer offered: nothing asked.
+        let mut none = st.clone();
+        none.available_updates.clear();
+        assert_eq!(automatic_update(&c, &none), None);
+
+        // Rolled back by hand from 1.1.0 to 1.0.0: neither 1.1.0 nor 1.0.1 (older than a release
+        // already run) is taken again; a newer release is.
+        st.history =
+            vec![entry("1.0.0", 1, cv::COMPLETED), entry("1.1.0", 4, cv::COMPLETED), entry("1.0.0", 1, cv::COMPLETED)];
+        assert_eq!(automatic_update(&c, &st), None, "a rollback holds");
+        st.available_updates.push(rel("1.1.1", &image(6)));
+        assert_eq!(automatic_update(&c, &st), Some(rel("1.1.1", &image(6))));
     }
 
     #[test]

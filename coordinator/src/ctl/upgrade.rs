@@ -64,7 +64,11 @@ pub fn describe(cv: &ClusterVersion, include_not_recommended: bool) -> String {
     }
     let or_unset = |s: &str| if s.is_empty() { "<none>".to_string() } else { s.to_string() };
     out.push_str(&format!("Upstream: {}\n", or_unset(&cv.spec.upstream)));
-    out.push_str(&format!("Channel: {}\n\n", or_unset(&cv.spec.channel)));
+    out.push_str(&format!("Channel: {}\n", or_unset(&cv.spec.channel)));
+    if cv.spec.automatic_updates.as_ref().is_some_and(|a| a.enabled) {
+        out.push_str("Automatic updates: on (the newest recommended update is taken once a release completes)\n");
+    }
+    out.push('\n');
     if let Some(r) = cond(cv::RETRIEVED_UPDATES).filter(|c| !c.is_true()) {
         out.push_str(&format!(
             "warning: Cannot display available updates:\n  Reason: {}\n  Message: {}\n\n",
@@ -223,7 +227,10 @@ mod tests {
         }));
         let text = describe(&c, false);
         assert!(text.starts_with("Cluster version is 1.1.0\n"), "{text}");
-        assert!(text.contains("Channel: stable-1"), "{text}");
+        assert!(text.contains("Channel: stable-1\n\n"), "{text}");
+        let mut auto = c.clone();
+        auto.spec.automatic_updates = Some(cv::AutomaticUpdates { enabled: true });
+        assert!(describe(&auto, false).contains("Channel: stable-1\nAutomatic updates: on ("), "{text}");
         assert!(text.contains("  VERSION   IMAGE\n  1.2.0     i2\n"), "{text}");
         assert!(text.contains("not recommended for this fleet are available (1)"), "{text}");
         assert!(!text.contains("1.3.0"), "{text}");

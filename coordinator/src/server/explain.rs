@@ -214,6 +214,16 @@ fn cluster_version_spec() -> Value {
             "desiredUpdate": release(
                 "The release the fleet should run: setting it starts an update, written to the \
                  00-master-release and 00-worker-release MachineConfigs and rolled out by the pools."),
+            "automaticUpdates": object(
+                "aloft's: take updates as the graph offers them, as Zincati does for a Fedora CoreOS host.",
+                json!({
+                    "enabled": field("boolean",
+                        "When true, desiredUpdate is set to the newest recommended update once the current \
+                         release has completed: newer than every release in the history (a rollback holds \
+                         until a newer release is offered), passing the preconditions, never a conditional \
+                         update. The pools' windows, canaries and budgets pace it."),
+                }),
+            ),
         }),
     )
 }

@@ -204,6 +204,7 @@ const CLUSTER_VERSION: Shape = Obj(&[
             ("channel", Any),
             ("upstream", Any),
             ("desiredUpdate", Obj(&[("version", Any), ("image", Any), ("force", Any)])),
+            ("automaticUpdates", Obj(&[("enabled", Any)])),
         ]),
     ),
     ("status", Any),

@@ -655,6 +655,7 @@ async fn read_modify_write_warned(
             warnings.extend(call.validate(&next, Some(&stored))?);
             warnings
         };
+        let mut warnings = warnings;
         warned.clone_from(&warnings);
         if decision == Decision::AllowStatusAndAnnotations {
             if !auth::only_status_and_annotations(&stored, &next) {
@@ -668,18 +669,15 @@ async fn read_modify_write_warned(
                 return Err(e);
             }
         }
-        // On the status subresource too, which a node may write whole.
-        if matches!(call.who.role, auth::Role::Node(_))
-            && *call.path.rt == crate::resources::NODE
-            && auth::node_arch_changed(&stored, &next)
-        {
-            let mut e = call.forbidden(Verb::Update);
-            e.status.message.push_str(
-                ": status.nodeInfo.architecture, once reported, is the machine's and does not change; a host \
-                 replaced by one of another architecture enrolls again (delete its Node, or revoke node:NAME \
-                 first)",
-            );
-            return Err(e);
+        // On the status subresource too, which a node may write whole. The rest of the write
+        // stands (an agent's Ready report carries its nodeInfo: refusing it would keep the node
+        // from ever reporting Ready); the architecture stays as it was, with a warning.
+        if matches!(call.who.role, auth::Role::Node(_)) && *call.path.rt == crate::resources::NODE {
+            if let Some(warning) = auth::keep_node_arch(&stored, &mut next) {
+                tracing::warn!(node = %name, %warning, "a node's reported architecture was not taken");
+                warnings.push(warning);
+                warned.clone_from(&warnings);
+            }
         }
         // A Done report the node controller's pick granted its uncordon is written uncordoned.
         let ended = match *call.path.rt == crate::resources::NODE {
