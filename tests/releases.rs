@@ -114,6 +114,16 @@ async fn release_config_image(c: &Client, role: &str) -> String {
     mc.pointer("/spec/osImageURL").and_then(Value::as_str).unwrap_or("").to_string()
 }
 
+/// OpenShift's worker pool, as the releases' tests start from (no nodes unless a test enrolls some).
+async fn worker_pool(admin: &Client) {
+    admin
+        .post(&path_of(&MACHINE_CONFIG_POOL, None), &machine_config_pool("worker", "worker"))
+        .await
+        .unwrap()
+        .into_result()
+        .unwrap();
+}
+
 fn start_coordinator() -> Coordinator {
     Coordinator::start_with(Options { args: vec!["--update-poll-interval".into(), "3s".into()], ..Default::default() })
 }
@@ -125,12 +135,7 @@ async fn releases_follow_a_real_update_graph() {
     let svc = UpdateService::start().await;
     let stable47 = real_graph("stable-4.7_amd64_v1.json");
     svc.set("stable-4.7", stable47.clone());
-    admin
-        .post(&path_of(&MACHINE_CONFIG_POOL, None), &machine_config_pool("worker", "worker"))
-        .await
-        .unwrap()
-        .into_result()
-        .unwrap();
+    worker_pool(&admin).await;
 
     // The release the fleet runs, by version: looked up in the graph, taken as the first one.
     let spec = json!({"clusterID": CLUSTER_ID, "upstream": svc.url, "channel": "stable-4.7",
@@ -301,12 +306,7 @@ async fn a_release_is_checked_before_it_is_taken() {
     );
     assert_eq!(list_names(&admin, &CLUSTER_VERSION).await, Vec::<String>::new());
 
-    admin
-        .post(&path_of(&MACHINE_CONFIG_POOL, None), &machine_config_pool("worker", "worker"))
-        .await
-        .unwrap()
-        .into_result()
-        .unwrap();
+    worker_pool(&admin).await;
     let spec = json!({"upstream": svc.url, "channel": "stable-1", "desiredUpdate": {"version": "1.0.0"}});
     admin.post(&path_of(&CLUSTER_VERSION, None), &cluster_version(spec)).await.unwrap().into_result().unwrap();
     let v = wait_cv(&admin, "1.0.0 completed", |v| completed(v, "1.0.0") && cond_is(v, "RetrievedUpdates", "True", ""))
@@ -428,12 +428,7 @@ async fn the_graph_is_asked_for_the_fleets_architecture() {
     let svc = UpdateService::start().await;
     let p = |n: u8| os_payload(&format!("{n}").repeat(64));
     svc.set("stable-1", graph(&[("1.0.0", &p(1)), ("1.1.0", &p(2))], &[("1.0.0", "1.1.0")], &[]));
-    admin
-        .post(&path_of(&MACHINE_CONFIG_POOL, None), &machine_config_pool("worker", "worker"))
-        .await
-        .unwrap()
-        .into_result()
-        .unwrap();
+    worker_pool(&admin).await;
     let report_arch = |node: &Client, name: &'static str, arch: &'static str| {
         let node = node.clone();
         async move {
@@ -654,12 +649,7 @@ async fn automatic_updates_walk_a_real_channel_to_its_newest_recommended_release
     let svc = UpdateService::start().await;
     let g = real_graph("stable-4.7_amd64_v1.json");
     svc.set("stable-4.7", g.clone());
-    admin
-        .post(&path_of(&MACHINE_CONFIG_POOL, None), &machine_config_pool("worker", "worker"))
-        .await
-        .unwrap()
-        .into_result()
-        .unwrap();
+    worker_pool(&admin).await;
     // What the graph says the walk is: from each release, the newest recommended destination.
     let mut chain = vec!["4.7.2".to_string()];
     loop {
