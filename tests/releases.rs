@@ -638,10 +638,11 @@ async fn a_release_is_verified_against_the_keyring_before_it_is_taken() {
     assert!(h["acceptedRisks"].as_str().unwrap_or("").contains("is bound to ref aloft/other/x86_64, not"), "{h}");
 }
 
-/// `spec.automaticUpdates` walks a real channel (OpenShift's stable-4.7 graph): once a release
-/// completes, the newest recommended update newer than every release run is asked for and
-/// taken, until the graph offers nothing newer; never a conditional update. Each step says so
-/// in an Event. A malformed setting is refused, naming the field.
+/// `spec.automaticUpdates` walks a real channel (OpenShift's stable-4.7 graph, where 4.7.2's
+/// newest recommended update is the channel's last): once a release completes, the newest
+/// recommended update newer than every release run is asked for and taken, until the graph
+/// offers nothing newer, with an Event; then step after step on a graph made for it, past
+/// conditional updates that look newer. A malformed setting is refused, naming the field.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn automatic_updates_walk_a_real_channel_to_its_newest_recommended_release() {
     let c = start_coordinator();
@@ -708,4 +709,32 @@ async fn automatic_updates_walk_a_real_channel_to_its_newest_recommended_release
         said.iter().any(|m| m.contains(&format!("4.7.2 completed; asking for {}", chain[1]))),
         "the first step's Event: {said:?}"
     );
+
+    // Step after step on a graph made for it: 1.0.0 offers only 1.0.1; 1.0.1 offers 1.1.0 and,
+    // conditionally (a risk that always applies), the newer-looking 1.0.9 and 1.1.5, which are
+    // never taken. Each completed release asks for the next.
+    let c = start_coordinator();
+    let admin = c.client();
+    worker_pool(&admin).await;
+    let p = |n: u8| os_payload(&format!("{n}").repeat(64));
+    let risky = [
+        ("1.0.1", "1.0.9", "DataLoss", "Nodes may lose /var."),
+        ("1.0.1", "1.1.5", "DataLoss", "Nodes may lose /var."),
+    ];
+    let releases = [("1.0.0", p(1)), ("1.0.1", p(2)), ("1.0.9", p(3)), ("1.1.0", p(4)), ("1.1.5", p(5))];
+    let releases: Vec<(&str, &str)> = releases.iter().map(|(v, i)| (*v, i.as_str())).collect();
+    svc.set("steps", graph(&releases, &[("1.0.0", "1.0.1"), ("1.0.1", "1.1.0")], &risky));
+    let spec = json!({"upstream": svc.url, "channel": "steps", "desiredUpdate": {"version": "1.0.0"},
+        "automaticUpdates": {"enabled": true}});
+    admin.post(&path_of(&CLUSTER_VERSION, None), &cluster_version(spec)).await.unwrap().into_result().unwrap();
+    let v = wait_cv(&admin, "1.1.0 completed", |v| completed(v, "1.1.0")).await;
+    let run: Vec<&str> =
+        v["status"]["history"].as_array().unwrap().iter().rev().filter_map(|h| h["version"].as_str()).collect();
+    assert_eq!(run, ["1.0.0", "1.0.1", "1.1.0"], "two automatic steps, no conditional update");
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let again = admin.get(&path_of(&CLUSTER_VERSION, Some("version"))).await.unwrap().into_result().unwrap();
+    assert_eq!(again["status"]["history"].as_array().map(Vec::len), Some(3), "nothing newer: it stays");
+    let out = c.aloftctl(&["adm", "upgrade"]);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("Automatic updates: on (the newest recommended update newer than 1.1.0"), "{said}");
 }

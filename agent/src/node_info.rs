@@ -65,6 +65,9 @@ fn architecture(rust: &str) -> &str {
         "powerpc64" if cfg!(target_endian = "little") => "ppc64le",
         "powerpc64" => "ppc64",
         "x86" => "386",
+        "loongarch64" => "loong64",
+        "mips" if cfg!(target_endian = "little") => "mipsle",
+        "mips64" if cfg!(target_endian = "little") => "mips64le",
         other => other,
     }
 }
@@ -112,5 +115,7 @@ mod tests {
         assert_eq!(architecture("x86_64"), "amd64");
         assert_eq!(architecture("aarch64"), "arm64");
         assert_eq!(architecture("s390x"), "s390x");
+        assert_eq!(architecture("loongarch64"), "loong64");
+        assert_eq!(architecture("riscv64"), "riscv64");
     }
 }

@@ -431,14 +431,24 @@ pub fn keep_node_arch(stored: &serde_json::Value, next: &mut serde_json::Value) 
     }
     let was_str = was.as_ref().and_then(serde_json::Value::as_str).filter(|s| !s.is_empty());
     let said = now.as_ref().map(|v| v.to_string()).unwrap_or_else(|| "none".into());
-    let info = next.pointer_mut("/status/nodeInfo").and_then(serde_json::Value::as_object_mut);
     match was_str {
         Some(was_str) => {
-            // Reported before: it stays.
-            if let Some(info) = info {
-                info.insert("architecture".into(), was_str.into());
-            } else if let Some(status) = next.get_mut("status").and_then(serde_json::Value::as_object_mut) {
-                status.insert("nodeInfo".into(), serde_json::json!({"architecture": was_str}));
+            // Reported before: it stays, whatever the write did to status or nodeInfo (left
+            // out, null, not an object).
+            if let Some(obj) = next.as_object_mut() {
+                let status = obj.entry("status").or_insert_with(|| serde_json::json!({}));
+                if !status.is_object() {
+                    *status = serde_json::json!({});
+                }
+                if let Some(status) = status.as_object_mut() {
+                    let info = status.entry("nodeInfo").or_insert_with(|| serde_json::json!({}));
+                    if !info.is_object() {
+                        *info = serde_json::json!({});
+                    }
+                    if let Some(info) = info.as_object_mut() {
+                        info.insert("architecture".into(), was_str.into());
+                    }
+                }
             }
             Some(format!(
                 "status.nodeInfo.architecture stays {was_str:?} (not {said}): a node reports it once; a host \
@@ -448,7 +458,7 @@ pub fn keep_node_arch(stored: &serde_json::Value, next: &mut serde_json::Value) 
         None => match now.as_ref().and_then(serde_json::Value::as_str) {
             Some(name) if NODE_ARCHITECTURES.contains(&name) => None,
             _ => {
-                if let Some(info) = info {
+                if let Some(info) = next.pointer_mut("/status/nodeInfo").and_then(serde_json::Value::as_object_mut) {
                     info.remove("architecture");
                 }
                 Some(format!(
@@ -486,7 +496,10 @@ mod tests {
         // Reported: the same again stands; another, none or emptied keeps it, with a warning;
         // the rest of the write stands.
         assert_eq!(kept(&with(json!("arm64")), with(json!("arm64"))), (Some(json!("arm64")), None));
-        for next in [with(json!("amd64")), with(json!("")), none.clone(), json!({"status": {}})] {
+        let nothing = [json!({}), json!({"status": null}), json!({"status": {"nodeInfo": null}}), json!({"status": 7})];
+        for next in
+            [with(json!("amd64")), with(json!("")), none.clone(), json!({"status": {}})].into_iter().chain(nothing)
+        {
             let (arch, warning) = kept(&with(json!("arm64")), next.clone());
             assert_eq!(arch, Some(json!("arm64")), "{next}");
             assert!(warning.is_some_and(|w| w.starts_with("status.nodeInfo.architecture stays \"arm64\"")), "{next}");

@@ -245,8 +245,28 @@ async fn reconcile(
     let mut next = raw.clone();
     next["status"] = serde_json::to_value(&status).unwrap_or(Value::Null);
     // In the same write as the status it was chosen from: the write wakes the next pass, which
-    // takes it as any desiredUpdate (verified, preconditions checked).
-    let automatic = automatic_update(&cv, &status);
+    // takes it as any desiredUpdate (verified, preconditions checked). With a keyring, only a
+    // release that verifies is asked for: one that does not is passed over (and said so), not
+    // asked for and refused, which would hold automatic updates until an admin stepped in.
+    let mut automatic = None;
+    for candidate in automatic_candidates(&cv, &status) {
+        let verified = match &opts.keyring {
+            Some(keyring) => verify_release(http, cache, keyring, &candidate.image).await,
+            None => Ok(String::new()),
+        };
+        match verified {
+            Ok(_) => {
+                automatic = Some(candidate);
+                break;
+            }
+            Err(why) => events.emit(
+                &involved(),
+                EventType::Warning,
+                "AutomaticUpdateSkipped",
+                &format!("spec.automaticUpdates: {} is passed over: it cannot be verified: {why}", candidate.version),
+            ),
+        }
+    }
     if let Some(target) = &automatic {
         if let Some(spec) = next.get_mut("spec").and_then(Value::as_object_mut) {
             spec.insert("desiredUpdate".into(), json!({"version": target.version, "image": target.image}));
@@ -277,35 +297,40 @@ async fn reconcile(
     }
 }
 
-/// The update `spec.automaticUpdates` asks for now, if any: once the current release has
-/// completed (nothing rolling out, nothing refused or failing), the newest of
-/// `status.availableUpdates` (recommended ones only) that is newer than every release in the
-/// history and passes the preconditions. Newer than the history, so that a release rolled back
-/// from by hand is not taken again, nor any older one: a rollback holds until the graph offers
+/// The updates `spec.automaticUpdates` may ask for now, newest first: once the current
+/// release has completed (nothing rolling out, nothing refused, invalid or failing), those of
+/// `status.availableUpdates` (recommended ones only) newer than every release in the history
+/// that pass the preconditions. Newer than the history, so that a release rolled back from by
+/// hand is not taken again, nor any older one: a rollback holds until the graph offers
 /// something newer, as Zincati never goes back to a release it left.
-fn automatic_update(cv: &ClusterVersion, status: &ClusterVersionStatus) -> Option<Release> {
+fn automatic_candidates(cv: &ClusterVersion, status: &ClusterVersionStatus) -> Vec<Release> {
     if !cv.spec.automatic_updates.as_ref().is_some_and(|a| a.enabled) {
-        return None;
+        return Vec::new();
     }
-    let current = status.desired.as_ref().filter(|d| !d.version.is_empty())?;
-    let last = status.history.first()?;
+    let Some(current) = status.desired.as_ref().filter(|d| !d.version.is_empty()) else { return Vec::new() };
+    // The lists are the current release's only once it was current before this pass.
+    let Some(last) = status.history.first().filter(|_| cv.current() == Some(current)) else { return Vec::new() };
     if last.state != cv::COMPLETED || last.version != current.version || last.image != current.image {
-        return None;
+        return Vec::new();
     }
-    let holding = |t: &str| find_condition(&status.conditions, t);
-    if holding(cv::RELEASE_ACCEPTED).is_some_and(|c| c.status == "False")
-        || holding(cv::FAILING).is_some_and(Condition::is_true)
-    {
-        return None;
+    let holding = |t: &str, s: &str| find_condition(&status.conditions, t).is_some_and(|c| c.status == s);
+    if holding(cv::RELEASE_ACCEPTED, "False") || holding(cv::FAILING, "True") || holding(cv::INVALID, "True") {
+        return Vec::new();
     }
-    let newest_run = status.history.iter().filter_map(|h| semver::Version::parse(&h.version).ok()).max()?;
-    status
+    let Some(newest_run) = newest_run(status) else { return Vec::new() };
+    let mut out: Vec<(semver::Version, &Release)> = status
         .available_updates
         .iter()
         .filter_map(|r| semver::Version::parse(&r.version).ok().map(|v| (v, r)))
         .filter(|(v, r)| *v > newest_run && precondition_failures(status, current, r).is_empty())
-        .max_by(|a, b| a.0.cmp(&b.0))
-        .map(|(_, r)| r.clone())
+        .collect();
+    out.sort_by(|a, b| b.0.cmp(&a.0));
+    out.into_iter().map(|(_, r)| r.clone()).collect()
+}
+
+/// The newest release of the history: automatic updates take only releases newer than it.
+pub fn newest_run(status: &ClusterVersionStatus) -> Option<semver::Version> {
+    status.history.iter().filter_map(|h| semver::Version::parse(&h.version).ok()).max()
 }
 
 fn involved() -> Involved {
@@ -1359,33 +1384,45 @@ mod tests {
             available_updates: vec![rel("1.0.1", &image(2)), rel("1.1.0", &image(4)), rel("2.0.0", &image(5))],
             ..Default::default()
         };
+        // As a pass sees it: the stored status, and the one the pass made.
+        let auto = |c: &ClusterVersion, st: &ClusterVersionStatus| {
+            automatic_candidates(&with_status(c.clone(), st), st).into_iter().next()
+        };
         let mut c = asking("1.0.0", "");
-        assert_eq!(automatic_update(&c, &st), None, "off unless asked for");
+        assert_eq!(auto(&c, &st), None, "off unless asked for");
         c.spec.automatic_updates = Some(cv::AutomaticUpdates { enabled: true });
         // The newest that passes the preconditions: 2.0.0 is a hop over minors.
-        assert_eq!(automatic_update(&c, &st), Some(rel("1.1.0", &image(4))));
+        assert_eq!(auto(&c, &st), Some(rel("1.1.0", &image(4))));
+        // Newest first, the next ones in order (a release that does not verify is passed over).
+        let all = automatic_candidates(&with_status(c.clone(), &st), &st);
+        assert_eq!(all.iter().map(|r| r.version.as_str()).collect::<Vec<_>>(), ["1.1.0", "1.0.1"]);
+        // The lists are of the release current before this pass only.
+        let mut moved = st.clone();
+        moved.desired = Some(rel("1.0.1", &image(2)));
+        moved.history.insert(0, entry("1.0.1", 2, cv::COMPLETED));
+        assert!(automatic_candidates(&with_status(c.clone(), &st), &moved).is_empty(), "accepted in this pass");
 
         // Not while a release rolls out, is refused, or a pool fails.
         let mut partial = st.clone();
         partial.history[0].state = cv::PARTIAL.into();
-        assert_eq!(automatic_update(&c, &partial), None, "rolling out");
-        for (type_, status) in [(cv::RELEASE_ACCEPTED, "False"), (cv::FAILING, "True")] {
+        assert_eq!(auto(&c, &partial), None, "rolling out");
+        for (type_, status) in [(cv::RELEASE_ACCEPTED, "False"), (cv::FAILING, "True"), (cv::INVALID, "True")] {
             let mut held = st.clone();
             set_condition(&mut held.conditions, Condition::new(type_, status, "X", "y"), "2026-12-07T10:00:00Z");
-            assert_eq!(automatic_update(&c, &held), None, "{type_}={status}");
+            assert_eq!(auto(&c, &held), None, "{type_}={status}");
         }
         // Nothing newer offered: nothing asked.
         let mut none = st.clone();
         none.available_updates.clear();
-        assert_eq!(automatic_update(&c, &none), None);
+        assert_eq!(auto(&c, &none), None);
 
         // Rolled back by hand from 1.1.0 to 1.0.0: neither 1.1.0 nor 1.0.1 (older than a release
         // already run) is taken again; a newer release is.
         st.history =
             vec![entry("1.0.0", 1, cv::COMPLETED), entry("1.1.0", 4, cv::COMPLETED), entry("1.0.0", 1, cv::COMPLETED)];
-        assert_eq!(automatic_update(&c, &st), None, "a rollback holds");
+        assert_eq!(auto(&c, &st), None, "a rollback holds");
         st.available_updates.push(rel("1.1.1", &image(6)));
-        assert_eq!(automatic_update(&c, &st), Some(rel("1.1.1", &image(6))));
+        assert_eq!(auto(&c, &st), Some(rel("1.1.1", &image(6))));
     }
 
     #[test]

@@ -66,7 +66,13 @@ pub fn describe(cv: &ClusterVersion, include_not_recommended: bool) -> String {
     out.push_str(&format!("Upstream: {}\n", or_unset(&cv.spec.upstream)));
     out.push_str(&format!("Channel: {}\n", or_unset(&cv.spec.channel)));
     if cv.spec.automatic_updates.as_ref().is_some_and(|a| a.enabled) {
-        out.push_str("Automatic updates: on (the newest recommended update is taken once a release completes)\n");
+        // The threshold says why nothing is taken after a rollback.
+        let newer_than = crate::controllers::cluster_version::newest_run(&status)
+            .map(|v| format!(" newer than {v}, the newest release run,"))
+            .unwrap_or_default();
+        out.push_str(&format!(
+            "Automatic updates: on (the newest recommended update{newer_than} is taken once a release completes)\n"
+        ));
     }
     out.push('\n');
     if let Some(r) = cond(cv::RETRIEVED_UPDATES).filter(|c| !c.is_true()) {
@@ -230,7 +236,11 @@ mod tests {
         assert!(text.contains("Channel: stable-1\n\n"), "{text}");
         let mut auto = c.clone();
         auto.spec.automatic_updates = Some(cv::AutomaticUpdates { enabled: true });
-        assert!(describe(&auto, false).contains("Channel: stable-1\nAutomatic updates: on ("), "{text}");
+        let said = describe(&auto, false);
+        assert!(
+            said.contains("Channel: stable-1\nAutomatic updates: on (the newest recommended update newer than"),
+            "{said}"
+        );
         assert!(text.contains("  VERSION   IMAGE\n  1.2.0     i2\n"), "{text}");
         assert!(text.contains("not recommended for this fleet are available (1)"), "{text}");
         assert!(!text.contains("1.3.0"), "{text}");

@@ -210,7 +210,7 @@ async fn put_node(ctx: &SharedCtx, key: &Key, req: &EnrollRequest) -> Result<(),
                 let mut next = Value::clone(&stored);
                 json_patch::merge(&mut next, &json!({"metadata": {"labels": labels}}));
                 // A new host under an old name reports its own architecture, which a node's
-                // credential may set only while none is reported (auth::node_arch_changed).
+                // credential may set only while none is reported (auth::keep_node_arch).
                 if let Some(info) = next.pointer_mut("/status/nodeInfo").and_then(Value::as_object_mut) {
                     info.remove("architecture");
                 }
