@@ -466,6 +466,42 @@ async fn the_graph_is_asked_for_the_fleets_architecture() {
     );
     let node = get_ok(&admin, &NODE, "edge-1").await;
     assert_eq!(node["status"]["nodeInfo"]["architecture"], "arm64");
+    // The writer hears it too: an HTTP Warning on its response, as kubectl prints them.
+    let http = c.http_client();
+    let boot = c.create_token("boot-edge-4", "bootstrap:node-role.kubernetes.io/worker=");
+    let enrolled: Value = http
+        .post(format!("{}/aloft/v1/enroll", c.url()))
+        .bearer_auth(&boot)
+        .json(&json!({"nodeName": "edge-4", "labels": {"node-role.kubernetes.io/worker": ""}}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let node_token = enrolled["token"].as_str().expect("a node token").to_string();
+    let report = |arch: &'static str| {
+        let (http, url, token) = (http.clone(), format!("{}/api/v1/nodes/edge-4/status", c.url()), node_token.clone());
+        async move {
+            let r = http
+                .patch(url)
+                .bearer_auth(token)
+                .header("content-type", "application/merge-patch+json")
+                .body(json!({"status": {"nodeInfo": {"architecture": arch}}}).to_string())
+                .send()
+                .await
+                .unwrap();
+            let warning = r.headers().get("warning").map(|w| w.to_str().unwrap_or_default().to_string());
+            (r.status().as_u16(), warning)
+        }
+    };
+    assert_eq!(report("arm64").await, (200, None), "the first report");
+    let (code, warning) = report("s390x").await;
+    assert_eq!(code, 200);
+    assert!(
+        warning.as_deref().is_some_and(|w| w.starts_with("299 ") && w.contains("status.nodeInfo.architecture stays")),
+        "{warning:?}"
+    );
 
     // A node of another architecture that does take the release: no graph fits the fleet
     // (one OS commit per release), and the message names the nodes.
@@ -475,7 +511,7 @@ async fn the_graph_is_asked_for_the_fleets_architecture() {
         wait_cv(&admin, "MultipleArchitectures", |v| cond_is(v, "RetrievedUpdates", "False", "MultipleArchitectures"))
             .await;
     let message = condition(&v, "RetrievedUpdates").and_then(|c| c["message"].as_str()).unwrap_or("").to_string();
-    assert!(message.contains("(1 amd64: edge-2; 1 arm64: edge-1)"), "{message}");
+    assert!(message.contains("(1 amd64: edge-2; 2 arm64)"), "the few named, the many counted: {message}");
     assert_eq!(versions(&v["status"]["availableUpdates"]), Vec::<String>::new(), "no other architecture's lists");
 
     // Replaced by an arm64 host under the same name (its Node's credential revoked, enrolled
