@@ -472,7 +472,7 @@ async fn fleet_arch(store: &Arc<dyn Store>) -> Result<Result<Option<String>, Str
     }
     let mut nodes = Vec::new();
     for raw in store.list(&NODE.store_key(), None).await?.items {
-        let arch = raw.pointer("/status/nodeInfo/architecture").and_then(Value::as_str).unwrap_or_default();
+        let arch = raw.pointer(crate::auth::NODE_ARCH_POINTER).and_then(Value::as_str).unwrap_or_default();
         if arch.is_empty() {
             continue;
         }
@@ -490,7 +490,6 @@ async fn fleet_arch(store: &Arc<dyn Store>) -> Result<Result<Option<String>, Str
 /// five each; all of them in a tie): those are the ones an admin looks at (a host enrolled into the wrong pool, a
 /// machine replaced by another kind).
 fn arch_of(pools: &[MachineConfigPool], nodes: &[(aloft_api::Node, String)]) -> Result<Option<String>, String> {
-    const NAMED: usize = 5;
     let rules = super::pools::Membership::new(pools);
     let mut seen: std::collections::BTreeMap<&str, Vec<&str>> = std::collections::BTreeMap::new();
     for (node, arch) in nodes {
@@ -517,12 +516,9 @@ fn arch_of(pools: &[MachineConfigPool], nodes: &[(aloft_api::Node, String)]) -> 
             if unique_most && names.len() == most {
                 return part;
             }
-            let mut names = names.clone();
+            let mut names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
             names.sort_unstable();
-            part.push_str(&format!(": {}", names.iter().take(NAMED).copied().collect::<Vec<_>>().join(", ")));
-            if names.len() > NAMED {
-                part.push_str(&format!(" and {} more", names.len() - NAMED));
-            }
+            part.push_str(&format!(": {}", super::pick::names_text(&names)));
             part
         })
         .collect();
@@ -1718,7 +1714,7 @@ mod tests {
         fleet.push(node("w3", Some("worker"), "arm64"));
         fleet.extend((0..5).map(|i| node(&format!("y{i}"), Some("worker"), "arm64")));
         let why = arch_of(&pools, &fleet).expect_err("three architectures");
-        assert!(why.contains("(2 amd64: w8, w9; 8 arm64; 7 ppc64le: x0, x1, x2, x3, x4 and 2 more)"), "{why}");
+        assert!(why.contains("(2 amd64: w8, w9; 8 arm64; 7 ppc64le: x0, x1, x2, x3, x4, and 2 more)"), "{why}");
     }
 
     #[test]

@@ -639,7 +639,7 @@ async fn read_modify_write_warned(
         }
         finalizers::keep_deletion_fields(&stored, &mut next);
         let mut found = problems.to_vec();
-        let warnings = if validate::only_annotations_changed(&stored, &next) {
+        let mut warnings = if validate::only_annotations_changed(&stored, &next) {
             let mut causes = validate::annotation_causes(&next, Some(&stored));
             // A rendered config's mark is an annotation: dropping it is not a plain one.
             causes.extend(validate::generated_config_causes(call.path.rt, &next, &stored));
@@ -655,7 +655,6 @@ async fn read_modify_write_warned(
             warnings.extend(call.validate(&next, Some(&stored))?);
             warnings
         };
-        let mut warnings = warnings;
         warned.clone_from(&warnings);
         if decision == Decision::AllowStatusAndAnnotations {
             if !auth::only_status_and_annotations(&stored, &next) {
