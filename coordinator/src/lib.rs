@@ -22,6 +22,7 @@ pub mod serve;
 pub mod server;
 pub mod store;
 pub mod tls;
+pub mod update_service;
 mod value_visit;
 pub mod yaml;
 pub mod yaml_out;

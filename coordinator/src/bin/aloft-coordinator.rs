@@ -200,6 +200,53 @@ enum Cmd {
         /// The directory `aloft-coordinator backup` wrote.
         from: PathBuf,
     },
+    /// Serve an update graph, as OpenShift's update service (OSUS) does, from a graph-data
+    /// directory in OpenShift's schema (cincinnati-graph-data) and aloft's release files.
+    ///
+    /// GRAPH_DATA holds `version` (the schema, 1.x), `channels/*.yaml` (`name`, `versions`),
+    /// optionally `blocked-edges/*.yaml` (`to`, `from` regex; with `url`, `name`, `message` and
+    /// `matchingRules` the update is served as a conditional one with that risk, without them it
+    /// is dropped) and `raw/metadata.json`; RELEASES (default GRAPH_DATA/releases) holds one file
+    /// per release, JSON or YAML, in subdirectories too:
+    ///
+    ///   version: 1.1.0
+    ///   payload: ostree+http://repo.example/os#aloft/stable/x86_64@<checksum>
+    ///   architecture: amd64                    # Go's name; the default
+    ///   previous: [1.0.0]                      # releases that update to this one
+    ///   metadata: {url: https://notes.example/1.1.0}
+    ///
+    /// Point a ClusterVersion at it (spec.upstream: http://HOST:8080/api/upgrades_info/v1/graph,
+    /// spec.channel: a channel's name). The inputs are read again every --refresh-interval and on
+    /// SIGHUP; a reload that fails is logged and the graphs that loaded last stay served.
+    /// `GET /api/upgrades_info/v1/channels?arch=amd64` lists the channels that offer releases.
+    ///
+    ///   aloft-coordinator update-service --graph-data /srv/graph-data --check
+    ///   aloft-coordinator update-service --graph-data /srv/graph-data --listen 0.0.0.0:8080
+    #[command(verbatim_doc_comment)]
+    UpdateService {
+        /// The graph-data directory (cincinnati-graph-data's layout).
+        #[arg(long, env = "ALOFT_GRAPH_DATA", value_name = "DIR")]
+        graph_data: PathBuf,
+        /// The release files (default: GRAPH_DATA/releases).
+        #[arg(long, env = "ALOFT_RELEASES", value_name = "DIR")]
+        releases: Option<PathBuf>,
+        /// Address to listen on.
+        #[arg(long, env = "ALOFT_UPDATE_SERVICE_LISTEN", default_value = "127.0.0.1:8080")]
+        listen: SocketAddr,
+        /// How often the inputs are read again (OpenShift's update service: 5 minutes).
+        #[arg(long, default_value = "5m", value_parser = humantime::parse_duration, value_name = "DURATION")]
+        refresh_interval: std::time::Duration,
+        /// Serve HTTPS with this PEM certificate chain (with --tls-key-file).
+        #[arg(long, value_name = "FILE", requires = "tls_key_file")]
+        tls_cert_file: Option<PathBuf>,
+        /// The PEM private key of --tls-cert-file.
+        #[arg(long, value_name = "FILE", requires = "tls_cert_file")]
+        tls_key_file: Option<PathBuf>,
+        /// Read and build the graphs, print what they hold (each channel's releases per
+        /// architecture) and exit: non-zero, naming the file and field, when they do not load.
+        #[arg(long)]
+        check: bool,
+    },
     /// Benchmarks (not tests): each prints figures with a baseline measured in the same run.
     Bench {
         #[command(subcommand)]
@@ -629,6 +676,27 @@ async fn run() -> Result<()> {
             }
             out.flush()?;
             Ok(())
+        }
+        Cmd::UpdateService { graph_data, releases, listen, refresh_interval, tls_cert_file, tls_key_file, check } => {
+            let releases = releases.unwrap_or_else(|| graph_data.join("releases"));
+            if check {
+                let built = aloft_coordinator::update_service::load(&graph_data, &releases)
+                    .map_err(|e| anyhow::anyhow!("the graph-data does not load: {e}"))?;
+                print!("{}", built.report());
+                return Ok(());
+            }
+            if refresh_interval < std::time::Duration::from_secs(1) {
+                anyhow::bail!("--refresh-interval: {} is under a second", humantime::format_duration(refresh_interval));
+            }
+            let tls = tls_cert_file.zip(tls_key_file);
+            aloft_coordinator::update_service::http::run(aloft_coordinator::update_service::http::ServiceOptions {
+                graph_data,
+                releases,
+                listen,
+                refresh: refresh_interval,
+                tls,
+            })
+            .await
         }
         Cmd::Backup { data_dir, to } => {
             let report = aloft_coordinator::backup::backup(&data_dir, &to)

@@ -1,0 +1,392 @@
+//! Reading an update service's inputs: a directory in the layout of OpenShift's
+//! cincinnati-graph-data (`version`, `channels/`, `blocked-edges/`, `raw/metadata.json`) and the
+//! releases it places (aloft's release files).
+//!
+//! OpenShift's update service learns releases and their base edges from the release images in a
+//! registry; aloft's releases are OS commits, so each one is a small file saying what a release
+//! image's `release-metadata` says (version, `previous`, `next`, metadata) plus its payload and
+//! architecture. Everything else is read in the graph-data schema as it is published, so a
+//! graph-data repository written for OpenShift reads unchanged.
+//!
+//! A load is all or nothing: one file that does not read fails it, naming the file and the
+//! field, and the caller keeps serving what it had (the graph-data "changes nothing" rule).
+
+use serde::Deserialize;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// The graph-data schema this service understands (cincinnati-graph-data's `version` file): a
+/// repository of the same major and an equal or lower minor reads as written.
+pub const SCHEMA: semver::Version = semver::Version::new(1, 1, 0);
+
+/// What Cincinnati's channel filter and the CVO accept as a channel name.
+pub const CHANNEL_CHARS: &str = r"^[0-9a-z\-\.]+$";
+
+/// Largest input file read, so that a stray file (a disk image dropped in the directory) fails
+/// the load with a message instead of taking the service's memory.
+const MAX_FILE: u64 = 8 << 20;
+
+/// Why the inputs did not load: the file, and what in it.
+#[derive(Debug, thiserror::Error)]
+#[error("{}: {message}", path.display())]
+pub struct LoadError {
+    pub path: PathBuf,
+    pub message: String,
+}
+
+fn fail(path: &Path, message: impl Into<String>) -> LoadError {
+    LoadError { path: path.to_path_buf(), message: message.into() }
+}
+
+/// One release: what the graph serves as a node, and the base edges it declares.
+#[derive(Debug, Clone)]
+pub struct Release {
+    pub version: semver::Version,
+    /// Go's name (`amd64`, `arm64`, ...), as the CVO asks for it; Cincinnati's `+arch` suffix.
+    pub arch: String,
+    pub payload: String,
+    pub previous: Vec<semver::Version>,
+    pub next: Vec<semver::Version>,
+    pub metadata: BTreeMap<String, String>,
+    pub source: PathBuf,
+}
+
+/// A channel: which releases it offers (its `feeder` and `tombstones` steer promotion tooling,
+/// not the graph, and are not read).
+#[derive(Debug, Clone)]
+pub struct Channel {
+    pub name: String,
+    /// An entry with build metadata (`4.2.14+amd64`) names that architecture's release only.
+    pub versions: Vec<semver::Version>,
+    pub source: PathBuf,
+}
+
+/// A risk as the graph serves it in `conditionalEdges[].risks[]`. Matching rules are kept as
+/// written: the service passes them on, the clients evaluate them.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Risk {
+    pub url: String,
+    pub name: String,
+    pub message: String,
+    pub matching_rules: Vec<Value>,
+}
+
+/// A `blocked-edges/` file: the updates into `to` from the releases `from` matches are dropped,
+/// or, with a risk, served only as conditional updates.
+#[derive(Debug, Clone)]
+pub struct BlockedEdge {
+    /// With build metadata (`4.10.3+amd64`), that architecture's release only.
+    pub to: semver::Version,
+    /// Searched (not anchored, as graph-data documents it) in `<version>+<arch>` of the source.
+    pub from: regex::Regex,
+    pub risk: Option<Risk>,
+    pub source: PathBuf,
+}
+
+/// Everything one load read.
+#[derive(Debug, Clone)]
+pub struct GraphData {
+    /// The repository's `version` file.
+    pub schema: semver::Version,
+    pub releases: Vec<Release>,
+    pub channels: Vec<Channel>,
+    pub blocked_edges: Vec<BlockedEdge>,
+    /// `raw/metadata.json`: metadata added to releases by version (edge additions and removals
+    /// for old releases, in the `io.openshift.upgrades.graph.*` keys).
+    pub raw_metadata: BTreeMap<semver::Version, BTreeMap<String, String>>,
+}
+
+/// Read `graph_data` and the release files under `releases` (all of them, in subdirectories
+/// too, as `nodes/<major>.<minor>/<version>.json` in graph-data's old layout).
+pub fn load(graph_data: &Path, releases: &Path) -> Result<GraphData, LoadError> {
+    let schema = read_schema(&graph_data.join("version"))?;
+    let mut release_files = Vec::new();
+    collect(releases, true, &["json", "yaml", "yml"], &mut release_files)?;
+    let releases = release_files.iter().map(|p| read_release(p)).collect::<Result<Vec<_>, _>>()?;
+    check_unique_releases(&releases)?;
+
+    let mut channel_files = Vec::new();
+    collect(&graph_data.join("channels"), false, &["yaml", "yml"], &mut channel_files)?;
+    let channels = channel_files.iter().map(|p| read_channel(p)).collect::<Result<Vec<_>, _>>()?;
+    let mut names: BTreeMap<&str, &Path> = BTreeMap::new();
+    for c in &channels {
+        if let Some(first) = names.insert(&c.name, &c.source) {
+            return Err(fail(&c.source, format!("name: channel {} is also declared in {}", c.name, first.display())));
+        }
+    }
+
+    let mut blocked_files = Vec::new();
+    let blocked_dir = graph_data.join("blocked-edges");
+    if blocked_dir.exists() {
+        collect(&blocked_dir, false, &["yaml", "yml"], &mut blocked_files)?;
+    }
+    let blocked_edges = blocked_files.iter().map(|p| read_blocked_edge(p)).collect::<Result<Vec<_>, _>>()?;
+
+    let raw_path = graph_data.join("raw/metadata.json");
+    let raw_metadata = if raw_path.exists() { read_raw_metadata(&raw_path)? } else { BTreeMap::new() };
+    Ok(GraphData { schema, releases, channels, blocked_edges, raw_metadata })
+}
+
+fn read_schema(path: &Path) -> Result<semver::Version, LoadError> {
+    let text = read_text(path)?;
+    let v = semver::Version::parse(text.trim())
+        .map_err(|e| fail(path, format!("{:?} is not a semantic version: {e}", text.trim())))?;
+    if v.major != SCHEMA.major || v.minor > SCHEMA.minor {
+        return Err(fail(
+            path,
+            format!("graph-data schema {v} is not supported (this service reads {SCHEMA} and older of the same major)"),
+        ));
+    }
+    Ok(v)
+}
+
+/// The files with one of `exts` in `dir` (and below it when `deep`), sorted by path so a load
+/// reads the same way every time; dot files and directories (`.git`) are left out.
+fn collect(dir: &Path, deep: bool, exts: &[&str], out: &mut Vec<PathBuf>) -> Result<(), LoadError> {
+    let entries = std::fs::read_dir(dir).map_err(|e| fail(dir, format!("cannot read the directory: {e}")))?;
+    let mut paths = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| fail(dir, format!("cannot read the directory: {e}")))?;
+        if entry.file_name().to_string_lossy().starts_with('.') {
+            continue;
+        }
+        paths.push(entry.path());
+    }
+    paths.sort();
+    for path in paths {
+        if path.is_dir() {
+            if deep {
+                collect(&path, deep, exts, out)?;
+            }
+        } else if path.extension().and_then(|e| e.to_str()).is_some_and(|e| exts.contains(&e)) {
+            out.push(path);
+        }
+    }
+    Ok(())
+}
+
+fn read_text(path: &Path) -> Result<String, LoadError> {
+    let meta = std::fs::metadata(path).map_err(|e| fail(path, format!("cannot read: {e}")))?;
+    if meta.len() > MAX_FILE {
+        return Err(fail(path, format!("{} bytes is more than the {MAX_FILE} a graph-data file may have", meta.len())));
+    }
+    std::fs::read_to_string(path).map_err(|e| fail(path, format!("cannot read: {e}")))
+}
+
+/// A YAML or JSON document (JSON is YAML) as a JSON value, read with the API's alias budget.
+fn read_doc(path: &Path) -> Result<Value, LoadError> {
+    let text = read_text(path)?;
+    let doc = crate::yaml::from_str(&text).map_err(|e| fail(path, format!("does not read as YAML: {e}")))?;
+    if !doc.is_object() {
+        return Err(fail(path, format!("must be an object, got {}", aloft_api::json_words::kind_of(&doc))));
+    }
+    Ok(doc)
+}
+
+/// `doc` as `T`, an error naming the field.
+fn typed<T: serde::de::DeserializeOwned>(path: &Path, doc: Value) -> Result<T, LoadError> {
+    serde_path_to_error::deserialize(doc).map_err(|e| {
+        let at = e.path().to_string();
+        let why = aloft_api::json_words::in_json_terms(&e.inner().to_string());
+        fail(path, if at == "." { why } else { format!("{at}: {why}") })
+    })
+}
+
+fn version(path: &Path, field: &str, s: &str) -> Result<semver::Version, LoadError> {
+    semver::Version::parse(s).map_err(|e| fail(path, format!("{field}: {s:?} is not a semantic version: {e}")))
+}
+
+/// aloft's release file. Unknown fields are refused: a misspelt `previuos` would otherwise
+/// quietly leave a release without its updates.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReleaseFile {
+    version: String,
+    payload: String,
+    #[serde(default)]
+    architecture: Option<String>,
+    #[serde(default)]
+    previous: Vec<String>,
+    #[serde(default)]
+    next: Vec<String>,
+    #[serde(default)]
+    metadata: BTreeMap<String, String>,
+    /// CVO's release-metadata carries `kind: cincinnati-metadata-v0`; accepted and not needed.
+    #[serde(default)]
+    #[allow(dead_code)]
+    kind: Option<String>,
+}
+
+/// The architecture a release is for when its file names none: Cincinnati's default.
+pub const DEFAULT_ARCH: &str = "amd64";
+
+fn read_release(path: &Path) -> Result<Release, LoadError> {
+    let f: ReleaseFile = typed(path, read_doc(path)?)?;
+    if let Some(kind) = &f.kind {
+        if kind != "cincinnati-metadata-v0" {
+            return Err(fail(path, format!("kind: {kind:?} is not cincinnati-metadata-v0")));
+        }
+    }
+    let v = version(path, "version", &f.version)?;
+    if !v.build.is_empty() {
+        return Err(fail(
+            path,
+            format!("version: {} has build metadata; give the architecture in `architecture` instead", f.version),
+        ));
+    }
+    let arch = f.architecture.unwrap_or_else(|| DEFAULT_ARCH.to_string());
+    if !is_arch(&arch) {
+        return Err(fail(
+            path,
+            format!("architecture: {arch:?} is not an architecture name (Go's: amd64, arm64, ...)"),
+        ));
+    }
+    if f.payload.trim().is_empty() {
+        return Err(fail(path, "payload: empty (the release's osImageURL, or a release image pullspec)"));
+    }
+    let edges = |field: &str, list: &[String]| -> Result<Vec<semver::Version>, LoadError> {
+        list.iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let p = version(path, &format!("{field}[{i}]"), s)?;
+                let older = p < v;
+                if field == "previous" && !older || field == "next" && older || p == v {
+                    let want = if field == "previous" { "older" } else { "newer" };
+                    return Err(fail(
+                        path,
+                        format!(
+                            "{field}[{i}]: {s} is not {want} than the release ({v}); an update graph only goes forward"
+                        ),
+                    ));
+                }
+                Ok(p)
+            })
+            .collect()
+    };
+    let previous = edges("previous", &f.previous)?;
+    let next = edges("next", &f.next)?;
+    Ok(Release {
+        version: v,
+        arch,
+        payload: f.payload,
+        previous,
+        next,
+        metadata: f.metadata,
+        source: path.to_path_buf(),
+    })
+}
+
+/// Cincinnati's check of the `arch` parameter, also applied to release files.
+pub fn is_arch(s: &str) -> bool {
+    !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit() || b.is_ascii_lowercase())
+}
+
+/// Cincinnati's (and the CVO's) check of a channel name.
+pub fn is_channel(s: &str) -> bool {
+    !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit() || b.is_ascii_lowercase() || b == b'-' || b == b'.')
+}
+
+fn check_unique_releases(releases: &[Release]) -> Result<(), LoadError> {
+    let mut seen: BTreeMap<(&semver::Version, &str), &Path> = BTreeMap::new();
+    for r in releases {
+        if let Some(first) = seen.insert((&r.version, &r.arch), &r.source) {
+            return Err(fail(
+                &r.source,
+                format!("version: release {} for {} is also in {}", r.version, r.arch, first.display()),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A channel file: fields graph-data tooling adds (`feeder`, `tombstones`) are not the graph's
+/// and are passed over.
+#[derive(Deserialize)]
+struct ChannelFile {
+    name: String,
+    #[serde(default)]
+    versions: Vec<String>,
+}
+
+fn read_channel(path: &Path) -> Result<Channel, LoadError> {
+    let f: ChannelFile = typed(path, read_doc(path)?)?;
+    if !is_channel(&f.name) {
+        return Err(fail(path, format!("name: {:?} does not match {CHANNEL_CHARS}", f.name)));
+    }
+    let versions = f
+        .versions
+        .iter()
+        .enumerate()
+        .map(|(i, s)| version(path, &format!("versions[{i}]"), s))
+        .collect::<Result<_, _>>()?;
+    Ok(Channel { name: f.name, versions, source: path.to_path_buf() })
+}
+
+/// A blocked-edges file. `fixedIn` and `autoExtend` feed graph-data's own checks, not the graph.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct BlockedEdgeFile {
+    to: String,
+    from: String,
+    #[serde(default)]
+    url: Option<String>,
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    message: Option<String>,
+    #[serde(default)]
+    matching_rules: Option<Vec<Value>>,
+}
+
+fn read_blocked_edge(path: &Path) -> Result<BlockedEdge, LoadError> {
+    let f: BlockedEdgeFile = typed(path, read_doc(path)?)?;
+    let to = version(path, "to", &f.to)?;
+    let from = regex::RegexBuilder::new(&f.from)
+        .size_limit(1 << 20)
+        .build()
+        .map_err(|e| fail(path, format!("from: {:?} is not a regular expression: {e}", f.from)))?;
+    let risk = match f.matching_rules {
+        None => None,
+        Some(rules) => {
+            if rules.is_empty() {
+                return Err(fail(
+                    path,
+                    "matchingRules: empty; leave it out to drop the update, or give at least one rule (type: Always)",
+                ));
+            }
+            for (i, rule) in rules.iter().enumerate() {
+                if !rule.get("type").is_some_and(Value::is_string) {
+                    return Err(fail(
+                        path,
+                        format!("matchingRules[{i}].type: missing (a string: Always, PromQL, ...)"),
+                    ));
+                }
+            }
+            let need = |field: &str, v: Option<String>| {
+                v.filter(|s| !s.trim().is_empty())
+                    .ok_or_else(|| fail(path, format!("{field}: missing; a conditional update (one with matchingRules) needs url, name and message")))
+            };
+            Some(Risk {
+                url: need("url", f.url)?,
+                name: need("name", f.name)?,
+                message: need("message", f.message)?,
+                matching_rules: rules,
+            })
+        }
+    };
+    Ok(BlockedEdge { to, from, risk, source: path.to_path_buf() })
+}
+
+fn read_raw_metadata(path: &Path) -> Result<BTreeMap<semver::Version, BTreeMap<String, String>>, LoadError> {
+    let text = read_text(path)?;
+    let doc: Value = serde_json::from_str(&text).map_err(|e| fail(path, format!("does not read as JSON: {e}")))?;
+    let raw: BTreeMap<String, BTreeMap<String, String>> = typed(path, doc)?;
+    let mut out: BTreeMap<semver::Version, BTreeMap<String, String>> = BTreeMap::new();
+    for (v, keys) in raw {
+        let parsed = version(path, &v, &v)?;
+        out.entry(parsed).or_default().extend(keys);
+    }
+    Ok(out)
+}

@@ -1,0 +1,226 @@
+//! Serving the graphs with the update service's protocol: `GET /api/upgrades_info/v1/graph?
+//! channel=&arch=` answered as OpenShift's update service answers it (its media types, its
+//! `{kind, value}` errors and their status codes), so the CVO, `oc adm upgrade` and aloft's
+//! ClusterVersion controller all read it unchanged. The inputs are read again every refresh
+//! interval and on SIGHUP; a reload that fails keeps the graphs that were served, and says why.
+
+use super::build::Built;
+use super::graph_data::{is_arch, is_channel, CHANNEL_CHARS, DEFAULT_ARCH};
+use axum::extract::{Query, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+/// The media types the update service answers with; a client asking for neither gets 406.
+const JSON: &str = "application/json";
+const CINCINNATI_V1: &str = "application/vnd.redhat.cincinnati.v1+json";
+
+/// How `update-service` runs.
+#[derive(Debug, Clone)]
+pub struct ServiceOptions {
+    pub graph_data: PathBuf,
+    pub releases: PathBuf,
+    pub listen: SocketAddr,
+    pub refresh: Duration,
+    /// PEM certificate chain and key: serve HTTPS.
+    pub tls: Option<(PathBuf, PathBuf)>,
+}
+
+/// What is served now, replaced whole by a reload.
+struct Current {
+    built: RwLock<Arc<Built>>,
+}
+
+impl Current {
+    fn get(&self) -> Arc<Built> {
+        match self.built.read() {
+            Ok(g) => g.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    fn set(&self, b: Built) {
+        match self.built.write() {
+            Ok(mut g) => *g = Arc::new(b),
+            Err(poisoned) => *poisoned.into_inner() = Arc::new(b),
+        }
+    }
+}
+
+/// The routes, on graphs already built (the tests serve them without a listener of their own).
+pub fn router(built: Built) -> (axum::Router, impl Fn(Built) + Clone + Send + Sync + 'static) {
+    let current = Arc::new(Current { built: RwLock::new(Arc::new(built)) });
+    let setter = {
+        let current = current.clone();
+        move |b: Built| current.set(b)
+    };
+    let app = axum::Router::new()
+        .route("/api/upgrades_info/v1/graph", axum::routing::get(graph))
+        .route("/api/upgrades_info/v1/channels", axum::routing::get(channels))
+        .route("/healthz", axum::routing::get(|| async { "ok\n" }))
+        .with_state(current);
+    (app, setter)
+}
+
+/// An error as the update service writes it.
+fn error(status: StatusCode, kind: &str, value: String) -> Response {
+    (status, [(header::CONTENT_TYPE, JSON)], json!({"kind": kind, "value": value}).to_string()).into_response()
+}
+
+/// The media type to answer with, from the request's Accept: JSON unless the client asked
+/// for Cincinnati's own type only; `None` when it accepts neither.
+fn negotiate(headers: &HeaderMap) -> Option<&'static str> {
+    let Some(accept) = headers.get(header::ACCEPT) else { return Some(JSON) };
+    let accept = accept.to_str().ok()?;
+    let mut cincinnati = false;
+    for item in accept.split(',') {
+        let media = item.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+        match media.as_str() {
+            JSON | "application/*" | "*/*" => return Some(JSON),
+            CINCINNATI_V1 => cincinnati = true,
+            _ => {}
+        }
+    }
+    cincinnati.then_some(CINCINNATI_V1)
+}
+
+/// The parameters a query may carry; `id` and `version` (what the CVO sends) are accepted and
+/// do not change the answer, as for Cincinnati's public graph.
+fn arch_of(params: &HashMap<String, String>) -> Result<String, Response> {
+    let arch = params.get("arch").map(String::as_str).unwrap_or(DEFAULT_ARCH);
+    if !is_arch(arch) {
+        return Err(error(
+            StatusCode::BAD_REQUEST,
+            "invalid_params",
+            format!("invalid client parameters: arch '{arch}' does not match regex '^[0-9a-z]+$'"),
+        ));
+    }
+    Ok(arch.to_string())
+}
+
+async fn graph(
+    State(current): State<Arc<Current>>,
+    headers: HeaderMap,
+    Query(params): Query<HashMap<String, String>>,
+) -> Response {
+    let Some(media) = negotiate(&headers) else {
+        return error(StatusCode::NOT_ACCEPTABLE, "invalid_content_type", "invalid Content-Type requested".into());
+    };
+    let Some(channel) = params.get("channel") else {
+        return error(StatusCode::BAD_REQUEST, "missing_params", "mandatory client parameters missing: channel".into());
+    };
+    if !is_channel(channel) {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "invalid_params",
+            format!("invalid client parameters: channel '{channel}' does not match regex '{CHANNEL_CHARS}'"),
+        );
+    }
+    let arch = match arch_of(&params) {
+        Ok(a) => a,
+        Err(r) => return r,
+    };
+    let body = current.get().graph(channel, &arch);
+    tracing::debug!(channel = %channel, arch = %arch, "graph served");
+    (StatusCode::OK, [(header::CONTENT_TYPE, media)], body.to_string()).into_response()
+}
+
+/// aloft's own: the channels that offer releases for an architecture (Cincinnati has no such
+/// query; without it a misspelt channel reads as an empty graph and `VersionNotFound`).
+async fn channels(State(current): State<Arc<Current>>, Query(params): Query<HashMap<String, String>>) -> Response {
+    let arch = match arch_of(&params) {
+        Ok(a) => a,
+        Err(r) => return r,
+    };
+    let list = current.get().channels(&arch);
+    (StatusCode::OK, [(header::CONTENT_TYPE, JSON)], json!({"arch": arch, "channels": list}).to_string())
+        .into_response()
+}
+
+/// Load the inputs off the runtime's threads (a real graph-data has a few thousand files).
+async fn load(opts: &ServiceOptions) -> Result<Built, super::LoadError> {
+    let (g, r) = (opts.graph_data.clone(), opts.releases.clone());
+    match tokio::task::spawn_blocking(move || super::load(&g, &r)).await {
+        Ok(result) => result,
+        Err(e) => Err(super::LoadError { path: opts.graph_data.clone(), message: format!("the load stopped: {e}") }),
+    }
+}
+
+/// Serve until SIGTERM or SIGINT. The first load must succeed (a service with nothing to serve
+/// would answer every fleet with an empty graph); later ones that fail keep what is served.
+pub async fn run(opts: ServiceOptions) -> anyhow::Result<()> {
+    let built = load(&opts).await.map_err(|e| anyhow::anyhow!("the graph-data did not load: {e}"))?;
+    tracing::info!("graph-data loaded from {}: {}", opts.graph_data.display(), built.summary);
+    let mut last = built.fingerprint();
+    let (app, set) = router(built);
+
+    let listener = std::net::TcpListener::bind(opts.listen)
+        .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", opts.listen))?;
+    listener.set_nonblocking(true)?;
+    let addr = listener.local_addr()?;
+    let scheme = if opts.tls.is_some() { "https" } else { "http" };
+    tracing::info!("update service at {scheme}://{addr}/api/upgrades_info/v1/graph");
+    println!("update service at {scheme}://{addr}/api/upgrades_info/v1/graph");
+
+    let handle = axum_server::Handle::new();
+    {
+        let handle = handle.clone();
+        tokio::spawn(async move {
+            let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::warn!("cannot watch SIGTERM: {e}");
+                    return;
+                }
+            };
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+            tracing::info!("stopping");
+            handle.graceful_shutdown(Some(Duration::from_secs(5)));
+        });
+    }
+    {
+        let opts = opts.clone();
+        tokio::spawn(async move {
+            let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
+            let mut tick = tokio::time::interval(opts.refresh);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            tick.tick().await;
+            loop {
+                let why = tokio::select! {
+                    _ = tick.tick() => "refresh",
+                    Some(_) = async { match hup.as_mut() { Some(h) => h.recv().await, None => std::future::pending().await } } => "SIGHUP",
+                };
+                match load(&opts).await {
+                    Ok(b) => {
+                        if b.fingerprint() != last || why == "SIGHUP" {
+                            tracing::info!("graph-data reloaded ({why}): {}", b.summary);
+                        }
+                        last = b.fingerprint();
+                        set(b);
+                    }
+                    Err(e) => tracing::warn!(
+                        "graph-data did not reload ({why}); still serving the last graphs that loaded: {e}"
+                    ),
+                }
+            }
+        });
+    }
+    match &opts.tls {
+        None => axum_server::from_tcp(listener)?.handle(handle).serve(app.into_make_service()).await?,
+        Some((cert, key)) => {
+            let cfg = axum_server::tls_rustls::RustlsConfig::from_pem_file(cert, key)
+                .await
+                .map_err(|e| anyhow::anyhow!("--tls-cert-file/--tls-key-file: {e}"))?;
+            axum_server::from_tcp_rustls(listener, cfg)?.handle(handle).serve(app.into_make_service()).await?
+        }
+    }
+    Ok(())
+}
