@@ -426,7 +426,12 @@ mod tests {
 
     /// The graph's updates as (from, to) version pairs, and its conditional ones with the names
     /// of their risks.
-    fn updates(g: &Value) -> (BTreeSet<(String, String)>, BTreeMap<(String, String), Vec<String>>) {
+    /// Updates by (from, to) version.
+    type Plain = BTreeSet<(String, String)>;
+    /// Conditional updates by (from, to) version, with the names of their risks.
+    type Risky = BTreeMap<(String, String), Vec<String>>;
+
+    fn updates(g: &Value) -> (Plain, Risky) {
         let nodes = g["nodes"].as_array().unwrap();
         let name = |i: &Value| nodes[i.as_u64().unwrap() as usize]["version"].as_str().unwrap().to_string();
         let plain = g["edges"].as_array().unwrap().iter().map(|e| (name(&e[0]), name(&e[1]))).collect();

@@ -390,3 +390,190 @@ fn read_raw_metadata(path: &Path) -> Result<BTreeMap<semver::Version, BTreeMap<S
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A graph-data directory with one channel and two releases, each file replaceable.
+    struct Dir(tempfile::TempDir);
+
+    impl Dir {
+        fn new() -> Dir {
+            let d = Dir(tempfile::tempdir().unwrap());
+            d.write("version", "1.1.0\n");
+            d.write(
+                "channels/stable-1.yaml",
+                "name: stable-1\nfeeder: {name: candidate-1, delay: PT48H}\nversions:\n- 1.0.0\n- 1.1.0\n",
+            );
+            d.write("releases/1.0/1.0.0.yaml", "version: 1.0.0\npayload: ostree+http://repo/os#r@aa\n");
+            d.write(
+                "releases/1.1/1.1.0.json",
+                r#"{"version": "1.1.0", "payload": "ostree+http://repo/os#r@bb", "previous": ["1.0.0"]}"#,
+            );
+            d
+        }
+
+        fn write(&self, rel: &str, text: &str) {
+            let p = self.0.path().join(rel);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, text).unwrap();
+        }
+
+        fn load(&self) -> Result<GraphData, LoadError> {
+            load(self.0.path(), &self.0.path().join("releases"))
+        }
+
+        /// The error of a load that must fail: (the file, relative, and the message).
+        fn refused(&self) -> (String, String) {
+            let e = self.load().unwrap_err();
+            let rel = e.path.strip_prefix(self.0.path()).unwrap_or(&e.path).display().to_string();
+            (rel, e.message)
+        }
+    }
+
+    #[test]
+    fn a_graph_data_directory_reads_with_the_fields_tooling_adds() {
+        let d = Dir::new();
+        d.write("blocked-edges/1.1.0.yaml", "to: 1.1.0\nfrom: .*\nfixedIn: 1.1.1\nautoExtend: https://x\n# why\n");
+        d.write("blocked-edges/README.md", "not read");
+        d.write(".git/config", "not read");
+        let g = d.load().unwrap();
+        assert_eq!(g.releases.len(), 2);
+        assert_eq!(g.releases[1].previous, [semver::Version::new(1, 0, 0)]);
+        assert_eq!(g.releases[0].arch, "amd64");
+        assert_eq!(g.channels[0].versions.len(), 2);
+        assert_eq!(g.blocked_edges.len(), 1);
+        assert!(g.blocked_edges[0].risk.is_none());
+        assert!(g.raw_metadata.is_empty());
+    }
+
+    #[test]
+    fn inputs_that_do_not_read_are_refused_naming_the_file_and_field() {
+        let cases: &[(&str, &str, &str, &str)] = &[
+            ("version", "2.0.0", "version", "graph-data schema 2.0.0 is not supported"),
+            ("version", "1.2.0", "version", "graph-data schema 1.2.0 is not supported"),
+            ("version", "one", "version", "\"one\" is not a semantic version"),
+            (
+                "channels/stable-1.yaml",
+                "name: stable-1\nversions: [1.0.0, 1.1]\n",
+                "channels/stable-1.yaml",
+                "versions[1]: invalid type: number 1.1, expected a string",
+            ),
+            (
+                "channels/stable-1.yaml",
+                "name: stable-1\nversions: ['1.0']\n",
+                "channels/stable-1.yaml",
+                "versions[0]: \"1.0\" is not a semantic version",
+            ),
+            (
+                "channels/stable-1.yaml",
+                "name: Stable_1\nversions: []\n",
+                "channels/stable-1.yaml",
+                "name: \"Stable_1\" does not match",
+            ),
+            ("channels/stable-1.yaml", "name: [stable-1\n", "channels/stable-1.yaml", "does not read as YAML"),
+            ("channels/stable-1.yaml", "- 1.0.0\n", "channels/stable-1.yaml", "must be an object, got a list"),
+            (
+                "channels/other.yaml",
+                "name: stable-1\n",
+                "channels/stable-1.yaml",
+                "name: channel stable-1 is also declared in",
+            ),
+            (
+                "blocked-edges/x.yaml",
+                "to: 1.1.0\nfrom: '('\n",
+                "blocked-edges/x.yaml",
+                "from: \"(\" is not a regular expression",
+            ),
+            ("blocked-edges/x.yaml", "from: .*\n", "blocked-edges/x.yaml", "missing field `to`"),
+            (
+                "blocked-edges/x.yaml",
+                "to: 1.1.0\nfrom: .*\nurl: https://x\nmessage: m\nmatchingRules: [{type: Always}]\n",
+                "blocked-edges/x.yaml",
+                "name: missing; a conditional update (one with matchingRules) needs url, name and message",
+            ),
+            (
+                "blocked-edges/x.yaml",
+                "to: 1.1.0\nfrom: .*\nmatchingRules: []\n",
+                "blocked-edges/x.yaml",
+                "matchingRules: empty",
+            ),
+            (
+                "blocked-edges/x.yaml",
+                "to: 1.1.0\nfrom: .*\nurl: u\nname: N\nmessage: m\nmatchingRules: [{promql: {promql: up}}]\n",
+                "blocked-edges/x.yaml",
+                "matchingRules[0].type: missing",
+            ),
+            (
+                "releases/1.1/1.1.0.json",
+                r#"{"version": "1.1.0", "payload": "p", "previuos": ["1.0.0"]}"#,
+                "releases/1.1/1.1.0.json",
+                "unknown field `previuos`",
+            ),
+            (
+                "releases/1.1/1.1.0.json",
+                r#"{"version": "1.1.0+amd64", "payload": "p"}"#,
+                "releases/1.1/1.1.0.json",
+                "version: 1.1.0+amd64 has build metadata",
+            ),
+            (
+                "releases/1.1/1.1.0.json",
+                r#"{"version": "1.1.0", "payload": " "}"#,
+                "releases/1.1/1.1.0.json",
+                "payload: empty",
+            ),
+            (
+                "releases/1.1/1.1.0.json",
+                r#"{"version": "1.1.0", "payload": "p", "architecture": "x86_64"}"#,
+                "releases/1.1/1.1.0.json",
+                "architecture: \"x86_64\" is not an architecture name",
+            ),
+            (
+                "releases/1.1/1.1.0.json",
+                r#"{"version": "1.1.0", "payload": "p", "previous": ["1.2.0"]}"#,
+                "releases/1.1/1.1.0.json",
+                "previous[0]: 1.2.0 is not older than the release (1.1.0)",
+            ),
+            (
+                "releases/1.1/1.1.0.json",
+                r#"{"version": "1.1.0", "payload": "p", "next": ["1.0.0"]}"#,
+                "releases/1.1/1.1.0.json",
+                "next[0]: 1.0.0 is not newer than the release (1.1.0)",
+            ),
+            (
+                "releases/1.1/1.1.0.json",
+                r#"{"version": "1.1.0", "payload": "p", "kind": "other"}"#,
+                "releases/1.1/1.1.0.json",
+                "kind: \"other\" is not cincinnati-metadata-v0",
+            ),
+            (
+                "releases/again.yaml",
+                "version: 1.1.0\npayload: p\n",
+                "releases/again.yaml",
+                "version: release 1.1.0 for amd64 is also in",
+            ),
+            (
+                "raw/metadata.json",
+                r#"{"1.0.0": {"k": 1}}"#,
+                "raw/metadata.json",
+                "1.0.0.k: invalid type: integer `1`, expected a string",
+            ),
+            ("raw/metadata.json", r#"{"1.x": {}}"#, "raw/metadata.json", "1.x: \"1.x\" is not a semantic version"),
+        ];
+        for (file, text, at, message) in cases {
+            let d = Dir::new();
+            d.write(file, text);
+            let (path, got) = d.refused();
+            assert_eq!(&path, at, "{file}: {text}: {got}");
+            assert!(got.contains(message), "{file}: {text}: {got:?} should say {message:?}");
+        }
+        // No channels directory at all, or no releases directory.
+        let d = Dir::new();
+        std::fs::remove_dir_all(d.0.path().join("channels")).unwrap();
+        assert!(d.refused().1.contains("cannot read the directory"));
+        let d = Dir::new();
+        std::fs::remove_dir_all(d.0.path().join("releases")).unwrap();
+        assert_eq!(d.refused().0, "releases");
+    }
+}

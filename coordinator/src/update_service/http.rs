@@ -91,14 +91,14 @@ fn negotiate(headers: &HeaderMap) -> Option<&'static str> {
 
 /// The parameters a query may carry; `id` and `version` (what the CVO sends) are accepted and
 /// do not change the answer, as for Cincinnati's public graph.
-fn arch_of(params: &HashMap<String, String>) -> Result<String, Response> {
+fn arch_of(params: &HashMap<String, String>) -> Result<String, Box<Response>> {
     let arch = params.get("arch").map(String::as_str).unwrap_or(DEFAULT_ARCH);
     if !is_arch(arch) {
-        return Err(error(
+        return Err(Box::new(error(
             StatusCode::BAD_REQUEST,
             "invalid_params",
             format!("invalid client parameters: arch '{arch}' does not match regex '^[0-9a-z]+$'"),
-        ));
+        )));
     }
     Ok(arch.to_string())
 }
@@ -123,7 +123,7 @@ async fn graph(
     }
     let arch = match arch_of(&params) {
         Ok(a) => a,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let body = current.get().graph(channel, &arch);
     tracing::debug!(channel = %channel, arch = %arch, "graph served");
@@ -135,7 +135,7 @@ async fn graph(
 async fn channels(State(current): State<Arc<Current>>, Query(params): Query<HashMap<String, String>>) -> Response {
     let arch = match arch_of(&params) {
         Ok(a) => a,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let list = current.get().channels(&arch);
     (StatusCode::OK, [(header::CONTENT_TYPE, JSON)], json!({"arch": arch, "channels": list}).to_string())
