@@ -24,13 +24,18 @@ struct Service {
 
 impl Service {
     fn start(graph_data: &Path, releases: &Path, refresh: &str) -> Service {
+        Service::start_with(graph_data, releases, &["--refresh-interval", refresh])
+    }
+
+    fn start_with(graph_data: &Path, releases: &Path, args: &[&str]) -> Service {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("service.log");
         let mut child = Command::new(bin("aloft-coordinator"))
-            .args(["update-service", "--listen", "127.0.0.1:0", "--refresh-interval", refresh, "--graph-data"])
+            .args(["update-service", "--listen", "127.0.0.1:0", "--graph-data"])
             .arg(graph_data)
             .arg("--releases")
             .arg(releases)
+            .args(args)
             .env("ALOFT_LOG", "info")
             .stdout(Stdio::piped())
             .stderr(std::fs::File::create(&log).unwrap())
@@ -214,6 +219,35 @@ async fn a_fleet_follows_the_channels_the_update_service_builds() {
     let rec = &v["status"]["conditionalUpdates"][0]["conditions"][0];
     assert_eq!((rec["status"].as_str(), rec["reason"].as_str()), (Some("False"), Some("DataLoss")), "{rec}");
     assert!(v["status"]["desired"]["channels"].as_array().unwrap().contains(&json!("stable-1")), "{v}");
+
+    // Over HTTPS, with a certificate of yours (here the coordinator's serving one); a key that
+    // is not the certificate's stops the start, naming the flags.
+    let pki = c.data_dir();
+    let (cert, key) = (pki.join("serving.crt"), pki.join("serving.key"));
+    let tls = Service::start_with(
+        root,
+        &root.join("releases"),
+        &["--tls-cert-file", cert.to_str().unwrap(), "--tls-key-file", key.to_str().unwrap()],
+    );
+    assert!(tls.url.starts_with("https://127.0.0.1:"), "{}", tls.url);
+    let https = reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(&c.ca_pem()).unwrap())
+        .build()
+        .unwrap();
+    let g: Value = https.get(format!("{}?channel=stable-1", tls.url)).send().await.unwrap().json().await.unwrap();
+    assert_eq!(versions(&g["nodes"]), ["1.0.0", "1.1.0", "1.2.0"]);
+    drop(tls);
+    let out = Command::new(bin("aloft-coordinator"))
+        .args(["update-service", "--listen", "127.0.0.1:0", "--graph-data"])
+        .arg(root)
+        .arg("--tls-cert-file")
+        .arg(&cert)
+        .arg("--tls-key-file")
+        .arg(pki.join("ca.key"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("--tls-cert-file/--tls-key-file"), "{err}");
 
     // The risk is lifted and 1.0.0 -> 1.1.0 dropped instead: the next refresh serves it and
     // the fleet is offered 1.2.0 alone.

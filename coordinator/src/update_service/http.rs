@@ -142,6 +142,22 @@ async fn channels(State(current): State<Arc<Current>>, Query(params): Query<Hash
         .into_response()
 }
 
+/// Tell systemd (`Type=notify`) that the service is ready, and what `systemctl status` should
+/// say: a failed reload shows there, not only in the journal. A no-op outside systemd.
+fn notify(status: &str, ready: bool) {
+    if std::env::var_os("NOTIFY_SOCKET").is_none() {
+        return;
+    }
+    let line = status.replace('\n', " ");
+    let mut states = vec![sd_notify::NotifyState::Status(&line)];
+    if ready {
+        states.push(sd_notify::NotifyState::Ready);
+    }
+    if let Err(e) = sd_notify::notify(&states) {
+        tracing::warn!(error = %e, "sd_notify failed");
+    }
+}
+
 /// Load the inputs off the runtime's threads (a real graph-data has a few thousand files).
 async fn load(opts: &ServiceOptions) -> Result<Built, super::LoadError> {
     let (g, r) = (opts.graph_data.clone(), opts.releases.clone());
@@ -157,15 +173,29 @@ pub async fn run(opts: ServiceOptions) -> anyhow::Result<()> {
     let built = load(&opts).await.map_err(|e| anyhow::anyhow!("the graph-data did not load: {e}"))?;
     tracing::info!("graph-data loaded from {}: {}", opts.graph_data.display(), built.summary);
     let mut last = built.fingerprint();
+    let first_summary = built.summary.to_string();
     let (app, set) = router(built);
 
+    // Before the ready line: a SIGHUP (systemctl reload) right after the start must reload, not
+    // stop the process, and certificates that do not load must stop the start.
+    let hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+        .map_err(|e| anyhow::anyhow!("cannot watch SIGHUP: {e}"))?;
+    let tls = match &opts.tls {
+        None => None,
+        Some((cert, key)) => Some(
+            axum_server::tls_rustls::RustlsConfig::from_pem_file(cert, key)
+                .await
+                .map_err(|e| anyhow::anyhow!("--tls-cert-file/--tls-key-file: {e}"))?,
+        ),
+    };
     let listener = std::net::TcpListener::bind(opts.listen)
         .map_err(|e| anyhow::anyhow!("cannot listen on {}: {e}", opts.listen))?;
     listener.set_nonblocking(true)?;
     let addr = listener.local_addr()?;
-    let scheme = if opts.tls.is_some() { "https" } else { "http" };
+    let scheme = if tls.is_some() { "https" } else { "http" };
     tracing::info!("update service at {scheme}://{addr}/api/upgrades_info/v1/graph");
     println!("update service at {scheme}://{addr}/api/upgrades_info/v1/graph");
+    notify(&format!("serving on {addr}: {first_summary}"), true);
 
     let handle = axum_server::Handle::new();
     {
@@ -189,14 +219,14 @@ pub async fn run(opts: ServiceOptions) -> anyhow::Result<()> {
     {
         let opts = opts.clone();
         tokio::spawn(async move {
-            let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
+            let mut hup = hup;
             let mut tick = tokio::time::interval(opts.refresh);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             tick.tick().await;
             loop {
                 let why = tokio::select! {
                     _ = tick.tick() => "refresh",
-                    Some(_) = async { match hup.as_mut() { Some(h) => h.recv().await, None => std::future::pending().await } } => "SIGHUP",
+                    Some(_) = hup.recv() => "SIGHUP",
                 };
                 match load(&opts).await {
                     Ok(b) => {
@@ -204,23 +234,25 @@ pub async fn run(opts: ServiceOptions) -> anyhow::Result<()> {
                             tracing::info!("graph-data reloaded ({why}): {}", b.summary);
                         }
                         last = b.fingerprint();
+                        notify(&format!("serving on {addr}: {}", b.summary), false);
                         set(b);
                     }
-                    Err(e) => tracing::warn!(
-                        "graph-data did not reload ({why}); still serving the last graphs that loaded: {e}"
-                    ),
+                    Err(e) => {
+                        tracing::warn!(
+                            "graph-data did not reload ({why}); still serving the last graphs that loaded: {e}"
+                        );
+                        notify(
+                            &format!("serving on {addr} the last graphs that loaded; the {why} reload failed: {e}"),
+                            false,
+                        );
+                    }
                 }
             }
         });
     }
-    match &opts.tls {
+    match tls {
         None => axum_server::from_tcp(listener)?.handle(handle).serve(app.into_make_service()).await?,
-        Some((cert, key)) => {
-            let cfg = axum_server::tls_rustls::RustlsConfig::from_pem_file(cert, key)
-                .await
-                .map_err(|e| anyhow::anyhow!("--tls-cert-file/--tls-key-file: {e}"))?;
-            axum_server::from_tcp_rustls(listener, cfg)?.handle(handle).serve(app.into_make_service()).await?
-        }
+        Some(cfg) => axum_server::from_tcp_rustls(listener, cfg)?.handle(handle).serve(app.into_make_service()).await?,
     }
     Ok(())
 }
