@@ -674,6 +674,132 @@ async fn a_release_is_verified_against_the_keyring_before_it_is_taken() {
     assert!(h["acceptedRisks"].as_str().unwrap_or("").contains("is bound to ref aloft/other/x86_64, not"), "{h}");
 }
 
+/// A key made in the past (gpg's `faked-system-time`, 2024-01-01, written in its gpg.conf with
+/// `extra`, so `ostree commit --gpg-sign` signs as of then), expiring after `expire`.
+fn key_made_in_2024(dir: &std::path::Path, name: &str, expire: &str, extra: &str) -> aloft_osd::testkit::GpgKey {
+    let home = dir.join(format!("gnupg-{name}"));
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::set_permissions(&home, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    std::fs::write(home.join("gpg.conf"), format!("faked-system-time 20240101T000000\n{extra}")).unwrap();
+    let gpg = |args: &[&str]| {
+        let out = std::process::Command::new("gpg")
+            .env("GNUPGHOME", &home)
+            .args(["--batch", "--yes", "--quiet", "--pinentry-mode", "loopback", "--passphrase", ""])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "gpg {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        out.stdout
+    };
+    gpg(&["--quick-gen-key", &format!("aloft test {name} <{name}@aloft.invalid>"), "ed25519", "sign", expire]);
+    let listing = String::from_utf8(gpg(&["--with-colons", "--list-secret-keys"])).unwrap();
+    let key_id = listing.lines().find_map(|l| l.strip_prefix("fpr:").map(|r| r.trim_matches(':').to_string())).unwrap();
+    let keyring = dir.join(format!("{name}.gpg"));
+    std::fs::write(&keyring, gpg(&["--export", &key_id])).unwrap();
+    aloft_osd::testkit::GpgKey { home, key_id, keyring }
+}
+
+/// Expiry, as libostree's pull checks it (the agents would refuse these commits at the first
+/// canary: "Key expired", "Signature expired"): a commit signed in 2024 by a key that expired at
+/// the end of 2024, or with a signature that expired the next day, is refused before any node
+/// drains; signed then by a key that never expires, or whose owner extended its expiry since
+/// (the newest self-signature counts), it is taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_keys_and_signatures_are_refused_as_the_nodes_would() {
+    use aloft_osd::testkit::{self, ServerRepo, StaticServer, REF};
+    let work = tempfile::tempdir().unwrap();
+    let lasting = key_made_in_2024(work.path(), "lasting", "never", "");
+    let expired = key_made_in_2024(work.path(), "expired", "1y", "");
+    let short_sig = key_made_in_2024(work.path(), "shortsig", "never", "default-sig-expire 1d\n");
+    let extended = key_made_in_2024(work.path(), "extended", "1y", "");
+    let repo = ServerRepo::create(&work.path().join("srv/repo")).unwrap();
+    let http = StaticServer::start(&work.path().join("srv")).unwrap();
+    let commit = |v: &str, key: &testkit::GpgKey| {
+        let tree = work.path().join(format!("tree-{v}"));
+        testkit::write_tree(&tree, v, 2).unwrap();
+        let sum = repo.commit(&tree, REF, v, Some(key)).unwrap();
+        format!("ostree+{}#{REF}@{sum}", http.url("repo"))
+    };
+    let (c1, c2, c3, c4) =
+        (commit("1", &lasting), commit("2", &expired), commit("3", &short_sig), commit("4", &extended));
+    // The owner of `extended` moves its expiry out, today (no faked time): its newest
+    // self-signature has the new expiry.
+    std::fs::write(extended.home.join("gpg.conf"), "").unwrap();
+    let out = std::process::Command::new("gpg")
+        .env("GNUPGHOME", &extended.home)
+        .args([
+            "--batch",
+            "--quiet",
+            "--pinentry-mode",
+            "loopback",
+            "--passphrase",
+            "",
+            "--quick-set-expire",
+            &extended.key_id,
+            "10y",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = std::process::Command::new("gpg")
+        .env("GNUPGHOME", &extended.home)
+        .args(["--export", &extended.key_id])
+        .output()
+        .unwrap();
+    let mut keyring = out.stdout;
+    for k in [&lasting, &expired, &short_sig] {
+        keyring.extend(std::fs::read(&k.keyring).unwrap());
+    }
+    let keyring_path = work.path().join("keyring.gpg");
+    std::fs::write(&keyring_path, keyring).unwrap();
+
+    let c = Coordinator::start_with(Options {
+        args: vec![
+            "--update-poll-interval".into(),
+            "3s".into(),
+            "--release-keyring".into(),
+            keyring_path.to_string_lossy().into_owned(),
+        ],
+        ..Default::default()
+    });
+    let admin = c.client();
+    let svc = UpdateService::start().await;
+    let releases = [("1.0.0", c1.as_str()), ("1.0.1", c2.as_str()), ("1.0.2", c3.as_str()), ("1.0.3", c4.as_str())];
+    svc.set("stable-1", graph(&releases, &[("1.0.0", "1.0.1"), ("1.0.0", "1.0.2"), ("1.0.0", "1.0.3")], &[]));
+    let spec = json!({"upstream": svc.url, "channel": "stable-1", "desiredUpdate": {"version": "1.0.0"}});
+    admin.post(&path_of(&CLUSTER_VERSION, None), &cluster_version(spec)).await.unwrap().into_result().unwrap();
+    let v = wait_cv(&admin, "1.0.0 taken", |v| v["status"]["desired"]["version"] == "1.0.0").await;
+    assert_eq!(
+        v["status"]["history"][0]["verified"], true,
+        "signed in 2024 by a key that lasts: {}",
+        v["status"]["history"]
+    );
+
+    let cv_path = path_of(&CLUSTER_VERSION, Some("version"));
+    for (version, says) in [
+        ("1.0.1", format!("key {} expired on 2024-12-31T00:00:00Z", expired.key_id)),
+        ("1.0.2", format!("the signature by {} expired on 2024-01-02T00:00:00Z", short_sig.key_id)),
+    ] {
+        let ask = json!({"spec": {"desiredUpdate": {"version": version}}});
+        admin.patch(&cv_path, "application/merge-patch+json", &ask).await.unwrap().into_result().unwrap();
+        let v = wait_cv(&admin, &format!("{version} refused"), |v| {
+            cond_is(v, "ReleaseAccepted", "False", "RetrievePayload") && accepted_message(v).contains(version)
+        })
+        .await;
+        let m = accepted_message(&v);
+        assert!(
+            m.contains("The update cannot be verified") && m.contains("signed only by expired keys or signatures"),
+            "{m}"
+        );
+        assert!(m.contains(&says), "{m} should say {says}");
+        assert_eq!(v["status"]["desired"]["version"], "1.0.0");
+    }
+    let ask = json!({"spec": {"desiredUpdate": {"version": "1.0.3"}}});
+    admin.patch(&cv_path, "application/merge-patch+json", &ask).await.unwrap().into_result().unwrap();
+    let v = wait_cv(&admin, "1.0.3 taken", |v| v["status"]["desired"]["version"] == "1.0.3").await;
+    assert_eq!(v["status"]["history"][0]["verified"], true, "the expiry was extended: {}", v["status"]["history"]);
+}
+
 /// `spec.automaticUpdates` walks a real channel (OpenShift's stable-4.7 graph, where 4.7.2's
 /// newest recommended update is the channel's last): once a release completes, the newest
 /// recommended update newer than every release run is asked for and taken, until the graph

@@ -46,6 +46,8 @@ pub enum VerifyError {
     BadMetadata { checksum: String, why: String },
     #[error("commit {checksum} has {count} signature(s), none by a key of {keyring}{issuers}")]
     NoTrustedSignature { checksum: String, count: usize, keyring: String, issuers: String },
+    #[error("commit {checksum} is signed only by expired keys or signatures: {why}")]
+    Expired { checksum: String, why: String },
     #[error("commit {checksum} is bound to ref {bound}, not {named}, the ref the release names")]
     OtherRef { checksum: String, named: String, bound: String },
     #[error("the commit object {checksum} does not read: {why}")]
@@ -108,11 +110,14 @@ impl Keyring {
     }
 
     /// The fingerprint of the key (primary or signing subkey) that made one of `signatures`
-    /// over `data`, if any did. Only signatures as ostree makes them count: over binary data,
-    /// with SHA-256 or stronger.
-    fn signer_of(&self, data: &[u8], signatures: &[DetachedSignature]) -> Option<String> {
+    /// over `data`, if any did, at `now` (unix seconds). Only signatures as ostree makes them
+    /// count: over binary data, with SHA-256 or stronger, by a key that has not expired, and
+    /// not expired themselves (libostree's pull refuses both: "Key expired", "Signature
+    /// expired"). Err: why each good signature did not count (empty: none was good).
+    fn signer_of(&self, data: &[u8], signatures: &[DetachedSignature], now: u64) -> Result<String, Vec<String>> {
         use pgp::crypto::hash::HashAlgorithm as H;
         use pgp::packet::SignatureType;
+        let mut expired = Vec::new();
         for sig in signatures {
             let strong =
                 matches!(sig.signature.hash_alg(), Some(H::Sha256 | H::Sha384 | H::Sha512 | H::Sha3_256 | H::Sha3_512));
@@ -120,17 +125,68 @@ impl Keyring {
                 continue;
             }
             for key in &self.keys {
+                let primary_until = expiry(key.primary_key.created_at(), newest_self_signature(key));
+                let mut candidates: Vec<(String, Option<u64>)> = Vec::new();
                 if sig.verify(key, data).is_ok() {
-                    return Some(format!("{:X}", key.fingerprint()));
+                    candidates.push((format!("{:X}", key.fingerprint()), primary_until));
                 }
                 for sub in key.public_subkeys.iter().filter(|sub| signing_subkey(&key.primary_key, sub)) {
                     if sig.verify(sub, data).is_ok() {
-                        return Some(format!("{:X}", sub.key.fingerprint()));
+                        let binding = sub
+                            .signatures
+                            .iter()
+                            .filter(|s| s.typ() == Some(SignatureType::SubkeyBinding))
+                            .max_by_key(|s| s.created().map(|t| t.as_secs()));
+                        // A subkey is no longer valid than its primary key.
+                        let until = [expiry(sub.key.created_at(), binding), primary_until].into_iter().flatten().min();
+                        candidates.push((format!("{:X}", sub.key.fingerprint()), until));
                     }
+                }
+                for (fingerprint, until) in candidates {
+                    if let Some(t) = until.filter(|&t| t <= now) {
+                        expired.push(format!("key {fingerprint} expired {}", when(t)));
+                        continue;
+                    }
+                    let made = sig.signature.created().map(|t| u64::from(t.as_secs()));
+                    let lasts =
+                        sig.signature.signature_expiration_time().map(|d| u64::from(d.as_secs())).filter(|&d| d > 0);
+                    if let (Some(made), Some(lasts)) = (made, lasts) {
+                        if made + lasts <= now {
+                            expired.push(format!("the signature by {fingerprint} expired {}", when(made + lasts)));
+                            continue;
+                        }
+                    }
+                    return Ok(fingerprint);
                 }
             }
         }
-        None
+        Err(expired)
+    }
+}
+
+/// The newest self-signature of `key` that verifies (a certification of one of its user IDs by
+/// itself, or a direct-key signature): the one whose key expiration time holds, as GnuPG reads it.
+fn newest_self_signature(key: &SignedPublicKey) -> Option<&pgp::packet::Signature> {
+    use pgp::types::Tag;
+    let users = key.details.users.iter().flat_map(|u| {
+        u.signatures.iter().filter(move |s| s.verify_certification(&key.primary_key, Tag::UserId, &u.id).is_ok())
+    });
+    let direct = key.details.direct_signatures.iter().filter(|s| s.verify_key(&key.primary_key).is_ok());
+    users.chain(direct).max_by_key(|s| s.created().map(|t| t.as_secs()))
+}
+
+/// When a key made at `created` expires by `sig`'s key expiration time (unix seconds); None:
+/// never (no such time, or zero).
+fn expiry(created: pgp::types::Timestamp, sig: Option<&pgp::packet::Signature>) -> Option<u64> {
+    let lasts = u64::from(sig?.key_expiration_time()?.as_secs());
+    (lasts > 0).then(|| u64::from(created.as_secs()) + lasts)
+}
+
+/// A time for a message: `on 2024-12-31T00:00:00Z`.
+fn when(unix: u64) -> String {
+    match chrono::DateTime::from_timestamp(i64::try_from(unix).unwrap_or(i64::MAX), 0) {
+        Some(t) => format!("on {}", t.format("%Y-%m-%dT%H:%M:%SZ")),
+        None => format!("at {unix}"),
     }
 }
 
@@ -176,7 +232,11 @@ pub async fn verify(http: &reqwest::Client, keyring: &Keyring, image: &str) -> R
     if signatures.is_empty() && unreadable.is_empty() {
         return Err(VerifyError::Unsigned(parsed.checksum));
     }
-    keyring.signer_of(&commit, &signatures).ok_or_else(|| {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    keyring.signer_of(&commit, &signatures, now).map_err(|expired| {
+        if !expired.is_empty() {
+            return VerifyError::Expired { checksum: parsed.checksum.clone(), why: expired.join("; ") };
+        }
         // Each signature's issuer: its fingerprint, else its key ID.
         let issuers: Vec<String> = signatures
             .iter()

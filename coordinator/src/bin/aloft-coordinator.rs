@@ -95,7 +95,7 @@ enum Cmd {
         /// (/usr/share/ostree/trusted.gpg.d/aloft.gpg in aloft's images); the coordinator must
         /// reach the release's repository at the URL its payload names. Without it releases are
         /// taken unverified (history verified: false); each agent still verifies the commit
-        /// before it deploys it, and alone checks the expiry of keys.
+        /// before it deploys it. Expired keys and signatures do not count, as for libostree.
         #[arg(long, env = "ALOFT_RELEASE_KEYRING", value_name = "FILE")]
         release_keyring: Option<std::path::PathBuf>,
         /// OLM's global catalog namespace: its CatalogSources serve every namespace. A bundle's
