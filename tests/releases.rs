@@ -800,6 +800,74 @@ async fn expired_keys_and_signatures_are_refused_as_the_nodes_would() {
     assert_eq!(v["status"]["history"][0]["verified"], true, "the expiry was extended: {}", v["status"]["history"]);
 }
 
+/// A release whose repository does not answer is verified apart from the controller's pass:
+/// while the check waits on it (each read is given 10 s), the ClusterVersion goes on showing
+/// what the graph offers, and the release is neither taken nor refused until the check ends,
+/// refused then, naming the read that did not come back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_whose_repository_hangs_holds_nothing_else() {
+    use aloft_osd::testkit::{self, GpgKey, ServerRepo, StaticServer, REF};
+    let work = tempfile::tempdir().unwrap();
+    let key = GpgKey::generate(work.path(), "release").unwrap();
+    let repo = ServerRepo::create(&work.path().join("srv/repo")).unwrap();
+    let http = StaticServer::start(&work.path().join("srv")).unwrap();
+    let tree = work.path().join("tree");
+    testkit::write_tree(&tree, "1", 2).unwrap();
+    let first = format!("ostree+{}#{REF}@{}", http.url("repo"), repo.commit(&tree, REF, "1", Some(&key)).unwrap());
+    // A repository that takes connections and never answers.
+    let hung = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let hung_at = hung.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for conn in hung.incoming() {
+            held.push(conn);
+        }
+    });
+    let stuck = format!("ostree+http://{hung_at}/repo#{REF}@{}", "ab".repeat(32));
+    let third = format!("ostree+http://{hung_at}/repo#{REF}@{}", "cd".repeat(32));
+
+    let c = Coordinator::start_with(Options {
+        args: vec![
+            "--update-poll-interval".into(),
+            "1s".into(),
+            "--release-keyring".into(),
+            key.keyring.to_string_lossy().into_owned(),
+        ],
+        ..Default::default()
+    });
+    let admin = c.client();
+    let svc = UpdateService::start().await;
+    svc.set("stable-1", graph(&[("1.0.0", first.as_str()), ("1.0.1", stuck.as_str())], &[("1.0.0", "1.0.1")], &[]));
+    let spec = json!({"upstream": svc.url, "channel": "stable-1", "desiredUpdate": {"version": "1.0.0"}});
+    admin.post(&path_of(&CLUSTER_VERSION, None), &cluster_version(spec)).await.unwrap().into_result().unwrap();
+    wait_cv(&admin, "1.0.0 taken", |v| completed(v, "1.0.0")).await;
+
+    let cv_path = path_of(&CLUSTER_VERSION, Some("version"));
+    let ask = json!({"spec": {"desiredUpdate": {"version": "1.0.1"}}});
+    admin.patch(&cv_path, "application/merge-patch+json", &ask).await.unwrap().into_result().unwrap();
+    // The graph changes meanwhile: the next passes show it, the check of 1.0.1 still waiting.
+    svc.set(
+        "stable-1",
+        graph(
+            &[("1.0.0", first.as_str()), ("1.0.1", stuck.as_str()), ("1.0.2", third.as_str())],
+            &[("1.0.0", "1.0.1"), ("1.0.0", "1.0.2")],
+            &[],
+        ),
+    );
+    let v =
+        wait_cv(&admin, "the new graph shown", |v| versions(&v["status"]["availableUpdates"]) == ["1.0.1", "1.0.2"])
+            .await;
+    assert!(!accepted_message(&v).contains("1.0.1"), "judged before its check ended: {v}");
+    assert_eq!(v["status"]["desired"]["version"], "1.0.0");
+    let v = wait_cv(&admin, "1.0.1 refused once its check ends", |v| {
+        cond_is(v, "ReleaseAccepted", "False", "RetrievePayload") && accepted_message(v).contains("1.0.1")
+    })
+    .await;
+    let m = accepted_message(&v);
+    assert!(m.contains("The update cannot be verified") && m.contains(&hung_at.to_string()), "{m}");
+    assert_eq!(v["status"]["desired"]["version"], "1.0.0");
+}
+
 /// `spec.automaticUpdates` walks a real channel (OpenShift's stable-4.7 graph, where 4.7.2's
 /// newest recommended update is the channel's last): once a release completes, the newest
 /// recommended update newer than every release run is asked for and taken, until the graph

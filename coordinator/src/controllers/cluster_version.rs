@@ -78,6 +78,9 @@ struct GraphCache {
     /// its checksum), one that failed until [`RETRY`] has passed (the repository may have been
     /// unreachable).
     verified: std::collections::HashMap<String, (Instant, Verification)>,
+    /// Releases being checked now, by a task of their own (a repository that does not answer
+    /// takes up to two reads of [`FETCH_TIMEOUT`]: the pass does not wait for it).
+    verifying: std::collections::HashSet<String>,
 }
 
 /// What a graph is fetched for; a change of any field fetches again at once.
@@ -142,16 +145,17 @@ pub async fn run(store: Arc<dyn Store>, events: Recorder, opts: Options, passes:
     // which do not wake this controller) only at a fetch.
     // At least a second: a pass lists the Nodes while the architecture is guessed.
     let every = opts.poll.min(RETRY).max(Duration::from_secs(1));
-    let wake = (every < super::RESYNC).then(|| {
-        let wake = Arc::new(tokio::sync::Notify::new());
+    // Also woken when a release's verification, which runs apart, has its outcome.
+    let wake = Arc::new(tokio::sync::Notify::new());
+    if every < super::RESYNC {
         tokio::spawn(wake_every(Arc::downgrade(&wake), every));
-        wake
-    });
-    super::run_loop_woken("cluster-version", store, &watched, relevant, passes, wake, move |s| {
+    }
+    let woken = wake.clone();
+    super::run_loop_woken("cluster-version", store, &watched, relevant, passes, Some(woken), move |s| {
         let (http, cache, events, opts) = (http.clone(), cache.clone(), events.clone(), opts.clone());
-        let following = following.clone();
+        let (following, wake) = (following.clone(), wake.clone());
         async move {
-            let rolling_out = reconcile(&s, &http, &cache, &events, &opts).await?;
+            let rolling_out = reconcile(&s, &http, &cache, &events, &opts, &wake).await?;
             following.store(rolling_out, Ordering::Relaxed);
             Ok(())
         }
@@ -181,9 +185,10 @@ fn http_client() -> Result<reqwest::Client, reqwest::Error> {
 async fn reconcile(
     store: &Arc<dyn Store>,
     http: &reqwest::Client,
-    cache: &Mutex<GraphCache>,
+    cache: &Arc<Mutex<GraphCache>>,
     events: &Recorder,
     opts: &Options,
+    wake: &Arc<tokio::sync::Notify>,
 ) -> Result<bool, StoreError> {
     let key = Key::cluster(&CLUSTER_VERSION.store_key(), cv::NAME);
     let Some(stored) = store.get(&key).await? else { return Ok(false) };
@@ -211,18 +216,31 @@ async fn reconcile(
         }
         None => status.conditions.retain(|c| c.type_ != cv::UPGRADEABLE),
     }
+    let mut pending = None;
     let verification = match &opts.keyring {
         Some(keyring) => match resolve(&cv, &status, graph.as_deref()) {
             Some(Ok(target))
                 if !cv.current().is_some_and(|c| c.version == target.version && c.image == target.image) =>
             {
-                Some(verify_release(http, cache, keyring, &target.image).await)
+                let known = verify_release(http, cache, keyring, &target.image, wake);
+                if known.is_none() {
+                    pending = Some(target.version);
+                }
+                known
             }
             _ => None,
         },
         None => None,
     };
-    let accepted = consider_desired_update(&cv, &mut status, graph.as_deref(), verification.as_ref(), &now);
+    // While the requested release is being verified it is neither taken nor refused (the
+    // CVO's payload is retrieved before it is judged); the outcome wakes the next pass.
+    let accepted = match &pending {
+        Some(version) => {
+            tracing::debug!(%version, "waiting for the release's verification");
+            None
+        }
+        None => consider_desired_update(&cv, &mut status, graph.as_deref(), verification.as_ref(), &now),
+    };
     // Every pass, as the CVO applies its manifests again and again: a release MachineConfig
     // deleted or edited by hand is put back.
     if let Some(desired) = &status.desired {
@@ -251,7 +269,12 @@ async fn reconcile(
     let mut automatic = None;
     for candidate in automatic_candidates(&cv, &status) {
         let verified = match &opts.keyring {
-            Some(keyring) => verify_release(http, cache, keyring, &candidate.image).await,
+            Some(keyring) => match verify_release(http, cache, keyring, &candidate.image, wake) {
+                Some(known) => known,
+                // The newest is asked for only once its outcome is known, not passed over
+                // for an older one meanwhile.
+                None => break,
+            },
             None => Ok(String::new()),
         };
         match verified {
@@ -904,38 +927,50 @@ fn not_recommended(status: &ClusterVersionStatus, target: &Release) -> Option<St
     }
 }
 
-/// Check `image`'s signatures against `keyring`, or recall the last check (see
-/// [`GraphCache::verified`]).
-async fn verify_release(
+/// What is known of `image`'s signatures against `keyring` (see [`GraphCache::verified`]);
+/// None while it is being checked, by a task started here if none is, which wakes the
+/// controller with the outcome.
+fn verify_release(
     http: &reqwest::Client,
-    cache: &Mutex<GraphCache>,
-    keyring: &Keyring,
+    cache: &Arc<Mutex<GraphCache>>,
+    keyring: &Arc<Keyring>,
     image: &str,
-) -> Verification {
-    if let Ok(c) = cache.lock() {
+    wake: &Arc<tokio::sync::Notify>,
+) -> Option<Verification> {
+    {
+        let Ok(mut c) = cache.lock() else { return None };
         if let Some((at, known)) = c.verified.get(image) {
             if known.is_ok() || at.elapsed() < RETRY {
-                return known.clone();
+                return Some(known.clone());
             }
         }
+        if !c.verifying.insert(image.to_string()) {
+            return None;
+        }
     }
-    let outcome = release_signature::verify(http, keyring, image).await.map_err(|e| e.to_string());
-    match &outcome {
-        Ok(signer) => tracing::info!(%image, %signer, "release verified"),
-        Err(why) => tracing::warn!(%image, %why, "the release cannot be verified"),
-    }
-    if let Ok(mut c) = cache.lock() {
-        // Bounded: a graph names a few hundred releases at most, but a spec edited in a loop
-        // could name any number.
-        if c.verified.len() >= 256 {
-            c.verified.retain(|_, (_, v)| v.is_ok());
+    let (http, cache, keyring, wake, image) =
+        (http.clone(), cache.clone(), keyring.clone(), wake.clone(), image.to_string());
+    tokio::spawn(async move {
+        let outcome = release_signature::verify(&http, &keyring, &image).await.map_err(|e| e.to_string());
+        match &outcome {
+            Ok(signer) => tracing::info!(%image, %signer, "release verified"),
+            Err(why) => tracing::warn!(%image, %why, "the release cannot be verified"),
+        }
+        if let Ok(mut c) = cache.lock() {
+            c.verifying.remove(&image);
+            // Bounded: a graph names a few hundred releases at most, but a spec edited in a
+            // loop could name any number.
             if c.verified.len() >= 256 {
-                c.verified.clear();
+                c.verified.retain(|_, (_, v)| v.is_ok());
+                if c.verified.len() >= 256 {
+                    c.verified.clear();
+                }
             }
+            c.verified.insert(image, (Instant::now(), outcome));
         }
-        c.verified.insert(image.to_string(), (Instant::now(), outcome.clone()));
-    }
-    outcome
+        wake.notify_one();
+    });
+    None
 }
 
 /// Take `spec.desiredUpdate` when it names another release and passes (or `force`s) the
