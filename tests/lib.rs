@@ -20,6 +20,7 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 pub mod catalog_server;
+pub mod graph_service;
 pub mod sandbox;
 pub mod update_service;
 

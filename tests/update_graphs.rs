@@ -7,76 +7,11 @@
 //! an OpenShift cluster was.
 
 use aloft_coordinator::resources::{CLUSTER_VERSION, MACHINE_CONFIG_POOL};
+use aloft_tests::graph_service::{write, Service};
 use aloft_tests::*;
 use serde_json::{json, Value};
-use std::io::BufRead;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
-
-/// An `update-service` process; stopped when dropped.
-struct Service {
-    child: Child,
-    url: String,
-    log: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl Service {
-    fn start(graph_data: &Path, releases: &Path, refresh: &str) -> Service {
-        Service::start_with(graph_data, releases, &["--refresh-interval", refresh])
-    }
-
-    fn start_with(graph_data: &Path, releases: &Path, args: &[&str]) -> Service {
-        let dir = tempfile::tempdir().unwrap();
-        let log = dir.path().join("service.log");
-        let mut child = Command::new(bin("aloft-coordinator"))
-            .args(["update-service", "--listen", "127.0.0.1:0", "--graph-data"])
-            .arg(graph_data)
-            .arg("--releases")
-            .arg(releases)
-            .args(args)
-            .env("ALOFT_LOG", "info")
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-        let url = line
-            .trim()
-            .strip_prefix("update service at ")
-            .unwrap_or_else(|| panic!("{line:?}: {}", std::fs::read_to_string(&log).unwrap_or_default()))
-            .to_string();
-        Service { child, url, log, _dir: dir }
-    }
-
-    fn base(&self) -> String {
-        self.url.trim_end_matches("/api/upgrades_info/v1/graph").to_string()
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    fn hup(&self) {
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), nix::sys::signal::Signal::SIGHUP)
-            .unwrap();
-    }
-}
-
-impl Drop for Service {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn write(root: &Path, rel: &str, text: &str) {
-    let p = root.join(rel);
-    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-    std::fs::write(p, text).unwrap();
-}
 
 fn payload(n: u32) -> String {
     format!("ostree+http://127.0.0.1:9/repo#aloft/stable/x86_64@{:064x}", n)

@@ -1278,7 +1278,8 @@ async fn rolled_back_records(vm: &Vm, failed: &str, to: &str) -> Result<()> {
 }
 
 /// A release from an update graph, on a real VM: the ClusterVersion takes release 1.0.0 (the
-/// image's v1, which the VM runs) from a graph served on the host's loopback, then 1.1.0 (v2);
+/// image's v1, which the VM runs) from a graph aloft's update service builds from a graph-data
+/// directory and serves on the host's loopback, then 1.1.0 (v2);
 /// the release MachineConfig carries v2 to the worker pool, the VM reboots once into it, and the
 /// release completes once the pool runs it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -1291,12 +1292,19 @@ async fn h_release_from_the_update_graph() -> Result<()> {
 }
 
 async fn release_from_graph(fleet: &Fleet) -> Result<()> {
-    use aloft_tests::update_service::{graph, UpdateService};
+    use aloft_tests::graph_service::{write, Service};
     let (_, first) = enrolled_and_done(fleet, 1, json!({})).await?;
     let v2 = fleet.images.commit("v2")?.to_string();
     let (url1, url2) = (fleet.images.os_image_url("v1")?, fleet.images.os_image_url("v2")?);
-    let svc = UpdateService::start().await;
-    svc.set("stable-1", graph(&[("1.0.0", &url1), ("1.1.0", &url2)], &[("1.0.0", "1.1.0")], &[]));
+    // The graph as a publisher of releases writes it: a graph-data directory served by
+    // aloft's update service.
+    let gd = tempfile::tempdir()?;
+    write(gd.path(), "version", "1.1.0\n");
+    write(gd.path(), "channels/stable-1.yaml", "name: stable-1\nversions: [1.0.0, 1.1.0]\n");
+    write(gd.path(), "releases/1.0.0.json", &json!({"version": "1.0.0", "payload": url1}).to_string());
+    let second = json!({"version": "1.1.0", "payload": url2, "previous": ["1.0.0"]});
+    write(gd.path(), "releases/1.1.0.json", &second.to_string());
+    let svc = Service::start(gd.path(), &gd.path().join("releases"), "5m");
     let path = "/apis/config.openshift.io/v1/clusterversions/version";
     let cv = json!({"apiVersion": "config.openshift.io/v1", "kind": "ClusterVersion", "metadata": {"name": "version"},
         "spec": {"upstream": svc.url, "channel": "stable-1", "desiredUpdate": {"version": "1.0.0"}}});
