@@ -244,6 +244,15 @@ async fn releases_follow_a_real_update_graph() {
 
     // Another channel: fetched at once, and this release is not in it.
     svc.set("stable-4.8", real_graph("stable-4.8_amd64_v1.json"));
+    // Not a channel of the current release: refused (exit 2), as `oc adm upgrade channel`
+    // refuses it, and nothing changes.
+    let (code, _, err) = aloftctl(&c, &["adm", "upgrade", "channel", "stable-4.9"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("\"stable-4.9\" is not one of the channels of the current release") && err.contains("stable-4.8"),
+        "{err}"
+    );
+    assert_eq!(cv(&admin).await["spec"]["channel"], "stable-4.7");
     let (code, out, err) = aloftctl(&c, &["adm", "upgrade", "channel", "stable-4.8"]);
     assert!(code == 0 && out.contains("Changed the channel from \"stable-4.7\" to \"stable-4.8\""), "{out}{err}");
     let v = wait_cv(&admin, "the new channel retrieved", |v| {

@@ -293,10 +293,19 @@ enum AdmCmd {
 
 #[derive(Subcommand)]
 enum UpgradeCmd {
-    /// Follow another channel of the update service (an empty string: none).
+    /// Follow another channel of the update service (none given, or an empty string: none).
+    ///
+    /// The channels the current release is in (`status.desired.channels`, from the update
+    /// graph) are the ones it can be followed on: another is refused, as `oc adm upgrade
+    /// channel` refuses it, unless --allow-explicit-channel (a channel the fleet's release
+    /// joins later, say). Clearing a channel the release is in needs the flag too.
     Channel {
         /// The channel, e.g. stable-1.
+        #[arg(default_value = "")]
         channel: String,
+        /// Set the channel even when the current release is not in it.
+        #[arg(long)]
+        allow_explicit_channel: bool,
     },
 }
 
@@ -600,9 +609,9 @@ pub async fn main(build: BuildInfo) -> Result<()> {
             rollout_status(&client, &target, timeout, not_config.as_deref(), watch).await
         }
         Cmd::Rollout { cmd: RolloutCmd::Resume { target } } => rollout_resume(&client, &target).await,
-        Cmd::Adm { cmd: AdmCmd::Upgrade { cmd: Some(UpgradeCmd::Channel { channel }), .. } } => {
-            upgrade::channel(&client, &channel).await
-        }
+        Cmd::Adm {
+            cmd: AdmCmd::Upgrade { cmd: Some(UpgradeCmd::Channel { channel, allow_explicit_channel }), .. },
+        } => upgrade::channel(&client, &channel, allow_explicit_channel).await,
         Cmd::Adm {
             cmd:
                 AdmCmd::Upgrade {

@@ -189,21 +189,72 @@ pub async fn start(client: &Client, req: &Request<'_>) -> Result<()> {
     Ok(())
 }
 
-/// Set `spec.channel` (empty: follow none).
-pub async fn channel(client: &Client, channel: &str) -> Result<()> {
+/// Set `spec.channel` (empty: follow none), checked as `oc adm upgrade channel` checks it
+/// against the channels the current release is in.
+pub async fn channel(client: &Client, channel: &str, allow_explicit: bool) -> Result<()> {
     let cv = read(client).await?;
     if cv.spec.channel == channel {
-        println!("info: the fleet is already in channel {channel:?} (no change)");
+        if channel.is_empty() {
+            println!("info: the channel is already clear (no change)");
+        } else {
+            println!("info: the fleet is already in channel {channel:?} (no change)");
+        }
         return Ok(());
+    }
+    for line in channel_check(&cv, channel, allow_explicit)? {
+        eprintln!("{line}");
     }
     let value = if channel.is_empty() { Value::Null } else { json!(channel) };
     client.patch(PATH, "application/merge-patch+json", &json!({"spec": {"channel": value}})).await?.into_result()?;
-    if channel.is_empty() {
-        println!("warning: Clearing the channel means no updates will be recommended.");
-    } else {
+    if !channel.is_empty() {
         println!("Changed the channel from {:?} to {channel:?}", cv.spec.channel);
     }
     Ok(())
+}
+
+/// Whether moving `cv` to `channel` is allowed, and the warnings to print if so.
+fn channel_check(cv: &ClusterVersion, channel: &str, allow_explicit: bool) -> Result<Vec<String>> {
+    let known: &[String] =
+        cv.status.as_ref().and_then(|s| s.desired.as_ref()).map(|d| d.channels.as_slice()).unwrap_or(&[]);
+    let version = cv.status.as_ref().and_then(|s| s.desired.as_ref()).map(|d| d.version.as_str()).unwrap_or("");
+    let mut warnings = Vec::new();
+    let listed = known.join(", ");
+    if !known.is_empty() {
+        if channel.is_empty() {
+            if known.contains(&cv.spec.channel) && !allow_explicit {
+                return Err(Usage(format!(
+                    "you are asking to clear the update channel; the current channel {:?} is one of the channels of \
+                     {version} ({listed}): pass --allow-explicit-channel to clear it",
+                    cv.spec.channel
+                ))
+                .into());
+            }
+        } else if !known.iter().any(|c| c == channel) {
+            if !allow_explicit {
+                return Err(Usage(format!(
+                    "{channel:?} is not one of the channels of the current release {version} ({listed}); pass \
+                     --allow-explicit-channel to set it anyway"
+                ))
+                .into());
+            }
+            warnings.push(format!(
+                "warning: {channel:?} is not one of the channels of the current release {version} ({listed}); \
+                 setting it anyway (--allow-explicit-channel)"
+            ));
+        }
+    } else if !channel.is_empty() {
+        warnings.push(format!(
+            "warning: no channel is known for the current release{}; {channel:?} cannot be checked, setting it anyway",
+            if version.is_empty() { String::new() } else { format!(" {version}") }
+        ));
+    }
+    if channel.is_empty() {
+        warnings.push(format!(
+            "warning: clearing the channel {:?}: the fleet will no longer be offered updates",
+            cv.spec.channel
+        ));
+    }
+    Ok(warnings)
 }
 
 #[cfg(test)]
@@ -212,6 +263,33 @@ mod tests {
 
     fn cv(v: Value) -> ClusterVersion {
         serde_json::from_value(v).expect("a ClusterVersion")
+    }
+
+    #[test]
+    fn a_channel_is_checked_against_the_channels_of_the_current_release() {
+        let at = |channel: &str, channels: Value| {
+            cv(json!({"metadata": {"name": "version"}, "spec": {"channel": channel},
+                "status": {"desired": {"version": "4.7.2", "image": "i", "channels": channels}}}))
+        };
+        let listed = at("stable-4.7", json!(["fast-4.7", "stable-4.7", "stable-4.8"]));
+        assert!(channel_check(&listed, "stable-4.8", false).unwrap().is_empty());
+        let e = channel_check(&listed, "stable-4.9", false).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "\"stable-4.9\" is not one of the channels of the current release 4.7.2 (fast-4.7, stable-4.7, \
+             stable-4.8); pass --allow-explicit-channel to set it anyway"
+        );
+        let w = channel_check(&listed, "stable-4.9", true).unwrap();
+        assert!(w.len() == 1 && w[0].starts_with("warning: \"stable-4.9\" is not one of the channels"), "{w:?}");
+        // Clearing a channel the release is in needs the flag; clearing one it is not in does not.
+        let e = channel_check(&listed, "", false).unwrap_err().to_string();
+        assert!(e.contains("the current channel \"stable-4.7\" is one of the channels of 4.7.2"), "{e}");
+        let w = channel_check(&listed, "", true).unwrap();
+        assert_eq!(w, ["warning: clearing the channel \"stable-4.7\": the fleet will no longer be offered updates"]);
+        assert_eq!(channel_check(&at("other", json!(["stable-4.7"])), "", false).unwrap().len(), 1);
+        // No channels known (a graph that lists none, or none fetched yet): set with a warning.
+        let w = channel_check(&at("stable-4.7", json!([])), "stable-4.9", false).unwrap();
+        assert_eq!(w, ["warning: no channel is known for the current release 4.7.2; \"stable-4.9\" cannot be checked, setting it anyway"]);
     }
 
     #[test]
