@@ -689,7 +689,7 @@ fn key_made_in_2024(dir: &std::path::Path, name: &str, expire: &str, extra: &str
     let home = dir.join(format!("gnupg-{name}"));
     std::fs::create_dir_all(&home).unwrap();
     std::fs::set_permissions(&home, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
-    std::fs::write(home.join("gpg.conf"), format!("faked-system-time 20240101T000000\n{extra}")).unwrap();
+    std::fs::write(home.join("gpg.conf"), format!("faked-system-time 20240101T000000!\n{extra}")).unwrap();
     let gpg = |args: &[&str]| {
         let out = std::process::Command::new("gpg")
             .env("GNUPGHOME", &home)

@@ -167,11 +167,23 @@ impl Keyring {
 /// The newest self-signature of `key` that verifies (a certification of one of its user IDs by
 /// itself, or a direct-key signature): the one whose key expiration time holds, as GnuPG reads it.
 fn newest_self_signature(key: &SignedPublicKey) -> Option<&pgp::packet::Signature> {
+    use pgp::packet::SignatureType as T;
     use pgp::types::Tag;
-    let users = key.details.users.iter().flat_map(|u| {
-        u.signatures.iter().filter(move |s| s.verify_certification(&key.primary_key, Tag::UserId, &u.id).is_ok())
+    // Certifications only: a user ID's revocation (0x30) also verifies as the key's own, and
+    // carries no expiration time, which would read as "never expires". A revoked user ID's
+    // certifications do not count either.
+    let revoked = |u: &&pgp::types::SignedUser| u.signatures.iter().any(|s| s.typ() == Some(T::CertRevocation));
+    let users = key.details.users.iter().filter(|u| !revoked(u)).flat_map(|u| {
+        u.signatures.iter().filter(move |s| {
+            matches!(s.typ(), Some(T::CertGeneric | T::CertPersona | T::CertCasual | T::CertPositive))
+                && s.verify_certification(&key.primary_key, Tag::UserId, &u.id).is_ok()
+        })
     });
-    let direct = key.details.direct_signatures.iter().filter(|s| s.verify_key(&key.primary_key).is_ok());
+    let direct = key
+        .details
+        .direct_signatures
+        .iter()
+        .filter(|s| s.typ() == Some(T::Key) && s.verify_key(&key.primary_key).is_ok());
     users.chain(direct).max_by_key(|s| s.created().map(|t| t.as_secs()))
 }
 

@@ -79,7 +79,7 @@ struct GraphCache {
     /// unreachable).
     verified: std::collections::HashMap<String, (Instant, Verification)>,
     /// Releases being checked now, by a task of their own (a repository that does not answer
-    /// takes up to two reads of [`FETCH_TIMEOUT`]: the pass does not wait for it).
+    /// takes up to two reads of 10 s: the pass does not wait for it).
     verifying: std::collections::HashSet<String>,
 }
 
@@ -257,7 +257,11 @@ async fn reconcile(
     if let Some(done) = follow_progress(store, &mut status, &now).await? {
         events.emit(&involved(), EventType::Normal, "UpdateCompleted", &format!("every pool runs release {done}"));
     }
-    status.observed_generation = cv.metadata.generation.unwrap_or(0);
+    // A request whose release is still being checked is not acted on yet: clients waiting for
+    // observedGeneration read its verdict, not the previous request's.
+    if pending.is_none() {
+        status.observed_generation = cv.metadata.generation.unwrap_or(0);
+    }
 
     let rolling_out = status.history.first().is_some_and(|h| h.state == cv::PARTIAL);
     let mut next = raw.clone();
@@ -938,7 +942,9 @@ fn verify_release(
     wake: &Arc<tokio::sync::Notify>,
 ) -> Option<Verification> {
     {
-        let Ok(mut c) = cache.lock() else { return None };
+        // A poisoned lock still holds what was known: a panic elsewhere must not leave every
+        // release waiting for a check that never starts.
+        let mut c = cache.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         if let Some((at, known)) = c.verified.get(image) {
             if known.is_ok() || at.elapsed() < RETRY {
                 return Some(known.clone());
@@ -951,12 +957,20 @@ fn verify_release(
     let (http, cache, keyring, wake, image) =
         (http.clone(), cache.clone(), keyring.clone(), wake.clone(), image.to_string());
     tokio::spawn(async move {
-        let outcome = release_signature::verify(&http, &keyring, &image).await.map_err(|e| e.to_string());
+        use futures::FutureExt;
+        // The commit and its signatures are untrusted input: a panic in reading them is a
+        // failed check (tried again after RETRY), not a release waiting for good.
+        let checked = std::panic::AssertUnwindSafe(release_signature::verify(&http, &keyring, &image)).catch_unwind();
+        let outcome = match checked.await {
+            Ok(done) => done.map_err(|e| e.to_string()),
+            Err(_) => Err("the check of its signatures failed unexpectedly (see the coordinator's log)".to_string()),
+        };
         match &outcome {
             Ok(signer) => tracing::info!(%image, %signer, "release verified"),
             Err(why) => tracing::warn!(%image, %why, "the release cannot be verified"),
         }
-        if let Ok(mut c) = cache.lock() {
+        {
+            let mut c = cache.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
             c.verifying.remove(&image);
             // Bounded: a graph names a few hundred releases at most, but a spec edited in a
             // loop could name any number.

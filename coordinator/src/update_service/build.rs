@@ -140,6 +140,17 @@ fn names(entry: &semver::Version, release: &semver::Version, arch: &str) -> bool
         && (entry.build.is_empty() || entry.build.as_str() == arch)
 }
 
+/// Whether a blocked edge's `to` names `release` of `arch`: as a channel entry does, and
+/// `X-s390x` (how graph-data wrote s390x releases before build metadata) as `X+s390x`.
+fn names_target(to: &semver::Version, release: &semver::Version, arch: &str) -> bool {
+    if to.build.is_empty() && to.pre.as_str() == "s390x" {
+        let mut plain = to.clone();
+        plain.pre = semver::Prerelease::EMPTY;
+        return arch == "s390x" && names(&plain, release, arch);
+    }
+    names(to, release, arch)
+}
+
 /// A comma-separated list of versions in a metadata key.
 fn version_list(value: &str, source: &Path, k: &str) -> Result<Vec<semver::Version>, LoadError> {
     value
@@ -202,7 +213,7 @@ fn build_arch(
         }
     };
 
-    // Base edges, then the metadata's additions, then its removals (a removal wins).
+    // Base edges, then the metadata's additions.
     let mut edges: BTreeSet<Edge> = BTreeSet::new();
     for (i, n) in nodes.iter().enumerate() {
         edges.extend(n.release.previous.iter().filter_map(|p| index.get(p)).map(|&p| (p, i)));
@@ -218,30 +229,10 @@ fn build_arch(
             }
         }
     }
-    for (i, n) in nodes.iter().enumerate() {
-        for (suffix, incoming) in [("previous.remove", true), ("next.remove", false)] {
-            let k = key(suffix);
-            let Some(list) = n.metadata.get(&k) else { continue };
-            for v in version_list(list, &source_of(n, &k), &k)? {
-                if let Some(&other) = index.get(&v) {
-                    edges.remove(&if incoming { (other, i) } else { (i, other) });
-                }
-            }
-        }
-        let k = key("previous.remove_regex");
-        if let Some(rx) = n.metadata.get(&k) {
-            let re = regex::Regex::new(rx).map_err(|e| LoadError {
-                path: source_of(n, &k),
-                message: format!("metadata {k} of {}: {rx:?} is not a regular expression: {e}", n.release.version),
-            })?;
-            edges.retain(|&(p, t)| t != i || !re.is_match(&format!("{}+{arch}", nodes[p].release.version)));
-        }
-    }
-    built.summary.edges += edges.len();
-
-    // Blocked edges: without a risk the update goes; with one it is served only as a
-    // conditional update carrying every risk declared for it (in file order). A plain block
-    // wins over a risk: "never" is stronger than "maybe".
+    // OSUS's order: the additions above, then the conditional updates (a risk's file matched
+    // against the updates as added), then every removal (metadata removals and blocked edges
+    // without a risk). An update both removed and at risk is therefore served as conditional,
+    // as OSUS serves it: the risk says why, where a drop would only hide it.
     let mut incoming: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
     for &(p, t) in &edges {
         incoming.entry(t).or_default().push(p);
@@ -250,7 +241,7 @@ fn build_arch(
     let mut risks: BTreeMap<Edge, Vec<&Risk>> = BTreeMap::new();
     for b in &data.blocked_edges {
         for (t, n) in nodes.iter().enumerate() {
-            if !names(&b.to, &n.release.version, arch) {
+            if !names_target(&b.to, &n.release.version, arch) {
                 continue;
             }
             for &p in incoming.get(&t).into_iter().flatten() {
@@ -271,13 +262,45 @@ fn build_arch(
             }
         }
     }
-    risks.retain(|e, _| !dropped.contains(e));
+    for (i, n) in nodes.iter().enumerate() {
+        for (suffix, is_incoming) in [("previous.remove", true), ("next.remove", false)] {
+            let k = key(suffix);
+            let Some(list) = n.metadata.get(&k) else { continue };
+            // "*": every update into (or out of) the release.
+            if list.trim() == "*" {
+                dropped.extend(edges.iter().filter(|&&(p, t)| if is_incoming { t == i } else { p == i }));
+                continue;
+            }
+            for v in version_list(list, &source_of(n, &k), &k)? {
+                if let Some(&other) = index.get(&v) {
+                    dropped.insert(if is_incoming { (other, i) } else { (i, other) });
+                }
+            }
+        }
+        let k = key("previous.remove_regex");
+        if let Some(rx) = n.metadata.get(&k) {
+            let re = regex::Regex::new(rx).map_err(|e| LoadError {
+                path: source_of(n, &k),
+                message: format!("metadata {k} of {}: {rx:?} is not a regular expression: {e}", n.release.version),
+            })?;
+            dropped.extend(
+                incoming
+                    .get(&i)
+                    .into_iter()
+                    .flatten()
+                    .filter(|&&p| re.is_match(&format!("{}+{arch}", nodes[p].release.version)))
+                    .map(|&p| (p, i)),
+            );
+        }
+    }
+    dropped.retain(|e| edges.contains(e));
+    built.summary.edges += edges.len();
     edges.retain(|e| !dropped.contains(e) && !risks.contains_key(e));
-    built.summary.dropped += dropped.len();
+    built.summary.dropped += dropped.iter().filter(|e| !risks.contains_key(e)).count();
     built.summary.conditional += risks.len();
 
-    // Channel membership: each node's channels, sorted as the service lists them (by the
-    // channel's version suffix as text, then its name: "eus-4.10,candidate-4.8,...").
+    // Channel membership: each node's channels, sorted as the service lists them (by what
+    // follows the channel's first "-" as text, then what precedes it: "eus-4.10,candidate-4.8,...").
     let mut member_of: Vec<Vec<&str>> = vec![Vec::new(); nodes.len()];
     for (ci, c) in data.channels.iter().enumerate() {
         for (ei, entry) in c.versions.iter().enumerate() {
@@ -293,7 +316,7 @@ fn build_arch(
     }
     for list in &mut member_of {
         list.sort_by_key(|c| {
-            let (prefix, suffix) = c.rsplit_once('-').unwrap_or(("", c));
+            let (prefix, suffix) = c.split_once('-').unwrap_or(("", c));
             (suffix.to_string(), prefix.to_string())
         });
     }
@@ -472,8 +495,10 @@ mod tests {
                 // Two risks on 1.0.1 -> 1.2.0 on amd64 (the second by the "+amd64" suffix).
                 block("1.2.0", r"1\.0\.1", Some("First")),
                 block("1.2.0", r"1\.0\.1\+amd64$", Some("Second")),
-                // A drop wins over a risk.
+                // A drop with no risk on amd64; on arm64 the update is also at risk
+                // (ArmRisk), and a risk wins over a drop, as in OSUS.
                 block("1.2.0", r"^1\.0\.0\+amd64", None),
+                block("1.2.0+arm64", r"^1\.0\.0\+", None),
             ],
         );
         let b = build(&d, Path::new("raw/metadata.json")).unwrap();
@@ -650,6 +675,28 @@ mod tests {
         assert_eq!((d.channels.len(), d.blocked_edges.len()), (76, 1717));
         let with_nodes = releases_of_served_graphs();
         d.releases = with_nodes.iter().map(|(r, _)| r.clone()).collect();
+        // The served graphs lack the updates graph-data dropped: put back, as release
+        // metadata would declare them, every update a blocked-edges file without a risk
+        // names between these releases, so the drops are held to the real files too.
+        let mut put_back = 0;
+        let all: Vec<(semver::Version, String)> =
+            d.releases.iter().map(|r| (r.version.clone(), r.arch.clone())).collect();
+        for r in &mut d.releases {
+            for b in d.blocked_edges.iter().filter(|b| b.risk.is_none() && names_target(&b.to, &r.version, &r.arch)) {
+                for (from, arch) in &all {
+                    let older = *from < r.version;
+                    if arch == &r.arch
+                        && older
+                        && !r.previous.contains(from)
+                        && b.from.is_match(&format!("{from}+{arch}"))
+                    {
+                        r.previous.push(from.clone());
+                        put_back += 1;
+                    }
+                }
+            }
+        }
+        assert!(put_back > 1000, "the blocked updates put back: {put_back}");
         let b = build(&d, &Path::new(GRAPH_DATA).join("raw/metadata.json")).unwrap();
 
         for (file, channel, arch, conditional) in [

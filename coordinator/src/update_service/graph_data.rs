@@ -133,11 +133,16 @@ fn read_schema(path: &Path) -> Result<semver::Version, LoadError> {
     let text = read_text(path)?;
     let v = semver::Version::parse(text.trim())
         .map_err(|e| fail(path, format!("{:?} is not a semantic version: {e}", text.trim())))?;
-    if v.major != SCHEMA.major || v.minor > SCHEMA.minor {
+    if v.major != SCHEMA.major {
         return Err(fail(
             path,
-            format!("graph-data schema {v} is not supported (this service reads {SCHEMA} and older of the same major)"),
+            format!("graph-data schema {v} is not supported (this service reads {}.x)", SCHEMA.major),
         ));
+    }
+    if v.minor > SCHEMA.minor {
+        // As OSUS reads a newer minor: what it knows of the schema, with a word that the rest
+        // is not read.
+        tracing::warn!(schema = %v, "graph-data schema {v} may use features this service does not read (it knows {SCHEMA})");
     }
     Ok(v)
 }
@@ -145,6 +150,14 @@ fn read_schema(path: &Path) -> Result<semver::Version, LoadError> {
 /// The files with one of `exts` in `dir` (and below it when `deep`), sorted by path so a load
 /// reads the same way every time; dot files and directories (`.git`) are left out.
 fn collect(dir: &Path, deep: bool, exts: &[&str], out: &mut Vec<PathBuf>) -> Result<(), LoadError> {
+    collect_at(dir, deep, exts, out, 0)
+}
+
+/// How deep release directories may nest: a symbolic link to a parent would otherwise recurse
+/// until the stack ran out.
+const MAX_DEPTH: usize = 16;
+
+fn collect_at(dir: &Path, deep: bool, exts: &[&str], out: &mut Vec<PathBuf>, depth: usize) -> Result<(), LoadError> {
     let entries = std::fs::read_dir(dir).map_err(|e| fail(dir, format!("cannot read the directory: {e}")))?;
     let mut paths = Vec::new();
     for entry in entries {
@@ -158,7 +171,10 @@ fn collect(dir: &Path, deep: bool, exts: &[&str], out: &mut Vec<PathBuf>) -> Res
     for path in paths {
         if path.is_dir() {
             if deep {
-                collect(&path, deep, exts, out)?;
+                if depth >= MAX_DEPTH {
+                    return Err(fail(&path, format!("more than {MAX_DEPTH} directories deep (a symbolic link loop?)")));
+                }
+                collect_at(&path, deep, exts, out, depth + 1)?;
             }
         } else if path.extension().and_then(|e| e.to_str()).is_some_and(|e| exts.contains(&e)) {
             out.push(path);
@@ -348,6 +364,15 @@ fn read_blocked_edge(path: &Path) -> Result<BlockedEdge, LoadError> {
         .build()
         .map_err(|e| fail(path, format!("from: {:?} is not a regular expression: {e}", f.from)))?;
     let risk = match f.matching_rules {
+        // A risk's words without its rules: a misspelt `matchingRules` would otherwise drop
+        // the update outright instead of offering it with a warning.
+        None if f.url.is_some() || f.name.is_some() || f.message.is_some() => {
+            return Err(fail(
+                path,
+                "matchingRules: missing; a file with url, name or message declares a risk and needs its rules \
+                 (leave all four out to drop the update)",
+            ));
+        }
         None => None,
         Some(rules) => {
             if rules.is_empty() {
@@ -438,7 +463,10 @@ mod tests {
         d.write("blocked-edges/1.1.0.yaml", "to: 1.1.0\nfrom: .*\nfixedIn: 1.1.1\nautoExtend: https://x\n# why\n");
         d.write("blocked-edges/README.md", "not read");
         d.write(".git/config", "not read");
+        // A newer minor of the schema reads, as OSUS reads it (with a warning in the log).
+        d.write("version", "1.2.0\n");
         let g = d.load().unwrap();
+        assert_eq!(g.schema, semver::Version::new(1, 2, 0));
         assert_eq!(g.releases.len(), 2);
         assert_eq!(g.releases[1].previous, [semver::Version::new(1, 0, 0)]);
         assert_eq!(g.releases[0].arch, "amd64");
@@ -452,7 +480,12 @@ mod tests {
     fn inputs_that_do_not_read_are_refused_naming_the_file_and_field() {
         let cases: &[(&str, &str, &str, &str)] = &[
             ("version", "2.0.0", "version", "graph-data schema 2.0.0 is not supported"),
-            ("version", "1.2.0", "version", "graph-data schema 1.2.0 is not supported"),
+            (
+                "blocked-edges/x.yaml",
+                "to: 1.1.0\nfrom: .*\nurl: https://x\nname: N\nmessage: m\nmatchingrules: [{type: Always}]\n",
+                "blocked-edges/x.yaml",
+                "matchingRules: missing; a file with url, name or message declares a risk",
+            ),
             ("version", "one", "version", "\"one\" is not a semantic version"),
             (
                 "channels/stable-1.yaml",
@@ -568,6 +601,11 @@ mod tests {
             assert_eq!(&path, at, "{file}: {text}: {got}");
             assert!(got.contains(message), "{file}: {text}: {got:?} should say {message:?}");
         }
+        // A symbolic link loop under the releases: refused, not followed until the stack ends.
+        let d = Dir::new();
+        std::os::unix::fs::symlink(d.0.path().join("releases"), d.0.path().join("releases/1.0/loop")).unwrap();
+        let (path, message) = d.refused();
+        assert!(path.contains("loop") && message.contains("directories deep"), "{path}: {message}");
         // No channels directory at all, or no releases directory.
         let d = Dir::new();
         std::fs::remove_dir_all(d.0.path().join("channels")).unwrap();
