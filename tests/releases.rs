@@ -242,16 +242,13 @@ async fn releases_follow_a_real_update_graph() {
     let v = wait_cv(&admin, "ResponseInvalid", |v| cond_is(v, "RetrievedUpdates", "False", "ResponseInvalid")).await;
     assert!(condition(&v, "RetrievedUpdates").unwrap()["message"].as_str().unwrap().contains("edges[0]"), "{v}");
 
-    // Another channel: fetched at once, and this release is not in it.
+    // Another channel, one the release is in (its graph node lists it): fetched at once.
     svc.set("stable-4.8", real_graph("stable-4.8_amd64_v1.json"));
     // Not a channel of the current release: refused (exit 2), as `oc adm upgrade channel`
     // refuses it, and nothing changes.
     let (code, _, err) = aloftctl(&c, &["adm", "upgrade", "channel", "stable-4.9"]);
     assert_eq!(code, 2, "{err}");
-    assert!(
-        err.contains("\"stable-4.9\" is not one of the channels of the current release") && err.contains("stable-4.8"),
-        "{err}"
-    );
+    assert!(err.contains("\"stable-4.9\" is not one of the available channels") && err.contains("stable-4.8"), "{err}");
     assert_eq!(cv(&admin).await["spec"]["channel"], "stable-4.7");
     let (code, out, err) = aloftctl(&c, &["adm", "upgrade", "channel", "stable-4.8"]);
     assert!(code == 0 && out.contains("Changed the channel from \"stable-4.7\" to \"stable-4.8\""), "{out}{err}");
@@ -874,6 +871,42 @@ async fn a_release_whose_repository_hangs_holds_nothing_else() {
     .await;
     let m = accepted_message(&v);
     assert!(m.contains("The update cannot be verified") && m.contains(&hung_at.to_string()), "{m}");
+    assert_eq!(v["status"]["desired"]["version"], "1.0.0");
+}
+
+/// With no upstream or channel, a release asked for by image is verified as well, and judged:
+/// taken when signed, refused when not, observedGeneration following each request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_asked_for_by_image_without_a_channel_is_verified_too() {
+    use aloft_osd::testkit::{self, GpgKey, ServerRepo, StaticServer, REF};
+    let work = tempfile::tempdir().unwrap();
+    let key = GpgKey::generate(work.path(), "release").unwrap();
+    let repo = ServerRepo::create(&work.path().join("srv/repo")).unwrap();
+    let http = StaticServer::start(&work.path().join("srv")).unwrap();
+    let commit = |v: &str, key: Option<&GpgKey>| {
+        let tree = work.path().join(format!("tree-{v}"));
+        testkit::write_tree(&tree, v, 2).unwrap();
+        format!("ostree+{}#{REF}@{}", http.url("repo"), repo.commit(&tree, REF, v, key).unwrap())
+    };
+    let (signed, unsigned) = (commit("1", Some(&key)), commit("2", None));
+    let c = Coordinator::start_with(Options {
+        args: vec!["--release-keyring".into(), key.keyring.to_string_lossy().into_owned()],
+        ..Default::default()
+    });
+    let admin = c.client();
+    let spec = json!({"desiredUpdate": {"version": "1.0.0", "image": signed}});
+    admin.post(&path_of(&CLUSTER_VERSION, None), &cluster_version(spec)).await.unwrap().into_result().unwrap();
+    let v = wait_cv(&admin, "1.0.0 taken", |v| v["status"]["desired"]["version"] == "1.0.0").await;
+    assert_eq!(v["status"]["history"][0]["verified"], true, "{}", v["status"]["history"]);
+    let cv_path = path_of(&CLUSTER_VERSION, Some("version"));
+    let ask = json!({"spec": {"desiredUpdate": {"version": "1.0.1", "image": unsigned, "force": null}}});
+    admin.patch(&cv_path, "application/merge-patch+json", &ask).await.unwrap().into_result().unwrap();
+    let v = wait_cv(&admin, "1.0.1 refused, the request observed", |v| {
+        cond_is(v, "ReleaseAccepted", "False", "RetrievePayload")
+            && v["status"]["observedGeneration"] == v["metadata"]["generation"]
+    })
+    .await;
+    assert!(accepted_message(&v).contains("has no signatures"), "{v}");
     assert_eq!(v["status"]["desired"]["version"], "1.0.0");
 }
 

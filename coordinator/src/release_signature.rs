@@ -164,27 +164,48 @@ impl Keyring {
     }
 }
 
-/// The newest self-signature of `key` that verifies (a certification of one of its user IDs by
-/// itself, or a direct-key signature): the one whose key expiration time holds, as GnuPG reads it.
+/// The self-signature whose key expiration time holds for `key`, as GnuPG reads it: a
+/// direct-key signature that sets an expiration, if it is newer than the user IDs'
+/// certifications; otherwise the newest certification of a user ID by the key itself, among
+/// user IDs the key has not revoked since (its own revocation newer than its certification).
 fn newest_self_signature(key: &SignedPublicKey) -> Option<&pgp::packet::Signature> {
     use pgp::packet::SignatureType as T;
     use pgp::types::Tag;
-    // Certifications only: a user ID's revocation (0x30) also verifies as the key's own, and
-    // carries no expiration time, which would read as "never expires". A revoked user ID's
-    // certifications do not count either.
-    let revoked = |u: &&pgp::types::SignedUser| u.signatures.iter().any(|s| s.typ() == Some(T::CertRevocation));
-    let users = key.details.users.iter().filter(|u| !revoked(u)).flat_map(|u| {
-        u.signatures.iter().filter(move |s| {
-            matches!(s.typ(), Some(T::CertGeneric | T::CertPersona | T::CertCasual | T::CertPositive))
-                && s.verify_certification(&key.primary_key, Tag::UserId, &u.id).is_ok()
-        })
-    });
+    let created = |s: &&pgp::packet::Signature| s.created().map(|t| t.as_secs());
+    let mut newest_cert: Option<&pgp::packet::Signature> = None;
+    for u in &key.details.users {
+        let own = |s: &&pgp::packet::Signature| s.verify_certification(&key.primary_key, Tag::UserId, &u.id).is_ok();
+        let cert = u
+            .signatures
+            .iter()
+            .filter(|s| matches!(s.typ(), Some(T::CertGeneric | T::CertPersona | T::CertCasual | T::CertPositive)))
+            .filter(own)
+            .max_by_key(created);
+        // Only the key's own revocation of this user ID counts (a third party revoking its
+        // certification does not), and only when newer than the certification.
+        let revoked =
+            u.signatures.iter().filter(|s| s.typ() == Some(T::CertRevocation)).filter(own).max_by_key(created);
+        let Some(cert) = cert else { continue };
+        if revoked.is_some_and(|r| created(&r) >= created(&cert)) {
+            continue;
+        }
+        if newest_cert.is_none_or(|n| created(&cert) > created(&n)) {
+            newest_cert = Some(cert);
+        }
+    }
     let direct = key
         .details
         .direct_signatures
         .iter()
-        .filter(|s| s.typ() == Some(T::Key) && s.verify_key(&key.primary_key).is_ok());
-    users.chain(direct).max_by_key(|s| s.created().map(|t| t.as_secs()))
+        .filter(|s| {
+            s.typ() == Some(T::Key) && s.key_expiration_time().is_some() && s.verify_key(&key.primary_key).is_ok()
+        })
+        .max_by_key(created);
+    match (direct, newest_cert) {
+        (Some(d), Some(c)) if created(&d) > created(&c) => Some(d),
+        (Some(d), None) => Some(d),
+        (_, c) => c,
+    }
 }
 
 /// When a key made at `created` expires by `sig`'s key expiration time (unix seconds); None:

@@ -77,10 +77,25 @@ struct GraphCache {
     /// Releases checked against the keyring, by payload: a verified one for good (a commit is
     /// its checksum), one that failed until [`RETRY`] has passed (the repository may have been
     /// unreachable).
-    verified: std::collections::HashMap<String, (Instant, Verification)>,
+    verified: std::collections::HashMap<String, Verdict>,
     /// Releases being checked now, by a task of their own (a repository that does not answer
     /// takes up to two reads of 10 s: the pass does not wait for it).
     verifying: std::collections::HashSet<String>,
+}
+
+/// A release's verification as the cache keeps it.
+struct Verdict {
+    /// When it was made, or first read by a pass (for a failure's RETRY).
+    at: Instant,
+    outcome: Verification,
+    /// Whether a pass has judged the request by it yet.
+    read: bool,
+}
+
+/// The cache, also after a panic elsewhere poisoned its lock: what it holds is still what was
+/// known, and a controller that stopped reading it would fetch every pass and judge nothing.
+fn lock(cache: &Mutex<GraphCache>) -> std::sync::MutexGuard<'_, GraphCache> {
+    cache.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// What a graph is fetched for; a change of any field fetches again at once.
@@ -389,9 +404,12 @@ async fn refresh_graph(
 ) -> Option<Arc<Graph>> {
     let spec = &cv.spec;
     if spec.upstream.is_empty() || spec.channel.is_empty() {
-        if let Ok(mut c) = cache.lock() {
-            *c = GraphCache::default();
-        }
+        // The graph's state goes; what is known of releases' signatures stays (a release
+        // asked for by image, with no channel, is checked all the same).
+        let mut c = lock(cache);
+        let verified = std::mem::take(&mut c.verified);
+        let verifying = std::mem::take(&mut c.verifying);
+        *c = GraphCache { verified, verifying, ..GraphCache::default() };
         return None;
     }
     let mut query = Query {
@@ -405,13 +423,11 @@ async fn refresh_graph(
     // many; the passes while a release rolls out are frequent), or while the last fetch had to
     // guess it (a graph of the coordinator's architecture must not be offered for long to a
     // fleet that reports another).
-    let (mut due, guessed) = match cache.lock() {
-        Ok(c) => {
-            let every = if c.failure.is_some() { opts.poll.min(RETRY) } else { opts.poll };
-            let same = c.fetched_for.as_ref().is_some_and(|q| Query { arch: String::new(), ..q.clone() } == query);
-            (!same || c.fetched_at.is_none_or(|at| at.elapsed() >= every), c.arch_guessed)
-        }
-        Err(_) => (true, false),
+    let (mut due, guessed) = {
+        let c = lock(cache);
+        let every = if c.failure.is_some() { opts.poll.min(RETRY) } else { opts.poll };
+        let same = c.fetched_for.as_ref().is_some_and(|q| Query { arch: String::new(), ..q.clone() } == query);
+        (!same || c.fetched_at.is_none_or(|at| at.elapsed() >= every), c.arch_guessed)
     };
     let mut arch = None;
     if !due && guessed {
@@ -438,7 +454,8 @@ async fn refresh_graph(
                 fetch(http, &query).await
             }
         };
-        if let Ok(mut c) = cache.lock() {
+        {
+            let mut c = lock(cache);
             if c.fetched_for.as_ref().is_some_and(|q| q.upstream != query.upstream || q.channel != query.channel) {
                 // Another service or channel: the old graph says nothing of this one.
                 c.graph = None;
@@ -467,7 +484,7 @@ async fn refresh_graph(
             }
         }
     }
-    let mut c = cache.lock().ok()?;
+    let mut c = lock(cache);
     // Kept through failed fetches for a day, then dropped with its lists; a graph that is
     // merely old (a long poll interval) is fetched again when due, not dropped.
     if c.failure.is_some() && c.good_at.is_some_and(|at| at.elapsed() >= KEEP_GOOD) {
@@ -614,7 +631,10 @@ fn show_updates(
     now: &str,
 ) {
     let spec = &cv.spec;
-    let (failure, stale) = cache.lock().map(|c| (c.failure.clone(), c.lists_stale)).unwrap_or((None, true));
+    let (failure, stale) = {
+        let c = lock(cache);
+        (c.failure.clone(), c.lists_stale)
+    };
     let retrieved = if spec.upstream.is_empty() {
         status.available_updates.clear();
         status.conditional_updates.clear();
@@ -944,10 +964,17 @@ fn verify_release(
     {
         // A poisoned lock still holds what was known: a panic elsewhere must not leave every
         // release waiting for a check that never starts.
-        let mut c = cache.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        if let Some((at, known)) = c.verified.get(image) {
-            if known.is_ok() || at.elapsed() < RETRY {
-                return Some(known.clone());
+        let mut c = lock(cache);
+        if let Some(v) = c.verified.get_mut(image) {
+            // A failure counts its RETRY from the pass that first reads it: a pass that spent
+            // long on the graph must still judge the request by it, not start another check.
+            if !v.read {
+                v.read = true;
+                v.at = Instant::now();
+                return Some(v.outcome.clone());
+            }
+            if v.outcome.is_ok() || v.at.elapsed() < RETRY {
+                return Some(v.outcome.clone());
             }
         }
         if !c.verifying.insert(image.to_string()) {
@@ -970,17 +997,17 @@ fn verify_release(
             Err(why) => tracing::warn!(%image, %why, "the release cannot be verified"),
         }
         {
-            let mut c = cache.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            let mut c = lock(&cache);
             c.verifying.remove(&image);
             // Bounded: a graph names a few hundred releases at most, but a spec edited in a
             // loop could name any number.
             if c.verified.len() >= 256 {
-                c.verified.retain(|_, (_, v)| v.is_ok());
+                c.verified.retain(|_, v| v.outcome.is_ok());
                 if c.verified.len() >= 256 {
                     c.verified.clear();
                 }
             }
-            c.verified.insert(image, (Instant::now(), outcome));
+            c.verified.insert(image, Verdict { at: Instant::now(), outcome, read: false });
         }
         wake.notify_one();
     });

@@ -223,8 +223,8 @@ fn channel_check(cv: &ClusterVersion, channel: &str, allow_explicit: bool) -> Re
         if channel.is_empty() {
             if known.contains(&cv.spec.channel) && !allow_explicit {
                 return Err(Usage(format!(
-                    "you are asking to clear the update channel; the current channel {:?} is one of the channels of \
-                     {version} ({listed}): pass --allow-explicit-channel to clear it",
+                    "you are asking to clear the update channel; the current channel {:?} is one of the available \
+                     channels ({listed}), those of release {version}: pass --allow-explicit-channel to clear it",
                     cv.spec.channel
                 ))
                 .into());
@@ -232,13 +232,13 @@ fn channel_check(cv: &ClusterVersion, channel: &str, allow_explicit: bool) -> Re
         } else if !known.iter().any(|c| c == channel) {
             if !allow_explicit {
                 return Err(Usage(format!(
-                    "{channel:?} is not one of the channels of the current release {version} ({listed}); pass \
+                    "{channel:?} is not one of the available channels ({listed}), those of release {version}; pass \
                      --allow-explicit-channel to set it anyway"
                 ))
                 .into());
             }
             warnings.push(format!(
-                "warning: {channel:?} is not one of the channels of the current release {version} ({listed}); \
+                "warning: {channel:?} is not one of the available channels ({listed}), those of release {version}; \
                  setting it anyway (--allow-explicit-channel)"
             ));
         }
@@ -276,14 +276,17 @@ mod tests {
         let e = channel_check(&listed, "stable-4.9", false).unwrap_err().to_string();
         assert_eq!(
             e,
-            "\"stable-4.9\" is not one of the channels of the current release 4.7.2 (fast-4.7, stable-4.7, \
-             stable-4.8); pass --allow-explicit-channel to set it anyway"
+            "\"stable-4.9\" is not one of the available channels (fast-4.7, stable-4.7, stable-4.8), those of \
+             release 4.7.2; pass --allow-explicit-channel to set it anyway"
         );
         let w = channel_check(&listed, "stable-4.9", true).unwrap();
-        assert!(w.len() == 1 && w[0].starts_with("warning: \"stable-4.9\" is not one of the channels"), "{w:?}");
+        assert!(
+            w.len() == 1 && w[0].starts_with("warning: \"stable-4.9\" is not one of the available channels"),
+            "{w:?}"
+        );
         // Clearing a channel the release is in needs the flag; clearing one it is not in does not.
         let e = channel_check(&listed, "", false).unwrap_err().to_string();
-        assert!(e.contains("the current channel \"stable-4.7\" is one of the channels of 4.7.2"), "{e}");
+        assert!(e.contains("the current channel \"stable-4.7\" is one of the available channels"), "{e}");
         let w = channel_check(&listed, "", true).unwrap();
         assert_eq!(w, ["warning: clearing the channel \"stable-4.7\": the fleet will no longer be offered updates"]);
         assert_eq!(channel_check(&at("other", json!(["stable-4.7"])), "", false).unwrap().len(), 1);

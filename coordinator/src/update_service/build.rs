@@ -41,7 +41,7 @@ pub struct Summary {
     pub blocked_edge_files: usize,
     /// Update edges in the whole graph, over all architectures (before the channel filter).
     pub edges: usize,
-    /// Edges dropped by blocked edges without a risk.
+    /// Edges removed (by blocked edges without a risk or by metadata removals) and not at risk.
     pub dropped: usize,
     /// Edges kept only as conditional updates.
     pub conditional: usize,
@@ -140,13 +140,12 @@ fn names(entry: &semver::Version, release: &semver::Version, arch: &str) -> bool
         && (entry.build.is_empty() || entry.build.as_str() == arch)
 }
 
-/// Whether a blocked edge's `to` names `release` of `arch`: as a channel entry does, and
-/// `X-s390x` (how graph-data wrote s390x releases before build metadata) as `X+s390x`.
+/// Whether a blocked edge's `to` names `release` of `arch`: as a channel entry does, except
+/// that `X-s390x` (how s390x releases were named before build metadata) names only the s390x
+/// release of that name, as OSUS reads it (`X-s390x+s390x`).
 fn names_target(to: &semver::Version, release: &semver::Version, arch: &str) -> bool {
-    if to.build.is_empty() && to.pre.as_str() == "s390x" {
-        let mut plain = to.clone();
-        plain.pre = semver::Prerelease::EMPTY;
-        return arch == "s390x" && names(&plain, release, arch);
+    if to.build.is_empty() && to.pre.as_str() == "s390x" && arch != "s390x" {
+        return false;
     }
     names(to, release, arch)
 }
@@ -525,6 +524,25 @@ mod tests {
                 "matchingRules": [{"type": "Always"}]})
         );
         assert_eq!((b.summary.dropped, b.summary.conditional), (3, 4), "{:?}", b.summary);
+    }
+
+    #[test]
+    fn an_old_s390x_target_names_only_the_s390x_release_of_that_name() {
+        let releases = vec![
+            release("4.2.10", "s390x", &[]),
+            release("4.2.11-s390x", "s390x", &["4.2.10"]),
+            release("4.2.11", "s390x", &["4.2.10"]),
+            release("4.2.10", "amd64", &[]),
+            release("4.2.11-s390x", "amd64", &["4.2.10"]),
+        ];
+        let d = data(
+            releases,
+            vec![channel("stable-4.2", &["4.2.10", "4.2.11", "4.2.11-s390x"])],
+            vec![block("4.2.11-s390x", ".*", None)],
+        );
+        let b = build(&d, Path::new("raw/metadata.json")).unwrap();
+        assert_eq!(updates(&served(&b, "stable-4.2", "s390x")).0, pairs(&[("4.2.10", "4.2.11")]));
+        assert_eq!(updates(&served(&b, "stable-4.2", "amd64")).0, pairs(&[("4.2.10", "4.2.11-s390x")]));
     }
 
     #[test]
