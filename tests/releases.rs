@@ -11,7 +11,7 @@
 //! release's OS commit is `os_fleet.rs::a_release_from_the_update_graph_reaches_the_node`.
 
 use aloft_coordinator::resources::{CLUSTER_VERSION, MACHINE_CONFIG, MACHINE_CONFIG_POOL, NODE};
-use aloft_tests::update_service::{graph, UpdateService};
+use aloft_tests::update_service::{graph, offered, UpdateService};
 use aloft_tests::*;
 use serde_json::{json, Value};
 use std::time::Duration;
@@ -32,33 +32,6 @@ fn real_graph(file: &str) -> Value {
         n["payload"] = json!(os_payload(&digest));
     }
     g
-}
-
-/// The updates a graph offers from `version`, read from its JSON here: (unconditional
-/// destinations without the conditional ones, conditional destinations), each sorted.
-fn offered(g: &Value, version: &str) -> (Vec<String>, Vec<String>) {
-    let nodes = g["nodes"].as_array().unwrap();
-    let from = nodes.iter().position(|n| n["version"] == version).unwrap();
-    let mut conditional: Vec<String> = g["conditionalEdges"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .flat_map(|c| c["edges"].as_array().unwrap().iter())
-        .filter(|e| e["from"] == version)
-        .map(|e| e["to"].as_str().unwrap().to_string())
-        .collect();
-    conditional.sort();
-    conditional.dedup();
-    let mut plain: Vec<String> = g["edges"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e[0].as_u64() == Some(from as u64))
-        .map(|e| nodes[e[1].as_u64().unwrap() as usize]["version"].as_str().unwrap().to_string())
-        .filter(|v| !conditional.contains(v))
-        .collect();
-    plain.sort();
-    (plain, conditional)
 }
 
 fn payload_of(g: &Value, version: &str) -> String {
@@ -806,20 +779,43 @@ async fn expired_keys_and_signatures_are_refused_as_the_nodes_would() {
     assert_eq!(v["status"]["history"][0]["verified"], true, "the expiry was extended: {}", v["status"]["history"]);
 }
 
+/// A signing key and an archive repository served on loopback, for the verification tests.
+struct SignedRepo {
+    work: tempfile::TempDir,
+    key: aloft_osd::testkit::GpgKey,
+    repo: aloft_osd::testkit::ServerRepo,
+    http: aloft_osd::testkit::StaticServer,
+}
+
+impl SignedRepo {
+    fn new() -> SignedRepo {
+        use aloft_osd::testkit::{GpgKey, ServerRepo, StaticServer};
+        let work = tempfile::tempdir().unwrap();
+        let key = GpgKey::generate(work.path(), "release").unwrap();
+        let repo = ServerRepo::create(&work.path().join("srv/repo")).unwrap();
+        let http = StaticServer::start(&work.path().join("srv")).unwrap();
+        SignedRepo { work, key, repo, http }
+    }
+
+    /// A commit of REF (signed by this repository's key when `signed`), as a release's payload.
+    fn commit(&self, v: &str, signed: bool) -> String {
+        use aloft_osd::testkit::{self, REF};
+        let tree = self.work.path().join(format!("tree-{v}"));
+        testkit::write_tree(&tree, v, 2).unwrap();
+        let sum = self.repo.commit(&tree, REF, v, signed.then_some(&self.key)).unwrap();
+        format!("ostree+{}#{REF}@{sum}", self.http.url("repo"))
+    }
+}
+
 /// A release whose repository does not answer is verified apart from the controller's pass:
 /// while the check waits on it (each read is given 10 s), the ClusterVersion goes on showing
 /// what the graph offers, and the release is neither taken nor refused until the check ends,
 /// refused then, naming the read that did not come back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_whose_repository_hangs_holds_nothing_else() {
-    use aloft_osd::testkit::{self, GpgKey, ServerRepo, StaticServer, REF};
-    let work = tempfile::tempdir().unwrap();
-    let key = GpgKey::generate(work.path(), "release").unwrap();
-    let repo = ServerRepo::create(&work.path().join("srv/repo")).unwrap();
-    let http = StaticServer::start(&work.path().join("srv")).unwrap();
-    let tree = work.path().join("tree");
-    testkit::write_tree(&tree, "1", 2).unwrap();
-    let first = format!("ostree+{}#{REF}@{}", http.url("repo"), repo.commit(&tree, REF, "1", Some(&key)).unwrap());
+    use aloft_osd::testkit::REF;
+    let signed = SignedRepo::new();
+    let first = signed.commit("1", true);
     // A repository that takes connections and never answers.
     let hung = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let hung_at = hung.local_addr().unwrap();
@@ -837,7 +833,7 @@ async fn a_release_whose_repository_hangs_holds_nothing_else() {
             "--update-poll-interval".into(),
             "1s".into(),
             "--release-keyring".into(),
-            key.keyring.to_string_lossy().into_owned(),
+            signed.key.keyring.to_string_lossy().into_owned(),
         ],
         ..Default::default()
     });
@@ -878,19 +874,10 @@ async fn a_release_whose_repository_hangs_holds_nothing_else() {
 /// taken when signed, refused when not, observedGeneration following each request.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_asked_for_by_image_without_a_channel_is_verified_too() {
-    use aloft_osd::testkit::{self, GpgKey, ServerRepo, StaticServer, REF};
-    let work = tempfile::tempdir().unwrap();
-    let key = GpgKey::generate(work.path(), "release").unwrap();
-    let repo = ServerRepo::create(&work.path().join("srv/repo")).unwrap();
-    let http = StaticServer::start(&work.path().join("srv")).unwrap();
-    let commit = |v: &str, key: Option<&GpgKey>| {
-        let tree = work.path().join(format!("tree-{v}"));
-        testkit::write_tree(&tree, v, 2).unwrap();
-        format!("ostree+{}#{REF}@{}", http.url("repo"), repo.commit(&tree, REF, v, key).unwrap())
-    };
-    let (signed, unsigned) = (commit("1", Some(&key)), commit("2", None));
+    let repo = SignedRepo::new();
+    let (signed, unsigned) = (repo.commit("1", true), repo.commit("2", false));
     let c = Coordinator::start_with(Options {
-        args: vec!["--release-keyring".into(), key.keyring.to_string_lossy().into_owned()],
+        args: vec!["--release-keyring".into(), repo.key.keyring.to_string_lossy().into_owned()],
         ..Default::default()
     });
     let admin = c.client();

@@ -271,24 +271,7 @@ async fn the_real_graph_data_offers_a_fleet_what_openshift_offered() {
     assert!(svc.log().contains("1717 blocked-edges file(s)"), "{}", svc.log());
 
     // What OpenShift's service offered from 4.7.2: its edges, the conditional ones apart.
-    let from = nodes.iter().position(|n| n["version"] == "4.7.2").unwrap();
-    let mut want_cond: Vec<String> = served["conditionalEdges"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|g| g["edges"].as_array().unwrap().iter())
-        .filter(|e| e["from"] == "4.7.2")
-        .map(|e| e["to"].as_str().unwrap().to_string())
-        .collect();
-    want_cond.sort();
-    let mut want_plain: Vec<String> = served["edges"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e[0].as_u64() == Some(from as u64))
-        .map(|e| nodes[e[1].as_u64().unwrap() as usize]["version"].as_str().unwrap().to_string())
-        .collect();
-    want_plain.sort();
+    let (want_plain, want_cond) = aloft_tests::update_service::offered(&served, "4.7.2");
     assert!(want_plain.len() >= 3 && want_cond == ["4.7.4"], "{want_plain:?} {want_cond:?}");
 
     let c = Coordinator::start_with(Options {
@@ -306,6 +289,7 @@ async fn the_real_graph_data_offers_a_fleet_what_openshift_offered() {
     assert_eq!(risk["name"], "VSphereNodeNameChanges", "{v}");
     assert_eq!(risk["url"], "https://bugzilla.redhat.com/show_bug.cgi?id=1942207#c3");
     // Its channels, as OpenShift's service listed them for 4.7.2.
+    let from = nodes.iter().position(|n| n["version"] == "4.7.2").unwrap();
     let listed = nodes[from]["metadata"]["io.openshift.upgrades.graph.release.channels"].as_str().unwrap();
     assert_eq!(v["status"]["desired"]["channels"], json!(listed.split(',').collect::<Vec<_>>()));
 }

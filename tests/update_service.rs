@@ -86,3 +86,30 @@ pub fn graph(releases: &[(&str, &str)], edges: &[(&str, &str)], risky: &[(&str, 
         })).collect::<Vec<_>>(),
     })
 }
+
+/// The updates a graph offers from `version`, read from its JSON here: (unconditional
+/// destinations without the conditional ones, conditional destinations), each sorted.
+pub fn offered(g: &Value, version: &str) -> (Vec<String>, Vec<String>) {
+    let nodes = g["nodes"].as_array().unwrap();
+    let from = nodes.iter().position(|n| n["version"] == version).unwrap();
+    let mut conditional: Vec<String> = g["conditionalEdges"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|c| c["edges"].as_array().unwrap().iter())
+        .filter(|e| e["from"] == version)
+        .map(|e| e["to"].as_str().unwrap().to_string())
+        .collect();
+    conditional.sort();
+    conditional.dedup();
+    let mut plain: Vec<String> = g["edges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e[0].as_u64() == Some(from as u64))
+        .map(|e| nodes[e[1].as_u64().unwrap() as usize]["version"].as_str().unwrap().to_string())
+        .filter(|v| !conditional.contains(v))
+        .collect();
+    plain.sort();
+    (plain, conditional)
+}
