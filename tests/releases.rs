@@ -603,16 +603,6 @@ async fn a_release_is_verified_against_the_keyring_before_it_is_taken() {
     // do), the stranger certifies it, and the keyring is both keys armored one block after the
     // other, named by the environment as a systemd drop-in would. A commit of another ref
     // named as a release of this one is refused.
-    let gpg = |home: &std::path::Path, args: &[&str]| {
-        let out = std::process::Command::new("gpg")
-            .env("GNUPGHOME", home)
-            .args(["--batch", "--yes", "--quiet", "--pinentry-mode", "loopback", "--passphrase", ""])
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "gpg {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-        out.stdout
-    };
     gpg(&trusted.home, &["--quick-add-key", &trusted.key_id, "ed25519", "sign", "never"]);
     let by_subkey = commit("5", Some(&trusted));
     let other_ref = commit_on("aloft/other/x86_64", "6", Some(&trusted));
@@ -653,6 +643,18 @@ async fn a_release_is_verified_against_the_keyring_before_it_is_taken() {
     assert!(h["acceptedRisks"].as_str().unwrap_or("").contains("is bound to ref aloft/other/x86_64, not"), "{h}");
 }
 
+/// `gpg ARGS` in the key store `home`, unattended; its output.
+fn gpg(home: &std::path::Path, args: &[&str]) -> Vec<u8> {
+    let out = std::process::Command::new("gpg")
+        .env("GNUPGHOME", home)
+        .args(["--batch", "--yes", "--quiet", "--pinentry-mode", "loopback", "--passphrase", ""])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "gpg {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    out.stdout
+}
+
 /// A key made in the past (gpg's `faked-system-time`, 2024-01-01, written in its gpg.conf with
 /// `extra`, so `ostree commit --gpg-sign` signs as of then), expiring after `expire`.
 fn key_made_in_2024(dir: &std::path::Path, name: &str, expire: &str, extra: &str) -> aloft_osd::testkit::GpgKey {
@@ -660,16 +662,7 @@ fn key_made_in_2024(dir: &std::path::Path, name: &str, expire: &str, extra: &str
     std::fs::create_dir_all(&home).unwrap();
     std::fs::set_permissions(&home, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
     std::fs::write(home.join("gpg.conf"), format!("faked-system-time 20240101T000000!\n{extra}")).unwrap();
-    let gpg = |args: &[&str]| {
-        let out = std::process::Command::new("gpg")
-            .env("GNUPGHOME", &home)
-            .args(["--batch", "--yes", "--quiet", "--pinentry-mode", "loopback", "--passphrase", ""])
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "gpg {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-        out.stdout
-    };
+    let gpg = |args: &[&str]| gpg(&home, args);
     gpg(&["--quick-gen-key", &format!("aloft test {name} <{name}@aloft.invalid>"), "ed25519", "sign", expire]);
     let listing = String::from_utf8(gpg(&["--with-colons", "--list-secret-keys"])).unwrap();
     let key_id = listing.lines().find_map(|l| l.strip_prefix("fpr:").map(|r| r.trim_matches(':').to_string())).unwrap();
@@ -704,28 +697,8 @@ async fn expired_keys_and_signatures_are_refused_as_the_nodes_would() {
     // The owner of `extended` moves its expiry out, today (no faked time): its newest
     // self-signature has the new expiry.
     std::fs::write(extended.home.join("gpg.conf"), "").unwrap();
-    let out = std::process::Command::new("gpg")
-        .env("GNUPGHOME", &extended.home)
-        .args([
-            "--batch",
-            "--quiet",
-            "--pinentry-mode",
-            "loopback",
-            "--passphrase",
-            "",
-            "--quick-set-expire",
-            &extended.key_id,
-            "10y",
-        ])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let out = std::process::Command::new("gpg")
-        .env("GNUPGHOME", &extended.home)
-        .args(["--export", &extended.key_id])
-        .output()
-        .unwrap();
-    let mut keyring = out.stdout;
+    gpg(&extended.home, &["--quick-set-expire", &extended.key_id, "10y"]);
+    let mut keyring = gpg(&extended.home, &["--export", &extended.key_id]);
     for k in [&lasting, &expired, &short_sig] {
         keyring.extend(std::fs::read(&k.keyring).unwrap());
     }
