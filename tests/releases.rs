@@ -684,6 +684,12 @@ async fn expired_keys_and_signatures_are_refused_as_the_nodes_would() {
     let expired = key_made_in_2024(work.path(), "expired", "1y", "");
     let short_sig = key_made_in_2024(work.path(), "shortsig", "never", "default-sig-expire 1d\n");
     let extended = key_made_in_2024(work.path(), "extended", "1y", "");
+    // A primary key that never expires with a signing subkey that expired at the end of 2024
+    // (gpg signs with the subkey): the subkey's binding says so.
+    let sub_expired = key_made_in_2024(work.path(), "subexpired", "never", "");
+    gpg(&sub_expired.home, &["--quick-add-key", &sub_expired.key_id, "ed25519", "sign", "1y"]);
+    let listing = String::from_utf8(gpg(&sub_expired.home, &["--with-colons", "--list-keys"])).unwrap();
+    let subkey = listing.lines().filter_map(|l| l.strip_prefix("fpr:")).nth(1).unwrap().trim_matches(':').to_string();
     let repo = ServerRepo::create(&work.path().join("srv/repo")).unwrap();
     let http = StaticServer::start(&work.path().join("srv")).unwrap();
     let commit = |v: &str, key: &testkit::GpgKey| {
@@ -694,6 +700,7 @@ async fn expired_keys_and_signatures_are_refused_as_the_nodes_would() {
     };
     let (c1, c2, c3, c4) =
         (commit("1", &lasting), commit("2", &expired), commit("3", &short_sig), commit("4", &extended));
+    let c5 = commit("5", &sub_expired);
     // The owner of `extended` moves its expiry out, today (no faked time): its newest
     // self-signature has the new expiry.
     std::fs::write(extended.home.join("gpg.conf"), "").unwrap();
@@ -702,6 +709,7 @@ async fn expired_keys_and_signatures_are_refused_as_the_nodes_would() {
     for k in [&lasting, &expired, &short_sig] {
         keyring.extend(std::fs::read(&k.keyring).unwrap());
     }
+    keyring.extend(gpg(&sub_expired.home, &["--export", &sub_expired.key_id]));
     let keyring_path = work.path().join("keyring.gpg");
     std::fs::write(&keyring_path, keyring).unwrap();
 
@@ -716,8 +724,15 @@ async fn expired_keys_and_signatures_are_refused_as_the_nodes_would() {
     });
     let admin = c.client();
     let svc = UpdateService::start().await;
-    let releases = [("1.0.0", c1.as_str()), ("1.0.1", c2.as_str()), ("1.0.2", c3.as_str()), ("1.0.3", c4.as_str())];
-    svc.set("stable-1", graph(&releases, &[("1.0.0", "1.0.1"), ("1.0.0", "1.0.2"), ("1.0.0", "1.0.3")], &[]));
+    let releases = [
+        ("1.0.0", c1.as_str()),
+        ("1.0.1", c2.as_str()),
+        ("1.0.2", c3.as_str()),
+        ("1.0.3", c4.as_str()),
+        ("1.0.4", c5.as_str()),
+    ];
+    let edges = [("1.0.0", "1.0.1"), ("1.0.0", "1.0.2"), ("1.0.0", "1.0.3"), ("1.0.0", "1.0.4")];
+    svc.set("stable-1", graph(&releases, &edges, &[]));
     let spec = json!({"upstream": svc.url, "channel": "stable-1", "desiredUpdate": {"version": "1.0.0"}});
     admin.post(&path_of(&CLUSTER_VERSION, None), &cluster_version(spec)).await.unwrap().into_result().unwrap();
     let v = wait_cv(&admin, "1.0.0 taken", |v| v["status"]["desired"]["version"] == "1.0.0").await;
@@ -731,6 +746,7 @@ async fn expired_keys_and_signatures_are_refused_as_the_nodes_would() {
     for (version, says) in [
         ("1.0.1", format!("key {} expired on 2024-12-31T00:00:00Z", expired.key_id)),
         ("1.0.2", format!("the signature by {} expired on 2024-01-02T00:00:00Z", short_sig.key_id)),
+        ("1.0.4", format!("key {subkey} expired on 2024-12-31T00:00:00Z")),
     ] {
         let ask = json!({"spec": {"desiredUpdate": {"version": version}}});
         admin.patch(&cv_path, "application/merge-patch+json", &ask).await.unwrap().into_result().unwrap();
