@@ -10,8 +10,8 @@
 //! No node agents here (the worker pool is empty): the same flow with a real agent deploying the
 //! release's OS commit is `os_fleet.rs::a_release_from_the_update_graph_reaches_the_node`.
 
-use aloft_coordinator::resources::{CLUSTER_VERSION, MACHINE_CONFIG, MACHINE_CONFIG_POOL, NODE};
-use aloft_tests::update_service::{graph, offered, UpdateService};
+use aloft_coordinator::resources::{CLUSTER_VERSION, MACHINE_CONFIG, NODE};
+use aloft_tests::update_service::{graph, offered, worker_pool, UpdateService};
 use aloft_tests::*;
 use serde_json::{json, Value};
 use std::time::Duration;
@@ -85,16 +85,6 @@ async fn release_config_image(c: &Client, role: &str) -> String {
     let mc =
         c.get(&path_of(&MACHINE_CONFIG, Some(&format!("00-{role}-release")))).await.unwrap().into_result().unwrap();
     mc.pointer("/spec/osImageURL").and_then(Value::as_str).unwrap_or("").to_string()
-}
-
-/// OpenShift's worker pool, as the releases' tests start from (no nodes unless a test enrolls some).
-async fn worker_pool(admin: &Client) {
-    admin
-        .post(&path_of(&MACHINE_CONFIG_POOL, None), &machine_config_pool("worker", "worker"))
-        .await
-        .unwrap()
-        .into_result()
-        .unwrap();
 }
 
 fn start_coordinator() -> Coordinator {

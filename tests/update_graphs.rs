@@ -6,7 +6,7 @@
 //! graph-data over the releases of a graph OpenShift's service served: the fleet is offered what
 //! an OpenShift cluster was.
 
-use aloft_coordinator::resources::{CLUSTER_VERSION, MACHINE_CONFIG_POOL};
+use aloft_coordinator::resources::CLUSTER_VERSION;
 use aloft_tests::graph_service::{write, Service};
 use aloft_tests::*;
 use serde_json::{json, Value};
@@ -61,12 +61,7 @@ fn completed(v: &Value, version: &str) -> bool {
 
 async fn fleet_following(c: &Coordinator, upstream: &str, channel: &str, version: &str) -> Client {
     let admin = c.client();
-    admin
-        .post(&path_of(&MACHINE_CONFIG_POOL, None), &machine_config_pool("worker", "worker"))
-        .await
-        .unwrap()
-        .into_result()
-        .unwrap();
+    aloft_tests::update_service::worker_pool(&admin).await;
     let cv = json!({"apiVersion": "config.openshift.io/v1", "kind": "ClusterVersion", "metadata": {"name": "version"},
         "spec": {"upstream": upstream, "channel": channel, "desiredUpdate": {"version": version}}});
     admin.post(&path_of(&CLUSTER_VERSION, None), &cv).await.unwrap().into_result().unwrap();

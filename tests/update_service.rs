@@ -113,3 +113,13 @@ pub fn offered(g: &Value, version: &str) -> (Vec<String>, Vec<String>) {
     plain.sort();
     (plain, conditional)
 }
+
+/// OpenShift's worker pool, as the releases' tests start from (no nodes unless a test enrolls some).
+pub async fn worker_pool(admin: &crate::Client) {
+    admin
+        .post(&crate::path_of(&crate::MACHINE_CONFIG_POOL, None), &crate::machine_config_pool("worker", "worker"))
+        .await
+        .unwrap()
+        .into_result()
+        .unwrap();
+}

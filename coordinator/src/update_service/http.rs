@@ -230,10 +230,11 @@ pub async fn run(opts: ServiceOptions) -> anyhow::Result<()> {
                 };
                 match load(&opts).await {
                     Ok(b) => {
-                        if b.fingerprint() != last || why == "SIGHUP" {
+                        let now = b.fingerprint();
+                        if now != last || why == "SIGHUP" {
                             tracing::info!("graph-data reloaded ({why}): {}", b.summary);
                         }
-                        last = b.fingerprint();
+                        last = now;
                         notify(&format!("serving on {addr}: {}", b.summary), false);
                         set(b);
                     }
