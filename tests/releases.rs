@@ -838,8 +838,21 @@ async fn a_release_whose_repository_hangs_holds_nothing_else() {
     let v =
         wait_cv(&admin, "the new graph shown", |v| versions(&v["status"]["availableUpdates"]) == ["1.0.1", "1.0.2"])
             .await;
-    assert!(!accepted_message(&v).contains("1.0.1"), "judged before its check ended: {v}");
+    // Neither taken nor refused, and said so, as the CVO shows a payload it is retrieving.
+    assert!(cond_is(&v, "ReleaseAccepted", "Unknown", "RetrievePayload"), "{}", v["status"]["conditions"]);
+    let waiting = format!("Retrieving and verifying payload version=\"1.0.1\" image={stuck:?}");
+    assert_eq!(accepted_message(&v), waiting);
     assert_eq!(v["status"]["desired"]["version"], "1.0.0");
+    assert_ne!(v["status"]["observedGeneration"], v["metadata"]["generation"], "observed before it was judged");
+    let events = admin.get("/api/v1/events").await.unwrap().into_result().unwrap();
+    let said: Vec<&Value> = events["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["reason"] == "RetrievePayload" && e["message"] == waiting.as_str())
+        .collect();
+    assert_eq!(said.len(), 1, "one Event for the wait, however many passes: {said:?}");
+    assert_eq!(said[0]["count"], 1, "{said:?}");
     let v = wait_cv(&admin, "1.0.1 refused once its check ends", |v| {
         cond_is(v, "ReleaseAccepted", "False", "RetrievePayload") && accepted_message(v).contains("1.0.1")
     })

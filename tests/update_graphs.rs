@@ -133,6 +133,19 @@ async fn a_fleet_follows_the_channels_the_update_service_builds() {
     assert_eq!((status, g), (200, json!({"version": 1, "nodes": [], "edges": [], "conditionalEdges": []})));
     let (_, _, list) = get(&format!("{}/api/upgrades_info/v1/channels", svc.base()), None).await;
     assert_eq!(list, json!({"arch": "amd64", "channels": ["candidate-1", "stable-1"]}));
+    // What it served, on /metrics under OpenShift's update service's names: 7 graph queries,
+    // 4 refused, by code and kind; a load that served the 4 releases.
+    assert_eq!(svc.metric("cincinnati_pe_graph_incoming_requests_total").await, Some(7.0));
+    assert_eq!(svc.metric("cincinnati_pe_graph_serve_duration_seconds_count").await, Some(7.0));
+    let refused = |code: &str, kind: &str| {
+        format!("cincinnati_pe_graph_response_errors_total{{code=\"{code}\",kind=\"{kind}\"}}")
+    };
+    assert_eq!(svc.metric(&refused("400", "invalid_params")).await, Some(2.0));
+    assert_eq!(svc.metric(&refused("400", "missing_params")).await, Some(1.0));
+    assert_eq!(svc.metric(&refused("406", "invalid_content_type")).await, Some(1.0));
+    assert_eq!(svc.metric("cincinnati_gb_graph_final_releases").await, Some(4.0));
+    assert!(svc.metric("cincinnati_gb_graph_upstream_scrapes_total").await >= Some(1.0));
+    assert_eq!(svc.metric("cincinnati_gb_graph_upstream_errors_total").await, Some(0.0));
 
     // A fleet at 1.0.0 on stable-1: 1.1.0 recommended, 1.2.0 conditional with its risk.
     let c = Coordinator::start_with(Options {
@@ -206,6 +219,14 @@ async fn a_fleet_follows_the_channels_the_update_service_builds() {
     .await;
     assert_eq!(get(&format!("{}?channel=stable-1", svc.url), None).await.2, before);
     assert_eq!(versions(&wait_cv(&admin, "", |_| true).await["status"]["availableUpdates"]), ["1.2.0"]);
+    // Counted as failed loads, one a second; the last good one's time and releases stay.
+    let stale = svc.metric("cincinnati_gb_graph_last_successful_refresh_timestamp").await;
+    let failed = svc.metric("cincinnati_gb_graph_upstream_errors_total").await.unwrap();
+    assert!(failed >= 1.0);
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert!(svc.metric("cincinnati_gb_graph_upstream_errors_total").await > Some(failed));
+    assert_eq!(svc.metric("cincinnati_gb_graph_last_successful_refresh_timestamp").await, stale);
+    assert_eq!(svc.metric("cincinnati_gb_graph_final_releases").await, Some(4.0));
 
     // Mended, and a SIGHUP reloads at once (a long refresh interval would wait).
     write(root, "channels/stable-1.yaml", "name: stable-1\nversions: [1.0.0, 1.1.0, 1.2.0, 1.3.0]\n");
@@ -216,6 +237,18 @@ async fn a_fleet_follows_the_channels_the_update_service_builds() {
     .await;
     let (_, _, g) = get(&format!("{}?channel=stable-1", svc.url), None).await;
     assert_eq!(versions(&g["nodes"]), ["1.0.0", "1.1.0", "1.2.0", "1.3.0"]);
+    drop(svc);
+    // `--metrics-listen` on a port taken stops the start, naming the flag.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let out = Command::new(bin("aloft-coordinator"))
+        .args(["update-service", "--listen", "127.0.0.1:0", "--metrics-listen"])
+        .arg(taken.local_addr().unwrap().to_string())
+        .arg("--graph-data")
+        .arg(root)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("--metrics-listen: cannot listen on"), "{err}");
 
     // --check on a graph-data that does not load: non-zero, naming the file and field.
     write(root, "releases/1.3.0.yaml", "version: 1.3.0\npayload: p\nprevious: [1.4.0]\n");

@@ -427,3 +427,193 @@ mod tests {
         }
     }
 }
+
+/// GnuPG's readings of a key's expiry, on keys whose signatures are made here with the times
+/// each case needs (gpg makes them only with the current time): which self-signature holds
+/// decides whether a release signed by the key is taken.
+#[cfg(test)]
+mod expiry_readings {
+    use super::*;
+    use pgp::composed::{KeyType, SecretKeyParamsBuilder, SignedKeyDetails, SignedSecretKey};
+    use pgp::crypto::hash::HashAlgorithm;
+    use pgp::packet::{Signature, SignatureConfig, SignatureType, Subpacket, SubpacketData, UserId};
+    use pgp::types::{Duration, KeyDetails, PacketHeaderVersion, Password, SignedUser, Tag, Timestamp};
+
+    /// 2024-01-01T00:00:00Z, when every key here was made.
+    const T0: u32 = 1_704_067_200;
+    const DAY: u32 = 86_400;
+    /// When the checks run: a year after the keys were made.
+    const NOW: u64 = T0 as u64 + 365 * DAY as u64;
+    const DATA: &[u8] = b"a commit";
+
+    fn key() -> SignedSecretKey {
+        SecretKeyParamsBuilder::default()
+            .key_type(KeyType::Ed25519Legacy)
+            .can_certify(true)
+            .can_sign(true)
+            .created_at(Timestamp::from_secs(T0))
+            .primary_user_id("release <release@example.org>".into())
+            .build()
+            .expect("key parameters")
+            .generate(rand08::thread_rng())
+            .expect("a key")
+    }
+
+    /// A signature's settings by `by`, made `at`, saying the key expires `lasts` after it was
+    /// made (None: says nothing of it).
+    fn config(typ: SignatureType, by: &SignedSecretKey, at: u32, lasts: Option<u32>) -> SignatureConfig {
+        let mut c = SignatureConfig::v4(typ, by.primary_key.algorithm(), HashAlgorithm::Sha256);
+        c.hashed_subpackets = vec![
+            Subpacket::regular(SubpacketData::SignatureCreationTime(Timestamp::from_secs(at))).expect("subpacket"),
+            Subpacket::regular(SubpacketData::IssuerFingerprint(by.primary_key.fingerprint())).expect("subpacket"),
+        ];
+        if let Some(d) = lasts {
+            c.hashed_subpackets
+                .push(Subpacket::regular(SubpacketData::KeyExpirationTime(Duration::from_secs(d))).expect("subpacket"));
+        }
+        c
+    }
+
+    fn uid(name: &str) -> UserId {
+        UserId::from_str(PacketHeaderVersion::New, name).expect("user ID")
+    }
+
+    /// `by`'s certification (or, with CertRevocation, revocation) of `id` on `key`.
+    fn on_uid(
+        typ: SignatureType,
+        by: &SignedSecretKey,
+        key: &SignedSecretKey,
+        id: &UserId,
+        at: u32,
+        lasts: Option<u32>,
+    ) -> Signature {
+        config(typ, by, at, lasts)
+            .sign_certification_third_party(
+                &by.primary_key,
+                &Password::empty(),
+                key.primary_key.public_key(),
+                Tag::UserId,
+                id,
+            )
+            .expect("certification")
+    }
+
+    /// A direct-key self-signature on `key`.
+    fn direct(key: &SignedSecretKey, at: u32, lasts: Option<u32>) -> Signature {
+        config(SignatureType::Key, key, at, lasts)
+            .sign_key(&key.primary_key, &Password::empty(), key.primary_key.public_key())
+            .expect("direct-key signature")
+    }
+
+    fn keyring(key: &SignedSecretKey, users: Vec<SignedUser>, direct_signatures: Vec<Signature>) -> Keyring {
+        let public = SignedPublicKey {
+            primary_key: key.primary_key.public_key().clone(),
+            details: SignedKeyDetails {
+                revocation_signatures: Vec::new(),
+                direct_signatures,
+                users,
+                user_attributes: Vec::new(),
+            },
+            public_subkeys: Vec::new(),
+        };
+        Keyring { path: "test".into(), keys: vec![public] }
+    }
+
+    /// What checking a signature over DATA, made by `key` ten days after T0, says at NOW.
+    fn check(key: &SignedSecretKey, ring: &Keyring) -> Result<String, Vec<String>> {
+        let sig = config(SignatureType::Binary, key, T0 + 10 * DAY, None)
+            .sign(&key.primary_key, &Password::empty(), DATA)
+            .expect("signature");
+        ring.signer_of(DATA, &[DetachedSignature::new(sig)], NOW)
+    }
+
+    fn expired_after(days: u32) -> String {
+        format!("expired {}", when(u64::from(T0 + days * DAY)))
+    }
+
+    #[test]
+    fn a_user_id_the_key_revoked_no_longer_says_when_it_expires() {
+        let key = key();
+        let (a, b) = (uid("a <a@example.org>"), uid("b <b@example.org>"));
+        let cert = |id: &UserId, at, lasts| on_uid(SignatureType::CertPositive, &key, &key, id, at, lasts);
+        let revoke = |id: &UserId, at| on_uid(SignatureType::CertRevocation, &key, &key, id, at, None);
+        // a: 30 days; b, newer: 10 years, then revoked by the key: the key expired after 30 days.
+        let users = vec![
+            SignedUser::new(a.clone(), vec![cert(&a, T0 + DAY, Some(30 * DAY))]),
+            SignedUser::new(b.clone(), vec![cert(&b, T0 + 2 * DAY, Some(3650 * DAY)), revoke(&b, T0 + 3 * DAY)]),
+        ];
+        let why = check(&key, &keyring(&key, users, Vec::new())).expect_err("expired");
+        assert!(why.len() == 1 && why[0].ends_with(&expired_after(30)), "{why:?}");
+
+        // b certified again after its revocation: its newest certification holds again.
+        let users = vec![
+            SignedUser::new(a.clone(), vec![cert(&a, T0 + DAY, Some(30 * DAY))]),
+            SignedUser::new(
+                b.clone(),
+                vec![
+                    cert(&b, T0 + 2 * DAY, Some(3650 * DAY)),
+                    revoke(&b, T0 + 3 * DAY),
+                    cert(&b, T0 + 4 * DAY, Some(3650 * DAY)),
+                ],
+            ),
+        ];
+        assert_eq!(check(&key, &keyring(&key, users, Vec::new())), Ok(format!("{:X}", key.primary_key.fingerprint())));
+    }
+
+    #[test]
+    fn only_the_keys_own_signatures_on_a_user_id_count() {
+        let key = key();
+        let other = self::key();
+        let a = uid("a <a@example.org>");
+        // The key's own certification says 30 days; another key's newer certification (10
+        // years) and its revocation of the user ID change nothing.
+        let users = vec![SignedUser::new(
+            a.clone(),
+            vec![
+                on_uid(SignatureType::CertPositive, &key, &key, &a, T0 + DAY, Some(30 * DAY)),
+                on_uid(SignatureType::CertPositive, &other, &key, &a, T0 + 2 * DAY, Some(3650 * DAY)),
+                on_uid(SignatureType::CertRevocation, &other, &key, &a, T0 + 3 * DAY, None),
+            ],
+        )];
+        let why = check(&key, &keyring(&key, users, Vec::new())).expect_err("expired");
+        assert!(why.len() == 1 && why[0].ends_with(&expired_after(30)), "{why:?}");
+        // Unexpired by its own certification: another key's revocation does not unmake it.
+        let users = vec![SignedUser::new(
+            a.clone(),
+            vec![
+                on_uid(SignatureType::CertPositive, &key, &key, &a, T0 + DAY, None),
+                on_uid(SignatureType::CertRevocation, &other, &key, &a, T0 + 3 * DAY, None),
+            ],
+        )];
+        assert!(check(&key, &keyring(&key, users, Vec::new())).is_ok());
+    }
+
+    #[test]
+    fn a_direct_key_signature_sets_the_expiry_only_when_it_says_one_and_is_newer() {
+        let key = key();
+        let a = uid("a <a@example.org>");
+        let never = vec![SignedUser::new(
+            a.clone(),
+            vec![on_uid(SignatureType::CertPositive, &key, &key, &a, T0 + 2 * DAY, None)],
+        )];
+        // Newer, with an expiry of 30 days: it holds.
+        let why = check(&key, &keyring(&key, never.clone(), vec![direct(&key, T0 + 3 * DAY, Some(30 * DAY))]))
+            .expect_err("expired");
+        assert!(why.len() == 1 && why[0].ends_with(&expired_after(30)), "{why:?}");
+        // Older than the certification: the certification holds (never expires).
+        assert!(check(&key, &keyring(&key, never.clone(), vec![direct(&key, T0 + DAY, Some(30 * DAY))])).is_ok());
+        // Newer but saying nothing of expiry: the certification holds, never expiring here,
+        // expiring after 30 days there.
+        assert!(check(&key, &keyring(&key, never, vec![direct(&key, T0 + 3 * DAY, None)])).is_ok());
+        let month = vec![SignedUser::new(
+            a.clone(),
+            vec![on_uid(SignatureType::CertPositive, &key, &key, &a, T0 + 2 * DAY, Some(30 * DAY))],
+        )];
+        let why = check(&key, &keyring(&key, month, vec![direct(&key, T0 + 3 * DAY, None)])).expect_err("expired");
+        assert!(why.len() == 1 && why[0].ends_with(&expired_after(30)), "{why:?}");
+        // A key with no user ID certification at all: its direct-key signature alone.
+        let why =
+            check(&key, &keyring(&key, Vec::new(), vec![direct(&key, T0 + DAY, Some(30 * DAY))])).expect_err("expired");
+        assert!(why.len() == 1 && why[0].ends_with(&expired_after(30)), "{why:?}");
+    }
+}

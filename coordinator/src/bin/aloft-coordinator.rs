@@ -242,6 +242,10 @@ enum Cmd {
         /// The PEM private key of --tls-cert-file.
         #[arg(long, value_name = "FILE", requires = "tls_cert_file")]
         tls_key_file: Option<PathBuf>,
+        /// Where to serve Prometheus metrics (`/metrics`, plain HTTP, under OpenShift's update
+        /// service's names: cincinnati_gb_*, cincinnati_pe_*); `off` serves none.
+        #[arg(long, default_value = "127.0.0.1:9081", value_parser = parse_metrics_listen, value_name = "ADDR|off")]
+        metrics_listen: MetricsListen,
         /// Read and build the graphs, print what they hold (each channel's releases per
         /// architecture) and exit: non-zero, naming the file and field, when they do not load.
         #[arg(long)]
@@ -536,6 +540,20 @@ fn parse_global_namespace(value: &str) -> Result<GlobalNamespace, String> {
     aloft_coordinator::controllers::olm::global_namespace(value).map(GlobalNamespace)
 }
 
+/// `update-service --metrics-listen`'s value: an address, or `off`.
+#[derive(Debug, Clone)]
+struct MetricsListen(Option<SocketAddr>);
+
+fn parse_metrics_listen(value: &str) -> Result<MetricsListen, String> {
+    if value.eq_ignore_ascii_case("off") {
+        return Ok(MetricsListen(None));
+    }
+    value
+        .parse()
+        .map(|a| MetricsListen(Some(a)))
+        .map_err(|e| format!("{e}: give an address and port (127.0.0.1:9081), or off"))
+}
+
 /// The log filter `value` (RUST_LOG syntax; empty: info). A lone word is a level: RUST_LOG reads
 /// `warning` or `debg` as a target of that name, which logged nothing at all, errors included.
 fn log_filter(value: &str) -> Result<tracing_subscriber::EnvFilter, String> {
@@ -677,7 +695,16 @@ async fn run() -> Result<()> {
             out.flush()?;
             Ok(())
         }
-        Cmd::UpdateService { graph_data, releases, listen, refresh_interval, tls_cert_file, tls_key_file, check } => {
+        Cmd::UpdateService {
+            graph_data,
+            releases,
+            listen,
+            refresh_interval,
+            tls_cert_file,
+            tls_key_file,
+            metrics_listen,
+            check,
+        } => {
             let releases = releases.unwrap_or_else(|| graph_data.join("releases"));
             if check {
                 let built = aloft_coordinator::update_service::load(&graph_data, &releases)
@@ -695,6 +722,8 @@ async fn run() -> Result<()> {
                 listen,
                 refresh: refresh_interval,
                 tls,
+                metrics_listen: metrics_listen.0,
+                build: aloft_api::build_info!(),
             })
             .await
         }

@@ -239,7 +239,7 @@ async fn reconcile(
             {
                 let known = verify_release(http, cache, keyring, &target.image, wake);
                 if known.is_none() {
-                    pending = Some(target.version);
+                    pending = Some(target);
                 }
                 known
             }
@@ -250,8 +250,9 @@ async fn reconcile(
     // While the requested release is being verified it is neither taken nor refused (the
     // CVO's payload is retrieved before it is judged); the outcome wakes the next pass.
     let accepted = match &pending {
-        Some(version) => {
-            tracing::debug!(%version, "waiting for the release's verification");
+        Some(target) => {
+            tracing::debug!(version = %target.version, "waiting for the release's verification");
+            retrieving(&mut status, target, events, &now);
             None
         }
         None => consider_desired_update(&cv, &mut status, graph.as_deref(), verification.as_ref(), &now),
@@ -1128,6 +1129,23 @@ fn consider_desired_update(
         now,
     );
     Some(target)
+}
+
+/// `ReleaseAccepted=Unknown` while the requested release's check waits on its repository, as the
+/// CVO shows a payload it is still retrieving: without it a slow repository looks like a
+/// request nobody saw. One `RetrievePayload` Event when the wait starts, as the CVO records one.
+fn retrieving(status: &mut ClusterVersionStatus, target: &Release, events: &Recorder, now: &str) {
+    let message = format!("Retrieving and verifying payload version={:?} image={:?}", target.version, target.image);
+    let shown = find_condition(&status.conditions, cv::RELEASE_ACCEPTED)
+        .is_some_and(|c| c.status == "Unknown" && c.message == message);
+    if !shown {
+        events.emit(&involved(), EventType::Normal, "RetrievePayload", &message);
+    }
+    set_condition(
+        &mut status.conditions,
+        Condition::new(cv::RELEASE_ACCEPTED, "Unknown", "RetrievePayload", message),
+        now,
+    );
 }
 
 /// `ReleaseAccepted` back to the release that is loaded, once nothing else is asked for (a

@@ -53,8 +53,14 @@ pub fn describe(cv: &ClusterVersion, include_not_recommended: bool) -> String {
     if let Some(i) = cond(cv::INVALID).filter(|c| c.is_true()) {
         out.push_str(&format!("error: the desired update is ignored: {}\n\n", i.message));
     }
-    if let Some(a) = cond(cv::RELEASE_ACCEPTED).filter(|c| c.status == "False") {
-        out.push_str(&format!("error: the desired update was not accepted ({}): {}\n\n", a.reason, a.message));
+    match cond(cv::RELEASE_ACCEPTED) {
+        Some(a) if a.status == "False" => {
+            out.push_str(&format!("error: the desired update was not accepted ({}): {}\n\n", a.reason, a.message))
+        }
+        Some(a) if a.status == "Unknown" => {
+            out.push_str(&format!("info: the desired update is not accepted yet ({}): {}\n\n", a.reason, a.message))
+        }
+        _ => {}
     }
     let completed = status.history.iter().find(|h| h.state == cv::COMPLETED).map(|h| h.version.as_str());
     match (completed, cv.current()) {
@@ -344,5 +350,27 @@ mod tests {
         assert!(text.contains("Upstream: <none>"), "{text}");
         assert!(text.contains("Reason: NoUpstream"), "{text}");
         assert!(text.contains("No updates available."), "{text}");
+    }
+
+    #[test]
+    fn says_a_requested_release_is_being_retrieved_or_was_refused() {
+        let with = |status: &str, reason: &str, message: &str| {
+            describe(
+                &cv(json!({"metadata": {"name": "version"}, "status": {"conditions": [
+                    {"type": "ReleaseAccepted", "status": status, "reason": reason, "message": message}]}})),
+                false,
+            )
+        };
+        let waiting =
+            with("Unknown", "RetrievePayload", "Retrieving and verifying payload version=\"1.1.0\" image=\"i\"");
+        assert!(
+            waiting.starts_with(
+                "info: the desired update is not accepted yet (RetrievePayload): Retrieving and verifying payload version=\"1.1.0\""
+            ),
+            "{waiting}"
+        );
+        let refused = with("False", "RetrievePayload", "Retrieving payload failed version=\"1.1.0\"");
+        assert!(refused.starts_with("error: the desired update was not accepted (RetrievePayload)"), "{refused}");
+        assert!(!with("True", "PayloadLoaded", "Payload loaded").contains("the desired update"));
     }
 }

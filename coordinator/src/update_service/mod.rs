@@ -4,11 +4,12 @@
 //! without writing graph JSON by hand.
 //!
 //! [`graph_data`] reads the inputs (all or nothing), [`build`] computes every channel's graph,
-//! [`http`] serves them and reloads them while it runs.
+//! [`http`] serves them and reloads them while it runs, [`metrics`] says how that goes.
 
 pub mod build;
 pub mod graph_data;
 pub mod http;
+pub mod metrics;
 
 pub use build::{Built, Summary};
 pub use graph_data::LoadError;
