@@ -1909,3 +1909,211 @@ async fn an_undo_record_left_after_its_undo_is_dropped() {
     );
     assert!(!h.path("/var/lib/aloft/undoing.json").exists(), "the record is gone");
 }
+
+/// What Ignition does at first boot with a served config, as far as the agent can see it: every
+/// file written with its mode, every unit written and, when enabled, linked into the target its
+/// `WantedBy=` names (systemd's preset at first boot). Data URLs only, as MCO's configs have.
+fn ignite(root: &Path, config: &Value) {
+    use base64::Engine as _;
+    for f in config["storage"]["files"].as_array().into_iter().flatten() {
+        let path = root.join(f["path"].as_str().unwrap().trim_start_matches('/'));
+        let source = f["contents"]["source"].as_str().unwrap_or("data:,");
+        let (meta, data) = source.strip_prefix("data:").unwrap().split_once(',').unwrap();
+        let bytes = if meta.ends_with(";base64") {
+            base64::engine::general_purpose::STANDARD.decode(data).unwrap()
+        } else {
+            // RFC 3986 percent-encoding.
+            let (mut out, raw) = (Vec::new(), data.as_bytes());
+            let mut i = 0;
+            while i < raw.len() {
+                if raw[i] == b'%' {
+                    out.push(u8::from_str_radix(&data[i + 1..i + 3], 16).unwrap());
+                    i += 3;
+                } else {
+                    out.push(raw[i]);
+                    i += 1;
+                }
+            }
+            out
+        };
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, bytes).unwrap();
+        let mode = f["mode"].as_u64().unwrap_or(0o644) as u32;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+    for u in config["systemd"]["units"].as_array().into_iter().flatten() {
+        let name = u["name"].as_str().unwrap();
+        let contents = u["contents"].as_str().unwrap();
+        let dir = root.join("etc/systemd/system");
+        std::fs::write(dir.join(name), contents).unwrap();
+        if u["enabled"] == true {
+            let target = contents.lines().find_map(|l| l.strip_prefix("WantedBy=")).unwrap().trim();
+            let wants = dir.join(format!("{target}.wants"));
+            std::fs::create_dir_all(&wants).unwrap();
+            std::os::unix::fs::symlink(format!("/etc/systemd/system/{name}"), wants.join(name)).unwrap();
+        }
+    }
+}
+
+/// A new host's first boot: its pointer Ignition config fetches `/config/worker` with a
+/// bootstrap token (as Ignition asks, for the newest spec it reads), gets the pool's rendered
+/// config with the agent's enrollment files, and Ignition writes it; the agent then enrolls and
+/// takes that config with no reboot, where a host that booted without it reboots into it. A
+/// token may read only the pool its nodes join; an Accept that no served version can meet, or
+/// a pool that does not exist, is refused, naming why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_host_boots_with_its_pools_config_from_the_config_server() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let bootstrap = c.create_token("fleet", "bootstrap");
+    let token_file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(token_file.path(), &bootstrap).unwrap();
+    let mut pool = yaml(&testdata().join("mco/bootstrap/worker.machineconfigpool.yaml"));
+    pool["spec"]["maxUnavailable"] = json!(2);
+    admin.post(&path_of(&MACHINE_CONFIG_POOL, None), &pool).await.unwrap().into_result().unwrap();
+    let infra = json!({"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfigPool",
+        "metadata": {"name": "infra"},
+        "spec": {"machineConfigSelector": {"matchExpressions": [{"key": ann::ROLE_LABEL, "operator": "In", "values": ["worker", "infra"]}]},
+                 "nodeSelector": {"matchLabels": {"node-role.kubernetes.io/infra": ""}}}});
+    admin.post(&path_of(&MACHINE_CONFIG_POOL, None), &infra).await.unwrap().into_result().unwrap();
+    let mc = json!({"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfig",
+        "metadata": {"name": "50-worker-fleet", "labels": {ann::ROLE_LABEL: "worker"}},
+        "spec": {"config": {"ignition": {"version": "3.2.0"},
+            "storage": {"files": [{"path": "/etc/fleet.conf", "mode": 420, "contents": {"source": "data:,region%3Deu%0A"}}]},
+            "systemd": {"units": [{"name": "fleet.service", "enabled": true,
+                "contents": "[Service]\nExecStart=/bin/true\n[Install]\nWantedBy=multi-user.target\n"}]}}}});
+    admin.post(&path_of(&MACHINE_CONFIG, None), &mc).await.unwrap().into_result().unwrap();
+    let rendered = eventually(Duration::from_secs(30), "the worker pool rendered", || {
+        let admin = admin.clone();
+        async move {
+            let p = admin.get(&path_of(&MACHINE_CONFIG_POOL, Some("worker"))).await?.into_result()?;
+            Ok(p.pointer("/spec/configuration/name").and_then(Value::as_str).map(str::to_string))
+        }
+    })
+    .await;
+
+    let http = reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(&c.ca_pem()).unwrap())
+        .build()
+        .unwrap();
+    // What Ignition 2.20 sends.
+    let ignition_accept = "application/vnd.coreos.ignition+json;version=3.4.0, application/vnd.coreos.ignition+json;version=3.3.0;q=0.9, application/vnd.coreos.ignition+json;version=3.2.0;q=0.8, application/vnd.coreos.ignition+json;version=3.1.0;q=0.7, application/vnd.coreos.ignition+json;version=3.0.0;q=0.6, application/vnd.coreos.ignition+json; version=2.2.0;q=0.1, */*;q=0.1";
+    let get = |pool: &str, token: Option<&str>, accept: &str| {
+        let mut r = http.get(format!("{}/config/{pool}", c.url())).header("accept", accept.to_string());
+        if let Some(t) = token {
+            r = r.bearer_auth(t);
+        }
+        r.send()
+    };
+    // The host's pointer config, as the admin makes it; the host's Ignition follows it: the
+    // source, the header and the CA it names (nothing else is given to the host).
+    let out = c.aloftctl(&[
+        "adm",
+        "pointer-ignition",
+        "worker",
+        "--bootstrap-token-file",
+        token_file.path().to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let pointer: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let merge = &pointer["ignition"]["config"]["merge"][0];
+    assert_eq!(merge["source"], format!("{}/config/worker", c.url()));
+    let ca_source = pointer["ignition"]["security"]["tls"]["certificateAuthorities"][0]["source"].as_str().unwrap();
+    let ca = {
+        use base64::Engine as _;
+        let data = ca_source.strip_prefix("data:text/plain;charset=utf-8;base64,").unwrap();
+        base64::engine::general_purpose::STANDARD.decode(data).unwrap()
+    };
+    let ignition =
+        reqwest::Client::builder().add_root_certificate(reqwest::Certificate::from_pem(&ca).unwrap()).build().unwrap();
+    let header = &merge["httpHeaders"][0];
+    let served = ignition
+        .get(merge["source"].as_str().unwrap())
+        .header(header["name"].as_str().unwrap(), header["value"].as_str().unwrap())
+        .header("accept", ignition_accept)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(served.status(), 200);
+    assert_eq!(served.headers()["content-type"], "application/vnd.coreos.ignition+json;version=3.4.0");
+    assert_eq!(served.headers()["x-aloft-rendered-config"], rendered.as_str());
+    let config: Value = served.json().await.unwrap();
+    assert_eq!(config["ignition"]["version"], "3.4.0");
+    let paths: Vec<&str> =
+        config["storage"]["files"].as_array().unwrap().iter().filter_map(|f| f["path"].as_str()).collect();
+    assert_eq!(paths, ["/etc/fleet.conf", "/etc/aloft/ca.crt", "/etc/aloft/bootstrap.token", "/etc/aloft/agent.env"]);
+
+    // The host's first boot: Ignition writes it. The agent's files say how to enroll.
+    let mut born = Host::new("worker-born").await;
+    ignite(born.root.path(), &config);
+    let env = std::fs::read_to_string(born.path("/etc/aloft/agent.env")).unwrap();
+    assert!(env.contains(&format!("ALOFT_COORDINATOR={}\n", c.url())), "{env}");
+    assert!(env.contains("ALOFT_LABELS=node-role.kubernetes.io/worker=\n"), "{env}");
+    assert_eq!(std::fs::read_to_string(born.path("/etc/aloft/bootstrap.token")).unwrap().trim(), bootstrap);
+    assert_eq!(std::fs::read(born.path("/etc/aloft/ca.crt")).unwrap(), c.ca_pem());
+    assert_eq!(mode(&born.path("/etc/aloft/bootstrap.token")), 0o600);
+    assert_eq!(std::fs::read_to_string(born.path("/etc/fleet.conf")).unwrap(), "region=eu\n");
+    born.start_agent(&c, &born.path("/etc/aloft/bootstrap.token"));
+    // A host that booted without it, beside it.
+    let mut plain = Host::new("worker-plain").await;
+    plain.start_agent(&c, token_file.path());
+    let hosts = [born, plain];
+    eventually(Duration::from_secs(120), "the host born with the config Done on it", || {
+        let c = &c;
+        let rendered = rendered.clone();
+        async move {
+            Ok((annotation_of(c, "worker-born", ann::CURRENT_CONFIG).await? == rendered
+                && annotation_of(c, "worker-born", ann::STATE).await? == "Done")
+                .then_some(()))
+        }
+    })
+    .await;
+    let [born, plain] = hosts;
+    assert_eq!(born.reboots_asked(), 0, "taken without a reboot: {:?}", born.fake.call_strings());
+    assert!(born.log().contains("written at first boot"), "{}", born.log());
+    eventually(Duration::from_secs(60), "the plain host to reboot into the config", || {
+        let plain = &plain;
+        async move { Ok((plain.reboots_asked() > 0).then_some(())) }
+    })
+    .await;
+
+    // The rules of the endpoint.
+    let refused = get("infra", Some(&bootstrap), ignition_accept).await.unwrap();
+    assert_eq!(refused.status(), 403);
+    let why: Value = refused.json().await.unwrap();
+    assert!(why["message"].as_str().unwrap().contains("enrolls nodes into pool \"worker\""), "{why}");
+    let as_admin = get("infra", Some(&c.admin_token()), "application/json").await.unwrap();
+    assert_eq!(as_admin.status(), 200);
+    let infra_config: Value = as_admin.json().await.unwrap();
+    assert_eq!(infra_config["ignition"]["version"], "3.5.0");
+    let infra_paths: Vec<&str> =
+        infra_config["storage"]["files"].as_array().unwrap().iter().filter_map(|f| f["path"].as_str()).collect();
+    assert_eq!(infra_paths, ["/etc/fleet.conf"], "no agent files for an admin's request");
+    assert_eq!(get("worker", None, ignition_accept).await.unwrap().status(), 401);
+    let missing = get("nope", Some(&c.admin_token()), ignition_accept).await.unwrap();
+    assert_eq!(missing.status(), 404);
+    let old = get("worker", Some(&bootstrap), "application/vnd.coreos.ignition+json; version=2.2.0").await.unwrap();
+    assert_eq!(old.status(), 406);
+    let why: Value = old.json().await.unwrap();
+    assert!(why["message"].as_str().unwrap().contains("2.2.0: not served"), "{why}");
+    // A token whose nodes join another pool gets no pointer config.
+    let out = c.aloftctl(&[
+        "adm",
+        "pointer-ignition",
+        "infra",
+        "--bootstrap-token-file",
+        token_file.path().to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("does not serve pool \"infra\" to this token"), "{err}");
+    assert!(out.stdout.is_empty());
+    let head = http
+        .head(format!("{}/config/worker", c.url()))
+        .bearer_auth(&bootstrap)
+        .header("accept", ignition_accept)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(head.status(), 200);
+    assert!(head.headers()["content-length"].to_str().unwrap().parse::<usize>().unwrap() > 100);
+}

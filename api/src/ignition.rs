@@ -117,6 +117,43 @@ pub fn parse_with_warnings(raw: &Value) -> Result<Parsed, IgnitionError> {
     Ok(Parsed { config, warnings })
 }
 
+/// The 3.x versions a config can be written in for a host, newest first ([`to_version`]).
+pub const SERVED_VERSIONS: &[&str] = &["3.5.0", "3.4.0", "3.3.0", "3.2.0", "3.1.0", "3.0.0"];
+
+/// `cfg` written as Ignition `version` (one of [`SERVED_VERSIONS`]) wants it, for a host whose
+/// Ignition reads only that version (an older boot image): every field is checked against that
+/// version's own schema, and a field it does not have is an error naming it, not dropped (a
+/// host booted without a file or unit its pool's config holds would be a host of another
+/// config).
+pub fn to_version(cfg: &Config, version: &str) -> Result<Value, IgnitionError> {
+    let mut v = to_value(cfg);
+    if let Some(Value::Object(ign)) = v.get_mut("ignition") {
+        ign.insert("version".into(), version.into());
+    }
+    let mut unknown = Vec::new();
+    let mut out = match version {
+        "3.0.0" => serde_json::to_value(decode::<v3_0::Config>(&v, &mut unknown)?),
+        "3.1.0" => serde_json::to_value(decode::<v3_1::Config>(&v, &mut unknown)?),
+        "3.2.0" => serde_json::to_value(decode::<v3_2::Config>(&v, &mut unknown)?),
+        "3.3.0" => serde_json::to_value(decode::<v3_3::Config>(&v, &mut unknown)?),
+        "3.4.0" => serde_json::to_value(decode::<v3_4::Config>(&v, &mut unknown)?),
+        "3.5.0" => Ok(v.clone()),
+        other => {
+            return Err(IgnitionError::new(
+                VERSION_FIELD,
+                format!("cannot write a config as Ignition {other}: one of {} is needed", SERVED_VERSIONS.join(", ")),
+            ))
+        }
+    }
+    .map_err(|e| IgnitionError::new(ROOT, e.to_string()))?;
+    if let Some(first) = unknown.first() {
+        let field = first.strip_suffix(": unknown field, ignored").unwrap_or(first);
+        return Err(IgnitionError::new(field, format!("Ignition {version} has no such field")));
+    }
+    strip_nulls(&mut out);
+    Ok(out)
+}
+
 /// The 3.5.0 JSON of `cfg`, without the `null`s the generated structs write for unset fields, so
 /// that "unset" has one spelling (absent) and equal configs serialise equally.
 pub fn to_value(cfg: &Config) -> Value {
@@ -673,6 +710,34 @@ fn convert_v2_systemd(sd: &Map<String, Value>) -> Result<Value, IgnitionError> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_config_is_written_in_an_older_version_only_with_that_versions_fields() {
+        let plain = super::parse_typed(&serde_json::json!({"ignition": {"version": "3.4.0"},
+            "storage": {"files": [{"path": "/etc/a", "mode": 420, "contents": {"source": "data:,a"}}]},
+            "systemd": {"units": [{"name": "a.service", "enabled": true, "contents": "[Service]\n"}]}}))
+        .unwrap();
+        for v in super::SERVED_VERSIONS {
+            let out = super::to_version(&plain, v).unwrap();
+            assert_eq!(out["ignition"]["version"], *v);
+            assert_eq!(out["storage"]["files"][0]["path"], "/etc/a");
+            assert_eq!(out["storage"]["files"][0]["contents"]["source"], "data:,a");
+            assert_eq!(out["systemd"]["units"][0]["name"], "a.service");
+            // What it wrote reads back as the same config.
+            assert_eq!(super::parse_typed(&out).unwrap(), plain, "{v}");
+        }
+        // Kernel arguments are Ignition's since 3.3.0: not in 3.2.0, named.
+        let kargs = super::parse_typed(&serde_json::json!({"ignition": {"version": "3.3.0"},
+            "kernelArguments": {"shouldExist": ["quiet"]}}))
+        .unwrap();
+        assert!(super::to_version(&kargs, "3.3.0").is_ok());
+        let e = super::to_version(&kargs, "3.2.0").unwrap_err();
+        assert_eq!(
+            (e.field().as_str(), e.message()),
+            ("spec.config.kernelArguments", "Ignition 3.2.0 has no such field")
+        );
+        assert!(super::to_version(&plain, "2.2.0").unwrap_err().message().contains("3.5.0, 3.4.0"));
+    }
+
     use super::*;
     use crate::testutil::{template, template_objects, testdata, yaml};
     use serde_json::json;

@@ -333,10 +333,11 @@ pub fn rules(who: &Identity, own_node: Option<&serde_json::Value>) -> serde_json
         }
         Role::Viewer => {
             resource_rules.push(rule(&["get", "list", "watch"], "*", &["*"], &[]));
-            non_resource.push(json!({"verbs": ["get", "head"], "nonResourceURLs": ["/metrics"]}));
+            non_resource.push(json!({"verbs": ["get", "head"], "nonResourceURLs": ["/metrics", "/config/*"]}));
         }
         Role::Bootstrap(_) => {
             non_resource.push(json!({"verbs": ["post"], "nonResourceURLs": ["/aloft/v1/enroll"]}));
+            non_resource.push(json!({"verbs": ["get", "head"], "nonResourceURLs": ["/config/*"]}));
         }
         Role::Node(own) => {
             let own = own.as_str();
@@ -375,6 +376,9 @@ pub fn decide_path(who: &Identity, verb: &str, path: &str) -> Decision {
     match path {
         "/metrics" => allow(read && who.role == Role::Viewer),
         "/aloft/v1/enroll" => allow(verb == "post" && matches!(who.role, Role::Bootstrap(_))),
+        // Which pool's config a bootstrap token may read is decided by the server
+        // (`server::config_server`): the pool its nodes join.
+        _ if under("/config") => allow(read && matches!(who.role, Role::Viewer | Role::Bootstrap(_))),
         "/version" => allow(read),
         _ if ["/healthz", "/readyz", "/livez", "/api", "/apis", "/openapi"].iter().any(|r| under(r)) => allow(read),
         _ => Decision::Deny,

@@ -6,6 +6,7 @@
 
 pub mod apply;
 pub mod jsonpath;
+pub mod pointer;
 pub mod print;
 pub mod prune;
 pub mod upgrade;
@@ -289,6 +290,30 @@ enum AdmCmd {
         #[command(subcommand)]
         cmd: PruneCmd,
     },
+    /// Print the Ignition config a new host boots with: it fetches POOL's config from the
+    /// coordinator's /config/POOL at first boot (the pool's files, units and SSH keys, and the
+    /// agent's enrollment settings), pinning the coordinator's CA and sending the bootstrap
+    /// token, as OpenShift's worker.ign points at the machine-config-server. The token is
+    /// checked first: it must be one whose nodes join POOL.
+    ///
+    /// Examples:
+    ///   aloft-coordinator token create --name fleet --role bootstrap > bootstrap.token
+    ///   aloftctl adm pointer-ignition worker --bootstrap-token-file bootstrap.token > worker.ign
+    ///   aloftctl adm pointer-ignition infra --bootstrap-token-file infra.token \
+    ///       --host-server https://fleet.example:6443 > infra.ign
+    #[command(verbatim_doc_comment)]
+    PointerIgnition {
+        /// The pool whose config the host takes.
+        pool: String,
+        /// A bootstrap token whose nodes join the pool (written into the config: keep the
+        /// output as secret as the token).
+        #[arg(long, value_name = "FILE")]
+        bootstrap_token_file: PathBuf,
+        /// The coordinator's URL as new hosts reach it (default: this client's server), e.g.
+        /// a name in the coordinator's --tls-san.
+        #[arg(long, value_name = "URL")]
+        host_server: Option<String>,
+    },
 }
 
 #[derive(Subcommand)]
@@ -570,7 +595,8 @@ pub async fn main(build: BuildInfo) -> Result<()> {
     if let Cmd::Rollout { cmd: RolloutCmd::Resume { target } } = &cli.cmd {
         pool_target(target, "resume")?;
     }
-    let client = Client::new(&client_config(&cli)?)?.on_warning(print_warnings());
+    let config = client_config(&cli)?;
+    let client = Client::new(&config)?.on_warning(print_warnings());
     // `-n ''` is the default namespace, as kubectl takes it (an empty one is every namespace
     // to the API, which is `-A`'s to ask for).
     let ns = if cli.namespace.is_empty() { "default".to_string() } else { cli.namespace.clone() };
@@ -636,6 +662,9 @@ pub async fn main(build: BuildInfo) -> Result<()> {
                 };
                 upgrade::start(&client, &req).await
             }
+        }
+        Cmd::Adm { cmd: AdmCmd::PointerIgnition { pool, bootstrap_token_file, host_server } } => {
+            pointer::run(&config, &pool, &bootstrap_token_file, host_server.as_deref()).await
         }
         Cmd::Adm {
             cmd: AdmCmd::Prune { cmd: PruneCmd::RenderedMachineConfigs { cmd, pool_name, count, confirm } },

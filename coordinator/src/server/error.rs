@@ -73,6 +73,15 @@ impl ApiError {
             ),
         )
     }
+    /// 403 with a message of its own, for a refusal that is not about a verb on a resource (a
+    /// bootstrap token asking for another pool's config).
+    pub fn forbidden_because(message: impl Into<String>) -> Self {
+        Self::new(403, "Forbidden", message)
+    }
+    /// 404 saying why there is nothing to serve.
+    pub fn not_found_because(message: impl Into<String>) -> Self {
+        Self::new(404, "NotFound", message)
+    }
     pub fn not_found_path() -> Self {
         Self::new(404, "NotFound", "the server could not find the requested resource")
     }

@@ -1,6 +1,7 @@
 //! The HTTP API: Kubernetes' REST conventions over the store, so OpenShift YAML applies unchanged
 //! and kubectl works as a client.
 
+pub mod config_server;
 pub mod discovery;
 pub mod enroll;
 pub mod error;
@@ -114,6 +115,8 @@ pub struct Ctx {
     /// OLM's global catalog namespace (`--olm-global-namespace`): its PackageManifests are
     /// listed in every namespace ([`global_packages`]).
     pub global_catalog_namespace: Option<String>,
+    /// The CA agents pin (PEM), for the configs [`config_server`] serves; `None` over plain HTTP.
+    pub ca_pem: Option<String>,
 }
 
 pub type SharedCtx = Arc<Ctx>;
@@ -369,6 +372,35 @@ pub fn router(ctx: SharedCtx) -> Router {
                     };
                     let tokens = c.token_store.clone();
                     into_response(enroll::enroll(c, tokens, w, &body).await)
+                },
+            ),
+        )
+        .route(
+            "/config/{pool}",
+            get(
+                |State(c): State<SharedCtx>,
+                 Extension(w): Extension<Identity>,
+                 m: axum::http::Method,
+                 u: axum::http::Uri,
+                 h: HeaderMap,
+                 axum::extract::Path(pool): axum::extract::Path<String>| async move {
+                    let authority = u
+                        .authority()
+                        .map(|a| a.to_string())
+                        .or_else(|| h.get(axum::http::header::HOST).and_then(|v| v.to_str().ok()).map(str::to_string))
+                        .unwrap_or_default();
+                    let scheme = if c.ca_pem.is_some() { "https" } else { "http" };
+                    let token =
+                        h.get(axum::http::header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(bearer_token);
+                    let req = config_server::ConfigRequest {
+                        pool: &pool,
+                        who: &w,
+                        token,
+                        server: format!("{scheme}://{authority}"),
+                        accept: h.get(axum::http::header::ACCEPT).and_then(|v| v.to_str().ok()),
+                        head: m == axum::http::Method::HEAD,
+                    };
+                    into_response(config_server::serve(&c, req).await)
                 },
             ),
         )

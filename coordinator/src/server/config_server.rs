@@ -1,0 +1,327 @@
+//! The Machine Config Server's part: `GET /config/<pool>` answers a new host's first boot with
+//! its pool's rendered config as an Ignition config, as MCO's machine-config-server answers
+//! `https://api-int:22623/config/worker`. Why: a host provisioned with a pointer Ignition config
+//! (the URL, the CA, a bootstrap token) comes up with its pool's files, units and SSH keys
+//! written by Ignition before anything runs, and with the agent's enrollment settings, so the
+//! agent's first update finds the disk already at that config and takes it without a reboot.
+//!
+//! As MCO's server: the config served is the pool's target once one node of the pool runs it
+//! (`status.updatedMachineCount > 0`), else the pool's last complete one
+//! (`status.configuration`), so new hosts do not join on a config no node has taken yet; the
+//! Ignition spec version is the newest the host's Ignition accepts (its `Accept` header), the
+//! config written in it with that version's own schema (a field it lacks is a 406 naming it, not
+//! dropped). Unlike MCO's, which answers anyone who reaches its port, the request needs a token:
+//! a bootstrap token reads only the config of the pool its nodes join (the pool a node with the
+//! token's labels belongs to), and gets the agent's enrollment files with it; an admin's or a
+//! viewer's reads any pool's, without them.
+
+use super::error::ApiError;
+use super::Ctx;
+use crate::auth::{Identity, Role, WORKER_ROLE_LABEL};
+use crate::controllers::pools::Membership;
+use crate::resources::{MACHINE_CONFIG, MACHINE_CONFIG_POOL};
+use crate::store::Key;
+use aloft_api::ignition::{self, SERVED_VERSIONS};
+use aloft_api::{MachineConfigPool, Node};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use base64::Engine as _;
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+
+/// The agent's settings file a served config writes (its unit reads it: `EnvironmentFile=` and
+/// `--config`), and the files it names.
+pub const AGENT_ENV: &str = "/etc/aloft/agent.env";
+pub const AGENT_CA: &str = "/etc/aloft/ca.crt";
+pub const AGENT_TOKEN: &str = "/etc/aloft/bootstrap.token";
+
+/// Ignition's media type; its `version` parameter names the spec version.
+const IGNITION_MEDIA: &str = "application/vnd.coreos.ignition+json";
+
+/// What the request carried that the answer depends on.
+pub struct ConfigRequest<'a> {
+    pub pool: &'a str,
+    pub who: &'a Identity,
+    /// The bearer token the request carried (for a bootstrap token, written for the agent).
+    pub token: Option<&'a str>,
+    /// The coordinator's URL as the host reached it (scheme and authority).
+    pub server: String,
+    pub accept: Option<&'a str>,
+    pub head: bool,
+}
+
+/// Answer `GET`/`HEAD /config/<pool>`.
+pub async fn serve(ctx: &Ctx, req: ConfigRequest<'_>) -> Result<Response, ApiError> {
+    let listed = ctx
+        .store
+        .list(&MACHINE_CONFIG_POOL.store_key(), None)
+        .await
+        .map_err(|e| ApiError::from_store(e, "machineconfigpools", req.pool))?;
+    let pools: Vec<MachineConfigPool> =
+        listed.items.iter().filter_map(|p| serde_json::from_value(p.clone()).ok()).collect();
+    let Some(pool) = pools.iter().find(|p| p.metadata.name == req.pool) else {
+        return Err(ApiError::not_found("machineconfigpools.machineconfiguration.openshift.io", req.pool));
+    };
+    let enroll_labels = match &req.who.role {
+        Role::Bootstrap(scope) => {
+            let labels =
+                scope.0.clone().unwrap_or_else(|| BTreeMap::from([(WORKER_ROLE_LABEL.to_string(), String::new())]));
+            match pool_of_labels(&pools, &labels) {
+                Some(joins) if joins == req.pool => Some(labels),
+                joins => {
+                    let joins = joins.map(|j| format!("pool {j:?}")).unwrap_or_else(|| "no pool".to_string());
+                    return Err(ApiError::forbidden_because(format!(
+                        "bootstrap token {:?} enrolls nodes into {joins} (its labels: {}), so it may read /config/{} only; \
+                         make a token with that pool's labels for pool {:?} (aloft-coordinator token create --role bootstrap --labels ...)",
+                        req.who.name,
+                        env_labels(&labels),
+                        joins.trim_start_matches("pool ").trim_matches('"'),
+                        req.pool
+                    )));
+                }
+            }
+        }
+        Role::Admin | Role::Viewer => None,
+        Role::Node(_) => return Err(ApiError::forbidden(req.who, "get", &format!("/config/{}", req.pool), None, None)),
+    };
+    let name = served_config(pool).ok_or_else(|| {
+        ApiError::not_found_because(format!(
+            "pool {:?} has no rendered config yet: its MachineConfigs have not been rendered (see `aloftctl get mcp {}`)",
+            req.pool, req.pool
+        ))
+    })?;
+    let rendered = ctx
+        .store
+        .get(&Key::cluster(&MACHINE_CONFIG.store_key(), &name))
+        .await
+        .map_err(|e| ApiError::from_store(e, "machineconfigs", &name))?
+        .ok_or_else(|| ApiError::not_found("machineconfigs.machineconfiguration.openshift.io", &name))?;
+    let mut config = ignition::parse_typed(rendered.pointer("/spec/config").unwrap_or(&Value::Null))
+        .map_err(|e| internal(format!("the rendered config {name} does not read: {}: {}", e.field(), e.message())))?;
+    if let Some(labels) = &enroll_labels {
+        let files = agent_files(&req.server, ctx.ca_pem.as_deref(), req.token.unwrap_or_default(), labels);
+        config = with_files(config, files).map_err(|e| internal(format!("adding the agent's files: {e}")))?;
+    }
+    let (version, body) = negotiate(&config, req.accept).map_err(ApiError::not_acceptable)?;
+    tracing::info!(pool = req.pool, config = %name, version, by = %req.who.name, "Ignition config served");
+    let text = body.to_string();
+    let ctype = format!("{IGNITION_MEDIA};version={version}");
+    let mut response = if req.head {
+        (StatusCode::OK, [(header::CONTENT_TYPE, ctype), (header::CONTENT_LENGTH, text.len().to_string())])
+            .into_response()
+    } else {
+        (StatusCode::OK, [(header::CONTENT_TYPE, ctype)], text).into_response()
+    };
+    if let Ok(v) = header::HeaderValue::from_str(&name) {
+        response.headers_mut().insert("x-aloft-rendered-config", v);
+    }
+    Ok(response)
+}
+
+fn internal(message: String) -> ApiError {
+    tracing::warn!("{message}");
+    ApiError::internal(message)
+}
+
+/// The pool a node carrying exactly `labels` joins (MCO's membership rules), if any.
+fn pool_of_labels(pools: &[MachineConfigPool], labels: &BTreeMap<String, String>) -> Option<String> {
+    let node: Node = serde_json::from_value(json!({"metadata": {"name": "new-host", "labels": labels}})).ok()?;
+    let p = Membership::new(pools).pool_of(&node).ok()??;
+    Some(pools[p].metadata.name.clone())
+}
+
+/// MCO's choice: the pool's target once one of its nodes runs it, else its last complete config
+/// (a fresh pool has only its target).
+fn served_config(pool: &MachineConfigPool) -> Option<String> {
+    let target = pool.spec.configuration.as_ref().map(|c| c.name.clone()).filter(|n| !n.is_empty());
+    let status = pool.status.as_ref();
+    let complete = status.and_then(|s| s.configuration.as_ref()).map(|c| c.name.clone()).filter(|n| !n.is_empty());
+    let taken = status.is_some_and(|s| s.updated_machine_count > 0);
+    if taken {
+        target.or(complete)
+    } else {
+        complete.or(target)
+    }
+}
+
+/// `key=value,key2=` as the agent's `ALOFT_LABELS` takes them.
+fn env_labels(labels: &BTreeMap<String, String>) -> String {
+    labels.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",")
+}
+
+/// The agent's enrollment files: where the coordinator is, the CA to pin, the bootstrap token
+/// and the labels it gives (path, mode, contents).
+fn agent_files(
+    server: &str,
+    ca_pem: Option<&str>,
+    token: &str,
+    labels: &BTreeMap<String, String>,
+) -> Vec<(String, u32, String)> {
+    let mut env = format!("# Written at first boot from {server}/config (aloft's machine config server).\n");
+    env.push_str(&format!("ALOFT_COORDINATOR={server}\n"));
+    env.push_str(&format!("ALOFT_BOOTSTRAP_TOKEN_FILE={AGENT_TOKEN}\n"));
+    env.push_str(&format!("ALOFT_LABELS={}\n", env_labels(labels)));
+    let mut files = Vec::new();
+    if let Some(ca) = ca_pem {
+        env.push_str(&format!("ALOFT_CA={AGENT_CA}\n"));
+        files.push((AGENT_CA.to_string(), 0o644, ca.to_string()));
+    }
+    files.push((AGENT_TOKEN.to_string(), 0o600, format!("{token}\n")));
+    files.push((AGENT_ENV.to_string(), 0o600, env));
+    files
+}
+
+/// `config` with `files` added (a path the config writes already is left as the config has it).
+fn with_files(config: ignition::Config, files: Vec<(String, u32, String)>) -> Result<ignition::Config, String> {
+    let mut v = ignition::to_value(&config);
+    if v.get("ignition").is_none() {
+        v["ignition"] = json!({"version": ignition::TARGET_VERSION});
+    }
+    let list = v.pointer_mut("/storage/files").and_then(Value::as_array_mut).map(std::mem::take).unwrap_or_default();
+    let mut list = list;
+    for (path, mode, contents) in files {
+        if list.iter().any(|f| f["path"] == path.as_str()) {
+            tracing::warn!(path, "the pool's config writes this file itself: left as it has it");
+            continue;
+        }
+        let data = base64::engine::general_purpose::STANDARD.encode(contents.as_bytes());
+        list.push(json!({"path": path, "mode": mode, "overwrite": true,
+            "contents": {"source": format!("data:;base64,{data}")}}));
+    }
+    v["storage"]["files"] = Value::Array(list);
+    ignition::parse_typed(&v).map_err(|e| format!("{}: {}", e.field(), e.message()))
+}
+
+/// The spec version to write `config` in, and its JSON: the newest the `Accept` header takes
+/// (by `q`, then newest) that can hold the config. No `Accept`, or one taking any JSON: 3.5.0.
+fn negotiate(config: &ignition::Config, accept: Option<&str>) -> Result<(&'static str, Value), String> {
+    let wanted = accepted_versions(accept);
+    let mut refused = Vec::new();
+    for v in &wanted {
+        let Some(version) = SERVED_VERSIONS.iter().find(|s| **s == v.as_str()) else {
+            refused.push(format!("{v}: not served (aloft serves {})", SERVED_VERSIONS.join(", ")));
+            continue;
+        };
+        match ignition::to_version(config, version) {
+            Ok(body) => return Ok((version, body)),
+            Err(e) => refused.push(format!("{version}: {} ({})", e.message(), e.field())),
+        }
+    }
+    if wanted.is_empty() {
+        return Err(format!(
+            "the Accept header asks for no Ignition config: send {IGNITION_MEDIA};version=3.x.0 (aloft serves {})",
+            SERVED_VERSIONS.join(", ")
+        ));
+    }
+    Err(format!("no Ignition spec version the client accepts can hold this config: {}", refused.join("; ")))
+}
+
+/// The spec versions an `Accept` header asks for, most wanted first; `*/*`, `application/*`,
+/// `application/json` and no header at all ask for the newest.
+fn accepted_versions(accept: Option<&str>) -> Vec<String> {
+    let Some(accept) = accept.filter(|a| !a.trim().is_empty()) else {
+        return vec![SERVED_VERSIONS[0].to_string()];
+    };
+    let mut items: Vec<(f32, semver::Version, String)> = Vec::new();
+    for item in accept.split(',') {
+        let mut parts = item.split(';').map(str::trim);
+        let media = parts.next().unwrap_or("").to_ascii_lowercase();
+        let (mut q, mut version) = (1.0f32, None);
+        for p in parts {
+            if let Some((k, v)) = p.split_once('=') {
+                match k.trim().to_ascii_lowercase().as_str() {
+                    "q" => q = v.trim().parse().unwrap_or(0.0),
+                    "version" => version = Some(v.trim().trim_matches('"').to_string()),
+                    _ => {}
+                }
+            }
+        }
+        if q <= 0.0 {
+            continue;
+        }
+        let version = match media.as_str() {
+            IGNITION_MEDIA => match version {
+                Some(v) => v,
+                None => continue,
+            },
+            "*/*" | "application/*" | "application/json" => SERVED_VERSIONS[0].to_string(),
+            _ => continue,
+        };
+        let Ok(parsed) = semver::Version::parse(&version) else { continue };
+        items.push((q, parsed, version));
+    }
+    items.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| b.1.cmp(&a.1)));
+    let mut out: Vec<String> = Vec::new();
+    for (_, _, v) in items {
+        if !out.contains(&v) {
+            out.push(v);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_newest_version_the_host_takes_is_chosen() {
+        // What Ignition 2.x sends: its versions, newest with the highest q.
+        let ign = "application/vnd.coreos.ignition+json;version=3.4.0, application/vnd.coreos.ignition+json;version=3.3.0;q=0.9, application/vnd.coreos.ignition+json;version=2.2.0;q=0.1, */*;q=0.01";
+        assert_eq!(accepted_versions(Some(ign)), ["3.4.0", "3.3.0", "2.2.0", "3.5.0"]);
+        assert_eq!(accepted_versions(None), ["3.5.0"]);
+        assert_eq!(accepted_versions(Some("application/json")), ["3.5.0"]);
+        assert_eq!(accepted_versions(Some("text/html")), Vec::<String>::new());
+        // Same q: the newest first; q=0 refuses.
+        let same = "application/vnd.coreos.ignition+json; version=\"3.1.0\", application/vnd.coreos.ignition+json;version=3.2.0, application/vnd.coreos.ignition+json;version=3.3.0;q=0";
+        assert_eq!(accepted_versions(Some(same)), ["3.2.0", "3.1.0"]);
+    }
+
+    #[test]
+    fn a_version_that_cannot_hold_the_config_is_passed_over_and_said() {
+        let kargs = ignition::parse_typed(
+            &json!({"ignition": {"version": "3.3.0"}, "kernelArguments": {"shouldExist": ["quiet"]}}),
+        )
+        .unwrap();
+        let two = "application/vnd.coreos.ignition+json;version=3.2.0, application/vnd.coreos.ignition+json;version=3.3.0;q=0.5";
+        let (v, body) = negotiate(&kargs, Some(two)).unwrap();
+        assert_eq!((v, &body["kernelArguments"]["shouldExist"][0]), ("3.3.0", &json!("quiet")));
+        let e = negotiate(&kargs, Some("application/vnd.coreos.ignition+json;version=3.2.0, application/vnd.coreos.ignition+json;version=2.2.0;q=0.1")).unwrap_err();
+        assert!(e.contains("3.2.0: Ignition 3.2.0 has no such field (spec.config.kernelArguments)"), "{e}");
+        assert!(e.contains("2.2.0: not served"), "{e}");
+        assert!(negotiate(&kargs, Some("text/html")).unwrap_err().contains("asks for no Ignition config"));
+    }
+
+    #[test]
+    fn the_agents_files_are_added_unless_the_config_has_the_path() {
+        let labels = BTreeMap::from([(WORKER_ROLE_LABEL.to_string(), String::new())]);
+        let files = agent_files("https://fleet.example:6443", Some("PEM"), "abc.def", &labels);
+        let config = ignition::parse_typed(&json!({"ignition": {"version": "3.2.0"},
+            "storage": {"files": [{"path": AGENT_CA, "contents": {"source": "data:,mine"}}]}}))
+        .unwrap();
+        let v = ignition::to_value(&with_files(config, files).unwrap());
+        let files = v["storage"]["files"].as_array().unwrap();
+        let paths: Vec<&str> = files.iter().filter_map(|f| f["path"].as_str()).collect();
+        assert_eq!(paths, [AGENT_CA, AGENT_TOKEN, AGENT_ENV]);
+        assert_eq!(files[0]["contents"]["source"], "data:,mine");
+        let env = files[2]["contents"]["source"].as_str().unwrap().strip_prefix("data:;base64,").unwrap();
+        let env = String::from_utf8(base64::engine::general_purpose::STANDARD.decode(env).unwrap()).unwrap();
+        assert!(env.contains("ALOFT_COORDINATOR=https://fleet.example:6443\n"), "{env}");
+        assert!(env.contains("ALOFT_LABELS=node-role.kubernetes.io/worker=\n"), "{env}");
+        assert!(env.contains(&format!("ALOFT_CA={AGENT_CA}\n")), "{env}");
+        assert_eq!((files[1]["mode"].as_u64(), files[2]["mode"].as_u64()), (Some(0o600), Some(0o600)));
+    }
+
+    #[test]
+    fn the_target_is_served_once_a_node_runs_it() {
+        let pool = |updated: i64, status: Option<&str>| -> MachineConfigPool {
+            serde_json::from_value(json!({"metadata": {"name": "worker"},
+                "spec": {"configuration": {"name": "rendered-worker-new"}},
+                "status": {"updatedMachineCount": updated, "configuration": status.map(|s| json!({"name": s}))}}))
+            .unwrap()
+        };
+        assert_eq!(served_config(&pool(0, Some("rendered-worker-old"))).as_deref(), Some("rendered-worker-old"));
+        assert_eq!(served_config(&pool(1, Some("rendered-worker-old"))).as_deref(), Some("rendered-worker-new"));
+        assert_eq!(served_config(&pool(0, None)).as_deref(), Some("rendered-worker-new"));
+    }
+}
