@@ -939,15 +939,16 @@ impl Agent {
         // A host whose first boot wrote this config (Ignition, from the coordinator's
         // `/config/<pool>`) holds its files and units already: writing them again changes
         // nothing, so they ask for no reboot or drain; only what the OS still needs does.
-        if before.is_none() && (!changes.files.is_empty() || !changes.units.is_empty()) {
-            if crate::engine::verify_files(&self.root, &new).is_ok() {
-                tracing::info!(
-                    target,
-                    "the disk already holds this first config's files and units (written at first boot)"
-                );
-                changes.files.clear();
-                changes.units.clear();
-            }
+        if before.is_none()
+            && (!changes.files.is_empty() || !changes.units.is_empty())
+            && crate::engine::verify_files(&self.root, &new).is_ok()
+        {
+            tracing::info!(
+                target,
+                "the disk already holds this first config's files and units (written at first boot)"
+            );
+            changes.files.clear();
+            changes.units.clear();
         }
         let os_work = match self.os_prepare(target, &old_spec, &new_spec).await {
             Ok(w) => w,
