@@ -1969,7 +1969,7 @@ async fn a_new_host_boots_with_its_pools_config_from_the_config_server() {
     let token_file = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(token_file.path(), &bootstrap).unwrap();
     let mut pool = yaml(&testdata().join("mco/bootstrap/worker.machineconfigpool.yaml"));
-    pool["spec"]["maxUnavailable"] = json!(2);
+    pool["spec"]["maxUnavailable"] = json!(3);
     admin.post(&path_of(&MACHINE_CONFIG_POOL, None), &pool).await.unwrap().into_result().unwrap();
     let infra = json!({"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfigPool",
         "metadata": {"name": "infra"},
@@ -1983,6 +1983,9 @@ async fn a_new_host_boots_with_its_pools_config_from_the_config_server() {
             "systemd": {"units": [{"name": "fleet.service", "enabled": true,
                 "contents": "[Service]\nExecStart=/bin/true\n[Install]\nWantedBy=multi-user.target\n"}]}}}});
     admin.post(&path_of(&MACHINE_CONFIG, None), &mc).await.unwrap().into_result().unwrap();
+    // OpenShift's worker SSH config, which stays when the one above is removed.
+    let ssh = yaml(&testdata().join("mco/bootstrap/99_openshift-machineconfig_worker.yaml"));
+    admin.post(&path_of(&MACHINE_CONFIG, None), &ssh).await.unwrap().into_result().unwrap();
     let rendered = eventually(Duration::from_secs(30), "the worker pool rendered", || {
         let admin = admin.clone();
         async move {
@@ -1996,8 +1999,8 @@ async fn a_new_host_boots_with_its_pools_config_from_the_config_server() {
         .add_root_certificate(reqwest::Certificate::from_pem(&c.ca_pem()).unwrap())
         .build()
         .unwrap();
-    // What Ignition 2.20 sends.
-    let ignition_accept = "application/vnd.coreos.ignition+json;version=3.4.0, application/vnd.coreos.ignition+json;version=3.3.0;q=0.9, application/vnd.coreos.ignition+json;version=3.2.0;q=0.8, application/vnd.coreos.ignition+json;version=3.1.0;q=0.7, application/vnd.coreos.ignition+json;version=3.0.0;q=0.6, application/vnd.coreos.ignition+json; version=2.2.0;q=0.1, */*;q=0.1";
+    // What Ignition 2.17 to 2.19 send (the newest spec they read); a spec-2 Ignition's below.
+    let ignition_accept = "application/vnd.coreos.ignition+json;version=3.4.0, */*;q=0.1";
     let get = |pool: &str, token: Option<&str>, accept: &str| {
         let mut r = http.get(format!("{}/config/{pool}", c.url())).header("accept", accept.to_string());
         if let Some(t) = token {
@@ -2041,7 +2044,16 @@ async fn a_new_host_boots_with_its_pools_config_from_the_config_server() {
     assert_eq!(config["ignition"]["version"], "3.4.0");
     let paths: Vec<&str> =
         config["storage"]["files"].as_array().unwrap().iter().filter_map(|f| f["path"].as_str()).collect();
-    assert_eq!(paths, ["/etc/fleet.conf", "/etc/aloft/ca.crt", "/etc/aloft/bootstrap.token", "/etc/aloft/agent.env"]);
+    assert_eq!(
+        paths,
+        [
+            "/etc/fleet.conf",
+            "/etc/machine-config-daemon/node-annotations.json",
+            "/etc/aloft/ca.crt",
+            "/etc/aloft/bootstrap-token",
+            "/etc/aloft/agent.env"
+        ]
+    );
 
     // The host's first boot: Ignition writes it. The agent's files say how to enroll.
     let mut born = Host::new("worker-born").await;
@@ -2049,15 +2061,21 @@ async fn a_new_host_boots_with_its_pools_config_from_the_config_server() {
     let env = std::fs::read_to_string(born.path("/etc/aloft/agent.env")).unwrap();
     assert!(env.contains(&format!("ALOFT_COORDINATOR={}\n", c.url())), "{env}");
     assert!(env.contains("ALOFT_LABELS=node-role.kubernetes.io/worker=\n"), "{env}");
-    assert_eq!(std::fs::read_to_string(born.path("/etc/aloft/bootstrap.token")).unwrap().trim(), bootstrap);
+    assert_eq!(std::fs::read_to_string(born.path("/etc/aloft/bootstrap-token")).unwrap().trim(), bootstrap);
     assert_eq!(std::fs::read(born.path("/etc/aloft/ca.crt")).unwrap(), c.ca_pem());
-    assert_eq!(mode(&born.path("/etc/aloft/bootstrap.token")), 0o600);
+    assert_eq!(mode(&born.path("/etc/aloft/bootstrap-token")), 0o600);
     assert_eq!(std::fs::read_to_string(born.path("/etc/fleet.conf")).unwrap(), "region=eu\n");
-    born.start_agent(&c, &born.path("/etc/aloft/bootstrap.token"));
-    // A host that booted without it, beside it.
+    born.start_agent(&c, &born.path("/etc/aloft/bootstrap-token"));
+    // A host that booted without it, beside it; and one with the same files but not the
+    // first boot's word that they are that config's (files some failed update left behind
+    // look the same): both take the config as an update that writes files, with a reboot.
     let mut plain = Host::new("worker-plain").await;
     plain.start_agent(&c, token_file.path());
-    let hosts = [born, plain];
+    let mut copied = Host::new("worker-copied").await;
+    ignite(copied.root.path(), &config);
+    std::fs::remove_file(copied.path("/etc/machine-config-daemon/node-annotations.json")).unwrap();
+    copied.start_agent(&c, token_file.path());
+    let hosts = [born, plain, copied];
     eventually(Duration::from_secs(120), "the host born with the config Done on it", || {
         let c = &c;
         let rendered = rendered.clone();
@@ -2068,14 +2086,38 @@ async fn a_new_host_boots_with_its_pools_config_from_the_config_server() {
         }
     })
     .await;
-    let [born, plain] = hosts;
+    let [mut born, plain, copied] = hosts;
     assert_eq!(born.reboots_asked(), 0, "taken without a reboot: {:?}", born.fake.call_strings());
     assert!(born.log().contains("written at first boot"), "{}", born.log());
-    eventually(Duration::from_secs(60), "the plain host to reboot into the config", || {
-        let plain = &plain;
-        async move { Ok((plain.reboots_asked() > 0).then_some(())) }
+    for h in [&plain, &copied] {
+        eventually(Duration::from_secs(60), &format!("{} to reboot into the config", h.name), || async move {
+            Ok((h.reboots_asked() > 0).then_some(()))
+        })
+        .await;
+        assert!(!h.log().contains("written at first boot"), "{}", h.log());
+    }
+
+    // The MachineConfig removed: the files the first boot wrote go, as they would have on a
+    // host that got them from the agent (not put back as if the OS had shipped them).
+    admin.delete(&path_of(&MACHINE_CONFIG, Some("50-worker-fleet"))).await.unwrap().into_result().unwrap();
+    eventually(Duration::from_secs(60), "the born host to reboot for the removal", || {
+        let born = &born;
+        async move { Ok((born.reboots_asked() > 0).then_some(())) }
     })
     .await;
+    born.reboot(&c, &born.path("/etc/aloft/bootstrap-token"), "boot-2-worker-born");
+    let without = eventually(Duration::from_secs(60), "the born host Done without the config", || {
+        let c = &c;
+        let rendered = rendered.clone();
+        async move {
+            let current = annotation_of(c, "worker-born", ann::CURRENT_CONFIG).await?;
+            Ok((current != rendered && annotation_of(c, "worker-born", ann::STATE).await? == "Done").then_some(current))
+        }
+    })
+    .await;
+    assert!(without.starts_with("rendered-worker-"), "{without}");
+    assert!(!born.path("/etc/fleet.conf").exists(), "the first boot's file was put back: {}", born.log());
+    assert!(!born.path("/etc/systemd/system/fleet.service").exists(), "{}", born.log());
 
     // The rules of the endpoint.
     let refused = get("infra", Some(&bootstrap), ignition_accept).await.unwrap();
@@ -2088,11 +2130,30 @@ async fn a_new_host_boots_with_its_pools_config_from_the_config_server() {
     assert_eq!(infra_config["ignition"]["version"], "3.5.0");
     let infra_paths: Vec<&str> =
         infra_config["storage"]["files"].as_array().unwrap().iter().filter_map(|f| f["path"].as_str()).collect();
-    assert_eq!(infra_paths, ["/etc/fleet.conf"], "no agent files for an admin's request");
+    // (50-worker-fleet is gone by now: the node annotations alone.)
+    assert_eq!(
+        infra_paths,
+        ["/etc/machine-config-daemon/node-annotations.json"],
+        "no agent files for an admin's request"
+    );
     assert_eq!(get("worker", None, ignition_accept).await.unwrap().status(), 401);
     let missing = get("nope", Some(&c.admin_token()), ignition_accept).await.unwrap();
     assert_eq!(missing.status(), 404);
-    let old = get("worker", Some(&bootstrap), "application/vnd.coreos.ignition+json; version=2.2.0").await.unwrap();
+    // A bootstrap token learns nothing of other pools: 403, whether they exist or not.
+    assert_eq!(get("nope", Some(&bootstrap), ignition_accept).await.unwrap().status(), 403);
+    // A token whose nodes no pool selects yet: 503, to be asked again (Ignition retries a 5xx).
+    let edge = c.create_token("edge", "bootstrap:node-role.kubernetes.io/edge=");
+    let early = get("edge", Some(&edge), ignition_accept).await.unwrap();
+    assert_eq!(early.status(), 503);
+    assert!(early.headers().contains_key("retry-after"));
+    // Spec-2 Ignition (what it sends): 406, not a 3.x config for its */*.
+    let old = get(
+        "worker",
+        Some(&bootstrap),
+        "application/vnd.coreos.ignition+json;version=2.2.0, application/vnd.coreos.ignition+json;version=1;q=0.5, */*;q=0.1",
+    )
+    .await
+    .unwrap();
     assert_eq!(old.status(), 406);
     let why: Value = old.json().await.unwrap();
     assert!(why["message"].as_str().unwrap().contains("2.2.0: not served"), "{why}");

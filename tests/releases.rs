@@ -860,6 +860,19 @@ async fn a_release_whose_repository_hangs_holds_nothing_else() {
     let m = accepted_message(&v);
     assert!(m.contains("The update cannot be verified") && m.contains(&hung_at.to_string()), "{m}");
     assert_eq!(v["status"]["desired"]["version"], "1.0.0");
+
+    // Asked for another release of that repository, then taken back while it is checked: the
+    // condition says what is loaded again, not the wait.
+    let ask = json!({"spec": {"desiredUpdate": {"version": "1.0.2"}}});
+    admin.patch(&cv_path, "application/merge-patch+json", &ask).await.unwrap().into_result().unwrap();
+    wait_cv(&admin, "1.0.2 being retrieved", |v| {
+        cond_is(v, "ReleaseAccepted", "Unknown", "RetrievePayload") && accepted_message(v).contains("1.0.2")
+    })
+    .await;
+    let back = json!({"spec": {"desiredUpdate": {"version": "1.0.0"}}});
+    admin.patch(&cv_path, "application/merge-patch+json", &back).await.unwrap().into_result().unwrap();
+    let v = wait_cv(&admin, "1.0.0 loaded again", |v| cond_is(v, "ReleaseAccepted", "True", "PayloadLoaded")).await;
+    assert!(accepted_message(&v).starts_with("Payload loaded version=\"1.0.0\""), "{v}");
 }
 
 /// With no upstream or channel, a release asked for by image is verified as well, and judged:

@@ -269,6 +269,23 @@ pub struct Checked {
     validated: Validated,
 }
 
+impl Checked {
+    /// Record every path of the new config as having no original to put back: on a host whose
+    /// first boot wrote them (Ignition, from the coordinator's `/config/<pool>`), what is there
+    /// is the config's own, so a later removal of the config deletes it, as it deletes a file
+    /// the agent created, instead of restoring the config's content as if the OS had shipped
+    /// it. A path with a backup already keeps it.
+    pub fn disown_first_boot_files(&self, root: &Root) -> Result<(), FsError> {
+        let fs = HostFs::open(root)?;
+        for m in files::managed(&self.validated.new, &self.validated.owners) {
+            if files::decide_backup(&fs, &m.path)?.is_some() {
+                files::backup(&fs, &m.path, files::BackupAction::NoOrig)?;
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Validates old -> new against the host without changing anything: call it before draining,
 /// so an unreconcilable or hostile config is refused while the node still runs its workloads,
 /// and so the disruption policy can be chosen from the report before the first byte is written.

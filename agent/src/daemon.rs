@@ -223,6 +223,18 @@ pub fn decide(phase: &Phase, node: &NodeView, current: &str, boot_id: &str) -> S
     }
 }
 
+/// MCO's file saying which rendered config a host's first boot wrote (the machine config
+/// server adds it to the Ignition config it serves), beneath the root.
+pub const NODE_ANNOTATIONS_FILE: &str = "etc/machine-config-daemon/node-annotations.json";
+
+/// The rendered config the host's first boot wrote, from [`NODE_ANNOTATIONS_FILE`]'s
+/// `currentConfig`, if the file is there and reads.
+fn first_boot_config(root: &crate::host::Root) -> Option<String> {
+    let text = std::fs::read_to_string(root.path().join(NODE_ANNOTATIONS_FILE)).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    v.get(ann::CURRENT_CONFIG)?.as_str().map(str::to_string)
+}
+
 /// How often a settled node's disk is checked against its current config besides what the
 /// drift watch reports.
 const RECHECK: Duration = Duration::from_secs(600);
@@ -937,12 +949,19 @@ impl Agent {
         };
         let mut changes = changes::between(&old_spec, &new_spec);
         // A host whose first boot wrote this config (Ignition, from the coordinator's
-        // `/config/<pool>`) holds its files and units already: writing them again changes
-        // nothing, so they ask for no reboot or drain; only what the OS still needs does.
+        // `/config/<pool>`, which says so in MCO's node-annotations file) holds its files and
+        // units already: writing them again changes nothing, so they ask for no reboot or
+        // drain; only what the OS still needs does. Only then: files some failed update left
+        // behind are no proof that their actions ran.
         if before.is_none()
             && (!changes.files.is_empty() || !changes.units.is_empty())
+            && first_boot_config(&self.root).as_deref() == Some(target)
             && crate::engine::verify_files(&self.root, &new).is_ok()
         {
+            if let Err(e) = checked.disown_first_boot_files(&self.root) {
+                let reason = format!("recording the first boot's files as the config's own: {e}");
+                return self.fail(target, reason, false).await;
+            }
             tracing::info!(
                 target,
                 "the disk already holds this first config's files and units (written at first boot)"

@@ -164,48 +164,49 @@ impl Keyring {
     }
 }
 
-/// The self-signature whose key expiration time holds for `key`, as GnuPG reads it: a
-/// direct-key signature that sets an expiration, if it is newer than the user IDs'
-/// certifications; otherwise the newest certification of a user ID by the key itself, among
-/// user IDs the key has not revoked since (its own revocation newer than its certification).
+/// The self-signature whose key expiration time holds for `key`, as GnuPG reads it (its
+/// `merge_selfsigs_main`): the newest direct-key self-signature, when it sets an expiration,
+/// whatever the user IDs say; otherwise, of the user IDs whose newest own signature is a
+/// certification (not the key's revocation of it) that sets an expiration, the newest such
+/// certification. None: the key never expires. Another key's certifications or revocations do
+/// not count.
 fn newest_self_signature(key: &SignedPublicKey) -> Option<&pgp::packet::Signature> {
     use pgp::packet::SignatureType as T;
     use pgp::types::Tag;
     let created = |s: &&pgp::packet::Signature| s.created().map(|t| t.as_secs());
-    let mut newest_cert: Option<&pgp::packet::Signature> = None;
-    for u in &key.details.users {
-        let own = |s: &&pgp::packet::Signature| s.verify_certification(&key.primary_key, Tag::UserId, &u.id).is_ok();
-        let cert = u
-            .signatures
-            .iter()
-            .filter(|s| matches!(s.typ(), Some(T::CertGeneric | T::CertPersona | T::CertCasual | T::CertPositive)))
-            .filter(own)
-            .max_by_key(created);
-        // Only the key's own revocation of this user ID counts (a third party revoking its
-        // certification does not), and only when newer than the certification.
-        let revoked =
-            u.signatures.iter().filter(|s| s.typ() == Some(T::CertRevocation)).filter(own).max_by_key(created);
-        let Some(cert) = cert else { continue };
-        if revoked.is_some_and(|r| created(&r) >= created(&cert)) {
-            continue;
-        }
-        if newest_cert.is_none_or(|n| created(&cert) > created(&n)) {
-            newest_cert = Some(cert);
-        }
-    }
+    let sets_expiry = |s: &pgp::packet::Signature| s.key_expiration_time().is_some_and(|d| d.as_secs() > 0);
     let direct = key
         .details
         .direct_signatures
         .iter()
-        .filter(|s| {
-            s.typ() == Some(T::Key) && s.key_expiration_time().is_some() && s.verify_key(&key.primary_key).is_ok()
-        })
+        .filter(|s| s.typ() == Some(T::Key) && s.verify_key(&key.primary_key).is_ok())
         .max_by_key(created);
-    match (direct, newest_cert) {
-        (Some(d), Some(c)) if created(&d) > created(&c) => Some(d),
-        (Some(d), None) => Some(d),
-        (_, c) => c,
+    if let Some(d) = direct.filter(|d| sets_expiry(d)) {
+        return Some(d);
     }
+    let mut newest: Option<&pgp::packet::Signature> = None;
+    for u in &key.details.users {
+        let own = |s: &&pgp::packet::Signature| s.verify_certification(&key.primary_key, Tag::UserId, &u.id).is_ok();
+        let certification = |s: &&pgp::packet::Signature| {
+            matches!(s.typ(), Some(T::CertGeneric | T::CertPersona | T::CertCasual | T::CertPositive))
+        };
+        // The user ID's newest own signature, certification or revocation (a later one wins a
+        // tie, as in GnuPG): a revocation leaves the user ID out, a certification renewed after
+        // one brings it back.
+        let latest =
+            u.signatures.iter().filter(|s| certification(s) || s.typ() == Some(T::CertRevocation)).filter(own).fold(
+                None,
+                |best: Option<&pgp::packet::Signature>, s| match best {
+                    Some(b) if created(&b) > created(&s) => Some(b),
+                    _ => Some(s),
+                },
+            );
+        let Some(cert) = latest.filter(|s| certification(s) && sets_expiry(s)) else { continue };
+        if newest.is_none_or(|n| created(&cert) > created(&n)) {
+            newest = Some(cert);
+        }
+    }
+    newest
 }
 
 /// When a key made at `created` expires by `sig`'s key expiration time (unix seconds); None:
@@ -558,6 +559,15 @@ mod expiry_readings {
             ),
         ];
         assert_eq!(check(&key, &keyring(&key, users, Vec::new())), Ok(format!("{:X}", key.primary_key.fingerprint())));
+
+        // Of the user IDs, the newest that sets an expiry: b's newer certification without one
+        // does not make the key last (GnuPG's reading).
+        let users = vec![
+            SignedUser::new(a.clone(), vec![cert(&a, T0 + DAY, Some(30 * DAY))]),
+            SignedUser::new(b.clone(), vec![cert(&b, T0 + 2 * DAY, None)]),
+        ];
+        let why = check(&key, &keyring(&key, users, Vec::new())).expect_err("expired");
+        assert!(why.len() == 1 && why[0].ends_with(&expired_after(30)), "{why:?}");
     }
 
     #[test]
@@ -600,8 +610,15 @@ mod expiry_readings {
         let why = check(&key, &keyring(&key, never.clone(), vec![direct(&key, T0 + 3 * DAY, Some(30 * DAY))]))
             .expect_err("expired");
         assert!(why.len() == 1 && why[0].ends_with(&expired_after(30)), "{why:?}");
-        // Older than the certification: the certification holds (never expires).
-        assert!(check(&key, &keyring(&key, never.clone(), vec![direct(&key, T0 + DAY, Some(30 * DAY))])).is_ok());
+        // Older than the certification: it holds all the same (GnuPG reads the newest direct-key
+        // signature before any user ID).
+        let why = check(&key, &keyring(&key, never.clone(), vec![direct(&key, T0 + DAY, Some(30 * DAY))]))
+            .expect_err("expired");
+        assert!(why.len() == 1 && why[0].ends_with(&expired_after(30)), "{why:?}");
+        // The newest direct-key signature counts: an older one with an expiry, then a newer one
+        // without, and the user ID (never) holds.
+        let both = vec![direct(&key, T0 + DAY, Some(30 * DAY)), direct(&key, T0 + 3 * DAY, None)];
+        assert!(check(&key, &keyring(&key, never.clone(), both)).is_ok());
         // Newer but saying nothing of expiry: the certification holds, never expiring here,
         // expiring after 30 days there.
         assert!(check(&key, &keyring(&key, never, vec![direct(&key, T0 + 3 * DAY, None)])).is_ok());

@@ -1152,7 +1152,9 @@ fn retrieving(status: &mut ClusterVersionStatus, target: &Release, events: &Reco
 /// refused request reverted or cleared): the refusal no longer describes the request.
 fn loaded_current(status: &mut ClusterVersionStatus, now: &str) {
     let Some(current) = status.desired.clone() else { return };
-    if find_condition(&status.conditions, cv::RELEASE_ACCEPTED).is_some_and(|c| c.status == "False") {
+    // Not True: refused (False), or still being retrieved (Unknown) when the request was
+    // taken back meanwhile.
+    if find_condition(&status.conditions, cv::RELEASE_ACCEPTED).is_some_and(|c| c.status != "True") {
         let message = format!("Payload loaded version={:?} image={:?}", current.version, current.image);
         set_condition(
             &mut status.conditions,

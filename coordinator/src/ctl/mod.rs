@@ -313,6 +313,10 @@ enum AdmCmd {
         /// a name in the coordinator's --tls-san.
         #[arg(long, value_name = "URL")]
         host_server: Option<String>,
+        /// Make it for a coordinator on plain HTTP (serve --insecure-http): the token and the
+        /// pool's config then travel unencrypted.
+        #[arg(long)]
+        insecure_http: bool,
     },
 }
 
@@ -663,8 +667,8 @@ pub async fn main(build: BuildInfo) -> Result<()> {
                 upgrade::start(&client, &req).await
             }
         }
-        Cmd::Adm { cmd: AdmCmd::PointerIgnition { pool, bootstrap_token_file, host_server } } => {
-            pointer::run(&config, &pool, &bootstrap_token_file, host_server.as_deref()).await
+        Cmd::Adm { cmd: AdmCmd::PointerIgnition { pool, bootstrap_token_file, host_server, insecure_http } } => {
+            pointer::run(&config, &pool, &bootstrap_token_file, host_server.as_deref(), insecure_http).await
         }
         Cmd::Adm {
             cmd: AdmCmd::Prune { cmd: PruneCmd::RenderedMachineConfigs { cmd, pool_name, count, confirm } },

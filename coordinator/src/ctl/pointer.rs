@@ -10,9 +10,9 @@ use base64::Engine as _;
 use serde_json::{json, Value};
 use std::path::Path;
 
-/// The spec version of the pointer config: read by every Ignition that can fetch a config with
-/// an `Authorization` header (`httpHeaders`, since spec 3.1.0; RHCOS 4.6 and later).
-pub const POINTER_VERSION: &str = "3.2.0";
+/// The spec version of the pointer config: the first with `httpHeaders` (the `Authorization`
+/// header), so every Ignition that can send it reads it (Ignition 2.6, RHCOS 4.6, and later).
+pub const POINTER_VERSION: &str = "3.1.0";
 
 /// The pointer config for `pool` at `server`, pinning `ca_pem` and sending `token`.
 pub fn pointer_config(server: &str, pool: &str, ca_pem: Option<&[u8]>, token: &str) -> Value {
@@ -31,7 +31,13 @@ pub fn pointer_config(server: &str, pool: &str, ca_pem: Option<&[u8]>, token: &s
 
 /// Check that the coordinator (as `admin` reaches it) serves `pool`'s config to `token`, then
 /// print the pointer config for hosts that reach it at `host_server` (default: the same URL).
-pub async fn run(admin: &ClientConfig, pool: &str, token_file: &Path, host_server: Option<&str>) -> Result<()> {
+pub async fn run(
+    admin: &ClientConfig,
+    pool: &str,
+    token_file: &Path,
+    host_server: Option<&str>,
+    insecure_http: bool,
+) -> Result<()> {
     let token = std::fs::read_to_string(token_file)
         .with_context(|| format!("--bootstrap-token-file: reading {}", token_file.display()))?
         .trim()
@@ -43,6 +49,11 @@ pub async fn run(admin: &ClientConfig, pool: &str, token_file: &Path, host_serve
     if !server.starts_with("https://") && !server.starts_with("http://") {
         bail!("--host-server: {server:?} is not an http(s):// URL");
     }
+    // Over plain HTTP the token and the pool's config (its secrets too) cross the network as
+    // they are.
+    if server.starts_with("http://") && !insecure_http {
+        bail!("{server} is plain HTTP: the bootstrap token and the pool's config would travel unencrypted; pass --insecure-http to make it anyway");
+    }
     // Asked as the host will ask: with that token.
     let as_host = Client::new(&ClientConfig { token: Some(token.clone()), ..admin.clone() })?;
     let reply = as_host.get(&format!("/config/{pool}")).await?;
@@ -51,7 +62,9 @@ pub async fn run(admin: &ClientConfig, pool: &str, token_file: &Path, host_serve
     }
     println!("{}", serde_json::to_string_pretty(&pointer_config(server, pool, admin.ca_pem.as_deref(), &token))?);
     eprintln!(
-        "the pointer config above fetches {}/config/{pool} at first boot; it holds the bootstrap token: keep it as secret as the token",
+        "the pointer config above fetches {}/config/{pool} at first boot; it holds the bootstrap token: keep it as secret \
+         as the token. A bootstrap token made without --ttl stops working 24 hours after it was made: for a pointer \
+         config kept longer (an image, a machine template), make the token with --ttl 0 or a longer --ttl",
         server.trim_end_matches('/')
     );
     Ok(())
@@ -64,9 +77,9 @@ mod tests {
     #[test]
     fn the_pointer_is_an_ignition_3_2_config_with_the_ca_and_the_token() {
         let v = pointer_config("https://fleet.example:6443/", "worker", Some(b"PEM"), "abc.def");
-        // What Ignition 3.2 reads, field for field (its own schema, nothing unknown).
+        // What Ignition reads for spec 3.1, field for field (its own schema, nothing unknown).
         let mut unknown = Vec::new();
-        let parsed: ignition_config::v3_2::Config =
+        let parsed: ignition_config::v3_1::Config =
             serde_ignored::deserialize(v.clone(), |p| unknown.push(p.to_string())).unwrap();
         assert!(unknown.is_empty(), "{unknown:?}");
         let merge = &parsed.ignition.config.unwrap().merge.unwrap()[0];

@@ -33,7 +33,10 @@ use std::collections::BTreeMap;
 /// `--config`), and the files it names.
 pub const AGENT_ENV: &str = "/etc/aloft/agent.env";
 pub const AGENT_CA: &str = "/etc/aloft/ca.crt";
-pub const AGENT_TOKEN: &str = "/etc/aloft/bootstrap.token";
+pub const AGENT_TOKEN: &str = "/etc/aloft/bootstrap-token";
+
+/// MCO's path for the node annotations a first boot starts with.
+pub const NODE_ANNOTATIONS: &str = "/etc/machine-config-daemon/node-annotations.json";
 
 /// Ignition's media type; its `version` parameter names the spec version.
 const IGNITION_MEDIA: &str = "application/vnd.coreos.ignition+json";
@@ -52,6 +55,11 @@ pub struct ConfigRequest<'a> {
 
 /// Answer `GET`/`HEAD /config/<pool>`.
 pub async fn serve(ctx: &Ctx, req: ConfigRequest<'_>) -> Result<Response, ApiError> {
+    if req.server.ends_with("://") {
+        return Err(ApiError::bad_request(
+            "the request names no host (no Host header): the config could not say where the coordinator is",
+        ));
+    }
     let listed = ctx
         .store
         .list(&MACHINE_CONFIG_POOL.store_key(), None)
@@ -59,24 +67,31 @@ pub async fn serve(ctx: &Ctx, req: ConfigRequest<'_>) -> Result<Response, ApiErr
         .map_err(|e| ApiError::from_store(e, "machineconfigpools", req.pool))?;
     let pools: Vec<MachineConfigPool> =
         listed.items.iter().filter_map(|p| serde_json::from_value(p.clone()).ok()).collect();
-    let Some(pool) = pools.iter().find(|p| p.metadata.name == req.pool) else {
-        return Err(ApiError::not_found("machineconfigpools.machineconfiguration.openshift.io", req.pool));
-    };
+    // A bootstrap token is judged before the pool is looked up: it learns nothing of pools
+    // other than its own.
     let enroll_labels = match &req.who.role {
         Role::Bootstrap(scope) => {
             let labels =
                 scope.0.clone().unwrap_or_else(|| BTreeMap::from([(WORKER_ROLE_LABEL.to_string(), String::new())]));
             match pool_of_labels(&pools, &labels) {
                 Some(joins) if joins == req.pool => Some(labels),
-                joins => {
-                    let joins = joins.map(|j| format!("pool {j:?}")).unwrap_or_else(|| "no pool".to_string());
+                Some(joins) => {
                     return Err(ApiError::forbidden_because(format!(
-                        "bootstrap token {:?} enrolls nodes into {joins} (its labels: {}), so it may read /config/{} only; \
-                         make a token with that pool's labels for pool {:?} (aloft-coordinator token create --role bootstrap --labels ...)",
+                        "bootstrap token {:?} (labels {}) enrolls nodes into pool {joins:?}, so it may read /config/{joins} \
+                         only; for pool {:?} make a token with that pool's labels \
+                         (aloft-coordinator token create --role bootstrap --labels ...)",
                         req.who.name,
                         env_labels(&labels),
-                        joins.trim_start_matches("pool ").trim_matches('"'),
                         req.pool
+                    )));
+                }
+                // No pool selects its nodes yet (the pools are still being made): the host's
+                // Ignition asks again.
+                None => {
+                    return Err(not_yet(format!(
+                        "no pool selects nodes with bootstrap token {:?}'s labels ({}) yet",
+                        req.who.name,
+                        env_labels(&labels)
                     )));
                 }
             }
@@ -84,8 +99,13 @@ pub async fn serve(ctx: &Ctx, req: ConfigRequest<'_>) -> Result<Response, ApiErr
         Role::Admin | Role::Viewer => None,
         Role::Node(_) => return Err(ApiError::forbidden(req.who, "get", &format!("/config/{}", req.pool), None, None)),
     };
+    let Some(pool) = pools.iter().find(|p| p.metadata.name == req.pool) else {
+        return Err(ApiError::not_found("machineconfigpools.machineconfiguration.openshift.io", req.pool));
+    };
+    // Not rendered yet, or its rendered config being replaced: temporary, so 503 (Ignition
+    // asks again after a 5xx; a 4xx would end the host's first boot).
     let name = served_config(pool).ok_or_else(|| {
-        ApiError::not_found_because(format!(
+        not_yet(format!(
             "pool {:?} has no rendered config yet: its MachineConfigs have not been rendered (see `aloftctl get mcp {}`)",
             req.pool, req.pool
         ))
@@ -95,13 +115,14 @@ pub async fn serve(ctx: &Ctx, req: ConfigRequest<'_>) -> Result<Response, ApiErr
         .get(&Key::cluster(&MACHINE_CONFIG.store_key(), &name))
         .await
         .map_err(|e| ApiError::from_store(e, "machineconfigs", &name))?
-        .ok_or_else(|| ApiError::not_found("machineconfigs.machineconfiguration.openshift.io", &name))?;
-    let mut config = ignition::parse_typed(rendered.pointer("/spec/config").unwrap_or(&Value::Null))
+        .ok_or_else(|| not_yet(format!("the rendered config {name} of pool {:?} is not there", req.pool)))?;
+    let config = ignition::parse_typed(rendered.pointer("/spec/config").unwrap_or(&Value::Null))
         .map_err(|e| internal(format!("the rendered config {name} does not read: {}: {}", e.field(), e.message())))?;
+    let mut files = vec![node_annotations(&name)];
     if let Some(labels) = &enroll_labels {
-        let files = agent_files(&req.server, ctx.ca_pem.as_deref(), req.token.unwrap_or_default(), labels);
-        config = with_files(config, files).map_err(|e| internal(format!("adding the agent's files: {e}")))?;
+        files.extend(agent_files(&req.server, ctx.ca_pem.as_deref(), req.token.unwrap_or_default(), labels));
     }
+    let config = with_files(config, files).map_err(|e| internal(format!("adding the first boot's files: {e}")))?;
     let (version, body) = negotiate(&config, req.accept).map_err(ApiError::not_acceptable)?;
     tracing::info!(pool = req.pool, config = %name, version, by = %req.who.name, "Ignition config served");
     let text = body.to_string();
@@ -116,6 +137,22 @@ pub async fn serve(ctx: &Ctx, req: ConfigRequest<'_>) -> Result<Response, ApiErr
         response.headers_mut().insert("x-aloft-rendered-config", v);
     }
     Ok(response)
+}
+
+/// 503 with `Retry-After`: what is asked for will be there.
+fn not_yet(message: String) -> ApiError {
+    ApiError::unavailable(message, 10)
+}
+
+/// MCO's `node-annotations.json`: the rendered config the first boot writes, which the agent
+/// reads as the proof that the disk holds that config's files ([`AGENT_ENV`]'s sibling).
+fn node_annotations(config: &str) -> (String, u32, String) {
+    let v = json!({
+        aloft_api::annotations::CURRENT_CONFIG: config,
+        aloft_api::annotations::DESIRED_CONFIG: config,
+        aloft_api::annotations::STATE: "Done",
+    });
+    (NODE_ANNOTATIONS.to_string(), 0o644, format!("{v}\n"))
 }
 
 fn internal(message: String) -> ApiError {
@@ -192,37 +229,55 @@ fn with_files(config: ignition::Config, files: Vec<(String, u32, String)>) -> Re
     ignition::parse_typed(&v).map_err(|e| format!("{}: {}", e.field(), e.message()))
 }
 
-/// The spec version to write `config` in, and its JSON: the newest the `Accept` header takes
-/// (by `q`, then newest) that can hold the config. No `Accept`, or one taking any JSON: 3.5.0.
+/// The spec version to write `config` in, and its JSON: the newest served version the host's
+/// Ignition reads. Ignition names in `Accept` the newest spec it reads (and reads every older
+/// one of that major version), so a `version=3.4.0` takes 3.4.0 down to 3.0.0, newest first, as
+/// MCO's server reads it; `*/*` counts only when no Ignition media type is named (a spec-2
+/// Ignition sends `version=2.2.0` with `*/*;q=0.1` and must be refused, not sent 3.x). No
+/// `Accept`, or one taking any JSON: 3.5.0 down.
 fn negotiate(config: &ignition::Config, accept: Option<&str>) -> Result<(&'static str, Value), String> {
-    let wanted = accepted_versions(accept);
+    let asked = asked_versions(accept);
     let mut refused = Vec::new();
-    for v in &wanted {
-        let Some(version) = SERVED_VERSIONS.iter().find(|s| **s == v.as_str()) else {
+    let mut tried = Vec::new();
+    for v in &asked {
+        let candidates = served_up_to(v);
+        if candidates.is_empty() {
             refused.push(format!("{v}: not served (aloft serves {})", SERVED_VERSIONS.join(", ")));
-            continue;
-        };
-        match ignition::to_version(config, version) {
-            Ok(body) => return Ok((version, body)),
-            Err(e) => refused.push(format!("{version}: {} ({})", e.message(), e.field())),
+        }
+        for version in candidates {
+            if tried.contains(&version) {
+                continue;
+            }
+            tried.push(version);
+            match ignition::to_version(config, version) {
+                Ok(body) => return Ok((version, body)),
+                Err(e) => refused.push(format!("{version}: {} ({})", e.message(), e.field())),
+            }
         }
     }
-    if wanted.is_empty() {
+    if asked.is_empty() {
         return Err(format!(
             "the Accept header asks for no Ignition config: send {IGNITION_MEDIA};version=3.x.0 (aloft serves {})",
             SERVED_VERSIONS.join(", ")
         ));
     }
-    Err(format!("no Ignition spec version the client accepts can hold this config: {}", refused.join("; ")))
+    Err(format!("no Ignition spec version the client reads can hold this config: {}", refused.join("; ")))
 }
 
-/// The spec versions an `Accept` header asks for, most wanted first; `*/*`, `application/*`,
-/// `application/json` and no header at all ask for the newest.
-fn accepted_versions(accept: Option<&str>) -> Vec<String> {
-    let Some(accept) = accept.filter(|a| !a.trim().is_empty()) else {
-        return vec![SERVED_VERSIONS[0].to_string()];
-    };
-    let mut items: Vec<(f32, semver::Version, String)> = Vec::new();
+/// The served versions a host reading at most `newest` reads, newest first.
+fn served_up_to(newest: &semver::Version) -> Vec<&'static str> {
+    SERVED_VERSIONS
+        .iter()
+        .copied()
+        .filter(|s| semver::Version::parse(s).is_ok_and(|v| v.major == newest.major && v <= *newest))
+        .collect()
+}
+
+/// The newest spec versions an `Accept` header says its client reads, most wanted first.
+fn asked_versions(accept: Option<&str>) -> Vec<semver::Version> {
+    let newest = || semver::Version::parse(SERVED_VERSIONS[0]).ok().into_iter().collect();
+    let Some(accept) = accept.filter(|a| !a.trim().is_empty()) else { return newest() };
+    let (mut named, mut any) = (Vec::new(), false);
     for item in accept.split(',') {
         let mut parts = item.split(';').map(str::trim);
         let media = parts.next().unwrap_or("").to_ascii_lowercase();
@@ -239,20 +294,29 @@ fn accepted_versions(accept: Option<&str>) -> Vec<String> {
         if q <= 0.0 {
             continue;
         }
-        let version = match media.as_str() {
-            IGNITION_MEDIA => match version {
-                Some(v) => v,
-                None => continue,
-            },
-            "*/*" | "application/*" | "application/json" => SERVED_VERSIONS[0].to_string(),
-            _ => continue,
-        };
-        let Ok(parsed) = semver::Version::parse(&version) else { continue };
-        items.push((q, parsed, version));
+        match media.as_str() {
+            IGNITION_MEDIA => {
+                // `version=1` (spec-2 Ignition's fallback) reads as 1.0.0.
+                let v = version.unwrap_or_default();
+                let full = match v.matches('.').count() {
+                    0 => format!("{v}.0.0"),
+                    1 => format!("{v}.0"),
+                    _ => v,
+                };
+                if let Ok(parsed) = semver::Version::parse(&full) {
+                    named.push((q, parsed));
+                }
+            }
+            "*/*" | "application/*" | "application/json" => any = true,
+            _ => {}
+        }
     }
-    items.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| b.1.cmp(&a.1)));
-    let mut out: Vec<String> = Vec::new();
-    for (_, _, v) in items {
+    if named.is_empty() {
+        return if any { newest() } else { Vec::new() };
+    }
+    named.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| b.1.cmp(&a.1)));
+    let mut out: Vec<semver::Version> = Vec::new();
+    for (_, v) in named {
         if !out.contains(&v) {
             out.push(v);
         }
@@ -264,17 +328,27 @@ fn accepted_versions(accept: Option<&str>) -> Vec<String> {
 mod tests {
     use super::*;
 
+    fn v(s: &str) -> semver::Version {
+        semver::Version::parse(s).unwrap()
+    }
+
     #[test]
-    fn the_newest_version_the_host_takes_is_chosen() {
-        // What Ignition 2.x sends: its versions, newest with the highest q.
-        let ign = "application/vnd.coreos.ignition+json;version=3.4.0, application/vnd.coreos.ignition+json;version=3.3.0;q=0.9, application/vnd.coreos.ignition+json;version=2.2.0;q=0.1, */*;q=0.01";
-        assert_eq!(accepted_versions(Some(ign)), ["3.4.0", "3.3.0", "2.2.0", "3.5.0"]);
-        assert_eq!(accepted_versions(None), ["3.5.0"]);
-        assert_eq!(accepted_versions(Some("application/json")), ["3.5.0"]);
-        assert_eq!(accepted_versions(Some("text/html")), Vec::<String>::new());
-        // Same q: the newest first; q=0 refuses.
+    fn the_newest_version_the_host_reads_is_chosen() {
+        // What spec-3 Ignition sends: the newest spec it reads, and anything else at q=0.1.
+        let ign = "application/vnd.coreos.ignition+json;version=3.4.0, */*;q=0.1";
+        assert_eq!(asked_versions(Some(ign)), [v("3.4.0")]);
+        assert_eq!(served_up_to(&v("3.4.0")), ["3.4.0", "3.3.0", "3.2.0", "3.1.0", "3.0.0"]);
+        assert_eq!(served_up_to(&v("3.9.0")), SERVED_VERSIONS);
+        // Spec-2 Ignition: its versions, and no 3.x.
+        let old = "application/vnd.coreos.ignition+json;version=2.2.0, application/vnd.coreos.ignition+json;version=1;q=0.5, */*;q=0.1";
+        assert_eq!(asked_versions(Some(old)), [v("2.2.0"), v("1.0.0")]);
+        assert!(served_up_to(&v("2.2.0")).is_empty());
+        assert_eq!(asked_versions(None), [v("3.5.0")]);
+        assert_eq!(asked_versions(Some("application/json")), [v("3.5.0")]);
+        assert!(asked_versions(Some("text/html")).is_empty());
+        // By q, then newest; q=0 refuses.
         let same = "application/vnd.coreos.ignition+json; version=\"3.1.0\", application/vnd.coreos.ignition+json;version=3.2.0, application/vnd.coreos.ignition+json;version=3.3.0;q=0";
-        assert_eq!(accepted_versions(Some(same)), ["3.2.0", "3.1.0"]);
+        assert_eq!(asked_versions(Some(same)), [v("3.2.0"), v("3.1.0")]);
     }
 
     #[test]
@@ -283,12 +357,17 @@ mod tests {
             &json!({"ignition": {"version": "3.3.0"}, "kernelArguments": {"shouldExist": ["quiet"]}}),
         )
         .unwrap();
-        let two = "application/vnd.coreos.ignition+json;version=3.2.0, application/vnd.coreos.ignition+json;version=3.3.0;q=0.5";
-        let (v, body) = negotiate(&kargs, Some(two)).unwrap();
-        assert_eq!((v, &body["kernelArguments"]["shouldExist"][0]), ("3.3.0", &json!("quiet")));
-        let e = negotiate(&kargs, Some("application/vnd.coreos.ignition+json;version=3.2.0, application/vnd.coreos.ignition+json;version=2.2.0;q=0.1")).unwrap_err();
+        let (version, body) =
+            negotiate(&kargs, Some("application/vnd.coreos.ignition+json;version=3.4.0, */*;q=0.1")).unwrap();
+        assert_eq!((version, &body["kernelArguments"]["shouldExist"][0]), ("3.4.0", &json!("quiet")));
+        // A host reading at most 3.2.0 cannot take it: refused, naming the field, not sent 3.5.0
+        // because of its */*.
+        let e = negotiate(&kargs, Some("application/vnd.coreos.ignition+json;version=3.2.0, */*;q=0.1")).unwrap_err();
         assert!(e.contains("3.2.0: Ignition 3.2.0 has no such field (spec.config.kernelArguments)"), "{e}");
-        assert!(e.contains("2.2.0: not served"), "{e}");
+        assert!(e.contains("3.0.0: Ignition 3.0.0 has no such field"), "{e}");
+        let old = "application/vnd.coreos.ignition+json;version=2.2.0, application/vnd.coreos.ignition+json;version=1;q=0.5, */*;q=0.1";
+        let e = negotiate(&kargs, Some(old)).unwrap_err();
+        assert!(e.contains("2.2.0: not served") && e.contains("1.0.0: not served"), "{e}");
         assert!(negotiate(&kargs, Some("text/html")).unwrap_err().contains("asks for no Ignition config"));
     }
 

@@ -13,11 +13,13 @@ pub struct ApiError {
     /// Sent as `Warning` headers with the error, as kube-apiserver sends the warnings a request
     /// earned before it was refused (an unknown field warned about, then a 422).
     pub warnings: Vec<String>,
+    /// Sent as `Retry-After` (seconds): the answer is temporary.
+    pub retry_after: Option<u64>,
 }
 
 impl ApiError {
     fn new(code: u16, reason: &str, message: impl Into<String>) -> Self {
-        ApiError { status: Box::new(Status::failure(code, reason, message)), warnings: Vec::new() }
+        ApiError { status: Box::new(Status::failure(code, reason, message)), warnings: Vec::new(), retry_after: None }
     }
     /// This error, with the warnings computed before it to send along.
     pub fn with_warnings(mut self, warnings: &[String]) -> Self {
@@ -78,9 +80,11 @@ impl ApiError {
     pub fn forbidden_because(message: impl Into<String>) -> Self {
         Self::new(403, "Forbidden", message)
     }
-    /// 404 saying why there is nothing to serve.
-    pub fn not_found_because(message: impl Into<String>) -> Self {
-        Self::new(404, "NotFound", message)
+    /// 503 for what will be there: the client asks again after `retry_after` seconds.
+    pub fn unavailable(message: impl Into<String>, retry_after: u64) -> Self {
+        let mut e = Self::new(503, "ServiceUnavailable", message);
+        e.retry_after = Some(retry_after);
+        e
     }
     pub fn not_found_path() -> Self {
         Self::new(404, "NotFound", "the server could not find the requested resource")
@@ -198,7 +202,10 @@ pub fn cause(field: &str, reason: &str, message: impl Into<String>) -> StatusCau
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let code = StatusCode::from_u16(self.status.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let response = (code, axum::Json(*self.status)).into_response();
+        let mut response = (code, axum::Json(*self.status)).into_response();
+        if let Some(secs) = self.retry_after {
+            response.headers_mut().insert(axum::http::header::RETRY_AFTER, axum::http::HeaderValue::from(secs));
+        }
         super::fields::with_warnings(response, &self.warnings)
     }
 }

@@ -216,6 +216,15 @@ pub async fn limit(
         None if req.extensions().get::<Identity>().is_some_and(|w| matches!(w.role, Role::Admin)) => None,
         None => {
             count.dropped.inc();
+            // A host's first-boot Ignition asks again after a 5xx only (a 4xx ends its boot).
+            if req.uri().path().starts_with("/config/") {
+                return (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    [(RETRY_AFTER, "1"), (CONTENT_TYPE, "text/plain; charset=utf-8")],
+                    TOO_MANY,
+                )
+                    .into_response();
+            }
             return too_many();
         }
     };
