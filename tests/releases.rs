@@ -851,8 +851,9 @@ async fn a_release_whose_repository_hangs_holds_nothing_else() {
         .iter()
         .filter(|e| e["reason"] == "RetrievePayload" && e["message"] == waiting.as_str())
         .collect();
-    assert_eq!(said.len(), 1, "one Event for the wait, however many passes: {said:?}");
-    assert_eq!(said[0]["count"], 1, "{said:?}");
+    // One Event object for the wait, however many passes saw it (a pass whose status write
+    // lost a race to the spec's patch says it again, counted on the same Event).
+    assert_eq!(said.len(), 1, "one Event for the wait: {said:?}");
     let v = wait_cv(&admin, "1.0.1 refused once its check ends", |v| {
         cond_is(v, "ReleaseAccepted", "False", "RetrievePayload") && accepted_message(v).contains("1.0.1")
     })
