@@ -223,7 +223,7 @@ fn with_files(config: ignition::Config, files: Vec<(String, u32, String)>) -> Re
         }
         let data = base64::engine::general_purpose::STANDARD.encode(contents.as_bytes());
         list.push(json!({"path": path, "mode": mode, "overwrite": true,
-            "contents": {"source": format!("data:;base64,{data}")}}));
+            "contents": {"source": format!("data:text/plain;charset=utf-8;base64,{data}")}}));
     }
     v["storage"]["files"] = Value::Array(list);
     ignition::parse_typed(&v).map_err(|e| format!("{}: {}", e.field(), e.message()))
@@ -383,7 +383,7 @@ mod tests {
         let paths: Vec<&str> = files.iter().filter_map(|f| f["path"].as_str()).collect();
         assert_eq!(paths, [AGENT_CA, AGENT_TOKEN, AGENT_ENV]);
         assert_eq!(files[0]["contents"]["source"], "data:,mine");
-        let env = files[2]["contents"]["source"].as_str().unwrap().strip_prefix("data:;base64,").unwrap();
+        let env = files[2]["contents"]["source"].as_str().unwrap().strip_prefix("data:text/plain;charset=utf-8;base64,").unwrap();
         let env = String::from_utf8(base64::engine::general_purpose::STANDARD.decode(env).unwrap()).unwrap();
         assert!(env.contains("ALOFT_COORDINATOR=https://fleet.example:6443\n"), "{env}");
         assert!(env.contains("ALOFT_LABELS=node-role.kubernetes.io/worker=\n"), "{env}");
