@@ -383,7 +383,11 @@ mod tests {
         let paths: Vec<&str> = files.iter().filter_map(|f| f["path"].as_str()).collect();
         assert_eq!(paths, [AGENT_CA, AGENT_TOKEN, AGENT_ENV]);
         assert_eq!(files[0]["contents"]["source"], "data:,mine");
-        let env = files[2]["contents"]["source"].as_str().unwrap().strip_prefix("data:text/plain;charset=utf-8;base64,").unwrap();
+        let env = files[2]["contents"]["source"]
+            .as_str()
+            .unwrap()
+            .strip_prefix("data:text/plain;charset=utf-8;base64,")
+            .unwrap();
         let env = String::from_utf8(base64::engine::general_purpose::STANDARD.decode(env).unwrap()).unwrap();
         assert!(env.contains("ALOFT_COORDINATOR=https://fleet.example:6443\n"), "{env}");
         assert!(env.contains("ALOFT_LABELS=node-role.kubernetes.io/worker=\n"), "{env}");
