@@ -1979,7 +1979,8 @@ async fn a_new_host_boots_with_its_pools_config_from_the_config_server() {
     let mc = json!({"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfig",
         "metadata": {"name": "50-worker-fleet", "labels": {ann::ROLE_LABEL: "worker"}},
         "spec": {"config": {"ignition": {"version": "3.2.0"},
-            "storage": {"files": [{"path": "/etc/fleet.conf", "mode": 420, "contents": {"source": "data:,region%3Deu%0A"}}]},
+            "storage": {"files": [{"path": "/etc/fleet.conf", "mode": 420, "contents": {"source": "data:,region%3Deu%0A"}},
+                {"path": "/etc/fleet-os.conf", "mode": 420, "contents": {"source": "data:,fleet%0A"}}]},
             "systemd": {"units": [{"name": "fleet.service", "enabled": true,
                 "contents": "[Service]\nExecStart=/bin/true\n[Install]\nWantedBy=multi-user.target\n"}]}}}});
     admin.post(&path_of(&MACHINE_CONFIG, None), &mc).await.unwrap().into_result().unwrap();
@@ -2048,6 +2049,7 @@ async fn a_new_host_boots_with_its_pools_config_from_the_config_server() {
         paths,
         [
             "/etc/fleet.conf",
+            "/etc/fleet-os.conf",
             "/etc/machine-config-daemon/node-annotations.json",
             "/etc/aloft/ca.crt",
             "/etc/aloft/bootstrap-token",
@@ -2057,7 +2059,14 @@ async fn a_new_host_boots_with_its_pools_config_from_the_config_server() {
 
     // The host's first boot: Ignition writes it. The agent's files say how to enroll.
     let mut born = Host::new("worker-born").await;
+    // A file the OS ships (ostree keeps /etc's pristine copy in /usr/etc), which the config
+    // overwrites at first boot.
+    for p in ["usr/etc/fleet-os.conf", "etc/fleet-os.conf"] {
+        std::fs::create_dir_all(born.root.path().join(p).parent().unwrap()).unwrap();
+        std::fs::write(born.root.path().join(p), "os default\n").unwrap();
+    }
     ignite(born.root.path(), &config);
+    assert_eq!(std::fs::read_to_string(born.path("/etc/fleet-os.conf")).unwrap(), "fleet\n");
     let env = std::fs::read_to_string(born.path("/etc/aloft/agent.env")).unwrap();
     assert!(env.contains(&format!("ALOFT_COORDINATOR={}\n", c.url())), "{env}");
     assert!(env.contains("ALOFT_LABELS=node-role.kubernetes.io/worker=\n"), "{env}");
@@ -2117,6 +2126,11 @@ async fn a_new_host_boots_with_its_pools_config_from_the_config_server() {
     .await;
     assert!(without.starts_with("rendered-worker-"), "{without}");
     assert!(!born.path("/etc/fleet.conf").exists(), "the first boot's file was put back: {}", born.log());
+    assert_eq!(
+        std::fs::read_to_string(born.path("/etc/fleet-os.conf")).unwrap(),
+        "os default\n",
+        "the OS's file is its own again"
+    );
     assert!(!born.path("/etc/systemd/system/fleet.service").exists(), "{}", born.log());
 
     // The rules of the endpoint.

@@ -270,15 +270,26 @@ pub struct Checked {
 }
 
 impl Checked {
-    /// Record every path of the new config as having no original to put back: on a host whose
-    /// first boot wrote them (Ignition, from the coordinator's `/config/<pool>`), what is there
-    /// is the config's own, so a later removal of the config deletes it, as it deletes a file
-    /// the agent created, instead of restoring the config's content as if the OS had shipped
-    /// it. A path with a backup already keeps it.
-    pub fn disown_first_boot_files(&self, root: &Root) -> Result<(), FsError> {
+    /// The originals of the new config's paths on a host whose first boot wrote a config
+    /// (Ignition, from the coordinator's `/config/<pool>`), decided as MCO decides them there:
+    /// what is on disk may be that config's content, not the OS's, so the original of an
+    /// `/etc` path is the OS's pristine copy in `/usr/etc` when it has one (a later removal of
+    /// the config puts it back), and otherwise there is none (a removal deletes the path).
+    /// Taken here, before the apply, they are what its backups find. A path with a backup
+    /// already keeps it.
+    pub fn take_first_boot_originals(&self, root: &Root) -> Result<(), FsError> {
         let fs = HostFs::open(root)?;
         for m in files::managed(&self.validated.new, &self.validated.owners) {
-            if files::decide_backup(&fs, &m.path)?.is_some() {
+            if files::decide_backup(&fs, &m.path)?.is_none() {
+                continue;
+            }
+            let pristine = m.path.strip_prefix("/etc/").map(|rest| format!("/usr/etc/{rest}"));
+            let (orig, _) = files::backup_paths(&m.path);
+            let copied = match pristine {
+                Some(p) => files::copy_entry(&fs, &fsroot::rel(&p), &fsroot::rel(&orig))?,
+                None => false,
+            };
+            if !copied {
                 files::backup(&fs, &m.path, files::BackupAction::NoOrig)?;
             }
         }

@@ -953,15 +953,20 @@ impl Agent {
         // units already: writing them again changes nothing, so they ask for no reboot or
         // drain; only what the OS still needs does. Only then: files some failed update left
         // behind are no proof that their actions ran.
-        if before.is_none()
-            && (!changes.files.is_empty() || !changes.units.is_empty())
-            && first_boot_config(&self.root).as_deref() == Some(target)
-            && crate::engine::verify_files(&self.root, &new).is_ok()
-        {
-            if let Err(e) = checked.disown_first_boot_files(&self.root) {
-                let reason = format!("recording the first boot's files as the config's own: {e}");
+        // On such a host the originals of the config's paths are decided as MCO decides them
+        // (the OS's copy in /usr/etc, else none), whichever config the first boot wrote: what
+        // is on disk may be that config's, not the OS's.
+        let first_boot = if before.is_none() { first_boot_config(&self.root) } else { None };
+        if first_boot.is_some() {
+            if let Err(e) = checked.take_first_boot_originals(&self.root) {
+                let reason = format!("recording the originals of the first boot's files: {e}");
                 return self.fail(target, reason, false).await;
             }
+        }
+        if first_boot.as_deref() == Some(target)
+            && (!changes.files.is_empty() || !changes.units.is_empty())
+            && crate::engine::verify_files(&self.root, &new).is_ok()
+        {
             tracing::info!(
                 target,
                 "the disk already holds this first config's files and units (written at first boot)"

@@ -54,11 +54,19 @@ pub async fn run(
     if server.starts_with("http://") && !insecure_http {
         bail!("{server} is plain HTTP: the bootstrap token and the pool's config would travel unencrypted; pass --insecure-http to make it anyway");
     }
-    // Asked as the host will ask: with that token.
+    // Asked as the host will ask: with that token. A config that is not there yet is answered
+    // 503 with a wait, which the client follows: not waited out here (hosts keep asking).
     let as_host = Client::new(&ClientConfig { token: Some(token.clone()), ..admin.clone() })?;
-    let reply = as_host.get(&format!("/config/{pool}")).await?;
-    if let Err(e) = reply.into_result() {
-        bail!("the coordinator does not serve pool {pool:?} to this token: {e:#}");
+    match tokio::time::timeout(std::time::Duration::from_secs(5), as_host.get(&format!("/config/{pool}"))).await {
+        Ok(reply) => {
+            if let Err(e) = reply?.into_result() {
+                bail!("the coordinator does not serve pool {pool:?} to this token: {e:#}");
+            }
+        }
+        Err(_) => eprintln!(
+            "warning: the coordinator has not served pool {pool:?}'s config within 5 s (not rendered yet, or no pool \
+             selects this token's nodes yet: it answers 503 and hosts keep asking); printing the pointer config anyway"
+        ),
     }
     println!("{}", serde_json::to_string_pretty(&pointer_config(server, pool, admin.ca_pem.as_deref(), &token))?);
     eprintln!(

@@ -74,8 +74,8 @@ pub async fn serve(ctx: &Ctx, req: ConfigRequest<'_>) -> Result<Response, ApiErr
             let labels =
                 scope.0.clone().unwrap_or_else(|| BTreeMap::from([(WORKER_ROLE_LABEL.to_string(), String::new())]));
             match pool_of_labels(&pools, &labels) {
-                Some(joins) if joins == req.pool => Some(labels),
-                Some(joins) => {
+                Ok(Some(joins)) if joins == req.pool => Some(labels),
+                Ok(Some(joins)) => {
                     return Err(ApiError::forbidden_because(format!(
                         "bootstrap token {:?} (labels {}) enrolls nodes into pool {joins:?}, so it may read /config/{joins} \
                          only; for pool {:?} make a token with that pool's labels \
@@ -87,11 +87,22 @@ pub async fn serve(ctx: &Ctx, req: ConfigRequest<'_>) -> Result<Response, ApiErr
                 }
                 // No pool selects its nodes yet (the pools are still being made): the host's
                 // Ignition asks again.
-                None => {
+                Ok(None) => {
                     return Err(not_yet(format!(
                         "no pool selects nodes with bootstrap token {:?}'s labels ({}) yet",
                         req.who.name,
                         env_labels(&labels)
+                    )));
+                }
+                // Pools to mend (as their status says); the host asks again meanwhile.
+                Err(custom) => {
+                    return Err(not_yet(format!(
+                        "nodes with bootstrap token {:?}'s labels ({}) belong to {} custom pools ({}); each must \
+                         belong to at most one: mend the pools' nodeSelectors",
+                        req.who.name,
+                        env_labels(&labels),
+                        custom.len(),
+                        custom.join(", ")
                     )));
                 }
             }
@@ -160,11 +171,19 @@ fn internal(message: String) -> ApiError {
     ApiError::internal(message)
 }
 
-/// The pool a node carrying exactly `labels` joins (MCO's membership rules), if any.
-fn pool_of_labels(pools: &[MachineConfigPool], labels: &BTreeMap<String, String>) -> Option<String> {
-    let node: Node = serde_json::from_value(json!({"metadata": {"name": "new-host", "labels": labels}})).ok()?;
-    let p = Membership::new(pools).pool_of(&node).ok()??;
-    Some(pools[p].metadata.name.clone())
+/// The pool a node carrying exactly `labels` joins (MCO's membership rules), if any; Err with
+/// the custom pools it would be in when there are several (it would then be in none).
+fn pool_of_labels(
+    pools: &[MachineConfigPool],
+    labels: &BTreeMap<String, String>,
+) -> Result<Option<String>, Vec<String>> {
+    let Ok(node) = serde_json::from_value::<Node>(json!({"metadata": {"name": "new-host", "labels": labels}})) else {
+        return Ok(None);
+    };
+    match Membership::new(pools).pool_of(&node) {
+        Ok(p) => Ok(p.map(|p| pools[p].metadata.name.clone())),
+        Err(custom) => Err(custom.into_iter().map(|p| pools[p].metadata.name.clone()).collect()),
+    }
 }
 
 /// MCO's choice: the pool's target once one of its nodes runs it, else its last complete config
@@ -285,7 +304,8 @@ fn asked_versions(accept: Option<&str>) -> Vec<semver::Version> {
         for p in parts {
             if let Some((k, v)) = p.split_once('=') {
                 match k.trim().to_ascii_lowercase().as_str() {
-                    "q" => q = v.trim().parse().unwrap_or(0.0),
+                    // RFC 9110: 0 to 1; anything else (NaN, inf) refuses.
+                    "q" => q = v.trim().parse().ok().filter(|q: &f32| q.is_finite()).map_or(0.0, |q| q.min(1.0)),
                     "version" => version = Some(v.trim().trim_matches('"').to_string()),
                     _ => {}
                 }
@@ -296,8 +316,9 @@ fn asked_versions(accept: Option<&str>) -> Vec<semver::Version> {
         }
         match media.as_str() {
             IGNITION_MEDIA => {
-                // `version=1` (spec-2 Ignition's fallback) reads as 1.0.0.
-                let v = version.unwrap_or_default();
+                // `version=1` (spec-2 Ignition's fallback) reads as 1.0.0; no version, as the
+                // newest served.
+                let v = version.unwrap_or_else(|| SERVED_VERSIONS[0].to_string());
                 let full = match v.matches('.').count() {
                     0 => format!("{v}.0.0"),
                     1 => format!("{v}.0"),

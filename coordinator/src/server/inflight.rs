@@ -2,6 +2,8 @@
 //! and `--max-mutating-requests-inflight`: a request over its kind's limit is answered at once
 //! with `429 Too Many Requests`, `Retry-After: 1` and kube-apiserver's text, and the client
 //! tries again (client-go, kubectl and aloft's own client wait the `Retry-After` and resend).
+//! A host's first-boot `/config/<pool>` gets `503` instead: its Ignition asks again only after
+//! a 5xx.
 //!
 //! Why: a fleet's agents all come back together (a coordinator restart, a network that heals,
 //! thousands of hosts enrolling from one image). Without a limit every one of their requests is
