@@ -1914,28 +1914,10 @@ async fn an_undo_record_left_after_its_undo_is_dropped() {
 /// file written with its mode, every unit written and, when enabled, linked into the target its
 /// `WantedBy=` names (systemd's preset at first boot). Data URLs only, as MCO's configs have.
 fn ignite(root: &Path, config: &Value) {
-    use base64::Engine as _;
     for f in config["storage"]["files"].as_array().into_iter().flatten() {
         let path = root.join(f["path"].as_str().unwrap().trim_start_matches('/'));
         let source = f["contents"]["source"].as_str().unwrap_or("data:,");
-        let (meta, data) = source.strip_prefix("data:").unwrap().split_once(',').unwrap();
-        let bytes = if meta.ends_with(";base64") {
-            base64::engine::general_purpose::STANDARD.decode(data).unwrap()
-        } else {
-            // RFC 3986 percent-encoding.
-            let (mut out, raw) = (Vec::new(), data.as_bytes());
-            let mut i = 0;
-            while i < raw.len() {
-                if raw[i] == b'%' {
-                    out.push(u8::from_str_radix(&data[i + 1..i + 3], 16).unwrap());
-                    i += 3;
-                } else {
-                    out.push(raw[i]);
-                    i += 1;
-                }
-            }
-            out
-        };
+        let bytes = aloft_api::content::decode(source, f["contents"]["compression"].as_str(), None).unwrap();
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(&path, bytes).unwrap();
         let mode = f["mode"].as_u64().unwrap_or(0o644) as u32;
@@ -2023,11 +2005,8 @@ async fn a_new_host_boots_with_its_pools_config_from_the_config_server() {
     let merge = &pointer["ignition"]["config"]["merge"][0];
     assert_eq!(merge["source"], format!("{}/config/worker", c.url()));
     let ca_source = pointer["ignition"]["security"]["tls"]["certificateAuthorities"][0]["source"].as_str().unwrap();
-    let ca = {
-        use base64::Engine as _;
-        let data = ca_source.strip_prefix("data:text/plain;charset=utf-8;base64,").unwrap();
-        base64::engine::general_purpose::STANDARD.decode(data).unwrap()
-    };
+    assert!(ca_source.starts_with("data:text/plain;charset=utf-8;base64,"), "{ca_source}");
+    let ca = aloft_api::content::decode(ca_source, None, None).unwrap();
     let ignition =
         reqwest::Client::builder().add_root_certificate(reqwest::Certificate::from_pem(&ca).unwrap()).build().unwrap();
     let header = &merge["httpHeaders"][0];

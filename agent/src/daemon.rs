@@ -948,14 +948,14 @@ impl Agent {
             Err(refusal) => return self.fail(target, refusal.message, refusal.unreconcilable).await,
         };
         let mut changes = changes::between(&old_spec, &new_spec);
-        // A host whose first boot wrote this config (Ignition, from the coordinator's
-        // `/config/<pool>`, which says so in MCO's node-annotations file) holds its files and
-        // units already: writing them again changes nothing, so they ask for no reboot or
-        // drain; only what the OS still needs does. Only then: files some failed update left
-        // behind are no proof that their actions ran.
-        // On such a host the originals of the config's paths are decided as MCO decides them
-        // (the OS's copy in /usr/etc, else none), whichever config the first boot wrote: what
-        // is on disk may be that config's, not the OS's.
+        // A host whose first boot wrote a config (Ignition, from the coordinator's
+        // `/config/<pool>`, which says so in MCO's node-annotations file): the originals of the
+        // first update's paths are decided as MCO decides them there (the OS's copy in
+        // /usr/etc, else none), whichever config that was, since what is on disk may be its,
+        // not the OS's. When it was this one and the disk holds its files and units, writing
+        // them again changes nothing: they ask for no reboot or drain, only what the OS still
+        // needs does. Only with the file: files some failed update left behind are no proof
+        // that their actions ran.
         let first_boot = if before.is_none() { first_boot_config(&self.root) } else { None };
         if first_boot.is_some() {
             if let Err(e) = checked.take_first_boot_originals(&self.root) {

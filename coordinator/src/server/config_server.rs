@@ -233,8 +233,8 @@ fn with_files(config: ignition::Config, files: Vec<(String, u32, String)>) -> Re
     if v.get("ignition").is_none() {
         v["ignition"] = json!({"version": ignition::TARGET_VERSION});
     }
-    let list = v.pointer_mut("/storage/files").and_then(Value::as_array_mut).map(std::mem::take).unwrap_or_default();
-    let mut list = list;
+    let mut list =
+        v.pointer_mut("/storage/files").and_then(Value::as_array_mut).map(std::mem::take).unwrap_or_default();
     for (path, mode, contents) in files {
         if list.iter().any(|f| f["path"] == path.as_str()) {
             tracing::warn!(path, "the pool's config writes this file itself: left as it has it");
@@ -404,12 +404,8 @@ mod tests {
         let paths: Vec<&str> = files.iter().filter_map(|f| f["path"].as_str()).collect();
         assert_eq!(paths, [AGENT_CA, AGENT_TOKEN, AGENT_ENV]);
         assert_eq!(files[0]["contents"]["source"], "data:,mine");
-        let env = files[2]["contents"]["source"]
-            .as_str()
-            .unwrap()
-            .strip_prefix("data:text/plain;charset=utf-8;base64,")
-            .unwrap();
-        let env = String::from_utf8(base64::engine::general_purpose::STANDARD.decode(env).unwrap()).unwrap();
+        let env = aloft_api::content::decode(files[2]["contents"]["source"].as_str().unwrap(), None, None).unwrap();
+        let env = String::from_utf8(env).unwrap();
         assert!(env.contains("ALOFT_COORDINATOR=https://fleet.example:6443\n"), "{env}");
         assert!(env.contains("ALOFT_LABELS=node-role.kubernetes.io/worker=\n"), "{env}");
         assert!(env.contains(&format!("ALOFT_CA={AGENT_CA}\n")), "{env}");
