@@ -1941,7 +1941,9 @@ fn ignite(root: &Path, config: &Value) {
 /// bootstrap token (as Ignition asks, for the newest spec it reads), gets the pool's rendered
 /// config with the agent's enrollment files, and Ignition writes it; the agent then enrolls and
 /// takes that config with no reboot, where a host that booted without it reboots into it. A
-/// token may read only the pool its nodes join; an Accept that no served version can meet, or
+/// host whose agent enrolls once the pool has moved on updates from what its first boot wrote
+/// (what only that config had goes); one whose first boot's file was edited is Degraded, naming
+/// it, until forced. A token may read only the pool its nodes join; an Accept that no served version can meet, or
 /// a pool that does not exist, is refused, naming why.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_host_boots_with_its_pools_config_from_the_config_server() {
@@ -1951,7 +1953,7 @@ async fn a_new_host_boots_with_its_pools_config_from_the_config_server() {
     let token_file = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(token_file.path(), &bootstrap).unwrap();
     let mut pool = yaml(&testdata().join("mco/bootstrap/worker.machineconfigpool.yaml"));
-    pool["spec"]["maxUnavailable"] = json!(3);
+    pool["spec"]["maxUnavailable"] = json!(5);
     admin.post(&path_of(&MACHINE_CONFIG_POOL, None), &pool).await.unwrap().into_result().unwrap();
     let infra = json!({"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfigPool",
         "metadata": {"name": "infra"},
@@ -2030,21 +2032,43 @@ async fn a_new_host_boots_with_its_pools_config_from_the_config_server() {
             "/etc/fleet.conf",
             "/etc/fleet-os.conf",
             "/etc/machine-config-daemon/node-annotations.json",
+            "/etc/aloft/first-boot-config.json",
             "/etc/aloft/ca.crt",
             "/etc/aloft/bootstrap-token",
             "/etc/aloft/agent.env"
         ]
     );
 
+    // The config the first boot writes for the agent to go from: that config's Ignition part,
+    // compressed, root's alone.
+    let first_boot_file = &config["storage"]["files"][3];
+    assert_eq!(
+        (first_boot_file["mode"].as_u64(), &first_boot_file["contents"]["compression"]),
+        (Some(0o600), &json!("gzip"))
+    );
+
     // The host's first boot: Ignition writes it. The agent's files say how to enroll.
-    let mut born = Host::new("worker-born").await;
     // A file the OS ships (ostree keeps /etc's pristine copy in /usr/etc), which the config
     // overwrites at first boot.
-    for p in ["usr/etc/fleet-os.conf", "etc/fleet-os.conf"] {
-        std::fs::create_dir_all(born.root.path().join(p).parent().unwrap()).unwrap();
-        std::fs::write(born.root.path().join(p), "os default\n").unwrap();
-    }
+    let os_ships = |h: &Host| {
+        for p in ["usr/etc/fleet-os.conf", "etc/fleet-os.conf"] {
+            std::fs::create_dir_all(h.root.path().join(p).parent().unwrap()).unwrap();
+            std::fs::write(h.root.path().join(p), "os default\n").unwrap();
+        }
+    };
+    let mut born = Host::new("worker-born").await;
+    os_ships(&born);
     ignite(born.root.path(), &config);
+    // A host born at the same time whose agent starts only once the pool has moved on (its
+    // first update goes from what its first boot wrote, not from nothing).
+    let mut late = Host::new("worker-late").await;
+    os_ships(&late);
+    ignite(late.root.path(), &config);
+    // And one whose first boot's file was changed before the agent started.
+    let mut edited = Host::new("worker-edited").await;
+    ignite(edited.root.path(), &config);
+    std::fs::write(edited.path("/etc/fleet.conf"), "region=us\n").unwrap();
+    edited.start_agent(&c, &edited.path("/etc/aloft/bootstrap-token"));
     assert_eq!(std::fs::read_to_string(born.path("/etc/fleet-os.conf")).unwrap(), "fleet\n");
     let env = std::fs::read_to_string(born.path("/etc/aloft/agent.env")).unwrap();
     assert!(env.contains(&format!("ALOFT_COORDINATOR={}\n", c.url())), "{env}");
@@ -2063,7 +2087,7 @@ async fn a_new_host_boots_with_its_pools_config_from_the_config_server() {
     ignite(copied.root.path(), &config);
     std::fs::remove_file(copied.path("/etc/machine-config-daemon/node-annotations.json")).unwrap();
     copied.start_agent(&c, token_file.path());
-    let hosts = [born, plain, copied];
+    let hosts = [born, plain, copied, edited];
     eventually(Duration::from_secs(120), "the host born with the config Done on it", || {
         let c = &c;
         let rendered = rendered.clone();
@@ -2074,9 +2098,10 @@ async fn a_new_host_boots_with_its_pools_config_from_the_config_server() {
         }
     })
     .await;
-    let [mut born, plain, copied] = hosts;
+    let [mut born, plain, copied, edited] = hosts;
     assert_eq!(born.reboots_asked(), 0, "taken without a reboot: {:?}", born.fake.call_strings());
     assert!(born.log().contains("written at first boot"), "{}", born.log());
+    assert!(!born.path("/etc/aloft/first-boot-config.json").exists(), "its secrets stay on the host after their use");
     for h in [&plain, &copied] {
         eventually(Duration::from_secs(60), &format!("{} to reboot into the config", h.name), || async move {
             Ok((h.reboots_asked() > 0).then_some(()))
@@ -2084,6 +2109,49 @@ async fn a_new_host_boots_with_its_pools_config_from_the_config_server() {
         .await;
         assert!(!h.log().contains("written at first boot"), "{}", h.log());
     }
+    // The edited host: Degraded, naming the file and the way on, its edit kept.
+    let force = edited.path("/run/machine-config-daemon-force");
+    let reason = eventually(Duration::from_secs(60), "the edited host to refuse its first update", || {
+        let c = &c;
+        async move {
+            let n = node_of(c, "worker-edited").await?;
+            let reason = node_annotation(&n, ann::REASON);
+            Ok((node_annotation(&n, ann::STATE) == "Degraded" && reason.contains("not updating")).then_some(reason))
+        }
+    })
+    .await;
+    assert!(
+        reason.starts_with(&format!(
+            "unexpected on-disk state validating against {rendered}: content mismatch for file \"/etc/fleet.conf\" \
+             (written at first boot); not updating to {rendered} over it: restore /etc/fleet.conf as {rendered} has it, \
+             or create {}",
+            force.display()
+        )),
+        "{reason}"
+    );
+    assert_eq!(std::fs::read_to_string(edited.path("/etc/fleet.conf")).unwrap(), "region=us\n");
+    // Forced: the config's files are written over it, as an update from no config (a reboot).
+    std::fs::create_dir_all(force.parent().unwrap()).unwrap();
+    std::fs::write(&force, "").unwrap();
+    let mut edited = edited;
+    eventually(Duration::from_secs(60), "the edited host to reboot once forced", || {
+        let edited = &edited;
+        async move { Ok((edited.reboots_asked() > 0).then_some(())) }
+    })
+    .await;
+    edited.reboot(&c, &edited.path("/etc/aloft/bootstrap-token"), "boot-2-worker-edited");
+    eventually(Duration::from_secs(120), "the edited host Done once forced", || {
+        let (c, rendered) = (&c, &rendered);
+        async move {
+            Ok((annotation_of(c, "worker-edited", ann::CURRENT_CONFIG).await? == *rendered
+                && annotation_of(c, "worker-edited", ann::STATE).await? == "Done")
+                .then_some(()))
+        }
+    })
+    .await;
+    assert_eq!(std::fs::read_to_string(edited.path("/etc/fleet.conf")).unwrap(), "region=eu\n");
+    assert!(!force.exists());
+    drop(edited);
 
     // The MachineConfig removed: the files the first boot wrote go, as they would have on a
     // host that got them from the agent (not put back as if the OS had shipped them).
@@ -2112,6 +2180,29 @@ async fn a_new_host_boots_with_its_pools_config_from_the_config_server() {
     );
     assert!(!born.path("/etc/systemd/system/fleet.service").exists(), "{}", born.log());
 
+    // The late host enrolls now: the pool's config is another one than its first boot wrote.
+    // Its first update goes from that one, so what only that one had goes, as on the born host.
+    late.start_agent(&c, &late.path("/etc/aloft/bootstrap-token"));
+    eventually(Duration::from_secs(60), "the late host to reboot into the pool's config", || {
+        let late = &late;
+        async move { Ok((late.reboots_asked() > 0).then_some(())) }
+    })
+    .await;
+    late.reboot(&c, &late.path("/etc/aloft/bootstrap-token"), "boot-2-worker-late");
+    eventually(Duration::from_secs(60), "the late host Done on the pool's config", || {
+        let (c, without) = (&c, &without);
+        async move {
+            Ok((annotation_of(c, "worker-late", ann::CURRENT_CONFIG).await? == *without
+                && annotation_of(c, "worker-late", ann::STATE).await? == "Done")
+                .then_some(()))
+        }
+    })
+    .await;
+    assert!(late.log().contains("updating from the config written at first boot"), "{}", late.log());
+    assert!(!late.path("/etc/fleet.conf").exists(), "left behind, unmanaged: {}", late.log());
+    assert_eq!(std::fs::read_to_string(late.path("/etc/fleet-os.conf")).unwrap(), "os default\n");
+    assert!(!late.path("/etc/systemd/system/fleet.service").exists(), "{}", late.log());
+
     // The rules of the endpoint.
     let refused = get("infra", Some(&bootstrap), ignition_accept).await.unwrap();
     assert_eq!(refused.status(), 403);
@@ -2123,10 +2214,10 @@ async fn a_new_host_boots_with_its_pools_config_from_the_config_server() {
     assert_eq!(infra_config["ignition"]["version"], "3.5.0");
     let infra_paths: Vec<&str> =
         infra_config["storage"]["files"].as_array().unwrap().iter().filter_map(|f| f["path"].as_str()).collect();
-    // (50-worker-fleet is gone by now: the node annotations alone.)
+    // (50-worker-fleet is gone by now: the node annotations and the config alone.)
     assert_eq!(
         infra_paths,
-        ["/etc/machine-config-daemon/node-annotations.json"],
+        ["/etc/machine-config-daemon/node-annotations.json", "/etc/aloft/first-boot-config.json"],
         "no agent files for an admin's request"
     );
     assert_eq!(get("worker", None, ignition_accept).await.unwrap().status(), 401);

@@ -270,16 +270,17 @@ pub struct Checked {
 }
 
 impl Checked {
-    /// The originals of the new config's paths on a host whose first boot wrote a config
+    /// The originals of both configs' paths on a host whose first boot wrote a config
     /// (Ignition, from the coordinator's `/config/<pool>`), decided as MCO decides them there:
     /// what is on disk may be that config's content, not the OS's, so the original of an
-    /// `/etc` path is the OS's pristine copy in `/usr/etc` when it has one (a later removal of
-    /// the config puts it back), and otherwise there is none (a removal deletes the path).
-    /// Taken here, before the apply, they are what its backups find. A path with a backup
-    /// already keeps it.
+    /// `/etc` path is the OS's pristine copy in `/usr/etc` when it has one (a removal of the
+    /// path from the config, now or later, puts it back), and otherwise there is none (a
+    /// removal deletes the path). Taken here, before the apply, they are what its backups and
+    /// removals find. A path with a backup already keeps it.
     pub fn take_first_boot_originals(&self, root: &Root) -> Result<(), FsError> {
         let fs = HostFs::open(root)?;
-        for m in files::managed(&self.validated.new, &self.validated.owners) {
+        let old = files::managed(&self.validated.old, &self.validated.owners);
+        for m in old.into_iter().chain(files::managed(&self.validated.new, &self.validated.owners)) {
             if files::decide_backup(&fs, &m.path)?.is_none() {
                 continue;
             }

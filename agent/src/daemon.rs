@@ -223,16 +223,14 @@ pub fn decide(phase: &Phase, node: &NodeView, current: &str, boot_id: &str) -> S
     }
 }
 
-/// MCO's file saying which rendered config a host's first boot wrote (the machine config
-/// server adds it to the Ignition config it serves), beneath the root.
-pub const NODE_ANNOTATIONS_FILE: &str = "etc/machine-config-daemon/node-annotations.json";
-
-/// The rendered config the host's first boot wrote, from [`NODE_ANNOTATIONS_FILE`]'s
-/// `currentConfig`, if the file is there and reads.
-fn first_boot_config(root: &crate::host::Root) -> Option<String> {
-    let text = std::fs::read_to_string(root.path().join(NODE_ANNOTATIONS_FILE)).ok()?;
-    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
-    v.get(ann::CURRENT_CONFIG)?.as_str().map(str::to_string)
+/// What [`Agent::disk_matches_first_boot`] found.
+enum FirstBootDisk {
+    /// The disk holds the first boot's config (or is not to be judged now).
+    Holds,
+    /// It does not, and the force file says to go on.
+    Forced,
+    /// It does not: the node is Degraded, naming what differs.
+    Differs,
 }
 
 /// How often a settled node's disk is checked against its current config besides what the
@@ -890,6 +888,43 @@ impl Agent {
         Ok(false)
     }
 
+    /// [`Agent::disk_matches_current`] for a host's first update from the config its first
+    /// boot wrote ([`crate::first_boot`]): MCO's daemon validates the disk against the
+    /// node-annotations' config the same way. A file changed since (by hand, or by a pointer
+    /// config that wrote the same path) keeps the node Degraded, naming it, until it is put
+    /// back or the force file exists (then the update goes from no config, writing all the
+    /// target's files over what is there: from that config it would leave a file both configs
+    /// have as it found it). Only while no update has written anything yet (the journal holds
+    /// no apply of another config, and the phase is settled).
+    async fn disk_matches_first_boot(&mut self, target: &str, base: &MachineConfig) -> Result<FirstBootDisk> {
+        let name = base.metadata.name.as_str();
+        let spec = crate::engine::normalize(&base.spec).unwrap_or_else(|_| base.spec.clone());
+        if !matches!(self.phase, Phase::Idle | Phase::Degraded { .. })
+            || !crate::engine::journal_settled_on(&self.root, &spec)
+        {
+            return Ok(FirstBootDisk::Holds);
+        }
+        // Taken whether or not it is needed, as before any update: left, it would disarm some
+        // later update's check.
+        let forced = self.take_force_file()?;
+        let Err(drift) = crate::engine::verify_files(&self.root, base) else { return Ok(FirstBootDisk::Holds) };
+        let force = self.root.path().join(FORCE_FILE);
+        if forced {
+            tracing::warn!(force = %force.display(), target, drift = %drift.message, "force file present: the target's files are written over the first boot's");
+            return Ok(FirstBootDisk::Forced);
+        }
+        let what = if drift.path.is_empty() { "the disk".to_string() } else { drift.path.clone() };
+        let reason = format!(
+            "{} (written at first boot); not updating to {target} over it: restore {what} as {name} has it, or \
+             create {} to update anyway (the update then writes {target}'s files over what is there)",
+            drift.reason(name),
+            force.display()
+        );
+        tracing::warn!(%reason, "the disk does not match the config the first boot wrote: not updating");
+        self.fail(target, reason, false).await?;
+        Ok(FirstBootDisk::Differs)
+    }
+
     async fn update(&mut self, target: &str) -> Result<()> {
         // An update to the current config is a forced repair ([`Agent::repair_forced`]): the
         // force file skips the on-disk check, and goes now.
@@ -901,6 +936,20 @@ impl Agent {
             tracing::warn!(target, "force file: writing the current config again over the disk");
         } else if !self.disk_matches_current(target).await? {
             return Ok(());
+        }
+        // A host whose first boot wrote a config (Ignition, from the coordinator's
+        // `/config/<pool>`): its first update goes from that config, as MCO's daemon goes from
+        // the node-annotations' one, once the disk is found to hold it.
+        let mut first_boot = if self.current.is_none() { crate::first_boot::read(&self.root) } else { None };
+        if let Some(fb) = first_boot.as_mut() {
+            if let Some(base) = &fb.config {
+                match self.disk_matches_first_boot(target, base).await? {
+                    FirstBootDisk::Holds => {}
+                    // Forced: the target's files are written over what is there.
+                    FirstBootDisk::Forced => fb.config = None,
+                    FirstBootDisk::Differs => return Ok(()),
+                }
+            }
         }
         self.started = Some((std::time::Instant::now(), self.current_name()));
         self.enter(
@@ -924,7 +973,11 @@ impl Agent {
             Err(e) => return self.fail(target, format!("{e:#}"), false).await,
         };
         let before = self.current.clone();
-        let old = before.clone().unwrap_or_default();
+        let first_boot_base = first_boot.as_ref().and_then(|f| f.config.clone());
+        if let Some(base) = &first_boot_base {
+            tracing::info!(target, from = %base.metadata.name, "updating from the config written at first boot");
+        }
+        let old = before.clone().or(first_boot_base).unwrap_or_default();
         let (old_spec, new_spec) = match (crate::engine::normalize(&old.spec), crate::engine::normalize(&new.spec)) {
             (Ok(o), Ok(n)) => (o, n),
             // The field says where, and which of the two configs is at fault.
@@ -948,31 +1001,15 @@ impl Agent {
             Err(refusal) => return self.fail(target, refusal.message, refusal.unreconcilable).await,
         };
         let mut changes = changes::between(&old_spec, &new_spec);
-        // A host whose first boot wrote a config (Ignition, from the coordinator's
-        // `/config/<pool>`, which says so in MCO's node-annotations file): the originals of the
-        // first update's paths are decided as MCO decides them there (the OS's copy in
-        // /usr/etc, else none), whichever config that was, since what is on disk may be its,
-        // not the OS's. When it was this one and the disk holds its files and units, writing
-        // them again changes nothing: they ask for no reboot or drain, only what the OS still
-        // needs does. Only with the file: files some failed update left behind are no proof
-        // that their actions ran.
-        let first_boot = if before.is_none() { first_boot_config(&self.root) } else { None };
+        // On a host whose first boot wrote a config, the originals of the first update's paths
+        // are decided as MCO decides them there (the OS's copy in /usr/etc, else none), whether
+        // the update goes from that config or (without its file) from none: what is on disk
+        // may be that config's, not the OS's.
         if first_boot.is_some() {
             if let Err(e) = checked.take_first_boot_originals(&self.root) {
                 let reason = format!("recording the originals of the first boot's files: {e}");
                 return self.fail(target, reason, false).await;
             }
-        }
-        if first_boot.as_deref() == Some(target)
-            && (!changes.files.is_empty() || !changes.units.is_empty())
-            && crate::engine::verify_files(&self.root, &new).is_ok()
-        {
-            tracing::info!(
-                target,
-                "the disk already holds this first config's files and units (written at first boot)"
-            );
-            changes.files.clear();
-            changes.units.clear();
         }
         let os_work = match self.os_prepare(target, &old_spec, &new_spec).await {
             Ok(w) => w,
@@ -1078,6 +1115,9 @@ impl Agent {
         let mut applied = new.clone();
         applied.spec = new_spec;
         save_current(&self.root, &applied)?;
+        if first_boot.is_some() {
+            crate::first_boot::forget_config(&self.root);
+        }
         if staged.is_some() {
             // Phase and current config saved: the reboot is into this deployment.
             self.maybe_stray_stage = false;

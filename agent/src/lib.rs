@@ -14,6 +14,7 @@ pub mod drift;
 pub mod engine;
 pub mod enroll;
 pub mod failpoints;
+pub mod first_boot;
 pub mod host;
 // The OS seam (through the OS helper): pull, stage, verify, health checks, rollback.
 pub mod os;

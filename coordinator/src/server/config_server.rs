@@ -4,6 +4,9 @@
 //! (the URL, the CA, a bootstrap token) comes up with its pool's files, units and SSH keys
 //! written by Ignition before anything runs, and with the agent's enrollment settings, so the
 //! agent's first update finds the disk already at that config and takes it without a reboot.
+//! The config goes with it ([`FIRST_BOOT_CONFIG`]), so that when the pool's target is another
+//! one by the time the agent enrolls, the first update goes from what the first boot wrote (a
+//! node credential cannot read that config from the API).
 //!
 //! As MCO's server: the config served is the pool's target once one node of the pool runs it
 //! (`status.updatedMachineCount > 0`), else the pool's last complete one
@@ -37,6 +40,26 @@ pub const AGENT_TOKEN: &str = "/etc/aloft/bootstrap-token";
 
 /// MCO's path for the node annotations a first boot starts with.
 pub const NODE_ANNOTATIONS: &str = "/etc/machine-config-daemon/node-annotations.json";
+
+/// The served rendered config itself, as a MachineConfig holding its Ignition config: the
+/// agent's first update goes from it (the agent's `first_boot` module says why). Compressed:
+/// it holds every file of the config a second time.
+pub const FIRST_BOOT_CONFIG: &str = "/etc/aloft/first-boot-config.json";
+
+/// A file the served config writes besides the pool's: its path, mode and contents, and
+/// whether to gzip them in the config (Ignition's `compression: gzip`).
+struct Extra {
+    path: String,
+    mode: u32,
+    contents: Vec<u8>,
+    gzip: bool,
+}
+
+impl Extra {
+    fn text(path: &str, mode: u32, contents: String) -> Self {
+        Extra { path: path.to_string(), mode, contents: contents.into_bytes(), gzip: false }
+    }
+}
 
 /// Ignition's media type; its `version` parameter names the spec version.
 const IGNITION_MEDIA: &str = "application/vnd.coreos.ignition+json";
@@ -129,7 +152,7 @@ pub async fn serve(ctx: &Ctx, req: ConfigRequest<'_>) -> Result<Response, ApiErr
         .ok_or_else(|| not_yet(format!("the rendered config {name} of pool {:?} is not there", req.pool)))?;
     let config = ignition::parse_typed(rendered.pointer("/spec/config").unwrap_or(&Value::Null))
         .map_err(|e| internal(format!("the rendered config {name} does not read: {}: {}", e.field(), e.message())))?;
-    let mut files = vec![node_annotations(&name)];
+    let mut files = vec![node_annotations(&name), first_boot_config(&name, rendered.pointer("/spec/config"))?];
     if let Some(labels) = &enroll_labels {
         files.extend(agent_files(&req.server, ctx.ca_pem.as_deref(), req.token.unwrap_or_default(), labels));
     }
@@ -157,13 +180,25 @@ fn not_yet(message: String) -> ApiError {
 
 /// MCO's `node-annotations.json`: the rendered config the first boot writes, which the agent
 /// reads as the proof that the disk holds that config's files ([`AGENT_ENV`]'s sibling).
-fn node_annotations(config: &str) -> (String, u32, String) {
+fn node_annotations(config: &str) -> Extra {
     let v = json!({
         aloft_api::annotations::CURRENT_CONFIG: config,
         aloft_api::annotations::DESIRED_CONFIG: config,
         aloft_api::annotations::STATE: "Done",
     });
-    (NODE_ANNOTATIONS.to_string(), 0o644, format!("{v}\n"))
+    Extra::text(NODE_ANNOTATIONS, 0o644, format!("{v}\n"))
+}
+
+/// [`FIRST_BOOT_CONFIG`]: the rendered config `name` with its Ignition config only (what
+/// Ignition writes; its OS image and kernel arguments are the agent's first update's to
+/// apply), root's alone to read (the config holds the pool's secrets).
+fn first_boot_config(name: &str, config: Option<&Value>) -> Result<Extra, ApiError> {
+    let mc = json!({"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfig",
+        "metadata": {"name": name}, "spec": {"config": config.cloned().unwrap_or(Value::Null)}});
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    let compressed = std::io::Write::write_all(&mut gz, mc.to_string().as_bytes()).and_then(|()| gz.finish());
+    let contents = compressed.map_err(|e| internal(format!("compressing the first boot's config file: {e}")))?;
+    Ok(Extra { path: FIRST_BOOT_CONFIG.to_string(), mode: 0o600, contents, gzip: true })
 }
 
 fn internal(message: String) -> ApiError {
@@ -207,12 +242,7 @@ fn env_labels(labels: &BTreeMap<String, String>) -> String {
 
 /// The agent's enrollment files: where the coordinator is, the CA to pin, the bootstrap token
 /// and the labels it gives (path, mode, contents).
-fn agent_files(
-    server: &str,
-    ca_pem: Option<&str>,
-    token: &str,
-    labels: &BTreeMap<String, String>,
-) -> Vec<(String, u32, String)> {
+fn agent_files(server: &str, ca_pem: Option<&str>, token: &str, labels: &BTreeMap<String, String>) -> Vec<Extra> {
     let mut env = format!("# Written at first boot from {server}/config (aloft's machine config server).\n");
     env.push_str(&format!("ALOFT_COORDINATOR={server}\n"));
     env.push_str(&format!("ALOFT_BOOTSTRAP_TOKEN_FILE={AGENT_TOKEN}\n"));
@@ -220,29 +250,34 @@ fn agent_files(
     let mut files = Vec::new();
     if let Some(ca) = ca_pem {
         env.push_str(&format!("ALOFT_CA={AGENT_CA}\n"));
-        files.push((AGENT_CA.to_string(), 0o644, ca.to_string()));
+        files.push(Extra::text(AGENT_CA, 0o644, ca.to_string()));
     }
-    files.push((AGENT_TOKEN.to_string(), 0o600, format!("{token}\n")));
-    files.push((AGENT_ENV.to_string(), 0o600, env));
+    files.push(Extra::text(AGENT_TOKEN, 0o600, format!("{token}\n")));
+    files.push(Extra::text(AGENT_ENV, 0o600, env));
     files
 }
 
 /// `config` with `files` added (a path the config writes already is left as the config has it).
-fn with_files(config: ignition::Config, files: Vec<(String, u32, String)>) -> Result<ignition::Config, String> {
+fn with_files(config: ignition::Config, files: Vec<Extra>) -> Result<ignition::Config, String> {
     let mut v = ignition::to_value(&config);
     if v.get("ignition").is_none() {
         v["ignition"] = json!({"version": ignition::TARGET_VERSION});
     }
     let mut list =
         v.pointer_mut("/storage/files").and_then(Value::as_array_mut).map(std::mem::take).unwrap_or_default();
-    for (path, mode, contents) in files {
+    for Extra { path, mode, contents, gzip } in files {
         if list.iter().any(|f| f["path"] == path.as_str()) {
             tracing::warn!(path, "the pool's config writes this file itself: left as it has it");
             continue;
         }
-        let data = base64::engine::general_purpose::STANDARD.encode(contents.as_bytes());
-        list.push(json!({"path": path, "mode": mode, "overwrite": true,
-            "contents": {"source": format!("data:text/plain;charset=utf-8;base64,{data}")}}));
+        let data = base64::engine::general_purpose::STANDARD.encode(&contents);
+        let mut file = json!({"path": path, "mode": mode, "overwrite": true, "contents": {}});
+        if gzip {
+            file["contents"] = json!({"source": format!("data:;base64,{data}"), "compression": "gzip"});
+        } else {
+            file["contents"] = json!({"source": format!("data:text/plain;charset=utf-8;base64,{data}")});
+        }
+        list.push(file);
     }
     v["storage"]["files"] = Value::Array(list);
     ignition::parse_typed(&v).map_err(|e| format!("{}: {}", e.field(), e.message()))
@@ -410,6 +445,22 @@ mod tests {
         assert!(env.contains("ALOFT_LABELS=node-role.kubernetes.io/worker=\n"), "{env}");
         assert!(env.contains(&format!("ALOFT_CA={AGENT_CA}\n")), "{env}");
         assert_eq!((files[1]["mode"].as_u64(), files[2]["mode"].as_u64()), (Some(0o600), Some(0o600)));
+    }
+
+    #[test]
+    fn the_first_boot_config_file_holds_the_served_config() {
+        let config = json!({"ignition": {"version": "3.2.0"},
+            "storage": {"files": [{"path": "/etc/a.conf", "contents": {"source": "data:,a"}}]}});
+        let file = first_boot_config("rendered-worker-1", Some(&config)).unwrap();
+        let v = ignition::to_value(&with_files(ignition::parse_typed(&config).unwrap(), vec![file]).unwrap());
+        let entry = &v["storage"]["files"][1];
+        assert_eq!((entry["path"].as_str(), entry["mode"].as_u64()), (Some(FIRST_BOOT_CONFIG), Some(0o600)));
+        assert_eq!(entry["contents"]["compression"], "gzip");
+        let source = entry["contents"]["source"].as_str().unwrap();
+        let bytes = aloft_api::content::decode(source, Some("gzip"), None).unwrap();
+        let mc: aloft_api::MachineConfig = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!((mc.metadata.name.as_str(), &mc.spec.config), ("rendered-worker-1", &config));
+        assert!(mc.spec.os_image_url.is_empty() && mc.spec.kernel_arguments.is_empty(), "Ignition's part only");
     }
 
     #[test]
