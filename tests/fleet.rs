@@ -1953,7 +1953,7 @@ async fn a_new_host_boots_with_its_pools_config_from_the_config_server() {
     let token_file = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(token_file.path(), &bootstrap).unwrap();
     let mut pool = yaml(&testdata().join("mco/bootstrap/worker.machineconfigpool.yaml"));
-    pool["spec"]["maxUnavailable"] = json!(5);
+    pool["spec"]["maxUnavailable"] = json!(8);
     admin.post(&path_of(&MACHINE_CONFIG_POOL, None), &pool).await.unwrap().into_result().unwrap();
     let infra = json!({"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfigPool",
         "metadata": {"name": "infra"},
@@ -2087,7 +2087,11 @@ async fn a_new_host_boots_with_its_pools_config_from_the_config_server() {
     ignite(copied.root.path(), &config);
     std::fs::remove_file(copied.path("/etc/machine-config-daemon/node-annotations.json")).unwrap();
     copied.start_agent(&c, token_file.path());
-    let hosts = [born, plain, copied, edited];
+    let mut older = Host::new("worker-older").await;
+    ignite(older.root.path(), &config);
+    std::fs::remove_file(older.path("/etc/aloft/first-boot-config.json")).unwrap();
+    older.start_agent(&c, &older.path("/etc/aloft/bootstrap-token"));
+    let hosts = [born, plain, copied, edited, older];
     eventually(Duration::from_secs(120), "the host born with the config Done on it", || {
         let c = &c;
         let rendered = rendered.clone();
@@ -2098,10 +2102,13 @@ async fn a_new_host_boots_with_its_pools_config_from_the_config_server() {
         }
     })
     .await;
-    let [mut born, plain, copied, edited] = hosts;
+    let [mut born, plain, copied, edited, older] = hosts;
     assert_eq!(born.reboots_asked(), 0, "taken without a reboot: {:?}", born.fake.call_strings());
     assert!(born.log().contains("written at first boot"), "{}", born.log());
-    assert!(!born.path("/etc/aloft/first-boot-config.json").exists(), "its secrets stay on the host after their use");
+    assert!(
+        !born.path("/etc/aloft/first-boot-config.json").exists(),
+        "the file (the pool's secrets) left after its use"
+    );
     for h in [&plain, &copied] {
         eventually(Duration::from_secs(60), &format!("{} to reboot into the config", h.name), || async move {
             Ok((h.reboots_asked() > 0).then_some(()))
@@ -2130,16 +2137,10 @@ async fn a_new_host_boots_with_its_pools_config_from_the_config_server() {
         "{reason}"
     );
     assert_eq!(std::fs::read_to_string(edited.path("/etc/fleet.conf")).unwrap(), "region=us\n");
-    // Forced: the config's files are written over it, as an update from no config (a reboot).
+    // Forced: the update goes on from that config, and writes the config's files over the edit
+    // (as MCO's daemon, planned from the two configs: here the same one, so no reboot).
     std::fs::create_dir_all(force.parent().unwrap()).unwrap();
     std::fs::write(&force, "").unwrap();
-    let mut edited = edited;
-    eventually(Duration::from_secs(60), "the edited host to reboot once forced", || {
-        let edited = &edited;
-        async move { Ok((edited.reboots_asked() > 0).then_some(())) }
-    })
-    .await;
-    edited.reboot(&c, &edited.path("/etc/aloft/bootstrap-token"), "boot-2-worker-edited");
     eventually(Duration::from_secs(120), "the edited host Done once forced", || {
         let (c, rendered) = (&c, &rendered);
         async move {
@@ -2151,7 +2152,22 @@ async fn a_new_host_boots_with_its_pools_config_from_the_config_server() {
     .await;
     assert_eq!(std::fs::read_to_string(edited.path("/etc/fleet.conf")).unwrap(), "region=eu\n");
     assert!(!force.exists());
+    assert_eq!(edited.reboots_asked(), 0, "{:?}", edited.fake.call_strings());
     drop(edited);
+    // A host whose first boot left the node annotations but not the config (served by an older
+    // coordinator): given the config they name, with the disk holding it, it goes from it too.
+    eventually(Duration::from_secs(60), "the older host Done", || {
+        let (c, rendered) = (&c, &rendered);
+        async move {
+            Ok((annotation_of(c, "worker-older", ann::CURRENT_CONFIG).await? == *rendered
+                && annotation_of(c, "worker-older", ann::STATE).await? == "Done")
+                .then_some(()))
+        }
+    })
+    .await;
+    assert_eq!(older.reboots_asked(), 0, "{}", older.log());
+    assert!(older.log().contains("written at first boot"), "{}", older.log());
+    drop(older);
 
     // The MachineConfig removed: the files the first boot wrote go, as they would have on a
     // host that got them from the agent (not put back as if the OS had shipped them).
@@ -2261,4 +2277,90 @@ async fn a_new_host_boots_with_its_pools_config_from_the_config_server() {
         .unwrap();
     assert_eq!(head.status(), 200);
     assert!(head.headers()["content-length"].to_str().unwrap().parse::<usize>().unwrap() > 100);
+}
+
+/// A host's first update from the config its first boot wrote, whose rebootless action fails
+/// after the files are written: the undo writes that config back (its file changed back, the
+/// file the update removed there again) and keeps it as the node's current config, so the retry
+/// and any later config go from what is on disk. Before, with no config before the update, the
+/// undo left the update's files and the retry went from the first boot's config again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_first_update_from_the_first_boots_config_is_undone_onto_it() {
+    let c = Coordinator::start();
+    let admin = c.client();
+    let bootstrap = c.create_token("fleet", "bootstrap");
+    let mut pool = yaml(&testdata().join("mco/bootstrap/worker.machineconfigpool.yaml"));
+    pool["spec"]["maxUnavailable"] = json!(1);
+    admin.post(&path_of(&MACHINE_CONFIG_POOL, None), &pool).await.unwrap().into_result().unwrap();
+    let policy = json!({"apiVersion": "operator.openshift.io/v1", "kind": "MachineConfiguration",
+        "metadata": {"name": "cluster"},
+        "spec": {"nodeDisruptionPolicy": {"files": [
+            {"path": "/etc/fleet.conf", "actions": [{"type": "Restart", "restart": {"serviceName": "auditd.service"}}]},
+            {"path": "/etc/only-first.conf", "actions": [{"type": "None"}]}]}}});
+    admin.post("/apis/operator.openshift.io/v1/machineconfigurations", &policy).await.unwrap().into_result().unwrap();
+    let mc_path = path_of(&MACHINE_CONFIG, Some("50-worker-fleet"));
+    let mut mc = json!({"apiVersion": "machineconfiguration.openshift.io/v1", "kind": "MachineConfig",
+        "metadata": {"name": "50-worker-fleet", "labels": {ann::ROLE_LABEL: "worker"}},
+        "spec": {"config": {"ignition": {"version": "3.2.0"},
+            "storage": {"files": [{"path": "/etc/fleet.conf", "mode": 420, "contents": {"source": "data:,one"}},
+                {"path": "/etc/only-first.conf", "mode": 420, "contents": {"source": "data:,first"}}]}}}});
+    admin.post(&path_of(&MACHINE_CONFIG, None), &mc).await.unwrap().into_result().unwrap();
+    let target_of = || {
+        let admin = admin.clone();
+        async move {
+            let p = admin.get(&path_of(&MACHINE_CONFIG_POOL, Some("worker"))).await?.into_result()?;
+            Ok(p.pointer("/spec/configuration/name").and_then(Value::as_str).map(str::to_string))
+        }
+    };
+    let first = eventually(Duration::from_secs(30), "the worker pool rendered", target_of).await;
+    let http = reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(&c.ca_pem()).unwrap())
+        .build()
+        .unwrap();
+    let served = http.get(format!("{}/config/worker", c.url())).bearer_auth(&bootstrap).send().await.unwrap();
+    assert_eq!(served.status(), 200);
+    let config: Value = served.json().await.unwrap();
+    let mut h = Host::new("worker-first").await;
+    ignite(h.root.path(), &config);
+    // The pool moves on before the host enrolls: its file changes, the other goes.
+    mc = admin.get(&mc_path).await.unwrap().into_result().unwrap();
+    mc["spec"]["config"]["storage"]["files"] =
+        json!([{"path": "/etc/fleet.conf", "mode": 420, "contents": {"source": "data:,two"}}]);
+    admin.put(&mc_path, &mc).await.unwrap().into_result().unwrap();
+    let second = eventually(Duration::from_secs(30), "the pool's next config", || {
+        let target = target_of();
+        let first = first.clone();
+        async move { Ok(target.await?.filter(|t| *t != first)) }
+    })
+    .await;
+    h.fake.fail_jobs_of("auditd.service", "failed");
+    h.start_agent(&c, &h.path("/etc/aloft/bootstrap-token"));
+    let reason = eventually(Duration::from_secs(60), "the first update failed and undone", || {
+        let c = &c;
+        async move {
+            let n = node_of(c, "worker-first").await?;
+            let reason = node_annotation(&n, ann::REASON);
+            Ok((node_annotation(&n, ann::STATE) == "Degraded" && reason.starts_with("rebootless action Restart"))
+                .then_some(reason))
+        }
+    })
+    .await;
+    assert!(reason.contains("auditd.service"), "{reason}");
+    assert_eq!(std::fs::read_to_string(h.path("/etc/fleet.conf")).unwrap(), "one", "written back: {}", h.log());
+    assert_eq!(std::fs::read_to_string(h.path("/etc/only-first.conf")).unwrap(), "first", "written back: {}", h.log());
+    let n = node_of(&c, "worker-first").await.unwrap();
+    assert_eq!(node_annotation(&n, ann::CURRENT_CONFIG), first, "the first boot's config is current");
+    assert_eq!(node_annotation(&n, ann::DESIRED_CONFIG), second);
+    let saved: Value =
+        serde_json::from_str(&std::fs::read_to_string(h.path("/var/lib/aloft/currentconfig.json")).unwrap()).unwrap();
+    assert_eq!(saved["metadata"]["name"], first.as_str());
+    // The action works again: the retry goes from the first boot's config, now the current one.
+    h.fake.clear_failures();
+    let hosts = [h];
+    let done = converge(&c, &hosts, Some(&first), "the retry Done").await;
+    assert_eq!(done, second);
+    let [h] = hosts;
+    assert_eq!(std::fs::read_to_string(h.path("/etc/fleet.conf")).unwrap(), "two");
+    assert!(!h.path("/etc/only-first.conf").exists(), "{}", h.log());
+    assert_eq!(h.reboots_asked(), 0, "rebootless by the policy: {:?}", h.fake.call_strings());
 }

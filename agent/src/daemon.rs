@@ -223,16 +223,6 @@ pub fn decide(phase: &Phase, node: &NodeView, current: &str, boot_id: &str) -> S
     }
 }
 
-/// What [`Agent::disk_matches_first_boot`] found.
-enum FirstBootDisk {
-    /// The disk holds the first boot's config (or is not to be judged now).
-    Holds,
-    /// It does not, and the force file says to go on.
-    Forced,
-    /// It does not: the node is Degraded, naming what differs.
-    Differs,
-}
-
 /// How often a settled node's disk is checked against its current config besides what the
 /// drift watch reports.
 const RECHECK: Duration = Duration::from_secs(600);
@@ -488,6 +478,10 @@ impl Agent {
     pub fn new(root: Root, api: NodeApi, services: Arc<dyn ServiceManager>, drain_timeout: Duration) -> Result<Self> {
         let phase = state::load(&root)?;
         let current = load_current(&root)?;
+        if current.is_some() {
+            // The node has a config of its own: the first boot's (the pool's secrets) has no use.
+            crate::first_boot::forget_config(&root);
+        }
         Ok(Agent {
             root,
             api,
@@ -892,26 +886,28 @@ impl Agent {
     /// boot wrote ([`crate::first_boot`]): MCO's daemon validates the disk against the
     /// node-annotations' config the same way. A file changed since (by hand, or by a pointer
     /// config that wrote the same path) keeps the node Degraded, naming it, until it is put
-    /// back or the force file exists (then the update goes from no config, writing all the
-    /// target's files over what is there: from that config it would leave a file both configs
-    /// have as it found it). Only while no update has written anything yet (the journal holds
-    /// no apply of another config, and the phase is settled).
-    async fn disk_matches_first_boot(&mut self, target: &str, base: &MachineConfig) -> Result<FirstBootDisk> {
+    /// back or the force file exists (then the update goes on from that config: as every
+    /// update, it writes all the target's files, over what is there, and removes what only
+    /// that config had). Only while no update has written anything yet (the journal holds no
+    /// apply of another config, and the phase is settled). Returns whether to go on.
+    async fn disk_matches_first_boot(&mut self, target: &str, base: &MachineConfig) -> Result<bool> {
         let name = base.metadata.name.as_str();
         let spec = crate::engine::normalize(&base.spec).unwrap_or_else(|_| base.spec.clone());
         if !matches!(self.phase, Phase::Idle | Phase::Degraded { .. })
             || !crate::engine::journal_settled_on(&self.root, &spec)
         {
-            return Ok(FirstBootDisk::Holds);
+            return Ok(true);
         }
+        let force = self.root.path().join(FORCE_FILE);
         // Taken whether or not it is needed, as before any update: left, it would disarm some
         // later update's check.
-        let forced = self.take_force_file()?;
-        let Err(drift) = crate::engine::verify_files(&self.root, base) else { return Ok(FirstBootDisk::Holds) };
-        let force = self.root.path().join(FORCE_FILE);
-        if forced {
-            tracing::warn!(force = %force.display(), target, drift = %drift.message, "force file present: the target's files are written over the first boot's");
-            return Ok(FirstBootDisk::Forced);
+        if self.take_force_file()? {
+            tracing::warn!(force = %force.display(), target, "force file present: the first boot's files are not validated");
+            return Ok(true);
+        }
+        let Err(drift) = crate::engine::verify_files(&self.root, base) else { return Ok(true) };
+        if let Some(m) = &self.metrics {
+            m.set_drift(true);
         }
         let what = if drift.path.is_empty() { "the disk".to_string() } else { drift.path.clone() };
         let reason = format!(
@@ -922,7 +918,7 @@ impl Agent {
         );
         tracing::warn!(%reason, "the disk does not match the config the first boot wrote: not updating");
         self.fail(target, reason, false).await?;
-        Ok(FirstBootDisk::Differs)
+        Ok(false)
     }
 
     async fn update(&mut self, target: &str) -> Result<()> {
@@ -940,15 +936,10 @@ impl Agent {
         // A host whose first boot wrote a config (Ignition, from the coordinator's
         // `/config/<pool>`): its first update goes from that config, as MCO's daemon goes from
         // the node-annotations' one, once the disk is found to hold it.
-        let mut first_boot = if self.current.is_none() { crate::first_boot::read(&self.root) } else { None };
-        if let Some(fb) = first_boot.as_mut() {
-            if let Some(base) = &fb.config {
-                match self.disk_matches_first_boot(target, base).await? {
-                    FirstBootDisk::Holds => {}
-                    // Forced: the target's files are written over what is there.
-                    FirstBootDisk::Forced => fb.config = None,
-                    FirstBootDisk::Differs => return Ok(()),
-                }
+        let first_boot = if self.current.is_none() { crate::first_boot::read(&self.root) } else { None };
+        if let Some(base) = first_boot.as_ref().and_then(|f| f.config.as_ref()) {
+            if !self.disk_matches_first_boot(target, base).await? {
+                return Ok(());
             }
         }
         self.started = Some((std::time::Instant::now(), self.current_name()));
@@ -972,12 +963,14 @@ impl Agent {
             Ok(mc) => mc,
             Err(e) => return self.fail(target, format!("{e:#}"), false).await,
         };
-        let before = self.current.clone();
-        let first_boot_base = first_boot.as_ref().and_then(|f| f.config.clone());
+        // The config the update goes from, and the one its undo writes back (with no config before
+        // and no first boot's, nothing: see `undo_update`).
+        let first_boot_base = first_boot.as_ref().and_then(|fb| crate::first_boot::base(fb, &new, &self.root));
         if let Some(base) = &first_boot_base {
             tracing::info!(target, from = %base.metadata.name, "updating from the config written at first boot");
         }
-        let old = before.clone().or(first_boot_base).unwrap_or_default();
+        let before = self.current.clone().or(first_boot_base);
+        let old = before.clone().unwrap_or_default();
         let (old_spec, new_spec) = match (crate::engine::normalize(&old.spec), crate::engine::normalize(&new.spec)) {
             (Ok(o), Ok(n)) => (o, n),
             // The field says where, and which of the two configs is at fault.

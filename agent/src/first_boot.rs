@@ -40,7 +40,14 @@ pub fn read(root: &Root) -> Option<FirstBoot> {
     let path = root.path().join(CONFIG_FILE);
     let config = match std::fs::read(&path) {
         Ok(bytes) => match serde_json::from_slice::<MachineConfig>(&bytes) {
-            Ok(mc) if mc.metadata.name == name => Some(mc),
+            Ok(mc) if mc.metadata.name == name => match crate::engine::normalize(&mc.spec) {
+                Ok(_) => Some(mc),
+                // Used, it would fail every update the same way.
+                Err(e) => {
+                    tracing::warn!(path = %path.display(), error = %e, "the first boot's config does not read: not used");
+                    None
+                }
+            },
             Ok(mc) => {
                 tracing::warn!(
                     path = %path.display(),
@@ -62,6 +69,25 @@ pub fn read(root: &Root) -> Option<FirstBoot> {
         }
     };
     Some(FirstBoot { name, config })
+}
+
+/// The config the first update goes from: the first boot's config file; without it (a host
+/// served by an older coordinator, or a file that did not read), when the node annotations
+/// name the config the node is given (`given`) and the disk holds its files and units, that
+/// config's Ignition part: the disk is that config's, and the update from it writes nothing
+/// the first boot did not. Otherwise none: the update writes all of `given`'s files.
+pub fn base(fb: &FirstBoot, given: &MachineConfig, root: &Root) -> Option<MachineConfig> {
+    if let Some(c) = &fb.config {
+        return Some(c.clone());
+    }
+    if fb.name != given.metadata.name || crate::engine::verify_files(root, given).is_err() {
+        return None;
+    }
+    let mut base =
+        MachineConfig { api_version: given.api_version.clone(), kind: given.kind.clone(), ..Default::default() };
+    base.metadata.name = given.metadata.name.clone();
+    base.spec.config = given.spec.config.clone();
+    Some(base)
 }
 
 /// Removes [`CONFIG_FILE`] once the node has a config of its own: from then on the agent's

@@ -433,6 +433,7 @@ pub async fn run(opts: ServeOptions) -> Result<()> {
         ),
         global_catalog_namespace: opts.olm_global_namespace.clone(),
         ca_pem: client.ca_pem.as_deref().map(|p| String::from_utf8_lossy(p).into_owned()),
+        first_boot: Default::default(),
     });
     controllers::spawn_all(store.clone(), health.clone(), opts.event_ttl).context("starting the controllers")?;
     let (ttl_store, ttl) = (store.clone(), opts.event_ttl);

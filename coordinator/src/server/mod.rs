@@ -117,6 +117,8 @@ pub struct Ctx {
     pub global_catalog_namespace: Option<String>,
     /// The CA agents pin (PEM), for the configs [`config_server`] serves; `None` over plain HTTP.
     pub ca_pem: Option<String>,
+    /// The first-boot config files [`config_server`] served lately.
+    pub first_boot: config_server::FirstBootCache,
 }
 
 pub type SharedCtx = Arc<Ctx>;
