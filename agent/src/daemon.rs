@@ -963,14 +963,15 @@ impl Agent {
             Ok(mc) => mc,
             Err(e) => return self.fail(target, format!("{e:#}"), false).await,
         };
-        // The config the update goes from, and the one its undo writes back (with no config before
-        // and no first boot's, nothing: see `undo_update`).
+        // The config the update goes from. Its undo writes back only a config of the node's own:
+        // saved current, the first boot's (Ignition's part alone) would read as that config fully
+        // taken, its OS part never applied.
         let first_boot_base = first_boot.as_ref().and_then(|fb| crate::first_boot::base(fb, &new, &self.root));
         if let Some(base) = &first_boot_base {
             tracing::info!(target, from = %base.metadata.name, "updating from the config written at first boot");
         }
-        let before = self.current.clone().or(first_boot_base);
-        let old = before.clone().unwrap_or_default();
+        let before = self.current.clone();
+        let old = before.clone().or(first_boot_base).unwrap_or_default();
         let (old_spec, new_spec) = match (crate::engine::normalize(&old.spec), crate::engine::normalize(&new.spec)) {
             (Ok(o), Ok(n)) => (o, n),
             // The field says where, and which of the two configs is at fault.

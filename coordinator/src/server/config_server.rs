@@ -83,18 +83,18 @@ impl FirstBootCache {
         let found = |c: &std::collections::VecDeque<(String, String, std::sync::Arc<str>)>| {
             c.iter().find(|(n, v, _)| n == name && v == version).map(|(_, _, s)| s.clone())
         };
-        if let Some(hit) = self.0.lock().ok().and_then(|c| found(&c)) {
+        let lock = || self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(hit) = found(&lock()) {
             return Ok(hit);
         }
         // Made outside the lock: another request's compression does not wait for this one.
         let made: std::sync::Arc<str> = first_boot_source(name, config)?.into();
-        if let Ok(mut c) = self.0.lock() {
-            if found(&c).is_none() {
-                if c.len() >= FIRST_BOOT_CACHED {
-                    c.pop_front();
-                }
-                c.push_back((name.to_string(), version.to_string(), made.clone()));
+        let mut c = lock();
+        if found(&c).is_none() {
+            if c.len() >= FIRST_BOOT_CACHED {
+                c.pop_front();
             }
+            c.push_back((name.to_string(), version.to_string(), made.clone()));
         }
         Ok(made)
     }
