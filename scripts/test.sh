@@ -75,5 +75,5 @@ cargo test -p aloft-vm-tests --lib 2>&1
 phase "the VM harness's unit tests"
 # shellcheck disable=SC2086 # the filters are words
 cargo test -p aloft-vm-tests --test scenarios -- --test-threads=1 \
-    ${ALOFT_VM_TESTS-a_rebootless b_os_update_one_node_at_a_time c_bad_os d_power_cut e_file_without f_power_cuts g_new_os h_release i_kernel_panic j_failing_agent} 2>&1
+    ${ALOFT_VM_TESTS-a_rebootless b_os_update_one_node_at_a_time c_bad_os d_power_cut e_file_without f_power_cuts g_new_os h_release i_kernel_panic j_failing_agent k_root} 2>&1
 phase "the VM scenarios"

@@ -1387,6 +1387,23 @@ async fn j_failing_agent_falls_back_by_boot_counting() -> Result<()> {
     fleet.finish(result).await
 }
 
+/// A new OS (v2) with a kernel argument its initramfs cannot mount the root with (an ext4
+/// mount option that does not exist): the initramfs's emergency reboots (the images' kernel
+/// arguments `rd.shell=0 rd.emergency=reboot`) instead of waiting at a shell, so the bootloader
+/// counts three such boots, then boots the previous entry; on v1 the same fallback as scenario
+/// i's. Without those arguments the node stayed at the initramfs's shell for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn k_root_that_does_not_mount_falls_back_by_boot_counting() -> Result<()> {
+    let Some(fleet) = Fleet::start("k_root_unmountable", FleetOptions { vms: 1, ..Default::default() }).await? else {
+        return Ok(());
+    };
+    let result = boot_counting(&fleet, BadOs::RootDoesNotMount).await;
+    fleet.finish(result).await
+}
+
+/// The kernel argument scenario k's v2 boots with.
+const UNMOUNTABLE_ROOT: &str = "rootflags=aloft_no_such_option";
+
 /// How the new OS of a boot-counting scenario fails to come up.
 #[derive(Clone, Copy, PartialEq)]
 enum BadOs {
@@ -1395,6 +1412,8 @@ enum BadOs {
     /// v5: it boots, and its agent fails at every start; the agent unit's red-boot hook reboots
     /// after its fifth failure.
     AgentFails,
+    /// v2 with [`UNMOUNTABLE_ROOT`]: its initramfs cannot mount the root, and reboots.
+    RootDoesNotMount,
 }
 
 async fn boot_counting(fleet: &Fleet, bad: BadOs) -> Result<()> {
@@ -1402,6 +1421,13 @@ async fn boot_counting(fleet: &Fleet, bad: BadOs) -> Result<()> {
     let (version, release) = match bad {
         BadOs::Panics => ("v4", "4"),
         BadOs::AgentFails => ("v5", "5"),
+        BadOs::RootDoesNotMount => ("v2", "2"),
+    };
+    // The kernel argument the bad boots have and the fallback has not.
+    let bad_karg = match bad {
+        BadOs::Panics => Some("panic=10"),
+        BadOs::AgentFails => None,
+        BadOs::RootDoesNotMount => Some(UNMOUNTABLE_ROOT),
     };
     let (v1, failed) = (fleet.images.commit("v1")?.to_string(), fleet.images.commit(version)?.to_string());
     let vm = &fleet.vms[0];
@@ -1411,6 +1437,9 @@ async fn boot_counting(fleet: &Fleet, bad: BadOs) -> Result<()> {
     let os = match bad {
         BadOs::Panics => json!({"osImageURL": fleet.images.os_image_url(version)?, "kernelArguments": ["panic=10"]}),
         BadOs::AgentFails => json!({"osImageURL": fleet.images.os_image_url(version)?}),
+        BadOs::RootDoesNotMount => {
+            json!({"osImageURL": fleet.images.os_image_url(version)?, "kernelArguments": [UNMOUNTABLE_ROOT]})
+        }
     };
     machine_config(fleet, "60-worker-os", os).await?;
     // Three boots of the bad OS, then the fallback's boot, which comes up as v1.
@@ -1439,6 +1468,17 @@ async fn boot_counting(fleet: &Fleet, bad: BadOs) -> Result<()> {
                 let serial = String::from_utf8_lossy(&std::fs::read(&b.serial)?).into_owned();
                 ensure!(serial.contains("Kernel panic"), "boot {} did not panic: {}", b.boot, b.serial.display());
             }
+            BadOs::RootDoesNotMount => {
+                ensure!(b.entry.contains(UNMOUNTABLE_ROOT) && b.ready_after.is_none(), "boot {}: {b:?}", b.boot);
+                let serial = String::from_utf8_lossy(&std::fs::read(&b.serial)?).into_owned();
+                // ext4's refusal, as the kernel's new mount API words it (or the old one).
+                ensure!(
+                    serial.contains("Unknown parameter") || serial.contains("Unrecognized mount option"),
+                    "boot {} did not fail to mount its root: {}",
+                    b.boot,
+                    b.serial.display()
+                );
+            }
             BadOs::AgentFails => {
                 ensure!(b.release.as_deref() == Some(release), "boot {} ran release {:?}", b.boot, b.release);
                 // Its journal (the stateroot's /var is shared): five failures, then the reboot.
@@ -1458,7 +1498,7 @@ async fn boot_counting(fleet: &Fleet, bad: BadOs) -> Result<()> {
     let fallback = &boots[3];
     ensure!(
         fallback.entry.contains("[previous entry (fallback); boot counting: boot_counter 0 -> -1]")
-            && !fallback.entry.contains("panic=10"),
+            && bad_karg.is_none_or(|k| !fallback.entry.contains(k)),
         "the fourth boot is not the previous entry: {:?}",
         fallback.entry
     );
