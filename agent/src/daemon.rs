@@ -885,7 +885,7 @@ impl Agent {
     /// [`Agent::disk_matches_current`] for a host's first update from the config its first
     /// boot wrote ([`crate::first_boot`]): MCO's daemon validates the disk against the
     /// node-annotations' config the same way. A file changed since (by hand, or by a pointer
-    /// config that wrote the same path) keeps the node Degraded, naming it, until it is put
+    /// config that appends to it) keeps the node Degraded, naming it, until it is put
     /// back or the force file exists (then the update goes on from that config: as every
     /// update, it writes all the target's files, over what is there, and removes what only
     /// that config had). Only while no update has written anything yet (the journal holds no
