@@ -127,20 +127,24 @@ async fn a_fleet_follows_the_channels_the_update_service_builds() {
     assert_eq!((status, e["kind"].as_str()), (400, Some("invalid_params")), "{e}");
     let (status, _, e) = get(&format!("{}?channel=stable-1", svc.url), Some("text/html")).await;
     assert_eq!((status, e["kind"].as_str()), (406, Some("invalid_content_type")), "{e}");
+    // A query whose bytes are not UTF-8: read as U+FFFD (axum's `Query` decodes lossily, as
+    // form encoding does), which no channel matches: Cincinnati's JSON error, counted below.
+    let (status, _, e) = get(&format!("{}?channel=stable%FF", svc.url), None).await;
+    assert_eq!((status, e["kind"].as_str()), (400, Some("invalid_params")), "{e}");
     // A channel or architecture nothing is in: the empty graph, as OpenShift's service answers;
     // the channel list says which exist.
     let (status, _, g) = get(&format!("{}?channel=stable-1&arch=arm64", svc.url), None).await;
     assert_eq!((status, g), (200, json!({"version": 1, "nodes": [], "edges": [], "conditionalEdges": []})));
     let (_, _, list) = get(&format!("{}/api/upgrades_info/v1/channels", svc.base()), None).await;
     assert_eq!(list, json!({"arch": "amd64", "channels": ["candidate-1", "stable-1"]}));
-    // What it served, on /metrics under OpenShift's update service's names: 7 graph queries,
-    // 4 refused, by code and kind; a load that served the 4 releases.
-    assert_eq!(svc.metric("cincinnati_pe_graph_incoming_requests_total").await, Some(7.0));
-    assert_eq!(svc.metric("cincinnati_pe_graph_serve_duration_seconds_count").await, Some(7.0));
+    // What it served, on /metrics under OpenShift's update service's names: 8 graph queries,
+    // 5 refused, by code and kind; a load that served the 4 releases.
+    assert_eq!(svc.metric("cincinnati_pe_graph_incoming_requests_total").await, Some(8.0));
+    assert_eq!(svc.metric("cincinnati_pe_graph_serve_duration_seconds_count").await, Some(8.0));
     let refused = |code: &str, kind: &str| {
         format!("cincinnati_pe_graph_response_errors_total{{code=\"{code}\",kind=\"{kind}\"}}")
     };
-    assert_eq!(svc.metric(&refused("400", "invalid_params")).await, Some(2.0));
+    assert_eq!(svc.metric(&refused("400", "invalid_params")).await, Some(3.0));
     assert_eq!(svc.metric(&refused("400", "missing_params")).await, Some(1.0));
     assert_eq!(svc.metric(&refused("406", "invalid_content_type")).await, Some(1.0));
     assert_eq!(svc.metric("cincinnati_gb_graph_final_releases").await, Some(4.0));
