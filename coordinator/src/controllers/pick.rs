@@ -231,11 +231,11 @@ impl PoolPlan {
 /// the pool's nodes run, while the target has reached none), else (a pool never updated) the
 /// target.
 fn served_config(pool: &MachineConfigPool, members: &[usize], hot: &[NodeHot], target: &ConfigName) -> ConfigName {
-    let current = pool.status.as_ref().and_then(|st| st.configuration.as_ref()).map_or("", |c| c.name.as_str());
-    if current.is_empty() || members.iter().any(|&i| hot[i].updated_to(target)) {
-        target.clone()
-    } else {
-        ConfigName::new(current)
+    let complete = pool.status.as_ref().and_then(|st| st.configuration.as_ref()).map(|c| c.name.as_str());
+    let taken = members.iter().any(|&i| hot[i].updated_to(target));
+    match pools::served_to_new_machines(Some(target.as_str()), complete, taken) {
+        Some(name) if name != target.as_str() => ConfigName::new(name),
+        _ => target.clone(),
     }
 }
 

@@ -350,6 +350,25 @@ impl NodeHot {
     }
 }
 
+/// The config MCO's machine-config-server gives a new machine of a pool: the target (`target`)
+/// once some member runs it (`target_taken`), else the pool's last complete config
+/// (`complete`, `status.configuration`), so that new machines do not join on a config no node
+/// has taken yet; else (a pool never complete) the target. One rule for the two places a new
+/// machine gets a config, so they agree: the machine config server's `/config/<pool>` and the
+/// node controller's pick of a node with no config while the rollout is held.
+pub fn served_to_new_machines<'a>(
+    target: Option<&'a str>,
+    complete: Option<&'a str>,
+    target_taken: bool,
+) -> Option<&'a str> {
+    let (target, complete) = (target.filter(|t| !t.is_empty()), complete.filter(|c| !c.is_empty()));
+    if target_taken {
+        target.or(complete)
+    } else {
+        complete.or(target)
+    }
+}
+
 /// `maxUnavailable` for a pool of `total` nodes: an int, or a percent rounded down; 0 means 1;
 /// default 1 (MCO).
 pub fn max_unavailable(v: Option<&IntOrString>, total: usize) -> usize {

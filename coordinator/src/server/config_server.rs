@@ -267,15 +267,11 @@ fn pool_of_labels(
 /// MCO's choice: the pool's target once one of its nodes runs it, else its last complete config
 /// (a fresh pool has only its target).
 fn served_config(pool: &MachineConfigPool) -> Option<String> {
-    let target = pool.spec.configuration.as_ref().map(|c| c.name.clone()).filter(|n| !n.is_empty());
+    let target = pool.spec.configuration.as_ref().map(|c| c.name.as_str());
     let status = pool.status.as_ref();
-    let complete = status.and_then(|s| s.configuration.as_ref()).map(|c| c.name.clone()).filter(|n| !n.is_empty());
+    let complete = status.and_then(|s| s.configuration.as_ref()).map(|c| c.name.as_str());
     let taken = status.is_some_and(|s| s.updated_machine_count > 0);
-    if taken {
-        target.or(complete)
-    } else {
-        complete.or(target)
-    }
+    crate::controllers::pools::served_to_new_machines(target, complete, taken).map(str::to_string)
 }
 
 /// `key=value,key2=` as the agent's `ALOFT_LABELS` takes them.
